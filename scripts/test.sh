@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# warpsock's test command (README "Run the tests"). Installs what the tests need,
+# then runs every check: format, lints, unit + integration tests, and each
+# scripts/test-*.sh suite (fuzz smoke run, preload programs, interop, ...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+scripts/ensure-pkgs.sh build-essential pkg-config
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+step "rustfmt"
+cargo fmt --all -- --check
+step "clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+step "cargo test (workspace)"
+cargo test --workspace --quiet 2>&1
+for suite in scripts/test-*.sh; do
+    [ -e "$suite" ] || continue
+    step "$suite"
+    bash "$suite"
+done
+step "all test suites passed"
