@@ -1,0 +1,610 @@
+//! One iWARP connection: MPA negotiation, then an RDMAP/DDP queue pair over
+//! the MPA byte stream (siw `siw_cm.c`, `siw_qp.c`, `siw_qp_rx.c`,
+//! `siw_qp_tx.c`).
+//!
+//! # Driving a connection
+//!
+//! A [`Connection`] is a state machine. The engine (or a test) owns the TCP
+//! stream and the clock and, in any order:
+//!
+//! * feeds received bytes, either with [`Connection::handle_input`] (which
+//!   copies payload into registered memory itself) or through the direct
+//!   placement contract: [`Connection::rx_step`] says what the next bytes
+//!   are for — [`RxStep::Bytes`] (headers, trailers, control frames: pass
+//!   them to [`Connection::rx_bytes`]) or [`RxStep::Place`] (payload: put up
+//!   to `len` bytes at that range of a registered region, straight from the
+//!   socket, then hand the placed slice to [`Connection::rx_placed`], which
+//!   folds it into the CRC in place);
+//! * drains bytes to send with [`Connection::poll_transmit`] (copying) or
+//!   [`Connection::next_segment`] (a gather list of inline bytes and
+//!   registered memory, for `writev`/`sendmsg` without a staging copy);
+//! * calls [`Connection::handle_timeout`] when [`Connection::poll_timeout`]
+//!   expires, and [`Connection::handle_eof`] when the peer closes;
+//! * drains [`Connection::poll_event`] and [`Connection::poll_completion`]
+//!   after each of the above.
+//!
+//! Nothing here reads a clock or touches a socket: time is an argument.
+
+mod cm;
+mod rx;
+mod tx;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use warpsock_wire::fpdu;
+use warpsock_wire::mpa::EnhancedParams;
+use warpsock_wire::terminate::TermCode;
+
+use crate::mem::{PdId, Range, Stag};
+use crate::verbs::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+
+pub use cm::AcceptError;
+pub use rx::RxStep;
+pub use tx::{TxPart, TxSegment};
+
+/// Which end of the TCP connection this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Connected out; sends the MPA Request and the first FPDU.
+    Initiator,
+    /// Accepted; answers the MPA Request.
+    Responder,
+}
+
+/// Zero-length ready-to-receive message types for peer-to-peer setup
+/// (RFC 6581 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RtrType {
+    /// Zero-length RDMA Write (siw's choice; STag 1, TO 0).
+    Write,
+    /// Zero-length RDMA Read (Chelsio's default).
+    Read,
+    /// Zero-length Send: accepted as responder when it is all the
+    /// initiator offers; never offered by us.
+    Send,
+}
+
+/// Peer-to-peer RTR offer of an initiator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RtrOffer {
+    /// Offer a zero-length Write.
+    pub write: bool,
+    /// Offer a zero-length Read.
+    pub read: bool,
+}
+
+/// Connection parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Initiator or responder.
+    pub role: Role,
+    /// Ask for CRC (it is on if either side asks).
+    pub crc: bool,
+    /// Ask the peer to send markers (per direction, RFC 5044 §7.1).
+    pub markers: bool,
+    /// MPA revision to request (1, or 2 for RFC 6581 enhanced setup).
+    pub mpa_revision: u8,
+    /// Inbound RDMA Read queue depth we offer.
+    pub ird: u16,
+    /// Outbound RDMA Read queue depth we want.
+    pub ord: u16,
+    /// Largest IRD/ORD we agree to (siw: 128).
+    pub max_ird_ord: u16,
+    /// Initiator: offer peer-to-peer mode with these RTR types (never
+    /// Send-only). Responder: ignored (the peer's offer decides).
+    pub p2p: Option<RtrOffer>,
+    /// Initiator: ULP private data for the MPA Request (≤ 508 bytes; ≤ 251
+    /// to stay within siw's limit).
+    pub private_data: Vec<u8>,
+    /// Largest ULPDU to emit (default: one FPDU per 1448-byte MSS, as siw).
+    pub mulpdu: usize,
+    /// How long to wait for the peer's MPA Request or Reply.
+    pub mpa_timeout: Duration,
+    /// Depth of the send queue (outstanding send work requests).
+    pub sq_depth: usize,
+    /// Depth of the receive queue.
+    pub rq_depth: usize,
+    /// Protection domain the queue pair belongs to.
+    pub pd: PdId,
+}
+
+impl Config {
+    /// Defaults for `role` in `pd`: MPA rev 2 enhanced, CRC off, no
+    /// markers, IRD = ORD = 16, siw-sized FPDUs, 10 s MPA timeout.
+    pub fn new(role: Role, pd: PdId) -> Self {
+        Self {
+            role,
+            crc: false,
+            markers: false,
+            mpa_revision: 2,
+            ird: 16,
+            ord: 16,
+            max_ird_ord: 128,
+            p2p: None,
+            private_data: Vec::new(),
+            mulpdu: fpdu::mulpdu_for_mss(1448),
+            mpa_timeout: Duration::from_secs(10),
+            sq_depth: 1024,
+            rq_depth: 1024,
+            pd,
+        }
+    }
+}
+
+/// What the MPA exchange settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    /// MPA revision in use.
+    pub revision: u8,
+    /// CRC on in both directions.
+    pub crc: bool,
+    /// We insert markers into what we send.
+    pub markers_tx: bool,
+    /// The peer inserts markers into what it sends.
+    pub markers_rx: bool,
+    /// Inbound Read Requests we accept at once.
+    pub ird: u16,
+    /// Outbound Read Requests we may have outstanding.
+    pub ord: u16,
+    /// Peer-to-peer RTR in use.
+    pub rtr: Option<RtrType>,
+    /// ULP private data the peer sent.
+    pub peer_private_data: Vec<u8>,
+}
+
+/// The responder's view of an MPA Request, for the accept/reject decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectRequest {
+    /// Revision requested.
+    pub revision: u8,
+    /// Peer asked for CRC.
+    pub crc: bool,
+    /// Peer asked for markers.
+    pub markers: bool,
+    /// Peer's IRD/ORD word (enhanced requests).
+    pub params: Option<EnhancedParams>,
+    /// ULP private data.
+    pub private_data: Vec<u8>,
+}
+
+/// Why connection setup failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// No MPA Request/Reply within the configured time.
+    Timeout,
+    /// The peer's Request/Reply was malformed.
+    Malformed(warpsock_wire::WireError),
+    /// The peer's Reply refused our options (markers, RTR, IRD).
+    Incompatible(TermCode),
+    /// The TCP stream ended during setup.
+    Eof,
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Timeout => f.write_str("no MPA request/reply from the peer in time"),
+            Self::Malformed(e) => write!(f, "malformed MPA frame from the peer: {e}"),
+            Self::Incompatible(c) => write!(f, "MPA negotiation failed: {c}"),
+            Self::Eof => f.write_str("peer closed the connection during MPA setup"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// Something the application must hear about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// Responder: a valid MPA Request arrived; call [`Connection::accept`]
+    /// or [`Connection::reject`].
+    ConnectRequest(ConnectRequest),
+    /// The queue pair reached RTS.
+    Established(Negotiated),
+    /// Initiator: the responder rejected us (R bit) with this private data.
+    Rejected(Vec<u8>),
+    /// Setup failed.
+    ConnectFailed(ConnectError),
+    /// A Terminate was sent (`by_peer` false) or received (true).
+    Terminated {
+        /// The error it reports.
+        code: TermCode,
+        /// Whether the peer sent it.
+        by_peer: bool,
+    },
+    /// The stream ended (local close or peer FIN); no more I/O.
+    Closed,
+}
+
+/// Queue pair state (RFC 5040 §6 / siw `enum siw_qp_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Before MPA completes.
+    Idle,
+    /// Ready to send and receive.
+    Rts,
+    /// Graceful close in progress.
+    Closing,
+    /// A Terminate was sent or received; draining.
+    Terminate,
+    /// Dead; every request has been flushed.
+    Error,
+}
+
+/// Why a post failed immediately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PostError {
+    /// The queue is at its configured depth.
+    QueueFull,
+    /// The request is malformed (e.g. a Read with more than one SGE, a
+    /// message above 2^32 - 1 bytes).
+    Invalid,
+}
+
+impl std::fmt::Display for PostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::QueueFull => "work queue full",
+            Self::Invalid => "malformed work request",
+        })
+    }
+}
+
+impl std::error::Error for PostError {}
+
+/// One outstanding send-queue request, in posting order.
+#[derive(Debug)]
+struct SqSlot {
+    wr_id: u64,
+    opcode: WcOpcode,
+    byte_len: u32,
+    signaled: bool,
+    status: Option<WcStatus>,
+}
+
+/// A send-queue request not yet (fully) transmitted.
+#[derive(Debug)]
+struct PendingSend {
+    seq: u64,
+    wr: SendWr,
+}
+
+/// A posted receive with its checked scatter list.
+#[derive(Debug)]
+struct PostedRecv {
+    wr: RecvWr,
+}
+
+/// An outbound Read awaiting its response.
+#[derive(Debug)]
+struct OrqEntry {
+    /// SQ sequence of the Read WR (None for the RTR Read).
+    seq: Option<u64>,
+    sink_stag: Stag,
+    sink_to: u64,
+    size: u32,
+    received: u32,
+    sink: Option<Range>,
+}
+
+/// An inbound Read to answer.
+#[derive(Debug)]
+struct IrqEntry {
+    sink_stag: Stag,
+    sink_to: u64,
+    size: u32,
+    source: Option<Range>,
+}
+
+/// MPA negotiation progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CmState {
+    /// Initiator: Request queued/sent, waiting for the Reply.
+    AwaitReply,
+    /// Responder: waiting for the Request.
+    AwaitRequest,
+    /// Responder: Request delivered, waiting for accept/reject.
+    AwaitAccept,
+    /// Full operation phase.
+    Fpdu,
+    /// Nothing more to do.
+    Done,
+}
+
+/// An iWARP connection (one queue pair on one TCP stream).
+#[derive(Debug)]
+pub struct Connection {
+    cfg: Config,
+    cm: CmState,
+    qp: QpState,
+    neg: Option<Negotiated>,
+    peer_request: Option<ConnectRequest>,
+    deadline: Option<Instant>,
+    events: VecDeque<Event>,
+    completions: VecDeque<WorkCompletion>,
+
+    // Send side.
+    sq: VecDeque<SqSlot>,
+    sq_base: u64,
+    pending: VecDeque<PendingSend>,
+    irq: VecDeque<IrqEntry>,
+    orq: VecDeque<OrqEntry>,
+    tx: tx::TxState,
+
+    // Receive side.
+    rq: VecDeque<PostedRecv>,
+    rx: rx::RxState,
+    /// The responder may send only after the first FPDU arrived.
+    first_fpdu_seen: bool,
+    /// The socket should be shut down once the send side drains.
+    close_after_flush: bool,
+}
+
+impl Connection {
+    /// A connection in the MPA phase. An initiator queues its MPA Request
+    /// at once; both roles arm the MPA timeout from `now`.
+    pub fn new(cfg: Config, now: Instant) -> Self {
+        let cm = match cfg.role {
+            Role::Initiator => CmState::AwaitReply,
+            Role::Responder => CmState::AwaitRequest,
+        };
+        let mut c = Self {
+            deadline: Some(now + cfg.mpa_timeout),
+            cm,
+            qp: QpState::Idle,
+            neg: None,
+            peer_request: None,
+            events: VecDeque::new(),
+            completions: VecDeque::new(),
+            sq: VecDeque::new(),
+            sq_base: 0,
+            pending: VecDeque::new(),
+            irq: VecDeque::new(),
+            orq: VecDeque::new(),
+            tx: tx::TxState::default(),
+            rq: VecDeque::new(),
+            rx: rx::RxState::default(),
+            first_fpdu_seen: false,
+            close_after_flush: false,
+            cfg,
+        };
+        if c.cfg.role == Role::Initiator {
+            c.queue_mpa_request();
+        }
+        c
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Queue pair state.
+    pub fn state(&self) -> QpState {
+        self.qp
+    }
+
+    /// What MPA settled, once established.
+    pub fn negotiated(&self) -> Option<&Negotiated> {
+        self.neg.as_ref()
+    }
+
+    /// Next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Next work completion, if any (send-queue completions in posting
+    /// order, receive completions in arrival order).
+    pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
+        self.completions.pop_front()
+    }
+
+    /// When [`Self::handle_timeout`] must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Handles expiry of the MPA timer.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let Some(d) = self.deadline else { return };
+        if now < d {
+            return;
+        }
+        self.deadline = None;
+        if matches!(
+            self.cm,
+            CmState::AwaitReply | CmState::AwaitRequest | CmState::AwaitAccept
+        ) {
+            self.fail_setup(ConnectError::Timeout);
+        }
+    }
+
+    /// Whether the engine should shut down / close the TCP stream once
+    /// [`Self::poll_transmit`] has nothing more to send.
+    pub fn wants_close(&self) -> bool {
+        self.close_after_flush
+    }
+
+    /// Whether nothing more will ever be sent or received.
+    pub fn is_finished(&self) -> bool {
+        self.close_after_flush && !self.has_pending_output()
+    }
+
+    /// Posts a send-queue request. Local buffers are checked when the
+    /// request is started; a bad one completes with
+    /// [`WcStatus::LocalProtectionError`] and moves the QP to Error.
+    /// Posting to a dead QP completes the request with a flush error.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        if self.sq.len() >= self.cfg.sq_depth {
+            return Err(PostError::QueueFull);
+        }
+        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
+        let opcode = match wr.op {
+            crate::verbs::SendOp::Send { .. } => WcOpcode::Send,
+            crate::verbs::SendOp::Write { .. } => WcOpcode::RdmaWrite,
+            crate::verbs::SendOp::Read { .. } => {
+                if wr.sgl.len() > 1 {
+                    return Err(PostError::Invalid);
+                }
+                WcOpcode::RdmaRead
+            }
+        };
+        let byte_len = u32::try_from(total).map_err(|_| PostError::Invalid)?;
+        let seq = self.sq_base + self.sq.len() as u64;
+        self.sq.push_back(SqSlot {
+            wr_id: wr.wr_id,
+            opcode,
+            byte_len,
+            signaled: wr.signaled,
+            status: None,
+        });
+        if matches!(self.qp, QpState::Error | QpState::Terminate | QpState::Closing) {
+            self.finish_sq(seq, WcStatus::WrFlushError);
+        } else {
+            self.pending.push_back(PendingSend { seq, wr });
+        }
+        Ok(())
+    }
+
+    /// Posts a receive. Posting to a dead QP completes it with a flush error.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.rq.len() >= self.cfg.rq_depth {
+            return Err(PostError::QueueFull);
+        }
+        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
+        if u32::try_from(total).is_err() {
+            return Err(PostError::Invalid);
+        }
+        if matches!(self.qp, QpState::Error | QpState::Terminate | QpState::Closing) {
+            self.completions.push_back(WorkCompletion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushError,
+                opcode: WcOpcode::Recv,
+                queue: WorkQueue::Recv,
+                byte_len: 0,
+                invalidated: None,
+                solicited: false,
+            });
+        } else {
+            self.rq.push_back(PostedRecv { wr });
+        }
+        Ok(())
+    }
+
+    /// Send-queue requests posted and not yet completed.
+    pub fn sq_outstanding(&self) -> usize {
+        self.sq.len()
+    }
+
+    /// Receives posted and not yet consumed.
+    pub fn rq_outstanding(&self) -> usize {
+        self.rq.len()
+    }
+
+    /// Graceful close (`rdma_disconnect`): outstanding requests are flushed,
+    /// the QP goes to Error, and the engine should send FIN.
+    pub fn close(&mut self) {
+        if self.close_after_flush {
+            return;
+        }
+        if self.cm != CmState::Fpdu {
+            self.cm = CmState::Done;
+        }
+        self.enter_error();
+        self.close_after_flush = true;
+        self.events.push_back(Event::Closed);
+    }
+
+    /// The peer closed its side of the TCP stream (or it broke).
+    pub fn handle_eof(&mut self) {
+        if self.close_after_flush {
+            return;
+        }
+        match self.cm {
+            CmState::AwaitReply | CmState::AwaitRequest | CmState::AwaitAccept => {
+                self.fail_setup(ConnectError::Eof);
+            }
+            _ => self.close(),
+        }
+    }
+
+    // ----- completion bookkeeping ---------------------------------------
+
+    /// Records the outcome of SQ request `seq` and releases every
+    /// completion that is now at the head of the queue, in order.
+    fn finish_sq(&mut self, seq: u64, status: WcStatus) {
+        let Some(idx) = seq.checked_sub(self.sq_base) else {
+            return;
+        };
+        if let Some(slot) = self.sq.get_mut(idx as usize) {
+            if slot.status.is_none() {
+                slot.status = Some(status);
+            }
+        }
+        while let Some(head) = self.sq.front() {
+            let Some(status) = head.status else { break };
+            let head = self.sq.pop_front().expect("front exists");
+            self.sq_base += 1;
+            if head.signaled || status != WcStatus::Success {
+                self.completions.push_back(WorkCompletion {
+                    wr_id: head.wr_id,
+                    status,
+                    opcode: head.opcode,
+                    queue: WorkQueue::Send,
+                    byte_len: if status == WcStatus::Success {
+                        head.byte_len
+                    } else {
+                        0
+                    },
+                    invalidated: None,
+                    solicited: false,
+                });
+            }
+        }
+    }
+
+    /// Moves the QP to Error and flushes every outstanding request:
+    /// unfinished SQ requests complete with `WrFlushError` (unless already
+    /// given a more specific status), then every posted receive.
+    fn enter_error(&mut self) {
+        if self.qp == QpState::Error {
+            return;
+        }
+        self.qp = QpState::Error;
+        self.deadline = None;
+        self.pending.clear();
+        self.orq.clear();
+        self.irq.clear();
+        self.tx.abort_message();
+        for i in 0..self.sq.len() {
+            if self.sq[i].status.is_none() {
+                self.sq[i].status = Some(WcStatus::WrFlushError);
+            }
+        }
+        let base = self.sq_base;
+        self.finish_sq(base, WcStatus::WrFlushError);
+        while let Some(r) = self.rq.pop_front() {
+            self.completions.push_back(WorkCompletion {
+                wr_id: r.wr.wr_id,
+                status: WcStatus::WrFlushError,
+                opcode: WcOpcode::Recv,
+                queue: WorkQueue::Recv,
+                byte_len: 0,
+                invalidated: None,
+                solicited: false,
+            });
+        }
+    }
+
+    fn fail_setup(&mut self, err: ConnectError) {
+        self.cm = CmState::Done;
+        self.events.push_back(Event::ConnectFailed(err));
+        self.enter_error();
+        self.close_after_flush = true;
+    }
+}

@@ -1,0 +1,586 @@
+//! The transmit path: MPA frames, then RDMAP messages segmented into
+//! FPDUs of at most `mulpdu` ULPDU bytes (siw `siw_qp_tx.c`:
+//! `siw_qp_sq_proc_tx`, `siw_tx_hdt`, `siw_prepare_fpdu`).
+//!
+//! A segment is handed out as a gather list ([`TxSegment`]): inline bytes
+//! the core built (length field, DDP/RDMAP header, pad, markers, CRC) and
+//! ranges of registered memory (payload), so an engine can `writev` the
+//! caller's buffers without a staging copy. The CRC, when negotiated, is
+//! computed by [`TxSegment::seal`] over exactly those bytes.
+//!
+//! Scheduling follows siw: the P2P RTR message first; between messages,
+//! Read Responses (in request order) before new send-queue work; a Read
+//! waits while ORD Reads are outstanding (the send queue stalls behind
+//! it, preserving order). Send and Write requests complete once their last
+//! byte is handed to the transport (iWARP has no end-to-end ack); Reads
+//! complete when their response has arrived.
+
+use warpsock_wire::crc::Crc32c;
+use warpsock_wire::ddp::{self, Opcode, Placement, ReadRequest, SegmentHeader};
+use warpsock_wire::fpdu;
+
+use super::{Connection, Event, OrqEntry, QpState, Role, RtrType};
+use crate::mem::{Access, Backing, Range, Registry, Stag};
+use crate::verbs::{SendOp, WcStatus};
+
+const MARKER_SPACING: u64 = 512;
+
+/// One piece of a [`TxSegment`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxPart {
+    /// Bytes `start..end` of [`TxSegment::inline_bytes`].
+    Inline {
+        /// First byte.
+        start: usize,
+        /// One past the last byte.
+        end: usize,
+    },
+    /// Payload in registered memory.
+    Memory(Range),
+}
+
+/// A unit of output: a control frame or one FPDU, as a gather list.
+#[derive(Debug, Clone, Default)]
+pub struct TxSegment {
+    buf: Vec<u8>,
+    parts: Vec<TxPart>,
+    /// Index in `buf` of the 4 CRC bytes, when CRC is negotiated.
+    crc_at: Option<usize>,
+    len: usize,
+}
+
+impl TxSegment {
+    /// The pieces, in wire order.
+    pub fn parts(&self) -> &[TxPart] {
+        &self.parts
+    }
+
+    /// The buffer [`TxPart::Inline`] indexes into.
+    pub fn inline_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Total bytes on the wire.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the segment is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.parts.clear();
+        self.crc_at = None;
+        self.len = 0;
+    }
+
+    fn push_inline(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let start = self.buf.len();
+        self.buf.extend_from_slice(bytes);
+        self.len += bytes.len();
+        if let Some(TxPart::Inline { end, .. }) = self.parts.last_mut() {
+            if *end == start {
+                *end = self.buf.len();
+                return;
+            }
+        }
+        self.parts.push(TxPart::Inline {
+            start,
+            end: self.buf.len(),
+        });
+    }
+
+    fn push_memory(&mut self, r: Range) {
+        if r.len == 0 {
+            return;
+        }
+        self.len += r.len as usize;
+        self.parts.push(TxPart::Memory(r));
+    }
+
+    /// Computes the CRC trailer over the segment's bytes (reading payload
+    /// from `reg`). Returns false if a payload region has disappeared.
+    pub fn seal<B: Backing>(&mut self, reg: &Registry<B>) -> bool {
+        let Some(at) = self.crc_at else {
+            return true;
+        };
+        let mut c = Crc32c::new();
+        for p in &self.parts {
+            match *p {
+                TxPart::Inline { start, end } => c.update(&self.buf[start..end.min(at)]),
+                TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
+                    Some(b) => c.update(b),
+                    None => return false,
+                },
+            };
+        }
+        self.buf[at..at + 4].copy_from_slice(&c.trailer());
+        true
+    }
+
+    /// Appends the (sealed) segment's bytes to `out`. Returns false if a
+    /// payload region has disappeared.
+    pub fn write_to<B: Backing>(&self, reg: &Registry<B>, out: &mut Vec<u8>) -> bool {
+        for p in &self.parts {
+            match *p {
+                TxPart::Inline { start, end } => out.extend_from_slice(&self.buf[start..end]),
+                TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
+                    Some(b) => out.extend_from_slice(b),
+                    None => return false,
+                },
+            }
+        }
+        true
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum MsgKind {
+    Send { opcode: Opcode, msn: u32, inv_stag: Stag },
+    Write { stag: Stag, to: u64 },
+    ReadResponse { stag: Stag, to: u64 },
+    ReadRequest { msn: u32, body: ReadRequest },
+}
+
+#[derive(Debug)]
+struct TxMsg {
+    kind: MsgKind,
+    sources: Vec<Range>,
+    total: u64,
+    sent: u64,
+    /// SQ sequence to complete when sent (Send/Write).
+    complete: Option<u64>,
+    /// Pop the IRQ head when sent (Read Response).
+    irq: bool,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct TxState {
+    /// Raw MPA frames to send before anything else.
+    pub(super) control: Vec<u8>,
+    /// A Terminate ULPDU to send, after which nothing else is sent.
+    pub(super) terminate: Option<Vec<u8>>,
+    /// The RTR message still to send (initiator, P2P).
+    pub(super) rtr: Option<RtrType>,
+    fpdu_phase: bool,
+    crc_on: bool,
+    markers: bool,
+    pos: u64,
+    len_field_pos: u64,
+    cur: Option<TxMsg>,
+    next_send_msn: u32,
+    next_read_msn: u32,
+    done: bool,
+}
+
+impl TxState {
+    pub(super) fn begin_fpdu_phase(&mut self, crc_on: bool, markers: bool) {
+        self.fpdu_phase = true;
+        self.crc_on = crc_on;
+        self.markers = markers;
+        self.pos = 0;
+        self.next_send_msn = 1;
+        self.next_read_msn = 1;
+    }
+
+    pub(super) fn abort_message(&mut self) {
+        self.cur = None;
+    }
+
+    fn marker_due(&self) -> bool {
+        self.markers && self.pos % MARKER_SPACING == 0
+    }
+
+    fn emit_marker(&mut self, seg: &mut TxSegment, at_fpdu_start: bool) {
+        let ptr = if at_fpdu_start {
+            0
+        } else {
+            (self.pos - self.len_field_pos) as u16
+        };
+        seg.push_inline(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
+        self.pos += 4;
+    }
+
+    fn begin_fpdu(&mut self, seg: &mut TxSegment) {
+        if self.marker_due() {
+            self.emit_marker(seg, true);
+        }
+        self.len_field_pos = self.pos;
+    }
+
+    /// Inline FPDU bytes, with markers inserted at 512-octet positions.
+    fn inline(&mut self, seg: &mut TxSegment, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.marker_due() {
+                self.emit_marker(seg, false);
+            }
+            let n = if self.markers {
+                bytes.len().min((MARKER_SPACING - self.pos % MARKER_SPACING) as usize)
+            } else {
+                bytes.len()
+            };
+            seg.push_inline(&bytes[..n]);
+            self.pos += n as u64;
+            bytes = &bytes[n..];
+        }
+    }
+
+    fn memory(&mut self, seg: &mut TxSegment, mut r: Range) {
+        while r.len > 0 {
+            if self.marker_due() {
+                self.emit_marker(seg, false);
+            }
+            let n = if self.markers {
+                r.len.min(MARKER_SPACING - self.pos % MARKER_SPACING)
+            } else {
+                r.len
+            };
+            seg.push_memory(Range { len: n, ..r });
+            self.pos += n;
+            r.offset += n;
+            r.len -= n;
+        }
+    }
+
+    /// Pad and the CRC field (its own part, so [`TxSegment::seal`] can
+    /// fill it; zeros when CRC is off).
+    fn finish_fpdu(&mut self, seg: &mut TxSegment, ulpdu_len: usize) {
+        self.inline(seg, &[0u8; 3][..fpdu::pad_len(ulpdu_len)]);
+        if self.marker_due() {
+            self.emit_marker(seg, false);
+        }
+        let at = seg.buf.len();
+        seg.buf.extend_from_slice(&[0; 4]);
+        seg.parts.push(TxPart::Inline { start: at, end: at + 4 });
+        seg.len += 4;
+        self.pos += 4;
+        if self.crc_on {
+            seg.crc_at = Some(at);
+        }
+    }
+}
+
+impl Connection {
+    /// Whether anything is queued for transmission.
+    pub fn has_pending_output(&self) -> bool {
+        let tx = &self.tx;
+        !tx.control.is_empty()
+            || tx.terminate.is_some()
+            || (self.qp == QpState::Rts
+                && (tx.cur.is_some()
+                    || tx.rtr.is_some()
+                    || !self.irq.is_empty()
+                    || !self.pending.is_empty()))
+    }
+
+    /// Fills `seg` with the next control frame or FPDU to send. Returns
+    /// false when there is nothing to send now. Call [`TxSegment::seal`]
+    /// before writing the segment out.
+    pub fn next_segment<B: Backing>(&mut self, reg: &Registry<B>, seg: &mut TxSegment) -> bool {
+        seg.clear();
+        if !self.tx.control.is_empty() {
+            let control = std::mem::take(&mut self.tx.control);
+            seg.push_inline(&control);
+            return true;
+        }
+        if !self.tx.fpdu_phase || self.tx.done {
+            return false;
+        }
+        if let Some(ulpdu) = self.tx.terminate.take() {
+            self.tx.begin_fpdu(seg);
+            self.tx.inline(seg, &fpdu::len_field(ulpdu.len()));
+            self.tx.inline(seg, &ulpdu);
+            self.tx.finish_fpdu(seg, ulpdu.len());
+            self.tx.done = true;
+            return true;
+        }
+        if self.qp != QpState::Rts {
+            return false;
+        }
+        // RFC 5044 §7.1.2 / siw: the responder sends nothing before the
+        // initiator's first FPDU has arrived.
+        if self.cfg.role == Role::Responder && !self.first_fpdu_seen {
+            return false;
+        }
+        if self.tx.cur.is_none() && !self.start_message(reg) {
+            return false;
+        }
+        self.emit_segment(seg);
+        true
+    }
+
+    /// Appends up to about `max` bytes of output to `out` (whole segments;
+    /// at least one if any is ready). Returns the bytes appended.
+    pub fn poll_transmit<B: Backing>(
+        &mut self,
+        reg: &Registry<B>,
+        out: &mut Vec<u8>,
+        max: usize,
+    ) -> usize {
+        let start = out.len();
+        let mut seg = TxSegment::default();
+        while out.len() - start < max.max(1) && self.next_segment(reg, &mut seg) {
+            if !(seg.seal(reg) && seg.write_to(reg, out)) {
+                // A region was deregistered under an active request.
+                self.local_failure();
+                break;
+            }
+        }
+        out.len() - start
+    }
+
+    fn local_failure(&mut self) {
+        if let Some(seq) = self.tx.cur.as_ref().and_then(|m| m.complete) {
+            self.finish_sq(seq, WcStatus::LocalProtectionError);
+        }
+        self.enter_error();
+        self.close_after_flush = true;
+        self.events.push_back(Event::Closed);
+    }
+
+    /// Picks the next message; false if none can start now.
+    fn start_message<B: Backing>(&mut self, reg: &Registry<B>) -> bool {
+        if let Some(rtr) = self.tx.rtr.take() {
+            let kind = match rtr {
+                RtrType::Write | RtrType::Send => MsgKind::Write { stag: 1, to: 0 },
+                RtrType::Read => {
+                    let msn = self.tx.next_read_msn;
+                    self.tx.next_read_msn = msn.wrapping_add(1);
+                    MsgKind::ReadRequest {
+                        msn,
+                        body: ReadRequest {
+                            sink_stag: 0,
+                            sink_to: 0,
+                            size: 0,
+                            src_stag: 1,
+                            src_to: 0,
+                        },
+                    }
+                }
+            };
+            self.tx.cur = Some(TxMsg {
+                kind,
+                sources: Vec::new(),
+                total: 0,
+                sent: 0,
+                complete: None,
+                irq: false,
+            });
+            return true;
+        }
+        if let Some(r) = self.irq.front() {
+            self.tx.cur = Some(TxMsg {
+                kind: MsgKind::ReadResponse {
+                    stag: r.sink_stag,
+                    to: r.sink_to,
+                },
+                sources: r.source.into_iter().collect(),
+                total: u64::from(r.size),
+                sent: 0,
+                complete: None,
+                irq: true,
+            });
+            return true;
+        }
+        let Some(next) = self.pending.front() else {
+            return false;
+        };
+        if let SendOp::Read { .. } = next.wr.op {
+            let ord = self.neg.as_ref().map_or(0, |n| n.ord);
+            let outstanding = self.orq.iter().filter(|e| e.seq.is_some()).count();
+            if outstanding >= usize::from(ord.max(1)) {
+                return false;
+            }
+        }
+        let p = self.pending.pop_front().expect("front exists");
+        let need = match p.wr.op {
+            SendOp::Read { .. } => Access::LOCAL_WRITE,
+            _ => Access::LOCAL_READ,
+        };
+        let mut sources = Vec::with_capacity(p.wr.sgl.len());
+        for s in &p.wr.sgl {
+            match reg.check(self.cfg.pd, s.lkey, s.addr, u64::from(s.length), need) {
+                Ok(r) => sources.push(r),
+                Err(_) => {
+                    // Local protection error: the request fails and the QP
+                    // goes to Error (verbs semantics).
+                    self.finish_sq(p.seq, WcStatus::LocalProtectionError);
+                    self.enter_error();
+                    self.close_after_flush = true;
+                    self.events.push_back(Event::Closed);
+                    return false;
+                }
+            }
+        }
+        let total: u64 = sources.iter().map(|r| r.len).sum();
+        let (kind, complete) = match p.wr.op {
+            SendOp::Send {
+                solicited,
+                invalidate,
+            } => {
+                let opcode = match (solicited, invalidate.is_some()) {
+                    (false, false) => Opcode::Send,
+                    (false, true) => Opcode::SendInvalidate,
+                    (true, false) => Opcode::SendSe,
+                    (true, true) => Opcode::SendSeInvalidate,
+                };
+                let msn = self.tx.next_send_msn;
+                self.tx.next_send_msn = msn.wrapping_add(1);
+                (
+                    MsgKind::Send {
+                        opcode,
+                        msn,
+                        inv_stag: invalidate.unwrap_or(0),
+                    },
+                    Some(p.seq),
+                )
+            }
+            SendOp::Write { remote_addr, rkey } => (
+                MsgKind::Write {
+                    stag: rkey,
+                    to: remote_addr,
+                },
+                Some(p.seq),
+            ),
+            SendOp::Read { remote_addr, rkey } => {
+                let msn = self.tx.next_read_msn;
+                self.tx.next_read_msn = msn.wrapping_add(1);
+                let (sink_stag, sink_to) = p.wr.sgl.first().map_or((0, 0), |s| (s.lkey, s.addr));
+                self.orq.push_back(OrqEntry {
+                    seq: Some(p.seq),
+                    sink_stag,
+                    sink_to,
+                    size: total as u32,
+                    received: 0,
+                    sink: sources.first().copied(),
+                });
+                let body = ReadRequest {
+                    sink_stag,
+                    sink_to,
+                    size: total as u32,
+                    src_stag: rkey,
+                    src_to: remote_addr,
+                };
+                sources.clear();
+                (MsgKind::ReadRequest { msn, body }, None)
+            }
+        };
+        let total = if matches!(kind, MsgKind::ReadRequest { .. }) {
+            0
+        } else {
+            total
+        };
+        self.tx.cur = Some(TxMsg {
+            kind,
+            sources,
+            total,
+            sent: 0,
+            complete,
+            irq: false,
+        });
+        true
+    }
+
+    /// Emits the next FPDU of the current message.
+    fn emit_segment(&mut self, seg: &mut TxSegment) {
+        let mut msg = self.tx.cur.take().expect("message in progress");
+        let (opcode, tagged) = match msg.kind {
+            MsgKind::Send { opcode, .. } => (opcode, false),
+            MsgKind::Write { .. } => (Opcode::RdmaWrite, true),
+            MsgKind::ReadResponse { .. } => (Opcode::RdmaReadResponse, true),
+            MsgKind::ReadRequest { .. } => (Opcode::RdmaReadRequest, false),
+        };
+        let hdr_len = if tagged {
+            ddp::TAGGED_HDR_LEN
+        } else {
+            ddp::UNTAGGED_HDR_LEN
+        };
+        let room = self
+            .cfg
+            .mulpdu
+            .min(fpdu::MAX_ULPDU_LEN)
+            .saturating_sub(hdr_len)
+            .max(1) as u64;
+        let take = (msg.total - msg.sent).min(room);
+        let last = msg.sent + take == msg.total;
+        let placement = match msg.kind {
+            MsgKind::Send { msn, inv_stag, .. } => Placement::Untagged {
+                inv_stag,
+                qn: ddp::queue::SEND,
+                msn,
+                mo: msg.sent as u32,
+            },
+            MsgKind::Write { stag, to } | MsgKind::ReadResponse { stag, to } => Placement::Tagged {
+                stag,
+                to: to.wrapping_add(msg.sent),
+            },
+            MsgKind::ReadRequest { msn, .. } => Placement::Untagged {
+                inv_stag: 0,
+                qn: ddp::queue::READ_REQUEST,
+                msn,
+                mo: 0,
+            },
+        };
+        let hdr = SegmentHeader {
+            opcode,
+            last,
+            placement,
+        };
+        let body = match msg.kind {
+            MsgKind::ReadRequest { body, .. } => Some(body.to_bytes()),
+            _ => None,
+        };
+        let ulpdu_len = hdr_len + body.map_or(0, |b| b.len()) + take as usize;
+        self.tx.begin_fpdu(seg);
+        let mut head = [0u8; 2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN];
+        head[..2].copy_from_slice(&fpdu::len_field(ulpdu_len));
+        head[2..2 + hdr_len].copy_from_slice(&hdr.to_bytes()[..hdr_len]);
+        let mut head_len = 2 + hdr_len;
+        if let Some(b) = body {
+            head[head_len..head_len + b.len()].copy_from_slice(&b);
+            head_len += b.len();
+        }
+        self.tx.inline(seg, &head[..head_len]);
+        // Gather the payload pieces covering [sent, sent + take).
+        let mut skip = msg.sent;
+        let mut left = take;
+        for s in &msg.sources {
+            if left == 0 {
+                break;
+            }
+            if skip >= s.len {
+                skip -= s.len;
+                continue;
+            }
+            let n = (s.len - skip).min(left);
+            self.tx.memory(
+                seg,
+                Range {
+                    stag: s.stag,
+                    offset: s.offset + skip,
+                    len: n,
+                },
+            );
+            skip = 0;
+            left -= n;
+        }
+        self.tx.finish_fpdu(seg, ulpdu_len);
+        msg.sent += take;
+        if last {
+            if let Some(seq) = msg.complete {
+                self.finish_sq(seq, WcStatus::Success);
+            }
+            if msg.irq {
+                self.irq.pop_front();
+            }
+        } else {
+            self.tx.cur = Some(msg);
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! Protection domains and memory regions: the STag table (siw `siw_mem.c`).
+//!
+//! An STag is `index << 8 | key`: the index selects a slot in the table and
+//! the 8-bit key, chosen by the owner, must match. Each region belongs to a
+//! protection domain, has an address range `[iova, iova + len)` and access
+//! rights. Tagged offsets (TO) are addresses in that range, as with verbs'
+//! virtually addressed regions.
+//!
+//! The table owns only metadata plus a *backing* (`B`) per region: whatever
+//! gives the bytes. In-memory tests use `Vec<u8>`; the socket engine uses a
+//! handle on caller memory. The core reads and writes region bytes only
+//! through [`Backing`], and only inside ranges [`Registry::check`] approved,
+//! so nothing outside a registered region is ever touched.
+
+use std::fmt;
+
+/// A steering tag: `index << 8 | key`.
+pub type Stag = u32;
+
+/// A protection domain handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PdId(pub u32);
+
+/// Index of a region in the table (`stag >> 8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub u32);
+
+/// Access rights of a region (bit set, as `ibv_access_flags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u8);
+
+impl Access {
+    /// Local read (always implied for local gather).
+    pub const LOCAL_READ: Self = Self(0);
+    /// The local side may write (receives, Read sinks).
+    pub const LOCAL_WRITE: Self = Self(1);
+    /// The peer may RDMA Write.
+    pub const REMOTE_WRITE: Self = Self(2);
+    /// The peer may RDMA Read.
+    pub const REMOTE_READ: Self = Self(4);
+    /// The peer may invalidate the STag with Send with Invalidate.
+    pub const REMOTE_INVALIDATE: Self = Self(8);
+    /// Every right.
+    pub const ALL: Self = Self(15);
+
+    /// Whether every right in `other` is granted.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+/// Bytes of a registered region.
+pub trait Backing {
+    /// The region's bytes.
+    fn bytes(&self) -> &[u8];
+    /// The region's bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl Backing for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+/// Why an STag/range check failed (siw `enum siw_access_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemError {
+    /// No region with that index, wrong key, or invalidated.
+    InvalidStag,
+    /// The range is not inside the region.
+    BaseBounds,
+    /// The region lacks the needed right.
+    Access,
+    /// The region belongs to another protection domain.
+    PdMismatch,
+    /// `to + len` overflows 64 bits.
+    ToWrap,
+}
+
+impl fmt::Display for MemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::InvalidStag => "invalid STag",
+            Self::BaseBounds => "base or bounds violation",
+            Self::Access => "access rights violation",
+            Self::PdMismatch => "STag not in this protection domain",
+            Self::ToWrap => "tagged offset wraps",
+        })
+    }
+}
+
+impl std::error::Error for MemError {}
+
+/// Metadata of one region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Owning protection domain.
+    pub pd: PdId,
+    /// Full STag.
+    pub stag: Stag,
+    /// First address.
+    pub iova: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Rights.
+    pub access: Access,
+    /// False once invalidated.
+    pub valid: bool,
+}
+
+struct Slot<B> {
+    info: RegionInfo,
+    backing: B,
+}
+
+/// The STag table with protection domains.
+pub struct Registry<B> {
+    slots: Vec<Option<Slot<B>>>,
+    free: Vec<u32>,
+    next_pd: u32,
+}
+
+impl<B> fmt::Debug for Registry<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("regions", &self.slots.iter().flatten().count())
+            .finish()
+    }
+}
+
+impl<B: Backing> Default for Registry<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A checked range inside a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Range {
+    /// The region's STag (its index is `stag >> 8`).
+    pub stag: Stag,
+    /// Offset from the region's start.
+    pub offset: u64,
+    /// Length.
+    pub len: u64,
+}
+
+impl Range {
+    /// The region index this range lies in.
+    pub const fn region(&self) -> RegionId {
+        RegionId(self.stag >> 8)
+    }
+}
+
+impl<B: Backing> Registry<B> {
+    /// An empty table. Index 0 is never handed out, so STag 0 (and the
+    /// RTR STag 1, which has index 0) never names a region.
+    pub fn new() -> Self {
+        Self {
+            slots: vec![None],
+            free: Vec::new(),
+            next_pd: 1,
+        }
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> PdId {
+        let pd = PdId(self.next_pd);
+        self.next_pd += 1;
+        pd
+    }
+
+    /// Registers `backing` as a region at `iova` with `access`, owned by `pd`,
+    /// with the STag key `key`. Returns the STag.
+    pub fn register(&mut self, pd: PdId, iova: u64, backing: B, access: Access, key: u8) -> Stag {
+        let len = backing.bytes().len() as u64;
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let stag = (index << 8) | u32::from(key);
+        self.slots[index as usize] = Some(Slot {
+            info: RegionInfo {
+                pd,
+                stag,
+                iova,
+                len,
+                access,
+                valid: true,
+            },
+            backing,
+        });
+        stag
+    }
+
+    /// Removes a region, returning its backing.
+    pub fn deregister(&mut self, stag: Stag) -> Option<B> {
+        let index = (stag >> 8) as usize;
+        match self.slots.get(index) {
+            Some(Some(s)) if s.info.stag == stag => {}
+            _ => return None,
+        }
+        let slot = self.slots[index].take()?;
+        self.free.push(index as u32);
+        Some(slot.backing)
+    }
+
+    /// Metadata of a live region.
+    pub fn info(&self, stag: Stag) -> Option<RegionInfo> {
+        match self.slots.get((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag => Some(s.info),
+            _ => None,
+        }
+    }
+
+    /// Marks an STag invalid (Send with Invalidate, local invalidate).
+    /// Fails with [`MemError::InvalidStag`] if it names no valid region,
+    /// [`MemError::PdMismatch`] for another domain, [`MemError::Access`]
+    /// if `remote` and the region does not allow remote invalidation.
+    pub fn invalidate(&mut self, pd: PdId, stag: Stag, remote: bool) -> Result<(), MemError> {
+        let slot = match self.slots.get_mut((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag && s.info.valid => s,
+            _ => return Err(MemError::InvalidStag),
+        };
+        if slot.info.pd != pd {
+            return Err(MemError::PdMismatch);
+        }
+        if remote && !slot.info.access.contains(Access::REMOTE_INVALIDATE) {
+            return Err(MemError::Access);
+        }
+        slot.info.valid = false;
+        Ok(())
+    }
+
+    /// Makes an invalidated STag valid again (re-registration in place).
+    pub fn revalidate(&mut self, stag: Stag) -> bool {
+        match self.slots.get_mut((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag => {
+                s.info.valid = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Checks that `[addr, addr + len)` of `stag` may be used by `pd` with
+    /// `access` (siw `siw_check_mem`): STag, PD, rights, bounds, in that order.
+    pub fn check(
+        &self,
+        pd: PdId,
+        stag: Stag,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Range, MemError> {
+        let info = match self.slots.get((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag && s.info.valid => s.info,
+            _ => return Err(MemError::InvalidStag),
+        };
+        if info.pd != pd {
+            return Err(MemError::PdMismatch);
+        }
+        if !info.access.contains(access) {
+            return Err(MemError::Access);
+        }
+        let end = addr.checked_add(len).ok_or(MemError::ToWrap)?;
+        if addr < info.iova || end > info.iova + info.len {
+            return Err(MemError::BaseBounds);
+        }
+        Ok(Range {
+            stag,
+            offset: addr - info.iova,
+            len,
+        })
+    }
+
+    /// Bytes `[offset, offset + len)` of the live region `stag`, or `None`
+    /// if the region is gone (deregistered since it was checked) or the
+    /// range does not fit. Validity and rights are not re-checked: this is
+    /// for ranges [`Self::check`] approved earlier.
+    pub fn slice(&self, stag: Stag, offset: u64, len: usize) -> Option<&[u8]> {
+        let slot = match self.slots.get((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag => s,
+            _ => return None,
+        };
+        let start = usize::try_from(offset).ok()?;
+        slot.backing.bytes().get(start..start.checked_add(len)?)
+    }
+
+    /// Writable variant of [`Self::slice`].
+    pub fn slice_mut(&mut self, stag: Stag, offset: u64, len: usize) -> Option<&mut [u8]> {
+        let slot = match self.slots.get_mut((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag => s,
+            _ => return None,
+        };
+        let start = usize::try_from(offset).ok()?;
+        slot.backing.bytes_mut().get_mut(start..start.checked_add(len)?)
+    }
+
+    /// Backing of a region by STag (for tests and the engine).
+    pub fn backing(&self, stag: Stag) -> Option<&B> {
+        match self.slots.get((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag => Some(&s.backing),
+            _ => None,
+        }
+    }
+
+    /// Writable backing of a region by STag.
+    pub fn backing_mut(&mut self, stag: Stag) -> Option<&mut B> {
+        match self.slots.get_mut((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag => Some(&mut s.backing),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stag_layout_and_checks() {
+        let mut r: Registry<Vec<u8>> = Registry::new();
+        let pd = r.alloc_pd();
+        let other = r.alloc_pd();
+        let s = r.register(pd, 0x1000, vec![0; 100], Access::REMOTE_WRITE, 0x5a);
+        assert_eq!(s & 0xff, 0x5a);
+        assert_eq!(s >> 8, 1);
+        let ok = r.check(pd, s, 0x1010, 16, Access::REMOTE_WRITE).unwrap();
+        assert_eq!((ok.region(), ok.offset, ok.len), (RegionId(1), 0x10, 16));
+        assert_eq!(r.slice(s, 0x10, 4), Some(&[0u8; 4][..]));
+        assert!(r.slice(s, 98, 4).is_none());
+        assert_eq!(r.check(pd, s ^ 1, 0x1000, 1, Access::REMOTE_WRITE), Err(MemError::InvalidStag));
+        assert_eq!(r.check(other, s, 0x1000, 1, Access::REMOTE_WRITE), Err(MemError::PdMismatch));
+        assert_eq!(r.check(pd, s, 0x1000, 1, Access::REMOTE_READ), Err(MemError::Access));
+        assert_eq!(r.check(pd, s, 0xfff, 1, Access::REMOTE_WRITE), Err(MemError::BaseBounds));
+        assert_eq!(r.check(pd, s, 0x1060, 5, Access::REMOTE_WRITE), Err(MemError::BaseBounds));
+        assert_eq!(r.check(pd, s, u64::MAX, 2, Access::REMOTE_WRITE), Err(MemError::ToWrap));
+        assert!(r.check(pd, s, 0x1064, 0, Access::REMOTE_WRITE).is_ok());
+        assert_eq!(r.invalidate(pd, s, true), Err(MemError::Access));
+        assert_eq!(r.invalidate(other, s, false), Err(MemError::PdMismatch));
+        r.invalidate(pd, s, false).unwrap();
+        assert_eq!(r.check(pd, s, 0x1000, 1, Access::REMOTE_WRITE), Err(MemError::InvalidStag));
+        assert!(r.revalidate(s));
+        assert!(r.deregister(s).is_some());
+        assert!(r.info(s).is_none());
+        let s2 = r.register(pd, 0, vec![0; 4], Access::ALL, 1);
+        assert_eq!(s2 >> 8, 1, "slot reused");
+        assert_eq!(r.check(pd, s, 0, 1, Access::LOCAL_READ), Err(MemError::InvalidStag));
+    }
+}

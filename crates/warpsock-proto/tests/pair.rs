@@ -1,0 +1,563 @@
+//! End-to-end scenarios between two in-memory connections: every
+//! operation in both roles, CRC and markers on and off, and the same
+//! scenarios with the byte stream cut at random points.
+
+mod util;
+
+use std::time::Duration;
+
+use util::{pattern, Cut, Pair, Rng};
+use warpsock_proto::wire::mpa;
+use warpsock_proto::{
+    Access, ConnectError, Event, QpState, RecvWr, RtrOffer, RtrType, SendOp, SendWr, Sge, WcOpcode,
+    WcStatus, WorkCompletion,
+};
+
+#[derive(Clone, Copy, Debug)]
+struct Opts {
+    crc_a: bool,
+    crc_b: bool,
+    markers_a: bool,
+    markers_b: bool,
+    mulpdu: usize,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Self {
+            crc_a: false,
+            crc_b: false,
+            markers_a: false,
+            markers_b: false,
+            mulpdu: 1442,
+        }
+    }
+}
+
+/// What a scenario produced: completions and final memory, compared across cuts.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    a_wcs: Vec<WorkCompletion>,
+    b_wcs: Vec<WorkCompletion>,
+    b_write_region: Vec<u8>,
+    a_read_sink: Vec<u8>,
+    b_recv: Vec<u8>,
+    a_recv: Vec<u8>,
+    b_inv_valid: bool,
+}
+
+fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+    Sge { addr, length, lkey }
+}
+
+/// Every operation in both directions.
+fn scenario(o: Opts, cut: Cut) -> Outcome {
+    let mut p = Pair::new(
+        |c| {
+            c.crc = o.crc_a;
+            c.markers = o.markers_a;
+            c.mulpdu = o.mulpdu;
+        },
+        |c| {
+            c.crc = o.crc_b;
+            c.markers = o.markers_b;
+            c.mulpdu = o.mulpdu;
+        },
+        cut,
+    );
+    p.establish();
+    let neg = p.a.conn.negotiated().unwrap().clone();
+    assert_eq!(neg.crc, o.crc_a || o.crc_b);
+    assert_eq!(neg.markers_tx, o.markers_b);
+    assert_eq!(neg.markers_rx, o.markers_a);
+
+    // Initiator memory.
+    let a_src = p.a.region(0x10_0000, pattern(200_000, 1), Access::LOCAL_READ);
+    let a_sink = p.a.region(0x20_0000, vec![0; 60_000], Access::LOCAL_WRITE);
+    let a_rbuf = p.a.region(0x30_0000, vec![0; 64], Access::LOCAL_WRITE);
+    // Responder memory.
+    let b_rbuf = p.b.region(0x1000, vec![0; 72_000], Access::LOCAL_WRITE);
+    let b_wr = p.b.region(0x4000_0000, vec![0; 90_000], Access::REMOTE_WRITE);
+    let b_src = p.b.region(0x5000_0000, pattern(60_000, 7), Access::REMOTE_READ);
+    let b_inv = p.b.region(
+        0x6000_0000,
+        vec![0; 16],
+        Access::REMOTE_WRITE | Access::REMOTE_INVALIDATE,
+    );
+    let b_tx = p.b.region(0x7000_0000, b"pong!".to_vec(), Access::LOCAL_READ);
+
+    // Responder receives: a 70,000-byte receive over two SGEs, then two more.
+    p.b.conn
+        .post_recv(RecvWr {
+            wr_id: 100,
+            sgl: vec![sge(0x1000, 30_000, b_rbuf), sge(0x1000 + 30_000, 40_000, b_rbuf)],
+        })
+        .unwrap();
+    p.b.conn
+        .post_recv(RecvWr {
+            wr_id: 101,
+            sgl: vec![sge(0x1000 + 70_000, 1_000, b_rbuf)],
+        })
+        .unwrap();
+    p.b.conn
+        .post_recv(RecvWr {
+            wr_id: 102,
+            sgl: vec![sge(0x1000 + 71_000, 1_000, b_rbuf)],
+        })
+        .unwrap();
+    p.a.conn
+        .post_recv(RecvWr {
+            wr_id: 200,
+            sgl: vec![sge(0x30_0000, 64, a_rbuf)],
+        })
+        .unwrap();
+
+    let send = |wr_id, op, sgl, signaled| SendWr {
+        wr_id,
+        op,
+        sgl,
+        signaled,
+    };
+    // A 65,000-byte Send gathered from two pieces.
+    p.a.conn
+        .post_send(send(
+            1,
+            SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            vec![sge(0x10_0000, 40_000, a_src), sge(0x10_0000 + 100_000, 25_000, a_src)],
+            true,
+        ))
+        .unwrap();
+    // An 80,000-byte Write at offset 5.
+    p.a.conn
+        .post_send(send(
+            2,
+            SendOp::Write {
+                remote_addr: 0x4000_0005,
+                rkey: b_wr,
+            },
+            vec![sge(0x10_0000 + 1_000, 80_000, a_src)],
+            true,
+        ))
+        .unwrap();
+    // A 50,000-byte Read from offset 3 of the responder's source.
+    p.a.conn
+        .post_send(send(
+            3,
+            SendOp::Read {
+                remote_addr: 0x5000_0003,
+                rkey: b_src,
+            },
+            vec![sge(0x20_0000 + 10, 50_000, a_sink)],
+            true,
+        ))
+        .unwrap();
+    // Unsignaled Send with Solicited Event.
+    p.a.conn
+        .post_send(send(
+            4,
+            SendOp::Send {
+                solicited: true,
+                invalidate: None,
+            },
+            vec![sge(0x10_0000 + 7, 10, a_src)],
+            false,
+        ))
+        .unwrap();
+    // Zero-length Send with Invalidate of the responder's STag.
+    p.a.conn
+        .post_send(send(
+            5,
+            SendOp::Send {
+                solicited: false,
+                invalidate: Some(b_inv),
+            },
+            vec![],
+            true,
+        ))
+        .unwrap();
+    p.run();
+    // The responder answers with a Send.
+    p.b.conn
+        .post_send(send(
+            9,
+            SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            vec![sge(0x7000_0000, 5, b_tx)],
+            true,
+        ))
+        .unwrap();
+    p.run();
+    Outcome {
+        a_wcs: p.a.wcs.clone(),
+        b_wcs: p.b.wcs.clone(),
+        b_write_region: p.b.mem(b_wr).to_vec(),
+        a_read_sink: p.a.mem(a_sink).to_vec(),
+        b_recv: p.b.mem(b_rbuf).to_vec(),
+        a_recv: p.a.mem(a_rbuf).to_vec(),
+        b_inv_valid: p.b.reg.info(b_inv).unwrap().valid,
+    }
+}
+
+fn check_outcome(out: &Outcome) {
+    let src = pattern(200_000, 1);
+    let bsrc = pattern(60_000, 7);
+    let ok = |wr_id, opcode, byte_len| (wr_id, WcStatus::Success, opcode, byte_len);
+    let a: Vec<_> = out
+        .a_wcs
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len))
+        .collect();
+    assert_eq!(
+        a,
+        vec![
+            ok(1, WcOpcode::Send, 65_000),
+            ok(2, WcOpcode::RdmaWrite, 80_000),
+            ok(3, WcOpcode::RdmaRead, 50_000),
+            ok(5, WcOpcode::Send, 0),
+            ok(200, WcOpcode::Recv, 5),
+        ]
+    );
+    let b: Vec<_> = out
+        .b_wcs
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len, w.solicited, w.invalidated.is_some()))
+        .collect();
+    assert_eq!(
+        b,
+        vec![
+            (100, WcStatus::Success, WcOpcode::Recv, 65_000, false, false),
+            (101, WcStatus::Success, WcOpcode::Recv, 10, true, false),
+            (102, WcStatus::Success, WcOpcode::Recv, 0, false, true),
+            (9, WcStatus::Success, WcOpcode::Send, 5, false, false),
+        ]
+    );
+    // Send data, scattered over two SGEs, gathered from two pieces.
+    assert_eq!(&out.b_recv[..40_000], &src[..40_000]);
+    assert_eq!(&out.b_recv[40_000..65_000], &src[100_000..125_000]);
+    assert!(out.b_recv[65_000..70_000].iter().all(|&x| x == 0));
+    assert_eq!(&out.b_recv[70_000..70_010], &src[7..17]);
+    // Write landed at offset 5 and nowhere else.
+    assert!(out.b_write_region[..5].iter().all(|&x| x == 0));
+    assert_eq!(&out.b_write_region[5..80_005], &src[1_000..81_000]);
+    assert!(out.b_write_region[80_005..].iter().all(|&x| x == 0));
+    // Read result.
+    assert!(out.a_read_sink[..10].iter().all(|&x| x == 0));
+    assert_eq!(&out.a_read_sink[10..50_010], &bsrc[3..50_003]);
+    assert!(out.a_read_sink[50_010..].iter().all(|&x| x == 0));
+    assert_eq!(&out.a_recv[..5], b"pong!");
+    assert!(!out.b_inv_valid, "Send with Invalidate invalidated the STag");
+}
+
+#[test]
+fn every_operation_crc_off() {
+    check_outcome(&scenario(Opts::default(), Cut::Whole));
+}
+
+#[test]
+fn every_operation_crc_on_either_side() {
+    for (crc_a, crc_b) in [(true, false), (false, true), (true, true)] {
+        let o = Opts {
+            crc_a,
+            crc_b,
+            ..Opts::default()
+        };
+        check_outcome(&scenario(o, Cut::Whole));
+    }
+}
+
+#[test]
+fn every_operation_with_markers() {
+    for (markers_a, markers_b, crc) in [(true, false, true), (false, true, false), (true, true, true)] {
+        let o = Opts {
+            markers_a,
+            markers_b,
+            crc_a: crc,
+            ..Opts::default()
+        };
+        check_outcome(&scenario(o, Cut::Whole));
+    }
+}
+
+#[test]
+fn large_fpdus() {
+    check_outcome(&scenario(
+        Opts {
+            mulpdu: 65_000,
+            crc_a: true,
+            ..Opts::default()
+        },
+        Cut::Whole,
+    ));
+}
+
+/// The same scenarios with the byte stream cut at random points, 1 byte
+/// to 64 KiB: results are identical to uncut delivery.
+#[test]
+fn random_cuts_give_identical_results() {
+    let configs = [
+        Opts::default(),
+        Opts {
+            crc_a: true,
+            ..Opts::default()
+        },
+        Opts {
+            crc_b: true,
+            markers_a: true,
+            markers_b: true,
+            ..Opts::default()
+        },
+        Opts {
+            mulpdu: 9000,
+            crc_a: true,
+            markers_b: true,
+            ..Opts::default()
+        },
+    ];
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for o in configs {
+        let reference = scenario(o, Cut::Whole);
+        check_outcome(&reference);
+        for max in [1usize, 3, 17, 512, 1500, 65_536] {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let got = scenario(
+                o,
+                Cut::Random {
+                    rng: Rng(seed | 1),
+                    max,
+                },
+            );
+            assert_eq!(got, reference, "cut max {max} with {o:?}");
+        }
+    }
+}
+
+#[test]
+fn golden_mpa_request_and_reply() {
+    let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+    p.establish();
+    let mut req = b"MPA ID Req Frame".to_vec();
+    req.extend_from_slice(&[0x10, 2, 0, 4, 0, 16, 0, 16]);
+    assert_eq!(p.a.sent, req);
+    let mut rep = b"MPA ID Rep Frame".to_vec();
+    rep.extend_from_slice(&[0x10, 2, 0, 4, 0, 16, 0, 16]);
+    assert_eq!(p.b.sent, rep);
+    assert_eq!(p.b.conn.state(), QpState::Rts);
+}
+
+#[test]
+fn private_data_and_ird_ord_negotiation() {
+    let mut p = Pair::new(
+        |c| {
+            c.private_data = b"hello responder".to_vec();
+            c.ird = 4;
+            c.ord = 200;
+        },
+        |c| {
+            c.ird = 8;
+            c.ord = 2;
+        },
+        Cut::Whole,
+    );
+    p.b.accept_with = Some(b"hi initiator".to_vec());
+    p.establish();
+    let req = p.b.events.iter().find_map(|e| match e {
+        Event::ConnectRequest(r) => Some(r.clone()),
+        _ => None,
+    });
+    let req = req.unwrap();
+    assert_eq!(req.private_data, b"hello responder");
+    assert_eq!(req.params.unwrap().ird, 4);
+    let na = p.a.conn.negotiated().unwrap();
+    let nb = p.b.conn.negotiated().unwrap();
+    assert_eq!(na.peer_private_data, b"hi initiator");
+    assert_eq!(nb.peer_private_data, b"hello responder");
+    // Responder: ORD = min(2, peer IRD 4) = 2; IRD = max(8, peer ORD 200) capped at 128.
+    assert_eq!((nb.ird, nb.ord), (128, 2));
+    // Initiator: ORD = min(200, responder IRD 128); IRD covers responder ORD.
+    assert_eq!((na.ord, na.ird), (128, 4));
+}
+
+#[test]
+fn rev1_peer_is_accepted() {
+    let mut p = Pair::new(|c| c.mpa_revision = 1, |_| {}, Cut::Whole);
+    p.establish();
+    assert_eq!(&p.a.sent[16..20], &[0, 1, 0, 0]);
+    assert_eq!(&p.b.sent[16..20], &[0, 1, 0, 0]);
+    assert_eq!(p.a.conn.negotiated().unwrap().revision, 1);
+}
+
+#[test]
+fn reject_with_private_data() {
+    let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+    p.b.accept_with = None;
+    p.run();
+    assert!(matches!(p.b.events[0], Event::ConnectRequest(_)));
+    p.b.conn.reject(b"go away").unwrap();
+    p.run();
+    assert!(p.a.events.contains(&Event::Rejected(b"go away".to_vec())));
+    assert_eq!(p.b.sent[16], 0x30, "R + S flags");
+    assert!(p.a.conn.wants_close() && p.b.conn.wants_close());
+    assert!(p.b.conn.accept(&[]).is_err());
+}
+
+#[test]
+fn mpa_timeouts_both_roles() {
+    // Nothing is delivered: the responder never sees a request, the
+    // initiator never sees a reply.
+    let mut p = Pair::new(|c| c.mpa_timeout = Duration::from_secs(10), |c| c.mpa_timeout = Duration::from_secs(5), Cut::Whole);
+    p.advance(Duration::from_secs(4));
+    assert!(p.b.events.is_empty());
+    p.advance(Duration::from_secs(2));
+    assert_eq!(p.b.events, vec![Event::ConnectFailed(ConnectError::Timeout)]);
+    assert!(p.a.events.is_empty());
+    p.advance(Duration::from_secs(5));
+    assert_eq!(p.a.events, vec![Event::ConnectFailed(ConnectError::Timeout)]);
+}
+
+#[test]
+fn p2p_write_and_read_rtr() {
+    for (offer, want) in [
+        (RtrOffer { write: true, read: false }, RtrType::Write),
+        (RtrOffer { write: false, read: true }, RtrType::Read),
+        (RtrOffer { write: true, read: true }, RtrType::Write),
+    ] {
+        let mut p = Pair::new(|c| c.p2p = Some(offer), |_| {}, Cut::Whole);
+        p.run();
+        assert!(p.a.established() && p.b.established(), "{offer:?}");
+        assert_eq!(p.a.conn.negotiated().unwrap().rtr, Some(want));
+        assert_eq!(p.b.conn.negotiated().unwrap().rtr, Some(want));
+        // The initiator's first FPDU is the zero-length RTR message.
+        let f = &p.a.sent[24..];
+        match want {
+            RtrType::Write => assert_eq!(&f[..16], &[0, 14, 0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]),
+            _ => {
+                assert_eq!(&f[..4], &[0, 46, 0x41, 0x41]);
+                // ... answered by a zero-length Read Response.
+                assert_eq!(&p.b.sent[24..28], &[0, 14, 0xc1, 0x42]);
+            }
+        }
+        // Traffic flows afterwards.
+        let s = p.a.region(0, b"abc".to_vec(), Access::LOCAL_READ);
+        let r = p.b.region(0, vec![0; 3], Access::LOCAL_WRITE);
+        p.b.conn.post_recv(RecvWr { wr_id: 1, sgl: vec![sge(0, 3, r)] }).unwrap();
+        p.a.conn
+            .post_send(SendWr {
+                wr_id: 1,
+                op: SendOp::Send { solicited: false, invalidate: None },
+                sgl: vec![sge(0, 3, s)],
+                signaled: true,
+            })
+            .unwrap();
+        p.run();
+        assert_eq!(p.b.mem(r), b"abc");
+    }
+}
+
+#[test]
+fn responder_sends_nothing_before_first_fpdu() {
+    let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+    p.run();
+    let s = p.b.region(0, b"early".to_vec(), Access::LOCAL_READ);
+    p.b.conn
+        .post_send(SendWr {
+            wr_id: 7,
+            op: SendOp::Send { solicited: false, invalidate: None },
+            sgl: vec![sge(0, 5, s)],
+            signaled: true,
+        })
+        .unwrap();
+    p.run();
+    assert_eq!(p.b.sent.len(), mpa::HEADER_LEN + 4, "only the MPA reply went out");
+    // The initiator's first FPDU (a Write) releases it.
+    let dst = p.b.region(0x100, vec![0; 1], Access::REMOTE_WRITE);
+    let one = p.a.region(0, vec![9], Access::LOCAL_READ);
+    let r = p.a.region(0x10, vec![0; 5], Access::LOCAL_WRITE);
+    p.a.conn.post_recv(RecvWr { wr_id: 1, sgl: vec![sge(0x10, 5, r)] }).unwrap();
+    p.a.conn
+        .post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Write { remote_addr: 0x100, rkey: dst },
+            sgl: vec![sge(0, 1, one)],
+            signaled: true,
+        })
+        .unwrap();
+    p.run();
+    assert_eq!(p.a.mem(r), b"early");
+}
+
+#[test]
+fn close_flushes_everything_in_order() {
+    let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+    p.establish();
+    let sink = p.a.region(0, vec![0; 8], Access::LOCAL_WRITE);
+    for i in 0..3 {
+        p.a.conn.post_recv(RecvWr { wr_id: 10 + i, sgl: vec![sge(0, 8, sink)] }).unwrap();
+    }
+    // Reads that the peer can never answer (nothing is delivered).
+    for i in 0..2 {
+        p.a.conn
+            .post_send(SendWr {
+                wr_id: i,
+                op: SendOp::Read { remote_addr: 0, rkey: 0x1234 },
+                sgl: vec![sge(0, 8, sink)],
+                signaled: true,
+            })
+            .unwrap();
+    }
+    p.a.conn.close();
+    p.a.pump();
+    let ids: Vec<_> = p.a.wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        ids,
+        vec![
+            (0, WcStatus::WrFlushError),
+            (1, WcStatus::WrFlushError),
+            (10, WcStatus::WrFlushError),
+            (11, WcStatus::WrFlushError),
+            (12, WcStatus::WrFlushError),
+        ]
+    );
+    assert!(p.a.events.contains(&Event::Closed));
+    assert_eq!(p.a.conn.state(), QpState::Error);
+    // Posting after close completes at once with a flush error.
+    p.a.conn.post_recv(RecvWr { wr_id: 99, sgl: vec![] }).unwrap();
+    p.a.pump();
+    assert_eq!(p.a.wcs.last().unwrap().wr_id, 99);
+    // Peer EOF on the other side flushes and reports Closed too.
+    p.b.conn.handle_eof();
+    p.b.pump();
+    assert!(p.b.events.contains(&Event::Closed));
+}
+
+#[test]
+fn ord_limits_outstanding_reads() {
+    let mut p = Pair::new(|c| c.ord = 2, |c| c.ird = 2, Cut::Whole);
+    p.establish();
+    let src = p.b.region(0, pattern(100, 3), Access::REMOTE_READ);
+    let sink = p.a.region(0, vec![0; 500], Access::LOCAL_WRITE);
+    for i in 0..5u64 {
+        p.a.conn
+            .post_send(SendWr {
+                wr_id: i,
+                op: SendOp::Read { remote_addr: i * 10, rkey: src },
+                sgl: vec![sge(i * 100, 10, sink)],
+                signaled: true,
+            })
+            .unwrap();
+    }
+    // Only ORD Read Requests go out before responses come back.
+    p.step();
+    let reqs = p.a.sent[24..].chunks(52).filter(|c| c.len() == 52 && c[3] == 0x41).count();
+    assert_eq!(reqs, 2);
+    p.run();
+    assert_eq!(p.a.wcs.len(), 5);
+    assert!(p.a.wcs.iter().all(|w| w.status == WcStatus::Success));
+    for i in 0..5usize {
+        assert_eq!(&p.a.mem(sink)[i * 100..i * 100 + 10], &pattern(100, 3)[i * 10..i * 10 + 10]);
+    }
+}

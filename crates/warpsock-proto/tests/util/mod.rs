@@ -1,0 +1,214 @@
+//! In-memory pair harness: two connections joined by byte pipes that can
+//! cut the stream at random points, with simulated time.
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::{Duration, Instant};
+
+use warpsock_proto::{
+    Access, Config, Connection, Event, PdId, Registry, Role, Stag, WorkCompletion,
+};
+
+/// xorshift64*: deterministic, seedable, dependency-free.
+#[derive(Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// How the pipe cuts the stream.
+#[derive(Clone)]
+pub enum Cut {
+    /// Deliver whatever is there at once.
+    Whole,
+    /// Random chunks of 1..=max bytes.
+    Random { rng: Rng, max: usize },
+}
+
+pub struct Side {
+    pub conn: Connection,
+    pub reg: Registry<Vec<u8>>,
+    pub pd: PdId,
+    pub events: Vec<Event>,
+    pub wcs: Vec<WorkCompletion>,
+    /// Every byte this side sent, in order.
+    pub sent: Vec<u8>,
+    inbox: Vec<u8>,
+    pub accept_with: Option<Vec<u8>>,
+}
+
+impl Side {
+    fn new(cfg: Config, reg: Registry<Vec<u8>>, pd: PdId, now: Instant) -> Self {
+        Self {
+            conn: Connection::new(cfg, now),
+            reg,
+            pd,
+            events: Vec::new(),
+            wcs: Vec::new(),
+            sent: Vec::new(),
+            inbox: Vec::new(),
+            accept_with: Some(Vec::new()),
+        }
+    }
+
+    /// Registers `len` bytes (filled by `fill`) at iova `iova` with `access`.
+    pub fn region(&mut self, iova: u64, data: Vec<u8>, access: Access) -> Stag {
+        self.reg.register(self.pd, iova, data, access, 0x11)
+    }
+
+    pub fn mem(&self, stag: Stag) -> &[u8] {
+        self.reg.backing(stag).expect("region")
+    }
+
+    pub fn pump(&mut self) {
+        self.pump_events();
+    }
+
+    fn pump_events(&mut self) {
+        while let Some(e) = self.conn.poll_event() {
+            if let Event::ConnectRequest(_) = &e {
+                if let Some(pd) = self.accept_with.clone() {
+                    self.conn.accept(&pd).expect("accept");
+                }
+            }
+            self.events.push(e);
+        }
+        while let Some(w) = self.conn.poll_completion() {
+            self.wcs.push(w);
+        }
+    }
+
+    pub fn established(&self) -> bool {
+        self.events.iter().any(|e| matches!(e, Event::Established(_)))
+    }
+}
+
+pub struct Pair {
+    pub a: Side,
+    pub b: Side,
+    pub now: Instant,
+    pub cut: Cut,
+    /// Mutates bytes in flight a→b: (offset in the a→b stream, xor mask).
+    pub corrupt_a2b: Option<(usize, u8)>,
+    a2b_off: usize,
+}
+
+impl Pair {
+    /// An initiator (`a`) and a responder (`b`), each with its own PD.
+    pub fn new(mut ca: impl FnMut(&mut Config), mut cb: impl FnMut(&mut Config), cut: Cut) -> Self {
+        let now = Instant::now();
+        let mut ra = Registry::new();
+        let pa = ra.alloc_pd();
+        let mut rb = Registry::new();
+        let pb = rb.alloc_pd();
+        let mut cfga = Config::new(Role::Initiator, pa);
+        ca(&mut cfga);
+        let mut cfgb = Config::new(Role::Responder, pb);
+        cb(&mut cfgb);
+        Self {
+            a: Side::new(cfga, ra, pa, now),
+            b: Side::new(cfgb, rb, pb, now),
+            now,
+            cut,
+            corrupt_a2b: None,
+            a2b_off: 0,
+        }
+    }
+
+    fn chunk(&mut self, avail: usize) -> usize {
+        match &mut self.cut {
+            Cut::Whole => avail,
+            Cut::Random { rng, max } => (1 + rng.below(*max as u64) as usize).min(avail),
+        }
+    }
+
+    /// One round: each side transmits, the other receives. Returns whether
+    /// anything moved.
+    pub fn step(&mut self) -> bool {
+        let mut moved = false;
+        for dir in 0..2 {
+            let (tx, rx) = if dir == 0 {
+                (&mut self.a, &mut self.b)
+            } else {
+                (&mut self.b, &mut self.a)
+            };
+            tx.pump_events();
+            let mut out = Vec::new();
+            tx.conn.poll_transmit(&tx.reg, &mut out, 1 << 20);
+            tx.pump_events();
+            if dir == 0 {
+                if let Some((at, mask)) = self.corrupt_a2b {
+                    if at >= self.a2b_off && at < self.a2b_off + out.len() {
+                        out[at - self.a2b_off] ^= mask;
+                    }
+                }
+                self.a2b_off += out.len();
+            }
+            tx.sent.extend_from_slice(&out);
+            rx.inbox.extend_from_slice(&out);
+            moved |= !out.is_empty();
+        }
+        for dir in 0..2 {
+            loop {
+                let avail = if dir == 0 { self.b.inbox.len() } else { self.a.inbox.len() };
+                if avail == 0 {
+                    break;
+                }
+                let n = self.chunk(avail);
+                let side = if dir == 0 { &mut self.b } else { &mut self.a };
+                let chunk: Vec<u8> = side.inbox[..n].to_vec();
+                let used = side.conn.handle_input(&chunk, &mut side.reg);
+                side.inbox.drain(..used);
+                side.pump_events();
+                if used > 0 {
+                    moved = true;
+                }
+                if used < n {
+                    break;
+                }
+            }
+        }
+        self.a.pump_events();
+        self.b.pump_events();
+        moved
+    }
+
+    /// Steps until nothing moves (bounded).
+    pub fn run(&mut self) {
+        for _ in 0..100_000 {
+            if !self.step() {
+                return;
+            }
+        }
+        panic!("pair did not settle");
+    }
+
+    /// Advances simulated time and fires due timers.
+    pub fn advance(&mut self, d: Duration) {
+        self.now += d;
+        for s in [&mut self.a, &mut self.b] {
+            if s.conn.poll_timeout().is_some_and(|t| t <= self.now) {
+                s.conn.handle_timeout(self.now);
+            }
+            s.pump_events();
+        }
+    }
+
+    /// Runs setup to completion and checks both sides are established.
+    pub fn establish(&mut self) {
+        self.run();
+        assert!(self.a.established(), "initiator events: {:?}", self.a.events);
+    }
+}
+
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
