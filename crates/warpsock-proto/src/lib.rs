@@ -21,11 +21,11 @@ pub mod conn;
 pub mod mem;
 pub mod verbs;
 
-pub use conn::{
-    Config, ConnectError, ConnectRequest, Connection, Event, Negotiated, PostError, QpState,
-    Role, RtrOffer, RtrType, RxStep, TxPart, TxSegment,
-};
 pub use conn::AcceptError;
+pub use conn::{
+    Config, ConnectError, ConnectRequest, Connection, Event, Negotiated, PostError, QpState, Role,
+    RtrOffer, RtrType, RxStep, TxPart, TxSegment,
+};
 pub use mem::{Access, Backing, MemError, PdId, Range, Registry, Stag};
 pub use verbs::{RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 pub use warpsock_wire as wire;

@@ -308,7 +308,9 @@ impl<B: Backing> Registry<B> {
             _ => return None,
         };
         let start = usize::try_from(offset).ok()?;
-        slot.backing.bytes_mut().get_mut(start..start.checked_add(len)?)
+        slot.backing
+            .bytes_mut()
+            .get_mut(start..start.checked_add(len)?)
     }
 
     /// Backing of a region by STag (for tests and the engine).
@@ -344,22 +346,46 @@ mod tests {
         assert_eq!((ok.region(), ok.offset, ok.len), (RegionId(1), 0x10, 16));
         assert_eq!(r.slice(s, 0x10, 4), Some(&[0u8; 4][..]));
         assert!(r.slice(s, 98, 4).is_none());
-        assert_eq!(r.check(pd, s ^ 1, 0x1000, 1, Access::REMOTE_WRITE), Err(MemError::InvalidStag));
-        assert_eq!(r.check(other, s, 0x1000, 1, Access::REMOTE_WRITE), Err(MemError::PdMismatch));
-        assert_eq!(r.check(pd, s, 0x1000, 1, Access::REMOTE_READ), Err(MemError::Access));
-        assert_eq!(r.check(pd, s, 0xfff, 1, Access::REMOTE_WRITE), Err(MemError::BaseBounds));
-        assert_eq!(r.check(pd, s, 0x1060, 5, Access::REMOTE_WRITE), Err(MemError::BaseBounds));
-        assert_eq!(r.check(pd, s, u64::MAX, 2, Access::REMOTE_WRITE), Err(MemError::ToWrap));
+        assert_eq!(
+            r.check(pd, s ^ 1, 0x1000, 1, Access::REMOTE_WRITE),
+            Err(MemError::InvalidStag)
+        );
+        assert_eq!(
+            r.check(other, s, 0x1000, 1, Access::REMOTE_WRITE),
+            Err(MemError::PdMismatch)
+        );
+        assert_eq!(
+            r.check(pd, s, 0x1000, 1, Access::REMOTE_READ),
+            Err(MemError::Access)
+        );
+        assert_eq!(
+            r.check(pd, s, 0xfff, 1, Access::REMOTE_WRITE),
+            Err(MemError::BaseBounds)
+        );
+        assert_eq!(
+            r.check(pd, s, 0x1060, 5, Access::REMOTE_WRITE),
+            Err(MemError::BaseBounds)
+        );
+        assert_eq!(
+            r.check(pd, s, u64::MAX, 2, Access::REMOTE_WRITE),
+            Err(MemError::ToWrap)
+        );
         assert!(r.check(pd, s, 0x1064, 0, Access::REMOTE_WRITE).is_ok());
         assert_eq!(r.invalidate(pd, s, true), Err(MemError::Access));
         assert_eq!(r.invalidate(other, s, false), Err(MemError::PdMismatch));
         r.invalidate(pd, s, false).unwrap();
-        assert_eq!(r.check(pd, s, 0x1000, 1, Access::REMOTE_WRITE), Err(MemError::InvalidStag));
+        assert_eq!(
+            r.check(pd, s, 0x1000, 1, Access::REMOTE_WRITE),
+            Err(MemError::InvalidStag)
+        );
         assert!(r.revalidate(s));
         assert!(r.deregister(s).is_some());
         assert!(r.info(s).is_none());
         let s2 = r.register(pd, 0, vec![0; 4], Access::ALL, 1);
         assert_eq!(s2 >> 8, 1, "slot reused");
-        assert_eq!(r.check(pd, s, 0, 1, Access::LOCAL_READ), Err(MemError::InvalidStag));
+        assert_eq!(
+            r.check(pd, s, 0, 1, Access::LOCAL_READ),
+            Err(MemError::InvalidStag)
+        );
     }
 }

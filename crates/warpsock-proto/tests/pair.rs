@@ -72,25 +72,32 @@ fn scenario(o: Opts, cut: Cut) -> Outcome {
     assert_eq!(neg.markers_rx, o.markers_a);
 
     // Initiator memory.
-    let a_src = p.a.region(0x10_0000, pattern(200_000, 1), Access::LOCAL_READ);
+    let a_src =
+        p.a.region(0x10_0000, pattern(200_000, 1), Access::LOCAL_READ);
     let a_sink = p.a.region(0x20_0000, vec![0; 60_000], Access::LOCAL_WRITE);
     let a_rbuf = p.a.region(0x30_0000, vec![0; 64], Access::LOCAL_WRITE);
     // Responder memory.
     let b_rbuf = p.b.region(0x1000, vec![0; 72_000], Access::LOCAL_WRITE);
-    let b_wr = p.b.region(0x4000_0000, vec![0; 90_000], Access::REMOTE_WRITE);
-    let b_src = p.b.region(0x5000_0000, pattern(60_000, 7), Access::REMOTE_READ);
+    let b_wr =
+        p.b.region(0x4000_0000, vec![0; 90_000], Access::REMOTE_WRITE);
+    let b_src =
+        p.b.region(0x5000_0000, pattern(60_000, 7), Access::REMOTE_READ);
     let b_inv = p.b.region(
         0x6000_0000,
         vec![0; 16],
         Access::REMOTE_WRITE | Access::REMOTE_INVALIDATE,
     );
-    let b_tx = p.b.region(0x7000_0000, b"pong!".to_vec(), Access::LOCAL_READ);
+    let b_tx =
+        p.b.region(0x7000_0000, b"pong!".to_vec(), Access::LOCAL_READ);
 
     // Responder receives: a 70,000-byte receive over two SGEs, then two more.
     p.b.conn
         .post_recv(RecvWr {
             wr_id: 100,
-            sgl: vec![sge(0x1000, 30_000, b_rbuf), sge(0x1000 + 30_000, 40_000, b_rbuf)],
+            sgl: vec![
+                sge(0x1000, 30_000, b_rbuf),
+                sge(0x1000 + 30_000, 40_000, b_rbuf),
+            ],
         })
         .unwrap();
     p.b.conn
@@ -126,7 +133,10 @@ fn scenario(o: Opts, cut: Cut) -> Outcome {
                 solicited: false,
                 invalidate: None,
             },
-            vec![sge(0x10_0000, 40_000, a_src), sge(0x10_0000 + 100_000, 25_000, a_src)],
+            vec![
+                sge(0x10_0000, 40_000, a_src),
+                sge(0x10_0000 + 100_000, 25_000, a_src),
+            ],
             true,
         ))
         .unwrap();
@@ -225,7 +235,16 @@ fn check_outcome(out: &Outcome) {
     let b: Vec<_> = out
         .b_wcs
         .iter()
-        .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len, w.solicited, w.invalidated.is_some()))
+        .map(|w| {
+            (
+                w.wr_id,
+                w.status,
+                w.opcode,
+                w.byte_len,
+                w.solicited,
+                w.invalidated.is_some(),
+            )
+        })
         .collect();
     assert_eq!(
         b,
@@ -250,7 +269,10 @@ fn check_outcome(out: &Outcome) {
     assert_eq!(&out.a_read_sink[10..50_010], &bsrc[3..50_003]);
     assert!(out.a_read_sink[50_010..].iter().all(|&x| x == 0));
     assert_eq!(&out.a_recv[..5], b"pong!");
-    assert!(!out.b_inv_valid, "Send with Invalidate invalidated the STag");
+    assert!(
+        !out.b_inv_valid,
+        "Send with Invalidate invalidated the STag"
+    );
 }
 
 #[test]
@@ -272,7 +294,11 @@ fn every_operation_crc_on_either_side() {
 
 #[test]
 fn every_operation_with_markers() {
-    for (markers_a, markers_b, crc) in [(true, false, true), (false, true, false), (true, true, true)] {
+    for (markers_a, markers_b, crc) in [
+        (true, false, true),
+        (false, true, false),
+        (true, true, true),
+    ] {
         let o = Opts {
             markers_a,
             markers_b,
@@ -323,7 +349,9 @@ fn random_cuts_give_identical_results() {
         let reference = scenario(o, Cut::Whole);
         check_outcome(&reference);
         for max in [1usize, 3, 17, 512, 1500, 65_536] {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let got = scenario(
                 o,
                 Cut::Random {
@@ -409,22 +437,50 @@ fn reject_with_private_data() {
 fn mpa_timeouts_both_roles() {
     // Nothing is delivered: the responder never sees a request, the
     // initiator never sees a reply.
-    let mut p = Pair::new(|c| c.mpa_timeout = Duration::from_secs(10), |c| c.mpa_timeout = Duration::from_secs(5), Cut::Whole);
+    let mut p = Pair::new(
+        |c| c.mpa_timeout = Duration::from_secs(10),
+        |c| c.mpa_timeout = Duration::from_secs(5),
+        Cut::Whole,
+    );
     p.advance(Duration::from_secs(4));
     assert!(p.b.events.is_empty());
     p.advance(Duration::from_secs(2));
-    assert_eq!(p.b.events, vec![Event::ConnectFailed(ConnectError::Timeout)]);
+    assert_eq!(
+        p.b.events,
+        vec![Event::ConnectFailed(ConnectError::Timeout)]
+    );
     assert!(p.a.events.is_empty());
     p.advance(Duration::from_secs(5));
-    assert_eq!(p.a.events, vec![Event::ConnectFailed(ConnectError::Timeout)]);
+    assert_eq!(
+        p.a.events,
+        vec![Event::ConnectFailed(ConnectError::Timeout)]
+    );
 }
 
 #[test]
 fn p2p_write_and_read_rtr() {
     for (offer, want) in [
-        (RtrOffer { write: true, read: false }, RtrType::Write),
-        (RtrOffer { write: false, read: true }, RtrType::Read),
-        (RtrOffer { write: true, read: true }, RtrType::Write),
+        (
+            RtrOffer {
+                write: true,
+                read: false,
+            },
+            RtrType::Write,
+        ),
+        (
+            RtrOffer {
+                write: false,
+                read: true,
+            },
+            RtrType::Read,
+        ),
+        (
+            RtrOffer {
+                write: true,
+                read: true,
+            },
+            RtrType::Write,
+        ),
     ] {
         let mut p = Pair::new(|c| c.p2p = Some(offer), |_| {}, Cut::Whole);
         p.run();
@@ -434,7 +490,10 @@ fn p2p_write_and_read_rtr() {
         // The initiator's first FPDU is the zero-length RTR message.
         let f = &p.a.sent[24..];
         match want {
-            RtrType::Write => assert_eq!(&f[..16], &[0, 14, 0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]),
+            RtrType::Write => assert_eq!(
+                &f[..16],
+                &[0, 14, 0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
+            ),
             _ => {
                 assert_eq!(&f[..4], &[0, 46, 0x41, 0x41]);
                 // ... answered by a zero-length Read Response.
@@ -444,11 +503,19 @@ fn p2p_write_and_read_rtr() {
         // Traffic flows afterwards.
         let s = p.a.region(0, b"abc".to_vec(), Access::LOCAL_READ);
         let r = p.b.region(0, vec![0; 3], Access::LOCAL_WRITE);
-        p.b.conn.post_recv(RecvWr { wr_id: 1, sgl: vec![sge(0, 3, r)] }).unwrap();
+        p.b.conn
+            .post_recv(RecvWr {
+                wr_id: 1,
+                sgl: vec![sge(0, 3, r)],
+            })
+            .unwrap();
         p.a.conn
             .post_send(SendWr {
                 wr_id: 1,
-                op: SendOp::Send { solicited: false, invalidate: None },
+                op: SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
                 sgl: vec![sge(0, 3, s)],
                 signaled: true,
             })
@@ -466,22 +533,37 @@ fn responder_sends_nothing_before_first_fpdu() {
     p.b.conn
         .post_send(SendWr {
             wr_id: 7,
-            op: SendOp::Send { solicited: false, invalidate: None },
+            op: SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
             sgl: vec![sge(0, 5, s)],
             signaled: true,
         })
         .unwrap();
     p.run();
-    assert_eq!(p.b.sent.len(), mpa::HEADER_LEN + 4, "only the MPA reply went out");
+    assert_eq!(
+        p.b.sent.len(),
+        mpa::HEADER_LEN + 4,
+        "only the MPA reply went out"
+    );
     // The initiator's first FPDU (a Write) releases it.
     let dst = p.b.region(0x100, vec![0; 1], Access::REMOTE_WRITE);
     let one = p.a.region(0, vec![9], Access::LOCAL_READ);
     let r = p.a.region(0x10, vec![0; 5], Access::LOCAL_WRITE);
-    p.a.conn.post_recv(RecvWr { wr_id: 1, sgl: vec![sge(0x10, 5, r)] }).unwrap();
+    p.a.conn
+        .post_recv(RecvWr {
+            wr_id: 1,
+            sgl: vec![sge(0x10, 5, r)],
+        })
+        .unwrap();
     p.a.conn
         .post_send(SendWr {
             wr_id: 1,
-            op: SendOp::Write { remote_addr: 0x100, rkey: dst },
+            op: SendOp::Write {
+                remote_addr: 0x100,
+                rkey: dst,
+            },
             sgl: vec![sge(0, 1, one)],
             signaled: true,
         })
@@ -496,14 +578,22 @@ fn close_flushes_everything_in_order() {
     p.establish();
     let sink = p.a.region(0, vec![0; 8], Access::LOCAL_WRITE);
     for i in 0..3 {
-        p.a.conn.post_recv(RecvWr { wr_id: 10 + i, sgl: vec![sge(0, 8, sink)] }).unwrap();
+        p.a.conn
+            .post_recv(RecvWr {
+                wr_id: 10 + i,
+                sgl: vec![sge(0, 8, sink)],
+            })
+            .unwrap();
     }
     // Reads that the peer can never answer (nothing is delivered).
     for i in 0..2 {
         p.a.conn
             .post_send(SendWr {
                 wr_id: i,
-                op: SendOp::Read { remote_addr: 0, rkey: 0x1234 },
+                op: SendOp::Read {
+                    remote_addr: 0,
+                    rkey: 0x1234,
+                },
                 sgl: vec![sge(0, 8, sink)],
                 signaled: true,
             })
@@ -525,7 +615,12 @@ fn close_flushes_everything_in_order() {
     assert!(p.a.events.contains(&Event::Closed));
     assert_eq!(p.a.conn.state(), QpState::Error);
     // Posting after close completes at once with a flush error.
-    p.a.conn.post_recv(RecvWr { wr_id: 99, sgl: vec![] }).unwrap();
+    p.a.conn
+        .post_recv(RecvWr {
+            wr_id: 99,
+            sgl: vec![],
+        })
+        .unwrap();
     p.a.pump();
     assert_eq!(p.a.wcs.last().unwrap().wr_id, 99);
     // Peer EOF on the other side flushes and reports Closed too.
@@ -544,7 +639,10 @@ fn ord_limits_outstanding_reads() {
         p.a.conn
             .post_send(SendWr {
                 wr_id: i,
-                op: SendOp::Read { remote_addr: i * 10, rkey: src },
+                op: SendOp::Read {
+                    remote_addr: i * 10,
+                    rkey: src,
+                },
                 sgl: vec![sge(i * 100, 10, sink)],
                 signaled: true,
             })
@@ -552,12 +650,18 @@ fn ord_limits_outstanding_reads() {
     }
     // Only ORD Read Requests go out before responses come back.
     p.step();
-    let reqs = p.a.sent[24..].chunks(52).filter(|c| c.len() == 52 && c[3] == 0x41).count();
+    let reqs = p.a.sent[24..]
+        .chunks(52)
+        .filter(|c| c.len() == 52 && c[3] == 0x41)
+        .count();
     assert_eq!(reqs, 2);
     p.run();
     assert_eq!(p.a.wcs.len(), 5);
     assert!(p.a.wcs.iter().all(|w| w.status == WcStatus::Success));
     for i in 0..5usize {
-        assert_eq!(&p.a.mem(sink)[i * 100..i * 100 + 10], &pattern(100, 3)[i * 10..i * 10 + 10]);
+        assert_eq!(
+            &p.a.mem(sink)[i * 100..i * 100 + 10],
+            &pattern(100, 3)[i * 10..i * 10 + 10]
+        );
     }
 }

@@ -304,9 +304,7 @@ mod tests {
 
     /// rping's start message as captured against siw (siw-compat.md
     /// appendix): Send, QN 0, MSN 1, MO 0, last.
-    const SEND_HDR: [u8; 18] = [
-        0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0,
-    ];
+    const SEND_HDR: [u8; 18] = [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
     /// siw's Read Request (QN 1, MSN 1) with its body.
     const READ_REQ: [u8; 46] = [
         0x41, 0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, // hdr

@@ -53,7 +53,10 @@ impl fmt::Display for WireError {
             Self::BadMpaKey => f.write_str("bad MPA key"),
             Self::BadMpaRevision(r) => write!(f, "unsupported MPA revision {r} (allowed 0..=2)"),
             Self::PrivateDataTooLong(n) => {
-                write!(f, "MPA private data of {n} bytes exceeds the 512-byte limit")
+                write!(
+                    f,
+                    "MPA private data of {n} bytes exceeds the 512-byte limit"
+                )
             }
             Self::MissingEnhancedParams => {
                 f.write_str("enhanced MPA frame without the 4-byte IRD/ORD word")

@@ -138,9 +138,7 @@ mod tests {
     #[test]
     fn rping_send_golden_frame() {
         let ddp = [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
-        let payload = [
-            0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0x12, 0x34, 0, 0, 0, 0x40,
-        ];
+        let payload = [0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0x12, 0x34, 0, 0, 0, 0x40];
         let mut off = Vec::new();
         emit(&[&ddp, &payload], false, &mut off);
         assert_eq!(off.len(), 40);

@@ -171,8 +171,9 @@ impl<'a> RequestReply<'a> {
 
     /// The IRD/ORD word, when the frame is enhanced.
     pub fn enhanced_params(&self) -> Option<EnhancedParams> {
-        self.is_enhanced()
-            .then(|| EnhancedParams::from_bytes(self.private_data[..4].try_into().unwrap_or([0; 4])))
+        self.is_enhanced().then(|| {
+            EnhancedParams::from_bytes(self.private_data[..4].try_into().unwrap_or([0; 4]))
+        })
     }
 
     /// Private data meant for the application (without the enhanced word).

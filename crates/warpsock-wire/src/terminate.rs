@@ -351,13 +351,21 @@ mod tests {
                 );
             }
             // With M/D set the flag position always disambiguates.
-            assert_eq!(TerminateControl::decode(ctl.to_bytes(ControlLayout::Rfc)).0, ctl);
+            assert_eq!(
+                TerminateControl::decode(ctl.to_bytes(ControlLayout::Rfc)).0,
+                ctl
+            );
             assert_eq!(
                 TerminateControl::decode(ctl.to_bytes(ControlLayout::SiwLittleEndian)).0,
                 ctl
             );
         }
-        assert!(!TermCode { layer: 3, etype: 0, ecode: 0 }.is_defined());
+        assert!(!TermCode {
+            layer: 3,
+            etype: 0,
+            ecode: 0
+        }
+        .is_defined());
     }
 
     /// siw's Terminate for a bad CRC, as captured: `02020000` =

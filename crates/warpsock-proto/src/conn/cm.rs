@@ -229,7 +229,8 @@ impl Connection {
                 self.enter_fpdu(self.provisional_negotiation(false));
                 self.send_terminate(TermCode::MPA_INVALID_REQ_REP, Attach::Nothing);
                 self.cm = CmState::Done;
-                self.events.push_back(Event::ConnectFailed(ConnectError::Malformed(e)));
+                self.events
+                    .push_back(Event::ConnectFailed(ConnectError::Malformed(e)));
                 return;
             }
         };

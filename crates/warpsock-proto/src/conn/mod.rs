@@ -463,7 +463,10 @@ impl Connection {
             signaled: wr.signaled,
             status: None,
         });
-        if matches!(self.qp, QpState::Error | QpState::Terminate | QpState::Closing) {
+        if matches!(
+            self.qp,
+            QpState::Error | QpState::Terminate | QpState::Closing
+        ) {
             self.finish_sq(seq, WcStatus::WrFlushError);
         } else {
             self.pending.push_back(PendingSend { seq, wr });
@@ -480,7 +483,10 @@ impl Connection {
         if u32::try_from(total).is_err() {
             return Err(PostError::Invalid);
         }
-        if matches!(self.qp, QpState::Error | QpState::Terminate | QpState::Closing) {
+        if matches!(
+            self.qp,
+            QpState::Error | QpState::Terminate | QpState::Closing
+        ) {
             self.completions.push_back(WorkCompletion {
                 wr_id: wr.wr_id,
                 status: WcStatus::WrFlushError,

@@ -490,7 +490,13 @@ impl Connection {
                     let mut targets = Vec::with_capacity(recv.sgl.len());
                     let mut capacity = 0u64;
                     for s in &recv.sgl {
-                        match reg.check(pd, s.lkey, s.addr, u64::from(s.length), Access::LOCAL_WRITE) {
+                        match reg.check(
+                            pd,
+                            s.lkey,
+                            s.addr,
+                            u64::from(s.length),
+                            Access::LOCAL_WRITE,
+                        ) {
                             Ok(r) => {
                                 capacity += r.len;
                                 if r.len > 0 {
@@ -749,7 +755,8 @@ impl Connection {
                 });
             }
             Effect::Terminate => {
-                let body = &self.rx.buf[2 + ddp::UNTAGGED_HDR_LEN..end - 4 - fpdu::pad_len(self.rx.ulpdu_len)];
+                let body = &self.rx.buf
+                    [2 + ddp::UNTAGGED_HDR_LEN..end - 4 - fpdu::pad_len(self.rx.ulpdu_len)];
                 let code = Terminate::parse(body)
                     .map(|(t, _)| t.control.code)
                     .unwrap_or(TermCode::RDMAP_OPERATION_UNSPECIFIED);
@@ -778,7 +785,9 @@ impl Connection {
             (0, 2) | (1, 2) => Some(WcStatus::RemoteOperationError),
             _ => Some(WcStatus::FatalError),
         };
-        if let (Some(status), Some(slot)) = (status, self.sq.iter_mut().find(|s| s.status.is_none())) {
+        if let (Some(status), Some(slot)) =
+            (status, self.sq.iter_mut().find(|s| s.status.is_none()))
+        {
             slot.status = Some(status);
         }
         self.enter_error();

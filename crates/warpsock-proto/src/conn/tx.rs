@@ -142,10 +142,23 @@ impl TxSegment {
 
 #[derive(Debug, Clone, Copy)]
 enum MsgKind {
-    Send { opcode: Opcode, msn: u32, inv_stag: Stag },
-    Write { stag: Stag, to: u64 },
-    ReadResponse { stag: Stag, to: u64 },
-    ReadRequest { msn: u32, body: ReadRequest },
+    Send {
+        opcode: Opcode,
+        msn: u32,
+        inv_stag: Stag,
+    },
+    Write {
+        stag: Stag,
+        to: u64,
+    },
+    ReadResponse {
+        stag: Stag,
+        to: u64,
+    },
+    ReadRequest {
+        msn: u32,
+        body: ReadRequest,
+    },
 }
 
 #[derive(Debug)]
@@ -221,7 +234,9 @@ impl TxState {
                 self.emit_marker(seg, false);
             }
             let n = if self.markers {
-                bytes.len().min((MARKER_SPACING - self.pos % MARKER_SPACING) as usize)
+                bytes
+                    .len()
+                    .min((MARKER_SPACING - self.pos % MARKER_SPACING) as usize)
             } else {
                 bytes.len()
             };
@@ -257,7 +272,10 @@ impl TxState {
         }
         let at = seg.buf.len();
         seg.buf.extend_from_slice(&[0; 4]);
-        seg.parts.push(TxPart::Inline { start: at, end: at + 4 });
+        seg.parts.push(TxPart::Inline {
+            start: at,
+            end: at + 4,
+        });
         seg.len += 4;
         self.pos += 4;
         if self.crc_on {

@@ -87,7 +87,9 @@ impl Side {
     }
 
     pub fn established(&self) -> bool {
-        self.events.iter().any(|e| matches!(e, Event::Established(_)))
+        self.events
+            .iter()
+            .any(|e| matches!(e, Event::Established(_)))
     }
 }
 
@@ -158,7 +160,11 @@ impl Pair {
         }
         for dir in 0..2 {
             loop {
-                let avail = if dir == 0 { self.b.inbox.len() } else { self.a.inbox.len() };
+                let avail = if dir == 0 {
+                    self.b.inbox.len()
+                } else {
+                    self.a.inbox.len()
+                };
                 if avail == 0 {
                     break;
                 }
@@ -205,10 +211,16 @@ impl Pair {
     /// Runs setup to completion and checks both sides are established.
     pub fn establish(&mut self) {
         self.run();
-        assert!(self.a.established(), "initiator events: {:?}", self.a.events);
+        assert!(
+            self.a.established(),
+            "initiator events: {:?}",
+            self.a.events
+        );
     }
 }
 
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
