@@ -316,6 +316,8 @@ impl Connection {
             self.tx.inline(seg, &ulpdu);
             self.tx.finish_fpdu(seg, ulpdu.len());
             self.tx.done = true;
+            // The Terminate is out: the QP moves from Terminate to Error.
+            self.qp = QpState::Error;
             return true;
         }
         if self.qp != QpState::Rts {
