@@ -249,7 +249,8 @@ fn zero_length_write_needs_no_stag() {
 #[test]
 fn untagged_errors() {
     // (label, header fields, posted receive length, expected control, recv status)
-    let cases: [(&str, u32, u32, u32, Option<u32>, [u8; 2], Option<WcStatus>); 5] = [
+    type Case = (&'static str, u32, u32, u32, Option<u32>, [u8; 2], Option<WcStatus>);
+    let cases: [Case; 5] = [
         (
             "bad qn",
             3,

@@ -209,7 +209,8 @@ impl SegmentHeader {
         })
     }
 
-    /// Header length on the wire.
+    /// Header length on the wire (a header is never empty).
+    #[allow(clippy::len_without_is_empty)]
     pub const fn len(&self) -> usize {
         match self.placement {
             Placement::Tagged { .. } => TAGGED_HDR_LEN,

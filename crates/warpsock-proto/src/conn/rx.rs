@@ -14,6 +14,7 @@
 
 use warpsock_wire::crc::{self, Crc32c};
 use warpsock_wire::ddp::{self, Opcode, Placement, ReadRequest, SegmentHeader};
+use warpsock_wire::marker::{Marker, MARKER_LEN, MARKER_SPACING};
 use warpsock_wire::terminate::{TermCode, Terminate};
 use warpsock_wire::{fpdu, mpa};
 
@@ -22,8 +23,6 @@ use super::{CmState, Connection, Event, IrqEntry, QpState, RtrType};
 use crate::mem::{Access, Backing, MemError, Range, Registry};
 use crate::verbs::{WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 
-/// Marker spacing in the TCP stream (RFC 5044 §4.3).
-const MARKER_SPACING: u64 = 512;
 /// Largest Terminate ULPDU we keep (header + control + length + DDP + RDMAP).
 const MAX_TERMINATE_ULPDU: usize = ddp::UNTAGGED_HDR_LEN + 4 + 2 + ddp::UNTAGGED_HDR_LEN + 28;
 
@@ -192,7 +191,7 @@ impl Connection {
             _ => {}
         }
         if rx.in_marker {
-            return RxStep::Bytes(4 - rx.marker.len());
+            return RxStep::Bytes(MARKER_LEN - rx.marker.len());
         }
         let room = rx.to_next_marker();
         match rx.phase {
@@ -235,7 +234,7 @@ impl Connection {
             self.rx.marker.extend_from_slice(chunk);
             self.rx.crc.update(chunk);
             self.rx.pos += n as u64;
-            if self.rx.marker.len() == 4 {
+            if self.rx.marker.len() == MARKER_LEN {
                 self.rx.in_marker = false;
                 self.check_marker();
             }
@@ -359,7 +358,13 @@ impl Connection {
     /// accepted.
     fn check_marker(&mut self) {
         let at = self.rx.pos - 4;
-        let ptr = u64::from(u16::from_be_bytes([self.rx.marker[2], self.rx.marker[3]]));
+        let m = [
+            self.rx.marker[0],
+            self.rx.marker[1],
+            self.rx.marker[2],
+            self.rx.marker[3],
+        ];
+        let ptr = u64::from(Marker::from_bytes(m).fpduptr);
         let at_start = self.rx.phase == Phase::Header && self.rx.buf.is_empty();
         let ok = if at_start {
             ptr == 0

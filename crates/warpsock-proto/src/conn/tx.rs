@@ -18,12 +18,11 @@
 use warpsock_wire::crc::Crc32c;
 use warpsock_wire::ddp::{self, Opcode, Placement, ReadRequest, SegmentHeader};
 use warpsock_wire::fpdu;
+use warpsock_wire::marker::{self, Marker, MARKER_SPACING};
 
 use super::{Connection, Event, OrqEntry, QpState, Role, RtrType};
 use crate::mem::{Access, Backing, Range, Registry, Stag};
 use crate::verbs::{SendOp, WcStatus};
-
-const MARKER_SPACING: u64 = 512;
 
 /// One piece of a [`TxSegment`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,7 +206,7 @@ impl TxState {
     }
 
     fn marker_due(&self) -> bool {
-        self.markers && self.pos % MARKER_SPACING == 0
+        self.markers && marker::is_marker_position(self.pos)
     }
 
     fn emit_marker(&mut self, seg: &mut TxSegment, at_fpdu_start: bool) {
@@ -216,7 +215,7 @@ impl TxState {
         } else {
             (self.pos - self.len_field_pos) as u16
         };
-        seg.push_inline(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
+        seg.push_inline(&Marker { fpduptr: ptr }.to_bytes());
         self.pos += 4;
     }
 
