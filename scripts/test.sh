@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-scripts/ensure-pkgs.sh build-essential pkg-config
+# tshark validates our wire bytes (crates/warpsock-proto/tests/tshark.rs).
+scripts/ensure-pkgs.sh build-essential pkg-config tshark
+export WARPSOCK_REQUIRE_TSHARK=1
 
 step() { printf '\n=== %s ===\n' "$*"; }
 
