@@ -1,0 +1,652 @@
+//! The connection manager: TCP connect/listen, the MPA exchange with
+//! private data, accept/reject, socket options.
+//!
+//! Setup runs synchronously on the calling thread over a blocking socket:
+//! the core's MPA state machine is driven with the real clock
+//! ([`Connection::poll_timeout`] / [`Connection::handle_timeout`]), reading
+//! exactly the bytes it asks for so nothing of the FPDU stream is consumed.
+//! Once established, the connection and its socket move into the context's
+//! progress engine as a [`Qp`].
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use warpsock_proto::wire::{fpdu, mpa};
+use warpsock_proto::{
+    AcceptError, Config, ConnectError, Connection, Event, PostError, RecvWr, Registry, Role,
+    RtrOffer, RxStep,
+};
+
+use crate::mem::Mem;
+use crate::sys;
+use crate::verbs::{Cq, Pd, Qp};
+
+/// Largest application private data in an MPA Request or Reply: 251 bytes
+/// keeps the frame within Linux siw's 256-byte limit (with the 4-byte
+/// enhanced IRD/ORD word and a spare byte).
+pub const MAX_PRIVATE_DATA: usize = mpa::SIW_MAX_ULP_PRIVATE_DATA_LEN;
+
+/// TCP socket options applied to every connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// `TCP_NODELAY` (default on: FPDUs go out at once, as siw does).
+    pub nodelay: bool,
+    /// `TCP_USER_TIMEOUT`: unacknowledged data older than this kills the
+    /// connection, so a dead peer flushes every request in bounded time
+    /// (default 10 s). Zero leaves the kernel default.
+    pub user_timeout: Duration,
+    /// Keepalive idle time before the first probe (default 5 s); zero
+    /// disables keepalive.
+    pub keepalive_idle: Duration,
+    /// Keepalive probe interval (default 1 s).
+    pub keepalive_interval: Duration,
+    /// Unanswered keepalive probes before the connection is dropped
+    /// (default 5).
+    pub keepalive_count: u32,
+    /// `SO_SNDBUF`, if set (default: the kernel's autotuning).
+    pub send_buffer: Option<usize>,
+    /// `SO_RCVBUF`, if set (default: the kernel's autotuning).
+    pub recv_buffer: Option<usize>,
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        Self {
+            nodelay: true,
+            user_timeout: Duration::from_secs(10),
+            keepalive_idle: Duration::from_secs(5),
+            keepalive_interval: Duration::from_secs(1),
+            keepalive_count: 5,
+            send_buffer: None,
+            recv_buffer: None,
+        }
+    }
+}
+
+impl TcpOptions {
+    fn apply(&self, s: &TcpStream) -> io::Result<()> {
+        let fd = s.as_raw_fd();
+        s.set_nodelay(self.nodelay)?;
+        if !self.user_timeout.is_zero() {
+            sys::set_user_timeout(fd, self.user_timeout)?;
+        }
+        if !self.keepalive_idle.is_zero() {
+            sys::set_keepalive(
+                fd,
+                self.keepalive_idle,
+                self.keepalive_interval,
+                self.keepalive_count,
+            )?;
+        }
+        if let Some(b) = self.send_buffer {
+            sys::set_send_buffer(fd, b)?;
+        }
+        if let Some(b) = self.recv_buffer {
+            sys::set_recv_buffer(fd, b)?;
+        }
+        Ok(())
+    }
+}
+
+/// Queue pair and connection options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpOptions {
+    /// Send queue depth (outstanding send requests).
+    pub sq_depth: usize,
+    /// Receive queue depth.
+    pub rq_depth: usize,
+    /// Ask for CRC32c on every FPDU (on if either side asks).
+    pub crc: bool,
+    /// Ask the peer to insert MPA markers.
+    pub markers: bool,
+    /// Inbound RDMA Read depth offered.
+    pub ird: u16,
+    /// Outbound RDMA Read depth wanted.
+    pub ord: u16,
+    /// Initiator: offer peer-to-peer setup with a zero-length RDMA Write as
+    /// ready-to-receive (RFC 6581), so the responder may send first. Linux
+    /// siw accepts it. Default on.
+    pub peer_to_peer: bool,
+    /// Initiator: private data for the MPA Request (≤ [`MAX_PRIVATE_DATA`]).
+    pub private_data: Vec<u8>,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// How long to wait for the peer's MPA Request/Reply.
+    pub mpa_timeout: Duration,
+    /// Largest ULPDU per FPDU; `None` sizes FPDUs to the TCP MSS as siw
+    /// does (one FPDU per segment).
+    pub mulpdu: Option<usize>,
+    /// Socket options.
+    pub tcp: TcpOptions,
+}
+
+impl Default for QpOptions {
+    fn default() -> Self {
+        Self {
+            sq_depth: 1024,
+            rq_depth: 1024,
+            crc: false,
+            markers: false,
+            ird: 16,
+            ord: 16,
+            peer_to_peer: true,
+            private_data: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            mpa_timeout: Duration::from_secs(10),
+            mulpdu: None,
+            tcp: TcpOptions::default(),
+        }
+    }
+}
+
+impl QpOptions {
+    fn config(&self, role: Role, pd: &Pd, mss: usize) -> Config {
+        let mut c = Config::new(role, pd.id);
+        c.crc = self.crc;
+        c.markers = self.markers;
+        c.ird = self.ird;
+        c.ord = self.ord;
+        c.p2p = (role == Role::Initiator && self.peer_to_peer).then_some(RtrOffer {
+            write: true,
+            read: false,
+        });
+        c.private_data = self.private_data.clone();
+        c.mulpdu = self
+            .mulpdu
+            .unwrap_or_else(|| fpdu::mulpdu_for_mss(mss.max(64)))
+            .clamp(64, fpdu::MAX_ULPDU_LEN);
+        c.mpa_timeout = self.mpa_timeout;
+        c.sq_depth = self.sq_depth;
+        c.rq_depth = self.rq_depth;
+        c
+    }
+}
+
+/// What a new queue pair is made of: its protection domain, completion
+/// queues (all from one context) and options.
+#[derive(Debug, Clone)]
+pub struct QpInit<'a> {
+    /// Protection domain of the queue pair.
+    pub pd: &'a Pd,
+    /// Completion queue for send-queue requests.
+    pub send_cq: &'a Cq,
+    /// Completion queue for receives.
+    pub recv_cq: &'a Cq,
+    /// Options.
+    pub options: QpOptions,
+    /// Receives posted before the connection goes live (before the MPA
+    /// Reply is sent, or before the initiator's first FPDU), so a Send the
+    /// peer issues right after setup always finds a buffer.
+    pub recvs: Vec<RecvWr>,
+}
+
+impl<'a> QpInit<'a> {
+    /// Default options with `pd` and one CQ for both queues.
+    pub fn new(pd: &'a Pd, cq: &'a Cq) -> Self {
+        Self {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            options: QpOptions::default(),
+            recvs: Vec::new(),
+        }
+    }
+
+    fn check(&self, private_data: &[u8]) -> Result<(), CmError> {
+        if !Arc::ptr_eq(&self.pd.sh, &self.send_cq.sh)
+            || !Arc::ptr_eq(&self.pd.sh, &self.recv_cq.sh)
+        {
+            return Err(CmError::ContextMismatch);
+        }
+        check_private_data(private_data)
+    }
+
+    fn post_initial(&self, conn: &mut Connection) -> Result<(), CmError> {
+        for r in &self.recvs {
+            conn.post_recv(r.clone()).map_err(CmError::Post)?;
+        }
+        Ok(())
+    }
+
+    fn create(&self, conn: Connection, sock: TcpStream, events: Vec<Event>) -> Result<Qp, CmError> {
+        let local = sock.local_addr().map_err(CmError::Io)?;
+        let peer = sock.peer_addr().map_err(CmError::Io)?;
+        let inner = &self.pd.sh.inner;
+        let qi = inner
+            .add_qp(conn, sock, events, self.send_cq.id, self.recv_cq.id)
+            .map_err(CmError::Io)?;
+        Ok(Qp {
+            sh: Arc::clone(&self.pd.sh),
+            qi,
+            local,
+            peer,
+        })
+    }
+}
+
+fn check_private_data(pd: &[u8]) -> Result<(), CmError> {
+    if pd.len() > MAX_PRIVATE_DATA {
+        return Err(CmError::PrivateDataTooLong {
+            len: pd.len(),
+            max: MAX_PRIVATE_DATA,
+        });
+    }
+    Ok(())
+}
+
+/// Why connection setup failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CmError {
+    /// The address did not resolve.
+    Resolve(io::Error),
+    /// Nothing accepts connections at that address and port.
+    Refused {
+        /// Address tried.
+        addr: SocketAddr,
+    },
+    /// No route to the host or network.
+    Unreachable {
+        /// Address tried.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A setup step did not finish in time.
+    Timeout {
+        /// The peer, when known.
+        addr: Option<SocketAddr>,
+        /// Which step: "TCP connect", "TCP accept", "MPA reply", "MPA request".
+        stage: &'static str,
+        /// The time allowed.
+        after: Duration,
+    },
+    /// The responder rejected the connection with this private data.
+    Rejected {
+        /// The responder's private data.
+        private_data: Vec<u8>,
+    },
+    /// MPA negotiation failed (malformed frame, incompatible options,
+    /// connection closed during setup).
+    Mpa(ConnectError),
+    /// Private data longer than [`MAX_PRIVATE_DATA`].
+    PrivateDataTooLong {
+        /// Length given.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// The protection domain and completion queues of a [`QpInit`] come
+    /// from different contexts.
+    ContextMismatch,
+    /// A receive in [`QpInit::recvs`] could not be posted.
+    Post(PostError),
+    /// Another socket error.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for CmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Resolve(e) => write!(f, "cannot resolve the address: {e}"),
+            Self::Refused { addr } => write!(
+                f,
+                "connection refused by {addr}: nothing is listening on that port"
+            ),
+            Self::Unreachable { addr, source } => write!(f, "{addr} is unreachable: {source}"),
+            Self::Timeout { addr, stage, after } => {
+                write!(f, "timed out after {after:?} waiting for the {stage}")?;
+                match addr {
+                    Some(a) => write!(f, " (peer {a})"),
+                    None => Ok(()),
+                }
+            }
+            Self::Rejected { private_data } => write!(
+                f,
+                "the peer rejected the connection ({} bytes of private data)",
+                private_data.len()
+            ),
+            Self::Mpa(e) => write!(f, "MPA setup failed: {e}"),
+            Self::PrivateDataTooLong { len, max } => write!(
+                f,
+                "private data of {len} bytes is too long (at most {max} bytes)"
+            ),
+            Self::ContextMismatch => {
+                f.write_str("protection domain and completion queues belong to different contexts")
+            }
+            Self::Post(e) => write!(f, "cannot post an initial receive: {e}"),
+            Self::Io(e) => write!(f, "socket error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CmError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Resolve(e) | Self::Io(e) => Some(e),
+            Self::Unreachable { source, .. } => Some(source),
+            Self::Mpa(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl CmError {
+    fn from_connect(addr: SocketAddr, e: io::Error, after: Duration) -> Self {
+        match e.raw_os_error() {
+            Some(libc::ECONNREFUSED) => Self::Refused { addr },
+            Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EADDRNOTAVAIL) => {
+                Self::Unreachable { addr, source: e }
+            }
+            _ if e.kind() == io::ErrorKind::TimedOut => Self::Timeout {
+                addr: Some(addr),
+                stage: "TCP connect",
+                after,
+            },
+            _ => Self::Io(e),
+        }
+    }
+}
+
+/// How [`drive_mpa`] finished.
+enum MpaDone {
+    Established,
+    Request(warpsock_proto::ConnectRequest),
+}
+
+/// Runs the MPA exchange on a blocking socket until established (initiator)
+/// or a Request arrived (responder). `raw` collects every byte read.
+fn drive_mpa(
+    sock: &TcpStream,
+    conn: &mut Connection,
+    events: &mut Vec<Event>,
+    mut raw: Option<&mut Vec<u8>>,
+) -> Result<MpaDone, CmError> {
+    let reg: Registry<Mem> = Registry::new();
+    let mut reg_mut: Registry<Mem> = Registry::new();
+    let peer = sock.peer_addr().ok();
+    let timeout = conn.config().mpa_timeout;
+    let stage = match conn.config().role {
+        Role::Initiator => "MPA reply",
+        Role::Responder => "MPA request",
+    };
+    let mut buf = [0u8; mpa::HEADER_LEN + mpa::MAX_PRIVATE_DATA_LEN];
+    let mut out = Vec::new();
+    loop {
+        out.clear();
+        conn.poll_transmit(&reg, &mut out, usize::MAX);
+        if !out.is_empty() {
+            (&*sock).write_all(&out).map_err(CmError::Io)?;
+        }
+        while let Some(e) = conn.poll_event() {
+            match e {
+                Event::Established(_) => {
+                    events.push(e);
+                    return Ok(MpaDone::Established);
+                }
+                Event::ConnectRequest(r) => return Ok(MpaDone::Request(r)),
+                Event::Rejected(private_data) => return Err(CmError::Rejected { private_data }),
+                Event::ConnectFailed(ConnectError::Timeout) => {
+                    return Err(CmError::Timeout {
+                        addr: peer,
+                        stage,
+                        after: timeout,
+                    })
+                }
+                Event::ConnectFailed(e) => {
+                    // Send whatever the core queued (e.g. a Terminate).
+                    out.clear();
+                    conn.poll_transmit(&reg, &mut out, usize::MAX);
+                    let _ = (&*sock).write_all(&out);
+                    return Err(CmError::Mpa(e));
+                }
+                other => events.push(other),
+            }
+        }
+        let now = Instant::now();
+        if let Some(d) = conn.poll_timeout() {
+            if now >= d {
+                conn.handle_timeout(now);
+                continue;
+            }
+            sock.set_read_timeout(Some(d - now)).map_err(CmError::Io)?;
+        } else {
+            sock.set_read_timeout(None).map_err(CmError::Io)?;
+        }
+        let RxStep::Bytes(want) = conn.rx_step() else {
+            return Err(CmError::Mpa(ConnectError::Eof));
+        };
+        let want = want.clamp(1, buf.len());
+        match (&*sock).read(&mut buf[..want]) {
+            Ok(0) => conn.handle_eof(),
+            Ok(n) => {
+                if let Some(raw) = raw.as_deref_mut() {
+                    raw.extend_from_slice(&buf[..n]);
+                }
+                conn.rx_bytes(&buf[..n], &mut reg_mut);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(CmError::Io(e)),
+        }
+    }
+}
+
+/// Connects to `addr` (each resolved address in turn), runs the MPA
+/// exchange as initiator and returns the established queue pair.
+///
+/// Errors say what failed: [`CmError::Refused`] (nothing listening),
+/// [`CmError::Unreachable`], [`CmError::Timeout`] (TCP connect or MPA
+/// reply), [`CmError::Rejected`] (with the responder's private data),
+/// [`CmError::Mpa`] (bad or incompatible reply).
+pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmError> {
+    let opts = &init.options;
+    init.check(&opts.private_data)?;
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(CmError::Resolve)?.collect();
+    let mut last = CmError::Resolve(io::Error::new(
+        io::ErrorKind::NotFound,
+        "no address to connect to",
+    ));
+    let mut sock = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, opts.connect_timeout) {
+            Ok(s) => {
+                sock = Some(s);
+                break;
+            }
+            Err(e) => last = CmError::from_connect(a, e, opts.connect_timeout),
+        }
+    }
+    let sock = sock.ok_or(last)?;
+    opts.tcp.apply(&sock).map_err(CmError::Io)?;
+    let mss = sys::tcp_mss(sock.as_raw_fd()).unwrap_or(1448);
+    let mut conn = Connection::new(opts.config(Role::Initiator, init.pd, mss), Instant::now());
+    init.post_initial(&mut conn)?;
+    let mut events = Vec::new();
+    match drive_mpa(&sock, &mut conn, &mut events, None)? {
+        MpaDone::Established => init.create(conn, sock, events),
+        MpaDone::Request(_) => Err(CmError::Mpa(ConnectError::Eof)),
+    }
+}
+
+/// A TCP listener that accepts iWARP connections.
+#[derive(Debug)]
+pub struct Listener {
+    sock: TcpListener,
+    mpa_timeout: Duration,
+}
+
+impl Listener {
+    /// Listens on `addr` (port 0 picks a free port; see [`Self::local_addr`]).
+    pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<Self> {
+        let sock = TcpListener::bind(addr)?;
+        sock.set_nonblocking(true)?;
+        Ok(Self {
+            sock,
+            mpa_timeout: Duration::from_secs(10),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// How long [`Self::accept`] waits for a connected peer's MPA Request
+    /// (default 10 s).
+    pub fn set_mpa_timeout(&mut self, t: Duration) {
+        self.mpa_timeout = t;
+    }
+
+    /// Waits up to `timeout` (`None`: forever) for a connection and its MPA
+    /// Request, and returns the request for the application to accept or
+    /// reject. A peer that connects but sends no valid Request in time
+    /// gives an error (call `accept` again for the next peer).
+    pub fn accept(&self, timeout: Option<Duration>) -> Result<ConnectRequest, CmError> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let (sock, peer) = loop {
+            match self.sock.accept() {
+                Ok(x) => break x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    if left.is_some_and(|l| l.is_zero()) {
+                        return Err(CmError::Timeout {
+                            addr: None,
+                            stage: "TCP accept",
+                            after: timeout.unwrap_or_default(),
+                        });
+                    }
+                    sys::poll_readable(self.sock.as_raw_fd(), left).map_err(CmError::Io)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(CmError::Io(e)),
+            }
+        };
+        sock.set_nonblocking(false).map_err(CmError::Io)?;
+        sock.set_nodelay(true).map_err(CmError::Io)?;
+        // A throwaway responder reads the Request; the real connection is
+        // built with the application's options when it accepts.
+        let mut reg: Registry<Mem> = Registry::new();
+        let mut cfg = Config::new(Role::Responder, reg.alloc_pd());
+        cfg.mpa_timeout = self.mpa_timeout;
+        let mut probe = Connection::new(cfg, Instant::now());
+        let mut raw = Vec::new();
+        let mut events = Vec::new();
+        match drive_mpa(&sock, &mut probe, &mut events, Some(&mut raw))? {
+            MpaDone::Request(request) => Ok(ConnectRequest {
+                sock,
+                peer,
+                raw,
+                request,
+            }),
+            MpaDone::Established => Err(CmError::Mpa(ConnectError::Eof)),
+        }
+    }
+
+    /// Accepts the next valid request with `private_data` (convenience for
+    /// [`Self::accept`] + [`ConnectRequest::accept`]).
+    pub fn accept_qp(
+        &self,
+        init: &QpInit<'_>,
+        private_data: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<Qp, CmError> {
+        self.accept(timeout)?.accept(init, private_data)
+    }
+}
+
+/// An incoming connection whose MPA Request has arrived: accept it (with
+/// your options and private data) or reject it. Dropping it closes the TCP
+/// connection without a reply.
+#[derive(Debug)]
+pub struct ConnectRequest {
+    sock: TcpStream,
+    peer: SocketAddr,
+    raw: Vec<u8>,
+    request: warpsock_proto::ConnectRequest,
+}
+
+impl ConnectRequest {
+    /// The initiator's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The initiator's private data.
+    pub fn private_data(&self) -> &[u8] {
+        &self.request.private_data
+    }
+
+    /// The MPA Request as the core parsed it (revision, CRC, markers,
+    /// IRD/ORD).
+    pub fn request(&self) -> &warpsock_proto::ConnectRequest {
+        &self.request
+    }
+
+    /// A responder connection that has consumed the saved Request.
+    fn replay(&self, cfg: Config) -> Result<Connection, CmError> {
+        let mut conn = Connection::new(cfg, Instant::now());
+        let mut reg: Registry<Mem> = Registry::new();
+        conn.handle_input(&self.raw, &mut reg);
+        while let Some(e) = conn.poll_event() {
+            if let Event::ConnectRequest(_) = e {
+                return Ok(conn);
+            }
+        }
+        Err(CmError::Mpa(ConnectError::Eof))
+    }
+
+    fn send_reply(&self, conn: &mut Connection) -> Result<(), CmError> {
+        let reg: Registry<Mem> = Registry::new();
+        let mut out = Vec::new();
+        conn.poll_transmit(&reg, &mut out, usize::MAX);
+        (&self.sock).write_all(&out).map_err(CmError::Io)
+    }
+
+    /// Accepts: sends the MPA Reply with `private_data` (≤
+    /// [`MAX_PRIVATE_DATA`]) and returns the queue pair.
+    pub fn accept(self, init: &QpInit<'_>, private_data: &[u8]) -> Result<Qp, CmError> {
+        init.check(private_data)?;
+        init.options.tcp.apply(&self.sock).map_err(CmError::Io)?;
+        let mss = sys::tcp_mss(self.sock.as_raw_fd()).unwrap_or(1448);
+        let mut conn = self.replay(init.options.config(Role::Responder, init.pd, mss))?;
+        init.post_initial(&mut conn)?;
+        conn.accept(private_data).map_err(accept_error)?;
+        self.send_reply(&mut conn)?;
+        let mut events = Vec::new();
+        while let Some(e) = conn.poll_event() {
+            events.push(e);
+        }
+        init.create(conn, self.sock, events)
+    }
+
+    /// Rejects: sends an MPA Reply with the Reject bit and `private_data`
+    /// (≤ [`MAX_PRIVATE_DATA`]), then closes.
+    pub fn reject(self, private_data: &[u8]) -> Result<(), CmError> {
+        check_private_data(private_data)?;
+        let mut reg: Registry<Mem> = Registry::new();
+        let mut conn = self.replay(Config::new(Role::Responder, reg.alloc_pd()))?;
+        conn.reject(private_data).map_err(accept_error)?;
+        self.send_reply(&mut conn)?;
+        let _ = self.sock.shutdown(Shutdown::Write);
+        Ok(())
+    }
+}
+
+fn accept_error(e: AcceptError) -> CmError {
+    match e {
+        AcceptError::PrivateDataTooLong => CmError::PrivateDataTooLong {
+            len: MAX_PRIVATE_DATA + 1,
+            max: MAX_PRIVATE_DATA,
+        },
+        _ => CmError::Mpa(ConnectError::Eof),
+    }
+}

@@ -1,0 +1,478 @@
+//! The progress engine: per-queue-pair receive (direct placement) and
+//! transmit (gathered `sendmsg`) over a non-blocking TCP socket, completion
+//! routing to completion queues, and the shared state behind a context.
+//!
+//! # Receive (direct placement)
+//!
+//! The core's [`Connection::rx_step`] says what the next stream bytes are:
+//! framing ([`RxStep::Bytes`]) is read into a small per-QP staging buffer
+//! and fed to [`Connection::rx_bytes`]; payload ([`RxStep::Place`]) is read
+//! with one `readv` straight into the registered region, with a short
+//! staging tail in the same call that catches the trailer and the next
+//! header. The CRC is folded over the placed bytes where they lie
+//! ([`Connection::rx_placed`]). Only payload bytes that happened to arrive
+//! in the staging buffer together with headers are copied.
+//!
+//! # Transmit
+//!
+//! Segments from [`Connection::next_segment`] are sealed (CRC) and queued;
+//! one `sendmsg` gathers the inline bytes of many segments and the payload
+//! straight from registered memory (up to [`sys::IOV_MAX`] iovecs). Partial
+//! writes resume at the byte where they stopped.
+//!
+//! The core completes a Send or Write when its last segment is *handed
+//! out*; the engine holds such send-queue completions until those bytes
+//! are really written to the socket, so an application that reuses a buffer
+//! after its completion never races the engine. If the connection dies
+//! first, the held completions become flush errors.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, IoSliceMut, Read};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+
+use warpsock_proto::{
+    Connection, Event, Registry, RxStep, TxPart, TxSegment, WcStatus, WorkCompletion, WorkQueue,
+};
+
+use crate::mem::Mem;
+use crate::sys::{self, Epoll, EventFd};
+use crate::Wc;
+
+/// Staging buffer for framing (and small payloads read together with it).
+const RX_BUF: usize = 64 * 1024;
+/// Staging bytes read together with directly placed payload: enough for a
+/// trailer, the next header and a Read Request body.
+const RX_TAIL: usize = 256;
+/// Bytes one service call reads from one socket before yielding (fairness).
+const RX_BUDGET: usize = 8 << 20;
+/// Unwritten bytes queued before the first `sendmsg`.
+const TX_BATCH: usize = 4 << 20;
+/// Segments queued at most.
+const TX_SEGS: usize = 512;
+
+/// A completion queue's state.
+#[derive(Debug)]
+pub(crate) struct CqSlot {
+    pub(crate) entries: VecDeque<Wc>,
+    pub(crate) notify: EventFd,
+    /// The notify fd is readable.
+    pub(crate) signaled: bool,
+}
+
+impl CqSlot {
+    pub(crate) fn new() -> io::Result<Self> {
+        Ok(Self {
+            entries: VecDeque::new(),
+            notify: EventFd::new()?,
+            signaled: false,
+        })
+    }
+
+    fn push(&mut self, wc: Wc) {
+        self.entries.push_back(wc);
+        if !self.signaled {
+            self.signaled = true;
+            self.notify.notify();
+        }
+    }
+
+    /// Moves up to `out.len()` completions out; clears the notify fd when
+    /// the queue runs empty.
+    pub(crate) fn drain_into(&mut self, out: &mut [Wc]) -> usize {
+        let n = out.len().min(self.entries.len());
+        for (slot, wc) in out.iter_mut().zip(self.entries.drain(..n)) {
+            *slot = wc;
+        }
+        if self.entries.is_empty() && self.signaled {
+            self.signaled = false;
+            self.notify.clear();
+        }
+        n
+    }
+}
+
+/// Staging buffer with a read window.
+#[derive(Debug)]
+struct Staging {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+/// One queue pair on its socket.
+#[derive(Debug)]
+pub(crate) struct QpSlot {
+    pub(crate) conn: Connection,
+    pub(crate) sock: TcpStream,
+    pub(crate) qp_num: u32,
+    pub(crate) send_cq: usize,
+    pub(crate) recv_cq: usize,
+    pub(crate) events: VecDeque<Event>,
+    rx: Staging,
+    txq: VecDeque<TxSegment>,
+    /// Bytes of the front segment already written.
+    tx_off: usize,
+    pool: Vec<TxSegment>,
+    /// Stream bytes queued / written since establishment.
+    queued: u64,
+    written: u64,
+    /// Send-queue completions waiting for their bytes to be written.
+    held: VecDeque<(u64, WorkCompletion)>,
+    /// Interest currently registered with epoll (0: not registered).
+    interest: u32,
+    /// Peer EOF seen.
+    pub(crate) rd_closed: bool,
+    /// FIN sent.
+    pub(crate) wr_closed: bool,
+    /// Socket error or abortive close: no more I/O.
+    pub(crate) dead: bool,
+}
+
+impl QpSlot {
+    pub(crate) fn new(
+        conn: Connection,
+        sock: TcpStream,
+        qp_num: u32,
+        send_cq: usize,
+        recv_cq: usize,
+    ) -> Self {
+        Self {
+            conn,
+            sock,
+            qp_num,
+            send_cq,
+            recv_cq,
+            events: VecDeque::new(),
+            rx: Staging {
+                buf: vec![0; RX_BUF].into_boxed_slice(),
+                start: 0,
+                end: 0,
+            },
+            txq: VecDeque::new(),
+            tx_off: 0,
+            pool: Vec::new(),
+            queued: 0,
+            written: 0,
+            held: VecDeque::new(),
+            interest: 0,
+            rd_closed: false,
+            wr_closed: false,
+            dead: false,
+        }
+    }
+
+    /// Whether the socket is finished with in both directions.
+    pub(crate) fn is_done(&self) -> bool {
+        self.dead || (self.rd_closed && self.wr_closed)
+    }
+
+    fn fail(&mut self) {
+        self.dead = true;
+        self.conn.handle_eof();
+        self.txq.clear();
+        self.tx_off = 0;
+        self.rx.start = 0;
+        self.rx.end = 0;
+    }
+
+    /// Abortive close: everything outstanding is flushed and closing the
+    /// socket (when the slot is dropped) sends RST instead of FIN.
+    pub(crate) fn abort(&mut self) {
+        let _ = sys::set_linger_zero(self.sock.as_raw_fd());
+        self.conn.close();
+        self.fail();
+    }
+
+    /// Receives as much as is available (bounded), placing payload directly.
+    fn rx(&mut self, reg: &mut Registry<Mem>) {
+        let mut budget = RX_BUDGET;
+        loop {
+            self.feed_staged(reg);
+            if self.rx.start < self.rx.end || self.rd_closed || self.dead || budget == 0 {
+                return;
+            }
+            // After a local close (or a Terminate) input is discarded.
+            let step = if self.conn.wants_close() {
+                RxStep::Closed
+            } else {
+                self.conn.rx_step()
+            };
+            let res = match step {
+                RxStep::Place(r) => {
+                    let Some(dst) = reg.slice_mut(r.stag, r.offset, r.len as usize) else {
+                        // The region was deregistered under an in-flight
+                        // operation: the stream cannot continue.
+                        self.conn.close();
+                        continue;
+                    };
+                    let want = dst.len();
+                    let tail = &mut self.rx.buf[..RX_TAIL];
+                    match (&self.sock)
+                        .read_vectored(&mut [IoSliceMut::new(dst), IoSliceMut::new(tail)])
+                    {
+                        Ok(0) => Ok(0),
+                        Ok(n) => {
+                            let placed = n.min(want);
+                            // Re-borrow the placed bytes to fold them into the CRC.
+                            if let Some(dst) = reg.slice(r.stag, r.offset, placed) {
+                                self.conn.rx_placed(dst);
+                            }
+                            self.rx.start = 0;
+                            self.rx.end = n - placed;
+                            Ok(n)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                RxStep::Bytes(_) | RxStep::Closed => {
+                    let r = (&self.sock).read(&mut self.rx.buf);
+                    if let Ok(n) = r {
+                        self.rx.start = 0;
+                        self.rx.end = n;
+                    }
+                    r
+                }
+                RxStep::Blocked => return,
+            };
+            match res {
+                Ok(0) => {
+                    self.rd_closed = true;
+                    self.conn.handle_eof();
+                    return;
+                }
+                Ok(n) => budget = budget.saturating_sub(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.fail();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Feeds staged bytes to the core (copying payload that arrived with
+    /// framing into place).
+    fn feed_staged(&mut self, reg: &mut Registry<Mem>) {
+        while self.rx.start < self.rx.end {
+            let step = if self.conn.wants_close() {
+                RxStep::Closed
+            } else {
+                self.conn.rx_step()
+            };
+            let staged = &self.rx.buf[self.rx.start..self.rx.end];
+            match step {
+                RxStep::Bytes(_) => {
+                    let k = self.conn.rx_bytes(staged, reg);
+                    if k == 0 {
+                        break;
+                    }
+                    self.rx.start += k;
+                }
+                RxStep::Place(r) => {
+                    let n = (r.len as usize).min(staged.len());
+                    match reg.slice_mut(r.stag, r.offset, n) {
+                        Some(dst) => {
+                            dst.copy_from_slice(&staged[..n]);
+                            self.conn.rx_placed(dst);
+                            self.rx.start += n;
+                        }
+                        None => self.conn.close(),
+                    }
+                }
+                RxStep::Closed => self.rx.start = self.rx.end,
+                RxStep::Blocked => break,
+            }
+        }
+        if self.rx.start == self.rx.end {
+            self.rx.start = 0;
+            self.rx.end = 0;
+        }
+    }
+
+    /// Produces and writes segments until the socket would block or there
+    /// is nothing more to send.
+    fn tx(&mut self, reg: &Registry<Mem>, cqs: &mut [Option<CqSlot>]) {
+        while !self.dead {
+            // Refill the queue.
+            while self.txq.len() < TX_SEGS && (self.queued - self.written) < TX_BATCH as u64 {
+                let mut seg = self.pool.pop().unwrap_or_default();
+                if !self.conn.next_segment(reg, &mut seg) {
+                    self.pool.push(seg);
+                    break;
+                }
+                if !seg.seal(reg) {
+                    // A payload region vanished under an active request.
+                    self.pool.push(seg);
+                    self.conn.close();
+                    break;
+                }
+                self.queued += seg.len() as u64;
+                self.txq.push_back(seg);
+                self.collect(cqs);
+            }
+            if self.txq.is_empty() {
+                break;
+            }
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(64);
+            let mut skip = self.tx_off;
+            let mut vanished = false;
+            'gather: for seg in &self.txq {
+                for p in seg.parts() {
+                    let bytes = match *p {
+                        TxPart::Inline { start, end } => &seg.inline_bytes()[start..end],
+                        TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
+                            Some(b) => b,
+                            None => {
+                                vanished = true;
+                                break 'gather;
+                            }
+                        },
+                    };
+                    if skip >= bytes.len() {
+                        skip -= bytes.len();
+                        continue;
+                    }
+                    iov.push(IoSlice::new(&bytes[skip..]));
+                    skip = 0;
+                    if iov.len() == sys::IOV_MAX {
+                        break 'gather;
+                    }
+                }
+            }
+            if iov.is_empty() && vanished {
+                self.abort();
+                break;
+            }
+            match sys::send_vectored(self.sock.as_raw_fd(), &iov) {
+                Ok(n) => self.advance_tx(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => self.fail(),
+            }
+        }
+        self.release_held(cqs);
+    }
+
+    fn advance_tx(&mut self, n: usize) {
+        self.written += n as u64;
+        self.tx_off += n;
+        while let Some(front) = self.txq.front() {
+            if self.tx_off < front.len() {
+                break;
+            }
+            self.tx_off -= front.len();
+            let seg = self.txq.pop_front().expect("front exists");
+            self.pool.push(seg);
+        }
+    }
+
+    /// Drains the core's completions and events: receive completions go
+    /// out at once, send-queue completions wait for their bytes.
+    fn collect(&mut self, cqs: &mut [Option<CqSlot>]) {
+        while let Some(wc) = self.conn.poll_completion() {
+            match wc.queue {
+                WorkQueue::Recv => push_wc(cqs, self.recv_cq, self.qp_num, wc),
+                WorkQueue::Send => self.held.push_back((self.queued, wc)),
+            }
+        }
+        while let Some(e) = self.conn.poll_event() {
+            self.events.push_back(e);
+        }
+    }
+
+    fn release_held(&mut self, cqs: &mut [Option<CqSlot>]) {
+        self.collect(cqs);
+        while let Some(&(mark, mut wc)) = self.held.front() {
+            if mark > self.written {
+                if !self.dead {
+                    break;
+                }
+                // Never reached the socket.
+                wc.status = WcStatus::WrFlushError;
+                wc.byte_len = 0;
+            }
+            self.held.pop_front();
+            push_wc(cqs, self.send_cq, self.qp_num, wc);
+        }
+    }
+
+    /// One round of progress: receive, transmit, close handling, epoll
+    /// interest. Returns whether completions or events were produced.
+    pub(crate) fn service(
+        &mut self,
+        token: u64,
+        reg: &mut Registry<Mem>,
+        cqs: &mut [Option<CqSlot>],
+        epoll: &Epoll,
+    ) -> bool {
+        let before = self.events.len();
+        let cq_before = cq_lens(cqs, self.send_cq, self.recv_cq);
+        if !self.dead {
+            self.rx(reg);
+            self.collect(cqs);
+            self.tx(reg, cqs);
+            if self.conn.wants_close()
+                && self.txq.is_empty()
+                && !self.conn.has_pending_output()
+                && !self.wr_closed
+                && !self.dead
+            {
+                let _ = self.sock.shutdown(Shutdown::Write);
+                self.wr_closed = true;
+            }
+        }
+        self.release_held(cqs);
+        self.update_interest(token, epoll);
+        self.events.len() != before || cq_lens(cqs, self.send_cq, self.recv_cq) != cq_before
+    }
+
+    /// Registers what the socket should be watched for.
+    pub(crate) fn update_interest(&mut self, token: u64, epoll: &Epoll) {
+        let mut want = 0;
+        if !self.is_done() {
+            if !self.rd_closed {
+                want |= sys::EP_IN;
+            }
+            if !self.txq.is_empty() {
+                want |= sys::EP_OUT;
+            }
+        }
+        if want == self.interest {
+            return;
+        }
+        let fd = self.sock.as_raw_fd();
+        let r = match (self.interest, want) {
+            (0, w) => epoll.add(fd, token, w),
+            (_, 0) => epoll.delete(fd),
+            (_, w) => epoll.modify(fd, token, w),
+        };
+        if r.is_ok() {
+            self.interest = want;
+        }
+    }
+
+    /// Removes the socket from epoll (before it is closed).
+    pub(crate) fn unregister(&mut self, epoll: &Epoll) {
+        if self.interest != 0 {
+            let _ = epoll.delete(self.sock.as_raw_fd());
+            self.interest = 0;
+        }
+    }
+}
+
+fn cq_lens(cqs: &[Option<CqSlot>], a: usize, b: usize) -> (usize, usize) {
+    let len = |i: usize| {
+        cqs.get(i)
+            .and_then(|c| c.as_ref())
+            .map_or(0, |c| c.entries.len())
+    };
+    (len(a), len(b))
+}
+
+fn push_wc(cqs: &mut [Option<CqSlot>], cq: usize, qp_num: u32, wc: WorkCompletion) {
+    if let Some(Some(cq)) = cqs.get_mut(cq) {
+        cq.push(Wc::from_core(wc, qp_num));
+    }
+}

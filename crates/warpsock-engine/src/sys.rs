@@ -1,0 +1,285 @@
+//! The few system calls std does not offer: epoll, eventfd, `poll`,
+//! `sendmsg` with `MSG_NOSIGNAL`, TCP socket options and `mlock`.
+//!
+//! This is one of the two modules of the crate allowed to use `unsafe`
+//! (the other is [`crate::mem`]). Every function here wraps one libc call on
+//! file descriptors the caller owns, and checks its result.
+#![allow(unsafe_code)]
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// Converts a libc `-1` return into the thread's `errno`.
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A timeout in milliseconds for epoll/poll: `None` blocks, anything else
+/// is rounded up so that a short timeout never becomes a busy spin.
+pub(crate) fn timeout_ms(t: Option<Duration>) -> libc::c_int {
+    match t {
+        None => -1,
+        Some(d) => {
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            ms.min(i32::MAX as u128) as libc::c_int
+        }
+    }
+}
+
+/// An epoll instance.
+#[derive(Debug)]
+pub(crate) struct Epoll {
+    fd: OwnedFd,
+}
+
+/// Readiness reported by [`Epoll::wait`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ready {
+    /// The token given to [`Epoll::add`].
+    pub(crate) token: u64,
+}
+
+/// Interest flags for [`Epoll::add`] / [`Epoll::modify`].
+pub(crate) const EP_IN: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+/// Write readiness.
+pub(crate) const EP_OUT: u32 = libc::EPOLLOUT as u32;
+
+impl Epoll {
+    pub(crate) fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; the returned fd is checked and then owned.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) })?;
+        Ok(())
+    }
+
+    pub(crate) fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, events)
+    }
+
+    pub(crate) fn modify(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, events)
+    }
+
+    pub(crate) fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits up to `timeout` (None: forever) and appends ready tokens to
+    /// `out`. `EINTR` counts as "nothing ready".
+    pub(crate) fn wait(&self, out: &mut Vec<Ready>, timeout: Option<Duration>) -> io::Result<()> {
+        const MAX: usize = 256;
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
+        // SAFETY: `evs` has room for MAX events and outlives the call.
+        let r = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                evs.as_mut_ptr(),
+                MAX as libc::c_int,
+                timeout_ms(timeout),
+            )
+        };
+        match cvt(r) {
+            Ok(n) => {
+                out.extend(evs[..n as usize].iter().map(|e| Ready { token: e.u64 }));
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// A non-blocking eventfd used as a level-triggered flag.
+#[derive(Debug)]
+pub(crate) struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    pub(crate) fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; the returned fd is checked and then owned.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Makes the fd readable.
+    pub(crate) fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64. A full counter (EAGAIN)
+        // still leaves the fd readable, which is all we want.
+        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Makes the fd unreadable again.
+    pub(crate) fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64; EAGAIN (already clear) is fine.
+        unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// Waits until `fd` is readable (or has an error/hang-up) or `timeout`
+/// passes. Returns whether it is ready.
+pub(crate) fn poll_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    match cvt(unsafe { libc::poll(&mut p, 1, timeout_ms(timeout)) }) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `sendmsg(fd, iov, MSG_NOSIGNAL | MSG_DONTWAIT)`: a gathered write that
+/// reports a dead peer as `EPIPE` instead of raising `SIGPIPE`.
+pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is guaranteed ABI-compatible with `struct iovec` on Unix.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len().min(IOV_MAX) as _;
+    // SAFETY: `msg` points at `bufs`, which are live, readable slices.
+    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Most iovecs one `sendmsg`/`readv` takes (Linux `UIO_MAXIOV`).
+pub(crate) const IOV_MAX: usize = 1024;
+
+fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: T) -> io::Result<()> {
+    // SAFETY: `v` is a live value of the size passed.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v`/`len` are live and sized for an int option.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(v)
+}
+
+/// Keepalive probes: first after `idle`, then every `interval`, give up
+/// after `count` unanswered probes.
+pub(crate) fn set_keepalive(
+    fd: RawFd,
+    idle: Duration,
+    interval: Duration,
+    count: u32,
+) -> io::Result<()> {
+    let secs = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64) as libc::c_int;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1 as libc::c_int)?;
+    setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(idle))?;
+    setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(interval))?;
+    setsockopt(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPCNT,
+        count.clamp(1, 127) as libc::c_int,
+    )
+}
+
+/// `TCP_USER_TIMEOUT`: how long sent data may stay unacknowledged before
+/// the kernel resets the connection.
+pub(crate) fn set_user_timeout(fd: RawFd, t: Duration) -> io::Result<()> {
+    let ms = t.as_millis().min(u32::MAX as u128) as libc::c_uint;
+    setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)
+}
+
+/// `SO_SNDBUF`.
+pub(crate) fn set_send_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v)
+}
+
+/// `SO_RCVBUF`.
+pub(crate) fn set_recv_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v)
+}
+
+/// `TCP_MAXSEG` of a connected socket.
+pub(crate) fn tcp_mss(fd: RawFd) -> io::Result<usize> {
+    getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG).map(|v| v.max(0) as usize)
+}
+
+/// `SO_LINGER {on, 0}`: closing the socket sends RST (abortive close).
+pub(crate) fn set_linger_zero(fd: RawFd) -> io::Result<()> {
+    setsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_LINGER,
+        libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        },
+    )
+}
+
+/// `mlock` of `[ptr, ptr + len)`.
+pub(crate) fn mlock(ptr: *const u8, len: usize) -> io::Result<()> {
+    // SAFETY: mlock only changes paging of the range; an invalid range
+    // fails with ENOMEM and touches nothing.
+    cvt(unsafe { libc::mlock(ptr.cast(), len) })?;
+    Ok(())
+}
+
+/// `munlock` of `[ptr, ptr + len)`.
+pub(crate) fn munlock(ptr: *const u8, len: usize) {
+    // SAFETY: as for `mlock`; failure (e.g. never locked) is harmless.
+    unsafe { libc::munlock(ptr.cast(), len) };
+}
