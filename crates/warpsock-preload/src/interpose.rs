@@ -1,0 +1,799 @@
+//! The interposed libc entry points.
+//!
+//! Each one first asks the descriptor table whether the descriptor is an
+//! offloaded socket (or a UDP socket that may become one); everything else
+//! goes straight to the real function after one relaxed atomic load. The
+//! offload paths run under a thread-local guard (calls the library itself
+//! makes never re-enter them) and `catch_unwind` (a bug becomes `EIO`, never
+//! an unwind into C).
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::cell::Cell;
+use std::mem::zeroed;
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use libc::{
+    c_char, c_int, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t,
+    ssize_t,
+};
+
+use crate::sock::Sock;
+use crate::sys::{self, set_errno};
+use crate::{config, fdtable, real};
+
+thread_local! {
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+fn busy() -> bool {
+    BUSY.with(Cell::get)
+}
+
+/// Runs an offload path under the recursion guard and the panic boundary.
+fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
+    let prev = BUSY.with(|b| b.replace(true));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    BUSY.with(|b| b.set(prev));
+    r.unwrap_or_else(|_| {
+        set_errno(libc::EIO);
+        err
+    })
+}
+
+#[inline]
+fn managed(fd: c_int) -> Option<Arc<Sock>> {
+    if !fdtable::maybe_managed(fd) || busy() {
+        return None;
+    }
+    fdtable::get(fd)
+}
+
+/// A candidate UDP socket about to send to `dest`: offload it if the policy
+/// says so.
+fn adopt_for_dest(fd: c_int, dest: Option<SocketAddr>) -> Option<Arc<Sock>> {
+    if !fdtable::is_candidate(fd) || busy() {
+        return None;
+    }
+    let dest = dest?;
+    enter(None, || {
+        let bcast = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_BROADCAST).is_some_and(|v| v != 0);
+        if !config::get().policy.dest_ok(&dest, bcast) {
+            return None;
+        }
+        match Sock::transpose(fd) {
+            Ok(s) => Some(s),
+            Err(_) => {
+                fdtable::set_candidate(fd, false);
+                None
+            }
+        }
+    })
+}
+
+/// `new` now names what `old` names (after a successful dup).
+fn propagate(old: c_int, new: c_int) {
+    if old == new || busy() {
+        return;
+    }
+    match fdtable::get(old) {
+        Some(s) => {
+            if let Some(prev) = fdtable::insert(new, s) {
+                enter((), || prev.release());
+            }
+        }
+        None => {
+            if let Some(prev) = fdtable::remove(new) {
+                enter((), || prev.release());
+            }
+            fdtable::set_candidate(new, fdtable::is_candidate(old));
+        }
+    }
+}
+
+/// Before exec (or in a forked child): every offloaded socket that survives
+/// becomes its plain kernel UDP socket again, under the same number.
+pub(crate) fn demote_all(only_inheritable: bool) {
+    for (fd, s) in fdtable::all() {
+        // SAFETY: fcntl/dup3 on descriptors of the table; no pointers.
+        unsafe {
+            let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
+            if fdfl < 0 || (only_inheritable && fdfl & libc::FD_CLOEXEC != 0) {
+                continue;
+            }
+            sys::set_nonblocking(s.udp, s.nonblocking.load(Ordering::Relaxed));
+            let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
+                libc::O_CLOEXEC
+            } else {
+                0
+            };
+            real::dup3(s.udp, fd, cloexec);
+        }
+        // The state may be locked by a thread that no longer exists (fork):
+        // never drop it here.
+        if let Some(old) = fdtable::remove(fd) {
+            std::mem::forget(old);
+        }
+        std::mem::forget(s);
+    }
+}
+
+fn one_iov(buf: *mut c_void, len: size_t) -> iovec {
+    iovec {
+        iov_base: buf,
+        iov_len: len,
+    }
+}
+
+fn empty_msg() -> msghdr {
+    // SAFETY: msghdr is plain data; all-zero is an empty message.
+    unsafe { zeroed() }
+}
+
+// ---- creation, naming, options -------------------------------------------
+
+/// Interposed `socket(2)`: remembers UDP sockets as offload candidates.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let fd = unsafe { real::socket(domain, ty, protocol) };
+    if fd >= 0
+        && (domain == libc::AF_INET || domain == libc::AF_INET6)
+        && ty & 0xf == libc::SOCK_DGRAM
+        && (protocol == 0 || protocol == libc::IPPROTO_UDP)
+        && !busy()
+        && config::get().enabled
+    {
+        fdtable::set_candidate(fd, true);
+    }
+    fd
+}
+
+/// Interposed `bind(2)`: binding an eligible port offloads the socket and
+/// opens the matching TCP listener.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    if let Some(s) = managed(fd) {
+        // SAFETY: forwarding the caller's arguments to the kernel socket.
+        return enter(-1, || unsafe { real::bind(s.udp, addr, len) });
+    }
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::bind(fd, addr, len) };
+    if r == 0 && fdtable::is_candidate(fd) && !busy() {
+        // SAFETY: the kernel accepted `addr` of `len` bytes.
+        let a = unsafe { sys::addr_from_raw(addr, len) };
+        if a.is_some_and(|a| config::get().policy.port_ok(a.port())) {
+            enter((), || {
+                if let Ok(s) = Sock::transpose(fd) {
+                    s.listen();
+                }
+            });
+        }
+    }
+    r
+}
+
+/// Interposed `connect(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    if let Some(s) = managed(fd) {
+        return enter(-1, || s.connect(addr, len));
+    }
+    if !fdtable::is_candidate(fd) || busy() {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::connect(fd, addr, len) };
+    }
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::connect(fd, addr, len) };
+    if r != 0 {
+        return r;
+    }
+    // SAFETY: the kernel accepted `addr` of `len` bytes.
+    let dest = unsafe { sys::addr_from_raw(addr, len) };
+    if dest.is_some() {
+        match adopt_for_dest(fd, dest) {
+            Some(s) => return enter(-1, || s.connect(addr, len)),
+            None => fdtable::set_candidate(fd, false),
+        }
+    }
+    0
+}
+
+/// Interposed `close(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fdtable::maybe_managed(fd) && !busy() {
+        if let Some(s) = fdtable::remove(fd) {
+            // SAFETY: closing the caller's descriptor.
+            let r = unsafe { real::close(fd) };
+            enter((), || s.release());
+            return r;
+        }
+    }
+    if fdtable::is_candidate(fd) {
+        fdtable::set_candidate(fd, false);
+    }
+    // SAFETY: forwarding the caller's argument.
+    unsafe { real::close(fd) }
+}
+
+/// Interposed `dup(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: forwarding the caller's argument.
+    let n = unsafe { real::dup(fd) };
+    if n >= 0 && (fdtable::maybe_managed(fd) || fdtable::is_candidate(fd)) {
+        propagate(fd, n);
+    }
+    n
+}
+
+/// Interposed `dup2(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let n = unsafe { real::dup2(old, new) };
+    if n >= 0 {
+        propagate(old, new);
+    }
+    n
+}
+
+/// Interposed `dup3(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let n = unsafe { real::dup3(old, new, flags) };
+    if n >= 0 {
+        propagate(old, new);
+    }
+    n
+}
+
+/// Interposed `fcntl(2)`. Declared with one integer argument: on the
+/// supported ABIs (x86-64, AArch64) a variadic caller passes it in the same
+/// register, and commands without an argument ignore it.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::fcntl(fd, cmd, arg) };
+    if r >= 0 {
+        match cmd {
+            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => propagate(fd, r),
+            libc::F_SETFL => {
+                if let Some(s) = managed(fd) {
+                    s.nonblocking
+                        .store(arg as c_int & libc::O_NONBLOCK != 0, Ordering::Relaxed);
+                }
+            }
+            _ => {}
+        }
+    }
+    r
+}
+
+/// Interposed `fcntl64` (same as `fcntl` on 64-bit targets).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    // SAFETY: same contract as fcntl.
+    unsafe { fcntl(fd, cmd, arg) }
+}
+
+/// Interposed `ioctl(2)` (one integer argument; see `fcntl`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
+    let Some(s) = managed(fd) else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::ioctl(fd, req, arg) };
+    };
+    enter(-1, || match req {
+        libc::FIONREAD => match s.next_size() {
+            Some(n) if arg != 0 => {
+                // SAFETY: FIONREAD's argument is an int out-pointer.
+                unsafe { *(arg as *mut c_int) = n as c_int };
+                0
+            }
+            // SAFETY: forwarding to the kernel socket.
+            _ => unsafe { real::ioctl(s.udp, req, arg) },
+        },
+        libc::FIONBIO => {
+            // SAFETY: forwarding to the application's descriptor.
+            let r = unsafe { real::ioctl(fd, req, arg) };
+            if r == 0 && arg != 0 {
+                // SAFETY: FIONBIO's argument is an int in-pointer.
+                let on = unsafe { *(arg as *const c_int) } != 0;
+                s.nonblocking.store(on, Ordering::Relaxed);
+            }
+            r
+        }
+        // SAFETY: forwarding to the kernel socket.
+        _ => unsafe { real::ioctl(s.udp, req, arg) },
+    })
+}
+
+/// Interposed `getsockname(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    let fd = managed(fd).map_or(fd, |s| s.udp);
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::getsockname(fd, addr, len) }
+}
+
+/// Interposed `getpeername(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    let fd = managed(fd).map_or(fd, |s| s.udp);
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::getpeername(fd, addr, len) }
+}
+
+/// Interposed `getsockopt(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    let fd = managed(fd).map_or(fd, |s| s.udp);
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::getsockopt(fd, level, name, val, len) }
+}
+
+/// Interposed `setsockopt(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    match managed(fd) {
+        Some(s) => enter(-1, || s.setsockopt(level, name, val, len)),
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::setsockopt(fd, level, name, val, len) },
+    }
+}
+
+/// Interposed `shutdown(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    let fd = managed(fd).map_or(fd, |s| s.udp);
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::shutdown(fd, how) }
+}
+
+// ---- receiving -------------------------------------------------------------
+
+/// Receives into `iov` with the offload path; fills the name if asked.
+unsafe fn recv_common(
+    s: &Arc<Sock>,
+    iov: *mut iovec,
+    iovcnt: usize,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    let mut m = empty_msg();
+    m.msg_iov = iov;
+    m.msg_iovlen = iovcnt;
+    if !addr.is_null() && !alen.is_null() {
+        m.msg_name = addr.cast();
+        // SAFETY: the caller's in/out length.
+        m.msg_namelen = unsafe { *alen };
+    }
+    // SAFETY: `m` describes the caller's writable buffers.
+    let r = enter(-1, || unsafe { s.recvmsg(&mut m, flags) });
+    if r >= 0 && !addr.is_null() && !alen.is_null() {
+        // SAFETY: as above.
+        unsafe { *alen = m.msg_namelen };
+    }
+    r
+}
+
+/// Interposed `recvfrom(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len);
+            // SAFETY: the caller's buffer and address.
+            unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::recvfrom(fd, buf, len, flags, addr, alen) },
+    }
+}
+
+/// Interposed `__recvfrom_chk` (the _FORTIFY_SOURCE form of recvfrom).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len.min(buflen));
+            // SAFETY: the caller's buffer and address.
+            unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen) },
+    }
+}
+
+/// Interposed `recv(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len);
+            // SAFETY: the caller's buffer.
+            unsafe {
+                recv_common(
+                    &s,
+                    &mut v,
+                    1,
+                    flags,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::recv(fd, buf, len, flags) },
+    }
+}
+
+/// Interposed `__recv_chk`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+    flags: c_int,
+) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len.min(buflen));
+            // SAFETY: the caller's buffer.
+            unsafe {
+                recv_common(
+                    &s,
+                    &mut v,
+                    1,
+                    flags,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::__recv_chk(fd, buf, len, buflen, flags) },
+    }
+}
+
+/// Interposed `read(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len);
+            // SAFETY: the caller's buffer.
+            unsafe { recv_common(&s, &mut v, 1, 0, std::ptr::null_mut(), std::ptr::null_mut()) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::read(fd, buf, len) },
+    }
+}
+
+/// Interposed `__read_chk`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len.min(buflen));
+            // SAFETY: the caller's buffer.
+            unsafe { recv_common(&s, &mut v, 1, 0, std::ptr::null_mut(), std::ptr::null_mut()) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::__read_chk(fd, buf, len, buflen) },
+    }
+}
+
+/// Interposed `readv(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            // SAFETY: the caller's iovecs.
+            unsafe {
+                recv_common(
+                    &s,
+                    iov.cast_mut(),
+                    cnt.max(0) as usize,
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::readv(fd, iov, cnt) },
+    }
+}
+
+/// Interposed `recvmsg(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    match managed(fd) {
+        // SAFETY: the caller's msghdr.
+        Some(s) if !msg.is_null() => enter(-1, || unsafe { s.recvmsg(&mut *msg, flags) }),
+        // SAFETY: forwarding the caller's arguments.
+        _ => unsafe { real::recvmsg(fd, msg, flags) },
+    }
+}
+
+/// Interposed `recvmmsg(2)`: one recvmsg per entry; after the first, only
+/// what is already there (the timeout argument is not used).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut mmsghdr,
+    n: c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+) -> c_int {
+    let Some(s) = managed(fd) else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::recvmmsg(fd, msgs, n, flags, timeout) };
+    };
+    if msgs.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    let base = flags & !libc::MSG_WAITFORONE;
+    let mut got = 0u32;
+    while got < n {
+        // Like the kernel: without MSG_WAITFORONE a blocking call waits for
+        // every entry; with it (or with a timeout, which this layer does not
+        // apply per entry) only the first one waits.
+        let f = if got > 0 && (flags & libc::MSG_WAITFORONE != 0 || !timeout.is_null()) {
+            base | libc::MSG_DONTWAIT
+        } else {
+            base
+        };
+        // SAFETY: `msgs` holds `n` entries (caller's contract).
+        let m = unsafe { &mut *msgs.add(got as usize) };
+        // SAFETY: the caller's msghdr.
+        let r = enter(-1, || unsafe { s.recvmsg(&mut m.msg_hdr, f) });
+        if r < 0 {
+            if got == 0 {
+                return -1;
+            }
+            break;
+        }
+        m.msg_len = r as c_uint;
+        got += 1;
+    }
+    got as c_int
+}
+
+// ---- sending ---------------------------------------------------------------
+
+unsafe fn send_common(
+    s: &Arc<Sock>,
+    iov: *const iovec,
+    iovcnt: usize,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> ssize_t {
+    let mut m = empty_msg();
+    m.msg_iov = iov.cast_mut();
+    m.msg_iovlen = iovcnt;
+    m.msg_name = addr.cast_mut().cast();
+    m.msg_namelen = if addr.is_null() { 0 } else { alen };
+    // SAFETY: `m` describes the caller's readable buffers.
+    enter(-1, || unsafe { s.sendmsg(&m, flags) })
+}
+
+/// Interposed `sendto(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> ssize_t {
+    let s = managed(fd).or_else(|| {
+        // SAFETY: the caller's address of `alen` bytes.
+        adopt_for_dest(fd, unsafe { sys::addr_from_raw(addr, alen) })
+    });
+    match s {
+        Some(s) => {
+            let v = one_iov(buf.cast_mut(), len);
+            // SAFETY: the caller's buffer and address.
+            unsafe { send_common(&s, &v, 1, flags, addr, alen) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::sendto(fd, buf, len, flags, addr, alen) },
+    }
+}
+
+/// Interposed `send(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let v = one_iov(buf.cast_mut(), len);
+            // SAFETY: the caller's buffer.
+            unsafe { send_common(&s, &v, 1, flags, std::ptr::null(), 0) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::send(fd, buf, len, flags) },
+    }
+}
+
+/// Interposed `write(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let v = one_iov(buf.cast_mut(), len);
+            // SAFETY: the caller's buffer.
+            unsafe { send_common(&s, &v, 1, 0, std::ptr::null(), 0) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::write(fd, buf, len) },
+    }
+}
+
+/// Interposed `writev(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    match managed(fd) {
+        // SAFETY: the caller's iovecs.
+        Some(s) => unsafe { send_common(&s, iov, cnt.max(0) as usize, 0, std::ptr::null(), 0) },
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::writev(fd, iov, cnt) },
+    }
+}
+
+/// Interposed `sendmsg(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    if msg.is_null() {
+        // SAFETY: forwarding; the kernel reports EFAULT.
+        return unsafe { real::sendmsg(fd, msg, flags) };
+    }
+    let s = managed(fd).or_else(|| {
+        // SAFETY: the caller's msghdr and its name.
+        adopt_for_dest(fd, unsafe {
+            sys::addr_from_raw((*msg).msg_name.cast(), (*msg).msg_namelen)
+        })
+    });
+    match s {
+        // SAFETY: the caller's msghdr.
+        Some(s) => enter(-1, || unsafe { s.sendmsg(&*msg, flags) }),
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::sendmsg(fd, msg, flags) },
+    }
+}
+
+/// Interposed `sendmmsg(2)`: one sendmsg per entry.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flags: c_int) -> c_int {
+    if msgs.is_null() || n == 0 {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendmmsg(fd, msgs, n, flags) };
+    }
+    let s = managed(fd).or_else(|| {
+        // SAFETY: the first entry's name.
+        let h = unsafe { &(*msgs).msg_hdr };
+        // SAFETY: as above.
+        adopt_for_dest(fd, unsafe {
+            sys::addr_from_raw(h.msg_name.cast(), h.msg_namelen)
+        })
+    });
+    let Some(s) = s else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendmmsg(fd, msgs, n, flags) };
+    };
+    let mut sent = 0u32;
+    while sent < n {
+        // SAFETY: `msgs` holds `n` entries.
+        let m = unsafe { &mut *msgs.add(sent as usize) };
+        // SAFETY: the caller's msghdr.
+        let r = enter(-1, || unsafe { s.sendmsg(&m.msg_hdr, flags) });
+        if r < 0 {
+            if sent == 0 {
+                return -1;
+            }
+            break;
+        }
+        m.msg_len = r as c_uint;
+        sent += 1;
+    }
+    sent as c_int
+}
+
+// ---- exec --------------------------------------------------------------------
+
+/// Interposed `execve(2)`: offloaded sockets the new program inherits become
+/// plain kernel UDP sockets first.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    enter((), || {
+        crate::linger();
+        demote_all(true);
+    });
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::execve(path, argv, envp) }
+}
+
+/// Interposed `execv(3)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    enter((), || {
+        crate::linger();
+        demote_all(true);
+    });
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::execv(path, argv) }
+}
+
+/// Interposed `execvp(3)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    enter((), || {
+        crate::linger();
+        demote_all(true);
+    });
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::execvp(file, argv) }
+}
+
+/// Interposed `execvpe(3)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    enter((), || {
+        crate::linger();
+        demote_all(true);
+    });
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::execvpe(file, argv, envp) }
+}

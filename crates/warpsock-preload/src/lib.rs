@@ -1,0 +1,168 @@
+//! # warpsock-preload: the UDP offload layer
+//!
+//! `LD_PRELOAD=libwarpsock_preload.so WARPSOCK_UDP_OFFLOAD=1 program …` carries
+//! the UDP datagrams of an unmodified program over kernel TCP connections
+//! (segmentation and receive offload, large batches, flow control), the way
+//! the 2005 "emulated UDP Offload Engine" carried them over a TOE. Without
+//! `WARPSOCK_UDP_OFFLOAD=1` the library only passes calls through.
+//!
+//! ## What happens
+//!
+//! * **Connection management.** A UDP socket joins the layer when it binds a
+//!   port the policy allows, connects to, or sends to, an eligible
+//!   destination (default: every unicast IPv4/IPv6 address, every port but
+//!   53; multicast, broadcast and sockets with `SO_BROADCAST` stay on the
+//!   kernel). The first datagram to a destination opens a TCP connection to
+//!   the same host on the same port number (plus `WARPSOCK_TCP_PORT_OFFSET`);
+//!   later datagrams reuse it. A socket that binds a port also listens on the
+//!   matching TCP port; its receive calls return datagrams from the kernel
+//!   UDP socket and from every accepted connection alike, and replies to a
+//!   sender travel back over the connection that sender opened.
+//! * **Data management.** Datagrams sent while a connection is being set up
+//!   are queued. If the peer refuses or cannot be reached, the progress
+//!   thread retries with exponential back-off (`WARPSOCK_RETRIES`,
+//!   `WARPSOCK_RETRY_MS`), then sends the queued datagrams by kernel UDP and
+//!   keeps that destination on kernel UDP for `WARPSOCK_FALLBACK_SECS`, so a
+//!   preloaded sender still reaches a plain receiver. A peer that accepts TCP
+//!   but does not answer the hello within `WARPSOCK_HELLO_TIMEOUT_MS` is not
+//!   warpsock: immediate fallback. Nothing is dropped silently: every path is
+//!   counted, and `WARPSOCK_STATS=1` prints the counters on stderr at exit.
+//!   At exit, queued datagrams get `WARPSOCK_LINGER_MS` to reach the kernel.
+//! * **Readiness.** The descriptor number the program holds is one end of an
+//!   AF_UNIX stream socketpair. The progress thread writes a doorbell byte to
+//!   the other end when datagrams arrive over TCP or the hidden kernel UDP
+//!   socket becomes readable, and receive calls drain the doorbells when
+//!   nothing is left. So poll, ppoll, select, pselect and epoll (level and
+//!   edge triggered, one wake-up per arriving batch) work on the program's
+//!   own descriptor set, unchanged. Socket options, names and ioctls are
+//!   forwarded to the hidden UDP socket.
+//! * **Transport control.** Offload connections get `TCP_NODELAY`, the
+//!   congestion control `WARPSOCK_TCP_CONGESTION` (default `bbr`; empty keeps
+//!   the kernel default; a failure keeps it too and is counted) and, with
+//!   `WARPSOCK_PACING_RATE` (bytes/s), `SO_MAX_PACING_RATE`. The program's own
+//!   TCP sockets are never touched.
+//! * **Sender batching.** A send on an idle connection is written at once
+//!   (header and payload in one `sendmsg`); while the connection has unsent
+//!   bytes, datagrams are appended to its buffer and the progress thread
+//!   writes them in large batches. Buffers are bounded (`WARPSOCK_SNDBUF` per
+//!   connection, `WARPSOCK_RCVBUF` per socket; a full receive queue stops
+//!   reading, so TCP flow control slows the sender instead of losing data).
+//!
+//! ## Wire format on an offload connection
+//!
+//! All integers big endian.
+//!
+//! ```text
+//! acceptor → connector, once:  "WSUA" | version (1) | 3 reserved bytes (0)
+//! connector → acceptor, once:  "WSUD" | version (1) | reserved (0) | UDP source port (u16)
+//! then both ways, per datagram: length (u32, ≤ 65535) | payload
+//! ```
+//!
+//! The acceptor speaks first so a connector never sends a byte to a TCP
+//! service that is not warpsock. The preamble names the sender's UDP port:
+//! the TCP source port is ephemeral, and the receiver reports
+//! (TCP peer address, preamble port) as the datagram's source.
+//!
+//! ## Configuration
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `WARPSOCK_UDP_OFFLOAD` | `1` turns the layer on | off |
+//! | `WARPSOCK_UDP_PORTS` | ports offloaded, e.g. `5001,9000-9100` | all |
+//! | `WARPSOCK_UDP_EXCLUDE_PORTS` | ports never offloaded | `53` |
+//! | `WARPSOCK_UDP_ADDRS` | destination prefixes offloaded, e.g. `127.0.0.0/8,::1` | all unicast |
+//! | `WARPSOCK_TCP_PORT_OFFSET` | TCP port = UDP port + offset | `0` |
+//! | `WARPSOCK_TCP_CONGESTION` | congestion control of offload connections | `bbr` |
+//! | `WARPSOCK_PACING_RATE` | `SO_MAX_PACING_RATE` in bytes/s | unset |
+//! | `WARPSOCK_RETRIES`, `WARPSOCK_RETRY_MS` | connection retries, first back-off | `3`, `10` |
+//! | `WARPSOCK_CONNECT_TIMEOUT_MS`, `WARPSOCK_HELLO_TIMEOUT_MS` | set-up timeouts | `1000`, `500` |
+//! | `WARPSOCK_FALLBACK_SECS` | how long a destination stays on kernel UDP | `10` |
+//! | `WARPSOCK_SNDBUF`, `WARPSOCK_RCVBUF` | buffer bounds in bytes | 4 MiB, 8 MiB |
+//! | `WARPSOCK_LINGER_MS` | exit waits this long for queued datagrams | `2000` |
+//! | `WARPSOCK_STATS` | `1` prints the counters on stderr at exit | off |
+//!
+//! ## Limits
+//!
+//! * Calls that bypass libc (raw `syscall`, io_uring) on an offloaded socket
+//!   see the AF_UNIX end, not a UDP socket.
+//! * After `fork`, offloaded sockets stay offloaded in the parent; in the
+//!   child they become plain kernel UDP sockets (datagrams arriving over TCP
+//!   are received by the parent). Before `execve`/`execv`/`execvp`/`execvpe`
+//!   inherited offloaded sockets become plain kernel UDP sockets; the
+//!   variadic `execl*` and `posix_spawn` are not interposed.
+//! * Ancillary data (`IP_PKTINFO`, timestamps) is only delivered for
+//!   datagrams that arrive by kernel UDP; `recvmmsg`'s timeout is not applied
+//!   per entry.
+//! * Accepted connections feed the socket that owns the listener; a socket
+//!   that connects gives its TCP port back so that a socket bound to the same
+//!   port later can listen (the iperf/socat server pattern).
+
+mod config;
+mod engine;
+mod fdtable;
+mod frame;
+pub mod interpose;
+mod real;
+mod sock;
+mod stats;
+mod sys;
+
+/// Waits (at most `WARPSOCK_LINGER_MS`) until every datagram handed to a
+/// connection has reached the kernel: before exit and exec.
+pub(crate) fn linger() {
+    if let Some(eng) = engine::current() {
+        let start = std::time::Instant::now();
+        while eng.busy() && start.elapsed() < config::get().linger {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+// The handlers are only referenced from `.init_array`, which unit tests lack.
+#[cfg_attr(test, allow(dead_code))]
+mod init {
+    use crate::{config, engine, fdtable, interpose, stats};
+
+    extern "C" fn fork_prepare() {
+        fdtable::fork_prepare();
+    }
+
+    extern "C" fn fork_parent() {
+        fdtable::fork_release();
+    }
+
+    extern "C" fn fork_child() {
+        fdtable::fork_release();
+        engine::forget_after_fork();
+        interpose::demote_all(false);
+    }
+
+    extern "C" fn at_exit() {
+        let _ = std::panic::catch_unwind(|| {
+            let cfg = config::get();
+            crate::linger();
+            if cfg.stats {
+                eprint!("{}", stats::report());
+            }
+        });
+    }
+
+    extern "C" fn init() {
+        let _ = std::panic::catch_unwind(|| {
+            let cfg = config::get();
+            if cfg.enabled || cfg.stats {
+                // SAFETY: registering plain extern "C" handlers that never unwind.
+                unsafe {
+                    libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+                    libc::atexit(at_exit);
+                }
+            }
+        });
+    }
+
+    /// Runs `init` when the library is loaded.
+    #[cfg(not(test))]
+    #[used]
+    #[link_section = ".init_array"]
+    static INIT: extern "C" fn() = init;
+}

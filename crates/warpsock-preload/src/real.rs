@@ -1,0 +1,88 @@
+//! The real libc entry points, resolved lazily with `dlsym(RTLD_NEXT, ...)`.
+//!
+//! Every function the library interposes is re-exported here under the same
+//! name; the library itself only ever calls these, never the interposed
+//! symbols, so its own system calls cannot recurse into the shim.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::{c_char, c_int, c_ulong, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
+
+/// Looks `name` (NUL-terminated) up in the objects loaded after this one.
+/// Aborts the process if libc does not define it: nothing sensible can be done
+/// without the real function, and unwinding across C callers is not allowed.
+fn resolve(name: &'static str) -> usize {
+    // SAFETY: `name` is a NUL-terminated static string; dlsym has no other
+    // preconditions.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast::<c_char>()) };
+    if p.is_null() {
+        let msg = b"warpsock-preload: dlsym(RTLD_NEXT) failed for a libc symbol\n";
+        // SAFETY: writing a static buffer to stderr, then aborting.
+        unsafe {
+            libc::syscall(libc::SYS_write, 2, msg.as_ptr(), msg.len());
+            libc::abort();
+        }
+    }
+    p as usize
+}
+
+macro_rules! real_fns {
+    ($( $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty; )*) => {
+        $(
+            #[doc = concat!("The real `", stringify!($name), "` from the next object in the lookup order.")]
+            ///
+            /// # Safety
+            /// Same contract as the libc function of that name.
+            #[allow(clippy::missing_safety_doc)]
+            pub(crate) unsafe fn $name($($arg: $ty),*) -> $ret {
+                static PTR: AtomicUsize = AtomicUsize::new(0);
+                let mut p = PTR.load(Ordering::Relaxed);
+                if p == 0 {
+                    p = resolve(concat!(stringify!($name), "\0"));
+                    PTR.store(p, Ordering::Relaxed);
+                }
+                // SAFETY: `p` is the address dlsym returned for this libc symbol,
+                // whose C prototype is the one spelled out here.
+                let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
+                // SAFETY: the caller upholds the libc contract of this function.
+                unsafe { f($($arg),*) }
+            }
+        )*
+    };
+}
+
+real_fns! {
+    socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
+    bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
+    connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
+    close(fd: c_int) -> c_int;
+    dup(fd: c_int) -> c_int;
+    dup2(old: c_int, new: c_int) -> c_int;
+    dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
+    fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int;
+    ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int;
+    read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t;
+    write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t;
+    readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t;
+    writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t;
+    recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t;
+    recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t;
+    recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t;
+    recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int;
+    send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t;
+    sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const sockaddr, alen: socklen_t) -> ssize_t;
+    sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t;
+    sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int;
+    getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int;
+    setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
+    shutdown(fd: c_int, how: c_int) -> c_int;
+    __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t;
+    __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int) -> ssize_t;
+    __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t;
+    execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+    execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
+    execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+}

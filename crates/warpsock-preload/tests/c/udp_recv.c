@@ -1,0 +1,37 @@
+/* udp_recv PORT COUNT SIZE TIMEOUT_MS: receives on 127.0.0.1:PORT until
+ * COUNT distinct datagrams of SIZE bytes have arrived or no datagram came
+ * for TIMEOUT_MS. Prints "received N dup D bad B" and exits 0 iff every
+ * datagram arrived exactly once, intact. Prints "ready" once bound. */
+#include "common.h"
+
+int main(int argc, char **argv) {
+    int port = port_arg(argc, argv, 1);
+    int count = atoi(argv[2]), size = atoi(argv[3]), timeout = atoi(argv[4]);
+    int r = udp_bound(port);
+    set_rcvtimeo(r, timeout);
+    char *seen = calloc((size_t)count, 1);
+    static char buf[65536];
+    int got = 0, dup = 0, bad = 0;
+    printf("ready\n");
+    fflush(stdout);
+    while (got < count) {
+        ssize_t k = recv(r, buf, sizeof buf, 0);
+        if (k < 0) break;
+        int seq;
+        memcpy(&seq, buf, sizeof seq);
+        int ok = k == size && seq >= 0 && seq < count;
+        for (int i = 4; ok && i < size; i++) ok = buf[i] == (char)i;
+        if (!ok) {
+            bad++;
+            continue;
+        }
+        if (seen[seq]) {
+            dup++;
+            continue;
+        }
+        seen[seq] = 1;
+        got++;
+    }
+    printf("received %d dup %d bad %d\n", got, dup, bad);
+    return got == count && dup == 0 && bad == 0 ? 0 : 1;
+}

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Unmodified Debian programs under the UDP offload preload (issue 6), on
+# 127.0.0.1 only, every run bounded by `timeout`:
+#   - iperf 2 UDP, preloaded client and server: every datagram over TCP, none lost
+#   - iperf 2 UDP, preloaded client -> plain server: falls back to kernel UDP
+#   - iperf 2 UDP, plain client -> preloaded server: kernel path of an offloaded socket
+#   - sockperf UDP ping-pong, both preloaded: replies travel back over the connection
+#   - socat UDP relay, all three preloaded: every datagram relayed over TCP
+# Servers are stopped by pid. Takes well under a minute.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+scripts/ensure-pkgs.sh iperf sockperf socat >/dev/null
+
+cargo build --release -p warpsock-preload --quiet
+TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+SO="$TARGET_DIR/release/libwarpsock_preload.so"
+[ -f "$SO" ] || { echo "test-preload: $SO not built" >&2; exit 1; }
+
+WORK="$(mktemp -d /tmp/warpsock-test-preload.XXXXXX)"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() { echo "test-preload: FAIL: $*" >&2; exit 1; }
+pass() { echo "test-preload: ok: $*"; PASSED=$((PASSED + 1)); }
+PASSED=0
+
+# A port free for UDP and TCP on 127.0.0.1.
+free_port() {
+    python3 - <<'EOF'
+import random, socket
+while True:
+    p = random.randint(20000, 45000)
+    try:
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("127.0.0.1", p))
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM); t.bind(("127.0.0.1", p))
+        u.close(); t.close(); print(p); break
+    except OSError:
+        pass
+EOF
+}
+
+# Prefix: run a command with the preload on and counters printed at exit
+# (an array, not a function, so that a background server's pid is the
+# program's own pid).
+PRE=(env LD_PRELOAD="$SO" WARPSOCK_UDP_OFFLOAD=1 WARPSOCK_STATS=1)
+
+# stat FILE NAME: a counter from the stats report in FILE (0 if absent).
+stat() { awk -v k="$2" '$1 == k { s += $2 } END { print s + 0 }' "$1"; }
+
+# Starts a background server; records its pid.
+start() { "$@" & PIDS+=($!); }
+
+# Stops the last started server by pid (SIGTERM, so it exits through atexit).
+stop_last() {
+    local p="${PIDS[-1]}"
+    kill -TERM "$p" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+    unset 'PIDS[-1]'
+}
+
+wait_udp_port() {
+    for _ in $(seq 50); do
+        ss -Hlun "sport = :$1" 2>/dev/null | grep -q . && return 0
+        sleep 0.1
+    done
+    fail "nothing bound UDP port $1"
+}
+
+# iperf 2's server report printed by the client: "... lost/total (x%)".
+iperf_lost_total() {
+    awk '/Server Report/ { on = 1 } on && match($0, /[0-9]+\/ *[0-9]+ +\(/) {
+        s = substr($0, RSTART, RLENGTH); gsub(/[ (]/, "", s); print s; exit }' "$1"
+}
+
+# --- iperf 2, both preloaded ---------------------------------------------------
+P=$(free_port)
+start "${PRE[@]}" iperf -s -u -B 127.0.0.1 -p "$P" >"$WORK/is1.out" 2>"$WORK/is1.err"
+wait_udp_port "$P"
+timeout 30 "${PRE[@]}" \
+    iperf -c 127.0.0.1 -u -p "$P" -b 400M -l 1470 -t 3 >"$WORK/ic1.out" 2>"$WORK/ic1.err" \
+    || fail "iperf client (preloaded both) exited $?"
+stop_last
+lt=$(iperf_lost_total "$WORK/ic1.out")
+[ -n "$lt" ] || { cat "$WORK/ic1.out" "$WORK/ic1.err" >&2; fail "iperf (preloaded both): no server report"; }
+lost=${lt%/*}; total=${lt#*/}
+[ "$lost" -eq 0 ] || fail "iperf (preloaded both): $lost of $total datagrams lost"
+[ "$total" -gt 10000 ] || fail "iperf (preloaded both): only $total datagrams"
+sent=$(stat "$WORK/ic1.err" tx_tcp_dgrams)
+[ "$sent" -ge "$total" ] || fail "iperf (preloaded both): client sent $sent over TCP, server counted $total"
+[ "$(stat "$WORK/ic1.err" fallbacks)" -eq 0 ] || fail "iperf (preloaded both): client fell back"
+[ "$(stat "$WORK/is1.err" rx_tcp_dgrams)" -ge "$total" ] || fail "iperf server did not receive over TCP"
+pass "iperf2 UDP preloaded both sides: $total datagrams over TCP, 0 lost"
+
+# --- iperf 2, preloaded client -> plain server ------------------------------------
+P=$(free_port)
+start iperf -s -u -B 127.0.0.1 -p "$P" >"$WORK/is2.out" 2>&1
+wait_udp_port "$P"
+timeout 30 "${PRE[@]}" \
+    iperf -c 127.0.0.1 -u -p "$P" -b 50M -l 1470 -t 2 >"$WORK/ic2.out" 2>"$WORK/ic2.err" \
+    || fail "iperf client (preloaded -> plain) exited $?"
+stop_last
+lt=$(iperf_lost_total "$WORK/ic2.out")
+[ -n "$lt" ] || { cat "$WORK/ic2.out" "$WORK/ic2.err" >&2; fail "iperf (preloaded -> plain): no server report"; }
+lost=${lt%/*}; total=${lt#*/}
+[ "$total" -gt 1000 ] || fail "iperf (preloaded -> plain): only $total datagrams"
+[ "$lost" -le $((total / 100)) ] || fail "iperf (preloaded -> plain): $lost of $total lost"
+[ "$(stat "$WORK/ic2.err" fallbacks)" -ge 1 ] || fail "iperf (preloaded -> plain): no fallback counted"
+[ "$(stat "$WORK/ic2.err" tx_lost)" -eq 0 ] || fail "iperf (preloaded -> plain): datagrams lost by the layer"
+pass "iperf2 UDP preloaded client -> plain server: fell back to kernel UDP, $lost/$total lost"
+
+# --- iperf 2, plain client -> preloaded server ------------------------------------
+P=$(free_port)
+start "${PRE[@]}" iperf -s -u -B 127.0.0.1 -p "$P" >"$WORK/is3.out" 2>"$WORK/is3.err"
+wait_udp_port "$P"
+timeout 30 iperf -c 127.0.0.1 -u -p "$P" -b 50M -l 1470 -t 2 >"$WORK/ic3.out" 2>&1 \
+    || fail "iperf client (plain -> preloaded) exited $?"
+stop_last
+lt=$(iperf_lost_total "$WORK/ic3.out")
+[ -n "$lt" ] || fail "iperf (plain -> preloaded): no server report"
+lost=${lt%/*}; total=${lt#*/}
+[ "$total" -gt 1000 ] || fail "iperf (plain -> preloaded): only $total datagrams"
+[ "$lost" -le $((total / 100)) ] || fail "iperf (plain -> preloaded): $lost of $total lost"
+[ "$(stat "$WORK/is3.err" rx_kernel_dgrams)" -ge "$((total - lost))" ] \
+    || fail "iperf (plain -> preloaded): server did not count kernel datagrams"
+pass "iperf2 UDP plain client -> preloaded server: $((total - lost)) datagrams by the kernel path"
+
+# --- sockperf ping-pong, both preloaded ------------------------------------------
+P=$(free_port)
+start "${PRE[@]}" sockperf sr -i 127.0.0.1 -p "$P" >"$WORK/ss.out" 2>"$WORK/ss.err"
+wait_udp_port "$P"
+timeout 30 "${PRE[@]}" \
+    sockperf pp -i 127.0.0.1 -p "$P" -m 64 -t 2 >"$WORK/sc.out" 2>"$WORK/sc.err" \
+    || fail "sockperf ping-pong exited $?"
+stop_last
+grep -q 'Summary: Latency is' "$WORK/sc.out" || { cat "$WORK/sc.out" >&2; fail "sockperf: no latency summary"; }
+grep -qE 'dropped messages = 0;' "$WORK/sc.out" || fail "sockperf: dropped messages"
+rx=$(stat "$WORK/sc.err" rx_tcp_dgrams)
+[ "$rx" -gt 1000 ] || fail "sockperf: only $rx replies over TCP"
+[ "$(stat "$WORK/sc.err" fallbacks)" -eq 0 ] || fail "sockperf: fell back"
+pass "sockperf UDP ping-pong preloaded: $rx replies over TCP, $(grep -o 'Latency is [0-9.]* usec' "$WORK/sc.out")"
+
+# --- socat UDP relay, all preloaded ------------------------------------------------
+P1=$(free_port); P2=$(free_port)
+start "${PRE[@]}" socat -u "UDP-RECV:$P2,bind=127.0.0.1" "OPEN:$WORK/relayed,creat,append" 2>"$WORK/sr.err"
+wait_udp_port "$P2"
+start "${PRE[@]}" socat -u "UDP-RECV:$P1,bind=127.0.0.1" "UDP-SENDTO:127.0.0.1:$P2" 2>"$WORK/relay.err"
+wait_udp_port "$P1"
+N=100
+for i in $(seq $N); do
+    printf 'datagram %03d\n' "$i" | timeout 10 env LD_PRELOAD="$SO" WARPSOCK_UDP_OFFLOAD=1 \
+        socat -u STDIN "UDP-SENDTO:127.0.0.1:$P1" || fail "socat sender $i exited $?"
+done
+for _ in $(seq 50); do [ "$(wc -l <"$WORK/relayed" 2>/dev/null || echo 0)" -ge $N ] && break; sleep 0.1; done
+stop_last   # relay
+stop_last   # receiver
+got=$(sort -u "$WORK/relayed" | wc -l)
+[ "$got" -eq $N ] || fail "socat relay: $got of $N datagrams arrived"
+[ "$(wc -l <"$WORK/relayed")" -eq $N ] || fail "socat relay: duplicates"
+[ "$(stat "$WORK/relay.err" rx_tcp_dgrams)" -eq $N ] || fail "socat relay: not received over TCP"
+[ "$(stat "$WORK/relay.err" tx_tcp_dgrams)" -eq $N ] || fail "socat relay: not forwarded over TCP"
+pass "socat UDP relay preloaded: $N datagrams in and out over TCP"
+
+echo "test-preload: $PASSED passed, 0 failed"
