@@ -249,7 +249,15 @@ fn zero_length_write_needs_no_stag() {
 #[test]
 fn untagged_errors() {
     // (label, header fields, posted receive length, expected control, recv status)
-    type Case = (&'static str, u32, u32, u32, Option<u32>, [u8; 2], Option<WcStatus>);
+    type Case = (
+        &'static str,
+        u32,
+        u32,
+        u32,
+        Option<u32>,
+        [u8; 2],
+        Option<WcStatus>,
+    );
     let cases: [Case; 5] = [
         (
             "bad qn",
@@ -543,4 +551,23 @@ fn markers_with_a_bad_fpduptr() {
     // Our own transmit has no markers (the peer did not ask for them).
     assert_eq!(&out[..2], &[0, 22]);
     assert_eq!(&out[20..24], &[0x20, 0x03, 0, 0]);
+}
+
+#[test]
+fn ulpdu_shorter_than_its_header() {
+    let mut p = responder(true, 4);
+    let mut f = Vec::new();
+    fpdu::emit(&[&[0x41, 0x43, 0, 0, 0]], true, &mut f);
+    p.feed(&f);
+    p.expect_terminate(&[0x10, 0x00, 0x00, 0x00]);
+}
+
+#[test]
+fn read_request_with_payload() {
+    let mut p = responder(false, 4);
+    let body = [0u8; 28 + 8];
+    let f = p.fpdu(untagged(Opcode::RdmaReadRequest, 1, 1, 0, 0), &body);
+    p.feed(&f);
+    // siw drops such a stream; we say why first (catastrophic, stream).
+    p.expect_terminate(&with_ddp([0x02, 0x07], &f, 18));
 }

@@ -227,7 +227,7 @@ fn wireshark_decodes_every_fpdu_with_good_crc() {
             .unwrap();
     }
     p.run();
-    assert_eq!(&p.a.mem(sink)[..], &pattern(9000, 2)[..6000]);
+    assert_eq!(p.a.mem(sink), &pattern(9000, 2)[..6000]);
     // End with a Terminate from the responder (a Write to a bad STag).
     p.a.conn
         .post_send(SendWr {

@@ -388,7 +388,7 @@ impl Connection {
 
     /// Maps a header parse error to the Terminate RFC 5040/5041 and siw
     /// (`siw_get_hdr`) prescribe. Version and opcode errors attach nothing.
-    pub(super) fn terminate_for_wire_error(&mut self, e: WireError, segment_len: u16, raw: &[u8]) {
+    pub(super) fn terminate_for_wire_error(&mut self, e: WireError) {
         let code = match e {
             WireError::BadDdpVersion { tagged: true, .. } => TermCode::DDP_TAGGED_INVALID_VERSION,
             WireError::BadDdpVersion { tagged: false, .. } => {
@@ -398,18 +398,9 @@ impl Connection {
             WireError::UnknownOpcode(_) | WireError::OpcodeModelMismatch { .. } => {
                 TermCode::RDMAP_UNEXPECTED_OPCODE
             }
-            _ => {
-                // A ULPDU too short for its own header: the stream is not
-                // DDP any more.
-                let hdr_len = raw.len().min(ddp::MAX_HDR_LEN);
-                return self.send_terminate(
-                    TermCode::DDP_LOCAL_CATASTROPHIC,
-                    Attach::Ddp {
-                        segment_len,
-                        header: &raw[..hdr_len],
-                    },
-                );
-            }
+            // A ULPDU too short for its own header: the stream is no
+            // longer DDP.
+            _ => TermCode::DDP_LOCAL_CATASTROPHIC,
         };
         self.send_terminate(code, Attach::Nothing);
     }

@@ -198,7 +198,11 @@ impl Connection {
             Phase::Header | Phase::Trailer => RxStep::Bytes((rx.want - rx.buf.len()).min(room)),
             Phase::Skip => RxStep::Bytes((rx.payload_len - rx.payload_done).min(room)),
             Phase::Payload => {
-                let t = rx.targets[rx.target_idx];
+                let Some(&t) = rx.targets.get(rx.target_idx) else {
+                    // Targets always cover the payload (checked on the
+                    // header); never index past them.
+                    return RxStep::Closed;
+                };
                 let left_in_target = (t.len - rx.target_off) as usize;
                 let len = left_in_target
                     .min(rx.payload_len - rx.payload_done)
@@ -304,7 +308,13 @@ impl Connection {
         let mut off = 0;
         while off < data.len() {
             match self.rx_step() {
-                RxStep::Bytes(_) => off += self.rx_bytes(&data[off..], reg),
+                RxStep::Bytes(_) => {
+                    let n = self.rx_bytes(&data[off..], reg);
+                    if n == 0 {
+                        break;
+                    }
+                    off += n;
+                }
                 RxStep::Place(r) => {
                     let n = (r.len as usize).min(data.len() - off);
                     match reg.slice_mut(r.stag, r.offset, n) {
@@ -398,8 +408,7 @@ impl Connection {
             let hdr = match SegmentHeader::parse(&rx.buf[2..]) {
                 Ok(h) => h,
                 Err(e) => {
-                    let raw = rx.buf[2..].to_vec();
-                    self.terminate_for_wire_error(e, seg_len, &raw);
+                    self.terminate_for_wire_error(e);
                     self.rx.phase = Phase::Discard;
                     return;
                 }
