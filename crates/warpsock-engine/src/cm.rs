@@ -211,9 +211,13 @@ impl<'a> QpInit<'a> {
         Ok(())
     }
 
-    fn create(&self, conn: Connection, sock: TcpStream, events: Vec<Event>) -> Result<Qp, CmError> {
-        let local = sock.local_addr().map_err(CmError::Io)?;
-        let peer = sock.peer_addr().map_err(CmError::Io)?;
+    fn create(
+        &self,
+        conn: Connection,
+        sock: TcpStream,
+        events: Vec<Event>,
+        (local, peer): (SocketAddr, SocketAddr),
+    ) -> Result<Qp, CmError> {
         let inner = &self.pd.sh.inner;
         let qi = inner
             .add_qp(conn, sock, events, self.send_cq.id, self.recv_cq.id)
@@ -466,13 +470,18 @@ pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmErr
         }
     }
     let sock = sock.ok_or(last)?;
+    // Addresses now: a peer that resets right after setup makes them fail.
+    let addrs = (
+        sock.local_addr().map_err(CmError::Io)?,
+        sock.peer_addr().map_err(CmError::Io)?,
+    );
     opts.tcp.apply(&sock).map_err(CmError::Io)?;
     let mss = sys::tcp_mss(sock.as_raw_fd()).unwrap_or(1448);
     let mut conn = Connection::new(opts.config(Role::Initiator, init.pd, mss), Instant::now());
     init.post_initial(&mut conn)?;
     let mut events = Vec::new();
     match drive_mpa(&sock, &mut conn, &mut events, None)? {
-        MpaDone::Established => init.create(conn, sock, events),
+        MpaDone::Established => init.create(conn, sock, events, addrs),
         MpaDone::Request(_) => Err(CmError::Mpa(ConnectError::Eof)),
     }
 }
@@ -532,6 +541,7 @@ impl Listener {
         };
         sock.set_nonblocking(false).map_err(CmError::Io)?;
         sock.set_nodelay(true).map_err(CmError::Io)?;
+        let local = sock.local_addr().map_err(CmError::Io)?;
         // A throwaway responder reads the Request; the real connection is
         // built with the application's options when it accepts.
         let mut reg: Registry<Mem> = Registry::new();
@@ -543,6 +553,7 @@ impl Listener {
         match drive_mpa(&sock, &mut probe, &mut events, Some(&mut raw))? {
             MpaDone::Request(request) => Ok(ConnectRequest {
                 sock,
+                local,
                 peer,
                 raw,
                 request,
@@ -569,6 +580,7 @@ impl Listener {
 #[derive(Debug)]
 pub struct ConnectRequest {
     sock: TcpStream,
+    local: SocketAddr,
     peer: SocketAddr,
     raw: Vec<u8>,
     request: warpsock_proto::ConnectRequest,
@@ -625,7 +637,8 @@ impl ConnectRequest {
         while let Some(e) = conn.poll_event() {
             events.push(e);
         }
-        init.create(conn, self.sock, events)
+        let addrs = (self.local, self.peer);
+        init.create(conn, self.sock, events, addrs)
     }
 
     /// Rejects: sends an MPA Reply with the Reject bit and `private_data`

@@ -308,12 +308,9 @@ impl Peer {
                 }
             }
         });
-        let addr = match rx.recv_timeout(LIMIT) {
-            Ok(a) => a,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("peer process did not start listening");
-            }
+        let Ok(addr) = rx.recv_timeout(LIMIT) else {
+            let _ = child.kill();
+            panic!("peer process did not start listening");
         };
         Self { child, addr }
     }
