@@ -412,6 +412,24 @@ impl QpSlot {
         if !self.dead {
             self.rx(reg);
             self.collect(cqs);
+        }
+        self.service_tx(token, reg, cqs, epoll);
+        self.events.len() != before || cq_lens(cqs, self.send_cq, self.recv_cq) != cq_before
+    }
+
+    /// Transmit-only progress (after a post): no receive attempt, so a
+    /// post costs one `sendmsg` at most. Returns whether completions or
+    /// events were produced.
+    pub(crate) fn service_tx(
+        &mut self,
+        token: u64,
+        reg: &Registry<Mem>,
+        cqs: &mut [Option<CqSlot>],
+        epoll: &Epoll,
+    ) -> bool {
+        let before = self.events.len();
+        let cq_before = cq_lens(cqs, self.send_cq, self.recv_cq);
+        if !self.dead {
             self.tx(reg, cqs);
             if self.conn.wants_close()
                 && self.txq.is_empty()

@@ -123,7 +123,12 @@ impl Inner {
 
     /// Transmit progress for one queue pair right after a post.
     fn kick(&self, st: &mut State, qi: usize) {
-        if st.service(qi, &self.epoll) && self.progress == Progress::Thread {
+        let State { reg, qps, cqs, .. } = st;
+        let changed = match qps.get_mut(qi) {
+            Some(Some(q)) => q.service_tx(qi as u64, reg, cqs, &self.epoll),
+            _ => false,
+        };
+        if changed && self.progress == Progress::Thread {
             self.cv.notify_all();
         }
     }
