@@ -13,27 +13,33 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The cdylib cargo built for this test run (target/<profile>/), or one
-/// built on demand into this run's target directory.
+/// The cdylib cargo built for this test run (target/<profile>/deps/, where
+/// `cargo test` puts it because the package also has an rlib), or one built
+/// on demand into a directory of this run's own.
 fn preload_so() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
     SO.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/preload-xxxx → target/<profile>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let so = profile_dir.join("libwarpsock_preload.so");
-        if !so.exists() {
-            let target_dir = profile_dir.parent().expect("target dir");
-            let st = Command::new(env!("CARGO"))
-                .args(["build", "-p", "warpsock-preload", "--target-dir"])
-                .arg(target_dir)
-                .status()
-                .expect("run cargo build");
-            assert!(st.success(), "cargo build -p warpsock-preload failed");
+        // target/<profile>/deps/preload-xxxx
+        let deps = exe.parent().expect("target/<profile>/deps");
+        let name = "libwarpsock_preload.so";
+        for so in [
+            deps.join(name),
+            deps.parent().expect("target/<profile>").join(name),
+        ] {
+            if so.exists() {
+                return so;
+            }
         }
+        let own = Path::new(env!("CARGO_TARGET_TMPDIR")).join("preload-build");
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "warpsock-preload", "--target-dir"])
+            .arg(&own)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build");
+        assert!(st.success(), "cargo build -p warpsock-preload failed");
+        let so = own.join("debug").join(name);
         assert!(so.exists(), "{} not found", so.display());
         so
     })
