@@ -1,0 +1,252 @@
+//! Result codes, their messages, and the per-thread detail of the last
+//! failure. Modelled on rustls-ffi `error.rs`.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr};
+use std::io;
+
+use warpsock_engine::{CmError, PostError};
+
+use crate::ffi::{try_out, try_out_buf, OutBuf};
+use crate::panic::ffi_panic_boundary;
+
+/// The outcome of a warpsock call. `WARPSOCK_RESULT_OK` (0) is success;
+/// everything else is an error whose text `warpsock_result_str` and
+/// `warpsock_result_message` give. The numeric values are stable; related
+/// codes share a hundred (1xx sockets and addresses, 2xx connection
+/// setup, 3xx posting work requests, 4xx memory regions), leaving room for
+/// new codes in each group.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum warpsock_result {
+    /// Success.
+    Ok = 0,
+    /// A required pointer argument was NULL.
+    NullParameter = 1,
+    /// An argument had a value outside its allowed set or range (unknown
+    /// enum value, address string that is not UTF-8, ...).
+    InvalidParameter = 2,
+    /// The output buffer is too small; nothing was written.
+    InsufficientSize = 3,
+    /// warpsock panicked (a bug): the call did nothing reliable.
+    Panic = 4,
+    /// A socket or system error (see `warpsock_last_error_detail`).
+    Io = 100,
+    /// The address did not resolve or has no usable entry.
+    AddressResolve = 101,
+    /// The address to listen on is already in use.
+    AddressInUse = 102,
+    /// Nothing accepts connections at that address and port.
+    ConnectionRefused = 200,
+    /// No route to the host or network.
+    Unreachable = 201,
+    /// A setup step (TCP connect, TCP accept, MPA request or reply) did
+    /// not finish in time.
+    Timeout = 202,
+    /// The responder rejected the connection.
+    Rejected = 203,
+    /// MPA negotiation failed (malformed frame, incompatible options, or
+    /// the connection closed during setup).
+    MpaFailed = 204,
+    /// Private data longer than `WARPSOCK_MAX_PRIVATE_DATA` bytes.
+    PrivateDataTooLong = 205,
+    /// The protection domain and completion queues come from different
+    /// contexts.
+    ContextMismatch = 206,
+    /// The work queue is at its configured depth.
+    QueueFull = 300,
+    /// The work request is malformed (unknown opcode, a Read with more
+    /// than one scatter element, a message above 2^32 - 1 bytes).
+    InvalidWorkRequest = 301,
+    /// An offset and length reach outside the memory region.
+    OutOfBounds = 400,
+    /// Locking the region's pages in RAM (`mlock`) failed.
+    MemoryLock = 401,
+}
+
+impl warpsock_result {
+    /// Every code, in numeric order.
+    pub const ALL: &'static [Self] = &[
+        Self::Ok,
+        Self::NullParameter,
+        Self::InvalidParameter,
+        Self::InsufficientSize,
+        Self::Panic,
+        Self::Io,
+        Self::AddressResolve,
+        Self::AddressInUse,
+        Self::ConnectionRefused,
+        Self::Unreachable,
+        Self::Timeout,
+        Self::Rejected,
+        Self::MpaFailed,
+        Self::PrivateDataTooLong,
+        Self::ContextMismatch,
+        Self::QueueFull,
+        Self::InvalidWorkRequest,
+        Self::OutOfBounds,
+        Self::MemoryLock,
+    ];
+
+    /// The code with numeric value `n`, if there is one.
+    pub fn from_u32(n: u32) -> Option<Self> {
+        Self::ALL.iter().copied().find(|r| *r as u32 == n)
+    }
+
+    /// What the code means.
+    pub fn message(self) -> &'static CStr {
+        match self {
+            Self::Ok => c"success",
+            Self::NullParameter => c"a required pointer argument was NULL",
+            Self::InvalidParameter => c"an argument is outside its allowed values",
+            Self::InsufficientSize => c"the output buffer is too small",
+            Self::Panic => c"internal error: warpsock panicked (please report this bug)",
+            Self::Io => c"socket or system error",
+            Self::AddressResolve => c"the address does not resolve",
+            Self::AddressInUse => c"the address is already in use",
+            Self::ConnectionRefused => {
+                c"connection refused: nothing is listening at that address and port"
+            }
+            Self::Unreachable => c"the host or network is unreachable",
+            Self::Timeout => c"connection setup timed out",
+            Self::Rejected => c"the peer rejected the connection",
+            Self::MpaFailed => c"MPA negotiation failed",
+            Self::PrivateDataTooLong => c"private data is longer than 251 bytes",
+            Self::ContextMismatch => {
+                c"the protection domain and completion queues belong to different contexts"
+            }
+            Self::QueueFull => c"the work queue is full",
+            Self::InvalidWorkRequest => c"malformed work request",
+            Self::OutOfBounds => c"offset and length reach outside the memory region",
+            Self::MemoryLock => c"cannot lock the memory region in RAM (mlock)",
+        }
+    }
+}
+
+/// Message for a number that is not a code.
+const UNKNOWN: &CStr = c"unknown warpsock result code";
+
+thread_local! {
+    /// Text of the last failure on this thread.
+    static DETAIL: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Records `detail` as this thread's last failure and returns `code`.
+pub(crate) fn fail(code: warpsock_result, detail: impl std::fmt::Display) -> warpsock_result {
+    DETAIL.with(|d| {
+        let mut d = d.borrow_mut();
+        d.clear();
+        use std::fmt::Write as _;
+        let _ = write!(d, "{detail}");
+    });
+    code
+}
+
+/// The code for a connection-manager error (its text becomes the detail).
+pub(crate) fn cm_error(e: &CmError) -> warpsock_result {
+    let code = match e {
+        CmError::Resolve(_) => warpsock_result::AddressResolve,
+        CmError::Refused { .. } => warpsock_result::ConnectionRefused,
+        CmError::Unreachable { .. } => warpsock_result::Unreachable,
+        CmError::Timeout { .. } => warpsock_result::Timeout,
+        CmError::Rejected { .. } => warpsock_result::Rejected,
+        CmError::Mpa(_) => warpsock_result::MpaFailed,
+        CmError::PrivateDataTooLong { .. } => warpsock_result::PrivateDataTooLong,
+        CmError::ContextMismatch => warpsock_result::ContextMismatch,
+        CmError::Post(p) => return post_error(*p),
+        CmError::Io(io) => return io_error(io),
+        _ => warpsock_result::Io,
+    };
+    fail(code, e)
+}
+
+/// The code for a failed post.
+pub(crate) fn post_error(e: PostError) -> warpsock_result {
+    let code = match e {
+        PostError::QueueFull => warpsock_result::QueueFull,
+        _ => warpsock_result::InvalidWorkRequest,
+    };
+    fail(code, e)
+}
+
+/// The code for a system error.
+pub(crate) fn io_error(e: &io::Error) -> warpsock_result {
+    let code = match e.kind() {
+        io::ErrorKind::AddrInUse => warpsock_result::AddressInUse,
+        io::ErrorKind::AddrNotAvailable => warpsock_result::AddressResolve,
+        io::ErrorKind::ConnectionRefused => warpsock_result::ConnectionRefused,
+        io::ErrorKind::TimedOut => warpsock_result::Timeout,
+        _ => warpsock_result::Io,
+    };
+    fail(code, e)
+}
+
+/// Copies `text` into a `char` buffer of `len` bytes, cut to fit, always
+/// NUL-terminated (if `len > 0`); returns the bytes copied without the NUL.
+fn copy_text(text: &str, buf: &mut OutBuf<'_, u8>) -> usize {
+    let Some(room) = buf.len().checked_sub(1) else {
+        return 0;
+    };
+    let mut n = text.len().min(room);
+    while !text.is_char_boundary(n) {
+        n -= 1;
+    }
+    buf.copy_from(&text.as_bytes()[..n]);
+    buf.write(n, 0);
+    n
+}
+
+/// The message for `result` as a static NUL-terminated string (never
+/// NULL; an unknown number gives "unknown warpsock result code"). The
+/// string lives as long as the program.
+#[no_mangle]
+pub extern "C" fn warpsock_result_str(result: u32) -> *const c_char {
+    ffi_panic_boundary! {
+        warpsock_result::from_u32(result)
+            .map_or(UNKNOWN, warpsock_result::message)
+            .as_ptr()
+    }
+}
+
+/// Writes the message for `result` into `buf` (`len` bytes), cut to fit
+/// and NUL-terminated, and stores in `*out_n` the number of bytes written
+/// before the NUL. An unknown number gives "unknown warpsock result code".
+///
+/// Returns `WARPSOCK_RESULT_NULL_PARAMETER` if `out_n` is NULL, or `buf` is
+/// NULL while `len` is not 0.
+#[no_mangle]
+pub extern "C" fn warpsock_result_message(
+    result: u32,
+    buf: *mut c_char,
+    len: usize,
+    out_n: *mut usize,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let mut buf = try_out_buf!(buf.cast::<u8>(), len);
+        let out_n = try_out!(out_n);
+        let msg = warpsock_result::from_u32(result).map_or(UNKNOWN, warpsock_result::message);
+        out_n.write(copy_text(msg.to_str().unwrap_or_default(), &mut buf));
+        warpsock_result::Ok
+    }
+}
+
+/// Writes the detailed text of the last failure on the calling thread
+/// (which address, which setup step, the OS error, ...) into `buf` (`len`
+/// bytes), cut to fit and NUL-terminated, and stores the bytes written
+/// before the NUL in `*out_n`. Successful calls leave the text unchanged;
+/// it is empty until something fails. Argument errors (NULL pointers,
+/// invalid values) are reported by their code alone.
+#[no_mangle]
+pub extern "C" fn warpsock_last_error_detail(
+    buf: *mut c_char,
+    len: usize,
+    out_n: *mut usize,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let mut buf = try_out_buf!(buf.cast::<u8>(), len);
+        let out_n = try_out!(out_n);
+        let n = DETAIL.with(|d| copy_text(&d.borrow(), &mut buf));
+        out_n.write(n);
+        warpsock_result::Ok
+    }
+}

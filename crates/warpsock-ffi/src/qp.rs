@@ -1,0 +1,863 @@
+//! Queue pairs: configuration, connect, work requests, events.
+
+use std::ffi::c_char;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use warpsock_engine::{
+    connect, Event, Qp, QpInit, QpOptions, QpState, RecvWr, SendOp, SendWr, Sge, MAX_PRIVATE_DATA,
+};
+
+use crate::context::warpsock_pd;
+use crate::cq::warpsock_cq;
+use crate::error::{cm_error, fail, post_error, warpsock_result};
+use crate::ffi::{
+    slice_from, to_boxed_mut_ptr, try_cstr, try_from, try_mut_from_ptr, try_out, try_ref_from_ptr,
+    try_slice, try_take, Castable, OutBuf,
+};
+use crate::panic::ffi_panic_boundary;
+
+/// Largest private data in an MPA Request or Reply, in bytes (keeps the
+/// frame within Linux siw's limit).
+pub const WARPSOCK_MAX_PRIVATE_DATA: usize = 251;
+
+/// `warpsock_send_wr.send_flags` bit: report a completion when the request
+/// succeeds (errors are always reported).
+pub const WARPSOCK_SEND_SIGNALED: u32 = 1;
+/// `warpsock_send_wr.send_flags` bit: Send with Solicited Event.
+pub const WARPSOCK_SEND_SOLICITED: u32 = 2;
+
+/// A scatter/gather element: `length` bytes at `addr` of the local region
+/// whose lkey is `lkey` (`warpsock_mr_sge` builds one).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct warpsock_sge {
+    /// Address in the region (`warpsock_mr_addr` + offset).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// The region's `warpsock_mr_lkey`.
+    pub lkey: u32,
+}
+
+impl From<Sge> for warpsock_sge {
+    fn from(s: Sge) -> Self {
+        Self {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        }
+    }
+}
+
+impl From<&warpsock_sge> for Sge {
+    fn from(s: &warpsock_sge) -> Self {
+        Self {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        }
+    }
+}
+
+/// The operation of a send work request (`warpsock_send_wr.opcode`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum warpsock_wr_opcode {
+    /// RDMAP Send of the gather list into the peer's next posted receive.
+    Send = 0,
+    /// Send with Invalidate: also invalidates the peer's STag
+    /// `invalidate_rkey`.
+    SendWithInv = 1,
+    /// RDMA Write of the gather list to `remote_addr` in the peer's `rkey`.
+    RdmaWrite = 2,
+    /// RDMA Read from `remote_addr` in the peer's `rkey` into the (single)
+    /// local scatter element.
+    RdmaRead = 3,
+}
+
+/// A send-queue work request (Send, RDMA Write, RDMA Read).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct warpsock_send_wr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// A `warpsock_wr_opcode` value.
+    pub opcode: u32,
+    /// `WARPSOCK_SEND_*` bits.
+    pub send_flags: u32,
+    /// Local buffers: gather list for Send and Write, the one scatter
+    /// element for Read. Read only during the post call.
+    pub sg_list: *const warpsock_sge,
+    /// Number of elements in `sg_list`.
+    pub num_sge: usize,
+    /// Write and Read: the peer's tagged offset.
+    pub remote_addr: u64,
+    /// Write and Read: the peer's STag.
+    pub rkey: u32,
+    /// Send with Invalidate: the peer's STag to invalidate.
+    pub invalidate_rkey: u32,
+}
+
+/// A receive-queue work request: buffers an incoming Send is scattered
+/// into.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct warpsock_recv_wr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Local buffers. Read only during the post call.
+    pub sg_list: *const warpsock_sge,
+    /// Number of elements in `sg_list`.
+    pub num_sge: usize,
+}
+
+/// Queue pair state (`warpsock_qp_state`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum warpsock_qp_state {
+    /// Before MPA completes.
+    Idle = 0,
+    /// Ready to send and receive.
+    Rts = 1,
+    /// Graceful close in progress.
+    Closing = 2,
+    /// A Terminate was sent or received; draining.
+    Terminate = 3,
+    /// Dead; every request has been flushed.
+    Error = 4,
+}
+
+/// Kind of a connection event (`warpsock_event.kind`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum warpsock_event_kind {
+    /// No event is waiting.
+    None = 0,
+    /// The queue pair reached RTS (see `warpsock_qp_negotiated`).
+    Established = 1,
+    /// A Terminate was sent or received: `term_*` and `by_peer` say which
+    /// error and who sent it.
+    Terminated = 2,
+    /// The stream ended (local close or peer FIN); no more I/O.
+    Closed = 3,
+    /// An event this version of the C API has no kind for.
+    Other = 99,
+}
+
+/// A connection event of a queue pair (`warpsock_qp_poll_event`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct warpsock_event {
+    /// A `warpsock_event_kind` value.
+    pub kind: u32,
+    /// Terminated: the layer nibble (0 RDMAP, 1 DDP, 2 LLP).
+    pub term_layer: u8,
+    /// Terminated: the error type nibble.
+    pub term_etype: u8,
+    /// Terminated: the error code byte.
+    pub term_ecode: u8,
+    /// Terminated: the peer sent it (else we did).
+    pub by_peer: bool,
+}
+
+/// Peer-to-peer ready-to-receive message in use (`warpsock_negotiated.rtr`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum warpsock_rtr {
+    /// No peer-to-peer RTR.
+    None = 0,
+    /// Zero-length RDMA Write.
+    Write = 1,
+    /// Zero-length RDMA Read.
+    Read = 2,
+    /// Zero-length Send.
+    Send = 3,
+}
+
+/// What the MPA exchange settled (`warpsock_qp_negotiated`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct warpsock_negotiated {
+    /// MPA revision in use.
+    pub revision: u8,
+    /// CRC on in both directions.
+    pub crc: bool,
+    /// We insert markers into what we send.
+    pub markers_tx: bool,
+    /// The peer inserts markers into what it sends.
+    pub markers_rx: bool,
+    /// Inbound RDMA Read Requests accepted at once.
+    pub ird: u16,
+    /// Outbound RDMA Read Requests we may have outstanding.
+    pub ord: u16,
+    /// A `warpsock_rtr` value.
+    pub rtr: u32,
+    /// Length of the peer's private data (`warpsock_qp_peer_private_data`).
+    pub peer_private_data_len: usize,
+}
+
+/// Queue pair options and the receives to post before the connection goes
+/// live; passed to `warpsock_qp_connect` and `warpsock_conn_request_accept`
+/// and only read by them, so one configuration may serve many queue pairs.
+/// Not thread-safe: do not change it while another thread uses it.
+pub struct warpsock_qp_config {
+    _private: [u8; 0],
+}
+
+/// What a `warpsock_qp_config` holds.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct QpConfig {
+    pub(crate) options: QpOptions,
+    pub(crate) recvs: Vec<RecvWr>,
+}
+
+impl Castable for warpsock_qp_config {
+    type RustType = QpConfig;
+}
+
+/// A connected queue pair (one TCP connection). All functions on it may be
+/// called from any thread, except that `warpsock_qp_free` and
+/// `warpsock_qp_abort` must not race with other calls on it.
+pub struct warpsock_qp {
+    _private: [u8; 0],
+}
+
+impl Castable for warpsock_qp {
+    type RustType = Qp;
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// Creates a queue pair configuration with the defaults: send and receive
+/// queues of 1024, CRC off, no markers, IRD = ORD = 16, peer-to-peer RTR
+/// offered, no private data, 10 s connect and MPA timeouts, FPDUs sized to
+/// the TCP MSS, `TCP_NODELAY`, a 10 s `TCP_USER_TIMEOUT` and keepalive
+/// (5 s idle, 1 s interval, 5 probes). Free it with
+/// `warpsock_qp_config_free`.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_new(out: *mut *mut warpsock_qp_config) -> warpsock_result {
+    ffi_panic_boundary! {
+        let out = try_out!(out);
+        out.write(to_boxed_mut_ptr(QpConfig::default()));
+        warpsock_result::Ok
+    }
+}
+
+/// Frees a queue pair configuration (NULL is ignored).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_free(config: *mut warpsock_qp_config) {
+    ffi_panic_boundary! {
+        drop(try_take!(config));
+    }
+}
+
+/// Sets the send and receive queue depths (outstanding work requests).
+///
+/// Errors: `WARPSOCK_RESULT_INVALID_PARAMETER` if either is 0.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_set_depths(
+    config: *mut warpsock_qp_config,
+    sq_depth: usize,
+    rq_depth: usize,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let c = try_mut_from_ptr!(config);
+        if sq_depth == 0 || rq_depth == 0 {
+            return fail(warpsock_result::InvalidParameter, "queue depths must be at least 1");
+        }
+        c.options.sq_depth = sq_depth;
+        c.options.rq_depth = rq_depth;
+        warpsock_result::Ok
+    }
+}
+
+/// Asks for CRC32c on every FPDU (it is on if either side asks) and for
+/// MPA markers from the peer.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_set_crc_markers(
+    config: *mut warpsock_qp_config,
+    crc: bool,
+    markers: bool,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let c = try_mut_from_ptr!(config);
+        c.options.crc = crc;
+        c.options.markers = markers;
+        warpsock_result::Ok
+    }
+}
+
+/// Sets the inbound RDMA Read depth offered (`ird`) and the outbound depth
+/// wanted (`ord`).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_set_ird_ord(
+    config: *mut warpsock_qp_config,
+    ird: u16,
+    ord: u16,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let c = try_mut_from_ptr!(config);
+        c.options.ird = ird;
+        c.options.ord = ord;
+        warpsock_result::Ok
+    }
+}
+
+/// Initiator: offer peer-to-peer setup with a zero-length RDMA Write as
+/// ready-to-receive (RFC 6581), so the responder may send first (default
+/// on).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_set_peer_to_peer(
+    config: *mut warpsock_qp_config,
+    on: bool,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        try_mut_from_ptr!(config).options.peer_to_peer = on;
+        warpsock_result::Ok
+    }
+}
+
+/// Initiator: private data for the MPA Request (copied; at most
+/// `WARPSOCK_MAX_PRIVATE_DATA` bytes; `data` may be NULL when `len` is 0).
+///
+/// Errors: `WARPSOCK_RESULT_PRIVATE_DATA_TOO_LONG` (nothing changes).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_set_private_data(
+    config: *mut warpsock_qp_config,
+    data: *const u8,
+    len: usize,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let c = try_mut_from_ptr!(config);
+        let data = try_slice!(data, len);
+        if let Err(e) = check_private_data(data) {
+            return e;
+        }
+        c.options.private_data = data.to_vec();
+        warpsock_result::Ok
+    }
+}
+
+/// Sets the TCP connect timeout and how long to wait for the peer's MPA
+/// Request or Reply, in milliseconds (0 keeps the current value).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_set_timeouts(
+    config: *mut warpsock_qp_config,
+    connect_ms: u64,
+    mpa_ms: u64,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let c = try_mut_from_ptr!(config);
+        if connect_ms != 0 {
+            c.options.connect_timeout = ms(connect_ms);
+        }
+        if mpa_ms != 0 {
+            c.options.mpa_timeout = ms(mpa_ms);
+        }
+        warpsock_result::Ok
+    }
+}
+
+/// Sets the largest ULPDU per FPDU in bytes; 0 sizes FPDUs to the TCP MSS
+/// (one FPDU per segment, as Linux siw does). Values are clamped to what
+/// MPA allows.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_set_mulpdu(
+    config: *mut warpsock_qp_config,
+    mulpdu: usize,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        try_mut_from_ptr!(config).options.mulpdu = (mulpdu != 0).then_some(mulpdu);
+        warpsock_result::Ok
+    }
+}
+
+/// Sets TCP options: `TCP_NODELAY`, `TCP_USER_TIMEOUT` in milliseconds
+/// (unacknowledged data older than this kills the connection, so a dead
+/// peer flushes every request in bounded time; 0 leaves the kernel
+/// default), and `SO_SNDBUF`/`SO_RCVBUF` in bytes (0: the kernel's
+/// autotuning).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_set_tcp(
+    config: *mut warpsock_qp_config,
+    nodelay: bool,
+    user_timeout_ms: u64,
+    send_buffer: usize,
+    recv_buffer: usize,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let t = &mut try_mut_from_ptr!(config).options.tcp;
+        t.nodelay = nodelay;
+        t.user_timeout = ms(user_timeout_ms);
+        t.send_buffer = (send_buffer != 0).then_some(send_buffer);
+        t.recv_buffer = (recv_buffer != 0).then_some(recv_buffer);
+        warpsock_result::Ok
+    }
+}
+
+/// Sets TCP keepalive: idle time before the first probe and the probe
+/// interval in milliseconds, and the unanswered probes before the
+/// connection is dropped. `idle_ms` 0 disables keepalive.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_set_keepalive(
+    config: *mut warpsock_qp_config,
+    idle_ms: u64,
+    interval_ms: u64,
+    count: u32,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let t = &mut try_mut_from_ptr!(config).options.tcp;
+        t.keepalive_idle = ms(idle_ms);
+        t.keepalive_interval = ms(interval_ms);
+        t.keepalive_count = count;
+        warpsock_result::Ok
+    }
+}
+
+/// Adds a receive to post on every queue pair made with this configuration
+/// before its connection goes live (before the MPA Reply is sent, or before
+/// the initiator's first FPDU), so a Send the peer issues right after setup
+/// always finds a buffer. The scatter list is copied.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_add_recv(
+    config: *mut warpsock_qp_config,
+    wr: *const warpsock_recv_wr,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let c = try_mut_from_ptr!(config);
+        // SAFETY: `wr` is NULL or points to a valid `warpsock_recv_wr`
+        // (this function's contract); it is only read.
+        let Some(wr) = (unsafe { wr.as_ref() }) else {
+            return warpsock_result::NullParameter;
+        };
+        let sgl = try_slice!(wr.sg_list, wr.num_sge);
+        c.recvs.push(RecvWr {
+            wr_id: wr.wr_id,
+            sgl: sgl.iter().map(Sge::from).collect(),
+        });
+        warpsock_result::Ok
+    }
+}
+
+/// Removes every receive added with `warpsock_qp_config_add_recv`.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_config_clear_recvs(
+    config: *mut warpsock_qp_config,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        try_mut_from_ptr!(config).recvs.clear();
+        warpsock_result::Ok
+    }
+}
+
+pub(crate) fn check_private_data(data: &[u8]) -> Result<(), warpsock_result> {
+    if data.len() > MAX_PRIVATE_DATA {
+        return Err(fail(
+            warpsock_result::PrivateDataTooLong,
+            format_args!(
+                "private data of {} bytes is too long (at most {MAX_PRIVATE_DATA} bytes)",
+                data.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The engine's [`QpInit`] from C arguments; `None` when a handle is NULL.
+pub(crate) fn qp_init<'a>(
+    pd: *const warpsock_pd,
+    send_cq: *const warpsock_cq,
+    recv_cq: *const warpsock_cq,
+    config: *const warpsock_qp_config,
+    defaults: &'a QpConfig,
+) -> Option<QpInit<'a>> {
+    // SAFETY: the calling extern functions document that these handles are
+    // NULL or live, and that the configuration is not changed during the
+    // call; the borrows end with the call.
+    let (pd, send_cq, recv_cq) = unsafe { (try_from(pd)?, try_from(send_cq)?, try_from(recv_cq)?) };
+    let cfg = if config.is_null() {
+        defaults
+    } else {
+        // SAFETY: as above.
+        unsafe { try_from(config)? }
+    };
+    Some(QpInit {
+        pd,
+        send_cq,
+        recv_cq,
+        options: cfg.options.clone(),
+        recvs: cfg.recvs.clone(),
+    })
+}
+
+/// Connects to `addr` (`"host:port"`, e.g. `"127.0.0.1:4791"`; each
+/// resolved address is tried in turn), runs the MPA exchange as initiator
+/// and stores the established queue pair in `*out`. Blocks until then.
+/// `pd`, `send_cq` and `recv_cq` must come from one context; `config` may
+/// be NULL for the defaults. Free the queue pair with `warpsock_qp_free`.
+///
+/// Errors say what failed: `WARPSOCK_RESULT_CONNECTION_REFUSED`,
+/// `WARPSOCK_RESULT_UNREACHABLE`, `WARPSOCK_RESULT_TIMEOUT` (TCP connect or
+/// MPA reply), `WARPSOCK_RESULT_REJECTED`, `WARPSOCK_RESULT_MPA_FAILED`,
+/// `WARPSOCK_RESULT_ADDRESS_RESOLVE`, `WARPSOCK_RESULT_CONTEXT_MISMATCH`;
+/// `warpsock_last_error_detail` has the address and the step.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_connect(
+    addr: *const c_char,
+    pd: *const warpsock_pd,
+    send_cq: *const warpsock_cq,
+    recv_cq: *const warpsock_cq,
+    config: *const warpsock_qp_config,
+    out: *mut *mut warpsock_qp,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let addr = try_cstr!(addr);
+        let out = try_out!(out);
+        let defaults = QpConfig::default();
+        let Some(init) = qp_init(pd, send_cq, recv_cq, config, &defaults) else {
+            return warpsock_result::NullParameter;
+        };
+        let Ok(addr) = addr.to_str() else {
+            return fail(warpsock_result::InvalidParameter, "the address is not UTF-8");
+        };
+        match connect(addr, &init) {
+            Ok(qp) => {
+                out.write(to_boxed_mut_ptr(qp));
+                warpsock_result::Ok
+            }
+            Err(e) => cm_error(&e),
+        }
+    }
+}
+
+/// Disconnects gracefully (outstanding requests are flushed, bytes already
+/// handed to the socket are delivered, FIN is sent), closes the socket and
+/// frees the handle. NULL is ignored.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_free(qp: *mut warpsock_qp) {
+    ffi_panic_boundary! {
+        drop(try_take!(qp));
+    }
+}
+
+/// Abortive close: everything outstanding is flushed, the peer gets a TCP
+/// reset, and the handle is freed. NULL is ignored.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_abort(qp: *mut warpsock_qp) {
+    ffi_panic_boundary! {
+        try_take!(qp).abort();
+    }
+}
+
+/// Graceful disconnect (`rdma_disconnect`) keeping the handle: outstanding
+/// requests complete with `WARPSOCK_WC_STATUS_WR_FLUSH_ERROR`, bytes already
+/// handed to the socket are delivered, then FIN is sent.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_disconnect(qp: *const warpsock_qp) -> warpsock_result {
+    ffi_panic_boundary! {
+        try_ref_from_ptr!(qp).disconnect();
+        warpsock_result::Ok
+    }
+}
+
+/// The queue pair number reported in `warpsock_wc.qp_num` (0 for NULL).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_num(qp: *const warpsock_qp) -> u32 {
+    ffi_panic_boundary! {
+        try_ref_from_ptr!(qp).qp_num()
+    }
+}
+
+/// The state, a `warpsock_qp_state` value (`WARPSOCK_QP_STATE_ERROR` for
+/// NULL).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_get_state(qp: *const warpsock_qp) -> u32 {
+    ffi_panic_boundary! {
+        let Some(qp) = qp_ref(qp) else {
+            return warpsock_qp_state::Error as u32;
+        };
+        (match qp.state() {
+            QpState::Idle => warpsock_qp_state::Idle,
+            QpState::Rts => warpsock_qp_state::Rts,
+            QpState::Closing => warpsock_qp_state::Closing,
+            QpState::Terminate => warpsock_qp_state::Terminate,
+            QpState::Error => warpsock_qp_state::Error,
+        }) as u32
+    }
+}
+
+fn qp_ref<'a>(qp: *const warpsock_qp) -> Option<&'a Qp> {
+    // SAFETY: the calling extern functions document that `qp` is NULL or
+    // a live handle.
+    unsafe { try_from(qp) }
+}
+
+/// Whether the TCP connection is finished in both directions (closed,
+/// reset or failed); `true` for NULL.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_is_closed(qp: *const warpsock_qp) -> bool {
+    ffi_panic_boundary! {
+        qp_ref(qp).is_none_or(Qp::is_closed)
+    }
+}
+
+fn build_sgl(ptr: *const warpsock_sge, n: usize) -> Option<Vec<Sge>> {
+    // SAFETY: the post functions document that `sg_list` is valid for
+    // `num_sge` reads (or NULL with `num_sge` 0) during the call.
+    let s = unsafe { slice_from(ptr, n) }?;
+    Some(s.iter().map(Sge::from).collect())
+}
+
+/// Posts a send-queue work request (Send, Send with Invalidate, RDMA Write,
+/// RDMA Read) and starts transmitting it at once. The request and its
+/// scatter/gather list are copied; the buffers they name must stay
+/// untouched until the completion.
+///
+/// Errors: `WARPSOCK_RESULT_QUEUE_FULL`, `WARPSOCK_RESULT_INVALID_WORK_REQUEST`
+/// (unknown opcode, a Read without exactly one scatter element, ...).
+/// Errors in the buffers themselves and a dead queue pair surface as error
+/// completions instead.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_post_send(
+    qp: *const warpsock_qp,
+    wr: *const warpsock_send_wr,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let qp = try_ref_from_ptr!(qp);
+        // SAFETY: `wr` is NULL or points to a valid `warpsock_send_wr`
+        // (this function's contract); it is only read.
+        let Some(wr) = (unsafe { wr.as_ref() }) else {
+            return warpsock_result::NullParameter;
+        };
+        let Some(sgl) = build_sgl(wr.sg_list, wr.num_sge) else {
+            return warpsock_result::NullParameter;
+        };
+        let op = match wr.opcode {
+            0 => SendOp::Send { solicited: wr.send_flags & WARPSOCK_SEND_SOLICITED != 0, invalidate: None },
+            1 => SendOp::Send {
+                solicited: wr.send_flags & WARPSOCK_SEND_SOLICITED != 0,
+                invalidate: Some(wr.invalidate_rkey),
+            },
+            2 => SendOp::Write { remote_addr: wr.remote_addr, rkey: wr.rkey },
+            3 => SendOp::Read { remote_addr: wr.remote_addr, rkey: wr.rkey },
+            other => {
+                return fail(
+                    warpsock_result::InvalidWorkRequest,
+                    format_args!("unknown work request opcode {other}"),
+                )
+            }
+        };
+        let known = WARPSOCK_SEND_SIGNALED | WARPSOCK_SEND_SOLICITED;
+        if wr.send_flags & !known != 0 {
+            return fail(
+                warpsock_result::InvalidWorkRequest,
+                format_args!("send flags {:#x} have unknown bits", wr.send_flags),
+            );
+        }
+        let swr = SendWr {
+            wr_id: wr.wr_id,
+            op,
+            sgl,
+            signaled: wr.send_flags & WARPSOCK_SEND_SIGNALED != 0,
+        };
+        match qp.post_send(swr) {
+            Ok(()) => warpsock_result::Ok,
+            Err(e) => post_error(e),
+        }
+    }
+}
+
+/// Posts a receive for an incoming Send. The request and its scatter list
+/// are copied; the buffers must stay untouched until the completion.
+///
+/// Errors: `WARPSOCK_RESULT_QUEUE_FULL`, `WARPSOCK_RESULT_INVALID_WORK_REQUEST`.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_post_recv(
+    qp: *const warpsock_qp,
+    wr: *const warpsock_recv_wr,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let qp = try_ref_from_ptr!(qp);
+        // SAFETY: `wr` is NULL or points to a valid `warpsock_recv_wr`
+        // (this function's contract); it is only read.
+        let Some(wr) = (unsafe { wr.as_ref() }) else {
+            return warpsock_result::NullParameter;
+        };
+        let Some(sgl) = build_sgl(wr.sg_list, wr.num_sge) else {
+            return warpsock_result::NullParameter;
+        };
+        match qp.post_recv(RecvWr { wr_id: wr.wr_id, sgl }) {
+            Ok(()) => warpsock_result::Ok,
+            Err(e) => post_error(e),
+        }
+    }
+}
+
+/// Stores the next connection event in `*out`; its kind is
+/// `WARPSOCK_EVENT_KIND_NONE` when none is waiting.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_poll_event(
+    qp: *const warpsock_qp,
+    out: *mut warpsock_event,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let qp = try_ref_from_ptr!(qp);
+        let out = try_out!(out);
+        let mut ev = warpsock_event::default();
+        ev.kind = match qp.poll_event() {
+            None => warpsock_event_kind::None,
+            Some(Event::Established(_)) => warpsock_event_kind::Established,
+            Some(Event::Terminated { code, by_peer }) => {
+                ev.term_layer = code.layer;
+                ev.term_etype = code.etype;
+                ev.term_ecode = code.ecode;
+                ev.by_peer = by_peer;
+                warpsock_event_kind::Terminated
+            }
+            Some(Event::Closed) => warpsock_event_kind::Closed,
+            Some(_) => warpsock_event_kind::Other,
+        } as u32;
+        out.write(ev);
+        warpsock_result::Ok
+    }
+}
+
+/// Stores what MPA negotiated in `*out`.
+///
+/// Errors: `WARPSOCK_RESULT_INVALID_PARAMETER` if nothing was negotiated
+/// (cannot happen for a connected queue pair).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_negotiated(
+    qp: *const warpsock_qp,
+    out: *mut warpsock_negotiated,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let qp = try_ref_from_ptr!(qp);
+        let out = try_out!(out);
+        let Some(n) = qp.negotiated() else {
+            return fail(warpsock_result::InvalidParameter, "the queue pair negotiated nothing");
+        };
+        out.write(warpsock_negotiated {
+            revision: n.revision,
+            crc: n.crc,
+            markers_tx: n.markers_tx,
+            markers_rx: n.markers_rx,
+            ird: n.ird,
+            ord: n.ord,
+            rtr: match n.rtr {
+                None => warpsock_rtr::None,
+                Some(warpsock_engine::proto::RtrType::Write) => warpsock_rtr::Write,
+                Some(warpsock_engine::proto::RtrType::Read) => warpsock_rtr::Read,
+                Some(warpsock_engine::proto::RtrType::Send) => warpsock_rtr::Send,
+            } as u32,
+            peer_private_data_len: n.peer_private_data.len(),
+        });
+        warpsock_result::Ok
+    }
+}
+
+/// Copies `bytes` into a caller buffer and stores the length, or fails with
+/// `InsufficientSize` writing nothing.
+pub(crate) fn copy_out(
+    bytes: &[u8],
+    buf: *mut u8,
+    len: usize,
+    out_n: *mut usize,
+) -> warpsock_result {
+    let Some(mut buf) = OutBuf::new(buf, len) else {
+        return warpsock_result::NullParameter;
+    };
+    let Some(out_n) = crate::ffi::Out::new(out_n) else {
+        return warpsock_result::NullParameter;
+    };
+    if bytes.len() > buf.len() {
+        return fail(
+            warpsock_result::InsufficientSize,
+            format_args!(
+                "{} bytes do not fit in a buffer of {}",
+                bytes.len(),
+                buf.len()
+            ),
+        );
+    }
+    buf.copy_from(bytes);
+    out_n.write(bytes.len());
+    warpsock_result::Ok
+}
+
+/// Writes `addr` as `"ip:port"` with a terminating NUL into a `char`
+/// buffer; `*out_n` gets the length without the NUL.
+pub(crate) fn copy_addr(
+    addr: SocketAddr,
+    buf: *mut c_char,
+    len: usize,
+    out_n: *mut usize,
+) -> warpsock_result {
+    let mut s = addr.to_string().into_bytes();
+    s.push(0);
+    let Some(out_n) = crate::ffi::Out::new(out_n) else {
+        return warpsock_result::NullParameter;
+    };
+    let mut n = 0;
+    match copy_out(&s, buf.cast(), len, &mut n) {
+        warpsock_result::Ok => {
+            out_n.write(n - 1);
+            warpsock_result::Ok
+        }
+        e => e,
+    }
+}
+
+/// Copies the private data the peer sent during setup into `buf` (`len`
+/// bytes) and stores its length in `*out_n` (at most
+/// `WARPSOCK_MAX_PRIVATE_DATA` bytes; 0 if none).
+///
+/// Errors: `WARPSOCK_RESULT_INSUFFICIENT_SIZE` if it does not fit.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_peer_private_data(
+    qp: *const warpsock_qp,
+    buf: *mut u8,
+    len: usize,
+    out_n: *mut usize,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        let qp = try_ref_from_ptr!(qp);
+        let data = qp.negotiated().map(|n| n.peer_private_data).unwrap_or_default();
+        copy_out(&data, buf, len, out_n)
+    }
+}
+
+/// Writes the local socket address as `"ip:port"` (NUL-terminated) into
+/// `buf` and its length without the NUL into `*out_n`.
+///
+/// Errors: `WARPSOCK_RESULT_INSUFFICIENT_SIZE` (64 bytes always suffice).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_local_addr(
+    qp: *const warpsock_qp,
+    buf: *mut c_char,
+    len: usize,
+    out_n: *mut usize,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        copy_addr(try_ref_from_ptr!(qp).local_addr(), buf, len, out_n)
+    }
+}
+
+/// Writes the peer's socket address as `"ip:port"` (NUL-terminated) into
+/// `buf` and its length without the NUL into `*out_n`.
+///
+/// Errors: `WARPSOCK_RESULT_INSUFFICIENT_SIZE` (64 bytes always suffice).
+#[no_mangle]
+pub extern "C" fn warpsock_qp_peer_addr(
+    qp: *const warpsock_qp,
+    buf: *mut c_char,
+    len: usize,
+    out_n: *mut usize,
+) -> warpsock_result {
+    ffi_panic_boundary! {
+        copy_addr(try_ref_from_ptr!(qp).peer_addr(), buf, len, out_n)
+    }
+}
