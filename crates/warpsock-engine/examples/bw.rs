@@ -8,6 +8,7 @@
 //!   --client-cpu N     pin the client process to CPU N
 //!   --server-cpu N     pin each server process to CPU N
 //!   --only NAME        run only tests whose name contains NAME
+//!   --repeat N         run each test N times, report the median (default 3)
 //! ```
 //!
 //! Bandwidth: 1 MiB messages (TCP: 1 MiB `write`s / `read`s), 64 MiB
@@ -439,6 +440,11 @@ fn main() {
     let total = ((total * 1024.0) as usize / BATCH).max(1) * BATCH * MIB;
     let iters = opt("--iters").map_or(20_000, |v| v.parse().expect("--iters N"));
     let only = opt("--only").unwrap_or_default();
+    let repeat: usize = opt("--repeat").map_or(3, |v| v.parse().expect("--repeat N"));
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     let run = |name: &str| name.contains(&only);
 
     println!(
@@ -463,12 +469,17 @@ fn main() {
         if !run(name) {
             continue;
         }
-        let srv = Server::start(kind, crc, false, server_cpu);
-        let gbs = if kind == "tcp-bw" {
-            tcp_bw(srv.addr, total)
-        } else {
-            iwarp_bw(srv.addr, total, crc, write)
-        };
+        let runs = (0..repeat.max(1))
+            .map(|_| {
+                let srv = Server::start(kind, crc, false, server_cpu);
+                if kind == "tcp-bw" {
+                    tcp_bw(srv.addr, total)
+                } else {
+                    iwarp_bw(srv.addr, total, crc, write)
+                }
+            })
+            .collect();
+        let gbs = median(runs);
         if kind == "tcp-bw" {
             tcp_gbs = Some(gbs);
         }
@@ -492,12 +503,17 @@ fn main() {
         if !run(name) {
             continue;
         }
-        let srv = Server::start(kind, crc, busy, server_cpu);
-        let (mean, med) = if kind.starts_with("tcp") {
-            tcp_lat(srv.addr, iters, busy)
-        } else {
-            iwarp_lat(srv.addr, iters, crc, busy)
-        };
+        let (means, meds): (Vec<f64>, Vec<f64>) = (0..repeat.max(1))
+            .map(|_| {
+                let srv = Server::start(kind, crc, busy, server_cpu);
+                if kind.starts_with("tcp") {
+                    tcp_lat(srv.addr, iters, busy)
+                } else {
+                    iwarp_lat(srv.addr, iters, crc, busy)
+                }
+            })
+            .unzip();
+        let (mean, med) = (median(means), median(meds));
         if kind == "tcp-lat" {
             tcp_us = Some(mean);
         }

@@ -44,6 +44,8 @@ const RX_BUF: usize = 64 * 1024;
 /// Staging bytes read together with directly placed payload: enough for a
 /// trailer, the next header and a Read Request body.
 const RX_TAIL: usize = 256;
+/// A payload at least this long counts as large (see `Staging::large`).
+const LARGE_PAYLOAD: usize = 4096;
 /// Bytes one service call reads from one socket before yielding (fairness).
 const RX_BUDGET: usize = 8 << 20;
 /// Unwritten bytes queued before the first `sendmsg`.
@@ -98,6 +100,8 @@ struct Staging {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
+    /// The last payload seen was large: read framing in small pieces.
+    large: bool,
 }
 
 /// One queue pair on its socket.
@@ -148,6 +152,7 @@ impl QpSlot {
                 buf: vec![0; RX_BUF].into_boxed_slice(),
                 start: 0,
                 end: 0,
+                large: false,
             },
             txq: VecDeque::new(),
             tx_off: 0,
@@ -200,6 +205,7 @@ impl QpSlot {
             };
             let res = match step {
                 RxStep::Place(r) => {
+                    self.rx.large = r.len >= LARGE_PAYLOAD as u64;
                     let Some(dst) = reg.slice_mut(r.stag, r.offset, r.len as usize) else {
                         // The region was deregistered under an in-flight
                         // operation: the stream cannot continue.
@@ -226,7 +232,11 @@ impl QpSlot {
                     }
                 }
                 RxStep::Bytes(_) | RxStep::Closed => {
-                    let r = (&self.sock).read(&mut self.rx.buf);
+                    // While large payloads stream in, read only about a
+                    // header's worth here, so the payload behind it is
+                    // placed directly instead of copied out of staging.
+                    let cap = if self.rx.large { RX_TAIL } else { RX_BUF };
+                    let r = (&self.sock).read(&mut self.rx.buf[..cap]);
                     if let Ok(n) = r {
                         self.rx.start = 0;
                         self.rx.end = n;
@@ -271,6 +281,7 @@ impl QpSlot {
                     self.rx.start += k;
                 }
                 RxStep::Place(r) => {
+                    self.rx.large = r.len >= LARGE_PAYLOAD as u64;
                     let n = (r.len as usize).min(staged.len());
                     match reg.slice_mut(r.stag, r.offset, n) {
                         Some(dst) => {

@@ -575,15 +575,22 @@ impl Cq {
         }
         let spin_until = start + inner.busy_poll;
         let mut ready = Vec::new();
+        // Without busy polling, ask epoll first: every service round leaves
+        // nothing behind that epoll would not report (unread input, queued
+        // output), so a round now would only cost a futile read.
+        let mut drive = !inner.busy_poll.is_zero();
         loop {
             {
                 let mut st = inner.lock();
-                inner.progress_locked(&mut st);
+                if drive {
+                    inner.progress_locked(&mut st);
+                }
                 let n = st.cq(self.id).drain_into(out);
                 if n > 0 || out.is_empty() {
                     return Ok(n);
                 }
             }
+            drive = true;
             let now = Instant::now();
             let rest = left(now);
             if rest.is_some_and(|d| d.is_zero()) {

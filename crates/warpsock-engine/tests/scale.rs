@@ -7,6 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{advertise, parse_adverts, pattern, send_wr, wait_n, LIMIT};
+use warpsock_engine::proto::wire::crc::{self, Crc32c};
 use warpsock_engine::{
     connect, Access, Context, Listener, Progress, QpInit, RecvWr, SendOp, SendWr, WcOpcode,
 };
@@ -130,7 +131,7 @@ fn one_gib_transfer_verified_by_checksum() {
             assert!(w[0].is_ok() && w[0].opcode == WcOpcode::Recv, "{w:?}");
             let mut want = [0u8; 4];
             msg.read(0, &mut want);
-            let got = window.with_bytes(crc32c::crc32c);
+            let got = window.with_bytes(crc::crc32c);
             assert_eq!(got, u32::from_be_bytes(want), "round {round} checksum");
             total += WINDOW as u64;
             qp.post_recv(RecvWr {
@@ -163,7 +164,7 @@ fn one_gib_transfer_verified_by_checksum() {
     let (w_addr, w_key) = parse_adverts(&qp.negotiated().unwrap().peer_private_data)[0];
     for round in 0..ROUNDS {
         let shift = round * (MIB / 2 + 8);
-        let mut crc = 0u32;
+        let mut crc = Crc32c::new();
         for k in 0..WINDOW / MIB {
             let off = shift + k * MIB;
             qp.post_send(SendWr {
@@ -176,9 +177,9 @@ fn one_gib_transfer_verified_by_checksum() {
                 signaled: k % 16 == 15,
             })
             .unwrap();
-            crc = src.with_bytes(|b| crc32c::crc32c_append(crc, &b[off..off + MIB]));
+            src.with_bytes(|b| crc.update(&b[off..off + MIB]));
         }
-        note.write(0, &crc.to_be_bytes());
+        note.write(0, &crc.value().to_be_bytes());
         qp.post_send(send_wr(9999, vec![note.sge(0, 4)])).unwrap();
         // 4 signaled Writes, the note, the responder's ack.
         let w = wait_n(&cq, 6);
