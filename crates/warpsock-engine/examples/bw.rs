@@ -13,7 +13,7 @@
 //!
 //! Bandwidth: 1 MiB messages (TCP: 1 MiB `write`s / `read`s), 64 MiB
 //! batches, at most two batches unacknowledged. Latency: 8-byte ping-pong,
-//! one-way time = round trip / 2 (mean and median).
+//! one-way time = round trip / 2 (median and mean; ratios use the median).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -453,71 +453,76 @@ fn main() {
         server_cpu,
         total / MIB
     );
-    let mut tcp_gbs = None;
-    println!(
-        "{:<34} {:>10} {:>8}",
-        "bandwidth (1 MiB messages)", "GB/s", "x TCP"
-    );
-    let bw_tests: [(&str, &str, bool, bool); 5] = [
+    let bw_tests: Vec<(&str, &str, bool, bool)> = [
         ("tcp 1 MiB write/read", "tcp-bw", false, false),
         ("warpsock RDMA Write, CRC off", "write-bw", false, true),
         ("warpsock RDMA Write, CRC on", "write-bw", true, true),
         ("warpsock Send, CRC off", "send-bw", false, false),
         ("warpsock Send, CRC on", "send-bw", true, false),
-    ];
-    for (name, kind, crc, write) in bw_tests {
-        if !run(name) {
-            continue;
-        }
-        let runs = (0..repeat.max(1))
-            .map(|_| {
-                let srv = Server::start(kind, crc, false, server_cpu);
-                if kind == "tcp-bw" {
-                    tcp_bw(srv.addr, total)
-                } else {
-                    iwarp_bw(srv.addr, total, crc, write)
-                }
-            })
-            .collect();
-        let gbs = median(runs);
-        if kind == "tcp-bw" {
-            tcp_gbs = Some(gbs);
-        }
-        let ratio = tcp_gbs.map_or("-".into(), |t| format!("{:.2}", gbs / t));
-        println!("{name:<34} {gbs:>10.2} {ratio:>8}");
-    }
-    let mut tcp_us = None;
-    println!(
-        "{:<34} {:>10} {:>8} {:>8}",
-        "latency (8 B ping-pong, one-way)", "mean µs", "median", "x TCP"
-    );
-    let lat_tests: [(&str, &str, bool, bool); 6] = [
+    ]
+    .into_iter()
+    .filter(|t| run(t.0))
+    .collect();
+    let lat_tests: Vec<(&str, &str, bool, bool)> = [
         ("tcp blocking", "tcp-lat", false, false),
         ("tcp busy-poll", "tcp-lat-busy", false, true),
         ("warpsock Send, blocking wait", "send-lat", false, false),
         ("warpsock Send, busy-poll", "send-lat", false, true),
         ("warpsock Send, busy-poll, CRC on", "send-lat", true, true),
         ("warpsock Send, blocking, CRC on", "send-lat", true, false),
-    ];
-    for (name, kind, crc, busy) in lat_tests {
-        if !run(name) {
-            continue;
+    ]
+    .into_iter()
+    .filter(|t| run(t.0))
+    .collect();
+    // Rounds interleave the tests, so a burst of background load hits
+    // every test alike; each figure is the median over the rounds.
+    let mut bw: Vec<Vec<f64>> = vec![Vec::new(); bw_tests.len()];
+    let mut lat: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); lat_tests.len()];
+    for _ in 0..repeat.max(1) {
+        for (i, &(_, kind, crc, write)) in bw_tests.iter().enumerate() {
+            let srv = Server::start(kind, crc, false, server_cpu);
+            bw[i].push(if kind == "tcp-bw" {
+                tcp_bw(srv.addr, total)
+            } else {
+                iwarp_bw(srv.addr, total, crc, write)
+            });
         }
-        let (means, meds): (Vec<f64>, Vec<f64>) = (0..repeat.max(1))
-            .map(|_| {
-                let srv = Server::start(kind, crc, busy, server_cpu);
-                if kind.starts_with("tcp") {
-                    tcp_lat(srv.addr, iters, busy)
-                } else {
-                    iwarp_lat(srv.addr, iters, crc, busy)
-                }
-            })
-            .unzip();
-        let (mean, med) = (median(means), median(meds));
+        for (i, &(_, kind, crc, busy)) in lat_tests.iter().enumerate() {
+            let srv = Server::start(kind, crc, busy, server_cpu);
+            let (mean, med) = if kind.starts_with("tcp") {
+                tcp_lat(srv.addr, iters, busy)
+            } else {
+                iwarp_lat(srv.addr, iters, crc, busy)
+            };
+            lat[i].0.push(mean);
+            lat[i].1.push(med);
+        }
+    }
+    println!(
+        "{:<34} {:>10} {:>8}   runs",
+        "bandwidth (1 MiB messages)", "GB/s", "x TCP"
+    );
+    let mut tcp_gbs = None;
+    for (i, &(name, kind, _, _)) in bw_tests.iter().enumerate() {
+        let gbs = median(bw[i].clone());
+        if kind == "tcp-bw" {
+            tcp_gbs = Some(gbs);
+        }
+        let ratio = tcp_gbs.map_or("-".into(), |t| format!("{:.2}", gbs / t));
+        let runs: Vec<String> = bw[i].iter().map(|v| format!("{v:.2}")).collect();
+        println!("{name:<34} {gbs:>10.2} {ratio:>8}   {}", runs.join(" "));
+    }
+    println!(
+        "{:<34} {:>10} {:>8} {:>8}",
+        "latency (8 B ping-pong, one-way)", "median µs", "mean", "x TCP"
+    );
+    let mut tcp_us = None;
+    for (i, &(name, kind, _, _)) in lat_tests.iter().enumerate() {
+        let (mean, med) = (median(lat[i].0.clone()), median(lat[i].1.clone()));
         if kind == "tcp-lat" {
-            tcp_us = Some(mean);
+            tcp_us = Some(med);
         }
-        let ratio = tcp_us.map_or("-".into(), |t| format!("{:.2}", mean / t));
-        println!("{name:<34} {mean:>10.2} {med:>8.2} {ratio:>8}");
+        let ratio = tcp_us.map_or("-".into(), |t| format!("{:.2}", med / t));
+        println!("{name:<34} {med:>10.2} {mean:>8.2} {ratio:>8}");
     }
 }
