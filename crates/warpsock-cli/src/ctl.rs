@@ -1,0 +1,269 @@
+//! The control protocol between `warpsock client` (or `bench`) and
+//! `warpsock server`: one TCP connection to the server's control port
+//! carrying text lines of `verb key=value ...`.
+//!
+//! ```text
+//! C: hello warpsock-bench=1
+//! S: hello warpsock-bench=1 data-port=18516 token=5f0e4b1c9a2d7e63
+//!    -- then per test:
+//! C: test kind=lat transport=send crc=0 size=8 window=1 progress=caller busy-poll-us=0 pin=1 verify=0
+//! S: ready                                  (or: error <message>)
+//!    -- C opens the data connection:
+//!    --   tcp:     TCP to the control port; its first 8 bytes are the token
+//!    --   iWARP:   connect (TCP + MPA) to the data port; the MPA Request's
+//!    --            private data is token(8) addr(8, BE) rkey(4, BE) of the
+//!    --            client's region, the Reply's is addr(8) rkey(4) of the
+//!    --            server's region and the server's receive credits(4)
+//!    -- the test runs and ends on the data connection (see `tcp`, `iwarp`)
+//! S: result msgs=N bytes=B verified=V       (or: error <message>)
+//!    -- next test, or:
+//! C: bye
+//! ```
+//!
+//! The server serves one client at a time. `pin` is the CPU the server
+//! side runs on for that test (`-`: unpinned). The token keeps stray
+//! connections from taking the place of the client's.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::opts::{ProgressMode, Spec, Test, Transport};
+use crate::Error;
+
+/// Protocol version in the hello lines.
+pub(crate) const VERSION: u32 = 1;
+
+/// One end of the control connection.
+#[derive(Debug)]
+pub(crate) struct Ctl {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+/// A received line: its verb and `key=value` arguments (for `error`, the
+/// message in `rest`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Line {
+    pub(crate) verb: String,
+    pub(crate) args: Vec<(String, String)>,
+    pub(crate) rest: String,
+}
+
+impl Line {
+    pub(crate) fn parse(s: &str) -> Self {
+        let s = s.trim_end_matches(['\r', '\n']);
+        let (verb, rest) = s.split_once(' ').unwrap_or((s, ""));
+        let args = rest
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self {
+            verb: verb.to_string(),
+            args,
+            rest: rest.to_string(),
+        }
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Result<&str, Error> {
+        self.args
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .ok_or_else(|| Error::msg(format!("protocol error: '{}' lacks {key}=", self.verb)))
+    }
+
+    pub(crate) fn num<T: FromStr>(&self, key: &str) -> Result<T, Error> {
+        let v = self.get(key)?;
+        v.parse()
+            .map_err(|_| Error::msg(format!("protocol error: bad value {key}={v}")))
+    }
+
+    /// Fails with the peer's message if this is an `error` line, or if the
+    /// verb is not `want`.
+    pub(crate) fn expect(self, want: &str) -> Result<Self, Error> {
+        if self.verb == "error" {
+            return Err(Error::msg(format!("the server reports: {}", self.rest)));
+        }
+        if self.verb != want {
+            return Err(Error::msg(format!(
+                "protocol error: expected '{want}', got '{}'",
+                self.verb
+            )));
+        }
+        Ok(self)
+    }
+}
+
+impl Ctl {
+    pub(crate) fn new(s: TcpStream) -> io::Result<Self> {
+        s.set_nodelay(true)?;
+        Ok(Self {
+            r: BufReader::new(s.try_clone()?),
+            w: s,
+        })
+    }
+
+    /// Sends one line (a newline is added).
+    pub(crate) fn send(&mut self, line: &str) -> Result<(), Error> {
+        debug_assert!(!line.contains('\n'));
+        let mut b = Vec::with_capacity(line.len() + 1);
+        b.extend_from_slice(line.as_bytes());
+        b.push(b'\n');
+        self.w
+            .write_all(&b)
+            .map_err(|e| Error::msg(format!("control connection lost: {e}")))
+    }
+
+    /// Receives one line, waiting up to `timeout` (`None`: forever).
+    pub(crate) fn recv(&mut self, timeout: Option<Duration>) -> Result<Line, Error> {
+        self.w.set_read_timeout(timeout)?;
+        let mut s = String::new();
+        match self.r.read_line(&mut s) {
+            Ok(0) => Err(Error::msg("the peer closed the control connection")),
+            Ok(_) => Ok(Line::parse(&s)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(Error::msg(format!(
+                    "no answer on the control connection for {:.0} s",
+                    timeout.unwrap_or_default().as_secs_f64()
+                )))
+            }
+            Err(e) => Err(Error::msg(format!("control connection lost: {e}"))),
+        }
+    }
+}
+
+/// The `test` line for a spec.
+pub(crate) fn encode_spec(s: &Spec) -> String {
+    format!(
+        "test kind={} transport={} crc={} size={} window={} progress={} busy-poll-us={} pin={} verify={}",
+        s.test.name(),
+        s.transport.name(),
+        u8::from(s.crc),
+        s.size,
+        s.window,
+        s.progress.name(),
+        s.busy_poll_us,
+        s.pin.map_or_else(|| "-".to_string(), |c| c.to_string()),
+        u8::from(s.verify),
+    )
+}
+
+/// Parses a `test` line (the client's CPU is not sent: `client_pin` is
+/// `None`).
+pub(crate) fn decode_spec(l: &Line) -> Result<Spec, Error> {
+    let bad = |k: &str, v: &str| Error::msg(format!("protocol error: bad value {k}={v}"));
+    let test = l.get("kind")?;
+    let transport = l.get("transport")?;
+    let progress = match l.get("progress")? {
+        "caller" => ProgressMode::Caller,
+        "thread" => ProgressMode::Thread,
+        v => return Err(bad("progress", v)),
+    };
+    let pin = match l.get("pin")? {
+        "-" => None,
+        v => Some(v.parse().map_err(|_| bad("pin", v))?),
+    };
+    let size: usize = l.num("size")?;
+    let window: usize = l.num("window")?;
+    if !(1..=crate::opts::MAX_SIZE).contains(&size) {
+        return Err(bad("size", &size.to_string()));
+    }
+    if !(1..=64).contains(&window) {
+        return Err(bad("window", &window.to_string()));
+    }
+    Ok(Spec {
+        test: Test::parse(test).ok_or_else(|| bad("kind", test))?,
+        transport: Transport::parse(transport).ok_or_else(|| bad("transport", transport))?,
+        crc: l.num::<u8>("crc")? != 0,
+        size,
+        window,
+        progress,
+        busy_poll_us: l.num("busy-poll-us")?,
+        client_pin: None,
+        pin,
+        verify: l.num::<u8>("verify")? != 0,
+    })
+}
+
+/// What one side received and checked in a test.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    /// Messages received (for RDMA Write: inferred from the final state).
+    pub(crate) msgs: u64,
+    /// Payload bytes received.
+    pub(crate) bytes: u64,
+    /// Payload bytes whose contents checked out.
+    pub(crate) verified: u64,
+}
+
+impl Tally {
+    /// Counts one received message of `len` bytes, verified or not.
+    pub(crate) fn add(&mut self, len: usize, ok: bool) {
+        self.msgs += 1;
+        self.bytes += len as u64;
+        if ok {
+            self.verified += len as u64;
+        }
+    }
+
+    pub(crate) fn encode(&self) -> String {
+        format!(
+            "result msgs={} bytes={} verified={}",
+            self.msgs, self.bytes, self.verified
+        )
+    }
+
+    pub(crate) fn decode(l: &Line) -> Result<Self, Error> {
+        Ok(Self {
+            msgs: l.num("msgs")?,
+            bytes: l.num("bytes")?,
+            verified: l.num("verified")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_round_trip() {
+        let s = Spec {
+            test: Test::Bw,
+            transport: Transport::Write,
+            crc: true,
+            size: 1 << 20,
+            window: 8,
+            progress: ProgressMode::Thread,
+            busy_poll_us: 50,
+            client_pin: None,
+            pin: Some(1),
+            verify: true,
+        };
+        assert_eq!(decode_spec(&Line::parse(&encode_spec(&s))).unwrap(), s);
+        let t = Tally {
+            msgs: 3,
+            bytes: 24,
+            verified: 24,
+        };
+        assert_eq!(Tally::decode(&Line::parse(&t.encode())).unwrap(), t);
+    }
+
+    #[test]
+    fn errors() {
+        let e = Line::parse("error no such thing\n")
+            .expect("ready")
+            .unwrap_err();
+        assert_eq!(e.to_string(), "the server reports: no such thing");
+        let l = Line::parse("test kind=lat transport=udp");
+        assert!(decode_spec(&l).is_err());
+    }
+}

@@ -1,0 +1,98 @@
+//! `warpsock`: measure warpsock iWARP (Send, RDMA Write, RDMA Read, CRC off
+//! and on) head to head with the host's own TCP, on loopback or between
+//! two hosts.
+//!
+//! ```text
+//! warpsock bench                      # loopback comparison, about a minute
+//! warpsock server [--once]            # serve bench runs (ports 18515, 18516)
+//! warpsock client HOST[:PORT]         # the same tests against that server
+//! warpsock bench --peer HOST[:PORT]   # same as `client`
+//! ```
+//!
+//! Exit status: 0 on success, 1 when a run fails (refused or unreachable
+//! peer, a transfer error), 2 for a bad command line.
+//!
+//! How client and server talk is documented in [`ctl`]; what each test does
+//! on the wire in [`iwarp`] and [`tcp`].
+//!
+//! # Adding a subcommand
+//!
+//! Add `mod foo;` below and one line `Foo(foo::Args),` to [`commands!`],
+//! where `foo::Args` derives [`clap::Args`] and implements [`Run`].
+
+mod bench;
+mod ctl;
+mod data;
+mod error;
+mod iwarp;
+mod meter;
+mod opts;
+mod pin;
+mod report;
+mod server;
+mod tcp;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+pub(crate) use error::Error;
+
+/// A subcommand: parsed arguments that know how to run themselves.
+pub(crate) trait Run {
+    /// Runs the subcommand. Errors are printed as one line by `main`.
+    fn run(self) -> Result<(), Error>;
+}
+
+/// Declares the subcommand enum and its dispatch from one list of
+/// `Variant(ArgsType)` lines (doc comments become the help text).
+macro_rules! commands {
+    ($($(#[$meta:meta])* $name:ident($args:ty),)*) => {
+        /// The subcommands.
+        #[derive(Debug, clap::Subcommand)]
+        enum Command {
+            $($(#[$meta])* $name($args),)*
+        }
+
+        impl Run for Command {
+            fn run(self) -> Result<(), Error> {
+                match self {
+                    $(Self::$name(a) => a.run(),)*
+                }
+            }
+        }
+    };
+}
+
+commands! {
+    /// Latency and bandwidth: host TCP next to warpsock Send, RDMA Write and
+    /// RDMA Read, CRC off and on (loopback unless --peer is given).
+    Bench(bench::BenchCmd),
+    /// Serve bench runs from `warpsock client` / `warpsock bench --peer`.
+    Server(server::ServerCmd),
+    /// Run the bench tests against a `warpsock server` at HOST[:PORT].
+    Client(bench::ClientCmd),
+}
+
+/// warpsock: user-space iWARP (RDMA over TCP), measured against host TCP.
+#[derive(Debug, Parser)]
+#[command(
+    name = "warpsock",
+    version,
+    after_help = "Exit status: 0 success, 1 run failed (e.g. connection refused), 2 bad command line."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("warpsock: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

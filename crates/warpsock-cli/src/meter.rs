@@ -1,0 +1,153 @@
+//! Pacing of one test on the client side (time or iteration budget,
+//! warm-up, progress ticks) and what the client measured ([`Outcome`]).
+
+use std::time::{Duration, Instant};
+
+use crate::ctl::Tally;
+use crate::opts::Budget;
+
+/// Bandwidth samples: bytes completed per interval of this length.
+pub(crate) const INTERVAL: Duration = Duration::from_millis(100);
+/// Longest warm-up of a timed latency test.
+const MAX_WARMUP: Duration = Duration::from_millis(500);
+
+/// What the client side of one test measured.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Outcome {
+    /// Latency: measured round-trip times in nanoseconds (warm-up excluded).
+    pub(crate) rtts_ns: Vec<u64>,
+    /// Data messages sent, or RDMA Reads issued (warm-up included).
+    pub(crate) sent: u64,
+    /// Bandwidth: payload bytes moved between the first post and the end.
+    pub(crate) data_bytes: u64,
+    /// Bandwidth: first post until the server acknowledged the end.
+    pub(crate) elapsed: Duration,
+    /// What arrived at the client (echoes, Read responses) and checked out.
+    pub(crate) tally: Tally,
+    /// Bandwidth: bytes completed in each [`INTERVAL`].
+    pub(crate) intervals: Vec<u64>,
+}
+
+/// Decides when a test stops and reports progress.
+pub(crate) struct Meter<'a> {
+    start: Instant,
+    warm_until: Instant,
+    end: Option<Instant>,
+    warm_iters: u64,
+    total_iters: Option<u64>,
+    tick: &'a dyn Fn(f64),
+    next_tick: Instant,
+    bucket_end: Instant,
+    bucket: u64,
+    /// Bytes completed per interval so far.
+    pub(crate) intervals: Vec<u64>,
+}
+
+impl<'a> Meter<'a> {
+    /// Starts the clock. `warmup`: latency tests discard a first 5 % (at
+    /// most 0.5 s when timed).
+    pub(crate) fn new(budget: Budget, warmup: bool, tick: &'a dyn Fn(f64)) -> Self {
+        let start = Instant::now();
+        let (warm, end, warm_iters, total_iters) = match budget {
+            Budget::Time(d) => {
+                let w = if warmup {
+                    (d / 20).min(MAX_WARMUP)
+                } else {
+                    Duration::ZERO
+                };
+                (w, Some(start + w + d), 0, None)
+            }
+            Budget::Iters(n) => {
+                let w = if warmup { n / 20 } else { 0 };
+                (Duration::ZERO, None, w, Some(w + n))
+            }
+        };
+        Self {
+            start,
+            warm_until: start + warm,
+            end,
+            warm_iters,
+            total_iters,
+            tick,
+            next_tick: start,
+            bucket_end: start + INTERVAL,
+            bucket: 0,
+            intervals: Vec::new(),
+        }
+    }
+
+    /// Whether to start iteration `done` (the count started so far).
+    pub(crate) fn more(&mut self, done: u64) -> bool {
+        let now = Instant::now();
+        let frac = match (self.end, self.total_iters) {
+            (Some(end), _) => {
+                (now - self.start).as_secs_f64() / (end - self.start).as_secs_f64().max(1e-9)
+            }
+            (None, Some(n)) => done as f64 / n.max(1) as f64,
+            (None, None) => 0.0,
+        };
+        if now >= self.next_tick {
+            (self.tick)(frac.min(1.0));
+            self.next_tick = now + Duration::from_millis(50);
+        }
+        match (self.end, self.total_iters) {
+            (Some(end), _) => now < end,
+            (None, Some(n)) => done < n,
+            (None, None) => false,
+        }
+    }
+
+    /// Whether iteration `done` is part of the warm-up.
+    pub(crate) fn warming(&self, done: u64) -> bool {
+        done < self.warm_iters || Instant::now() < self.warm_until
+    }
+
+    /// Records `bytes` completed now (bandwidth samples).
+    pub(crate) fn account(&mut self, bytes: u64) {
+        let now = Instant::now();
+        while now >= self.bucket_end {
+            self.intervals.push(self.bucket);
+            self.bucket = 0;
+            self.bucket_end += INTERVAL;
+        }
+        self.bucket += bytes;
+    }
+
+    /// Closes the interval samples (the last, partial one included).
+    pub(crate) fn finish(&mut self) -> Vec<u64> {
+        self.intervals.push(self.bucket);
+        self.bucket = 0;
+        std::mem::take(&mut self.intervals)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iteration_budget_with_warmup() {
+        let tick = |_: f64| {};
+        let mut m = Meter::new(Budget::Iters(100), true, &tick);
+        let mut n = 0;
+        while m.more(n) {
+            n += 1;
+        }
+        assert_eq!(n, 105);
+        assert!(m.warming(4) && !m.warming(5));
+    }
+
+    #[test]
+    fn time_budget() {
+        let tick = |_: f64| {};
+        let mut m = Meter::new(Budget::Time(Duration::from_millis(30)), false, &tick);
+        let t = Instant::now();
+        let mut n = 0;
+        while m.more(n) {
+            n += 1;
+            m.account(1);
+        }
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        assert_eq!(m.finish().iter().sum::<u64>(), n);
+    }
+}
