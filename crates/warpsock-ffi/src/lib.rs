@@ -77,3 +77,6 @@ pub extern "C" fn warpsock_version() -> *const std::ffi::c_char {
         V.as_ptr().cast()
     }
 }
+
+#[cfg(test)]
+mod tests;
