@@ -33,6 +33,7 @@ cases = [
     ("memcpy", "memcpy (copy_from_slice)"),
     ("fpdu_build_crc", "FPDU build, CRC on"),
     ("fpdu_build_nocrc", "FPDU build, CRC off"),
+    ("fpdu_gather_crc", "FPDU gather + CRC (tx)"),
     ("fpdu_parse_verify", "FPDU parse + CRC verify"),
     ("crc32c", "crc32c only"),
 ]
