@@ -531,3 +531,16 @@ fn panics_stop_at_the_boundary() {
     std::panic::set_hook(hook);
     assert_eq!(boom(false), warpsock_result::Ok);
 }
+
+#[test]
+fn handles_may_cross_threads() {
+    // The header promises that const-handle calls are thread-safe.
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<warpsock_engine::Context>();
+    send_sync::<warpsock_engine::Pd>();
+    send_sync::<warpsock_engine::Mr>();
+    send_sync::<warpsock_engine::Cq>();
+    send_sync::<warpsock_engine::Qp>();
+    send_sync::<warpsock_engine::Listener>();
+    send_sync::<warpsock_engine::ConnectRequest>();
+}
