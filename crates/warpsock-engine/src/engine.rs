@@ -60,6 +60,9 @@ pub(crate) struct CqSlot {
     pub(crate) notify: EventFd,
     /// The notify fd is readable.
     pub(crate) signaled: bool,
+    /// The application asked for the notify fd; until then it is not
+    /// maintained (two system calls per completion saved).
+    pub(crate) armed: bool,
 }
 
 impl CqSlot {
@@ -68,12 +71,22 @@ impl CqSlot {
             entries: VecDeque::new(),
             notify: EventFd::new()?,
             signaled: false,
+            armed: false,
         })
+    }
+
+    /// Starts maintaining the notify fd (readable iff entries are queued).
+    pub(crate) fn arm(&mut self) {
+        self.armed = true;
+        if !self.entries.is_empty() && !self.signaled {
+            self.signaled = true;
+            self.notify.notify();
+        }
     }
 
     fn push(&mut self, wc: Wc) {
         self.entries.push_back(wc);
-        if !self.signaled {
+        if self.armed && !self.signaled {
             self.signaled = true;
             self.notify.notify();
         }

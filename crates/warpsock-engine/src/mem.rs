@@ -2,7 +2,8 @@
 //! as a raw pointer and a length.
 //!
 //! This is one of the two modules of the crate allowed to use `unsafe`
-//! (the other is [`crate::sys`]): turning caller memory into a slice.
+//! (the other is the private `sys` module of system calls): turning caller
+//! memory into a slice.
 //!
 //! # Aliasing contract for caller memory
 //!

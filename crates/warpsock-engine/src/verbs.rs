@@ -597,7 +597,9 @@ impl Cq {
                 return Ok(0);
             }
             if now < spin_until {
-                std::hint::spin_loop();
+                // Yield between rounds: free when this CPU has nothing else
+                // to run, and lets a peer sharing the CPU answer.
+                std::thread::yield_now();
                 continue;
             }
             ready.clear();
@@ -609,9 +611,14 @@ impl Cq {
     /// in this queue (it becomes readable when one arrives and unreadable
     /// when [`Self::poll`]/[`Self::wait`] empties the queue). Put it in your
     /// own `poll`/`epoll` set in progress-thread mode. In caller-driven mode
-    /// nothing arrives unless the application drives progress.
+    /// nothing arrives unless the application drives progress. The fd is
+    /// maintained from the first call on (it costs two system calls per
+    /// completion burst, so it is off until asked for).
     pub fn notify_fd(&self) -> RawFd {
-        self.sh.inner.lock().cq(self.id).notify.as_raw_fd()
+        let mut st = self.sh.inner.lock();
+        let cq = st.cq(self.id);
+        cq.arm();
+        cq.notify.as_raw_fd()
     }
 
     /// Completions currently queued.
