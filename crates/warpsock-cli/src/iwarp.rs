@@ -302,6 +302,7 @@ pub(crate) fn client(
     };
     let credits = parse_be(&pdata[12..16]) as usize;
     let mut out = Outcome::default();
+    meter.restart();
     let t0 = Instant::now();
     let sent = match spec.test {
         Test::Lat => lat_client(&mut e, &qp, remote, meter, &mut out)?,

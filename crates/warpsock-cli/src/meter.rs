@@ -30,6 +30,8 @@ pub(crate) struct Outcome {
 
 /// Decides when a test stops and reports progress.
 pub(crate) struct Meter<'a> {
+    budget: Budget,
+    warmup: bool,
     start: Instant,
     warm_until: Instant,
     end: Option<Instant>,
@@ -47,6 +49,28 @@ impl<'a> Meter<'a> {
     /// Starts the clock. `warmup`: latency tests discard a first 5 % (at
     /// most 0.5 s when timed).
     pub(crate) fn new(budget: Budget, warmup: bool, tick: &'a dyn Fn(f64)) -> Self {
+        let mut m = Self {
+            budget,
+            warmup,
+            start: Instant::now(),
+            warm_until: Instant::now(),
+            end: None,
+            warm_iters: 0,
+            total_iters: None,
+            tick,
+            next_tick: Instant::now(),
+            bucket_end: Instant::now(),
+            bucket: 0,
+            intervals: Vec::new(),
+        };
+        m.restart();
+        m
+    }
+
+    /// Restarts the clock (call it when setup is over, right before the
+    /// first message).
+    pub(crate) fn restart(&mut self) {
+        let (budget, warmup) = (self.budget, self.warmup);
         let start = Instant::now();
         let (warm, end, warm_iters, total_iters) = match budget {
             Budget::Time(d) => {
@@ -62,18 +86,15 @@ impl<'a> Meter<'a> {
                 (Duration::ZERO, None, w, Some(w + n))
             }
         };
-        Self {
-            start,
-            warm_until: start + warm,
-            end,
-            warm_iters,
-            total_iters,
-            tick,
-            next_tick: start,
-            bucket_end: start + INTERVAL,
-            bucket: 0,
-            intervals: Vec::new(),
-        }
+        self.start = start;
+        self.warm_until = start + warm;
+        self.end = end;
+        self.warm_iters = warm_iters;
+        self.total_iters = total_iters;
+        self.next_tick = start;
+        self.bucket_end = start + INTERVAL;
+        self.bucket = 0;
+        self.intervals.clear();
     }
 
     /// Whether to start iteration `done` (the count started so far).

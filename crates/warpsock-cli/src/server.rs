@@ -98,8 +98,16 @@ fn session(
     data_l: &Listener,
     data_port: u16,
 ) -> Result<(), Error> {
-    let hello = ctl.recv(Some(Duration::from_secs(30)))?.expect("hello")?;
-    let v: u32 = hello.num("warpsock-bench")?;
+    let hello = ctl
+        .recv(Some(Duration::from_secs(30)))
+        .and_then(|l| l.expect("hello"));
+    let v = match hello.and_then(|h| h.num::<u32>("warpsock-bench")) {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = ctl.send("error this is a warpsock server: expected 'hello warpsock-bench=1'");
+            return Err(e);
+        }
+    };
     if v != VERSION {
         let m = format!("protocol version {v} is not supported (this server speaks {VERSION})");
         ctl.send(&format!("error {m}"))?;

@@ -173,6 +173,7 @@ pub(crate) fn client(
     fill(&mut msg);
     let mut out = Outcome::default();
     let mut seq = 0u64;
+    meter.restart();
     let t0 = Instant::now();
     match spec.test {
         Test::Lat => {
