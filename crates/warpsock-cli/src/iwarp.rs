@@ -203,14 +203,29 @@ impl End {
     }
 
     /// Waits for completions (at most `max`); any error completion fails.
+    ///
+    /// With busy polling the wait is cut into busy-poll-long slices, so a
+    /// side that waits long (the target of RDMA Reads, which sees no
+    /// completion per Read) keeps spinning instead of sleeping after the
+    /// first slice — as it would if the engine told it of each request.
     fn wait(&mut self, qp: &Qp, max: usize) -> Result<usize, Error> {
-        let n = self.cq.wait(&mut self.wcs[..max], IDLE)?;
-        if n == 0 {
-            return Err(Error::msg(format!(
-                "no completion for {} s (the peer stopped)",
-                IDLE.as_secs()
-            )));
-        }
+        let slice = match self.spec.busy_poll() {
+            d if d.is_zero() => IDLE,
+            d => d.min(IDLE),
+        };
+        let deadline = Instant::now() + IDLE;
+        let n = loop {
+            let n = self.cq.wait(&mut self.wcs[..max], slice)?;
+            if n > 0 {
+                break n;
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::msg(format!(
+                    "no completion for {} s (the peer stopped)",
+                    IDLE.as_secs()
+                )));
+            }
+        };
         if let Some(bad) = self.wcs[..n].iter().find(|w| !w.is_ok()) {
             return Err(describe(bad, qp));
         }
