@@ -23,7 +23,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `warpsock bench` options.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchCmd {
-    /// Run against a `warpsock server` at HOST[:PORT] instead of a
+    /// Run against a `warpsock server` at HOST or HOST:PORT instead of a
     /// loopback server in a child process.
     #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_host_port)]
     peer: Option<(String, Option<u16>)>,
@@ -39,7 +39,8 @@ pub(crate) struct BenchCmd {
 /// `warpsock client` options.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ClientCmd {
-    /// The server, HOST[:PORT] (default port 18515; IPv6 as [ADDR]:PORT).
+    /// The server: HOST or HOST:PORT (default port 18515; IPv6 with a port
+    /// in brackets, e.g. `[::1]:18515`).
     #[arg(value_name = "HOST[:PORT]", value_parser = parse_host_port)]
     server: (String, Option<u16>),
     #[command(flatten)]

@@ -17,7 +17,7 @@
 //!
 //! # Adding a subcommand
 //!
-//! Add `mod foo;` below and one line `Foo(foo::Args),` to [`commands!`],
+//! Add `mod foo;` below and one line `Foo(foo::Args),` to `commands!`,
 //! where `foo::Args` derives [`clap::Args`] and implements [`Run`].
 
 mod bench;
@@ -70,7 +70,7 @@ commands! {
     Bench(bench::BenchCmd),
     /// Serve bench runs from `warpsock client` / `warpsock bench --peer`.
     Server(server::ServerCmd),
-    /// Run the bench tests against a `warpsock server` at HOST[:PORT].
+    /// Run the bench tests against a `warpsock server` at HOST or HOST:PORT.
     Client(bench::ClientCmd),
 }
 

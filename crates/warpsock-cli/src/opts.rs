@@ -179,7 +179,7 @@ pub(crate) struct BenchOpts {
     #[arg(long, value_parser = parse_window, default_value = "8", value_name = "N")]
     pub(crate) window: usize,
     /// CPU placement: auto (latency tests: both sides on one CPU, or on two
-    /// with --busy-poll; bandwidth unpinned), none, or CLIENT[,SERVER] CPU
+    /// with --busy-poll; bandwidth unpinned), none, or `CLIENT[,SERVER]` CPU
     /// numbers for every test.
     #[arg(long, value_parser = parse_pin, default_value = "auto", value_name = "auto|none|CPU[,CPU]")]
     pub(crate) pin: PinArg,
