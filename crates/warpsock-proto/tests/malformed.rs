@@ -571,3 +571,48 @@ fn read_request_with_payload() {
     // siw drops such a stream; we say why first (catastrophic, stream).
     p.expect_terminate(&with_ddp([0x02, 0x07], &f, 18));
 }
+
+#[test]
+fn local_failure_sends_rdmap_local_catastrophic() {
+    let mut p = responder(false, 4);
+    let r = p.reg.register(p.pd, 0, vec![0; 4], Access::LOCAL_WRITE, 1);
+    p.recv(1, r, 4);
+    p.conn.fail_local(None, false);
+    p.out.clear();
+    p.conn.poll_transmit(&p.reg, &mut p.out, 1 << 16);
+    p.expect_terminate(&[0x00, 0x00, 0x00, 0x00]);
+    assert_eq!(p.completions(), vec![(1, WcStatus::WrFlushError)]);
+}
+
+#[test]
+fn input_after_close_is_discarded() {
+    let mut p = responder(false, 4);
+    let r = p.reg.register(p.pd, 0, vec![0; 4], Access::LOCAL_WRITE, 1);
+    p.recv(1, r, 4);
+    p.conn.close();
+    let f = p.fpdu(untagged(Opcode::Send, 0, 1, 0, 0), b"late");
+    assert_eq!(p.conn.handle_input(&f, &mut p.reg), f.len());
+    assert!(p.reg.backing(r).unwrap().iter().all(|&b| b == 0));
+    assert_eq!(p.completions(), vec![(1, WcStatus::WrFlushError)]);
+}
+
+#[test]
+fn accept_with_replaces_the_responder_options() {
+    let mut reg: Registry<Vec<u8>> = Registry::new();
+    let pd = reg.alloc_pd();
+    let mut c = Connection::new(Config::new(Role::Responder, pd), Instant::now());
+    c.handle_input(&request(false, 4, 4), &mut reg);
+    assert!(matches!(c.poll_event(), Some(Event::ConnectRequest(_))));
+    let mut cfg = Config::new(Role::Initiator, pd);
+    cfg.crc = true;
+    cfg.ird = 2;
+    c.accept_with(cfg, b"ok").unwrap();
+    let n = c.negotiated().unwrap();
+    assert!(n.crc);
+    assert_eq!(n.ird, 4, "max(own 2, peer ORD 4)");
+    assert_eq!(c.config().role, Role::Responder);
+    let mut out = Vec::new();
+    c.poll_transmit(&reg, &mut out, 1 << 16);
+    assert_eq!(out[16], 0x50, "reply carries C");
+    assert_eq!(&out[out.len() - 2..], b"ok");
+}

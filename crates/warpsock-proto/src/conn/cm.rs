@@ -187,6 +187,25 @@ impl Connection {
         Ok(())
     }
 
+    /// Responder: like [`Self::accept`], but first replaces the
+    /// configuration the connection was created with (CRC, markers,
+    /// IRD/ORD, FPDU size, queue depths, protection domain), so the
+    /// application can choose its options after seeing the Request.
+    pub fn accept_with(
+        &mut self,
+        cfg: super::Config,
+        private_data: &[u8],
+    ) -> Result<(), AcceptError> {
+        if self.cm != CmState::AwaitAccept {
+            return Err(AcceptError::NoRequest);
+        }
+        self.cfg = super::Config {
+            role: super::Role::Responder,
+            ..cfg
+        };
+        self.accept(private_data)
+    }
+
     /// Responder: rejects the pending MPA Request (Reply with R set) and
     /// closes.
     pub fn reject(&mut self, private_data: &[u8]) -> Result<(), AcceptError> {

@@ -436,7 +436,13 @@ impl Connection {
     }
 
     /// Posts a send-queue request. Local buffers are checked when the
-    /// request is started; a bad one completes with
+    /// request is started;
+    /// a Send or RDMA Write completes as soon as its last segment has been
+    /// handed out by [`Self::next_segment`] / [`Self::poll_transmit`] (iWARP
+    /// has no end-to-end acknowledgement; siw completes at the same point),
+    /// so an engine that promises "written to the socket" holds the
+    /// completion until the bytes are out. An RDMA Read completes when its
+    /// response has been placed and its CRC checked. a bad one completes with
     /// [`WcStatus::LocalProtectionError`] and moves the QP to Error.
     /// Posting to a dead QP completes the request with a flush error.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
@@ -523,7 +529,26 @@ impl Connection {
         }
         self.enter_error();
         self.close_after_flush = true;
+        self.rx.discard();
         self.events.push_back(Event::Closed);
+    }
+
+    /// Fails the connection for a local reason the core cannot see (the
+    /// engine lost a region it was placing into, or a socket error):
+    /// sends Terminate RDMAP/local catastrophic (or `code`, when given),
+    /// completes the active request with `LocalProtectionError` when
+    /// `protection` is set, flushes the rest, and asks for close.
+    pub fn fail_local(&mut self, code: Option<TermCode>, protection: bool) {
+        if protection {
+            if let Some(slot) = self.sq.iter_mut().find(|s| s.status.is_none()) {
+                slot.status = Some(WcStatus::LocalProtectionError);
+            }
+        }
+        self.send_terminate(
+            code.unwrap_or(TermCode::RDMAP_LOCAL_CATASTROPHIC),
+            cm::Attach::Nothing,
+        );
+        self.rx.discard();
     }
 
     /// The peer closed its side of the TCP stream (or it broke).
@@ -612,5 +637,6 @@ impl Connection {
         self.events.push_back(Event::ConnectFailed(err));
         self.enter_error();
         self.close_after_flush = true;
+        self.rx.discard();
     }
 }

@@ -114,6 +114,11 @@ pub(super) struct RxState {
 }
 
 impl RxState {
+    /// Stops accepting input: everything that arrives is discarded.
+    pub(super) fn discard(&mut self) {
+        self.phase = Phase::Discard;
+    }
+
     pub(super) fn begin_fpdu_phase(&mut self, crc_on: bool, markers: bool, await_rtr: bool) {
         self.rtr_pending = await_rtr;
         self.crc_on = crc_on;
@@ -236,7 +241,9 @@ impl Connection {
         }
         if self.rx.in_marker {
             self.rx.marker.extend_from_slice(chunk);
-            self.rx.crc.update(chunk);
+            if self.rx.crc_on {
+                self.rx.crc.update(chunk);
+            }
             self.rx.pos += n as u64;
             if self.rx.marker.len() == MARKER_LEN {
                 self.rx.in_marker = false;
@@ -247,14 +254,18 @@ impl Connection {
         match self.rx.phase {
             Phase::Header => {
                 self.rx.buf.extend_from_slice(chunk);
-                self.rx.crc.update(chunk);
+                if self.rx.crc_on {
+                    self.rx.crc.update(chunk);
+                }
                 self.rx.advance(n);
                 if self.rx.buf.len() == self.rx.want {
                     self.header_progress(reg);
                 }
             }
             Phase::Skip => {
-                self.rx.crc.update(chunk);
+                if self.rx.crc_on {
+                    self.rx.crc.update(chunk);
+                }
                 self.rx.advance(n);
                 self.rx.payload_done += n;
                 if self.rx.payload_done == self.rx.payload_len {
@@ -267,7 +278,9 @@ impl Connection {
                 let trailer_start = self.rx.want - pad - fpdu::CRC_LEN;
                 let before = self.rx.buf.len() - trailer_start;
                 let covered = pad.saturating_sub(before).min(n);
-                self.rx.crc.update(&chunk[..covered]);
+                if self.rx.crc_on {
+                    self.rx.crc.update(&chunk[..covered]);
+                }
                 self.rx.buf.extend_from_slice(chunk);
                 self.rx.advance(n);
                 if self.rx.buf.len() == self.rx.want {
@@ -288,7 +301,10 @@ impl Connection {
         };
         let n = placed.len().min(r.len as usize);
         let rx = &mut self.rx;
-        rx.crc.update(&placed[..n]);
+        // Without negotiated CRC the trailer is ignored: skip the work.
+        if rx.crc_on {
+            rx.crc.update(&placed[..n]);
+        }
         rx.payload_done += n;
         rx.target_off += n as u64;
         if rx.target_off == rx.targets[rx.target_idx].len {
