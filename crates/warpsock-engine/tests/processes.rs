@@ -87,7 +87,15 @@ fn every_op_child_responder_thread_crc_on() {
 /// Posts many 1 MiB Writes and Sends, kills the peer after `kill_after`
 /// completions (or 300 ms), then checks every request completes.
 fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
-    let peer = Peer::spawn("peer_main", &format!("sink:thread:{peer_behaviour}"));
+    // A stalled peer must not have a progress thread: it would keep
+    // reading, and with fast enough receive the whole transfer would
+    // finish before the kill.
+    let mode = if peer_behaviour == "stalled" {
+        "caller"
+    } else {
+        "thread"
+    };
+    let peer = Peer::spawn("peer_main", &format!("sink:{mode}:{peer_behaviour}"));
     let ctx = Context::new(survivor).unwrap();
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(1024).unwrap();
