@@ -10,7 +10,8 @@ export CARGO_TERM_COLOR=never
 scripts/ensure-pkgs.sh build-essential pkg-config tshark
 export WARPSOCK_REQUIRE_TSHARK=1
 
-step() { printf '\n=== %s ===\n' "$*"; }
+T0=$SECONDS
+step() { printf '\n=== %s (at %ds) ===\n' "$*" "$((SECONDS - T0))"; }
 
 step "rustfmt"
 cargo fmt --all -- --check
@@ -23,4 +24,4 @@ for suite in scripts/test-*.sh; do
     step "$suite"
     bash "$suite"
 done
-step "all test suites passed"
+step "all test suites passed in $((SECONDS - T0)) s"
