@@ -18,10 +18,16 @@ cargo fmt --all -- --check
 step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test (workspace)"
-cargo test --workspace --quiet 2>&1
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+cargo test --workspace --quiet 2>&1 | tee "$LOG"
 for suite in scripts/test-*.sh; do
     [ -e "$suite" ] || continue
     step "$suite"
     bash "$suite"
 done
 step "all test suites passed in $((SECONDS - T0)) s"
+# One closing line for the whole run: the Rust tests counted by cargo, plus
+# one per script suite that passed.
+suites=$(ls scripts/test-*.sh 2>/dev/null | wc -l)
+awk -v suites="$suites" '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p + suites, f }' "$LOG"
