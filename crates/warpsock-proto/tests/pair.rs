@@ -665,3 +665,122 @@ fn ord_limits_outstanding_reads() {
         );
     }
 }
+
+/// The responder issues every operation too (after the initiator's first
+/// FPDU has released its send side), with CRC and markers on.
+#[test]
+fn responder_initiated_operations() {
+    for (crc, markers) in [(false, false), (true, true)] {
+        let mut p = Pair::new(
+            |c| {
+                c.crc = crc;
+                c.markers = markers;
+            },
+            |c| c.markers = markers,
+            Cut::Random {
+                rng: Rng(0xfeed),
+                max: 700,
+            },
+        );
+        p.establish();
+        // Initiator memory the responder targets.
+        let a_w = p.a.region(0x100, vec![0; 30_000], Access::REMOTE_WRITE);
+        let a_r = p.a.region(0x9000, pattern(30_000, 4), Access::REMOTE_READ);
+        let a_recv = p.a.region(0, vec![0; 30_000], Access::LOCAL_WRITE);
+        let b_src = p.b.region(0, pattern(30_000, 8), Access::LOCAL_READ);
+        let b_sink = p.b.region(0x7000, vec![0; 30_000], Access::LOCAL_WRITE);
+        let b_recv = p.b.region(0x1_0000, vec![0; 8], Access::LOCAL_WRITE);
+        p.a.conn
+            .post_recv(RecvWr {
+                wr_id: 50,
+                sgl: vec![sge(0, 30_000, a_recv)],
+            })
+            .unwrap();
+        p.b.conn
+            .post_recv(RecvWr {
+                wr_id: 60,
+                sgl: vec![sge(0x1_0000, 8, b_recv)],
+            })
+            .unwrap();
+        // The initiator's first FPDU (an empty Send) opens the responder's side.
+        p.a.conn
+            .post_send(SendWr {
+                wr_id: 1,
+                op: SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
+                sgl: vec![],
+                signaled: true,
+            })
+            .unwrap();
+        let ops = [
+            (
+                10,
+                SendOp::Write {
+                    remote_addr: 0x100 + 7,
+                    rkey: a_w,
+                },
+                sge(0, 20_000, b_src),
+            ),
+            (
+                11,
+                SendOp::Read {
+                    remote_addr: 0x9000 + 3,
+                    rkey: a_r,
+                },
+                sge(0x7000, 25_000, b_sink),
+            ),
+            (
+                12,
+                SendOp::Send {
+                    solicited: true,
+                    invalidate: None,
+                },
+                sge(100, 29_000, b_src),
+            ),
+        ];
+        for (wr_id, op, s) in ops {
+            p.b.conn
+                .post_send(SendWr {
+                    wr_id,
+                    op,
+                    sgl: vec![s],
+                    signaled: true,
+                })
+                .unwrap();
+        }
+        p.run();
+        let b: Vec<_> =
+            p.b.wcs
+                .iter()
+                .map(|w| (w.wr_id, w.status, w.byte_len))
+                .collect();
+        assert_eq!(
+            b,
+            vec![
+                (60, WcStatus::Success, 0),
+                (10, WcStatus::Success, 20_000),
+                (11, WcStatus::Success, 25_000),
+                (12, WcStatus::Success, 29_000),
+            ]
+        );
+        let a: Vec<_> =
+            p.a.wcs
+                .iter()
+                .map(|w| (w.wr_id, w.status, w.byte_len, w.solicited))
+                .collect();
+        assert_eq!(
+            a,
+            vec![
+                (1, WcStatus::Success, 0, false),
+                (50, WcStatus::Success, 29_000, true)
+            ]
+        );
+        let src = pattern(30_000, 8);
+        assert_eq!(&p.a.mem(a_w)[7..20_007], &src[..20_000]);
+        assert!(p.a.mem(a_w)[..7].iter().all(|&x| x == 0));
+        assert_eq!(&p.b.mem(b_sink)[..25_000], &pattern(30_000, 4)[3..25_003]);
+        assert_eq!(&p.a.mem(a_recv)[..29_000], &src[100..29_100]);
+    }
+}
