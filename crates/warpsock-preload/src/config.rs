@@ -175,6 +175,11 @@ pub(crate) struct Config {
     /// `WARPSOCK_LINGER_MS`: how long exit waits for buffered datagrams to
     /// reach the kernel (default 2000).
     pub(crate) linger: Duration,
+    /// `WARPSOCK_TEST_UDP_READY_DELAY_MS`, for tests only (undocumented
+    /// otherwise): the progress thread waits this long before handling an
+    /// arrival on a hidden kernel UDP socket, so that a test can make a
+    /// receive call take the datagram first, deterministically.
+    pub(crate) test_udp_ready_delay: Option<Duration>,
 }
 
 fn warn(var: &str, val: &str) {
@@ -282,6 +287,9 @@ impl Config {
             sndbuf: env_num("WARPSOCK_SNDBUF", 4 << 20usize).max(128 << 10),
             rcvbuf: env_num("WARPSOCK_RCVBUF", 8 << 20usize).max(128 << 10),
             linger: Duration::from_millis(env_num("WARPSOCK_LINGER_MS", 2000)),
+            test_udp_ready_delay: Some(env_num("WARPSOCK_TEST_UDP_READY_DELAY_MS", 0u64))
+                .filter(|&ms| ms > 0)
+                .map(Duration::from_millis),
         }
     }
 

@@ -528,9 +528,22 @@ impl Sock {
 
     /// Drains the doorbells once nothing is left to receive (caller holds
     /// `inner`).
+    ///
+    /// `udp_maybe` is only a hint (it starts true, and nothing clears it
+    /// while receive calls are served from `rxq`), so it is checked against
+    /// the kernel socket here: a datagram that arrives after the check gives
+    /// a new edge, and `on_udp_ready` rings again once we release `inner`.
+    /// Trusting the stale hint left a doorbell behind with nothing to
+    /// receive, and the descriptor read as ready.
     fn settle(&self, g: &mut Inner) {
-        if g.bells == 0 || !g.rxq.is_empty() || g.udp_maybe {
+        if g.bells == 0 || !g.rxq.is_empty() {
             return;
+        }
+        if g.udp_maybe {
+            if self.udp_readable() {
+                return;
+            }
+            g.udp_maybe = false;
         }
         let mut buf = [0u8; 512];
         loop {
@@ -550,22 +563,32 @@ impl Sock {
         g.bells = 0;
     }
 
+    /// Whether a receive on the hidden UDP socket would return something
+    /// now: a datagram or a pending error.
     fn udp_readable(&self) -> bool {
         let mut p = [libc::pollfd {
             fd: self.udp,
             events: libc::POLLIN,
             revents: 0,
         }];
-        sys::poll(&mut p, 0) > 0 && p[0].revents & libc::POLLIN != 0
+        sys::poll(&mut p, 0) > 0 && p[0].revents & (libc::POLLIN | libc::POLLERR) != 0
     }
 
     /// Progress thread: datagrams arrived on the hidden UDP socket.
+    ///
+    /// A blocking receive also polls that socket and may already have taken
+    /// the datagram (under `inner`, so the check here is exact): then there
+    /// is nothing to ring for, and a doorbell would be a spurious wake-up.
     pub(crate) fn on_udp_ready(&self) {
-        let mut g = lock(&self.inner);
-        g.udp_maybe = true;
-        if !g.closed {
-            self.ring(&mut g);
+        if let Some(d) = config::get().test_udp_ready_delay {
+            std::thread::sleep(d);
         }
+        let mut g = lock(&self.inner);
+        if g.closed || !self.udp_readable() {
+            return;
+        }
+        g.udp_maybe = true;
+        self.ring(&mut g);
     }
 
     /// Progress thread: accept every pending connection on the listener.

@@ -220,6 +220,29 @@ fn readiness_poll_select_epoll() {
     assert_eq!(r.stat("rx_kernel_dgrams"), 9, "{}", r.stderr);
 }
 
+/// Regression: a datagram that arrived over TCP before the first receive
+/// call left a doorbell behind (the hidden kernel UDP socket was never
+/// looked at, so its "may hold datagrams" hint stayed set and the doorbells
+/// were not drained), and the descriptor polled readable with nothing to
+/// read. Also: a doorbell rung for a kernel datagram a blocking receive had
+/// already taken (the progress thread is delayed here so that it always
+/// handles the arrival last).
+#[test]
+fn no_stale_doorbells() {
+    let port = free_port().to_string();
+    run("doorbells", &[port], false).assert_ok("doorbells (kernel UDP)");
+    let port = free_port().to_string();
+    let child = command(&c_program("doorbells"), &[port], true)
+        .env("WARPSOCK_TEST_UDP_READY_DELAY_MS", "20")
+        .spawn()
+        .expect("spawn doorbells");
+    let r = finish(child, Duration::from_secs(60));
+    r.assert_ok("doorbells (preloaded)");
+    assert_eq!(r.stat("rx_tcp_dgrams"), 6, "{}", r.stderr);
+    assert_eq!(r.stat("rx_kernel_dgrams"), 20, "{}", r.stderr);
+    assert_eq!(r.stat("fallbacks"), 0, "{}", r.stderr);
+}
+
 #[test]
 fn peek_trunc_nonblocking_timeouts() {
     let r = both("flags", 1);
