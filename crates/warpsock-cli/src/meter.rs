@@ -161,8 +161,8 @@ mod tests {
     #[test]
     fn time_budget() {
         let tick = |_: f64| {};
-        let mut m = Meter::new(Budget::Time(Duration::from_millis(30)), false, &tick);
         let t = Instant::now();
+        let mut m = Meter::new(Budget::Time(Duration::from_millis(30)), false, &tick);
         let mut n = 0;
         while m.more(n) {
             n += 1;
