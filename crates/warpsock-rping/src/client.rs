@@ -52,7 +52,11 @@ pub(crate) fn run(args: &Args) -> Result<Report, Error> {
         bufs.rdma.with_bytes_mut(|b| b.fill(0));
         let step = (|| {
             link.send_info(&start_info, "the start buffer advertisement to go out")?;
-            link.recv_info("the server's go-ahead after its RDMA Read")?;
+            if ping == 0 {
+                link.recv_info_kicking("the server's go-ahead after its RDMA Read")?;
+            } else {
+                link.recv_info("the server's go-ahead after its RDMA Read")?;
+            }
             link.send_info(&rdma_info, "the rdma buffer advertisement to go out")?;
             link.recv_info("the server's go-ahead after its RDMA Write")?;
             if args.validate {

@@ -22,7 +22,14 @@
 //! disconnect at an iteration boundary as the normal end (rping's
 //! `DISCONNECTED` state).
 //!
-//! Extensions over rping (they change nothing on the wire): the client
+//! Linux siw (as of 6.1) can leave an initiator's first FPDU unread when it
+//! arrives right after the MPA Reply (`siw_accept()` sends the Reply before
+//! it attaches the queue pair to the socket). If the answer to its first
+//! message takes longer than a second, the client sends a zero-length RDMA
+//! Write (STag 1, TO 0, as siw's own RTR frame), whose arrival makes siw
+//! process what it left; [`ConnReport::kicks`] counts them.
+//!
+//! Other extensions over rping (they change nothing on the wire): the client
 //! retries its connection with back-off within `--timeout` (a slow server,
 //! e.g. one in an emulated VM, may not answer at once), every wait is
 //! bounded by `--timeout`, the client clears its rdma buffer before each
@@ -299,6 +306,10 @@ pub struct ConnReport {
     pub rtr: Option<RtrType>,
     /// Connection attempts the client needed (1 for the server).
     pub attempts: u32,
+    /// Client: zero-length RDMA Writes sent to wake a peer that left the
+    /// first message unprocessed (Linux siw's accept race; see the crate
+    /// docs). 0 with a healthy peer.
+    pub kicks: u32,
     /// From established to disconnect.
     pub elapsed: Duration,
 }
@@ -315,7 +326,7 @@ impl fmt::Display for ConnReport {
         write!(
             f,
             "{} <-> {}: {} iterations ({} validated), read {} B, write {} B, send {} B, \
-             MPA rev {}, CRC {}, RTR {}, {} attempt(s), {:.3} s",
+             MPA rev {}, CRC {}, RTR {}, {} attempt(s), {} kick(s), {:.3} s",
             self.local,
             self.peer,
             self.iterations,
@@ -330,6 +341,7 @@ impl fmt::Display for ConnReport {
                 Some(r) => format!("{r:?}").to_lowercase(),
             },
             self.attempts,
+            self.kicks,
             self.elapsed.as_secs_f64()
         )
     }

@@ -513,3 +513,43 @@ fn binary_client_and_server() {
     let bad = Command::new(exe).args(["-s", "-S", "20"]).output().unwrap();
     assert!(!bad.status.success());
 }
+
+/// A responder that leaves the first FPDU unanswered (Linux siw's accept
+/// race): the client must send a zero-length RDMA Write (STag 1, TO 0)
+/// after a second, exactly as siw's own RTR frame.
+#[test]
+fn client_kicks_a_stalled_responder() {
+    use std::io::{Read, Write};
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let fake = thread::spawn(move || {
+        let (mut s, _) = tcp.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut req = [0u8; 24];
+        s.read_exact(&mut req).unwrap();
+        assert_eq!(&req[..16], b"MPA ID Req Frame");
+        let mut rep = b"MPA ID Rep Frame".to_vec();
+        rep.extend_from_slice(&[0x10, 2, 0, 4, 0, 1, 0, 1]);
+        s.write_all(&rep).unwrap();
+        // rping's first Send: 2 + 18 + 16 bytes, 2 pad, 4 CRC.
+        let mut send = [0u8; 40];
+        s.read_exact(&mut send).unwrap();
+        assert_eq!(&send[..4], &[0x00, 0x22, 0x41, 0x43]);
+        let t0 = Instant::now();
+        let mut kick = [0u8; 20];
+        s.read_exact(&mut kick).unwrap();
+        (t0.elapsed(), kick)
+    });
+    let mut c = client_args(port, 1, 64);
+    c.timeout = 2.5;
+    let err = run(&c).unwrap_err();
+    assert!(
+        matches!(err, Error::Timeout { .. } | Error::Disconnected { .. }),
+        "{err}"
+    );
+    let (after, kick) = fake.join().unwrap();
+    assert!(after >= Duration::from_millis(900), "{after:?}");
+    let mut want = vec![0x00, 0x0e, 0xc1, 0x40, 0, 0, 0, 1];
+    want.extend_from_slice(&[0; 12]);
+    assert_eq!(kick.to_vec(), want);
+}

@@ -1,0 +1,466 @@
+#!/usr/bin/env bash
+# Interoperability with Linux soft-iWARP (siw), proven by the real kernel and
+# by Wireshark's dissectors (issue 4; facts in ../shared/design/siw-compat.md).
+#
+# Boots siw in a qemu VM with ../shared/tools/siw-peer-vm (image cached in
+# ${XDG_CACHE_HOME:-~/.cache}/warpsock/siw-vm across runs), then:
+#   * warpsock rping client  -> siw `rping -s -P -S 65535` in the VM
+#   * siw `rping -c` in the VM -> warpsock rping server on the host
+# at several -S sizes, many iterations, -V on both ends, CRC off and on, and
+# in siw's peer-to-peer mode (SIW_MODPARAMS, second boot). Every run is
+# captured on lo from the SYN and checked with tshark: every TCP payload byte
+# decoded as MPA frames / FPDUs, every FPDU as DDP/RDMAP, rping's message
+# sequence with sizes, MSNs and Read Request/Response matching, Good CRC32 on
+# every FPDU with CRC on (zero trailers with it off), no iWARP expert
+# warnings beyond the known rev-2 ones; the VM's kernel log must stay free of
+# siw errors.
+#
+# If the VM cannot be built or booted this FAILS loudly (it never passes
+# silently). The VM is stopped by its pid on every exit path.
+# Environment: WARPSOCK_SIW_CACHE (image cache dir), SIW_PEER_VM (tool path),
+# WARPSOCK_SIW_KEEP=1 (keep the work dir with captures and logs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+T0=$(date +%s)
+
+VMTOOL=${SIW_PEER_VM:-$ROOT/../shared/tools/siw-peer-vm}
+CACHE=${WARPSOCK_SIW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warpsock/siw-vm}
+WORK=$(mktemp -d /tmp/warpsock-siw.XXXXXX)
+VM=$WORK/vm                         # this run's VM (run dir); image shared via symlink
+RESULTS=$WORK/results.txt
+FAILS=$WORK/failures.txt
+: >"$RESULTS"; : >"$FAILS"
+VM_UP=0
+CAP_PID=
+SRV_PID=
+
+loud_fail() {
+    printf '\n%s\n' "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
+    printf 'test-siw: FAILED: %s\n' "$*" >&2
+    printf '%s\n' "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
+    exit 1
+}
+
+cleanup() {
+    local rc=$?
+    [ -n "$CAP_PID" ] && kill "$CAP_PID" 2>/dev/null
+    [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null
+    if [ "$VM_UP" = 1 ] || [ -f "$VM/run/qemu.pid" ]; then
+        "$VMTOOL" stop "$VM" >/dev/null 2>&1 || true
+    fi
+    if [ "${WARPSOCK_SIW_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then
+        echo "test-siw: captures and logs kept in $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+[ -x "$VMTOOL" ] || loud_fail "siw-peer-vm not found at $VMTOOL (set SIW_PEER_VM)"
+
+echo "--- tools"
+scripts/ensure-pkgs.sh tshark tcpdump python3 qemu-system-x86 iproute2
+cargo build -q -p warpsock-rping
+TARGET=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+BIN=$TARGET/debug/warpsock-rping
+[ -x "$BIN" ] || loud_fail "no $BIN after cargo build"
+
+echo "--- siw VM image ($CACHE)"
+mkdir -p "$CACHE"
+"$VMTOOL" build "$CACHE" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log" >&2; loud_fail "cannot build the siw VM image"; }
+[ -f "$CACHE/image/.complete" ] || loud_fail "siw VM image incomplete in $CACHE/image"
+mkdir -p "$VM"
+ln -s "$CACHE/image" "$VM/image"
+
+# Free host ports: the VM's forwards (7174/18515 + offset, control port) and ours.
+free_ports() {
+    python3 - "$1" <<'EOF'
+import random, socket, sys
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+n = int(sys.argv[1])
+for _ in range(500):
+    off = random.randrange(20000, 40000)
+    ports = [7174 + off, 18515 + off] + [off + 1000 + i for i in range(n)]
+    if all(free(p) for p in ports):
+        print(off, " ".join(map(str, ports[2:]))); break
+else:
+    sys.exit("no free ports")
+EOF
+}
+read -r OFF CTL < <(free_ports 1)
+RPING_PORT=$((7174 + OFF))
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+vm_start() {  # vm_start LABEL MODPARAMS
+    local label=$1 params=$2 t
+    t=$(date +%s)
+    echo "--- booting siw VM ($label${params:+, siw $params})"
+    if ! SIW_SERVER_CMD="rping -s -P -S 65535 -a 10.0.2.15 -p 7174" SIW_SERVER_PORT=7174 \
+        SIW_MODPARAMS="$params" SIW_PORT_OFFSET=$OFF SIW_CTL_PORT=$CTL SIW_BOOT_TIMEOUT=150 \
+        "$VMTOOL" start "$VM" >"$WORK/boot-$label.log" 2>&1; then
+        VM_UP=1
+        tail -40 "$WORK/boot-$label.log" >&2
+        loud_fail "the siw VM did not start ($label); see above"
+    fi
+    VM_UP=1
+    grep -E "siw params|ready after" "$WORK/boot-$label.log" | sed 's/^ */    /'
+    echo "    boot took $(( $(date +%s) - t )) s"
+    DMESG_LINES=$(vm_exec "dmesg | wc -l" | tr -dc 0-9)
+}
+vm_stop() { "$VMTOOL" stop "$VM" >/dev/null 2>&1 || true; VM_UP=0; }
+vm_exec() { "$VMTOOL" exec "$VM" "$@"; }
+
+# New siw lines in the VM's kernel log since the last call go to $1 (empty: fine).
+siw_kernel_news() {
+    local out n
+    out=$(vm_exec "dmesg | tail -n +$((DMESG_LINES + 1))") || true
+    n=$(printf '%s\n' "$out" | grep -c . || true)
+    DMESG_LINES=$((DMESG_LINES + n))
+    printf '%s\n' "$out" | grep -iE 'siw|iw_cm|rdma' | grep -viE 'speed is unknown' >"$1" || true
+}
+
+cap_start() {  # cap_start FILE PORT
+    rm -f "$1"
+    tcpdump -i lo -U --immediate-mode -B 131072 -s 0 -Z root -w "$1" "tcp port $2" 2>"$1.log" &
+    CAP_PID=$!
+    local i
+    for i in $(seq 100); do
+        grep -q "listening on" "$1.log" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    loud_fail "tcpdump did not start: $(cat "$1.log")"
+}
+cap_stop() {
+    sleep 1
+    kill -INT "$CAP_PID" 2>/dev/null || true
+    wait "$CAP_PID" 2>/dev/null || true
+    CAP_PID=
+}
+
+VALIDATE=$WORK/validate.py
+cat >"$VALIDATE" <<'PY'
+import argparse, difflib, subprocess, sys, xml.etree.ElementTree as ET
+
+ap = argparse.ArgumentParser()
+ap.add_argument("pcap")
+ap.add_argument("--port", type=int, required=True, help="responder's TCP port")
+ap.add_argument("--iterations", type=int, required=True)
+ap.add_argument("--size", type=int, required=True)
+ap.add_argument("--crc", type=int, choices=[0, 1], required=True)
+ap.add_argument("--rtr", choices=["none", "write", "read"], default="none")
+a = ap.parse_args()
+
+OPS = {0: "Write", 1: "ReadReq", 2: "ReadResp", 3: "Send", 4: "SendInv", 5: "SendSE", 6: "SendSEInv", 7: "Terminate"}
+TSHARK = ["tshark", "-r", a.pcap, "-o", "tcp.try_heuristic_first:TRUE"]
+problems = []
+
+
+def fail(msg):
+    problems.append(msg)
+
+
+def fields(el):
+    """All fields under el, flattened, in document order: name -> list of (show, showname)."""
+    out = {}
+    for f in el.iter("field"):
+        out.setdefault(f.get("name"), []).append((f.get("show"), f.get("showname") or ""))
+    return out
+
+
+def num(v):
+    return int(v, 0) if v.startswith("0x") else int(v)
+
+
+pdml = subprocess.run(TSHARK + ["-T", "pdml"], capture_output=True, check=True).stdout
+streams = {}
+for pkt in ET.fromstring(pdml).iter("packet"):
+    protos = pkt.findall("proto")
+    tcp = next((p for p in protos if p.get("name") == "tcp"), None)
+    if tcp is None:
+        continue
+    tf = fields(tcp)
+    sid = int(tf["tcp.stream"][0][0])
+    src = int(tf["tcp.srcport"][0][0])
+    d = "R" if src == a.port else "I"
+    st = streams.setdefault(sid, {"bytes": {"I": 0, "R": 0}, "req": None, "rep": None, "fpdus": []})
+    # Stream bytes from relative sequence numbers (retransmissions count once).
+    seg = int(tf["tcp.len"][0][0])
+    if seg:
+        st["bytes"][d] = max(st["bytes"][d], int(tf["tcp.seq"][0][0]) - 1 + seg)
+    for p in protos:
+        name = p.get("name")
+        f = fields(p)
+        if name == "iwarp_mpa":
+            if "iwarp_mpa.req" in f or "iwarp_mpa.rep" in f:
+                key = "req" if "iwarp_mpa.req" in f else "rep"
+                st[key] = {
+                    "dir": d,
+                    "crc": f["iwarp_mpa.crc_flag"][0][0] == "1",
+                    "rej": f["iwarp_mpa.rej_flag"][0][0] == "1",
+                    "rev": int(f["iwarp_mpa.rev"][0][0]),
+                    "pd": int(f["iwarp_mpa.pdlength"][0][0]),
+                    "pdata": f.get("iwarp_mpa.privatedata", [("", "")])[0][0],
+                }
+            if "iwarp_mpa.ulpdulength" in f:
+                crc = f.get("iwarp_mpa.crc_check") or f.get("iwarp_mpa.crc") or [("", "")]
+                st["fpdus"].append({"dir": d, "ulpdu": int(f["iwarp_mpa.ulpdulength"][0][0]),
+                                    "crc_show": crc[0][1], "crc_val": crc[0][0],
+                                    "frame": int(pkt.find("proto[@name='frame']/field[@name='frame.number']").get("show"))})
+        elif name == "iwarp_ddp_rdmap":
+            if not st["fpdus"] or "op" in st["fpdus"][-1]:
+                fail(f"stream {sid}: DDP/RDMAP header without its MPA FPDU")
+                continue
+            g = lambda k: f[k][0][0] if k in f else None
+            st["fpdus"][-1].update({
+                "op": num(g("iwarp_rdma.opcode")) if g("iwarp_rdma.opcode") else None,
+                "tagged": g("iwarp_ddp.tagged_flag") == "1",
+                "last": g("iwarp_ddp.last_flag") == "1",
+                "qn": g("iwarp_ddp.qn"), "msn": g("iwarp_ddp.msn"), "mo": g("iwarp_ddp.mo"),
+                "stag": g("iwarp_ddp.stag"), "to": g("iwarp_ddp.tagged_offset"),
+                "rr": {k.split(".")[-1]: g(k) for k in ("iwarp_rdma.sinkstag", "iwarp_rdma.sinkto",
+                       "iwarp_rdma.rdmardsz", "iwarp_rdma.srcstag", "iwarp_rdma.srcto")},
+            })
+
+live = [s for s in streams if streams[s]["rep"] is not None]
+if len(live) != 1:
+    print(f"FAIL {a.pcap}: expected one MPA-established TCP stream, found {len(live)} (streams: {sorted(streams)})")
+    sys.exit(1)
+sid = live[0]
+st = streams[sid]
+req, rep, fp = st["req"], st["rep"], st["fpdus"]
+if req is None or req["dir"] != "I" or rep["dir"] != "R":
+    fail("MPA Request/Reply missing or in the wrong direction")
+else:
+    if rep["rej"]:
+        fail("the MPA Reply rejects the connection")
+    if req["rev"] != 2 or rep["rev"] != 2:
+        fail(f"MPA revision {req['rev']}/{rep['rev']}, expected 2/2")
+    if int(req["crc"] or rep["crc"]) != a.crc:
+        fail(f"CRC negotiated {int(req['crc'] or rep['crc'])} (request C={int(req['crc'])}, reply C={int(rep['crc'])}), expected {a.crc}")
+
+# Every byte of the stream is accounted for by MPA frames tshark decoded.
+wire = {"I": 0, "R": 0}
+for f in fp:
+    wire[f["dir"]] += 2 + f["ulpdu"] + (-(2 + f["ulpdu"])) % 4 + 4
+if req and rep:
+    wire[req["dir"]] += 20 + req["pd"]
+    wire[rep["dir"]] += 20 + rep["pd"]
+for d in "IR":
+    if wire[d] != st["bytes"][d]:
+        fail(f"{d}->: {st['bytes'][d]} TCP payload bytes but only {wire[d]} decoded as MPA frames/FPDUs")
+undecoded = [f["frame"] for f in fp if f.get("op") is None]
+if undecoded:
+    fail(f"{len(undecoded)} FPDUs not decoded as DDP/RDMAP (frames {undecoded[:10]})")
+
+# CRC: all good when negotiated; all-zero trailers otherwise.
+good = sum("Good CRC32" in f["crc_show"] for f in fp)
+bad = [f["frame"] for f in fp if "Bad CRC32" in f["crc_show"]]
+if bad:
+    fail(f"{len(bad)} FPDUs with Bad CRC32 (frames {bad[:10]})")
+if a.crc and good != len(fp):
+    fail(f"only {good} of {len(fp)} FPDUs show Good CRC32")
+if not a.crc:
+    nz = [f["frame"] for f in fp if f["crc_val"] not in ("0x00000000", "0", "")]
+    if nz:
+        fail(f"CRC off but {len(nz)} FPDUs carry a non-zero CRC field (frames {nz[:10]})")
+
+# Messages (FPDUs with L=1) in order, against rping's exchange.
+msgs, cur, sizes = [], {}, []
+for f in [f for f in fp if f.get("op") is not None]:
+    key = (f["dir"], f["tagged"])
+    payload = f["ulpdu"] - (14 if f["tagged"] else 18) - (28 if f["op"] == 1 else 0)
+    m = cur.setdefault(key, {"dir": f["dir"], "op": f["op"], "len": 0, "first": f, "n": 0})
+    if f["tagged"] and m["n"] and num(f["to"]) != num(m["first"]["to"]) + m["len"]:
+        fail(f"frame {f['frame']}: tagged offset {f['to']} does not continue the message")
+    if f["tagged"] and f["stag"] != m["first"]["stag"]:
+        fail(f"frame {f['frame']}: STag changes within a message")
+    if not f["tagged"] and m["n"] and num(f["mo"]) != m["len"]:
+        fail(f"frame {f['frame']}: MO {f['mo']} != {m['len']}")
+    m["len"] += payload
+    m["n"] += 1
+    if f["last"]:
+        msgs.append(cur.pop(key))
+if cur:
+    fail(f"{len(cur)} messages never completed (no FPDU with L=1)")
+# Zero-length RDMA Writes from the initiator after the RTR are warpsock's
+# "kicks" (siw's accept race, see warpsock-rping); they carry nothing.
+rtr_n = {"none": 0, "write": 1, "read": 2}[a.rtr]
+kicks = [i for i, m in enumerate(msgs) if i >= rtr_n and m["dir"] == "I" and m["op"] == 0 and m["len"] == 0]
+msgs = [m for i, m in enumerate(msgs) if i not in set(kicks)]
+if len(kicks) > 3:
+    fail(f"{len(kicks)} zero-length kick Writes (at most 3 expected)")
+tokens = [f"{m['dir']}:{OPS.get(m['op'], m['op'])}" for m in msgs]
+block = ["I:Send", "R:ReadReq", "I:ReadResp", "R:Send", "I:Send", "R:Write", "R:Send"]
+prefix = {"none": [], "write": ["I:Write"], "read": ["I:ReadReq", "R:ReadResp"]}[a.rtr]
+expect = prefix + block * a.iterations
+if tokens != expect:
+    diff = list(difflib.unified_diff(expect, tokens, "expected", "captured", lineterm="", n=2))
+    fail("message sequence differs from rping's:\n    " + "\n    ".join(diff[:40]))
+else:
+    # Sizes, MSNs and Read Request/Response matching.
+    msn = {}
+    body = msgs[len(expect) - len(block) * a.iterations:]
+    if a.rtr == "write" and msgs[0]["len"] != 0:
+        fail(f"RTR Write carries {msgs[0]['len']} bytes")
+    for i, m in enumerate(body):
+        op, f0 = m["op"], m["first"]
+        if op in (1, 3):
+            k = (m["dir"], f0["qn"])
+            want = msn.get(k, 1 + (1 if (a.rtr == "read" and op == 1) else 0))
+            if num(f0["msn"]) != want:
+                fail(f"{m['dir']} {OPS[op]} #{i}: MSN {f0['msn']} on QN {f0['qn']}, expected {want}")
+            msn[k] = num(f0["msn"]) + 1
+        if op == 3 and m["len"] != 16:
+            fail(f"{m['dir']} Send #{i}: {m['len']} bytes, rping Sends are 16")
+        if op == 1:
+            rr = f0["rr"]
+            if num(rr["rdmardsz"]) != a.size:
+                fail(f"Read Request #{i} asks {rr['rdmardsz']} bytes, expected {a.size}")
+            resp = body[i + 1]
+            if (resp["first"]["stag"], num(resp["first"]["to"])) != (rr["sinkstag"], num(rr["sinkto"])):
+                fail(f"Read Response #{i+1} goes to {resp['first']['stag']}/{resp['first']['to']}, request named {rr['sinkstag']}/{rr['sinkto']}")
+            if resp["len"] != a.size:
+                fail(f"Read Response #{i+1} carries {resp['len']} bytes, expected {a.size}")
+        if op == 0 and m["len"] != a.size:
+            fail(f"Write #{i} carries {m['len']} bytes, expected {a.size} (strlen+1)")
+
+# Wireshark's expert info: nothing from the iWARP dissectors but the known rev-2 notes.
+exp = subprocess.run(TSHARK + ["-q", "-z", "expert"], capture_output=True, text=True).stdout
+section = ""
+for line in exp.splitlines():
+    s = line.strip()
+    if s and s.split(" ")[0] in ("Errors", "Warns", "Notes", "Chats", "Comments"):
+        section = s.split(" ")[0]
+        continue
+    if "IWARP" in s.upper() and section in ("Errors", "Warns"):
+        if "Res field is NOT set to zero" in s or "Rev field is NOT set to one" in s:
+            continue
+        fail(f"tshark expert {section}: {s}")
+    if section == "Errors" and "Malformed" in s:
+        fail(f"tshark expert Errors: {s}")
+
+fpdu_dir = {d: sum(1 for f in fp if f["dir"] == d) for d in "IR"}
+largest = {d: max([f["ulpdu"] for f in fp if f["dir"] == d] or [0]) for d in "IR"}
+summary = (f"{len(msgs)} messages in {len(fp)} FPDUs (I->R {fpdu_dir['I']}, R->I {fpdu_dir['R']}, "
+           f"largest ULPDU {largest['I']}/{largest['R']}), {st['bytes']['I'] + st['bytes']['R']} TCP payload bytes, "
+           f"CRC {'on: ' + str(good) + ' good' if a.crc else 'off'}" + (f", {len(kicks)} kick(s)" if kicks else ""))
+if problems:
+    print(f"FAIL {a.pcap}: {summary}")
+    for p in problems:
+        print("  - " + p)
+    sys.exit(1)
+print(f"ok   tshark: {summary}")
+PY
+
+record() {  # record PASS|FAIL NAME DETAIL...
+    local st=$1 name=$2; shift 2
+    printf '%-4s %-44s %s\n' "$st" "$name" "$*" | tee -a "$RESULTS"
+}
+
+# Bytes moved by one rping connection: Read + Write payload + 16-byte Sends.
+payload_bytes() { echo $(( $2 * ($1 * 2 + 64) )); }   # payload_bytes SIZE COUNT
+
+# Case: warpsock client -> siw rping server in the VM.
+client_case() {  # client_case NAME SIZE COUNT CRC(0|1) RTR(none|write)
+    local name=$1 size=$2 count=$3 crc=$4 rtr=$5 cap=$WORK/$1.pcap rc=0 p2p=off
+    [ "$rtr" = write ] && p2p=write
+    cap_start "$cap" "$RPING_PORT"
+    "$BIN" -c -a 127.0.0.1 -p "$RPING_PORT" -C "$count" -S "$size" -V --p2p "$p2p" \
+        $([ "$crc" = 1 ] && echo --crc) --timeout 90 >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
+    cap_stop
+    check_case "$name" "$RPING_PORT" "$size" "$count" "$crc" "$rtr" $rc "$WORK/$name.out" ""
+}
+
+# Case: siw rping client in the VM -> warpsock server on the host.
+server_case() {  # server_case NAME SIZE COUNT CRC(0|1: our server asks) EXPECT_CRC RTR
+    local name=$1 size=$2 count=$3 crc=$4 ecrc=$5 rtr=$6 cap=$WORK/$1.pcap rc=0 port
+    port=$(free_port)
+    cap_start "$cap" "$port"
+    "$BIN" -s -a 127.0.0.1 -p "$port" -S 65535 -V $([ "$crc" = 1 ] && echo --crc) \
+        --accept-timeout 60 --timeout 60 >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    SRV_PID=$!
+    local i
+    for i in $(seq 100); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.05; done
+    vm_exec "rping -c -a 10.0.2.2 -p $port -C $count -S $size -V -v >/tmp/rping.out 2>/tmp/rping.err; echo rping-rc=\$?;
+             echo pings=\$(grep -c '^ping data: rdma-ping-' /tmp/rping.out);
+             grep -v '^ping data' /tmp/rping.out | head -5; head -20 /tmp/rping.err" >"$WORK/$name.vm" 2>&1 || true
+    wait "$SRV_PID" || rc=$?
+    SRV_PID=
+    cap_stop
+    local pings
+    pings=$(sed -n 's/^pings=//p' "$WORK/$name.vm")
+    local extra=""
+    [ "${pings:-0}" = "$count" ] || extra="siw rping -c printed ${pings:-no} of $count pings"
+    if grep -qiE 'mismatch|wait for|error|fail|bogus' "$WORK/$name.vm"; then
+        extra="${extra:+$extra; }siw rping -c reported: $(grep -iE 'mismatch|wait for|error|fail|bogus' "$WORK/$name.vm" | head -3 | tr '\n' ' ')"
+    fi
+    check_case "$name" "$port" "$size" "$count" "$ecrc" "$rtr" $rc "$WORK/$name.out" "$extra"
+}
+
+check_case() {  # NAME PORT SIZE COUNT CRC RTR RC REPORTFILE EXTRA
+    local name=$1 port=$2 size=$3 count=$4 crc=$5 rtr=$6 rc=$7 rep=$8 extra=$9 why=() v
+    [ "$rc" = 0 ] || why+=("warpsock-rping exited $rc: $(tail -3 "$WORK/$name.err" | tr '\n' ' ')")
+    grep -q " $count iterations ($count validated)" "$rep" || why+=("report lacks '$count iterations ($count validated)': $(tail -1 "$rep")")
+    grep -q "CRC $([ "$crc" = 1 ] && echo on || echo off)" "$rep" || why+=("CRC state not $crc in report")
+    grep -q "RTR $rtr" "$rep" || why+=("RTR not $rtr in report")
+    [ -n "$extra" ] && why+=("$extra")
+    local drops; drops=$(sed -n 's/^\([0-9]*\) packets dropped by kernel/\1/p' "$WORK/$name.pcap.log")
+    [ "${drops:-0}" = 0 ] || why+=("the capture is incomplete: tcpdump lost $drops packets (kernel drops)")
+    if v=$(python3 "$VALIDATE" "$WORK/$name.pcap" --port "$port" --iterations "$count" --size "$size" \
+            --crc "$crc" --rtr "$rtr" 2>&1); then :; else why+=("$v"); fi
+    siw_kernel_news "$WORK/$name.dmesg"
+    [ -s "$WORK/$name.dmesg" ] && why+=("siw kernel log: $(head -5 "$WORK/$name.dmesg")")
+    local bytes; bytes=$(payload_bytes "$size" "$count")
+    if [ ${#why[@]} -eq 0 ]; then
+        record PASS "$name" "S=$size C=$count CRC=$crc RTR=$rtr: $bytes payload bytes; ${v#ok   }"
+        TOTAL_BYTES=$((TOTAL_BYTES + bytes))
+    else
+        record FAIL "$name" "S=$size C=$count CRC=$crc RTR=$rtr"
+        { echo "== $name"; printf '  %s\n' "${why[@]}"; } | tee -a "$FAILS" >&2
+    fi
+}
+TOTAL_BYTES=0
+
+# --- Boot 1: siw as shipped (MPA rev 2, CRC only if asked, no P2P) ---------
+vm_start default ""
+client_case client-S26-crc0      26    300 0 none
+client_case client-S64-crc1      64    300 1 none
+client_case client-S1500-crc0    1500  150 0 none
+client_case client-S4096-crc1    4096  100 1 none
+client_case client-S65535-crc0   65535 40  0 none
+client_case client-S65535-crc1   65535 40  1 none
+client_case client-S64-p2p       64    50  0 write
+server_case server-S26-crc0      26    300 0 0 none
+server_case server-S64-crc1      64    300 1 1 none
+server_case server-S1500-crc1    1500  150 1 1 none
+server_case server-S65535-crc0   65535 40  0 0 none
+server_case server-S65535-crc1   65535 40  1 1 none
+vm_stop
+
+# --- Boot 2: siw in peer-to-peer mode, asking for CRC -------------------------
+vm_start p2p "peer_to_peer=1 mpa_crc_required=1"
+server_case server-p2p-S1000     1000  100 0 1 write
+server_case server-p2p-S65535    65535 30  0 1 write
+client_case client-p2p-S1000     1000  100 1 write
+vm_stop
+
+echo
+echo "=== siw interop summary ($(( $(date +%s) - T0 )) s)"
+cat "$RESULTS"
+echo "total rping payload moved: $TOTAL_BYTES bytes"
+if [ -s "$FAILS" ]; then
+    echo
+    echo "=== what went wrong"
+    cat "$FAILS"
+    loud_fail "$(grep -c '^FAIL' "$RESULTS") siw interop case(s) failed"
+fi
+echo "test-siw: all $(grep -c '^PASS' "$RESULTS") siw interop cases passed"
