@@ -5,13 +5,22 @@
 //! # Receive (direct placement)
 //!
 //! The core's [`Connection::rx_step`] says what the next stream bytes are:
-//! framing ([`RxStep::Bytes`]) is read into a small per-QP staging buffer
-//! and fed to [`Connection::rx_bytes`]; payload ([`RxStep::Place`]) is read
+//! framing ([`RxStep::Bytes`]) is read into a staging buffer and fed to
+//! [`Connection::rx_bytes`]; payload ([`RxStep::Place`]) is read
 //! with one `readv` straight into the registered region, with a short
 //! staging tail in the same call that catches the trailer and the next
 //! header. The CRC is folded over the placed bytes where they lie
 //! ([`Connection::rx_placed`]). Only payload bytes that happened to arrive
 //! in the staging buffer together with headers are copied.
+//!
+//! Staging buffers (64 KiB) are not owned by queue pairs: a queue pair
+//! borrows one from its context's [`RxPool`] when it starts receiving and
+//! gives it back as soon as everything staged has been fed to the core
+//! (usually at the end of the same service call). Since one context
+//! services its queue pairs one at a time under its lock, a context needs
+//! about one staging buffer however many queue pairs it has; only a queue
+//! pair whose core is paused with staged bytes left over keeps its own
+//! until they are consumed. An idle queue pair holds none.
 //!
 //! # Transmit
 //!
@@ -41,6 +50,8 @@ use crate::Wc;
 
 /// Staging buffer for framing (and small payloads read together with it).
 const RX_BUF: usize = 64 * 1024;
+/// Spare staging buffers a context keeps.
+const RX_POOL_MAX: usize = 4;
 /// Staging bytes read together with directly placed payload: enough for a
 /// trailer, the next header and a Read Request body.
 const RX_TAIL: usize = 256;
@@ -107,10 +118,32 @@ impl CqSlot {
     }
 }
 
-/// Staging buffer with a read window.
+/// A context's spare staging buffers (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct RxPool {
+    spare: Vec<Box<[u8]>>,
+}
+
+impl RxPool {
+    fn take(&mut self) -> Box<[u8]> {
+        self.spare
+            .pop()
+            .unwrap_or_else(|| vec![0; RX_BUF].into_boxed_slice())
+    }
+
+    fn give(&mut self, buf: Box<[u8]>) {
+        if self.spare.len() < RX_POOL_MAX {
+            self.spare.push(buf);
+        }
+    }
+}
+
+/// Staging buffer (borrowed from the [`RxPool`] while in use) with a
+/// read window.
 #[derive(Debug)]
 struct Staging {
-    buf: Box<[u8]>,
+    /// Borrowed while receiving and while staged bytes are left over.
+    buf: Option<Box<[u8]>>,
     start: usize,
     end: usize,
     /// The last payload seen was large: read framing in small pieces.
@@ -162,7 +195,7 @@ impl QpSlot {
             recv_cq,
             events: VecDeque::new(),
             rx: Staging {
-                buf: vec![0; RX_BUF].into_boxed_slice(),
+                buf: None,
                 start: 0,
                 end: 0,
                 large: false,
@@ -192,6 +225,21 @@ impl QpSlot {
         self.tx_off = 0;
         self.rx.start = 0;
         self.rx.end = 0;
+        self.rx.buf = None;
+    }
+
+    /// Receives (see [`Self::rx_inner`]) with a staging buffer borrowed
+    /// from `pool`, returned once nothing staged is left.
+    fn rx(&mut self, reg: &mut Registry<Mem>, pool: &mut RxPool) {
+        if self.rx.buf.is_none() {
+            self.rx.buf = Some(pool.take());
+        }
+        self.rx_inner(reg);
+        if self.rx.start == self.rx.end {
+            if let Some(buf) = self.rx.buf.take() {
+                pool.give(buf);
+            }
+        }
     }
 
     /// Abortive close: everything outstanding is flushed and closing the
@@ -203,13 +251,16 @@ impl QpSlot {
     }
 
     /// Receives as much as is available (bounded), placing payload directly.
-    fn rx(&mut self, reg: &mut Registry<Mem>) {
+    fn rx_inner(&mut self, reg: &mut Registry<Mem>) {
         let mut budget = RX_BUDGET;
         loop {
             self.feed_staged(reg);
             if self.rx.start < self.rx.end || self.rd_closed || self.dead || budget == 0 {
                 return;
             }
+            let Some(buf) = self.rx.buf.as_deref_mut() else {
+                return;
+            };
             // After a local close (or a Terminate) input is discarded.
             let step = if self.conn.wants_close() {
                 RxStep::Closed
@@ -226,7 +277,7 @@ impl QpSlot {
                         continue;
                     };
                     let want = dst.len();
-                    let tail = &mut self.rx.buf[..RX_TAIL];
+                    let tail = &mut buf[..RX_TAIL];
                     match (&self.sock)
                         .read_vectored(&mut [IoSliceMut::new(dst), IoSliceMut::new(tail)])
                     {
@@ -248,8 +299,8 @@ impl QpSlot {
                     // While large payloads stream in, read only about a
                     // header's worth here, so the payload behind it is
                     // placed directly instead of copied out of staging.
-                    let cap = if self.rx.large { RX_TAIL } else { RX_BUF };
-                    let r = (&self.sock).read(&mut self.rx.buf[..cap]);
+                    let cap = if self.rx.large { RX_TAIL } else { buf.len() };
+                    let r = (&self.sock).read(&mut buf[..cap]);
                     if let Ok(n) = r {
                         self.rx.start = 0;
                         self.rx.end = n;
@@ -284,7 +335,10 @@ impl QpSlot {
             } else {
                 self.conn.rx_step()
             };
-            let staged = &self.rx.buf[self.rx.start..self.rx.end];
+            let Some(buf) = self.rx.buf.as_deref() else {
+                break;
+            };
+            let staged = &buf[self.rx.start..self.rx.end];
             match step {
                 RxStep::Bytes(_) => {
                     let k = self.conn.rx_bytes(staged, reg);
@@ -429,12 +483,13 @@ impl QpSlot {
         token: u64,
         reg: &mut Registry<Mem>,
         cqs: &mut [Option<CqSlot>],
+        pool: &mut RxPool,
         epoll: &Epoll,
     ) -> bool {
         let before = self.events.len();
         let cq_before = cq_lens(cqs, self.send_cq, self.recv_cq);
         if !self.dead {
-            self.rx(reg);
+            self.rx(reg, pool);
             self.collect(cqs);
         }
         self.service_tx(token, reg, cqs, epoll);

@@ -13,7 +13,7 @@ use warpsock_proto::{
     Stag, WcOpcode, WcStatus, WorkCompletion,
 };
 
-use crate::engine::{CqSlot, QpSlot};
+use crate::engine::{CqSlot, QpSlot, RxPool};
 use crate::mem::Mem;
 use crate::sys::{self, Epoll, EventFd, Ready};
 
@@ -55,14 +55,22 @@ pub(crate) struct State {
     pub(crate) reg: Registry<Mem>,
     pub(crate) qps: Vec<Option<QpSlot>>,
     pub(crate) cqs: Vec<Option<CqSlot>>,
+    /// Receive staging buffers shared by the queue pairs.
+    pub(crate) rx_pool: RxPool,
     next_key: u8,
 }
 
 impl State {
     fn service(&mut self, qi: usize, epoll: &Epoll) -> bool {
-        let Self { reg, qps, cqs, .. } = self;
+        let Self {
+            reg,
+            qps,
+            cqs,
+            rx_pool,
+            ..
+        } = self;
         match qps.get_mut(qi) {
-            Some(Some(q)) => q.service(qi as u64, reg, cqs, epoll),
+            Some(Some(q)) => q.service(qi as u64, reg, cqs, rx_pool, epoll),
             _ => false,
         }
     }
@@ -238,6 +246,7 @@ impl Context {
                 reg: Registry::new(),
                 qps: Vec::new(),
                 cqs: Vec::new(),
+                rx_pool: RxPool::default(),
                 next_key: 0,
             }),
             cv: Condvar::new(),
@@ -752,10 +761,16 @@ impl Qp {
     /// a TCP reset (`SO_LINGER` 0).
     pub fn abort(self) {
         self.with(|st, inner| {
-            let State { qps, cqs, reg, .. } = st;
+            let State {
+                qps,
+                cqs,
+                reg,
+                rx_pool,
+                ..
+            } = st;
             let q = qps[self.qi].as_mut().expect("slot");
             q.abort();
-            q.service(self.qi as u64, reg, cqs, &inner.epoll);
+            q.service(self.qi as u64, reg, cqs, rx_pool, &inner.epoll);
             q.unregister(&inner.epoll);
         });
         if self.sh.inner.progress == Progress::Thread {
