@@ -106,10 +106,16 @@ pub struct QpOptions {
     pub ird: u16,
     /// Outbound RDMA Read depth wanted.
     pub ord: u16,
-    /// Initiator: offer peer-to-peer setup with a zero-length RDMA Write as
-    /// ready-to-receive (RFC 6581), so the responder may send first. Linux
-    /// siw accepts it. Default on.
+    /// Initiator: offer peer-to-peer setup (RFC 6581) with the
+    /// ready-to-receive message types in [`Self::rtr`], so the responder
+    /// may send first. Linux siw accepts it. Default on.
     pub peer_to_peer: bool,
+    /// Initiator, with [`Self::peer_to_peer`]: which zero-length RTR
+    /// messages to offer — RDMA Write (siw's choice, the default), RDMA
+    /// Read (Chelsio's default), or both (the responder picks the Write).
+    /// Offering neither means no peer-to-peer setup. What was chosen is
+    /// [`Negotiated::rtr`](warpsock_proto::Negotiated::rtr).
+    pub rtr: RtrOffer,
     /// Initiator: private data for the MPA Request (≤ [`MAX_PRIVATE_DATA`]).
     pub private_data: Vec<u8>,
     /// TCP connect timeout.
@@ -133,6 +139,10 @@ impl Default for QpOptions {
             ird: 16,
             ord: 16,
             peer_to_peer: true,
+            rtr: RtrOffer {
+                write: true,
+                read: false,
+            },
             private_data: Vec::new(),
             connect_timeout: Duration::from_secs(10),
             mpa_timeout: Duration::from_secs(10),
@@ -149,10 +159,8 @@ impl QpOptions {
         c.markers = self.markers;
         c.ird = self.ird;
         c.ord = self.ord;
-        c.p2p = (role == Role::Initiator && self.peer_to_peer).then_some(RtrOffer {
-            write: true,
-            read: false,
-        });
+        let offered = self.rtr.write || self.rtr.read;
+        c.p2p = (role == Role::Initiator && self.peer_to_peer && offered).then_some(self.rtr);
         c.private_data = self.private_data.clone();
         c.mulpdu = self
             .mulpdu

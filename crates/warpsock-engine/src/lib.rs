@@ -212,6 +212,6 @@ pub use cm::{
 pub use verbs::{Context, ContextOptions, Cq, Mr, Pd, Progress, Qp, Wc};
 pub use warpsock_proto as proto;
 pub use warpsock_proto::{
-    Access, Event, Negotiated, PostError, QpState, RecvWr, SendOp, SendWr, Sge, Stag, WcOpcode,
-    WcStatus,
+    Access, Event, Negotiated, PostError, QpState, RecvWr, RtrOffer, RtrType, SendOp, SendWr, Sge,
+    Stag, WcOpcode, WcStatus,
 };

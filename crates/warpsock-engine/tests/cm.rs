@@ -406,3 +406,103 @@ fn readable_within(fd: i32, ms: i32) -> bool {
     // SAFETY: one valid pollfd for the duration of the call.
     unsafe { libc::poll(&mut p, 1, ms) == 1 }
 }
+
+/// The initiator's choice of ready-to-receive message (RFC 6581): Write
+/// only (the default), Read only, both (the responder takes the Write), or
+/// no peer-to-peer setup. In each case the responder sends first, right
+/// after accepting, and then the initiator sends and RDMA-Reads back.
+#[test]
+fn rtr_choice_end_to_end() {
+    use warpsock_engine::{RtrOffer, RtrType};
+    let cases = [
+        (true, true, false, Some(RtrType::Write)),
+        (true, false, true, Some(RtrType::Read)),
+        (true, true, true, Some(RtrType::Write)),
+        (true, false, false, None),
+        (false, true, true, None),
+    ];
+    for (i, (p2p, write, read, want)) in cases.into_iter().enumerate() {
+        let l = Listener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let first = pattern(3000, i as u64);
+        let answer = pattern(2000, 100 + i as u64);
+        let exposed = pattern(5000, 200 + i as u64);
+        let (first2, answer2, exposed2) = (first.clone(), answer.clone(), exposed.clone());
+        let server = std::thread::spawn(move || {
+            let c = Context::new(Progress::Thread).unwrap();
+            let pd = c.alloc_pd();
+            let cq = c.create_cq(16).unwrap();
+            let src = pd.register(first2, Access::LOCAL_READ);
+            let rbuf = pd.alloc(4096, Access::LOCAL_WRITE);
+            let exp = pd.register(exposed2, Access::REMOTE_READ);
+            let mut init = QpInit::new(&pd, &cq);
+            init.options.crc = true;
+            init.recvs.push(RecvWr {
+                wr_id: 9,
+                sgl: vec![rbuf.sge(0, 4096)],
+            });
+            let req = l.accept(Some(LIMIT)).unwrap();
+            let qp = req.accept(&init, &common::advertise(&[&exp])).unwrap();
+            // Send first, before anything arrived from the initiator.
+            qp.post_send(send_wr(1, vec![src.sge(0, 3000)])).unwrap();
+            let mut w = wait_n(&cq, 2);
+            w.sort_by_key(|w| w.wr_id);
+            assert!(w.iter().all(Wc::is_ok), "{w:?}");
+            assert_eq!(w[1].byte_len, 2000);
+            assert_eq!(&rbuf.to_vec()[..2000], &answer2[..]);
+            let rtr = qp.negotiated().unwrap().rtr;
+            // Stay connected until the initiator's Read is answered.
+            let deadline = Instant::now() + LIMIT;
+            while !qp.is_closed() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            rtr
+        });
+        let (_c, pd, cq) = ctx();
+        let rbuf = pd.alloc(4096, Access::LOCAL_WRITE);
+        let src = pd.register(answer.clone(), Access::LOCAL_READ);
+        let sink = pd.alloc(5000, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        init.options.peer_to_peer = p2p;
+        init.options.rtr = RtrOffer { write, read };
+        init.recvs.push(RecvWr {
+            wr_id: 5,
+            sgl: vec![rbuf.sge(0, 4096)],
+        });
+        let qp = connect(addr, &init).unwrap();
+        let neg = qp.negotiated().unwrap();
+        assert_eq!(neg.rtr, want, "case {i}");
+        assert!(neg.crc);
+        let [(r_addr, r_key)] = common::parse_adverts(&neg.peer_private_data)[..] else {
+            panic!("bad private data")
+        };
+        let mut got = Vec::new();
+        if want.is_some() {
+            // Peer-to-peer: the responder's Send arrives with nothing
+            // posted here (without it the responder must wait for the
+            // initiator's first FPDU).
+            got = wait_n(&cq, 1);
+        }
+        qp.post_send(send_wr(2, vec![src.sge(0, 2000)])).unwrap();
+        qp.post_send(SendWr {
+            wr_id: 3,
+            op: SendOp::Read {
+                remote_addr: r_addr,
+                rkey: r_key,
+            },
+            sgl: vec![sink.sge(0, 5000)],
+            signaled: true,
+        })
+        .unwrap();
+        got.extend(wait_n(&cq, 3 - got.len()));
+        got.sort_by_key(|w| w.wr_id);
+        assert!(got.iter().all(Wc::is_ok), "case {i}: {got:?}");
+        assert_eq!(got[2].wr_id, 5);
+        assert_eq!(got[2].byte_len, 3000);
+        assert_eq!(&rbuf.to_vec()[..3000], &first[..]);
+        assert_eq!(sink.to_vec(), exposed);
+        qp.disconnect();
+        drop(qp);
+        assert_eq!(server.join().unwrap(), want, "case {i}: responder's view");
+    }
+}
