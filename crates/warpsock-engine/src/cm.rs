@@ -370,12 +370,11 @@ enum MpaDone {
 }
 
 /// Runs the MPA exchange on a blocking socket until established (initiator)
-/// or a Request arrived (responder). `raw` collects every byte read.
+/// or a Request arrived (responder).
 fn drive_mpa(
     sock: &TcpStream,
     conn: &mut Connection,
     events: &mut Vec<Event>,
-    mut raw: Option<&mut Vec<u8>>,
 ) -> Result<MpaDone, CmError> {
     let reg: Registry<Mem> = Registry::new();
     let mut reg_mut: Registry<Mem> = Registry::new();
@@ -435,9 +434,6 @@ fn drive_mpa(
         match (&*sock).read(&mut buf[..want]) {
             Ok(0) => conn.handle_eof(),
             Ok(n) => {
-                if let Some(raw) = raw.as_deref_mut() {
-                    raw.extend_from_slice(&buf[..n]);
-                }
                 conn.rx_bytes(&buf[..n], &mut reg_mut);
             }
             Err(e)
@@ -488,7 +484,7 @@ pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmErr
     let mut conn = Connection::new(opts.config(Role::Initiator, init.pd, mss), Instant::now());
     init.post_initial(&mut conn)?;
     let mut events = Vec::new();
-    match drive_mpa(&sock, &mut conn, &mut events, None)? {
+    match drive_mpa(&sock, &mut conn, &mut events)? {
         MpaDone::Established => init.create(conn, sock, events, addrs),
         MpaDone::Request(_) => Err(CmError::Mpa(ConnectError::Eof)),
     }
@@ -550,20 +546,20 @@ impl Listener {
         sock.set_nonblocking(false).map_err(CmError::Io)?;
         sock.set_nodelay(true).map_err(CmError::Io)?;
         let local = sock.local_addr().map_err(CmError::Io)?;
-        // A throwaway responder reads the Request; the real connection is
-        // built with the application's options when it accepts.
+        // The responder reads the Request with placeholder options; the
+        // application's options replace them when it accepts
+        // (`Connection::accept_with`).
         let mut reg: Registry<Mem> = Registry::new();
         let mut cfg = Config::new(Role::Responder, reg.alloc_pd());
         cfg.mpa_timeout = self.mpa_timeout;
-        let mut probe = Connection::new(cfg, Instant::now());
-        let mut raw = Vec::new();
+        let mut conn = Connection::new(cfg, Instant::now());
         let mut events = Vec::new();
-        match drive_mpa(&sock, &mut probe, &mut events, Some(&mut raw))? {
+        match drive_mpa(&sock, &mut conn, &mut events)? {
             MpaDone::Request(request) => Ok(ConnectRequest {
                 sock,
                 local,
                 peer,
-                raw,
+                conn,
                 request,
             }),
             MpaDone::Established => Err(CmError::Mpa(ConnectError::Eof)),
@@ -590,7 +586,8 @@ pub struct ConnectRequest {
     sock: TcpStream,
     local: SocketAddr,
     peer: SocketAddr,
-    raw: Vec<u8>,
+    /// The responder connection, waiting for accept or reject.
+    conn: Connection,
     request: warpsock_proto::ConnectRequest,
 }
 
@@ -611,36 +608,19 @@ impl ConnectRequest {
         &self.request
     }
 
-    /// A responder connection that has consumed the saved Request.
-    fn replay(&self, cfg: Config) -> Result<Connection, CmError> {
-        let mut conn = Connection::new(cfg, Instant::now());
-        let mut reg: Registry<Mem> = Registry::new();
-        conn.handle_input(&self.raw, &mut reg);
-        while let Some(e) = conn.poll_event() {
-            if let Event::ConnectRequest(_) = e {
-                return Ok(conn);
-            }
-        }
-        Err(CmError::Mpa(ConnectError::Eof))
-    }
-
-    fn send_reply(&self, conn: &mut Connection) -> Result<(), CmError> {
-        let reg: Registry<Mem> = Registry::new();
-        let mut out = Vec::new();
-        conn.poll_transmit(&reg, &mut out, usize::MAX);
-        (&self.sock).write_all(&out).map_err(CmError::Io)
-    }
-
     /// Accepts: sends the MPA Reply with `private_data` (≤
     /// [`MAX_PRIVATE_DATA`]) and returns the queue pair.
     pub fn accept(self, init: &QpInit<'_>, private_data: &[u8]) -> Result<Qp, CmError> {
         init.check(private_data)?;
         init.options.tcp.apply(&self.sock).map_err(CmError::Io)?;
         let mss = sys::tcp_mss(self.sock.as_raw_fd()).unwrap_or(1448);
-        let mut conn = self.replay(init.options.config(Role::Responder, init.pd, mss))?;
+        let cfg = init.options.config(Role::Responder, init.pd, mss);
+        let mut conn = self.conn;
+        conn.accept_with(cfg, private_data).map_err(accept_error)?;
+        // Posted before the Reply goes out, so a Send right after setup
+        // finds a buffer.
         init.post_initial(&mut conn)?;
-        conn.accept(private_data).map_err(accept_error)?;
-        self.send_reply(&mut conn)?;
+        send_reply(&self.sock, &mut conn)?;
         let mut events = Vec::new();
         while let Some(e) = conn.poll_event() {
             events.push(e);
@@ -653,13 +633,20 @@ impl ConnectRequest {
     /// (≤ [`MAX_PRIVATE_DATA`]), then closes.
     pub fn reject(self, private_data: &[u8]) -> Result<(), CmError> {
         check_private_data(private_data)?;
-        let mut reg: Registry<Mem> = Registry::new();
-        let mut conn = self.replay(Config::new(Role::Responder, reg.alloc_pd()))?;
+        let mut conn = self.conn;
         conn.reject(private_data).map_err(accept_error)?;
-        self.send_reply(&mut conn)?;
+        send_reply(&self.sock, &mut conn)?;
         let _ = self.sock.shutdown(Shutdown::Write);
         Ok(())
     }
+}
+
+/// Writes what the core queued (the MPA Reply) to the blocking socket.
+fn send_reply(sock: &TcpStream, conn: &mut Connection) -> Result<(), CmError> {
+    let reg: Registry<Mem> = Registry::new();
+    let mut out = Vec::new();
+    conn.poll_transmit(&reg, &mut out, usize::MAX);
+    (&*sock).write_all(&out).map_err(CmError::Io)
 }
 
 fn accept_error(e: AcceptError) -> CmError {

@@ -40,6 +40,7 @@ use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 
+use warpsock_proto::wire::ddp::Opcode;
 use warpsock_proto::{
     Connection, Event, Registry, RxStep, TxPart, TxSegment, WcStatus, WorkCompletion, WorkQueue,
 };
@@ -272,8 +273,10 @@ impl QpSlot {
                     self.rx.large = r.len >= LARGE_PAYLOAD as u64;
                     let Some(dst) = reg.slice_mut(r.stag, r.offset, r.len as usize) else {
                         // The region was deregistered under an in-flight
-                        // operation: the stream cannot continue.
-                        self.conn.close();
+                        // operation: the stream cannot continue. The peer
+                        // gets a Terminate; the rest of its input is
+                        // discarded.
+                        self.conn.fail_local(None, false);
                         continue;
                     };
                     let want = dst.len();
@@ -356,7 +359,7 @@ impl QpSlot {
                             self.conn.rx_placed(dst);
                             self.rx.start += n;
                         }
-                        None => self.conn.close(),
+                        None => self.conn.fail_local(None, false),
                     }
                 }
                 RxStep::Closed => self.rx.start = self.rx.end,
@@ -382,8 +385,9 @@ impl QpSlot {
                 }
                 if !seg.seal(reg) {
                     // A payload region vanished under an active request.
+                    let read_response = self.segment_is_read_response(&seg);
                     self.pool.push(seg);
-                    self.conn.close();
+                    self.fail_segment(read_response, cqs);
                     break;
                 }
                 self.queued += seg.len() as u64;
@@ -420,7 +424,13 @@ impl QpSlot {
                 }
             }
             if iov.is_empty() && vanished {
+                // A region went away under segments already queued (the
+                // front one possibly half written): the stream cannot be
+                // framed any more. Everything is flushed, and the peer sees
+                // the stream end now (not when the QP is dropped): FIN,
+                // mid-FPDU.
                 self.abort();
+                let _ = self.sock.shutdown(Shutdown::Both);
                 break;
             }
             match sys::send_vectored(self.sock.as_raw_fd(), &iov) {
@@ -431,6 +441,48 @@ impl QpSlot {
             }
         }
         self.release_held(cqs);
+    }
+
+    /// Whether `seg` carries an RDMA Read Response (its payload is our
+    /// exposed region, not a local request's buffer). Unknown with
+    /// markers, which may sit inside the header: then no.
+    fn segment_is_read_response(&self, seg: &TxSegment) -> bool {
+        if self.conn.negotiated().is_none_or(|n| n.markers_tx) {
+            return false;
+        }
+        let Some(&TxPart::Inline { start, end }) = seg.parts().first() else {
+            return false;
+        };
+        // MPA length (2), DDP control (1), RDMAP control: opcode in bits 0-3.
+        let hdr = &seg.inline_bytes()[start..end];
+        hdr.len() >= 4 && hdr[3] & 0x0f == Opcode::RdmaReadResponse as u8
+    }
+
+    /// A segment could not be sealed because its payload region is gone:
+    /// the peer gets a Terminate (local catastrophic error), the request
+    /// that segment belonged to completes with `LocalProtectionError`
+    /// (unless it was the peer's Read, answered from our region), the rest
+    /// is flushed. The segments queued before it still go out, so the
+    /// stream stays framed.
+    fn fail_segment(&mut self, read_response: bool, cqs: &mut [Option<CqSlot>]) {
+        // The core completes a Send or Write when its last segment is
+        // handed out: if this was that segment, its completion is already
+        // waiting (every earlier one was collected after its segment).
+        let mut marked = false;
+        while let Some(mut wc) = self.conn.poll_completion() {
+            match wc.queue {
+                WorkQueue::Recv => push_wc(cqs, self.recv_cq, self.qp_num, wc),
+                WorkQueue::Send => {
+                    if wc.status == WcStatus::Success && !read_response {
+                        wc.status = WcStatus::LocalProtectionError;
+                        wc.byte_len = 0;
+                        marked = true;
+                    }
+                    self.held.push_back((self.queued, wc));
+                }
+            }
+        }
+        self.conn.fail_local(None, !read_response && !marked);
     }
 
     fn advance_tx(&mut self, n: usize) {
