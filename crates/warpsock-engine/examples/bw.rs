@@ -9,11 +9,17 @@
 //!   --server-cpu N     pin each server process to CPU N
 //!   --only NAME        run only tests whose name contains NAME
 //!   --repeat N         run each test N times, report the median (default 3)
+//!   --setups N         connections per setup-time test (default 500)
 //! ```
 //!
 //! Bandwidth: 1 MiB messages (TCP: 1 MiB `write`s / `read`s), 64 MiB
 //! batches, at most two batches unacknowledged. Latency: 8-byte ping-pong,
 //! one-way time = round trip / 2 (median and mean; ratios use the median).
+//! Connection setup: TCP connect + accept + one 8-byte exchange (request
+//! and answer) next to warpsock connect + MPA exchange + an 8-byte Send
+//! answered by an 8-byte Send (the initiator's Send completed and the
+//! answer received), fresh connection each time, CRC off, P2P on (the
+//! default), caller-driven; median and mean per connection.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -74,6 +80,45 @@ fn send(wr_id: u64, sge: warpsock_engine::Sge) -> SendWr {
 
 fn serve(kind: &str, crc: bool, busy: bool) {
     match kind {
+        "tcp-setup" => {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            println!("LISTEN {}", l.local_addr().unwrap());
+            loop {
+                let (mut s, _) = l.accept().unwrap();
+                s.set_nodelay(true).unwrap();
+                let mut b = [0u8; 8];
+                if s.read_exact(&mut b).is_ok() {
+                    let _ = s.write_all(&b);
+                }
+            }
+        }
+        "setup" => {
+            let l = Listener::bind("127.0.0.1:0").unwrap();
+            println!("LISTEN {}", l.local_addr().unwrap());
+            let c = ctx(false);
+            let pd = c.alloc_pd();
+            let cq = c.create_cq(64).unwrap();
+            let buf = pd.alloc(8, Access::LOCAL_WRITE | Access::LOCAL_READ);
+            loop {
+                let mut init = QpInit::new(&pd, &cq);
+                init.recvs.push(RecvWr {
+                    wr_id: 0,
+                    sgl: vec![buf.sge(0, 8)],
+                });
+                let Ok(qp) = l.accept_qp(&init, b"", None) else {
+                    continue;
+                };
+                let mut wc = [Wc::default(); 4];
+                let k = cq.wait(&mut wc[..1], LONG).unwrap();
+                if k == 1 && wc[0].is_ok() {
+                    let _ = qp.post_send(send(1, buf.sge(0, 8)));
+                    // The answer is written before the QP is closed.
+                    let _ = cq.wait(&mut wc[..1], LONG);
+                }
+                drop(qp);
+                while cq.poll(&mut wc) > 0 {}
+            }
+        }
         "tcp-bw" | "tcp-lat" | "tcp-lat-busy" => {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             println!("LISTEN {}", l.local_addr().unwrap());
@@ -420,6 +465,58 @@ fn iwarp_lat(addr: SocketAddr, iters: usize, crc: bool, busy: bool) -> (f64, f64
     summarize(rtts)
 }
 
+/// Returns (mean, median) per connection in µs.
+fn tcp_setup(addr: SocketAddr, n: usize) -> (f64, f64) {
+    let mut t = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let t0 = Instant::now();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut b = [7u8; 8];
+        s.write_all(&b).unwrap();
+        s.read_exact(&mut b).unwrap();
+        let dt = t0.elapsed();
+        if i >= n / 10 {
+            t.push(dt);
+        }
+    }
+    setup_summary(t)
+}
+
+fn iwarp_setup(addr: SocketAddr, n: usize) -> (f64, f64) {
+    let c = ctx(false);
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(64).unwrap();
+    let msg = pd.register(vec![7; 8], Access::LOCAL_READ);
+    let ans = pd.alloc(8, Access::LOCAL_WRITE);
+    let mut t = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let t0 = Instant::now();
+        let mut init = QpInit::new(&pd, &cq);
+        init.recvs.push(RecvWr {
+            wr_id: 0,
+            sgl: vec![ans.sge(0, 8)],
+        });
+        let qp = connect(addr, &init).unwrap();
+        qp.post_send(send(1, msg.sge(0, 8))).unwrap();
+        // The Send's completion and the answer's receive.
+        wait_one(&cq);
+        wait_one(&cq);
+        let dt = t0.elapsed();
+        drop(qp);
+        if i >= n / 10 {
+            t.push(dt);
+        }
+    }
+    setup_summary(t)
+}
+
+fn setup_summary(mut t: Vec<Duration>) -> (f64, f64) {
+    t.sort();
+    let mean = t.iter().sum::<Duration>().as_secs_f64() / t.len() as f64;
+    (mean * 1e6, t[t.len() / 2].as_secs_f64() * 1e6)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let opt = |name: &str| {
@@ -441,6 +538,7 @@ fn main() {
     let iters = opt("--iters").map_or(20_000, |v| v.parse().expect("--iters N"));
     let only = opt("--only").unwrap_or_default();
     let repeat: usize = opt("--repeat").map_or(3, |v| v.parse().expect("--repeat N"));
+    let setups: usize = opt("--setups").map_or(500, |v| v.parse().expect("--setups N"));
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -474,10 +572,18 @@ fn main() {
     .into_iter()
     .filter(|t| run(t.0))
     .collect();
+    let setup_tests: Vec<(&str, &str)> = [
+        ("tcp connect + 8 B exchange", "tcp-setup"),
+        ("warpsock connect + MPA + 8 B Send", "setup"),
+    ]
+    .into_iter()
+    .filter(|t| run(t.0))
+    .collect();
     // Rounds interleave the tests, so a burst of background load hits
     // every test alike; each figure is the median over the rounds.
     let mut bw: Vec<Vec<f64>> = vec![Vec::new(); bw_tests.len()];
     let mut lat: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); lat_tests.len()];
+    let mut setup: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); setup_tests.len()];
     for _ in 0..repeat.max(1) {
         for (i, &(_, kind, crc, write)) in bw_tests.iter().enumerate() {
             let srv = Server::start(kind, crc, false, server_cpu);
@@ -496,6 +602,16 @@ fn main() {
             };
             lat[i].0.push(mean);
             lat[i].1.push(med);
+        }
+        for (i, &(_, kind)) in setup_tests.iter().enumerate() {
+            let srv = Server::start(kind, false, false, server_cpu);
+            let (mean, med) = if kind == "tcp-setup" {
+                tcp_setup(srv.addr, setups)
+            } else {
+                iwarp_setup(srv.addr, setups)
+            };
+            setup[i].0.push(mean);
+            setup[i].1.push(med);
         }
     }
     println!(
@@ -523,6 +639,21 @@ fn main() {
             tcp_us = Some(med);
         }
         let ratio = tcp_us.map_or("-".into(), |t| format!("{:.2}", med / t));
+        println!("{name:<34} {med:>10.2} {mean:>8.2} {ratio:>8}");
+    }
+    if !setup_tests.is_empty() {
+        println!(
+            "{:<34} {:>10} {:>8} {:>8}",
+            "connection setup", "median µs", "mean", "x TCP"
+        );
+    }
+    let mut tcp_setup_us = None;
+    for (i, &(name, kind)) in setup_tests.iter().enumerate() {
+        let (mean, med) = (median(setup[i].0.clone()), median(setup[i].1.clone()));
+        if kind == "tcp-setup" {
+            tcp_setup_us = Some(med);
+        }
+        let ratio = tcp_setup_us.map_or("-".into(), |t| format!("{:.2}", med / t));
         println!("{name:<34} {med:>10.2} {mean:>8.2} {ratio:>8}");
     }
 }
