@@ -111,7 +111,9 @@ fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
     let [(t_addr, t_key)] = parse_adverts(&qp.negotiated().unwrap().peer_private_data)[..] else {
         panic!("bad private data")
     };
-    const N: u64 = 400;
+    // Enough that the transfer cannot finish before the kill, even when
+    // the test thread is descheduled for a while (1000 MiB).
+    const N: u64 = 1000;
     for i in 0..N {
         let op = if i % 8 == 7 {
             SendOp::Send {
@@ -154,6 +156,9 @@ fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
     );
     assert!(ids.contains(&10_000), "the posted receive is flushed too");
     let errors: Vec<&Wc> = got.iter().filter(|w| !w.is_ok()).collect();
+    // The posted receive can never complete successfully (the peer sends
+    // nothing), so at least it fails; send-queue errors are expected too
+    // unless the whole transfer beat the kill.
     assert!(
         !errors.is_empty(),
         "{before} completed before the kill, none failed after"
@@ -164,8 +169,11 @@ fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
     // Send-queue completions stay in posting order, errors after successes.
     let sq: Vec<&Wc> = got.iter().filter(|w| w.wr_id < N).collect();
     assert!(sq.windows(2).all(|p| p[0].wr_id < p[1].wr_id), "order");
-    let first_err = sq.iter().position(|w| !w.is_ok()).unwrap();
-    assert!(sq[first_err..].iter().all(|w| !w.is_ok()));
+    if let Some(first_err) = sq.iter().position(|w| !w.is_ok()) {
+        assert!(sq[first_err..].iter().all(|w| !w.is_ok()));
+    } else {
+        eprintln!("note: all {N} requests completed before the peer died");
+    }
     assert!(
         flush_time < Duration::from_secs(5),
         "flush took {flush_time:?}"
