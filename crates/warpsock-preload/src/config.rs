@@ -180,6 +180,13 @@ pub(crate) struct Config {
     /// arrival on a hidden kernel UDP socket, so that a test can make a
     /// receive call take the datagram first, deterministically.
     pub(crate) test_udp_ready_delay: Option<Duration>,
+    /// `WARPSOCK_CALLER_RECV` (default on; `0` turns it off): a blocking
+    /// receive reads the socket's connections itself instead of waiting for
+    /// the progress thread to hand datagrams over.
+    pub(crate) caller_recv: bool,
+    /// `WARPSOCK_BUSY_POLL_US`: a blocking receive spins this long, checking
+    /// its sources without sleeping, before it sleeps (default 0: off).
+    pub(crate) busy_poll: Option<Duration>,
 }
 
 fn warn(var: &str, val: &str) {
@@ -290,6 +297,15 @@ impl Config {
             test_udp_ready_delay: Some(env_num("WARPSOCK_TEST_UDP_READY_DELAY_MS", 0u64))
                 .filter(|&ms| ms > 0)
                 .map(Duration::from_millis),
+            caller_recv: !matches!(
+                std::env::var("WARPSOCK_CALLER_RECV")
+                    .as_deref()
+                    .map(str::trim),
+                Ok("0" | "no" | "false" | "off")
+            ),
+            busy_poll: Some(env_num("WARPSOCK_BUSY_POLL_US", 0u64))
+                .filter(|&us| us > 0)
+                .map(Duration::from_micros),
         }
     }
 

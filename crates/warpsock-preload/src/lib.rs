@@ -28,6 +28,18 @@
 //!   warpsock: immediate fallback. Nothing is dropped silently: every path is
 //!   counted, and `WARPSOCK_STATS=1` prints the counters on stderr at exit.
 //!   At exit, queued datagrams get `WARPSOCK_LINGER_MS` to reach the kernel.
+//! * **Caller-driven receive.** A blocking receive call (`recv`, `recvfrom`,
+//!   `recvmsg`, `read`, …) that finds nothing queued does not wait for the
+//!   progress thread to hand datagrams over: it takes the socket's
+//!   connections from the progress thread's watch (at most 16; a socket fed
+//!   by more is left to the thread), polls them together with the kernel UDP
+//!   socket and the doorbell, reads what arrives itself and returns it, then
+//!   gives the connections back. A ping-pong so involves no thread switch on
+//!   either side. `WARPSOCK_CALLER_RECV=0` turns this off. With
+//!   `WARPSOCK_BUSY_POLL_US=N` the call first spins for up to N µs, polling
+//!   without sleeping, before it sleeps (lowest latency, one CPU busy while a
+//!   receive waits). Datagrams of one connection are queued in order
+//!   whichever thread read them.
 //! * **Readiness.** The descriptor number the program holds is one end of an
 //!   AF_UNIX stream socketpair. The progress thread writes a doorbell byte to
 //!   the other end when datagrams arrive over TCP or the hidden kernel UDP
@@ -79,6 +91,8 @@
 //! | `WARPSOCK_FALLBACK_SECS` | how long a destination stays on kernel UDP | `10` |
 //! | `WARPSOCK_SNDBUF`, `WARPSOCK_RCVBUF` | buffer bounds in bytes | 4 MiB, 8 MiB |
 //! | `WARPSOCK_LINGER_MS` | exit waits this long for queued datagrams | `2000` |
+//! | `WARPSOCK_CALLER_RECV` | `0`: blocking receives wait for the progress thread | on |
+//! | `WARPSOCK_BUSY_POLL_US` | a blocking receive spins this long before sleeping | `0` (off) |
 //! | `WARPSOCK_STATS` | `1` prints the counters on stderr at exit | off |
 //!
 //! ## Limits

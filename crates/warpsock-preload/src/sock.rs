@@ -7,6 +7,10 @@
 //! lock, never a `Conn`'s state lock; a `Conn`'s state lock is never held
 //! while taking `Sock::inner`. Work that needs both is split: the connection
 //! side returns what happened and the caller applies it to the socket.
+//! A `Conn`'s receive lock (`rx`) is taken first of all, by whoever reads
+//! the connection (the progress thread or a blocking receive call), and held
+//! until what was read is queued on the socket, so that datagrams from one
+//! connection are queued in the order they were sent.
 
 use std::collections::{HashMap, VecDeque};
 use std::mem::{size_of, zeroed};
@@ -662,7 +666,14 @@ impl Sock {
     }
 
     /// Progress thread: queue datagrams that arrived on `conn`.
-    fn deliver(&self, eng: &Engine, src: SocketAddr, data: Vec<Vec<u8>>, conn: &Arc<Conn>) {
+    fn deliver(
+        &self,
+        eng: &Engine,
+        src: SocketAddr,
+        data: Vec<Vec<u8>>,
+        conn: &Arc<Conn>,
+        from_caller: bool,
+    ) {
         let mut g = lock(&self.inner);
         if g.closed {
             return;
@@ -682,7 +693,11 @@ impl Sock {
         stats::add(&STATS.rx_tcp_dgrams, n);
         stats::add(&STATS.rx_tcp_bytes, bytes as u64);
         let total = self.rx_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        if n > 0 {
+        if from_caller {
+            // The receive call that read them takes the first at once and
+            // rings for the rest (see `recvmsg`).
+            stats::add(&STATS.rx_caller_dgrams, n);
+        } else if n > 0 {
             self.ring(&mut g);
         }
         if total > config::get().rcvbuf && !g.paused.iter().any(|c| Arc::ptr_eq(c, conn)) {
@@ -951,6 +966,8 @@ impl Sock {
         let deadline = lock(&self.inner).rcvtimeo.map(|t| Instant::now() + t);
         let (namelen, ctllen) = (msg.msg_namelen, msg.msg_controllen);
         let mut udp_hint = false;
+        let mut driven: Option<Driven> = None;
+        let mut spin_until: Option<Instant> = None;
         loop {
             {
                 let mut g = lock(&self.inner);
@@ -978,6 +995,11 @@ impl Sock {
                                 }
                             }
                         }
+                    }
+                    // Datagrams a receive call read itself were queued
+                    // without a doorbell: ring for what is left.
+                    if !g.rxq.is_empty() && g.bells == 0 {
+                        self.ring(&mut g);
                     }
                     self.settle(&mut g);
                     return if flags & libc::MSG_TRUNC != 0 {
@@ -1012,9 +1034,10 @@ impl Sock {
                 set_errno(libc::EAGAIN);
                 return -1;
             }
+            let now = Instant::now();
             let wait = match deadline {
                 Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
+                    let left = d.saturating_duration_since(now);
                     if left.is_zero() {
                         set_errno(libc::EAGAIN);
                         return -1;
@@ -1023,26 +1046,118 @@ impl Sock {
                 }
                 None => -1,
             };
-            let mut p = [
-                libc::pollfd {
-                    fd: self.bell_rx,
+            // From here on the call reads the socket's connections itself.
+            let d = driven.get_or_insert_with(|| Driven::claim(self));
+            if spin_until.is_none() {
+                let bp = config::get().busy_poll.unwrap_or(Duration::ZERO);
+                spin_until = Some(deadline.map_or(now + bp, |dl| dl.min(now + bp)));
+            }
+            let spinning = spin_until.is_some_and(|t| now < t);
+            let mut p = Vec::with_capacity(2 + d.conns.len());
+            for fd in [self.bell_rx, self.udp]
+                .into_iter()
+                .chain(d.conns.iter().map(|c| c.1))
+            {
+                p.push(libc::pollfd {
+                    fd,
                     events: libc::POLLIN,
                     revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.udp,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            if sys::poll(&mut p, wait) < 0 {
+                });
+            }
+            let n = sys::poll(&mut p, if spinning { 0 } else { wait });
+            if n < 0 {
                 let e = errno();
                 if e == libc::EINTR {
                     set_errno(e);
                     return -1;
                 }
             }
+            if n <= 0 {
+                if spinning {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            if spinning {
+                stats::inc(&STATS.rx_busy_poll_hits);
+            }
             udp_hint = p[1].revents & (libc::POLLIN | libc::POLLERR) != 0;
+            let bits = libc::POLLIN | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+            if let Some(eng) = d.eng {
+                let mut stale = false;
+                for (i, (c, fd)) in d.conns.iter().enumerate() {
+                    let r = p[2 + i].revents & bits;
+                    if r != 0 {
+                        if r & libc::POLLNVAL == 0 && c.still(*fd) {
+                            c.handle(eng, self, (r & !libc::POLLNVAL) as u16 as u32, true);
+                        }
+                        stale |= !c.still(*fd);
+                    }
+                }
+                if stale {
+                    d.prune();
+                }
+            }
+        }
+    }
+}
+
+/// The connections a blocking receive call reads itself while it waits
+/// (caller-driven receive): claimed from the progress thread on the first
+/// wait, given back when the call returns.
+struct Driven {
+    eng: Option<&'static Engine>,
+    conns: Vec<(Arc<Conn>, c_int)>,
+}
+
+/// A socket fed by more connections than this is left to the progress
+/// thread (one poll over many descriptors per receive would cost more).
+const MAX_DRIVEN: usize = 16;
+
+impl Driven {
+    fn claim(sock: &Sock) -> Self {
+        let mut d = Self {
+            eng: None,
+            conns: Vec::new(),
+        };
+        if !config::get().caller_recv {
+            return d;
+        }
+        let Some(eng) = engine::current() else {
+            return d;
+        };
+        d.eng = Some(eng);
+        let g = lock(&sock.inner);
+        if g.owned.len() > MAX_DRIVEN {
+            return d;
+        }
+        for c in g.owned.values() {
+            if let Some(fd) = c.claim(eng) {
+                d.conns.push((c.clone(), fd));
+            }
+        }
+        d
+    }
+
+    /// Gives back the connections whose descriptor changed or closed.
+    fn prune(&mut self) {
+        let Some(eng) = self.eng else { return };
+        self.conns.retain(|(c, fd)| {
+            if c.still(*fd) {
+                return true;
+            }
+            c.unclaim(eng, *fd);
+            false
+        });
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        if let Some(eng) = self.eng {
+            for (c, fd) in self.conns.drain(..) {
+                c.unclaim(eng, fd);
+            }
         }
     }
 }
@@ -1078,8 +1193,20 @@ pub(crate) enum SendErr {
 
 struct Interest {
     fd: c_int,
+    /// The progress thread reads the connection (false while set up for
+    /// writing only, or paused for a full receive queue).
     read: bool,
     write: bool,
+    /// Blocking receive calls reading the connection themselves: while
+    /// non-zero the progress thread does not watch it for input.
+    callers: usize,
+}
+
+impl Interest {
+    fn mask(&self) -> u32 {
+        let read = self.read && self.callers == 0;
+        (if read { EPOLLIN } else { 0 }) | (if self.write { EPOLLOUT } else { 0 })
+    }
 }
 
 /// One TCP connection carrying datagrams for one (socket, remote) pair.
@@ -1087,6 +1214,8 @@ pub(crate) struct Conn {
     /// Epoll token.
     pub(crate) id: u64,
     st: Mutex<ConnSt>,
+    /// Held from reading the connection to queueing what was read.
+    rx: Mutex<()>,
     cv: Condvar,
     ev: Mutex<Interest>,
 }
@@ -1146,11 +1275,13 @@ impl Conn {
                 deadline: None,
                 linger: false,
             }),
+            rx: Mutex::new(()),
             cv: Condvar::new(),
             ev: Mutex::new(Interest {
                 fd,
                 read: false,
                 write: false,
+                callers: 0,
             }),
         }
     }
@@ -1158,17 +1289,49 @@ impl Conn {
     /// Changes epoll interest (leaf lock).
     fn set_interest(&self, eng: &Engine, read: Option<bool>, write: Option<bool>) {
         let mut i = lock(&self.ev);
-        let old = (i.read, i.write);
+        let old = i.mask();
         if let Some(r) = read {
             i.read = r;
         }
         if let Some(w) = write {
             i.write = w;
         }
-        if (i.read, i.write) != old && i.fd >= 0 {
-            let mask = if i.read { EPOLLIN } else { 0 } | if i.write { EPOLLOUT } else { 0 };
-            eng.modify(i.fd, self.id, mask);
+        if i.mask() != old && i.fd >= 0 {
+            eng.modify(i.fd, self.id, i.mask());
         }
+    }
+
+    /// A blocking receive takes over reading this connection: the progress
+    /// thread stops watching it for input. Returns the descriptor to poll,
+    /// or `None` if the progress thread does not read it now (setting up,
+    /// paused) and the caller should leave it alone.
+    fn claim(&self, eng: &Engine) -> Option<c_int> {
+        let mut i = lock(&self.ev);
+        if i.fd < 0 || !i.read {
+            return None;
+        }
+        let old = i.mask();
+        i.callers += 1;
+        if i.mask() != old {
+            eng.modify(i.fd, self.id, i.mask());
+        }
+        Some(i.fd)
+    }
+
+    /// Undoes `claim`. Returns whether the descriptor is still `fd`.
+    fn unclaim(&self, eng: &Engine, fd: c_int) -> bool {
+        let mut i = lock(&self.ev);
+        let old = i.mask();
+        i.callers = i.callers.saturating_sub(1);
+        if i.mask() != old && i.fd >= 0 {
+            eng.modify(i.fd, self.id, i.mask());
+        }
+        i.fd == fd
+    }
+
+    /// Whether the claimed descriptor is still this connection's.
+    fn still(&self, fd: c_int) -> bool {
+        lock(&self.ev).fd == fd
     }
 
     /// The next timer deadline, if the connection is being set up.
@@ -1568,6 +1731,21 @@ impl Conn {
 
     /// Progress thread: readiness on the connection's socket.
     pub(crate) fn on_event(self: &Arc<Self>, eng: &'static Engine, sock: &Arc<Sock>, bits: u32) {
+        self.handle(eng, sock, bits, false);
+    }
+
+    /// Readiness on the connection's socket, handled by the progress thread
+    /// or (`from_caller`) by a blocking receive call that reads the
+    /// connection itself: that call takes what arrived at once, so no
+    /// doorbell is rung for it.
+    fn handle(
+        self: &Arc<Self>,
+        eng: &'static Engine,
+        sock: &Arc<Sock>,
+        bits: u32,
+        from_caller: bool,
+    ) {
+        let _order = lock(&self.rx);
         let mut dgrams: Vec<Vec<u8>> = Vec::new();
         let mut gone: Option<(Vec<Vec<u8>>, bool)> = None;
         let mut adopt = None;
@@ -1695,7 +1873,7 @@ impl Conn {
             sock.adopt_route(r, self);
         }
         if let (false, Some(s)) = (dgrams.is_empty(), src) {
-            sock.deliver(eng, s, dgrams, self);
+            sock.deliver(eng, s, dgrams, self, from_caller);
         }
         if pause {
             sock.pause(eng, self);

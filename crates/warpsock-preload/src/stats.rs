@@ -78,6 +78,12 @@ counters! {
     rx_filtered,
     /// Times the receive queue was full and reading was paused.
     rx_paused,
+    /// Datagrams a blocking receive call read from a connection itself
+    /// (caller-driven receive), without the progress thread.
+    rx_caller_dgrams,
+    /// Blocking receives whose data turned up while busy-polling
+    /// (`WARPSOCK_BUSY_POLL_US`), before the call went to sleep.
+    rx_busy_poll_hits,
     /// Doorbell bytes written to make the application's descriptor readable.
     doorbells,
     /// Congestion control set on an offload connection.

@@ -411,3 +411,45 @@ fn receiver_dies_mid_stream() {
         s.stderr
     );
 }
+
+/// Caller-driven receive: a blocking receive reads the connection itself
+/// (nearly every reply of a ping-pong), and datagrams it read beyond the one
+/// it returns keep the descriptor readable. With `WARPSOCK_BUSY_POLL_US` the
+/// replies turn up while the call spins; with `WARPSOCK_CALLER_RECV=0` the
+/// progress thread hands every datagram over.
+#[test]
+fn caller_driven_receive_and_busy_poll() {
+    let r = both("pingpong", 2);
+    let (tcp, caller) = (r.stat("rx_tcp_dgrams"), r.stat("rx_caller_dgrams"));
+    // 2 x 2000 ping-pong datagrams, a stop, 5 x 2 x 10 burst datagrams. A reply
+    // that arrives before its receive call starts is the progress thread's
+    // (both sides share one process here, so that is frequent).
+    assert_eq!(tcp, 4101, "{}", r.stderr);
+    assert!(
+        caller >= tcp / 4,
+        "only {caller} of {tcp} read by the receiving call: {}",
+        r.stderr
+    );
+    assert_eq!(r.stat("rx_busy_poll_hits"), 0, "{}", r.stderr);
+    // Sends on an idle connection are written by the sending call itself.
+    assert!(r.stat("tx_direct") >= 3900, "{}", r.stderr);
+
+    let args = vec![free_port().to_string(), free_port().to_string()];
+    let child = command(&c_program("pingpong"), &args, true)
+        .env("WARPSOCK_BUSY_POLL_US", "2000")
+        .spawn()
+        .expect("spawn pingpong");
+    let r = finish(child, Duration::from_secs(60));
+    r.assert_ok("pingpong (busy-poll)");
+    assert_eq!(r.stat("rx_tcp_dgrams"), 4101, "{}", r.stderr);
+    assert!(r.stat("rx_busy_poll_hits") >= 1000, "{}", r.stderr);
+
+    let args = vec![free_port().to_string(), free_port().to_string()];
+    let child = command(&c_program("pingpong"), &args, true)
+        .env("WARPSOCK_CALLER_RECV", "0")
+        .spawn()
+        .expect("spawn pingpong");
+    let r = finish(child, Duration::from_secs(60));
+    r.assert_ok("pingpong (progress thread only)");
+    assert_eq!(r.stat("rx_caller_dgrams"), 0, "{}", r.stderr);
+}
