@@ -187,6 +187,11 @@ pub(crate) struct Config {
     /// `WARPSOCK_BUSY_POLL_US`: a blocking receive spins this long, checking
     /// its sources without sleeping, before it sleeps (default 0: off).
     pub(crate) busy_poll: Option<Duration>,
+    /// `WARPSOCK_TEST_TIMER_DELAY_MS`, for tests only: the progress thread
+    /// waits this long before looking at its timers, as if it had been
+    /// descheduled between its wait and the timers, so a test can make a
+    /// set-up answer arrive after the deadline but before the timer runs.
+    pub(crate) test_timer_delay: Option<Duration>,
 }
 
 fn warn(var: &str, val: &str) {
@@ -306,6 +311,9 @@ impl Config {
             busy_poll: Some(env_num("WARPSOCK_BUSY_POLL_US", 0u64))
                 .filter(|&us| us > 0)
                 .map(Duration::from_micros),
+            test_timer_delay: Some(env_num("WARPSOCK_TEST_TIMER_DELAY_MS", 0u64))
+                .filter(|&ms| ms > 0)
+                .map(Duration::from_millis),
         }
     }
 

@@ -253,6 +253,17 @@ impl Engine {
     }
 
     fn run_timers(&'static self) {
+        if let Some(d) = crate::config::get().test_timer_delay {
+            // Late while any connection is being set up (it may not be on
+            // the list yet: its first event can come before `add_timer`).
+            let regs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
+            if regs
+                .iter()
+                .any(|r| matches!(r, Reg::Conn(_, c) if c.deadline().is_some()))
+            {
+                std::thread::sleep(d);
+            }
+        }
         let list: Vec<(Arc<Sock>, Arc<Conn>)> = lock(&self.timers).clone();
         if list.is_empty() {
             return;

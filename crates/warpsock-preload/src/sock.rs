@@ -1699,6 +1699,28 @@ impl Conn {
         if d > now {
             return false;
         }
+        // The answer may already be waiting: the thread can reach its timers
+        // late (descheduled, or busy with other events) after the socket
+        // became ready. Then handle the event, not the timeout.
+        let want = match st.phase {
+            Phase::Connecting => libc::POLLOUT,
+            Phase::AwaitHello => libc::POLLIN,
+            _ => 0,
+        };
+        if want != 0 && st.fd >= 0 {
+            let mut p = [libc::pollfd {
+                fd: st.fd,
+                events: want,
+                revents: 0,
+            }];
+            if sys::poll(&mut p, 0) > 0 && p[0].revents != 0 {
+                drop(st);
+                stats::inc(&STATS.timer_rescues);
+                // poll and epoll share their bit values on Linux.
+                self.on_event(eng, sock, p[0].revents as u16 as u32);
+                return false;
+            }
+        }
         let mut now_udp = Vec::new();
         let give_up = match st.phase {
             Phase::Backoff if st.attempts > config::get().retries => true,

@@ -84,6 +84,9 @@ counters! {
     /// Blocking receives whose data turned up while busy-polling
     /// (`WARPSOCK_BUSY_POLL_US`), before the call went to sleep.
     rx_busy_poll_hits,
+    /// Connection set-up timeouts not taken because the socket was ready
+    /// when the timer ran (the event was handled instead).
+    timer_rescues,
     /// Doorbell bytes written to make the application's descriptor readable.
     doorbells,
     /// Congestion control set on an offload connection.

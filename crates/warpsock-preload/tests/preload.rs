@@ -453,3 +453,32 @@ fn caller_driven_receive_and_busy_poll() {
     r.assert_ok("pingpong (progress thread only)");
     assert_eq!(r.stat("rx_caller_dgrams"), 0, "{}", r.stderr);
 }
+
+/// Regression: a connect or hello timeout was taken when the timer ran late
+/// even though the answer was already waiting (the progress thread is made
+/// to reach its timers 100 ms late here, with 1 ms timeouts): the
+/// destination fell back to kernel UDP although the peer was warpsock.
+/// The timer now polls the socket first and handles the event instead.
+#[test]
+fn late_timer_handles_the_waiting_answer() {
+    let port = free_port();
+    let (rc, rout) = start_receiver(port, 300, 500, 3000, true);
+    let args = [port.to_string(), "300".into(), "500".into(), "300".into()];
+    let child = command(&c_program("udp_send"), &args, true)
+        .env("WARPSOCK_TEST_TIMER_DELAY_MS", "100")
+        .env("WARPSOCK_CONNECT_TIMEOUT_MS", "1")
+        .env("WARPSOCK_HELLO_TIMEOUT_MS", "1")
+        .spawn()
+        .expect("spawn udp_send");
+    let s = finish(child, Duration::from_secs(60));
+    let r = finish_receiver(rc, rout);
+    s.assert_ok("udp_send");
+    r.assert_ok("udp_recv (every datagram exactly once)");
+    for k in ["fallbacks", "hello_failed", "connect_failed"] {
+        assert_eq!(s.stat(k), 0, "{k}: {}", s.stderr);
+    }
+    assert_eq!(s.stat("connect_ok"), 1, "{}", s.stderr);
+    assert!(s.stat("timer_rescues") >= 1, "{}", s.stderr);
+    assert_eq!(s.stat("tx_tcp_dgrams"), 300, "{}", s.stderr);
+    assert_eq!(r.stat("rx_tcp_dgrams"), 300, "{}", r.stderr);
+}
