@@ -6,12 +6,18 @@
 #   - iperf 2 UDP, plain client -> preloaded server: kernel path of an offloaded socket
 #   - sockperf UDP ping-pong, both preloaded: replies travel back over the connection
 #   - socat UDP relay, all three preloaded: every datagram relayed over TCP
-# Servers are stopped by pid. Takes well under a minute.
+#   - two network namespaces joined by a veth pair (10.x addresses inside
+#     them only), 3% random loss of TCP segments (nftables `numgen random`,
+#     no netem needed) into the receiver's namespace: iperf 2 UDP, both
+#     preloaded; every datagram sent over TCP arrives exactly once. Needs
+#     root (fails otherwise); the namespaces are deleted on exit by name.
+# Servers are stopped by pid. Takes about a minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-scripts/ensure-pkgs.sh iperf sockperf socat >/dev/null
+[ "$(id -u)" -eq 0 ] || { echo "test-preload: FAIL: must run as root (the network-namespace test creates namespaces)" >&2; exit 1; }
+scripts/ensure-pkgs.sh iperf sockperf socat nftables iproute2 >/dev/null
 
 cargo build --release -p warpsock-preload --quiet
 TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
@@ -20,9 +26,11 @@ SO="$TARGET_DIR/release/libwarpsock_preload.so"
 
 WORK="$(mktemp -d /tmp/warpsock-test-preload.XXXXXX)"
 PIDS=()
+NETNS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    for ns in "${NETNS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -67,13 +75,16 @@ stop_last() {
     unset 'PIDS[-1]'
 }
 
-wait_udp_port() {
+wait_udp_port() { # port [netns]
+    local in=()
+    [ -n "${2:-}" ] && in=(ip netns exec "$2")
     for _ in $(seq 50); do
-        ss -Hlun "sport = :$1" 2>/dev/null | grep -q . && return 0
+        "${in[@]}" ss -Hlun "sport = :$1" 2>/dev/null | grep -q . && return 0
         sleep 0.1
     done
     fail "nothing bound UDP port $1"
 }
+
 
 # iperf 2's server report printed by the client: "... lost/total (x%)".
 iperf_lost_total() {
@@ -168,5 +179,53 @@ got=$(sort -u "$WORK/relayed" | wc -l)
 [ "$(stat "$WORK/relay.err" rx_tcp_dgrams)" -eq $N ] || fail "socat relay: not received over TCP"
 [ "$(stat "$WORK/relay.err" tx_tcp_dgrams)" -eq $N ] || fail "socat relay: not forwarded over TCP"
 pass "socat UDP relay preloaded: $N datagrams in and out over TCP"
+
+# --- two namespaces, veth, 3% random TCP segment loss ------------------------------
+NA="wsp-a-$$"; NB="wsp-b-$$"
+NET="10.$((200 + RANDOM % 50)).$((RANDOM % 250))"
+ip netns add "$NA" || fail "ip netns add $NA"
+NETNS+=("$NA")
+ip netns add "$NB" || fail "ip netns add $NB"
+NETNS+=("$NB")
+ip -n "$NA" link add va type veth peer name vb netns "$NB" || fail "veth pair"
+ip -n "$NA" addr add "$NET.1/24" dev va
+ip -n "$NB" addr add "$NET.2/24" dev vb
+ip -n "$NA" link set lo up; ip -n "$NA" link set va up
+ip -n "$NB" link set lo up; ip -n "$NB" link set vb up
+# Drop 3% of the TCP segments entering the receiver's namespace (not the
+# SYNs, so that setting up is not left to the 1 s SYN retransmission).
+printf '%s\n' 'table inet wsploss {' '  chain in {' \
+    '    type filter hook input priority 0; policy accept;' \
+    '    ip protocol tcp tcp flags & syn == 0 numgen random mod 100 < 3 counter drop' \
+    '  }' '}' | ip netns exec "$NB" nft -f - || fail "nft ruleset"
+# Loss makes TCP recovery slow now and then: generous set-up timeouts.
+LOSSY=(WARPSOCK_CONNECT_TIMEOUT_MS=5000 WARPSOCK_HELLO_TIMEOUT_MS=5000)
+P=5001
+start ip netns exec "$NB" "${PRE[@]}" "${LOSSY[@]}" iperf -s -u -B "$NET.2" -p $P \
+    >"$WORK/ns-s.out" 2>"$WORK/ns-s.err"
+wait_udp_port $P "$NB"
+timeout 60 ip netns exec "$NA" "${PRE[@]}" "${LOSSY[@]}" \
+    iperf -c "$NET.2" -u -p $P -b 20M -l 1200 -t 3 >"$WORK/ns-c.out" 2>"$WORK/ns-c.err" \
+    || { cat "$WORK/ns-c.out" "$WORK/ns-c.err" >&2; fail "iperf client (namespaces, loss) exited $?"; }
+stop_last
+dropped=$(ip netns exec "$NB" nft list chain inet wsploss in | grep -oE 'counter packets [0-9]+' | grep -oE '[0-9]+$')
+[ "${dropped:-0}" -gt 10 ] || fail "namespaces: nftables dropped only ${dropped:-0} TCP segments"
+lt=$(iperf_lost_total "$WORK/ns-c.out")
+[ -n "$lt" ] || { cat "$WORK/ns-c.out" "$WORK/ns-c.err" >&2; fail "namespaces: no server report"; }
+lost=${lt%/*}; total=${lt#*/}
+[ "$total" -gt 3000 ] || fail "namespaces: only $total datagrams"
+[ "$lost" -eq 0 ] || fail "namespaces: iperf counted $lost of $total lost"
+if grep -q 'out-of-order' "$WORK/ns-s.out"; then fail "namespaces: datagrams out of order"; fi
+ctx=$(stat "$WORK/ns-c.err" tx_tcp_dgrams); srx=$(stat "$WORK/ns-s.err" rx_tcp_dgrams)
+stx=$(stat "$WORK/ns-s.err" tx_tcp_dgrams); crx=$(stat "$WORK/ns-c.err" rx_tcp_dgrams)
+[ "$ctx" -ge "$total" ] || fail "namespaces: client sent $ctx over TCP, server counted $total"
+[ "$srx" -eq "$ctx" ] || fail "namespaces: client sent $ctx datagrams over TCP, server received $srx"
+[ "$crx" -eq "$stx" ] || fail "namespaces: server sent $stx datagrams over TCP, client received $crx"
+for f in "$WORK/ns-c.err" "$WORK/ns-s.err"; do
+    for k in fallbacks tx_lost tx_kernel_fallback tx_requeued_udp rx_kernel_dgrams protocol_errors; do
+        [ "$(stat "$f" $k)" -eq 0 ] || fail "namespaces: $k = $(stat "$f" $k) ($f)"
+    done
+done
+pass "namespaces + 3% TCP loss ($dropped segments dropped): $ctx datagrams over TCP, each received exactly once ($srx), $stx replies likewise"
 
 echo "test-preload: $PASSED passed, 0 failed"
