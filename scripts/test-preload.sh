@@ -6,6 +6,9 @@
 #   - iperf 2 UDP, plain client -> preloaded server: kernel path of an offloaded socket
 #   - sockperf UDP ping-pong, both preloaded: replies travel back over the connection
 #   - socat UDP relay, all three preloaded: every datagram relayed over TCP
+#   - iperf3 -u (and -u -R), both preloaded, with WARPSOCK_TCP_PORT_OFFSET so
+#     that the offload listener does not collide with iperf3's own TCP
+#     control port (same number as its UDP port)
 #   - two network namespaces joined by a veth pair (10.x addresses inside
 #     them only), 3% random loss of TCP segments (nftables `numgen random`,
 #     no netem needed) into the receiver's namespace: iperf 2 UDP, both
@@ -17,7 +20,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
 [ "$(id -u)" -eq 0 ] || { echo "test-preload: FAIL: must run as root (the network-namespace test creates namespaces)" >&2; exit 1; }
-scripts/ensure-pkgs.sh iperf sockperf socat nftables iproute2 >/dev/null
+scripts/ensure-pkgs.sh iperf iperf3 sockperf socat nftables iproute2 >/dev/null
 
 cargo build --release -p warpsock-preload --quiet
 TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
@@ -85,6 +88,13 @@ wait_udp_port() { # port [netns]
     fail "nothing bound UDP port $1"
 }
 
+wait_tcp_port() {
+    for _ in $(seq 50); do
+        ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+        sleep 0.1
+    done
+    fail "nothing listens on TCP port $1"
+}
 
 # iperf 2's server report printed by the client: "... lost/total (x%)".
 iperf_lost_total() {
@@ -179,6 +189,44 @@ got=$(sort -u "$WORK/relayed" | wc -l)
 [ "$(stat "$WORK/relay.err" rx_tcp_dgrams)" -eq $N ] || fail "socat relay: not received over TCP"
 [ "$(stat "$WORK/relay.err" tx_tcp_dgrams)" -eq $N ] || fail "socat relay: not forwarded over TCP"
 pass "socat UDP relay preloaded: $N datagrams in and out over TCP"
+
+# --- iperf3 -u, both preloaded ---------------------------------------------------
+# iperf3 uses one port number for its TCP control connection and its UDP
+# data: with the default mapping (TCP port = UDP port) the offload listener
+# would collide with iperf3's control listener, and the client's offload
+# connection would reach iperf3 itself (no warpsock hello: fallback after
+# WARPSOCK_HELLO_TIMEOUT_MS). Both sides set WARPSOCK_TCP_PORT_OFFSET so the
+# offload connection uses another TCP port; iperf3's own TCP passes through.
+iperf3_json() { # file key: a number from iperf3's JSON end.sum
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum"][sys.argv[2]])' "$1" "$2"
+}
+for dir in fwd rev; do
+    P=$(free_port); Q=$(free_port)
+    OFF=$(( (Q - P + 65536) % 65536 ))
+    R=(); [ "$dir" = rev ] && R=(-R)
+    start "${PRE[@]}" WARPSOCK_TCP_PORT_OFFSET=$OFF iperf3 -s -1 -B 127.0.0.1 -p "$P" \
+        >"$WORK/i3s-$dir.out" 2>"$WORK/i3s-$dir.err"
+    wait_tcp_port "$P"
+    timeout 40 "${PRE[@]}" WARPSOCK_TCP_PORT_OFFSET=$OFF \
+        iperf3 -c 127.0.0.1 -p "$P" -u -b 200M -l 1200 -t 2 "${R[@]}" -J \
+        >"$WORK/i3c-$dir.json" 2>"$WORK/i3c-$dir.err" \
+        || { cat "$WORK/i3c-$dir.json" "$WORK/i3c-$dir.err" >&2; fail "iperf3 -u $dir exited $?"; }
+    stop_last
+    pk=$(iperf3_json "$WORK/i3c-$dir.json" packets)
+    lp=$(iperf3_json "$WORK/i3c-$dir.json" lost_packets)
+    [ "$pk" -gt 10000 ] || fail "iperf3 -u $dir: only $pk packets"
+    [ "$lp" -eq 0 ] || fail "iperf3 -u $dir: $lp of $pk packets lost"
+    if [ "$dir" = fwd ]; then snd="$WORK/i3c-$dir.err"; rcv="$WORK/i3s-$dir.err"
+    else snd="$WORK/i3s-$dir.err"; rcv="$WORK/i3c-$dir.err"; fi
+    [ "$(stat "$snd" tx_tcp_dgrams)" -ge "$pk" ] || fail "iperf3 -u $dir: sender did not send over TCP"
+    [ "$(stat "$rcv" rx_tcp_dgrams)" -ge "$pk" ] || fail "iperf3 -u $dir: receiver did not receive over TCP"
+    for f in "$WORK/i3c-$dir.err" "$WORK/i3s-$dir.err"; do
+        [ "$(stat "$f" fallbacks)" -eq 0 ] || fail "iperf3 -u $dir: fell back ($f)"
+        [ "$(stat "$f" hello_failed)" -eq 0 ] || fail "iperf3 -u $dir: reached a non-warpsock TCP port ($f)"
+        [ "$(stat "$f" listen_failed)" -eq 0 ] || fail "iperf3 -u $dir: offload listener collided ($f)"
+    done
+    pass "iperf3 -u ${R[*]:-} preloaded both sides, WARPSOCK_TCP_PORT_OFFSET=$OFF: $pk datagrams over TCP, 0 lost"
+done
 
 # --- two namespaces, veth, 3% random TCP segment loss ------------------------------
 NA="wsp-a-$$"; NB="wsp-b-$$"

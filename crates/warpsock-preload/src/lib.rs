@@ -107,6 +107,13 @@
 //! * Ancillary data (`IP_PKTINFO`, timestamps) is only delivered for
 //!   datagrams that arrive by kernel UDP; `recvmmsg`'s timeout is not applied
 //!   per entry.
+//! * A program that uses one port number for both its own TCP and its UDP
+//!   (iperf3: control connection and UDP data on 5201) collides with the
+//!   default mapping: the offload listener cannot bind, and the sender's
+//!   offload connection reaches the program's TCP listener, which is not
+//!   warpsock (fallback to kernel UDP after `WARPSOCK_HELLO_TIMEOUT_MS`).
+//!   Give both sides the same `WARPSOCK_TCP_PORT_OFFSET` (any offset whose
+//!   TCP port is free), as `scripts/test-preload.sh` does for iperf3 `-u`.
 //! * Accepted connections feed the socket that owns the listener; a socket
 //!   that connects gives its TCP port back so that a socket bound to the same
 //!   port later can listen (the iperf/socat server pattern).
