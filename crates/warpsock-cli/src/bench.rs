@@ -1,21 +1,27 @@
 //! `warpsock bench` and `warpsock client`: run the plan of tests against a
 //! server — a `warpsock server --once` child process on 127.0.0.1 (same
-//! binary), or a remote one — and print the comparison.
+//! binary), a remote one, or one in a network namespace — and print the
+//! comparison.
+//!
+//! The UDP offload rows need the preload library in both processes, so
+//! they run as a second pass: a preloaded server and a preloaded
+//! `warpsock client` in child processes, whose JSON is merged in.
 
 use std::io::{BufRead, BufReader, IsTerminal};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::ctl::{encode_spec, Ctl, Tally, VERSION};
-use crate::meter::Meter;
+use crate::ctl::{encode_spec, Ctl, SideReport, VERSION};
 use crate::opts::{parse_host_port, BenchOpts, PinArg, Spec, Test, Transport, DEFAULT_PORT};
-use crate::report::{self, RunResult};
+use crate::report::{self, Record, RunResult};
 use crate::tcp::IDLE;
-use crate::{iwarp, pin, tcp, Error, Run};
+use crate::work::{run_threads, Cpu, Gate, Job, Stats};
+use crate::{iwarp, netns, pin, tcp, udp, Error, Run};
 
 /// How long the control connection may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -25,13 +31,26 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct BenchCmd {
     /// Run against a `warpsock server` at HOST or HOST:PORT instead of a
     /// loopback server in a child process.
-    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_host_port)]
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_host_port, conflicts_with = "netns")]
     peer: Option<(String, Option<u16>)>,
     /// Control port: of the loopback server (default: a free port; the
     /// data port is the next one), or of --peer when it names none
     /// (default 18515).
     #[arg(long)]
     port: Option<u16>,
+    /// Run server and client in two network namespaces joined by a veth
+    /// pair (10.x addresses), created for the run and removed afterwards.
+    /// Needs root.
+    #[arg(long)]
+    netns: bool,
+    /// With --netns: limit the link to RATE (tc tbf), e.g. 1gbit, 500mbit
+    /// (1 mbit to 100 gbit).
+    #[arg(long, value_parser = netns::parse_rate, value_name = "RATE", requires = "netns")]
+    rate: Option<u64>,
+    /// With --netns: drop this percentage of packets each way at random
+    /// (nftables numgen), 0 to 50.
+    #[arg(long, value_parser = netns::parse_loss, value_name = "PERCENT", requires = "netns")]
+    loss: Option<f64>,
     #[command(flatten)]
     opts: BenchOpts,
 }
@@ -49,15 +68,18 @@ pub(crate) struct ClientCmd {
 
 impl Run for BenchCmd {
     fn run(self) -> Result<(), Error> {
+        if self.netns {
+            return netns::bench(&self.opts, self.rate, self.loss);
+        }
         match self.peer {
             Some((host, port)) => {
                 let port = port.or(self.port).unwrap_or(DEFAULT_PORT);
-                bench(&host, port, &self.opts, false)
+                bench(&host, port, &self.opts, Mode::Remote)
             }
             None => {
-                let server = LoopbackServer::start(self.port)?;
+                let server = ChildServer::start(&[], &[], "127.0.0.1", self.port)?;
                 let port = server.addr.port();
-                let res = bench("127.0.0.1", port, &self.opts, true);
+                let res = bench("127.0.0.1", port, &self.opts, Mode::Loopback);
                 server.finish(res.is_ok());
                 res
             }
@@ -68,31 +90,61 @@ impl Run for BenchCmd {
 impl Run for ClientCmd {
     fn run(self) -> Result<(), Error> {
         let (host, port) = self.server;
-        bench(&host, port.unwrap_or(DEFAULT_PORT), &self.opts, false)
+        bench(
+            &host,
+            port.unwrap_or(DEFAULT_PORT),
+            &self.opts,
+            Mode::Remote,
+        )
     }
 }
 
-/// `warpsock server --once` on 127.0.0.1 in a child process; killed by pid
-/// if it has not exited when this is dropped.
-struct LoopbackServer {
-    child: Child,
-    addr: SocketAddr,
+/// Where the server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A child process on 127.0.0.1 (the offload pass can run too).
+    Loopback,
+    /// Elsewhere.
+    Remote,
 }
 
-impl LoopbackServer {
-    fn start(port: Option<u16>) -> Result<Self, Error> {
+/// A `warpsock server --once` child process; killed by pid if it has not
+/// exited when this is dropped.
+pub(crate) struct ChildServer {
+    child: Child,
+    /// Its control address.
+    pub(crate) addr: SocketAddr,
+}
+
+impl ChildServer {
+    /// Starts `[prefix...] warpsock server --once --bind BIND` with extra
+    /// environment `env`, on `port` (default: free ports).
+    pub(crate) fn start(
+        prefix: &[String],
+        env: &[(String, String)],
+        bind: &str,
+        port: Option<u16>,
+    ) -> Result<Self, Error> {
         let exe = std::env::current_exe()?;
-        let mut cmd = Command::new(exe);
-        cmd.args(["server", "--once", "--bind", "127.0.0.1"]);
+        let mut cmd = match prefix.split_first() {
+            Some((p, rest)) => {
+                let mut c = Command::new(p);
+                c.args(rest).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        cmd.args(["server", "--once", "--bind", bind]);
         match port {
             Some(p) => cmd.args(["--port", &p.to_string()]),
             None => cmd.args(["--port", "0", "--data-port", "0"]),
         };
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| Error::msg(format!("cannot start the loopback server: {e}")))?;
+            .map_err(|e| Error::msg(format!("cannot start the server: {e}")))?;
         let stdout = child.stdout.take().expect("piped");
         let mut line = String::new();
         let _ = BufReader::new(stdout).read_line(&mut line);
@@ -110,14 +162,14 @@ impl LoopbackServer {
                 Ok(me)
             }
             None => Err(Error::msg(
-                "the loopback server did not start (see its message above)",
+                "the server did not start (see its message above)",
             )),
         }
     }
 
     /// Waits for the child to exit (briefly if the run failed), then kills
     /// it by pid if it is still there.
-    fn finish(mut self, ok: bool) {
+    pub(crate) fn finish(mut self, ok: bool) {
         let limit = if ok { 5 } else { 0 };
         let end = Instant::now() + Duration::from_secs(limit);
         while Instant::now() < end {
@@ -131,13 +183,93 @@ impl LoopbackServer {
     }
 }
 
-impl Drop for LoopbackServer {
+impl Drop for ChildServer {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
     }
+}
+
+/// Runs `[prefix...] warpsock client ADDR ARGS --json FILE` to completion
+/// (its progress on our stderr, its table on our stdout if `show`), and
+/// reads its results.
+pub(crate) fn child_client(
+    prefix: &[String],
+    env: &[(String, String)],
+    addr: SocketAddr,
+    args: &[String],
+    show: bool,
+) -> Result<(Value, Vec<Record>), Error> {
+    let exe = std::env::current_exe()?;
+    let json = std::env::temp_dir().join(format!(
+        "warpsock-pass-{}-{}.json",
+        std::process::id(),
+        addr.port()
+    ));
+    let mut cmd = match prefix.split_first() {
+        Some((p, rest)) => {
+            let mut c = Command::new(p);
+            c.args(rest).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    cmd.arg("client")
+        .arg(addr.to_string())
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(if show {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        });
+    let st = cmd
+        .status()
+        .map_err(|e| Error::msg(format!("cannot start the client: {e}")))?;
+    let text = std::fs::read_to_string(&json);
+    let _ = std::fs::remove_file(&json);
+    if !st.success() {
+        return Err(Error::msg(format!(
+            "the client pass failed ({st}; see its message above)"
+        )));
+    }
+    let text = text.map_err(|e| Error::msg(format!("the client pass wrote no results: {e}")))?;
+    report::from_json(&text).map_err(|e| Error::msg(format!("the client pass's results: {e}")))
+}
+
+/// The preload library: `WARPSOCK_PRELOAD_LIB`, else next to this
+/// executable (same target directory), if it was built.
+pub(crate) fn preload_lib() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WARPSOCK_PRELOAD_LIB") {
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join("libwarpsock_preload.so"),
+        dir.join("deps/libwarpsock_preload.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+/// Whether this process runs under the UDP offload layer.
+fn under_preload() -> bool {
+    std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("warpsock_preload"))
+        && std::env::var("WARPSOCK_UDP_OFFLOAD").is_ok_and(|v| v == "1")
+}
+
+/// Environment of a preloaded process.
+pub(crate) fn preload_env(lib: &Path) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".into(), lib.display().to_string()),
+        ("WARPSOCK_UDP_OFFLOAD".into(), "1".into()),
+    ]
 }
 
 /// Opens the control connection: each resolved address in turn, with a
@@ -199,7 +331,7 @@ fn open_session(host: &str, port: u16) -> Result<Session, Error> {
     })
 }
 
-fn cpu_model() -> String {
+pub(crate) fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -211,8 +343,8 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-fn placement(plan: &[Spec], test: Test) -> Option<String> {
-    let s = plan.iter().find(|s| s.test == test)?;
+fn placement(plan: &[Spec], f: impl Fn(&Spec) -> bool) -> Option<String> {
+    let s = plan.iter().find(|s| f(s))?;
     Some(match (s.client_pin, s.pin) {
         (None, None) => "unpinned".into(),
         (Some(a), Some(b)) if a == b => format!("both sides on CPU {a}"),
@@ -224,13 +356,54 @@ fn placement(plan: &[Spec], test: Test) -> Option<String> {
     })
 }
 
-/// Runs every planned test against the server at `host:port`.
-fn bench(host: &str, port: u16, opts: &BenchOpts, loopback: bool) -> Result<(), Error> {
+/// `YYYY-MM-DD HH:MM:SS UTC` of a Unix time.
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Orders records as the tables show them.
+fn sort_records(r: &mut [Record]) {
+    r.sort_by_key(|x| {
+        (
+            x.test_kind().map_or(99, |t| t as usize),
+            x.busy_poll_us > 0,
+            x.size,
+            x.conns,
+            x.transport_kind().map_or(99, |t| t as usize),
+            x.crc,
+        )
+    });
+}
+
+/// Runs every planned test against the server at `host:port`, prints the
+/// tables and writes the files asked for.
+fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Error> {
     let mut sess = open_session(host, port)?;
     let ccpus = pin::cpu_count();
-    let plan = opts.plan(
+    let lib = preload_lib();
+    let offload_here = under_preload();
+    let same_host = mode == Mode::Loopback || sess.ctl_addr.ip().is_loopback();
+    let full_plan = opts.plan(
         (ccpus, sess.server_cpus),
-        loopback || sess.ctl_addr.ip().is_loopback(),
+        same_host,
+        lib.is_some() || offload_here,
     );
     if let PinArg::Cpus(_, b) = opts.pin {
         if b >= sess.server_cpus {
@@ -240,17 +413,34 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, loopback: bool) -> Result<(), 
             )));
         }
     }
-    let budget = opts.budget();
+    // UDP offload rows need the preload on both sides: here only if this
+    // process has it; else a second, preloaded pass on loopback.
+    let (plan, offload_pass): (Vec<Spec>, bool) = if offload_here {
+        (full_plan, false)
+    } else {
+        let wants = full_plan
+            .iter()
+            .any(|s| s.transport == Transport::UdpOffload);
+        let rest = full_plan
+            .into_iter()
+            .filter(|s| s.transport != Transport::UdpOffload)
+            .collect();
+        (rest, wants)
+    };
     let tty = std::io::stderr().is_terminal();
     let bar = ProgressBar::new(plan.len() as u64 * 1000);
     bar.set_style(
-        ProgressStyle::with_template("{prefix:>7} [{bar:32}] {msg}  ({elapsed}, ~{eta} left)")
+        ProgressStyle::with_template("{prefix:>9} [{bar:32}] {msg}  ({elapsed}, ~{eta} left)")
             .expect("valid template")
             .progress_chars("=> "),
     );
     let started = std::time::SystemTime::now();
-    let mut results = Vec::with_capacity(plan.len());
+    let mut results: Vec<RunResult> = Vec::with_capacity(plan.len());
     for (i, spec) in plan.iter().enumerate() {
+        let mut spec = spec.clone();
+        if spec.test == Test::Cpu {
+            spec.rate = cpu_rate(&results, &spec)?;
+        }
         bar.set_prefix(format!("{}/{}", i + 1, plan.len()));
         bar.set_message(spec.label());
         bar.set_position(i as u64 * 1000);
@@ -258,7 +448,7 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, loopback: bool) -> Result<(), 
             eprintln!("[{}/{}] {}", i + 1, plan.len(), spec.label());
         }
         let tick = |f: f64| bar.set_position(i as u64 * 1000 + (f * 1000.0) as u64);
-        let r = run_one(&mut sess, spec, budget, &tick);
+        let r = run_one(&mut sess, &spec, &tick);
         pin::pin(None)?;
         match r {
             Ok(r) => results.push(r),
@@ -270,98 +460,174 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, loopback: bool) -> Result<(), 
     }
     bar.finish_and_clear();
     let _ = sess.ctl.send("bye");
+    let mut records: Vec<Record> = results.iter().map(RunResult::record).collect();
+    let mut notes = Vec::new();
+    if offload_pass {
+        match (&lib, mode) {
+            (Some(lib), Mode::Loopback) => {
+                eprintln!("UDP offload pass: preloaded server and client ({})", lib.display());
+                let env = preload_env(lib);
+                let server = ChildServer::start(&[], &env, "127.0.0.1", None)?;
+                let res = child_client(
+                    &[],
+                    &env,
+                    server.addr,
+                    &opts.to_args(&[Transport::UdpOffload]),
+                    false,
+                );
+                server.finish(res.is_ok());
+                records.extend(res?.1);
+            }
+            (None, _) => notes.push(
+                "udp-offload skipped: libwarpsock_preload.so is not built next to this binary \
+                 (cargo build --release -p warpsock-preload)"
+                    .to_string(),
+            ),
+            (Some(_), Mode::Remote) => notes.push(
+                "udp-offload skipped: against a remote server, run server and client under \
+                 LD_PRELOAD=libwarpsock_preload.so WARPSOCK_UDP_OFFLOAD=1 with --transports udp-offload"
+                    .to_string(),
+            ),
+        }
+    }
+    sort_records(&mut records);
 
-    let target = if loopback {
-        "loopback 127.0.0.1 (server in a child process)".to_string()
-    } else {
-        format!("server {}", sess.ctl_addr)
+    let target = match mode {
+        Mode::Loopback => "loopback 127.0.0.1 (server in a child process)".to_string(),
+        Mode::Remote => format!("server {}", sess.ctl_addr),
     };
-    let per_test = match budget {
-        crate::opts::Budget::Time(d) => format!("{:.1} s per test", d.as_secs_f64()),
-        crate::opts::Budget::Iters(n) => format!("{n} iterations per test"),
+    let per_test = match opts.budget() {
+        crate::opts::Budget::Time(d) => format!("{:.2} s per test", d.as_secs_f64()),
+        crate::opts::Budget::Iters(n) => format!("{n} iterations per test and connection"),
     };
     println!(
-        "warpsock bench: {target}; {} CPUs ({}); progress={}{}; {per_test}",
+        "warpsock bench: {target}; {} CPUs ({}); progress={}; {per_test}",
         ccpus,
         cpu_model(),
         opts.progress.name(),
-        opts.busy_poll
-            .map_or(String::new(), |us| format!(", busy-poll {us} µs"))
     );
-    for (t, name) in [(Test::Lat, "latency"), (Test::Bw, "bandwidth")] {
-        if let Some(p) = placement(&plan, t) {
-            println!("CPU placement, {name}: {p}");
-        }
+    if let Some(p) = placement(&plan, |s| s.test.is_latency() && s.busy_poll_us == 0) {
+        println!("CPU placement, latency: {p}");
+    }
+    if let Some(p) = placement(&plan, |s| s.test.is_latency() && s.busy_poll_us > 0) {
+        println!("CPU placement, latency with busy polling: {p}");
+    }
+    if let Some(p) = placement(&plan, |s| s.test.is_bandwidth()) {
+        println!("CPU placement, bandwidth: {p}");
     }
     println!();
-    print!("{}", report::table(&results));
+    print!("{}", report::tables(&records));
     println!();
     println!(
         "Write latency is RDMA Write + a zero-byte Send to notify the target. \
          check: every received byte counted and its contents verified."
     );
+    for n in &notes {
+        println!("note: {n}");
+    }
+    let meta = json!({
+        "tool": "warpsock bench",
+        "version": env!("CARGO_PKG_VERSION"),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "target": target,
+        "server": sess.ctl_addr.to_string(),
+        "started_utc": utc(started
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)),
+        "cpus": ccpus,
+        "server_cpus": sess.server_cpus,
+        "cpu_model": cpu_model(),
+        "budget": match opts.budget() {
+            crate::opts::Budget::Time(d) => json!({"seconds": d.as_secs_f64()}),
+            crate::opts::Budget::Iters(n) => json!({"iterations": n}),
+        },
+        "progress": opts.progress.name(),
+        "busy_poll_us": opts.busy_poll,
+        "pin": opts.pin.to_string(),
+        "verify_every_byte": opts.verify,
+        "notes": notes,
+    });
+    write_outputs(opts, &meta, &records)?;
+    fail_on_bad(&records)
+}
 
+/// Writes --json and --csv.
+pub(crate) fn write_outputs(
+    opts: &BenchOpts,
+    meta: &Value,
+    records: &[Record],
+) -> Result<(), Error> {
+    let write = |path: &Path, text: String| {
+        std::fs::write(path, text)
+            .map_err(|e| Error::msg(format!("cannot write {}: {e}", path.display())))
+    };
     if let Some(path) = &opts.json {
-        let meta = json!({
-            "tool": "warpsock bench",
-            "version": env!("CARGO_PKG_VERSION"),
-            "target": target,
-            "server": sess.ctl_addr.to_string(),
-            "started_unix_s": started
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-            "cpus": ccpus,
-            "server_cpus": sess.server_cpus,
-            "cpu_model": cpu_model(),
-            "budget": match budget {
-                crate::opts::Budget::Time(d) => json!({"seconds": d.as_secs_f64()}),
-                crate::opts::Budget::Iters(n) => json!({"iterations": n}),
-            },
-            "progress": opts.progress.name(),
-            "busy_poll_us": opts.busy_poll,
-            "pin": opts.pin.to_string(),
-            "verify_every_byte": opts.verify,
-        });
-        let doc = report::to_json(meta, &results);
-        let text = serde_json::to_string_pretty(&doc).expect("JSON values serialize");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| Error::msg(format!("cannot write {}: {e}", path.display())))?;
+        let doc = report::to_json(meta.clone(), records);
+        write(
+            path,
+            serde_json::to_string_pretty(&doc).expect("JSON values serialize") + "\n",
+        )?;
         println!("Every sample and result: {}", path.display());
     }
-    let bad: Vec<String> = results
-        .iter()
-        .filter(|r| !r.ok())
-        .map(|r| r.spec.label())
-        .collect();
-    if !bad.is_empty() {
-        return Err(Error::msg(format!(
-            "data verification failed: {}",
-            bad.join("; ")
-        )));
+    if let Some(path) = &opts.csv {
+        write(path, report::to_csv(records))?;
+        println!("Every sample as CSV: {}", path.display());
     }
     Ok(())
 }
 
-/// One test: announce it, wait for `ready`, run the client side, collect
-/// the server's tally.
+/// Fails when any run's data did not check out.
+pub(crate) fn fail_on_bad(records: &[Record]) -> Result<(), Error> {
+    let bad: Vec<String> = records
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| format!("{} {} {} B N={}", r.test, r.series(), r.size, r.conns))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::msg(format!(
+            "data verification failed: {}",
+            bad.join("; ")
+        )))
+    }
+}
+
+/// The pace of a normalized-CPU run: 90 % of the slowest reliable
+/// transport's unidirectional bandwidth at the same size in this run.
+fn cpu_rate(done: &[RunResult], spec: &Spec) -> Result<u64, Error> {
+    let min = done
+        .iter()
+        .filter(|r| {
+            r.spec.test == Test::Bw && r.spec.size == spec.size && !r.spec.transport.is_udp()
+        })
+        .filter_map(|r| r.record().gbps)
+        .fold(f64::INFINITY, f64::min);
+    if !min.is_finite() || min <= 0.0 {
+        return Err(Error::msg(
+            "normalized CPU needs the bandwidth of the same size first (run it with --tests bw,cpu)",
+        ));
+    }
+    Ok((min * 0.9 * 1e9) as u64)
+}
+
+/// One test: announce it, wait for `ready`, run the client side (one
+/// thread per connection), collect the server's report.
 fn run_one(
     sess: &mut Session,
     spec: &Spec,
-    budget: crate::opts::Budget,
-    tick: &dyn Fn(f64),
+    tick: &(dyn Fn(f64) + Sync),
 ) -> Result<RunResult, Error> {
     pin::pin(spec.client_pin)?;
     sess.ctl.send(&encode_spec(spec))?;
     sess.ctl
         .recv(Some(Duration::from_secs(30)))?
         .expect("ready")?;
-    let mut meter = Meter::new(budget, spec.test == Test::Lat, tick);
-    let res = match spec.transport {
-        Transport::Tcp => tcp::client(sess.ctl_addr, sess.token, spec, &mut meter),
-        _ => iwarp::client(sess.data_addr, sess.token, spec, &mut meter),
-    };
-    let out = match res {
+    let cpu0 = Cpu::now();
+    let res = client_side(sess, spec, tick);
+    let client_cpu = Cpu::now().since(cpu0);
+    let client = match res {
         Ok(o) => o,
         Err(e) => {
             // The server's view often says why (e.g. it saw a Terminate).
@@ -375,7 +641,7 @@ fn run_one(
             return Err(Error::msg(format!("{e}{server}")));
         }
     };
-    let server = Tally::decode(
+    let server = SideReport::decode(
         &sess
             .ctl
             .recv(Some(IDLE + Duration::from_secs(10)))?
@@ -383,7 +649,61 @@ fn run_one(
     )?;
     Ok(RunResult {
         spec: spec.clone(),
-        out,
+        client,
+        client_cpu,
         server,
     })
+}
+
+fn client_side(sess: &Session, spec: &Spec, tick: &(dyn Fn(f64) + Sync)) -> Result<Stats, Error> {
+    let (role, _) = spec.roles();
+    let epoch = Instant::now();
+    let noop = |_: f64| {};
+    let job0 = Job {
+        spec,
+        role,
+        epoch,
+        tick,
+    };
+    let (ctl_addr, data_addr, token) = (sess.ctl_addr, sess.data_addr, sess.token);
+    if spec.test == Test::Conn {
+        return match spec.transport {
+            Transport::Tcp => tcp::conn_client(&job0, ctl_addr, token),
+            _ => iwarp::conn_client(&job0, data_addr, token),
+        };
+    }
+    let gate = Gate::new(spec.conns);
+    let gate = &gate;
+    run_threads((0..spec.conns).collect(), |i, _| {
+        let job = Job {
+            tick: if i == 0 { tick } else { &noop },
+            ..job0
+        };
+        match spec.transport {
+            Transport::Tcp => {
+                let s = gate.pass(tcp::connect(ctl_addr, token))?;
+                tcp::run(&job, vec![s])
+            }
+            Transport::Udp | Transport::UdpOffload => {
+                let f = gate.pass(udp::connect(ctl_addr, token))?;
+                udp::run(&job, vec![f])
+            }
+            _ => {
+                let (mut g, p) = gate.pass(iwarp::connect_one(data_addr, token, spec, role))?;
+                iwarp::run(&job, &mut g, vec![p])
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
+    }
 }

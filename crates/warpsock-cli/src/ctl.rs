@@ -3,37 +3,43 @@
 //! carrying text lines of `verb key=value ...`.
 //!
 //! ```text
-//! C: hello warpsock-bench=1
-//! S: hello warpsock-bench=1 data-port=18516 token=5f0e4b1c9a2d7e63
+//! C: hello warpsock-bench=2
+//! S: hello warpsock-bench=2 data-port=18516 token=5f0e4b1c9a2d7e63 cpus=2
 //!    -- then per test:
-//! C: test kind=lat transport=send crc=0 size=8 window=1 progress=caller busy-poll-us=0 pin=1 verify=0
+//! C: test kind=lat transport=send crc=0 size=8 window=1 conns=1 progress=caller busy-poll-us=0 pin=1 verify=0 budget=t:3 rate=0
 //! S: ready                                  (or: error <message>)
-//!    -- C opens the data connection:
+//!    -- C opens `conns` data connections (one per client thread):
 //!    --   tcp:     TCP to the control port; its first 8 bytes are the token
+//!    --   udp:     the same TCP connection as a companion (token, then the
+//!    --            client's UDP port, 2 bytes BE; the server answers with
+//!    --            its UDP port), then datagrams between the two UDP ports
 //!    --   iWARP:   connect (TCP + MPA) to the data port; the MPA Request's
 //!    --            private data is token(8) addr(8, BE) rkey(4, BE) of the
 //!    --            client's region, the Reply's is addr(8) rkey(4) of the
 //!    --            server's region and the server's receive credits(4)
-//!    -- the test runs and ends on the data connection (see `tcp`, `iwarp`)
-//! S: result msgs=N bytes=B verified=V       (or: error <message>)
+//!    -- the test runs and ends on the data connections (see `work`)
+//! S: result msgs=N bytes=B verified=V sent=S lost=L elapsed-ns=E rx-ns=R cpu-user-us=U cpu-sys-us=Y intervals=B1,B2,...
+//!                                           (or: error <message>)
 //!    -- next test, or:
 //! C: bye
 //! ```
 //!
 //! The server serves one client at a time. `pin` is the CPU the server
 //! side runs on for that test (`-`: unpinned). The token keeps stray
-//! connections from taking the place of the client's.
+//! connections from taking the place of the client's. The `result` line
+//! is the server side's [`Stats`] and CPU time over the test.
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::opts::{ProgressMode, Spec, Test, Transport};
+use crate::opts::{Budget, ProgressMode, Spec, Test, Transport, MAX_CONNS};
+use crate::work::{Cpu, Stats};
 use crate::Error;
 
 /// Protocol version in the hello lines.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 
 /// One end of the control connection.
 #[derive(Debug)]
@@ -143,16 +149,19 @@ impl Ctl {
 /// The `test` line for a spec.
 pub(crate) fn encode_spec(s: &Spec) -> String {
     format!(
-        "test kind={} transport={} crc={} size={} window={} progress={} busy-poll-us={} pin={} verify={}",
+        "test kind={} transport={} crc={} size={} window={} conns={} progress={} busy-poll-us={} pin={} verify={} budget={} rate={}",
         s.test.name(),
         s.transport.name(),
         u8::from(s.crc),
         s.size,
         s.window,
+        s.conns,
         s.progress.name(),
         s.busy_poll_us,
         s.pin.map_or_else(|| "-".to_string(), |c| c.to_string()),
         u8::from(s.verify),
+        s.budget.encode(),
+        s.rate,
     )
 }
 
@@ -179,17 +188,25 @@ pub(crate) fn decode_spec(l: &Line) -> Result<Spec, Error> {
     if !(1..=64).contains(&window) {
         return Err(bad("window", &window.to_string()));
     }
+    let conns: usize = l.num("conns")?;
+    if !(1..=MAX_CONNS).contains(&conns) {
+        return Err(bad("conns", &conns.to_string()));
+    }
+    let budget = l.get("budget")?;
     Ok(Spec {
         test: Test::parse(test).ok_or_else(|| bad("kind", test))?,
         transport: Transport::parse(transport).ok_or_else(|| bad("transport", transport))?,
         crc: l.num::<u8>("crc")? != 0,
         size,
         window,
+        conns,
         progress,
         busy_poll_us: l.num("busy-poll-us")?,
         client_pin: None,
         pin,
         verify: l.num::<u8>("verify")? != 0,
+        budget: Budget::decode(budget).ok_or_else(|| bad("budget", budget))?,
+        rate: l.num("rate")?,
     })
 }
 
@@ -213,19 +230,78 @@ impl Tally {
             self.verified += len as u64;
         }
     }
+}
+
+/// What the server reports of one test: its [`Stats`] (without samples of
+/// round trips, which the client keeps) and its CPU time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SideReport {
+    pub(crate) rx: Tally,
+    pub(crate) sent: u64,
+    pub(crate) lost: u64,
+    pub(crate) elapsed_ns: u64,
+    pub(crate) rx_ns: u64,
+    pub(crate) cpu: Cpu,
+    pub(crate) intervals: Vec<u64>,
+}
+
+impl SideReport {
+    pub(crate) fn new(st: &Stats, cpu: Cpu) -> Self {
+        Self {
+            rx: st.rx,
+            sent: st.sent,
+            lost: st.lost,
+            elapsed_ns: st.elapsed().as_nanos() as u64,
+            rx_ns: st.rx_elapsed().as_nanos() as u64,
+            cpu,
+            intervals: st.intervals.clone(),
+        }
+    }
 
     pub(crate) fn encode(&self) -> String {
+        let iv: Vec<String> = self.intervals.iter().map(u64::to_string).collect();
         format!(
-            "result msgs={} bytes={} verified={}",
-            self.msgs, self.bytes, self.verified
+            "result msgs={} bytes={} verified={} sent={} lost={} elapsed-ns={} rx-ns={} cpu-user-us={} cpu-sys-us={} intervals={}",
+            self.rx.msgs,
+            self.rx.bytes,
+            self.rx.verified,
+            self.sent,
+            self.lost,
+            self.elapsed_ns,
+            self.rx_ns,
+            self.cpu.user_us,
+            self.cpu.sys_us,
+            if iv.is_empty() { "-".to_string() } else { iv.join(",") },
         )
     }
 
     pub(crate) fn decode(l: &Line) -> Result<Self, Error> {
+        let iv = l.get("intervals")?;
+        let intervals = if iv == "-" {
+            Vec::new()
+        } else {
+            iv.split(',')
+                .map(|v| {
+                    v.parse()
+                        .map_err(|_| Error::msg(format!("protocol error: bad interval {v}")))
+                })
+                .collect::<Result<_, _>>()?
+        };
         Ok(Self {
-            msgs: l.num("msgs")?,
-            bytes: l.num("bytes")?,
-            verified: l.num("verified")?,
+            rx: Tally {
+                msgs: l.num("msgs")?,
+                bytes: l.num("bytes")?,
+                verified: l.num("verified")?,
+            },
+            sent: l.num("sent")?,
+            lost: l.num("lost")?,
+            elapsed_ns: l.num("elapsed-ns")?,
+            rx_ns: l.num("rx-ns")?,
+            cpu: Cpu {
+                user_us: l.num("cpu-user-us")?,
+                sys_us: l.num("cpu-sys-us")?,
+            },
+            intervals,
         })
     }
 }
@@ -242,19 +318,35 @@ mod tests {
             crc: true,
             size: 1 << 20,
             window: 8,
+            conns: 4,
             progress: ProgressMode::Thread,
             busy_poll_us: 50,
             client_pin: None,
             pin: Some(1),
             verify: true,
+            budget: Budget::Iters(9),
+            rate: 1000,
         };
         assert_eq!(decode_spec(&Line::parse(&encode_spec(&s))).unwrap(), s);
-        let t = Tally {
-            msgs: 3,
-            bytes: 24,
-            verified: 24,
+        let mut r = SideReport {
+            rx: Tally {
+                msgs: 3,
+                bytes: 24,
+                verified: 24,
+            },
+            sent: 2,
+            lost: 1,
+            elapsed_ns: 5,
+            rx_ns: 4,
+            cpu: Cpu {
+                user_us: 7,
+                sys_us: 8,
+            },
+            intervals: vec![1, 2, 3],
         };
-        assert_eq!(Tally::decode(&Line::parse(&t.encode())).unwrap(), t);
+        assert_eq!(SideReport::decode(&Line::parse(&r.encode())).unwrap(), r);
+        r.intervals.clear();
+        assert_eq!(SideReport::decode(&Line::parse(&r.encode())).unwrap(), r);
     }
 
     #[test]

@@ -20,10 +20,19 @@ fn pat(i: usize) -> u8 {
     (i as u8).wrapping_mul(31).wrapping_add(7)
 }
 
-/// Fills `buf` with the pattern (stamps are written separately).
+/// Fills `buf` with the pattern (stamps are written separately). The
+/// pattern repeats every 256 bytes, so the rest is copied in doubling
+/// blocks.
 pub(crate) fn fill(buf: &mut [u8]) {
-    for (i, b) in buf.iter_mut().enumerate() {
+    let head = buf.len().min(256);
+    for (i, b) in buf[..head].iter_mut().enumerate() {
         *b = pat(i);
+    }
+    let mut done = head;
+    while done < buf.len() {
+        let n = done.min(buf.len() - done);
+        buf.copy_within(..n, done);
+        done += n;
     }
 }
 
@@ -81,6 +90,9 @@ mod tests {
 
     #[test]
     fn stamps_and_pattern() {
+        let mut big = vec![0; 100_000];
+        fill(&mut big);
+        assert!(check_pattern(&big, 0));
         for len in [1, 7, 8, 9, 15, 16, 17, 4096] {
             let mut m = vec![0; len];
             fill(&mut m);

@@ -24,13 +24,17 @@ mod bench;
 mod ctl;
 mod data;
 mod error;
+mod figures;
 mod iwarp;
 mod meter;
+mod netns;
 mod opts;
 mod pin;
 mod report;
 mod server;
 mod tcp;
+mod udp;
+mod work;
 
 use std::process::ExitCode;
 
@@ -72,6 +76,9 @@ commands! {
     Server(server::ServerCmd),
     /// Run the bench tests against a `warpsock server` at HOST or HOST:PORT.
     Client(bench::ClientCmd),
+    /// Draw the figures (PNG and SVG) and a Markdown summary of a
+    /// `bench --json` results file.
+    Report(figures::ReportCmd),
 }
 
 /// warpsock: user-space iWARP (RDMA over TCP), measured against host TCP.

@@ -15,11 +15,21 @@ pub(crate) const MAX_SIZE: usize = 64 << 20;
 /// Default per-test duration in seconds.
 pub(crate) const DEFAULT_DURATION: f64 = 3.0;
 
+/// Largest UDP datagram payload over IPv4.
+pub(crate) const MAX_UDP: usize = 65507;
+/// Most connections of one test (`--conns`).
+pub(crate) const MAX_CONNS: usize = 64;
+
 /// A transport under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
 pub(crate) enum Transport {
-    /// Host TCP through plain `std::net` sockets (the baseline).
+    /// Host TCP through plain sockets (the baseline).
     Tcp,
+    /// Host UDP through plain sockets (datagrams; loss is counted).
+    Udp,
+    /// The host-UDP transport with both sides under the UDP offload layer
+    /// (`LD_PRELOAD=libwarpsock_preload.so WARPSOCK_UDP_OFFLOAD=1`).
+    UdpOffload,
     /// warpsock RDMAP Send into posted receives.
     Send,
     /// warpsock RDMA Write into the peer's registered region.
@@ -29,10 +39,22 @@ pub(crate) enum Transport {
 }
 
 impl Transport {
+    /// Every transport, in table order.
+    pub(crate) const ALL: [Self; 6] = [
+        Self::Tcp,
+        Self::Udp,
+        Self::UdpOffload,
+        Self::Send,
+        Self::Write,
+        Self::Read,
+    ];
+
     /// Name on the wire and in JSON.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Tcp => "tcp",
+            Self::Udp => "udp",
+            Self::UdpOffload => "udp-offload",
             Self::Send => "send",
             Self::Write => "write",
             Self::Read => "read",
@@ -43,6 +65,8 @@ impl Transport {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Tcp => "host TCP",
+            Self::Udp => "host UDP",
+            Self::UdpOffload => "UDP offload",
             Self::Send => "warpsock Send",
             Self::Write => "warpsock RDMA Write",
             Self::Read => "warpsock RDMA Read",
@@ -52,28 +76,155 @@ impl Transport {
     pub(crate) fn parse(s: &str) -> Option<Self> {
         <Self as ValueEnum>::from_str(s, false).ok()
     }
+
+    /// A warpsock iWARP transport (CRC applies).
+    pub(crate) fn is_iwarp(self) -> bool {
+        matches!(self, Self::Send | Self::Write | Self::Read)
+    }
+
+    /// Datagrams (host UDP, with or without the offload layer).
+    pub(crate) fn is_udp(self) -> bool {
+        matches!(self, Self::Udp | Self::UdpOffload)
+    }
 }
 
-/// A test kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+/// A test of the suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
 pub(crate) enum Test {
     /// Ping-pong latency (one-way = round trip / 2).
     Lat,
     /// Unidirectional bandwidth with a window of messages in flight.
     Bw,
+    /// Bidirectional bandwidth: both sides send at once.
+    Bibw,
+    /// Multi-stream bandwidth: N connections, one thread per connection on
+    /// each side.
+    Multi,
+    /// Hot-spot latency: N clients ping-pong one server thread at once.
+    Hotspot,
+    /// Fan-in bandwidth: N senders to one receiving server thread.
+    FanIn,
+    /// Fan-out bandwidth: one sending server thread to N receivers.
+    FanOut,
+    /// Connection setup: connect + accept + an 8-byte exchange, repeated.
+    Conn,
+    /// Normalized CPU: bandwidth with every transport paced to the rate of
+    /// the slowest, so CPU per byte compares at equal load.
+    Cpu,
+}
+
+/// What a side does on each of its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Sends a message, waits for its echo.
+    Ping,
+    /// Echoes every message.
+    Pong,
+    /// The data source.
+    Source,
+    /// The data sink.
+    Sink,
+    /// Source and sink at once (bidirectional).
+    Both,
+}
+
+impl Role {
+    /// Whether this side drives the test (runs the budget) over
+    /// `transport`: senders, except for RDMA Read, where the sink reads.
+    pub(crate) fn active(self, transport: Transport) -> bool {
+        match self {
+            Self::Ping | Self::Both => true,
+            Self::Pong => false,
+            Self::Source => transport != Transport::Read,
+            Self::Sink => transport == Transport::Read,
+        }
+    }
 }
 
 impl Test {
+    /// Every test, in report order.
+    pub(crate) const ALL: [Self; 9] = [
+        Self::Lat,
+        Self::Bw,
+        Self::Bibw,
+        Self::Multi,
+        Self::Hotspot,
+        Self::FanIn,
+        Self::FanOut,
+        Self::Conn,
+        Self::Cpu,
+    ];
+
     /// Name on the wire and in JSON.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Lat => "lat",
             Self::Bw => "bw",
+            Self::Bibw => "bibw",
+            Self::Multi => "multi",
+            Self::Hotspot => "hotspot",
+            Self::FanIn => "fan-in",
+            Self::FanOut => "fan-out",
+            Self::Conn => "conn",
+            Self::Cpu => "cpu",
+        }
+    }
+
+    /// Human name.
+    pub(crate) fn title(self) -> &'static str {
+        match self {
+            Self::Lat => "ping-pong latency",
+            Self::Bw => "unidirectional bandwidth",
+            Self::Bibw => "bidirectional bandwidth",
+            Self::Multi => "multi-stream bandwidth",
+            Self::Hotspot => "hot-spot latency",
+            Self::FanIn => "fan-in bandwidth",
+            Self::FanOut => "fan-out bandwidth",
+            Self::Conn => "connection setup",
+            Self::Cpu => "normalized CPU",
         }
     }
 
     pub(crate) fn parse(s: &str) -> Option<Self> {
         <Self as ValueEnum>::from_str(s, false).ok()
+    }
+
+    /// Round-trip tests (percentiles of one-way time).
+    pub(crate) fn is_latency(self) -> bool {
+        matches!(self, Self::Lat | Self::Hotspot)
+    }
+
+    /// Tests whose result is a bandwidth.
+    pub(crate) fn is_bandwidth(self) -> bool {
+        !matches!(self, Self::Lat | Self::Hotspot | Self::Conn)
+    }
+
+    /// Tests swept over the number of connections.
+    pub(crate) fn is_scaling(self) -> bool {
+        matches!(
+            self,
+            Self::Multi | Self::Hotspot | Self::FanIn | Self::FanOut
+        )
+    }
+
+    /// (client role, server role).
+    pub(crate) fn roles(self) -> (Role, Role) {
+        match self {
+            Self::Lat | Self::Hotspot | Self::Conn => (Role::Ping, Role::Pong),
+            Self::Bw | Self::Multi | Self::FanIn | Self::Cpu => (Role::Source, Role::Sink),
+            Self::FanOut => (Role::Sink, Role::Source),
+            Self::Bibw => (Role::Both, Role::Both),
+        }
+    }
+
+    /// How the server spreads `n` connections over threads: one thread per
+    /// connection (multi-stream), else one thread for all.
+    pub(crate) fn server_threads(self, n: usize) -> usize {
+        if self == Self::Multi {
+            n
+        } else {
+            1
+        }
     }
 }
 
@@ -106,11 +257,22 @@ impl ProgressMode {
     }
 }
 
+/// `--suite`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SuiteKind {
+    /// Latency (8 B) and bandwidth (1 MiB) of host TCP next to warpsock
+    /// Send / Write / Read, CRC off and on (about a minute).
+    Quick,
+    /// The Head-to-TOE set: every test, swept over sizes and connection
+    /// counts, every transport.
+    Full,
+}
+
 /// `--pin`: where the two sides run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PinArg {
     /// Latency tests: both sides on one CPU (on two different CPUs with
-    /// `--busy-poll`, so the spinning sides do not starve each other);
+    /// busy polling, so the spinning sides do not starve each other);
     /// bandwidth tests: unpinned.
     Auto,
     /// Nothing pinned.
@@ -134,33 +296,63 @@ impl fmt::Display for PinArg {
 pub(crate) enum Budget {
     /// For this long (latency: after a warm-up of 5 %, at most 0.5 s).
     Time(Duration),
-    /// This many measured round trips / messages (latency: plus 5 % warm-up).
+    /// This many measured round trips / messages per connection (latency:
+    /// plus 5 % warm-up).
     Iters(u64),
+}
+
+impl Budget {
+    /// `t:SECONDS` or `n:COUNT` (control protocol).
+    pub(crate) fn encode(self) -> String {
+        match self {
+            Self::Time(d) => format!("t:{}", d.as_secs_f64()),
+            Self::Iters(n) => format!("n:{n}"),
+        }
+    }
+
+    pub(crate) fn decode(s: &str) -> Option<Self> {
+        match s.split_once(':')? {
+            ("t", v) => {
+                let v: f64 = v.parse().ok()?;
+                (v > 0.0 && v <= 3600.0).then(|| Self::Time(Duration::from_secs_f64(v)))
+            }
+            ("n", v) => v.parse().ok().filter(|&n| n > 0).map(Self::Iters),
+            _ => None,
+        }
+    }
 }
 
 /// Options of a bench run (`bench` and `client`).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BenchOpts {
-    /// Tests to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "lat,bw")]
+    /// Which set of tests: quick (latency and bandwidth of host TCP next to
+    /// warpsock) or full (the Head-to-TOE suite).
+    #[arg(long, value_enum, default_value = "quick")]
+    pub(crate) suite: SuiteKind,
+    /// CI variant: tiny durations and short sweeps, every test still run.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Tests to run [default: lat,bw for the quick suite, all for full].
+    #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) tests: Vec<Test>,
-    /// Transports to compare.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "tcp,send,write,read"
-    )]
+    /// Transports to compare [default: tcp,send,write,read for the quick
+    /// suite; all for full (udp-offload when the preload library is built)].
+    #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) transports: Vec<Transport>,
     /// Message sizes (B, K/KiB, M/MiB suffixes), 1 B to 64 MiB, for every
-    /// test. Default: 8 B for latency, 1 MiB for bandwidth.
+    /// test [default: per test and suite].
     #[arg(long, value_delimiter = ',', value_parser = parse_size, value_name = "SIZE,...")]
     pub(crate) sizes: Vec<usize>,
-    /// Seconds per test, 0.1 to 3600 [default: 3].
+    /// Connection counts of the multi-stream, hot-spot and fan tests, 1 to
+    /// 64 [default: 1,2,4,8,16,32,64 (full), 1,4 (--quick)].
+    #[arg(long, value_delimiter = ',', value_parser = parse_conns, value_name = "N,...")]
+    pub(crate) conns: Vec<usize>,
+    /// Seconds per test, 0.01 to 3600 [default: 3 (quick suite), 0.5
+    /// (full), 0.05 (--quick)].
     #[arg(long, value_parser = parse_duration, value_name = "SECONDS", conflicts_with = "iters")]
     pub(crate) duration: Option<Duration>,
-    /// Measured round trips (latency) or messages (bandwidth) per test,
-    /// 1 to 1000000000, instead of --duration.
+    /// Measured round trips (latency) or messages (bandwidth) per test and
+    /// connection, 1 to 1000000000, instead of --duration.
     #[arg(long, value_parser = parse_iters, value_name = "N")]
     pub(crate) iters: Option<u64>,
     /// Run warpsock with CRC32c on, off, or both.
@@ -170,17 +362,18 @@ pub(crate) struct BenchOpts {
     #[arg(long, value_enum, default_value = "caller")]
     pub(crate) progress: ProgressMode,
     /// Spin this many microseconds (1 to 1000000) polling before sleeping,
-    /// on both sides and for every transport (TCP spins on a non-blocking
-    /// socket). Without a value: 1000.
+    /// on both sides and for every transport (TCP and UDP spin on
+    /// non-blocking sockets). Without a value: 1000. The full suite runs
+    /// latency both event-driven and busy-polling (this long, default 1000).
     #[arg(long, value_name = "USEC", num_args = 0..=1, default_missing_value = "1000",
           value_parser = parse_busy_poll)]
     pub(crate) busy_poll: Option<u64>,
-    /// Bandwidth: messages in flight, 1 to 64.
+    /// Bandwidth: messages in flight per connection, 1 to 64.
     #[arg(long, value_parser = parse_window, default_value = "8", value_name = "N")]
     pub(crate) window: usize,
     /// CPU placement: auto (latency tests: both sides on one CPU, or on two
-    /// with --busy-poll; bandwidth unpinned), none, or `CLIENT[,SERVER]` CPU
-    /// numbers for every test.
+    /// when busy polling; bandwidth unpinned), none, or `CLIENT[,SERVER]`
+    /// CPU numbers for every test.
     #[arg(long, value_parser = parse_pin, default_value = "auto", value_name = "auto|none|CPU[,CPU]")]
     pub(crate) pin: PinArg,
     /// Check every byte of every message (default: the sequence stamps at
@@ -190,6 +383,33 @@ pub(crate) struct BenchOpts {
     /// Write every sample and result as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub(crate) json: Option<PathBuf>,
+    /// Write every sample as CSV to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) csv: Option<PathBuf>,
+}
+
+/// Sizes swept per test: (quick suite, full suite, --quick).
+fn default_sizes(test: Test, suite: SuiteKind, quick: bool) -> Vec<usize> {
+    const K: usize = 1 << 10;
+    const M: usize = 1 << 20;
+    match (test, suite, quick) {
+        (Test::Lat, SuiteKind::Quick, false) => vec![8],
+        (Test::Lat, _, true) => vec![8, 4 * K],
+        (Test::Lat, SuiteKind::Full, false) => {
+            vec![1, 8, 64, 256, K, 4 * K, 16 * K, 64 * K]
+        }
+        (Test::Bw, SuiteKind::Quick, false) => vec![M],
+        (Test::Bw, _, true) => vec![64, M],
+        (Test::Bw, SuiteKind::Full, false) => {
+            vec![1, 16, 256, 4 * K, 16 * K, 64 * K, 256 * K, M, 4 * M]
+        }
+        (Test::Bibw, _, true) => vec![32 * K],
+        (Test::Bibw, _, false) => vec![4 * K, 64 * K, M],
+        (Test::Hotspot | Test::Conn, _, _) => vec![8],
+        // 32 KiB: a size every transport can carry (UDP up to 65507 B).
+        (Test::Multi | Test::FanIn | Test::FanOut, _, _) => vec![32 * K],
+        (Test::Cpu, _, _) => vec![M],
+    }
 }
 
 impl BenchOpts {
@@ -197,8 +417,78 @@ impl BenchOpts {
         match (self.iters, self.duration) {
             (Some(n), _) => Budget::Iters(n),
             (None, Some(d)) => Budget::Time(d),
-            (None, None) => Budget::Time(Duration::from_secs_f64(DEFAULT_DURATION)),
+            (None, None) => Budget::Time(Duration::from_secs_f64(match (self.quick, self.suite) {
+                (true, _) => 0.05,
+                (false, SuiteKind::Full) => 0.5,
+                (false, SuiteKind::Quick) => DEFAULT_DURATION,
+            })),
         }
+    }
+
+    /// These options as command-line arguments (for a child `warpsock
+    /// client`), without --json/--csv; `transports` replaces the list.
+    pub(crate) fn to_args(&self, transports: &[Transport]) -> Vec<String> {
+        let join = |v: Vec<String>| v.join(",");
+        let mut a = vec![
+            "--suite".to_string(),
+            match self.suite {
+                SuiteKind::Quick => "quick".into(),
+                SuiteKind::Full => "full".into(),
+            },
+        ];
+        if self.quick {
+            a.push("--quick".into());
+        }
+        if !self.tests.is_empty() {
+            a.push("--tests".into());
+            a.push(join(
+                self.tests.iter().map(|t| t.name().to_string()).collect(),
+            ));
+        }
+        if !transports.is_empty() {
+            a.push("--transports".into());
+            a.push(join(
+                transports.iter().map(|t| t.name().to_string()).collect(),
+            ));
+        }
+        if !self.sizes.is_empty() {
+            a.push("--sizes".into());
+            a.push(join(self.sizes.iter().map(usize::to_string).collect()));
+        }
+        if !self.conns.is_empty() {
+            a.push("--conns".into());
+            a.push(join(self.conns.iter().map(usize::to_string).collect()));
+        }
+        if let Some(d) = self.duration {
+            a.push("--duration".into());
+            a.push(d.as_secs_f64().to_string());
+        }
+        if let Some(n) = self.iters {
+            a.push("--iters".into());
+            a.push(n.to_string());
+        }
+        a.push("--crc".into());
+        a.push(
+            match self.crc {
+                CrcMode::On => "on",
+                CrcMode::Off => "off",
+                CrcMode::Both => "both",
+            }
+            .into(),
+        );
+        a.push("--progress".into());
+        a.push(self.progress.name().into());
+        if let Some(b) = self.busy_poll {
+            a.push(format!("--busy-poll={b}"));
+        }
+        a.push("--window".into());
+        a.push(self.window.to_string());
+        a.push("--pin".into());
+        a.push(self.pin.to_string());
+        if self.verify {
+            a.push("--verify".into());
+        }
+        a
     }
 
     pub(crate) fn crcs(&self) -> &'static [bool] {
@@ -209,53 +499,122 @@ impl BenchOpts {
         }
     }
 
-    /// Every test run, in order: per test and size, TCP first, then each
-    /// warpsock transport with each CRC setting.
-    /// `cpus`: CPUs of the client and of the server machine; `same_host`:
-    /// both sides share the machine (auto pinning then keeps spinning
-    /// sides apart).
-    pub(crate) fn plan(&self, cpus: (usize, usize), same_host: bool) -> Vec<Spec> {
-        let mut tests = self.tests.clone();
-        tests.dedup();
-        let mut out = Vec::new();
-        for &test in &tests {
-            let sizes = if self.sizes.is_empty() {
-                vec![match test {
-                    Test::Lat => 8,
-                    Test::Bw => 1 << 20,
-                }]
-            } else {
-                self.sizes.clone()
-            };
-            let (cpin, spin) = self.pins(test, cpus, same_host);
-            for &size in &sizes {
-                for t in [
+    /// The tests asked for, in report order.
+    pub(crate) fn tests(&self) -> Vec<Test> {
+        let mut t = if self.tests.is_empty() {
+            match self.suite {
+                SuiteKind::Quick => vec![Test::Lat, Test::Bw],
+                SuiteKind::Full => Test::ALL.to_vec(),
+            }
+        } else {
+            self.tests.clone()
+        };
+        t.sort();
+        t.dedup();
+        t
+    }
+
+    /// The transports asked for; `offload`: the preload library is there
+    /// (the full suite's default then includes udp-offload).
+    pub(crate) fn transports(&self, offload: bool) -> Vec<Transport> {
+        let mut t = if self.transports.is_empty() {
+            match self.suite {
+                SuiteKind::Quick => vec![
                     Transport::Tcp,
                     Transport::Send,
                     Transport::Write,
                     Transport::Read,
-                ] {
-                    if !self.transports.contains(&t) {
-                        continue;
-                    }
-                    let crcs: &[bool] = if t == Transport::Tcp {
-                        &[false]
-                    } else {
-                        self.crcs()
-                    };
-                    for &crc in crcs {
-                        out.push(Spec {
-                            test,
-                            transport: t,
-                            crc,
-                            size,
-                            window: if test == Test::Lat { 1 } else { self.window },
-                            progress: self.progress,
-                            busy_poll_us: self.busy_poll.unwrap_or(0),
-                            client_pin: cpin,
-                            pin: spin,
-                            verify: self.verify,
-                        });
+                ],
+                SuiteKind::Full => Transport::ALL
+                    .into_iter()
+                    .filter(|&t| offload || t != Transport::UdpOffload)
+                    .collect(),
+            }
+        } else {
+            self.transports.clone()
+        };
+        t.sort();
+        t.dedup();
+        t
+    }
+
+    fn conn_counts(&self, test: Test) -> Vec<usize> {
+        if !test.is_scaling() {
+            return vec![1];
+        }
+        if !self.conns.is_empty() {
+            return self.conns.clone();
+        }
+        if self.quick {
+            vec![1, 4]
+        } else {
+            vec![1, 2, 4, 8, 16, 32, 64]
+        }
+    }
+
+    /// Every test run, in order: per test, size (or connection count) and
+    /// transport, TCP first, each warpsock transport with each CRC
+    /// setting. `cpus`: CPUs of the client and of the server machine;
+    /// `same_host`: both sides share the machine (auto pinning then keeps
+    /// spinning sides apart); `offload`: the preload library is there.
+    /// The rate of `cpu` runs is filled in when they run.
+    pub(crate) fn plan(&self, cpus: (usize, usize), same_host: bool, offload: bool) -> Vec<Spec> {
+        let transports = self.transports(offload);
+        let mut out = Vec::new();
+        let busy_modes: Vec<u64> = match (self.suite, self.busy_poll) {
+            (SuiteKind::Full, b) => vec![0, b.unwrap_or(1000)],
+            (SuiteKind::Quick, b) => vec![b.unwrap_or(0)],
+        };
+        let mut tests = self.tests();
+        if tests.contains(&Test::Cpu) && !tests.contains(&Test::Bw) {
+            // Normalized CPU paces every transport to the slowest one's
+            // bandwidth at the same size: measure it first.
+            tests.insert(0, Test::Bw);
+        }
+        for test in tests {
+            let sizes =
+                if self.sizes.is_empty() && test == Test::Bw && !self.tests().contains(&Test::Bw) {
+                    default_sizes(Test::Cpu, self.suite, self.quick)
+                } else if self.sizes.is_empty() {
+                    default_sizes(test, self.suite, self.quick)
+                } else {
+                    self.sizes.clone()
+                };
+            let modes: &[u64] = match test {
+                Test::Lat => &busy_modes,
+                _ => &busy_modes[..1],
+            };
+            for &busy in modes {
+                let (cpin, spin) = self.pins(test, cpus, same_host, busy > 0);
+                for &size in &sizes {
+                    for conns in self.conn_counts(test) {
+                        for &t in &transports {
+                            if !runs(test, t, size) {
+                                continue;
+                            }
+                            let crcs: &[bool] = if t.is_iwarp() { self.crcs() } else { &[false] };
+                            for &crc in crcs {
+                                if test == Test::Conn && t != Transport::Tcp && t != Transport::Send
+                                {
+                                    continue;
+                                }
+                                out.push(Spec {
+                                    test,
+                                    transport: t,
+                                    crc,
+                                    size,
+                                    window: if test.is_latency() { 1 } else { self.window },
+                                    conns,
+                                    progress: self.progress,
+                                    busy_poll_us: busy,
+                                    client_pin: cpin,
+                                    pin: spin,
+                                    verify: self.verify,
+                                    budget: self.budget(),
+                                    rate: 0,
+                                });
+                            }
+                        }
                     }
                 }
             }
@@ -269,14 +628,15 @@ impl BenchOpts {
         test: Test,
         (ccpus, scpus): (usize, usize),
         same_host: bool,
+        busy: bool,
     ) -> (Option<usize>, Option<usize>) {
         match self.pin {
             PinArg::None => (None, None),
             PinArg::Cpus(a, b) => (Some(a), Some(b)),
-            PinArg::Auto if test == Test::Bw => (None, None),
+            PinArg::Auto if !matches!(test, Test::Lat | Test::Hotspot | Test::Conn) => (None, None),
             PinArg::Auto => {
                 let (c, s) = (ccpus.saturating_sub(1), scpus.saturating_sub(1));
-                if same_host && self.busy_poll.is_some() && c > 0 {
+                if same_host && busy && c > 0 {
                     (Some(c - 1), Some(s))
                 } else {
                     (Some(c), Some(s))
@@ -286,8 +646,15 @@ impl BenchOpts {
     }
 }
 
+/// Whether `test` runs over `t` at `size`: datagrams stop at 65507 bytes,
+/// and connection setup has no datagram row; normalized CPU compares the
+/// reliable transports.
+fn runs(test: Test, t: Transport, size: usize) -> bool {
+    !(t.is_udp() && (size > MAX_UDP || matches!(test, Test::Conn | Test::Cpu)))
+}
+
 /// One test run as the server needs to know it (plus the client's CPU).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Spec {
     pub(crate) test: Test,
     pub(crate) transport: Transport,
@@ -295,8 +662,10 @@ pub(crate) struct Spec {
     pub(crate) crc: bool,
     /// Message size in bytes.
     pub(crate) size: usize,
-    /// Messages in flight (1 for latency).
+    /// Messages in flight per connection (1 for latency).
     pub(crate) window: usize,
+    /// Connections (clients) of the test.
+    pub(crate) conns: usize,
     pub(crate) progress: ProgressMode,
     /// Spin time before sleeping, 0 = none.
     pub(crate) busy_poll_us: u64,
@@ -306,22 +675,33 @@ pub(crate) struct Spec {
     pub(crate) pin: Option<usize>,
     /// Check every byte.
     pub(crate) verify: bool,
+    /// How long the active side runs.
+    pub(crate) budget: Budget,
+    /// Pace the active side to this many bytes per second (0: no limit).
+    pub(crate) rate: u64,
 }
 
 impl Spec {
     /// Short label for progress and errors.
     pub(crate) fn label(&self) -> String {
-        let crc = match (self.transport, self.crc) {
-            (Transport::Tcp, _) => "",
+        let crc = match (self.transport.is_iwarp(), self.crc) {
+            (false, _) => "",
             (_, true) => ", CRC on",
             (_, false) => ", CRC off",
         };
-        let what = match self.test {
-            Test::Lat => "latency",
-            Test::Bw => "bandwidth",
+        let n = if self.test.is_scaling() {
+            format!(" N={}", self.conns)
+        } else {
+            String::new()
+        };
+        let busy = if self.busy_poll_us > 0 && self.test.is_latency() {
+            ", busy-poll"
+        } else {
+            ""
         };
         format!(
-            "{what} {} {}{crc}",
+            "{} {}{n} {}{crc}{busy}",
+            self.test.title(),
             fmt_size(self.size),
             self.transport.label()
         )
@@ -329,6 +709,11 @@ impl Spec {
 
     pub(crate) fn busy_poll(&self) -> Duration {
         Duration::from_micros(self.busy_poll_us)
+    }
+
+    /// The client's and the server's role.
+    pub(crate) fn roles(&self) -> (Role, Role) {
+        self.test.roles()
     }
 }
 
@@ -369,12 +754,12 @@ pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
 
 /// `--duration`.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let range = "must be between 0.1 and 3600 seconds";
+    let range = "must be between 0.01 and 3600 seconds";
     let v: f64 = s
         .trim()
         .parse()
         .map_err(|_| format!("'{s}': not a number of seconds; {range}"))?;
-    if !(0.1..=3600.0).contains(&v) {
+    if !(0.01..=3600.0).contains(&v) {
         return Err(format!("{s}: {range}"));
     }
     Ok(Duration::from_secs_f64(v))
@@ -400,6 +785,11 @@ pub(crate) fn parse_iters(s: &str) -> Result<u64, String> {
 /// `--busy-poll`.
 pub(crate) fn parse_busy_poll(s: &str) -> Result<u64, String> {
     parse_range(s, 1, 1_000_000, " microseconds")
+}
+
+/// `--conns` element.
+pub(crate) fn parse_conns(s: &str) -> Result<usize, String> {
+    parse_range(s, 1, MAX_CONNS as u64, " connections").map(|v| v as usize)
 }
 
 /// `--window`.
@@ -497,7 +887,7 @@ mod tests {
     fn ranges() {
         assert_eq!(
             parse_duration("0").unwrap_err(),
-            "0: must be between 0.1 and 3600 seconds"
+            "0: must be between 0.01 and 3600 seconds"
         );
         assert!(parse_duration("0.1").is_ok());
         assert!(parse_duration("nan").is_err());
@@ -521,17 +911,14 @@ mod tests {
         assert!(hp("box:99999").is_err());
     }
 
-    #[test]
-    fn default_plan() {
-        let o = BenchOpts {
-            tests: vec![Test::Lat, Test::Bw],
-            transports: vec![
-                Transport::Tcp,
-                Transport::Send,
-                Transport::Write,
-                Transport::Read,
-            ],
+    fn opts(suite: SuiteKind, quick: bool) -> BenchOpts {
+        BenchOpts {
+            suite,
+            quick,
+            tests: vec![],
+            transports: vec![],
             sizes: vec![],
+            conns: vec![],
             duration: None,
             iters: None,
             crc: CrcMode::Both,
@@ -541,8 +928,13 @@ mod tests {
             pin: PinArg::Auto,
             verify: false,
             json: None,
-        };
-        let p = o.plan((2, 2), true);
+            csv: None,
+        }
+    }
+
+    #[test]
+    fn default_plan() {
+        let p = opts(SuiteKind::Quick, false).plan((2, 2), true, true);
         assert_eq!(p.len(), 14);
         assert_eq!(p[0].transport, Transport::Tcp);
         assert_eq!(
@@ -550,5 +942,46 @@ mod tests {
             (8, Some(1), Some(1))
         );
         assert_eq!((p[7].size, p[7].test, p[7].pin), (1 << 20, Test::Bw, None));
+        assert_eq!(p[0].budget, Budget::Time(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn full_plan_covers_every_test_and_transport() {
+        for quick in [false, true] {
+            let p = opts(SuiteKind::Full, quick).plan((2, 2), true, true);
+            for t in Test::ALL {
+                assert!(p.iter().any(|s| s.test == t), "{t:?}");
+            }
+            for t in Transport::ALL {
+                assert!(p.iter().any(|s| s.transport == t), "{t:?}");
+            }
+            // No datagram larger than UDP allows; busy and event latency.
+            assert!(p.iter().all(|s| !s.transport.is_udp() || s.size <= MAX_UDP));
+            assert!(p.iter().any(|s| s.test == Test::Lat && s.busy_poll_us > 0));
+            assert!(p.iter().any(|s| s.test == Test::Lat && s.busy_poll_us == 0));
+            let ns: Vec<usize> = p
+                .iter()
+                .filter(|s| s.test == Test::FanIn && s.transport == Transport::Tcp)
+                .map(|s| s.conns)
+                .collect();
+            assert_eq!(
+                ns,
+                if quick {
+                    vec![1, 4]
+                } else {
+                    vec![1, 2, 4, 8, 16, 32, 64]
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn budget_on_the_wire() {
+        for b in [Budget::Time(Duration::from_millis(50)), Budget::Iters(7)] {
+            assert_eq!(Budget::decode(&b.encode()), Some(b));
+        }
+        assert_eq!(Budget::decode("t:0"), None);
+        assert_eq!(Budget::decode("n:0"), None);
+        assert_eq!(Budget::decode("x:1"), None);
     }
 }

@@ -1,18 +1,21 @@
 //! `warpsock server`: listens on a control port (which also takes the
-//! host-TCP baseline's data connections) and an iWARP data port, and
-//! serves bench sessions one client at a time (protocol: [`crate::ctl`]).
+//! host-TCP baseline's data connections and the UDP flows' companions)
+//! and an iWARP data port, and serves bench sessions one client at a time
+//! (protocol: [`crate::ctl`]). Each test runs on one thread for all its
+//! connections, or one per connection for multi-stream.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use warpsock_engine::Listener;
 
-use crate::ctl::{decode_spec, Ctl, Line, VERSION};
-use crate::opts::{Transport, DEFAULT_PORT};
-use crate::{iwarp, pin, tcp, Error, Run};
+use crate::ctl::{decode_spec, Ctl, Line, SideReport, VERSION};
+use crate::opts::{Spec, Test, Transport, DEFAULT_PORT};
+use crate::work::{run_threads, spread, Cpu, Job, Stats};
+use crate::{iwarp, pin, tcp, udp, Error, Run};
 
 /// How long the server waits for the client's next control line.
 const SESSION_IDLE: Duration = Duration::from_secs(600);
@@ -104,7 +107,9 @@ fn session(
     let v = match hello.and_then(|h| h.num::<u32>("warpsock-bench")) {
         Ok(v) => v,
         Err(e) => {
-            let _ = ctl.send("error this is a warpsock server: expected 'hello warpsock-bench=1'");
+            let _ = ctl.send(&format!(
+                "error this is a warpsock server: expected 'hello warpsock-bench={VERSION}'"
+            ));
             return Err(e);
         }
     };
@@ -147,14 +152,73 @@ fn serve_test(
     if let Err(e) = pin::pin(spec.pin) {
         return ctl.send(&format!("error server: {e}"));
     }
-    let res = match spec.transport {
-        Transport::Tcp => ctl
-            .send("ready")
-            .and_then(|()| tcp::serve(ctl_l, token, &spec)),
-        _ => iwarp::serve(data_l, token, &spec, || ctl.send("ready")),
-    };
+    let cpu0 = Cpu::now();
+    let res = run_test(ctl, &spec, ctl_l, data_l, token);
+    let cpu = Cpu::now().since(cpu0);
     match res {
-        Ok(t) => ctl.send(&t.encode()),
+        Ok(st) => ctl.send(&SideReport::new(&st, cpu).encode()),
         Err(e) => ctl.send(&format!("error {}: {e}", spec.label())),
     }
+}
+
+/// The server's side of one test: says `ready`, takes the client's
+/// connections and runs its role on them.
+fn run_test(
+    ctl: &mut Ctl,
+    spec: &Spec,
+    ctl_l: &TcpListener,
+    data_l: &Listener,
+    token: u64,
+) -> Result<Stats, Error> {
+    let epoch = Instant::now();
+    let (_, role) = spec.roles();
+    let threads = spec.test.server_threads(spec.conns);
+    let noop = |_: f64| {};
+    let job = Job {
+        spec,
+        role,
+        epoch,
+        tick: &noop,
+    };
+    let t = spec.transport;
+    if spec.test == Test::Conn {
+        return match t {
+            Transport::Tcp => {
+                ctl.send("ready")?;
+                tcp::conn_serve(epoch, ctl_l, token)
+            }
+            _ => iwarp::conn_serve(epoch, data_l, token, spec, || ctl.send("ready")),
+        };
+    }
+    match t {
+        Transport::Tcp => {
+            ctl.send("ready")?;
+            let streams = tcp::accept_n(ctl_l, token, spec.conns)?;
+            run_threads(deal(streams, threads), |_, s| tcp::run(&job, s))
+        }
+        Transport::Udp | Transport::UdpOffload => {
+            ctl.send("ready")?;
+            let flows = udp::accept(ctl_l, token, spec.conns)?;
+            run_threads(deal(flows, threads), |_, f| udp::run(&job, f))
+        }
+        Transport::Send | Transport::Write | Transport::Read => {
+            let groups = spread(spec.conns, threads)
+                .into_iter()
+                .map(|k| iwarp::Group::new(spec, role, k))
+                .collect::<Result<Vec<_>, _>>()?;
+            ctl.send("ready")?;
+            let peers = iwarp::accept_into(data_l, token, &groups, spec.conns)?;
+            let items: Vec<_> = groups.into_iter().zip(peers).collect();
+            run_threads(items, |_, (mut g, p)| iwarp::run(&job, &mut g, p))
+        }
+    }
+}
+
+/// Deals connections to `threads` hands (connection `i` to `i % threads`).
+fn deal<T>(v: Vec<T>, threads: usize) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, x) in v.into_iter().enumerate() {
+        out[i % threads].push(x);
+    }
+    out
 }

@@ -1,7 +1,15 @@
 //! The built `warpsock` binary end to end: a quick loopback bench with sane
-//! numbers, server and client as two processes, every bad option value
-//! with its message and exit status, and a refused connection. Only
-//! 127.0.0.1; every wait is bounded and children are killed by pid.
+//! numbers, the full suite in its CI variant (every test, every transport)
+//! and the report drawn from it, the namespace pair (when root), server
+//! and client as two processes, every bad option value with its message
+//! and exit status, and a refused connection. Only 127.0.0.1 and
+//! namespaces the run creates itself; every wait is bounded and children
+//! are killed by pid.
+//!
+//! `WARPSOCK_REQUIRE_OFFLOAD=1` makes the UDP offload rows mandatory (the
+//! preload library must be built next to the binary);
+//! `WARPSOCK_REQUIRE_FONT=1` makes the PNG/SVG figures mandatory (else,
+//! without a font, the report's clear error is checked instead).
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -58,57 +66,115 @@ fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("warpsock-cli-{}-{name}", std::process::id()))
 }
 
-/// Checks every result in a `--json` file: something moved, all of it was
-/// verified, percentiles ordered, bandwidth positive. Returns the results.
+/// Checks one result: something moved, all of it was verified, counts
+/// consistent, percentiles ordered, bandwidth positive.
+fn check_record(r: &Value) {
+    let what = format!(
+        "{} {} crc={} size={} N={}",
+        r["test"], r["transport"], r["crc"], r["size"], r["conns"]
+    );
+    let bytes = r["bytes"].as_u64().unwrap();
+    assert!(bytes > 0, "{what}: nothing moved");
+    assert_eq!(
+        bytes,
+        r["verified"].as_u64().unwrap(),
+        "{what}: bytes != verified"
+    );
+    assert_eq!(r["ok"], Value::Bool(true), "{what}");
+    assert!(r["messages"].as_u64().unwrap() > 0, "{what}");
+    let client = r["client"]["bytes"].as_u64().unwrap();
+    let server = r["server"]["bytes"].as_u64().unwrap();
+    assert_eq!(client + server, bytes, "{what}: sides add up");
+    let udp = r["transport"].as_str().unwrap().starts_with("udp");
+    let ordered = |p: &Value| {
+        let (a, b, c) = (
+            p["p50"].as_f64().unwrap(),
+            p["p99"].as_f64().unwrap(),
+            p["p999"].as_f64().unwrap(),
+        );
+        assert!(
+            a > 0.0 && a <= b && b <= c && p["min"].as_f64().unwrap() <= a,
+            "{what}: {a} {b} {c}"
+        );
+    };
+    match r["test"].as_str().unwrap() {
+        "lat" | "hotspot" => {
+            ordered(&r["one_way_us"]);
+            let n = r["samples"]["rtt_ns"].as_array().unwrap().len();
+            assert_eq!(n as u64, r["round_trips"].as_u64().unwrap());
+            assert!(n > 0, "{what}");
+            if !udp {
+                assert_eq!(r["lost"], 0, "{what}");
+            }
+        }
+        "conn" => {
+            ordered(&r["setup_us"]);
+            assert!(r["conns_per_s"].as_f64().unwrap() > 0.0, "{what}");
+            assert_eq!(
+                r["samples"]["rtt_ns"].as_array().unwrap().len() as u64,
+                r["messages"].as_u64().unwrap(),
+                "{what}"
+            );
+        }
+        _ => {
+            let g = r["gbps"].as_f64().unwrap();
+            assert!(g > 0.0 && g < 1000.0, "{what}: {g} GB/s");
+            let size = r["size"].as_u64().unwrap();
+            let msgs =
+                r["client"]["msgs"].as_u64().unwrap() + r["server"]["msgs"].as_u64().unwrap();
+            assert_eq!(msgs * size, bytes, "{what}: whole messages only");
+            if udp {
+                let lost = r["lost"].as_u64().unwrap();
+                assert_eq!(
+                    msgs + lost,
+                    r["messages"].as_u64().unwrap(),
+                    "{what}: received + lost = sent"
+                );
+            } else {
+                assert_eq!(
+                    bytes,
+                    r["messages"].as_u64().unwrap() * size,
+                    "{what}: every message arrived"
+                );
+            }
+            let sum: u64 = r["samples"]["bytes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .sum();
+            assert_eq!(sum, bytes, "{what}: samples");
+            let cpu = &r["cpu"];
+            let total: f64 = [
+                "client_user_s",
+                "client_sys_s",
+                "server_user_s",
+                "server_sys_s",
+            ]
+            .iter()
+            .map(|k| cpu[k].as_f64().unwrap())
+            .sum();
+            assert!(total > 0.0, "{what}: CPU time measured");
+            assert!(r["cpu_s_per_gb"].as_f64().unwrap() > 0.0, "{what}");
+        }
+    }
+}
+
+/// Checks every result in a `--json` file (removed afterwards) and
+/// returns them.
 fn check_json(path: &PathBuf, expect_runs: usize) -> Vec<Value> {
+    let results = load_results(path);
+    let _ = std::fs::remove_file(path);
+    assert_eq!(results.len(), expect_runs);
+    results
+}
+
+fn load_results(path: &PathBuf) -> Vec<Value> {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("json file"))
         .expect("valid JSON");
-    let _ = std::fs::remove_file(path);
     let results = doc["results"].as_array().expect("results").clone();
-    assert_eq!(results.len(), expect_runs, "{doc:#}");
     for r in &results {
-        let what = format!("{} {} crc={}", r["test"], r["transport"], r["crc"]);
-        let bytes = r["bytes"].as_u64().unwrap();
-        assert!(bytes > 0, "{what}: nothing moved");
-        assert_eq!(
-            bytes,
-            r["verified"].as_u64().unwrap(),
-            "{what}: bytes != verified"
-        );
-        assert_eq!(r["ok"], Value::Bool(true), "{what}");
-        assert!(r["messages"].as_u64().unwrap() > 0, "{what}");
-        match r["test"].as_str().unwrap() {
-            "lat" => {
-                let p50 = r["one_way_us"]["p50"].as_f64().unwrap();
-                let p99 = r["one_way_us"]["p99"].as_f64().unwrap();
-                let p999 = r["one_way_us"]["p999"].as_f64().unwrap();
-                assert!(
-                    p50 > 0.0 && p50 <= p99 && p99 <= p999,
-                    "{what}: {p50} {p99} {p999}"
-                );
-                let n = r["samples"]["rtt_ns"].as_array().unwrap().len();
-                assert_eq!(n as u64, r["round_trips"].as_u64().unwrap());
-                assert!(n > 0);
-            }
-            "bw" => {
-                let g = r["gbps"].as_f64().unwrap();
-                assert!(g > 0.0 && g < 1000.0, "{what}: {g} GB/s");
-                let size = r["size"].as_u64().unwrap();
-                assert_eq!(
-                    r["data_bytes"].as_u64().unwrap(),
-                    r["messages"].as_u64().unwrap() * size,
-                    "{what}: every message completed"
-                );
-                let sum: u64 = r["samples"]["bytes"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap())
-                    .sum();
-                assert_eq!(sum, r["data_bytes"].as_u64().unwrap(), "{what}: samples");
-            }
-            t => panic!("unknown test {t}"),
-        }
+        check_record(r);
     }
     results
 }
@@ -313,11 +379,11 @@ fn bad_option_values_name_the_value_and_range() {
     let cases: &[(&[&str], &str)] = &[
         (
             &["bench", "--duration", "0"],
-            "0: must be between 0.1 and 3600 seconds",
+            "0: must be between 0.01 and 3600 seconds",
         ),
         (
             &["bench", "--duration", "5000"],
-            "5000: must be between 0.1 and 3600 seconds",
+            "5000: must be between 0.01 and 3600 seconds",
         ),
         (
             &["bench", "--duration", "soon"],
@@ -342,7 +408,30 @@ fn bad_option_values_name_the_value_and_range() {
         ),
         (&["bench", "--pin", "4096"], "CPU 4096 does not exist"),
         (&["bench", "--crc", "maybe"], "invalid value 'maybe'"),
-        (&["bench", "--transports", "tcp,udp"], "invalid value 'udp'"),
+        (&["bench", "--transports", "tcp,ipx"], "invalid value 'ipx'"),
+        (&["bench", "--tests", "lat,pong"], "invalid value 'pong'"),
+        (
+            &["bench", "--suite", "huge"],
+            "[possible values: quick, full]",
+        ),
+        (
+            &["bench", "--conns", "1,65"],
+            "65: must be between 1 and 64 connections",
+        ),
+        (
+            &["bench", "--conns", "0"],
+            "0: must be between 1 and 64 connections",
+        ),
+        (
+            &["bench", "--netns", "--rate", "10kbit"],
+            "'10kbit': must be between 1 mbit and 100 gbit",
+        ),
+        (
+            &["bench", "--netns", "--loss", "60"],
+            "60: must be between 0 and 50 percent",
+        ),
+        (&["bench", "--rate", "1gbit"], "--netns"),
+        (&["report"], "required"),
         (
             &["bench", "--progress", "magic"],
             "[possible values: caller, thread]",
@@ -410,4 +499,261 @@ fn port_in_use_is_a_clear_error() {
         err.contains(&format!("cannot listen on 127.0.0.1:{port}")),
         "{err}"
     );
+}
+
+fn env_flag(k: &str) -> bool {
+    std::env::var(k).is_ok_and(|v| v == "1")
+}
+
+fn font_available() -> bool {
+    [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    ]
+    .iter()
+    .any(|p| std::path::Path::new(p).exists())
+}
+
+#[test]
+fn full_suite_quick_variant_then_report() {
+    let json = tmp("full.json");
+    let csv = tmp("full.csv");
+    let out = run(&[
+        "bench",
+        "--suite",
+        "full",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    for title in [
+        "Ping-pong latency",
+        "Unidirectional bandwidth",
+        "Bidirectional bandwidth",
+        "Multi-stream bandwidth",
+        "Hot-spot latency",
+        "Fan-in bandwidth",
+        "Fan-out bandwidth",
+        "Connection setup",
+        "Normalized CPU",
+        "host UDP",
+        "busy",
+    ] {
+        assert!(stdout.contains(title), "no '{title}' in:\n{stdout}");
+    }
+    let results = load_results(&json);
+    let has = |test: &str, transport: &str| {
+        results
+            .iter()
+            .any(|r| r["test"] == test && r["transport"] == transport)
+    };
+    for test in [
+        "lat", "bw", "bibw", "multi", "hotspot", "fan-in", "fan-out", "conn", "cpu",
+    ] {
+        for transport in ["tcp", "send"] {
+            assert!(has(test, transport), "{test} over {transport}");
+        }
+    }
+    for test in ["lat", "bw", "bibw", "multi", "hotspot", "fan-in", "fan-out"] {
+        for transport in ["udp", "write", "read"] {
+            assert!(has(test, transport), "{test} over {transport}");
+        }
+    }
+    let offload = results.iter().any(|r| r["transport"] == "udp-offload");
+    if env_flag("WARPSOCK_REQUIRE_OFFLOAD") {
+        assert!(offload, "no udp-offload rows:\n{stdout}");
+    } else if !offload {
+        assert!(stdout.contains("udp-offload skipped"), "{stdout}");
+    }
+    // Scaling tests ran with N = 1 and 4; normalized CPU at one pace.
+    for test in ["multi", "hotspot", "fan-in", "fan-out"] {
+        let ns: Vec<u64> = results
+            .iter()
+            .filter(|r| r["test"] == test && r["transport"] == "tcp")
+            .map(|r| r["conns"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ns, vec![1, 4], "{test}");
+    }
+    let rates: Vec<u64> = results
+        .iter()
+        .filter(|r| r["test"] == "cpu")
+        .map(|r| r["rate_bytes_per_s"].as_u64().unwrap())
+        .collect();
+    assert!(rates.len() >= 4 && rates.iter().all(|&v| v > 0 && v == rates[0]));
+    // Event-driven and busy-polling latency rows.
+    assert!(results
+        .iter()
+        .any(|r| r["test"] == "lat" && r["busy_poll_us"].as_u64().unwrap() > 0));
+    // CSV: a header and one row per sample.
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    let _ = std::fs::remove_file(&csv);
+    let samples: usize = results
+        .iter()
+        .map(|r| {
+            r["samples"]["rtt_ns"].as_array().unwrap().len()
+                + r["samples"]["bytes"].as_array().unwrap().len()
+        })
+        .sum();
+    assert_eq!(csv_text.lines().count(), samples + 1);
+    assert!(csv_text.starts_with("test,transport,crc,size,conns,"));
+
+    // The report of this run.
+    let dir = tmp("report");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = run(&[
+        "report",
+        json.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&json);
+    let err = text(&out.stderr);
+    if !font_available() && !env_flag("WARPSOCK_REQUIRE_FONT") {
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("install fonts-dejavu-core"), "{err}");
+        return;
+    }
+    assert!(out.status.success(), "{err}");
+    for name in [
+        "latency-vs-size",
+        "latency-busy-vs-size",
+        "bandwidth-vs-size",
+        "bibw-vs-size",
+        "multi-stream-vs-n",
+        "hotspot-vs-n",
+        "fan-in-vs-n",
+        "fan-out-vs-n",
+        "cpu-vs-bandwidth",
+        "normalized-cpu",
+        "connection-setup",
+    ] {
+        let png = std::fs::read(dir.join(format!("{name}.png"))).expect(name);
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{name}.png");
+        assert!(png.len() > 10_000, "{name}.png has content");
+        let svg = std::fs::read_to_string(dir.join(format!("{name}.svg"))).expect(name);
+        assert!(svg.contains("<svg") && svg.contains("</svg>"), "{name}.svg");
+        assert!(
+            svg.contains("host TCP") || name.starts_with("connection"),
+            "{name}.svg legend"
+        );
+    }
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    for want in [
+        "# warpsock bench: summary",
+        "## Winner of each test point",
+        "## Headline ratios",
+        "fan-in bandwidth",
+        "connection setup",
+        "normalized CPU",
+        "every received byte counted and verified: yes",
+        "[bandwidth-vs-size.png](bandwidth-vs-size.png)",
+    ] {
+        assert!(md.contains(want), "summary lacks '{want}':\n{md}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn report_refuses_bad_input() {
+    let missing = tmp("missing.json");
+    let out = run(&["report", missing.to_str().unwrap(), "--out", "/tmp"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot read"),
+        "{}",
+        text(&out.stderr)
+    );
+    let junk = tmp("junk.json");
+    std::fs::write(&junk, "not json").unwrap();
+    let out = run(&["report", junk.to_str().unwrap(), "--out", "/tmp"]);
+    let _ = std::fs::remove_file(&junk);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("not JSON"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+fn namespaces() -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output();
+    out.map(|o| {
+        text(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .filter(|n| n.starts_with("wsb"))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+#[test]
+fn netns_pair_with_rate_and_loss_when_root() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        let out = run(&["bench", "--netns", "--quick"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            text(&out.stderr).contains("--netns needs root"),
+            "{}",
+            text(&out.stderr)
+        );
+        eprintln!("not root: only the refusal of --netns was checked");
+        return;
+    }
+    let before = namespaces();
+    let json = tmp("netns.json");
+    let has_nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists());
+    if !has_nft {
+        assert!(
+            !env_flag("WARPSOCK_REQUIRE_NFT"),
+            "nft (package nftables) is missing"
+        );
+        let out = run(&["bench", "--netns", "--quick", "--loss", "1"]);
+        assert!(
+            text(&out.stderr).contains("nft is not installed (Debian package nftables)"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert_eq!(namespaces(), before);
+        eprintln!("nft missing: --loss refused; running without loss");
+    }
+    let loss = if has_nft { "0.5" } else { "0" };
+    let out = run(&[
+        "bench",
+        "--netns",
+        "--quick",
+        "--rate",
+        "2gbit",
+        "--loss",
+        loss,
+        "--tests",
+        "lat,bw,fan-in",
+        "--transports",
+        "tcp,udp,send,read",
+        "--crc",
+        "on",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("network namespaces wsb"), "{stdout}");
+    assert!(stdout.contains("tbf rate 2000 Mbit/s"), "{stdout}");
+    let results = load_results(&json);
+    let _ = std::fs::remove_file(&json);
+    assert!(results.len() >= 12, "{}", results.len());
+    assert!(results
+        .iter()
+        .any(|r| r["transport"] == "udp" && r["test"] == "bw"));
+    assert_eq!(namespaces(), before, "the run removed its namespaces");
 }
