@@ -209,6 +209,9 @@ pub(crate) struct Sock {
     pub(crate) nonblocking: AtomicBool,
     /// Bytes queued in `inner.rxq` (read without the lock).
     rx_bytes: AtomicUsize,
+    /// Blocking waits left that leave reading to the progress thread (set
+    /// when a caller-driven read found a stream's batch).
+    drive_skip: AtomicUsize,
     inner: Mutex<Inner>,
 }
 
@@ -302,6 +305,7 @@ impl Sock {
                 refs: AtomicUsize::new(0),
                 nonblocking: AtomicBool::new(nonblocking),
                 rx_bytes: AtomicUsize::new(0),
+                drive_skip: AtomicUsize::new(0),
                 inner: Mutex::new(Inner {
                     rxq: VecDeque::new(),
                     bells: 0,
@@ -1113,6 +1117,11 @@ struct Driven {
 /// A socket fed by more connections than this is left to the progress
 /// thread (one poll over many descriptors per receive would cost more).
 const MAX_DRIVEN: usize = 16;
+/// A caller-driven read that finds this many datagrams at once is serving a
+/// stream: the next `STREAM_SKIP` blocking waits leave reading to the
+/// progress thread, which then reads while the application consumes.
+const STREAM_BATCH: usize = 16;
+const STREAM_SKIP: usize = 256;
 
 impl Driven {
     fn claim(sock: &Sock) -> Self {
@@ -1121,6 +1130,11 @@ impl Driven {
             conns: Vec::new(),
         };
         if !config::get().caller_recv {
+            return d;
+        }
+        let skip = sock.drive_skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            sock.drive_skip.store(skip - 1, Ordering::Relaxed);
             return d;
         }
         let Some(eng) = engine::current() else {
@@ -1893,6 +1907,11 @@ impl Conn {
         }
         if let Some(r) = adopt {
             sock.adopt_route(r, self);
+        }
+        if from_caller && dgrams.len() >= STREAM_BATCH {
+            // A stream, not a ping-pong: the progress thread reading in
+            // parallel with the application moves more.
+            sock.drive_skip.store(STREAM_SKIP, Ordering::Relaxed);
         }
         if let (false, Some(s)) = (dgrams.is_empty(), src) {
             sock.deliver(eng, s, dgrams, self, from_caller);
