@@ -112,9 +112,20 @@ fn send_write_read_through_the_c_abi() {
             sg_list: &in_sge,
             num_sge: 1,
         };
+        // Both receives are posted before the connection goes live: the
+        // client's second Send may arrive before this thread has handled
+        // the first, and a Send without a posted receive ends the stream.
+        let inbox2 = s.alloc(32, WARPSOCK_ACCESS_LOCAL_WRITE);
+        let in_sge2 = sge(inbox2, 0, 32);
+        let rwr2 = warpsock_recv_wr {
+            wr_id: 6,
+            sg_list: &in_sge2,
+            num_sge: 1,
+        };
         let mut cfg = null_mut();
         ok(warpsock_qp_config_new(&mut cfg));
         ok(warpsock_qp_config_add_recv(cfg, &rwr));
+        ok(warpsock_qp_config_add_recv(cfg, &rwr2));
 
         let mut req = null_mut();
         ok(warpsock_listener_accept(l.0, 10_000, &mut req));
@@ -156,15 +167,19 @@ fn send_write_read_through_the_c_abi() {
         assert_eq!(read(inbox, 0, wc.byte_len as usize), b"wrote it");
         assert_eq!(read(exposed, 0, 5), b"warp!");
         // Second Send: the client is done reading.
-        ok(warpsock_qp_post_recv(qp, &rwr));
         let wc = s.wait();
-        assert_eq!(read(inbox, 0, wc.byte_len as usize), b"bye");
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (6, warpsock_wc_status::Success as u32)
+        );
+        assert_eq!(read(inbox2, 0, wc.byte_len as usize), b"bye");
         let mut ev = warpsock_event::default();
         ok(warpsock_qp_poll_event(qp, &mut ev));
         assert_eq!(ev.kind, warpsock_event_kind::Established as u32);
         warpsock_qp_free(qp);
         warpsock_mr_free(exposed);
         warpsock_mr_free(inbox);
+        warpsock_mr_free(inbox2);
         warpsock_listener_free(l.0);
     });
 
