@@ -1,20 +1,38 @@
 #!/usr/bin/env bash
-# warpsock's main job (README "Run the benchmarks"): `warpsock bench` on its
-# defaults, built in release mode — on loopback, host TCP next to warpsock
-# Send, RDMA Write and RDMA Read with CRC off and on: 8-byte ping-pong latency
-# (both sides pinned to one CPU) and 1 MiB bandwidth, as a table with the
-# ratio to host TCP (about a minute). Then the FPDU micro-benchmarks.
+# warpsock's main job (README "Run the benchmarks"): `warpsock bench`, built in
+# release mode together with the UDP offload preload library (so the full
+# suite's udp-offload rows run), then the FPDU micro-benchmarks.
 #
-#   bash scripts/bench.sh                 # defaults
-#   bash scripts/bench.sh --json out.json # extra arguments go to `warpsock bench`
+#   bash scripts/bench.sh                      # quick: host TCP vs warpsock, about a minute
+#   bash scripts/bench.sh --suite full         # the Head-to-TOE suite (about 10 minutes)
+#   bash scripts/bench.sh --suite full --max-samples 1000 \
+#        --json docs/results/results.json --csv docs/results/samples.csv
+#   "${CARGO_TARGET_DIR:-target}"/release/warpsock report docs/results/results.json --out docs/results
+#
+# Extra arguments go to `warpsock bench`. With BENCH_REPORT_DIR=DIR and a
+# --json FILE argument, the report (figures + summary.md) is drawn into DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/ensure-pkgs.sh build-essential pkg-config
-echo "+ cargo build --release -p warpsock-cli" >&2
-cargo build --release --quiet -p warpsock-cli
+scripts/ensure-pkgs.sh build-essential pkg-config fonts-dejavu-core
+echo "+ cargo build --release -p warpsock-cli -p warpsock-preload" >&2
+cargo build --release --quiet -p warpsock-cli -p warpsock-preload
+WS="${CARGO_TARGET_DIR:-$PWD/target}/release/warpsock"
 echo "== warpsock bench $* =="
-cargo run --release --quiet -p warpsock-cli --bin warpsock -- bench "$@"
-if [ -e scripts/bench-micro.sh ]; then
+"$WS" bench "$@"
+if [ -n "${BENCH_REPORT_DIR:-}" ]; then
+    json=""
+    prev=""
+    for a in "$@"; do
+        [ "$prev" = "--json" ] && json="$a"
+        case "$a" in --json=*) json="${a#--json=}" ;; esac
+        prev="$a"
+    done
+    if [ -n "$json" ]; then
+        echo "== warpsock report $json --out $BENCH_REPORT_DIR =="
+        "$WS" report "$json" --out "$BENCH_REPORT_DIR"
+    fi
+fi
+if [ -e scripts/bench-micro.sh ] && [ -z "${BENCH_SKIP_MICRO:-}" ]; then
     echo
     echo "== FPDU framing + CRC32c vs memcpy (criterion) =="
     bash scripts/bench-micro.sh

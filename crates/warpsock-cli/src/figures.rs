@@ -513,11 +513,13 @@ fn draw_all(records: &[Record], dir: &Path) -> Result<Vec<(String, String)>, Err
         Chart {
             title: "Hot-spot latency (N clients, one server thread)",
             x_desc: "clients N",
-            y_desc: "one-way latency p50 (µs)",
+            y_desc: "one-way latency, mean (µs)",
             x_bytes: false,
             y_log: true,
         },
-        Kind::Lines(series(&of("hotspot"), conns, p50)),
+        Kind::Lines(series(&of("hotspot"), conns, |r| {
+            r.one_way_us.as_ref().map(|p| p.mean)
+        })),
     )?;
     fig(
         "cpu-vs-bandwidth",

@@ -1,9 +1,13 @@
 //! `warpsock`: measure warpsock iWARP (Send, RDMA Write, RDMA Read, CRC off
-//! and on) head to head with the host's own TCP, on loopback or between
-//! two hosts.
+//! and on) head to head with the host's own TCP and UDP and the UDP
+//! offload layer, with the tests of the Head-to-TOE study, on loopback,
+//! between two network namespaces or between two hosts.
 //!
 //! ```text
 //! warpsock bench                      # loopback comparison, about a minute
+//! warpsock bench --suite full         # every test, every transport
+//! warpsock bench --netns              # server and client in two namespaces (root)
+//! warpsock report RESULTS.json --out DIR   # figures and summary.md
 //! warpsock server [--once]            # serve bench runs (ports 18515, 18516)
 //! warpsock client HOST[:PORT]         # the same tests against that server
 //! warpsock bench --peer HOST[:PORT]   # same as `client`
@@ -12,8 +16,9 @@
 //! Exit status: 0 on success, 1 when a run fails (refused or unreachable
 //! peer, a transfer error), 2 for a bad command line.
 //!
-//! How client and server talk is documented in [`ctl`]; what each test does
-//! on the wire in [`iwarp`] and [`tcp`].
+//! How client and server talk is documented in [`ctl`]; how every
+//! connection runs and ends in [`work`]; what each test does on the wire in
+//! [`iwarp`], [`tcp`] and [`udp`]; the suite's plan in [`opts`].
 //!
 //! # Adding a subcommand
 //!
@@ -24,6 +29,7 @@ mod bench;
 mod ctl;
 mod data;
 mod error;
+mod external;
 mod figures;
 mod iwarp;
 mod meter;
@@ -69,8 +75,10 @@ macro_rules! commands {
 }
 
 commands! {
-    /// Latency and bandwidth: host TCP next to warpsock Send, RDMA Write and
-    /// RDMA Read, CRC off and on (loopback unless --peer is given).
+    /// Latency and bandwidth: host TCP (and, in the full suite, every test
+    /// of the Head-to-TOE set over host TCP/UDP and the UDP offload) next to
+    /// warpsock Send, RDMA Write and RDMA Read, CRC off and on (loopback
+    /// unless --peer or --netns is given).
     Bench(bench::BenchCmd),
     /// Serve bench runs from `warpsock client` / `warpsock bench --peer`.
     Server(server::ServerCmd),
@@ -81,7 +89,7 @@ commands! {
     Report(figures::ReportCmd),
 }
 
-/// warpsock: user-space iWARP (RDMA over TCP), measured against host TCP.
+/// warpsock: user-space iWARP (RDMA over TCP), measured against host TCP and UDP.
 #[derive(Debug, Parser)]
 #[command(
     name = "warpsock",

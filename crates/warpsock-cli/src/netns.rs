@@ -313,6 +313,9 @@ pub(crate) fn bench(opts: &BenchOpts, rate: Option<u64>, loss: Option<f64>) -> R
             std::env::args().collect::<Vec<_>>().join(" ").into(),
         );
     }
+    if opts.external {
+        println!("note: --external runs its peers on loopback only; skipped with --netns");
+    }
     println!("warpsock bench: {target}");
     println!();
     print!("{}", report::tables(&records));

@@ -386,6 +386,16 @@ pub(crate) struct BenchOpts {
     /// Write every sample as CSV to FILE.
     #[arg(long, value_name = "FILE")]
     pub(crate) csv: Option<PathBuf>,
+    /// Keep at most N round-trip samples per run in --json/--csv (evenly
+    /// spaced; percentiles still come from all of them), 1 to 1000000000
+    /// [default: all].
+    #[arg(long, value_parser = parse_iters, value_name = "N")]
+    pub(crate) max_samples: Option<u64>,
+    /// Also run the peers users would pick instead, where installed, on
+    /// loopback: iperf3 (TCP 1 MiB, UDP 16 KiB) and sockperf (TCP and UDP
+    /// ping-pong, 64 B).
+    #[arg(long)]
+    pub(crate) external: bool,
 }
 
 /// Sizes swept per test: (quick suite, full suite, --quick).
@@ -929,6 +939,8 @@ mod tests {
             verify: false,
             json: None,
             csv: None,
+            max_samples: None,
+            external: false,
         }
     }
 

@@ -98,8 +98,11 @@ impl From<Tally> for TallyRec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Samples {
     /// Round-trip times (latency tests) or setup times (connection setup),
-    /// in ns.
+    /// in ns: every one, or every `rtt_stride`-th with --max-samples.
     pub(crate) rtt_ns: Vec<u64>,
+    /// 1, or the spacing of the kept samples.
+    #[serde(default = "one")]
+    pub(crate) rtt_stride: u64,
     /// Length of one bandwidth sample.
     pub(crate) interval_s: f64,
     /// Bytes that arrived (both sides) in each interval.
@@ -108,6 +111,28 @@ pub(crate) struct Samples {
 
 /// A point of a sweep: test, size, connections, busy polling.
 pub(crate) type Point = (String, u64, u64, bool);
+
+fn one() -> u64 {
+    1
+}
+
+/// Keeps at most `max` evenly spaced round-trip samples per record.
+pub(crate) fn thin(records: &mut [Record], max: u64) {
+    for r in records {
+        let n = r.samples.rtt_ns.len() as u64;
+        if n > max {
+            let stride = n.div_ceil(max);
+            r.samples.rtt_ns = r
+                .samples
+                .rtt_ns
+                .iter()
+                .step_by(stride as usize)
+                .copied()
+                .collect();
+            r.samples.rtt_stride = stride;
+        }
+    }
+}
 
 /// One test run, as stored in the JSON file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -256,6 +281,7 @@ impl RunResult {
             server: sv.rx.into(),
             samples: Samples {
                 rtt_ns: c.rtts_ns.clone(),
+                rtt_stride: 1,
                 interval_s: INTERVAL.as_secs_f64(),
                 bytes: intervals,
             },
@@ -388,8 +414,9 @@ pub(crate) fn to_csv(records: &[Record]) -> String {
         } else {
             "rtt_ns"
         };
+        let stride = r.samples.rtt_stride.max(1) as usize;
         for (i, v) in r.samples.rtt_ns.iter().enumerate() {
-            let _ = writeln!(s, "{head},{kind},{i},{v}");
+            let _ = writeln!(s, "{head},{kind},{},{v}", i * stride);
         }
         for (i, v) in r.samples.bytes.iter().enumerate() {
             let _ = writeln!(s, "{head},interval_bytes,{i},{v}");
@@ -423,18 +450,22 @@ pub(crate) fn tables(records: &[Record]) -> String {
                     "{}: one-way = round trip / 2, µs (lower is better)",
                     title(test)
                 );
-                let _ =
-                    writeln!(
+                let x_head = if test == Test::Hotspot {
+                    "mean x TCP"
+                } else {
+                    "p50 x TCP"
+                };
+                let _ = writeln!(
                     s,
-                    "{:>7} {:>3}  {:<20} {:>3} {:>5}  {:>8} {:>8} {:>8}  {:>9}  {:>9} {:>5}  check",
+                    "{:>7} {:>3}  {:<20} {:>3} {:>5}  {:>8} {:>8} {:>8} {:>8}  {:>10}  {:>11} {:>5}  check",
                     "size", "N", "transport", "CRC", "mode", "p50 µs", "p99 µs", "p99.9 µs",
-                    "p50 x TCP", "round trips", "lost"
+                    "mean µs", x_head, "round trips", "lost"
                 );
                 for r in rs {
                     let p = r.one_way_us.clone().unwrap_or_default();
                     let _ = writeln!(
                         s,
-                        "{:>7} {:>3}  {:<20} {:>3} {:>5}  {:>8.2} {:>8.2} {:>8.2}  {:>9}  {:>11} {:>5}  {}",
+                        "{:>7} {:>3}  {:<20} {:>3} {:>5}  {:>8.2} {:>8.2} {:>8.2} {:>8.2}  {:>10}  {:>11} {:>5}  {}",
                         fmt_size(r.size as usize),
                         r.conns,
                         label(r),
@@ -443,6 +474,7 @@ pub(crate) fn tables(records: &[Record]) -> String {
                         p.p50,
                         p.p99,
                         p.p999,
+                        p.mean,
                         r.x_of(r.baseline(records)),
                         r.round_trips,
                         r.lost,
@@ -587,7 +619,7 @@ pub(crate) fn summary(meta: &Value, records: &[Record]) -> String {
     let _ = writeln!(s, "## Winner of each test point\n");
     let _ = writeln!(
         s,
-        "Latency and setup: p50 (lower wins); bandwidth: GB/s (higher wins); normalized CPU: CPU s per GB at equal rate (lower wins). Ratio = winner / host TCP.\n"
+        "Latency and setup: p50, hot-spot: mean (lower wins); bandwidth: GB/s (higher wins); normalized CPU: CPU s per GB at equal rate (lower wins). Ratio = winner / host TCP.\n"
     );
     let _ = writeln!(s, "| test | point | winner | value | host TCP | ratio |");
     let _ = writeln!(s, "|---|---|---|---|---|---|");
@@ -618,6 +650,7 @@ pub(crate) fn summary(meta: &Value, records: &[Record]) -> String {
         );
     }
     s.push_str(&headline(records));
+    s.push_str(&externals(records));
     s
 }
 
@@ -654,6 +687,62 @@ fn point_label(test: &str, size: u64, conns: u64, busy: bool) -> String {
         p.push_str(", busy-poll");
     }
     p
+}
+
+/// The external peers' rows next to host TCP/UDP and the best warpsock
+/// row of the same point.
+fn externals(records: &[Record]) -> String {
+    let ext: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.transport_kind().is_none())
+        .collect();
+    if ext.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("\n## External peers (same run, loopback)\n\n");
+    let _ = writeln!(
+        s,
+        "| peer | point | peer | host TCP | host UDP | best warpsock | warpsock ÷ peer |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    for r in ext {
+        let Some((v, hi)) = r.merit() else { continue };
+        let unit = unit_of(&r.test);
+        let at = |t: &str| {
+            r.peer_of(records, t)
+                .and_then(Record::merit)
+                .map_or("-".to_string(), |(x, _)| format!("{x:.2} {unit}"))
+        };
+        let ws: Vec<&Record> = records
+            .iter()
+            .filter(|x| {
+                x.point() == r.point() && x.transport_kind().is_some_and(Transport::is_iwarp)
+            })
+            .collect();
+        let best_ws = best(&ws);
+        let _ = writeln!(
+            s,
+            "| {} | {} {} | {v:.2} {unit} | {} | {} | {} | {} |",
+            r.transport,
+            Test::parse(&r.test).map_or(r.test.as_str(), |t| t.title()),
+            fmt_size(r.size as usize),
+            at("tcp"),
+            at("udp"),
+            best_ws.map_or("-".into(), |b| format!(
+                "{} {:.2} {unit}",
+                b.series(),
+                b.merit().map_or(0.0, |m| m.0)
+            )),
+            best_ws
+                .and_then(Record::merit)
+                .map_or("-".into(), |(b, _)| if v > 0.0 {
+                    format!("{:.2}{}", b / v, if hi { "" } else { " (lower is better)" })
+                } else {
+                    "-".into()
+                }),
+        );
+    }
+    s
 }
 
 /// Selects the records of one headline point.
@@ -786,6 +875,7 @@ mod tests {
             one_way_us: Pcts::of(&[1000, 3000], 2.0),
             samples: Samples {
                 rtt_ns: vec![1000, 3000],
+                rtt_stride: 1,
                 interval_s: 0.1,
                 bytes: vec![16],
             },
@@ -800,5 +890,11 @@ mod tests {
         assert_eq!(csv.lines().count(), 4);
         assert!(csv.contains("lat,send,0,8,1,0,0,rtt_ns,1,3000"));
         assert!(from_json("{}").is_err());
+        let mut v = back;
+        v[0].samples.rtt_ns = (0..10).collect();
+        thin(&mut v, 3);
+        assert_eq!(v[0].samples.rtt_ns, vec![0, 4, 8]);
+        assert_eq!(v[0].samples.rtt_stride, 4);
+        assert!(to_csv(&v).contains("rtt_ns,8,8"));
     }
 }

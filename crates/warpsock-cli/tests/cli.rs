@@ -69,6 +69,11 @@ fn tmp(name: &str) -> PathBuf {
 /// Checks one result: something moved, all of it was verified, counts
 /// consistent, percentiles ordered, bandwidth positive.
 fn check_record(r: &Value) {
+    let t = r["transport"].as_str().unwrap();
+    if t.starts_with("iperf3") || t.starts_with("sockperf") {
+        // External peers: their own numbers, checked in their test.
+        return;
+    }
     let what = format!(
         "{} {} crc={} size={} N={}",
         r["test"], r["transport"], r["crc"], r["size"], r["conns"]
@@ -756,4 +761,60 @@ fn netns_pair_with_rate_and_loss_when_root() {
         .iter()
         .any(|r| r["transport"] == "udp" && r["test"] == "bw"));
     assert_eq!(namespaces(), before, "the run removed its namespaces");
+}
+
+fn on_path(prog: &str) -> bool {
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .any(|d| std::path::Path::new(d).join(prog).exists())
+}
+
+#[test]
+fn external_peers_where_installed() {
+    let json = tmp("ext.json");
+    let out = run(&[
+        "bench",
+        "--quick",
+        "--tests",
+        "lat",
+        "--sizes",
+        "64",
+        "--transports",
+        "tcp",
+        "--external",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let results = load_results(&json);
+    let _ = std::fs::remove_file(&json);
+    for (prog, rows) in [
+        ("iperf3", &["iperf3", "iperf3-udp"][..]),
+        ("sockperf", &["sockperf-tcp", "sockperf-udp"][..]),
+    ] {
+        if !on_path(prog) {
+            assert!(
+                stdout.contains(&format!("{prog} is not installed")),
+                "{stdout}"
+            );
+            continue;
+        }
+        for t in rows {
+            let r = results
+                .iter()
+                .find(|r| r["transport"] == *t)
+                .unwrap_or_else(|| panic!("no {t} row:\n{stdout}"));
+            assert_eq!(r["ok"], true, "{r}");
+            if t.starts_with("iperf3") {
+                assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+            } else {
+                let p = &r["one_way_us"];
+                let (a, b) = (p["p50"].as_f64().unwrap(), p["p99"].as_f64().unwrap());
+                assert!(a > 0.0 && a <= b, "{r}");
+            }
+            assert!(stdout.contains(t), "table row {t}:\n{stdout}");
+        }
+    }
 }

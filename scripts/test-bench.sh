@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The benchmark suite's tests with nothing optional left out: the UDP offload
+# pass (preload library built next to the test binary), the PNG/SVG figures
+# (DejaVu font installed) and, when root, the namespace pair with tc rate
+# limit and nftables loss. `cargo test` runs the same tests and skips what is
+# missing; this script makes each of them mandatory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/ensure-pkgs.sh fonts-dejavu-core iproute2 nftables
+cargo build --quiet -p warpsock-preload -p warpsock-cli
+export WARPSOCK_REQUIRE_OFFLOAD=1 WARPSOCK_REQUIRE_FONT=1
+if [ "$(id -u)" -eq 0 ]; then
+    export WARPSOCK_REQUIRE_NFT=1
+fi
+cargo test --quiet -p warpsock-cli --test cli
