@@ -1,0 +1,231 @@
+//! `warpsock-perftest`: perftest's `ib_write_bw` / `ib_read_bw` /
+//! `ib_send_bw` client (`-R` servers) over warpsock, and Terminate probes.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use warpsock_perftest::raw::{self, RawCase};
+use warpsock_perftest::{run, Params, Provoke, Test};
+
+#[derive(Parser)]
+#[command(about = "perftest -R client over warpsock, and siw Terminate probes")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TestArg {
+    Write,
+    Read,
+    Send,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ProvokeArg {
+    WriteBadStag,
+    WriteBounds,
+    ReadBadStag,
+    ReadBounds,
+    SendTooLong,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RawArg {
+    Opcode,
+    RdmapVersion,
+    DdpVersion,
+    Msn,
+    Qn,
+    Crc,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a bandwidth test against `ib_<test>_bw -R` (or provoke a Terminate).
+    Bw {
+        /// write, read or send.
+        test: TestArg,
+        /// Server address.
+        #[arg(short = 'a', long, default_value = "127.0.0.1")]
+        host: String,
+        /// Server port.
+        #[arg(short = 'p', long, default_value_t = 18515)]
+        port: u16,
+        /// Message size (the server's -s must be at least this).
+        #[arg(short = 's', long, default_value_t = 65536)]
+        size: u32,
+        /// Iterations (Send: equal to the server's -n).
+        #[arg(short = 'n', long, default_value_t = 1000)]
+        iters: u64,
+        /// Outstanding operations.
+        #[arg(short = 't', long, default_value_t = 128)]
+        tx_depth: usize,
+        /// The server's receive queue depth (Send credits).
+        #[arg(short = 'r', long, default_value_t = 512)]
+        rx_depth: u32,
+        /// Verify the data (Write: read every Write back; Read: compare every Read).
+        #[arg(long)]
+        verify: bool,
+        /// Ask for MPA CRC.
+        #[arg(long)]
+        crc: bool,
+        /// Bound on every wait, seconds.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+        /// Provoke this Terminate after the handshake instead of the test.
+        #[arg(long)]
+        provoke: Option<ProvokeArg>,
+    },
+    /// Send one malformed FPDU to an iWARP server (e.g. rping -s) and decode its Terminate.
+    Raw {
+        /// The fault.
+        case: RawArg,
+        /// Server address.
+        #[arg(short = 'a', long, default_value = "127.0.0.1")]
+        host: String,
+        /// Server port.
+        #[arg(short = 'p', long, default_value_t = 7174)]
+        port: u16,
+        /// Bound on the wait, seconds.
+        #[arg(long, default_value_t = 15)]
+        timeout: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().cmd {
+        Cmd::Bw {
+            test,
+            host,
+            port,
+            size,
+            iters,
+            tx_depth,
+            rx_depth,
+            verify,
+            crc,
+            timeout,
+            provoke,
+        } => {
+            let p = Params {
+                test: match test {
+                    TestArg::Write => Test::Write,
+                    TestArg::Read => Test::Read,
+                    TestArg::Send => Test::Send,
+                },
+                host,
+                port,
+                size,
+                iters,
+                tx_depth: tx_depth.max(1),
+                rx_depth: rx_depth.max(1),
+                verify,
+                crc,
+                timeout: Duration::from_secs(timeout),
+                provoke: provoke.map(|v| match v {
+                    ProvokeArg::WriteBadStag => Provoke::WriteBadStag,
+                    ProvokeArg::WriteBounds => Provoke::WriteBounds,
+                    ProvokeArg::ReadBadStag => Provoke::ReadBadStag,
+                    ProvokeArg::ReadBounds => Provoke::ReadBounds,
+                    ProvokeArg::SendTooLong => Provoke::SendTooLong,
+                }),
+            };
+            match run(&p) {
+                Ok(r) => {
+                    println!("{r}");
+                    if let Some((code, by_peer)) = r.terminated {
+                        let want = p.provoke.map(Provoke::expected);
+                        println!(
+                            "terminate: layer {} etype {} ecode {:#04x} by_peer {by_peer} expected {}",
+                            code.layer,
+                            code.etype,
+                            code.ecode,
+                            want.map_or_else(String::new, |w| format!(
+                                "layer {} etype {} ecode {:#04x}",
+                                w.layer, w.etype, w.ecode
+                            ))
+                        );
+                        if Some(code) != want || !by_peer {
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("warpsock-perftest: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Raw {
+            case,
+            host,
+            port,
+            timeout,
+        } => {
+            let case = match case {
+                RawArg::Opcode => RawCase::Opcode,
+                RawArg::RdmapVersion => RawCase::RdmapVersion,
+                RawArg::DdpVersion => RawCase::DdpVersion,
+                RawArg::Msn => RawCase::Msn,
+                RawArg::Qn => RawCase::Qn,
+                RawArg::Crc => RawCase::Crc,
+            };
+            match raw::probe(&host, port, case, Duration::from_secs(timeout)) {
+                Ok(o) => {
+                    let want = case.expected();
+                    println!("case {}: sent {}", case.name(), raw::hex(&o.sent));
+                    println!("received {}", raw::hex(&o.received));
+                    println!("terminate body {}", raw::hex(&o.terminate_body));
+                    if let Some(s) = o.siw_layout {
+                        println!(
+                            "siw layout: layer {} etype {} ecode {:#04x} M{} D{} R{}",
+                            s.code.layer,
+                            s.code.etype,
+                            s.code.ecode,
+                            s.m as u8,
+                            s.d as u8,
+                            s.r as u8
+                        );
+                    }
+                    if let Some(r) = o.rfc_layout {
+                        println!(
+                            "rfc layout: layer {} etype {} ecode {:#04x} M{} D{} R{}",
+                            r.code.layer,
+                            r.code.etype,
+                            r.code.ecode,
+                            r.m as u8,
+                            r.d as u8,
+                            r.r as u8
+                        );
+                    }
+                    let siw_ok = o.siw_layout.is_some_and(|s| s.code == want);
+                    match o.decoded {
+                        Some((code, by_peer)) => println!(
+                            "warpsock decoded: layer {} etype {} ecode {:#04x} by_peer {by_peer} ({code}); expected layer {} etype {} ecode {:#04x}: {}",
+                            code.layer, code.etype, code.ecode, want.layer, want.etype, want.ecode,
+                            if code == want && by_peer { "match" } else { "MISMATCH" }
+                        ),
+                        None => println!("warpsock decoded: no Terminate event"),
+                    }
+                    println!(
+                        "siw sent the expected code: {}; kicks {}",
+                        if siw_ok { "yes" } else { "NO" },
+                        o.kicks
+                    );
+                    if siw_ok && o.decoded == Some((want, true)) {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("warpsock-perftest: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
