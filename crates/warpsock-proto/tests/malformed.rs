@@ -616,3 +616,31 @@ fn accept_with_replaces_the_responder_options() {
     assert_eq!(out[16], 0x50, "reply carries C");
     assert_eq!(&out[out.len() - 2..], b"ok");
 }
+
+/// siw's `20 06 00 00` is RDMAP/remote operation/unexpected opcode in its
+/// little-endian layout, but MPA/insufficient IRD in the RFC layout: after
+/// other FPDUs it can only be the former.
+#[test]
+fn ambiguous_siw_terminate_decoded_by_context() {
+    use warpsock_proto::wire::terminate::TermCode;
+    for (after_traffic, want) in [
+        (true, TermCode::RDMAP_UNEXPECTED_OPCODE),
+        (false, TermCode::MPA_INSUFFICIENT_IRD),
+    ] {
+        let mut p = responder(false, 4);
+        if after_traffic {
+            let f = p.fpdu(write_hdr(1, 0), &[]);
+            p.feed(&f);
+        }
+        let f = p.fpdu(untagged(Opcode::Terminate, 2, 1, 0, 0), &[0x20, 0x06, 0, 0]);
+        p.feed(&f);
+        let events: Vec<_> = std::iter::from_fn(|| p.conn.poll_event()).collect();
+        assert!(
+            events.contains(&Event::Terminated {
+                code: want,
+                by_peer: true
+            }),
+            "{events:?}"
+        );
+    }
+}

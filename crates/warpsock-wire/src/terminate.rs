@@ -242,11 +242,25 @@ impl TerminateControl {
     /// when both are defined, the position of the M/D/R bits decides; when
     /// nothing decides, the RFC layout is assumed.
     pub const fn decode(b: [u8; 4]) -> (Self, ControlLayout) {
+        Self::decode_preferring(b, ControlLayout::Rfc)
+    }
+
+    /// Like [`Self::decode`], but `prefer` settles the cases neither the
+    /// codes nor the flag bits decide. Those exist: siw's RDMAP remote
+    /// operation errors without attachments (`20 05`, `20 06`, `20 07`:
+    /// bad version, unexpected opcode, catastrophic) read in the RFC layout
+    /// as the MPA errors local catastrophic / insufficient IRD / no
+    /// matching RTR. The MPA ones are only sent at connection setup (as the
+    /// first FPDU), so a receiver prefers the siw reading for a Terminate
+    /// that arrives after the stream has carried other FPDUs.
+    pub const fn decode_preferring(b: [u8; 4], prefer: ControlLayout) -> (Self, ControlLayout) {
         let rfc = Self::decode_as(b, ControlLayout::Rfc);
         let siw = Self::decode_as(b, ControlLayout::SiwLittleEndian);
         let layout = match (rfc.code.is_defined(), siw.code.is_defined()) {
             (false, true) => ControlLayout::SiwLittleEndian,
             (true, true) if b[2] & 0xe0 == 0 && b[2] & 0x07 != 0 => ControlLayout::SiwLittleEndian,
+            (true, true) if b[2] & 0xe0 != 0 && b[2] & 0x07 == 0 => ControlLayout::Rfc,
+            (true, true) if b[0] >> 4 != b[0] & 0x0f => prefer,
             _ => ControlLayout::Rfc,
         };
         match layout {
@@ -276,8 +290,18 @@ impl<'a> Terminate<'a> {
     /// far as present (a Terminate is the last thing a peer says, so we
     /// decode what we can rather than fail).
     pub fn parse(body: &'a [u8]) -> Result<(Self, ControlLayout), WireError> {
+        Self::parse_preferring(body, ControlLayout::Rfc)
+    }
+
+    /// Like [`Self::parse`], with the layout preference of
+    /// [`TerminateControl::decode_preferring`].
+    pub fn parse_preferring(
+        body: &'a [u8],
+        prefer: ControlLayout,
+    ) -> Result<(Self, ControlLayout), WireError> {
         need(body, CONTROL_LEN)?;
-        let (control, layout) = TerminateControl::decode([body[0], body[1], body[2], body[3]]);
+        let control_bytes = [body[0], body[1], body[2], body[3]];
+        let (control, layout) = TerminateControl::decode_preferring(control_bytes, prefer);
         let mut rest = &body[CONTROL_LEN..];
         let mut segment_len = None;
         if control.m && rest.len() >= 2 {
@@ -376,6 +400,38 @@ mod tests {
         assert_eq!(layout, ControlLayout::SiwLittleEndian);
         assert_eq!(t.control.code, TermCode::MPA_CRC);
         assert!(!t.control.m && !t.control.d && !t.control.r);
+    }
+
+    /// siw's unexpected-opcode and bad-version Terminates, as captured
+    /// against a real siw: ambiguous without context.
+    #[test]
+    fn siw_remote_operation_terminates_need_context() {
+        for (b1, code) in [
+            (0x06, TermCode::RDMAP_UNEXPECTED_OPCODE),
+            (0x05, TermCode::RDMAP_INVALID_VERSION),
+            (0x07, TermCode::RDMAP_CATASTROPHIC_STREAM),
+        ] {
+            let b = [0x20, b1, 0, 0];
+            let (t, _) = Terminate::parse_preferring(&b, ControlLayout::SiwLittleEndian).unwrap();
+            assert_eq!(t.control.code, code);
+            // At setup the same bytes are the RFC 6581 MPA errors.
+            let (t, _) = Terminate::parse(&b).unwrap();
+            assert_eq!(t.control.code.layer, 2);
+        }
+        // Symmetric bytes read the same either way.
+        let (t, _) =
+            Terminate::parse_preferring(&[0x11, 0x00, 0, 0], ControlLayout::SiwLittleEndian)
+                .unwrap();
+        assert_eq!(t.control.code, TermCode::DDP_TAGGED_INVALID_STAG);
+        // siw's Send-too-long with its header attached (flags in the low bits).
+        let (t, l) = Terminate::parse(&[0x21, 0x02, 0x03, 0x00, 0x00, 0x10]).unwrap();
+        assert_eq!(
+            (t.control.code, l),
+            (
+                TermCode::DDP_UNTAGGED_NO_BUFFER,
+                ControlLayout::SiwLittleEndian
+            )
+        );
     }
 
     #[test]

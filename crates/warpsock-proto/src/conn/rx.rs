@@ -15,7 +15,7 @@
 use warpsock_wire::crc::{self, Crc32c};
 use warpsock_wire::ddp::{self, Opcode, Placement, ReadRequest, SegmentHeader};
 use warpsock_wire::marker::{Marker, MARKER_LEN, MARKER_SPACING};
-use warpsock_wire::terminate::{TermCode, Terminate};
+use warpsock_wire::terminate::{ControlLayout, TermCode, Terminate};
 use warpsock_wire::{fpdu, mpa};
 
 use super::cm::Attach;
@@ -787,7 +787,15 @@ impl Connection {
             Effect::Terminate => {
                 let body = &self.rx.buf
                     [2 + ddp::UNTAGGED_HDR_LEN..end - 4 - fpdu::pad_len(self.rx.ulpdu_len)];
-                let code = Terminate::parse(body)
+                // Ambiguous control words read as RFC 6581 MPA errors only
+                // when the Terminate is the peer's first FPDU (setup time);
+                // later they are siw's RDMAP remote-operation errors.
+                let prefer = if first {
+                    ControlLayout::Rfc
+                } else {
+                    ControlLayout::SiwLittleEndian
+                };
+                let code = Terminate::parse_preferring(body, prefer)
                     .map(|(t, _)| t.control.code)
                     .unwrap_or(TermCode::RDMAP_OPERATION_UNSPECIFIED);
                 self.on_peer_terminate(code);
