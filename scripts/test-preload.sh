@@ -12,8 +12,11 @@
 #   - two network namespaces joined by a veth pair (10.x addresses inside
 #     them only), 3% random loss of TCP segments (nftables `numgen random`,
 #     no netem needed) into the receiver's namespace: iperf 2 UDP, both
-#     preloaded; every datagram sent over TCP arrives exactly once. Needs
-#     root (fails otherwise); the namespaces are deleted on exit by name.
+#     preloaded; every datagram sent over TCP arrives exactly once, in
+#     order. Then the same with WARPSOCK_STRIPES=4 (out-of-order delivery
+#     over four connections): exactly once, every stripe carries traffic,
+#     and iperf counts datagrams delivered out of order. Needs root (fails
+#     otherwise); the namespaces are deleted on exit by name.
 # Servers are stopped by pid. Takes about a minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -275,5 +278,57 @@ for f in "$WORK/ns-c.err" "$WORK/ns-s.err"; do
     done
 done
 pass "namespaces + 3% TCP loss ($dropped segments dropped): $ctx datagrams over TCP, each received exactly once ($srx), $stx replies likewise"
+
+# --- same namespaces and loss, out-of-order delivery: 4 stripes ------------------
+# WARPSOCK_STRIPES=4 on both sides: the client's datagrams to the server
+# travel over four TCP connections (the server groups them by the preamble's
+# stripe extension), so a lost segment on one stalls only its quarter and
+# the rest is delivered meanwhile: iperf counts reorders (the K=1 run above
+# had none), yet every datagram still arrives exactly once.
+ooo_count() { # iperf 2 server output: the final "N datagrams received out-of-order"
+    awk '/datagrams received out-of-order/ { for (i = 1; i < NF; i++) if ($(i + 1) == "datagrams") n = $i } END { print n + 0 }' "$1"
+}
+dropped0=$(ip netns exec "$NB" nft list chain inet wsploss in | grep -oE 'counter packets [0-9]+' | grep -oE '[0-9]+$')
+STRIPED=(WARPSOCK_STRIPES=4)
+P=5002
+start ip netns exec "$NB" "${PRE[@]}" "${LOSSY[@]}" "${STRIPED[@]}" iperf -s -u -B "$NET.2" -p $P \
+    >"$WORK/ns4-s.out" 2>"$WORK/ns4-s.err"
+wait_udp_port $P "$NB"
+timeout 60 ip netns exec "$NA" "${PRE[@]}" "${LOSSY[@]}" "${STRIPED[@]}" \
+    iperf -c "$NET.2" -u -p $P -b 20M -l 1200 -t 3 >"$WORK/ns4-c.out" 2>"$WORK/ns4-c.err" \
+    || { cat "$WORK/ns4-c.out" "$WORK/ns4-c.err" >&2; fail "iperf client (namespaces, loss, 4 stripes) exited $?"; }
+stop_last
+dropped1=$(ip netns exec "$NB" nft list chain inet wsploss in | grep -oE 'counter packets [0-9]+' | grep -oE '[0-9]+$')
+dropped=$(( ${dropped1:-0} - ${dropped0:-0} ))
+[ "$dropped" -gt 10 ] || fail "namespaces, 4 stripes: nftables dropped only $dropped TCP segments"
+lt=$(iperf_lost_total "$WORK/ns4-c.out")
+[ -n "$lt" ] || { cat "$WORK/ns4-c.out" "$WORK/ns4-c.err" "$WORK/ns4-s.out" >&2; fail "namespaces, 4 stripes: no server report"; }
+lost=${lt%/*}; total=${lt#*/}
+[ "$total" -gt 3000 ] || fail "namespaces, 4 stripes: only $total datagrams"
+[ "$lost" -eq 0 ] || fail "namespaces, 4 stripes: iperf counted $lost of $total lost"
+ctx=$(stat "$WORK/ns4-c.err" tx_tcp_dgrams); srx=$(stat "$WORK/ns4-s.err" rx_tcp_dgrams)
+stx=$(stat "$WORK/ns4-s.err" tx_tcp_dgrams); crx=$(stat "$WORK/ns4-c.err" rx_tcp_dgrams)
+[ "$ctx" -ge "$total" ] || fail "namespaces, 4 stripes: client sent $ctx over TCP, server counted $total"
+[ "$srx" -eq "$ctx" ] || fail "namespaces, 4 stripes: client sent $ctx datagrams over TCP, server received $srx"
+[ "$crx" -eq "$stx" ] || fail "namespaces, 4 stripes: server sent $stx datagrams over TCP, client received $crx"
+for f in "$WORK/ns4-c.err" "$WORK/ns4-s.err"; do
+    for k in fallbacks tx_lost tx_kernel_fallback tx_requeued_udp rx_kernel_dgrams protocol_errors; do
+        [ "$(stat "$f" $k)" -eq 0 ] || fail "namespaces, 4 stripes: $k = $(stat "$f" $k) ($f)"
+    done
+done
+[ "$(stat "$WORK/ns4-c.err" connect_ok)" -eq 4 ] || fail "namespaces, 4 stripes: client opened $(stat "$WORK/ns4-c.err" connect_ok) connections"
+[ "$(stat "$WORK/ns4-s.err" stripe_joins)" -eq 3 ] || fail "namespaces, 4 stripes: server grouped $(stat "$WORK/ns4-s.err" stripe_joins) + 1 stripes"
+per=""
+for i in 0 1 2 3; do
+    t=$(stat "$WORK/ns4-c.err" "tx_stripe${i}_dgrams"); r=$(stat "$WORK/ns4-s.err" "rx_stripe${i}_dgrams")
+    [ "$t" -gt 0 ] || fail "namespaces, 4 stripes: stripe $i carried nothing"
+    [ "$t" -eq "$r" ] || fail "namespaces, 4 stripes: stripe $i sent $t, received $r"
+    per="$per $t"
+done
+ooo=$(ooo_count "$WORK/ns4-s.out")
+[ "$ooo" -gt 0 ] || { cat "$WORK/ns4-s.out" >&2; fail "namespaces, 4 stripes: no datagram delivered out of order (loss should reorder stripes)"; }
+ooo1=$(ooo_count "$WORK/ns-s.out")
+[ "$ooo1" -eq 0 ] || fail "namespaces, 1 connection: $ooo1 out of order"
+pass "namespaces + 3% TCP loss, 4 stripes ($dropped segments dropped): $ctx datagrams over TCP (per stripe:$per), each received exactly once ($srx), $ooo delivered out of order (1 connection: $ooo1)"
 
 echo "test-preload: $PASSED passed, 0 failed"

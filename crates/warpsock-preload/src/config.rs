@@ -175,6 +175,13 @@ pub(crate) struct Config {
     /// `WARPSOCK_LINGER_MS`: how long exit waits for buffered datagrams to
     /// reach the kernel (default 2000).
     pub(crate) linger: Duration,
+    /// `WARPSOCK_EXIT_LINGER_MS`: how long `_exit`/`_Exit` (which skip the
+    /// exit handlers) wait for buffered datagrams, in the process that owns
+    /// the connections only (default 500, at most `linger`).
+    pub(crate) exit_linger: Duration,
+    /// `WARPSOCK_STRIPES`: connections one destination's datagrams are
+    /// striped over (1..=16, default 1).
+    pub(crate) stripes: usize,
     /// `WARPSOCK_TEST_UDP_READY_DELAY_MS`, for tests only (undocumented
     /// otherwise): the progress thread waits this long before handling an
     /// arrival on a hidden kernel UDP socket, so that a test can make a
@@ -299,6 +306,8 @@ impl Config {
             sndbuf: env_num("WARPSOCK_SNDBUF", 4 << 20usize).max(128 << 10),
             rcvbuf: env_num("WARPSOCK_RCVBUF", 8 << 20usize).max(128 << 10),
             linger: Duration::from_millis(env_num("WARPSOCK_LINGER_MS", 2000)),
+            exit_linger: Duration::from_millis(env_num("WARPSOCK_EXIT_LINGER_MS", 500)),
+            stripes: env_num("WARPSOCK_STRIPES", 1usize).clamp(1, crate::frame::MAX_STRIPES),
             test_udp_ready_delay: Some(env_num("WARPSOCK_TEST_UDP_READY_DELAY_MS", 0u64))
                 .filter(|&ms| ms > 0)
                 .map(Duration::from_millis),

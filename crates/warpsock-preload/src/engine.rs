@@ -33,6 +33,8 @@ const WAKE_TOKEN: u64 = 0;
 
 /// The progress engine.
 pub(crate) struct Engine {
+    /// The process that created the engine (and owns its connections).
+    pid: libc::pid_t,
     epfd: c_int,
     wakefd: c_int,
     next_id: AtomicU64,
@@ -44,6 +46,27 @@ static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Connection events and timers being handled right now (any thread).
+static HANDLING: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a connection event or timer in progress: a connection that dies
+/// in one stops counting as pending before its queued datagrams have gone
+/// out by kernel UDP, and `busy` must cover that gap.
+pub(crate) struct Handling;
+
+impl Handling {
+    pub(crate) fn enter() -> Self {
+        HANDLING.fetch_add(1, Ordering::SeqCst);
+        Self
+    }
+}
+
+impl Drop for Handling {
+    fn drop(&mut self) {
+        HANDLING.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The process's engine, created (and its thread started) on first use.
@@ -67,6 +90,8 @@ pub(crate) fn get() -> Option<&'static Engine> {
         return None;
     }
     let e = Box::new(Engine {
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
         epfd,
         wakefd,
         next_id: AtomicU64::new(1),
@@ -122,6 +147,15 @@ pub(crate) fn forget_after_fork() {
 }
 
 impl Engine {
+    /// Whether the calling process owns this engine: false in a vforked
+    /// child (which shares the parent's memory, so the engine is still
+    /// published there, but its thread and connections are the parent's)
+    /// and in any child made without the fork handlers.
+    pub(crate) fn is_owner(&self) -> bool {
+        // SAFETY: getpid has no preconditions (not cached by glibc >= 2.25).
+        unsafe { libc::getpid() == self.pid }
+    }
+
     /// A fresh token.
     pub(crate) fn new_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
@@ -192,6 +226,7 @@ impl Engine {
         let regs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
         regs.iter()
             .any(|r| matches!(r, Reg::Conn(_, c) if c.has_pending()))
+            || HANDLING.load(Ordering::SeqCst) > 0
     }
 
     fn run(&'static self) {

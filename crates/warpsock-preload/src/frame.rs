@@ -12,14 +12,46 @@ pub(crate) const MAX_DGRAM: usize = 65_535;
 /// Protocol version spoken.
 pub(crate) const VERSION: u8 = 1;
 
+/// Length of the stripe extension that follows a preamble whose flags
+/// byte has [`FLAG_STRIPE`] set.
+pub(crate) const STRIPE_EXT_LEN: usize = 8;
+/// Most connections one destination's datagrams are striped over.
+pub(crate) const MAX_STRIPES: usize = 16;
+/// Hello capability bit (byte 5): the acceptor understands the stripe
+/// extension. Older acceptors send 0 there, and older connectors ignore it.
+pub(crate) const CAP_STRIPES: u8 = 1;
+/// Preamble flags bit (byte 5): the stripe extension follows.
+pub(crate) const FLAG_STRIPE: u8 = 1;
+
 const HELLO_MAGIC: &[u8; 4] = b"WSUA";
 const PREAMBLE_MAGIC: &[u8; 4] = b"WSUD";
 
-/// The accepting side's hello: magic, version, three reserved zero bytes.
+/// Which stripe of which group a connection is: the connections one sender
+/// socket opened to one destination share the group (a random non-zero
+/// number) and carry distinct indices below `count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stripe {
+    pub(crate) group: u32,
+    pub(crate) index: u8,
+    pub(crate) count: u8,
+}
+
+/// What a preamble says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Preamble {
+    /// The sender's UDP source port.
+    pub(crate) port: u16,
+    /// Present when the connection is one of several stripes.
+    pub(crate) stripe: Option<Stripe>,
+}
+
+/// The accepting side's hello: magic, version, capabilities, two reserved
+/// zero bytes.
 pub(crate) fn hello() -> [u8; HELLO_LEN] {
     let mut h = [0u8; HELLO_LEN];
     h[..4].copy_from_slice(HELLO_MAGIC);
     h[4] = VERSION;
+    h[5] = CAP_STRIPES;
     h
 }
 
@@ -28,8 +60,13 @@ pub(crate) fn check_hello(b: &[u8]) -> bool {
     b.len() == HELLO_LEN && &b[..4] == HELLO_MAGIC && b[4] == VERSION
 }
 
-/// The connecting side's preamble: magic, version, a reserved zero byte and
-/// the sender's UDP source port (big endian).
+/// The capability bits of a hello that passed [`check_hello`].
+pub(crate) fn hello_caps(b: &[u8]) -> u8 {
+    b[5]
+}
+
+/// The connecting side's preamble: magic, version, flags (0) and the
+/// sender's UDP source port (big endian).
 pub(crate) fn preamble(src_port: u16) -> [u8; PREAMBLE_LEN] {
     let mut p = [0u8; PREAMBLE_LEN];
     p[..4].copy_from_slice(PREAMBLE_MAGIC);
@@ -38,12 +75,63 @@ pub(crate) fn preamble(src_port: u16) -> [u8; PREAMBLE_LEN] {
     p
 }
 
-/// The sender's UDP port from a preamble, or `None` if it is not one.
-pub(crate) fn parse_preamble(b: &[u8]) -> Option<u16> {
-    if b.len() != PREAMBLE_LEN || &b[..4] != PREAMBLE_MAGIC || b[4] != VERSION {
-        return None;
+/// Turns the preamble at the front of `out` into a striped one: sets the
+/// flag and inserts the extension (group, index, count, reserved byte)
+/// right after it. Returns the new length of the preamble.
+pub(crate) fn extend_preamble(out: &mut Vec<u8>, s: Stripe) -> usize {
+    debug_assert!(out.len() >= PREAMBLE_LEN && &out[..4] == PREAMBLE_MAGIC);
+    out[5] |= FLAG_STRIPE;
+    let mut ext = [0u8; STRIPE_EXT_LEN];
+    ext[..4].copy_from_slice(&s.group.to_be_bytes());
+    ext[4] = s.index;
+    ext[5] = s.count;
+    out.splice(PREAMBLE_LEN..PREAMBLE_LEN, ext);
+    PREAMBLE_LEN + STRIPE_EXT_LEN
+}
+
+/// Result of looking at the front of an accepted connection's stream.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ParsedPreamble {
+    /// A preamble of this many bytes.
+    Done(Preamble, usize),
+    /// More bytes are needed.
+    Partial,
+    /// Not a (valid) preamble.
+    Invalid,
+}
+
+/// Parses the preamble (and its stripe extension) at the front of `b`.
+pub(crate) fn parse_preamble(b: &[u8]) -> ParsedPreamble {
+    if b.len() < PREAMBLE_LEN {
+        return ParsedPreamble::Partial;
     }
-    Some(u16::from_be_bytes([b[6], b[7]]))
+    if &b[..4] != PREAMBLE_MAGIC || b[4] != VERSION {
+        return ParsedPreamble::Invalid;
+    }
+    let port = u16::from_be_bytes([b[6], b[7]]);
+    if b[5] & FLAG_STRIPE == 0 {
+        return ParsedPreamble::Done(Preamble { port, stripe: None }, PREAMBLE_LEN);
+    }
+    let len = PREAMBLE_LEN + STRIPE_EXT_LEN;
+    if b.len() < len {
+        return ParsedPreamble::Partial;
+    }
+    let e = &b[PREAMBLE_LEN..len];
+    let s = Stripe {
+        group: u32::from_be_bytes([e[0], e[1], e[2], e[3]]),
+        index: e[4],
+        count: e[5],
+    };
+    if s.group == 0 || s.count < 2 || usize::from(s.count) > MAX_STRIPES || s.index >= s.count {
+        return ParsedPreamble::Invalid;
+    }
+    ParsedPreamble::Done(
+        Preamble {
+            port,
+            stripe: Some(s),
+        },
+        len,
+    )
 }
 
 /// The header in front of a datagram of `len` bytes (`len <= MAX_DGRAM`).
@@ -100,11 +188,65 @@ mod tests {
     #[test]
     fn hello_and_preamble_round_trip() {
         assert!(check_hello(&hello()));
+        assert_eq!(hello_caps(&hello()) & CAP_STRIPES, CAP_STRIPES);
+        assert!(check_hello(b"WSUA\x01\0\0\0"), "an older acceptor's hello");
         assert!(!check_hello(b"WSUA\x02\0\0\0"));
         assert!(!check_hello(b"HTTP/1.1"));
-        assert_eq!(parse_preamble(&preamble(40000)), Some(40000));
-        assert_eq!(parse_preamble(&hello()), None);
-        assert_eq!(&preamble(0x1234)[6..], &[0x12, 0x34]);
+        // K = 1: the preamble is the original 8 bytes, byte for byte.
+        assert_eq!(&preamble(0x1234), b"WSUD\x01\0\x12\x34");
+        assert_eq!(
+            parse_preamble(&preamble(40000)),
+            ParsedPreamble::Done(
+                Preamble {
+                    port: 40000,
+                    stripe: None
+                },
+                PREAMBLE_LEN
+            )
+        );
+        assert_eq!(parse_preamble(&hello()), ParsedPreamble::Invalid);
+        assert_eq!(parse_preamble(&preamble(1)[..5]), ParsedPreamble::Partial);
+    }
+
+    #[test]
+    fn striped_preamble_round_trip() {
+        let s = Stripe {
+            group: 0xdead_beef,
+            index: 3,
+            count: 4,
+        };
+        let mut out = preamble(5001).to_vec();
+        out.extend_from_slice(&header(2));
+        out.extend_from_slice(b"hi");
+        assert_eq!(extend_preamble(&mut out, s), 16);
+        for cut in 0..16 {
+            assert_eq!(
+                parse_preamble(&out[..cut]),
+                ParsedPreamble::Partial,
+                "{cut}"
+            );
+        }
+        let want = Preamble {
+            port: 5001,
+            stripe: Some(s),
+        };
+        assert_eq!(parse_preamble(&out), ParsedPreamble::Done(want, 16));
+        // The frames follow the extension.
+        assert_eq!(frames_from(&out, 16, 0), vec![(20, 2)]);
+        for bad in [
+            Stripe { group: 0, ..s },
+            Stripe { index: 4, ..s },
+            Stripe {
+                count: 1,
+                index: 0,
+                ..s
+            },
+            Stripe { count: 17, ..s },
+        ] {
+            let mut o = preamble(1).to_vec();
+            extend_preamble(&mut o, bad);
+            assert_eq!(parse_preamble(&o), ParsedPreamble::Invalid, "{bad:?}");
+        }
     }
 
     #[test]

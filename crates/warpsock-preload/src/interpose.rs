@@ -97,6 +97,10 @@ fn propagate(old: c_int, new: c_int) {
 /// Before exec (or in a forked child): every offloaded socket that survives
 /// becomes its plain kernel UDP socket again, under the same number.
 pub(crate) fn demote_all(only_inheritable: bool) {
+    // A vforked child about to exec shares the parent's memory: it
+    // re-points its own descriptors but leaves the table (the parent's) and
+    // the parent's queues alone.
+    let vforked = crate::engine::current().is_some_and(|e| !e.is_owner());
     for (fd, s) in fdtable::all() {
         // SAFETY: fcntl/dup3 on descriptors of the table; no pointers.
         unsafe {
@@ -111,6 +115,9 @@ pub(crate) fn demote_all(only_inheritable: bool) {
                 0
             };
             real::dup3(s.udp, fd, cloexec);
+        }
+        if vforked {
+            continue;
         }
         // The state may be locked by a thread that no longer exists (fork):
         // never drop it here.
@@ -741,6 +748,30 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flag
         sent += 1;
     }
     sent as c_int
+}
+
+// ---- _exit ---------------------------------------------------------------------
+
+/// Interposed `_exit(2)`: the exit handlers are skipped, so datagrams still
+/// queued on connections would be lost. The process that owns the
+/// connections waits for them briefly (`WARPSOCK_EXIT_LINGER_MS`); a forked
+/// or vforked child exits at once (see `crate::exit_flush`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    if !busy() {
+        enter((), crate::exit_flush);
+    }
+    real::exit_now(false, status)
+}
+
+/// Interposed `_Exit(3)`: as `_exit`.
+#[allow(non_snake_case)]
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    if !busy() {
+        enter((), crate::exit_flush);
+    }
+    real::exit_now(true, status)
 }
 
 // ---- exec --------------------------------------------------------------------

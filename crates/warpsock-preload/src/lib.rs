@@ -27,7 +27,12 @@
 //!   but does not answer the hello within `WARPSOCK_HELLO_TIMEOUT_MS` is not
 //!   warpsock: immediate fallback. Nothing is dropped silently: every path is
 //!   counted, and `WARPSOCK_STATS=1` prints the counters on stderr at exit.
-//!   At exit, queued datagrams get `WARPSOCK_LINGER_MS` to reach the kernel.
+//!   At exit, queued datagrams get `WARPSOCK_LINGER_MS` to reach the kernel;
+//!   `_exit`/`_Exit` (which skip the exit handlers) give them
+//!   `WARPSOCK_EXIT_LINGER_MS` and print the counters, but only in the
+//!   process that owns the connections: a forked child has forgotten them
+//!   (nothing is sent twice) and a vforked child, which shares the parent's
+//!   memory, is recognised by its pid and exits at once.
 //! * **Caller-driven receive.** A blocking receive call (`recv`, `recvfrom`,
 //!   `recvmsg`, `read`, …) that finds nothing queued does not wait for the
 //!   progress thread to hand datagrams over: it takes the socket's
@@ -40,6 +45,19 @@
 //!   without sleeping, before it sleeps (lowest latency, one CPU busy while a
 //!   receive waits). Datagrams of one connection are queued in order
 //!   whichever thread read them.
+//! * **Out-of-order delivery.** With `WARPSOCK_STRIPES=K` (2..=16) the first
+//!   datagram to a destination opens K connections to it, and each datagram
+//!   goes over one of them: round-robin, skipping a stripe that still has
+//!   datagrams queued in user space (its TCP send buffer is full: slow, or
+//!   recovering a lost segment) when another has none, else the least
+//!   queued. The receiver delivers whatever arrives first, so a lost segment
+//!   stalls only its stripe's share (UDP promises no order); each datagram
+//!   travels on exactly one connection, so it arrives exactly once. The
+//!   receiver groups the K connections by the stripe extension of their
+//!   preamble (below) and stripes its replies over the same group. If some
+//!   stripes fail, the others carry the destination; it falls back to kernel
+//!   UDP only when none is up. `tx_stripeN_dgrams`/`rx_stripeN_dgrams` count
+//!   each stripe's datagrams.
 //! * **Readiness.** The descriptor number the program holds is one end of an
 //!   AF_UNIX stream socketpair. The progress thread writes a doorbell byte to
 //!   the other end when datagrams arrive over TCP or the hidden kernel UDP
@@ -65,15 +83,22 @@
 //! All integers big endian.
 //!
 //! ```text
-//! acceptor → connector, once:  "WSUA" | version (1) | 3 reserved bytes (0)
-//! connector → acceptor, once:  "WSUD" | version (1) | reserved (0) | UDP source port (u16)
+//! acceptor → connector, once:  "WSUA" | version (1) | caps (u8) | 2 reserved bytes (0)
+//! connector → acceptor, once:  "WSUD" | version (1) | flags (u8) | UDP source port (u16)
+//!   if flags & 1 (stripe):     group (u32, ≠ 0) | index (u8) | count (u8, 2..=16) | 2 reserved (0)
 //! then both ways, per datagram: length (u32, ≤ 65535) | payload
 //! ```
 //!
 //! The acceptor speaks first so a connector never sends a byte to a TCP
 //! service that is not warpsock. The preamble names the sender's UDP port:
 //! the TCP source port is ephemeral, and the receiver reports
-//! (TCP peer address, preamble port) as the datagram's source.
+//! (TCP peer address, preamble port) as the datagram's source. `caps` bit 0
+//! says the acceptor understands the stripe extension; only then does a
+//! striped connection set `flags` bit 0 and send it (the K connections of one
+//! sender socket to one destination share a random group number and carry
+//! indices 0..K). With K = 1, or to an acceptor without the capability, the
+//! preamble is the original 8 bytes (flags 0), and older connectors ignore
+//! `caps`: both sides stay compatible with the unstriped format.
 //!
 //! ## Configuration
 //!
@@ -91,6 +116,8 @@
 //! | `WARPSOCK_FALLBACK_SECS` | how long a destination stays on kernel UDP | `10` |
 //! | `WARPSOCK_SNDBUF`, `WARPSOCK_RCVBUF` | buffer bounds in bytes | 4 MiB, 8 MiB |
 //! | `WARPSOCK_LINGER_MS` | exit waits this long for queued datagrams | `2000` |
+//! | `WARPSOCK_EXIT_LINGER_MS` | `_exit`/`_Exit` wait this long (owner process only) | `500` |
+//! | `WARPSOCK_STRIPES` | connections per destination (out-of-order delivery) | `1` |
 //! | `WARPSOCK_CALLER_RECV` | `0`: blocking receives wait for the progress thread | on |
 //! | `WARPSOCK_BUSY_POLL_US` | a blocking receive spins this long before sleeping | `0` (off) |
 //! | `WARPSOCK_STATS` | `1` prints the counters on stderr at exit | off |
@@ -103,7 +130,17 @@
 //!   child they become plain kernel UDP sockets (datagrams arriving over TCP
 //!   are received by the parent). Before `execve`/`execv`/`execvp`/`execvpe`
 //!   inherited offloaded sockets become plain kernel UDP sockets; the
-//!   variadic `execl*` and `posix_spawn` are not interposed.
+//!   variadic `execl*` and `posix_spawn` are not interposed. A vforked child
+//!   that execs re-points its own descriptors but leaves the (shared) table
+//!   and queues to the parent.
+//! * With `WARPSOCK_STRIPES` > 1 datagrams to one destination are delivered
+//!   in no particular order even without loss; programs that rely on
+//!   loopback's ordering (not a UDP promise) should keep the default. The
+//!   reorder depth is bounded by the stripes' buffers only: at unlimited
+//!   offered load (buffers full) a datagram can overtake megabytes, and a
+//!   program whose end-of-test marker relies on order (iperf 2's final
+//!   datagram) may close its socket before the last datagrams of other
+//!   stripes arrive (they are then discarded, as kernel UDP would).
 //! * Ancillary data (`IP_PKTINFO`, timestamps) is only delivered for
 //!   datagrams that arrive by kernel UDP; `recvmmsg`'s timeout is not applied
 //!   per entry.
@@ -131,11 +168,56 @@ mod sys;
 /// Waits (at most `WARPSOCK_LINGER_MS`) until every datagram handed to a
 /// connection has reached the kernel: before exit and exec.
 pub(crate) fn linger() {
-    if let Some(eng) = engine::current() {
-        let start = std::time::Instant::now();
-        while eng.busy() && start.elapsed() < config::get().linger {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+    linger_for(config::get().linger);
+}
+
+/// Waits at most `bound` until every datagram handed to a connection has
+/// reached the kernel. Only the process that owns the connections waits: a
+/// vforked child sees the parent's engine (shared memory) but must neither
+/// block the parent nor touch its state. Returns whether there was anything
+/// to wait for.
+pub(crate) fn linger_for(bound: std::time::Duration) -> bool {
+    let Some(eng) = engine::current() else {
+        return false;
+    };
+    if !eng.is_owner() || !eng.busy() {
+        return false;
+    }
+    let start = std::time::Instant::now();
+    while eng.busy() && start.elapsed() < bound {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    true
+}
+
+/// The process the library was loaded into (a forked child inherits the
+/// value and so can tell it is one).
+static MAIN_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// `_exit`/`_Exit`: the exit handlers do not run, so flush here, briefly
+/// (`WARPSOCK_EXIT_LINGER_MS`), and print the counters; but only in the
+/// process that owns the connections. A forked child has forgotten the
+/// parent's engine (nothing to flush, and its copies of the queues are
+/// never sent, so nothing is sent twice); a vforked child shares the
+/// parent's memory and is told apart by its pid: it neither waits nor
+/// prints.
+pub(crate) fn exit_flush() {
+    let cfg = config::get();
+    if !cfg.enabled && !cfg.stats {
+        return;
+    }
+    let eng = engine::current();
+    if eng.is_some_and(|e| !e.is_owner()) {
+        stats::inc(&stats::STATS.exit_child_skips);
+        return;
+    }
+    if linger_for(cfg.exit_linger.min(cfg.linger)) {
+        stats::inc(&stats::STATS.exit_flushes);
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    if cfg.stats && MAIN_PID.load(std::sync::atomic::Ordering::Relaxed) == me {
+        eprint!("{}", stats::report());
     }
 }
 
@@ -171,6 +253,14 @@ mod init {
     extern "C" fn init() {
         let _ = std::panic::catch_unwind(|| {
             let cfg = config::get();
+            // SAFETY: getpid has no preconditions.
+            crate::MAIN_PID.store(
+                unsafe { libc::getpid() },
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            // Resolved now: `_exit` may run in a vforked child, where dlsym
+            // (locks, allocation) is not safe.
+            crate::real::prepare_exit();
             if cfg.enabled || cfg.stats {
                 // SAFETY: registering plain extern "C" handlers that never unwind.
                 unsafe {

@@ -86,3 +86,32 @@ real_fns! {
     execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
 }
+
+/// The real `_exit` and `_Exit`, resolved by [`prepare_exit`] at load time.
+static EXIT_PTRS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Resolves the real `_exit` and `_Exit` while it is safe to call dlsym.
+pub(crate) fn prepare_exit() {
+    for (i, name) in ["_exit\0", "_Exit\0"].into_iter().enumerate() {
+        // SAFETY: `name` is a NUL-terminated static string.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast::<c_char>()) };
+        EXIT_PTRS[i].store(p as usize, Ordering::Relaxed);
+    }
+}
+
+/// Ends the process through the real `_exit` (`capital`: `_Exit`), or the
+/// exit_group system call if it was not resolved.
+pub(crate) fn exit_now(capital: bool, status: c_int) -> ! {
+    let p = EXIT_PTRS[usize::from(capital)].load(Ordering::Relaxed);
+    if p != 0 {
+        // SAFETY: dlsym returned this address for `_exit`/`_Exit`, whose C
+        // prototype is `void (int)` and which never return.
+        let f: unsafe extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(p) };
+        // SAFETY: no preconditions.
+        unsafe { f(status) }
+    }
+    loop {
+        // SAFETY: exit_group ends the process; it has no preconditions.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}

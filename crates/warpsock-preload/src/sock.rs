@@ -15,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use libc::{c_int, iovec, msghdr, sockaddr, socklen_t};
 use crate::config;
 use crate::engine::{self, Engine, Reg};
 use crate::fdtable;
-use crate::frame::{self, Parsed, HDR_LEN, HELLO_LEN, PREAMBLE_LEN};
+use crate::frame::{self, Parsed, ParsedPreamble, HDR_LEN, HELLO_LEN, PREAMBLE_LEN};
 use crate::real;
 use crate::stats::{self, STATS};
 use crate::sys::{self, errno, set_errno};
@@ -178,6 +178,82 @@ fn tune(fd: c_int) {
 /// Which socket owns the listener of each TCP port.
 static LISTENERS: Mutex<Option<HashMap<u16, std::sync::Weak<Sock>>>> = Mutex::new(None);
 
+/// The connections that carry one destination's datagrams: one, or the K
+/// stripes of `WARPSOCK_STRIPES` (sender), or the connections a striped
+/// sender opened to us (receiver, grouped by the preamble's group number;
+/// replies are striped over them too).
+struct Group {
+    conns: Vec<Arc<Conn>>,
+    /// The stripe group number (0: not striped).
+    id: u32,
+    /// Round-robin position.
+    next: usize,
+}
+
+impl Group {
+    fn one(c: Arc<Conn>) -> Self {
+        Self {
+            conns: vec![c],
+            id: 0,
+            next: 0,
+        }
+    }
+
+    /// The connection for the next datagram: round-robin over the stripes,
+    /// skipping those with datagrams still queued in user space (their TCP
+    /// send buffer is full: slow, or recovering a lost segment) when another
+    /// has none; else the least queued. Established stripes before those
+    /// still being set up; stripes retrying after a failure last.
+    fn pick(&mut self) -> Arc<Conn> {
+        let k = self.conns.len();
+        if k == 1 {
+            return self.conns[0].clone();
+        }
+        let start = self.next % k;
+        self.next = start + 1;
+        let mut best: Option<(u8, usize, usize)> = None;
+        for j in 0..k {
+            let i = (start + j) % k;
+            let c = &self.conns[i];
+            let rank = match c.hint.load(Ordering::Relaxed) {
+                HINT_UP => 0,
+                HINT_SETUP => 1,
+                _ => 2,
+            };
+            let q = c.queued.load(Ordering::Relaxed);
+            if rank == 0 && q == 0 {
+                return c.clone();
+            }
+            if best.is_none_or(|(r, bq, _)| (rank, q) < (r, bq)) {
+                best = Some((rank, q, i));
+            }
+        }
+        self.conns[best.map_or(start, |b| b.2)].clone()
+    }
+
+    /// Forgets `c`; returns whether the group is now empty.
+    fn remove(&mut self, c: &Arc<Conn>) -> bool {
+        self.conns.retain(|x| !Arc::ptr_eq(x, c));
+        self.conns.is_empty()
+    }
+}
+
+/// A random non-zero stripe group number.
+fn group_id() -> u32 {
+    let mut b = [0u8; 4];
+    // SAFETY: getrandom writes at most 4 bytes into `b`.
+    let r = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, libc::GRND_NONBLOCK) };
+    let mut v = u32::from_ne_bytes(b);
+    if r != 4 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        // SAFETY: getpid has no preconditions.
+        v = t ^ (unsafe { libc::getpid() } as u32).rotate_left(16);
+    }
+    v.max(1)
+}
+
 /// A datagram received over TCP, waiting for the application.
 struct Dgram {
     src: SocketAddr,
@@ -221,7 +297,7 @@ struct Inner {
     /// The hidden UDP socket may hold datagrams (set by its edge-triggered
     /// readiness, cleared when a receive finds it empty).
     udp_maybe: bool,
-    routes: HashMap<SocketAddr, Arc<Conn>>,
+    routes: HashMap<SocketAddr, Group>,
     owned: HashMap<u64, Arc<Conn>>,
     fallback: HashMap<SocketAddr, Instant>,
     peer: Option<SocketAddr>,
@@ -656,12 +732,27 @@ impl Sock {
         }
     }
 
-    /// An accepted connection named its sender: route replies over it.
-    fn adopt_route(&self, remote: SocketAddr, conn: &Arc<Conn>) {
-        lock(&self.inner)
-            .routes
-            .entry(remote)
-            .or_insert_with(|| conn.clone());
+    /// An accepted connection named its sender: route replies over it. A
+    /// stripe whose group already feeds us joins that group (replies are
+    /// striped over the group); otherwise the first connection keeps the
+    /// route.
+    fn adopt_route(&self, remote: SocketAddr, conn: &Arc<Conn>, group: u32) {
+        let mut g = lock(&self.inner);
+        match g.routes.entry(remote) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let mut grp = Group::one(conn.clone());
+                grp.id = group;
+                v.insert(grp);
+            }
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let grp = o.get_mut();
+                if group != 0 && grp.id == group && !grp.conns.iter().any(|c| Arc::ptr_eq(c, conn))
+                {
+                    grp.conns.push(conn.clone());
+                    stats::inc(&STATS.stripe_joins);
+                }
+            }
+        }
     }
 
     /// Whether the receive queue is over its limit.
@@ -695,6 +786,7 @@ impl Sock {
             g.rxq.push_back(Dgram { src, data: d });
         }
         stats::add(&STATS.rx_tcp_dgrams, n);
+        stats::stripe(conn.stripe.load(Ordering::Relaxed), false, n);
         stats::add(&STATS.rx_tcp_bytes, bytes as u64);
         let total = self.rx_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if from_caller {
@@ -738,13 +830,26 @@ impl Sock {
             g.owned.remove(&conn.id);
             g.paused.retain(|c| !Arc::ptr_eq(c, conn));
             if let Some(d) = dest {
-                if g.routes.get(&d).is_some_and(|c| Arc::ptr_eq(c, conn)) {
-                    g.routes.remove(&d);
+                // Other stripes of the destination that work keep carrying
+                // it: only a destination none of whose stripes is up falls
+                // back (once, however many stripes gave up).
+                let mut others_up = false;
+                if let Some(grp) = g.routes.get_mut(&d) {
+                    if grp.remove(conn) {
+                        g.routes.remove(&d);
+                    } else {
+                        others_up = grp
+                            .conns
+                            .iter()
+                            .any(|c| c.hint.load(Ordering::Relaxed) == HINT_UP);
+                    }
                 }
-                if fallback {
-                    g.fallback
-                        .insert(d, Instant::now() + config::get().fallback_for);
-                    stats::inc(&STATS.fallbacks);
+                if fallback && !others_up {
+                    let now = Instant::now();
+                    let until = now + config::get().fallback_for;
+                    if g.fallback.insert(d, until).is_none_or(|t| t <= now) {
+                        stats::inc(&STATS.fallbacks);
+                    }
                 }
             }
         }
@@ -835,9 +940,9 @@ impl Sock {
                     Route::Kernel(true)
                 } else {
                     g.fallback.remove(&dest);
-                    match g.routes.get(&dest) {
-                        Some(c) => Route::Conn(c.clone()),
-                        None => Route::Conn(self.open_conn(&mut g, eng, dest)),
+                    match g.routes.get_mut(&dest) {
+                        Some(grp) => Route::Conn(grp.pick()),
+                        None => Route::Conn(self.open_group(&mut g, eng, dest)),
                     }
                 }
             };
@@ -863,12 +968,13 @@ impl Sock {
                         Ok(()) => {
                             stats::inc(&STATS.tx_tcp_dgrams);
                             stats::add(&STATS.tx_tcp_bytes, len as u64);
+                            stats::stripe(c.stripe.load(Ordering::Relaxed), true, 1);
                             return len as isize;
                         }
                         Err(SendErr::Retry) => {
                             // The connection died; forget it (if still routed) and retry.
                             let mut g = lock(&self.inner);
-                            if g.routes.get(&dest).is_some_and(|x| Arc::ptr_eq(x, &c)) {
+                            if g.routes.get_mut(&dest).is_some_and(|grp| grp.remove(&c)) {
                                 g.routes.remove(&dest);
                             }
                         }
@@ -926,13 +1032,46 @@ impl Sock {
         }
     }
 
-    /// Creates the connection for `dest` and starts connecting (caller holds
-    /// `inner`; nothing here takes it).
+    /// Creates the connections for `dest` (`WARPSOCK_STRIPES` of them) and
+    /// starts connecting; returns the one for the first datagram (caller
+    /// holds `inner`; nothing here takes it).
+    fn open_group(
+        self: &Arc<Self>,
+        g: &mut Inner,
+        eng: &'static Engine,
+        dest: SocketAddr,
+    ) -> Arc<Conn> {
+        let k = config::get().stripes;
+        let id = if k > 1 { group_id() } else { 0 };
+        let mut grp = Group {
+            conns: Vec::with_capacity(k),
+            id,
+            next: 0,
+        };
+        for i in 0..k {
+            let stripe = (k > 1).then_some(frame::Stripe {
+                group: id,
+                index: i as u8,
+                count: k as u8,
+            });
+            grp.conns.push(self.open_conn(g, eng, dest, stripe));
+        }
+        if k > 1 {
+            stats::inc(&STATS.stripe_groups);
+        }
+        let first = grp.pick();
+        g.routes.insert(dest, grp);
+        first
+    }
+
+    /// Creates one connection for `dest` and starts connecting (caller
+    /// holds `inner`; nothing here takes it).
     fn open_conn(
         self: &Arc<Self>,
         g: &mut Inner,
         eng: &'static Engine,
         dest: SocketAddr,
+        stripe: Option<frame::Stripe>,
     ) -> Arc<Conn> {
         let port = sys::local_addr(self.udp).map_or(0, |a| a.port());
         let conn = Arc::new(Conn::new(
@@ -942,9 +1081,13 @@ impl Sock {
             Some(dest),
             None,
         ));
+        if let Some(x) = stripe {
+            conn.stripe.store(usize::from(x.index), Ordering::Relaxed);
+        }
         eng.register_token(conn.id, Reg::Conn(self.clone(), conn.clone()));
         {
             let mut st = lock(&conn.st);
+            st.stripe = stripe;
             st.out.extend_from_slice(&frame::preamble(port));
             st.boundary = PREAMBLE_LEN;
             st.deadline = Some(Instant::now());
@@ -953,7 +1096,6 @@ impl Sock {
                 let _ = conn.note_failure(&mut st, e, &mut Vec::new());
             }
         }
-        g.routes.insert(dest, conn.clone());
         g.owned.insert(conn.id, conn.clone());
         eng.add_timer(self, &conn);
         conn
@@ -1223,10 +1365,26 @@ impl Interest {
     }
 }
 
+/// Connection being set up (first attempt, or accepted awaiting the preamble).
+const HINT_SETUP: u8 = 0;
+/// Established.
+const HINT_UP: u8 = 1;
+/// Backing off after a failed attempt.
+const HINT_RETRY: u8 = 2;
+/// Closed.
+const HINT_DEAD: u8 = 3;
+
 /// One TCP connection carrying datagrams for one (socket, remote) pair.
 pub(crate) struct Conn {
     /// Epoll token.
     pub(crate) id: u64,
+    /// Stripe index (0 when not striped), for the per-stripe counters.
+    stripe: AtomicUsize,
+    /// Where the connection stands, readable without `st` (`HINT_*`).
+    hint: AtomicU8,
+    /// Bytes queued in user space (`out` not yet written), readable
+    /// without `st`: picks the stripe for the next datagram.
+    queued: AtomicUsize,
     st: Mutex<ConnSt>,
     /// Held from reading the connection to queueing what was read.
     rx: Mutex<()>,
@@ -1255,6 +1413,9 @@ struct ConnSt {
     deadline: Option<Instant>,
     /// The socket was closed: close once everything is written.
     linger: bool,
+    /// Outgoing striped connection: announced in the preamble when the
+    /// acceptor's hello offers the extension.
+    stripe: Option<frame::Stripe>,
 }
 
 enum Rd {
@@ -1274,6 +1435,9 @@ impl Conn {
     ) -> Self {
         Self {
             id,
+            stripe: AtomicUsize::new(0),
+            hint: AtomicU8::new(HINT_SETUP),
+            queued: AtomicUsize::new(0),
             st: Mutex::new(ConnSt {
                 fd,
                 phase,
@@ -1288,6 +1452,7 @@ impl Conn {
                 attempts: 0,
                 deadline: None,
                 linger: false,
+                stripe: None,
             }),
             rx: Mutex::new(()),
             cv: Condvar::new(),
@@ -1432,10 +1597,12 @@ impl Conn {
             let frames = frame::frames_from(&st.out, PREAMBLE_LEN, 0);
             now.extend(frames.into_iter().map(|(p, l)| st.out[p..p + l].to_vec()));
             st.out.truncate(PREAMBLE_LEN);
+            self.note_queued(st);
             self.cv.notify_all();
         }
         if st.attempts <= cfg.retries {
             stats::inc(&STATS.connect_retries);
+            self.hint.store(HINT_RETRY, Ordering::Relaxed);
             st.phase = Phase::Backoff;
             let shift = (st.attempts - 1).min(16);
             st.deadline = Some(Instant::now() + cfg.retry_base * (1u32 << shift));
@@ -1467,6 +1634,8 @@ impl Conn {
         }
         lock(&self.ev).fd = -1;
         st.phase = Phase::Dead;
+        self.hint.store(HINT_DEAD, Ordering::Relaxed);
+        self.queued.store(0, Ordering::Relaxed);
         st.deadline = None;
         st.out = Vec::new();
         st.off = 0;
@@ -1539,7 +1708,14 @@ impl Conn {
             }
             self.set_interest(eng, None, Some(true));
         }
+        self.note_queued(st);
         Ok(())
+    }
+
+    /// Publishes how much is queued in user space (caller holds `st`).
+    fn note_queued(&self, st: &ConnSt) {
+        self.queued
+            .store(st.out.len().saturating_sub(st.off), Ordering::Relaxed);
     }
 
     /// Reads what the socket has into `rx` (caller holds `st`).
@@ -1650,6 +1826,7 @@ impl Conn {
                     unsafe { gather(iov, n, &mut st.out) };
                     st.off = w.max(0) as usize;
                     st.boundary = 0;
+                    self.note_queued(&st);
                     stats::inc(&STATS.tx_coalesced);
                     self.set_interest(eng, None, Some(true));
                     return Ok(());
@@ -1684,6 +1861,7 @@ impl Conn {
                     st.out.extend_from_slice(&hdr);
                     // SAFETY: per the contract.
                     unsafe { gather(iov, n, &mut st.out) };
+                    self.note_queued(&st);
                     stats::inc(&STATS.tx_coalesced);
                     if st.phase == Phase::Established {
                         self.set_interest(eng, None, Some(true));
@@ -1702,6 +1880,11 @@ impl Conn {
         sock: &Arc<Sock>,
         now: Instant,
     ) -> bool {
+        let _busy = engine::Handling::enter();
+        self.timer(eng, sock, now)
+    }
+
+    fn timer(self: &Arc<Self>, eng: &'static Engine, sock: &Arc<Sock>, now: Instant) -> bool {
         let mut st = lock(&self.st);
         if matches!(
             st.phase,
@@ -1781,6 +1964,9 @@ impl Conn {
         bits: u32,
         from_caller: bool,
     ) {
+        // A connection that dies here hands its queued datagrams to kernel
+        // UDP after it stops counting as pending: exit waits for that too.
+        let _busy = engine::Handling::enter();
         let _order = lock(&self.rx);
         let mut dgrams: Vec<Vec<u8>> = Vec::new();
         let mut gone: Option<(Vec<Vec<u8>>, bool)> = None;
@@ -1806,8 +1992,26 @@ impl Conn {
                     let r = Self::read_some(&mut st);
                     if st.re - st.rs >= HELLO_LEN {
                         if frame::check_hello(&st.rx[st.rs..st.rs + HELLO_LEN]) {
+                            let caps = frame::hello_caps(&st.rx[st.rs..st.rs + HELLO_LEN]);
                             st.rs += HELLO_LEN;
+                            // A striped connection names its group, if the
+                            // acceptor understands it (an older one gets
+                            // the plain preamble: its stripes are then
+                            // independent connections from one source).
+                            // Nothing is written before the hello, so the
+                            // preamble is still at the front of `out`.
+                            if let Some(x) = st.stripe {
+                                if caps & frame::CAP_STRIPES != 0
+                                    && st.off == 0
+                                    && st.boundary == PREAMBLE_LEN
+                                    && st.out.len() >= PREAMBLE_LEN
+                                {
+                                    st.boundary = frame::extend_preamble(&mut st.out, x);
+                                    stats::inc(&STATS.stripe_ext_sent);
+                                }
+                            }
                             st.phase = Phase::Established;
+                            self.hint.store(HINT_UP, Ordering::Relaxed);
                             st.deadline = None;
                             stats::inc(&STATS.connect_ok);
                             if self.flush(&mut st, eng).is_err() {
@@ -1850,17 +2054,25 @@ impl Conn {
                                 }
                                 if st.phase == Phase::AwaitPreamble && st.re - st.rs >= PREAMBLE_LEN
                                 {
-                                    let port =
-                                        frame::parse_preamble(&st.rx[st.rs..st.rs + PREAMBLE_LEN]);
-                                    match (port, st.tcp_peer) {
-                                        (Some(p), Some(peer)) => {
-                                            st.rs += PREAMBLE_LEN;
-                                            let remote =
-                                                norm(SocketAddr::new(peer.ip(), p), sock.family);
+                                    let pre = frame::parse_preamble(&st.rx[st.rs..st.re]);
+                                    match (pre, st.tcp_peer) {
+                                        (ParsedPreamble::Done(p, used), Some(peer)) => {
+                                            st.rs += used;
+                                            let remote = norm(
+                                                SocketAddr::new(peer.ip(), p.port),
+                                                sock.family,
+                                            );
                                             st.dest = Some(remote);
                                             st.phase = Phase::Established;
-                                            adopt = Some(remote);
+                                            self.hint.store(HINT_UP, Ordering::Relaxed);
+                                            let group = p.stripe.map_or(0, |x| {
+                                                self.stripe
+                                                    .store(usize::from(x.index), Ordering::Relaxed);
+                                                x.group
+                                            });
+                                            adopt = Some((remote, group));
                                         }
+                                        (ParsedPreamble::Partial, Some(_)) => {}
                                         _ => {
                                             stats::inc(&STATS.protocol_errors);
                                             gone = Some((self.die(&mut st), false));
@@ -1905,8 +2117,8 @@ impl Conn {
         if let (Some(d), false) = (src, now_udp.is_empty()) {
             sock.send_frames_udp(&d, &now_udp);
         }
-        if let Some(r) = adopt {
-            sock.adopt_route(r, self);
+        if let Some((r, group)) = adopt {
+            sock.adopt_route(r, self, group);
         }
         if from_caller && dgrams.len() >= STREAM_BATCH {
             // A stream, not a ping-pong: the progress thread reading in

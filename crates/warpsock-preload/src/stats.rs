@@ -95,6 +95,40 @@ counters! {
     cc_failed,
     /// Pacing rate set on an offload connection.
     pacing_set,
+    /// Destinations whose datagrams are striped over several connections
+    /// (`WARPSOCK_STRIPES` > 1), counted where the stripes were opened.
+    stripe_groups,
+    /// Connections that announced the stripe extension (the acceptor's
+    /// hello offered it).
+    stripe_ext_sent,
+    /// Accepted connections that joined the stripe group of an earlier
+    /// connection from the same sender socket.
+    stripe_joins,
+    /// `_exit`/`_Exit` calls in the process owning the connections that
+    /// found datagrams still queued and waited for them (bounded).
+    exit_flushes,
+    /// `_exit`/`_Exit` calls in a forked or vforked child: no flush.
+    exit_child_skips,
+}
+
+/// Per-stripe datagram counts (index = the connection's stripe; an
+/// unstriped connection is stripe 0).
+pub(crate) struct StripeStats {
+    pub(crate) tx: [AtomicU64; crate::frame::MAX_STRIPES],
+    pub(crate) rx: [AtomicU64; crate::frame::MAX_STRIPES],
+}
+
+/// The per-stripe counters.
+pub(crate) static STRIPES: StripeStats = StripeStats {
+    tx: [const { AtomicU64::new(0) }; crate::frame::MAX_STRIPES],
+    rx: [const { AtomicU64::new(0) }; crate::frame::MAX_STRIPES],
+};
+
+/// Counts `n` datagrams on stripe `i`, sent (`tx`) or received.
+#[inline]
+pub(crate) fn stripe(i: usize, tx: bool, n: u64) {
+    let a = if tx { &STRIPES.tx } else { &STRIPES.rx };
+    add(&a[i.min(crate::frame::MAX_STRIPES - 1)], n);
 }
 
 /// Adds `n` to a counter.
@@ -114,6 +148,16 @@ pub(crate) fn report() -> String {
     let mut s = format!("warpsock udp-offload stats (pid {}):\n", std::process::id());
     for (name, v) in STATS.snapshot() {
         s.push_str(&format!("  {name:<20} {v}\n"));
+    }
+    // Per stripe: only stripes that carried something.
+    for (dir, a) in [("tx", &STRIPES.tx), ("rx", &STRIPES.rx)] {
+        for (i, c) in a.iter().enumerate() {
+            let v = c.load(Ordering::Relaxed);
+            if v > 0 {
+                let name = format!("{dir}_stripe{i}_dgrams");
+                s.push_str(&format!("  {name:<20} {v}\n"));
+            }
+        }
     }
     s
 }

@@ -482,3 +482,235 @@ fn late_timer_handles_the_waiting_answer() {
     assert_eq!(s.stat("tx_tcp_dgrams"), 300, "{}", s.stderr);
     assert_eq!(r.stat("rx_tcp_dgrams"), 300, "{}", r.stderr);
 }
+
+/// Out-of-order delivery (`WARPSOCK_STRIPES=4`): one sender's datagrams are
+/// striped over four connections that the receiver groups by the preamble's
+/// stripe extension. Every connection carries traffic (per-stripe counters
+/// on both sides) and every datagram arrives exactly once, in whatever
+/// order the connections deliver.
+#[test]
+fn striped_k4_every_stripe_carries_exactly_once() {
+    let (count, size) = (20_000u32, 1200u32);
+    let port = free_port();
+    let (rc, rout) = start_receiver(port, count, size, 3000, true);
+    let args = [
+        port.to_string(),
+        count.to_string(),
+        size.to_string(),
+        "100".into(),
+    ];
+    let child = command(&c_program("udp_send"), &args, true)
+        .env("WARPSOCK_STRIPES", "4")
+        .spawn()
+        .expect("spawn udp_send");
+    let s = finish(child, Duration::from_secs(60));
+    let r = finish_receiver(rc, rout);
+    s.assert_ok("udp_send (4 stripes)");
+    r.assert_ok("udp_recv (every datagram exactly once, 4 stripes)");
+    eprintln!("4 stripes on 127.0.0.1: {}", r.stdout.trim());
+    assert_eq!(s.stat("stripe_groups"), 1, "{}", s.stderr);
+    assert_eq!(s.stat("connects"), 4, "{}", s.stderr);
+    assert_eq!(s.stat("connect_ok"), 4, "{}", s.stderr);
+    assert_eq!(s.stat("stripe_ext_sent"), 4, "{}", s.stderr);
+    assert_eq!(r.stat("accepts"), 4, "{}", r.stderr);
+    assert_eq!(r.stat("stripe_joins"), 3, "{}", r.stderr);
+    for k in [
+        "fallbacks",
+        "tx_lost",
+        "tx_kernel_fallback",
+        "protocol_errors",
+    ] {
+        assert_eq!(s.stat(k) + r.stat(k), 0, "{k}: {}\n{}", s.stderr, r.stderr);
+    }
+    assert_eq!(r.stat("rx_kernel_dgrams"), 0, "{}", r.stderr);
+    let (mut tx, mut rx) = (0, 0);
+    for i in 0..4 {
+        let (t, x) = (
+            s.stat(&format!("tx_stripe{i}_dgrams")),
+            r.stat(&format!("rx_stripe{i}_dgrams")),
+        );
+        assert!(
+            t >= u64::from(count) / 16,
+            "stripe {i} sent only {t}: {}",
+            s.stderr
+        );
+        assert_eq!(t, x, "stripe {i}: sent {t}, received {x}");
+        tx += t;
+        rx += x;
+    }
+    assert_eq!(tx, u64::from(count), "{}", s.stderr);
+    assert_eq!(rx, u64::from(count), "{}", r.stderr);
+    assert_eq!(r.stat("rx_tcp_dgrams"), u64::from(count), "{}", r.stderr);
+}
+
+/// Readiness and the caller-driven receive path with four stripes each
+/// way: edge-triggered epoll plus non-blocking drains see every datagram
+/// exactly once and no stale doorbell; blocking ping-pongs (replies striped
+/// back over the receiver's group) each get their own reply.
+#[test]
+fn striped_k4_readiness_and_caller_driven_receive() {
+    let ports = [free_port().to_string(), free_port().to_string()];
+    let args = vec![ports[0].clone(), ports[1].clone(), "3000".into()];
+    run("stripes", &args, false).assert_ok("stripes (kernel UDP)");
+    let ports = [free_port().to_string(), free_port().to_string()];
+    let args = vec![ports[0].clone(), ports[1].clone(), "3000".into()];
+    let child = command(&c_program("stripes"), &args, true)
+        .env("WARPSOCK_STRIPES", "4")
+        .spawn()
+        .expect("spawn stripes");
+    let r = finish(child, Duration::from_secs(60));
+    r.assert_ok("stripes (preloaded, 4 stripes)");
+    eprintln!("stripes: {}", r.stdout.trim());
+    // 3000 + 500 pings one way, 500 replies the other, all over TCP.
+    assert_eq!(r.stat("rx_tcp_dgrams"), 4000, "{}", r.stderr);
+    assert_eq!(
+        r.stat("accepts"),
+        4,
+        "replies use the accepted group: {}",
+        r.stderr
+    );
+    assert_eq!(r.stat("stripe_joins"), 3, "{}", r.stderr);
+    assert!(r.stat("rx_caller_dgrams") >= 1, "{}", r.stderr);
+    for i in 0..4 {
+        assert!(
+            r.stat(&format!("rx_stripe{i}_dgrams")) >= 100,
+            "stripe {i}: {}",
+            r.stderr
+        );
+    }
+    assert_eq!(r.stat("fallbacks"), 0, "{}", r.stderr);
+}
+
+/// `_exit`/`_Exit` skip the exit handlers: datagrams still queued are
+/// flushed there (bounded), by the process that owns the connections only.
+/// The peer here accepts TCP but never answers the hello, so every datagram
+/// is still queued when the program calls `_exit`; the flush waits for the
+/// hello timeout, and the destination's fallback sends them by kernel UDP
+/// to the test's own UDP socket: each exactly once. The vforked and forked
+/// children exit at once (no wait for the parent's queues, nothing sent).
+#[test]
+fn exit_flushes_in_the_owner_not_in_children() {
+    let (port, count, size) = (free_port(), 500u32, 300usize);
+    let udp = UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    let _mute = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // The fallback sends the whole queue in one burst: room for all of it.
+    let big: libc::c_int = 4 << 20;
+    // SAFETY: setting an int option on a socket we own.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&udp),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&big as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    // Read while the program runs as well.
+    let reader = std::thread::spawn(move || {
+        let mut seen = vec![0u32; count as usize];
+        let mut buf = [0u8; 2048];
+        let mut got = 0;
+        while got < count {
+            let Ok(n) = udp.recv(&mut buf) else { break };
+            assert_eq!(n, size);
+            let seq = u32::from_ne_bytes(buf[..4].try_into().unwrap());
+            seen[seq as usize] += 1;
+            got += 1;
+        }
+        udp.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let extra = udp.recv(&mut buf).is_ok();
+        (seen, got, extra)
+    });
+    let args = [port.to_string(), count.to_string(), size.to_string()];
+    let child = command(&c_program("exitflush"), &args, true)
+        .env("WARPSOCK_HELLO_TIMEOUT_MS", "800")
+        .env("WARPSOCK_EXIT_LINGER_MS", "4000")
+        .spawn()
+        .expect("spawn exitflush");
+    let s = finish(child, Duration::from_secs(60));
+    s.assert_ok("exitflush");
+    let (seen, got, extra) = reader.join().unwrap();
+    assert_eq!(got, count, "{}", s.stderr);
+    assert!(!extra, "a datagram arrived twice");
+    assert!(
+        seen.iter().all(|&c| c == 1),
+        "missing or duplicated datagrams"
+    );
+    let times: Vec<u64> = s
+        .stdout
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(times.len(), 2, "{}", s.stdout);
+    assert!(
+        times[0] < 400 && times[1] < 400,
+        "children waited: {}",
+        s.stdout
+    );
+    assert_eq!(s.stat("exit_flushes"), 1, "{}", s.stderr);
+    assert_eq!(
+        s.stat("exit_child_skips"),
+        1,
+        "the vfork child: {}",
+        s.stderr
+    );
+    assert_eq!(s.stat("hello_failed"), 1, "{}", s.stderr);
+    assert_eq!(s.stat("tx_requeued_udp"), u64::from(count), "{}", s.stderr);
+    assert_eq!(s.stat("tx_lost"), 0, "{}", s.stderr);
+}
+
+/// `_exit` right after a burst to a preloaded receiver over four stripes:
+/// what was still queued reaches the receiver, exactly once.
+#[test]
+fn exit_flush_striped_to_a_receiver() {
+    let (count, size) = (20_000u32, 1000u32);
+    let port = free_port();
+    let (rc, rout) = start_receiver(port, count, size, 3000, true);
+    let args = [port.to_string(), count.to_string(), size.to_string()];
+    let child = command(&c_program("exitflush"), &args, true)
+        .env("WARPSOCK_STRIPES", "4")
+        .spawn()
+        .expect("spawn exitflush");
+    let s = finish(child, Duration::from_secs(60));
+    let r = finish_receiver(rc, rout);
+    s.assert_ok("exitflush (4 stripes)");
+    r.assert_ok("udp_recv after the sender's _exit (exactly once)");
+    assert_eq!(s.stat("tx_tcp_dgrams"), u64::from(count), "{}", s.stderr);
+    assert_eq!(r.stat("rx_tcp_dgrams"), u64::from(count), "{}", r.stderr);
+    assert_eq!(s.stat("tx_lost"), 0, "{}", s.stderr);
+}
+
+/// Four stripes to a receiver without the preload: every stripe is
+/// refused, the destination falls back to kernel UDP once (not once per
+/// stripe), and every datagram arrives exactly once by kernel UDP.
+#[test]
+fn striped_sender_plain_receiver_falls_back_once() {
+    let (count, size) = (2000u32, 500u32);
+    let port = free_port();
+    let (rc, rout) = start_receiver(port, count, size, 3000, false);
+    let args = [
+        port.to_string(),
+        count.to_string(),
+        size.to_string(),
+        "300".into(),
+    ];
+    let child = command(&c_program("udp_send"), &args, true)
+        .env("WARPSOCK_STRIPES", "4")
+        .spawn()
+        .expect("spawn udp_send");
+    let s = finish(child, Duration::from_secs(60));
+    let r = finish_receiver(rc, rout);
+    s.assert_ok("udp_send (4 stripes)");
+    r.assert_ok("plain udp_recv (every datagram exactly once)");
+    assert_eq!(s.stat("fallbacks"), 1, "{}", s.stderr);
+    assert_eq!(s.stat("connect_ok"), 0, "{}", s.stderr);
+    assert_eq!(s.stat("tx_lost"), 0, "{}", s.stderr);
+    assert_eq!(
+        s.stat("tx_requeued_udp") + s.stat("tx_kernel_fallback"),
+        u64::from(count),
+        "{}",
+        s.stderr
+    );
+}

@@ -1,7 +1,8 @@
 /* udp_recv PORT COUNT SIZE TIMEOUT_MS: receives on 127.0.0.1:PORT until
  * COUNT distinct datagrams of SIZE bytes have arrived or no datagram came
- * for TIMEOUT_MS. Prints "received N dup D bad B" and exits 0 iff every
- * datagram arrived exactly once, intact. Prints "ready" once bound. */
+ * for TIMEOUT_MS. Prints "received N dup D bad B reordered R" (R: datagrams
+ * that arrived after one sent later) and exits 0 iff every datagram arrived
+ * exactly once, intact. Prints "ready" once bound. */
 #include "common.h"
 
 int main(int argc, char **argv) {
@@ -11,7 +12,7 @@ int main(int argc, char **argv) {
     set_rcvtimeo(r, timeout);
     char *seen = calloc((size_t)count, 1);
     static char buf[65536];
-    int got = 0, dup = 0, bad = 0;
+    int got = 0, dup = 0, bad = 0, max = -1, reordered = 0;
     printf("ready\n");
     fflush(stdout);
     while (got < count) {
@@ -31,7 +32,9 @@ int main(int argc, char **argv) {
         }
         seen[seq] = 1;
         got++;
+        if (seq < max) reordered++;
+        if (seq > max) max = seq;
     }
-    printf("received %d dup %d bad %d\n", got, dup, bad);
+    printf("received %d dup %d bad %d reordered %d\n", got, dup, bad, reordered);
     return got == count && dup == 0 && bad == 0 ? 0 : 1;
 }
