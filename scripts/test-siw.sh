@@ -610,13 +610,10 @@ pt_term term-raw-ddp-version 21 06 $RPING_PORT raw ddp-version -p $RPING_PORT
 pt_term term-raw-msn         21 03 $RPING_PORT raw msn -p $RPING_PORT
 pt_term term-raw-qn          21 01 $RPING_PORT raw qn -p $RPING_PORT
 pt_term term-raw-crc         02 02 $RPING_PORT raw crc -p $RPING_PORT
-# KNOWN FAILING (warpsock-wire TerminateControl::decode picks the RFC reading
-# of siw's 20 06 / 20 05, i.e. MPA "insufficient IRD" / "local catastrophic"):
-# enable once the decoder is fixed.
-if [ "${WARPSOCK_SIW_KNOWN_BUGS:-0}" = 1 ]; then
-    pt_term term-raw-opcode        20 06 $RPING_PORT raw opcode -p $RPING_PORT
-    pt_term term-raw-rdmap-version 20 05 $RPING_PORT raw rdmap-version -p $RPING_PORT
-fi
+# siw's 20 06 / 20 05 (RDMAP remote operation in siw's little-endian layout)
+# read as MPA errors in the RFC layout; the core decodes them by context.
+pt_term term-raw-opcode        20 06 $RPING_PORT raw opcode -p $RPING_PORT
+pt_term term-raw-rdmap-version 20 05 $RPING_PORT raw rdmap-version -p $RPING_PORT
 siw_kernel_news "$WORK/perftest.dmesg"
 [ -s "$WORK/perftest.dmesg" ] && echo "    siw kernel log during the perftest/Terminate cases: $(head -3 "$WORK/perftest.dmesg" | tr '\n' ' ')"
 vm_stop

@@ -618,8 +618,8 @@ fn accept_with_replaces_the_responder_options() {
 }
 
 /// siw's `20 06 00 00` is RDMAP/remote operation/unexpected opcode in its
-/// little-endian layout, but MPA/insufficient IRD in the RFC layout: after
-/// other FPDUs it can only be the former.
+/// little-endian layout, but MPA/insufficient IRD in the RFC layout: only an
+/// initiator's first FPDU can be the latter.
 #[test]
 fn ambiguous_siw_terminate_decoded_by_context() {
     use warpsock_proto::wire::terminate::TermCode;
@@ -643,4 +643,25 @@ fn ambiguous_siw_terminate_decoded_by_context() {
             "{events:?}"
         );
     }
+    // An initiator whose very first received FPDU is siw's Terminate (siw
+    // rejected the initiator's first message): RDMAP, not MPA.
+    let mut reg: Registry<Vec<u8>> = Registry::new();
+    let pd = reg.alloc_pd();
+    let mut c = Connection::new(Config::new(Role::Initiator, pd), Instant::now());
+    let mut reply = b"MPA ID Rep Frame".to_vec();
+    reply.extend_from_slice(&[0x10, 2, 0, 4, 0, 1, 0, 1]);
+    let mut term = Vec::new();
+    let hdr = untagged(Opcode::Terminate, 2, 1, 0, 0);
+    fpdu::emit(
+        &[&hdr.to_bytes()[..18], &[0x20, 0x06, 0, 0]],
+        false,
+        &mut term,
+    );
+    reply.extend_from_slice(&term);
+    c.handle_input(&reply, &mut reg);
+    let events: Vec<_> = std::iter::from_fn(|| c.poll_event()).collect();
+    assert!(events.contains(&Event::Terminated {
+        code: TermCode::RDMAP_UNEXPECTED_OPCODE,
+        by_peer: true
+    }));
 }

@@ -250,9 +250,9 @@ impl TerminateControl {
     /// operation errors without attachments (`20 05`, `20 06`, `20 07`:
     /// bad version, unexpected opcode, catastrophic) read in the RFC layout
     /// as the MPA errors local catastrophic / insufficient IRD / no
-    /// matching RTR. The MPA ones are only sent at connection setup (as the
-    /// first FPDU), so a receiver prefers the siw reading for a Terminate
-    /// that arrives after the stream has carried other FPDUs.
+    /// matching RTR. The MPA ones are only sent by an initiator at
+    /// connection setup (as its first FPDU), so a receiver prefers the siw
+    /// reading everywhere else.
     pub const fn decode_preferring(b: [u8; 4], prefer: ControlLayout) -> (Self, ControlLayout) {
         let rfc = Self::decode_as(b, ControlLayout::Rfc);
         let siw = Self::decode_as(b, ControlLayout::SiwLittleEndian);

@@ -787,10 +787,12 @@ impl Connection {
             Effect::Terminate => {
                 let body = &self.rx.buf
                     [2 + ddp::UNTAGGED_HDR_LEN..end - 4 - fpdu::pad_len(self.rx.ulpdu_len)];
-                // Ambiguous control words read as RFC 6581 MPA errors only
-                // when the Terminate is the peer's first FPDU (setup time);
-                // later they are siw's RDMAP remote-operation errors.
-                let prefer = if first {
+                // Ambiguous control words (`20 05/06/07`) read as the RFC
+                // 6581 MPA errors only where those can occur: an initiator's
+                // first FPDU, telling the responder that its Reply was
+                // unacceptable. Anywhere else they are siw's RDMAP
+                // remote-operation errors in its little-endian layout.
+                let prefer = if first && self.cfg.role == super::Role::Responder {
                     ControlLayout::Rfc
                 } else {
                     ControlLayout::SiwLittleEndian
