@@ -37,6 +37,7 @@ mod netns;
 mod opts;
 mod pin;
 mod report;
+mod rping;
 mod server;
 mod tcp;
 mod udp;
@@ -87,6 +88,10 @@ commands! {
     /// Draw the figures (PNG and SVG) and a Markdown summary of a
     /// `bench --json` results file.
     Report(figures::ReportCmd),
+    /// rdma-core's rping over warpsock (`-s` server, `-c -a HOST -p PORT`
+    /// client, `-C`, `-S`, `-V`, `-v`, `-P`), wire-compatible with rping on
+    /// Linux siw.
+    Rping(rping::RpingCmd),
 }
 
 /// warpsock: user-space iWARP (RDMA over TCP), measured against host TCP and UDP.
