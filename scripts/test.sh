@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
 # tshark validates our wire bytes (crates/warpsock-proto/tests/tshark.rs).
-scripts/ensure-pkgs.sh build-essential pkg-config tshark
+# Everything the cargo tests themselves use (the script suites install their own):
+# tshark (wire validation), the figures font, namespace tools.
+scripts/ensure-pkgs.sh build-essential pkg-config tshark fonts-dejavu-core iproute2 nftables
 export WARPSOCK_REQUIRE_TSHARK=1
 
 T0=$SECONDS
