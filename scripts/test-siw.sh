@@ -473,6 +473,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("pcap")
 ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--expect", required=True, help="comma list of DIR:OP=COUNT on the last MPA stream, or TERM=byte0hex:ecodehex")
+ap.add_argument("--term-detail", help="ETYPE:M:DLEN: the Terminate's error type, M bit and attached DDP header length (0: none)")
 a = ap.parse_args()
 OPS = {"0x00": "Write", "0x01": "ReadReq", "0x02": "ReadResp", "0x03": "Send", "0x07": "Terminate"}
 T = ["tshark", "-r", a.pcap, "-o", "tcp.try_heuristic_first:TRUE"]
@@ -481,12 +482,16 @@ rows = subprocess.run(T + ["-T", "fields", "-E", "separator=|", "-e", "tcp.strea
                            "-e", "iwarp_rdma.opcode", "-e", "iwarp_ddp.last_flag", "-e", "iwarp_mpa.pdlength",
                            "-e", "iwarp_rdma.term_layer", "-e", "iwarp_rdma.term_errcode",
                            "-e", "iwarp_rdma.term_errcode_rdma", "-e", "iwarp_rdma.term_errcode_ddp_tagged",
-                           "-e", "iwarp_rdma.term_errcode_ddp_untagged", "-e", "iwarp_rdma.term_errcode_llp"],
+                           "-e", "iwarp_rdma.term_errcode_ddp_untagged", "-e", "iwarp_rdma.term_errcode_llp",
+                           "-e", "iwarp_rdma.term_etype_rdma", "-e", "iwarp_rdma.term_etype_ddp",
+                           "-e", "iwarp_rdma.term_etype_llp", "-e", "iwarp_rdma.term_hdrct_m", "-e", "iwarp_rdma.term_ddp_h"],
                       capture_output=True, text=True, check=True).stdout.splitlines()
 problems, streams = [], {}
 for r in rows:
-    sid, sport, tlen, seq, ulp, crc, op, last, pdl, tl, *tes = (r.split("|") + [""] * 15)[:15]
+    sid, sport, tlen, seq, ulp, crc, op, last, pdl, tl, *rest = (r.split("|") + [""] * 20)[:20]
+    tes, tets, tm, tdh = rest[:5], rest[5:8], rest[8], rest[9]
     te = next((x for x in tes if x), "")  # the dissector files the code per layer
+    tet = next((x for x in tets if x), "")  # ... and the error type
     d = "R" if int(sport) == a.port else "I"
     st = streams.setdefault(sid, {"tcp": {"I": 0, "R": 0}, "mpa": {"I": 0, "R": 0}, "msgs": {}, "term": None})
     if tlen and int(tlen):
@@ -503,7 +508,7 @@ for r in rows:
     if "Bad CRC32" in crc:
         problems.append(f"stream {sid}: Bad CRC32 in a frame from {d}")
     if tl:
-        st["term"] = (d, tl, te)
+        st["term"] = (d, tl, te, tet, tm or "0", len(tdh.replace(":", "")) // 2)
 live = [s for s in streams if streams[s]["mpa"]["I"]]
 if not live:
     print(f"FAIL {a.pcap}: no MPA stream decoded"); sys.exit(1)
@@ -524,9 +529,18 @@ for e in a.expect.split(","):
             problems.append(f"no Terminate from the responder in the last stream (want byte0 {b0}, ecode {ec})")
         elif (st["term"][1], st["term"][2]) != want:
             problems.append(f"Terminate decoded by tshark as layer {st['term'][1]} ecode {st['term'][2]}, expected {want[0]} / {want[1]}")
+        elif a.term_detail:
+            et, m, dl = a.term_detail.split(":")
+            got = (st["term"][3], st["term"][4], st["term"][5])
+            if got != (f"0x{int(et):02x}", m, int(dl)):
+                problems.append(f"Terminate decoded by tshark with etype {got[0]}, M {got[1]}, {got[2]}-byte DDP header; expected etype 0x{int(et):02x}, M {m}, {dl}-byte DDP header")
+            else:
+                summary_term = f"Terminate layer {st['term'][1]} etype {got[0]} ecode {st['term'][2]} M {got[1]} DDP hdr {got[2]} B"
     elif st["msgs"].get(k, 0) != int(v):
         problems.append(f"{k}: {st['msgs'].get(k, 0)} messages in the last stream, expected {v}")
 summary = f"{len(live)} MPA stream(s), last: " + " ".join(f"{k}={v}" for k, v in sorted(st["msgs"].items()))
+if "summary_term" in globals():
+    summary = summary_term
 if problems:
     print(f"FAIL {a.pcap}: {summary}")
     for p in problems:
@@ -616,6 +630,52 @@ pt_term term-raw-opcode        20 06 $RPING_PORT raw opcode -p $RPING_PORT
 pt_term term-raw-rdmap-version 20 05 $RPING_PORT raw rdmap-version -p $RPING_PORT
 siw_kernel_news "$WORK/perftest.dmesg"
 [ -s "$WORK/perftest.dmesg" ] && echo "    siw kernel log during the perftest/Terminate cases: $(head -3 "$WORK/perftest.dmesg" | tr '\n' ' ')"
+
+# Terminates warpsock sends, decoded by siw: siw's `rping -c` in the VM
+# connects to `warpsock-perftest terminate-server` on the host (as
+# 10.0.2.2:PORT), which ends the connection with a Terminate from the core
+# (RFC layout): DDP untagged no-buffer from an 8-byte receive under rping's
+# 16-byte Send (M, D and the DDP header attached), LLP/MPA CRC after one
+# CRC of siw's first FPDU is flipped on input, and RDMAP codes through
+# Connection::fail_local after rping's first Send. siw's
+# siw_proc_terminate logs `siw: got TERMINATE. layer %d, type %d, code %d`
+# (pr_warn, always on) reading the control word with little-endian
+# bitfields: layer = low nibble of byte 0, type = high nibble, i.e. our
+# layer and etype swapped; M/D/R from the low bits of byte 2, so our M
+# (0x80) reads as 0 and siw stops there (no "TERM reports ... hdr").
+# With dynamic debug on it then logs `rx error -104` (ECONNRESET) and drops
+# the connection without a Terminate of its own.
+vm_exec "echo 'module siw +p' >/sys/kernel/debug/dynamic_debug/control" >/dev/null
+siw_kernel_news "$WORK/srvterm-before.dmesg"
+srv_term() {  # srv_term NAME BYTE0 ECODE ETYPE:M:DDPHDRLEN SIW_LOG_LINE ARGS...
+    local name=$1 b0=$2 ec=$3 det=$4 want=$5 port rc=0 cap=$WORK/$1.pcap v why=() got i
+    shift 5
+    port=$(free_port)
+    cap_start "$cap" "$port"
+    "$PT" terminate-server "$@" -p "$port" --timeout 30 >"$WORK/$name.out" 2>&1 &
+    SRV_PID=$!
+    for i in $(seq 100); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.05; done
+    vm_exec "timeout 20 rping -c -a 10.0.2.2 -p $port -C 1 -S 64 -V -v >/tmp/rping.out 2>&1; echo rping-rc=\$?;
+             tail -3 /tmp/rping.out" >"$WORK/$name.vm" 2>&1 || true
+    wait "$SRV_PID" || rc=$?
+    SRV_PID=
+    cap_stop
+    v=$(python3 "$PT_VALIDATE" "$cap" --port "$port" --expect "TERM=$b0:$ec" --term-detail "$det" 2>&1) || why+=("$v")
+    siw_kernel_news "$WORK/$name.dmesg"
+    got=$(grep -o 'siw: got TERMINATE.*' "$WORK/$name.dmesg" || true)
+    [ "$got" = "$want" ] || why+=("siw logged '${got:-no got TERMINATE line}', expected '$want' (siw reads our RFC byte 0 $b0 as layer = low nibble, type = high nibble)")
+    grep -q 'bogus TERM' "$WORK/$name.dmesg" && why+=("siw rejected the carrier: $(grep -o 'siw: rx bogus TERM.*' "$WORK/$name.dmesg")")
+    grep -q 'rx error -104' "$WORK/$name.dmesg" || why+=("siw did not end the connection through siw_proc_terminate (no 'rx error -104')")
+    grep -q 'TERM reports' "$WORK/$name.dmesg" && why+=("siw parsed the attachment (it reads M from bit 0 of byte 2; our M is 0x80): $(grep -o 'TERM reports.*' "$WORK/$name.dmesg")")
+    pt_record "$name" $rc "$WORK/$name.out" \
+        "sent ctl $(sed -n 's/^control word \([0-9a-f]*\) rfc layout: \(.*\)/\1 (\2)/p' "$WORK/$name.out"); siw: '${got#siw: got TERMINATE. }'; ${v#ok   }" \
+        ${why[@]+"${why[@]}"}
+}
+srv_term srvterm-ddp-short-recv 12 02 2:1:18 "siw: got TERMINATE. layer 2, type 1, code 2" short-recv
+srv_term srvterm-llp-crc        20 02 0:0:0  "siw: got TERMINATE. layer 0, type 2, code 2" crc
+srv_term srvterm-rdmap-bad-stag 01 00 1:0:0  "siw: got TERMINATE. layer 1, type 0, code 0" local --code 0/1/00
+srv_term srvterm-rdmap-opcode   02 06 2:0:0  "siw: got TERMINATE. layer 2, type 0, code 6" local --code 0/2/06
+vm_exec "echo 'module siw -p' >/sys/kernel/debug/dynamic_debug/control" >/dev/null
 vm_stop
 
 echo

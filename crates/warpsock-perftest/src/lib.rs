@@ -45,12 +45,16 @@
 //!
 //! [`Provoke`] runs the handshake and then makes siw send a Terminate on the
 //! data connection (bad STag, bounds, Send too long); [`raw`] probes cover
-//! the header faults the engine cannot produce.
+//! the header faults the engine cannot produce. The other direction,
+//! Terminates *we* send and siw decodes, is [`term_server`]: siw's
+//! `rping -c` connects to it and is ended with a DDP, LLP/MPA or RDMAP
+//! Terminate from warpsock-proto's connection.
 
 mod chan;
 mod client;
 pub mod msg;
 pub mod raw;
+pub mod term_server;
 
 use std::fmt;
 use std::time::Duration;

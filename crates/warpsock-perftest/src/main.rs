@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use warpsock_perftest::raw::{self, RawCase};
+use warpsock_perftest::term_server::{self, ServerCase};
 use warpsock_perftest::{run, Params, Provoke, Test};
 
 #[derive(Parser)]
@@ -39,6 +40,16 @@ enum RawArg {
     Msn,
     Qn,
     Crc,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ServerArg {
+    /// Post an 8-byte receive for the client's 16-byte Send (DDP 1/2/02).
+    ShortRecv,
+    /// Ask for CRC, corrupt the client's first CRC on input (LLP 2/0/02).
+    Crc,
+    /// Take the client's first Send, then fail with --code.
+    Local,
 }
 
 #[derive(Subcommand)]
@@ -92,10 +103,98 @@ enum Cmd {
         #[arg(long, default_value_t = 15)]
         timeout: u64,
     },
+    /// Accept one iWARP client (e.g. siw's rping -c) on 127.0.0.1 and end
+    /// the connection with a Terminate of ours.
+    TerminateServer {
+        /// How the Terminate comes about.
+        case: ServerArg,
+        /// Port to listen on (127.0.0.1).
+        #[arg(short = 'p', long)]
+        port: u16,
+        /// The code for `local`: LAYER/ETYPE/ECODE, ECODE in hex (0/1/00).
+        #[arg(long, default_value = "0/0/00")]
+        code: String,
+        /// Bound on the accept and every wait, seconds.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
+}
+
+fn terminate_server(case: ServerArg, port: u16, code: &str, timeout: u64) -> ExitCode {
+    let case = match case {
+        ServerArg::ShortRecv => ServerCase::ShortRecv,
+        ServerArg::Crc => ServerCase::Crc,
+        ServerArg::Local => match term_server::parse_code(code) {
+            Some(c) => ServerCase::Local(c),
+            None => {
+                eprintln!("warpsock-perftest: bad --code {code:?} (want LAYER/ETYPE/ECODE)");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let o = match term_server::serve(port, case, Duration::from_secs(timeout)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("warpsock-perftest: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let want = case.expected();
+    println!(
+        "case {}: CRC {}",
+        case.name(),
+        if o.crc { "on" } else { "off" }
+    );
+    println!("client MPA request {}", raw::hex(&o.mpa_request));
+    println!("client first FPDU {}", raw::hex(&o.first_fpdu));
+    println!("sent terminate {}", raw::hex(&o.terminate));
+    let Some(ctl) = o.control() else {
+        println!("no Terminate FPDU in what we sent");
+        return ExitCode::FAILURE;
+    };
+    let (rfc, siw) = term_server::describe(ctl);
+    println!("control word {} rfc layout: {rfc}", raw::hex(&ctl));
+    println!("control word {} siw bitfields: {siw}", raw::hex(&ctl));
+    println!("expect siw log: {}", term_server::siw_log_line(ctl));
+    println!(
+        "after our terminate the client sent {} bytes{}; closed: {}",
+        o.after.len(),
+        if o.after.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", raw::hex(&o.after))
+        },
+        o.peer_closed
+    );
+    let sent_ok = o.event == Some(want)
+        && term_server::describe(ctl).0.starts_with(&format!(
+            "layer {} etype {} ecode {:#04x}",
+            want.layer, want.etype, want.ecode
+        ));
+    println!(
+        "warpsock sent: {}; expected layer {} etype {} ecode {:#04x}: {}",
+        o.event
+            .map_or_else(|| "no Terminate event".into(), |c| c.to_string()),
+        want.layer,
+        want.etype,
+        want.ecode,
+        if sent_ok { "match" } else { "MISMATCH" }
+    );
+    if sent_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn main() -> ExitCode {
     match Cli::parse().cmd {
+        Cmd::TerminateServer {
+            case,
+            port,
+            code,
+            timeout,
+        } => terminate_server(case, port, &code, timeout),
         Cmd::Bw {
             test,
             host,
