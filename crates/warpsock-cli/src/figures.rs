@@ -6,8 +6,8 @@
 //!
 //! Figures (each only if the run has its test): latency vs size (event
 //! driven, busy polling), bandwidth vs size (one way, both ways), scaling
-//! with N (multi-stream, hot-spot, fan-in, fan-out), CPU vs bandwidth,
-//! normalized CPU and connection setup.
+//! with N (multi-stream, hot-spot, fan-in, fan-out), CPU vs bandwidth, CPU
+//! cost vs size, normalized CPU and connection setup.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -132,7 +132,7 @@ fn series(
 }
 
 fn color(i: usize) -> RGBColor {
-    const C: [RGBColor; 10] = [
+    const C: [RGBColor; 16] = [
         RGBColor(0, 0, 0),
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
@@ -143,6 +143,12 @@ fn color(i: usize) -> RGBColor {
         RGBColor(227, 119, 194),
         RGBColor(127, 127, 127),
         RGBColor(23, 190, 207),
+        RGBColor(188, 189, 34),
+        RGBColor(0, 0, 128),
+        RGBColor(128, 0, 0),
+        RGBColor(0, 128, 128),
+        RGBColor(255, 215, 0),
+        RGBColor(70, 240, 240),
     ];
     C[i % C.len()]
 }
@@ -157,15 +163,13 @@ struct Chart<'a> {
     y_log: bool,
 }
 
-fn size_label(v: f64) -> String {
-    let n = v.round() as u64;
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
-        format!("{}M", n >> 20)
-    } else if n >= 1024 && n % 1024 == 0 {
-        format!("{}K", n >> 10)
-    } else {
-        format!("{n}")
+/// `v` rounded to two significant digits.
+fn sig2(v: f64) -> f64 {
+    if v <= 0.0 {
+        return v;
     }
+    let m = 10f64.powf(v.log10().floor() - 1.0);
+    (v / m).round() * m
 }
 
 fn num_label(v: f64) -> String {
@@ -209,85 +213,117 @@ where
     let Some(((x0, x1), (y0, y1))) = bounds(ss) else {
         return Ok(());
     };
-    let (x0, x1) = (x0.max(1e-9) / 1.3, x1 * 1.3);
-    let mut b = ChartBuilder::on(root);
-    b.caption(c.title, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(64);
+    let plot = layout(root, c.title, ss, false)?;
+    // x (sizes, connection counts: powers of two) is drawn as log2(x) on
+    // a linear axis, labelled at whole powers.
+    let (lx0, lx1) = (x0.max(1e-9).log2(), x1.max(1e-9).log2());
+    let (x0, x1) = (lx0 - 0.3, lx1 + 0.3);
+    let mut b = ChartBuilder::on(&plot);
+    b.margin(12).x_label_area_size(48).y_label_area_size(64);
     let xf = |v: &f64| {
+        if (v - v.round()).abs() > 1e-6 {
+            return String::new();
+        }
+        let n = 2f64.powf(v.round());
         if c.x_bytes {
-            size_label(*v)
+            crate::opts::fmt_size(n as usize)
+                .replace(" KiB", "K")
+                .replace(" MiB", "M")
+                .replace(" B", "")
+        } else {
+            format!("{n}")
+        }
+    };
+    // A log y axis is drawn as log10(y) on a linear axis, so that its
+    // labels fall evenly (plotters' log axis labels only some decades).
+    let ly = |y: f64| if c.y_log { y.log10() } else { y };
+    let ss: Vec<Series> = ss
+        .iter()
+        .map(|(n, p)| {
+            (
+                n.clone(),
+                p.iter().map(|&(x, y)| (x.log2(), ly(y))).collect(),
+            )
+        })
+        .collect();
+    let (ylo, yhi) = if c.y_log {
+        let (a, b) = (y0.log10(), y1.log10());
+        let pad = ((b - a) * 0.06).max(0.05);
+        (a - pad, b + pad)
+    } else {
+        (0.0, y1 * 1.1)
+    };
+    let yf = |v: &f64| {
+        if c.y_log {
+            num_label(sig2(10f64.powf(*v)))
         } else {
             num_label(*v)
         }
     };
-    let yf = |v: &f64| num_label(*v);
-    if c.y_log {
-        let mut ch = b
-            .build_cartesian_2d((x0..x1).log_scale(), (y0 / 1.5..y1 * 1.5).log_scale())
+    let mut ch = b.build_cartesian_2d(x0..x1, ylo..yhi).map_err(e)?;
+    ch.configure_mesh()
+        .x_labels(((lx1 - lx0).round() as usize + 1).clamp(2, 13))
+        .x_desc(c.x_desc)
+        .y_desc(c.y_desc)
+        .x_label_formatter(&xf)
+        .y_label_formatter(&yf)
+        .y_labels(12)
+        .max_light_lines(1)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(e)?;
+    for (i, (_, pts)) in ss.iter().enumerate() {
+        let col = color(i);
+        ch.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
             .map_err(e)?;
-        ch.configure_mesh()
-            .x_desc(c.x_desc)
-            .y_desc(c.y_desc)
-            .x_label_formatter(&xf)
-            .y_label_formatter(&yf)
-            .label_style(("sans-serif", 14))
-            .draw()
-            .map_err(e)?;
-        for (i, (name, pts)) in ss.iter().enumerate() {
-            let col = color(i);
-            ch.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
-                .map_err(e)?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2))
-                });
-            ch.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
-                .map_err(e)?;
-        }
-        ch.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(e)?;
-    } else {
-        let mut ch = b
-            .build_cartesian_2d((x0..x1).log_scale(), 0.0..y1 * 1.15)
-            .map_err(e)?;
-        ch.configure_mesh()
-            .x_desc(c.x_desc)
-            .y_desc(c.y_desc)
-            .x_label_formatter(&xf)
-            .y_label_formatter(&yf)
-            .label_style(("sans-serif", 14))
-            .draw()
-            .map_err(e)?;
-        for (i, (name, pts)) in ss.iter().enumerate() {
-            let col = color(i);
-            ch.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
-                .map_err(e)?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2))
-                });
-            ch.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
-                .map_err(e)?;
-        }
-        ch.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
+        ch.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
             .map_err(e)?;
     }
     root.present().map_err(e)
 }
 
-/// Points without lines, linear axes (CPU vs bandwidth).
+/// Legend width in pixels, right of the plot.
+const LEGEND_W: u32 = 270;
+
+/// Splits `root` under a title into the plot (left) and a legend column
+/// (right), draws the legend there and returns the plot area. The legend: a line (or, for `points`, a dot) and the
+/// name of each series, in the series' colour.
+fn layout<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    ss: &[Series],
+    points: bool,
+) -> Result<DrawingArea<DB, Shift>, Error>
+where
+    DB::ErrorType: 'static,
+{
+    let area = root.titled(title, ("sans-serif", 22)).map_err(e)?;
+    let w = area.dim_in_pixel().0;
+    let (plot, side) = area.split_horizontally(w.saturating_sub(LEGEND_W));
+    for (i, (name, _)) in ss.iter().enumerate() {
+        let col = color(i);
+        let y = 24 + 22 * i as i32;
+        if points {
+            side.draw(&Circle::new((18, y), 5, col.filled()))
+                .map_err(e)?;
+        } else {
+            side.draw(&PathElement::new(
+                vec![(4, y), (32, y)],
+                col.stroke_width(3),
+            ))
+            .map_err(e)?;
+        }
+        side.draw(&Text::new(
+            name.clone(),
+            (40, y - 8),
+            ("sans-serif", 14).into_font().color(&BLACK),
+        ))
+        .map_err(e)?;
+    }
+    Ok(plot)
+}
+
+/// Points without lines, linear axes from 0 (CPU vs bandwidth).
 fn draw_scatter<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     c: &Chart<'_>,
@@ -300,12 +336,12 @@ where
     let Some(((_, x1), (_, y1))) = bounds(ss) else {
         return Ok(());
     };
-    let mut ch = ChartBuilder::on(root)
-        .caption(c.title, ("sans-serif", 22))
+    let plot = layout(root, c.title, ss, true)?;
+    let mut ch = ChartBuilder::on(&plot)
         .margin(12)
         .x_label_area_size(48)
         .y_label_area_size(64)
-        .build_cartesian_2d(0.0..x1 * 1.15, (y1 / 1e4..y1 * 2.0).log_scale())
+        .build_cartesian_2d(0.0..x1 * 1.15, 0.0..y1 * 1.15)
         .map_err(e)?;
     let f = |v: &f64| num_label(*v);
     ch.configure_mesh()
@@ -313,6 +349,7 @@ where
         .y_desc(c.y_desc)
         .x_label_formatter(&f)
         .y_label_formatter(&f)
+        .max_light_lines(1)
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(e)?;
@@ -323,13 +360,6 @@ where
             .label(name)
             .legend(move |(x, y)| Circle::new((x + 10, y), 5, col.filled()));
     }
-    ch.configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .draw()
-        .map_err(e)?;
     root.present().map_err(e)
 }
 
@@ -361,6 +391,7 @@ where
         .x_label_formatter(&f)
         .disable_y_mesh()
         .disable_y_axis()
+        .max_light_lines(1)
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(e)?;
@@ -415,6 +446,7 @@ fn save(dir: &Path, name: &str, c: &Chart<'_>, k: &Kind) -> Result<(), Error> {
     let mut enc = png::Encoder::new(std::io::BufWriter::new(f), W, H);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
+    enc.set_compression(png::Compression::Best);
     enc.write_header()
         .and_then(|mut w| w.write_image_data(&buf))
         .map_err(|e| Error::msg(format!("cannot write {}: {e}", png.display())))
@@ -513,28 +545,38 @@ fn draw_all(records: &[Record], dir: &Path) -> Result<Vec<(String, String)>, Err
         Chart {
             title: "Hot-spot latency (N clients, one server thread)",
             x_desc: "clients N",
-            y_desc: "one-way latency, mean (µs)",
+            y_desc: "one-way latency a client sees (µs)",
             x_bytes: false,
             y_log: true,
         },
-        Kind::Lines(series(&of("hotspot"), conns, |r| {
-            r.one_way_us.as_ref().map(|p| p.mean)
-        })),
+        Kind::Lines(series(&of("hotspot"), conns, Record::client_mean_us)),
     )?;
+    let bw_big: Vec<&Record> = of("bw").into_iter().filter(|r| r.size >= 4096).collect();
     fig(
         "cpu-vs-bandwidth",
         Chart {
-            title: "CPU vs bandwidth (unidirectional, every size)",
+            title: "CPU vs bandwidth (unidirectional, 4 KiB to 4 MiB messages)",
             x_desc: "bandwidth (GB/s)",
             y_desc: "CPU of both sides (s per GB)",
             x_bytes: false,
-            y_log: true,
+            y_log: false,
         },
         Kind::Scatter(series(
-            &of("bw"),
+            &bw_big,
             |r| r.gbps.unwrap_or(0.0),
             |r| r.cpu_s_per_gb,
         )),
+    )?;
+    fig(
+        "cpu-vs-size",
+        Chart {
+            title: "CPU cost vs message size (unidirectional)",
+            x_desc: "message size (bytes)",
+            y_desc: "CPU of both sides (s per GB)",
+            x_bytes: true,
+            y_log: true,
+        },
+        Kind::Lines(series(&of("bw"), size, |r| r.cpu_s_per_gb)),
     )?;
     let cpu: Vec<(String, f64)> = of("cpu")
         .iter()

@@ -338,11 +338,21 @@ impl Record {
     /// The main figure of merit and whether higher is better.
     pub(crate) fn merit(&self) -> Option<(f64, bool)> {
         match self.test_kind()? {
-            Test::Lat | Test::Hotspot => self.one_way_us.as_ref().map(|p| (p.p50, false)),
+            Test::Lat => self.one_way_us.as_ref().map(|p| (p.p50, false)),
+            Test::Hotspot => self.client_mean_us().map(|v| (v, false)),
             Test::Conn => self.setup_us.as_ref().map(|p| (p.p50, false)),
             Test::Cpu => self.cpu_s_per_gb.map(|v| (v, false)),
             _ => self.gbps.map(|g| (g, true)),
         }
+    }
+
+    /// Hot-spot: the one-way latency a client sees on average, N × time /
+    /// round trips / 2 (Little's law over the clients' time). The median
+    /// and the mean of the samples both lean towards the clients the
+    /// scheduler favours, which complete more round trips.
+    pub(crate) fn client_mean_us(&self) -> Option<f64> {
+        (self.messages > 0 && self.elapsed_s > 0.0)
+            .then(|| self.conns as f64 * self.elapsed_s / self.messages as f64 / 2.0 * 1e6)
     }
 
     /// The point of a sweep this run belongs to (same test, size,
@@ -450,16 +460,16 @@ pub(crate) fn tables(records: &[Record]) -> String {
                     "{}: one-way = round trip / 2, µs (lower is better)",
                     title(test)
                 );
-                let x_head = if test == Test::Hotspot {
-                    "mean x TCP"
+                let (mean_head, x_head) = if test == Test::Hotspot {
+                    ("client µs", "client x TCP")
                 } else {
-                    "p50 x TCP"
+                    ("mean µs", "p50 x TCP")
                 };
                 let _ = writeln!(
                     s,
                     "{:>7} {:>3}  {:<20} {:>3} {:>5}  {:>8} {:>8} {:>8} {:>8}  {:>10}  {:>11} {:>5}  check",
                     "size", "N", "transport", "CRC", "mode", "p50 µs", "p99 µs", "p99.9 µs",
-                    "mean µs", x_head, "round trips", "lost"
+                    mean_head, x_head, "round trips", "lost"
                 );
                 for r in rs {
                     let p = r.one_way_us.clone().unwrap_or_default();
@@ -474,7 +484,11 @@ pub(crate) fn tables(records: &[Record]) -> String {
                         p.p50,
                         p.p99,
                         p.p999,
-                        p.mean,
+                        if test == Test::Hotspot {
+                            r.client_mean_us().unwrap_or(0.0)
+                        } else {
+                            p.mean
+                        },
                         r.x_of(r.baseline(records)),
                         r.round_trips,
                         r.lost,
@@ -619,7 +633,7 @@ pub(crate) fn summary(meta: &Value, records: &[Record]) -> String {
     let _ = writeln!(s, "## Winner of each test point\n");
     let _ = writeln!(
         s,
-        "Latency and setup: p50, hot-spot: mean (lower wins); bandwidth: GB/s (higher wins); normalized CPU: CPU s per GB at equal rate (lower wins). Ratio = winner / host TCP.\n"
+        "Latency and setup: p50; hot-spot: the mean a client sees, N × time / round trips / 2 (lower wins); bandwidth: GB/s (higher wins); normalized CPU: CPU s per GB at equal rate (lower wins). Ratio = winner / host TCP.\n"
     );
     let _ = writeln!(s, "| test | point | winner | value | host TCP | ratio |");
     let _ = writeln!(s, "|---|---|---|---|---|---|");
@@ -637,11 +651,12 @@ pub(crate) fn summary(meta: &Value, records: &[Record]) -> String {
         let unit = unit_of(test);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {v:.2} {unit} | {} | {} |",
+            "| {} | {} | {} | {} {unit} | {} | {} |",
             Test::parse(test).map_or(test.as_str(), |t| t.title()),
             point_label(test, *size, *conns, *busy),
             win.series(),
-            base.map_or("-".into(), |(b, _)| format!("{b:.2} {unit}")),
+            sig(v),
+            base.map_or("-".into(), |(b, _)| format!("{} {unit}", sig(b))),
             base.map_or("-".into(), |(b, _)| if b > 0.0 {
                 format!("{:.2}", v / b)
             } else {
@@ -652,6 +667,21 @@ pub(crate) fn summary(meta: &Value, records: &[Record]) -> String {
     s.push_str(&headline(records));
     s.push_str(&externals(records));
     s
+}
+
+/// Three significant digits (two decimals from 1 up).
+pub(crate) fn sig(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else if v >= 0.1 {
+        format!("{v:.3}")
+    } else if v >= 0.01 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.2e}")
+    }
 }
 
 /// The best run of one point.
@@ -711,7 +741,7 @@ fn externals(records: &[Record]) -> String {
         let at = |t: &str| {
             r.peer_of(records, t)
                 .and_then(Record::merit)
-                .map_or("-".to_string(), |(x, _)| format!("{x:.2} {unit}"))
+                .map_or("-".to_string(), |(x, _)| format!("{} {unit}", sig(x)))
         };
         let ws: Vec<&Record> = records
             .iter()
@@ -722,16 +752,17 @@ fn externals(records: &[Record]) -> String {
         let best_ws = best(&ws);
         let _ = writeln!(
             s,
-            "| {} | {} {} | {v:.2} {unit} | {} | {} | {} | {} |",
+            "| {} | {} {} | {} {unit} | {} | {} | {} | {} |",
             r.transport,
             Test::parse(&r.test).map_or(r.test.as_str(), |t| t.title()),
             fmt_size(r.size as usize),
+            sig(v),
             at("tcp"),
             at("udp"),
             best_ws.map_or("-".into(), |b| format!(
-                "{} {:.2} {unit}",
+                "{} {} {unit}",
                 b.series(),
-                b.merit().map_or(0.0, |m| m.0)
+                sig(b.merit().map_or(0.0, |m| m.0))
             )),
             best_ws
                 .and_then(Record::merit)

@@ -635,6 +635,7 @@ fn full_suite_quick_variant_then_report() {
         "fan-in-vs-n",
         "fan-out-vs-n",
         "cpu-vs-bandwidth",
+        "cpu-vs-size",
         "normalized-cpu",
         "connection-setup",
     ] {
