@@ -440,32 +440,48 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Erro
             .progress_chars("=> "),
     );
     let started = std::time::SystemTime::now();
-    let mut results: Vec<RunResult> = Vec::with_capacity(plan.len());
-    for (i, spec) in plan.iter().enumerate() {
-        let mut spec = spec.clone();
-        if spec.test == Test::Cpu {
-            spec.rate = cpu_rate(&results, &spec)?;
-        }
-        bar.set_prefix(format!("{}/{}", i + 1, plan.len()));
-        bar.set_message(spec.label());
-        bar.set_position(i as u64 * 1000);
-        if !tty {
-            eprintln!("[{}/{}] {}", i + 1, plan.len(), spec.label());
-        }
-        let tick = |f: f64| bar.set_position(i as u64 * 1000 + (f * 1000.0) as u64);
-        let r = run_one(&mut sess, &spec, &tick);
-        pin::pin(None)?;
-        match r {
-            Ok(r) => results.push(r),
-            Err(e) => {
-                bar.abandon();
-                return Err(e.context(spec.label()));
+    // With --repeat, whole rounds of the plan run one after the other (so
+    // slow phases of a shared machine spread over every transport) and
+    // each test keeps its median run.
+    let rounds = opts.repeat;
+    let total = plan.len() * rounds;
+    let bar_len = total as u64 * 1000;
+    bar.set_length(bar_len);
+    let mut runs: Vec<Vec<RunResult>> = vec![Vec::with_capacity(rounds); plan.len()];
+    let mut done: Vec<RunResult> = Vec::new();
+    for round in 0..rounds {
+        for (i, spec) in plan.iter().enumerate() {
+            let k = round * plan.len() + i;
+            let mut spec = spec.clone();
+            if spec.test == Test::Cpu {
+                spec.rate = cpu_rate(&done, &spec)?;
+            }
+            bar.set_prefix(format!("{}/{}", k + 1, total));
+            bar.set_message(spec.label());
+            bar.set_position(k as u64 * 1000);
+            if !tty {
+                eprintln!("[{}/{}] {}", k + 1, total, spec.label());
+            }
+            let tick = |f: f64| bar.set_position(k as u64 * 1000 + (f * 1000.0) as u64);
+            let r = run_one(&mut sess, &spec, &tick);
+            pin::pin(None)?;
+            match r {
+                Ok(r) => {
+                    if round == 0 {
+                        done.push(r.clone());
+                    }
+                    runs[i].push(r);
+                }
+                Err(e) => {
+                    bar.abandon();
+                    return Err(e.context(spec.label()));
+                }
             }
         }
     }
     bar.finish_and_clear();
     let _ = sess.ctl.send("bye");
-    let mut records: Vec<Record> = results.iter().map(RunResult::record).collect();
+    let mut records: Vec<Record> = runs.iter().map(|rs| median_record(rs)).collect();
     let mut notes = Vec::new();
     if offload_pass {
         match (&lib, mode) {
@@ -569,10 +585,32 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Erro
         "busy_poll_us": opts.busy_poll,
         "pin": opts.pin.to_string(),
         "verify_every_byte": opts.verify,
+        "repeat": opts.repeat,
         "notes": notes,
     });
     write_outputs(opts, &meta, &records)?;
     fail_on_bad(&records)
+}
+
+/// The record of the median run (by figure of merit) of one test's
+/// repeats, with the spread of the merit over all of them; a failed
+/// repeat makes the record fail.
+fn median_record(rs: &[RunResult]) -> Record {
+    let mut recs: Vec<Record> = rs.iter().map(RunResult::record).collect();
+    let all_ok = recs.iter().all(|r| r.ok);
+    let merits: Vec<f64> = recs.iter().filter_map(|r| r.merit().map(|m| m.0)).collect();
+    recs.sort_by(|a, b| {
+        let m = |r: &Record| r.merit().map_or(f64::NAN, |m| m.0);
+        m(a).total_cmp(&m(b))
+    });
+    let mut r = recs.swap_remove(recs.len() / 2);
+    r.repeats = rs.len() as u64;
+    if merits.len() > 1 {
+        r.merit_min = merits.iter().copied().reduce(f64::min);
+        r.merit_max = merits.iter().copied().reduce(f64::max);
+    }
+    r.ok = r.ok && all_ok;
+    r
 }
 
 /// Writes --json and --csv.

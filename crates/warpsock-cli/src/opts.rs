@@ -391,6 +391,11 @@ pub(crate) struct BenchOpts {
     /// [default: all].
     #[arg(long, value_parser = parse_iters, value_name = "N")]
     pub(crate) max_samples: Option<u64>,
+    /// Run the whole plan this many times (1 to 100), one round after the
+    /// other, and keep each test's median run (its spread goes into the
+    /// JSON).
+    #[arg(long, value_parser = parse_repeat, default_value = "1", value_name = "N")]
+    pub(crate) repeat: usize,
     /// Also run the peers users would pick instead, where installed, on
     /// loopback: iperf3 (TCP 1 MiB, UDP 16 KiB) and sockperf (TCP and UDP
     /// ping-pong, 64 B).
@@ -498,6 +503,8 @@ impl BenchOpts {
         if self.verify {
             a.push("--verify".into());
         }
+        a.push("--repeat".into());
+        a.push(self.repeat.to_string());
         a
     }
 
@@ -802,6 +809,11 @@ pub(crate) fn parse_conns(s: &str) -> Result<usize, String> {
     parse_range(s, 1, MAX_CONNS as u64, " connections").map(|v| v as usize)
 }
 
+/// `--repeat`.
+pub(crate) fn parse_repeat(s: &str) -> Result<usize, String> {
+    parse_range(s, 1, 100, " rounds").map(|v| v as usize)
+}
+
 /// `--window`.
 pub(crate) fn parse_window(s: &str) -> Result<usize, String> {
     parse_range(s, 1, 64, " messages").map(|v| v as usize)
@@ -940,6 +952,7 @@ mod tests {
             json: None,
             csv: None,
             max_samples: None,
+            repeat: 1,
             external: false,
         }
     }

@@ -176,6 +176,14 @@ pub(crate) struct Record {
     pub(crate) client: TallyRec,
     pub(crate) server: TallyRec,
     pub(crate) samples: Samples,
+    /// Runs of this test (`--repeat`); this record is the median one.
+    #[serde(default = "one")]
+    pub(crate) repeats: u64,
+    /// Lowest and highest figure of merit over the repeats.
+    #[serde(default)]
+    pub(crate) merit_min: Option<f64>,
+    #[serde(default)]
+    pub(crate) merit_max: Option<f64>,
 }
 
 impl RunResult {
@@ -279,6 +287,9 @@ impl RunResult {
             cpu_us_per_msg,
             client: c.rx.into(),
             server: sv.rx.into(),
+            repeats: 1,
+            merit_min: None,
+            merit_max: None,
             samples: Samples {
                 rtt_ns: c.rtts_ns.clone(),
                 rtt_stride: 1,

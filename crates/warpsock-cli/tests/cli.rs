@@ -245,6 +245,8 @@ fn bench_options_thread_progress_verify_busy_poll() {
         "send,write,read,tcp",
         "--pin",
         "none",
+        "--repeat",
+        "2",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -257,6 +259,12 @@ fn bench_options_thread_progress_verify_busy_poll() {
     // 2 tests x 2 sizes x (tcp + 3 transports with CRC on).
     let results = check_json(&json, 16);
     for r in &results {
+        assert_eq!(r["repeats"], 2, "median of two rounds");
+        let (lo, hi) = (
+            r["merit_min"].as_f64().unwrap(),
+            r["merit_max"].as_f64().unwrap(),
+        );
+        assert!(0.0 < lo && lo <= hi, "{r}");
         assert_eq!(r["progress"], "thread");
         assert_eq!(r["busy_poll_us"], 20);
         if r["transport"] != "tcp" {
@@ -437,6 +445,10 @@ fn bad_option_values_name_the_value_and_range() {
         ),
         (&["bench", "--rate", "1gbit"], "--netns"),
         (&["report"], "required"),
+        (
+            &["bench", "--repeat", "0"],
+            "0: must be between 1 and 100 rounds",
+        ),
         (
             &["bench", "--progress", "magic"],
             "[possible values: caller, thread]",
