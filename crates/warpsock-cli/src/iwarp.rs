@@ -752,8 +752,36 @@ pub(crate) fn run(job: &Job<'_>, g: &mut Group, peers: Vec<Peer>) -> Result<Stat
             }
         }
     }
+    close_gracefully(g, &peers);
     Ok(st)
 }
+
+/// Disconnects `peers` and keeps receiving until each peer has closed too
+/// (or [`IDLE`] passes).
+///
+/// Both FINs being through does not make dropping safe: our FIN may still
+/// sit in the socket's send buffer (a completion means handed to TCP, not
+/// delivered), while the peer's credits or data keep arriving. Closing a
+/// socket with input unread, or with input still to come, makes the kernel
+/// reset the connection, which discards that FIN before the peer has read
+/// it; the peer then fails with its receives flushed. A graceful
+/// disconnect sends FIN after everything queued and discards (but reads)
+/// input until the peer's FIN, so the final close is clean.
+fn close_gracefully(g: &mut Group, peers: &[Peer]) {
+    for p in peers {
+        p.qp.disconnect();
+    }
+    let deadline = Instant::now() + IDLE;
+    while peers.iter().any(|p| !p.qp.is_closed()) && Instant::now() < deadline {
+        // Completions now are flushes of what was still posted: ignored.
+        if g.cq.wait(&mut g.wcs, CLOSE_POLL).is_err() {
+            break;
+        }
+    }
+}
+
+/// Wait slice while [`close_gracefully`] drains.
+const CLOSE_POLL: Duration = Duration::from_millis(10);
 
 /// A ping's answer arrived: record the round trip.
 fn ping_done(c: &mut ConnState, meter: &Meter<'_>, st: &mut Stats, seq: u64) {
