@@ -157,7 +157,7 @@ fn connect_retrying(
 }
 
 /// Setup failures worth another attempt (nothing listening yet).
-fn retryable(e: &CmError) -> bool {
+pub(crate) fn retryable(e: &CmError) -> bool {
     match e {
         CmError::Refused { .. } => true,
         CmError::Io(io) | CmError::Unreachable { source: io, .. } => matches!(

@@ -41,6 +41,13 @@
 //! Send data is not checked (the server's receive buffer is not remotely
 //! accessible); siw's Terminate would report a Send it could not place.
 //!
+//! # Verified Sends
+//!
+//! [`send_check`] closes that gap: its own small protocol (client and
+//! server, both directions) against `scripts/siw/send_check.c` on siw,
+//! every received byte checked against a pattern of message index and
+//! offset, with a checksum compared end to end.
+//!
 //! # Terminates
 //!
 //! [`Provoke`] runs the handshake and then makes siw send a Terminate on the
@@ -54,6 +61,7 @@ mod chan;
 mod client;
 pub mod msg;
 pub mod raw;
+pub mod send_check;
 pub mod term_server;
 
 use std::fmt;

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use warpsock_engine::RtrOffer;
 use warpsock_perftest::raw::{self, RawCase};
+use warpsock_perftest::send_check;
 use warpsock_perftest::term_server::{self, ServerCase};
 use warpsock_perftest::{run, Params, Provoke, Test};
 
@@ -52,8 +54,59 @@ enum ServerArg {
     Local,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum RoleArg {
+    Client,
+    Server,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum P2pArg {
+    /// Classic setup: the initiator sends first.
+    Off,
+    /// Offer a zero-length RDMA Write as ready-to-receive (siw's choice).
+    Write,
+    /// Offer a zero-length RDMA Read.
+    Read,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
+    /// Verified Sends (protocol in the `send_check` module; the peer is
+    /// scripts/siw/send_check.c on siw, or this tool): the client Sends N
+    /// messages of S bytes under the server's credits, the server checks
+    /// every byte and reports back.
+    SendCheck {
+        /// client or server.
+        role: RoleArg,
+        /// Server address (client), listen address (server).
+        #[arg(short = 'a', long, default_value = "127.0.0.1")]
+        host: String,
+        /// TCP port.
+        #[arg(short = 'p', long)]
+        port: u16,
+        /// Messages.
+        #[arg(short = 'n', long)]
+        messages: u64,
+        /// Bytes per message.
+        #[arg(short = 's', long)]
+        size: u32,
+        /// Server: receives kept posted (the client's window).
+        #[arg(short = 'w', long, default_value_t = 32)]
+        window: u32,
+        /// Client: outstanding Sends.
+        #[arg(short = 't', long, default_value_t = 32)]
+        depth: usize,
+        /// Ask for MPA CRC.
+        #[arg(long)]
+        crc: bool,
+        /// Client: peer-to-peer setup (RFC 6581) offering this RTR.
+        #[arg(long, value_enum, default_value_t = P2pArg::Off)]
+        p2p: P2pArg,
+        /// Bound on the accept/connect and every wait, seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
     /// Run a bandwidth test against `ib_<test>_bw -R` (or provoke a Terminate).
     Bw {
         /// write, read or send.
@@ -187,8 +240,70 @@ fn terminate_server(case: ServerArg, port: u16, code: &str, timeout: u64) -> Exi
     }
 }
 
+fn send_check_cmd(role: RoleArg, p: &send_check::Params) -> ExitCode {
+    let r = match role {
+        RoleArg::Client => send_check::client(p),
+        RoleArg::Server => send_check::server(p),
+    };
+    match r {
+        Ok(r) => {
+            println!(
+                "{}",
+                match role {
+                    RoleArg::Client => r.client_line(),
+                    RoleArg::Server => r.server_line(),
+                }
+            );
+            if r.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("warpsock-perftest send-check: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     match Cli::parse().cmd {
+        Cmd::SendCheck {
+            role,
+            host,
+            port,
+            messages,
+            size,
+            window,
+            depth,
+            crc,
+            p2p,
+            timeout,
+        } => send_check_cmd(
+            role,
+            &send_check::Params {
+                host,
+                port,
+                n: messages,
+                s: size,
+                window,
+                depth,
+                crc,
+                p2p: match p2p {
+                    P2pArg::Off => None,
+                    P2pArg::Write => Some(RtrOffer {
+                        write: true,
+                        read: false,
+                    }),
+                    P2pArg::Read => Some(RtrOffer {
+                        write: false,
+                        read: true,
+                    }),
+                },
+                timeout: Duration::from_secs(timeout),
+            },
+        ),
         Cmd::TerminateServer {
             case,
             port,

@@ -1,0 +1,75 @@
+//! send-check between two warpsock ends on loopback: the protocol's
+//! credits, verification and result message, without siw.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use warpsock_engine::RtrOffer;
+use warpsock_perftest::send_check::{client, server, Params};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn params(port: u16, n: u64, s: u32) -> Params {
+    Params {
+        host: "127.0.0.1".into(),
+        port,
+        n,
+        s,
+        window: 5,
+        depth: 3,
+        crc: false,
+        p2p: None,
+        timeout: Duration::from_secs(20),
+    }
+}
+
+#[test]
+fn every_byte_arrives_and_is_verified() {
+    for (n, s, crc, p2p) in [
+        (1000, 1, false, None),
+        (300, 65537, true, None),
+        (
+            7,
+            1 << 20,
+            false,
+            Some(RtrOffer {
+                write: true,
+                read: false,
+            }),
+        ),
+    ] {
+        let port = free_port();
+        let mut sp = params(port, n, s);
+        sp.crc = crc;
+        let srv = std::thread::spawn(move || server(&sp));
+        let mut cp = params(port, n, s);
+        cp.p2p = p2p;
+        let c = client(&cp).expect("client");
+        let r = srv.join().unwrap().expect("server");
+        assert!(c.ok() && r.ok(), "{}\n{}", c.client_line(), r.server_line());
+        assert_eq!(r.local.messages, n);
+        assert_eq!(r.local.bytes, n * u64::from(s));
+        assert_eq!(c.remote, Some(r.local));
+        assert_eq!(r.local.checksum, c.local.checksum);
+        assert_eq!(r.crc, crc);
+        assert_eq!(r.rtr.is_some(), p2p.is_some());
+    }
+}
+
+#[test]
+fn the_server_rejects_other_parameters() {
+    let port = free_port();
+    let sp = params(port, 10, 100);
+    let srv = std::thread::spawn(move || server(&sp));
+    let mut cp = params(port, 10, 101);
+    cp.timeout = Duration::from_secs(2);
+    assert!(client(&cp).is_err());
+    let e = srv.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("rejected"), "{e}");
+}
