@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The benchmark suite's tests with nothing optional left out: the UDP offload
 # pass (preload library built next to the test binary), the PNG/SVG figures
-# (DejaVu font installed) and, when root, the namespace pair with tc rate
+# (DejaVu font installed), the external peers of `bench --external` (iperf3,
+# sockperf, ucx_perftest over UCX's TCP transport, fi_pingpong over
+# libfabric's tcp provider) and, when root, the namespace pair with tc rate
 # limit and nftables loss. `cargo test` runs the same tests and skips what is
 # missing; this script makes each of them mandatory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/ensure-pkgs.sh fonts-dejavu-core iproute2 nftables
+scripts/ensure-pkgs.sh fonts-dejavu-core iproute2 nftables iperf3 sockperf ucx-utils libfabric-bin
 cargo build --quiet -p warpsock-preload -p warpsock-cli
-export WARPSOCK_REQUIRE_OFFLOAD=1 WARPSOCK_REQUIRE_FONT=1
+export WARPSOCK_REQUIRE_OFFLOAD=1 WARPSOCK_REQUIRE_FONT=1 WARPSOCK_REQUIRE_PEERS=1
 if [ "$(id -u)" -eq 0 ]; then
     export WARPSOCK_REQUIRE_NFT=1
 fi

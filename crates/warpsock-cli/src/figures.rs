@@ -103,7 +103,8 @@ fn load_font(path: Option<&Path>) -> Result<(), Error> {
 /// A named series of (x, y) points.
 type Series = (String, Vec<(f64, f64)>);
 
-/// Groups `rs` into series (transport + CRC) of (x, y).
+/// Groups `rs` into series (transport + CRC) of (x, y): the suite's own
+/// in the order they first appear, then the external peers'.
 fn series(
     rs: &[&Record],
     x: impl Fn(&Record) -> f64,
@@ -121,6 +122,8 @@ fn series(
         }
         m.entry(k).or_default().push((x(r), v));
     }
+    // Stable: keeps each group's order.
+    order.sort_by_key(|k| report::is_peer_series(k));
     order
         .into_iter()
         .map(|k| {
@@ -272,12 +275,20 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(e)?;
-    for (i, (_, pts)) in ss.iter().enumerate() {
+    for (i, (name, pts)) in ss.iter().enumerate() {
         let col = color(i);
-        ch.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
-            .map_err(e)?;
-        ch.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
-            .map_err(e)?;
+        if report::is_peer_series(name) {
+            // External peers: thin line, hollow rings.
+            ch.draw_series(LineSeries::new(pts.clone(), col.stroke_width(1)))
+                .map_err(e)?;
+            ch.draw_series(pts.iter().map(|&p| Circle::new(p, 6, col.stroke_width(2))))
+                .map_err(e)?;
+        } else {
+            ch.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+                .map_err(e)?;
+            ch.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
+                .map_err(e)?;
+        }
     }
     root.present().map_err(e)
 }
@@ -286,7 +297,8 @@ where
 const LEGEND_W: u32 = 270;
 
 /// Splits `root` under a title into the plot (left) and a legend column
-/// (right), draws the legend there and returns the plot area. The legend: a line (or, for `points`, a dot) and the
+/// (right), draws the legend there and returns the plot area. The legend:
+/// a line (or, for `points`, a dot; for an external peer, a ring) and the
 /// name of each series, in the series' colour.
 fn layout<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -303,7 +315,10 @@ where
     for (i, (name, _)) in ss.iter().enumerate() {
         let col = color(i);
         let y = 24 + 22 * i as i32;
-        if points {
+        if report::is_peer_series(name) {
+            side.draw(&Circle::new((18, y), 6, col.stroke_width(2)))
+                .map_err(e)?;
+        } else if points {
             side.draw(&Circle::new((18, y), 5, col.filled()))
                 .map_err(e)?;
         } else {
@@ -355,10 +370,14 @@ where
         .map_err(e)?;
     for (i, (name, pts)) in ss.iter().enumerate() {
         let col = color(i);
-        ch.draw_series(pts.iter().map(|&p| Circle::new(p, 5, col.filled())))
-            .map_err(e)?
-            .label(name)
-            .legend(move |(x, y)| Circle::new((x + 10, y), 5, col.filled()));
+        let style = if report::is_peer_series(name) {
+            col.stroke_width(2)
+        } else {
+            col.filled()
+        };
+        let r = if report::is_peer_series(name) { 6 } else { 5 };
+        ch.draw_series(pts.iter().map(|&p| Circle::new(p, r, style)))
+            .map_err(e)?;
     }
     root.present().map_err(e)
 }
@@ -457,7 +476,9 @@ fn draw_all(records: &[Record], dir: &Path) -> Result<Vec<(String, String)>, Err
     let of = |test: &str| -> Vec<&Record> {
         records.iter().filter(|r| r.test == test && r.ok).collect()
     };
-    let p50 = |r: &Record| r.one_way_us.as_ref().map(|p| p.p50);
+    // p50; a peer that reports only a mean is drawn with its mean, and its
+    // legend says "(mean)" (Record::series).
+    let p50 = |r: &Record| r.one_way_us.as_ref().map(|p| p.typical().0);
     let gbps = |r: &Record| r.gbps;
     let size = |r: &Record| r.size as f64;
     let conns = |r: &Record| r.conns as f64;
@@ -609,7 +630,7 @@ fn draw_all(records: &[Record], dir: &Path) -> Result<Vec<(String, String)>, Err
                     if r.crc { "on" } else { "off" }
                 )
             };
-            r.setup_us.as_ref().map(|p| (name, p.p50))
+            r.setup_us.as_ref().and_then(|p| p.p50).map(|v| (name, v))
         })
         .collect();
     fig(

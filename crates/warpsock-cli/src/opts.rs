@@ -397,8 +397,11 @@ pub(crate) struct BenchOpts {
     #[arg(long, value_parser = parse_repeat, default_value = "1", value_name = "N")]
     pub(crate) repeat: usize,
     /// Also run the peers users would pick instead, where installed, on
-    /// loopback: iperf3 (TCP 1 MiB, UDP 16 KiB) and sockperf (TCP and UDP
-    /// ping-pong, 64 B).
+    /// loopback: iperf3 (TCP 1 MiB, UDP 16 KiB), sockperf (TCP and UDP
+    /// ping-pong, 64 B), ucx_perftest over UCX's TCP transport (put and
+    /// tag latency at 8 B, bandwidth at 1 MiB; package ucx-utils) and
+    /// fi_pingpong over libfabric's tcp provider (ping-pong at 8 B and
+    /// 64 KiB; package libfabric-bin).
     #[arg(long)]
     pub(crate) external: bool,
 }

@@ -33,14 +33,25 @@ pub(crate) fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
 }
 
 /// Percentiles of a set of times, in microseconds.
+///
+/// The suite's own rows have every field (computed from every sample). An
+/// external peer's row has what that tool printed and nothing else: a
+/// field the tool does not report is `None` (`null` in the JSON), never
+/// filled in (fi_pingpong reports only the mean; ucx_perftest one
+/// percentile and the mean).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Pcts {
-    pub(crate) p50: f64,
-    pub(crate) p99: f64,
-    pub(crate) p999: f64,
+    #[serde(default)]
+    pub(crate) p50: Option<f64>,
+    #[serde(default)]
+    pub(crate) p99: Option<f64>,
+    #[serde(default)]
+    pub(crate) p999: Option<f64>,
     pub(crate) mean: f64,
-    pub(crate) min: f64,
-    pub(crate) max: f64,
+    #[serde(default)]
+    pub(crate) min: Option<f64>,
+    #[serde(default)]
+    pub(crate) max: Option<f64>,
 }
 
 impl Pcts {
@@ -50,13 +61,19 @@ impl Pcts {
         v.sort_unstable();
         let us = |x: u64| x as f64 / 1000.0 / div;
         Some(Self {
-            p50: us(percentile(&v, 0.5)?),
-            p99: us(percentile(&v, 0.99)?),
-            p999: us(percentile(&v, 0.999)?),
+            p50: Some(us(percentile(&v, 0.5)?)),
+            p99: Some(us(percentile(&v, 0.99)?)),
+            p999: Some(us(percentile(&v, 0.999)?)),
             mean: v.iter().sum::<u64>() as f64 / v.len() as f64 / 1000.0 / div,
-            min: us(v[0]),
-            max: us(v[v.len() - 1]),
+            min: Some(us(v[0])),
+            max: Some(us(v[v.len() - 1])),
         })
+    }
+
+    /// The typical value: the median, or the mean when the source gave
+    /// no median; `true` when it is the median.
+    pub(crate) fn typical(&self) -> (f64, bool) {
+        self.p50.map_or((self.mean, false), |p| (p, true))
     }
 }
 
@@ -144,6 +161,10 @@ pub(crate) struct Record {
     pub(crate) window: u64,
     pub(crate) conns: u64,
     pub(crate) progress: String,
+    /// Spin time before sleeping, µs (0: event-driven). External peers
+    /// that poll without ever sleeping (ucx_perftest, fi_pingpong) store
+    /// [`SPINS`] in their latency rows, so they meet the suite's
+    /// busy-polling latency rows at the same point.
     pub(crate) busy_poll_us: u64,
     pub(crate) client_cpu: Option<u64>,
     pub(crate) server_cpu: Option<u64>,
@@ -184,6 +205,35 @@ pub(crate) struct Record {
     pub(crate) merit_min: Option<f64>,
     #[serde(default)]
     pub(crate) merit_max: Option<f64>,
+    /// What a reader must know to compare this row (external peers: what
+    /// the tool reported and how it ran).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) notes: Vec<String>,
+}
+
+/// `busy_poll_us` of a row whose sides poll without ever sleeping.
+pub(crate) const SPINS: u64 = u64::MAX;
+
+/// The external peers' transports and their names in tables, legends
+/// and the summary (iperf3, sockperf, ucx_perftest, fi_pingpong rows).
+const PEERS: [(&str, &str); 7] = [
+    ("iperf3", "iperf3 TCP"),
+    ("iperf3-udp", "iperf3 UDP"),
+    ("sockperf-tcp", "sockperf TCP"),
+    ("sockperf-udp", "sockperf UDP"),
+    ("ucx-put", "UCX put (tcp)"),
+    ("ucx-tag", "UCX tag (tcp)"),
+    ("libfabric-tcp", "libfabric tcp msg"),
+];
+
+/// The name of an external peer's transport, if `transport` is one.
+pub(crate) fn peer_label(transport: &str) -> Option<&'static str> {
+    PEERS.iter().find(|p| p.0 == transport).map(|p| p.1)
+}
+
+/// Whether a series name ([`Record::series`]) is an external peer's.
+pub(crate) fn is_peer_series(name: &str) -> bool {
+    PEERS.iter().any(|p| name.starts_with(p.1))
 }
 
 impl RunResult {
@@ -290,6 +340,7 @@ impl RunResult {
             repeats: 1,
             merit_min: None,
             merit_max: None,
+            notes: Vec::new(),
             samples: Samples {
                 rtt_ns: c.rtts_ns.clone(),
                 rtt_stride: 1,
@@ -311,16 +362,15 @@ impl Record {
         Transport::parse(&self.transport)
     }
 
-    /// Series name: transport plus CRC for warpsock rows.
+    /// Series name: transport plus CRC for warpsock rows; a peer's
+    /// latency row that has only a mean says so (` (mean)`).
     pub(crate) fn series(&self) -> String {
-        let t = self
-            .transport_kind()
-            .map_or(self.transport.as_str(), |t| t.label());
+        let t = label(self);
         match self.transport_kind() {
             Some(k) if k.is_iwarp() => {
                 format!("{t}, CRC {}", if self.crc { "on" } else { "off" })
             }
-            Some(Transport::Send) if self.test == "conn" => t.to_string(),
+            _ if self.merit_is_mean() => format!("{t} (mean)"),
             _ => t.to_string(),
         }
     }
@@ -346,15 +396,26 @@ impl Record {
         }
     }
 
-    /// The main figure of merit and whether higher is better.
+    /// The main figure of merit and whether higher is better. Latency:
+    /// the p50 one-way time, or the mean for a peer that reports no
+    /// median (see [`Record::merit_is_mean`]).
     pub(crate) fn merit(&self) -> Option<(f64, bool)> {
         match self.test_kind()? {
-            Test::Lat => self.one_way_us.as_ref().map(|p| (p.p50, false)),
+            Test::Lat => self.one_way_us.as_ref().map(|p| (p.typical().0, false)),
             Test::Hotspot => self.client_mean_us().map(|v| (v, false)),
-            Test::Conn => self.setup_us.as_ref().map(|p| (p.p50, false)),
+            Test::Conn => self
+                .setup_us
+                .as_ref()
+                .and_then(|p| p.p50)
+                .map(|v| (v, false)),
             Test::Cpu => self.cpu_s_per_gb.map(|v| (v, false)),
             _ => self.gbps.map(|g| (g, true)),
         }
+    }
+
+    /// Whether [`Record::merit`] is a mean standing in for a missing p50.
+    pub(crate) fn merit_is_mean(&self) -> bool {
+        self.test == "lat" && self.one_way_us.as_ref().is_some_and(|p| p.p50.is_none())
     }
 
     /// Hot-spot: the one-way latency a client sees on average, N × time /
@@ -486,15 +547,15 @@ pub(crate) fn tables(records: &[Record]) -> String {
                     let p = r.one_way_us.clone().unwrap_or_default();
                     let _ = writeln!(
                         s,
-                        "{:>7} {:>3}  {:<20} {:>3} {:>5}  {:>8.2} {:>8.2} {:>8.2} {:>8.2}  {:>10}  {:>11} {:>5}  {}",
+                        "{:>7} {:>3}  {:<20} {:>3} {:>5}  {:>8} {:>8} {:>8} {:>8.2}  {:>10}  {:>11} {:>5}  {}",
                         fmt_size(r.size as usize),
                         r.conns,
                         label(r),
                         r.crc_label(),
                         if r.busy_poll_us > 0 { "busy" } else { "event" },
-                        p.p50,
-                        p.p99,
-                        p.p999,
+                        opt(p.p50, 2),
+                        opt(p.p99, 2),
+                        opt(p.p999, 2),
                         if test == Test::Hotspot {
                             r.client_mean_us().unwrap_or(0.0)
                         } else {
@@ -522,7 +583,7 @@ pub(crate) fn tables(records: &[Record]) -> String {
                     let p = r.setup_us.clone().unwrap_or_default();
                     let _ = writeln!(
                         s,
-                        "{:<20} {:>3}  {:>10.0}  {:>8.1} {:>8.1}  {:>9}  {}",
+                        "{:<20} {:>3}  {:>10.0}  {:>8} {:>8}  {:>9}  {}",
                         if r.transport == "tcp" {
                             "host TCP"
                         } else {
@@ -530,8 +591,8 @@ pub(crate) fn tables(records: &[Record]) -> String {
                         },
                         r.crc_label(),
                         r.conns_per_s.unwrap_or(0.0),
-                        p.p50,
-                        p.p99,
+                        opt(p.p50, 1),
+                        opt(p.p99, 1),
                         r.x_of(r.baseline(records)),
                         r.check_label()
                     );
@@ -546,7 +607,12 @@ pub(crate) fn tables(records: &[Record]) -> String {
                             .unwrap_or_default()
                     )
                 } else {
-                    format!(", {} in flight per connection", rs[0].window)
+                    // The suite's window (external peers have their own).
+                    let w = rs
+                        .iter()
+                        .find(|r| r.transport_kind().is_some())
+                        .unwrap_or(&rs[0]);
+                    format!(", {} in flight per connection", w.window)
                 };
                 let _ = writeln!(
                     s,
@@ -602,12 +668,30 @@ pub(crate) fn tables(records: &[Record]) -> String {
             }
         }
     }
+    let noted: Vec<&Record> = records.iter().filter(|r| !r.notes.is_empty()).collect();
+    if !noted.is_empty() {
+        s.push_str("\nAbout these rows:\n");
+        for r in noted {
+            for n in &r.notes {
+                let _ = writeln!(
+                    s,
+                    "  {} {} {}: {n}",
+                    label(r),
+                    r.test,
+                    fmt_size(r.size as usize)
+                );
+            }
+        }
+    }
     s
 }
 
+/// The transport's name in tables and legends.
 fn label(r: &Record) -> &str {
-    r.transport_kind()
-        .map_or(r.transport.as_str(), |t| t.label())
+    match r.transport_kind() {
+        Some(t) => t.label(),
+        None => peer_label(&r.transport).unwrap_or(r.transport.as_str()),
+    }
 }
 
 fn title(t: Test) -> String {
@@ -644,7 +728,7 @@ pub(crate) fn summary(meta: &Value, records: &[Record]) -> String {
     let _ = writeln!(s, "## Winner of each test point\n");
     let _ = writeln!(
         s,
-        "Latency and setup: p50; hot-spot: the mean a client sees, N × time / round trips / 2 (lower wins); bandwidth: GB/s (higher wins); normalized CPU: CPU s per GB at equal rate (lower wins). Ratio = winner / host TCP.\n"
+        "Latency and setup: p50 (an external peer that reports only a mean: its mean, marked); hot-spot: the mean a client sees, N × time / round trips / 2 (lower wins); bandwidth: GB/s (higher wins); normalized CPU: CPU s per GB at equal rate (lower wins). Ratio = winner / host TCP.\n"
     );
     let _ = writeln!(s, "| test | point | winner | value | host TCP | ratio |");
     let _ = writeln!(s, "|---|---|---|---|---|---|");
@@ -730,8 +814,25 @@ fn point_label(test: &str, size: u64, conns: u64, busy: bool) -> String {
     p
 }
 
-/// The external peers' rows next to host TCP/UDP and the best warpsock
-/// row of the same point.
+/// The warpsock transport that does what an external peer's test does:
+/// RDMA Write for one-sided puts, Send for two-sided messages, the UDP
+/// offload for UDP tools.
+fn analog(peer: &str) -> &'static str {
+    match peer {
+        "ucx-put" => "write",
+        "iperf3-udp" | "sockperf-udp" => "udp-offload",
+        _ => "send",
+    }
+}
+
+/// The external peers' rows (transports the suite does not know) next to
+/// the suite's rows of the same point in the same run: the host's own
+/// socket (TCP, or UDP for UDP tools), the warpsock transport that does
+/// the same thing ([`analog`], its better CRC setting) and the best
+/// warpsock row. A polling peer's latency row ([`SPINS`]) meets the
+/// busy-polling rows; when the run has none at that point (the quick
+/// suite without --busy-poll) it is compared with the event-driven rows
+/// and the table says so. Each row's notes follow the table.
 fn externals(records: &[Record]) -> String {
     let ext: Vec<&Record> = records
         .iter()
@@ -743,46 +844,82 @@ fn externals(records: &[Record]) -> String {
     let mut s = String::from("\n## External peers (same run, loopback)\n\n");
     let _ = writeln!(
         s,
-        "| peer | point | peer | host TCP | host UDP | best warpsock | warpsock ÷ peer |"
+        "Ratios are the suite's row ÷ the peer's: above 1 means more bandwidth (better) or a longer latency (worse) than the peer. Latency: one-way p50, or the mean where the tool reports no median (marked).\n"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| peer | point | peer's value | host socket | host ÷ peer | warpsock analog | analog ÷ peer | best warpsock | best ÷ peer |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let mut notes = Vec::new();
     for r in ext {
-        let Some((v, hi)) = r.merit() else { continue };
+        let Some((v, _)) = r.merit() else { continue };
         let unit = unit_of(&r.test);
-        let at = |t: &str| {
-            r.peer_of(records, t)
-                .and_then(Record::merit)
-                .map_or("-".to_string(), |(x, _)| format!("{} {unit}", sig(x)))
+        let suite_at = |busy: bool| -> Vec<&Record> {
+            records
+                .iter()
+                .filter(|x| {
+                    x.transport_kind().is_some()
+                        && (x.test.as_str(), x.size, x.conns) == (r.test.as_str(), r.size, r.conns)
+                        && (x.busy_poll_us > 0) == busy
+                })
+                .collect()
         };
-        let ws: Vec<&Record> = records
-            .iter()
-            .filter(|x| {
-                x.point() == r.point() && x.transport_kind().is_some_and(Transport::is_iwarp)
-            })
-            .collect();
-        let best_ws = best(&ws);
-        let _ = writeln!(
-            s,
-            "| {} | {} {} | {} {unit} | {} | {} | {} | {} |",
-            r.transport,
-            Test::parse(&r.test).map_or(r.test.as_str(), |t| t.title()),
-            fmt_size(r.size as usize),
-            sig(v),
-            at("tcp"),
-            at("udp"),
-            best_ws.map_or("-".into(), |b| format!(
-                "{} {} {unit}",
-                b.series(),
-                sig(b.merit().map_or(0.0, |m| m.0))
-            )),
-            best_ws
-                .and_then(Record::merit)
-                .map_or("-".into(), |(b, _)| if v > 0.0 {
-                    format!("{:.2}{}", b / v, if hi { "" } else { " (lower is better)" })
+        let mut at = suite_at(r.busy_poll_us > 0);
+        let mut mode = "";
+        if at.is_empty() && r.busy_poll_us > 0 {
+            at = suite_at(false);
+            mode = " (vs event-driven rows)";
+        }
+        let cell = |x: Option<&Record>| match x.and_then(|x| x.merit().map(|m| (x, m.0))) {
+            Some((x, m)) => (
+                format!("{} {} {unit}", x.series(), sig(m)),
+                if v > 0.0 {
+                    format!("{:.2}", m / v)
                 } else {
                     "-".into()
-                }),
+                },
+            ),
+            None => ("-".into(), "-".into()),
+        };
+        let host = if matches!(analog(&r.transport), "udp-offload") {
+            "udp"
+        } else {
+            "tcp"
+        };
+        let (h, hx) = cell(at.iter().copied().find(|x| x.transport == host));
+        let same: Vec<&Record> = at
+            .iter()
+            .copied()
+            .filter(|x| x.transport == analog(&r.transport))
+            .collect();
+        let (a, ax) = cell(best(&same));
+        let ws: Vec<&Record> = at
+            .iter()
+            .copied()
+            .filter(|x| x.transport_kind().is_some_and(Transport::is_iwarp))
+            .collect();
+        let (b, bx) = cell(best(&ws));
+        let _ = writeln!(
+            s,
+            "| {} | {} {}{mode} | {} {unit}{} | {h} | {hx} | {a} | {ax} | {b} | {bx} |",
+            label(r),
+            Test::parse(&r.test).map_or(r.test.as_str(), |t| t.title()),
+            point_label(&r.test, r.size, r.conns, r.busy_poll_us > 0),
+            sig(v),
+            if r.merit_is_mean() { " (mean)" } else { "" },
         );
+        for n in &r.notes {
+            notes.push(format!(
+                "- {} {} {}: {n}",
+                label(r),
+                r.test,
+                fmt_size(r.size as usize)
+            ));
+        }
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(s, "\nAbout the peers' rows:\n\n{}", notes.join("\n"));
     }
     s
 }
@@ -860,7 +997,11 @@ fn headline(records: &[Record]) -> String {
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
     for (name, f) in &picks {
-        let rs: Vec<&Record> = records.iter().filter(|r| f(r)).collect();
+        // The suite's own rows (external peers have their own table).
+        let rs: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.transport_kind().is_some() && f(r))
+            .collect();
         if rs.is_empty() {
             continue;
         }
@@ -904,7 +1045,11 @@ mod tests {
         assert_eq!(percentile(&[7], 0.99), Some(7));
         assert_eq!(percentile(&[], 0.5), None);
         let p = Pcts::of(&[4000, 2000, 6000], 2.0).unwrap();
-        assert_eq!((p.p50, p.min, p.max, p.mean), (2.0, 1.0, 3.0, 2.0));
+        assert_eq!(
+            (p.p50, p.min, p.max, p.mean),
+            (Some(2.0), Some(1.0), Some(3.0), 2.0)
+        );
+        assert_eq!(p.typical(), (2.0, true));
     }
 
     #[test]

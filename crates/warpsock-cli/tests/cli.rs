@@ -9,7 +9,10 @@
 //! `WARPSOCK_REQUIRE_OFFLOAD=1` makes the UDP offload rows mandatory (the
 //! preload library must be built next to the binary);
 //! `WARPSOCK_REQUIRE_FONT=1` makes the PNG/SVG figures mandatory (else,
-//! without a font, the report's clear error is checked instead).
+//! without a font, the report's clear error is checked instead);
+//! `WARPSOCK_REQUIRE_PEERS=1` makes the external peers' rows mandatory
+//! (iperf3, sockperf, ucx_perftest, fi_pingpong must be installed; else
+//! each missing one's skip note is checked instead).
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -70,7 +73,10 @@ fn tmp(name: &str) -> PathBuf {
 /// consistent, percentiles ordered, bandwidth positive.
 fn check_record(r: &Value) {
     let t = r["transport"].as_str().unwrap();
-    if t.starts_with("iperf3") || t.starts_with("sockperf") {
+    if ["iperf3", "sockperf", "ucx-", "libfabric-"]
+        .iter()
+        .any(|p| t.starts_with(p))
+    {
         // External peers: their own numbers, checked in their test.
         return;
     }
@@ -783,6 +789,40 @@ fn on_path(prog: &str) -> bool {
         .any(|d| std::path::Path::new(d).join(prog).exists())
 }
 
+/// Checks an external peer's row: it passed, moved something, and every
+/// number it has is finite and positive, percentiles (those the tool
+/// reports) ordered; UCX and libfabric rows say what their numbers are.
+fn check_peer(r: &Value) {
+    let what = format!("{} {} {}", r["transport"], r["test"], r["size"]);
+    assert_eq!(r["ok"], true, "{what}: {r}");
+    assert!(r["bytes"].as_u64().unwrap() > 0, "{what}");
+    let pos = |v: &Value| v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0);
+    if r["test"] == "bw" {
+        assert!(pos(&r["gbps"]), "{what}: {r}");
+        assert!(r["gbps"].as_f64().unwrap() < 1000.0, "{what}");
+    } else {
+        let p = &r["one_way_us"];
+        assert!(pos(&p["mean"]), "{what}: {p}");
+        let given: Vec<f64> = ["min", "p50", "p99", "p999", "max"]
+            .iter()
+            .filter(|k| !p[**k].is_null())
+            .map(|k| {
+                assert!(pos(&p[*k]), "{what}: {k} = {}", p[*k]);
+                p[*k].as_f64().unwrap()
+            })
+            .collect();
+        assert!(given.windows(2).all(|w| w[0] <= w[1]), "{what}: {p}");
+        assert!(r["round_trips"].as_u64().unwrap() > 0, "{what}");
+    }
+    let t = r["transport"].as_str().unwrap();
+    if t.starts_with("ucx") || t.starts_with("libfabric") {
+        assert!(
+            !r["notes"].as_array().expect("notes").is_empty(),
+            "{what}: no notes"
+        );
+    }
+}
+
 #[test]
 fn external_peers_where_installed() {
     let json = tmp("ext.json");
@@ -790,11 +830,13 @@ fn external_peers_where_installed() {
         "bench",
         "--quick",
         "--tests",
-        "lat",
+        "lat,bw",
         "--sizes",
-        "64",
+        "8",
         "--transports",
-        "tcp",
+        "tcp,send,write",
+        "--crc",
+        "off",
         "--external",
         "--json",
         json.to_str().unwrap(),
@@ -802,32 +844,92 @@ fn external_peers_where_installed() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     let results = load_results(&json);
-    let _ = std::fs::remove_file(&json);
-    for (prog, rows) in [
-        ("iperf3", &["iperf3", "iperf3-udp"][..]),
-        ("sockperf", &["sockperf-tcp", "sockperf-udp"][..]),
+    let require = env_flag("WARPSOCK_REQUIRE_PEERS");
+    let mut ran = 0;
+    for (prog, rows, label) in [
+        (
+            "iperf3",
+            &[("iperf3", "bw", 1 << 20), ("iperf3-udp", "bw", 16 << 10)][..],
+            "iperf3 TCP",
+        ),
+        (
+            "sockperf",
+            &[("sockperf-tcp", "lat", 64), ("sockperf-udp", "lat", 64)][..],
+            "sockperf TCP",
+        ),
+        (
+            "ucx_perftest",
+            &[
+                ("ucx-put", "lat", 8),
+                ("ucx-tag", "lat", 8),
+                ("ucx-put", "bw", 1 << 20),
+                ("ucx-tag", "bw", 1 << 20),
+            ][..],
+            "UCX put (tcp)",
+        ),
+        (
+            "fi_pingpong",
+            &[
+                ("libfabric-tcp", "lat", 8),
+                ("libfabric-tcp", "lat", 64 << 10),
+            ][..],
+            "libfabric tcp msg",
+        ),
     ] {
         if !on_path(prog) {
+            assert!(!require, "{prog} is not installed");
             assert!(
                 stdout.contains(&format!("{prog} is not installed")),
                 "{stdout}"
             );
             continue;
         }
-        for t in rows {
+        for (t, test, size) in rows {
             let r = results
                 .iter()
-                .find(|r| r["transport"] == *t)
-                .unwrap_or_else(|| panic!("no {t} row:\n{stdout}"));
-            assert_eq!(r["ok"], true, "{r}");
-            if t.starts_with("iperf3") {
-                assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
-            } else {
-                let p = &r["one_way_us"];
-                let (a, b) = (p["p50"].as_f64().unwrap(), p["p99"].as_f64().unwrap());
-                assert!(a > 0.0 && a <= b, "{r}");
+                .find(|r| r["transport"] == *t && r["test"] == *test && r["size"] == *size)
+                .unwrap_or_else(|| panic!("no {t} {test} {size} row:\n{stdout}"));
+            check_peer(r);
+            ran += 1;
+        }
+        assert!(stdout.contains(label), "table row {label}:\n{stdout}");
+    }
+    // UCX and libfabric: only what the tools report.
+    for r in results.iter().filter(|r| r["test"] == "lat") {
+        match r["transport"].as_str().unwrap() {
+            "ucx-put" | "ucx-tag" => {
+                assert!(r["one_way_us"]["p50"].is_f64() && r["one_way_us"]["p99"].is_null());
             }
-            assert!(stdout.contains(t), "table row {t}:\n{stdout}");
+            "libfabric-tcp" => assert!(r["one_way_us"]["p50"].is_null()),
+            _ => {}
         }
     }
+    // The report names the peers and their ratios (figures need a font).
+    if ran > 0 && (font_available() || env_flag("WARPSOCK_REQUIRE_FONT")) {
+        let dir = tmp("ext-report");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = run(&[
+            "report",
+            json.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+        assert!(md.contains("## External peers"), "{md}");
+        for r in &results {
+            if let Some(t) = r["transport"].as_str().filter(|t| t.starts_with("ucx")) {
+                let label = if t == "ucx-put" {
+                    "UCX put (tcp)"
+                } else {
+                    "UCX tag (tcp)"
+                };
+                assert!(md.contains(&format!("| {label} |")), "{md}");
+            }
+        }
+        let svg = std::fs::read_to_string(dir.join("bandwidth-vs-size.svg")).unwrap();
+        assert!(svg.contains("host TCP"), "bandwidth figure");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let _ = std::fs::remove_file(&json);
 }
