@@ -36,9 +36,11 @@
 //! first, the held completions become flush errors.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, IoSliceMut, Read};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use warpsock_proto::wire::ddp::Opcode;
 use warpsock_proto::{
@@ -64,6 +66,8 @@ const RX_BUDGET: usize = 8 << 20;
 const TX_BATCH: usize = 4 << 20;
 /// Segments queued at most.
 const TX_SEGS: usize = 512;
+/// Source of [`QpSlot::id`]s.
+static NEXT_SLOT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A completion queue's state.
 #[derive(Debug)]
@@ -152,8 +156,14 @@ struct Staging {
 }
 
 /// One queue pair on its socket.
+///
+/// The socket stays in blocking mode: every engine read and write passes
+/// `MSG_DONTWAIT`, except the one blocking read a waiting caller may
+/// [`park`](Self::park) in (see `Cq::wait`).
 #[derive(Debug)]
 pub(crate) struct QpSlot {
+    /// Unique for the life of the process (slot indices are reused).
+    pub(crate) id: u64,
     pub(crate) conn: Connection,
     pub(crate) sock: TcpStream,
     pub(crate) qp_num: u32,
@@ -178,6 +188,44 @@ pub(crate) struct QpSlot {
     pub(crate) wr_closed: bool,
     /// Socket error or abortive close: no more I/O.
     pub(crate) dead: bool,
+    /// The socket error that ended the connection (`errno`), if one did.
+    pub(crate) error: Option<i32>,
+    /// A caller sleeps in a blocking read of this socket outside the lock
+    /// (with the staging buffer): nobody else may read it meanwhile, and
+    /// the slot must not be removed (its fd closed) until it is back.
+    pub(crate) parked: bool,
+    /// `SO_RCVTIMEO` currently set on the socket.
+    rcvtimeo: Option<Duration>,
+    /// The last (parked) read came back short: the socket is drained.
+    drained_hint: bool,
+    /// Dropped by the application: kept open, discarding input, until the
+    /// peer's FIN or this deadline, so that closing never resets a
+    /// connection whose peer is still sending (a reset would make the
+    /// peer's kernel discard what we sent last).
+    pub(crate) detached: Option<Instant>,
+}
+
+/// A blocking read of one queue pair's socket, taken out of the context
+/// lock by a waiting caller ([`QpSlot::park`] … [`QpSlot::unpark`]).
+#[derive(Debug)]
+pub(crate) struct ParkedRead {
+    pub(crate) slot_id: u64,
+    fd: RawFd,
+    buf: Box<[u8]>,
+    cap: usize,
+}
+
+impl ParkedRead {
+    /// Sleeps in `recv` until bytes, EOF, an error or the timeout given to
+    /// [`QpSlot::park`] (`WouldBlock`).
+    pub(crate) fn read(&mut self) -> io::Result<usize> {
+        sys::recv_wait(self.fd, &mut self.buf[..self.cap])
+    }
+
+    /// Gives the staging buffer back when the slot went away meanwhile.
+    pub(crate) fn discard(self, pool: &mut RxPool) {
+        pool.give(self.buf);
+    }
 }
 
 impl QpSlot {
@@ -189,6 +237,7 @@ impl QpSlot {
         recv_cq: usize,
     ) -> Self {
         Self {
+            id: NEXT_SLOT_ID.fetch_add(1, Ordering::Relaxed),
             conn,
             sock,
             qp_num,
@@ -211,12 +260,91 @@ impl QpSlot {
             rd_closed: false,
             wr_closed: false,
             dead: false,
+            error: None,
+            parked: false,
+            rcvtimeo: None,
+            drained_hint: false,
+            detached: None,
         }
+    }
+
+    /// Prepares a blocking read for a caller about to sleep, if this slot's
+    /// next input can only be framing (no payload to place directly,
+    /// nothing staged, nothing waiting to be written — a blocked transmit
+    /// needs epoll's writability). The read times out after `timeout`
+    /// (rounded up to whole milliseconds, at least one).
+    pub(crate) fn park(&mut self, pool: &mut RxPool, timeout: Duration) -> Option<ParkedRead> {
+        if self.parked
+            || self.is_done()
+            || self.rd_closed
+            || self.detached.is_some()
+            || !self.txq.is_empty()
+            || self.rx.start < self.rx.end
+            || self.conn.wants_close()
+            || !matches!(self.conn.rx_step(), RxStep::Bytes(_))
+        {
+            return None;
+        }
+        let ms = timeout.as_nanos().div_ceil(1_000_000).max(1);
+        let t = Duration::from_millis(ms.min(u64::MAX as u128) as u64);
+        if self.rcvtimeo != Some(t) {
+            self.sock.set_read_timeout(Some(t)).ok()?;
+            self.rcvtimeo = Some(t);
+        }
+        let buf = self.rx.buf.take().unwrap_or_else(|| pool.take());
+        let cap = if self.rx.large { RX_TAIL } else { buf.len() };
+        self.parked = true;
+        Some(ParkedRead {
+            slot_id: self.id,
+            fd: self.sock.as_raw_fd(),
+            buf,
+            cap,
+        })
+    }
+
+    /// Takes back a parked read and its result: the bytes become staged
+    /// input (fed to the core by the next service), EOF and errors are
+    /// handled as a non-blocking read's would be.
+    pub(crate) fn unpark(&mut self, p: ParkedRead, res: io::Result<usize>) {
+        self.parked = false;
+        self.rx.buf = Some(p.buf);
+        match res {
+            Ok(0) => {
+                self.rd_closed = true;
+                self.conn.handle_eof();
+            }
+            Ok(n) => {
+                self.rx.start = 0;
+                self.rx.end = n;
+                self.drained_hint = n < p.cap;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => self.fail_with(&e),
+        }
+    }
+
+    /// Whether a dropped (detached) slot may now be closed: the connection
+    /// is finished both ways, or its linger time is over.
+    pub(crate) fn reapable(&self, now: Instant) -> bool {
+        !self.parked && self.detached.is_some_and(|d| self.is_done() || now >= d)
     }
 
     /// Whether the socket is finished with in both directions.
     pub(crate) fn is_done(&self) -> bool {
         self.dead || (self.rd_closed && self.wr_closed)
+    }
+
+    /// The socket failed with `e`: remembered (see `Qp::socket_error`),
+    /// then everything outstanding is flushed.
+    fn fail_with(&mut self, e: &io::Error) {
+        if self.error.is_none() {
+            self.error = e.raw_os_error();
+        }
+        self.fail();
     }
 
     fn fail(&mut self) {
@@ -232,6 +360,10 @@ impl QpSlot {
     /// Receives (see [`Self::rx_inner`]) with a staging buffer borrowed
     /// from `pool`, returned once nothing staged is left.
     fn rx(&mut self, reg: &mut Registry<Mem>, pool: &mut RxPool) {
+        if self.parked {
+            // A parked caller owns the reading side until it comes back.
+            return;
+        }
         if self.rx.buf.is_none() {
             self.rx.buf = Some(pool.take());
         }
@@ -254,9 +386,16 @@ impl QpSlot {
     /// Receives as much as is available (bounded), placing payload directly.
     fn rx_inner(&mut self, reg: &mut Registry<Mem>) {
         let mut budget = RX_BUDGET;
+        // A read that returned less than it asked for found the socket
+        // drained: another read now would almost always be a futile
+        // EAGAIN (one system call per message on the latency path). Data
+        // that arrives later makes the socket readable again, and epoll is
+        // level-triggered, so nothing is missed.
+        let mut drained = std::mem::take(&mut self.drained_hint);
         loop {
             self.feed_staged(reg);
-            if self.rx.start < self.rx.end || self.rd_closed || self.dead || budget == 0 {
+            if self.rx.start < self.rx.end || self.rd_closed || self.dead || budget == 0 || drained
+            {
                 return;
             }
             let Some(buf) = self.rx.buf.as_deref_mut() else {
@@ -281,11 +420,13 @@ impl QpSlot {
                     };
                     let want = dst.len();
                     let tail = &mut buf[..RX_TAIL];
-                    match (&self.sock)
-                        .read_vectored(&mut [IoSliceMut::new(dst), IoSliceMut::new(tail)])
-                    {
+                    match sys::recv_vectored_dontwait(
+                        self.sock.as_raw_fd(),
+                        &mut [IoSliceMut::new(dst), IoSliceMut::new(tail)],
+                    ) {
                         Ok(0) => Ok(0),
                         Ok(n) => {
+                            drained = n < want + RX_TAIL;
                             let placed = n.min(want);
                             // Re-borrow the placed bytes to fold them into the CRC.
                             if let Some(dst) = reg.slice(r.stag, r.offset, placed) {
@@ -303,8 +444,9 @@ impl QpSlot {
                     // header's worth here, so the payload behind it is
                     // placed directly instead of copied out of staging.
                     let cap = if self.rx.large { RX_TAIL } else { buf.len() };
-                    let r = (&self.sock).read(&mut buf[..cap]);
+                    let r = sys::recv_dontwait(self.sock.as_raw_fd(), &mut buf[..cap]);
                     if let Ok(n) = r {
+                        drained = n < cap;
                         self.rx.start = 0;
                         self.rx.end = n;
                     }
@@ -321,8 +463,8 @@ impl QpSlot {
                 Ok(n) => budget = budget.saturating_sub(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.fail();
+                Err(e) => {
+                    self.fail_with(&e);
                     return;
                 }
             }
@@ -437,7 +579,7 @@ impl QpSlot {
                 Ok(n) => self.advance_tx(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => self.fail(),
+                Err(e) => self.fail_with(&e),
             }
         }
         self.release_held(cqs);

@@ -1,12 +1,13 @@
 //! The few system calls std does not offer: epoll, eventfd, `poll`,
-//! `sendmsg` with `MSG_NOSIGNAL`, TCP socket options and `mlock`.
+//! `sendmsg` with `MSG_NOSIGNAL`, `recv`/`recvmsg` with explicit flags, TCP
+//! socket options and `mlock`.
 //!
 //! This is one of the two modules of the crate allowed to use `unsafe`
 //! (the other is [`crate::mem`]). Every function here wraps one libc call on
 //! file descriptors the caller owns, and checks its result.
 #![allow(unsafe_code)]
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -173,6 +174,45 @@ pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize
     msg.msg_iovlen = bufs.len().min(IOV_MAX) as _;
     // SAFETY: `msg` points at `bufs`, which are live, readable slices.
     let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// `recv(fd, buf, MSG_DONTWAIT)`: a read that never blocks, whatever the
+/// socket's blocking mode (queue-pair sockets stay in blocking mode so that
+/// a waiting caller can sleep in a blocking [`recv_wait`]).
+pub(crate) fn recv_dontwait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    recv_flags(fd, buf, libc::MSG_DONTWAIT)
+}
+
+/// `recv(fd, buf, 0)` on a blocking socket: sleeps until bytes, EOF, an
+/// error or the socket's `SO_RCVTIMEO` (then `WouldBlock`).
+pub(crate) fn recv_wait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    recv_flags(fd, buf, 0)
+}
+
+fn recv_flags(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: `buf` is a live, writable slice of the length passed.
+    let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// `recvmsg(fd, iov, MSG_DONTWAIT)`: a scattered read that never blocks.
+pub(crate) fn recv_vectored_dontwait(fd: RawFd, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSliceMut is guaranteed ABI-compatible with `struct iovec` on Unix.
+    msg.msg_iov = bufs.as_mut_ptr().cast();
+    msg.msg_iovlen = bufs.len().min(IOV_MAX) as _;
+    // SAFETY: `msg` points at `bufs`, which are live, writable slices.
+    let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {

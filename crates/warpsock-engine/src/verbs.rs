@@ -13,7 +13,7 @@ use warpsock_proto::{
     Stag, WcOpcode, WcStatus, WorkCompletion,
 };
 
-use crate::engine::{CqSlot, QpSlot, RxPool};
+use crate::engine::{CqSlot, ParkedRead, QpSlot, RxPool};
 use crate::mem::Mem;
 use crate::sys::{self, Epoll, EventFd, Ready};
 
@@ -22,6 +22,15 @@ const WAKE_TOKEN: u64 = u64::MAX;
 /// Up to this many queue pairs, caller-driven progress tries each socket
 /// directly instead of asking epoll which are ready.
 const DIRECT_POLL_MAX: usize = 8;
+/// Longest single sleep of a caller parked in a blocking read (see
+/// [`Cq::wait`]): it wakes this often to re-check its deadline and
+/// anything another thread left it.
+const PARK_SLICE: Duration = Duration::from_millis(10);
+/// How long a dropped queue pair keeps its socket open, discarding input,
+/// waiting for the peer's FIN (see [`Qp`]'s `Drop`).
+const LINGER: Duration = Duration::from_secs(2);
+/// How often the progress thread looks for lingering sockets to close.
+const LINGER_TICK: Duration = Duration::from_millis(50);
 
 /// How a context makes progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -58,6 +67,8 @@ pub(crate) struct State {
     /// Receive staging buffers shared by the queue pairs.
     pub(crate) rx_pool: RxPool,
     next_key: u8,
+    /// Dropped queue pairs still lingering (see [`QpSlot::detached`]).
+    detached: usize,
 }
 
 impl State {
@@ -77,6 +88,51 @@ impl State {
 
     fn live_qps(&self) -> usize {
         self.qps.iter().flatten().filter(|q| !q.is_done()).count()
+    }
+
+    /// Closes the dropped queue pairs whose linger is over.
+    fn reap(&mut self, epoll: &Epoll) {
+        if self.detached == 0 {
+            return;
+        }
+        let now = Instant::now();
+        for slot in &mut self.qps {
+            if slot.as_ref().is_some_and(|q| q.reapable(now)) {
+                if let Some(mut q) = slot.take() {
+                    q.unregister(epoll);
+                }
+                self.detached -= 1;
+            }
+        }
+    }
+
+    /// With exactly one connection in the context, prepares a blocking read
+    /// of it for a caller about to sleep (see [`Cq::wait`]).
+    fn park(&mut self, timeout: Duration) -> Option<(usize, ParkedRead)> {
+        let mut live = self
+            .qps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, q)| q.as_ref().filter(|q| !q.is_done()).map(|_| i));
+        let (Some(qi), None) = (live.next(), live.next()) else {
+            return None;
+        };
+        let Self { qps, rx_pool, .. } = self;
+        let q = qps[qi].as_mut()?;
+        q.park(rx_pool, timeout).map(|p| (qi, p))
+    }
+
+    /// Hands a parked read's result back to its queue pair (if that is
+    /// still the same one) and services it.
+    fn unpark(&mut self, qi: usize, p: ParkedRead, res: io::Result<usize>, epoll: &Epoll) {
+        match self.qps.get_mut(qi) {
+            Some(Some(q)) if q.id == p.slot_id => {
+                q.unpark(p, res);
+                self.service(qi, epoll);
+                self.reap(epoll);
+            }
+            _ => p.discard(&mut self.rx_pool),
+        }
     }
 
     fn qp(&mut self, qi: usize) -> &mut QpSlot {
@@ -116,6 +172,7 @@ impl Inner {
                     changed |= st.service(qi, &self.epoll);
                 }
             }
+            st.reap(&self.epoll);
         } else {
             let mut ready = Vec::new();
             if self.epoll.wait(&mut ready, Some(Duration::ZERO)).is_ok() {
@@ -125,6 +182,7 @@ impl Inner {
                     }
                 }
             }
+            st.reap(&self.epoll);
         }
         changed
     }
@@ -150,7 +208,9 @@ impl Inner {
         send_cq: usize,
         recv_cq: usize,
     ) -> io::Result<usize> {
-        sock.set_nonblocking(true)?;
+        // Blocking mode: the engine's own reads and writes say MSG_DONTWAIT;
+        // only a parked caller's read sleeps (see `Cq::wait`).
+        sock.set_nonblocking(false)?;
         let mut st = self.lock();
         let qi = match st.qps.iter().position(Option::is_none) {
             Some(i) => i,
@@ -169,9 +229,11 @@ impl Inner {
 
     fn run_thread(self: Arc<Self>) {
         let mut ready: Vec<Ready> = Vec::with_capacity(256);
+        let mut lingering = false;
         while !self.shutdown.load(Ordering::Acquire) {
             ready.clear();
-            if self.epoll.wait(&mut ready, None).is_err() {
+            let timeout = lingering.then_some(LINGER_TICK);
+            if self.epoll.wait(&mut ready, timeout).is_err() {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
@@ -185,6 +247,8 @@ impl Inner {
                         changed |= st.service(r.token as usize, &self.epoll);
                     }
                 }
+                st.reap(&self.epoll);
+                lingering = st.detached > 0;
             }
             if changed {
                 self.cv.notify_all();
@@ -248,6 +312,7 @@ impl Context {
                 cqs: Vec::new(),
                 rx_pool: RxPool::default(),
                 next_key: 0,
+                detached: 0,
             }),
             cv: Condvar::new(),
             epoll,
@@ -611,6 +676,26 @@ impl Cq {
                 std::thread::yield_now();
                 continue;
             }
+            // With one connection, sleep in a blocking read of its socket
+            // instead of in epoll: the bytes that wake us are already read
+            // (no separate readiness call), and the read's timeout is a
+            // timer-wheel timeout, not epoll's high-resolution one — about
+            // as cheap as a blocking TCP read. The lock is released while
+            // asleep; posts from other threads go on meanwhile.
+            let slice = rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE));
+            let parked = inner.lock().park(slice);
+            if let Some((qi, mut p)) = parked {
+                let res = p.read();
+                let mut st = inner.lock();
+                st.unpark(qi, p, res, &inner.epoll);
+                let n = st.cq(self.id).drain_into(out);
+                if n > 0 {
+                    return Ok(n);
+                }
+                // Serviced just now: look again before another round.
+                drive = false;
+                continue;
+            }
             ready.clear();
             inner.epoll.wait(&mut ready, rest)?;
         }
@@ -731,6 +816,14 @@ impl Qp {
         self.with(|st, _| st.qp(self.qi).events.pop_front())
     }
 
+    /// The socket error that ended the connection (`ECONNRESET`,
+    /// `ETIMEDOUT` from `TCP_USER_TIMEOUT`/keepalive, ...), if one did. A
+    /// connection that ended with FIN, a Terminate or a local close has
+    /// none.
+    pub fn socket_error(&self) -> Option<io::Error> {
+        self.with(|st, _| st.qp(self.qi).error.map(io::Error::from_raw_os_error))
+    }
+
     /// Whether the TCP connection is finished in both directions (closed,
     /// reset or failed).
     pub fn is_closed(&self) -> bool {
@@ -781,6 +874,13 @@ impl Qp {
 }
 
 impl Drop for Qp {
+    /// Disconnects (flush, FIN) and leaves the socket to linger: it stays
+    /// open, its input discarded, until the peer's FIN (or [`LINGER`]), and
+    /// is closed by later progress (any call on the context in
+    /// caller-driven mode, the progress thread otherwise) or when the
+    /// context goes. Closing at once would make the kernel answer the
+    /// peer's further bytes with a reset, and a reset makes the *peer's*
+    /// kernel drop what we sent last and it has not read yet.
     fn drop(&mut self) {
         let inner = &self.sh.inner;
         let mut st = inner.lock();
@@ -790,10 +890,11 @@ impl Drop for Qp {
             }
         }
         st.service(self.qi, &inner.epoll);
-        let slot = st.qps[self.qi].take();
-        if let Some(mut q) = slot {
-            q.unregister(&inner.epoll);
+        if let Some(q) = st.qps[self.qi].as_mut() {
+            q.detached = Some(Instant::now() + LINGER);
+            st.detached += 1;
         }
+        st.reap(&inner.epoll);
         drop(st);
         if inner.progress == Progress::Thread {
             inner.cv.notify_all();

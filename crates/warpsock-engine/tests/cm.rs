@@ -328,6 +328,8 @@ fn abort_resets_the_peer() {
                 cq.wait(&mut b, Duration::from_millis(10)).unwrap();
             }
             assert!(qp.is_closed());
+            let err = qp.socket_error().expect("a reset is a socket error");
+            assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
             // After a reset, posting completes at once with a flush error.
             qp.post_send(SendWr {
                 wr_id: 9,

@@ -1,0 +1,158 @@
+//! Caller-driven waits with one connection sleep in a blocking read of its
+//! socket, outside the context lock. Other threads must still be able to
+//! post, to wait themselves and to drop the queue pair meanwhile, and the
+//! sleeper must honour its timeout and wake for what arrives.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::{pattern, send_wr, LIMIT};
+use warpsock_engine::{
+    connect, Access, Context, Listener, Progress, QpInit, RecvWr, Wc, WcOpcode, WcStatus,
+};
+
+/// An echo responder in its own thread: every Send that arrives is sent
+/// back (at most `n`); it stays connected until the peer disconnects.
+fn echo_server(n: usize) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let h = std::thread::spawn(move || {
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+        let buf = pd.alloc(4096 * 8, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        init.recvs = (0..8)
+            .map(|i| RecvWr {
+                wr_id: i,
+                sgl: vec![buf.sge(i as usize * 4096, 4096)],
+            })
+            .collect();
+        let qp = l.accept_qp(&init, b"", Some(LIMIT)).unwrap();
+        let mut echoed = 0;
+        let deadline = Instant::now() + LIMIT;
+        while echoed < n && Instant::now() < deadline {
+            let mut wc = [Wc::default(); 8];
+            let k = cq.wait(&mut wc, Duration::from_millis(50)).unwrap();
+            for w in &wc[..k] {
+                if w.opcode != WcOpcode::Recv {
+                    continue;
+                }
+                if !w.is_ok() {
+                    return;
+                }
+                let slot = w.wr_id as usize;
+                qp.post_send(send_wr(
+                    100 + w.wr_id,
+                    vec![buf.sge(slot * 4096, w.byte_len)],
+                ))
+                .unwrap();
+                qp.post_recv(RecvWr {
+                    wr_id: w.wr_id,
+                    sgl: vec![buf.sge(slot * 4096, 4096)],
+                })
+                .unwrap();
+                echoed += 1;
+            }
+        }
+        // Stay connected until the peer disconnects.
+        while !qp.is_closed() && Instant::now() < deadline {
+            let _ = cq.wait(&mut [Wc::default(); 8], Duration::from_millis(10));
+        }
+    });
+    (addr, h)
+}
+
+#[test]
+fn another_thread_posts_while_one_sleeps_in_wait() {
+    let (addr, server) = echo_server(20);
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+    let inbox = pd.alloc(4096, Access::LOCAL_WRITE);
+    let out = pd.register(pattern(4096, 3), Access::LOCAL_READ);
+    let qp = Arc::new(connect(addr, &QpInit::new(&pd, &cq)).unwrap());
+    let cq = Arc::new(cq);
+    let barrier = Arc::new(Barrier::new(2));
+    for round in 0..20u64 {
+        qp.post_recv(RecvWr {
+            wr_id: 500 + round,
+            sgl: vec![inbox.sge(0, 4096)],
+        })
+        .unwrap();
+        // The waiter goes to sleep first (nothing can arrive before the
+        // post below), then the poster sends the ping from this thread.
+        let (c2, b2) = (Arc::clone(&cq), Arc::clone(&barrier));
+        let waiter = std::thread::spawn(move || {
+            b2.wait();
+            let t0 = Instant::now();
+            let mut got = Vec::new();
+            while !got.iter().any(|w: &Wc| w.opcode == WcOpcode::Recv) {
+                assert!(t0.elapsed() < LIMIT, "no echo: {got:?}");
+                let mut wc = [Wc::default(); 4];
+                let k = c2.wait(&mut wc, LIMIT).unwrap();
+                got.extend_from_slice(&wc[..k]);
+            }
+            got
+        });
+        barrier.wait();
+        std::thread::sleep(Duration::from_millis(2));
+        let len = 1 + (round as u32 * 97) % 4096;
+        qp.post_send(send_wr(round, vec![out.sge(0, len)])).unwrap();
+        let got = waiter.join().unwrap();
+        let recv = got.iter().find(|w| w.opcode == WcOpcode::Recv).unwrap();
+        assert!(recv.is_ok() && recv.byte_len == len, "{recv:?}");
+        let mut echo = vec![0; len as usize];
+        inbox.read(0, &mut echo);
+        assert_eq!(echo, pattern(4096, 3)[..len as usize]);
+    }
+    drop(qp);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_sleeping_wait_honours_its_timeout_and_survives_the_qp_being_dropped() {
+    let (addr, server) = echo_server(0);
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+    let inbox = pd.alloc(64, Access::LOCAL_WRITE);
+    let mut init = QpInit::new(&pd, &cq);
+    init.recvs.push(RecvWr {
+        wr_id: 9,
+        sgl: vec![inbox.sge(0, 64)],
+    });
+    let qp = connect(addr, &init).unwrap();
+
+    // Nothing arrives: the wait returns empty after its timeout, not much
+    // later (the sleep is cut into short slices, each re-checking).
+    for t in [Duration::from_millis(3), Duration::from_millis(40)] {
+        let t0 = Instant::now();
+        let n = cq.wait(&mut [Wc::default(); 4], t).unwrap();
+        let took = t0.elapsed();
+        assert_eq!(n, 0);
+        assert!(took >= t, "{took:?} < {t:?}");
+        assert!(took < t + Duration::from_millis(500), "{took:?} for {t:?}");
+    }
+
+    // Drop the queue pair from another thread while this one sleeps: the
+    // receive is flushed and the sleeper sees it.
+    let cq = Arc::new(cq);
+    let c2 = Arc::clone(&cq);
+    let waiter = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let mut wc = [Wc::default(); 4];
+        loop {
+            let k = c2.wait(&mut wc, LIMIT).unwrap();
+            if k > 0 {
+                return (wc[0], t0.elapsed());
+            }
+            assert!(t0.elapsed() < LIMIT);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    drop(qp);
+    let (wc, took) = waiter.join().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::WrFlushError));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    server.join().unwrap();
+}
