@@ -830,9 +830,10 @@ fn analog(peer: &str) -> &'static str {
 /// socket (TCP, or UDP for UDP tools), the warpsock transport that does
 /// the same thing ([`analog`], its better CRC setting) and the best
 /// warpsock row. A polling peer's latency row ([`SPINS`]) meets the
-/// busy-polling rows; when the run has none at that point (the quick
-/// suite without --busy-poll) it is compared with the event-driven rows
-/// and the table says so. Each row's notes follow the table.
+/// busy-polling rows; when the run has no row in the peer's mode at that
+/// point (the quick suite polls either always or never) it is compared
+/// with the rows of the other mode and the table says so. Each row's
+/// notes follow the table.
 fn externals(records: &[Record]) -> String {
     let ext: Vec<&Record> = records
         .iter()
@@ -865,11 +866,16 @@ fn externals(records: &[Record]) -> String {
                 })
                 .collect()
         };
-        let mut at = suite_at(r.busy_poll_us > 0);
+        let busy = r.busy_poll_us > 0;
+        let mut at = suite_at(busy);
         let mut mode = "";
-        if at.is_empty() && r.busy_poll_us > 0 {
-            at = suite_at(false);
-            mode = " (vs event-driven rows)";
+        if at.is_empty() && !suite_at(!busy).is_empty() {
+            at = suite_at(!busy);
+            mode = if busy {
+                " (vs event-driven rows)"
+            } else {
+                " (vs busy-polling rows)"
+            };
         }
         let cell = |x: Option<&Record>| match x.and_then(|x| x.merit().map(|m| (x, m.0))) {
             Some((x, m)) => (
