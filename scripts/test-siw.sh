@@ -7,7 +7,11 @@
 #   * warpsock rping client  -> siw `rping -s -P -S 65535` in the VM
 #   * siw `rping -c` in the VM -> warpsock rping server on the host
 # at several -S sizes, many iterations, -V on both ends, CRC off and on, and
-# in siw's peer-to-peer mode (SIW_MODPARAMS, second boot). Every run is
+# in siw's peer-to-peer mode (SIW_MODPARAMS, second boot); verified RDMAP
+# Sends at volume both ways (send-check: scripts/siw/send_check.c, built
+# here against librdmacm and copied into the VM, against
+# `warpsock-perftest send-check`; 256 MiB per case, every byte checked by
+# the receiver, CRC off in boot 1 and on in boot 2). Every run is
 # captured on lo from the SYN and checked with tshark: every TCP payload byte
 # decoded as MPA frames / FPDUs, every FPDU as DDP/RDMAP, rping's message
 # sequence with sizes, MSNs and Read Request/Response matching, Good CRC32 on
@@ -46,6 +50,7 @@ cleanup() {
     local rc=$?
     [ -n "$CAP_PID" ] && kill "$CAP_PID" 2>/dev/null
     [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null
+    [ -n "${SC_TCPDUMP:-}" ] && kill "$SC_TCPDUMP" 2>/dev/null
     if [ "$VM_UP" = 1 ] || [ -f "$VM/run/qemu.pid" ]; then
         "$VMTOOL" stop "$VM" >/dev/null 2>&1 || true
     fi
@@ -61,11 +66,19 @@ trap 'exit 130' INT TERM
 [ -x "$VMTOOL" ] || loud_fail "siw-peer-vm not found at $VMTOOL (set SIW_PEER_VM)"
 
 echo "--- tools"
-scripts/ensure-pkgs.sh tshark tcpdump python3 qemu-system-x86 iproute2
+scripts/ensure-pkgs.sh tshark tcpdump python3 qemu-system-x86 iproute2 gcc libc6-dev librdmacm-dev libibverbs-dev
 cargo build -q -p warpsock-rping
+cargo build -q --release -p warpsock-perftest
 TARGET=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 BIN=$TARGET/debug/warpsock-rping
 [ -x "$BIN" ] || loud_fail "no $BIN after cargo build"
+PT=$TARGET/release/warpsock-perftest
+[ -x "$PT" ] || loud_fail "no $PT after cargo build"
+# send_check runs inside the VM, whose libibverbs/librdmacm come from this
+# host's Debian packages: a dynamically linked build from here runs there.
+SC_BIN=$WORK/send_check
+gcc -O2 -Wall -Wextra -Werror -o "$SC_BIN" scripts/siw/send_check.c -lrdmacm -libverbs \
+    || loud_fail "cannot build scripts/siw/send_check.c"
 
 echo "--- siw VM image ($CACHE)"
 mkdir -p "$CACHE"
@@ -89,15 +102,17 @@ def free(p):
 n = int(sys.argv[1])
 for _ in range(500):
     off = random.randrange(20000, 40000)
-    ports = [7174 + off, 18515 + off] + [off + 1000 + i for i in range(n)]
+    ports = [p + off for p in (7174, 18515, 18516, 18517, 18600)] + [off + 1000 + i for i in range(n)]
     if all(free(p) for p in ports):
-        print(off, " ".join(map(str, ports[2:]))); break
+        print(off, " ".join(map(str, ports[5:]))); break
 else:
     sys.exit("no free ports")
 EOF
 }
 read -r OFF CTL < <(free_ports 1)
 RPING_PORT=$((7174 + OFF))
+SC_GUEST_PORT=18600                 # send_check's server in the VM
+SC_PORT=$((SC_GUEST_PORT + OFF))
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 vm_start() {  # vm_start LABEL MODPARAMS
@@ -105,7 +120,7 @@ vm_start() {  # vm_start LABEL MODPARAMS
     t=$(date +%s)
     echo "--- booting siw VM ($label${params:+, siw $params})"
     if ! SIW_SERVER_CMD="rping -s -P -S 65535 -a 10.0.2.15 -p 7174" SIW_SERVER_PORT=7174 \
-        SIW_MODPARAMS="$params" SIW_PORT_OFFSET=$OFF SIW_CTL_PORT=$CTL SIW_BOOT_TIMEOUT=150 \
+        SIW_FWD_PORTS="${SIW_FWD_PORTS:-7174 18515} $SC_GUEST_PORT" SIW_MODPARAMS="$params" SIW_PORT_OFFSET=$OFF SIW_CTL_PORT=$CTL SIW_BOOT_TIMEOUT=150 \
         "$VMTOOL" start "$VM" >"$WORK/boot-$label.log" 2>&1; then
         VM_UP=1
         tail -40 "$WORK/boot-$label.log" >&2
@@ -115,6 +130,11 @@ vm_start() {  # vm_start LABEL MODPARAMS
     grep -E "siw params|ready after" "$WORK/boot-$label.log" | sed 's/^ */    /'
     echo "    boot took $(( $(date +%s) - t )) s"
     DMESG_LINES=$(vm_exec "dmesg | wc -l" | tr -dc 0-9)
+    # The VM is an initramfs: copy send_check in on every boot (base64
+    # through the command channel; busybox has base64 and md5sum).
+    local got
+    got=$(vm_exec "echo $(base64 -w0 "$SC_BIN") | base64 -d >/tmp/send_check; chmod +x /tmp/send_check; md5sum </tmp/send_check")
+    [ "${got%% *}" = "$(md5sum <"$SC_BIN" | cut -d' ' -f1)" ] || loud_fail "send_check did not arrive intact in the VM: $got"
 }
 vm_stop() { "$VMTOOL" stop "$VM" >/dev/null 2>&1 || true; VM_UP=0; }
 vm_exec() { "$VMTOOL" exec "$VM" "$@"; }
@@ -430,6 +450,111 @@ check_case() {  # NAME PORT SIZE COUNT CRC RTR RC REPORTFILE EXTRA
 }
 TOTAL_BYTES=0
 
+# --- send-check: verified RDMAP Sends at volume (scripts/siw/) ------------
+# Protocol (crates/warpsock-perftest/src/send_check.rs): N messages of S
+# bytes, receives posted before the MPA Reply, credits every K, every byte
+# checked by the receiver against a pattern of message index and offset,
+# the receiver's counts and FNV-1a checksum sent back and compared. The run
+# is captured through `head -c`: tshark and our own parser check the first
+# $SC_CAP bytes (MPA setup, every FPDU, MSN/MO, flow control, CRC, the
+# payload against the pattern on the wire) without a 256 MiB pcap.
+SC_CAP=12000000
+SC_VALIDATE=$ROOT/scripts/siw/validate_send_check.py
+SC_TCPDUMP=
+SC_BYTES=0
+cap_prefix_start() {  # cap_prefix_start FILE PORT BYTES
+    rm -f "$1" "$1.pid"
+    { tcpdump -i lo -U --immediate-mode -B 131072 -s 0 -w - "tcp port $2" 2>"$1.log" &
+      echo $! >"$1.pid"; wait; } | head -c "$3" >"$1" &
+    CAP_PID=$!
+    local i
+    for i in $(seq 100); do
+        grep -q "listening on" "$1.log" 2>/dev/null && { SC_TCPDUMP=$(cat "$1.pid"); return 0; }
+        sleep 0.05
+    done
+    loud_fail "tcpdump did not start: $(cat "$1.log")"
+}
+cap_prefix_stop() {
+    sleep 1
+    [ -n "$SC_TCPDUMP" ] && kill -INT "$SC_TCPDUMP" 2>/dev/null || true
+    wait "$CAP_PID" 2>/dev/null || true
+    CAP_PID=; SC_TCPDUMP=
+}
+# The outcome of a send-check case. Both ends print one line; the receiver's
+# must say N messages, N*S bytes, 0 bad, and its checksum must equal the
+# sender's; the capture prefix must validate; siw's kernel log stay quiet.
+sc_check() {  # sc_check NAME N S CRC RTR PORT RC_WARPSOCK WARPSOCK_OUT VM_OUT
+    local name=$1 n=$2 s=$3 crc=$4 rtr=$5 port=$6 rc=$7 wout=$8 vout=$9 why=() v
+    local bytes=$((n * s)) srv cli
+    [ "$rc" = 0 ] || why+=("warpsock-perftest send-check exited $rc: $(tail -3 "$wout" | tr '\n' ' ')")
+    srv=$(grep -h "^send[-_]check server: messages" "$wout" "$vout" | head -1)
+    cli=$(grep -h "^send[-_]check client: sent" "$wout" "$vout" | head -1)
+    [ -n "$srv" ] || why+=("the receiving end printed no result: $(tail -3 "$vout" | tr '\n' ' ')")
+    [ -n "$cli" ] || why+=("the sending end printed no result: $(tail -3 "$vout" | tr '\n' ' ')")
+    case "$srv" in *" messages $n bytes $bytes bad_messages 0 "*) ;;
+        *) [ -n "$srv" ] && why+=("the receiver did not verify $n x $s = $bytes bytes cleanly: $srv") ;; esac
+    local sck cck
+    sck=$(sed -n 's/.* checksum \(0x[0-9a-f]*\).*/\1/p' <<<"$srv")
+    cck=$(sed -n 's/.*bytes checksum \(0x[0-9a-f]*\).*/\1/p' <<<"$cli")
+    [ -n "$sck" ] && [ "$sck" = "$cck" ] || why+=("checksums differ: receiver ${sck:-none}, sender ${cck:-none}")
+    grep -q "result ok" <<<"$cli" || why+=("the sender's verdict is not ok: $cli")
+    grep -q "CRC $([ "$crc" = 1 ] && echo on || echo off)" "$wout" || why+=("warpsock reports CRC not $crc: $(tail -1 "$wout")")
+    grep -q "RTR $rtr" "$wout" || why+=("warpsock reports RTR not $rtr: $(tail -1 "$wout")")
+    local drops; drops=$(sed -n 's/^\([0-9]*\) packets dropped by kernel/\1/p' "$WORK/$name.pcap.log")
+    [ "${drops:-0}" = 0 ] || why+=("the capture is incomplete: tcpdump lost $drops packets (kernel drops)")
+    v=$(python3 "$SC_VALIDATE" "$WORK/$name.pcap" --port "$port" -n "$n" -s "$s" --crc "$crc" \
+        --rtr "$rtr" --min-messages 4 2>&1) || why+=("$v")
+    siw_kernel_news "$WORK/$name.dmesg"
+    [ -s "$WORK/$name.dmesg" ] && why+=("siw kernel log: $(head -5 "$WORK/$name.dmesg")")
+    local rate; rate=$(sed -n 's/.* seconds \([0-9.]*\) MBps \([0-9.]*\).*/\1 s, \2 MB\/s/p' <<<"$srv")
+    if [ ${#why[@]} -eq 0 ]; then
+        record PASS "$name" "N=$n S=$s CRC=$crc RTR=$rtr: $bytes bytes sent and verified ($rate), checksum $sck both ends; ${v#ok   }"
+        SC_BYTES=$((SC_BYTES + bytes))
+    else
+        record FAIL "$name" "N=$n S=$s CRC=$crc RTR=$rtr (verified Sends)"
+        { echo "== $name"; printf '  %s\n' "${why[@]}"; } | tee -a "$FAILS" >&2
+    fi
+}
+# warpsock-perftest send-check client -> send_check server on siw in the VM.
+sc_client_case() {  # sc_client_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR(none|write)
+    local name=$1 n=$2 s=$3 crc=$4 ecrc=$5 rtr=$6 rc=0
+    vm_exec "ulimit -l unlimited; rm -f /tmp/sc.out; (/tmp/send_check server -p $SC_GUEST_PORT -n $n -s $s -t 120 \
+             >/tmp/sc.out 2>&1 </dev/null &); i=0;
+             while ! grep -q ':$(printf %04X $SC_GUEST_PORT) 00000000:0000 0A' /proc/net/tcp; do
+                 i=\$((i+1)); [ \$i -gt 100 ] && break; sleep 0.1; done" >/dev/null
+    cap_prefix_start "$WORK/$name.pcap" "$SC_PORT" $SC_CAP
+    "$PT" send-check client -p "$SC_PORT" -n "$n" -s "$s" $([ "$crc" = 1 ] && echo --crc) \
+        --p2p "$([ "$rtr" = write ] && echo write || echo off)" --timeout 120 >"$WORK/$name.out" 2>&1 || rc=$?
+    cap_prefix_stop
+    vm_exec "i=0; while ! grep -q result /tmp/sc.out && pidof send_check >/dev/null; do
+                 i=\$((i+1)); [ \$i -gt 150 ] && break; sleep 0.1; done; cat /tmp/sc.out" >"$WORK/$name.vm" 2>&1 || true
+    sc_check "$name" "$n" "$s" "$ecrc" "$rtr" "$SC_PORT" $rc "$WORK/$name.out" "$WORK/$name.vm"
+}
+# send_check client on siw in the VM -> warpsock-perftest send-check server.
+sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR
+    local name=$1 n=$2 s=$3 crc=$4 ecrc=$5 rtr=$6 rc=0 port i
+    port=$(free_port)
+    cap_prefix_start "$WORK/$name.pcap" "$port" $SC_CAP
+    "$PT" send-check server -p "$port" -n "$n" -s "$s" $([ "$crc" = 1 ] && echo --crc) --timeout 120 \
+        >"$WORK/$name.out" 2>&1 &
+    SRV_PID=$!
+    for i in $(seq 100); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.05; done
+    # In the background (the command channel gives up after 120 s), polled.
+    vm_exec "ulimit -l unlimited; rm -f /tmp/scc.out; (/tmp/send_check client -a 10.0.2.2 -p $port -n $n -s $s -t 120 \
+             >/tmp/scc.out 2>&1 </dev/null; echo send_check-rc=\$? >>/tmp/scc.out) &" >/dev/null
+    for i in $(seq 300); do
+        vm_exec "grep -q send_check-rc /tmp/scc.out" >/dev/null 2>&1 && break
+        kill -0 "$SRV_PID" 2>/dev/null || { sleep 1; vm_exec "grep -q send_check-rc /tmp/scc.out" >/dev/null 2>&1 && break; }
+        sleep 1
+    done
+    vm_exec "cat /tmp/scc.out" >"$WORK/$name.vm" 2>&1 || true
+    wait "$SRV_PID" || rc=$?
+    SRV_PID=
+    cap_prefix_stop
+    grep -q "send_check-rc=0" "$WORK/$name.vm" || echo "send_check client in the VM: $(grep send_check-rc "$WORK/$name.vm")" >>"$WORK/$name.vm"
+    sc_check "$name" "$n" "$s" "$ecrc" "$rtr" "$port" $rc "$WORK/$name.out" "$WORK/$name.vm"
+}
+
 # --- Boot 1: siw as shipped (MPA rev 2, CRC only if asked, no P2P) ---------
 vm_start default ""
 client_case client-S26-crc0      26    300 0 none
@@ -444,6 +569,8 @@ server_case server-S64-crc1      64    300 1 1 none
 server_case server-S1500-crc1    1500  150 1 1 none
 server_case server-S65535-crc0   65535 40  0 0 none
 server_case server-S65535-crc1   65535 40  1 1 none
+sc_client_case sendcheck-warpsock-to-siw-crc0 256 1048576 0 0 none
+sc_server_case sendcheck-siw-to-warpsock-crc0 256 1048576 0 0 none
 vm_stop
 
 # --- Boot 2: siw in peer-to-peer mode, asking for CRC -------------------------
@@ -451,6 +578,12 @@ vm_start p2p "peer_to_peer=1 mpa_crc_required=1"
 server_case server-p2p-S1000     1000  100 0 1 write
 server_case server-p2p-S65535    65535 30  0 1 write
 client_case client-p2p-S1000     1000  100 1 write
+# CRC on: siw's `rdma_connect` asks for it (mpa_crc_required); siw as
+# responder does NOT force it on a request without C (protocol-notes §7.9),
+# so the warpsock client asks. Odd-sized messages (not a multiple of 8 or
+# of any FPDU payload), 4096 of them.
+sc_client_case sendcheck-warpsock-to-siw-crc1 4096 65537 1 1 write
+sc_server_case sendcheck-siw-to-warpsock-crc1 4096 65537 0 1 write
 vm_stop
 
 # --- Boot 3: perftest -R servers and Terminate probes (warpsock-perftest) --
@@ -463,9 +596,6 @@ vm_stop
 # by warpsock (Event::Terminated) and checked in the capture.
 PT_SIZE=1048576
 PT_ITERS=256                        # 256 x 1 MiB = 256 MiB per operation type
-cargo build -q --release -p warpsock-perftest
-PT=$TARGET/release/warpsock-perftest
-[ -x "$PT" ] || loud_fail "no $PT after cargo build"
 PT_VALIDATE=$WORK/validate-pt.py
 cat >"$PT_VALIDATE" <<'PY'
 import argparse, subprocess, sys
@@ -681,7 +811,8 @@ vm_stop
 echo
 echo "=== siw interop summary ($(( $(date +%s) - T0 )) s)"
 cat "$RESULTS"
-echo "total rping payload moved: $TOTAL_BYTES bytes"
+echo "total rping/perftest payload moved: $TOTAL_BYTES bytes"
+echo "verified Send payload (send-check, both directions): $SC_BYTES bytes"
 if [ -s "$FAILS" ]; then
     echo
     echo "=== what went wrong"
