@@ -225,10 +225,11 @@ impl<'a> QpInit<'a> {
         sock: TcpStream,
         events: Vec<Event>,
         (local, peer): (SocketAddr, SocketAddr),
+        early: Vec<u8>,
     ) -> Result<Qp, CmError> {
         let inner = &self.pd.sh.inner;
         let qi = inner
-            .add_qp(conn, sock, events, self.send_cq.id, self.recv_cq.id)
+            .add_qp(conn, sock, events, early, self.send_cq.id, self.recv_cq.id)
             .map_err(CmError::Io)?;
         Ok(Qp {
             sh: Arc::clone(&self.pd.sh),
@@ -369,22 +370,36 @@ enum MpaDone {
     Request(warpsock_proto::ConnectRequest),
 }
 
+/// Slack allowed between the MPA deadline and the end of a read timeout
+/// set earlier: `SO_RCVTIMEO` is re-set only when a read could overshoot
+/// the deadline by more than this (one system call saved per read).
+const RCVTIMEO_SLACK: Duration = Duration::from_millis(10);
+
 /// Runs the MPA exchange on a blocking socket until established (initiator)
-/// or a Request arrived (responder).
+/// or a Request arrived (responder). Returns how it finished and the bytes
+/// read beyond the MPA frame (FPDUs the peer sent right behind it), which
+/// belong to the queue pair's stream.
+///
+/// Reads take whatever has arrived (up to a frame's maximum size) instead
+/// of exactly the header and then the private data: one read per frame
+/// instead of two, on the path every connection setup waits on.
 fn drive_mpa(
     sock: &TcpStream,
+    peer: Option<SocketAddr>,
     conn: &mut Connection,
     events: &mut Vec<Event>,
-) -> Result<MpaDone, CmError> {
+) -> Result<(MpaDone, Vec<u8>), CmError> {
     let reg: Registry<Mem> = Registry::new();
     let mut reg_mut: Registry<Mem> = Registry::new();
-    let peer = sock.peer_addr().ok();
     let timeout = conn.config().mpa_timeout;
     let stage = match conn.config().role {
         Role::Initiator => "MPA reply",
         Role::Responder => "MPA request",
     };
     let mut buf = [0u8; mpa::HEADER_LEN + mpa::MAX_PRIVATE_DATA_LEN];
+    // Bytes read and not yet fed: buf[off..end].
+    let (mut off, mut end) = (0, 0);
+    let mut rcvtimeo: Option<Option<Duration>> = None;
     let mut out = Vec::new();
     loop {
         out.clear();
@@ -396,9 +411,11 @@ fn drive_mpa(
             match e {
                 Event::Established(_) => {
                     events.push(e);
-                    return Ok(MpaDone::Established);
+                    return Ok((MpaDone::Established, buf[off..end].to_vec()));
                 }
-                Event::ConnectRequest(r) => return Ok(MpaDone::Request(r)),
+                Event::ConnectRequest(r) => {
+                    return Ok((MpaDone::Request(r), buf[off..end].to_vec()))
+                }
                 Event::Rejected(private_data) => return Err(CmError::Rejected { private_data }),
                 Event::ConnectFailed(ConnectError::Timeout) => {
                     return Err(CmError::Timeout {
@@ -417,25 +434,41 @@ fn drive_mpa(
                 other => events.push(other),
             }
         }
-        let now = Instant::now();
-        if let Some(d) = conn.poll_timeout() {
-            if now >= d {
-                conn.handle_timeout(now);
-                continue;
-            }
-            sock.set_read_timeout(Some(d - now)).map_err(CmError::Io)?;
-        } else {
-            sock.set_read_timeout(None).map_err(CmError::Io)?;
-        }
         let RxStep::Bytes(want) = conn.rx_step() else {
             return Err(CmError::Mpa(ConnectError::Eof));
         };
-        let want = want.clamp(1, buf.len());
-        match (&*sock).read(&mut buf[..want]) {
-            Ok(0) => conn.handle_eof(),
-            Ok(n) => {
-                conn.rx_bytes(&buf[..n], &mut reg_mut);
+        if off < end {
+            // Feed exactly what the core asks for, so that it stops at the
+            // frame's end and what follows stays for the queue pair.
+            let take = want.clamp(1, end - off);
+            let k = conn.rx_bytes(&buf[off..off + take], &mut reg_mut);
+            if k == 0 {
+                return Err(CmError::Mpa(ConnectError::Eof));
             }
+            off += k;
+            continue;
+        }
+        let now = Instant::now();
+        let want_timeo = match conn.poll_timeout() {
+            Some(d) if now >= d => {
+                conn.handle_timeout(now);
+                continue;
+            }
+            Some(d) => Some(d - now),
+            None => None,
+        };
+        let stale = match (rcvtimeo, want_timeo) {
+            (Some(Some(set)), Some(rest)) => set > rest + RCVTIMEO_SLACK,
+            (Some(set), want) => set.is_some() != want.is_some(),
+            (None, _) => true,
+        };
+        if stale {
+            sock.set_read_timeout(want_timeo).map_err(CmError::Io)?;
+            rcvtimeo = Some(want_timeo);
+        }
+        match (&*sock).read(&mut buf) {
+            Ok(0) => conn.handle_eof(),
+            Ok(n) => (off, end) = (0, n),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -484,9 +517,9 @@ pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmErr
     let mut conn = Connection::new(opts.config(Role::Initiator, init.pd, mss), Instant::now());
     init.post_initial(&mut conn)?;
     let mut events = Vec::new();
-    match drive_mpa(&sock, &mut conn, &mut events)? {
-        MpaDone::Established => init.create(conn, sock, events, addrs),
-        MpaDone::Request(_) => Err(CmError::Mpa(ConnectError::Eof)),
+    match drive_mpa(&sock, Some(addrs.1), &mut conn, &mut events)? {
+        (MpaDone::Established, early) => init.create(conn, sock, events, addrs, early),
+        (MpaDone::Request(_), _) => Err(CmError::Mpa(ConnectError::Eof)),
     }
 }
 
@@ -543,8 +576,8 @@ impl Listener {
                 Err(e) => return Err(CmError::Io(e)),
             }
         };
-        sock.set_nonblocking(false).map_err(CmError::Io)?;
-        sock.set_nodelay(true).map_err(CmError::Io)?;
+        // Accepted sockets are blocking (accept4 does not inherit the
+        // listener's O_NONBLOCK); TCP options are applied on accept.
         let local = sock.local_addr().map_err(CmError::Io)?;
         // The responder reads the Request with placeholder options; the
         // application's options replace them when it accepts
@@ -554,15 +587,16 @@ impl Listener {
         cfg.mpa_timeout = self.mpa_timeout;
         let mut conn = Connection::new(cfg, Instant::now());
         let mut events = Vec::new();
-        match drive_mpa(&sock, &mut conn, &mut events)? {
-            MpaDone::Request(request) => Ok(ConnectRequest {
+        match drive_mpa(&sock, Some(peer), &mut conn, &mut events)? {
+            (MpaDone::Request(request), early) => Ok(ConnectRequest {
                 sock,
                 local,
                 peer,
                 conn,
                 request,
+                early,
             }),
-            MpaDone::Established => Err(CmError::Mpa(ConnectError::Eof)),
+            (MpaDone::Established, _) => Err(CmError::Mpa(ConnectError::Eof)),
         }
     }
 
@@ -589,6 +623,10 @@ pub struct ConnectRequest {
     /// The responder connection, waiting for accept or reject.
     conn: Connection,
     request: warpsock_proto::ConnectRequest,
+    /// Stream bytes that arrived behind the Request (the initiator must
+    /// not send FPDUs before the Reply; if it did, the queue pair sees
+    /// them as the start of its stream).
+    early: Vec<u8>,
 }
 
 impl ConnectRequest {
@@ -626,7 +664,7 @@ impl ConnectRequest {
             events.push(e);
         }
         let addrs = (self.local, self.peer);
-        init.create(conn, self.sock, events, addrs)
+        init.create(conn, self.sock, events, addrs, self.early)
     }
 
     /// Rejects: sends an MPA Reply with the Reject bit and `private_data`

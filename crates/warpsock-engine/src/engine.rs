@@ -175,6 +175,9 @@ pub(crate) struct QpSlot {
     /// Bytes of the front segment already written.
     tx_off: usize,
     pool: Vec<TxSegment>,
+    /// The gather list's allocation, kept between `sendmsg` calls (no
+    /// allocation per message on the latency path).
+    iov_store: Vec<IoSlice<'static>>,
     /// Stream bytes queued / written since establishment.
     queued: u64,
     written: u64,
@@ -253,6 +256,7 @@ impl QpSlot {
             txq: VecDeque::new(),
             tx_off: 0,
             pool: Vec::new(),
+            iov_store: Vec::new(),
             queued: 0,
             written: 0,
             held: VecDeque::new(),
@@ -325,6 +329,17 @@ impl QpSlot {
                 ) => {}
             Err(e) => self.fail_with(&e),
         }
+    }
+
+    /// Stages stream bytes read before the slot existed (FPDUs that
+    /// arrived right behind the MPA frame); the next service feeds them.
+    pub(crate) fn stage(&mut self, bytes: &[u8], pool: &mut RxPool) {
+        let mut buf = self.rx.buf.take().unwrap_or_else(|| pool.take());
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        self.rx.buf = Some(buf);
+        self.rx.start = 0;
+        self.rx.end = n;
     }
 
     /// Whether a dropped (detached) slot may now be closed: the connection
@@ -539,7 +554,7 @@ impl QpSlot {
             if self.txq.is_empty() {
                 break;
             }
-            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(64);
+            let mut iov = recycle(std::mem::take(&mut self.iov_store));
             let mut skip = self.tx_off;
             let mut vanished = false;
             'gather: for seg in &self.txq {
@@ -566,6 +581,7 @@ impl QpSlot {
                 }
             }
             if iov.is_empty() && vanished {
+                self.iov_store = recycle(iov);
                 // A region went away under segments already queued (the
                 // front one possibly half written): the stream cannot be
                 // framed any more. Everything is flushed, and the peer sees
@@ -575,7 +591,9 @@ impl QpSlot {
                 let _ = self.sock.shutdown(Shutdown::Both);
                 break;
             }
-            match sys::send_vectored(self.sock.as_raw_fd(), &iov) {
+            let sent = sys::send_vectored(self.sock.as_raw_fd(), &iov);
+            self.iov_store = recycle(iov);
+            match sent {
                 Ok(n) => self.advance_tx(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -753,6 +771,16 @@ impl QpSlot {
     }
 }
 
+/// Empties a gather list and hands its allocation over to a list of
+/// another lifetime (an empty `Vec` of the same layout is collected in
+/// place, without allocating).
+fn recycle<'b>(mut v: Vec<IoSlice<'_>>) -> Vec<IoSlice<'b>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the list is empty"))
+        .collect()
+}
+
 fn cq_lens(cqs: &[Option<CqSlot>], a: usize, b: usize) -> (usize, usize) {
     let len = |i: usize| {
         cqs.get(i)
@@ -765,5 +793,22 @@ fn cq_lens(cqs: &[Option<CqSlot>], a: usize, b: usize) -> (usize, usize) {
 fn push_wc(cqs: &mut [Option<CqSlot>], cq: usize, qp_num: u32, wc: WorkCompletion) {
     if let Some(Some(cq)) = cqs.get_mut(cq) {
         cq.push(Wc::from_core(wc, qp_num));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycled_gather_list_keeps_its_allocation() {
+        let data = [1u8, 2, 3];
+        let mut v: Vec<IoSlice<'_>> = Vec::with_capacity(64);
+        v.push(IoSlice::new(&data));
+        let ptr = v.as_ptr() as usize;
+        let w: Vec<IoSlice<'static>> = recycle(v);
+        assert!(w.is_empty());
+        assert!(w.capacity() >= 64);
+        assert_eq!(w.as_ptr() as usize, ptr);
     }
 }

@@ -205,12 +205,13 @@ impl Inner {
         conn: Connection,
         sock: std::net::TcpStream,
         events: Vec<Event>,
+        early: Vec<u8>,
         send_cq: usize,
         recv_cq: usize,
     ) -> io::Result<usize> {
-        // Blocking mode: the engine's own reads and writes say MSG_DONTWAIT;
-        // only a parked caller's read sleeps (see `Cq::wait`).
-        sock.set_nonblocking(false)?;
+        // The socket is in blocking mode (as connect and accept leave it):
+        // the engine's own reads and writes say MSG_DONTWAIT; only a parked
+        // caller's read sleeps (see `Cq::wait`).
         let mut st = self.lock();
         let qi = match st.qps.iter().position(Option::is_none) {
             Some(i) => i,
@@ -222,8 +223,19 @@ impl Inner {
         let mut slot = QpSlot::new(conn, sock, qi as u32, send_cq, recv_cq);
         slot.events.extend(events);
         slot.update_interest(qi as u64, &self.epoll);
+        let staged = !early.is_empty();
+        if staged {
+            slot.stage(&early, &mut st.rx_pool);
+        }
         st.qps[qi] = Some(slot);
-        self.kick(&mut st, qi);
+        if staged {
+            // Consume them now: epoll will not report bytes already read.
+            if st.service(qi, &self.epoll) && self.progress == Progress::Thread {
+                self.cv.notify_all();
+            }
+        } else {
+            self.kick(&mut st, qi);
+        }
         Ok(qi)
     }
 

@@ -508,3 +508,89 @@ fn rtr_choice_end_to_end() {
         assert_eq!(server.join().unwrap(), want, "case {i}: responder's view");
     }
 }
+
+/// A responder that writes its MPA Reply and three Send FPDUs in one TCP
+/// write. RFC 5044 §7.1.2 says a responder waits for the initiator's
+/// first FPDU, but an initiator that reads the Reply together with what
+/// follows must not lose those bytes: they go to the queue pair, which
+/// takes them as the start of its stream.
+#[test]
+fn fpdus_right_behind_the_reply_reach_the_queue_pair() {
+    use warpsock_engine::proto::wire::ddp::{Opcode, Placement, SegmentHeader};
+    use warpsock_engine::proto::wire::fpdu;
+    use warpsock_engine::proto::{Config, Connection, Registry, Role};
+
+    let msgs: Vec<Vec<u8>> = (0..3)
+        .map(|i| pattern(100 + i * 50, 40 + i as u64))
+        .collect();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let to_send = msgs.clone();
+    let responder = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut reg: Registry<Vec<u8>> = Registry::new();
+        let pd = reg.alloc_pd();
+        let mut conn = Connection::new(Config::new(Role::Responder, pd), Instant::now());
+        let mut buf = [0u8; 1024];
+        let mut requested = false;
+        while !requested {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "initiator closed");
+            let mut off = 0;
+            while off < n {
+                off += conn.rx_bytes(&buf[off..n], &mut reg);
+            }
+            while let Some(e) = conn.poll_event() {
+                requested |= matches!(e, Event::ConnectRequest(_));
+            }
+        }
+        conn.accept(b"").unwrap();
+        let mut out = Vec::new();
+        conn.poll_transmit(&reg, &mut out, usize::MAX);
+        for (i, m) in to_send.iter().enumerate() {
+            let hdr = SegmentHeader {
+                opcode: Opcode::Send,
+                last: true,
+                placement: Placement::Untagged {
+                    inv_stag: 0,
+                    qn: 0,
+                    msn: i as u32 + 1,
+                    mo: 0,
+                },
+            };
+            let mut h = Vec::new();
+            hdr.emit(&mut h);
+            fpdu::emit(&[&h, m], false, &mut out);
+        }
+        s.write_all(&out).unwrap();
+        // Stay until the initiator is done.
+        let _ = s.read(&mut buf);
+    });
+    let (_c, pd, cq) = ctx();
+    let inbox = pd.alloc(3 * 256, Access::LOCAL_WRITE);
+    let mut init = QpInit::new(&pd, &cq);
+    // No peer-to-peer mode and no CRC: the hand-built FPDUs carry none.
+    init.options.peer_to_peer = false;
+    init.options.crc = false;
+    init.recvs = (0..3)
+        .map(|i| RecvWr {
+            wr_id: i,
+            sgl: vec![inbox.sge(i as usize * 256, 256)],
+        })
+        .collect();
+    let qp = connect(addr, &init).unwrap();
+    let mut w = wait_n(&cq, 3);
+    w.sort_by_key(|w| w.wr_id);
+    drop(qp);
+    responder.join().unwrap();
+    for (i, m) in msgs.iter().enumerate() {
+        assert!(
+            w[i].is_ok() && w[i].byte_len as usize == m.len(),
+            "{:?}",
+            w[i]
+        );
+        let mut got = vec![0; m.len()];
+        inbox.read(i * 256, &mut got);
+        assert_eq!(&got, m);
+    }
+}
