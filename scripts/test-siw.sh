@@ -531,11 +531,12 @@ sc_client_case() {  # sc_client_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR(no
     sc_check "$name" "$n" "$s" "$ecrc" "$rtr" "$SC_PORT" $rc "$WORK/$name.out" "$WORK/$name.vm"
 }
 # send_check client on siw in the VM -> warpsock-perftest send-check server.
-sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR
+sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR [SERVER ARGS...]
     local name=$1 n=$2 s=$3 crc=$4 ecrc=$5 rtr=$6 rc=0 port i
+    shift 6
     port=$(free_port)
     cap_prefix_start "$WORK/$name.pcap" "$port" $SC_CAP
-    "$PT" send-check server -p "$port" -n "$n" -s "$s" $([ "$crc" = 1 ] && echo --crc) --timeout 120 \
+    "$PT" send-check server -p "$port" -n "$n" -s "$s" $([ "$crc" = 1 ] && echo --crc) --timeout 120 "$@" \
         >"$WORK/$name.out" 2>&1 &
     SRV_PID=$!
     for i in $(seq 100); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.05; done
@@ -584,6 +585,11 @@ client_case client-p2p-S1000     1000  100 1 write
 # of any FPDU payload), 4096 of them.
 sc_client_case sendcheck-warpsock-to-siw-crc1 4096 65537 1 1 write
 sc_server_case sendcheck-siw-to-warpsock-crc1 4096 65537 0 1 write
+# warpsock as P2P responder choosing Read RTR: siw offers Write and Read
+# (siw_cm.c rtr_type) and sends a zero-length Read Request when the Reply
+# names Read; warpsock's core always picks Write, so this server shows the
+# core the Request with only Read offered (send_check::server_read_rtr).
+sc_server_case sendcheck-siw-to-warpsock-read-rtr 512 65537 0 1 read --choose-read-rtr
 vm_stop
 
 # --- Boot 3: perftest -R servers and Terminate probes (warpsock-perftest) --

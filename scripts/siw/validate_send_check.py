@@ -11,7 +11,9 @@ Two independent readings of the same bytes:
   * our own: TCP reassembled from the raw pcap, MPA Request/Reply (RFC 5044
     §7.1, RFC 6581 enhanced IRD/ORD word), FPDU framing (§4.1: length, pad,
     CRC), DDP untagged/tagged headers (RFC 5041 §4) and RDMAP opcodes
-    (RFC 5040 §4): every Send in the data direction is QN 0, MSN 1, 2, ...
+    (RFC 5040 §4): a peer-to-peer RTR first (zero-length Write, or
+    zero-length Read Request answered by a zero-length Read Response to the
+    same sink STag/TO); then every Send in the data direction is QN 0, MSN 1, 2, ...
     per message, MO contiguous, S bytes long, and its payload is the
     pattern of message MSN-1 byte for byte; the reverse direction carries
     only 16-byte credits "SCKC" (cumulative, non-decreasing) and the
@@ -34,7 +36,7 @@ ap.add_argument("--port", type=int, required=True, help="the server's (responder
 ap.add_argument("-n", type=int, required=True, help="messages in the run")
 ap.add_argument("-s", type=int, required=True, help="bytes per message")
 ap.add_argument("--crc", type=int, choices=[0, 1], required=True)
-ap.add_argument("--rtr", choices=["none", "write"], default="none")
+ap.add_argument("--rtr", choices=["none", "write", "read"], default="none")
 ap.add_argument("--min-messages", type=int, default=2, help="complete data messages the prefix must hold")
 a = ap.parse_args()
 
@@ -197,6 +199,7 @@ def fpdus(d, start):
 ops = {0: "Write", 1: "ReadReq", 2: "ReadResp", 3: "Send", 7: "Terminate"}
 fi, i_end = fpdus("I", req["len"])
 fr, r_end = fpdus("R", rep["len"])
+fi_all, fr_all = fi, fr
 for d, fs in (("I", fi), ("R", fr)):
     badv = [f["off"] for f in fs if f["dv"] != 1 or f["rv"] != 1]
     if badv:
@@ -207,7 +210,26 @@ for d, fs in (("I", fi), ("R", fr)):
     if any(f["op"] == 7 for f in fs):
         fail(f"{d}: a Terminate in the capture")
 
-# Data direction (I -> R): [RTR] [kicks] Sends.
+# Peer-to-peer with Read RTR (RFC 6581): the initiator's first FPDU is a
+# zero-length RDMA Read Request (untagged, QN 1, MSN 1, RFC 5040 §4.4), the
+# responder's first a zero-length Read Response echoing its sink STag/TO.
+if a.rtr == "read":
+    rq = fi[0] if fi else None
+    if not rq or rq["tagged"] or rq["op"] != 1 or (rq["qn"], rq["msn"], rq["mo"]) != (1, 1, 0) or rq["ulen"] != 46:
+        fail("Read RTR: the initiator's first FPDU is not a zero-length Read Request on QN 1 MSN 1")
+    else:
+        sink_stag, sink_to, size, src_stag, src_to = struct.unpack_from("!IQIIQ", rq["payload"])
+        if size != 0:
+            fail(f"Read RTR: the Read Request asks {size} bytes")
+        rs = fr[0] if fr else None
+        if not rs or not rs["tagged"] or rs["op"] != 2 or rs["payload"] or not rs["last"]:
+            fail("Read RTR: the responder's first FPDU is not a zero-length Read Response")
+        elif (rs["stag"], rs["to"]) != (sink_stag, sink_to):
+            fail(f"Read RTR: Read Response to {rs['stag']:#x}/{rs['to']:#x}, the request named {sink_stag:#x}/{sink_to:#x}")
+        else:
+            fi, fr = fi[1:], fr[1:]
+
+# Data direction (I -> R): [Write RTR] [kicks] Sends.
 zero_writes = [f for f in fi if f["tagged"] and f["op"] == 0 and not f["payload"]]
 sends = [f for f in fi if not f["tagged"]]
 others = [f for f in fi if f["tagged"] and f not in zero_writes]
@@ -316,7 +338,7 @@ for line in out.stdout.splitlines():
         if not rec["tagged"] and msns:
             rec["msn"], rec["mo"] = int(msns.pop(0)), int(mos.pop(0))
         ts[d].append(rec)
-for d, mine in (("I", fi), ("R", fr)):
+for d, mine in (("I", fi_all), ("R", fr_all)):
     theirs = ts[d]
     # tshark may stop one FPDU short at a cut; it must not see fewer otherwise.
     if len(theirs) < len(mine) - 1:

@@ -68,6 +68,8 @@ enum P2pArg {
     Write,
     /// Offer a zero-length RDMA Read.
     Read,
+    /// Offer both (as siw with peer_to_peer=1 does).
+    Both,
 }
 
 #[derive(Subcommand)]
@@ -103,6 +105,11 @@ enum Cmd {
         /// Client: peer-to-peer setup (RFC 6581) offering this RTR.
         #[arg(long, value_enum, default_value_t = P2pArg::Off)]
         p2p: P2pArg,
+        /// Server: as peer-to-peer responder, choose Read RTR (the client
+        /// must offer both; runs the sans-IO core directly, see
+        /// `send_check::server_read_rtr`).
+        #[arg(long)]
+        choose_read_rtr: bool,
         /// Bound on the accept/connect and every wait, seconds.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
@@ -240,9 +247,10 @@ fn terminate_server(case: ServerArg, port: u16, code: &str, timeout: u64) -> Exi
     }
 }
 
-fn send_check_cmd(role: RoleArg, p: &send_check::Params) -> ExitCode {
+fn send_check_cmd(role: RoleArg, p: &send_check::Params, read_rtr: bool) -> ExitCode {
     let r = match role {
         RoleArg::Client => send_check::client(p),
+        RoleArg::Server if read_rtr => send_check::server_read_rtr(p),
         RoleArg::Server => send_check::server(p),
     };
     match r {
@@ -279,6 +287,7 @@ fn main() -> ExitCode {
             depth,
             crc,
             p2p,
+            choose_read_rtr,
             timeout,
         } => send_check_cmd(
             role,
@@ -300,9 +309,14 @@ fn main() -> ExitCode {
                         write: false,
                         read: true,
                     }),
+                    P2pArg::Both => Some(RtrOffer {
+                        write: true,
+                        read: true,
+                    }),
                 },
                 timeout: Duration::from_secs(timeout),
             },
+            choose_read_rtr,
         ),
         Cmd::TerminateServer {
             case,

@@ -35,6 +35,12 @@
 //! exceeds the last posted value it has seen, so at most W/K credits plus
 //! the result are ever unconsumed ([`client_recvs`]).
 //!
+//! # Read RTR
+//!
+//! [`server_read_rtr`] is the same server as a peer-to-peer responder that
+//! picks the zero-length RDMA Read as ready-to-receive (RFC 6581), which
+//! warpsock's core never does on its own when Write is also offered.
+//!
 //! # Pattern and checksum
 //!
 //! Word k (8 bytes, little-endian) of message i is
@@ -69,6 +75,8 @@ const CTL_BUF: usize = 64;
 const MAGIC: &[u8; 4] = b"SCK1";
 /// `wr_id` bit of control messages (credits, result).
 const WR_CTL: u64 = 1 << 62;
+/// `wr_id` of the result message.
+const WR_DONE: u64 = WR_CTL | 1 << 40;
 /// Waiting this long for a credit without any completion: kick (siw's
 /// accept race, protocol-notes §7.1).
 const KICK_AFTER: Duration = Duration::from_secs(1);
@@ -235,6 +243,89 @@ impl Msg {
             })),
             _ => None,
         }
+    }
+}
+
+/// The receiving end's bookkeeping, shared by [`server`] and
+/// [`server_read_rtr`]: verification in arrival order, the checksum, and
+/// when a credit is due.
+#[derive(Debug, Clone)]
+pub struct Receiver {
+    n: u64,
+    s: u32,
+    w: u32,
+    k: u32,
+    sum: Summary,
+    h: Fnv,
+    first_bad: Option<(u64, Option<usize>)>,
+    credited: u64,
+}
+
+impl Receiver {
+    /// For N messages of S bytes with a window of W receives.
+    pub fn new(n: u64, s: u32, w: u32) -> Self {
+        Self {
+            n,
+            s,
+            w,
+            k: credit_interval(w),
+            sum: Summary::default(),
+            h: Fnv::default(),
+            first_bad: None,
+            credited: 0,
+        }
+    }
+
+    /// The credit interval K.
+    pub fn k(&self) -> u32 {
+        self.k
+    }
+
+    /// The next message arrived with `byte_len` bytes; `data` is its
+    /// buffer (at least `byte_len` bytes when that is S).
+    pub fn take(&mut self, data: &[u8], byte_len: u32) {
+        let i = self.sum.messages;
+        let bad = if byte_len == self.s {
+            check(&data[..self.s as usize], i, &mut self.h).map(Some)
+        } else {
+            Some(None)
+        };
+        if let Some(b) = bad {
+            self.sum.bad += 1;
+            self.first_bad.get_or_insert((i, b));
+        }
+        self.sum.messages += 1;
+        self.sum.bytes += u64::from(byte_len);
+    }
+
+    /// The credit to send now, if one is due (at most one per K messages,
+    /// none once all N arrived); call [`Self::credit_sent`] after sending.
+    pub fn credit_due(&self) -> Option<Msg> {
+        (self.sum.messages - self.credited >= u64::from(self.k) && self.sum.messages < self.n)
+            .then(|| Msg::Credit(self.sum.messages + u64::from(self.w)))
+    }
+
+    /// The credit from [`Self::credit_due`] went out.
+    pub fn credit_sent(&mut self) {
+        self.credited = self.sum.messages;
+    }
+
+    /// All N messages arrived.
+    pub fn done(&self) -> bool {
+        self.sum.messages >= self.n
+    }
+
+    /// Counts and checksum so far.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            checksum: self.h.0,
+            ..self.sum
+        }
+    }
+
+    /// The first bad message and byte (`None` byte: wrong length).
+    pub fn first_bad(&self) -> Option<(u64, Option<usize>)> {
+        self.first_bad
     }
 }
 
@@ -557,7 +648,7 @@ pub fn server(p: &Params) -> Result<Report, Error> {
     let s = p.s as usize;
     let w = p.window.max(1);
     let k = credit_interval(w);
-    let ring = (w / k + 2) as usize;
+    let ring = client_recvs(w, k) as usize;
     let mut listener = Listener::bind(resolve(&p.host, p.port)?)?;
     listener.set_mpa_timeout(t);
     let req = listener.accept(Some(t)).map_err(|e| Error::Cm {
@@ -603,13 +694,11 @@ pub fn server(p: &Params) -> Result<Report, Error> {
     let neg = qp.negotiated().ok_or_else(not_negotiated)?;
     let mut ch = Chan::new(qp, cq);
 
-    let mut sum = Summary::default();
-    let mut h = Fnv::default();
-    let mut first_bad = None;
-    let (mut credited, mut ctl_out, mut ctl_slot) = (0u64, 0usize, 0usize);
+    let mut rx = Receiver::new(p.n, p.s, w);
+    let (mut ctl_out, mut ctl_slot) = (0usize, 0usize);
     let mut start = None;
     let step = "receiving";
-    while sum.messages < p.n {
+    while !rx.done() {
         let wc: Wc = ch.wait(|_| true, step, t)?;
         if wc.wr_id & WR_CTL != 0 {
             ctl_out -= 1;
@@ -619,26 +708,16 @@ pub fn server(p: &Params) -> Result<Report, Error> {
             continue;
         }
         start.get_or_insert_with(Instant::now);
-        let i = sum.messages;
         let off = wc.wr_id as usize * s;
-        let bad = if wc.byte_len == p.s {
-            data.with_bytes(|b| check(&b[off..off + s], i, &mut h))
-                .map(Some)
-        } else {
-            Some(None)
-        };
-        if let Some(b) = bad {
-            sum.bad += 1;
-            first_bad.get_or_insert((i, b));
-            if b.is_none() {
-                eprintln!(
-                    "send-check server: message {i} has {} bytes, expected {}",
-                    wc.byte_len, p.s
-                );
-            }
+        data.with_bytes(|b| rx.take(&b[off..off + s], wc.byte_len));
+        if wc.byte_len != p.s {
+            eprintln!(
+                "send-check server: message {} has {} bytes, expected {}",
+                rx.summary().messages - 1,
+                wc.byte_len,
+                p.s
+            );
         }
-        sum.messages += 1;
-        sum.bytes += u64::from(wc.byte_len);
         post_recv(
             &ch,
             RecvWr {
@@ -647,36 +726,35 @@ pub fn server(p: &Params) -> Result<Report, Error> {
             },
             "re-posting a receive",
         )?;
-        if sum.messages - credited >= u64::from(k) && sum.messages < p.n && ctl_out < ring {
-            let m = Msg::Credit(sum.messages + u64::from(w)).encode();
+        if let Some(m) = rx.credit_due().filter(|_| ctl_out < ring) {
+            let m = m.encode();
             let o = (ctl_slot % ring) * CTL_BUF;
             ctl.write(o, &m);
             post(
                 &ch,
-                send_wr(WR_CTL | sum.messages, &ctl, o, m.len() as u32),
+                send_wr(WR_CTL | ctl_slot as u64, &ctl, o, m.len() as u32),
                 "sending a credit",
             )?;
             ctl_slot += 1;
             ctl_out += 1;
-            credited = sum.messages;
+            rx.credit_sent();
         }
     }
     let elapsed = start.map_or(Duration::ZERO, |s| s.elapsed());
     while ctl_out > 0 {
-        let wc = ch.wait(|w| w.wr_id & WR_CTL != 0, "sending credits", t)?;
-        debug_assert!(wc.opcode == WcOpcode::Send);
+        ch.wait(|w| w.wr_id & WR_CTL != 0, "sending credits", t)?;
         ctl_out -= 1;
     }
-    sum.checksum = h.0;
+    let sum = rx.summary();
     let m = Msg::Done(sum).encode();
     let o = (ctl_slot % ring) * CTL_BUF;
     ctl.write(o, &m);
     post(
         &ch,
-        send_wr(WR_CTL, &ctl, o, m.len() as u32),
+        send_wr(WR_DONE, &ctl, o, m.len() as u32),
         "sending the result",
     )?;
-    ch.wait(|w| w.wr_id == WR_CTL, "sending the result", t)?;
+    ch.wait(|w| w.wr_id == WR_DONE, "sending the result", t)?;
     // The client disconnects once it has the result.
     let end = Instant::now() + t.min(Duration::from_secs(10));
     while !ch.qp.is_closed() && Instant::now() < end {
@@ -689,7 +767,7 @@ pub fn server(p: &Params) -> Result<Report, Error> {
     let rep = Report {
         local: sum,
         remote: None,
-        first_bad,
+        first_bad: rx.first_bad(),
         elapsed,
         crc: neg.crc,
         rtr: neg.rtr,
@@ -697,6 +775,312 @@ pub fn server(p: &Params) -> Result<Report, Error> {
     };
     ch.close();
     Ok(rep)
+}
+
+/// Byte of an MPA Request/Reply frame holding the RTR bits of the RFC 6581
+/// ORD word (frame: 16-byte key, flags, revision, 2-byte private data
+/// length, then IRD and ORD, big-endian): siw's `MPA_V2_RDMA_WRITE_RTR` is
+/// 0x8000, `MPA_V2_RDMA_READ_RTR` 0x4000 of ORD; `MPA_V2_PEER_TO_PEER` is
+/// 0x8000 of IRD.
+const ORD_RTR_BYTE: usize = 22;
+const IRD_P2P_BYTE: usize = 20;
+
+/// Makes an MPA Request offering both Write and Read RTR offer only Read
+/// (the responder then has to pick Read); returns whether it did.
+pub fn offer_only_read_rtr(req: &mut [u8]) -> bool {
+    if req.len() < 24 || req[17] != 2 || u16::from_be_bytes([req[18], req[19]]) < 4 {
+        return false;
+    }
+    let (p2p, ord) = (req[IRD_P2P_BYTE] & 0x80 != 0, req[ORD_RTR_BYTE]);
+    if p2p && ord & 0x80 != 0 && ord & 0x40 != 0 {
+        req[ORD_RTR_BYTE] &= !0x80;
+        return true;
+    }
+    false
+}
+
+/// [`server`] as a peer-to-peer responder that **chooses Read RTR**
+/// (RFC 6581 §3: the initiator's ready-to-receive is a zero-length RDMA
+/// Read, answered by a zero-length Read Response). warpsock's core always
+/// picks the Write when both are offered and has no responder preference
+/// (see docs/protocol-notes.md §7.11), so this drives the sans-IO core
+/// directly over a TCP socket and shows it the initiator's MPA Request with
+/// the Write-RTR bit cleared ([`offer_only_read_rtr`]); everything on the
+/// wire is the core's own. Needs an initiator offering both (siw with
+/// `peer_to_peer=1` does). Same protocol and checks as [`server`].
+pub fn server_read_rtr(p: &Params) -> Result<Report, Error> {
+    use std::io::{Read, Write};
+    use warpsock_engine::proto::{
+        Access as PAccess, Config, Connection, Event, RecvWr as PRecvWr, Registry, Role,
+        SendOp as PSendOp, SendWr as PSendWr, Sge, WcOpcode as POp, WcStatus,
+    };
+
+    let t = p.timeout;
+    let s = p.s as usize;
+    let w = p.window.max(1);
+    let ring = client_recvs(w, credit_interval(w)) as usize;
+    let listener = std::net::TcpListener::bind(resolve(&p.host, p.port)?)?;
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + t;
+    let mut sock = loop {
+        match listener.accept() {
+            Ok((sock, _)) => break sock,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(Error::Timeout {
+                        step: "a client connection",
+                        after: t,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(Error::Io(e)),
+        }
+    };
+    drop(listener);
+    sock.set_nonblocking(false)?;
+    sock.set_nodelay(true)?;
+    sock.set_read_timeout(Some(Duration::from_millis(20)))?;
+
+    let mut reg: Registry<Vec<u8>> = Registry::new();
+    let pd = reg.alloc_pd();
+    let (data_va, ctl_va) = (0x1000_0000u64, 0x1000u64);
+    let data = reg.register(
+        pd,
+        data_va,
+        vec![0; s * w as usize],
+        PAccess::LOCAL_WRITE,
+        0x31,
+    );
+    let ctl = reg.register(
+        pd,
+        ctl_va,
+        vec![0; CTL_BUF * ring],
+        PAccess::LOCAL_READ,
+        0x32,
+    );
+    let mut cfg = Config::new(Role::Responder, pd);
+    cfg.crc = p.crc;
+    cfg.sq_depth = ring + 4;
+    cfg.rq_depth = w as usize + 4;
+    cfg.mpa_timeout = t;
+    let mut conn = Connection::new(cfg, Instant::now());
+    let recv = |i: usize| PRecvWr {
+        wr_id: i as u64,
+        sgl: vec![Sge {
+            addr: data_va + (i * s) as u64,
+            length: p.s,
+            lkey: data,
+        }],
+    };
+    let send = |wr_id: u64, slot: usize, len: usize| PSendWr {
+        wr_id,
+        op: PSendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        sgl: vec![Sge {
+            addr: ctl_va + (slot * CTL_BUF) as u64,
+            length: len as u32,
+            lkey: ctl,
+        }],
+        signaled: true,
+    };
+    let perr = |step: &'static str| move |source| Error::Post { step, source };
+
+    let mut rx = Receiver::new(p.n, p.s, w);
+    let (mut inbound, mut fed, mut rewritten) = (Vec::new(), 0usize, None::<bool>);
+    let (mut ctl_out, mut ctl_slot, mut done_sent, mut done_completed) =
+        (0usize, 0usize, false, false);
+    let (mut start, mut finished_at) = (None, None::<Instant>);
+    let (mut peer_closed, mut closed) = (false, false);
+    let mut last_progress = Instant::now();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut out = Vec::new();
+    loop {
+        let now = Instant::now();
+        if now - last_progress > t {
+            return Err(Error::Timeout {
+                step: if rx.done() {
+                    "waiting for the client to disconnect"
+                } else {
+                    "receiving"
+                },
+                after: t,
+            });
+        }
+        if !peer_closed {
+            match sock.read(&mut buf) {
+                Ok(0) => peer_closed = true,
+                Ok(n) => {
+                    inbound.extend_from_slice(&buf[..n]);
+                    last_progress = now;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => peer_closed = true,
+                Err(e) => return Err(Error::Io(e)),
+            }
+        }
+        // The MPA Request is held back until it is complete, then shown to
+        // the core with only Read RTR offered.
+        let mut limit = inbound.len();
+        if rewritten.is_none() {
+            match (inbound.len() >= 20)
+                .then(|| 20 + usize::from(u16::from_be_bytes([inbound[18], inbound[19]])))
+            {
+                Some(l) if inbound.len() >= l => {
+                    rewritten = Some(offer_only_read_rtr(&mut inbound[..l]));
+                }
+                _ => limit = 0,
+            }
+        }
+        if fed < limit {
+            fed += conn.handle_input(&inbound[fed..limit], &mut reg);
+        }
+        if peer_closed {
+            conn.handle_eof();
+        }
+        if conn.poll_timeout().is_some_and(|d| d <= now) {
+            conn.handle_timeout(now);
+        }
+        while let Some(e) = conn.poll_event() {
+            match e {
+                Event::ConnectRequest(req) => {
+                    if rewritten != Some(true) {
+                        return Err(Error::Protocol {
+                            step: "MPA Request",
+                            what:
+                                "the initiator did not offer both Write and Read RTR (peer-to-peer)"
+                                    .into(),
+                        });
+                    }
+                    if decode_request(&req.private_data) != Some((p.n, p.s)) {
+                        let _ = conn.reject(b"");
+                        return Err(Error::Protocol {
+                            step: "MPA Request",
+                            what: format!(
+                                "private data {:02x?} is not SCK1 N={} S={}",
+                                req.private_data, p.n, p.s
+                            ),
+                        });
+                    }
+                    conn.accept(&encode_reply(w, rx.k()))
+                        .map_err(|e| Error::Protocol {
+                            step: "MPA accept",
+                            what: format!("{e:?}"),
+                        })?;
+                    // Posted before the Reply is transmitted (below).
+                    for i in 0..w as usize {
+                        conn.post_recv(recv(i)).map_err(perr("posting receives"))?;
+                    }
+                }
+                Event::Terminated { code, by_peer } => {
+                    return Err(Error::Terminated {
+                        step: "receiving",
+                        code,
+                        by_peer,
+                    })
+                }
+                Event::ConnectFailed(e) => {
+                    return Err(Error::Protocol {
+                        step: "MPA exchange",
+                        what: format!("{e:?}"),
+                    })
+                }
+                Event::Closed => closed = true,
+                _ => {}
+            }
+        }
+        while let Some(wc) = conn.poll_completion() {
+            // Receives re-posted after the last message flush at close.
+            if wc.status == WcStatus::WrFlushError && rx.done() {
+                continue;
+            }
+            if wc.status != WcStatus::Success {
+                return Err(Error::Completion {
+                    step: "receiving",
+                    opcode: wc.opcode,
+                    status: wc.status,
+                });
+            }
+            last_progress = now;
+            match wc.opcode {
+                POp::Recv => {
+                    start.get_or_insert(now);
+                    let i = wc.wr_id as usize;
+                    let b = reg
+                        .slice(data, (i * s) as u64, s)
+                        .expect("the data region is registered");
+                    rx.take(b, wc.byte_len);
+                    conn.post_recv(recv(i))
+                        .map_err(perr("re-posting a receive"))?;
+                    if rx.done() {
+                        finished_at = Some(now);
+                    }
+                }
+                _ if wc.wr_id == WR_DONE => done_completed = true,
+                _ => ctl_out -= 1,
+            }
+        }
+        if closed && !done_completed {
+            return Err(Error::Disconnected { step: "receiving" });
+        }
+        if let Some(m) = rx.credit_due().filter(|_| ctl_out < ring) {
+            let m = m.encode();
+            let slot = ctl_slot % ring;
+            reg.slice_mut(ctl, (slot * CTL_BUF) as u64, m.len())
+                .expect("the control region is registered")
+                .copy_from_slice(&m);
+            conn.post_send(send(WR_CTL | ctl_slot as u64, slot, m.len()))
+                .map_err(perr("sending a credit"))?;
+            ctl_slot += 1;
+            ctl_out += 1;
+            rx.credit_sent();
+        }
+        if rx.done() && ctl_out == 0 && !done_sent {
+            let m = Msg::Done(rx.summary()).encode();
+            let slot = ctl_slot % ring;
+            reg.slice_mut(ctl, (slot * CTL_BUF) as u64, m.len())
+                .expect("the control region is registered")
+                .copy_from_slice(&m);
+            conn.post_send(send(WR_DONE, slot, m.len()))
+                .map_err(perr("sending the result"))?;
+            done_sent = true;
+        }
+        out.clear();
+        conn.poll_transmit(&reg, &mut out, usize::MAX);
+        if !out.is_empty() {
+            sock.write_all(&out)?;
+        }
+        // The client disconnects once it has the result.
+        if done_completed
+            && (peer_closed || finished_at.is_some_and(|f| now - f > Duration::from_secs(10)))
+        {
+            break;
+        }
+    }
+    let neg = conn.negotiated().cloned().ok_or_else(not_negotiated)?;
+    conn.close();
+    out.clear();
+    conn.poll_transmit(&reg, &mut out, usize::MAX);
+    let _ = sock.write_all(&out);
+    let _ = sock.shutdown(std::net::Shutdown::Both);
+    Ok(Report {
+        local: rx.summary(),
+        remote: None,
+        first_bad: rx.first_bad(),
+        elapsed: match (start, finished_at) {
+            (Some(a), Some(b)) => b - a,
+            _ => Duration::ZERO,
+        },
+        crc: neg.crc,
+        rtr: neg.rtr,
+        kicks: 0,
+    })
 }
 
 #[cfg(test)]
@@ -776,6 +1160,60 @@ mod tests {
         check(&msg(1, 64), 1, &mut b);
         check(&msg(0, 64), 0, &mut b);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn receiver_verifies_in_order_and_credits_once_per_k() {
+        let (n, s, w) = (20u64, 100u32, 8u32);
+        let mut rx = Receiver::new(n, s, w);
+        assert_eq!(rx.k(), 2);
+        let mut credits = Vec::new();
+        for i in 0..n {
+            // Message 5 arrives twice (duplicate), so 6 is missing.
+            let m = msg(if i == 6 { 5 } else { i }, s as usize);
+            rx.take(&m, s);
+            if let Some(c) = rx.credit_due() {
+                credits.push(c);
+                rx.credit_sent();
+            }
+        }
+        assert!(rx.done());
+        let sm = rx.summary();
+        assert_eq!((sm.messages, sm.bytes, sm.bad), (n, n * u64::from(s), 1));
+        assert_eq!(rx.first_bad(), Some((6, Some(0))));
+        // Credits at 2, 4, ..., 18 (none at N), cumulative: count + W.
+        let want: Vec<_> = (1..10).map(|j| Msg::Credit(2 * j + 8)).collect();
+        assert_eq!(credits, want);
+        // A short message counts as bad without a byte offset.
+        let mut rx = Receiver::new(2, 16, 4);
+        rx.take(&msg(0, 16)[..8], 8);
+        assert_eq!(rx.first_bad(), Some((0, None)));
+        assert_eq!(rx.summary().bytes, 8);
+    }
+
+    #[test]
+    fn read_rtr_rewrite_touches_only_the_write_bit() {
+        // siw's peer-to-peer Request: IRD 0x8000|1, ORD 0xc000|1 (Write and
+        // Read RTR), then ULP private data.
+        let mut req = b"MPA ID Req Frame".to_vec();
+        req.extend_from_slice(&[0x00, 2, 0, 20, 0x80, 0x01, 0xc0, 0x01]);
+        req.extend_from_slice(&encode_request(1, 2));
+        let orig = req.clone();
+        assert!(offer_only_read_rtr(&mut req));
+        assert_eq!(req[22], 0x40);
+        assert_eq!(req[..22], orig[..22]);
+        assert_eq!(req[23..], orig[23..]);
+        // Only Write, or no P2P, or rev 1: left alone.
+        for (i, v) in [(22, 0x80u8), (20, 0x00)] {
+            let mut r = orig.clone();
+            r[i] = v;
+            let keep = r.clone();
+            assert!(!offer_only_read_rtr(&mut r));
+            assert_eq!(r, keep);
+        }
+        let mut r = orig.clone();
+        r[17] = 1;
+        assert!(!offer_only_read_rtr(&mut r));
     }
 
     #[test]

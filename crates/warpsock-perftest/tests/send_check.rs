@@ -5,7 +5,8 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use warpsock_engine::RtrOffer;
-use warpsock_perftest::send_check::{client, server, Params};
+use warpsock_engine::RtrType;
+use warpsock_perftest::send_check::{client, server, server_read_rtr, Params};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -72,4 +73,40 @@ fn the_server_rejects_other_parameters() {
     assert!(client(&cp).is_err());
     let e = srv.join().unwrap().unwrap_err().to_string();
     assert!(e.contains("rejected"), "{e}");
+}
+
+#[test]
+fn a_responder_can_choose_read_rtr() {
+    let port = free_port();
+    let mut sp = params(port, 200, 4099);
+    sp.crc = true;
+    let srv = std::thread::spawn(move || server_read_rtr(&sp));
+    let mut cp = params(port, 200, 4099);
+    cp.p2p = Some(RtrOffer {
+        write: true,
+        read: true,
+    });
+    let c = client(&cp).expect("client");
+    let r = srv.join().unwrap().expect("server");
+    assert!(c.ok() && r.ok(), "{}\n{}", c.client_line(), r.server_line());
+    assert_eq!(c.rtr, Some(RtrType::Read));
+    assert_eq!(r.rtr, Some(RtrType::Read));
+    assert_eq!(c.remote, Some(r.local));
+    assert!(r.crc && c.crc);
+}
+
+#[test]
+fn the_read_rtr_server_needs_both_offered() {
+    let port = free_port();
+    let sp = params(port, 10, 100);
+    let srv = std::thread::spawn(move || server_read_rtr(&sp));
+    let mut cp = params(port, 10, 100);
+    cp.p2p = Some(RtrOffer {
+        write: true,
+        read: false,
+    });
+    cp.timeout = Duration::from_secs(2);
+    assert!(client(&cp).is_err());
+    let e = srv.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("did not offer both"), "{e}");
 }
