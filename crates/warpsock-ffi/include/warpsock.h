@@ -1156,8 +1156,10 @@ warpsock_result warpsock_qp_connect(const char *addr,
 
 /**
  * Disconnects gracefully (outstanding requests are flushed, bytes already
- * handed to the socket are delivered, FIN is sent), closes the socket and
- * frees the handle. NULL is ignored.
+ * handed to the socket are delivered, FIN is sent) and frees the handle.
+ * The socket lingers, its input discarded, until the peer's FIN (at most
+ * 2 s, driven by later calls on the context), so a peer still sending is
+ * not reset. NULL is ignored.
  */
 void warpsock_qp_free(struct warpsock_qp *qp);
 
@@ -1190,6 +1192,14 @@ uint32_t warpsock_qp_get_state(const struct warpsock_qp *qp);
  * reset or failed); `true` for NULL.
  */
 bool warpsock_qp_is_closed(const struct warpsock_qp *qp);
+
+/**
+ * The `errno` of the socket error that ended the connection
+ * (`ECONNRESET`, `ETIMEDOUT` from the TCP user timeout or keepalive, ...),
+ * or 0 if none did (it is open, or ended with FIN, a Terminate or a local
+ * close) or `qp` is NULL.
+ */
+int32_t warpsock_qp_socket_errno(const struct warpsock_qp *qp);
 
 /**
  * Posts a send-queue work request (Send, Send with Invalidate, RDMA Write,

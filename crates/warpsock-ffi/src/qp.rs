@@ -534,8 +534,10 @@ pub extern "C" fn warpsock_qp_connect(
 }
 
 /// Disconnects gracefully (outstanding requests are flushed, bytes already
-/// handed to the socket are delivered, FIN is sent), closes the socket and
-/// frees the handle. NULL is ignored.
+/// handed to the socket are delivered, FIN is sent) and frees the handle.
+/// The socket lingers, its input discarded, until the peer's FIN (at most
+/// 2 s, driven by later calls on the context), so a peer still sending is
+/// not reset. NULL is ignored.
 #[no_mangle]
 pub extern "C" fn warpsock_qp_free(qp: *mut warpsock_qp) {
     ffi_panic_boundary! {
@@ -601,6 +603,20 @@ fn qp_ref<'a>(qp: *const warpsock_qp) -> Option<&'a Qp> {
 pub extern "C" fn warpsock_qp_is_closed(qp: *const warpsock_qp) -> bool {
     ffi_panic_boundary! {
         qp_ref(qp).is_none_or(Qp::is_closed)
+    }
+}
+
+/// The `errno` of the socket error that ended the connection
+/// (`ECONNRESET`, `ETIMEDOUT` from the TCP user timeout or keepalive, ...),
+/// or 0 if none did (it is open, or ended with FIN, a Terminate or a local
+/// close) or `qp` is NULL.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_socket_errno(qp: *const warpsock_qp) -> i32 {
+    ffi_panic_boundary! {
+        qp_ref(qp)
+            .and_then(Qp::socket_error)
+            .and_then(|e| e.raw_os_error())
+            .unwrap_or(0)
     }
 }
 

@@ -352,6 +352,9 @@ fn send_write_read_through_the_c_abi() {
     let wc = c.wait();
     assert_eq!(wc.wr_id, 9);
     assert_eq!(wc.status, warpsock_wc_status::WrFlushError as u32);
+    // A clean disconnect is no socket error.
+    assert_eq!(warpsock_qp_socket_errno(qp), 0);
+    assert_eq!(warpsock_qp_socket_errno(null()), 0);
     warpsock_qp_free(qp);
     for mr in [src_mr, note, sink, spare] {
         warpsock_mr_free(mr);
@@ -399,6 +402,8 @@ fn reject_reaches_the_initiator_and_queue_depth_is_enforced() {
                 break;
             }
         }
+        // The client aborted: the reset is reported with its errno.
+        assert_eq!(warpsock_qp_socket_errno(qp), libc::ECONNRESET);
         warpsock_qp_free(qp);
         warpsock_listener_free(l.0);
     });
@@ -434,7 +439,7 @@ fn reject_reaches_the_initiator_and_queue_depth_is_enforced() {
     };
     ok(warpsock_qp_post_recv(qp, &rwr));
     assert_eq!(warpsock_qp_post_recv(qp, &rwr), warpsock_result::QueueFull);
-    warpsock_qp_free(qp);
+    warpsock_qp_abort(qp);
     warpsock_mr_free(buf);
     server.join().unwrap();
 }
