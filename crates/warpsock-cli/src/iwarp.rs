@@ -406,7 +406,7 @@ impl Group {
     }
 }
 
-/// An error completion, with its connection's events.
+/// An error completion, with its connection's events and socket error.
 fn describe(wc: &Wc, qp: &Qp) -> Error {
     let mut m = format!("{:?} completed with {:?}", wc.opcode, wc.status);
     let events: Vec<String> = std::iter::from_fn(|| qp.poll_event())
@@ -414,6 +414,9 @@ fn describe(wc: &Wc, qp: &Qp) -> Error {
         .collect();
     if !events.is_empty() {
         m.push_str(&format!(" (connection: {})", events.join(", ")));
+    }
+    if let Some(e) = qp.socket_error() {
+        m.push_str(&format!(" (socket: {e})"));
     }
     Error::msg(m)
 }
