@@ -157,8 +157,14 @@ fn output(argv: &[String], env: &[(&str, &str)], limit: Duration) -> Result<Stri
     let err = drain(child.stderr.take());
     let end = Instant::now() + limit;
     let status = loop {
-        if let Some(st) = child.try_wait()? {
-            break Some(st);
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::msg(format!("cannot wait for {prog}: {e}")));
+            }
         }
         if Instant::now() >= end {
             let _ = child.kill();

@@ -248,12 +248,19 @@ impl RunResult {
         let (crole, srole) = s.roles();
         let t = s.transport;
         let ns = |d: std::time::Duration| d.as_nanos() as u64;
-        let elapsed_ns = if t.is_udp() && s.test.is_bandwidth() {
-            ns(c.rx_elapsed()).max(sv.rx_ns)
-        } else {
+        let active_ns = {
             let a = if crole.active(t) { ns(c.elapsed()) } else { 0 };
             let b = if srole.active(t) { sv.elapsed_ns } else { 0 };
             a.max(b)
+        };
+        let elapsed_ns = if t.is_udp() && s.test.is_bandwidth() {
+            // Datagrams: what arrived over the arrival span, but never
+            // over less than the time the senders sent. When nearly all
+            // is lost the few that arrive may do so within microseconds,
+            // and bytes / that span is no rate the link carried.
+            ns(c.rx_elapsed()).max(sv.rx_ns).max(active_ns)
+        } else {
+            active_ns
         };
         let elapsed_s = elapsed_ns as f64 / 1e9;
         let echoes = s.test.is_latency() || s.test == Test::Conn;
