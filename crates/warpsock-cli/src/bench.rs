@@ -313,6 +313,17 @@ struct Session {
     data_addr: SocketAddr,
     token: u64,
     server_cpus: usize,
+    /// The server kernel's boot id, if it said.
+    server_boot: Option<String>,
+}
+
+/// This kernel's boot id (`/proc/sys/kernel/random/boot_id`): the same in
+/// every network namespace of one machine, different across machines.
+pub(crate) fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+        .then(|| id.to_string())
 }
 
 fn open_session(host: &str, port: u16) -> Result<Session, Error> {
@@ -333,6 +344,7 @@ fn open_session(host: &str, port: u16) -> Result<Session, Error> {
         data_addr: SocketAddr::new(ctl_addr.ip(), data_port),
         token,
         server_cpus: h.num("cpus")?,
+        server_boot: h.get("boot").ok().map(str::to_string),
     })
 }
 
@@ -404,7 +416,12 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Erro
     let ccpus = pin::cpu_count();
     let lib = preload_lib();
     let offload_here = under_preload();
-    let same_host = mode == Mode::Loopback || sess.ctl_addr.ip().is_loopback();
+    // One machine when on loopback, or when the server's kernel is ours
+    // (another network namespace, e.g. `--netns`): then automatic pinning
+    // keeps busy-polling sides on different CPUs.
+    let same_host = mode == Mode::Loopback
+        || sess.ctl_addr.ip().is_loopback()
+        || sess.server_boot.is_some() && sess.server_boot == boot_id();
     let full_plan = opts.plan(
         (ccpus, sess.server_cpus),
         same_host,

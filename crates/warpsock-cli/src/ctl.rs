@@ -4,7 +4,9 @@
 //!
 //! ```text
 //! C: hello warpsock-bench=2
-//! S: hello warpsock-bench=2 data-port=18516 token=5f0e4b1c9a2d7e63 cpus=2
+//! S: hello warpsock-bench=2 data-port=18516 token=5f0e4b1c9a2d7e63 cpus=2 boot=0f1e…
+//!    (boot: the server kernel's boot id, optional; equal to the client's
+//!    when both run on one machine, e.g. in two network namespaces)
 //!    -- then per test:
 //! C: test kind=lat transport=send crc=0 size=8 window=1 conns=1 progress=caller busy-poll-us=0 pin=1 verify=0 budget=t:3 rate=0
 //! S: ready                                  (or: error <message>)

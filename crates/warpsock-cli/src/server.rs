@@ -119,8 +119,11 @@ fn session(
         return Err(Error::msg(m));
     }
     let token = new_token();
+    // `boot`: the kernel's boot id, so that a client in another network
+    // namespace of this machine knows it shares the CPUs (placement).
+    let boot = crate::bench::boot_id().map_or(String::new(), |b| format!(" boot={b}"));
     ctl.send(&format!(
-        "hello warpsock-bench={VERSION} data-port={data_port} token={token:016x} cpus={}",
+        "hello warpsock-bench={VERSION} data-port={data_port} token={token:016x} cpus={}{boot}",
         pin::cpu_count()
     ))?;
     loop {

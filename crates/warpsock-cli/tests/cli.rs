@@ -780,6 +780,37 @@ fn netns_pair_with_rate_and_loss_when_root() {
         .iter()
         .any(|r| r["transport"] == "udp" && r["test"] == "bw"));
     assert_eq!(namespaces(), before, "the run removed its namespaces");
+
+    // Both namespaces share this machine's CPUs: busy-polling sides must be
+    // placed on different ones (the server's boot id tells the client),
+    // else each spins away the other's time slice.
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+        let out = run(&[
+            "bench",
+            "--netns",
+            "--tests",
+            "lat",
+            "--transports",
+            "tcp",
+            "--sizes",
+            "8",
+            "--busy-poll",
+            "--iters",
+            "200",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let results = load_results(&json);
+        let _ = std::fs::remove_file(&json);
+        let r = &results[0];
+        assert!(
+            r["client_cpu"].is_u64() && r["server_cpu"].is_u64(),
+            "pinned: {r}"
+        );
+        assert_ne!(r["client_cpu"], r["server_cpu"], "{r}");
+        assert_eq!(namespaces(), before);
+    }
 }
 
 fn on_path(prog: &str) -> bool {
