@@ -48,6 +48,9 @@ loud_fail() {
 
 cleanup() {
     local rc=$?
+    # No errexit here: a process that already exited must not keep the VM
+    # from being stopped (a failed `kill` after `&&` would end the trap).
+    set +e
     [ -n "$CAP_PID" ] && kill "$CAP_PID" 2>/dev/null
     [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null
     [ -n "${SC_TCPDUMP:-}" ] && kill "$SC_TCPDUMP" 2>/dev/null
