@@ -590,8 +590,7 @@ sc_client_case sendcheck-warpsock-to-siw-crc1 4096 65537 1 1 write
 sc_server_case sendcheck-siw-to-warpsock-crc1 4096 65537 0 1 write
 # warpsock as P2P responder choosing Read RTR: siw offers Write and Read
 # (siw_cm.c rtr_type) and sends a zero-length Read Request when the Reply
-# names Read; warpsock's core always picks Write, so this server shows the
-# core the Request with only Read offered (send_check::server_read_rtr).
+# names Read; the server picks Read through QpOptions::prefer_read_rtr.
 sc_server_case sendcheck-siw-to-warpsock-read-rtr 512 65537 0 1 read --choose-read-rtr
 vm_stop
 

@@ -112,10 +112,14 @@ pub struct QpOptions {
     pub peer_to_peer: bool,
     /// Initiator, with [`Self::peer_to_peer`]: which zero-length RTR
     /// messages to offer — RDMA Write (siw's choice, the default), RDMA
-    /// Read (Chelsio's default), or both (the responder picks the Write).
+    /// Read (Chelsio's default), or both (the responder picks the Write,
+    /// unless it prefers Read: [`Self::prefer_read_rtr`]).
     /// Offering neither means no peer-to-peer setup. What was chosen is
     /// [`Negotiated::rtr`](warpsock_proto::Negotiated::rtr).
     pub rtr: RtrOffer,
+    /// Responder: when the initiator offers both RTR types, choose the
+    /// RDMA Read instead of the Write (default off, as siw).
+    pub prefer_read_rtr: bool,
     /// Initiator: private data for the MPA Request (≤ [`MAX_PRIVATE_DATA`]).
     pub private_data: Vec<u8>,
     /// TCP connect timeout.
@@ -143,6 +147,7 @@ impl Default for QpOptions {
                 write: true,
                 read: false,
             },
+            prefer_read_rtr: false,
             private_data: Vec::new(),
             connect_timeout: Duration::from_secs(10),
             mpa_timeout: Duration::from_secs(10),
@@ -161,6 +166,7 @@ impl QpOptions {
         c.ord = self.ord;
         let offered = self.rtr.write || self.rtr.read;
         c.p2p = (role == Role::Initiator && self.peer_to_peer && offered).then_some(self.rtr);
+        c.prefer_read_rtr = self.prefer_read_rtr;
         c.private_data = self.private_data.clone();
         c.mulpdu = self
             .mulpdu

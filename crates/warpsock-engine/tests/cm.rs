@@ -410,20 +410,23 @@ fn readable_within(fd: i32, ms: i32) -> bool {
 }
 
 /// The initiator's choice of ready-to-receive message (RFC 6581): Write
-/// only (the default), Read only, both (the responder takes the Write), or
-/// no peer-to-peer setup. In each case the responder sends first, right
+/// only (the default), Read only, both (the responder takes the Write, or
+/// the Read when it prefers Read), or no peer-to-peer setup. In each case the responder sends first, right
 /// after accepting, and then the initiator sends and RDMA-Reads back.
 #[test]
 fn rtr_choice_end_to_end() {
     use warpsock_engine::{RtrOffer, RtrType};
+    // (p2p, offer write, offer read, responder prefers Read, chosen)
     let cases = [
-        (true, true, false, Some(RtrType::Write)),
-        (true, false, true, Some(RtrType::Read)),
-        (true, true, true, Some(RtrType::Write)),
-        (true, false, false, None),
-        (false, true, true, None),
+        (true, true, false, false, Some(RtrType::Write)),
+        (true, false, true, false, Some(RtrType::Read)),
+        (true, true, true, false, Some(RtrType::Write)),
+        (true, true, true, true, Some(RtrType::Read)),
+        (true, true, false, true, Some(RtrType::Write)),
+        (true, false, false, false, None),
+        (false, true, true, false, None),
     ];
-    for (i, (p2p, write, read, want)) in cases.into_iter().enumerate() {
+    for (i, (p2p, write, read, prefer_read, want)) in cases.into_iter().enumerate() {
         let l = Listener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let first = pattern(3000, i as u64);
@@ -439,6 +442,7 @@ fn rtr_choice_end_to_end() {
             let exp = pd.register(exposed2, Access::REMOTE_READ);
             let mut init = QpInit::new(&pd, &cq);
             init.options.crc = true;
+            init.options.prefer_read_rtr = prefer_read;
             init.recvs.push(RecvWr {
                 wr_id: 9,
                 sgl: vec![rbuf.sge(0, 4096)],

@@ -106,8 +106,7 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = P2pArg::Off)]
         p2p: P2pArg,
         /// Server: as peer-to-peer responder, choose Read RTR (the client
-        /// must offer both; runs the sans-IO core directly, see
-        /// `send_check::server_read_rtr`).
+        /// must offer both; the engine's `QpOptions::prefer_read_rtr`).
         #[arg(long)]
         choose_read_rtr: bool,
         /// Bound on the accept/connect and every wait, seconds.
@@ -247,10 +246,9 @@ fn terminate_server(case: ServerArg, port: u16, code: &str, timeout: u64) -> Exi
     }
 }
 
-fn send_check_cmd(role: RoleArg, p: &send_check::Params, read_rtr: bool) -> ExitCode {
+fn send_check_cmd(role: RoleArg, p: &send_check::Params) -> ExitCode {
     let r = match role {
         RoleArg::Client => send_check::client(p),
-        RoleArg::Server if read_rtr => send_check::server_read_rtr(p),
         RoleArg::Server => send_check::server(p),
     };
     match r {
@@ -314,9 +312,9 @@ fn main() -> ExitCode {
                         read: true,
                     }),
                 },
+                prefer_read_rtr: choose_read_rtr,
                 timeout: Duration::from_secs(timeout),
             },
-            choose_read_rtr,
         ),
         Cmd::TerminateServer {
             case,

@@ -37,9 +37,11 @@
 //!
 //! # Read RTR
 //!
-//! [`server_read_rtr`] is the same server as a peer-to-peer responder that
-//! picks the zero-length RDMA Read as ready-to-receive (RFC 6581), which
-//! warpsock's core never does on its own when Write is also offered.
+//! With [`Params::prefer_read_rtr`] the server is a peer-to-peer responder
+//! that picks the zero-length RDMA Read as ready-to-receive (RFC 6581)
+//! when the initiator offers both (siw with `peer_to_peer=1` does), through
+//! the engine's `QpOptions::prefer_read_rtr`; it refuses an initiator that
+//! did not offer both.
 //!
 //! # Pattern and checksum
 //!
@@ -246,9 +248,8 @@ impl Msg {
     }
 }
 
-/// The receiving end's bookkeeping, shared by [`server`] and
-/// [`server_read_rtr`]: verification in arrival order, the checksum, and
-/// when a credit is due.
+/// The receiving end's bookkeeping ([`server`]): verification in arrival
+/// order, the checksum, and when a credit is due.
 #[derive(Debug, Clone)]
 pub struct Receiver {
     n: u64,
@@ -348,6 +349,8 @@ pub struct Params {
     pub crc: bool,
     /// Client: peer-to-peer RTR offer (`None`: classic setup).
     pub p2p: Option<RtrOffer>,
+    /// Server: choose the Read RTR; the initiator must offer both.
+    pub prefer_read_rtr: bool,
     /// Bound on the accept / connect and every wait.
     pub timeout: Duration,
 }
@@ -678,6 +681,7 @@ pub fn server(p: &Params) -> Result<Report, Error> {
     init.options.sq_depth = ring + 4;
     init.options.rq_depth = w as usize + 4;
     init.options.mpa_timeout = t;
+    init.options.prefer_read_rtr = p.prefer_read_rtr;
     // Posted before the MPA Reply leaves (QpInit::recvs).
     for i in 0..w as usize {
         init.recvs.push(RecvWr {
@@ -692,6 +696,15 @@ pub fn server(p: &Params) -> Result<Report, Error> {
             source: e,
         })?;
     let neg = qp.negotiated().ok_or_else(not_negotiated)?;
+    if p.prefer_read_rtr && neg.rtr != Some(RtrType::Read) {
+        return Err(Error::Protocol {
+            step: "MPA Request",
+            what: format!(
+                "the initiator did not offer both Write and Read RTR (chosen: {:?})",
+                neg.rtr
+            ),
+        });
+    }
     let mut ch = Chan::new(qp, cq);
 
     let mut rx = Receiver::new(p.n, p.s, w);
@@ -775,312 +788,6 @@ pub fn server(p: &Params) -> Result<Report, Error> {
     };
     ch.close();
     Ok(rep)
-}
-
-/// Byte of an MPA Request/Reply frame holding the RTR bits of the RFC 6581
-/// ORD word (frame: 16-byte key, flags, revision, 2-byte private data
-/// length, then IRD and ORD, big-endian): siw's `MPA_V2_RDMA_WRITE_RTR` is
-/// 0x8000, `MPA_V2_RDMA_READ_RTR` 0x4000 of ORD; `MPA_V2_PEER_TO_PEER` is
-/// 0x8000 of IRD.
-const ORD_RTR_BYTE: usize = 22;
-const IRD_P2P_BYTE: usize = 20;
-
-/// Makes an MPA Request offering both Write and Read RTR offer only Read
-/// (the responder then has to pick Read); returns whether it did.
-pub fn offer_only_read_rtr(req: &mut [u8]) -> bool {
-    if req.len() < 24 || req[17] != 2 || u16::from_be_bytes([req[18], req[19]]) < 4 {
-        return false;
-    }
-    let (p2p, ord) = (req[IRD_P2P_BYTE] & 0x80 != 0, req[ORD_RTR_BYTE]);
-    if p2p && ord & 0x80 != 0 && ord & 0x40 != 0 {
-        req[ORD_RTR_BYTE] &= !0x80;
-        return true;
-    }
-    false
-}
-
-/// [`server`] as a peer-to-peer responder that **chooses Read RTR**
-/// (RFC 6581 §3: the initiator's ready-to-receive is a zero-length RDMA
-/// Read, answered by a zero-length Read Response). warpsock's core always
-/// picks the Write when both are offered and has no responder preference
-/// (see docs/protocol-notes.md §7.11), so this drives the sans-IO core
-/// directly over a TCP socket and shows it the initiator's MPA Request with
-/// the Write-RTR bit cleared ([`offer_only_read_rtr`]); everything on the
-/// wire is the core's own. Needs an initiator offering both (siw with
-/// `peer_to_peer=1` does). Same protocol and checks as [`server`].
-pub fn server_read_rtr(p: &Params) -> Result<Report, Error> {
-    use std::io::{Read, Write};
-    use warpsock_engine::proto::{
-        Access as PAccess, Config, Connection, Event, RecvWr as PRecvWr, Registry, Role,
-        SendOp as PSendOp, SendWr as PSendWr, Sge, WcOpcode as POp, WcStatus,
-    };
-
-    let t = p.timeout;
-    let s = p.s as usize;
-    let w = p.window.max(1);
-    let ring = client_recvs(w, credit_interval(w)) as usize;
-    let listener = std::net::TcpListener::bind(resolve(&p.host, p.port)?)?;
-    listener.set_nonblocking(true)?;
-    let deadline = Instant::now() + t;
-    let mut sock = loop {
-        match listener.accept() {
-            Ok((sock, _)) => break sock,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    return Err(Error::Timeout {
-                        step: "a client connection",
-                        after: t,
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(Error::Io(e)),
-        }
-    };
-    drop(listener);
-    sock.set_nonblocking(false)?;
-    sock.set_nodelay(true)?;
-    sock.set_read_timeout(Some(Duration::from_millis(20)))?;
-
-    let mut reg: Registry<Vec<u8>> = Registry::new();
-    let pd = reg.alloc_pd();
-    let (data_va, ctl_va) = (0x1000_0000u64, 0x1000u64);
-    let data = reg.register(
-        pd,
-        data_va,
-        vec![0; s * w as usize],
-        PAccess::LOCAL_WRITE,
-        0x31,
-    );
-    let ctl = reg.register(
-        pd,
-        ctl_va,
-        vec![0; CTL_BUF * ring],
-        PAccess::LOCAL_READ,
-        0x32,
-    );
-    let mut cfg = Config::new(Role::Responder, pd);
-    cfg.crc = p.crc;
-    cfg.sq_depth = ring + 4;
-    cfg.rq_depth = w as usize + 4;
-    cfg.mpa_timeout = t;
-    let mut conn = Connection::new(cfg, Instant::now());
-    let recv = |i: usize| PRecvWr {
-        wr_id: i as u64,
-        sgl: vec![Sge {
-            addr: data_va + (i * s) as u64,
-            length: p.s,
-            lkey: data,
-        }],
-    };
-    let send = |wr_id: u64, slot: usize, len: usize| PSendWr {
-        wr_id,
-        op: PSendOp::Send {
-            solicited: false,
-            invalidate: None,
-        },
-        sgl: vec![Sge {
-            addr: ctl_va + (slot * CTL_BUF) as u64,
-            length: len as u32,
-            lkey: ctl,
-        }],
-        signaled: true,
-    };
-    let perr = |step: &'static str| move |source| Error::Post { step, source };
-
-    let mut rx = Receiver::new(p.n, p.s, w);
-    let (mut inbound, mut fed, mut rewritten) = (Vec::new(), 0usize, None::<bool>);
-    let (mut ctl_out, mut ctl_slot, mut done_sent, mut done_completed) =
-        (0usize, 0usize, false, false);
-    let (mut start, mut finished_at) = (None, None::<Instant>);
-    let (mut peer_closed, mut closed) = (false, false);
-    let mut last_progress = Instant::now();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut out = Vec::new();
-    loop {
-        let now = Instant::now();
-        if now - last_progress > t {
-            return Err(Error::Timeout {
-                step: if rx.done() {
-                    "waiting for the client to disconnect"
-                } else {
-                    "receiving"
-                },
-                after: t,
-            });
-        }
-        if !peer_closed {
-            match sock.read(&mut buf) {
-                Ok(0) => peer_closed = true,
-                Ok(n) => {
-                    inbound.extend_from_slice(&buf[..n]);
-                    last_progress = now;
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => peer_closed = true,
-                Err(e) => return Err(Error::Io(e)),
-            }
-        }
-        // The MPA Request is held back until it is complete, then shown to
-        // the core with only Read RTR offered.
-        let mut limit = inbound.len();
-        if rewritten.is_none() {
-            match (inbound.len() >= 20)
-                .then(|| 20 + usize::from(u16::from_be_bytes([inbound[18], inbound[19]])))
-            {
-                Some(l) if inbound.len() >= l => {
-                    rewritten = Some(offer_only_read_rtr(&mut inbound[..l]));
-                }
-                _ => limit = 0,
-            }
-        }
-        if fed < limit {
-            fed += conn.handle_input(&inbound[fed..limit], &mut reg);
-        }
-        if peer_closed {
-            conn.handle_eof();
-        }
-        if conn.poll_timeout().is_some_and(|d| d <= now) {
-            conn.handle_timeout(now);
-        }
-        while let Some(e) = conn.poll_event() {
-            match e {
-                Event::ConnectRequest(req) => {
-                    if rewritten != Some(true) {
-                        return Err(Error::Protocol {
-                            step: "MPA Request",
-                            what:
-                                "the initiator did not offer both Write and Read RTR (peer-to-peer)"
-                                    .into(),
-                        });
-                    }
-                    if decode_request(&req.private_data) != Some((p.n, p.s)) {
-                        let _ = conn.reject(b"");
-                        return Err(Error::Protocol {
-                            step: "MPA Request",
-                            what: format!(
-                                "private data {:02x?} is not SCK1 N={} S={}",
-                                req.private_data, p.n, p.s
-                            ),
-                        });
-                    }
-                    conn.accept(&encode_reply(w, rx.k()))
-                        .map_err(|e| Error::Protocol {
-                            step: "MPA accept",
-                            what: format!("{e:?}"),
-                        })?;
-                    // Posted before the Reply is transmitted (below).
-                    for i in 0..w as usize {
-                        conn.post_recv(recv(i)).map_err(perr("posting receives"))?;
-                    }
-                }
-                Event::Terminated { code, by_peer } => {
-                    return Err(Error::Terminated {
-                        step: "receiving",
-                        code,
-                        by_peer,
-                    })
-                }
-                Event::ConnectFailed(e) => {
-                    return Err(Error::Protocol {
-                        step: "MPA exchange",
-                        what: format!("{e:?}"),
-                    })
-                }
-                Event::Closed => closed = true,
-                _ => {}
-            }
-        }
-        while let Some(wc) = conn.poll_completion() {
-            // Receives re-posted after the last message flush at close.
-            if wc.status == WcStatus::WrFlushError && rx.done() {
-                continue;
-            }
-            if wc.status != WcStatus::Success {
-                return Err(Error::Completion {
-                    step: "receiving",
-                    opcode: wc.opcode,
-                    status: wc.status,
-                });
-            }
-            last_progress = now;
-            match wc.opcode {
-                POp::Recv => {
-                    start.get_or_insert(now);
-                    let i = wc.wr_id as usize;
-                    let b = reg
-                        .slice(data, (i * s) as u64, s)
-                        .expect("the data region is registered");
-                    rx.take(b, wc.byte_len);
-                    conn.post_recv(recv(i))
-                        .map_err(perr("re-posting a receive"))?;
-                    if rx.done() {
-                        finished_at = Some(now);
-                    }
-                }
-                _ if wc.wr_id == WR_DONE => done_completed = true,
-                _ => ctl_out -= 1,
-            }
-        }
-        if closed && !done_completed {
-            return Err(Error::Disconnected { step: "receiving" });
-        }
-        if let Some(m) = rx.credit_due().filter(|_| ctl_out < ring) {
-            let m = m.encode();
-            let slot = ctl_slot % ring;
-            reg.slice_mut(ctl, (slot * CTL_BUF) as u64, m.len())
-                .expect("the control region is registered")
-                .copy_from_slice(&m);
-            conn.post_send(send(WR_CTL | ctl_slot as u64, slot, m.len()))
-                .map_err(perr("sending a credit"))?;
-            ctl_slot += 1;
-            ctl_out += 1;
-            rx.credit_sent();
-        }
-        if rx.done() && ctl_out == 0 && !done_sent {
-            let m = Msg::Done(rx.summary()).encode();
-            let slot = ctl_slot % ring;
-            reg.slice_mut(ctl, (slot * CTL_BUF) as u64, m.len())
-                .expect("the control region is registered")
-                .copy_from_slice(&m);
-            conn.post_send(send(WR_DONE, slot, m.len()))
-                .map_err(perr("sending the result"))?;
-            done_sent = true;
-        }
-        out.clear();
-        conn.poll_transmit(&reg, &mut out, usize::MAX);
-        if !out.is_empty() {
-            sock.write_all(&out)?;
-        }
-        // The client disconnects once it has the result.
-        if done_completed
-            && (peer_closed || finished_at.is_some_and(|f| now - f > Duration::from_secs(10)))
-        {
-            break;
-        }
-    }
-    let neg = conn.negotiated().cloned().ok_or_else(not_negotiated)?;
-    conn.close();
-    out.clear();
-    conn.poll_transmit(&reg, &mut out, usize::MAX);
-    let _ = sock.write_all(&out);
-    let _ = sock.shutdown(std::net::Shutdown::Both);
-    Ok(Report {
-        local: rx.summary(),
-        remote: None,
-        first_bad: rx.first_bad(),
-        elapsed: match (start, finished_at) {
-            (Some(a), Some(b)) => b - a,
-            _ => Duration::ZERO,
-        },
-        crc: neg.crc,
-        rtr: neg.rtr,
-        kicks: 0,
-    })
 }
 
 #[cfg(test)]
@@ -1189,31 +896,6 @@ mod tests {
         rx.take(&msg(0, 16)[..8], 8);
         assert_eq!(rx.first_bad(), Some((0, None)));
         assert_eq!(rx.summary().bytes, 8);
-    }
-
-    #[test]
-    fn read_rtr_rewrite_touches_only_the_write_bit() {
-        // siw's peer-to-peer Request: IRD 0x8000|1, ORD 0xc000|1 (Write and
-        // Read RTR), then ULP private data.
-        let mut req = b"MPA ID Req Frame".to_vec();
-        req.extend_from_slice(&[0x00, 2, 0, 20, 0x80, 0x01, 0xc0, 0x01]);
-        req.extend_from_slice(&encode_request(1, 2));
-        let orig = req.clone();
-        assert!(offer_only_read_rtr(&mut req));
-        assert_eq!(req[22], 0x40);
-        assert_eq!(req[..22], orig[..22]);
-        assert_eq!(req[23..], orig[23..]);
-        // Only Write, or no P2P, or rev 1: left alone.
-        for (i, v) in [(22, 0x80u8), (20, 0x00)] {
-            let mut r = orig.clone();
-            r[i] = v;
-            let keep = r.clone();
-            assert!(!offer_only_read_rtr(&mut r));
-            assert_eq!(r, keep);
-        }
-        let mut r = orig.clone();
-        r[17] = 1;
-        assert!(!offer_only_read_rtr(&mut r));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use warpsock_engine::RtrOffer;
 use warpsock_engine::RtrType;
-use warpsock_perftest::send_check::{client, server, server_read_rtr, Params};
+use warpsock_perftest::send_check::{client, server, Params};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -26,6 +26,7 @@ fn params(port: u16, n: u64, s: u32) -> Params {
         depth: 3,
         crc: false,
         p2p: None,
+        prefer_read_rtr: false,
         timeout: Duration::from_secs(20),
     }
 }
@@ -80,7 +81,8 @@ fn a_responder_can_choose_read_rtr() {
     let port = free_port();
     let mut sp = params(port, 200, 4099);
     sp.crc = true;
-    let srv = std::thread::spawn(move || server_read_rtr(&sp));
+    sp.prefer_read_rtr = true;
+    let srv = std::thread::spawn(move || server(&sp));
     let mut cp = params(port, 200, 4099);
     cp.p2p = Some(RtrOffer {
         write: true,
@@ -98,8 +100,9 @@ fn a_responder_can_choose_read_rtr() {
 #[test]
 fn the_read_rtr_server_needs_both_offered() {
     let port = free_port();
-    let sp = params(port, 10, 100);
-    let srv = std::thread::spawn(move || server_read_rtr(&sp));
+    let mut sp = params(port, 10, 100);
+    sp.prefer_read_rtr = true;
+    let srv = std::thread::spawn(move || server(&sp));
     let mut cp = params(port, 10, 100);
     cp.p2p = Some(RtrOffer {
         write: true,

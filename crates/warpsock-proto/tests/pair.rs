@@ -459,7 +459,8 @@ fn mpa_timeouts_both_roles() {
 
 #[test]
 fn p2p_write_and_read_rtr() {
-    for (offer, want) in [
+    // (offer, chosen, responder prefers Read)
+    for (offer, want, prefer_read) in [
         (
             RtrOffer {
                 write: true,
@@ -481,8 +482,22 @@ fn p2p_write_and_read_rtr() {
             },
             RtrType::Write,
         ),
-    ] {
-        let mut p = Pair::new(|c| c.p2p = Some(offer), |_| {}, Cut::Whole);
+    ]
+    .into_iter()
+    .map(|(offer, want)| (offer, want, false))
+    .chain([(
+        RtrOffer {
+            write: true,
+            read: true,
+        },
+        RtrType::Read,
+        true,
+    )]) {
+        let mut p = Pair::new(
+            |c| c.p2p = Some(offer),
+            |c| c.prefer_read_rtr = prefer_read,
+            Cut::Whole,
+        );
         p.run();
         assert!(p.a.established() && p.b.established(), "{offer:?}");
         assert_eq!(p.a.conn.negotiated().unwrap().rtr, Some(want));

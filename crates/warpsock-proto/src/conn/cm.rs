@@ -145,7 +145,8 @@ impl Connection {
             };
             if p.peer_to_peer {
                 word.peer_to_peer = true;
-                rtr = Some(if p.write_rtr {
+                let read_first = self.cfg.prefer_read_rtr && p.read_rtr;
+                rtr = Some(if p.write_rtr && !read_first {
                     word.write_rtr = true;
                     RtrType::Write
                 } else if p.read_rtr {

@@ -94,6 +94,10 @@ pub struct Config {
     /// Initiator: offer peer-to-peer mode with these RTR types (never
     /// Send-only). Responder: ignored (the peer's offer decides).
     pub p2p: Option<RtrOffer>,
+    /// Responder: when the initiator offers both a Write and a Read RTR,
+    /// choose the Read (as an RNIC that prefers Read RTR would). Off: the
+    /// Write, as Linux siw chooses.
+    pub prefer_read_rtr: bool,
     /// Initiator: ULP private data for the MPA Request (≤ 508 bytes; ≤ 251
     /// to stay within siw's limit).
     pub private_data: Vec<u8>,
@@ -122,6 +126,7 @@ impl Config {
             ord: 16,
             max_ird_ord: 128,
             p2p: None,
+            prefer_read_rtr: false,
             private_data: Vec::new(),
             mulpdu: fpdu::mulpdu_for_mss(1448),
             mpa_timeout: Duration::from_secs(10),
