@@ -20,13 +20,19 @@
 //! RDMA Read), [`RecvWr`], and [`Sge`] (build one with [`Mr::sge`]).
 //!
 //! Every object is owned; dropping it cleans up (a [`Qp`] disconnects, an
-//! [`Mr`] deregisters, the progress thread stops with the last handle).
+//! [`Mr`] deregisters, the progress thread stops with the last handle). A
+//! dropped [`Qp`]'s socket lingers, its input discarded, until the peer's
+//! FIN (at most 2 s), so a peer still sending is never reset: a reset would
+//! make the peer's kernel drop what we sent last.
 //!
 //! # Progress
 //!
 //! * [`Progress::Caller`]: posts transmit at once; [`Cq::poll`] and
 //!   [`Cq::wait`] receive. [`ContextOptions::busy_poll`] makes `wait` spin
-//!   before it sleeps, for the lowest latency.
+//!   before it sleeps, for the lowest latency. With one connection in the
+//!   context, `wait` sleeps in a blocking read of its socket (outside the
+//!   context lock, so other threads may post meanwhile): a message then
+//!   costs the system calls of plain TCP, one `sendmsg` and one `recv`.
 //! * [`Progress::Thread`]: a background thread per context moves data
 //!   while the application computes; [`Cq::wait`] sleeps until a
 //!   completion arrives, and [`Cq::notify_fd`] is readable while the queue
@@ -45,8 +51,8 @@
 //!
 //! A connection that dies (peer crash, reset, `TCP_USER_TIMEOUT` or
 //! keepalive expiry, see [`TcpOptions`]) flushes every outstanding work
-//! request with an error completion. Setup errors are [`CmError`]s that say
-//! which step failed.
+//! request with an error completion; [`Qp::socket_error`] then names the
+//! `errno`. Setup errors are [`CmError`]s that say which step failed.
 //!
 //! # Memory
 //!
