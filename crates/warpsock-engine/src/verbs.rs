@@ -887,7 +887,7 @@ impl Qp {
 
 impl Drop for Qp {
     /// Disconnects (flush, FIN) and leaves the socket to linger: it stays
-    /// open, its input discarded, until the peer's FIN (or [`LINGER`]), and
+    /// open, its input discarded, until the peer's FIN (or 2 s), and
     /// is closed by later progress (any call on the context in
     /// caller-driven mode, the progress thread otherwise) or when the
     /// context goes. Closing at once would make the kernel answer the
