@@ -170,8 +170,11 @@ cap_stop() {
 }
 
 VALIDATE=$WORK/validate.py
+# The validators share scripts/siw/tshark_expert.py (the expert-info rule).
+export PYTHONPATH="$ROOT/scripts/siw${PYTHONPATH:+:$PYTHONPATH}"
 cat >"$VALIDATE" <<'PY'
 import argparse, difflib, subprocess, sys, xml.etree.ElementTree as ET
+from tshark_expert import expert_problems
 
 ap = argparse.ArgumentParser()
 ap.add_argument("pcap")
@@ -357,19 +360,8 @@ else:
             fail(f"Write #{i} carries {m['len']} bytes, expected {a.size} (strlen+1)")
 
 # Wireshark's expert info: nothing from the iWARP dissectors but the known rev-2 notes.
-exp = subprocess.run(TSHARK + ["-q", "-z", "expert"], capture_output=True, text=True).stdout
-section = ""
-for line in exp.splitlines():
-    s = line.strip()
-    if s and s.split(" ")[0] in ("Errors", "Warns", "Notes", "Chats", "Comments"):
-        section = s.split(" ")[0]
-        continue
-    if "IWARP" in s.upper() and section in ("Errors", "Warns"):
-        if "Res field is NOT set to zero" in s or "Rev field is NOT set to one" in s:
-            continue
-        fail(f"tshark expert {section}: {s}")
-    if section == "Errors" and "Malformed" in s:
-        fail(f"tshark expert Errors: {s}")
+for p in expert_problems(TSHARK):
+    fail(p)
 
 fpdu_dir = {d: sum(1 for f in fp if f["dir"] == d) for d in "IR"}
 largest = {d: max([f["ulpdu"] for f in fp if f["dir"] == d] or [0]) for d in "IR"}

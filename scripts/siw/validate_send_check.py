@@ -30,6 +30,8 @@ import struct
 import subprocess
 import sys
 
+from tshark_expert import expert_problems  # scripts/siw/, next to this file
+
 ap = argparse.ArgumentParser()
 ap.add_argument("pcap")
 ap.add_argument("--port", type=int, required=True, help="the server's (responder's) TCP port")
@@ -387,19 +389,8 @@ if a.crc and good < n_ts:
     fail(f"tshark: only {good} of {n_ts} dissected FPDUs show Good CRC32")
 if not a.crc and good:
     fail(f"tshark: CRC off but {good} FPDUs carry a CRC")
-exp = subprocess.run(T + ["-q", "-z", "expert"], capture_output=True, text=True).stdout
-section = ""
-for line in exp.splitlines():
-    s = line.strip()
-    if s and s.split(" ")[0] in ("Errors", "Warns", "Notes", "Chats", "Comments"):
-        section = s.split(" ")[0]
-        continue
-    if "IWARP" in s.upper() and section in ("Errors", "Warns"):
-        if "Res field is NOT set to zero" in s or "Rev field is NOT set to one" in s:
-            continue
-        fail(f"tshark expert {section}: {s}")
-    if section == "Errors" and "Malformed" in s:
-        fail(f"tshark expert Errors: {s}")
+for p in expert_problems(T):
+    fail(p)
 
 summary = (f"prefix {c['I']['have'] + c['R']['have']} B: I->R {len(fi)} FPDUs, {len(msgs)} whole messages, "
            f"{checked} payload bytes matched the pattern on the wire; R->I {len(credits)} credits"
