@@ -274,13 +274,29 @@ ctx=$(stat "$WORK/ns-c.err" tx_tcp_dgrams); srx=$(stat "$WORK/ns-s.err" rx_tcp_d
 stx=$(stat "$WORK/ns-s.err" tx_tcp_dgrams); crx=$(stat "$WORK/ns-c.err" rx_tcp_dgrams)
 [ "$ctx" -ge "$total" ] || fail "namespaces: client sent $ctx over TCP, server counted $total"
 [ "$srx" -eq "$ctx" ] || fail "namespaces: client sent $ctx datagrams over TCP, server received $srx"
-[ "$crx" -eq "$stx" ] || fail "namespaces: server sent $stx datagrams over TCP, client received $crx"
-for f in "$WORK/ns-c.err" "$WORK/ns-s.err"; do
-    for k in fallbacks tx_lost tx_kernel_fallback tx_requeued_udp rx_kernel_dgrams protocol_errors; do
-        [ "$(stat "$f" $k)" -eq 0 ] || fail "namespaces: $k = $(stat "$f" $k) ($f)"
-    done
+# Server -> client carries only iperf's end-of-test acknowledgements: the
+# server answers every FIN the client sends (at most 10 times, iperf 2.1.8
+# Server::write_UDP_AckFIN), and the client re-sends its FIN until the first
+# answer arrives, then closes its socket and exits. Answers still on the way
+# then meet a closed socket, as they would under kernel UDP: the client
+# reads at least one and at most all of them, and the server's later answers
+# find the connection gone (re-sent by kernel UDP or lost with it, a
+# fallback once connecting back is refused). 4 runs in 8 here saw 9 answers
+# sent and 1-6 read. The data direction allows none of that.
+[ "$crx" -ge 1 ] && [ "$crx" -le "$stx" ] \
+    || fail "namespaces: server sent $stx datagrams over TCP, client received $crx (want 1 <= received <= sent)"
+gone=$(( $(stat "$WORK/ns-s.err" tx_lost) + $(stat "$WORK/ns-s.err" tx_requeued_udp) ))
+[ $((crx + gone)) -le "$stx" ] \
+    || fail "namespaces: server lost or re-sent $gone of $stx answers, but the client read $crx"
+[ $((stx + $(stat "$WORK/ns-s.err" tx_kernel_fallback))) -le 10 ] \
+    || fail "namespaces: server answered more than iperf's 10 times ($stx over TCP)"
+for k in fallbacks tx_lost tx_kernel_fallback tx_requeued_udp rx_kernel_dgrams protocol_errors; do
+    [ "$(stat "$WORK/ns-c.err" $k)" -eq 0 ] || fail "namespaces: client $k = $(stat "$WORK/ns-c.err" $k)"
 done
-pass "namespaces + 3% TCP loss ($dropped segments dropped): $ctx datagrams over TCP, each received exactly once ($srx), $stx replies likewise"
+for k in rx_kernel_dgrams protocol_errors; do
+    [ "$(stat "$WORK/ns-s.err" $k)" -eq 0 ] || fail "namespaces: server $k = $(stat "$WORK/ns-s.err" $k)"
+done
+pass "namespaces + 3% TCP loss ($dropped segments dropped): $ctx datagrams over TCP, each received exactly once ($srx); $crx of $stx end-of-test acks read before the client closed"
 
 # --- same namespaces and loss, out-of-order delivery: 4 stripes ------------------
 # WARPSOCK_STRIPES=4: the sender's datagrams travel over four TCP
