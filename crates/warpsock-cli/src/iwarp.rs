@@ -389,13 +389,16 @@ impl Group {
             d if d.is_zero() => IDLE,
             d => d.min(IDLE),
         };
-        let deadline = Instant::now() + IDLE;
+        // The idle clock starts at the first empty slice (no clock read
+        // on the measured path when the completion is already there).
+        let mut deadline = None;
         let n = loop {
             let n = self.cq.wait(&mut self.wcs, slice)?;
             if n > 0 {
                 break n;
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= *deadline.get_or_insert(now + IDLE) {
                 return Err(Error::msg(format!(
                     "no completion for {} s (the peer stopped)",
                     IDLE.as_secs()

@@ -637,10 +637,9 @@ impl Cq {
     /// sockets. Progress-thread mode: sleeps until the thread delivers.
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> io::Result<usize> {
         let inner = &self.sh.inner;
-        let start = Instant::now();
-        let deadline = start.checked_add(timeout);
-        let left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
         if inner.progress == Progress::Thread {
+            let deadline = Instant::now().checked_add(timeout);
+            let left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
             let mut st = inner.lock();
             loop {
                 let n = st.cq(self.id).drain_into(out);
@@ -659,12 +658,16 @@ impl Cq {
                     .0;
             }
         }
-        let spin_until = start + inner.busy_poll;
         let mut ready = Vec::new();
         // Without busy polling, ask epoll first: every service round leaves
         // nothing behind that epoll would not report (unread input, queued
         // output), so a round now would only cost a futile read.
         let mut drive = !inner.busy_poll.is_zero();
+        // The clock is read only once a round has come up empty: a wait
+        // that finds its completion at once (the common case in a
+        // ping-pong) costs no clock read. The timeout and the spin then
+        // count from that first empty round.
+        let mut clock: Option<(Option<Instant>, Instant)> = None;
         loop {
             {
                 let mut st = inner.lock();
@@ -678,7 +681,9 @@ impl Cq {
             }
             drive = true;
             let now = Instant::now();
-            let rest = left(now);
+            let (deadline, spin_until) =
+                *clock.get_or_insert_with(|| (now.checked_add(timeout), now + inner.busy_poll));
+            let rest = deadline.map(|d| d.saturating_duration_since(now));
             if rest.is_some_and(|d| d.is_zero()) {
                 return Ok(0);
             }

@@ -799,3 +799,74 @@ fn responder_initiated_operations() {
         assert_eq!(&p.a.mem(a_recv)[..29_000], &src[100..29_100]);
     }
 }
+
+/// Payloads of at most 64 bytes are copied into the segment next to their
+/// header (CRC off: header, payload, pad and trailer are one gather entry;
+/// CRC on: the trailer stays its own entry for `seal`); larger ones stay
+/// references to registered memory. Either way the peer receives the same
+/// bytes, CRC checked when on.
+#[test]
+fn small_payloads_travel_inline() {
+    use warpsock_proto::conn::{TxPart, TxSegment};
+    for crc in [false, true] {
+        let mut p = Pair::new(|c| c.crc = crc, |c| c.crc = crc, Cut::Whole);
+        p.establish();
+        let src = p.a.region(0x10_0000, pattern(256, 3), Access::LOCAL_READ);
+        let dst = p.b.region(0x2000, vec![0; 256], Access::LOCAL_WRITE);
+        for (i, (len, inline)) in [
+            (1u32, true),
+            (7, true),
+            (64, true),
+            (65, false),
+            (200, false),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            p.b.conn
+                .post_recv(RecvWr {
+                    wr_id: i as u64,
+                    sgl: vec![sge(0x2000, 256, dst)],
+                })
+                .unwrap();
+            p.a.conn
+                .post_send(SendWr {
+                    wr_id: i as u64,
+                    op: SendOp::Send {
+                        solicited: false,
+                        invalidate: None,
+                    },
+                    sgl: vec![sge(0x10_0000 + 3, len, src)],
+                    signaled: true,
+                })
+                .unwrap();
+            let mut seg = TxSegment::default();
+            assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
+            let parts = seg.parts();
+            let memory = parts
+                .iter()
+                .filter(|x| matches!(x, TxPart::Memory(_)))
+                .count();
+            let what = format!("{len} B, CRC {crc}: {parts:?}");
+            if inline {
+                assert_eq!(memory, 0, "{what}");
+                assert_eq!(parts.len(), if crc { 2 } else { 1 }, "{what}");
+            } else {
+                assert_eq!(memory, 1, "{what}");
+            }
+            assert!(seg.seal(&p.a.reg));
+            let mut wire = Vec::new();
+            assert!(seg.write_to(&p.a.reg, &mut wire));
+            assert_eq!(p.b.conn.handle_input(&wire, &mut p.b.reg), wire.len());
+            p.a.pump();
+            p.b.pump();
+            let wc = p.b.wcs.pop().expect("receive completed");
+            assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, len), "{what}");
+            assert_eq!(
+                &p.b.mem(dst)[..len as usize],
+                &pattern(256, 3)[3..3 + len as usize],
+                "{what}"
+            );
+        }
+    }
+}

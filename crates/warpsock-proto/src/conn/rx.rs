@@ -108,6 +108,9 @@ pub(super) struct RxState {
     effect: Effect,
     // Messages in progress.
     send: Option<SendMsg>,
+    /// The scatter list of the last finished Send, kept for the next one
+    /// (no allocation per message).
+    spare_send_targets: Vec<Range>,
     tagged_in_progress: Option<Opcode>,
     expected_msn: [u32; 3],
     rtr_pending: bool,
@@ -132,7 +135,7 @@ impl RxState {
         self.phase = Phase::Header;
         self.buf.clear();
         self.want = 4;
-        self.crc = Crc32c::new();
+        self.crc.reset();
         self.fpdu_start = self.pos;
         self.hdr = None;
         self.effect = Effect::None;
@@ -517,7 +520,8 @@ impl Connection {
                 }
                 if new_msg {
                     let recv = &self.rq[0].wr;
-                    let mut targets = Vec::with_capacity(recv.sgl.len());
+                    let mut targets = std::mem::take(&mut self.rx.spare_send_targets);
+                    targets.clear();
                     let mut capacity = 0u64;
                     for s in &recv.sgl {
                         match reg.check(
@@ -545,16 +549,21 @@ impl Connection {
                         placed: 0,
                     });
                 }
-                let msg = self.rx.send.as_ref().expect("send in progress");
+                let RxState {
+                    send,
+                    targets: seg_targets,
+                    ..
+                } = &mut self.rx;
+                let msg = send.as_ref().expect("send in progress");
                 if msg.placed + payload_len as u64 > msg.capacity {
                     // siw reports a too-long Send as "no buffer" (0x02).
                     self.complete_recv_error(WcStatus::LocalLengthError);
                     return self.terminate_ddp(TermCode::DDP_UNTAGGED_NO_BUFFER);
                 }
-                // Slice the receive's scatter list to [placed, placed+len).
+                // Slice the receive's scatter list to [placed, placed+len)
+                // (`start_fpdu` emptied the segment's list).
                 let mut skip = msg.placed;
                 let mut left = payload_len as u64;
-                let mut targets = Vec::new();
                 for t in &msg.targets {
                     if left == 0 {
                         break;
@@ -564,7 +573,7 @@ impl Connection {
                         continue;
                     }
                     let take = (t.len - skip).min(left);
-                    targets.push(Range {
+                    seg_targets.push(Range {
                         stag: t.stag,
                         offset: t.offset + skip,
                         len: take,
@@ -572,7 +581,6 @@ impl Connection {
                     skip = 0;
                     left -= take;
                 }
-                self.rx.targets = targets;
                 self.rx.effect = Effect::Send;
                 self.begin_payload();
             }
@@ -602,7 +610,7 @@ impl Connection {
                 if hdr.opcode == Opcode::RdmaWrite {
                     if payload_len > 0 {
                         match reg.check(pd, stag, to, payload_len as u64, Access::REMOTE_WRITE) {
-                            Ok(r) => self.rx.targets = vec![r],
+                            Ok(r) => self.rx.targets.push(r),
                             Err(e) => return self.terminate_ddp(tagged_code(e)),
                         }
                     }
@@ -622,11 +630,11 @@ impl Connection {
                     }
                     if payload_len > 0 {
                         let sink = head.sink.expect("sized reads have a sink");
-                        self.rx.targets = vec![Range {
+                        self.rx.targets.push(Range {
                             stag: sink.stag,
                             offset: sink.offset + u64::from(head.received),
                             len: payload_len as u64,
-                        }];
+                        });
                     }
                     self.rx.effect = Effect::ReadResponse;
                 }
@@ -695,7 +703,9 @@ impl Connection {
                 msg.placed += payload;
                 if hdr.last {
                     let placed = msg.placed;
-                    self.rx.send = None;
+                    if let Some(done) = self.rx.send.take() {
+                        self.rx.spare_send_targets = done.targets;
+                    }
                     self.rx.expected_msn[0] = self.rx.expected_msn[0].wrapping_add(1);
                     let mut invalidated = None;
                     if let Placement::Untagged { inv_stag, .. } = hdr.placement {
