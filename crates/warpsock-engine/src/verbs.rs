@@ -810,9 +810,15 @@ impl Qp {
     /// Posts a receive for an incoming Send.
     pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {
         self.with(|st, inner| {
-            st.qp(self.qi).conn.post_recv(wr)?;
-            // A receive posted to a dead QP completes at once (flushed).
-            inner.kick(st, self.qi);
+            let conn = &mut st.qp(self.qi).conn;
+            conn.post_recv(wr)?;
+            // A receive posted to a QP that is not in RTS completes at once
+            // (flushed): deliver that. In RTS a receive produces neither
+            // output nor a completion, so no transmit round (a ping-pong
+            // reposts a receive per message).
+            if conn.state() != QpState::Rts {
+                inner.kick(st, self.qi);
+            }
             Ok(())
         })
     }
