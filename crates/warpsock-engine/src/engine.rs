@@ -534,7 +534,12 @@ impl QpSlot {
     fn tx(&mut self, reg: &Registry<Mem>, cqs: &mut [Option<CqSlot>]) {
         while !self.dead {
             // Refill the queue.
-            while self.txq.len() < TX_SEGS && (self.queued - self.written) < TX_BATCH as u64 {
+            // `has_pending_output` is the cheap test: most service rounds
+            // (every receive) have nothing to send.
+            while self.txq.len() < TX_SEGS
+                && (self.queued - self.written) < TX_BATCH as u64
+                && self.conn.has_pending_output()
+            {
                 let mut seg = self.pool.pop().unwrap_or_default();
                 if !self.conn.next_segment(reg, &mut seg) {
                     self.pool.push(seg);

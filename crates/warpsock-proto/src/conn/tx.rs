@@ -196,6 +196,9 @@ pub(super) struct TxState {
     next_send_msn: u32,
     next_read_msn: u32,
     done: bool,
+    /// The source list of the last finished message, kept for the next
+    /// one (no allocation per message).
+    spare_sources: Vec<Range>,
 }
 
 impl TxState {
@@ -433,7 +436,8 @@ impl Connection {
             SendOp::Read { .. } => Access::LOCAL_WRITE,
             _ => Access::LOCAL_READ,
         };
-        let mut sources = Vec::with_capacity(p.wr.sgl.len());
+        let mut sources = std::mem::take(&mut self.tx.spare_sources);
+        sources.clear();
         for s in &p.wr.sgl {
             match reg.check(self.cfg.pd, s.lkey, s.addr, u64::from(s.length), need) {
                 Ok(r) => sources.push(r),
@@ -618,6 +622,7 @@ impl Connection {
             if msg.irq {
                 self.irq.pop_front();
             }
+            self.tx.spare_sources = msg.sources;
         } else {
             self.tx.cur = Some(msg);
         }
