@@ -605,7 +605,7 @@ impl QpSlot {
                 Err(e) => self.fail_with(&e),
             }
         }
-        self.release_held(cqs);
+        // The caller (`service_tx`) releases the held completions next.
     }
 
     /// Whether `seg` carries an RDMA Read Response (its payload is our
