@@ -19,6 +19,8 @@ step "rustfmt"
 cargo fmt --all -- --check
 step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+step "rustdoc (library crates; broken or private links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --lib --no-deps --quiet
 step "cargo test (workspace)"
 LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT

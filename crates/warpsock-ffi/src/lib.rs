@@ -33,7 +33,7 @@
 //!   they may be freed in any order (free queue pairs before the completion
 //!   queues they report to, or their last completions are lost).
 //! * No Rust panic crosses into C: each function body runs inside
-//!   [`panic::ffi_panic_boundary!`] and a panic becomes
+//!   `panic::ffi_panic_boundary!` and a panic becomes
 //!   `WARPSOCK_RESULT_PANIC`.
 //! * Enumerations are passed as `uint32_t` (their C `enum` gives the
 //!   values), so an out-of-range number from C is an error, never undefined
@@ -41,7 +41,7 @@
 //!
 //! # Safety
 //!
-//! `unsafe` lives only here, at the boundary: the [`ffi`] helpers and
+//! `unsafe` lives only here, at the boundary: the `ffi` module's helpers and
 //! macros that turn C pointers into references, each with its `SAFETY:`
 //! argument; the pointer contracts are those documented on each function.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
