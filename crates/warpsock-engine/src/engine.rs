@@ -534,12 +534,12 @@ impl QpSlot {
     fn tx(&mut self, reg: &Registry<Mem>, cqs: &mut [Option<CqSlot>]) {
         while !self.dead {
             // Refill the queue.
-            // `has_pending_output` is the cheap test: most service rounds
-            // (every receive) have nothing to send.
-            while self.txq.len() < TX_SEGS
-                && (self.queued - self.written) < TX_BATCH as u64
-                && self.conn.has_pending_output()
-            {
+            // (Asking `has_pending_output` first would skip the empty
+            // `next_segment` calls, three of four per message; tried and
+            // dropped: with the tighter loop siw in the test VM reported
+            // MPA CRC errors, 3 runs of 3, on streams whose every FPDU CRC
+            // checks out in the host-side capture — see the issue 3 notes.)
+            while self.txq.len() < TX_SEGS && (self.queued - self.written) < TX_BATCH as u64 {
                 let mut seg = self.pool.pop().unwrap_or_default();
                 if !self.conn.next_segment(reg, &mut seg) {
                     self.pool.push(seg);
