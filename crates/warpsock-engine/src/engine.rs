@@ -537,7 +537,7 @@ impl QpSlot {
             // (Asking `has_pending_output` first would skip the empty
             // `next_segment` calls, three of four per message; tried and
             // dropped: with the tighter loop siw in the test VM reported
-            // MPA CRC errors, 3 runs of 3, on streams whose every FPDU CRC
+            // MPA CRC errors, 5 runs of 5, on streams whose every FPDU CRC
             // checks out in the host-side capture — see the issue 3 notes.)
             while self.txq.len() < TX_SEGS && (self.queued - self.written) < TX_BATCH as u64 {
                 let mut seg = self.pool.pop().unwrap_or_default();
