@@ -134,14 +134,29 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// Argument `i` (ROUNDS, HOPS_PER_ROUND, SIZE), `default` if absent; a bad
+/// value ends the program naming it and the allowed range.
+fn arg(i: usize, name: &str, default: usize, range: std::ops::RangeInclusive<usize>) -> usize {
+    let Some(text) = std::env::args().nth(i + 1) else {
+        return default;
+    };
+    match text.parse::<usize>() {
+        Ok(v) if range.contains(&v) => v,
+        _ => {
+            eprintln!(
+                "hop: {name} must be a whole number in {}..={}, got {text:?}",
+                range.start(),
+                range.end()
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("ROUNDS HOPS_PER_ROUND SIZE are numbers"))
-        .collect();
-    let rounds = args.first().copied().unwrap_or(15).max(1);
-    let hops = args.get(1).copied().unwrap_or(20_000).max(1);
-    let size = args.get(2).copied().unwrap_or(8).clamp(1, 4096);
+    let rounds = arg(0, "ROUNDS", 15, 1..=1000);
+    let hops = arg(1, "HOPS_PER_ROUND", 20_000, 2..=10_000_000);
+    let size = arg(2, "SIZE (bytes per Send)", 8, 1..=4096);
     let (a, b) = pair(size);
     let (mut ta, mut tb) = tcp_pair();
     let mut wcs = [Wc::default(); 16];
