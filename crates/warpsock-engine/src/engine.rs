@@ -537,8 +537,9 @@ impl QpSlot {
             // (Asking `has_pending_output` first would skip the empty
             // `next_segment` calls, three of four per message; tried and
             // dropped: with the tighter loop siw in the test VM reported
-            // MPA CRC errors, 5 runs of 5, on streams whose every FPDU CRC
-            // checks out in the host-side capture — see the issue 3 notes.)
+            // MPA CRC errors, 5 runs of 5 (1 in 6 without it), on streams
+            // whose every FPDU CRC checks out in the host-side capture —
+            // see BENCHMARKS.md §3.)
             while self.txq.len() < TX_SEGS && (self.queued - self.written) < TX_BATCH as u64 {
                 let mut seg = self.pool.pop().unwrap_or_default();
                 if !self.conn.next_segment(reg, &mut seg) {
