@@ -45,8 +45,9 @@
 //! folded over it in place), and sent with one gathered `sendmsg` of
 //! headers, registered memory and CRC trailers — no staging copy in either
 //! direction (payloads of at most 64 bytes excepted: copying them next to
-//! their header is cheaper than one more gather entry). FPDUs are sized to the TCP MSS as Linux siw does. See the
-//! `engine` module source for details.
+//! their header is cheaper than one more gather entry). FPDUs are sized to
+//! the TCP MSS as Linux siw does. See the `engine` module source for
+//! details.
 //!
 //! # Errors never hang
 //!
