@@ -695,14 +695,15 @@ impl QpSlot {
     }
 
     /// One round of progress: receive, transmit, close handling, epoll
-    /// interest. Returns whether completions or events were produced.
+    /// interest (when `epoll` is given). Returns whether completions or
+    /// events were produced.
     pub(crate) fn service(
         &mut self,
         token: u64,
         reg: &mut Registry<Mem>,
         cqs: &mut [Option<CqSlot>],
         pool: &mut RxPool,
-        epoll: &Epoll,
+        epoll: Option<&Epoll>,
     ) -> bool {
         let before = self.events.len();
         let cq_before = cq_lens(cqs, self.send_cq, self.recv_cq);
@@ -722,7 +723,7 @@ impl QpSlot {
         token: u64,
         reg: &Registry<Mem>,
         cqs: &mut [Option<CqSlot>],
-        epoll: &Epoll,
+        epoll: Option<&Epoll>,
     ) -> bool {
         let before = self.events.len();
         let cq_before = cq_lens(cqs, self.send_cq, self.recv_cq);
@@ -743,8 +744,13 @@ impl QpSlot {
         self.events.len() != before || cq_lens(cqs, self.send_cq, self.recv_cq) != cq_before
     }
 
-    /// Registers what the socket should be watched for.
-    pub(crate) fn update_interest(&mut self, token: u64, epoll: &Epoll) {
+    /// Registers what the socket should be watched for, if the context
+    /// watches its sockets with epoll (`epoll` is `None` until something
+    /// needs it: see `State::watch_all`).
+    pub(crate) fn update_interest(&mut self, token: u64, epoll: Option<&Epoll>) {
+        let Some(epoll) = epoll else {
+            return;
+        };
         let mut want = 0;
         if !self.is_done() {
             if !self.rd_closed {
