@@ -87,6 +87,20 @@ echo "--- siw VM image ($CACHE)"
 mkdir -p "$CACHE"
 "$VMTOOL" build "$CACHE" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log" >&2; loud_fail "cannot build the siw VM image"; }
 [ -f "$CACHE/image/.complete" ] || loud_fail "siw VM image incomplete in $CACHE/image"
+# siw-peer-vm passes each boot's configuration (the server command, siw's
+# module parameters) as a second cpio archive appended to the image's
+# initramfs. The kernel takes an appended archive only at a 4-byte aligned
+# offset; after a compressed one of another length it reports "Initramfs
+# unpacking failed: invalid magic at start of compressed archive" and boots
+# with the defaults (seen here: a 4,582,123-byte image, and every
+# peer-to-peer, CRC-required and `-S 65535` case ran against a default
+# siw). Zero bytes between archives are skipped, so pad the image to a
+# multiple of 4 (idempotent; the image is rebuilt only when missing).
+IMG_SIZE=$(stat -c %s "$CACHE/image/initramfs.img")
+if [ $((IMG_SIZE % 4)) -ne 0 ]; then
+    head -c $((4 - IMG_SIZE % 4)) /dev/zero >>"$CACHE/image/initramfs.img"
+    echo "    padded the initramfs from $IMG_SIZE bytes to a multiple of 4 (boot config archive alignment)"
+fi
 mkdir -p "$VM"
 ln -s "$CACHE/image" "$VM/image"
 
@@ -131,6 +145,15 @@ vm_start() {  # vm_start LABEL MODPARAMS
     fi
     VM_UP=1
     grep -E "siw params|ready after" "$WORK/boot-$label.log" | sed 's/^ */    /'
+    # The boot config must have reached the VM (see the padding above):
+    # the server runs our command and siw has every parameter asked for.
+    grep -q "server: rping -s -P -S 65535" "$WORK/boot-$label.log" \
+        || loud_fail "the siw VM ignored its boot config ($label): $(grep -aE 'Initramfs|server:' "$VM/run/console.log" | tr '\n' ' ')"
+    local kv
+    for kv in $params; do
+        grep -E "siw params:.* ${kv%%=*}=(Y|${kv#*=})( |$)" "$WORK/boot-$label.log" >/dev/null \
+            || loud_fail "siw in the VM ($label) does not have $kv: $(grep 'siw params' "$WORK/boot-$label.log")"
+    done
     echo "    boot took $(( $(date +%s) - t )) s"
     DMESG_LINES=$(vm_exec "dmesg | wc -l" | tr -dc 0-9)
     # The VM is an initramfs: copy send_check in on every boot (base64
