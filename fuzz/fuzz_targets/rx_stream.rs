@@ -59,11 +59,11 @@ fn drain(conn: &mut Connection, next_wr: &mut u64) {
             *next_wr += 1;
             let _ = conn.post_recv(RecvWr {
                 wr_id: *next_wr,
-                sgl: vec![Sge {
+                sgl: Sge {
                     addr: 0x1000 + (*next_wr % 4) * 1024,
                     length: 1024,
                     lkey: (1 << 8) | u32::from(KEY),
-                }],
+                }.into(),
             });
         }
     }
@@ -146,11 +146,11 @@ fuzz_target!(|data: &[u8]| {
         responder
             .post_recv(RecvWr {
                 wr_id: next_wr,
-                sgl: vec![Sge {
+                sgl: Sge {
                     addr: 0x1000 + i * 1024,
                     length: 1024,
                     lkey: r1,
-                }],
+                }.into(),
             })
             .expect("post_recv");
     }
@@ -161,11 +161,11 @@ fuzz_target!(|data: &[u8]| {
                 solicited: false,
                 invalidate: None,
             },
-            sgl: vec![Sge {
+            sgl: Sge {
                 addr: 0x3000,
                 length: 64,
                 lkey: r3,
-            }],
+            }.into(),
             signaled: true,
         })
         .expect("post_send");
@@ -176,11 +176,11 @@ fuzz_target!(|data: &[u8]| {
                 remote_addr: 0x9000,
                 rkey: 0x2233,
             },
-            sgl: vec![Sge {
+            sgl: Sge {
                 addr: 0x2000,
                 length: 512,
                 lkey: r2,
-            }],
+            }.into(),
             signaled: true,
         })
         .expect("post_send read");

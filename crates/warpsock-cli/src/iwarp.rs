@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{
     connect, Access, Context, ContextOptions, Cq, Listener, Mr, Pd, Progress, Qp, QpInit,
-    QpOptions, RecvWr, SendOp, SendWr, Sge, Wc, WcOpcode,
+    QpOptions, RecvWr, SendOp, SendWr, Sgl, Wc, WcOpcode,
 };
 
 use crate::data::{check, check_pattern, fill, gathered, stamp, stamp_spots};
@@ -101,23 +101,24 @@ impl Frames {
     }
 
     /// Gather list of message `i`.
-    fn sgl(&self, i: usize) -> Vec<Sge> {
+    fn sgl(&self, i: usize) -> Sgl {
         let off = i * self.slot;
         match &self.body {
-            Some(b) => vec![
+            Some(b) => [
                 self.stamps.sge(off, 8),
                 b.sge(8, (self.size - 16) as u32),
                 self.stamps.sge(off + 8, 8),
-            ],
-            None => vec![self.stamps.sge(off, self.size as u32)],
+            ]
+            .into(),
+            None => self.stamps.sge(off, self.size as u32).into(),
         }
     }
 
     /// Scatter list of a receive into slot `i` (the whole slot).
-    fn recv_sgl(&self, i: usize) -> Vec<Sge> {
+    fn recv_sgl(&self, i: usize) -> Sgl {
         match &self.body {
             Some(_) => self.sgl(i),
-            None => vec![self.stamps.sge(i * self.slot, self.slot as u32)],
+            None => self.stamps.sge(i * self.slot, self.slot as u32).into(),
         }
     }
 
@@ -182,7 +183,7 @@ fn split_id(id: u64) -> (usize, u64, usize) {
     )
 }
 
-fn send_wr(wr_id: u64, sgl: Vec<Sge>, solicited: bool, signaled: bool) -> SendWr {
+fn send_wr(wr_id: u64, sgl: Sgl, solicited: bool, signaled: bool) -> SendWr {
     SendWr {
         wr_id,
         op: SendOp::Send {
@@ -610,7 +611,7 @@ pub(crate) fn run(job: &Job<'_>, g: &mut Group, peers: Vec<Peer>) -> Result<Stat
                                     remote_addr: p.remote.addr,
                                     rkey: p.remote.rkey,
                                 },
-                                sgl: vec![g.sink.sge(i * g.sink_len, size as u32)],
+                                sgl: g.sink.sge(i * g.sink_len, size as u32).into(),
                                 signaled: true,
                             })?;
                             c.tx_seq += 1;
@@ -632,7 +633,7 @@ pub(crate) fn run(job: &Job<'_>, g: &mut Group, peers: Vec<Peer>) -> Result<Stat
                     g.ctl.write(8 * i, &v.to_le_bytes());
                     p.qp.post_send(send_wr(
                         wr_id(i, K_FIN, 0),
-                        vec![g.ctl.sge(8 * i, 8)],
+                        g.ctl.sge(8 * i, 8).into(),
                         true,
                         true,
                     ))?;
@@ -693,10 +694,10 @@ pub(crate) fn run(job: &Job<'_>, g: &mut Group, peers: Vec<Peer>) -> Result<Stat
                                         remote_addr: p.remote.addr,
                                         rkey: p.remote.rkey,
                                     },
-                                    sgl: vec![g.region.sge(i * g.region_len, size as u32)],
+                                    sgl: g.region.sge(i * g.region_len, size as u32).into(),
                                     signaled: false,
                                 },
-                                send_wr(wr_id(i, K_QUIET, 0), vec![], false, false),
+                                send_wr(wr_id(i, K_QUIET, 0), Sgl::new(), false, false),
                             ])
                             .map_err(|(_, err)| Error::from(err))?;
                         }
@@ -709,7 +710,7 @@ pub(crate) fn run(job: &Job<'_>, g: &mut Group, peers: Vec<Peer>) -> Result<Stat
                                 c.since_credit = 0;
                                 p.qp.post_send(send_wr(
                                     wr_id(i, K_QUIET, 0),
-                                    vec![],
+                                    Sgl::new(),
                                     false,
                                     false,
                                 ))?;
@@ -818,7 +819,7 @@ fn post_ping(g: &Group, p: &Peer, i: usize, seq: u64) -> Result<(), Error> {
                     sgl: g.tx.sgl(i),
                     signaled: false,
                 },
-                send_wr(wr_id(i, K_QUIET, 0), vec![], false, false),
+                send_wr(wr_id(i, K_QUIET, 0), Sgl::new(), false, false),
             ])
             .map_err(|(_, err)| Error::from(err))?;
         }
@@ -830,7 +831,7 @@ fn post_ping(g: &Group, p: &Peer, i: usize, seq: u64) -> Result<(), Error> {
                     remote_addr: p.remote.addr,
                     rkey: p.remote.rkey,
                 },
-                sgl: vec![g.sink.sge(i * g.sink_len, size as u32)],
+                sgl: g.sink.sge(i * g.sink_len, size as u32).into(),
                 signaled: true,
             })?;
         }
@@ -880,7 +881,7 @@ pub(crate) fn conn_client(job: &Job<'_>, addr: SocketAddr, token: u64) -> Result
         init.options.private_data.push(u8::from(stop));
         init.recvs = vec![RecvWr {
             wr_id: 1,
-            sgl: vec![buf.sge(8, 8)],
+            sgl: buf.sge(8, 8).into(),
         }];
         init
     };
@@ -889,7 +890,7 @@ pub(crate) fn conn_client(job: &Job<'_>, addr: SocketAddr, token: u64) -> Result
         buf.write(8, &[0; 8]);
         let qp = connect(addr, &init_for(false))
             .map_err(|err| Error::from(err).context(format!("iWARP connection to {addr}")))?;
-        qp.post_send(send_wr(2, vec![buf.sge(0, 8)], false, true))?;
+        qp.post_send(send_wr(2, buf.sge(0, 8).into(), false, true))?;
         wait_n(&cq, 2)?;
         let ns = t.elapsed().as_nanos() as u64;
         let mut b = [0u8; 8];
@@ -939,11 +940,11 @@ pub(crate) fn conn_serve(
         init.options = qp_options(spec);
         init.recvs = vec![RecvWr {
             wr_id: 1,
-            sgl: vec![buf.sge(0, 8)],
+            sgl: buf.sge(0, 8).into(),
         }];
         let qp = req.accept(&init, &[])?;
         wait_n(&cq, 1)?;
-        qp.post_send(send_wr(2, vec![buf.sge(0, 8)], false, true))?;
+        qp.post_send(send_wr(2, buf.sge(0, 8).into(), false, true))?;
         wait_n(&cq, 1)?;
         st.received(epoch, 8, true);
         qp.abort();

@@ -71,7 +71,7 @@ fn send(wr_id: u64, sge: warpsock_engine::Sge) -> SendWr {
             solicited: false,
             invalidate: None,
         },
-        sgl: vec![sge],
+        sgl: sge.into(),
         signaled: true,
     }
 }
@@ -103,7 +103,7 @@ fn serve(kind: &str, crc: bool, busy: bool) {
                 let mut init = QpInit::new(&pd, &cq);
                 init.recvs.push(RecvWr {
                     wr_id: 0,
-                    sgl: vec![buf.sge(0, 8)],
+                    sgl: buf.sge(0, 8).into(),
                 });
                 let Ok(qp) = l.accept_qp(&init, b"", None) else {
                     continue;
@@ -201,7 +201,7 @@ fn serve(kind: &str, crc: bool, busy: bool) {
                 init.options.crc = crc;
                 init.recvs.push(RecvWr {
                     wr_id: 0,
-                    sgl: vec![buf.sge(0, 8)],
+                    sgl: buf.sge(0, 8).into(),
                 });
                 let qp = l.accept_qp(&init, b"", None).unwrap();
                 let mut wc = [Wc::default(); 4];
@@ -214,7 +214,7 @@ fn serve(kind: &str, crc: bool, busy: bool) {
                         if w.opcode == warpsock_engine::WcOpcode::Recv {
                             let _ = qp.post_recv(RecvWr {
                                 wr_id: 0,
-                                sgl: vec![buf.sge(0, 8)],
+                                sgl: buf.sge(0, 8).into(),
                             });
                             let mut s = send(1, buf.sge(0, 8));
                             s.signaled = false;
@@ -246,11 +246,12 @@ fn recv_for_len(
 ) -> RecvWr {
     RecvWr {
         wr_id: i,
-        sgl: vec![if is_note {
+        sgl: if is_note {
             note.sge(0, 8)
         } else {
             target.sge(0, MIB as u32)
-        }],
+        }
+        .into(),
     }
 }
 
@@ -351,7 +352,7 @@ fn iwarp_bw(addr: SocketAddr, total: usize, crc: bool, write: bool) -> f64 {
     for i in 0..8 {
         init.recvs.push(RecvWr {
             wr_id: 1_000_000 + i,
-            sgl: vec![acks.sge(0, 8)],
+            sgl: acks.sge(0, 8).into(),
         });
     }
     let qp = connect(addr, &init).unwrap();
@@ -372,7 +373,7 @@ fn iwarp_bw(addr: SocketAddr, total: usize, crc: bool, write: bool) -> f64 {
                     *acked += 1;
                     qp.post_recv(RecvWr {
                         wr_id: w.wr_id,
-                        sgl: vec![acks.sge(0, 8)],
+                        sgl: acks.sge(0, 8).into(),
                     })
                     .unwrap();
                 }
@@ -396,7 +397,7 @@ fn iwarp_bw(addr: SocketAddr, total: usize, crc: bool, write: bool) -> f64 {
                     invalidate: None,
                 }
             },
-            sgl: vec![src.sge(0, MIB as u32)],
+            sgl: src.sge(0, MIB as u32).into(),
             signaled: i == BATCH - 1,
         });
         qp.post_send_batch(wrs.chain(std::iter::once(send(9, note.sge(0, 8)))))
@@ -442,7 +443,7 @@ fn iwarp_lat(addr: SocketAddr, iters: usize, crc: bool, busy: bool) -> (f64, f64
     init.options.crc = crc;
     init.recvs.push(RecvWr {
         wr_id: 0,
-        sgl: vec![buf.sge(0, 8)],
+        sgl: buf.sge(0, 8).into(),
     });
     let qp = connect(addr, &init).unwrap();
     let mut rtts = Vec::with_capacity(iters);
@@ -455,7 +456,7 @@ fn iwarp_lat(addr: SocketAddr, iters: usize, crc: bool, busy: bool) -> (f64, f64
         assert_eq!(w.opcode, warpsock_engine::WcOpcode::Recv);
         qp.post_recv(RecvWr {
             wr_id: 0,
-            sgl: vec![buf.sge(0, 8)],
+            sgl: buf.sge(0, 8).into(),
         })
         .unwrap();
         if i >= iters / 10 {
@@ -495,7 +496,7 @@ fn iwarp_setup(addr: SocketAddr, n: usize) -> (f64, f64) {
         let mut init = QpInit::new(&pd, &cq);
         init.recvs.push(RecvWr {
             wr_id: 0,
-            sgl: vec![ans.sge(0, 8)],
+            sgl: ans.sge(0, 8).into(),
         });
         let qp = connect(addr, &init).unwrap();
         qp.post_send(send(1, msg.sge(0, 8))).unwrap();

@@ -67,7 +67,7 @@ fn send(wr_id: u64, sge: Sge) -> SendWr {
             solicited: false,
             invalidate: None,
         },
-        sgl: vec![sge],
+        sgl: sge.into(),
         signaled: true,
     }
 }
@@ -92,11 +92,11 @@ fn server(bind: &str) -> Result<String, String> {
     init.recvs = vec![
         RecvWr {
             wr_id: 0,
-            sgl: vec![rbuf.sge(0, SEND_LEN as u32)],
+            sgl: rbuf.sge(0, SEND_LEN as u32).into(),
         },
         RecvWr {
             wr_id: 1,
-            sgl: vec![sums.sge(0, 8)],
+            sgl: sums.sge(0, 8).into(),
         },
     ];
     let mut pdata = Vec::new();
@@ -148,7 +148,7 @@ fn client(addr: &str) -> Result<String, String> {
     init.options.crc = true;
     init.recvs.push(RecvWr {
         wr_id: 9,
-        sgl: vec![verdict.sge(0, 1)],
+        sgl: verdict.sge(0, 1).into(),
     });
     let qp = connect(addr, &init).map_err(|e| format!("connect {addr}: {e}"))?;
     let neg = qp.negotiated().unwrap();
@@ -172,7 +172,7 @@ fn client(addr: &str) -> Result<String, String> {
                 remote_addr: t_addr,
                 rkey: t_key,
             },
-            sgl: vec![wdata.sge(0, WRITE_LEN as u32)],
+            sgl: wdata.sge(0, WRITE_LEN as u32).into(),
             signaled: true,
         },
         SendWr {
@@ -181,7 +181,7 @@ fn client(addr: &str) -> Result<String, String> {
                 remote_addr: r_addr,
                 rkey: r_key,
             },
-            sgl: vec![sink.sge(0, READ_LEN as u32)],
+            sgl: sink.sge(0, READ_LEN as u32).into(),
             signaled: true,
         },
     ];

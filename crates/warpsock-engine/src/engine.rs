@@ -501,6 +501,14 @@ impl QpSlot {
             let staged = &buf[self.rx.start..self.rx.end];
             match step {
                 RxStep::Bytes(_) => {
+                    // A whole small FPDU in one pass when it is all here
+                    // (the common case for small messages), else piece
+                    // by piece.
+                    let whole = self.conn.rx_fpdu(staged, reg);
+                    if whole > 0 {
+                        self.rx.start += whole;
+                        continue;
+                    }
                     let k = self.conn.rx_bytes(staged, reg);
                     if k == 0 {
                         break;
@@ -532,18 +540,27 @@ impl QpSlot {
     /// Produces and writes segments until the socket would block or there
     /// is nothing more to send.
     fn tx(&mut self, reg: &Registry<Mem>, cqs: &mut [Option<CqSlot>]) {
+        // Once the core has said it has nothing more, it says so until it
+        // is given input or a post, neither of which happens in here:
+        // asking again after the write would be an empty call (one of
+        // the four `next_segment` calls per message was).
+        let mut exhausted = false;
         while !self.dead {
             // Refill the queue.
-            // (Asking `has_pending_output` first would skip the empty
-            // `next_segment` calls, three of four per message; tried and
-            // dropped: with the tighter loop siw in the test VM reported
-            // MPA CRC errors, 5 runs of 5 (1 in 6 without it), on streams
-            // whose every FPDU CRC checks out in the host-side capture —
-            // see BENCHMARKS.md §3.)
-            while self.txq.len() < TX_SEGS && (self.queued - self.written) < TX_BATCH as u64 {
+            // (Asking `has_pending_output` before the first call as well
+            // would skip the receive side's empty call too; tried and
+            // dropped: with that loop siw in the test VM reported MPA CRC
+            // errors, 5 runs of 5 (1 in 6 without it), on streams whose
+            // every FPDU CRC checks out in the host-side capture — see
+            // BENCHMARKS.md §3.)
+            while !exhausted
+                && self.txq.len() < TX_SEGS
+                && (self.queued - self.written) < TX_BATCH as u64
+            {
                 let mut seg = self.pool.pop().unwrap_or_default();
                 if !self.conn.next_segment(reg, &mut seg) {
                     self.pool.push(seg);
+                    exhausted = true;
                     break;
                 }
                 if !seg.seal(reg) {

@@ -81,7 +81,7 @@
 //!     let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
 //!     let buf = pd.alloc(64, Access::LOCAL_WRITE);
 //!     let mut init = QpInit::new(&pd, &cq);
-//!     init.recvs.push(RecvWr { wr_id: 7, sgl: vec![buf.sge(0, 64)] });
+//!     init.recvs.push(RecvWr { wr_id: 7, sgl: buf.sge(0, 64).into() });
 //!     let _qp = listener.accept_qp(&init, b"", None).unwrap();
 //!     let mut wc = [Wc::default()];
 //!     assert_eq!(cq.wait(&mut wc, Duration::from_secs(10)).unwrap(), 1);
@@ -96,7 +96,7 @@
 //! qp.post_send(SendWr {
 //!     wr_id: 1,
 //!     op: SendOp::Send { solicited: false, invalidate: None },
-//!     sgl: vec![msg.sge(0, 12)],
+//!     sgl: msg.sge(0, 12).into(),
 //!     signaled: true,
 //! })?;
 //! let mut wc = [Wc::default()];
@@ -112,7 +112,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use warpsock_engine::{connect, Access, Context, Listener, Progress, QpInit, RecvWr, SendOp, SendWr, Wc};
+//! use warpsock_engine::{connect, Access, Context, Listener, Progress, QpInit, RecvWr, SendOp, SendWr, Sgl, Wc};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let listener = Listener::bind("127.0.0.1:0")?;
@@ -123,7 +123,7 @@
 //!     let target = pd.alloc(4096, Access::REMOTE_WRITE);
 //!     let note = pd.alloc(8, Access::LOCAL_WRITE);
 //!     let mut init = QpInit::new(&pd, &cq);
-//!     init.recvs.push(RecvWr { wr_id: 1, sgl: vec![note.sge(0, 8)] });
+//!     init.recvs.push(RecvWr { wr_id: 1, sgl: note.sge(0, 8).into() });
 //!     let mut pdata = target.addr().to_be_bytes().to_vec();
 //!     pdata.extend_from_slice(&target.rkey().to_be_bytes());
 //!     let _qp = listener.accept_qp(&init, &pdata, None).unwrap();
@@ -144,13 +144,13 @@
 //! qp.post_send(SendWr {
 //!     wr_id: 1,
 //!     op: SendOp::Write { remote_addr: remote_addr + 100, rkey },
-//!     sgl: vec![src.sge(0, 5)],
+//!     sgl: src.sge(0, 5).into(),
 //!     signaled: true,
 //! })?;
 //! qp.post_send(SendWr {
 //!     wr_id: 2,
 //!     op: SendOp::Send { solicited: true, invalidate: None },
-//!     sgl: vec![],
+//!     sgl: Sgl::new(),
 //!     signaled: true,
 //! })?;
 //! let mut wc = [Wc::default(); 2];
@@ -195,7 +195,7 @@
 //! qp.post_send(SendWr {
 //!     wr_id: 3,
 //!     op: SendOp::Read { remote_addr, rkey },
-//!     sgl: vec![sink.sge(0, 16)],
+//!     sgl: sink.sge(0, 16).into(),
 //!     signaled: true,
 //! })?;
 //! let mut wc = [Wc::default()];
@@ -221,5 +221,5 @@ pub use verbs::{Context, ContextOptions, Cq, Mr, Pd, Progress, Qp, Wc};
 pub use warpsock_proto as proto;
 pub use warpsock_proto::{
     Access, Event, Negotiated, PostError, QpState, RecvWr, RtrOffer, RtrType, SendOp, SendWr, Sge,
-    Stag, WcOpcode, WcStatus,
+    Sgl, Stag, WcOpcode, WcStatus,
 };

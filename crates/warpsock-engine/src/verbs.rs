@@ -986,7 +986,7 @@ mod tests {
                 solicited: false,
                 invalidate: None,
             },
-            sgl: vec![sge],
+            sgl: sge.into(),
             signaled: true,
         }
     }
@@ -1010,7 +1010,7 @@ mod tests {
             let mut init = QpInit::new(&pd, &cq);
             init.recvs = vec![RecvWr {
                 wr_id: 1,
-                sgl: vec![buf.sge(0, 64)],
+                sgl: buf.sge(0, 64).into(),
             }];
             let limit = Some(Duration::from_secs(10));
             let q1 = l.accept_qp(&init, b"", limit).unwrap();
@@ -1031,7 +1031,7 @@ mod tests {
         let q1 = connect(addr, &init).unwrap();
         init.recvs = vec![RecvWr {
             wr_id: 7,
-            sgl: vec![buf.sge(0, 64)],
+            sgl: buf.sge(0, 64).into(),
         }];
         let q2 = connect(addr, &init).unwrap();
         // Spinning on poll: a Send goes out and completes, nothing joins

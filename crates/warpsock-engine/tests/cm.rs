@@ -13,7 +13,7 @@ use common::{pattern, send_wr, wait_n, LIMIT};
 use warpsock_engine::proto::ConnectError;
 use warpsock_engine::{
     connect, Access, CmError, Context, Event, Listener, Progress, QpInit, QpState, RecvWr, SendOp,
-    SendWr, Wc, WcStatus, MAX_PRIVATE_DATA,
+    SendWr, Sgl, Wc, WcStatus, MAX_PRIVATE_DATA,
 };
 
 fn ctx() -> (Context, warpsock_engine::Pd, warpsock_engine::Cq) {
@@ -256,7 +256,7 @@ fn with_pair(
         init.recvs = (0..4)
             .map(|i| RecvWr {
                 wr_id: i,
-                sgl: vec![buf.sge(0, 1 << 16)],
+                sgl: buf.sge(0, 1 << 16).into(),
             })
             .collect();
         let qp = l.accept_qp(&init, b"", Some(LIMIT)).unwrap();
@@ -277,7 +277,7 @@ fn graceful_disconnect_flushes_both_sides() {
             let r = pd.alloc(8, Access::LOCAL_WRITE);
             qp.post_recv(RecvWr {
                 wr_id: 50,
-                sgl: vec![r.sge(0, 8)],
+                sgl: r.sge(0, 8).into(),
             })
             .unwrap();
             qp.post_send(send_wr(1, vec![m.sge(0, 3)])).unwrap();
@@ -337,7 +337,7 @@ fn abort_resets_the_peer() {
                     solicited: false,
                     invalidate: None,
                 },
-                sgl: vec![],
+                sgl: Sgl::new(),
                 signaled: true,
             })
             .unwrap();
@@ -385,7 +385,7 @@ fn wait_times_out_and_notify_fd_tracks_the_queue() {
     let mut init = QpInit::new(&pd, &cq);
     init.recvs = vec![RecvWr {
         wr_id: 3,
-        sgl: vec![buf.sge(0, 16)],
+        sgl: buf.sge(0, 16).into(),
     }];
     let _qp = connect(addr, &init).unwrap();
     let fd = cq.notify_fd();
@@ -445,7 +445,7 @@ fn rtr_choice_end_to_end() {
             init.options.prefer_read_rtr = prefer_read;
             init.recvs.push(RecvWr {
                 wr_id: 9,
-                sgl: vec![rbuf.sge(0, 4096)],
+                sgl: rbuf.sge(0, 4096).into(),
             });
             let req = l.accept(Some(LIMIT)).unwrap();
             let qp = req.accept(&init, &common::advertise(&[&exp])).unwrap();
@@ -473,7 +473,7 @@ fn rtr_choice_end_to_end() {
         init.options.rtr = RtrOffer { write, read };
         init.recvs.push(RecvWr {
             wr_id: 5,
-            sgl: vec![rbuf.sge(0, 4096)],
+            sgl: rbuf.sge(0, 4096).into(),
         });
         let qp = connect(addr, &init).unwrap();
         let neg = qp.negotiated().unwrap();
@@ -496,7 +496,7 @@ fn rtr_choice_end_to_end() {
                 remote_addr: r_addr,
                 rkey: r_key,
             },
-            sgl: vec![sink.sge(0, 5000)],
+            sgl: sink.sge(0, 5000).into(),
             signaled: true,
         })
         .unwrap();
@@ -579,7 +579,7 @@ fn fpdus_right_behind_the_reply_reach_the_queue_pair() {
     init.recvs = (0..3)
         .map(|i| RecvWr {
             wr_id: i,
-            sgl: vec![inbox.sge(i as usize * 256, 256)],
+            sgl: inbox.sge(i as usize * 256, 256).into(),
         })
         .collect();
     let qp = connect(addr, &init).unwrap();

@@ -67,7 +67,7 @@ fn dropped_qp_delivers_its_last_sends_while_the_peer_still_writes() {
     init.recvs = (0..MSGS)
         .map(|i| RecvWr {
             wr_id: 1000 + i as u64,
-            sgl: vec![inbox.sge(i * MSG, MSG as u32)],
+            sgl: inbox.sge(i * MSG, MSG as u32).into(),
         })
         .collect();
     let qp = connect(addr, &init).unwrap();
@@ -78,7 +78,7 @@ fn dropped_qp_delivers_its_last_sends_while_the_peer_still_writes() {
             remote_addr: raddr,
             rkey,
         },
-        sgl: vec![src.sge(0, MSG as u32)],
+        sgl: src.sge(0, MSG as u32).into(),
         signaled: false,
     };
     let mut after_drop = None;

@@ -42,7 +42,7 @@ fn pair(mulpdu: Option<usize>) -> (Side, Side, Mr, Mr) {
         init.options.crc = true;
         init.recvs.push(RecvWr {
             wr_id: 70,
-            sgl: vec![rbuf.sge(0, 4096)],
+            sgl: rbuf.sge(0, 4096).into(),
         });
         let qp = l
             .accept_qp(&init, &advertise(&[&target]), Some(LIMIT))
@@ -120,7 +120,7 @@ fn write_source_gone_mid_transfer_fails_without_hang() {
             remote_addr: t_addr,
             rkey: t_key,
         },
-        sgl: vec![a.sge(0, BIG as u32)],
+        sgl: a.sge(0, BIG as u32).into(),
         signaled: true,
     })
     .unwrap();
@@ -152,7 +152,7 @@ fn write_target_gone_mid_placement_terminates_the_writer() {
             remote_addr: t_addr,
             rkey: t_key,
         },
-        sgl: vec![a.sge(0, BIG as u32)],
+        sgl: a.sge(0, BIG as u32).into(),
         signaled: true,
     })
     .unwrap();

@@ -49,7 +49,7 @@ fn rss_per_idle_queue_pair() {
     let csrc = cpd.register(vec![6; LARGE], Access::LOCAL_READ);
     let recv = |mr: &warpsock_engine::Mr, id| RecvWr {
         wr_id: id,
-        sgl: vec![mr.sge(0, LARGE as u32)],
+        sgl: mr.sge(0, LARGE as u32).into(),
     };
 
     let connect_pairs = |n: usize| -> Vec<(Qp, Qp)> {

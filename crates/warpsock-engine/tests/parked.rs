@@ -26,7 +26,7 @@ fn echo_server(n: usize) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) 
         init.recvs = (0..8)
             .map(|i| RecvWr {
                 wr_id: i,
-                sgl: vec![buf.sge(i as usize * 4096, 4096)],
+                sgl: buf.sge(i as usize * 4096, 4096).into(),
             })
             .collect();
         let qp = l.accept_qp(&init, b"", Some(LIMIT)).unwrap();
@@ -50,7 +50,7 @@ fn echo_server(n: usize) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) 
                 .unwrap();
                 qp.post_recv(RecvWr {
                     wr_id: w.wr_id,
-                    sgl: vec![buf.sge(slot * 4096, 4096)],
+                    sgl: buf.sge(slot * 4096, 4096).into(),
                 })
                 .unwrap();
                 echoed += 1;
@@ -77,7 +77,7 @@ fn another_thread_posts_while_one_sleeps_in_wait() {
     for round in 0..20u64 {
         qp.post_recv(RecvWr {
             wr_id: 500 + round,
-            sgl: vec![inbox.sge(0, 4096)],
+            sgl: inbox.sge(0, 4096).into(),
         })
         .unwrap();
         // The waiter goes to sleep first (nothing can arrive before the
@@ -119,7 +119,7 @@ fn a_sleeping_wait_honours_its_timeout_and_survives_the_qp_being_dropped() {
     let mut init = QpInit::new(&pd, &cq);
     init.recvs.push(RecvWr {
         wr_id: 9,
-        sgl: vec![inbox.sge(0, 64)],
+        sgl: inbox.sge(0, 64).into(),
     });
     let qp = connect(addr, &init).unwrap();
 

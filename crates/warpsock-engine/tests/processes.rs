@@ -45,7 +45,7 @@ fn peer_main() {
             init.recvs = (0..64)
                 .map(|i| RecvWr {
                     wr_id: i,
-                    sgl: vec![rbuf.sge(0, 1 << 20)],
+                    sgl: rbuf.sge(0, 1 << 20).into(),
                 })
                 .collect();
             let _qp = l
@@ -104,7 +104,7 @@ fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
     let mut init = QpInit::new(&pd, &cq);
     init.recvs = vec![RecvWr {
         wr_id: 10_000,
-        sgl: vec![rbuf.sge(0, 64)],
+        sgl: rbuf.sge(0, 64).into(),
     }];
     let mut peer = peer;
     let qp = connect(peer.addr, &init).unwrap();
@@ -129,7 +129,7 @@ fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
         qp.post_send(SendWr {
             wr_id: i,
             op,
-            sgl: vec![src.sge(0, 1 << 20)],
+            sgl: src.sge(0, 1 << 20).into(),
             signaled: true,
         })
         .unwrap();
@@ -196,7 +196,7 @@ fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
             remote_addr: t_addr,
             rkey: t_key,
         },
-        sgl: vec![src.sge(0, 8)],
+        sgl: src.sge(0, 8).into(),
         signaled: true,
     })
     .unwrap();

@@ -34,7 +34,7 @@ fn run(crc: bool) {
         init.recvs = (0..MSGS)
             .map(|i| RecvWr {
                 wr_id: i as u64,
-                sgl: vec![rbuf.sge(i * MSG, MSG as u32)],
+                sgl: rbuf.sge(i * MSG, MSG as u32).into(),
             })
             .collect();
         let qp = listener.accept_qp(&init, &[], Some(LIMIT)).unwrap();

@@ -33,7 +33,7 @@ fn many_queue_pairs_at_once() {
             let mut init = QpInit::new(&pd, &cq);
             init.recvs = vec![RecvWr {
                 wr_id: i as u64,
-                sgl: vec![rbuf.sge(i * LEN, LEN as u32)],
+                sgl: rbuf.sge(i * LEN, LEN as u32).into(),
             }];
             let req = l.accept(Some(LIMIT)).unwrap();
             let idx = u16::from_be_bytes(req.private_data().try_into().unwrap()) as usize;
@@ -87,7 +87,7 @@ fn many_queue_pairs_at_once() {
                 remote_addr: t_addr + (i * LEN) as u64,
                 rkey: t_key,
             },
-            sgl: vec![src.sge(i * LEN, LEN as u32)],
+            sgl: src.sge(i * LEN, LEN as u32).into(),
             signaled: true,
         })
         .unwrap();
@@ -120,7 +120,7 @@ fn one_gib_transfer_verified_by_checksum() {
         let mut init = QpInit::new(&pd, &cq);
         init.recvs = vec![RecvWr {
             wr_id: 0,
-            sgl: vec![msg.sge(0, 4)],
+            sgl: msg.sge(0, 4).into(),
         }];
         let qp = l
             .accept_qp(&init, &advertise(&[&window]), Some(LIMIT))
@@ -136,7 +136,7 @@ fn one_gib_transfer_verified_by_checksum() {
             total += WINDOW as u64;
             qp.post_recv(RecvWr {
                 wr_id: round as u64 + 1,
-                sgl: vec![msg.sge(0, 4)],
+                sgl: msg.sge(0, 4).into(),
             })
             .unwrap();
             qp.post_send(send_wr(100 + round as u64, vec![ack.sge(0, 2)]))
@@ -157,7 +157,7 @@ fn one_gib_transfer_verified_by_checksum() {
     init.recvs = (0..ROUNDS as u64)
         .map(|i| RecvWr {
             wr_id: 1000 + i,
-            sgl: vec![ackbuf.sge(0, 8)],
+            sgl: ackbuf.sge(0, 8).into(),
         })
         .collect();
     let qp = connect(addr, &init).unwrap();
@@ -173,7 +173,7 @@ fn one_gib_transfer_verified_by_checksum() {
                     remote_addr: w_addr + (k * MIB) as u64,
                     rkey: w_key,
                 },
-                sgl: vec![src.sge(off, MIB as u32)],
+                sgl: src.sge(off, MIB as u32).into(),
                 signaled: k % 16 == 15,
             })
             .unwrap();
@@ -226,7 +226,7 @@ fn raw_memory_markers_small_fpdus() {
         init.options.mulpdu = Some(200);
         init.recvs = vec![RecvWr {
             wr_id: 1,
-            sgl: vec![mr.sge(LEN, LEN as u32)],
+            sgl: mr.sge(LEN, LEN as u32).into(),
         }];
         let qp = l.accept_qp(&init, &advertise(&[&mr]), Some(LIMIT)).unwrap();
         let w = wait_n(&cq, 1);
@@ -254,7 +254,7 @@ fn raw_memory_markers_small_fpdus() {
             remote_addr: t_addr,
             rkey: t_key,
         },
-        sgl: vec![a.sge(0, LEN as u32)],
+        sgl: a.sge(0, LEN as u32).into(),
         signaled: true,
     })
     .unwrap();

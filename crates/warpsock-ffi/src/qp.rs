@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use warpsock_engine::{
-    connect, Event, Qp, QpInit, QpOptions, QpState, RecvWr, SendOp, SendWr, Sge, MAX_PRIVATE_DATA,
+    connect, Event, Qp, QpInit, QpOptions, QpState, RecvWr, SendOp, SendWr, Sge, Sgl,
+    MAX_PRIVATE_DATA,
 };
 
 use crate::context::warpsock_pd;
@@ -620,7 +621,7 @@ pub extern "C" fn warpsock_qp_socket_errno(qp: *const warpsock_qp) -> i32 {
     }
 }
 
-fn build_sgl(ptr: *const warpsock_sge, n: usize) -> Option<Vec<Sge>> {
+fn build_sgl(ptr: *const warpsock_sge, n: usize) -> Option<Sgl> {
     // SAFETY: the post functions document that `sg_list` is valid for
     // `num_sge` reads (or NULL with `num_sge` 0) during the call.
     let s = unsafe { slice_from(ptr, n) }?;

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use warpsock_engine::{Cq, Event, Qp, SendOp, SendWr, Wc, WcStatus};
+use warpsock_engine::{Cq, Event, Qp, SendOp, SendWr, Sgl, Wc, WcStatus};
 
 use crate::Error;
 
@@ -141,7 +141,7 @@ impl Chan {
                     remote_addr: 0,
                     rkey: 1,
                 },
-                sgl: Vec::new(),
+                sgl: Sgl::new(),
                 signaled: false,
             })
             .map_err(|e| Error::Post {

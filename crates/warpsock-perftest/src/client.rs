@@ -77,7 +77,7 @@ impl Ctrl {
                     solicited: false,
                     invalidate: None,
                 },
-                sgl: vec![self.send.sge(0, mine.len() as u32)],
+                sgl: self.send.sge(0, mine.len() as u32).into(),
                 signaled: true,
             })
             .map_err(|e| Error::Post { step, source: e })?;
@@ -175,7 +175,7 @@ pub(crate) fn retryable(e: &CmError) -> bool {
 fn recv_wr(recv: &Mr, slot: u64) -> RecvWr {
     RecvWr {
         wr_id: slot,
-        sgl: vec![recv.sge(slot as usize * CTRL_BUF, CTRL_BUF as u32)],
+        sgl: recv.sge(slot as usize * CTRL_BUF, CTRL_BUF as u32).into(),
     }
 }
 
@@ -371,7 +371,7 @@ fn provoke(
         SendWr {
             wr_id: 1,
             op,
-            sgl: vec![local.sge(0, len)],
+            sgl: local.sge(0, len).into(),
             signaled: true,
         },
         step,
@@ -423,7 +423,7 @@ fn write_test(
             remote_addr: server.vaddr,
             rkey: server.rkey,
         },
-        sgl: vec![local.sge(slot * size, p.size)],
+        sgl: local.sge(slot * size, p.size).into(),
         signaled,
     };
     let read = |i: u64, len: u32| SendWr {
@@ -432,7 +432,7 @@ fn write_test(
             remote_addr: server.vaddr,
             rkey: server.rkey,
         },
-        sgl: vec![local.sge(size, len)],
+        sgl: local.sge(size, len).into(),
         signaled: true,
     };
     if p.verify {
@@ -506,7 +506,7 @@ fn read_test(
                         remote_addr: server.vaddr,
                         rkey: server.rkey,
                     },
-                    sgl: vec![local.sge(0, p.size)],
+                    sgl: local.sge(0, p.size).into(),
                     signaled: false,
                 },
                 step,
@@ -529,7 +529,7 @@ fn read_test(
                         remote_addr: server.vaddr,
                         rkey: server.rkey,
                     },
-                    sgl: vec![local.sge(sink * size, p.size)],
+                    sgl: local.sge(sink * size, p.size).into(),
                     signaled: true,
                 },
                 step,
@@ -595,7 +595,7 @@ fn send_test(
                         solicited: false,
                         invalidate: None,
                     },
-                    sgl: vec![local.sge(0, p.size)],
+                    sgl: local.sge(0, p.size).into(),
                     signaled: true,
                 },
                 step,

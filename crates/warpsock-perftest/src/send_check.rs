@@ -473,7 +473,7 @@ fn send_wr(wr_id: u64, mr: &Mr, off: usize, len: u32) -> SendWr {
             solicited: false,
             invalidate: None,
         },
-        sgl: vec![mr.sge(off, len)],
+        sgl: mr.sge(off, len).into(),
         signaled: true,
     }
 }
@@ -524,7 +524,7 @@ pub fn client(p: &Params) -> Result<Report, Error> {
             &ch,
             RecvWr {
                 wr_id: WR_CTL | i,
-                sgl: vec![ctl.sge(i as usize * CTL_BUF, CTL_BUF as u32)],
+                sgl: ctl.sge(i as usize * CTL_BUF, CTL_BUF as u32).into(),
             },
             "posting credit receives",
         )?;
@@ -577,7 +577,7 @@ pub fn client(p: &Params) -> Result<Report, Error> {
                             &ch,
                             RecvWr {
                                 wr_id: wc.wr_id,
-                                sgl: vec![ctl.sge(off, CTL_BUF as u32)],
+                                sgl: ctl.sge(off, CTL_BUF as u32).into(),
                             },
                             "re-posting a credit receive",
                         )?;
@@ -686,7 +686,7 @@ pub fn server(p: &Params) -> Result<Report, Error> {
     for i in 0..w as usize {
         init.recvs.push(RecvWr {
             wr_id: i as u64,
-            sgl: vec![data.sge(i * s, p.s)],
+            sgl: data.sge(i * s, p.s).into(),
         });
     }
     let qp = req
@@ -735,7 +735,7 @@ pub fn server(p: &Params) -> Result<Report, Error> {
             &ch,
             RecvWr {
                 wr_id: wc.wr_id,
-                sgl: vec![data.sge(off, p.s)],
+                sgl: data.sge(off, p.s).into(),
             },
             "re-posting a receive",
         )?;

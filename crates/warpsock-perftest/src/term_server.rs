@@ -236,11 +236,12 @@ fn run(sock: &mut TcpStream, case: ServerCase, deadline: Instant) -> Result<Serv
                     })?;
                     conn.post_recv(RecvWr {
                         wr_id: 1,
-                        sgl: vec![Sge {
+                        sgl: Sge {
                             addr: 0x1000,
                             length: recv_len,
                             lkey: buf_stag,
-                        }],
+                        }
+                        .into(),
                     })
                     .map_err(|source| Error::Post {
                         step: "the receive",

@@ -27,5 +27,5 @@ pub use conn::{
     RtrOffer, RtrType, RxStep, TxPart, TxSegment,
 };
 pub use mem::{Access, Backing, MemError, PdId, Range, Registry, Stag};
-pub use verbs::{RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+pub use verbs::{RecvWr, SendOp, SendWr, Sge, Sgl, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 pub use warpsock_wire as wire;

@@ -81,11 +81,12 @@ impl Peer {
         self.conn
             .post_recv(RecvWr {
                 wr_id,
-                sgl: vec![Sge {
+                sgl: Sge {
                     addr: 0,
                     length: len,
                     lkey: stag,
-                }],
+                }
+                .into(),
             })
             .unwrap();
     }

@@ -60,7 +60,7 @@ proptest! {
         for i in 0..sends {
             p.b.conn.post_recv(RecvWr {
                 wr_id: 1000 + i as u64,
-                sgl: vec![Sge { addr: RECV + (i as u64) * 20_000, length: 20_000, lkey: recv }],
+                sgl: Sge { addr: RECV + (i as u64) * 20_000, length: 20_000, lkey: recv }.into(),
             }).unwrap();
         }
         let mut expect_write = vec![0u8; 30_000];
@@ -77,7 +77,7 @@ proptest! {
                 Op::Read(l, off) => (SendOp::Read { remote_addr: RREG + u64::from(off), rkey: rreg },
                     vec![Sge { addr: SINK + (i as u64) * 20_000, length: l, lkey: sink }]),
             };
-            p.a.conn.post_send(SendWr { wr_id: i as u64, op, sgl, signaled: true }).unwrap();
+            p.a.conn.post_send(SendWr { wr_id: i as u64, op, sgl: sgl.into(), signaled: true }).unwrap();
         }
         p.run();
 

@@ -14,7 +14,7 @@ use std::process::Command;
 
 use util::{pattern, Cut, Pair};
 use warpsock_proto::wire::fpdu;
-use warpsock_proto::{Access, RecvWr, SendOp, SendWr, Sge};
+use warpsock_proto::{Access, RecvWr, SendOp, SendWr, Sge, Sgl};
 
 /// Minimal pcap writer: Ethernet/IPv4/TCP, one direction per call.
 struct Pcap {
@@ -183,14 +183,15 @@ fn wireshark_decodes_every_fpdu_with_good_crc() {
     p.b.conn
         .post_recv(RecvWr {
             wr_id: 1,
-            sgl: vec![Sge {
+            sgl: Sge {
                 addr: 0,
                 length: 9000,
                 lkey: rbuf,
-            }],
+            }
+            .into(),
         })
         .unwrap();
-    let sge = |addr, length, lkey| vec![Sge { addr, length, lkey }];
+    let sge = |addr, length, lkey| Sgl::from(Sge { addr, length, lkey });
     for (id, op, sgl) in [
         (
             1,

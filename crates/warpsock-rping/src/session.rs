@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::proto::wire::terminate::TermCode;
 use warpsock_engine::{
-    Access, Context, Cq, Event, Mr, Pd, Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode,
-    WcStatus,
+    Access, Context, Cq, Event, Mr, Pd, Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Sgl, Wc,
+    WcOpcode, WcStatus,
 };
 
 use crate::{Args, ConnReport, Error, RdmaInfo, INFO_LEN};
@@ -78,7 +78,7 @@ impl Bufs {
     fn recv_wr(&self) -> RecvWr {
         RecvWr {
             wr_id: WR_RECV,
-            sgl: vec![self.recv.sge(0, INFO_LEN as u32)],
+            sgl: self.recv.sge(0, INFO_LEN as u32).into(),
         }
     }
 
@@ -155,7 +155,7 @@ impl<'a> Link<'a> {
                 solicited: false,
                 invalidate: None,
             },
-            sgl: vec![self.bufs.send.sge(0, INFO_LEN as u32)],
+            sgl: self.bufs.send.sge(0, INFO_LEN as u32).into(),
             signaled: true,
         })?;
         self.wait(WcOpcode::Send, step)?;
@@ -204,7 +204,7 @@ impl<'a> Link<'a> {
                             remote_addr: 0,
                             rkey: 1,
                         },
-                        sgl: Vec::new(),
+                        sgl: Sgl::new(),
                         signaled: false,
                     })?;
                     self.report.kicks += 1;
@@ -271,7 +271,7 @@ impl<'a> Link<'a> {
         self.qp.post_send(SendWr {
             wr_id: WR_RDMA,
             op,
-            sgl: vec![self.bufs.rdma.sge(0, len)],
+            sgl: self.bufs.rdma.sge(0, len).into(),
             signaled: true,
         })?;
         self.wait(kind, step).map(drop)

@@ -290,7 +290,7 @@ fn client_validation_catches_a_wrong_echo() {
         let go = pd.alloc(INFO_LEN, Access::LOCAL_READ);
         let rwr = || RecvWr {
             wr_id: 1,
-            sgl: vec![recv.sge(0, INFO_LEN as u32)],
+            sgl: recv.sge(0, INFO_LEN as u32).into(),
         };
         let mut init = QpInit::new(&pd, &cq);
         init.recvs.push(rwr());
@@ -316,7 +316,7 @@ fn client_validation_catches_a_wrong_echo() {
                 solicited: false,
                 invalidate: None,
             },
-            sgl: vec![go.sge(0, INFO_LEN as u32)],
+            sgl: go.sge(0, INFO_LEN as u32).into(),
             signaled: true,
         };
         next(1);
@@ -328,7 +328,7 @@ fn client_validation_catches_a_wrong_echo() {
                 remote_addr: src.buf,
                 rkey: src.rkey,
             },
-            sgl: vec![data.sge(0, src.size)],
+            sgl: data.sge(0, src.size).into(),
             signaled: true,
         })
         .unwrap();
@@ -343,7 +343,7 @@ fn client_validation_catches_a_wrong_echo() {
                 remote_addr: sink.buf,
                 rkey: sink.rkey,
             },
-            sgl: vec![data.sge(0, sink.size)],
+            sgl: data.sge(0, sink.size).into(),
             signaled: true,
         })
         .unwrap();
@@ -418,7 +418,7 @@ fn server_catches_bad_data_and_bogus_messages() {
                 solicited: false,
                 invalidate: None,
             },
-            sgl: vec![msg.sge(0, len)],
+            sgl: msg.sge(0, len).into(),
             signaled: true,
         })
         .unwrap();

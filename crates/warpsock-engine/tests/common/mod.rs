@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use warpsock_engine::{
-    connect, Access, Context, Cq, Listener, Mr, Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Sge,
+    connect, Access, Context, Cq, Listener, Mr, Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Sgl,
     Stag, Wc, WcOpcode,
 };
 
@@ -70,14 +70,14 @@ pub fn parse_adverts(pd: &[u8]) -> Vec<(u64, Stag)> {
         .collect()
 }
 
-pub fn send_wr(wr_id: u64, sgl: Vec<Sge>) -> SendWr {
+pub fn send_wr(wr_id: u64, sgl: impl Into<Sgl>) -> SendWr {
     SendWr {
         wr_id,
         op: SendOp::Send {
             solicited: false,
             invalidate: None,
         },
-        sgl,
+        sgl: sgl.into(),
         signaled: true,
     }
 }
@@ -110,22 +110,23 @@ pub fn serve_every_op(listener: &Listener, progress: Progress, crc: bool) -> Vec
     init.recvs = vec![
         RecvWr {
             wr_id: 1,
-            sgl: vec![
+            sgl: [
                 rbuf.sge(0, 30_000),
                 rbuf.sge(30_000, (SEND_LEN - 30_000) as u32),
-            ],
+            ]
+            .into(),
         },
         RecvWr {
             wr_id: 2,
-            sgl: vec![rbuf.sge(SEND_LEN, 64)],
+            sgl: rbuf.sge(SEND_LEN, 64).into(),
         },
         RecvWr {
             wr_id: 3,
-            sgl: vec![rbuf.sge(SEND_LEN + 64, 64)],
+            sgl: rbuf.sge(SEND_LEN + 64, 64).into(),
         },
         RecvWr {
             wr_id: 4,
-            sgl: vec![rbuf.sge(SEND_LEN + 128, 64)],
+            sgl: rbuf.sge(SEND_LEN + 128, 64).into(),
         },
     ];
     let req = listener.accept(Some(LIMIT)).unwrap();
@@ -176,7 +177,7 @@ pub fn run_every_op(addr: SocketAddr, progress: Progress, crc: bool) {
     init.options.private_data = b"every-op".to_vec();
     init.recvs = vec![RecvWr {
         wr_id: 100,
-        sgl: vec![verdict.sge(0, 64)],
+        sgl: verdict.sge(0, 64).into(),
     }];
     let qp = connect(addr, &init).unwrap();
     let neg = qp.negotiated().unwrap();
@@ -195,7 +196,7 @@ pub fn run_every_op(addr: SocketAddr, progress: Progress, crc: bool) {
                 solicited: true,
                 invalidate: None,
             },
-            sgl: vec![src.sge(0, 10)],
+            sgl: src.sge(0, 10).into(),
             signaled: true,
         },
         // 3. Send with Invalidate of the peer's region.
@@ -205,7 +206,7 @@ pub fn run_every_op(addr: SocketAddr, progress: Progress, crc: bool) {
                 solicited: false,
                 invalidate: Some(inv_key),
             },
-            sgl: vec![src.sge(0, 5)],
+            sgl: src.sge(0, 5).into(),
             signaled: true,
         },
         // 4. Write gathered from three SGEs.
@@ -215,11 +216,12 @@ pub fn run_every_op(addr: SocketAddr, progress: Progress, crc: bool) {
                 remote_addr: t_addr + WRITE_OFF,
                 rkey: t_key,
             },
-            sgl: vec![
+            sgl: [
                 wsrc.sge(0, 1_000),
                 wsrc.sge(1_000, 99_000),
                 wsrc.sge(100_000, (WRITE_LEN - 100_000) as u32),
-            ],
+            ]
+            .into(),
             signaled: true,
         },
         // 5. Read of the peer's source.
@@ -229,7 +231,7 @@ pub fn run_every_op(addr: SocketAddr, progress: Progress, crc: bool) {
                 remote_addr: s_addr + READ_OFF,
                 rkey: s_key,
             },
-            sgl: vec![sink.sge(0, READ_LEN as u32)],
+            sgl: sink.sge(0, READ_LEN as u32).into(),
             signaled: true,
         },
         // 6. Read back what the Write put there.
@@ -239,7 +241,7 @@ pub fn run_every_op(addr: SocketAddr, progress: Progress, crc: bool) {
                 remote_addr: t_addr + WRITE_OFF,
                 rkey: t_key,
             },
-            sgl: vec![sink.sge(READ_LEN, WRITE_LEN as u32)],
+            sgl: sink.sge(READ_LEN, WRITE_LEN as u32).into(),
             signaled: true,
         },
     ];

@@ -119,7 +119,9 @@ impl TxSegment {
         let mut c = Crc32c::new();
         for p in &self.parts {
             match *p {
-                TxPart::Inline { start, end } => c.update(&self.buf[start..end.min(at)]),
+                // The CRC field is the segment's last 4 bytes, possibly
+                // at the end of an inline part that holds more.
+                TxPart::Inline { start, end } => c.update(&self.buf[start.min(at)..end.min(at)]),
                 TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
                     Some(b) => c.update(b),
                     None => return false,
@@ -272,26 +274,21 @@ impl TxState {
         }
     }
 
-    /// Pad and the CRC field (its own part when CRC is on, so
-    /// [`TxSegment::seal`] can fill it; zeros when CRC is off).
+    /// Pad and the CRC field (zeros until [`TxSegment::seal`] fills them
+    /// when CRC is on).
     fn finish_fpdu(&mut self, seg: &mut TxSegment, ulpdu_len: usize) {
         self.inline(seg, &[0u8; 3][..fpdu::pad_len(ulpdu_len)]);
         if self.marker_due() {
             self.emit_marker(seg, false);
         }
+        // The CRC field joins the inline bytes before it (one gather entry
+        // fewer: a small FPDU is one buffer); with CRC on,
+        // [`TxSegment::seal`] fills it in place, and with CRC off it stays
+        // zero.
         let at = seg.buf.len();
+        seg.push_inline(&[0; 4]);
         if self.crc_on {
-            seg.buf.extend_from_slice(&[0; 4]);
-            seg.parts.push(TxPart::Inline {
-                start: at,
-                end: at + 4,
-            });
-            seg.len += 4;
             seg.crc_at = Some(at);
-        } else {
-            // Nothing to fill in later: the zeros join the inline bytes
-            // before them (one gather entry fewer).
-            seg.push_inline(&[0; 4]);
         }
         self.pos += 4;
     }
