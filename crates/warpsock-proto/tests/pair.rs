@@ -871,3 +871,116 @@ fn small_payloads_travel_inline() {
         }
     }
 }
+
+/// `rx_fpdu` takes a small FPDU in one pass when all of it is in hand —
+/// exactly one FPDU, even with the next one behind it — and declines (0)
+/// a cut one, which the step-by-step path then takes. Either way the
+/// receive completes with the right bytes; and a corrupted CRC ends the
+/// stream with the same Terminate by either path.
+#[test]
+fn whole_fpdus_are_taken_in_one_pass() {
+    use warpsock_proto::conn::TxSegment;
+    use warpsock_proto::wire::terminate::TermCode;
+    for crc in [false, true] {
+        let mut p = Pair::new(|c| c.crc = crc, |c| c.crc = crc, Cut::Whole);
+        p.establish();
+        let src = p.a.region(0x10_0000, pattern(256, 5), Access::LOCAL_READ);
+        let dst = p.b.region(0x2000, vec![0; 256], Access::LOCAL_WRITE);
+        // Two 40-byte Sends back to back on the wire.
+        let mut wire = Vec::new();
+        for i in 0..2u32 {
+            p.b.conn
+                .post_recv(RecvWr {
+                    wr_id: u64::from(i),
+                    sgl: sge(0x2000 + 100 * u64::from(i), 100, dst).into(),
+                })
+                .unwrap();
+            p.a.conn
+                .post_send(SendWr {
+                    wr_id: u64::from(i),
+                    op: SendOp::Send {
+                        solicited: false,
+                        invalidate: None,
+                    },
+                    sgl: sge(0x10_0000 + 40 * u64::from(i), 40, src).into(),
+                    signaled: true,
+                })
+                .unwrap();
+            let mut seg = TxSegment::default();
+            assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
+            assert!(seg.seal(&p.a.reg));
+            assert!(seg.write_to(&p.a.reg, &mut wire));
+        }
+        let one = wire.len() / 2;
+        let b = &mut p.b;
+        // Cut short: declined, nothing consumed.
+        assert_eq!(b.conn.rx_fpdu(&wire[..one - 1], &mut b.reg), 0, "crc {crc}");
+        // Whole, with the next FPDU behind it: exactly the first.
+        assert_eq!(b.conn.rx_fpdu(&wire, &mut b.reg), one, "crc {crc}");
+        // The second one cut: the step-by-step path takes it in pieces.
+        assert_eq!(b.conn.handle_input(&wire[one..one + 7], &mut b.reg), 7);
+        assert_eq!(b.conn.rx_fpdu(&wire[one + 7..], &mut b.reg), 0);
+        assert_eq!(b.conn.handle_input(&wire[one + 7..], &mut b.reg), one - 7);
+        b.pump();
+        let got: Vec<(u64, u32)> = b.wcs.iter().map(|w| (w.wr_id, w.byte_len)).collect();
+        assert_eq!(got, [(0, 40), (1, 40)], "crc {crc}");
+        assert!(b.wcs.iter().all(|w| w.status == WcStatus::Success));
+        assert_eq!(&b.mem(dst)[..40], &pattern(256, 5)[..40]);
+        assert_eq!(&b.mem(dst)[100..140], &pattern(256, 5)[40..80]);
+    }
+    // A bad CRC, whole (one pass) or byte by byte (step by step): the
+    // same Terminate, and the receive is not completed.
+    let mut terms = Vec::new();
+    for bytewise in [false, true] {
+        let mut p = Pair::new(|c| c.crc = true, |c| c.crc = true, Cut::Whole);
+        p.establish();
+        let src = p.a.region(0x10_0000, pattern(64, 9), Access::LOCAL_READ);
+        let dst = p.b.region(0x2000, vec![0; 64], Access::LOCAL_WRITE);
+        p.b.conn
+            .post_recv(RecvWr {
+                wr_id: 1,
+                sgl: sge(0x2000, 64, dst).into(),
+            })
+            .unwrap();
+        p.a.conn
+            .post_send(SendWr {
+                wr_id: 1,
+                op: SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
+                sgl: sge(0x10_0000, 20, src).into(),
+                signaled: true,
+            })
+            .unwrap();
+        let mut seg = TxSegment::default();
+        assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
+        assert!(seg.seal(&p.a.reg));
+        let mut wire = Vec::new();
+        assert!(seg.write_to(&p.a.reg, &mut wire));
+        *wire.last_mut().unwrap() ^= 0x40;
+        let b = &mut p.b;
+        if bytewise {
+            for k in 0..wire.len() {
+                b.conn.handle_input(&wire[k..k + 1], &mut b.reg);
+            }
+        } else {
+            assert_eq!(b.conn.rx_fpdu(&wire, &mut b.reg), wire.len());
+        }
+        b.pump();
+        assert!(b.wcs.iter().all(|w| w.status != WcStatus::Success));
+        let term = b
+            .events
+            .iter()
+            .find_map(|e| match e {
+                Event::Terminated {
+                    code,
+                    by_peer: false,
+                } => Some(*code),
+                _ => None,
+            })
+            .expect("a Terminate went out");
+        terms.push(term);
+    }
+    assert_eq!(terms, [TermCode::MPA_CRC, TermCode::MPA_CRC]);
+}
