@@ -872,6 +872,41 @@ fn small_payloads_travel_inline() {
     }
 }
 
+/// Posts a receive of `recv_len` bytes at `dst_addr` on b and a signaled
+/// Send of `len` bytes from `src_addr` on a, and returns the Send's
+/// segment as it goes on the wire (sealed).
+fn small_send_wire(
+    p: &mut Pair,
+    wr_id: u64,
+    (src, src_addr, len): (u32, u64, u32),
+    (dst, dst_addr, recv_len): (u32, u64, u32),
+) -> Vec<u8> {
+    use warpsock_proto::conn::TxSegment;
+    p.b.conn
+        .post_recv(RecvWr {
+            wr_id,
+            sgl: sge(dst_addr, recv_len, dst).into(),
+        })
+        .unwrap();
+    p.a.conn
+        .post_send(SendWr {
+            wr_id,
+            op: SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            sgl: sge(src_addr, len, src).into(),
+            signaled: true,
+        })
+        .unwrap();
+    let mut seg = TxSegment::default();
+    assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
+    assert!(seg.seal(&p.a.reg));
+    let mut wire = Vec::new();
+    assert!(seg.write_to(&p.a.reg, &mut wire));
+    wire
+}
+
 /// `rx_fpdu` takes a small FPDU in one pass when all of it is in hand —
 /// exactly one FPDU, even with the next one behind it — and declines (0)
 /// a cut one, which the step-by-step path then takes. Either way the
@@ -879,7 +914,6 @@ fn small_payloads_travel_inline() {
 /// stream with the same Terminate by either path.
 #[test]
 fn whole_fpdus_are_taken_in_one_pass() {
-    use warpsock_proto::conn::TxSegment;
     use warpsock_proto::wire::terminate::TermCode;
     for crc in [false, true] {
         let mut p = Pair::new(|c| c.crc = crc, |c| c.crc = crc, Cut::Whole);
@@ -888,28 +922,13 @@ fn whole_fpdus_are_taken_in_one_pass() {
         let dst = p.b.region(0x2000, vec![0; 256], Access::LOCAL_WRITE);
         // Two 40-byte Sends back to back on the wire.
         let mut wire = Vec::new();
-        for i in 0..2u32 {
-            p.b.conn
-                .post_recv(RecvWr {
-                    wr_id: u64::from(i),
-                    sgl: sge(0x2000 + 100 * u64::from(i), 100, dst).into(),
-                })
-                .unwrap();
-            p.a.conn
-                .post_send(SendWr {
-                    wr_id: u64::from(i),
-                    op: SendOp::Send {
-                        solicited: false,
-                        invalidate: None,
-                    },
-                    sgl: sge(0x10_0000 + 40 * u64::from(i), 40, src).into(),
-                    signaled: true,
-                })
-                .unwrap();
-            let mut seg = TxSegment::default();
-            assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
-            assert!(seg.seal(&p.a.reg));
-            assert!(seg.write_to(&p.a.reg, &mut wire));
+        for i in 0..2u64 {
+            wire.extend(small_send_wire(
+                &mut p,
+                i,
+                (src, 0x10_0000 + 40 * i, 40),
+                (dst, 0x2000 + 100 * i, 100),
+            ));
         }
         let one = wire.len() / 2;
         let b = &mut p.b;
@@ -936,28 +955,7 @@ fn whole_fpdus_are_taken_in_one_pass() {
         p.establish();
         let src = p.a.region(0x10_0000, pattern(64, 9), Access::LOCAL_READ);
         let dst = p.b.region(0x2000, vec![0; 64], Access::LOCAL_WRITE);
-        p.b.conn
-            .post_recv(RecvWr {
-                wr_id: 1,
-                sgl: sge(0x2000, 64, dst).into(),
-            })
-            .unwrap();
-        p.a.conn
-            .post_send(SendWr {
-                wr_id: 1,
-                op: SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-                sgl: sge(0x10_0000, 20, src).into(),
-                signaled: true,
-            })
-            .unwrap();
-        let mut seg = TxSegment::default();
-        assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
-        assert!(seg.seal(&p.a.reg));
-        let mut wire = Vec::new();
-        assert!(seg.write_to(&p.a.reg, &mut wire));
+        let mut wire = small_send_wire(&mut p, 1, (src, 0x10_0000, 20), (dst, 0x2000, 64));
         *wire.last_mut().unwrap() ^= 0x40;
         let b = &mut p.b;
         if bytewise {
