@@ -490,25 +490,28 @@ impl QpSlot {
     /// framing into place).
     fn feed_staged(&mut self, reg: &mut Registry<Mem>) {
         while self.rx.start < self.rx.end {
-            let step = if self.conn.wants_close() {
-                RxStep::Closed
-            } else {
-                self.conn.rx_step()
-            };
             let Some(buf) = self.rx.buf.as_deref() else {
                 break;
             };
             let staged = &buf[self.rx.start..self.rx.end];
+            let closing = self.conn.wants_close();
+            if !closing {
+                // A whole small FPDU in one pass when it is all here (the
+                // common case for small messages; the core declines
+                // anything else at no cost), else piece by piece.
+                let whole = self.conn.rx_fpdu(staged, reg);
+                if whole > 0 {
+                    self.rx.start += whole;
+                    continue;
+                }
+            }
+            let step = if closing {
+                RxStep::Closed
+            } else {
+                self.conn.rx_step()
+            };
             match step {
                 RxStep::Bytes(_) => {
-                    // A whole small FPDU in one pass when it is all here
-                    // (the common case for small messages), else piece
-                    // by piece.
-                    let whole = self.conn.rx_fpdu(staged, reg);
-                    if whole > 0 {
-                        self.rx.start += whole;
-                        continue;
-                    }
                     let k = self.conn.rx_bytes(staged, reg);
                     if k == 0 {
                         break;
