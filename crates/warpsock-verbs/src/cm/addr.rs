@@ -165,11 +165,12 @@ fn resolve(node: Option<&str>, service: Option<&str>, passive: bool, family: c_i
     Ok(addrs)
 }
 
-/// `rdma_getaddrinfo`: IPv4/IPv6 names and numbers, `RAI_PASSIVE`
-/// (source address, wildcard if no node), `RAI_NUMERICHOST`,
-/// `RAI_FAMILY`; the port space is TCP and the QP type RC (iWARP). Returns
-/// 0, or -1 with errno (the man page's convention; librdmacm sets errno
-/// like getaddrinfo's EAI mapped to ENOENT/EINVAL).
+/// `rdma_getaddrinfo`, as librdmacm: the first address `node`/`service`
+/// resolve to (the destination, or with `RAI_PASSIVE` the source, a
+/// wildcard without a node), or the hints' addresses when both are NULL;
+/// port space and QP type from the hints (default TCP/RC, iWARP's only
+/// ones); a source address only from the hints. `RAI_NUMERICHOST`
+/// refuses names. Returns 0, or -1 with errno.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,
@@ -177,7 +178,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
+    if res.is_null() || (node.is_null() && service.is_null() && hints.is_null()) {
         set_errno(libc::EINVAL);
         return -1;
     }
@@ -188,28 +189,17 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             (!service.is_null()).then(|| CStr::from_ptr(service).to_string_lossy().into_owned()),
         )
     };
-    // SAFETY: optional hints from the program.
-    let (flags, family, ps, qpt) = if hints.is_null() {
-        (0, 0, 0, 0)
+    // SAFETY: all-zero hints are valid; the program's hints otherwise.
+    let h: rdma_addrinfo = if hints.is_null() {
+        unsafe { std::mem::zeroed() }
     } else {
-        unsafe {
-            (
-                (*hints).ai_flags,
-                (*hints).ai_family,
-                (*hints).ai_port_space,
-                (*hints).ai_qp_type,
-            )
-        }
+        unsafe { std::ptr::read(hints) }
     };
-    if ps != 0 && ps as u32 != RDMA_PS_TCP || qpt != 0 && qpt as u32 != IBV_QPT_RC {
-        set_errno(libc::EOPNOTSUPP);
-        return -1;
-    }
-    if family != 0 && family != libc::AF_INET && family != libc::AF_INET6 {
+    if h.ai_family != 0 && h.ai_family != libc::AF_INET && h.ai_family != libc::AF_INET6 {
         set_errno(libc::EAFNOSUPPORT);
         return -1;
     }
-    if flags & RAI_NUMERICHOST != 0 {
+    if h.ai_flags & RAI_NUMERICHOST != 0 {
         if let Some(n) = &node {
             if n.parse::<IpAddr>().is_err() {
                 set_errno(libc::ENOENT);
@@ -217,40 +207,41 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             }
         }
     }
-    let passive = flags & RAI_PASSIVE != 0;
-    let addrs = match resolve(node.as_deref(), service.as_deref(), passive, family) {
-        Ok(a) => a,
-        Err(e) => {
-            set_errno(e);
-            return -1;
+    let passive = h.ai_flags & RAI_PASSIVE != 0;
+    let (mut src, mut dst) = (None, None);
+    if node.is_some() || service.is_some() {
+        match resolve(node.as_deref(), service.as_deref(), passive, h.ai_family) {
+            Ok(a) if passive => src = a.first().copied(),
+            Ok(a) => dst = a.first().copied(),
+            Err(e) => {
+                set_errno(e);
+                return -1;
+            }
         }
-    };
-    let mut head: *mut rdma_addrinfo = std::ptr::null_mut();
-    let mut tail: *mut *mut rdma_addrinfo = &mut head;
-    for a in addrs {
-        let (src, dst) = if passive {
-            (Some(a), None)
-        } else {
-            let src = route_source(a).ok().map(|ip| SocketAddr::new(ip, 0));
-            (src, Some(a))
-        };
-        // SAFETY: allocation helper above.
-        let ai = unsafe { alloc_info(flags, src, dst) };
-        if ai.is_null() {
-            break;
-        }
-        // SAFETY: `tail` points at the last `ai_next` (or `head`).
-        unsafe {
-            *tail = ai;
-            tail = &mut (*ai).ai_next;
-        }
+    } else if h.ai_dst_len > 0 {
+        // SAFETY: the hints' address.
+        dst = unsafe { from_c(h.ai_dst_addr) };
     }
-    if head.is_null() {
+    if src.is_none() && h.ai_src_len > 0 {
+        // SAFETY: the hints' address.
+        src = unsafe { from_c(h.ai_src_addr) };
+    }
+    // SAFETY: allocation helper above.
+    let ai = unsafe { alloc_info(h.ai_flags & (RAI_PASSIVE | RAI_NUMERICHOST | RAI_FAMILY), src, dst) };
+    if ai.is_null() {
         set_errno(libc::ENOMEM);
         return -1;
     }
-    // SAFETY: the program's out-pointer.
-    unsafe { *res = head };
+    // SAFETY: our allocation; the program's out-pointer.
+    unsafe {
+        if h.ai_port_space != 0 {
+            (*ai).ai_port_space = h.ai_port_space;
+        }
+        if h.ai_qp_type != 0 {
+            (*ai).ai_qp_type = h.ai_qp_type;
+        }
+        *res = ai;
+    }
     0
 }
 
@@ -299,7 +290,7 @@ mod tests {
         // SAFETY: a list we made.
         unsafe {
             assert_eq!(from_c((*res).ai_dst_addr), Some("127.0.0.1:7174".parse().unwrap()));
-            assert_eq!(from_c((*res).ai_src_addr).map(|a| a.ip()), Some("127.0.0.1".parse().unwrap()));
+            assert!((*res).ai_src_addr.is_null());
             assert_eq!((*res).ai_port_space as u32, RDMA_PS_TCP);
             rdma_freeaddrinfo(res);
         }

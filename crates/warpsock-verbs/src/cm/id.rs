@@ -1232,6 +1232,11 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
     };
     // SAFETY: live channels and id.
     unsafe {
+        // A synchronous id's last event is its own (librdmacm acks it).
+        if (*id.cast::<CmaIdPrivate>()).sync != 0 && !(*id).event.is_null() {
+            rdma_ack_cm_event((*id).event);
+            (*id).event = std::ptr::null_mut();
+        }
         let old = (*id).channel;
         let oq = channel_queue(old);
         let nq = channel_queue(new);
