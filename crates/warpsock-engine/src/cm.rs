@@ -512,7 +512,21 @@ pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmErr
             Err(e) => last = CmError::from_connect(a, e, opts.connect_timeout),
         }
     }
-    let sock = sock.ok_or(last)?;
+    connect_stream(sock.ok_or(last)?, init)
+}
+
+/// Runs the MPA exchange as initiator on a TCP connection that is already
+/// established (by the caller, or by an application that used it as a
+/// plain byte stream first) and returns the queue pair on it.
+///
+/// The next byte the peer reads from the stream must be the MPA Request
+/// this sends, and the next bytes we read must be its MPA Reply: whatever
+/// the connection carried before has to be consumed by both ends first.
+/// The socket's TCP options become those of `init`. Errors are those of
+/// [`connect`] after its TCP step.
+pub fn connect_stream(sock: TcpStream, init: &QpInit<'_>) -> Result<Qp, CmError> {
+    let opts = &init.options;
+    init.check(&opts.private_data)?;
     // Addresses now: a peer that resets right after setup makes them fail.
     let addrs = (
         sock.local_addr().map_err(CmError::Io)?,
