@@ -38,6 +38,7 @@ mod opts;
 mod pin;
 mod report;
 mod rping;
+mod run;
 mod server;
 mod tcp;
 mod udp;
@@ -92,6 +93,9 @@ commands! {
     /// client, `-C`, `-S`, `-V`, `-v`, `-P`), wire-compatible with rping on
     /// Linux siw.
     Rping(rping::RpingCmd),
+    /// Run an unmodified libibverbs/librdmacm program (rping, perftest,
+    /// fi_pingpong, rstream, …) on warpsock: `warpsock run -- PROGRAM ARGS…`.
+    Run(run::RunCmd),
 }
 
 /// warpsock: user-space iWARP (RDMA over TCP), measured against host TCP and UDP.

@@ -6,7 +6,7 @@
 //! right size. `tests/abi.rs` compiles a C program against the installed
 //! `<infiniband/verbs.h>` and compares every size, offset and constant
 //! with these definitions.
-#![allow(non_camel_case_types, missing_docs)]
+#![allow(non_camel_case_types, missing_docs, clippy::use_self)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -108,6 +108,20 @@ pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 pub const VERBS_CONTEXT_OPS: usize = 39;
 /// Index of `query_port` among them (the first: the struct grows up).
 pub const VCTX_QUERY_PORT: usize = 0;
+/// Index of `create_cq_ex` (left NULL: `ibv_create_cq_ex` reports
+/// EOPNOTSUPP and callers fall back to `ibv_create_cq`).
+pub const VCTX_CREATE_CQ_EX: usize = 25;
+/// Index of `query_device_ex` (left NULL: `ibv_query_device_ex` falls
+/// back to `ibv_query_device`).
+pub const VCTX_QUERY_DEVICE_EX: usize = 27;
+
+/// `struct ibv_qp_init_attr_ex`: offset of `comp_mask` (its first fields
+/// are `struct ibv_qp_init_attr`'s).
+pub const QP_INIT_ATTR_EX_COMP_MASK: usize = 60;
+/// `struct ibv_qp_init_attr_ex`: offset of `pd`.
+pub const QP_INIT_ATTR_EX_PD: usize = 64;
+/// `IBV_QP_INIT_ATTR_PD`.
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1;
 
 #[repr(C)]
 pub struct _ibv_device_ops {

@@ -2,7 +2,7 @@
 //! plus the two private fields of rdma-core's `struct cma_id_private` that
 //! rdma-core's own rsockets code reads from an id (see [`CmaIdPrivate`]).
 //! Checked against the installed header by `tests/abi.rs`.
-#![allow(non_camel_case_types, missing_docs)]
+#![allow(non_camel_case_types, missing_docs, clippy::use_self)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 

@@ -140,11 +140,10 @@ impl CqShared {
                 }
             }
         }
-        kept.truncate(self.cap);
         {
             let mut st = lock(&self.stash);
-            let room = self.cap.saturating_sub(st.len());
-            st.extend(kept.into_iter().take(room));
+            st.extend(kept);
+            st.truncate(self.cap);
             self.has_stash.store(true, Ordering::Release);
         }
         self.ctx
@@ -416,7 +415,8 @@ pub unsafe extern "C" fn ibv_create_cq(
         ibv.cqe = cap as c_int;
         let raw = Box::into_raw(Box::new(CqObj { ibv, sh }));
         // SAFETY: just made.
-        unsafe { (&(*raw).sh).ibv.store(raw.cast(), Ordering::Release) };
+        let sh: &Arc<CqShared> = unsafe { &(*raw).sh };
+        sh.ibv.store(raw.cast(), Ordering::Release);
         return raw.cast();
     }
     forward!(
@@ -456,7 +456,10 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             // SAFETY: the program's CQ: its ack counter is ours to read.
             while unsafe { u64::from(std::ptr::read_volatile(&(*cq).comp_events_completed)) } < *ev
             {
-                ev = sh.acked.wait(ev).unwrap_or_else(std::sync::PoisonError::into_inner);
+                ev = sh
+                    .acked
+                    .wait(ev)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         }
         if sh.armed.swap(false, Ordering::AcqRel) {
@@ -525,7 +528,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: u32) {
         sh.acked.notify_all();
         return;
     }
-    forward!(ibv_ack_cq_events(cq, n) : fn(*mut ibv_cq, u32) -> (), ())
+    forward!(ibv_ack_cq_events(cq, n) : fn(*mut ibv_cq, u32) -> (), ());
 }
 
 /// `ibv_resize_cq`: not supported (siw's answer).

@@ -272,7 +272,11 @@ impl CtxShared {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 32];
         while !self.stop.load(Ordering::Acquire) {
             let watching = !lock(&self.qps).is_empty();
-            let timeout = if watching { WATCH.as_millis() as c_int } else { 200 };
+            let timeout = if watching {
+                WATCH.as_millis() as c_int
+            } else {
+                200
+            };
             // SAFETY: our epoll fd and a live array of 32 events.
             let n = unsafe { libc::epoll_wait(self.notifier.epoll, evs.as_mut_ptr(), 32, timeout) };
             for ev in evs.iter().take(n.max(0) as usize) {

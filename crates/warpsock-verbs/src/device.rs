@@ -59,7 +59,10 @@ pub fn ptr() -> *mut ibv_device {
         dev.transport_type = IBV_TRANSPORT_IWARP;
         copy_cstr(&mut dev.name, NAME);
         copy_cstr(&mut dev.dev_name, "uverbs-warpsock0");
-        copy_cstr(&mut dev.dev_path, "/sys/class/infiniband_verbs/uverbs-warpsock0");
+        copy_cstr(
+            &mut dev.dev_path,
+            "/sys/class/infiniband_verbs/uverbs-warpsock0",
+        );
         copy_cstr(&mut dev.ibdev_path, "/sys/class/infiniband/warpsock0");
         Box::new(Device(dev))
     });
@@ -99,11 +102,15 @@ pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_d
         ibv_get_device_list(&mut n_real) : fn(*mut c_int) -> *mut *mut ibv_device,
         std::ptr::null_mut()
     );
-    let n_real = if real.is_null() { 0 } else { n_real.max(0) as usize };
+    let n_real = if real.is_null() {
+        0
+    } else {
+        n_real.max(0) as usize
+    };
     let total = n_real + 1;
     // SAFETY: calloc of total + 2 pointers (NULL terminator, real list).
-    let list = unsafe { libc::calloc(total + 2, size_of::<*mut ibv_device>()) }
-        .cast::<*mut ibv_device>();
+    let list =
+        unsafe { libc::calloc(total + 2, size_of::<*mut ibv_device>()) }.cast::<*mut ibv_device>();
     if list.is_null() {
         return null(libc::ENOMEM);
     }
@@ -278,7 +285,9 @@ pub unsafe extern "C" fn query_port_ex(
     fill_port_attr(&mut a);
     let n = len.min(size_of::<ibv_port_attr>());
     // SAFETY: the caller's struct has at least `len` bytes.
-    unsafe { std::ptr::copy_nonoverlapping((&a as *const ibv_port_attr).cast::<u8>(), attr.cast(), n) };
+    unsafe {
+        std::ptr::copy_nonoverlapping((&a as *const ibv_port_attr).cast::<u8>(), attr.cast(), n);
+    };
     0
 }
 
@@ -293,7 +302,9 @@ pub unsafe extern "C" fn ibv_query_port(
     if unsafe { ctx_is_ours(ctx) } {
         // The compat struct is a prefix of ibv_port_attr (up to link_layer).
         // SAFETY: forwarded arguments.
-        return unsafe { query_port_ex(ctx, port, attr, std::mem::offset_of!(ibv_port_attr, flags)) };
+        return unsafe {
+            query_port_ex(ctx, port, attr, std::mem::offset_of!(ibv_port_attr, flags))
+        };
     }
     forward!(
         ibv_query_port(ctx, port, attr) : fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int,
@@ -457,6 +468,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
         let c = unsafe { Ctx::from_ibv(ctx) };
         return match c.sh.async_events.pop() {
             Ok(ev) => {
+                crate::util::lock(delivered_events()).push((ev.element as usize, ev.kind));
                 if !event.is_null() {
                     // SAFETY: non-NULL out-pointer.
                     unsafe {
@@ -480,6 +492,15 @@ pub unsafe extern "C" fn ibv_get_async_event(
     )
 }
 
+/// Async events this library delivered and the program has not yet
+/// acknowledged, by (element, type): `ibv_ack_async_event` must tell ours
+/// from a real device's without touching the element (the program may
+/// have destroyed it already).
+fn delivered_events() -> &'static std::sync::Mutex<Vec<(usize, u32)>> {
+    static D: OnceLock<std::sync::Mutex<Vec<(usize, u32)>>> = OnceLock::new();
+    D.get_or_init(Default::default)
+}
+
 /// `ibv_ack_async_event`: ours carry no resources (destroying an object
 /// does not wait for its async events); a real device's event goes back to
 /// the real library.
@@ -488,15 +509,16 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     if event.is_null() {
         return;
     }
-    // SAFETY: the program passes the event it got; CQ, QP and SRQ events
-    // name a live object whose first field is its context.
-    let ours = unsafe {
-        match (*event).event_type {
-            IBV_EVENT_CQ_ERR | IBV_EVENT_QP_FATAL => {
-                let obj = (*event).element.cast::<*mut ibv_context>();
-                !obj.is_null() && ctx_is_ours(*obj)
+    // SAFETY: the program passes the event it got.
+    let key = unsafe { ((*event).element as usize, (*event).event_type) };
+    let ours = {
+        let mut d = crate::util::lock(delivered_events());
+        match d.iter().position(|k| *k == key) {
+            Some(i) => {
+                d.swap_remove(i);
+                true
             }
-            _ => false,
+            None => false,
         }
     };
     if !ours {

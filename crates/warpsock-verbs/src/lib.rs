@@ -45,7 +45,15 @@
 //! `WARPSOCK_P2P` (`0`: initiators do not offer RFC 6581 peer-to-peer
 //! setup), `WARPSOCK_VERBS_DEBUG` (`1`: log setup failures to stderr).
 //! See [`config`].
-#![allow(unsafe_code)]
+//!
+//! # Safety
+//!
+//! Every exported `ibv_*`/`rdma_*` function is `unsafe extern "C"`: its
+//! contract is the one its libibverbs/librdmacm man page states (live
+//! objects made by the same library, buffers of the stated sizes); the
+//! functions check what can be checked (NULL, ownership, bounds) and report
+//! the rest as the real library would.
+#![allow(unsafe_code, clippy::missing_safety_doc)]
 
 pub mod abi;
 pub mod abi_cm;

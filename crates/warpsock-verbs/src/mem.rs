@@ -151,7 +151,13 @@ pub fn access_of(flags: c_int) -> Result<Access, c_int> {
     Ok(a)
 }
 
-unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int) -> *mut ibv_mr {
+unsafe fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
     // SAFETY: ours (checked by the callers).
     let o = unsafe { PdObj::from_ibv(pd) };
     let acc = match access_of(access) {

@@ -59,6 +59,9 @@ pub enum End {
     Closed,
 }
 
+/// Called once when a queue pair's connection ends.
+pub type EndHook = Box<dyn FnOnce(End) + Send>;
+
 /// A send-queue entry not yet retired.
 #[derive(Debug, Clone, Copy)]
 struct SqEntry {
@@ -111,7 +114,7 @@ pub struct QpShared {
     /// State.
     pub st: Mutex<QpState>,
     /// Called once when the connection ends.
-    on_end: Mutex<Option<Box<dyn FnOnce(End) + Send>>>,
+    on_end: Mutex<Option<EndHook>>,
 }
 
 // SAFETY: `ibv` is only handed back to the program (async events); all
@@ -122,7 +125,9 @@ unsafe impl Sync for QpShared {}
 
 impl std::fmt::Debug for QpShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QpShared").field("qp_num", &self.qp_num).finish()
+        f.debug_struct("QpShared")
+            .field("qp_num", &self.qp_num)
+            .finish()
     }
 }
 
@@ -140,14 +145,17 @@ static NEXT_QPN: AtomicU32 = AtomicU32::new(0x100);
 /// Every live queue pair by number (`rdma_connect`/`rdma_accept` with
 /// `conn_param->qp_num` name a QP the program created itself).
 fn registry() -> &'static Mutex<std::collections::HashMap<u32, std::sync::Weak<QpShared>>> {
-    static R: std::sync::OnceLock<Mutex<std::collections::HashMap<u32, std::sync::Weak<QpShared>>>> =
-        std::sync::OnceLock::new();
+    static R: std::sync::OnceLock<
+        Mutex<std::collections::HashMap<u32, std::sync::Weak<QpShared>>>,
+    > = std::sync::OnceLock::new();
     R.get_or_init(Default::default)
 }
 
 /// The live queue pair with this number.
 pub fn by_num(qp_num: u32) -> Option<Arc<QpShared>> {
-    lock(registry()).get(&qp_num).and_then(std::sync::Weak::upgrade)
+    lock(registry())
+        .get(&qp_num)
+        .and_then(std::sync::Weak::upgrade)
 }
 
 /// The queue pair behind a program's pointer.
@@ -204,7 +212,7 @@ impl QpShared {
     }
 
     /// Sets who is told when the connection ends.
-    pub fn on_end(&self, f: Box<dyn FnOnce(End) + Send>) {
+    pub fn on_end(&self, f: EndHook) {
         *lock(&self.on_end) = Some(f);
     }
 
@@ -356,7 +364,10 @@ impl QpShared {
 /// `ibv_create_qp`: RC only; capabilities up to the device's limits (more
 /// is EINVAL, as siw); `max_inline_data` up to [`MAX_INLINE`].
 #[no_mangle]
-pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
     // SAFETY: the program passes a live PD.
     if !unsafe { pd_is_ours(pd) } {
         return forward!(
@@ -376,7 +387,10 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
         return null(libc::EOPNOTSUPP);
     }
     // SAFETY: the program's CQs (NULL checked).
-    if a.send_cq.is_null() || a.recv_cq.is_null() || !unsafe { cq::cq_is_ours(a.send_cq) && cq::cq_is_ours(a.recv_cq) } {
+    if a.send_cq.is_null()
+        || a.recv_cq.is_null()
+        || !unsafe { cq::cq_is_ours(a.send_cq) && cq::cq_is_ours(a.recv_cq) }
+    {
         return null(libc::EINVAL);
     }
     let c = &a.cap;
@@ -393,7 +407,12 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
     // SAFETY: ours.
     let ctx = unsafe { Ctx::from_ibv((*pd).context) };
     // SAFETY: ours.
-    let (scq, rcq) = unsafe { (Arc::clone(cq::shared(a.send_cq)), Arc::clone(cq::shared(a.recv_cq))) };
+    let (scq, rcq) = unsafe {
+        (
+            Arc::clone(cq::shared(a.send_cq)),
+            Arc::clone(cq::shared(a.recv_cq)),
+        )
+    };
     let cap = ibv_qp_cap {
         max_send_wr: c.max_send_wr.max(1),
         max_recv_wr: c.max_recv_wr.max(1),
@@ -503,7 +522,11 @@ fn valid_transition(cur: c_uint, new: c_uint, connected: bool) -> bool {
 
 /// `ibv_modify_qp`.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
     // SAFETY: the program passes a live QP.
     if !unsafe { qp_is_ours(qp) } {
         return forward!(
@@ -549,7 +572,10 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
     // A connected QP ignores moves back to INIT/RTR and to RTS, as siw
     // does (`siw_qp_nextstate_from_rts`): programs that create their own
     // QP (rping -q) walk it INIT -> RTR -> RTS after the CM connected it.
-    if st.state == IBV_QPS_RTS && st.eng.is_some() && matches!(new, IBV_QPS_INIT | IBV_QPS_RTR | IBV_QPS_RTS) {
+    if st.state == IBV_QPS_RTS
+        && st.eng.is_some()
+        && matches!(new, IBV_QPS_INIT | IBV_QPS_RTR | IBV_QPS_RTS)
+    {
         return 0;
     }
     if new > IBV_QPS_ERR || !valid_transition(st.state, new, st.eng.is_some()) {
@@ -566,7 +592,8 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
                 eng.disconnect();
             }
             for r in st.pre_recvs.drain(..) {
-                sh.recv_cq.push_stash(flush_wc(sh.qp_num, r.wr_id, IBV_WC_RECV));
+                sh.recv_cq
+                    .push_stash(flush_wc(sh.qp_num, r.wr_id, IBV_WC_RECV));
             }
         }
         IBV_QPS_SQD => {
@@ -646,7 +673,10 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut std::ffi::c_vo
 
 /// `ibv_create_srq`: no shared receive queues (the engine has none).
 #[no_mangle]
-pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
     // SAFETY: the program passes a live PD.
     if unsafe { pd_is_ours(pd) } {
         return null(libc::EOPNOTSUPP);
@@ -697,7 +727,9 @@ impl QpShared {
     /// # Safety
     /// `w`'s pointers are the program's, valid per the verbs contract.
     unsafe fn send_wr(&self, st: &mut QpState, w: &ibv_send_wr) -> Result<SendWr, c_int> {
-        if w.num_sge < 0 || w.num_sge as u32 > self.cap.max_send_sge && w.send_flags & IBV_SEND_INLINE == 0 {
+        if w.num_sge < 0
+            || w.num_sge as u32 > self.cap.max_send_sge && w.send_flags & IBV_SEND_INLINE == 0
+        {
             return Err(libc::EINVAL);
         }
         let op = match w.opcode {
@@ -742,7 +774,8 @@ impl QpShared {
             for s in list.iter() {
                 // SAFETY: inline data is read at post time from the
                 // program's buffer (not registered), per the verbs contract.
-                let src = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+                let src =
+                    unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
                 ring.write(off, src);
                 off += src.len();
             }
@@ -779,7 +812,8 @@ pub unsafe extern "C" fn post_send(
         // SAFETY: a request of the program's list.
         let w = unsafe { &*cur };
         if st.state == IBV_QPS_ERR && st.eng.is_none() {
-            sh.send_cq.push_stash(flush_wc(sh.qp_num, w.wr_id, IBV_WC_SEND));
+            sh.send_cq
+                .push_stash(flush_wc(sh.qp_num, w.wr_id, IBV_WC_SEND));
             cur = w.next;
             continue;
         }
@@ -837,7 +871,8 @@ pub unsafe extern "C" fn post_recv(
         match (&st.eng, st.state) {
             (_, IBV_QPS_RESET) => return fail(cur, libc::EINVAL),
             (None, IBV_QPS_ERR) => {
-                sh.recv_cq.push_stash(flush_wc(sh.qp_num, w.wr_id, IBV_WC_RECV));
+                sh.recv_cq
+                    .push_stash(flush_wc(sh.qp_num, w.wr_id, IBV_WC_RECV));
             }
             (None, _) => {
                 if st.pre_recvs.len() >= sh.cap.max_recv_wr as usize {

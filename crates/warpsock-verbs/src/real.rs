@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Sentinel for "looked up, not found".
-const MISSING: *mut c_void = 1 as *mut c_void;
+const MISSING: *mut c_void = std::ptr::dangling_mut::<c_void>();
 
 /// The next definition of `name` (NUL-terminated) after this library, or
 /// NULL when no other library defines it (rdma-core not loaded).

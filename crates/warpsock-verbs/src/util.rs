@@ -14,7 +14,9 @@ pub(crate) fn set_errno(e: c_int) {
 
 /// The calling thread's `errno`.
 pub(crate) fn errno() -> c_int {
-    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Sets `errno` and returns NULL (the libibverbs convention for

@@ -111,8 +111,7 @@ unsafe fn alloc_info(
             (dst, &mut (*ai).ai_dst_addr, &mut (*ai).ai_dst_len),
         ] {
             if let Some(a) = a {
-                let st = libc::calloc(1, size_of::<sockaddr_storage>())
-                    .cast::<sockaddr_storage>();
+                let st = libc::calloc(1, size_of::<sockaddr_storage>()).cast::<sockaddr_storage>();
                 if st.is_null() {
                     continue;
                 }
@@ -124,7 +123,12 @@ unsafe fn alloc_info(
     }
 }
 
-fn resolve(node: Option<&str>, service: Option<&str>, passive: bool, family: c_int) -> Result<Vec<SocketAddr>, c_int> {
+fn resolve(
+    node: Option<&str>,
+    service: Option<&str>,
+    passive: bool,
+    family: c_int,
+) -> Result<Vec<SocketAddr>, c_int> {
     let port: u16 = match service {
         None => 0,
         Some(s) => match s.parse() {
@@ -227,7 +231,13 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         src = unsafe { from_c(h.ai_src_addr) };
     }
     // SAFETY: allocation helper above.
-    let ai = unsafe { alloc_info(h.ai_flags & (RAI_PASSIVE | RAI_NUMERICHOST | RAI_FAMILY), src, dst) };
+    let ai = unsafe {
+        alloc_info(
+            h.ai_flags & (RAI_PASSIVE | RAI_NUMERICHOST | RAI_FAMILY),
+            src,
+            dst,
+        )
+    };
     if ai.is_null() {
         set_errno(libc::ENOMEM);
         return -1;
@@ -277,7 +287,10 @@ mod tests {
             let mut st: sockaddr_storage = unsafe { std::mem::zeroed() };
             to_c(a, &mut st);
             // SAFETY: a filled storage.
-            assert_eq!(unsafe { from_c((&st as *const sockaddr_storage).cast()) }, Some(a));
+            assert_eq!(
+                unsafe { from_c((&st as *const sockaddr_storage).cast()) },
+                Some(a)
+            );
         }
     }
 
@@ -285,11 +298,21 @@ mod tests {
     fn getaddrinfo_active_and_passive() {
         let mut res: *mut rdma_addrinfo = std::ptr::null_mut();
         // SAFETY: C strings and an out-pointer.
-        let r = unsafe { rdma_getaddrinfo(c"127.0.0.1".as_ptr(), c"7174".as_ptr(), std::ptr::null(), &mut res) };
+        let r = unsafe {
+            rdma_getaddrinfo(
+                c"127.0.0.1".as_ptr(),
+                c"7174".as_ptr(),
+                std::ptr::null(),
+                &mut res,
+            )
+        };
         assert_eq!(r, 0);
         // SAFETY: a list we made.
         unsafe {
-            assert_eq!(from_c((*res).ai_dst_addr), Some("127.0.0.1:7174".parse().unwrap()));
+            assert_eq!(
+                from_c((*res).ai_dst_addr),
+                Some("127.0.0.1:7174".parse().unwrap())
+            );
             assert!((*res).ai_src_addr.is_null());
             assert_eq!((*res).ai_port_space as u32, RDMA_PS_TCP);
             rdma_freeaddrinfo(res);
@@ -303,7 +326,10 @@ mod tests {
         // SAFETY: a list we made.
         unsafe {
             assert!((*res).ai_dst_addr.is_null());
-            assert_eq!(from_c((*res).ai_src_addr), Some("0.0.0.0:18515".parse().unwrap()));
+            assert_eq!(
+                from_c((*res).ai_src_addr),
+                Some("0.0.0.0:18515".parse().unwrap())
+            );
             rdma_freeaddrinfo(res);
         }
     }

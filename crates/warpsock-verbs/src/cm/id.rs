@@ -235,7 +235,8 @@ fn alloc_id(
     });
     let raw = Box::into_raw(Box::new(IdObj { p, sh }));
     // SAFETY: just made.
-    unsafe { (&(*raw).sh).obj.store(raw, Ordering::Release) };
+    let sh: &Arc<IdShared> = unsafe { &(*raw).sh };
+    sh.obj.store(raw, Ordering::Release);
     Ok(raw.cast())
 }
 
@@ -318,7 +319,10 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     let own = {
         let mut st = lock(&sh.st);
         while st.unacked > 0 {
-            st = sh.cv.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+            st = sh
+                .cv
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
         st.alive = false;
         if let Some((_, waiting)) = st.request.take() {
@@ -343,7 +347,11 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 /// Binds a socket for `addr` (SO_REUSEADDR, as siw's listeners;
 /// IPV6_V6ONLY per `rdma_set_option`).
 fn bind_socket(addr: SocketAddr, afonly: Option<bool>) -> Result<(OwnedFd, SocketAddr), c_int> {
-    let fam = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    let fam = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: plain system calls on a socket we own; results checked.
     unsafe {
         let fd = libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
@@ -371,7 +379,12 @@ fn bind_socket(addr: SocketAddr, afonly: Option<bool>) -> Result<(OwnedFd, Socke
         }
         let mut ss: libc::sockaddr_storage = std::mem::zeroed();
         let len = to_c(addr, &mut ss);
-        if libc::bind(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len) != 0 {
+        if libc::bind(
+            fd.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        ) != 0
+        {
             return Err(errno());
         }
         let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -380,7 +393,8 @@ fn bind_socket(addr: SocketAddr, afonly: Option<bool>) -> Result<(OwnedFd, Socke
             (&mut ss as *mut libc::sockaddr_storage).cast(),
             &mut len,
         );
-        let local = from_c((&ss as *const libc::sockaddr_storage).cast()).ok_or(libc::EAFNOSUPPORT)?;
+        let local =
+            from_c((&ss as *const libc::sockaddr_storage).cast()).ok_or(libc::EAFNOSUPPORT)?;
         Ok((fd, local))
     }
 }
@@ -459,7 +473,10 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             unsafe {
                 let bound = from_c((&(*id).route.addr.src as *const libc::sockaddr_storage).cast());
                 let port = bound.map_or(0, |b| b.port());
-                let src_ip = bound.map(|b| b.ip()).filter(|i| !i.is_unspecified()).unwrap_or(ip);
+                let src_ip = bound
+                    .map(|b| b.ip())
+                    .filter(|i| !i.is_unspecified())
+                    .unwrap_or(ip);
                 to_c(SocketAddr::new(src_ip, port), &mut (*id).route.addr.src);
                 to_c(d, &mut (*id).route.addr.dst);
             }
@@ -604,7 +621,11 @@ fn accept_loop(
             continue;
         }
         handshakes.fetch_add(1, Ordering::AcqRel);
-        let (h, lw, w) = (Arc::clone(&handshakes), listener.clone(), Arc::clone(&waiting));
+        let (h, lw, w) = (
+            Arc::clone(&handshakes),
+            listener.clone(),
+            Arc::clone(&waiting),
+        );
         let spawned = std::thread::Builder::new()
             .name("warpsock-cm-mpa".into())
             .spawn(move || {
@@ -637,7 +658,10 @@ fn offer(l: &Arc<IdShared>, req: ConnectRequest, waiting: &Arc<AtomicUsize>, bac
         return;
     }
     if waiting.load(Ordering::Acquire) >= backlog {
-        debug!("backlog of {backlog} requests full; closing {}", req.peer_addr());
+        debug!(
+            "backlog of {backlog} requests full; closing {}",
+            req.peer_addr()
+        );
         return;
     }
     let lid = l.id_ptr();
@@ -647,8 +671,11 @@ fn offer(l: &Arc<IdShared>, req: ConnectRequest, waiting: &Arc<AtomicUsize>, bac
         ((*p).sync != 0, (*lid).channel, (*lid).context)
     };
     drop(lst);
-    let Ok(child) = alloc_id(if sync { std::ptr::null_mut() } else { channel }, context, RDMA_PS_TCP)
-    else {
+    let Ok(child) = alloc_id(
+        if sync { std::ptr::null_mut() } else { channel },
+        context,
+        RDMA_PS_TCP,
+    ) else {
         return;
     };
     // SAFETY: the id just made.
@@ -687,7 +714,10 @@ fn offer(l: &Arc<IdShared>, req: ConnectRequest, waiting: &Arc<AtomicUsize>, bac
 
 /// `rdma_get_request` (synchronous listeners).
 #[no_mangle]
-pub unsafe extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
     if listen.is_null() || id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -800,9 +830,11 @@ fn established(sh: &Arc<IdShared>, qp: &Arc<QpShared>, neg: Option<&Negotiated>,
 
 fn connect_failed(e: &CmError) -> (c_uint, c_int, Vec<u8>) {
     match e {
-        CmError::Rejected { private_data } => {
-            (RDMA_CM_EVENT_REJECTED, -libc::ECONNRESET, private_data.clone())
-        }
+        CmError::Rejected { private_data } => (
+            RDMA_CM_EVENT_REJECTED,
+            -libc::ECONNRESET,
+            private_data.clone(),
+        ),
         CmError::Refused { .. } => (RDMA_CM_EVENT_REJECTED, -libc::ECONNREFUSED, Vec::new()),
         CmError::Unreachable { source, .. } => (
             RDMA_CM_EVENT_UNREACHABLE,
@@ -828,9 +860,8 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     }
     // SAFETY: a live id of ours; the program's parameters.
     let (sh, p) = unsafe { (Arc::clone(shared(id)), *param) };
-    let (ird, ord) = match (depth(p.responder_resources), depth(p.initiator_depth)) {
-        (Ok(i), Ok(o)) => (i, o),
-        _ => return fail(libc::EINVAL),
+    let (Ok(ird), Ok(ord)) = (depth(p.responder_resources), depth(p.initiator_depth)) else {
+        return fail(libc::EINVAL);
     };
     // SAFETY: the program's private data.
     let pd = match unsafe { pdata(p.private_data, p.private_data_len) } {
@@ -842,7 +873,8 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
         return fail(libc::EINVAL);
     };
     // SAFETY: a live id of ours.
-    let Some(dst) = (unsafe { from_c((&(*id).route.addr.dst as *const libc::sockaddr_storage).cast()) })
+    let Some(dst) =
+        (unsafe { from_c((&(*id).route.addr.dst as *const libc::sockaddr_storage).cast()) })
     else {
         return fail(libc::EINVAL);
     };
@@ -861,27 +893,27 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     let t = std::thread::Builder::new()
         .name("warpsock-cm-connect".into())
         .spawn(move || {
-            let mut init = match qp.take_init(opts) {
-                Ok(i) => i,
-                Err(_) => {
-                    lock(&sh.st).connecting = false;
-                    push_self(
-                        &sh,
-                        RDMA_CM_EVENT_CONNECT_ERROR,
-                        Ev {
-                            status: -libc::EINVAL,
-                            ..Ev::default()
-                        },
-                    );
-                    return;
-                }
+            let Ok(mut init) = qp.take_init(opts) else {
+                lock(&sh.st).connecting = false;
+                push_self(
+                    &sh,
+                    RDMA_CM_EVENT_CONNECT_ERROR,
+                    Ev {
+                        status: -libc::EINVAL,
+                        ..Ev::default()
+                    },
+                );
+                return;
             };
             match warpsock_engine::connect(dst, &init) {
                 Ok(eng) => {
                     drop(init);
                     let neg = eng.negotiated();
                     qp.attach(eng, neg.as_ref());
-                    let peer = neg.as_ref().map(|n| n.peer_private_data.clone()).unwrap_or_default();
+                    let peer = neg
+                        .as_ref()
+                        .map(|n| n.peer_private_data.clone())
+                        .unwrap_or_default();
                     established(&sh, &qp, neg.as_ref(), &peer);
                 }
                 Err(e) => {
@@ -929,7 +961,11 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
     waiting.fetch_sub(1, Ordering::AcqRel);
     // Defaults without parameters: what the initiator asked for.
     let (ird, ord, pd) = if param.is_null() {
-        (peer_ord.min(MAX_RD_ATOM), peer_ird.min(MAX_RD_ATOM), Vec::new())
+        (
+            peer_ord.min(MAX_RD_ATOM),
+            peer_ird.min(MAX_RD_ATOM),
+            Vec::new(),
+        )
     } else {
         // SAFETY: the program's parameters and private data.
         let p = unsafe { *param };
@@ -1093,8 +1129,16 @@ pub unsafe extern "C" fn rdma_create_qp(
         let a = &mut *attr;
         let made = create_cqs(
             id,
-            if a.send_cq.is_null() { a.cap.max_send_wr.max(1) } else { 0 },
-            if a.recv_cq.is_null() { a.cap.max_recv_wr.max(1) } else { 0 },
+            if a.send_cq.is_null() {
+                a.cap.max_send_wr.max(1)
+            } else {
+                0
+            },
+            if a.recv_cq.is_null() {
+                a.cap.max_recv_wr.max(1)
+            } else {
+                0
+            },
         );
         if made.is_err() {
             destroy_cqs(id);
@@ -1135,17 +1179,25 @@ pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut c_voi
     if attr.is_null() {
         return fail(libc::EINVAL);
     }
-    // `struct ibv_qp_init_attr_ex` starts with `ibv_qp_init_attr`'s fields,
-    // then `comp_mask` (u32 at 60) and `pd` (at 64).
+    // `struct ibv_qp_init_attr_ex` starts with `ibv_qp_init_attr`'s fields.
     // SAFETY: the program's struct is at least that long.
     unsafe {
-        let comp_mask = *attr.cast::<u8>().add(60).cast::<u32>();
-        let pd = *attr.cast::<u8>().add(64).cast::<*mut ibv_pd>();
-        const PD: u32 = 1;
-        if comp_mask & !PD != 0 {
+        let comp_mask = *attr
+            .cast::<u8>()
+            .add(QP_INIT_ATTR_EX_COMP_MASK)
+            .cast::<u32>();
+        let pd = *attr
+            .cast::<u8>()
+            .add(QP_INIT_ATTR_EX_PD)
+            .cast::<*mut ibv_pd>();
+        if comp_mask & !IBV_QP_INIT_ATTR_PD != 0 {
             return fail(libc::EOPNOTSUPP);
         }
-        let pd = if comp_mask & PD != 0 { pd } else { std::ptr::null_mut() };
+        let pd = if comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
+            pd
+        } else {
+            std::ptr::null_mut()
+        };
         rdma_create_qp(id, pd, attr.cast())
     }
 }
@@ -1216,7 +1268,10 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
 /// `rdma_migrate_id`: moves the id (and its undelivered events) to
 /// another channel; NULL makes it synchronous with a private channel.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int {
+pub unsafe extern "C" fn rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
+) -> c_int {
     if id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -1251,7 +1306,10 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
         {
             let mut st = lock(&sh.st);
             while st.unacked > 0 {
-                st = sh.cv.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+                st = sh
+                    .cv
+                    .wait(st)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
             (*id).channel = new;
             (*id.cast::<CmaIdPrivate>()).sync = c_int::from(sync);
@@ -1421,28 +1479,43 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_uint) -> c_in
 /// Multicast (`rdma_join_multicast`, `_ex`, `rdma_leave_multicast`):
 /// iWARP has none (ENOSYS).
 #[no_mangle]
-pub unsafe extern "C" fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr, ctx: *mut c_void) -> c_int {
+pub unsafe extern "C" fn rdma_join_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+    ctx: *mut c_void,
+) -> c_int {
     let _ = (id, addr, ctx);
     fail(libc::ENOSYS)
 }
 
 /// See [`rdma_join_multicast`].
 #[no_mangle]
-pub unsafe extern "C" fn rdma_join_multicast_ex(id: *mut rdma_cm_id, attr: *mut c_void, ctx: *mut c_void) -> c_int {
+pub unsafe extern "C" fn rdma_join_multicast_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut c_void,
+    ctx: *mut c_void,
+) -> c_int {
     let _ = (id, attr, ctx);
     fail(libc::ENOSYS)
 }
 
 /// See [`rdma_join_multicast`].
 #[no_mangle]
-pub unsafe extern "C" fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+pub unsafe extern "C" fn rdma_leave_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> c_int {
     let _ = (id, addr);
     fail(libc::ENOSYS)
 }
 
 /// SRQs through the CM (`rdma_create_srq`, `_ex`): none (EOPNOTSUPP).
 #[no_mangle]
-pub unsafe extern "C" fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut c_void) -> c_int {
+pub unsafe extern "C" fn rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut c_void,
+) -> c_int {
     let _ = (id, pd, attr);
     fail(libc::EOPNOTSUPP)
 }
@@ -1478,7 +1551,12 @@ pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut c_vo
 
 /// See [`rdma_set_local_ece`].
 #[no_mangle]
-pub unsafe extern "C" fn rdma_reject_ece(id: *mut rdma_cm_id, data: *const c_void, len: u8, reason: u8) -> c_int {
+pub unsafe extern "C" fn rdma_reject_ece(
+    id: *mut rdma_cm_id,
+    data: *const c_void,
+    len: u8,
+    reason: u8,
+) -> c_int {
     let _ = (id, data, len, reason);
     fail(libc::EOPNOTSUPP)
 }
@@ -1499,7 +1577,10 @@ pub unsafe extern "C" fn rdma_resolve_addrinfo(
 
 /// See [`rdma_resolve_addrinfo`].
 #[no_mangle]
-pub unsafe extern "C" fn rdma_query_addrinfo(id: *mut rdma_cm_id, info: *mut *mut rdma_addrinfo) -> c_int {
+pub unsafe extern "C" fn rdma_query_addrinfo(
+    id: *mut rdma_cm_id,
+    info: *mut *mut rdma_addrinfo,
+) -> c_int {
     let _ = (id, info);
     fail(libc::EOPNOTSUPP)
 }
@@ -1515,4 +1596,3 @@ pub unsafe extern "C" fn rdma_write_cm_event(
     let _ = (id, event, status, arg);
     fail(libc::EOPNOTSUPP)
 }
-
