@@ -100,7 +100,7 @@ RUN="$WS run"
 
 echo "--- rping on loopback (-V -C 200; CRC off and on)"
 for crc in off on; do
-    for size in 26 64 1000 65536; do
+    for size in 26 64 1000 65535; do
         pair "rping-lo-$crc-$size" 27174 \
             "$RUN --crc $crc -- rping -s -a 127.0.0.1 -p 27174 -S $size -C 200 -V" \
             "$RUN --crc $crc -- rping -c -a 127.0.0.1 -p 27174 -S $size -C 200 -V"
@@ -162,7 +162,7 @@ for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up; done
 ip -n "$NSA" link set wv0 up
 ip -n "$NSB" link set wv1 up
 for crc in off on; do
-    for size in 26 65536; do
+    for size in 26 65535; do
         pair "rping-ns-$crc-$size" 27174 \
             "$RUN --crc $crc -- rping -s -a 10.214.0.1 -p 27174 -S $size -C 200 -V" \
             "$RUN --crc $crc -- rping -c -a 10.214.0.1 -p 27174 -S $size -C 200 -V" "$NSA" "$NSB"

@@ -64,6 +64,7 @@ pub mod ctx;
 pub mod device;
 pub mod mem;
 pub mod qp;
+pub mod unsupported;
 mod real;
 mod util;
 
