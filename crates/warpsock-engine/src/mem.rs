@@ -41,6 +41,24 @@ impl Pd {
         // SAFETY: forwarded from this function's contract.
         self.insert(Mem::Raw(unsafe { RawMem::new(ptr, len) }), access)
     }
+
+    /// Like [`Self::register_raw`], but the region's address space starts
+    /// at `iova` instead of `ptr` (`ibv_reg_mr_iova2`): byte `k` of the
+    /// memory is tagged offset `iova + k`, in local SGEs and for the peer.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Self::register_raw`].
+    pub unsafe fn register_raw_iova(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Mr {
+        // SAFETY: forwarded from this function's contract.
+        self.insert_at(Mem::Raw(unsafe { RawMem::new(ptr, len) }), iova, access)
+    }
 }
 
 /// Caller memory: a pointer and a length.

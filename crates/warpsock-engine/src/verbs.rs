@@ -464,6 +464,12 @@ impl Pd {
 
     pub(crate) fn insert(&self, mem: Mem, access: Access) -> Mr {
         let addr = mem.addr();
+        self.insert_at(mem, addr, access)
+    }
+
+    /// Registers `mem` with its byte 0 at tagged offset `addr`.
+    pub(crate) fn insert_at(&self, mem: Mem, addr: u64, access: Access) -> Mr {
+        let base = mem.addr();
         let len = warpsock_proto::Backing::bytes(&mem).len();
         let mut st = self.sh.inner.lock();
         st.next_key = st.next_key.wrapping_add(1);
@@ -473,6 +479,7 @@ impl Pd {
             sh: Arc::clone(&self.sh),
             stag,
             addr,
+            base,
             len,
             locked: AtomicBool::new(false),
         }
@@ -485,7 +492,11 @@ impl Pd {
 pub struct Mr {
     sh: Arc<Shared>,
     stag: Stag,
+    /// Tagged offset of byte 0 (the memory's address unless registered
+    /// with an iova).
     addr: u64,
+    /// Where byte 0 is in this process's memory.
+    base: u64,
     len: usize,
     locked: AtomicBool,
 }
@@ -572,7 +583,7 @@ impl Mr {
         if self.len == 0 || self.locked.load(Ordering::Relaxed) {
             return Ok(());
         }
-        sys::mlock(self.addr as *const u8, self.len)?;
+        sys::mlock(self.base as *const u8, self.len)?;
         self.locked.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -586,7 +597,7 @@ impl Mr {
 impl Drop for Mr {
     fn drop(&mut self) {
         if *self.locked.get_mut() {
-            sys::munlock(self.addr as *const u8, self.len);
+            sys::munlock(self.base as *const u8, self.len);
         }
         self.sh.inner.lock().reg.deregister(self.stag);
     }
