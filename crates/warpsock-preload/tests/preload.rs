@@ -46,6 +46,37 @@ fn preload_so() -> &'static Path {
     })
 }
 
+/// A copy of the library built with the `test-hooks` feature (delays that
+/// order races deterministically; the shipped library has none), into a
+/// target directory of its own, once per test run.
+fn preload_so_with_hooks() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        let own = Path::new(env!("CARGO_TARGET_TMPDIR")).join("preload-hooks");
+        let st = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "warpsock-preload",
+                "--features",
+                "test-hooks",
+                "--target-dir",
+            ])
+            .arg(&own)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build");
+        assert!(
+            st.success(),
+            "cargo build -p warpsock-preload --features test-hooks failed"
+        );
+        let so = own.join("debug").join("libwarpsock_preload.so");
+        assert!(so.exists(), "{} not found", so.display());
+        so
+    })
+}
+
 /// Compiles tests/c/<name>.c once per test run.
 fn c_program(name: &str) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
@@ -107,6 +138,11 @@ impl Run {
 }
 
 fn command(prog: &Path, args: &[String], preload: bool) -> Command {
+    command_with(prog, args, preload.then(preload_so))
+}
+
+/// As `command`, preloading `so` if given.
+fn command_with(prog: &Path, args: &[String], so: Option<&Path>) -> Command {
     let mut c = Command::new(prog);
     c.args(args)
         .stdin(Stdio::null())
@@ -117,8 +153,8 @@ fn command(prog: &Path, args: &[String], preload: bool) -> Command {
             c.env_remove(k);
         }
     }
-    if preload {
-        c.env("LD_PRELOAD", preload_so())
+    if let Some(so) = so {
+        c.env("LD_PRELOAD", so)
             .env("WARPSOCK_UDP_OFFLOAD", "1")
             .env("WARPSOCK_STATS", "1");
     }
@@ -188,10 +224,14 @@ fn no_stale_doorbells() {
     let port = lease_port().to_string();
     run("doorbells", &[port], false).assert_ok("doorbells (kernel UDP)");
     let port = lease_port().to_string();
-    let child = command(&c_program("doorbells"), &[port], true)
-        .env("WARPSOCK_TEST_UDP_READY_DELAY_MS", "20")
-        .spawn()
-        .expect("spawn doorbells");
+    let child = command_with(
+        &c_program("doorbells"),
+        &[port],
+        Some(preload_so_with_hooks()),
+    )
+    .env("WARPSOCK_TEST_UDP_READY_DELAY_MS", "20")
+    .spawn()
+    .expect("spawn doorbells");
     let r = finish(child, Duration::from_secs(60));
     r.assert_ok("doorbells (preloaded)");
     assert_eq!(r.stat("rx_tcp_dgrams"), 6, "{}", r.stderr);
@@ -416,10 +456,12 @@ fn caller_driven_receive_and_busy_poll() {
 /// The timer now polls the socket first and handles the event instead.
 #[test]
 fn late_timer_handles_the_waiting_answer() {
+    // Built before the receiver starts its clock.
+    let so = preload_so_with_hooks();
     let port = lease_port();
     let (rc, rout) = start_receiver(port, 300, 500, 3000, true);
     let args = [port.to_string(), "300".into(), "500".into(), "300".into()];
-    let child = command(&c_program("udp_send"), &args, true)
+    let child = command_with(&c_program("udp_send"), &args, Some(so))
         .env("WARPSOCK_TEST_TIMER_DELAY_MS", "100")
         .env("WARPSOCK_CONNECT_TIMEOUT_MS", "1")
         .env("WARPSOCK_HELLO_TIMEOUT_MS", "1")
