@@ -15,26 +15,33 @@
 //! each missing one's skip note is checked instead).
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
+use warpsock_testkit::{finish, lease_port, loopback_listener, Guard};
 
 const EXE: &str = env!("CARGO_BIN_EXE_warpsock");
 /// Upper bound for any one command.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// A child process killed (by pid) when dropped.
-struct Guard(Child);
+/// What `warpsock ARGS` left: exit code and both streams.
+struct Output {
+    status: Status,
+    stdout: String,
+    stderr: String,
+}
 
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+/// The exit code of a finished command (`None`: killed by a signal).
+struct Status(Option<i32>);
+
+impl Status {
+    fn code(&self) -> Option<i32> {
+        self.0
+    }
+    fn success(&self) -> bool {
+        self.0 == Some(0)
     }
 }
 
@@ -47,22 +54,17 @@ fn run(args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn warpsock");
-    let mut g = Guard(child);
-    let end = Instant::now() + LIMIT;
-    while g.0.try_wait().expect("try_wait").is_none() {
-        assert!(
-            Instant::now() < end,
-            "warpsock {args:?} ran longer than {LIMIT:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    let f = finish(child, LIMIT);
+    assert!(!f.timed_out, "warpsock {args:?} ran longer than {LIMIT:?}");
+    Output {
+        status: Status(f.code),
+        stdout: f.stdout,
+        stderr: f.stderr,
     }
-    let child = std::mem::replace(&mut g.0, Command::new("true").spawn().expect("spawn true"));
-    std::mem::forget(g);
-    child.wait_with_output().expect("output")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+fn text(b: impl AsRef<[u8]>) -> String {
+    String::from_utf8_lossy(b.as_ref()).into_owned()
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -318,14 +320,8 @@ fn server(once: bool) -> (Guard, u16) {
 }
 
 fn wait_exit(g: &mut Guard, limit: Duration) -> std::process::ExitStatus {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(s) = g.0.try_wait().unwrap() {
-            return s;
-        }
-        assert!(Instant::now() < end, "server did not exit within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    g.wait_within(limit)
+        .unwrap_or_else(|| panic!("server did not exit within {limit:?}"))
 }
 
 #[test]
@@ -485,10 +481,8 @@ fn bad_option_values_name_the_value_and_range() {
 
 #[test]
 fn closed_port_gives_connection_refused() {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // Leased: nothing of ours listens there, and no port-0 bind gets it.
+    let port = lease_port();
     for args in [
         vec!["client".to_string(), format!("127.0.0.1:{port}")],
         vec!["bench".into(), "--peer".into(), format!("127.0.0.1:{port}")],
@@ -513,8 +507,8 @@ fn closed_port_gives_connection_refused() {
 
 #[test]
 fn port_in_use_is_a_clear_error() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port().to_string();
+    let (_l, port) = loopback_listener();
+    let port = port.to_string();
     let out = run(&["server", "--bind", "127.0.0.1", "--port", &port, "--once"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -1,12 +1,14 @@
-//! The progress thread: one per process, started with the first offloaded
-//! socket. It owns an epoll instance over every hidden kernel UDP socket
-//! (one-shot, to bridge their readiness to the application's descriptor),
-//! every TCP listener and every offload connection, and a timer list for
-//! connection attempts (connect and hello timeouts, retry back-off).
+//! The progress thread: one per process, started with the first managed
+//! socket that needs it. It owns an epoll instance over the descriptors the
+//! socket kinds register (each under a token, with a [`Handler`] that is
+//! told of its readiness) and a timer list (handlers with a deadline:
+//! connection set-up timeouts, retry back-off, flush deadlines).
 //!
 //! Application threads register descriptors and change interest with
 //! `epoll_ctl` directly (it is thread-safe); they wake the thread through an
 //! eventfd only when a new timer must be taken into account.
+//!
+//! The reactor knows nothing of any socket kind: it calls handlers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -15,34 +17,49 @@ use std::time::{Duration, Instant};
 
 use libc::c_int;
 
-use crate::real;
-use crate::sock::{Conn, Sock};
+use super::{real, sys};
 
-/// What an epoll token stands for.
-#[derive(Clone)]
-pub(crate) enum Reg {
-    /// A hidden kernel UDP socket (one-shot readiness).
-    Udp(Arc<Sock>),
-    /// A TCP listener for a bound UDP port.
-    Listener(Arc<Sock>),
-    /// An offload connection and the socket it feeds.
-    Conn(Arc<Sock>, Arc<Conn>),
+/// What an epoll token stands for: told of readiness and timers, from the
+/// progress thread (never while the reactor holds a lock).
+pub(crate) trait Handler: Send + Sync {
+    /// Readiness `events` (epoll bits) on the registered descriptor.
+    fn on_ready(&self, reactor: &'static Reactor, events: u32);
+
+    /// The next time [`Handler::on_timer`] should run (only asked of
+    /// handlers on the timer list; `None`: no deadline now).
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+
+    /// A deadline may have passed (`now` is the reactor's clock reading).
+    /// Returns true once the handler needs no more timers.
+    fn on_timer(&self, _reactor: &'static Reactor, _now: Instant) -> bool {
+        true
+    }
+
+    /// Whether the handler holds data not yet handed to the kernel (exit
+    /// and exec wait for that, bounded).
+    fn pending(&self) -> bool {
+        false
+    }
 }
+
+type Reg = Arc<dyn Handler>;
 
 const WAKE_TOKEN: u64 = 0;
 
 /// The progress engine.
-pub(crate) struct Engine {
+pub(crate) struct Reactor {
     /// The process that created the engine (and owns its connections).
     pid: libc::pid_t,
     epfd: c_int,
     wakefd: c_int,
     next_id: AtomicU64,
     regs: Mutex<HashMap<u64, Reg>>,
-    timers: Mutex<Vec<(Arc<Sock>, Arc<Conn>)>>,
+    timers: Mutex<HashMap<u64, Reg>>,
 }
 
-static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
+static ENGINE: AtomicPtr<Reactor> = AtomicPtr::new(std::ptr::null_mut());
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -71,7 +88,7 @@ impl Drop for Handling {
 
 /// The process's engine, created (and its thread started) on first use.
 /// Returns `None` if the kernel refused the epoll instance or the thread.
-pub(crate) fn get() -> Option<&'static Engine> {
+pub(crate) fn get() -> Option<&'static Reactor> {
     let p = ENGINE.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: a published engine is leaked and never freed.
@@ -85,18 +102,18 @@ pub(crate) fn get() -> Option<&'static Engine> {
         )
     };
     if epfd < 0 || wakefd < 0 {
-        crate::sys::close(epfd);
-        crate::sys::close(wakefd);
+        sys::close(epfd);
+        sys::close(wakefd);
         return None;
     }
-    let e = Box::new(Engine {
+    let e = Box::new(Reactor {
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
         epfd,
         wakefd,
         next_id: AtomicU64::new(1),
         regs: Mutex::new(HashMap::new()),
-        timers: Mutex::new(Vec::new()),
+        timers: Mutex::new(HashMap::new()),
     });
     let mut ev = libc::epoll_event {
         events: libc::EPOLLIN as u32,
@@ -113,7 +130,7 @@ pub(crate) fn get() -> Option<&'static Engine> {
     ) {
         Ok(_) => {
             // SAFETY: `raw` is now published and lives for the process.
-            let eng: &'static Engine = unsafe { &*raw };
+            let eng: &'static Reactor = unsafe { &*raw };
             let spawned = std::thread::Builder::new()
                 .name("warpsock-progress".into())
                 .spawn(move || eng.run());
@@ -125,8 +142,8 @@ pub(crate) fn get() -> Option<&'static Engine> {
         Err(other) => {
             // SAFETY: we lost the race; `raw` was never shared.
             let mine = unsafe { Box::from_raw(raw) };
-            crate::sys::close(mine.epfd);
-            crate::sys::close(mine.wakefd);
+            sys::close(mine.epfd);
+            sys::close(mine.wakefd);
             // SAFETY: the winner's engine is leaked and never freed.
             Some(unsafe { &*other })
         }
@@ -134,7 +151,7 @@ pub(crate) fn get() -> Option<&'static Engine> {
 }
 
 /// The engine if one runs, without starting it.
-pub(crate) fn current() -> Option<&'static Engine> {
+pub(crate) fn current() -> Option<&'static Reactor> {
     let p = ENGINE.load(Ordering::Acquire);
     // SAFETY: a published engine is leaked and never freed.
     (!p.is_null()).then(|| unsafe { &*p })
@@ -146,7 +163,7 @@ pub(crate) fn forget_after_fork() {
     ENGINE.store(std::ptr::null_mut(), Ordering::Release);
 }
 
-impl Engine {
+impl Reactor {
     /// Whether the calling process owns this engine: false in a vforked
     /// child (which shares the parent's memory, so the engine is still
     /// published there, but its thread and connections are the parent's)
@@ -202,15 +219,11 @@ impl Engine {
         lock(&self.regs).remove(&id);
     }
 
-    /// Puts a connection on the timer list and wakes the thread so it
-    /// recomputes its sleep.
-    pub(crate) fn add_timer(&self, sock: &Arc<Sock>, conn: &Arc<Conn>) {
-        {
-            let mut t = lock(&self.timers);
-            if !t.iter().any(|(_, c)| Arc::ptr_eq(c, conn)) {
-                t.push((sock.clone(), conn.clone()));
-            }
-        }
+    /// Puts the handler of token `id` on the timer list (until its
+    /// `on_timer` says it is done) and wakes the thread so it recomputes its
+    /// sleep.
+    pub(crate) fn add_timer(&self, id: u64, handler: Reg) {
+        lock(&self.timers).entry(id).or_insert(handler);
         self.wake();
     }
 
@@ -224,9 +237,7 @@ impl Engine {
     /// Whether any connection still holds datagrams not yet in the kernel.
     pub(crate) fn busy(&self) -> bool {
         let regs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
-        regs.iter()
-            .any(|r| matches!(r, Reg::Conn(_, c) if c.has_pending()))
-            || HANDLING.load(Ordering::SeqCst) > 0
+        regs.iter().any(|r| r.pending()) || HANDLING.load(Ordering::SeqCst) > 0
     }
 
     fn run(&'static self) {
@@ -243,7 +254,7 @@ impl Engine {
                 )
             };
             if n < 0 {
-                if crate::sys::errno() == libc::EINTR {
+                if sys::errno() == libc::EINTR {
                     continue;
                 }
                 std::thread::sleep(Duration::from_millis(1));
@@ -259,12 +270,11 @@ impl Engine {
                 }
                 let reg = lock(&self.regs).get(&id).cloned();
                 // Never let a bug unwind out of the thread's loop.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match reg {
-                    Some(Reg::Udp(s)) => s.on_udp_ready(),
-                    Some(Reg::Listener(s)) => s.on_accept(self),
-                    Some(Reg::Conn(s, c)) => c.on_event(self, &s, bits),
-                    None => {}
-                }));
+                if let Some(h) = reg {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        h.on_ready(self, bits);
+                    }));
+                }
             }
             self.run_timers();
         }
@@ -274,8 +284,8 @@ impl Engine {
         let t = lock(&self.timers);
         let now = Instant::now();
         let mut best: Option<Duration> = None;
-        for (_, c) in t.iter() {
-            if let Some(d) = c.deadline() {
+        for h in t.values() {
+            if let Some(d) = h.deadline() {
                 let left = d.saturating_duration_since(now);
                 best = Some(best.map_or(left, |b| b.min(left)));
             }
@@ -288,32 +298,56 @@ impl Engine {
     }
 
     fn run_timers(&'static self) {
-        if let Some(d) = crate::config::get().test_timer_delay {
-            // Late while any connection is being set up (it may not be on
-            // the list yet: its first event can come before `add_timer`).
+        #[cfg(feature = "test-hooks")]
+        if let Some(d) = super::hooks::timer_delay() {
+            // Late while any handler has a deadline (it may not be on the
+            // list yet: a connection's first event can come before its
+            // `add_timer`).
             let regs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
-            if regs
-                .iter()
-                .any(|r| matches!(r, Reg::Conn(_, c) if c.deadline().is_some()))
-            {
+            if regs.iter().any(|r| r.deadline().is_some()) {
                 std::thread::sleep(d);
             }
         }
-        let list: Vec<(Arc<Sock>, Arc<Conn>)> = lock(&self.timers).clone();
+        let list: Vec<(u64, Reg)> = lock(&self.timers)
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
         if list.is_empty() {
             return;
         }
         let now = Instant::now();
         let mut done = Vec::new();
-        for (s, c) in &list {
+        for (id, h) in &list {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if c.on_timer(self, s, now) {
-                    done.push(c.id);
+                if h.on_timer(self, now) {
+                    done.push(*id);
                 }
             }));
         }
         if !done.is_empty() {
-            lock(&self.timers).retain(|(_, c)| !done.contains(&c.id));
+            let mut t = lock(&self.timers);
+            for id in done {
+                t.remove(&id);
+            }
         }
     }
+}
+
+/// Waits at most `bound` until no handler holds data not yet handed to the
+/// kernel (before exit and exec). Only the process that owns the reactor
+/// waits: a vforked child sees the parent's reactor (shared memory) but
+/// must neither block the parent nor touch its state. Returns whether there
+/// was anything to wait for.
+pub(crate) fn linger(bound: Duration) -> bool {
+    let Some(eng) = current() else {
+        return false;
+    };
+    if !eng.is_owner() || !eng.busy() {
+        return false;
+    }
+    let start = Instant::now();
+    while eng.busy() && start.elapsed() < bound {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
 }

@@ -5,7 +5,13 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use libc::{c_int, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
 
-use crate::real;
+use super::real;
+
+/// Locks `m`, going on with the data if a panicking thread poisoned it (a
+/// panic is caught at the boundary and the state stays usable).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The calling thread's errno.
 pub(crate) fn errno() -> c_int {

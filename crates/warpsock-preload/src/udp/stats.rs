@@ -66,6 +66,9 @@ counters! {
     accepts,
     /// Accepted connections dropped for a bad preamble or framing.
     protocol_errors,
+    /// Accepted connections closed because no preamble arrived within
+    /// `WARPSOCK_PREAMBLE_TIMEOUT_MS`.
+    preamble_timeouts,
     /// Established connections that ended (EOF, reset, error).
     conns_closed,
     /// Datagrams received over TCP.
@@ -114,21 +117,21 @@ counters! {
 /// Per-stripe datagram counts (index = the connection's stripe; an
 /// unstriped connection is stripe 0).
 pub(crate) struct StripeStats {
-    pub(crate) tx: [AtomicU64; crate::frame::MAX_STRIPES],
-    pub(crate) rx: [AtomicU64; crate::frame::MAX_STRIPES],
+    pub(crate) tx: [AtomicU64; super::core::frame::MAX_STRIPES],
+    pub(crate) rx: [AtomicU64; super::core::frame::MAX_STRIPES],
 }
 
 /// The per-stripe counters.
 pub(crate) static STRIPES: StripeStats = StripeStats {
-    tx: [const { AtomicU64::new(0) }; crate::frame::MAX_STRIPES],
-    rx: [const { AtomicU64::new(0) }; crate::frame::MAX_STRIPES],
+    tx: [const { AtomicU64::new(0) }; super::core::frame::MAX_STRIPES],
+    rx: [const { AtomicU64::new(0) }; super::core::frame::MAX_STRIPES],
 };
 
 /// Counts `n` datagrams on stripe `i`, sent (`tx`) or received.
 #[inline]
 pub(crate) fn stripe(i: usize, tx: bool, n: u64) {
     let a = if tx { &STRIPES.tx } else { &STRIPES.rx };
-    add(&a[i.min(crate::frame::MAX_STRIPES - 1)], n);
+    add(&a[i.min(super::core::frame::MAX_STRIPES - 1)], n);
 }
 
 /// Adds `n` to a counter.
