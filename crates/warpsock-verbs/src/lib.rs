@@ -64,8 +64,9 @@ pub mod ctx;
 pub mod device;
 pub mod mem;
 pub mod qp;
-pub mod unsupported;
 mod real;
+pub mod sock;
+pub mod unsupported;
 mod util;
 
 pub use util::EventQueue;

@@ -157,7 +157,11 @@ pub unsafe extern "C" fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut c_void) -> c_int
 pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
     // SAFETY: the program passes a live context.
     if unsafe { ctx_is_ours(ctx) } {
-        return if port == 1 && u16::from_be(pkey) == 0xffff { 0 } else { -libc::ENOENT };
+        return if port == 1 && u16::from_be(pkey) == 0xffff {
+            0
+        } else {
+            -libc::ENOENT
+        };
     }
     forward!(ibv_get_pkey_index(ctx, port, pkey) : fn(*mut ibv_context, u8, u16) -> c_int, -libc::EINVAL)
 }

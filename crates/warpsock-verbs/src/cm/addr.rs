@@ -69,20 +69,10 @@ pub fn to_c(a: SocketAddr, out: &mut sockaddr_storage) -> socklen_t {
     }
 }
 
-/// The local address the kernel would send from to reach `dst` (a UDP
-/// socket's connect: routing only, no packet leaves), or the errno.
+/// The local address the kernel would send from to reach `dst`, or the
+/// errno (see [`crate::sock::route_source`]).
 pub fn route_source(dst: SocketAddr) -> Result<IpAddr, c_int> {
-    let any: SocketAddr = match dst {
-        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
-        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
-    };
-    let s = std::net::UdpSocket::bind(any).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-    let probe = SocketAddr::new(dst.ip(), if dst.port() == 0 { 9 } else { dst.port() });
-    s.connect(probe)
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENETUNREACH))?;
-    s.local_addr()
-        .map(|a| a.ip())
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+    crate::sock::route_source(dst).map_err(|e| e.raw_os_error().unwrap_or(libc::ENETUNREACH))
 }
 
 /// One `rdma_addrinfo` with its addresses, allocated with `malloc` so

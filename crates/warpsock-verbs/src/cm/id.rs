@@ -24,6 +24,26 @@ use crate::mem::ibv_alloc_pd;
 use crate::qp::{self, ibv_create_qp, ibv_destroy_qp, ibv_modify_qp, QpShared};
 use crate::util::{errno, fail, lock};
 
+/// How long `rdma_connect` waits for the TCP connection.
+pub const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The engine's setup error for a failed TCP connect (as its own
+/// `connect` reports them).
+fn tcp_error(addr: SocketAddr, e: std::io::Error) -> CmError {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => CmError::Refused { addr },
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EADDRNOTAVAIL) => {
+            CmError::Unreachable { addr, source: e }
+        }
+        Some(libc::ETIMEDOUT) => CmError::Timeout {
+            addr: Some(addr),
+            stage: "TCP connect",
+            after: TCP_CONNECT_TIMEOUT,
+        },
+        _ => CmError::Io(e),
+    }
+}
+
 /// How long a listener waits for a connected peer's MPA Request.
 pub const MPA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -352,13 +372,10 @@ fn bind_socket(addr: SocketAddr, afonly: Option<bool>) -> Result<(OwnedFd, Socke
     } else {
         libc::AF_INET6
     };
+    let fd = crate::sock::socket(fam, libc::SOCK_STREAM)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
     // SAFETY: plain system calls on a socket we own; results checked.
     unsafe {
-        let fd = libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(errno());
-        }
-        let fd = OwnedFd::from_raw_fd(fd);
         let one: c_int = 1;
         libc::setsockopt(
             fd.as_raw_fd(),
@@ -387,16 +404,9 @@ fn bind_socket(addr: SocketAddr, afonly: Option<bool>) -> Result<(OwnedFd, Socke
         {
             return Err(errno());
         }
-        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        libc::getsockname(
-            fd.as_raw_fd(),
-            (&mut ss as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        );
-        let local =
-            from_c((&ss as *const libc::sockaddr_storage).cast()).ok_or(libc::EAFNOSUPPORT)?;
-        Ok((fd, local))
     }
+    let local = crate::sock::local_addr(&fd).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    Ok((fd, local))
 }
 
 /// `rdma_bind_addr`: a specific address puts the id on `warpsock0`
@@ -905,10 +915,22 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
                 );
                 return;
             };
-            match warpsock_engine::connect(dst, &init) {
+            let res = crate::sock::tcp_connect(dst, TCP_CONNECT_TIMEOUT)
+                .map_err(|e| tcp_error(dst, e))
+                .and_then(|sock| warpsock_engine::connect_stream(sock, &init));
+            match res {
                 Ok(eng) => {
                     drop(init);
                     let neg = eng.negotiated();
+                    let local = eng.local_addr();
+                    {
+                        // The source port is known now (getsockname for rsockets).
+                        let st = lock(&sh.st);
+                        if st.alive {
+                            // SAFETY: the id is alive (its lock held).
+                            unsafe { to_c(local, &mut (*sh.id_ptr()).route.addr.src) };
+                        }
+                    }
                     qp.attach(eng, neg.as_ref());
                     let peer = neg
                         .as_ref()
