@@ -36,8 +36,9 @@ use std::net::TcpStream;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::opts::{Budget, ProgressMode, Spec, Test, Transport, MAX_CONNS};
-use crate::work::{Cpu, Stats};
+use crate::spec::{Budget, ProgressMode, Spec, Test, MAX_CONNS, MAX_SIZE, MAX_WINDOW};
+use crate::stats::{Cpu, Stats, Tally};
+use crate::transports;
 use crate::Error;
 
 /// Protocol version in the hello lines.
@@ -184,10 +185,10 @@ pub(crate) fn decode_spec(l: &Line) -> Result<Spec, Error> {
     };
     let size: usize = l.num("size")?;
     let window: usize = l.num("window")?;
-    if !(1..=crate::opts::MAX_SIZE).contains(&size) {
+    if !(1..=MAX_SIZE).contains(&size) {
         return Err(bad("size", &size.to_string()));
     }
-    if !(1..=64).contains(&window) {
+    if !(1..=MAX_WINDOW).contains(&window) {
         return Err(bad("window", &window.to_string()));
     }
     let conns: usize = l.num("conns")?;
@@ -197,7 +198,7 @@ pub(crate) fn decode_spec(l: &Line) -> Result<Spec, Error> {
     let budget = l.get("budget")?;
     Ok(Spec {
         test: Test::parse(test).ok_or_else(|| bad("kind", test))?,
-        transport: Transport::parse(transport).ok_or_else(|| bad("transport", transport))?,
+        transport: transports::find(transport).ok_or_else(|| bad("transport", transport))?,
         crc: l.num::<u8>("crc")? != 0,
         size,
         window,
@@ -210,28 +211,6 @@ pub(crate) fn decode_spec(l: &Line) -> Result<Spec, Error> {
         budget: Budget::decode(budget).ok_or_else(|| bad("budget", budget))?,
         rate: l.num("rate")?,
     })
-}
-
-/// What one side received and checked in a test.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Tally {
-    /// Messages received (for RDMA Write: inferred from the final state).
-    pub(crate) msgs: u64,
-    /// Payload bytes received.
-    pub(crate) bytes: u64,
-    /// Payload bytes whose contents checked out.
-    pub(crate) verified: u64,
-}
-
-impl Tally {
-    /// Counts one received message of `len` bytes, verified or not.
-    pub(crate) fn add(&mut self, len: usize, ok: bool) {
-        self.msgs += 1;
-        self.bytes += len as u64;
-        if ok {
-            self.verified += len as u64;
-        }
-    }
 }
 
 /// What the server reports of one test: its [`Stats`] (without samples of
@@ -316,7 +295,7 @@ mod tests {
     fn spec_round_trip() {
         let s = Spec {
             test: Test::Bw,
-            transport: Transport::Write,
+            transport: transports::find("write").unwrap(),
             crc: true,
             size: 1 << 20,
             window: 8,

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use warpsock_engine::Listener;
 
 use crate::ctl::{decode_spec, Ctl, Line, SideReport, VERSION};
-use crate::opts::{Spec, Test, Transport, DEFAULT_PORT};
-use crate::work::{run_threads, spread, Cpu, Job, Stats};
-use crate::{iwarp, pin, tcp, udp, Error, Run};
+use crate::driver::{self, run_threads, Job, Listeners};
+use crate::spec::{Spec, Test, DEFAULT_PORT};
+use crate::stats::{Cpu, Stats};
+use crate::{pin, transports, Error, Run};
 
 /// How long the server waits for the client's next control line.
 const SESSION_IDLE: Duration = Duration::from_secs(600);
@@ -121,7 +122,7 @@ fn session(
     let token = new_token();
     // `boot`: the kernel's boot id, so that a client in another network
     // namespace of this machine knows it shares the CPUs (placement).
-    let boot = crate::bench::boot_id().map_or(String::new(), |b| format!(" boot={b}"));
+    let boot = pin::boot_id().map_or(String::new(), |b| format!(" boot={b}"));
     ctl.send(&format!(
         "hello warpsock-bench={VERSION} data-port={data_port} token={token:016x} cpus={}{boot}",
         pin::cpu_count()
@@ -164,8 +165,8 @@ fn serve_test(
     }
 }
 
-/// The server's side of one test: says `ready`, takes the client's
-/// connections and runs its role on them.
+/// The server's side of one test: says `ready` once it can take the
+/// client's connections, accepts them and runs its role on them.
 fn run_test(
     ctl: &mut Ctl,
     spec: &Spec,
@@ -173,55 +174,25 @@ fn run_test(
     data_l: &Listener,
     token: u64,
 ) -> Result<Stats, Error> {
-    let epoch = Instant::now();
     let (_, role) = spec.roles();
-    let threads = spec.test.server_threads(spec.conns);
     let noop = |_: f64| {};
     let job = Job {
         spec,
         role,
-        epoch,
+        epoch: Instant::now(),
         tick: &noop,
     };
-    let t = spec.transport;
+    let at = Listeners {
+        ctl: ctl_l,
+        data: data_l,
+        token,
+    };
+    let link = transports::link(spec.transport);
+    let mut ready = || ctl.send("ready");
     if spec.test == Test::Conn {
-        return match t {
-            Transport::Tcp => {
-                ctl.send("ready")?;
-                tcp::conn_serve(epoch, ctl_l, token)
-            }
-            _ => iwarp::conn_serve(epoch, data_l, token, spec, || ctl.send("ready")),
-        };
+        return link.setup_serve(&job, &at, &mut ready);
     }
-    match t {
-        Transport::Tcp => {
-            ctl.send("ready")?;
-            let streams = tcp::accept_n(ctl_l, token, spec.conns)?;
-            run_threads(deal(streams, threads), |_, s| tcp::run(&job, s))
-        }
-        Transport::Udp | Transport::UdpOffload => {
-            ctl.send("ready")?;
-            let flows = udp::accept(ctl_l, token, spec.conns)?;
-            run_threads(deal(flows, threads), |_, f| udp::run(&job, f))
-        }
-        Transport::Send | Transport::Write | Transport::Read => {
-            let groups = spread(spec.conns, threads)
-                .into_iter()
-                .map(|k| iwarp::Group::new(spec, role, k))
-                .collect::<Result<Vec<_>, _>>()?;
-            ctl.send("ready")?;
-            let peers = iwarp::accept_into(data_l, token, &groups, spec.conns)?;
-            let items: Vec<_> = groups.into_iter().zip(peers).collect();
-            run_threads(items, |_, (mut g, p)| iwarp::run(&job, &mut g, p))
-        }
-    }
-}
-
-/// Deals connections to `threads` hands (connection `i` to `i % threads`).
-fn deal<T>(v: Vec<T>, threads: usize) -> Vec<Vec<T>> {
-    let mut out: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
-    for (i, x) in v.into_iter().enumerate() {
-        out[i % threads].push(x);
-    }
-    out
+    let threads = spec.test.server_threads(spec.conns);
+    let eps = link.accept(&job, &at, threads, &mut ready)?;
+    run_threads(eps, |_, mut ep| driver::run(&job, ep.as_mut()))
 }
