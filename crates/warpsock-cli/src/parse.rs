@@ -42,7 +42,7 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
-fn parse_range(s: &str, lo: u64, hi: u64, what: &str) -> Result<u64, String> {
+pub(crate) fn parse_range(s: &str, lo: u64, hi: u64, what: &str) -> Result<u64, String> {
     let range = format!("must be between {lo} and {hi}{what}");
     let v: u64 = s
         .trim()
@@ -144,6 +144,15 @@ pub(crate) fn parse_host_port(s: &str) -> Result<(String, Option<u16>), String> 
             "'{s}': put an IPv6 address in brackets: [ADDR]:PORT"
         )),
         None => Ok((t.to_string(), None)),
+    }
+}
+
+/// `--token`: 1 to 128 printable characters without spaces.
+pub(crate) fn parse_secret(s: &str) -> Result<String, String> {
+    if (1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(s.to_string())
+    } else {
+        Err("a token is 1 to 128 printable characters without spaces".into())
     }
 }
 

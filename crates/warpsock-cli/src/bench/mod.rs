@@ -164,7 +164,7 @@ fn sort_records(r: &mut [Record]) {
 /// Runs every planned test against the server at `host:port`, prints the
 /// tables and writes the files asked for.
 fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Error> {
-    let mut sess = open_session(host, port)?;
+    let mut sess = open_session(host, port, opts.token.as_deref())?;
     let ccpus = pin::cpu_count();
     let lib = preload_lib();
     // One machine when on loopback, or when the server's kernel is ours

@@ -62,11 +62,14 @@ impl Session {
     }
 }
 
-pub(crate) fn open_session(host: &str, port: u16) -> Result<Session, Error> {
+/// Opens a session: the control connection and the hello exchange (with
+/// the server's shared `token`, if it needs one).
+pub(crate) fn open_session(host: &str, port: u16, token: Option<&str>) -> Result<Session, Error> {
     let s = connect_ctl(host, port)?;
     let ctl_addr = s.peer_addr()?;
     let mut ctl = Ctl::new(s)?;
-    ctl.send(&format!("hello warpsock-bench={VERSION}"))?;
+    let auth = token.map_or(String::new(), |t| format!(" auth={t}"));
+    ctl.send(&format!("hello warpsock-bench={VERSION}{auth}"))?;
     let h = ctl
         .recv(Some(Duration::from_secs(10)))
         .map_err(|e| e.context(format!("{ctl_addr} is not answering as a warpsock server")))?

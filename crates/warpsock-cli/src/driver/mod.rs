@@ -36,7 +36,7 @@
 
 mod meter;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -158,9 +158,17 @@ pub(crate) struct Addrs {
     pub(crate) token: u64,
 }
 
+/// Where a server's TCP data connections come from (they go to the
+/// control port): each arrives with the first 8 bytes it sent, the
+/// session's token (or, ending a connection-setup test, its complement).
+pub(crate) trait Accept: Sync {
+    /// The next data connection, within `timeout`.
+    fn accept(&self, timeout: Duration) -> std::io::Result<(TcpStream, u64)>;
+}
+
 /// What the server listens on.
 pub(crate) struct Listeners<'a> {
-    pub(crate) ctl: &'a TcpListener,
+    pub(crate) ctl: &'a dyn Accept,
     pub(crate) data: &'a Listener,
     pub(crate) token: u64,
 }

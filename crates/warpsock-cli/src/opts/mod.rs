@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::parse::{
-    parse_busy_poll, parse_conns, parse_duration, parse_iters, parse_pin, parse_repeat, parse_size,
-    parse_window,
+    parse_busy_poll, parse_conns, parse_duration, parse_iters, parse_pin, parse_repeat,
+    parse_secret, parse_size, parse_window,
 };
 use crate::spec::{
     Budget, CrcMode, PinArg, ProgressMode, SuiteKind, Test, Transport, DEFAULT_DURATION,
@@ -109,6 +109,10 @@ pub(crate) struct BenchOpts {
     /// 64 KiB; package libfabric-bin).
     #[arg(long)]
     pub(crate) external: bool,
+    /// The shared secret of a `warpsock server --token` (not needed on
+    /// loopback or with --netns, whose servers this command starts).
+    #[arg(long, value_name = "SECRET", value_parser = parse_secret)]
+    pub(crate) token: Option<String>,
 }
 
 impl BenchOpts {

@@ -163,6 +163,7 @@ mod tests {
             max_samples: None,
             repeat: 1,
             external: false,
+            token: None,
         }
     }
 

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::data::{check, check_pattern, gathered, stamp};
-use crate::driver::{Event, IDLE};
+use crate::driver::{Accept, Event, IDLE};
 use crate::Error;
 
 /// How long a data connection may take to open or to present its token.
@@ -125,15 +125,25 @@ pub(crate) fn connect(addr: SocketAddr, token: u64) -> Result<TcpStream, Error> 
     Ok(s)
 }
 
+/// A plain listener as a source of data connections: accept, then read
+/// the first 8 bytes (within [`CONNECT_WAIT`]).
+impl Accept for TcpListener {
+    fn accept(&self, timeout: Duration) -> io::Result<(TcpStream, u64)> {
+        let mut s = accept_timeout(self, timeout)?;
+        s.set_read_timeout(Some(CONNECT_WAIT))?;
+        let mut t = [0u8; 8];
+        s.read_exact(&mut t)?;
+        s.set_read_timeout(None)?;
+        Ok((s, u64::from_le_bytes(t)))
+    }
+}
+
 /// Accepts `n` data connections that start with the token.
-pub(crate) fn accept_n(l: &TcpListener, token: u64, n: usize) -> Result<Vec<TcpStream>, Error> {
+pub(crate) fn accept_n(l: &dyn Accept, token: u64, n: usize) -> Result<Vec<TcpStream>, Error> {
     (0..n)
         .map(|_| {
-            let mut s = accept_timeout(l, CONNECT_WAIT)?;
-            s.set_read_timeout(Some(CONNECT_WAIT))?;
-            let mut t = [0u8; 8];
-            s.read_exact(&mut t)?;
-            if u64::from_le_bytes(t) != token {
+            let (s, t) = l.accept(CONNECT_WAIT)?;
+            if t != token {
                 return Err(Error::msg("a TCP data connection with a wrong token"));
             }
             s.set_nodelay(true)?;

@@ -21,7 +21,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::sock::{self, accept_timeout, idle_error, linger0, poll_sockets, Frame, Pass};
+use super::sock::{self, idle_error, linger0, poll_sockets, Frame, Pass};
 use crate::driver::{self, Addrs, Endpoint, Event, Job, Link, Listeners, Ready, IDLE};
 use crate::spec::{Family, Role, TransportInfo};
 use crate::stats::Stats;
@@ -96,19 +96,15 @@ impl Link for Tcp {
         ready()?;
         let mut st = Stats::default();
         loop {
-            let mut s = accept_timeout(at.ctl, IDLE)?;
+            let (mut s, v) = at.ctl.accept(IDLE)?;
             s.set_nodelay(true)?;
-            s.set_read_timeout(Some(IDLE))?;
-            let mut b = [0u8; 8];
-            s.read_exact(&mut b)?;
-            let v = u64::from_le_bytes(b);
             if v == !at.token {
                 return Ok(st);
             }
             if v != at.token {
                 return Err(Error::msg("a TCP data connection with a wrong token"));
             }
-            s.write_all(&b)?;
+            s.write_all(&v.to_le_bytes())?;
             st.received(job.epoch, 8, true);
             linger0(&s);
         }

@@ -21,7 +21,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::sock::{self, poll_sockets, Frame, Pass, CONNECT_WAIT};
-use crate::driver::{self, Addrs, Endpoint, Event, Job, Link, Listeners, Ready};
+use crate::driver::{self, Accept, Addrs, Endpoint, Event, Job, Link, Listeners, Ready};
 use crate::spec::{Family, Role, TransportInfo};
 use crate::Error;
 
@@ -105,7 +105,7 @@ pub(crate) fn connect(addr: SocketAddr, token: u64) -> Result<Flow, Error> {
 
 /// Server side: `n` companions (with the token), each with its own UDP
 /// socket connected to the client's.
-pub(crate) fn accept(l: &TcpListener, token: u64, n: usize) -> Result<Vec<Flow>, Error> {
+pub(crate) fn accept(l: &dyn Accept, token: u64, n: usize) -> Result<Vec<Flow>, Error> {
     sock::accept_n(l, token, n)?
         .into_iter()
         .map(|mut t| {
