@@ -174,7 +174,9 @@ fn session(
         if hello.get("auth").ok() != Some(secret.as_str()) {
             let m = "this server needs its shared token (--token SECRET)";
             ctl.send(&format!("error {m}"))?;
-            return Err(Error::msg("refused: the client did not give the shared token"));
+            return Err(Error::msg(
+                "refused: the client did not give the shared token",
+            ));
         }
     }
     let token = new_token();
