@@ -14,62 +14,16 @@
 //! (iperf3, sockperf, ucx_perftest, fi_pingpong must be installed; else
 //! each missing one's skip note is checked instead).
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use warpsock_testkit::{finish, lease_port, loopback_listener, Guard};
+use warpsock_testkit::{lease_port, loopback_listener};
 
-const EXE: &str = env!("CARGO_BIN_EXE_warpsock");
-/// Upper bound for any one command.
-const LIMIT: Duration = Duration::from_secs(120);
+mod common;
 
-/// What `warpsock ARGS` left: exit code and both streams.
-struct Output {
-    status: Status,
-    stdout: String,
-    stderr: String,
-}
-
-/// The exit code of a finished command (`None`: killed by a signal).
-struct Status(Option<i32>);
-
-impl Status {
-    fn code(&self) -> Option<i32> {
-        self.0
-    }
-    fn success(&self) -> bool {
-        self.0 == Some(0)
-    }
-}
-
-/// Runs `warpsock ARGS` to completion within [`LIMIT`].
-fn run(args: &[&str]) -> Output {
-    let child = Command::new(EXE)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn warpsock");
-    let f = finish(child, LIMIT);
-    assert!(!f.timed_out, "warpsock {args:?} ran longer than {LIMIT:?}");
-    Output {
-        status: Status(f.code),
-        stdout: f.stdout,
-        stderr: f.stderr,
-    }
-}
-
-fn text(b: impl AsRef<[u8]>) -> String {
-    String::from_utf8_lossy(b.as_ref()).into_owned()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("warpsock-cli-{}-{name}", std::process::id()))
-}
+use common::{run, server, text, tmp, wait_exit};
 
 /// Checks one result: something moved, all of it was verified, counts
 /// consistent, percentiles ordered, bandwidth positive.
@@ -285,45 +239,6 @@ fn bench_options_thread_progress_verify_busy_poll() {
     }
 }
 
-/// Starts `warpsock server` on free ports of 127.0.0.1; returns it and
-/// its control port.
-fn server(once: bool) -> (Guard, u16) {
-    let mut args = vec![
-        "server",
-        "--bind",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--data-port",
-        "0",
-    ];
-    if once {
-        args.push("--once");
-    }
-    let mut child = Command::new(EXE)
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn server");
-    let stdout = child.stdout.take().unwrap();
-    let g = Guard(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let port = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("control="))
-        .and_then(|a| a.rsplit_once(':'))
-        .and_then(|(_, p)| p.parse().ok())
-        .unwrap_or_else(|| panic!("no control port in {line:?}"));
-    (g, port)
-}
-
-fn wait_exit(g: &mut Guard, limit: Duration) -> std::process::ExitStatus {
-    g.wait_within(limit)
-        .unwrap_or_else(|| panic!("server did not exit within {limit:?}"))
-}
-
 #[test]
 fn server_once_and_client_in_two_processes() {
     let (mut srv, port) = server(true);
@@ -348,45 +263,6 @@ fn server_once_and_client_in_two_processes() {
     assert!(text(&out.stdout).contains(&format!("server {addr}")));
     check_json(&json, 8);
     assert!(wait_exit(&mut srv, Duration::from_secs(10)).success());
-}
-
-#[test]
-fn server_survives_junk_and_serves_bench_peer() {
-    let (mut srv, port) = server(false);
-    // A peer that speaks something else, then hangs up.
-    {
-        use std::io::Write;
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
-        let mut buf = String::new();
-        let _ = BufReader::new(&s).read_line(&mut buf);
-        assert!(buf.starts_with("error"), "{buf:?}");
-    }
-    for _ in 0..2 {
-        let out = run(&[
-            "bench",
-            "--peer",
-            &format!("127.0.0.1:{port}"),
-            "--iters",
-            "20",
-            "--transports",
-            "send",
-            "--crc",
-            "on",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-    }
-    assert!(
-        srv.0.try_wait().unwrap().is_none(),
-        "server without --once keeps serving"
-    );
-    let _ = srv.0.kill();
-    let _ = wait_exit(&mut srv, Duration::from_secs(10));
 }
 
 #[test]
