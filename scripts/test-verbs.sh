@@ -13,6 +13,11 @@
 #   * rsockets: rstream (rdma-core's rsocket() inside the real librdmacm,
 #     over our rdma_cm), and librspreload.so under an unmodified TCP program
 #     (iperf 2), via `warpsock run --rsockets`.
+#   * against Linux siw in a qemu VM (../shared/tools/siw-peer-vm, as
+#     scripts/test-siw.sh boots it): rping with siw as server and as
+#     client (-V, CRC off and on), perftest -R clients (write/read/send bw,
+#     send_lat) under `warpsock run` against siw's servers, rstream against
+#     siw's rstream in both roles.
 #   * misuse (scripts/verbs/misuse.c, AddressSanitizer): wrong QP state
 #     transitions, posting before RTS / after the peer left, MR bounds and
 #     access, a CQ overrun, unsupported opcodes, a peer that disconnects
@@ -40,11 +45,18 @@ PIDS=()
 NSA="wvA-$$"
 NSB="wvB-$$"
 NETNS_UP=0
+VM_UP=0
+VMTOOL=${SIW_PEER_VM:-$ROOT/../shared/tools/siw-peer-vm}
+CACHE=${WARPSOCK_SIW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warpsock/siw-vm}
+VM=$WORK/vm
 PASS=0
 cleanup() {
     local rc=$?
     set +e
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    if [ "$VM_UP" = 1 ] || [ -f "$VM/run/qemu.pid" ]; then
+        "$VMTOOL" stop "$VM" >/dev/null 2>&1
+    fi
     if [ "$NETNS_UP" = 1 ]; then
         ip netns del "$NSA" 2>/dev/null
         ip netns del "$NSB" 2>/dev/null
@@ -171,5 +183,106 @@ for crc in off on; do
 done
 pair "ib_write_bw-ns" 28515 "$RUN -- ib_write_bw -R -p 28515 -n 500" \
     "$RUN -- ib_write_bw -R -p 28515 -n 500 10.214.0.1" "$NSA" "$NSB"
+
+echo "--- against Linux siw in a qemu VM"
+[ -x "$VMTOOL" ] || fail "siw-peer-vm not found at $VMTOOL (set SIW_PEER_VM)"
+scripts/ensure-pkgs.sh qemu-system-x86 python3 >/dev/null
+mkdir -p "$CACHE"
+"$VMTOOL" build "$CACHE" >"$WORK/vm-build.log" 2>&1 || { tail -30 "$WORK/vm-build.log" >&2; fail "cannot build the siw VM image"; }
+# The per-boot config archive needs a 4-byte aligned image (see test-siw.sh).
+IMG_SIZE=$(stat -c %s "$CACHE/image/initramfs.img")
+if [ $((IMG_SIZE % 4)) -ne 0 ]; then
+    head -c $((4 - IMG_SIZE % 4)) /dev/zero >>"$CACHE/image/initramfs.img"
+fi
+mkdir -p "$VM"
+ln -s "$CACHE/image" "$VM/image"
+# A port offset whose forwards are all free on the host (the VM forwards
+# host 127.0.0.1:P+OFF to guest P), plus the control port and our own.
+read -r OFF CTL HOSTP < <(python3 - <<'PY'
+import random, socket
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+for _ in range(500):
+    off = random.randrange(20000, 40000)
+    ports = [p + off for p in (7174, 18515, 7500)] + [off + 1000, off + 1001]
+    if all(free(p) for p in ports):
+        print(off, off + 1000, off + 1001); break
+PY
+)
+[ -n "$CTL" ] || fail "no free ports for the VM"
+vm_exec() { "$VMTOOL" exec "$VM" "$@"; }
+SIW_SERVER_CMD="rping -s -P -S 65535 -a 10.0.2.15 -p 7174" SIW_SERVER_PORT=7174 \
+    SIW_FWD_PORTS="7174 18515 7500" SIW_PORT_OFFSET=$OFF SIW_CTL_PORT=$CTL SIW_BOOT_TIMEOUT=150 \
+    "$VMTOOL" start "$VM" >"$WORK/vm-boot.log" 2>&1 || { VM_UP=1; tail -30 "$WORK/vm-boot.log" >&2; fail "the siw VM did not start"; }
+VM_UP=1
+grep -q "server: rping -s -P -S 65535" "$WORK/vm-boot.log" || fail "the siw VM ignored its boot config"
+# vm_listen PORT: until something listens on guest TCP PORT (30 s; slirp
+# accepts host connects before the guest does, so ask the guest).
+vm_listen() {
+    for _ in $(seq 150); do
+        vm_exec "netstat -ltn 2>/dev/null | grep -q ':$1 '" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+# vm_pair NAME GUEST_PORT "GUEST SERVER CMD" "HOST CLIENT CMD": a server in the
+# VM (its exit status and output collected afterwards), our client on the host.
+vm_pair() {
+    local name=$1 gport=$2 scmd=$3 ccmd=$4
+    # The background job must not hold the command channel's output open.
+    vm_exec "rm -f /tmp/$name.out; ( $scmd >/tmp/$name.out 2>&1; echo rc=\$? >>/tmp/$name.out ) </dev/null >/dev/null 2>&1 &" >/dev/null
+    vm_listen "$gport" || fail "$name: the server in the VM did not listen on $gport"
+    # shellcheck disable=SC2086
+    if ! timeout 120 $ccmd >"$WORK/$name.client" 2>&1; then
+        cat "$WORK/$name.client" >&2; vm_exec "cat /tmp/$name.out" >&2
+        fail "$name: client failed"
+    fi
+    local out=""
+    for _ in $(seq 100); do
+        out=$(vm_exec "cat /tmp/$name.out")
+        case $out in *rc=*) break ;; esac
+        sleep 0.2
+    done
+    printf '%s\n' "$out" >"$WORK/$name.server"
+    case $out in *rc=0*) ;; *) cat "$WORK/$name.client" >&2; printf '%s\n' "$out" >&2; fail "$name: server in the VM failed" ;; esac
+    PASS=$((PASS + 1))
+}
+for crc in off on; do
+    # siw serves (rping -P, started at boot); we connect.
+    timeout 120 $RUN --crc $crc -- rping -c -a 127.0.0.1 -p $((7174 + OFF)) -S 1000 -C 50 -V \
+        >"$WORK/siw-rping-c-$crc" 2>&1 || { cat "$WORK/siw-rping-c-$crc" >&2; fail "rping client -> siw (CRC $crc)"; }
+    PASS=$((PASS + 1))
+    # We serve; siw's rping connects from the VM (to the host's 127.0.0.1 as 10.0.2.2).
+    timeout 120 $RUN --crc $crc -- rping -s -a 127.0.0.1 -p "$HOSTP" -S 1000 -C 50 -V >"$WORK/siw-rping-s-$crc" 2>&1 &
+    spid=$!
+    PIDS+=("$spid")
+    wait_listen "$HOSTP" || fail "rping server for siw did not listen"
+    vm_exec "rping -c -a 10.0.2.2 -p $HOSTP -S 1000 -C 50 -V; echo rc=\$?" >"$WORK/siw-rping-vmc-$crc" 2>&1
+    grep -q "rc=0" "$WORK/siw-rping-vmc-$crc" || { cat "$WORK/siw-rping-vmc-$crc" >&2; fail "siw rping client -> our server (CRC $crc)"; }
+    wait "$spid" || { cat "$WORK/siw-rping-s-$crc" >&2; fail "our rping server for siw (CRC $crc)"; }
+    PASS=$((PASS + 1))
+done
+for t in ib_write_bw ib_read_bw ib_send_bw ib_send_lat; do
+    n=200; [ "$t" = ib_send_lat ] && n=500
+    vm_pair "siw-$t" 18515 "$t -R -d siw0 -p 18515 -n $n" "$RUN -- $t -R -p $((18515 + OFF)) -n $n 127.0.0.1"
+    check_perf "$WORK/siw-$t.client" || fail "$t against siw: no result line: $(cat "$WORK/siw-$t.client")"
+done
+vm_pair "siw-rstream" 7500 "rstream -p 7500 -C 100" "$RUN -- rstream -s 127.0.0.1 -p $((7500 + OFF)) -C 100"
+timeout 120 $RUN -- rstream -p "$HOSTP" -C 100 >"$WORK/siw-rstream-s" 2>&1 &
+spid=$!
+PIDS+=("$spid")
+wait_listen "$HOSTP" || fail "rstream server for siw did not listen"
+vm_exec "rstream -s 10.0.2.2 -p $HOSTP -C 100; echo rc=\$?" >"$WORK/siw-rstream-vmc" 2>&1
+grep -q "rc=0" "$WORK/siw-rstream-vmc" || { cat "$WORK/siw-rstream-vmc" >&2; fail "siw rstream client -> our rstream server"; }
+wait "$spid" || { cat "$WORK/siw-rstream-s" >&2; fail "our rstream server for siw"; }
+PASS=$((PASS + 1))
+"$VMTOOL" stop "$VM" >/dev/null 2>&1 || true
+VM_UP=0
 
 echo "test-verbs: $PASS cases passed in $((SECONDS - T0)) s"
