@@ -118,6 +118,8 @@ for crc in off on; do
             "$RUN --crc $crc -- rping -c -a 127.0.0.1 -p 27174 -S $size -C 200 -V"
     done
 done
+pair "rping-lo-p2p" 27174 "$RUN --p2p on -- rping -s -a 127.0.0.1 -p 27174 -S 1000 -C 200 -V" \
+    "$RUN --p2p on -- rping -c -a 127.0.0.1 -p 27174 -S 1000 -C 200 -V"
 echo "--- rping -q (the program's own QP, rdma_init_qp_attr/rdma_establish)"
 pair "rping-q" 27174 "$RUN -- rping -s -q -a 127.0.0.1 -p 27174 -C 50 -V" \
     "$RUN -- rping -c -q -a 127.0.0.1 -p 27174 -C 50 -V"
