@@ -14,7 +14,8 @@
 #     over our rdma_cm), and librspreload.so under an unmodified TCP program
 #     (iperf 2), via `warpsock run --rsockets`.
 #   * against Linux siw in a qemu VM (../shared/tools/siw-peer-vm, as
-#     scripts/test-siw.sh boots it): rping with siw as server and as
+#     scripts/test-siw.sh boots it; our clients with --p2p off, see
+#     crates/warpsock-verbs/src/config.rs): rping with siw as server and as
 #     client (-V, CRC off and on), perftest -R clients (write/read/send bw,
 #     send_lat) under `warpsock run` against siw's servers, rstream against
 #     siw's rstream in both roles.
@@ -118,8 +119,8 @@ for crc in off on; do
             "$RUN --crc $crc -- rping -c -a 127.0.0.1 -p 27174 -S $size -C 200 -V"
     done
 done
-pair "rping-lo-p2p" 27174 "$RUN --p2p on -- rping -s -a 127.0.0.1 -p 27174 -S 1000 -C 200 -V" \
-    "$RUN --p2p on -- rping -c -a 127.0.0.1 -p 27174 -S 1000 -C 200 -V"
+pair "rping-lo-no-p2p" 27174 "$RUN --p2p off -- rping -s -a 127.0.0.1 -p 27174 -S 1000 -C 200 -V" \
+    "$RUN --p2p off -- rping -c -a 127.0.0.1 -p 27174 -S 1000 -C 200 -V"
 echo "--- rping -q (the program's own QP, rdma_init_qp_attr/rdma_establish)"
 pair "rping-q" 27174 "$RUN -- rping -s -q -a 127.0.0.1 -p 27174 -C 50 -V" \
     "$RUN -- rping -c -q -a 127.0.0.1 -p 27174 -C 50 -V"
@@ -257,7 +258,7 @@ vm_pair() {
 }
 for crc in off on; do
     # siw serves (rping -P, started at boot); we connect.
-    timeout 120 $RUN --crc $crc -- rping -c -a 127.0.0.1 -p $((7174 + OFF)) -S 1000 -C 50 -V \
+    timeout 120 $RUN --p2p off --crc $crc -- rping -c -a 127.0.0.1 -p $((7174 + OFF)) -S 1000 -C 50 -V \
         >"$WORK/siw-rping-c-$crc" 2>&1 || { cat "$WORK/siw-rping-c-$crc" >&2; fail "rping client -> siw (CRC $crc)"; }
     PASS=$((PASS + 1))
     # We serve; siw's rping connects from the VM (to the host's 127.0.0.1 as 10.0.2.2).
@@ -272,10 +273,10 @@ for crc in off on; do
 done
 for t in ib_write_bw ib_read_bw ib_send_bw ib_send_lat; do
     n=200; [ "$t" = ib_send_lat ] && n=500
-    vm_pair "siw-$t" 18515 "$t -R -d siw0 -p 18515 -n $n" "$RUN -- $t -R -p $((18515 + OFF)) -n $n 127.0.0.1"
+    vm_pair "siw-$t" 18515 "$t -R -d siw0 -p 18515 -n $n" "$RUN --p2p off -- $t -R -p $((18515 + OFF)) -n $n 127.0.0.1"
     check_perf "$WORK/siw-$t.client" || fail "$t against siw: no result line: $(cat "$WORK/siw-$t.client")"
 done
-vm_pair "siw-rstream" 7500 "rstream -p 7500 -C 100" "$RUN -- rstream -s 127.0.0.1 -p $((7500 + OFF)) -C 100"
+vm_pair "siw-rstream" 7500 "rstream -p 7500 -C 100" "$RUN --p2p off -- rstream -s 127.0.0.1 -p $((7500 + OFF)) -C 100"
 timeout 120 $RUN -- rstream -p "$HOSTP" -C 100 >"$WORK/siw-rstream-s" 2>&1 &
 spid=$!
 PIDS+=("$spid")

@@ -11,7 +11,7 @@
 //! |---|---|
 //! | `LD_PRELOAD` | the interposer, then rdma-core's `librspreload.so` with `--rsockets`, then what was there |
 //! | `WARPSOCK_CRC` | `1` with `--crc on` (MPA CRC32c on every connection) |
-//! | `WARPSOCK_P2P` | `1` with `--p2p on` (offer RFC 6581 peer-to-peer setup) |
+//! | `WARPSOCK_P2P` | `0` with `--p2p off` (no RFC 6581 peer-to-peer offer) |
 //! | `WARPSOCK_VERBS_DEBUG` | `1` with `--debug` (log setup failures) |
 //!
 //! The interposer is looked for in `$WARPSOCK_VERBS_LIB`, next to the
@@ -50,9 +50,10 @@ pub(crate) struct RunCmd {
     /// MPA CRC32c on every connection (on if either side asks).
     #[arg(long, value_enum, default_value = "off")]
     crc: Switch,
-    /// Offer RFC 6581 peer-to-peer setup when connecting (off: the
-    /// initiator sends first, as Linux siw does).
-    #[arg(long, value_enum, default_value = "off")]
+    /// Offer RFC 6581 peer-to-peer setup when connecting, so the server
+    /// may send first (off: the initiator must send first; use off
+    /// against a Linux siw server, which crashed on our RTR once).
+    #[arg(long, value_enum, default_value = "on")]
     p2p: Switch,
     /// Also preload rdma-core's librspreload.so: unmodified TCP programs
     /// use rsockets, over warpsock.

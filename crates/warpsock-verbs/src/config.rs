@@ -4,7 +4,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `WARPSOCK_CRC` | `1`: every connection asks for MPA CRC32c (on if either side asks, RFC 5044) | `0` |
-//! | `WARPSOCK_P2P` | `1`: initiators offer peer-to-peer setup (RFC 6581, zero-length RDMA Write RTR) | `0`: as siw, the initiator sends first (Linux 6.1 siw crashed in `siw_rtr_data_ready` on our RTR during an `ib_send_bw` setup) |
+//! | `WARPSOCK_P2P` | `0`: initiators do not offer peer-to-peer setup (RFC 6581): the initiator must send first, which programs whose server sends first (perftest `ib_write_lat`) cannot do; `1` (default): offered, with a zero-length RDMA Write as the ready-to-receive message. Use `0` toward a Linux siw *server*: 6.1's siw crashed (NULL dereference in `siw_rtr_data_ready`) on our RTR during an `ib_send_bw` setup | `1` |
 //! | `WARPSOCK_VERBS_DEBUG` | `1`: log connection-setup failures and misuse to stderr | `0` |
 
 use std::sync::OnceLock;
@@ -36,7 +36,7 @@ pub fn get() -> &'static Config {
     static C: OnceLock<Config> = OnceLock::new();
     C.get_or_init(|| Config {
         crc: flag("WARPSOCK_CRC", false),
-        p2p: flag("WARPSOCK_P2P", false),
+        p2p: flag("WARPSOCK_P2P", true),
         debug: flag("WARPSOCK_VERBS_DEBUG", false),
     })
 }

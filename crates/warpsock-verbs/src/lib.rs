@@ -42,7 +42,7 @@
 //! # Environment
 //!
 //! `WARPSOCK_CRC` (`1`: ask for MPA CRC32c on every connection),
-//! `WARPSOCK_P2P` (`1`: initiators offer RFC 6581 peer-to-peer
+//! `WARPSOCK_P2P` (`0`: initiators do not offer RFC 6581 peer-to-peer
 //! setup), `WARPSOCK_VERBS_DEBUG` (`1`: log setup failures to stderr).
 //! See [`config`].
 //!
