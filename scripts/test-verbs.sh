@@ -220,9 +220,20 @@ PY
 )
 [ -n "$CTL" ] || fail "no free ports for the VM"
 vm_exec() { "$VMTOOL" exec "$VM" "$@"; }
-SIW_SERVER_CMD="rping -s -P -S 65535 -a 10.0.2.15 -p 7174" SIW_SERVER_PORT=7174 \
-    SIW_FWD_PORTS="7174 18515 7500" SIW_PORT_OFFSET=$OFF SIW_CTL_PORT=$CTL SIW_BOOT_TIMEOUT=150 \
-    "$VMTOOL" start "$VM" >"$WORK/vm-boot.log" 2>&1 || { VM_UP=1; tail -30 "$WORK/vm-boot.log" >&2; fail "the siw VM did not start"; }
+vm_boot() {
+    SIW_SERVER_CMD="rping -s -P -S 65535 -a 10.0.2.15 -p 7174" SIW_SERVER_PORT=7174 \
+        SIW_FWD_PORTS="7174 18515 7500" SIW_PORT_OFFSET=$OFF SIW_CTL_PORT=$CTL SIW_BOOT_TIMEOUT=150 \
+        "$VMTOOL" start "$VM" >"$WORK/vm-boot.log" 2>&1
+}
+# Under TCG on a loaded host the guest kernel occasionally panics in
+# early boot ("setup_IO_APIC": the timer check); one more boot, then fail.
+if ! vm_boot; then
+    VM_UP=1
+    grep -q "VM died during boot" "$WORK/vm-boot.log" || { tail -30 "$WORK/vm-boot.log" >&2; fail "the siw VM did not start"; }
+    echo "    the VM died during boot; booting again"
+    "$VMTOOL" stop "$VM" >/dev/null 2>&1 || true
+    vm_boot || { tail -30 "$WORK/vm-boot.log" >&2; fail "the siw VM did not start (twice)"; }
+fi
 VM_UP=1
 grep -q "server: rping -s -P -S 65535" "$WORK/vm-boot.log" || fail "the siw VM ignored its boot config"
 # vm_listen PORT: until something listens on guest TCP PORT (30 s; slirp
@@ -271,9 +282,11 @@ for crc in off on; do
     wait "$spid" || { cat "$WORK/siw-rping-s-$crc" >&2; fail "our rping server for siw (CRC $crc)"; }
     PASS=$((PASS + 1))
 done
+# Small counts: siw runs under TCG emulation here.
 for t in ib_write_bw ib_read_bw ib_send_bw ib_send_lat; do
-    n=200; [ "$t" = ib_send_lat ] && n=500
-    vm_pair "siw-$t" 18515 "$t -R -d siw0 -p 18515 -n $n" "$RUN --p2p off -- $t -R -p $((18515 + OFF)) -n $n 127.0.0.1"
+    n=50; [ "$t" = ib_send_lat ] && n=200
+    vm_pair "siw-$t" 18515 "$t -R -d siw0 -p 18515 -s 4096 -n $n" \
+        "$RUN --p2p off -- $t -R -p $((18515 + OFF)) -s 4096 -n $n 127.0.0.1"
     check_perf "$WORK/siw-$t.client" || fail "$t against siw: no result line: $(cat "$WORK/siw-$t.client")"
 done
 vm_pair "siw-rstream" 7500 "rstream -p 7500 -C 100" "$RUN --p2p off -- rstream -s 127.0.0.1 -p $((7500 + OFF)) -C 100"
