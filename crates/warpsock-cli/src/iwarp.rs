@@ -203,6 +203,7 @@ fn context(spec: &Spec) -> Result<Context, Error> {
     Ok(Context::with_options(ContextOptions {
         progress,
         busy_poll: spec.busy_poll(),
+        ..ContextOptions::default()
     })?)
 }
 
@@ -412,7 +413,10 @@ impl Group {
 
 /// An error completion, with its connection's events and socket error.
 fn describe(wc: &Wc, qp: &Qp) -> Error {
-    let mut m = format!("{:?} completed with {:?}", wc.opcode, wc.status);
+    let mut m = match wc.result() {
+        Err(e) => e.to_string(),
+        Ok(_) => format!("{:?} completed with {:?}", wc.opcode, wc.status),
+    };
     let events: Vec<String> = std::iter::from_fn(|| qp.poll_event())
         .map(|e| format!("{e:?}"))
         .collect();
@@ -699,7 +703,7 @@ pub(crate) fn run(job: &Job<'_>, g: &mut Group, peers: Vec<Peer>) -> Result<Stat
                                 },
                                 send_wr(wr_id(i, K_QUIET, 0), Sgl::new(), false, false),
                             ])
-                            .map_err(|(_, err)| Error::from(err))?;
+                            .map_err(Error::from)?;
                         }
                         (Role::Sink | Role::Both, Transport::Send, _) => {
                             let ok = g.rx.check(gs, len, c.rx_seq, spec.verify);
@@ -821,7 +825,7 @@ fn post_ping(g: &Group, p: &Peer, i: usize, seq: u64) -> Result<(), Error> {
                 },
                 send_wr(wr_id(i, K_QUIET, 0), Sgl::new(), false, false),
             ])
-            .map_err(|(_, err)| Error::from(err))?;
+            .map_err(Error::from)?;
         }
         _ => {
             g.spoil_sink(i);

@@ -185,7 +185,7 @@ fn client(addr: &str) -> Result<String, String> {
             signaled: true,
         },
     ];
-    qp.post_send_batch(ops).map_err(|(_, e)| e.to_string())?;
+    qp.post_send_batch(ops).map_err(|e| e.to_string())?;
     wait_n(&cq, 3)?;
     let read_sum = sink.with_bytes(crc32c);
     if read_sum != r_sum {

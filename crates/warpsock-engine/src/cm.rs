@@ -16,13 +16,16 @@ use std::time::{Duration, Instant};
 
 use warpsock_proto::wire::{fpdu, mpa};
 use warpsock_proto::{
-    AcceptError, Config, ConnectError, Connection, Event, PostError, RecvWr, Registry, Role,
-    RtrOffer, RxStep,
+    AcceptError, CloseReason, Config, ConnectError, Connection, Event, PostError, RecvWr, Registry,
+    Role, RtrOffer, RxStep,
 };
 
+use crate::cq::Cq;
+use crate::driver::transport_error;
 use crate::mem::Mem;
+use crate::pd::Pd;
+use crate::qp::Qp;
 use crate::sys;
-use crate::verbs::{Cq, Pd, Qp};
 
 /// Largest application private data in an MPA Request or Reply: 251 bytes
 /// keeps the frame within Linux siw's 256-byte limit (with the 4-byte
@@ -106,6 +109,11 @@ pub struct QpOptions {
     pub ird: u16,
     /// Outbound RDMA Read depth wanted.
     pub ord: u16,
+    /// Largest IRD the peer may raise ours to by asking for a larger ORD
+    /// (siw raises it up to 128, the default). Each inbound Read the peer
+    /// may have outstanding is state we keep: lower it for a server
+    /// exposed to untrusted peers.
+    pub max_ird: u16,
     /// Initiator: offer peer-to-peer setup (RFC 6581) with the
     /// ready-to-receive message types in [`Self::rtr`], so the responder
     /// may send first. Linux siw accepts it. Default on.
@@ -142,6 +150,7 @@ impl Default for QpOptions {
             markers: false,
             ird: 16,
             ord: 16,
+            max_ird: 128,
             peer_to_peer: true,
             rtr: RtrOffer {
                 write: true,
@@ -164,6 +173,7 @@ impl QpOptions {
         c.markers = self.markers;
         c.ird = self.ird;
         c.ord = self.ord;
+        c.max_ird = self.max_ird;
         let offered = self.rtr.write || self.rtr.read;
         c.p2p = (role == Role::Initiator && self.peer_to_peer && offered).then_some(self.rtr);
         c.prefer_read_rtr = self.prefer_read_rtr;
@@ -234,9 +244,7 @@ impl<'a> QpInit<'a> {
         early: Vec<u8>,
     ) -> Result<Qp, CmError> {
         let inner = &self.pd.sh.inner;
-        let qi = inner
-            .add_qp(conn, sock, events, early, self.send_cq.id, self.recv_cq.id)
-            .map_err(CmError::Io)?;
+        let qi = inner.add_qp(conn, sock, events, early, self.send_cq.id, self.recv_cq.id);
         Ok(Qp {
             sh: Arc::clone(&self.pd.sh),
             qi,
@@ -257,24 +265,29 @@ fn check_private_data(pd: &[u8]) -> Result<(), CmError> {
 }
 
 /// Why connection setup failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CmError {
     /// The address did not resolve.
-    Resolve(io::Error),
+    #[error("cannot resolve the address: {0}")]
+    Resolve(#[source] io::Error),
     /// Nothing accepts connections at that address and port.
+    #[error("connection refused by {addr}: nothing is listening on that port")]
     Refused {
         /// Address tried.
         addr: SocketAddr,
     },
     /// No route to the host or network.
+    #[error("{addr} is unreachable: {source}")]
     Unreachable {
         /// Address tried.
         addr: SocketAddr,
         /// The OS error.
+        #[source]
         source: io::Error,
     },
     /// A setup step did not finish in time.
+    #[error("timed out after {after:?} waiting for the {stage}{}", peer_suffix(*.addr))]
     Timeout {
         /// The peer, when known.
         addr: Option<SocketAddr>,
@@ -283,15 +296,28 @@ pub enum CmError {
         /// The time allowed.
         after: Duration,
     },
+    /// The connection ended during setup: the peer closed it (FIN), reset
+    /// it, it timed out, or another socket error ended it.
+    #[error("{reason} while waiting for the {stage}{}", peer_suffix(*.addr))]
+    Closed {
+        /// The peer, when known.
+        addr: Option<SocketAddr>,
+        /// Which step: "MPA reply", "MPA request", "MPA reply send".
+        stage: &'static str,
+        /// How it ended.
+        reason: CloseReason,
+    },
     /// The responder rejected the connection with this private data.
+    #[error("the peer rejected the connection ({} bytes of private data)", .private_data.len())]
     Rejected {
         /// The responder's private data.
         private_data: Vec<u8>,
     },
-    /// MPA negotiation failed (malformed frame, incompatible options,
-    /// connection closed during setup).
-    Mpa(ConnectError),
+    /// MPA negotiation failed (malformed frame, incompatible options).
+    #[error("MPA setup failed: {0}")]
+    Mpa(#[source] ConnectError),
     /// Private data longer than [`MAX_PRIVATE_DATA`].
+    #[error("private data of {len} bytes is too long (at most {max} bytes)")]
     PrivateDataTooLong {
         /// Length given.
         len: usize,
@@ -300,60 +326,33 @@ pub enum CmError {
     },
     /// The protection domain and completion queues of a [`QpInit`] come
     /// from different contexts.
+    #[error("protection domain and completion queues belong to different contexts")]
     ContextMismatch,
     /// A receive in [`QpInit::recvs`] could not be posted.
-    Post(PostError),
+    #[error("cannot post an initial receive: {0}")]
+    Post(#[source] PostError),
     /// Another socket error.
-    Io(io::Error),
+    #[error("socket error: {0}")]
+    Io(#[source] io::Error),
 }
 
-impl std::fmt::Display for CmError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Resolve(e) => write!(f, "cannot resolve the address: {e}"),
-            Self::Refused { addr } => write!(
-                f,
-                "connection refused by {addr}: nothing is listening on that port"
-            ),
-            Self::Unreachable { addr, source } => write!(f, "{addr} is unreachable: {source}"),
-            Self::Timeout { addr, stage, after } => {
-                write!(f, "timed out after {after:?} waiting for the {stage}")?;
-                match addr {
-                    Some(a) => write!(f, " (peer {a})"),
-                    None => Ok(()),
-                }
-            }
-            Self::Rejected { private_data } => write!(
-                f,
-                "the peer rejected the connection ({} bytes of private data)",
-                private_data.len()
-            ),
-            Self::Mpa(e) => write!(f, "MPA setup failed: {e}"),
-            Self::PrivateDataTooLong { len, max } => write!(
-                f,
-                "private data of {len} bytes is too long (at most {max} bytes)"
-            ),
-            Self::ContextMismatch => {
-                f.write_str("protection domain and completion queues belong to different contexts")
-            }
-            Self::Post(e) => write!(f, "cannot post an initial receive: {e}"),
-            Self::Io(e) => write!(f, "socket error: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for CmError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Resolve(e) | Self::Io(e) => Some(e),
-            Self::Unreachable { source, .. } => Some(source),
-            Self::Mpa(e) => Some(e),
-            _ => None,
-        }
-    }
+fn peer_suffix(addr: Option<SocketAddr>) -> String {
+    addr.map(|a| format!(" (peer {a})")).unwrap_or_default()
 }
 
 impl CmError {
+    /// The connection failed during `stage` with a socket error.
+    fn socket(addr: Option<SocketAddr>, stage: &'static str, e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(n) if n != 0 => Self::Closed {
+                addr,
+                stage,
+                reason: CloseReason::Transport(transport_error(&e)),
+            },
+            _ => Self::Io(e),
+        }
+    }
+
     fn from_connect(addr: SocketAddr, e: io::Error, after: Duration) -> Self {
         match e.raw_os_error() {
             Some(libc::ECONNREFUSED) => Self::Refused { addr },
@@ -411,7 +410,9 @@ fn drive_mpa(
         out.clear();
         conn.poll_transmit(&reg, &mut out, usize::MAX);
         if !out.is_empty() {
-            (&*sock).write_all(&out).map_err(CmError::Io)?;
+            (&*sock)
+                .write_all(&out)
+                .map_err(|e| CmError::socket(peer, stage, e))?;
         }
         while let Some(e) = conn.poll_event() {
             match e {
@@ -430,6 +431,20 @@ fn drive_mpa(
                         after: timeout,
                     })
                 }
+                Event::ConnectFailed(ConnectError::Eof) => {
+                    return Err(CmError::Closed {
+                        addr: peer,
+                        stage,
+                        reason: CloseReason::PeerClosed,
+                    })
+                }
+                Event::ConnectFailed(ConnectError::Transport(t)) => {
+                    return Err(CmError::Closed {
+                        addr: peer,
+                        stage,
+                        reason: CloseReason::Transport(t),
+                    })
+                }
                 Event::ConnectFailed(e) => {
                     // Send whatever the core queued (e.g. a Terminate).
                     out.clear();
@@ -440,8 +455,16 @@ fn drive_mpa(
                 other => events.push(other),
             }
         }
+        // The core stops reading only once setup is over one way or the
+        // other, which the events above report; anything else ends here
+        // with the cause it recorded.
+        let ended = |conn: &Connection| CmError::Closed {
+            addr: peer,
+            stage,
+            reason: conn.close_reason().unwrap_or(CloseReason::Local),
+        };
         let RxStep::Bytes(want) = conn.rx_step() else {
-            return Err(CmError::Mpa(ConnectError::Eof));
+            return Err(ended(conn));
         };
         if off < end {
             // Feed exactly what the core asks for, so that it stops at the
@@ -449,7 +472,7 @@ fn drive_mpa(
             let take = want.clamp(1, end - off);
             let k = conn.rx_bytes(&buf[off..off + take], &mut reg_mut);
             if k == 0 {
-                return Err(CmError::Mpa(ConnectError::Eof));
+                return Err(ended(conn));
             }
             off += k;
             continue;
@@ -482,7 +505,7 @@ fn drive_mpa(
                         | io::ErrorKind::TimedOut
                         | io::ErrorKind::Interrupted
                 ) => {}
-            Err(e) => return Err(CmError::Io(e)),
+            Err(e) => conn.handle_transport_error(transport_error(&e)),
         }
     }
 }
@@ -525,7 +548,9 @@ pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmErr
     let mut events = Vec::new();
     match drive_mpa(&sock, Some(addrs.1), &mut conn, &mut events)? {
         (MpaDone::Established, early) => init.create(conn, sock, events, addrs, early),
-        (MpaDone::Request(_), _) => Err(CmError::Mpa(ConnectError::Eof)),
+        (MpaDone::Request(_), _) => {
+            unreachable!("the core reports MPA Requests to responders only")
+        }
     }
 }
 
@@ -602,7 +627,9 @@ impl Listener {
                 request,
                 early,
             }),
-            (MpaDone::Established, _) => Err(CmError::Mpa(ConnectError::Eof)),
+            (MpaDone::Established, _) => {
+                unreachable!("a responder is established only by accepting")
+            }
         }
     }
 
@@ -664,7 +691,7 @@ impl ConnectRequest {
         // Posted before the Reply goes out, so a Send right after setup
         // finds a buffer.
         init.post_initial(&mut conn)?;
-        send_reply(&self.sock, &mut conn)?;
+        send_reply(&self.sock, self.peer, &mut conn)?;
         let mut events = Vec::new();
         while let Some(e) = conn.poll_event() {
             events.push(e);
@@ -679,18 +706,20 @@ impl ConnectRequest {
         check_private_data(private_data)?;
         let mut conn = self.conn;
         conn.reject(private_data).map_err(accept_error)?;
-        send_reply(&self.sock, &mut conn)?;
+        send_reply(&self.sock, self.peer, &mut conn)?;
         let _ = self.sock.shutdown(Shutdown::Write);
         Ok(())
     }
 }
 
 /// Writes what the core queued (the MPA Reply) to the blocking socket.
-fn send_reply(sock: &TcpStream, conn: &mut Connection) -> Result<(), CmError> {
+fn send_reply(sock: &TcpStream, peer: SocketAddr, conn: &mut Connection) -> Result<(), CmError> {
     let reg: Registry<Mem> = Registry::new();
     let mut out = Vec::new();
     conn.poll_transmit(&reg, &mut out, usize::MAX);
-    (&*sock).write_all(&out).map_err(CmError::Io)
+    (&*sock)
+        .write_all(&out)
+        .map_err(|e| CmError::socket(Some(peer), "MPA reply send", e))
 }
 
 fn accept_error(e: AcceptError) -> CmError {
@@ -699,6 +728,7 @@ fn accept_error(e: AcceptError) -> CmError {
             len: MAX_PRIVATE_DATA + 1,
             max: MAX_PRIVATE_DATA,
         },
-        _ => CmError::Mpa(ConnectError::Eof),
+        // `NoRequest`: a `ConnectRequest` always holds a pending request.
+        e => CmError::Io(io::Error::new(io::ErrorKind::InvalidInput, e)),
     }
 }

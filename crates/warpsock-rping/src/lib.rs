@@ -76,7 +76,7 @@ use std::time::Duration;
 
 use warpsock_engine::proto::wire::terminate::TermCode;
 use warpsock_engine::proto::RtrType;
-use warpsock_engine::{CmError, PostError, WcOpcode, WcStatus};
+use warpsock_engine::{CloseReason, CmError, PostError, WcError};
 
 /// rping's default port.
 pub const DEFAULT_PORT: u16 = 7174;
@@ -452,19 +452,20 @@ pub enum Error {
         /// Whether the peer sent it.
         by_peer: bool,
     },
-    /// The peer disconnected in the middle of an iteration.
+    /// The connection ended in the middle of an iteration.
     Disconnected {
         /// What we were waiting for.
         step: &'static str,
+        /// How it ended (peer closed, peer reset, timed out, ...), when
+        /// known.
+        reason: Option<CloseReason>,
     },
     /// A work request completed with an error.
     Completion {
         /// What we were waiting for.
         step: &'static str,
-        /// Request kind.
-        opcode: WcOpcode,
-        /// Its status.
-        status: WcStatus,
+        /// The failed request: kind, status, cause.
+        error: WcError,
     },
     /// A request could not be posted.
     Post(PostError),
@@ -516,14 +517,14 @@ impl fmt::Display for Error {
                 "{} a Terminate while waiting for {step}: {code}",
                 if *by_peer { "the peer sent" } else { "we sent" }
             ),
-            Self::Disconnected { step } => {
-                write!(f, "the peer disconnected while we waited for {step}")
-            }
-            Self::Completion {
+            Self::Disconnected {
                 step,
-                opcode,
-                status,
-            } => write!(f, "{opcode:?} completed with {status:?} during {step}"),
+                reason: Some(r),
+            } => write!(f, "{r} while we waited for {step}"),
+            Self::Disconnected { step, reason: None } => {
+                write!(f, "the connection ended while we waited for {step}")
+            }
+            Self::Completion { step, error } => write!(f, "{error} during {step}"),
             Self::Post(e) => write!(f, "cannot post a work request: {e}"),
             Self::BogusData { len } => {
                 write!(f, "received bogus data, size {len} (rping messages are {INFO_LEN} bytes)")
@@ -568,6 +569,12 @@ impl From<std::io::Error> for Error {
 impl From<PostError> for Error {
     fn from(e: PostError) -> Self {
         Self::Post(e)
+    }
+}
+
+impl From<warpsock_engine::Error> for Error {
+    fn from(e: warpsock_engine::Error) -> Self {
+        Self::Io(e.into())
     }
 }
 

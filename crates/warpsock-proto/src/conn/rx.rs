@@ -19,7 +19,7 @@ use warpsock_wire::terminate::{ControlLayout, TermCode, Terminate};
 use warpsock_wire::{fpdu, mpa};
 
 use super::cm::Attach;
-use super::{CmState, Connection, Event, IrqEntry, QpState, RtrType};
+use super::{CloseReason, CmState, Connection, Event, IrqEntry, QpState, RtrType};
 use crate::mem::{Access, Backing, MemError, Range, Registry};
 use crate::verbs::{WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 
@@ -935,10 +935,18 @@ impl Connection {
         {
             slot.status = Some(status);
         }
+        self.note_close(CloseReason::Terminated {
+            code,
+            by_peer: true,
+        });
         self.enter_error();
         self.qp = QpState::Error;
         self.close_after_flush = true;
         self.rx.phase = Phase::Discard;
-        self.events.push_back(Event::Closed);
+        self.events
+            .push_back(Event::Closed(CloseReason::Terminated {
+                code,
+                by_peer: true,
+            }));
     }
 }
