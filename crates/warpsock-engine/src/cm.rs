@@ -535,7 +535,21 @@ pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmErr
             Err(e) => last = CmError::from_connect(a, e, opts.connect_timeout),
         }
     }
-    let sock = sock.ok_or(last)?;
+    connect_stream(sock.ok_or(last)?, init)
+}
+
+/// Runs the MPA exchange as initiator on a TCP connection that is already
+/// established (by the caller, or by an application that used it as a
+/// plain byte stream first) and returns the queue pair on it.
+///
+/// The next byte the peer reads from the stream must be the MPA Request
+/// this sends, and the next bytes we read must be its MPA Reply: whatever
+/// the connection carried before has to be consumed by both ends first.
+/// The socket's TCP options become those of `init`. Errors are those of
+/// [`connect`] after its TCP step.
+pub fn connect_stream(sock: TcpStream, init: &QpInit<'_>) -> Result<Qp, CmError> {
+    let opts = &init.options;
+    init.check(&opts.private_data)?;
     // Addresses now: a peer that resets right after setup makes them fail.
     let addrs = (
         sock.local_addr().map_err(CmError::Io)?,
@@ -589,7 +603,7 @@ impl Listener {
     /// gives an error (call `accept` again for the next peer).
     pub fn accept(&self, timeout: Option<Duration>) -> Result<ConnectRequest, CmError> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let (sock, peer) = loop {
+        let (sock, _peer) = loop {
             match self.sock.accept() {
                 Ok(x) => break x,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -609,28 +623,7 @@ impl Listener {
         };
         // Accepted sockets are blocking (accept4 does not inherit the
         // listener's O_NONBLOCK); TCP options are applied on accept.
-        let local = sock.local_addr().map_err(CmError::Io)?;
-        // The responder reads the Request with placeholder options; the
-        // application's options replace them when it accepts
-        // (`Connection::accept_with`).
-        let mut reg: Registry<Mem> = Registry::new();
-        let mut cfg = Config::new(Role::Responder, reg.alloc_pd());
-        cfg.mpa_timeout = self.mpa_timeout;
-        let mut conn = Connection::new(cfg, Instant::now());
-        let mut events = Vec::new();
-        match drive_mpa(&sock, Some(peer), &mut conn, &mut events)? {
-            (MpaDone::Request(request), early) => Ok(ConnectRequest {
-                sock,
-                local,
-                peer,
-                conn,
-                request,
-                early,
-            }),
-            (MpaDone::Established, _) => {
-                unreachable!("a responder is established only by accepting")
-            }
-        }
+        ConnectRequest::read(sock, self.mpa_timeout)
     }
 
     /// Accepts the next valid request with `private_data` (convenience for
@@ -663,9 +656,45 @@ pub struct ConnectRequest {
 }
 
 impl ConnectRequest {
+    /// Runs the responder's side of the MPA exchange on a TCP connection
+    /// accepted elsewhere (a blocking socket): waits up to `mpa_timeout`
+    /// for the initiator's MPA Request. [`Listener::accept`] is TCP accept
+    /// plus this; a server that must not let one slow peer delay the next
+    /// accepts on its own socket and reads each Request on its own thread.
+    pub fn read(sock: TcpStream, mpa_timeout: Duration) -> Result<Self, CmError> {
+        let local = sock.local_addr().map_err(CmError::Io)?;
+        let peer = sock.peer_addr().map_err(CmError::Io)?;
+        // The responder reads the Request with placeholder options; the
+        // application's options replace them when it accepts
+        // (`Connection::accept_with`).
+        let mut reg: Registry<Mem> = Registry::new();
+        let mut cfg = Config::new(Role::Responder, reg.alloc_pd());
+        cfg.mpa_timeout = mpa_timeout;
+        let mut conn = Connection::new(cfg, Instant::now());
+        let mut events = Vec::new();
+        match drive_mpa(&sock, Some(peer), &mut conn, &mut events)? {
+            (MpaDone::Request(request), early) => Ok(Self {
+                sock,
+                local,
+                peer,
+                conn,
+                request,
+                early,
+            }),
+            (MpaDone::Established, _) => {
+                unreachable!("a responder is established only by accepting")
+            }
+        }
+    }
+
     /// The initiator's address.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
+    }
+
+    /// The local address the initiator connected to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
     }
 
     /// The initiator's private data.

@@ -12,7 +12,7 @@
 //! | [`Pd`] | `ibv_pd` | [`Context::alloc_pd`] |
 //! | [`Mr`] | `ibv_mr` (lkey = rkey = STag) | [`Pd::register`], [`Pd::alloc`], `unsafe` [`Pd::register_raw`] |
 //! | [`Cq`] | `ibv_cq` + completion channel | [`Context::create_cq`]; [`Cq::poll`], [`Cq::wait`], [`Cq::notify_fd`] |
-//! | [`Qp`] | `ibv_qp` + `rdma_cm_id` | [`connect`], [`Listener::accept`] → [`ConnectRequest::accept`] |
+//! | [`Qp`] | `ibv_qp` + `rdma_cm_id` | [`connect`], [`Listener::accept`] → [`ConnectRequest::accept`]; on a TCP connection already open: [`connect_stream`], [`ConnectRequest::read`] |
 //! | [`Wc`] | `ibv_wc` | [`Cq::poll`] |
 //!
 //! Work requests are the core's types, re-exported: [`SendWr`] with a
@@ -240,7 +240,8 @@ mod sys;
 mod wc;
 
 pub use cm::{
-    connect, CmError, ConnectRequest, Listener, QpInit, QpOptions, TcpOptions, MAX_PRIVATE_DATA,
+    connect, connect_stream, CmError, ConnectRequest, Listener, QpInit, QpOptions, TcpOptions,
+    MAX_PRIVATE_DATA,
 };
 pub use context::{Context, ContextOptions, Progress, DEFAULT_LINGER};
 pub use cq::Cq;

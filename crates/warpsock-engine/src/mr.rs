@@ -52,7 +52,11 @@ pub(crate) fn thread_borrows(inner: &Inner) -> bool {
 pub struct Mr {
     sh: Arc<Shared>,
     stag: Stag,
+    /// Tagged offset of byte 0 (the memory's address unless registered
+    /// with an iova).
     addr: u64,
+    /// Where byte 0 is in this process's memory.
+    base: u64,
     len: usize,
     locked: AtomicBool,
     /// Closures reading this region's bytes (changed under the context
@@ -97,11 +101,12 @@ impl Drop for Borrow<'_> {
 }
 
 impl Mr {
-    pub(crate) fn new(sh: Arc<Shared>, stag: Stag, addr: u64, len: usize) -> Self {
+    pub(crate) fn new(sh: Arc<Shared>, stag: Stag, addr: u64, base: u64, len: usize) -> Self {
         Self {
             sh,
             stag,
             addr,
+            base,
             len,
             locked: AtomicBool::new(false),
             readers: AtomicU32::new(0),
@@ -197,7 +202,7 @@ impl Mr {
         // caller's promise). The borrow keeps the engine from writing
         // region bytes and other closures from writing this region until
         // it ends, after `f` returns.
-        let bytes = unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) };
+        let bytes = unsafe { std::slice::from_raw_parts(self.base as *const u8, self.len) };
         f(bytes)
     }
 
@@ -211,7 +216,7 @@ impl Mr {
         // SAFETY: as in `with_bytes`; the exclusive borrow also keeps the
         // engine from reading region bytes and every other closure from
         // this region, so the slice is unique until `f` returns.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) };
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.base as *mut u8, self.len) };
         f(bytes)
     }
 
@@ -242,7 +247,7 @@ impl Mr {
         if self.len == 0 || self.locked.load(Ordering::Relaxed) {
             return Ok(());
         }
-        sys::mlock(self.addr as *const u8, self.len).map_err(Error::sys("mlock"))?;
+        sys::mlock(self.base as *const u8, self.len).map_err(Error::sys("mlock"))?;
         self.locked.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -256,7 +261,7 @@ impl Mr {
 impl Drop for Mr {
     fn drop(&mut self) {
         if *self.locked.get_mut() {
-            sys::munlock(self.addr as *const u8, self.len);
+            sys::munlock(self.base as *const u8, self.len);
         }
         self.sh.inner.lock().reg.deregister(self.stag);
     }

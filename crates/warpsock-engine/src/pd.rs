@@ -81,15 +81,37 @@ impl Pd {
         self.insert(unsafe { Mem::raw(ptr, len) }, access)
     }
 
+    /// Like [`Self::register_raw`], but the region's address space starts
+    /// at `iova` instead of `ptr` (`ibv_reg_mr_iova2`): byte `k` of the
+    /// memory is tagged offset `iova + k`, in local SGEs and for the peer.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Self::register_raw`].
+    #[allow(unsafe_code)]
+    pub unsafe fn register_raw_iova(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Mr {
+        // SAFETY: forwarded from this function's contract.
+        self.insert_at(unsafe { Mem::raw(ptr, len) }, iova, access)
+    }
+
     fn insert(&self, mem: Mem, access: Access) -> Mr {
-        let (addr, len) = (mem.addr(), mem.len());
+        let addr = mem.addr();
+        self.insert_at(mem, addr, access)
+    }
+
+    /// Registers `mem` with its byte 0 at tagged offset `iova`.
+    fn insert_at(&self, mem: Mem, iova: u64, access: Access) -> Mr {
+        let (base, len) = (mem.addr(), mem.len());
         let key = stag_key();
-        let stag = self
-            .sh
-            .inner
-            .lock()
-            .reg
-            .register(self.id, addr, mem, access, key);
-        Mr::new(Arc::clone(&self.sh), stag, addr, len)
+        let mut st = self.sh.inner.lock();
+        let stag = st.reg.register(self.id, iova, mem, access, key);
+        drop(st);
+        Mr::new(Arc::clone(&self.sh), stag, iova, base, len)
     }
 }

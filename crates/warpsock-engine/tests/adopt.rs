@@ -1,0 +1,109 @@
+//! Adopting a TCP connection that is already open: the application uses it
+//! as a plain byte stream first, then both ends run MPA on the same stream
+//! (`connect_stream` / `ConnectRequest::read`) and carry RDMA traffic on it.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+use common::{pattern, wait_n, LIMIT};
+use warpsock_engine::{
+    connect_stream, Access, CmError, ConnectRequest, Context, Progress, QpInit, RecvWr, SendOp,
+    SendWr,
+};
+
+fn send_wr(wr_id: u64, sge: warpsock_engine::Sge) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        sgl: sge.into(),
+        signaled: true,
+    }
+}
+
+/// Plain bytes both ways, then MPA and a Send each way on the same
+/// connection; the plain bytes are read exactly, so the MPA frames are
+/// the next bytes on each side.
+#[test]
+fn mpa_on_a_connection_that_carried_plain_bytes() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let greeting = pattern(10_000, 1);
+    let reply = pattern(777, 2);
+    let (g2, r2) = (greeting.clone(), reply.clone());
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut got = vec![0; g2.len()];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(got, g2, "plain bytes before the switch");
+        s.write_all(&r2).unwrap();
+        let ctx = Context::new(Progress::Thread).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
+        let buf = pd.alloc(64, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        init.options.crc = true;
+        init.recvs.push(RecvWr {
+            wr_id: 9,
+            sgl: buf.sge(0, 64).into(),
+        });
+        let req = ConnectRequest::read(s, Duration::from_secs(10)).unwrap();
+        let qp = req.accept(&init, b"adopted").unwrap();
+        let wc = wait_n(&cq, 1);
+        assert!(wc[0].is_ok(), "{:?}", wc[0]);
+        let got = buf.to_vec()[..wc[0].byte_len as usize].to_vec();
+        let msg = pd.register(b"pong".to_vec(), Access::LOCAL_READ);
+        qp.post_send(send_wr(10, msg.sge(0, 4))).unwrap();
+        assert!(wait_n(&cq, 1)[0].is_ok());
+        got
+    });
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&greeting).unwrap();
+    let mut got = vec![0; reply.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(got, reply);
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
+    let buf = pd.alloc(64, Access::LOCAL_WRITE);
+    let mut init = QpInit::new(&pd, &cq);
+    init.recvs.push(RecvWr {
+        wr_id: 1,
+        sgl: buf.sge(0, 64).into(),
+    });
+    let qp = connect_stream(s, &init).unwrap();
+    let n = qp.negotiated().unwrap();
+    assert!(n.crc, "CRC is on when either end asks");
+    assert_eq!(n.peer_private_data, b"adopted");
+    let msg = pd.register(b"ping".to_vec(), Access::LOCAL_READ);
+    qp.post_send(send_wr(2, msg.sge(0, 4))).unwrap();
+    let mut wcs = wait_n(&cq, 2);
+    wcs.sort_by_key(|w| w.wr_id);
+    assert!(wcs.iter().all(|w| w.is_ok()), "{wcs:?}");
+    assert_eq!(&buf.to_vec()[..wcs[0].byte_len as usize], b"pong");
+    assert_eq!(server.join().unwrap(), b"ping");
+}
+
+/// A responder whose peer sends application bytes instead of an MPA
+/// Request gets an MPA error, not a hang.
+#[test]
+fn responder_rejects_a_peer_that_is_not_mpa() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let client = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    });
+    let (s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    match ConnectRequest::read(s, Duration::from_secs(10)) {
+        Err(CmError::Mpa(_)) => {}
+        other => panic!("expected an MPA error, got {other:?}"),
+    }
+    client.join().unwrap();
+}
