@@ -241,7 +241,7 @@ mod wc;
 
 pub use cm::{
     connect, connect_stream, CmError, ConnectRequest, Listener, QpInit, QpOptions, TcpOptions,
-    MAX_PRIVATE_DATA,
+    DEFAULT_MAX_PENDING, DEFAULT_MPA_REQUEST_TIMEOUT, MAX_PRIVATE_DATA,
 };
 pub use context::{Context, ContextOptions, Progress, DEFAULT_LINGER};
 pub use cq::Cq;

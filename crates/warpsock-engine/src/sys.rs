@@ -152,18 +152,22 @@ impl AsFd for EventFd {
     }
 }
 
-/// Waits until `fd` is readable (or has an error/hang-up) or `timeout`
-/// passes. Returns whether it is ready.
-pub(crate) fn poll_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+/// `poll(2)` on `fds` (each entry's `revents` is filled in) for up to
+/// `timeout` (`None`: forever). Returns how many are ready; `EINTR` counts
+/// as none.
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
+    // SAFETY: `fds` is a live, writable array of `fds.len()` pollfds for
+    // the duration of the call.
+    let r = unsafe {
+        libc::poll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            timeout_ms(timeout),
+        )
     };
-    // SAFETY: one valid pollfd for the duration of the call.
-    match cvt(unsafe { libc::poll(&mut p, 1, timeout_ms(timeout)) }) {
-        Ok(n) => Ok(n > 0),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+    match cvt(r) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
         Err(e) => Err(e),
     }
 }

@@ -141,7 +141,16 @@ pub struct Args {
     /// Persistent server: stop after this many connections.
     #[arg(long = "conns", value_name = "N")]
     pub conns: Option<u64>,
+    /// Persistent server: most sessions served at once (one thread and
+    /// one `-S`-sized buffer each). A connection beyond that is refused
+    /// with an MPA reject ("busy") and logged; the server goes on.
+    #[arg(long = "max-sessions", value_name = "N", default_value_t = DEFAULT_MAX_SESSIONS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sessions: u32,
 }
+
+/// Default of `--max-sessions`.
+pub const DEFAULT_MAX_SESSIONS: u32 = 64;
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -168,6 +177,7 @@ impl Args {
             timeout: 30.0,
             accept_timeout: None,
             conns: None,
+            max_sessions: DEFAULT_MAX_SESSIONS,
         }
     }
 
@@ -367,6 +377,9 @@ pub struct Report {
     pub failures: Vec<Failure>,
     /// Server: connection attempts that never completed MPA setup.
     pub setup_failures: u64,
+    /// Server: connections refused because `--max-sessions` were active
+    /// (or a session thread could not be started).
+    pub refused: u64,
 }
 
 impl Report {
@@ -376,6 +389,7 @@ impl Report {
             connections: Vec::new(),
             failures: Vec::new(),
             setup_failures: 0,
+            refused: 0,
         }
     }
 
@@ -403,6 +417,9 @@ impl fmt::Display for Report {
             self.iterations(),
             self.total_bytes()
         )?;
+        if self.refused > 0 {
+            write!(f, ", {} refused (busy)", self.refused)?;
+        }
         if self.setup_failures > 0 {
             write!(f, ", {} failed setup(s)", self.setup_failures)?;
         }

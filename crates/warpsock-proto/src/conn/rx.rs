@@ -519,7 +519,15 @@ impl Connection {
         }
         if rx.hdr.is_none() {
             let seg_len = rx.ulpdu_len as u16;
-            let hdr = match SegmentHeader::parse(&rx.buf[2..]) {
+            if rx.ulpdu_len < 2 {
+                // Not even the DDP and RDMAP control bytes: what follows
+                // the length field is pad, never a header to parse.
+                self.send_terminate(TermCode::DDP_LOCAL_CATASTROPHIC, Attach::Nothing);
+                self.rx.phase = Phase::Discard;
+                return;
+            }
+            let hdr = match SegmentHeader::parse(&rx.buf[2..2 + rx.ulpdu_len.min(rx.buf.len() - 2)])
+            {
                 Ok(h) => h,
                 Err(e) => {
                     self.terminate_for_wire_error(e);
