@@ -9,11 +9,8 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use std::cell::Cell;
 use std::mem::zeroed;
 use std::net::SocketAddr;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use libc::{
@@ -21,55 +18,46 @@ use libc::{
     ssize_t,
 };
 
-use crate::sock::Sock;
-use crate::sys::{self, set_errno};
-use crate::{config, fdtable, real};
+use crate::shim::fdtable::{self, MANAGED};
+use crate::shim::guard::{busy, enter};
+use crate::shim::socket::{Adoption, Kind, Socket};
+use crate::shim::sys::{self, set_errno};
+use crate::shim::{reactor, real};
 
-thread_local! {
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-}
-
-fn busy() -> bool {
-    BUSY.with(Cell::get)
-}
-
-/// Runs an offload path under the recursion guard and the panic boundary.
-fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
-    let prev = BUSY.with(|b| b.replace(true));
-    let r = catch_unwind(AssertUnwindSafe(f));
-    BUSY.with(|b| b.set(prev));
-    r.unwrap_or_else(|_| {
-        set_errno(libc::EIO);
-        err
-    })
-}
+/// The kinds of managed socket. A descriptor is a candidate of at most one
+/// (the first whose `wants` says yes); its mark in the descriptor table
+/// is its 1-based index here.
+pub(crate) static KINDS: &[&dyn Kind] = &[&crate::udp::UDP];
 
 #[inline]
-fn managed(fd: c_int) -> Option<Arc<Sock>> {
+fn managed(fd: c_int) -> Option<Arc<dyn Socket>> {
     if !fdtable::maybe_managed(fd) || busy() {
         return None;
     }
     fdtable::get(fd)
 }
 
-/// A candidate UDP socket about to send to `dest`: offload it if the policy
-/// says so.
-fn adopt_for_dest(fd: c_int, dest: Option<SocketAddr>) -> Option<Arc<Sock>> {
-    if !fdtable::is_candidate(fd) || busy() {
+/// The managed socket behind `fd` (whose mark is `mark`, non-zero), or the
+/// one its kind makes of the candidate `fd` about to talk to `dest()`.
+fn target(
+    fd: c_int,
+    mark: u8,
+    dest: impl FnOnce() -> Option<SocketAddr>,
+) -> Option<Arc<dyn Socket>> {
+    if busy() {
         return None;
     }
-    let dest = dest?;
-    enter(None, || {
-        let bcast = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_BROADCAST).is_some_and(|v| v != 0);
-        if !config::get().policy.dest_ok(&dest, bcast) {
-            return None;
-        }
-        match Sock::transpose(fd) {
-            Ok(s) => Some(s),
-            Err(_) => {
-                fdtable::set_candidate(fd, false);
-                None
-            }
+    if mark & MANAGED != 0 {
+        return fdtable::get(fd);
+    }
+    let kind = KINDS.get(fdtable::candidate_kind(mark)? - 1)?;
+    let dest = dest()?;
+    enter(None, || match kind.adopt(fd, dest) {
+        Adoption::Adopted(s) => Some(s),
+        Adoption::NotThis => None,
+        Adoption::Never => {
+            fdtable::set_candidate(fd, 0);
+            None
         }
     })
 }
@@ -89,18 +77,21 @@ fn propagate(old: c_int, new: c_int) {
             if let Some(prev) = fdtable::remove(new) {
                 enter((), || prev.release());
             }
-            fdtable::set_candidate(new, fdtable::is_candidate(old));
+            fdtable::set_candidate(
+                new,
+                fdtable::candidate_kind(fdtable::mark(old)).unwrap_or(0),
+            );
         }
     }
 }
 
-/// Before exec (or in a forked child): every offloaded socket that survives
-/// becomes its plain kernel UDP socket again, under the same number.
+/// Before exec (or in a forked child): every managed socket that survives
+/// becomes its plain kernel socket again, under the same number.
 pub(crate) fn demote_all(only_inheritable: bool) {
     // A vforked child about to exec shares the parent's memory: it
     // re-points its own descriptors but leaves the table (the parent's) and
     // the parent's queues alone.
-    let vforked = crate::engine::current().is_some_and(|e| !e.is_owner());
+    let vforked = reactor::current().is_some_and(|e| !e.is_owner());
     for (fd, s) in fdtable::all() {
         // SAFETY: fcntl/dup3 on descriptors of the table; no pointers.
         unsafe {
@@ -108,13 +99,13 @@ pub(crate) fn demote_all(only_inheritable: bool) {
             if fdfl < 0 || (only_inheritable && fdfl & libc::FD_CLOEXEC != 0) {
                 continue;
             }
-            sys::set_nonblocking(s.udp, s.nonblocking.load(Ordering::Relaxed));
+            sys::set_nonblocking(s.kernel_fd(), s.nonblocking());
             let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
                 libc::O_CLOEXEC
             } else {
                 0
             };
-            real::dup3(s.udp, fd, cloexec);
+            real::dup3(s.kernel_fd(), fd, cloexec);
         }
         if vforked {
             continue;
@@ -142,68 +133,66 @@ fn empty_msg() -> msghdr {
 
 // ---- creation, naming, options -------------------------------------------
 
-/// Interposed `socket(2)`: remembers UDP sockets as offload candidates.
+/// Interposed `socket(2)`: a socket some kind wants becomes its candidate.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let fd = unsafe { real::socket(domain, ty, protocol) };
-    if fd >= 0
-        && (domain == libc::AF_INET || domain == libc::AF_INET6)
-        && ty & 0xf == libc::SOCK_DGRAM
-        && (protocol == 0 || protocol == libc::IPPROTO_UDP)
-        && !busy()
-        && config::get().enabled
-    {
-        fdtable::set_candidate(fd, true);
+    if fd >= 0 && !busy() {
+        let kind = KINDS
+            .iter()
+            .position(|k| k.wants(domain, ty, protocol) && k.enabled())
+            .map_or(0, |i| i + 1);
+        if kind != 0 || fdtable::mark(fd) != 0 {
+            fdtable::set_candidate(fd, kind);
+        }
     }
     fd
 }
 
-/// Interposed `bind(2)`: binding an eligible port offloads the socket and
-/// opens the matching TCP listener.
+/// Interposed `bind(2)`: the candidate's kind may adopt the socket (the
+/// UDP offload does for an eligible port, and opens its TCP listener).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     if let Some(s) = managed(fd) {
-        // SAFETY: forwarding the caller's arguments to the kernel socket.
-        return enter(-1, || unsafe { real::bind(s.udp, addr, len) });
+        return enter(-1, || s.bind(addr, len));
     }
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::bind(fd, addr, len) };
-    if r == 0 && fdtable::is_candidate(fd) && !busy() {
-        // SAFETY: the kernel accepted `addr` of `len` bytes.
-        let a = unsafe { sys::addr_from_raw(addr, len) };
-        if a.is_some_and(|a| config::get().policy.port_ok(a.port())) {
-            enter((), || {
-                if let Ok(s) = Sock::transpose(fd) {
-                    s.listen();
-                }
-            });
+    if r == 0 && !busy() {
+        if let Some(kind) =
+            fdtable::candidate_kind(fdtable::mark(fd)).and_then(|k| KINDS.get(k - 1))
+        {
+            // SAFETY: the kernel accepted `addr` of `len` bytes.
+            if let Some(a) = unsafe { sys::addr_from_raw(addr, len) } {
+                enter((), || kind.bound(fd, a));
+            }
         }
     }
     r
 }
 
-/// Interposed `connect(2)`.
+/// Interposed `connect(2)`: a candidate that connects to a destination its
+/// kind takes is adopted; otherwise it stays a kernel socket for good.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    if let Some(s) = managed(fd) {
-        return enter(-1, || s.connect(addr, len));
-    }
-    if !fdtable::is_candidate(fd) || busy() {
-        // SAFETY: forwarding the caller's arguments.
-        return unsafe { real::connect(fd, addr, len) };
+    let mark = fdtable::mark(fd);
+    if mark & MANAGED != 0 {
+        if let Some(s) = managed(fd) {
+            return enter(-1, || s.connect(addr, len));
+        }
     }
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::connect(fd, addr, len) };
-    if r != 0 {
+    if r != 0 || fdtable::candidate_kind(mark).is_none() || busy() {
         return r;
     }
     // SAFETY: the kernel accepted `addr` of `len` bytes.
     let dest = unsafe { sys::addr_from_raw(addr, len) };
     if dest.is_some() {
-        match adopt_for_dest(fd, dest) {
+        match target(fd, mark, || dest) {
             Some(s) => return enter(-1, || s.connect(addr, len)),
-            None => fdtable::set_candidate(fd, false),
+            None => fdtable::set_candidate(fd, 0),
         }
     }
     0
@@ -220,8 +209,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             return r;
         }
     }
-    if fdtable::is_candidate(fd) {
-        fdtable::set_candidate(fd, false);
+    if fdtable::mark(fd) != 0 {
+        fdtable::set_candidate(fd, 0);
     }
     // SAFETY: forwarding the caller's argument.
     unsafe { real::close(fd) }
@@ -232,7 +221,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: forwarding the caller's argument.
     let n = unsafe { real::dup(fd) };
-    if n >= 0 && (fdtable::maybe_managed(fd) || fdtable::is_candidate(fd)) {
+    if n >= 0 && (fdtable::mark(fd) != 0 || fdtable::mark(n) != 0) {
         propagate(fd, n);
     }
     n
@@ -272,8 +261,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
             libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => propagate(fd, r),
             libc::F_SETFL => {
                 if let Some(s) = managed(fd) {
-                    s.nonblocking
-                        .store(arg as c_int & libc::O_NONBLOCK != 0, Ordering::Relaxed);
+                    s.set_nonblocking(arg as c_int & libc::O_NONBLOCK != 0);
                 }
             }
             _ => {}
@@ -297,34 +285,24 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
         return unsafe { real::ioctl(fd, req, arg) };
     };
     enter(-1, || match req {
-        libc::FIONREAD => match s.next_size() {
-            Some(n) if arg != 0 => {
-                // SAFETY: FIONREAD's argument is an int out-pointer.
-                unsafe { *(arg as *mut c_int) = n as c_int };
-                0
-            }
-            // SAFETY: forwarding to the kernel socket.
-            _ => unsafe { real::ioctl(s.udp, req, arg) },
-        },
         libc::FIONBIO => {
             // SAFETY: forwarding to the application's descriptor.
             let r = unsafe { real::ioctl(fd, req, arg) };
             if r == 0 && arg != 0 {
                 // SAFETY: FIONBIO's argument is an int in-pointer.
                 let on = unsafe { *(arg as *const c_int) } != 0;
-                s.nonblocking.store(on, Ordering::Relaxed);
+                s.set_nonblocking(on);
             }
             r
         }
-        // SAFETY: forwarding to the kernel socket.
-        _ => unsafe { real::ioctl(s.udp, req, arg) },
+        _ => s.ioctl(req, arg),
     })
 }
 
 /// Interposed `getsockname(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    let fd = managed(fd).map_or(fd, |s| s.udp);
+    let fd = managed(fd).map_or(fd, |s| s.kernel_fd());
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::getsockname(fd, addr, len) }
 }
@@ -332,7 +310,7 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut s
 /// Interposed `getpeername(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    let fd = managed(fd).map_or(fd, |s| s.udp);
+    let fd = managed(fd).map_or(fd, |s| s.kernel_fd());
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::getpeername(fd, addr, len) }
 }
@@ -346,7 +324,7 @@ pub unsafe extern "C" fn getsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
-    let fd = managed(fd).map_or(fd, |s| s.udp);
+    let fd = managed(fd).map_or(fd, |s| s.kernel_fd());
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::getsockopt(fd, level, name, val, len) }
 }
@@ -370,7 +348,7 @@ pub unsafe extern "C" fn setsockopt(
 /// Interposed `shutdown(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
-    let fd = managed(fd).map_or(fd, |s| s.udp);
+    let fd = managed(fd).map_or(fd, |s| s.kernel_fd());
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::shutdown(fd, how) }
 }
@@ -379,7 +357,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 
 /// Receives into `iov` with the offload path; fills the name if asked.
 unsafe fn recv_common(
-    s: &Arc<Sock>,
+    s: &Arc<dyn Socket>,
     iov: *mut iovec,
     iovcnt: usize,
     flags: c_int,
@@ -612,7 +590,7 @@ pub unsafe extern "C" fn recvmmsg(
 // ---- sending ---------------------------------------------------------------
 
 unsafe fn send_common(
-    s: &Arc<Sock>,
+    s: &Arc<dyn Socket>,
     iov: *const iovec,
     iovcnt: usize,
     flags: c_int,
@@ -638,11 +616,13 @@ pub unsafe extern "C" fn sendto(
     addr: *const sockaddr,
     alen: socklen_t,
 ) -> ssize_t {
-    let s = managed(fd).or_else(|| {
-        // SAFETY: the caller's address of `alen` bytes.
-        adopt_for_dest(fd, unsafe { sys::addr_from_raw(addr, alen) })
-    });
-    match s {
+    let mark = fdtable::mark(fd);
+    if mark == 0 {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendto(fd, buf, len, flags, addr, alen) };
+    }
+    // SAFETY: the caller's address of `alen` bytes.
+    match target(fd, mark, || unsafe { sys::addr_from_raw(addr, alen) }) {
         Some(s) => {
             let v = one_iov(buf.cast_mut(), len);
             // SAFETY: the caller's buffer and address.
@@ -699,11 +679,14 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
         // SAFETY: forwarding; the kernel reports EFAULT.
         return unsafe { real::sendmsg(fd, msg, flags) };
     }
-    let s = managed(fd).or_else(|| {
-        // SAFETY: the caller's msghdr and its name.
-        adopt_for_dest(fd, unsafe {
-            sys::addr_from_raw((*msg).msg_name.cast(), (*msg).msg_namelen)
-        })
+    let mark = fdtable::mark(fd);
+    if mark == 0 {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendmsg(fd, msg, flags) };
+    }
+    // SAFETY: the caller's msghdr and its name.
+    let s = target(fd, mark, || unsafe {
+        sys::addr_from_raw((*msg).msg_name.cast(), (*msg).msg_namelen)
     });
     match s {
         // SAFETY: the caller's msghdr.
@@ -720,14 +703,17 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flag
         // SAFETY: forwarding the caller's arguments.
         return unsafe { real::sendmmsg(fd, msgs, n, flags) };
     }
-    let s = managed(fd).or_else(|| {
-        // SAFETY: the first entry's name.
-        let h = unsafe { &(*msgs).msg_hdr };
-        // SAFETY: as above.
-        adopt_for_dest(fd, unsafe {
-            sys::addr_from_raw(h.msg_name.cast(), h.msg_namelen)
+    let mark = fdtable::mark(fd);
+    let s = (mark != 0)
+        .then(|| {
+            target(fd, mark, || {
+                // SAFETY: the first entry's name.
+                let h = unsafe { &(*msgs).msg_hdr };
+                // SAFETY: as above.
+                unsafe { sys::addr_from_raw(h.msg_name.cast(), h.msg_namelen) }
+            })
         })
-    });
+        .flatten();
     let Some(s) = s else {
         // SAFETY: forwarding the caller's arguments.
         return unsafe { real::sendmmsg(fd, msgs, n, flags) };
@@ -752,14 +738,32 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flag
 
 // ---- _exit ---------------------------------------------------------------------
 
+/// Every kind's `_exit` flush.
+fn exit_flush() {
+    for k in KINDS {
+        k.exit_flush();
+    }
+}
+
+/// Every kind's flush before exec, then the demotion of inherited managed
+/// sockets.
+fn before_exec() {
+    enter((), || {
+        for k in KINDS {
+            k.before_exec();
+        }
+        demote_all(true);
+    });
+}
+
 /// Interposed `_exit(2)`: the exit handlers are skipped, so datagrams still
 /// queued on connections would be lost. The process that owns the
 /// connections waits for them briefly (`WARPSOCK_EXIT_LINGER_MS`); a forked
-/// or vforked child exits at once (see `crate::exit_flush`).
+/// or vforked child exits at once (see `Kind::exit_flush`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     if !busy() {
-        enter((), crate::exit_flush);
+        enter((), exit_flush);
     }
     real::exit_now(false, status)
 }
@@ -769,7 +773,7 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
     if !busy() {
-        enter((), crate::exit_flush);
+        enter((), exit_flush);
     }
     real::exit_now(true, status)
 }
@@ -784,10 +788,7 @@ pub unsafe extern "C" fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    enter((), || {
-        crate::linger();
-        demote_all(true);
-    });
+    before_exec();
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::execve(path, argv, envp) }
 }
@@ -795,10 +796,7 @@ pub unsafe extern "C" fn execve(
 /// Interposed `execv(3)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    enter((), || {
-        crate::linger();
-        demote_all(true);
-    });
+    before_exec();
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::execv(path, argv) }
 }
@@ -806,10 +804,7 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 /// Interposed `execvp(3)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    enter((), || {
-        crate::linger();
-        demote_all(true);
-    });
+    before_exec();
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::execvp(file, argv) }
 }
@@ -821,10 +816,7 @@ pub unsafe extern "C" fn execvpe(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    enter((), || {
-        crate::linger();
-        demote_all(true);
-    });
+    before_exec();
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::execvpe(file, argv, envp) }
 }

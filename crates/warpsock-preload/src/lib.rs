@@ -154,77 +154,63 @@
 //! * Accepted connections feed the socket that owns the listener; a socket
 //!   that connects gives its TCP port back so that a socket bound to the same
 //!   port later can listen (the iperf/socat server pattern).
+//!
+//! ## Structure, and how a new kind of socket plugs in
+//!
+//! ```text
+//!   interpose (the exported symbols: one mark load, then dispatch)
+//!       |                    \
+//!   udp (a kind: Kind + Socket)   <next kind, e.g. DDP-mode TCP>
+//!       |        \
+//!   udp::core     shim (fd table, real calls, guard, reactor, doorbell, sys)
+//!   (sans-IO)
+//! ```
+//!
+//! * `shim` is the shared infrastructure and imports no kind: the real
+//!   calls (`dlsym(RTLD_NEXT)`), the per-thread re-entrancy guard and panic
+//!   boundary, the descriptor table (one mark byte per descriptor: managed,
+//!   or a candidate of kind *k*; an object per managed descriptor), the
+//!   progress thread (epoll + timers driving `Handler`s), the doorbell pair
+//!   that makes the program's own poll/select/epoll see a managed socket's
+//!   readiness, and small syscall wrappers.
+//! * `interpose` holds the exported symbols and the list of kinds
+//!   (`interpose::KINDS`). A call on a descriptor whose mark is 0 goes to the
+//!   real function after that one relaxed load; a managed descriptor's call
+//!   goes to its `Socket` object; a candidate's `bind`, `connect` or
+//!   first send asks its kind to adopt it.
+//! * `udp` is the UDP offload: `udp::core` is its protocol logic, sans-IO
+//!   (connection phases, buffers, routes and policy; time passed in, unit
+//!   tests with simulated time), and the rest is the driver that carries
+//!   the core's decisions out on sockets.
+//!
+//! A new kind (say, TCP sockets switched into DDP mode) is a module beside
+//! `udp` that:
+//! 1. implements `shim::socket::Socket` for its socket object (receive and
+//!    send calls are required; names, options and ioctls default to the
+//!    hidden kernel socket, `kernel_fd`);
+//! 2. implements `shim::socket::Kind`: which `socket()` calls make
+//!    candidates (`wants`), when a candidate is adopted (`bound`, `adopt`),
+//!    and its exit/exec hooks; adopting means moving the kernel socket to a
+//!    private descriptor and making the program's number name a doorbell
+//!    end (`shim::doorbell`) or anything else, then `shim::fdtable::insert`;
+//! 3. registers its descriptors with the progress thread
+//!    (`shim::reactor::get()`, one `Handler` per token) if it needs
+//!    background progress or timers;
+//! 4. keeps its protocol logic sans-IO in its own `core` module;
+//! 5. is appended to `interpose::KINDS`. If it needs a call the layer does
+//!    not interpose yet (for instance `setsockopt` on a candidate), that
+//!    entry point gains a dispatch to a new `Kind` method with a default
+//!    that does nothing, so the other kinds are unaffected.
 
-mod config;
-mod engine;
-mod fdtable;
-mod frame;
 pub mod interpose;
-mod real;
-mod sock;
-mod stats;
-mod sys;
-
-/// Waits (at most `WARPSOCK_LINGER_MS`) until every datagram handed to a
-/// connection has reached the kernel: before exit and exec.
-pub(crate) fn linger() {
-    linger_for(config::get().linger);
-}
-
-/// Waits at most `bound` until every datagram handed to a connection has
-/// reached the kernel. Only the process that owns the connections waits: a
-/// vforked child sees the parent's engine (shared memory) but must neither
-/// block the parent nor touch its state. Returns whether there was anything
-/// to wait for.
-pub(crate) fn linger_for(bound: std::time::Duration) -> bool {
-    let Some(eng) = engine::current() else {
-        return false;
-    };
-    if !eng.is_owner() || !eng.busy() {
-        return false;
-    }
-    let start = std::time::Instant::now();
-    while eng.busy() && start.elapsed() < bound {
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    true
-}
-
-/// The process the library was loaded into (a forked child inherits the
-/// value and so can tell it is one).
-static MAIN_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-/// `_exit`/`_Exit`: the exit handlers do not run, so flush here, briefly
-/// (`WARPSOCK_EXIT_LINGER_MS`), and print the counters; but only in the
-/// process that owns the connections. A forked child has forgotten the
-/// parent's engine (nothing to flush, and its copies of the queues are
-/// never sent, so nothing is sent twice); a vforked child shares the
-/// parent's memory and is told apart by its pid: it neither waits nor
-/// prints.
-pub(crate) fn exit_flush() {
-    let cfg = config::get();
-    if !cfg.enabled && !cfg.stats {
-        return;
-    }
-    let eng = engine::current();
-    if eng.is_some_and(|e| !e.is_owner()) {
-        stats::inc(&stats::STATS.exit_child_skips);
-        return;
-    }
-    if linger_for(cfg.exit_linger.min(cfg.linger)) {
-        stats::inc(&stats::STATS.exit_flushes);
-    }
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    if cfg.stats && MAIN_PID.load(std::sync::atomic::Ordering::Relaxed) == me {
-        eprint!("{}", stats::report());
-    }
-}
+mod shim;
+mod udp;
 
 // The handlers are only referenced from `.init_array`, which unit tests lack.
 #[cfg_attr(test, allow(dead_code))]
 mod init {
-    use crate::{config, engine, fdtable, interpose, stats};
+    use crate::interpose::{demote_all, KINDS};
+    use crate::shim::{fdtable, reactor, real};
 
     extern "C" fn fork_prepare() {
         fdtable::fork_prepare();
@@ -236,32 +222,29 @@ mod init {
 
     extern "C" fn fork_child() {
         fdtable::fork_release();
-        engine::forget_after_fork();
-        interpose::demote_all(false);
+        reactor::forget_after_fork();
+        demote_all(false);
     }
 
     extern "C" fn at_exit() {
         let _ = std::panic::catch_unwind(|| {
-            let cfg = config::get();
-            crate::linger();
-            if cfg.stats {
-                eprint!("{}", stats::report());
+            for k in KINDS {
+                k.at_exit();
             }
         });
     }
 
     extern "C" fn init() {
         let _ = std::panic::catch_unwind(|| {
-            let cfg = config::get();
-            // SAFETY: getpid has no preconditions.
-            crate::MAIN_PID.store(
-                unsafe { libc::getpid() },
-                std::sync::atomic::Ordering::Relaxed,
-            );
             // Resolved now: `_exit` may run in a vforked child, where dlsym
             // (locks, allocation) is not safe.
-            crate::real::prepare_exit();
-            if cfg.enabled || cfg.stats {
+            real::prepare_exit();
+            let mut hooks = false;
+            for k in KINDS {
+                k.loaded();
+                hooks |= k.needs_hooks();
+            }
+            if hooks {
                 // SAFETY: registering plain extern "C" handlers that never unwind.
                 unsafe {
                     libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));

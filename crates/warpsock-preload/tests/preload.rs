@@ -9,9 +9,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use warpsock_testkit::lease_port;
 
 /// The cdylib cargo built for this test run (target/<profile>/deps/, where
 /// `cargo test` puts it because the package also has an rlib), or one built
@@ -45,6 +46,37 @@ fn preload_so() -> &'static Path {
     })
 }
 
+/// A copy of the library built with the `test-hooks` feature (delays that
+/// order races deterministically; the shipped library has none), into a
+/// target directory of its own, once per test run.
+fn preload_so_with_hooks() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        let own = Path::new(env!("CARGO_TARGET_TMPDIR")).join("preload-hooks");
+        let st = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "warpsock-preload",
+                "--features",
+                "test-hooks",
+                "--target-dir",
+            ])
+            .arg(&own)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build");
+        assert!(
+            st.success(),
+            "cargo build -p warpsock-preload --features test-hooks failed"
+        );
+        let so = own.join("debug").join("libwarpsock_preload.so");
+        assert!(so.exists(), "{} not found", so.display());
+        so
+    })
+}
+
 /// Compiles tests/c/<name>.c once per test run.
 fn c_program(name: &str) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
@@ -65,28 +97,6 @@ fn c_program(name: &str) -> PathBuf {
     assert!(st.success(), "compiling {} failed", src.display());
     built.insert(name.to_owned(), out.clone());
     out
-}
-
-/// A port free for both UDP and TCP on 127.0.0.1, distinct per call.
-fn free_port() -> u16 {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let _ = NEXT.compare_exchange(
-        0,
-        20_000 + (std::process::id() % 20_000) as u16,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    loop {
-        let p = NEXT.fetch_add(1, Ordering::SeqCst);
-        if !(1024..60_000).contains(&p) {
-            NEXT.store(20_000, Ordering::SeqCst);
-            continue;
-        }
-        if UdpSocket::bind(("127.0.0.1", p)).is_ok() && TcpListener::bind(("127.0.0.1", p)).is_ok()
-        {
-            return p;
-        }
-    }
 }
 
 struct Run {
@@ -128,6 +138,11 @@ impl Run {
 }
 
 fn command(prog: &Path, args: &[String], preload: bool) -> Command {
+    command_with(prog, args, preload.then(preload_so))
+}
+
+/// As `command`, preloading `so` if given.
+fn command_with(prog: &Path, args: &[String], so: Option<&Path>) -> Command {
     let mut c = Command::new(prog);
     c.args(args)
         .stdin(Stdio::null())
@@ -138,44 +153,21 @@ fn command(prog: &Path, args: &[String], preload: bool) -> Command {
             c.env_remove(k);
         }
     }
-    if preload {
-        c.env("LD_PRELOAD", preload_so())
+    if let Some(so) = so {
+        c.env("LD_PRELOAD", so)
             .env("WARPSOCK_UDP_OFFLOAD", "1")
             .env("WARPSOCK_STATS", "1");
     }
     c
 }
 
-/// Waits for a child (killing it after `limit`) and collects its output.
-fn finish(mut child: Child, limit: Duration) -> Run {
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let code = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st.code();
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+/// Waits for a child (killing it by pid after `limit`) and collects its output.
+fn finish(child: Child, limit: Duration) -> Run {
+    let f = warpsock_testkit::finish(child, limit);
     Run {
-        code,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
+        code: f.code,
+        stdout: f.stdout,
+        stderr: f.stderr,
     }
 }
 
@@ -189,9 +181,9 @@ fn run(name: &str, args: &[String], preload: bool) -> Run {
 /// Runs a semantics program against kernel UDP, then under the preload.
 /// No destination may have fallen back to kernel UDP.
 fn both(name: &str, nports: usize) -> Run {
-    let args: Vec<String> = (0..nports).map(|_| free_port().to_string()).collect();
+    let args: Vec<String> = (0..nports).map(|_| lease_port().to_string()).collect();
     run(name, &args, false).assert_ok(&format!("{name} (kernel UDP)"));
-    let args: Vec<String> = (0..nports).map(|_| free_port().to_string()).collect();
+    let args: Vec<String> = (0..nports).map(|_| lease_port().to_string()).collect();
     let r = run(name, &args, true);
     r.assert_ok(&format!("{name} (preloaded)"));
     assert_eq!(r.stat("tx_lost"), 0, "{}", r.stderr);
@@ -229,13 +221,17 @@ fn readiness_poll_select_epoll() {
 /// handles the arrival last).
 #[test]
 fn no_stale_doorbells() {
-    let port = free_port().to_string();
+    let port = lease_port().to_string();
     run("doorbells", &[port], false).assert_ok("doorbells (kernel UDP)");
-    let port = free_port().to_string();
-    let child = command(&c_program("doorbells"), &[port], true)
-        .env("WARPSOCK_TEST_UDP_READY_DELAY_MS", "20")
-        .spawn()
-        .expect("spawn doorbells");
+    let port = lease_port().to_string();
+    let child = command_with(
+        &c_program("doorbells"),
+        &[port],
+        Some(preload_so_with_hooks()),
+    )
+    .env("WARPSOCK_TEST_UDP_READY_DELAY_MS", "20")
+    .spawn()
+    .expect("spawn doorbells");
     let r = finish(child, Duration::from_secs(60));
     r.assert_ok("doorbells (preloaded)");
     assert_eq!(r.stat("rx_tcp_dgrams"), 6, "{}", r.stderr);
@@ -269,9 +265,9 @@ fn dup_fork_exec() {
 
 #[test]
 fn tcp_and_dns_pass_through() {
-    let plain = run("passthrough", &[free_port().to_string()], false);
+    let plain = run("passthrough", &[lease_port().to_string()], false);
     plain.assert_ok("passthrough (kernel)");
-    let pre = run("passthrough", &[free_port().to_string()], true);
+    let pre = run("passthrough", &[lease_port().to_string()], true);
     pre.assert_ok("passthrough (preloaded)");
     assert_eq!(
         plain.stdout, pre.stdout,
@@ -307,17 +303,13 @@ fn start_receiver(
 
 fn finish_receiver(mut child: Child, mut out: BufReader<std::process::ChildStdout>) -> Run {
     let mut rest = String::new();
-    let start = Instant::now();
-    let code = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st.code();
-        }
-        if start.elapsed() > Duration::from_secs(60) {
+    let code = match warpsock_testkit::wait_exit(&mut child, Duration::from_secs(60)) {
+        Some(st) => st.code(),
+        None => {
             let _ = child.kill();
             let _ = child.wait();
-            break None;
+            None
         }
-        std::thread::sleep(Duration::from_millis(5));
     };
     out.read_to_string(&mut rest).unwrap();
     let mut stderr = String::new();
@@ -335,7 +327,7 @@ fn finish_receiver(mut child: Child, mut out: BufReader<std::process::ChildStdou
 }
 
 fn transfer(send_preload: bool, recv_preload: bool, count: u32, size: u32) -> (Run, Run) {
-    let port = free_port();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, count, size, 3000, recv_preload);
     let s = run(
         "udp_send",
@@ -388,7 +380,7 @@ fn plain_sender_preloaded_receiver() {
 
 #[test]
 fn receiver_dies_mid_stream() {
-    let port = free_port();
+    let port = lease_port();
     let (mut rc, _rout) = start_receiver(port, 1_000_000, 1000, 10_000, true);
     let args = [
         port.to_string(),
@@ -434,7 +426,7 @@ fn caller_driven_receive_and_busy_poll() {
     // Sends on an idle connection are written by the sending call itself.
     assert!(r.stat("tx_direct") >= 2000, "{}", r.stderr);
 
-    let args = vec![free_port().to_string(), free_port().to_string()];
+    let args = vec![lease_port().to_string(), lease_port().to_string()];
     let child = command(&c_program("pingpong"), &args, true)
         .env("WARPSOCK_BUSY_POLL_US", "2000")
         .spawn()
@@ -447,7 +439,7 @@ fn caller_driven_receive_and_busy_poll() {
     // large number proves the busy-poll path runs.
     assert!(r.stat("rx_busy_poll_hits") >= 100, "{}", r.stderr);
 
-    let args = vec![free_port().to_string(), free_port().to_string()];
+    let args = vec![lease_port().to_string(), lease_port().to_string()];
     let child = command(&c_program("pingpong"), &args, true)
         .env("WARPSOCK_CALLER_RECV", "0")
         .spawn()
@@ -464,10 +456,12 @@ fn caller_driven_receive_and_busy_poll() {
 /// The timer now polls the socket first and handles the event instead.
 #[test]
 fn late_timer_handles_the_waiting_answer() {
-    let port = free_port();
+    // Built before the receiver starts its clock.
+    let so = preload_so_with_hooks();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, 300, 500, 3000, true);
     let args = [port.to_string(), "300".into(), "500".into(), "300".into()];
-    let child = command(&c_program("udp_send"), &args, true)
+    let child = command_with(&c_program("udp_send"), &args, Some(so))
         .env("WARPSOCK_TEST_TIMER_DELAY_MS", "100")
         .env("WARPSOCK_CONNECT_TIMEOUT_MS", "1")
         .env("WARPSOCK_HELLO_TIMEOUT_MS", "1")
@@ -494,7 +488,7 @@ fn late_timer_handles_the_waiting_answer() {
 #[test]
 fn striped_k4_every_stripe_carries_exactly_once() {
     let (count, size) = (20_000u32, 1200u32);
-    let port = free_port();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, count, size, 3000, true);
     let args = [
         port.to_string(),
@@ -552,10 +546,10 @@ fn striped_k4_every_stripe_carries_exactly_once() {
 /// back over the receiver's group) each get their own reply.
 #[test]
 fn striped_k4_readiness_and_caller_driven_receive() {
-    let ports = [free_port().to_string(), free_port().to_string()];
+    let ports = [lease_port().to_string(), lease_port().to_string()];
     let args = vec![ports[0].clone(), ports[1].clone(), "3000".into()];
     run("stripes", &args, false).assert_ok("stripes (kernel UDP)");
-    let ports = [free_port().to_string(), free_port().to_string()];
+    let ports = [lease_port().to_string(), lease_port().to_string()];
     let args = vec![ports[0].clone(), ports[1].clone(), "3000".into()];
     let child = command(&c_program("stripes"), &args, true)
         .env("WARPSOCK_STRIPES", "4")
@@ -593,7 +587,7 @@ fn striped_k4_readiness_and_caller_driven_receive() {
 /// children exit at once (no wait for the parent's queues, nothing sent).
 #[test]
 fn exit_flushes_in_the_owner_not_in_children() {
-    let (port, count, size) = (free_port(), 500u32, 300usize);
+    let (port, count, size) = (lease_port(), 500u32, 300usize);
     let udp = UdpSocket::bind(("127.0.0.1", port)).unwrap();
     let _mute = TcpListener::bind(("127.0.0.1", port)).unwrap();
     udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -669,7 +663,7 @@ fn exit_flushes_in_the_owner_not_in_children() {
 #[test]
 fn exit_flush_striped_to_a_receiver() {
     let (count, size) = (20_000u32, 1000u32);
-    let port = free_port();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, count, size, 3000, true);
     let args = [port.to_string(), count.to_string(), size.to_string()];
     let child = command(&c_program("exitflush"), &args, true)
@@ -691,7 +685,7 @@ fn exit_flush_striped_to_a_receiver() {
 #[test]
 fn striped_sender_plain_receiver_falls_back_once() {
     let (count, size) = (2000u32, 500u32);
-    let port = free_port();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, count, size, 3000, false);
     let args = [
         port.to_string(),

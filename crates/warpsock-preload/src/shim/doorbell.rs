@@ -1,0 +1,102 @@
+//! Readiness for managed sockets: the doorbell pair.
+//!
+//! The descriptor number the program holds is one end of an AF_UNIX stream
+//! socketpair ([`Doorbell::app`]). Whoever makes data available to the
+//! program (the progress thread, or a receive call that read more than it
+//! returns) writes a doorbell byte to the other end ([`Doorbell::ring`]); a
+//! receive call that finds nothing left drains them ([`Doorbell::drain`]). So
+//! poll, ppoll, select, pselect and epoll (level and edge triggered: one
+//! wake-up per rung batch) work on the program's own descriptor set,
+//! unchanged. The count of bytes outstanding is kept by the caller, under
+//! the lock that also guards what the bells announce, so that a drain never
+//! races a ring.
+
+use libc::c_int;
+
+use super::{real, sys};
+
+/// Doorbell bytes outstanding at most: the descriptor is readable anyway,
+/// and below this every arrival writes one, so edge-triggered waiters wake.
+pub(crate) const MAX_BELLS: usize = 4096;
+
+/// The two ends of a doorbell pair.
+pub(crate) struct Doorbell {
+    /// The end the program's descriptor number is made to name (our own
+    /// handle on it stays open as long as the socket lives).
+    pub(crate) app: c_int,
+    /// The end bells are written to (non-blocking).
+    tx: c_int,
+}
+
+impl Doorbell {
+    /// A new pair; the program's end is non-blocking if `nonblocking`.
+    pub(crate) fn new(nonblocking: bool) -> Result<Self, c_int> {
+        let mut sv = [-1; 2];
+        // SAFETY: socketpair writes two descriptors into `sv`.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        } != 0
+        {
+            return Err(sys::errno());
+        }
+        sys::set_nonblocking(sv[1], true);
+        sys::set_nonblocking(sv[0], nonblocking);
+        Ok(Self {
+            app: sv[0],
+            tx: sv[1],
+        })
+    }
+
+    /// Writes one bell unless `*count` reached [`MAX_BELLS`]; counts it.
+    /// Returns whether a byte was written.
+    pub(crate) fn ring(&self, count: &mut usize) -> bool {
+        if *count >= MAX_BELLS {
+            return false;
+        }
+        // SAFETY: a one-byte write to our own nonblocking socket.
+        let r = unsafe {
+            real::send(
+                self.tx,
+                b"!".as_ptr().cast(),
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if r == 1 {
+            *count += 1;
+        }
+        r == 1
+    }
+
+    /// Reads every outstanding bell; `*count` becomes 0.
+    pub(crate) fn drain(&self, count: &mut usize) {
+        let mut buf = [0u8; 512];
+        loop {
+            // SAFETY: reading into a local buffer from our own socket.
+            let r = unsafe {
+                real::recv(
+                    self.app,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r <= 0 {
+                break;
+            }
+        }
+        *count = 0;
+    }
+}
+
+impl Drop for Doorbell {
+    fn drop(&mut self) {
+        sys::close(self.app);
+        sys::close(self.tx);
+    }
+}

@@ -1,0 +1,161 @@
+//! Which descriptors the layer manages.
+//!
+//! One byte per descriptor ([`mark`]) answers the hot question "is this
+//! descriptor anything to us?" with one relaxed atomic load, so calls on
+//! every other descriptor (files, pipes, the program's TCP sockets) pass
+//! straight through:
+//! - [`MANAGED`]: the program's descriptor number refers to a managed
+//!   socket; the map holds its object.
+//! - otherwise the low bits name the kind (1-based index into
+//!   `crate::interpose::KINDS`) whose *candidate* the descriptor is: a kernel
+//!   socket that may become managed when it binds, connects or sends.
+//!
+//! Descriptors at or above [`BITS`] are looked up in the map (and never
+//! become candidates).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
+
+use libc::c_int;
+
+use super::socket::Socket;
+
+/// Descriptors below this have a mark byte.
+pub(crate) const BITS: usize = 1 << 16;
+
+/// Mark bit: the descriptor is managed.
+pub(crate) const MANAGED: u8 = 0x80;
+/// Mark bits naming the kind of a candidate (0: not a candidate).
+const KIND_MASK: u8 = 0x7f;
+
+static MARKS: [AtomicU8; BITS] = [const { AtomicU8::new(0) }; BITS];
+/// Managed descriptors at or above [`BITS`].
+static HIGH: AtomicU64 = AtomicU64::new(0);
+static MAP: RwLock<Map> = RwLock::new(None);
+
+type Map = Option<HashMap<c_int, Arc<dyn Socket>>>;
+
+/// The mark of `fd`: 0 for a descriptor the layer ignores (one relaxed
+/// load; high descriptors read [`MANAGED`] while any is managed).
+#[inline]
+pub(crate) fn mark(fd: c_int) -> u8 {
+    if fd < 0 {
+        return 0;
+    }
+    match MARKS.get(fd as usize) {
+        Some(m) => m.load(Ordering::Relaxed),
+        None if HIGH.load(Ordering::Relaxed) != 0 => MANAGED,
+        None => 0,
+    }
+}
+
+/// Whether `fd` may be managed (cheap; may say yes for high descriptors).
+#[inline]
+pub(crate) fn maybe_managed(fd: c_int) -> bool {
+    mark(fd) & MANAGED != 0
+}
+
+/// The kind (1-based) whose candidate `fd` is, from its mark.
+#[inline]
+pub(crate) fn candidate_kind(mark: u8) -> Option<usize> {
+    let k = mark & KIND_MASK;
+    (mark & MANAGED == 0 && k != 0).then_some(usize::from(k))
+}
+
+/// Makes `fd` a candidate of kind `kind` (1-based), or no candidate (0).
+pub(crate) fn set_candidate(fd: c_int, kind: usize) {
+    if let Some(m) = usize::try_from(fd).ok().and_then(|i| MARKS.get(i)) {
+        // Never demotes a managed descriptor: candidates are kernel sockets.
+        let _ = m.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            (v & MANAGED == 0).then_some(kind as u8 & KIND_MASK)
+        });
+    }
+}
+
+/// The object of managed descriptor `fd`.
+pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
+    if !maybe_managed(fd) {
+        return None;
+    }
+    let m = MAP.read().unwrap_or_else(|e| e.into_inner());
+    m.as_ref()?.get(&fd).cloned()
+}
+
+/// Records that `fd` refers to `sock`; returns the object `fd` referred to
+/// before (whose reference the caller releases).
+pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
+    sock.add_ref();
+    let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
+    let old = m.get_or_insert_with(HashMap::new).insert(fd, sock);
+    match MARKS.get(fd as usize) {
+        Some(b) => b.store(MANAGED, Ordering::Relaxed),
+        None if old.is_none() => {
+            HIGH.fetch_add(1, Ordering::Relaxed);
+        }
+        None => {}
+    }
+    old
+}
+
+/// Forgets `fd`; returns its object (whose reference the caller releases).
+pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
+    if !maybe_managed(fd) {
+        return None;
+    }
+    let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
+    let old = m.as_mut()?.remove(&fd);
+    if old.is_some() {
+        match MARKS.get(fd as usize) {
+            Some(b) => b.store(0, Ordering::Relaxed),
+            None => {
+                HIGH.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+    old
+}
+
+/// Every managed descriptor and its object.
+pub(crate) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
+    let m = MAP.read().unwrap_or_else(|e| e.into_inner());
+    m.as_ref()
+        .map(|m| m.iter().map(|(k, v)| (*k, v.clone())).collect())
+        .unwrap_or_default()
+}
+
+thread_local! {
+    static FORK_GUARD: std::cell::RefCell<Option<RwLockWriteGuard<'static, Map>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// pthread_atfork "prepare": hold the map lock across fork so the child gets
+/// a consistent copy.
+pub(crate) fn fork_prepare() {
+    let g = MAP.write().unwrap_or_else(|e| e.into_inner());
+    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
+}
+
+/// pthread_atfork "parent"/"child": release the lock taken in prepare.
+pub(crate) fn fork_release() {
+    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_and_candidates() {
+        // A descriptor number no test opens.
+        let fd = 60_001;
+        assert_eq!(mark(fd), 0);
+        set_candidate(fd, 1);
+        assert_eq!(candidate_kind(mark(fd)), Some(1));
+        assert!(!maybe_managed(fd));
+        set_candidate(fd, 0);
+        assert_eq!(mark(fd), 0);
+        assert_eq!(mark(-1), 0);
+        assert_eq!(candidate_kind(MANAGED | 1), None);
+    }
+}

@@ -1,0 +1,353 @@
+//! The progress thread: one per process, started with the first managed
+//! socket that needs it. It owns an epoll instance over the descriptors the
+//! socket kinds register (each under a token, with a [`Handler`] that is
+//! told of its readiness) and a timer list (handlers with a deadline:
+//! connection set-up timeouts, retry back-off, flush deadlines).
+//!
+//! Application threads register descriptors and change interest with
+//! `epoll_ctl` directly (it is thread-safe); they wake the thread through an
+//! eventfd only when a new timer must be taken into account.
+//!
+//! The reactor knows nothing of any socket kind: it calls handlers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use libc::c_int;
+
+use super::{real, sys};
+
+/// What an epoll token stands for: told of readiness and timers, from the
+/// progress thread (never while the reactor holds a lock).
+pub(crate) trait Handler: Send + Sync {
+    /// Readiness `events` (epoll bits) on the registered descriptor.
+    fn on_ready(&self, reactor: &'static Reactor, events: u32);
+
+    /// The next time [`Handler::on_timer`] should run (only asked of
+    /// handlers on the timer list; `None`: no deadline now).
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+
+    /// A deadline may have passed (`now` is the reactor's clock reading).
+    /// Returns true once the handler needs no more timers.
+    fn on_timer(&self, _reactor: &'static Reactor, _now: Instant) -> bool {
+        true
+    }
+
+    /// Whether the handler holds data not yet handed to the kernel (exit
+    /// and exec wait for that, bounded).
+    fn pending(&self) -> bool {
+        false
+    }
+}
+
+type Reg = Arc<dyn Handler>;
+
+const WAKE_TOKEN: u64 = 0;
+
+/// The progress engine.
+pub(crate) struct Reactor {
+    /// The process that created the engine (and owns its connections).
+    pid: libc::pid_t,
+    epfd: c_int,
+    wakefd: c_int,
+    next_id: AtomicU64,
+    regs: Mutex<HashMap<u64, Reg>>,
+    timers: Mutex<HashMap<u64, Reg>>,
+}
+
+static ENGINE: AtomicPtr<Reactor> = AtomicPtr::new(std::ptr::null_mut());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Connection events and timers being handled right now (any thread).
+static HANDLING: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a connection event or timer in progress: a connection that dies
+/// in one stops counting as pending before its queued datagrams have gone
+/// out by kernel UDP, and `busy` must cover that gap.
+pub(crate) struct Handling;
+
+impl Handling {
+    pub(crate) fn enter() -> Self {
+        HANDLING.fetch_add(1, Ordering::SeqCst);
+        Self
+    }
+}
+
+impl Drop for Handling {
+    fn drop(&mut self) {
+        HANDLING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The process's engine, created (and its thread started) on first use.
+/// Returns `None` if the kernel refused the epoll instance or the thread.
+pub(crate) fn get() -> Option<&'static Reactor> {
+    let p = ENGINE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a published engine is leaked and never freed.
+        return Some(unsafe { &*p });
+    }
+    // SAFETY: plain syscalls creating new descriptors.
+    let (epfd, wakefd) = unsafe {
+        (
+            libc::epoll_create1(libc::EPOLL_CLOEXEC),
+            libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK),
+        )
+    };
+    if epfd < 0 || wakefd < 0 {
+        sys::close(epfd);
+        sys::close(wakefd);
+        return None;
+    }
+    let e = Box::new(Reactor {
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+        epfd,
+        wakefd,
+        next_id: AtomicU64::new(1),
+        regs: Mutex::new(HashMap::new()),
+        timers: Mutex::new(HashMap::new()),
+    });
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: WAKE_TOKEN,
+    };
+    // SAFETY: registering our own eventfd with our own epoll instance.
+    unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, wakefd, &mut ev) };
+    let raw = Box::into_raw(e);
+    match ENGINE.compare_exchange(
+        std::ptr::null_mut(),
+        raw,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => {
+            // SAFETY: `raw` is now published and lives for the process.
+            let eng: &'static Reactor = unsafe { &*raw };
+            let spawned = std::thread::Builder::new()
+                .name("warpsock-progress".into())
+                .spawn(move || eng.run());
+            if spawned.is_err() {
+                return None;
+            }
+            Some(eng)
+        }
+        Err(other) => {
+            // SAFETY: we lost the race; `raw` was never shared.
+            let mine = unsafe { Box::from_raw(raw) };
+            sys::close(mine.epfd);
+            sys::close(mine.wakefd);
+            // SAFETY: the winner's engine is leaked and never freed.
+            Some(unsafe { &*other })
+        }
+    }
+}
+
+/// The engine if one runs, without starting it.
+pub(crate) fn current() -> Option<&'static Reactor> {
+    let p = ENGINE.load(Ordering::Acquire);
+    // SAFETY: a published engine is leaked and never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// In a forked child: forget the parent's engine (its thread does not exist
+/// here). Its memory is leaked; a new one starts if the child offloads.
+pub(crate) fn forget_after_fork() {
+    ENGINE.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+impl Reactor {
+    /// Whether the calling process owns this engine: false in a vforked
+    /// child (which shares the parent's memory, so the engine is still
+    /// published there, but its thread and connections are the parent's)
+    /// and in any child made without the fork handlers.
+    pub(crate) fn is_owner(&self) -> bool {
+        // SAFETY: getpid has no preconditions (not cached by glibc >= 2.25).
+        unsafe { libc::getpid() == self.pid }
+    }
+
+    /// A fresh token.
+    pub(crate) fn new_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Adds `fd` to the epoll set under token `id`.
+    pub(crate) fn register(&self, fd: c_int, id: u64, events: u32, reg: Reg) -> bool {
+        lock(&self.regs).insert(id, reg);
+        let mut ev = libc::epoll_event { events, u64: id };
+        // SAFETY: epoll_ctl on our epoll instance with a valid event struct.
+        let r = unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if r != 0 {
+            lock(&self.regs).remove(&id);
+        }
+        r == 0
+    }
+
+    /// Records a token whose descriptor is added later with `add_fd`.
+    pub(crate) fn register_token(&self, id: u64, reg: Reg) {
+        lock(&self.regs).insert(id, reg);
+    }
+
+    /// Adds `fd` under an existing token (a connection's new socket).
+    pub(crate) fn add_fd(&self, fd: c_int, id: u64, events: u32) -> bool {
+        let mut ev = libc::epoll_event { events, u64: id };
+        // SAFETY: as in `register`.
+        unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) == 0 }
+    }
+
+    /// Changes the interest of a registered descriptor.
+    pub(crate) fn modify(&self, fd: c_int, id: u64, events: u32) {
+        let mut ev = libc::epoll_event { events, u64: id };
+        // SAFETY: as in `register`.
+        unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_MOD, fd, &mut ev) };
+    }
+
+    /// Removes a token (and its descriptor, if given, from the epoll set).
+    pub(crate) fn deregister(&self, id: u64, fd: Option<c_int>) {
+        if let Some(fd) = fd {
+            let mut ev = libc::epoll_event { events: 0, u64: 0 };
+            // SAFETY: as in `register`.
+            unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, fd, &mut ev) };
+        }
+        lock(&self.regs).remove(&id);
+    }
+
+    /// Puts the handler of token `id` on the timer list (until its
+    /// `on_timer` says it is done) and wakes the thread so it recomputes its
+    /// sleep.
+    pub(crate) fn add_timer(&self, id: u64, handler: Reg) {
+        lock(&self.timers).entry(id).or_insert(handler);
+        self.wake();
+    }
+
+    /// Wakes the progress thread.
+    pub(crate) fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd.
+        unsafe { real::write(self.wakefd, (&one as *const u64).cast(), 8) };
+    }
+
+    /// Whether any connection still holds datagrams not yet in the kernel.
+    pub(crate) fn busy(&self) -> bool {
+        let regs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
+        regs.iter().any(|r| r.pending()) || HANDLING.load(Ordering::SeqCst) > 0
+    }
+
+    fn run(&'static self) {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        loop {
+            let timeout = self.next_timeout();
+            // SAFETY: `events` is a writable array of the given length.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.epfd,
+                    events.as_mut_ptr(),
+                    events.len() as c_int,
+                    timeout,
+                )
+            };
+            if n < 0 {
+                if sys::errno() == libc::EINTR {
+                    continue;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            for ev in &events[..n as usize] {
+                let (id, bits) = (ev.u64, ev.events);
+                if id == WAKE_TOKEN {
+                    let mut v: u64 = 0;
+                    // SAFETY: reading 8 bytes from our eventfd into `v`.
+                    unsafe { real::read(self.wakefd, (&mut v as *mut u64).cast(), 8) };
+                    continue;
+                }
+                let reg = lock(&self.regs).get(&id).cloned();
+                // Never let a bug unwind out of the thread's loop.
+                if let Some(h) = reg {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        h.on_ready(self, bits);
+                    }));
+                }
+            }
+            self.run_timers();
+        }
+    }
+
+    fn next_timeout(&self) -> c_int {
+        let t = lock(&self.timers);
+        let now = Instant::now();
+        let mut best: Option<Duration> = None;
+        for h in t.values() {
+            if let Some(d) = h.deadline() {
+                let left = d.saturating_duration_since(now);
+                best = Some(best.map_or(left, |b| b.min(left)));
+            }
+        }
+        match best {
+            None if t.is_empty() => -1,
+            None => 100,
+            Some(d) => (d.as_micros().div_ceil(1000)).min(1000) as c_int,
+        }
+    }
+
+    fn run_timers(&'static self) {
+        #[cfg(feature = "test-hooks")]
+        if let Some(d) = super::hooks::timer_delay() {
+            // Late while any handler has a deadline (it may not be on the
+            // list yet: a connection's first event can come before its
+            // `add_timer`).
+            let regs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
+            if regs.iter().any(|r| r.deadline().is_some()) {
+                std::thread::sleep(d);
+            }
+        }
+        let list: Vec<(u64, Reg)> = lock(&self.timers)
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        if list.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut done = Vec::new();
+        for (id, h) in &list {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if h.on_timer(self, now) {
+                    done.push(*id);
+                }
+            }));
+        }
+        if !done.is_empty() {
+            let mut t = lock(&self.timers);
+            for id in done {
+                t.remove(&id);
+            }
+        }
+    }
+}
+
+/// Waits at most `bound` until no handler holds data not yet handed to the
+/// kernel (before exit and exec). Only the process that owns the reactor
+/// waits: a vforked child sees the parent's reactor (shared memory) but
+/// must neither block the parent nor touch its state. Returns whether there
+/// was anything to wait for.
+pub(crate) fn linger(bound: Duration) -> bool {
+    let Some(eng) = current() else {
+        return false;
+    };
+    if !eng.is_owner() || !eng.busy() {
+        return false;
+    }
+    let start = Instant::now();
+    while eng.busy() && start.elapsed() < bound {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}

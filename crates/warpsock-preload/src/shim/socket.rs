@@ -1,0 +1,131 @@
+//! What a kind of managed socket implements.
+//!
+//! * [`Socket`]: one managed socket, named by one or more of the program's
+//!   descriptors (the [`super::fdtable`] maps each to its object). The
+//!   interposed calls on such a descriptor land here; every method has a
+//!   default that forwards to the hidden kernel socket ([`Socket::kernel_fd`]),
+//!   so a kind overrides only what it changes.
+//! * [`Kind`]: how descriptors become managed (a kernel socket is first a
+//!   *candidate* of one kind, from `socket()`, and is *adopted* when it binds
+//!   or talks to a destination the kind's policy takes) and what the kind
+//!   does at the process's life-cycle points (exec, exit, `_exit`, fork).
+//!
+//! Both are called under the re-entrancy guard ([`super::guard::enter`]);
+//! their system calls go through [`super::real`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
+
+use super::real;
+
+/// One managed socket.
+pub(crate) trait Socket: Send + Sync {
+    /// The kernel socket calls are forwarded to (names, options, ioctls),
+    /// and which the program's descriptor becomes again before exec and in
+    /// a forked child.
+    fn kernel_fd(&self) -> c_int;
+
+    /// One more program descriptor names this socket (dup, fork table copy).
+    fn add_ref(&self);
+
+    /// A program descriptor naming this socket was closed; the last one
+    /// ends the socket.
+    fn release(&self);
+
+    /// O_NONBLOCK of the program's open file description.
+    fn nonblocking(&self) -> bool;
+
+    /// The program changed O_NONBLOCK (`fcntl(F_SETFL)`, `ioctl(FIONBIO)`).
+    fn set_nonblocking(&self, on: bool);
+
+    /// Every receive call (`recv`, `recvfrom`, `recvmsg`, `read`, `readv`,
+    /// the `_chk` forms, each `recvmmsg` entry) lands here.
+    ///
+    /// # Safety
+    /// `msg` is a valid msghdr whose buffers are writable.
+    unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize;
+
+    /// Every send call (`send`, `sendto`, `sendmsg`, `write`, `writev`,
+    /// each `sendmmsg` entry) lands here.
+    ///
+    /// # Safety
+    /// `msg` is a valid msghdr whose buffers are readable.
+    unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize;
+
+    /// `connect(2)`.
+    fn connect(&self, addr: *const sockaddr, len: socklen_t) -> c_int {
+        // SAFETY: forwarding the program's arguments to the kernel socket.
+        unsafe { real::connect(self.kernel_fd(), addr, len) }
+    }
+
+    /// `bind(2)`.
+    fn bind(&self, addr: *const sockaddr, len: socklen_t) -> c_int {
+        // SAFETY: forwarding the program's arguments to the kernel socket.
+        unsafe { real::bind(self.kernel_fd(), addr, len) }
+    }
+
+    /// `setsockopt(2)`.
+    fn setsockopt(&self, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+        // SAFETY: forwarding the program's arguments to the kernel socket.
+        unsafe { real::setsockopt(self.kernel_fd(), level, name, val, len) }
+    }
+
+    /// `ioctl(2)` other than `FIONBIO` (which the interposition layer
+    /// applies to the program's descriptor and reports through
+    /// [`Socket::set_nonblocking`]).
+    fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {
+        // SAFETY: forwarding the program's arguments to the kernel socket.
+        unsafe { real::ioctl(self.kernel_fd(), req, arg) }
+    }
+}
+
+/// A kind of managed socket: adoption and life-cycle hooks.
+pub(crate) trait Kind: Sync {
+    /// Whether the kind is switched on at all (its environment variable).
+    /// A kind that is off never sees a candidate.
+    fn enabled(&self) -> bool;
+
+    /// Whether a fresh `socket(domain, ty, protocol)` descriptor becomes a
+    /// candidate of this kind.
+    fn wants(&self, domain: c_int, ty: c_int, protocol: c_int) -> bool;
+
+    /// A candidate was bound to `addr` (the real bind succeeded). The kind
+    /// may adopt it here (the UDP offload opens its listener).
+    fn bound(&self, fd: c_int, addr: SocketAddr);
+
+    /// A candidate is about to talk to `dest` (after a successful
+    /// `connect`, or before a send naming it): adopt it now, or not.
+    fn adopt(&self, fd: c_int, dest: SocketAddr) -> Adoption;
+
+    /// When the library is loaded (before `main`).
+    fn loaded(&self) {}
+
+    /// Whether the kind needs the fork and exit handlers installed
+    /// (default: when it is enabled).
+    fn needs_hooks(&self) -> bool {
+        self.enabled()
+    }
+
+    /// Before `execve` and friends: flush what must reach the kernel.
+    fn before_exec(&self) {}
+
+    /// From the `atexit` handler.
+    fn at_exit(&self) {}
+
+    /// From `_exit`/`_Exit` (no exit handlers run).
+    fn exit_flush(&self) {}
+}
+
+/// What [`Kind::adopt`] decided.
+pub(crate) enum Adoption {
+    /// The descriptor is managed now, by this socket (already in the
+    /// descriptor table).
+    Adopted(Arc<dyn Socket>),
+    /// Not for this destination: the call goes to the kernel socket, which
+    /// stays a candidate (after a `connect`, it stops being one).
+    NotThis,
+    /// Never: the descriptor stops being a candidate.
+    Never,
+}

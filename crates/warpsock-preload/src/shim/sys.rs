@@ -1,0 +1,219 @@
+//! Small safe wrappers: errno, socket addresses, descriptors.
+
+use std::mem::{size_of, zeroed};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+
+use libc::{c_int, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
+
+use super::real;
+
+/// Locks `m`, going on with the data if a panicking thread poisoned it (a
+/// panic is caught at the boundary and the state stays usable).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The calling thread's errno.
+pub(crate) fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// Sets the calling thread's errno.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Reads a socket address the application passed in.
+///
+/// # Safety
+/// `p` must be null or point to `len` readable bytes.
+pub(crate) unsafe fn addr_from_raw(p: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
+    if p.is_null() || (len as usize) < size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    // SAFETY: at least the family is readable (checked above).
+    let family = c_int::from(unsafe { (*p).sa_family });
+    match family {
+        libc::AF_INET if len as usize >= size_of::<sockaddr_in>() => {
+            // SAFETY: AF_INET with enough bytes is a sockaddr_in; read unaligned
+            // because the application's buffer may be any alignment.
+            let sin = unsafe { p.cast::<sockaddr_in>().read_unaligned() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len as usize >= size_of::<sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let s6 = unsafe { p.cast::<sockaddr_in6>().read_unaligned() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(s6.sin6_addr.s6_addr),
+                u16::from_be(s6.sin6_port),
+                s6.sin6_flowinfo,
+                s6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Encodes `a` as a C socket address.
+pub(crate) fn addr_to_raw(a: &SocketAddr) -> (sockaddr_storage, socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut ss: sockaddr_storage = unsafe { zeroed() };
+    let len = match a {
+        SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut sockaddr_storage).cast::<sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = v4.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+            size_of::<sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: as above, for sockaddr_in6.
+            let s6 = unsafe { &mut *(&mut ss as *mut sockaddr_storage).cast::<sockaddr_in6>() };
+            s6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            s6.sin6_port = v6.port().to_be();
+            s6.sin6_flowinfo = v6.flowinfo();
+            s6.sin6_addr.s6_addr = v6.ip().octets();
+            s6.sin6_scope_id = v6.scope_id();
+            size_of::<sockaddr_in6>()
+        }
+    };
+    (ss, len as socklen_t)
+}
+
+/// Writes `a` to an application buffer of `*len` bytes, truncating as the
+/// kernel does, and stores the full length in `*len`.
+///
+/// # Safety
+/// `out` null, or `out` writable for `*len` bytes and `len` valid.
+pub(crate) unsafe fn addr_write(a: &SocketAddr, out: *mut sockaddr, len: *mut socklen_t) {
+    if out.is_null() || len.is_null() {
+        return;
+    }
+    let (ss, full) = addr_to_raw(a);
+    // SAFETY: `len` is valid per the contract.
+    let room = unsafe { *len } as usize;
+    let n = room.min(full as usize);
+    // SAFETY: `out` is writable for `room >= n` bytes; `ss` holds `full >= n`.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&ss as *const sockaddr_storage).cast::<u8>(), out.cast(), n);
+        *len = full;
+    }
+}
+
+/// `a` in the form a socket of `family` reports it: IPv4 peers of IPv6
+/// sockets appear IPv4-mapped.
+pub(crate) fn for_family(a: SocketAddr, family: c_int) -> SocketAddr {
+    match (a, family) {
+        (SocketAddr::V4(v4), libc::AF_INET6) => {
+            SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+        }
+        (a, _) => a,
+    }
+}
+
+/// The local address of a socket.
+pub(crate) fn local_addr(fd: c_int) -> Option<SocketAddr> {
+    // SAFETY: zeroed storage is valid; getsockname writes at most `len` bytes.
+    let mut ss: sockaddr_storage = unsafe { zeroed() };
+    let mut len = size_of::<sockaddr_storage>() as socklen_t;
+    // SAFETY: valid out pointers.
+    let r = unsafe { real::getsockname(fd, (&mut ss as *mut sockaddr_storage).cast(), &mut len) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: the kernel wrote `len` bytes of address.
+    unsafe { addr_from_raw((&ss as *const sockaddr_storage).cast(), len) }
+}
+
+/// getsockopt of an `int`.
+pub(crate) fn get_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = size_of::<c_int>() as socklen_t;
+    // SAFETY: valid out pointers of the declared size.
+    let r = unsafe { real::getsockopt(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// setsockopt of an `int`; returns whether it succeeded.
+pub(crate) fn set_int(fd: c_int, level: c_int, name: c_int, v: c_int) -> bool {
+    // SAFETY: valid pointer to an int of the declared size.
+    let r = unsafe {
+        real::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const c_int).cast(),
+            size_of::<c_int>() as _,
+        )
+    };
+    r == 0
+}
+
+/// A socket's SO_RCVTIMEO/SO_SNDTIMEO as a duration (`None`: no timeout).
+pub(crate) fn get_timeo(fd: c_int, name: c_int) -> Option<std::time::Duration> {
+    // SAFETY: timeval is plain data.
+    let mut tv: libc::timeval = unsafe { zeroed() };
+    let mut len = size_of::<libc::timeval>() as socklen_t;
+    // SAFETY: valid out pointers of the declared size.
+    let r = unsafe {
+        real::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            name,
+            (&mut tv as *mut libc::timeval).cast(),
+            &mut len,
+        )
+    };
+    timeval_to_dur(r, &tv)
+}
+
+/// Converts a timeval option value (after a call returning `r`) to a timeout.
+pub(crate) fn timeval_to_dur(r: c_int, tv: &libc::timeval) -> Option<std::time::Duration> {
+    if r != 0 || (tv.tv_sec == 0 && tv.tv_usec == 0) || tv.tv_sec < 0 {
+        return None;
+    }
+    Some(std::time::Duration::new(
+        tv.tv_sec as u64,
+        (tv.tv_usec.max(0) as u32) * 1000,
+    ))
+}
+
+/// Closes an internal descriptor (ignoring errors).
+pub(crate) fn close(fd: c_int) {
+    if fd >= 0 {
+        // SAFETY: closing a descriptor this library owns.
+        unsafe { real::close(fd) };
+    }
+}
+
+/// Sets or clears O_NONBLOCK on a descriptor.
+pub(crate) fn set_nonblocking(fd: c_int, on: bool) {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we were handed; no pointers.
+    unsafe {
+        let fl = real::fcntl(fd, libc::F_GETFL, 0);
+        if fl >= 0 {
+            let nfl = if on {
+                fl | libc::O_NONBLOCK
+            } else {
+                fl & !libc::O_NONBLOCK
+            };
+            if nfl != fl {
+                real::fcntl(fd, libc::F_SETFL, nfl as usize);
+            }
+        }
+    }
+}
+
+/// poll(2) over `fds` for at most `timeout_ms` (-1: forever). Returns the
+/// poll result (-1 with errno set on error).
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> c_int {
+    // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }
+}

@@ -1,0 +1,598 @@
+//! One offload connection (`Conn`): the I/O driver of the sans-IO core's
+//! [`Setup`], [`TxBuf`] and [`RxBuf`]. It owns the TCP descriptor, carries out
+//! the core's steps (connect, retry, give up), writes the send buffer and
+//! reads frames. Readiness and timers reach it from the progress thread
+//! (`super::sock::ConnEvents`) or, for input, from a blocking receive call that
+//! reads the connection itself (`super::recv`); what that does to the
+//! socket is in `super::events`.
+//!
+//! Lock order (see also `super::sock`): `order` first (held from reading
+//! the connection until what was read is queued on the socket, so that
+//! datagrams of one connection are queued in order), then `st`, then `ev`
+//! (a leaf). `st` is never held while taking the socket's lock: work that
+//! needs both returns what happened and the caller applies it.
+
+use std::mem::zeroed;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use libc::{c_int, iovec, msghdr, socklen_t};
+
+use super::config;
+use super::core::frame::{self, Stripe, HDR_LEN};
+use super::core::routes::Carrier;
+use super::core::rxbuf::RxBuf;
+use super::core::setup::{Phase, Setup, Step};
+use super::core::txbuf::TxBuf;
+use super::stats::{self, STATS};
+use crate::shim::reactor::Reactor;
+use crate::shim::sys::{self, errno, lock};
+use crate::shim::{iov, real};
+
+pub(super) const EPOLLIN: u32 = libc::EPOLLIN as u32;
+pub(super) const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
+pub(super) const EPOLLERR: u32 = libc::EPOLLERR as u32;
+pub(super) const EPOLLHUP: u32 = libc::EPOLLHUP as u32;
+
+/// Sets congestion control, pacing and no-delay on an offload connection
+/// (or listener, whose accepted connections inherit them).
+pub(super) fn tune(fd: c_int) {
+    let cfg = config::get();
+    sys::set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+    if let Some(cc) = &cfg.congestion {
+        // SAFETY: the option value is the name's bytes with the given length.
+        let r = unsafe {
+            real::setsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                cc.as_ptr().cast(),
+                cc.len() as socklen_t,
+            )
+        };
+        stats::inc(if r == 0 {
+            &STATS.cc_set
+        } else {
+            &STATS.cc_failed
+        });
+    }
+    if let Some(rate) = cfg.pacing_rate {
+        let r64 = rate;
+        // SAFETY: a u64 option value of the given length (kernels >= 5.x); the
+        // u32 form below for older kernels.
+        let mut r = unsafe {
+            real::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_MAX_PACING_RATE,
+                (&r64 as *const u64).cast(),
+                8,
+            )
+        };
+        if r != 0 {
+            let r32 = rate.min(u64::from(u32::MAX - 1)) as u32;
+            // SAFETY: as above with a u32.
+            r = unsafe {
+                real::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_MAX_PACING_RATE,
+                    (&r32 as *const u32).cast(),
+                    4,
+                )
+            };
+        }
+        if r == 0 {
+            stats::inc(&STATS.pacing_set);
+        }
+    }
+}
+
+/// Why a send on a connection did not complete.
+pub(super) enum SendErr {
+    /// The connection is gone: route again.
+    Retry,
+    /// The connection broke now; these datagrams still need sending.
+    Died(Vec<Vec<u8>>),
+    /// Fail the call with this errno.
+    Errno(c_int),
+    /// The connection is retrying after a failure: use kernel UDP meanwhile.
+    Kernel,
+}
+
+/// Epoll interest of the connection's descriptor.
+pub(super) struct Interest {
+    pub(super) fd: c_int,
+    /// The progress thread reads the connection (false while set up for
+    /// writing only, or paused for a full receive queue).
+    pub(super) read: bool,
+    write: bool,
+    /// Blocking receive calls reading the connection themselves: while
+    /// non-zero the progress thread does not watch it for input.
+    callers: usize,
+}
+
+impl Interest {
+    fn mask(&self) -> u32 {
+        let read = self.read && self.callers == 0;
+        (if read { EPOLLIN } else { 0 }) | (if self.write { EPOLLOUT } else { 0 })
+    }
+}
+
+/// Connection being set up (first attempt, or accepted awaiting the preamble).
+pub(super) const HINT_SETUP: u8 = 1;
+/// Established.
+pub(super) const HINT_UP: u8 = super::core::routes::UP;
+/// Backing off after a failed attempt.
+pub(super) const HINT_RETRY: u8 = 2;
+/// Closed.
+pub(super) const HINT_DEAD: u8 = 3;
+
+/// One TCP connection carrying datagrams for one (socket, remote) pair.
+pub(crate) struct Conn {
+    /// Epoll token.
+    pub(crate) id: u64,
+    /// Stripe index (0 when not striped), for the per-stripe counters.
+    pub(super) stripe: AtomicUsize,
+    /// Where the connection stands, readable without `st` (`HINT_*`).
+    pub(super) hint: AtomicU8,
+    /// Bytes queued in user space (not yet written), readable without
+    /// `st`: picks the stripe for the next datagram.
+    queued: AtomicUsize,
+    pub(super) st: Mutex<ConnSt>,
+    /// Held from reading the connection to queueing what was read.
+    pub(super) order: Mutex<()>,
+    pub(super) cv: Condvar,
+    pub(super) ev: Mutex<Interest>,
+}
+
+/// The state behind `Conn::st`.
+pub(super) struct ConnSt {
+    pub(super) fd: c_int,
+    pub(super) setup: Setup,
+    /// The remote UDP address (outgoing: the destination; accepted: the TCP
+    /// peer's address with the port from the preamble).
+    pub(super) dest: Option<SocketAddr>,
+    /// Accepted: the TCP peer address.
+    pub(super) tcp_peer: Option<SocketAddr>,
+    pub(super) tx: TxBuf,
+    pub(super) rx: RxBuf,
+    /// The socket was closed: close once everything is written.
+    pub(super) linger: bool,
+    /// Outgoing striped connection: announced in the preamble when the
+    /// acceptor's hello offers the extension.
+    pub(super) stripe: Option<Stripe>,
+}
+
+/// What one read from the connection gave.
+pub(super) enum Rd {
+    Data(usize),
+    Again,
+    Eof,
+    Err,
+}
+
+impl Carrier for Arc<Conn> {
+    fn rank(&self) -> u8 {
+        self.hint.load(Ordering::Relaxed)
+    }
+    fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+    fn same(&self, other: &Self) -> bool {
+        Self::ptr_eq(self, other)
+    }
+}
+
+impl Conn {
+    /// An outgoing connection to `dest` (its first attempt is due now).
+    pub(super) fn outgoing(id: u64, dest: SocketAddr, port: u16, stripe: Option<Stripe>) -> Self {
+        let c = Self::new(
+            id,
+            -1,
+            Setup::outgoing(Instant::now()),
+            Some(dest),
+            None,
+            TxBuf::outgoing(port),
+        );
+        if let Some(x) = stripe {
+            c.stripe.store(usize::from(x.index), Ordering::Relaxed);
+        }
+        lock(&c.st).stripe = stripe;
+        c
+    }
+
+    /// An accepted connection on descriptor `fd` from `peer` (hello sent).
+    pub(super) fn accepted(id: u64, fd: c_int, peer: SocketAddr) -> Self {
+        let t = &config::get().timing;
+        let c = Self::new(
+            id,
+            fd,
+            Setup::accepted(Instant::now(), t),
+            None,
+            Some(peer),
+            TxBuf::default(),
+        );
+        lock(&c.ev).read = true;
+        c
+    }
+
+    fn new(
+        id: u64,
+        fd: c_int,
+        setup: Setup,
+        dest: Option<SocketAddr>,
+        tcp_peer: Option<SocketAddr>,
+        tx: TxBuf,
+    ) -> Self {
+        Self {
+            id,
+            stripe: AtomicUsize::new(0),
+            hint: AtomicU8::new(HINT_SETUP),
+            queued: AtomicUsize::new(0),
+            st: Mutex::new(ConnSt {
+                fd,
+                setup,
+                dest,
+                tcp_peer,
+                tx,
+                rx: RxBuf::default(),
+                linger: false,
+                stripe: None,
+            }),
+            order: Mutex::new(()),
+            cv: Condvar::new(),
+            ev: Mutex::new(Interest {
+                fd,
+                read: false,
+                write: false,
+                callers: 0,
+            }),
+        }
+    }
+
+    /// Changes epoll interest (leaf lock).
+    pub(super) fn set_interest(&self, eng: &Reactor, read: Option<bool>, write: Option<bool>) {
+        let mut i = lock(&self.ev);
+        let old = i.mask();
+        if let Some(r) = read {
+            i.read = r;
+        }
+        if let Some(w) = write {
+            i.write = w;
+        }
+        if i.mask() != old && i.fd >= 0 {
+            eng.modify(i.fd, self.id, i.mask());
+        }
+    }
+
+    /// A blocking receive takes over reading this connection: the progress
+    /// thread stops watching it for input. Returns the descriptor to poll,
+    /// or `None` if the progress thread does not read it now (setting up,
+    /// paused) and the caller should leave it alone.
+    pub(super) fn claim(&self, eng: &Reactor) -> Option<c_int> {
+        let mut i = lock(&self.ev);
+        if i.fd < 0 || !i.read {
+            return None;
+        }
+        let old = i.mask();
+        i.callers += 1;
+        if i.mask() != old {
+            eng.modify(i.fd, self.id, i.mask());
+        }
+        Some(i.fd)
+    }
+
+    /// Undoes `claim`. Returns whether the descriptor is still `fd`.
+    pub(super) fn unclaim(&self, eng: &Reactor, fd: c_int) -> bool {
+        let mut i = lock(&self.ev);
+        let old = i.mask();
+        i.callers = i.callers.saturating_sub(1);
+        if i.mask() != old && i.fd >= 0 {
+            eng.modify(i.fd, self.id, i.mask());
+        }
+        i.fd == fd
+    }
+
+    /// Whether the claimed descriptor is still this connection's.
+    pub(super) fn still(&self, fd: c_int) -> bool {
+        lock(&self.ev).fd == fd
+    }
+
+    /// The next timer deadline, if the connection is being set up.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        lock(&self.st).setup.deadline()
+    }
+
+    /// Whether datagrams handed to this connection are not yet in the kernel.
+    pub(super) fn has_pending(&self) -> bool {
+        let st = lock(&self.st);
+        st.setup.setting_up() || !st.tx.is_idle()
+    }
+
+    /// Starts a non-blocking connect (caller holds `st`) from a socket of
+    /// `family` whose kernel UDP socket is `udp` (the connection leaves
+    /// from the same local address).
+    pub(super) fn start_attempt(
+        &self,
+        st: &mut ConnSt,
+        eng: &Reactor,
+        family: c_int,
+        udp: c_int,
+    ) -> Result<(), c_int> {
+        let cfg = config::get();
+        let dest = st.dest.ok_or(libc::EINVAL)?;
+        stats::inc(&STATS.connects);
+        let tcp = SocketAddr::new(dest.ip(), cfg.tcp_port(dest.port()));
+        // SAFETY: creating a socket we own.
+        let fd = unsafe {
+            real::socket(
+                family,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        if fd < 0 {
+            return Err(errno());
+        }
+        tune(fd);
+        if let Some(local) = sys::local_addr(udp) {
+            if !local.ip().is_unspecified() {
+                let (ss, len) = sys::addr_to_raw(&SocketAddr::new(local.ip(), 0));
+                // SAFETY: binding our own socket to a valid address.
+                unsafe { real::bind(fd, (&ss as *const libc::sockaddr_storage).cast(), len) };
+            }
+        }
+        let (ss, len) = sys::addr_to_raw(&tcp);
+        // SAFETY: connecting our own socket to a valid address.
+        let r = unsafe { real::connect(fd, (&ss as *const libc::sockaddr_storage).cast(), len) };
+        if r != 0 && errno() != libc::EINPROGRESS {
+            let e = errno();
+            sys::close(fd);
+            return Err(e);
+        }
+        st.fd = fd;
+        st.setup.connect_started(Instant::now(), &cfg.timing);
+        {
+            let mut i = lock(&self.ev);
+            i.fd = fd;
+            i.read = false;
+            i.write = true;
+        }
+        if !eng.add_fd(fd, self.id, EPOLLOUT) {
+            let e = errno();
+            sys::close(fd);
+            st.fd = -1;
+            lock(&self.ev).fd = -1;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Records a failed attempt: back off, or give up once the retries are
+    /// spent (returns true then). While backing off, the destination is
+    /// served by kernel UDP: the datagrams queued so far are taken out
+    /// (into `now_udp`) to be sent that way at once, so that a receiver
+    /// without the preload never gets a burst of stale datagrams.
+    pub(super) fn note_failure(&self, st: &mut ConnSt, now_udp: &mut Vec<Vec<u8>>) -> bool {
+        stats::inc(&STATS.connect_failed);
+        if st.fd >= 0 {
+            sys::close(st.fd);
+            st.fd = -1;
+            lock(&self.ev).fd = -1;
+        }
+        let back = st.tx.take_unsent();
+        if !back.is_empty() {
+            now_udp.extend(back);
+            self.note_queued(st);
+            self.cv.notify_all();
+        }
+        match st.setup.failed(Instant::now(), &config::get().timing) {
+            Step::Retry => {
+                stats::inc(&STATS.connect_retries);
+                self.hint.store(HINT_RETRY, Ordering::Relaxed);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Closes the connection; returns the whole datagrams not yet written.
+    pub(super) fn die(&self, st: &mut ConnSt) -> Vec<Vec<u8>> {
+        let (frames, lost) = st.tx.die();
+        stats::add(&STATS.tx_lost, lost);
+        if st.fd >= 0 {
+            sys::close(st.fd);
+            st.fd = -1;
+        }
+        lock(&self.ev).fd = -1;
+        st.setup.dead();
+        self.hint.store(HINT_DEAD, Ordering::Relaxed);
+        self.queued.store(0, Ordering::Relaxed);
+        st.rx.release();
+        self.cv.notify_all();
+        frames
+    }
+
+    /// The socket was closed: close now if idle, else once drained.
+    pub(super) fn close_or_linger(&self) -> Option<(Option<SocketAddr>, Vec<Vec<u8>>)> {
+        let mut st = lock(&self.st);
+        let phase = st.setup.phase();
+        let idle = matches!(phase, Phase::Established | Phase::AwaitPreamble) && st.tx.is_idle();
+        if idle || phase == Phase::Dead {
+            let dest = st.dest;
+            Some((dest, self.die(&mut st)))
+        } else {
+            st.linger = true;
+            None
+        }
+    }
+
+    /// Writes as much of the send buffer as the socket takes (caller holds
+    /// `st`). Returns an errno if the connection broke.
+    pub(super) fn flush(&self, st: &mut ConnSt, eng: &Reactor) -> Result<(), c_int> {
+        let mut wrote = false;
+        while !st.tx.is_idle() {
+            let out = st.tx.unsent();
+            // SAFETY: writing initialized bytes of our buffer to our socket.
+            let n = unsafe {
+                real::send(
+                    st.fd,
+                    out.as_ptr().cast(),
+                    out.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            if n > 0 {
+                st.tx.written(n as usize);
+                wrote = true;
+                stats::inc(&STATS.tx_flush_writes);
+                continue;
+            }
+            let e = errno();
+            if n < 0 && e == libc::EINTR {
+                continue;
+            }
+            if n < 0 && e == libc::EAGAIN {
+                break;
+            }
+            return Err(if n == 0 { libc::EPIPE } else { e });
+        }
+        self.set_interest(eng, None, Some(!st.tx.is_idle()));
+        if wrote {
+            self.cv.notify_all();
+        }
+        self.note_queued(st);
+        Ok(())
+    }
+
+    /// Publishes how much is queued in user space (caller holds `st`).
+    pub(super) fn note_queued(&self, st: &ConnSt) {
+        self.queued.store(st.tx.queued(), Ordering::Relaxed);
+    }
+
+    /// Reads what the socket has into the receive buffer (caller holds `st`).
+    pub(super) fn read_some(st: &mut ConnSt) -> Rd {
+        let fd = st.fd;
+        let room = st.rx.spare();
+        // SAFETY: reading into the unused tail of our buffer.
+        let n = unsafe { real::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
+        if n > 0 {
+            st.rx.filled(n as usize);
+            Rd::Data(n as usize)
+        } else if n == 0 {
+            Rd::Eof
+        } else if matches!(errno(), libc::EAGAIN | libc::EINTR) {
+            Rd::Again
+        } else {
+            Rd::Err
+        }
+    }
+
+    /// Splits whole frames off the receive buffer. Returns false on a
+    /// framing error.
+    pub(super) fn parse(st: &mut ConnSt, out: &mut Vec<Vec<u8>>) -> bool {
+        loop {
+            match st.rx.next_frame() {
+                Ok(Some(r)) => out.push(st.rx.payload(r).to_vec()),
+                Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Application thread: hand one datagram to this connection.
+    ///
+    /// # Safety
+    /// `iov` must point to `n` iovecs describing readable memory.
+    pub(super) unsafe fn send(
+        &self,
+        eng: &Reactor,
+        iov: *const iovec,
+        n: usize,
+        len: usize,
+        nonblock: bool,
+        sndtimeo: Option<Duration>,
+    ) -> Result<(), SendErr> {
+        let cfg = config::get();
+        let deadline = sndtimeo.map(|t| Instant::now() + t);
+        // SAFETY: per the contract.
+        let parts = unsafe { iov::parts(iov, n) };
+        let mut st = lock(&self.st);
+        let mut waited = false;
+        loop {
+            let phase = st.setup.phase();
+            if phase == Phase::Dead {
+                return Err(SendErr::Retry);
+            }
+            if st.setup.retrying() {
+                return Err(SendErr::Kernel);
+            }
+            if phase == Phase::Established && st.tx.is_idle() {
+                // Idle: write now, header and payload in one call.
+                let hdr = frame::header(len);
+                let mut v: Vec<iovec> = Vec::with_capacity(n + 1);
+                v.push(iovec {
+                    iov_base: hdr.as_ptr() as *mut _,
+                    iov_len: HDR_LEN,
+                });
+                // SAFETY: per the contract.
+                v.extend_from_slice(unsafe { iov::iovecs(iov, n) });
+                // SAFETY: msghdr is plain data; zero is a valid empty value.
+                let mut m: msghdr = unsafe { zeroed() };
+                m.msg_iov = v.as_mut_ptr();
+                m.msg_iovlen = v.len();
+                // SAFETY: the iovecs describe readable memory (contract, and `hdr`).
+                let w =
+                    unsafe { real::sendmsg(st.fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+                if w == (HDR_LEN + len) as isize {
+                    stats::inc(&STATS.tx_direct);
+                    return Ok(());
+                }
+                if w < 0 && !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+                    return Err(SendErr::Died(self.die(&mut st)));
+                }
+                st.tx.rest_of(len, &parts, w.max(0) as usize);
+                self.note_queued(&st);
+                stats::inc(&STATS.tx_coalesced);
+                self.set_interest(eng, None, Some(true));
+                return Ok(());
+            }
+            let pending = st.tx.queued();
+            if pending > 0 && pending + HDR_LEN + len > cfg.sndbuf {
+                if nonblock {
+                    return Err(SendErr::Errno(libc::EAGAIN));
+                }
+                if !waited {
+                    stats::inc(&STATS.tx_waits);
+                    waited = true;
+                }
+                let wait = match deadline {
+                    Some(d) => {
+                        let left = d.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            return Err(SendErr::Errno(libc::EAGAIN));
+                        }
+                        left.min(Duration::from_millis(100))
+                    }
+                    None => Duration::from_millis(100),
+                };
+                st = self
+                    .cv
+                    .wait_timeout(st, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            st.tx.push(len, &parts);
+            self.note_queued(&st);
+            stats::inc(&STATS.tx_coalesced);
+            if phase == Phase::Established {
+                self.set_interest(eng, None, Some(true));
+            }
+            return Ok(());
+        }
+    }
+}

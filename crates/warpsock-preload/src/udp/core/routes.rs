@@ -1,0 +1,270 @@
+//! Which connection carries a socket's datagrams to each destination:
+//! stripe groups, route adoption from accepted connections, and the
+//! fallback to kernel UDP with its expiry (time passed in).
+//!
+//! Generic over the connection handle `C` (the driver's `Arc<Conn>`; tests
+//! use a plain struct), which reports its state through [`Carrier`].
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// What the route table needs to know of a connection.
+pub(crate) trait Carrier: Clone {
+    /// Established (0), being set up (1), retrying after a failure (2),
+    /// closed (3).
+    fn rank(&self) -> u8;
+    /// Bytes queued in user space (its TCP send buffer is full).
+    fn queued(&self) -> usize;
+    /// Whether `self` and `other` are the same connection.
+    fn same(&self, other: &Self) -> bool;
+}
+
+/// Rank of an established connection.
+pub(crate) const UP: u8 = 0;
+
+/// The connections that carry one destination's datagrams: one, or the K
+/// stripes of `WARPSOCK_STRIPES` (sender), or the connections a striped
+/// sender opened to us (receiver, grouped by the preamble's group number;
+/// replies are striped over them too).
+#[derive(Debug)]
+pub(crate) struct Group<C> {
+    conns: Vec<C>,
+    /// The stripe group number (0: not striped).
+    id: u32,
+    /// Round-robin position.
+    next: usize,
+}
+
+impl<C: Carrier> Group<C> {
+    /// A group of the given connections (non-empty) and group number.
+    pub(crate) fn new(conns: Vec<C>, id: u32) -> Self {
+        debug_assert!(!conns.is_empty());
+        Self { conns, id, next: 0 }
+    }
+
+    /// The connection for the next datagram: round-robin over the stripes,
+    /// skipping those with datagrams still queued in user space (their TCP
+    /// send buffer is full: slow, or recovering a lost segment) when another
+    /// has none; else the least queued. Established stripes before those
+    /// still being set up; stripes retrying after a failure last.
+    pub(crate) fn pick(&mut self) -> C {
+        let k = self.conns.len();
+        if k == 1 {
+            return self.conns[0].clone();
+        }
+        let start = self.next % k;
+        self.next = start + 1;
+        let mut best: Option<(u8, usize, usize)> = None;
+        for j in 0..k {
+            let i = (start + j) % k;
+            let c = &self.conns[i];
+            let rank = c.rank().min(2);
+            let q = c.queued();
+            if rank == UP && q == 0 {
+                return c.clone();
+            }
+            if best.is_none_or(|(r, bq, _)| (rank, q) < (r, bq)) {
+                best = Some((rank, q, i));
+            }
+        }
+        self.conns[best.map_or(start, |b| b.2)].clone()
+    }
+
+    /// Forgets `c`; returns whether the group is now empty.
+    fn remove(&mut self, c: &C) -> bool {
+        self.conns.retain(|x| !x.same(c));
+        self.conns.is_empty()
+    }
+}
+
+/// Where the next datagram to a destination goes.
+#[derive(Debug)]
+pub(crate) enum Lookup<C> {
+    /// By kernel UDP: the destination has fallen back.
+    Kernel,
+    /// Over this connection.
+    Conn(C),
+    /// No route yet: open one ([`Routes::insert`]).
+    Open,
+}
+
+/// What [`Routes::adopt`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Adopted {
+    /// The connection is now the route to its sender.
+    New,
+    /// It joined the stripe group that already routes to its sender.
+    Joined,
+    /// Another route exists; the connection only delivers.
+    Ignored,
+}
+
+/// A socket's routes and fallbacks.
+#[derive(Debug)]
+pub(crate) struct Routes<C> {
+    groups: HashMap<SocketAddr, Group<C>>,
+    /// Destinations on kernel UDP, until the given time.
+    fallback: HashMap<SocketAddr, Instant>,
+}
+
+impl<C> Default for Routes<C> {
+    fn default() -> Self {
+        Self {
+            groups: HashMap::new(),
+            fallback: HashMap::new(),
+        }
+    }
+}
+
+impl<C: Carrier> Routes<C> {
+    /// Where a datagram to `dest` goes at `now`.
+    pub(crate) fn lookup(&mut self, dest: &SocketAddr, now: Instant) -> Lookup<C> {
+        if self.fallback.get(dest).is_some_and(|t| *t > now) {
+            return Lookup::Kernel;
+        }
+        self.fallback.remove(dest);
+        match self.groups.get_mut(dest) {
+            Some(g) => Lookup::Conn(g.pick()),
+            None => Lookup::Open,
+        }
+    }
+
+    /// Routes `dest` over a new group; returns the connection for the
+    /// first datagram.
+    pub(crate) fn insert(&mut self, dest: SocketAddr, mut group: Group<C>) -> C {
+        let first = group.pick();
+        self.groups.insert(dest, group);
+        first
+    }
+
+    /// An accepted connection named its sender `remote`: route replies
+    /// over it. A stripe whose group already routes to `remote` joins it;
+    /// otherwise the first connection keeps the route.
+    pub(crate) fn adopt(&mut self, remote: SocketAddr, conn: &C, group: u32) -> Adopted {
+        match self.groups.entry(remote) {
+            Entry::Vacant(v) => {
+                v.insert(Group::new(vec![conn.clone()], group));
+                Adopted::New
+            }
+            Entry::Occupied(mut o) => {
+                let g = o.get_mut();
+                if group != 0 && g.id == group && !g.conns.iter().any(|c| c.same(conn)) {
+                    g.conns.push(conn.clone());
+                    Adopted::Joined
+                } else {
+                    Adopted::Ignored
+                }
+            }
+        }
+    }
+
+    /// `conn` no longer carries `dest` (it died while routed). Returns
+    /// whether another established connection still carries it.
+    pub(crate) fn remove(&mut self, dest: &SocketAddr, conn: &C) -> bool {
+        let Some(g) = self.groups.get_mut(dest) else {
+            return false;
+        };
+        if g.remove(conn) {
+            self.groups.remove(dest);
+            return false;
+        }
+        g.conns.iter().any(|c| c.rank() == UP)
+    }
+
+    /// Puts `dest` on kernel UDP until `now + span`. Returns whether it
+    /// was not on it already (a new fallback, to count).
+    pub(crate) fn fall_back(&mut self, dest: SocketAddr, now: Instant, span: Duration) -> bool {
+        self.fallback
+            .insert(dest, now + span)
+            .is_none_or(|t| t <= now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use super::*;
+
+    /// A connection stand-in whose state the test sets.
+    #[derive(Clone, Debug)]
+    struct C(Rc<(u32, Cell<u8>, Cell<usize>)>);
+
+    impl C {
+        fn new(id: u32) -> Self {
+            Self(Rc::new((id, Cell::new(UP), Cell::new(0))))
+        }
+        fn id(&self) -> u32 {
+            self.0 .0
+        }
+    }
+
+    impl Carrier for C {
+        fn rank(&self) -> u8 {
+            self.0 .1.get()
+        }
+        fn queued(&self) -> usize {
+            self.0 .2.get()
+        }
+        fn same(&self, other: &Self) -> bool {
+            Rc::ptr_eq(&self.0, &other.0)
+        }
+    }
+
+    fn addr(p: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], p))
+    }
+
+    #[test]
+    fn stripes_round_robin_and_skip_full_or_down_ones() {
+        let cs: Vec<C> = (0..4).map(C::new).collect();
+        let mut g = Group::new(cs.clone(), 7);
+        let ids: Vec<u32> = (0..8).map(|_| g.pick().id()).collect();
+        assert_eq!(ids, [0, 1, 2, 3, 0, 1, 2, 3]);
+        cs[1].0 .2.set(5000); // stripe 1's TCP send buffer is full
+        cs[2].0 .1.set(2); // stripe 2 retries
+        let ids: Vec<u32> = (0..4).map(|_| g.pick().id()).collect();
+        assert_eq!(ids, [0, 3, 3, 3]);
+        // All queued: the least queued wins.
+        for (c, q) in cs.iter().zip([30, 10, 0, 20]) {
+            c.0 .2.set(q);
+        }
+        cs[2].0 .1.set(1);
+        assert_eq!(g.pick().id(), 1);
+    }
+
+    #[test]
+    fn fallback_expires() {
+        let t0 = Instant::now();
+        let mut r: Routes<C> = Routes::default();
+        let d = addr(5001);
+        assert!(matches!(r.lookup(&d, t0), Lookup::Open));
+        assert!(r.fall_back(d, t0, Duration::from_secs(10)));
+        assert!(!r.fall_back(d, t0, Duration::from_secs(10)), "counted once");
+        assert!(matches!(
+            r.lookup(&d, t0 + Duration::from_secs(9)),
+            Lookup::Kernel
+        ));
+        assert!(matches!(
+            r.lookup(&d, t0 + Duration::from_secs(10)),
+            Lookup::Open
+        ));
+    }
+
+    #[test]
+    fn adoption_groups_stripes_and_keeps_the_first_route() {
+        let mut r: Routes<C> = Routes::default();
+        let d = addr(6000);
+        let (a, b, c) = (C::new(1), C::new(2), C::new(3));
+        assert_eq!(r.adopt(d, &a, 42), Adopted::New);
+        assert_eq!(r.adopt(d, &b, 42), Adopted::Joined);
+        assert_eq!(r.adopt(d, &b, 42), Adopted::Ignored);
+        assert_eq!(r.adopt(d, &c, 43), Adopted::Ignored, "another group");
+        assert!(r.remove(&d, &a), "b still carries it");
+        assert!(!r.remove(&d, &b));
+        assert!(matches!(r.lookup(&d, Instant::now()), Lookup::Open));
+    }
+}

@@ -1,0 +1,238 @@
+//! The receive path: every receive call on an offloaded socket lands in
+//! [`Sock::recvmsg`]. It serves the queue (datagrams the progress thread or
+//! an earlier call read from connections), then the hidden kernel UDP
+//! socket; a blocking call that finds neither reads the socket's
+//! connections itself (caller-driven receive: no thread hand-off on the
+//! reply path), optionally busy-polling first.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libc::{c_int, msghdr};
+
+use super::config;
+use super::conn::Conn;
+use super::sock::Sock;
+use super::stats::{self, STATS};
+use crate::shim::reactor::{self, Reactor};
+use crate::shim::sys::{self, errno, lock, set_errno};
+use crate::shim::{iov, real};
+
+impl Sock {
+    /// recvmsg(2) on the application's descriptor (every receive call lands
+    /// here).
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    pub(crate) unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
+        let nonblock = flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed);
+        let peek = flags & libc::MSG_PEEK != 0;
+        let deadline = lock(&self.inner).rcvtimeo.map(|t| Instant::now() + t);
+        let (namelen, ctllen) = (msg.msg_namelen, msg.msg_controllen);
+        let mut udp_hint = false;
+        let mut driven: Option<Driven> = None;
+        let mut spin_until: Option<Instant> = None;
+        loop {
+            {
+                let mut g = lock(&self.inner);
+                if let Some(d) = g.rxq.front() {
+                    // SAFETY: msg_iov describes writable iovecs (contract).
+                    let copied = unsafe { iov::scatter(msg.msg_iov, msg.msg_iovlen, &d.data) };
+                    let full = d.data.len();
+                    if !msg.msg_name.is_null() {
+                        // SAFETY: msg_name is writable for msg_namelen bytes.
+                        unsafe {
+                            sys::addr_write(&d.src, msg.msg_name.cast(), &mut msg.msg_namelen);
+                        };
+                    } else {
+                        msg.msg_namelen = 0;
+                    }
+                    msg.msg_controllen = 0;
+                    msg.msg_flags = if copied < full { libc::MSG_TRUNC } else { 0 };
+                    if !peek {
+                        g.rxq.pop_front();
+                        let left = self.rx_bytes.fetch_sub(full, Ordering::Relaxed) - full;
+                        if !g.paused.is_empty() && left <= config::get().rcvbuf / 2 {
+                            if let Some(eng) = reactor::current() {
+                                for c in g.paused.drain(..) {
+                                    c.set_interest(eng, Some(true), None);
+                                }
+                            }
+                        }
+                    }
+                    // Datagrams a receive call read itself were queued
+                    // without a doorbell: ring for what is left.
+                    if !g.rxq.is_empty() && g.bells == 0 {
+                        self.ring(&mut g);
+                    }
+                    self.settle(&mut g);
+                    return if flags & libc::MSG_TRUNC != 0 {
+                        full
+                    } else {
+                        copied
+                    } as isize;
+                }
+                if g.udp_maybe || udp_hint {
+                    msg.msg_namelen = namelen;
+                    msg.msg_controllen = ctllen;
+                    // SAFETY: the application's msghdr, passed to its kernel socket.
+                    let r = unsafe { real::recvmsg(self.udp, msg, flags | libc::MSG_DONTWAIT) };
+                    if r >= 0 {
+                        stats::inc(&STATS.rx_kernel_dgrams);
+                        if g.bells > 0 && !peek && !self.udp_readable() {
+                            g.udp_maybe = false;
+                            self.settle(&mut g);
+                        }
+                        return r;
+                    }
+                    let e = errno();
+                    if e != libc::EAGAIN {
+                        set_errno(e);
+                        return -1;
+                    }
+                    g.udp_maybe = false;
+                }
+                self.settle(&mut g);
+            }
+            if nonblock {
+                set_errno(libc::EAGAIN);
+                return -1;
+            }
+            let now = Instant::now();
+            let wait = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(now);
+                    if left.is_zero() {
+                        set_errno(libc::EAGAIN);
+                        return -1;
+                    }
+                    left.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
+                }
+                None => -1,
+            };
+            // From here on the call reads the socket's connections itself.
+            let d = driven.get_or_insert_with(|| Driven::claim(self.arc()));
+            if spin_until.is_none() {
+                let bp = config::get().busy_poll.unwrap_or(Duration::ZERO);
+                spin_until = Some(deadline.map_or(now + bp, |dl| dl.min(now + bp)));
+            }
+            let spinning = spin_until.is_some_and(|t| now < t);
+            let mut p = Vec::with_capacity(2 + d.conns.len());
+            for fd in [self.bell.app, self.udp]
+                .into_iter()
+                .chain(d.conns.iter().map(|c| c.1))
+            {
+                p.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            let n = sys::poll(&mut p, if spinning { 0 } else { wait });
+            if n < 0 {
+                let e = errno();
+                if e == libc::EINTR {
+                    set_errno(e);
+                    return -1;
+                }
+            }
+            if n <= 0 {
+                if spinning {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            if spinning {
+                stats::inc(&STATS.rx_busy_poll_hits);
+            }
+            udp_hint = p[1].revents & (libc::POLLIN | libc::POLLERR) != 0;
+            let bits = libc::POLLIN | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+            if let Some(eng) = d.eng {
+                let mut stale = false;
+                for (i, (c, fd)) in d.conns.iter().enumerate() {
+                    let r = p[2 + i].revents & bits;
+                    if r != 0 {
+                        if r & libc::POLLNVAL == 0 && c.still(*fd) {
+                            c.handle(eng, &d.sock, (r & !libc::POLLNVAL) as u16 as u32, true);
+                        }
+                        stale |= !c.still(*fd);
+                    }
+                }
+                if stale {
+                    d.prune();
+                }
+            }
+        }
+    }
+}
+
+/// The connections a blocking receive call reads itself while it waits
+/// (caller-driven receive): claimed from the progress thread on the first
+/// wait, given back when the call returns.
+struct Driven {
+    sock: Arc<Sock>,
+    eng: Option<&'static Reactor>,
+    conns: Vec<(Arc<Conn>, c_int)>,
+}
+
+/// A socket fed by more connections than this is left to the progress
+/// thread (one poll over many descriptors per receive would cost more).
+const MAX_DRIVEN: usize = 16;
+
+impl Driven {
+    fn claim(sock: Arc<Sock>) -> Self {
+        let mut d = Self {
+            sock,
+            eng: None,
+            conns: Vec::new(),
+        };
+        if !config::get().caller_recv {
+            return d;
+        }
+        let skip = d.sock.drive_skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            d.sock.drive_skip.store(skip - 1, Ordering::Relaxed);
+            return d;
+        }
+        let Some(eng) = reactor::current() else {
+            return d;
+        };
+        d.eng = Some(eng);
+        let mut conns = Vec::new();
+        {
+            let g = lock(&d.sock.inner);
+            if g.owned.len() <= MAX_DRIVEN {
+                for c in g.owned.values() {
+                    if let Some(fd) = c.claim(eng) {
+                        conns.push((c.clone(), fd));
+                    }
+                }
+            }
+        }
+        d.conns = conns;
+        d
+    }
+
+    /// Gives back the connections whose descriptor changed or closed.
+    fn prune(&mut self) {
+        let Some(eng) = self.eng else { return };
+        self.conns.retain(|(c, fd)| {
+            if c.still(*fd) {
+                return true;
+            }
+            c.unclaim(eng, *fd);
+            false
+        });
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        if let Some(eng) = self.eng {
+            for (c, fd) in self.conns.drain(..) {
+                c.unclaim(eng, fd);
+            }
+        }
+    }
+}

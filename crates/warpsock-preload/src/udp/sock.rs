@@ -1,0 +1,524 @@
+//! An offloaded UDP socket (`Sock`): its hidden kernel UDP socket, its
+//! doorbell, its receive queue and its routes; created from a program's
+//! kernel UDP socket by [`Sock::transpose`]. The listener and the send and
+//! receive paths are in `super::listen`, `super::send` and `super::recv`.
+//!
+//! Lock order: `Sock::inner` may be held while taking a `Conn`'s interest
+//! lock, never a `Conn`'s state lock; a `Conn`'s state lock is never held
+//! while taking `Sock::inner` (see `super::conn`).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use libc::{c_int, sockaddr, socklen_t};
+
+use super::config;
+use super::conn::{Conn, EPOLLIN};
+use super::core::routes::Routes;
+use super::stats::{self, STATS};
+use crate::shim::doorbell::Doorbell;
+use crate::shim::reactor::{self, Handler, Reactor};
+use crate::shim::sys::{self, errno, lock};
+use crate::shim::{fdtable, real};
+
+const EPOLLET: u32 = libc::EPOLLET as u32;
+
+/// `a` as this socket family reports it, without IPv6 flow info, so that it
+/// can key a route and compare equal to what recvfrom reports.
+pub(crate) fn norm(a: SocketAddr, family: c_int) -> SocketAddr {
+    match sys::for_family(a, family) {
+        SocketAddr::V6(mut v6) => {
+            v6.set_flowinfo(0);
+            SocketAddr::V6(v6)
+        }
+        v4 => v4,
+    }
+}
+
+/// A datagram received over TCP, waiting for the application.
+pub(super) struct Dgram {
+    pub(super) src: SocketAddr,
+    pub(super) data: Vec<u8>,
+}
+
+/// An offloaded UDP socket.
+///
+/// The application's descriptor number refers to the program's end of a
+/// [`Doorbell`] pair, rung whenever datagrams are queued or the hidden
+/// kernel UDP socket (`udp`) becomes readable, so poll/select/epoll on the
+/// application's descriptor report exactly when a receive call has
+/// something to return. The doorbells are drained when both sources are
+/// empty.
+pub(crate) struct Sock {
+    /// This socket, for registering handlers from `&self` methods.
+    me: Weak<Self>,
+    /// Epoll token of the hidden UDP socket.
+    pub(crate) id: u64,
+    /// AF_INET or AF_INET6.
+    pub(crate) family: c_int,
+    /// The kernel UDP socket, under a private descriptor.
+    pub(crate) udp: c_int,
+    pub(super) bell: Doorbell,
+    /// Application descriptors naming this socket.
+    refs: AtomicUsize,
+    /// O_NONBLOCK of the application's open file description.
+    pub(crate) nonblocking: AtomicBool,
+    /// Bytes queued in `inner.rxq` (read without the lock).
+    pub(super) rx_bytes: AtomicUsize,
+    /// Blocking waits left that leave reading to the progress thread (set
+    /// when a caller-driven read found a stream's batch).
+    pub(super) drive_skip: AtomicUsize,
+    pub(super) inner: Mutex<Inner>,
+}
+
+/// The state behind `Sock::inner`.
+pub(super) struct Inner {
+    pub(super) rxq: VecDeque<Dgram>,
+    pub(super) bells: usize,
+    /// The hidden UDP socket may hold datagrams (set by its edge-triggered
+    /// readiness, cleared when a receive finds it empty).
+    pub(super) udp_maybe: bool,
+    pub(super) routes: Routes<Arc<Conn>>,
+    pub(super) owned: HashMap<u64, Arc<Conn>>,
+    pub(super) peer: Option<SocketAddr>,
+    pub(super) listener: Option<(c_int, u64)>,
+    pub(super) rcvtimeo: Option<Duration>,
+    pub(super) sndtimeo: Option<Duration>,
+    pub(super) broadcast: bool,
+    pub(super) paused: Vec<Arc<Conn>>,
+    pub(super) closed: bool,
+}
+
+impl Drop for Sock {
+    fn drop(&mut self) {
+        sys::close(self.udp);
+        let l = lock(&self.inner).listener.take();
+        if let Some((fd, _)) = l {
+            sys::close(fd);
+        }
+    }
+}
+
+impl Sock {
+    /// Switches the kernel UDP socket `fd` to the offload layer: the socket
+    /// moves to a private descriptor and `fd` becomes the application's end
+    /// of a doorbell socketpair. Returns the new state (already in the
+    /// descriptor table) or an errno, in which case `fd` is unchanged.
+    pub(crate) fn transpose(fd: c_int) -> Result<Arc<Self>, c_int> {
+        let eng = reactor::get().ok_or(libc::ENOMEM)?;
+        let family = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN).ok_or_else(errno)?;
+        // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
+        unsafe {
+            let fl = real::fcntl(fd, libc::F_GETFL, 0);
+            let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
+            if fl < 0 || fdfl < 0 {
+                return Err(errno());
+            }
+            let udp = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
+            if udp < 0 {
+                return Err(errno());
+            }
+            // Replies and the preamble name the local port: make sure there is one.
+            if sys::local_addr(udp).is_none_or(|a| a.port() == 0) {
+                let any: SocketAddr = if family == libc::AF_INET6 {
+                    (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+                } else {
+                    (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+                };
+                let (ss, len) = sys::addr_to_raw(&any);
+                real::bind(udp, (&ss as *const libc::sockaddr_storage).cast(), len);
+            }
+            let nonblocking = fl & libc::O_NONBLOCK != 0;
+            let bell = match Doorbell::new(nonblocking) {
+                Ok(b) => b,
+                Err(e) => {
+                    sys::close(udp);
+                    return Err(e);
+                }
+            };
+            let app_end = bell.app;
+            let s = Arc::new_cyclic(|me| Self {
+                me: me.clone(),
+                id: eng.new_id(),
+                family,
+                udp,
+                bell,
+                refs: AtomicUsize::new(0),
+                nonblocking: AtomicBool::new(nonblocking),
+                rx_bytes: AtomicUsize::new(0),
+                drive_skip: AtomicUsize::new(0),
+                inner: Mutex::new(Inner {
+                    rxq: VecDeque::new(),
+                    bells: 0,
+                    udp_maybe: true,
+                    routes: Routes::default(),
+                    owned: HashMap::new(),
+                    peer: None,
+                    listener: None,
+                    rcvtimeo: sys::get_timeo(udp, libc::SO_RCVTIMEO),
+                    sndtimeo: sys::get_timeo(udp, libc::SO_SNDTIMEO),
+                    broadcast: sys::get_int(udp, libc::SOL_SOCKET, libc::SO_BROADCAST)
+                        .is_some_and(|v| v != 0),
+                    paused: Vec::new(),
+                    closed: false,
+                }),
+            });
+            if !eng.register(udp, s.id, EPOLLIN | EPOLLET, Arc::new(UdpReady(s.clone()))) {
+                return Err(errno());
+            }
+            // Publish before the swap: our paths only ever use `udp`.
+            if let Some(old) = fdtable::insert(fd, s.clone()) {
+                old.release();
+            }
+            let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
+                libc::O_CLOEXEC
+            } else {
+                0
+            };
+            if real::dup3(app_end, fd, cloexec) < 0 {
+                let e = errno();
+                if let Some(me) = fdtable::remove(fd) {
+                    me.release();
+                }
+                return Err(e);
+            }
+            stats::inc(&STATS.sockets_offloaded);
+            Ok(s)
+        }
+    }
+
+    /// This socket as an `Arc` (it is always owned by one while in use).
+    pub(super) fn arc(&self) -> Arc<Self> {
+        self.me
+            .upgrade()
+            .expect("a socket in use is owned by an Arc")
+    }
+
+    /// One more application descriptor names this socket.
+    pub(crate) fn add_ref(&self) {
+        self.refs.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// An application descriptor naming this socket was closed. On the last
+    /// one, the listener closes and connections close once their queued
+    /// datagrams have reached the kernel (or kernel UDP, on failure).
+    pub(crate) fn release(&self) {
+        if self.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let (listener, conns) = {
+            let mut g = lock(&self.inner);
+            g.closed = true;
+            g.rxq.clear();
+            self.rx_bytes.store(0, Ordering::Relaxed);
+            (
+                g.listener.take(),
+                g.owned.values().cloned().collect::<Vec<_>>(),
+            )
+        };
+        let Some(eng) = reactor::current() else {
+            return;
+        };
+        eng.deregister(self.id, Some(self.udp));
+        if let Some((l, id)) = listener {
+            eng.deregister(id, Some(l));
+            sys::close(l);
+        }
+        for c in conns {
+            if let Some((dest, frames)) = c.close_or_linger() {
+                self.conn_gone(eng, &c, dest, frames, false);
+            }
+        }
+    }
+
+    /// connect(2) on the application's descriptor.
+    pub(crate) fn connect(&self, addr: *const sockaddr, len: socklen_t) -> c_int {
+        // SAFETY: forwarding the application's arguments to the kernel socket.
+        let r = unsafe { real::connect(self.udp, addr, len) };
+        if r != 0 {
+            return r;
+        }
+        // SAFETY: the kernel accepted `addr` of `len` bytes.
+        let peer = unsafe { sys::addr_from_raw(addr, len) }.map(|a| norm(a, self.family));
+        lock(&self.inner).peer = peer;
+        0
+    }
+
+    /// setsockopt(2) on the application's descriptor.
+    pub(crate) fn setsockopt(
+        &self,
+        level: c_int,
+        name: c_int,
+        val: *const libc::c_void,
+        len: socklen_t,
+    ) -> c_int {
+        // SAFETY: forwarding the application's arguments to the kernel socket.
+        let r = unsafe { real::setsockopt(self.udp, level, name, val, len) };
+        if r == 0 && level == libc::SOL_SOCKET {
+            match name {
+                libc::SO_RCVTIMEO => lock(&self.inner).rcvtimeo = sys::get_timeo(self.udp, name),
+                libc::SO_SNDTIMEO => lock(&self.inner).sndtimeo = sys::get_timeo(self.udp, name),
+                libc::SO_BROADCAST => {
+                    lock(&self.inner).broadcast =
+                        sys::get_int(self.udp, libc::SOL_SOCKET, name).is_some_and(|v| v != 0);
+                }
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// FIONREAD: the size of the next datagram.
+    pub(crate) fn next_size(&self) -> Option<usize> {
+        lock(&self.inner).rxq.front().map(|d| d.data.len())
+    }
+
+    /// Writes a doorbell byte (caller holds `inner`).
+    pub(super) fn ring(&self, g: &mut Inner) {
+        if self.bell.ring(&mut g.bells) {
+            stats::inc(&STATS.doorbells);
+        }
+    }
+
+    /// Drains the doorbells once nothing is left to receive (caller holds
+    /// `inner`).
+    ///
+    /// `udp_maybe` is only a hint (it starts true, and nothing clears it
+    /// while receive calls are served from `rxq`), so it is checked against
+    /// the kernel socket here: a datagram that arrives after the check gives
+    /// a new edge, and `on_udp_ready` rings again once we release `inner`.
+    /// Trusting the stale hint left a doorbell behind with nothing to
+    /// receive, and the descriptor read as ready.
+    pub(super) fn settle(&self, g: &mut Inner) {
+        if g.bells == 0 || !g.rxq.is_empty() {
+            return;
+        }
+        if g.udp_maybe {
+            if self.udp_readable() {
+                return;
+            }
+            g.udp_maybe = false;
+        }
+        self.bell.drain(&mut g.bells);
+    }
+
+    /// Whether a receive on the hidden UDP socket would return something
+    /// now: a datagram or a pending error.
+    pub(super) fn udp_readable(&self) -> bool {
+        let mut p = [libc::pollfd {
+            fd: self.udp,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        sys::poll(&mut p, 0) > 0 && p[0].revents & (libc::POLLIN | libc::POLLERR) != 0
+    }
+
+    /// Progress thread: datagrams arrived on the hidden UDP socket.
+    ///
+    /// A blocking receive also polls that socket and may already have taken
+    /// the datagram (under `inner`, so the check here is exact): then there
+    /// is nothing to ring for, and a doorbell would be a spurious wake-up.
+    pub(super) fn on_udp_ready(&self) {
+        #[cfg(feature = "test-hooks")]
+        if let Some(d) = crate::shim::hooks::udp_ready_delay() {
+            std::thread::sleep(d);
+        }
+        let mut g = lock(&self.inner);
+        if g.closed || !self.udp_readable() {
+            return;
+        }
+        g.udp_maybe = true;
+        self.ring(&mut g);
+    }
+
+    /// Whether the receive queue is over its limit.
+    pub(super) fn rx_full(&self) -> bool {
+        self.rx_bytes.load(Ordering::Relaxed) > config::get().rcvbuf
+    }
+
+    /// Queues datagrams that arrived on `conn` (progress thread, or a
+    /// blocking receive call that read them: `from_caller`).
+    pub(super) fn deliver(
+        &self,
+        eng: &Reactor,
+        src: SocketAddr,
+        data: Vec<Vec<u8>>,
+        conn: &Arc<Conn>,
+        from_caller: bool,
+    ) {
+        let mut g = lock(&self.inner);
+        if g.closed {
+            return;
+        }
+        if let Some(p) = g.peer {
+            if p.ip() != src.ip() || p.port() != src.port() {
+                stats::add(&STATS.rx_filtered, data.len() as u64);
+                return;
+            }
+        }
+        let (mut n, mut bytes) = (0u64, 0usize);
+        for d in data {
+            bytes += d.len();
+            n += 1;
+            g.rxq.push_back(Dgram { src, data: d });
+        }
+        stats::add(&STATS.rx_tcp_dgrams, n);
+        stats::stripe(conn.stripe.load(Ordering::Relaxed), false, n);
+        stats::add(&STATS.rx_tcp_bytes, bytes as u64);
+        let total = self.rx_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if from_caller {
+            // The receive call that read them takes the first at once and
+            // rings for the rest (see `recvmsg`).
+            stats::add(&STATS.rx_caller_dgrams, n);
+        } else if n > 0 {
+            self.ring(&mut g);
+        }
+        if total > config::get().rcvbuf && !g.paused.iter().any(|c| Arc::ptr_eq(c, conn)) {
+            g.paused.push(conn.clone());
+            conn.set_interest(eng, Some(false), None);
+            stats::inc(&STATS.rx_paused);
+        }
+    }
+
+    /// Progress thread: stop reading `conn` while the queue is full.
+    pub(super) fn pause(&self, eng: &Reactor, conn: &Arc<Conn>) {
+        let mut g = lock(&self.inner);
+        if self.rx_full() && !g.paused.iter().any(|c| Arc::ptr_eq(c, conn)) {
+            g.paused.push(conn.clone());
+            conn.set_interest(eng, Some(false), None);
+            stats::inc(&STATS.rx_paused);
+        }
+    }
+
+    /// A connection is finished: forget it, and send the datagrams it still
+    /// held by kernel UDP. With `fallback`, the destination stays on kernel
+    /// UDP for a while.
+    pub(super) fn conn_gone(
+        &self,
+        eng: &Reactor,
+        conn: &Arc<Conn>,
+        dest: Option<SocketAddr>,
+        frames: Vec<Vec<u8>>,
+        fallback: bool,
+    ) {
+        eng.deregister(conn.id, None);
+        {
+            let mut g = lock(&self.inner);
+            g.owned.remove(&conn.id);
+            g.paused.retain(|c| !Arc::ptr_eq(c, conn));
+            if let Some(d) = dest {
+                // Other stripes of the destination that work keep carrying
+                // it: only a destination none of whose stripes is up falls
+                // back (once, however many stripes gave up).
+                let others_up = g.routes.remove(&d, conn);
+                if fallback
+                    && !others_up
+                    && g.routes
+                        .fall_back(d, Instant::now(), config::get().fallback_for)
+                {
+                    stats::inc(&STATS.fallbacks);
+                }
+            }
+        }
+        if let Some(d) = dest {
+            self.send_frames_udp(&d, &frames);
+        }
+        conn.cv.notify_all();
+    }
+
+    /// Sends datagrams that were queued for a connection by kernel UDP.
+    pub(super) fn send_frames_udp(&self, dest: &SocketAddr, frames: &[Vec<u8>]) {
+        let (ss, len) = sys::addr_to_raw(dest);
+        for f in frames {
+            if self.kernel_sendto(f, &ss, len) {
+                stats::inc(&STATS.tx_requeued_udp);
+            } else {
+                stats::inc(&STATS.tx_lost);
+            }
+        }
+    }
+
+    /// Sends one datagram by kernel UDP from the progress thread, waiting a
+    /// little for buffer space.
+    fn kernel_sendto(&self, data: &[u8], ss: &libc::sockaddr_storage, len: socklen_t) -> bool {
+        for _ in 0..50 {
+            // SAFETY: sending a local buffer to a valid address on our socket.
+            let r = unsafe {
+                real::sendto(
+                    self.udp,
+                    data.as_ptr().cast(),
+                    data.len(),
+                    libc::MSG_DONTWAIT,
+                    (ss as *const libc::sockaddr_storage).cast(),
+                    len,
+                )
+            };
+            if r >= 0 {
+                return true;
+            }
+            if errno() != libc::EAGAIN {
+                return false;
+            }
+            let mut p = [libc::pollfd {
+                fd: self.udp,
+                events: libc::POLLOUT,
+                revents: 0,
+            }];
+            sys::poll(&mut p, 10);
+        }
+        false
+    }
+}
+
+// ---- what the progress thread calls -------------------------------------
+
+/// The hidden kernel UDP socket of an offloaded socket (edge-triggered).
+pub(super) struct UdpReady(Arc<Sock>);
+
+impl Handler for UdpReady {
+    fn on_ready(&self, _reactor: &'static Reactor, _events: u32) {
+        self.0.on_udp_ready();
+    }
+}
+
+/// The TCP listener matching a bound UDP port.
+pub(super) struct Listening(pub(super) Arc<Sock>);
+
+impl Handler for Listening {
+    fn on_ready(&self, reactor: &'static Reactor, _events: u32) {
+        self.0.on_accept(reactor);
+    }
+}
+
+/// An offload connection and the socket it feeds.
+pub(super) struct ConnEvents {
+    sock: Arc<Sock>,
+    conn: Arc<Conn>,
+}
+
+impl ConnEvents {
+    pub(super) fn new(sock: Arc<Sock>, conn: Arc<Conn>) -> Self {
+        Self { sock, conn }
+    }
+}
+
+impl Handler for ConnEvents {
+    fn on_ready(&self, reactor: &'static Reactor, events: u32) {
+        self.conn.handle(reactor, &self.sock, events, false);
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.conn.deadline()
+    }
+
+    fn on_timer(&self, reactor: &'static Reactor, now: Instant) -> bool {
+        self.conn.on_timer(reactor, &self.sock, now)
+    }
+
+    fn pending(&self) -> bool {
+        self.conn.has_pending()
+    }
+}

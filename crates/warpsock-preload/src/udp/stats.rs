@@ -1,0 +1,166 @@
+//! Process-wide counters for every path a datagram can take, printed on
+//! stderr at exit when `WARPSOCK_STATS=1`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($( $(#[doc = $doc:literal])* $name:ident, )*) => {
+        /// One counter per path; all relaxed atomics.
+        pub(crate) struct Stats {
+            $( $(#[doc = $doc])* pub(crate) $name: AtomicU64, )*
+        }
+
+        /// The counters.
+        pub(crate) static STATS: Stats = Stats { $( $name: AtomicU64::new(0), )* };
+
+        impl Stats {
+            /// `(name, value)` for every counter, in declaration order.
+            pub(crate) fn snapshot(&self) -> Vec<(&'static str, u64)> {
+                vec![$( (stringify!($name), self.$name.load(Ordering::Relaxed)), )*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// UDP sockets switched to the offload layer.
+    sockets_offloaded,
+    /// TCP listeners opened for bound UDP ports.
+    listeners,
+    /// Listeners that could not be opened (port taken by a TCP program).
+    listen_failed,
+    /// Datagrams handed to an offload connection.
+    tx_tcp_dgrams,
+    /// Payload bytes handed to an offload connection.
+    tx_tcp_bytes,
+    /// Datagrams written to TCP by the sending call itself (connection idle).
+    tx_direct,
+    /// Datagrams queued behind others and coalesced into larger writes.
+    tx_coalesced,
+    /// Writes of coalesced data done by the progress thread.
+    tx_flush_writes,
+    /// Datagrams sent by kernel UDP because the policy excludes them.
+    tx_kernel_policy,
+    /// Datagrams sent by kernel UDP because the destination has fallen back.
+    tx_kernel_fallback,
+    /// Queued datagrams re-sent by kernel UDP when their connection failed.
+    tx_requeued_udp,
+    /// Datagrams lost: partly written to a connection that then died, or
+    /// refused by kernel UDP during a fallback.
+    tx_lost,
+    /// Sends that waited for buffer space (back-pressure).
+    tx_waits,
+    /// TCP connection attempts.
+    connects,
+    /// Attempts that established a warpsock connection.
+    connect_ok,
+    /// Attempts that failed (refused, unreachable, timed out, reset).
+    connect_failed,
+    /// Attempts scheduled after a back-off.
+    connect_retries,
+    /// Peers that accepted TCP but did not answer as warpsock.
+    hello_failed,
+    /// Destinations switched to kernel UDP after the retries ran out.
+    fallbacks,
+    /// Connections accepted.
+    accepts,
+    /// Accepted connections dropped for a bad preamble or framing.
+    protocol_errors,
+    /// Accepted connections closed because no preamble arrived within
+    /// `WARPSOCK_PREAMBLE_TIMEOUT_MS`.
+    preamble_timeouts,
+    /// Established connections that ended (EOF, reset, error).
+    conns_closed,
+    /// Datagrams received over TCP.
+    rx_tcp_dgrams,
+    /// Payload bytes received over TCP.
+    rx_tcp_bytes,
+    /// Datagrams received from the kernel UDP socket of an offloaded socket.
+    rx_kernel_dgrams,
+    /// TCP datagrams dropped because a connected socket's peer differs.
+    rx_filtered,
+    /// Times the receive queue was full and reading was paused.
+    rx_paused,
+    /// Datagrams a blocking receive call read from a connection itself
+    /// (caller-driven receive), without the progress thread.
+    rx_caller_dgrams,
+    /// Blocking receives whose data turned up while busy-polling
+    /// (`WARPSOCK_BUSY_POLL_US`), before the call went to sleep.
+    rx_busy_poll_hits,
+    /// Connection set-up timeouts not taken because the socket was ready
+    /// when the timer ran (the event was handled instead).
+    timer_rescues,
+    /// Doorbell bytes written to make the application's descriptor readable.
+    doorbells,
+    /// Congestion control set on an offload connection.
+    cc_set,
+    /// Congestion control could not be set (kernel default kept).
+    cc_failed,
+    /// Pacing rate set on an offload connection.
+    pacing_set,
+    /// Destinations whose datagrams are striped over several connections
+    /// (`WARPSOCK_STRIPES` > 1), counted where the stripes were opened.
+    stripe_groups,
+    /// Connections that announced the stripe extension (the acceptor's
+    /// hello offered it).
+    stripe_ext_sent,
+    /// Accepted connections that joined the stripe group of an earlier
+    /// connection from the same sender socket.
+    stripe_joins,
+    /// `_exit`/`_Exit` calls in the process owning the connections that
+    /// found datagrams still queued and waited for them (bounded).
+    exit_flushes,
+    /// `_exit`/`_Exit` calls in a forked or vforked child: no flush.
+    exit_child_skips,
+}
+
+/// Per-stripe datagram counts (index = the connection's stripe; an
+/// unstriped connection is stripe 0).
+pub(crate) struct StripeStats {
+    pub(crate) tx: [AtomicU64; super::core::frame::MAX_STRIPES],
+    pub(crate) rx: [AtomicU64; super::core::frame::MAX_STRIPES],
+}
+
+/// The per-stripe counters.
+pub(crate) static STRIPES: StripeStats = StripeStats {
+    tx: [const { AtomicU64::new(0) }; super::core::frame::MAX_STRIPES],
+    rx: [const { AtomicU64::new(0) }; super::core::frame::MAX_STRIPES],
+};
+
+/// Counts `n` datagrams on stripe `i`, sent (`tx`) or received.
+#[inline]
+pub(crate) fn stripe(i: usize, tx: bool, n: u64) {
+    let a = if tx { &STRIPES.tx } else { &STRIPES.rx };
+    add(&a[i.min(super::core::frame::MAX_STRIPES - 1)], n);
+}
+
+/// Adds `n` to a counter.
+#[inline]
+pub(crate) fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Adds one to a counter.
+#[inline]
+pub(crate) fn inc(c: &AtomicU64) {
+    add(c, 1);
+}
+
+/// The report printed at exit.
+pub(crate) fn report() -> String {
+    let mut s = format!("warpsock udp-offload stats (pid {}):\n", std::process::id());
+    for (name, v) in STATS.snapshot() {
+        s.push_str(&format!("  {name:<20} {v}\n"));
+    }
+    // Per stripe: only stripes that carried something.
+    for (dir, a) in [("tx", &STRIPES.tx), ("rx", &STRIPES.rx)] {
+        for (i, c) in a.iter().enumerate() {
+            let v = c.load(Ordering::Relaxed);
+            if v > 0 {
+                let name = format!("{dir}_stripe{i}_dgrams");
+                s.push_str(&format!("  {name:<20} {v}\n"));
+            }
+        }
+    }
+    s
+}
