@@ -55,8 +55,9 @@ fn silent_and_dribbling_peers_do_not_delay_a_good_one() {
     let addr = l.local_addr().unwrap();
     let silent: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(addr).unwrap()).collect();
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    // Connected here, before the good client, so it is pending for sure.
+    let mut s = TcpStream::connect(addr).unwrap();
     let dribbler = std::thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
         for b in b"MPA ID Req Frame\x10\x02\x00\x04\x00\x01\x00\x01" {
             if s.write_all(&[*b]).is_err()
                 || stop_rx.recv_timeout(Duration::from_millis(100)).is_ok()
