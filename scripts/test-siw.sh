@@ -79,6 +79,8 @@ PT=$TARGET/release/warpsock-perftest
 [ -x "$PT" ] || loud_fail "no $PT after cargo build"
 # send_check runs inside the VM, whose libibverbs/librdmacm come from this
 # host's Debian packages: a dynamically linked build from here runs there.
+GRO_BIN=$WORK/gro
+gcc -O2 -Wall -Wextra -Werror -o "$GRO_BIN" scripts/siw/gro.c || loud_fail "cannot build scripts/siw/gro.c"
 SC_BIN=$WORK/send_check
 gcc -O2 -Wall -Wextra -Werror -o "$SC_BIN" scripts/siw/send_check.c -lrdmacm -libverbs \
     || loud_fail "cannot build scripts/siw/send_check.c"
@@ -161,7 +163,11 @@ vm_start() {  # vm_start LABEL MODPARAMS
     local got
     got=$(vm_exec "echo $(base64 -w0 "$SC_BIN") | base64 -d >/tmp/send_check; chmod +x /tmp/send_check; md5sum </tmp/send_check")
     [ "${got%% *}" = "$(md5sum <"$SC_BIN" | cut -d' ' -f1)" ] || loud_fail "send_check did not arrive intact in the VM: $got"
+    got=$(vm_exec "echo $(base64 -w0 "$GRO_BIN") | base64 -d >/tmp/gro; chmod +x /tmp/gro; md5sum </tmp/gro")
+    [ "${got%% *}" = "$(md5sum <"$GRO_BIN" | cut -d' ' -f1)" ] || loud_fail "gro did not arrive intact in the VM: $got"
 }
+# GRO on the VM's interface (on|off); prints the state read back.
+vm_gro() { vm_exec "/tmp/gro eth0 $1"; }
 vm_stop() { "$VMTOOL" stop "$VM" >/dev/null 2>&1 || true; VM_UP=0; }
 vm_exec() { "$VMTOOL" exec "$VM" "$@"; }
 
@@ -556,13 +562,17 @@ sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR [S
     shift 6
     port=$(free_port)
     cap_prefix_start "$WORK/$name.pcap" "$port" $SC_CAP
-    "$PT" send-check server -p "$port" -n "$n" -s "$s" $([ "$crc" = 1 ] && echo --crc) --timeout 120 "$@" \
+    "$PT" send-check server -p "$port" -n "$n" -s "$s" $([ "$crc" = 1 ] && echo --crc) --timeout 280 "$@" \
         >"$WORK/$name.out" 2>&1 &
     SRV_PID=$!
     for i in $(seq 100); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.05; done
     # In the background (the command channel gives up after 120 s), polled.
-    vm_exec "ulimit -l unlimited; rm -f /tmp/scc.out; (/tmp/send_check client -a 10.0.2.2 -p $port -n $n -s $s -t 120 \
-             >/tmp/scc.out 2>&1 </dev/null; echo send_check-rc=\$? >>/tmp/scc.out) &" >/dev/null
+    # The background subshell gets no descriptor of the command channel:
+    # holding one made the channel wait for the whole transfer (and time
+    # out when siw's transmit in the emulated guest is slow, about 2 MB/s
+    # on a loaded host).
+    vm_exec "ulimit -l unlimited; rm -f /tmp/scc.out; (/tmp/send_check client -a 10.0.2.2 -p $port -n $n -s $s -t 280 \
+             >/tmp/scc.out 2>&1 </dev/null; echo send_check-rc=\$? >>/tmp/scc.out) </dev/null >/dev/null 2>&1 &" >/dev/null
     for i in $(seq 300); do
         vm_exec "grep -q send_check-rc /tmp/scc.out" >/dev/null 2>&1 && break
         kill -0 "$SRV_PID" 2>/dev/null || { sleep 1; vm_exec "grep -q send_check-rc /tmp/scc.out" >/dev/null 2>&1 && break; }
@@ -575,6 +585,30 @@ sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR [S
     grep -q "send_check-rc=0" "$WORK/$name.vm" || echo "send_check client in the VM: $(grep send_check-rc "$WORK/$name.vm")" >>"$WORK/$name.vm"
     sc_check "$name" "$n" "$s" "$ecrc" "$rtr" "$port" $rc "$WORK/$name.out" "$WORK/$name.vm"
 }
+
+# --- The siw CRC anomaly (docs/protocol-notes.md §9) ----------------------
+# WARPSOCK_SIW_CRC_TRIALS=N boots only the peer-to-peer + CRC VM and runs the
+# warpsock -> siw CRC-on send-check case N times with GRO on and N times with
+# GRO off on the VM's interface (alternating), then prints each outcome and
+# exits (non-zero if any GRO-off trial failed).
+if [ -n "${WARPSOCK_SIW_CRC_TRIALS:-}" ]; then
+    vm_start p2p "peer_to_peer=1 mpa_crc_required=1"
+    for i in $(seq "$WARPSOCK_SIW_CRC_TRIALS"); do
+        for g in on off; do
+            echo "    $(vm_gro $g)"
+            sc_client_case "crc-trial-$i-gro-$g" "${WARPSOCK_SIW_CRC_MSGS:-1024}" 65537 1 1 write
+        done
+    done
+    vm_stop
+    echo "=== CRC trials"
+    cat "$RESULTS"
+    [ -s "$FAILS" ] && cat "$FAILS"
+    for g in on off; do
+        echo "GRO $g: $(grep -c "^PASS crc-trial-.*-gro-$g " "$RESULTS") passed, $(grep -c "^FAIL crc-trial-.*-gro-$g " "$RESULTS") failed"
+    done
+    ! grep -q "^FAIL crc-trial-.*-gro-off " "$RESULTS"
+    exit
+fi
 
 # --- Boot 1: siw as shipped (MPA rev 2, CRC only if asked, no P2P) ---------
 vm_start default ""
