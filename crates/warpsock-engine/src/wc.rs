@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 
-use warpsock_proto::{CloseReason, Stag, WcOpcode, WcStatus, WorkCompletion};
+use warpsock_proto::{CloseReason, Connection, Stag, WcOpcode, WcStatus, WorkCompletion};
 
 use crate::sys::EventFd;
 
@@ -45,7 +45,7 @@ impl Wc {
             qp_num,
             invalidated: wc.invalidated,
             solicited: wc.solicited,
-            cause: (wc.status != WcStatus::Success).then_some(cause).flatten(),
+            cause,
         }
     }
 
@@ -187,15 +187,22 @@ impl CqSlot {
     }
 }
 
-/// Pushes a core completion to completion queue `cq` (if it still exists).
+/// Pushes a core completion of `conn` to completion queue `cq` (if it
+/// still exists); a failed one carries why `conn` ended (looked up only
+/// then: the success path stays as cheap as it was).
 pub(crate) fn push_wc(
     cqs: &mut [Option<CqSlot>],
     cq: usize,
     qp_num: u32,
     wc: WorkCompletion,
-    cause: Option<CloseReason>,
+    conn: &Connection,
 ) {
     if let Some(Some(cq)) = cqs.get_mut(cq) {
+        let cause = if wc.status == WcStatus::Success {
+            None
+        } else {
+            conn.close_reason()
+        };
         cq.push(Wc::from_core(wc, qp_num, cause));
     }
 }
@@ -218,7 +225,7 @@ mod tests {
     use warpsock_proto::TransportError;
 
     /// A failed completion tells what failed and why; a successful one
-    /// gives its length and never carries a cause.
+    /// gives its length and carries no cause.
     #[test]
     fn result_names_the_request_the_status_and_the_cause() {
         let core = WorkCompletion {
@@ -255,7 +262,14 @@ mod tests {
             byte_len: 9,
             ..core
         };
-        let wc = Wc::from_core(ok, 3, reset);
+        // `push_wc` looks the cause up for failures only.
+        let mut cqs = vec![Some(CqSlot::new().unwrap())];
+        let conn = warpsock_proto::Connection::new(
+            warpsock_proto::Config::new(warpsock_proto::Role::Initiator, warpsock_proto::PdId(1)),
+            std::time::Instant::now(),
+        );
+        push_wc(&mut cqs, 0, 3, ok, &conn);
+        let wc = cqs[0].as_ref().unwrap().entries[0];
         assert_eq!((wc.result(), wc.cause), (Ok(9), None));
     }
 }

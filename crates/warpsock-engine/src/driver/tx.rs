@@ -123,9 +123,7 @@ impl QpSlot {
         let mut marked = false;
         while let Some(mut wc) = self.conn.poll_completion() {
             match wc.queue {
-                WorkQueue::Recv => {
-                    push_wc(cqs, self.recv_cq, self.qp_num, wc, self.close_reason());
-                }
+                WorkQueue::Recv => push_wc(cqs, self.recv_cq, self.qp_num, wc, &self.conn),
                 WorkQueue::Send => {
                     if wc.status == WcStatus::Success && !read_response {
                         wc.status = WcStatus::LocalProtectionError;
@@ -157,9 +155,7 @@ impl QpSlot {
     pub(super) fn collect(&mut self, cqs: &mut [Option<CqSlot>]) {
         while let Some(wc) = self.conn.poll_completion() {
             match wc.queue {
-                WorkQueue::Recv => {
-                    push_wc(cqs, self.recv_cq, self.qp_num, wc, self.close_reason());
-                }
+                WorkQueue::Recv => push_wc(cqs, self.recv_cq, self.qp_num, wc, &self.conn),
                 WorkQueue::Send => self.held.push_back((self.queued, wc)),
             }
         }
@@ -182,7 +178,7 @@ impl QpSlot {
                 wc.byte_len = 0;
             }
             self.held.pop_front();
-            push_wc(cqs, self.send_cq, self.qp_num, wc, self.close_reason());
+            push_wc(cqs, self.send_cq, self.qp_num, wc, &self.conn);
         }
     }
 }
