@@ -35,8 +35,10 @@ impl QpSlot {
             // would skip the receive side's empty call too; tried and
             // dropped: with that loop siw in the test VM reported MPA CRC
             // errors, 5 runs of 5 (1 in 6 without it), on streams whose
-            // every FPDU CRC checks out in the host-side capture — see
-            // BENCHMARKS.md §3.)
+            // every FPDU CRC checks out in the host-side capture. The cause
+            // turned out to be siw's split-trailer bug (protocol-notes
+            // §7.12), which a tighter loop only hits more often through
+            // qemu's re-segmentation; worth trying again.)
             while !exhausted
                 && self.txq.len() < TX_SEGS
                 && (self.queued - self.written) < TX_BATCH as u64

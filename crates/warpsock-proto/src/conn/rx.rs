@@ -225,8 +225,12 @@ impl Connection {
         }
     }
 
-    /// Feeds framing bytes (after [`RxStep::Bytes`]). Consumes at most the
-    /// number of bytes the step asked for and returns how many it took.
+    /// Feeds framing bytes. Consumes at most the number of bytes the step
+    /// asked for and returns how many it took.
+    ///
+    /// Call when [`Self::rx_step`] is [`RxStep::Bytes`] (and
+    /// [`Self::rx_fpdu`] declined): MPA frames, FPDU headers and bodies,
+    /// markers, pad and CRC. See the module docs for the four entry points.
     pub fn rx_bytes<B: Backing>(&mut self, data: &[u8], reg: &mut Registry<B>) -> usize {
         let n = match self.rx_step() {
             RxStep::Bytes(n) => n.min(data.len()),
@@ -298,6 +302,10 @@ impl Connection {
     /// Reports payload bytes written at the range of the last
     /// [`RxStep::Place`] (`placed.len()` ≤ its length). The CRC is computed
     /// over `placed` where it lies.
+    ///
+    /// Call after writing payload yourself straight into the range
+    /// [`Self::rx_step`] returned as [`RxStep::Place`] (e.g. with `readv`
+    /// from the socket), with exactly the bytes written.
     pub fn rx_placed(&mut self, placed: &[u8]) {
         let RxStep::Place(r) = self.rx_step() else {
             return;
@@ -327,6 +335,10 @@ impl Connection {
     /// receive-side work per FPDU of the step-by-step path, which costs a
     /// state-machine step and a CRC update per piece (length, header,
     /// payload, pad).
+    ///
+    /// Call when [`Self::rx_step`] is [`RxStep::Bytes`] and you hold staged
+    /// bytes that may begin with a whole FPDU; on 0 go on with
+    /// [`Self::rx_step`] and [`Self::rx_bytes`].
     pub fn rx_fpdu<B: Backing>(&mut self, data: &[u8], reg: &mut Registry<B>) -> usize {
         let rx = &self.rx;
         if rx.phase != Phase::Header || rx.markers || !rx.buf.is_empty() || data.len() < 4 {
@@ -413,6 +425,11 @@ impl Connection {
     /// Feeds received bytes, copying payload into registered memory.
     /// Returns how many bytes were consumed (less than `data.len()` only
     /// when the receive path is [`RxStep::Blocked`]).
+    ///
+    /// Call with any bytes read from the stream when you do not place
+    /// payload yourself; it drives [`Self::rx_fpdu`], [`Self::rx_bytes`]
+    /// and placement by copy for you. Do not mix it into a
+    /// [`RxStep::Place`] you have started but not reported.
     pub fn handle_input<B: Backing>(&mut self, data: &[u8], reg: &mut Registry<B>) -> usize {
         let mut off = 0;
         while off < data.len() {
