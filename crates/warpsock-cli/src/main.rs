@@ -27,6 +27,7 @@
 //! Add `mod foo;` below and one line `Foo(foo::Args),` to `commands!`,
 //! where `foo::Args` derives [`clap::Args`] and implements [`Run`].
 
+mod apps;
 mod bench;
 mod child;
 mod ctl;
@@ -92,6 +93,20 @@ commands! {
     /// client, `-C`, `-S`, `-V`, `-v`, `-P`), wire-compatible with rping on
     /// Linux siw.
     Rping(rping::RpingCmd),
+    /// Exit status 0 when a library loaded into this process exports
+    /// `warpsock_feature_NAME` (the apps suite's probe).
+    #[command(hide = true)]
+    ProbeFeature(apps::ProbeCmd),
+    /// The apps suite's memcached load client.
+    #[command(hide = true)]
+    MemcachedLoad(apps::LoadCmd),
+}
+
+/// Whether this binary has the subcommand `name` (another issue's
+/// subcommand, e.g. `run`, is detected, never assumed).
+pub(crate) fn has_subcommand(name: &str) -> bool {
+    use clap::CommandFactory;
+    Cli::command().find_subcommand(name).is_some()
 }
 
 /// warpsock: user-space iWARP (RDMA over TCP), measured against host TCP and UDP.
