@@ -80,7 +80,9 @@ commands! {
     /// Latency and bandwidth: host TCP (and, in the full suite, every test
     /// of the Head-to-TOE set over host TCP/UDP and the UDP offload) next to
     /// warpsock Send, RDMA Write and RDMA Read, CRC off and on (loopback
-    /// unless --peer or --netns is given).
+    /// unless --peer or --netns is given); `--suite apps`: unmodified
+    /// programs (nginx, redis, memcached, aria2c, iperf3, GStreamer) over
+    /// every transport that carries them.
     Bench(bench::BenchCmd),
     /// Serve bench runs from `warpsock client` / `warpsock bench --peer`.
     Server(server::ServerCmd),

@@ -202,7 +202,10 @@ mod tests {
             md.contains("| memcached-udp | GET 16 B | udp-offload | 150 requests/s | 1.50 |"),
             "{md}"
         );
-        assert!(md.contains("udp-gso: not available"), "{md}");
+        assert!(
+            md.contains("- memcached-udp over udp-gso: the preload does not export"),
+            "{md}"
+        );
         let t = table(&rs);
         assert!(t.contains("1.50") && t.contains("not available"), "{t}");
     }
