@@ -39,6 +39,7 @@ mod parse;
 mod pin;
 mod report;
 mod rping;
+mod run;
 mod server;
 mod spec;
 mod stats;
@@ -95,6 +96,9 @@ commands! {
     /// client, `-C`, `-S`, `-V`, `-v`, `-P`), wire-compatible with rping on
     /// Linux siw.
     Rping(rping::RpingCmd),
+    /// Run an unmodified libibverbs/librdmacm program (rping, perftest,
+    /// fi_pingpong, rstream, …) on warpsock: `warpsock run -- PROGRAM ARGS…`.
+    Run(run::RunCmd),
     /// Exit status 0 when a library loaded into this process exports
     /// `warpsock_feature_NAME` (the apps suite's probe).
     #[command(hide = true)]
