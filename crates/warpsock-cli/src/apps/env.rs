@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `tcp` | TCP | the host's own sockets (the TCP baseline) |
 //! | `ddp-socket` | TCP | the preload's extended sockets in policy mode, `WARPSOCK_DDP_PORTS=<server ports>`; available when the preload exports `warpsock_feature_ddp_ports` |
-//! | `rsocket` | TCP | rdma-core's `librspreload` over `warpsock run --`; available when this binary has a `run` subcommand and `librspreload.so` is installed |
+//! | `rsocket` | TCP | rdma-core's `librspreload` over warpsock's verbs, `warpsock run --rsockets --`; available when this binary has a `run` subcommand and `warpsock run --rsockets -- true` runs (it finds the verbs library and `librspreload.so`) |
 //! | `udp` | UDP | the host's own sockets (the UDP baseline) |
 //! | `udp-offload` | UDP | `LD_PRELOAD=libwarpsock_preload.so WARPSOCK_UDP_OFFLOAD=1` |
 //! | `udp-gso` | UDP | the same with `WARPSOCK_UDP_MODE=gso`; available when the preload exports `warpsock_feature_udp_gso` |
@@ -55,7 +55,6 @@ pub(crate) enum Setup {
     },
     Run {
         exe: PathBuf,
-        lib: PathBuf,
     },
 }
 
@@ -78,9 +77,14 @@ impl Setup {
                     env: vec![preload(lib), ("WARPSOCK_DDP_PORTS".into(), ports.join(","))],
                 }
             }
-            Self::Run { exe, lib } => Launch {
-                prefix: vec![exe.display().to_string(), "run".into(), "--".into()],
-                env: vec![preload(lib)],
+            Self::Run { exe } => Launch {
+                prefix: vec![
+                    exe.display().to_string(),
+                    "run".into(),
+                    "--rsockets".into(),
+                    "--".into(),
+                ],
+                env: Vec::new(),
             },
         }
     }
@@ -109,10 +113,21 @@ pub(crate) static ALL: &[AppTransport] = &[
             if !crate::has_subcommand("run") {
                 return Err("this warpsock has no `run` subcommand (verbs layer not built)".into());
             }
-            let lib = rspreload()
-                .ok_or("librspreload.so is not installed (Debian package librdmacm1)")?;
+            if rspreload().is_none() {
+                return Err("librspreload.so is not installed (Debian package librdmacm1)".into());
+            }
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            Ok(Setup::Run { exe, lib })
+            let mut cmd = child::command(&[], &exe);
+            cmd.args(["run", "--rsockets", "--", "true"]);
+            let out = child::run(cmd, "warpsock run", std::time::Duration::from_secs(20))
+                .map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!(
+                    "`warpsock run --rsockets -- true` fails: {}",
+                    crate::ctl::shorten(out.text().trim())
+                ));
+            }
+            Ok(Setup::Run { exe })
         },
     },
     AppTransport {

@@ -38,8 +38,17 @@ impl Workload for Striped {
         "MB/s"
     }
 
+    /// The two cases independently: one failing leaves the other's row.
     fn run(&self, cx: &Cx, setup: &Setup) -> Result<Vec<Measured>, Error> {
-        Ok(vec![aria2c(cx, setup)?, iperf3(cx, setup)?])
+        let failed = |case: &str, e: Error| Measured {
+            case: case.into(),
+            problems: vec![e.to_string()],
+            ..Measured::default()
+        };
+        Ok(vec![
+            aria2c(cx, setup).unwrap_or_else(|e| failed("aria2c, 8 segments", e)),
+            iperf3(cx, setup).unwrap_or_else(|e| failed("iperf3 -P 8", e)),
+        ])
     }
 }
 

@@ -61,7 +61,7 @@ pub(crate) fn table(records: &[AppRecord]) -> String {
             "  {:<40} {:<12} {:>12} {:>7} {:>9} {:>9} {:>8} {:>6} {:>7}  {}",
             r.case,
             r.transport,
-            r.value.map_or("-".into(), sig),
+            r.value.filter(|_| r.ok).map_or("-".into(), sig),
             ratio(r, records).map_or("-".into(), |x| format!("{x:.2}")),
             ms(r.p50_ms),
             ms(r.p99_ms),
