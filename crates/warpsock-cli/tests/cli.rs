@@ -303,7 +303,7 @@ fn bad_option_values_name_the_value_and_range() {
         (&["bench", "--tests", "lat,pong"], "invalid value 'pong'"),
         (
             &["bench", "--suite", "huge"],
-            "[possible values: quick, full]",
+            "[possible values: quick, full, apps]",
         ),
         (
             &["bench", "--conns", "1,65"],
