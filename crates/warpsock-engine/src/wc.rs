@@ -264,7 +264,7 @@ mod tests {
         };
         // `push_wc` looks the cause up for failures only.
         let mut cqs = vec![Some(CqSlot::new().unwrap())];
-        let conn = warpsock_proto::Connection::new(
+        let conn = Connection::new(
             warpsock_proto::Config::new(warpsock_proto::Role::Initiator, warpsock_proto::PdId(1)),
             std::time::Instant::now(),
         );
