@@ -213,7 +213,13 @@ fn a_busy_server_says_so_and_idle_sessions_time_out() {
     assert!(failed.starts_with("error"), "{failed:?}");
     let closed = line_from(&a);
     assert!(closed.contains("sent nothing for 1 s"), "{closed:?}");
-    assert_ok(&good_client(port, &[]), "the next client");
+    // The server takes the next client. Only its greeting is checked: a
+    // whole bench run would itself have to keep every gap under the 1 s
+    // idle limit, which a loaded machine does not promise.
+    let mut c = connect(port);
+    c.write_all(b"hello warpsock-bench=2\n").unwrap();
+    let hello = line_from(&c);
+    assert!(hello.starts_with("hello "), "{hello:?}");
     let _ = srv.0.kill();
     let _ = wait_exit(&mut srv, Duration::from_secs(10));
 }
