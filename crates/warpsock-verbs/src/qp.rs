@@ -212,7 +212,17 @@ impl QpShared {
     }
 
     /// Sets who is told when the connection ends.
+    /// If the connection has already ended (a peer that fails at once can
+    /// beat the CM to this call), `f` runs now.
     pub fn on_end(&self, f: EndHook) {
+        let st = lock(&self.st);
+        if st.end_reported {
+            drop(st);
+            f(End::Closed);
+            return;
+        }
+        // Stored under the state lock: `watch_connection` marks the end
+        // under it too, and takes the hook after.
         *lock(&self.on_end) = Some(f);
     }
 
@@ -338,9 +348,15 @@ impl QpShared {
                 _ => {}
             }
         }
-        let closed = eng.is_closed()
-            || st.close_deadline.is_some_and(|d| Instant::now() >= d)
-            || (ended && eng.is_closed());
+        let dying = ended || eng.state() != warpsock_engine::QpState::Rts;
+        let eng_closed = eng.is_closed();
+        if dying {
+            // Terminated, closed or failed: report the end once the stream
+            // is finished, and at the latest after CLOSE_WAIT (a peer that
+            // never sends its FIN must not hold DISCONNECTED back).
+            st.close_deadline.get_or_insert(Instant::now() + CLOSE_WAIT);
+        }
+        let closed = eng_closed || st.close_deadline.is_some_and(|d| Instant::now() >= d);
         if !closed {
             return;
         }
