@@ -10,6 +10,8 @@
 #   * perftest -R: ib_write_bw, ib_read_bw, ib_send_bw (1 MiB and default
 #     sizes), ib_write_lat, ib_read_lat, ib_send_lat: non-zero results.
 #   * libfabric: fi_pingpong -p verbs, msg endpoints and rdm through ofi_rxm.
+#   * qperf -cm1: rc_lat, rc_rdma_read_bw, rc_rdma_read_lat,
+#     rc_rdma_write_poll_lat (blocking CQ waits ended by SIGALRM).
 #   * rsockets: rstream (rdma-core's rsocket() inside the real librdmacm,
 #     over our rdma_cm), and librspreload.so under an unmodified TCP program
 #     (iperf 2), via `warpsock run --rsockets`.
@@ -32,7 +34,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 T0=$SECONDS
 
-scripts/ensure-pkgs.sh rdmacm-utils perftest libfabric-bin ibverbs-utils iperf iproute2 \
+scripts/ensure-pkgs.sh rdmacm-utils perftest libfabric-bin ibverbs-utils iperf qperf iproute2 \
     gcc libc6-dev libibverbs-dev librdmacm-dev >/dev/null
 
 cargo build --quiet -p warpsock-cli -p warpsock-verbs
@@ -140,6 +142,17 @@ for t in ib_write_lat ib_read_lat ib_send_lat; do
     pair "$t" 28515 "$RUN -- $t -R -p 28515 -s 8 -n 2000" "$RUN -- $t -R -p 28515 -s 8 -n 2000 127.0.0.1"
     check_perf "$WORK/$t.client" || fail "$t: no result line: $(cat "$WORK/$t.client")"
 done
+
+echo "--- qperf -cm1: Send/Recv ping-pong, RDMA Read bw and latency, RDMA Write polling latency"
+# qperf waits in ibv_get_cq_event and ends each test with a SIGALRM that
+# must interrupt that wait (EINTR). Not run: rc_bw/rc_bi_bw (the sender
+# outruns the receiver's reposting, which needs InfiniBand's RNR retry; on
+# iWARP, siw included, a Send with no receive posted is a fatal Terminate)
+# and rc_rdma_write_lat/bw (RDMA Write with immediate: not in iWARP).
+pair "qperf" 29765 "$RUN -- qperf -lp 29765" \
+    "$RUN -- qperf -lp 29765 -to 30 -cm1 -t 1 127.0.0.1 rc_lat rc_rdma_read_bw rc_rdma_read_lat rc_rdma_write_poll_lat quit"
+awk '/^ +(latency|bw) += +[0-9.,]+ / { if ($3+0 > 0) n++ } END { exit n != 4 }' "$WORK/qperf.client" ||
+    fail "qperf: not four results: $(cat "$WORK/qperf.client")"
 
 echo "--- libfabric fi_pingpong -p verbs (msg; rdm over ofi_rxm)"
 pair "fi-msg" 27600 "$RUN -- fi_pingpong -p verbs -e msg -B 27600 -I 200" \

@@ -78,17 +78,19 @@ impl<T> EventQueue<T> {
 
     /// Waits for an item as the fd's blocking mode says (a non-blocking fd
     /// fails with `EAGAIN` when empty). Returns the errno on failure.
+    ///
+    /// A signal that interrupts the wait fails it with `EINTR`, as the
+    /// `read` inside rdma-core's `ibv_get_cq_event`, `ibv_get_async_event`
+    /// and `rdma_get_cm_event` does: programs end a blocked wait that way
+    /// (qperf's test timer is a SIGALRM whose handler sets a flag, then it
+    /// expects the blocked `ibv_get_cq_event` to return).
     pub fn pop(&self) -> Result<T, c_int> {
         loop {
             let mut v: u64 = 0;
             // SAFETY: reads 8 bytes into a live u64 from our eventfd.
             let n = unsafe { libc::read(self.fd, (&mut v as *mut u64).cast(), 8) };
             if n < 0 {
-                let e = errno();
-                if e == libc::EINTR {
-                    continue;
-                }
-                return Err(e);
+                return Err(errno());
             }
             if let Some(item) = lock(&self.items).pop_front() {
                 return Ok(item);
@@ -170,5 +172,51 @@ mod tests {
         // SAFETY: sets O_NONBLOCK on our own fd.
         unsafe { libc::fcntl(q.fd(), libc::F_SETFL, libc::O_NONBLOCK) };
         assert_eq!(q.pop(), Err(libc::EAGAIN));
+    }
+
+    extern "C" fn on_sigusr2(_: c_int) {}
+
+    #[test]
+    fn a_signal_ends_a_blocked_wait_with_eintr() {
+        // A handler installed without SA_RESTART, as qperf installs its
+        // SIGALRM handler: the blocked read must come back with EINTR.
+        // SAFETY: a zeroed sigaction with a plain handler; SIGUSR2 is not
+        // used elsewhere in this test binary.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_sigusr2 as extern "C" fn(c_int) as usize;
+            libc::sigemptyset(&mut act.sa_mask);
+            assert_eq!(
+                libc::sigaction(libc::SIGUSR2, &act, std::ptr::null_mut()),
+                0
+            );
+        }
+        let q = std::sync::Arc::new(EventQueue::<u32>::new().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let q = std::sync::Arc::clone(&q);
+            std::thread::spawn(move || {
+                // SAFETY: the calling thread's own id.
+                tx.send(unsafe { libc::pthread_self() }).unwrap();
+                q.pop()
+            })
+        };
+        let tid = rx.recv().unwrap();
+        // A signal that lands before the read only runs the handler, so
+        // keep signalling until the wait ends (bounded: 20 s).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !waiter.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the wait ignored signals"
+            );
+            // SAFETY: the waiter thread is alive (not finished).
+            unsafe { libc::pthread_kill(tid, libc::SIGUSR2) };
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(waiter.join().unwrap(), Err(libc::EINTR));
+        // The queue still works afterwards.
+        q.push(7);
+        assert_eq!(q.pop(), Ok(7));
     }
 }
