@@ -84,21 +84,77 @@
 //!
 //! ```text
 //! acceptor → connector, once:  "WSUA" | version (1) | caps (u8) | 2 reserved bytes (0)
+//!   if caps & 2 (proof):       nonce (16 random bytes)
 //! connector → acceptor, once:  "WSUD" | version (1) | flags (u8) | UDP source port (u16)
 //!   if flags & 1 (stripe):     group (u32, ≠ 0) | index (u8) | count (u8, 2..=16) | 2 reserved (0)
-//! then both ways, per datagram: length (u32, ≤ 65535) | payload
+//! connector → acceptor, by kernel UDP from the claimed port to the acceptor's UDP port:
+//!                              "WSUP" | version (1) | 3 reserved (0) | nonce (16)
+//! then both ways, per datagram: length (u32, ≤ 65535; ≤ 65507 from IPv4) | payload
+//! control frame:               0x8000_0000 | kind << 16 | length, then payload
+//!   kind 1 (acceptor → connector, no payload): the proof was seen
 //! ```
 //!
 //! The acceptor speaks first so a connector never sends a byte to a TCP
 //! service that is not warpsock. The preamble names the sender's UDP port:
 //! the TCP source port is ephemeral, and the receiver reports
-//! (TCP peer address, preamble port) as the datagram's source. `caps` bit 0
-//! says the acceptor understands the stripe extension; only then does a
-//! striped connection set `flags` bit 0 and send it (the K connections of one
-//! sender socket to one destination share a random group number and carry
-//! indices 0..K). With K = 1, or to an acceptor without the capability, the
-//! preamble is the original 8 bytes (flags 0), and older connectors ignore
-//! `caps`: both sides stay compatible with the unstriped format.
+//! (TCP peer address, preamble port) as the datagram's source, but only
+//! once that claim is proved (see the trust model). `caps` bit 0 says the
+//! acceptor understands the stripe extension; only then does a striped
+//! connection set `flags` bit 0 and send it (the K connections of one sender
+//! socket to one destination share a random group number and carry indices
+//! 0..K). With K = 1, or to an acceptor without the capability, the
+//! preamble is the original 8 bytes (flags 0).
+//!
+//! ## Trust model
+//!
+//! Anything that can reach a preloaded program's offload listener (the TCP
+//! port of each bound UDP port) is untrusted. The layer gives such a peer
+//! no more than kernel UDP would: it may send datagrams to the program, and
+//! it gets replies to what it sent, nothing else.
+//!
+//! * **A claimed source is proved before anything is delivered.** The
+//!   acceptor's hello carries a fresh random nonce; the connector sends it
+//!   back in a proof datagram *by kernel UDP, from the UDP port its preamble
+//!   claims*, to the acceptor's UDP port. Only when that datagram arrives
+//!   from the connection's TCP peer address and the claimed port does the
+//!   connection deliver; so datagrams are reported as coming from
+//!   address:port only if they were sent by whoever holds that UDP socket,
+//!   exactly what kernel UDP guarantees (an unprivileged process cannot send
+//!   from a port another socket holds). A socket connected to a peer hears
+//!   the proof only from that peer (the kernel filters it). Proof datagrams
+//!   are taken off the hidden UDP socket before the program reads it; while
+//!   connections wait for one (and for three seconds after, for re-sent
+//!   copies), a 24-byte datagram that looks exactly like a proof is dropped
+//!   instead of delivered. Claims of port 0 or an excluded port
+//!   (`WARPSOCK_UDP_EXCLUDE_PORTS`) are refused outright, and
+//!   `WARPSOCK_UDP_ADDRS` restricts which peers may connect at all.
+//! * **Routes adopted from inbound connections carry replies only.** A send
+//!   to a destination goes over an accepted connection only after that
+//!   connection delivered a datagram from the destination; a fresh
+//!   destination always gets its own outbound connection (or kernel UDP), so
+//!   no inbound connection can capture traffic meant for a UDP service.
+//! * **Everything a peer can drive is bounded.** Accepted connections per
+//!   socket (`WARPSOCK_MAX_ACCEPTED`; more are closed at once, their senders
+//!   fall back to kernel UDP), of those still unproved
+//!   (`WARPSOCK_MAX_PENDING`; a new one closes the oldest), and the time to
+//!   send the preamble and proof (`WARPSOCK_PREAMBLE_TIMEOUT_MS`). When the
+//!   process runs out of descriptors the listener pauses for 100 ms instead
+//!   of spinning. The receive queue charges each datagram its payload plus a
+//!   fixed 128 bytes against `WARPSOCK_RCVBUF` and holds at most
+//!   `WARPSOCK_RCVQ_DGRAMS` datagrams; beyond that the connections are not
+//!   read, so TCP flow control holds the sender back. A datagram longer
+//!   than its source's family allows (65,507 bytes over IPv4) closes the
+//!   connection. A peer that stops reading cannot block the program's sends
+//!   either: once its connection's buffer is full and has not drained for a
+//!   second, datagrams to it are dropped (`tx_stall_drops`), as kernel UDP
+//!   drops what it cannot send.
+//! * What the layer does not defend: the TCP connection is not encrypted or
+//!   authenticated beyond the proof (as UDP is not), and a privileged
+//!   process on the peer's host can send from any port there (as with UDP).
+//!
+//! tests/attacks.rs runs each of these attacks against a preloaded program
+//! and checks that it fails, that a legitimate peer is still served, and
+//! that memory and CPU stay bounded.
 //!
 //! ## Configuration
 //!
@@ -113,8 +169,11 @@
 //! | `WARPSOCK_PACING_RATE` | `SO_MAX_PACING_RATE` in bytes/s | unset |
 //! | `WARPSOCK_RETRIES`, `WARPSOCK_RETRY_MS` | connection retries, first back-off | `3`, `10` |
 //! | `WARPSOCK_CONNECT_TIMEOUT_MS`, `WARPSOCK_HELLO_TIMEOUT_MS` | set-up timeouts | `1000`, `500` |
+//! | `WARPSOCK_PREAMBLE_TIMEOUT_MS` | an accepted connection's preamble and proof are due within | `3000` |
+//! | `WARPSOCK_MAX_ACCEPTED`, `WARPSOCK_MAX_PENDING` | accepted connections per socket, of them unproved | `128`, `16` |
+//! | `WARPSOCK_RCVQ_DGRAMS` | datagrams queued per socket at most | `65536` |
 //! | `WARPSOCK_FALLBACK_SECS` | how long a destination stays on kernel UDP | `10` |
-//! | `WARPSOCK_SNDBUF`, `WARPSOCK_RCVBUF` | buffer bounds in bytes | 4 MiB, 8 MiB |
+//! | `WARPSOCK_SNDBUF`, `WARPSOCK_RCVBUF` | buffer bounds in bytes (the receive bound charges 128 bytes per datagram on top) | 4 MiB, 8 MiB |
 //! | `WARPSOCK_LINGER_MS` | exit waits this long for queued datagrams | `2000` |
 //! | `WARPSOCK_EXIT_LINGER_MS` | `_exit`/`_Exit` wait this long (owner process only) | `500` |
 //! | `WARPSOCK_STRIPES` | connections per destination (out-of-order delivery) | `1` |

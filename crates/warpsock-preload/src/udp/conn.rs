@@ -14,16 +14,16 @@
 
 use std::mem::zeroed;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, iovec, msghdr, socklen_t};
 
 use super::config;
-use super::core::frame::{self, Stripe, HDR_LEN};
+use super::core::frame::{self, Parsed, Stripe, CTRL_PROVEN, HDR_LEN, NONCE_LEN};
 use super::core::routes::Carrier;
-use super::core::rxbuf::RxBuf;
+use super::core::rxbuf::{Item, RxBuf};
 use super::core::setup::{Phase, Setup, Step};
 use super::core::txbuf::TxBuf;
 use super::stats::{self, STATS};
@@ -90,6 +90,23 @@ pub(super) fn tune(fd: c_int) {
     }
 }
 
+/// Shuts a connection's socket down, then closes it: a blocking receive
+/// call may be polling the descriptor at this moment, and its reference
+/// would otherwise keep the connection open (no FIN) until it returns.
+fn shut(fd: c_int) {
+    // SAFETY: shutdown on a socket this library owns; no pointers.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    sys::close(fd);
+}
+
+/// Largest datagram to or from `a` (what kernel UDP allows its family).
+pub(super) fn max_dgram(a: &SocketAddr) -> usize {
+    match super::core::policy::canonical(a.ip()) {
+        std::net::IpAddr::V4(_) => frame::MAX_DGRAM_V4,
+        std::net::IpAddr::V6(_) => frame::MAX_DGRAM_V6,
+    }
+}
+
 /// Why a send on a connection did not complete.
 pub(super) enum SendErr {
     /// The connection is gone: route again.
@@ -134,6 +151,12 @@ pub(super) const HINT_DEAD: u8 = 3;
 pub(crate) struct Conn {
     /// Epoll token.
     pub(crate) id: u64,
+    /// Accepted (inbound) rather than opened by us.
+    pub(super) inbound: bool,
+    /// Accepted: the nonce our hello sent, which the proof must echo.
+    pub(super) nonce: [u8; NONCE_LEN],
+    /// Accepted: a datagram was delivered from it (a reply may go back).
+    pub(super) delivered: AtomicBool,
     /// Stripe index (0 when not striped), for the per-stripe counters.
     pub(super) stripe: AtomicUsize,
     /// Where the connection stands, readable without `st` (`HINT_*`).
@@ -164,6 +187,48 @@ pub(super) struct ConnSt {
     /// Outgoing striped connection: announced in the preamble when the
     /// acceptor's hello offers the extension.
     pub(super) stripe: Option<Stripe>,
+    /// Outgoing: the acceptor's nonce, proved with (again) until answered.
+    pub(super) proof: Option<[u8; NONCE_LEN]>,
+    /// Accepted: the source the proof datagram came from.
+    pub(super) proved_src: Option<SocketAddr>,
+    /// Accepted: the stripe group the preamble named (0: none).
+    pub(super) group: u32,
+    /// Largest datagram the remote's family allows (65,507 over IPv4).
+    pub(super) max_dgram: usize,
+    /// When the kernel last took bytes of the send buffer (or it was
+    /// empty): a peer that stops reading stalls it.
+    pub(super) progress: Instant,
+}
+
+/// A send that finds the connection's buffer full waits at most this long
+/// since the peer last made progress; then the datagram is dropped, as
+/// kernel UDP drops what a full path cannot take, so that a peer that
+/// stops reading cannot block the program (`tx_stall_drops`).
+const STALL: Duration = Duration::from_secs(1);
+
+/// Room left in the socket's receive queue, spent by [`Conn::parse`].
+pub(super) struct Room {
+    /// Bytes, each datagram charged its payload plus `DGRAM_OVERHEAD`.
+    pub(super) bytes: usize,
+    /// Datagrams.
+    pub(super) dgrams: usize,
+}
+
+/// Fixed charge per queued datagram on top of its payload: the queue entry
+/// and the allocation's own overhead, so that empty or one-byte datagrams
+/// cannot queue without bound (`WARPSOCK_RCVBUF`).
+pub(super) const DGRAM_OVERHEAD: usize = 128;
+
+/// How [`Conn::parse`] stopped.
+#[derive(PartialEq, Eq)]
+pub(super) enum Parse {
+    /// Every whole frame was taken.
+    Done,
+    /// The socket's receive queue is full: whole frames are left.
+    Full,
+    /// Not warpsock framing, an unknown control frame, or a datagram
+    /// longer than the remote's family allows.
+    Bad,
 }
 
 /// What one read from the connection gave.
@@ -184,6 +249,9 @@ impl Carrier for Arc<Conn> {
     fn same(&self, other: &Self) -> bool {
         Self::ptr_eq(self, other)
     }
+    fn delivered(&self) -> bool {
+        self.delivered.load(Ordering::Relaxed)
+    }
 }
 
 impl Conn {
@@ -196,6 +264,7 @@ impl Conn {
             Some(dest),
             None,
             TxBuf::outgoing(port),
+            [0; NONCE_LEN],
         );
         if let Some(x) = stripe {
             c.stripe.store(usize::from(x.index), Ordering::Relaxed);
@@ -204,8 +273,9 @@ impl Conn {
         c
     }
 
-    /// An accepted connection on descriptor `fd` from `peer` (hello sent).
-    pub(super) fn accepted(id: u64, fd: c_int, peer: SocketAddr) -> Self {
+    /// An accepted connection on descriptor `fd` from `peer`, whose hello
+    /// carried `nonce`.
+    pub(super) fn accepted(id: u64, fd: c_int, peer: SocketAddr, nonce: [u8; NONCE_LEN]) -> Self {
         let t = &config::get().timing;
         let c = Self::new(
             id,
@@ -214,6 +284,7 @@ impl Conn {
             None,
             Some(peer),
             TxBuf::default(),
+            nonce,
         );
         lock(&c.ev).read = true;
         c
@@ -226,9 +297,13 @@ impl Conn {
         dest: Option<SocketAddr>,
         tcp_peer: Option<SocketAddr>,
         tx: TxBuf,
+        nonce: [u8; NONCE_LEN],
     ) -> Self {
         Self {
             id,
+            inbound: tcp_peer.is_some(),
+            nonce,
+            delivered: AtomicBool::new(false),
             stripe: AtomicUsize::new(0),
             hint: AtomicU8::new(HINT_SETUP),
             queued: AtomicUsize::new(0),
@@ -241,6 +316,11 @@ impl Conn {
                 rx: RxBuf::default(),
                 linger: false,
                 stripe: None,
+                proof: None,
+                proved_src: None,
+                group: 0,
+                max_dgram: dest.map_or(frame::MAX_DGRAM_V6, |d| max_dgram(&d)),
+                progress: Instant::now(),
             }),
             order: Mutex::new(()),
             cv: Condvar::new(),
@@ -379,7 +459,7 @@ impl Conn {
     pub(super) fn note_failure(&self, st: &mut ConnSt, now_udp: &mut Vec<Vec<u8>>) -> bool {
         stats::inc(&STATS.connect_failed);
         if st.fd >= 0 {
-            sys::close(st.fd);
+            shut(st.fd);
             st.fd = -1;
             lock(&self.ev).fd = -1;
         }
@@ -404,7 +484,7 @@ impl Conn {
         let (frames, lost) = st.tx.die();
         stats::add(&STATS.tx_lost, lost);
         if st.fd >= 0 {
-            sys::close(st.fd);
+            shut(st.fd);
             st.fd = -1;
         }
         lock(&self.ev).fd = -1;
@@ -447,6 +527,7 @@ impl Conn {
             };
             if n > 0 {
                 st.tx.written(n as usize);
+                st.progress = Instant::now();
                 wrote = true;
                 stats::inc(&STATS.tx_flush_writes);
                 continue;
@@ -473,10 +554,14 @@ impl Conn {
         self.queued.store(st.tx.queued(), Ordering::Relaxed);
     }
 
-    /// Reads what the socket has into the receive buffer (caller holds `st`).
+    /// Reads what the socket has into the receive buffer (caller holds
+    /// `st`). A buffer without room (whole frames held back) reads nothing.
     pub(super) fn read_some(st: &mut ConnSt) -> Rd {
         let fd = st.fd;
         let room = st.rx.spare();
+        if room.is_empty() {
+            return Rd::Again;
+        }
         // SAFETY: reading into the unused tail of our buffer.
         let n = unsafe { real::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
         if n > 0 {
@@ -491,14 +576,26 @@ impl Conn {
         }
     }
 
-    /// Splits whole frames off the receive buffer. Returns false on a
-    /// framing error.
-    pub(super) fn parse(st: &mut ConnSt, out: &mut Vec<Vec<u8>>) -> bool {
+    /// Splits whole frames off the receive buffer into `out`, while `room`
+    /// lasts; handles control frames.
+    pub(super) fn parse(st: &mut ConnSt, out: &mut Vec<Vec<u8>>, room: &mut Room) -> Parse {
         loop {
-            match st.rx.next_frame() {
-                Ok(Some(r)) => out.push(st.rx.payload(r).to_vec()),
-                Ok(None) => return true,
-                Err(_) => return false,
+            if let Parsed::Frame(len) = st.rx.peek() {
+                if room.dgrams == 0 || len + DGRAM_OVERHEAD > room.bytes {
+                    return Parse::Full;
+                }
+            }
+            match st.rx.next_frame(st.max_dgram) {
+                Ok(Some(Item::Dgram(r))) => {
+                    room.bytes -= r.len() + DGRAM_OVERHEAD;
+                    room.dgrams -= 1;
+                    out.push(st.rx.payload(r).to_vec());
+                }
+                Ok(Some(Item::Control(CTRL_PROVEN, _))) if st.tcp_peer.is_none() => {
+                    st.setup.proven();
+                }
+                Ok(Some(Item::Control(..))) | Err(_) => return Parse::Bad,
+                Ok(None) => return Parse::Done,
             }
         }
     }
@@ -555,6 +652,7 @@ impl Conn {
                     return Err(SendErr::Died(self.die(&mut st)));
                 }
                 st.tx.rest_of(len, &parts, w.max(0) as usize);
+                st.progress = Instant::now();
                 self.note_queued(&st);
                 stats::inc(&STATS.tx_coalesced);
                 self.set_interest(eng, None, Some(true));
@@ -564,6 +662,10 @@ impl Conn {
             if pending > 0 && pending + HDR_LEN + len > cfg.sndbuf {
                 if nonblock {
                     return Err(SendErr::Errno(libc::EAGAIN));
+                }
+                if phase == Phase::Established && st.progress.elapsed() >= STALL {
+                    stats::inc(&STATS.tx_stall_drops);
+                    return Ok(());
                 }
                 if !waited {
                     stats::inc(&STATS.tx_waits);
@@ -579,12 +681,16 @@ impl Conn {
                     }
                     None => Duration::from_millis(100),
                 };
+
                 st = self
                     .cv
                     .wait_timeout(st, wait)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
                 continue;
+            }
+            if st.tx.is_idle() {
+                st.progress = Instant::now();
             }
             st.tx.push(len, &parts);
             self.note_queued(&st);

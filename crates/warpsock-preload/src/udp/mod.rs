@@ -57,7 +57,12 @@ impl Kind for Udp {
     }
 
     fn bound(&self, fd: c_int, addr: SocketAddr) {
-        if config::get().policy.port_ok(addr.port()) {
+        // Port 0 asked the kernel to pick one: the one it picked counts.
+        let port = match addr.port() {
+            0 => sys::local_addr(fd).map_or(0, |a| a.port()),
+            p => p,
+        };
+        if config::get().policy.port_ok(port) {
             if let Ok(s) = Sock::transpose(fd) {
                 s.listen();
             }

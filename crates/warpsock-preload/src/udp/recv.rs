@@ -5,6 +5,7 @@
 //! connections itself (caller-driven receive: no thread hand-off on the
 //! reply path), optionally busy-polling first.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,8 +13,9 @@ use std::time::{Duration, Instant};
 use libc::{c_int, msghdr};
 
 use super::config;
-use super::conn::Conn;
-use super::sock::Sock;
+use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN};
+use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
+use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor::{self, Reactor};
 use crate::shim::sys::{self, errno, lock, set_errno};
@@ -34,9 +36,22 @@ impl Sock {
         let mut driven: Option<Driven> = None;
         let mut spin_until: Option<Instant> = None;
         loop {
-            {
+            let mut resume = Vec::new();
+            let mut found = Vec::new();
+            let done = {
                 let mut g = lock(&self.inner);
-                if let Some(d) = g.rxq.front() {
+                // Both sources hold datagrams: take turns.
+                g.udp_turn = !g.udp_turn;
+                let udp_first = g.udp_turn && g.udp_maybe && !g.rxq.is_empty();
+                let kernel = if udp_first {
+                    // SAFETY: the application's msghdr (contract).
+                    unsafe { self.recv_kernel(&mut g, msg, flags, namelen, ctllen, &mut found) }
+                } else {
+                    None
+                };
+                if kernel.is_some() {
+                    kernel
+                } else if let Some(d) = g.rxq.front() {
                     // SAFETY: msg_iov describes writable iovecs (contract).
                     let copied = unsafe { iov::scatter(msg.msg_iov, msg.msg_iovlen, &d.data) };
                     let full = d.data.len();
@@ -52,13 +67,15 @@ impl Sock {
                     msg.msg_flags = if copied < full { libc::MSG_TRUNC } else { 0 };
                     if !peek {
                         g.rxq.pop_front();
-                        let left = self.rx_bytes.fetch_sub(full, Ordering::Relaxed) - full;
-                        if !g.paused.is_empty() && left <= config::get().rcvbuf / 2 {
-                            if let Some(eng) = reactor::current() {
-                                for c in g.paused.drain(..) {
-                                    c.set_interest(eng, Some(true), None);
-                                }
-                            }
+                        let charge = full + DGRAM_OVERHEAD;
+                        let left = self.rx_bytes.fetch_sub(charge, Ordering::Relaxed) - charge;
+                        let n = self.rx_dgrams.fetch_sub(1, Ordering::Relaxed) - 1;
+                        let cfg = config::get();
+                        if !g.paused.is_empty()
+                            && left <= cfg.rcvbuf / 2
+                            && n <= cfg.rcvq_dgrams / 2
+                        {
+                            resume.append(&mut g.paused);
                         }
                     }
                     // Datagrams a receive call read itself were queued
@@ -67,33 +84,49 @@ impl Sock {
                         self.ring(&mut g);
                     }
                     self.settle(&mut g);
-                    return if flags & libc::MSG_TRUNC != 0 {
+                    Some(if flags & libc::MSG_TRUNC != 0 {
                         full
                     } else {
                         copied
-                    } as isize;
-                }
-                if g.udp_maybe || udp_hint {
-                    msg.msg_namelen = namelen;
-                    msg.msg_controllen = ctllen;
-                    // SAFETY: the application's msghdr, passed to its kernel socket.
-                    let r = unsafe { real::recvmsg(self.udp, msg, flags | libc::MSG_DONTWAIT) };
-                    if r >= 0 {
-                        stats::inc(&STATS.rx_kernel_dgrams);
-                        if g.bells > 0 && !peek && !self.udp_readable() {
+                    } as isize)
+                } else if g.udp_maybe || udp_hint {
+                    // SAFETY: the application's msghdr (contract).
+                    match unsafe {
+                        self.recv_kernel(&mut g, msg, flags, namelen, ctllen, &mut found)
+                    } {
+                        Some(r) => Some(r),
+                        None if found.is_empty() => {
                             g.udp_maybe = false;
                             self.settle(&mut g);
+                            None
                         }
-                        return r;
+                        // A proof was read: look again.
+                        None => {
+                            udp_hint = true;
+                            None
+                        }
                     }
-                    let e = errno();
-                    if e != libc::EAGAIN {
-                        set_errno(e);
-                        return -1;
-                    }
-                    g.udp_maybe = false;
+                } else {
+                    self.settle(&mut g);
+                    None
                 }
-                self.settle(&mut g);
+            };
+            if !found.is_empty() || !resume.is_empty() {
+                let e = errno();
+                if let Some(eng) = reactor::current() {
+                    self.proved(eng, found);
+                    let me = self.arc();
+                    for c in resume {
+                        // Whole frames may wait in its buffer, which no
+                        // readiness event announces: take them now.
+                        c.set_interest(eng, Some(true), None);
+                        c.handle(eng, &me, EPOLLIN, false);
+                    }
+                }
+                set_errno(e);
+            }
+            if let Some(r) = done {
+                return r;
             }
             if nonblock {
                 set_errno(libc::EAGAIN);
@@ -164,6 +197,64 @@ impl Sock {
                 }
             }
         }
+    }
+
+    /// Receives from the hidden kernel UDP socket into the program's
+    /// `msg` (caller holds `inner`). While accepted connections wait for
+    /// the proof of their port, proof datagrams are taken off first (into
+    /// `found`) and never returned to the program. Returns the call's
+    /// result, or `None` when nothing (but maybe a proof) was there.
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    unsafe fn recv_kernel(
+        &self,
+        g: &mut Inner,
+        msg: &mut msghdr,
+        flags: c_int,
+        namelen: libc::socklen_t,
+        ctllen: usize,
+        found: &mut Vec<(SocketAddr, [u8; NONCE_LEN])>,
+    ) -> Option<isize> {
+        let peek = flags & libc::MSG_PEEK != 0;
+        let _proofs = (self.proofs.load(Ordering::Relaxed) > 0).then(|| lock(&self.proof_lock));
+        if _proofs.is_some() {
+            found.extend(self.take_proofs());
+            self.count_proofs(g);
+        }
+        msg.msg_namelen = namelen;
+        msg.msg_controllen = ctllen;
+        // SAFETY: the application's msghdr, passed to its kernel socket.
+        let r = unsafe { real::recvmsg(self.udp, msg, flags | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = errno();
+            if e != libc::EAGAIN {
+                return Some(-1);
+            }
+            return None;
+        }
+        if _proofs.is_some() && r == PROOF_LEN as isize && !peek {
+            // A proof that arrived after the look at the head.
+            let mut head = Vec::with_capacity(PROOF_LEN);
+            // SAFETY: the iovecs were just written by the kernel.
+            for part in unsafe { iov::parts(msg.msg_iov, msg.msg_iovlen) } {
+                head.extend_from_slice(&part[..part.len().min(PROOF_LEN - head.len())]);
+            }
+            if let Some(n) = frame::parse_proof(&head) {
+                // SAFETY: the kernel wrote msg_namelen bytes of address.
+                match unsafe { sys::addr_from_raw(msg.msg_name.cast(), msg.msg_namelen) } {
+                    Some(src) => found.push((src, n)),
+                    None => stats::inc(&STATS.proofs_bad),
+                }
+                return None;
+            }
+        }
+        stats::inc(&STATS.rx_kernel_dgrams);
+        if g.bells > 0 && !peek && !self.udp_readable() {
+            g.udp_maybe = false;
+            self.settle(g);
+        }
+        Some(r)
     }
 }
 

@@ -3,7 +3,7 @@
 //! existing connection or a new stripe group) and hands it to a connection
 //! or to kernel UDP.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,23 +11,14 @@ use std::time::{Duration, Instant};
 use libc::{c_int, msghdr};
 
 use super::config;
-use super::conn::{Conn, SendErr};
+use super::conn::{max_dgram, Conn, SendErr};
 use super::core::frame::Stripe;
-use super::core::policy::canonical;
 use super::core::routes::{Group, Lookup};
 use super::sock::{norm, ConnEvents, Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor::{self, Reactor};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{iov, real};
-
-/// Largest UDP payload to `dest` (what the kernel would accept).
-fn max_payload(dest: &SocketAddr) -> usize {
-    match canonical(dest.ip()) {
-        IpAddr::V4(_) => 65_507,
-        IpAddr::V6(_) => 65_527,
-    }
-}
 
 /// A random non-zero stripe group number.
 fn group_id() -> u32 {
@@ -106,7 +97,7 @@ impl Sock {
                 }
                 Route::Conn(c) => c,
             };
-            if len > max_payload(&dest) {
+            if len > max_dgram(&dest) {
                 set_errno(libc::EMSGSIZE);
                 return -1;
             }

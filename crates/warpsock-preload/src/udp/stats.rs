@@ -50,6 +50,10 @@ counters! {
     tx_lost,
     /// Sends that waited for buffer space (back-pressure).
     tx_waits,
+    /// Datagrams dropped because the connection's peer stopped reading
+    /// (its buffer full and no progress for a second), as kernel UDP drops
+    /// what it cannot send.
+    tx_stall_drops,
     /// TCP connection attempts.
     connects,
     /// Attempts that established a warpsock connection.
@@ -66,9 +70,30 @@ counters! {
     accepts,
     /// Accepted connections dropped for a bad preamble or framing.
     protocol_errors,
-    /// Accepted connections closed because no preamble arrived within
-    /// `WARPSOCK_PREAMBLE_TIMEOUT_MS`.
+    /// Accepted connections closed because no preamble (or no proof of its
+    /// port) arrived within `WARPSOCK_PREAMBLE_TIMEOUT_MS`.
     preamble_timeouts,
+    /// Accepted connections closed because their preamble claimed port 0,
+    /// an excluded port, or an address outside `WARPSOCK_UDP_ADDRS`.
+    preamble_refused,
+    /// Accepted connections refused at once: their TCP peer is outside
+    /// `WARPSOCK_UDP_ADDRS`, or the listener's socket already has
+    /// `WARPSOCK_MAX_ACCEPTED` of them.
+    accepts_refused,
+    /// Accepted connections still without a proved port closed to make
+    /// room for a new one (`WARPSOCK_MAX_PENDING`).
+    pending_evicted,
+    /// Times a listener stopped accepting for a while because the process
+    /// ran out of descriptors (EMFILE, ENFILE) or memory.
+    accept_pauses,
+    /// Source-port proofs that matched an accepted connection (its
+    /// datagrams are delivered from then on).
+    proofs_ok,
+    /// Proof datagrams that matched no connection, or came from another
+    /// address than the connection's peer (dropped, never delivered).
+    proofs_bad,
+    /// Proof datagrams sent (connecting side, re-sends included).
+    proofs_sent,
     /// Established connections that ended (EOF, reset, error).
     conns_closed,
     /// Datagrams received over TCP.
