@@ -11,7 +11,7 @@
 //! The reactor knows nothing of any socket kind: it calls handlers.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,17 @@ pub(crate) struct Reactor {
     next_id: AtomicU64,
     regs: Mutex<HashMap<u64, Reg>>,
     timers: Mutex<HashMap<u64, Reg>>,
+    /// What the thread's clock readings count from.
+    epoch: Instant,
+    /// When the thread will wake (ns after `epoch`): [`AWAKE`] while it
+    /// handles events, [`SCANNING`] while it looks at the deadlines.
+    wake_at: AtomicU64,
+    /// `epoll_pwait2` (µs timeouts) is missing: `epoll_wait` (ms) instead.
+    coarse: AtomicBool,
 }
+
+const AWAKE: u64 = 0;
+const SCANNING: u64 = u64::MAX;
 
 static ENGINE: AtomicPtr<Reactor> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -114,6 +124,9 @@ pub(crate) fn get() -> Option<&'static Reactor> {
         next_id: AtomicU64::new(1),
         regs: Mutex::new(HashMap::new()),
         timers: Mutex::new(HashMap::new()),
+        epoch: Instant::now(),
+        wake_at: AtomicU64::new(AWAKE),
+        coarse: AtomicBool::new(false),
     });
     let mut ev = libc::epoll_event {
         events: libc::EPOLLIN as u32,
@@ -227,6 +240,57 @@ impl Reactor {
         self.wake();
     }
 
+    /// Makes sure the thread looks at its timers by `deadline` (a handler
+    /// already on the timer list moved its deadline earlier): wakes it only
+    /// if it sleeps past that.
+    pub(crate) fn wake_by(&self, deadline: Instant) {
+        let d = self.ns(deadline);
+        let w = self.wake_at.load(Ordering::SeqCst);
+        if w != AWAKE && w > d {
+            self.wake();
+        }
+    }
+
+    fn ns(&self, t: Instant) -> u64 {
+        (t.saturating_duration_since(self.epoch).as_nanos() as u64).clamp(1, SCANNING - 1)
+    }
+
+    /// Waits for events at most `timeout` (`None`: until one comes), with
+    /// microsecond precision where the kernel has `epoll_pwait2` (5.11).
+    fn wait(&self, events: &mut [libc::epoll_event], timeout: Option<Duration>) -> c_int {
+        if !self.coarse.load(Ordering::Relaxed) {
+            let ts = timeout.map(|d| libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+            });
+            let tsp = ts
+                .as_ref()
+                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: `events` is writable for its length; `tsp` is null or
+            // a valid timespec; no signal mask.
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.epfd,
+                    events.as_mut_ptr(),
+                    events.len() as c_int,
+                    tsp,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            } as c_int;
+            if n >= 0 || sys::errno() != libc::ENOSYS {
+                return n;
+            }
+            self.coarse.store(true, Ordering::Relaxed);
+        }
+        let ms = timeout.map_or(-1, |d| {
+            d.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
+        });
+        // SAFETY: `events` is a writable array of the given length.
+        unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as c_int, ms) }
+    }
+
     /// Wakes the progress thread.
     pub(crate) fn wake(&self) {
         let one: u64 = 1;
@@ -243,16 +307,14 @@ impl Reactor {
     fn run(&'static self) {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         loop {
+            // A deadline moved earlier while we scan is seen by the scan, or
+            // its owner sees SCANNING and wakes us (`wake_by`).
+            self.wake_at.store(SCANNING, Ordering::SeqCst);
             let timeout = self.next_timeout();
-            // SAFETY: `events` is a writable array of the given length.
-            let n = unsafe {
-                libc::epoll_wait(
-                    self.epfd,
-                    events.as_mut_ptr(),
-                    events.len() as c_int,
-                    timeout,
-                )
-            };
+            let plan = timeout.map_or(SCANNING - 1, |d| self.ns(Instant::now() + d));
+            self.wake_at.store(plan, Ordering::SeqCst);
+            let n = self.wait(&mut events, timeout);
+            self.wake_at.store(AWAKE, Ordering::SeqCst);
             if n < 0 {
                 if sys::errno() == libc::EINTR {
                     continue;
@@ -280,7 +342,9 @@ impl Reactor {
         }
     }
 
-    fn next_timeout(&self) -> c_int {
+    /// How long to sleep: until the earliest deadline (at most a second,
+    /// as a safety net), or until an event when there is none.
+    fn next_timeout(&self) -> Option<Duration> {
         let t = lock(&self.timers);
         let now = Instant::now();
         let mut best: Option<Duration> = None;
@@ -291,9 +355,9 @@ impl Reactor {
             }
         }
         match best {
-            None if t.is_empty() => -1,
-            None => 100,
-            Some(d) => (d.as_micros().div_ceil(1000)).min(1000) as c_int,
+            None if t.is_empty() => None,
+            None => Some(Duration::from_secs(1)),
+            Some(d) => Some(d.min(Duration::from_secs(1))),
         }
     }
 

@@ -51,6 +51,13 @@ pub(crate) struct Config {
     /// exit handlers) wait for buffered datagrams, in the process that owns
     /// the connections only (default 500, at most `linger`).
     pub(crate) exit_linger: Duration,
+    /// `WARPSOCK_TX_DELAY_US`: how long a streaming program's datagrams may
+    /// wait in a connection's buffer for a batch to fill (default 200; 0
+    /// writes every datagram at once).
+    pub(crate) tx_delay: Duration,
+    /// `WARPSOCK_TX_BATCH`: bytes buffered before the sending call writes
+    /// them (default 64 KiB).
+    pub(crate) tx_batch: usize,
     /// `WARPSOCK_MAX_ACCEPTED`: accepted connections one socket keeps at
     /// most (more are refused: their senders fall back to kernel UDP;
     /// default 128).
@@ -186,6 +193,8 @@ impl Config {
             rcvbuf: env_num("WARPSOCK_RCVBUF", 8 << 20usize).max(128 << 10),
             linger: Duration::from_millis(env_num("WARPSOCK_LINGER_MS", 2000)),
             exit_linger: Duration::from_millis(env_num("WARPSOCK_EXIT_LINGER_MS", 500)),
+            tx_delay: Duration::from_micros(env_num("WARPSOCK_TX_DELAY_US", 200)),
+            tx_batch: env_num("WARPSOCK_TX_BATCH", 64usize << 10).clamp(1, 1 << 20),
             max_accepted: env_num("WARPSOCK_MAX_ACCEPTED", 128usize).max(1),
             max_pending: env_num("WARPSOCK_MAX_PENDING", 16usize).max(1),
             rcvq_dgrams: env_num("WARPSOCK_RCVQ_DGRAMS", 65_536usize).max(16),

@@ -198,7 +198,15 @@ pub(super) struct ConnSt {
     /// When the kernel last took bytes of the send buffer (or it was
     /// empty): a peer that stops reading stalls it.
     pub(super) progress: Instant,
+    /// When the progress thread writes the buffered tail of a batch.
+    pub(super) flush_at: Option<Instant>,
+    /// When the program last handed a datagram to this connection.
+    pub(super) last_send: Option<Instant>,
 }
+
+/// A send less than this after the previous one is part of a stream, and
+/// is batched (unless the program received in between).
+const STREAM_GAP: Duration = Duration::from_micros(20);
 
 /// A send that finds the connection's buffer full waits at most this long
 /// since the peer last made progress; then the datagram is dropped, as
@@ -321,6 +329,8 @@ impl Conn {
                 group: 0,
                 max_dgram: dest.map_or(frame::MAX_DGRAM_V6, |d| max_dgram(&d)),
                 progress: Instant::now(),
+                flush_at: None,
+                last_send: None,
             }),
             order: Mutex::new(()),
             cv: Condvar::new(),
@@ -376,14 +386,24 @@ impl Conn {
         i.fd == fd
     }
 
+    /// Whether the connection's input is read now (not paused for a full
+    /// queue, nor held back until its port is proved).
+    pub(super) fn reading(&self) -> bool {
+        lock(&self.ev).read
+    }
+
     /// Whether the claimed descriptor is still this connection's.
     pub(super) fn still(&self, fd: c_int) -> bool {
         lock(&self.ev).fd == fd
     }
 
-    /// The next timer deadline, if the connection is being set up.
+    /// The next timer deadline: set-up, or the flush of a batch's tail.
     pub(super) fn deadline(&self) -> Option<Instant> {
-        lock(&self.st).setup.deadline()
+        let st = lock(&self.st);
+        match (st.setup.deadline(), st.flush_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Whether datagrams handed to this connection are not yet in the kernel.
@@ -602,8 +622,19 @@ impl Conn {
 
     /// Application thread: hand one datagram to this connection.
     ///
+    /// Batching by construction: a datagram to an idle connection is
+    /// written at once, header and payload in one call, when the program
+    /// is not streaming (the previous send was at least [`STREAM_GAP`] ago,
+    /// or the program received in between: request and response). A
+    /// streaming program's datagrams are appended to the send buffer, which
+    /// the sending call itself writes once it holds `WARPSOCK_TX_BATCH`
+    /// bytes; a tail shorter than that is written by the progress thread
+    /// `WARPSOCK_TX_DELAY_US` after its first datagram (the bound on the
+    /// delay batching adds), or by the next send after that time.
+    ///
     /// # Safety
     /// `iov` must point to `n` iovecs describing readable memory.
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn send(
         &self,
         eng: &Reactor,
@@ -612,12 +643,20 @@ impl Conn {
         len: usize,
         nonblock: bool,
         sndtimeo: Option<Duration>,
+        interactive: bool,
     ) -> Result<(), SendErr> {
         let cfg = config::get();
-        let deadline = sndtimeo.map(|t| Instant::now() + t);
+        let now = Instant::now();
+        let deadline = sndtimeo.map(|t| now + t);
         // SAFETY: per the contract.
         let parts = unsafe { iov::parts(iov, n) };
         let mut st = lock(&self.st);
+        let streaming = !interactive
+            && !cfg.tx_delay.is_zero()
+            && st
+                .last_send
+                .is_some_and(|t| now.saturating_duration_since(t) < STREAM_GAP);
+        st.last_send = Some(now);
         let mut waited = false;
         loop {
             let phase = st.setup.phase();
@@ -627,36 +666,9 @@ impl Conn {
             if st.setup.retrying() {
                 return Err(SendErr::Kernel);
             }
-            if phase == Phase::Established && st.tx.is_idle() {
-                // Idle: write now, header and payload in one call.
-                let hdr = frame::header(len);
-                let mut v: Vec<iovec> = Vec::with_capacity(n + 1);
-                v.push(iovec {
-                    iov_base: hdr.as_ptr() as *mut _,
-                    iov_len: HDR_LEN,
-                });
+            if phase == Phase::Established && st.tx.is_idle() && !streaming {
                 // SAFETY: per the contract.
-                v.extend_from_slice(unsafe { iov::iovecs(iov, n) });
-                // SAFETY: msghdr is plain data; zero is a valid empty value.
-                let mut m: msghdr = unsafe { zeroed() };
-                m.msg_iov = v.as_mut_ptr();
-                m.msg_iovlen = v.len();
-                // SAFETY: the iovecs describe readable memory (contract, and `hdr`).
-                let w =
-                    unsafe { real::sendmsg(st.fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-                if w == (HDR_LEN + len) as isize {
-                    stats::inc(&STATS.tx_direct);
-                    return Ok(());
-                }
-                if w < 0 && !matches!(errno(), libc::EAGAIN | libc::EINTR) {
-                    return Err(SendErr::Died(self.die(&mut st)));
-                }
-                st.tx.rest_of(len, &parts, w.max(0) as usize);
-                st.progress = Instant::now();
-                self.note_queued(&st);
-                stats::inc(&STATS.tx_coalesced);
-                self.set_interest(eng, None, Some(true));
-                return Ok(());
+                return unsafe { self.send_now(&mut st, eng, iov, n, len, &parts) };
             }
             let pending = st.tx.queued();
             if pending > 0 && pending + HDR_LEN + len > cfg.sndbuf {
@@ -681,7 +693,6 @@ impl Conn {
                     }
                     None => Duration::from_millis(100),
                 };
-
                 st = self
                     .cv
                     .wait_timeout(st, wait)
@@ -690,15 +701,76 @@ impl Conn {
                 continue;
             }
             if st.tx.is_idle() {
-                st.progress = Instant::now();
+                st.progress = now;
             }
             st.tx.push(len, &parts);
-            self.note_queued(&st);
             stats::inc(&STATS.tx_coalesced);
+            let mut arm = None;
             if phase == Phase::Established {
-                self.set_interest(eng, None, Some(true));
+                if st.tx.queued() >= cfg.tx_batch || st.flush_at.is_some_and(|t| now >= t) {
+                    // A batch: written by this call (no thread hand-off).
+                    st.flush_at = None;
+                    stats::inc(&STATS.tx_batches);
+                    if self.flush(&mut st, eng).is_err() {
+                        return Err(SendErr::Died(self.die(&mut st)));
+                    }
+                } else if st.flush_at.is_none() {
+                    let t = now + cfg.tx_delay;
+                    st.flush_at = Some(t);
+                    arm = Some(t);
+                }
+            }
+            self.note_queued(&st);
+            drop(st);
+            if let Some(t) = arm {
+                eng.wake_by(t);
             }
             return Ok(());
         }
+    }
+
+    /// Writes one datagram to an idle connection now, header and payload
+    /// in one call (caller holds `st`); what the kernel does not take
+    /// stays buffered for the progress thread.
+    ///
+    /// # Safety
+    /// `iov` must point to `n` iovecs describing readable memory, the same
+    /// bytes as `parts`.
+    unsafe fn send_now(
+        &self,
+        st: &mut ConnSt,
+        eng: &Reactor,
+        iov: *const iovec,
+        n: usize,
+        len: usize,
+        parts: &[&[u8]],
+    ) -> Result<(), SendErr> {
+        let hdr = frame::header(len);
+        let mut v: Vec<iovec> = Vec::with_capacity(n + 1);
+        v.push(iovec {
+            iov_base: hdr.as_ptr() as *mut _,
+            iov_len: HDR_LEN,
+        });
+        // SAFETY: per the contract.
+        v.extend_from_slice(unsafe { iov::iovecs(iov, n) });
+        // SAFETY: msghdr is plain data; zero is a valid empty value.
+        let mut m: msghdr = unsafe { zeroed() };
+        m.msg_iov = v.as_mut_ptr();
+        m.msg_iovlen = v.len();
+        // SAFETY: the iovecs describe readable memory (contract, and `hdr`).
+        let w = unsafe { real::sendmsg(st.fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if w == (HDR_LEN + len) as isize {
+            stats::inc(&STATS.tx_direct);
+            return Ok(());
+        }
+        if w < 0 && !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+            return Err(SendErr::Died(self.die(st)));
+        }
+        st.tx.rest_of(len, parts, w.max(0) as usize);
+        st.progress = Instant::now();
+        self.note_queued(st);
+        stats::inc(&STATS.tx_coalesced);
+        self.set_interest(eng, None, Some(true));
+        Ok(())
     }
 }

@@ -41,16 +41,18 @@ struct Outcome {
     gone: Option<(Vec<Vec<u8>>, bool)>,
     /// The accepted connection's sender is proved: (remote, stripe group).
     proved: Option<(SocketAddr, u32)>,
-    /// The receive queue is full (or input is held back): stop reading.
+    /// The receive queue is full: stop reading until it has room.
     pause: bool,
+
     src: Option<SocketAddr>,
     /// Datagrams taken out of a failed attempt, to go by kernel UDP now.
     now_udp: Vec<Vec<u8>>,
 }
 
 impl Conn {
-    /// Progress thread: a timer may have expired. Returns true once the
-    /// connection no longer needs timers.
+    /// Progress thread: a timer may have expired (a set-up deadline, or a
+    /// batch's tail to write). Returns true once the connection is closed
+    /// (a live one stays on the timer list: its batches arm it).
     pub(super) fn on_timer(
         self: &Arc<Self>,
         eng: &'static Reactor,
@@ -60,10 +62,24 @@ impl Conn {
         let _busy = Handling::enter();
         let cfg = config::get();
         let mut st = lock(&self.st);
-        if st.setup.timers_done() {
+        if st.setup.phase() == Phase::Dead {
             return true;
         }
-        if st.setup.deadline().is_none_or(|d| d > now) {
+        if st.flush_at.is_some_and(|t| t <= now) {
+            st.flush_at = None;
+            if st.setup.phase() == Phase::Established && !st.tx.is_idle() {
+                stats::inc(&STATS.tx_tail_flushes);
+                if self.flush(&mut st, eng).is_err() {
+                    stats::inc(&STATS.conns_closed);
+                    let frames = self.die(&mut st);
+                    let dest = st.dest;
+                    drop(st);
+                    sock.conn_gone(eng, self, dest, frames, false);
+                    return true;
+                }
+            }
+        }
+        if st.setup.timers_done() || st.setup.deadline().is_none_or(|d| d > now) {
             return false;
         }
         // The answer may already be waiting: the thread can reach its timers
@@ -320,7 +336,8 @@ impl Conn {
         let mut room = sock.room();
         loop {
             if !st.setup.delivering() && st.rx.pending().len() >= RXBUF / 2 {
-                out.pause = true;
+                // Held back until the port is proved (which reads again).
+                self.set_interest(eng, Some(false), None);
                 return;
             }
             let r = Self::read_some(st);
@@ -382,6 +399,13 @@ impl Conn {
             match r {
                 Rd::Data(_) if budget < READ_BUDGET => continue,
                 Rd::Data(_) | Rd::Again => return,
+                Rd::Eof if !st.setup.delivering() && !st.rx.pending().is_empty() => {
+                    // A short-lived sender said everything and closed before
+                    // its proof was seen: keep what it said until the proof
+                    // comes (or the deadline), reading no further.
+                    self.set_interest(eng, Some(false), None);
+                    return;
+                }
                 Rd::Eof | Rd::Err => {
                     stats::inc(&STATS.conns_closed);
                     out.gone = Some((self.die(st), false));
@@ -418,6 +442,7 @@ impl Conn {
         if out.pause {
             sock.pause(eng, self);
         }
+
         if let Some((frames, fb)) = out.gone {
             sock.conn_gone(eng, self, out.src, frames, fb);
         }

@@ -30,6 +30,9 @@ impl Sock {
     pub(crate) unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
         let nonblock = flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed);
         let peek = flags & libc::MSG_PEEK != 0;
+        if !self.recv_seen.load(Ordering::Relaxed) {
+            self.recv_seen.store(true, Ordering::Relaxed);
+        }
         let deadline = lock(&self.inner).rcvtimeo.map(|t| Instant::now() + t);
         let (namelen, ctllen) = (msg.msg_namelen, msg.msg_controllen);
         let mut udp_hint = false;
@@ -189,7 +192,7 @@ impl Sock {
                         if r & libc::POLLNVAL == 0 && c.still(*fd) {
                             c.handle(eng, &d.sock, (r & !libc::POLLNVAL) as u16 as u32, true);
                         }
-                        stale |= !c.still(*fd);
+                        stale |= !c.still(*fd) || !c.reading();
                     }
                 }
                 if stale {
@@ -305,11 +308,12 @@ impl Driven {
         d
     }
 
-    /// Gives back the connections whose descriptor changed or closed.
+    /// Gives back the connections whose descriptor changed or closed, or
+    /// whose input is paused or held back (polling those would spin).
     fn prune(&mut self) {
         let Some(eng) = self.eng else { return };
         self.conns.retain(|(c, fd)| {
-            if c.still(*fd) {
+            if c.still(*fd) && c.reading() {
                 return true;
             }
             c.unclaim(eng, *fd);

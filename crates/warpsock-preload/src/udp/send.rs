@@ -72,6 +72,8 @@ impl Sock {
         // SAFETY: msg_iov describes msg_iovlen iovecs.
         let len = unsafe { iov::len(msg.msg_iov, msg.msg_iovlen) };
         let nonblock = flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed);
+        // A receive since the last send: request and response, not a stream.
+        let interactive = self.recv_seen.swap(false, Ordering::Relaxed);
         loop {
             let route = {
                 let mut g = lock(&self.inner);
@@ -102,7 +104,17 @@ impl Sock {
                 return -1;
             }
             // SAFETY: msg_iov describes readable iovecs.
-            match unsafe { c.send(eng, msg.msg_iov, msg.msg_iovlen, len, nonblock, sndtimeo) } {
+            match unsafe {
+                c.send(
+                    eng,
+                    msg.msg_iov,
+                    msg.msg_iovlen,
+                    len,
+                    nonblock,
+                    sndtimeo,
+                    interactive,
+                )
+            } {
                 Ok(()) => {
                     stats::inc(&STATS.tx_tcp_dgrams);
                     stats::add(&STATS.tx_tcp_bytes, len as u64);

@@ -83,6 +83,9 @@ pub(crate) struct Sock {
     /// with reading it (a proof peeked by one thread must not be read as
     /// data by another).
     pub(super) proof_lock: Mutex<()>,
+    /// A receive call came since the last send (the sender's batching
+    /// then writes at once: request and response).
+    pub(super) recv_seen: AtomicBool,
     /// Blocking waits left that leave reading to the progress thread (set
     /// when a caller-driven read found a stream's batch).
     pub(super) drive_skip: AtomicUsize,
@@ -189,6 +192,7 @@ impl Sock {
                 rx_dgrams: AtomicUsize::new(0),
                 proofs: AtomicUsize::new(0),
                 proof_lock: Mutex::new(()),
+                recv_seen: AtomicBool::new(false),
                 drive_skip: AtomicUsize::new(0),
                 inner: Mutex::new(Inner {
                     rxq: VecDeque::new(),

@@ -37,8 +37,14 @@ counters! {
     tx_direct,
     /// Datagrams queued behind others and coalesced into larger writes.
     tx_coalesced,
-    /// Writes of coalesced data done by the progress thread.
+    /// Writes of buffered data (by the progress thread or a batch's sender).
     tx_flush_writes,
+    /// Batches written by the sending call itself (the buffer reached
+    /// `WARPSOCK_TX_BATCH`, or its tail's delay had passed).
+    tx_batches,
+    /// Batch tails written by the progress thread after
+    /// `WARPSOCK_TX_DELAY_US`.
+    tx_tail_flushes,
     /// Datagrams sent by kernel UDP because the policy excludes them.
     tx_kernel_policy,
     /// Datagrams sent by kernel UDP because the destination has fallen back.
