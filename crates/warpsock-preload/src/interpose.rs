@@ -348,9 +348,11 @@ pub unsafe extern "C" fn setsockopt(
 /// Interposed `shutdown(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
-    let fd = managed(fd).map_or(fd, |s| s.kernel_fd());
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real::shutdown(fd, how) }
+    match managed(fd) {
+        Some(s) => enter(-1, || s.shutdown(how)),
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::shutdown(fd, how) },
+    }
 }
 
 // ---- receiving -------------------------------------------------------------

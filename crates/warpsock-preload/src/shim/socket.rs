@@ -72,6 +72,12 @@ pub(crate) trait Socket: Send + Sync {
         unsafe { real::setsockopt(self.kernel_fd(), level, name, val, len) }
     }
 
+    /// `shutdown(2)`.
+    fn shutdown(&self, how: c_int) -> c_int {
+        // SAFETY: forwarding the program's arguments to the kernel socket.
+        unsafe { real::shutdown(self.kernel_fd(), how) }
+    }
+
     /// `ioctl(2)` other than `FIONBIO` (which the interposition layer
     /// applies to the program's descriptor and reports through
     /// [`Socket::set_nonblocking`]).

@@ -168,6 +168,10 @@ impl Socket for Sock {
         Self::setsockopt(self, level, name, val, len)
     }
 
+    fn shutdown(&self, how: c_int) -> c_int {
+        Self::shutdown(self, how)
+    }
+
     fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {
         match (req, self.next_size()) {
             (libc::FIONREAD, Some(n)) if arg != 0 => {

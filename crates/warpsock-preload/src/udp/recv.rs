@@ -33,6 +33,12 @@ impl Sock {
         if !self.recv_seen.load(Ordering::Relaxed) {
             self.recv_seen.store(true, Ordering::Relaxed);
         }
+        if self.shut_rd.load(Ordering::Relaxed) {
+            msg.msg_namelen = 0;
+            msg.msg_controllen = 0;
+            msg.msg_flags = 0;
+            return 0;
+        }
         let deadline = lock(&self.inner).rcvtimeo.map(|t| Instant::now() + t);
         let (namelen, ctllen) = (msg.msg_namelen, msg.msg_controllen);
         let mut udp_hint = false;

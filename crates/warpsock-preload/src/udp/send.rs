@@ -50,6 +50,10 @@ impl Sock {
     /// `msg` must be a valid msghdr whose buffers are readable.
     pub(crate) unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize {
         let cfg = config::get();
+        if self.shut_wr.load(Ordering::Relaxed) {
+            set_errno(libc::EPIPE);
+            return -1;
+        }
         let Some(eng) = reactor::get() else {
             // SAFETY: forwarding the caller's valid msghdr.
             return unsafe { self.kernel_send(msg, flags, None) };

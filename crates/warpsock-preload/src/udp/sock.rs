@@ -24,7 +24,7 @@ use super::core::setup::PROOF_LINGER;
 use super::stats::{self, STATS};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::reactor::{self, Handler, Reactor};
-use crate::shim::sys::{self, errno, lock};
+use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
 
 const EPOLLET: u32 = libc::EPOLLET as u32;
@@ -83,6 +83,11 @@ pub(crate) struct Sock {
     /// with reading it (a proof peeked by one thread must not be read as
     /// data by another).
     pub(super) proof_lock: Mutex<()>,
+    /// `shutdown(SHUT_RD)`: receive calls return 0 (emulated: the hidden
+    /// kernel socket still carries the offload's own datagrams).
+    pub(super) shut_rd: AtomicBool,
+    /// `shutdown(SHUT_WR)`: send calls fail with EPIPE.
+    pub(super) shut_wr: AtomicBool,
     /// A receive call came since the last send (the sender's batching
     /// then writes at once: request and response).
     pub(super) recv_seen: AtomicBool,
@@ -193,6 +198,8 @@ impl Sock {
                 proofs: AtomicUsize::new(0),
                 proof_lock: Mutex::new(()),
                 recv_seen: AtomicBool::new(false),
+                shut_rd: AtomicBool::new(false),
+                shut_wr: AtomicBool::new(false),
                 drive_skip: AtomicUsize::new(0),
                 inner: Mutex::new(Inner {
                     rxq: VecDeque::new(),
@@ -319,6 +326,38 @@ impl Sock {
             }
         }
         r
+    }
+
+    /// shutdown(2) on the application's descriptor: emulated, because the
+    /// hidden kernel socket must still send and receive the offload's own
+    /// datagrams (source-port proofs) for connections already under way.
+    /// As on a kernel UDP socket: after `SHUT_WR` sends fail with EPIPE
+    /// (without SIGPIPE), after `SHUT_RD` receives return 0 at once.
+    pub(crate) fn shutdown(&self, how: c_int) -> c_int {
+        let (rd, wr) = match how {
+            libc::SHUT_RD => (true, false),
+            libc::SHUT_WR => (false, true),
+            libc::SHUT_RDWR => (true, true),
+            _ => {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
+        };
+        if rd {
+            self.shut_rd.store(true, Ordering::Relaxed);
+            let mut g = lock(&self.inner);
+            self.ring(&mut g);
+        }
+        if wr {
+            self.shut_wr.store(true, Ordering::Relaxed);
+        }
+        // Linux shuts an unconnected UDP socket down all the same, and
+        // reports ENOTCONN.
+        if sys::peer_addr(self.udp).is_none() {
+            set_errno(libc::ENOTCONN);
+            return -1;
+        }
+        0
     }
 
     /// FIONREAD: the size of the next datagram.
