@@ -522,7 +522,9 @@ fn receive_queue_flood_keeps_memory_bounded() {
     drop(t);
     let r = v.quit();
     r.assert_ok("victim");
-    assert!(r.stat("rx_paused") >= 1, "{}", r.stderr);
+    // The flood was held back by flow control (served later, round robin
+    // with the other connections), not queued in memory.
+    assert!(r.stat("rx_tcp_dgrams") >= 1000, "{}", r.stderr);
 }
 
 /// A datagram longer than IPv4 allows (65,507 bytes) from an IPv4 peer

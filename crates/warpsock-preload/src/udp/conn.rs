@@ -35,6 +35,7 @@ pub(super) const EPOLLIN: u32 = libc::EPOLLIN as u32;
 pub(super) const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
 pub(super) const EPOLLERR: u32 = libc::EPOLLERR as u32;
 pub(super) const EPOLLHUP: u32 = libc::EPOLLHUP as u32;
+const EPOLLET: u32 = libc::EPOLLET as u32;
 
 /// Sets congestion control, pacing and no-delay on an offload connection
 /// (or listener, whose accepted connections inherit them).
@@ -129,12 +130,20 @@ pub(super) struct Interest {
     /// Blocking receive calls reading the connection themselves: while
     /// non-zero the progress thread does not watch it for input.
     callers: usize,
+    /// On the socket's ready list: the progress thread is told of each new
+    /// arrival (edge-triggered) only to ring the doorbell, so that
+    /// edge-triggered waiters on the program's descriptor wake per arrival
+    /// as with kernel UDP.
+    edge: bool,
 }
 
 impl Interest {
     fn mask(&self) -> u32 {
         let read = self.read && self.callers == 0;
-        (if read { EPOLLIN } else { 0 }) | (if self.write { EPOLLOUT } else { 0 })
+        let edge = !read && self.edge;
+        (if read || edge { EPOLLIN } else { 0 })
+            | (if self.write { EPOLLOUT } else { 0 })
+            | (if edge { EPOLLET } else { 0 })
     }
 }
 
@@ -157,6 +166,8 @@ pub(crate) struct Conn {
     pub(super) nonce: [u8; NONCE_LEN],
     /// Accepted: a datagram was delivered from it (a reply may go back).
     pub(super) delivered: AtomicBool,
+    /// On its socket's ready list (changed under the socket's lock).
+    pub(super) ready: AtomicBool,
     /// Stripe index (0 when not striped), for the per-stripe counters.
     pub(super) stripe: AtomicUsize,
     /// Where the connection stands, readable without `st` (`HINT_*`).
@@ -200,6 +211,7 @@ pub(super) struct ConnSt {
     pub(super) progress: Instant,
     /// When the progress thread writes the buffered tail of a batch.
     pub(super) flush_at: Option<Instant>,
+
     /// When the program last handed a datagram to this connection.
     pub(super) last_send: Option<Instant>,
 }
@@ -312,6 +324,7 @@ impl Conn {
             inbound: tcp_peer.is_some(),
             nonce,
             delivered: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
             stripe: AtomicUsize::new(0),
             hint: AtomicU8::new(HINT_SETUP),
             queued: AtomicUsize::new(0),
@@ -339,16 +352,19 @@ impl Conn {
                 read: false,
                 write: false,
                 callers: 0,
+                edge: false,
             }),
         }
     }
 
-    /// Changes epoll interest (leaf lock).
+    /// Changes epoll interest (leaf lock). Reading (or not) ends being on
+    /// the ready list.
     pub(super) fn set_interest(&self, eng: &Reactor, read: Option<bool>, write: Option<bool>) {
         let mut i = lock(&self.ev);
         let old = i.mask();
         if let Some(r) = read {
             i.read = r;
+            i.edge = false;
         }
         if let Some(w) = write {
             i.write = w;
@@ -384,6 +400,18 @@ impl Conn {
             eng.modify(i.fd, self.id, i.mask());
         }
         i.fd == fd
+    }
+
+    /// The connection joins its socket's ready list: the progress thread
+    /// stops reading it and is told of new arrivals only (edge-triggered).
+    pub(super) fn set_ready(&self, eng: &Reactor) {
+        let mut i = lock(&self.ev);
+        let old = i.mask();
+        i.read = false;
+        i.edge = true;
+        if i.mask() != old && i.fd >= 0 {
+            eng.modify(i.fd, self.id, i.mask());
+        }
     }
 
     /// Whether the connection's input is read now (not paused for a full
@@ -582,6 +610,7 @@ impl Conn {
         if room.is_empty() {
             return Rd::Again;
         }
+
         // SAFETY: reading into the unused tail of our buffer.
         let n = unsafe { real::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
         if n > 0 {

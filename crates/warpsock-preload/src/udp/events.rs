@@ -25,11 +25,6 @@ use crate::shim::sys::{self, lock};
 
 /// Most bytes read from one connection per readiness event (fairness).
 const READ_BUDGET: usize = 1 << 20;
-/// A caller-driven read that finds this many datagrams at once is serving a
-/// stream: the next `STREAM_SKIP` blocking waits leave reading to the
-/// progress thread, which then reads while the application consumes.
-const STREAM_BATCH: usize = 16;
-pub(super) const STREAM_SKIP: usize = 256;
 
 /// What handling an event decided for the socket, applied once the
 /// connection's locks are released.
@@ -43,6 +38,8 @@ struct Outcome {
     proved: Option<(SocketAddr, u32)>,
     /// The receive queue is full: stop reading until it has room.
     pause: bool,
+    /// Input for the receive calls to read themselves (`super::serve`).
+    ready: bool,
 
     src: Option<SocketAddr>,
     /// Datagrams taken out of a failed attempt, to go by kernel UDP now.
@@ -246,6 +243,12 @@ impl Conn {
                     if out.gone.is_none() && bits & (EPOLLIN | EPOLLERR | EPOLLHUP) != 0 {
                         // Set-up bytes (preamble) take no room in the queue.
                         if st.setup.delivering()
+                            && config::get().caller_recv
+                            && bits & (EPOLLERR | EPOLLHUP) == 0
+                        {
+                            // Receive calls read it themselves.
+                            out.ready = true;
+                        } else if st.setup.delivering()
                             && sock.rx_full()
                             && bits & (EPOLLERR | EPOLLHUP) == 0
                         {
@@ -306,6 +309,11 @@ impl Conn {
                 }
                 self.set_interest(eng, Some(true), None);
                 out.src = st.dest;
+                if config::get().caller_recv {
+                    // Receive calls read what came with the hello.
+                    out.ready = !st.rx.pending().is_empty();
+                    return;
+                }
                 let mut room = sock.room();
                 match Self::parse(st, &mut out.dgrams, &mut room) {
                     Parse::Done => {}
@@ -381,6 +389,12 @@ impl Conn {
                     }
                 }
             }
+            if st.setup.delivering() && config::get().caller_recv {
+                // Proved now: receive calls read the rest themselves.
+                out.src = st.dest;
+                out.ready = true;
+                return;
+            }
             if st.setup.delivering() {
                 out.src = st.dest;
                 match Self::parse(st, &mut out.dgrams, &mut room) {
@@ -431,10 +445,8 @@ impl Conn {
             sock.pending_done(self);
             sock.adopt_route(r, self, group);
         }
-        if from_caller && out.dgrams.len() >= STREAM_BATCH {
-            // A stream, not a ping-pong: the progress thread reading in
-            // parallel with the application moves more.
-            sock.drive_skip.store(STREAM_SKIP, Ordering::Relaxed);
+        if out.ready {
+            sock.mark_ready(eng, self, !from_caller);
         }
         if let (false, Some(s)) = (out.dgrams.is_empty(), out.src) {
             sock.deliver(eng, s, out.dgrams, self, from_caller);

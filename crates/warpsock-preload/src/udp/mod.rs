@@ -8,7 +8,7 @@
 //! | [`config`], [`stats`] | environment configuration; counters printed with `WARPSOCK_STATS=1` |
 //! | [`sock`] | an offloaded socket: hidden kernel UDP socket, doorbell, receive queue, routes; the progress thread's entry points |
 //! | [`listen`] | the TCP listener of a bound port, accepting, route adoption |
-//! | [`send`], [`recv`] | the send and receive calls |
+//! | [`send`], [`recv`], [`serve`] | the send and receive calls; receive calls served from the connections' buffers |
 //! | [`conn`], [`events`] | one TCP connection: the I/O driver of the core, its readiness and timers |
 //!
 //! [`UDP`] is the [`Kind`] the interposition layer knows: UDP sockets are
@@ -22,6 +22,7 @@ mod events;
 mod listen;
 mod recv;
 mod send;
+mod serve;
 mod sock;
 pub(crate) mod stats;
 

@@ -91,15 +91,15 @@ pub(crate) struct Sock {
     /// A receive call came since the last send (the sender's batching
     /// then writes at once: request and response).
     pub(super) recv_seen: AtomicBool,
-    /// Blocking waits left that leave reading to the progress thread (set
-    /// when a caller-driven read found a stream's batch).
-    pub(super) drive_skip: AtomicUsize,
     pub(super) inner: Mutex<Inner>,
 }
 
 /// The state behind `Sock::inner`.
 pub(super) struct Inner {
     pub(super) rxq: VecDeque<Dgram>,
+    /// Connections whose input the receive calls read themselves, served
+    /// round robin (`super::serve`).
+    pub(super) ready: VecDeque<Arc<Conn>>,
     pub(super) bells: usize,
     /// The hidden UDP socket may hold datagrams (set by its edge-triggered
     /// readiness, cleared when a receive finds it empty).
@@ -200,9 +200,9 @@ impl Sock {
                 recv_seen: AtomicBool::new(false),
                 shut_rd: AtomicBool::new(false),
                 shut_wr: AtomicBool::new(false),
-                drive_skip: AtomicUsize::new(0),
                 inner: Mutex::new(Inner {
                     rxq: VecDeque::new(),
+                    ready: VecDeque::new(),
                     bells: 0,
                     udp_maybe: true,
                     udp_turn: false,
@@ -269,6 +269,7 @@ impl Sock {
             let mut g = lock(&self.inner);
             g.closed = true;
             g.rxq.clear();
+            g.ready.clear();
             self.rx_bytes.store(0, Ordering::Relaxed);
             self.rx_dgrams.store(0, Ordering::Relaxed);
             (
@@ -360,9 +361,21 @@ impl Sock {
         0
     }
 
-    /// FIONREAD: the size of the next datagram.
+    /// FIONREAD: the size of the next datagram (queued, or whole in a
+    /// ready connection's buffer).
     pub(crate) fn next_size(&self) -> Option<usize> {
-        lock(&self.inner).rxq.front().map(|d| d.data.len())
+        let first = {
+            let g = lock(&self.inner);
+            if let Some(d) = g.rxq.front() {
+                return Some(d.data.len());
+            }
+            g.ready.front().cloned()?
+        };
+        let st = lock(&first.st);
+        match st.rx.peek() {
+            frame::Parsed::Frame(len) => Some(len),
+            _ => None,
+        }
     }
 
     /// Writes a doorbell byte (caller holds `inner`).
@@ -382,7 +395,7 @@ impl Sock {
     /// Trusting the stale hint left a doorbell behind with nothing to
     /// receive, and the descriptor read as ready.
     pub(super) fn settle(&self, g: &mut Inner) {
-        if g.bells == 0 || !g.rxq.is_empty() {
+        if g.bells == 0 || !g.rxq.is_empty() || !g.ready.is_empty() {
             return;
         }
         if g.udp_maybe {
@@ -613,6 +626,7 @@ impl Sock {
             let mut g = lock(&self.inner);
             g.owned.remove(&conn.id);
             g.paused.retain(|c| !Arc::ptr_eq(c, conn));
+            g.ready.retain(|c| !Arc::ptr_eq(c, conn));
             if conn.inbound {
                 g.accepted = g.accepted.saturating_sub(1);
                 g.pending.retain(|c| !Arc::ptr_eq(c, conn));
