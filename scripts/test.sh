@@ -9,7 +9,8 @@ export CARGO_TERM_COLOR=never
 # tshark validates our wire bytes (crates/warpsock-proto/tests/tshark.rs).
 # Everything the cargo tests themselves use (the script suites install their own):
 # tshark (wire validation), the figures font, namespace tools.
-scripts/ensure-pkgs.sh build-essential pkg-config tshark fonts-dejavu-core iproute2 nftables
+scripts/ensure-pkgs.sh build-essential pkg-config tshark fonts-dejavu-core iproute2 nftables libibverbs-dev librdmacm-dev
+export WARPSOCK_REQUIRE_RDMA_HEADERS=1
 export WARPSOCK_REQUIRE_TSHARK=1
 
 T0=$SECONDS

@@ -31,23 +31,63 @@
 //! connections from taking the place of the client's. The `result` line
 //! is the server side's [`Stats`] and CPU time over the test.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::opts::{Budget, ProgressMode, Spec, Test, Transport, MAX_CONNS};
-use crate::work::{Cpu, Stats};
+use crate::spec::{Budget, ProgressMode, Spec, Test, MAX_CONNS, MAX_SIZE, MAX_WINDOW};
+use crate::stats::{Cpu, Stats, Tally};
+use crate::transports;
 use crate::Error;
 
 /// Protocol version in the hello lines.
 pub(crate) const VERSION: u32 = 2;
+/// Longest control line either side accepts (the longest real one, a
+/// `result` with a thousand interval samples, is far below).
+pub(crate) const MAX_LINE: usize = 64 * 1024;
+/// How much of a peer's bad line an error message repeats.
+const ECHO: usize = 60;
+
+/// `s` cut to [`ECHO`] characters, control characters escaped: what an
+/// error may repeat of what a peer sent.
+pub(crate) fn shorten(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(ECHO)
+        .flat_map(char::escape_default)
+        .collect();
+    if s.chars().count() > ECHO {
+        out.push('…');
+    }
+    out
+}
 
 /// One end of the control connection.
-#[derive(Debug)]
 pub(crate) struct Ctl {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
+    s: TcpStream,
+    /// Bytes read and not yet taken as a line (at most [`MAX_LINE`]).
+    buf: Vec<u8>,
+}
+
+/// Why [`Ctl::recv`] returned no line.
+#[derive(Debug)]
+pub(crate) enum RecvError {
+    /// Nothing complete arrived within the time given (what did arrive is
+    /// kept for the next call).
+    Timeout,
+    /// The connection is unusable: closed, reset, an over-long or non-text
+    /// line.
+    Failed(Error),
+}
+
+impl From<RecvError> for Error {
+    fn from(e: RecvError) -> Self {
+        match e {
+            RecvError::Timeout => Self::msg("no answer on the control connection in time"),
+            RecvError::Failed(e) => e,
+        }
+    }
 }
 
 /// A received line: its verb and `key=value` arguments (for `error`, the
@@ -80,13 +120,18 @@ impl Line {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
-            .ok_or_else(|| Error::msg(format!("protocol error: '{}' lacks {key}=", self.verb)))
+            .ok_or_else(|| {
+                Error::msg(format!(
+                    "protocol error: '{}' lacks {key}=",
+                    shorten(&self.verb)
+                ))
+            })
     }
 
     pub(crate) fn num<T: FromStr>(&self, key: &str) -> Result<T, Error> {
         let v = self.get(key)?;
         v.parse()
-            .map_err(|_| Error::msg(format!("protocol error: bad value {key}={v}")))
+            .map_err(|_| Error::msg(format!("protocol error: bad value {key}={}", shorten(v))))
     }
 
     /// Fails with the peer's message if this is an `error` line, or if the
@@ -98,7 +143,7 @@ impl Line {
         if self.verb != want {
             return Err(Error::msg(format!(
                 "protocol error: expected '{want}', got '{}'",
-                self.verb
+                shorten(&self.verb)
             )));
         }
         Ok(self)
@@ -107,11 +152,19 @@ impl Line {
 
 impl Ctl {
     pub(crate) fn new(s: TcpStream) -> io::Result<Self> {
+        Self::with_prefix(s, Vec::new())
+    }
+
+    /// A control connection whose first bytes, `prefix`, were already read
+    /// (by the server's dispatcher).
+    pub(crate) fn with_prefix(s: TcpStream, prefix: Vec<u8>) -> io::Result<Self> {
         s.set_nodelay(true)?;
-        Ok(Self {
-            r: BufReader::new(s.try_clone()?),
-            w: s,
-        })
+        Ok(Self { s, buf: prefix })
+    }
+
+    /// The peer's address.
+    pub(crate) fn peer(&self) -> io::Result<std::net::SocketAddr> {
+        self.s.peer_addr()
     }
 
     /// Sends one line (a newline is added).
@@ -120,31 +173,82 @@ impl Ctl {
         let mut b = Vec::with_capacity(line.len() + 1);
         b.extend_from_slice(line.as_bytes());
         b.push(b'\n');
-        self.w
+        self.s
             .write_all(&b)
             .map_err(|e| Error::msg(format!("control connection lost: {e}")))
     }
 
-    /// Receives one line, waiting up to `timeout` (`None`: forever).
-    pub(crate) fn recv(&mut self, timeout: Option<Duration>) -> Result<Line, Error> {
-        self.w.set_read_timeout(timeout)?;
-        let mut s = String::new();
-        match self.r.read_line(&mut s) {
-            Ok(0) => Err(Error::msg("the peer closed the control connection")),
-            Ok(_) => Ok(Line::parse(&s)),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Err(Error::msg(format!(
-                    "no answer on the control connection for {:.0} s",
-                    timeout.unwrap_or_default().as_secs_f64()
-                )))
+    /// Receives one line, waiting up to `timeout` in all (`None`: forever):
+    /// a peer that dribbles bytes gets no more time than a silent one.
+    /// Lines are at most [`MAX_LINE`] bytes of UTF-8.
+    pub(crate) fn recv_within(&mut self, timeout: Option<Duration>) -> Result<Line, RecvError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = self.buf.iter().position(|&c| c == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=end).collect();
+                return match std::str::from_utf8(&line) {
+                    Ok(s) => Ok(Line::parse(s)),
+                    Err(_) => Err(RecvError::Failed(Error::msg(
+                        "a control line that is not UTF-8 text",
+                    ))),
+                };
             }
-            Err(e) => Err(Error::msg(format!("control connection lost: {e}"))),
+            if self.buf.len() > MAX_LINE {
+                return Err(RecvError::Failed(Error::msg(format!(
+                    "a control line longer than {MAX_LINE} bytes (the limit)"
+                ))));
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(l) if !l.is_zero() => Some(l),
+                    _ => return Err(RecvError::Timeout),
+                },
+                None => None,
+            };
+            self.s
+                .set_read_timeout(left)
+                .map_err(|e| RecvError::Failed(e.into()))?;
+            let room = (MAX_LINE + 1 - self.buf.len()).min(chunk.len());
+            match self.s.read(&mut chunk[..room]) {
+                Ok(0) if self.buf.is_empty() => {
+                    return Err(RecvError::Failed(Error::msg(
+                        "the peer closed the control connection",
+                    )))
+                }
+                Ok(0) => {
+                    return Err(RecvError::Failed(Error::msg(
+                        "the peer closed the control connection mid-line",
+                    )))
+                }
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(RecvError::Timeout)
+                }
+                Err(e) => {
+                    return Err(RecvError::Failed(Error::msg(format!(
+                        "control connection lost: {e}"
+                    ))))
+                }
+            }
         }
+    }
+
+    /// [`Ctl::recv_within`], a timeout being an error that says how long.
+    pub(crate) fn recv(&mut self, timeout: Option<Duration>) -> Result<Line, Error> {
+        self.recv_within(timeout).map_err(|e| match e {
+            RecvError::Timeout => Error::msg(format!(
+                "no answer on the control connection for {:.0} s",
+                timeout.unwrap_or_default().as_secs_f64()
+            )),
+            RecvError::Failed(e) => e,
+        })
     }
 }
 
@@ -184,10 +288,10 @@ pub(crate) fn decode_spec(l: &Line) -> Result<Spec, Error> {
     };
     let size: usize = l.num("size")?;
     let window: usize = l.num("window")?;
-    if !(1..=crate::opts::MAX_SIZE).contains(&size) {
+    if !(1..=MAX_SIZE).contains(&size) {
         return Err(bad("size", &size.to_string()));
     }
-    if !(1..=64).contains(&window) {
+    if !(1..=MAX_WINDOW).contains(&window) {
         return Err(bad("window", &window.to_string()));
     }
     let conns: usize = l.num("conns")?;
@@ -197,7 +301,7 @@ pub(crate) fn decode_spec(l: &Line) -> Result<Spec, Error> {
     let budget = l.get("budget")?;
     Ok(Spec {
         test: Test::parse(test).ok_or_else(|| bad("kind", test))?,
-        transport: Transport::parse(transport).ok_or_else(|| bad("transport", transport))?,
+        transport: transports::find(transport).ok_or_else(|| bad("transport", transport))?,
         crc: l.num::<u8>("crc")? != 0,
         size,
         window,
@@ -210,28 +314,6 @@ pub(crate) fn decode_spec(l: &Line) -> Result<Spec, Error> {
         budget: Budget::decode(budget).ok_or_else(|| bad("budget", budget))?,
         rate: l.num("rate")?,
     })
-}
-
-/// What one side received and checked in a test.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Tally {
-    /// Messages received (for RDMA Write: inferred from the final state).
-    pub(crate) msgs: u64,
-    /// Payload bytes received.
-    pub(crate) bytes: u64,
-    /// Payload bytes whose contents checked out.
-    pub(crate) verified: u64,
-}
-
-impl Tally {
-    /// Counts one received message of `len` bytes, verified or not.
-    pub(crate) fn add(&mut self, len: usize, ok: bool) {
-        self.msgs += 1;
-        self.bytes += len as u64;
-        if ok {
-            self.verified += len as u64;
-        }
-    }
 }
 
 /// What the server reports of one test: its [`Stats`] (without samples of
@@ -316,7 +398,7 @@ mod tests {
     fn spec_round_trip() {
         let s = Spec {
             test: Test::Bw,
-            transport: Transport::Write,
+            transport: transports::find("write").unwrap(),
             crc: true,
             size: 1 << 20,
             window: 8,
@@ -349,6 +431,16 @@ mod tests {
         assert_eq!(SideReport::decode(&Line::parse(&r.encode())).unwrap(), r);
         r.intervals.clear();
         assert_eq!(SideReport::decode(&Line::parse(&r.encode())).unwrap(), r);
+    }
+
+    #[test]
+    fn bad_lines_are_echoed_short() {
+        let long = "x".repeat(10_000);
+        let e = Line::parse(&format!("{long}\n"))
+            .expect("hello")
+            .unwrap_err();
+        assert!(e.to_string().len() < 120, "{e}");
+        assert_eq!(shorten("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
     }
 
     #[test]

@@ -16,9 +16,11 @@
 //! Exit status: 0 on success, 1 when a run fails (refused or unreachable
 //! peer, a transfer error), 2 for a bad command line.
 //!
-//! How client and server talk is documented in [`ctl`]; how every
-//! connection runs and ends in [`work`]; what each test does on the wire in
-//! [`iwarp`], [`tcp`] and [`udp`]; the suite's plan in [`opts`].
+//! How client and server talk is documented in [`ctl`]; the one benchmark
+//! loop, roles and how every connection ends in [`driver`]; each
+//! transport, and how to add one (a file and a line), in [`transports`];
+//! the suite's plan in [`opts`]; the results and their outputs in
+//! [`report`].
 //!
 //! # Adding a subcommand
 //!
@@ -26,22 +28,21 @@
 //! where `foo::Args` derives [`clap::Args`] and implements [`Run`].
 
 mod bench;
+mod child;
 mod ctl;
 mod data;
+mod driver;
 mod error;
-mod external;
-mod figures;
-mod iwarp;
-mod meter;
-mod netns;
 mod opts;
+mod parse;
 mod pin;
 mod report;
 mod rping;
+mod run;
 mod server;
-mod tcp;
-mod udp;
-mod work;
+mod spec;
+mod stats;
+mod transports;
 
 use std::process::ExitCode;
 
@@ -87,11 +88,14 @@ commands! {
     Client(bench::ClientCmd),
     /// Draw the figures (PNG and SVG) and a Markdown summary of a
     /// `bench --json` results file.
-    Report(figures::ReportCmd),
+    Report(report::ReportCmd),
     /// rdma-core's rping over warpsock (`-s` server, `-c -a HOST -p PORT`
     /// client, `-C`, `-S`, `-V`, `-v`, `-P`), wire-compatible with rping on
     /// Linux siw.
     Rping(rping::RpingCmd),
+    /// Run an unmodified libibverbs/librdmacm program (rping, perftest,
+    /// fi_pingpong, rstream, …) on warpsock: `warpsock run -- PROGRAM ARGS…`.
+    Run(run::RunCmd),
 }
 
 /// warpsock: user-space iWARP (RDMA over TCP), measured against host TCP and UDP.

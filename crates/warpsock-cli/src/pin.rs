@@ -1,4 +1,6 @@
-//! CPU placement of the calling thread (`sched_setaffinity`), so that both
+//! This machine's CPUs: their count and model, the kernel's boot id (one
+//! machine or two?), and the placement of the calling thread
+//! (`sched_setaffinity`), so that both
 //! sides of a latency test run alike: on this kind of small machine,
 //! ping-pong latency swings several-fold with where the two sides run.
 //!
@@ -65,6 +67,28 @@ pub(crate) fn pin(cpu: Option<usize>) -> io::Result<()> {
 }
 
 /// The CPU the calling thread runs on now.
+/// This kernel's boot id (`/proc/sys/kernel/random/boot_id`): the same in
+/// every network namespace of one machine, different across machines.
+pub(crate) fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+        .then(|| id.to_string())
+}
+
+/// The CPU model name (`/proc/cpuinfo`).
+pub(crate) fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
 #[cfg(test)]
 pub(crate) fn current_cpu() -> Option<usize> {
     // SAFETY: sched_getcpu has no arguments and no memory effects.

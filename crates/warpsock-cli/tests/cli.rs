@@ -14,60 +14,16 @@
 //! (iperf3, sockperf, ucx_perftest, fi_pingpong must be installed; else
 //! each missing one's skip note is checked instead).
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
+use warpsock_testkit::{lease_port, loopback_listener};
 
-const EXE: &str = env!("CARGO_BIN_EXE_warpsock");
-/// Upper bound for any one command.
-const LIMIT: Duration = Duration::from_secs(120);
+mod common;
 
-/// A child process killed (by pid) when dropped.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// Runs `warpsock ARGS` to completion within [`LIMIT`].
-fn run(args: &[&str]) -> Output {
-    let child = Command::new(EXE)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn warpsock");
-    let mut g = Guard(child);
-    let end = Instant::now() + LIMIT;
-    while g.0.try_wait().expect("try_wait").is_none() {
-        assert!(
-            Instant::now() < end,
-            "warpsock {args:?} ran longer than {LIMIT:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let child = std::mem::replace(&mut g.0, Command::new("true").spawn().expect("spawn true"));
-    std::mem::forget(g);
-    child.wait_with_output().expect("output")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("warpsock-cli-{}-{name}", std::process::id()))
-}
+use common::{run, server, text, tmp, wait_exit};
 
 /// Checks one result: something moved, all of it was verified, counts
 /// consistent, percentiles ordered, bandwidth positive.
@@ -283,51 +239,6 @@ fn bench_options_thread_progress_verify_busy_poll() {
     }
 }
 
-/// Starts `warpsock server` on free ports of 127.0.0.1; returns it and
-/// its control port.
-fn server(once: bool) -> (Guard, u16) {
-    let mut args = vec![
-        "server",
-        "--bind",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--data-port",
-        "0",
-    ];
-    if once {
-        args.push("--once");
-    }
-    let mut child = Command::new(EXE)
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn server");
-    let stdout = child.stdout.take().unwrap();
-    let g = Guard(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let port = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("control="))
-        .and_then(|a| a.rsplit_once(':'))
-        .and_then(|(_, p)| p.parse().ok())
-        .unwrap_or_else(|| panic!("no control port in {line:?}"));
-    (g, port)
-}
-
-fn wait_exit(g: &mut Guard, limit: Duration) -> std::process::ExitStatus {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(s) = g.0.try_wait().unwrap() {
-            return s;
-        }
-        assert!(Instant::now() < end, "server did not exit within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn server_once_and_client_in_two_processes() {
     let (mut srv, port) = server(true);
@@ -352,45 +263,6 @@ fn server_once_and_client_in_two_processes() {
     assert!(text(&out.stdout).contains(&format!("server {addr}")));
     check_json(&json, 8);
     assert!(wait_exit(&mut srv, Duration::from_secs(10)).success());
-}
-
-#[test]
-fn server_survives_junk_and_serves_bench_peer() {
-    let (mut srv, port) = server(false);
-    // A peer that speaks something else, then hangs up.
-    {
-        use std::io::Write;
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
-        let mut buf = String::new();
-        let _ = BufReader::new(&s).read_line(&mut buf);
-        assert!(buf.starts_with("error"), "{buf:?}");
-    }
-    for _ in 0..2 {
-        let out = run(&[
-            "bench",
-            "--peer",
-            &format!("127.0.0.1:{port}"),
-            "--iters",
-            "20",
-            "--transports",
-            "send",
-            "--crc",
-            "on",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-    }
-    assert!(
-        srv.0.try_wait().unwrap().is_none(),
-        "server without --once keeps serving"
-    );
-    let _ = srv.0.kill();
-    let _ = wait_exit(&mut srv, Duration::from_secs(10));
 }
 
 #[test]
@@ -485,10 +357,8 @@ fn bad_option_values_name_the_value_and_range() {
 
 #[test]
 fn closed_port_gives_connection_refused() {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // Leased: nothing of ours listens there, and no port-0 bind gets it.
+    let port = lease_port();
     for args in [
         vec!["client".to_string(), format!("127.0.0.1:{port}")],
         vec!["bench".into(), "--peer".into(), format!("127.0.0.1:{port}")],
@@ -513,8 +383,8 @@ fn closed_port_gives_connection_refused() {
 
 #[test]
 fn port_in_use_is_a_clear_error() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port().to_string();
+    let (_l, port) = loopback_listener();
+    let port = port.to_string();
     let out = run(&["server", "--bind", "127.0.0.1", "--port", &port, "--once"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -1,20 +1,12 @@
 //! send-check between two warpsock ends on loopback: the protocol's
 //! credits, verification and result message, without siw.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use warpsock_engine::RtrOffer;
 use warpsock_engine::RtrType;
 use warpsock_perftest::send_check::{client, server, Params};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use warpsock_testkit::lease_port;
 
 fn params(port: u16, n: u64, s: u32) -> Params {
     Params {
@@ -46,7 +38,7 @@ fn every_byte_arrives_and_is_verified() {
             }),
         ),
     ] {
-        let port = free_port();
+        let port = lease_port();
         let mut sp = params(port, n, s);
         sp.crc = crc;
         let srv = std::thread::spawn(move || server(&sp));
@@ -66,7 +58,7 @@ fn every_byte_arrives_and_is_verified() {
 
 #[test]
 fn the_server_rejects_other_parameters() {
-    let port = free_port();
+    let port = lease_port();
     let sp = params(port, 10, 100);
     let srv = std::thread::spawn(move || server(&sp));
     let mut cp = params(port, 10, 101);
@@ -78,7 +70,7 @@ fn the_server_rejects_other_parameters() {
 
 #[test]
 fn a_responder_can_choose_read_rtr() {
-    let port = free_port();
+    let port = lease_port();
     let mut sp = params(port, 200, 4099);
     sp.crc = true;
     sp.prefer_read_rtr = true;
@@ -99,7 +91,7 @@ fn a_responder_can_choose_read_rtr() {
 
 #[test]
 fn the_read_rtr_server_needs_both_offered() {
-    let port = free_port();
+    let port = lease_port();
     let mut sp = params(port, 10, 100);
     sp.prefer_read_rtr = true;
     let srv = std::thread::spawn(move || server(&sp));

@@ -9,7 +9,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, UdpSocket};
 use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -38,9 +38,9 @@ fn readiness_poll_select_epoll() {
 /// handles the arrival last).
 #[test]
 fn no_stale_doorbells() {
-    let port = free_port().to_string();
+    let port = lease_port().to_string();
     run("doorbells", &[port], false).assert_ok("doorbells (kernel UDP)");
-    let port = free_port().to_string();
+    let port = lease_port().to_string();
     let child = command_with(
         &c_program("doorbells"),
         &[port],
@@ -86,9 +86,9 @@ fn dup_fork_exec() {
 
 #[test]
 fn tcp_and_dns_pass_through() {
-    let plain = run("passthrough", &[free_port().to_string()], false);
+    let plain = run("passthrough", &[lease_port().to_string()], false);
     plain.assert_ok("passthrough (kernel)");
-    let pre = run("passthrough", &[free_port().to_string()], true);
+    let pre = run("passthrough", &[lease_port().to_string()], true);
     pre.assert_ok("passthrough (preloaded)");
     assert_eq!(
         plain.stdout, pre.stdout,
@@ -124,17 +124,13 @@ fn start_receiver(
 
 fn finish_receiver(mut child: Child, mut out: BufReader<std::process::ChildStdout>) -> Run {
     let mut rest = String::new();
-    let start = Instant::now();
-    let code = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st.code();
-        }
-        if start.elapsed() > Duration::from_secs(60) {
+    let code = match warpsock_testkit::wait_exit(&mut child, Duration::from_secs(60)) {
+        Some(st) => st.code(),
+        None => {
             let _ = child.kill();
             let _ = child.wait();
-            break None;
+            None
         }
-        std::thread::sleep(Duration::from_millis(5));
     };
     out.read_to_string(&mut rest).unwrap();
     let mut stderr = String::new();
@@ -152,7 +148,7 @@ fn finish_receiver(mut child: Child, mut out: BufReader<std::process::ChildStdou
 }
 
 fn transfer(send_preload: bool, recv_preload: bool, count: u32, size: u32) -> (Run, Run) {
-    let port = free_port();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, count, size, 3000, recv_preload);
     let s = run(
         "udp_send",
@@ -205,7 +201,7 @@ fn plain_sender_preloaded_receiver() {
 
 #[test]
 fn receiver_dies_mid_stream() {
-    let port = free_port();
+    let port = lease_port();
     let (mut rc, _rout) = start_receiver(port, 1_000_000, 1000, 10_000, true);
     let args = [
         port.to_string(),
@@ -251,7 +247,7 @@ fn caller_driven_receive_and_busy_poll() {
     // Sends on an idle connection are written by the sending call itself.
     assert!(r.stat("tx_direct") >= 2000, "{}", r.stderr);
 
-    let args = vec![free_port().to_string(), free_port().to_string()];
+    let args = vec![lease_port().to_string(), lease_port().to_string()];
     let child = command(&c_program("pingpong"), &args, true)
         .env("WARPSOCK_BUSY_POLL_US", "2000")
         .spawn()
@@ -264,7 +260,7 @@ fn caller_driven_receive_and_busy_poll() {
     // large number proves the busy-poll path runs.
     assert!(r.stat("rx_busy_poll_hits") >= 100, "{}", r.stderr);
 
-    let args = vec![free_port().to_string(), free_port().to_string()];
+    let args = vec![lease_port().to_string(), lease_port().to_string()];
     let child = command(&c_program("pingpong"), &args, true)
         .env("WARPSOCK_CALLER_RECV", "0")
         .spawn()
@@ -283,7 +279,7 @@ fn caller_driven_receive_and_busy_poll() {
 fn late_timer_handles_the_waiting_answer() {
     // Built before the receiver starts its clock.
     let so = preload_so_with_hooks();
-    let port = free_port();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, 300, 500, 3000, true);
     let args = [port.to_string(), "300".into(), "500".into(), "300".into()];
     let child = command_with(&c_program("udp_send"), &args, Some(so))
@@ -313,7 +309,7 @@ fn late_timer_handles_the_waiting_answer() {
 #[test]
 fn striped_k4_every_stripe_carries_exactly_once() {
     let (count, size) = (20_000u32, 1200u32);
-    let port = free_port();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, count, size, 3000, true);
     let args = [
         port.to_string(),
@@ -371,10 +367,10 @@ fn striped_k4_every_stripe_carries_exactly_once() {
 /// back over the receiver's group) each get their own reply.
 #[test]
 fn striped_k4_readiness_and_caller_driven_receive() {
-    let ports = [free_port().to_string(), free_port().to_string()];
+    let ports = [lease_port().to_string(), lease_port().to_string()];
     let args = vec![ports[0].clone(), ports[1].clone(), "3000".into()];
     run("stripes", &args, false).assert_ok("stripes (kernel UDP)");
-    let ports = [free_port().to_string(), free_port().to_string()];
+    let ports = [lease_port().to_string(), lease_port().to_string()];
     let args = vec![ports[0].clone(), ports[1].clone(), "3000".into()];
     let child = command(&c_program("stripes"), &args, true)
         .env("WARPSOCK_STRIPES", "4")
@@ -412,7 +408,7 @@ fn striped_k4_readiness_and_caller_driven_receive() {
 /// children exit at once (no wait for the parent's queues, nothing sent).
 #[test]
 fn exit_flushes_in_the_owner_not_in_children() {
-    let (port, count, size) = (free_port(), 500u32, 300usize);
+    let (port, count, size) = (lease_port(), 500u32, 300usize);
     let udp = UdpSocket::bind(("127.0.0.1", port)).unwrap();
     let _mute = TcpListener::bind(("127.0.0.1", port)).unwrap();
     udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -488,7 +484,7 @@ fn exit_flushes_in_the_owner_not_in_children() {
 #[test]
 fn exit_flush_striped_to_a_receiver() {
     let (count, size) = (20_000u32, 1000u32);
-    let port = free_port();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, count, size, 3000, true);
     let args = [port.to_string(), count.to_string(), size.to_string()];
     let child = command(&c_program("exitflush"), &args, true)
@@ -510,7 +506,7 @@ fn exit_flush_striped_to_a_receiver() {
 #[test]
 fn striped_sender_plain_receiver_falls_back_once() {
     let (count, size) = (2000u32, 500u32);
-    let port = free_port();
+    let port = lease_port();
     let (rc, rout) = start_receiver(port, count, size, 3000, false);
     let args = [
         port.to_string(),

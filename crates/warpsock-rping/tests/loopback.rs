@@ -2,8 +2,10 @@
 //! each of them against a deliberately wrong peer built on the engine.
 
 use std::net::TcpListener;
+
 use std::thread;
 use std::time::{Duration, Instant};
+use warpsock_testkit::lease_port;
 
 use clap::Parser;
 use warpsock_engine::proto::RtrType;
@@ -21,14 +23,6 @@ struct Cli {
 
 fn parse(argv: &[&str]) -> Result<Args, clap::Error> {
     Cli::try_parse_from(std::iter::once("rping").chain(argv.iter().copied())).map(|c| c.args)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn server_args(port: u16) -> Args {
@@ -138,7 +132,7 @@ fn options_parse_like_rping() {
 #[test]
 fn client_and_server_at_several_sizes() {
     for (size, count) in [(26u32, 40u64), (64, 20), (1500, 10), (65535, 5)] {
-        let port = free_port();
+        let port = lease_port();
         let mut s = server_args(port);
         s.size = 65535;
         s.validate = true;
@@ -164,7 +158,7 @@ fn client_and_server_at_several_sizes() {
 #[test]
 fn crc_asked_by_either_side_is_used_by_both() {
     for (server_crc, client_crc) in [(false, true), (true, false)] {
-        let port = free_port();
+        let port = lease_port();
         let mut s = server_args(port);
         s.crc = server_crc;
         let mut c = client_args(port, 5, 200);
@@ -180,7 +174,7 @@ fn crc_asked_by_either_side_is_used_by_both() {
 
 #[test]
 fn peer_to_peer_write_rtr() {
-    let port = free_port();
+    let port = lease_port();
     let mut c = client_args(port, 3, 64);
     c.p2p = P2p::Write;
     c.validate = true;
@@ -193,7 +187,7 @@ fn peer_to_peer_write_rtr() {
 
 #[test]
 fn persistent_server_serves_concurrent_clients() {
-    let port = free_port();
+    let port = lease_port();
     let mut s = server_args(port);
     s.persistent = true;
     s.conns = Some(4);
@@ -218,7 +212,7 @@ fn persistent_server_serves_concurrent_clients() {
 
 #[test]
 fn client_larger_than_server_buffer_fails_cleanly_on_both_sides() {
-    let port = free_port();
+    let port = lease_port();
     let mut s = server_args(port);
     s.size = 64;
     let t0 = Instant::now();
@@ -242,7 +236,7 @@ fn client_larger_than_server_buffer_fails_cleanly_on_both_sides() {
 
 #[test]
 fn client_retries_until_the_server_listens() {
-    let port = free_port();
+    let port = lease_port();
     let s = server_args(port);
     let srv = thread::spawn(move || {
         thread::sleep(Duration::from_millis(700));
@@ -255,7 +249,7 @@ fn client_retries_until_the_server_listens() {
 
 #[test]
 fn client_gives_up_within_its_timeout() {
-    let port = free_port();
+    let port = lease_port();
     let mut c = client_args(port, 1, 64);
     c.timeout = 1.5;
     let t0 = Instant::now();
@@ -271,7 +265,7 @@ fn client_gives_up_within_its_timeout() {
 
 #[test]
 fn idle_server_times_out_with_an_error() {
-    let mut s = server_args(free_port());
+    let mut s = server_args(lease_port());
     s.accept_timeout = Some(0.3);
     let err = run(&s).unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
@@ -376,7 +370,7 @@ fn client_validation_catches_a_wrong_echo() {
 #[test]
 fn server_catches_bad_data_and_bogus_messages() {
     for bogus in [false, true] {
-        let port = free_port();
+        let port = lease_port();
         let mut s = server_args(port);
         s.validate = true;
         let srv = thread::spawn(move || run(&s));
@@ -450,7 +444,7 @@ fn server_catches_bad_data_and_bogus_messages() {
 fn binary_client_and_server() {
     use std::process::Command;
     let exe = env!("CARGO_BIN_EXE_warpsock-rping");
-    let port = free_port().to_string();
+    let port = lease_port().to_string();
     let sport = port.clone();
     let srv = thread::spawn(move || {
         Command::new(exe)

@@ -9,44 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use warpsock_engine::{
-    connect, Access, Context, Cq, Listener, Mr, Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Sgl,
-    Stag, Wc, WcOpcode,
+    connect, Access, Context, Listener, Mr, Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Stag, Wc,
+    WcOpcode,
 };
 
-/// Upper bound for any single wait in the tests.
-pub const LIMIT: Duration = Duration::from_secs(20);
-
-/// Deterministic bytes (xorshift64*), different per seed.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        out.extend_from_slice(&s.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
-/// Waits until `n` completions arrived on `cq` (bounded by [`LIMIT`]).
-pub fn wait_n(cq: &Cq, n: usize) -> Vec<Wc> {
-    let deadline = Instant::now() + LIMIT;
-    let mut got = Vec::with_capacity(n);
-    let mut buf = [Wc::default(); 64];
-    while got.len() < n {
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            !left.is_zero(),
-            "timed out with {}/{n} completions: {got:?}",
-            got.len()
-        );
-        let k = cq.wait(&mut buf[..(n - got.len()).min(64)], left).unwrap();
-        got.extend_from_slice(&buf[..k]);
-    }
-    got
-}
+pub use warpsock_testkit::{pattern, send_wr, wait_n, LIMIT};
 
 /// Address + rkey of a region, for private data.
 pub fn advertise(mrs: &[&Mr]) -> Vec<u8> {
@@ -68,18 +35,6 @@ pub fn parse_adverts(pd: &[u8]) -> Vec<(u64, Stag)> {
             )
         })
         .collect()
-}
-
-pub fn send_wr(wr_id: u64, sgl: impl Into<Sgl>) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Send {
-            solicited: false,
-            invalidate: None,
-        },
-        sgl: sgl.into(),
-        signaled: true,
-    }
 }
 
 /// Sizes used by the every-operation scenario.

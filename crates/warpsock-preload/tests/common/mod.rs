@@ -5,13 +5,10 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The cdylib cargo built for this test run (target/<profile>/deps/, where
 /// `cargo test` puts it because the package also has an rlib), or one built
@@ -98,27 +95,7 @@ pub fn c_program(name: &str) -> PathBuf {
     out
 }
 
-/// A port free for both UDP and TCP on 127.0.0.1, distinct per call.
-pub fn free_port() -> u16 {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let _ = NEXT.compare_exchange(
-        0,
-        20_000 + (std::process::id() % 20_000) as u16,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    loop {
-        let p = NEXT.fetch_add(1, Ordering::SeqCst);
-        if !(1024..60_000).contains(&p) {
-            NEXT.store(20_000, Ordering::SeqCst);
-            continue;
-        }
-        if UdpSocket::bind(("127.0.0.1", p)).is_ok() && TcpListener::bind(("127.0.0.1", p)).is_ok()
-        {
-            return p;
-        }
-    }
-}
+pub use warpsock_testkit::lease_port;
 
 pub struct Run {
     pub code: Option<i32>,
@@ -182,36 +159,13 @@ pub fn command_with(prog: &Path, args: &[String], so: Option<&Path>) -> Command 
     c
 }
 
-/// Waits for a child (killing it after `limit`) and collects its output.
-pub fn finish(mut child: Child, limit: Duration) -> Run {
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let code = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st.code();
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+/// Waits for a child (killing it by pid after `limit`) and collects its output.
+pub fn finish(child: Child, limit: Duration) -> Run {
+    let f = warpsock_testkit::finish(child, limit);
     Run {
-        code,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
+        code: f.code,
+        stdout: f.stdout,
+        stderr: f.stderr,
     }
 }
 
@@ -225,9 +179,9 @@ pub fn run(name: &str, args: &[String], preload: bool) -> Run {
 /// Runs a semantics program against kernel UDP, then under the preload.
 /// No destination may have fallen back to kernel UDP.
 pub fn both(name: &str, nports: usize) -> Run {
-    let args: Vec<String> = (0..nports).map(|_| free_port().to_string()).collect();
+    let args: Vec<String> = (0..nports).map(|_| lease_port().to_string()).collect();
     run(name, &args, false).assert_ok(&format!("{name} (kernel UDP)"));
-    let args: Vec<String> = (0..nports).map(|_| free_port().to_string()).collect();
+    let args: Vec<String> = (0..nports).map(|_| lease_port().to_string()).collect();
     let r = run(name, &args, true);
     r.assert_ok(&format!("{name} (preloaded)"));
     assert_eq!(r.stat("tx_lost"), 0, "{}", r.stderr);

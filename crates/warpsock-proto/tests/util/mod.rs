@@ -8,21 +8,7 @@ use warpsock_proto::{
     Access, Config, Connection, Event, PdId, Registry, Role, Stag, WorkCompletion,
 };
 
-/// xorshift64*: deterministic, seedable, dependency-free.
-#[derive(Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+pub use warpsock_testkit::Rng;
 
 /// How the pipe cuts the stream.
 #[derive(Clone)]

@@ -14,50 +14,13 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::bench::{
-    child_client, fail_on_bad, preload_env, preload_lib, write_outputs, ChildServer,
-};
-use crate::opts::{BenchOpts, Transport, DEFAULT_PORT};
+use super::passes::{self, child_client, preload_env, preload_lib, ChildServer, Env};
+use super::{fail_on_bad, write_outputs};
+use crate::child;
+use crate::opts::BenchOpts;
 use crate::report::{self, Record};
+use crate::spec::{Transport, DEFAULT_PORT};
 use crate::Error;
-
-/// `--rate`: `500mbit`, `1gbit`, `10000kbit`, or bits per second; 1 mbit
-/// to 100 gbit.
-pub(crate) fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit {
-        "" | "bit" => 1,
-        "k" | "kbit" => 1_000,
-        "m" | "mbit" => 1_000_000,
-        "g" | "gbit" => 1_000_000_000,
-        _ => {
-            return Err(format!(
-                "'{s}': unknown unit (use kbit, mbit or gbit; 1 mbit to 100 gbit)"
-            ))
-        }
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}': not a rate (e.g. 500mbit, 1gbit; 1 mbit to 100 gbit)"))?;
-    match n.checked_mul(mult) {
-        Some(v) if (1_000_000..=100_000_000_000).contains(&v) => Ok(v),
-        _ => Err(format!("'{s}': must be between 1 mbit and 100 gbit")),
-    }
-}
-
-/// `--loss`: percent, 0 to 50.
-pub(crate) fn parse_loss(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}': not a percentage; must be between 0 and 50"))?;
-    if !(0.0..=50.0).contains(&v) {
-        return Err(format!("{s}: must be between 0 and 50 percent"));
-    }
-    Ok(v)
-}
 
 fn run_cmd(args: &[&str], stdin: Option<&str>) -> Result<(), Error> {
     let mut c = Command::new(args[0]);
@@ -89,14 +52,9 @@ fn run_cmd(args: &[&str], stdin: Option<&str>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Fails unless `prog` is on the PATH (or in /usr/sbin, /sbin).
+/// Fails unless `prog` is installed.
 fn need(prog: &str, package: &str) -> Result<(), Error> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let found = path
-        .split(':')
-        .chain(["/usr/sbin", "/sbin"])
-        .any(|d| std::path::Path::new(d).join(prog).exists());
-    if found {
+    if child::installed(prog) {
         Ok(())
     } else {
         Err(Error::msg(format!(
@@ -231,9 +189,6 @@ impl Drop for Pair {
     }
 }
 
-/// Extra environment of a child process.
-type Env = Vec<(String, String)>;
-
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -258,20 +213,28 @@ pub(crate) fn bench(opts: &BenchOpts, rate: Option<u64>, loss: Option<f64>) -> R
     let pair = Pair::create(rate, loss)?;
     let lib = preload_lib();
     let transports = opts.transports(lib.is_some());
+    // The plain transports in one pass, then one pass per environment the
+    // others need (skipped, with a note, without the preload library).
     let plain: Vec<Transport> = transports
         .iter()
         .copied()
-        .filter(|&t| t != Transport::UdpOffload)
+        .filter(|t| t.preload.is_none())
         .collect();
     let mut records: Vec<Record> = Vec::new();
     let mut meta = serde_json::Value::Null;
     let mut passes: Vec<(Vec<Transport>, Env)> = Vec::new();
+    let mut notes = Vec::new();
     if !plain.is_empty() {
         passes.push((plain, Vec::new()));
     }
-    if transports.contains(&Transport::UdpOffload) {
-        if let Some(lib) = &lib {
-            passes.push((vec![Transport::UdpOffload], preload_env(lib)));
+    let groups = passes::by_env(transports.iter().copied());
+    for (vars, ts) in groups {
+        match &lib {
+            Some(lib) => passes.push((ts, preload_env(lib, vars))),
+            None => notes.push(format!(
+                "{} skipped: libwarpsock_preload.so is not built next to this binary",
+                ts.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+            )),
         }
     }
     for (ts, env) in passes {
@@ -314,7 +277,10 @@ pub(crate) fn bench(opts: &BenchOpts, rate: Option<u64>, loss: Option<f64>) -> R
         );
     }
     if opts.external {
-        println!("note: --external runs its peers on loopback only; skipped with --netns");
+        notes.push("--external runs its peers on loopback only; skipped with --netns".into());
+    }
+    for n in &notes {
+        println!("note: {n}");
     }
     println!("warpsock bench: {target}");
     println!();
@@ -322,23 +288,4 @@ pub(crate) fn bench(opts: &BenchOpts, rate: Option<u64>, loss: Option<f64>) -> R
     write_outputs(opts, &meta, &records)?;
     drop(pair);
     fail_on_bad(&records)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rates_and_loss() {
-        assert_eq!(parse_rate("1gbit"), Ok(1_000_000_000));
-        assert_eq!(parse_rate("500mbit"), Ok(500_000_000));
-        assert_eq!(parse_rate("2000000"), Ok(2_000_000));
-        assert!(parse_rate("10kbit")
-            .unwrap_err()
-            .contains("between 1 mbit and 100 gbit"));
-        assert!(parse_rate("1tbit").unwrap_err().contains("unknown unit"));
-        assert_eq!(parse_loss("1.5"), Ok(1.5));
-        assert!(parse_loss("51").unwrap_err().contains("between 0 and 50"));
-        assert!(parse_loss("x").is_err());
-    }
 }

@@ -7,24 +7,28 @@
 //! they run as a second pass: a preloaded server and a preloaded
 //! `warpsock client` in child processes, whose JSON is merged in.
 
-use std::io::{BufRead, BufReader, IsTerminal};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod external;
+mod netns;
+mod passes;
+mod session;
+
+use std::io::IsTerminal;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 
-use crate::ctl::{encode_spec, Ctl, SideReport, VERSION};
-use crate::opts::{parse_host_port, BenchOpts, PinArg, Spec, Test, Transport, DEFAULT_PORT};
+use crate::ctl::{encode_spec, SideReport};
+use crate::driver::{self, run_threads, Gate, Job, IDLE};
+use crate::opts::BenchOpts;
+use crate::parse::{parse_host_port, parse_loss, parse_rate};
 use crate::report::{self, Record, RunResult};
-use crate::tcp::IDLE;
-use crate::work::{run_threads, Cpu, Gate, Job, Stats};
-use crate::{external, iwarp, netns, pin, tcp, udp, Error, Run};
-
-/// How long the control connection may take to open.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::spec::{Budget, PinArg, Spec, Test, DEFAULT_PORT};
+use crate::stats::{Cpu, Stats};
+use crate::{pin, transports, Error, Run};
+use passes::{child_client, preload_env, preload_lib, ChildServer};
+use session::{open_session, Session};
 
 /// `warpsock bench` options.
 #[derive(Debug, clap::Args)]
@@ -45,11 +49,11 @@ pub(crate) struct BenchCmd {
     netns: bool,
     /// With --netns: limit the link to RATE (tc tbf), e.g. 1gbit, 500mbit
     /// (1 mbit to 100 gbit).
-    #[arg(long, value_parser = netns::parse_rate, value_name = "RATE", requires = "netns")]
+    #[arg(long, value_parser = parse_rate, value_name = "RATE", requires = "netns")]
     rate: Option<u64>,
     /// With --netns: drop this percentage of packets each way at random
     /// (nftables numgen), 0 to 50.
-    #[arg(long, value_parser = netns::parse_loss, value_name = "PERCENT", requires = "netns")]
+    #[arg(long, value_parser = parse_loss, value_name = "PERCENT", requires = "netns")]
     loss: Option<f64>,
     #[command(flatten)]
     opts: BenchOpts,
@@ -108,258 +112,6 @@ enum Mode {
     Remote,
 }
 
-/// A `warpsock server --once` child process; killed by pid if it has not
-/// exited when this is dropped.
-pub(crate) struct ChildServer {
-    child: Child,
-    /// Its control address.
-    pub(crate) addr: SocketAddr,
-}
-
-impl ChildServer {
-    /// Starts `[prefix...] warpsock server --once --bind BIND` with extra
-    /// environment `env`, on `port` (default: free ports).
-    pub(crate) fn start(
-        prefix: &[String],
-        env: &[(String, String)],
-        bind: &str,
-        port: Option<u16>,
-    ) -> Result<Self, Error> {
-        let exe = std::env::current_exe()?;
-        let mut cmd = match prefix.split_first() {
-            Some((p, rest)) => {
-                let mut c = Command::new(p);
-                c.args(rest).arg(&exe);
-                c
-            }
-            None => Command::new(&exe),
-        };
-        cmd.args(["server", "--once", "--bind", bind]);
-        match port {
-            Some(p) => cmd.args(["--port", &p.to_string()]),
-            None => cmd.args(["--port", "0", "--data-port", "0"]),
-        };
-        cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| Error::msg(format!("cannot start the server: {e}")))?;
-        let stdout = child.stdout.take().expect("piped");
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let addr = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("control="))
-            .and_then(|a| a.parse().ok());
-        let mut me = Self {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        };
-        match addr {
-            Some(a) => {
-                me.addr = a;
-                Ok(me)
-            }
-            None => Err(Error::msg(
-                "the server did not start (see its message above)",
-            )),
-        }
-    }
-
-    /// Waits for the child to exit (briefly if the run failed), then kills
-    /// it by pid if it is still there.
-    pub(crate) fn finish(mut self, ok: bool) {
-        let limit = if ok { 5 } else { 0 };
-        let end = Instant::now() + Duration::from_secs(limit);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ChildServer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Runs `[prefix...] warpsock client ADDR ARGS --json FILE` to completion
-/// (its progress on our stderr, its table on our stdout if `show`), and
-/// reads its results.
-pub(crate) fn child_client(
-    prefix: &[String],
-    env: &[(String, String)],
-    addr: SocketAddr,
-    args: &[String],
-    show: bool,
-) -> Result<(Value, Vec<Record>), Error> {
-    let exe = std::env::current_exe()?;
-    let json = std::env::temp_dir().join(format!(
-        "warpsock-pass-{}-{}.json",
-        std::process::id(),
-        addr.port()
-    ));
-    let mut cmd = match prefix.split_first() {
-        Some((p, rest)) => {
-            let mut c = Command::new(p);
-            c.args(rest).arg(&exe);
-            c
-        }
-        None => Command::new(&exe),
-    };
-    cmd.arg("client")
-        .arg(addr.to_string())
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(if show {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        });
-    let st = cmd
-        .status()
-        .map_err(|e| Error::msg(format!("cannot start the client: {e}")))?;
-    let text = std::fs::read_to_string(&json);
-    let _ = std::fs::remove_file(&json);
-    // A pass whose data failed verification still wrote its results: they
-    // are kept (marked not ok) and the whole run fails at the end.
-    let text = match (text, st.success()) {
-        (Ok(t), _) => t,
-        (Err(_), false) => {
-            return Err(Error::msg(format!(
-                "the client pass failed ({st}; see its message above)"
-            )))
-        }
-        (Err(e), true) => return Err(Error::msg(format!("the client pass wrote no results: {e}"))),
-    };
-    report::from_json(&text).map_err(|e| Error::msg(format!("the client pass's results: {e}")))
-}
-
-/// The preload library: `WARPSOCK_PRELOAD_LIB`, else next to this
-/// executable (same target directory), if it was built.
-pub(crate) fn preload_lib() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("WARPSOCK_PRELOAD_LIB") {
-        return Some(PathBuf::from(p)).filter(|p| p.exists());
-    }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [
-        dir.join("libwarpsock_preload.so"),
-        dir.join("deps/libwarpsock_preload.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-}
-
-/// Whether this process runs under the UDP offload layer.
-fn under_preload() -> bool {
-    std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("warpsock_preload"))
-        && std::env::var("WARPSOCK_UDP_OFFLOAD").is_ok_and(|v| v == "1")
-}
-
-/// Environment of a preloaded process.
-pub(crate) fn preload_env(lib: &Path) -> Vec<(String, String)> {
-    vec![
-        ("LD_PRELOAD".into(), lib.display().to_string()),
-        ("WARPSOCK_UDP_OFFLOAD".into(), "1".into()),
-    ]
-}
-
-/// Opens the control connection: each resolved address in turn, with a
-/// one-line error naming the address and the reason.
-fn connect_ctl(host: &str, port: u16) -> Result<TcpStream, Error> {
-    let addrs: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| Error::msg(format!("cannot resolve '{host}': {e}")))?
-        .collect();
-    let mut last = Error::msg(format!("'{host}' resolves to no address"));
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
-            Ok(s) => return Ok(s),
-            Err(e) => {
-                let why = match e.raw_os_error() {
-                    Some(libc::ECONNREFUSED) => {
-                        "connection refused (is `warpsock server` running there?)".to_string()
-                    }
-                    Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => format!("unreachable ({e})"),
-                    _ if e.kind() == std::io::ErrorKind::TimedOut => {
-                        format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())
-                    }
-                    _ => e.to_string(),
-                };
-                last = Error::msg(format!("cannot connect to {a}: {why}"));
-            }
-        }
-    }
-    Err(last)
-}
-
-/// What the server said in its hello.
-struct Session {
-    ctl: Ctl,
-    ctl_addr: SocketAddr,
-    data_addr: SocketAddr,
-    token: u64,
-    server_cpus: usize,
-    /// The server kernel's boot id, if it said.
-    server_boot: Option<String>,
-}
-
-/// This kernel's boot id (`/proc/sys/kernel/random/boot_id`): the same in
-/// every network namespace of one machine, different across machines.
-pub(crate) fn boot_id() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let id = id.trim();
-    (!id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
-        .then(|| id.to_string())
-}
-
-fn open_session(host: &str, port: u16) -> Result<Session, Error> {
-    let s = connect_ctl(host, port)?;
-    let ctl_addr = s.peer_addr()?;
-    let mut ctl = Ctl::new(s)?;
-    ctl.send(&format!("hello warpsock-bench={VERSION}"))?;
-    let h = ctl
-        .recv(Some(Duration::from_secs(10)))
-        .map_err(|e| e.context(format!("{ctl_addr} is not answering as a warpsock server")))?
-        .expect("hello")?;
-    let token = u64::from_str_radix(h.get("token")?, 16)
-        .map_err(|_| Error::msg("protocol error: bad token"))?;
-    let data_port: u16 = h.num("data-port")?;
-    Ok(Session {
-        ctl,
-        ctl_addr,
-        data_addr: SocketAddr::new(ctl_addr.ip(), data_port),
-        token,
-        server_cpus: h.num("cpus")?,
-        server_boot: h.get("boot").ok().map(str::to_string),
-    })
-}
-
-pub(crate) fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
 fn placement(plan: &[Spec], f: impl Fn(&Spec) -> bool) -> Option<String> {
     let s = plan.iter().find(|s| f(s))?;
     Some(match (s.client_pin, s.pin) {
@@ -403,7 +155,7 @@ fn sort_records(r: &mut [Record]) {
             x.busy_poll_us > 0,
             x.size,
             x.conns,
-            x.transport_kind().map_or(99, |t| t as usize),
+            x.transport_kind().map_or(usize::MAX, transports::rank),
             x.crc,
         )
     });
@@ -412,20 +164,19 @@ fn sort_records(r: &mut [Record]) {
 /// Runs every planned test against the server at `host:port`, prints the
 /// tables and writes the files asked for.
 fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Error> {
-    let mut sess = open_session(host, port)?;
+    let mut sess = open_session(host, port, opts.token.as_deref())?;
     let ccpus = pin::cpu_count();
     let lib = preload_lib();
-    let offload_here = under_preload();
     // One machine when on loopback, or when the server's kernel is ours
     // (another network namespace, e.g. `--netns`): then automatic pinning
     // keeps busy-polling sides on different CPUs.
     let same_host = mode == Mode::Loopback
         || sess.ctl_addr.ip().is_loopback()
-        || sess.server_boot.is_some() && sess.server_boot == boot_id();
+        || sess.server_boot.is_some() && sess.server_boot == pin::boot_id();
     let full_plan = opts.plan(
         (ccpus, sess.server_cpus),
         same_host,
-        lib.is_some() || offload_here,
+        lib.is_some() || passes::running_under(&[]),
     );
     if let PinArg::Cpus(_, b) = opts.pin {
         if b >= sess.server_cpus {
@@ -435,20 +186,13 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Erro
             )));
         }
     }
-    // UDP offload rows need the preload on both sides: here only if this
-    // process has it; else a second, preloaded pass on loopback.
-    let (plan, offload_pass): (Vec<Spec>, bool) = if offload_here {
-        (full_plan, false)
-    } else {
-        let wants = full_plan
-            .iter()
-            .any(|s| s.transport == Transport::UdpOffload);
-        let rest = full_plan
-            .into_iter()
-            .filter(|s| s.transport != Transport::UdpOffload)
-            .collect();
-        (rest, wants)
-    };
+    // Transports that need the preload on both sides run here only if
+    // this process has it; else in passes of preloaded child processes.
+    let passes = passes::passes_needed(&full_plan);
+    let plan: Vec<Spec> = full_plan
+        .into_iter()
+        .filter(|s| passes::runs_here(s.transport))
+        .collect();
     let tty = std::io::stderr().is_terminal();
     let bar = ProgressBar::new(plan.len() as u64 * 1000);
     bar.set_style(
@@ -500,39 +244,40 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Erro
     let _ = sess.ctl.send("bye");
     let mut records: Vec<Record> = runs.iter().map(|rs| median_record(rs)).collect();
     let mut notes = Vec::new();
-    if offload_pass {
+    for (vars, ts) in passes {
+        let names: Vec<&str> = ts.iter().map(|t| t.name()).collect();
+        let names = names.join(", ");
         match (&lib, mode) {
             (Some(lib), Mode::Loopback) => {
-                eprintln!("UDP offload pass: preloaded server and client ({})", lib.display());
-                let env = preload_env(lib);
-                let server = ChildServer::start(&[], &env, "127.0.0.1", None)?;
-                let res = child_client(
-                    &[],
-                    &env,
-                    server.addr,
-                    &opts.to_args(&[Transport::UdpOffload]),
-                    false,
+                eprintln!(
+                    "{names} pass: preloaded server and client ({})",
+                    lib.display()
                 );
+                let env = preload_env(lib, vars);
+                let server = ChildServer::start(&[], &env, "127.0.0.1", None)?;
+                let res = child_client(&[], &env, server.addr, &opts.to_args(&ts), false);
                 server.finish(res.is_ok());
                 records.extend(res?.1);
             }
-            (None, _) => notes.push(
-                "udp-offload skipped: libwarpsock_preload.so is not built next to this binary \
+            (None, _) => notes.push(format!(
+                "{names} skipped: libwarpsock_preload.so is not built next to this binary \
                  (cargo build --release -p warpsock-preload)"
-                    .to_string(),
-            ),
-            (Some(_), Mode::Remote) => notes.push(
-                "udp-offload skipped: against a remote server, run server and client under \
-                 LD_PRELOAD=libwarpsock_preload.so WARPSOCK_UDP_OFFLOAD=1 with --transports udp-offload"
-                    .to_string(),
-            ),
+            )),
+            (Some(_), Mode::Remote) => {
+                let vars: Vec<String> = vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                notes.push(format!(
+                    "{names} skipped: against a remote server, run server and client under \
+                     LD_PRELOAD=libwarpsock_preload.so {} with --transports {names}",
+                    vars.join(" ")
+                ));
+            }
         }
     }
     if opts.external {
         if mode == Mode::Loopback {
             let secs = match opts.budget() {
-                crate::opts::Budget::Time(d) => d.as_secs_f64(),
-                crate::opts::Budget::Iters(_) => 1.0,
+                Budget::Time(d) => d.as_secs_f64(),
+                Budget::Iters(_) => 1.0,
             };
             let lat_cpu = match opts.pin {
                 PinArg::Auto => Some(ccpus - 1),
@@ -553,13 +298,13 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Erro
         Mode::Remote => format!("server {}", sess.ctl_addr),
     };
     let per_test = match opts.budget() {
-        crate::opts::Budget::Time(d) => format!("{:.2} s per test", d.as_secs_f64()),
-        crate::opts::Budget::Iters(n) => format!("{n} iterations per test and connection"),
+        Budget::Time(d) => format!("{:.2} s per test", d.as_secs_f64()),
+        Budget::Iters(n) => format!("{n} iterations per test and connection"),
     };
     println!(
         "warpsock bench: {target}; {} CPUs ({}); progress={}; {per_test}",
         ccpus,
-        cpu_model(),
+        pin::cpu_model(),
         opts.progress.name(),
     );
     if let Some(p) = placement(&plan, |s| s.test.is_latency() && s.busy_poll_us == 0) {
@@ -593,10 +338,10 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Erro
             .unwrap_or(0)),
         "cpus": ccpus,
         "server_cpus": sess.server_cpus,
-        "cpu_model": cpu_model(),
+        "cpu_model": pin::cpu_model(),
         "budget": match opts.budget() {
-            crate::opts::Budget::Time(d) => json!({"seconds": d.as_secs_f64()}),
-            crate::opts::Budget::Iters(n) => json!({"iterations": n}),
+            Budget::Time(d) => json!({"seconds": d.as_secs_f64()}),
+            Budget::Iters(n) => json!({"iterations": n}),
         },
         "progress": opts.progress.name(),
         "busy_poll_us": opts.busy_poll,
@@ -743,22 +488,21 @@ fn run_one(
     })
 }
 
+/// The client's side of one test: one thread per connection (started
+/// together), or the connection-setup loop.
 fn client_side(sess: &Session, spec: &Spec, tick: &(dyn Fn(f64) + Sync)) -> Result<Stats, Error> {
     let (role, _) = spec.roles();
-    let epoch = Instant::now();
     let noop = |_: f64| {};
     let job0 = Job {
         spec,
         role,
-        epoch,
+        epoch: Instant::now(),
         tick,
     };
-    let (ctl_addr, data_addr, token) = (sess.ctl_addr, sess.data_addr, sess.token);
+    let link = transports::link(spec.transport);
+    let to = sess.addrs();
     if spec.test == Test::Conn {
-        return match spec.transport {
-            Transport::Tcp => tcp::conn_client(&job0, ctl_addr, token),
-            _ => iwarp::conn_client(&job0, data_addr, token),
-        };
+        return link.setup_client(&job0, &to);
     }
     let gate = Gate::new(spec.conns);
     let gate = &gate;
@@ -767,20 +511,8 @@ fn client_side(sess: &Session, spec: &Spec, tick: &(dyn Fn(f64) + Sync)) -> Resu
             tick: if i == 0 { tick } else { &noop },
             ..job0
         };
-        match spec.transport {
-            Transport::Tcp => {
-                let s = gate.pass(tcp::connect(ctl_addr, token))?;
-                tcp::run(&job, vec![s])
-            }
-            Transport::Udp | Transport::UdpOffload => {
-                let f = gate.pass(udp::connect(ctl_addr, token))?;
-                udp::run(&job, vec![f])
-            }
-            _ => {
-                let (mut g, p) = gate.pass(iwarp::connect_one(data_addr, token, spec, role))?;
-                iwarp::run(&job, &mut g, vec![p])
-            }
-        }
+        let mut ep = gate.pass(link.connect(&job, &to))?;
+        driver::run(&job, ep.as_mut())
     })
 }
 

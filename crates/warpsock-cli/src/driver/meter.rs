@@ -1,14 +1,17 @@
-//! Pacing of one test on its active side (time or iteration budget,
-//! warm-up, progress ticks).
+//! The active side's clock: when a test stops ([`Meter`]: time or
+//! iteration budget, warm-up, progress ticks) and how fast it may send
+//! ([`Pacer`]).
 
 use std::time::{Duration, Instant};
 
-use crate::opts::Budget;
+use crate::spec::Budget;
 
-/// Bandwidth samples: bytes completed per interval of this length.
-pub(crate) const INTERVAL: Duration = Duration::from_millis(100);
 /// Longest warm-up of a timed latency test.
 const MAX_WARMUP: Duration = Duration::from_millis(500);
+/// A timed latency test starts at least this many round trips after its
+/// warm-up, even past its time: on a loaded machine a 50 ms test could
+/// otherwise end with none measured.
+const MIN_MEASURED: u64 = 16;
 
 /// Decides when a test stops and reports progress.
 pub(crate) struct Meter<'a> {
@@ -19,6 +22,8 @@ pub(crate) struct Meter<'a> {
     end: Option<Instant>,
     warm_iters: u64,
     total_iters: Option<u64>,
+    /// Iterations started when the warm-up ended (timed latency tests).
+    first_measured: Option<u64>,
     tick: &'a dyn Fn(f64),
     next_tick: Instant,
 }
@@ -35,6 +40,7 @@ impl<'a> Meter<'a> {
             end: None,
             warm_iters: 0,
             total_iters: None,
+            first_measured: None,
             tick,
             next_tick: Instant::now(),
         };
@@ -66,6 +72,7 @@ impl<'a> Meter<'a> {
         self.end = end;
         self.warm_iters = warm_iters;
         self.total_iters = total_iters;
+        self.first_measured = None;
         self.next_tick = start;
     }
 
@@ -83,8 +90,12 @@ impl<'a> Meter<'a> {
             (self.tick)(frac.min(1.0));
             self.next_tick = now + Duration::from_millis(50);
         }
+        if self.warmup && self.first_measured.is_none() && now >= self.warm_until {
+            self.first_measured = Some(done);
+        }
+        let too_few = self.warmup && self.first_measured.is_none_or(|f| done < f + MIN_MEASURED);
         match (self.end, self.total_iters) {
-            (Some(end), _) => now < end,
+            (Some(end), _) => now < end || too_few,
             (None, Some(n)) => done < n,
             (None, None) => false,
         }
@@ -93,6 +104,38 @@ impl<'a> Meter<'a> {
     /// Whether iteration `done` is part of the warm-up.
     pub(crate) fn warming(&self, done: u64) -> bool {
         done < self.warm_iters || Instant::now() < self.warm_until
+    }
+}
+
+/// Paces a sender to `rate` bytes per second (0: no limit) by sleeping.
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    rate: u64,
+    start: Option<Instant>,
+    bytes: u64,
+}
+
+impl Pacer {
+    pub(crate) fn new(rate: u64) -> Self {
+        Self {
+            rate,
+            start: None,
+            bytes: 0,
+        }
+    }
+
+    /// Waits until `len` more bytes may go.
+    pub(crate) fn pace(&mut self, len: usize) {
+        if self.rate == 0 {
+            return;
+        }
+        let start = *self.start.get_or_insert_with(Instant::now);
+        let due = start + Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        self.bytes += len as u64;
     }
 }
 
@@ -123,5 +166,30 @@ mod tests {
         }
         assert!(t.elapsed() >= Duration::from_millis(30));
         assert!(n > 0);
+    }
+
+    #[test]
+    fn pacer_holds_the_rate() {
+        let mut p = Pacer::new(1_000_000);
+        let t = Instant::now();
+        for _ in 0..11 {
+            p.pace(2_000);
+        }
+        // 10 gaps of 2 ms each.
+        assert!(t.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_timed_latency_test_measures_some_round_trips() {
+        let tick = |_: f64| {};
+        let mut m = Meter::new(Budget::Time(Duration::from_millis(1)), true, &tick);
+        // A descheduled side: the whole budget passes before the first.
+        std::thread::sleep(Duration::from_millis(5));
+        let mut n = 0;
+        while m.more(n) {
+            n += 1;
+        }
+        assert_eq!(n, MIN_MEASURED);
+        assert!(!m.warming(0));
     }
 }

@@ -229,7 +229,7 @@ where
         }
         let n = 2f64.powf(v.round());
         if c.x_bytes {
-            crate::opts::fmt_size(n as usize)
+            crate::spec::fmt_size(n as usize)
                 .replace(" KiB", "K")
                 .replace(" MiB", "M")
                 .replace(" B", "")

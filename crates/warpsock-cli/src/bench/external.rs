@@ -31,98 +31,28 @@
 //! [`SPINS`] and so meet the suite's busy-polling rows, with the two sides
 //! on two CPUs as the suite places busy-polling latency.
 
-use std::io::Read;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::report::{CpuRec, Pcts, Record, Samples, SPINS};
+use crate::child::{self, free_port, installed, pinned, strings, Proc};
+use crate::report::{CpuRec, Record, Samples, SPINS};
+use crate::stats::Pcts;
 use crate::Error;
 
-/// A peer's server process, killed by pid when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
-}
-
-fn installed(prog: &str) -> bool {
-    std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .any(|d| std::path::Path::new(d).join(prog).exists())
-}
-
-fn free_port() -> Result<u16, Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// Whether a TCP socket listens on `port` (from /proc/net/tcp).
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
-        t.lines().skip(1).any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
-        })
-    })
-}
-
-/// `&["a", "b"]` as owned strings.
-fn strings(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
-}
-
-/// `argv` (program first) behind `taskset -c CPU` when a CPU is given and
-/// taskset is installed (taskset execs the program: same pid).
-fn pinned(cpu: Option<usize>, argv: Vec<String>) -> Vec<String> {
-    match cpu {
-        Some(c) if installed("taskset") => {
-            let mut v = strings(&["taskset", "-c"]);
-            v.push(c.to_string());
-            v.extend(argv);
-            v
-        }
-        _ => argv,
-    }
-}
-
 /// Starts `argv` (program first) with `env` added and waits (at most 3 s)
-/// until TCP `port` listens, or a short moment for UDP servers.
-fn server(argv: &[String], env: &[(&str, &str)], port: u16, tcp: bool) -> Result<Server, Error> {
+/// until it listens on TCP `port` or has bound UDP `port`.
+fn server(argv: &[String], env: &[(&str, &str)], port: u16, tcp: bool) -> Result<Proc, Error> {
     let (prog, args) = argv.split_first().expect("a program");
-    let child = Command::new(prog)
-        .args(args)
+    let mut cmd = child::command(&[], prog);
+    cmd.args(args)
         .envs(env.iter().copied())
-        .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| Error::msg(format!("cannot start {prog}: {e}")))?;
-    let s = Server(child);
-    let end = Instant::now() + Duration::from_secs(3);
-    loop {
-        if !tcp {
-            std::thread::sleep(Duration::from_millis(300));
-            return Ok(s);
-        }
-        // Not by connecting: a one-off server would take the probe for
-        // its client.
-        if listening(port) {
-            return Ok(s);
-        }
-        if Instant::now() >= end {
-            return Err(Error::msg(format!("{prog} did not start listening")));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        .stderr(Stdio::null());
+    let mut p = Proc::spawn(cmd, prog)?;
+    p.await_port(port, tcp, Duration::from_secs(3))?;
+    Ok(p)
 }
 
 /// How long one external client run may take before it is killed:
@@ -136,56 +66,9 @@ fn limit(secs: f64) -> Duration {
 /// has not finished within `limit` (it is then killed by its pid).
 fn output(argv: &[String], env: &[(&str, &str)], limit: Duration) -> Result<String, Error> {
     let (prog, args) = argv.split_first().expect("a program");
-    let mut child = Command::new(prog)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::msg(format!("cannot run {prog}: {e}")))?;
-    fn drain(p: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            if let Some(mut p) = p {
-                let _ = p.read_to_end(&mut v);
-            }
-            v
-        })
-    }
-    let out = drain(child.stdout.take());
-    let err = drain(child.stderr.take());
-    let end = Instant::now() + limit;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break Some(st),
-            Ok(None) => {}
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::msg(format!("cannot wait for {prog}: {e}")));
-            }
-        }
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut s = String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned();
-    s.push_str(&String::from_utf8_lossy(&err.join().unwrap_or_default()));
-    match status {
-        None => Err(Error::msg(format!(
-            "{prog} did not finish within {:.0} s and was killed",
-            limit.as_secs_f64()
-        ))),
-        Some(st) if !st.success() => Err(Error::msg(format!(
-            "{prog} failed ({st}): {}",
-            s.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("")
-        ))),
-        Some(_) => Ok(s),
-    }
+    let mut cmd = child::command(&[], prog);
+    cmd.args(args).envs(env.iter().copied());
+    child::run_ok(cmd, prog, limit)
 }
 
 fn base(test: &str, transport: &str, size: u64, bytes: u64, elapsed_s: f64) -> Record {
@@ -866,18 +749,7 @@ bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec
     }
 
     #[test]
-    fn runs_are_bounded_and_failures_named() {
-        let t0 = Instant::now();
-        let e = output(&strings(&["sleep", "30"]), &[], Duration::from_millis(200)).unwrap_err();
-        assert!(e.to_string().contains("killed"), "{e}");
-        assert!(t0.elapsed() < Duration::from_secs(5));
-        let e = output(
-            &strings(&["sh", "-c", "echo oops >&2; exit 3"]),
-            &[],
-            limit(1.0),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("oops"), "{e}");
+    fn the_environment_reaches_the_peer() {
         let ok = output(
             &strings(&["sh", "-c", "echo \"$UCX_TLS\""]),
             &UCX_ENV,

@@ -1,0 +1,173 @@
+//! Passes of child processes: a `warpsock server --once` and a `warpsock
+//! client` started by this process (on loopback, or inside network
+//! namespaces), for the transports that need an environment this process
+//! does not have: both sides under `LD_PRELOAD=libwarpsock_preload.so`
+//! plus the transport's variables.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::child::{self, Proc};
+use crate::report::{self, Record};
+use crate::spec::{Spec, Transport, Vars};
+use crate::Error;
+
+/// Extra environment of a child process.
+pub(crate) type Env = Vec<(String, String)>;
+
+/// A `warpsock server --once` child process; killed by pid if it has not
+/// exited when this is dropped.
+pub(crate) struct ChildServer {
+    proc: Proc,
+    /// Its control address.
+    pub(crate) addr: SocketAddr,
+}
+
+impl ChildServer {
+    /// Starts `[prefix...] warpsock server --once --bind BIND` with extra
+    /// environment `env`, on `port` (default: free ports) and reads the
+    /// addresses it listens on.
+    pub(crate) fn start(
+        prefix: &[String],
+        env: &[(String, String)],
+        bind: &str,
+        port: Option<u16>,
+    ) -> Result<Self, Error> {
+        let exe = std::env::current_exe()?;
+        let mut cmd = child::command(prefix, &exe);
+        cmd.args(["server", "--once", "--bind", bind]);
+        match port {
+            Some(p) => cmd.args(["--port", &p.to_string()]),
+            None => cmd.args(["--port", "0", "--data-port", "0"]),
+        };
+        cmd.envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::piped());
+        let mut proc = Proc::spawn(cmd, "the server")?;
+        let stdout = proc.child.stdout.take().expect("piped");
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let addr = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("control="))
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| Error::msg("the server did not start (see its message above)"))?;
+        Ok(Self { proc, addr })
+    }
+
+    /// Waits for the child to exit (briefly if the run failed), then kills
+    /// it by pid if it is still there.
+    pub(crate) fn finish(mut self, ok: bool) {
+        let limit = if ok { 5 } else { 0 };
+        self.proc.wait_within(Duration::from_secs(limit));
+    }
+}
+
+/// Runs `[prefix...] warpsock client ADDR ARGS --json FILE` to completion
+/// (its progress on our stderr, its table on our stdout if `show`), and
+/// reads its results.
+pub(crate) fn child_client(
+    prefix: &[String],
+    env: &[(String, String)],
+    addr: SocketAddr,
+    args: &[String],
+    show: bool,
+) -> Result<(Value, Vec<Record>), Error> {
+    let exe = std::env::current_exe()?;
+    let json = std::env::temp_dir().join(format!(
+        "warpsock-pass-{}-{}.json",
+        std::process::id(),
+        addr.port()
+    ));
+    let mut cmd = child::command(prefix, &exe);
+    cmd.arg("client")
+        .arg(addr.to_string())
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(if show {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        });
+    let st = cmd
+        .status()
+        .map_err(|e| Error::msg(format!("cannot start the client: {e}")))?;
+    let text = std::fs::read_to_string(&json);
+    let _ = std::fs::remove_file(&json);
+    // A pass whose data failed verification still wrote its results: they
+    // are kept (marked not ok) and the whole run fails at the end.
+    let text = match (text, st.success()) {
+        (Ok(t), _) => t,
+        (Err(_), false) => {
+            return Err(Error::msg(format!(
+                "the client pass failed ({st}; see its message above)"
+            )))
+        }
+        (Err(e), true) => return Err(Error::msg(format!("the client pass wrote no results: {e}"))),
+    };
+    report::from_json(&text).map_err(|e| Error::msg(format!("the client pass's results: {e}")))
+}
+
+/// The preload library: `WARPSOCK_PRELOAD_LIB`, else next to this
+/// executable (same target directory), if it was built.
+pub(crate) fn preload_lib() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WARPSOCK_PRELOAD_LIB") {
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join("libwarpsock_preload.so"),
+        dir.join("deps/libwarpsock_preload.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+/// The environment of a process under the preload library `lib` with the
+/// variables `vars`.
+pub(crate) fn preload_env(lib: &Path, vars: &[(&str, &str)]) -> Env {
+    let mut env = vec![("LD_PRELOAD".to_string(), lib.display().to_string())];
+    env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+/// Whether this process already runs under the preload with `vars`.
+pub(crate) fn running_under(vars: &[(&str, &str)]) -> bool {
+    std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("warpsock_preload"))
+        && vars
+            .iter()
+            .all(|(k, v)| std::env::var(k).is_ok_and(|x| x == *v))
+}
+
+/// Whether `t` can run in this process as it is.
+pub(crate) fn runs_here(t: Transport) -> bool {
+    t.preload.is_none_or(running_under)
+}
+
+/// `ts` that need the preload, grouped by the environment they need (a
+/// pass each), in order.
+pub(crate) fn by_env(ts: impl IntoIterator<Item = Transport>) -> Vec<(Vars, Vec<Transport>)> {
+    let mut out: Vec<(Vars, Vec<Transport>)> = Vec::new();
+    for t in ts {
+        let Some(vars) = t.preload else { continue };
+        match out.iter_mut().find(|(v, _)| *v == vars) {
+            Some((_, g)) if !g.contains(&t) => g.push(t),
+            Some(_) => {}
+            None => out.push((vars, vec![t])),
+        }
+    }
+    out
+}
+
+/// The transports of `plan` that cannot run in this process, grouped
+/// into passes by the environment they need.
+pub(crate) fn passes_needed(plan: &[Spec]) -> Vec<(Vars, Vec<Transport>)> {
+    by_env(plan.iter().map(|s| s.transport).filter(|&t| !runs_here(t)))
+}

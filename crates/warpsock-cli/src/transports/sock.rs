@@ -1,0 +1,281 @@
+//! Socket helpers shared by the host-socket transports: `poll`, bounded
+//! accept, data connections that start with the session token, abortive
+//! close, and the scatter/gather layout of one message.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use crate::data::{check, check_pattern, gathered, stamp};
+use crate::driver::{Accept, Event, IDLE};
+use crate::Error;
+
+/// How long a data connection may take to open or to present its token.
+pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until `fd` is ready for `events` (`POLLIN`/`POLLOUT`), at most `t`.
+pub(crate) fn poll_fd(fd: i32, events: i16, t: Duration) -> io::Result<bool> {
+    let mut p = [libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }];
+    poll_many(&mut p, t)
+}
+
+/// `poll` over several descriptors, at most `t`; whether any is ready.
+pub(crate) fn poll_many(p: &mut [libc::pollfd], t: Duration) -> io::Result<bool> {
+    let ms = t.as_millis().min(i32::MAX as u128) as i32;
+    loop {
+        // SAFETY: `p` is a valid slice of pollfd for its length.
+        let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+        if r >= 0 {
+            return Ok(r > 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// One non-blocking pass of a host-socket endpoint over its sockets.
+pub(crate) trait Pass {
+    /// Moves what can move without waiting; events into `out`. Returns
+    /// whether anything moved.
+    fn pass(&mut self, out: &mut Vec<Event>) -> Result<bool, Error>;
+    /// What each socket waits for, for `poll`.
+    fn fds(&self, into: &mut Vec<libc::pollfd>);
+}
+
+/// How a host-socket endpoint waits: one pass; if nothing moved, spin
+/// with passes for `busy`, then sleep in `poll` until a socket is ready
+/// or `until`. With `blocking` sockets the pass itself waited.
+pub(crate) fn poll_sockets(
+    p: &mut impl Pass,
+    busy: Duration,
+    until: Instant,
+    blocking: bool,
+    out: &mut Vec<Event>,
+) -> Result<(), Error> {
+    if p.pass(out)? || !out.is_empty() || blocking {
+        return Ok(());
+    }
+    let spin_end = Instant::now() + busy;
+    let mut fds = Vec::new();
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return Ok(());
+        }
+        if now < spin_end {
+            std::hint::spin_loop();
+        } else {
+            fds.clear();
+            p.fds(&mut fds);
+            poll_many(&mut fds, until - now)?;
+        }
+        if p.pass(out)? || !out.is_empty() {
+            return Ok(());
+        }
+    }
+}
+
+pub(crate) fn idle_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("the peer sent nothing for {} s", IDLE.as_secs()),
+    )
+}
+
+/// Accepts one connection within `timeout`.
+pub(crate) fn accept_timeout(l: &TcpListener, timeout: Duration) -> io::Result<TcpStream> {
+    l.set_nonblocking(true)?;
+    let deadline = Instant::now() + timeout;
+    let res = loop {
+        match l.accept() {
+            Ok((s, _)) => break Ok(s),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client did not open its data connection in time",
+                    ));
+                }
+                poll_fd(l.as_raw_fd(), libc::POLLIN, left)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
+    };
+    l.set_nonblocking(false)?;
+    let s = res?;
+    s.set_nonblocking(false)?;
+    Ok(s)
+}
+
+/// Opens a data connection and sends the token.
+pub(crate) fn connect(addr: SocketAddr, token: u64) -> Result<TcpStream, Error> {
+    let mut s = TcpStream::connect_timeout(&addr, CONNECT_WAIT)
+        .map_err(|e| Error::msg(format!("TCP data connection to {addr}: {e}")))?;
+    s.set_nodelay(true)?;
+    s.write_all(&token.to_le_bytes())?;
+    Ok(s)
+}
+
+/// A plain listener as a source of data connections: accept, then read
+/// the first 8 bytes (within [`CONNECT_WAIT`]).
+impl Accept for TcpListener {
+    fn accept(&self, timeout: Duration) -> io::Result<(TcpStream, u64)> {
+        let mut s = accept_timeout(self, timeout)?;
+        s.set_read_timeout(Some(CONNECT_WAIT))?;
+        let mut t = [0u8; 8];
+        s.read_exact(&mut t)?;
+        s.set_read_timeout(None)?;
+        Ok((s, u64::from_le_bytes(t)))
+    }
+}
+
+/// Accepts `n` data connections that start with the token.
+pub(crate) fn accept_n(l: &dyn Accept, token: u64, n: usize) -> Result<Vec<TcpStream>, Error> {
+    (0..n)
+        .map(|_| {
+            let (s, t) = l.accept(CONNECT_WAIT)?;
+            if t != token {
+                return Err(Error::msg("a TCP data connection with a wrong token"));
+            }
+            s.set_nodelay(true)?;
+            Ok(s)
+        })
+        .collect()
+}
+
+/// Closes with a reset when `s` is dropped.
+pub(crate) fn linger0(s: &TcpStream) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: valid socket and option of the size passed.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+/// One message as host sockets move it: the whole message in `own` (small
+/// sizes), or `own`'s 16 bytes of head and tail stamps around one body
+/// shared by every message of the thread (see [`crate::data`]).
+pub(crate) struct Frame {
+    pub(crate) own: Vec<u8>,
+    pub(crate) size: usize,
+}
+
+impl Frame {
+    /// A frame for `size`-byte messages, its own bytes holding the pattern.
+    pub(crate) fn new(size: usize) -> Self {
+        let mut own = vec![0u8; if gathered(size) { 16 } else { size }];
+        crate::data::fill(&mut own);
+        Self { own, size }
+    }
+
+    /// Writes `seq` into the stamps.
+    pub(crate) fn stamp(&mut self, seq: u64) {
+        if gathered(self.size) {
+            self.own[..8].copy_from_slice(&seq.to_le_bytes());
+            self.own[8..16].copy_from_slice(&seq.to_le_bytes());
+        } else {
+            stamp(&mut self.own, seq);
+        }
+    }
+
+    /// Whether this frame (with `body`) holds message `seq`; `full`: and
+    /// the pattern everywhere else.
+    pub(crate) fn check(&self, body: &[u8], seq: u64, full: bool) -> bool {
+        if gathered(self.size) {
+            self.own[..8] == seq.to_le_bytes()
+                && self.own[8..16] == seq.to_le_bytes()
+                && (!full || check_pattern(&body[8..self.size - 8], 8))
+        } else {
+            check(&self.own, seq, full)
+        }
+    }
+
+    /// The sequence number a whole, consistent message carries (both
+    /// stamps agree; with `full`, the pattern too). Short messages carry
+    /// the low bytes of it.
+    pub(crate) fn seq_of(&self, body: &[u8], full: bool) -> Option<u64> {
+        if gathered(self.size) {
+            let h = u64::from_le_bytes(self.own[..8].try_into().expect("8 bytes"));
+            let ok = self.own[8..16] == self.own[..8]
+                && (!full || check_pattern(&body[8..self.size - 8], 8));
+            return ok.then_some(h);
+        }
+        let n = self.size.min(8);
+        let mut b = [0u8; 8];
+        b[..n].copy_from_slice(&self.own[..n]);
+        let seq = u64::from_le_bytes(b);
+        check(&self.own, seq, full).then_some(seq)
+    }
+
+    /// The pieces of the message: `[whole, -, -]` or `[head, body, tail]`.
+    pub(crate) fn parts<'a>(&'a self, body: &'a [u8]) -> [&'a [u8]; 3] {
+        if gathered(self.size) {
+            [&self.own[..8], &body[8..self.size - 8], &self.own[8..16]]
+        } else {
+            [&self.own, &[], &[]]
+        }
+    }
+
+    /// The same pieces to receive into.
+    pub(crate) fn parts_mut<'a>(&'a mut self, body: &'a mut [u8]) -> [&'a mut [u8]; 3] {
+        if gathered(self.size) {
+            let (h, t) = self.own.split_at_mut(8);
+            [h, &mut body[8..self.size - 8], &mut t[..8]]
+        } else {
+            [&mut self.own, &mut [], &mut []]
+        }
+    }
+}
+
+/// The shared body of `size`-byte messages (empty below the gather size),
+/// holding the pattern.
+pub(crate) fn body(size: usize) -> Vec<u8> {
+    let mut b = vec![0u8; if gathered(size) { size } else { 0 }];
+    crate::data::fill(&mut b);
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_stamp_and_check() {
+        for size in [1, 8, 16, 100, crate::data::GATHER_MIN, 1 << 20] {
+            let body = body(size);
+            let mut f = Frame::new(size);
+            f.stamp(0x1_0077);
+            let mask = if size >= 8 {
+                u64::MAX
+            } else {
+                (1 << (8 * size)) - 1
+            };
+            assert!(f.check(&body, 0x1_0077 & mask, true), "{size}");
+            assert_eq!(f.seq_of(&body, true), Some(0x1_0077 & mask));
+            let total: usize = f.parts(&body).iter().map(|p| p.len()).sum();
+            assert_eq!(total, size);
+            if gathered(size) {
+                f.own[9] ^= 1;
+                assert_eq!(f.seq_of(&body, false), None);
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! Test fixtures shared by warpsock's crates (a dev-dependency only; never
+//! published).
+//!
+//! Before this crate each crate's `tests/` carried its own copy of the same
+//! helpers. They live here once:
+//!
+//! - [`ports`]: loopback listeners on port 0 (pass the listener, never a
+//!   port number that someone else may take first), and [`lease_port`] for
+//!   programs that must bind a port themselves;
+//! - [`rng`]: the xorshift64* generator and the deterministic byte
+//!   [`pattern`] both ends of a transfer compute to verify the bytes;
+//! - [`verbs`]: [`wait_n`] completions with a bound, Send work-request
+//!   builders;
+//! - [`child`]: child processes with a time limit, killed by pid when the
+//!   limit passes or the guard drops.
+//!
+//! Every wait here is bounded ([`LIMIT`] unless the caller gives another)
+//! and synchronises on an event (a completion, a pidfd, a pipe), never on a
+//! sleep.
+//!
+//! Use from integration tests (`tests/*.rs`) only: a crate's own unit tests
+//! would see a second copy of its types through this crate.
+
+pub mod child;
+pub mod ports;
+pub mod rng;
+pub mod verbs;
+
+pub use child::{finish, wait_exit, Finished, Guard};
+pub use ports::{lease_port, loopback_listener, loopback_udp, PortLease};
+pub use rng::{pattern, Rng};
+pub use verbs::{send, send_wr, wait_n, LIMIT};

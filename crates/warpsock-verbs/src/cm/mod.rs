@@ -1,0 +1,196 @@
+//! librdmacm on warpsock: event channels, CM ids, and the connection
+//! manager operations, with rdma_cm's iWARP behaviour.
+//!
+//! # Event sequences
+//!
+//! * Active: `rdma_resolve_addr` → ADDR_RESOLVED (or ADDR_ERROR),
+//!   `rdma_resolve_route` → ROUTE_RESOLVED, `rdma_connect` → ESTABLISHED
+//!   with the responder's private data, or REJECTED (the peer's MPA Reply
+//!   had the Reject bit: status -ECONNRESET as siw reports it, with the
+//!   reject's private data; nothing listening: -ECONNREFUSED, as an iWARP
+//!   RNIC reports it), UNREACHABLE (-ETIMEDOUT, -EHOSTUNREACH,
+//!   -ENETUNREACH) or CONNECT_ERROR (MPA failure: -EPROTO).
+//! * Passive: CONNECT_REQUEST on the listener's channel, carrying a new id
+//!   and the initiator's private data; `rdma_accept` → ESTABLISHED on the
+//!   new id; `rdma_reject` sends an MPA Reply with the Reject bit.
+//! * Either side: DISCONNECTED once the connection has ended (local
+//!   `rdma_disconnect`, the peer's FIN, a Terminate, a reset), exactly once.
+//!
+//! IRD/ORD: `responder_resources` is the MPA IRD we offer,
+//! `initiator_depth` the ORD we want; `RDMA_MAX_RESP_RES`/`RDMA_MAX_INIT_DEPTH`
+//! (255) mean the device maximum (128), larger values are EINVAL. On a
+//! CONNECT_REQUEST, `initiator_depth` is the peer's IRD and
+//! `responder_resources` the peer's ORD (the kernel's iw_cm mapping).
+//!
+//! Private data: over iWARP rdma_cm adds no header; the application's
+//! bytes are the MPA private data (up to 251 bytes, siw's limit).
+//!
+//! # Synchronous ids
+//!
+//! An id created without a channel gets a private one and waits inside
+//! each call for that call's event, which stays in `id->event` (librdmacm's
+//! `ucma_complete`). A channel made non-blocking turns those waits into
+//! EAGAIN, as rsockets expects.
+//!
+//! # Threads and bounds
+//!
+//! A listener accepts TCP connections on its own thread and reads each MPA
+//! Request on a short-lived thread (at most [`MAX_HANDSHAKES`] at once, each
+//! bounded by the MPA timeout), so a silent peer never delays another; at
+//! most `backlog` requests wait for the program's accept or reject, more
+//! are closed. `rdma_connect` runs its TCP connect and MPA exchange on a
+//! thread and reports the outcome as an event.
+
+mod addr;
+mod id;
+
+pub use addr::{from_c, rdma_freeaddrinfo, rdma_getaddrinfo, route_source, to_c};
+pub use id::*;
+
+use std::ffi::{c_char, c_int, c_uint};
+use std::sync::Arc;
+
+use crate::abi_cm::*;
+use crate::util::{null, set_errno, EventQueue};
+
+/// Longest private data accepted (siw's limit with the MPA v2 IRD/ORD word).
+pub const MAX_PRIVATE_DATA: usize = warpsock_engine::MAX_PRIVATE_DATA;
+/// MPA Requests read at once by one listener.
+pub const MAX_HANDSHAKES: usize = 64;
+
+/// A queued event (owned by the channel until delivered).
+#[derive(Debug)]
+pub struct EventPtr(pub *mut EventObj);
+// SAFETY: a Box pointer moved between threads; only its receiver uses it.
+unsafe impl Send for EventPtr {}
+
+/// `struct rdma_event_channel` plus its queue.
+#[repr(C)]
+pub struct ChannelObj {
+    /// The ABI part (`fd` = the queue's eventfd).
+    pub ibv: rdma_event_channel,
+    /// Events not yet delivered.
+    pub q: Arc<EventQueue<EventPtr>>,
+}
+
+/// `struct rdma_cm_event` plus its private data and the id it counts
+/// against (acknowledging it releases that id's hold).
+#[repr(C)]
+pub struct EventObj {
+    /// The ABI part.
+    pub ibv: rdma_cm_event,
+    /// Private data (`ibv.param.conn.private_data` points here).
+    pub pdata: [u8; 256],
+    /// The id whose unacknowledged-event count this event is in.
+    pub owner: Arc<IdShared>,
+}
+
+/// `rdma_create_event_channel`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    match new_channel() {
+        Ok(c) => c,
+        Err(e) => null(e),
+    }
+}
+
+/// Makes a channel.
+pub fn new_channel() -> Result<*mut rdma_event_channel, c_int> {
+    let q = EventQueue::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+    let obj = Box::new(ChannelObj {
+        ibv: rdma_event_channel { fd: q.fd() },
+        q: Arc::new(q),
+    });
+    Ok(Box::into_raw(obj).cast())
+}
+
+/// The queue behind a channel.
+///
+/// # Safety
+/// `ch` comes from [`new_channel`] and is live.
+pub unsafe fn channel_queue(ch: *mut rdma_event_channel) -> Arc<EventQueue<EventPtr>> {
+    // SAFETY: `ibv` is the first field of ChannelObj.
+    Arc::clone(unsafe { &(*ch.cast::<ChannelObj>()).q })
+}
+
+/// `rdma_destroy_event_channel`: undelivered events go with it.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
+    if ch.is_null() {
+        return;
+    }
+    // SAFETY: reclaims the Box made in new_channel.
+    let o = unsafe { Box::from_raw(ch.cast::<ChannelObj>()) };
+    o.q.remove_if(|e| {
+        // SAFETY: undelivered events are Boxes owned by the queue.
+        drop(unsafe { Box::from_raw(e.0) });
+        true
+    });
+}
+
+/// `rdma_get_cm_event`: the next event (blocking unless the channel's fd
+/// is non-blocking: then EAGAIN).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    ch: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    if ch.is_null() || event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: a live channel of ours.
+    let q = unsafe { channel_queue(ch) };
+    match q.pop() {
+        Ok(EventPtr(e)) => {
+            // SAFETY: a live event Box; the program's out-pointer.
+            unsafe {
+                (*e).owner.delivered();
+                *event = e.cast();
+            }
+            0
+        }
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// `rdma_ack_cm_event`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: an event delivered by rdma_get_cm_event (a Box of ours).
+    let e = unsafe { Box::from_raw(event.cast::<EventObj>()) };
+    e.owner.acked();
+    0
+}
+
+/// `rdma_event_str`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_event_str(event: c_uint) -> *const c_char {
+    let s: &'static std::ffi::CStr = match event {
+        RDMA_CM_EVENT_ADDR_RESOLVED => c"RDMA_CM_EVENT_ADDR_RESOLVED",
+        RDMA_CM_EVENT_ADDR_ERROR => c"RDMA_CM_EVENT_ADDR_ERROR",
+        RDMA_CM_EVENT_ROUTE_RESOLVED => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+        RDMA_CM_EVENT_ROUTE_ERROR => c"RDMA_CM_EVENT_ROUTE_ERROR",
+        RDMA_CM_EVENT_CONNECT_REQUEST => c"RDMA_CM_EVENT_CONNECT_REQUEST",
+        RDMA_CM_EVENT_CONNECT_RESPONSE => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+        RDMA_CM_EVENT_CONNECT_ERROR => c"RDMA_CM_EVENT_CONNECT_ERROR",
+        RDMA_CM_EVENT_UNREACHABLE => c"RDMA_CM_EVENT_UNREACHABLE",
+        RDMA_CM_EVENT_REJECTED => c"RDMA_CM_EVENT_REJECTED",
+        RDMA_CM_EVENT_ESTABLISHED => c"RDMA_CM_EVENT_ESTABLISHED",
+        RDMA_CM_EVENT_DISCONNECTED => c"RDMA_CM_EVENT_DISCONNECTED",
+        RDMA_CM_EVENT_DEVICE_REMOVAL => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+        RDMA_CM_EVENT_MULTICAST_JOIN => c"RDMA_CM_EVENT_MULTICAST_JOIN",
+        RDMA_CM_EVENT_MULTICAST_ERROR => c"RDMA_CM_EVENT_MULTICAST_ERROR",
+        RDMA_CM_EVENT_ADDR_CHANGE => c"RDMA_CM_EVENT_ADDR_CHANGE",
+        RDMA_CM_EVENT_TIMEWAIT_EXIT => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        _ => c"UNKNOWN EVENT",
+    };
+    s.as_ptr()
+}
