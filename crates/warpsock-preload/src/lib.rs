@@ -33,18 +33,22 @@
 //!   process that owns the connections: a forked child has forgotten them
 //!   (nothing is sent twice) and a vforked child, which shares the parent's
 //!   memory, is recognised by its pid and exits at once.
-//! * **Caller-driven receive.** A blocking receive call (`recv`, `recvfrom`,
-//!   `recvmsg`, `read`, …) that finds nothing queued does not wait for the
-//!   progress thread to hand datagrams over: it takes the socket's
-//!   connections from the progress thread's watch (at most 16; a socket fed
-//!   by more is left to the thread), polls them together with the kernel UDP
-//!   socket and the doorbell, reads what arrives itself and returns it, then
-//!   gives the connections back. A ping-pong so involves no thread switch on
-//!   either side. `WARPSOCK_CALLER_RECV=0` turns this off. With
-//!   `WARPSOCK_BUSY_POLL_US=N` the call first spins for up to N µs, polling
-//!   without sleeping, before it sleeps (lowest latency, one CPU busy while a
-//!   receive waits). Datagrams of one connection are queued in order
-//!   whichever thread read them.
+//! * **Receiving: batches served by the program's own calls.** With
+//!   `WARPSOCK_CALLER_RECV` on (default), the progress thread does not read
+//!   established connections: on input it puts the connection on the
+//!   socket's ready list and rings the doorbell. Receive calls (`recv`,
+//!   `recvfrom`, `recvmsg`, `read`, …) read a ready connection in chunks of
+//!   up to 256 KiB and copy each datagram from that buffer straight into the
+//!   program's buffer (many datagrams per system call, one copy, no
+//!   allocation, no thread hand-off), round robin over the ready
+//!   connections. A blocking call that finds nothing polls the connections
+//!   (at most 16) with the kernel UDP socket and the doorbell itself, so a
+//!   ping-pong involves no thread switch on either side. With
+//!   `WARPSOCK_BUSY_POLL_US=N` it first spins for up to N µs before it
+//!   sleeps (lowest latency, one CPU busy while a receive waits).
+//!   `WARPSOCK_CALLER_RECV=0` leaves reading to the progress thread, which
+//!   queues datagrams for the calls (the layer's first design). Datagrams of
+//!   one connection are delivered in order.
 //! * **Out-of-order delivery.** With `WARPSOCK_STRIPES=K` (2..=16) the first
 //!   datagram to a destination opens K connections to it, and each datagram
 //!   goes over one of them: round-robin, skipping a stripe that still has
@@ -61,22 +65,40 @@
 //! * **Readiness.** The descriptor number the program holds is one end of an
 //!   AF_UNIX stream socketpair. The progress thread writes a doorbell byte to
 //!   the other end when datagrams arrive over TCP or the hidden kernel UDP
-//!   socket becomes readable, and receive calls drain the doorbells when
-//!   nothing is left. So poll, ppoll, select, pselect and epoll (level and
-//!   edge triggered, one wake-up per arriving batch) work on the program's
-//!   own descriptor set, unchanged. Socket options, names and ioctls are
+//!   socket becomes readable (and again for each arrival on a ready
+//!   connection), and receive calls drain the doorbells when nothing is
+//!   left. So poll, ppoll, select, pselect and epoll (level and edge
+//!   triggered, a wake-up per arrival) work on the program's own descriptor
+//!   set, unchanged. Socket options, names and ioctls are
 //!   forwarded to the hidden UDP socket.
 //! * **Transport control.** Offload connections get `TCP_NODELAY`, the
 //!   congestion control `WARPSOCK_TCP_CONGESTION` (default `bbr`; empty keeps
 //!   the kernel default; a failure keeps it too and is counted) and, with
 //!   `WARPSOCK_PACING_RATE` (bytes/s), `SO_MAX_PACING_RATE`. The program's own
 //!   TCP sockets are never touched.
-//! * **Sender batching.** A send on an idle connection is written at once
-//!   (header and payload in one `sendmsg`); while the connection has unsent
-//!   bytes, datagrams are appended to its buffer and the progress thread
-//!   writes them in large batches. Buffers are bounded (`WARPSOCK_SNDBUF` per
-//!   connection, `WARPSOCK_RCVBUF` per socket; a full receive queue stops
-//!   reading, so TCP flow control slows the sender instead of losing data).
+//! * **Sending: batches by construction.** A datagram to an idle connection
+//!   is written at once (header and payload in one `sendmsg`) unless the
+//!   program is streaming: it sent less than 20 µs before, with no receive
+//!   call in between (request and response always go at once). A stream's
+//!   datagrams are appended to the connection's buffer, and the sending call
+//!   itself writes it once it holds `WARPSOCK_TX_BATCH` bytes (64 KiB: tens
+//!   of datagrams per system call); a shorter tail is written by the
+//!   progress thread `WARPSOCK_TX_DELAY_US` (200 µs) after its first
+//!   datagram, the most batching delays a datagram. Buffers are bounded
+//!   (`WARPSOCK_SNDBUF` per connection; a full one makes the sender wait,
+//!   or drops after a second without progress, see the trust model).
+//! * **The second path: UDP GSO/GRO.** Toward a destination that does not
+//!   run the preload (its TCP port refuses, or answers without a hello),
+//!   `WARPSOCK_UDP_MODE=auto` (default) sends by kernel UDP with generic
+//!   segmentation offload: a stream's datagrams to one destination (equal
+//!   sizes, the last may be shorter; at most 64, at most 65,507 bytes) go in
+//!   one `sendmsg` with `UDP_SEGMENT`, under the same batching rule, and
+//!   the kernel cuts them into ordinary datagrams (the receiver sees plain
+//!   UDP). `WARPSOCK_UDP_MODE=gso` takes this path for every destination
+//!   (no TCP) and turns `UDP_GRO` on, cutting the coalesced buffers the
+//!   kernel then delivers back into datagrams; `tcp` never uses it. A
+//!   kernel that refuses GSO makes the socket send one by one.
+//!   `tx_gso_dgrams`, `tx_gso_sends`, `rx_gro_buffers` count it.
 //!
 //! ## Wire format on an offload connection
 //!
@@ -173,6 +195,8 @@
 //! | `WARPSOCK_MAX_ACCEPTED`, `WARPSOCK_MAX_PENDING` | accepted connections per socket, of them unproved | `128`, `16` |
 //! | `WARPSOCK_RCVQ_DGRAMS` | datagrams queued per socket at most | `65536` |
 //! | `WARPSOCK_FALLBACK_SECS` | how long a destination stays on kernel UDP | `10` |
+//! | `WARPSOCK_UDP_MODE` | `tcp`, `gso` or `auto` (above) | `auto` |
+//! | `WARPSOCK_TX_BATCH`, `WARPSOCK_TX_DELAY_US` | a stream's batch size, the most a datagram waits for it (`0`: no batching) | 64 KiB, `200` |
 //! | `WARPSOCK_SNDBUF`, `WARPSOCK_RCVBUF` | buffer bounds in bytes (the receive bound charges 128 bytes per datagram on top) | 4 MiB, 8 MiB |
 //! | `WARPSOCK_LINGER_MS` | exit waits this long for queued datagrams | `2000` |
 //! | `WARPSOCK_EXIT_LINGER_MS` | `_exit`/`_Exit` wait this long (owner process only) | `500` |
@@ -200,6 +224,10 @@
 //!   program whose end-of-test marker relies on order (iperf 2's final
 //!   datagram) may close its socket before the last datagrams of other
 //!   stripes arrive (they are then discarded, as kernel UDP would).
+//! * `shutdown()` on an offloaded socket is emulated (the hidden kernel
+//!   socket keeps sending the offload's own datagrams): `SHUT_WR` makes
+//!   sends fail with `EPIPE` but raises no `SIGPIPE`.
+//! * In `gso` mode (`UDP_GRO` on) no ancillary data is delivered at all.
 //! * Ancillary data (`IP_PKTINFO`, timestamps) is only delivered for
 //!   datagrams that arrive by kernel UDP; `recvmmsg`'s timeout is not applied
 //!   per entry.

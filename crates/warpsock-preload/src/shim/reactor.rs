@@ -300,8 +300,9 @@ impl Reactor {
 
     /// Whether any connection still holds datagrams not yet in the kernel.
     pub(crate) fn busy(&self) -> bool {
-        let regs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
-        regs.iter().any(|r| r.pending()) || HANDLING.load(Ordering::SeqCst) > 0
+        let mut hs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
+        hs.extend(lock(&self.timers).values().cloned());
+        hs.iter().any(|r| r.pending()) || HANDLING.load(Ordering::SeqCst) > 0
     }
 
     fn run(&'static self) {

@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use super::core::gso::Mode;
 use super::core::policy::{parse_ports, Cidr, Policy};
 use super::core::setup::Timing;
 
@@ -51,6 +52,11 @@ pub(crate) struct Config {
     /// exit handlers) wait for buffered datagrams, in the process that owns
     /// the connections only (default 500, at most `linger`).
     pub(crate) exit_linger: Duration,
+    /// `WARPSOCK_UDP_MODE`: `tcp` (offload connections; kernel UDP to peers
+    /// without the preload), `gso` (kernel UDP with GSO batching for every
+    /// destination, and `UDP_GRO` on receivers), `auto` (default:
+    /// connections to peers that run the preload, GSO for the others).
+    pub(crate) mode: Mode,
     /// `WARPSOCK_TX_DELAY_US`: how long a streaming program's datagrams may
     /// wait in a connection's buffer for a batch to fill (default 200; 0
     /// writes every datagram at once).
@@ -193,6 +199,13 @@ impl Config {
             rcvbuf: env_num("WARPSOCK_RCVBUF", 8 << 20usize).max(128 << 10),
             linger: Duration::from_millis(env_num("WARPSOCK_LINGER_MS", 2000)),
             exit_linger: Duration::from_millis(env_num("WARPSOCK_EXIT_LINGER_MS", 500)),
+            mode: match std::env::var("WARPSOCK_UDP_MODE") {
+                Ok(v) => Mode::parse(&v).unwrap_or_else(|| {
+                    warn("WARPSOCK_UDP_MODE", &v);
+                    Mode::Auto
+                }),
+                Err(_) => Mode::Auto,
+            },
             tx_delay: Duration::from_micros(env_num("WARPSOCK_TX_DELAY_US", 200)),
             tx_batch: env_num("WARPSOCK_TX_BATCH", 64usize << 10).clamp(1, 1 << 20),
             max_accepted: env_num("WARPSOCK_MAX_ACCEPTED", 128usize).max(1),

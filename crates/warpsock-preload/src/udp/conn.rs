@@ -218,7 +218,7 @@ pub(super) struct ConnSt {
 
 /// A send less than this after the previous one is part of a stream, and
 /// is batched (unless the program received in between).
-const STREAM_GAP: Duration = Duration::from_micros(20);
+pub(super) const STREAM_GAP: Duration = Duration::from_micros(20);
 
 /// A send that finds the connection's buffer full waits at most this long
 /// since the peer last made progress; then the datagram is dropped, as

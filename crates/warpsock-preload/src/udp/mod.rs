@@ -9,6 +9,7 @@
 //! | [`sock`] | an offloaded socket: hidden kernel UDP socket, doorbell, receive queue, routes; the progress thread's entry points |
 //! | [`listen`] | the TCP listener of a bound port, accepting, route adoption |
 //! | [`send`], [`recv`], [`serve`] | the send and receive calls; receive calls served from the connections' buffers |
+//! | [`gso`] | the GSO send path and the GRO receive path |
 //! | [`conn`], [`events`] | one TCP connection: the I/O driver of the core, its readiness and timers |
 //!
 //! [`UDP`] is the [`Kind`] the interposition layer knows: UDP sockets are
@@ -19,6 +20,7 @@ pub(crate) mod config;
 mod conn;
 pub(crate) mod core;
 mod events;
+mod gso;
 mod listen;
 mod recv;
 mod send;
@@ -63,9 +65,12 @@ impl Kind for Udp {
             0 => sys::local_addr(fd).map_or(0, |a| a.port()),
             p => p,
         };
-        if config::get().policy.port_ok(port) {
+        let cfg = config::get();
+        if cfg.policy.port_ok(port) {
             if let Ok(s) = Sock::transpose(fd) {
-                s.listen();
+                if cfg.mode.tcp() {
+                    s.listen();
+                }
             }
         }
     }

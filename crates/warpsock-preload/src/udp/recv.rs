@@ -264,7 +264,7 @@ impl Sock {
         if let Some(c) = g.ready.front() {
             return Pick::Conn(c.clone());
         }
-        if g.udp_maybe || udp_hint {
+        if g.udp_maybe || udp_hint || self.gro_pending() {
             // SAFETY: the application's msghdr (contract).
             return match unsafe { self.recv_kernel(&mut g, msg, flags, namelen, ctllen, found) } {
                 Some(r) => Pick::Done(r),
@@ -306,6 +306,15 @@ impl Sock {
         }
         msg.msg_namelen = namelen;
         msg.msg_controllen = ctllen;
+        if let Some(gro) = &self.gro {
+            // UDP_GRO is on: coalesced buffers are cut here.
+            // SAFETY: the application's msghdr (contract).
+            let r = unsafe { self.gro_recv(&mut lock(gro), msg, flags) };
+            if r.is_some() && self.gro_pending() && g.bells == 0 {
+                self.ring(g);
+            }
+            return r;
+        }
         // SAFETY: the application's msghdr, passed to its kernel socket.
         let r = unsafe { real::recvmsg(self.udp, msg, flags | libc::MSG_DONTWAIT) };
         if r < 0 {

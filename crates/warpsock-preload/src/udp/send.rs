@@ -40,6 +40,8 @@ fn group_id() -> u32 {
 enum Route {
     /// Kernel UDP (`true`: the destination has fallen back).
     Kernel(bool),
+    /// Kernel UDP, batched with GSO (`super::gso`).
+    Gso,
     Conn(Arc<Conn>),
 }
 
@@ -83,8 +85,12 @@ impl Sock {
                 let mut g = lock(&self.inner);
                 if g.closed || !cfg.policy.dest_ok(&dest, g.broadcast) {
                     Route::Kernel(false)
+                } else if !cfg.mode.tcp() {
+                    Route::Gso
                 } else {
                     match g.routes.lookup(&dest, Instant::now()) {
+                        // A peer without the preload: the second path.
+                        Lookup::Kernel if cfg.mode.gso() => Route::Gso,
                         Lookup::Kernel => Route::Kernel(true),
                         Lookup::Conn(c) => Route::Conn(c),
                         Lookup::Open => Route::Conn(self.open_group(&mut g, eng, dest)),
@@ -100,6 +106,16 @@ impl Sock {
                     });
                     // SAFETY: forwarding the caller's valid msghdr.
                     return unsafe { self.kernel_send(msg, flags, sndtimeo) };
+                }
+                Route::Gso => {
+                    if len > max_dgram(&dest) {
+                        set_errno(libc::EMSGSIZE);
+                        return -1;
+                    }
+                    // SAFETY: the caller's valid msghdr.
+                    return unsafe {
+                        self.gso_send(eng, dest, msg, flags, len, interactive, sndtimeo)
+                    };
                 }
                 Route::Conn(c) => c,
             };

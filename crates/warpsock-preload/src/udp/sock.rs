@@ -19,8 +19,10 @@ use libc::{c_int, sockaddr, socklen_t};
 use super::config;
 use super::conn::{Conn, Room, DGRAM_OVERHEAD, EPOLLIN};
 use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
+use super::core::gso::Mode;
 use super::core::routes::Routes;
 use super::core::setup::PROOF_LINGER;
+use super::gso::{enable_gro, Gro, Gso, GsoTimer};
 use super::stats::{self, STATS};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::reactor::{self, Handler, Reactor};
@@ -92,6 +94,10 @@ pub(crate) struct Sock {
     /// then writes at once: request and response).
     pub(super) recv_seen: AtomicBool,
     pub(super) inner: Mutex<Inner>,
+    /// The GSO path's batch (`super::gso`).
+    pub(super) gso: Mutex<Gso>,
+    /// `UDP_GRO` is on (`gso` mode): kernel reads go through this buffer.
+    pub(super) gro: Option<Mutex<Gro>>,
 }
 
 /// The state behind `Sock::inner`.
@@ -221,9 +227,15 @@ impl Sock {
                     accept_paused: None,
                     recent: VecDeque::new(),
                 }),
+                gso: Mutex::new(Gso::default()),
+                gro: (config::get().mode == Mode::Gso && enable_gro(udp))
+                    .then(|| Mutex::new(Gro::new())),
             });
             if !eng.register(udp, s.id, EPOLLIN | EPOLLET, Arc::new(UdpReady(s.clone()))) {
                 return Err(errno());
+            }
+            if config::get().mode.gso() {
+                eng.add_timer(eng.new_id(), Arc::new(GsoTimer(s.clone())));
             }
             // Publish before the swap: our paths only ever use `udp`.
             if let Some(old) = fdtable::insert(fd, s.clone()) {
@@ -395,7 +407,7 @@ impl Sock {
     /// Trusting the stale hint left a doorbell behind with nothing to
     /// receive, and the descriptor read as ready.
     pub(super) fn settle(&self, g: &mut Inner) {
-        if g.bells == 0 || !g.rxq.is_empty() || !g.ready.is_empty() {
+        if g.bells == 0 || !g.rxq.is_empty() || !g.ready.is_empty() || self.gro_pending() {
             return;
         }
         if g.udp_maybe {

@@ -47,6 +47,18 @@ counters! {
     tx_tail_flushes,
     /// Datagrams sent by kernel UDP because the policy excludes them.
     tx_kernel_policy,
+    /// Datagrams gathered into GSO sends (the GSO path).
+    tx_gso_dgrams,
+    /// `sendmsg` calls on the GSO path (with `UDP_SEGMENT` when more than
+    /// one datagram).
+    tx_gso_sends,
+    /// Datagrams on the GSO path sent alone at once (not streaming).
+    tx_gso_alone,
+    /// GSO batches a stream left, sent by the progress thread after
+    /// `WARPSOCK_TX_DELAY_US`.
+    tx_gso_tails,
+    /// Sockets whose kernel refused GSO (datagrams go one by one).
+    tx_gso_off,
     /// Datagrams sent by kernel UDP because the destination has fallen back.
     tx_kernel_fallback,
     /// Queued datagrams re-sent by kernel UDP when their connection failed.
@@ -108,6 +120,8 @@ counters! {
     rx_tcp_bytes,
     /// Datagrams received from the kernel UDP socket of an offloaded socket.
     rx_kernel_dgrams,
+    /// Coalesced `UDP_GRO` buffers cut back into datagrams.
+    rx_gro_buffers,
     /// TCP datagrams dropped because a connected socket's peer differs.
     rx_filtered,
     /// Times the receive queue was full and reading was paused.
