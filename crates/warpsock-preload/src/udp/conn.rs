@@ -223,8 +223,10 @@ pub(super) const STREAM_GAP: Duration = Duration::from_micros(20);
 /// A send that finds the connection's buffer full waits at most this long
 /// since the peer last made progress; then the datagram is dropped, as
 /// kernel UDP drops what a full path cannot take, so that a peer that
-/// stops reading cannot block the program (`tx_stall_drops`).
-const STALL: Duration = Duration::from_secs(1);
+/// stops reading cannot block the program for long (`tx_stall_drops`).
+/// Long enough that a live receiver on a loaded machine is not taken for
+/// one that stopped.
+const STALL: Duration = Duration::from_secs(5);
 
 /// Room left in the socket's receive queue, spent by [`Conn::parse`].
 pub(super) struct Room {

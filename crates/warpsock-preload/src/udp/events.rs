@@ -26,6 +26,16 @@ use crate::shim::sys::{self, lock};
 /// Most bytes read from one connection per readiness event (fairness).
 const READ_BUDGET: usize = 1 << 20;
 
+/// Whether the socket `fd` has input waiting (or an error, or EOF).
+fn readable(fd: libc::c_int) -> bool {
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    fd >= 0 && sys::poll(&mut p, 0) > 0 && p[0].revents != 0
+}
+
 /// What handling an event decided for the socket, applied once the
 /// connection's locks are released.
 #[derive(Default)]
@@ -246,8 +256,15 @@ impl Conn {
                             && config::get().caller_recv
                             && bits & (EPOLLERR | EPOLLHUP) == 0
                         {
-                            // Receive calls read it themselves.
-                            out.ready = true;
+                            // Receive calls read it themselves; but the
+                            // answer to our proof is read here, for a
+                            // program that never receives.
+                            if st.setup.unanswered() && !self.take_answer(&mut st) {
+                                stats::inc(&STATS.protocol_errors);
+                                out.gone = Some((self.die(&mut st), false));
+                            } else {
+                                out.ready = !st.setup.unanswered() || !st.rx.pending().is_empty();
+                            }
                         } else if st.setup.delivering()
                             && sock.rx_full()
                             && bits & (EPOLLERR | EPOLLHUP) == 0
@@ -270,9 +287,37 @@ impl Conn {
             if out.gone.is_some() || !out.now_udp.is_empty() {
                 out.src = out.src.or(st.dest);
             }
+            // Readiness stays exact: ready only with input really there (a
+            // receive call may have read what woke us already).
+            out.ready =
+                out.ready && out.gone.is_none() && (!st.rx.pending().is_empty() || readable(st.fd));
+        }
+        if std::mem::take(&mut out.ready) {
+            // Under `order`, so no receive call takes the input between the
+            // look above and the doorbell.
+            sock.mark_ready(eng, self, !from_caller);
         }
         drop(_order);
         self.apply(eng, sock, out, from_caller);
+    }
+
+    /// Reads the connection while the acceptor's answer to our proof is
+    /// due, taking that answer (a control frame) off the front. Returns
+    /// false on a framing error.
+    fn take_answer(&self, st: &mut ConnSt) -> bool {
+        if st.rx.pending().is_empty() {
+            let _ = Self::read_some(st);
+        }
+        loop {
+            match st.rx.peek() {
+                frame::Parsed::Control(CTRL_PROVEN, len) => {
+                    st.rx.consume(frame::HDR_LEN + len);
+                    st.setup.proven();
+                }
+                frame::Parsed::Control(..) | frame::Parsed::Invalid => return false,
+                frame::Parsed::Frame(_) | frame::Parsed::Partial => return true,
+            }
+        }
     }
 
     /// The hello arrived (or the connection failed before it did).

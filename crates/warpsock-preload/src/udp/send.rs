@@ -152,6 +152,14 @@ impl Sock {
                     set_errno(e);
                     return -1;
                 }
+                Err(SendErr::Kernel) if cfg.mode.gso() => {
+                    // Retrying after a failed attempt: the second path
+                    // meanwhile.
+                    // SAFETY: the caller's valid msghdr.
+                    return unsafe {
+                        self.gso_send(eng, dest, msg, flags, len, interactive, sndtimeo)
+                    };
+                }
                 Err(SendErr::Kernel) => {
                     stats::inc(&STATS.tx_kernel_fallback);
                     // SAFETY: forwarding the caller's valid msghdr.

@@ -186,7 +186,11 @@ mod tests {
         let r: Vec<_> = segments(3000, 1400).collect();
         assert_eq!(r, [0..1400, 1400..2800, 2800..3000]);
         assert_eq!(segments(1400, 1400).collect::<Vec<_>>(), vec![(0..1400)]);
-        assert_eq!(segments(5, 0).collect::<Vec<_>>(), vec![(0..5)], "no GRO: one");
+        assert_eq!(
+            segments(5, 0).collect::<Vec<_>>(),
+            vec![(0..5)],
+            "no GRO: one"
+        );
         assert_eq!(segments(0, 100).count(), 0);
     }
 

@@ -126,6 +126,8 @@ pub(crate) struct Setup {
     /// answer), and how many were sent.
     proof_due: Option<Instant>,
     proofs_sent: u32,
+    /// Connector: the proof was sent and not answered yet.
+    unanswered: bool,
 }
 
 impl Setup {
@@ -137,6 +139,7 @@ impl Setup {
             deadline: Some(now),
             proof_due: None,
             proofs_sent: 0,
+            unanswered: false,
         }
     }
 
@@ -149,6 +152,7 @@ impl Setup {
             deadline: Some(now + t.preamble_timeout),
             proof_due: None,
             proofs_sent: 0,
+            unanswered: false,
         }
     }
 
@@ -232,7 +236,16 @@ impl Setup {
     pub(crate) fn prove(&mut self, now: Instant) -> Step {
         self.established();
         self.proofs_sent = 0;
+        self.unanswered = true;
         self.proof_sent(now)
+    }
+
+    /// Connector: whether the acceptor's answer to the proof is still to
+    /// come (it must be read even by a program that never receives: a TCP
+    /// socket closed with unread input is reset, and loses what it had not
+    /// sent yet).
+    pub(crate) fn unanswered(&self) -> bool {
+        self.unanswered
     }
 
     /// Counts a proof datagram sent now; schedules the next one.
@@ -246,6 +259,7 @@ impl Setup {
     /// Connector: the acceptor saw the proof.
     pub(crate) fn proven(&mut self) {
         self.proof_due = None;
+        self.unanswered = false;
     }
 
     /// Acceptor: the preamble arrived; `proved` says whether the proof of
@@ -415,6 +429,7 @@ mod tests {
         s.on_timer(d, &t);
         s.proven();
         assert!(s.timers_done() && s.deadline().is_none());
+        assert!(!s.unanswered());
     }
 
     #[test]
