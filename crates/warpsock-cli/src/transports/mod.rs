@@ -21,6 +21,7 @@ mod iwarp;
 mod sock;
 mod tcp;
 mod udp;
+mod udp_gso;
 mod udp_offload;
 
 use crate::driver::Link;
@@ -31,6 +32,7 @@ pub(crate) static ALL: &[&dyn Link] = &[
     &tcp::Tcp,
     &udp::UDP,
     &udp_offload::UDP_OFFLOAD,
+    &udp_gso::UDP_GSO,
     &iwarp::SEND,
     &iwarp::WRITE,
     &iwarp::READ,
@@ -90,6 +92,6 @@ mod tests {
         }
         assert!(parse("carrier-pigeon")
             .unwrap_err()
-            .contains("one of tcp, udp, udp-offload, send, write, read"));
+            .contains("one of tcp, udp, udp-offload, udp-gso, send, write, read"));
     }
 }
