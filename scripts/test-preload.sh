@@ -3,6 +3,8 @@
 # 127.0.0.1 only, every run bounded by `timeout`:
 #   - iperf 2 UDP, preloaded client and server: every datagram over TCP, none lost
 #   - iperf 2 UDP, preloaded client -> plain server: falls back to kernel UDP
+#   - iperf 2 UDP, preloaded client in WARPSOCK_UDP_MODE=gso -> plain server:
+#     datagrams gathered into UDP_SEGMENT sends, ordinary datagrams arrive
 #   - iperf 2 UDP, plain client -> preloaded server: kernel path of an offloaded socket
 #   - sockperf UDP ping-pong, both preloaded: replies travel back over the connection
 #   - socat UDP relay, all three preloaded: every datagram relayed over TCP
@@ -141,6 +143,27 @@ lost=${lt%/*}; total=${lt#*/}
 [ "$(stat "$WORK/ic2.err" fallbacks)" -ge 1 ] || fail "iperf (preloaded -> plain): no fallback counted"
 [ "$(stat "$WORK/ic2.err" tx_lost)" -eq 0 ] || fail "iperf (preloaded -> plain): datagrams lost by the layer"
 pass "iperf2 UDP preloaded client -> plain server: fell back to kernel UDP, $lost/$total lost"
+
+# --- iperf 2, preloaded client on the GSO path -> plain server --------------------
+# WARPSOCK_UDP_MODE=gso: kernel UDP, a stream's datagrams gathered into
+# UDP_SEGMENT sends; the plain server sees ordinary datagrams.
+P=$(free_port)
+start iperf -s -u -B 127.0.0.1 -p "$P" >"$WORK/is4.out" 2>&1
+wait_udp_port "$P"
+timeout 30 "${PRE[@]}" WARPSOCK_UDP_MODE=gso \
+    iperf -c 127.0.0.1 -u -p "$P" -b 200M -l 1470 -t 2 >"$WORK/ic4.out" 2>"$WORK/ic4.err" \
+    || fail "iperf client (GSO path -> plain) exited $?"
+stop_last
+lt=$(iperf_lost_total "$WORK/ic4.out")
+[ -n "$lt" ] || { cat "$WORK/ic4.out" "$WORK/ic4.err" >&2; fail "iperf (GSO path -> plain): no server report"; }
+lost=${lt%/*}; total=${lt#*/}
+[ "$total" -gt 1000 ] || fail "iperf (GSO path -> plain): only $total datagrams"
+[ "$lost" -le $((total / 20)) ] || fail "iperf (GSO path -> plain): $lost of $total lost"
+gathered=$(stat "$WORK/ic4.err" tx_gso_dgrams); sends=$(stat "$WORK/ic4.err" tx_gso_sends)
+[ "$gathered" -ge $((total / 2)) ] || fail "iperf (GSO path -> plain): only $gathered of $total datagrams in GSO batches"
+[ "$sends" -ge 1 ] && [ $((sends * 4)) -le "$gathered" ] || fail "iperf (GSO path -> plain): $sends GSO sends for $gathered datagrams"
+[ "$(stat "$WORK/ic4.err" connects)" -eq 0 ] || fail "iperf (GSO path -> plain): gso mode opened a connection"
+pass "iperf2 UDP preloaded client on the GSO path -> plain server: $gathered datagrams in $sends UDP_SEGMENT sends, $lost/$total lost"
 
 # --- iperf 2, plain client -> preloaded server ------------------------------------
 P=$(free_port)
