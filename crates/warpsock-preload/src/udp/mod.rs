@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 
-use crate::shim::socket::{Adoption, Kind, Socket};
+use crate::shim::socket::{Adoption, Kind, Socket, Wait};
 use crate::shim::{reactor, sys};
 use sock::Sock;
 
@@ -176,6 +176,14 @@ impl Socket for Sock {
 
     fn shutdown(&self, how: c_int) -> c_int {
         Self::shutdown(self, how)
+    }
+
+    fn wait_begin(&self) -> Option<Wait> {
+        Self::wait_begin(self)
+    }
+
+    fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
+        Self::wait_end(self, wait, revents)
     }
 
     fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {

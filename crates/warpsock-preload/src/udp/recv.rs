@@ -22,6 +22,7 @@ use super::serve::Served;
 use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor::{self, Reactor};
+use crate::shim::socket::Wait;
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{iov, real};
 
@@ -346,6 +347,46 @@ impl Sock {
             self.settle(g);
         }
         Some(r)
+    }
+}
+
+impl Sock {
+    /// A program's poll is about to wait for input: its connections (armed
+    /// ones, at most 16) are watched by that poll too, claimed from the
+    /// progress thread meanwhile.
+    pub(super) fn wait_begin(&self) -> Option<Wait> {
+        let d = Driven::claim(self.arc());
+        if d.conns.is_empty() {
+            return None;
+        }
+        Some(Wait {
+            fds: d.conns.iter().map(|c| c.1).collect(),
+            claim: Box::new(d),
+        })
+    }
+
+    /// The poll returned: input on a connection is taken up (the connection
+    /// joins the ready list, the doorbell rings, so the descriptor stays
+    /// readable for whoever looks next); the claim is given back. Returns
+    /// whether anything is there to receive.
+    pub(super) fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
+        let Ok(d) = wait.claim.downcast::<Driven>() else {
+            return false;
+        };
+        let bits = libc::POLLIN | libc::POLLERR | libc::POLLHUP;
+        if let Some(eng) = d.eng {
+            for ((c, fd), r) in d.conns.iter().zip(revents) {
+                let r = *r & bits;
+                if r != 0 && c.still(*fd) {
+                    stats::inc(&STATS.rx_poll_wakes);
+                    // poll and epoll share their bit values on Linux.
+                    c.handle(eng, &d.sock, r as u16 as u32, false);
+                }
+            }
+        }
+        drop(d);
+        let g = lock(&self.inner);
+        !g.rxq.is_empty() || !g.ready.is_empty()
     }
 }
 

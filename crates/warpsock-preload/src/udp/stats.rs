@@ -129,6 +129,9 @@ counters! {
     /// Datagrams a blocking receive call read from a connection itself
     /// (caller-driven receive), without the progress thread.
     rx_caller_dgrams,
+    /// Arrivals on a connection that woke the program's own poll/ppoll
+    /// (its connections are watched by that call: no thread hand-off).
+    rx_poll_wakes,
     /// Blocking receives whose data turned up while busy-polling
     /// (`WARPSOCK_BUSY_POLL_US`), before the call went to sleep.
     rx_busy_poll_hits,
