@@ -252,7 +252,11 @@ for dir in fwd rev; do
     if [ "$dir" = fwd ]; then snd="$WORK/i3c-$dir.err"; rcv="$WORK/i3s-$dir.err"
     else snd="$WORK/i3s-$dir.err"; rcv="$WORK/i3c-$dir.err"; fi
     [ "$(stat "$snd" tx_tcp_dgrams)" -ge "$pk" ] || fail "iperf3 -u $dir: sender did not send over TCP"
-    [ "$(stat "$rcv" rx_tcp_dgrams)" -ge "$pk" ] || fail "iperf3 -u $dir: receiver did not receive over TCP"
+    # The sender's last batch may still be on its way (at most
+    # WARPSOCK_TX_DELAY_US) when iperf3's control connection ends the test
+    # and the receiver stops reading: iperf3 counts those as neither lost nor
+    # received, and so may the receiver's counter. One batch at most.
+    [ "$(stat "$rcv" rx_tcp_dgrams)" -ge $((pk - 64)) ] || fail "iperf3 -u $dir: receiver did not receive over TCP"
     for f in "$WORK/i3c-$dir.err" "$WORK/i3s-$dir.err"; do
         [ "$(stat "$f" fallbacks)" -eq 0 ] || fail "iperf3 -u $dir: fell back ($f)"
         [ "$(stat "$f" hello_failed)" -eq 0 ] || fail "iperf3 -u $dir: reached a non-warpsock TCP port ($f)"
