@@ -179,6 +179,23 @@ fn recv_parts(fd: i32, p: [&mut [u8]; 3]) -> io::Result<usize> {
     }
 }
 
+/// Whether `size`-byte datagrams of a bandwidth test carry their send time
+/// (CLOCK_MONOTONIC ns, in bytes 8..16, between the stamps, instead of the
+/// pattern there) for the receiver's jitter: whole messages from 24 bytes
+/// up to the gather size.
+fn carries_time(size: usize) -> bool {
+    size >= 24 && !crate::data::gathered(size)
+}
+
+/// This host's monotonic clock, ns.
+fn now_ns() -> u64 {
+    // SAFETY: timespec is plain data.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// The bits of a sequence number a `size`-byte datagram carries.
 fn seq_mask(size: usize) -> u64 {
     if size >= 8 {
@@ -219,6 +236,10 @@ struct FlowState {
     drain_last: Option<Instant>,
     /// Datagrams received on this flow.
     rx_count: u64,
+    /// RFC 3550 interarrival jitter (ns) of the timestamped datagrams, and
+    /// the last one's relative transit time.
+    jitter: f64,
+    transit: Option<i64>,
 }
 
 impl FlowState {
@@ -247,6 +268,11 @@ struct UdpEndpoint {
     tx: Frame,
     tx_body: Vec<u8>,
     rx_body: Vec<u8>,
+    /// The datagrams carry their send time (bandwidth tests, see
+    /// [`carries_time`]).
+    timed: bool,
+    /// The pattern bytes a send time stands in for.
+    pat: [u8; 16],
 }
 
 impl UdpEndpoint {
@@ -268,6 +294,8 @@ impl UdpEndpoint {
                 peer_fin_told: false,
                 drain_last: None,
                 rx_count: 0,
+                jitter: 0.0,
+                transit: None,
             });
         }
         Ok(Self {
@@ -280,6 +308,12 @@ impl UdpEndpoint {
             tx: Frame::new(size),
             tx_body: sock::body(size),
             rx_body: sock::body(size),
+            timed: carries_time(size) && !matches!(job.role, Role::Ping | Role::Pong),
+            pat: {
+                let mut p = [0u8; 16];
+                crate::data::fill(&mut p);
+                p
+            },
         })
     }
 
@@ -287,6 +321,9 @@ impl UdpEndpoint {
     /// take it now.
     fn send(&mut self, i: usize, seq: u64) -> Result<bool, Error> {
         self.tx.stamp(seq);
+        if self.timed {
+            self.tx.own[8..16].copy_from_slice(&now_ns().to_le_bytes());
+        }
         let fd = self.flows[i].f.u.as_raw_fd();
         match dropped(send_parts(fd, self.tx.parts(&self.tx_body))) {
             Ok(_) => Ok(true),
@@ -309,6 +346,19 @@ impl UdpEndpoint {
             match recv_parts(fd, s.rx.parts_mut(&mut self.rx_body)) {
                 Ok(n) => {
                     moved = true;
+                    if self.timed && n == size {
+                        // RFC 3550 §6.4.1: J += (|D| - J) / 16, D the change
+                        // in relative transit time between consecutive
+                        // datagrams (both clocks are this host's).
+                        let sent = u64::from_le_bytes(s.rx.own[8..16].try_into().expect("8"));
+                        s.rx.own[8..16].copy_from_slice(&self.pat[8..16]);
+                        let transit = now_ns() as i64 - sent as i64;
+                        if let Some(p) = s.transit {
+                            let d = (transit - p).unsigned_abs() as f64;
+                            s.jitter += (d - s.jitter) / 16.0;
+                        }
+                        s.transit = Some(transit);
+                    }
                     let seq = if n == size {
                         s.rx.seq_of(&self.rx_body, verify)
                     } else {
@@ -488,11 +538,31 @@ impl Endpoint for UdpEndpoint {
     fn loss_timeout(&self) -> Option<Duration> {
         Some(LOSS_TIMEOUT)
     }
+
+    fn jitter_ns(&self) -> Option<f64> {
+        // The flows' mean, over those that received timestamped datagrams.
+        let js: Vec<f64> = self
+            .flows
+            .iter()
+            .filter(|s| s.transit.is_some())
+            .map(|s| s.jitter)
+            .collect();
+        (!js.is_empty()).then(|| js.iter().sum::<f64>() / js.len() as f64)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bandwidth_datagrams_carry_their_send_time() {
+        assert!(!carries_time(23), "the tail stamp would overlap");
+        assert!(carries_time(24) && carries_time(1470));
+        assert!(!carries_time(crate::data::GATHER_MIN), "gathered: none");
+        let (a, b) = (now_ns(), now_ns());
+        assert!(a > 0 && b >= a);
+    }
 
     #[test]
     fn short_datagrams_carry_the_low_bytes() {
