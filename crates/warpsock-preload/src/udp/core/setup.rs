@@ -328,6 +328,15 @@ mod tests {
         }
     }
 
+    /// An outgoing connection whose TCP connect completed at `at`.
+    fn connected(t0: Instant, at: Instant, t: &Timing) -> Setup {
+        let mut s = Setup::outgoing(t0);
+        assert_eq!(s.on_timer(t0, t), Step::Connect);
+        s.connect_started(t0, t);
+        s.connected(at, t);
+        s
+    }
+
     /// Runs the timer at `now` after jumping to the deadline.
     fn fire(s: &mut Setup, t: &Timing) -> (Instant, Step) {
         let now = s.deadline().expect("a deadline");
@@ -378,10 +387,7 @@ mod tests {
     fn silent_acceptor_is_not_warpsock() {
         let t = timing();
         let t0 = Instant::now();
-        let mut s = Setup::outgoing(t0);
-        s.on_timer(t0, &t);
-        s.connect_started(t0, &t);
-        s.connected(t0 + MS, &t);
+        let mut s = connected(t0, t0 + MS, &t);
         assert_eq!(s.awaited(), Awaited::Readable);
         let (now, step) = fire(&mut s, &t);
         assert_eq!(now, t0 + 501 * MS);
@@ -392,10 +398,7 @@ mod tests {
     fn established_needs_no_timer() {
         let t = timing();
         let t0 = Instant::now();
-        let mut s = Setup::outgoing(t0);
-        s.on_timer(t0, &t);
-        s.connect_started(t0, &t);
-        s.connected(t0, &t);
+        let mut s = connected(t0, t0, &t);
         s.established();
         assert!(s.timers_done() && s.deadline().is_none() && !s.setting_up());
         assert_eq!(s.on_timer(t0 + 3600 * 1000 * MS, &t), Step::Wait);
@@ -405,10 +408,7 @@ mod tests {
     fn connector_resends_the_proof_until_answered_a_bounded_number_of_times() {
         let t = timing();
         let t0 = Instant::now();
-        let mut s = Setup::outgoing(t0);
-        s.on_timer(t0, &t);
-        s.connect_started(t0, &t);
-        s.connected(t0, &t);
+        let mut s = connected(t0, t0, &t);
         assert_eq!(s.prove(t0), Step::SendProof);
         assert!(s.delivering(), "data flows while the proof is pending");
         assert!(!s.timers_done());
