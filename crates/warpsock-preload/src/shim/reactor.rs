@@ -64,7 +64,14 @@ pub(crate) struct Reactor {
     wake_at: AtomicU64,
     /// `epoll_pwait2` (µs timeouts) is missing: `epoll_wait` (ms) instead.
     coarse: AtomicBool,
+    /// When every timer handler was last asked (ns after `epoch`): those
+    /// without a deadline due are asked once a second, so that finished
+    /// ones leave the list.
+    swept: AtomicU64,
 }
+
+/// How often every timer handler is asked, due or not.
+const SWEEP: Duration = Duration::from_secs(1);
 
 const AWAKE: u64 = 0;
 const SCANNING: u64 = u64::MAX;
@@ -127,6 +134,7 @@ pub(crate) fn get() -> Option<&'static Reactor> {
         epoch: Instant::now(),
         wake_at: AtomicU64::new(AWAKE),
         coarse: AtomicBool::new(false),
+        swept: AtomicU64::new(0),
     });
     let mut ev = libc::epoll_event {
         events: libc::EPOLLIN as u32,
@@ -381,10 +389,16 @@ impl Reactor {
             return;
         }
         let now = Instant::now();
+        let sweep = self.ns(now) >= self.swept.load(Ordering::Relaxed) + SWEEP.as_nanos() as u64;
+        if sweep {
+            self.swept.store(self.ns(now), Ordering::Relaxed);
+        }
         let mut done = Vec::new();
         for (id, h) in &list {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if h.on_timer(self, now) {
+                // Only what is due (the reactor wakes for every deadline and
+                // event; most handlers have nothing to do then).
+                if (sweep || h.deadline().is_some_and(|d| d <= now)) && h.on_timer(self, now) {
                     done.push(*id);
                 }
             }));
