@@ -541,3 +541,25 @@ fn oversized_ipv4_datagram_is_refused() {
     r.assert_ok("victim");
     assert!(r.stat("protocol_errors") >= 1, "{}", r.stderr);
 }
+
+/// A peer that stops reading: the victim's replies to it fill the
+/// connection and then stop blocking the victim (dropped, as kernel UDP
+/// drops what a full path cannot take), so it goes on serving others.
+#[test]
+fn a_peer_that_stops_reading_cannot_block_the_victim() {
+    let mut v = Victim::start(0, 0, None, &[]);
+    let (mut t, _u) = proven_peer(v.port);
+    // Ask for about 16 MB of echoes, never reading one.
+    let big = wire::frame(&vec![b'e'; 60_000]);
+    t.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+    for _ in 0..280 {
+        if t.write_all(&big).is_err() {
+            break;
+        }
+    }
+    v.serves_legit_peers();
+    drop(t);
+    let r = v.quit();
+    r.assert_ok("victim");
+    assert!(r.stat("tx_stall_drops") >= 1, "{}", r.stderr);
+}
