@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use libc::{c_int, msghdr};
 
 use super::config;
-use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN};
+use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN, HINT_UP};
 use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
 use super::serve::Served;
 use super::sock::{Inner, Sock};
@@ -124,8 +124,20 @@ impl Sock {
                     let r = p[2 + i].revents & bits;
                     if r != 0 {
                         if r & libc::POLLNVAL == 0 && c.still(*fd) {
-                            // poll and epoll share their bit values on Linux.
-                            c.handle(eng, &d.sock, (r & !libc::POLLNVAL) as u16 as u32, true);
+                            if c.hint.load(Ordering::Relaxed) == HINT_UP && r & libc::POLLIN != 0 {
+                                // Delivering: this call reads it itself
+                                // (no ready list, no doorbell, no change of
+                                // the progress thread's watch).
+                                // SAFETY: the application's msghdr (contract).
+                                if let Served::Dgram(n) =
+                                    unsafe { self.serve(eng, c, msg, flags, true) }
+                                {
+                                    return n;
+                                }
+                            } else {
+                                // poll and epoll share their bit values on Linux.
+                                c.handle(eng, &d.sock, (r & !libc::POLLNVAL) as u16 as u32, true);
+                            }
                         }
                         stale |= !c.still(*fd) || !c.reading();
                     }
@@ -187,7 +199,7 @@ impl Sock {
                 Pick::Conn(c) => {
                     let eng = reactor::current()?;
                     // SAFETY: the application's msghdr (contract).
-                    if let Served::Dgram(r) = unsafe { self.serve(eng, &c, msg, flags) } {
+                    if let Served::Dgram(r) = unsafe { self.serve(eng, &c, msg, flags, false) } {
                         return Some(r);
                     }
                 }

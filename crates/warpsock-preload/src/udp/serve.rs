@@ -64,9 +64,12 @@ impl Sock {
         }
     }
 
-    /// Serves one datagram from `conn`, the front of the ready list, into
-    /// `msg`; then rotates the connection to the back (more to read) or
-    /// arms it again and takes it off the list (drained).
+    /// Serves one datagram from `conn` into `msg`. `conn` is the front of
+    /// the ready list: then it is rotated to the back (more to read) or
+    /// armed again and taken off the list (drained). Or (`direct`) it is a
+    /// connection a blocking call polled itself and found readable: it
+    /// stays armed (the call's claim keeps the progress thread off it), and
+    /// joins the ready list, with a doorbell, only if more is in hand.
     ///
     /// # Safety
     /// `msg` must be a valid msghdr whose buffers are writable.
@@ -76,6 +79,7 @@ impl Sock {
         conn: &Arc<Conn>,
         msg: &mut msghdr,
         flags: c_int,
+        direct: bool,
     ) -> Served {
         let peek = flags & libc::MSG_PEEK != 0;
         let peer = lock(&self.inner).peer;
@@ -129,8 +133,9 @@ impl Sock {
                         // Look again even after a short read: a datagram
                         // that reached the socket since must keep the
                         // descriptor readable now, not once the progress
-                        // thread notices it.
-                        while !more {
+                        // thread notices it. (A direct read leaves the
+                        // connection armed: the progress thread notices.)
+                        while !more && !direct {
                             match Conn::read_some(&mut st) {
                                 Rd::Data(_) => more = whole_frame(&st),
                                 Rd::Again => break,
@@ -179,6 +184,9 @@ impl Sock {
                     conn.ready.store(false, Ordering::Relaxed);
                     conn.set_interest(eng, Some(true), None);
                 }
+            } else if direct && more && !g.closed && !conn.ready.swap(true, Ordering::Relaxed) {
+                g.ready.push_back(conn.clone());
+                conn.set_ready(eng);
             }
             if g.ready.is_empty() && g.rxq.is_empty() {
                 self.settle(&mut g);
