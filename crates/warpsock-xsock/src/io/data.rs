@@ -1,0 +1,384 @@
+//! The data path of [`XSocket`]: send calls (copied into transmit slots,
+//! or sent from the caller's buffer) and receive calls (copied out of
+//! receive slots, or placed into the caller's buffer through a sink).
+
+use std::io;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
+use warpsock_engine::{Access, Mr, SendOp, SendWr, Sgl};
+
+use super::socket::{count, RecvFlags, State, XSocket, CALL_BITS, COUNTERS, WR_CALL, WR_SLOT};
+use crate::stream::{SinkState, TxStep};
+use crate::wire::{Msg, HDR_LEN, MAX_CONTROL_LEN};
+
+impl XSocket {
+    // ------------------------------------------------------------------
+    // Send.
+
+    /// Sends `buf` (TCP semantics: a blocking call sends everything, a
+    /// non-blocking one what credits allow, `EAGAIN` if nothing). `timeout`
+    /// bounds a blocking call (`SO_SNDTIMEO`).
+    pub fn send(
+        &self,
+        buf: &[u8],
+        nonblocking: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut st = self.lock();
+        if st.s.is_write_shut() {
+            return Err(io::Error::from_raw_os_error(libc::EPIPE));
+        }
+        let zcopy = !nonblocking && buf.len() >= self.opts.zcopy_min;
+        let call = st.next_id();
+        // Registered for the call, dropped when every request using it
+        // completed (or the connection died).
+        #[allow(unsafe_code)]
+        let user_mr = zcopy.then(|| {
+            // SAFETY: `buf` outlives this call, which waits for every work
+            // request that reads it (or deregisters first: later accesses
+            // then fail their lookup), and the engine only reads it.
+            unsafe {
+                self.pd
+                    .register_raw(buf.as_ptr().cast_mut(), buf.len(), Access::LOCAL_READ)
+            }
+        });
+        let mut off = 0;
+        while off < buf.len() {
+            self.drive_now(&mut st);
+            if let Some(e) = Self::dead(&st) {
+                return if off > 0 { Ok(off) } else { Err(e) };
+            }
+            let step = if st.tx_free.is_empty() {
+                TxStep::Blocked
+            } else {
+                st.s.tx_data(buf.len() - off, true)
+            };
+            match step {
+                TxStep::Control => self.flush(&mut st),
+                TxStep::Write { stag, to, len } => {
+                    let op = SendOp::Write {
+                        remote_addr: to,
+                        rkey: stag,
+                    };
+                    self.post_data(
+                        &mut st,
+                        call,
+                        user_mr.as_ref(),
+                        op,
+                        None,
+                        &buf[off..off + len],
+                    );
+                    st.s.tx_wrote(len);
+                    off += len;
+                }
+                TxStep::Data { msg, len } => {
+                    let op = SendOp::Send {
+                        solicited: false,
+                        invalidate: None,
+                    };
+                    self.post_data(
+                        &mut st,
+                        call,
+                        user_mr.as_ref(),
+                        op,
+                        Some(msg),
+                        &buf[off..off + len],
+                    );
+                    off += len;
+                }
+                TxStep::Blocked => {
+                    if nonblocking {
+                        break;
+                    }
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
+                    st = self.wait(st, deadline);
+                }
+            }
+        }
+        if off == buf.len() {
+            st.s.tx_end_call();
+        }
+        self.flush(&mut st);
+        count(&COUNTERS.tx_bytes, off);
+        if user_mr.is_some() {
+            // The caller's memory is read by the engine until its requests
+            // complete.
+            while Self::call_busy(&st, call) && st.error.is_none() {
+                st = self.wait(st, None);
+            }
+            Self::end_call(&mut st, call);
+        }
+        drop(st);
+        drop(user_mr);
+        if off == 0 {
+            // Non-blocking without a credit, or SO_SNDTIMEO expired.
+            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+        }
+        Ok(off)
+    }
+
+    /// Posts one DATA message (`hdr`) or sink Write of `data`, from the
+    /// caller's registered buffer if there is one (the header then from a
+    /// transmit slot, held until the Send completes), else copied into a
+    /// transmit slot. A free transmit slot must exist.
+    pub(crate) fn post_data(
+        &self,
+        st: &mut State,
+        call: u64,
+        user_mr: Option<&Mr>,
+        op: SendOp,
+        hdr: Option<Msg>,
+        data: &[u8],
+    ) {
+        let slot = st.tx_free.pop().expect("a free transmit slot");
+        let at = slot as usize * self.opts.slot_size as usize;
+        let Some(mr) = user_mr else {
+            count(&COUNTERS.tx_copied, data.len());
+            match hdr {
+                Some(m) => self.post_msg(st, slot, m, data),
+                None => {
+                    self.tx
+                        .with_bytes_mut(|b| b[at..at + data.len()].copy_from_slice(data));
+                    self.post(
+                        st,
+                        SendWr {
+                            wr_id: WR_SLOT | u64::from(slot),
+                            op,
+                            sgl: self.tx.sge(at, data.len() as u32).into(),
+                            signaled: true,
+                        },
+                    );
+                }
+            }
+            return;
+        };
+        let mut sgl = Sgl::new();
+        let mut wr_id = WR_CALL | call;
+        match hdr {
+            Some(m) => {
+                self.tx
+                    .with_bytes_mut(|b| m.encode(&mut b[at..at + MAX_CONTROL_LEN]));
+                sgl.push(self.tx.sge(at, HDR_LEN as u32));
+                wr_id |= (u64::from(slot) + 1) << CALL_BITS;
+            }
+            None => st.tx_free.push(slot),
+        }
+        let off = data.as_ptr() as usize - mr.addr() as usize;
+        sgl.push(mr.sge(off, data.len() as u32));
+        *st.call_wrs.entry(call).or_insert(0) += 1;
+        self.post(
+            st,
+            SendWr {
+                wr_id,
+                op,
+                sgl,
+                signaled: true,
+            },
+        );
+    }
+
+    /// Whether zero-copy call `call` still has requests in flight (its
+    /// memory is still read by the engine).
+    pub(crate) fn call_busy(st: &State, call: u64) -> bool {
+        st.call_wrs.get(&call).is_some_and(|n| *n > 0)
+    }
+
+    /// Forgets a finished zero-copy call.
+    pub(crate) fn end_call(st: &mut State, call: u64) {
+        st.call_wrs.remove(&call);
+    }
+
+    // ------------------------------------------------------------------
+    // Receive.
+
+    /// Receives into `buf`. Returns the length and, in message mode,
+    /// whether it ends a message (`MSG_EOR`). `Ok((0, _))` is the end of
+    /// the stream. `timeout` bounds a blocking call (`SO_RCVTIMEO`).
+    pub fn recv(
+        &self,
+        buf: &mut [u8],
+        flags: RecvFlags,
+        timeout: Option<Duration>,
+    ) -> io::Result<(usize, bool)> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut st = self.lock();
+        if buf.is_empty() {
+            return Ok((0, false));
+        }
+        let mut got = 0;
+        loop {
+            self.drive_now(&mut st);
+            if let Some((n, eor)) = self.read_now(&mut st, &mut buf[got..], flags.peek, got > 0) {
+                got += n;
+                if st.msg_mode || flags.peek || !flags.waitall || got == buf.len() {
+                    return Ok((got, eor));
+                }
+                continue;
+            }
+            if st.s.eof() || st.shut_rd {
+                return Ok((got, false));
+            }
+            if let Some(e) = Self::dead(&st) {
+                return if got > 0 { Ok((got, false)) } else { Err(e) };
+            }
+            if st.peer_closed {
+                // FIN without our end-of-stream message: the peer's
+                // process ended; what arrived is all there is.
+                return Ok((got, false));
+            }
+            if flags.nonblocking {
+                return if got > 0 {
+                    Ok((got, false))
+                } else {
+                    Err(io::Error::from_raw_os_error(libc::EAGAIN))
+                };
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return if got > 0 {
+                    Ok((got, false))
+                } else {
+                    Err(io::Error::from_raw_os_error(libc::EAGAIN))
+                };
+            }
+            let rest = buf.len() - got;
+            if !flags.peek && !st.msg_mode && rest >= self.opts.zcopy_min && st.s.readable() == 0 {
+                let (guard, n) = self.recv_sink(st, &mut buf[got..], flags.waitall, deadline);
+                st = guard;
+                got += n;
+                if n > 0 && (!flags.waitall || got == buf.len()) {
+                    return Ok((got, false));
+                }
+                continue;
+            }
+            st = self.wait(st, deadline);
+        }
+    }
+
+    /// Delivers what is readable now into `out`: the pre-switch residue
+    /// first (unless `more`: bytes were already delivered in this call and
+    /// the residue must start a call of its own), then stream bytes
+    /// (message mode: never past a message's end). Returns the length and
+    /// whether it ends a message, or `None` if nothing is readable.
+    pub(crate) fn read_now(
+        &self,
+        st: &mut State,
+        out: &mut [u8],
+        peek: bool,
+        more: bool,
+    ) -> Option<(usize, bool)> {
+        if st.residue_off < st.residue.len() {
+            if more {
+                return None;
+            }
+            let r = &st.residue[st.residue_off..];
+            let n = r.len().min(out.len());
+            out[..n].copy_from_slice(&r[..n]);
+            if !peek {
+                st.residue_off += n;
+                if st.residue_off == st.residue.len() {
+                    st.residue = Vec::new();
+                    st.residue_off = 0;
+                }
+            }
+            return Some((n, false));
+        }
+        let avail = st.s.readable();
+        if avail == 0 || out.is_empty() {
+            return None;
+        }
+        let (n, eor) = if st.msg_mode {
+            match st.s.message_end() {
+                Some(end) if end <= out.len() => (end, true),
+                Some(_) => (out.len(), false),
+                None if st.s.peer_stalled() || avail >= out.len() || st.s.eof() => {
+                    (avail.min(out.len()), false)
+                }
+                None => return None,
+            }
+        } else {
+            (avail.min(out.len()), false)
+        };
+        self.copy_out(st, &mut out[..n], peek);
+        Some((n, eor))
+    }
+
+    /// Copies the first `out.len()` unread bytes out of the receive slots
+    /// (and consumes them unless `peek`).
+    fn copy_out(&self, st: &mut State, out: &mut [u8], peek: bool) {
+        let mut done = 0;
+        self.rx.with_bytes(|b| {
+            for seg in st.s.segments() {
+                if done == out.len() {
+                    break;
+                }
+                let k = (out.len() - done).min(seg.len as usize);
+                let at = seg.slot as usize * self.opts.slot_size as usize + seg.off as usize;
+                out[done..done + k].copy_from_slice(&b[at..at + k]);
+                done += k;
+            }
+        });
+        if !peek {
+            st.s.consume(out.len());
+            count(&COUNTERS.rx_bytes, out.len());
+            count(&COUNTERS.rx_copied, out.len());
+            self.repost(st);
+            self.flush(st);
+        }
+    }
+
+    /// Offers `buf` as a sink and waits until the peer filled or declined
+    /// it. Returns the bytes placed.
+    fn recv_sink<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        buf: &mut [u8],
+        waitall: bool,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, State>, usize) {
+        let len = buf.len().min(u32::MAX as usize);
+        #[allow(unsafe_code)]
+        // SAFETY: `buf` outlives this call, which returns only once the
+        // sink is final (the peer can no longer write into it) or the
+        // connection is dead (no more placement); the engine writes it only
+        // through the registration dropped before returning.
+        let mr = unsafe {
+            self.pd.register_raw(
+                buf.as_mut_ptr(),
+                len,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )
+        };
+        let id = st.s.post_sink(mr.rkey(), mr.addr(), len as u32, waitall);
+        self.flush(&mut st);
+        let mut cancelled = false;
+        let placed = loop {
+            match st.s.sink_state(id) {
+                SinkState::Filled { len, .. } => break len as usize,
+                SinkState::Declined => break 0,
+                _ => {}
+            }
+            if st.error.is_some() {
+                break 0;
+            }
+            if !cancelled && deadline.is_some_and(|d| Instant::now() >= d) {
+                st.s.cancel_sink(id);
+                self.flush(&mut st);
+                cancelled = true;
+            }
+            let d = if cancelled { None } else { deadline };
+            st = self.wait(st, d);
+        };
+        st.s.release_sink(id);
+        count(&COUNTERS.rx_bytes, placed);
+        count(&COUNTERS.rx_placed, placed);
+        drop(mr);
+        (st, placed)
+    }
+}

@@ -1,0 +1,567 @@
+//! The richer interface on a DDP-mode socket: buffers registered for the
+//! peer's one-sided access (`riomap`), one-sided writes and reads into the
+//! peer's (`riowrite`, `rioread`), and asynchronous send, receive, write
+//! and read that return at once and complete later — collected with
+//! [`XSocket::aio_poll`] and signalled through the socket's readiness
+//! (readable while completions wait).
+//!
+//! Like `rsockets`' `riomap`, a mapping is named by an offset (chosen by
+//! the application, or the buffer's address) and announced to the peer in
+//! the stream, so the peer knows it once it has read anything sent after
+//! the `riomap` call. A one-sided write is ordered with the stream: bytes
+//! sent after it arrive after it is placed.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::time::Instant;
+
+use warpsock_engine::{Access, Mr, SendOp, SendWr, Wc};
+
+use super::socket::{State, XSocket, WR_RIO};
+use crate::stream::{MapError, SinkState, TxStep};
+use crate::wire::{IoMapAd, ACCESS_READ, ACCESS_WRITE};
+
+/// A local buffer the peer may access.
+#[derive(Debug)]
+pub(crate) struct LocalMap {
+    mr: Mr,
+}
+
+/// Kind of an asynchronous operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum AioOp {
+    /// `warpsock_aio_send`.
+    Send = 1,
+    /// `warpsock_aio_recv`.
+    Recv = 2,
+    /// `warpsock_aio_write` (one-sided).
+    Write = 3,
+    /// `warpsock_aio_read` (one-sided).
+    Read = 4,
+}
+
+/// A finished asynchronous operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Completion {
+    /// The caller's cookie.
+    pub cookie: u64,
+    /// What it was.
+    pub op: AioOp,
+    /// Bytes transferred, or an `errno`.
+    pub result: Result<usize, i32>,
+}
+
+#[derive(Debug)]
+struct AioSend {
+    mr: Mr,
+    off: usize,
+    call: u64,
+    cookie: u64,
+}
+
+#[derive(Debug)]
+struct AioRecv {
+    ptr: *mut u8,
+    len: usize,
+    cookie: u64,
+    sink: Option<(u32, Mr)>,
+}
+
+// SAFETY: the pointer is the caller's buffer, handed over by an unsafe
+// `aio_recv` whose contract keeps it valid and untouched until the
+// operation completes; it is only written under the socket lock.
+#[allow(unsafe_code)]
+unsafe impl Send for AioRecv {}
+
+#[derive(Debug)]
+struct RioOp {
+    _mr: Mr,
+    op: AioOp,
+    len: usize,
+    /// `Some`: asynchronous, complete with this cookie.
+    cookie: Option<u64>,
+}
+
+/// Asynchronous and one-sided operations in progress, and completions
+/// waiting to be collected.
+#[derive(Debug, Default)]
+pub(crate) struct Aio {
+    sends: VecDeque<AioSend>,
+    recvs: VecDeque<AioRecv>,
+    rio: HashMap<u64, RioOp>,
+    /// Results of synchronous one-sided operations, by id.
+    sync_done: HashMap<u64, Result<usize, i32>>,
+    done: VecDeque<Completion>,
+}
+
+impl Aio {
+    pub(crate) fn has_completions(&self) -> bool {
+        !self.done.is_empty()
+    }
+}
+
+/// A one-sided request finished (`wc` has a `WR_RIO` id).
+pub(crate) fn on_completion(st: &mut State, wc: &Wc) {
+    let id = wc.wr_id & !(0xF << 60);
+    let Some(op) = st.aio.rio.remove(&id) else {
+        return;
+    };
+    let result = if wc.is_ok() {
+        Ok(op.len)
+    } else {
+        Err(libc::EIO)
+    };
+    match op.cookie {
+        Some(cookie) => st.aio.done.push_back(Completion {
+            cookie,
+            op: op.op,
+            result,
+        }),
+        None => {
+            st.aio.sync_done.insert(id, result);
+        }
+    }
+}
+
+/// Moves asynchronous sends and receives along (called after every round
+/// of progress).
+pub(crate) fn pump(x: &XSocket, st: &mut State) {
+    pump_sends(x, st);
+    pump_recvs(x, st);
+}
+
+fn pump_sends(x: &XSocket, st: &mut State) {
+    while let Some(mut a) = st.aio.sends.pop_front() {
+        if let Some((errno, _)) = st.error {
+            st.aio.done.push_back(Completion {
+                cookie: a.cookie,
+                op: AioOp::Send,
+                result: if a.off > 0 { Ok(a.off) } else { Err(errno) },
+            });
+            continue;
+        }
+        let len = a.mr.len();
+        while a.off < len {
+            if st.tx_free_len() == 0 {
+                break;
+            }
+            // SAFETY (of the slice below): `aio_send`'s caller keeps the
+            // buffer valid and unchanged until completion.
+            let data = a.mr.with_bytes(|b| b[a.off..].as_ptr());
+            match st.s.tx_data(len - a.off, true) {
+                TxStep::Control => x.flush(st),
+                TxStep::Write { stag, to, len: n } => {
+                    let op = SendOp::Write {
+                        remote_addr: to,
+                        rkey: stag,
+                    };
+                    x.post_data(st, a.call, Some(&a.mr), op, None, raw_slice(data, n));
+                    st.s.tx_wrote(n);
+                    a.off += n;
+                }
+                TxStep::Data { msg, len: n } => {
+                    let op = SendOp::Send {
+                        solicited: false,
+                        invalidate: None,
+                    };
+                    x.post_data(st, a.call, Some(&a.mr), op, Some(msg), raw_slice(data, n));
+                    a.off += n;
+                }
+                TxStep::Blocked => break,
+            }
+        }
+        if a.off == len {
+            st.s.tx_end_call();
+            x.flush(st);
+        }
+        if a.off < len || XSocket::call_busy(st, a.call) {
+            // Waits for credits, or for the engine to finish reading it.
+            st.aio.sends.push_front(a);
+            return;
+        }
+        XSocket::end_call(st, a.call);
+        st.aio.done.push_back(Completion {
+            cookie: a.cookie,
+            op: AioOp::Send,
+            result: Ok(len),
+        });
+    }
+}
+
+/// The `n` bytes at `p` (a registered caller buffer, see `pump_sends`).
+fn raw_slice<'a>(p: *const u8, n: usize) -> &'a [u8] {
+    #[allow(unsafe_code)]
+    // SAFETY: `p..p+n` lies in a buffer registered for an asynchronous
+    // send, which its caller keeps valid until the operation completes.
+    unsafe {
+        std::slice::from_raw_parts(p, n)
+    }
+}
+
+fn pump_recvs(x: &XSocket, st: &mut State) {
+    while let Some(mut r) = st.aio.recvs.pop_front() {
+        if let Some((id, mr)) = r.sink.take() {
+            match st.s.sink_state(id) {
+                SinkState::Filled { len, .. } => {
+                    st.s.release_sink(id);
+                    drop(mr);
+                    super::socket::count(&super::socket::COUNTERS.rx_bytes, len as usize);
+                    super::socket::count(&super::socket::COUNTERS.rx_placed, len as usize);
+                    st.aio.done.push_back(Completion {
+                        cookie: r.cookie,
+                        op: AioOp::Recv,
+                        result: Ok(len as usize),
+                    });
+                    continue;
+                }
+                SinkState::Declined => {
+                    st.s.release_sink(id);
+                    drop(mr);
+                }
+                _ if st.error.is_some() => {
+                    st.s.release_sink(id);
+                    drop(mr);
+                }
+                _ => {
+                    r.sink = Some((id, mr));
+                    st.aio.recvs.push_front(r);
+                    return;
+                }
+            }
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: `aio_recv`'s caller keeps `ptr..ptr+len` valid and
+        // untouched until the operation completes.
+        let out = unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) };
+        let result = if let Some((n, _)) = x.read_now(st, out, false, false) {
+            Ok(n)
+        } else if st.s.eof() {
+            Ok(0)
+        } else if let Some((errno, _)) = st.error {
+            Err(errno)
+        } else {
+            if r.len >= x.opts.zcopy_min && !st.msg_mode && st.s.readable() == 0 {
+                #[allow(unsafe_code)]
+                // SAFETY: as above; the registration is dropped once the
+                // sink is final.
+                let mr = unsafe {
+                    x.pd.register_raw(r.ptr, r.len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                };
+                let id = st.s.post_sink(
+                    mr.rkey(),
+                    mr.addr(),
+                    r.len.min(u32::MAX as usize) as u32,
+                    false,
+                );
+                x.flush(st);
+                r.sink = Some((id, mr));
+            }
+            st.aio.recvs.push_front(r);
+            return;
+        };
+        st.aio.done.push_back(Completion {
+            cookie: r.cookie,
+            op: AioOp::Recv,
+            result,
+        });
+    }
+}
+
+fn map_errno(e: MapError) -> io::Error {
+    io::Error::from_raw_os_error(match e {
+        MapError::NotMapped => libc::EINVAL,
+        MapError::Access => libc::EACCES,
+    })
+}
+
+impl XSocket {
+    /// Registers `len` bytes at `ptr` for the peer's one-sided access
+    /// (`writable`: `riowrite`, `readable`: `rioread`) and announces it
+    /// under `offset` (`None`: the buffer's address). Returns the offset.
+    ///
+    /// # Safety
+    /// The memory must stay valid until [`Self::riounmap`] (or the
+    /// socket's end), and the application must expect the peer to change
+    /// it at any time while mapped.
+    #[allow(unsafe_code)]
+    pub unsafe fn riomap(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        writable: bool,
+        readable: bool,
+        offset: Option<u64>,
+    ) -> io::Result<u64> {
+        if len == 0 || (!writable && !readable) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut access = Access::LOCAL_WRITE;
+        if writable {
+            access = access | Access::REMOTE_WRITE;
+        }
+        if readable {
+            access = access | Access::REMOTE_READ;
+        }
+        let offset = offset.unwrap_or(ptr as u64);
+        let mut st = self.lock();
+        if let Some((errno, _)) = st.error {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let overlaps = st
+            .maps
+            .range(..offset.saturating_add(len as u64))
+            .next_back()
+            .is_some_and(|(o, m)| o + m.mr.len() as u64 > offset);
+        if overlaps {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        // SAFETY: forwarded from this function's contract.
+        let mr = unsafe { self.pd.register_raw(ptr, len, access) };
+        let ad = IoMapAd {
+            offset,
+            len: len as u64,
+            to: mr.addr(),
+            stag: mr.rkey(),
+            access: if writable { ACCESS_WRITE } else { 0 }
+                | if readable { ACCESS_READ } else { 0 },
+        };
+        st.maps.insert(offset, LocalMap { mr });
+        st.s.announce_map(ad);
+        self.flush(&mut st);
+        Ok(offset)
+    }
+
+    /// Ends the mapping of the buffer at `ptr`: tells the peer, and
+    /// deregisters. The peer must have stopped accessing it (as with
+    /// `rsockets`); an access that arrives later ends the connection with a
+    /// remote protection error.
+    pub fn riounmap(&self, ptr: *mut u8) -> io::Result<()> {
+        let mut st = self.lock();
+        let key = st
+            .maps
+            .iter()
+            .find(|(_, m)| m.mr.addr() == ptr as u64)
+            .map(|(o, _)| *o)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        st.maps.remove(&key);
+        st.s.announce_unmap(key);
+        self.flush(&mut st);
+        Ok(())
+    }
+
+    /// Posts a one-sided write (`write`) or read of `len` bytes at `ptr`
+    /// to/from the peer's mapping at `offset`. Returns the request's id.
+    #[allow(unsafe_code)]
+    unsafe fn post_rio(
+        &self,
+        st: &mut State,
+        ptr: *mut u8,
+        len: usize,
+        offset: u64,
+        write: bool,
+        cookie: Option<u64>,
+    ) -> io::Result<u64> {
+        if let Some((errno, _)) = st.error {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let (stag, to) =
+            st.s.peer_map(offset, len as u64, write)
+                .map_err(map_errno)?;
+        let access = if write {
+            Access::LOCAL_READ
+        } else {
+            Access::LOCAL_WRITE
+        };
+        // SAFETY: forwarded from the callers' contracts.
+        let mr = unsafe { self.pd.register_raw(ptr, len, access) };
+        let id = st.next_id();
+        let op = if write {
+            SendOp::Write {
+                remote_addr: to,
+                rkey: stag,
+            }
+        } else {
+            SendOp::Read {
+                remote_addr: to,
+                rkey: stag,
+            }
+        };
+        let wr = SendWr {
+            wr_id: WR_RIO | id,
+            op,
+            sgl: mr.sge(0, len as u32).into(),
+            signaled: true,
+        };
+        st.aio.rio.insert(
+            id,
+            RioOp {
+                _mr: mr,
+                op: if write { AioOp::Write } else { AioOp::Read },
+                len,
+                cookie,
+            },
+        );
+        self.post(st, wr);
+        Ok(id)
+    }
+
+    fn wait_rio(&self, id: u64) -> io::Result<usize> {
+        let mut st = self.lock();
+        loop {
+            if let Some(r) = st.aio.sync_done.remove(&id) {
+                return r.map_err(io::Error::from_raw_os_error);
+            }
+            if let Some((errno, _)) = st.error {
+                if !st.aio.rio.contains_key(&id) {
+                    return Err(io::Error::from_raw_os_error(errno));
+                }
+            }
+            st = self.wait(st, None::<Instant>);
+        }
+    }
+
+    /// One-sided write of `buf` into the peer's mapping at `offset`
+    /// (`riowrite`); returns when the engine has sent it.
+    pub fn riowrite(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let id = {
+            let mut st = self.lock();
+            #[allow(unsafe_code)]
+            // SAFETY: `buf` outlives the call, which waits for the request;
+            // the engine only reads it.
+            unsafe {
+                self.post_rio(
+                    &mut st,
+                    buf.as_ptr().cast_mut(),
+                    buf.len(),
+                    offset,
+                    true,
+                    None,
+                )?
+            }
+        };
+        self.wait_rio(id)
+    }
+
+    /// One-sided read of `buf.len()` bytes from the peer's mapping at
+    /// `offset` (`rioread`); returns when they are in `buf`.
+    pub fn rioread(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let id = {
+            let mut st = self.lock();
+            #[allow(unsafe_code)]
+            // SAFETY: `buf` outlives the call, which waits for the request.
+            unsafe {
+                self.post_rio(&mut st, buf.as_mut_ptr(), buf.len(), offset, false, None)?
+            }
+        };
+        self.wait_rio(id)
+    }
+
+    /// Asynchronous send of `len` bytes at `ptr`, completing with `cookie`.
+    ///
+    /// # Safety
+    /// The buffer must stay valid and unchanged until the completion is
+    /// collected.
+    #[allow(unsafe_code)]
+    pub unsafe fn aio_send(&self, ptr: *const u8, len: usize, cookie: u64) -> io::Result<()> {
+        let mut st = self.lock();
+        if let Some((errno, _)) = st.error {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        if st.s.is_write_shut() {
+            return Err(io::Error::from_raw_os_error(libc::EPIPE));
+        }
+        if len == 0 {
+            st.aio.done.push_back(Completion {
+                cookie,
+                op: AioOp::Send,
+                result: Ok(0),
+            });
+            return Ok(());
+        }
+        // SAFETY: forwarded from this function's contract.
+        let mr = unsafe {
+            self.pd
+                .register_raw(ptr.cast_mut(), len, Access::LOCAL_READ)
+        };
+        let call = st.next_id();
+        st.aio.sends.push_back(AioSend {
+            mr,
+            off: 0,
+            call,
+            cookie,
+        });
+        pump(self, &mut st);
+        self.flush(&mut st);
+        Ok(())
+    }
+
+    /// Asynchronous receive into `len` bytes at `ptr`, completing with
+    /// `cookie` and the length (0: end of stream) once bytes arrived.
+    ///
+    /// # Safety
+    /// The buffer must stay valid and untouched until the completion is
+    /// collected.
+    #[allow(unsafe_code)]
+    pub unsafe fn aio_recv(&self, ptr: *mut u8, len: usize, cookie: u64) -> io::Result<()> {
+        if len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut st = self.lock();
+        st.aio.recvs.push_back(AioRecv {
+            ptr,
+            len,
+            cookie,
+            sink: None,
+        });
+        pump(self, &mut st);
+        Ok(())
+    }
+
+    /// Asynchronous one-sided write or read (`write`) of `len` bytes at
+    /// `ptr` to/from the peer's mapping at `offset`.
+    ///
+    /// # Safety
+    /// The buffer must stay valid (and, for a write, unchanged; for a read,
+    /// untouched) until the completion is collected.
+    #[allow(unsafe_code)]
+    pub unsafe fn aio_rio(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        offset: u64,
+        write: bool,
+        cookie: u64,
+    ) -> io::Result<()> {
+        if len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut st = self.lock();
+        // SAFETY: forwarded.
+        unsafe { self.post_rio(&mut st, ptr, len, offset, write, Some(cookie)) }.map(|_| ())
+    }
+
+    /// Moves up to `max` finished asynchronous operations into `out`
+    /// (after a round of progress). Returns how many.
+    pub fn aio_poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        let n = st.aio.done.len().min(max);
+        out.extend(st.aio.done.drain(..n));
+        n
+    }
+
+    /// Asynchronous operations not yet completed.
+    pub fn aio_pending(&self) -> usize {
+        let st = self.lock();
+        st.aio.sends.len()
+            + st.aio.recvs.len()
+            + st.aio.rio.values().filter(|r| r.cookie.is_some()).count()
+    }
+}

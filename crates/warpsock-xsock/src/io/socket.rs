@@ -1,0 +1,702 @@
+//! [`XSocket`]: one DDP-mode socket — the [`Stream`] books driven over an
+//! engine queue pair.
+//!
+//! Each socket has its own caller-driven engine context, so a blocking
+//! receive sleeps in a blocking read of the TCP socket itself (the system
+//! calls of plain TCP), and one thread at a time drives the engine for it:
+//! the others wait on a condition variable and are woken when that thread
+//! has processed what arrived. Everything the engine completes goes
+//! through [`XSocket::process`] under the socket's lock, whichever thread
+//! polled it.
+//!
+//! Memory: `slots` receive slots of `slot_size` bytes (what the peer may
+//! send into without asking) and as many transmit slots for copies. A
+//! send call of at least `zcopy_min` bytes that may block is sent from the
+//! caller's buffer (registered for the call; the call returns when the
+//! engine has handed every byte to the kernel), a smaller or non-blocking
+//! one is copied into transmit slots. A receive of at least `zcopy_min`
+//! bytes that finds nothing queued offers the caller's buffer as a sink
+//! (see [`crate::stream`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use warpsock_engine::{
+    connect_stream, Access, CmError, ConnectRequest, Context, ContextOptions, Cq, Event, Mr, Pd,
+    Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode,
+};
+
+use super::rio::{Aio, LocalMap};
+use crate::stream::Stream;
+use crate::switch::Limits;
+use crate::wire::{Hello, Msg, MAX_CONTROL_LEN};
+
+/// Settings of DDP-mode sockets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Ask for MPA CRC32c (on if either side asks).
+    pub crc: bool,
+    /// Receive slots posted for the peer (its credits).
+    pub slots: u16,
+    /// Bytes per slot.
+    pub slot_size: u32,
+    /// Smallest read that offers a sink, and smallest blocking send sent
+    /// from the caller's buffer without a copy.
+    pub zcopy_min: usize,
+    /// Switch timeouts and bounds.
+    pub limits: Limits,
+    /// How long a waiting call spins before it sleeps.
+    pub busy_poll: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            crc: true,
+            slots: 16,
+            slot_size: 64 << 10,
+            zcopy_min: 64 << 10,
+            limits: Limits::default(),
+            busy_poll: Duration::ZERO,
+        }
+    }
+}
+
+impl Options {
+    fn hello(&self) -> Hello {
+        Hello {
+            slots: self.slots,
+            slot_size: self.slot_size,
+        }
+    }
+}
+
+/// Process-wide byte counters (noise-free evidence for the zero-copy
+/// claims: bytes copied per byte received).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Stream bytes received (copied or placed).
+    pub rx_bytes: AtomicU64,
+    /// Of those, bytes copied out of receive slots.
+    pub rx_copied: AtomicU64,
+    /// Of those, bytes placed straight into the reader's buffer (sinks).
+    pub rx_placed: AtomicU64,
+    /// Stream bytes sent.
+    pub tx_bytes: AtomicU64,
+    /// Of those, bytes copied into transmit slots.
+    pub tx_copied: AtomicU64,
+}
+
+pub(crate) static COUNTERS: Counters = Counters {
+    rx_bytes: AtomicU64::new(0),
+    rx_copied: AtomicU64::new(0),
+    rx_placed: AtomicU64::new(0),
+    tx_bytes: AtomicU64::new(0),
+    tx_copied: AtomicU64::new(0),
+};
+
+/// The process's counters.
+pub fn counters() -> &'static Counters {
+    &COUNTERS
+}
+
+pub(crate) fn count(c: &AtomicU64, n: usize) {
+    c.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Flags of a receive call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvFlags {
+    /// `MSG_PEEK`: leave the bytes queued.
+    pub peek: bool,
+    /// `MSG_DONTWAIT` or `O_NONBLOCK`.
+    pub nonblocking: bool,
+    /// `MSG_WAITALL`: fill the buffer (stream mode).
+    pub waitall: bool,
+}
+
+/// What a socket can do now (for poll/select/epoll).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// A read would not block (bytes, end of stream, error, or an
+    /// asynchronous completion to collect).
+    pub readable: bool,
+    /// A send would move bytes now.
+    pub writable: bool,
+    /// The peer ended its stream.
+    pub rdhup: bool,
+    /// The connection is finished both ways.
+    pub hup: bool,
+    /// The connection failed.
+    pub error: bool,
+}
+
+/// Identifies a send work request: what it holds until it completes.
+/// `WR_SLOT | slot`: a transmit slot. `WR_CALL | (slot + 1) << 36 | call`:
+/// a request of zero-copy call `call` (`slot + 1`: the transmit slot of
+/// its header, 0 if none).
+pub(crate) const WR_SLOT: u64 = 1 << 60;
+pub(crate) const WR_CALL: u64 = 2 << 60;
+pub(crate) const WR_RIO: u64 = 3 << 60;
+const WR_KIND: u64 = 0xF << 60;
+pub(crate) const CALL_BITS: u32 = 36;
+
+pub(crate) struct State {
+    pub(crate) s: Stream,
+    pub(crate) tx_free: Vec<u32>,
+    /// Send work requests per zero-copy call still outstanding.
+    pub(crate) call_wrs: HashMap<u64, usize>,
+    pub(crate) next_id: u64,
+    /// Why the connection ended, once it did.
+    pub(crate) error: Option<(i32, String)>,
+    pub(crate) driving: bool,
+    pub(crate) residue: Vec<u8>,
+    pub(crate) residue_off: usize,
+    pub(crate) msg_mode: bool,
+    pub(crate) shut_rd: bool,
+    pub(crate) peer_closed: bool,
+    pub(crate) aio: Aio,
+    pub(crate) maps: BTreeMap<u64, LocalMap>,
+}
+
+impl State {
+    /// A fresh id for a call or request (fits the 36 bits a zero-copy
+    /// call's work request ids have for it).
+    pub(crate) fn next_id(&mut self) -> u64 {
+        self.next_id = (self.next_id + 1) & ((1 << CALL_BITS) - 1);
+        self.next_id
+    }
+
+    pub(crate) fn tx_free_len(&self) -> usize {
+        self.tx_free.len()
+    }
+}
+
+/// A DDP-mode socket. Shared between threads (`Arc<XSocket>`).
+pub struct XSocket {
+    pub(crate) st: Mutex<State>,
+    pub(crate) cv: Condvar,
+    pub(crate) opts: Options,
+    pub(crate) _ctx: Context,
+    pub(crate) pd: Pd,
+    pub(crate) cq: Cq,
+    pub(crate) qp: Qp,
+    pub(crate) rx: Mr,
+    pub(crate) tx: Mr,
+    pub(crate) local: SocketAddr,
+    pub(crate) peer: SocketAddr,
+    /// The engine's TCP socket (for a progress thread's epoll set).
+    pub(crate) tcp_fd: RawFd,
+}
+
+impl std::fmt::Debug for XSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XSocket")
+            .field("local", &self.local)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Engine {
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    rx: Mr,
+    tx: Mr,
+}
+
+fn engine(opts: &Options, tx_slots: u16) -> Result<Engine, CmError> {
+    let ctx = Context::with_options(ContextOptions {
+        progress: Progress::Caller,
+        busy_poll: opts.busy_poll,
+    })
+    .map_err(CmError::Io)?;
+    let pd = ctx.alloc_pd();
+    let cq = ctx
+        .create_cq(usize::from(opts.slots) * 2 + 16)
+        .map_err(CmError::Io)?;
+    let size = opts.slot_size as usize;
+    let rx = pd.alloc(usize::from(opts.slots) * size, Access::LOCAL_WRITE);
+    let tx = pd.alloc(usize::from(tx_slots) * size, Access::LOCAL_READ);
+    Ok(Engine {
+        ctx,
+        pd,
+        cq,
+        rx,
+        tx,
+    })
+}
+
+fn qp_init<'a>(e: &'a Engine, opts: &Options) -> QpInit<'a> {
+    let mut init = QpInit::new(&e.pd, &e.cq);
+    init.options.crc = opts.crc;
+    init.options.mpa_timeout = opts.limits.request_timeout;
+    init.options.sq_depth = 4 * usize::from(opts.slots) + 64;
+    init.options.rq_depth = usize::from(opts.slots);
+    let size = opts.slot_size;
+    init.recvs = (0..u32::from(opts.slots))
+        .map(|slot| RecvWr {
+            wr_id: u64::from(slot),
+            sgl: e.rx.sge(slot as usize * size as usize, size).into(),
+        })
+        .collect();
+    init
+}
+
+/// `SO_LINGER` 0: closing resets the connection.
+pub(crate) fn set_linger_zero(s: &TcpStream) -> io::Result<()> {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: setsockopt reads one `linger` from the stack.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn proto_error(what: impl std::fmt::Display) -> CmError {
+    CmError::Io(io::Error::new(io::ErrorKind::InvalidData, what.to_string()))
+}
+
+impl XSocket {
+    /// Initiator: MPA on `sock` (whose next bytes are ours to send), with
+    /// `residue` the peer's bytes read before its mark.
+    pub(crate) fn connect(
+        sock: TcpStream,
+        opts: &Options,
+        residue: Vec<u8>,
+    ) -> Result<Self, CmError> {
+        let e = engine(opts, opts.slots.saturating_add(4))?;
+        let mut init = qp_init(&e, opts);
+        init.options.private_data = opts.hello().encode().to_vec();
+        let tcp_fd = sock.as_raw_fd();
+        let qp = connect_stream(sock, &init)?;
+        let n = qp
+            .negotiated()
+            .ok_or_else(|| proto_error("no MPA negotiation"))?;
+        let peer = Hello::parse(&n.peer_private_data).map_err(proto_error)?;
+        Ok(Self::new(e, qp, opts, peer, residue, tcp_fd))
+    }
+
+    /// Responder: answer the MPA Request `req` whose hello was `peer`.
+    pub(crate) fn accept(
+        req: ConnectRequest,
+        tcp_fd: RawFd,
+        peer: Hello,
+        opts: &Options,
+        residue: Vec<u8>,
+    ) -> Result<Self, CmError> {
+        let e = engine(opts, opts.slots.saturating_add(4))?;
+        let init = qp_init(&e, opts);
+        let qp = req.accept(&init, &opts.hello().encode())?;
+        Ok(Self::new(e, qp, opts, peer, residue, tcp_fd))
+    }
+
+    fn new(
+        e: Engine,
+        qp: Qp,
+        opts: &Options,
+        peer: Hello,
+        residue: Vec<u8>,
+        tcp_fd: RawFd,
+    ) -> Self {
+        let tx_slots = (e.tx.len() / opts.slot_size as usize) as u32;
+        Self {
+            st: Mutex::new(State {
+                s: Stream::new(opts.hello(), peer),
+                tx_free: (0..tx_slots).rev().collect(),
+                call_wrs: HashMap::new(),
+                next_id: 0,
+                error: None,
+                driving: false,
+                residue,
+                residue_off: 0,
+                msg_mode: false,
+                shut_rd: false,
+                peer_closed: false,
+                aio: Aio::default(),
+                maps: BTreeMap::new(),
+            }),
+            cv: Condvar::new(),
+            opts: opts.clone(),
+            local: qp.local_addr(),
+            peer: qp.peer_addr(),
+            tcp_fd,
+            _ctx: e.ctx,
+            pd: e.pd,
+            cq: e.cq,
+            qp,
+            rx: e.rx,
+            tx: e.tx,
+        }
+    }
+
+    /// Local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Peer address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// What the peer announced.
+    pub fn peer_hello(&self) -> Hello {
+        self.lock().s.peer()
+    }
+
+    /// Whether MPA CRC is on.
+    pub fn crc(&self) -> bool {
+        self.qp.negotiated().is_some_and(|n| n.crc)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Message mode: every read returns at most one of the peer's sends
+    /// (`recv_msg` says whether it ended it).
+    pub fn set_msg_mode(&self, on: bool) {
+        self.lock().msg_mode = on;
+    }
+
+    /// Whether message mode is on.
+    pub fn msg_mode(&self) -> bool {
+        self.lock().msg_mode
+    }
+
+    // ------------------------------------------------------------------
+    // Progress.
+
+    /// Processes work completions polled by any thread.
+    fn process(&self, st: &mut State, wcs: &[Wc]) {
+        for wc in wcs {
+            if !wc.is_ok() {
+                // The event that killed the queue pair (a Terminate, a
+                // reset) names the cause better than the flush.
+                self.check_events(st);
+                self.fail(
+                    st,
+                    libc::EPROTO,
+                    format!("{:?} on a work request", wc.status),
+                );
+                if wc.wr_id & WR_KIND == WR_RIO {
+                    super::rio::on_completion(st, wc);
+                }
+                self.release_wr(st, wc.wr_id);
+                continue;
+            }
+            match wc.opcode {
+                WcOpcode::Recv => {
+                    let slot = wc.wr_id as u32;
+                    let size = self.opts.slot_size as usize;
+                    let at = slot as usize * size;
+                    let r = self
+                        .rx
+                        .with_bytes(|b| st.s.on_message(slot, &b[at..at + wc.byte_len as usize]));
+                    if let Err(e) = r {
+                        self.fail(
+                            st,
+                            libc::EPROTO,
+                            format!("the peer broke the protocol: {e}"),
+                        );
+                        self.qp.disconnect();
+                    }
+                }
+                _ => {
+                    if wc.wr_id & WR_KIND == WR_RIO {
+                        super::rio::on_completion(st, wc);
+                    }
+                    self.release_wr(st, wc.wr_id);
+                }
+            }
+        }
+        self.repost(st);
+        self.check_events(st);
+    }
+
+    fn release_wr(&self, st: &mut State, wr_id: u64) {
+        match wr_id & WR_KIND {
+            WR_SLOT => st.tx_free.push((wr_id & !WR_KIND) as u32),
+            WR_CALL => {
+                let call = wr_id & ((1 << CALL_BITS) - 1);
+                let hdr = (wr_id & !WR_KIND) >> CALL_BITS;
+                if hdr > 0 {
+                    st.tx_free.push(hdr as u32 - 1);
+                }
+                if let Some(n) = st.call_wrs.get_mut(&call) {
+                    *n -= 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(crate) fn repost(&self, st: &mut State) {
+        let size = self.opts.slot_size;
+        let slots: Vec<u32> = st.s.take_reposts().collect();
+        for slot in slots {
+            let wr = RecvWr {
+                wr_id: u64::from(slot),
+                sgl: self.rx.sge(slot as usize * size as usize, size).into(),
+            };
+            if self.qp.post_recv(wr).is_err() {
+                self.fail(st, libc::EPROTO, "cannot repost a receive".into());
+            }
+        }
+    }
+
+    fn check_events(&self, st: &mut State) {
+        while let Some(ev) = self.qp.poll_event() {
+            match ev {
+                Event::Terminated { code, by_peer } => {
+                    let who = if by_peer { "the peer" } else { "we" };
+                    self.fail(
+                        st,
+                        libc::EPROTO,
+                        format!("{who} terminated the connection: {code:?}"),
+                    );
+                }
+                Event::Closed => {
+                    st.peer_closed = true;
+                    if let Some(e) = self.qp.socket_error() {
+                        let errno = e.raw_os_error().unwrap_or(libc::ECONNRESET);
+                        self.fail(st, errno, format!("connection lost: {e}"));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub(crate) fn fail(&self, st: &mut State, errno: i32, what: String) {
+        if st.error.is_none() {
+            if std::env::var_os("XSOCK_DEBUG").is_some() {
+                eprintln!("xsock {} -> {}: {what}", self.local, self.peer);
+            }
+            st.error = Some((errno, what));
+        }
+        self.cv.notify_all();
+    }
+
+    /// Sends the control messages the books ask for (credits, sink offers
+    /// and completions, mappings, EOF), as transmit slots allow.
+    pub(crate) fn flush(&self, st: &mut State) {
+        while !st.tx_free.is_empty() {
+            let Some(m) = st.s.poll_msg() else { return };
+            let slot = st.tx_free.pop().expect("checked");
+            self.post_msg(st, slot, m, &[]);
+        }
+    }
+
+    /// Posts `m` (+ `payload`, copied) from transmit slot `slot`.
+    pub(crate) fn post_msg(&self, st: &mut State, slot: u32, m: Msg, payload: &[u8]) {
+        let at = slot as usize * self.opts.slot_size as usize;
+        let n = self.tx.with_bytes_mut(|b| {
+            let mut hdr = [0u8; MAX_CONTROL_LEN];
+            let h = m.encode(&mut hdr);
+            b[at..at + h].copy_from_slice(&hdr[..h]);
+            b[at + h..at + h + payload.len()].copy_from_slice(payload);
+            h + payload.len()
+        });
+        self.post(
+            st,
+            SendWr {
+                wr_id: WR_SLOT | u64::from(slot),
+                op: SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
+                sgl: self.tx.sge(at, n as u32).into(),
+                signaled: true,
+            },
+        );
+    }
+
+    pub(crate) fn post(&self, st: &mut State, wr: SendWr) {
+        if let Err(e) = self.qp.post_send(wr) {
+            self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}"));
+        }
+    }
+
+    /// One non-blocking round: polls the engine and processes. Returns
+    /// whether anything arrived.
+    pub fn progress(&self) -> bool {
+        let mut st = self.lock();
+        self.drive_now(&mut st)
+    }
+
+    pub(crate) fn drive_now(&self, st: &mut State) -> bool {
+        let mut wcs = [Wc::default(); 32];
+        let mut any = false;
+        loop {
+            let n = self.cq.poll(&mut wcs);
+            if n == 0 {
+                break;
+            }
+            any = true;
+            self.process(st, &wcs[..n]);
+        }
+        self.check_events(st);
+        super::rio::pump(self, st);
+        self.flush(st);
+        any
+    }
+
+    /// Waits (until `deadline`) for something to happen: drives the engine
+    /// itself if no other thread does, else waits for that thread.
+    pub(crate) fn wait<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+    ) -> MutexGuard<'a, State> {
+        const SLICE: Duration = Duration::from_millis(50);
+        let slice = deadline.map_or(SLICE, |d| {
+            d.saturating_duration_since(Instant::now()).min(SLICE)
+        });
+        if st.driving {
+            return self
+                .cv
+                .wait_timeout(st, slice)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        st.driving = true;
+        drop(st);
+        let mut wcs = [Wc::default(); 32];
+        let n = self.cq.wait(&mut wcs, slice).unwrap_or(0);
+        let mut st = self.lock();
+        st.driving = false;
+        self.process(&mut st, &wcs[..n]);
+        self.drive_now(&mut st);
+        self.cv.notify_all();
+        st
+    }
+
+    /// The engine's TCP socket: readable when something arrived that
+    /// [`Self::progress_if_idle`] should process.
+    pub fn tcp_fd(&self) -> RawFd {
+        self.tcp_fd
+    }
+
+    /// A round of progress for a background thread, unless an application
+    /// thread is driving the socket right now (it processes what arrives,
+    /// and a second reader would take bytes from under it). Returns the
+    /// readiness after it, or `None` if skipped.
+    pub fn progress_if_idle(&self) -> Option<Readiness> {
+        let mut st = self.lock();
+        if st.driving {
+            return None;
+        }
+        self.drive_now(&mut st);
+        Some(Self::readiness_of(&st))
+    }
+
+    /// What the socket can do, without a round of progress.
+    pub fn readiness_now(&self) -> Readiness {
+        Self::readiness_of(&self.lock())
+    }
+
+    /// Bytes a read would return now (`FIONREAD`).
+    pub fn readable_bytes(&self) -> usize {
+        let st = self.lock();
+        st.residue.len() - st.residue_off + st.s.readable()
+    }
+
+    /// What the socket can do now (after a non-blocking round of progress).
+    pub fn readiness(&self) -> Readiness {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        Self::readiness_of(&st)
+    }
+
+    pub(crate) fn readiness_of(st: &State) -> Readiness {
+        let err = st.error.is_some();
+        let rdhup = st.s.eof() || st.peer_closed;
+        Readiness {
+            readable: st.residue_off < st.residue.len()
+                || st.s.readable() > 0
+                || rdhup
+                || err
+                || st.shut_rd
+                || st.aio.has_completions(),
+            writable: err || (st.s.writable() && !st.tx_free.is_empty()),
+            rdhup,
+            hup: err || (rdhup && st.s.is_write_shut()),
+            error: err,
+        }
+    }
+
+    pub(crate) fn dead(st: &State) -> Option<io::Error> {
+        st.error
+            .as_ref()
+            .map(|(errno, _)| io::Error::from_raw_os_error(*errno))
+    }
+
+    /// Why the connection failed, if it did (`SO_ERROR`).
+    pub fn error(&self) -> Option<(i32, String)> {
+        self.lock().error.clone()
+    }
+
+    // ------------------------------------------------------------------
+    // Shutdown and close.
+
+    /// `shutdown`: `read` stops receiving (reads return 0), `write` sends
+    /// the end of stream after everything sent so far.
+    pub fn shutdown(&self, read: bool, write: bool) {
+        let mut st = self.lock();
+        if read {
+            st.shut_rd = true;
+        }
+        if write {
+            st.s.shutdown_write();
+            self.flush(&mut st);
+        }
+        self.cv.notify_all();
+    }
+
+    /// Orderly close: the end of stream goes after everything sent; waits
+    /// up to `linger` for it to leave (a peer that stopped reading may hold
+    /// it up), then disconnects. Returns whether everything left in time.
+    pub fn close(&self, linger: Duration) -> bool {
+        let deadline = Instant::now() + linger;
+        let mut st = self.lock();
+        st.s.shutdown_write();
+        loop {
+            self.drive_now(&mut st);
+            let tx_slots = self.tx.len() / self.opts.slot_size as usize;
+            let idle = !st.s.has_output() && st.tx_free.len() == tx_slots;
+            if idle || st.error.is_some() {
+                drop(st);
+                self.qp.disconnect();
+                return idle;
+            }
+            if Instant::now() >= deadline {
+                drop(st);
+                self.qp.disconnect();
+                return false;
+            }
+            st = self.wait(st, Some(deadline));
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Runs a [`Switch`] on a real TCP socket: the urgent mark, reading the
+//! residue up to the peer's mark, peeking at the MPA Request, then MPA and
+//! the queue pair through the engine.
+
+use std::io;
+use std::mem::ManuallyDrop;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, RawFd};
+use std::time::Instant;
+
+use warpsock_engine::{CmError, ConnectRequest};
+
+use super::socket::{Options, XSocket};
+use super::sys;
+use crate::switch::{role, Step, Switch, SwitchError};
+
+/// Why a switch did not produce a DDP-mode socket.
+#[derive(Debug)]
+pub enum Failure {
+    /// No switch happened: the socket is an intact TCP socket; `residue`
+    /// (the peer's bytes before its mark, already read) must reach the
+    /// application before anything read from the socket. `watch`: the
+    /// responder gave up waiting for the MPA Request; the bytes behind the
+    /// peer's mark must be checked with
+    /// [`classify_request`](crate::switch::classify_request) before they are
+    /// delivered.
+    Refused {
+        /// Why.
+        error: SwitchError,
+        /// Bytes read from the peer before its mark.
+        residue: Vec<u8>,
+        /// Watch for a late MPA Request.
+        watch: bool,
+    },
+    /// The switch had committed when it failed: the connection is broken
+    /// (and has been reset).
+    Broken {
+        /// `EPROTO`, `ECONNRESET`, `ETIMEDOUT`, ...
+        errno: i32,
+        /// What failed.
+        what: String,
+    },
+}
+
+impl Failure {
+    /// The `errno` for `setsockopt`.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Self::Refused { error, .. } => error.errno(),
+            Self::Broken { errno, .. } => *errno,
+        }
+    }
+
+    fn io(e: io::Error) -> Self {
+        Self::Broken {
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+            what: e.to_string(),
+        }
+    }
+
+    fn cm(e: CmError) -> Self {
+        let errno = match &e {
+            CmError::Timeout { .. } => libc::ETIMEDOUT,
+            CmError::Rejected { .. } | CmError::Refused { .. } => libc::ECONNREFUSED,
+            CmError::Io(io) => io.raw_os_error().unwrap_or(libc::EPROTO),
+            _ => libc::EPROTO,
+        };
+        Self::Broken {
+            errno,
+            what: e.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Refused { error, .. } => write!(f, "{error}; the socket stays plain TCP"),
+            Self::Broken { what, .. } => write!(f, "the switch failed after it committed: {what}"),
+        }
+    }
+}
+
+/// Switches the connected TCP socket `fd` into DDP mode (both ends call
+/// this). On success the returned socket owns a duplicate of `fd`; `fd`
+/// itself still refers to the same connection (the caller decides what the
+/// application's descriptor becomes).
+pub fn switch_fd(fd: BorrowedFd<'_>, opts: &Options) -> Result<XSocket, Failure> {
+    let raw = fd.as_raw_fd();
+    let broken = Failure::io;
+    let stream = borrowed_stream(raw);
+    let (local, peer) = match (stream.local_addr(), stream.peer_addr()) {
+        (Ok(l), Ok(p)) => (l, p),
+        (_, Err(e)) | (Err(e), _) => return Err(broken(e)),
+    };
+    let Some(role) = role(local, peer) else {
+        return Err(Failure::Refused {
+            error: SwitchError::SelfConnected,
+            residue: Vec::new(),
+            watch: false,
+        });
+    };
+    let mut sw = Switch::new(role, opts.limits, Instant::now());
+    let mut residue = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match sw.step() {
+            Step::SendMark => {
+                sys::send_urgent(raw, crate::switch::MARK).map_err(broken)?;
+                sw.on_marked(Instant::now());
+            }
+            Step::AwaitMark { deadline, room } => {
+                if sys::at_mark(raw).map_err(broken)? {
+                    match sys::peek_urgent(raw).map_err(broken)? {
+                        Some(b) => {
+                            sw.on_mark(b);
+                            if !matches!(sw.step(), Step::Failed(_)) {
+                                sys::take_urgent(raw);
+                            }
+                        }
+                        None => {
+                            // The pointer is known, the byte not yet here.
+                            if sys::wait(raw, libc::POLLPRI, Some(deadline)).map_err(broken)? == 0 {
+                                sw.on_timeout(Instant::now());
+                            }
+                        }
+                    }
+                    continue;
+                }
+                // Read only bytes already queued: a byte queued now is
+                // known not to be the mark, while a recv at the mark
+                // position with nothing queued yet could skip a mark that
+                // arrives meanwhile.
+                let queued = sys::readable(raw).map_err(broken)?;
+                if queued == 0 {
+                    let ev = sys::wait(raw, libc::POLLIN | libc::POLLPRI, Some(deadline))
+                        .map_err(broken)?;
+                    if ev == 0 {
+                        sw.on_timeout(Instant::now());
+                    } else if ev & (libc::POLLHUP | libc::POLLERR) != 0
+                        && sys::readable(raw).map_err(broken)? == 0
+                        && !sys::at_mark(raw).map_err(broken)?
+                    {
+                        sw.on_eof();
+                    } else if ev & libc::POLLIN != 0
+                        && sys::readable(raw).map_err(broken)? == 0
+                        && !sys::at_mark(raw).map_err(broken)?
+                    {
+                        // Readable with nothing queued: end of stream.
+                        let mut probe = [0u8; 1];
+                        if sys::recv(raw, &mut probe, true).map_err(broken)? == 0 {
+                            sw.on_eof();
+                        }
+                    }
+                    continue;
+                }
+                let want = queued.min(room).min(buf.len()).max(1);
+                match sys::recv(raw, &mut buf[..want], false) {
+                    Ok(0) => sw.on_eof(),
+                    Ok(n) => {
+                        residue.extend_from_slice(&buf[..n]);
+                        sw.on_bytes(n);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(broken(e)),
+                }
+            }
+            Step::AwaitRequest { deadline, want } => {
+                if buf.len() < want {
+                    buf.resize(want, 0);
+                }
+                match sys::recv(raw, &mut buf[..want], true) {
+                    Ok(0) => sw.on_eof(),
+                    Ok(n) => {
+                        sw.on_peek(&buf[..n]);
+                        if matches!(sw.step(), Step::AwaitRequest { .. }) {
+                            // Same bytes, still undecided: wait for more.
+                            if sys::wait(raw, libc::POLLIN, Some(deadline)).map_err(broken)? == 0 {
+                                sw.on_timeout(Instant::now());
+                            } else if n >= want {
+                                continue;
+                            }
+                            // Avoid spinning on an unchanged prefix.
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if sys::wait(raw, libc::POLLIN, Some(deadline)).map_err(broken)? == 0 {
+                            sw.on_timeout(Instant::now());
+                        }
+                    }
+                    Err(e) => return Err(broken(e)),
+                }
+            }
+            Step::Connect => {
+                let sock = stream.try_clone().map_err(broken)?;
+                return XSocket::connect(sock, opts, residue).map_err(|e| {
+                    reset(&stream);
+                    Failure::cm(e)
+                });
+            }
+            Step::Accept(peer_hello) => {
+                let sock = stream.try_clone().map_err(broken)?;
+                let tcp_fd = sock.as_raw_fd();
+                let accepted = ConnectRequest::read(sock, opts.limits.request_timeout)
+                    .and_then(|req| XSocket::accept(req, tcp_fd, peer_hello, opts, residue));
+                return accepted.map_err(|e| {
+                    reset(&stream);
+                    Failure::cm(e)
+                });
+            }
+            Step::Reject(e) => {
+                let sock = stream.try_clone().map_err(broken)?;
+                if let Ok(req) = ConnectRequest::read(sock, opts.limits.request_timeout) {
+                    let _ = req.reject(&[]);
+                }
+                return Err(Failure::Broken {
+                    errno: libc::EPROTO,
+                    what: format!("the peer's DDP mode is incompatible: {e}"),
+                });
+            }
+            Step::Failed(error) => {
+                let watch = matches!(error, SwitchError::NoRequest { .. });
+                return Err(Failure::Refused {
+                    error,
+                    residue,
+                    watch,
+                });
+            }
+        }
+    }
+}
+
+/// The caller's socket as a `TcpStream` that never closes it.
+#[allow(unsafe_code)]
+fn borrowed_stream(fd: RawFd) -> ManuallyDrop<TcpStream> {
+    // SAFETY: `fd` is the caller's open socket for the whole switch, and
+    // ManuallyDrop keeps this handle from closing it.
+    ManuallyDrop::new(unsafe { TcpStream::from_raw_fd(fd) })
+}
+
+/// Resets the connection (`SO_LINGER` 0, then `shutdown`): a switch that
+/// fails after committing must not leave a stream either side could
+/// misread.
+fn reset(s: &TcpStream) {
+    let _ = super::socket::set_linger_zero(s);
+    let _ = s.shutdown(std::net::Shutdown::Both);
+}

@@ -1,0 +1,797 @@
+//! The sockets protocol over RDMAP Sends, sans-IO: credits, the receive
+//! queue, sinks (direct placement of large reads), the peer's one-sided
+//! mappings and the end of the stream.
+//!
+//! A [`Stream`] keeps the books of one DDP-mode socket; it never touches
+//! memory, sockets or clocks. The I/O side feeds it every Send that lands
+//! in one of our receive slots ([`Stream::on_message`]), posts again the
+//! slots it frees ([`Stream::take_reposts`]), sends what it asks for
+//! ([`Stream::poll_msg`], [`Stream::tx_data`]) and copies stream bytes out
+//! of the slots it names ([`Stream::segments`], [`Stream::consume`]).
+//!
+//! # Credits (SDP's rule)
+//!
+//! Each side posts `slots` receive buffers of `slot_size` bytes for the
+//! other (announced in the [`Hello`]) and every message is one Send into
+//! one of them, so a credit is one slot. The receiver frees a slot when the
+//! application has read its bytes (DATA) or at once (every other kind) and
+//! returns freed slots in the header of its next message, or in a CREDIT
+//! message when the sender may be short of them. A sender needs two
+//! credits to send a message, or one if the message returns credits: the
+//! last credit always carries credits back, so the two sides can never both
+//! be left without one. A slow reader therefore stops the sender (it
+//! blocks, or gets `EAGAIN`), never makes it drop or buffer without bound,
+//! and a Send never finds no posted receive (which iWARP answers with a
+//! Terminate).
+//!
+//! # Sinks (zero-copy reads)
+//!
+//! A receiver whose application reads at least a threshold into an empty
+//! queue registers the application's buffer and offers it in a SINK message
+//! carrying the stream position it would start at. The sender uses a sink
+//! only if that position is its own (no stream byte is in flight): then the
+//! next bytes go by RDMA Write straight into the reader's buffer, followed
+//! by SINK_DONE with the length; otherwise it answers SINK_DONE with length
+//! 0 at once. Every SINK gets exactly one SINK_DONE, and a DATA message or
+//! EOF that arrives while a sink is offered proves it was declined (the
+//! sender sends bytes past the sink's position only after finishing it),
+//! so the reader never waits for the decline itself. A reader that gives
+//! up (timeout, signal) sends SINK_CANCEL and waits for the SINK_DONE: no
+//! Write can reach its buffer after that.
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+
+use crate::wire::{Body, Hello, IoMapAd, Msg, SinkAd, WireError, ACCESS_READ, ACCESS_WRITE};
+
+/// Stream bytes waiting in one of our receive slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Seg {
+    /// The slot (the receive's number, as given to [`Stream::on_message`]).
+    pub slot: u32,
+    /// Offset of the first unread byte within the slot.
+    pub off: u32,
+    /// Unread bytes.
+    pub len: u32,
+    /// The bytes end one of the peer's send calls (a message).
+    pub eom: bool,
+}
+
+/// What a sink offered by [`Stream::post_sink`] has become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SinkState {
+    /// Waiting for a credit to be offered.
+    Queued,
+    /// Offered; the peer may be writing into it.
+    Offered,
+    /// Withdrawn; waiting for the peer's SINK_DONE.
+    Cancelling,
+    /// Done: `len` stream bytes were placed into it (`eom`: they end a
+    /// send call). The buffer is the application's again.
+    Filled {
+        /// Bytes placed.
+        len: u32,
+        /// They end one of the peer's send calls.
+        eom: bool,
+    },
+    /// Done without data (declined, or withdrawn before use). The buffer is
+    /// the application's again.
+    Declined,
+}
+
+impl SinkState {
+    /// Whether the peer can no longer write into the buffer.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Filled { .. } | Self::Declined)
+    }
+}
+
+#[derive(Debug)]
+struct MySink {
+    ad: SinkAd,
+    state: SinkState,
+    /// Final by our own reasoning (declined by a DATA or EOF), but its
+    /// SINK_DONE is still to come.
+    done_pending: bool,
+    /// The I/O side is finished with it ([`Stream::release_sink`]).
+    released: bool,
+}
+
+#[derive(Debug)]
+struct PeerSink {
+    ad: SinkAd,
+    written: u32,
+    active: bool,
+}
+
+/// How the next bytes of a send call go out ([`Stream::tx_data`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxStep {
+    /// RDMA-Write the next `len` bytes to `to` in the peer's region `stag`
+    /// (a sink), then call [`Stream::tx_wrote`].
+    Write {
+        /// The sink's STag.
+        stag: u32,
+        /// Where in it.
+        to: u64,
+        /// How many bytes.
+        len: usize,
+    },
+    /// Send `msg`'s header followed by the next `len` bytes, in one Send.
+    Data {
+        /// The header (its credits are already counted as returned).
+        msg: Msg,
+        /// Payload bytes.
+        len: usize,
+    },
+    /// Send what [`Stream::poll_msg`] gives first.
+    Control,
+    /// No credit: wait until a message from the peer returns some.
+    Blocked,
+}
+
+/// The peer broke the protocol; the connection must end.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// A malformed message.
+    Wire(WireError),
+    /// The peer sent more messages than it had credits for.
+    Overrun {
+        /// Our slots.
+        slots: u16,
+    },
+    /// The peer returned more credits than it could owe.
+    CreditOverflow {
+        /// Credits we would hold.
+        credits: u32,
+        /// The peer's slots.
+        slots: u16,
+    },
+    /// SINK_DONE for a sink we did not offer, or out of order.
+    UnknownSink(u32),
+    /// SINK_DONE placed bytes where it may not (after data it had declined
+    /// with, or past the sink's end).
+    SinkMisuse {
+        /// Sink number.
+        id: u32,
+        /// Bytes it claims.
+        len: u32,
+    },
+    /// Stream bytes after the peer's EOF.
+    DataAfterEof,
+}
+
+impl fmt::Display for StreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Wire(e) => write!(f, "malformed message: {e}"),
+            Self::Overrun { slots } => write!(
+                f,
+                "the peer sent more messages than the {slots} receive slots it was granted"
+            ),
+            Self::CreditOverflow { credits, slots } => write!(
+                f,
+                "the peer returned credits it never had ({credits} for {slots} slots)"
+            ),
+            Self::UnknownSink(id) => write!(f, "SINK_DONE for sink {id}, which is not outstanding"),
+            Self::SinkMisuse { id, len } => {
+                write!(
+                    f,
+                    "SINK_DONE of {len} bytes for sink {id} breaks the stream order"
+                )
+            }
+            Self::DataAfterEof => f.write_str("stream bytes after the peer's end of stream"),
+        }
+    }
+}
+
+impl std::error::Error for StreamError {}
+
+impl From<WireError> for StreamError {
+    fn from(e: WireError) -> Self {
+        Self::Wire(e)
+    }
+}
+
+/// Why a one-sided access cannot go ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MapError {
+    /// No mapping announced by the peer covers the range.
+    NotMapped,
+    /// The mapping does not allow that access.
+    Access,
+}
+
+/// The books of one DDP-mode socket. See the [module docs](self).
+#[derive(Debug)]
+pub struct Stream {
+    local: Hello,
+    peer: Hello,
+    // Transmit side.
+    credits: u32,
+    tx_seq: u64,
+    peer_sinks: VecDeque<PeerSink>,
+    out: VecDeque<Body>,
+    eof_queued: bool,
+    // Receive side.
+    rx_seq: u64,
+    segs: VecDeque<Seg>,
+    /// Peer messages in our slots not yet returned (holding data, or freed
+    /// and not yet reported).
+    used: u32,
+    unreturned: u32,
+    /// Of `unreturned`, slots freed from messages other than CREDIT: only
+    /// these make a CREDIT of our own due, so two idle sides never trade
+    /// CREDITs that only return each other's CREDITs.
+    trigger: u32,
+    eof: bool,
+    sinks: VecDeque<MySink>,
+    next_sink: u32,
+    peer_maps: BTreeMap<u64, IoMapAd>,
+    reposts: Vec<u32>,
+    readable_bytes: usize,
+}
+
+impl Stream {
+    /// Books for a connection where we posted `local.slots` receives and
+    /// the peer announced `peer`.
+    pub fn new(local: Hello, peer: Hello) -> Self {
+        Self {
+            local,
+            peer,
+            credits: u32::from(peer.slots),
+            tx_seq: 0,
+            peer_sinks: VecDeque::new(),
+            out: VecDeque::new(),
+            eof_queued: false,
+            rx_seq: 0,
+            segs: VecDeque::new(),
+            used: 0,
+            unreturned: 0,
+            trigger: 0,
+            eof: false,
+            sinks: VecDeque::new(),
+            next_sink: 1,
+            peer_maps: BTreeMap::new(),
+            reposts: Vec::new(),
+            readable_bytes: 0,
+        }
+    }
+
+    /// What we announced.
+    pub fn local(&self) -> Hello {
+        self.local
+    }
+
+    /// What the peer announced.
+    pub fn peer(&self) -> Hello {
+        self.peer
+    }
+
+    /// Credits we hold (free slots at the peer).
+    pub fn credits(&self) -> u32 {
+        self.credits
+    }
+
+    /// Stream bytes sent so far.
+    pub fn tx_seq(&self) -> u64 {
+        self.tx_seq
+    }
+
+    /// Stream bytes received so far (read or not).
+    pub fn rx_seq(&self) -> u64 {
+        self.rx_seq
+    }
+
+    // ----------------------------------------------------------------
+    // Input.
+
+    /// A Send landed in our receive slot `slot`, carrying `bytes`. DATA
+    /// keeps the slot until its bytes are consumed; any other message frees
+    /// it at once (see [`Self::take_reposts`]).
+    pub fn on_message(&mut self, slot: u32, bytes: &[u8]) -> Result<(), StreamError> {
+        let msg = Msg::parse(bytes)?;
+        self.used += 1;
+        if self.used > u32::from(self.local.slots) {
+            return Err(StreamError::Overrun {
+                slots: self.local.slots,
+            });
+        }
+        let credits = self.credits + u32::from(msg.credits);
+        if credits > u32::from(self.peer.slots) {
+            return Err(StreamError::CreditOverflow {
+                credits,
+                slots: self.peer.slots,
+            });
+        }
+        self.credits = credits;
+        match msg.body {
+            Body::Data { eom } => {
+                if self.eof {
+                    return Err(StreamError::DataAfterEof);
+                }
+                let len = bytes.len() - crate::wire::HDR_LEN;
+                if len == 0 {
+                    self.free(slot);
+                    return Ok(());
+                }
+                self.sinks_declined_by_stream();
+                self.rx_seq += len as u64;
+                self.readable_bytes += len;
+                self.segs.push_back(Seg {
+                    slot,
+                    off: crate::wire::HDR_LEN as u32,
+                    len: len as u32,
+                    eom,
+                });
+                return Ok(());
+            }
+            Body::Credit => {
+                self.unreturned += 1;
+                self.reposts.push(slot);
+                return Ok(());
+            }
+            Body::Sink(ad) => {
+                self.peer_sinks.push_back(PeerSink {
+                    ad,
+                    written: 0,
+                    active: false,
+                });
+                self.settle_peer_sinks();
+            }
+            Body::SinkDone { id, len, eom } => self.on_sink_done(id, len, eom)?,
+            Body::SinkCancel { id } => {
+                if let Some(i) = self.peer_sinks.iter().position(|s| s.ad.id == id) {
+                    let s = self.peer_sinks.remove(i).expect("index just found");
+                    self.out.push_back(Body::SinkDone {
+                        id,
+                        len: s.written,
+                        eom: true,
+                    });
+                    self.settle_peer_sinks();
+                }
+                // Otherwise its SINK_DONE is already on the way.
+            }
+            Body::IoMap(ad) => {
+                self.peer_maps.insert(ad.offset, ad);
+            }
+            Body::IoUnmap { offset } => {
+                self.peer_maps.remove(&offset);
+            }
+            Body::Eof => {
+                if self.eof {
+                    return Err(StreamError::DataAfterEof);
+                }
+                self.eof = true;
+                self.sinks_declined_by_stream();
+            }
+        }
+        self.free(slot);
+        Ok(())
+    }
+
+    fn free(&mut self, slot: u32) {
+        self.unreturned += 1;
+        self.trigger += 1;
+        self.reposts.push(slot);
+    }
+
+    /// Slots freed since the last call: post them again.
+    pub fn take_reposts(&mut self) -> std::vec::Drain<'_, u32> {
+        self.reposts.drain(..)
+    }
+
+    /// Stream bytes past a sink's position arrived (or the stream ended)
+    /// while it was offered: the peer declined it.
+    fn sinks_declined_by_stream(&mut self) {
+        let out = &mut self.out;
+        for s in &mut self.sinks {
+            match s.state {
+                SinkState::Queued => {
+                    out.retain(|b| !matches!(b, Body::Sink(ad) if ad.id == s.ad.id));
+                    s.state = SinkState::Declined;
+                }
+                SinkState::Offered | SinkState::Cancelling => {
+                    s.state = SinkState::Declined;
+                    s.done_pending = true;
+                }
+                _ => {}
+            }
+        }
+        self.sinks
+            .retain(|s| !(s.released && s.state.is_final() && !s.done_pending));
+    }
+
+    fn on_sink_done(&mut self, id: u32, len: u32, eom: bool) -> Result<(), StreamError> {
+        // SINK_DONEs come in the order the sinks were offered.
+        let i = self
+            .sinks
+            .iter()
+            .position(|s| {
+                matches!(s.state, SinkState::Offered | SinkState::Cancelling) || s.done_pending
+            })
+            .ok_or(StreamError::UnknownSink(id))?;
+        let s = &mut self.sinks[i];
+        if s.ad.id != id {
+            return Err(StreamError::UnknownSink(id));
+        }
+        if s.done_pending {
+            // Declined already (we saw stream bytes after it).
+            if len != 0 {
+                return Err(StreamError::SinkMisuse { id, len });
+            }
+            s.done_pending = false;
+        } else if len == 0 {
+            s.state = SinkState::Declined;
+        } else {
+            if len > s.ad.len || self.rx_seq != s.ad.rx_seq || self.eof {
+                return Err(StreamError::SinkMisuse { id, len });
+            }
+            self.rx_seq += u64::from(len);
+            s.state = SinkState::Filled { len, eom };
+        }
+        self.sinks
+            .retain(|s| !(s.released && s.state.is_final() && !s.done_pending));
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------
+    // Output.
+
+    fn may_send(&self) -> bool {
+        self.credits >= 2 || (self.credits == 1 && self.unreturned > 0)
+    }
+
+    fn take_unreturned(&mut self) -> u16 {
+        let n = self.unreturned.min(u32::from(u16::MAX));
+        self.unreturned -= n;
+        self.trigger = self.trigger.min(self.unreturned);
+        self.used -= n;
+        n as u16
+    }
+
+    fn stamp(&mut self, body: Body) -> Msg {
+        self.credits -= 1;
+        Msg {
+            credits: self.take_unreturned(),
+            body,
+        }
+    }
+
+    /// The next message other than stream bytes to send now (sink offers
+    /// and completions, mappings, end of stream, credit returns), or
+    /// `None`. Call it until `None` after every input and before
+    /// [`Self::tx_data`].
+    pub fn poll_msg(&mut self) -> Option<Msg> {
+        if !self.out.is_empty() {
+            if !self.may_send() {
+                return None;
+            }
+            let body = self.out.pop_front().expect("not empty");
+            if let Body::Sink(ad) = body {
+                if let Some(s) = self.sinks.iter_mut().find(|s| s.ad.id == ad.id) {
+                    s.state = SinkState::Offered;
+                }
+            }
+            return Some(self.stamp(body));
+        }
+        // A credit return of its own when the peer cannot send data (fewer
+        // than two credits) and returning makes it able to, or — for slots
+        // of real messages only (see `trigger`) — when it has none at all
+        // or we hold half our slots' worth. A CREDIT we send is held by
+        // the peer until it has a real reason to answer, so with three or
+        // more slots two idle sides never trade CREDITs back and forth.
+        let peer_has = u32::from(self.local.slots) - self.used;
+        let due = (self.unreturned > 0 && peer_has <= 1 && peer_has + self.unreturned >= 2)
+            || (self.trigger > 0
+                && (peer_has == 0 || self.unreturned >= (u32::from(self.local.slots) / 2).max(2)));
+        if due && self.credits >= 1 {
+            return Some(self.stamp(Body::Credit));
+        }
+        None
+    }
+
+    /// Activates or declines the sinks the peer offered, oldest first.
+    fn settle_peer_sinks(&mut self) {
+        while let Some(h) = self.peer_sinks.front_mut() {
+            if h.active {
+                return;
+            }
+            if h.ad.rx_seq == self.tx_seq && !self.eof_queued {
+                h.active = true;
+                return;
+            }
+            let id = h.ad.id;
+            self.peer_sinks.pop_front();
+            self.out.push_back(Body::SinkDone {
+                id,
+                len: 0,
+                eom: false,
+            });
+        }
+    }
+
+    fn finish_peer_sink(&mut self, eom: bool) {
+        if let Some(s) = self.peer_sinks.pop_front() {
+            self.out.push_back(Body::SinkDone {
+                id: s.ad.id,
+                len: s.written,
+                eom,
+            });
+        }
+        self.settle_peer_sinks();
+    }
+
+    /// How to send the next (at most `avail`, > 0) bytes of a send call;
+    /// `eom`: they are the call's last bytes.
+    pub fn tx_data(&mut self, avail: usize, eom: bool) -> TxStep {
+        debug_assert!(avail > 0 && !self.eof_queued);
+        if !self.out.is_empty() {
+            return if self.may_send() {
+                TxStep::Control
+            } else {
+                TxStep::Blocked
+            };
+        }
+        if let Some(s) = self.peer_sinks.front() {
+            if s.active {
+                let room = (s.ad.len - s.written) as usize;
+                return TxStep::Write {
+                    stag: s.ad.stag,
+                    to: s.ad.to + u64::from(s.written),
+                    len: avail.min(room),
+                };
+            }
+        }
+        if !self.may_send() {
+            return TxStep::Blocked;
+        }
+        let len = avail.min(self.peer.payload());
+        let msg = self.stamp(Body::Data {
+            eom: eom && len == avail,
+        });
+        self.tx_seq += len as u64;
+        TxStep::Data { msg, len }
+    }
+
+    /// `len` bytes were written into the active sink ([`TxStep::Write`]).
+    pub fn tx_wrote(&mut self, len: usize) {
+        let s = self
+            .peer_sinks
+            .front_mut()
+            .filter(|s| s.active)
+            .expect("tx_wrote follows TxStep::Write");
+        s.written += len as u32;
+        self.tx_seq += len as u64;
+        if s.written == s.ad.len {
+            self.finish_peer_sink(false);
+        }
+    }
+
+    /// The send call is over: a sink it wrote into (and that does not want
+    /// to be filled) is finished, so the reader gets the bytes now.
+    pub fn tx_end_call(&mut self) {
+        if let Some(s) = self.peer_sinks.front() {
+            if s.active && s.written > 0 && !s.ad.waitall {
+                self.finish_peer_sink(true);
+            }
+        }
+    }
+
+    /// No more stream bytes from us (`shutdown(SHUT_WR)`, `close`): the
+    /// EOF goes after everything sent so far; a sink in use is finished
+    /// first, and sinks offered later are declined.
+    pub fn shutdown_write(&mut self) {
+        if self.eof_queued {
+            return;
+        }
+        self.eof_queued = true;
+        if self.peer_sinks.front().is_some_and(|s| s.active) {
+            self.finish_peer_sink(true);
+        }
+        self.settle_peer_sinks();
+        self.out.push_back(Body::Eof);
+    }
+
+    /// Whether our end of the stream is shut.
+    pub fn is_write_shut(&self) -> bool {
+        self.eof_queued
+    }
+
+    /// Whether messages wait for credits (or for [`Self::poll_msg`]).
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Whether a send call could move bytes now (a sink to write into, or
+    /// a credit for DATA).
+    pub fn writable(&self) -> bool {
+        !self.eof_queued
+            && self.out.is_empty()
+            && (self.peer_sinks.front().is_some_and(|s| s.active) || self.may_send())
+    }
+
+    // ----------------------------------------------------------------
+    // Receive side for the application.
+
+    /// Unread stream bytes in our slots.
+    pub fn readable(&self) -> usize {
+        self.readable_bytes
+    }
+
+    /// Whether the peer ended its stream (and, with nothing left to read,
+    /// reads return 0).
+    pub fn eof(&self) -> bool {
+        self.eof
+    }
+
+    /// The unread bytes, in order.
+    pub fn segments(&self) -> impl Iterator<Item = &Seg> {
+        self.segs.iter()
+    }
+
+    /// Bytes up to the end of the first message (its `eom`), if that end
+    /// has arrived.
+    pub fn message_end(&self) -> Option<usize> {
+        let mut n = 0;
+        for s in &self.segs {
+            n += s.len as usize;
+            if s.eom {
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    /// Whether the peer cannot send more stream bytes until some are read:
+    /// it has no credit left, or one and (as far as we know) nothing to
+    /// return with it. A reader waiting for the end of a message longer
+    /// than our slots then takes it in parts.
+    pub fn peer_stalled(&self) -> bool {
+        let peer_has = u32::from(self.local.slots) - self.used;
+        peer_has == 0 || (peer_has == 1 && self.credits == u32::from(self.peer.slots))
+    }
+
+    /// Whether a sink the peer offered is in use: the next bytes of a send
+    /// call go straight into the reader's buffer.
+    pub fn sink_ready(&self) -> bool {
+        self.peer_sinks.front().is_some_and(|s| s.active)
+    }
+
+    /// Marks the first `n` unread bytes read; slots read to the end are
+    /// freed (see [`Self::take_reposts`]).
+    ///
+    /// # Panics
+    /// If fewer than `n` bytes are unread.
+    pub fn consume(&mut self, mut n: usize) {
+        assert!(n <= self.readable_bytes, "consume past the unread bytes");
+        self.readable_bytes -= n;
+        while n > 0 {
+            let s = self.segs.front_mut().expect("bytes are unread");
+            let k = n.min(s.len as usize);
+            s.off += k as u32;
+            s.len -= k as u32;
+            n -= k;
+            if s.len == 0 {
+                let slot = s.slot;
+                self.segs.pop_front();
+                self.free(slot);
+            }
+        }
+    }
+
+    /// Offers a registered buffer (`stag`, tagged offset `to`, `len` bytes)
+    /// for the next stream bytes. Only when nothing is unread, the stream
+    /// has not ended and no other sink is outstanding. `waitall`: the
+    /// sender fills it completely (`MSG_WAITALL`).
+    ///
+    /// # Panics
+    /// If those conditions do not hold.
+    pub fn post_sink(&mut self, stag: u32, to: u64, len: u32, waitall: bool) -> u32 {
+        assert!(
+            self.segs.is_empty() && !self.eof && self.sinks.iter().all(|s| s.state.is_final()),
+            "a sink only on an empty queue, one at a time"
+        );
+        let id = self.next_sink;
+        self.next_sink = self.next_sink.wrapping_add(1).max(1);
+        let ad = SinkAd {
+            id,
+            len,
+            rx_seq: self.rx_seq,
+            stag,
+            to,
+            waitall,
+        };
+        self.sinks.push_back(MySink {
+            ad,
+            state: SinkState::Queued,
+            done_pending: false,
+            released: false,
+        });
+        self.out.push_back(Body::Sink(ad));
+        id
+    }
+
+    /// What sink `id` has become.
+    ///
+    /// # Panics
+    /// If `id` was released or never offered.
+    pub fn sink_state(&self, id: u32) -> SinkState {
+        self.sinks
+            .iter()
+            .find(|s| s.ad.id == id)
+            .map(|s| s.state)
+            .expect("a sink that is not released")
+    }
+
+    /// Withdraws sink `id` (the reader gives up). A sink not yet offered is
+    /// declined at once; an offered one waits for the peer's SINK_DONE
+    /// (which may still report bytes placed).
+    pub fn cancel_sink(&mut self, id: u32) {
+        let Some(s) = self.sinks.iter_mut().find(|s| s.ad.id == id) else {
+            return;
+        };
+        match s.state {
+            SinkState::Queued => {
+                s.state = SinkState::Declined;
+                self.out
+                    .retain(|b| !matches!(b, Body::Sink(ad) if ad.id == id));
+            }
+            SinkState::Offered => {
+                s.state = SinkState::Cancelling;
+                self.out.push_back(Body::SinkCancel { id });
+            }
+            _ => {}
+        }
+    }
+
+    /// The I/O side is done with sink `id`: its state is final, or the
+    /// connection is dead (nothing can be placed any more). Forgets it
+    /// (once its SINK_DONE, if still due, has arrived).
+    pub fn release_sink(&mut self, id: u32) {
+        if let Some(s) = self.sinks.iter_mut().find(|s| s.ad.id == id) {
+            if !s.state.is_final() {
+                s.state = SinkState::Declined;
+                s.done_pending = false;
+            }
+            s.released = true;
+        }
+        self.sinks
+            .retain(|s| !(s.released && s.state.is_final() && !s.done_pending));
+    }
+
+    // ----------------------------------------------------------------
+    // One-sided access.
+
+    /// Tells the peer about a local buffer it may access (`riomap`).
+    pub fn announce_map(&mut self, ad: IoMapAd) {
+        self.out.push_back(Body::IoMap(ad));
+    }
+
+    /// Tells the peer a mapping is gone (`riounmap`).
+    pub fn announce_unmap(&mut self, offset: u64) {
+        self.out.push_back(Body::IoUnmap { offset });
+    }
+
+    /// Where `len` bytes at `offset` of the peer's mappings are: (STag,
+    /// tagged offset), if a mapping the peer announced covers them and
+    /// allows `write` (else read) access.
+    pub fn peer_map(&self, offset: u64, len: u64, write: bool) -> Result<(u32, u64), MapError> {
+        let (_, m) = self
+            .peer_maps
+            .range(..=offset)
+            .next_back()
+            .ok_or(MapError::NotMapped)?;
+        let end = offset.checked_add(len).ok_or(MapError::NotMapped)?;
+        if end > m.offset.saturating_add(m.len) {
+            return Err(MapError::NotMapped);
+        }
+        let need = if write { ACCESS_WRITE } else { ACCESS_READ };
+        if m.access & need == 0 {
+            return Err(MapError::Access);
+        }
+        Ok((m.stag, m.to + (offset - m.offset)))
+    }
+}

@@ -1,0 +1,377 @@
+//! Switching real TCP connections on loopback and using them: bytes
+//! written before the switch arrive first, a plain peer leaves the
+//! connection intact, stream and message mode, sinks, one-sided and
+//! asynchronous operations, a peer that sends garbage.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use warpsock_xsock::io::{
+    counters, switch_fd, AioOp, Completion, Failure, Options, RecvFlags, XSocket,
+};
+use warpsock_xsock::switch::Limits;
+use warpsock_xsock::SwitchError;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn opts() -> Options {
+    Options {
+        limits: Limits::with_timeout(Duration::from_secs(3)),
+        ..Options::default()
+    }
+}
+
+fn tcp_pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    (c, s)
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+/// Switches both ends at once (each in its own thread).
+fn switch_both(a: &TcpStream, b: &TcpStream, o: &Options) -> (XSocket, XSocket) {
+    std::thread::scope(|sc| {
+        let ta = sc.spawn(|| switch_fd(a.as_fd(), o));
+        let tb = sc.spawn(|| switch_fd(b.as_fd(), o));
+        let (ra, rb) = (ta.join().unwrap(), tb.join().unwrap());
+        match (ra, rb) {
+            (Ok(x), Ok(y)) => (x, y),
+            (ra, rb) => panic!("switch failed: {:?} / {:?}", ra.err(), rb.err()),
+        }
+    })
+}
+
+fn recv_exact(x: &XSocket, n: usize) -> Vec<u8> {
+    let mut out = vec![0; n];
+    let mut got = 0;
+    let t = Instant::now();
+    while got < n {
+        assert!(t.elapsed() < LIMIT, "timed out with {got}/{n}");
+        let (k, _) = x
+            .recv(&mut out[got..], RecvFlags::default(), Some(LIMIT))
+            .unwrap();
+        assert!(k > 0, "end of stream after {got}/{n}");
+        got += k;
+    }
+    out
+}
+
+#[test]
+fn bytes_written_before_the_switch_arrive_first() {
+    let (mut a, mut b) = tcp_pair();
+    let pre_a = pattern(100_000, 1);
+    let pre_b = pattern(3, 2);
+    a.write_all(&pre_a).unwrap();
+    b.write_all(&pre_b).unwrap();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    assert!(xa.crc() && xb.crc(), "CRC on by default");
+    let post_a = pattern(300_000, 3);
+    let post_b = pattern(5000, 4);
+    let mut want_b = pre_a.clone();
+    want_b.extend_from_slice(&post_a);
+    let mut want_a = pre_b.clone();
+    want_a.extend_from_slice(&post_b);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            assert_eq!(xa.send(&post_a, false, None).unwrap(), post_a.len());
+        });
+        sc.spawn(|| {
+            assert_eq!(xb.send(&post_b, false, None).unwrap(), post_b.len());
+        });
+        let got_b = sc.spawn(|| recv_exact(&xb, want_b.len()));
+        let got_a = recv_exact(&xa, want_a.len());
+        assert!(got_a == want_a, "a read b's bytes in order");
+        assert!(got_b.join().unwrap() == want_b, "b read a's bytes in order");
+    });
+}
+
+#[test]
+fn a_plain_peer_refuses_and_the_connection_stays_intact() {
+    let (a, mut b) = tcp_pair();
+    let mut o = opts();
+    o.limits = Limits::with_timeout(Duration::from_millis(300));
+    // The plain peer has written before; it writes and reads after.
+    b.write_all(b"before ").unwrap();
+    let t = Instant::now();
+    let err = switch_fd(a.as_fd(), &o).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let Failure::Refused { error, residue, .. } = &err else {
+        panic!("{err}")
+    };
+    assert!(matches!(error, SwitchError::NoPeer { .. }), "{error}");
+    assert_eq!(err.errno(), libc::ECONNREFUSED);
+    assert_eq!(
+        residue, b"before ",
+        "the peer's bytes are kept for the program"
+    );
+    let mut a = a;
+    a.write_all(b"hello plain peer").unwrap();
+    b.write_all(b"after").unwrap();
+    let mut got = vec![0; 16];
+    b.read_exact(&mut got).unwrap();
+    assert_eq!(got, b"hello plain peer", "the urgent mark is invisible");
+    let mut got = vec![0; 5];
+    a.read_exact(&mut got).unwrap();
+    assert_eq!(got, b"after");
+}
+
+#[test]
+fn message_mode_keeps_each_send_whole() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xb.set_msg_mode(true);
+    let msgs: Vec<Vec<u8>> = [1, 70, 4096, 100_000, 3]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, 10 + i as u64))
+        .collect();
+    for m in &msgs {
+        xa.send(m, false, None).unwrap();
+    }
+    for m in &msgs {
+        let mut buf = vec![0; 200_000];
+        let (n, eor) = xb
+            .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+            .unwrap();
+        assert!(eor, "one read, one message");
+        assert_eq!(&buf[..n], &m[..]);
+    }
+}
+
+#[test]
+fn large_reads_posted_ahead_are_placed_without_a_copy() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let xb = Arc::new(xb);
+    let chunk = 1 << 20;
+    let rounds = 8;
+    let before = (
+        counters()
+            .rx_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        counters()
+            .rx_copied
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let r = {
+        let xb = Arc::clone(&xb);
+        std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let mut buf = vec![0; chunk];
+            for _ in 0..rounds {
+                let f = RecvFlags {
+                    waitall: true,
+                    ..RecvFlags::default()
+                };
+                let (n, _) = xb.recv(&mut buf, f, Some(LIMIT)).unwrap();
+                assert_eq!(n, chunk);
+                all.extend_from_slice(&buf);
+                // Ask for the next chunk only now: the read is posted
+                // before the data is sent.
+                xb.send(b"k", false, None).unwrap();
+            }
+            all
+        })
+    };
+    let data = pattern(chunk * rounds, 5);
+    for i in 0..rounds {
+        // Let the reader's sink arrive first.
+        std::thread::sleep(Duration::from_millis(20));
+        xa.send(&data[i * chunk..(i + 1) * chunk], false, None)
+            .unwrap();
+        let mut k = [0u8; 1];
+        xa.recv(&mut k, RecvFlags::default(), Some(LIMIT)).unwrap();
+    }
+    assert!(r.join().unwrap() == data);
+    let rx = counters()
+        .rx_bytes
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - before.0;
+    let copied = counters()
+        .rx_copied
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - before.1;
+    // Other tests in this process may receive meanwhile; their bytes only
+    // make the ratio worse.
+    assert!(rx >= (chunk * rounds) as u64);
+    println!(
+        "1 MiB reads posted ahead: {copied} of {rx} bytes copied ({:.4} per byte received)",
+        copied as f64 / rx as f64
+    );
+    assert!(
+        (copied as f64) / (rx as f64) <= 0.05,
+        "copied {copied} of {rx} bytes"
+    );
+}
+
+#[test]
+fn riomap_riowrite_rioread() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let mut target = vec![0u8; 8192];
+    #[allow(unsafe_code)]
+    // SAFETY: `target` outlives the mapping (unmapped below).
+    let off =
+        unsafe { xb.riomap(target.as_mut_ptr(), target.len(), true, true, Some(4096)) }.unwrap();
+    assert_eq!(off, 4096);
+    // The mapping reaches the peer with the stream: tell it through it.
+    xb.send(b"mapped", false, None).unwrap();
+    let mut m = [0u8; 6];
+    xa.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+    let src = pattern(1000, 7);
+    assert_eq!(xa.riowrite(&src, 4096 + 100).unwrap(), 1000);
+    // A Send after the Write arrives after it is placed.
+    xa.send(b"done", false, None).unwrap();
+    let mut d = [0u8; 4];
+    xb.recv(&mut d, RecvFlags::default(), Some(LIMIT)).unwrap();
+    assert_eq!(&target[100..1100], &src[..]);
+    target[5000..5010].copy_from_slice(b"read me!!!");
+    // A one-sided read needs the target's engine to answer it: here b's
+    // thread is in a blocking receive (the preload drives idle sockets
+    // from its progress thread).
+    let mut back = [0u8; 10];
+    std::thread::scope(|sc| {
+        let t = sc.spawn(|| {
+            let mut d = [0u8; 4];
+            xb.recv(&mut d, RecvFlags::default(), Some(LIMIT)).unwrap()
+        });
+        assert_eq!(xa.rioread(&mut back, 4096 + 5000).unwrap(), 10);
+        xa.send(b"read", false, None).unwrap();
+        t.join().unwrap();
+    });
+    assert_eq!(&back, b"read me!!!");
+    // Outside the mapping: EINVAL.
+    let e = xa.riowrite(&src, 4096 + 8000).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    xb.riounmap(target.as_mut_ptr()).unwrap();
+}
+
+#[test]
+fn asynchronous_operations_complete_later() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let mut rbuf = vec![0u8; 1 << 20];
+    let sbuf = pattern(1 << 20, 8);
+    #[allow(unsafe_code)]
+    // SAFETY: both buffers live until their completions are collected.
+    unsafe {
+        xb.aio_recv(rbuf.as_mut_ptr(), rbuf.len(), 42).unwrap();
+        xa.aio_send(sbuf.as_ptr(), sbuf.len(), 7).unwrap();
+    }
+    let mut got = Vec::new();
+    let mut done: Vec<Completion> = Vec::new();
+    let t = Instant::now();
+    let mut received = 0;
+    while done.iter().filter(|c| c.op == AioOp::Send).count() < 1 || received < sbuf.len() {
+        assert!(t.elapsed() < LIMIT, "{done:?}");
+        xa.aio_poll(&mut done, 8);
+        got.clear();
+        xb.aio_poll(&mut got, 8);
+        for c in &got {
+            assert_eq!(c.cookie, 42);
+            let n = c.result.unwrap();
+            assert!(rbuf[..n] == sbuf[received..received + n]);
+            received += n;
+            if received < sbuf.len() {
+                #[allow(unsafe_code)]
+                // SAFETY: as above.
+                unsafe {
+                    xb.aio_recv(rbuf.as_mut_ptr(), rbuf.len(), 42).unwrap();
+                }
+            }
+        }
+        std::thread::yield_now();
+    }
+    let s = done.iter().find(|c| c.op == AioOp::Send).unwrap();
+    assert_eq!((s.cookie, s.result), (7, Ok(1 << 20)));
+}
+
+/// Garbage on the wire after the switch: the receiving engine sends a
+/// Terminate and that socket fails with EPROTO; another DDP socket in the
+/// same process is unaffected.
+#[test]
+fn garbage_after_the_switch_fails_that_socket_only() {
+    let (mut a, b) = tcp_pair();
+    let (c, d) = tcp_pair();
+    let (_xa, xb) = switch_both(&a, &b, &opts());
+    let (xc, xd) = switch_both(&c, &d, &opts());
+    // Behind the engine's back, on a's own descriptor.
+    a.write_all(&[0x55; 64]).unwrap();
+    let mut buf = [0u8; 16];
+    let e = xb
+        .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPROTO), "{e}");
+    let (errno, what) = xb.error().unwrap();
+    assert_eq!(errno, libc::EPROTO);
+    assert!(what.contains("terminated"), "{what}");
+    xc.send(b"still fine", false, None).unwrap();
+    let (n, _) = xd
+        .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(&buf[..n], b"still fine");
+}
+
+#[test]
+fn eof_timeouts_nonblocking_and_peek() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let mut buf = [0u8; 8];
+    let nb = RecvFlags {
+        nonblocking: true,
+        ..RecvFlags::default()
+    };
+    assert_eq!(
+        xb.recv(&mut buf, nb, None).unwrap_err().raw_os_error(),
+        Some(libc::EAGAIN)
+    );
+    let t = Instant::now();
+    let e = xb
+        .recv(
+            &mut buf,
+            RecvFlags::default(),
+            Some(Duration::from_millis(200)),
+        )
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+    assert!(t.elapsed() >= Duration::from_millis(190));
+    xa.send(b"peekaboo", false, None).unwrap();
+    let peek = RecvFlags {
+        peek: true,
+        ..RecvFlags::default()
+    };
+    let (n, _) = xb.recv(&mut buf[..4], peek, Some(LIMIT)).unwrap();
+    assert_eq!(&buf[..n], b"peek");
+    let (n, _) = xb
+        .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(&buf[..n], b"peekaboo");
+    xa.shutdown(false, true);
+    let (n, _) = xb
+        .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(n, 0, "end of stream");
+    assert!(xa.send(b"x", false, None).is_err(), "EPIPE after shutdown");
+    // The other direction still works.
+    xb.send(b"back", false, None).unwrap();
+    let (n, _) = xa
+        .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(&buf[..n], b"back");
+    assert!(xb.close(Duration::from_secs(2)));
+}

@@ -1,0 +1,350 @@
+//! The stream core over an in-memory RDMA pair: random send and read
+//! sizes, slow readers, both directions at once, sinks (offered, used,
+//! declined, cancelled), message mode and the end of stream. Every case
+//! checks that each side reads exactly the bytes the other wrote, in order;
+//! the pair itself fails any Send that finds no posted receive.
+
+mod util;
+
+use util::{hello, Pair, Plan, Rng};
+use warpsock_xsock::wire::{Body, Msg, MAX_CONTROL_LEN};
+use warpsock_xsock::{SinkState, Stream, StreamError, TxStep};
+
+/// Seeds per randomized case (`XSOCK_SIM_SEEDS=N` for a longer soak).
+fn seeds(default: u64) -> std::ops::Range<u64> {
+    let n = std::env::var("XSOCK_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    0..n
+}
+
+fn sizes(rng: &mut Rng, n: usize, lo: u64, hi: u64) -> Vec<usize> {
+    (0..n).map(|_| rng.range(lo, hi) as usize).collect()
+}
+
+fn check(p: &Pair) {
+    assert_eq!(p.b.received.len() as u64, p.a.sent(), "b received all of a");
+    assert_eq!(p.a.received.len() as u64, p.b.sent(), "a received all of b");
+    assert!(
+        p.b.received == p.a.expected(p.a.sent()),
+        "a's bytes arrive in order"
+    );
+    assert!(
+        p.a.received == p.b.expected(p.b.sent()),
+        "b's bytes arrive in order"
+    );
+}
+
+/// After the end, nothing keeps bouncing credits back and forth.
+fn quiesces(p: &mut Pair) {
+    let before = p.a.msgs_sent + p.b.msgs_sent;
+    for _ in 0..200 {
+        p.step();
+    }
+    let after = p.a.msgs_sent + p.b.msgs_sent;
+    assert!(
+        after - before <= 4,
+        "credit messages keep flowing: {}",
+        after - before
+    );
+}
+
+#[test]
+fn one_way_random_sizes_through_tiny_slots() {
+    for seed in seeds(20) {
+        let mut rng = Rng::new(seed);
+        let mut a = Plan::idle();
+        a.sends = sizes(&mut rng, 40, 1, 3000);
+        let mut b = Plan::idle();
+        b.read_max = 700;
+        let mut p = Pair::new(seed, (hello(4, 256), a), (hello(3, 256), b), 3);
+        p.run_to_end(200_000);
+        check(&p);
+        quiesces(&mut p);
+    }
+}
+
+#[test]
+fn both_ways_with_stalling_readers() {
+    for seed in seeds(20) {
+        let mut rng = Rng::new(100 + seed);
+        let mut a = Plan::idle();
+        a.sends = sizes(&mut rng, 30, 1, 20_000);
+        a.stall_percent = 70;
+        a.read_max = 5000;
+        let mut b = a.clone();
+        b.sends = sizes(&mut rng, 30, 1, 20_000);
+        b.stall_percent = 20;
+        let mut p = Pair::new(seed, (hello(3, 1024), a), (hello(5, 512), b), 5);
+        p.run_to_end(500_000);
+        check(&p);
+        quiesces(&mut p);
+    }
+}
+
+/// A reader that stops for a long time: the sender stops (never sends
+/// without a credit) and everything arrives once it reads again.
+#[test]
+fn a_stopped_reader_stops_the_sender() {
+    let mut a = Plan::idle();
+    a.sends = vec![100_000];
+    let mut b = Plan::idle();
+    b.stall_percent = 100;
+    let mut p = Pair::new(7, (hello(4, 1024), a), (hello(4, 1024), b), 2);
+    for _ in 0..1000 {
+        p.step();
+    }
+    // Four slots of 1016 payload bytes at most are in b's hands.
+    assert!(
+        p.a.sent() <= 4 * 1016,
+        "sent {} bytes into 4 slots",
+        p.a.sent()
+    );
+    assert_eq!(p.a.s.credits(), 0);
+    p.b.plan.stall_percent = 0;
+    p.run_to_end(100_000);
+    check(&p);
+}
+
+#[test]
+fn large_reads_go_to_sinks_and_are_not_copied() {
+    for seed in seeds(10) {
+        let mut rng = Rng::new(200 + seed);
+        let mut a = Plan::idle();
+        // Send calls of 256 KiB to 1 MiB, each made once the reader waits
+        // with a 1 MiB read.
+        a.sends = sizes(&mut rng, 12, 256 << 10, 1 << 20);
+        a.wait_sink = true;
+        let mut b = Plan::idle();
+        b.read_min = 1 << 20;
+        b.read_max = 1 << 20;
+        b.zcopy_min = 64 << 10;
+        let mut p = Pair::new(seed, (hello(4, 64 << 10), a), (hello(4, 64 << 10), b), 1);
+        p.run_to_end(100_000);
+        check(&p);
+        let received = p.b.received.len() as u64;
+        assert_eq!(p.b.sink_bytes, received, "every byte placed, none copied");
+        assert_eq!(p.b.copied_bytes, 0);
+    }
+}
+
+#[test]
+fn sinks_mixed_with_copies_cancels_and_small_reads() {
+    for seed in seeds(30) {
+        let mut rng = Rng::new(300 + seed);
+        let mut a = Plan::idle();
+        a.sends = sizes(&mut rng, 40, 1, 200_000);
+        a.read_max = 50_000;
+        a.zcopy_min = 4096;
+        a.cancel_percent = 30;
+        let mut b = a.clone();
+        b.sends = sizes(&mut rng, 40, 1, 200_000);
+        b.stall_percent = 30;
+        let mut p = Pair::new(seed, (hello(4, 4096), a), (hello(6, 2048), b), 4);
+        p.run_to_end(1_000_000);
+        check(&p);
+        quiesces(&mut p);
+        assert!(
+            p.a.sink_bytes + p.b.sink_bytes > 0,
+            "seed {seed}: sinks unused"
+        );
+    }
+}
+
+/// 1 B to 4 MiB writes, reads of any size, 64 KiB slots.
+#[test]
+fn random_stream_1b_to_4mib() {
+    let mut rng = Rng::new(4);
+    let mut a = Plan::idle();
+    a.sends = (0..12)
+        .map(|_| {
+            let top = 1u64 << rng.range(0, 22);
+            rng.range(1, top) as usize
+        })
+        .collect();
+    a.sends.push(4 << 20);
+    let mut b = Plan::idle();
+    b.read_max = 4 << 20;
+    b.zcopy_min = 64 << 10;
+    let mut p = Pair::new(9, (hello(16, 64 << 10), a), (hello(16, 64 << 10), b), 3);
+    p.run_to_end(2_000_000);
+    check(&p);
+}
+
+#[test]
+fn message_mode_keeps_boundaries() {
+    for seed in seeds(20) {
+        let mut rng = Rng::new(400 + seed);
+        let mut a = Plan::idle();
+        a.sends = sizes(&mut rng, 50, 1, 3000);
+        let mut b = Plan::idle();
+        b.msg_mode = true;
+        b.read_min = 4000;
+        b.read_max = 8000;
+        b.stall_percent = 50;
+        let mut p = Pair::new(seed, (hello(8, 512), a), (hello(8, 512), b), 3);
+        p.run_to_end(500_000);
+        check(&p);
+        // Every message fits the 8 slots of 504 payload bytes and the read
+        // buffer: one read per message, each ending it.
+        let reads: Vec<usize> = p.b.reads.iter().map(|r| r.0).collect();
+        assert_eq!(reads, p.a.plan.sends, "seed {seed}");
+        assert!(p.b.reads.iter().all(|r| r.1));
+    }
+}
+
+/// A message larger than the reader's slots or buffer arrives in parts
+/// that never cross a boundary; the last part ends it.
+#[test]
+fn message_mode_delivers_long_messages_in_parts() {
+    let mut a = Plan::idle();
+    a.sends = vec![5000, 10, 7000, 3];
+    let mut b = Plan::idle();
+    b.msg_mode = true;
+    b.read_min = 6000;
+    b.read_max = 6000;
+    let mut p = Pair::new(1, (hello(4, 1024), a), (hello(4, 1024), b), 2);
+    p.run_to_end(100_000);
+    check(&p);
+    let mut msgs = Vec::new();
+    let mut cur = 0;
+    for &(n, eor) in &p.b.reads {
+        cur += n;
+        if eor {
+            msgs.push(cur);
+            cur = 0;
+        }
+    }
+    assert_eq!(msgs, vec![5000, 10, 7000, 3]);
+}
+
+fn encode(m: Msg) -> Vec<u8> {
+    let mut b = vec![0; MAX_CONTROL_LEN];
+    let n = m.encode(&mut b);
+    b.truncate(n);
+    b
+}
+
+#[test]
+fn a_peer_that_ignores_credits_is_an_error() {
+    let mut s = Stream::new(hello(2, 256), hello(2, 256));
+    let data = |credits| {
+        let mut b = encode(Msg {
+            credits,
+            body: Body::Data { eom: true },
+        });
+        b.push(1);
+        b
+    };
+    s.on_message(0, &data(0)).unwrap();
+    s.on_message(1, &data(0)).unwrap();
+    assert_eq!(
+        s.on_message(2, &data(0)),
+        Err(StreamError::Overrun { slots: 2 })
+    );
+    let mut s = Stream::new(hello(2, 256), hello(2, 256));
+    assert_eq!(
+        s.on_message(0, &data(1)),
+        Err(StreamError::CreditOverflow {
+            credits: 3,
+            slots: 2
+        })
+    );
+}
+
+#[test]
+fn sink_done_must_match_the_offer() {
+    let mut s = Stream::new(hello(4, 256), hello(4, 256));
+    // No sink offered.
+    let done = |id, len| {
+        encode(Msg {
+            credits: 0,
+            body: Body::SinkDone { id, len, eom: true },
+        })
+    };
+    assert_eq!(
+        s.on_message(0, &done(1, 5)),
+        Err(StreamError::UnknownSink(1))
+    );
+    let mut s = Stream::new(hello(4, 256), hello(4, 256));
+    let id = s.post_sink(9, 0, 100, false);
+    assert!(matches!(s.poll_msg().unwrap().body, Body::Sink(_)));
+    assert_eq!(s.sink_state(id), SinkState::Offered);
+    // More than the sink holds.
+    assert_eq!(
+        s.on_message(0, &done(id, 101)),
+        Err(StreamError::SinkMisuse { id, len: 101 })
+    );
+    let mut s = Stream::new(hello(4, 256), hello(4, 256));
+    let id = s.post_sink(9, 0, 100, false);
+    s.poll_msg().unwrap();
+    // Stream bytes arrive: the sink was declined; a SINK_DONE that then
+    // claims bytes breaks the order.
+    let mut d = encode(Msg {
+        credits: 0,
+        body: Body::Data { eom: true },
+    });
+    d.extend_from_slice(b"abc");
+    s.on_message(0, &d).unwrap();
+    assert_eq!(s.sink_state(id), SinkState::Declined);
+    assert_eq!(
+        s.on_message(1, &done(id, 3)),
+        Err(StreamError::SinkMisuse { id, len: 3 })
+    );
+}
+
+#[test]
+fn the_last_credit_only_carries_credits_back() {
+    let mut s = Stream::new(hello(4, 256), hello(2, 256));
+    assert!(matches!(s.tx_data(10, true), TxStep::Data { .. }));
+    // One credit left and nothing to return: no data.
+    assert_eq!(s.tx_data(10, true), TxStep::Blocked);
+    assert!(!s.writable());
+    // A message from the peer arrives and is read: now the last credit
+    // may go, carrying that slot back.
+    let mut d = encode(Msg {
+        credits: 0,
+        body: Body::Data { eom: true },
+    });
+    d.push(7);
+    s.on_message(0, &d).unwrap();
+    s.consume(1);
+    match s.tx_data(10, true) {
+        TxStep::Data { msg, .. } => assert_eq!(msg.credits, 1),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.credits(), 0);
+    assert_eq!(s.tx_data(10, true), TxStep::Blocked);
+}
+
+#[test]
+fn one_sided_mappings_are_looked_up_by_offset_and_access() {
+    use warpsock_xsock::wire::{IoMapAd, ACCESS_WRITE};
+    use warpsock_xsock::MapError;
+    let mut s = Stream::new(hello(4, 256), hello(4, 256));
+    let m = encode(Msg {
+        credits: 0,
+        body: Body::IoMap(IoMapAd {
+            offset: 1 << 20,
+            len: 4096,
+            to: 0x5000,
+            stag: 0x301,
+            access: ACCESS_WRITE,
+        }),
+    });
+    s.on_message(0, &m).unwrap();
+    assert_eq!(s.peer_map((1 << 20) + 100, 10, true), Ok((0x301, 0x5064)));
+    assert_eq!(
+        s.peer_map((1 << 20) + 4090, 10, true),
+        Err(MapError::NotMapped)
+    );
+    assert_eq!(s.peer_map(100, 10, true), Err(MapError::NotMapped));
+    assert_eq!(s.peer_map(1 << 20, 10, false), Err(MapError::Access));
+    let u = encode(Msg {
+        credits: 0,
+        body: Body::IoUnmap { offset: 1 << 20 },
+    });
+    s.on_message(1, &u).unwrap();
+    assert_eq!(s.peer_map(1 << 20, 10, true), Err(MapError::NotMapped));
+}
