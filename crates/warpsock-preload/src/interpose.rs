@@ -29,6 +29,15 @@ use crate::shim::{reactor, real};
 /// is its 1-based index here.
 pub(crate) static KINDS: &[&dyn Kind] = &[&crate::udp::UDP];
 
+/// Feature marker: this library carries the UDP offload's
+/// `WARPSOCK_UDP_MODE=gso|auto` path (UDP_SEGMENT/UDP_GRO). Programs probe
+/// for it with `dlsym(RTLD_DEFAULT, "warpsock_feature_udp_gso")` (the
+/// benchmark's apps suite does); its value means nothing. Another kind adds
+/// its own `warpsock_feature_*` symbol the same way.
+#[cfg_attr(not(test), export_name = "warpsock_feature_udp_gso")]
+#[used]
+pub static FEATURE_UDP_GSO: u8 = 1;
+
 #[inline]
 fn managed(fd: c_int) -> Option<Arc<dyn Socket>> {
     if !fdtable::maybe_managed(fd) || busy() {
