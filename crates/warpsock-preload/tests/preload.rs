@@ -98,6 +98,12 @@ fn tcp_and_dns_pass_through() {
     assert_eq!(pre.stat("connects"), 0, "{}", pre.stderr);
 }
 
+/// How long udp_recv waits for the next datagram before it gives up (the
+/// tests that use it expect every datagram, so this only bounds a failing
+/// run). Generous: on a loaded machine the sender, a debug build, can take
+/// seconds to start, and a receiver gone before then fails a sound run.
+const RECV_IDLE_MS: u32 = 20_000;
+
 /// Starts udp_recv and waits until it has bound its port.
 fn start_receiver(
     port: u16,
@@ -163,7 +169,7 @@ fn by_kernel(s: &Run) -> u64 {
 
 fn transfer(send_preload: bool, recv_preload: bool, count: u32, size: u32) -> (Run, Run) {
     let port = lease_port();
-    let (rc, rout) = start_receiver(port, count, size, 3000, recv_preload);
+    let (rc, rout) = start_receiver(port, count, size, RECV_IDLE_MS, recv_preload);
     let s = run(
         "udp_send",
         &[
@@ -290,7 +296,7 @@ fn late_timer_handles_the_waiting_answer() {
     // Built before the receiver starts its clock.
     let so = preload_so_with_hooks();
     let port = lease_port();
-    let (rc, rout) = start_receiver(port, 300, 500, 3000, true);
+    let (rc, rout) = start_receiver(port, 300, 500, RECV_IDLE_MS, true);
     let args = [port.to_string(), "300".into(), "500".into(), "300".into()];
     let child = command_with(&c_program("udp_send"), &args, Some(so))
         .env("WARPSOCK_TEST_TIMER_DELAY_MS", "100")
@@ -320,7 +326,7 @@ fn late_timer_handles_the_waiting_answer() {
 fn striped_k4_every_stripe_carries_exactly_once() {
     let (count, size) = (20_000u32, 1200u32);
     let port = lease_port();
-    let (rc, rout) = start_receiver(port, count, size, 3000, true);
+    let (rc, rout) = start_receiver(port, count, size, RECV_IDLE_MS, true);
     let args = [
         port.to_string(),
         count.to_string(),
@@ -495,7 +501,7 @@ fn exit_flushes_in_the_owner_not_in_children() {
 fn exit_flush_striped_to_a_receiver() {
     let (count, size) = (20_000u32, 1000u32);
     let port = lease_port();
-    let (rc, rout) = start_receiver(port, count, size, 3000, true);
+    let (rc, rout) = start_receiver(port, count, size, RECV_IDLE_MS, true);
     let args = [port.to_string(), count.to_string(), size.to_string()];
     // The receiver pulls what TCP holds as fast as it consumes (its receive
     // calls read the connections): under load 20 MB take longer than the
@@ -528,7 +534,7 @@ fn exit_flush_striped_to_a_receiver() {
 fn striped_sender_plain_receiver_falls_back_once() {
     let (count, size) = (2000u32, 500u32);
     let port = lease_port();
-    let (rc, rout) = start_receiver(port, count, size, 3000, false);
+    let (rc, rout) = start_receiver(port, count, size, RECV_IDLE_MS, false);
     let args = [
         port.to_string(),
         count.to_string(),
@@ -565,7 +571,7 @@ fn transfer_with(
             port.to_string(),
             count.to_string(),
             size.to_string(),
-            "3000".into(),
+            RECV_IDLE_MS.to_string(),
         ],
         recv_env.is_some(),
     );
