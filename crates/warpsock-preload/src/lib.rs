@@ -42,8 +42,10 @@
 //!   program's buffer (many datagrams per system call, one copy, no
 //!   allocation, no thread hand-off), round robin over the ready
 //!   connections. A blocking call that finds nothing polls the connections
-//!   (at most 16) with the kernel UDP socket and the doorbell itself, so a
-//!   ping-pong involves no thread switch on either side. With
+//!   (at most 16) with the kernel UDP socket and the doorbell itself and
+//!   reads the connection it finds readable directly (no ready list, no
+//!   doorbell unless more is in hand), so a ping-pong involves no thread
+//!   switch on either side. With
 //!   `WARPSOCK_BUSY_POLL_US=N` it first spins for up to N µs before it
 //!   sleeps (lowest latency, one CPU busy while a receive waits).
 //!   `WARPSOCK_CALLER_RECV=0` leaves reading to the progress thread, which
