@@ -454,7 +454,7 @@ fn full_suite_quick_variant_then_report() {
         }
     }
     for test in ["lat", "bw", "bibw", "multi", "hotspot", "fan-in", "fan-out"] {
-        for transport in ["udp", "write", "read"] {
+        for transport in ["udp", "udp-host-gso", "write", "read"] {
             assert!(has(test, transport), "{test} over {transport}");
         }
     }

@@ -32,4 +32,5 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 pub(crate) static UDP_GSO: Datagrams = Datagrams {
     info: &INFO,
     grace: Duration::from_millis(50),
+    gso: false,
 };
