@@ -14,7 +14,8 @@ use common::{
     LIMIT, VERDICT_LEN,
 };
 use warpsock_engine::{
-    connect, Access, Context, Event, Progress, QpInit, RecvWr, SendOp, SendWr, Wc, WcStatus,
+    connect, Access, CloseReason, Context, Event, Progress, QpInit, RecvWr, SendOp, SendWr,
+    TransportError, Wc, WcStatus,
 };
 
 fn progress(s: &str) -> Progress {
@@ -188,7 +189,23 @@ fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
     while let Some(e) = qp.poll_event() {
         events.push(e);
     }
-    assert!(events.contains(&Event::Closed), "{events:?}");
+    // A killed peer's kernel closes its socket: FIN, or a reset when our
+    // bytes were still unread there (or the peer's last act was a
+    // Terminate: a Send that found no receive it had not reposted). The
+    // cause is told, the same in the event, the queue pair and every
+    // failed completion.
+    let reason = qp.close_reason().expect("closed");
+    assert!(
+        matches!(
+            reason,
+            CloseReason::PeerClosed
+                | CloseReason::Transport(TransportError::Reset)
+                | CloseReason::Terminated { by_peer: true, .. }
+        ),
+        "{reason:?}"
+    );
+    assert!(events.contains(&Event::Closed(reason)), "{events:?}");
+    assert!(errors.iter().all(|w| w.cause == Some(reason)), "{errors:?}");
     // Posting to the dead queue pair completes at once with a flush error.
     qp.post_send(SendWr {
         wr_id: 77,
