@@ -300,6 +300,7 @@ impl Sock {
             }
             if gro.len == 0 {
                 // An empty datagram.
+                // SAFETY: the application's msghdr (contract).
                 return Some(unsafe { self.gro_hand(gro, msg, flags, 0..0) });
             }
         }

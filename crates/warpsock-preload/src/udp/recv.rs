@@ -129,9 +129,8 @@ impl Sock {
                                 // (no ready list, no doorbell, no change of
                                 // the progress thread's watch).
                                 // SAFETY: the application's msghdr (contract).
-                                if let Served::Dgram(n) =
-                                    unsafe { self.serve(eng, c, msg, flags, true) }
-                                {
+                                let served = unsafe { self.serve(eng, c, msg, flags, true) };
+                                if let Served::Dgram(n) = served {
                                     return n;
                                 }
                             } else {
