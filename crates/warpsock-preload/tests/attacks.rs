@@ -131,32 +131,66 @@ impl Victim {
                 break;
             }
         }
-        let seen = self.drain();
-        assert!(
-            ok,
-            "the plain legitimate peer got no echo ({} lines printed, last: {:?})",
-            seen.len(),
-            &seen[seen.len().saturating_sub(5)..]
-        );
+        if !ok {
+            let threads = self.threads();
+            let seen = self.drain().to_vec();
+            let vr = self.take().quit();
+            panic!(
+                "the plain legitimate peer got no echo ({} lines printed, last: {:?})\n\
+                 victim threads:\n{threads}victim exit {:?}:\n{}",
+                seen.len(),
+                &seen[seen.len().saturating_sub(5)..],
+                vr.code,
+                vr.stderr
+            );
+        }
         let r = run("echo_client", &[self.port.to_string(), "20".into()], true);
         if r.code != Some(0) {
-            let port = self.port;
-            let child = std::mem::replace(
-                &mut self.child,
-                std::process::Command::new("true").spawn().unwrap(),
-            );
-            let v = Self {
-                child,
-                port,
-                lines: channel().1,
-                seen: Vec::new(),
-            };
-            let vr = v.quit();
+            let vr = self.take().quit();
             panic!(
                 "a preloaded legitimate peer failed:\n{}\nvictim:\n{}",
                 r.stderr, vr.stderr
             );
         }
+    }
+
+    /// Moves the victim out (to end it for its output), leaving a finished
+    /// stand-in.
+    fn take(&mut self) -> Self {
+        let child = std::mem::replace(
+            &mut self.child,
+            std::process::Command::new("true").spawn().unwrap(),
+        );
+        Self {
+            child,
+            port: self.port,
+            lines: std::mem::replace(&mut self.lines, channel().1),
+            seen: std::mem::take(&mut self.seen),
+        }
+    }
+
+    /// Where each of the victim's threads is (state, system call, kernel
+    /// wait channel): for the message of a failure.
+    fn threads(&self) -> String {
+        let dir = format!("/proc/{}/task", self.child.id());
+        let mut out = String::new();
+        for t in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = t.path();
+            let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+            let state = read("status")
+                .lines()
+                .find(|l| l.starts_with("State:"))
+                .unwrap_or("")
+                .to_owned();
+            out += &format!(
+                "  {:?} {} syscall {} wchan {}\n",
+                t.file_name(),
+                state,
+                read("syscall").trim(),
+                read("wchan")
+            );
+        }
+        out
     }
 
     /// Ends the victim ("quit") and returns its output and counters.

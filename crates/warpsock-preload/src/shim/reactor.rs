@@ -353,18 +353,23 @@ impl Reactor {
 
     /// How long to sleep: until the earliest deadline (at most a second,
     /// as a safety net), or until an event when there is none.
+    ///
+    /// The handlers are asked with the timer list unlocked: a `deadline`
+    /// takes its socket's locks, and an application thread holding one of
+    /// those may be adding a timer (a new connection under its socket's
+    /// lock), which would wait for the list forever.
     fn next_timeout(&self) -> Option<Duration> {
-        let t = lock(&self.timers);
+        let list: Vec<Reg> = lock(&self.timers).values().cloned().collect();
         let now = Instant::now();
         let mut best: Option<Duration> = None;
-        for h in t.values() {
+        for h in &list {
             if let Some(d) = h.deadline() {
                 let left = d.saturating_duration_since(now);
                 best = Some(best.map_or(left, |b| b.min(left)));
             }
         }
         match best {
-            None if t.is_empty() => None,
+            None if list.is_empty() => None,
             None => Some(Duration::from_secs(1)),
             Some(d) => Some(d.min(Duration::from_secs(1))),
         }
@@ -429,4 +434,91 @@ pub(crate) fn linger(bound: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(1));
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::{channel, Sender};
+
+    /// A timer handler whose `deadline` takes a lock of its own (as a
+    /// socket's does) and says when it first tried after `skip` answers.
+    struct Locking {
+        lock: Arc<Mutex<()>>,
+        skip: AtomicU64,
+        asked: Mutex<Option<Sender<()>>>,
+    }
+
+    impl Handler for Locking {
+        fn on_ready(&self, _: &'static Reactor, _: u32) {}
+
+        fn deadline(&self) -> Option<Instant> {
+            let skipped = self
+                .skip
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if skipped {
+                return Some(Instant::now() + Duration::from_secs(60));
+            }
+            if let Some(tx) = lock(&self.asked).take() {
+                let _ = tx.send(());
+            }
+            let _g = lock(&self.lock);
+            Some(Instant::now() + Duration::from_secs(60))
+        }
+
+        fn on_timer(&self, _: &'static Reactor, _: Instant) -> bool {
+            let _g = lock(&self.lock);
+            false
+        }
+    }
+
+    /// The progress thread asks a handler for its deadline while an
+    /// application thread holds that handler's lock and adds a timer (a new
+    /// connection under its socket's lock): the timer is added (the thread
+    /// asked with the timer list unlocked) instead of both waiting forever.
+    #[test]
+    fn adding_a_timer_under_a_lock_a_deadline_wants_does_not_deadlock() {
+        let eng = get().expect("the progress thread");
+        // Asleep with no timer (so the order of the questions below holds).
+        let idle = Instant::now() + Duration::from_secs(30);
+        while eng.wake_at.load(Ordering::SeqCst) != SCANNING - 1 {
+            assert!(Instant::now() < idle, "the progress thread never slept");
+            std::thread::yield_now();
+        }
+        let held = Arc::new(Mutex::new(()));
+        let (asked_tx, asked) = channel();
+        let g = lock(&held);
+        // Woken by `add_timer`, the thread asks once whether the timer is
+        // due, then for the deadline it sleeps until: that second question
+        // is the one asked while scanning the list.
+        eng.add_timer(
+            eng.new_id(),
+            Arc::new(Locking {
+                lock: held.clone(),
+                skip: AtomicU64::new(1),
+                asked: Mutex::new(Some(asked_tx)),
+            }),
+        );
+        // The progress thread is now inside `deadline`, waiting for `held`.
+        asked
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the progress thread asks for the deadline");
+        let (done_tx, done) = channel();
+        let other = Arc::new(Locking {
+            lock: Arc::new(Mutex::new(())),
+            skip: AtomicU64::new(0),
+            asked: Mutex::new(None),
+        });
+        std::thread::spawn(move || {
+            eng.add_timer(eng.new_id(), other);
+            let _ = done_tx.send(());
+        });
+        let added = done.recv_timeout(Duration::from_secs(30)).is_ok();
+        drop(g);
+        assert!(
+            added,
+            "add_timer waited for the timer list the progress thread held"
+        );
+    }
 }
