@@ -458,6 +458,25 @@ fn full_suite_quick_variant_then_report() {
             assert!(has(test, transport), "{test} over {transport}");
         }
     }
+    // RFC 3550 jitter next to loss: on the datagram bandwidth rows (each
+    // host-UDP flavour has some), never on stream transports.
+    for r in &results {
+        let j = &r["jitter_us"];
+        if j.is_null() {
+            continue;
+        }
+        let t = r["transport"].as_str().unwrap();
+        assert!(t.starts_with("udp") && r["test"] != "lat", "jitter on {r}");
+        assert!(j.as_f64().is_some_and(|v| v.is_finite() && v >= 0.0), "{r}");
+    }
+    for transport in ["udp", "udp-host-gso"] {
+        assert!(
+            results.iter().any(|r| r["test"] == "bw"
+                && r["transport"] == transport
+                && r["jitter_us"].is_f64()),
+            "no jitter on a bw row over {transport}"
+        );
+    }
     let offload = results.iter().any(|r| r["transport"] == "udp-offload");
     if env_flag("WARPSOCK_REQUIRE_OFFLOAD") {
         assert!(offload, "no udp-offload rows:\n{stdout}");
