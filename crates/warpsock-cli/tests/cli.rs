@@ -239,6 +239,60 @@ fn bench_options_thread_progress_verify_busy_poll() {
     }
 }
 
+/// The preload's GSO path as a suite transport (`udp-gso`: the host-UDP
+/// code with both processes preloaded, `WARPSOCK_UDP_MODE=gso`) beside its
+/// baselines, host UDP and host UDP batching with GSO/GRO itself: every row
+/// moved and verified data, bandwidth rows with loss and jitter.
+#[test]
+fn udp_gso_transport_beside_its_baselines() {
+    let json = tmp("gso.json");
+    let out = run(&[
+        "bench",
+        "--tests",
+        "lat,bw",
+        "--transports",
+        "udp,udp-host-gso,udp-gso",
+        "--sizes",
+        "1470",
+        "--iters",
+        "2000",
+        "--verify",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let results = load_results(&json);
+    let _ = std::fs::remove_file(&json);
+    let gso = results.iter().any(|r| r["transport"] == "udp-gso");
+    if !gso {
+        assert!(
+            !env_flag("WARPSOCK_REQUIRE_OFFLOAD"),
+            "no udp-gso rows:\n{stdout}"
+        );
+        assert!(stdout.contains("udp-gso skipped"), "{stdout}");
+    }
+    let transports: &[&str] = if gso {
+        &["udp", "udp-host-gso", "udp-gso"]
+    } else {
+        &["udp", "udp-host-gso"]
+    };
+    for t in transports {
+        for test in ["lat", "bw"] {
+            let r = results
+                .iter()
+                .find(|r| r["transport"] == *t && r["test"] == test)
+                .unwrap_or_else(|| panic!("no {test} row over {t}"));
+            assert_eq!(r["ok"], true, "{r}");
+            assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
+            if test == "bw" {
+                assert!(r["loss_pct"].is_f64(), "{r}");
+                assert!(r["jitter_us"].is_f64(), "{r}");
+            }
+        }
+    }
+}
+
 #[test]
 fn server_once_and_client_in_two_processes() {
     let (mut srv, port) = server(true);
