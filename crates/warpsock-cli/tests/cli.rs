@@ -239,6 +239,60 @@ fn bench_options_thread_progress_verify_busy_poll() {
     }
 }
 
+/// The preload's GSO path as a suite transport (`udp-gso`: the host-UDP
+/// code with both processes preloaded, `WARPSOCK_UDP_MODE=gso`) beside its
+/// baselines, host UDP and host UDP batching with GSO/GRO itself: every row
+/// moved and verified data, bandwidth rows with loss and jitter.
+#[test]
+fn udp_gso_transport_beside_its_baselines() {
+    let json = tmp("gso.json");
+    let out = run(&[
+        "bench",
+        "--tests",
+        "lat,bw",
+        "--transports",
+        "udp,udp-host-gso,udp-gso",
+        "--sizes",
+        "1470",
+        "--iters",
+        "2000",
+        "--verify",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let results = load_results(&json);
+    let _ = std::fs::remove_file(&json);
+    let gso = results.iter().any(|r| r["transport"] == "udp-gso");
+    if !gso {
+        assert!(
+            !env_flag("WARPSOCK_REQUIRE_OFFLOAD"),
+            "no udp-gso rows:\n{stdout}"
+        );
+        assert!(stdout.contains("udp-gso skipped"), "{stdout}");
+    }
+    let transports: &[&str] = if gso {
+        &["udp", "udp-host-gso", "udp-gso"]
+    } else {
+        &["udp", "udp-host-gso"]
+    };
+    for t in transports {
+        for test in ["lat", "bw"] {
+            let r = results
+                .iter()
+                .find(|r| r["transport"] == *t && r["test"] == test)
+                .unwrap_or_else(|| panic!("no {test} row over {t}"));
+            assert_eq!(r["ok"], true, "{r}");
+            assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
+            if test == "bw" {
+                assert!(r["loss_pct"].is_f64(), "{r}");
+                assert!(r["jitter_us"].is_f64(), "{r}");
+            }
+        }
+    }
+}
+
 #[test]
 fn server_once_and_client_in_two_processes() {
     let (mut srv, port) = server(true);
@@ -454,9 +508,28 @@ fn full_suite_quick_variant_then_report() {
         }
     }
     for test in ["lat", "bw", "bibw", "multi", "hotspot", "fan-in", "fan-out"] {
-        for transport in ["udp", "write", "read"] {
+        for transport in ["udp", "udp-host-gso", "write", "read"] {
             assert!(has(test, transport), "{test} over {transport}");
         }
+    }
+    // RFC 3550 jitter next to loss: on the datagram bandwidth rows (each
+    // host-UDP flavour has some), never on stream transports.
+    for r in &results {
+        let j = &r["jitter_us"];
+        if j.is_null() {
+            continue;
+        }
+        let t = r["transport"].as_str().unwrap();
+        assert!(t.starts_with("udp") && r["test"] != "lat", "jitter on {r}");
+        assert!(j.as_f64().is_some_and(|v| v.is_finite() && v >= 0.0), "{r}");
+    }
+    for transport in ["udp", "udp-host-gso"] {
+        assert!(
+            results.iter().any(|r| r["test"] == "bw"
+                && r["transport"] == transport
+                && r["jitter_us"].is_f64()),
+            "no jitter on a bw row over {transport}"
+        );
     }
     let offload = results.iter().any(|r| r["transport"] == "udp-offload");
     if env_flag("WARPSOCK_REQUIRE_OFFLOAD") {
@@ -575,6 +648,7 @@ fn report_refuses_bad_input() {
     );
 }
 
+/// The `wsb*` namespaces on this machine (other helpers' runs included).
 fn namespaces() -> Vec<String> {
     let out = Command::new("ip").args(["netns", "list"]).output();
     out.map(|o| {
@@ -585,6 +659,21 @@ fn namespaces() -> Vec<String> {
             .collect()
     })
     .unwrap_or_default()
+}
+
+/// Runs `warpsock bench --netns ...` and checks that the two namespaces it
+/// named after its own pid (`wsb<pid>s`, `wsb<pid>c`) are gone after it
+/// (a snapshot of every `wsb*` namespace would see other runs on a shared
+/// machine come and go). Gives the pair's names with the output.
+fn run_netns(args: &[&str]) -> ([String; 2], common::Output) {
+    let (pid, out) = common::run_with_pid(args);
+    let ours = [format!("wsb{pid}s"), format!("wsb{pid}c")];
+    let left: Vec<String> = namespaces()
+        .into_iter()
+        .filter(|n| ours.contains(n))
+        .collect();
+    assert!(left.is_empty(), "the run left its namespaces {left:?}");
+    (ours, out)
 }
 
 #[test]
@@ -602,7 +691,6 @@ fn netns_pair_with_rate_and_loss_when_root() {
         eprintln!("not root: only the refusal of --netns was checked");
         return;
     }
-    let before = namespaces();
     let json = tmp("netns.json");
     let has_nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
         .iter()
@@ -612,17 +700,16 @@ fn netns_pair_with_rate_and_loss_when_root() {
             !env_flag("WARPSOCK_REQUIRE_NFT"),
             "nft (package nftables) is missing"
         );
-        let out = run(&["bench", "--netns", "--quick", "--loss", "1"]);
+        let (_, out) = run_netns(&["bench", "--netns", "--quick", "--loss", "1"]);
         assert!(
             text(&out.stderr).contains("nft is not installed (Debian package nftables)"),
             "{}",
             text(&out.stderr)
         );
-        assert_eq!(namespaces(), before);
         eprintln!("nft missing: --loss refused; running without loss");
     }
     let loss = if has_nft { "0.5" } else { "0" };
-    let out = run(&[
+    let (ours, out) = run_netns(&[
         "bench",
         "--netns",
         "--quick",
@@ -641,7 +728,11 @@ fn netns_pair_with_rate_and_loss_when_root() {
     ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    assert!(stdout.contains("network namespaces wsb"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("network namespaces {} (", ours[0]))
+            && stdout.contains(&format!(" and {} (", ours[1])),
+        "the pair is named after the run's pid: {ours:?}\n{stdout}"
+    );
     assert!(stdout.contains("tbf rate 2000 Mbit/s"), "{stdout}");
     let results = load_results(&json);
     let _ = std::fs::remove_file(&json);
@@ -649,13 +740,12 @@ fn netns_pair_with_rate_and_loss_when_root() {
     assert!(results
         .iter()
         .any(|r| r["transport"] == "udp" && r["test"] == "bw"));
-    assert_eq!(namespaces(), before, "the run removed its namespaces");
 
     // Both namespaces share this machine's CPUs: busy-polling sides must be
     // placed on different ones (the server's boot id tells the client),
     // else each spins away the other's time slice.
     if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
-        let out = run(&[
+        let (_, out) = run_netns(&[
             "bench",
             "--netns",
             "--tests",
@@ -679,7 +769,6 @@ fn netns_pair_with_rate_and_loss_when_root() {
             "pinned: {r}"
         );
         assert_ne!(r["client_cpu"], r["server_cpu"], "{r}");
-        assert_eq!(namespaces(), before);
     }
 }
 

@@ -26,6 +26,25 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
         .unwrap_or_else(|_| panic!("did not finish within {limit:?} (deadlock?)"))
 }
 
+/// A peer that accepts one connection with `n` receives of `len` bytes
+/// posted (progress thread), waits for them to complete and returns the
+/// completions and what was received.
+fn receiving_peer(l: &Listener, n: u64, len: usize) -> (Vec<Wc>, Vec<u8>) {
+    let ctx = Context::new(Progress::Thread).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
+    let buf = pd.alloc(n as usize * len, Access::LOCAL_WRITE);
+    let mut init = QpInit::new(&pd, &cq);
+    init.recvs = (0..n)
+        .map(|i| RecvWr {
+            wr_id: i,
+            sgl: buf.sge(i as usize * len, len as u32).into(),
+        })
+        .collect();
+    let _qp = l.accept_qp(&init, b"", Some(LIMIT)).unwrap();
+    let w = wait_n(&cq, n as usize);
+    (w, buf.to_vec())
+}
+
 /// `mr.with_bytes(|b| qp.post_send(…))` used to deadlock on the context
 /// lock. The closure now runs outside it: posting (and polling) from
 /// inside works in both progress modes, for reading and writing closures;
@@ -38,20 +57,9 @@ fn region_closures_may_call_back_into_the_engine() {
             let l = Listener::bind("127.0.0.1:0").unwrap();
             let addr = l.local_addr().unwrap();
             let peer = std::thread::spawn(move || {
-                let ctx = Context::new(Progress::Thread).unwrap();
-                let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
-                let buf = pd.alloc(64, Access::LOCAL_WRITE);
-                let mut init = QpInit::new(&pd, &cq);
-                init.recvs = (0..2)
-                    .map(|i| RecvWr {
-                        wr_id: i,
-                        sgl: buf.sge(i as usize * 32, 32).into(),
-                    })
-                    .collect();
-                let _qp = l.accept_qp(&init, b"", Some(LIMIT)).unwrap();
-                let w = wait_n(&cq, 2);
+                let (w, bytes) = receiving_peer(&l, 2, 32);
                 assert!(w.iter().all(Wc::is_ok), "{w:?}");
-                buf.to_vec()
+                bytes
             });
             let ctx = Context::new(progress).unwrap();
             let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
@@ -129,20 +137,7 @@ fn stag_keys_are_unpredictable_in_the_siw_layout() {
 fn batch_post_reports_how_many_were_posted() {
     let l = Listener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let peer = std::thread::spawn(move || {
-        let ctx = Context::new(Progress::Thread).unwrap();
-        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
-        let buf = pd.alloc(64, Access::LOCAL_WRITE);
-        let mut init = QpInit::new(&pd, &cq);
-        init.recvs = (0..4)
-            .map(|i| RecvWr {
-                wr_id: i,
-                sgl: buf.sge(i as usize * 16, 16).into(),
-            })
-            .collect();
-        let _qp = l.accept_qp(&init, b"", Some(LIMIT)).unwrap();
-        wait_n(&cq, 4)
-    });
+    let peer = std::thread::spawn(move || receiving_peer(&l, 4, 16).0);
     let ctx = Context::new(Progress::Caller).unwrap();
     let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
     let mut init = QpInit::new(&pd, &cq);

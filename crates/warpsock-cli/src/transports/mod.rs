@@ -17,10 +17,13 @@
 //! protocol, the server, the preloaded passes, the tables, the JSON, the
 //! figures and the summary all go through this registry.
 
+mod gso;
 mod iwarp;
 mod sock;
 mod tcp;
 mod udp;
+mod udp_gso;
+mod udp_host_gso;
 mod udp_offload;
 
 use crate::driver::Link;
@@ -31,6 +34,8 @@ pub(crate) static ALL: &[&dyn Link] = &[
     &tcp::Tcp,
     &udp::UDP,
     &udp_offload::UDP_OFFLOAD,
+    &udp_gso::UDP_GSO,
+    &udp_host_gso::UDP_HOST_GSO,
     &iwarp::SEND,
     &iwarp::WRITE,
     &iwarp::READ,
@@ -90,6 +95,6 @@ mod tests {
         }
         assert!(parse("carrier-pigeon")
             .unwrap_err()
-            .contains("one of tcp, udp, udp-offload, send, write, read"));
+            .contains("one of tcp, udp, udp-offload, udp-gso, udp-host-gso, send, write, read"));
     }
 }

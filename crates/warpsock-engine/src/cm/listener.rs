@@ -75,9 +75,25 @@ impl Handshake {
 #[derive(Debug, Default)]
 struct Pending {
     handshakes: Vec<Handshake>,
-    /// Outcomes not yet returned (failed handshakes are reported one per
-    /// call, so a completed Request is never held behind them).
-    done: VecDeque<Result<ConnectRequest, CmError>>,
+    /// Requests that arrived and are not yet returned: they go first, so
+    /// a good peer never waits behind failure reports.
+    ready: VecDeque<ConnectRequest>,
+    /// Failed handshakes not yet reported (one per call, after `ready`).
+    failed: VecDeque<CmError>,
+}
+
+/// Failure reports kept for [`Listener::accept`] to return: a flood adds
+/// them faster than one per call, so the oldest beyond this are dropped
+/// (their connections are closed either way).
+const MAX_FAILURE_REPORTS: usize = 64;
+
+impl Pending {
+    fn report(&mut self, e: CmError) {
+        if self.failed.len() >= MAX_FAILURE_REPORTS {
+            self.failed.pop_front();
+        }
+        self.failed.push_back(e);
+    }
 }
 
 /// A TCP listener that accepts iWARP connections, running the MPA
@@ -138,20 +154,24 @@ impl Listener {
     ///
     /// A peer whose handshake fails — no valid Request within the MPA
     /// timeout, a malformed one, a close or reset, eviction — is reported
-    /// as an error from this call, one at a time, with its address; call
-    /// `accept` again for the next peer. `CmError::Timeout` with stage
+    /// as an error from this call, one at a time, with its address, after
+    /// every Request that has arrived (at most the last 64 such reports
+    /// are kept); call `accept` again for the next peer. `CmError::Timeout` with stage
     /// "TCP accept" means nothing arrived in `timeout`.
     pub fn accept(&self, timeout: Option<Duration>) -> Result<ConnectRequest, CmError> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut p = self.lock();
         let mut fds: Vec<libc::pollfd> = Vec::new();
         loop {
-            if let Some(outcome) = p.done.pop_front() {
-                return outcome;
+            if let Some(r) = p.ready.pop_front() {
+                return Ok(r);
+            }
+            if let Some(e) = p.failed.pop_front() {
+                return Err(e);
             }
             self.take_new(&mut p)?;
             self.progress(&mut p, &fds);
-            if !p.done.is_empty() {
+            if !p.ready.is_empty() || !p.failed.is_empty() {
                 continue;
             }
             let now = Instant::now();
@@ -201,10 +221,10 @@ impl Listener {
                 // The oldest is the one started first (deadlines grow with
                 // the accept time).
                 let oldest = p.handshakes.remove(0);
-                p.done.push_back(Err(CmError::Evicted {
+                p.report(CmError::Evicted {
                     addr: oldest.peer,
                     max: self.max_pending,
-                }));
+                });
             }
             let mpa = MpaExchange::responder(peer, self.mpa_timeout, Instant::now());
             p.handshakes.push(Handshake {
@@ -239,11 +259,14 @@ impl Listener {
                 Ok(None) => i += 1,
                 Ok(Some(request)) => {
                     let h = p.handshakes.remove(i);
-                    p.done.push_back(ConnectRequest::from_handshake(h, request));
+                    match ConnectRequest::from_handshake(h, request) {
+                        Ok(r) => p.ready.push_back(r),
+                        Err(e) => p.report(e),
+                    }
                 }
                 Err(e) => {
                     p.handshakes.remove(i);
-                    p.done.push_back(Err(e));
+                    p.report(e);
                 }
             }
         }
