@@ -615,9 +615,11 @@ sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR [S
     # on a loaded host).
     vm_exec "ulimit -l unlimited; rm -f /tmp/scc.out; (/tmp/send_check client -a 10.0.2.2 -p $port -n $n -s $s -t 280 \
              >/tmp/scc.out 2>&1 </dev/null; echo send_check-rc=\$? >>/tmp/scc.out) </dev/null >/dev/null 2>&1 &" >/dev/null
+    # vm_exec's status is the channel's, not the command's: ask for a word.
+    vm_client_done() { [ "$(vm_exec "grep -q send_check-rc /tmp/scc.out && echo done" 2>/dev/null)" = done ]; }
     for i in $(seq 300); do
-        vm_exec "grep -q send_check-rc /tmp/scc.out" >/dev/null 2>&1 && break
-        kill -0 "$SRV_PID" 2>/dev/null || { sleep 1; vm_exec "grep -q send_check-rc /tmp/scc.out" >/dev/null 2>&1 && break; }
+        vm_client_done && break
+        kill -0 "$SRV_PID" 2>/dev/null || { sleep 1; vm_client_done && break; }
         sleep 1
     done
     vm_exec "cat /tmp/scc.out" >"$WORK/$name.vm" 2>&1 || true
