@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# DDP mode (extended sockets over iWARP, issue 12) under libwarpsock_preload.so:
+#   1. tests/c/xsock.c, built with AddressSanitizer + UBSan: every call and
+#      flag (switch with pre-switch bytes, options and bad values, the data
+#      calls with MSG_PEEK/DONTWAIT/WAITALL, O_NONBLOCK, SO_RCVTIMEO, poll,
+#      ppoll, select, pselect, epoll level/edge, shutdown, orderly close,
+#      dup/dup2, message mode, riomap/riowrite/rioread, asynchronous
+#      operations, a random 1 B..4 MiB stream both ways with a reader that
+#      stops for 2 s, a peer killed mid-stream, fork, a peer that never
+#      switches, DDP mode requested on the listener and before connect) on
+#      loopback with CRC on and off;
+#   2. the same cases across two network namespaces joined by a veth pair
+#      (10.x addresses inside them only), CRC on and off;
+#   3. tshark decodes a captured DDP-mode connection as MPA/DDP/RDMAP with
+#      zero bad CRCs;
+#   4. unmodified programs in policy mode (WARPSOCK_DDP_PORTS): python
+#      http.server + curl of a 100 MiB file (sha256 equal), iperf3 TCP both
+#      ways, redis-server + redis-benchmark; and mixed: preloaded client ->
+#      plain server and plain client -> preloaded server over plain TCP.
+# Every run is bounded by `timeout`; servers are stopped by pid; the
+# namespaces are deleted on exit. Needs root (namespaces, tcpdump).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+[ "$(id -u)" -eq 0 ] || { echo "test-xsock: FAIL: must run as root (namespaces, capture)" >&2; exit 1; }
+scripts/ensure-pkgs.sh gcc libc6-dev iproute2 tcpdump tshark curl python3 iperf3 redis-server redis-tools >/dev/null
+
+cargo build --release -p warpsock-preload --quiet
+TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+LIBDIR="$TARGET_DIR/release"
+SO="$LIBDIR/libwarpsock_preload.so"
+[ -f "$SO" ] || { echo "test-xsock: $SO not built" >&2; exit 1; }
+
+WORK="$(mktemp -d /tmp/warpsock-test-xsock.XXXXXX)"
+PIDS=()
+NETNS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    for ns in "${NETNS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() { echo "test-xsock: FAIL: $*" >&2; exit 1; }
+pass() { echo "test-xsock: ok: $*"; PASSED=$((PASSED + 1)); }
+PASSED=0
+
+gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefined \
+    -Icrates/warpsock-preload/include crates/warpsock-preload/tests/c/xsock.c \
+    -o "$WORK/xsock" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
+export ASAN_OPTIONS="verify_asan_link_order=0:detect_leaks=0:halt_on_error=1:exitcode=86"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+PRE=(env LD_PRELOAD="$SO")
+CASES=(switch calls stream msgmode rio aio kill fork plain early)
+
+# 1. Loopback.
+for crc in 1 0; do
+    for c in "${CASES[@]}"; do
+        out="$WORK/$c.$crc.out"
+        if ! WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/xsock" "$c" local >"$out" 2>&1 \
+            || grep -qE "Sanitizer|runtime error:" "$out"; then
+            cat "$out" >&2
+            fail "$c on loopback, CRC $crc"
+        fi
+    done
+    pass "${#CASES[@]} C cases on loopback under ASan/UBSan, CRC $crc"
+done
+
+# 2. Two namespaces joined by a veth pair.
+A="wsx-a-$$"
+B="wsx-b-$$"
+ip netns add "$A"; NETNS+=("$A")
+ip netns add "$B"; NETNS+=("$B")
+ip link add "wsxa$$" netns "$A" type veth peer name "wsxb$$" netns "$B"
+ip -n "$A" addr add 10.77.0.1/24 dev "wsxa$$"
+ip -n "$B" addr add 10.77.0.2/24 dev "wsxb$$"
+ip -n "$A" link set "wsxa$$" up; ip -n "$A" link set lo up
+ip -n "$B" link set "wsxb$$" up; ip -n "$B" link set lo up
+for crc in 1 0; do
+    for c in switch calls stream rio aio plain; do
+        pf="$WORK/port.$c.$crc"
+        rm -f "$pf"
+        WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 ip netns exec "$A" "${PRE[@]}" \
+            "$WORK/xsock" "$c" server 10.77.0.1 "$pf" >"$WORK/ns.s.out" 2>&1 &
+        sp=$!; PIDS+=("$sp")
+        for _ in $(seq 100); do [ -s "$pf" ] && break; sleep 0.05; done
+        [ -s "$pf" ] || fail "$c: the namespace server did not start"
+        if ! WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 ip netns exec "$B" "${PRE[@]}" \
+            "$WORK/xsock" "$c" client 10.77.0.1 "$(cat "$pf")" >"$WORK/ns.c.out" 2>&1; then
+            cat "$WORK/ns.c.out" "$WORK/ns.s.out" >&2
+            fail "$c across namespaces, CRC $crc (client)"
+        fi
+        wait "$sp" || { cat "$WORK/ns.s.out" >&2; fail "$c across namespaces, CRC $crc (server)"; }
+        PIDS=("${PIDS[@]/$sp}")
+        grep -qE "Sanitizer|runtime error:" "$WORK/ns.s.out" "$WORK/ns.c.out" && fail "$c: sanitizer report"
+    done
+    pass "6 C cases across a veth pair between namespaces, CRC $crc"
+done
+
+# 3. tshark reads the DDP-mode part of a connection as MPA/DDP/RDMAP.
+pf="$WORK/port.cap"
+WARPSOCK_CRC=1 timeout 60 "${PRE[@]}" "$WORK/xsock" switch server 127.0.0.1 "$pf" >"$WORK/cap.s.out" 2>&1 &
+sp=$!; PIDS+=("$sp")
+for _ in $(seq 100); do [ -s "$pf" ] && break; sleep 0.05; done
+port="$(cat "$pf")"
+timeout 60 tcpdump -i lo -U -s 0 -w "$WORK/x.pcap" "tcp port $port" 2>"$WORK/tcpdump.err" &
+tp=$!; PIDS+=("$tp")
+for _ in $(seq 100); do grep -q "listening" "$WORK/tcpdump.err" && break; sleep 0.05; done
+WARPSOCK_CRC=1 timeout 60 "${PRE[@]}" "$WORK/xsock" switch client 127.0.0.1 "$port" >"$WORK/cap.c.out" 2>&1 \
+    || { cat "$WORK/cap.c.out" >&2; fail "capture run"; }
+wait "$sp"
+sleep 0.3
+kill -INT "$tp"; wait "$tp" || true
+fpdus=$(tshark -r "$WORK/x.pcap" -Y iwarp_ddp_rdmap -T fields -e frame.number 2>/dev/null | wc -l)
+bad=$(tshark -r "$WORK/x.pcap" -V 2>/dev/null | grep -c "Bad CRC32" || true)
+good=$(tshark -r "$WORK/x.pcap" -V 2>/dev/null | grep -c "Good CRC32" || true)
+req=$(tshark -r "$WORK/x.pcap" -V 2>/dev/null | grep -c "MPA ID Req Frame\|Request frame" || true)
+[ "$fpdus" -gt 10 ] && [ "$bad" -eq 0 ] && [ "$good" -gt 10 ] \
+    || fail "tshark: $fpdus DDP/RDMAP frames, $good good and $bad bad CRCs, $req MPA requests"
+pass "tshark decodes the DDP-mode connection: $fpdus DDP/RDMAP frames, $good good CRCs, 0 bad"
+
+# 4. Unmodified programs in policy mode.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+stat() { awk -v k="$2" '$1 == k { s += $2 } END { print s + 0 }' "$1"; }
+# Stops a server by pid with SIGINT (python and redis exit through their
+# exit handlers, so the preload prints its counters).
+stop() {
+    kill -INT "$1" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+wait_port() {
+    for _ in $(seq 100); do
+        python3 -c "import socket,sys; s=socket.socket(); s.settimeout(0.2); sys.exit(s.connect_ex(('127.0.0.1',$1)))" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+mkdir -p "$WORK/www"
+head -c $((100 << 20)) /dev/urandom >"$WORK/www/big"
+want=$(sha256sum <"$WORK/www/big" | cut -d' ' -f1)
+http_run() { # SERVER_PRELOAD CLIENT_PRELOAD
+    local port; port=$(free_port)
+    local spre=() cpre=()
+    [ "$1" = yes ] && spre=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
+    [ "$2" = yes ] && cpre=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
+    (cd "$WORK/www" && exec timeout 120 "${spre[@]}" python3 -m http.server "$port" --bind 127.0.0.1) \
+        >"$WORK/http.s.out" 2>&1 &
+    local sp=$!; PIDS+=("$sp")
+    wait_port "$port" || fail "http.server did not start"
+    got=$(timeout 120 "${cpre[@]}" curl -sS "http://127.0.0.1:$port/big" 2>"$WORK/http.c.err" | sha256sum | cut -d' ' -f1)
+    stop "$sp"
+    [ "$got" = "$want" ] || { cat "$WORK/http.c.err" >&2; fail "http $1/$2: sha256 differs"; }
+}
+http_run yes yes
+[ "$(stat "$WORK/http.c.err" ddp_switched)" -ge 1 ] || fail "curl -> http.server did not switch"
+[ "$(stat "$WORK/http.s.out" ddp_switched)" -ge 1 ] || fail "http.server did not switch"
+pass "python http.server + curl, both preloaded: 100 MiB over DDP mode, sha256 equal"
+http_run no yes
+[ "$(stat "$WORK/http.c.err" ddp_refused)" -ge 1 ] || fail "preloaded curl -> plain server: no fallback counted"
+pass "preloaded curl -> plain http.server: falls back to TCP, 100 MiB sha256 equal"
+http_run yes no
+[ "$(stat "$WORK/http.s.out" ddp_refused)" -ge 1 ] || fail "plain curl -> preloaded server: no fallback counted"
+pass "plain curl -> preloaded http.server: falls back to TCP, 100 MiB sha256 equal"
+
+port=$(free_port)
+IPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
+timeout 60 "${IPRE[@]}" iperf3 -s -1 -p "$port" -B 127.0.0.1 >"$WORK/iperf.s.out" 2>&1 &
+sp=$!; PIDS+=("$sp")
+sleep 0.5
+timeout 60 "${IPRE[@]}" iperf3 -c 127.0.0.1 -p "$port" -t 2 -J >"$WORK/iperf.c.json" 2>"$WORK/iperf.c.err" \
+    || { cat "$WORK/iperf.c.err" "$WORK/iperf.s.out" >&2; fail "iperf3 under policy mode"; }
+wait "$sp" || true
+python3 - "$WORK/iperf.c.json" <<'EOF' || fail "iperf3 moved no data"
+import json, sys
+j = json.load(open(sys.argv[1]))
+bps = j["end"]["sum_received"]["bits_per_second"]
+print(f"test-xsock: iperf3 over DDP mode: {bps/1e9:.2f} Gbit/s (not a benchmark)")
+sys.exit(0 if bps > 0 else 1)
+EOF
+[ "$(stat "$WORK/iperf.c.err" ddp_switched)" -ge 2 ] || fail "iperf3: control and data connections did not switch"
+pass "iperf3 TCP, client and server preloaded in policy mode"
+
+port=$(free_port)
+RPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
+timeout 120 "${RPRE[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    >"$WORK/redis.s.out" 2>&1 &
+sp=$!; PIDS+=("$sp")
+wait_port "$port" || fail "redis-server did not start"
+timeout 120 "${RPRE[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -n 3000 -c 10 -t set,get -q \
+    >"$WORK/redis.c.out" 2>"$WORK/redis.c.err" || { cat "$WORK/redis.c.err" >&2; fail "redis-benchmark"; }
+stop "$sp"
+grep -qiE "error|fail" "$WORK/redis.c.out" && fail "redis-benchmark reported errors"
+grep -q "requests per second" "$WORK/redis.c.out" || fail "redis-benchmark gave no results"
+[ "$(stat "$WORK/redis.c.err" ddp_switched)" -ge 10 ] || fail "redis-benchmark connections did not switch"
+pass "redis-server + redis-benchmark (3000 requests, set/get) in policy mode, no errors"
+
+echo "test-xsock: $PASSED passed"
