@@ -59,7 +59,7 @@ CASES=(switch calls stream msgmode rio aio kill fork plain early)
 for crc in 1 0; do
     for c in "${CASES[@]}"; do
         out="$WORK/$c.$crc.out"
-        if ! WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/xsock" "$c" local >"$out" 2>&1 \
+        if ! XSOCK_DEBUG=1 WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/xsock" "$c" local >"$out" 2>&1 \
             || grep -qE "Sanitizer|runtime error:" "$out"; then
             cat "$out" >&2
             fail "$c on loopback, CRC $crc"
@@ -82,12 +82,12 @@ for crc in 1 0; do
     for c in switch calls stream rio aio plain; do
         pf="$WORK/port.$c.$crc"
         rm -f "$pf"
-        WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 ip netns exec "$A" "${PRE[@]}" \
+        XSOCK_DEBUG=1 WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 ip netns exec "$A" "${PRE[@]}" \
             "$WORK/xsock" "$c" server 10.77.0.1 "$pf" >"$WORK/ns.s.out" 2>&1 &
         sp=$!; PIDS+=("$sp")
         for _ in $(seq 100); do [ -s "$pf" ] && break; sleep 0.05; done
         [ -s "$pf" ] || fail "$c: the namespace server did not start"
-        if ! WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 ip netns exec "$B" "${PRE[@]}" \
+        if ! XSOCK_DEBUG=1 WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 ip netns exec "$B" "${PRE[@]}" \
             "$WORK/xsock" "$c" client 10.77.0.1 "$(cat "$pf")" >"$WORK/ns.c.out" 2>&1; then
             cat "$WORK/ns.c.out" "$WORK/ns.s.out" >&2
             fail "$c across namespaces, CRC $crc (client)"
