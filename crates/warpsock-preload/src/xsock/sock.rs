@@ -4,13 +4,18 @@
 //! calls run the sockets-over-DDP protocol ([`XSocket`]).
 //!
 //! Readiness: the progress thread watches the engine's TCP socket (edge
-//! triggered) and, when no program thread is driving the socket, runs a
-//! round of progress and rings the doorbell if the socket became readable
-//! (bytes, end of stream, an error, an asynchronous completion); a receive
-//! that leaves nothing drains the bells. A send that would block (no
-//! credit) makes the program's end unwritable until credits return, so
-//! `POLLOUT`/`EPOLLOUT` wait like a full TCP socket's. When the connection
-//! is finished both ways the pair hangs up (`POLLHUP`).
+//! triggered, [`XSocket::WATCH_EVENTS`]: input and output space) and, when
+//! no program thread is driving the socket, runs a round of progress.
+//! After that round and after every data call, [`DdpSock::reflect`] makes
+//! the doorbell follow the socket: a bell when something new arrived and
+//! the socket is readable (bytes, end of stream, an error, an asynchronous
+//! completion), drained bells when nothing is left to read. A send that
+//! would block (no credit) makes the program's end unwritable until
+//! credits return, so `POLLOUT`/`EPOLLOUT` wait like a full TCP socket's.
+//! When the connection is finished both ways the pair hangs up
+//! (`POLLHUP`). A program thread blocked in a call may process what
+//! arrives for another thread that waits in `poll`: its call reflects that
+//! on return, and the arrivals counter makes it a new edge.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -30,6 +35,8 @@ use crate::shim::{fdtable, real};
 
 struct Inner {
     bells: usize,
+    /// [`Readiness::arrivals`] when the doorbell last followed the socket.
+    seen: u64,
     write_gated: bool,
     hung_up: bool,
     /// The `connect` call that adopted the socket is still to return.
@@ -86,7 +93,7 @@ impl Handler for Ready {
             // interposed entry points.
             enter((), || {
                 if let Some(r) = s.x.progress_if_idle() {
-                    s.signal(r, true);
+                    s.reflect(r);
                 }
             });
         }
@@ -156,30 +163,45 @@ impl DdpSock {
             lock(&SOCKS)
                 .get_or_insert_with(HashMap::new)
                 .insert(Arc::as_ptr(&s).cast::<()>() as usize, Arc::downgrade(&s));
-            let events = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
             if !eng.register(
                 s.x.tcp_fd(),
                 s.id,
-                events,
+                XSocket::WATCH_EVENTS,
                 Arc::new(Ready(Arc::downgrade(&s))),
             ) {
                 return Err(errno());
             }
+            let weak = Arc::downgrade(&s);
+            s.x.set_on_progress(Box::new(move |r| {
+                // A program thread blocked in a call processed arrivals
+                // (the progress thread skipped the socket meanwhile).
+                if let Some(s) = weak.upgrade() {
+                    s.reflect(r);
+                }
+            }));
             fdtable::swap_in(fd, app_end, s.clone())?;
             lock(&s.inner).connect_pending = connect_pending;
             // Bytes that arrived with the switch (the pre-switch residue).
-            let r = s.x.readiness();
-            s.signal(r, true);
+            s.reflect(s.x.readiness());
             Ok(s)
         }
     }
 
-    /// Reflects readiness `r` on the doorbell pair (`arrived`: new input
-    /// was processed, so an edge-triggered waiter needs a new bell).
-    fn signal(&self, r: Readiness, arrived: bool) {
+    /// Makes the doorbell pair follow readiness `r`: a bell if the socket
+    /// is readable and something arrived since the last look (an
+    /// edge-triggered waiter needs a new edge) or no bell is out; the bells
+    /// drained if nothing is readable; writability released once a send
+    /// could move bytes again; a hang-up once finished both ways.
+    fn reflect(&self, r: Readiness) {
         let mut g = lock(&self.inner);
-        if r.readable && (arrived || g.bells == 0) {
-            self.bell.ring(&mut g.bells);
+        let arrived = r.arrivals != g.seen;
+        g.seen = r.arrivals;
+        if r.readable {
+            if arrived || g.bells == 0 {
+                self.bell.ring(&mut g.bells);
+            }
+        } else if g.bells > 0 {
+            self.bell.drain(&mut g.bells);
         }
         if g.write_gated && r.writable {
             self.bell.set_writable(true);
@@ -194,18 +216,7 @@ impl DdpSock {
     /// After collecting asynchronous completions: the bells follow what is
     /// left.
     pub(crate) fn settle_after_aio(&self) {
-        self.settle();
-    }
-
-    /// After a call that may have taken the last readable bytes.
-    fn settle(&self) {
-        let r = self.x.readiness_now();
-        let mut g = lock(&self.inner);
-        if !r.readable && g.bells > 0 {
-            self.bell.drain(&mut g.bells);
-        } else if r.readable && g.bells == 0 {
-            self.bell.ring(&mut g.bells);
-        }
+        self.reflect(self.x.readiness_now());
     }
 
     fn nonblocking_for(&self, flags: c_int) -> bool {
@@ -224,6 +235,7 @@ impl DdpSock {
 fn new_inner((rcvtimeo, sndtimeo): (Option<Duration>, Option<Duration>)) -> Mutex<Inner> {
     Mutex::new(Inner {
         bells: 0,
+        seen: 0,
         write_gated: false,
         hung_up: false,
         connect_pending: false,
@@ -351,7 +363,7 @@ impl Socket for DdpSock {
                 })
             }
         };
-        self.settle();
+        self.reflect(self.x.readiness_now());
         match r {
             Ok((n, eor)) => {
                 if eor {
@@ -380,6 +392,8 @@ impl Socket for DdpSock {
                 self.x.send(&v, nonblocking, timeo)
             }
         };
+        // The call may have processed input another thread waits for.
+        self.reflect(self.x.readiness_now());
         match r {
             Ok(n) => n as isize,
             Err(e) => {
@@ -395,8 +409,7 @@ impl Socket for DdpSock {
                                 g.write_gated = true;
                             }
                         }
-                        let r = self.x.readiness();
-                        self.signal(r, false);
+                        self.reflect(self.x.readiness());
                     }
                     Some(libc::EPIPE) if flags & libc::MSG_NOSIGNAL == 0 => {
                         // SAFETY: raising SIGPIPE as a TCP send would.
@@ -527,8 +540,7 @@ impl Socket for DdpSock {
             }
         };
         self.x.shutdown(rd, wr);
-        let r = self.x.readiness();
-        self.signal(r, true);
+        self.reflect(self.x.readiness());
         0
     }
 
