@@ -13,6 +13,11 @@
 #      (10.x addresses inside them only), CRC on and off;
 #   3. tshark decodes a captured DDP-mode connection as MPA/DDP/RDMAP with
 #      zero bad CRCs;
+#   3b. re-entrancy audit: the C cases under a build of the library with
+#      the `test-hooks` feature, whose counters show that the engine's own
+#      system calls reached the interposed entry points only under the
+#      per-thread guard (passed straight to libc), never from a library
+#      thread without it, and that library code never entered itself;
 #   4. unmodified programs in policy mode (WARPSOCK_DDP_PORTS): python
 #      http.server + curl of a 100 MiB file (sha256 equal), iperf3 TCP both
 #      ways, redis-server + redis-benchmark; and mixed: preloaded client ->
@@ -44,6 +49,8 @@ cleanup() {
 trap cleanup EXIT
 
 fail() { echo "test-xsock: FAIL: $*" >&2; exit 1; }
+# stat FILE NAME: a counter of the WARPSOCK_STATS reports in FILE, summed.
+stat() { awk -v k="$2" '$1 == k { s += $2 } END { print s + 0 }' "$1"; }
 pass() { echo "test-xsock: ok: $*"; PASSED=$((PASSED + 1)); }
 PASSED=0
 
@@ -121,11 +128,25 @@ req=$(tshark -r "$WORK/x.pcap" -V 2>/dev/null | grep -c "MPA ID Req Frame\|Reque
     || fail "tshark: $fpdus DDP/RDMAP frames, $good good and $bad bad CRCs, $req MPA requests"
 pass "tshark decodes the DDP-mode connection: $fpdus DDP/RDMAP frames, $good good CRCs, 0 bad"
 
+# 3b. Re-entrancy audit (the engine's calls never re-enter the interposer).
+cargo build --quiet -p warpsock-preload --features test-hooks --target-dir "$TARGET_DIR/tmp/preload-hooks"
+AUDIT_SO="$TARGET_DIR/tmp/preload-hooks/debug/libwarpsock_preload.so"
+: >"$WORK/audit.out"
+for c in stream rio aio kill fork; do
+    WARPSOCK_STATS=1 timeout 120 env LD_PRELOAD="$AUDIT_SO" "$WORK/xsock" "$c" local >>"$WORK/audit.out" 2>&1 \
+        || { cat "$WORK/audit.out" >&2; fail "audit run of $c"; }
+done
+guarded=$(stat "$WORK/audit.out" reentry_guarded)
+unguarded=$(stat "$WORK/audit.out" reentry_unguarded)
+nested=$(stat "$WORK/audit.out" reentry_nested)
+[ "$guarded" -gt 100 ] && [ "$unguarded" -eq 0 ] && [ "$nested" -eq 0 ] \
+    || fail "re-entrancy audit: $guarded guarded, $unguarded unguarded library calls, $nested nested entries"
+pass "re-entrancy audit: $guarded engine/library calls reached the interposer, all under the guard; 0 unguarded, 0 nested"
+
 # 4. Unmodified programs in policy mode.
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
-stat() { awk -v k="$2" '$1 == k { s += $2 } END { print s + 0 }' "$1"; }
 # Stops a server by pid with SIGINT (python and redis exit through their
 # exit handlers, so the preload prints its counters).
 stop() {

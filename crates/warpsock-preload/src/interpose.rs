@@ -31,6 +31,8 @@ pub(crate) static KINDS: &[&dyn Kind] = &[&crate::udp::UDP, &crate::xsock::DDP];
 
 #[inline]
 fn managed(fd: c_int) -> Option<Arc<dyn Socket>> {
+    #[cfg(feature = "test-hooks")]
+    crate::shim::hooks::audit::call();
     if !fdtable::maybe_managed(fd) || busy() {
         return None;
     }
@@ -44,6 +46,8 @@ fn target(
     mark: u8,
     dest: impl FnOnce() -> Option<SocketAddr>,
 ) -> Option<Arc<dyn Socket>> {
+    #[cfg(feature = "test-hooks")]
+    crate::shim::hooks::audit::call();
     if busy() {
         return None;
     }
@@ -136,6 +140,8 @@ fn empty_msg() -> msghdr {
 /// Interposed `socket(2)`: a socket some kind wants becomes its candidate.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    #[cfg(feature = "test-hooks")]
+    crate::shim::hooks::audit::call();
     // SAFETY: forwarding the caller's arguments.
     let fd = unsafe { real::socket(domain, ty, protocol) };
     if fd >= 0 && !busy() {

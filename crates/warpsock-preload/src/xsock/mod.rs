@@ -345,6 +345,8 @@ impl Kind for Ddp {
             .any(|c| c.load(Ordering::Relaxed) > 0);
         if tried && std::env::var("WARPSOCK_STATS").is_ok_and(|v| v == "1") {
             eprint!("{}", report());
+            #[cfg(feature = "test-hooks")]
+            eprint!("{}", crate::shim::hooks::audit::report());
         }
     }
 

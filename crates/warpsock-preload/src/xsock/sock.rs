@@ -88,15 +88,16 @@ struct Ready(Weak<DdpSock>);
 
 impl Handler for Ready {
     fn on_ready(&self, _: &'static Reactor, _events: u32) {
-        if let Some(s) = self.0.upgrade() {
-            // The engine's calls made from here must not re-enter the
-            // interposed entry points.
-            enter((), || {
+        // The engine's calls made from here must not re-enter the
+        // interposed entry points — including those of the last drop of
+        // the socket, which may happen here (its close finished meanwhile).
+        enter((), || {
+            if let Some(s) = self.0.upgrade() {
                 if let Some(r) = s.x.progress_if_idle() {
                     s.reflect(r);
                 }
-            });
-        }
+            }
+        });
     }
 }
 
@@ -310,10 +311,12 @@ impl Socket for DdpSock {
         let spawned = std::thread::Builder::new()
             .name("warpsock-close".into())
             .spawn(move || {
-                enter((), || {
+                // The engine's last calls (closing its descriptors as `me`
+                // drops) are library calls too: under the guard.
+                enter((), move || {
                     me.x.close(linger);
+                    drop(me);
                 });
-                drop(me);
                 CLOSING.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {
