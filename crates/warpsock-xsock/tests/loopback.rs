@@ -476,3 +476,36 @@ fn a_peer_gone_without_closing_is_end_of_stream() {
     assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
     drop(xa);
 }
+
+/// A peer that breaks the sockets protocol (a message of an unknown kind)
+/// is answered with a Terminate, not just a FIN: both ends fail with
+/// EPROTO, and the breaker is told that its peer terminated.
+#[test]
+fn a_protocol_breaker_gets_a_terminate() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xa.inject_raw_message(&[0x63, 0, 0, 0, 0, 0, 0, 0]);
+    // Both ends driven at once (caller-driven engines: the injected Send
+    // may wait in a's engine for b's first FPDU, RFC 6581).
+    std::thread::scope(|sc| {
+        let ta = sc.spawn(|| {
+            let mut buf = [0u8; 8];
+            xa.recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap_err()
+        });
+        let mut buf = [0u8; 8];
+        let e = xb
+            .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+            .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPROTO), "{e}");
+        let (_, what) = xb.error().unwrap();
+        assert!(what.contains("broke the protocol"), "{what}");
+        let e = ta.join().unwrap();
+        assert_eq!(e.raw_os_error(), Some(libc::EPROTO), "{e}");
+    });
+    let (_, what) = xa.error().unwrap();
+    assert!(
+        what.contains("the peer terminated") && what.contains("unspecified"),
+        "{what}"
+    );
+}

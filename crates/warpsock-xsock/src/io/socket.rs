@@ -31,6 +31,8 @@ use warpsock_engine::{
     Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
 };
 
+use warpsock_engine::proto::wire::terminate::TermCode;
+
 use super::rio::{Aio, LocalMap};
 use crate::stream::Stream;
 use crate::switch::Limits;
@@ -287,6 +289,12 @@ fn qp_init<'a>(e: &'a Engine, opts: &Options) -> QpInit<'a> {
     init
 }
 
+/// The Terminate we send when the peer breaks the sockets protocol (a
+/// malformed message, a credit overrun, a misused sink): RDMAP layer,
+/// remote operation error, unspecified — the message was a valid RDMAP
+/// Send whose contents our upper layer rejects.
+const TERMINATE_CODE: TermCode = TermCode::RDMAP_OPERATION_UNSPECIFIED;
+
 /// `SO_LINGER` 0: closing resets the connection.
 pub(crate) fn set_linger_zero(s: &TcpStream) -> io::Result<()> {
     let l = libc::linger {
@@ -433,6 +441,29 @@ impl XSocket {
         st.s.sink_ready()
     }
 
+    /// Sends `bytes` as one message, bypassing the books: for tests of a
+    /// peer that breaks the protocol (and what it is told).
+    #[doc(hidden)]
+    pub fn inject_raw_message(&self, bytes: &[u8]) {
+        let mut st = self.lock();
+        let slot = st.tx_free.pop().expect("a free transmit slot");
+        let at = slot as usize * self.opts.slot_size as usize;
+        self.tx
+            .with_bytes_mut(|b| b[at..at + bytes.len()].copy_from_slice(bytes));
+        self.post(
+            &mut st,
+            SendWr {
+                wr_id: WR_SLOT | u64::from(slot),
+                op: SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
+                sgl: self.tx.sge(at, bytes.len() as u32).into(),
+                signaled: true,
+            },
+        );
+    }
+
     /// Whether MPA CRC is on.
     pub fn crc(&self) -> bool {
         self.qp.negotiated().is_some_and(|n| n.crc)
@@ -496,7 +527,9 @@ impl XSocket {
                             libc::EPROTO,
                             format!("the peer broke the protocol: {e}"),
                         );
-                        self.qp.disconnect();
+                        // RFC 5040 §7: the stream ends with a Terminate, so
+                        // the peer learns why (it reports EPROTO too).
+                        self.qp.terminate(TERMINATE_CODE);
                     }
                 }
                 _ => {
@@ -550,7 +583,7 @@ impl XSocket {
                     self.fail(
                         st,
                         libc::EPROTO,
-                        format!("{who} terminated the connection: {code:?}"),
+                        format!("{who} terminated the connection: {code}"),
                     );
                 }
                 Event::Closed => {
