@@ -17,6 +17,7 @@
 //! protocol, the server, the preloaded passes, the tables, the JSON, the
 //! figures and the summary all go through this registry.
 
+mod ddp_socket;
 mod iwarp;
 mod sock;
 mod tcp;
@@ -34,6 +35,7 @@ pub(crate) static ALL: &[&dyn Link] = &[
     &iwarp::SEND,
     &iwarp::WRITE,
     &iwarp::READ,
+    &ddp_socket::DdpSocket,
 ];
 
 /// Every transport, in table order.
@@ -90,6 +92,6 @@ mod tests {
         }
         assert!(parse("carrier-pigeon")
             .unwrap_err()
-            .contains("one of tcp, udp, udp-offload, send, write, read"));
+            .contains("one of tcp, udp, udp-offload, send, write, read, ddp-socket"));
     }
 }
