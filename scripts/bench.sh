@@ -8,12 +8,26 @@
 #   bash scripts/bench.sh --suite full --max-samples 1000 \
 #        --json docs/results/results.json --csv docs/results/samples.csv
 #   "${CARGO_TARGET_DIR:-target}"/release/warpsock report docs/results/results.json --out docs/results
+#   bash scripts/bench.sh --suite apps          # real programs (nginx, redis, memcached, ...)
+#   bash scripts/bench.sh --suite apps --json docs/results/apps/results.json  # with BENCH_REPORT_DIR
 #
 # Extra arguments go to `warpsock bench`. With BENCH_REPORT_DIR=DIR and a
 # --json FILE argument, the report (figures + summary.md) is drawn into DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-pkgs.sh build-essential pkg-config fonts-dejavu-core
+apps=""
+prev=""
+for a in "$@"; do
+    { [ "$prev" = "--suite" ] && [ "$a" = apps ]; } && apps=1
+    [ "$a" = "--suite=apps" ] && apps=1
+    prev="$a"
+done
+if [ -n "$apps" ]; then
+    # The programs of the apps suite, as Debian ships them.
+    scripts/ensure-pkgs.sh nginx-light wrk redis-server redis-tools memcached aria2 iperf3 \
+        gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good iproute2 nftables
+fi
 echo "+ cargo build --release -p warpsock-cli -p warpsock-preload" >&2
 cargo build --release --quiet -p warpsock-cli -p warpsock-preload
 WS="${CARGO_TARGET_DIR:-$PWD/target}/release/warpsock"
@@ -32,7 +46,7 @@ if [ -n "${BENCH_REPORT_DIR:-}" ]; then
         "$WS" report "$json" --out "$BENCH_REPORT_DIR"
     fi
 fi
-if [ -e scripts/bench-micro.sh ] && [ -z "${BENCH_SKIP_MICRO:-}" ]; then
+if [ -e scripts/bench-micro.sh ] && [ -z "${BENCH_SKIP_MICRO:-}" ] && [ -z "$apps" ]; then
     echo
     echo "== FPDU framing + CRC32c vs memcpy (criterion) =="
     bash scripts/bench-micro.sh

@@ -33,6 +33,22 @@ pub(crate) fn installed(prog: &str) -> bool {
     which(prog).is_some()
 }
 
+/// The preload library: `WARPSOCK_PRELOAD_LIB`, else next to this
+/// executable (same target directory), if it was built.
+pub(crate) fn preload_lib() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WARPSOCK_PRELOAD_LIB") {
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join("libwarpsock_preload.so"),
+        dir.join("deps/libwarpsock_preload.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
 /// `&["a", "b"]` as owned strings.
 pub(crate) fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -102,21 +118,18 @@ pub(crate) fn free_port() -> Result<u16, Error> {
     )))
 }
 
-/// Whether a TCP socket listens on `port` (from /proc/net/tcp and tcp6).
-pub(crate) fn listening(port: u16) -> bool {
-    bound(port, &["/proc/net/tcp", "/proc/net/tcp6"], "0A")
-}
-
-/// Whether a UDP socket is bound to `port` (from /proc/net/udp and udp6).
-pub(crate) fn bound_udp(port: u16) -> bool {
-    bound(port, &["/proc/net/udp", "/proc/net/udp6"], "07")
-}
-
-/// Whether a socket of `tables` in `state` has local port `port`.
-fn bound(port: u16, tables: &[&str], state: &str) -> bool {
+/// Whether, in the network namespace of process `pid` (`self`: this
+/// one), a TCP socket listens on `port` (`tcp`) or a UDP socket is bound
+/// to it (from /proc/PID/net/{tcp,tcp6,udp,udp6}).
+fn bound(pid: &str, port: u16, tcp: bool) -> bool {
     let want = format!(":{port:04X}");
+    let (tables, state) = if tcp {
+        (["tcp", "tcp6"], "0A")
+    } else {
+        (["udp", "udp6"], "07")
+    };
     tables.iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| {
             t.lines().skip(1).any(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 f.len() > 3 && f[1].ends_with(&want) && f[3] == state
@@ -151,9 +164,10 @@ impl Proc {
     }
 
     /// Waits until TCP `port` listens (`tcp`) or a UDP socket is bound to
-    /// it, checked in /proc (not by connecting: a one-off server would take
-    /// the probe for its client), at most `limit`; fails, naming the
-    /// program, if it exits first or never does.
+    /// it in the program's network namespace, checked in /proc (not by
+    /// connecting: a one-off server would take the probe for its client),
+    /// at most `limit`; fails, naming the program, if it exits first or
+    /// never does.
     pub(crate) fn await_port(
         &mut self,
         port: u16,
@@ -162,7 +176,7 @@ impl Proc {
     ) -> Result<(), Error> {
         let end = Instant::now() + limit;
         loop {
-            if (tcp && listening(port)) || (!tcp && bound_udp(port)) {
+            if bound(&self.child.id().to_string(), port, tcp) {
                 return Ok(());
             }
             if let Some(st) = self.wait_within(Duration::from_millis(20)) {
@@ -337,7 +351,7 @@ mod tests {
         assert_ne!(a, b);
         assert!(a >= 20_000);
         let l = TcpListener::bind((Ipv4Addr::LOCALHOST, a)).unwrap();
-        assert!(listening(a));
+        assert!(bound("self", a, true));
         drop(l);
         assert!(which("sh").is_some() && !installed("no-such-program-here"));
     }

@@ -27,6 +27,7 @@
 //! Add `mod foo;` below and one line `Foo(foo::Args),` to `commands!`,
 //! where `foo::Args` derives [`clap::Args`] and implements [`Run`].
 
+mod apps;
 mod bench;
 mod child;
 mod ctl;
@@ -80,7 +81,9 @@ commands! {
     /// Latency and bandwidth: host TCP (and, in the full suite, every test
     /// of the Head-to-TOE set over host TCP/UDP and the UDP offload) next to
     /// warpsock Send, RDMA Write and RDMA Read, CRC off and on (loopback
-    /// unless --peer or --netns is given).
+    /// unless --peer or --netns is given); `--suite apps`: unmodified
+    /// programs (nginx, redis, memcached, aria2c, iperf3, GStreamer) over
+    /// every transport that carries them.
     Bench(bench::BenchCmd),
     /// Serve bench runs from `warpsock client` / `warpsock bench --peer`.
     Server(server::ServerCmd),
@@ -96,6 +99,20 @@ commands! {
     /// Run an unmodified libibverbs/librdmacm program (rping, perftest,
     /// fi_pingpong, rstream, …) on warpsock: `warpsock run -- PROGRAM ARGS…`.
     Run(run::RunCmd),
+    /// Exit status 0 when a library loaded into this process exports
+    /// `warpsock_feature_NAME` (the apps suite's probe).
+    #[command(hide = true)]
+    ProbeFeature(apps::ProbeCmd),
+    /// The apps suite's memcached load client.
+    #[command(hide = true)]
+    MemcachedLoad(apps::LoadCmd),
+}
+
+/// Whether this binary has the subcommand `name` (another issue's
+/// subcommand, e.g. `run`, is detected, never assumed).
+pub(crate) fn has_subcommand(name: &str) -> bool {
+    use clap::CommandFactory;
+    Cli::command().find_subcommand(name).is_some()
 }
 
 /// warpsock: user-space iWARP (RDMA over TCP), measured against host TCP and UDP.

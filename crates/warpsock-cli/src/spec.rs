@@ -322,6 +322,9 @@ pub(crate) enum SuiteKind {
     /// The Head-to-TOE set: every test, swept over sizes and connection
     /// counts, every transport.
     Full,
+    /// Real applications (nginx, redis, memcached, aria2c, iperf3,
+    /// GStreamer) over every transport that carries them.
+    Apps,
 }
 
 impl SuiteKind {
@@ -329,6 +332,7 @@ impl SuiteKind {
         match self {
             Self::Quick => "quick",
             Self::Full => "full",
+            Self::Apps => "apps",
         }
     }
 }

@@ -146,6 +146,16 @@ impl Cpu {
         Self::of(libc::RUSAGE_SELF)
     }
 
+    /// `getrusage(RUSAGE_CHILDREN)`: every child process reaped so far.
+    pub(crate) fn children() -> Self {
+        Self::of(libc::RUSAGE_CHILDREN)
+    }
+
+    /// User + system, seconds.
+    pub(crate) fn total_s(self) -> f64 {
+        (self.user_us + self.sys_us) as f64 / 1e6
+    }
+
     fn of(who: libc::c_int) -> Self {
         // SAFETY: rusage is plain data; getrusage fills it.
         let mut r: libc::rusage = unsafe { std::mem::zeroed() };

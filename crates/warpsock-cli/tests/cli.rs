@@ -303,7 +303,7 @@ fn bad_option_values_name_the_value_and_range() {
         (&["bench", "--tests", "lat,pong"], "invalid value 'pong'"),
         (
             &["bench", "--suite", "huge"],
-            "[possible values: quick, full]",
+            "[possible values: quick, full, apps]",
         ),
         (
             &["bench", "--conns", "1,65"],
@@ -811,15 +811,29 @@ fn external_peers_where_installed() {
             );
             continue;
         }
+        // A peer run that outlived one of its bounds (start, finish) said so
+        // in a note and was killed: on a
+        // loaded machine a spinning peer (UCX) can take that long. Anything
+        // else that leaves a row out is a failure.
+        let timed_out = stdout
+            .lines()
+            .any(|l| l.starts_with("note:") && l.contains(prog) && l.contains(" within "));
+        let mut rows_seen = 0;
         for (t, test, size) in rows {
-            let r = results
+            let Some(r) = results
                 .iter()
                 .find(|r| r["transport"] == *t && r["test"] == *test && r["size"] == *size)
-                .unwrap_or_else(|| panic!("no {t} {test} {size} row:\n{stdout}"));
+            else {
+                assert!(timed_out, "no {t} {test} {size} row:\n{stdout}");
+                continue;
+            };
             check_peer(r);
             ran += 1;
+            rows_seen += 1;
         }
-        assert!(stdout.contains(label), "table row {label}:\n{stdout}");
+        if rows_seen > 0 {
+            assert!(stdout.contains(label), "table row {label}:\n{stdout}");
+        }
     }
     // UCX and libfabric: only what the tools report.
     for r in results.iter().filter(|r| r["test"] == "lat") {

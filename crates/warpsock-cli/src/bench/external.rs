@@ -41,8 +41,9 @@ use crate::report::{CpuRec, Record, Samples, SPINS};
 use crate::stats::Pcts;
 use crate::Error;
 
-/// Starts `argv` (program first) with `env` added and waits (at most 3 s)
-/// until it listens on TCP `port` or has bound UDP `port`.
+/// Starts `argv` (program first) with `env` added and waits
+/// until it listens on TCP `port` or has bound UDP `port` (10 s: a loaded
+/// machine can take seconds to start a program).
 fn server(argv: &[String], env: &[(&str, &str)], port: u16, tcp: bool) -> Result<Proc, Error> {
     let (prog, args) = argv.split_first().expect("a program");
     let mut cmd = child::command(&[], prog);
@@ -51,7 +52,7 @@ fn server(argv: &[String], env: &[(&str, &str)], port: u16, tcp: bool) -> Result
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut p = Proc::spawn(cmd, prog)?;
-    p.await_port(port, tcp, Duration::from_secs(3))?;
+    p.await_port(port, tcp, Duration::from_secs(10))?;
     Ok(p)
 }
 

@@ -7,6 +7,7 @@
 //! they run as a second pass: a preloaded server and a preloaded
 //! `warpsock client` in child processes, whose JSON is merged in.
 
+mod apps;
 mod external;
 mod netns;
 mod passes;
@@ -24,7 +25,7 @@ use crate::driver::{self, run_threads, Gate, Job, IDLE};
 use crate::opts::BenchOpts;
 use crate::parse::{parse_host_port, parse_loss, parse_rate};
 use crate::report::{self, Record, RunResult};
-use crate::spec::{Budget, PinArg, Spec, Test, DEFAULT_PORT};
+use crate::spec::{Budget, PinArg, Spec, SuiteKind, Test, DEFAULT_PORT};
 use crate::stats::{Cpu, Stats};
 use crate::{pin, transports, Error, Run};
 use passes::{child_client, preload_env, preload_lib, ChildServer};
@@ -72,6 +73,14 @@ pub(crate) struct ClientCmd {
 
 impl Run for BenchCmd {
     fn run(self) -> Result<(), Error> {
+        if self.opts.suite == SuiteKind::Apps {
+            if self.peer.is_some() {
+                return Err(Error::msg(
+                    "--suite apps starts its programs itself: on loopback, or with --netns",
+                ));
+            }
+            return apps::run(&self.opts, self.netns.then_some((self.rate, self.loss)));
+        }
         if self.netns {
             return netns::bench(&self.opts, self.rate, self.loss);
         }
@@ -126,7 +135,7 @@ fn placement(plan: &[Spec], f: impl Fn(&Spec) -> bool) -> Option<String> {
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` of a Unix time.
-fn utc(secs: u64) -> String {
+pub(crate) fn utc(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     // Civil from days (Howard Hinnant's algorithm).

@@ -72,6 +72,8 @@ pub(crate) struct Pair {
     /// Addresses (server's, client's).
     pub(crate) ip: [String; 2],
     created: [bool; 2],
+    rate: Option<u64>,
+    loss: Option<f64>,
 }
 
 impl Pair {
@@ -99,6 +101,8 @@ impl Pair {
             dev: [format!("wss{pid}"), format!("wsc{pid}")],
             ip: [format!("10.213.{net}.1"), format!("10.213.{net}.2")],
             created: [false; 2],
+            rate,
+            loss,
         };
         for i in 0..2 {
             run_cmd(&["ip", "netns", "add", &p.ns[i]], None)?;
@@ -168,6 +172,23 @@ impl Pair {
         Ok(p)
     }
 
+    /// The pair in one line (namespaces, addresses, rate, loss).
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "network namespaces {} ({}) and {} ({}) joined by veth{}{}",
+            self.ns[0],
+            self.ip[0],
+            self.ns[1],
+            self.ip[1],
+            self.rate.map_or(String::new(), |r| format!(
+                ", tbf rate {} Mbit/s",
+                r / 1_000_000
+            )),
+            self.loss
+                .map_or(String::new(), |l| format!(", {l} % random loss each way")),
+        )
+    }
+
     /// `ip netns exec NS` for side `i` (0 server, 1 client).
     pub(crate) fn exec(&self, i: usize) -> Vec<String> {
         vec![
@@ -191,6 +212,11 @@ impl Drop for Pair {
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
+/// Whether Ctrl-C or SIGTERM arrived (after [`catch_signals`]).
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
@@ -198,7 +224,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// Keeps this process alive on Ctrl-C / SIGTERM (the children, which
 /// get the default action again when they exec, stop; the namespaces are
 /// then removed on the way out).
-fn catch_signals() {
+pub(crate) fn catch_signals() {
     let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: installing an async-signal-safe handler (one atomic store).
     unsafe {
@@ -257,18 +283,7 @@ pub(crate) fn bench(opts: &BenchOpts, rate: Option<u64>, loss: Option<f64>) -> R
     if INTERRUPTED.load(Ordering::SeqCst) {
         return Err(Error::msg("interrupted"));
     }
-    let target = format!(
-        "network namespaces {} ({}) and {} ({}) joined by veth{}{}",
-        pair.ns[0],
-        pair.ip[0],
-        pair.ns[1],
-        pair.ip[1],
-        rate.map_or(String::new(), |r| format!(
-            ", tbf rate {} Mbit/s",
-            r / 1_000_000
-        )),
-        loss.map_or(String::new(), |l| format!(", {l} % random loss each way")),
-    );
+    let target = pair.describe();
     if let Some(m) = meta.as_object_mut() {
         m.insert("target".into(), target.clone().into());
         m.insert(

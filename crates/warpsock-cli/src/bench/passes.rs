@@ -6,12 +6,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
 
+pub(crate) use crate::child::preload_lib;
 use crate::child::{self, Proc};
 use crate::report::{self, Record};
 use crate::spec::{Spec, Transport, Vars};
@@ -112,22 +113,6 @@ pub(crate) fn child_client(
         (Err(e), true) => return Err(Error::msg(format!("the client pass wrote no results: {e}"))),
     };
     report::from_json(&text).map_err(|e| Error::msg(format!("the client pass's results: {e}")))
-}
-
-/// The preload library: `WARPSOCK_PRELOAD_LIB`, else next to this
-/// executable (same target directory), if it was built.
-pub(crate) fn preload_lib() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("WARPSOCK_PRELOAD_LIB") {
-        return Some(PathBuf::from(p)).filter(|p| p.exists());
-    }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [
-        dir.join("libwarpsock_preload.so"),
-        dir.join("deps/libwarpsock_preload.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
 }
 
 /// The environment of a process under the preload library `lib` with the

@@ -17,6 +17,9 @@ use crate::spec::{
 };
 use crate::transports;
 
+/// Seconds per timed case of the apps suite.
+const APPS_DURATION: f64 = 5.0;
+
 fn transports_help() -> String {
     format!(
         "Transports to compare [default: those marked for the quick suite; all \
@@ -109,6 +112,10 @@ pub(crate) struct BenchOpts {
     /// 64 KiB; package libfabric-bin).
     #[arg(long)]
     pub(crate) external: bool,
+    /// Apps suite: the workloads to run [default: all]: http-close, redis,
+    /// memcached-tcp, memcached-udp, striped, rtp.
+    #[arg(long, value_delimiter = ',', value_parser = crate::apps::parse_workload, value_name = "NAME,...")]
+    pub(crate) workloads: Vec<String>,
     /// The shared secret of a `warpsock server --token` (not needed on
     /// loopback or with --netns, whose servers this command starts).
     #[arg(long, value_name = "SECRET", value_parser = parse_secret)]
@@ -124,6 +131,7 @@ impl BenchOpts {
                 (true, _) => 0.05,
                 (false, SuiteKind::Full) => 0.5,
                 (false, SuiteKind::Quick) => DEFAULT_DURATION,
+                (false, SuiteKind::Apps) => APPS_DURATION,
             })),
         }
     }
@@ -204,6 +212,8 @@ impl BenchOpts {
             match self.suite {
                 SuiteKind::Quick => vec![Test::Lat, Test::Bw],
                 SuiteKind::Full => Test::ALL.to_vec(),
+                // The apps suite runs programs, not these tests.
+                SuiteKind::Apps => Vec::new(),
             }
         } else {
             self.tests.clone()
@@ -219,6 +229,7 @@ impl BenchOpts {
         let mut t = if self.transports.is_empty() {
             match self.suite {
                 SuiteKind::Quick => transports::all().filter(|t| t.quick).collect(),
+                SuiteKind::Apps => Vec::new(),
                 SuiteKind::Full => transports::all()
                     .filter(|t| offload || t.preload.is_none())
                     .collect(),

@@ -12,12 +12,12 @@ fn default_sizes(test: Test, suite: SuiteKind, quick: bool) -> Vec<usize> {
     match (test, suite, quick) {
         (Test::Lat, SuiteKind::Quick, false) => vec![8],
         (Test::Lat, _, true) => vec![8, 4 * K],
-        (Test::Lat, SuiteKind::Full, false) => {
+        (Test::Lat, SuiteKind::Full | SuiteKind::Apps, false) => {
             vec![1, 8, 64, 256, K, 4 * K, 16 * K, 64 * K]
         }
         (Test::Bw, SuiteKind::Quick, false) => vec![M],
         (Test::Bw, _, true) => vec![64, M],
-        (Test::Bw, SuiteKind::Full, false) => {
+        (Test::Bw, SuiteKind::Full | SuiteKind::Apps, false) => {
             vec![1, 16, 256, 4 * K, 16 * K, 64 * K, 256 * K, M, 4 * M]
         }
         (Test::Bibw, _, true) => vec![32 * K],
@@ -55,7 +55,7 @@ impl BenchOpts {
         let mut out = Vec::new();
         let busy_modes: Vec<u64> = match (self.suite, self.busy_poll) {
             (SuiteKind::Full, b) => vec![0, b.unwrap_or(1000)],
-            (SuiteKind::Quick, b) => vec![b.unwrap_or(0)],
+            (SuiteKind::Quick | SuiteKind::Apps, b) => vec![b.unwrap_or(0)],
         };
         let mut tests = self.tests();
         if tests.contains(&Test::Cpu) && !tests.contains(&Test::Bw) {
@@ -163,6 +163,7 @@ mod tests {
             max_samples: None,
             repeat: 1,
             external: false,
+            workloads: vec![],
             token: None,
         }
     }

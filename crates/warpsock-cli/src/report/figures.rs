@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use crate::apps::AppRecord;
 use crate::report::{self, Record};
 use crate::{Error, Run};
 
@@ -50,7 +51,9 @@ impl Run for ReportCmd {
             .map_err(|e| Error::msg(format!("cannot read {}: {e}", self.input.display())))?;
         let (meta, records) = report::from_json(&text)
             .map_err(|e| Error::msg(format!("{}: {e}", self.input.display())))?;
-        if records.is_empty() {
+        let apps = report::json::apps_from_json(&text)
+            .map_err(|e| Error::msg(format!("{}: {e}", self.input.display())))?;
+        if records.is_empty() && apps.is_empty() {
             return Err(Error::msg(format!(
                 "{}: no results to draw",
                 self.input.display()
@@ -59,8 +62,10 @@ impl Run for ReportCmd {
         load_font(self.font.as_deref())?;
         std::fs::create_dir_all(&self.out)
             .map_err(|e| Error::msg(format!("cannot create {}: {e}", self.out.display())))?;
-        let figs = draw_all(&records, &self.out)?;
+        let mut figs = draw_all(&records, &self.out)?;
+        figs.extend(draw_apps(&apps, &self.out)?);
         let mut md = report::summary(&meta, &records);
+        md.push_str(&report::apps::summary(&apps));
         md.push_str("\n## Figures\n\n");
         for (name, title) in &figs {
             md.push_str(&format!(
@@ -469,6 +474,46 @@ fn save(dir: &Path, name: &str, c: &Chart<'_>, k: &Kind) -> Result<(), Error> {
     enc.write_header()
         .and_then(|mut w| w.write_image_data(&buf))
         .map_err(|e| Error::msg(format!("cannot write {}: {e}", png.display())))
+}
+
+/// One figure per application workload: every case that ran and passed
+/// its checks, a bar per transport; returns (file stem, title).
+fn draw_apps(apps: &[AppRecord], dir: &Path) -> Result<Vec<(String, String)>, Error> {
+    let mut out = Vec::new();
+    let mut names: Vec<&str> = Vec::new();
+    for r in apps {
+        if !names.contains(&r.workload.as_str()) {
+            names.push(&r.workload);
+        }
+    }
+    for w in names {
+        let rs: Vec<&AppRecord> = apps
+            .iter()
+            .filter(|r| r.workload == w && r.ok && r.value.is_some())
+            .collect();
+        let Some(first) = rs.first() else { continue };
+        let bars: Vec<(String, f64)> = rs
+            .iter()
+            .map(|r| {
+                (
+                    format!("{} / {}", r.case, r.transport),
+                    r.value.unwrap_or(0.0),
+                )
+            })
+            .collect();
+        let title = format!("{w}: {}", first.metric);
+        let name = format!("apps-{w}");
+        let chart = Chart {
+            title: &title,
+            x_desc: &first.metric,
+            y_desc: "",
+            x_bytes: false,
+            y_log: false,
+        };
+        save(dir, &name, &chart, &Kind::Bars(bars))?;
+        out.push((name, title.clone()));
+    }
+    Ok(out)
 }
 
 /// Draws every figure the records allow; returns (file stem, title).

@@ -4,10 +4,30 @@
 use serde_json::Value;
 
 use super::Record;
+use crate::apps::AppRecord;
 
 /// The results of a run as JSON: `meta` plus every record.
 pub(crate) fn to_json(meta: Value, records: &[Record]) -> Value {
     serde_json::json!({ "meta": meta, "results": records })
+}
+
+/// The results of a run as JSON: `meta`, every record and the apps
+/// suite's records (`apps`, left out when empty).
+pub(crate) fn to_json_with_apps(meta: Value, records: &[Record], apps: &[AppRecord]) -> Value {
+    let mut doc = to_json(meta, records);
+    if !apps.is_empty() {
+        doc["apps"] = serde_json::to_value(apps).expect("records serialize");
+    }
+    doc
+}
+
+/// The apps suite's records of a results file (none in older files).
+pub(crate) fn apps_from_json(text: &str) -> Result<Vec<AppRecord>, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    match v.get("apps") {
+        None => Ok(Vec::new()),
+        Some(a) => serde_json::from_value(a.clone()).map_err(|e| format!("bad \"apps\": {e}")),
+    }
 }
 
 /// Reads a results file: (meta, records).

@@ -24,6 +24,10 @@ pub(crate) fn summary(meta: &Value, records: &[Record]) -> String {
         }
         s.push('\n');
     }
+    if records.is_empty() {
+        // An apps-suite file: its section follows.
+        return s;
+    }
     let bad = records.iter().filter(|r| !r.ok).count();
     let _ = writeln!(
         s,

@@ -4,6 +4,7 @@
 //! and result), [`csv`] (every sample), [`tables`] (the terminal),
 //! [`markdown`] (`summary.md`), [`figures`] (PNG and SVG).
 
+pub(crate) mod apps;
 pub(crate) mod csv;
 pub(crate) mod figures;
 pub(crate) mod json;

@@ -11,7 +11,7 @@ use warpsock_testkit::{finish, Guard};
 
 pub const EXE: &str = env!("CARGO_BIN_EXE_warpsock");
 /// Upper bound for any one command.
-pub const LIMIT: Duration = Duration::from_secs(120);
+pub const LIMIT: Duration = Duration::from_secs(300);
 
 /// What `warpsock ARGS` left: exit code and both streams.
 pub struct Output {
