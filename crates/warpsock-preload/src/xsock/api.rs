@@ -57,6 +57,22 @@ fn io_fail<T>(e: &std::io::Error, v: T) -> T {
     v
 }
 
+/// `f` on the DDP socket behind `fd`: its value, or `err` with errno set
+/// from its error (or `ENOTSOCK`/`EBADF`).
+fn io_call<R: Copy>(fd: c_int, err: R, f: impl FnOnce(&Arc<DdpSock>) -> std::io::Result<R>) -> R {
+    with_or(fd, err, |s| f(s).unwrap_or_else(|e| io_fail(&e, err)))
+}
+
+/// Arguments of the one-sided calls: a buffer unless `count` is 0, an
+/// offset, no flags. Sets `EINVAL` if not.
+fn rio_args(buf_null: bool, count: size_t, offset: off_t, flags: c_int) -> bool {
+    let ok = !(buf_null && count > 0) && offset >= 0 && flags == 0;
+    if !ok {
+        set_errno(libc::EINVAL);
+    }
+    ok
+}
+
 /// Registers `len` bytes at `buf` for the peer's one-sided access and
 /// announces them under `offset` (-1: the buffer's address). `prot`:
 /// `PROT_WRITE` (peer may `warpsock_riowrite`) and/or `PROT_READ` (peer may
@@ -74,10 +90,10 @@ pub unsafe extern "C" fn warpsock_riomap(
         set_errno(libc::EINVAL);
         return -1;
     }
-    with_or(fd, -1, |s| {
+    io_call(fd, -1, |s| {
         let off = (offset >= 0).then_some(offset as u64);
         // SAFETY: the caller maps memory it keeps valid until riounmap.
-        match unsafe {
+        let o = unsafe {
             s.x.riomap(
                 buf.cast(),
                 len,
@@ -85,20 +101,15 @@ pub unsafe extern "C" fn warpsock_riomap(
                 prot & PROT_READ != 0,
                 off,
             )
-        } {
-            Ok(o) => o as off_t,
-            Err(e) => io_fail(&e, -1),
-        }
+        }?;
+        Ok(o as off_t)
     })
 }
 
 /// Ends the mapping of `buf`. Returns 0 or -1.
 #[no_mangle]
 pub unsafe extern "C" fn warpsock_riounmap(fd: c_int, buf: *mut c_void, _len: size_t) -> c_int {
-    with_or(fd, -1, |s| match s.x.riounmap(buf.cast()) {
-        Ok(()) => 0,
-        Err(e) => io_fail(&e, -1),
-    })
+    io_call(fd, -1, |s| s.x.riounmap(buf.cast()).map(|()| 0))
 }
 
 /// One-sided write of `count` bytes into the peer's mapping at `offset`;
@@ -111,22 +122,16 @@ pub unsafe extern "C" fn warpsock_riowrite(
     offset: off_t,
     flags: c_int,
 ) -> ssize_t {
-    if (buf.is_null() && count > 0) || offset < 0 || flags != 0 {
-        set_errno(libc::EINVAL);
+    if !rio_args(buf.is_null(), count, offset, flags) {
         return -1;
     }
-    with_or(fd, -1, |s| {
-        let b: &[u8] = if count == 0 {
-            &[]
-        } else {
-            // SAFETY: the caller's buffer of `count` bytes.
-            unsafe { std::slice::from_raw_parts(buf.cast(), count) }
-        };
-        match s.x.riowrite(b, offset as u64) {
-            Ok(n) => n as ssize_t,
-            Err(e) => io_fail(&e, -1),
-        }
-    })
+    let b: &[u8] = if count == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's buffer of `count` bytes.
+        unsafe { std::slice::from_raw_parts(buf.cast(), count) }
+    };
+    io_call(fd, -1, |s| Ok(s.x.riowrite(b, offset as u64)? as ssize_t))
 }
 
 /// One-sided read of `count` bytes from the peer's mapping at `offset`.
@@ -138,22 +143,16 @@ pub unsafe extern "C" fn warpsock_rioread(
     offset: off_t,
     flags: c_int,
 ) -> ssize_t {
-    if (buf.is_null() && count > 0) || offset < 0 || flags != 0 {
-        set_errno(libc::EINVAL);
+    if !rio_args(buf.is_null(), count, offset, flags) {
         return -1;
     }
-    with_or(fd, -1, |s| {
-        let b: &mut [u8] = if count == 0 {
-            &mut []
-        } else {
-            // SAFETY: the caller's buffer of `count` bytes.
-            unsafe { std::slice::from_raw_parts_mut(buf.cast(), count) }
-        };
-        match s.x.rioread(b, offset as u64) {
-            Ok(n) => n as ssize_t,
-            Err(e) => io_fail(&e, -1),
-        }
-    })
+    let b: &mut [u8] = if count == 0 {
+        &mut []
+    } else {
+        // SAFETY: the caller's buffer of `count` bytes.
+        unsafe { std::slice::from_raw_parts_mut(buf.cast(), count) }
+    };
+    io_call(fd, -1, |s| Ok(s.x.rioread(b, offset as u64)? as ssize_t))
 }
 
 /// Asynchronous send: returns at once; the completion (cookie, bytes)
@@ -170,12 +169,9 @@ pub unsafe extern "C" fn warpsock_aio_send(
         set_errno(libc::EINVAL);
         return -1;
     }
-    with_or(fd, -1, |s| {
-        // SAFETY: the caller keeps the buffer until the completion.
-        match unsafe { s.x.aio_send(buf.cast(), len, cookie) } {
-            Ok(()) => 0,
-            Err(e) => io_fail(&e, -1),
-        }
+    // SAFETY: the caller keeps the buffer until the completion.
+    io_call(fd, -1, |s| {
+        unsafe { s.x.aio_send(buf.cast(), len, cookie) }.map(|()| 0)
     })
 }
 
@@ -192,12 +188,9 @@ pub unsafe extern "C" fn warpsock_aio_recv(
         set_errno(libc::EINVAL);
         return -1;
     }
-    with_or(fd, -1, |s| {
-        // SAFETY: the caller keeps the buffer until the completion.
-        match unsafe { s.x.aio_recv(buf.cast(), len, cookie) } {
-            Ok(()) => 0,
-            Err(e) => io_fail(&e, -1),
-        }
+    // SAFETY: the caller keeps the buffer until the completion.
+    io_call(fd, -1, |s| {
+        unsafe { s.x.aio_recv(buf.cast(), len, cookie) }.map(|()| 0)
     })
 }
 
@@ -213,12 +206,9 @@ unsafe fn aio_rio(
         set_errno(libc::EINVAL);
         return -1;
     }
-    with_or(fd, -1, |s| {
+    io_call(fd, -1, |s| {
         // SAFETY: the caller keeps the buffer until the completion.
-        match unsafe { s.x.aio_rio(buf.cast(), len, offset as u64, write, cookie) } {
-            Ok(()) => 0,
-            Err(e) => io_fail(&e, -1),
-        }
+        unsafe { s.x.aio_rio(buf.cast(), len, offset as u64, write, cookie) }.map(|()| 0)
     })
 }
 
