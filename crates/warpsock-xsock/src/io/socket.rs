@@ -700,10 +700,11 @@ impl XSocket {
         let n = self.cq.wait(&mut wcs, slice).unwrap_or(0);
         let mut st = self.lock();
         st.driving = false;
+        let seen = st.arrivals;
         self.process(&mut st, &wcs[..n]);
         self.drive_now(&mut st);
         self.cv.notify_all();
-        if n > 0 {
+        if st.arrivals != seen {
             // Other threads may wait in poll for what this one processed.
             if let Some(f) = self.on_progress.get() {
                 f(Self::readiness_of(&st));
