@@ -7,7 +7,8 @@
 #      dup/dup2, message mode, riomap/riowrite/rioread, asynchronous
 #      operations, a random 1 B..4 MiB stream both ways with a reader that
 #      stops for 2 s, a peer killed mid-stream, fork, a peer that never
-#      switches, DDP mode requested on the listener and before connect) on
+#      switches, DDP mode requested on the listener and before connect, two
+#      threads on one socket: a blocked reader and a polling writer) on
 #      loopback with CRC on and off;
 #   2. the same cases across two network namespaces joined by a veth pair
 #      (10.x addresses inside them only), CRC on and off;
@@ -47,7 +48,7 @@ gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefined \
 export ASAN_OPTIONS="verify_asan_link_order=0:detect_leaks=0:halt_on_error=1:exitcode=86"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 PRE=(env LD_PRELOAD="$SO")
-CASES=(switch calls stream msgmode rio aio kill fork plain early)
+CASES=(switch calls stream msgmode rio aio kill fork plain early threads)
 
 # 1. Loopback.
 for crc in 1 0; do

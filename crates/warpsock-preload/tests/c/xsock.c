@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -457,6 +458,45 @@ static void aio_client(int fd) {
     free(r);
 }
 
+/* Two threads on one socket: one blocked in recv (it drives the
+ * connection, so it processes the credits the peer returns), the other
+ * sending with MSG_DONTWAIT and waiting for POLLOUT. The blocked call must
+ * tell the poller (no poll may wait 10 s), and the bytes arrive in order. */
+#define THREADS_TOTAL (8u << 20)
+static void *threads_reader(void *arg) {
+    int fd = *(int *)arg;
+    wait_byte(fd, 'E');
+    return NULL;
+}
+
+static void threads_server(int fd) {
+    CHECK(ddp(fd) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, threads_reader, &fd) == 0);
+    uint8_t *b = malloc(THREADS_TOTAL);
+    CHECK(b);
+    fill(b, THREADS_TOTAL, 40, 0);
+    size_t off = 0;
+    while (off < THREADS_TOTAL) {
+        ssize_t r = send(fd, b + off, THREADS_TOTAL - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (r > 0) {
+            off += (size_t)r;
+            continue;
+        }
+        CHECK(r < 0 && errno == EAGAIN);
+        struct pollfd p = {fd, POLLOUT, 0};
+        CHECK(poll(&p, 1, 10000) == 1);
+    }
+    CHECK(pthread_join(t, NULL) == 0);
+    free(b);
+}
+
+static void threads_client(int fd) {
+    CHECK(ddp(fd) == 0);
+    expect_pattern(fd, THREADS_TOTAL, 40);
+    sync_byte(fd, 'E');
+}
+
 /* The client is killed mid-stream: the server gets the end of the stream
  * (the kernel's FIN) or ECONNRESET (its RST), as over TCP — never a
  * protocol error, never a hang. */
@@ -562,6 +602,7 @@ static const struct tcase cases[] = {
     {"fork", fork_server, fork_client, 0},
     {"plain", plain_server, plain_client, 0},
     {"early", early_server, early_client, 1},
+    {"threads", threads_server, threads_client, 0},
 };
 
 static int listener(const char *addr, int early, int *port) {

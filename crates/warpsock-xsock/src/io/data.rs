@@ -60,10 +60,20 @@ impl XSocket {
                     Err(io::Error::from_raw_os_error(libc::EPIPE))
                 };
             }
+            // A copy goes through one transmit slot per request (a sink
+            // Write, or DATA after its header), so copied bytes go out at
+            // most a slot's payload at a time; from the caller's registered
+            // buffer, as much as the books allow.
+            let rest = buf.len() - off;
+            let chunk = if user_mr.is_some() {
+                rest
+            } else {
+                rest.min(self.opts.slot_size as usize - HDR_LEN)
+            };
             let step = if st.tx_free.is_empty() {
                 TxStep::Blocked
             } else {
-                st.s.tx_data(buf.len() - off, true)
+                st.s.tx_data(chunk, chunk == rest)
             };
             match step {
                 TxStep::Control => self.flush(&mut st),
@@ -147,6 +157,7 @@ impl XSocket {
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
         let Some(mr) = user_mr else {
+            debug_assert!(data.len() + HDR_LEN <= self.opts.slot_size as usize);
             self.count(Count::TxCopied, data.len());
             match hdr {
                 Some(m) => self.post_msg(st, slot, m, data),
