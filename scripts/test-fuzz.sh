@@ -5,6 +5,9 @@
 #   scripts/test-fuzz.sh                  # rx_stream 60 s, wire_parse 30 s
 #   FUZZ_RX_SECS=600 scripts/test-fuzz.sh # longer rx_stream run
 #
+# The long campaign (hours per target, corpus minimised for committing) is
+# scripts/fuzz-campaign.sh.
+#
 # Fails (non-zero exit) if a target crashes, panics, leaks past the RSS
 # limit or hangs on an input; the reproducer is left in
 # fuzz/artifacts/<target>/ (replay: cargo +nightly fuzz run --fuzz-dir fuzz
@@ -41,9 +44,12 @@ status=0
 run() {
     local target="$1" secs="$2"
     local log="$logdir/$target.log"
-    mkdir -p "fuzz/corpus/$target"
-    echo "+ cargo +nightly fuzz run --fuzz-dir fuzz $target -- -max_total_time=$secs -rss_limit_mb=2048 -timeout=20" >&2
-    if cargo +nightly fuzz run --fuzz-dir fuzz "$target" -- \
+    # Starts from the committed (minimised) corpus; what this short run
+    # finds goes to a scratch directory, so the tree stays as committed.
+    local scratch="$logdir/$target-new"
+    mkdir -p "fuzz/corpus/$target" "$scratch"
+    echo "+ cargo +nightly fuzz run --fuzz-dir fuzz $target $scratch fuzz/corpus/$target -- -max_total_time=$secs -rss_limit_mb=2048 -timeout=20" >&2
+    if cargo +nightly fuzz run --fuzz-dir fuzz "$target" "$scratch" "fuzz/corpus/$target" -- \
         -max_total_time="$secs" -rss_limit_mb=2048 -timeout=20 \
         -print_final_stats=1 >"$log" 2>&1; then
         grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" |

@@ -38,6 +38,18 @@ impl From<warpsock_engine::CmError> for Error {
     }
 }
 
+impl From<warpsock_engine::Error> for Error {
+    fn from(e: warpsock_engine::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+impl From<warpsock_engine::BatchPostError> for Error {
+    fn from(e: warpsock_engine::BatchPostError) -> Self {
+        Self(format!("cannot post a work request: {e}"))
+    }
+}
+
 impl From<warpsock_engine::PostError> for Error {
     fn from(e: warpsock_engine::PostError) -> Self {
         Self(format!("cannot post a work request: {e}"))

@@ -60,6 +60,7 @@ fn ctx(busy: bool) -> Context {
     Context::with_options(ContextOptions {
         progress: Progress::Caller,
         busy_poll: if busy { LONG } else { Duration::ZERO },
+        ..ContextOptions::default()
     })
     .expect("context")
 }

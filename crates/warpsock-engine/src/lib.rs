@@ -22,8 +22,10 @@
 //! Every object is owned; dropping it cleans up (a [`Qp`] disconnects, an
 //! [`Mr`] deregisters, the progress thread stops with the last handle). A
 //! dropped [`Qp`]'s socket lingers, its input discarded, until the peer's
-//! FIN (at most 2 s), so a peer still sending is never reset: a reset would
-//! make the peer's kernel drop what we sent last.
+//! FIN (at most [`ContextOptions::linger`], 2 s by default), so a peer
+//! still sending is never reset: a reset would make the peer's kernel drop
+//! what we sent last. Every posted work request completes exactly once:
+//! with its result, or flushed.
 //!
 //! # Progress
 //!
@@ -35,8 +37,8 @@
 //!   costs the system calls of plain TCP, one `sendmsg` and one `recv`.
 //! * [`Progress::Thread`]: a background thread per context moves data
 //!   while the application computes; [`Cq::wait`] sleeps until a
-//!   completion arrives, and [`Cq::notify_fd`] is readable while the queue
-//!   is non-empty.
+//!   completion arrives, and [`Cq::notify_fd`] (the [`Cq`]'s
+//!   [`AsFd`](std::os::fd::AsFd)) is readable while the queue is non-empty.
 //!
 //! # Data path
 //!
@@ -53,13 +55,21 @@
 //!
 //! A connection that dies (peer crash, reset, `TCP_USER_TIMEOUT` or
 //! keepalive expiry, see [`TcpOptions`]) flushes every outstanding work
-//! request with an error completion; [`Qp::socket_error`] then names the
-//! `errno`. Setup errors are [`CmError`]s that say which step failed.
+//! request with an error completion that says why ([`Wc::cause`],
+//! [`Wc::result`]: "peer closed the connection", "peer reset the
+//! connection", "connection timed out", "peer sent Terminate …");
+//! [`Qp::close_reason`] and [`Event::Closed`] carry the same cause and
+//! [`Qp::socket_error`] the `errno`. Setup errors are [`CmError`]s that say
+//! which step failed and how. Every error converts into the crate's
+//! [`Error`].
 //!
 //! # Memory
 //!
 //! Owned regions ([`Pd::register`], [`Pd::alloc`]) are safe: their bytes
-//! are reached through [`Mr::read`], [`Mr::write`], [`Mr::with_bytes`].
+//! are reached through [`Mr::read`], [`Mr::write`], [`Mr::with_bytes`],
+//! whose closure runs outside the context lock and may call back into the
+//! engine. STag keys are random (RFC 5042 §5), laid out as siw does
+//! (`index << 8 | key`).
 //! Caller memory ([`Pd::register_raw`]) follows the verbs contract: the
 //! memory must stay valid while registered and the application must not
 //! touch the parts operations are in flight on.
@@ -206,21 +216,42 @@
 //! server.join().unwrap();
 //! # Ok(()) }
 //! ```
+//!
+//! # Layout
+//!
+//! Modules depend one way, top to bottom: the handles ([`Pd`] in `pd`,
+//! [`Mr`] in `mr`, [`Cq`] in `cq`, [`Qp`] in `qp`, the connection manager in
+//! `cm`) sit on the context (`context`: the shared state, the progress
+//! thread), which sits on the socket driver (`driver`, with its `rx` and
+//! `tx` halves mirroring the core's), which sits on the leaves: `wc`
+//! (completions), `mem` (region memory), `sys` (system calls), `error`.
 #![deny(unsafe_code)]
 
 mod cm;
-mod engine;
-pub mod mem;
+mod context;
+mod cq;
+mod driver;
+mod error;
+mod mem;
+mod mr;
+mod pd;
+mod qp;
 mod sys;
-mod verbs;
+mod wc;
 
 pub use cm::{
     connect, connect_stream, CmError, ConnectRequest, Listener, QpInit, QpOptions, TcpOptions,
-    MAX_PRIVATE_DATA,
+    DEFAULT_MAX_PENDING, DEFAULT_MPA_REQUEST_TIMEOUT, MAX_PRIVATE_DATA,
 };
-pub use verbs::{Context, ContextOptions, Cq, Mr, Pd, Progress, Qp, Wc};
+pub use context::{Context, ContextOptions, Progress, DEFAULT_LINGER};
+pub use cq::Cq;
+pub use error::{BatchPostError, Error, Result};
+pub use mr::Mr;
+pub use pd::Pd;
+pub use qp::Qp;
 pub use warpsock_proto as proto;
 pub use warpsock_proto::{
-    Access, Event, Negotiated, PostError, QpState, RecvWr, RtrOffer, RtrType, SendOp, SendWr, Sge,
-    Sgl, Stag, WcOpcode, WcStatus,
+    Access, CloseReason, Event, Negotiated, PostError, QpState, RecvWr, RtrOffer, RtrType, SendOp,
+    SendWr, Sge, Sgl, Stag, TransportError, WcOpcode, WcStatus,
 };
+pub use wc::{status_text, Wc, WcError};

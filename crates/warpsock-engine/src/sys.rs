@@ -2,13 +2,13 @@
 //! `sendmsg` with `MSG_NOSIGNAL`, `recv`/`recvmsg` with explicit flags, TCP
 //! socket options and `mlock`.
 //!
-//! This is one of the two modules of the crate allowed to use `unsafe`
-//! (the other is [`crate::mem`]). Every function here wraps one libc call on
+//! This is one of the few modules of the crate allowed to use `unsafe`
+//! (see [`crate::mem`]). Every function here wraps one libc call on
 //! file descriptors the caller owns, and checks its result.
 #![allow(unsafe_code)]
 
 use std::io::{self, IoSlice, IoSliceMut};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Converts a libc `-1` return into the thread's `errno`.
@@ -55,9 +55,8 @@ impl Epoll {
         // SAFETY: plain syscall; the returned fd is checked and then owned.
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
     }
 
     fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
@@ -121,9 +120,8 @@ impl EventFd {
         // SAFETY: plain syscall; the returned fd is checked and then owned.
         let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
     }
 
     /// Makes the fd readable.
@@ -148,18 +146,28 @@ impl AsRawFd for EventFd {
     }
 }
 
-/// Waits until `fd` is readable (or has an error/hang-up) or `timeout`
-/// passes. Returns whether it is ready.
-pub(crate) fn poll_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// `poll(2)` on `fds` (each entry's `revents` is filled in) for up to
+/// `timeout` (`None`: forever). Returns how many are ready; `EINTR` counts
+/// as none.
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
+    // SAFETY: `fds` is a live, writable array of `fds.len()` pollfds for
+    // the duration of the call.
+    let r = unsafe {
+        libc::poll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            timeout_ms(timeout),
+        )
     };
-    // SAFETY: one valid pollfd for the duration of the call.
-    match cvt(unsafe { libc::poll(&mut p, 1, timeout_ms(timeout)) }) {
-        Ok(n) => Ok(n > 0),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+    match cvt(r) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
         Err(e) => Err(e),
     }
 }
@@ -350,6 +358,26 @@ pub(crate) fn set_linger_zero(fd: RawFd) -> io::Result<()> {
             l_linger: 0,
         },
     )
+}
+
+/// Fills `buf` from the kernel's random source (`getrandom`, which only
+/// blocks before the pool is first initialised at boot).
+pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        let rest = &mut buf[at..];
+        // SAFETY: `rest` is a live, writable slice of the length passed.
+        let r = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        } else {
+            at += r as usize;
+        }
+    }
+    Ok(())
 }
 
 /// `mlock` of `[ptr, ptr + len)`.

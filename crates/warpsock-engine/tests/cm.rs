@@ -7,13 +7,14 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::{pattern, send_wr, wait_n, LIMIT};
 use warpsock_engine::proto::ConnectError;
 use warpsock_engine::{
-    connect, Access, CmError, Context, Event, Listener, Progress, QpInit, QpState, RecvWr, SendOp,
-    SendWr, Sgl, Wc, WcStatus, MAX_PRIVATE_DATA,
+    connect, Access, CloseReason, CmError, Context, Event, Listener, Progress, QpInit, QpState,
+    RecvWr, SendOp, SendWr, Sgl, TransportError, Wc, WcStatus, MAX_PRIVATE_DATA,
 };
 
 fn ctx() -> (Context, warpsock_engine::Pd, warpsock_engine::Cq) {
@@ -191,7 +192,22 @@ fn private_data_both_ways_and_reject() {
     assert!(err.to_string().contains("rejected"));
     init.options.private_data = max;
     let err = connect(addr, &init).unwrap_err();
-    assert!(matches!(err, CmError::Mpa(ConnectError::Eof)), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            CmError::Closed {
+                reason: CloseReason::PeerClosed,
+                stage: "MPA reply",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("peer closed the connection while waiting for the MPA reply"),
+        "{err}"
+    );
     server.join().unwrap();
     // Oversized request private data never leaves the host.
     init.options.private_data = vec![0; MAX_PRIVATE_DATA + 1];
@@ -300,11 +316,22 @@ fn graceful_disconnect_flushes_both_sides() {
             assert!(w[0].is_ok() && w[0].byte_len == 3);
             assert_eq!(&buf.to_vec()[..3], b"bye");
             assert!(w[1..].iter().all(|w| w.status == WcStatus::WrFlushError));
+            // Each flushed receive says why: the peer closed.
+            assert!(
+                w[1..]
+                    .iter()
+                    .all(|w| w.cause == Some(CloseReason::PeerClosed)),
+                "{w:?}"
+            );
             let mut events = Vec::new();
             while let Some(e) = qp.poll_event() {
                 events.push(e);
             }
-            assert!(events.contains(&Event::Closed), "{events:?}");
+            assert!(
+                events.contains(&Event::Closed(CloseReason::PeerClosed)),
+                "{events:?}"
+            );
+            assert_eq!(qp.close_reason(), Some(CloseReason::PeerClosed));
         },
     );
 }
@@ -330,6 +357,18 @@ fn abort_resets_the_peer() {
             assert!(qp.is_closed());
             let err = qp.socket_error().expect("a reset is a socket error");
             assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+            // The cause reaches the completions and the close reason: a
+            // reset, not "closed".
+            let reset = CloseReason::Transport(TransportError::Reset);
+            assert_eq!(qp.close_reason(), Some(reset));
+            assert!(
+                w.iter()
+                    .filter(|w| !w.is_ok())
+                    .all(|w| w.cause == Some(reset)),
+                "{w:?}"
+            );
+            let e = w.iter().find(|w| !w.is_ok()).unwrap().result().unwrap_err();
+            assert!(e.to_string().ends_with("peer reset the connection"), "{e}");
             // After a reset, posting completes at once with a flush error.
             qp.post_send(SendWr {
                 wr_id: 9,
@@ -388,7 +427,7 @@ fn wait_times_out_and_notify_fd_tracks_the_queue() {
         sgl: buf.sge(0, 16).into(),
     }];
     let _qp = connect(addr, &init).unwrap();
-    let fd = cq.notify_fd();
+    let fd = cq.notify_fd().as_raw_fd();
     let readable = |ms| readable_within(fd, ms);
     assert!(readable(5000), "completion raises the notify fd");
     assert_eq!(cq.len(), 1);

@@ -14,7 +14,8 @@ use common::{
     LIMIT, VERDICT_LEN,
 };
 use warpsock_engine::{
-    connect, Access, Context, Event, Progress, QpInit, RecvWr, SendOp, SendWr, Wc, WcStatus,
+    connect, Access, CloseReason, Context, Event, Progress, QpInit, RecvWr, SendOp, SendWr,
+    TransportError, Wc, WcStatus,
 };
 
 fn progress(s: &str) -> Progress {
@@ -48,18 +49,29 @@ fn peer_main() {
                     sgl: rbuf.sge(0, 1 << 20).into(),
                 })
                 .collect();
-            let _qp = l
+            let qp = l
                 .accept_qp(&init, &advertise(&[&target]), Some(LIMIT))
                 .unwrap();
             // "stalled": never drive progress (caller mode), so the
-            // initiator's data piles up unread. "active": keep receiving.
+            // initiator's data piles up unread. "active": keep receiving,
+            // reposting each receive a Send took, so the peer never runs
+            // out and Terminates (RFC 5040 §7.1: a Send with no receive
+            // posted is an error): what is tested is the kill, not that.
             let end = Instant::now() + Duration::from_secs(60);
             while Instant::now() < end {
                 if behaviour == "stalled" {
                     std::thread::sleep(Duration::from_millis(100));
                 } else {
                     let mut b = [Wc::default(); 64];
-                    cq.wait(&mut b, Duration::from_millis(100)).unwrap();
+                    let n = cq.wait(&mut b, Duration::from_millis(100)).unwrap();
+                    for w in &b[..n] {
+                        assert!(w.is_ok(), "{w:?}");
+                        qp.post_recv(RecvWr {
+                            wr_id: w.wr_id,
+                            sgl: rbuf.sge(0, 1 << 20).into(),
+                        })
+                        .unwrap();
+                    }
                 }
             }
         }
@@ -163,9 +175,12 @@ fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
         !errors.is_empty(),
         "{before} completed before the kill, none failed after"
     );
-    assert!(errors
-        .iter()
-        .all(|w| matches!(w.status, WcStatus::WrFlushError | WcStatus::FatalError)));
+    assert!(
+        errors
+            .iter()
+            .all(|w| matches!(w.status, WcStatus::WrFlushError | WcStatus::FatalError)),
+        "{errors:?}"
+    );
     // Send-queue completions stay in posting order, errors after successes.
     let sq: Vec<&Wc> = got.iter().filter(|w| w.wr_id < N).collect();
     assert!(sq.windows(2).all(|p| p[0].wr_id < p[1].wr_id), "order");
@@ -188,7 +203,23 @@ fn peer_killed(peer_behaviour: &str, survivor: Progress, kill_after: usize) {
     while let Some(e) = qp.poll_event() {
         events.push(e);
     }
-    assert!(events.contains(&Event::Closed), "{events:?}");
+    // A killed peer's kernel closes its socket: FIN, or a reset when our
+    // bytes were still unread there (or the peer's last act was a
+    // Terminate: a Send that found no receive it had not reposted). The
+    // cause is told, the same in the event, the queue pair and every
+    // failed completion.
+    let reason = qp.close_reason().expect("closed");
+    assert!(
+        matches!(
+            reason,
+            CloseReason::PeerClosed
+                | CloseReason::Transport(TransportError::Reset)
+                | CloseReason::Terminated { by_peer: true, .. }
+        ),
+        "{reason:?}"
+    );
+    assert!(events.contains(&Event::Closed(reason)), "{events:?}");
+    assert!(errors.iter().all(|w| w.cause == Some(reason)), "{errors:?}");
     // Posting to the dead queue pair completes at once with a flush error.
     qp.post_send(SendWr {
         wr_id: 77,

@@ -183,8 +183,8 @@ typedef uint32_t warpsock_qp_state;
  * everything else is an error whose text `warpsock_result_str` and
  * `warpsock_result_message` give. The numeric values are stable; related
  * codes share a hundred (1xx sockets and addresses, 2xx connection
- * setup, 3xx posting work requests, 4xx memory regions), leaving room for
- * new codes in each group.
+ * setup, 3xx posting work requests, 4xx memory regions, 5xx how a
+ * connection ended), leaving room for new codes in each group.
  */
 enum warpsock_result
 #ifdef __cplusplus
@@ -272,6 +272,38 @@ enum warpsock_result
      * Locking the region's pages in RAM (`mlock`) failed.
      */
     WARPSOCK_RESULT_MEMORY_LOCK = 401,
+    /**
+     * The peer closed the connection (TCP FIN).
+     */
+    WARPSOCK_RESULT_PEER_CLOSED = 500,
+    /**
+     * The peer reset the connection (TCP RST).
+     */
+    WARPSOCK_RESULT_PEER_RESET = 501,
+    /**
+     * The connection timed out: sent data stayed unacknowledged past the
+     * TCP user timeout, or keepalive probes went unanswered (the peer is
+     * dead or unreachable).
+     */
+    WARPSOCK_RESULT_CONNECTION_TIMED_OUT = 502,
+    /**
+     * The peer sent a Terminate (its code is in the event or completion).
+     */
+    WARPSOCK_RESULT_TERMINATE_RECEIVED = 503,
+    /**
+     * We sent the peer a Terminate (it broke the protocol; the code is in
+     * the event or completion).
+     */
+    WARPSOCK_RESULT_TERMINATE_SENT = 504,
+    /**
+     * A local work request failed (bad local buffer, or a region
+     * deregistered under an active request) and took the queue pair down.
+     */
+    WARPSOCK_RESULT_LOCAL_ERROR = 505,
+    /**
+     * The connection was closed locally (disconnect).
+     */
+    WARPSOCK_RESULT_CLOSED_LOCALLY = 506,
 };
 #ifndef __cplusplus
 typedef uint32_t warpsock_result;
@@ -509,6 +541,18 @@ typedef struct warpsock_wc {
      * `WARPSOCK_WC_*` bits.
      */
     uint32_t wc_flags;
+    /**
+     * A failed completion: how its queue pair ended, as a
+     * `warpsock_result` in the 5xx group (`WARPSOCK_RESULT_PEER_RESET`,
+     * `WARPSOCK_RESULT_TERMINATE_RECEIVED`, ...), `WARPSOCK_RESULT_IO` for
+     * another socket error; 0 when unknown or on success.
+     */
+    uint32_t cause;
+    /**
+     * With `cause`: a Terminate's code as `layer << 16 | etype << 8 |
+     * ecode`, or a socket error's `errno`; else 0.
+     */
+    uint32_t cause_detail;
 } warpsock_wc;
 
 /**
@@ -612,6 +656,13 @@ typedef struct warpsock_event {
      * Terminated: the peer sent it (else we did).
      */
     bool by_peer;
+    /**
+     * Closed: how the connection ended, as a `warpsock_result` in the 5xx
+     * group (`WARPSOCK_RESULT_PEER_CLOSED`, `..._PEER_RESET`,
+     * `..._CONNECTION_TIMED_OUT`, `..._TERMINATE_RECEIVED`, ...), or
+     * `WARPSOCK_RESULT_IO` for another socket error; else 0.
+     */
+    uint32_t cause;
 } warpsock_event;
 
 /**
@@ -1200,6 +1251,17 @@ bool warpsock_qp_is_closed(const struct warpsock_qp *qp);
  * close) or `qp` is NULL.
  */
 int32_t warpsock_qp_socket_errno(const struct warpsock_qp *qp);
+
+/**
+ * How the connection ended, as a `warpsock_result` in the 5xx group
+ * (`WARPSOCK_RESULT_PEER_CLOSED`, `..._PEER_RESET`,
+ * `..._CONNECTION_TIMED_OUT`, `..._TERMINATE_RECEIVED`,
+ * `..._TERMINATE_SENT`, `..._LOCAL_ERROR`, `..._CLOSED_LOCALLY`;
+ * `WARPSOCK_RESULT_IO` for another socket error: see
+ * `warpsock_qp_socket_errno`), or 0 (`WARPSOCK_RESULT_OK`) while it is
+ * open or for NULL. `warpsock_result_str` gives its text.
+ */
+uint32_t warpsock_qp_close_reason(const struct warpsock_qp *qp);
 
 /**
  * Posts a send-queue work request (Send, Send with Invalidate, RDMA Write,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use warpsock_engine::{Context, ContextOptions, Pd, Progress};
 
-use crate::error::{fail, io_error, warpsock_result};
+use crate::error::{engine_error, fail, warpsock_result};
 use crate::ffi::{to_boxed_mut_ptr, try_out, try_ref_from_ptr, try_take, Castable};
 use crate::panic::ffi_panic_boundary;
 
@@ -81,13 +81,14 @@ pub extern "C" fn warpsock_context_new(
         let opts = ContextOptions {
             progress,
             busy_poll: Duration::from_micros(busy_poll_us),
+            ..ContextOptions::default()
         };
         match Context::with_options(opts) {
             Ok(ctx) => {
                 out.write(to_boxed_mut_ptr(ctx));
                 warpsock_result::Ok
             }
-            Err(e) => io_error(&e),
+            Err(e) => engine_error(&e),
         }
     }
 }

@@ -1,11 +1,12 @@
 //! Completion queues and work completions.
 
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use warpsock_engine::{Cq, Wc, WcOpcode, WcStatus};
 
 use crate::context::warpsock_context;
-use crate::error::{io_error, warpsock_result};
+use crate::error::{close_reason_code, close_reason_detail, engine_error, warpsock_result};
 use crate::ffi::{
     to_boxed_mut_ptr, try_out, try_out_buf, try_ref_from_ptr, try_take, Castable, OutBuf,
 };
@@ -130,6 +131,14 @@ pub struct warpsock_wc {
     pub invalidated_rkey: u32,
     /// `WARPSOCK_WC_*` bits.
     pub wc_flags: u32,
+    /// A failed completion: how its queue pair ended, as a
+    /// `warpsock_result` in the 5xx group (`WARPSOCK_RESULT_PEER_RESET`,
+    /// `WARPSOCK_RESULT_TERMINATE_RECEIVED`, ...), `WARPSOCK_RESULT_IO` for
+    /// another socket error; 0 when unknown or on success.
+    pub cause: u32,
+    /// With `cause`: a Terminate's code as `layer << 16 | etype << 8 |
+    /// ecode`, or a socket error's `errno`; else 0.
+    pub cause_detail: u32,
 }
 
 impl From<&Wc> for warpsock_wc {
@@ -154,6 +163,8 @@ impl From<&Wc> for warpsock_wc {
             qp_num: w.qp_num,
             invalidated_rkey: w.invalidated.unwrap_or(0),
             wc_flags: flags,
+            cause: w.cause.map_or(0, |c| close_reason_code(c) as u32),
+            cause_detail: w.cause.map_or(0, close_reason_detail),
         }
     }
 }
@@ -184,7 +195,7 @@ pub extern "C" fn warpsock_cq_new(
                 out.write(to_boxed_mut_ptr(cq));
                 warpsock_result::Ok
             }
-            Err(e) => io_error(&e),
+            Err(e) => engine_error(&e),
         }
     }
 }
@@ -269,7 +280,7 @@ pub extern "C" fn warpsock_cq_wait(
         let want = wcs.len().min(CHUNK);
         let got = match cq.wait(&mut tmp[..want], timeout) {
             Ok(n) => n,
-            Err(e) => return io_error(&e),
+            Err(e) => return engine_error(&e),
         };
         store(&mut wcs, 0, &tmp[..got]);
         let more = if got == want { drain(cq, &mut wcs, got) } else { 0 };
@@ -292,7 +303,7 @@ pub extern "C" fn warpsock_cq_notify_fd(
     ffi_panic_boundary! {
         let cq = try_ref_from_ptr!(cq);
         let out_fd = try_out!(out_fd);
-        out_fd.write(cq.notify_fd());
+        out_fd.write(cq.notify_fd().as_raw_fd());
         warpsock_result::Ok
     }
 }

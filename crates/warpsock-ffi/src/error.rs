@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CStr};
 use std::io;
 
-use warpsock_engine::{CmError, PostError};
+use warpsock_engine::{CloseReason, CmError, PostError, TransportError};
 
 use crate::ffi::{try_out, try_out_buf, OutBuf};
 use crate::panic::ffi_panic_boundary;
@@ -14,8 +14,8 @@ use crate::panic::ffi_panic_boundary;
 /// everything else is an error whose text `warpsock_result_str` and
 /// `warpsock_result_message` give. The numeric values are stable; related
 /// codes share a hundred (1xx sockets and addresses, 2xx connection
-/// setup, 3xx posting work requests, 4xx memory regions), leaving room for
-/// new codes in each group.
+/// setup, 3xx posting work requests, 4xx memory regions, 5xx how a
+/// connection ended), leaving room for new codes in each group.
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum warpsock_result {
@@ -62,6 +62,24 @@ pub enum warpsock_result {
     OutOfBounds = 400,
     /// Locking the region's pages in RAM (`mlock`) failed.
     MemoryLock = 401,
+    /// The peer closed the connection (TCP FIN).
+    PeerClosed = 500,
+    /// The peer reset the connection (TCP RST).
+    PeerReset = 501,
+    /// The connection timed out: sent data stayed unacknowledged past the
+    /// TCP user timeout, or keepalive probes went unanswered (the peer is
+    /// dead or unreachable).
+    ConnectionTimedOut = 502,
+    /// The peer sent a Terminate (its code is in the event or completion).
+    TerminateReceived = 503,
+    /// We sent the peer a Terminate (it broke the protocol; the code is in
+    /// the event or completion).
+    TerminateSent = 504,
+    /// A local work request failed (bad local buffer, or a region
+    /// deregistered under an active request) and took the queue pair down.
+    LocalError = 505,
+    /// The connection was closed locally (disconnect).
+    ClosedLocally = 506,
 }
 
 impl warpsock_result {
@@ -86,6 +104,13 @@ impl warpsock_result {
         Self::InvalidWorkRequest,
         Self::OutOfBounds,
         Self::MemoryLock,
+        Self::PeerClosed,
+        Self::PeerReset,
+        Self::ConnectionTimedOut,
+        Self::TerminateReceived,
+        Self::TerminateSent,
+        Self::LocalError,
+        Self::ClosedLocally,
     ];
 
     /// The code with numeric value `n`, if there is one.
@@ -119,6 +144,13 @@ impl warpsock_result {
             Self::InvalidWorkRequest => c"malformed work request",
             Self::OutOfBounds => c"offset and length reach outside the memory region",
             Self::MemoryLock => c"cannot lock the memory region in RAM (mlock)",
+            Self::PeerClosed => c"peer closed the connection",
+            Self::PeerReset => c"peer reset the connection",
+            Self::ConnectionTimedOut => c"connection timed out (peer dead or unreachable)",
+            Self::TerminateReceived => c"peer sent a Terminate",
+            Self::TerminateSent => c"sent a Terminate to the peer (it broke the protocol)",
+            Self::LocalError => c"a local work request failed",
+            Self::ClosedLocally => c"the connection was closed locally",
         }
     }
 }
@@ -151,6 +183,7 @@ pub(crate) fn cm_error(e: &CmError) -> warpsock_result {
         CmError::Timeout { .. } => warpsock_result::Timeout,
         CmError::Rejected { .. } => warpsock_result::Rejected,
         CmError::Mpa(_) => warpsock_result::MpaFailed,
+        CmError::Closed { reason, .. } => close_reason_code(*reason),
         CmError::PrivateDataTooLong { .. } => warpsock_result::PrivateDataTooLong,
         CmError::ContextMismatch => warpsock_result::ContextMismatch,
         CmError::Post(p) => return post_error(*p),
@@ -158,6 +191,34 @@ pub(crate) fn cm_error(e: &CmError) -> warpsock_result {
         _ => warpsock_result::Io,
     };
     fail(code, e)
+}
+
+/// The code that names how a connection ended (`Io` for a socket error
+/// other than a reset or a timeout).
+pub(crate) fn close_reason_code(r: CloseReason) -> warpsock_result {
+    match r {
+        CloseReason::Local => warpsock_result::ClosedLocally,
+        CloseReason::PeerClosed => warpsock_result::PeerClosed,
+        CloseReason::Transport(TransportError::Reset) => warpsock_result::PeerReset,
+        CloseReason::Transport(TransportError::TimedOut) => warpsock_result::ConnectionTimedOut,
+        CloseReason::Terminated { by_peer: true, .. } => warpsock_result::TerminateReceived,
+        CloseReason::Terminated { by_peer: false, .. } => warpsock_result::TerminateSent,
+        CloseReason::LocalError => warpsock_result::LocalError,
+        _ => warpsock_result::Io,
+    }
+}
+
+/// The detail that goes with [`close_reason_code`]: a Terminate's code
+/// packed as `layer << 16 | etype << 8 | ecode`, a socket error's `errno`,
+/// else 0.
+pub(crate) fn close_reason_detail(r: CloseReason) -> u32 {
+    match r {
+        CloseReason::Terminated { code, .. } => {
+            u32::from(code.layer) << 16 | u32::from(code.etype) << 8 | u32::from(code.ecode)
+        }
+        CloseReason::Transport(TransportError::Os(e)) => e as u32,
+        _ => 0,
+    }
 }
 
 /// The code for a failed post.
@@ -171,6 +232,20 @@ pub(crate) fn post_error(e: PostError) -> warpsock_result {
 
 /// The code for a system error.
 pub(crate) fn io_error(e: &io::Error) -> warpsock_result {
+    io_code(e, e)
+}
+
+/// The code for an engine error (its text becomes the detail).
+pub(crate) fn engine_error(e: &warpsock_engine::Error) -> warpsock_result {
+    match e {
+        warpsock_engine::Error::Sys { source, .. } => io_code(source, e),
+        warpsock_engine::Error::Cm(c) => cm_error(c),
+        warpsock_engine::Error::Post(p) => post_error(*p),
+        _ => fail(warpsock_result::Io, e),
+    }
+}
+
+fn io_code(e: &io::Error, detail: impl std::fmt::Display) -> warpsock_result {
     let code = match e.kind() {
         io::ErrorKind::AddrInUse => warpsock_result::AddressInUse,
         io::ErrorKind::AddrNotAvailable => warpsock_result::AddressResolve,
@@ -178,7 +253,7 @@ pub(crate) fn io_error(e: &io::Error) -> warpsock_result {
         io::ErrorKind::TimedOut => warpsock_result::Timeout,
         _ => warpsock_result::Io,
     };
-    fail(code, e)
+    fail(code, detail)
 }
 
 /// Copies `text` into a `char` buffer of `len` bytes, cut to fit, always

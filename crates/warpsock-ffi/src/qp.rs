@@ -5,13 +5,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use warpsock_engine::{
-    connect, Event, Qp, QpInit, QpOptions, QpState, RecvWr, SendOp, SendWr, Sge, Sgl,
+    connect, CloseReason, Event, Qp, QpInit, QpOptions, QpState, RecvWr, SendOp, SendWr, Sge, Sgl,
     MAX_PRIVATE_DATA,
 };
 
 use crate::context::warpsock_pd;
 use crate::cq::warpsock_cq;
-use crate::error::{cm_error, fail, post_error, warpsock_result};
+use crate::error::{close_reason_code, cm_error, fail, post_error, warpsock_result};
 use crate::ffi::{
     slice_from, to_boxed_mut_ptr, try_cstr, try_from, try_mut_from_ptr, try_out, try_ref_from_ptr,
     try_slice, try_take, Castable, OutBuf,
@@ -160,6 +160,11 @@ pub struct warpsock_event {
     pub term_ecode: u8,
     /// Terminated: the peer sent it (else we did).
     pub by_peer: bool,
+    /// Closed: how the connection ended, as a `warpsock_result` in the 5xx
+    /// group (`WARPSOCK_RESULT_PEER_CLOSED`, `..._PEER_RESET`,
+    /// `..._CONNECTION_TIMED_OUT`, `..._TERMINATE_RECEIVED`, ...), or
+    /// `WARPSOCK_RESULT_IO` for another socket error; else 0.
+    pub cause: u32,
 }
 
 /// Peer-to-peer ready-to-receive message in use (`warpsock_negotiated.rtr`).
@@ -621,6 +626,22 @@ pub extern "C" fn warpsock_qp_socket_errno(qp: *const warpsock_qp) -> i32 {
     }
 }
 
+/// How the connection ended, as a `warpsock_result` in the 5xx group
+/// (`WARPSOCK_RESULT_PEER_CLOSED`, `..._PEER_RESET`,
+/// `..._CONNECTION_TIMED_OUT`, `..._TERMINATE_RECEIVED`,
+/// `..._TERMINATE_SENT`, `..._LOCAL_ERROR`, `..._CLOSED_LOCALLY`;
+/// `WARPSOCK_RESULT_IO` for another socket error: see
+/// `warpsock_qp_socket_errno`), or 0 (`WARPSOCK_RESULT_OK`) while it is
+/// open or for NULL. `warpsock_result_str` gives its text.
+#[no_mangle]
+pub extern "C" fn warpsock_qp_close_reason(qp: *const warpsock_qp) -> u32 {
+    ffi_panic_boundary! {
+        qp_ref(qp)
+            .and_then(Qp::close_reason)
+            .map_or(0, |r| close_reason_code(r) as u32)
+    }
+}
+
 fn build_sgl(ptr: *const warpsock_sge, n: usize) -> Option<Sgl> {
     // SAFETY: the post functions document that `sg_list` is valid for
     // `num_sge` reads (or NULL with `num_sge` 0) during the call.
@@ -734,7 +755,16 @@ pub extern "C" fn warpsock_qp_poll_event(
                 ev.by_peer = by_peer;
                 warpsock_event_kind::Terminated
             }
-            Some(Event::Closed) => warpsock_event_kind::Closed,
+            Some(Event::Closed(reason)) => {
+                ev.cause = close_reason_code(reason) as u32;
+                if let CloseReason::Terminated { code, by_peer } = reason {
+                    ev.term_layer = code.layer;
+                    ev.term_etype = code.etype;
+                    ev.term_ecode = code.ecode;
+                    ev.by_peer = by_peer;
+                }
+                warpsock_event_kind::Closed
+            }
             Some(_) => warpsock_event_kind::Other,
         } as u32;
         out.write(ev);

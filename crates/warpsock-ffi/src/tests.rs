@@ -106,6 +106,13 @@ fn result_codes_keep_their_numbers() {
         (warpsock_result::InvalidWorkRequest, 301),
         (warpsock_result::OutOfBounds, 400),
         (warpsock_result::MemoryLock, 401),
+        (warpsock_result::PeerClosed, 500),
+        (warpsock_result::PeerReset, 501),
+        (warpsock_result::ConnectionTimedOut, 502),
+        (warpsock_result::TerminateReceived, 503),
+        (warpsock_result::TerminateSent, 504),
+        (warpsock_result::LocalError, 505),
+        (warpsock_result::ClosedLocally, 506),
     ];
     assert_eq!(expect.len(), warpsock_result::ALL.len());
     for (r, v) in expect {

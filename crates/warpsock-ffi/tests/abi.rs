@@ -352,6 +352,12 @@ fn send_write_read_through_the_c_abi() {
     let wc = c.wait();
     assert_eq!(wc.wr_id, 9);
     assert_eq!(wc.status, warpsock_wc_status::WrFlushError as u32);
+    // The flushed receive and the queue pair say why: we closed it.
+    assert_eq!(wc.cause, warpsock_result::ClosedLocally as u32);
+    assert_eq!(
+        warpsock_qp_close_reason(qp),
+        warpsock_result::ClosedLocally as u32
+    );
     // A clean disconnect is no socket error.
     assert_eq!(warpsock_qp_socket_errno(qp), 0);
     assert_eq!(warpsock_qp_socket_errno(null()), 0);
@@ -402,8 +408,13 @@ fn reject_reaches_the_initiator_and_queue_depth_is_enforced() {
                 break;
             }
         }
-        // The client aborted: the reset is reported with its errno.
+        // The client aborted: the reset is reported as such, with its
+        // errno.
         assert_eq!(warpsock_qp_socket_errno(qp), libc::ECONNRESET);
+        assert_eq!(
+            warpsock_qp_close_reason(qp),
+            warpsock_result::PeerReset as u32
+        );
         warpsock_qp_free(qp);
         warpsock_listener_free(l.0);
     });
@@ -411,9 +422,10 @@ fn reject_reaches_the_initiator_and_queue_depth_is_enforced() {
     let c = Side::new(warpsock_progress::Caller);
     let addr = CString::new(format!("127.0.0.1:{port}")).unwrap();
     let mut qp = null_mut();
-    // The first request is closed without a reply: MPA fails.
+    // The first request is closed without a reply: the peer closed the
+    // connection during setup.
     let r = warpsock_qp_connect(addr.as_ptr(), c.pd, c.cq, c.cq, null(), &mut qp);
-    assert_eq!(r, warpsock_result::MpaFailed);
+    assert_eq!(r, warpsock_result::PeerClosed);
     let r = warpsock_qp_connect(addr.as_ptr(), c.pd, c.cq, c.cq, null(), &mut qp);
     assert_eq!(r, warpsock_result::Rejected);
     assert!(qp.is_null());

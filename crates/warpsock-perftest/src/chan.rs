@@ -65,15 +65,14 @@ impl Chan {
                 by_peer,
             };
         }
-        match self.failed {
-            Some(wc) if wc.status != WcStatus::WrFlushError || !self.qp.is_closed() => {
-                Error::Completion {
-                    step,
-                    opcode: wc.opcode,
-                    status: wc.status,
-                }
+        match self.failed.map(|wc| wc.result()) {
+            Some(Err(error)) if error.status != WcStatus::WrFlushError || !self.qp.is_closed() => {
+                Error::Completion { step, error }
             }
-            _ => Error::Disconnected { step },
+            _ => Error::Disconnected {
+                step,
+                reason: self.qp.close_reason(),
+            },
         }
     }
 

@@ -68,7 +68,7 @@ use std::fmt;
 use std::time::Duration;
 
 use warpsock_engine::proto::wire::terminate::TermCode;
-use warpsock_engine::{CmError, PostError, WcOpcode, WcStatus};
+use warpsock_engine::{CloseReason, CmError, PostError, WcError};
 
 /// Which perftest test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -244,10 +244,8 @@ pub enum Error {
     Completion {
         /// During what.
         step: &'static str,
-        /// Its opcode.
-        opcode: WcOpcode,
-        /// Its status.
-        status: WcStatus,
+        /// The failed request: kind, status, cause.
+        error: WcError,
     },
     /// A Terminate ended the connection.
     Terminated {
@@ -258,10 +256,12 @@ pub enum Error {
         /// Whether the peer sent it.
         by_peer: bool,
     },
-    /// The peer closed the connection.
+    /// The connection ended.
     Disconnected {
         /// During what.
         step: &'static str,
+        /// How (peer closed, peer reset, timed out, ...), when known.
+        reason: Option<CloseReason>,
     },
     /// The peer said something perftest would not.
     Protocol {
@@ -287,11 +287,7 @@ impl fmt::Display for Error {
             Self::Cm { step, source } => write!(f, "{step}: {source}"),
             Self::Post { step, source } => write!(f, "{step}: cannot post: {source}"),
             Self::Timeout { step, after } => write!(f, "{step}: nothing within {after:?}"),
-            Self::Completion {
-                step,
-                opcode,
-                status,
-            } => write!(f, "{step}: {opcode:?} completed with {status:?}"),
+            Self::Completion { step, error } => write!(f, "{step}: {error}"),
             Self::Terminated {
                 step,
                 code,
@@ -301,7 +297,13 @@ impl fmt::Display for Error {
                 "{step}: connection terminated by {}: {code}",
                 if *by_peer { "the peer" } else { "us" }
             ),
-            Self::Disconnected { step } => write!(f, "{step}: the peer disconnected"),
+            Self::Disconnected {
+                step,
+                reason: Some(r),
+            } => write!(f, "{step}: {r}"),
+            Self::Disconnected { step, reason: None } => {
+                write!(f, "{step}: the connection ended")
+            }
             Self::Protocol { step, what } => write!(f, "{step}: {what}"),
             Self::Mismatch { iteration, offset } => write!(
                 f,
@@ -317,6 +319,12 @@ impl std::error::Error for Error {}
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Self::Io(e)
+    }
+}
+
+impl From<warpsock_engine::Error> for Error {
+    fn from(e: warpsock_engine::Error) -> Self {
+        Self::Io(e.into())
     }
 }
 

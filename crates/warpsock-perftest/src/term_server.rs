@@ -264,9 +264,10 @@ fn run(sock: &mut TcpStream, case: ServerCase, deadline: Instant) -> Result<Serv
                         what: format!("{e:?}"),
                     })
                 }
-                Event::Closed if event.is_none() => {
+                Event::Closed(reason) if event.is_none() => {
                     return Err(Error::Disconnected {
                         step: "waiting for the client's first Send",
+                        reason: Some(reason),
                     })
                 }
                 _ => {}
@@ -302,6 +303,7 @@ fn run(sock: &mut TcpStream, case: ServerCase, deadline: Instant) -> Result<Serv
         if peer_closed && linger_until.is_none() {
             return Err(Error::Disconnected {
                 step: "waiting for the client's first Send",
+                reason: conn.close_reason(),
             });
         }
     }

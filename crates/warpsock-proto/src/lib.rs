@@ -23,8 +23,8 @@ pub mod verbs;
 
 pub use conn::AcceptError;
 pub use conn::{
-    Config, ConnectError, ConnectRequest, Connection, Event, Negotiated, PostError, QpState, Role,
-    RtrOffer, RtrType, RxStep, TxPart, TxSegment,
+    CloseReason, Config, ConnectError, ConnectRequest, Connection, Event, Negotiated, PostError,
+    QpState, Role, RtrOffer, RtrType, RxStep, TransportError, TxPart, TxSegment,
 };
 pub use mem::{Access, Backing, MemError, PdId, Range, Registry, Stag};
 pub use verbs::{RecvWr, SendOp, SendWr, Sge, Sgl, WcOpcode, WcStatus, WorkCompletion, WorkQueue};

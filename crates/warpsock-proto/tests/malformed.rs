@@ -563,6 +563,25 @@ fn ulpdu_shorter_than_its_header() {
     p.expect_terminate(&[0x10, 0x00, 0x00, 0x00]);
 }
 
+/// ULPDUs of 0 and 1 bytes hold not even the control bytes: the bytes
+/// after the length field are pad (or the ULPDU's one byte and pad), never
+/// parsed as a header (they used to be, giving "invalid DDP/RDMAP
+/// version" from pad bytes). Every length short of the header gets the
+/// same Terminate.
+#[test]
+fn ulpdus_of_0_to_17_bytes() {
+    for len in 0..=17usize {
+        let mut p = responder(true, 4);
+        let mut ulpdu = vec![0x41u8, 0x43];
+        ulpdu.resize(len.max(2), 0);
+        ulpdu.truncate(len);
+        let mut f = Vec::new();
+        fpdu::emit(&[&ulpdu], true, &mut f);
+        p.feed(&f);
+        p.expect_terminate(&[0x10, 0x00, 0x00, 0x00]);
+    }
+}
+
 #[test]
 fn read_request_with_payload() {
     let mut p = responder(false, 4);

@@ -4,13 +4,15 @@
 
 mod util;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use util::{pattern, Cut, Pair, Rng};
 use warpsock_proto::wire::mpa;
+use warpsock_proto::wire::terminate::TermCode;
 use warpsock_proto::{
-    Access, ConnectError, Event, QpState, RecvWr, RtrOffer, RtrType, SendOp, SendWr, Sge, Sgl,
-    WcOpcode, WcStatus, WorkCompletion,
+    Access, CloseReason, Config, ConnectError, Connection, Event, PdId, QpState, RecvWr, Role,
+    RtrOffer, RtrType, SendOp, SendWr, Sge, Sgl, TransportError, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -628,7 +630,8 @@ fn close_flushes_everything_in_order() {
             (12, WcStatus::WrFlushError),
         ]
     );
-    assert!(p.a.events.contains(&Event::Closed));
+    assert!(p.a.events.contains(&Event::Closed(CloseReason::Local)));
+    assert_eq!(p.a.conn.close_reason(), Some(CloseReason::Local));
     assert_eq!(p.a.conn.state(), QpState::Error);
     // Posting after close completes at once with a flush error.
     p.a.conn
@@ -639,10 +642,88 @@ fn close_flushes_everything_in_order() {
         .unwrap();
     p.a.pump();
     assert_eq!(p.a.wcs.last().unwrap().wr_id, 99);
-    // Peer EOF on the other side flushes and reports Closed too.
+    // Peer EOF on the other side flushes and reports Closed too, saying
+    // the peer closed.
     p.b.conn.handle_eof();
     p.b.pump();
-    assert!(p.b.events.contains(&Event::Closed));
+    assert!(p.b.events.contains(&Event::Closed(CloseReason::PeerClosed)));
+}
+
+/// Each way a stream can end is told apart: a reset and a timeout (as the
+/// engine classifies its socket errors) keep their cause in the Closed
+/// event and the connection's close reason, a Terminate from the peer
+/// names its code, and a later failure never overwrites the first cause.
+#[test]
+fn close_reasons_keep_their_cause() {
+    for e in [
+        TransportError::Reset,
+        TransportError::TimedOut,
+        TransportError::Os(113),
+    ] {
+        let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+        p.establish();
+        p.a.conn.handle_transport_error(e);
+        p.a.pump();
+        let want = CloseReason::Transport(e);
+        assert!(
+            p.a.events.contains(&Event::Closed(want)),
+            "{:?}",
+            p.a.events
+        );
+        assert_eq!(p.a.conn.close_reason(), Some(want));
+        // A FIN seen afterwards does not replace the cause.
+        p.a.conn.handle_eof();
+        assert_eq!(p.a.conn.close_reason(), Some(want));
+    }
+    // Setup: a reset before the Reply is a transport failure, not EOF.
+    let mut a = Connection::new(Config::new(Role::Initiator, PdId(1)), Instant::now());
+    a.handle_transport_error(TransportError::Reset);
+    let evs: Vec<_> = std::iter::from_fn(|| a.poll_event()).collect();
+    assert_eq!(
+        evs,
+        vec![Event::ConnectFailed(ConnectError::Transport(
+            TransportError::Reset
+        ))]
+    );
+    // The peer's Terminate: B receives a Send with no receive posted.
+    let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+    p.establish();
+    let src = p.a.region(0, pattern(16, 1), Access::LOCAL_READ);
+    p.a.conn
+        .post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            sgl: Sge {
+                addr: 0,
+                length: 16,
+                lkey: src,
+            }
+            .into(),
+            signaled: true,
+        })
+        .unwrap();
+    p.run();
+    let code = TermCode::DDP_UNTAGGED_NO_BUFFER;
+    assert_eq!(
+        p.b.conn.close_reason(),
+        Some(CloseReason::Terminated {
+            code,
+            by_peer: false
+        })
+    );
+    let by_peer = CloseReason::Terminated {
+        code,
+        by_peer: true,
+    };
+    assert!(
+        p.a.events.contains(&Event::Closed(by_peer)),
+        "{:?}",
+        p.a.events
+    );
+    assert_eq!(by_peer.to_string(), format!("peer sent Terminate {code}"));
 }
 
 #[test]

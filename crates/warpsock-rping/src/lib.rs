@@ -76,7 +76,7 @@ use std::time::Duration;
 
 use warpsock_engine::proto::wire::terminate::TermCode;
 use warpsock_engine::proto::RtrType;
-use warpsock_engine::{CmError, PostError, WcOpcode, WcStatus};
+use warpsock_engine::{CloseReason, CmError, PostError, WcError};
 
 /// rping's default port.
 pub const DEFAULT_PORT: u16 = 7174;
@@ -141,7 +141,16 @@ pub struct Args {
     /// Persistent server: stop after this many connections.
     #[arg(long = "conns", value_name = "N")]
     pub conns: Option<u64>,
+    /// Persistent server: most sessions served at once (one thread and
+    /// one `-S`-sized buffer each). A connection beyond that is refused
+    /// with an MPA reject ("busy") and logged; the server goes on.
+    #[arg(long = "max-sessions", value_name = "N", default_value_t = DEFAULT_MAX_SESSIONS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sessions: u32,
 }
+
+/// Default of `--max-sessions`.
+pub const DEFAULT_MAX_SESSIONS: u32 = 64;
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -168,6 +177,7 @@ impl Args {
             timeout: 30.0,
             accept_timeout: None,
             conns: None,
+            max_sessions: DEFAULT_MAX_SESSIONS,
         }
     }
 
@@ -367,6 +377,9 @@ pub struct Report {
     pub failures: Vec<Failure>,
     /// Server: connection attempts that never completed MPA setup.
     pub setup_failures: u64,
+    /// Server: connections refused because `--max-sessions` were active
+    /// (or a session thread could not be started).
+    pub refused: u64,
 }
 
 impl Report {
@@ -376,6 +389,7 @@ impl Report {
             connections: Vec::new(),
             failures: Vec::new(),
             setup_failures: 0,
+            refused: 0,
         }
     }
 
@@ -403,6 +417,9 @@ impl fmt::Display for Report {
             self.iterations(),
             self.total_bytes()
         )?;
+        if self.refused > 0 {
+            write!(f, ", {} refused (busy)", self.refused)?;
+        }
         if self.setup_failures > 0 {
             write!(f, ", {} failed setup(s)", self.setup_failures)?;
         }
@@ -452,19 +469,20 @@ pub enum Error {
         /// Whether the peer sent it.
         by_peer: bool,
     },
-    /// The peer disconnected in the middle of an iteration.
+    /// The connection ended in the middle of an iteration.
     Disconnected {
         /// What we were waiting for.
         step: &'static str,
+        /// How it ended (peer closed, peer reset, timed out, ...), when
+        /// known.
+        reason: Option<CloseReason>,
     },
     /// A work request completed with an error.
     Completion {
         /// What we were waiting for.
         step: &'static str,
-        /// Request kind.
-        opcode: WcOpcode,
-        /// Its status.
-        status: WcStatus,
+        /// The failed request: kind, status, cause.
+        error: WcError,
     },
     /// A request could not be posted.
     Post(PostError),
@@ -516,14 +534,14 @@ impl fmt::Display for Error {
                 "{} a Terminate while waiting for {step}: {code}",
                 if *by_peer { "the peer sent" } else { "we sent" }
             ),
-            Self::Disconnected { step } => {
-                write!(f, "the peer disconnected while we waited for {step}")
-            }
-            Self::Completion {
+            Self::Disconnected {
                 step,
-                opcode,
-                status,
-            } => write!(f, "{opcode:?} completed with {status:?} during {step}"),
+                reason: Some(r),
+            } => write!(f, "{r} while we waited for {step}"),
+            Self::Disconnected { step, reason: None } => {
+                write!(f, "the connection ended while we waited for {step}")
+            }
+            Self::Completion { step, error } => write!(f, "{error} during {step}"),
             Self::Post(e) => write!(f, "cannot post a work request: {e}"),
             Self::BogusData { len } => {
                 write!(f, "received bogus data, size {len} (rping messages are {INFO_LEN} bytes)")
@@ -568,6 +586,12 @@ impl From<std::io::Error> for Error {
 impl From<PostError> for Error {
     fn from(e: PostError) -> Self {
         Self::Post(e)
+    }
+}
+
+impl From<warpsock_engine::Error> for Error {
+    fn from(e: warpsock_engine::Error) -> Self {
+        Self::Io(e.into())
     }
 }
 

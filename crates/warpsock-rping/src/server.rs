@@ -1,7 +1,8 @@
 //! rping server (`rping_run_server` / `rping_run_persistent_server` /
 //! `rping_test_server`).
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use warpsock_engine::{CmError, ConnectRequest, Listener};
@@ -13,20 +14,18 @@ use crate::{
 
 /// The "go ahead" Send: rping sends its never-filled `send_buf` (zeros).
 const GO_AHEAD: [u8; INFO_LEN] = [0; INFO_LEN];
-/// How long a connected peer may take to send its MPA Request.
-const MPA_REQUEST_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) fn run(args: &Args) -> Result<Report, Error> {
     let host = args.addr.as_deref().unwrap_or("0.0.0.0");
-    let mut listener = Listener::bind((host, args.port))?;
-    listener.set_mpa_timeout(MPA_REQUEST_WAIT);
+    // The listener runs the MPA handshakes of connecting peers side by
+    // side, each with the default deadline (5 s, as siw), so a silent or
+    // slow peer never delays the next.
+    let listener = Listener::bind((host, args.port))?;
     let limit = if args.persistent { args.conns } else { Some(1) };
     let idle = args.accept_timeout.map(Duration::from_secs_f64);
     let report = Mutex::new(Report::new(Side::Server));
     let record = |peer, res: Result<ConnReport, Error>| {
-        let mut r = report
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
         match res {
             Ok(c) => r.connections.push(c),
             Err(error) => {
@@ -39,6 +38,10 @@ pub(crate) fn run(args: &Args) -> Result<Report, Error> {
         }
     };
     let mut accepted = 0u64;
+    // Sessions running now (persistent mode); each holds a thread and a
+    // `-S`-sized buffer, so there are at most `--max-sessions`.
+    let active = AtomicUsize::new(0);
+    let max = args.max_sessions as usize;
     let end = std::thread::scope(|scope| -> Result<(), Error> {
         while limit.is_none_or(|l| accepted < l) {
             let req = match listener.accept(idle) {
@@ -64,32 +67,72 @@ pub(crate) fn run(args: &Args) -> Result<Report, Error> {
                     eprintln!("warpsock-rping server: connection setup failed: {e}");
                     report
                         .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .unwrap_or_else(PoisonError::into_inner)
                         .setup_failures += 1;
                     continue;
                 }
             };
-            accepted += 1;
             let peer = req.peer_addr();
-            if args.persistent {
-                let record = &record;
-                std::thread::Builder::new()
-                    .name(format!("rping-{peer}"))
-                    .spawn_scoped(scope, move || record(peer, serve(args, req)))?;
-            } else {
+            if !args.persistent {
+                accepted += 1;
                 record(peer, serve(args, req));
+                continue;
+            }
+            let refuse = |req: ConnectRequest, why: &dyn std::fmt::Display| {
+                eprintln!("warpsock-rping server: refused {peer}: {why}");
+                let _ = req.reject(b"busy");
+                report
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .refused += 1;
+            };
+            if active.load(Ordering::Acquire) >= max {
+                refuse(req, &format_args!("{max} sessions active (--max-sessions)"));
+                continue;
+            }
+            // The request travels to the session thread through a slot
+            // this thread can take back if the thread cannot be started.
+            let slot = Arc::new(Mutex::new(Some(req)));
+            let theirs = Arc::clone(&slot);
+            let (record, active) = (&record, &active);
+            active.fetch_add(1, Ordering::AcqRel);
+            let started = std::thread::Builder::new()
+                .name(format!("rping-{peer}"))
+                .spawn_scoped(scope, move || {
+                    let _session = Session(active);
+                    let req = theirs.lock().unwrap_or_else(PoisonError::into_inner).take();
+                    if let Some(req) = req {
+                        record(peer, serve(args, req));
+                    }
+                });
+            match started {
+                Ok(_) => accepted += 1,
+                Err(e) => {
+                    active.fetch_sub(1, Ordering::AcqRel);
+                    let req = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+                    if let Some(req) = req {
+                        refuse(req, &format_args!("cannot start a session thread: {e}"));
+                    }
+                }
             }
         }
         Ok(())
     });
-    let report = report
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let report = report.into_inner().unwrap_or_else(PoisonError::into_inner);
     end?;
     if report.failures.is_empty() {
         Ok(report)
     } else {
         Err(Error::Server(Box::new(report)))
+    }
+}
+
+/// A running session: counted in `active` until it ends (also by panic).
+struct Session<'a>(&'a AtomicUsize);
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

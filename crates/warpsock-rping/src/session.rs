@@ -296,15 +296,14 @@ impl<'a> Link<'a> {
                 by_peer,
             };
         }
-        match wc {
-            Some(wc) if wc.status != WcStatus::WrFlushError || !self.qp.is_closed() => {
-                Error::Completion {
-                    step,
-                    opcode: wc.opcode,
-                    status: wc.status,
-                }
+        match wc.map(Wc::result) {
+            Some(Err(error)) if error.status != WcStatus::WrFlushError || !self.qp.is_closed() => {
+                Error::Completion { step, error }
             }
-            _ => Error::Disconnected { step },
+            _ => Error::Disconnected {
+                step,
+                reason: self.qp.close_reason(),
+            },
         }
     }
 

@@ -210,6 +210,68 @@ fn persistent_server_serves_concurrent_clients() {
     assert_eq!(srv.connections.iter().map(|c| c.validated).sum::<u64>(), 46);
 }
 
+/// `-P --max-sessions 2`: with two sessions open, a third connection is
+/// refused with an MPA reject ("busy") and the server goes on; once a
+/// session ends, the next client is served. No thread per refused peer.
+#[test]
+fn persistent_server_caps_its_sessions_and_refuses_the_excess() {
+    let port = lease_port();
+    let mut s = server_args(port);
+    s.persistent = true;
+    s.max_sessions = 2;
+    s.conns = Some(3);
+    let srv = thread::spawn(move || run(&s));
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
+    let init = QpInit::new(&pd, &cq);
+    let connect_retrying = || {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            match connect(("127.0.0.1", port), &init) {
+                Err(warpsock_engine::CmError::Refused { .. }) if Instant::now() < until => {
+                    thread::sleep(Duration::from_millis(20));
+                }
+                r => return r,
+            }
+        }
+    };
+    // Two idle sessions: MPA done, no rping message yet.
+    let idle: Vec<_> = (0..2).map(|_| connect_retrying().unwrap()).collect();
+    match connect_retrying() {
+        Err(warpsock_engine::CmError::Rejected { private_data }) => {
+            assert_eq!(private_data, b"busy");
+        }
+        other => panic!("the third connection was not refused: {other:?}"),
+    }
+    drop(idle);
+    // Sessions end as their clients go; then a real client is served.
+    let until = Instant::now() + Duration::from_secs(20);
+    let served = loop {
+        let c = client_args(port, 3, 64);
+        match run(&c) {
+            Ok(r) => break r,
+            Err(e) if Instant::now() < until => {
+                eprintln!("retrying: {e}");
+                thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(served.iterations(), 3);
+    let srv = srv.join().unwrap();
+    let report = match srv {
+        Ok(r) => r,
+        Err(Error::Server(r)) => *r,
+        Err(e) => panic!("{e}"),
+    };
+    assert!(report.refused >= 1, "{report}");
+    assert_eq!(
+        report.connections.len() + report.failures.len(),
+        3,
+        "{report}"
+    );
+}
+
 #[test]
 fn client_larger_than_server_buffer_fails_cleanly_on_both_sides() {
     let port = lease_port();

@@ -296,7 +296,7 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     }
     let mut fd = lock(&sh.notify_fd);
     let first = fd.is_none();
-    let f = *fd.get_or_insert_with(|| sh.eng.notify_fd());
+    let f = *fd.get_or_insert_with(|| std::os::fd::AsRawFd::as_raw_fd(&sh.eng.notify_fd()));
     drop(fd);
     sh.ctx.watch_cq(sh, f, first);
     if sh.pending() {
@@ -389,7 +389,13 @@ pub unsafe extern "C" fn ibv_create_cq(
         let cap = (cqe as u32).next_power_of_two() as usize;
         let eng = match c.sh.eng.create_cq(cap.min(4096)) {
             Ok(q) => q,
-            Err(e) => return null(e.raw_os_error().unwrap_or(libc::ENOMEM)),
+            Err(e) => {
+                return null(
+                    std::io::Error::from(e)
+                        .raw_os_error()
+                        .unwrap_or(libc::ENOMEM),
+                )
+            }
         };
         let sh = Arc::new(CqShared {
             id: NEXT_CQ.fetch_add(1, Ordering::Relaxed),

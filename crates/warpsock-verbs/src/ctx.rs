@@ -343,10 +343,10 @@ impl Ctx {
         let mut ops = [std::ptr::null_mut(); abi::VERBS_CONTEXT_OPS];
         ops[abi::VCTX_QUERY_PORT] = crate::device::query_port_ex as *mut c_void;
         let async_fd = sh.async_events.fd();
-        // SAFETY: all-zero bytes are a valid `pthread_mutex_t` initializer
-        // on Linux/glibc (PTHREAD_MUTEX_INITIALIZER) and a valid value for
-        // every other (pointer, integer, Option<fn>) field.
         let mut ctx: Box<Self> = Box::new(Self {
+            // SAFETY: all-zero bytes are a valid `pthread_mutex_t` initializer
+            // on Linux/glibc (PTHREAD_MUTEX_INITIALIZER) and a valid value for
+            // every other (pointer, integer, Option<fn>) field.
             vctx: unsafe { std::mem::zeroed() },
             sh,
         });

@@ -177,6 +177,8 @@ unsafe fn reg(
     let start = (addr as usize) & !(page - 1);
     let end = (addr as usize).saturating_add(len);
     let span = end.saturating_sub(start).div_ceil(page) * page;
+    // SAFETY: msync only inspects the mappings of the range; an unmapped
+    // range fails with ENOMEM and touches nothing.
     if unsafe { libc::msync(start as *mut c_void, span, libc::MS_ASYNC) } != 0 {
         return null(libc::EFAULT);
     }

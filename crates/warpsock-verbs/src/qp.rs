@@ -334,7 +334,7 @@ impl QpShared {
                     self.ctx.async_event(IBV_EVENT_QP_FATAL, self.ibv.cast());
                     ended = true;
                 }
-                Event::Closed => ended = true,
+                Event::Closed(_) => ended = true,
                 _ => {}
             }
         }
@@ -386,9 +386,9 @@ pub unsafe extern "C" fn ibv_create_qp(
     if !a.srq.is_null() {
         return null(libc::EOPNOTSUPP);
     }
-    // SAFETY: the program's CQs (NULL checked).
     if a.send_cq.is_null()
         || a.recv_cq.is_null()
+        // SAFETY: the program's CQs (NULL checked).
         || !unsafe { cq::cq_is_ours(a.send_cq) && cq::cq_is_ours(a.recv_cq) }
     {
         return null(libc::EINVAL);
@@ -863,9 +863,9 @@ pub unsafe extern "C" fn post_recv(
         if w.num_sge < 0 || w.num_sge as u32 > sh.cap.max_recv_sge {
             return fail(cur, libc::EINVAL);
         }
-        // SAFETY: the program's SGE list.
         let r = RecvWr {
             wr_id: w.wr_id,
+            // SAFETY: the program's SGE list.
             sgl: unsafe { sgl(w.sg_list, w.num_sge) },
         };
         match (&st.eng, st.state) {

@@ -68,8 +68,11 @@ static inline warpsock_wc wait_one(const char *prog, const warpsock_cq *cq)
         exit(1);
     }
     if (wc.status != WARPSOCK_WC_STATUS_SUCCESS) {
-        fprintf(stderr, "%s: work request %llu failed: %s\n", prog, (unsigned long long)wc.wr_id,
-                warpsock_wc_status_str(wc.status));
+        /* wc.cause says why the queue pair failed (peer closed, peer reset,
+           timed out, a Terminate), 0 when unknown. */
+        fprintf(stderr, "%s: work request %llu failed: %s%s%s\n", prog,
+                (unsigned long long)wc.wr_id, warpsock_wc_status_str(wc.status),
+                wc.cause ? ": " : "", wc.cause ? warpsock_result_str(wc.cause) : "");
         exit(1);
     }
     return wc;

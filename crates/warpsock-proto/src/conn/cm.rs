@@ -111,7 +111,7 @@ impl Connection {
     ///
     /// Negotiation (siw `siw_accept` with relaxed IRD/ORD): CRC if either
     /// side asked; markers per direction; our ORD = min(ours, peer IRD), our
-    /// IRD = max(ours, peer ORD) capped at `max_ird_ord`; for a
+    /// IRD = max(ours, peer ORD) capped at `max_ird` (and `max_ird_ord`); for a
     /// peer-to-peer request, the Write RTR if offered, else the Read RTR.
     pub fn accept(&mut self, private_data: &[u8]) -> Result<(), AcceptError> {
         let req = match (&self.cm, self.peer_request.take()) {
@@ -135,7 +135,7 @@ impl Connection {
         let mut pd = Vec::with_capacity(4 + private_data.len());
         if let Some(p) = req.params {
             flags = flags.with(Flags::ENHANCED, true);
-            let max = self.cfg.max_ird_ord;
+            let max = self.cfg.max_ird.min(self.cfg.max_ird_ord);
             ord = ord.min(p.ird);
             ird = ird.max(p.ord).min(max);
             let mut word = EnhancedParams {
@@ -270,10 +270,11 @@ impl Connection {
         let mut failure = None;
         if let Some(p) = rep.enhanced_params() {
             neg.ord = self.cfg.ord.min(p.ird);
-            if p.ord > self.cfg.max_ird_ord {
+            let max_ird = self.cfg.max_ird.min(self.cfg.max_ird_ord);
+            if p.ord > max_ird {
                 failure = Some(TermCode::MPA_INSUFFICIENT_IRD);
             }
-            neg.ird = self.cfg.ird.max(p.ord).min(self.cfg.max_ird_ord);
+            neg.ird = self.cfg.ird.max(p.ord).min(max_ird);
             let offer = self.cfg.p2p.filter(|o| o.write || o.read);
             if let Some(o) = offer {
                 if p.peer_to_peer {
@@ -397,6 +398,10 @@ impl Connection {
         };
         body.emit(&mut ulpdu);
         self.tx.terminate = Some(ulpdu);
+        self.note_close(super::CloseReason::Terminated {
+            code,
+            by_peer: false,
+        });
         self.events.push_back(Event::Terminated {
             code,
             by_peer: false,

@@ -7,21 +7,35 @@
 //! A [`Connection`] is a state machine. The engine (or a test) owns the TCP
 //! stream and the clock and, in any order:
 //!
-//! * feeds received bytes, either with [`Connection::handle_input`] (which
-//!   copies payload into registered memory itself) or through the direct
-//!   placement contract: [`Connection::rx_step`] says what the next bytes
-//!   are for — [`RxStep::Bytes`] (headers, trailers, control frames: pass
-//!   them to [`Connection::rx_bytes`]) or [`RxStep::Place`] (payload: put up
-//!   to `len` bytes at that range of a registered region, straight from the
-//!   socket, then hand the placed slice to [`Connection::rx_placed`], which
-//!   folds it into the CRC in place);
+//! * feeds received bytes through one of the receive entry points below;
 //! * drains bytes to send with [`Connection::poll_transmit`] (copying) or
 //!   [`Connection::next_segment`] (a gather list of inline bytes and
 //!   registered memory, for `writev`/`sendmsg` without a staging copy);
 //! * calls [`Connection::handle_timeout`] when [`Connection::poll_timeout`]
-//!   expires, and [`Connection::handle_eof`] when the peer closes;
+//!   expires, and tells the end of the stream with
+//!   [`Connection::handle_eof`] (FIN) or
+//!   [`Connection::handle_transport_error`] (reset, timeout, socket error),
+//!   so the cause reaches the application;
 //! * drains [`Connection::poll_event`] and [`Connection::poll_completion`]
 //!   after each of the above.
+//!
+//! # The four receive entry points
+//!
+//! [`Connection::rx_step`] is the query: it says what the next stream bytes
+//! are for. The four calls that consume them, and when to make each:
+//!
+//! | call | when | what it does |
+//! |---|---|---|
+//! | [`Connection::handle_input`] | you hold received bytes in a buffer and do not place payload yourself (tests, the MPA phase, simple engines) | everything: framing, placement by copy, CRC; returns bytes consumed (fewer only when [`RxStep::Blocked`]) |
+//! | [`Connection::rx_fpdu`] | [`Connection::rx_step`] is [`RxStep::Bytes`] and your buffer may start with one whole FPDU | one pass over a whole small FPDU (header checks, copy, one CRC call); returns 0 if the FPDU is not all there, and then you go on with `rx_bytes` |
+//! | [`Connection::rx_bytes`] | [`Connection::rx_step`] is [`RxStep::Bytes`] | consumes framing (MPA frame, FPDU header, marker, pad, CRC), at most what the step asked for |
+//! | [`Connection::rx_placed`] | [`Connection::rx_step`] was [`RxStep::Place`] and you wrote payload bytes into that range yourself (straight from the socket) | folds the placed bytes into the CRC where they lie and advances |
+//!
+//! The engine's loop is: while bytes are staged, `rx_fpdu`, else by
+//! `rx_step`: `rx_bytes` for [`RxStep::Bytes`], a direct read into the range
+//! and `rx_placed` for [`RxStep::Place`], stop for [`RxStep::Blocked`],
+//! discard for [`RxStep::Closed`]. Mixing them at any byte boundary is
+//! allowed: each resumes exactly where the last stopped.
 //!
 //! Nothing here reads a clock or touches a socket: time is an argument.
 
@@ -91,6 +105,10 @@ pub struct Config {
     pub ord: u16,
     /// Largest IRD/ORD we agree to (siw: 128).
     pub max_ird_ord: u16,
+    /// Largest IRD a peer may raise ours to by asking for a larger ORD
+    /// (relaxed negotiation, as siw): each inbound Read the peer may have
+    /// outstanding is state we keep. Capped by `max_ird_ord` too.
+    pub max_ird: u16,
     /// Initiator: offer peer-to-peer mode with these RTR types (never
     /// Send-only). Responder: ignored (the peer's offer decides).
     pub p2p: Option<RtrOffer>,
@@ -125,6 +143,7 @@ impl Config {
             ird: 16,
             ord: 16,
             max_ird_ord: 128,
+            max_ird: 128,
             p2p: None,
             prefer_read_rtr: false,
             private_data: Vec::new(),
@@ -183,8 +202,11 @@ pub enum ConnectError {
     Malformed(warpsock_wire::WireError),
     /// The peer's Reply refused our options (markers, RTR, IRD).
     Incompatible(TermCode),
-    /// The TCP stream ended during setup.
+    /// The peer closed the TCP stream (FIN) during setup.
     Eof,
+    /// The TCP stream failed during setup (reset, timeout, another socket
+    /// error: see [`Connection::handle_transport_error`]).
+    Transport(TransportError),
 }
 
 impl std::fmt::Display for ConnectError {
@@ -194,6 +216,77 @@ impl std::fmt::Display for ConnectError {
             Self::Malformed(e) => write!(f, "malformed MPA frame from the peer: {e}"),
             Self::Incompatible(c) => write!(f, "MPA negotiation failed: {c}"),
             Self::Eof => f.write_str("peer closed the connection during MPA setup"),
+            Self::Transport(e) => write!(f, "{e} during MPA setup"),
+        }
+    }
+}
+
+/// How the transport under a connection failed, as the engine saw it on
+/// its socket (the core never sees a socket: the engine classifies the
+/// `errno` and hands it in with [`Connection::handle_transport_error`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The peer reset the connection (`ECONNRESET`, `EPIPE`).
+    Reset,
+    /// The connection timed out: data stayed unacknowledged past
+    /// `TCP_USER_TIMEOUT`, or keepalive probes went unanswered
+    /// (`ETIMEDOUT`).
+    TimedOut,
+    /// Another socket error, by its `errno` value.
+    Os(i32),
+}
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Reset => f.write_str("peer reset the connection"),
+            Self::TimedOut => f.write_str("connection timed out (peer unreachable or dead)"),
+            Self::Os(e) => write!(f, "socket error (errno {e})"),
+        }
+    }
+}
+
+/// Why an established connection ended: carried by [`Event::Closed`],
+/// kept by [`Connection::close_reason`], and what an engine attaches to
+/// the completions it flushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// Closed locally ([`Connection::close`]: a disconnect, or a reject).
+    Local,
+    /// The peer closed the TCP stream (FIN).
+    PeerClosed,
+    /// The transport failed (reset, timeout, socket error).
+    Transport(TransportError),
+    /// A Terminate ended the stream.
+    Terminated {
+        /// The error it reports.
+        code: TermCode,
+        /// Whether the peer sent it (else we did).
+        by_peer: bool,
+    },
+    /// A local work request failed (a bad local buffer, or a region
+    /// deregistered under an active request) and took the queue pair to
+    /// Error with it.
+    LocalError,
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Local => f.write_str("closed locally"),
+            Self::PeerClosed => f.write_str("peer closed the connection"),
+            Self::Transport(e) => e.fmt(f),
+            Self::Terminated {
+                code,
+                by_peer: true,
+            } => write!(f, "peer sent Terminate {code}"),
+            Self::Terminated {
+                code,
+                by_peer: false,
+            } => write!(f, "sent Terminate {code} to the peer"),
+            Self::LocalError => f.write_str("a local work request failed"),
         }
     }
 }
@@ -220,8 +313,8 @@ pub enum Event {
         /// Whether the peer sent it.
         by_peer: bool,
     },
-    /// The stream ended (local close or peer FIN); no more I/O.
-    Closed,
+    /// The stream ended (and why); no more I/O.
+    Closed(CloseReason),
 }
 
 /// Queue pair state (RFC 5040 §6 / siw `enum siw_qp_state`).
@@ -347,6 +440,8 @@ pub struct Connection {
     first_fpdu_seen: bool,
     /// The socket should be shut down once the send side drains.
     close_after_flush: bool,
+    /// Why the connection ended (first cause wins).
+    close_reason: Option<CloseReason>,
 }
 
 impl Connection {
@@ -375,6 +470,7 @@ impl Connection {
             rx: rx::RxState::default(),
             first_fpdu_seen: false,
             close_after_flush: false,
+            close_reason: None,
             cfg,
         };
         if c.cfg.role == Role::Initiator {
@@ -526,6 +622,24 @@ impl Connection {
     /// Graceful close (`rdma_disconnect`): outstanding requests are flushed,
     /// the QP goes to Error, and the engine should send FIN.
     pub fn close(&mut self) {
+        self.close_for(CloseReason::Local);
+    }
+
+    /// Why the connection ended, once it has (the first cause: a reset
+    /// that follows our own Terminate still reads as the Terminate).
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        self.close_reason
+    }
+
+    /// Records the first cause of the end of the connection.
+    fn note_close(&mut self, reason: CloseReason) {
+        self.close_reason.get_or_insert(reason);
+    }
+
+    /// Closes for `reason`: flush, Error, ask for FIN, one
+    /// [`Event::Closed`] carrying the first recorded cause.
+    fn close_for(&mut self, reason: CloseReason) {
+        self.note_close(reason);
         if self.close_after_flush {
             return;
         }
@@ -535,7 +649,8 @@ impl Connection {
         self.enter_error();
         self.close_after_flush = true;
         self.rx.discard();
-        self.events.push_back(Event::Closed);
+        let reason = self.close_reason.unwrap_or(reason);
+        self.events.push_back(Event::Closed(reason));
     }
 
     /// Fails the connection for a local reason the core cannot see (the
@@ -556,16 +671,34 @@ impl Connection {
         self.rx.discard();
     }
 
-    /// The peer closed its side of the TCP stream (or it broke).
+    /// The peer closed its side of the TCP stream (a read returned 0).
     pub fn handle_eof(&mut self) {
+        self.handle_stream_end(None);
+    }
+
+    /// The TCP stream failed (the engine's read or write returned an
+    /// error it classified as `e`). Like [`Self::handle_eof`], but the
+    /// cause is kept: [`Event::ConnectFailed`] with
+    /// [`ConnectError::Transport`] during setup, else [`Event::Closed`]
+    /// with [`CloseReason::Transport`], and flushed requests name it.
+    pub fn handle_transport_error(&mut self, e: TransportError) {
+        self.handle_stream_end(Some(e));
+    }
+
+    fn handle_stream_end(&mut self, err: Option<TransportError>) {
+        let reason = err.map_or(CloseReason::PeerClosed, CloseReason::Transport);
         if self.close_after_flush {
+            // Already closing (our own close or Terminate came first); a
+            // later failure is still worth recording if nothing was.
+            self.note_close(reason);
             return;
         }
         match self.cm {
             CmState::AwaitReply | CmState::AwaitRequest | CmState::AwaitAccept => {
-                self.fail_setup(ConnectError::Eof);
+                self.note_close(reason);
+                self.fail_setup(err.map_or(ConnectError::Eof, ConnectError::Transport));
             }
-            _ => self.close(),
+            _ => self.close_for(reason),
         }
     }
 

@@ -19,7 +19,7 @@ use warpsock_wire::terminate::{ControlLayout, TermCode, Terminate};
 use warpsock_wire::{fpdu, mpa};
 
 use super::cm::Attach;
-use super::{CmState, Connection, Event, IrqEntry, QpState, RtrType};
+use super::{CloseReason, CmState, Connection, Event, IrqEntry, QpState, RtrType};
 use crate::mem::{Access, Backing, MemError, Range, Registry};
 use crate::verbs::{WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 
@@ -225,8 +225,12 @@ impl Connection {
         }
     }
 
-    /// Feeds framing bytes (after [`RxStep::Bytes`]). Consumes at most the
-    /// number of bytes the step asked for and returns how many it took.
+    /// Feeds framing bytes. Consumes at most the number of bytes the step
+    /// asked for and returns how many it took.
+    ///
+    /// Call when [`Self::rx_step`] is [`RxStep::Bytes`] (and
+    /// [`Self::rx_fpdu`] declined): MPA frames, FPDU headers and bodies,
+    /// markers, pad and CRC. See the module docs for the four entry points.
     pub fn rx_bytes<B: Backing>(&mut self, data: &[u8], reg: &mut Registry<B>) -> usize {
         let n = match self.rx_step() {
             RxStep::Bytes(n) => n.min(data.len()),
@@ -298,6 +302,10 @@ impl Connection {
     /// Reports payload bytes written at the range of the last
     /// [`RxStep::Place`] (`placed.len()` ≤ its length). The CRC is computed
     /// over `placed` where it lies.
+    ///
+    /// Call after writing payload yourself straight into the range
+    /// [`Self::rx_step`] returned as [`RxStep::Place`] (e.g. with `readv`
+    /// from the socket), with exactly the bytes written.
     pub fn rx_placed(&mut self, placed: &[u8]) {
         let RxStep::Place(r) = self.rx_step() else {
             return;
@@ -327,6 +335,10 @@ impl Connection {
     /// receive-side work per FPDU of the step-by-step path, which costs a
     /// state-machine step and a CRC update per piece (length, header,
     /// payload, pad).
+    ///
+    /// Call when [`Self::rx_step`] is [`RxStep::Bytes`] and you hold staged
+    /// bytes that may begin with a whole FPDU; on 0 go on with
+    /// [`Self::rx_step`] and [`Self::rx_bytes`].
     pub fn rx_fpdu<B: Backing>(&mut self, data: &[u8], reg: &mut Registry<B>) -> usize {
         let rx = &self.rx;
         if rx.phase != Phase::Header || rx.markers || !rx.buf.is_empty() || data.len() < 4 {
@@ -413,6 +425,11 @@ impl Connection {
     /// Feeds received bytes, copying payload into registered memory.
     /// Returns how many bytes were consumed (less than `data.len()` only
     /// when the receive path is [`RxStep::Blocked`]).
+    ///
+    /// Call with any bytes read from the stream when you do not place
+    /// payload yourself; it drives [`Self::rx_fpdu`], [`Self::rx_bytes`]
+    /// and placement by copy for you. Do not mix it into a
+    /// [`RxStep::Place`] you have started but not reported.
     pub fn handle_input<B: Backing>(&mut self, data: &[u8], reg: &mut Registry<B>) -> usize {
         let mut off = 0;
         while off < data.len() {
@@ -519,7 +536,15 @@ impl Connection {
         }
         if rx.hdr.is_none() {
             let seg_len = rx.ulpdu_len as u16;
-            let hdr = match SegmentHeader::parse(&rx.buf[2..]) {
+            if rx.ulpdu_len < 2 {
+                // Not even the DDP and RDMAP control bytes: what follows
+                // the length field is pad, never a header to parse.
+                self.send_terminate(TermCode::DDP_LOCAL_CATASTROPHIC, Attach::Nothing);
+                self.rx.phase = Phase::Discard;
+                return;
+            }
+            let hdr = match SegmentHeader::parse(&rx.buf[2..2 + rx.ulpdu_len.min(rx.buf.len() - 2)])
+            {
                 Ok(h) => h,
                 Err(e) => {
                     self.terminate_for_wire_error(e);
@@ -935,10 +960,18 @@ impl Connection {
         {
             slot.status = Some(status);
         }
+        self.note_close(CloseReason::Terminated {
+            code,
+            by_peer: true,
+        });
         self.enter_error();
         self.qp = QpState::Error;
         self.close_after_flush = true;
         self.rx.phase = Phase::Discard;
-        self.events.push_back(Event::Closed);
+        self.events
+            .push_back(Event::Closed(CloseReason::Terminated {
+                code,
+                by_peer: true,
+            }));
     }
 }

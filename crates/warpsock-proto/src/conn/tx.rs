@@ -23,7 +23,7 @@ use warpsock_wire::ddp::{self, Opcode, Placement, ReadRequest, SegmentHeader};
 use warpsock_wire::fpdu;
 use warpsock_wire::marker::{self, Marker, MARKER_SPACING};
 
-use super::{Connection, Event, OrqEntry, QpState, Role, RtrType};
+use super::{CloseReason, Connection, OrqEntry, QpState, Role, RtrType};
 use crate::mem::{Access, Backing, Range, Registry, Stag};
 use crate::verbs::{SendOp, WcStatus};
 
@@ -53,6 +53,8 @@ pub struct TxSegment {
     /// Index in `buf` of the 4 CRC bytes, when CRC is negotiated.
     crc_at: Option<usize>,
     len: usize,
+    /// The RDMAP opcode of the FPDU (None: an MPA frame).
+    opcode: Option<Opcode>,
 }
 
 impl TxSegment {
@@ -76,11 +78,21 @@ impl TxSegment {
         self.len == 0
     }
 
+    /// The RDMAP opcode of the FPDU this segment carries, or `None` for an
+    /// MPA Request/Reply. An engine uses it to tell, without parsing the
+    /// bytes back (markers may sit inside the header), whether the
+    /// payload is its own request's buffer or a region it exposes to the
+    /// peer ([`Opcode::RdmaReadResponse`]).
+    pub fn opcode(&self) -> Option<Opcode> {
+        self.opcode
+    }
+
     fn clear(&mut self) {
         self.buf.clear();
         self.parts.clear();
         self.crc_at = None;
         self.len = 0;
+        self.opcode = None;
     }
 
     fn push_inline(&mut self, bytes: &[u8]) {
@@ -321,6 +333,7 @@ impl Connection {
             return false;
         }
         if let Some(ulpdu) = self.tx.terminate.take() {
+            seg.opcode = Some(Opcode::Terminate);
             self.tx.begin_fpdu(seg);
             self.tx.inline(seg, &fpdu::len_field(ulpdu.len()));
             self.tx.inline(seg, &ulpdu);
@@ -369,9 +382,7 @@ impl Connection {
         if let Some(seq) = self.tx.cur.as_ref().and_then(|m| m.complete) {
             self.finish_sq(seq, WcStatus::LocalProtectionError);
         }
-        self.enter_error();
-        self.close_after_flush = true;
-        self.events.push_back(Event::Closed);
+        self.close_for(CloseReason::LocalError);
     }
 
     /// Picks the next message; false if none can start now.
@@ -442,9 +453,7 @@ impl Connection {
                     // Local protection error: the request fails and the QP
                     // goes to Error (verbs semantics).
                     self.finish_sq(p.seq, WcStatus::LocalProtectionError);
-                    self.enter_error();
-                    self.close_after_flush = true;
-                    self.events.push_back(Event::Closed);
+                    self.close_for(CloseReason::LocalError);
                     return false;
                 }
             }
@@ -563,6 +572,7 @@ impl Connection {
             last,
             placement,
         };
+        seg.opcode = Some(opcode);
         let body = match msg.kind {
             MsgKind::ReadRequest { body, .. } => Some(body.to_bytes()),
             _ => None,

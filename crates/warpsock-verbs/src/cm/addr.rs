@@ -183,10 +183,11 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             (!service.is_null()).then(|| CStr::from_ptr(service).to_string_lossy().into_owned()),
         )
     };
-    // SAFETY: all-zero hints are valid; the program's hints otherwise.
     let h: rdma_addrinfo = if hints.is_null() {
+        // SAFETY: all-zero hints are valid.
         unsafe { std::mem::zeroed() }
     } else {
+        // SAFETY: the program's hints (not NULL).
         unsafe { std::ptr::read(hints) }
     };
     if h.ai_family != 0 && h.ai_family != libc::AF_INET && h.ai_family != libc::AF_INET6 {
@@ -277,10 +278,8 @@ mod tests {
             let mut st: sockaddr_storage = unsafe { std::mem::zeroed() };
             to_c(a, &mut st);
             // SAFETY: a filled storage.
-            assert_eq!(
-                unsafe { from_c((&st as *const sockaddr_storage).cast()) },
-                Some(a)
-            );
+            let back = unsafe { from_c((&st as *const sockaddr_storage).cast()) };
+            assert_eq!(back, Some(a));
         }
     }
 

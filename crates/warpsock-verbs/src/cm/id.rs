@@ -156,8 +156,8 @@ fn push(owner: &Arc<IdShared>, about: *mut rdma_cm_id, kind: c_uint, ev: Ev<'_>)
     // channel are live.
     let q = unsafe { channel_queue((*me).channel) };
     drop(st);
-    // SAFETY: all-zero is valid for the event's plain C parts.
     let mut e: Box<EventObj> = Box::new(EventObj {
+        // SAFETY: all-zero is valid for the event's plain C parts.
         ibv: unsafe { std::mem::zeroed() },
         pdata: [0; 256],
         owner: Arc::clone(owner),

@@ -255,12 +255,13 @@ fn engine(opts: &Options, tx_slots: u16) -> Result<Engine, CmError> {
     let ctx = Context::with_options(ContextOptions {
         progress: Progress::Caller,
         busy_poll: opts.busy_poll,
+        ..ContextOptions::default()
     })
-    .map_err(CmError::Io)?;
+    .map_err(|e| CmError::Io(e.into()))?;
     let pd = ctx.alloc_pd();
     let cq = ctx
         .create_cq(usize::from(opts.slots) * 2 + 16)
-        .map_err(CmError::Io)?;
+        .map_err(|e| CmError::Io(e.into()))?;
     let size = opts.slot_size as usize;
     let rx = pd.alloc(usize::from(opts.slots) * size, Access::LOCAL_WRITE);
     let tx = pd.alloc(usize::from(tx_slots) * size, Access::LOCAL_READ);
@@ -586,11 +587,11 @@ impl XSocket {
                         format!("{who} terminated the connection: {code}"),
                     );
                 }
-                Event::Closed => {
+                Event::Closed(reason) => {
                     st.peer_closed = true;
                     if let Some(e) = self.qp.socket_error() {
                         let errno = e.raw_os_error().unwrap_or(libc::ECONNRESET);
-                        self.fail(st, errno, format!("connection lost: {e}"));
+                        self.fail(st, errno, format!("connection lost ({reason}): {e}"));
                     }
                 }
                 _ => {}

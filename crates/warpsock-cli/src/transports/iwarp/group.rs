@@ -171,6 +171,7 @@ pub(super) fn context(spec: &Spec) -> Result<Context, Error> {
     Ok(Context::with_options(ContextOptions {
         progress,
         busy_poll: spec.busy_poll(),
+        ..ContextOptions::default()
     })?)
 }
 
@@ -370,7 +371,10 @@ impl Group {
 
 /// An error completion, with its connection's events and socket error.
 pub(super) fn describe(wc: &Wc, qp: &Qp) -> Error {
-    let mut m = format!("{:?} completed with {:?}", wc.opcode, wc.status);
+    let mut m = match wc.result() {
+        Err(e) => e.to_string(),
+        Ok(_) => format!("{:?} completed with {:?}", wc.opcode, wc.status),
+    };
     let events: Vec<String> = std::iter::from_fn(|| qp.poll_event())
         .map(|e| format!("{e:?}"))
         .collect();
@@ -421,7 +425,7 @@ impl Peer {
                 },
                 send_wr(wr_id(i, K_QUIET, 0), Sgl::new(), false, false),
             ])
-            .map_err(|(_, err)| Error::from(err))?;
+            .map_err(Error::from)?;
         Ok(())
     }
 }

@@ -18,11 +18,8 @@ fn wait_n(cq: &Cq, want: usize) -> Result<(), Error> {
     let deadline = Instant::now() + IDLE;
     while got < want {
         let n = cq.wait(&mut wcs[..want - got], IDLE)?;
-        if let Some(bad) = wcs[..n].iter().find(|w| !w.is_ok()) {
-            return Err(Error::msg(format!(
-                "{:?} completed with {:?}",
-                bad.opcode, bad.status
-            )));
+        if let Some(Err(bad)) = wcs[..n].iter().map(Wc::result).find(Result::is_err) {
+            return Err(Error::msg(bad));
         }
         got += n;
         if n == 0 && Instant::now() >= deadline {

@@ -1,0 +1,124 @@
+//! [`CmError`]: why connection setup failed.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use warpsock_proto::{CloseReason, ConnectError, PostError};
+
+use crate::driver::transport_error;
+
+/// Why connection setup failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CmError {
+    /// The address did not resolve.
+    #[error("cannot resolve the address: {0}")]
+    Resolve(#[source] io::Error),
+    /// Nothing accepts connections at that address and port.
+    #[error("connection refused by {addr}: nothing is listening on that port")]
+    Refused {
+        /// Address tried.
+        addr: SocketAddr,
+    },
+    /// No route to the host or network.
+    #[error("{addr} is unreachable: {source}")]
+    Unreachable {
+        /// Address tried.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A setup step did not finish in time.
+    #[error("timed out after {after:?} waiting for the {stage}{}", peer_suffix(*.addr))]
+    Timeout {
+        /// The peer, when known.
+        addr: Option<SocketAddr>,
+        /// Which step: "TCP connect", "TCP accept", "MPA reply", "MPA request".
+        stage: &'static str,
+        /// The time allowed.
+        after: Duration,
+    },
+    /// The connection ended during setup: the peer closed it (FIN), reset
+    /// it, it timed out, or another socket error ended it.
+    #[error("{reason} while waiting for the {stage}{}", peer_suffix(*.addr))]
+    Closed {
+        /// The peer, when known.
+        addr: Option<SocketAddr>,
+        /// Which step: "MPA reply", "MPA request", "MPA reply send".
+        stage: &'static str,
+        /// How it ended.
+        reason: CloseReason,
+    },
+    /// The responder rejected the connection with this private data.
+    #[error("the peer rejected the connection ({} bytes of private data)", .private_data.len())]
+    Rejected {
+        /// The responder's private data.
+        private_data: Vec<u8>,
+    },
+    /// MPA negotiation failed (malformed frame, incompatible options).
+    #[error("MPA setup failed: {0}")]
+    Mpa(#[source] ConnectError),
+    /// Private data longer than [`super::MAX_PRIVATE_DATA`].
+    #[error("private data of {len} bytes is too long (at most {max} bytes)")]
+    PrivateDataTooLong {
+        /// Length given.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// The protection domain and completion queues of a [`super::QpInit`] come
+    /// from different contexts.
+    #[error("protection domain and completion queues belong to different contexts")]
+    ContextMismatch,
+    /// A receive in [`super::QpInit::recvs`] could not be posted.
+    #[error("cannot post an initial receive: {0}")]
+    Post(#[source] PostError),
+    /// The listener held as many pending MPA handshakes as it allows
+    /// ([`super::Listener::set_max_pending`]); a newer connection took this
+    /// one's place and it was closed.
+    #[error("{addr} evicted: its MPA handshake was the oldest of {max} pending")]
+    Evicted {
+        /// The peer whose connection was closed.
+        addr: SocketAddr,
+        /// The limit.
+        max: usize,
+    },
+    /// Another socket error.
+    #[error("socket error: {0}")]
+    Io(#[source] io::Error),
+}
+
+fn peer_suffix(addr: Option<SocketAddr>) -> String {
+    addr.map(|a| format!(" (peer {a})")).unwrap_or_default()
+}
+
+impl CmError {
+    /// The connection failed during `stage` with a socket error.
+    pub(super) fn socket(addr: Option<SocketAddr>, stage: &'static str, e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(n) if n != 0 => Self::Closed {
+                addr,
+                stage,
+                reason: CloseReason::Transport(transport_error(&e)),
+            },
+            _ => Self::Io(e),
+        }
+    }
+
+    pub(super) fn from_connect(addr: SocketAddr, e: io::Error, after: Duration) -> Self {
+        match e.raw_os_error() {
+            Some(libc::ECONNREFUSED) => Self::Refused { addr },
+            Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EADDRNOTAVAIL) => {
+                Self::Unreachable { addr, source: e }
+            }
+            _ if e.kind() == io::ErrorKind::TimedOut => Self::Timeout {
+                addr: Some(addr),
+                stage: "TCP connect",
+                after,
+            },
+            _ => Self::Io(e),
+        }
+    }
+}

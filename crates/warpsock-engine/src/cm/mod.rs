@@ -1,0 +1,337 @@
+//! The connection manager: TCP connect/listen, the MPA exchange with
+//! private data, accept/reject, socket options.
+//!
+//! * this module: options ([`TcpOptions`], [`QpOptions`], [`QpInit`]) and
+//!   the initiator ([`connect`], [`connect_stream`]), which runs setup
+//!   synchronously on the calling thread over a blocking socket;
+//! * `listener`: the responder ([`Listener`], [`ConnectRequest`]), which
+//!   runs many handshakes at once without blocking on any;
+//! * `mpa`: driving the core's MPA state machine over a socket with the
+//!   real clock ([`Connection::poll_timeout`] /
+//!   [`Connection::handle_timeout`]), feeding it exactly the bytes it asks
+//!   for so nothing of the FPDU stream is consumed;
+//! * `error`: [`CmError`].
+//!
+//! Once established, the connection and its socket move into the context's
+//! progress engine as a [`Qp`].
+
+mod error;
+mod listener;
+mod mpa;
+
+use std::io;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use warpsock_proto::wire::{fpdu, mpa as wire_mpa};
+use warpsock_proto::{Config, Connection, Event, RecvWr, Role, RtrOffer};
+
+use crate::cq::Cq;
+use crate::pd::Pd;
+use crate::qp::Qp;
+use crate::sys;
+
+pub use error::CmError;
+pub use listener::{ConnectRequest, Listener, DEFAULT_MAX_PENDING, DEFAULT_MPA_REQUEST_TIMEOUT};
+use mpa::{drive_mpa, MpaDone, MpaExchange};
+
+/// Largest application private data in an MPA Request or Reply: 251 bytes
+/// keeps the frame within Linux siw's 256-byte limit (with the 4-byte
+/// enhanced IRD/ORD word and a spare byte).
+pub const MAX_PRIVATE_DATA: usize = wire_mpa::SIW_MAX_ULP_PRIVATE_DATA_LEN;
+
+/// TCP socket options applied to every connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// `TCP_NODELAY` (default on: FPDUs go out at once, as siw does).
+    pub nodelay: bool,
+    /// `TCP_USER_TIMEOUT`: unacknowledged data older than this kills the
+    /// connection, so a dead peer flushes every request in bounded time
+    /// (default 10 s). Zero leaves the kernel default.
+    pub user_timeout: Duration,
+    /// Keepalive idle time before the first probe (default 5 s); zero
+    /// disables keepalive.
+    pub keepalive_idle: Duration,
+    /// Keepalive probe interval (default 1 s).
+    pub keepalive_interval: Duration,
+    /// Unanswered keepalive probes before the connection is dropped
+    /// (default 5).
+    pub keepalive_count: u32,
+    /// `SO_SNDBUF`, if set (default: the kernel's autotuning).
+    pub send_buffer: Option<usize>,
+    /// `SO_RCVBUF`, if set (default: the kernel's autotuning).
+    pub recv_buffer: Option<usize>,
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        Self {
+            nodelay: true,
+            user_timeout: Duration::from_secs(10),
+            keepalive_idle: Duration::from_secs(5),
+            keepalive_interval: Duration::from_secs(1),
+            keepalive_count: 5,
+            send_buffer: None,
+            recv_buffer: None,
+        }
+    }
+}
+
+impl TcpOptions {
+    fn apply(&self, s: &TcpStream) -> io::Result<()> {
+        let fd = s.as_raw_fd();
+        s.set_nodelay(self.nodelay)?;
+        if !self.user_timeout.is_zero() {
+            sys::set_user_timeout(fd, self.user_timeout)?;
+        }
+        if !self.keepalive_idle.is_zero() {
+            sys::set_keepalive(
+                fd,
+                self.keepalive_idle,
+                self.keepalive_interval,
+                self.keepalive_count,
+            )?;
+        }
+        if let Some(b) = self.send_buffer {
+            sys::set_send_buffer(fd, b)?;
+        }
+        if let Some(b) = self.recv_buffer {
+            sys::set_recv_buffer(fd, b)?;
+        }
+        Ok(())
+    }
+}
+
+/// Queue pair and connection options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpOptions {
+    /// Send queue depth (outstanding send requests).
+    pub sq_depth: usize,
+    /// Receive queue depth.
+    pub rq_depth: usize,
+    /// Ask for CRC32c on every FPDU (on if either side asks).
+    pub crc: bool,
+    /// Ask the peer to insert MPA markers.
+    pub markers: bool,
+    /// Inbound RDMA Read depth offered.
+    pub ird: u16,
+    /// Outbound RDMA Read depth wanted.
+    pub ord: u16,
+    /// Largest IRD the peer may raise ours to by asking for a larger ORD
+    /// (siw raises it up to 128, the default). Each inbound Read the peer
+    /// may have outstanding is state we keep: lower it for a server
+    /// exposed to untrusted peers.
+    pub max_ird: u16,
+    /// Initiator: offer peer-to-peer setup (RFC 6581) with the
+    /// ready-to-receive message types in [`Self::rtr`], so the responder
+    /// may send first. Linux siw accepts it. Default on.
+    pub peer_to_peer: bool,
+    /// Initiator, with [`Self::peer_to_peer`]: which zero-length RTR
+    /// messages to offer — RDMA Write (siw's choice, the default), RDMA
+    /// Read (Chelsio's default), or both (the responder picks the Write,
+    /// unless it prefers Read: [`Self::prefer_read_rtr`]).
+    /// Offering neither means no peer-to-peer setup. What was chosen is
+    /// [`Negotiated::rtr`](warpsock_proto::Negotiated::rtr).
+    pub rtr: RtrOffer,
+    /// Responder: when the initiator offers both RTR types, choose the
+    /// RDMA Read instead of the Write (default off, as siw).
+    pub prefer_read_rtr: bool,
+    /// Initiator: private data for the MPA Request (≤ [`MAX_PRIVATE_DATA`]).
+    pub private_data: Vec<u8>,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// How long to wait for the peer's MPA Request/Reply.
+    pub mpa_timeout: Duration,
+    /// Largest ULPDU per FPDU; `None` sizes FPDUs to the TCP MSS as siw
+    /// does (one FPDU per segment).
+    pub mulpdu: Option<usize>,
+    /// Socket options.
+    pub tcp: TcpOptions,
+}
+
+impl Default for QpOptions {
+    fn default() -> Self {
+        Self {
+            sq_depth: 1024,
+            rq_depth: 1024,
+            crc: false,
+            markers: false,
+            ird: 16,
+            ord: 16,
+            max_ird: 128,
+            peer_to_peer: true,
+            rtr: RtrOffer {
+                write: true,
+                read: false,
+            },
+            prefer_read_rtr: false,
+            private_data: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            mpa_timeout: Duration::from_secs(10),
+            mulpdu: None,
+            tcp: TcpOptions::default(),
+        }
+    }
+}
+
+impl QpOptions {
+    fn config(&self, role: Role, pd: &Pd, mss: usize) -> Config {
+        let mut c = Config::new(role, pd.id);
+        c.crc = self.crc;
+        c.markers = self.markers;
+        c.ird = self.ird;
+        c.ord = self.ord;
+        c.max_ird = self.max_ird;
+        let offered = self.rtr.write || self.rtr.read;
+        c.p2p = (role == Role::Initiator && self.peer_to_peer && offered).then_some(self.rtr);
+        c.prefer_read_rtr = self.prefer_read_rtr;
+        c.private_data = self.private_data.clone();
+        c.mulpdu = self
+            .mulpdu
+            .unwrap_or_else(|| fpdu::mulpdu_for_mss(mss.max(64)))
+            .clamp(64, fpdu::MAX_ULPDU_LEN);
+        c.mpa_timeout = self.mpa_timeout;
+        c.sq_depth = self.sq_depth;
+        c.rq_depth = self.rq_depth;
+        c
+    }
+}
+
+/// What a new queue pair is made of: its protection domain, completion
+/// queues (all from one context) and options.
+#[derive(Debug, Clone)]
+pub struct QpInit<'a> {
+    /// Protection domain of the queue pair.
+    pub pd: &'a Pd,
+    /// Completion queue for send-queue requests.
+    pub send_cq: &'a Cq,
+    /// Completion queue for receives.
+    pub recv_cq: &'a Cq,
+    /// Options.
+    pub options: QpOptions,
+    /// Receives posted before the connection goes live (before the MPA
+    /// Reply is sent, or before the initiator's first FPDU), so a Send the
+    /// peer issues right after setup always finds a buffer.
+    pub recvs: Vec<RecvWr>,
+}
+
+impl<'a> QpInit<'a> {
+    /// Default options with `pd` and one CQ for both queues.
+    pub fn new(pd: &'a Pd, cq: &'a Cq) -> Self {
+        Self {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            options: QpOptions::default(),
+            recvs: Vec::new(),
+        }
+    }
+
+    fn check(&self, private_data: &[u8]) -> Result<(), CmError> {
+        if !Arc::ptr_eq(&self.pd.sh, &self.send_cq.sh)
+            || !Arc::ptr_eq(&self.pd.sh, &self.recv_cq.sh)
+        {
+            return Err(CmError::ContextMismatch);
+        }
+        check_private_data(private_data)
+    }
+
+    fn post_initial(&self, conn: &mut Connection) -> Result<(), CmError> {
+        for r in &self.recvs {
+            conn.post_recv(r.clone()).map_err(CmError::Post)?;
+        }
+        Ok(())
+    }
+
+    fn create(
+        &self,
+        conn: Connection,
+        sock: TcpStream,
+        events: Vec<Event>,
+        (local, peer): (SocketAddr, SocketAddr),
+        early: Vec<u8>,
+    ) -> Result<Qp, CmError> {
+        let inner = &self.pd.sh.inner;
+        let qi = inner.add_qp(conn, sock, events, early, self.send_cq.id, self.recv_cq.id);
+        Ok(Qp {
+            sh: Arc::clone(&self.pd.sh),
+            qi,
+            local,
+            peer,
+        })
+    }
+}
+
+fn check_private_data(pd: &[u8]) -> Result<(), CmError> {
+    if pd.len() > MAX_PRIVATE_DATA {
+        return Err(CmError::PrivateDataTooLong {
+            len: pd.len(),
+            max: MAX_PRIVATE_DATA,
+        });
+    }
+    Ok(())
+}
+
+/// Connects to `addr` (each resolved address in turn), runs the MPA
+/// exchange as initiator and returns the established queue pair.
+///
+/// Errors say what failed: [`CmError::Refused`] (nothing listening),
+/// [`CmError::Unreachable`], [`CmError::Timeout`] (TCP connect or MPA
+/// reply), [`CmError::Rejected`] (with the responder's private data),
+/// [`CmError::Mpa`] (bad or incompatible reply), [`CmError::Closed`] (the
+/// peer closed or reset the connection, or it timed out, during setup).
+pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmError> {
+    let opts = &init.options;
+    init.check(&opts.private_data)?;
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(CmError::Resolve)?.collect();
+    let mut last = CmError::Resolve(io::Error::new(
+        io::ErrorKind::NotFound,
+        "no address to connect to",
+    ));
+    let mut sock = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, opts.connect_timeout) {
+            Ok(s) => {
+                sock = Some(s);
+                break;
+            }
+            Err(e) => last = CmError::from_connect(a, e, opts.connect_timeout),
+        }
+    }
+    connect_stream(sock.ok_or(last)?, init)
+}
+
+/// Runs the MPA exchange as initiator on a TCP connection that is already
+/// established (by the caller, or by an application that used it as a
+/// plain byte stream first) and returns the queue pair on it.
+///
+/// The next byte the peer reads from the stream must be the MPA Request
+/// this sends, and the next bytes we read must be its MPA Reply: whatever
+/// the connection carried before has to be consumed by both ends first.
+/// The socket's TCP options become those of `init`. Errors are those of
+/// [`connect`] after its TCP step.
+pub fn connect_stream(sock: TcpStream, init: &QpInit<'_>) -> Result<Qp, CmError> {
+    let opts = &init.options;
+    init.check(&opts.private_data)?;
+    // Addresses now: a peer that resets right after setup makes them fail.
+    let addrs = (
+        sock.local_addr().map_err(CmError::Io)?,
+        sock.peer_addr().map_err(CmError::Io)?,
+    );
+    opts.tcp.apply(&sock).map_err(CmError::Io)?;
+    let mss = sys::tcp_mss(sock.as_raw_fd()).unwrap_or(1448);
+    let mut conn = Connection::new(opts.config(Role::Initiator, init.pd, mss), Instant::now());
+    init.post_initial(&mut conn)?;
+    let mut x = MpaExchange::new(conn, Some(addrs.1));
+    match drive_mpa(&sock, &mut x)? {
+        MpaDone::Established => {
+            let early = x.early();
+            init.create(x.conn, sock, x.events, addrs, early)
+        }
+        MpaDone::Request(_) => {
+            unreachable!("the core reports MPA Requests to responders only")
+        }
+    }
+}

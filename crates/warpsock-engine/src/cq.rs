@@ -1,0 +1,297 @@
+//! Completion queues ([`Cq`]): polling, waiting, and a pollable fd.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::context::{Context, Progress, Shared};
+use crate::error::{Error, Result};
+use crate::mr::thread_borrows;
+use crate::sys::EventFd;
+use crate::wc::{CqSlot, Wc};
+
+/// Longest single sleep of a caller parked in a blocking read (see
+/// [`Cq::wait`]): it wakes this often to re-check its deadline and
+/// anything another thread left it.
+const PARK_SLICE: Duration = Duration::from_millis(10);
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct Cq {
+    pub(crate) sh: Arc<Shared>,
+    pub(crate) id: usize,
+    /// The queue's eventfd (see [`Cq::notify_fd`]), shared with its state.
+    notify: Arc<EventFd>,
+}
+
+impl Context {
+    /// Creates a completion queue. `capacity` sizes its initial storage;
+    /// completions are never dropped when more arrive.
+    pub fn create_cq(&self, capacity: usize) -> Result<Cq> {
+        let mut slot = CqSlot::new().map_err(Error::sys("eventfd"))?;
+        slot.entries.reserve(capacity);
+        let notify = Arc::clone(&slot.notify);
+        let mut st = self.sh.inner.lock();
+        let id = match st.cqs.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                st.cqs.push(None);
+                st.cqs.len() - 1
+            }
+        };
+        st.cqs[id] = Some(slot);
+        Ok(Cq {
+            sh: Arc::clone(&self.sh),
+            id,
+            notify,
+        })
+    }
+}
+
+impl Cq {
+    /// Moves up to `out.len()` completions into `out` and returns how many.
+    /// In caller-driven mode this first makes one non-blocking round of
+    /// progress.
+    pub fn poll(&self, out: &mut [Wc]) -> usize {
+        let inner = &self.sh.inner;
+        let mut st = inner.lock();
+        if inner.progress == Progress::Caller {
+            inner.progress_locked(&mut st);
+        }
+        st.cq(self.id).drain_into(out)
+    }
+
+    /// Like [`Self::poll`], but waits up to `timeout` for at least one
+    /// completion. Returns 0 if none arrived in time.
+    ///
+    /// Caller-driven mode: drives progress, spinning for the context's
+    /// `busy_poll` time, then sleeping in `epoll_wait` on the context's
+    /// sockets. Progress-thread mode: sleeps until the thread delivers.
+    /// Inside a [`crate::Mr::with_bytes`] closure on the same context it
+    /// does not block (nothing can be received until the closure returns):
+    /// it returns what is queued, like [`Self::poll`].
+    pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize> {
+        let inner = &self.sh.inner;
+        if thread_borrows(inner) {
+            return Ok(self.poll(out));
+        }
+        if inner.progress == Progress::Thread {
+            let deadline = Instant::now().checked_add(timeout);
+            let left = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
+            let mut st = inner.lock();
+            loop {
+                let n = st.cq(self.id).drain_into(out);
+                if n > 0 || out.is_empty() {
+                    return Ok(n);
+                }
+                let wait = match left(Instant::now()) {
+                    Some(d) if d.is_zero() => return Ok(0),
+                    Some(d) => d,
+                    None => Duration::from_secs(3600),
+                };
+                st = inner.wait_cv(st, wait);
+            }
+        }
+        let mut ready = Vec::new();
+        // Without busy polling, ask epoll first: every service round leaves
+        // nothing behind that epoll would not report (unread input, queued
+        // output), so a round now would only cost a futile read.
+        let mut drive = !inner.busy_poll.is_zero();
+        // The clock is read only once a round has come up empty: a wait
+        // that finds its completion at once (the common case in a
+        // ping-pong) costs no clock read. The timeout and the spin then
+        // count from that first empty round.
+        let mut clock: Option<(Option<Instant>, Instant)> = None;
+        loop {
+            let borrowed = {
+                let mut st = inner.lock();
+                if drive {
+                    inner.progress_locked(&mut st);
+                }
+                let n = st.cq(self.id).drain_into(out);
+                if n > 0 || out.is_empty() {
+                    return Ok(n);
+                }
+                st.readers + st.writers > 0
+            };
+            drive = true;
+            let now = Instant::now();
+            let (deadline, spin_until) =
+                *clock.get_or_insert_with(|| (now.checked_add(timeout), now + inner.busy_poll));
+            let rest = deadline.map(|d| d.saturating_duration_since(now));
+            if rest.is_some_and(|d| d.is_zero()) {
+                return Ok(0);
+            }
+            if borrowed {
+                // Another thread's closure holds region bytes: nothing can
+                // be received until it ends (it signals the condvar).
+                let st = inner.lock();
+                if st.readers + st.writers > 0 {
+                    drop(inner.wait_cv(st, rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE))));
+                }
+                continue;
+            }
+            if now < spin_until {
+                // Yield between rounds: free when this CPU has nothing else
+                // to run, and lets a peer sharing the CPU answer.
+                std::thread::yield_now();
+                continue;
+            }
+            // With one connection, sleep in a blocking read of its socket
+            // instead of in epoll: the bytes that wake us are already read
+            // (no separate readiness call), and the read's timeout is a
+            // timer-wheel timeout, not epoll's high-resolution one — about
+            // as cheap as a blocking TCP read. The lock is released while
+            // asleep; posts from other threads go on meanwhile.
+            let slice = rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE));
+            let parked = inner.lock().park(slice);
+            if let Some((qi, mut p)) = parked {
+                let res = p.read();
+                let mut st = inner.lock();
+                st.unpark(qi, p, res, &inner.epoll);
+                let n = st.cq(self.id).drain_into(out);
+                if n > 0 {
+                    return Ok(n);
+                }
+                // Serviced just now: look again before another round.
+                drive = false;
+                continue;
+            }
+            inner.lock().watch_all(&inner.epoll);
+            ready.clear();
+            inner
+                .epoll
+                .wait(&mut ready, rest)
+                .map_err(Error::sys("epoll_wait"))?;
+        }
+    }
+
+    /// The queue's notification fd: readable while completions are waiting
+    /// in this queue (it becomes readable when one arrives and unreadable
+    /// when [`Self::poll`]/[`Self::wait`] empties the queue). Put it in your
+    /// own `poll`/`epoll` set in progress-thread mode; in caller-driven mode
+    /// nothing arrives unless the application drives progress. The fd is
+    /// maintained from the first call on (it costs two system calls per
+    /// completion burst, so it is off until asked for); the same as
+    /// [`AsFd::as_fd`].
+    pub fn notify_fd(&self) -> BorrowedFd<'_> {
+        self.sh.inner.lock().cq(self.id).arm();
+        self.notify.as_fd()
+    }
+
+    /// Completions currently queued.
+    pub fn len(&self) -> usize {
+        self.sh.inner.lock().cq(self.id).entries.len()
+    }
+
+    /// Whether no completion is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl AsFd for Cq {
+    /// The notification fd ([`Cq::notify_fd`], which it arms).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.notify_fd()
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        self.sh.inner.lock().cqs[self.id] = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{connect, Access, Listener, QpInit, RecvWr, SendOp, SendWr, Sge};
+
+    fn watched(ctx: &Context) -> usize {
+        ctx.watched()
+    }
+
+    fn send(wr_id: u64, sge: Sge) -> SendWr {
+        SendWr {
+            wr_id,
+            op: SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            sgl: sge.into(),
+            signaled: true,
+        }
+    }
+
+    /// Caller-driven contexts keep their sockets out of epoll while callers
+    /// only poll or spin (each socket in an epoll set costs a kernel
+    /// callback per arriving segment), and register all of them the
+    /// moment a caller has to sleep in `epoll_wait` — which must then
+    /// wake for the completion, not at its timeout.
+    #[test]
+    fn caller_driven_sockets_join_epoll_only_to_sleep() {
+        let l = Listener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        // The peer: a progress-thread context with two queue pairs; on the
+        // second it sends once, after a pause, when told to.
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let peer = std::thread::spawn(move || {
+            let ctx = Context::new(Progress::Thread).unwrap();
+            let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
+            let buf = pd.alloc(64, Access::LOCAL_WRITE);
+            let mut init = QpInit::new(&pd, &cq);
+            init.recvs = vec![RecvWr {
+                wr_id: 1,
+                sgl: buf.sge(0, 64).into(),
+            }];
+            let limit = Some(Duration::from_secs(10));
+            let q1 = l.accept_qp(&init, b"", limit).unwrap();
+            init.recvs.clear();
+            let q2 = l.accept_qp(&init, b"", limit).unwrap();
+            go_rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            q2.post_send(send(2, buf.sge(0, 8))).unwrap();
+            // Connected until the test has looked (a FIN would take a
+            // socket out of epoll).
+            go_rx.recv().unwrap();
+            drop((q1, q2));
+        });
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
+        let buf = pd.alloc(64, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        let q1 = connect(addr, &init).unwrap();
+        init.recvs = vec![RecvWr {
+            wr_id: 7,
+            sgl: buf.sge(0, 64).into(),
+        }];
+        let q2 = connect(addr, &init).unwrap();
+        // Spinning on poll: a Send goes out and completes, nothing joins
+        // epoll but the context's own wake-up eventfd.
+        q1.post_send(send(1, buf.sge(0, 8))).unwrap();
+        let mut wc = [Wc::default(); 4];
+        let t = Instant::now();
+        while cq.poll(&mut wc) == 0 {
+            assert!(t.elapsed() < Duration::from_secs(10), "no send completion");
+        }
+        assert!(wc[0].is_ok(), "{:?}", wc[0]);
+        assert_eq!(watched(&ctx), 1, "sockets registered while only polling");
+        // Two live connections: a sleeping wait goes through epoll, which
+        // must now watch both sockets and wake when the peer's Send lands.
+        go_tx.send(()).unwrap();
+        let t = Instant::now();
+        let n = cq.wait(&mut wc, Duration::from_secs(20)).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!((wc[0].wr_id, wc[0].byte_len), (7, 8), "{:?}", wc[0]);
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the wait slept to its timeout: {:?}",
+            t.elapsed()
+        );
+        assert_eq!(watched(&ctx), 3, "eventfd and both sockets");
+        go_tx.send(()).unwrap();
+        drop((q1, q2));
+        peer.join().unwrap();
+    }
+}

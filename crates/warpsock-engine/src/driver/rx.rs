@@ -1,0 +1,325 @@
+//! The receive half of the socket driver (the core's `conn/rx.rs` is its
+//! protocol side): staging buffers, direct placement with `readv`, the
+//! blocking read a waiting caller parks in.
+
+use std::io::{self, IoSliceMut};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use warpsock_proto::{Registry, RxStep};
+
+use super::QpSlot;
+use crate::mem::Mem;
+use crate::sys;
+
+/// Staging buffer for framing (and small payloads read together with it).
+const RX_BUF: usize = 64 * 1024;
+/// Spare staging buffers a context keeps.
+const RX_POOL_MAX: usize = 4;
+/// Staging bytes read together with directly placed payload: enough for a
+/// trailer, the next header and a Read Request body.
+const RX_TAIL: usize = 256;
+/// A payload at least this long counts as large (see `Staging::large`).
+const LARGE_PAYLOAD: usize = 4096;
+/// Bytes one service call reads from one socket before yielding (fairness).
+const RX_BUDGET: usize = 8 << 20;
+
+/// A context's spare staging buffers (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct RxPool {
+    spare: Vec<Box<[u8]>>,
+}
+
+impl RxPool {
+    fn take(&mut self) -> Box<[u8]> {
+        self.spare
+            .pop()
+            .unwrap_or_else(|| vec![0; RX_BUF].into_boxed_slice())
+    }
+
+    fn give(&mut self, buf: Box<[u8]>) {
+        if self.spare.len() < RX_POOL_MAX {
+            self.spare.push(buf);
+        }
+    }
+}
+
+/// Staging buffer (borrowed from the [`RxPool`] while in use) with a
+/// read window.
+#[derive(Debug, Default)]
+pub(super) struct Staging {
+    /// Borrowed while receiving and while staged bytes are left over.
+    buf: Option<Box<[u8]>>,
+    start: usize,
+    end: usize,
+    /// The last payload seen was large: read framing in small pieces.
+    large: bool,
+}
+
+impl Staging {
+    /// Drops whatever is staged (the connection is dead).
+    pub(super) fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+        self.buf = None;
+    }
+
+    /// Whether staged bytes wait to be fed to the core.
+    pub(super) fn has_staged(&self) -> bool {
+        self.start < self.end
+    }
+}
+
+/// A blocking read of one queue pair's socket, taken out of the context
+/// lock by a waiting caller ([`QpSlot::park`] … [`QpSlot::unpark`]).
+#[derive(Debug)]
+pub(crate) struct ParkedRead {
+    pub(crate) slot_id: u64,
+    fd: RawFd,
+    buf: Box<[u8]>,
+    cap: usize,
+}
+
+impl ParkedRead {
+    /// Sleeps in `recv` until bytes, EOF, an error or the timeout given to
+    /// [`QpSlot::park`] (`WouldBlock`).
+    pub(crate) fn read(&mut self) -> io::Result<usize> {
+        sys::recv_wait(self.fd, &mut self.buf[..self.cap])
+    }
+
+    /// Gives the staging buffer back when the slot went away meanwhile.
+    pub(crate) fn discard(self, pool: &mut RxPool) {
+        pool.give(self.buf);
+    }
+}
+
+impl QpSlot {
+    /// Prepares a blocking read for a caller about to sleep, if this slot's
+    /// next input can only be framing (no payload to place directly,
+    /// nothing staged, nothing waiting to be written — a blocked transmit
+    /// needs epoll's writability). The read times out after `timeout`
+    /// (rounded up to whole milliseconds, at least one).
+    pub(crate) fn park(&mut self, pool: &mut RxPool, timeout: Duration) -> Option<ParkedRead> {
+        if self.parked
+            || self.is_done()
+            || self.rd_closed
+            || self.detached.is_some()
+            || !self.txq.is_empty()
+            || self.rx.has_staged()
+            || self.conn.wants_close()
+            || !matches!(self.conn.rx_step(), RxStep::Bytes(_))
+        {
+            return None;
+        }
+        let ms = timeout.as_nanos().div_ceil(1_000_000).max(1);
+        let t = Duration::from_millis(ms.min(u64::MAX as u128) as u64);
+        if self.rcvtimeo != Some(t) {
+            self.sock.set_read_timeout(Some(t)).ok()?;
+            self.rcvtimeo = Some(t);
+        }
+        let buf = self.rx.buf.take().unwrap_or_else(|| pool.take());
+        let cap = if self.rx.large { RX_TAIL } else { buf.len() };
+        self.parked = true;
+        Some(ParkedRead {
+            slot_id: self.id,
+            fd: self.sock.as_raw_fd(),
+            buf,
+            cap,
+        })
+    }
+
+    /// Takes back a parked read and its result: the bytes become staged
+    /// input (fed to the core by the next service), EOF and errors are
+    /// handled as a non-blocking read's would be.
+    pub(crate) fn unpark(&mut self, p: ParkedRead, res: io::Result<usize>) {
+        self.parked = false;
+        self.rx.buf = Some(p.buf);
+        match res {
+            Ok(0) => {
+                self.rd_closed = true;
+                self.conn.handle_eof();
+            }
+            Ok(n) => {
+                self.rx.start = 0;
+                self.rx.end = n;
+                self.drained_hint = n < p.cap;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => self.fail_with(&e),
+        }
+    }
+
+    /// Stages stream bytes read before the slot existed (FPDUs that
+    /// arrived right behind the MPA frame); the next service feeds them.
+    pub(crate) fn stage(&mut self, bytes: &[u8], pool: &mut RxPool) {
+        let mut buf = self.rx.buf.take().unwrap_or_else(|| pool.take());
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        self.rx.buf = Some(buf);
+        self.rx.start = 0;
+        self.rx.end = n;
+    }
+
+    /// Receives (see [`Self::rx_inner`]) with a staging buffer borrowed
+    /// from `pool`, returned once nothing staged is left.
+    pub(super) fn rx(&mut self, reg: &mut Registry<Mem>, pool: &mut RxPool) {
+        if self.parked {
+            // A parked caller owns the reading side until it comes back.
+            return;
+        }
+        if self.rx.buf.is_none() {
+            self.rx.buf = Some(pool.take());
+        }
+        self.rx_inner(reg);
+        if !self.rx.has_staged() {
+            if let Some(buf) = self.rx.buf.take() {
+                pool.give(buf);
+            }
+        }
+    }
+
+    /// Receives as much as is available (bounded), placing payload directly.
+    fn rx_inner(&mut self, reg: &mut Registry<Mem>) {
+        let mut budget = RX_BUDGET;
+        // A read that returned less than it asked for found the socket
+        // drained: another read now would almost always be a futile
+        // EAGAIN (one system call per message on the latency path). Data
+        // that arrives later makes the socket readable again, and epoll is
+        // level-triggered, so nothing is missed.
+        let mut drained = std::mem::take(&mut self.drained_hint);
+        loop {
+            self.feed_staged(reg);
+            if self.rx.has_staged() || self.rd_closed || self.dead || budget == 0 || drained {
+                return;
+            }
+            let Some(buf) = self.rx.buf.as_deref_mut() else {
+                return;
+            };
+            // After a local close (or a Terminate) input is discarded.
+            let step = if self.conn.wants_close() {
+                RxStep::Closed
+            } else {
+                self.conn.rx_step()
+            };
+            let res = match step {
+                RxStep::Place(r) => {
+                    self.rx.large = r.len >= LARGE_PAYLOAD as u64;
+                    let Some(dst) = reg.slice_mut(r.stag, r.offset, r.len as usize) else {
+                        // The region was deregistered under an in-flight
+                        // operation: the stream cannot continue. The peer
+                        // gets a Terminate; the rest of its input is
+                        // discarded.
+                        self.conn.fail_local(None, false);
+                        continue;
+                    };
+                    let want = dst.len();
+                    let tail = &mut buf[..RX_TAIL];
+                    match sys::recv_vectored_dontwait(
+                        self.sock.as_raw_fd(),
+                        &mut [IoSliceMut::new(dst), IoSliceMut::new(tail)],
+                    ) {
+                        Ok(0) => Ok(0),
+                        Ok(n) => {
+                            drained = n < want + RX_TAIL;
+                            let placed = n.min(want);
+                            // Re-borrow the placed bytes to fold them into the CRC.
+                            if let Some(dst) = reg.slice(r.stag, r.offset, placed) {
+                                self.conn.rx_placed(dst);
+                            }
+                            self.rx.start = 0;
+                            self.rx.end = n - placed;
+                            Ok(n)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                RxStep::Bytes(_) | RxStep::Closed => {
+                    // While large payloads stream in, read only about a
+                    // header's worth here, so the payload behind it is
+                    // placed directly instead of copied out of staging.
+                    let cap = if self.rx.large { RX_TAIL } else { buf.len() };
+                    let r = sys::recv_dontwait(self.sock.as_raw_fd(), &mut buf[..cap]);
+                    if let Ok(n) = r {
+                        drained = n < cap;
+                        self.rx.start = 0;
+                        self.rx.end = n;
+                    }
+                    r
+                }
+                RxStep::Blocked => return,
+            };
+            match res {
+                Ok(0) => {
+                    self.rd_closed = true;
+                    self.conn.handle_eof();
+                    return;
+                }
+                Ok(n) => budget = budget.saturating_sub(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.fail_with(&e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Feeds staged bytes to the core (copying payload that arrived with
+    /// framing into place).
+    fn feed_staged(&mut self, reg: &mut Registry<Mem>) {
+        while self.rx.start < self.rx.end {
+            let Some(buf) = self.rx.buf.as_deref() else {
+                break;
+            };
+            let staged = &buf[self.rx.start..self.rx.end];
+            let closing = self.conn.wants_close();
+            if !closing {
+                // A whole small FPDU in one pass when it is all here (the
+                // common case for small messages; the core declines
+                // anything else at no cost), else piece by piece.
+                let whole = self.conn.rx_fpdu(staged, reg);
+                if whole > 0 {
+                    self.rx.start += whole;
+                    continue;
+                }
+            }
+            let step = if closing {
+                RxStep::Closed
+            } else {
+                self.conn.rx_step()
+            };
+            match step {
+                RxStep::Bytes(_) => {
+                    let k = self.conn.rx_bytes(staged, reg);
+                    if k == 0 {
+                        break;
+                    }
+                    self.rx.start += k;
+                }
+                RxStep::Place(r) => {
+                    self.rx.large = r.len >= LARGE_PAYLOAD as u64;
+                    let n = (r.len as usize).min(staged.len());
+                    match reg.slice_mut(r.stag, r.offset, n) {
+                        Some(dst) => {
+                            dst.copy_from_slice(&staged[..n]);
+                            self.conn.rx_placed(dst);
+                            self.rx.start += n;
+                        }
+                        None => self.conn.fail_local(None, false),
+                    }
+                }
+                RxStep::Closed => self.rx.start = self.rx.end,
+                RxStep::Blocked => break,
+            }
+        }
+        if self.rx.start == self.rx.end {
+            self.rx.start = 0;
+            self.rx.end = 0;
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The engine's error type.
+//!
+//! Each operation that can fail has its own error, naming what failed:
+//! [`CmError`] for connection setup, [`PostError`] for a post,
+//! [`BatchPostError`] for a batch post, [`WcError`] for a failed work
+//! request. [`Error`] is the crate-level type every one of them converts
+//! into, so an application can use one `Result` and `?` throughout; it
+//! also covers the system calls behind a context or a completion queue.
+
+use std::io;
+
+use warpsock_proto::PostError;
+
+use crate::cm::CmError;
+use crate::wc::WcError;
+
+/// Any error of the engine's public API.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A system call the engine needed failed (creating an epoll set, an
+    /// eventfd or the progress thread; waiting; `mlock`).
+    #[error("{what} failed: {source}")]
+    Sys {
+        /// What the engine was doing.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Connection setup failed.
+    #[error(transparent)]
+    Cm(#[from] CmError),
+    /// A post failed.
+    #[error(transparent)]
+    Post(#[from] PostError),
+    /// A batch post stopped partway.
+    #[error(transparent)]
+    Batch(#[from] BatchPostError),
+    /// A work request completed with an error.
+    #[error(transparent)]
+    Completion(#[from] WcError),
+}
+
+impl Error {
+    pub(crate) fn sys(what: &'static str) -> impl FnOnce(io::Error) -> Self {
+        move |source| Self::Sys { what, source }
+    }
+}
+
+impl From<Error> for io::Error {
+    /// System errors keep their OS error; the rest become `Other` with the
+    /// message.
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Sys { source, .. } | Error::Cm(CmError::Io(source)) => source,
+            e => Self::other(e),
+        }
+    }
+}
+
+/// [`crate::Qp::post_send_batch`] stopped at a request it could not post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("posted {posted} work requests, then: {source}")]
+pub struct BatchPostError {
+    /// Requests posted before the failing one (they are being sent and
+    /// will complete).
+    pub posted: usize,
+    /// Why the next one was refused.
+    #[source]
+    pub source: PostError,
+}
+
+/// A `Result` with the engine's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

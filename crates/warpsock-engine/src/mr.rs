@@ -1,0 +1,268 @@
+//! Registered memory regions ([`Mr`]) and the application's access to
+//! their bytes.
+//!
+//! # Borrowing region bytes without deadlock
+//!
+//! [`Mr::with_bytes`] and [`Mr::with_bytes_mut`] run the caller's closure
+//! *outside* the context lock: the borrow is registered under the lock
+//! (counts in the context's state, and per region here), the lock is
+//! released, the closure runs, and the borrow is ended under the lock
+//! again. So a closure may call back into the engine —
+//! `mr.with_bytes(|b| qp.post_send(…))` posts and transmits — instead of
+//! deadlocking on a lock its own thread holds.
+//!
+//! While borrows last, the engine keeps out of region memory: it places
+//! nothing while any closure reads or writes region bytes, and gathers
+//! nothing while one writes. What it held back is made up when the last
+//! borrow ends (posts made meanwhile are transmitted then; received bytes
+//! wait in the socket). A closure should therefore stay short, and a
+//! closure that waits for a completion on the same context
+//! ([`crate::Cq::wait`]) gets only what is already queued.
+//!
+//! Per region, one writer or many readers: a second thread waits; the
+//! same thread borrowing a region it already writes (or writing one it
+//! reads) is a bug, reported by a panic (as `RefCell` does).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use warpsock_proto::{Sge, Stag};
+
+use crate::context::{Inner, Shared};
+use crate::error::{Error, Result};
+use crate::sys;
+
+thread_local! {
+    /// Region borrows this thread holds: (context, STag, exclusive).
+    static BORROWS: RefCell<Vec<(usize, Stag, bool)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether the calling thread is inside a [`Mr`] closure of this context
+/// (then progress on it cannot wait for borrows to end).
+pub(crate) fn thread_borrows(inner: &Inner) -> bool {
+    let ctx = inner as *const Inner as usize;
+    BORROWS.with(|b| b.borrow().iter().any(|&(c, _, _)| c == ctx))
+}
+
+/// A registered memory region. Its STag serves as both lkey and rkey.
+/// Dropping it deregisters the region (and frees an owned buffer).
+#[derive(Debug)]
+pub struct Mr {
+    sh: Arc<Shared>,
+    stag: Stag,
+    /// Tagged offset of byte 0 (the memory's address unless registered
+    /// with an iova).
+    addr: u64,
+    /// Where byte 0 is in this process's memory.
+    base: u64,
+    len: usize,
+    locked: AtomicBool,
+    /// Closures reading this region's bytes (changed under the context
+    /// lock).
+    readers: AtomicU32,
+    /// A closure writes this region's bytes (changed under the context
+    /// lock).
+    writer: AtomicBool,
+}
+
+/// An application borrow of region bytes, ended on drop (also when the
+/// closure panics).
+struct Borrow<'a> {
+    mr: &'a Mr,
+    exclusive: bool,
+}
+
+impl Drop for Borrow<'_> {
+    fn drop(&mut self) {
+        let inner = &self.mr.sh.inner;
+        let mut st = inner.lock();
+        if self.exclusive {
+            self.mr.writer.store(false, Ordering::Relaxed);
+            st.writers -= 1;
+        } else {
+            self.mr.readers.fetch_sub(1, Ordering::Relaxed);
+            st.readers -= 1;
+        }
+        let ctx = Arc::as_ptr(inner) as usize;
+        let (stag, exclusive) = (self.mr.stag, self.exclusive);
+        BORROWS.with(|b| {
+            let mut b = b.borrow_mut();
+            if let Some(i) = b.iter().rposition(|&e| e == (ctx, stag, exclusive)) {
+                b.remove(i);
+            }
+        });
+        if st.readers + st.writers == 0 {
+            inner.borrows_ended(&mut st);
+        }
+        inner.cv.notify_all();
+    }
+}
+
+impl Mr {
+    pub(crate) fn new(sh: Arc<Shared>, stag: Stag, addr: u64, base: u64, len: usize) -> Self {
+        Self {
+            sh,
+            stag,
+            addr,
+            base,
+            len,
+            locked: AtomicBool::new(false),
+            readers: AtomicU32::new(0),
+            writer: AtomicBool::new(false),
+        }
+    }
+
+    /// The local key (for [`Sge::lkey`]).
+    pub fn lkey(&self) -> Stag {
+        self.stag
+    }
+
+    /// The remote key, to give the peer for RDMA Write/Read.
+    pub fn rkey(&self) -> Stag {
+        self.stag
+    }
+
+    /// The region's first address (the tagged offset of byte 0).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A scatter/gather element for `len` bytes at `offset` into the region.
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.addr + offset as u64,
+            length: len,
+            lkey: self.stag,
+        }
+    }
+
+    /// Registers a borrow of this region's bytes (see the module docs).
+    fn borrow(&self, exclusive: bool) -> Borrow<'_> {
+        let inner = &self.sh.inner;
+        let ctx = Arc::as_ptr(inner) as usize;
+        let mine = |excl_only: bool| {
+            BORROWS.with(|b| {
+                b.borrow()
+                    .iter()
+                    .any(|&(c, s, e)| c == ctx && s == self.stag && (e || !excl_only))
+            })
+        };
+        let mut st = inner.lock();
+        loop {
+            let busy = if exclusive {
+                self.writer.load(Ordering::Relaxed) || self.readers.load(Ordering::Relaxed) > 0
+            } else {
+                self.writer.load(Ordering::Relaxed)
+            };
+            if !busy {
+                break;
+            }
+            assert!(
+                !mine(!exclusive),
+                "region {:#x} is already borrowed {} by this thread",
+                self.stag,
+                if exclusive { "" } else { "mutably " },
+            );
+            st = inner.wait_cv(st, Duration::from_millis(50));
+        }
+        if exclusive {
+            self.writer.store(true, Ordering::Relaxed);
+            st.writers += 1;
+        } else {
+            self.readers.fetch_add(1, Ordering::Relaxed);
+            st.readers += 1;
+        }
+        BORROWS.with(|b| b.borrow_mut().push((ctx, self.stag, exclusive)));
+        Borrow {
+            mr: self,
+            exclusive,
+        }
+    }
+
+    /// Runs `f` on the region's bytes. The closure runs outside the
+    /// context lock and may call into the engine (see the module docs);
+    /// while it runs, nothing is placed into the context's regions.
+    #[allow(unsafe_code)]
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let _b = self.borrow(false);
+        // SAFETY: the region's memory is valid for `len` bytes while the
+        // `Mr` lives (owned: freed only when it is dropped; raw: the
+        // caller's promise). The borrow keeps the engine from writing
+        // region bytes and other closures from writing this region until
+        // it ends, after `f` returns.
+        let bytes = unsafe { std::slice::from_raw_parts(self.base as *const u8, self.len) };
+        f(bytes)
+    }
+
+    /// Runs `f` on the region's bytes, writable. The closure runs outside
+    /// the context lock and may call into the engine (see the module
+    /// docs); while it runs, nothing is placed into or gathered from the
+    /// context's regions (posts made meanwhile go out when it returns).
+    #[allow(unsafe_code)]
+    pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let _b = self.borrow(true);
+        // SAFETY: as in `with_bytes`; the exclusive borrow also keeps the
+        // engine from reading region bytes and every other closure from
+        // this region, so the slice is unique until `f` returns.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.base as *mut u8, self.len) };
+        f(bytes)
+    }
+
+    /// Copies `dst.len()` bytes from `offset` into `dst`.
+    ///
+    /// # Panics
+    /// If the range is outside the region.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.with_bytes(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
+    }
+
+    /// Copies `src` into the region at `offset`.
+    ///
+    /// # Panics
+    /// If the range is outside the region.
+    pub fn write(&self, offset: usize, src: &[u8]) {
+        self.with_bytes_mut(|b| b[offset..offset + src.len()].copy_from_slice(src));
+    }
+
+    /// A copy of the region's bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.with_bytes(<[u8]>::to_vec)
+    }
+
+    /// Locks the region's pages in RAM (`mlock`); they are unlocked when the
+    /// `Mr` is dropped. Fails like `mlock` (e.g. `RLIMIT_MEMLOCK`).
+    pub fn mlock(&self) -> Result<()> {
+        if self.len == 0 || self.locked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        sys::mlock(self.base as *const u8, self.len).map_err(Error::sys("mlock"))?;
+        self.locked.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether [`Self::mlock`] succeeded.
+    pub fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        if *self.locked.get_mut() {
+            sys::munlock(self.base as *const u8, self.len);
+        }
+        self.sh.inner.lock().reg.deregister(self.stag);
+    }
+}

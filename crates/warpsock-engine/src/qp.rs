@@ -1,0 +1,201 @@
+//! Queue pairs ([`Qp`]): posting work, connection state and events,
+//! disconnect.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use warpsock_proto::{CloseReason, Event, Negotiated, PostError, QpState, RecvWr, SendWr};
+
+use crate::context::{Inner, Progress, Shared, State};
+use crate::error::BatchPostError;
+
+/// A connected queue pair (one TCP connection). Created by
+/// [`crate::connect`] or [`crate::ConnectRequest::accept`].
+///
+/// Dropping it disconnects gracefully (outstanding requests are flushed,
+/// FIN is sent) and leaves the socket to linger (see `Drop`).
+#[derive(Debug)]
+pub struct Qp {
+    pub(crate) sh: Arc<Shared>,
+    pub(crate) qi: usize,
+    pub(crate) local: SocketAddr,
+    pub(crate) peer: SocketAddr,
+}
+
+impl Qp {
+    fn with<R>(&self, f: impl FnOnce(&mut State, &Inner) -> R) -> R {
+        let inner = &self.sh.inner;
+        let mut st = inner.lock();
+        f(&mut st, inner)
+    }
+
+    /// The queue pair number reported in [`crate::Wc::qp_num`].
+    pub fn qp_num(&self) -> u32 {
+        self.qi as u32
+    }
+
+    /// Posts a send-queue request (Send, RDMA Write, RDMA Read) and starts
+    /// transmitting it at once. Errors in the request itself (bad local
+    /// buffers) and a dead queue pair surface as completions.
+    pub fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
+        self.with(|st, inner| {
+            st.qp(self.qi).conn.post_send(wr)?;
+            inner.kick(st, self.qi);
+            Ok(())
+        })
+    }
+
+    /// Posts several send-queue requests, then transmits. Stops at the
+    /// first that fails to post; the error says how many were posted
+    /// before it (those are transmitted and will complete).
+    pub fn post_send_batch(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> Result<usize, BatchPostError> {
+        self.with(|st, inner| {
+            let mut posted = 0;
+            let mut res = Ok(());
+            for wr in wrs {
+                if let Err(source) = st.qp(self.qi).conn.post_send(wr) {
+                    res = Err(BatchPostError { posted, source });
+                    break;
+                }
+                posted += 1;
+            }
+            inner.kick(st, self.qi);
+            res.map(|()| posted)
+        })
+    }
+
+    /// Posts a receive for an incoming Send.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {
+        self.with(|st, inner| {
+            let conn = &mut st.qp(self.qi).conn;
+            conn.post_recv(wr)?;
+            // A receive posted to a QP that is not in RTS completes at once
+            // (flushed): deliver that. In RTS a receive produces neither
+            // output nor a completion, so no transmit round (a ping-pong
+            // reposts a receive per message).
+            if conn.state() != QpState::Rts {
+                inner.kick(st, self.qi);
+            }
+            Ok(())
+        })
+    }
+
+    /// Queue pair state.
+    pub fn state(&self) -> QpState {
+        self.with(|st, _| st.qp(self.qi).conn.state())
+    }
+
+    /// What MPA negotiated (CRC, IRD/ORD, RTR, the peer's private data).
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        self.with(|st, _| st.qp(self.qi).conn.negotiated().cloned())
+    }
+
+    /// The next connection event ([`Event::Established`],
+    /// [`Event::Terminated`], [`Event::Closed`] with its cause, ...), if
+    /// any.
+    pub fn poll_event(&self) -> Option<Event> {
+        self.with(|st, _| st.qp(self.qi).events.pop_front())
+    }
+
+    /// Why the connection ended, once it has: closed locally, peer closed
+    /// (FIN), peer reset, timed out, a Terminate (sent or received, with
+    /// its code), a local error. The same cause every failed completion
+    /// carries in [`crate::Wc::cause`].
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        self.with(|st, _| st.qp(self.qi).close_reason())
+    }
+
+    /// The socket error that ended the connection (`ECONNRESET`,
+    /// `ETIMEDOUT` from `TCP_USER_TIMEOUT`/keepalive, ...), if one did. A
+    /// connection that ended with FIN, a Terminate or a local close has
+    /// none.
+    pub fn socket_error(&self) -> Option<io::Error> {
+        self.with(|st, _| st.qp(self.qi).error.map(io::Error::from_raw_os_error))
+    }
+
+    /// Whether the TCP connection is finished in both directions (closed,
+    /// reset or failed).
+    pub fn is_closed(&self) -> bool {
+        self.with(|st, _| st.qp(self.qi).is_done())
+    }
+
+    /// Local socket address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Peer socket address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Graceful disconnect (`rdma_disconnect`): outstanding requests are
+    /// flushed with [`warpsock_proto::WcStatus::WrFlushError`], bytes
+    /// already handed to the socket are delivered, then FIN is sent.
+    pub fn disconnect(&self) {
+        self.with(|st, inner| {
+            st.qp(self.qi).conn.close();
+            inner.kick(st, self.qi);
+        });
+    }
+
+    /// Abortive close: everything outstanding is flushed and the peer gets
+    /// a TCP reset (`SO_LINGER` 0).
+    pub fn abort(self) {
+        self.with(|st, inner| {
+            let State {
+                qps,
+                cqs,
+                reg,
+                watching,
+                ..
+            } = st;
+            let q = qps[self.qi].as_mut().expect("slot");
+            q.abort();
+            // Flush what the abort failed (no I/O happens on a dead slot,
+            // so this is safe while closures borrow region bytes).
+            q.service_tx(self.qi as u64, reg, cqs, watching.then_some(&inner.epoll));
+            q.unregister(&inner.epoll);
+        });
+        if self.sh.inner.progress == Progress::Thread {
+            self.sh.inner.cv.notify_all();
+        }
+        // Drop closes the socket, which now resets the connection.
+    }
+}
+
+impl Drop for Qp {
+    /// Disconnects (flush, FIN) and leaves the socket to linger: it stays
+    /// open, its input discarded, until the peer's FIN (or the context's
+    /// [`crate::ContextOptions::linger`], 2 s by default), and is closed by
+    /// later progress (any call on the context in caller-driven mode, the
+    /// progress thread otherwise) or when the context goes. Closing at
+    /// once would make the kernel answer the peer's further bytes with a
+    /// reset, and a reset makes the *peer's* kernel drop what we sent
+    /// last and it has not read yet. Requests whose bytes are still
+    /// unwritten when the linger ends complete as flushed.
+    fn drop(&mut self) {
+        let inner = &self.sh.inner;
+        let mut st = inner.lock();
+        if let Some(q) = st.qps[self.qi].as_mut() {
+            if !q.is_done() {
+                q.conn.close();
+            }
+        }
+        st.service(self.qi, &inner.epoll);
+        if let Some(q) = st.qps[self.qi].as_mut() {
+            q.detached = Some(Instant::now() + inner.linger);
+            st.detached += 1;
+        }
+        st.reap(&inner.epoll);
+        drop(st);
+        if inner.progress == Progress::Thread {
+            inner.cv.notify_all();
+        }
+    }
+}
