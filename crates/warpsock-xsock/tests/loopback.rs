@@ -418,10 +418,8 @@ fn queued_output_leaves_on_output_space_alone() {
         u64: 1,
     };
     // SAFETY: registering the engine's socket with our epoll.
-    assert_eq!(
-        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, xa.tcp_fd(), &mut ev) },
-        0
-    );
+    let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, xa.tcp_fd(), &mut ev) };
+    assert_eq!(r, 0);
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|sc| {
         let rx = sc.spawn(|| {

@@ -169,8 +169,8 @@ pub unsafe extern "C" fn warpsock_aio_send(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: the caller keeps the buffer until the completion.
     io_call(fd, -1, |s| {
+        // SAFETY: the caller keeps the buffer until the completion.
         unsafe { s.x.aio_send(buf.cast(), len, cookie) }.map(|()| 0)
     })
 }
@@ -188,8 +188,8 @@ pub unsafe extern "C" fn warpsock_aio_recv(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: the caller keeps the buffer until the completion.
     io_call(fd, -1, |s| {
+        // SAFETY: the caller keeps the buffer until the completion.
         unsafe { s.x.aio_recv(buf.cast(), len, cookie) }.map(|()| 0)
     })
 }

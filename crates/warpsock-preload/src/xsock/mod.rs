@@ -58,6 +58,14 @@ pub const WARPSOCK_MSG_MODE: c_int = 2;
 /// `int`, read only: whether MPA CRC32c is on.
 pub const WARPSOCK_CRC: c_int = 3;
 
+/// Feature marker: this library carries DDP mode and its policy mode
+/// (`WARPSOCK_DDP_PORTS`/`ADDRS`). Programs probe for it with
+/// `dlsym(RTLD_DEFAULT, "warpsock_feature_ddp_ports")` (the benchmark's
+/// apps suite does, for its `ddp-socket` rows); its value means nothing.
+#[cfg_attr(not(test), export_name = "warpsock_feature_ddp_ports")]
+#[used]
+pub static FEATURE_DDP_PORTS: u8 = 1;
+
 /// This kind's place in `interpose::KINDS` (1-based), for candidate marks.
 const KIND: usize = 2;
 

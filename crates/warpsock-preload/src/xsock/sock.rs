@@ -501,9 +501,9 @@ impl Socket for DdpSock {
                 } else {
                     g.sndtimeo
                 };
-                // SAFETY: the caller's in/out length.
                 if val.is_null()
                     || len.is_null()
+                    // SAFETY: the caller's in/out length, checked non-null.
                     || (unsafe { *len } as usize) < size_of::<libc::timeval>()
                 {
                     set_errno(libc::EINVAL);

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -160,6 +161,8 @@ static void switch_common(int fd, int server) {
 
 /* Every data call and flag, readiness, timeouts, shutdown. */
 static void calls_server(int fd) {
+    /* The marker programs probe for policy mode (the apps benchmark). */
+    CHECK(dlsym(RTLD_DEFAULT, "warpsock_feature_ddp_ports") != NULL);
     CHECK(ddp(fd) == 0);
     char b[64];
     /* read/readv/recvmsg of what the client sends with write/writev/sendmsg */
