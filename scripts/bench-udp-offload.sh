@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# Host UDP vs the UDP offload preload, same run, on 127.0.0.1:
+# Host UDP vs the UDP offload preload, same run, on 127.0.0.1, RUNS rounds;
+# each round runs every mode once, back to back, so that the machine's drift
+# hits all modes alike; medians and their ratios to host UDP at the end.
 #  1. iperf 2 UDP, 1470-byte datagrams, offered load unlimited (-b 100G):
-#     received throughput, loss and sender+receiver CPU seconds per GB received.
-#  2. sockperf UDP ping-pong, 64 bytes, server pinned to CPU 0, client to CPU 1
-#     (both sides alike: the program and its progress thread share the CPU),
-#     RUNS rounds; each round runs every mode once, back to back, so that the
-#     machine's drift hits all modes alike. Modes: host UDP (the baseline),
-#     offload by default (caller-driven receive), offload with busy-polling
-#     receives (WARPSOCK_BUSY_POLL_US=$BUSY_US), and offload with every
-#     datagram handed over by the progress thread (WARPSOCK_CALLER_RECV=0,
-#     the layer before caller-driven receive). Prints each round's p50 and,
-#     per mode, the median p50 and its ratio to host UDP's median.
+#     received throughput, loss, sender+receiver CPU seconds per GB
+#     received, and system calls per datagram on each side (perf
+#     tracepoints, when perf can count them). Modes: host UDP (baseline),
+#     UDP offload (both preloaded, TCP path), and the GSO path toward a
+#     plain receiver (preloaded client with WARPSOCK_UDP_MODE=gso, plain
+#     iperf server).
+#  2. sockperf UDP ping-pong, 64 bytes, server pinned to CPU 0, client to CPU
+#     1 (both sides alike: the program and its progress thread share the
+#     CPU). Modes: host UDP (the baseline), offload by default (caller-driven
+#     receive), offload with busy-polling receives
+#     (WARPSOCK_BUSY_POLL_US=$BUSY_US), and offload with every datagram
+#     handed over by the progress thread (WARPSOCK_CALLER_RECV=0).
 # Usage: scripts/bench-udp-offload.sh [seconds per run, default 5]
-# Environment: RUNS (sockperf rounds, default 5), BUSY_US (default 100),
+# Environment: RUNS (rounds, default 5), BUSY_US (default 100),
 # ONLY=iperf|sockperf (one part only), BENCH_PORT (default 47001).
+# Check the load first (`uptime`): figures only mean something on a quiet
+# machine (1-minute load average < 0.5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T="${1:-5}"
@@ -29,37 +35,59 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2
 trap cleanup EXIT
 HZ=$(getconf CLK_TCK)
 PORT=${BENCH_PORT:-47001}
+echo "load: $(uptime)"
 
 cpu_of() { awk -v hz="$HZ" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
 
-iperf_run() { # label, prefix...
-    local label=$1; shift
-    "$@" iperf -s -u -B 127.0.0.1 -p $PORT -l 1470 >"$WORK/s.out" 2>&1 &
+# System calls counted by perf tracepoints (empty when perf cannot).
+PERF=()
+if perf stat -x, -e raw_syscalls:sys_enter -o /dev/null true 2>/dev/null; then
+    PERF=(perf stat -x, -e raw_syscalls:sys_enter -o)
+fi
+syscalls_in() { [ -s "$1" ] && awk -F, '$1 ~ /^[0-9]+$/ { print $1; exit }' "$1" || echo 0; }
+
+# One iperf 2 run; appends "mbps cpu_per_gb lost_pct sys_per_dgram_snd sys_per_dgram_rcv" to $WORK/<key>.
+iperf_run() { # key, label, server prefix (array name), client prefix (array name)
+    local key=$1 label=$2
+    local -n spre=$3 cpre=$4
+    local sperf=() cperf=()
+    if [ ${#PERF[@]} -gt 0 ]; then sperf=("${PERF[@]}" "$WORK/s.perf"); cperf=("${PERF[@]}" "$WORK/c.perf"); fi
+    rm -f "$WORK/s.perf" "$WORK/c.perf"
+    "${sperf[@]}" "${spre[@]}" iperf -s -u -B 127.0.0.1 -p "$PORT" -l 1470 >"$WORK/s.out" 2>&1 &
     local sp=$!; PIDS+=("$sp"); sleep 0.5
-    # The client's CPU: its own user+sys from the subshell's `times`.
-    ( "$@" iperf -c 127.0.0.1 -u -p $PORT -b 100G -l 1470 -t "$T" >"$WORK/c.out" 2>&1; times >"$WORK/c.times" )
+    # The server is iperf itself, or perf's child when counting.
+    local srv=$sp
+    if [ ${#PERF[@]} -gt 0 ]; then srv=$(pgrep -P "$sp" | head -1); fi
+    ( "${cperf[@]}" "${cpre[@]}" iperf -c 127.0.0.1 -u -p "$PORT" -b 100G -l 1470 -t "$T" >"$WORK/c.out" 2>&1; times >"$WORK/c.times" )
     sleep 0.5
-    local scpu; scpu=$(cpu_of "$sp")
-    kill "$sp"; wait "$sp" 2>/dev/null || true; PIDS=()
+    local scpu; scpu=$(cpu_of "$srv")
+    kill -INT "$srv" 2>/dev/null || true
+    wait "$sp" 2>/dev/null || true; PIDS=()
     local ccpu; ccpu=$(awk 'NR==2 { gsub(/[ms]/, " "); u = $1 * 60 + $2; s = $3 * 60 + $4; printf "%.2f", u + s }' "$WORK/c.times")
     local rep; rep=$(awk '/Server Report/ { on = 1 } on && /Mbits|Gbits/ { print; exit }' "$WORK/c.out")
-    local sent; sent=$(grep -oE 'Sent [0-9]+ datagrams' "$WORK/c.out" | grep -oE '[0-9]+')
+    local sent; sent=$(grep -oE 'Sent [0-9]+ datagrams' "$WORK/c.out" | grep -oE '[0-9]+' || echo 0)
     local lt; lt=$(echo "$rep" | grep -oE '[0-9]+/ *[0-9]+ +\(' | tr -d ' (')
     local lost=${lt%/*} total=${lt#*/}
+    [ -n "$total" ] || { cat "$WORK/c.out" >&2; echo "bench: iperf ($label) gave no server report" >&2; exit 1; }
     local recv=$((total - lost))
-    local gb; gb=$(awk -v n="$recv" 'BEGIN { printf "%.3f", n * 1470 / 1e9 }')
+    local gb; gb=$(awk -v n="$recv" 'BEGIN { printf "%.4f", n * 1470 / 1e9 }')
     local mbps; mbps=$(awk -v n="$recv" -v t="$T" 'BEGIN { printf "%.0f", n * 1470 * 8 / t / 1e6 }')
-    printf '%-16s sent %9s  received %9s  lost %6.2f%%  recv-throughput %6s Mbit/s  cpu s+r %5.2f+%5.2f s  cpu/GB %6.2f s\n' \
-        "$label" "$sent" "$recv" "$(awk -v l="$lost" -v t="$total" 'BEGIN { print (t ? 100 * l / t : 0) }')" \
-        "$mbps" "$ccpu" "$scpu" "$(awk -v c="$ccpu" -v s="$scpu" -v g="$gb" 'BEGIN { printf "%.2f", (c + s) / g }')"
+    local cpg; cpg=$(awk -v c="$ccpu" -v s="$scpu" -v g="$gb" 'BEGIN { printf "%.2f", g > 0 ? (c + s) / g : 0 }')
+    local lpct; lpct=$(awk -v l="$lost" -v t="$total" 'BEGIN { printf "%.2f", t ? 100 * l / t : 0 }')
+    local ssys rsys
+    ssys=$(awk -v c="$(syscalls_in "$WORK/c.perf")" -v n="$sent" 'BEGIN { printf "%.3f", n ? c / n : 0 }')
+    rsys=$(awk -v c="$(syscalls_in "$WORK/s.perf")" -v n="$recv" 'BEGIN { printf "%.3f", n ? c / n : 0 }')
+    echo "$mbps $cpg $lpct $ssys $rsys" >>"$WORK/$key"
+    printf '  %-28s sent %9s  received %9s  lost %6s%%  %6s Mbit/s  cpu s+r %5.2f+%5.2f s  cpu/GB %6s s  syscalls/dgram snd %s rcv %s\n' \
+        "$label" "$sent" "$recv" "$lpct" "$mbps" "$ccpu" "$scpu" "$cpg" "$ssys" "$rsys"
 }
 
 # One sockperf ping-pong; appends "p50 p99 avg" to $WORK/<key>.
 sockperf_run() { # key, label, prefix...
     local key=$1 label=$2; shift 2
-    taskset -c 0 "$@" sockperf sr -i 127.0.0.1 -p $PORT >"$WORK/ss.out" 2>&1 &
+    taskset -c 0 "$@" sockperf sr -i 127.0.0.1 -p "$PORT" >"$WORK/ss.out" 2>&1 &
     local sp=$!; PIDS+=("$sp"); sleep 0.5
-    taskset -c 1 "$@" sockperf pp -i 127.0.0.1 -p $PORT -m 64 -t "$T" >"$WORK/sc.out" 2>&1 || true
+    taskset -c 1 "$@" sockperf pp -i 127.0.0.1 -p "$PORT" -m 64 -t "$T" >"$WORK/sc.out" 2>&1 || true
     kill "$sp"; wait "$sp" 2>/dev/null || true; PIDS=()
     local p50 p99 avg
     p50=$(grep -oE 'percentile 50.000 = +[0-9.]+' "$WORK/sc.out" | grep -oE '[0-9.]+$' || true)
@@ -71,12 +99,30 @@ sockperf_run() { # key, label, prefix...
 }
 
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+col() { cut -d' ' -f"$2" "$WORK/$1" | median; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }'; }
 
 PRE=(env LD_PRELOAD="$SO" WARPSOCK_UDP_OFFLOAD=1)
+PLAIN=(env)
+GSO=(env LD_PRELOAD="$SO" WARPSOCK_UDP_OFFLOAD=1 WARPSOCK_UDP_MODE=gso)
 if [ "$ONLY" != sockperf ]; then
-    echo "== iperf 2 UDP, 1470 B, -b 100G, ${T}s, 127.0.0.1 =="
-    iperf_run "host UDP" env
-    iperf_run "UDP offload" "${PRE[@]}"
+    echo "== iperf 2 UDP, 1470 B, -b 100G, ${T}s, 127.0.0.1, $RUNS rounds =="
+    IMODES=(host offload gso)
+    declare -A ILABEL=([host]="host UDP" [offload]="UDP offload (TCP path)" [gso]="GSO path -> plain receiver")
+    for r in $(seq "$RUNS"); do
+        echo "round $r:"
+        iperf_run host "${ILABEL[host]}" PLAIN PLAIN
+        iperf_run offload "${ILABEL[offload]}" PRE PRE
+        iperf_run gso "${ILABEL[gso]}" PLAIN GSO
+    done
+    HM=$(col host 1); HC=$(col host 2)
+    echo "medians over $RUNS rounds (ratios to host UDP's medians):"
+    for m in "${IMODES[@]}"; do
+        mb=$(col "$m" 1); cg=$(col "$m" 2)
+        printf '  %-28s %6s Mbit/s (%sx)  lost %6s%%  cpu/GB %6s s (%sx)  syscalls/dgram snd %s rcv %s\n' \
+            "${ILABEL[$m]}" "$mb" "$(ratio "$mb" "$HM")" "$(col "$m" 3)" "$cg" "$(ratio "$cg" "$HC")" \
+            "$(col "$m" 4)" "$(col "$m" 5)"
+    done
 fi
 if [ "$ONLY" != iperf ]; then
     echo "== sockperf ping-pong, 64 B, ${T}s, server CPU 0, client CPU 1, $RUNS rounds (half round trip) =="
@@ -90,11 +136,11 @@ if [ "$ONLY" != iperf ]; then
         sockperf_run busy "${LABEL[busy]}" "${PRE[@]}" WARPSOCK_BUSY_POLL_US="$BUSY_US"
         sockperf_run progress "${LABEL[progress]}" "${PRE[@]}" WARPSOCK_CALLER_RECV=0
     done
-    HOST50=$(cut -d' ' -f1 "$WORK/host" | median)
+    HOST50=$(col host 1)
     echo "medians over $RUNS rounds (ratio: median p50 / host UDP median p50):"
     for m in "${MODES[@]}"; do
-        p50=$(cut -d' ' -f1 "$WORK/$m" | median)
-        p99=$(cut -d' ' -f2 "$WORK/$m" | median)
+        p50=$(col "$m" 1)
+        p99=$(col "$m" 2)
         printf '  %-34s p50 %7s  p99 %8s usec  ratio %5.2fx\n' "${LABEL[$m]}" "$p50" "$p99" \
             "$(awk -v a="$p50" -v b="$HOST50" 'BEGIN { print a / b }')"
     done

@@ -3,6 +3,8 @@
 # 127.0.0.1 only, every run bounded by `timeout`:
 #   - iperf 2 UDP, preloaded client and server: every datagram over TCP, none lost
 #   - iperf 2 UDP, preloaded client -> plain server: falls back to kernel UDP
+#   - iperf 2 UDP, preloaded client in WARPSOCK_UDP_MODE=gso -> plain server:
+#     datagrams gathered into UDP_SEGMENT sends, ordinary datagrams arrive
 #   - iperf 2 UDP, plain client -> preloaded server: kernel path of an offloaded socket
 #   - sockperf UDP ping-pong, both preloaded: replies travel back over the connection
 #   - socat UDP relay, all three preloaded: every datagram relayed over TCP
@@ -124,6 +126,31 @@ lost=${lt%/*}; total=${lt#*/}
 [ "$(stat "$WORK/ic2.err" tx_lost)" -eq 0 ] || fail "iperf (preloaded -> plain): datagrams lost by the layer"
 pass "iperf2 UDP preloaded client -> plain server: fell back to kernel UDP, $lost/$total lost"
 
+# --- iperf 2, preloaded client on the GSO path -> plain server --------------------
+# WARPSOCK_UDP_MODE=gso: kernel UDP, a stream's datagrams gathered into
+# UDP_SEGMENT sends; the plain server sees ordinary datagrams.
+P=$(free_port)
+start iperf -s -u -B 127.0.0.1 -p "$P" -w 8M >"$WORK/is4.out" 2>&1
+wait_udp_port "$P"
+timeout 30 "${PRE[@]}" WARPSOCK_UDP_MODE=gso \
+    iperf -c 127.0.0.1 -u -p "$P" -b 400M -l 1470 -t 2 >"$WORK/ic4.out" 2>"$WORK/ic4.err" \
+    || fail "iperf client (GSO path -> plain) exited $?"
+stop_last
+lt=$(iperf_lost_total "$WORK/ic4.out")
+[ -n "$lt" ] || { cat "$WORK/ic4.out" "$WORK/ic4.err" >&2; fail "iperf (GSO path -> plain): no server report"; }
+lost=${lt%/*}; total=${lt#*/}
+[ "$total" -gt 1000 ] || fail "iperf (GSO path -> plain): only $total datagrams"
+# Bursts of up to 44 datagrams at 400 Mbit/s: a loaded machine's plain
+# receiver drops some even with an 8 MiB buffer (kernel UDP's loss, counted
+# by iperf); intact, in-order arrival is checked by tests/preload.rs.
+[ "$lost" -le $((total / 2)) ] || fail "iperf (GSO path -> plain): $lost of $total lost"
+[ "$(stat "$WORK/ic4.err" tx_lost)" -eq 0 ] || fail "iperf (GSO path -> plain): the layer lost datagrams"
+gathered=$(stat "$WORK/ic4.err" tx_gso_dgrams); sends=$(stat "$WORK/ic4.err" tx_gso_sends)
+[ "$gathered" -ge $((total / 4)) ] || fail "iperf (GSO path -> plain): only $gathered of $total datagrams in GSO batches"
+[ "$sends" -ge 1 ] && [ $((sends * 4)) -le "$gathered" ] || fail "iperf (GSO path -> plain): $sends GSO sends for $gathered datagrams"
+[ "$(stat "$WORK/ic4.err" connects)" -eq 0 ] || fail "iperf (GSO path -> plain): gso mode opened a connection"
+pass "iperf2 UDP preloaded client on the GSO path -> plain server: $gathered datagrams in $sends UDP_SEGMENT sends, $lost/$total lost"
+
 # --- iperf 2, plain client -> preloaded server ------------------------------------
 P=$(free_port)
 start "${PRE[@]}" iperf -s -u -B 127.0.0.1 -p "$P" >"$WORK/is3.out" 2>"$WORK/is3.err"
@@ -207,7 +234,11 @@ for dir in fwd rev; do
     if [ "$dir" = fwd ]; then snd="$WORK/i3c-$dir.err"; rcv="$WORK/i3s-$dir.err"
     else snd="$WORK/i3s-$dir.err"; rcv="$WORK/i3c-$dir.err"; fi
     [ "$(stat "$snd" tx_tcp_dgrams)" -ge "$pk" ] || fail "iperf3 -u $dir: sender did not send over TCP"
-    [ "$(stat "$rcv" rx_tcp_dgrams)" -ge "$pk" ] || fail "iperf3 -u $dir: receiver did not receive over TCP"
+    # The sender's last batch may still be on its way (at most
+    # WARPSOCK_TX_DELAY_US) when iperf3's control connection ends the test
+    # and the receiver stops reading: iperf3 counts those as neither lost nor
+    # received, and so may the receiver's counter. One batch at most.
+    [ "$(stat "$rcv" rx_tcp_dgrams)" -ge $((pk - 64)) ] || fail "iperf3 -u $dir: receiver did not receive over TCP"
     for f in "$WORK/i3c-$dir.err" "$WORK/i3s-$dir.err"; do
         [ "$(stat "$f" fallbacks)" -eq 0 ] || fail "iperf3 -u $dir: fell back ($f)"
         [ "$(stat "$f" hello_failed)" -eq 0 ] || fail "iperf3 -u $dir: reached a non-warpsock TCP port ($f)"

@@ -20,7 +20,7 @@
 //!    --            client's region, the Reply's is addr(8) rkey(4) of the
 //!    --            server's region and the server's receive credits(4)
 //!    -- the test runs and ends on the data connections (see `work`)
-//! S: result msgs=N bytes=B verified=V sent=S lost=L elapsed-ns=E rx-ns=R cpu-user-us=U cpu-sys-us=Y intervals=B1,B2,...
+//! S: result msgs=N bytes=B verified=V sent=S lost=L elapsed-ns=E rx-ns=R cpu-user-us=U cpu-sys-us=Y intervals=B1,B2,... jitter-ns=J|-
 //!                                           (or: error <message>)
 //!    -- next test, or:
 //! C: bye
@@ -327,6 +327,8 @@ pub(crate) struct SideReport {
     pub(crate) rx_ns: u64,
     pub(crate) cpu: Cpu,
     pub(crate) intervals: Vec<u64>,
+    /// RFC 3550 interarrival jitter of what arrived at the server, ns.
+    pub(crate) jitter_ns: Option<u64>,
 }
 
 impl SideReport {
@@ -339,13 +341,14 @@ impl SideReport {
             rx_ns: st.rx_elapsed().as_nanos() as u64,
             cpu,
             intervals: st.intervals.clone(),
+            jitter_ns: st.jitter_ns.map(|j| j.round() as u64),
         }
     }
 
     pub(crate) fn encode(&self) -> String {
         let iv: Vec<String> = self.intervals.iter().map(u64::to_string).collect();
         format!(
-            "result msgs={} bytes={} verified={} sent={} lost={} elapsed-ns={} rx-ns={} cpu-user-us={} cpu-sys-us={} intervals={}",
+            "result msgs={} bytes={} verified={} sent={} lost={} elapsed-ns={} rx-ns={} cpu-user-us={} cpu-sys-us={} intervals={} jitter-ns={}",
             self.rx.msgs,
             self.rx.bytes,
             self.rx.verified,
@@ -356,6 +359,7 @@ impl SideReport {
             self.cpu.user_us,
             self.cpu.sys_us,
             if iv.is_empty() { "-".to_string() } else { iv.join(",") },
+            self.jitter_ns.map_or("-".to_string(), |j| j.to_string()),
         )
     }
 
@@ -386,6 +390,8 @@ impl SideReport {
                 sys_us: l.num("cpu-sys-us")?,
             },
             intervals,
+            // Absent from servers older than the jitter: none.
+            jitter_ns: l.get("jitter-ns").ok().and_then(|v| v.parse().ok()),
         })
     }
 }
@@ -427,9 +433,11 @@ mod tests {
                 sys_us: 8,
             },
             intervals: vec![1, 2, 3],
+            jitter_ns: Some(1234),
         };
         assert_eq!(SideReport::decode(&Line::parse(&r.encode())).unwrap(), r);
         r.intervals.clear();
+        r.jitter_ns = None;
         assert_eq!(SideReport::decode(&Line::parse(&r.encode())).unwrap(), r);
     }
 

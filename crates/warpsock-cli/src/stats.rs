@@ -56,6 +56,8 @@ pub(crate) struct Stats {
     pub(crate) rx_span: Option<(Instant, Instant)>,
     /// Bytes that arrived per [`INTERVAL`] since the epoch.
     pub(crate) intervals: Vec<u64>,
+    /// RFC 3550 interarrival jitter of what arrived here, ns (datagrams).
+    pub(crate) jitter_ns: Option<f64>,
 }
 
 fn widen(a: &mut Option<(Instant, Instant)>, b: Option<(Instant, Instant)>) {
@@ -82,6 +84,11 @@ impl Stats {
         for (a, b) in self.intervals.iter_mut().zip(o.intervals) {
             *a += b;
         }
+        // Threads' flows weigh alike: the larger keeps the worst case.
+        self.jitter_ns = match (self.jitter_ns, o.jitter_ns) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// Marks activity of the active side now.

@@ -454,7 +454,7 @@ fn full_suite_quick_variant_then_report() {
         }
     }
     for test in ["lat", "bw", "bibw", "multi", "hotspot", "fan-in", "fan-out"] {
-        for transport in ["udp", "write", "read"] {
+        for transport in ["udp", "udp-host-gso", "write", "read"] {
             assert!(has(test, transport), "{test} over {transport}");
         }
     }
@@ -592,6 +592,7 @@ fn report_refuses_bad_input() {
     );
 }
 
+/// The `wsb*` namespaces on this machine (other helpers' runs included).
 fn namespaces() -> Vec<String> {
     let out = Command::new("ip").args(["netns", "list"]).output();
     out.map(|o| {
@@ -602,6 +603,21 @@ fn namespaces() -> Vec<String> {
             .collect()
     })
     .unwrap_or_default()
+}
+
+/// Runs `warpsock bench --netns ...` and checks that the two namespaces it
+/// named after its own pid (`wsb<pid>s`, `wsb<pid>c`) are gone after it
+/// (a snapshot of every `wsb*` namespace would see other runs on a shared
+/// machine come and go). Gives the pair's names with the output.
+fn run_netns(args: &[&str]) -> ([String; 2], common::Output) {
+    let (pid, out) = common::run_with_pid(args);
+    let ours = [format!("wsb{pid}s"), format!("wsb{pid}c")];
+    let left: Vec<String> = namespaces()
+        .into_iter()
+        .filter(|n| ours.contains(n))
+        .collect();
+    assert!(left.is_empty(), "the run left its namespaces {left:?}");
+    (ours, out)
 }
 
 #[test]
@@ -619,7 +635,6 @@ fn netns_pair_with_rate_and_loss_when_root() {
         eprintln!("not root: only the refusal of --netns was checked");
         return;
     }
-    let before = namespaces();
     let json = tmp("netns.json");
     let has_nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
         .iter()
@@ -629,17 +644,16 @@ fn netns_pair_with_rate_and_loss_when_root() {
             !env_flag("WARPSOCK_REQUIRE_NFT"),
             "nft (package nftables) is missing"
         );
-        let out = run(&["bench", "--netns", "--quick", "--loss", "1"]);
+        let (_, out) = run_netns(&["bench", "--netns", "--quick", "--loss", "1"]);
         assert!(
             text(&out.stderr).contains("nft is not installed (Debian package nftables)"),
             "{}",
             text(&out.stderr)
         );
-        assert_eq!(namespaces(), before);
         eprintln!("nft missing: --loss refused; running without loss");
     }
     let loss = if has_nft { "0.5" } else { "0" };
-    let out = run(&[
+    let (ours, out) = run_netns(&[
         "bench",
         "--netns",
         "--quick",
@@ -658,7 +672,11 @@ fn netns_pair_with_rate_and_loss_when_root() {
     ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    assert!(stdout.contains("network namespaces wsb"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("network namespaces {} (", ours[0]))
+            && stdout.contains(&format!(" and {} (", ours[1])),
+        "the pair is named after the run's pid: {ours:?}\n{stdout}"
+    );
     assert!(stdout.contains("tbf rate 2000 Mbit/s"), "{stdout}");
     let results = load_results(&json);
     let _ = std::fs::remove_file(&json);
@@ -675,13 +693,12 @@ fn netns_pair_with_rate_and_loss_when_root() {
         ddp || (!env_flag("WARPSOCK_REQUIRE_OFFLOAD") && stdout.contains("ddp-socket skipped")),
         "{stdout}"
     );
-    assert_eq!(namespaces(), before, "the run removed its namespaces");
 
     // Both namespaces share this machine's CPUs: busy-polling sides must be
     // placed on different ones (the server's boot id tells the client),
     // else each spins away the other's time slice.
     if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
-        let out = run(&[
+        let (_, out) = run_netns(&[
             "bench",
             "--netns",
             "--tests",
@@ -705,7 +722,6 @@ fn netns_pair_with_rate_and_loss_when_root() {
             "pinned: {r}"
         );
         assert_ne!(r["client_cpu"], r["server_cpu"], "{r}");
-        assert_eq!(namespaces(), before);
     }
 }
 

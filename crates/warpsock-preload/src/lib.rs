@@ -33,18 +33,24 @@
 //!   process that owns the connections: a forked child has forgotten them
 //!   (nothing is sent twice) and a vforked child, which shares the parent's
 //!   memory, is recognised by its pid and exits at once.
-//! * **Caller-driven receive.** A blocking receive call (`recv`, `recvfrom`,
-//!   `recvmsg`, `read`, …) that finds nothing queued does not wait for the
-//!   progress thread to hand datagrams over: it takes the socket's
-//!   connections from the progress thread's watch (at most 16; a socket fed
-//!   by more is left to the thread), polls them together with the kernel UDP
-//!   socket and the doorbell, reads what arrives itself and returns it, then
-//!   gives the connections back. A ping-pong so involves no thread switch on
-//!   either side. `WARPSOCK_CALLER_RECV=0` turns this off. With
-//!   `WARPSOCK_BUSY_POLL_US=N` the call first spins for up to N µs, polling
-//!   without sleeping, before it sleeps (lowest latency, one CPU busy while a
-//!   receive waits). Datagrams of one connection are queued in order
-//!   whichever thread read them.
+//! * **Receiving: batches served by the program's own calls.** With
+//!   `WARPSOCK_CALLER_RECV` on (default), the progress thread does not read
+//!   established connections: on input it puts the connection on the
+//!   socket's ready list and rings the doorbell. Receive calls (`recv`,
+//!   `recvfrom`, `recvmsg`, `read`, …) read a ready connection in chunks of
+//!   up to 256 KiB and copy each datagram from that buffer straight into the
+//!   program's buffer (many datagrams per system call, one copy, no
+//!   allocation, no thread hand-off), round robin over the ready
+//!   connections. A blocking call that finds nothing polls the connections
+//!   (at most 16) with the kernel UDP socket and the doorbell itself and
+//!   reads the connection it finds readable directly (no ready list, no
+//!   doorbell unless more is in hand), so a ping-pong involves no thread
+//!   switch on either side. With
+//!   `WARPSOCK_BUSY_POLL_US=N` it first spins for up to N µs before it
+//!   sleeps (lowest latency, one CPU busy while a receive waits).
+//!   `WARPSOCK_CALLER_RECV=0` leaves reading to the progress thread, which
+//!   queues datagrams for the calls (the layer's first design). Datagrams of
+//!   one connection are delivered in order.
 //! * **Out-of-order delivery.** With `WARPSOCK_STRIPES=K` (2..=16) the first
 //!   datagram to a destination opens K connections to it, and each datagram
 //!   goes over one of them: round-robin, skipping a stripe that still has
@@ -61,22 +67,40 @@
 //! * **Readiness.** The descriptor number the program holds is one end of an
 //!   AF_UNIX stream socketpair. The progress thread writes a doorbell byte to
 //!   the other end when datagrams arrive over TCP or the hidden kernel UDP
-//!   socket becomes readable, and receive calls drain the doorbells when
-//!   nothing is left. So poll, ppoll, select, pselect and epoll (level and
-//!   edge triggered, one wake-up per arriving batch) work on the program's
-//!   own descriptor set, unchanged. Socket options, names and ioctls are
+//!   socket becomes readable (and again for each arrival on a ready
+//!   connection), and receive calls drain the doorbells when nothing is
+//!   left. So poll, ppoll, select, pselect and epoll (level and edge
+//!   triggered, a wake-up per arrival) work on the program's own descriptor
+//!   set, unchanged. Socket options, names and ioctls are
 //!   forwarded to the hidden UDP socket.
 //! * **Transport control.** Offload connections get `TCP_NODELAY`, the
 //!   congestion control `WARPSOCK_TCP_CONGESTION` (default `bbr`; empty keeps
 //!   the kernel default; a failure keeps it too and is counted) and, with
 //!   `WARPSOCK_PACING_RATE` (bytes/s), `SO_MAX_PACING_RATE`. The program's own
 //!   TCP sockets are never touched.
-//! * **Sender batching.** A send on an idle connection is written at once
-//!   (header and payload in one `sendmsg`); while the connection has unsent
-//!   bytes, datagrams are appended to its buffer and the progress thread
-//!   writes them in large batches. Buffers are bounded (`WARPSOCK_SNDBUF` per
-//!   connection, `WARPSOCK_RCVBUF` per socket; a full receive queue stops
-//!   reading, so TCP flow control slows the sender instead of losing data).
+//! * **Sending: batches by construction.** A datagram to an idle connection
+//!   is written at once (header and payload in one `sendmsg`) unless the
+//!   program is streaming: it sent less than 20 µs before, with no receive
+//!   call in between (request and response always go at once). A stream's
+//!   datagrams are appended to the connection's buffer, and the sending call
+//!   itself writes it once it holds `WARPSOCK_TX_BATCH` bytes (64 KiB: tens
+//!   of datagrams per system call); a shorter tail is written by the
+//!   progress thread `WARPSOCK_TX_DELAY_US` (200 µs) after its first
+//!   datagram, the most batching delays a datagram. Buffers are bounded
+//!   (`WARPSOCK_SNDBUF` per connection; a full one makes the sender wait,
+//!   or drops after a second without progress, see the trust model).
+//! * **The second path: UDP GSO/GRO.** Toward a destination that does not
+//!   run the preload (its TCP port refuses, or answers without a hello),
+//!   `WARPSOCK_UDP_MODE=auto` (default) sends by kernel UDP with generic
+//!   segmentation offload: a stream's datagrams to one destination (equal
+//!   sizes, the last may be shorter; at most 64, at most 65,507 bytes) go in
+//!   one `sendmsg` with `UDP_SEGMENT`, under the same batching rule, and
+//!   the kernel cuts them into ordinary datagrams (the receiver sees plain
+//!   UDP). `WARPSOCK_UDP_MODE=gso` takes this path for every destination
+//!   (no TCP) and turns `UDP_GRO` on, cutting the coalesced buffers the
+//!   kernel then delivers back into datagrams; `tcp` never uses it. A
+//!   kernel that refuses GSO makes the socket send one by one.
+//!   `tx_gso_dgrams`, `tx_gso_sends`, `rx_gro_buffers` count it.
 //!
 //! ## Wire format on an offload connection
 //!
@@ -84,21 +108,77 @@
 //!
 //! ```text
 //! acceptor → connector, once:  "WSUA" | version (1) | caps (u8) | 2 reserved bytes (0)
+//!   if caps & 2 (proof):       nonce (16 random bytes)
 //! connector → acceptor, once:  "WSUD" | version (1) | flags (u8) | UDP source port (u16)
 //!   if flags & 1 (stripe):     group (u32, ≠ 0) | index (u8) | count (u8, 2..=16) | 2 reserved (0)
-//! then both ways, per datagram: length (u32, ≤ 65535) | payload
+//! connector → acceptor, by kernel UDP from the claimed port to the acceptor's UDP port:
+//!                              "WSUP" | version (1) | 3 reserved (0) | nonce (16)
+//! then both ways, per datagram: length (u32, ≤ 65535; ≤ 65507 from IPv4) | payload
+//! control frame:               0x8000_0000 | kind << 16 | length, then payload
+//!   kind 1 (acceptor → connector, no payload): the proof was seen
 //! ```
 //!
 //! The acceptor speaks first so a connector never sends a byte to a TCP
 //! service that is not warpsock. The preamble names the sender's UDP port:
 //! the TCP source port is ephemeral, and the receiver reports
-//! (TCP peer address, preamble port) as the datagram's source. `caps` bit 0
-//! says the acceptor understands the stripe extension; only then does a
-//! striped connection set `flags` bit 0 and send it (the K connections of one
-//! sender socket to one destination share a random group number and carry
-//! indices 0..K). With K = 1, or to an acceptor without the capability, the
-//! preamble is the original 8 bytes (flags 0), and older connectors ignore
-//! `caps`: both sides stay compatible with the unstriped format.
+//! (TCP peer address, preamble port) as the datagram's source, but only
+//! once that claim is proved (see the trust model). `caps` bit 0 says the
+//! acceptor understands the stripe extension; only then does a striped
+//! connection set `flags` bit 0 and send it (the K connections of one sender
+//! socket to one destination share a random group number and carry indices
+//! 0..K). With K = 1, or to an acceptor without the capability, the
+//! preamble is the original 8 bytes (flags 0).
+//!
+//! ## Trust model
+//!
+//! Anything that can reach a preloaded program's offload listener (the TCP
+//! port of each bound UDP port) is untrusted. The layer gives such a peer
+//! no more than kernel UDP would: it may send datagrams to the program, and
+//! it gets replies to what it sent, nothing else.
+//!
+//! * **A claimed source is proved before anything is delivered.** The
+//!   acceptor's hello carries a fresh random nonce; the connector sends it
+//!   back in a proof datagram *by kernel UDP, from the UDP port its preamble
+//!   claims*, to the acceptor's UDP port. Only when that datagram arrives
+//!   from the connection's TCP peer address and the claimed port does the
+//!   connection deliver; so datagrams are reported as coming from
+//!   address:port only if they were sent by whoever holds that UDP socket,
+//!   exactly what kernel UDP guarantees (an unprivileged process cannot send
+//!   from a port another socket holds). A socket connected to a peer hears
+//!   the proof only from that peer (the kernel filters it). Proof datagrams
+//!   are taken off the hidden UDP socket before the program reads it; while
+//!   connections wait for one (and for three seconds after, for re-sent
+//!   copies), a 24-byte datagram that looks exactly like a proof is dropped
+//!   instead of delivered. Claims of port 0 or an excluded port
+//!   (`WARPSOCK_UDP_EXCLUDE_PORTS`) are refused outright, and
+//!   `WARPSOCK_UDP_ADDRS` restricts which peers may connect at all.
+//! * **Routes adopted from inbound connections carry replies only.** A send
+//!   to a destination goes over an accepted connection only after that
+//!   connection delivered a datagram from the destination; a fresh
+//!   destination always gets its own outbound connection (or kernel UDP), so
+//!   no inbound connection can capture traffic meant for a UDP service.
+//! * **Everything a peer can drive is bounded.** Accepted connections per
+//!   socket (`WARPSOCK_MAX_ACCEPTED`; more are closed at once, their senders
+//!   fall back to kernel UDP), of those still unproved
+//!   (`WARPSOCK_MAX_PENDING`; a new one closes the oldest), and the time to
+//!   send the preamble and proof (`WARPSOCK_PREAMBLE_TIMEOUT_MS`). When the
+//!   process runs out of descriptors the listener pauses for 100 ms instead
+//!   of spinning. The receive queue charges each datagram its payload plus a
+//!   fixed 128 bytes against `WARPSOCK_RCVBUF` and holds at most
+//!   `WARPSOCK_RCVQ_DGRAMS` datagrams; beyond that the connections are not
+//!   read, so TCP flow control holds the sender back. A datagram longer
+//!   than its source's family allows (65,507 bytes over IPv4) closes the
+//!   connection. A peer that stops reading cannot block the program's sends
+//!   either: once its connection's buffer is full and has not drained for a
+//!   second, datagrams to it are dropped (`tx_stall_drops`), as kernel UDP
+//!   drops what it cannot send.
+//! * What the layer does not defend: the TCP connection is not encrypted or
+//!   authenticated beyond the proof (as UDP is not), and a privileged
+//!   process on the peer's host can send from any port there (as with UDP).
+//!
+//! tests/attacks.rs runs each of these attacks against a preloaded program
+//! and checks that it fails, that a legitimate peer is still served, and
+//! that memory and CPU stay bounded.
 //!
 //! ## Configuration
 //!
@@ -113,8 +193,13 @@
 //! | `WARPSOCK_PACING_RATE` | `SO_MAX_PACING_RATE` in bytes/s | unset |
 //! | `WARPSOCK_RETRIES`, `WARPSOCK_RETRY_MS` | connection retries, first back-off | `3`, `10` |
 //! | `WARPSOCK_CONNECT_TIMEOUT_MS`, `WARPSOCK_HELLO_TIMEOUT_MS` | set-up timeouts | `1000`, `500` |
+//! | `WARPSOCK_PREAMBLE_TIMEOUT_MS` | an accepted connection's preamble and proof are due within | `3000` |
+//! | `WARPSOCK_MAX_ACCEPTED`, `WARPSOCK_MAX_PENDING` | accepted connections per socket, of them unproved | `128`, `16` |
+//! | `WARPSOCK_RCVQ_DGRAMS` | datagrams queued per socket at most | `65536` |
 //! | `WARPSOCK_FALLBACK_SECS` | how long a destination stays on kernel UDP | `10` |
-//! | `WARPSOCK_SNDBUF`, `WARPSOCK_RCVBUF` | buffer bounds in bytes | 4 MiB, 8 MiB |
+//! | `WARPSOCK_UDP_MODE` | `tcp`, `gso` or `auto` (above) | `auto` |
+//! | `WARPSOCK_TX_BATCH`, `WARPSOCK_TX_DELAY_US` | a stream's batch size, the most a datagram waits for it (`0`: no batching) | 64 KiB, `200` |
+//! | `WARPSOCK_SNDBUF`, `WARPSOCK_RCVBUF` | buffer bounds in bytes (the receive bound charges 128 bytes per datagram on top) | 4 MiB, 8 MiB |
 //! | `WARPSOCK_LINGER_MS` | exit waits this long for queued datagrams | `2000` |
 //! | `WARPSOCK_EXIT_LINGER_MS` | `_exit`/`_Exit` wait this long (owner process only) | `500` |
 //! | `WARPSOCK_STRIPES` | connections per destination (out-of-order delivery) | `1` |
@@ -141,6 +226,10 @@
 //!   program whose end-of-test marker relies on order (iperf 2's final
 //!   datagram) may close its socket before the last datagrams of other
 //!   stripes arrive (they are then discarded, as kernel UDP would).
+//! * `shutdown()` on an offloaded socket is emulated (the hidden kernel
+//!   socket keeps sending the offload's own datagrams): `SHUT_WR` makes
+//!   sends fail with `EPIPE` but raises no `SIGPIPE`.
+//! * In `gso` mode (`UDP_GRO` on) no ancillary data is delivered at all.
 //! * Ancillary data (`IP_PKTINFO`, timestamps) is only delivered for
 //!   datagrams that arrive by kernel UDP; `recvmmsg`'s timeout is not applied
 //!   per entry.

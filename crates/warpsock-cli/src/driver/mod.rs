@@ -145,6 +145,12 @@ pub(crate) trait Endpoint: Send {
 
     /// Ends every connection cleanly once both FINs are through.
     fn close(&mut self) {}
+
+    /// RFC 3550 interarrival jitter of what arrived here, ns (datagram
+    /// transports that timestamp their messages); `None` otherwise.
+    fn jitter_ns(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Where the client finds the server.
@@ -380,6 +386,7 @@ pub(crate) fn run(job: &Job<'_>, ep: &mut dyn Endpoint) -> Result<Stats, Error> 
             }
         }
     }
+    st.jitter_ns = ep.jitter_ns();
     ep.close();
     Ok(st)
 }

@@ -129,6 +129,10 @@ pub(crate) struct Record {
     /// Datagrams lost (UDP), pings unanswered (UDP ping-pong).
     pub(crate) lost: u64,
     pub(crate) loss_pct: Option<f64>,
+    /// RFC 3550 interarrival jitter at the receivers, µs (datagram
+    /// bandwidth tests of 24 B up to the gather size; the larger side's).
+    #[serde(default)]
+    pub(crate) jitter_us: Option<f64>,
     pub(crate) ok: bool,
     pub(crate) cpu: CpuRec,
     pub(crate) cpu_s_per_gb: Option<f64>,
@@ -277,6 +281,11 @@ impl RunResult {
             verified,
             lost,
             loss_pct: (t.is_udp() && messages > 0).then(|| lost as f64 * 100.0 / messages as f64),
+            jitter_us: match (c.jitter_ns, sv.jitter_ns.map(|j| j as f64)) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            }
+            .map(|ns| ns / 1e3),
             ok: bytes > 0 && bytes == verified && counts_ok,
             cpu,
             cpu_s_per_gb,

@@ -119,7 +119,7 @@ pub(crate) fn tables(records: &[Record]) -> String {
                 );
                 let _ = writeln!(
                     s,
-                    "{:>7} {:>3}  {:<20} {:>3}  {:>7}  {:>7}  {:>6}  {:>8}  {:>8}  check",
+                    "{:>7} {:>3}  {:<20} {:>3}  {:>7}  {:>7}  {:>6}  {:>9}  {:>8}  {:>8}  check",
                     "size",
                     "N",
                     "transport",
@@ -127,6 +127,7 @@ pub(crate) fn tables(records: &[Record]) -> String {
                     "GB/s",
                     "x TCP",
                     "loss %",
+                    "jitter µs",
                     "CPU s/GB",
                     "µs/msg"
                 );
@@ -144,7 +145,7 @@ pub(crate) fn tables(records: &[Record]) -> String {
                     };
                     let _ = writeln!(
                         s,
-                        "{:>7} {:>3}  {:<20} {:>3}  {:>7}  {:>7}  {:>6}  {:>8}  {:>8}  {}",
+                        "{:>7} {:>3}  {:<20} {:>3}  {:>7}  {:>7}  {:>6}  {:>9}  {:>8}  {:>8}  {}",
                         fmt_size(r.size as usize),
                         r.conns,
                         label(r),
@@ -152,6 +153,7 @@ pub(crate) fn tables(records: &[Record]) -> String {
                         opt(r.gbps, 2),
                         x,
                         opt(r.loss_pct, 1),
+                        opt(r.jitter_us, 1),
                         opt(r.cpu_s_per_gb, 2),
                         opt(r.cpu_us_per_msg, 2),
                         r.check_label()

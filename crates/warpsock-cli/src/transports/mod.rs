@@ -18,10 +18,13 @@
 //! figures and the summary all go through this registry.
 
 mod ddp_socket;
+mod gso;
 mod iwarp;
 mod sock;
 mod tcp;
 mod udp;
+mod udp_gso;
+mod udp_host_gso;
 mod udp_offload;
 
 use crate::driver::Link;
@@ -32,6 +35,8 @@ pub(crate) static ALL: &[&dyn Link] = &[
     &tcp::Tcp,
     &udp::UDP,
     &udp_offload::UDP_OFFLOAD,
+    &udp_gso::UDP_GSO,
+    &udp_host_gso::UDP_HOST_GSO,
     &iwarp::SEND,
     &iwarp::WRITE,
     &iwarp::READ,
@@ -90,8 +95,8 @@ mod tests {
             assert_eq!(link(t).info().name, t.name());
             assert!(find(t.baseline).is_some(), "{t}: baseline");
         }
-        assert!(parse("carrier-pigeon")
-            .unwrap_err()
-            .contains("one of tcp, udp, udp-offload, send, write, read, ddp-socket"));
+        assert!(parse("carrier-pigeon").unwrap_err().contains(
+            "one of tcp, udp, udp-offload, udp-gso, udp-host-gso, send, write, read, ddp-socket"
+        ));
     }
 }

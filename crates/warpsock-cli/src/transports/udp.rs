@@ -20,6 +20,7 @@ use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use super::gso::{Batch, Gro};
 use super::sock::{self, poll_sockets, Frame, Pass, CONNECT_WAIT};
 use crate::driver::{self, Accept, Addrs, Endpoint, Event, Job, Link, Listeners, Ready};
 use crate::spec::{Family, Role, TransportInfo};
@@ -47,14 +48,17 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 pub(crate) static UDP: Datagrams = Datagrams {
     info: &INFO,
     grace: Duration::from_millis(20),
+    gso: false,
 };
 
 /// A datagram transport: this file's flows, described by `info`, with
 /// `grace`: how long a receiver drains after the peer's FIN while
-/// datagrams are missing.
+/// datagrams are missing; `gso`: bandwidth flows batch their datagrams
+/// themselves ([`super::gso`]: `UDP_SEGMENT` sends, `UDP_GRO` receives).
 pub(crate) struct Datagrams {
     pub(crate) info: &'static TransportInfo,
     pub(crate) grace: Duration,
+    pub(crate) gso: bool,
 }
 
 impl Link for Datagrams {
@@ -64,7 +68,7 @@ impl Link for Datagrams {
 
     fn connect(&self, job: &Job<'_>, to: &Addrs) -> Result<Box<dyn Endpoint>, Error> {
         let f = connect(to.ctl, to.token)?;
-        Ok(Box::new(UdpEndpoint::new(job, vec![f], self.grace)?))
+        Ok(Box::new(UdpEndpoint::new(job, vec![f], self)?))
     }
 
     fn accept(
@@ -76,7 +80,7 @@ impl Link for Datagrams {
     ) -> Result<Vec<Box<dyn Endpoint>>, Error> {
         ready()?;
         let flows = accept(at.ctl, at.token, job.spec.conns)?;
-        driver::endpoints(flows, threads, |fs| UdpEndpoint::new(job, fs, self.grace))
+        driver::endpoints(flows, threads, |fs| UdpEndpoint::new(job, fs, self))
     }
 }
 
@@ -179,6 +183,23 @@ fn recv_parts(fd: i32, p: [&mut [u8]; 3]) -> io::Result<usize> {
     }
 }
 
+/// Whether `size`-byte datagrams of a bandwidth test carry their send time
+/// (CLOCK_MONOTONIC ns, in bytes 8..16, between the stamps, instead of the
+/// pattern there) for the receiver's jitter: whole messages from 24 bytes
+/// up to the gather size.
+fn carries_time(size: usize) -> bool {
+    size >= 24 && !crate::data::gathered(size)
+}
+
+/// This host's monotonic clock, ns.
+fn now_ns() -> u64 {
+    // SAFETY: timespec is plain data.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// The bits of a sequence number a `size`-byte datagram carries.
 fn seq_mask(size: usize) -> u64 {
     if size >= 8 {
@@ -219,6 +240,17 @@ struct FlowState {
     drain_last: Option<Instant>,
     /// Datagrams received on this flow.
     rx_count: u64,
+    /// RFC 3550 interarrival jitter (ns) of the timestamped datagrams, and
+    /// the last one's relative transit time.
+    jitter: f64,
+    transit: Option<i64>,
+    /// Datagrams gathered for one `UDP_SEGMENT` send (a batching
+    /// transport's data source), and whether the socket refused the last
+    /// attempt to send them.
+    batch: Option<Batch>,
+    stuck: bool,
+    /// A batching transport's data sink: `UDP_GRO` receives.
+    gro: Option<Gro>,
 }
 
 impl FlowState {
@@ -247,16 +279,31 @@ struct UdpEndpoint {
     tx: Frame,
     tx_body: Vec<u8>,
     rx_body: Vec<u8>,
+    /// The datagrams carry their send time (bandwidth tests, see
+    /// [`carries_time`]).
+    timed: bool,
+    /// The pattern bytes a send time stands in for.
+    pat: [u8; 16],
 }
 
 impl UdpEndpoint {
-    fn new(job: &Job<'_>, flows: Vec<Flow>, grace: Duration) -> Result<Self, Error> {
+    fn new(job: &Job<'_>, flows: Vec<Flow>, link: &Datagrams) -> Result<Self, Error> {
         let size = job.spec.size;
+        let (batches, gro) = match job.role {
+            Role::Source => (link.gso, false),
+            Role::Sink => (false, link.gso),
+            Role::Both => (link.gso, link.gso),
+            Role::Ping | Role::Pong => (false, false),
+        };
         let mut fs = Vec::with_capacity(flows.len());
         for f in flows {
             f.u.set_nonblocking(true)?;
             f.t.set_nonblocking(true)?;
+            let fd = f.u.as_raw_fd();
             fs.push(FlowState {
+                batch: if batches { Batch::new(size) } else { None },
+                stuck: false,
+                gro: if gro { Gro::on(fd) } else { None },
                 f,
                 rx: Frame::new(size),
                 pending: None,
@@ -268,6 +315,8 @@ impl UdpEndpoint {
                 peer_fin_told: false,
                 drain_last: None,
                 rx_count: 0,
+                jitter: 0.0,
+                transit: None,
             });
         }
         Ok(Self {
@@ -276,10 +325,16 @@ impl UdpEndpoint {
             size,
             verify: job.spec.verify,
             busy: job.spec.busy_poll(),
-            grace,
+            grace: link.grace,
             tx: Frame::new(size),
             tx_body: sock::body(size),
             rx_body: sock::body(size),
+            timed: carries_time(size) && !matches!(job.role, Role::Ping | Role::Pong),
+            pat: {
+                let mut p = [0u8; 16];
+                crate::data::fill(&mut p);
+                p
+            },
         })
     }
 
@@ -287,12 +342,40 @@ impl UdpEndpoint {
     /// take it now.
     fn send(&mut self, i: usize, seq: u64) -> Result<bool, Error> {
         self.tx.stamp(seq);
+        if self.timed {
+            self.tx.own[8..16].copy_from_slice(&now_ns().to_le_bytes());
+        }
+        if self.flows[i].batch.is_some() {
+            if self.flows[i].batch.as_ref().is_some_and(Batch::is_full) && !self.flush(i)? {
+                return Ok(false);
+            }
+            let b = self.flows[i].batch.as_mut().expect("batching");
+            b.push(self.tx.parts(&self.tx_body));
+            if b.due() {
+                self.flush(i)?;
+            }
+            return Ok(true);
+        }
         let fd = self.flows[i].f.u.as_raw_fd();
         match dropped(send_parts(fd, self.tx.parts(&self.tx_body))) {
             Ok(_) => Ok(true),
             Err(e) if would_block(&e) => Ok(false),
             Err(e) => Err(Error::msg(format!("UDP send: {e}"))),
         }
+    }
+
+    /// Sends flow `i`'s batch; `false` if the socket would not take it now
+    /// (it is tried again once the socket is writable).
+    fn flush(&mut self, i: usize) -> Result<bool, Error> {
+        let s = &mut self.flows[i];
+        let Some(b) = s.batch.as_mut() else {
+            return Ok(true);
+        };
+        let sent = b
+            .flush(s.f.u.as_raw_fd())
+            .map_err(|e| Error::msg(format!("UDP send: {e}")))?;
+        s.stuck = !sent;
+        Ok(sent)
     }
 
     /// Receives what waits on flow `i` (a pong stops at one datagram, to
@@ -306,9 +389,27 @@ impl UdpEndpoint {
             if s.echo_due {
                 break;
             }
-            match recv_parts(fd, s.rx.parts_mut(&mut self.rx_body)) {
+            let parts = s.rx.parts_mut(&mut self.rx_body);
+            let got = match s.gro.as_mut() {
+                Some(g) => g.read_into(fd, parts),
+                None => recv_parts(fd, parts),
+            };
+            match got {
                 Ok(n) => {
                     moved = true;
+                    if self.timed && n == size {
+                        // RFC 3550 §6.4.1: J += (|D| - J) / 16, D the change
+                        // in relative transit time between consecutive
+                        // datagrams (both clocks are this host's).
+                        let sent = u64::from_le_bytes(s.rx.own[8..16].try_into().expect("8"));
+                        s.rx.own[8..16].copy_from_slice(&self.pat[8..16]);
+                        let transit = now_ns() as i64 - sent as i64;
+                        if let Some(p) = s.transit {
+                            let d = (transit - p).unsigned_abs() as f64;
+                            s.jitter += (d - s.jitter) / 16.0;
+                        }
+                        s.transit = Some(transit);
+                    }
                     let seq = if n == size {
                         s.rx.seq_of(&self.rx_body, verify)
                     } else {
@@ -393,6 +494,9 @@ impl Pass for UdpEndpoint {
         let receives = self.role.receives();
         let mut moved = false;
         for i in 0..self.flows.len() {
+            if self.flows[i].stuck {
+                moved |= self.flush(i)?;
+            }
             if let Some(seq) = self.flows[i].pending {
                 if self.send(i, seq)? {
                     self.flows[i].pending = None;
@@ -421,7 +525,7 @@ impl Pass for UdpEndpoint {
             if self.role.receives() && !s.echo_due {
                 events |= libc::POLLIN;
             }
-            if s.pending.is_some() {
+            if s.pending.is_some() || s.stuck {
                 events |= libc::POLLOUT;
             }
             into.push(libc::pollfd {
@@ -471,6 +575,17 @@ impl Endpoint for UdpEndpoint {
     }
 
     fn fin(&mut self, conn: usize, count: u64) -> Result<bool, Error> {
+        if self.flows[conn]
+            .batch
+            .as_ref()
+            .is_some_and(|b| !b.is_empty())
+        {
+            // The batch's datagrams go before the FIN that counts them.
+            self.flows[conn].f.u.set_nonblocking(false)?;
+            let sent = self.flush(conn);
+            self.flows[conn].f.u.set_nonblocking(true)?;
+            sent?;
+        }
         let t = &mut self.flows[conn].f.t;
         t.set_nonblocking(false)?;
         t.write_all(&count.to_le_bytes())?;
@@ -480,6 +595,14 @@ impl Endpoint for UdpEndpoint {
     }
 
     fn poll(&mut self, until: Instant, out: &mut Vec<Event>) -> Result<(), Error> {
+        if until > Instant::now() {
+            // About to wait: what is gathered goes now.
+            for i in 0..self.flows.len() {
+                if self.flows[i].batch.as_ref().is_some_and(|b| !b.is_empty()) {
+                    self.flush(i)?;
+                }
+            }
+        }
         let until = self.drain_deadline().map_or(until, |d| d.min(until));
         let busy = self.busy;
         poll_sockets(self, busy, until, false, out)
@@ -488,11 +611,31 @@ impl Endpoint for UdpEndpoint {
     fn loss_timeout(&self) -> Option<Duration> {
         Some(LOSS_TIMEOUT)
     }
+
+    fn jitter_ns(&self) -> Option<f64> {
+        // The flows' mean, over those that received timestamped datagrams.
+        let js: Vec<f64> = self
+            .flows
+            .iter()
+            .filter(|s| s.transit.is_some())
+            .map(|s| s.jitter)
+            .collect();
+        (!js.is_empty()).then(|| js.iter().sum::<f64>() / js.len() as f64)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bandwidth_datagrams_carry_their_send_time() {
+        assert!(!carries_time(23), "the tail stamp would overlap");
+        assert!(carries_time(24) && carries_time(1470));
+        assert!(!carries_time(crate::data::GATHER_MIN), "gathered: none");
+        let (a, b) = (now_ns(), now_ns());
+        assert!(a > 0 && b >= a);
+    }
 
     #[test]
     fn short_datagrams_carry_the_low_bytes() {

@@ -30,4 +30,5 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 pub(crate) static UDP_OFFLOAD: Datagrams = Datagrams {
     info: &INFO,
     grace: Duration::from_millis(1000),
+    gso: false,
 };

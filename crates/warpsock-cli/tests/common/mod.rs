@@ -34,6 +34,12 @@ impl Status {
 
 /// Runs `warpsock ARGS` to completion within [`LIMIT`].
 pub fn run(args: &[&str]) -> Output {
+    run_with_pid(args).1
+}
+
+/// [`run`], also giving the process id the command ran as (names it made
+/// from its pid, such as `--netns`'s namespaces, can be checked after).
+pub fn run_with_pid(args: &[&str]) -> (u32, Output) {
     let child = Command::new(EXE)
         .args(args)
         .stdin(Stdio::null())
@@ -41,13 +47,15 @@ pub fn run(args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn warpsock");
+    let pid = child.id();
     let f = finish(child, LIMIT);
     assert!(!f.timed_out, "warpsock {args:?} ran longer than {LIMIT:?}");
-    Output {
+    let out = Output {
         status: Status(f.code),
         stdout: f.stdout,
         stderr: f.stderr,
-    }
+    };
+    (pid, out)
 }
 
 pub fn text(b: impl AsRef<[u8]>) -> String {

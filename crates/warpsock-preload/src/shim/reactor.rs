@@ -11,7 +11,7 @@
 //! The reactor knows nothing of any socket kind: it calls handlers.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,24 @@ pub(crate) struct Reactor {
     next_id: AtomicU64,
     regs: Mutex<HashMap<u64, Reg>>,
     timers: Mutex<HashMap<u64, Reg>>,
+    /// What the thread's clock readings count from.
+    epoch: Instant,
+    /// When the thread will wake (ns after `epoch`): [`AWAKE`] while it
+    /// handles events, [`SCANNING`] while it looks at the deadlines.
+    wake_at: AtomicU64,
+    /// `epoll_pwait2` (µs timeouts) is missing: `epoll_wait` (ms) instead.
+    coarse: AtomicBool,
+    /// When every timer handler was last asked (ns after `epoch`): those
+    /// without a deadline due are asked once a second, so that finished
+    /// ones leave the list.
+    swept: AtomicU64,
 }
+
+/// How often every timer handler is asked, due or not.
+const SWEEP: Duration = Duration::from_secs(1);
+
+const AWAKE: u64 = 0;
+const SCANNING: u64 = u64::MAX;
 
 static ENGINE: AtomicPtr<Reactor> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -114,6 +131,10 @@ pub(crate) fn get() -> Option<&'static Reactor> {
         next_id: AtomicU64::new(1),
         regs: Mutex::new(HashMap::new()),
         timers: Mutex::new(HashMap::new()),
+        epoch: Instant::now(),
+        wake_at: AtomicU64::new(AWAKE),
+        coarse: AtomicBool::new(false),
+        swept: AtomicU64::new(0),
     });
     let mut ev = libc::epoll_event {
         events: libc::EPOLLIN as u32,
@@ -227,6 +248,57 @@ impl Reactor {
         self.wake();
     }
 
+    /// Makes sure the thread looks at its timers by `deadline` (a handler
+    /// already on the timer list moved its deadline earlier): wakes it only
+    /// if it sleeps past that.
+    pub(crate) fn wake_by(&self, deadline: Instant) {
+        let d = self.ns(deadline);
+        let w = self.wake_at.load(Ordering::SeqCst);
+        if w != AWAKE && w > d {
+            self.wake();
+        }
+    }
+
+    fn ns(&self, t: Instant) -> u64 {
+        (t.saturating_duration_since(self.epoch).as_nanos() as u64).clamp(1, SCANNING - 1)
+    }
+
+    /// Waits for events at most `timeout` (`None`: until one comes), with
+    /// microsecond precision where the kernel has `epoll_pwait2` (5.11).
+    fn wait(&self, events: &mut [libc::epoll_event], timeout: Option<Duration>) -> c_int {
+        if !self.coarse.load(Ordering::Relaxed) {
+            let ts = timeout.map(|d| libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+            });
+            let tsp = ts
+                .as_ref()
+                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: `events` is writable for its length; `tsp` is null or
+            // a valid timespec; no signal mask.
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.epfd,
+                    events.as_mut_ptr(),
+                    events.len() as c_int,
+                    tsp,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            } as c_int;
+            if n >= 0 || sys::errno() != libc::ENOSYS {
+                return n;
+            }
+            self.coarse.store(true, Ordering::Relaxed);
+        }
+        let ms = timeout.map_or(-1, |d| {
+            d.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
+        });
+        // SAFETY: `events` is a writable array of the given length.
+        unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as c_int, ms) }
+    }
+
     /// Wakes the progress thread.
     pub(crate) fn wake(&self) {
         let one: u64 = 1;
@@ -236,23 +308,22 @@ impl Reactor {
 
     /// Whether any connection still holds datagrams not yet in the kernel.
     pub(crate) fn busy(&self) -> bool {
-        let regs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
-        regs.iter().any(|r| r.pending()) || HANDLING.load(Ordering::SeqCst) > 0
+        let mut hs: Vec<Reg> = lock(&self.regs).values().cloned().collect();
+        hs.extend(lock(&self.timers).values().cloned());
+        hs.iter().any(|r| r.pending()) || HANDLING.load(Ordering::SeqCst) > 0
     }
 
     fn run(&'static self) {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         loop {
+            // A deadline moved earlier while we scan is seen by the scan, or
+            // its owner sees SCANNING and wakes us (`wake_by`).
+            self.wake_at.store(SCANNING, Ordering::SeqCst);
             let timeout = self.next_timeout();
-            // SAFETY: `events` is a writable array of the given length.
-            let n = unsafe {
-                libc::epoll_wait(
-                    self.epfd,
-                    events.as_mut_ptr(),
-                    events.len() as c_int,
-                    timeout,
-                )
-            };
+            let plan = timeout.map_or(SCANNING - 1, |d| self.ns(Instant::now() + d));
+            self.wake_at.store(plan, Ordering::SeqCst);
+            let n = self.wait(&mut events, timeout);
+            self.wake_at.store(AWAKE, Ordering::SeqCst);
             if n < 0 {
                 if sys::errno() == libc::EINTR {
                     continue;
@@ -280,20 +351,27 @@ impl Reactor {
         }
     }
 
-    fn next_timeout(&self) -> c_int {
-        let t = lock(&self.timers);
+    /// How long to sleep: until the earliest deadline (at most a second,
+    /// as a safety net), or until an event when there is none.
+    ///
+    /// The handlers are asked with the timer list unlocked: a `deadline`
+    /// takes its socket's locks, and an application thread holding one of
+    /// those may be adding a timer (a new connection under its socket's
+    /// lock), which would wait for the list forever.
+    fn next_timeout(&self) -> Option<Duration> {
+        let list: Vec<Reg> = lock(&self.timers).values().cloned().collect();
         let now = Instant::now();
         let mut best: Option<Duration> = None;
-        for h in t.values() {
+        for h in &list {
             if let Some(d) = h.deadline() {
                 let left = d.saturating_duration_since(now);
                 best = Some(best.map_or(left, |b| b.min(left)));
             }
         }
         match best {
-            None if t.is_empty() => -1,
-            None => 100,
-            Some(d) => (d.as_micros().div_ceil(1000)).min(1000) as c_int,
+            None if list.is_empty() => None,
+            None => Some(Duration::from_secs(1)),
+            Some(d) => Some(d.min(Duration::from_secs(1))),
         }
     }
 
@@ -316,10 +394,16 @@ impl Reactor {
             return;
         }
         let now = Instant::now();
+        let sweep = self.ns(now) >= self.swept.load(Ordering::Relaxed) + SWEEP.as_nanos() as u64;
+        if sweep {
+            self.swept.store(self.ns(now), Ordering::Relaxed);
+        }
         let mut done = Vec::new();
         for (id, h) in &list {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if h.on_timer(self, now) {
+                // Only what is due (the reactor wakes for every deadline and
+                // event; most handlers have nothing to do then).
+                if (sweep || h.deadline().is_some_and(|d| d <= now)) && h.on_timer(self, now) {
                     done.push(*id);
                 }
             }));
@@ -350,4 +434,91 @@ pub(crate) fn linger(bound: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(1));
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::{channel, Sender};
+
+    /// A timer handler whose `deadline` takes a lock of its own (as a
+    /// socket's does) and says when it first tried after `skip` answers.
+    struct Locking {
+        lock: Arc<Mutex<()>>,
+        skip: AtomicU64,
+        asked: Mutex<Option<Sender<()>>>,
+    }
+
+    impl Handler for Locking {
+        fn on_ready(&self, _: &'static Reactor, _: u32) {}
+
+        fn deadline(&self) -> Option<Instant> {
+            let skipped = self
+                .skip
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if skipped {
+                return Some(Instant::now() + Duration::from_secs(60));
+            }
+            if let Some(tx) = lock(&self.asked).take() {
+                let _ = tx.send(());
+            }
+            let _g = lock(&self.lock);
+            Some(Instant::now() + Duration::from_secs(60))
+        }
+
+        fn on_timer(&self, _: &'static Reactor, _: Instant) -> bool {
+            let _g = lock(&self.lock);
+            false
+        }
+    }
+
+    /// The progress thread asks a handler for its deadline while an
+    /// application thread holds that handler's lock and adds a timer (a new
+    /// connection under its socket's lock): the timer is added (the thread
+    /// asked with the timer list unlocked) instead of both waiting forever.
+    #[test]
+    fn adding_a_timer_under_a_lock_a_deadline_wants_does_not_deadlock() {
+        let eng = get().expect("the progress thread");
+        // Asleep with no timer (so the order of the questions below holds).
+        let idle = Instant::now() + Duration::from_secs(30);
+        while eng.wake_at.load(Ordering::SeqCst) != SCANNING - 1 {
+            assert!(Instant::now() < idle, "the progress thread never slept");
+            std::thread::yield_now();
+        }
+        let held = Arc::new(Mutex::new(()));
+        let (asked_tx, asked) = channel();
+        let g = lock(&held);
+        // Woken by `add_timer`, the thread asks once whether the timer is
+        // due, then for the deadline it sleeps until: that second question
+        // is the one asked while scanning the list.
+        eng.add_timer(
+            eng.new_id(),
+            Arc::new(Locking {
+                lock: held.clone(),
+                skip: AtomicU64::new(1),
+                asked: Mutex::new(Some(asked_tx)),
+            }),
+        );
+        // The progress thread is now inside `deadline`, waiting for `held`.
+        asked
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the progress thread asks for the deadline");
+        let (done_tx, done) = channel();
+        let other = Arc::new(Locking {
+            lock: Arc::new(Mutex::new(())),
+            skip: AtomicU64::new(0),
+            asked: Mutex::new(None),
+        });
+        std::thread::spawn(move || {
+            eng.add_timer(eng.new_id(), other);
+            let _ = done_tx.send(());
+        });
+        let added = done.recv_timeout(Duration::from_secs(30)).is_ok();
+        drop(g);
+        assert!(
+            added,
+            "add_timer waited for the timer list the progress thread held"
+        );
+    }
 }

@@ -72,6 +72,28 @@ pub(crate) trait Socket: Send + Sync {
         unsafe { real::setsockopt(self.kernel_fd(), level, name, val, len) }
     }
 
+    /// `shutdown(2)`.
+    fn shutdown(&self, how: c_int) -> c_int {
+        // SAFETY: forwarding the program's arguments to the kernel socket.
+        unsafe { real::shutdown(self.kernel_fd(), how) }
+    }
+
+    /// A program's `poll`/`ppoll` is about to wait for input on this socket:
+    /// descriptors to watch alongside it (so that the reply wakes the
+    /// program itself, with no thread hand-off), claimed until
+    /// [`Socket::wait_end`]. `None`: only the program's descriptor.
+    fn wait_begin(&self) -> Option<Wait> {
+        None
+    }
+
+    /// The wait returned; `revents` holds what each of the extra
+    /// descriptors reported. Takes up what arrived, gives the descriptors
+    /// back, and returns whether the program's descriptor is readable now.
+    fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
+        let _ = (wait, revents);
+        false
+    }
+
     /// `ioctl(2)` other than `FIONBIO` (which the interposition layer
     /// applies to the program's descriptor and reports through
     /// [`Socket::set_nonblocking`]).
@@ -90,12 +112,6 @@ pub(crate) trait Socket: Send + Sync {
     ) -> c_int {
         // SAFETY: forwarding the program's arguments to the kernel socket.
         unsafe { real::getsockopt(self.kernel_fd(), level, name, val, len) }
-    }
-
-    /// `shutdown(2)`.
-    fn shutdown(&self, how: c_int) -> c_int {
-        // SAFETY: forwarding to the kernel socket.
-        unsafe { real::shutdown(self.kernel_fd(), how) }
     }
 
     /// The descriptor the program's number becomes before exec and in a
@@ -169,6 +185,15 @@ pub(crate) enum SockOpt {
     Set(c_int, *const c_void, socklen_t),
     /// `getsockopt(name, val, len)`.
     Get(c_int, *mut c_void, *mut socklen_t),
+}
+
+/// Extra descriptors a program's wait watches for a managed socket, and
+/// the kind's claim on them (given back when dropped).
+pub(crate) struct Wait {
+    /// The descriptors, watched for input.
+    pub(crate) fds: Vec<c_int>,
+    /// Whatever the kind needs back in [`Socket::wait_end`].
+    pub(crate) claim: Box<dyn std::any::Any>,
 }
 
 /// What [`Kind::adopt`] decided.

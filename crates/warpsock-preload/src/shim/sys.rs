@@ -132,6 +132,20 @@ pub(crate) fn local_addr(fd: c_int) -> Option<SocketAddr> {
     unsafe { addr_from_raw((&ss as *const sockaddr_storage).cast(), len) }
 }
 
+/// The peer address of a connected socket.
+pub(crate) fn peer_addr(fd: c_int) -> Option<SocketAddr> {
+    // SAFETY: zeroed storage is valid; getpeername writes at most `len` bytes.
+    let mut ss: sockaddr_storage = unsafe { zeroed() };
+    let mut len = size_of::<sockaddr_storage>() as socklen_t;
+    // SAFETY: valid out pointers.
+    let r = unsafe { real::getpeername(fd, (&mut ss as *mut sockaddr_storage).cast(), &mut len) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: the kernel wrote `len` bytes of address.
+    unsafe { addr_from_raw((&ss as *const sockaddr_storage).cast(), len) }
+}
+
 /// getsockopt of an `int`.
 pub(crate) fn get_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
     let mut v: c_int = 0;

@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use super::core::gso::Mode;
 use super::core::policy::{parse_ports, Cidr, Policy};
 use super::core::setup::Timing;
 
@@ -41,7 +42,8 @@ pub(crate) struct Config {
     pub(crate) sndbuf: usize,
     /// `WARPSOCK_RCVBUF`: bytes queued per socket before the connections
     /// feeding it stop being read, which back-pressures the senders through
-    /// TCP flow control (default 8 MiB).
+    /// TCP flow control (default 8 MiB). Each datagram is charged its
+    /// payload plus a fixed overhead (`sock::DGRAM_OVERHEAD`).
     pub(crate) rcvbuf: usize,
     /// `WARPSOCK_LINGER_MS`: how long exit waits for buffered datagrams to
     /// reach the kernel (default 2000).
@@ -50,6 +52,28 @@ pub(crate) struct Config {
     /// exit handlers) wait for buffered datagrams, in the process that owns
     /// the connections only (default 500, at most `linger`).
     pub(crate) exit_linger: Duration,
+    /// `WARPSOCK_UDP_MODE`: `tcp` (offload connections; kernel UDP to peers
+    /// without the preload), `gso` (kernel UDP with GSO batching for every
+    /// destination, and `UDP_GRO` on receivers), `auto` (default:
+    /// connections to peers that run the preload, GSO for the others).
+    pub(crate) mode: Mode,
+    /// `WARPSOCK_TX_DELAY_US`: how long a streaming program's datagrams may
+    /// wait in a connection's buffer for a batch to fill (default 200; 0
+    /// writes every datagram at once).
+    pub(crate) tx_delay: Duration,
+    /// `WARPSOCK_TX_BATCH`: bytes buffered before the sending call writes
+    /// them (default 64 KiB).
+    pub(crate) tx_batch: usize,
+    /// `WARPSOCK_MAX_ACCEPTED`: accepted connections one socket keeps at
+    /// most (more are refused: their senders fall back to kernel UDP;
+    /// default 128).
+    pub(crate) max_accepted: usize,
+    /// `WARPSOCK_MAX_PENDING`: accepted connections without a proved port
+    /// one socket keeps at most; a new one closes the oldest (default 16).
+    pub(crate) max_pending: usize,
+    /// `WARPSOCK_RCVQ_DGRAMS`: datagrams queued per socket at most, besides
+    /// the byte bound (default 65536).
+    pub(crate) rcvq_dgrams: usize,
     /// `WARPSOCK_STRIPES`: connections one destination's datagrams are
     /// striped over (1..=16, default 1).
     pub(crate) stripes: usize,
@@ -175,6 +199,18 @@ impl Config {
             rcvbuf: env_num("WARPSOCK_RCVBUF", 8 << 20usize).max(128 << 10),
             linger: Duration::from_millis(env_num("WARPSOCK_LINGER_MS", 2000)),
             exit_linger: Duration::from_millis(env_num("WARPSOCK_EXIT_LINGER_MS", 500)),
+            mode: match std::env::var("WARPSOCK_UDP_MODE") {
+                Ok(v) => Mode::parse(&v).unwrap_or_else(|| {
+                    warn("WARPSOCK_UDP_MODE", &v);
+                    Mode::Auto
+                }),
+                Err(_) => Mode::Auto,
+            },
+            tx_delay: Duration::from_micros(env_num("WARPSOCK_TX_DELAY_US", 200)),
+            tx_batch: env_num("WARPSOCK_TX_BATCH", 64usize << 10).clamp(1, 1 << 20),
+            max_accepted: env_num("WARPSOCK_MAX_ACCEPTED", 128usize).max(1),
+            max_pending: env_num("WARPSOCK_MAX_PENDING", 16usize).max(1),
+            rcvq_dgrams: env_num("WARPSOCK_RCVQ_DGRAMS", 65_536usize).max(16),
             stripes: env_num("WARPSOCK_STRIPES", 1usize).clamp(1, super::core::frame::MAX_STRIPES),
             caller_recv: !matches!(
                 std::env::var("WARPSOCK_CALLER_RECV")

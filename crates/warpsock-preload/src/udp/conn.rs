@@ -14,16 +14,16 @@
 
 use std::mem::zeroed;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, iovec, msghdr, socklen_t};
 
 use super::config;
-use super::core::frame::{self, Stripe, HDR_LEN};
+use super::core::frame::{self, Parsed, Stripe, CTRL_PROVEN, HDR_LEN, NONCE_LEN};
 use super::core::routes::Carrier;
-use super::core::rxbuf::RxBuf;
+use super::core::rxbuf::{Item, RxBuf};
 use super::core::setup::{Phase, Setup, Step};
 use super::core::txbuf::TxBuf;
 use super::stats::{self, STATS};
@@ -35,6 +35,7 @@ pub(super) const EPOLLIN: u32 = libc::EPOLLIN as u32;
 pub(super) const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
 pub(super) const EPOLLERR: u32 = libc::EPOLLERR as u32;
 pub(super) const EPOLLHUP: u32 = libc::EPOLLHUP as u32;
+const EPOLLET: u32 = libc::EPOLLET as u32;
 
 /// Sets congestion control, pacing and no-delay on an offload connection
 /// (or listener, whose accepted connections inherit them).
@@ -90,6 +91,23 @@ pub(super) fn tune(fd: c_int) {
     }
 }
 
+/// Shuts a connection's socket down, then closes it: a blocking receive
+/// call may be polling the descriptor at this moment, and its reference
+/// would otherwise keep the connection open (no FIN) until it returns.
+fn shut(fd: c_int) {
+    // SAFETY: shutdown on a socket this library owns; no pointers.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    sys::close(fd);
+}
+
+/// Largest datagram to or from `a` (what kernel UDP allows its family).
+pub(super) fn max_dgram(a: &SocketAddr) -> usize {
+    match super::core::policy::canonical(a.ip()) {
+        std::net::IpAddr::V4(_) => frame::MAX_DGRAM_V4,
+        std::net::IpAddr::V6(_) => frame::MAX_DGRAM_V6,
+    }
+}
+
 /// Why a send on a connection did not complete.
 pub(super) enum SendErr {
     /// The connection is gone: route again.
@@ -112,12 +130,20 @@ pub(super) struct Interest {
     /// Blocking receive calls reading the connection themselves: while
     /// non-zero the progress thread does not watch it for input.
     callers: usize,
+    /// On the socket's ready list: the progress thread is told of each new
+    /// arrival (edge-triggered) only to ring the doorbell, so that
+    /// edge-triggered waiters on the program's descriptor wake per arrival
+    /// as with kernel UDP.
+    edge: bool,
 }
 
 impl Interest {
     fn mask(&self) -> u32 {
         let read = self.read && self.callers == 0;
-        (if read { EPOLLIN } else { 0 }) | (if self.write { EPOLLOUT } else { 0 })
+        let edge = !read && self.edge;
+        (if read || edge { EPOLLIN } else { 0 })
+            | (if self.write { EPOLLOUT } else { 0 })
+            | (if edge { EPOLLET } else { 0 })
     }
 }
 
@@ -134,6 +160,14 @@ pub(super) const HINT_DEAD: u8 = 3;
 pub(crate) struct Conn {
     /// Epoll token.
     pub(crate) id: u64,
+    /// Accepted (inbound) rather than opened by us.
+    pub(super) inbound: bool,
+    /// Accepted: the nonce our hello sent, which the proof must echo.
+    pub(super) nonce: [u8; NONCE_LEN],
+    /// Accepted: a datagram was delivered from it (a reply may go back).
+    pub(super) delivered: AtomicBool,
+    /// On its socket's ready list (changed under the socket's lock).
+    pub(super) ready: AtomicBool,
     /// Stripe index (0 when not striped), for the per-stripe counters.
     pub(super) stripe: AtomicUsize,
     /// Where the connection stands, readable without `st` (`HINT_*`).
@@ -164,6 +198,59 @@ pub(super) struct ConnSt {
     /// Outgoing striped connection: announced in the preamble when the
     /// acceptor's hello offers the extension.
     pub(super) stripe: Option<Stripe>,
+    /// Outgoing: the acceptor's nonce, proved with (again) until answered.
+    pub(super) proof: Option<[u8; NONCE_LEN]>,
+    /// Accepted: the source the proof datagram came from.
+    pub(super) proved_src: Option<SocketAddr>,
+    /// Accepted: the stripe group the preamble named (0: none).
+    pub(super) group: u32,
+    /// Largest datagram the remote's family allows (65,507 over IPv4).
+    pub(super) max_dgram: usize,
+    /// When the kernel last took bytes of the send buffer (or it was
+    /// empty): a peer that stops reading stalls it.
+    pub(super) progress: Instant,
+    /// When the progress thread writes the buffered tail of a batch.
+    pub(super) flush_at: Option<Instant>,
+
+    /// When the program last handed a datagram to this connection.
+    pub(super) last_send: Option<Instant>,
+}
+
+/// A send less than this after the previous one is part of a stream, and
+/// is batched (unless the program received in between).
+pub(super) const STREAM_GAP: Duration = Duration::from_micros(20);
+
+/// A send that finds the connection's buffer full waits at most this long
+/// since the peer last made progress; then the datagram is dropped, as
+/// kernel UDP drops what a full path cannot take, so that a peer that
+/// stops reading cannot block the program for long (`tx_stall_drops`).
+/// Long enough that a live receiver on a loaded machine is not taken for
+/// one that stopped.
+const STALL: Duration = Duration::from_secs(5);
+
+/// Room left in the socket's receive queue, spent by [`Conn::parse`].
+pub(super) struct Room {
+    /// Bytes, each datagram charged its payload plus `DGRAM_OVERHEAD`.
+    pub(super) bytes: usize,
+    /// Datagrams.
+    pub(super) dgrams: usize,
+}
+
+/// Fixed charge per queued datagram on top of its payload: the queue entry
+/// and the allocation's own overhead, so that empty or one-byte datagrams
+/// cannot queue without bound (`WARPSOCK_RCVBUF`).
+pub(super) const DGRAM_OVERHEAD: usize = 128;
+
+/// How [`Conn::parse`] stopped.
+#[derive(PartialEq, Eq)]
+pub(super) enum Parse {
+    /// Every whole frame was taken.
+    Done,
+    /// The socket's receive queue is full: whole frames are left.
+    Full,
+    /// Not warpsock framing, an unknown control frame, or a datagram
+    /// longer than the remote's family allows.
+    Bad,
 }
 
 /// What one read from the connection gave.
@@ -184,6 +271,9 @@ impl Carrier for Arc<Conn> {
     fn same(&self, other: &Self) -> bool {
         Self::ptr_eq(self, other)
     }
+    fn delivered(&self) -> bool {
+        self.delivered.load(Ordering::Relaxed)
+    }
 }
 
 impl Conn {
@@ -196,6 +286,7 @@ impl Conn {
             Some(dest),
             None,
             TxBuf::outgoing(port),
+            [0; NONCE_LEN],
         );
         if let Some(x) = stripe {
             c.stripe.store(usize::from(x.index), Ordering::Relaxed);
@@ -204,8 +295,9 @@ impl Conn {
         c
     }
 
-    /// An accepted connection on descriptor `fd` from `peer` (hello sent).
-    pub(super) fn accepted(id: u64, fd: c_int, peer: SocketAddr) -> Self {
+    /// An accepted connection on descriptor `fd` from `peer`, whose hello
+    /// carried `nonce`.
+    pub(super) fn accepted(id: u64, fd: c_int, peer: SocketAddr, nonce: [u8; NONCE_LEN]) -> Self {
         let t = &config::get().timing;
         let c = Self::new(
             id,
@@ -214,6 +306,7 @@ impl Conn {
             None,
             Some(peer),
             TxBuf::default(),
+            nonce,
         );
         lock(&c.ev).read = true;
         c
@@ -226,9 +319,14 @@ impl Conn {
         dest: Option<SocketAddr>,
         tcp_peer: Option<SocketAddr>,
         tx: TxBuf,
+        nonce: [u8; NONCE_LEN],
     ) -> Self {
         Self {
             id,
+            inbound: tcp_peer.is_some(),
+            nonce,
+            delivered: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
             stripe: AtomicUsize::new(0),
             hint: AtomicU8::new(HINT_SETUP),
             queued: AtomicUsize::new(0),
@@ -241,6 +339,13 @@ impl Conn {
                 rx: RxBuf::default(),
                 linger: false,
                 stripe: None,
+                proof: None,
+                proved_src: None,
+                group: 0,
+                max_dgram: dest.map_or(frame::MAX_DGRAM_V6, |d| max_dgram(&d)),
+                progress: Instant::now(),
+                flush_at: None,
+                last_send: None,
             }),
             order: Mutex::new(()),
             cv: Condvar::new(),
@@ -249,16 +354,19 @@ impl Conn {
                 read: false,
                 write: false,
                 callers: 0,
+                edge: false,
             }),
         }
     }
 
-    /// Changes epoll interest (leaf lock).
+    /// Changes epoll interest (leaf lock). Reading (or not) ends being on
+    /// the ready list.
     pub(super) fn set_interest(&self, eng: &Reactor, read: Option<bool>, write: Option<bool>) {
         let mut i = lock(&self.ev);
         let old = i.mask();
         if let Some(r) = read {
             i.read = r;
+            i.edge = false;
         }
         if let Some(w) = write {
             i.write = w;
@@ -296,14 +404,42 @@ impl Conn {
         i.fd == fd
     }
 
+    /// The connection joins its socket's ready list: the progress thread
+    /// stops reading it and is told of new arrivals only (edge-triggered).
+    pub(super) fn set_ready(&self, eng: &Reactor) {
+        let mut i = lock(&self.ev);
+        let old = i.mask();
+        i.read = false;
+        i.edge = true;
+        if i.mask() != old && i.fd >= 0 {
+            eng.modify(i.fd, self.id, i.mask());
+        }
+    }
+
+    /// Whether the progress thread waits for room to write the buffer (the
+    /// kernel's send buffer was full).
+    fn write_pending(&self) -> bool {
+        lock(&self.ev).write
+    }
+
+    /// Whether the connection's input is read now (not paused for a full
+    /// queue, nor held back until its port is proved).
+    pub(super) fn reading(&self) -> bool {
+        lock(&self.ev).read
+    }
+
     /// Whether the claimed descriptor is still this connection's.
     pub(super) fn still(&self, fd: c_int) -> bool {
         lock(&self.ev).fd == fd
     }
 
-    /// The next timer deadline, if the connection is being set up.
+    /// The next timer deadline: set-up, or the flush of a batch's tail.
     pub(super) fn deadline(&self) -> Option<Instant> {
-        lock(&self.st).setup.deadline()
+        let st = lock(&self.st);
+        match (st.setup.deadline(), st.flush_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Whether datagrams handed to this connection are not yet in the kernel.
@@ -379,7 +515,7 @@ impl Conn {
     pub(super) fn note_failure(&self, st: &mut ConnSt, now_udp: &mut Vec<Vec<u8>>) -> bool {
         stats::inc(&STATS.connect_failed);
         if st.fd >= 0 {
-            sys::close(st.fd);
+            shut(st.fd);
             st.fd = -1;
             lock(&self.ev).fd = -1;
         }
@@ -404,7 +540,7 @@ impl Conn {
         let (frames, lost) = st.tx.die();
         stats::add(&STATS.tx_lost, lost);
         if st.fd >= 0 {
-            sys::close(st.fd);
+            shut(st.fd);
             st.fd = -1;
         }
         lock(&self.ev).fd = -1;
@@ -447,6 +583,7 @@ impl Conn {
             };
             if n > 0 {
                 st.tx.written(n as usize);
+                st.progress = Instant::now();
                 wrote = true;
                 stats::inc(&STATS.tx_flush_writes);
                 continue;
@@ -473,10 +610,15 @@ impl Conn {
         self.queued.store(st.tx.queued(), Ordering::Relaxed);
     }
 
-    /// Reads what the socket has into the receive buffer (caller holds `st`).
+    /// Reads what the socket has into the receive buffer (caller holds
+    /// `st`). A buffer without room (whole frames held back) reads nothing.
     pub(super) fn read_some(st: &mut ConnSt) -> Rd {
         let fd = st.fd;
         let room = st.rx.spare();
+        if room.is_empty() {
+            return Rd::Again;
+        }
+
         // SAFETY: reading into the unused tail of our buffer.
         let n = unsafe { real::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
         if n > 0 {
@@ -491,22 +633,45 @@ impl Conn {
         }
     }
 
-    /// Splits whole frames off the receive buffer. Returns false on a
-    /// framing error.
-    pub(super) fn parse(st: &mut ConnSt, out: &mut Vec<Vec<u8>>) -> bool {
+    /// Splits whole frames off the receive buffer into `out`, while `room`
+    /// lasts; handles control frames.
+    pub(super) fn parse(st: &mut ConnSt, out: &mut Vec<Vec<u8>>, room: &mut Room) -> Parse {
         loop {
-            match st.rx.next_frame() {
-                Ok(Some(r)) => out.push(st.rx.payload(r).to_vec()),
-                Ok(None) => return true,
-                Err(_) => return false,
+            if let Parsed::Frame(len) = st.rx.peek() {
+                if room.dgrams == 0 || len + DGRAM_OVERHEAD > room.bytes {
+                    return Parse::Full;
+                }
+            }
+            match st.rx.next_frame(st.max_dgram) {
+                Ok(Some(Item::Dgram(r))) => {
+                    room.bytes -= r.len() + DGRAM_OVERHEAD;
+                    room.dgrams -= 1;
+                    out.push(st.rx.payload(r).to_vec());
+                }
+                Ok(Some(Item::Control(CTRL_PROVEN, _))) if st.tcp_peer.is_none() => {
+                    st.setup.proven();
+                }
+                Ok(Some(Item::Control(..))) | Err(_) => return Parse::Bad,
+                Ok(None) => return Parse::Done,
             }
         }
     }
 
     /// Application thread: hand one datagram to this connection.
     ///
+    /// Batching by construction: a datagram to an idle connection is
+    /// written at once, header and payload in one call, when the program
+    /// is not streaming (the previous send was at least [`STREAM_GAP`] ago,
+    /// or the program received in between: request and response). A
+    /// streaming program's datagrams are appended to the send buffer, which
+    /// the sending call itself writes once it holds `WARPSOCK_TX_BATCH`
+    /// bytes; a tail shorter than that is written by the progress thread
+    /// `WARPSOCK_TX_DELAY_US` after its first datagram (the bound on the
+    /// delay batching adds), or by the next send after that time.
+    ///
     /// # Safety
     /// `iov` must point to `n` iovecs describing readable memory.
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn send(
         &self,
         eng: &Reactor,
@@ -515,12 +680,20 @@ impl Conn {
         len: usize,
         nonblock: bool,
         sndtimeo: Option<Duration>,
+        interactive: bool,
     ) -> Result<(), SendErr> {
         let cfg = config::get();
-        let deadline = sndtimeo.map(|t| Instant::now() + t);
+        let now = Instant::now();
+        let deadline = sndtimeo.map(|t| now + t);
         // SAFETY: per the contract.
         let parts = unsafe { iov::parts(iov, n) };
         let mut st = lock(&self.st);
+        let streaming = !interactive
+            && !cfg.tx_delay.is_zero()
+            && st
+                .last_send
+                .is_some_and(|t| now.saturating_duration_since(t) < STREAM_GAP);
+        st.last_send = Some(now);
         let mut waited = false;
         loop {
             let phase = st.setup.phase();
@@ -530,40 +703,18 @@ impl Conn {
             if st.setup.retrying() {
                 return Err(SendErr::Kernel);
             }
-            if phase == Phase::Established && st.tx.is_idle() {
-                // Idle: write now, header and payload in one call.
-                let hdr = frame::header(len);
-                let mut v: Vec<iovec> = Vec::with_capacity(n + 1);
-                v.push(iovec {
-                    iov_base: hdr.as_ptr() as *mut _,
-                    iov_len: HDR_LEN,
-                });
+            if phase == Phase::Established && st.tx.is_idle() && !streaming {
                 // SAFETY: per the contract.
-                v.extend_from_slice(unsafe { iov::iovecs(iov, n) });
-                // SAFETY: msghdr is plain data; zero is a valid empty value.
-                let mut m: msghdr = unsafe { zeroed() };
-                m.msg_iov = v.as_mut_ptr();
-                m.msg_iovlen = v.len();
-                // SAFETY: the iovecs describe readable memory (contract, and `hdr`).
-                let w =
-                    unsafe { real::sendmsg(st.fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-                if w == (HDR_LEN + len) as isize {
-                    stats::inc(&STATS.tx_direct);
-                    return Ok(());
-                }
-                if w < 0 && !matches!(errno(), libc::EAGAIN | libc::EINTR) {
-                    return Err(SendErr::Died(self.die(&mut st)));
-                }
-                st.tx.rest_of(len, &parts, w.max(0) as usize);
-                self.note_queued(&st);
-                stats::inc(&STATS.tx_coalesced);
-                self.set_interest(eng, None, Some(true));
-                return Ok(());
+                return unsafe { self.send_now(&mut st, eng, iov, n, len, &parts) };
             }
             let pending = st.tx.queued();
             if pending > 0 && pending + HDR_LEN + len > cfg.sndbuf {
                 if nonblock {
                     return Err(SendErr::Errno(libc::EAGAIN));
+                }
+                if phase == Phase::Established && st.progress.elapsed() >= STALL {
+                    stats::inc(&STATS.tx_stall_drops);
+                    return Ok(());
                 }
                 if !waited {
                     stats::inc(&STATS.tx_waits);
@@ -586,13 +737,80 @@ impl Conn {
                     .0;
                 continue;
             }
+            if st.tx.is_idle() {
+                st.progress = now;
+            }
             st.tx.push(len, &parts);
-            self.note_queued(&st);
             stats::inc(&STATS.tx_coalesced);
-            if phase == Phase::Established {
-                self.set_interest(eng, None, Some(true));
+            let mut arm = None;
+            if phase == Phase::Established && !self.write_pending() {
+                // (While the kernel's buffer is full the progress thread
+                // writes when it has room; a write per send would only
+                // fail.)
+                if st.tx.queued() >= cfg.tx_batch || st.flush_at.is_some_and(|t| now >= t) {
+                    // A batch: written by this call (no thread hand-off).
+                    st.flush_at = None;
+                    stats::inc(&STATS.tx_batches);
+                    if self.flush(&mut st, eng).is_err() {
+                        return Err(SendErr::Died(self.die(&mut st)));
+                    }
+                } else if st.flush_at.is_none() {
+                    let t = now + cfg.tx_delay;
+                    st.flush_at = Some(t);
+                    arm = Some(t);
+                }
+            }
+            self.note_queued(&st);
+            drop(st);
+            if let Some(t) = arm {
+                eng.wake_by(t);
             }
             return Ok(());
         }
+    }
+
+    /// Writes one datagram to an idle connection now, header and payload
+    /// in one call (caller holds `st`); what the kernel does not take
+    /// stays buffered for the progress thread.
+    ///
+    /// # Safety
+    /// `iov` must point to `n` iovecs describing readable memory, the same
+    /// bytes as `parts`.
+    unsafe fn send_now(
+        &self,
+        st: &mut ConnSt,
+        eng: &Reactor,
+        iov: *const iovec,
+        n: usize,
+        len: usize,
+        parts: &[&[u8]],
+    ) -> Result<(), SendErr> {
+        let hdr = frame::header(len);
+        let mut v: Vec<iovec> = Vec::with_capacity(n + 1);
+        v.push(iovec {
+            iov_base: hdr.as_ptr() as *mut _,
+            iov_len: HDR_LEN,
+        });
+        // SAFETY: per the contract.
+        v.extend_from_slice(unsafe { iov::iovecs(iov, n) });
+        // SAFETY: msghdr is plain data; zero is a valid empty value.
+        let mut m: msghdr = unsafe { zeroed() };
+        m.msg_iov = v.as_mut_ptr();
+        m.msg_iovlen = v.len();
+        // SAFETY: the iovecs describe readable memory (contract, and `hdr`).
+        let w = unsafe { real::sendmsg(st.fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if w == (HDR_LEN + len) as isize {
+            stats::inc(&STATS.tx_direct);
+            return Ok(());
+        }
+        if w < 0 && !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+            return Err(SendErr::Died(self.die(st)));
+        }
+        st.tx.rest_of(len, parts, w.max(0) as usize);
+        st.progress = Instant::now();
+        self.note_queued(st);
+        stats::inc(&STATS.tx_coalesced);
+        self.set_interest(eng, None, Some(true));
+        Ok(())
     }
 }

@@ -1,8 +1,9 @@
 //! What happens on a connection: readiness (connect completed, hello,
-//! preamble, frames, EOF) and timers, handled by the progress thread or by
-//! a blocking receive call that reads the connection itself. The decisions
-//! are the core's ([`Setup`](super::core::setup::Setup), frames); this
-//! module applies them to the connection and then to its socket.
+//! preamble, frames, EOF), the proof of an accepted connection's port, and
+//! timers, handled by the progress thread or by a blocking receive call
+//! that reads the connection itself. The decisions are the core's
+//! ([`Setup`](super::core::setup::Setup), frames, policy); this module
+//! applies them to the connection and then to its socket.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -10,8 +11,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::config;
-use super::conn::{Conn, Rd, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, HINT_UP};
-use super::core::frame::{self, ParsedPreamble, HELLO_LEN};
+use super::conn::{
+    max_dgram, Conn, ConnSt, Parse, Rd, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT, HINT_UP,
+};
+use super::core::frame::{self, ParsedHello, ParsedPreamble, CTRL_PROVEN};
+use super::core::policy::canonical;
+use super::core::rxbuf::RXBUF;
 use super::core::setup::{Awaited, GiveUp, Phase, Step};
 use super::sock::{norm, Sock};
 use super::stats::{self, STATS};
@@ -20,15 +25,41 @@ use crate::shim::sys::{self, lock};
 
 /// Most bytes read from one connection per readiness event (fairness).
 const READ_BUDGET: usize = 1 << 20;
-/// A caller-driven read that finds this many datagrams at once is serving a
-/// stream: the next `STREAM_SKIP` blocking waits leave reading to the
-/// progress thread, which then reads while the application consumes.
-const STREAM_BATCH: usize = 16;
-pub(super) const STREAM_SKIP: usize = 256;
+
+/// Whether the socket `fd` has input waiting (or an error, or EOF).
+fn readable(fd: libc::c_int) -> bool {
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    fd >= 0 && sys::poll(&mut p, 0) > 0 && p[0].revents != 0
+}
+
+/// What handling an event decided for the socket, applied once the
+/// connection's locks are released.
+#[derive(Default)]
+struct Outcome {
+    dgrams: Vec<Vec<u8>>,
+    /// The connection is closed: its unsent datagrams, and whether the
+    /// destination falls back to kernel UDP.
+    gone: Option<(Vec<Vec<u8>>, bool)>,
+    /// The accepted connection's sender is proved: (remote, stripe group).
+    proved: Option<(SocketAddr, u32)>,
+    /// The receive queue is full: stop reading until it has room.
+    pause: bool,
+    /// Input for the receive calls to read themselves (`super::serve`).
+    ready: bool,
+
+    src: Option<SocketAddr>,
+    /// Datagrams taken out of a failed attempt, to go by kernel UDP now.
+    now_udp: Vec<Vec<u8>>,
+}
 
 impl Conn {
-    /// Progress thread: a timer may have expired. Returns true once the
-    /// connection no longer needs timers.
+    /// Progress thread: a timer may have expired (a set-up deadline, or a
+    /// batch's tail to write). Returns true once the connection is closed
+    /// (a live one stays on the timer list: its batches arm it).
     pub(super) fn on_timer(
         self: &Arc<Self>,
         eng: &'static Reactor,
@@ -38,10 +69,24 @@ impl Conn {
         let _busy = Handling::enter();
         let cfg = config::get();
         let mut st = lock(&self.st);
-        if st.setup.timers_done() {
+        if st.setup.phase() == Phase::Dead {
             return true;
         }
-        if st.setup.deadline().is_none_or(|d| d > now) {
+        if st.flush_at.is_some_and(|t| t <= now) {
+            st.flush_at = None;
+            if st.setup.phase() == Phase::Established && !st.tx.is_idle() {
+                stats::inc(&STATS.tx_tail_flushes);
+                if self.flush(&mut st, eng).is_err() {
+                    stats::inc(&STATS.conns_closed);
+                    let frames = self.die(&mut st);
+                    let dest = st.dest;
+                    drop(st);
+                    sock.conn_gone(eng, self, dest, frames, false);
+                    return true;
+                }
+            }
+        }
+        if st.setup.timers_done() || st.setup.deadline().is_none_or(|d| d > now) {
             return false;
         }
         // The answer may already be waiting: the thread can reach its timers
@@ -81,9 +126,16 @@ impl Conn {
                 (true, true)
             }
             Step::Close => {
-                // An accepted connection that never named its sender.
+                // An accepted connection that never named (or proved) its
+                // sender.
                 stats::inc(&STATS.preamble_timeouts);
                 (true, false)
+            }
+            Step::SendProof => {
+                if let (Some(d), Some(n)) = (st.dest, st.proof) {
+                    sock.send_proof(&d, &n);
+                }
+                (false, false)
             }
         };
         let dest = st.dest;
@@ -101,6 +153,63 @@ impl Conn {
         false
     }
 
+    /// A proof datagram carrying this accepted connection's nonce came from
+    /// `src` (by kernel UDP, to the socket's port). It proves the port the
+    /// preamble claims if it came from the connection's TCP peer address
+    /// with that port; then the connection delivers from now on.
+    pub(super) fn prove_from(
+        self: &Arc<Self>,
+        eng: &'static Reactor,
+        sock: &Arc<Sock>,
+        src: SocketAddr,
+    ) {
+        let _busy = Handling::enter();
+        let mut out = Outcome::default();
+        {
+            let _order = lock(&self.order);
+            let mut st = lock(&self.st);
+            let peer = st.tcp_peer.map(|p| canonical(p.ip()));
+            if peer != Some(canonical(src.ip())) {
+                stats::inc(&STATS.proofs_bad);
+                return;
+            }
+            let src = norm(src, sock.family);
+            st.proved_src = Some(src);
+            if st.setup.phase() == Phase::AwaitProof {
+                if st.dest == Some(src) {
+                    self.now_proven(&mut st, eng, &mut out);
+                } else {
+                    // A proof of another port than the one claimed.
+                    stats::inc(&STATS.proofs_bad);
+                }
+            }
+            out.src = st.dest;
+        }
+        let proved = out.proved.is_some();
+        self.apply(eng, sock, out, false);
+        if proved {
+            // Input held back until now.
+            self.handle(eng, sock, EPOLLIN, false);
+        }
+    }
+
+    /// The accepted connection's port is proved (caller holds `st`):
+    /// deliver from now on, and tell the connector to stop re-sending.
+    fn now_proven(&self, st: &mut ConnSt, eng: &Reactor, out: &mut Outcome) {
+        st.setup.established();
+        self.hint.store(HINT_UP, Ordering::Relaxed);
+        stats::inc(&STATS.proofs_ok);
+        st.tx.push_control(CTRL_PROVEN);
+        if self.flush(st, eng).is_err() {
+            out.gone = Some((self.die(st), false));
+            return;
+        }
+        self.set_interest(eng, Some(true), None);
+        if let Some(d) = st.dest {
+            out.proved = Some((d, st.group));
+        }
+    }
+
     /// Readiness on the connection's socket, handled by the progress thread
     /// or (`from_caller`) by a blocking receive call that reads the
     /// connection itself: that call takes what arrived at once, so no
@@ -116,12 +225,7 @@ impl Conn {
         // UDP after it stops counting as pending: exit waits for that too.
         let _busy = Handling::enter();
         let _order = lock(&self.order);
-        let mut dgrams: Vec<Vec<u8>> = Vec::new();
-        let mut gone: Option<(Vec<Vec<u8>>, bool)> = None;
-        let mut adopt = None;
-        let mut pause = false;
-        let mut src = None;
-        let mut now_udp = Vec::new();
+        let mut out = Outcome::default();
         {
             let mut st = lock(&self.st);
             match st.setup.phase() {
@@ -131,148 +235,273 @@ impl Conn {
                     if err == 0 {
                         st.setup.connected(Instant::now(), &config::get().timing);
                         self.set_interest(eng, Some(true), Some(false));
-                    } else if self.note_failure(&mut st, &mut now_udp) {
-                        gone = Some((self.die(&mut st), true));
+                    } else if self.note_failure(&mut st, &mut out.now_udp) {
+                        out.gone = Some((self.die(&mut st), true));
                     }
                 }
                 Phase::AwaitHello if bits & (EPOLLIN | EPOLLERR | EPOLLHUP) != 0 => {
-                    let r = Self::read_some(&mut st);
-                    if st.rx.pending().len() >= HELLO_LEN {
-                        let hello = &st.rx.pending()[..HELLO_LEN];
-                        if frame::check_hello(hello) {
-                            let caps = frame::hello_caps(hello);
-                            st.rx.consume(HELLO_LEN);
-                            // A striped connection names its group, if the
-                            // acceptor understands it (an older one gets
-                            // the plain preamble: its stripes are then
-                            // independent connections from one source).
-                            // Nothing is written before the hello, so the
-                            // preamble is still at the front.
-                            if let Some(x) = st.stripe {
-                                if caps & frame::CAP_STRIPES != 0 && st.tx.stripe(x) {
-                                    stats::inc(&STATS.stripe_ext_sent);
-                                }
-                            }
-                            st.setup.established();
-                            self.hint.store(HINT_UP, Ordering::Relaxed);
-                            stats::inc(&STATS.connect_ok);
-                            if self.flush(&mut st, eng).is_err() {
-                                gone = Some((self.die(&mut st), false));
-                            } else {
-                                self.set_interest(eng, Some(true), None);
-                                src = st.dest;
-                                if !Self::parse(&mut st, &mut dgrams) {
-                                    stats::inc(&STATS.protocol_errors);
-                                    gone = Some((self.die(&mut st), false));
-                                }
-                            }
-                        } else {
-                            stats::inc(&STATS.hello_failed);
-                            gone = Some((self.die(&mut st), true));
-                        }
-                    } else if matches!(r, Rd::Eof | Rd::Err)
-                        && self.note_failure(&mut st, &mut now_udp)
-                    {
-                        gone = Some((self.die(&mut st), true));
-                    }
+                    self.on_hello(&mut st, eng, sock, &mut out);
                 }
-                Phase::AwaitPreamble | Phase::Established => {
+                Phase::AwaitPreamble | Phase::AwaitProof | Phase::Established => {
                     if bits & EPOLLOUT != 0
                         && st.setup.phase() == Phase::Established
                         && self.flush(&mut st, eng).is_err()
                     {
                         stats::inc(&STATS.conns_closed);
-                        gone = Some((self.die(&mut st), false));
+                        out.gone = Some((self.die(&mut st), false));
                     }
-                    if gone.is_none() && bits & (EPOLLIN | EPOLLERR | EPOLLHUP) != 0 {
-                        if sock.rx_full() && bits & (EPOLLERR | EPOLLHUP) == 0 {
-                            pause = true;
-                        } else {
-                            let mut budget = 0;
-                            loop {
-                                let r = Self::read_some(&mut st);
-                                if let Rd::Data(n) = r {
-                                    budget += n;
-                                }
-                                if st.setup.phase() == Phase::AwaitPreamble {
-                                    match (frame::parse_preamble(st.rx.pending()), st.tcp_peer) {
-                                        (ParsedPreamble::Done(p, used), Some(peer)) => {
-                                            st.rx.consume(used);
-                                            let remote = norm(
-                                                SocketAddr::new(peer.ip(), p.port),
-                                                sock.family,
-                                            );
-                                            st.dest = Some(remote);
-                                            st.setup.established();
-                                            self.hint.store(HINT_UP, Ordering::Relaxed);
-                                            let group = p.stripe.map_or(0, |x| {
-                                                self.stripe
-                                                    .store(usize::from(x.index), Ordering::Relaxed);
-                                                x.group
-                                            });
-                                            adopt = Some((remote, group));
-                                        }
-                                        (ParsedPreamble::Partial, Some(_)) => {}
-                                        _ => {
-                                            stats::inc(&STATS.protocol_errors);
-                                            gone = Some((self.die(&mut st), false));
-                                            break;
-                                        }
-                                    }
-                                }
-                                if st.setup.phase() == Phase::Established {
-                                    src = st.dest;
-                                    if !Self::parse(&mut st, &mut dgrams) {
-                                        stats::inc(&STATS.protocol_errors);
-                                        gone = Some((self.die(&mut st), false));
-                                        break;
-                                    }
-                                }
-                                match r {
-                                    Rd::Data(_) if budget < READ_BUDGET => continue,
-                                    Rd::Data(_) | Rd::Again => break,
-                                    Rd::Eof | Rd::Err => {
-                                        stats::inc(&STATS.conns_closed);
-                                        gone = Some((self.die(&mut st), false));
-                                        break;
-                                    }
-                                }
+                    if out.gone.is_none() && bits & (EPOLLIN | EPOLLERR | EPOLLHUP) != 0 {
+                        // Set-up bytes (preamble) take no room in the queue.
+                        if st.setup.delivering()
+                            && config::get().caller_recv
+                            && bits & (EPOLLERR | EPOLLHUP) == 0
+                        {
+                            // Receive calls read it themselves; but the
+                            // answer to our proof is read here, for a
+                            // program that never receives.
+                            if st.setup.unanswered() && !self.take_answer(&mut st) {
+                                stats::inc(&STATS.protocol_errors);
+                                out.gone = Some((self.die(&mut st), false));
+                            } else {
+                                out.ready = !st.setup.unanswered() || !st.rx.pending().is_empty();
                             }
+                        } else if st.setup.delivering()
+                            && sock.rx_full()
+                            && bits & (EPOLLERR | EPOLLHUP) == 0
+                        {
+                            out.pause = true;
+                        } else {
+                            self.read_frames(&mut st, eng, sock, &mut out);
                         }
                     }
                 }
                 _ => {}
             }
-            if gone.is_none()
+            if out.gone.is_none()
                 && st.linger
                 && st.setup.phase() == Phase::Established
                 && st.tx.is_idle()
             {
-                gone = Some((self.die(&mut st), false));
+                out.gone = Some((self.die(&mut st), false));
             }
-            if gone.is_some() || !now_udp.is_empty() {
-                src = src.or(st.dest);
+            if out.gone.is_some() || !out.now_udp.is_empty() {
+                out.src = out.src.or(st.dest);
+            }
+            // Readiness stays exact: ready only with input really there (a
+            // receive call may have read what woke us already).
+            out.ready =
+                out.ready && out.gone.is_none() && (!st.rx.pending().is_empty() || readable(st.fd));
+        }
+        if std::mem::take(&mut out.ready) {
+            // Under `order`, so no receive call takes the input between the
+            // look above and the doorbell.
+            sock.mark_ready(eng, self, !from_caller);
+        }
+        drop(_order);
+        self.apply(eng, sock, out, from_caller);
+    }
+
+    /// Reads the connection while the acceptor's answer to our proof is
+    /// due, taking that answer (a control frame) off the front. Returns
+    /// false on a framing error.
+    fn take_answer(&self, st: &mut ConnSt) -> bool {
+        if st.rx.pending().is_empty() {
+            let _ = Self::read_some(st);
+        }
+        loop {
+            match st.rx.peek() {
+                frame::Parsed::Control(CTRL_PROVEN, len) => {
+                    st.rx.consume(frame::HDR_LEN + len);
+                    st.setup.proven();
+                }
+                frame::Parsed::Control(..) | frame::Parsed::Invalid => return false,
+                frame::Parsed::Frame(_) | frame::Parsed::Partial => return true,
             }
         }
-        if let (Some(d), false) = (src, now_udp.is_empty()) {
-            sock.send_frames_udp(&d, &now_udp);
+    }
+
+    /// The hello arrived (or the connection failed before it did).
+    fn on_hello(&self, st: &mut ConnSt, eng: &Reactor, sock: &Sock, out: &mut Outcome) {
+        let r = Self::read_some(st);
+        match frame::parse_hello(st.rx.pending()) {
+            ParsedHello::Done(h, used) => {
+                st.rx.consume(used);
+                // A striped connection names its group, if the acceptor
+                // understands it (an older one gets the plain preamble: its
+                // stripes are then independent connections from one
+                // source). Nothing is written before the hello, so the
+                // preamble is still at the front.
+                if let Some(x) = st.stripe {
+                    if h.caps & frame::CAP_STRIPES != 0 && st.tx.stripe(x) {
+                        stats::inc(&STATS.stripe_ext_sent);
+                    }
+                }
+                match h.nonce {
+                    Some(n) => {
+                        st.proof = Some(n);
+                        st.setup.prove(Instant::now());
+                        if let Some(d) = st.dest {
+                            sock.send_proof(&d, &n);
+                        }
+                    }
+                    None => st.setup.established(),
+                }
+                self.hint.store(HINT_UP, Ordering::Relaxed);
+                stats::inc(&STATS.connect_ok);
+                if self.flush(st, eng).is_err() {
+                    out.gone = Some((self.die(st), false));
+                    return;
+                }
+                self.set_interest(eng, Some(true), None);
+                out.src = st.dest;
+                if config::get().caller_recv {
+                    // Receive calls read what came with the hello.
+                    out.ready = !st.rx.pending().is_empty();
+                    return;
+                }
+                let mut room = sock.room();
+                match Self::parse(st, &mut out.dgrams, &mut room) {
+                    Parse::Done => {}
+                    Parse::Full => out.pause = true,
+                    Parse::Bad => {
+                        stats::inc(&STATS.protocol_errors);
+                        out.gone = Some((self.die(st), false));
+                    }
+                }
+            }
+            ParsedHello::Invalid => {
+                stats::inc(&STATS.hello_failed);
+                out.gone = Some((self.die(st), true));
+            }
+            ParsedHello::Partial => {
+                if matches!(r, Rd::Eof | Rd::Err) && self.note_failure(st, &mut out.now_udp) {
+                    out.gone = Some((self.die(st), true));
+                }
+            }
         }
-        if let Some((r, group)) = adopt {
+    }
+
+    /// Reads the accepted or established connection: the preamble, then
+    /// frames while the socket's queue has room. Until the port is proved
+    /// nothing is delivered and at most half a buffer is read.
+    fn read_frames(&self, st: &mut ConnSt, eng: &Reactor, sock: &Sock, out: &mut Outcome) {
+        let mut budget = 0;
+        let mut room = sock.room();
+        loop {
+            if !st.setup.delivering() && st.rx.pending().len() >= RXBUF / 2 {
+                // Held back until the port is proved (which reads again).
+                self.set_interest(eng, Some(false), None);
+                return;
+            }
+            let r = Self::read_some(st);
+            if let Rd::Data(n) = r {
+                budget += n;
+            }
+            if st.setup.phase() == Phase::AwaitPreamble {
+                match (frame::parse_preamble(st.rx.pending()), st.tcp_peer) {
+                    (ParsedPreamble::Done(p, used), Some(peer)) => {
+                        st.rx.consume(used);
+                        let remote = norm(SocketAddr::new(peer.ip(), p.port), sock.family);
+                        if !config::get().policy.source_ok(&remote) {
+                            stats::inc(&STATS.preamble_refused);
+                            out.gone = Some((self.die(st), false));
+                            return;
+                        }
+                        st.dest = Some(remote);
+                        st.max_dgram = max_dgram(&remote);
+                        st.group = p.stripe.map_or(0, |x| {
+                            self.stripe.store(usize::from(x.index), Ordering::Relaxed);
+                            x.group
+                        });
+                        let proved = st.proved_src == Some(remote);
+                        if st.proved_src.is_some() && !proved {
+                            // The proof came first, from another port.
+                            stats::inc(&STATS.proofs_bad);
+                        }
+                        st.setup.preamble(proved);
+                        if proved {
+                            self.now_proven(st, eng, out);
+                            if out.gone.is_some() {
+                                return;
+                            }
+                        }
+                    }
+                    (ParsedPreamble::Partial, Some(_)) => {}
+                    _ => {
+                        stats::inc(&STATS.protocol_errors);
+                        out.gone = Some((self.die(st), false));
+                        return;
+                    }
+                }
+            }
+            if st.setup.delivering() && config::get().caller_recv {
+                // Proved now: receive calls read the rest themselves.
+                out.src = st.dest;
+                out.ready = true;
+                return;
+            }
+            if st.setup.delivering() {
+                out.src = st.dest;
+                match Self::parse(st, &mut out.dgrams, &mut room) {
+                    Parse::Done => {}
+                    Parse::Full => {
+                        out.pause = true;
+                        return;
+                    }
+                    Parse::Bad => {
+                        stats::inc(&STATS.protocol_errors);
+                        out.gone = Some((self.die(st), false));
+                        return;
+                    }
+                }
+            }
+            match r {
+                Rd::Data(_) if budget < READ_BUDGET => continue,
+                Rd::Data(_) | Rd::Again => return,
+                Rd::Eof if !st.setup.delivering() && !st.rx.pending().is_empty() => {
+                    // A short-lived sender said everything and closed before
+                    // its proof was seen: keep what it said until the proof
+                    // comes (or the deadline), reading no further.
+                    self.set_interest(eng, Some(false), None);
+                    return;
+                }
+                Rd::Eof | Rd::Err => {
+                    stats::inc(&STATS.conns_closed);
+                    out.gone = Some((self.die(st), false));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Applies what handling decided to the socket (no connection lock
+    /// held).
+    fn apply(
+        self: &Arc<Self>,
+        eng: &'static Reactor,
+        sock: &Arc<Sock>,
+        out: Outcome,
+        from_caller: bool,
+    ) {
+        if let (Some(d), false) = (out.src, out.now_udp.is_empty()) {
+            sock.send_frames_udp(&d, &out.now_udp);
+        }
+        if let Some((r, group)) = out.proved {
+            sock.pending_done(self);
             sock.adopt_route(r, self, group);
         }
-        if from_caller && dgrams.len() >= STREAM_BATCH {
-            // A stream, not a ping-pong: the progress thread reading in
-            // parallel with the application moves more.
-            sock.drive_skip.store(STREAM_SKIP, Ordering::Relaxed);
+        if out.ready {
+            sock.mark_ready(eng, self, !from_caller);
         }
-        if let (false, Some(s)) = (dgrams.is_empty(), src) {
-            sock.deliver(eng, s, dgrams, self, from_caller);
+        if let (false, Some(s)) = (out.dgrams.is_empty(), out.src) {
+            sock.deliver(eng, s, out.dgrams, self, from_caller);
         }
-        if pause {
+        if out.pause {
             sock.pause(eng, self);
         }
-        if let Some((frames, fb)) = gone {
-            sock.conn_gone(eng, self, src, frames, fb);
+
+        if let Some((frames, fb)) = out.gone {
+            sock.conn_gone(eng, self, out.src, frames, fb);
         }
     }
 }

@@ -7,18 +7,45 @@ use std::collections::HashMap;
 use std::mem::{size_of, zeroed};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use libc::{c_int, socklen_t};
 
 use super::config;
 use super::conn::{tune, Conn, EPOLLIN};
-use super::core::frame::{self, HELLO_LEN};
+use super::core::frame::{self, NONCE_LEN};
 use super::core::routes::Adopted;
 use super::sock::{ConnEvents, Listening, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor::{self, Reactor};
 use crate::shim::real;
 use crate::shim::sys::{self, errno, lock};
+
+/// How long a listener stops accepting after the process ran out of
+/// descriptors or memory (level-triggered readiness would spin otherwise).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// A fresh random nonce for an accepted connection's hello.
+fn nonce() -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    let mut got = 0;
+    while got < NONCE_LEN {
+        // SAFETY: getrandom writes at most the remaining bytes of `n`.
+        let r = unsafe { libc::getrandom(n[got..].as_mut_ptr().cast(), NONCE_LEN - got, 0) };
+        if r > 0 {
+            got += r as usize;
+        } else if errno() != libc::EINTR {
+            // No entropy source at all: a weak but unique fallback (the
+            // proof still needs the datagram to come from the claimed port).
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            n.copy_from_slice(&t.to_le_bytes()[..NONCE_LEN]);
+            break;
+        }
+    }
+    n
+}
 
 /// Which socket owns the listener of each TCP port.
 static LISTENERS: Mutex<Option<HashMap<u16, Weak<Sock>>>> = Mutex::new(None);
@@ -122,8 +149,16 @@ impl Sock {
     }
 
     /// Progress thread: accept every pending connection on the listener.
+    ///
+    /// A peer outside `WARPSOCK_UDP_ADDRS`, or beyond the socket's
+    /// `WARPSOCK_MAX_ACCEPTED` connections, is closed at once (its sender
+    /// falls back to kernel UDP); beyond `WARPSOCK_MAX_PENDING` connections
+    /// still without a proved port, the oldest is closed. When the process
+    /// runs out of descriptors the listener pauses for `ACCEPT_PAUSE`
+    /// instead of spinning on its level-triggered readiness.
     pub(super) fn on_accept(self: &Arc<Self>, eng: &'static Reactor) {
-        let Some((lfd, _)) = lock(&self.inner).listener else {
+        let cfg = config::get();
+        let Some((lfd, lid)) = lock(&self.inner).listener else {
             return;
         };
         loop {
@@ -140,56 +175,107 @@ impl Sock {
                 )
             };
             if c < 0 {
-                break;
+                match errno() {
+                    libc::EINTR | libc::ECONNABORTED | libc::EPROTO => continue,
+                    libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+                        self.pause_accepting(eng, lfd, lid);
+                    }
+                    _ => {}
+                }
+                return;
             }
             stats::inc(&STATS.accepts);
-            tune(c);
-            let hello = frame::hello();
-            // SAFETY: an 8-byte write to a fresh socket we own.
-            let w = unsafe {
-                real::send(
-                    c,
-                    hello.as_ptr().cast(),
-                    HELLO_LEN,
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
-            };
             // SAFETY: the kernel wrote `len` bytes of address.
             let peer =
                 unsafe { sys::addr_from_raw((&ss as *const libc::sockaddr_storage).cast(), len) };
-            let Some(peer) = peer.filter(|_| w == HELLO_LEN as isize) else {
+            let full = lock(&self.inner).accepted >= cfg.max_accepted;
+            let Some(peer) = peer.filter(|p| !full && cfg.policy.peer_ok(p.ip())) else {
+                stats::inc(&STATS.accepts_refused);
                 sys::close(c);
                 continue;
             };
+            tune(c);
             self.accepted(eng, c, peer);
         }
     }
 
-    /// Takes an accepted connection `c` (hello sent) from `peer` into the
-    /// socket; its preamble is due within `WARPSOCK_PREAMBLE_TIMEOUT_MS`.
+    /// Out of descriptors: stop watching the listener for `ACCEPT_PAUSE`.
+    fn pause_accepting(self: &Arc<Self>, eng: &'static Reactor, lfd: c_int, lid: u64) {
+        stats::inc(&STATS.accept_pauses);
+        lock(&self.inner).accept_paused = Some(Instant::now() + ACCEPT_PAUSE);
+        eng.modify(lfd, lid, 0);
+        eng.add_timer(lid, Arc::new(Listening(self.clone())));
+    }
+
+    /// Timer: accept again once the pause is over. Returns true when done.
+    pub(super) fn resume_accepting(&self, eng: &'static Reactor, now: Instant) -> bool {
+        let mut g = lock(&self.inner);
+        match (g.accept_paused, g.listener) {
+            (Some(t), Some((lfd, lid))) if t <= now => {
+                g.accept_paused = None;
+                eng.modify(lfd, lid, EPOLLIN);
+                true
+            }
+            (Some(_), Some(_)) => false,
+            _ => {
+                g.accept_paused = None;
+                true
+            }
+        }
+    }
+
+    /// Takes an accepted connection `c` from `peer` into the socket and
+    /// sends the hello with a fresh nonce; the preamble and the proof of
+    /// its port are due within `WARPSOCK_PREAMBLE_TIMEOUT_MS`. The
+    /// connection counts as pending before the hello leaves, so that a proof
+    /// answering it at once is recognised as one.
     fn accepted(self: &Arc<Self>, eng: &'static Reactor, c: c_int, peer: SocketAddr) {
-        let conn = Arc::new(Conn::accepted(eng.new_id(), c, peer));
-        {
+        let cfg = config::get();
+        let n = nonce();
+        let conn = Arc::new(Conn::accepted(eng.new_id(), c, peer, n));
+        let evict = {
             let mut g = lock(&self.inner);
             if g.closed {
                 sys::close(c);
                 return;
             }
             g.owned.insert(conn.id, conn.clone());
+            g.accepted += 1;
+            g.pending.push_back(conn.clone());
+            let evict = (g.pending.len() > cfg.max_pending)
+                .then(|| g.pending.pop_front())
+                .flatten();
+            self.count_proofs(&mut g);
+            evict
+        };
+        if let Some(old) = evict {
+            stats::inc(&STATS.pending_evicted);
+            let frames = old.die(&mut lock(&old.st));
+            self.conn_gone(eng, &old, None, frames, false);
         }
+        let hello = frame::hello(Some(&n));
+        // SAFETY: a short write to a fresh socket we own.
+        let w = unsafe {
+            real::send(
+                c,
+                hello.as_ptr().cast(),
+                hello.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
         let h = Arc::new(ConnEvents::new(self.clone(), conn.clone()));
-        if !eng.register(c, conn.id, EPOLLIN, h.clone()) {
-            lock(&self.inner).owned.remove(&conn.id);
-            sys::close(c);
+        if w != hello.len() as isize || !eng.register(c, conn.id, EPOLLIN, h.clone()) {
+            let frames = conn.die(&mut lock(&conn.st));
+            self.conn_gone(eng, &conn, None, frames, false);
             return;
         }
         eng.add_timer(conn.id, h);
     }
 
-    /// An accepted connection named its sender: route replies over it. A
-    /// stripe whose group already feeds us joins that group (replies are
-    /// striped over the group); otherwise the first connection keeps the
-    /// route.
+    /// An accepted connection proved its sender: route replies over it
+    /// (replies only: see `Routes::lookup`). A stripe whose group already
+    /// feeds us joins that group (replies are striped over the group);
+    /// otherwise the first route stays.
     pub(super) fn adopt_route(&self, remote: SocketAddr, conn: &Arc<Conn>, group: u32) {
         if lock(&self.inner).routes.adopt(remote, conn, group) == Adopted::Joined {
             stats::inc(&STATS.stripe_joins);

@@ -8,7 +8,8 @@
 //! | [`config`], [`stats`] | environment configuration; counters printed with `WARPSOCK_STATS=1` |
 //! | [`sock`] | an offloaded socket: hidden kernel UDP socket, doorbell, receive queue, routes; the progress thread's entry points |
 //! | [`listen`] | the TCP listener of a bound port, accepting, route adoption |
-//! | [`send`], [`recv`] | the send and receive calls |
+//! | [`send`], [`recv`], [`serve`] | the send and receive calls; receive calls served from the connections' buffers |
+//! | [`gso`] | the GSO send path and the GRO receive path |
 //! | [`conn`], [`events`] | one TCP connection: the I/O driver of the core, its readiness and timers |
 //!
 //! [`UDP`] is the [`Kind`] the interposition layer knows: UDP sockets are
@@ -19,9 +20,11 @@ pub(crate) mod config;
 mod conn;
 pub(crate) mod core;
 mod events;
+mod gso;
 mod listen;
 mod recv;
 mod send;
+mod serve;
 mod sock;
 pub(crate) mod stats;
 
@@ -30,7 +33,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 
-use crate::shim::socket::{Adoption, Kind, Socket};
+use crate::shim::socket::{Adoption, Kind, Socket, Wait};
 use crate::shim::{reactor, sys};
 use sock::Sock;
 
@@ -57,9 +60,17 @@ impl Kind for Udp {
     }
 
     fn bound(&self, fd: c_int, addr: SocketAddr) {
-        if config::get().policy.port_ok(addr.port()) {
+        // Port 0 asked the kernel to pick one: the one it picked counts.
+        let port = match addr.port() {
+            0 => sys::local_addr(fd).map_or(0, |a| a.port()),
+            p => p,
+        };
+        let cfg = config::get();
+        if cfg.policy.port_ok(port) {
             if let Ok(s) = Sock::transpose(fd) {
-                s.listen();
+                if cfg.mode.tcp() {
+                    s.listen();
+                }
             }
         }
     }
@@ -161,6 +172,18 @@ impl Socket for Sock {
 
     fn setsockopt(&self, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
         Self::setsockopt(self, level, name, val, len)
+    }
+
+    fn shutdown(&self, how: c_int) -> c_int {
+        Self::shutdown(self, how)
+    }
+
+    fn wait_begin(&self) -> Option<Wait> {
+        Self::wait_begin(self)
+    }
+
+    fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
+        Self::wait_end(self, wait, revents)
     }
 
     fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {

@@ -1,10 +1,14 @@
 //! The receive path: every receive call on an offloaded socket lands in
-//! [`Sock::recvmsg`]. It serves the queue (datagrams the progress thread or
-//! an earlier call read from connections), then the hidden kernel UDP
-//! socket; a blocking call that finds neither reads the socket's
-//! connections itself (caller-driven receive: no thread hand-off on the
-//! reply path), optionally busy-polling first.
+//! [`Sock::recvmsg`]. It takes, in turn, what the progress thread queued
+//! (datagrams read during a connection's set-up, or every datagram with
+//! `WARPSOCK_CALLER_RECV=0`), the ready connections (read and served by the
+//! call itself, `super::serve`) and the hidden kernel UDP socket, taking
+//! turns between sources that all hold datagrams. A blocking call that
+//! finds nothing polls the doorbell, the kernel socket and the socket's
+//! connections itself (no thread hand-off on the reply path), optionally
+//! busy-polling first.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,12 +16,27 @@ use std::time::{Duration, Instant};
 use libc::{c_int, msghdr};
 
 use super::config;
-use super::conn::Conn;
-use super::sock::Sock;
+use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN, HINT_UP};
+use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
+use super::serve::Served;
+use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor::{self, Reactor};
+use crate::shim::socket::Wait;
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{iov, real};
+
+/// What one look at the socket's sources found.
+enum Pick {
+    /// The call's result.
+    Done(isize),
+    /// A ready connection to serve.
+    Conn(Arc<Conn>),
+    /// Something changed (a proof was taken off): look again.
+    Again,
+    /// Nothing to receive now.
+    Nothing,
+}
 
 impl Sock {
     /// recvmsg(2) on the application's descriptor (every receive call lands
@@ -27,73 +46,24 @@ impl Sock {
     /// `msg` must be a valid msghdr whose buffers are writable.
     pub(crate) unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
         let nonblock = flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed);
-        let peek = flags & libc::MSG_PEEK != 0;
+        if !self.recv_seen.load(Ordering::Relaxed) {
+            self.recv_seen.store(true, Ordering::Relaxed);
+        }
+        if self.shut_rd.load(Ordering::Relaxed) {
+            msg.msg_namelen = 0;
+            msg.msg_controllen = 0;
+            msg.msg_flags = 0;
+            return 0;
+        }
         let deadline = lock(&self.inner).rcvtimeo.map(|t| Instant::now() + t);
         let (namelen, ctllen) = (msg.msg_namelen, msg.msg_controllen);
         let mut udp_hint = false;
         let mut driven: Option<Driven> = None;
         let mut spin_until: Option<Instant> = None;
         loop {
-            {
-                let mut g = lock(&self.inner);
-                if let Some(d) = g.rxq.front() {
-                    // SAFETY: msg_iov describes writable iovecs (contract).
-                    let copied = unsafe { iov::scatter(msg.msg_iov, msg.msg_iovlen, &d.data) };
-                    let full = d.data.len();
-                    if !msg.msg_name.is_null() {
-                        // SAFETY: msg_name is writable for msg_namelen bytes.
-                        unsafe {
-                            sys::addr_write(&d.src, msg.msg_name.cast(), &mut msg.msg_namelen);
-                        };
-                    } else {
-                        msg.msg_namelen = 0;
-                    }
-                    msg.msg_controllen = 0;
-                    msg.msg_flags = if copied < full { libc::MSG_TRUNC } else { 0 };
-                    if !peek {
-                        g.rxq.pop_front();
-                        let left = self.rx_bytes.fetch_sub(full, Ordering::Relaxed) - full;
-                        if !g.paused.is_empty() && left <= config::get().rcvbuf / 2 {
-                            if let Some(eng) = reactor::current() {
-                                for c in g.paused.drain(..) {
-                                    c.set_interest(eng, Some(true), None);
-                                }
-                            }
-                        }
-                    }
-                    // Datagrams a receive call read itself were queued
-                    // without a doorbell: ring for what is left.
-                    if !g.rxq.is_empty() && g.bells == 0 {
-                        self.ring(&mut g);
-                    }
-                    self.settle(&mut g);
-                    return if flags & libc::MSG_TRUNC != 0 {
-                        full
-                    } else {
-                        copied
-                    } as isize;
-                }
-                if g.udp_maybe || udp_hint {
-                    msg.msg_namelen = namelen;
-                    msg.msg_controllen = ctllen;
-                    // SAFETY: the application's msghdr, passed to its kernel socket.
-                    let r = unsafe { real::recvmsg(self.udp, msg, flags | libc::MSG_DONTWAIT) };
-                    if r >= 0 {
-                        stats::inc(&STATS.rx_kernel_dgrams);
-                        if g.bells > 0 && !peek && !self.udp_readable() {
-                            g.udp_maybe = false;
-                            self.settle(&mut g);
-                        }
-                        return r;
-                    }
-                    let e = errno();
-                    if e != libc::EAGAIN {
-                        set_errno(e);
-                        return -1;
-                    }
-                    g.udp_maybe = false;
-                }
-                self.settle(&mut g);
+            // SAFETY: the application's msghdr (contract).
+            if let Some(r) = unsafe { self.take(msg, flags, namelen, ctllen, &mut udp_hint) } {
+                return r;
             }
             if nonblock {
                 set_errno(libc::EAGAIN);
@@ -111,7 +81,7 @@ impl Sock {
                 }
                 None => -1,
             };
-            // From here on the call reads the socket's connections itself.
+            // From here on the call watches the socket's connections itself.
             let d = driven.get_or_insert_with(|| Driven::claim(self.arc()));
             if spin_until.is_none() {
                 let bp = config::get().busy_poll.unwrap_or(Duration::ZERO);
@@ -154,9 +124,21 @@ impl Sock {
                     let r = p[2 + i].revents & bits;
                     if r != 0 {
                         if r & libc::POLLNVAL == 0 && c.still(*fd) {
-                            c.handle(eng, &d.sock, (r & !libc::POLLNVAL) as u16 as u32, true);
+                            if c.hint.load(Ordering::Relaxed) == HINT_UP && r & libc::POLLIN != 0 {
+                                // Delivering: this call reads it itself
+                                // (no ready list, no doorbell, no change of
+                                // the progress thread's watch).
+                                // SAFETY: the application's msghdr (contract).
+                                let served = unsafe { self.serve(eng, c, msg, flags, true) };
+                                if let Served::Dgram(n) = served {
+                                    return n;
+                                }
+                            } else {
+                                // poll and epoll share their bit values on Linux.
+                                c.handle(eng, &d.sock, (r & !libc::POLLNVAL) as u16 as u32, true);
+                            }
                         }
-                        stale |= !c.still(*fd);
+                        stale |= !c.still(*fd) || !c.reading();
                     }
                 }
                 if stale {
@@ -165,11 +147,264 @@ impl Sock {
             }
         }
     }
+
+    /// One pass over the sources; `None` if none had anything.
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    unsafe fn take(
+        &self,
+        msg: &mut msghdr,
+        flags: c_int,
+        namelen: libc::socklen_t,
+        ctllen: usize,
+        udp_hint: &mut bool,
+    ) -> Option<isize> {
+        // Bounded: each round serves, or drains a connection off the list.
+        for _ in 0..64 {
+            let mut resume = Vec::new();
+            let mut found = Vec::new();
+            // SAFETY: the application's msghdr (contract).
+            let pick = unsafe {
+                self.pick(
+                    msg,
+                    flags,
+                    namelen,
+                    ctllen,
+                    *udp_hint,
+                    &mut found,
+                    &mut resume,
+                )
+            };
+            if matches!(pick, Pick::Again) {
+                *udp_hint = true;
+            }
+            if !found.is_empty() || !resume.is_empty() {
+                let e = errno();
+                if let Some(eng) = reactor::current() {
+                    self.proved(eng, found);
+                    let me = self.arc();
+                    for c in resume {
+                        // Whole frames may wait in its buffer, which no
+                        // readiness event announces: take them now.
+                        c.set_interest(eng, Some(true), None);
+                        c.handle(eng, &me, EPOLLIN, false);
+                    }
+                }
+                set_errno(e);
+            }
+            match pick {
+                Pick::Done(r) => return Some(r),
+                Pick::Conn(c) => {
+                    let eng = reactor::current()?;
+                    // SAFETY: the application's msghdr (contract).
+                    if let Served::Dgram(r) = unsafe { self.serve(eng, &c, msg, flags, false) } {
+                        return Some(r);
+                    }
+                }
+                Pick::Again => {}
+                Pick::Nothing => return None,
+            }
+        }
+        None
+    }
+
+    /// Looks at the sources once (under `inner`): returns a datagram from
+    /// the queue or the kernel socket, or the ready connection to serve.
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pick(
+        &self,
+        msg: &mut msghdr,
+        flags: c_int,
+        namelen: libc::socklen_t,
+        ctllen: usize,
+        udp_hint: bool,
+        found: &mut Vec<(SocketAddr, [u8; NONCE_LEN])>,
+        resume: &mut Vec<Arc<Conn>>,
+    ) -> Pick {
+        let peek = flags & libc::MSG_PEEK != 0;
+        let mut g = lock(&self.inner);
+        // Both kinds of source hold datagrams: take turns.
+        g.udp_turn = !g.udp_turn;
+        let tcp = !g.rxq.is_empty() || !g.ready.is_empty();
+        if g.udp_turn && g.udp_maybe && tcp {
+            // SAFETY: the application's msghdr (contract).
+            if let Some(r) = unsafe { self.recv_kernel(&mut g, msg, flags, namelen, ctllen, found) }
+            {
+                return Pick::Done(r);
+            }
+        }
+        if let Some(d) = g.rxq.front() {
+            // SAFETY: msg_iov describes writable iovecs (contract).
+            let copied = unsafe { iov::scatter(msg.msg_iov, msg.msg_iovlen, &d.data) };
+            let full = d.data.len();
+            if !msg.msg_name.is_null() {
+                // SAFETY: msg_name is writable for msg_namelen bytes.
+                unsafe {
+                    sys::addr_write(&d.src, msg.msg_name.cast(), &mut msg.msg_namelen);
+                };
+            } else {
+                msg.msg_namelen = 0;
+            }
+            msg.msg_controllen = 0;
+            msg.msg_flags = if copied < full { libc::MSG_TRUNC } else { 0 };
+            if !peek {
+                g.rxq.pop_front();
+                let charge = full + DGRAM_OVERHEAD;
+                let left = self.rx_bytes.fetch_sub(charge, Ordering::Relaxed) - charge;
+                let n = self.rx_dgrams.fetch_sub(1, Ordering::Relaxed) - 1;
+                let cfg = config::get();
+                if !g.paused.is_empty() && left <= cfg.rcvbuf / 2 && n <= cfg.rcvq_dgrams / 2 {
+                    resume.append(&mut g.paused);
+                }
+            }
+            // Datagrams a receive call read itself were queued without a
+            // doorbell: ring for what is left.
+            if (!g.rxq.is_empty() || !g.ready.is_empty()) && g.bells == 0 {
+                self.ring(&mut g);
+            }
+            self.settle(&mut g);
+            return Pick::Done(if flags & libc::MSG_TRUNC != 0 {
+                full
+            } else {
+                copied
+            } as isize);
+        }
+        if let Some(c) = g.ready.front() {
+            return Pick::Conn(c.clone());
+        }
+        if g.udp_maybe || udp_hint || self.gro_pending() {
+            // SAFETY: the application's msghdr (contract).
+            return match unsafe { self.recv_kernel(&mut g, msg, flags, namelen, ctllen, found) } {
+                Some(r) => Pick::Done(r),
+                None if found.is_empty() => {
+                    g.udp_maybe = false;
+                    self.settle(&mut g);
+                    Pick::Nothing
+                }
+                // A proof was read: look again.
+                None => Pick::Again,
+            };
+        }
+        self.settle(&mut g);
+        Pick::Nothing
+    }
+
+    /// Receives from the hidden kernel UDP socket into the program's
+    /// `msg` (caller holds `inner`). While accepted connections wait for
+    /// the proof of their port, proof datagrams are taken off first (into
+    /// `found`) and never returned to the program. Returns the call's
+    /// result, or `None` when nothing (but maybe a proof) was there.
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    unsafe fn recv_kernel(
+        &self,
+        g: &mut Inner,
+        msg: &mut msghdr,
+        flags: c_int,
+        namelen: libc::socklen_t,
+        ctllen: usize,
+        found: &mut Vec<(SocketAddr, [u8; NONCE_LEN])>,
+    ) -> Option<isize> {
+        let peek = flags & libc::MSG_PEEK != 0;
+        let _proofs = (self.proofs.load(Ordering::Relaxed) > 0).then(|| lock(&self.proof_lock));
+        if _proofs.is_some() {
+            found.extend(self.take_proofs());
+            self.count_proofs(g);
+        }
+        msg.msg_namelen = namelen;
+        msg.msg_controllen = ctllen;
+        if let Some(gro) = &self.gro {
+            // UDP_GRO is on: coalesced buffers are cut here.
+            // SAFETY: the application's msghdr (contract).
+            let r = unsafe { self.gro_recv(&mut lock(gro), msg, flags) };
+            if r.is_some() && self.gro_pending() && g.bells == 0 {
+                self.ring(g);
+            }
+            return r;
+        }
+        // SAFETY: the application's msghdr, passed to its kernel socket.
+        let r = unsafe { real::recvmsg(self.udp, msg, flags | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = errno();
+            if e != libc::EAGAIN {
+                return Some(-1);
+            }
+            return None;
+        }
+        if _proofs.is_some() && r == PROOF_LEN as isize && !peek {
+            // A proof that arrived after the look at the head.
+            let mut head = Vec::with_capacity(PROOF_LEN);
+            // SAFETY: the iovecs were just written by the kernel.
+            for part in unsafe { iov::parts(msg.msg_iov, msg.msg_iovlen) } {
+                head.extend_from_slice(&part[..part.len().min(PROOF_LEN - head.len())]);
+            }
+            if let Some(n) = frame::parse_proof(&head) {
+                // SAFETY: the kernel wrote msg_namelen bytes of address.
+                match unsafe { sys::addr_from_raw(msg.msg_name.cast(), msg.msg_namelen) } {
+                    Some(src) => found.push((src, n)),
+                    None => stats::inc(&STATS.proofs_bad),
+                }
+                return None;
+            }
+        }
+        stats::inc(&STATS.rx_kernel_dgrams);
+        if g.bells > 0 && !peek && !self.udp_readable() {
+            g.udp_maybe = false;
+            self.settle(g);
+        }
+        Some(r)
+    }
 }
 
-/// The connections a blocking receive call reads itself while it waits
+impl Sock {
+    /// A program's poll is about to wait for input: its connections (armed
+    /// ones, at most 16) are watched by that poll too, claimed from the
+    /// progress thread meanwhile.
+    pub(super) fn wait_begin(&self) -> Option<Wait> {
+        let d = Driven::claim(self.arc());
+        if d.conns.is_empty() {
+            return None;
+        }
+        Some(Wait {
+            fds: d.conns.iter().map(|c| c.1).collect(),
+            claim: Box::new(d),
+        })
+    }
+
+    /// The poll returned: input on a connection is taken up (the connection
+    /// joins the ready list, the doorbell rings, so the descriptor stays
+    /// readable for whoever looks next); the claim is given back. Returns
+    /// whether anything is there to receive.
+    pub(super) fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
+        let Ok(d) = wait.claim.downcast::<Driven>() else {
+            return false;
+        };
+        let bits = libc::POLLIN | libc::POLLERR | libc::POLLHUP;
+        if let Some(eng) = d.eng {
+            for ((c, fd), r) in d.conns.iter().zip(revents) {
+                let r = *r & bits;
+                if r != 0 && c.still(*fd) {
+                    stats::inc(&STATS.rx_poll_wakes);
+                    // poll and epoll share their bit values on Linux.
+                    c.handle(eng, &d.sock, r as u16 as u32, false);
+                }
+            }
+        }
+        drop(d);
+        let g = lock(&self.inner);
+        !g.rxq.is_empty() || !g.ready.is_empty()
+    }
+}
+
+/// The connections a blocking receive call watches itself while it waits
 /// (caller-driven receive): claimed from the progress thread on the first
-/// wait, given back when the call returns.
+/// wait, given back when the call returns. Only armed connections are
+/// claimed (those on the ready list are the receive calls' already).
 struct Driven {
     sock: Arc<Sock>,
     eng: Option<&'static Reactor>,
@@ -188,11 +423,6 @@ impl Driven {
             conns: Vec::new(),
         };
         if !config::get().caller_recv {
-            return d;
-        }
-        let skip = d.sock.drive_skip.load(Ordering::Relaxed);
-        if skip > 0 {
-            d.sock.drive_skip.store(skip - 1, Ordering::Relaxed);
             return d;
         }
         let Some(eng) = reactor::current() else {
@@ -214,11 +444,13 @@ impl Driven {
         d
     }
 
-    /// Gives back the connections whose descriptor changed or closed.
+    /// Gives back the connections whose descriptor changed or closed, or
+    /// whose input is paused, held back or on the ready list (polling those
+    /// would spin).
     fn prune(&mut self) {
         let Some(eng) = self.eng else { return };
         self.conns.retain(|(c, fd)| {
-            if c.still(*fd) {
+            if c.still(*fd) && c.reading() {
                 return true;
             }
             c.unclaim(eng, *fd);

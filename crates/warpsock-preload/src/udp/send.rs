@@ -3,7 +3,7 @@
 //! existing connection or a new stripe group) and hands it to a connection
 //! or to kernel UDP.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,23 +11,14 @@ use std::time::{Duration, Instant};
 use libc::{c_int, msghdr};
 
 use super::config;
-use super::conn::{Conn, SendErr};
+use super::conn::{max_dgram, Conn, SendErr};
 use super::core::frame::Stripe;
-use super::core::policy::canonical;
 use super::core::routes::{Group, Lookup};
 use super::sock::{norm, ConnEvents, Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor::{self, Reactor};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{iov, real};
-
-/// Largest UDP payload to `dest` (what the kernel would accept).
-fn max_payload(dest: &SocketAddr) -> usize {
-    match canonical(dest.ip()) {
-        IpAddr::V4(_) => 65_507,
-        IpAddr::V6(_) => 65_527,
-    }
-}
 
 /// A random non-zero stripe group number.
 fn group_id() -> u32 {
@@ -49,6 +40,8 @@ fn group_id() -> u32 {
 enum Route {
     /// Kernel UDP (`true`: the destination has fallen back).
     Kernel(bool),
+    /// Kernel UDP, batched with GSO (`super::gso`).
+    Gso,
     Conn(Arc<Conn>),
 }
 
@@ -59,6 +52,10 @@ impl Sock {
     /// `msg` must be a valid msghdr whose buffers are readable.
     pub(crate) unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize {
         let cfg = config::get();
+        if self.shut_wr.load(Ordering::Relaxed) {
+            set_errno(libc::EPIPE);
+            return -1;
+        }
         let Some(eng) = reactor::get() else {
             // SAFETY: forwarding the caller's valid msghdr.
             return unsafe { self.kernel_send(msg, flags, None) };
@@ -81,13 +78,19 @@ impl Sock {
         // SAFETY: msg_iov describes msg_iovlen iovecs.
         let len = unsafe { iov::len(msg.msg_iov, msg.msg_iovlen) };
         let nonblock = flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed);
+        // A receive since the last send: request and response, not a stream.
+        let interactive = self.recv_seen.swap(false, Ordering::Relaxed);
         loop {
             let route = {
                 let mut g = lock(&self.inner);
                 if g.closed || !cfg.policy.dest_ok(&dest, g.broadcast) {
                     Route::Kernel(false)
+                } else if !cfg.mode.tcp() {
+                    Route::Gso
                 } else {
                     match g.routes.lookup(&dest, Instant::now()) {
+                        // A peer without the preload: the second path.
+                        Lookup::Kernel if cfg.mode.gso() => Route::Gso,
                         Lookup::Kernel => Route::Kernel(true),
                         Lookup::Conn(c) => Route::Conn(c),
                         Lookup::Open => Route::Conn(self.open_group(&mut g, eng, dest)),
@@ -104,14 +107,34 @@ impl Sock {
                     // SAFETY: forwarding the caller's valid msghdr.
                     return unsafe { self.kernel_send(msg, flags, sndtimeo) };
                 }
+                Route::Gso => {
+                    if len > max_dgram(&dest) {
+                        set_errno(libc::EMSGSIZE);
+                        return -1;
+                    }
+                    // SAFETY: the caller's valid msghdr.
+                    return unsafe {
+                        self.gso_send(eng, dest, msg, flags, len, interactive, sndtimeo)
+                    };
+                }
                 Route::Conn(c) => c,
             };
-            if len > max_payload(&dest) {
+            if len > max_dgram(&dest) {
                 set_errno(libc::EMSGSIZE);
                 return -1;
             }
             // SAFETY: msg_iov describes readable iovecs.
-            match unsafe { c.send(eng, msg.msg_iov, msg.msg_iovlen, len, nonblock, sndtimeo) } {
+            match unsafe {
+                c.send(
+                    eng,
+                    msg.msg_iov,
+                    msg.msg_iovlen,
+                    len,
+                    nonblock,
+                    sndtimeo,
+                    interactive,
+                )
+            } {
                 Ok(()) => {
                     stats::inc(&STATS.tx_tcp_dgrams);
                     stats::add(&STATS.tx_tcp_bytes, len as u64);
@@ -128,6 +151,14 @@ impl Sock {
                 Err(SendErr::Errno(e)) => {
                     set_errno(e);
                     return -1;
+                }
+                Err(SendErr::Kernel) if cfg.mode.gso() => {
+                    // Retrying after a failed attempt: the second path
+                    // meanwhile.
+                    // SAFETY: the caller's valid msghdr.
+                    return unsafe {
+                        self.gso_send(eng, dest, msg, flags, len, interactive, sndtimeo)
+                    };
                 }
                 Err(SendErr::Kernel) => {
                     stats::inc(&STATS.tx_kernel_fallback);

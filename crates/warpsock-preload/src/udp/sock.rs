@@ -8,6 +8,7 @@
 //! while taking `Sock::inner` (see `super::conn`).
 
 use std::collections::{HashMap, VecDeque};
+use std::mem::size_of;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -16,12 +17,16 @@ use std::time::{Duration, Instant};
 use libc::{c_int, sockaddr, socklen_t};
 
 use super::config;
-use super::conn::{Conn, EPOLLIN};
+use super::conn::{Conn, Room, DGRAM_OVERHEAD, EPOLLIN};
+use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
+use super::core::gso::Mode;
 use super::core::routes::Routes;
+use super::core::setup::PROOF_LINGER;
+use super::gso::{enable_gro, Gro, Gso, GsoTimer};
 use super::stats::{self, STATS};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::reactor::{self, Handler, Reactor};
-use crate::shim::sys::{self, errno, lock};
+use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
 
 const EPOLLET: u32 = libc::EPOLLET as u32;
@@ -66,21 +71,48 @@ pub(crate) struct Sock {
     refs: AtomicUsize,
     /// O_NONBLOCK of the application's open file description.
     pub(crate) nonblocking: AtomicBool,
-    /// Bytes queued in `inner.rxq` (read without the lock).
+    /// What `inner.rxq` is charged: payload bytes plus `DGRAM_OVERHEAD`
+    /// per datagram (read without the lock).
     pub(super) rx_bytes: AtomicUsize,
-    /// Blocking waits left that leave reading to the progress thread (set
-    /// when a caller-driven read found a stream's batch).
-    pub(super) drive_skip: AtomicUsize,
+    /// Datagrams in `inner.rxq` (read without the lock).
+    pub(super) rx_dgrams: AtomicUsize,
+    /// Accepted connections whose port is not proved yet, and proofs seen
+    /// lately (`inner.pending` and `inner.recent`): while non-zero,
+    /// datagrams on the hidden UDP socket are checked for proofs before
+    /// anything else reads them.
+    pub(super) proofs: AtomicUsize,
+    /// Serialises looking for proofs at the head of the hidden UDP socket
+    /// with reading it (a proof peeked by one thread must not be read as
+    /// data by another).
+    pub(super) proof_lock: Mutex<()>,
+    /// `shutdown(SHUT_RD)`: receive calls return 0 (emulated: the hidden
+    /// kernel socket still carries the offload's own datagrams).
+    pub(super) shut_rd: AtomicBool,
+    /// `shutdown(SHUT_WR)`: send calls fail with EPIPE.
+    pub(super) shut_wr: AtomicBool,
+    /// A receive call came since the last send (the sender's batching
+    /// then writes at once: request and response).
+    pub(super) recv_seen: AtomicBool,
     pub(super) inner: Mutex<Inner>,
+    /// The GSO path's batch (`super::gso`).
+    pub(super) gso: Mutex<Gso>,
+    /// `UDP_GRO` is on (`gso` mode): kernel reads go through this buffer.
+    pub(super) gro: Option<Mutex<Gro>>,
 }
 
 /// The state behind `Sock::inner`.
 pub(super) struct Inner {
     pub(super) rxq: VecDeque<Dgram>,
+    /// Connections whose input the receive calls read themselves, served
+    /// round robin (`super::serve`).
+    pub(super) ready: VecDeque<Arc<Conn>>,
     pub(super) bells: usize,
     /// The hidden UDP socket may hold datagrams (set by its edge-triggered
     /// readiness, cleared when a receive finds it empty).
     pub(super) udp_maybe: bool,
+    /// Receive calls alternate between the queue and the hidden UDP socket
+    /// while both hold datagrams, so that neither source starves the other.
+    pub(super) udp_turn: bool,
     pub(super) routes: Routes<Arc<Conn>>,
     pub(super) owned: HashMap<u64, Arc<Conn>>,
     pub(super) peer: Option<SocketAddr>,
@@ -90,6 +122,25 @@ pub(super) struct Inner {
     pub(super) broadcast: bool,
     pub(super) paused: Vec<Arc<Conn>>,
     pub(super) closed: bool,
+    /// Accepted connections alive (at most `WARPSOCK_MAX_ACCEPTED`).
+    pub(super) accepted: usize,
+    /// Accepted connections whose port is not proved yet, oldest first (at
+    /// most `WARPSOCK_MAX_PENDING`).
+    pub(super) pending: VecDeque<Arc<Conn>>,
+    /// The listener stopped accepting until then (out of descriptors).
+    pub(super) accept_paused: Option<Instant>,
+    /// Nonces of connections proved lately, until when re-sent copies of
+    /// their proof are still dropped (`PROOF_LINGER`).
+    pub(super) recent: VecDeque<(Instant, [u8; NONCE_LEN])>,
+}
+
+impl Inner {
+    /// Forgets proofs older than `PROOF_LINGER`.
+    fn expire_proofs(&mut self, now: Instant) {
+        while self.recent.front().is_some_and(|(t, _)| *t <= now) {
+            self.recent.pop_front();
+        }
+    }
 }
 
 impl Drop for Sock {
@@ -149,11 +200,18 @@ impl Sock {
                 refs: AtomicUsize::new(0),
                 nonblocking: AtomicBool::new(nonblocking),
                 rx_bytes: AtomicUsize::new(0),
-                drive_skip: AtomicUsize::new(0),
+                rx_dgrams: AtomicUsize::new(0),
+                proofs: AtomicUsize::new(0),
+                proof_lock: Mutex::new(()),
+                recv_seen: AtomicBool::new(false),
+                shut_rd: AtomicBool::new(false),
+                shut_wr: AtomicBool::new(false),
                 inner: Mutex::new(Inner {
                     rxq: VecDeque::new(),
+                    ready: VecDeque::new(),
                     bells: 0,
                     udp_maybe: true,
+                    udp_turn: false,
                     routes: Routes::default(),
                     owned: HashMap::new(),
                     peer: None,
@@ -164,10 +222,20 @@ impl Sock {
                         .is_some_and(|v| v != 0),
                     paused: Vec::new(),
                     closed: false,
+                    accepted: 0,
+                    pending: VecDeque::new(),
+                    accept_paused: None,
+                    recent: VecDeque::new(),
                 }),
+                gso: Mutex::new(Gso::default()),
+                gro: (config::get().mode == Mode::Gso && enable_gro(udp))
+                    .then(|| Mutex::new(Gro::new())),
             });
             if !eng.register(udp, s.id, EPOLLIN | EPOLLET, Arc::new(UdpReady(s.clone()))) {
                 return Err(errno());
+            }
+            if config::get().mode.gso() {
+                eng.add_timer(eng.new_id(), Arc::new(GsoTimer(s.clone())));
             }
             // Publish before the swap: our paths only ever use `udp`.
             if let Some(old) = fdtable::insert(fd, s.clone()) {
@@ -213,7 +281,9 @@ impl Sock {
             let mut g = lock(&self.inner);
             g.closed = true;
             g.rxq.clear();
+            g.ready.clear();
             self.rx_bytes.store(0, Ordering::Relaxed);
+            self.rx_dgrams.store(0, Ordering::Relaxed);
             (
                 g.listener.take(),
                 g.owned.values().cloned().collect::<Vec<_>>(),
@@ -271,9 +341,53 @@ impl Sock {
         r
     }
 
-    /// FIONREAD: the size of the next datagram.
+    /// shutdown(2) on the application's descriptor: emulated, because the
+    /// hidden kernel socket must still send and receive the offload's own
+    /// datagrams (source-port proofs) for connections already under way.
+    /// As on a kernel UDP socket: after `SHUT_WR` sends fail with EPIPE
+    /// (without SIGPIPE), after `SHUT_RD` receives return 0 at once.
+    pub(crate) fn shutdown(&self, how: c_int) -> c_int {
+        let (rd, wr) = match how {
+            libc::SHUT_RD => (true, false),
+            libc::SHUT_WR => (false, true),
+            libc::SHUT_RDWR => (true, true),
+            _ => {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
+        };
+        if rd {
+            self.shut_rd.store(true, Ordering::Relaxed);
+            let mut g = lock(&self.inner);
+            self.ring(&mut g);
+        }
+        if wr {
+            self.shut_wr.store(true, Ordering::Relaxed);
+        }
+        // Linux shuts an unconnected UDP socket down all the same, and
+        // reports ENOTCONN.
+        if sys::peer_addr(self.udp).is_none() {
+            set_errno(libc::ENOTCONN);
+            return -1;
+        }
+        0
+    }
+
+    /// FIONREAD: the size of the next datagram (queued, or whole in a
+    /// ready connection's buffer).
     pub(crate) fn next_size(&self) -> Option<usize> {
-        lock(&self.inner).rxq.front().map(|d| d.data.len())
+        let first = {
+            let g = lock(&self.inner);
+            if let Some(d) = g.rxq.front() {
+                return Some(d.data.len());
+            }
+            g.ready.front().cloned()?
+        };
+        let st = lock(&first.st);
+        match st.rx.peek() {
+            frame::Parsed::Frame(len) => Some(len),
+            _ => None,
+        }
     }
 
     /// Writes a doorbell byte (caller holds `inner`).
@@ -293,7 +407,7 @@ impl Sock {
     /// Trusting the stale hint left a doorbell behind with nothing to
     /// receive, and the descriptor read as ready.
     pub(super) fn settle(&self, g: &mut Inner) {
-        if g.bells == 0 || !g.rxq.is_empty() {
+        if g.bells == 0 || !g.rxq.is_empty() || !g.ready.is_empty() || self.gro_pending() {
             return;
         }
         if g.udp_maybe {
@@ -321,10 +435,18 @@ impl Sock {
     /// A blocking receive also polls that socket and may already have taken
     /// the datagram (under `inner`, so the check here is exact): then there
     /// is nothing to ring for, and a doorbell would be a spurious wake-up.
-    pub(super) fn on_udp_ready(&self) {
+    pub(super) fn on_udp_ready(&self, eng: &'static Reactor) {
         #[cfg(feature = "test-hooks")]
         if let Some(d) = crate::shim::hooks::udp_ready_delay() {
             std::thread::sleep(d);
+        }
+        if self.proofs.load(Ordering::Relaxed) > 0 {
+            let found = {
+                let _p = lock(&self.proof_lock);
+                self.take_proofs()
+            };
+            self.proved(eng, found);
+            self.count_proofs(&mut lock(&self.inner));
         }
         let mut g = lock(&self.inner);
         if g.closed || !self.udp_readable() {
@@ -334,9 +456,112 @@ impl Sock {
         self.ring(&mut g);
     }
 
+    /// Takes the proof datagrams at the head of the hidden UDP socket
+    /// (caller holds `proof_lock`); stops at the first other datagram,
+    /// which is the program's.
+    pub(super) fn take_proofs(&self) -> Vec<(SocketAddr, [u8; NONCE_LEN])> {
+        let mut found = Vec::new();
+        loop {
+            let mut buf = [0u8; PROOF_LEN + 1];
+            // SAFETY: sockaddr_storage is plain data.
+            let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let mut len = size_of::<libc::sockaddr_storage>() as socklen_t;
+            // SAFETY: peeking into a local buffer and address on our socket.
+            let n = unsafe {
+                real::recvfrom(
+                    self.udp,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    (&mut ss as *mut libc::sockaddr_storage).cast(),
+                    &mut len,
+                )
+            };
+            if n != PROOF_LEN as isize {
+                return found;
+            }
+            let Some(nonce) = frame::parse_proof(&buf[..PROOF_LEN]) else {
+                return found;
+            };
+            // SAFETY: the kernel wrote `len` bytes of address.
+            let src =
+                unsafe { sys::addr_from_raw((&ss as *const libc::sockaddr_storage).cast(), len) };
+            // SAFETY: consuming the datagram just peeked (we hold proof_lock,
+            // so it is still the head).
+            unsafe {
+                real::recv(
+                    self.udp,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            match src {
+                Some(src) => found.push((src, nonce)),
+                None => stats::inc(&STATS.proofs_bad),
+            }
+        }
+    }
+
+    /// Hands proofs taken off the hidden UDP socket to the accepted
+    /// connections whose hello sent their nonce (no lock held).
+    pub(super) fn proved(&self, eng: &'static Reactor, found: Vec<(SocketAddr, [u8; NONCE_LEN])>) {
+        if found.is_empty() {
+            return;
+        }
+        let me = self.arc();
+        for (src, nonce) in found {
+            let (conn, again) = {
+                let g = lock(&self.inner);
+                (
+                    g.pending.iter().find(|c| c.nonce == nonce).cloned(),
+                    g.recent.iter().any(|(_, n)| *n == nonce),
+                )
+            };
+            match conn {
+                Some(c) => c.prove_from(eng, &me, src),
+                // A re-sent copy of a proof already seen: dropped.
+                None if again => {}
+                None => stats::inc(&STATS.proofs_bad),
+            }
+        }
+    }
+
+    /// Counts the connections pending and the proofs remembered (caller
+    /// holds `inner`), after forgetting the old ones.
+    pub(super) fn count_proofs(&self, g: &mut Inner) {
+        g.expire_proofs(Instant::now());
+        self.proofs
+            .store(g.pending.len() + g.recent.len(), Ordering::Relaxed);
+    }
+
+    /// An accepted connection's port is proved: it no longer counts as
+    /// pending, and re-sent copies of its proof are dropped for a while.
+    pub(super) fn pending_done(&self, conn: &Arc<Conn>) {
+        let mut g = lock(&self.inner);
+        g.pending.retain(|c| !Arc::ptr_eq(c, conn));
+        g.recent
+            .push_back((Instant::now() + PROOF_LINGER, conn.nonce));
+        self.count_proofs(&mut g);
+    }
+
     /// Whether the receive queue is over its limit.
     pub(super) fn rx_full(&self) -> bool {
         self.rx_bytes.load(Ordering::Relaxed) > config::get().rcvbuf
+            || self.rx_dgrams.load(Ordering::Relaxed) >= config::get().rcvq_dgrams
+    }
+
+    /// Room left in the receive queue.
+    pub(super) fn room(&self) -> Room {
+        let cfg = config::get();
+        Room {
+            bytes: cfg
+                .rcvbuf
+                .saturating_sub(self.rx_bytes.load(Ordering::Relaxed)),
+            dgrams: cfg
+                .rcvq_dgrams
+                .saturating_sub(self.rx_dgrams.load(Ordering::Relaxed)),
+        }
     }
 
     /// Queues datagrams that arrived on `conn` (progress thread, or a
@@ -365,10 +590,13 @@ impl Sock {
             n += 1;
             g.rxq.push_back(Dgram { src, data: d });
         }
+        conn.delivered.store(true, Ordering::Relaxed);
         stats::add(&STATS.rx_tcp_dgrams, n);
         stats::stripe(conn.stripe.load(Ordering::Relaxed), false, n);
         stats::add(&STATS.rx_tcp_bytes, bytes as u64);
-        let total = self.rx_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.rx_dgrams.fetch_add(n as usize, Ordering::Relaxed);
+        let charge = bytes + n as usize * DGRAM_OVERHEAD;
+        self.rx_bytes.fetch_add(charge, Ordering::Relaxed);
         if from_caller {
             // The receive call that read them takes the first at once and
             // rings for the rest (see `recvmsg`).
@@ -376,17 +604,18 @@ impl Sock {
         } else if n > 0 {
             self.ring(&mut g);
         }
-        if total > config::get().rcvbuf && !g.paused.iter().any(|c| Arc::ptr_eq(c, conn)) {
+        if self.rx_full() && !g.paused.iter().any(|c| Arc::ptr_eq(c, conn)) {
             g.paused.push(conn.clone());
             conn.set_interest(eng, Some(false), None);
             stats::inc(&STATS.rx_paused);
         }
     }
 
-    /// Progress thread: stop reading `conn` while the queue is full.
+    /// Stop reading `conn` while the queue is full (it may hold whole
+    /// frames back: they are taken when the queue has room again).
     pub(super) fn pause(&self, eng: &Reactor, conn: &Arc<Conn>) {
         let mut g = lock(&self.inner);
-        if self.rx_full() && !g.paused.iter().any(|c| Arc::ptr_eq(c, conn)) {
+        if !g.paused.iter().any(|c| Arc::ptr_eq(c, conn)) {
             g.paused.push(conn.clone());
             conn.set_interest(eng, Some(false), None);
             stats::inc(&STATS.rx_paused);
@@ -409,6 +638,12 @@ impl Sock {
             let mut g = lock(&self.inner);
             g.owned.remove(&conn.id);
             g.paused.retain(|c| !Arc::ptr_eq(c, conn));
+            g.ready.retain(|c| !Arc::ptr_eq(c, conn));
+            if conn.inbound {
+                g.accepted = g.accepted.saturating_sub(1);
+                g.pending.retain(|c| !Arc::ptr_eq(c, conn));
+                self.count_proofs(&mut g);
+            }
             if let Some(d) = dest {
                 // Other stripes of the destination that work keep carrying
                 // it: only a destination none of whose stripes is up falls
@@ -427,6 +662,16 @@ impl Sock {
             self.send_frames_udp(&d, &frames);
         }
         conn.cv.notify_all();
+    }
+
+    /// Sends the proof datagram for `nonce` to `dest` by kernel UDP, from
+    /// this socket's port (the one our preamble claims).
+    pub(super) fn send_proof(&self, dest: &SocketAddr, nonce: &[u8; NONCE_LEN]) {
+        let p = frame::proof(nonce);
+        let (ss, len) = sys::addr_to_raw(dest);
+        if self.kernel_sendto(&p, &ss, len) {
+            stats::inc(&STATS.proofs_sent);
+        }
     }
 
     /// Sends datagrams that were queued for a connection by kernel UDP.
@@ -479,8 +724,8 @@ impl Sock {
 pub(super) struct UdpReady(Arc<Sock>);
 
 impl Handler for UdpReady {
-    fn on_ready(&self, _reactor: &'static Reactor, _events: u32) {
-        self.0.on_udp_ready();
+    fn on_ready(&self, reactor: &'static Reactor, _events: u32) {
+        self.0.on_udp_ready(reactor);
     }
 }
 
@@ -490,6 +735,14 @@ pub(super) struct Listening(pub(super) Arc<Sock>);
 impl Handler for Listening {
     fn on_ready(&self, reactor: &'static Reactor, _events: u32) {
         self.0.on_accept(reactor);
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        lock(&self.0.inner).accept_paused
+    }
+
+    fn on_timer(&self, reactor: &'static Reactor, now: Instant) -> bool {
+        self.0.resume_accepting(reactor, now)
     }
 }
 

@@ -37,10 +37,28 @@ counters! {
     tx_direct,
     /// Datagrams queued behind others and coalesced into larger writes.
     tx_coalesced,
-    /// Writes of coalesced data done by the progress thread.
+    /// Writes of buffered data (by the progress thread or a batch's sender).
     tx_flush_writes,
+    /// Batches written by the sending call itself (the buffer reached
+    /// `WARPSOCK_TX_BATCH`, or its tail's delay had passed).
+    tx_batches,
+    /// Batch tails written by the progress thread after
+    /// `WARPSOCK_TX_DELAY_US`.
+    tx_tail_flushes,
     /// Datagrams sent by kernel UDP because the policy excludes them.
     tx_kernel_policy,
+    /// Datagrams gathered into GSO sends (the GSO path).
+    tx_gso_dgrams,
+    /// `sendmsg` calls on the GSO path (with `UDP_SEGMENT` when more than
+    /// one datagram).
+    tx_gso_sends,
+    /// Datagrams on the GSO path sent alone at once (not streaming).
+    tx_gso_alone,
+    /// GSO batches a stream left, sent by the progress thread after
+    /// `WARPSOCK_TX_DELAY_US`.
+    tx_gso_tails,
+    /// Sockets whose kernel refused GSO (datagrams go one by one).
+    tx_gso_off,
     /// Datagrams sent by kernel UDP because the destination has fallen back.
     tx_kernel_fallback,
     /// Queued datagrams re-sent by kernel UDP when their connection failed.
@@ -50,6 +68,10 @@ counters! {
     tx_lost,
     /// Sends that waited for buffer space (back-pressure).
     tx_waits,
+    /// Datagrams dropped because the connection's peer stopped reading
+    /// (its buffer full and no progress for a second), as kernel UDP drops
+    /// what it cannot send.
+    tx_stall_drops,
     /// TCP connection attempts.
     connects,
     /// Attempts that established a warpsock connection.
@@ -66,9 +88,30 @@ counters! {
     accepts,
     /// Accepted connections dropped for a bad preamble or framing.
     protocol_errors,
-    /// Accepted connections closed because no preamble arrived within
-    /// `WARPSOCK_PREAMBLE_TIMEOUT_MS`.
+    /// Accepted connections closed because no preamble (or no proof of its
+    /// port) arrived within `WARPSOCK_PREAMBLE_TIMEOUT_MS`.
     preamble_timeouts,
+    /// Accepted connections closed because their preamble claimed port 0,
+    /// an excluded port, or an address outside `WARPSOCK_UDP_ADDRS`.
+    preamble_refused,
+    /// Accepted connections refused at once: their TCP peer is outside
+    /// `WARPSOCK_UDP_ADDRS`, or the listener's socket already has
+    /// `WARPSOCK_MAX_ACCEPTED` of them.
+    accepts_refused,
+    /// Accepted connections still without a proved port closed to make
+    /// room for a new one (`WARPSOCK_MAX_PENDING`).
+    pending_evicted,
+    /// Times a listener stopped accepting for a while because the process
+    /// ran out of descriptors (EMFILE, ENFILE) or memory.
+    accept_pauses,
+    /// Source-port proofs that matched an accepted connection (its
+    /// datagrams are delivered from then on).
+    proofs_ok,
+    /// Proof datagrams that matched no connection, or came from another
+    /// address than the connection's peer (dropped, never delivered).
+    proofs_bad,
+    /// Proof datagrams sent (connecting side, re-sends included).
+    proofs_sent,
     /// Established connections that ended (EOF, reset, error).
     conns_closed,
     /// Datagrams received over TCP.
@@ -77,6 +120,8 @@ counters! {
     rx_tcp_bytes,
     /// Datagrams received from the kernel UDP socket of an offloaded socket.
     rx_kernel_dgrams,
+    /// Coalesced `UDP_GRO` buffers cut back into datagrams.
+    rx_gro_buffers,
     /// TCP datagrams dropped because a connected socket's peer differs.
     rx_filtered,
     /// Times the receive queue was full and reading was paused.
@@ -84,6 +129,9 @@ counters! {
     /// Datagrams a blocking receive call read from a connection itself
     /// (caller-driven receive), without the progress thread.
     rx_caller_dgrams,
+    /// Arrivals on a connection that woke the program's own poll/ppoll
+    /// (its connections are watched by that call: no thread hand-off).
+    rx_poll_wakes,
     /// Blocking receives whose data turned up while busy-polling
     /// (`WARPSOCK_BUSY_POLL_US`), before the call went to sleep.
     rx_busy_poll_hits,

@@ -70,6 +70,13 @@ int main(int argc, char **argv) {
     CHECK(connect(b, &un, sizeof un) == 0);
     send_to(c, pb, "any", 3);
     CHECK(recv(b, buf, sizeof buf, 0) == 3 && memcmp(buf, "any", 3) == 0);
+    /* shutdown(SHUT_WR): later sends fail with EPIPE; the socket still
+     * receives. (Under the preload the hidden kernel socket keeps sending
+     * the offload's own datagrams: socat shuts its socket down at EOF.) */
+    CHECK(shutdown(a, SHUT_WR) == 0);
+    CHECK(send(a, "late", 4, MSG_NOSIGNAL) == -1 && errno == EPIPE);
+    CHECK(sendto(b, "still", 5, 0, (struct sockaddr *)&aa, sizeof aa) == 5);
+    CHECK(recv(a, buf, sizeof buf, 0) == 5 && memcmp(buf, "still", 5) == 0);
     puts("connected: ok");
     return 0;
 }

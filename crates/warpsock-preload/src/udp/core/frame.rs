@@ -20,11 +20,34 @@ pub(crate) const MAX_STRIPES: usize = 16;
 /// Hello capability bit (byte 5): the acceptor understands the stripe
 /// extension. Older acceptors send 0 there, and older connectors ignore it.
 pub(crate) const CAP_STRIPES: u8 = 1;
+/// Hello capability bit: the acceptor requires the source-port proof; a
+/// [`NONCE_LEN`]-byte nonce follows the 8 hello bytes.
+pub(crate) const CAP_PROOF: u8 = 2;
+/// Length of the acceptor's nonce.
+pub(crate) const NONCE_LEN: usize = 16;
+/// Length of a hello that carries a nonce.
+pub(crate) const HELLO_PROOF_LEN: usize = HELLO_LEN + NONCE_LEN;
+/// Length of the proof datagram (kernel UDP, connector's port to the
+/// acceptor's UDP port): magic, version, 3 reserved bytes, the nonce.
+pub(crate) const PROOF_LEN: usize = 8 + NONCE_LEN;
+/// Largest UDP payload over IPv4 (65,535 − 20 − 8); IPv6 allows
+/// [`MAX_DGRAM`] minus its 8-byte UDP header.
+pub(crate) const MAX_DGRAM_V4: usize = 65_507;
+/// Largest UDP payload over IPv6 without jumbograms.
+pub(crate) const MAX_DGRAM_V6: usize = 65_527;
+/// Control frame kind: the acceptor saw the proof (the connector stops
+/// re-sending it).
+pub(crate) const CTRL_PROVEN: u16 = 1;
+/// Bit 31 of a frame header marks a control frame: kind in bits 16..31,
+/// payload length in bits 0..16. Only sent to a peer whose hello offered
+/// [`CAP_PROOF`].
+const CTRL_BIT: u32 = 1 << 31;
 /// Preamble flags bit (byte 5): the stripe extension follows.
 pub(crate) const FLAG_STRIPE: u8 = 1;
 
 const HELLO_MAGIC: &[u8; 4] = b"WSUA";
 const PREAMBLE_MAGIC: &[u8; 4] = b"WSUD";
+const PROOF_MAGIC: &[u8; 4] = b"WSUP";
 
 /// Which stripe of which group a connection is: the connections one sender
 /// socket opened to one destination share the group (a random non-zero
@@ -46,23 +69,86 @@ pub(crate) struct Preamble {
 }
 
 /// The accepting side's hello: magic, version, capabilities, two reserved
-/// zero bytes.
-pub(crate) fn hello() -> [u8; HELLO_LEN] {
-    let mut h = [0u8; HELLO_LEN];
-    h[..4].copy_from_slice(HELLO_MAGIC);
-    h[4] = VERSION;
-    h[5] = CAP_STRIPES;
+/// zero bytes; with a nonce, [`CAP_PROOF`] set and the nonce after them.
+pub(crate) fn hello(nonce: Option<&[u8; NONCE_LEN]>) -> Vec<u8> {
+    let mut h = Vec::with_capacity(HELLO_PROOF_LEN);
+    h.extend_from_slice(HELLO_MAGIC);
+    h.extend_from_slice(&[VERSION, CAP_STRIPES, 0, 0]);
+    if let Some(n) = nonce {
+        h[5] |= CAP_PROOF;
+        h.extend_from_slice(n);
+    }
     h
 }
 
-/// Whether `b` (exactly [`HELLO_LEN`] bytes) is a hello we can talk to.
-pub(crate) fn check_hello(b: &[u8]) -> bool {
-    b.len() == HELLO_LEN && &b[..4] == HELLO_MAGIC && b[4] == VERSION
+/// What a hello says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Hello {
+    /// Capability bits.
+    pub(crate) caps: u8,
+    /// The nonce to prove the source port with (when [`CAP_PROOF`]).
+    pub(crate) nonce: Option<[u8; NONCE_LEN]>,
 }
 
-/// The capability bits of a hello that passed [`check_hello`].
-pub(crate) fn hello_caps(b: &[u8]) -> u8 {
-    b[5]
+/// Result of looking at the front of an outgoing connection's stream.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ParsedHello {
+    /// A hello of this many bytes.
+    Done(Hello, usize),
+    /// More bytes are needed.
+    Partial,
+    /// Not warpsock (or a version we do not speak).
+    Invalid,
+}
+
+/// Parses the hello at the front of `b`.
+pub(crate) fn parse_hello(b: &[u8]) -> ParsedHello {
+    if b.len() < HELLO_LEN {
+        return ParsedHello::Partial;
+    }
+    if &b[..4] != HELLO_MAGIC || b[4] != VERSION {
+        return ParsedHello::Invalid;
+    }
+    let caps = b[5];
+    if caps & CAP_PROOF == 0 {
+        return ParsedHello::Done(Hello { caps, nonce: None }, HELLO_LEN);
+    }
+    if b.len() < HELLO_PROOF_LEN {
+        return ParsedHello::Partial;
+    }
+    let mut n = [0u8; NONCE_LEN];
+    n.copy_from_slice(&b[HELLO_LEN..HELLO_PROOF_LEN]);
+    ParsedHello::Done(
+        Hello {
+            caps,
+            nonce: Some(n),
+        },
+        HELLO_PROOF_LEN,
+    )
+}
+
+/// The proof datagram for `nonce`.
+pub(crate) fn proof(nonce: &[u8; NONCE_LEN]) -> [u8; PROOF_LEN] {
+    let mut p = [0u8; PROOF_LEN];
+    p[..4].copy_from_slice(PROOF_MAGIC);
+    p[4] = VERSION;
+    p[8..].copy_from_slice(nonce);
+    p
+}
+
+/// The nonce of a proof datagram, if `b` is one.
+pub(crate) fn parse_proof(b: &[u8]) -> Option<[u8; NONCE_LEN]> {
+    if b.len() != PROOF_LEN || &b[..4] != PROOF_MAGIC || b[4] != VERSION {
+        return None;
+    }
+    let mut n = [0u8; NONCE_LEN];
+    n.copy_from_slice(&b[8..]);
+    Some(n)
+}
+
+/// The header of a control frame of `kind` with no payload.
+pub(crate) fn control(kind: u16) -> [u8; HDR_LEN] {
+    (CTRL_BIT | u32::from(kind) << 16).to_be_bytes()
 }
 
 /// The connecting side's preamble: magic, version, flags (0) and the
@@ -145,6 +231,8 @@ pub(crate) fn header(len: usize) -> [u8; HDR_LEN] {
 pub(crate) enum Parsed {
     /// A whole frame: payload at `buf[HDR_LEN..HDR_LEN + len]`.
     Frame(usize),
+    /// A whole control frame of this kind, payload as for `Frame`.
+    Control(u16, usize),
     /// More bytes are needed.
     Partial,
     /// The stream is not warpsock framing; drop the connection.
@@ -156,14 +244,21 @@ pub(crate) fn parse(buf: &[u8]) -> Parsed {
     if buf.len() < HDR_LEN {
         return Parsed::Partial;
     }
-    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    let v = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    let (ctrl, len) = if v & CTRL_BIT != 0 {
+        (Some((v >> 16) as u16 & 0x7fff), (v & 0xffff) as usize)
+    } else {
+        (None, v as usize)
+    };
     if len > MAX_DGRAM {
         return Parsed::Invalid;
     }
     if buf.len() < HDR_LEN + len {
-        Parsed::Partial
-    } else {
-        Parsed::Frame(len)
+        return Parsed::Partial;
+    }
+    match ctrl {
+        Some(kind) => Parsed::Control(kind, len),
+        None => Parsed::Frame(len),
     }
 }
 
@@ -172,13 +267,27 @@ pub(crate) fn parse(buf: &[u8]) -> Parsed {
 /// Used to recover unsent datagrams from a send buffer.
 pub(crate) fn frames_from(buf: &[u8], mut from: usize, at: usize) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
-    while let Parsed::Frame(len) = parse(&buf[from..]) {
-        if from >= at {
-            out.push((from + HDR_LEN, len));
+    loop {
+        match parse(&buf[from..]) {
+            Parsed::Frame(len) => {
+                if from >= at {
+                    out.push((from + HDR_LEN, len));
+                }
+                from += HDR_LEN + len;
+            }
+            // Control frames are not datagrams: skipped.
+            Parsed::Control(_, len) => from += HDR_LEN + len,
+            Parsed::Partial | Parsed::Invalid => return out,
         }
-        from += HDR_LEN + len;
     }
-    out
+}
+
+/// Length of the whole frame (data or control) at the front of `buf`.
+pub(crate) fn frame_len(buf: &[u8]) -> Option<usize> {
+    match parse(buf) {
+        Parsed::Frame(len) | Parsed::Control(_, len) => Some(HDR_LEN + len),
+        Parsed::Partial | Parsed::Invalid => None,
+    }
 }
 
 #[cfg(test)]
@@ -187,11 +296,38 @@ mod tests {
 
     #[test]
     fn hello_and_preamble_round_trip() {
-        assert!(check_hello(&hello()));
-        assert_eq!(hello_caps(&hello()) & CAP_STRIPES, CAP_STRIPES);
-        assert!(check_hello(b"WSUA\x01\0\0\0"), "an older acceptor's hello");
-        assert!(!check_hello(b"WSUA\x02\0\0\0"));
-        assert!(!check_hello(b"HTTP/1.1"));
+        let plain = hello(None);
+        assert_eq!(
+            parse_hello(&plain),
+            ParsedHello::Done(
+                Hello {
+                    caps: CAP_STRIPES,
+                    nonce: None
+                },
+                HELLO_LEN
+            )
+        );
+        let n = [7u8; NONCE_LEN];
+        let h = hello(Some(&n));
+        for cut in 0..h.len() {
+            assert_eq!(parse_hello(&h[..cut]), ParsedHello::Partial, "{cut}");
+        }
+        assert_eq!(
+            parse_hello(&h),
+            ParsedHello::Done(
+                Hello {
+                    caps: CAP_STRIPES | CAP_PROOF,
+                    nonce: Some(n)
+                },
+                HELLO_PROOF_LEN
+            )
+        );
+        assert!(
+            matches!(parse_hello(b"WSUA\x01\0\0\0"), ParsedHello::Done(_, 8)),
+            "an older acceptor's hello"
+        );
+        assert_eq!(parse_hello(b"WSUA\x02\0\0\0"), ParsedHello::Invalid);
+        assert_eq!(parse_hello(b"HTTP/1.1"), ParsedHello::Invalid);
         // K = 1: the preamble is the original 8 bytes, byte for byte.
         assert_eq!(&preamble(0x1234), b"WSUD\x01\0\x12\x34");
         assert_eq!(
@@ -204,7 +340,7 @@ mod tests {
                 PREAMBLE_LEN
             )
         );
-        assert_eq!(parse_preamble(&hello()), ParsedPreamble::Invalid);
+        assert_eq!(parse_preamble(&hello(None)), ParsedPreamble::Invalid);
         assert_eq!(parse_preamble(&preamble(1)[..5]), ParsedPreamble::Partial);
     }
 
@@ -285,6 +421,25 @@ mod tests {
             Parsed::Invalid,
             "65536 bytes is too long"
         );
+    }
+
+    #[test]
+    fn proof_datagrams_and_control_frames() {
+        let n = [0xa5u8; NONCE_LEN];
+        let p = proof(&n);
+        assert_eq!(&p[..8], b"WSUP\x01\0\0\0");
+        assert_eq!(parse_proof(&p), Some(n));
+        assert_eq!(parse_proof(&p[..PROOF_LEN - 1]), None);
+        assert_eq!(parse_proof(&[p.as_slice(), b"x"].concat()), None);
+        assert_eq!(parse_proof(b"WSUQ\x01\0\0\0aaaaaaaaaaaaaaaa"), None);
+        let c = control(CTRL_PROVEN);
+        assert_eq!(parse(&c), Parsed::Control(CTRL_PROVEN, 0));
+        assert_eq!(parse(&c[..3]), Parsed::Partial);
+        // A control frame is never mistaken for a (too long) datagram.
+        let mut buf = c.to_vec();
+        buf.extend_from_slice(&header(1));
+        buf.push(9);
+        assert_eq!(parse(&buf[4..]), Parsed::Frame(1));
     }
 
     #[test]

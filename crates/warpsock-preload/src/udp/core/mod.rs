@@ -7,6 +7,7 @@
 //! | module | what it decides |
 //! |---|---|
 //! | [`frame`] | the wire format: hello, preamble (and its stripe extension), datagram frames |
+//! | [`gso`] | the GSO path: which datagrams join one `UDP_SEGMENT` send; cutting `UDP_GRO` buffers; the per-destination mode |
 //! | [`policy`] | which traffic is offloaded: ports, prefixes, broadcast and multicast |
 //! | [`setup`] | connection phases: connect, hello, preamble, retry with back-off, give-up |
 //! | [`txbuf`] | a connection's send buffer: what is written, what a failure gives back |
@@ -14,6 +15,7 @@
 //! | [`routes`] | which connection carries each destination: stripes, adoption, fallback |
 
 pub(crate) mod frame;
+pub(crate) mod gso;
 pub(crate) mod policy;
 pub(crate) mod routes;
 pub(crate) mod rxbuf;

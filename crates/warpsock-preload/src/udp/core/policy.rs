@@ -107,6 +107,26 @@ impl Policy {
         }
     }
 
+    /// Whether an accepted connection may claim to carry datagrams from
+    /// `src` (its TCP peer address with the port its preamble claims):
+    /// never from port 0 or an excluded port, and only from the configured
+    /// prefixes (`WARPSOCK_UDP_ADDRS` filters inbound too). The port list
+    /// (`WARPSOCK_UDP_PORTS`) names our ports and destinations, not the
+    /// peers' (often ephemeral) source ports, so it does not apply here.
+    pub(crate) fn source_ok(&self, src: &SocketAddr) -> bool {
+        let port = src.port();
+        port != 0
+            && !self.exclude.iter().any(|&(a, b)| (a..=b).contains(&port))
+            && self.peer_ok(src.ip())
+    }
+
+    /// Whether a TCP peer at `ip` may connect to our listeners at all.
+    pub(crate) fn peer_ok(&self, ip: IpAddr) -> bool {
+        self.nets
+            .as_ref()
+            .is_none_or(|n| n.iter().any(|c| c.contains(ip)))
+    }
+
     /// Whether datagrams to `dest` go over TCP. `so_broadcast` is the socket's
     /// SO_BROADCAST option: such sockets keep IPv4 traffic on the kernel path.
     pub(crate) fn dest_ok(&self, dest: &SocketAddr, so_broadcast: bool) -> bool {
@@ -213,5 +233,28 @@ mod tests {
         assert!(!p.dest_ok(&d("127.0.0.1:5011"), false));
         assert!(!p.dest_ok(&d("[::1]:5005"), false));
         assert!(p.port_ok(5000) && !p.port_ok(4999));
+    }
+
+    #[test]
+    fn inbound_sources() {
+        let d = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let p = Policy {
+            ports: Some(vec![(5001, 5001)]),
+            nets: Some(vec![Cidr::parse("127.0.0.0/8").unwrap()]),
+            ..policy()
+        };
+        assert!(p.source_ok(&d("127.0.0.1:40000")), "ephemeral source ports");
+        assert!(!p.source_ok(&d("127.0.0.1:0")), "port 0");
+        assert!(!p.source_ok(&d("127.0.0.1:53")), "excluded port");
+        assert!(
+            !p.source_ok(&d("10.1.2.3:40000")),
+            "outside WARPSOCK_UDP_ADDRS"
+        );
+        assert!(p.source_ok(&d("[::ffff:127.0.0.1]:40000")), "v4-mapped");
+        assert!(!p.peer_ok("10.1.2.3".parse().unwrap()));
+        assert!(
+            policy().peer_ok("10.1.2.3".parse().unwrap()),
+            "no list: every peer"
+        );
     }
 }

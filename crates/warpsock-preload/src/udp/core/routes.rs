@@ -19,6 +19,9 @@ pub(crate) trait Carrier: Clone {
     fn queued(&self) -> usize;
     /// Whether `self` and `other` are the same connection.
     fn same(&self, other: &Self) -> bool;
+    /// Whether it delivered a datagram from its (proved) sender, so that a
+    /// reply may go back over it.
+    fn delivered(&self) -> bool;
 }
 
 /// Rank of an established connection.
@@ -35,13 +38,20 @@ pub(crate) struct Group<C> {
     id: u32,
     /// Round-robin position.
     next: usize,
+    /// Adopted from accepted connections: carries replies only.
+    inbound: bool,
 }
 
 impl<C: Carrier> Group<C> {
     /// A group of the given connections (non-empty) and group number.
     pub(crate) fn new(conns: Vec<C>, id: u32) -> Self {
         debug_assert!(!conns.is_empty());
-        Self { conns, id, next: 0 }
+        Self {
+            conns,
+            id,
+            next: 0,
+            inbound: false,
+        }
     }
 
     /// The connection for the next datagram: round-robin over the stripes,
@@ -119,13 +129,18 @@ impl<C> Default for Routes<C> {
 }
 
 impl<C: Carrier> Routes<C> {
-    /// Where a datagram to `dest` goes at `now`.
+    /// Where a datagram to `dest` goes at `now`. A route adopted from
+    /// accepted connections carries replies only: until one of them has
+    /// delivered a datagram from `dest`, a send to `dest` is a fresh
+    /// outbound destination and opens its own route (which then replaces
+    /// the adopted one), so that no inbound connection can capture it.
     pub(crate) fn lookup(&mut self, dest: &SocketAddr, now: Instant) -> Lookup<C> {
         if self.fallback.get(dest).is_some_and(|t| *t > now) {
             return Lookup::Kernel;
         }
         self.fallback.remove(dest);
         match self.groups.get_mut(dest) {
+            Some(g) if g.inbound && !g.conns.iter().any(Carrier::delivered) => Lookup::Open,
             Some(g) => Lookup::Conn(g.pick()),
             None => Lookup::Open,
         }
@@ -139,13 +154,15 @@ impl<C: Carrier> Routes<C> {
         first
     }
 
-    /// An accepted connection named its sender `remote`: route replies
-    /// over it. A stripe whose group already routes to `remote` joins it;
-    /// otherwise the first connection keeps the route.
+    /// An accepted connection proved its sender `remote`: route replies
+    /// over it (see [`Routes::lookup`]). A stripe whose group already
+    /// routes to `remote` joins it; otherwise the first route stays.
     pub(crate) fn adopt(&mut self, remote: SocketAddr, conn: &C, group: u32) -> Adopted {
         match self.groups.entry(remote) {
             Entry::Vacant(v) => {
-                v.insert(Group::new(vec![conn.clone()], group));
+                let mut g = Group::new(vec![conn.clone()], group);
+                g.inbound = true;
+                v.insert(g);
                 Adopted::New
             }
             Entry::Occupied(mut o) => {
@@ -189,13 +206,16 @@ mod tests {
 
     use super::*;
 
+    /// Id, rank, bytes queued, delivered.
+    type State = (u32, Cell<u8>, Cell<usize>, Cell<bool>);
+
     /// A connection stand-in whose state the test sets.
     #[derive(Clone, Debug)]
-    struct C(Rc<(u32, Cell<u8>, Cell<usize>)>);
+    struct C(Rc<State>);
 
     impl C {
         fn new(id: u32) -> Self {
-            Self(Rc::new((id, Cell::new(UP), Cell::new(0))))
+            Self(Rc::new((id, Cell::new(UP), Cell::new(0), Cell::new(true))))
         }
         fn id(&self) -> u32 {
             self.0 .0
@@ -211,6 +231,9 @@ mod tests {
         }
         fn same(&self, other: &Self) -> bool {
             Rc::ptr_eq(&self.0, &other.0)
+        }
+        fn delivered(&self) -> bool {
+            self.0 .3.get()
         }
     }
 
@@ -266,5 +289,33 @@ mod tests {
         assert!(r.remove(&d, &a), "b still carries it");
         assert!(!r.remove(&d, &b));
         assert!(matches!(r.lookup(&d, Instant::now()), Lookup::Open));
+    }
+
+    /// Regression (reply-route hijack): a connection that claimed the
+    /// address of a service the program later sends to must not receive
+    /// that traffic; only replies to what it delivered go back over it.
+    #[test]
+    fn adopted_routes_carry_replies_only() {
+        let now = Instant::now();
+        let mut r: Routes<C> = Routes::default();
+        let d = addr(7000);
+        let inbound = C::new(1);
+        inbound.0 .3.set(false);
+        assert_eq!(r.adopt(d, &inbound, 0), Adopted::New);
+        assert!(
+            matches!(r.lookup(&d, now), Lookup::Open),
+            "a fresh destination opens its own route"
+        );
+        let own = C::new(2);
+        let first = r.insert(d, Group::new(vec![own.clone()], 0));
+        assert!(first.same(&own));
+        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&own)));
+        assert_eq!(r.adopt(d, &inbound, 0), Adopted::Ignored);
+        // A reply to a datagram the inbound connection delivered goes back
+        // over it.
+        let mut r: Routes<C> = Routes::default();
+        r.adopt(d, &inbound, 0);
+        inbound.0 .3.set(true);
+        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&inbound)));
     }
 }

@@ -14,9 +14,19 @@ use super::frame::{self, Parsed, HDR_LEN, MAX_DGRAM};
 /// Size of a connection's receive buffer.
 pub(crate) const RXBUF: usize = 256 << 10;
 
-/// The stream is not warpsock framing.
+/// The stream is not warpsock framing (or carries a datagram longer than
+/// its source's family allows).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Invalid;
+
+/// One whole frame, consumed from the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Item {
+    /// A datagram: its payload's range (see [`RxBuf::payload`]).
+    Dgram(Range<usize>),
+    /// A control frame of this kind, with its payload's range.
+    Control(u16, Range<usize>),
+}
 
 /// The receive buffer of one connection.
 #[derive(Debug, Default)]
@@ -54,23 +64,33 @@ impl RxBuf {
         &self.buf[self.start..self.end]
     }
 
+    /// What the next frame is, without consuming it.
+    pub(crate) fn peek(&self) -> Parsed {
+        frame::parse(self.pending())
+    }
+
     /// Consumes `n` bytes of [`RxBuf::pending`] (a hello or preamble).
     pub(crate) fn consume(&mut self, n: usize) {
         self.start = (self.start + n).min(self.end);
     }
 
-    /// The next whole datagram, as a range of [`RxBuf::payload`]'s
-    /// buffer, consumed; `Ok(None)` if the next one is not complete yet.
-    pub(crate) fn next_frame(&mut self) -> Result<Option<Range<usize>>, Invalid> {
-        match frame::parse(self.pending()) {
-            Parsed::Frame(len) => {
-                let p = self.start + HDR_LEN;
-                self.start = p + len;
-                Ok(Some(p..p + len))
-            }
-            Parsed::Partial => Ok(None),
-            Parsed::Invalid => Err(Invalid),
-        }
+    /// The next whole frame, consumed; `Ok(None)` if the next one is not
+    /// complete yet. A datagram longer than `max` (65,507 bytes from an
+    /// IPv4 source) is invalid.
+    pub(crate) fn next_frame(&mut self, max: usize) -> Result<Option<Item>, Invalid> {
+        let (len, kind) = match frame::parse(self.pending()) {
+            Parsed::Frame(len) if len > max => return Err(Invalid),
+            Parsed::Frame(len) => (len, None),
+            Parsed::Control(kind, len) => (len, Some(kind)),
+            Parsed::Partial => return Ok(None),
+            Parsed::Invalid => return Err(Invalid),
+        };
+        let p = self.start + HDR_LEN;
+        self.start = p + len;
+        Ok(Some(match kind {
+            None => Item::Dgram(p..p + len),
+            Some(k) => Item::Control(k, p..p + len),
+        }))
     }
 
     /// The bytes of a range [`RxBuf::next_frame`] returned (valid until the
@@ -107,8 +127,11 @@ mod tests {
             assert!(room.len() >= MAX_DGRAM + HDR_LEN);
             room[..piece.len()].copy_from_slice(piece);
             rx.filled(piece.len());
-            while let Some(r) = rx.next_frame()? {
-                out.push(rx.payload(r).to_vec());
+            while let Some(item) = rx.next_frame(MAX_DGRAM)? {
+                match item {
+                    Item::Dgram(r) => out.push(rx.payload(r).to_vec()),
+                    Item::Control(..) => panic!("no control frames here"),
+                }
             }
         }
         assert!(rx.pending().is_empty());
@@ -138,6 +161,38 @@ mod tests {
     }
 
     #[test]
+    fn ipv4_sources_send_at_most_65507_bytes() {
+        let s = stream(&[frame::MAX_DGRAM_V4 + 1]);
+        let mut rx = RxBuf::default();
+        rx.spare()[..s.len()].copy_from_slice(&s);
+        rx.filled(s.len());
+        assert_eq!(rx.next_frame(frame::MAX_DGRAM_V4), Err(Invalid));
+        let s = stream(&[frame::MAX_DGRAM_V4]);
+        let mut rx = RxBuf::default();
+        rx.spare()[..s.len()].copy_from_slice(&s);
+        rx.filled(s.len());
+        assert!(matches!(
+            rx.next_frame(frame::MAX_DGRAM_V4),
+            Ok(Some(Item::Dgram(r))) if r.len() == frame::MAX_DGRAM_V4
+        ));
+    }
+
+    #[test]
+    fn control_frames_come_out_as_such() {
+        let mut s = frame::control(frame::CTRL_PROVEN).to_vec();
+        s.extend(stream(&[1]));
+        let mut rx = RxBuf::default();
+        rx.spare()[..s.len()].copy_from_slice(&s);
+        rx.filled(s.len());
+        assert_eq!(
+            rx.next_frame(MAX_DGRAM),
+            Ok(Some(Item::Control(frame::CTRL_PROVEN, 4..4)))
+        );
+        assert!(matches!(rx.next_frame(MAX_DGRAM), Ok(Some(Item::Dgram(_)))));
+        assert_eq!(rx.next_frame(MAX_DGRAM), Ok(None));
+    }
+
+    #[test]
     fn preamble_bytes_are_consumed_before_frames() {
         let mut s = frame::preamble(9).to_vec();
         s.extend(stream(&[5]));
@@ -149,7 +204,9 @@ mod tests {
             frame::ParsedPreamble::Done(_, 8)
         ));
         rx.consume(8);
-        let r = rx.next_frame().unwrap().unwrap();
+        let Some(Item::Dgram(r)) = rx.next_frame(MAX_DGRAM).unwrap() else {
+            panic!("a datagram")
+        };
         assert_eq!(rx.payload(r), &[0; 5]);
         rx.release();
         assert!(rx.pending().is_empty());

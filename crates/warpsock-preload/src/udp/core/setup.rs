@@ -1,6 +1,22 @@
-//! Connection phases: set-up, retry with back-off, give-up (fallback) and
-//! the accepted side's preamble deadline, as a state machine with time
-//! passed in.
+//! Connection phases: set-up, retry with back-off, give-up (fallback), the
+//! accepted side's preamble and source-port proof deadline, and the
+//! connecting side's proof re-sends, as a state machine with time passed
+//! in.
+//!
+//! ## The source-port proof
+//!
+//! A connecting socket claims its UDP port in the preamble; the accepting
+//! side delivers nothing from the connection until the claim is proved. Its
+//! hello carries a fresh nonce, and the connector sends that nonce back in
+//! a proof datagram *by kernel UDP, from the claimed port*, to the
+//! acceptor's UDP port; the acceptor checks that the datagram's source is
+//! the connection's TCP peer address with the claimed port. So only a
+//! process holding the UDP socket of that address and port (exactly whoever
+//! could send kernel UDP datagrams from it) gets datagrams delivered as
+//! coming from it. The acceptor answers with a control frame
+//! ([`super::frame::CTRL_PROVEN`]); until then the connector re-sends the
+//! proof (UDP may be lost) at growing intervals, a bounded number of
+//! times.
 //!
 //! The driver (`crate::udp::conn`) owns the socket. It asks [`Setup`] what to
 //! do after each event (`connect_started`, `connected`, `failed`, the hello
@@ -39,6 +55,9 @@ pub(crate) enum Phase {
     AwaitHello,
     /// Accepted: hello sent, waiting for the peer's preamble.
     AwaitPreamble,
+    /// Accepted: preamble read, waiting for the proof of its port (nothing
+    /// is delivered yet).
+    AwaitProof,
     /// Carrying datagrams both ways.
     Established,
     /// Closed; its descriptor is gone.
@@ -69,9 +88,22 @@ pub(crate) enum Step {
     Retry,
     /// Close the connection and fall back to kernel UDP for the destination.
     GiveUp(GiveUp),
-    /// Close an accepted connection whose preamble did not arrive in time.
+    /// Close an accepted connection whose preamble or proof did not
+    /// arrive in time.
     Close,
+    /// Send the source-port proof datagram (again).
+    SendProof,
 }
+
+/// First wait before the proof datagram is sent again; each later wait is
+/// four times the one before.
+pub(crate) const PROOF_RESEND_FIRST: Duration = Duration::from_millis(100);
+/// Proof datagrams sent at most (the first included): at 0, 0.1, 0.5 and
+/// 2.1 s after the hello.
+pub(crate) const PROOF_SENDS: u32 = 4;
+/// How long after the proof the acceptor still recognises (and drops)
+/// re-sent copies of it: longer than the whole re-send schedule.
+pub(crate) const PROOF_LINGER: Duration = Duration::from_secs(3);
 
 /// Readiness that answers the current wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +122,12 @@ pub(crate) struct Setup {
     phase: Phase,
     attempts: u32,
     deadline: Option<Instant>,
+    /// Connector: when the proof is due again (until the acceptor's
+    /// answer), and how many were sent.
+    proof_due: Option<Instant>,
+    proofs_sent: u32,
+    /// Connector: the proof was sent and not answered yet.
+    unanswered: bool,
 }
 
 impl Setup {
@@ -99,6 +137,9 @@ impl Setup {
             phase: Phase::Backoff,
             attempts: 0,
             deadline: Some(now),
+            proof_due: None,
+            proofs_sent: 0,
+            unanswered: false,
         }
     }
 
@@ -109,6 +150,9 @@ impl Setup {
             phase: Phase::AwaitPreamble,
             attempts: 0,
             deadline: Some(now + t.preamble_timeout),
+            proof_due: None,
+            proofs_sent: 0,
+            unanswered: false,
         }
     }
 
@@ -119,7 +163,10 @@ impl Setup {
 
     /// When [`Setup::on_timer`] is next due (`None`: no timer needed).
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.deadline
+        match (self.deadline, self.proof_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Whether an earlier attempt failed and the connection is not up: the
@@ -142,21 +189,35 @@ impl Setup {
 
     /// Whether the connection no longer needs timers.
     pub(crate) fn timers_done(&self) -> bool {
-        matches!(self.phase, Phase::Established | Phase::Dead)
+        self.phase == Phase::Dead || (self.phase == Phase::Established && self.proof_due.is_none())
     }
 
-    /// The readiness that would answer the current wait.
+    /// Whether datagrams from the connection may be delivered.
+    pub(crate) fn delivering(&self) -> bool {
+        self.phase == Phase::Established
+    }
+
+    /// The readiness that would answer the current wait: only for the
+    /// connecting side, where a timeout taken late would wrongly fall back
+    /// (an accepted connection's deadline is strict: a peer trickling bytes
+    /// must not keep it open).
     pub(crate) fn awaited(&self) -> Awaited {
         match self.phase {
             Phase::Connecting => Awaited::Writable,
-            Phase::AwaitHello | Phase::AwaitPreamble => Awaited::Readable,
+            Phase::AwaitHello => Awaited::Readable,
             _ => Awaited::Nothing,
         }
     }
 
     /// The deadline may have passed.
     pub(crate) fn on_timer(&mut self, now: Instant, t: &Timing) -> Step {
-        if self.timers_done() || self.deadline.is_none_or(|d| d > now) {
+        if self.timers_done() {
+            return Step::Wait;
+        }
+        if self.proof_due.is_some_and(|d| d <= now) {
+            return self.proof_sent(now);
+        }
+        if self.deadline.is_none_or(|d| d > now) {
             return Step::Wait;
         }
         match self.phase {
@@ -164,8 +225,50 @@ impl Setup {
             Phase::Backoff => Step::Connect,
             Phase::Connecting => Step::ConnectTimedOut,
             Phase::AwaitHello => Step::GiveUp(GiveUp::NotWarpsock),
-            Phase::AwaitPreamble => Step::Close,
+            Phase::AwaitPreamble | Phase::AwaitProof => Step::Close,
             Phase::Established | Phase::Dead => Step::Wait,
+        }
+    }
+
+    /// Connector: the hello asked for the proof; established now (data
+    /// flows), with the proof to send at once and again until answered.
+    /// Returns [`Step::SendProof`].
+    pub(crate) fn prove(&mut self, now: Instant) -> Step {
+        self.established();
+        self.proofs_sent = 0;
+        self.unanswered = true;
+        self.proof_sent(now)
+    }
+
+    /// Connector: whether the acceptor's answer to the proof is still to
+    /// come (it must be read even by a program that never receives: a TCP
+    /// socket closed with unread input is reset, and loses what it had not
+    /// sent yet).
+    pub(crate) fn unanswered(&self) -> bool {
+        self.unanswered
+    }
+
+    /// Counts a proof datagram sent now; schedules the next one.
+    fn proof_sent(&mut self, now: Instant) -> Step {
+        self.proofs_sent += 1;
+        self.proof_due = (self.proofs_sent < PROOF_SENDS)
+            .then(|| now + PROOF_RESEND_FIRST * 4u32.pow(self.proofs_sent - 1));
+        Step::SendProof
+    }
+
+    /// Connector: the acceptor saw the proof.
+    pub(crate) fn proven(&mut self) {
+        self.proof_due = None;
+        self.unanswered = false;
+    }
+
+    /// Acceptor: the preamble arrived; `proved` says whether the proof of
+    /// its port did already (the datagram can overtake the preamble).
+    pub(crate) fn preamble(&mut self, proved: bool) {
+        if proved {
+            self.established();
+        } else {
+            self.phase = Phase::AwaitProof;
         }
     }
 
@@ -194,7 +297,8 @@ impl Setup {
         self.deadline = Some(now + t.hello_timeout);
     }
 
-    /// The hello (outgoing) or the preamble (accepted) arrived.
+    /// The hello (outgoing) arrived without asking for a proof, or the
+    /// proof (accepted) did.
     pub(crate) fn established(&mut self) {
         self.phase = Phase::Established;
         self.deadline = None;
@@ -204,6 +308,7 @@ impl Setup {
     pub(crate) fn dead(&mut self) {
         self.phase = Phase::Dead;
         self.deadline = None;
+        self.proof_due = None;
     }
 }
 
@@ -221,6 +326,15 @@ mod tests {
             hello_timeout: 500 * MS,
             preamble_timeout: 2000 * MS,
         }
+    }
+
+    /// An outgoing connection whose TCP connect completed at `at`.
+    fn connected(t0: Instant, at: Instant, t: &Timing) -> Setup {
+        let mut s = Setup::outgoing(t0);
+        assert_eq!(s.on_timer(t0, t), Step::Connect);
+        s.connect_started(t0, t);
+        s.connected(at, t);
+        s
     }
 
     /// Runs the timer at `now` after jumping to the deadline.
@@ -273,10 +387,7 @@ mod tests {
     fn silent_acceptor_is_not_warpsock() {
         let t = timing();
         let t0 = Instant::now();
-        let mut s = Setup::outgoing(t0);
-        s.on_timer(t0, &t);
-        s.connect_started(t0, &t);
-        s.connected(t0 + MS, &t);
+        let mut s = connected(t0, t0 + MS, &t);
         assert_eq!(s.awaited(), Awaited::Readable);
         let (now, step) = fire(&mut s, &t);
         assert_eq!(now, t0 + 501 * MS);
@@ -287,13 +398,57 @@ mod tests {
     fn established_needs_no_timer() {
         let t = timing();
         let t0 = Instant::now();
-        let mut s = Setup::outgoing(t0);
-        s.on_timer(t0, &t);
-        s.connect_started(t0, &t);
-        s.connected(t0, &t);
+        let mut s = connected(t0, t0, &t);
         s.established();
         assert!(s.timers_done() && s.deadline().is_none() && !s.setting_up());
         assert_eq!(s.on_timer(t0 + 3600 * 1000 * MS, &t), Step::Wait);
+    }
+
+    #[test]
+    fn connector_resends_the_proof_until_answered_a_bounded_number_of_times() {
+        let t = timing();
+        let t0 = Instant::now();
+        let mut s = connected(t0, t0, &t);
+        assert_eq!(s.prove(t0), Step::SendProof);
+        assert!(s.delivering(), "data flows while the proof is pending");
+        assert!(!s.timers_done());
+        let mut sent = vec![t0];
+        while let Some(d) = s.deadline() {
+            assert_eq!(s.on_timer(d, &t), Step::SendProof);
+            sent.push(d);
+        }
+        assert_eq!(sent.len(), PROOF_SENDS as usize);
+        let gaps: Vec<u128> = sent.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        assert_eq!(gaps, [100, 400, 1600]);
+        assert!(sent[3] - sent[0] < PROOF_LINGER);
+        assert!(s.timers_done());
+        // Answered after the second: no more.
+        let mut s = Setup::outgoing(t0);
+        s.prove(t0);
+        let d = s.deadline().unwrap();
+        s.on_timer(d, &t);
+        s.proven();
+        assert!(s.timers_done() && s.deadline().is_none());
+        assert!(!s.unanswered());
+    }
+
+    #[test]
+    fn acceptor_delivers_only_after_the_proof_whichever_comes_first() {
+        let t = timing();
+        let t0 = Instant::now();
+        let mut s = Setup::accepted(t0, &t);
+        s.preamble(false);
+        assert_eq!(s.phase(), Phase::AwaitProof);
+        assert!(!s.delivering());
+        assert_eq!(s.on_timer(t0 + 1999 * MS, &t), Step::Wait);
+        assert_eq!(fire(&mut s, &t).1, Step::Close, "no proof in time");
+        let mut s = Setup::accepted(t0, &t);
+        s.preamble(false);
+        s.established();
+        assert!(s.delivering() && s.timers_done());
+        let mut s = Setup::accepted(t0, &t);
+        s.preamble(true);
+        assert!(s.delivering(), "the proof overtook the preamble");
     }
 
     #[test]
@@ -301,7 +456,7 @@ mod tests {
         let t = timing();
         let t0 = Instant::now();
         let mut s = Setup::accepted(t0, &t);
-        assert_eq!(s.awaited(), Awaited::Readable);
+        assert_eq!(s.awaited(), Awaited::Nothing);
         assert!(
             !s.setting_up(),
             "nothing of ours waits on an accepted connection"

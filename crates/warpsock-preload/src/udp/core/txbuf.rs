@@ -6,7 +6,7 @@
 //! and [`TxBuf::die`] recover the whole datagrams that never reached the
 //! kernel, so that they can go by kernel UDP (none twice, none half).
 
-use super::frame::{self, Parsed, Stripe, HDR_LEN, PREAMBLE_LEN};
+use super::frame::{self, Stripe, HDR_LEN, PREAMBLE_LEN};
 
 /// Bytes already written after which the written prefix is dropped (up to
 /// a frame boundary) instead of growing the buffer further.
@@ -63,6 +63,11 @@ impl TxBuf {
         true
     }
 
+    /// Appends a control frame of `kind` (no payload).
+    pub(crate) fn push_control(&mut self, kind: u16) {
+        self.out.extend_from_slice(&frame::control(kind));
+    }
+
     /// Appends one datagram, gathered from `parts`.
     pub(crate) fn push(&mut self, len: usize, parts: &[&[u8]]) {
         self.out.extend_from_slice(&frame::header(len));
@@ -101,11 +106,11 @@ impl TxBuf {
         } else if self.off >= COMPACT_AT && self.boundary <= self.off {
             // Drop what is written, up to the last frame boundary.
             let mut b = self.boundary;
-            while let Parsed::Frame(len) = frame::parse(&self.out[b..]) {
-                if b + HDR_LEN + len > self.off {
+            while let Some(len) = frame::frame_len(&self.out[b..]) {
+                if b + len > self.off {
                     break;
                 }
-                b += HDR_LEN + len;
+                b += len;
             }
             self.out.drain(..b);
             self.off -= b;

@@ -1,0 +1,204 @@
+//! Receive calls served straight from the connections' buffers (the fast
+//! path; `WARPSOCK_CALLER_RECV`, on by default).
+//!
+//! An established connection is either *armed* (the progress thread watches
+//! it for input) or *ready* (on its socket's ready list). The progress
+//! thread does not read a ready connection: when input arrives on an armed
+//! one it moves it to the ready list and rings the doorbell, and that is
+//! all; further arrivals on a ready connection (watched edge-triggered) ring
+//! again, so that edge-triggered waiters wake per arrival as with kernel
+//! UDP. The program's own receive calls then read the connection in
+//! large chunks (up to the 256 KiB buffer per system call) and copy each
+//! datagram from the buffer straight into the program's buffer: one copy,
+//! no allocation and no thread hand-off per datagram. The ready list is
+//! served round robin, one datagram per connection in turn, so no sender
+//! can starve another. After a datagram, a connection with no whole
+//! datagram left is read once more; only when that finds nothing is it
+//! armed again and taken off the list, so that the program's descriptor
+//! stays readable exactly while a receive call would return something.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use libc::{c_int, msghdr};
+
+use super::conn::{Conn, ConnSt, Rd};
+use super::core::frame::{Parsed, CTRL_PROVEN, HDR_LEN};
+use super::core::setup::Phase;
+use super::sock::Sock;
+use super::stats::{self, STATS};
+use crate::shim::iov;
+use crate::shim::reactor::Reactor;
+use crate::shim::sys::{self, lock};
+
+/// What serving one connection gave.
+pub(super) enum Served {
+    /// A datagram, and the call's return value.
+    Dgram(isize),
+    /// Nothing (the connection is drained, or closed).
+    Nothing,
+}
+
+/// Whether a whole frame waits at the front of the buffer.
+fn whole_frame(st: &ConnSt) -> bool {
+    matches!(st.rx.peek(), Parsed::Frame(_) | Parsed::Control(..))
+}
+
+impl Sock {
+    /// Puts `conn` on the ready list (its input is the receive calls' to
+    /// read now) and stops the progress thread watching it; rings the
+    /// doorbell if `ring` (a receive call that found the connection
+    /// readable serves it without one).
+    pub(super) fn mark_ready(&self, eng: &Reactor, conn: &Arc<Conn>, ring: bool) {
+        let mut g = lock(&self.inner);
+        if g.closed {
+            return;
+        }
+        if !conn.ready.swap(true, Ordering::Relaxed) {
+            g.ready.push_back(conn.clone());
+            conn.set_ready(eng);
+        }
+        if ring {
+            // One bell per arrival: a new edge for edge-triggered waiters.
+            self.ring(&mut g);
+        }
+    }
+
+    /// Serves one datagram from `conn` into `msg`. `conn` is the front of
+    /// the ready list: then it is rotated to the back (more to read) or
+    /// armed again and taken off the list (drained). Or (`direct`) it is a
+    /// connection a blocking call polled itself and found readable: it
+    /// stays armed (the call's claim keeps the progress thread off it), and
+    /// joins the ready list, with a doorbell, only if more is in hand.
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    pub(super) unsafe fn serve(
+        &self,
+        eng: &'static Reactor,
+        conn: &Arc<Conn>,
+        msg: &mut msghdr,
+        flags: c_int,
+        direct: bool,
+    ) -> Served {
+        let peek = flags & libc::MSG_PEEK != 0;
+        let peer = lock(&self.inner).peer;
+        let mut served = Served::Nothing;
+        let mut more = false;
+        let mut gone = None;
+        {
+            let _order = lock(&conn.order);
+            let mut st = lock(&conn.st);
+            while st.setup.delivering() {
+                match st.rx.peek() {
+                    Parsed::Frame(len) if len <= st.max_dgram => {
+                        let Some(src) = st.dest else { break };
+                        let payload = &st.rx.pending()[HDR_LEN..HDR_LEN + len];
+                        if peer.is_some_and(|p| p != src) {
+                            // A connected socket hears its peer only.
+                            stats::inc(&STATS.rx_filtered);
+                            st.rx.consume(HDR_LEN + len);
+                            continue;
+                        }
+                        // SAFETY: msg_iov describes writable iovecs (contract).
+                        let copied = unsafe { iov::scatter(msg.msg_iov, msg.msg_iovlen, payload) };
+                        if msg.msg_name.is_null() {
+                            msg.msg_namelen = 0;
+                        } else {
+                            // SAFETY: msg_name is writable for msg_namelen bytes.
+                            unsafe {
+                                sys::addr_write(&src, msg.msg_name.cast(), &mut msg.msg_namelen);
+                            }
+                        }
+                        msg.msg_controllen = 0;
+                        msg.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
+                        served = Served::Dgram(if flags & libc::MSG_TRUNC != 0 {
+                            len
+                        } else {
+                            copied
+                        } as isize);
+                        if peek {
+                            more = true;
+                            break;
+                        }
+                        st.rx.consume(HDR_LEN + len);
+                        conn.delivered.store(true, Ordering::Relaxed);
+                        stats::inc(&STATS.rx_tcp_dgrams);
+                        stats::inc(&STATS.rx_caller_dgrams);
+                        stats::add(&STATS.rx_tcp_bytes, len as u64);
+                        stats::stripe(conn.stripe.load(Ordering::Relaxed), false, 1);
+                        // Readiness stays exact: keep the connection on the
+                        // list only while a whole datagram is in hand.
+                        more = whole_frame(&st);
+                        // Look again even after a short read: a datagram
+                        // that reached the socket since must keep the
+                        // descriptor readable now, not once the progress
+                        // thread notices it. (A direct read leaves the
+                        // connection armed: the progress thread notices.)
+                        while !more && !direct {
+                            match Conn::read_some(&mut st) {
+                                Rd::Data(_) => more = whole_frame(&st),
+                                Rd::Again => break,
+                                Rd::Eof | Rd::Err => {
+                                    stats::inc(&STATS.conns_closed);
+                                    gone = Some((conn.die(&mut st), st.dest));
+                                    break;
+                                }
+                            }
+                        }
+                        break;
+                    }
+                    Parsed::Control(CTRL_PROVEN, len) if st.tcp_peer.is_none() => {
+                        st.rx.consume(HDR_LEN + len);
+                        st.setup.proven();
+                    }
+                    Parsed::Partial => match Conn::read_some(&mut st) {
+                        Rd::Data(_) => {}
+                        Rd::Again => break,
+                        Rd::Eof | Rd::Err => {
+                            stats::inc(&STATS.conns_closed);
+                            gone = Some((conn.die(&mut st), st.dest));
+                            break;
+                        }
+                    },
+                    // Too long for its family, an unknown control frame, or
+                    // not warpsock framing.
+                    Parsed::Frame(_) | Parsed::Control(..) | Parsed::Invalid => {
+                        stats::inc(&STATS.protocol_errors);
+                        gone = Some((conn.die(&mut st), st.dest));
+                        break;
+                    }
+                }
+            }
+            if st.setup.phase() == Phase::Dead {
+                more = false;
+            }
+        }
+        {
+            let mut g = lock(&self.inner);
+            if let Some(i) = g.ready.iter().position(|c| Arc::ptr_eq(c, conn)) {
+                let c = g.ready.remove(i).expect("index in range");
+                if more {
+                    g.ready.push_back(c);
+                } else {
+                    conn.ready.store(false, Ordering::Relaxed);
+                    conn.set_interest(eng, Some(true), None);
+                }
+            } else if direct && more && !g.closed && !conn.ready.swap(true, Ordering::Relaxed) {
+                g.ready.push_back(conn.clone());
+                conn.set_ready(eng);
+            }
+            if g.ready.is_empty() && g.rxq.is_empty() {
+                self.settle(&mut g);
+            } else if g.bells == 0 {
+                // Served without a doorbell (the call found the connection
+                // itself): the descriptor must read as ready for the rest.
+                self.ring(&mut g);
+            }
+        }
+        if let Some((frames, dest)) = gone {
+            self.conn_gone(eng, conn, dest, frames, false);
+        }
+        served
+    }
+}

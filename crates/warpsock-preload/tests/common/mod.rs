@@ -1,0 +1,195 @@
+//! Helpers shared by the integration tests: the library under test, the C
+//! test programs, running them (with or without the preload) and reading
+//! the counters they print at exit.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The cdylib cargo built for this test run (target/<profile>/deps/, where
+/// `cargo test` puts it because the package also has an rlib), or one built
+/// on demand into a directory of this run's own.
+pub fn preload_so() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/preload-xxxx
+        let deps = exe.parent().expect("target/<profile>/deps");
+        let name = "libwarpsock_preload.so";
+        for so in [
+            deps.join(name),
+            deps.parent().expect("target/<profile>").join(name),
+        ] {
+            if so.exists() {
+                return so;
+            }
+        }
+        let own = Path::new(env!("CARGO_TARGET_TMPDIR")).join("preload-build");
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "warpsock-preload", "--target-dir"])
+            .arg(&own)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build");
+        assert!(st.success(), "cargo build -p warpsock-preload failed");
+        let so = own.join("debug").join(name);
+        assert!(so.exists(), "{} not found", so.display());
+        so
+    })
+}
+
+/// A copy of the library built with the `test-hooks` feature (delays that
+/// order races deterministically; the shipped library has none), into a
+/// target directory of its own, once per test run.
+pub fn preload_so_with_hooks() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        let own = Path::new(env!("CARGO_TARGET_TMPDIR")).join("preload-hooks");
+        let st = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "warpsock-preload",
+                "--features",
+                "test-hooks",
+                "--target-dir",
+            ])
+            .arg(&own)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build");
+        assert!(
+            st.success(),
+            "cargo build -p warpsock-preload --features test-hooks failed"
+        );
+        let so = own.join("debug").join("libwarpsock_preload.so");
+        assert!(so.exists(), "{} not found", so.display());
+        so
+    })
+}
+
+/// Compiles tests/c/<name>.c once per test run.
+pub fn c_program(name: &str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("wsp-{name}"));
+    let st = Command::new("cc")
+        .args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "compiling {} failed", src.display());
+    built.insert(name.to_owned(), out.clone());
+    out
+}
+
+pub use warpsock_testkit::lease_port;
+
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Counters from every stats report in stderr, summed by name.
+    pub fn stats(&self) -> HashMap<String, u64> {
+        let mut m = HashMap::new();
+        for line in self.stderr.lines() {
+            let mut it = line.split_whitespace();
+            if let (Some(k), Some(v), None) = (it.next(), it.next(), it.next()) {
+                if let Ok(v) = v.parse::<u64>() {
+                    *m.entry(k.to_owned()).or_insert(0) += v;
+                }
+            }
+        }
+        m
+    }
+
+    pub fn stat(&self, name: &str) -> u64 {
+        let s = self.stats();
+        *s.get(name)
+            .unwrap_or_else(|| panic!("no counter {name} in stderr:\n{}", self.stderr))
+    }
+
+    pub fn assert_ok(&self, what: &str) {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "{what} failed\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+    }
+}
+
+pub fn command(prog: &Path, args: &[String], preload: bool) -> Command {
+    command_with(prog, args, preload.then(preload_so))
+}
+
+/// As `command`, preloading `so` if given.
+pub fn command_with(prog: &Path, args: &[String], so: Option<&Path>) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("WARPSOCK_") {
+            c.env_remove(k);
+        }
+    }
+    if let Some(so) = so {
+        c.env("LD_PRELOAD", so)
+            .env("WARPSOCK_UDP_OFFLOAD", "1")
+            .env("WARPSOCK_STATS", "1");
+    }
+    c
+}
+
+/// Waits for a child (killing it by pid after `limit`) and collects its output.
+pub fn finish(child: Child, limit: Duration) -> Run {
+    let f = warpsock_testkit::finish(child, limit);
+    Run {
+        code: f.code,
+        stdout: f.stdout,
+        stderr: f.stderr,
+    }
+}
+
+pub fn run(name: &str, args: &[String], preload: bool) -> Run {
+    let child = command(&c_program(name), args, preload)
+        .spawn()
+        .expect("spawn test program");
+    finish(child, Duration::from_secs(60))
+}
+
+/// Runs a semantics program against kernel UDP, then under the preload.
+/// No destination may have fallen back to kernel UDP.
+pub fn both(name: &str, nports: usize) -> Run {
+    let args: Vec<String> = (0..nports).map(|_| lease_port().to_string()).collect();
+    run(name, &args, false).assert_ok(&format!("{name} (kernel UDP)"));
+    let args: Vec<String> = (0..nports).map(|_| lease_port().to_string()).collect();
+    let r = run(name, &args, true);
+    r.assert_ok(&format!("{name} (preloaded)"));
+    assert_eq!(r.stat("tx_lost"), 0, "{}", r.stderr);
+    assert_eq!(
+        r.stat("fallbacks"),
+        0,
+        "offload must not fall back: {}",
+        r.stderr
+    );
+    r
+}
