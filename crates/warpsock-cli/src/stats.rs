@@ -1,6 +1,7 @@
 //! What a side measured ([`Stats`]), what it received ([`Tally`]), the CPU
-//! time of the process ([`Cpu`]) and the percentiles of a set of times
-//! ([`Pcts`], from an HDR histogram).
+//! time of the process ([`Cpu`]), the percentiles of a set of times
+//! ([`Pcts`], from an HDR histogram) and the interarrival jitter of a
+//! datagram stream ([`Jitter`]).
 //!
 //! Leaf module: plain data and arithmetic, no I/O but `getrusage`.
 
@@ -239,9 +240,59 @@ impl Pcts {
     }
 }
 
+/// RFC 3550 §6.4.1 interarrival jitter of one datagram stream: the mean
+/// deviation of the change in relative transit time between consecutive
+/// datagrams, smoothed with gain 1/16 (`J += (|D| - J) / 16`), as RTP
+/// receivers and iperf report it. Transit times are relative: sender and
+/// receiver clocks need not agree, only tick at the same rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Jitter {
+    j: f64,
+    last: Option<i64>,
+}
+
+impl Jitter {
+    /// One datagram arrived `transit_ns` after its send time stamp.
+    pub(crate) fn arrived(&mut self, transit_ns: i64) {
+        if let Some(p) = self.last {
+            let d = (transit_ns - p).unsigned_abs() as f64;
+            self.j += (d - self.j) / 16.0;
+        }
+        self.last = Some(transit_ns);
+    }
+
+    /// The jitter so far, ns (`None` before any datagram).
+    pub(crate) fn ns(&self) -> Option<f64> {
+        self.last.map(|_| self.j)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_follows_rfc3550() {
+        let mut j = Jitter::default();
+        assert_eq!(j.ns(), None);
+        // A constant offset (unsynchronised clocks) is no jitter.
+        for _ in 0..100 {
+            j.arrived(1_000_000);
+        }
+        assert_eq!(j.ns(), Some(0.0));
+        // One late datagram: D = 16 us, then 16 us back: J = 1 us, then
+        // 1 + (16 - 1) / 16 = 1.9375 us.
+        j.arrived(1_016_000);
+        assert_eq!(j.ns(), Some(1_000.0));
+        j.arrived(1_000_000);
+        assert_eq!(j.ns(), Some(1_937.5));
+        // Transit alternating by 500 ns: J converges to |D| = 500 ns.
+        let mut k = Jitter::default();
+        for i in 0..2_000 {
+            k.arrived(if i % 2 == 0 { 0 } else { 500 });
+        }
+        assert!((k.ns().unwrap() - 500.0).abs() < 1e-6, "{:?}", k.ns());
+    }
 
     #[test]
     fn merge_widens_and_sums() {

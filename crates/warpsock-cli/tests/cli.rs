@@ -239,6 +239,60 @@ fn bench_options_thread_progress_verify_busy_poll() {
     }
 }
 
+/// The preload's GSO path as a suite transport (`udp-gso`: the host-UDP
+/// code with both processes preloaded, `WARPSOCK_UDP_MODE=gso`) beside its
+/// baselines, host UDP and host UDP batching with GSO/GRO itself: every row
+/// moved and verified data, bandwidth rows with loss and jitter.
+#[test]
+fn udp_gso_transport_beside_its_baselines() {
+    let json = tmp("gso.json");
+    let out = run(&[
+        "bench",
+        "--tests",
+        "lat,bw",
+        "--transports",
+        "udp,udp-host-gso,udp-gso",
+        "--sizes",
+        "1470",
+        "--iters",
+        "2000",
+        "--verify",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let results = load_results(&json);
+    let _ = std::fs::remove_file(&json);
+    let gso = results.iter().any(|r| r["transport"] == "udp-gso");
+    if !gso {
+        assert!(
+            !env_flag("WARPSOCK_REQUIRE_OFFLOAD"),
+            "no udp-gso rows:\n{stdout}"
+        );
+        assert!(stdout.contains("udp-gso skipped"), "{stdout}");
+    }
+    let transports: &[&str] = if gso {
+        &["udp", "udp-host-gso", "udp-gso"]
+    } else {
+        &["udp", "udp-host-gso"]
+    };
+    for t in transports {
+        for test in ["lat", "bw"] {
+            let r = results
+                .iter()
+                .find(|r| r["transport"] == *t && r["test"] == test)
+                .unwrap_or_else(|| panic!("no {test} row over {t}"));
+            assert_eq!(r["ok"], true, "{r}");
+            assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
+            if test == "bw" {
+                assert!(r["loss_pct"].is_f64(), "{r}");
+                assert!(r["jitter_us"].is_f64(), "{r}");
+            }
+        }
+    }
+}
+
 #[test]
 fn server_once_and_client_in_two_processes() {
     let (mut srv, port) = server(true);
@@ -457,6 +511,25 @@ fn full_suite_quick_variant_then_report() {
         for transport in ["udp", "udp-host-gso", "write", "read"] {
             assert!(has(test, transport), "{test} over {transport}");
         }
+    }
+    // RFC 3550 jitter next to loss: on the datagram bandwidth rows (each
+    // host-UDP flavour has some), never on stream transports.
+    for r in &results {
+        let j = &r["jitter_us"];
+        if j.is_null() {
+            continue;
+        }
+        let t = r["transport"].as_str().unwrap();
+        assert!(t.starts_with("udp") && r["test"] != "lat", "jitter on {r}");
+        assert!(j.as_f64().is_some_and(|v| v.is_finite() && v >= 0.0), "{r}");
+    }
+    for transport in ["udp", "udp-host-gso"] {
+        assert!(
+            results.iter().any(|r| r["test"] == "bw"
+                && r["transport"] == transport
+                && r["jitter_us"].is_f64()),
+            "no jitter on a bw row over {transport}"
+        );
     }
     let offload = results.iter().any(|r| r["transport"] == "udp-offload");
     if env_flag("WARPSOCK_REQUIRE_OFFLOAD") {

@@ -24,6 +24,7 @@ use super::gso::{Batch, Gro};
 use super::sock::{self, poll_sockets, Frame, Pass, CONNECT_WAIT};
 use crate::driver::{self, Accept, Addrs, Endpoint, Event, Job, Link, Listeners, Ready};
 use crate::spec::{Family, Role, TransportInfo};
+use crate::stats::Jitter;
 use crate::Error;
 
 /// A ping unanswered this long is lost.
@@ -240,10 +241,8 @@ struct FlowState {
     drain_last: Option<Instant>,
     /// Datagrams received on this flow.
     rx_count: u64,
-    /// RFC 3550 interarrival jitter (ns) of the timestamped datagrams, and
-    /// the last one's relative transit time.
-    jitter: f64,
-    transit: Option<i64>,
+    /// RFC 3550 interarrival jitter of the timestamped datagrams.
+    jitter: Jitter,
     /// Datagrams gathered for one `UDP_SEGMENT` send (a batching
     /// transport's data source), and whether the socket refused the last
     /// attempt to send them.
@@ -315,8 +314,7 @@ impl UdpEndpoint {
                 peer_fin_told: false,
                 drain_last: None,
                 rx_count: 0,
-                jitter: 0.0,
-                transit: None,
+                jitter: Jitter::default(),
             });
         }
         Ok(Self {
@@ -398,17 +396,10 @@ impl UdpEndpoint {
                 Ok(n) => {
                     moved = true;
                     if self.timed && n == size {
-                        // RFC 3550 §6.4.1: J += (|D| - J) / 16, D the change
-                        // in relative transit time between consecutive
-                        // datagrams (both clocks are this host's).
+                        // Both clocks are this host's.
                         let sent = u64::from_le_bytes(s.rx.own[8..16].try_into().expect("8"));
                         s.rx.own[8..16].copy_from_slice(&self.pat[8..16]);
-                        let transit = now_ns() as i64 - sent as i64;
-                        if let Some(p) = s.transit {
-                            let d = (transit - p).unsigned_abs() as f64;
-                            s.jitter += (d - s.jitter) / 16.0;
-                        }
-                        s.transit = Some(transit);
+                        s.jitter.arrived(now_ns() as i64 - sent as i64);
                     }
                     let seq = if n == size {
                         s.rx.seq_of(&self.rx_body, verify)
@@ -614,12 +605,7 @@ impl Endpoint for UdpEndpoint {
 
     fn jitter_ns(&self) -> Option<f64> {
         // The flows' mean, over those that received timestamped datagrams.
-        let js: Vec<f64> = self
-            .flows
-            .iter()
-            .filter(|s| s.transit.is_some())
-            .map(|s| s.jitter)
-            .collect();
+        let js: Vec<f64> = self.flows.iter().filter_map(|s| s.jitter.ns()).collect();
         (!js.is_empty()).then(|| js.iter().sum::<f64>() / js.len() as f64)
     }
 }

@@ -118,6 +118,10 @@ counters! {
     rx_tcp_dgrams,
     /// Payload bytes received over TCP.
     rx_tcp_bytes,
+    /// Reads of an offload connection that returned data (each may hold
+    /// many datagrams: with `rx_tcp_dgrams`, the receive side's system
+    /// calls per datagram).
+    rx_tcp_reads,
     /// Datagrams received from the kernel UDP socket of an offloaded socket.
     rx_kernel_dgrams,
     /// Coalesced `UDP_GRO` buffers cut back into datagrams.
