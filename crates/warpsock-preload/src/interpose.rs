@@ -11,7 +11,7 @@
 
 use std::mem::zeroed;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use libc::{
     c_char, c_int, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t,
@@ -48,6 +48,9 @@ fn managed(fd: c_int) -> Option<Arc<dyn Socket>> {
     fdtable::get(fd)
 }
 
+/// Held while a kind adopts a candidate (see `target`).
+static ADOPTING: Mutex<()> = Mutex::new(());
+
 /// The managed socket behind `fd` (whose mark is `mark`, non-zero), or the
 /// one its kind makes of the candidate `fd` about to talk to `dest()`.
 fn target(
@@ -65,6 +68,16 @@ fn target(
     }
     let kind = KINDS.get(fdtable::candidate_kind(mark)? - 1)?;
     let dest = dest()?;
+    // One adoption at a time, and only of a descriptor that is still a
+    // candidate: two threads sending on one new socket would otherwise
+    // both adopt it, the second taking the first's doorbell for the kernel
+    // socket (its send then failed with EISCONN).
+    let _one = ADOPTING.lock().unwrap_or_else(PoisonError::into_inner);
+    let mark = fdtable::mark(fd);
+    if mark & MANAGED != 0 {
+        return fdtable::get(fd);
+    }
+    fdtable::candidate_kind(mark)?;
     enter(None, || match kind.adopt(fd, dest) {
         Adoption::Adopted(s) => Some(s),
         Adoption::NotThis => None,
