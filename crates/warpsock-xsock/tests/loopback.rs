@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use warpsock_xsock::io::{
-    counters, switch_fd, AioOp, Completion, Failure, Options, RecvFlags, XSocket,
+    counters, switch_fd, switch_fd_as, AioOp, Completion, Failure, Options, RecvFlags, XSocket,
 };
 use warpsock_xsock::switch::Limits;
-use warpsock_xsock::SwitchError;
+use warpsock_xsock::{Role, SwitchError};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -128,6 +128,53 @@ fn a_plain_peer_refuses_and_the_connection_stays_intact() {
     let mut got = vec![0; 5];
     a.read_exact(&mut got).unwrap();
     assert_eq!(got, b"after");
+}
+
+/// Policy mode at accept time: the accepting end responds whatever the
+/// addresses say, so a client without warpsock never gets an urgent byte —
+/// not in its reads, and not as `POLLPRI` either (curl fails a connect that
+/// shows it). Checked on a pair where the accepting end's address is the
+/// lower one (by addresses it would initiate and mark at once).
+#[test]
+fn an_accepting_responder_never_marks_to_a_plain_client() {
+    use std::os::fd::AsRawFd;
+    let (client, server) = (0..200)
+        .map(|_| tcp_pair())
+        .find(|(c, s)| {
+            warpsock_xsock::switch::role(s.local_addr().unwrap(), c.local_addr().unwrap())
+                == Some(Role::Initiator)
+        })
+        .expect("a pair whose accepting end has the lower port");
+    let mut o = opts();
+    o.limits = Limits::with_timeout(Duration::from_millis(300));
+    o.limits.at_start = true;
+    // The plain client speaks first (an HTTP request): the switch ends at
+    // once, the request kept for the program.
+    let mut client = client;
+    client.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let err = switch_fd_as(server.as_fd(), &o, Some(Role::Responder)).unwrap_err();
+    let Failure::Refused { error, residue, .. } = &err else {
+        panic!("{err}")
+    };
+    assert!(matches!(error, SwitchError::PeerNotSwitching), "{error}");
+    assert_eq!(residue, b"GET / HTTP/1.0\r\n\r\n");
+    let mut p = libc::pollfd {
+        fd: client.as_raw_fd(),
+        events: libc::POLLPRI | libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack.
+    let n = unsafe { libc::poll(&mut p, 1, 100) };
+    assert_eq!(n, 0, "the client saw {:#x}", p.revents);
+    // A silent plain client: the responder gives up at its deadline,
+    // having sent nothing.
+    let (client, server) = tcp_pair();
+    let err = switch_fd_as(server.as_fd(), &o, Some(Role::Responder)).unwrap_err();
+    assert_eq!(err.errno(), libc::ECONNREFUSED, "{err}");
+    p.fd = client.as_raw_fd();
+    // SAFETY: as above.
+    let n = unsafe { libc::poll(&mut p, 1, 100) };
+    assert_eq!(n, 0, "the client saw {:#x}", p.revents);
 }
 
 #[test]

@@ -23,7 +23,9 @@
 //!   peer address match switches at connect/accept time, so unmodified
 //!   programs run over iWARP. A peer that does not switch leaves the
 //!   connection plain TCP within `WARPSOCK_DDP_FALLBACK_MS` (at once if it
-//!   sends first), nothing lost.
+//!   sends first), nothing lost. The connecting end initiates the switch,
+//!   so a plain client of a preloaded server never gets an urgent byte; a
+//!   preloaded client sends a plain server one, invisible to its reads.
 
 pub mod api;
 pub(crate) mod config;
@@ -37,7 +39,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use libc::{c_int, c_void, socklen_t};
-use warpsock_xsock::io::{switch_fd, Failure, Options};
+use warpsock_xsock::io::{switch_fd_as, Failure, Options};
+use warpsock_xsock::Role;
 
 use crate::shim::socket::{Adoption, Kind, SockOpt};
 use crate::shim::sys::{self, lock, set_errno};
@@ -200,7 +203,13 @@ fn unsafe_zeroed() -> libc::sockaddr_storage {
 /// DDP socket, on failure it stays (or is made, to deliver the residue) a
 /// TCP socket. `connect`: the adopting `connect` is still to return
 /// (`Some(errno)` to return on failure). Returns the errno of a failure.
-fn switch(fd: c_int, opts: &Options, msg_mode: bool, connect: Option<c_int>) -> Result<(), c_int> {
+fn switch(
+    fd: c_int,
+    opts: &Options,
+    msg_mode: bool,
+    connect: Option<c_int>,
+    role: Option<Role>,
+) -> Result<(), c_int> {
     let mut p = pending(fd);
     if p.tried {
         return Err(libc::EALREADY);
@@ -214,7 +223,7 @@ fn switch(fd: c_int, opts: &Options, msg_mode: bool, connect: Option<c_int>) -> 
     );
     // SAFETY: `fd` is the program's open socket for the whole call.
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
-    match switch_fd(b, opts) {
+    match switch_fd_as(b, opts, role) {
         Ok(x) => {
             SWITCHED.fetch_add(1, Ordering::Relaxed);
             DdpSock::transpose(fd, x, msg_mode, connect.is_some(), timeouts).map(|_| ())
@@ -281,16 +290,17 @@ impl Kind for Ddp {
     fn adopt(&self, fd: c_int, dest: SocketAddr) -> Adoption {
         let p = pending(fd);
         let cfg = config::get();
-        let (opts, connect_err) = if p.ddp {
-            (&cfg.request, libc::ECONNREFUSED)
+        let (opts, connect_err, role) = if p.ddp {
+            (&cfg.request, libc::ECONNREFUSED, None)
         } else if cfg.matches(dest.port(), dest) {
             // Policy mode: a peer that does not switch leaves a working
-            // TCP connection and connect succeeds.
-            (&cfg.policy, 0)
+            // TCP connection and connect succeeds. The connecting end
+            // initiates (see `switch_fd_as`).
+            (&cfg.policy, 0, Some(Role::Initiator))
         } else {
             return Adoption::NotThis;
         };
-        let r = switch(fd, opts, p.msg_mode, Some(connect_err));
+        let r = switch(fd, opts, p.msg_mode, Some(connect_err), role);
         match (r, fdtable::get(fd)) {
             (_, Some(s)) => Adoption::Adopted(s),
             (Ok(()), None) => Adoption::Never,
@@ -308,8 +318,8 @@ impl Kind for Ddp {
     fn accepted(&self, listener: c_int, fd: c_int) {
         let p = pending(listener);
         let cfg = config::get();
-        let opts = if p.ddp {
-            &cfg.request
+        let (opts, role) = if p.ddp {
+            (&cfg.request, None)
         } else {
             let (Some(local), Some(peer)) = (sys::local_addr(fd), peer_addr(fd)) else {
                 return;
@@ -317,9 +327,11 @@ impl Kind for Ddp {
             if !cfg.matches(local.port(), peer) {
                 return;
             }
-            &cfg.policy
+            // Policy mode: the accepting end responds, so a client without
+            // warpsock never gets an urgent byte from us.
+            (&cfg.policy, Some(Role::Responder))
         };
-        let _ = switch(fd, opts, p.msg_mode, None);
+        let _ = switch(fd, opts, p.msg_mode, None, role);
     }
 
     fn plain_sockopt(&self, fd: c_int, level: c_int, op: SockOpt) -> Option<c_int> {
@@ -400,7 +412,7 @@ fn set_plain(fd: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_in
                 fdtable::set_candidate(fd, KIND);
                 return 0;
             }
-            match switch(fd, &config::get().request, p.msg_mode, None) {
+            match switch(fd, &config::get().request, p.msg_mode, None, None) {
                 Ok(()) => 0,
                 Err(e) => fail(e),
             }
