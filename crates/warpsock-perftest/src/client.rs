@@ -5,8 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use warpsock_engine::{
-    connect, Access, CmError, Context, Mr, Pd, Progress, QpInit, RecvWr, SendOp, SendWr, Wc,
-    WcOpcode,
+    connect, Access, Context, Mr, Pd, Progress, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode,
 };
 
 use crate::chan::Chan;
@@ -148,27 +147,11 @@ fn connect_retrying(
     loop {
         match connect(addr, init) {
             Ok(qp) => return Ok(qp),
-            Err(e) if Instant::now() < deadline && retryable(&e) => {
+            Err(e) if Instant::now() < deadline && e.is_retryable() => {
                 std::thread::sleep(Duration::from_millis(200));
             }
             Err(e) => return Err(Error::Cm { step, source: e }),
         }
-    }
-}
-
-/// Setup failures worth another attempt (nothing listening yet).
-pub(crate) fn retryable(e: &CmError) -> bool {
-    match e {
-        CmError::Refused { .. } => true,
-        CmError::Io(io) | CmError::Unreachable { source: io, .. } => matches!(
-            io.kind(),
-            std::io::ErrorKind::ConnectionReset
-                | std::io::ErrorKind::ConnectionAborted
-                | std::io::ErrorKind::UnexpectedEof
-                | std::io::ErrorKind::BrokenPipe
-        ),
-        CmError::Mpa(_) => true,
-        _ => false,
     }
 }
 

@@ -631,7 +631,7 @@ fn connect_retrying(
     loop {
         match connect(addr, init) {
             Ok(qp) => return Ok(qp),
-            Err(e) if Instant::now() < deadline && crate::client::retryable(&e) => {
+            Err(e) if Instant::now() < deadline && e.is_retryable() => {
                 std::thread::sleep(Duration::from_millis(200));
             }
             Err(e) => {

@@ -3,7 +3,6 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use warpsock_engine::proto::ConnectError;
 use warpsock_engine::{connect, CmError, Qp};
 
 use crate::session::{Bufs, Link};
@@ -94,18 +93,6 @@ pub(crate) fn run(args: &Args) -> Result<Report, Error> {
     Ok(report)
 }
 
-/// Whether another attempt may succeed: the server may be slow to listen
-/// or to answer (a VM's slirp accepts TCP before the guest does).
-fn retryable(e: &CmError) -> bool {
-    matches!(
-        e,
-        CmError::Refused { .. }
-            | CmError::Timeout { .. }
-            | CmError::Mpa(ConnectError::Eof | ConnectError::Timeout)
-            | CmError::Io(_)
-    )
-}
-
 /// Connects, retrying with back-off until `--timeout` is used up.
 fn connect_with_retry(bufs: &Bufs, args: &Args, addrs: &[SocketAddr]) -> Result<(Qp, u32), Error> {
     let deadline = Instant::now() + args.step_timeout();
@@ -119,7 +106,7 @@ fn connect_with_retry(bufs: &Bufs, args: &Args, addrs: &[SocketAddr]) -> Result<
         init.options.mpa_timeout = left.clamp(MIN_ATTEMPT, MAX_MPA_WAIT);
         match connect(addrs, &init) {
             Ok(qp) => return Ok((qp, attempts)),
-            Err(e) if retryable(&e) && Instant::now() + backoff < deadline => {
+            Err(e) if e.is_retryable() && Instant::now() + backoff < deadline => {
                 eprintln!(
                     "warpsock-rping: attempt {attempts} failed ({e}); retrying in {} ms",
                     backoff.as_millis()

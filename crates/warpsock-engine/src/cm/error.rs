@@ -4,7 +4,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use warpsock_proto::{CloseReason, ConnectError, PostError};
+use warpsock_proto::{CloseReason, ConnectError, PostError, TransportError};
 
 use crate::driver::transport_error;
 
@@ -95,6 +95,39 @@ fn peer_suffix(addr: Option<SocketAddr>) -> String {
 }
 
 impl CmError {
+    /// Whether another attempt may succeed because the peer was not there
+    /// yet: nothing listened, or the stream was closed or reset (or went
+    /// silent) before the MPA exchange finished. A VM's slirp port forward
+    /// accepts the host side of a TCP connection and resets it when nothing
+    /// listens inside the guest yet, so a client of a server that re-listens
+    /// between connections (perftest `-R`, `rping -s -P`) sees a reset
+    /// where a local server would refuse. Rejections, incompatible MPA
+    /// parameters and local errors are final.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Refused { .. } | Self::Timeout { .. } => true,
+            Self::Closed { reason, .. } => matches!(
+                reason,
+                CloseReason::PeerClosed
+                    | CloseReason::Transport(TransportError::Reset | TransportError::TimedOut)
+            ),
+            Self::Mpa(e) => matches!(
+                e,
+                ConnectError::Eof
+                    | ConnectError::Timeout
+                    | ConnectError::Transport(TransportError::Reset | TransportError::TimedOut)
+            ),
+            Self::Io(e) | Self::Unreachable { source: e, .. } => matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::BrokenPipe
+            ),
+            _ => false,
+        }
+    }
+
     /// The connection failed during `stage` with a socket error.
     pub(super) fn socket(addr: Option<SocketAddr>, stage: &'static str, e: io::Error) -> Self {
         match e.raw_os_error() {
@@ -120,5 +153,40 @@ impl CmError {
             },
             _ => Self::Io(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+    use warpsock_proto::wire::terminate::TermCode;
+
+    fn closed(reason: CloseReason) -> CmError {
+        CmError::Closed {
+            addr: None,
+            stage: "MPA reply",
+            reason,
+        }
+    }
+
+    #[test]
+    fn a_peer_not_there_yet_is_retryable_a_refusal_on_the_wire_is_not() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        // slirp's forward: accepted, then reset before the MPA Reply.
+        assert!(closed(CloseReason::Transport(TransportError::Reset)).is_retryable());
+        assert!(closed(CloseReason::PeerClosed).is_retryable());
+        assert!(CmError::Refused { addr }.is_retryable());
+        assert!(CmError::Mpa(ConnectError::Eof).is_retryable());
+        assert!(!CmError::Rejected {
+            private_data: vec![]
+        }
+        .is_retryable());
+        assert!(!closed(CloseReason::Terminated {
+            code: TermCode::ALL[0],
+            by_peer: true
+        })
+        .is_retryable());
+        assert!(!closed(CloseReason::Local).is_retryable());
+        assert!(!CmError::Io(io::Error::from(io::ErrorKind::PermissionDenied)).is_retryable());
     }
 }
