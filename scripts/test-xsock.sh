@@ -149,7 +149,10 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 # Stops a server by pid with SIGINT (python and redis exit through their
-# exit handlers, so the preload prints its counters).
+# exit handlers, so the preload prints its counters). The servers run under
+# `timeout --foreground`: without it timeout passes the SIGINT on twice (to
+# the server and to its process group), and a second one during python's
+# shutdown kills it before the exit handlers (no counters: 1 run in 6).
 stop() {
     kill -INT "$1" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
@@ -172,7 +175,7 @@ http_run() { # SERVER_PRELOAD CLIENT_PRELOAD
     local spre=() cpre=()
     [ "$1" = yes ] && spre=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
     [ "$2" = yes ] && cpre=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
-    (cd "$WORK/www" && exec timeout 120 "${spre[@]}" python3 -m http.server "$port" --bind 127.0.0.1) \
+    (cd "$WORK/www" && exec timeout --foreground 120 "${spre[@]}" python3 -m http.server "$port" --bind 127.0.0.1) \
         >"$WORK/http.s.out" 2>&1 &
     local sp=$!; PIDS+=("$sp")
     wait_port "$port" || fail "http.server did not start"
@@ -211,7 +214,7 @@ pass "iperf3 TCP, client and server preloaded in policy mode"
 
 port=$(free_port)
 RPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
-timeout 120 "${RPRE[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+timeout --foreground 120 "${RPRE[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
     >"$WORK/redis.s.out" 2>&1 &
 sp=$!; PIDS+=("$sp")
 wait_port "$port" || fail "redis-server did not start"
