@@ -15,9 +15,12 @@
 #     receive), offload with busy-polling receives
 #     (WARPSOCK_BUSY_POLL_US=$BUSY_US), and offload with every datagram
 #     handed over by the progress thread (WARPSOCK_CALLER_RECV=0).
+#  3. Pass-through: iperf3 TCP, one stream, received throughput with and
+#     without the preload on both sides (WARPSOCK_UDP_OFFLOAD=1: a TCP
+#     program must not notice the layer; target >= 0.98x).
 # Usage: scripts/bench-udp-offload.sh [seconds per run, default 5]
 # Environment: RUNS (rounds, default 5), BUSY_US (default 100),
-# ONLY=iperf|sockperf (one part only), BENCH_PORT (default 47001).
+# ONLY=iperf|sockperf|passthrough (one part only), BENCH_PORT (default 47001).
 # Check the load first (`uptime`): figures only mean something on a quiet
 # machine (1-minute load average < 0.5).
 set -euo pipefail
@@ -26,7 +29,7 @@ T="${1:-5}"
 RUNS="${RUNS:-5}"
 BUSY_US="${BUSY_US:-100}"
 ONLY="${ONLY:-}"
-scripts/ensure-pkgs.sh iperf sockperf >/dev/null
+scripts/ensure-pkgs.sh iperf iperf3 sockperf >/dev/null
 cargo build --release -p warpsock-preload --quiet
 SO="${CARGO_TARGET_DIR:-$PWD/target}/release/libwarpsock_preload.so"
 WORK="$(mktemp -d /tmp/warpsock-bench-udp.XXXXXX)"
@@ -72,7 +75,7 @@ iperf_run() { # key, label, server prefix (array name), client prefix (array nam
     local recv=$((total - lost))
     local gb; gb=$(awk -v n="$recv" 'BEGIN { printf "%.4f", n * 1470 / 1e9 }')
     local mbps; mbps=$(awk -v n="$recv" -v t="$T" 'BEGIN { printf "%.0f", n * 1470 * 8 / t / 1e6 }')
-    local cpg; cpg=$(awk -v c="$ccpu" -v s="$scpu" -v g="$gb" 'BEGIN { printf "%.2f", g > 0 ? (c + s) / g : 0 }')
+    local cpg; cpg=$(awk -v c="$ccpu" -v s="$scpu" -v g="$gb" 'BEGIN { printf "%.2f", (g > 0 ? (c + s) / g : 0) }')
     local lpct; lpct=$(awk -v l="$lost" -v t="$total" 'BEGIN { printf "%.2f", t ? 100 * l / t : 0 }')
     local ssys rsys
     ssys=$(awk -v c="$(syscalls_in "$WORK/c.perf")" -v n="$sent" 'BEGIN { printf "%.3f", n ? c / n : 0 }')
@@ -100,12 +103,28 @@ sockperf_run() { # key, label, prefix...
 
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 col() { cut -d' ' -f"$2" "$WORK/$1" | median; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 PRE=(env LD_PRELOAD="$SO" WARPSOCK_UDP_OFFLOAD=1)
 PLAIN=(env)
 GSO=(env LD_PRELOAD="$SO" WARPSOCK_UDP_OFFLOAD=1 WARPSOCK_UDP_MODE=gso)
-if [ "$ONLY" != sockperf ]; then
+part() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
+
+# One iperf3 TCP run; appends the received Gbit/s to $WORK/<key>.
+iperf3_run() { # key, label, prefix...
+    local key=$1 label=$2; shift 2
+    "$@" iperf3 -s -1 -B 127.0.0.1 -p "$PORT" >"$WORK/t3s.out" 2>&1 &
+    local sp=$!; PIDS+=("$sp"); sleep 0.5
+    "$@" iperf3 -c 127.0.0.1 -p "$PORT" -t "$T" -J >"$WORK/t3c.json" 2>"$WORK/t3c.err" || true
+    wait "$sp" 2>/dev/null || true; PIDS=()
+    local g
+    g=$(python3 -c 'import json,sys; print("%.3f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 1e9))' \
+        "$WORK/t3c.json" 2>/dev/null) || { cat "$WORK/t3c.err" >&2; echo "bench: iperf3 ($label) gave no result" >&2; exit 1; }
+    echo "$g" >>"$WORK/$key"
+    printf '  %-34s %8s Gbit/s received\n' "$label" "$g"
+}
+
+if part iperf; then
     echo "== iperf 2 UDP, 1470 B, -b 100G, ${T}s, 127.0.0.1, $RUNS rounds =="
     IMODES=(host offload gso)
     declare -A ILABEL=([host]="host UDP" [offload]="UDP offload (TCP path)" [gso]="GSO path -> plain receiver")
@@ -124,7 +143,7 @@ if [ "$ONLY" != sockperf ]; then
             "$(col "$m" 4)" "$(col "$m" 5)"
     done
 fi
-if [ "$ONLY" != iperf ]; then
+if part sockperf; then
     echo "== sockperf ping-pong, 64 B, ${T}s, server CPU 0, client CPU 1, $RUNS rounds (half round trip) =="
     MODES=(host offload busy progress)
     declare -A LABEL=([host]="host UDP" [offload]="offload (default)"
@@ -144,4 +163,14 @@ if [ "$ONLY" != iperf ]; then
         printf '  %-34s p50 %7s  p99 %8s usec  ratio %5.2fx\n' "${LABEL[$m]}" "$p50" "$p99" \
             "$(awk -v a="$p50" -v b="$HOST50" 'BEGIN { print a / b }')"
     done
+fi
+if part passthrough; then
+    echo "== pass-through: iperf3 TCP, one stream, ${T}s, 127.0.0.1, $RUNS rounds =="
+    for r in $(seq "$RUNS"); do
+        echo "round $r:"
+        iperf3_run tplain "host TCP" env
+        iperf3_run tpre "host TCP, both sides preloaded" "${PRE[@]}"
+    done
+    TP=$(col tplain 1); TQ=$(col tpre 1)
+    echo "medians over $RUNS rounds: host TCP $TP Gbit/s, preloaded $TQ Gbit/s ($(ratio "$TQ" "$TP")x; target >= 0.98x)"
 fi

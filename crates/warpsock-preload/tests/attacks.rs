@@ -224,6 +224,15 @@ impl Victim {
     }
 }
 
+/// A victim never outlives its test: one that failed (or hung) before
+/// `quit` is killed by pid.
+impl Drop for Victim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The offload's wire format, by hand.
 mod wire {
     pub(crate) const HELLO_PROOF_LEN: usize = 24;
