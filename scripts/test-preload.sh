@@ -25,28 +25,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-[ "$(id -u)" -eq 0 ] || { echo "test-preload: FAIL: must run as root (the network-namespace test creates namespaces)" >&2; exit 1; }
 scripts/ensure-pkgs.sh iperf iperf3 sockperf socat nftables iproute2 >/dev/null
-
-cargo build --release -p warpsock-preload --quiet
-TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
-SO="$TARGET_DIR/release/libwarpsock_preload.so"
-[ -f "$SO" ] || { echo "test-preload: $SO not built" >&2; exit 1; }
-
-WORK="$(mktemp -d /tmp/warpsock-test-preload.XXXXXX)"
-PIDS=()
-NETNS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    for ns in "${NETNS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-fail() { echo "test-preload: FAIL: $*" >&2; exit 1; }
-pass() { echo "test-preload: ok: $*"; PASSED=$((PASSED + 1)); }
-PASSED=0
+NAME=test-preload
+ROOT_WHY="the network-namespace test creates namespaces"
+. scripts/lib/preload-suite.sh
 
 # A port free for UDP and TCP on 127.0.0.1.
 free_port() {

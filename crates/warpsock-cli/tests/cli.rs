@@ -537,6 +537,20 @@ fn full_suite_quick_variant_then_report() {
     } else if !offload {
         assert!(stdout.contains("udp-offload skipped"), "{stdout}");
     }
+    // Sockets in DDP mode: the preloaded pass runs every stream test.
+    if results.iter().any(|r| r["transport"] == "ddp-socket") {
+        for test in [
+            "lat", "bw", "bibw", "multi", "hotspot", "fan-in", "fan-out", "cpu",
+        ] {
+            assert!(has(test, "ddp-socket"), "{test} over ddp-socket");
+        }
+    } else {
+        assert!(
+            !env_flag("WARPSOCK_REQUIRE_OFFLOAD"),
+            "no ddp-socket rows:\n{stdout}"
+        );
+        assert!(stdout.contains("ddp-socket skipped"), "{stdout}");
+    }
     // Scaling tests ran with N = 1 and 4; normalized CPU at one pace.
     for test in ["multi", "hotspot", "fan-in", "fan-out"] {
         let ns: Vec<u64> = results
@@ -546,9 +560,12 @@ fn full_suite_quick_variant_then_report() {
             .collect();
         assert_eq!(ns, vec![1, 4], "{test}");
     }
+    // One pace for the transports of this process; a preloaded pass
+    // (ddp-socket) paces to the slowest of its own (it runs in child
+    // processes after this one).
     let rates: Vec<u64> = results
         .iter()
-        .filter(|r| r["test"] == "cpu")
+        .filter(|r| r["test"] == "cpu" && r["transport"] != "ddp-socket")
         .map(|r| r["rate_bytes_per_s"].as_u64().unwrap())
         .collect();
     assert!(rates.len() >= 4 && rates.iter().all(|&v| v > 0 && v == rates[0]));
@@ -720,7 +737,7 @@ fn netns_pair_with_rate_and_loss_when_root() {
         "--tests",
         "lat,bw,fan-in",
         "--transports",
-        "tcp,udp,send,read",
+        "tcp,udp,send,read,ddp-socket",
         "--crc",
         "on",
         "--json",
@@ -740,6 +757,15 @@ fn netns_pair_with_rate_and_loss_when_root() {
     assert!(results
         .iter()
         .any(|r| r["transport"] == "udp" && r["test"] == "bw"));
+    // The loss comparison of issue 12: host TCP and DDP-mode sockets on
+    // the same lossy link (when the preload library is built).
+    let ddp = results
+        .iter()
+        .any(|r| r["transport"] == "ddp-socket" && r["test"] == "bw");
+    assert!(
+        ddp || (!env_flag("WARPSOCK_REQUIRE_OFFLOAD") && stdout.contains("ddp-socket skipped")),
+        "{stdout}"
+    );
 
     // Both namespaces share this machine's CPUs: busy-polling sides must be
     // placed on different ones (the server's boot id tells the client),

@@ -144,6 +144,18 @@ impl Qp {
         });
     }
 
+    /// Ends the connection with a Terminate carrying `code`, for an upper
+    /// layer that found the peer broke *its* protocol (a malformed message
+    /// in a receive, a credit overrun): outstanding requests are flushed,
+    /// the Terminate goes out (RFC 5040 §7; untagged, QN 2), then FIN. The
+    /// peer sees [`Event::Terminated`] with `code`.
+    pub fn terminate(&self, code: crate::proto::wire::terminate::TermCode) {
+        self.with(|st, inner| {
+            st.qp(self.qi).conn.fail_local(Some(code), false);
+            inner.kick(st, self.qi);
+        });
+    }
+
     /// Abortive close: everything outstanding is flushed and the peer gets
     /// a TCP reset (`SO_LINGER` 0).
     pub fn abort(self) {

@@ -176,3 +176,31 @@ fn write_target_gone_mid_placement_terminates_the_writer() {
     assert!(terminated(&se, false), "{se:?}");
     assert!(terminated(&ce, true), "the writer got a Terminate: {ce:?}");
 }
+
+/// An upper layer ends the connection with a Terminate of its choice
+/// (`Qp::terminate`): the peer sees that code, its posted receive is
+/// flushed, and our own requests after it fail.
+#[test]
+fn upper_layer_terminate_reaches_the_peer_with_its_code() {
+    let (mut c, mut s, _target, _rbuf) = pair(None);
+    c.qp.terminate(TermCode::RDMAP_OPERATION_UNSPECIFIED);
+    drive(&mut c, &mut s, |_, s| {
+        s.got
+            .iter()
+            .any(|w| w.wr_id == 70 && w.status == WcStatus::WrFlushError)
+    });
+    let ev = events(&s.qp);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Terminated { code, by_peer: true }
+            if *code == TermCode::RDMAP_OPERATION_UNSPECIFIED)),
+        "{ev:?}"
+    );
+    let ev = events(&c.qp);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Terminated { code, by_peer: false }
+            if *code == TermCode::RDMAP_OPERATION_UNSPECIFIED)),
+        "{ev:?}"
+    );
+}

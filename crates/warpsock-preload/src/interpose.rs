@@ -11,7 +11,7 @@
 
 use std::mem::zeroed;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use libc::{
     c_char, c_int, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t,
@@ -20,14 +20,14 @@ use libc::{
 
 use crate::shim::fdtable::{self, MANAGED};
 use crate::shim::guard::{busy, enter};
-use crate::shim::socket::{Adoption, Kind, Socket};
+use crate::shim::socket::{Adoption, Kind, SockOpt, Socket};
 use crate::shim::sys::{self, set_errno};
 use crate::shim::{reactor, real};
 
 /// The kinds of managed socket. A descriptor is a candidate of at most one
 /// (the first whose `wants` says yes); its mark in the descriptor table
 /// is its 1-based index here.
-pub(crate) static KINDS: &[&dyn Kind] = &[&crate::udp::UDP];
+pub(crate) static KINDS: &[&dyn Kind] = &[&crate::udp::UDP, &crate::xsock::DDP];
 
 /// Feature marker: this library carries the UDP offload's
 /// `WARPSOCK_UDP_MODE=gso|auto` path (UDP_SEGMENT/UDP_GRO). Programs probe
@@ -40,11 +40,16 @@ pub static FEATURE_UDP_GSO: u8 = 1;
 
 #[inline]
 fn managed(fd: c_int) -> Option<Arc<dyn Socket>> {
+    #[cfg(feature = "test-hooks")]
+    crate::shim::hooks::audit::call();
     if !fdtable::maybe_managed(fd) || busy() {
         return None;
     }
     fdtable::get(fd)
 }
+
+/// Held while a kind adopts a candidate (see `target`).
+static ADOPTING: Mutex<()> = Mutex::new(());
 
 /// The managed socket behind `fd` (whose mark is `mark`, non-zero), or the
 /// one its kind makes of the candidate `fd` about to talk to `dest()`.
@@ -53,6 +58,8 @@ fn target(
     mark: u8,
     dest: impl FnOnce() -> Option<SocketAddr>,
 ) -> Option<Arc<dyn Socket>> {
+    #[cfg(feature = "test-hooks")]
+    crate::shim::hooks::audit::call();
     if busy() {
         return None;
     }
@@ -61,6 +68,16 @@ fn target(
     }
     let kind = KINDS.get(fdtable::candidate_kind(mark)? - 1)?;
     let dest = dest()?;
+    // One adoption at a time, and only of a descriptor that is still a
+    // candidate: two threads sending on one new socket would otherwise
+    // both adopt it, the second taking the first's doorbell for the kernel
+    // socket (its send then failed with EISCONN).
+    let _one = ADOPTING.lock().unwrap_or_else(PoisonError::into_inner);
+    let mark = fdtable::mark(fd);
+    if mark & MANAGED != 0 {
+        return fdtable::get(fd);
+    }
+    fdtable::candidate_kind(mark)?;
     enter(None, || match kind.adopt(fd, dest) {
         Adoption::Adopted(s) => Some(s),
         Adoption::NotThis => None,
@@ -108,13 +125,13 @@ pub(crate) fn demote_all(only_inheritable: bool) {
             if fdfl < 0 || (only_inheritable && fdfl & libc::FD_CLOEXEC != 0) {
                 continue;
             }
-            sys::set_nonblocking(s.kernel_fd(), s.nonblocking());
+            sys::set_nonblocking(s.demote_fd(), s.nonblocking());
             let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
                 libc::O_CLOEXEC
             } else {
                 0
             };
-            real::dup3(s.kernel_fd(), fd, cloexec);
+            real::dup3(s.demote_fd(), fd, cloexec);
         }
         if vforked {
             continue;
@@ -145,6 +162,8 @@ fn empty_msg() -> msghdr {
 /// Interposed `socket(2)`: a socket some kind wants becomes its candidate.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    #[cfg(feature = "test-hooks")]
+    crate::shim::hooks::audit::call();
     // SAFETY: forwarding the caller's arguments.
     let fd = unsafe { real::socket(domain, ty, protocol) };
     if fd >= 0 && !busy() {
@@ -192,8 +211,16 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         }
     }
     // SAFETY: forwarding the caller's arguments.
-    let r = unsafe { real::connect(fd, addr, len) };
-    if r != 0 || fdtable::candidate_kind(mark).is_none() || busy() {
+    let mut r = unsafe { real::connect(fd, addr, len) };
+    let kind = fdtable::candidate_kind(mark).and_then(|k| KINDS.get(k - 1));
+    if r != 0 && sys::errno() == libc::EINPROGRESS && !busy() {
+        if let Some(k) = kind {
+            if enter(false, || k.finish_connect(fd)) {
+                r = 0;
+            }
+        }
+    }
+    if r != 0 || kind.is_none() || busy() {
         return r;
     }
     // SAFETY: the kernel accepted `addr` of `len` bytes.
@@ -205,6 +232,44 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         }
     }
     0
+}
+
+/// Interposed `accept4(2)`: a candidate listener's kind may adopt the new
+/// connection.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let n = unsafe { real::accept4(fd, addr, len, flags) };
+    if n >= 0 && !busy() {
+        if let Some(kind) =
+            fdtable::candidate_kind(fdtable::mark(fd)).and_then(|k| KINDS.get(k - 1))
+        {
+            enter((), || kind.accepted(fd, n));
+        }
+    }
+    n
+}
+
+/// Interposed `accept(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: same contract as accept4.
+    unsafe { accept4(fd, addr, len, 0) }
+}
+
+/// A socket option at a level some kind owns, on an unmanaged descriptor.
+fn plain_sockopt(fd: c_int, level: c_int, op: SockOpt) -> Option<c_int> {
+    if busy() || level < crate::xsock::FIRST_OWN_LEVEL {
+        return None;
+    }
+    enter(Some(-1), || {
+        KINDS.iter().find_map(|k| k.plain_sockopt(fd, level, op))
+    })
 }
 
 /// Interposed `close(2)`.
@@ -333,7 +398,12 @@ pub unsafe extern "C" fn getsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
-    let fd = managed(fd).map_or(fd, |s| s.kernel_fd());
+    if let Some(s) = managed(fd) {
+        return enter(-1, || s.getsockopt(level, name, val, len));
+    }
+    if let Some(r) = plain_sockopt(fd, level, SockOpt::Get(name, val, len)) {
+        return r;
+    }
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::getsockopt(fd, level, name, val, len) }
 }
@@ -347,11 +417,14 @@ pub unsafe extern "C" fn setsockopt(
     val: *const c_void,
     len: socklen_t,
 ) -> c_int {
-    match managed(fd) {
-        Some(s) => enter(-1, || s.setsockopt(level, name, val, len)),
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::setsockopt(fd, level, name, val, len) },
+    if let Some(s) = managed(fd) {
+        return enter(-1, || s.setsockopt(level, name, val, len));
     }
+    if let Some(r) = plain_sockopt(fd, level, SockOpt::Set(name, val, len)) {
+        return r;
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::setsockopt(fd, level, name, val, len) }
 }
 
 /// Interposed `shutdown(2)`.
@@ -890,6 +963,66 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flag
         sent += 1;
     }
     sent as c_int
+}
+
+/// Interposed `sendfile(2)`: to a managed socket, the file's bytes go
+/// through its send path (the program's descriptor is not the kernel
+/// socket, so the kernel must not write to it).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendfile(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    let Some(s) = managed(out_fd) else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendfile(out_fd, in_fd, offset, count) };
+    };
+    enter(-1, || {
+        let mut buf = vec![0u8; count.min(1 << 20)];
+        let n = if offset.is_null() {
+            // SAFETY: reading into our own buffer at the file position.
+            unsafe { real::read(in_fd, buf.as_mut_ptr().cast(), buf.len()) }
+        } else {
+            // SAFETY: as above, at the caller's offset.
+            unsafe { real::pread(in_fd, buf.as_mut_ptr().cast(), buf.len(), *offset) }
+        };
+        if n <= 0 {
+            return n;
+        }
+        let v = one_iov(buf.as_mut_ptr().cast(), n as size_t);
+        let mut m = empty_msg();
+        m.msg_iov = (&v as *const iovec).cast_mut();
+        m.msg_iovlen = 1;
+        // SAFETY: `m` describes our own buffer.
+        let sent = unsafe { s.sendmsg(&m, 0) };
+        if sent > 0 {
+            if offset.is_null() {
+                // Unread the part not sent.
+                if sent < n {
+                    // SAFETY: moving the file position of the caller's file back.
+                    unsafe { libc::lseek(in_fd, (sent - n) as libc::off_t, libc::SEEK_CUR) };
+                }
+            } else {
+                // SAFETY: the caller's offset.
+                unsafe { *offset += sent as libc::off_t };
+            }
+        }
+        sent
+    })
+}
+
+/// Interposed `sendfile64` (same as `sendfile` on 64-bit targets).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { sendfile(out_fd, in_fd, offset, count) }
 }
 
 // ---- _exit ---------------------------------------------------------------------

@@ -294,6 +294,7 @@
 pub mod interpose;
 mod shim;
 mod udp;
+pub mod xsock;
 
 // The handlers are only referenced from `.init_array`, which unit tests lack.
 #[cfg_attr(test, allow(dead_code))]

@@ -27,7 +27,11 @@
 //! left for the application).
 //!
 //! The two sides have fixed roles, from their addresses: the end with the
-//! lower (address, port) is the **initiator** ([`Role`]).
+//! lower (address, port) is the **initiator** ([`Role`]). Policy mode, which
+//! knows who connected, makes the connecting end the initiator instead
+//! (`io::switch_fd_as`): a preloaded server then never marks towards a
+//! client without warpsock (whose `poll` would show the urgent byte as
+//! `POLLPRI`, which curl takes for a failed connect).
 //!
 //! 1. The initiator marks at once, then waits up to `mark_timeout` for the
 //!    responder's mark.

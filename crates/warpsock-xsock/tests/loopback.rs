@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use warpsock_xsock::io::{
-    counters, switch_fd, AioOp, Completion, Failure, Options, RecvFlags, XSocket,
+    counters, switch_fd, switch_fd_as, AioOp, Completion, Failure, Options, RecvFlags, XSocket,
 };
 use warpsock_xsock::switch::Limits;
-use warpsock_xsock::SwitchError;
+use warpsock_xsock::{Role, SwitchError};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -130,6 +130,53 @@ fn a_plain_peer_refuses_and_the_connection_stays_intact() {
     assert_eq!(got, b"after");
 }
 
+/// Policy mode at accept time: the accepting end responds whatever the
+/// addresses say, so a client without warpsock never gets an urgent byte —
+/// not in its reads, and not as `POLLPRI` either (curl fails a connect that
+/// shows it). Checked on a pair where the accepting end's address is the
+/// lower one (by addresses it would initiate and mark at once).
+#[test]
+fn an_accepting_responder_never_marks_to_a_plain_client() {
+    use std::os::fd::AsRawFd;
+    let (client, server) = (0..200)
+        .map(|_| tcp_pair())
+        .find(|(c, s)| {
+            warpsock_xsock::switch::role(s.local_addr().unwrap(), c.local_addr().unwrap())
+                == Some(Role::Initiator)
+        })
+        .expect("a pair whose accepting end has the lower port");
+    let mut o = opts();
+    o.limits = Limits::with_timeout(Duration::from_millis(300));
+    o.limits.at_start = true;
+    // The plain client speaks first (an HTTP request): the switch ends at
+    // once, the request kept for the program.
+    let mut client = client;
+    client.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let err = switch_fd_as(server.as_fd(), &o, Some(Role::Responder)).unwrap_err();
+    let Failure::Refused { error, residue, .. } = &err else {
+        panic!("{err}")
+    };
+    assert!(matches!(error, SwitchError::PeerNotSwitching), "{error}");
+    assert_eq!(residue, b"GET / HTTP/1.0\r\n\r\n");
+    let mut p = libc::pollfd {
+        fd: client.as_raw_fd(),
+        events: libc::POLLPRI | libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack.
+    let n = unsafe { libc::poll(&mut p, 1, 100) };
+    assert_eq!(n, 0, "the client saw {:#x}", p.revents);
+    // A silent plain client: the responder gives up at its deadline,
+    // having sent nothing.
+    let (client, server) = tcp_pair();
+    let err = switch_fd_as(server.as_fd(), &o, Some(Role::Responder)).unwrap_err();
+    assert_eq!(err.errno(), libc::ECONNREFUSED, "{err}");
+    p.fd = client.as_raw_fd();
+    // SAFETY: as above.
+    let n = unsafe { libc::poll(&mut p, 1, 100) };
+    assert_eq!(n, 0, "the client saw {:#x}", p.revents);
+}
+
 #[test]
 fn message_mode_keeps_each_send_whole() {
     let (a, b) = tcp_pair();
@@ -160,14 +207,6 @@ fn large_reads_posted_ahead_are_placed_without_a_copy() {
     let xb = Arc::new(xb);
     let chunk = 1 << 20;
     let rounds = 8;
-    let before = (
-        counters()
-            .rx_bytes
-            .load(std::sync::atomic::Ordering::Relaxed),
-        counters()
-            .rx_copied
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
     let r = {
         let xb = Arc::clone(&xb);
         std::thread::spawn(move || {
@@ -189,33 +228,40 @@ fn large_reads_posted_ahead_are_placed_without_a_copy() {
         })
     };
     let data = pattern(chunk * rounds, 5);
+    let t = Instant::now();
     for i in 0..rounds {
-        // Let the reader's sink arrive first.
-        std::thread::sleep(Duration::from_millis(20));
+        // The reader's sink arrives first (its offer follows the "k").
+        while !xa.peer_sink_ready() {
+            assert!(t.elapsed() < LIMIT, "no sink offered in round {i}");
+            std::thread::yield_now();
+        }
         xa.send(&data[i * chunk..(i + 1) * chunk], false, None)
             .unwrap();
-        let mut k = [0u8; 1];
-        xa.recv(&mut k, RecvFlags::default(), Some(LIMIT)).unwrap();
+        if i + 1 < rounds {
+            let mut k = [0u8; 1];
+            xa.recv(&mut k, RecvFlags::default(), Some(LIMIT)).unwrap();
+        }
     }
     assert!(r.join().unwrap() == data);
-    let rx = counters()
-        .rx_bytes
-        .load(std::sync::atomic::Ordering::Relaxed)
-        - before.0;
-    let copied = counters()
-        .rx_copied
-        .load(std::sync::atomic::Ordering::Relaxed)
-        - before.1;
-    // Other tests in this process may receive meanwhile; their bytes only
-    // make the ratio worse.
-    assert!(rx >= (chunk * rounds) as u64);
+    // This socket's own counters: other tests in the process do not count.
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let st = xb.stats();
+    let (rx, copied, placed) = (load(&st.rx_bytes), load(&st.rx_copied), load(&st.rx_placed));
+    assert_eq!(rx, (chunk * rounds) as u64, "bytes received");
+    assert_eq!(rx, copied + placed);
     println!(
-        "1 MiB reads posted ahead: {copied} of {rx} bytes copied ({:.4} per byte received)",
+        "1 MiB reads posted ahead: {copied} of {rx} bytes copied ({:.6} per byte received)",
         copied as f64 / rx as f64
     );
     assert!(
         (copied as f64) / (rx as f64) <= 0.05,
         "copied {copied} of {rx} bytes"
+    );
+    assert!(
+        counters()
+            .rx_placed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= placed
     );
 }
 
@@ -374,4 +420,189 @@ fn eof_timeouts_nonblocking_and_peek() {
         .unwrap();
     assert_eq!(&buf[..n], b"back");
     assert!(xb.close(Duration::from_secs(2)));
+}
+
+fn set_buf(s: &TcpStream, opt: libc::c_int, bytes: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt reads one int from the stack.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&bytes as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+}
+
+/// The progress-thread contract ([`XSocket::WATCH_EVENTS`] edge-triggered,
+/// [`XSocket::progress_if_idle`] on each event) moves output the engine had
+/// to queue because the kernel's send buffer was full. The receiver only
+/// lets its engine read (it consumes nothing, so it returns no credit and
+/// sends nothing back): the sender gets no input that would make it
+/// transmit, and only output space can wake it. Without `EPOLLOUT` in the
+/// mask the last messages stay in the sender's engine — the hang of the
+/// preload's stream case, where both programs then waited in `poll`.
+#[test]
+fn queued_output_leaves_on_output_space_alone() {
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 16 << 10);
+    set_buf(&b, libc::SO_RCVBUF, 16 << 10);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let data = pattern(15 * xa.peer_hello().payload(), 41);
+    let sent = xa.send(&data, true, None).unwrap();
+    // Far more than the two socket buffers hold: most of it is queued in
+    // the sender's engine.
+    assert!(sent >= 8 * xa.peer_hello().payload(), "sent {sent}");
+
+    // SAFETY: a new epoll instance.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0);
+    let mut ev = libc::epoll_event {
+        events: XSocket::WATCH_EVENTS,
+        u64: 1,
+    };
+    // SAFETY: registering the engine's socket with our epoll.
+    let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, xa.tcp_fd(), &mut ev) };
+    assert_eq!(r, 0);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let rx = sc.spawn(|| {
+            let t = Instant::now();
+            while xb.readable_bytes() < sent && t.elapsed() < Duration::from_secs(10) {
+                xb.progress();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+            xb.readable_bytes()
+        });
+        // The sender's "progress thread".
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+            // SAFETY: `out` holds 4 events.
+            let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 4, 50) };
+            if n > 0 {
+                xa.progress_if_idle();
+            }
+        }
+        let got = rx.join().unwrap();
+        assert_eq!(got, sent, "the sender's queued output never left");
+    });
+    // SAFETY: our epoll instance.
+    unsafe { libc::close(ep) };
+    assert_eq!(recv_exact(&xb, sent), data[..sent]);
+}
+
+/// A peer whose process ends without closing its DDP socket (the kernel
+/// sends FIN, not our end-of-stream message): as over TCP, the bytes that
+/// arrived are read, then the stream ends (0), and a send fails with
+/// EPIPE — not a protocol error.
+#[test]
+fn a_peer_gone_without_closing_is_end_of_stream() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xa.send(b"last words", false, None).unwrap();
+    // What the kernel does when the process dies with the socket open.
+    a.shutdown(std::net::Shutdown::Both).unwrap();
+    assert_eq!(recv_exact(&xb, 10), b"last words");
+    let mut buf = [0u8; 16];
+    let (n, _) = xb
+        .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(n, 0, "end of stream, not {:?}", xb.error());
+    let r = xb.readiness();
+    assert!(
+        r.readable && r.rdhup && r.hup && r.writable && !r.error,
+        "{r:?}"
+    );
+    let e = xb.send(b"x", false, None).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+    drop(xa);
+}
+
+/// A peer that breaks the sockets protocol (a message of an unknown kind)
+/// is answered with a Terminate, not just a FIN: both ends fail with
+/// EPROTO, and the breaker is told that its peer terminated.
+#[test]
+fn a_protocol_breaker_gets_a_terminate() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xa.inject_raw_message(&[0x63, 0, 0, 0, 0, 0, 0, 0]);
+    // Both ends driven at once (caller-driven engines: the injected Send
+    // may wait in a's engine for b's first FPDU, RFC 6581).
+    std::thread::scope(|sc| {
+        let ta = sc.spawn(|| {
+            let mut buf = [0u8; 8];
+            xa.recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap_err()
+        });
+        let mut buf = [0u8; 8];
+        let e = xb
+            .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+            .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPROTO), "{e}");
+        let (_, what) = xb.error().unwrap();
+        assert!(what.contains("broke the protocol"), "{what}");
+        let e = ta.join().unwrap();
+        assert_eq!(e.raw_os_error(), Some(libc::EPROTO), "{e}");
+    });
+    let (_, what) = xa.error().unwrap();
+    assert!(
+        what.contains("the peer terminated") && what.contains("unspecified"),
+        "{what}"
+    );
+}
+
+/// A non-blocking send (copied through transmit slots) into a sink larger
+/// than a slot: the Write goes out slot by slot, every byte in place.
+#[test]
+fn nonblocking_sends_fill_a_large_sink_slot_by_slot() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    // Larger than all transmit slots together.
+    let data = pattern(4 << 20, 77);
+    std::thread::scope(|sc| {
+        let r = sc.spawn(|| {
+            let mut buf = vec![0u8; 4 << 20];
+            let f = RecvFlags {
+                waitall: true,
+                ..RecvFlags::default()
+            };
+            let (n, _) = xb.recv(&mut buf, f, Some(LIMIT)).unwrap();
+            assert_eq!(n, buf.len());
+            buf
+        });
+        let t = Instant::now();
+        while !xa.peer_sink_ready() {
+            assert!(t.elapsed() < LIMIT, "no sink offered");
+            std::thread::yield_now();
+        }
+        let mut off = 0;
+        while off < data.len() {
+            assert!(t.elapsed() < LIMIT, "stuck at {off}");
+            match xa.send(&data[off..], true, None) {
+                Ok(n) => off += n,
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    xa.progress();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        // The engine is driven by its callers: the last Writes complete,
+        // and the sink's SINK_DONE goes out, as this side keeps driving.
+        while !r.is_finished() {
+            assert!(t.elapsed() < LIMIT, "the reader never got the sink");
+            xa.progress();
+            std::thread::yield_now();
+        }
+        assert!(r.join().unwrap() == data);
+    });
+    assert_eq!(
+        xb.stats()
+            .rx_placed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        4 << 20
+    );
 }

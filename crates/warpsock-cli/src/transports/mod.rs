@@ -17,6 +17,7 @@
 //! protocol, the server, the preloaded passes, the tables, the JSON, the
 //! figures and the summary all go through this registry.
 
+mod ddp_socket;
 mod gso;
 mod iwarp;
 mod sock;
@@ -39,6 +40,7 @@ pub(crate) static ALL: &[&dyn Link] = &[
     &iwarp::SEND,
     &iwarp::WRITE,
     &iwarp::READ,
+    &ddp_socket::DdpSocket,
 ];
 
 /// Every transport, in table order.
@@ -93,8 +95,8 @@ mod tests {
             assert_eq!(link(t).info().name, t.name());
             assert!(find(t.baseline).is_some(), "{t}: baseline");
         }
-        assert!(parse("carrier-pigeon")
-            .unwrap_err()
-            .contains("one of tcp, udp, udp-offload, udp-gso, udp-host-gso, send, write, read"));
+        assert!(parse("carrier-pigeon").unwrap_err().contains(
+            "one of tcp, udp, udp-offload, udp-gso, udp-host-gso, send, write, read, ddp-socket"
+        ));
     }
 }

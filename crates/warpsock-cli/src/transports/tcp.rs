@@ -190,7 +190,7 @@ impl Conn {
 }
 
 /// One thread's TCP connections.
-struct TcpEndpoint {
+pub(super) struct TcpEndpoint {
     conns: Vec<Conn>,
     role: Role,
     size: usize,
@@ -203,7 +203,7 @@ struct TcpEndpoint {
 }
 
 impl TcpEndpoint {
-    fn new(job: &Job<'_>, streams: Vec<TcpStream>) -> Result<Self, Error> {
+    pub(super) fn new(job: &Job<'_>, streams: Vec<TcpStream>) -> Result<Self, Error> {
         let spec = job.spec;
         let busy = spec.busy_poll();
         let blocking = streams.len() == 1 && job.role != Role::Both && busy.is_zero();

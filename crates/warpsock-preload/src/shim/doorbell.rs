@@ -94,6 +94,58 @@ impl Doorbell {
     }
 }
 
+impl Doorbell {
+    /// Makes the program's end report (`on`) or not report `POLLOUT`: a
+    /// socket whose sends would block fills the program end's send buffer
+    /// with filler bytes (read back out here, never delivered), so its
+    /// poll/select/epoll wait for writability like a full TCP socket's.
+    /// Returns whether the state changed.
+    pub(crate) fn set_writable(&self, on: bool) -> bool {
+        let mut buf = [0u8; 4096];
+        if on {
+            let mut any = false;
+            loop {
+                // SAFETY: reading into a local buffer from our own socket.
+                let r = unsafe {
+                    real::recv(
+                        self.tx,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if r <= 0 {
+                    return any;
+                }
+                any = true;
+            }
+        }
+        let mut any = false;
+        loop {
+            // SAFETY: a write from a local buffer to our own socket.
+            let r = unsafe {
+                real::send(
+                    self.app,
+                    buf.as_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            if r <= 0 {
+                return any;
+            }
+            any = true;
+        }
+    }
+
+    /// The socket is finished both ways: the program's end reports
+    /// `POLLHUP` (and `POLLIN`, `POLLRDHUP`).
+    pub(crate) fn hang_up(&self) {
+        // SAFETY: shutting down our own socket.
+        unsafe { real::shutdown(self.tx, libc::SHUT_RDWR) };
+    }
+}
+
 impl Drop for Doorbell {
     fn drop(&mut self) {
         sys::close(self.app);

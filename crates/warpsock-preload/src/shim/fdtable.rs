@@ -98,6 +98,36 @@ pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>
     old
 }
 
+/// Makes the program's descriptor number `fd` name `target` (a descriptor
+/// of ours, e.g. a doorbell end) and records that it refers to `sock`; the
+/// close-on-exec flag of `fd` is kept. On failure nothing changes and the
+/// errno is returned.
+pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result<(), c_int> {
+    // SAFETY: fcntl/dup3 on the program's descriptor and one of ours.
+    let fdfl = unsafe { super::real::fcntl(fd, libc::F_GETFD, 0) };
+    if fdfl < 0 {
+        return Err(super::sys::errno());
+    }
+    // Publish before the swap: the kind's paths never use `fd` itself.
+    if let Some(old) = insert(fd, sock) {
+        old.release();
+    }
+    let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
+        libc::O_CLOEXEC
+    } else {
+        0
+    };
+    // SAFETY: as above.
+    if unsafe { super::real::dup3(target, fd, cloexec) } < 0 {
+        let e = super::sys::errno();
+        if let Some(me) = remove(fd) {
+            me.release();
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Forgets `fd`; returns its object (whose reference the caller releases).
 pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
     if !maybe_managed(fd) {

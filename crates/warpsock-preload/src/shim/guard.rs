@@ -26,6 +26,10 @@ pub(crate) fn busy() -> bool {
 /// value, or `err` with errno `EIO` if it panicked.
 pub(crate) fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
     let prev = BUSY.with(|b| b.replace(true));
+    #[cfg(feature = "test-hooks")]
+    if prev {
+        super::hooks::audit::nested();
+    }
     let r = catch_unwind(AssertUnwindSafe(f));
     BUSY.with(|b| b.set(prev));
     r.unwrap_or_else(|_| {

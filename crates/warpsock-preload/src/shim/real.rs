@@ -55,6 +55,7 @@ real_fns! {
     socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
     bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
     connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
+    accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int;
     close(fd: c_int) -> c_int;
     dup(fd: c_int) -> c_int;
     dup2(old: c_int, new: c_int) -> c_int;
@@ -78,6 +79,8 @@ real_fns! {
     getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int;
     setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
     shutdown(fd: c_int, how: c_int) -> c_int;
+    sendfile(out_fd: c_int, in_fd: c_int, offset: *mut libc::off_t, count: size_t) -> ssize_t;
+    pread(fd: c_int, buf: *mut c_void, len: size_t, offset: libc::off_t) -> ssize_t;
     poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
     ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
     __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t;

@@ -101,6 +101,26 @@ pub(crate) trait Socket: Send + Sync {
         // SAFETY: forwarding the program's arguments to the kernel socket.
         unsafe { real::ioctl(self.kernel_fd(), req, arg) }
     }
+
+    /// `getsockopt(2)`.
+    fn getsockopt(
+        &self,
+        level: c_int,
+        name: c_int,
+        val: *mut c_void,
+        len: *mut socklen_t,
+    ) -> c_int {
+        // SAFETY: forwarding the program's arguments to the kernel socket.
+        unsafe { real::getsockopt(self.kernel_fd(), level, name, val, len) }
+    }
+
+    /// The descriptor the program's number becomes before exec and in a
+    /// forked child (default: the kernel socket). A kind whose kernel
+    /// socket carries a protocol the program must not write into raw
+    /// gives something else.
+    fn demote_fd(&self) -> c_int {
+        self.kernel_fd()
+    }
 }
 
 /// A kind of managed socket: adoption and life-cycle hooks.
@@ -121,6 +141,24 @@ pub(crate) trait Kind: Sync {
     /// `connect`, or before a send naming it): adopt it now, or not.
     fn adopt(&self, fd: c_int, dest: SocketAddr) -> Adoption;
 
+    /// A candidate's non-blocking `connect` returned `EINPROGRESS`: the
+    /// kind may finish it (wait for the connection) and return true, so the
+    /// call completes at once and [`Kind::adopt`] follows (default: no).
+    fn finish_connect(&self, _fd: c_int) -> bool {
+        false
+    }
+
+    /// A candidate listening socket `listener` accepted `fd` (default:
+    /// nothing; `fd` is a plain kernel socket).
+    fn accepted(&self, _listener: c_int, _fd: c_int) {}
+
+    /// `setsockopt`/`getsockopt` at an option level the kind owns, on a
+    /// descriptor that is not managed (default: not the kind's level).
+    /// Returns `None` if `level` is not the kind's.
+    fn plain_sockopt(&self, _fd: c_int, _level: c_int, _op: SockOpt) -> Option<c_int> {
+        None
+    }
+
     /// When the library is loaded (before `main`).
     fn loaded(&self) {}
 
@@ -138,6 +176,15 @@ pub(crate) trait Kind: Sync {
 
     /// From `_exit`/`_Exit` (no exit handlers run).
     fn exit_flush(&self) {}
+}
+
+/// A socket option call, for [`Kind::plain_sockopt`].
+#[derive(Clone, Copy)]
+pub(crate) enum SockOpt {
+    /// `setsockopt(name, val, len)`.
+    Set(c_int, *const c_void, socklen_t),
+    /// `getsockopt(name, val, len)`.
+    Get(c_int, *mut c_void, *mut socklen_t),
 }
 
 /// Extra descriptors a program's wait watches for a managed socket, and

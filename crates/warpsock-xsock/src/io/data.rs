@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Sgl};
 
-use super::socket::{count, RecvFlags, State, XSocket, CALL_BITS, COUNTERS, WR_CALL, WR_SLOT};
+use super::socket::{Count, RecvFlags, State, XSocket, CALL_BITS, WR_CALL, WR_SLOT};
 use crate::stream::{SinkState, TxStep};
 use crate::wire::{Msg, HDR_LEN, MAX_CONTROL_LEN};
 
@@ -30,7 +30,7 @@ impl XSocket {
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut st = self.lock();
-        if st.s.is_write_shut() {
+        if st.s.is_write_shut() || (st.peer_closed && st.error.is_none()) {
             return Err(io::Error::from_raw_os_error(libc::EPIPE));
         }
         let zcopy = !nonblocking && buf.len() >= self.opts.zcopy_min;
@@ -53,10 +53,27 @@ impl XSocket {
             if let Some(e) = Self::dead(&st) {
                 return if off > 0 { Ok(off) } else { Err(e) };
             }
+            if st.peer_closed {
+                return if off > 0 {
+                    Ok(off)
+                } else {
+                    Err(io::Error::from_raw_os_error(libc::EPIPE))
+                };
+            }
+            // A copy goes through one transmit slot per request (a sink
+            // Write, or DATA after its header), so copied bytes go out at
+            // most a slot's payload at a time; from the caller's registered
+            // buffer, as much as the books allow.
+            let rest = buf.len() - off;
+            let chunk = if user_mr.is_some() {
+                rest
+            } else {
+                rest.min(self.opts.slot_size as usize - HDR_LEN)
+            };
             let step = if st.tx_free.is_empty() {
                 TxStep::Blocked
             } else {
-                st.s.tx_data(buf.len() - off, true)
+                st.s.tx_data(chunk, chunk == rest)
             };
             match step {
                 TxStep::Control => self.flush(&mut st),
@@ -106,11 +123,11 @@ impl XSocket {
             st.s.tx_end_call();
         }
         self.flush(&mut st);
-        count(&COUNTERS.tx_bytes, off);
+        self.count(Count::TxBytes, off);
         if user_mr.is_some() {
             // The caller's memory is read by the engine until its requests
             // complete.
-            while Self::call_busy(&st, call) && st.error.is_none() {
+            while Self::call_busy(&st, call) && !st.over() {
                 st = self.wait(st, None);
             }
             Self::end_call(&mut st, call);
@@ -140,7 +157,8 @@ impl XSocket {
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
         let Some(mr) = user_mr else {
-            count(&COUNTERS.tx_copied, data.len());
+            debug_assert!(data.len() + HDR_LEN <= self.opts.slot_size as usize);
+            self.count(Count::TxCopied, data.len());
             match hdr {
                 Some(m) => self.post_msg(st, slot, m, data),
                 None => {
@@ -326,8 +344,7 @@ impl XSocket {
         });
         if !peek {
             st.s.consume(out.len());
-            count(&COUNTERS.rx_bytes, out.len());
-            count(&COUNTERS.rx_copied, out.len());
+            self.count(Count::RxCopied, out.len());
             self.repost(st);
             self.flush(st);
         }
@@ -364,7 +381,7 @@ impl XSocket {
                 SinkState::Declined => break 0,
                 _ => {}
             }
-            if st.error.is_some() {
+            if st.over() {
                 break 0;
             }
             if !cancelled && deadline.is_some_and(|d| Instant::now() >= d) {
@@ -376,8 +393,7 @@ impl XSocket {
             st = self.wait(st, d);
         };
         st.s.release_sink(id);
-        count(&COUNTERS.rx_bytes, placed);
-        count(&COUNTERS.rx_placed, placed);
+        self.count(Count::RxPlaced, placed);
         drop(mr);
         (st, placed)
     }

@@ -9,4 +9,4 @@ mod sys;
 
 pub use rio::{AioOp, Completion};
 pub use socket::{counters, Counters, Options, Readiness, RecvFlags, XSocket};
-pub use switch::{switch_fd, Failure};
+pub use switch::{switch_fd, switch_fd_as, Failure};

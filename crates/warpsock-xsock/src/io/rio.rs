@@ -206,8 +206,7 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
                 SinkState::Filled { len, .. } => {
                     st.s.release_sink(id);
                     drop(mr);
-                    super::socket::count(&super::socket::COUNTERS.rx_bytes, len as usize);
-                    super::socket::count(&super::socket::COUNTERS.rx_placed, len as usize);
+                    x.count(super::socket::Count::RxPlaced, len as usize);
                     st.aio.done.push_back(Completion {
                         cookie: r.cookie,
                         op: AioOp::Recv,
@@ -219,7 +218,7 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
                     st.s.release_sink(id);
                     drop(mr);
                 }
-                _ if st.error.is_some() => {
+                _ if st.over() => {
                     st.s.release_sink(id);
                     drop(mr);
                 }

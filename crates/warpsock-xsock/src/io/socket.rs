@@ -23,13 +23,15 @@ use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use warpsock_engine::{
     connect_stream, Access, CmError, ConnectRequest, Context, ContextOptions, Cq, Event, Mr, Pd,
-    Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode,
+    Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
 };
+
+use warpsock_engine::proto::wire::terminate::TermCode;
 
 use super::rio::{Aio, LocalMap};
 use crate::stream::Stream;
@@ -92,21 +94,43 @@ pub struct Counters {
     pub tx_copied: AtomicU64,
 }
 
-pub(crate) static COUNTERS: Counters = Counters {
-    rx_bytes: AtomicU64::new(0),
-    rx_copied: AtomicU64::new(0),
-    rx_placed: AtomicU64::new(0),
-    tx_bytes: AtomicU64::new(0),
-    tx_copied: AtomicU64::new(0),
-};
+impl Counters {
+    const fn new() -> Self {
+        Self {
+            rx_bytes: AtomicU64::new(0),
+            rx_copied: AtomicU64::new(0),
+            rx_placed: AtomicU64::new(0),
+            tx_bytes: AtomicU64::new(0),
+            tx_copied: AtomicU64::new(0),
+        }
+    }
+}
 
-/// The process's counters.
+static COUNTERS: Counters = Counters::new();
+
+/// The process's counters (every socket's, added up).
 pub fn counters() -> &'static Counters {
     &COUNTERS
 }
 
-pub(crate) fn count(c: &AtomicU64, n: usize) {
-    c.fetch_add(n as u64, Ordering::Relaxed);
+/// One of the [`Counters`].
+#[derive(Clone, Copy)]
+pub(crate) enum Count {
+    RxCopied,
+    RxPlaced,
+    TxBytes,
+    TxCopied,
+}
+
+impl Count {
+    fn of(self, c: &Counters) -> &AtomicU64 {
+        match self {
+            Self::RxCopied => &c.rx_copied,
+            Self::RxPlaced => &c.rx_placed,
+            Self::TxBytes => &c.tx_bytes,
+            Self::TxCopied => &c.tx_copied,
+        }
+    }
 }
 
 /// Flags of a receive call.
@@ -134,6 +158,10 @@ pub struct Readiness {
     pub hup: bool,
     /// The connection failed.
     pub error: bool,
+    /// Completions processed so far (a counter): a change since the last
+    /// look means something new arrived, so an edge-triggered waiter needs
+    /// a new edge even if the socket was already readable.
+    pub arrivals: u64,
 }
 
 /// Identifies a send work request: what it holds until it completes.
@@ -162,6 +190,8 @@ pub(crate) struct State {
     pub(crate) peer_closed: bool,
     pub(crate) aio: Aio,
     pub(crate) maps: BTreeMap<u64, LocalMap>,
+    /// Completions processed ([`Readiness::arrivals`]).
+    pub(crate) arrivals: u64,
 }
 
 impl State {
@@ -174,6 +204,12 @@ impl State {
 
     pub(crate) fn tx_free_len(&self) -> usize {
         self.tx_free.len()
+    }
+
+    /// Nothing can arrive or leave any more: the connection failed, or the
+    /// peer's FIN closed it. Waits for the peer end here.
+    pub(crate) fn over(&self) -> bool {
+        self.error.is_some() || self.peer_closed
     }
 }
 
@@ -192,6 +228,10 @@ pub struct XSocket {
     pub(crate) peer: SocketAddr,
     /// The engine's TCP socket (for a progress thread's epoll set).
     pub(crate) tcp_fd: RawFd,
+    /// This socket's share of [`counters`].
+    pub(crate) stats: Counters,
+    /// See [`XSocket::set_on_progress`].
+    pub(crate) on_progress: OnceLock<Box<dyn Fn(Readiness) + Send + Sync>>,
 }
 
 impl std::fmt::Debug for XSocket {
@@ -249,6 +289,12 @@ fn qp_init<'a>(e: &'a Engine, opts: &Options) -> QpInit<'a> {
         .collect();
     init
 }
+
+/// The Terminate we send when the peer breaks the sockets protocol (a
+/// malformed message, a credit overrun, a misused sink): RDMAP layer,
+/// remote operation error, unspecified — the message was a valid RDMAP
+/// Send whose contents our upper layer rejects.
+const TERMINATE_CODE: TermCode = TermCode::RDMAP_OPERATION_UNSPECIFIED;
 
 /// `SO_LINGER` 0: closing resets the connection.
 pub(crate) fn set_linger_zero(s: &TcpStream) -> io::Result<()> {
@@ -336,12 +382,15 @@ impl XSocket {
                 peer_closed: false,
                 aio: Aio::default(),
                 maps: BTreeMap::new(),
+                arrivals: 0,
             }),
             cv: Condvar::new(),
             opts: opts.clone(),
             local: qp.local_addr(),
             peer: qp.peer_addr(),
             tcp_fd,
+            stats: Counters::new(),
+            on_progress: OnceLock::new(),
             _ctx: e.ctx,
             pd: e.pd,
             cq: e.cq,
@@ -364,6 +413,56 @@ impl XSocket {
     /// What the peer announced.
     pub fn peer_hello(&self) -> Hello {
         self.lock().s.peer()
+    }
+
+    /// This socket's byte counters (the process's, [`counters`], add up
+    /// every socket's).
+    pub fn stats(&self) -> &Counters {
+        &self.stats
+    }
+
+    /// Counts `n` bytes in this socket's and the process's counters
+    /// (received bytes are counted as copied or placed, and in total).
+    pub(crate) fn count(&self, what: Count, n: usize) {
+        let n = n as u64;
+        for c in [&self.stats, &COUNTERS] {
+            what.of(c).fetch_add(n, Ordering::Relaxed);
+            if matches!(what, Count::RxCopied | Count::RxPlaced) {
+                c.rx_bytes.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the peer has offered a sink this socket's sends would
+    /// write into now (after a round of progress): the next bytes of a
+    /// send call are placed straight into the reader's buffer.
+    pub fn peer_sink_ready(&self) -> bool {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        st.s.sink_ready()
+    }
+
+    /// Sends `bytes` as one message, bypassing the books: for tests of a
+    /// peer that breaks the protocol (and what it is told).
+    #[doc(hidden)]
+    pub fn inject_raw_message(&self, bytes: &[u8]) {
+        let mut st = self.lock();
+        let slot = st.tx_free.pop().expect("a free transmit slot");
+        let at = slot as usize * self.opts.slot_size as usize;
+        self.tx
+            .with_bytes_mut(|b| b[at..at + bytes.len()].copy_from_slice(bytes));
+        self.post(
+            &mut st,
+            SendWr {
+                wr_id: WR_SLOT | u64::from(slot),
+                op: SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
+                sgl: self.tx.sge(at, bytes.len() as u32).into(),
+                signaled: true,
+            },
+        );
     }
 
     /// Whether MPA CRC is on.
@@ -391,16 +490,24 @@ impl XSocket {
 
     /// Processes work completions polled by any thread.
     fn process(&self, st: &mut State, wcs: &[Wc]) {
+        st.arrivals += wcs.len() as u64;
         for wc in wcs {
             if !wc.is_ok() {
                 // The event that killed the queue pair (a Terminate, a
                 // reset) names the cause better than the flush.
                 self.check_events(st);
-                self.fail(
-                    st,
-                    libc::EPROTO,
-                    format!("{:?} on a work request", wc.status),
-                );
+                // The peer's FIN flushes what is posted too: its process
+                // ended (or it closed) and, as over TCP, that is the end of
+                // the stream for reads and EPIPE for sends, not a protocol
+                // error. (The core emits `Closed` before the flush
+                // completions of that round, so it is seen first.)
+                if !(wc.status == WcStatus::WrFlushError && st.peer_closed) {
+                    self.fail(
+                        st,
+                        libc::EPROTO,
+                        format!("{:?} on a work request", wc.status),
+                    );
+                }
                 if wc.wr_id & WR_KIND == WR_RIO {
                     super::rio::on_completion(st, wc);
                 }
@@ -421,7 +528,9 @@ impl XSocket {
                             libc::EPROTO,
                             format!("the peer broke the protocol: {e}"),
                         );
-                        self.qp.disconnect();
+                        // RFC 5040 §7: the stream ends with a Terminate, so
+                        // the peer learns why (it reports EPROTO too).
+                        self.qp.terminate(TERMINATE_CODE);
                     }
                 }
                 _ => {
@@ -475,7 +584,7 @@ impl XSocket {
                     self.fail(
                         st,
                         libc::EPROTO,
-                        format!("{who} terminated the connection: {code:?}"),
+                        format!("{who} terminated the connection: {code}"),
                     );
                 }
                 Event::Closed(reason) => {
@@ -550,7 +659,11 @@ impl XSocket {
     pub(crate) fn drive_now(&self, st: &mut State) -> bool {
         let mut wcs = [Wc::default(); 32];
         let mut any = false;
-        loop {
+        // A thread in `wait` may hold completions it polled with our lock
+        // released: polling now could process later ones first (stream
+        // bytes out of order). That thread processes everything in order
+        // when it comes back.
+        while !st.driving {
             let n = self.cq.poll(&mut wcs);
             if n == 0 {
                 break;
@@ -588,28 +701,68 @@ impl XSocket {
         let n = self.cq.wait(&mut wcs, slice).unwrap_or(0);
         let mut st = self.lock();
         st.driving = false;
+        let seen = st.arrivals;
         self.process(&mut st, &wcs[..n]);
         self.drive_now(&mut st);
         self.cv.notify_all();
+        if st.arrivals != seen {
+            // Other threads may wait in poll for what this one processed.
+            if let Some(f) = self.on_progress.get() {
+                f(Self::readiness_of(&st));
+            }
+        }
         st
     }
 
-    /// The engine's TCP socket: readable when something arrived that
-    /// [`Self::progress_if_idle`] should process.
+    /// Sets what a thread blocked in a call does after it processed
+    /// arrivals (the progress thread skips a socket a call is driving, so
+    /// the call tells, e.g. a doorbell that another thread's `poll` waits
+    /// on). Called with the socket's lock held: it must not call back into
+    /// this socket. Once per socket; later calls are ignored.
+    pub fn set_on_progress(&self, f: Box<dyn Fn(Readiness) + Send + Sync>) {
+        let _ = self.on_progress.set(f);
+    }
+
+    /// The engine's TCP socket. A progress thread watches it for
+    /// [`Self::WATCH_EVENTS`] and calls [`Self::progress_if_idle`] on each
+    /// event.
     pub fn tcp_fd(&self) -> RawFd {
         self.tcp_fd
     }
+
+    /// The epoll events a progress thread must watch [`Self::tcp_fd`] for,
+    /// edge-triggered: input, the peer's FIN, and *output space*. The
+    /// engine writes what it can and keeps the rest queued when the
+    /// kernel's send buffer is full; only a round of progress after the
+    /// buffer drains sends it. Without `EPOLLOUT` a program waiting in
+    /// `poll` for credits that the peer can only return after receiving
+    /// those queued bytes would wait forever (the stream case's hang under
+    /// load: the sender's last DATA messages sat in its engine while both
+    /// programs polled).
+    pub const WATCH_EVENTS: u32 =
+        (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
 
     /// A round of progress for a background thread, unless an application
     /// thread is driving the socket right now (it processes what arrives,
     /// and a second reader would take bytes from under it). Returns the
     /// readiness after it, or `None` if skipped.
+    ///
+    /// Edge-triggered callers lose nothing: the engine reads a bounded
+    /// amount per round, so rounds repeat while the kernel still holds
+    /// unread bytes (an edge comes only with new bytes).
     pub fn progress_if_idle(&self) -> Option<Readiness> {
         let mut st = self.lock();
-        if st.driving {
-            return None;
+        // Bounded: a peer that sends faster than we process must not keep
+        // the progress thread here forever (new bytes bring a new edge).
+        for _ in 0..64 {
+            if st.driving {
+                return None;
+            }
+            self.drive_now(&mut st);
+            if st.error.is_some() || super::sys::readable(self.tcp_fd).unwrap_or(0) == 0 {
+                break;
+            }
         }
-        self.drive_now(&mut st);
         Some(Self::readiness_of(&st))
     }
 
@@ -641,10 +794,12 @@ impl XSocket {
                 || err
                 || st.shut_rd
                 || st.aio.has_completions(),
-            writable: err || (st.s.writable() && !st.tx_free.is_empty()),
+            // After the peer's FIN a send does not block: it fails (EPIPE).
+            writable: st.over() || (st.s.writable() && !st.tx_free.is_empty()),
             rdhup,
-            hup: err || (rdhup && st.s.is_write_shut()),
+            hup: st.over() || (rdhup && st.s.is_write_shut()),
             error: err,
+            arrivals: st.arrivals,
         }
     }
 
@@ -687,7 +842,7 @@ impl XSocket {
             self.drive_now(&mut st);
             let tx_slots = self.tx.len() / self.opts.slot_size as usize;
             let idle = !st.s.has_output() && st.tx_free.len() == tx_slots;
-            if idle || st.error.is_some() {
+            if idle || st.over() {
                 drop(st);
                 self.qp.disconnect();
                 return idle;

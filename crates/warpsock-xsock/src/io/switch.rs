@@ -12,7 +12,7 @@ use warpsock_engine::{CmError, ConnectRequest};
 
 use super::socket::{Options, XSocket};
 use super::sys;
-use crate::switch::{role, Step, Switch, SwitchError};
+use crate::switch::{role, Role, Step, Switch, SwitchError};
 
 /// Why a switch did not produce a DDP-mode socket.
 #[derive(Debug)]
@@ -84,8 +84,24 @@ impl std::fmt::Display for Failure {
 /// Switches the connected TCP socket `fd` into DDP mode (both ends call
 /// this). On success the returned socket owns a duplicate of `fd`; `fd`
 /// itself still refers to the same connection (the caller decides what the
-/// application's descriptor becomes).
+/// application's descriptor becomes). The roles come from the addresses
+/// ([`crate::switch::role`]).
 pub fn switch_fd(fd: BorrowedFd<'_>, opts: &Options) -> Result<XSocket, Failure> {
+    switch_fd_as(fd, opts, None)
+}
+
+/// [`switch_fd`] with the role given by the caller (`None`: from the
+/// addresses). Policy mode gives the connecting end the initiator's role
+/// and the accepting end the responder's: a preloaded server then never
+/// marks before its client did, so a client without warpsock sees no
+/// urgent byte at all (an urgent byte is invisible to its reads, not to
+/// its `poll`: curl takes `POLLPRI` while connecting for a failed connect).
+/// Both ends must choose their roles the same way.
+pub fn switch_fd_as(
+    fd: BorrowedFd<'_>,
+    opts: &Options,
+    role_given: Option<Role>,
+) -> Result<XSocket, Failure> {
     let raw = fd.as_raw_fd();
     let broken = Failure::io;
     let stream = borrowed_stream(raw);
@@ -93,14 +109,15 @@ pub fn switch_fd(fd: BorrowedFd<'_>, opts: &Options) -> Result<XSocket, Failure>
         (Ok(l), Ok(p)) => (l, p),
         (_, Err(e)) | (Err(e), _) => return Err(broken(e)),
     };
-    let Some(role) = role(local, peer) else {
+    // A connection to itself has no roles at all.
+    let Some(by_addr) = role(local, peer) else {
         return Err(Failure::Refused {
             error: SwitchError::SelfConnected,
             residue: Vec::new(),
             watch: false,
         });
     };
-    let mut sw = Switch::new(role, opts.limits, Instant::now());
+    let mut sw = Switch::new(role_given.unwrap_or(by_addr), opts.limits, Instant::now());
     let mut residue = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     loop {

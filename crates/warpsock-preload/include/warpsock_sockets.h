@@ -1,0 +1,93 @@
+/*
+ * warpsock_sockets.h — extended sockets over DDP (iWARP) for programs run
+ * under libwarpsock_preload.so.
+ *
+ * A connected TCP socket switches into DDP mode when both programs call
+ *
+ *     int one = 1;
+ *     setsockopt(fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+ *
+ * Bytes written before the switch arrive before anything written after it.
+ * If the peer does not run warpsock or does not switch, the call fails
+ * (ECONNREFUSED; EPROTO for an incompatible peer) and the socket stays a
+ * working TCP socket, nothing lost. Set on a listening socket, connections
+ * it accepts switch; set before connect(), the connection switches when it
+ * is established (connect then fails with ECONNREFUSED if the peer does not
+ * switch; the connection itself is up and plain). Without the preload the
+ * kernel answers ENOPROTOOPT.
+ *
+ * In DDP mode the usual calls keep TCP's meaning (send/recv/read/write/...,
+ * MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL, O_NONBLOCK, SO_RCVTIMEO/SO_SNDTIMEO,
+ * shutdown, orderly close, dup/dup2, poll/select/epoll); the calls below add
+ * what RDDP offers. This header is checked against the library by its tests.
+ */
+#ifndef WARPSOCK_SOCKETS_H
+#define WARPSOCK_SOCKETS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Option level of DDP mode: far above every kernel level (protocol numbers
+ * below 256, SOL_* below 300). */
+#define SOL_WARPSOCK 0x57530000
+
+/* int. Write 1: switch into DDP mode (0 on a plain socket: cancel a pending
+ * request). Read: 1 in DDP mode, else 0. Other values: EINVAL. */
+#define WARPSOCK_DDP_MODE 1
+/* int. 1: message mode — every read returns at most one of the peer's
+ * sends (recvmsg sets MSG_EOR on the read that ends it); 0: stream mode
+ * (default). May be set before the switch. Other values: EINVAL. */
+#define WARPSOCK_MSG_MODE 2
+/* int, read only: 1 if MPA CRC32c protects the connection (WARPSOCK_CRC
+ * environment variable, default on; on if either side asks). */
+#define WARPSOCK_CRC 3
+
+/* Registers len bytes at buf for the peer's one-sided access and announces
+ * them under offset (-1: the buffer's address). prot: PROT_WRITE (the peer
+ * may warpsock_riowrite) and/or PROT_READ (the peer may warpsock_rioread).
+ * flags must be 0. The peer knows the mapping once it has read anything
+ * sent after this call. Returns the offset, or -1 (errno). */
+off_t warpsock_riomap(int fd, void *buf, size_t len, int prot, int flags, off_t offset);
+/* Ends the mapping of buf (the peer must have stopped using it). */
+int warpsock_riounmap(int fd, void *buf, size_t len);
+/* One-sided write of count bytes into the peer's mapping at offset; returns
+ * when sent. The peer is not notified: bytes sent after it arrive after it
+ * is placed. flags must be 0. Returns count, or -1 (EINVAL: not mapped;
+ * EACCES: not writable). */
+ssize_t warpsock_riowrite(int fd, const void *buf, size_t count, off_t offset, int flags);
+/* One-sided read of count bytes from the peer's mapping at offset. */
+ssize_t warpsock_rioread(int fd, void *buf, size_t count, off_t offset, int flags);
+
+/* Asynchronous operations: return at once (0, or -1 and errno); the buffer
+ * belongs to the library until the completion is collected. */
+int warpsock_aio_send(int fd, const void *buf, size_t len, uint64_t cookie);
+int warpsock_aio_recv(int fd, void *buf, size_t len, uint64_t cookie);
+int warpsock_aio_write(int fd, const void *buf, size_t len, off_t offset, uint64_t cookie);
+int warpsock_aio_read(int fd, void *buf, size_t len, off_t offset, uint64_t cookie);
+
+#define WARPSOCK_AIO_SEND 1
+#define WARPSOCK_AIO_RECV 2
+#define WARPSOCK_AIO_WRITE 3
+#define WARPSOCK_AIO_READ 4
+
+struct warpsock_aio_completion {
+    uint64_t cookie; /* as given */
+    int32_t op;      /* WARPSOCK_AIO_* */
+    int32_t error;   /* 0, or the errno of a failed operation */
+    int64_t result;  /* bytes transferred (a receive: 0 = end of stream) */
+};
+
+/* Collects up to max finished operations; returns how many (0: none yet) or
+ * -1. The socket is readable (poll/select/epoll) while completions wait. */
+int warpsock_aio_poll(int fd, struct warpsock_aio_completion *out, int max);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WARPSOCK_SOCKETS_H */

@@ -1,0 +1,298 @@
+//! The extended calls declared in `include/warpsock_sockets.h`, exported by
+//! the library. Each one works on a socket in DDP mode and fails with
+//! `ENOTSOCK` on anything else (`EBADF` for a closed descriptor).
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::sync::Arc;
+
+use libc::{c_int, c_void, off_t, size_t, ssize_t};
+use warpsock_xsock::io::{AioOp, Completion};
+
+use super::sock::{lookup, DdpSock};
+use crate::shim::guard::enter;
+use crate::shim::sys::set_errno;
+
+/// `warpsock_riomap` `prot` bits (as `PROT_READ`/`PROT_WRITE`).
+const PROT_READ: c_int = libc::PROT_READ;
+const PROT_WRITE: c_int = libc::PROT_WRITE;
+
+/// `WARPSOCK_AIO_SEND`.
+pub const AIO_SEND: i32 = 1;
+/// `WARPSOCK_AIO_RECV`.
+pub const AIO_RECV: i32 = 2;
+/// `WARPSOCK_AIO_WRITE`.
+pub const AIO_WRITE: i32 = 3;
+/// `WARPSOCK_AIO_READ`.
+pub const AIO_READ: i32 = 4;
+
+/// One completion as `struct warpsock_aio_completion` lays it out.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct WarpsockAioCompletion {
+    /// The caller's cookie.
+    pub cookie: u64,
+    /// `WARPSOCK_AIO_SEND` 1, `_RECV` 2, `_WRITE` 3, `_READ` 4.
+    pub op: i32,
+    /// 0, or the errno of a failed operation.
+    pub error: i32,
+    /// Bytes transferred (0 for a receive: end of stream).
+    pub result: i64,
+}
+
+fn with_or<T: Copy>(fd: c_int, err: T, f: impl FnOnce(&Arc<DdpSock>) -> T) -> T {
+    enter(err, || match lookup(fd) {
+        Some(s) => f(&s),
+        None => {
+            // SAFETY: fcntl(F_GETFD) only probes the descriptor.
+            let open = unsafe { crate::shim::real::fcntl(fd, libc::F_GETFD, 0) } >= 0;
+            set_errno(if open { libc::ENOTSOCK } else { libc::EBADF });
+            err
+        }
+    })
+}
+
+fn io_fail<T>(e: &std::io::Error, v: T) -> T {
+    set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+    v
+}
+
+/// `f` on the DDP socket behind `fd`: its value, or `err` with errno set
+/// from its error (or `ENOTSOCK`/`EBADF`).
+fn io_call<R: Copy>(fd: c_int, err: R, f: impl FnOnce(&Arc<DdpSock>) -> std::io::Result<R>) -> R {
+    with_or(fd, err, |s| f(s).unwrap_or_else(|e| io_fail(&e, err)))
+}
+
+/// Arguments of the one-sided calls: a buffer unless `count` is 0, an
+/// offset, no flags. Sets `EINVAL` if not.
+fn rio_args(buf_null: bool, count: size_t, offset: off_t, flags: c_int) -> bool {
+    let ok = !(buf_null && count > 0) && offset >= 0 && flags == 0;
+    if !ok {
+        set_errno(libc::EINVAL);
+    }
+    ok
+}
+
+/// Registers `len` bytes at `buf` for the peer's one-sided access and
+/// announces them under `offset` (-1: the buffer's address). `prot`:
+/// `PROT_WRITE` (peer may `warpsock_riowrite`) and/or `PROT_READ` (peer may
+/// `warpsock_rioread`). Returns the offset, or -1.
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_riomap(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    offset: off_t,
+) -> off_t {
+    if buf.is_null() || flags != 0 || prot & !(PROT_READ | PROT_WRITE) != 0 || offset < -1 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    io_call(fd, -1, |s| {
+        let off = (offset >= 0).then_some(offset as u64);
+        // SAFETY: the caller maps memory it keeps valid until riounmap.
+        let o = unsafe {
+            s.x.riomap(
+                buf.cast(),
+                len,
+                prot & PROT_WRITE != 0,
+                prot & PROT_READ != 0,
+                off,
+            )
+        }?;
+        Ok(o as off_t)
+    })
+}
+
+/// Ends the mapping of `buf`. Returns 0 or -1.
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_riounmap(fd: c_int, buf: *mut c_void, _len: size_t) -> c_int {
+    io_call(fd, -1, |s| s.x.riounmap(buf.cast()).map(|()| 0))
+}
+
+/// One-sided write of `count` bytes into the peer's mapping at `offset`;
+/// returns once sent (the peer is not notified: send a message after it).
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_riowrite(
+    fd: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: off_t,
+    flags: c_int,
+) -> ssize_t {
+    if !rio_args(buf.is_null(), count, offset, flags) {
+        return -1;
+    }
+    let b: &[u8] = if count == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's buffer of `count` bytes.
+        unsafe { std::slice::from_raw_parts(buf.cast(), count) }
+    };
+    io_call(fd, -1, |s| Ok(s.x.riowrite(b, offset as u64)? as ssize_t))
+}
+
+/// One-sided read of `count` bytes from the peer's mapping at `offset`.
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_rioread(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: off_t,
+    flags: c_int,
+) -> ssize_t {
+    if !rio_args(buf.is_null(), count, offset, flags) {
+        return -1;
+    }
+    let b: &mut [u8] = if count == 0 {
+        &mut []
+    } else {
+        // SAFETY: the caller's buffer of `count` bytes.
+        unsafe { std::slice::from_raw_parts_mut(buf.cast(), count) }
+    };
+    io_call(fd, -1, |s| Ok(s.x.rioread(b, offset as u64)? as ssize_t))
+}
+
+/// Asynchronous send: returns at once; the completion (cookie, bytes)
+/// comes from `warpsock_aio_poll`. The buffer must stay untouched until
+/// then.
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_aio_send(
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    cookie: u64,
+) -> c_int {
+    if buf.is_null() && len > 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    io_call(fd, -1, |s| {
+        // SAFETY: the caller keeps the buffer until the completion.
+        unsafe { s.x.aio_send(buf.cast(), len, cookie) }.map(|()| 0)
+    })
+}
+
+/// Asynchronous receive into `len` bytes at `buf` (completes with the
+/// length received, 0 at end of stream).
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_aio_recv(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    cookie: u64,
+) -> c_int {
+    if buf.is_null() || len == 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    io_call(fd, -1, |s| {
+        // SAFETY: the caller keeps the buffer until the completion.
+        unsafe { s.x.aio_recv(buf.cast(), len, cookie) }.map(|()| 0)
+    })
+}
+
+unsafe fn aio_rio(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    offset: off_t,
+    write: bool,
+    cookie: u64,
+) -> c_int {
+    if buf.is_null() || len == 0 || offset < 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    io_call(fd, -1, |s| {
+        // SAFETY: the caller keeps the buffer until the completion.
+        unsafe { s.x.aio_rio(buf.cast(), len, offset as u64, write, cookie) }.map(|()| 0)
+    })
+}
+
+/// Asynchronous one-sided write into the peer's mapping at `offset`.
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_aio_write(
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    offset: off_t,
+    cookie: u64,
+) -> c_int {
+    // SAFETY: forwarded; a write only reads the buffer.
+    unsafe { aio_rio(fd, buf.cast_mut(), len, offset, true, cookie) }
+}
+
+/// Asynchronous one-sided read from the peer's mapping at `offset`.
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_aio_read(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    offset: off_t,
+    cookie: u64,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { aio_rio(fd, buf, len, offset, false, cookie) }
+}
+
+/// Collects up to `max` finished asynchronous operations into `out`;
+/// returns how many (0: none yet), or -1. The socket is readable
+/// (poll/epoll) while completions wait.
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_aio_poll(
+    fd: c_int,
+    out: *mut WarpsockAioCompletion,
+    max: c_int,
+) -> c_int {
+    if out.is_null() || max <= 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    with_or(fd, -1, |s| {
+        let mut v: Vec<Completion> = Vec::new();
+        let n = s.x.aio_poll(&mut v, max as usize);
+        for (i, c) in v.iter().enumerate() {
+            let (error, result) = match c.result {
+                Ok(n) => (0, n as i64),
+                Err(e) => (e, -1),
+            };
+            let op = match c.op {
+                AioOp::Send => AIO_SEND,
+                AioOp::Recv => AIO_RECV,
+                AioOp::Write => AIO_WRITE,
+                AioOp::Read => AIO_READ,
+            };
+            // SAFETY: `out` holds `max` >= n entries (caller's contract).
+            unsafe {
+                out.add(i).write(WarpsockAioCompletion {
+                    cookie: c.cookie,
+                    op,
+                    error,
+                    result,
+                });
+            }
+        }
+        s.settle_after_aio();
+        n as c_int
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WarpsockAioCompletion as C;
+
+    /// `struct warpsock_aio_completion` in the header (also asserted in
+    /// tests/c/xsock.c).
+    #[test]
+    fn the_completion_struct_has_the_c_layout() {
+        assert_eq!(size_of::<C>(), 24);
+        assert_eq!(align_of::<C>(), 8);
+        assert_eq!(std::mem::offset_of!(C, cookie), 0);
+        assert_eq!(std::mem::offset_of!(C, op), 8);
+        assert_eq!(std::mem::offset_of!(C, error), 12);
+        assert_eq!(std::mem::offset_of!(C, result), 16);
+    }
+}

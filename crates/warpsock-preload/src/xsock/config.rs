@@ -1,0 +1,103 @@
+//! DDP mode configuration from the environment.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use warpsock_xsock::io::Options;
+use warpsock_xsock::switch::Limits;
+
+use crate::udp::core::policy::{parse_ports, Cidr};
+
+/// What the environment asked for.
+pub(crate) struct Config {
+    /// `WARPSOCK_DDP_PORTS`: connections to (connect) or on (accept) these
+    /// ports switch at once.
+    ports: Option<Vec<(u16, u16)>>,
+    /// `WARPSOCK_DDP_ADDRS`: ... with peers in these prefixes.
+    addrs: Option<Vec<Cidr>>,
+    /// Sockets switched on request (`setsockopt`).
+    pub(crate) request: Options,
+    /// Sockets switched by the policy, at connect/accept time.
+    pub(crate) policy: Options,
+    /// How long `close` lets queued bytes and the end of stream leave.
+    pub(crate) linger: Duration,
+    /// Longest wait for a non-blocking connect the policy finishes.
+    pub(crate) connect_timeout: Duration,
+}
+
+fn env_ms(name: &str, default: u64) -> Duration {
+    Duration::from_millis(
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+impl Config {
+    fn from_env() -> Self {
+        let ports = std::env::var("WARPSOCK_DDP_PORTS")
+            .ok()
+            .and_then(|v| parse_ports(&v));
+        let addrs = std::env::var("WARPSOCK_DDP_ADDRS").ok().map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .filter_map(Cidr::parse)
+                .collect()
+        });
+        let crc = std::env::var("WARPSOCK_CRC").map_or(true, |v| v.trim() != "0");
+        let mut base = Options {
+            crc,
+            slots: env_num("WARPSOCK_DDP_SLOTS", 16).clamp(3, 4096) as u16,
+            slot_size: (env_num("WARPSOCK_DDP_SLOT_KB", 64).clamp(1, 16 << 10) << 10) as u32,
+            zcopy_min: env_num("WARPSOCK_ZCOPY_MIN", 64 << 10) as usize,
+            busy_poll: Duration::from_micros(env_num("WARPSOCK_BUSY_POLL_US", 0)),
+            ..Options::default()
+        };
+        base.limits = Limits::with_timeout(env_ms("WARPSOCK_SWITCH_TIMEOUT_MS", 2000));
+        let mut policy = base.clone();
+        policy.limits = Limits::with_timeout(env_ms("WARPSOCK_DDP_FALLBACK_MS", 1000));
+        policy.limits.at_start = true;
+        Self {
+            ports,
+            addrs,
+            request: base,
+            policy,
+            linger: env_ms("WARPSOCK_LINGER_MS", 2000),
+            connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),
+        }
+    }
+
+    /// Whether a policy is set at all (TCP sockets are then candidates).
+    pub(crate) fn policy_on(&self) -> bool {
+        self.ports.is_some() || self.addrs.is_some()
+    }
+
+    /// Whether a connection on `port` with peer `peer` switches by policy.
+    pub(crate) fn matches(&self, port: u16, peer: SocketAddr) -> bool {
+        self.policy_on()
+            && self
+                .ports
+                .as_ref()
+                .is_none_or(|p| p.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)))
+            && self
+                .addrs
+                .as_ref()
+                .is_none_or(|a| a.iter().any(|c| c.contains(peer.ip())))
+    }
+}
+
+/// The process's configuration (read once).
+pub(crate) fn get() -> &'static Config {
+    static C: OnceLock<Config> = OnceLock::new();
+    C.get_or_init(Config::from_env)
+}

@@ -1,0 +1,423 @@
+//! DDP mode: TCP sockets switched into iWARP, the extended sockets of the
+//! RDDP research, as a kind of managed socket on the shared infrastructure
+//! (`crate::shim`). The protocol (the in-band switch, the stream and
+//! message protocol over RDMAP Sends, sinks, one-sided and asynchronous
+//! operations) is the `warpsock-xsock` crate; this module maps calls onto
+//! it.
+//!
+//! | module | what it does |
+//! |---|---|
+//! | `config` | `WARPSOCK_DDP_PORTS`/`ADDRS` (policy mode), `WARPSOCK_CRC`, timeouts, sizes |
+//! | `sock` | a DDP-mode socket: doorbell readiness, the data calls, options, orderly close |
+//! | `residue` | a TCP socket whose switch failed after reading the peer's pre-switch bytes |
+//! | [`api`] | the extended calls of `warpsock_sockets.h` (`warpsock_riomap`, ...) |
+//!
+//! How a socket gets here:
+//! * `setsockopt(fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one)`
+//!   on a connected TCP socket switches it now (both programs do this);
+//!   on a listening socket, connections it accepts switch; on a socket not
+//!   yet connected, it switches when `connect` succeeds.
+//! * Policy mode: with `WARPSOCK_DDP_PORTS` and/or `WARPSOCK_DDP_ADDRS`
+//!   set, TCP sockets are candidates from `socket()`, and a connection
+//!   whose port (remote port for `connect`, local port for `accept`) and
+//!   peer address match switches at connect/accept time, so unmodified
+//!   programs run over iWARP. A peer that does not switch leaves the
+//!   connection plain TCP within `WARPSOCK_DDP_FALLBACK_MS` (at once if it
+//!   sends first), nothing lost. The connecting end initiates the switch,
+//!   so a plain client of a preloaded server never gets an urgent byte; a
+//!   preloaded client sends a plain server one, invisible to its reads.
+
+pub mod api;
+pub(crate) mod config;
+mod residue;
+pub(crate) mod sock;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use libc::{c_int, c_void, socklen_t};
+use warpsock_xsock::io::{switch_fd_as, Failure, Options};
+use warpsock_xsock::Role;
+
+use crate::shim::socket::{Adoption, Kind, SockOpt};
+use crate::shim::sys::{self, lock, set_errno};
+use crate::shim::{fdtable, real};
+use residue::ResidueSock;
+use sock::DdpSock;
+
+/// The option level of DDP mode (`warpsock_sockets.h`). Linux socket
+/// option levels are protocol numbers (below 256) or `SOL_*` constants
+/// below 300; this one is far above any of them.
+pub const SOL_WARPSOCK: c_int = 0x5753_0000;
+/// Option levels from here on belong to a kind ([`Kind::plain_sockopt`]).
+pub(crate) const FIRST_OWN_LEVEL: c_int = SOL_WARPSOCK;
+/// `int`: 1 switches into DDP mode (read: the mode).
+pub const WARPSOCK_DDP_MODE: c_int = 1;
+/// `int`: 1 message mode, 0 stream mode.
+pub const WARPSOCK_MSG_MODE: c_int = 2;
+/// `int`, read only: whether MPA CRC32c is on.
+pub const WARPSOCK_CRC: c_int = 3;
+
+/// Feature marker: this library carries DDP mode and its policy mode
+/// (`WARPSOCK_DDP_PORTS`/`ADDRS`). Programs probe for it with
+/// `dlsym(RTLD_DEFAULT, "warpsock_feature_ddp_ports")` (the benchmark's
+/// apps suite does, for its `ddp-socket` rows); its value means nothing.
+#[cfg_attr(not(test), export_name = "warpsock_feature_ddp_ports")]
+#[used]
+pub static FEATURE_DDP_PORTS: u8 = 1;
+
+/// This kind's place in `interpose::KINDS` (1-based), for candidate marks.
+const KIND: usize = 2;
+
+/// The DDP-mode kind.
+pub(crate) struct Ddp;
+
+/// The DDP-mode kind, as the interposition layer lists it.
+pub(crate) static DDP: Ddp = Ddp;
+
+/// What `setsockopt` asked of a socket not yet in DDP mode, by descriptor
+/// (with the socket's inode, so a reused number is not mistaken for it).
+#[derive(Clone, Copy, Default)]
+struct Pending {
+    ino: u64,
+    ddp: bool,
+    msg_mode: bool,
+    /// A switch was attempted (a connection gets one: see the crate docs).
+    tried: bool,
+}
+
+static PENDING: Mutex<Option<HashMap<c_int, Pending>>> = Mutex::new(None);
+
+/// Connections switched into DDP mode.
+static SWITCHED: AtomicU64 = AtomicU64::new(0);
+/// Switch attempts that left the connection plain TCP (peer without
+/// warpsock, or not switching: policy fallbacks included).
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+/// Switch attempts that failed after committing (connection reset).
+static BROKEN: AtomicU64 = AtomicU64::new(0);
+
+/// The `WARPSOCK_STATS=1` lines of DDP mode.
+fn report() -> String {
+    let c = warpsock_xsock::io::counters();
+    let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    format!(
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_copied {}\n",
+        v(&SWITCHED),
+        v(&REFUSED),
+        v(&BROKEN),
+        v(&c.rx_bytes),
+        v(&c.rx_copied),
+        v(&c.rx_placed),
+        v(&c.tx_bytes),
+        v(&c.tx_copied),
+    )
+}
+
+fn inode(fd: c_int) -> u64 {
+    // SAFETY: fstat into a zeroed stat on the stack.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return 0;
+    }
+    st.st_ino
+}
+
+fn pending(fd: c_int) -> Pending {
+    let ino = inode(fd);
+    lock(&PENDING)
+        .as_ref()
+        .and_then(|m| m.get(&fd))
+        .filter(|p| p.ino == ino)
+        .copied()
+        .unwrap_or(Pending {
+            ino,
+            ..Pending::default()
+        })
+}
+
+fn set_pending(fd: c_int, p: Pending) {
+    lock(&PENDING)
+        .get_or_insert_with(HashMap::new)
+        .insert(fd, p);
+}
+
+pub(crate) fn int_arg(val: *const c_void, len: socklen_t) -> Option<c_int> {
+    if val.is_null() || (len as usize) < size_of::<c_int>() {
+        return None;
+    }
+    // SAFETY: at least an int's worth of bytes at `val`.
+    Some(unsafe { val.cast::<c_int>().read_unaligned() })
+}
+
+pub(crate) fn put_int(val: *mut c_void, len: *mut socklen_t, v: c_int) -> c_int {
+    // SAFETY: the caller's in/out length.
+    if val.is_null() || len.is_null() || (unsafe { *len } as usize) < size_of::<c_int>() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: at least an int's worth of writable bytes.
+    unsafe {
+        val.cast::<c_int>().write_unaligned(v);
+        *len = size_of::<c_int>() as socklen_t;
+    }
+    0
+}
+
+fn is_tcp(fd: c_int) -> bool {
+    let dom = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN);
+    let ty = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_TYPE);
+    let proto = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL);
+    matches!(dom, Some(libc::AF_INET | libc::AF_INET6))
+        && ty == Some(libc::SOCK_STREAM)
+        && proto == Some(libc::IPPROTO_TCP)
+}
+
+fn peer_addr(fd: c_int) -> Option<SocketAddr> {
+    let mut ss: libc::sockaddr_storage = unsafe_zeroed();
+    let mut len = size_of::<libc::sockaddr_storage>() as socklen_t;
+    // SAFETY: getpeername into a sockaddr_storage on the stack.
+    let r = unsafe {
+        real::getpeername(
+            fd,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: the kernel wrote `len` bytes of address.
+    unsafe { sys::addr_from_raw((&ss as *const libc::sockaddr_storage).cast(), len) }
+}
+
+fn unsafe_zeroed() -> libc::sockaddr_storage {
+    // SAFETY: sockaddr_storage is plain data.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Switches connected socket `fd` with `opts`; on success it is a managed
+/// DDP socket, on failure it stays (or is made, to deliver the residue) a
+/// TCP socket. `connect`: the adopting `connect` is still to return
+/// (`Some(errno)` to return on failure). Returns the errno of a failure.
+fn switch(
+    fd: c_int,
+    opts: &Options,
+    msg_mode: bool,
+    connect: Option<c_int>,
+    role: Option<Role>,
+) -> Result<(), c_int> {
+    let mut p = pending(fd);
+    if p.tried {
+        return Err(libc::EALREADY);
+    }
+    p.tried = true;
+    p.ddp = false;
+    set_pending(fd, p);
+    let timeouts = (
+        sys::get_timeo(fd, libc::SO_RCVTIMEO),
+        sys::get_timeo(fd, libc::SO_SNDTIMEO),
+    );
+    // SAFETY: `fd` is the program's open socket for the whole call.
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
+    match switch_fd_as(b, opts, role) {
+        Ok(x) => {
+            SWITCHED.fetch_add(1, Ordering::Relaxed);
+            DdpSock::transpose(fd, x, msg_mode, connect.is_some(), timeouts).map(|_| ())
+        }
+        Err(f) => {
+            let errno = f.errno();
+            let counter = match f {
+                Failure::Refused { .. } => &REFUSED,
+                Failure::Broken { .. } => &BROKEN,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            if let Failure::Refused { residue, watch, .. } = f {
+                ResidueSock::transpose(fd, residue, watch, connect)?;
+            }
+            Err(errno)
+        }
+    }
+}
+
+impl Kind for Ddp {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    fn wants(&self, domain: c_int, ty: c_int, protocol: c_int) -> bool {
+        config::get().policy_on()
+            && (domain == libc::AF_INET || domain == libc::AF_INET6)
+            && ty & 0xf == libc::SOCK_STREAM
+            && (protocol == 0 || protocol == libc::IPPROTO_TCP)
+    }
+
+    fn bound(&self, _fd: c_int, _addr: SocketAddr) {}
+
+    fn finish_connect(&self, fd: c_int) -> bool {
+        let p = pending(fd);
+        let wanted = p.ddp || config::get().policy_on();
+        if !wanted || !is_tcp(fd) {
+            return false;
+        }
+        // Finish the connection now, so the switch can run inside this
+        // call (a non-blocking connect may succeed at once).
+        let mut pf = [libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        let ms = config::get()
+            .connect_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as c_int;
+        if sys::poll(&mut pf, ms) <= 0 {
+            return false;
+        }
+        let err = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_ERROR).unwrap_or(-1);
+        if err != 0 {
+            if err > 0 {
+                set_errno(err);
+            }
+            return false;
+        }
+        peer_addr(fd).is_some_and(|d| p.ddp || config::get().matches(d.port(), d))
+    }
+
+    fn adopt(&self, fd: c_int, dest: SocketAddr) -> Adoption {
+        let p = pending(fd);
+        let cfg = config::get();
+        let (opts, connect_err, role) = if p.ddp {
+            (&cfg.request, libc::ECONNREFUSED, None)
+        } else if cfg.matches(dest.port(), dest) {
+            // Policy mode: a peer that does not switch leaves a working
+            // TCP connection and connect succeeds. The connecting end
+            // initiates (see `switch_fd_as`).
+            (&cfg.policy, 0, Some(Role::Initiator))
+        } else {
+            return Adoption::NotThis;
+        };
+        let r = switch(fd, opts, p.msg_mode, Some(connect_err), role);
+        match (r, fdtable::get(fd)) {
+            (_, Some(s)) => Adoption::Adopted(s),
+            (Ok(()), None) => Adoption::Never,
+            (Err(e), None) => {
+                if connect_err != 0 {
+                    // An explicit request failed: say so (the connection
+                    // itself is up and plain).
+                    set_errno(e);
+                }
+                Adoption::Never
+            }
+        }
+    }
+
+    fn accepted(&self, listener: c_int, fd: c_int) {
+        let p = pending(listener);
+        let cfg = config::get();
+        let (opts, role) = if p.ddp {
+            (&cfg.request, None)
+        } else {
+            let (Some(local), Some(peer)) = (sys::local_addr(fd), peer_addr(fd)) else {
+                return;
+            };
+            if !cfg.matches(local.port(), peer) {
+                return;
+            }
+            // Policy mode: the accepting end responds, so a client without
+            // warpsock never gets an urgent byte from us.
+            (&cfg.policy, Some(Role::Responder))
+        };
+        let _ = switch(fd, opts, p.msg_mode, None, role);
+    }
+
+    fn plain_sockopt(&self, fd: c_int, level: c_int, op: SockOpt) -> Option<c_int> {
+        if level != SOL_WARPSOCK {
+            return None;
+        }
+        Some(match op {
+            SockOpt::Get(name, val, len) => {
+                let p = pending(fd);
+                match name {
+                    WARPSOCK_DDP_MODE | WARPSOCK_CRC => put_int(val, len, 0),
+                    WARPSOCK_MSG_MODE => put_int(val, len, c_int::from(p.msg_mode)),
+                    _ => {
+                        set_errno(libc::ENOPROTOOPT);
+                        -1
+                    }
+                }
+            }
+            SockOpt::Set(name, val, len) => set_plain(fd, name, val, len),
+        })
+    }
+
+    fn before_exec(&self) {
+        sock::linger(config::get().linger);
+    }
+
+    fn at_exit(&self) {
+        sock::linger(config::get().linger);
+        let tried = [&SWITCHED, &REFUSED, &BROKEN]
+            .iter()
+            .any(|c| c.load(Ordering::Relaxed) > 0);
+        if tried && std::env::var("WARPSOCK_STATS").is_ok_and(|v| v == "1") {
+            eprint!("{}", report());
+            #[cfg(feature = "test-hooks")]
+            eprint!("{}", crate::shim::hooks::audit::report());
+        }
+    }
+
+    fn needs_hooks(&self) -> bool {
+        true
+    }
+}
+
+/// `setsockopt(SOL_WARPSOCK)` on a socket not in DDP mode.
+fn set_plain(fd: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+    let fail = |e| {
+        set_errno(e);
+        -1
+    };
+    let Some(v) = int_arg(val, len) else {
+        return fail(libc::EINVAL);
+    };
+    if !is_tcp(fd) {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let mut p = pending(fd);
+    match (name, v) {
+        (WARPSOCK_MSG_MODE, 0 | 1) => {
+            p.msg_mode = v == 1;
+            set_pending(fd, p);
+            0
+        }
+        (WARPSOCK_DDP_MODE, 0) => {
+            p.ddp = false;
+            set_pending(fd, p);
+            0
+        }
+        (WARPSOCK_DDP_MODE, 1) => {
+            if p.tried {
+                return fail(libc::EALREADY);
+            }
+            let listening =
+                sys::get_int(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN).is_some_and(|v| v != 0);
+            if listening || peer_addr(fd).is_none() {
+                // Switch when connected, or on every accepted connection.
+                p.ddp = true;
+                set_pending(fd, p);
+                fdtable::set_candidate(fd, KIND);
+                return 0;
+            }
+            match switch(fd, &config::get().request, p.msg_mode, None, None) {
+                Ok(()) => 0,
+                Err(e) => fail(e),
+            }
+        }
+        (WARPSOCK_DDP_MODE | WARPSOCK_MSG_MODE, _) => fail(libc::EINVAL),
+        _ => fail(libc::ENOPROTOOPT),
+    }
+}

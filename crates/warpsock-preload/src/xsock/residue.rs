@@ -1,0 +1,311 @@
+//! A TCP socket whose switch to DDP mode failed after reading some of the
+//! peer's bytes (those it wrote before its mark): they are the program's,
+//! so until it has read them the socket stays managed — reads return them
+//! first, everything else goes to the TCP socket — and then the program's
+//! descriptors become the plain TCP socket again.
+//!
+//! A responder that gave up waiting for the MPA Request also watches the
+//! position behind the peer's mark (see `warpsock_xsock::switch`): a late
+//! warpsock Request there is never delivered as data; the connection is
+//! reset instead.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use libc::{c_int, c_void, msghdr, sockaddr, socklen_t};
+use warpsock_xsock::switch::{classify_request, Request};
+
+use crate::shim::doorbell::Doorbell;
+use crate::shim::socket::Socket;
+use crate::shim::sys::{self, errno, lock, set_errno};
+use crate::shim::{fdtable, real};
+
+struct State {
+    residue: Vec<u8>,
+    off: usize,
+    watch: bool,
+    /// What the `connect` call that made the socket returns (`Some(errno)`
+    /// or `Some(0)`), once.
+    connect: Option<c_int>,
+    bells: usize,
+}
+
+/// A plain TCP socket with the peer's pre-switch bytes still to deliver.
+pub(crate) struct ResidueSock {
+    kfd: c_int,
+    bell: Doorbell,
+    refs: AtomicUsize,
+    nonblocking: AtomicBool,
+    st: Mutex<State>,
+}
+
+impl ResidueSock {
+    /// Wraps the program's descriptor `fd` (the TCP socket) if there is
+    /// anything to deliver or watch; else leaves it alone. `connect`: the
+    /// result the adopting `connect` returns. Returns whether it wrapped.
+    pub(crate) fn transpose(
+        fd: c_int,
+        residue: Vec<u8>,
+        watch: bool,
+        connect: Option<c_int>,
+    ) -> Result<Option<Arc<Self>>, c_int> {
+        if residue.is_empty() && !watch && connect.is_none() {
+            return Ok(None);
+        }
+        // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
+        unsafe {
+            let fl = real::fcntl(fd, libc::F_GETFL, 0);
+            let kfd = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
+            if fl < 0 || kfd < 0 {
+                return Err(errno());
+            }
+            let nonblocking = fl & libc::O_NONBLOCK != 0;
+            let bell = Doorbell::new(nonblocking).inspect_err(|_| sys::close(kfd))?;
+            let app_end = bell.app;
+            let s = Arc::new(Self {
+                kfd,
+                bell,
+                refs: AtomicUsize::new(0),
+                nonblocking: AtomicBool::new(nonblocking),
+                st: Mutex::new(State {
+                    residue,
+                    off: 0,
+                    watch,
+                    connect,
+                    bells: 0,
+                }),
+            });
+            fdtable::swap_in(fd, app_end, s.clone())?;
+            let mut g = lock(&s.st);
+            s.bell.ring(&mut g.bells);
+            drop(g);
+            Ok(Some(s))
+        }
+    }
+
+    /// Whether there is nothing left to deliver or watch.
+    fn done(st: &State) -> bool {
+        st.off == st.residue.len() && !st.watch && st.connect.is_none()
+    }
+
+    /// The program's descriptors naming this socket become the TCP socket.
+    fn demote(&self) {
+        let me = self as *const Self as *const ();
+        for (fd, s) in fdtable::all() {
+            if Arc::as_ptr(&s).cast::<()>() == me {
+                // SAFETY: re-pointing the program's descriptor at the TCP
+                // socket it was.
+                unsafe {
+                    let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
+                    sys::set_nonblocking(self.kfd, self.nonblocking.load(Ordering::Relaxed));
+                    let cloexec = if fdfl >= 0 && fdfl & libc::FD_CLOEXEC != 0 {
+                        libc::O_CLOEXEC
+                    } else {
+                        0
+                    };
+                    real::dup3(self.kfd, fd, cloexec);
+                }
+                if let Some(old) = fdtable::remove(fd) {
+                    old.release();
+                }
+            }
+        }
+    }
+
+    /// Checks the bytes behind the peer's mark for a late MPA Request.
+    /// Returns an errno if the call must fail now.
+    fn check_watch(&self, st: &mut State, nonblocking: bool) -> Option<c_int> {
+        let mut buf = [0u8; warpsock_xsock::switch::MPA_HDR_LEN + 512];
+        loop {
+            // SAFETY: peeking into a local buffer.
+            let n = unsafe {
+                real::recv(
+                    self.kfd,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            let seen = if n > 0 { &buf[..n as usize] } else { &[][..] };
+            if n == 0 {
+                st.watch = false;
+                return None;
+            }
+            match classify_request(seen) {
+                Request::NotWarpsock => {
+                    st.watch = false;
+                    return None;
+                }
+                Request::Warpsock(_) | Request::BadHello(_) => {
+                    let l = libc::linger {
+                        l_onoff: 1,
+                        l_linger: 0,
+                    };
+                    // SAFETY: SO_LINGER from the stack, then shutdown: resets.
+                    unsafe {
+                        real::setsockopt(
+                            self.kfd,
+                            libc::SOL_SOCKET,
+                            libc::SO_LINGER,
+                            (&l as *const libc::linger).cast(),
+                            size_of::<libc::linger>() as socklen_t,
+                        );
+                        real::shutdown(self.kfd, libc::SHUT_RDWR);
+                    }
+                    st.watch = false;
+                    return Some(libc::ECONNRESET);
+                }
+                Request::Undecided { .. } => {
+                    if nonblocking {
+                        return Some(libc::EAGAIN);
+                    }
+                    let mut p = [libc::pollfd {
+                        fd: self.kfd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }];
+                    sys::poll(&mut p, 100);
+                }
+            }
+        }
+    }
+}
+
+impl Socket for ResidueSock {
+    fn kernel_fd(&self) -> c_int {
+        self.kfd
+    }
+
+    fn add_ref(&self) {
+        self.refs.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn release(&self) {
+        self.refs.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
+    }
+
+    fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
+        let nonblocking = flags & libc::MSG_DONTWAIT != 0 || self.nonblocking();
+        let mut st = lock(&self.st);
+        if st.off < st.residue.len() {
+            let mut n = 0;
+            // SAFETY: the caller's iovecs.
+            let iov = unsafe { std::slice::from_raw_parts(msg.msg_iov, msg.msg_iovlen) };
+            for v in iov {
+                let k = v.iov_len.min(st.residue.len() - st.off - n);
+                // SAFETY: the caller's buffer of iov_len bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        st.residue[st.off + n..].as_ptr(),
+                        v.iov_base.cast::<u8>(),
+                        k,
+                    );
+                }
+                n += k;
+            }
+            if flags & libc::MSG_PEEK == 0 {
+                st.off += n;
+            }
+            msg.msg_namelen = 0;
+            if Self::done(&st) {
+                drop(st);
+                self.demote();
+            }
+            return n as isize;
+        }
+        if st.watch {
+            if let Some(e) = self.check_watch(&mut st, nonblocking) {
+                set_errno(e);
+                return -1;
+            }
+        }
+        let done = Self::done(&st);
+        drop(st);
+        if done {
+            self.demote();
+        }
+        let f = if nonblocking {
+            flags | libc::MSG_DONTWAIT
+        } else {
+            flags
+        };
+        // SAFETY: forwarding the caller's msghdr to the TCP socket.
+        unsafe { real::recvmsg(self.kfd, msg, f) }
+    }
+
+    unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize {
+        let f = if self.nonblocking() {
+            flags | libc::MSG_DONTWAIT
+        } else {
+            flags
+        };
+        // SAFETY: forwarding the caller's msghdr to the TCP socket.
+        unsafe { real::sendmsg(self.kfd, msg, f) }
+    }
+
+    fn connect(&self, addr: *const sockaddr, len: socklen_t) -> c_int {
+        let mut st = lock(&self.st);
+        if let Some(e) = st.connect.take() {
+            let done = Self::done(&st);
+            drop(st);
+            if done {
+                self.demote();
+            }
+            if e != 0 {
+                set_errno(e);
+                return -1;
+            }
+            return 0;
+        }
+        drop(st);
+        // SAFETY: forwarding to the TCP socket.
+        unsafe { real::connect(self.kfd, addr, len) }
+    }
+
+    fn getsockopt(
+        &self,
+        level: c_int,
+        name: c_int,
+        val: *mut c_void,
+        len: *mut socklen_t,
+    ) -> c_int {
+        if level == super::SOL_WARPSOCK {
+            return match name {
+                // Plain TCP: the switch failed.
+                super::WARPSOCK_DDP_MODE | super::WARPSOCK_MSG_MODE | super::WARPSOCK_CRC => {
+                    super::put_int(val, len, 0)
+                }
+                _ => {
+                    set_errno(libc::ENOPROTOOPT);
+                    -1
+                }
+            };
+        }
+        // SAFETY: forwarding the program's arguments to the TCP socket.
+        unsafe { real::getsockopt(self.kfd, level, name, val, len) }
+    }
+
+    fn setsockopt(&self, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+        if level == super::SOL_WARPSOCK {
+            // A connection gets one switch attempt (see warpsock_xsock::switch).
+            set_errno(libc::EALREADY);
+            return -1;
+        }
+        // SAFETY: forwarding the program's arguments to the TCP socket.
+        unsafe { real::setsockopt(self.kfd, level, name, val, len) }
+    }
+}
+
+impl Drop for ResidueSock {
+    fn drop(&mut self) {
+        sys::close(self.kfd);
+    }
+}

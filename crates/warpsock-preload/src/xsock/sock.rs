@@ -1,0 +1,568 @@
+//! A TCP socket in DDP mode, as the program sees it: the program's
+//! descriptor number names one end of a doorbell pair, the TCP socket
+//! moves to a private descriptor (names and options go to it), and the data
+//! calls run the sockets-over-DDP protocol ([`XSocket`]).
+//!
+//! Readiness: the progress thread watches the engine's TCP socket (edge
+//! triggered, [`XSocket::WATCH_EVENTS`]: input and output space) and, when
+//! no program thread is driving the socket, runs a round of progress.
+//! After that round and after every data call, [`DdpSock::reflect`] makes
+//! the doorbell follow the socket: a bell when something new arrived and
+//! the socket is readable (bytes, end of stream, an error, an asynchronous
+//! completion), drained bells when nothing is left to read. A send that
+//! would block (no credit) makes the program's end unwritable until
+//! credits return, so `POLLOUT`/`EPOLLOUT` wait like a full TCP socket's.
+//! When the connection is finished both ways the pair hangs up
+//! (`POLLHUP`). A program thread blocked in a call may process what
+//! arrives for another thread that waits in `poll`: its call reflects that
+//! on return, and the arrivals counter makes it a new edge.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
+use warpsock_xsock::io::{Readiness, RecvFlags, XSocket};
+
+use super::{config, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_MODE};
+use crate::shim::doorbell::Doorbell;
+use crate::shim::guard::enter;
+use crate::shim::reactor::{self, Handler, Reactor};
+use crate::shim::socket::Socket;
+use crate::shim::sys::{self, errno, lock, set_errno};
+use crate::shim::{fdtable, real};
+
+struct Inner {
+    bells: usize,
+    /// [`Readiness::arrivals`] when the doorbell last followed the socket.
+    seen: u64,
+    write_gated: bool,
+    hung_up: bool,
+    /// The `connect` call that adopted the socket is still to return.
+    connect_pending: bool,
+    rcvtimeo: Option<Duration>,
+    sndtimeo: Option<Duration>,
+}
+
+/// A DDP-mode socket.
+pub(crate) struct DdpSock {
+    pub(crate) x: XSocket,
+    /// The TCP socket, off the program's number (names, options).
+    kfd: c_int,
+    /// What the program's number becomes in a forked child or after exec:
+    /// a socket whose peer is gone (reads return 0, writes fail with
+    /// `EPIPE`); the DDP stream cannot be shared with a process that does
+    /// not run its protocol.
+    dead: c_int,
+    bell: Doorbell,
+    id: u64,
+    refs: AtomicUsize,
+    nonblocking: AtomicBool,
+    inner: Mutex<Inner>,
+}
+
+/// Every live DDP socket by the address of its object (the extended calls
+/// find theirs from the descriptor table's `dyn Socket`).
+static SOCKS: Mutex<Option<HashMap<usize, Weak<DdpSock>>>> = Mutex::new(None);
+
+/// The DDP socket behind the program's descriptor `fd`.
+pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
+    let s = fdtable::get(fd)?;
+    let key = Arc::as_ptr(&s).cast::<()>() as usize;
+    lock(&SOCKS).as_ref()?.get(&key)?.upgrade()
+}
+
+/// Sockets whose close is still letting bytes leave.
+static CLOSING: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits up to `bound` for closing sockets (exit, exec).
+pub(crate) fn linger(bound: Duration) {
+    let t = std::time::Instant::now();
+    while CLOSING.load(Ordering::Acquire) > 0 && t.elapsed() < bound {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+struct Ready(Weak<DdpSock>);
+
+impl Handler for Ready {
+    fn on_ready(&self, _: &'static Reactor, _events: u32) {
+        // The engine's calls made from here must not re-enter the
+        // interposed entry points — including those of the last drop of
+        // the socket, which may happen here (its close finished meanwhile).
+        enter((), || {
+            if let Some(s) = self.0.upgrade() {
+                if let Some(r) = s.x.progress_if_idle() {
+                    s.reflect(r);
+                }
+            }
+        });
+    }
+}
+
+fn dead_end() -> c_int {
+    let mut sv = [-1; 2];
+    // SAFETY: socketpair writes two descriptors into `sv`.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return -1;
+    }
+    sys::close(sv[1]);
+    sv[0]
+}
+
+impl DdpSock {
+    /// Makes the program's descriptor `fd` (a connected TCP socket that
+    /// `x` now carries) a DDP-mode socket. `connect_pending`: adopted by a
+    /// `connect` call that is still to return.
+    pub(crate) fn transpose(
+        fd: c_int,
+        x: XSocket,
+        msg_mode: bool,
+        connect_pending: bool,
+        timeouts: (Option<Duration>, Option<Duration>),
+    ) -> Result<Arc<Self>, c_int> {
+        let eng = reactor::get().ok_or(libc::ENOMEM)?;
+        x.set_msg_mode(msg_mode);
+        // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
+        unsafe {
+            let fl = real::fcntl(fd, libc::F_GETFL, 0);
+            if fl < 0 {
+                return Err(errno());
+            }
+            let kfd = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
+            if kfd < 0 {
+                return Err(errno());
+            }
+            let nonblocking = fl & libc::O_NONBLOCK != 0;
+            let bell = match Doorbell::new(nonblocking) {
+                Ok(b) => b,
+                Err(e) => {
+                    sys::close(kfd);
+                    return Err(e);
+                }
+            };
+            let app_end = bell.app;
+            let s = Arc::new(Self {
+                id: eng.new_id(),
+                dead: dead_end(),
+                inner: new_inner(timeouts),
+                x,
+                kfd,
+                bell,
+                refs: AtomicUsize::new(0),
+                nonblocking: AtomicBool::new(nonblocking),
+            });
+            lock(&SOCKS)
+                .get_or_insert_with(HashMap::new)
+                .insert(Arc::as_ptr(&s).cast::<()>() as usize, Arc::downgrade(&s));
+            if !eng.register(
+                s.x.tcp_fd(),
+                s.id,
+                XSocket::WATCH_EVENTS,
+                Arc::new(Ready(Arc::downgrade(&s))),
+            ) {
+                return Err(errno());
+            }
+            let weak = Arc::downgrade(&s);
+            s.x.set_on_progress(Box::new(move |r| {
+                // A program thread blocked in a call processed arrivals
+                // (the progress thread skipped the socket meanwhile).
+                if let Some(s) = weak.upgrade() {
+                    s.reflect(r);
+                }
+            }));
+            fdtable::swap_in(fd, app_end, s.clone())?;
+            lock(&s.inner).connect_pending = connect_pending;
+            // Bytes that arrived with the switch (the pre-switch residue).
+            s.reflect(s.x.readiness());
+            Ok(s)
+        }
+    }
+
+    /// Makes the doorbell pair follow readiness `r`: a bell if the socket
+    /// is readable and something arrived since the last look (an
+    /// edge-triggered waiter needs a new edge) or no bell is out; the bells
+    /// drained if nothing is readable; writability released once a send
+    /// could move bytes again; a hang-up once finished both ways.
+    fn reflect(&self, r: Readiness) {
+        let mut g = lock(&self.inner);
+        let arrived = r.arrivals != g.seen;
+        g.seen = r.arrivals;
+        if r.readable {
+            if arrived || g.bells == 0 {
+                self.bell.ring(&mut g.bells);
+            }
+        } else if g.bells > 0 {
+            self.bell.drain(&mut g.bells);
+        }
+        if g.write_gated && r.writable {
+            self.bell.set_writable(true);
+            g.write_gated = false;
+        }
+        if r.hup && !g.hung_up {
+            self.bell.hang_up();
+            g.hung_up = true;
+        }
+    }
+
+    /// After collecting asynchronous completions: the bells follow what is
+    /// left.
+    pub(crate) fn settle_after_aio(&self) {
+        self.reflect(self.x.readiness_now());
+    }
+
+    fn nonblocking_for(&self, flags: c_int) -> bool {
+        flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed)
+    }
+
+    fn fail(e: &std::io::Error) -> isize {
+        set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+        -1
+    }
+}
+
+/// Initial `Inner`, with the program's timeouts from before the switch
+/// (the engine sets `SO_RCVTIMEO` on the TCP socket for its own reads, so
+/// from now on the program's values live here).
+fn new_inner((rcvtimeo, sndtimeo): (Option<Duration>, Option<Duration>)) -> Mutex<Inner> {
+    Mutex::new(Inner {
+        bells: 0,
+        seen: 0,
+        write_gated: false,
+        hung_up: false,
+        connect_pending: false,
+        rcvtimeo,
+        sndtimeo,
+    })
+}
+
+fn timeval_arg(val: *const c_void, len: socklen_t) -> Option<Option<Duration>> {
+    if val.is_null() || (len as usize) < size_of::<libc::timeval>() {
+        return None;
+    }
+    // SAFETY: a timeval's worth of bytes at `val`.
+    let tv = unsafe { val.cast::<libc::timeval>().read_unaligned() };
+    if tv.tv_sec < 0 || !(0..1_000_000).contains(&tv.tv_usec) {
+        return None;
+    }
+    Some(sys::timeval_to_dur(0, &tv))
+}
+
+/// The program's buffers of `msg` as slices.
+///
+/// # Safety
+/// `msg`'s iovecs must be valid for the lifetime used.
+unsafe fn iovs<'a>(msg: &msghdr) -> Vec<&'a mut [u8]> {
+    let n = msg.msg_iovlen;
+    if msg.msg_iov.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller's contract.
+    let v = unsafe { std::slice::from_raw_parts(msg.msg_iov, n) };
+    v.iter()
+        .filter(|i| i.iov_len > 0 && !i.iov_base.is_null())
+        // SAFETY: each iovec names a valid buffer (caller's contract).
+        .map(|i| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) })
+        .collect()
+}
+
+impl Socket for DdpSock {
+    fn kernel_fd(&self) -> c_int {
+        self.kfd
+    }
+
+    fn demote_fd(&self) -> c_int {
+        self.dead
+    }
+
+    fn add_ref(&self) {
+        self.refs.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn release(&self) {
+        if self.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        if let Some(eng) = reactor::current() {
+            eng.deregister(self.id, Some(self.x.tcp_fd()));
+        }
+        let key = self as *const Self as *const () as usize;
+        let me = lock(&SOCKS).as_mut().and_then(|m| m.remove(&key));
+        if reactor::current().is_some_and(|e| !e.is_owner()) {
+            // A forked child: the connection is the parent's.
+            return;
+        }
+        let Some(me) = me.and_then(|w| w.upgrade()) else {
+            return;
+        };
+        // Orderly close in the background: the end of stream goes after
+        // every byte sent; close(2) returns at once, as for TCP.
+        CLOSING.fetch_add(1, Ordering::AcqRel);
+        let linger = config::get().linger;
+        let spawned = std::thread::Builder::new()
+            .name("warpsock-close".into())
+            .spawn(move || {
+                // The engine's last calls (closing its descriptors as `me`
+                // drops) are library calls too: under the guard.
+                enter((), move || {
+                    me.x.close(linger);
+                    drop(me);
+                });
+                CLOSING.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            CLOSING.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
+    }
+
+    fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
+        if flags & libc::MSG_OOB != 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let f = RecvFlags {
+            peek: flags & libc::MSG_PEEK != 0,
+            nonblocking: self.nonblocking_for(flags),
+            waitall: flags & libc::MSG_WAITALL != 0,
+        };
+        let timeo = lock(&self.inner).rcvtimeo;
+        msg.msg_namelen = 0;
+        msg.msg_controllen = 0;
+        msg.msg_flags = 0;
+        // SAFETY: the caller's msghdr.
+        let mut bufs = unsafe { iovs(msg) };
+        let r = match bufs.len() {
+            0 => Ok((0, false)),
+            1 => self.x.recv(bufs[0], f, timeo),
+            _ => {
+                // Scattered: one receive into a staging buffer.
+                let total: usize = bufs.iter().map(|b| b.len()).sum();
+                let mut tmp = vec![0u8; total];
+                self.x.recv(&mut tmp, f, timeo).map(|(n, eor)| {
+                    let mut off = 0;
+                    for b in &mut bufs {
+                        let k = b.len().min(n - off);
+                        b[..k].copy_from_slice(&tmp[off..off + k]);
+                        off += k;
+                    }
+                    (n, eor)
+                })
+            }
+        };
+        self.reflect(self.x.readiness_now());
+        match r {
+            Ok((n, eor)) => {
+                if eor {
+                    msg.msg_flags |= libc::MSG_EOR;
+                }
+                n as isize
+            }
+            Err(e) => Self::fail(&e),
+        }
+    }
+
+    unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize {
+        if flags & libc::MSG_OOB != 0 {
+            set_errno(libc::EOPNOTSUPP);
+            return -1;
+        }
+        let nonblocking = self.nonblocking_for(flags);
+        let timeo = lock(&self.inner).sndtimeo;
+        // SAFETY: the caller's msghdr.
+        let bufs = unsafe { iovs(msg) };
+        let r = match bufs.len() {
+            0 => Ok(0),
+            1 => self.x.send(bufs[0], nonblocking, timeo),
+            _ => {
+                let v: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+                self.x.send(&v, nonblocking, timeo)
+            }
+        };
+        // The call may have processed input another thread waits for.
+        self.reflect(self.x.readiness_now());
+        match r {
+            Ok(n) => n as isize,
+            Err(e) => {
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) if nonblocking => {
+                        // No credit: make the program's end unwritable
+                        // until credits return (checked again at once, in
+                        // case they just did).
+                        {
+                            let mut g = lock(&self.inner);
+                            if !g.write_gated {
+                                self.bell.set_writable(false);
+                                g.write_gated = true;
+                            }
+                        }
+                        self.reflect(self.x.readiness());
+                    }
+                    Some(libc::EPIPE) if flags & libc::MSG_NOSIGNAL == 0 => {
+                        // SAFETY: raising SIGPIPE as a TCP send would.
+                        unsafe { libc::raise(libc::SIGPIPE) };
+                    }
+                    _ => {}
+                }
+                Self::fail(&e)
+            }
+        }
+    }
+
+    fn connect(&self, _addr: *const sockaddr, _len: socklen_t) -> c_int {
+        let mut g = lock(&self.inner);
+        if std::mem::take(&mut g.connect_pending) {
+            return 0;
+        }
+        set_errno(libc::EISCONN);
+        -1
+    }
+
+    fn bind(&self, _addr: *const sockaddr, _len: socklen_t) -> c_int {
+        set_errno(libc::EINVAL);
+        -1
+    }
+
+    fn setsockopt(&self, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+        if level == SOL_WARPSOCK {
+            let Some(v) = super::int_arg(val, len) else {
+                set_errno(libc::EINVAL);
+                return -1;
+            };
+            return match (name, v) {
+                // Already in DDP mode; there is no way back.
+                (WARPSOCK_DDP_MODE, 1) => 0,
+                (WARPSOCK_MSG_MODE, 0 | 1) => {
+                    self.x.set_msg_mode(v == 1);
+                    0
+                }
+                (WARPSOCK_DDP_MODE | WARPSOCK_MSG_MODE, _) => {
+                    set_errno(libc::EINVAL);
+                    -1
+                }
+                _ => {
+                    set_errno(libc::ENOPROTOOPT);
+                    -1
+                }
+            };
+        }
+        if level == libc::SOL_SOCKET && matches!(name, libc::SO_RCVTIMEO | libc::SO_SNDTIMEO) {
+            let Some(t) = timeval_arg(val, len) else {
+                set_errno(libc::EINVAL);
+                return -1;
+            };
+            let mut g = lock(&self.inner);
+            if name == libc::SO_RCVTIMEO {
+                g.rcvtimeo = t;
+            } else {
+                g.sndtimeo = t;
+            }
+            return 0;
+        }
+        // SAFETY: forwarding the program's arguments to the TCP socket.
+        unsafe { real::setsockopt(self.kfd, level, name, val, len) }
+    }
+
+    fn getsockopt(
+        &self,
+        level: c_int,
+        name: c_int,
+        val: *mut c_void,
+        len: *mut socklen_t,
+    ) -> c_int {
+        let v = match (level, name) {
+            (SOL_WARPSOCK, WARPSOCK_DDP_MODE) => 1,
+            (SOL_WARPSOCK, WARPSOCK_MSG_MODE) => c_int::from(self.x.msg_mode()),
+            (SOL_WARPSOCK, WARPSOCK_CRC) => c_int::from(self.x.crc()),
+            (SOL_WARPSOCK, _) => {
+                set_errno(libc::ENOPROTOOPT);
+                return -1;
+            }
+            (libc::SOL_SOCKET, libc::SO_RCVTIMEO | libc::SO_SNDTIMEO) => {
+                let g = lock(&self.inner);
+                let t = if name == libc::SO_RCVTIMEO {
+                    g.rcvtimeo
+                } else {
+                    g.sndtimeo
+                };
+                if val.is_null()
+                    || len.is_null()
+                    // SAFETY: the caller's in/out length, checked non-null.
+                    || (unsafe { *len } as usize) < size_of::<libc::timeval>()
+                {
+                    set_errno(libc::EINVAL);
+                    return -1;
+                }
+                let t = t.unwrap_or_default();
+                let tv = libc::timeval {
+                    tv_sec: t.as_secs() as libc::time_t,
+                    tv_usec: t.subsec_micros() as libc::suseconds_t,
+                };
+                // SAFETY: a timeval's worth of writable bytes.
+                unsafe {
+                    val.cast::<libc::timeval>().write_unaligned(tv);
+                    *len = size_of::<libc::timeval>() as socklen_t;
+                }
+                return 0;
+            }
+            (libc::SOL_SOCKET, libc::SO_ERROR) => match self.x.error() {
+                Some((errno, _)) => errno,
+                // SAFETY: forwarding to the TCP socket.
+                None => return unsafe { real::getsockopt(self.kfd, level, name, val, len) },
+            },
+            // SAFETY: forwarding the program's arguments to the TCP socket.
+            _ => return unsafe { real::getsockopt(self.kfd, level, name, val, len) },
+        };
+        super::put_int(val, len, v)
+    }
+
+    fn shutdown(&self, how: c_int) -> c_int {
+        let (rd, wr) = match how {
+            libc::SHUT_RD => (true, false),
+            libc::SHUT_WR => (false, true),
+            libc::SHUT_RDWR => (true, true),
+            _ => {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
+        };
+        self.x.shutdown(rd, wr);
+        self.reflect(self.x.readiness());
+        0
+    }
+
+    fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {
+        match req {
+            libc::FIONREAD if arg != 0 => {
+                // SAFETY: FIONREAD's argument is an int out-pointer.
+                unsafe { *(arg as *mut c_int) = self.x.readable_bytes() as c_int };
+                0
+            }
+            // SAFETY: forwarding to the TCP socket.
+            _ => unsafe { real::ioctl(self.kfd, req, arg) },
+        }
+    }
+}
+
+impl Drop for DdpSock {
+    fn drop(&mut self) {
+        sys::close(self.kfd);
+        sys::close(self.dead);
+    }
+}
