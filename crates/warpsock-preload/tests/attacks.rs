@@ -604,5 +604,11 @@ fn a_peer_that_stops_reading_cannot_block_the_victim() {
     drop(t);
     let r = v.quit();
     r.assert_ok("victim");
-    assert!(r.stat("tx_stall_drops") >= 1, "{}", r.stderr);
+    // Either way the replies stopped waiting for it: dropped after the
+    // stall bound, or, when the victim gave the connection up first,
+    // re-sent by kernel UDP with the rest following that way (seen in CI:
+    // 31 replies over TCP, 11 requeued, 258 by kernel UDP).
+    let dropped = r.stat("tx_stall_drops");
+    let rerouted = r.stat("tx_requeued_udp");
+    assert!(dropped + rerouted >= 1, "{}", r.stderr);
 }
