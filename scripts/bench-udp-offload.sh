@@ -145,17 +145,19 @@ if part iperf; then
 fi
 if part sockperf; then
     echo "== sockperf ping-pong, 64 B, ${T}s, server CPU 0, client CPU 1, $RUNS rounds (half round trip) =="
-    MODES=(host offload busy progress)
-    declare -A LABEL=([host]="host UDP" [offload]="offload (default)"
-        [busy]="offload busy-poll ${BUSY_US} us" [progress]="offload, WARPSOCK_CALLER_RECV=0")
+    # Keys of their own (sp-*): the iperf part writes $WORK/host and
+    # $WORK/offload, and sharing them mixed its rows into these medians.
+    MODES=(sp-host sp-offload sp-busy sp-progress)
+    declare -A LABEL=([sp-host]="host UDP" [sp-offload]="offload (default)"
+        [sp-busy]="offload busy-poll ${BUSY_US} us" [sp-progress]="offload, WARPSOCK_CALLER_RECV=0")
     for r in $(seq "$RUNS"); do
         echo "round $r:"
-        sockperf_run host "${LABEL[host]}" env
-        sockperf_run offload "${LABEL[offload]}" "${PRE[@]}"
-        sockperf_run busy "${LABEL[busy]}" "${PRE[@]}" WARPSOCK_BUSY_POLL_US="$BUSY_US"
-        sockperf_run progress "${LABEL[progress]}" "${PRE[@]}" WARPSOCK_CALLER_RECV=0
+        sockperf_run sp-host "${LABEL[sp-host]}" env
+        sockperf_run sp-offload "${LABEL[sp-offload]}" "${PRE[@]}"
+        sockperf_run sp-busy "${LABEL[sp-busy]}" "${PRE[@]}" WARPSOCK_BUSY_POLL_US="$BUSY_US"
+        sockperf_run sp-progress "${LABEL[sp-progress]}" "${PRE[@]}" WARPSOCK_CALLER_RECV=0
     done
-    HOST50=$(col host 1)
+    HOST50=$(col sp-host 1)
     echo "medians over $RUNS rounds (ratio: median p50 / host UDP median p50):"
     for m in "${MODES[@]}"; do
         p50=$(col "$m" 1)
