@@ -931,7 +931,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
                             unsafe { to_c(local, &mut (*sh.id_ptr()).route.addr.src) };
                         }
                     }
-                    qp.attach(eng, neg.as_ref());
+                    qp.attach(eng, neg.as_ref(), true);
                     let peer = neg
                         .as_ref()
                         .map(|n| n.peer_private_data.clone())
@@ -1012,7 +1012,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         Ok(eng) => {
             drop(init);
             let neg = eng.negotiated();
-            qp.attach(eng, neg.as_ref());
+            qp.attach(eng, neg.as_ref(), false);
             established(&sh, &qp, neg.as_ref(), &[]);
         }
         Err(e) => {
