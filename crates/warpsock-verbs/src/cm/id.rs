@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use warpsock_engine::{CmError, ConnectRequest, Negotiated};
 
-use super::addr::{from_c, route_source, to_c};
+use super::addr::route_source;
 use super::{
     channel_queue, new_channel, rdma_ack_cm_event, rdma_destroy_event_channel, rdma_get_cm_event,
     EventObj, EventPtr, MAX_HANDSHAKES, MAX_PRIVATE_DATA,
@@ -22,6 +22,7 @@ use crate::cq::{ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel
 use crate::device::{self, MAX_RD_ATOM};
 use crate::mem::ibv_alloc_pd;
 use crate::qp::{self, ibv_create_qp, ibv_destroy_qp, ibv_modify_qp, QpShared};
+use crate::sock::{from_c, to_c};
 use crate::util::{errno, fail, lock};
 
 /// How long `rdma_connect` waits for the TCP connection.

@@ -44,7 +44,7 @@
 mod addr;
 mod id;
 
-pub use addr::{from_c, rdma_freeaddrinfo, rdma_getaddrinfo, route_source, to_c};
+pub use addr::{rdma_freeaddrinfo, rdma_getaddrinfo, route_source};
 pub use id::*;
 
 use std::ffi::{c_char, c_int, c_uint};
