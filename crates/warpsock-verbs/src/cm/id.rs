@@ -11,6 +11,7 @@ use std::time::Duration;
 use warpsock_engine::{CmError, ConnectRequest, Negotiated};
 
 use super::addr::route_source;
+use super::outcome::connect_failed;
 use super::{
     channel_queue, new_channel, rdma_ack_cm_event, rdma_destroy_event_channel, rdma_get_cm_event,
     EventObj, EventPtr, MAX_HANDSHAKES, MAX_PRIVATE_DATA,
@@ -837,29 +838,6 @@ fn established(sh: &Arc<IdShared>, qp: &Arc<QpShared>, neg: Option<&Negotiated>,
             ..Ev::default()
         },
     );
-}
-
-fn connect_failed(e: &CmError) -> (c_uint, c_int, Vec<u8>) {
-    match e {
-        CmError::Rejected { private_data } => (
-            RDMA_CM_EVENT_REJECTED,
-            -libc::ECONNRESET,
-            private_data.clone(),
-        ),
-        CmError::Refused { .. } => (RDMA_CM_EVENT_REJECTED, -libc::ECONNREFUSED, Vec::new()),
-        CmError::Unreachable { source, .. } => (
-            RDMA_CM_EVENT_UNREACHABLE,
-            -source.raw_os_error().unwrap_or(libc::EHOSTUNREACH),
-            Vec::new(),
-        ),
-        CmError::Timeout { .. } => (RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT, Vec::new()),
-        CmError::Io(io) => (
-            RDMA_CM_EVENT_CONNECT_ERROR,
-            -io.raw_os_error().unwrap_or(libc::ECONNRESET),
-            Vec::new(),
-        ),
-        _ => (RDMA_CM_EVENT_CONNECT_ERROR, -libc::EPROTO, Vec::new()),
-    }
 }
 
 /// `rdma_connect`: TCP connect and MPA exchange on a thread; the outcome
