@@ -216,6 +216,9 @@ if [ ! -x "$VMTOOL" ]; then
     exit 0
 fi
 T_SIW=$SECONDS
+# Our side logs its setup failures, connect retries and kicks (counted at
+# the end: how often siw's accept race showed).
+export WARPSOCK_VERBS_DEBUG=1
 scripts/ensure-pkgs.sh qemu-system-x86 python3 >/dev/null
 mkdir -p "$CACHE"
 "$VMTOOL" build "$CACHE" >"$WORK/vm-build.log" 2>&1 || { tail -30 "$WORK/vm-build.log" >&2; fail "cannot build the siw VM image"; }
@@ -349,5 +352,8 @@ vm_pair "siw-rstream" 7500 "rstream -p 7500 -C 100" "$RUN --p2p off -- rstream -
 host_pair "siw-rstream-s" "$RUN -- rstream -p $HOSTP -C 100" "rstream -s 10.0.2.2 -p $HOSTP -C 100"
 "$VMTOOL" stop "$VM" >/dev/null 2>&1 || true
 VM_UP=0
+KICKS=$(cat "$WORK"/siw-*.client "$WORK"/siw-*.server 2>/dev/null | grep -c "siw accept race" || true)
+RETRIES=$(cat "$WORK"/siw-*.client 2>/dev/null | grep -c "trying again in" || true)
+echo "    siw accept race kicks: $KICKS; connect retries (reset before the MPA Reply): $RETRIES"
 
 echo "test-verbs: $PASS cases passed in $((SECONDS - T0)) s (siw section $((SECONDS - T_SIW)) s)"

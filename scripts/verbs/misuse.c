@@ -335,21 +335,24 @@ static void *server(void *arg)
 	return arg;
 }
 
-/* A TCP peer that is not an iWARP responder: it accepts one connection,
- * reads the MPA Request (so the initiator is awaiting the Reply) and
- * closes, with a FIN or (rst) a reset. Listens on port 0 of ADDR. */
+/* A TCP peer that is not an iWARP responder: it accepts connections,
+ * reads each MPA Request (so the initiator is awaiting the Reply) and
+ * closes, with a FIN or (rst) a reset, until stopped. (The initiator tries
+ * a few times before it reports the failure: see
+ * crates/warpsock-verbs/src/cm/outcome.rs.) Listens on port 0 of ADDR. */
 struct closer {
 	int lfd;
 	int port;
 	int rst;
+	int accepted;
 	pthread_t t;
 };
 
 static void *closer_run(void *arg)
 {
 	struct closer *c = arg;
-	int fd = accept(c->lfd, NULL, NULL);
-	if (fd >= 0) {
+	int fd;
+	while ((fd = accept(c->lfd, NULL, NULL)) >= 0) {
 		char buf[64];
 		ssize_t n = read(fd, buf, sizeof buf); /* the MPA Request's first bytes */
 		(void)n;
@@ -358,6 +361,7 @@ static void *closer_run(void *arg)
 			setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
 		}
 		close(fd);
+		c->accepted++;
 	}
 	return NULL;
 }
@@ -368,6 +372,7 @@ static int closer_start(struct closer *c, int rst)
 	socklen_t len = sizeof sin;
 	inet_pton(AF_INET, addr_s, &sin.sin_addr);
 	c->rst = rst;
+	c->accepted = 0;
 	c->lfd = socket(AF_INET, SOCK_STREAM, 0);
 	if (c->lfd < 0 || bind(c->lfd, (struct sockaddr *)&sin, sizeof sin) || listen(c->lfd, 1) ||
 	    getsockname(c->lfd, (struct sockaddr *)&sin, &len))
@@ -378,6 +383,7 @@ static int closer_start(struct closer *c, int rst)
 
 static void closer_stop(struct closer *c)
 {
+	shutdown(c->lfd, SHUT_RDWR); /* ends the blocked accept */
 	pthread_join(c->t, NULL);
 	close(c->lfd);
 }
@@ -581,6 +587,9 @@ static void client(void)
 			rdma_ack_cm_event(e);
 		free_side(&s);
 		closer_stop(&c);
+		/* The initial attempt and 5 more (outcome.rs Backoff). */
+		CHECK(rst ? "mpa-peer-reset-attempts" : "mpa-peer-closed-attempts", c.accepted == 6,
+		      "%d attempts", c.accepted);
 	}
 	rdma_destroy_event_channel(ch);
 }

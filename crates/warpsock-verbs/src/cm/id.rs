@@ -11,7 +11,7 @@ use std::time::Duration;
 use warpsock_engine::{CmError, ConnectRequest, Negotiated};
 
 use super::addr::route_source;
-use super::outcome::connect_failed;
+use super::outcome::{connect_failed, ended_before_reply, Backoff};
 use super::{
     channel_queue, new_channel, rdma_ack_cm_event, rdma_destroy_event_channel, rdma_get_cm_event,
     EventObj, EventPtr, MAX_HANDSHAKES, MAX_PRIVATE_DATA,
@@ -894,9 +894,24 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
                 );
                 return;
             };
-            let res = crate::sock::tcp_connect(dst, TCP_CONNECT_TIMEOUT)
-                .map_err(|e| tcp_error(dst, e))
-                .and_then(|sock| warpsock_engine::connect_stream(sock, &init));
+            let attempt = || {
+                crate::sock::tcp_connect(dst, TCP_CONNECT_TIMEOUT)
+                    .map_err(|e| tcp_error(dst, e))
+                    .and_then(|sock| warpsock_engine::connect_stream(sock, &init))
+            };
+            let mut backoff = Backoff::default();
+            let res = loop {
+                match attempt() {
+                    Err(e) if ended_before_reply(&e) => match backoff.next_wait() {
+                        Some(wait) => {
+                            debug!("connect to {dst}: {e}; trying again in {wait:?}");
+                            std::thread::sleep(wait);
+                        }
+                        None => break Err(e),
+                    },
+                    res => break res,
+                }
+            };
             match res {
                 Ok(eng) => {
                     drop(init);
