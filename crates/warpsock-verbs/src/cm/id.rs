@@ -826,7 +826,6 @@ fn established(sh: &Arc<IdShared>, qp: &Arc<QpShared>, neg: Option<&Negotiated>,
         st.connected = true;
         st.qp = Some(Arc::clone(qp));
     }
-    link_end(sh, qp);
     let (ird, ord) = neg.map_or((1, 1), |n| (n.ird.min(255) as u8, n.ord.min(255) as u8));
     push_self(
         sh,
@@ -838,6 +837,11 @@ fn established(sh: &Arc<IdShared>, qp: &Arc<QpShared>, neg: Option<&Negotiated>,
             ..Ev::default()
         },
     );
+    // After ESTABLISHED is queued: a connection that has already ended
+    // (the peer failed at once) reports DISCONNECTED from inside this
+    // call, and it must come second (misuse.c's local-bounds case saw it
+    // first when the client's QP failed right after its ESTABLISHED).
+    link_end(sh, qp);
 }
 
 /// `rdma_connect`: TCP connect and MPA exchange on a thread; the outcome
