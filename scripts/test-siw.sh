@@ -113,7 +113,20 @@ read -r OFF CTL < <(vm_port_offset 1 7174 18515 18516 18517 18600)
 RPING_PORT=$((7174 + OFF))
 SC_GUEST_PORT=18600                 # send_check's server in the VM
 SC_PORT=$((SC_GUEST_PORT + OFF))
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# listen_port FILE PID: the port one of our servers (started with -p 0)
+# printed as "listening on ADDR:PORT" in FILE, once it has (10 s; fails
+# at once if PID exits first). The server binds port 0 itself: no port is
+# picked here and then lost to another process.
+listen_port() {
+    local i p
+    for i in $(seq 200); do
+        p=$(sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$1" 2>/dev/null | head -1)
+        [ -n "$p" ] && { echo "$p"; return 0; }
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
 
 vm_start() {  # vm_start LABEL MODPARAMS
     local label=$1 params=$2 t
@@ -408,13 +421,11 @@ client_case() {  # client_case NAME SIZE COUNT CRC(0|1) RTR(none|write)
 # Case: siw rping client in the VM -> warpsock server on the host.
 server_case() {  # server_case NAME SIZE COUNT CRC(0|1: our server asks) EXPECT_CRC RTR
     local name=$1 size=$2 count=$3 crc=$4 ecrc=$5 rtr=$6 cap=$WORK/$1.pcap rc=0 port
-    port=$(free_port)
-    cap_start "$cap" "$port"
-    "$BIN" -s -a 127.0.0.1 -p "$port" -S 65535 -V $([ "$crc" = 1 ] && echo --crc) \
+    "$BIN" -s -a 127.0.0.1 -p 0 -S 65535 -V $([ "$crc" = 1 ] && echo --crc) \
         --accept-timeout 60 --timeout 60 >"$WORK/$name.out" 2>"$WORK/$name.err" &
     SRV_PID=$!
-    local i
-    for i in $(seq 100); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.05; done
+    port=$(listen_port "$WORK/$name.err" "$SRV_PID") || loud_fail "$name: our rping server did not listen: $(cat "$WORK/$name.err")"
+    cap_start "$cap" "$port"
     vm_exec "rping -c -a 10.0.2.2 -p $port -C $count -S $size -V -v >/tmp/rping.out 2>/tmp/rping.err; echo rping-rc=\$?;
              echo pings=\$(grep -c '^ping data: rdma-ping-' /tmp/rping.out);
              grep -v '^ping data' /tmp/rping.out | head -5; head -20 /tmp/rping.err" >"$WORK/$name.vm" 2>&1 || true
@@ -585,12 +596,11 @@ sc_siw_trailer_case() {  # sc_siw_trailer_case NAME N S
 sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR [SERVER ARGS...]
     local name=$1 n=$2 s=$3 crc=$4 ecrc=$5 rtr=$6 rc=0 port i
     shift 6
-    port=$(free_port)
-    cap_prefix_start "$WORK/$name.pcap" "$port" $SC_CAP
-    "$PT" send-check server -p "$port" -n "$n" -s "$s" $([ "$crc" = 1 ] && echo --crc) --timeout 280 "$@" \
+    "$PT" send-check server -p 0 -n "$n" -s "$s" $([ "$crc" = 1 ] && echo --crc) --timeout 280 "$@" \
         >"$WORK/$name.out" 2>&1 &
     SRV_PID=$!
-    for i in $(seq 100); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.05; done
+    port=$(listen_port "$WORK/$name.out" "$SRV_PID") || loud_fail "$name: our send-check server did not listen: $(cat "$WORK/$name.out")"
+    cap_prefix_start "$WORK/$name.pcap" "$port" $SC_CAP
     # In the background (the command channel gives up after 120 s), polled.
     # The background subshell gets no descriptor of the command channel:
     # holding one made the channel wait for the whole transfer (and time
@@ -873,11 +883,10 @@ siw_kernel_news "$WORK/srvterm-before.dmesg"
 srv_term() {  # srv_term NAME BYTE0 ECODE ETYPE:M:DDPHDRLEN SIW_LOG_LINE ARGS...
     local name=$1 b0=$2 ec=$3 det=$4 want=$5 port rc=0 cap=$WORK/$1.pcap v why=() got i
     shift 5
-    port=$(free_port)
-    cap_start "$cap" "$port"
-    "$PT" terminate-server "$@" -p "$port" --timeout 30 >"$WORK/$name.out" 2>&1 &
+    "$PT" terminate-server "$@" -p 0 --timeout 30 >"$WORK/$name.out" 2>&1 &
     SRV_PID=$!
-    for i in $(seq 100); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.05; done
+    port=$(listen_port "$WORK/$name.out" "$SRV_PID") || loud_fail "$name: our terminate-server did not listen: $(cat "$WORK/$name.out")"
+    cap_start "$cap" "$port"
     vm_exec "timeout 20 rping -c -a 10.0.2.2 -p $port -C 1 -S 64 -V -v >/tmp/rping.out 2>&1; echo rping-rc=\$?;
              tail -3 /tmp/rping.out" >"$WORK/$name.vm" 2>&1 || true
     wait "$SRV_PID" || rc=$?

@@ -84,7 +84,8 @@ enum Cmd {
         /// Server address (client), listen address (server).
         #[arg(short = 'a', long, default_value = "127.0.0.1")]
         host: String,
-        /// TCP port.
+        /// TCP port (server: 0 picks a free one, printed to stderr as
+        /// `listening on ADDR:PORT`).
         #[arg(short = 'p', long)]
         port: u16,
         /// Messages.
@@ -167,7 +168,8 @@ enum Cmd {
     TerminateServer {
         /// How the Terminate comes about.
         case: ServerArg,
-        /// Port to listen on (127.0.0.1).
+        /// Port to listen on (127.0.0.1; 0 picks a free one, printed to
+        /// stderr as `listening on ADDR:PORT`).
         #[arg(short = 'p', long)]
         port: u16,
         /// The code for `local`: LAYER/ETYPE/ECODE, ECODE in hex (0/1/00).

@@ -122,6 +122,8 @@ fn mpa_frame_len(s: &[u8]) -> Option<usize> {
 /// Terminate of `case`. `timeout` bounds the accept and every later wait.
 pub fn serve(port: u16, case: ServerCase, timeout: Duration) -> Result<ServerOutcome, Error> {
     let listener = TcpListener::bind(("127.0.0.1", port))?;
+    // Scripts that bind port 0 learn the port from this line.
+    eprintln!("terminate-server: listening on {}", listener.local_addr()?);
     listener.set_nonblocking(true)?;
     let deadline = Instant::now() + timeout;
     let mut sock = loop {

@@ -101,7 +101,8 @@ pub struct Args {
     /// default 0.0.0.0).
     #[arg(short = 'a', long = "addr", value_name = "ADDR")]
     pub addr: Option<String>,
-    /// TCP port.
+    /// TCP port (server: 0 picks a free one; the server prints the
+    /// address it listens on to stderr, `listening on ADDR:PORT`).
     #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
     pub port: u16,
     /// Client: number of pings (0: until interrupted). The server runs

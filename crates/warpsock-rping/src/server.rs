@@ -21,6 +21,11 @@ pub(crate) fn run(args: &Args) -> Result<Report, Error> {
     // side, each with the default deadline (5 s, as siw), so a silent or
     // slow peer never delays the next.
     let listener = Listener::bind((host, args.port))?;
+    // Scripts that bind port 0 learn the port from this line.
+    eprintln!(
+        "warpsock-rping server: listening on {}",
+        listener.local_addr()?
+    );
     let limit = if args.persistent { args.conns } else { Some(1) };
     let idle = args.accept_timeout.map(Duration::from_secs_f64);
     let report = Mutex::new(Report::new(Side::Server));

@@ -327,6 +327,8 @@ pub fn server(p: &Params) -> Result<Report, Error> {
     let k = credit_interval(w);
     let ring = client_recvs(w, k) as usize;
     let mut listener = Listener::bind(resolve(&p.host, p.port)?)?;
+    // Scripts that bind port 0 learn the port from this line.
+    eprintln!("send-check server: listening on {}", listener.local_addr()?);
     listener.set_mpa_timeout(t);
     let req = listener.accept(Some(t)).map_err(|e| Error::Cm {
         step: "accepting",
