@@ -203,8 +203,8 @@ pair "ib_write_bw-ns" 28515 "$RUN -- ib_write_bw -R -p 28515 -n 500" \
 echo "--- against Linux siw in a qemu VM"
 # siw 6.1's accept race (siw_accept() sends the MPA Reply before it hands
 # the socket to the QP, so an initiator's first FPDU can sit unread until
-# more data comes) is handled in the interposer: an initiator that hears
-# nothing for 1 s after its first post sends a zero-length RDMA Write
+# more data comes) is handled in the interposer: an initiator whose post
+# goes unanswered for 1 s sends a zero-length RDMA Write
 # (crates/warpsock-verbs/src/kick.rs). Skipped only where the VM tool is
 # missing, and never in CI (CI or WARPSOCK_REQUIRE_SIW set: that fails).
 if [ ! -x "$VMTOOL" ]; then

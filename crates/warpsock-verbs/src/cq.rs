@@ -164,11 +164,8 @@ pub fn translate(ctx: &CtxShared, w: &Wc) -> Option<ibv_wc> {
         // A flushed or failed kick: the program never posted it.
         return None;
     }
-    if w.status == WcStatus::Success
-        && matches!(w.opcode, WcOpcode::Recv | WcOpcode::RdmaRead)
-        && !qp.heard.load(Ordering::Relaxed)
-    {
-        qp.heard.store(true, Ordering::Relaxed);
+    if w.status == WcStatus::Success && matches!(w.opcode, WcOpcode::Recv | WcOpcode::RdmaRead) {
+        qp.heard.fetch_add(1, Ordering::Relaxed);
     }
     let opcode = match w.opcode {
         WcOpcode::Send => IBV_WC_SEND,

@@ -16,16 +16,25 @@
 //!
 //! # What is done
 //!
-//! On a connection this side initiated, once the program has posted a
-//! send-queue request, if nothing has come from the peer (no receive and
-//! no RDMA Read response completed) after [`KICK_AFTER`], the queue pair
+//! On a connection this side initiated, the notifier samples two counters
+//! every [`crate::ctx::WATCH`]: requests the program has posted to the send
+//! queue, and receives and RDMA Read responses completed (what the peer
+//! sent). A post with no new completion after it starts a wait; a new
+//! completion ends it. When a wait reaches [`KICK_AFTER`], the queue pair
 //! sends a zero-length RDMA Write to STag 1, TO 0 — the frame siw itself
 //! sends as its peer-to-peer RTR, and which RFC 5040 responders (siw, and
 //! warpsock's `warpsock-proto`) accept without an STag check because it
-//! places nothing. Its arrival makes siw read the stalled FPDU. It is
-//! unsignalled (a program never sees it; a flushed one is dropped by
-//! [`is_kick`]), and bounded: at most [`MAX_KICKS`], with doubling waits
-//! (1 s, 3 s, 7 s after the first post), never after the first answer.
+//! places nothing. Its arrival makes siw read the stalled FPDU.
+//!
+//! The wait is measured from the program's latest unanswered post, not
+//! from the connection's first one: a peer may well send first (rsockets'
+//! server sends its credits as soon as it waits for data) while our first
+//! FPDU sits unread in siw's socket, so "something came" does not prove
+//! that the peer read what we sent. A kick is unsignalled (a program never
+//! sees it; a flushed one is dropped by [`is_kick`]) and bounded: at most
+//! [`MAX_KICKS`] per connection, each wait twice as long as the previous
+//! (1 s, 2 s, 4 s). A one-way sender that never hears anything (an RDMA
+//! Write stream) spends its kicks in its first 7 s: three empty frames.
 //! Passive sides never kick: siw as an initiator has no such window.
 
 use std::time::{Duration, Instant};
@@ -50,10 +59,11 @@ pub fn is_kick(wr_id: u64, is_write: bool, byte_len: u32) -> bool {
 pub struct Kicker {
     /// Only connections this side initiated kick.
     initiator: bool,
-    /// When the program first posted to the send queue.
-    first_post: Option<Instant>,
-    /// Something came from the peer: never kick again.
-    heard: bool,
+    /// Posts and completions from the peer at the last sample.
+    posted: u64,
+    heard: u64,
+    /// Since when the latest post has gone unanswered.
+    waiting_since: Option<Instant>,
     /// Kicks sent.
     sent: u32,
 }
@@ -67,43 +77,35 @@ impl Kicker {
         }
     }
 
-    /// Whether this connection may still kick (cheap check for the post path).
-    pub fn waiting_for_first_post(&self) -> bool {
-        self.initiator && self.first_post.is_none()
-    }
-
-    /// The program posted a send-queue request at `now`.
-    pub fn posted(&mut self, now: Instant) {
-        if self.initiator && self.first_post.is_none() {
-            self.first_post = Some(now);
-        }
-    }
-
-    /// The peer's first message has arrived (a receive or Read response
-    /// completed): no kick is needed any more.
-    pub fn heard(&mut self) {
-        self.heard = true;
-    }
-
     /// Kicks sent so far.
     pub fn sent(&self) -> u32 {
         self.sent
     }
 
-    /// Whether to send a kick at `now`; counts it if so.
-    pub fn due(&mut self, now: Instant) -> bool {
-        if !self.initiator || self.heard || self.sent >= MAX_KICKS {
+    /// A sample at `now` of the requests posted so far and the receives
+    /// and Read responses completed so far. Whether to send a kick now
+    /// (counted if so).
+    pub fn due(&mut self, now: Instant, posted: u64, heard: u64) -> bool {
+        if !self.initiator || self.sent >= MAX_KICKS {
             return false;
         }
-        let Some(t0) = self.first_post else {
+        if heard != self.heard {
+            self.heard = heard;
+            self.waiting_since = None;
+        }
+        if posted != self.posted {
+            self.posted = posted;
+            self.waiting_since.get_or_insert(now);
+        }
+        let Some(since) = self.waiting_since else {
             return false;
         };
-        // Kick k is due (2^(k+1) - 1) x KICK_AFTER after the first post.
-        let wait = KICK_AFTER * ((1u32 << (self.sent + 1)) - 1);
-        if now.duration_since(t0) < wait {
+        if now.duration_since(since) < KICK_AFTER * (1u32 << self.sent) {
             return false;
         }
         self.sent += 1;
+        // The next wait starts now and is twice as long.
+        self.waiting_since = Some(now);
         true
     }
 }
@@ -112,34 +114,48 @@ impl Kicker {
 mod tests {
     use super::*;
 
+    fn at(t0: Instant, ms: u64) -> Instant {
+        t0 + Duration::from_millis(ms)
+    }
+
     #[test]
-    fn initiator_kicks_at_1_3_7_seconds_then_stops() {
+    fn an_unanswered_post_kicks_at_1_3_7_seconds_then_stops() {
         let t0 = Instant::now();
         let mut k = Kicker::new(true);
-        assert!(!k.due(t0 + Duration::from_secs(10)), "no post yet");
-        k.posted(t0);
-        k.posted(t0 + Duration::from_millis(500)); // the clock starts once
-        assert!(!k.due(t0 + Duration::from_millis(999)));
-        assert!(k.due(t0 + Duration::from_secs(1)));
-        assert!(!k.due(t0 + Duration::from_secs(1)), "once per step");
-        assert!(!k.due(t0 + Duration::from_millis(2999)));
-        assert!(k.due(t0 + Duration::from_secs(3)));
-        assert!(k.due(t0 + Duration::from_secs(7)));
-        assert!(!k.due(t0 + Duration::from_secs(100)), "bounded");
+        assert!(!k.due(at(t0, 10_000), 0, 0), "nothing posted");
+        assert!(!k.due(t0, 1, 0));
+        assert!(
+            !k.due(at(t0, 500), 2, 0),
+            "a second post does not restart the wait"
+        );
+        assert!(!k.due(at(t0, 999), 2, 0));
+        assert!(k.due(at(t0, 1000), 2, 0));
+        assert!(!k.due(at(t0, 1020), 2, 0), "once per wait");
+        assert!(!k.due(at(t0, 2999), 2, 0));
+        assert!(k.due(at(t0, 3000), 2, 0));
+        assert!(k.due(at(t0, 7000), 2, 0));
+        assert!(!k.due(at(t0, 100_000), 2, 0), "bounded");
         assert_eq!(k.sent(), MAX_KICKS);
     }
 
     #[test]
-    fn an_answer_or_the_passive_role_means_no_kick() {
+    fn answers_end_the_wait_but_an_early_message_from_the_peer_does_not_prevent_it() {
         let t0 = Instant::now();
         let mut k = Kicker::new(true);
-        k.posted(t0);
-        k.heard();
-        assert!(!k.due(t0 + Duration::from_secs(5)));
-        let mut p = Kicker::new(false);
-        p.posted(t0);
-        assert!(!p.waiting_for_first_post());
-        assert!(!p.due(t0 + Duration::from_secs(5)));
+        // The peer sends first (rsockets' credits), then we post and
+        // hear nothing more: siw's race. Still a kick after 1 s.
+        assert!(!k.due(t0, 0, 1));
+        assert!(!k.due(at(t0, 20), 1, 1));
+        assert!(k.due(at(t0, 1020), 1, 1));
+        // A ping-pong whose answers come in time never kicks.
+        let mut p = Kicker::new(true);
+        for i in 0..200u64 {
+            assert!(!p.due(at(t0, i * 20), i + 1, i));
+        }
+        // The passive side never kicks.
+        let mut s = Kicker::new(false);
+        assert!(!s.due(t0, 1, 0));
+        assert!(!s.due(at(t0, 5000), 1, 0));
     }
 
     #[test]

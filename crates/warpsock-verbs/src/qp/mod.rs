@@ -31,7 +31,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_uint};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -120,9 +120,10 @@ pub struct QpShared {
     inline: Option<Mr>,
     /// State.
     pub st: Mutex<QpState>,
-    /// A receive or RDMA Read response from the peer has completed (set
-    /// by [`cq::translate`], read by the kick, see [`crate::kick`]).
-    pub heard: AtomicBool,
+    /// Receives and RDMA Read responses completed, i.e. messages from the
+    /// peer (counted by [`cq::translate`], sampled by the kick, see
+    /// [`crate::kick`]).
+    pub heard: AtomicU64,
     /// Called once when the connection ends.
     on_end: Mutex<Option<EndHook>>,
 }
@@ -389,11 +390,8 @@ impl QpShared {
 
     /// Sends the initiator's kick when one is due ([`crate::kick`]).
     fn kick_if_due(&self, st: &mut QpState) {
-        if self.heard.load(Ordering::Relaxed) {
-            st.kick.heard();
-            return;
-        }
-        if !st.kick.due(Instant::now()) {
+        let heard = self.heard.load(Ordering::Relaxed);
+        if !st.kick.due(Instant::now(), st.posted, heard) {
             return;
         }
         let Some(eng) = &st.eng else { return };
@@ -410,7 +408,7 @@ impl QpShared {
             signaled: false,
         });
         crate::config::debug!(
-            "qp {}: no answer from {} since the first post; kick {} (zero-length Write, siw accept race): {:?}",
+            "qp {}: no answer from {} for a while after a post; kick {} (zero-length Write, siw accept race): {:?}",
             self.qp_num,
             eng.peer_addr(),
             st.kick.sent(),
@@ -531,7 +529,7 @@ pub unsafe extern "C" fn ibv_create_qp(
                 close_deadline: None,
                 kick: Kicker::default(),
             }),
-            heard: AtomicBool::new(false),
+            heard: AtomicU64::new(0),
             on_end: Mutex::new(None),
         }),
     }));

@@ -135,9 +135,6 @@ pub unsafe extern "C" fn post_send(
         if let Err(e) = eng.post_send(req) {
             return fail(cur, post_errno(e));
         }
-        if st.kick.waiting_for_first_post() {
-            st.kick.posted(Instant::now());
-        }
         st.posted += 1;
         st.sq.push_back(SqEntry { wr_id: w.wr_id });
         cur = w.next;
