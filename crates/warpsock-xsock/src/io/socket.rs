@@ -27,13 +27,15 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use warpsock_engine::{
-    connect_stream, Access, CmError, ConnectRequest, Context, ContextOptions, Cq, Event, Mr, Pd,
+    connect_stream, Access, CmError, ConnectRequest, Context, ContextOptions, Cq, Event, Pd,
     Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
 };
 
 use warpsock_engine::proto::wire::terminate::TermCode;
 
+use super::gather::Src;
 use super::rio::{Aio, LocalMap};
+use super::slots::SlotMem;
 use crate::stream::Stream;
 use crate::switch::Limits;
 use crate::wire::{Hello, Msg, MAX_CONTROL_LEN};
@@ -183,6 +185,9 @@ pub(crate) struct State {
     /// Why the connection ended, once it did.
     pub(crate) error: Option<(i32, String)>,
     pub(crate) driving: bool,
+    /// Threads asleep on the condition variable (a wake-up is a system
+    /// call: made only when someone waits).
+    pub(crate) waiters: usize,
     pub(crate) residue: Vec<u8>,
     pub(crate) residue_off: usize,
     pub(crate) msg_mode: bool,
@@ -222,8 +227,8 @@ pub struct XSocket {
     pub(crate) pd: Pd,
     pub(crate) cq: Cq,
     pub(crate) qp: Qp,
-    pub(crate) rx: Mr,
-    pub(crate) tx: Mr,
+    pub(crate) rx: SlotMem,
+    pub(crate) tx: SlotMem,
     pub(crate) local: SocketAddr,
     pub(crate) peer: SocketAddr,
     /// The engine's TCP socket (for a progress thread's epoll set).
@@ -247,8 +252,8 @@ struct Engine {
     ctx: Context,
     pd: Pd,
     cq: Cq,
-    rx: Mr,
-    tx: Mr,
+    rx: SlotMem,
+    tx: SlotMem,
 }
 
 fn engine(opts: &Options, tx_slots: u16) -> Result<Engine, CmError> {
@@ -263,8 +268,8 @@ fn engine(opts: &Options, tx_slots: u16) -> Result<Engine, CmError> {
         .create_cq(usize::from(opts.slots) * 2 + 16)
         .map_err(|e| CmError::Io(e.into()))?;
     let size = opts.slot_size as usize;
-    let rx = pd.alloc(usize::from(opts.slots) * size, Access::LOCAL_WRITE);
-    let tx = pd.alloc(usize::from(tx_slots) * size, Access::LOCAL_READ);
+    let rx = SlotMem::new(&pd, usize::from(opts.slots) * size, Access::LOCAL_WRITE);
+    let tx = SlotMem::new(&pd, usize::from(tx_slots) * size, Access::LOCAL_READ);
     Ok(Engine {
         ctx,
         pd,
@@ -375,6 +380,7 @@ impl XSocket {
                 next_id: 0,
                 error: None,
                 driving: false,
+                waiters: 0,
                 residue,
                 residue_off: 0,
                 msg_mode: false,
@@ -449,8 +455,9 @@ impl XSocket {
         let mut st = self.lock();
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
-        self.tx
-            .with_bytes_mut(|b| b[at..at + bytes.len()].copy_from_slice(bytes));
+        #[allow(unsafe_code)]
+        // SAFETY: a free transmit slot, ours until posted.
+        unsafe { self.tx.bytes_mut(at, bytes.len()) }.copy_from_slice(bytes);
         self.post(
             &mut st,
             SendWr {
@@ -519,9 +526,11 @@ impl XSocket {
                     let slot = wc.wr_id as u32;
                     let size = self.opts.slot_size as usize;
                     let at = slot as usize * size;
-                    let r = self
-                        .rx
-                        .with_bytes(|b| st.s.on_message(slot, &b[at..at + wc.byte_len as usize]));
+                    #[allow(unsafe_code)]
+                    // SAFETY: the receive in `slot` completed and the slot is
+                    // reposted only after the books free it.
+                    let bytes = unsafe { self.rx.bytes(at, wc.byte_len as usize) };
+                    let r = st.s.on_message(slot, bytes);
                     if let Err(e) = r {
                         self.fail(
                             st,
@@ -606,7 +615,7 @@ impl XSocket {
             }
             st.error = Some((errno, what));
         }
-        self.cv.notify_all();
+        self.wake(st);
     }
 
     /// Sends the control messages the books ask for (credits, sink offers
@@ -615,20 +624,22 @@ impl XSocket {
         while !st.tx_free.is_empty() {
             let Some(m) = st.s.poll_msg() else { return };
             let slot = st.tx_free.pop().expect("checked");
-            self.post_msg(st, slot, m, &[]);
+            self.post_msg(st, slot, m, Src::NONE);
         }
     }
 
-    /// Posts `m` (+ `payload`, copied) from transmit slot `slot`.
-    pub(crate) fn post_msg(&self, st: &mut State, slot: u32, m: Msg, payload: &[u8]) {
+    /// Posts `m` (+ the bytes of `payload`, copied) from transmit slot
+    /// `slot`.
+    pub(crate) fn post_msg(&self, st: &mut State, slot: u32, m: Msg, payload: Src<'_>) {
         let at = slot as usize * self.opts.slot_size as usize;
-        let n = self.tx.with_bytes_mut(|b| {
-            let mut hdr = [0u8; MAX_CONTROL_LEN];
-            let h = m.encode(&mut hdr);
-            b[at..at + h].copy_from_slice(&hdr[..h]);
-            b[at + h..at + h + payload.len()].copy_from_slice(payload);
-            h + payload.len()
-        });
+        let mut hdr = [0u8; MAX_CONTROL_LEN];
+        let h = m.encode(&mut hdr);
+        let n = h + payload.len;
+        #[allow(unsafe_code)]
+        // SAFETY: `slot` is a free transmit slot, ours until posted below.
+        let b = unsafe { self.tx.bytes_mut(at, n) };
+        b[..h].copy_from_slice(&hdr[..h]);
+        payload.g.copy_to(payload.off, &mut b[h..]);
         self.post(
             st,
             SendWr {
@@ -681,19 +692,36 @@ impl XSocket {
     /// itself if no other thread does, else waits for that thread.
     pub(crate) fn wait<'a>(
         &'a self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+    ) -> MutexGuard<'a, State> {
+        self.wait_as(st, deadline, false)
+    }
+
+    /// [`Self::wait`] for a receive call (`reader`): input it processes is
+    /// the call's own, so other threads are not told of it — the call
+    /// consumes it and its caller reflects the readiness after (telling
+    /// them meant ringing and draining the program's doorbell, two system
+    /// calls, for every message a blocking reader received).
+    pub(crate) fn wait_as<'a>(
+        &'a self,
         mut st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
+        reader: bool,
     ) -> MutexGuard<'a, State> {
         const SLICE: Duration = Duration::from_millis(50);
         let slice = deadline.map_or(SLICE, |d| {
             d.saturating_duration_since(Instant::now()).min(SLICE)
         });
         if st.driving {
-            return self
+            st.waiters += 1;
+            let mut st = self
                 .cv
                 .wait_timeout(st, slice)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            st.waiters -= 1;
+            return st;
         }
         st.driving = true;
         drop(st);
@@ -704,11 +732,14 @@ impl XSocket {
         let seen = st.arrivals;
         self.process(&mut st, &wcs[..n]);
         self.drive_now(&mut st);
-        self.cv.notify_all();
+        self.wake(&st);
         if st.arrivals != seen {
             // Other threads may wait in poll for what this one processed.
-            if let Some(f) = self.on_progress.get() {
-                f(Self::readiness_of(&st));
+            let r = Self::readiness_of(&st);
+            if !(reader && r.readable) {
+                if let Some(f) = self.on_progress.get() {
+                    f(r);
+                }
             }
         }
         st
@@ -828,7 +859,14 @@ impl XSocket {
             st.s.shutdown_write();
             self.flush(&mut st);
         }
-        self.cv.notify_all();
+        self.wake(&st);
+    }
+
+    /// Wakes the threads waiting for the socket's state to change.
+    pub(crate) fn wake(&self, st: &State) {
+        if st.waiters > 0 {
+            self.cv.notify_all();
+        }
     }
 
     /// Orderly close: the end of stream goes after everything sent; waits
