@@ -464,7 +464,8 @@ impl XSocket {
         };
         let id = st.s.post_sink(mr.rkey(), mr.addr(), len as u32, waitall);
         self.flush(&mut st);
-        let mut cancelled = false;
+        // Once cancelled, the wait for the peer's answer is bounded too.
+        let mut answer_by: Option<Instant> = None;
         let placed = loop {
             match st.s.sink_state(id) {
                 SinkState::Filled { len, .. } => break len as usize,
@@ -474,13 +475,29 @@ impl XSocket {
             if st.over() {
                 break 0;
             }
-            if !cancelled && deadline.is_some_and(|d| Instant::now() >= d) {
+            let now = Instant::now();
+            if answer_by.is_none() && deadline.is_some_and(|d| now >= d) {
                 st.s.cancel_sink(id);
                 self.flush(&mut st);
-                cancelled = true;
+                answer_by = Some(now + self.opts.sink_cancel_timeout);
             }
-            let d = if cancelled { None } else { deadline };
-            st = self.wait_as(st, d, true);
+            if answer_by.is_some_and(|by| now >= by) {
+                // The peer may still write into the buffer: the connection
+                // cannot go on. Dropping the registration below makes any
+                // later Write fail its lookup (the engine then terminates
+                // the stream), so nothing reaches the program's memory.
+                self.fail(
+                    &mut st,
+                    libc::ETIMEDOUT,
+                    format!(
+                        "the peer did not answer a sink cancel within {:?}",
+                        self.opts.sink_cancel_timeout
+                    ),
+                );
+                self.qp.disconnect();
+                break 0;
+            }
+            st = self.wait_as(st, answer_by.or(deadline), true);
         };
         st.s.release_sink(id);
         self.count(Count::RxPlaced, placed);

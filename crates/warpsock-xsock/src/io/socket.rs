@@ -54,6 +54,13 @@ pub struct Options {
     pub zcopy_min: usize,
     /// Switch timeouts and bounds.
     pub limits: Limits,
+    /// How long a reader that gave up on a sink (timeout) waits for the
+    /// peer to confirm that it will not write into it any more
+    /// (SINK_CANCEL answered by SINK_DONE). A peer that does not answer in
+    /// time — stopped, or not following the protocol — fails the
+    /// connection with `ETIMEDOUT`: the buffer is the program's again only
+    /// once nothing can be placed into it.
+    pub sink_cancel_timeout: Duration,
     /// How long a waiting call spins before it sleeps.
     pub busy_poll: Duration,
 }
@@ -66,6 +73,7 @@ impl Default for Options {
             slot_size: 64 << 10,
             zcopy_min: 64 << 10,
             limits: Limits::default(),
+            sink_cancel_timeout: Duration::from_secs(10),
             busy_poll: Duration::ZERO,
         }
     }
