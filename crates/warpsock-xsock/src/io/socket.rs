@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -245,6 +245,10 @@ pub struct XSocket {
     pub(crate) stats: Counters,
     /// See [`XSocket::set_on_progress`].
     pub(crate) on_progress: OnceLock<Box<dyn Fn(Readiness) + Send + Sync>>,
+    /// `State::driving`, readable without the lock: the progress thread
+    /// skips a socket a call is parked on without contending for the lock
+    /// the call takes back when it wakes (see `progress_if_idle`).
+    pub(crate) parked: AtomicBool,
 }
 
 impl std::fmt::Debug for XSocket {
@@ -405,6 +409,7 @@ impl XSocket {
             tcp_fd,
             stats: Counters::new(),
             on_progress: OnceLock::new(),
+            parked: AtomicBool::new(false),
             _ctx: e.ctx,
             pd: e.pd,
             cq: e.cq,
@@ -732,11 +737,13 @@ impl XSocket {
             return st;
         }
         st.driving = true;
+        self.parked.store(true, Ordering::Release);
         drop(st);
         let mut wcs = [Wc::default(); 32];
         let n = self.cq.wait(&mut wcs, slice).unwrap_or(0);
         let mut st = self.lock();
         st.driving = false;
+        self.parked.store(false, Ordering::Release);
         let seen = st.arrivals;
         self.process(&mut st, &wcs[..n]);
         self.drive_now(&mut st);
@@ -790,6 +797,13 @@ impl XSocket {
     /// amount per round, so rounds repeat while the kernel still holds
     /// unread bytes (an edge comes only with new bytes).
     pub fn progress_if_idle(&self) -> Option<Readiness> {
+        // A call parked in the engine reads what woke us when it wakes, and
+        // tells others then. Skipping it here needs no lock: the flag is
+        // cleared before that call's last round of progress, so an event
+        // that saw it set is covered by that round.
+        if self.parked.load(Ordering::Acquire) {
+            return None;
+        }
         let mut st = self.lock();
         // Bounded: a peer that sends faster than we process must not keep
         // the progress thread here forever (new bytes bring a new edge).
