@@ -70,7 +70,13 @@ impl Default for Options {
         Self {
             crc: true,
             slots: 16,
-            slot_size: 64 << 10,
+            // 256 KiB: every message costs a Send, a completion, a credit
+            // and a socket read per side whatever its size, so larger
+            // slots carry a stream with fewer of them (1 MiB messages:
+            // about 20-35 % less CPU per GB than 64 KiB slots in
+            // interleaved runs). Untouched slot pages are never faulted in,
+            // so small messages cost no more memory.
+            slot_size: 256 << 10,
             zcopy_min: 64 << 10,
             limits: Limits::default(),
             sink_cancel_timeout: Duration::from_secs(10),
