@@ -241,10 +241,19 @@ sp=$!; PIDS+=("$sp")
 wait_port "$port" || fail "redis-server did not start"
 timeout 120 "${RPRE[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -n 3000 -c 10 -t set,get -q \
     >"$WORK/redis.c.out" 2>"$WORK/redis.c.err" || { cat "$WORK/redis.c.err" >&2; fail "redis-benchmark"; }
+# Regression (issue 12): without keepalive every request is a new connection
+# switched at connect/accept time, and a readiness look applied out of order
+# lost a doorbell ring: both ends waited forever with every queue empty.
+timeout 120 "${RPRE[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -n 2000 -d 16 -c 8 -k 0 -t set,get -q \
+    >"$WORK/redis.k0.out" 2>"$WORK/redis.k0.err" \
+    || { tail -c 2000 "$WORK/redis.k0.out" >&2; fail "redis-benchmark -k 0 (a new connection per request) hung or failed"; }
 stop "$sp"
+grep -qiE "error|fail" "$WORK/redis.k0.out" && fail "redis-benchmark -k 0 reported errors"
+[ "$(grep -c "requests per second" "$WORK/redis.k0.out")" -ge 2 ] || fail "redis-benchmark -k 0 gave no results"
+[ "$(stat "$WORK/redis.k0.err" ddp_switched)" -ge 2000 ] || fail "redis-benchmark -k 0: connections did not switch"
 grep -qiE "error|fail" "$WORK/redis.c.out" && fail "redis-benchmark reported errors"
 grep -q "requests per second" "$WORK/redis.c.out" || fail "redis-benchmark gave no results"
 [ "$(stat "$WORK/redis.c.err" ddp_switched)" -ge 10 ] || fail "redis-benchmark connections did not switch"
-pass "redis-server + redis-benchmark (3000 requests, set/get) in policy mode, no errors"
+pass "redis-server + redis-benchmark (3000 requests, set/get; and 2000 with -k 0, a connection each) in policy mode, no errors"
 
 echo "test-xsock: $PASSED passed"

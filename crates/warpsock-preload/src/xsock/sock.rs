@@ -195,6 +195,17 @@ impl DdpSock {
     /// could move bytes again; a hang-up once finished both ways.
     fn reflect(&self, r: Readiness) {
         let mut g = lock(&self.inner);
+        // Readiness is taken under the socket's lock but applied here under
+        // another, so two threads' looks can land out of order: a program
+        // thread's look from before the progress thread processed a
+        // message (nothing readable) applied after the progress thread's
+        // ring drained that ring, and the program waited forever for a
+        // message already received (redis-benchmark -k 0 in policy mode:
+        // both ends idle, every queue empty). Arrivals only grow: a look
+        // older than the last one applied is stale and skipped.
+        if r.arrivals < g.seen {
+            return;
+        }
         let arrived = r.arrivals != g.seen;
         g.seen = r.arrivals;
         if r.readable {
