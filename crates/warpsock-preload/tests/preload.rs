@@ -21,12 +21,31 @@ fn boundaries_sizes_and_addresses() {
     assert_eq!(r.stat("rx_kernel_dgrams"), 0, "{}", r.stderr);
 }
 
+/// Also the parked connections (`udp::park`): the program is built with
+/// the test hooks and the parking's safety-net timer off, so a select,
+/// pselect or epoll_wait after a blocking receive wakes only if the wait
+/// itself gave the parked connection back.
 #[test]
 fn readiness_poll_select_epoll() {
-    let r = both("readiness", 1);
-    // Warm-up + 9 per pass, one pass over TCP, one by a raw kernel sender.
-    assert_eq!(r.stat("rx_tcp_dgrams"), 10, "{}", r.stderr);
+    let port = lease_port().to_string();
+    run("readiness", &[port], false).assert_ok("readiness (kernel UDP)");
+    let port = lease_port().to_string();
+    let child = command_with(
+        &c_program("readiness"),
+        &[port],
+        Some(preload_so_with_hooks()),
+    )
+    .env("WARPSOCK_TEST_PARK_GRACE_MS", "600000")
+    .spawn()
+    .expect("spawn readiness");
+    let r = finish(child, Duration::from_secs(60));
+    r.assert_ok("readiness (preloaded)");
+    // Warm-up + 9 per pass, one pass over TCP, one by a raw kernel sender,
+    // and 8 after blocking receives.
+    assert_eq!(r.stat("rx_tcp_dgrams"), 18, "{}", r.stderr);
     assert_eq!(r.stat("rx_kernel_dgrams"), 9, "{}", r.stderr);
+    assert_eq!(r.stat("fallbacks"), 0, "{}", r.stderr);
+    assert!(r.stat("rx_parks") >= 1, "no receive parked: {}", r.stderr);
 }
 
 /// Regression: a datagram that arrived over TCP before the first receive

@@ -152,9 +152,11 @@ pub(crate) fn get() -> Option<&'static Reactor> {
         Ok(_) => {
             // SAFETY: `raw` is now published and lives for the process.
             let eng: &'static Reactor = unsafe { &*raw };
-            let spawned = std::thread::Builder::new()
-                .name("warpsock-progress".into())
-                .spawn(move || eng.run());
+            let spawned = sys::with_async_signals_blocked(|| {
+                std::thread::Builder::new()
+                    .name("warpsock-progress".into())
+                    .spawn(move || eng.run())
+            });
             if spawned.is_err() {
                 return None;
             }
@@ -296,7 +298,7 @@ impl Reactor {
             d.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
         });
         // SAFETY: `events` is a writable array of the given length.
-        unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as c_int, ms) }
+        unsafe { real::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as c_int, ms) }
     }
 
     /// Wakes the progress thread.

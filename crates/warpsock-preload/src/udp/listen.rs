@@ -276,9 +276,29 @@ impl Sock {
     /// (replies only: see `Routes::lookup`). A stripe whose group already
     /// feeds us joins that group (replies are striped over the group);
     /// otherwise the first route stays.
-    pub(super) fn adopt_route(&self, remote: SocketAddr, conn: &Arc<Conn>, group: u32) {
-        if lock(&self.inner).routes.adopt(remote, conn, group) == Adopted::Joined {
-            stats::inc(&STATS.stripe_joins);
+    pub(super) fn adopt_route(
+        &self,
+        eng: &'static Reactor,
+        remote: SocketAddr,
+        conn: &Arc<Conn>,
+        group: u32,
+    ) {
+        let adopted = lock(&self.inner).routes.adopt(remote, conn, group);
+        match adopted {
+            Adopted::Joined => stats::inc(&STATS.stripe_joins),
+            Adopted::Replaced(old) => {
+                stats::inc(&STATS.routes_replaced);
+                // Our own connections that never came up: closed, their
+                // queued datagrams sent by kernel UDP.
+                for c in old {
+                    let frames = {
+                        let mut st = lock(&c.st);
+                        c.die(&mut st)
+                    };
+                    self.conn_gone(eng, &c, Some(remote), frames, false);
+                }
+            }
+            Adopted::New | Adopted::Ignored => {}
         }
     }
 }
