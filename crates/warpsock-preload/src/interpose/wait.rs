@@ -23,7 +23,7 @@ fn before_doorbell_wait() {
     }
 }
 
-/// Interposed `select(2)`: see [`before_doorbell_wait`].
+/// Interposed `select(2)`: see `before_doorbell_wait`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn select(
     n: c_int,
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn select(
     unsafe { real::select(n, r, w, e, timeout) }
 }
 
-/// Interposed `pselect(2)`: see [`before_doorbell_wait`].
+/// Interposed `pselect(2)`: see `before_doorbell_wait`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn pselect(
     n: c_int,
@@ -52,7 +52,7 @@ pub unsafe extern "C" fn pselect(
     unsafe { real::pselect(n, r, w, e, timeout, mask) }
 }
 
-/// Interposed `epoll_wait(2)`: see [`before_doorbell_wait`].
+/// Interposed `epoll_wait(2)`: see `before_doorbell_wait`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_wait(
     epfd: c_int,
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn epoll_wait(
     unsafe { real::epoll_wait(epfd, events, max, timeout) }
 }
 
-/// Interposed `epoll_pwait(2)`: see [`before_doorbell_wait`].
+/// Interposed `epoll_pwait(2)`: see `before_doorbell_wait`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_pwait(
     epfd: c_int,
@@ -79,7 +79,7 @@ pub unsafe extern "C" fn epoll_pwait(
     unsafe { real::epoll_pwait(epfd, events, max, timeout, mask) }
 }
 
-/// Interposed `epoll_pwait2(2)` (glibc 2.35): see [`before_doorbell_wait`].
+/// Interposed `epoll_pwait2(2)` (glibc 2.35): see `before_doorbell_wait`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_pwait2(
     epfd: c_int,
