@@ -480,6 +480,14 @@ impl Conn {
         lock(&self.ev).parked.map(|t| t + park::grace())
     }
 
+    /// An accepted connection, established (its sender's port proved),
+    /// that delivered a datagram: replies may go back over it.
+    pub(super) fn proved(&self) -> bool {
+        self.inbound
+            && self.delivered.load(Ordering::Relaxed)
+            && self.hint.load(Ordering::Relaxed) == HINT_UP
+    }
+
     /// Whether the claimed descriptor is still this connection's.
     pub(super) fn still(&self, fd: c_int) -> bool {
         lock(&self.ev).fd == fd

@@ -162,9 +162,10 @@ impl<C: Carrier> Routes<C> {
     /// over it (see [`Routes::lookup`]). A stripe whose group already
     /// routes to `remote` joins it; otherwise the first route stays,
     /// unless the connection already delivered a datagram from `remote`
-    /// and that route is not working: a group of our own none of whose
-    /// connections is established, or kernel UDP after such a group gave
-    /// up. That happens when the program answers the first datagram in
+    /// and that route is not working: a group of our own whose connections
+    /// all failed (retrying or closed), or kernel UDP after such a group
+    /// gave up. (A group still connecting for the first time stays: if it
+    /// fails, the socket adopts the proved connection then.) That happens when the program answers the first datagram in
     /// the moment between the proof's check and this adoption (its answer
     /// found no route and opened one toward a sender that may not listen):
     /// without this, the answers went by kernel UDP for the whole run.
@@ -188,8 +189,7 @@ impl<C: Carrier> Routes<C> {
                 if group != 0 && g.id == group && !g.conns.iter().any(|c| c.same(conn)) {
                     g.conns.push(conn.clone());
                     Adopted::Joined
-                } else if conn.delivered() && !g.inbound && !g.conns.iter().any(|c| c.rank() == UP)
-                {
+                } else if conn.delivered() && !g.inbound && g.conns.iter().all(|c| c.rank() >= 2) {
                     let old = std::mem::replace(g, inbound());
                     Adopted::Replaced(old.conns)
                 } else {
@@ -355,11 +355,16 @@ mod tests {
         let now = Instant::now();
         let d = addr(8000);
         let inbound = C::new(1);
-        // Our own route, still connecting (rank 1): replaced, and handed
-        // back to be closed.
+        // Our own route, still connecting (rank 1): kept (it may come up).
         let mut r: Routes<C> = Routes::default();
         let own = C::new(2);
         own.0 .1.set(1);
+        r.insert(d, Group::new(vec![own.clone()], 0));
+        assert!(matches!(r.adopt(d, &inbound, 0), Adopted::Ignored));
+        // Retrying after a failure (rank 2): replaced, and handed back to
+        // be closed.
+        own.0 .1.set(2);
+        let mut r: Routes<C> = Routes::default();
         r.insert(d, Group::new(vec![own.clone()], 0));
         match r.adopt(d, &inbound, 0) {
             Adopted::Replaced(old) => assert!(old.len() == 1 && old[0].same(&own)),
