@@ -13,6 +13,21 @@ use std::time::Duration;
 
 use common::*;
 
+/// Runs a one-port semantics program against kernel UDP, then under the
+/// preload built with the test hooks and `hook` set.
+fn both_with_hooks(name: &str, hook: (&str, &str)) -> Run {
+    let port = lease_port().to_string();
+    run(name, &[port], false).assert_ok(&format!("{name} (kernel UDP)"));
+    let port = lease_port().to_string();
+    let child = command_with(&c_program(name), &[port], Some(preload_so_with_hooks()))
+        .env(hook.0, hook.1)
+        .spawn()
+        .expect("spawn test program");
+    let r = finish(child, Duration::from_secs(60));
+    r.assert_ok(&format!("{name} (preloaded)"));
+    r
+}
+
 #[test]
 fn boundaries_sizes_and_addresses() {
     let r = both("boundaries", 1);
@@ -27,19 +42,7 @@ fn boundaries_sizes_and_addresses() {
 /// itself gave the parked connection back.
 #[test]
 fn readiness_poll_select_epoll() {
-    let port = lease_port().to_string();
-    run("readiness", &[port], false).assert_ok("readiness (kernel UDP)");
-    let port = lease_port().to_string();
-    let child = command_with(
-        &c_program("readiness"),
-        &[port],
-        Some(preload_so_with_hooks()),
-    )
-    .env("WARPSOCK_TEST_PARK_GRACE_MS", "600000")
-    .spawn()
-    .expect("spawn readiness");
-    let r = finish(child, Duration::from_secs(60));
-    r.assert_ok("readiness (preloaded)");
+    let r = both_with_hooks("readiness", ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"));
     // Warm-up + 9 per pass, one pass over TCP, one by a raw kernel sender,
     // and 8 after blocking receives.
     assert_eq!(r.stat("rx_tcp_dgrams"), 18, "{}", r.stderr);
@@ -57,19 +60,7 @@ fn readiness_poll_select_epoll() {
 /// handles the arrival last).
 #[test]
 fn no_stale_doorbells() {
-    let port = lease_port().to_string();
-    run("doorbells", &[port], false).assert_ok("doorbells (kernel UDP)");
-    let port = lease_port().to_string();
-    let child = command_with(
-        &c_program("doorbells"),
-        &[port],
-        Some(preload_so_with_hooks()),
-    )
-    .env("WARPSOCK_TEST_UDP_READY_DELAY_MS", "20")
-    .spawn()
-    .expect("spawn doorbells");
-    let r = finish(child, Duration::from_secs(60));
-    r.assert_ok("doorbells (preloaded)");
+    let r = both_with_hooks("doorbells", ("WARPSOCK_TEST_UDP_READY_DELAY_MS", "20"));
     assert_eq!(r.stat("rx_tcp_dgrams"), 6, "{}", r.stderr);
     assert_eq!(r.stat("rx_kernel_dgrams"), 20, "{}", r.stderr);
     assert_eq!(r.stat("fallbacks"), 0, "{}", r.stderr);

@@ -224,10 +224,7 @@ pub unsafe extern "C" fn ppoll(
     };
     enter(-1, || {
         poll_with(fds, bound, &mut |p, left| {
-            let ts = left.map(|d| libc::timespec {
-                tv_sec: d.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-            });
+            let ts = left.map(sys::timespec);
             let tsp = ts
                 .as_ref()
                 .map_or(std::ptr::null(), |t| t as *const libc::timespec);

@@ -269,10 +269,7 @@ impl Reactor {
     /// microsecond precision where the kernel has `epoll_pwait2` (5.11).
     fn wait(&self, events: &mut [libc::epoll_event], timeout: Option<Duration>) -> c_int {
         if !self.coarse.load(Ordering::Relaxed) {
-            let ts = timeout.map(|d| libc::timespec {
-                tv_sec: d.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-            });
+            let ts = timeout.map(sys::timespec);
             let tsp = ts
                 .as_ref()
                 .map_or(std::ptr::null(), |t| t as *const libc::timespec);

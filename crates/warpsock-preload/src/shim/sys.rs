@@ -265,3 +265,11 @@ pub(crate) fn with_async_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
         r
     }
 }
+
+/// `d` as a `timespec` (for the calls that take one).
+pub(crate) fn timespec(d: std::time::Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+    }
+}
