@@ -189,6 +189,18 @@ fn rdmap_code(e: MemError) -> TermCode {
 }
 
 impl Connection {
+    /// Payload bytes of the FPDU being received, once its header is in
+    /// (while [`Self::rx_step`] says [`RxStep::Place`], the payload the
+    /// range is part of).
+    ///
+    /// An engine sizes its reads by it: a Send's payload is placed in as
+    /// many ranges as its receive has scatter entries (an 8-byte stamp
+    /// and a body, say), and a short range in a large FPDU does not make
+    /// the stream one of small messages.
+    pub fn rx_payload_len(&self) -> usize {
+        self.rx.payload_len
+    }
+
     /// What the receive path needs next (the direct placement contract).
     pub fn rx_step(&self) -> RxStep {
         let rx = &self.rx;
