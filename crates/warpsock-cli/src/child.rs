@@ -8,7 +8,6 @@
 use std::ffi::OsStr;
 use std::io::Read;
 use std::net::{Ipv4Addr, TcpListener, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -206,41 +205,9 @@ impl Drop for Proc {
 }
 
 /// Waits up to `limit` for `child` to exit, on a pidfd (no polling
-/// loop); `None` if it is still running then.
-pub(crate) fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    if let Ok(Some(st)) = child.try_wait() {
-        return Some(st);
-    }
-    let end = Instant::now() + limit;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new
-    // descriptor or -1; it touches no memory of ours.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
-    // SAFETY: a non-negative result is a descriptor we now own.
-    let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) });
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        match &pidfd {
-            Some(fd) => {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                let ms = left.as_millis().min(i32::MAX as u128) as i32;
-                // SAFETY: one valid pollfd for the duration of the call.
-                unsafe { libc::poll(&mut p, 1, ms) };
-            }
-            // Kernels before 5.3 have no pidfd: short naps instead.
-            None => std::thread::sleep(left.min(Duration::from_millis(10))),
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            return Some(st);
-        }
-        if left.is_zero() {
-            return None;
-        }
-    }
-}
+/// loop); `None` if it is still running then. One implementation, shared
+/// with the tests' fixtures.
+pub(crate) use warpsock_testkit::child::wait_exit;
 
 /// What a finished program printed.
 #[derive(Debug, Clone)]

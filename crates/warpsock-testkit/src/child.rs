@@ -36,9 +36,10 @@ impl Drop for Guard {
 }
 
 /// Waits up to `limit` for `child` to exit, on a pidfd (no polling loop);
-/// `None` if it is still running then.
+/// `None` if it is still running then (or cannot be waited for: a child
+/// someone else reaped).
 pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    if let Some(st) = child.try_wait().expect("try_wait") {
+    if let Ok(Some(st)) = child.try_wait() {
         return Some(st);
     }
     let end = Instant::now() + limit;
@@ -59,7 +60,7 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
             // Kernels before 5.3 have no pidfd: fall back to short naps.
             None => std::thread::sleep(left.min(Duration::from_millis(10))),
         }
-        if let Some(st) = child.try_wait().expect("try_wait") {
+        if let Ok(Some(st)) = child.try_wait() {
             return Some(st);
         }
         if left.is_zero() {

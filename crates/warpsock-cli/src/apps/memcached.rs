@@ -85,7 +85,11 @@ impl Workload for Memcached {
             (Proto::Udp, false) => &[16, 1024],
         };
         let exe = std::env::current_exe()?.display().to_string();
-        let n = if cx.quick { 2_000 } else { 50_000 };
+        let n = if cx.quick {
+            2_000
+        } else {
+            cx.link.count(50_000, 2_000)
+        };
         let mut out = Vec::new();
         for &size in sizes {
             let mut a = argv(&[

@@ -118,6 +118,9 @@ pub(crate) struct Cx {
     pub(crate) quick: bool,
     /// Seconds per timed case.
     pub(crate) secs: f64,
+    /// The emulated link the run crosses (none on loopback): fixed-count
+    /// workloads shrink and each program's time bound grows with it.
+    pub(crate) link: Link,
     /// A directory of this run's own (config files, documents, logs).
     pub(crate) dir: PathBuf,
 }
@@ -165,9 +168,52 @@ impl Cx {
         let limit = if self.quick {
             Duration::from_secs(25)
         } else {
-            Duration::from_secs_f64(self.secs * 4.0 + 60.0)
+            self.link.bound(self.secs)
         };
         child::run_ok(self.command(&self.client, launch, argv), &argv[0], limit)
+    }
+}
+
+/// The link between the two ends, as `warpsock bench --netns` emulates
+/// it. The fixed-count workloads (redis-benchmark's requests, memcached's
+/// requests, aria2c's file) are sized for loopback; over a slower or lossy
+/// link the same count outlasts any fixed bound (the session-7 run: host
+/// TCP's redis-benchmark at 1 Gbit/s and 0.5 % loss passed 80 s), so the
+/// count shrinks with the rate and the bound grows with the loss.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Link {
+    /// Bits per second, if limited.
+    pub(crate) rate: Option<u64>,
+    /// Percent of packets dropped each way, if any.
+    pub(crate) loss: Option<f64>,
+}
+
+impl Link {
+    /// The rate at which the loopback-sized counts take about the
+    /// loopback time: the host moves ~10 Gbit/s through a TCP
+    /// connection on loopback (`BENCHMARKS.md`).
+    const LOOPBACK_BITS: f64 = 10e9;
+
+    /// How many times slower than loopback the rate makes a transfer,
+    /// between 1 and 16.
+    fn slowdown(self) -> f64 {
+        self.rate.map_or(1.0, |r| {
+            (Self::LOOPBACK_BITS / r.max(1) as f64).clamp(1.0, 16.0)
+        })
+    }
+
+    /// `n` scaled to the link: never below `floor` (the quick variant's
+    /// count, which every case still measures meaningfully) nor above `n`.
+    pub(crate) fn count(self, n: u64, floor: u64) -> u64 {
+        ((n as f64 / self.slowdown()) as u64).clamp(floor.min(n), n)
+    }
+
+    /// How long a client program may run: four times the timed case plus
+    /// a minute, times one plus the loss in percent (a lost segment costs
+    /// TCP a retransmission timeout of 200 ms or more).
+    pub(crate) fn bound(self, secs: f64) -> Duration {
+        let loss = self.loss.unwrap_or(0.0).max(0.0);
+        Duration::from_secs_f64((secs * 4.0 + 60.0) * (1.0 + loss))
     }
 }
 
@@ -400,5 +446,32 @@ mod tests {
         assert_eq!(error_lines("ok\nSocket errors: connect 3\nfine").len(), 1);
         assert!(parse_workload("redis").is_ok());
         assert!(parse_workload("ftp").unwrap_err().contains("http-close"));
+    }
+
+    #[test]
+    fn fixed_counts_shrink_and_bounds_grow_with_the_emulated_link() {
+        let lo = Link::default();
+        assert_eq!(lo.count(400_000, 2_000), 400_000);
+        assert_eq!(lo.bound(5.0), Duration::from_secs(80));
+        // 1 Gbit/s: a tenth of loopback's count; 0.5 % loss: 1.5× the bound.
+        let gbit = Link {
+            rate: Some(1_000_000_000),
+            loss: Some(0.5),
+        };
+        assert_eq!(gbit.count(400_000, 2_000), 40_000);
+        assert_eq!(gbit.bound(5.0), Duration::from_secs(120));
+        // A very slow link stops at the floor and never goes above `n`.
+        let slow = Link {
+            rate: Some(1_000),
+            loss: None,
+        };
+        assert_eq!(slow.count(20_000, 2_000), 2_000);
+        assert_eq!(slow.count(1_000, 2_000), 1_000);
+        // Faster than loopback does not grow the count.
+        let fast = Link {
+            rate: Some(100_000_000_000),
+            loss: Some(0.0),
+        };
+        assert_eq!(fast.count(50_000, 2_000), 50_000);
     }
 }

@@ -92,8 +92,8 @@ fn cases(cx: &Cx, launch: &Launch, port: u16) -> Result<Vec<Measured>, Error> {
     for (size, pipe, keep) in runs(cx.quick) {
         let n: u64 = match (cx.quick, keep) {
             (true, _) => 2_000,
-            (false, false) => 20_000,
-            (false, true) => 100_000 * u64::from(pipe.min(4)),
+            (false, false) => cx.link.count(20_000, 2_000),
+            (false, true) => cx.link.count(100_000 * u64::from(pipe.min(4)), 2_000),
         };
         let before = processed(cx, launch, port)?;
         let text = cx.client(

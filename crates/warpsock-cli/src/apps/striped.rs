@@ -54,7 +54,11 @@ impl Workload for Striped {
 
 /// aria2c fetching one file in 8 segments over 8 connections.
 fn aria2c(cx: &Cx, setup: &Setup) -> Result<Measured, Error> {
-    let len: u64 = if cx.quick { 64 << 20 } else { 1 << 30 };
+    let len: u64 = if cx.quick {
+        64 << 20
+    } else {
+        cx.link.count(1 << 30, 64 << 20)
+    };
     let root = cx.dir.join("big");
     std::fs::create_dir_all(&root)?;
     let src = root.join("file");

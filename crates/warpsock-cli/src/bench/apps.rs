@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::netns::{catch_signals, interrupted, Pair};
-use crate::apps::{self, Cx, Host};
+use crate::apps::{self, Cx, Host, Link};
 use crate::opts::BenchOpts;
 use crate::report;
 use crate::{pin, Error};
@@ -58,12 +58,19 @@ pub(crate) fn run(
         crate::spec::Budget::Time(d) => d.as_secs_f64(),
         crate::spec::Budget::Iters(_) => 1.0,
     };
+    // Sampled before the run: the figure says how quiet the machine was
+    // when the measurements began, not what the run itself left behind.
+    let load_at_start = load_average();
     let cx = Cx {
         server,
         client,
         quick: opts.quick,
         secs: if opts.quick { 1.0 } else { secs },
         dir: dir.0.clone(),
+        link: Link {
+            rate: netns.and_then(|(rate, _)| rate),
+            loss: netns.and_then(|(_, loss)| loss),
+        },
     };
     let started = std::time::SystemTime::now();
     let records = apps::run_all(&cx, &opts.workloads, interrupted);
@@ -93,7 +100,7 @@ pub(crate) fn run(
         "cpu_model": pin::cpu_model(),
         "seconds_per_case": cx.secs,
         "quick": opts.quick,
-        "load_average": load_average(),
+        "load_average": load_at_start,
     });
     if let Some(path) = &opts.json {
         let doc = report::json::to_json_with_apps(meta, &[], &records);
