@@ -54,6 +54,7 @@
 mod context;
 mod cq;
 mod error;
+mod error_text;
 mod ffi;
 mod listener;
 mod mr;
@@ -63,6 +64,7 @@ mod qp;
 pub use context::*;
 pub use cq::*;
 pub use error::*;
+pub use error_text::*;
 pub use listener::*;
 pub use mr::*;
 pub use qp::*;

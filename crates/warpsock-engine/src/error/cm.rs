@@ -129,7 +129,7 @@ impl CmError {
     }
 
     /// The connection failed during `stage` with a socket error.
-    pub(super) fn socket(addr: Option<SocketAddr>, stage: &'static str, e: io::Error) -> Self {
+    pub(crate) fn socket(addr: Option<SocketAddr>, stage: &'static str, e: io::Error) -> Self {
         match e.raw_os_error() {
             Some(n) if n != 0 => Self::Closed {
                 addr,
@@ -140,7 +140,7 @@ impl CmError {
         }
     }
 
-    pub(super) fn from_connect(addr: SocketAddr, e: io::Error, after: Duration) -> Self {
+    pub(crate) fn from_connect(addr: SocketAddr, e: io::Error, after: Duration) -> Self {
         match e.raw_os_error() {
             Some(libc::ECONNREFUSED) => Self::Refused { addr },
             Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EADDRNOTAVAIL) => {
