@@ -60,6 +60,8 @@ mod listener;
 mod mr;
 mod panic;
 mod qp;
+mod qp_config;
+mod wr;
 
 pub use context::*;
 pub use cq::*;
@@ -68,6 +70,8 @@ pub use error_text::*;
 pub use listener::*;
 pub use mr::*;
 pub use qp::*;
+pub use qp_config::*;
+pub use wr::*;
 
 use panic::ffi_panic_boundary;
 
