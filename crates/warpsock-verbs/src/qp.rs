@@ -31,7 +31,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_uint};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,7 @@ use crate::abi::*;
 use crate::cq::{self, CqShared};
 use crate::ctx::{Ctx, CtxShared};
 use crate::device::{ctx_is_ours, MAX_INLINE, MAX_QP_WR, MAX_RD_ATOM, MAX_SGE, MAX_SGE_RD};
+use crate::kick::{Kicker, KICK_WR_ID, MAX_KICKS};
 use crate::mem::{pd_is_ours, PdObj, PdShared};
 use crate::real::forward;
 use crate::util::{lock, null};
@@ -90,6 +91,8 @@ pub struct QpState {
     pub ord: u8,
     end_reported: bool,
     close_deadline: Option<Instant>,
+    /// The initiator's kick past siw's accept race ([`crate::kick`]).
+    kick: Kicker,
 }
 
 /// The shared part of a queue pair.
@@ -113,6 +116,9 @@ pub struct QpShared {
     inline: Option<Mr>,
     /// State.
     pub st: Mutex<QpState>,
+    /// A receive or RDMA Read response from the peer has completed (set
+    /// by [`cq::translate`], read by the kick, see [`crate::kick`]).
+    pub heard: AtomicBool,
     /// Called once when the connection ends.
     on_end: Mutex<Option<EndHook>>,
 }
@@ -230,7 +236,9 @@ impl QpShared {
     pub fn options(&self, ird: u8, ord: u8, private_data: &[u8]) -> QpOptions {
         let cfg = crate::config::get();
         QpOptions {
-            sq_depth: self.cap.max_send_wr.max(1) as usize,
+            // Room for the kicks next to the program's own requests
+            // (the program's limit is enforced in `post_send`).
+            sq_depth: self.cap.max_send_wr.max(1) as usize + MAX_KICKS as usize,
             rq_depth: self.cap.max_recv_wr.max(1) as usize,
             crc: cfg.crc,
             peer_to_peer: cfg.p2p,
@@ -271,8 +279,9 @@ impl QpShared {
         }
     }
 
-    /// Attaches an established connection: the QP is in RTS.
-    pub fn attach(self: &Arc<Self>, eng: Qp, neg: Option<&Negotiated>) {
+    /// Attaches an established connection: the QP is in RTS. `initiator`:
+    /// this side connected (it may kick, see [`crate::kick`]).
+    pub fn attach(self: &Arc<Self>, eng: Qp, neg: Option<&Negotiated>, initiator: bool) {
         let num = eng.qp_num();
         let mut st = lock(&self.st);
         // Receives posted while the connection was being set up.
@@ -287,6 +296,7 @@ impl QpShared {
         st.eng = Some(eng);
         st.eng_num = Some(num);
         st.end_reported = false;
+        st.kick = Kicker::new(initiator);
         drop(st);
         self.set_ibv_state(IBV_QPS_RTS);
         self.ctx.add_qp(num, Arc::clone(self));
@@ -336,6 +346,10 @@ impl QpShared {
         if st.end_reported {
             return;
         }
+        if st.eng.is_none() {
+            return;
+        }
+        self.kick_if_due(&mut st);
         let Some(eng) = &st.eng else { return };
         let mut ended = false;
         while let Some(ev) = eng.poll_event() {
@@ -367,6 +381,37 @@ impl QpShared {
         if let Some(f) = lock(&self.on_end).take() {
             f(End::Closed);
         }
+    }
+
+    /// Sends the initiator's kick when one is due ([`crate::kick`]).
+    fn kick_if_due(&self, st: &mut QpState) {
+        if self.heard.load(Ordering::Relaxed) {
+            st.kick.heard();
+            return;
+        }
+        if !st.kick.due(Instant::now()) {
+            return;
+        }
+        let Some(eng) = &st.eng else { return };
+        if eng.state() != warpsock_engine::QpState::Rts {
+            return;
+        }
+        let res = eng.post_send(SendWr {
+            wr_id: KICK_WR_ID,
+            op: SendOp::Write {
+                remote_addr: 0,
+                rkey: 1,
+            },
+            sgl: Sgl::new(),
+            signaled: false,
+        });
+        crate::config::debug!(
+            "qp {}: no answer from {} since the first post; kick {} (zero-length Write, siw accept race): {:?}",
+            self.qp_num,
+            eng.peer_addr(),
+            st.kick.sent(),
+            res
+        );
     }
 
     fn detach(&self, st: &mut QpState) {
@@ -480,7 +525,9 @@ pub unsafe extern "C" fn ibv_create_qp(
                 ord: 1,
                 end_reported: false,
                 close_deadline: None,
+                kick: Kicker::default(),
             }),
+            heard: AtomicBool::new(false),
             on_end: Mutex::new(None),
         }),
     }));
@@ -847,6 +894,9 @@ pub unsafe extern "C" fn post_send(
         let eng = st.eng.as_ref().expect("checked above");
         if let Err(e) = eng.post_send(req) {
             return fail(cur, post_errno(e));
+        }
+        if st.kick.waiting_for_first_post() {
+            st.kick.posted(Instant::now());
         }
         st.posted += 1;
         st.sq.push_back(SqEntry { wr_id: w.wr_id });

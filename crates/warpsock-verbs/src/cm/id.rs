@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use warpsock_engine::{CmError, ConnectRequest, Negotiated};
 
-use super::addr::{from_c, route_source, to_c};
+use super::addr::route_source;
+use super::outcome::{connect_failed, ended_before_reply, Backoff};
 use super::{
     channel_queue, new_channel, rdma_ack_cm_event, rdma_destroy_event_channel, rdma_get_cm_event,
     EventObj, EventPtr, MAX_HANDSHAKES, MAX_PRIVATE_DATA,
@@ -22,6 +23,7 @@ use crate::cq::{ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel
 use crate::device::{self, MAX_RD_ATOM};
 use crate::mem::ibv_alloc_pd;
 use crate::qp::{self, ibv_create_qp, ibv_destroy_qp, ibv_modify_qp, QpShared};
+use crate::sock::{from_c, to_c};
 use crate::util::{errno, fail, lock};
 
 /// How long `rdma_connect` waits for the TCP connection.
@@ -824,7 +826,6 @@ fn established(sh: &Arc<IdShared>, qp: &Arc<QpShared>, neg: Option<&Negotiated>,
         st.connected = true;
         st.qp = Some(Arc::clone(qp));
     }
-    link_end(sh, qp);
     let (ird, ord) = neg.map_or((1, 1), |n| (n.ird.min(255) as u8, n.ord.min(255) as u8));
     push_self(
         sh,
@@ -836,29 +837,11 @@ fn established(sh: &Arc<IdShared>, qp: &Arc<QpShared>, neg: Option<&Negotiated>,
             ..Ev::default()
         },
     );
-}
-
-fn connect_failed(e: &CmError) -> (c_uint, c_int, Vec<u8>) {
-    match e {
-        CmError::Rejected { private_data } => (
-            RDMA_CM_EVENT_REJECTED,
-            -libc::ECONNRESET,
-            private_data.clone(),
-        ),
-        CmError::Refused { .. } => (RDMA_CM_EVENT_REJECTED, -libc::ECONNREFUSED, Vec::new()),
-        CmError::Unreachable { source, .. } => (
-            RDMA_CM_EVENT_UNREACHABLE,
-            -source.raw_os_error().unwrap_or(libc::EHOSTUNREACH),
-            Vec::new(),
-        ),
-        CmError::Timeout { .. } => (RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT, Vec::new()),
-        CmError::Io(io) => (
-            RDMA_CM_EVENT_CONNECT_ERROR,
-            -io.raw_os_error().unwrap_or(libc::ECONNRESET),
-            Vec::new(),
-        ),
-        _ => (RDMA_CM_EVENT_CONNECT_ERROR, -libc::EPROTO, Vec::new()),
-    }
+    // After ESTABLISHED is queued: a connection that has already ended
+    // (the peer failed at once) reports DISCONNECTED from inside this
+    // call, and it must come second (misuse.c's local-bounds case saw it
+    // first when the client's QP failed right after its ESTABLISHED).
+    link_end(sh, qp);
 }
 
 /// `rdma_connect`: TCP connect and MPA exchange on a thread; the outcome
@@ -915,9 +898,24 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
                 );
                 return;
             };
-            let res = crate::sock::tcp_connect(dst, TCP_CONNECT_TIMEOUT)
-                .map_err(|e| tcp_error(dst, e))
-                .and_then(|sock| warpsock_engine::connect_stream(sock, &init));
+            let attempt = || {
+                crate::sock::tcp_connect(dst, TCP_CONNECT_TIMEOUT)
+                    .map_err(|e| tcp_error(dst, e))
+                    .and_then(|sock| warpsock_engine::connect_stream(sock, &init))
+            };
+            let mut backoff = Backoff::default();
+            let res = loop {
+                match attempt() {
+                    Err(e) if ended_before_reply(&e) => match backoff.next_wait() {
+                        Some(wait) => {
+                            debug!("connect to {dst}: {e}; trying again in {wait:?}");
+                            std::thread::sleep(wait);
+                        }
+                        None => break Err(e),
+                    },
+                    res => break res,
+                }
+            };
             match res {
                 Ok(eng) => {
                     drop(init);
@@ -931,7 +929,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
                             unsafe { to_c(local, &mut (*sh.id_ptr()).route.addr.src) };
                         }
                     }
-                    qp.attach(eng, neg.as_ref());
+                    qp.attach(eng, neg.as_ref(), true);
                     let peer = neg
                         .as_ref()
                         .map(|n| n.peer_private_data.clone())
@@ -1012,7 +1010,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         Ok(eng) => {
             drop(init);
             let neg = eng.negotiated();
-            qp.attach(eng, neg.as_ref());
+            qp.attach(eng, neg.as_ref(), false);
             established(&sh, &qp, neg.as_ref(), &[]);
         }
         Err(e) => {
