@@ -231,23 +231,8 @@ mkdir -p "$VM"
 ln -s "$CACHE/image" "$VM/image"
 # A port offset whose forwards are all free on the host (the VM forwards
 # host 127.0.0.1:P+OFF to guest P), plus the control port and our own.
-read -r OFF CTL HOSTP < <(python3 - <<'PY'
-import random, socket
-def free(p):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-for _ in range(500):
-    off = random.randrange(20000, 40000)
-    ports = [p + off for p in (7174, 18515, 7500)] + [off + 1000, off + 1001]
-    if all(free(p) for p in ports):
-        print(off, off + 1000, off + 1001); break
-PY
-)
+. scripts/lib/siw-vm-ports.sh
+read -r OFF CTL HOSTP < <(vm_port_offset 2 7174 18515 7500)
 [ -n "$CTL" ] || fail "no free ports for the VM"
 vm_exec() { "$VMTOOL" exec "$VM" "$@"; }
 # No server at boot: every case starts its own one-shot server in the VM
