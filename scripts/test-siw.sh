@@ -106,29 +106,10 @@ fi
 mkdir -p "$VM"
 ln -s "$CACHE/image" "$VM/image"
 
-# Free host ports: the VM's forwards (7174/18515 + offset, control port) and ours.
-free_ports() {
-    python3 - "$1" <<'EOF'
-import random, socket, sys
-def free(p):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-n = int(sys.argv[1])
-for _ in range(500):
-    off = random.randrange(20000, 40000)
-    ports = [p + off for p in (7174, 18515, 18516, 18517, 18600)] + [off + 1000 + i for i in range(n)]
-    if all(free(p) for p in ports):
-        print(off, " ".join(map(str, ports[5:]))); break
-else:
-    sys.exit("no free ports")
-EOF
-}
-read -r OFF CTL < <(free_ports 1)
+# Free host ports: the VM's forwards (7174/18515 + offset, control port).
+. scripts/lib/siw-vm-ports.sh
+read -r OFF CTL < <(vm_port_offset 1 7174 18515 18516 18517 18600)
+[ -n "$CTL" ] || loud_fail "no free host ports for the VM's forwards"
 RPING_PORT=$((7174 + OFF))
 SC_GUEST_PORT=18600                 # send_check's server in the VM
 SC_PORT=$((SC_GUEST_PORT + OFF))

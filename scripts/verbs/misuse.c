@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -334,6 +335,59 @@ static void *server(void *arg)
 	return arg;
 }
 
+/* A TCP peer that is not an iWARP responder: it accepts connections,
+ * reads each MPA Request (so the initiator is awaiting the Reply) and
+ * closes, with a FIN or (rst) a reset, until stopped. (The initiator tries
+ * a few times before it reports the failure: see
+ * crates/warpsock-verbs/src/cm/outcome.rs.) Listens on port 0 of ADDR. */
+struct closer {
+	int lfd;
+	int port;
+	int rst;
+	int accepted;
+	pthread_t t;
+};
+
+static void *closer_run(void *arg)
+{
+	struct closer *c = arg;
+	int fd;
+	while ((fd = accept(c->lfd, NULL, NULL)) >= 0) {
+		char buf[64];
+		ssize_t n = read(fd, buf, sizeof buf); /* the MPA Request's first bytes */
+		(void)n;
+		if (c->rst) {
+			struct linger l = { .l_onoff = 1, .l_linger = 0 };
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+		}
+		close(fd);
+		c->accepted++;
+	}
+	return NULL;
+}
+
+static int closer_start(struct closer *c, int rst)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t len = sizeof sin;
+	inet_pton(AF_INET, addr_s, &sin.sin_addr);
+	c->rst = rst;
+	c->accepted = 0;
+	c->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (c->lfd < 0 || bind(c->lfd, (struct sockaddr *)&sin, sizeof sin) || listen(c->lfd, 1) ||
+	    getsockname(c->lfd, (struct sockaddr *)&sin, &len))
+		return -1;
+	c->port = ntohs(sin.sin_port);
+	return pthread_create(&c->t, NULL, closer_run, c);
+}
+
+static void closer_stop(struct closer *c)
+{
+	shutdown(c->lfd, SHUT_RDWR); /* ends the blocked accept */
+	pthread_join(c->t, NULL);
+	close(c->lfd);
+}
+
 /* Connects; returns the first event after the route (ESTABLISHED or an error). */
 static struct rdma_cm_event *client_connect(struct rdma_event_channel *ch, int use_port, struct side *s)
 {
@@ -515,6 +569,28 @@ static void client(void)
 	if (e)
 		rdma_ack_cm_event(e);
 	free_side(&s);
+
+	/* The peer closes (FIN) or resets the stream while we await the MPA
+	 * Reply: REJECTED with -ECONNRESET, as siw reports it
+	 * (SIW_CM_WORK_PEER_CLOSE in AWAIT_MPAREP) and cma.c maps it. */
+	for (int rst = 0; rst <= 1; rst++) {
+		struct closer c;
+		const char *name = rst ? "mpa-peer-reset" : "mpa-peer-closed";
+		if (closer_start(&c, rst)) {
+			CHECK(name, 0, "cannot listen: %s", strerror(errno));
+			continue;
+		}
+		e = client_connect(ch, c.port, &s);
+		CHECK(name, e && e->event == RDMA_CM_EVENT_REJECTED && e->status == -ECONNRESET,
+		      "event %s status %d", e ? rdma_event_str(e->event) : "none", e ? e->status : 0);
+		if (e)
+			rdma_ack_cm_event(e);
+		free_side(&s);
+		closer_stop(&c);
+		/* The initial attempt and 5 more (outcome.rs Backoff). */
+		CHECK(rst ? "mpa-peer-reset-attempts" : "mpa-peer-closed-attempts", c.accepted == 6,
+		      "%d attempts", c.accepted);
+	}
 	rdma_destroy_event_channel(ch);
 }
 

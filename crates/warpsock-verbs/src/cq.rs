@@ -160,6 +160,16 @@ impl CqShared {
 /// Translates an engine completion; `None` for a QP that no longer exists.
 pub fn translate(ctx: &CtxShared, w: &Wc) -> Option<ibv_wc> {
     let qp = ctx.qp(w.qp_num)?;
+    if crate::kick::is_kick(w.wr_id, w.opcode == WcOpcode::RdmaWrite, w.byte_len) {
+        // A flushed or failed kick: the program never posted it.
+        return None;
+    }
+    if w.status == WcStatus::Success
+        && matches!(w.opcode, WcOpcode::Recv | WcOpcode::RdmaRead)
+        && !qp.heard.load(Ordering::Relaxed)
+    {
+        qp.heard.store(true, Ordering::Relaxed);
+    }
     let opcode = match w.opcode {
         WcOpcode::Send => IBV_WC_SEND,
         WcOpcode::RdmaWrite => IBV_WC_RDMA_WRITE,

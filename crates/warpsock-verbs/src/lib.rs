@@ -62,6 +62,7 @@ pub mod config;
 pub mod cq;
 pub mod ctx;
 pub mod device;
+pub mod kick;
 pub mod mem;
 pub mod qp;
 mod real;

@@ -5,13 +5,75 @@
 //! sockets back into librdmacm. Everything else on these descriptors
 //! (bind, connect, accept, read, write) passes through librspreload
 //! untouched, since it only redirects descriptors it made.
+//!
+//! Also the `sockaddr` conversions every C-facing part uses ([`from_c`],
+//! [`to_c`]). This module depends on nothing else in the crate.
 
 use std::io;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use crate::cm::to_c;
+use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
+
+/// Reads an IPv4/IPv6 `sockaddr` (other families: None).
+///
+/// # Safety
+/// `sa` is NULL or points to a sockaddr of its family's size.
+pub unsafe fn from_c(sa: *const sockaddr) -> Option<SocketAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract; the family says which struct it is.
+    unsafe {
+        match libc::c_int::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let s = &*sa.cast::<sockaddr_in>();
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
+                    u16::from_be(s.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                let s = &*sa.cast::<sockaddr_in6>();
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(s.sin6_addr.s6_addr),
+                    u16::from_be(s.sin6_port),
+                    s.sin6_flowinfo,
+                    s.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Writes `a` into a `sockaddr_storage`; returns its length.
+pub fn to_c(a: SocketAddr, out: &mut sockaddr_storage) -> socklen_t {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    *out = unsafe { std::mem::zeroed() };
+    match a {
+        SocketAddr::V4(v) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for any
+            // sockaddr.
+            let s = unsafe { &mut *(out as *mut sockaddr_storage).cast::<sockaddr_in>() };
+            s.sin_family = libc::AF_INET as libc::sa_family_t;
+            s.sin_port = v.port().to_be();
+            s.sin_addr.s_addr = u32::from(*v.ip()).to_be();
+            size_of::<sockaddr_in>() as socklen_t
+        }
+        SocketAddr::V6(v) => {
+            // SAFETY: as above.
+            let s = unsafe { &mut *(out as *mut sockaddr_storage).cast::<sockaddr_in6>() };
+            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            s.sin6_port = v.port().to_be();
+            s.sin6_addr.s6_addr = v.ip().octets();
+            s.sin6_flowinfo = v.flowinfo();
+            s.sin6_scope_id = v.scope_id();
+            size_of::<sockaddr_in6>() as socklen_t
+        }
+    }
+}
 
 /// `socket(2)` by system call.
 pub fn socket(domain: libc::c_int, ty: libc::c_int) -> io::Result<OwnedFd> {
@@ -44,7 +106,7 @@ fn set_send_timeout(fd: &OwnedFd, t: Duration) -> io::Result<()> {
             libc::SOL_SOCKET,
             libc::SO_SNDTIMEO,
             (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as libc::socklen_t,
+            size_of::<libc::timeval>() as socklen_t,
         )
     };
     if r != 0 {
@@ -59,7 +121,7 @@ pub fn tcp_connect(to: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
     let fd = socket(family(&to), libc::SOCK_STREAM)?;
     set_send_timeout(&fd, timeout)?;
     // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut ss: sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = to_c(to, &mut ss);
     loop {
         // SAFETY: a live descriptor and a filled address of `len` bytes.
@@ -67,7 +129,7 @@ pub fn tcp_connect(to: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
             libc::syscall(
                 libc::SYS_connect,
                 fd.as_raw_fd(),
-                (&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr>(),
+                (&ss as *const sockaddr_storage).cast::<sockaddr>(),
                 len,
             )
         };
@@ -94,16 +156,10 @@ pub fn route_source(dst: SocketAddr) -> io::Result<std::net::IpAddr> {
     let fd = socket(family(&dst), libc::SOCK_DGRAM)?;
     let probe = SocketAddr::new(dst.ip(), if dst.port() == 0 { 9 } else { dst.port() });
     // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut ss: sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = to_c(probe, &mut ss);
     // SAFETY: a live descriptor and a filled address.
-    let r = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&ss as *const libc::sockaddr_storage).cast(),
-            len,
-        )
-    };
+    let r = unsafe { libc::connect(fd.as_raw_fd(), (&ss as *const sockaddr_storage).cast(), len) };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -114,17 +170,17 @@ pub fn route_source(dst: SocketAddr) -> io::Result<std::net::IpAddr> {
 pub fn local_addr(fd: &OwnedFd) -> io::Result<SocketAddr> {
     // SAFETY: all-zero is a valid sockaddr_storage; a live descriptor.
     unsafe {
-        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
-        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let mut ss: sockaddr_storage = std::mem::zeroed();
+        let mut len = size_of::<sockaddr_storage>() as socklen_t;
         if libc::getsockname(
             fd.as_raw_fd(),
-            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            (&mut ss as *mut sockaddr_storage).cast(),
             &mut len,
         ) != 0
         {
             return Err(io::Error::last_os_error());
         }
-        crate::cm::from_c((&ss as *const libc::sockaddr_storage).cast())
+        from_c((&ss as *const sockaddr_storage).cast())
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
     }
 }

@@ -1,73 +1,16 @@
-//! Socket addresses between C (`sockaddr*`) and Rust, route lookup, and
-//! `rdma_getaddrinfo`/`rdma_freeaddrinfo`.
+//! Route lookup for the connection manager, and
+//! `rdma_getaddrinfo`/`rdma_freeaddrinfo`. (`sockaddr` conversions live in
+//! [`crate::sock`], which this module builds on.)
 
 use std::ffi::{c_char, c_int, CStr};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
-use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
+use libc::sockaddr_storage;
 
 use crate::abi::IBV_QPT_RC;
 use crate::abi_cm::*;
+use crate::sock::{from_c, to_c};
 use crate::util::set_errno;
-
-/// Reads an IPv4/IPv6 `sockaddr` (other families: None).
-///
-/// # Safety
-/// `sa` is NULL or points to a sockaddr of its family's size.
-pub unsafe fn from_c(sa: *const sockaddr) -> Option<SocketAddr> {
-    if sa.is_null() {
-        return None;
-    }
-    // SAFETY: per the contract; the family says which struct it is.
-    unsafe {
-        match c_int::from((*sa).sa_family) {
-            libc::AF_INET => {
-                let s = &*sa.cast::<sockaddr_in>();
-                Some(SocketAddr::V4(SocketAddrV4::new(
-                    Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
-                    u16::from_be(s.sin_port),
-                )))
-            }
-            libc::AF_INET6 => {
-                let s = &*sa.cast::<sockaddr_in6>();
-                Some(SocketAddr::V6(SocketAddrV6::new(
-                    Ipv6Addr::from(s.sin6_addr.s6_addr),
-                    u16::from_be(s.sin6_port),
-                    s.sin6_flowinfo,
-                    s.sin6_scope_id,
-                )))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// Writes `a` into a `sockaddr_storage`; returns its length.
-pub fn to_c(a: SocketAddr, out: &mut sockaddr_storage) -> socklen_t {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    *out = unsafe { std::mem::zeroed() };
-    match a {
-        SocketAddr::V4(v) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for any
-            // sockaddr.
-            let s = unsafe { &mut *(out as *mut sockaddr_storage).cast::<sockaddr_in>() };
-            s.sin_family = libc::AF_INET as libc::sa_family_t;
-            s.sin_port = v.port().to_be();
-            s.sin_addr.s_addr = u32::from(*v.ip()).to_be();
-            size_of::<sockaddr_in>() as socklen_t
-        }
-        SocketAddr::V6(v) => {
-            // SAFETY: as above.
-            let s = unsafe { &mut *(out as *mut sockaddr_storage).cast::<sockaddr_in6>() };
-            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            s.sin6_port = v.port().to_be();
-            s.sin6_addr.s6_addr = v.ip().octets();
-            s.sin6_flowinfo = v.flowinfo();
-            s.sin6_scope_id = v.scope_id();
-            size_of::<sockaddr_in6>() as socklen_t
-        }
-    }
-}
 
 /// The local address the kernel would send from to reach `dst`, or the
 /// errno (see [`crate::sock::route_source`]).

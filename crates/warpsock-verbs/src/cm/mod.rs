@@ -8,8 +8,10 @@
 //!   with the responder's private data, or REJECTED (the peer's MPA Reply
 //!   had the Reject bit: status -ECONNRESET as siw reports it, with the
 //!   reject's private data; nothing listening: -ECONNREFUSED, as an iWARP
-//!   RNIC reports it), UNREACHABLE (-ETIMEDOUT, -EHOSTUNREACH,
-//!   -ENETUNREACH) or CONNECT_ERROR (MPA failure: -EPROTO).
+//!   RNIC reports it; the peer closed or reset the stream during the MPA
+//!   exchange: -ECONNRESET, as siw reports it), UNREACHABLE (-ETIMEDOUT,
+//!   -EHOSTUNREACH, -ENETUNREACH) or CONNECT_ERROR (a malformed or
+//!   incompatible MPA frame: -EPROTO). See [`outcome`].
 //! * Passive: CONNECT_REQUEST on the listener's channel, carrying a new id
 //!   and the initiator's private data; `rdma_accept` → ESTABLISHED on the
 //!   new id; `rdma_reject` sends an MPA Reply with the Reject bit.
@@ -43,8 +45,9 @@
 
 mod addr;
 mod id;
+pub mod outcome;
 
-pub use addr::{from_c, rdma_freeaddrinfo, rdma_getaddrinfo, route_source, to_c};
+pub use addr::{rdma_freeaddrinfo, rdma_getaddrinfo, route_source};
 pub use id::*;
 
 use std::ffi::{c_char, c_int, c_uint};

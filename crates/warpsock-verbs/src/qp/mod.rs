@@ -31,7 +31,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_uint};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,9 +44,14 @@ use crate::abi::*;
 use crate::cq::{self, CqShared};
 use crate::ctx::{Ctx, CtxShared};
 use crate::device::{ctx_is_ours, MAX_INLINE, MAX_QP_WR, MAX_RD_ATOM, MAX_SGE, MAX_SGE_RD};
+use crate::kick::{Kicker, KICK_WR_ID, MAX_KICKS};
 use crate::mem::{pd_is_ours, PdObj, PdShared};
 use crate::real::forward;
 use crate::util::{lock, null};
+
+mod post;
+
+pub use post::{post_recv, post_send};
 
 /// How long a queue pair waits for the peer's FIN after a local
 /// disconnect before it reports the connection gone anyway.
@@ -90,6 +95,8 @@ pub struct QpState {
     pub ord: u8,
     end_reported: bool,
     close_deadline: Option<Instant>,
+    /// The initiator's kick past siw's accept race ([`crate::kick`]).
+    kick: Kicker,
 }
 
 /// The shared part of a queue pair.
@@ -113,6 +120,9 @@ pub struct QpShared {
     inline: Option<Mr>,
     /// State.
     pub st: Mutex<QpState>,
+    /// A receive or RDMA Read response from the peer has completed (set
+    /// by [`cq::translate`], read by the kick, see [`crate::kick`]).
+    pub heard: AtomicBool,
     /// Called once when the connection ends.
     on_end: Mutex<Option<EndHook>>,
 }
@@ -230,7 +240,9 @@ impl QpShared {
     pub fn options(&self, ird: u8, ord: u8, private_data: &[u8]) -> QpOptions {
         let cfg = crate::config::get();
         QpOptions {
-            sq_depth: self.cap.max_send_wr.max(1) as usize,
+            // Room for the kicks next to the program's own requests
+            // (the program's limit is enforced in `post_send`).
+            sq_depth: self.cap.max_send_wr.max(1) as usize + MAX_KICKS as usize,
             rq_depth: self.cap.max_recv_wr.max(1) as usize,
             crc: cfg.crc,
             peer_to_peer: cfg.p2p,
@@ -271,8 +283,9 @@ impl QpShared {
         }
     }
 
-    /// Attaches an established connection: the QP is in RTS.
-    pub fn attach(self: &Arc<Self>, eng: Qp, neg: Option<&Negotiated>) {
+    /// Attaches an established connection: the QP is in RTS. `initiator`:
+    /// this side connected (it may kick, see [`crate::kick`]).
+    pub fn attach(self: &Arc<Self>, eng: Qp, neg: Option<&Negotiated>, initiator: bool) {
         let num = eng.qp_num();
         let mut st = lock(&self.st);
         // Receives posted while the connection was being set up.
@@ -287,6 +300,7 @@ impl QpShared {
         st.eng = Some(eng);
         st.eng_num = Some(num);
         st.end_reported = false;
+        st.kick = Kicker::new(initiator);
         drop(st);
         self.set_ibv_state(IBV_QPS_RTS);
         self.ctx.add_qp(num, Arc::clone(self));
@@ -336,6 +350,10 @@ impl QpShared {
         if st.end_reported {
             return;
         }
+        if st.eng.is_none() {
+            return;
+        }
+        self.kick_if_due(&mut st);
         let Some(eng) = &st.eng else { return };
         let mut ended = false;
         while let Some(ev) = eng.poll_event() {
@@ -367,6 +385,37 @@ impl QpShared {
         if let Some(f) = lock(&self.on_end).take() {
             f(End::Closed);
         }
+    }
+
+    /// Sends the initiator's kick when one is due ([`crate::kick`]).
+    fn kick_if_due(&self, st: &mut QpState) {
+        if self.heard.load(Ordering::Relaxed) {
+            st.kick.heard();
+            return;
+        }
+        if !st.kick.due(Instant::now()) {
+            return;
+        }
+        let Some(eng) = &st.eng else { return };
+        if eng.state() != warpsock_engine::QpState::Rts {
+            return;
+        }
+        let res = eng.post_send(SendWr {
+            wr_id: KICK_WR_ID,
+            op: SendOp::Write {
+                remote_addr: 0,
+                rkey: 1,
+            },
+            sgl: Sgl::new(),
+            signaled: false,
+        });
+        crate::config::debug!(
+            "qp {}: no answer from {} since the first post; kick {} (zero-length Write, siw accept race): {:?}",
+            self.qp_num,
+            eng.peer_addr(),
+            st.kick.sent(),
+            res
+        );
     }
 
     fn detach(&self, st: &mut QpState) {
@@ -480,7 +529,9 @@ pub unsafe extern "C" fn ibv_create_qp(
                 ord: 1,
                 end_reported: false,
                 close_deadline: None,
+                kick: Kicker::default(),
             }),
+            heard: AtomicBool::new(false),
             on_end: Mutex::new(None),
         }),
     }));
@@ -715,194 +766,4 @@ pub unsafe extern "C" fn post_srq_recv(
         unsafe { *bad = wr };
     }
     libc::EOPNOTSUPP
-}
-
-/// Gathers a request's SGEs (program pointer, count ≤ `max`).
-///
-/// # Safety
-/// `list` holds `n` entries.
-unsafe fn sgl(list: *const ibv_sge, n: c_int) -> Sgl {
-    if n <= 0 || list.is_null() {
-        return Sgl::new();
-    }
-    // SAFETY: per the contract.
-    let s = unsafe { std::slice::from_raw_parts(list, n as usize) };
-    s.iter()
-        .map(|e| Sge {
-            addr: e.addr,
-            length: e.length,
-            lkey: e.lkey,
-        })
-        .collect()
-}
-
-impl QpShared {
-    /// Builds the engine request for one `ibv_send_wr`, copying inline
-    /// data. Returns the errno a device gives for a bad request.
-    ///
-    /// # Safety
-    /// `w`'s pointers are the program's, valid per the verbs contract.
-    unsafe fn send_wr(&self, st: &mut QpState, w: &ibv_send_wr) -> Result<SendWr, c_int> {
-        if w.num_sge < 0
-            || w.num_sge as u32 > self.cap.max_send_sge && w.send_flags & IBV_SEND_INLINE == 0
-        {
-            return Err(libc::EINVAL);
-        }
-        let op = match w.opcode {
-            IBV_WR_SEND => SendOp::Send {
-                solicited: w.send_flags & IBV_SEND_SOLICITED != 0,
-                invalidate: None,
-            },
-            IBV_WR_SEND_WITH_INV => SendOp::Send {
-                solicited: w.send_flags & IBV_SEND_SOLICITED != 0,
-                invalidate: Some(w.invalidate_rkey),
-            },
-            IBV_WR_RDMA_WRITE => SendOp::Write {
-                remote_addr: w.rdma.remote_addr,
-                rkey: w.rdma.rkey,
-            },
-            IBV_WR_RDMA_READ => {
-                if w.num_sge as u32 > MAX_SGE_RD || w.send_flags & IBV_SEND_INLINE != 0 {
-                    return Err(libc::EINVAL);
-                }
-                SendOp::Read {
-                    remote_addr: w.rdma.remote_addr,
-                    rkey: w.rdma.rkey,
-                }
-            }
-            // WRITE_WITH_IMM, SEND_WITH_IMM, atomics, LOCAL_INV, BIND_MW,
-            // TSO: iWARP (RFC 5040) has none of them; siw's provider
-            // rejects them with EINVAL.
-            _ => return Err(libc::EINVAL),
-        };
-        let signaled = self.sig_all || w.send_flags & IBV_SEND_SIGNALED != 0;
-        // SAFETY: per the contract.
-        let mut list = unsafe { sgl(w.sg_list, w.num_sge) };
-        if w.send_flags & IBV_SEND_INLINE != 0 && !list.is_empty() {
-            let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
-            let max = u64::from(self.cap.max_inline_data);
-            let Some(ring) = self.inline.as_ref().filter(|_| total <= max) else {
-                return Err(libc::EINVAL);
-            };
-            let slot = (st.posted % u64::from(self.cap.max_send_wr)) as usize;
-            let base = slot * self.cap.max_inline_data as usize;
-            let mut off = base;
-            for s in list.iter() {
-                // SAFETY: inline data is read at post time from the
-                // program's buffer (not registered), per the verbs contract.
-                let src =
-                    unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
-                ring.write(off, src);
-                off += src.len();
-            }
-            list = ring.sge(base, total as u32).into();
-        }
-        Ok(SendWr {
-            wr_id: w.wr_id,
-            op,
-            sgl: list,
-            signaled,
-        })
-    }
-}
-
-/// `ops.post_send`.
-pub unsafe extern "C" fn post_send(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad: *mut *mut ibv_send_wr,
-) -> c_int {
-    // SAFETY: ops of our context: a live QP of ours.
-    let sh = unsafe { shared(qp) };
-    sh.ctx.touch();
-    let mut st = lock(&sh.st);
-    let mut cur = wr;
-    let fail = |cur: *mut ibv_send_wr, e: c_int| {
-        if !bad.is_null() {
-            // SAFETY: the program's out-pointer.
-            unsafe { *bad = cur };
-        }
-        e
-    };
-    while !cur.is_null() {
-        // SAFETY: a request of the program's list.
-        let w = unsafe { &*cur };
-        if st.state == IBV_QPS_ERR && st.eng.is_none() {
-            sh.send_cq
-                .push_stash(flush_wc(sh.qp_num, w.wr_id, IBV_WC_SEND));
-            cur = w.next;
-            continue;
-        }
-        if st.eng.is_none() || !matches!(st.state, IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_ERR) {
-            return fail(cur, libc::ENOTCONN);
-        }
-        if st.sq.len() >= sh.cap.max_send_wr as usize {
-            return fail(cur, libc::ENOMEM);
-        }
-        // SAFETY: the program's request, valid per the verbs contract.
-        let req = match unsafe { sh.send_wr(&mut st, w) } {
-            Ok(r) => r,
-            Err(e) => return fail(cur, e),
-        };
-        let eng = st.eng.as_ref().expect("checked above");
-        if let Err(e) = eng.post_send(req) {
-            return fail(cur, post_errno(e));
-        }
-        st.posted += 1;
-        st.sq.push_back(SqEntry { wr_id: w.wr_id });
-        cur = w.next;
-    }
-    0
-}
-
-/// `ops.post_recv`.
-pub unsafe extern "C" fn post_recv(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    // SAFETY: ops of our context: a live QP of ours.
-    let sh = unsafe { shared(qp) };
-    sh.ctx.touch();
-    let mut st = lock(&sh.st);
-    let mut cur = wr;
-    let fail = |cur: *mut ibv_recv_wr, e: c_int| {
-        if !bad.is_null() {
-            // SAFETY: the program's out-pointer.
-            unsafe { *bad = cur };
-        }
-        e
-    };
-    while !cur.is_null() {
-        // SAFETY: a request of the program's list.
-        let w = unsafe { &*cur };
-        if w.num_sge < 0 || w.num_sge as u32 > sh.cap.max_recv_sge {
-            return fail(cur, libc::EINVAL);
-        }
-        let r = RecvWr {
-            wr_id: w.wr_id,
-            // SAFETY: the program's SGE list.
-            sgl: unsafe { sgl(w.sg_list, w.num_sge) },
-        };
-        match (&st.eng, st.state) {
-            (_, IBV_QPS_RESET) => return fail(cur, libc::EINVAL),
-            (None, IBV_QPS_ERR) => {
-                sh.recv_cq
-                    .push_stash(flush_wc(sh.qp_num, w.wr_id, IBV_WC_RECV));
-            }
-            (None, _) => {
-                if st.pre_recvs.len() >= sh.cap.max_recv_wr as usize {
-                    return fail(cur, libc::ENOMEM);
-                }
-                st.pre_recvs.push(r);
-            }
-            (Some(eng), _) => {
-                if let Err(e) = eng.post_recv(r) {
-                    return fail(cur, post_errno(e));
-                }
-            }
-        }
-        cur = w.next;
-    }
-    0
 }

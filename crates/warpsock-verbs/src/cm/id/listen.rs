@@ -1,0 +1,241 @@
+//! Passive side: `rdma_listen`, the accept loop with its bounded MPA
+//! handshakes, CONNECT_REQUEST offers and `rdma_get_request`.
+
+use super::*;
+
+/// `rdma_listen`: binds a wildcard address first if the id is unbound.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: a live id of ours.
+    let sh = Arc::clone(unsafe { shared(id) });
+    if lock(&sh.st).bound.is_none() {
+        let mut any: libc::sockaddr_storage =
+            // SAFETY: all-zero storage.
+            unsafe { std::mem::zeroed() };
+        to_c((std::net::Ipv4Addr::UNSPECIFIED, 0).into(), &mut any);
+        // SAFETY: forwarded.
+        if unsafe { rdma_bind_addr(id, (&mut any as *mut libc::sockaddr_storage).cast()) } != 0 {
+            return -1;
+        }
+    }
+    let mut st = lock(&sh.st);
+    if st.listen.is_some() {
+        return fail(libc::EINVAL);
+    }
+    let Some(fd) = st.bound.take() else {
+        return fail(libc::EINVAL);
+    };
+    let backlog = if backlog <= 0 { 128 } else { backlog as usize };
+    st.backlog = backlog;
+    // SAFETY: listen on our bound socket.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog.min(4096) as c_int) } != 0 {
+        let e = errno();
+        st.bound = Some(fd);
+        return fail(e);
+    }
+    let listener = TcpListener::from(fd);
+    if listener.set_nonblocking(true).is_err() {
+        return fail(libc::EIO);
+    }
+    // SAFETY: a new eventfd, owned below.
+    let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if stop < 0 {
+        return fail(errno());
+    }
+    // SAFETY: a descriptor we just made.
+    let stop = unsafe { OwnedFd::from_raw_fd(stop) };
+    let stop_fd = stop.as_raw_fd();
+    let weak = Arc::downgrade(&sh);
+    let waiting = Arc::clone(&st.waiting);
+    let t = std::thread::Builder::new()
+        .name("warpsock-cm-listen".into())
+        .spawn(move || accept_loop(listener, stop_fd, weak, waiting, backlog));
+    match t {
+        Ok(t) => {
+            st.listen = Some(Listen {
+                stop,
+                thread: Some(t),
+            });
+            0
+        }
+        Err(_) => fail(libc::EAGAIN),
+    }
+}
+
+fn accept_loop(
+    l: TcpListener,
+    stop: c_int,
+    listener: Weak<IdShared>,
+    waiting: Arc<AtomicUsize>,
+    backlog: usize,
+) {
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: l.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two live pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if fds[1].revents != 0 {
+            return;
+        }
+        let sock = match l.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // Out of descriptors or memory: do not spin.
+                debug!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if handshakes.load(Ordering::Acquire) >= MAX_HANDSHAKES {
+            debug!("too many MPA handshakes in progress; closing a new connection");
+            continue;
+        }
+        handshakes.fetch_add(1, Ordering::AcqRel);
+        let (h, lw, w) = (
+            Arc::clone(&handshakes),
+            listener.clone(),
+            Arc::clone(&waiting),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("warpsock-cm-mpa".into())
+            .spawn(move || {
+                let r = handshake(sock);
+                h.fetch_sub(1, Ordering::AcqRel);
+                if let (Some(req), Some(l)) = (r, lw.upgrade()) {
+                    offer(&l, req, &w, backlog);
+                }
+            });
+        if spawned.is_err() {
+            handshakes.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+fn handshake(sock: TcpStream) -> Option<ConnectRequest> {
+    match ConnectRequest::read(sock, MPA_TIMEOUT) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            debug!("incoming connection failed before its MPA Request: {e}");
+            None
+        }
+    }
+}
+
+/// A connection request for the listener: a new id and CONNECT_REQUEST.
+fn offer(l: &Arc<IdShared>, req: ConnectRequest, waiting: &Arc<AtomicUsize>, backlog: usize) {
+    let lst = lock(&l.st);
+    if !lst.alive || lst.listen.is_none() {
+        return;
+    }
+    if waiting.load(Ordering::Acquire) >= backlog {
+        debug!(
+            "backlog of {backlog} requests full; closing {}",
+            req.peer_addr()
+        );
+        return;
+    }
+    let lid = l.id_ptr();
+    // SAFETY: the listener is alive (its lock held): its id is live.
+    let (sync, channel, context) = unsafe {
+        let p = lid.cast::<CmaIdPrivate>();
+        ((*p).sync != 0, (*lid).channel, (*lid).context)
+    };
+    drop(lst);
+    let Ok(child) = alloc_id(
+        if sync { std::ptr::null_mut() } else { channel },
+        context,
+        RDMA_PS_TCP,
+    ) else {
+        return;
+    };
+    // SAFETY: the id just made.
+    let csh = Arc::clone(unsafe { shared(child) });
+    let (ird, ord) = req
+        .request()
+        .params
+        .map_or((1, 1), |p| (p.ird.min(255) as u8, p.ord.min(255) as u8));
+    let pdata = req.private_data().to_vec();
+    // SAFETY: the id just made; not yet visible to the program.
+    unsafe {
+        let _ = attach_device(child);
+        to_c(req.local_addr(), &mut (*child).route.addr.src);
+        to_c(req.peer_addr(), &mut (*child).route.addr.dst);
+    }
+    waiting.fetch_add(1, Ordering::AcqRel);
+    {
+        let mut st = lock(&csh.st);
+        st.peer_ird = ird;
+        st.peer_ord = ord;
+        st.request = Some((req, Arc::clone(waiting)));
+    }
+    push(
+        l,
+        child,
+        RDMA_CM_EVENT_CONNECT_REQUEST,
+        Ev {
+            pdata: &pdata,
+            initiator_depth: ird,
+            responder_resources: ord,
+            listen: Some(lid),
+            ..Ev::default()
+        },
+    );
+}
+
+/// `rdma_get_request` (synchronous listeners).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    if listen.is_null() || id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: a live id of ours.
+    unsafe {
+        if (*listen.cast::<CmaIdPrivate>()).sync == 0 {
+            return fail(libc::EINVAL);
+        }
+        if !(*listen).event.is_null() {
+            rdma_ack_cm_event((*listen).event);
+            (*listen).event = std::ptr::null_mut();
+        }
+        let mut ev: *mut rdma_cm_event = std::ptr::null_mut();
+        if rdma_get_cm_event((*listen).channel, &mut ev) != 0 {
+            return -1;
+        }
+        let e = &*ev;
+        let err = if e.event == RDMA_CM_EVENT_REJECTED {
+            Some(libc::ECONNREFUSED)
+        } else if e.status != 0 {
+            Some(e.status.abs())
+        } else if e.event != RDMA_CM_EVENT_CONNECT_REQUEST {
+            Some(libc::EINVAL)
+        } else {
+            None
+        };
+        if let Some(err) = err {
+            rdma_ack_cm_event(ev);
+            return fail(err);
+        }
+        *id = e.id;
+        (*e.id).event = ev;
+    }
+    0
+}
