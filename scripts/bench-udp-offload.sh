@@ -14,7 +14,8 @@
 #     CPU). Modes: host UDP (the baseline), offload by default (caller-driven
 #     receive), offload with busy-polling receives
 #     (WARPSOCK_BUSY_POLL_US=$BUSY_US), and offload with every datagram
-#     handed over by the progress thread (WARPSOCK_CALLER_RECV=0).
+#     handed over by the progress thread (WARPSOCK_CALLER_RECV=0); then
+#     system calls per round trip per mode (perf, in untimed runs).
 #  3. Pass-through: iperf3 TCP, one stream, received throughput with and
 #     without the preload on both sides (WARPSOCK_UDP_OFFLOAD=1: a TCP
 #     program must not notice the layer; target >= 0.98x).
@@ -83,6 +84,23 @@ iperf_run() { # key, label, server prefix (array name), client prefix (array nam
     echo "$mbps $cpg $lpct $ssys $rsys" >>"$WORK/$key"
     printf '  %-28s sent %9s  received %9s  lost %6s%%  %6s Mbit/s  cpu s+r %5.2f+%5.2f s  cpu/GB %6s s  syscalls/dgram snd %s rcv %s\n' \
         "$label" "$sent" "$recv" "$lpct" "$mbps" "$ccpu" "$scpu" "$cpg" "$ssys" "$rsys"
+}
+
+# System calls per round trip of a sockperf ping-pong (both sides, their
+# threads included), counted in a run of its own (perf slows each call, so
+# the timed runs go without it); prints "-" when perf cannot count.
+sockperf_syscalls() { # prefix...
+    [ ${#PERF[@]} -gt 0 ] || { echo "-"; return; }
+    rm -f "$WORK/sps.perf" "$WORK/spc.perf"
+    taskset -c 0 "${PERF[@]}" "$WORK/sps.perf" "$@" sockperf sr -i 127.0.0.1 -p "$PORT" >"$WORK/sps.out" 2>&1 &
+    local sp=$!; PIDS+=("$sp"); sleep 0.5
+    taskset -c 1 "${PERF[@]}" "$WORK/spc.perf" "$@" sockperf pp -i 127.0.0.1 -p "$PORT" -m 64 -t 1 >"$WORK/spc.out" 2>&1 || true
+    # SIGINT to sockperf itself (perf's child): perf then writes its count.
+    kill -INT "$(pgrep -P "$sp" | head -1)" 2>/dev/null || true
+    wait "$sp" 2>/dev/null || true; PIDS=()
+    local rts; rts=$(grep -oE 'Total Run\].*ReceivedMessages=[0-9]+' "$WORK/spc.out" | grep -oE '[0-9]+$' || echo 0)
+    awk -v s="$(syscalls_in "$WORK/sps.perf")" -v c="$(syscalls_in "$WORK/spc.perf")" -v n="$rts" \
+        'BEGIN { if (n > 0) printf "%.2f (client %.2f + server %.2f)", (s + c) / n, c / n, s / n; else print "-" }'
 }
 
 # One sockperf ping-pong; appends "p50 p99 avg" to $WORK/<key>.
@@ -165,6 +183,11 @@ if part sockperf; then
         printf '  %-34s p50 %7s  p99 %8s usec  ratio %5.2fx\n' "${LABEL[$m]}" "$p50" "$p99" \
             "$(awk -v a="$p50" -v b="$HOST50" 'BEGIN { print a / b }')"
     done
+    echo "system calls per round trip (perf raw_syscalls:sys_enter, a 1 s run of its own per mode):"
+    printf '  %-34s %s\n' "${LABEL[sp-host]}" "$(sockperf_syscalls env)"
+    printf '  %-34s %s\n' "${LABEL[sp-offload]}" "$(sockperf_syscalls "${PRE[@]}")"
+    printf '  %-34s %s\n' "${LABEL[sp-busy]}" "$(sockperf_syscalls "${PRE[@]}" WARPSOCK_BUSY_POLL_US="$BUSY_US")"
+    printf '  %-34s %s\n' "${LABEL[sp-progress]}" "$(sockperf_syscalls "${PRE[@]}" WARPSOCK_CALLER_RECV=0)"
 fi
 if part passthrough; then
     echo "== pass-through: iperf3 TCP, one stream, ${T}s, 127.0.0.1, $RUNS rounds =="

@@ -181,16 +181,18 @@ grep -q 'Summary: Latency is' "$WORK/sc.out" || { cat "$WORK/sc.out" >&2; fail "
 grep -qE 'dropped messages = 0;' "$WORK/sc.out" || fail "sockperf: dropped messages"
 rx=$(stat "$WORK/sc.err" rx_tcp_dgrams)
 rxk=$(stat "$WORK/sc.err" rx_kernel_dgrams)
-# The requests always go over TCP. The replies go back over the
-# connection only once the server has verified the client's source-port
-# proof. When sockperf's first request wins that race, the server answers
-# by kernel UDP and keeps that route for the run (about 1 run in 2 here;
-# issue 13: the route should move to the connection once the proof
-# lands). Either way every reply must arrive.
+# The requests go over TCP. The replies go back over the connection once
+# the server has checked the client's source-port proof; when sockperf's
+# first request is answered in the moment between that check and the
+# connection's adoption as the reply route, the first replies go by kernel
+# UDP and the route moves to the connection as soon as it is adopted
+# (routes_replaced; it used to stay on kernel UDP for the whole run). A
+# handful by kernel UDP at most, then.
 [ "$(stat "$WORK/sc.err" tx_tcp_dgrams)" -gt 1000 ] || fail "sockperf: requests did not go over TCP"
-[ $((rx + rxk)) -gt 1000 ] || fail "sockperf: only $rx replies over TCP and $rxk by kernel UDP"
+[ "$rx" -gt 1000 ] || fail "sockperf: only $rx replies over TCP ($rxk by kernel UDP)"
+[ "$rxk" -le 10 ] || fail "sockperf: $rxk replies by kernel UDP (the reply route did not move to the connection)"
 [ "$(stat "$WORK/sc.err" fallbacks)" -eq 0 ] || fail "sockperf: fell back"
-pass "sockperf UDP ping-pong preloaded: $rx replies over TCP, $rxk by kernel UDP, $(grep -o 'Latency is [0-9.]* usec' "$WORK/sc.out")"
+pass "sockperf UDP ping-pong preloaded: $rx replies over TCP, $rxk by kernel UDP before the route moved, $(grep -o 'Latency is [0-9.]* usec' "$WORK/sc.out")"
 
 # --- socat UDP relay, all preloaded ------------------------------------------------
 P1=$(free_port); P2=$(free_port)
@@ -297,9 +299,10 @@ stx=$(stat "$WORK/ns-s.err" tx_tcp_dgrams); crx=$(stat "$WORK/ns-c.err" rx_tcp_d
 # iperf 2's client repeats its final datagram until the server reports;
 # the last repeats can still be in flight when the server exits, so the
 # server's count may trail the client's by those (seen: 6 of 6,572).
-# (The server prints its counters at exit; when it is stopped before it
-# gets there, only the client's side and iperf's own count are checked.)
-! grep -q 'udp-offload stats' "$WORK/ns-s.err" || { [ "$srx" -ge "$total" ] && [ "$srx" -le "$ctx" ]; } \
+# The server must have printed its counters (SIGTERM ends it through
+# atexit at once: an end of stream no longer leaves it in a receive).
+grep -q 'udp-offload stats' "$WORK/ns-s.err" || fail "namespaces: the server printed no counters at SIGTERM"
+{ [ "$srx" -ge "$total" ] && [ "$srx" -le "$ctx" ]; } \
     || fail "namespaces: client sent $ctx datagrams over TCP, server received $srx, iperf counted $total"
 # Server -> client carries only iperf's end-of-test acknowledgements: the
 # server answers every FIN the client sends (at most 10 times, iperf 2.1.8
@@ -310,8 +313,7 @@ stx=$(stat "$WORK/ns-s.err" tx_tcp_dgrams); crx=$(stat "$WORK/ns-c.err" rx_tcp_d
 # find the connection gone (re-sent by kernel UDP or lost with it, a
 # fallback once connecting back is refused). 4 runs in 8 here saw 9 answers
 # sent and 1-6 read. The data direction allows none of that.
-# (Again only when the server printed its counters: see above.)
-! grep -q 'udp-offload stats' "$WORK/ns-s.err" || { [ "$crx" -ge 1 ] && [ "$crx" -le "$stx" ]; } \
+{ [ "$crx" -ge 1 ] && [ "$crx" -le "$stx" ]; } \
     || fail "namespaces: server sent $stx datagrams over TCP, client received $crx (want 1 <= received <= sent)"
 gone=$(( $(stat "$WORK/ns-s.err" tx_lost) + $(stat "$WORK/ns-s.err" tx_requeued_udp) ))
 [ $((crx + gone)) -le "$stx" ] \

@@ -145,8 +145,29 @@ nested=$(stat "$WORK/audit.out" reentry_nested)
 pass "re-entrancy audit: $guarded engine/library calls reached the interposer, all under the guard; 0 unguarded, 0 nested"
 
 # 4. Unmodified programs in policy mode.
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# A port for a server that binds it itself, without the free_port() race
+# (a port-0 probe closed before the server binds can be taken meanwhile):
+# leased like warpsock-testkit's PortLease — below the kernel's ephemeral
+# range, so no port-0 bind and no outgoing connection is given it, and
+# locked through the same per-port lock files, on a descriptor held until
+# the suite exits, so no other lease holder gets it — and checked free.
+# Sets PORT (not run in a subshell: the lock must stay open here).
+lease_port() {
+    local dir="${TMPDIR:-/tmp}/warpsock-testkit-ports" eph span p fd
+    mkdir -p "$dir"
+    eph=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    [ "$eph" -ge 21000 ] || eph=21000
+    span=$((eph - 20000))
+    for _ in $(seq 200); do
+        p=$((20000 + (RANDOM * 32768 + RANDOM) % span))
+        exec {fd}>"$dir/$p"
+        if flock -n "$fd" && python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',$p))" 2>/dev/null; then
+            PORT=$p
+            return 0
+        fi
+        exec {fd}>&-
+    done
+    fail "no free port to lease below $eph"
 }
 # Stops a server by pid with SIGINT (python and redis exit through their
 # exit handlers, so the preload prints its counters). The servers run under
@@ -171,7 +192,7 @@ mkdir -p "$WORK/www"
 head -c $((100 << 20)) /dev/urandom >"$WORK/www/big"
 want=$(sha256sum <"$WORK/www/big" | cut -d' ' -f1)
 http_run() { # SERVER_PRELOAD CLIENT_PRELOAD
-    local port; port=$(free_port)
+    lease_port; local port=$PORT
     local spre=() cpre=()
     [ "$1" = yes ] && spre=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
     [ "$2" = yes ] && cpre=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
@@ -194,7 +215,7 @@ http_run yes no
 [ "$(stat "$WORK/http.s.out" ddp_refused)" -ge 1 ] || fail "plain curl -> preloaded server: no fallback counted"
 pass "plain curl -> preloaded http.server: falls back to TCP, 100 MiB sha256 equal"
 
-port=$(free_port)
+lease_port; port=$PORT
 IPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
 timeout 60 "${IPRE[@]}" iperf3 -s -1 -p "$port" -B 127.0.0.1 >"$WORK/iperf.s.out" 2>&1 &
 sp=$!; PIDS+=("$sp")
@@ -212,7 +233,7 @@ EOF
 [ "$(stat "$WORK/iperf.c.err" ddp_switched)" -ge 2 ] || fail "iperf3: control and data connections did not switch"
 pass "iperf3 TCP, client and server preloaded in policy mode"
 
-port=$(free_port)
+lease_port; port=$PORT
 RPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
 timeout --foreground 120 "${RPRE[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
     >"$WORK/redis.s.out" 2>&1 &
@@ -220,10 +241,19 @@ sp=$!; PIDS+=("$sp")
 wait_port "$port" || fail "redis-server did not start"
 timeout 120 "${RPRE[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -n 3000 -c 10 -t set,get -q \
     >"$WORK/redis.c.out" 2>"$WORK/redis.c.err" || { cat "$WORK/redis.c.err" >&2; fail "redis-benchmark"; }
+# Regression (issue 12): without keepalive every request is a new connection
+# switched at connect/accept time, and a readiness look applied out of order
+# lost a doorbell ring: both ends waited forever with every queue empty.
+timeout 120 "${RPRE[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -n 2000 -d 16 -c 8 -k 0 -t set,get -q \
+    >"$WORK/redis.k0.out" 2>"$WORK/redis.k0.err" \
+    || { tail -c 2000 "$WORK/redis.k0.out" >&2; fail "redis-benchmark -k 0 (a new connection per request) hung or failed"; }
 stop "$sp"
+grep -qiE "error|fail" "$WORK/redis.k0.out" && fail "redis-benchmark -k 0 reported errors"
+[ "$(grep -c "requests per second" "$WORK/redis.k0.out")" -ge 2 ] || fail "redis-benchmark -k 0 gave no results"
+[ "$(stat "$WORK/redis.k0.err" ddp_switched)" -ge 2000 ] || fail "redis-benchmark -k 0: connections did not switch"
 grep -qiE "error|fail" "$WORK/redis.c.out" && fail "redis-benchmark reported errors"
 grep -q "requests per second" "$WORK/redis.c.out" || fail "redis-benchmark gave no results"
 [ "$(stat "$WORK/redis.c.err" ddp_switched)" -ge 10 ] || fail "redis-benchmark connections did not switch"
-pass "redis-server + redis-benchmark (3000 requests, set/get) in policy mode, no errors"
+pass "redis-server + redis-benchmark (3000 requests, set/get; and 2000 with -k 0, a connection each) in policy mode, no errors"
 
 echo "test-xsock: $PASSED passed"

@@ -575,25 +575,6 @@ typedef struct warpsock_sge {
 } warpsock_sge;
 
 /**
- * A receive-queue work request: buffers an incoming Send is scattered
- * into.
- */
-typedef struct warpsock_recv_wr {
-    /**
-     * Caller's identifier, returned in the completion.
-     */
-    uint64_t wr_id;
-    /**
-     * Local buffers. Read only during the post call.
-     */
-    const struct warpsock_sge *sg_list;
-    /**
-     * Number of elements in `sg_list`.
-     */
-    size_t num_sge;
-} warpsock_recv_wr;
-
-/**
  * A send-queue work request (Send, RDMA Write, RDMA Read).
  */
 typedef struct warpsock_send_wr {
@@ -631,6 +612,25 @@ typedef struct warpsock_send_wr {
      */
     uint32_t invalidate_rkey;
 } warpsock_send_wr;
+
+/**
+ * A receive-queue work request: buffers an incoming Send is scattered
+ * into.
+ */
+typedef struct warpsock_recv_wr {
+    /**
+     * Caller's identifier, returned in the completion.
+     */
+    uint64_t wr_id;
+    /**
+     * Local buffers. Read only during the post call.
+     */
+    const struct warpsock_sge *sg_list;
+    /**
+     * Number of elements in `sg_list`.
+     */
+    size_t num_sge;
+} warpsock_recv_wr;
 
 /**
  * A connection event of a queue pair (`warpsock_qp_poll_event`).
@@ -1075,117 +1075,6 @@ warpsock_result warpsock_mr_write(const struct warpsock_mr *mr,
 warpsock_result warpsock_mr_mlock(const struct warpsock_mr *mr);
 
 /**
- * Creates a queue pair configuration with the defaults: send and receive
- * queues of 1024, CRC off, no markers, IRD = ORD = 16, peer-to-peer RTR
- * offered, no private data, 10 s connect and MPA timeouts, FPDUs sized to
- * the TCP MSS, `TCP_NODELAY`, a 10 s `TCP_USER_TIMEOUT` and keepalive
- * (5 s idle, 1 s interval, 5 probes). Free it with
- * `warpsock_qp_config_free`.
- */
-warpsock_result warpsock_qp_config_new(struct warpsock_qp_config **out);
-
-/**
- * Frees a queue pair configuration (NULL is ignored).
- */
-void warpsock_qp_config_free(struct warpsock_qp_config *config);
-
-/**
- * Sets the send and receive queue depths (outstanding work requests).
- *
- * Errors: `WARPSOCK_RESULT_INVALID_PARAMETER` if either is 0.
- */
-warpsock_result warpsock_qp_config_set_depths(struct warpsock_qp_config *config,
-                                              size_t sq_depth,
-                                              size_t rq_depth);
-
-/**
- * Asks for CRC32c on every FPDU (it is on if either side asks) and for
- * MPA markers from the peer.
- */
-warpsock_result warpsock_qp_config_set_crc_markers(struct warpsock_qp_config *config,
-                                                   bool crc,
-                                                   bool markers);
-
-/**
- * Sets the inbound RDMA Read depth offered (`ird`) and the outbound depth
- * wanted (`ord`).
- */
-warpsock_result warpsock_qp_config_set_ird_ord(struct warpsock_qp_config *config,
-                                               uint16_t ird,
-                                               uint16_t ord);
-
-/**
- * Initiator: offer peer-to-peer setup with a zero-length RDMA Write as
- * ready-to-receive (RFC 6581), so the responder may send first (default
- * on).
- */
-warpsock_result warpsock_qp_config_set_peer_to_peer(struct warpsock_qp_config *config,
-                                                    bool on);
-
-/**
- * Initiator: private data for the MPA Request (copied; at most
- * `WARPSOCK_MAX_PRIVATE_DATA` bytes; `data` may be NULL when `len` is 0).
- *
- * Errors: `WARPSOCK_RESULT_PRIVATE_DATA_TOO_LONG` (nothing changes).
- */
-warpsock_result warpsock_qp_config_set_private_data(struct warpsock_qp_config *config,
-                                                    const uint8_t *data,
-                                                    size_t len);
-
-/**
- * Sets the TCP connect timeout and how long to wait for the peer's MPA
- * Request or Reply, in milliseconds (0 keeps the current value).
- */
-warpsock_result warpsock_qp_config_set_timeouts(struct warpsock_qp_config *config,
-                                                uint64_t connect_ms,
-                                                uint64_t mpa_ms);
-
-/**
- * Sets the largest ULPDU per FPDU in bytes; 0 sizes FPDUs to the TCP MSS
- * (one FPDU per segment, as Linux siw does). Values are clamped to what
- * MPA allows.
- */
-warpsock_result warpsock_qp_config_set_mulpdu(struct warpsock_qp_config *config,
-                                              size_t mulpdu);
-
-/**
- * Sets TCP options: `TCP_NODELAY`, `TCP_USER_TIMEOUT` in milliseconds
- * (unacknowledged data older than this kills the connection, so a dead
- * peer flushes every request in bounded time; 0 leaves the kernel
- * default), and `SO_SNDBUF`/`SO_RCVBUF` in bytes (0: the kernel's
- * autotuning).
- */
-warpsock_result warpsock_qp_config_set_tcp(struct warpsock_qp_config *config,
-                                           bool nodelay,
-                                           uint64_t user_timeout_ms,
-                                           size_t send_buffer,
-                                           size_t recv_buffer);
-
-/**
- * Sets TCP keepalive: idle time before the first probe and the probe
- * interval in milliseconds, and the unanswered probes before the
- * connection is dropped. `idle_ms` 0 disables keepalive.
- */
-warpsock_result warpsock_qp_config_set_keepalive(struct warpsock_qp_config *config,
-                                                 uint64_t idle_ms,
-                                                 uint64_t interval_ms,
-                                                 uint32_t count);
-
-/**
- * Adds a receive to post on every queue pair made with this configuration
- * before its connection goes live (before the MPA Reply is sent, or before
- * the initiator's first FPDU), so a Send the peer issues right after setup
- * always finds a buffer. The scatter list is copied.
- */
-warpsock_result warpsock_qp_config_add_recv(struct warpsock_qp_config *config,
-                                            const struct warpsock_recv_wr *wr);
-
-/**
- * Removes every receive added with `warpsock_qp_config_add_recv`.
- */
-warpsock_result warpsock_qp_config_clear_recvs(struct warpsock_qp_config *config);
-
-/**
  * Connects to `addr` (`"host:port"`, e.g. `"127.0.0.1:4791"`; each
  * resolved address is tried in turn), runs the MPA exchange as initiator
  * and stores the established queue pair in `*out`. Blocks until then.
@@ -1335,6 +1224,117 @@ warpsock_result warpsock_qp_peer_addr(const struct warpsock_qp *qp,
                                       char *buf,
                                       size_t len,
                                       size_t *out_n);
+
+/**
+ * Creates a queue pair configuration with the defaults: send and receive
+ * queues of 1024, CRC off, no markers, IRD = ORD = 16, peer-to-peer RTR
+ * offered, no private data, 10 s connect and MPA timeouts, FPDUs sized to
+ * the TCP MSS, `TCP_NODELAY`, a 10 s `TCP_USER_TIMEOUT` and keepalive
+ * (5 s idle, 1 s interval, 5 probes). Free it with
+ * `warpsock_qp_config_free`.
+ */
+warpsock_result warpsock_qp_config_new(struct warpsock_qp_config **out);
+
+/**
+ * Frees a queue pair configuration (NULL is ignored).
+ */
+void warpsock_qp_config_free(struct warpsock_qp_config *config);
+
+/**
+ * Sets the send and receive queue depths (outstanding work requests).
+ *
+ * Errors: `WARPSOCK_RESULT_INVALID_PARAMETER` if either is 0.
+ */
+warpsock_result warpsock_qp_config_set_depths(struct warpsock_qp_config *config,
+                                              size_t sq_depth,
+                                              size_t rq_depth);
+
+/**
+ * Asks for CRC32c on every FPDU (it is on if either side asks) and for
+ * MPA markers from the peer.
+ */
+warpsock_result warpsock_qp_config_set_crc_markers(struct warpsock_qp_config *config,
+                                                   bool crc,
+                                                   bool markers);
+
+/**
+ * Sets the inbound RDMA Read depth offered (`ird`) and the outbound depth
+ * wanted (`ord`).
+ */
+warpsock_result warpsock_qp_config_set_ird_ord(struct warpsock_qp_config *config,
+                                               uint16_t ird,
+                                               uint16_t ord);
+
+/**
+ * Initiator: offer peer-to-peer setup with a zero-length RDMA Write as
+ * ready-to-receive (RFC 6581), so the responder may send first (default
+ * on).
+ */
+warpsock_result warpsock_qp_config_set_peer_to_peer(struct warpsock_qp_config *config,
+                                                    bool on);
+
+/**
+ * Initiator: private data for the MPA Request (copied; at most
+ * `WARPSOCK_MAX_PRIVATE_DATA` bytes; `data` may be NULL when `len` is 0).
+ *
+ * Errors: `WARPSOCK_RESULT_PRIVATE_DATA_TOO_LONG` (nothing changes).
+ */
+warpsock_result warpsock_qp_config_set_private_data(struct warpsock_qp_config *config,
+                                                    const uint8_t *data,
+                                                    size_t len);
+
+/**
+ * Sets the TCP connect timeout and how long to wait for the peer's MPA
+ * Request or Reply, in milliseconds (0 keeps the current value).
+ */
+warpsock_result warpsock_qp_config_set_timeouts(struct warpsock_qp_config *config,
+                                                uint64_t connect_ms,
+                                                uint64_t mpa_ms);
+
+/**
+ * Sets the largest ULPDU per FPDU in bytes; 0 sizes FPDUs to the TCP MSS
+ * (one FPDU per segment, as Linux siw does). Values are clamped to what
+ * MPA allows.
+ */
+warpsock_result warpsock_qp_config_set_mulpdu(struct warpsock_qp_config *config,
+                                              size_t mulpdu);
+
+/**
+ * Sets TCP options: `TCP_NODELAY`, `TCP_USER_TIMEOUT` in milliseconds
+ * (unacknowledged data older than this kills the connection, so a dead
+ * peer flushes every request in bounded time; 0 leaves the kernel
+ * default), and `SO_SNDBUF`/`SO_RCVBUF` in bytes (0: the kernel's
+ * autotuning).
+ */
+warpsock_result warpsock_qp_config_set_tcp(struct warpsock_qp_config *config,
+                                           bool nodelay,
+                                           uint64_t user_timeout_ms,
+                                           size_t send_buffer,
+                                           size_t recv_buffer);
+
+/**
+ * Sets TCP keepalive: idle time before the first probe and the probe
+ * interval in milliseconds, and the unanswered probes before the
+ * connection is dropped. `idle_ms` 0 disables keepalive.
+ */
+warpsock_result warpsock_qp_config_set_keepalive(struct warpsock_qp_config *config,
+                                                 uint64_t idle_ms,
+                                                 uint64_t interval_ms,
+                                                 uint32_t count);
+
+/**
+ * Adds a receive to post on every queue pair made with this configuration
+ * before its connection goes live (before the MPA Reply is sent, or before
+ * the initiator's first FPDU), so a Send the peer issues right after setup
+ * always finds a buffer. The scatter list is copied.
+ */
+warpsock_result warpsock_qp_config_add_recv(struct warpsock_qp_config *config,
+                                            const struct warpsock_recv_wr *wr);
+
+/**
+ * Removes every receive added with `warpsock_qp_config_add_recv`.
+ */
+warpsock_result warpsock_qp_config_clear_recvs(struct warpsock_qp_config *config);
 
 #ifdef __cplusplus
 }  // extern "C"

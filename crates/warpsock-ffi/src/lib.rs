@@ -54,18 +54,24 @@
 mod context;
 mod cq;
 mod error;
+mod error_text;
 mod ffi;
 mod listener;
 mod mr;
 mod panic;
 mod qp;
+mod qp_config;
+mod wr;
 
 pub use context::*;
 pub use cq::*;
 pub use error::*;
+pub use error_text::*;
 pub use listener::*;
 pub use mr::*;
 pub use qp::*;
+pub use qp_config::*;
+pub use wr::*;
 
 use panic::ffi_panic_boundary;
 

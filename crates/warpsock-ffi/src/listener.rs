@@ -13,8 +13,8 @@ use crate::ffi::{
     Castable,
 };
 use crate::panic::ffi_panic_boundary;
-use crate::qp::warpsock_qp_config;
-use crate::qp::{check_private_data, copy_addr, copy_out, qp_init, warpsock_qp, QpConfig};
+use crate::qp::{copy_addr, copy_out, warpsock_qp};
+use crate::qp_config::{check_private_data, qp_init, warpsock_qp_config, QpConfig};
 
 /// `timeout_ms` value of `warpsock_listener_accept` that waits without
 /// limit.

@@ -10,7 +10,7 @@ use crate::ffi::{
     to_boxed_mut_ptr, try_out, try_out_buf, try_ref_from_ptr, try_slice, try_take, Castable,
 };
 use crate::panic::ffi_panic_boundary;
-use crate::qp::warpsock_sge;
+use crate::wr::warpsock_sge;
 
 /// Access flag: local read (always granted; the value is 0).
 pub const WARPSOCK_ACCESS_LOCAL_READ: u32 = 0;

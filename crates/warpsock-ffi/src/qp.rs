@@ -1,117 +1,28 @@
-//! Queue pairs: configuration, connect, work requests, events.
+//! Queue pairs: connect, post work requests, events, addresses (their
+//! configuration is in `qp_config`, the work request types in `wr`).
 
 use std::ffi::c_char;
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use warpsock_engine::{
-    connect, CloseReason, Event, Qp, QpInit, QpOptions, QpState, RecvWr, SendOp, SendWr, Sge, Sgl,
-    MAX_PRIVATE_DATA,
-};
+use warpsock_engine::{connect, CloseReason, Event, Qp, QpState, RecvWr, SendOp, SendWr, Sge, Sgl};
 
 use crate::context::warpsock_pd;
 use crate::cq::warpsock_cq;
 use crate::error::{close_reason_code, cm_error, fail, post_error, warpsock_result};
 use crate::ffi::{
-    slice_from, to_boxed_mut_ptr, try_cstr, try_from, try_mut_from_ptr, try_out, try_ref_from_ptr,
-    try_slice, try_take, Castable, OutBuf,
+    slice_from, to_boxed_mut_ptr, try_cstr, try_from, try_out, try_ref_from_ptr, try_take,
+    Castable, OutBuf,
 };
 use crate::panic::ffi_panic_boundary;
+use crate::qp_config::{qp_init, warpsock_qp_config, QpConfig};
+use crate::wr::{
+    warpsock_recv_wr, warpsock_send_wr, warpsock_sge, WARPSOCK_SEND_SIGNALED,
+    WARPSOCK_SEND_SOLICITED,
+};
 
 /// Largest private data in an MPA Request or Reply, in bytes (keeps the
 /// frame within Linux siw's limit).
 pub const WARPSOCK_MAX_PRIVATE_DATA: usize = 251;
-
-/// `warpsock_send_wr.send_flags` bit: report a completion when the request
-/// succeeds (errors are always reported).
-pub const WARPSOCK_SEND_SIGNALED: u32 = 1;
-/// `warpsock_send_wr.send_flags` bit: Send with Solicited Event.
-pub const WARPSOCK_SEND_SOLICITED: u32 = 2;
-
-/// A scatter/gather element: `length` bytes at `addr` of the local region
-/// whose lkey is `lkey` (`warpsock_mr_sge` builds one).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct warpsock_sge {
-    /// Address in the region (`warpsock_mr_addr` + offset).
-    pub addr: u64,
-    /// Length in bytes.
-    pub length: u32,
-    /// The region's `warpsock_mr_lkey`.
-    pub lkey: u32,
-}
-
-impl From<Sge> for warpsock_sge {
-    fn from(s: Sge) -> Self {
-        Self {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        }
-    }
-}
-
-impl From<&warpsock_sge> for Sge {
-    fn from(s: &warpsock_sge) -> Self {
-        Self {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        }
-    }
-}
-
-/// The operation of a send work request (`warpsock_send_wr.opcode`).
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum warpsock_wr_opcode {
-    /// RDMAP Send of the gather list into the peer's next posted receive.
-    Send = 0,
-    /// Send with Invalidate: also invalidates the peer's STag
-    /// `invalidate_rkey`.
-    SendWithInv = 1,
-    /// RDMA Write of the gather list to `remote_addr` in the peer's `rkey`.
-    RdmaWrite = 2,
-    /// RDMA Read from `remote_addr` in the peer's `rkey` into the (single)
-    /// local scatter element.
-    RdmaRead = 3,
-}
-
-/// A send-queue work request (Send, RDMA Write, RDMA Read).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct warpsock_send_wr {
-    /// Caller's identifier, returned in the completion.
-    pub wr_id: u64,
-    /// A `warpsock_wr_opcode` value.
-    pub opcode: u32,
-    /// `WARPSOCK_SEND_*` bits.
-    pub send_flags: u32,
-    /// Local buffers: gather list for Send and Write, the one scatter
-    /// element for Read. Read only during the post call.
-    pub sg_list: *const warpsock_sge,
-    /// Number of elements in `sg_list`.
-    pub num_sge: usize,
-    /// Write and Read: the peer's tagged offset.
-    pub remote_addr: u64,
-    /// Write and Read: the peer's STag.
-    pub rkey: u32,
-    /// Send with Invalidate: the peer's STag to invalidate.
-    pub invalidate_rkey: u32,
-}
-
-/// A receive-queue work request: buffers an incoming Send is scattered
-/// into.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct warpsock_recv_wr {
-    /// Caller's identifier, returned in the completion.
-    pub wr_id: u64,
-    /// Local buffers. Read only during the post call.
-    pub sg_list: *const warpsock_sge,
-    /// Number of elements in `sg_list`.
-    pub num_sge: usize,
-}
 
 /// Queue pair state (`warpsock_qp_state`).
 #[repr(u32)]
@@ -203,25 +114,6 @@ pub struct warpsock_negotiated {
     pub peer_private_data_len: usize,
 }
 
-/// Queue pair options and the receives to post before the connection goes
-/// live; passed to `warpsock_qp_connect` and `warpsock_conn_request_accept`
-/// and only read by them, so one configuration may serve many queue pairs.
-/// Not thread-safe: do not change it while another thread uses it.
-pub struct warpsock_qp_config {
-    _private: [u8; 0],
-}
-
-/// What a `warpsock_qp_config` holds.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct QpConfig {
-    pub(crate) options: QpOptions,
-    pub(crate) recvs: Vec<RecvWr>,
-}
-
-impl Castable for warpsock_qp_config {
-    type RustType = QpConfig;
-}
-
 /// A connected queue pair (one TCP connection). All functions on it may be
 /// called from any thread, except that `warpsock_qp_free` and
 /// `warpsock_qp_abort` must not race with other calls on it.
@@ -231,272 +123,6 @@ pub struct warpsock_qp {
 
 impl Castable for warpsock_qp {
     type RustType = Qp;
-}
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
-
-/// Creates a queue pair configuration with the defaults: send and receive
-/// queues of 1024, CRC off, no markers, IRD = ORD = 16, peer-to-peer RTR
-/// offered, no private data, 10 s connect and MPA timeouts, FPDUs sized to
-/// the TCP MSS, `TCP_NODELAY`, a 10 s `TCP_USER_TIMEOUT` and keepalive
-/// (5 s idle, 1 s interval, 5 probes). Free it with
-/// `warpsock_qp_config_free`.
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_new(out: *mut *mut warpsock_qp_config) -> warpsock_result {
-    ffi_panic_boundary! {
-        let out = try_out!(out);
-        out.write(to_boxed_mut_ptr(QpConfig::default()));
-        warpsock_result::Ok
-    }
-}
-
-/// Frees a queue pair configuration (NULL is ignored).
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_free(config: *mut warpsock_qp_config) {
-    ffi_panic_boundary! {
-        drop(try_take!(config));
-    }
-}
-
-/// Sets the send and receive queue depths (outstanding work requests).
-///
-/// Errors: `WARPSOCK_RESULT_INVALID_PARAMETER` if either is 0.
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_set_depths(
-    config: *mut warpsock_qp_config,
-    sq_depth: usize,
-    rq_depth: usize,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        let c = try_mut_from_ptr!(config);
-        if sq_depth == 0 || rq_depth == 0 {
-            return fail(warpsock_result::InvalidParameter, "queue depths must be at least 1");
-        }
-        c.options.sq_depth = sq_depth;
-        c.options.rq_depth = rq_depth;
-        warpsock_result::Ok
-    }
-}
-
-/// Asks for CRC32c on every FPDU (it is on if either side asks) and for
-/// MPA markers from the peer.
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_set_crc_markers(
-    config: *mut warpsock_qp_config,
-    crc: bool,
-    markers: bool,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        let c = try_mut_from_ptr!(config);
-        c.options.crc = crc;
-        c.options.markers = markers;
-        warpsock_result::Ok
-    }
-}
-
-/// Sets the inbound RDMA Read depth offered (`ird`) and the outbound depth
-/// wanted (`ord`).
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_set_ird_ord(
-    config: *mut warpsock_qp_config,
-    ird: u16,
-    ord: u16,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        let c = try_mut_from_ptr!(config);
-        c.options.ird = ird;
-        c.options.ord = ord;
-        warpsock_result::Ok
-    }
-}
-
-/// Initiator: offer peer-to-peer setup with a zero-length RDMA Write as
-/// ready-to-receive (RFC 6581), so the responder may send first (default
-/// on).
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_set_peer_to_peer(
-    config: *mut warpsock_qp_config,
-    on: bool,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        try_mut_from_ptr!(config).options.peer_to_peer = on;
-        warpsock_result::Ok
-    }
-}
-
-/// Initiator: private data for the MPA Request (copied; at most
-/// `WARPSOCK_MAX_PRIVATE_DATA` bytes; `data` may be NULL when `len` is 0).
-///
-/// Errors: `WARPSOCK_RESULT_PRIVATE_DATA_TOO_LONG` (nothing changes).
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_set_private_data(
-    config: *mut warpsock_qp_config,
-    data: *const u8,
-    len: usize,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        let c = try_mut_from_ptr!(config);
-        let data = try_slice!(data, len);
-        if let Err(e) = check_private_data(data) {
-            return e;
-        }
-        c.options.private_data = data.to_vec();
-        warpsock_result::Ok
-    }
-}
-
-/// Sets the TCP connect timeout and how long to wait for the peer's MPA
-/// Request or Reply, in milliseconds (0 keeps the current value).
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_set_timeouts(
-    config: *mut warpsock_qp_config,
-    connect_ms: u64,
-    mpa_ms: u64,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        let c = try_mut_from_ptr!(config);
-        if connect_ms != 0 {
-            c.options.connect_timeout = ms(connect_ms);
-        }
-        if mpa_ms != 0 {
-            c.options.mpa_timeout = ms(mpa_ms);
-        }
-        warpsock_result::Ok
-    }
-}
-
-/// Sets the largest ULPDU per FPDU in bytes; 0 sizes FPDUs to the TCP MSS
-/// (one FPDU per segment, as Linux siw does). Values are clamped to what
-/// MPA allows.
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_set_mulpdu(
-    config: *mut warpsock_qp_config,
-    mulpdu: usize,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        try_mut_from_ptr!(config).options.mulpdu = (mulpdu != 0).then_some(mulpdu);
-        warpsock_result::Ok
-    }
-}
-
-/// Sets TCP options: `TCP_NODELAY`, `TCP_USER_TIMEOUT` in milliseconds
-/// (unacknowledged data older than this kills the connection, so a dead
-/// peer flushes every request in bounded time; 0 leaves the kernel
-/// default), and `SO_SNDBUF`/`SO_RCVBUF` in bytes (0: the kernel's
-/// autotuning).
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_set_tcp(
-    config: *mut warpsock_qp_config,
-    nodelay: bool,
-    user_timeout_ms: u64,
-    send_buffer: usize,
-    recv_buffer: usize,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        let t = &mut try_mut_from_ptr!(config).options.tcp;
-        t.nodelay = nodelay;
-        t.user_timeout = ms(user_timeout_ms);
-        t.send_buffer = (send_buffer != 0).then_some(send_buffer);
-        t.recv_buffer = (recv_buffer != 0).then_some(recv_buffer);
-        warpsock_result::Ok
-    }
-}
-
-/// Sets TCP keepalive: idle time before the first probe and the probe
-/// interval in milliseconds, and the unanswered probes before the
-/// connection is dropped. `idle_ms` 0 disables keepalive.
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_set_keepalive(
-    config: *mut warpsock_qp_config,
-    idle_ms: u64,
-    interval_ms: u64,
-    count: u32,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        let t = &mut try_mut_from_ptr!(config).options.tcp;
-        t.keepalive_idle = ms(idle_ms);
-        t.keepalive_interval = ms(interval_ms);
-        t.keepalive_count = count;
-        warpsock_result::Ok
-    }
-}
-
-/// Adds a receive to post on every queue pair made with this configuration
-/// before its connection goes live (before the MPA Reply is sent, or before
-/// the initiator's first FPDU), so a Send the peer issues right after setup
-/// always finds a buffer. The scatter list is copied.
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_add_recv(
-    config: *mut warpsock_qp_config,
-    wr: *const warpsock_recv_wr,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        let c = try_mut_from_ptr!(config);
-        // SAFETY: `wr` is NULL or points to a valid `warpsock_recv_wr`
-        // (this function's contract); it is only read.
-        let Some(wr) = (unsafe { wr.as_ref() }) else {
-            return warpsock_result::NullParameter;
-        };
-        let sgl = try_slice!(wr.sg_list, wr.num_sge);
-        c.recvs.push(RecvWr {
-            wr_id: wr.wr_id,
-            sgl: sgl.iter().map(Sge::from).collect(),
-        });
-        warpsock_result::Ok
-    }
-}
-
-/// Removes every receive added with `warpsock_qp_config_add_recv`.
-#[no_mangle]
-pub extern "C" fn warpsock_qp_config_clear_recvs(
-    config: *mut warpsock_qp_config,
-) -> warpsock_result {
-    ffi_panic_boundary! {
-        try_mut_from_ptr!(config).recvs.clear();
-        warpsock_result::Ok
-    }
-}
-
-pub(crate) fn check_private_data(data: &[u8]) -> Result<(), warpsock_result> {
-    if data.len() > MAX_PRIVATE_DATA {
-        return Err(fail(
-            warpsock_result::PrivateDataTooLong,
-            format_args!(
-                "private data of {} bytes is too long (at most {MAX_PRIVATE_DATA} bytes)",
-                data.len()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The engine's [`QpInit`] from C arguments; `None` when a handle is NULL.
-pub(crate) fn qp_init<'a>(
-    pd: *const warpsock_pd,
-    send_cq: *const warpsock_cq,
-    recv_cq: *const warpsock_cq,
-    config: *const warpsock_qp_config,
-    defaults: &'a QpConfig,
-) -> Option<QpInit<'a>> {
-    // SAFETY: the calling extern functions document that these handles are
-    // NULL or live, and that the configuration is not changed during the
-    // call; the borrows end with the call.
-    let (pd, send_cq, recv_cq) = unsafe { (try_from(pd)?, try_from(send_cq)?, try_from(recv_cq)?) };
-    let cfg = if config.is_null() {
-        defaults
-    } else {
-        // SAFETY: as above.
-        unsafe { try_from(config)? }
-    };
-    Some(QpInit {
-        pd,
-        send_cq,
-        recv_cq,
-        options: cfg.options.clone(),
-        recvs: cfg.recvs.clone(),
-    })
 }
 
 /// Connects to `addr` (`"host:port"`, e.g. `"127.0.0.1:4791"`; each

@@ -45,7 +45,13 @@
 //!   (at most 16) with the kernel UDP socket and the doorbell itself and
 //!   reads the connection it finds readable directly (no ready list, no
 //!   doorbell unless more is in hand), so a ping-pong involves no thread
-//!   switch on either side. With
+//!   switch on either side. A call that returns a datagram leaves those
+//!   connections *parked* for the next receive call (no `epoll_ctl` to hand
+//!   them to the progress thread and back: a round trip costs each side a
+//!   poll, a read and a send, as with kernel UDP's two calls plus the
+//!   poll); `select`, `pselect` and the `epoll_wait` family give parked
+//!   connections back before they wait, and so does a non-blocking receive
+//!   that finds nothing (`udp::park`). With
 //!   `WARPSOCK_BUSY_POLL_US=N` it first spins for up to N µs before it
 //!   sleeps (lowest latency, one CPU busy while a receive waits).
 //!   `WARPSOCK_CALLER_RECV=0` leaves reading to the progress thread, which

@@ -13,6 +13,21 @@ use std::time::Duration;
 
 use common::*;
 
+/// Runs a one-port semantics program against kernel UDP, then under the
+/// preload built with the test hooks and `hook` set.
+fn both_with_hooks(name: &str, hook: (&str, &str)) -> Run {
+    let port = lease_port().to_string();
+    run(name, &[port], false).assert_ok(&format!("{name} (kernel UDP)"));
+    let port = lease_port().to_string();
+    let child = command_with(&c_program(name), &[port], Some(preload_so_with_hooks()))
+        .env(hook.0, hook.1)
+        .spawn()
+        .expect("spawn test program");
+    let r = finish(child, Duration::from_secs(60));
+    r.assert_ok(&format!("{name} (preloaded)"));
+    r
+}
+
 #[test]
 fn boundaries_sizes_and_addresses() {
     let r = both("boundaries", 1);
@@ -21,12 +36,19 @@ fn boundaries_sizes_and_addresses() {
     assert_eq!(r.stat("rx_kernel_dgrams"), 0, "{}", r.stderr);
 }
 
+/// Also the parked connections (`udp::park`): the program is built with
+/// the test hooks and the parking's safety-net timer off, so a select,
+/// pselect or epoll_wait after a blocking receive wakes only if the wait
+/// itself gave the parked connection back.
 #[test]
 fn readiness_poll_select_epoll() {
-    let r = both("readiness", 1);
-    // Warm-up + 9 per pass, one pass over TCP, one by a raw kernel sender.
-    assert_eq!(r.stat("rx_tcp_dgrams"), 10, "{}", r.stderr);
+    let r = both_with_hooks("readiness", ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"));
+    // Warm-up + 9 per pass, one pass over TCP, one by a raw kernel sender,
+    // and 8 after blocking receives.
+    assert_eq!(r.stat("rx_tcp_dgrams"), 18, "{}", r.stderr);
     assert_eq!(r.stat("rx_kernel_dgrams"), 9, "{}", r.stderr);
+    assert_eq!(r.stat("fallbacks"), 0, "{}", r.stderr);
+    assert!(r.stat("rx_parks") >= 1, "no receive parked: {}", r.stderr);
 }
 
 /// Regression: a datagram that arrived over TCP before the first receive
@@ -38,19 +60,7 @@ fn readiness_poll_select_epoll() {
 /// handles the arrival last).
 #[test]
 fn no_stale_doorbells() {
-    let port = lease_port().to_string();
-    run("doorbells", &[port], false).assert_ok("doorbells (kernel UDP)");
-    let port = lease_port().to_string();
-    let child = command_with(
-        &c_program("doorbells"),
-        &[port],
-        Some(preload_so_with_hooks()),
-    )
-    .env("WARPSOCK_TEST_UDP_READY_DELAY_MS", "20")
-    .spawn()
-    .expect("spawn doorbells");
-    let r = finish(child, Duration::from_secs(60));
-    r.assert_ok("doorbells (preloaded)");
+    let r = both_with_hooks("doorbells", ("WARPSOCK_TEST_UDP_READY_DELAY_MS", "20"));
     assert_eq!(r.stat("rx_tcp_dgrams"), 6, "{}", r.stderr);
     assert_eq!(r.stat("rx_kernel_dgrams"), 20, "{}", r.stderr);
     assert_eq!(r.stat("fallbacks"), 0, "{}", r.stderr);

@@ -1063,3 +1063,63 @@ fn whole_fpdus_are_taken_in_one_pass() {
     }
     assert_eq!(terms, [TermCode::MPA_CRC, TermCode::MPA_CRC]);
 }
+
+/// `rx_payload_len` gives the whole FPDU's payload while a Send is placed
+/// into a scattered receive: the first range is the 8-byte head entry of
+/// a 16 KiB payload, and an engine that sized its reads by the range (as
+/// the socket driver once did) took the stream for one of small messages
+/// and pulled the next FPDU's payload through its staging buffer.
+#[test]
+fn payload_length_is_the_fpdus_not_the_ranges() {
+    use warpsock_proto::RxStep;
+    // One FPDU for the whole Send, as the engine frames (64 KiB MULPDU).
+    let mut p = Pair::new(|c| c.mulpdu = 65_000, |c| c.mulpdu = 65_000, Cut::Whole);
+    p.establish();
+    let len = 16 * 1024;
+    let src = p.a.region(0x10_0000, pattern(len, 3), Access::LOCAL_READ);
+    let head = p.b.region(0x2000, vec![0; 8], Access::LOCAL_WRITE);
+    let body = p.b.region(0x8000, vec![0; len], Access::LOCAL_WRITE);
+    p.b.conn
+        .post_recv(RecvWr {
+            wr_id: 1,
+            sgl: [sge(0x2000, 8, head), sge(0x8000, len as u32 - 8, body)].into(),
+        })
+        .unwrap();
+    p.a.conn
+        .post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            sgl: sge(0x10_0000, len as u32, src).into(),
+            signaled: true,
+        })
+        .unwrap();
+    let mut wire = Vec::new();
+    p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);
+    let b = &mut p.b;
+    let mut at = 0;
+    let mut ranges = Vec::new();
+    while at < wire.len() {
+        match b.conn.rx_step() {
+            RxStep::Bytes(_) => at += b.conn.rx_bytes(&wire[at..], &mut b.reg),
+            RxStep::Place(r) => {
+                ranges.push((r.len, b.conn.rx_payload_len()));
+                let n = r.len as usize;
+                let dst = b.reg.slice_mut(r.stag, r.offset, n).unwrap();
+                dst.copy_from_slice(&wire[at..at + n]);
+                let placed = dst.to_vec();
+                b.conn.rx_placed(&placed);
+                at += n;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(ranges, [(8, len), (len as u64 - 8, len)]);
+    b.pump();
+    assert_eq!(b.wcs.len(), 1);
+    assert_eq!(b.wcs[0].status, WcStatus::Success);
+    assert!(b.mem(head) == &pattern(len, 3)[..8]);
+    assert!(b.mem(body)[..len - 8] == pattern(len, 3)[8..]);
+}

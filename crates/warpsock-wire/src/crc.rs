@@ -6,27 +6,29 @@
 //! ([`trailer`]): that is what Linux siw computes (`put_unaligned_le32`) and
 //! what Wireshark reports as "Good CRC32" (`siw-compat.md` §1.5, verified).
 //!
-//! Two kernels, picked by size, because an FPDU's CRC is fed in pieces of
-//! very different lengths (a 2-byte length field, a 14-18 byte header, an
-//! 8-byte payload, a 64 KiB payload):
+//! Two kernels, picked by size and by what the CPU has (checked at run
+//! time):
 //!
-//! * below [`FOLD_MIN`] bytes, the SSE4.2 `crc32` instruction through the
-//!   `crc32c` crate: a few instructions of set-up per call. `crc-fast`
-//!   spends about 120 instructions per call choosing and entering its
-//!   kernel, which was 600 instructions of an 8-byte Send hop's 4,300
-//!   (five calls: two on the way out, three on the way in; callgrind over
-//!   the engine's `hop` example);
-//! * from [`FOLD_MIN`] bytes up, `crc-fast`, which picks the fastest kernel
-//!   the CPU has at run time (VPCLMULQDQ/AVX-512 folding, PCLMULQDQ, or the
-//!   `crc32` instruction): on this project's EPYC machines about 55 GB/s
-//!   for 64 KiB, 2.5x the plain `crc32` instruction loop.
+//! * from [`FOLD_MIN`] bytes up, on CPUs with VPCLMULQDQ and AVX2, the
+//!   folding kernel in `crc/fold.rs`: 256 bits per carry-less multiply;
+//! * everything else goes to the `crc32c` crate: the SSE4.2 `crc32`
+//!   instruction in three interleaved streams (a few instructions of
+//!   set-up per call, so a 2-byte length field or a 14-18 byte header
+//!   costs little), or a table on CPUs without SSE4.2.
+//!
+//! Measured on this project's machines (AMD EPYC with VPCLMULQDQ and AVX2
+//! but no AVX-512), CPU time over a 64 KiB buffer (`cargo run --release
+//! -p warpsock-wire --example crc_rate`): see BENCHMARKS.md §1.
 //!
 //! Both compute the same function; the running value is the plain CRC32c
 //! of the bytes so far, so either kernel continues where the other stopped.
 
-use crc_fast::{CrcAlgorithm, Digest};
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)] // SIMD intrinsics: the crate's only unsafe code.
+mod fold;
 
-/// Pieces of at least this many bytes go to the folding kernel.
+/// Pieces of at least this many bytes go to the folding kernel (where
+/// the CPU has one): below it the `crc32` loop is as fast.
 pub const FOLD_MIN: usize = 256;
 
 /// CRC32c of `data`. `crc32c(b"123456789") == 0xE306_9283`.
@@ -66,17 +68,7 @@ impl Crc32c {
     /// Extends the CRC over `data`.
     #[inline]
     pub fn update(&mut self, data: &[u8]) -> &mut Self {
-        self.value = if data.len() < FOLD_MIN {
-            crc32c::crc32c_append(self.value, data)
-        } else {
-            // crc-fast's state is the CRC register before the final xor
-            // (CRC-32/ISCSI: init and xorout are both all ones), i.e. the
-            // complement of the running value.
-            let mut d =
-                Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, u64::from(!self.value));
-            d.update(data);
-            d.finalize() as u32
-        };
+        self.value = append(self.value, data);
         self
     }
 
@@ -91,6 +83,20 @@ impl Crc32c {
     pub const fn trailer(&self) -> [u8; 4] {
         trailer(self.value())
     }
+}
+
+/// The CRC32c `crc` of some bytes continued over `data`.
+#[inline]
+fn append(crc: u32, data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if data.len() >= FOLD_MIN && fold::available() {
+        const _: () = assert!(FOLD_MIN >= fold::MIN_LEN);
+        // SAFETY: `available()` checked the CPU features the kernel
+        // is compiled for; the piece is long enough for it.
+        #[allow(unsafe_code)]
+        return unsafe { fold::update(crc, data) };
+    }
+    crc32c::crc32c_append(crc, data)
 }
 
 /// The four trailer bytes that carry `crc` on the wire (little endian).

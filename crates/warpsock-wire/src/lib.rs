@@ -21,7 +21,8 @@
 //!   the protocol core maps to the correct Terminate.
 //! * Nothing here allocates except `emit` helpers that append to a caller's
 //!   `Vec<u8>`; the hot path (FPDU headers, CRC) writes into fixed arrays.
-//! * No I/O, no clocks, no `unsafe`.
+//! * No I/O, no clocks, and no `unsafe` outside the CRC32c folding kernel
+//!   (`crc/fold.rs`: SIMD intrinsics behind a run-time CPU feature check).
 //!
 //! Byte order is network order (big endian) everywhere except the CRC32c
 //! trailer, which carries the little-endian bytes of the CRC value as Linux
@@ -38,7 +39,7 @@
 //! assert!(fpdu::check_crc(&frame[..total]));
 //! assert_eq!(crc::crc32c(b"123456789"), 0xE306_9283);
 //! ```
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod crc;
 pub mod ddp;

@@ -37,7 +37,9 @@
 //! sender sends bytes past the sink's position only after finishing it),
 //! so the reader never waits for the decline itself. A reader that gives
 //! up (timeout, signal) sends SINK_CANCEL and waits for the SINK_DONE: no
-//! Write can reach its buffer after that.
+//! Write can reach its buffer after that. (The I/O side bounds that wait,
+//! the socket layer's `sink_cancel_timeout` option: a peer that never answers fails the
+//! connection, and the buffer's registration is dropped first.)
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, VecDeque};

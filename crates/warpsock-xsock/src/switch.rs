@@ -1,5 +1,6 @@
 //! The in-band switch of an open TCP connection into iWARP, sans-IO: what
-//! to do next and when to give up. The I/O side (`crate::io::switch`)
+//! to do next and when to give up. The I/O side (the crate's socket layer,
+//! which depends on this module and never the other way round)
 //! performs the steps on the socket and reports what it saw.
 //!
 //! # The problem
@@ -29,7 +30,7 @@
 //! The two sides have fixed roles, from their addresses: the end with the
 //! lower (address, port) is the **initiator** ([`Role`]). Policy mode, which
 //! knows who connected, makes the connecting end the initiator instead
-//! (`io::switch_fd_as`): a preloaded server then never marks towards a
+//! (the socket layer's `switch_fd_as`): a preloaded server then never marks towards a
 //! client without warpsock (whose `poll` would show the urgent byte as
 //! `POLLPRI`, which curl takes for a failed connect).
 //!

@@ -606,3 +606,35 @@ fn nonblocking_sends_fill_a_large_sink_slot_by_slot() {
         4 << 20
     );
 }
+
+/// A reader whose receive timed out withdraws its sink and waits for the
+/// peer to confirm; a peer that never answers (here: never driven at all)
+/// must not keep the call waiting without bound. The socket then fails
+/// with ETIMEDOUT and says why; its buffer is the program's again.
+#[test]
+fn an_unanswered_sink_cancel_fails_the_socket_in_bounded_time() {
+    let (a, b) = tcp_pair();
+    let o = Options {
+        sink_cancel_timeout: Duration::from_millis(300),
+        ..opts()
+    };
+    let (xa, xb) = switch_both(&a, &b, &o);
+    let mut buf = vec![0u8; 1 << 20];
+    let t = Instant::now();
+    let e = xb
+        .recv(
+            &mut buf,
+            RecvFlags::default(),
+            Some(Duration::from_millis(100)),
+        )
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ETIMEDOUT), "{e}");
+    assert!(t.elapsed() < LIMIT, "took {:?}", t.elapsed());
+    let (errno, what) = xb.error().unwrap();
+    assert_eq!(errno, libc::ETIMEDOUT);
+    assert!(what.contains("sink cancel"), "{what}");
+    // Later calls report the same cause.
+    let e = xb.send(b"x", false, None).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ETIMEDOUT), "{e}");
+    drop(xa);
+}

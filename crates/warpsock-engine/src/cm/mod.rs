@@ -10,12 +10,11 @@
 //!   real clock ([`Connection::poll_timeout`] /
 //!   [`Connection::handle_timeout`]), feeding it exactly the bytes it asks
 //!   for so nothing of the FPDU stream is consumed;
-//! * `error`: [`CmError`].
+//! * [`CmError`] (in `crate::error`, which the handle modules depend on).
 //!
 //! Once established, the connection and its socket move into the context's
 //! progress engine as a [`Qp`].
 
-mod error;
 mod listener;
 mod mpa;
 
@@ -33,7 +32,7 @@ use crate::pd::Pd;
 use crate::qp::Qp;
 use crate::sys;
 
-pub use error::CmError;
+pub use crate::error::CmError;
 pub use listener::{ConnectRequest, Listener, DEFAULT_MAX_PENDING, DEFAULT_MPA_REQUEST_TIMEOUT};
 use mpa::{drive_mpa, MpaDone, MpaExchange};
 

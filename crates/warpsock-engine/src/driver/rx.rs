@@ -19,7 +19,8 @@ const RX_POOL_MAX: usize = 4;
 /// Staging bytes read together with directly placed payload: enough for a
 /// trailer, the next header and a Read Request body.
 const RX_TAIL: usize = 256;
-/// A payload at least this long counts as large (see `Staging::large`).
+/// An FPDU payload at least this long counts as large (see
+/// `Staging::large`).
 const LARGE_PAYLOAD: usize = 4096;
 /// Bytes one service call reads from one socket before yielding (fairness).
 const RX_BUDGET: usize = 8 << 20;
@@ -52,7 +53,10 @@ pub(super) struct Staging {
     buf: Option<Box<[u8]>>,
     start: usize,
     end: usize,
-    /// The last payload seen was large: read framing in small pieces.
+    /// The last FPDU whose payload was placed carried a large one (not:
+    /// the last range placed was large — a receive's 8-byte scatter entry
+    /// in a 64 KiB FPDU is not a small message): read framing in small
+    /// pieces, so the payload behind it is placed directly, not staged.
     large: bool,
 }
 
@@ -207,7 +211,7 @@ impl QpSlot {
             };
             let res = match step {
                 RxStep::Place(r) => {
-                    self.rx.large = r.len >= LARGE_PAYLOAD as u64;
+                    self.rx.large = self.conn.rx_payload_len() >= LARGE_PAYLOAD;
                     let Some(dst) = reg.slice_mut(r.stag, r.offset, r.len as usize) else {
                         // The region was deregistered under an in-flight
                         // operation: the stream cannot continue. The peer
@@ -302,7 +306,7 @@ impl QpSlot {
                     self.rx.start += k;
                 }
                 RxStep::Place(r) => {
-                    self.rx.large = r.len >= LARGE_PAYLOAD as u64;
+                    self.rx.large = self.conn.rx_payload_len() >= LARGE_PAYLOAD;
                     let n = (r.len as usize).min(staged.len());
                     match reg.slice_mut(r.stag, r.offset, n) {
                         Some(dst) => {

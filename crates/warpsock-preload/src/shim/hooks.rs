@@ -31,6 +31,15 @@ pub(crate) fn udp_ready_delay() -> Option<Duration> {
     *V.get_or_init(|| ms("WARPSOCK_TEST_UDP_READY_DELAY_MS"))
 }
 
+/// `WARPSOCK_TEST_PARK_GRACE_MS`: how long a connection may stay parked
+/// before the progress thread's timer gives it back (instead of 10 ms), so
+/// that a test can turn that safety net off and see that the waits give
+/// parked connections back by themselves.
+pub(crate) fn park_grace() -> Option<Duration> {
+    static V: OnceLock<Option<Duration>> = OnceLock::new();
+    *V.get_or_init(|| ms("WARPSOCK_TEST_PARK_GRACE_MS"))
+}
+
 /// The re-entrancy audit (`scripts/test-xsock.sh` runs DDP-mode programs
 /// under this build and reads the counters from the `WARPSOCK_STATS`
 /// report): every call that reaches an interposed entry point's dispatch

@@ -152,9 +152,11 @@ pub(crate) fn get() -> Option<&'static Reactor> {
         Ok(_) => {
             // SAFETY: `raw` is now published and lives for the process.
             let eng: &'static Reactor = unsafe { &*raw };
-            let spawned = std::thread::Builder::new()
-                .name("warpsock-progress".into())
-                .spawn(move || eng.run());
+            let spawned = sys::with_async_signals_blocked(|| {
+                std::thread::Builder::new()
+                    .name("warpsock-progress".into())
+                    .spawn(move || eng.run())
+            });
             if spawned.is_err() {
                 return None;
             }
@@ -267,10 +269,7 @@ impl Reactor {
     /// microsecond precision where the kernel has `epoll_pwait2` (5.11).
     fn wait(&self, events: &mut [libc::epoll_event], timeout: Option<Duration>) -> c_int {
         if !self.coarse.load(Ordering::Relaxed) {
-            let ts = timeout.map(|d| libc::timespec {
-                tv_sec: d.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-            });
+            let ts = timeout.map(sys::timespec);
             let tsp = ts
                 .as_ref()
                 .map_or(std::ptr::null(), |t| t as *const libc::timespec);
@@ -296,7 +295,7 @@ impl Reactor {
             d.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
         });
         // SAFETY: `events` is a writable array of the given length.
-        unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as c_int, ms) }
+        unsafe { real::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as c_int, ms) }
     }
 
     /// Wakes the progress thread.

@@ -168,6 +168,11 @@ pub(crate) trait Kind: Sync {
         self.enabled()
     }
 
+    /// Before the program waits in a call that sees managed descriptors
+    /// only through their doorbells (`select`, `pselect`, the `epoll_wait`
+    /// family): readiness must not depend on a later call of the program.
+    fn before_wait(&self) {}
+
     /// Before `execve` and friends: flush what must reach the kernel.
     fn before_exec(&self) {}
 

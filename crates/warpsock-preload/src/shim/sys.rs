@@ -231,3 +231,45 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> c_int {
     // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }
 }
+
+/// Runs `spawn` (which starts one of the library's own threads) with every
+/// asynchronous signal blocked, so the new thread starts with them blocked
+/// and keeps them so; the caller's mask is restored after. A
+/// process-directed signal (SIGTERM, SIGINT, SIGALRM...) is then always
+/// delivered to one of the program's threads: run on ours, the program's
+/// handler would leave the program's own threads blocked in their calls,
+/// never interrupted (a preloaded iperf server took seconds to exit at
+/// SIGTERM, and was killed before printing its counters).
+pub(crate) fn with_async_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset_t is plain data; the sig* calls only write the sets
+    // given; pthread_sigmask changes the calling thread's mask only.
+    unsafe {
+        let mut all: libc::sigset_t = zeroed();
+        let mut old: libc::sigset_t = zeroed();
+        libc::sigfillset(&mut all);
+        // Faults are the thread's own: never blocked.
+        for s in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+            libc::SIGABRT,
+        ] {
+            libc::sigdelset(&mut all, s);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = spawn();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
+/// `d` as a `timespec` (for the calls that take one).
+pub(crate) fn timespec(d: std::time::Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+    }
+}

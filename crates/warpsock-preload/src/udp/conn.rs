@@ -26,6 +26,7 @@ use super::core::routes::Carrier;
 use super::core::rxbuf::{Item, RxBuf};
 use super::core::setup::{Phase, Setup, Step};
 use super::core::txbuf::TxBuf;
+use super::park;
 use super::stats::{self, STATS};
 use crate::shim::reactor::Reactor;
 use crate::shim::sys::{self, errno, lock};
@@ -135,11 +136,16 @@ pub(super) struct Interest {
     /// edge-triggered waiters on the program's descriptor wake per arrival
     /// as with kernel UDP.
     edge: bool,
+    /// Parked (`super::park`): the blocking receive call that read the
+    /// connection last returned a datagram and left it unwatched by the
+    /// progress thread, since when; the next receive call takes it over
+    /// without telling the progress thread (no `epoll_ctl` per round trip).
+    parked: Option<Instant>,
 }
 
 impl Interest {
     fn mask(&self) -> u32 {
-        let read = self.read && self.callers == 0;
+        let read = self.read && self.callers == 0 && self.parked.is_none();
         let edge = !read && self.edge;
         (if read || edge { EPOLLIN } else { 0 })
             | (if self.write { EPOLLOUT } else { 0 })
@@ -355,6 +361,7 @@ impl Conn {
                 write: false,
                 callers: 0,
                 edge: false,
+                parked: None,
             }),
         }
     }
@@ -367,6 +374,7 @@ impl Conn {
         if let Some(r) = read {
             i.read = r;
             i.edge = false;
+            park::clear(&mut i.parked);
         }
         if let Some(w) = write {
             i.write = w;
@@ -380,12 +388,17 @@ impl Conn {
     /// thread stops watching it for input. Returns the descriptor to poll,
     /// or `None` if the progress thread does not read it now (setting up,
     /// paused) and the caller should leave it alone.
-    pub(super) fn claim(&self, eng: &Reactor) -> Option<c_int> {
+    /// With `parked_only`, only a parked one (a non-blocking receive looks
+    /// at those, which nothing else watches).
+    pub(super) fn claim(&self, eng: &Reactor, parked_only: bool) -> Option<c_int> {
         let mut i = lock(&self.ev);
-        if i.fd < 0 || !i.read {
+        if i.fd < 0 || !i.read || (parked_only && i.parked.is_none()) {
             return None;
         }
         let old = i.mask();
+        // Taking a parked connection over changes nothing for the
+        // progress thread: it was not watching it.
+        park::clear(&mut i.parked);
         i.callers += 1;
         if i.mask() != old {
             eng.modify(i.fd, self.id, i.mask());
@@ -394,10 +407,17 @@ impl Conn {
     }
 
     /// Undoes `claim`. Returns whether the descriptor is still `fd`.
-    pub(super) fn unclaim(&self, eng: &Reactor, fd: c_int) -> bool {
+    /// With `park`, the last claim leaves the connection parked instead of
+    /// watched by the progress thread again (`super::park`), if it still
+    /// reads `fd`.
+    pub(super) fn unclaim(self: &Arc<Self>, eng: &Reactor, fd: c_int, park: bool) -> bool {
         let mut i = lock(&self.ev);
         let old = i.mask();
         i.callers = i.callers.saturating_sub(1);
+        if park && i.callers == 0 && i.read && i.fd == fd && fd >= 0 && i.parked.is_none() {
+            i.parked = Some(Instant::now());
+            park::parked(self);
+        }
         if i.mask() != old && i.fd >= 0 {
             eng.modify(i.fd, self.id, i.mask());
         }
@@ -411,9 +431,17 @@ impl Conn {
         let old = i.mask();
         i.read = false;
         i.edge = true;
+        park::clear(&mut i.parked);
         if i.mask() != old && i.fd >= 0 {
             eng.modify(i.fd, self.id, i.mask());
         }
+    }
+
+    /// The descriptor is closed: nothing to watch, nothing parked.
+    fn forget_fd(&self) {
+        let mut i = lock(&self.ev);
+        i.fd = -1;
+        park::clear(&mut i.parked);
     }
 
     /// Whether the progress thread waits for room to write the buffer (the
@@ -428,6 +456,38 @@ impl Conn {
         lock(&self.ev).read
     }
 
+    /// Gives a parked connection back to the progress thread (`stale`:
+    /// only one parked longer than `park::grace()` by `now`). Returns
+    /// whether it was parked.
+    pub(super) fn unpark(&self, eng: &Reactor, stale: Option<Instant>) -> bool {
+        let mut i = lock(&self.ev);
+        let Some(since) = i.parked else { return false };
+        if stale.is_some_and(|now| since + park::grace() > now) {
+            return false;
+        }
+        let old = i.mask();
+        park::clear(&mut i.parked);
+        if i.mask() != old && i.fd >= 0 {
+            eng.modify(i.fd, self.id, i.mask());
+        }
+        stats::inc(&STATS.rx_unparks);
+        true
+    }
+
+    /// When a parked connection goes back to the progress thread at the
+    /// latest (its timer; `super::park`).
+    pub(super) fn park_deadline(&self) -> Option<Instant> {
+        lock(&self.ev).parked.map(|t| t + park::grace())
+    }
+
+    /// An accepted connection, established (its sender's port proved),
+    /// that delivered a datagram: replies may go back over it.
+    pub(super) fn proved(&self) -> bool {
+        self.inbound
+            && self.delivered.load(Ordering::Relaxed)
+            && self.hint.load(Ordering::Relaxed) == HINT_UP
+    }
+
     /// Whether the claimed descriptor is still this connection's.
     pub(super) fn still(&self, fd: c_int) -> bool {
         lock(&self.ev).fd == fd
@@ -436,7 +496,12 @@ impl Conn {
     /// The next timer deadline: set-up, or the flush of a batch's tail.
     pub(super) fn deadline(&self) -> Option<Instant> {
         let st = lock(&self.st);
-        match (st.setup.deadline(), st.flush_at) {
+        let d = match (st.setup.deadline(), st.flush_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        drop(st);
+        match (d, self.park_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -501,7 +566,7 @@ impl Conn {
             let e = errno();
             sys::close(fd);
             st.fd = -1;
-            lock(&self.ev).fd = -1;
+            self.forget_fd();
             return Err(e);
         }
         Ok(())
@@ -517,7 +582,7 @@ impl Conn {
         if st.fd >= 0 {
             shut(st.fd);
             st.fd = -1;
-            lock(&self.ev).fd = -1;
+            self.forget_fd();
         }
         let back = st.tx.take_unsent();
         if !back.is_empty() {
@@ -543,7 +608,7 @@ impl Conn {
             shut(st.fd);
             st.fd = -1;
         }
-        lock(&self.ev).fd = -1;
+        self.forget_fd();
         st.setup.dead();
         self.hint.store(HINT_DEAD, Ordering::Relaxed);
         self.queued.store(0, Ordering::Relaxed);

@@ -67,6 +67,9 @@ impl Conn {
         now: Instant,
     ) -> bool {
         let _busy = Handling::enter();
+        // Parked too long: whoever waits for the program's descriptor now
+        // relies on the doorbell (`super::park`).
+        self.unpark(eng, Some(now));
         let cfg = config::get();
         let mut st = lock(&self.st);
         if st.setup.phase() == Phase::Dead {
@@ -261,6 +264,17 @@ impl Conn {
                             // program that never receives.
                             if st.setup.unanswered() && !self.take_answer(&mut st) {
                                 stats::inc(&STATS.protocol_errors);
+                                out.gone = Some((self.die(&mut st), false));
+                            } else if st.rx.pending().is_empty()
+                                && matches!(Self::read_some(&mut st), Rd::Eof | Rd::Err)
+                            {
+                                // The peer closed: nothing for a receive
+                                // call. A doorbell for an end of stream
+                                // made the descriptor readable with nothing
+                                // to receive (iperf 2's server then sat in
+                                // a receive for its whole SO_RCVTIMEO, 4 s,
+                                // at every test's end and at SIGTERM).
+                                stats::inc(&STATS.conns_closed);
                                 out.gone = Some((self.die(&mut st), false));
                             } else {
                                 out.ready = !st.setup.unanswered() || !st.rx.pending().is_empty();
@@ -488,7 +502,7 @@ impl Conn {
         }
         if let Some((r, group)) = out.proved {
             sock.pending_done(self);
-            sock.adopt_route(r, self, group);
+            sock.adopt_route(eng, r, self, group);
         }
         if out.ready {
             sock.mark_ready(eng, self, !from_caller);

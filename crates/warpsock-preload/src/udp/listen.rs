@@ -276,9 +276,68 @@ impl Sock {
     /// (replies only: see `Routes::lookup`). A stripe whose group already
     /// feeds us joins that group (replies are striped over the group);
     /// otherwise the first route stays.
-    pub(super) fn adopt_route(&self, remote: SocketAddr, conn: &Arc<Conn>, group: u32) {
-        if lock(&self.inner).routes.adopt(remote, conn, group) == Adopted::Joined {
-            stats::inc(&STATS.stripe_joins);
+    pub(super) fn adopt_route(
+        &self,
+        eng: &'static Reactor,
+        remote: SocketAddr,
+        conn: &Arc<Conn>,
+        group: u32,
+    ) {
+        let adopted = lock(&self.inner).routes.adopt(remote, conn, group);
+        self.adopted(eng, remote, adopted);
+    }
+
+    /// Applies what `Routes::adopt` did; returns whether the connection
+    /// took over the route to `remote` (new, or in place of failed ones).
+    fn adopted(&self, eng: &Reactor, remote: SocketAddr, a: Adopted<Arc<Conn>>) -> bool {
+        match a {
+            Adopted::Joined => {
+                stats::inc(&STATS.stripe_joins);
+                false
+            }
+            Adopted::New => true,
+            Adopted::Replaced(old) => {
+                stats::inc(&STATS.routes_replaced);
+                // Our own connections that failed: closed, their queued
+                // datagrams sent by kernel UDP.
+                for c in old {
+                    let frames = {
+                        let mut st = lock(&c.st);
+                        c.die(&mut st)
+                    };
+                    self.conn_gone(eng, &c, Some(remote), frames, false);
+                }
+                true
+            }
+            Adopted::Ignored => false,
         }
+    }
+
+    /// Our route to `remote` failed (retrying, or given up): if an
+    /// accepted connection proved `remote` and delivered from it, replies
+    /// go back over that connection instead of kernel UDP (that sender
+    /// connects but does not listen). Returns whether one took over.
+    pub(super) fn prefer_proved(&self, eng: &Reactor, remote: SocketAddr) -> bool {
+        let proved: Vec<Arc<Conn>> = lock(&self.inner)
+            .owned
+            .values()
+            .filter(|c| c.proved())
+            .cloned()
+            .collect();
+        // Their addresses are read without the socket's lock (lock order).
+        let found = proved.into_iter().find_map(|c| {
+            let st = lock(&c.st);
+            let (dest, group) = (st.dest, st.group);
+            drop(st);
+            (dest == Some(remote)).then_some((group, c))
+        });
+        let Some((group, c)) = found else {
+            return false;
+        };
+        let a = lock(&self.inner).routes.adopt(remote, &c, group);
+        if matches!(a, Adopted::New) {
+            stats::inc(&STATS.routes_replaced);
+        }
+        self.adopted(eng, remote, a)
     }
 }

@@ -11,6 +11,7 @@
 //! | [`send`], [`recv`], [`serve`] | the send and receive calls; receive calls served from the connections' buffers |
 //! | [`gso`] | the GSO send path and the GRO receive path |
 //! | [`conn`], [`events`] | one TCP connection: the I/O driver of the core, its readiness and timers |
+//! | [`park`] | connections left to the next receive call (no `epoll_ctl` per round trip) |
 //!
 //! [`UDP`] is the [`Kind`] the interposition layer knows: UDP sockets are
 //! candidates from `socket()`, and are adopted when they bind an eligible
@@ -22,6 +23,7 @@ pub(crate) mod core;
 mod events;
 mod gso;
 mod listen;
+mod park;
 mod recv;
 mod send;
 mod serve;
@@ -94,6 +96,10 @@ impl Kind for Udp {
     fn loaded(&self) {
         // SAFETY: getpid has no preconditions.
         MAIN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    }
+
+    fn before_wait(&self) {
+        park::release_all();
     }
 
     fn before_exec(&self) {

@@ -6,7 +6,8 @@
 //! turns between sources that all hold datagrams. A blocking call that
 //! finds nothing polls the doorbell, the kernel socket and the socket's
 //! connections itself (no thread hand-off on the reply path), optionally
-//! busy-polling first.
+//! busy-polling first, and leaves them parked when it returns a datagram
+//! (`super::park`: no `epoll_ctl` per round trip).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -18,6 +19,7 @@ use libc::{c_int, msghdr};
 use super::config;
 use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN, HINT_UP};
 use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
+use super::park;
 use super::serve::Served;
 use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
@@ -49,28 +51,38 @@ impl Sock {
         if !self.recv_seen.load(Ordering::Relaxed) {
             self.recv_seen.store(true, Ordering::Relaxed);
         }
-        if self.shut_rd.load(Ordering::Relaxed) {
-            msg.msg_namelen = 0;
-            msg.msg_controllen = 0;
-            msg.msg_flags = 0;
-            return 0;
-        }
         let deadline = lock(&self.inner).rcvtimeo.map(|t| Instant::now() + t);
         let (namelen, ctllen) = (msg.msg_namelen, msg.msg_controllen);
         let mut udp_hint = false;
         let mut driven: Option<Driven> = None;
         let mut spin_until: Option<Instant> = None;
         loop {
+            // Looked at on every wake-up too: `shutdown(SHUT_RD)` from
+            // another thread rings the doorbell to end a blocked call, as
+            // it does on a kernel UDP socket (iperf 2 stops its receiving
+            // threads so at SIGTERM).
+            if self.shut_rd.load(Ordering::Relaxed) {
+                msg.msg_namelen = 0;
+                msg.msg_controllen = 0;
+                msg.msg_flags = 0;
+                return 0;
+            }
             // SAFETY: the application's msghdr (contract).
             if let Some(r) = unsafe { self.take(msg, flags, namelen, ctllen, &mut udp_hint) } {
+                if let Some(d) = driven.as_mut() {
+                    d.park = r >= 0;
+                }
                 return r;
             }
-            if nonblock {
+            if nonblock && (driven.is_some() || !park::any()) {
+                // Parked connections looked at (given back when `driven`
+                // drops): the program waits some other way now.
                 set_errno(libc::EAGAIN);
                 return -1;
             }
             let now = Instant::now();
             let wait = match deadline {
+                _ if nonblock => 0,
                 Some(d) => {
                     let left = d.saturating_duration_since(now);
                     if left.is_zero() {
@@ -81,10 +93,19 @@ impl Sock {
                 }
                 None => -1,
             };
-            // From here on the call watches the socket's connections itself.
-            let d = driven.get_or_insert_with(|| Driven::claim(self.arc()));
+            // From here on the call watches the socket's connections itself
+            // (a non-blocking call: the parked ones, which nothing else
+            // watches, once).
+            let d = driven.get_or_insert_with(|| Driven::claim(self.arc(), nonblock));
+            if nonblock && d.conns.is_empty() {
+                set_errno(libc::EAGAIN);
+                return -1;
+            }
             if spin_until.is_none() {
-                let bp = config::get().busy_poll.unwrap_or(Duration::ZERO);
+                let bp = match nonblock {
+                    true => Duration::ZERO,
+                    false => config::get().busy_poll.unwrap_or(Duration::ZERO),
+                };
                 spin_until = Some(deadline.map_or(now + bp, |dl| dl.min(now + bp)));
             }
             let spinning = spin_until.is_some_and(|t| now < t);
@@ -131,6 +152,7 @@ impl Sock {
                                 // SAFETY: the application's msghdr (contract).
                                 let served = unsafe { self.serve(eng, c, msg, flags, true) };
                                 if let Served::Dgram(n) = served {
+                                    d.park = true;
                                     return n;
                                 }
                             } else {
@@ -366,7 +388,7 @@ impl Sock {
     /// ones, at most 16) are watched by that poll too, claimed from the
     /// progress thread meanwhile.
     pub(super) fn wait_begin(&self) -> Option<Wait> {
-        let d = Driven::claim(self.arc());
+        let d = Driven::claim(self.arc(), false);
         if d.conns.is_empty() {
             return None;
         }
@@ -409,6 +431,9 @@ struct Driven {
     sock: Arc<Sock>,
     eng: Option<&'static Reactor>,
     conns: Vec<(Arc<Conn>, c_int)>,
+    /// The call returns a datagram: leave the connections parked
+    /// (`super::park`) rather than watched by the progress thread again.
+    park: bool,
 }
 
 /// A socket fed by more connections than this is left to the progress
@@ -416,11 +441,14 @@ struct Driven {
 const MAX_DRIVEN: usize = 16;
 
 impl Driven {
-    fn claim(sock: Arc<Sock>) -> Self {
+    /// Claims the socket's armed connections (`parked_only`: its parked
+    /// ones).
+    fn claim(sock: Arc<Sock>, parked_only: bool) -> Self {
         let mut d = Self {
             sock,
             eng: None,
             conns: Vec::new(),
+            park: false,
         };
         if !config::get().caller_recv {
             return d;
@@ -434,7 +462,7 @@ impl Driven {
             let g = lock(&d.sock.inner);
             if g.owned.len() <= MAX_DRIVEN {
                 for c in g.owned.values() {
-                    if let Some(fd) = c.claim(eng) {
+                    if let Some(fd) = c.claim(eng, parked_only) {
                         conns.push((c.clone(), fd));
                     }
                 }
@@ -453,7 +481,7 @@ impl Driven {
             if c.still(*fd) && c.reading() {
                 return true;
             }
-            c.unclaim(eng, *fd);
+            c.unclaim(eng, *fd, false);
             false
         });
     }
@@ -463,7 +491,7 @@ impl Drop for Driven {
     fn drop(&mut self) {
         if let Some(eng) = self.eng {
             for (c, fd) in self.conns.drain(..) {
-                c.unclaim(eng, fd);
+                c.unclaim(eng, fd, self.park);
             }
         }
     }

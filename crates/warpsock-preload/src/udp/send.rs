@@ -152,6 +152,10 @@ impl Sock {
                     set_errno(e);
                     return -1;
                 }
+                Err(SendErr::Kernel) if self.prefer_proved(eng, dest) => {
+                    // Our connection failed, but the destination proved
+                    // itself on one it opened to us: route again.
+                }
                 Err(SendErr::Kernel) if cfg.mode.gso() => {
                     // Retrying after a failed attempt: the second path
                     // meanwhile.

@@ -634,6 +634,9 @@ impl Sock {
         fallback: bool,
     ) {
         eng.deregister(conn.id, None);
+        // Whether an accepted connection may carry replies to `dest`
+        // instead of a fallback.
+        let mut proved = false;
         {
             let mut g = lock(&self.inner);
             g.owned.remove(&conn.id);
@@ -649,10 +652,25 @@ impl Sock {
                 // it: only a destination none of whose stripes is up falls
                 // back (once, however many stripes gave up).
                 let others_up = g.routes.remove(&d, conn);
-                if fallback
-                    && !others_up
-                    && g.routes
-                        .fall_back(d, Instant::now(), config::get().fallback_for)
+                if fallback && !others_up {
+                    proved = g.owned.values().any(|c| c.proved());
+                    if !proved
+                        && g.routes
+                            .fall_back(d, Instant::now(), config::get().fallback_for)
+                    {
+                        stats::inc(&STATS.fallbacks);
+                    }
+                }
+            }
+        }
+        if let (Some(d), true) = (dest, proved) {
+            // Our route to a sender we accepted a proved connection from
+            // gave up (the sender does not listen): replies go back over
+            // that connection rather than by kernel UDP.
+            if !self.prefer_proved(eng, d) {
+                let mut g = lock(&self.inner);
+                if g.routes
+                    .fall_back(d, Instant::now(), config::get().fallback_for)
                 {
                     stats::inc(&STATS.fallbacks);
                 }

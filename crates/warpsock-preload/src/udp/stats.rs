@@ -110,6 +110,10 @@ counters! {
     /// Proof datagrams that matched no connection, or came from another
     /// address than the connection's peer (dropped, never delivered).
     proofs_bad,
+    /// Routes of ours that never came up, replaced by an accepted
+    /// connection from the same sender once its proof landed (the program
+    /// had answered that sender before the connection was adopted).
+    routes_replaced,
     /// Proof datagrams sent (connecting side, re-sends included).
     proofs_sent,
     /// Established connections that ended (EOF, reset, error).
@@ -136,6 +140,14 @@ counters! {
     /// Arrivals on a connection that woke the program's own poll/ppoll
     /// (its connections are watched by that call: no thread hand-off).
     rx_poll_wakes,
+    /// Blocking receives that left their connection parked
+    /// (`super::park`): the next receive call takes it over with no
+    /// `epoll_ctl`.
+    rx_parks,
+    /// Parked connections given back to the progress thread (a wait the
+    /// library does not drive, a non-blocking receive that found nothing,
+    /// or the grace period's end).
+    rx_unparks,
     /// Blocking receives whose data turned up while busy-polling
     /// (`WARPSOCK_BUSY_POLL_US`), before the call went to sleep.
     rx_busy_poll_hits,

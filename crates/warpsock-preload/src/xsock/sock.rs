@@ -195,6 +195,17 @@ impl DdpSock {
     /// could move bytes again; a hang-up once finished both ways.
     fn reflect(&self, r: Readiness) {
         let mut g = lock(&self.inner);
+        // Readiness is taken under the socket's lock but applied here under
+        // another, so two threads' looks can land out of order: a program
+        // thread's look from before the progress thread processed a
+        // message (nothing readable) applied after the progress thread's
+        // ring drained that ring, and the program waited forever for a
+        // message already received (redis-benchmark -k 0 in policy mode:
+        // both ends idle, every queue empty). Arrivals only grow: a look
+        // older than the last one applied is stale and skipped.
+        if r.arrivals < g.seen {
+            return;
+        }
         let arrived = r.arrivals != g.seen;
         g.seen = r.arrivals;
         if r.readable {
@@ -348,24 +359,7 @@ impl Socket for DdpSock {
         msg.msg_flags = 0;
         // SAFETY: the caller's msghdr.
         let mut bufs = unsafe { iovs(msg) };
-        let r = match bufs.len() {
-            0 => Ok((0, false)),
-            1 => self.x.recv(bufs[0], f, timeo),
-            _ => {
-                // Scattered: one receive into a staging buffer.
-                let total: usize = bufs.iter().map(|b| b.len()).sum();
-                let mut tmp = vec![0u8; total];
-                self.x.recv(&mut tmp, f, timeo).map(|(n, eor)| {
-                    let mut off = 0;
-                    for b in &mut bufs {
-                        let k = b.len().min(n - off);
-                        b[..k].copy_from_slice(&tmp[off..off + k]);
-                        off += k;
-                    }
-                    (n, eor)
-                })
-            }
-        };
+        let r = self.x.recv_vectored(&mut bufs, f, timeo);
         self.reflect(self.x.readiness_now());
         match r {
             Ok((n, eor)) => {
@@ -387,14 +381,8 @@ impl Socket for DdpSock {
         let timeo = lock(&self.inner).sndtimeo;
         // SAFETY: the caller's msghdr.
         let bufs = unsafe { iovs(msg) };
-        let r = match bufs.len() {
-            0 => Ok(0),
-            1 => self.x.send(bufs[0], nonblocking, timeo),
-            _ => {
-                let v: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
-                self.x.send(&v, nonblocking, timeo)
-            }
-        };
+        let bufs: Vec<&[u8]> = bufs.into_iter().map(|b| &*b).collect();
+        let r = self.x.send_vectored(&bufs, nonblocking, timeo);
         // The call may have processed input another thread waits for.
         self.reflect(self.x.readiness_now());
         match r {

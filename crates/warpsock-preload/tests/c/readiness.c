@@ -2,8 +2,13 @@
  * wake for arriving datagrams and stop reporting once they are read, for
  * datagrams sent through libc (carried over TCP under the preload) and for
  * datagrams from a raw kernel UDP sender (the kernel path of the same
- * socket). POLLOUT is reported on the idle socket. */
+ * socket). POLLOUT is reported on the idle socket. And after a blocking
+ * receive that had to wait (under the preload it leaves its connection
+ * parked, unwatched by the progress thread), select, pselect and epoll still
+ * wake for the next datagram (the test runs with the parking's safety-net
+ * timer off, so only the wait itself can give the connection back). */
 #include "common.h"
+#include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -139,6 +144,46 @@ static void epoll_edge(void) {
     close(ep);
 }
 
+/* A helper thread sends one datagram per byte read from a pipe, so that the
+ * main thread's blocking receive is (normally) waiting when it arrives. */
+static int kick[2];
+
+static void *late_sender(void *arg) {
+    (void)arg;
+    char c;
+    while (read(kick[0], &c, 1) == 1 && c == 's')
+        send_one(++tag);
+    return NULL;
+}
+
+static int epoll_in(int ms) {
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = r}, out[1];
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, r, &ev) == 0);
+    int n = epoll_wait(ep, out, 1, ms);
+    CHECK(n >= 0);
+    close(ep);
+    return n == 1;
+}
+
+static void after_blocking_recv(int (*wait_in)(int), const char *name) {
+    int v = -1;
+    CHECK(write(kick[1], "s", 1) == 1);
+    CHECK(recv(r, &v, sizeof v, 0) == sizeof v);
+    CHECK(v == tag);
+    /* The receive returned a datagram: its connection may be parked now. */
+    CHECK(write(kick[1], "s", 1) == 1);
+    if (!wait_in(3000)) {
+        fprintf(stderr, "%s after a blocking receive: no wake-up\n", name);
+        exit(1);
+    }
+    recv_one(tag);
+    if (wait_in(0)) {
+        fprintf(stderr, "%s after a blocking receive: still readable\n", name);
+        exit(1);
+    }
+}
+
 int main(int argc, char **argv) {
     port = port_arg(argc, argv, 1);
     r = udp_bound(port);
@@ -157,6 +202,16 @@ int main(int argc, char **argv) {
         epoll_level();
         epoll_edge();
     }
+    use_raw = 0;
+    CHECK(pipe(kick) == 0);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, late_sender, NULL) == 0);
+    after_blocking_recv(select_in, "select");
+    after_blocking_recv(pselect_in, "pselect");
+    after_blocking_recv(epoll_in, "epoll_wait");
+    after_blocking_recv(poll_in, "poll");
+    CHECK(write(kick[1], "q", 1) == 1);
+    CHECK(pthread_join(th, NULL) == 0);
     puts("readiness: ok");
     return 0;
 }

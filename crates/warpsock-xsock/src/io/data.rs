@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Sgl};
 
+use super::gather::{Gather, Src};
 use super::socket::{Count, RecvFlags, State, XSocket, CALL_BITS, WR_CALL, WR_SLOT};
 use crate::stream::{SinkState, TxStep};
 use crate::wire::{Msg, HDR_LEN, MAX_CONTROL_LEN};
@@ -25,7 +26,22 @@ impl XSocket {
         nonblocking: bool,
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
-        if buf.is_empty() {
+        self.send_vectored(&[buf], nonblocking, timeout)
+    }
+
+    /// [`Self::send`] of the bytes of `bufs` in order (`writev`,
+    /// `sendmsg`): gathered straight from the caller's buffers — copied
+    /// into transmit slots, or sent in place as a gather list — never
+    /// staged in a buffer of their own.
+    pub fn send_vectored(
+        &self,
+        bufs: &[&[u8]],
+        nonblocking: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let g = Gather::new(bufs);
+        let total = g.len();
+        if total == 0 {
             return Ok(0);
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -33,23 +49,42 @@ impl XSocket {
         if st.s.is_write_shut() || (st.peer_closed && st.error.is_none()) {
             return Err(io::Error::from_raw_os_error(libc::EPIPE));
         }
-        let zcopy = !nonblocking && buf.len() >= self.opts.zcopy_min;
+        let zcopy = !nonblocking && total >= self.opts.zcopy_min;
         let call = st.next_id();
-        // Registered for the call, dropped when every request using it
+        // Registered for the call, dropped when every request using them
         // completed (or the connection died).
-        #[allow(unsafe_code)]
-        let user_mr = zcopy.then(|| {
-            // SAFETY: `buf` outlives this call, which waits for every work
-            // request that reads it (or deregisters first: later accesses
-            // then fail their lookup), and the engine only reads it.
-            unsafe {
-                self.pd
-                    .register_raw(buf.as_ptr().cast_mut(), buf.len(), Access::LOCAL_READ)
-            }
-        });
+        let user_mrs: Vec<Mr> = if zcopy {
+            g.parts
+                .iter()
+                .map(|b| {
+                    #[allow(unsafe_code)]
+                    // SAFETY: `b` outlives this call, which waits for every
+                    // work request that reads it (or deregisters first:
+                    // later accesses then fail their lookup), and the
+                    // engine only reads it.
+                    unsafe {
+                        self.pd
+                            .register_raw(b.as_ptr().cast_mut(), b.len(), Access::LOCAL_READ)
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let src = |off, len| Src {
+            g: &g,
+            mrs: zcopy.then_some(user_mrs.as_slice()),
+            off,
+            len,
+        };
         let mut off = 0;
-        while off < buf.len() {
-            self.drive_now(&mut st);
+        // One round at the call's start: it processes what the peer sent
+        // meanwhile (credits, sink offers, and connection-phase input the
+        // engine's first transmit may wait for: the crate's tests of a
+        // socket that sends first hang without it); after that, rounds
+        // only through `wait` when the books block the call.
+        self.drive_now(&mut st);
+        while off < total {
             if let Some(e) = Self::dead(&st) {
                 return if off > 0 { Ok(off) } else { Err(e) };
             }
@@ -63,9 +98,9 @@ impl XSocket {
             // A copy goes through one transmit slot per request (a sink
             // Write, or DATA after its header), so copied bytes go out at
             // most a slot's payload at a time; from the caller's registered
-            // buffer, as much as the books allow.
-            let rest = buf.len() - off;
-            let chunk = if user_mr.is_some() {
+            // buffers, as much as the books allow.
+            let rest = total - off;
+            let chunk = if zcopy {
                 rest
             } else {
                 rest.min(self.opts.slot_size as usize - HDR_LEN)
@@ -82,14 +117,7 @@ impl XSocket {
                         remote_addr: to,
                         rkey: stag,
                     };
-                    self.post_data(
-                        &mut st,
-                        call,
-                        user_mr.as_ref(),
-                        op,
-                        None,
-                        &buf[off..off + len],
-                    );
+                    self.post_data(&mut st, call, op, None, src(off, len));
                     st.s.tx_wrote(len);
                     off += len;
                 }
@@ -98,14 +126,7 @@ impl XSocket {
                         solicited: false,
                         invalidate: None,
                     };
-                    self.post_data(
-                        &mut st,
-                        call,
-                        user_mr.as_ref(),
-                        op,
-                        Some(msg),
-                        &buf[off..off + len],
-                    );
+                    self.post_data(&mut st, call, op, Some(msg), src(off, len));
                     off += len;
                 }
                 TxStep::Blocked => {
@@ -119,12 +140,12 @@ impl XSocket {
                 }
             }
         }
-        if off == buf.len() {
+        if off == total {
             st.s.tx_end_call();
         }
         self.flush(&mut st);
         self.count(Count::TxBytes, off);
-        if user_mr.is_some() {
+        if zcopy {
             // The caller's memory is read by the engine until its requests
             // complete.
             while Self::call_busy(&st, call) && !st.over() {
@@ -133,7 +154,7 @@ impl XSocket {
             Self::end_call(&mut st, call);
         }
         drop(st);
-        drop(user_mr);
+        drop(user_mrs);
         if off == 0 {
             // Non-blocking without a credit, or SO_SNDTIMEO expired.
             return Err(io::Error::from_raw_os_error(libc::EAGAIN));
@@ -141,35 +162,37 @@ impl XSocket {
         Ok(off)
     }
 
-    /// Posts one DATA message (`hdr`) or sink Write of `data`, from the
-    /// caller's registered buffer if there is one (the header then from a
-    /// transmit slot, held until the Send completes), else copied into a
-    /// transmit slot. A free transmit slot must exist.
+    /// Posts one DATA message (`hdr`) or sink Write of the bytes of `src`:
+    /// in place from the caller's registered buffers if it has them (the
+    /// header then from a transmit slot, held until the Send completes),
+    /// else copied into a transmit slot. A free transmit slot must exist.
     pub(crate) fn post_data(
         &self,
         st: &mut State,
         call: u64,
-        user_mr: Option<&Mr>,
         op: SendOp,
         hdr: Option<Msg>,
-        data: &[u8],
+        src: Src<'_>,
     ) {
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
-        let Some(mr) = user_mr else {
-            debug_assert!(data.len() + HDR_LEN <= self.opts.slot_size as usize);
-            self.count(Count::TxCopied, data.len());
+        let Some(mrs) = src.mrs else {
+            debug_assert!(src.len + HDR_LEN <= self.opts.slot_size as usize);
+            self.count(Count::TxCopied, src.len);
             match hdr {
-                Some(m) => self.post_msg(st, slot, m, data),
+                Some(m) => self.post_msg(st, slot, m, src),
                 None => {
-                    self.tx
-                        .with_bytes_mut(|b| b[at..at + data.len()].copy_from_slice(data));
+                    #[allow(unsafe_code)]
+                    // SAFETY: `slot` is a free transmit slot, ours until
+                    // posted below.
+                    src.g
+                        .copy_to(src.off, unsafe { self.tx.bytes_mut(at, src.len) });
                     self.post(
                         st,
                         SendWr {
                             wr_id: WR_SLOT | u64::from(slot),
                             op,
-                            sgl: self.tx.sge(at, data.len() as u32).into(),
+                            sgl: self.tx.sge(at, src.len as u32).into(),
                             signaled: true,
                         },
                     );
@@ -181,15 +204,15 @@ impl XSocket {
         let mut wr_id = WR_CALL | call;
         match hdr {
             Some(m) => {
-                self.tx
-                    .with_bytes_mut(|b| m.encode(&mut b[at..at + MAX_CONTROL_LEN]));
+                #[allow(unsafe_code)]
+                // SAFETY: as above: a free transmit slot, ours until posted.
+                m.encode(unsafe { self.tx.bytes_mut(at, MAX_CONTROL_LEN) });
                 sgl.push(self.tx.sge(at, HDR_LEN as u32));
                 wr_id |= (u64::from(slot) + 1) << CALL_BITS;
             }
             None => st.tx_free.push(slot),
         }
-        let off = data.as_ptr() as usize - mr.addr() as usize;
-        sgl.push(mr.sge(off, data.len() as u32));
+        src.g.sges(src.off, src.len, mrs, &mut sgl);
         *st.call_wrs.entry(call).or_insert(0) += 1;
         self.post(
             st,
@@ -231,8 +254,16 @@ impl XSocket {
             return Ok((0, false));
         }
         let mut got = 0;
+        // Whether the engine was driven since the books were last looked
+        // at. A call that finds its bytes processed already (by the
+        // progress thread, or a previous call) returns without a round; a
+        // blocking one that finds nothing goes straight to `wait`, which
+        // reads the socket anyway. Only a call about to return empty, or
+        // to offer a sink, makes a round first. (Each round costs a read
+        // of the TCP socket, mostly `EAGAIN`: three of them per ping-pong
+        // receive before.)
+        let mut driven = false;
         loop {
-            self.drive_now(&mut st);
             if let Some((n, eor)) = self.read_now(&mut st, &mut buf[got..], flags.peek, got > 0) {
                 got += n;
                 if st.msg_mode || flags.peek || !flags.waitall || got == buf.len() {
@@ -251,6 +282,15 @@ impl XSocket {
                 // process ended; what arrived is all there is.
                 return Ok((got, false));
             }
+            let expired = deadline.is_some_and(|d| Instant::now() >= d);
+            let rest = buf.len() - got;
+            let sink =
+                !flags.peek && !st.msg_mode && rest >= self.opts.zcopy_min && st.s.readable() == 0;
+            if !driven && (flags.nonblocking || expired || sink) {
+                self.drive_now(&mut st);
+                driven = true;
+                continue;
+            }
             if flags.nonblocking {
                 return if got > 0 {
                     Ok((got, false))
@@ -258,15 +298,14 @@ impl XSocket {
                     Err(io::Error::from_raw_os_error(libc::EAGAIN))
                 };
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if expired {
                 return if got > 0 {
                     Ok((got, false))
                 } else {
                     Err(io::Error::from_raw_os_error(libc::EAGAIN))
                 };
             }
-            let rest = buf.len() - got;
-            if !flags.peek && !st.msg_mode && rest >= self.opts.zcopy_min && st.s.readable() == 0 {
+            if sink {
                 let (guard, n) = self.recv_sink(st, &mut buf[got..], flags.waitall, deadline);
                 st = guard;
                 got += n;
@@ -275,8 +314,58 @@ impl XSocket {
                 }
                 continue;
             }
-            st = self.wait(st, deadline);
+            st = self.wait_as(st, deadline, true);
         }
+    }
+
+    /// [`Self::recv`] into the buffers of `bufs` in order (`readv`,
+    /// `recvmsg`): stream bytes are copied (or placed) straight into each
+    /// buffer; only a peek or message mode, whose one read must see one
+    /// contiguous span, goes through a staging buffer.
+    pub fn recv_vectored(
+        &self,
+        bufs: &mut [&mut [u8]],
+        flags: RecvFlags,
+        timeout: Option<Duration>,
+    ) -> io::Result<(usize, bool)> {
+        match bufs {
+            [] => return Ok((0, false)),
+            [one] => return self.recv(one, flags, timeout),
+            _ => {}
+        }
+        if flags.peek || self.msg_mode() {
+            let total: usize = bufs.iter().map(|b| b.len()).sum();
+            let mut tmp = vec![0u8; total];
+            let (n, eor) = self.recv(&mut tmp, flags, timeout)?;
+            let mut off = 0;
+            for b in bufs.iter_mut() {
+                let k = b.len().min(n - off);
+                b[..k].copy_from_slice(&tmp[off..off + k]);
+                off += k;
+            }
+            return Ok((n, eor));
+        }
+        // Buffer by buffer: the first read waits as the call asks; once
+        // bytes were delivered, the rest only takes what is queued (as
+        // `readv` on TCP returns what is there), unless `MSG_WAITALL`.
+        let mut got = 0;
+        for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
+            let f = RecvFlags {
+                nonblocking: flags.nonblocking || (got > 0 && !flags.waitall),
+                ..flags
+            };
+            match self.recv(b, f, timeout) {
+                Ok((n, _)) => {
+                    got += n;
+                    if n < b.len() {
+                        break;
+                    }
+                }
+                Err(_) if got > 0 => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((got, false))
     }
 
     /// Delivers what is readable now into `out`: the pre-switch residue
@@ -331,17 +420,18 @@ impl XSocket {
     /// (and consumes them unless `peek`).
     fn copy_out(&self, st: &mut State, out: &mut [u8], peek: bool) {
         let mut done = 0;
-        self.rx.with_bytes(|b| {
-            for seg in st.s.segments() {
-                if done == out.len() {
-                    break;
-                }
-                let k = (out.len() - done).min(seg.len as usize);
-                let at = seg.slot as usize * self.opts.slot_size as usize + seg.off as usize;
-                out[done..done + k].copy_from_slice(&b[at..at + k]);
-                done += k;
+        for seg in st.s.segments() {
+            if done == out.len() {
+                break;
             }
-        });
+            let k = (out.len() - done).min(seg.len as usize);
+            let at = seg.slot as usize * self.opts.slot_size as usize + seg.off as usize;
+            #[allow(unsafe_code)]
+            // SAFETY: unread bytes of a completed receive; its slot is
+            // reposted only once they are consumed.
+            out[done..done + k].copy_from_slice(unsafe { self.rx.bytes(at, k) });
+            done += k;
+        }
         if !peek {
             st.s.consume(out.len());
             self.count(Count::RxCopied, out.len());
@@ -374,7 +464,8 @@ impl XSocket {
         };
         let id = st.s.post_sink(mr.rkey(), mr.addr(), len as u32, waitall);
         self.flush(&mut st);
-        let mut cancelled = false;
+        // Once cancelled, the wait for the peer's answer is bounded too.
+        let mut answer_by: Option<Instant> = None;
         let placed = loop {
             match st.s.sink_state(id) {
                 SinkState::Filled { len, .. } => break len as usize,
@@ -384,13 +475,29 @@ impl XSocket {
             if st.over() {
                 break 0;
             }
-            if !cancelled && deadline.is_some_and(|d| Instant::now() >= d) {
+            let now = Instant::now();
+            if answer_by.is_none() && deadline.is_some_and(|d| now >= d) {
                 st.s.cancel_sink(id);
                 self.flush(&mut st);
-                cancelled = true;
+                answer_by = Some(now + self.opts.sink_cancel_timeout);
             }
-            let d = if cancelled { None } else { deadline };
-            st = self.wait(st, d);
+            if answer_by.is_some_and(|by| now >= by) {
+                // The peer may still write into the buffer: the connection
+                // cannot go on. Dropping the registration below makes any
+                // later Write fail its lookup (the engine then terminates
+                // the stream), so nothing reaches the program's memory.
+                self.fail(
+                    &mut st,
+                    libc::ETIMEDOUT,
+                    format!(
+                        "the peer did not answer a sink cancel within {:?}",
+                        self.opts.sink_cancel_timeout
+                    ),
+                );
+                self.qp.disconnect();
+                break 0;
+            }
+            st = self.wait_as(st, answer_by.or(deadline), true);
         };
         st.s.release_sink(id);
         self.count(Count::RxPlaced, placed);

@@ -1,12 +1,21 @@
 //! The I/O side: switches a real socket ([`switch_fd`]) and runs the
 //! stream protocol over the warpsock engine ([`XSocket`]).
+//!
+//! Dependencies run one way: this module uses the sans-IO core
+//! ([`crate::switch`], [`crate::stream`], [`crate::wire`]), which never
+//! names it. Inside, `handshake` (the switch on a socket), `data` and
+//! `rio` (the calls) build on `socket` (the books and the engine), which
+//! uses only the leaf modules `gather`, `slots` and `sys` — and `rio`'s
+//! per-socket state types.
 
 mod data;
+mod gather;
+mod handshake;
 mod rio;
+mod slots;
 mod socket;
-mod switch;
 mod sys;
 
+pub use handshake::{switch_fd, switch_fd_as, Failure};
 pub use rio::{AioOp, Completion};
 pub use socket::{counters, Counters, Options, Readiness, RecvFlags, XSocket};
-pub use switch::{switch_fd, switch_fd_as, Failure};

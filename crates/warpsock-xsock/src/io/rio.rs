@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Wc};
 
+use super::gather::{Gather, Src};
 use super::socket::{State, XSocket, WR_RIO};
 use crate::stream::{MapError, SinkState, TxStep};
 use crate::wire::{IoMapAd, ACCESS_READ, ACCESS_WRITE};
@@ -148,7 +149,15 @@ fn pump_sends(x: &XSocket, st: &mut State) {
             }
             // SAFETY (of the slice below): `aio_send`'s caller keeps the
             // buffer valid and unchanged until completion.
-            let data = a.mr.with_bytes(|b| b[a.off..].as_ptr());
+            let data = raw_slice(a.mr.with_bytes(|b| b.as_ptr()), len);
+            let g = Gather::new(&[data]);
+            let mrs = std::slice::from_ref(&a.mr);
+            let src = |n| Src {
+                g: &g,
+                mrs: Some(mrs),
+                off: a.off,
+                len: n,
+            };
             match st.s.tx_data(len - a.off, true) {
                 TxStep::Control => x.flush(st),
                 TxStep::Write { stag, to, len: n } => {
@@ -156,7 +165,7 @@ fn pump_sends(x: &XSocket, st: &mut State) {
                         remote_addr: to,
                         rkey: stag,
                     };
-                    x.post_data(st, a.call, Some(&a.mr), op, None, raw_slice(data, n));
+                    x.post_data(st, a.call, op, None, src(n));
                     st.s.tx_wrote(n);
                     a.off += n;
                 }
@@ -165,7 +174,7 @@ fn pump_sends(x: &XSocket, st: &mut State) {
                         solicited: false,
                         invalidate: None,
                     };
-                    x.post_data(st, a.call, Some(&a.mr), op, Some(msg), raw_slice(data, n));
+                    x.post_data(st, a.call, op, Some(msg), src(n));
                     a.off += n;
                 }
                 TxStep::Blocked => break,

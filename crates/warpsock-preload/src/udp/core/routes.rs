@@ -101,10 +101,14 @@ pub(crate) enum Lookup<C> {
 }
 
 /// What [`Routes::adopt`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Adopted {
+#[derive(Debug)]
+pub(crate) enum Adopted<C> {
     /// The connection is now the route to its sender.
     New,
+    /// The connection is now the route to its sender, in place of these
+    /// connections of ours, none of them established (the caller closes
+    /// them).
+    Replaced(Vec<C>),
     /// It joined the stripe group that already routes to its sender.
     Joined,
     /// Another route exists; the connection only delivers.
@@ -156,13 +160,28 @@ impl<C: Carrier> Routes<C> {
 
     /// An accepted connection proved its sender `remote`: route replies
     /// over it (see [`Routes::lookup`]). A stripe whose group already
-    /// routes to `remote` joins it; otherwise the first route stays.
-    pub(crate) fn adopt(&mut self, remote: SocketAddr, conn: &C, group: u32) -> Adopted {
+    /// routes to `remote` joins it; otherwise the first route stays,
+    /// unless the connection already delivered a datagram from `remote`
+    /// and that route is not working: a group of our own whose connections
+    /// all failed (retrying or closed), or kernel UDP after such a group
+    /// gave up. (A group still connecting for the first time stays: if it
+    /// fails, the socket adopts the proved connection then.) That happens when the program answers the first datagram in
+    /// the moment between the proof's check and this adoption (its answer
+    /// found no route and opened one toward a sender that may not listen):
+    /// without this, the answers went by kernel UDP for the whole run.
+    pub(crate) fn adopt(&mut self, remote: SocketAddr, conn: &C, group: u32) -> Adopted<C> {
+        let inbound = || {
+            let mut g = Group::new(vec![conn.clone()], group);
+            g.inbound = true;
+            g
+        };
+        if conn.delivered() && self.fallback.remove(&remote).is_some() {
+            self.groups.insert(remote, inbound());
+            return Adopted::New;
+        }
         match self.groups.entry(remote) {
             Entry::Vacant(v) => {
-                let mut g = Group::new(vec![conn.clone()], group);
-                g.inbound = true;
-                v.insert(g);
+                v.insert(inbound());
                 Adopted::New
             }
             Entry::Occupied(mut o) => {
@@ -170,6 +189,9 @@ impl<C: Carrier> Routes<C> {
                 if group != 0 && g.id == group && !g.conns.iter().any(|c| c.same(conn)) {
                     g.conns.push(conn.clone());
                     Adopted::Joined
+                } else if conn.delivered() && !g.inbound && g.conns.iter().all(|c| c.rank() >= 2) {
+                    let old = std::mem::replace(g, inbound());
+                    Adopted::Replaced(old.conns)
                 } else {
                     Adopted::Ignored
                 }
@@ -282,10 +304,13 @@ mod tests {
         let mut r: Routes<C> = Routes::default();
         let d = addr(6000);
         let (a, b, c) = (C::new(1), C::new(2), C::new(3));
-        assert_eq!(r.adopt(d, &a, 42), Adopted::New);
-        assert_eq!(r.adopt(d, &b, 42), Adopted::Joined);
-        assert_eq!(r.adopt(d, &b, 42), Adopted::Ignored);
-        assert_eq!(r.adopt(d, &c, 43), Adopted::Ignored, "another group");
+        assert!(matches!(r.adopt(d, &a, 42), Adopted::New));
+        assert!(matches!(r.adopt(d, &b, 42), Adopted::Joined));
+        assert!(matches!(r.adopt(d, &b, 42), Adopted::Ignored));
+        assert!(
+            matches!(r.adopt(d, &c, 43), Adopted::Ignored),
+            "another group"
+        );
         assert!(r.remove(&d, &a), "b still carries it");
         assert!(!r.remove(&d, &b));
         assert!(matches!(r.lookup(&d, Instant::now()), Lookup::Open));
@@ -301,7 +326,7 @@ mod tests {
         let d = addr(7000);
         let inbound = C::new(1);
         inbound.0 .3.set(false);
-        assert_eq!(r.adopt(d, &inbound, 0), Adopted::New);
+        assert!(matches!(r.adopt(d, &inbound, 0), Adopted::New));
         assert!(
             matches!(r.lookup(&d, now), Lookup::Open),
             "a fresh destination opens its own route"
@@ -310,12 +335,69 @@ mod tests {
         let first = r.insert(d, Group::new(vec![own.clone()], 0));
         assert!(first.same(&own));
         assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&own)));
-        assert_eq!(r.adopt(d, &inbound, 0), Adopted::Ignored);
+        assert!(matches!(r.adopt(d, &inbound, 0), Adopted::Ignored));
         // A reply to a datagram the inbound connection delivered goes back
         // over it.
         let mut r: Routes<C> = Routes::default();
         r.adopt(d, &inbound, 0);
         inbound.0 .3.set(true);
         assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&inbound)));
+    }
+
+    /// Regression (issue 13, bug a): the program answered the first
+    /// datagram of an accepted connection before that connection was
+    /// adopted, so its answer opened a route of its own toward a sender
+    /// that does not listen. Once the proof lands, replies move to the
+    /// connection, whether that route is still being set up or already
+    /// gave up (kernel UDP).
+    #[test]
+    fn a_proved_sender_replaces_a_route_that_is_not_working() {
+        let now = Instant::now();
+        let d = addr(8000);
+        let inbound = C::new(1);
+        // Our own route, still connecting (rank 1): kept (it may come up).
+        let mut r: Routes<C> = Routes::default();
+        let own = C::new(2);
+        own.0 .1.set(1);
+        r.insert(d, Group::new(vec![own.clone()], 0));
+        assert!(matches!(r.adopt(d, &inbound, 0), Adopted::Ignored));
+        // Retrying after a failure (rank 2): replaced, and handed back to
+        // be closed.
+        own.0 .1.set(2);
+        let mut r: Routes<C> = Routes::default();
+        r.insert(d, Group::new(vec![own.clone()], 0));
+        match r.adopt(d, &inbound, 0) {
+            Adopted::Replaced(old) => assert!(old.len() == 1 && old[0].same(&own)),
+            other => panic!("not replaced: {other:?}"),
+        }
+        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&inbound)));
+        // Its failure later does not put the destination on kernel UDP.
+        assert!(
+            r.remove(&d, &own),
+            "the adopted connection still carries it"
+        );
+        // Our own route gave up already: kernel UDP until the adoption.
+        let mut r: Routes<C> = Routes::default();
+        assert!(r.fall_back(d, now, Duration::from_secs(10)));
+        assert!(matches!(r.lookup(&d, now), Lookup::Kernel));
+        assert!(matches!(r.adopt(d, &inbound, 0), Adopted::New));
+        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&inbound)));
+        // A working route of our own stays, and so does a fallback or a
+        // route being set up when the connection delivered nothing yet
+        // (no reply is due: see `adopted_routes_carry_replies_only`).
+        let mut r: Routes<C> = Routes::default();
+        let up = C::new(3);
+        r.insert(d, Group::new(vec![up.clone()], 0));
+        assert!(matches!(r.adopt(d, &inbound, 0), Adopted::Ignored));
+        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&up)));
+        let silent = C::new(4);
+        silent.0 .3.set(false);
+        let mut r: Routes<C> = Routes::default();
+        r.insert(d, Group::new(vec![own.clone()], 0));
+        assert!(matches!(r.adopt(d, &silent, 0), Adopted::Ignored));
+        let mut r: Routes<C> = Routes::default();
+        r.fall_back(d, now, Duration::from_secs(10));
+        assert!(matches!(r.adopt(d, &silent, 0), Adopted::New));
+        assert!(matches!(r.lookup(&d, now), Lookup::Kernel));
     }
 }

@@ -6,13 +6,20 @@
 //! request. [`Error`] is the crate-level type every one of them converts
 //! into, so an application can use one `Result` and `?` throughout; it
 //! also covers the system calls behind a context or a completion queue.
+//!
+//! Errors live here, below the modules that raise them (`cm`, `qp`, `cq`,
+//! ...), so that the dependency runs one way: handles import errors,
+//! never the other way round.
 
 use std::io;
 
 use warpsock_proto::PostError;
 
-use crate::cm::CmError;
 use crate::wc::WcError;
+
+mod cm;
+
+pub use cm::CmError;
 
 /// Any error of the engine's public API.
 #[derive(Debug, thiserror::Error)]

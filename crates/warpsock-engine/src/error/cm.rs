@@ -60,7 +60,7 @@ pub enum CmError {
     /// MPA negotiation failed (malformed frame, incompatible options).
     #[error("MPA setup failed: {0}")]
     Mpa(#[source] ConnectError),
-    /// Private data longer than [`super::MAX_PRIVATE_DATA`].
+    /// Private data longer than [`crate::MAX_PRIVATE_DATA`].
     #[error("private data of {len} bytes is too long (at most {max} bytes)")]
     PrivateDataTooLong {
         /// Length given.
@@ -68,15 +68,15 @@ pub enum CmError {
         /// Limit.
         max: usize,
     },
-    /// The protection domain and completion queues of a [`super::QpInit`] come
+    /// The protection domain and completion queues of a [`crate::QpInit`] come
     /// from different contexts.
     #[error("protection domain and completion queues belong to different contexts")]
     ContextMismatch,
-    /// A receive in [`super::QpInit::recvs`] could not be posted.
+    /// A receive in [`crate::QpInit::recvs`] could not be posted.
     #[error("cannot post an initial receive: {0}")]
     Post(#[source] PostError),
     /// The listener held as many pending MPA handshakes as it allows
-    /// ([`super::Listener::set_max_pending`]); a newer connection took this
+    /// ([`crate::Listener::set_max_pending`]); a newer connection took this
     /// one's place and it was closed.
     #[error("{addr} evicted: its MPA handshake was the oldest of {max} pending")]
     Evicted {
@@ -129,7 +129,7 @@ impl CmError {
     }
 
     /// The connection failed during `stage` with a socket error.
-    pub(super) fn socket(addr: Option<SocketAddr>, stage: &'static str, e: io::Error) -> Self {
+    pub(crate) fn socket(addr: Option<SocketAddr>, stage: &'static str, e: io::Error) -> Self {
         match e.raw_os_error() {
             Some(n) if n != 0 => Self::Closed {
                 addr,
@@ -140,7 +140,7 @@ impl CmError {
         }
     }
 
-    pub(super) fn from_connect(addr: SocketAddr, e: io::Error, after: Duration) -> Self {
+    pub(crate) fn from_connect(addr: SocketAddr, e: io::Error, after: Duration) -> Self {
         match e.raw_os_error() {
             Some(libc::ECONNREFUSED) => Self::Refused { addr },
             Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EADDRNOTAVAIL) => {

@@ -1,0 +1,451 @@
+//! The interposed receiving and sending calls (`recv*`, `read*`, `send*`,
+//! `write*`, `sendfile*`): a managed descriptor's call goes to its socket
+//! object, a candidate's send may adopt it first (its destination is
+//! known), everything else to the real function.
+
+#![allow(clippy::missing_safety_doc)]
+
+use super::*;
+
+// ---- receiving -------------------------------------------------------------
+
+/// Receives into `iov` with the offload path; fills the name if asked.
+unsafe fn recv_common(
+    s: &Arc<dyn Socket>,
+    iov: *mut iovec,
+    iovcnt: usize,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    let mut m = empty_msg();
+    m.msg_iov = iov;
+    m.msg_iovlen = iovcnt;
+    if !addr.is_null() && !alen.is_null() {
+        m.msg_name = addr.cast();
+        // SAFETY: the caller's in/out length.
+        m.msg_namelen = unsafe { *alen };
+    }
+    // SAFETY: `m` describes the caller's writable buffers.
+    let r = enter(-1, || unsafe { s.recvmsg(&mut m, flags) });
+    if r >= 0 && !addr.is_null() && !alen.is_null() {
+        // SAFETY: as above.
+        unsafe { *alen = m.msg_namelen };
+    }
+    r
+}
+
+/// Interposed `recvfrom(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len);
+            // SAFETY: the caller's buffer and address.
+            unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::recvfrom(fd, buf, len, flags, addr, alen) },
+    }
+}
+
+/// Interposed `__recvfrom_chk` (the _FORTIFY_SOURCE form of recvfrom).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len.min(buflen));
+            // SAFETY: the caller's buffer and address.
+            unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen) },
+    }
+}
+
+/// Interposed `recv(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len);
+            // SAFETY: the caller's buffer.
+            unsafe {
+                recv_common(
+                    &s,
+                    &mut v,
+                    1,
+                    flags,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::recv(fd, buf, len, flags) },
+    }
+}
+
+/// Interposed `__recv_chk`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+    flags: c_int,
+) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len.min(buflen));
+            // SAFETY: the caller's buffer.
+            unsafe {
+                recv_common(
+                    &s,
+                    &mut v,
+                    1,
+                    flags,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::__recv_chk(fd, buf, len, buflen, flags) },
+    }
+}
+
+/// Interposed `read(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len);
+            // SAFETY: the caller's buffer.
+            unsafe { recv_common(&s, &mut v, 1, 0, std::ptr::null_mut(), std::ptr::null_mut()) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::read(fd, buf, len) },
+    }
+}
+
+/// Interposed `__read_chk`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len.min(buflen));
+            // SAFETY: the caller's buffer.
+            unsafe { recv_common(&s, &mut v, 1, 0, std::ptr::null_mut(), std::ptr::null_mut()) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::__read_chk(fd, buf, len, buflen) },
+    }
+}
+
+/// Interposed `readv(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            // SAFETY: the caller's iovecs.
+            unsafe {
+                recv_common(
+                    &s,
+                    iov.cast_mut(),
+                    cnt.max(0) as usize,
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::readv(fd, iov, cnt) },
+    }
+}
+
+/// Interposed `recvmsg(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    match managed(fd) {
+        // SAFETY: the caller's msghdr.
+        Some(s) if !msg.is_null() => enter(-1, || unsafe { s.recvmsg(&mut *msg, flags) }),
+        // SAFETY: forwarding the caller's arguments.
+        _ => unsafe { real::recvmsg(fd, msg, flags) },
+    }
+}
+
+/// Interposed `recvmmsg(2)`: one recvmsg per entry; after the first, only
+/// what is already there (the timeout argument is not used).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut mmsghdr,
+    n: c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+) -> c_int {
+    let Some(s) = managed(fd) else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::recvmmsg(fd, msgs, n, flags, timeout) };
+    };
+    if msgs.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    let base = flags & !libc::MSG_WAITFORONE;
+    let mut got = 0u32;
+    while got < n {
+        // Like the kernel: without MSG_WAITFORONE a blocking call waits for
+        // every entry; with it (or with a timeout, which this layer does not
+        // apply per entry) only the first one waits.
+        let f = if got > 0 && (flags & libc::MSG_WAITFORONE != 0 || !timeout.is_null()) {
+            base | libc::MSG_DONTWAIT
+        } else {
+            base
+        };
+        // SAFETY: `msgs` holds `n` entries (caller's contract).
+        let m = unsafe { &mut *msgs.add(got as usize) };
+        // SAFETY: the caller's msghdr.
+        let r = enter(-1, || unsafe { s.recvmsg(&mut m.msg_hdr, f) });
+        if r < 0 {
+            if got == 0 {
+                return -1;
+            }
+            break;
+        }
+        m.msg_len = r as c_uint;
+        got += 1;
+    }
+    got as c_int
+}
+
+// ---- sending ---------------------------------------------------------------
+
+unsafe fn send_common(
+    s: &Arc<dyn Socket>,
+    iov: *const iovec,
+    iovcnt: usize,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> ssize_t {
+    let mut m = empty_msg();
+    m.msg_iov = iov.cast_mut();
+    m.msg_iovlen = iovcnt;
+    m.msg_name = addr.cast_mut().cast();
+    m.msg_namelen = if addr.is_null() { 0 } else { alen };
+    // SAFETY: `m` describes the caller's readable buffers.
+    enter(-1, || unsafe { s.sendmsg(&m, flags) })
+}
+
+/// Interposed `sendto(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> ssize_t {
+    let mark = fdtable::mark(fd);
+    if mark == 0 {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendto(fd, buf, len, flags, addr, alen) };
+    }
+    // SAFETY: the caller's address of `alen` bytes.
+    match target(fd, mark, || unsafe { sys::addr_from_raw(addr, alen) }) {
+        Some(s) => {
+            let v = one_iov(buf.cast_mut(), len);
+            // SAFETY: the caller's buffer and address.
+            unsafe { send_common(&s, &v, 1, flags, addr, alen) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::sendto(fd, buf, len, flags, addr, alen) },
+    }
+}
+
+/// Interposed `send(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let v = one_iov(buf.cast_mut(), len);
+            // SAFETY: the caller's buffer.
+            unsafe { send_common(&s, &v, 1, flags, std::ptr::null(), 0) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::send(fd, buf, len, flags) },
+    }
+}
+
+/// Interposed `write(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let v = one_iov(buf.cast_mut(), len);
+            // SAFETY: the caller's buffer.
+            unsafe { send_common(&s, &v, 1, 0, std::ptr::null(), 0) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::write(fd, buf, len) },
+    }
+}
+
+/// Interposed `writev(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    match managed(fd) {
+        // SAFETY: the caller's iovecs.
+        Some(s) => unsafe { send_common(&s, iov, cnt.max(0) as usize, 0, std::ptr::null(), 0) },
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::writev(fd, iov, cnt) },
+    }
+}
+
+/// Interposed `sendmsg(2)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    if msg.is_null() {
+        // SAFETY: forwarding; the kernel reports EFAULT.
+        return unsafe { real::sendmsg(fd, msg, flags) };
+    }
+    let mark = fdtable::mark(fd);
+    if mark == 0 {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendmsg(fd, msg, flags) };
+    }
+    // SAFETY: the caller's msghdr and its name.
+    let s = target(fd, mark, || unsafe {
+        sys::addr_from_raw((*msg).msg_name.cast(), (*msg).msg_namelen)
+    });
+    match s {
+        // SAFETY: the caller's msghdr.
+        Some(s) => enter(-1, || unsafe { s.sendmsg(&*msg, flags) }),
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real::sendmsg(fd, msg, flags) },
+    }
+}
+
+/// Interposed `sendmmsg(2)`: one sendmsg per entry.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flags: c_int) -> c_int {
+    if msgs.is_null() || n == 0 {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendmmsg(fd, msgs, n, flags) };
+    }
+    let mark = fdtable::mark(fd);
+    let s = (mark != 0)
+        .then(|| {
+            target(fd, mark, || {
+                // SAFETY: the first entry's name.
+                let h = unsafe { &(*msgs).msg_hdr };
+                // SAFETY: as above.
+                unsafe { sys::addr_from_raw(h.msg_name.cast(), h.msg_namelen) }
+            })
+        })
+        .flatten();
+    let Some(s) = s else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendmmsg(fd, msgs, n, flags) };
+    };
+    let mut sent = 0u32;
+    while sent < n {
+        // SAFETY: `msgs` holds `n` entries.
+        let m = unsafe { &mut *msgs.add(sent as usize) };
+        // SAFETY: the caller's msghdr.
+        let r = enter(-1, || unsafe { s.sendmsg(&m.msg_hdr, flags) });
+        if r < 0 {
+            if sent == 0 {
+                return -1;
+            }
+            break;
+        }
+        m.msg_len = r as c_uint;
+        sent += 1;
+    }
+    sent as c_int
+}
+
+/// Interposed `sendfile(2)`: to a managed socket, the file's bytes go
+/// through its send path (the program's descriptor is not the kernel
+/// socket, so the kernel must not write to it).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendfile(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    let Some(s) = managed(out_fd) else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::sendfile(out_fd, in_fd, offset, count) };
+    };
+    enter(-1, || {
+        let mut buf = vec![0u8; count.min(1 << 20)];
+        let n = if offset.is_null() {
+            // SAFETY: reading into our own buffer at the file position.
+            unsafe { real::read(in_fd, buf.as_mut_ptr().cast(), buf.len()) }
+        } else {
+            // SAFETY: as above, at the caller's offset.
+            unsafe { real::pread(in_fd, buf.as_mut_ptr().cast(), buf.len(), *offset) }
+        };
+        if n <= 0 {
+            return n;
+        }
+        let v = one_iov(buf.as_mut_ptr().cast(), n as size_t);
+        let mut m = empty_msg();
+        m.msg_iov = (&v as *const iovec).cast_mut();
+        m.msg_iovlen = 1;
+        // SAFETY: `m` describes our own buffer.
+        let sent = unsafe { s.sendmsg(&m, 0) };
+        if sent > 0 {
+            if offset.is_null() {
+                // Unread the part not sent.
+                if sent < n {
+                    // SAFETY: moving the file position of the caller's file back.
+                    unsafe { libc::lseek(in_fd, (sent - n) as libc::off_t, libc::SEEK_CUR) };
+                }
+            } else {
+                // SAFETY: the caller's offset.
+                unsafe { *offset += sent as libc::off_t };
+            }
+        }
+        sent
+    })
+}
+
+/// Interposed `sendfile64` (same as `sendfile` on 64-bit targets).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { sendfile(out_fd, in_fd, offset, count) }
+}

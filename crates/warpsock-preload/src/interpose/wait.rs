@@ -1,0 +1,235 @@
+//! The interposed waiting calls. `poll`/`ppoll` over a managed socket
+//! also watch its connections (input there wakes the call directly, with
+//! no thread hand-off); `select`, `pselect` and the `epoll_wait` family see
+//! managed sockets through their doorbells only, so each kind first makes
+//! sure its doorbells tell the truth (`Kind::before_wait`).
+
+use libc::{c_int, c_void};
+
+use super::KINDS;
+use crate::shim::fdtable;
+use crate::shim::guard::{busy, enter};
+use crate::shim::real;
+use crate::shim::sys::{self, set_errno};
+
+/// Before a wait that sees managed sockets through their doorbells only.
+fn before_doorbell_wait() {
+    if !busy() {
+        enter((), || {
+            for k in KINDS {
+                k.before_wait();
+            }
+        });
+    }
+}
+
+/// Interposed `select(2)`: see `before_doorbell_wait`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn select(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    before_doorbell_wait();
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::select(n, r, w, e, timeout) }
+}
+
+/// Interposed `pselect(2)`: see `before_doorbell_wait`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pselect(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    before_doorbell_wait();
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::pselect(n, r, w, e, timeout, mask) }
+}
+
+/// Interposed `epoll_wait(2)`: see `before_doorbell_wait`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    before_doorbell_wait();
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::epoll_wait(epfd, events, max, timeout) }
+}
+
+/// Interposed `epoll_pwait(2)`: see `before_doorbell_wait`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    before_doorbell_wait();
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::epoll_pwait(epfd, events, max, timeout, mask) }
+}
+
+/// Interposed `epoll_pwait2(2)` (glibc 2.35): see `before_doorbell_wait`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    before_doorbell_wait();
+    // SAFETY: forwarding the caller's arguments (the symbol exists: the
+    // program linked against it).
+    unsafe { real::epoll_pwait2(epfd, events, max, timeout.cast::<c_void>(), mask) }
+}
+
+/// `poll`/`ppoll` over `fds`: managed sockets waited on for input add
+/// their extra descriptors (their connections), so that input on them
+/// wakes this call directly; what they report is taken up and shown on the
+/// program's descriptor. `wait(fds, left)` is the real call with at most
+/// `left` to wait (`None`: no limit), `timeout` the caller's bound. Returns
+/// the call's result; a wake-up that turns out to be nothing for the
+/// program waits again for the rest of the time.
+fn poll_with(
+    fds: &mut [libc::pollfd],
+    timeout: Option<std::time::Duration>,
+    wait: &mut dyn FnMut(&mut [libc::pollfd], Option<std::time::Duration>) -> c_int,
+) -> c_int {
+    let end = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        let mut ext: Vec<libc::pollfd> = fds.to_vec();
+        let mut waits = Vec::new();
+        for (i, p) in fds.iter().enumerate() {
+            if p.events & libc::POLLIN == 0 {
+                continue;
+            }
+            let Some(s) = fdtable::get(p.fd) else {
+                continue;
+            };
+            if let Some(w) = s.wait_begin() {
+                let start = ext.len();
+                ext.extend(w.fds.iter().map(|&fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }));
+                waits.push((i, s, w, start));
+            }
+        }
+        let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+        if waits.is_empty() {
+            return wait(fds, left);
+        }
+        let n = wait(&mut ext, left);
+        let e = sys::errno();
+        let mut readable = Vec::new();
+        for (i, s, w, start) in waits {
+            let revents: Vec<i16> = ext[start..start + w.fds.len()]
+                .iter()
+                .map(|p| p.revents)
+                .collect();
+            if s.wait_end(w, &revents) {
+                readable.push(i);
+            }
+        }
+        if n < 0 {
+            set_errno(e);
+            return n;
+        }
+        let mut count = 0;
+        for (i, p) in fds.iter_mut().enumerate() {
+            p.revents = ext[i].revents;
+            if readable.contains(&i) {
+                p.revents |= libc::POLLIN;
+            }
+            if p.revents != 0 {
+                count += 1;
+            }
+        }
+        if count > 0 || n == 0 || end.is_some_and(|e| std::time::Instant::now() >= e) {
+            return count;
+        }
+    }
+}
+
+/// Whether any of `fds` is a managed socket waited on for input.
+fn polls_managed(fds: *const libc::pollfd, n: libc::nfds_t) -> bool {
+    if fds.is_null() || n == 0 || busy() {
+        return false;
+    }
+    // SAFETY: the caller's array of `n` pollfds.
+    unsafe { std::slice::from_raw_parts(fds, n as usize) }
+        .iter()
+        .any(|p| p.events & libc::POLLIN != 0 && fdtable::maybe_managed(p.fd))
+}
+
+fn ms_of(left: Option<std::time::Duration>) -> c_int {
+    left.map_or(-1, |d| {
+        d.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
+    })
+}
+
+/// Interposed `poll(2)`: see `poll_with`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+    if !polls_managed(fds, n) {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::poll(fds, n, timeout) };
+    }
+    // SAFETY: the caller's array of `n` pollfds.
+    let fds = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
+    let bound = (timeout >= 0).then(|| std::time::Duration::from_millis(timeout as u64));
+    enter(-1, || {
+        poll_with(fds, bound, &mut |p, left| {
+            // SAFETY: `p` is a valid pollfd array.
+            unsafe { real::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms_of(left)) }
+        })
+    })
+}
+
+/// Interposed `ppoll(2)`: see `poll_with`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    if !polls_managed(fds, n) {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::ppoll(fds, n, timeout, mask) };
+    }
+    // SAFETY: the caller's array of `n` pollfds, and its timeout if given.
+    let (fds, bound) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(fds, n as usize),
+            timeout.as_ref().map(|t| {
+                std::time::Duration::new(
+                    t.tv_sec.max(0) as u64,
+                    t.tv_nsec.clamp(0, 999_999_999) as u32,
+                )
+            }),
+        )
+    };
+    enter(-1, || {
+        poll_with(fds, bound, &mut |p, left| {
+            let ts = left.map(sys::timespec);
+            let tsp = ts
+                .as_ref()
+                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: `p` is a valid pollfd array; the caller's mask.
+            unsafe { real::ppoll(p.as_mut_ptr(), p.len() as libc::nfds_t, tsp, mask) }
+        })
+    })
+}

@@ -1,0 +1,100 @@
+//! Parked connections: the round trip without `epoll_ctl`.
+//!
+//! A blocking receive call that waits reads its socket's connections
+//! itself: it *claims* them from the progress thread (which stops watching
+//! them for input) and polls them. Giving them back when the call returns
+//! costs an `epoll_ctl`, and claiming them again in the next call another:
+//! two system calls per round trip on each side of a ping-pong, which
+//! carries only three others (the poll, the read, the send). So a call
+//! that returns a datagram leaves its connections *parked*: unwatched,
+//! and taken over by the next receive call for free.
+//!
+//! Nothing rings the doorbell for a parked connection, so readiness on the
+//! program's descriptor would lag; every way the program can wait for it
+//! gives parked connections back first, so that it stays exact:
+//! - a blocking receive claims them and polls them itself;
+//! - a non-blocking receive polls them once, and gives them back before it
+//!   returns `EAGAIN` (the program is about to wait some other way);
+//! - `poll`/`ppoll` watch them itself (`Sock::wait_begin`);
+//! - `select`, `pselect`, `epoll_wait`, `epoll_pwait` and `epoll_pwait2`
+//!   give every parked connection back before they wait
+//!   ([`release_all`], through `Kind::before_wait`).
+//!
+//! A wait the library does not see (`io_uring`, a blocking call on another
+//! descriptor in a thread that never receives again) is covered by the
+//! connection's timer: the progress thread gives back a connection parked
+//! longer than [`GRACE`] the next time it looks at its timers (at the
+//! latest after its one-second safety sleep).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use super::conn::Conn;
+use super::stats::{self, STATS};
+use crate::shim::reactor;
+use crate::shim::sys::lock;
+
+/// How long a connection may stay parked before its timer gives it back.
+const GRACE: Duration = Duration::from_millis(10);
+
+/// [`GRACE`], or the test hook's value.
+pub(super) fn grace() -> Duration {
+    #[cfg(feature = "test-hooks")]
+    if let Some(d) = crate::shim::hooks::park_grace() {
+        return d;
+    }
+    GRACE
+}
+
+/// Connections parked now (all sockets).
+static PARKED: AtomicUsize = AtomicUsize::new(0);
+
+/// Connections parked since the last [`release_all`] (some may have been
+/// taken over or given back since: looked at then).
+static LIST: Mutex<Vec<Weak<Conn>>> = Mutex::new(Vec::new());
+
+/// Whether any connection is parked.
+pub(super) fn any() -> bool {
+    PARKED.load(Ordering::Relaxed) > 0
+}
+
+/// `conn` was just parked (caller holds its interest lock; `LIST` is a
+/// leaf lock).
+pub(super) fn parked(conn: &Arc<Conn>) {
+    PARKED.fetch_add(1, Ordering::Relaxed);
+    stats::inc(&STATS.rx_parks);
+    let mut l = lock(&LIST);
+    if l.len() >= 64 {
+        // Bounded: connections closed since are forgotten.
+        l.retain(|w| w.strong_count() > 0);
+    }
+    if !l
+        .iter()
+        .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(conn)))
+    {
+        l.push(Arc::downgrade(conn));
+    }
+}
+
+/// Unparks the interest's mark (the caller re-computes the epoll mask).
+pub(super) fn clear(mark: &mut Option<Instant>) {
+    if mark.take().is_some() {
+        PARKED.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Gives every parked connection back to the progress thread (the program
+/// is about to wait in a call that only sees the doorbell).
+pub(crate) fn release_all() {
+    if !any() {
+        return;
+    }
+    let Some(eng) = reactor::current() else {
+        return;
+    };
+    let conns: Vec<Weak<Conn>> = std::mem::take(&mut *lock(&LIST));
+    for c in conns.iter().filter_map(Weak::upgrade) {
+        c.unpark(eng, None);
+    }
+}

@@ -1,0 +1,100 @@
+//! The memory of a socket's receive and transmit slots: owned here and
+//! registered with the engine as caller memory ([`Pd::register_raw`]), so
+//! the data path reads a received slot and fills a free transmit slot
+//! directly. The engine's own region borrow (`Mr::with_bytes`) takes the
+//! context lock twice and wakes its condition variable (a `futex` system
+//! call) on every access — three times per small message — which is what
+//! the stream path paid per message before.
+//!
+//! The contract that makes direct access sound is the one `ibv_reg_mr`
+//! memory has: a slot is touched by us only while the engine does not use
+//! it — a receive slot between its completion and its repost, a transmit
+//! slot between its completion (or before its first post) and its next
+//! post. The socket's books (`tx_free`, the stream's reposts) and its lock
+//! keep every slot with exactly one owner.
+#![allow(unsafe_code)]
+
+use std::ptr::NonNull;
+
+use warpsock_engine::{Access, Mr, Pd, Sge};
+
+/// `count` slots of `size` bytes, registered for `access`.
+pub(crate) struct SlotMem {
+    /// Dropped (deregistered) before the memory is freed.
+    mr: std::mem::ManuallyDrop<Mr>,
+    mem: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the memory is a plain heap allocation owned by this value; who
+// touches which part of it is governed by the slot contract above, under
+// the socket's lock.
+unsafe impl Send for SlotMem {}
+// SAFETY: as above.
+unsafe impl Sync for SlotMem {}
+
+impl SlotMem {
+    pub(crate) fn new(pd: &Pd, len: usize, access: Access) -> Self {
+        let boxed: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        let mem = NonNull::new(Box::into_raw(boxed).cast::<u8>()).expect("a heap pointer");
+        // SAFETY: the allocation lives until `drop`, which deregisters it
+        // first; what the engine and we touch is kept apart by the slot
+        // contract (module docs).
+        let mr = unsafe { pd.register_raw(mem.as_ptr(), len, access) };
+        Self {
+            mr: std::mem::ManuallyDrop::new(mr),
+            mem,
+            len,
+        }
+    }
+
+    /// Bytes in all.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The engine's entry for bytes `at..at + len`.
+    pub(crate) fn sge(&self, at: usize, len: u32) -> Sge {
+        self.mr.sge(at, len)
+    }
+
+    /// Bytes `at..at + len`, to read.
+    ///
+    /// # Safety
+    /// The range lies in slots the engine is not using (module docs) and
+    /// no `bytes_mut` of it is alive.
+    pub(crate) unsafe fn bytes(&self, at: usize, len: usize) -> &[u8] {
+        assert!(at + len <= self.len, "slot range out of bounds");
+        // SAFETY: in bounds (checked); exclusive of the engine and of
+        // writers by the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.mem.as_ptr().add(at), len) }
+    }
+
+    /// Bytes `at..at + len`, to write.
+    ///
+    /// # Safety
+    /// The range lies in slots the engine is not using and the caller
+    /// owns (module docs), and no other view of it is alive.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut(&self, at: usize, len: usize) -> &mut [u8] {
+        assert!(at + len <= self.len, "slot range out of bounds");
+        // SAFETY: in bounds (checked); unique by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.as_ptr().add(at), len) }
+    }
+}
+
+impl Drop for SlotMem {
+    fn drop(&mut self) {
+        // SAFETY: `mr` is not used again; deregistered before the memory
+        // it names is freed (later engine accesses fail their lookup).
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.mr) };
+        // SAFETY: `mem`/`len` came from `Box::into_raw` of a `[u8]` of
+        // that length, freed once, here.
+        drop(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.mem.as_ptr(),
+                self.len,
+            ))
+        });
+    }
+}
