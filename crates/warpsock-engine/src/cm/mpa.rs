@@ -12,7 +12,7 @@ use warpsock_proto::{
 };
 
 use super::CmError;
-use crate::driver::transport_error;
+use crate::error::transport_error;
 use crate::mem::Mem;
 
 /// How an MPA exchange finished.

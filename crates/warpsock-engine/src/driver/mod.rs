@@ -56,10 +56,9 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use warpsock_proto::{
-    CloseReason, Connection, Event, Registry, TransportError, TxSegment, WorkCompletion,
-};
+use warpsock_proto::{CloseReason, Connection, Event, Registry, TxSegment, WorkCompletion};
 
+pub(crate) use crate::error::transport_error;
 use crate::mem::Mem;
 use crate::sys::{self, Epoll};
 use crate::wc::{cq_lens, CqSlot};
@@ -70,7 +69,7 @@ pub(crate) use rx::{ParkedRead, RxPool};
 static NEXT_SLOT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What a round of progress may touch of registered memory, given the
-/// application's borrows of region bytes (see `crate::mr`): receiving
+/// application's borrows of region bytes (see the `mr` module): receiving
 /// writes regions, transmitting reads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Allowed {
@@ -136,17 +135,6 @@ pub(crate) struct QpSlot {
     /// connection whose peer is still sending (a reset would make the
     /// peer's kernel discard what we sent last).
     pub(crate) detached: Option<Instant>,
-}
-
-/// The core's view of a socket error: reset, timeout, or another `errno`.
-pub(crate) fn transport_error(e: &io::Error) -> TransportError {
-    match e.raw_os_error() {
-        Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED) => TransportError::Reset,
-        Some(libc::ETIMEDOUT) => TransportError::TimedOut,
-        Some(n) => TransportError::Os(n),
-        None if e.kind() == io::ErrorKind::TimedOut => TransportError::TimedOut,
-        None => TransportError::Os(libc::EIO),
-    }
 }
 
 impl QpSlot {
@@ -329,23 +317,5 @@ impl QpSlot {
             let _ = epoll.delete(self.sock.as_raw_fd());
             self.interest = 0;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Socket errors keep their meaning on the way to the core.
-    #[test]
-    fn socket_errors_are_classified() {
-        let e = |n| transport_error(&io::Error::from_raw_os_error(n));
-        assert_eq!(e(libc::ECONNRESET), TransportError::Reset);
-        assert_eq!(e(libc::EPIPE), TransportError::Reset);
-        assert_eq!(e(libc::ETIMEDOUT), TransportError::TimedOut);
-        assert_eq!(
-            e(libc::EHOSTUNREACH),
-            TransportError::Os(libc::EHOSTUNREACH)
-        );
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use warpsock_proto::{CloseReason, ConnectError, PostError, TransportError};
 
-use crate::driver::transport_error;
+use super::transport_error;
 
 /// Why connection setup failed.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@
 
 use std::io;
 
-use warpsock_proto::PostError;
+use warpsock_proto::{PostError, TransportError};
 
 use crate::wc::WcError;
 
@@ -80,3 +80,32 @@ pub struct BatchPostError {
 
 /// A `Result` with the engine's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The core's view of a socket error: reset, timeout, or another `errno`.
+pub(crate) fn transport_error(e: &io::Error) -> TransportError {
+    match e.raw_os_error() {
+        Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED) => TransportError::Reset,
+        Some(libc::ETIMEDOUT) => TransportError::TimedOut,
+        Some(n) => TransportError::Os(n),
+        None if e.kind() == io::ErrorKind::TimedOut => TransportError::TimedOut,
+        None => TransportError::Os(libc::EIO),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Socket errors keep their meaning on the way to the core.
+    #[test]
+    fn socket_errors_are_classified() {
+        let e = |n| transport_error(&io::Error::from_raw_os_error(n));
+        assert_eq!(e(libc::ECONNRESET), TransportError::Reset);
+        assert_eq!(e(libc::EPIPE), TransportError::Reset);
+        assert_eq!(e(libc::ETIMEDOUT), TransportError::TimedOut);
+        assert_eq!(
+            e(libc::EHOSTUNREACH),
+            TransportError::Os(libc::EHOSTUNREACH)
+        );
+    }
+}

@@ -7,7 +7,7 @@
 //! - [`MANAGED`]: the program's descriptor number refers to a managed
 //!   socket; the map holds its object.
 //! - otherwise the low bits name the kind (1-based index into
-//!   `crate::interpose::KINDS`) whose *candidate* the descriptor is: a kernel
+//!   the interposer's `KINDS` table) whose *candidate* the descriptor is: a kernel
 //!   socket that may become managed when it binds, connects or sends.
 //!
 //! Descriptors at or above [`BITS`] are looked up in the map (and never

@@ -1,5 +1,5 @@
 //! Shared interposition infrastructure: everything a kind of managed socket
-//! (today the UDP offload, `crate::udp`) builds on, and nothing specific
+//! (today the UDP offload, the `udp` module) builds on, and nothing specific
 //! to any of them. Nothing in here imports a socket kind.
 //!
 //! | module | what it owns |
@@ -14,7 +14,7 @@
 //! | [`sys`] | small safe wrappers (errno, socket addresses, options, poll) |
 //! | `hooks` | test-only delays, compiled with the `test-hooks` feature only |
 //!
-//! The exported symbols themselves live in `crate::interpose`, which maps
+//! The exported symbols themselves live in the `interpose` module, which maps
 //! each call onto a managed socket, a kind's adoption hook, or the real
 //! function.
 
