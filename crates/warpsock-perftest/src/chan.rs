@@ -2,9 +2,10 @@
 //! failures turned into precise [`Error`]s (the first Terminate wins).
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use warpsock_engine::{Cq, Event, Qp, SendOp, SendWr, Sgl, Wc, WcStatus};
+use warpsock_engine::{connect, Cq, Event, Qp, QpInit, SendOp, SendWr, Sgl, Wc, WcStatus};
 
 use crate::Error;
 
@@ -158,6 +159,27 @@ impl Chan {
         let mut wcs = [Wc::default(); 16];
         while !self.qp.is_closed() && Instant::now() < end {
             let _ = self.cq.wait(&mut wcs, POLL_SLICE);
+        }
+    }
+}
+
+/// Connects, retrying while nothing listens yet: through qemu's slirp an
+/// early attempt is accepted and then reset, and perftest's server restarts
+/// between runs (send_check.c restarts between runs too).
+pub(crate) fn connect_retrying(
+    addr: SocketAddr,
+    init: &QpInit<'_>,
+    t: Duration,
+    step: &'static str,
+) -> Result<Qp, Error> {
+    let deadline = Instant::now() + t;
+    loop {
+        match connect(addr, init) {
+            Ok(qp) => return Ok(qp),
+            Err(e) if Instant::now() < deadline && e.is_retryable() => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(Error::Cm { step, source: e }),
         }
     }
 }

@@ -5,10 +5,10 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use warpsock_engine::{
-    connect, Access, Context, Mr, Pd, Progress, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode,
+    Access, Context, Mr, Pd, Progress, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode,
 };
 
-use crate::chan::Chan;
+use crate::chan::{connect_retrying, Chan};
 use crate::msg::{self, BwReport, Dest};
 use crate::{Error, Params, Provoke, Report, Test};
 use warpsock_engine::proto::wire::terminate::TermCode;
@@ -131,27 +131,6 @@ impl Ctrl {
                 msg::DEST_LEN
             ),
         })
-    }
-}
-
-/// Connects, retrying while nothing listens yet: through qemu's slirp an
-/// early attempt is accepted and then reset, and perftest's server restarts
-/// between runs.
-fn connect_retrying(
-    addr: SocketAddr,
-    init: &QpInit<'_>,
-    t: Duration,
-    step: &'static str,
-) -> Result<warpsock_engine::Qp, Error> {
-    let deadline = Instant::now() + t;
-    loop {
-        match connect(addr, init) {
-            Ok(qp) => return Ok(qp),
-            Err(e) if Instant::now() < deadline && e.is_retryable() => {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => return Err(Error::Cm { step, source: e }),
-        }
     }
 }
 

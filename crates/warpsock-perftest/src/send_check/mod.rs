@@ -60,8 +60,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use warpsock_engine::{
-    connect, Access, Context, Listener, Mr, Progress, QpInit, RecvWr, RtrOffer, RtrType, SendOp,
-    SendWr, Wc, WcOpcode,
+    Access, Context, Listener, Mr, Progress, QpInit, RecvWr, RtrOffer, RtrType, SendOp, SendWr, Wc,
+    WcOpcode,
 };
 
 use crate::chan::Chan;

@@ -174,7 +174,7 @@ pub fn client(p: &Params) -> Result<Report, Error> {
     o.mpa_timeout = t;
     let data = pd.alloc(s * depth, Access::LOCAL_READ);
     let ctl = pd.alloc(CTL_BUF * 512, Access::LOCAL_WRITE);
-    let qp = connect_retrying(addr, &init, t)?;
+    let qp = crate::chan::connect_retrying(addr, &init, t, "connecting")?;
     let neg = qp.negotiated().ok_or_else(not_negotiated)?;
     let mut ch = Chan::new(qp, cq);
     let (w, k) = decode_reply(&neg.peer_private_data).ok_or_else(|| Error::Protocol {
@@ -291,30 +291,6 @@ fn not_negotiated() -> Error {
     Error::Protocol {
         step: "connection setup",
         what: "an established queue pair without negotiated parameters".into(),
-    }
-}
-
-/// Connects, retrying while nothing listens yet (slirp accepts the TCP
-/// connection before the guest does; send_check.c restarts between runs).
-fn connect_retrying(
-    addr: SocketAddr,
-    init: &QpInit<'_>,
-    t: Duration,
-) -> Result<warpsock_engine::Qp, Error> {
-    let deadline = Instant::now() + t;
-    loop {
-        match connect(addr, init) {
-            Ok(qp) => return Ok(qp),
-            Err(e) if Instant::now() < deadline && e.is_retryable() => {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => {
-                return Err(Error::Cm {
-                    step: "connecting",
-                    source: e,
-                })
-            }
-        }
     }
 }
 
