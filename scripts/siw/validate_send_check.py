@@ -374,9 +374,7 @@ ooo = c.get("ooo")
 starts = {(idx + 1, d): s0 for (idx, d, s0, s1) in c["frames"]}
 for d, mine in (("I", fi_all), ("R", fr_all)):
     theirs = ts[d]
-    # tshark may stop one FPDU short at a cut; it must not see fewer otherwise.
-    if len(theirs) < len(mine) - 1 and ooo is None:
-        fail(f"{d}: tshark dissected {len(theirs)} FPDUs, the stream holds {len(mine)}")
+    cut_here = False
     bounds = {f["off"] for f in mine} | {(req if d == "I" else rep)["len"]}
     for k, (m, t) in enumerate(zip(mine, theirs)):
         mt = {"ulen": m["ulen"], "tagged": m["tagged"], "op": m["op"]}
@@ -389,13 +387,22 @@ for d, mine in (("I", fi_all), ("R", fr_all)):
                 note(f"{d}: tshark lost FPDU alignment at frame {t['frame']} (a TCP segment starting at "
                      f"stream offset {s0}, inside an FPDU); its reading was compared for the {k} FPDUs before it")
                 cut_frame = min(cut_frame or t["frame"], t["frame"])
+                cut_here = True
             elif ooo is not None and t["frame"] >= ooo and k >= MIN_TSHARK_AGREED:
                 note(f"{d}: tshark's reading diverges at frame {t['frame']}, after frame {ooo} was captured "
                      f"out of sequence order; its reading was compared for the {k} FPDUs before it")
                 cut_frame = min(cut_frame or ooo, ooo)
+                cut_here = True
             else:
                 fail(f"{d}: FPDU #{k}: tshark reads {tt}, the stream says {mt}")
             break
+    # tshark may stop one FPDU short at a cut; it must not see fewer
+    # otherwise. Checked after the comparison: a dissector that lost its
+    # alignment (above) reads fewer FPDUs from there on, which is the
+    # explained case (CI, session 8: 898 of 1,201 after losing alignment at
+    # FPDU 248, and this check failed the case before the loop could say so).
+    if len(theirs) < len(mine) - 1 and ooo is None and not cut_here:
+        fail(f"{d}: tshark dissected {len(theirs)} FPDUs, the stream holds {len(mine)}")
 if cut_frame is not None:
     T = T + ["-Y", f"frame.number < {cut_frame}"]
     for d in ts:
@@ -419,8 +426,13 @@ summary = (f"prefix {c['I']['have'] + c['R']['have']} B: I->R {len(fi)} FPDUs, {
            + (f"{good} Good CRC32" if a.crc else "CRC off, zero trailers"))
 if problems:
     print(f"FAIL {a.pcap}: {summary}")
-    for p in problems + notes:
+    for p in problems:
         print("  - " + p)
+    # Notes stay notes on a failed verdict too: a caller that expects some
+    # failures (the siw trailer case accepts siw's own Terminate) reads the
+    # "  - " lines as the problems.
+    for n in notes:
+        print("  note: " + n)
     sys.exit(1)
 print(f"ok   {summary}")
 for n in notes:
