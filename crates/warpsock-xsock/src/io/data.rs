@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Sgl};
 
 use super::gather::{Gather, Src};
-use super::socket::{Count, RecvFlags, State, XSocket, CALL_BITS, WR_CALL, WR_SLOT};
+use super::settings::{Count, RecvFlags};
+use super::socket::{State, XSocket, CALL_BITS, WR_CALL, WR_SLOT};
 use crate::stream::{SinkState, TxStep};
 use crate::wire::{Msg, HDR_LEN, MAX_CONTROL_LEN};
 

@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use warpsock_engine::{CmError, ConnectRequest};
 
-use super::socket::{Options, XSocket};
+use super::settings::Options;
+use super::socket::XSocket;
 use super::sys;
 use crate::switch::{role, Role, Step, Switch, SwitchError};
 

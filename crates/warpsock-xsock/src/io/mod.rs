@@ -12,10 +12,12 @@ mod data;
 mod gather;
 mod handshake;
 mod rio;
+mod settings;
 mod slots;
 mod socket;
 mod sys;
 
 pub use handshake::{switch_fd, switch_fd_as, Failure};
 pub use rio::{AioOp, Completion};
-pub use socket::{counters, Counters, Options, Readiness, RecvFlags, XSocket};
+pub use settings::{counters, Counters, Options, Readiness, RecvFlags};
+pub use socket::XSocket;

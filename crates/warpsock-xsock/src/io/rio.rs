@@ -215,7 +215,7 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
                 SinkState::Filled { len, .. } => {
                     st.s.release_sink(id);
                     drop(mr);
-                    x.count(super::socket::Count::RxPlaced, len as usize);
+                    x.count(super::settings::Count::RxPlaced, len as usize);
                     st.aio.done.push_back(Completion {
                         cookie: r.cookie,
                         op: AioOp::Recv,

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -35,150 +35,10 @@ use warpsock_engine::proto::wire::terminate::TermCode;
 
 use super::gather::Src;
 use super::rio::{Aio, LocalMap};
+use super::settings::{counters, Count, Counters, Options, Readiness};
 use super::slots::SlotMem;
 use crate::stream::Stream;
-use crate::switch::Limits;
 use crate::wire::{Hello, Msg, MAX_CONTROL_LEN};
-
-/// Settings of DDP-mode sockets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
-    /// Ask for MPA CRC32c (on if either side asks).
-    pub crc: bool,
-    /// Receive slots posted for the peer (its credits).
-    pub slots: u16,
-    /// Bytes per slot.
-    pub slot_size: u32,
-    /// Smallest read that offers a sink, and smallest blocking send sent
-    /// from the caller's buffer without a copy.
-    pub zcopy_min: usize,
-    /// Switch timeouts and bounds.
-    pub limits: Limits,
-    /// How long a reader that gave up on a sink (timeout) waits for the
-    /// peer to confirm that it will not write into it any more
-    /// (SINK_CANCEL answered by SINK_DONE). A peer that does not answer in
-    /// time — stopped, or not following the protocol — fails the
-    /// connection with `ETIMEDOUT`: the buffer is the program's again only
-    /// once nothing can be placed into it.
-    pub sink_cancel_timeout: Duration,
-    /// How long a waiting call spins before it sleeps.
-    pub busy_poll: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            crc: true,
-            slots: 16,
-            // 256 KiB: every message costs a Send, a completion, a credit
-            // and a socket read per side whatever its size, so larger
-            // slots carry a stream with fewer of them (1 MiB messages:
-            // about 20-35 % less CPU per GB than 64 KiB slots in
-            // interleaved runs). Untouched slot pages are never faulted in,
-            // so small messages cost no more memory.
-            slot_size: 256 << 10,
-            zcopy_min: 64 << 10,
-            limits: Limits::default(),
-            sink_cancel_timeout: Duration::from_secs(10),
-            busy_poll: Duration::ZERO,
-        }
-    }
-}
-
-impl Options {
-    fn hello(&self) -> Hello {
-        Hello {
-            slots: self.slots,
-            slot_size: self.slot_size,
-        }
-    }
-}
-
-/// Process-wide byte counters (noise-free evidence for the zero-copy
-/// claims: bytes copied per byte received).
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Stream bytes received (copied or placed).
-    pub rx_bytes: AtomicU64,
-    /// Of those, bytes copied out of receive slots.
-    pub rx_copied: AtomicU64,
-    /// Of those, bytes placed straight into the reader's buffer (sinks).
-    pub rx_placed: AtomicU64,
-    /// Stream bytes sent.
-    pub tx_bytes: AtomicU64,
-    /// Of those, bytes copied into transmit slots.
-    pub tx_copied: AtomicU64,
-}
-
-impl Counters {
-    const fn new() -> Self {
-        Self {
-            rx_bytes: AtomicU64::new(0),
-            rx_copied: AtomicU64::new(0),
-            rx_placed: AtomicU64::new(0),
-            tx_bytes: AtomicU64::new(0),
-            tx_copied: AtomicU64::new(0),
-        }
-    }
-}
-
-static COUNTERS: Counters = Counters::new();
-
-/// The process's counters (every socket's, added up).
-pub fn counters() -> &'static Counters {
-    &COUNTERS
-}
-
-/// One of the [`Counters`].
-#[derive(Clone, Copy)]
-pub(crate) enum Count {
-    RxCopied,
-    RxPlaced,
-    TxBytes,
-    TxCopied,
-}
-
-impl Count {
-    fn of(self, c: &Counters) -> &AtomicU64 {
-        match self {
-            Self::RxCopied => &c.rx_copied,
-            Self::RxPlaced => &c.rx_placed,
-            Self::TxBytes => &c.tx_bytes,
-            Self::TxCopied => &c.tx_copied,
-        }
-    }
-}
-
-/// Flags of a receive call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RecvFlags {
-    /// `MSG_PEEK`: leave the bytes queued.
-    pub peek: bool,
-    /// `MSG_DONTWAIT` or `O_NONBLOCK`.
-    pub nonblocking: bool,
-    /// `MSG_WAITALL`: fill the buffer (stream mode).
-    pub waitall: bool,
-}
-
-/// What a socket can do now (for poll/select/epoll).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Readiness {
-    /// A read would not block (bytes, end of stream, error, or an
-    /// asynchronous completion to collect).
-    pub readable: bool,
-    /// A send would move bytes now.
-    pub writable: bool,
-    /// The peer ended its stream.
-    pub rdhup: bool,
-    /// The connection is finished both ways.
-    pub hup: bool,
-    /// The connection failed.
-    pub error: bool,
-    /// Completions processed so far (a counter): a change since the last
-    /// look means something new arrived, so an edge-triggered waiter needs
-    /// a new edge even if the socket was already readable.
-    pub arrivals: u64,
-}
 
 /// Identifies a send work request: what it holds until it completes.
 /// `WR_SLOT | slot`: a transmit slot. `WR_CALL | (slot + 1) << 36 | call`:
@@ -450,7 +310,7 @@ impl XSocket {
     /// (received bytes are counted as copied or placed, and in total).
     pub(crate) fn count(&self, what: Count, n: usize) {
         let n = n as u64;
-        for c in [&self.stats, &COUNTERS] {
+        for c in [&self.stats, counters()] {
             what.of(c).fetch_add(n, Ordering::Relaxed);
             if matches!(what, Count::RxCopied | Count::RxPlaced) {
                 c.rx_bytes.fetch_add(n, Ordering::Relaxed);
