@@ -185,6 +185,15 @@ impl DdpSock {
             ) {
                 return Err(errno());
             }
+            let (tcp_fd, id) = (s.x.tcp_fd(), s.id);
+            s.x.set_watch(Box::new(move |events| {
+                // Only the process whose reactor this is: a forked child
+                // shares the parent's epoll instance, and must not change
+                // what the parent's progress thread watches.
+                if reactor::current().is_some_and(|e| std::ptr::eq(e, eng)) {
+                    eng.modify(tcp_fd, id, events);
+                }
+            }));
             let weak = Arc::downgrade(&s);
             s.x.set_on_progress(Box::new(move |r| {
                 // A program thread blocked in a call processed arrivals
