@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use warpsock_proto::{
-    Access, Config, Connection, Event, PdId, Registry, Role, Stag, WorkCompletion,
+    Access, Config, Connection, Event, PdId, Registry, Role, Sge, Stag, WorkCompletion,
 };
 
 pub use warpsock_testkit::Rng;
@@ -203,6 +203,11 @@ impl Pair {
             self.a.events
         );
     }
+}
+
+/// One scatter/gather entry.
+pub fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+    Sge { addr, length, lkey }
 }
 
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
