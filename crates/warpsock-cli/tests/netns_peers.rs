@@ -15,7 +15,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::records::{env_flag, font_available, load_results, on_path};
+use common::records::{draw_report, env_flag, font_available, load_results, on_path};
 use common::{run, text, tmp};
 
 /// The `wsb*` namespaces on this machine (other helpers' runs included).
@@ -282,14 +282,7 @@ fn external_peers_where_installed() {
     }
     // The report names the peers and their ratios (figures need a font).
     if ran > 0 && (font_available() || env_flag("WARPSOCK_REQUIRE_FONT")) {
-        let dir = tmp("ext-report");
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = run(&[
-            "report",
-            json.to_str().unwrap(),
-            "--out",
-            dir.to_str().unwrap(),
-        ]);
+        let (dir, out) = draw_report(&json, "ext-report");
         assert!(out.status.success(), "{}", text(&out.stderr));
         let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
         assert!(md.contains("## External peers"), "{md}");

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::records::{env_flag, font_available, load_results};
+use common::records::{draw_report, env_flag, font_available, load_results};
 use common::{run, text, tmp};
 
 #[test]
@@ -135,14 +135,7 @@ fn full_suite_quick_variant_then_report() {
     assert!(csv_text.starts_with("test,transport,crc,size,conns,"));
 
     // The report of this run.
-    let dir = tmp("report");
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = run(&[
-        "report",
-        json.to_str().unwrap(),
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
+    let (dir, out) = draw_report(&json, "report");
     let _ = std::fs::remove_file(&json);
     let err = text(&out.stderr);
     if !font_available() && !env_flag("WARPSOCK_REQUIRE_FONT") {

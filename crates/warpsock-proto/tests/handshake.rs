@@ -8,11 +8,9 @@ mod util;
 
 use std::time::Duration;
 
-use util::{sge, Cut, Pair};
+use util::{recv_wr, send_wr, sge, Cut, Pair};
 use warpsock_proto::wire::mpa;
-use warpsock_proto::{
-    Access, ConnectError, Event, QpState, RecvWr, RtrOffer, RtrType, SendOp, SendWr,
-};
+use warpsock_proto::{Access, ConnectError, Event, QpState, RtrOffer, RtrType, SendOp, SendWr};
 
 #[test]
 fn golden_mpa_request_and_reply() {
@@ -168,23 +166,8 @@ fn p2p_write_and_read_rtr() {
         // Traffic flows afterwards.
         let s = p.a.region(0, b"abc".to_vec(), Access::LOCAL_READ);
         let r = p.b.region(0, vec![0; 3], Access::LOCAL_WRITE);
-        p.b.conn
-            .post_recv(RecvWr {
-                wr_id: 1,
-                sgl: sge(0, 3, r).into(),
-            })
-            .unwrap();
-        p.a.conn
-            .post_send(SendWr {
-                wr_id: 1,
-                op: SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-                sgl: sge(0, 3, s).into(),
-                signaled: true,
-            })
-            .unwrap();
+        p.b.conn.post_recv(recv_wr(1, sge(0, 3, r).into())).unwrap();
+        p.a.conn.post_send(send_wr(1, sge(0, 3, s).into())).unwrap();
         p.run();
         assert_eq!(p.b.mem(r), b"abc");
     }
@@ -195,17 +178,7 @@ fn responder_sends_nothing_before_first_fpdu() {
     let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
     p.run();
     let s = p.b.region(0, b"early".to_vec(), Access::LOCAL_READ);
-    p.b.conn
-        .post_send(SendWr {
-            wr_id: 7,
-            op: SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            sgl: sge(0, 5, s).into(),
-            signaled: true,
-        })
-        .unwrap();
+    p.b.conn.post_send(send_wr(7, sge(0, 5, s).into())).unwrap();
     p.run();
     assert_eq!(
         p.b.sent.len(),
@@ -217,10 +190,7 @@ fn responder_sends_nothing_before_first_fpdu() {
     let one = p.a.region(0, vec![9], Access::LOCAL_READ);
     let r = p.a.region(0x10, vec![0; 5], Access::LOCAL_WRITE);
     p.a.conn
-        .post_recv(RecvWr {
-            wr_id: 1,
-            sgl: sge(0x10, 5, r).into(),
-        })
+        .post_recv(recv_wr(1, sge(0x10, 5, r).into()))
         .unwrap();
     p.a.conn
         .post_send(SendWr {

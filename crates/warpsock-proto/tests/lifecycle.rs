@@ -7,11 +7,11 @@ mod util;
 
 use std::time::Instant;
 
-use util::{pattern, sge, Cut, Pair, Rng};
+use util::{pattern, recv_wr, send_wr, sge, Cut, Pair, Rng};
 use warpsock_proto::wire::terminate::TermCode;
 use warpsock_proto::{
-    Access, CloseReason, Config, ConnectError, Connection, Event, PdId, QpState, RecvWr, Role,
-    SendOp, SendWr, Sge, Sgl, TransportError, WcStatus,
+    Access, CloseReason, Config, ConnectError, Connection, Event, PdId, QpState, Role, SendOp,
+    SendWr, Sge, Sgl, TransportError, WcStatus,
 };
 
 #[test]
@@ -21,10 +21,7 @@ fn close_flushes_everything_in_order() {
     let sink = p.a.region(0, vec![0; 8], Access::LOCAL_WRITE);
     for i in 0..3 {
         p.a.conn
-            .post_recv(RecvWr {
-                wr_id: 10 + i,
-                sgl: sge(0, 8, sink).into(),
-            })
+            .post_recv(recv_wr(10 + i, sge(0, 8, sink).into()))
             .unwrap();
     }
     // Reads that the peer can never answer (nothing is delivered).
@@ -58,12 +55,7 @@ fn close_flushes_everything_in_order() {
     assert_eq!(p.a.conn.close_reason(), Some(CloseReason::Local));
     assert_eq!(p.a.conn.state(), QpState::Error);
     // Posting after close completes at once with a flush error.
-    p.a.conn
-        .post_recv(RecvWr {
-            wr_id: 99,
-            sgl: Sgl::new(),
-        })
-        .unwrap();
+    p.a.conn.post_recv(recv_wr(99, Sgl::new())).unwrap();
     p.a.pump();
     assert_eq!(p.a.wcs.last().unwrap().wr_id, 99);
     // Peer EOF on the other side flushes and reports Closed too, saying
@@ -114,20 +106,15 @@ fn close_reasons_keep_their_cause() {
     p.establish();
     let src = p.a.region(0, pattern(16, 1), Access::LOCAL_READ);
     p.a.conn
-        .post_send(SendWr {
-            wr_id: 1,
-            op: SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            sgl: Sge {
+        .post_send(send_wr(
+            1,
+            Sge {
                 addr: 0,
                 length: 16,
                 lkey: src,
             }
             .into(),
-            signaled: true,
-        })
+        ))
         .unwrap();
     p.run();
     let code = TermCode::DDP_UNTAGGED_NO_BUFFER;
@@ -212,29 +199,13 @@ fn responder_initiated_operations() {
         let b_sink = p.b.region(0x7000, vec![0; 30_000], Access::LOCAL_WRITE);
         let b_recv = p.b.region(0x1_0000, vec![0; 8], Access::LOCAL_WRITE);
         p.a.conn
-            .post_recv(RecvWr {
-                wr_id: 50,
-                sgl: sge(0, 30_000, a_recv).into(),
-            })
+            .post_recv(recv_wr(50, sge(0, 30_000, a_recv).into()))
             .unwrap();
         p.b.conn
-            .post_recv(RecvWr {
-                wr_id: 60,
-                sgl: sge(0x1_0000, 8, b_recv).into(),
-            })
+            .post_recv(recv_wr(60, sge(0x1_0000, 8, b_recv).into()))
             .unwrap();
         // The initiator's first FPDU (an empty Send) opens the responder's side.
-        p.a.conn
-            .post_send(SendWr {
-                wr_id: 1,
-                op: SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-                sgl: Sgl::new(),
-                signaled: true,
-            })
-            .unwrap();
+        p.a.conn.post_send(send_wr(1, Sgl::new())).unwrap();
         let ops = [
             (
                 10,

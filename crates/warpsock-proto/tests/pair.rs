@@ -6,8 +6,8 @@
 
 mod util;
 
-use util::{pattern, sge, Cut, Pair, Rng};
-use warpsock_proto::{Access, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+use util::{pattern, recv_wr, sge, Cut, Pair, Rng};
+use warpsock_proto::{Access, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 
 #[derive(Clone, Copy, Debug)]
 struct Opts {
@@ -84,32 +84,23 @@ fn scenario(o: Opts, cut: Cut) -> Outcome {
 
     // Responder receives: a 70,000-byte receive over two SGEs, then two more.
     p.b.conn
-        .post_recv(RecvWr {
-            wr_id: 100,
-            sgl: [
+        .post_recv(recv_wr(
+            100,
+            [
                 sge(0x1000, 30_000, b_rbuf),
                 sge(0x1000 + 30_000, 40_000, b_rbuf),
             ]
             .into(),
-        })
+        ))
         .unwrap();
     p.b.conn
-        .post_recv(RecvWr {
-            wr_id: 101,
-            sgl: sge(0x1000 + 70_000, 1_000, b_rbuf).into(),
-        })
+        .post_recv(recv_wr(101, sge(0x1000 + 70_000, 1_000, b_rbuf).into()))
         .unwrap();
     p.b.conn
-        .post_recv(RecvWr {
-            wr_id: 102,
-            sgl: sge(0x1000 + 71_000, 1_000, b_rbuf).into(),
-        })
+        .post_recv(recv_wr(102, sge(0x1000 + 71_000, 1_000, b_rbuf).into()))
         .unwrap();
     p.a.conn
-        .post_recv(RecvWr {
-            wr_id: 200,
-            sgl: sge(0x30_0000, 64, a_rbuf).into(),
-        })
+        .post_recv(recv_wr(200, sge(0x30_0000, 64, a_rbuf).into()))
         .unwrap();
 
     let send = |wr_id, op, sgl: Vec<Sge>, signaled| SendWr {

@@ -5,7 +5,7 @@
 
 mod util;
 
-use util::{pattern, sge, Cut, Pair};
+use util::{pattern, recv_wr, send_wr, sge, Cut, Pair};
 use warpsock_proto::{Access, Event, RecvWr, SendOp, SendWr, WcStatus};
 
 /// Payloads of at most 64 bytes are copied into the segment next to their
@@ -32,21 +32,10 @@ fn small_payloads_travel_inline() {
         .enumerate()
         {
             p.b.conn
-                .post_recv(RecvWr {
-                    wr_id: i as u64,
-                    sgl: sge(0x2000, 256, dst).into(),
-                })
+                .post_recv(recv_wr(i as u64, sge(0x2000, 256, dst).into()))
                 .unwrap();
             p.a.conn
-                .post_send(SendWr {
-                    wr_id: i as u64,
-                    op: SendOp::Send {
-                        solicited: false,
-                        invalidate: None,
-                    },
-                    sgl: sge(0x10_0000 + 3, len, src).into(),
-                    signaled: true,
-                })
+                .post_send(send_wr(i as u64, sge(0x10_0000 + 3, len, src).into()))
                 .unwrap();
             let mut seg = TxSegment::default();
             assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
@@ -206,21 +195,13 @@ fn payload_length_is_the_fpdus_not_the_ranges() {
     let head = p.b.region(0x2000, vec![0; 8], Access::LOCAL_WRITE);
     let body = p.b.region(0x8000, vec![0; len], Access::LOCAL_WRITE);
     p.b.conn
-        .post_recv(RecvWr {
-            wr_id: 1,
-            sgl: [sge(0x2000, 8, head), sge(0x8000, len as u32 - 8, body)].into(),
-        })
+        .post_recv(recv_wr(
+            1,
+            [sge(0x2000, 8, head), sge(0x8000, len as u32 - 8, body)].into(),
+        ))
         .unwrap();
     p.a.conn
-        .post_send(SendWr {
-            wr_id: 1,
-            op: SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            sgl: sge(0x10_0000, len as u32, src).into(),
-            signaled: true,
-        })
+        .post_send(send_wr(1, sge(0x10_0000, len as u32, src).into()))
         .unwrap();
     let mut wire = Vec::new();
     p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);

@@ -2,9 +2,11 @@
 //! the tests read (`WARPSOCK_REQUIRE_*`, a font for the figures, a program
 //! on `PATH`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+use super::{run, tmp, Output};
 
 /// Checks one result: something moved, all of it was verified, counts
 /// consistent, percentiles ordered, bandwidth positive.
@@ -139,12 +141,26 @@ pub fn font_available() -> bool {
         "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
     ]
     .iter()
-    .any(|p| std::path::Path::new(p).exists())
+    .any(|p| Path::new(p).exists())
 }
 
 pub fn on_path(prog: &str) -> bool {
     std::env::var("PATH")
         .unwrap_or_default()
         .split(':')
-        .any(|d| std::path::Path::new(d).join(prog).exists())
+        .any(|d| Path::new(d).join(prog).exists())
+}
+
+/// Runs `warpsock report JSON --out DIR` into a fresh temporary directory
+/// named `name`; gives the directory and what the command left.
+pub fn draw_report(json: &Path, name: &str) -> (PathBuf, Output) {
+    let dir = tmp(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = run(&[
+        "report",
+        json.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    (dir, out)
 }

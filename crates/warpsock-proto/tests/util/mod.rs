@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use warpsock_proto::{
-    Access, Config, Connection, Event, PdId, Registry, Role, Sge, Stag, WorkCompletion,
+    Access, Config, Connection, Event, PdId, RecvWr, Registry, Role, SendOp, SendWr, Sge, Sgl,
+    Stag, WorkCompletion,
 };
 
 pub use warpsock_testkit::Rng;
@@ -202,6 +203,24 @@ impl Pair {
             "initiator events: {:?}",
             self.a.events
         );
+    }
+}
+
+/// A receive of `sgl`.
+pub fn recv_wr(wr_id: u64, sgl: Sgl) -> RecvWr {
+    RecvWr { wr_id, sgl }
+}
+
+/// A plain signaled Send (not solicited, no invalidation) of `sgl`.
+pub fn send_wr(wr_id: u64, sgl: Sgl) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        sgl,
+        signaled: true,
     }
 }
 
