@@ -106,6 +106,29 @@ impl Sock {
                 set_errno(libc::EAGAIN);
                 return -1;
             }
+            if nonblock && d.conns.len() <= READ_UNPOLLED {
+                if let Some(eng) = d.eng.filter(|_| d.all_up()) {
+                    // A non-blocking call tries its few parked connections
+                    // with a read each instead of a poll over them, the
+                    // doorbell and the kernel socket (the sources behind
+                    // those were just looked at by `take`): one system call
+                    // when nothing is there, as on a kernel UDP socket, and
+                    // no poll before the read when a datagram is (the
+                    // common case after a poll that reported it).
+                    for (c, fd) in &d.conns {
+                        if c.still(*fd) {
+                            // SAFETY: the application's msghdr (contract).
+                            let served = unsafe { self.serve(eng, c, msg, flags, true) };
+                            if let Served::Dgram(n) = served {
+                                d.park = true;
+                                return n;
+                            }
+                        }
+                    }
+                    d.prune();
+                    continue;
+                }
+            }
             if spin_until.is_none() {
                 let bp = match nonblock {
                     true => Duration::ZERO,
@@ -460,6 +483,10 @@ struct Driven {
     park: bool,
 }
 
+/// A non-blocking receive reads at most this many parked connections one
+/// by one (more are polled at once).
+const READ_UNPOLLED: usize = 2;
+
 /// A socket fed by more connections than this is left to the progress
 /// thread (one poll over many descriptors per receive would cost more).
 const MAX_DRIVEN: usize = 16;
@@ -494,6 +521,14 @@ impl Driven {
         }
         d.conns = conns;
         d
+    }
+
+    /// Whether every claimed connection is established (read by `serve`;
+    /// others are polled and handled as events).
+    fn all_up(&self) -> bool {
+        self.conns
+            .iter()
+            .all(|(c, _)| c.hint.load(Ordering::Relaxed) == HINT_UP)
     }
 
     /// Gives back the connections whose descriptor changed or closed, or
