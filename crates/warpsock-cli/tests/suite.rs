@@ -6,6 +6,8 @@
 //! `WARPSOCK_REQUIRE_FONT=1` makes the PNG/SVG figures mandatory (else,
 //! without a font, the report's clear error is checked instead).
 
+use serde_json::Value;
+
 mod common;
 
 use common::records::{draw_report, env_flag, font_available, load_results};
@@ -85,19 +87,22 @@ fn full_suite_quick_variant_then_report() {
     } else if !offload {
         assert!(stdout.contains("udp-offload skipped"), "{stdout}");
     }
-    // Sockets in DDP mode: the preloaded pass runs every stream test.
-    if results.iter().any(|r| r["transport"] == "ddp-socket") {
-        for test in [
-            "lat", "bw", "bibw", "multi", "hotspot", "fan-in", "fan-out", "cpu",
-        ] {
-            assert!(has(test, "ddp-socket"), "{test} over ddp-socket");
+    // Sockets in DDP mode, streams and one-sided Writes: the preloaded
+    // pass runs every stream test.
+    for transport in ["ddp-socket", "riowrite"] {
+        if results.iter().any(|r| r["transport"] == transport) {
+            for test in [
+                "lat", "bw", "bibw", "multi", "hotspot", "fan-in", "fan-out", "cpu",
+            ] {
+                assert!(has(test, transport), "{test} over {transport}");
+            }
+        } else {
+            assert!(
+                !env_flag("WARPSOCK_REQUIRE_OFFLOAD"),
+                "no {transport} rows:\n{stdout}"
+            );
+            assert!(stdout.contains(&format!("{transport} skipped")), "{stdout}");
         }
-    } else {
-        assert!(
-            !env_flag("WARPSOCK_REQUIRE_OFFLOAD"),
-            "no ddp-socket rows:\n{stdout}"
-        );
-        assert!(stdout.contains("ddp-socket skipped"), "{stdout}");
     }
     // Scaling tests ran with N = 1 and 4; normalized CPU at one pace.
     for test in ["multi", "hotspot", "fan-in", "fan-out"] {
@@ -109,14 +114,21 @@ fn full_suite_quick_variant_then_report() {
         assert_eq!(ns, vec![1, 4], "{test}");
     }
     // One pace for the transports of this process; a preloaded pass
-    // (ddp-socket) paces to the slowest of its own (it runs in child
-    // processes after this one).
-    let rates: Vec<u64> = results
-        .iter()
-        .filter(|r| r["test"] == "cpu" && r["transport"] != "ddp-socket")
-        .map(|r| r["rate_bytes_per_s"].as_u64().unwrap())
-        .collect();
-    assert!(rates.len() >= 4 && rates.iter().all(|&v| v > 0 && v == rates[0]));
+    // (ddp-socket, riowrite) paces to the slowest of its own (it runs in
+    // child processes after this one).
+    let preloaded =
+        |r: &&Value| ["ddp-socket", "riowrite"].contains(&r["transport"].as_str().unwrap());
+    let rates = |pass: bool| -> Vec<u64> {
+        results
+            .iter()
+            .filter(|r| r["test"] == "cpu" && preloaded(r) == pass)
+            .map(|r| r["rate_bytes_per_s"].as_u64().unwrap())
+            .collect()
+    };
+    let one_pace = |v: &[u64]| v.iter().all(|&x| x > 0 && x == v[0]);
+    let here = rates(false);
+    assert!(here.len() >= 4 && one_pace(&here), "{here:?}");
+    assert!(one_pace(&rates(true)), "{:?}", rates(true));
     // Event-driven and busy-polling latency rows.
     assert!(results
         .iter()
