@@ -179,7 +179,7 @@ pub extern "C" fn warpsock_qp_config_set_mulpdu(
     mulpdu: usize,
 ) -> warpsock_result {
     update(config, |c| {
-        c.options.mulpdu = (mulpdu != 0).then_some(mulpdu)
+        c.options.mulpdu = (mulpdu != 0).then_some(mulpdu);
     })
 }
 
