@@ -14,22 +14,9 @@ enum { QUIET_MS = 300 };
 
 static int port, r, ep;
 
-static int poll_in(int ms) {
-    struct pollfd p = {r, POLLIN, 0};
-    int n = poll(&p, 1, ms);
-    CHECK(n >= 0);
-    return n == 1 && (p.revents & POLLIN);
-}
+static int poll_in(int ms) { return poll_readable(r, ms); }
 
-static int select_in(int ms) {
-    fd_set rd;
-    FD_ZERO(&rd);
-    FD_SET(r, &rd);
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    int n = select(r + 1, &rd, NULL, NULL, &tv);
-    CHECK(n >= 0);
-    return n == 1 && FD_ISSET(r, &rd);
-}
+static int select_in(int ms) { return select_readable(r, ms); }
 
 static int epoll_in(int ms) {
     struct epoll_event ev;
