@@ -86,6 +86,25 @@ fn nonblocking_receives_keep_connections_parked() {
     assert_eq!(r.stat("rx_unparks"), 0, "{}", r.stderr);
 }
 
+/// A datagram that reaches a connection while a receive call serves it off
+/// the ready list wakes an edge-triggered waiter (the stripes test lost
+/// such a wake-up about one run in three under load): the test hook stops
+/// the call where it found the connection drained, the program sends one
+/// more datagram over it then, and the progress thread sees it before the
+/// call goes on. It used to read it into the connection's buffer and ring,
+/// and the call then took the connection off the list and drained the bell.
+#[test]
+fn an_arrival_while_a_receive_drains_a_ready_connection_is_announced() {
+    let r = both_with_hooks_on("readyrace", 2, ("WARPSOCK_STRIPES", "1"));
+    assert!(r.stdout.contains("cued 1"), "race not staged: {}", r.stdout);
+    assert_eq!(
+        r.stat("rx_tcp_dgrams") + r.stat("rx_kernel_dgrams"),
+        41,
+        "{}",
+        r.stderr
+    );
+}
+
 /// A sender's close is invisible to the receiver (closing note of session
 /// 8, item 4): for poll, select, epoll and a blocking receive, the end of
 /// the sender's connection leaves the descriptor unreadable (a receive says

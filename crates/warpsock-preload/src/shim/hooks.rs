@@ -40,6 +40,50 @@ pub(crate) fn park_grace() -> Option<Duration> {
     *V.get_or_init(|| ms("WARPSOCK_TEST_PARK_GRACE_MS"))
 }
 
+/// `WARPSOCK_TEST_SERVE_GAP_FD`: the first receive call that serves a
+/// connection off the ready list and finds it drained (the read after its
+/// datagram said `EAGAIN`) stops there, before it takes the connection off
+/// the list, as if descheduled: it writes a byte to this descriptor (the
+/// test program's cue to send the connection another datagram), waits for
+/// that datagram to reach the connection's socket (at most 5 s), then gives
+/// the progress thread up to 500 ms to take it up (it cannot while the call
+/// holds the connection's `order` lock: then the wait runs out). The
+/// program then sees whether the new datagram is announced.
+pub(crate) fn serve_gap(conn_fd: libc::c_int) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    static FD: OnceLock<Option<libc::c_int>> = OnceLock::new();
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    let fd = *FD.get_or_init(|| {
+        std::env::var("WARPSOCK_TEST_SERVE_GAP_FD")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    });
+    let Some(fd) = fd else { return };
+    if conn_fd < 0 || FIRED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: a one-byte write from a static buffer to the test's socket.
+    unsafe {
+        super::real::send(fd, b"!".as_ptr().cast(), 1, libc::MSG_NOSIGNAL);
+    }
+    let readable = |ms| {
+        let mut p = [libc::pollfd {
+            fd: conn_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        super::sys::poll(&mut p, ms) > 0 && p[0].revents & libc::POLLIN != 0
+    };
+    if !readable(5000) {
+        return;
+    }
+    let end = Instant::now() + Duration::from_millis(500);
+    while readable(0) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// The re-entrancy audit (`scripts/test-xsock.sh` runs DDP-mode programs
 /// under this build and reads the counters from the `WARPSOCK_STATS`
 /// report): every call that reaches an interposed entry point's dispatch

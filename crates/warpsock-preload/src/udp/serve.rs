@@ -125,9 +125,12 @@ impl Sock {
         let mut served = Served::Nothing;
         let mut more = false;
         let mut gone = None;
+        // Held until the ready list says what was found (see below).
+        let order = lock(&conn.order);
+        let fd;
         {
-            let _order = lock(&conn.order);
             let mut st = lock(&conn.st);
+            fd = st.fd;
             while st.setup.delivering() {
                 match st.rx.peek() {
                     Parsed::Frame(len) if len <= st.max_dgram => {
@@ -213,7 +216,23 @@ impl Sock {
                 more = false;
             }
         }
+        #[cfg(feature = "test-hooks")]
+        if !more && !direct {
+            crate::shim::hooks::serve_gap(fd);
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        let _ = fd;
         {
+            // Still under `order`: the progress thread's `handle` of an
+            // arrival since the last read (on a ready connection, watched
+            // edge-triggered) reads it into the buffer and rings, under
+            // `order`. Between that read and this update it rang for a
+            // connection still on the list, which this update then took
+            // off and armed (level-triggered, on an empty socket) and whose
+            // bell `settle` drained: the datagrams sat in the buffer with
+            // nothing to announce them, a lost wake-up for edge-triggered
+            // epoll and for blocking receives alike. Now it handles the
+            // arrival after this update, as on an armed connection.
             let mut g = lock(&self.inner);
             if let Some(i) = g.ready.iter().position(|c| Arc::ptr_eq(c, conn)) {
                 let c = g.ready.remove(i).expect("index in range");
@@ -235,6 +254,7 @@ impl Sock {
                 self.ring(&mut g);
             }
         }
+        drop(order);
         if let Some((frames, dest)) = gone {
             self.conn_gone(eng, conn, dest, frames, false);
         }
