@@ -1,5 +1,5 @@
 //! The initiator's "kick" past Linux siw's accept race (sans-IO: time is
-//! passed in; [`crate::qp`] posts the Write, the context's notifier asks
+//! passed in; the queue pair posts the Write, the context's notifier asks
 //! every [`crate::ctx::WATCH`]).
 //!
 //! # The siw behaviour it works around

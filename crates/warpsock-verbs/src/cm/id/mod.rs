@@ -67,7 +67,7 @@ fn cm_device() -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
     let r = C.get_or_init(|| {
         // SAFETY: our own device and context.
         unsafe {
-            let ctx = device::ibv_open_device(device::ptr());
+            let ctx = crate::open::ibv_open_device(device::ptr());
             if ctx.is_null() {
                 return Err(errno());
             }
