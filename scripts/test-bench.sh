@@ -14,4 +14,4 @@ export WARPSOCK_REQUIRE_OFFLOAD=1 WARPSOCK_REQUIRE_FONT=1 WARPSOCK_REQUIRE_PEERS
 if [ "$(id -u)" -eq 0 ]; then
     export WARPSOCK_REQUIRE_NFT=1
 fi
-cargo test --quiet -p warpsock-cli --test cli
+cargo test --quiet -p warpsock-cli --test cli --test suite --test netns_peers

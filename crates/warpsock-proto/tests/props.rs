@@ -6,8 +6,8 @@
 mod util;
 
 use proptest::prelude::*;
-use util::{pattern, Cut, Pair, Rng};
-use warpsock_proto::{Access, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkQueue};
+use util::{pattern, recv_wr, Cut, Pair, Rng};
+use warpsock_proto::{Access, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkQueue};
 
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -58,10 +58,7 @@ proptest! {
         let recv = p.b.region(RECV, vec![0; 20_000 * 12], Access::LOCAL_WRITE);
         let sends = ops.iter().filter(|o| matches!(o, Op::Send(_))).count();
         for i in 0..sends {
-            p.b.conn.post_recv(RecvWr {
-                wr_id: 1000 + i as u64,
-                sgl: Sge { addr: RECV + (i as u64) * 20_000, length: 20_000, lkey: recv }.into(),
-            }).unwrap();
+            p.b.conn.post_recv(recv_wr(1000 + i as u64, Sge { addr: RECV + (i as u64) * 20_000, length: 20_000, lkey: recv }.into())).unwrap();
         }
         let mut expect_write = vec![0u8; 30_000];
         for (i, o) in ops.iter().enumerate() {

@@ -12,9 +12,9 @@ mod util;
 use std::path::Path;
 use std::process::Command;
 
-use util::{pattern, Cut, Pair};
+use util::{pattern, recv_wr, Cut, Pair};
 use warpsock_proto::wire::fpdu;
-use warpsock_proto::{Access, RecvWr, SendOp, SendWr, Sge, Sgl};
+use warpsock_proto::{Access, SendOp, SendWr, Sge, Sgl};
 
 /// Minimal pcap writer: Ethernet/IPv4/TCP, one direction per call.
 struct Pcap {
@@ -181,15 +181,15 @@ fn wireshark_decodes_every_fpdu_with_good_crc() {
     let wreg = p.b.region(0x8000, vec![0; 9000], Access::REMOTE_WRITE);
     let rsrc = p.b.region(0x9000, pattern(9000, 2), Access::REMOTE_READ);
     p.b.conn
-        .post_recv(RecvWr {
-            wr_id: 1,
-            sgl: Sge {
+        .post_recv(recv_wr(
+            1,
+            Sge {
                 addr: 0,
                 length: 9000,
                 lkey: rbuf,
             }
             .into(),
-        })
+        ))
         .unwrap();
     let sge = |addr, length, lkey| Sgl::from(Sge { addr, length, lkey });
     for (id, op, sgl) in [

@@ -44,7 +44,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 pub(crate) struct DdpSocket;
 
 /// Switches `s` into DDP mode (the peer does the same).
-fn ddp_mode(s: &TcpStream) -> Result<(), Error> {
+pub(super) fn ddp_mode(s: &TcpStream) -> Result<(), Error> {
     let one: libc::c_int = 1;
     // SAFETY: setsockopt reads one int from the stack.
     let r = unsafe {

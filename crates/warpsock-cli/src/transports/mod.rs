@@ -20,6 +20,7 @@
 mod ddp_socket;
 mod gso;
 mod iwarp;
+mod riowrite;
 mod sock;
 mod tcp;
 mod udp;
@@ -41,6 +42,7 @@ pub(crate) static ALL: &[&dyn Link] = &[
     &iwarp::WRITE,
     &iwarp::READ,
     &ddp_socket::DdpSocket,
+    &riowrite::RioWrite,
 ];
 
 /// Every transport, in table order.
@@ -96,7 +98,7 @@ mod tests {
             assert!(find(t.baseline).is_some(), "{t}: baseline");
         }
         assert!(parse("carrier-pigeon").unwrap_err().contains(
-            "one of tcp, udp, udp-offload, udp-gso, udp-host-gso, send, write, read, ddp-socket"
+            "one of tcp, udp, udp-offload, udp-gso, udp-host-gso, send, write, read, ddp-socket, riowrite"
         ));
     }
 }

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use warpsock_testkit::{finish, Guard};
 
+pub mod records;
+
 pub const EXE: &str = env!("CARGO_BIN_EXE_warpsock");
 /// Upper bound for any one command.
 pub const LIMIT: Duration = Duration::from_secs(300);

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use warpsock_proto::{
-    Access, Config, Connection, Event, PdId, Registry, Role, Stag, WorkCompletion,
+    Access, Config, Connection, Event, PdId, RecvWr, Registry, Role, SendOp, SendWr, Sge, Sgl,
+    Stag, WorkCompletion,
 };
 
 pub use warpsock_testkit::Rng;
@@ -203,6 +204,29 @@ impl Pair {
             self.a.events
         );
     }
+}
+
+/// A receive of `sgl`.
+pub fn recv_wr(wr_id: u64, sgl: Sgl) -> RecvWr {
+    RecvWr { wr_id, sgl }
+}
+
+/// A plain signaled Send (not solicited, no invalidation) of `sgl`.
+pub fn send_wr(wr_id: u64, sgl: Sgl) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        sgl,
+        signaled: true,
+    }
+}
+
+/// One scatter/gather entry.
+pub fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+    Sge { addr, length, lkey }
 }
 
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -1,0 +1,232 @@
+//! The transmit and receive fast paths between two in-memory connections:
+//! small payloads travel inline with their header, whole FPDUs are taken in
+//! one pass (and cut ones step by step, with the same results), and the
+//! payload length the engine sizes its reads by is the FPDU's.
+
+mod util;
+
+use util::{pattern, recv_wr, send_wr, sge, Cut, Pair};
+use warpsock_proto::{Access, Event, RecvWr, SendOp, SendWr, WcStatus};
+
+/// Payloads of at most 64 bytes are copied into the segment next to their
+/// header (header, payload, pad and trailer are one gather entry, CRC on or
+/// off: `seal` fills the trailer in place); larger ones stay references to
+/// registered memory. Either way the peer receives the same bytes, CRC
+/// checked when on.
+#[test]
+fn small_payloads_travel_inline() {
+    use warpsock_proto::conn::{TxPart, TxSegment};
+    for crc in [false, true] {
+        let mut p = Pair::new(|c| c.crc = crc, |c| c.crc = crc, Cut::Whole);
+        p.establish();
+        let src = p.a.region(0x10_0000, pattern(256, 3), Access::LOCAL_READ);
+        let dst = p.b.region(0x2000, vec![0; 256], Access::LOCAL_WRITE);
+        for (i, (len, inline)) in [
+            (1u32, true),
+            (7, true),
+            (64, true),
+            (65, false),
+            (200, false),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            p.b.conn
+                .post_recv(recv_wr(i as u64, sge(0x2000, 256, dst).into()))
+                .unwrap();
+            p.a.conn
+                .post_send(send_wr(i as u64, sge(0x10_0000 + 3, len, src).into()))
+                .unwrap();
+            let mut seg = TxSegment::default();
+            assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
+            let parts = seg.parts();
+            let memory = parts
+                .iter()
+                .filter(|x| matches!(x, TxPart::Memory(_)))
+                .count();
+            let what = format!("{len} B, CRC {crc}: {parts:?}");
+            if inline {
+                assert_eq!(memory, 0, "{what}");
+                assert_eq!(parts.len(), 1, "{what}");
+            } else {
+                assert_eq!(memory, 1, "{what}");
+            }
+            assert!(seg.seal(&p.a.reg));
+            let mut wire = Vec::new();
+            assert!(seg.write_to(&p.a.reg, &mut wire));
+            assert_eq!(p.b.conn.handle_input(&wire, &mut p.b.reg), wire.len());
+            p.a.pump();
+            p.b.pump();
+            let wc = p.b.wcs.pop().expect("receive completed");
+            assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, len), "{what}");
+            assert_eq!(
+                &p.b.mem(dst)[..len as usize],
+                &pattern(256, 3)[3..3 + len as usize],
+                "{what}"
+            );
+        }
+    }
+}
+
+/// Posts a receive of `recv_len` bytes at `dst_addr` on b and a signaled
+/// Send of `len` bytes from `src_addr` on a, and returns the Send's
+/// segment as it goes on the wire (sealed).
+fn small_send_wire(
+    p: &mut Pair,
+    wr_id: u64,
+    (src, src_addr, len): (u32, u64, u32),
+    (dst, dst_addr, recv_len): (u32, u64, u32),
+) -> Vec<u8> {
+    use warpsock_proto::conn::TxSegment;
+    p.b.conn
+        .post_recv(RecvWr {
+            wr_id,
+            sgl: sge(dst_addr, recv_len, dst).into(),
+        })
+        .unwrap();
+    p.a.conn
+        .post_send(SendWr {
+            wr_id,
+            op: SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            sgl: sge(src_addr, len, src).into(),
+            signaled: true,
+        })
+        .unwrap();
+    let mut seg = TxSegment::default();
+    assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
+    assert!(seg.seal(&p.a.reg));
+    let mut wire = Vec::new();
+    assert!(seg.write_to(&p.a.reg, &mut wire));
+    wire
+}
+
+/// `rx_fpdu` takes a small FPDU in one pass when all of it is in hand —
+/// exactly one FPDU, even with the next one behind it — and declines (0)
+/// a cut one, which the step-by-step path then takes. Either way the
+/// receive completes with the right bytes; and a corrupted CRC ends the
+/// stream with the same Terminate by either path.
+#[test]
+fn whole_fpdus_are_taken_in_one_pass() {
+    use warpsock_proto::wire::terminate::TermCode;
+    for crc in [false, true] {
+        let mut p = Pair::new(|c| c.crc = crc, |c| c.crc = crc, Cut::Whole);
+        p.establish();
+        let src = p.a.region(0x10_0000, pattern(256, 5), Access::LOCAL_READ);
+        let dst = p.b.region(0x2000, vec![0; 256], Access::LOCAL_WRITE);
+        // Two 40-byte Sends back to back on the wire.
+        let mut wire = Vec::new();
+        for i in 0..2u64 {
+            wire.extend(small_send_wire(
+                &mut p,
+                i,
+                (src, 0x10_0000 + 40 * i, 40),
+                (dst, 0x2000 + 100 * i, 100),
+            ));
+        }
+        let one = wire.len() / 2;
+        let b = &mut p.b;
+        // Cut short: declined, nothing consumed.
+        assert_eq!(b.conn.rx_fpdu(&wire[..one - 1], &mut b.reg), 0, "crc {crc}");
+        // Whole, with the next FPDU behind it: exactly the first.
+        assert_eq!(b.conn.rx_fpdu(&wire, &mut b.reg), one, "crc {crc}");
+        // The second one cut: the step-by-step path takes it in pieces.
+        assert_eq!(b.conn.handle_input(&wire[one..one + 7], &mut b.reg), 7);
+        assert_eq!(b.conn.rx_fpdu(&wire[one + 7..], &mut b.reg), 0);
+        assert_eq!(b.conn.handle_input(&wire[one + 7..], &mut b.reg), one - 7);
+        b.pump();
+        let got: Vec<(u64, u32)> = b.wcs.iter().map(|w| (w.wr_id, w.byte_len)).collect();
+        assert_eq!(got, [(0, 40), (1, 40)], "crc {crc}");
+        assert!(b.wcs.iter().all(|w| w.status == WcStatus::Success));
+        assert_eq!(&b.mem(dst)[..40], &pattern(256, 5)[..40]);
+        assert_eq!(&b.mem(dst)[100..140], &pattern(256, 5)[40..80]);
+    }
+    // A bad CRC, whole (one pass) or byte by byte (step by step): the
+    // same Terminate, and the receive is not completed.
+    let mut terms = Vec::new();
+    for bytewise in [false, true] {
+        let mut p = Pair::new(|c| c.crc = true, |c| c.crc = true, Cut::Whole);
+        p.establish();
+        let src = p.a.region(0x10_0000, pattern(64, 9), Access::LOCAL_READ);
+        let dst = p.b.region(0x2000, vec![0; 64], Access::LOCAL_WRITE);
+        let mut wire = small_send_wire(&mut p, 1, (src, 0x10_0000, 20), (dst, 0x2000, 64));
+        *wire.last_mut().unwrap() ^= 0x40;
+        let b = &mut p.b;
+        if bytewise {
+            for k in 0..wire.len() {
+                b.conn.handle_input(&wire[k..k + 1], &mut b.reg);
+            }
+        } else {
+            assert_eq!(b.conn.rx_fpdu(&wire, &mut b.reg), wire.len());
+        }
+        b.pump();
+        assert!(b.wcs.iter().all(|w| w.status != WcStatus::Success));
+        let term = b
+            .events
+            .iter()
+            .find_map(|e| match e {
+                Event::Terminated {
+                    code,
+                    by_peer: false,
+                } => Some(*code),
+                _ => None,
+            })
+            .expect("a Terminate went out");
+        terms.push(term);
+    }
+    assert_eq!(terms, [TermCode::MPA_CRC, TermCode::MPA_CRC]);
+}
+
+/// `rx_payload_len` gives the whole FPDU's payload while a Send is placed
+/// into a scattered receive: the first range is the 8-byte head entry of
+/// a 16 KiB payload, and an engine that sized its reads by the range (as
+/// the socket driver once did) took the stream for one of small messages
+/// and pulled the next FPDU's payload through its staging buffer.
+#[test]
+fn payload_length_is_the_fpdus_not_the_ranges() {
+    use warpsock_proto::RxStep;
+    // One FPDU for the whole Send, as the engine frames (64 KiB MULPDU).
+    let mut p = Pair::new(|c| c.mulpdu = 65_000, |c| c.mulpdu = 65_000, Cut::Whole);
+    p.establish();
+    let len = 16 * 1024;
+    let src = p.a.region(0x10_0000, pattern(len, 3), Access::LOCAL_READ);
+    let head = p.b.region(0x2000, vec![0; 8], Access::LOCAL_WRITE);
+    let body = p.b.region(0x8000, vec![0; len], Access::LOCAL_WRITE);
+    p.b.conn
+        .post_recv(recv_wr(
+            1,
+            [sge(0x2000, 8, head), sge(0x8000, len as u32 - 8, body)].into(),
+        ))
+        .unwrap();
+    p.a.conn
+        .post_send(send_wr(1, sge(0x10_0000, len as u32, src).into()))
+        .unwrap();
+    let mut wire = Vec::new();
+    p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);
+    let b = &mut p.b;
+    let mut at = 0;
+    let mut ranges = Vec::new();
+    while at < wire.len() {
+        match b.conn.rx_step() {
+            RxStep::Bytes(_) => at += b.conn.rx_bytes(&wire[at..], &mut b.reg),
+            RxStep::Place(r) => {
+                ranges.push((r.len, b.conn.rx_payload_len()));
+                let n = r.len as usize;
+                let dst = b.reg.slice_mut(r.stag, r.offset, n).unwrap();
+                dst.copy_from_slice(&wire[at..at + n]);
+                let placed = dst.to_vec();
+                b.conn.rx_placed(&placed);
+                at += n;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(ranges, [(8, len), (len as u64 - 8, len)]);
+    b.pump();
+    assert_eq!(b.wcs.len(), 1);
+    assert_eq!(b.wcs[0].status, WcStatus::Success);
+    assert!(b.mem(head) == &pattern(len, 3)[..8]);
+    assert!(b.mem(body)[..len - 8] == pattern(len, 3)[8..]);
+}
