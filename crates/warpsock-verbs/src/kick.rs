@@ -158,13 +158,19 @@ mod tests {
         let mut k = Kicker::new(true);
         assert!(!k.due(t0, 4, 0), "two Write + Send pairs posted");
         assert!(!k.due(at(t0, 40), 4, 1), "the peer's credit update");
-        assert!(!k.due(at(t0, 1039), 4, 1), "1 s counts from the last message");
+        assert!(
+            !k.due(at(t0, 1039), 4, 1),
+            "1 s counts from the last message"
+        );
         assert!(k.due(at(t0, 1040), 4, 1), "quiet for 1 s after it: kick");
         // The kick's answer restarts the wait once more; answers that keep
         // coming keep it from ever running out.
         assert!(!k.due(at(t0, 1060), 4, 2));
         assert!(!k.due(at(t0, 3059), 4, 2));
-        assert!(k.due(at(t0, 3060), 4, 2), "still quiet: the second kick, 2 s on");
+        assert!(
+            k.due(at(t0, 3060), 4, 2),
+            "still quiet: the second kick, 2 s on"
+        );
     }
 
     #[test]
