@@ -85,6 +85,17 @@ impl Qp {
         })
     }
 
+    /// Bytes of transmitted requests the engine holds because the kernel's
+    /// send buffer was full (0: everything posted so far is in the kernel,
+    /// or still waits for the peer's flow control, not for socket space).
+    /// In caller-driven mode only a round of progress after the buffer
+    /// drains sends them, so whoever drives the queue pair from readiness
+    /// must watch the socket for output space exactly while this is
+    /// non-zero.
+    pub fn send_backlog(&self) -> u64 {
+        self.with(|st, _| st.qp(self.qi).tx_backlog())
+    }
+
     /// Queue pair state.
     pub fn state(&self) -> QpState {
         self.with(|st, _| st.qp(self.qi).conn.state())

@@ -156,3 +156,57 @@ fn a_sleeping_wait_honours_its_timeout_and_survives_the_qp_being_dropped() {
     assert!(took < Duration::from_secs(5), "{took:?}");
     server.join().unwrap();
 }
+
+/// `Qp::send_backlog` reports what the engine holds for a full send buffer
+/// (what a readiness-driven caller must watch output space for), and
+/// drops to 0 once rounds of progress after the peer reads sent it all.
+#[test]
+fn send_backlog_counts_bytes_held_for_a_full_socket_buffer() {
+    const LEN: usize = 32 << 20;
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let go = Arc::new(Barrier::new(2));
+    let g2 = Arc::clone(&go);
+    let server = std::thread::spawn(move || {
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
+        let buf = pd.alloc(LEN, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        init.recvs = vec![RecvWr {
+            wr_id: 1,
+            sgl: buf.sge(0, LEN as u32).into(),
+        }];
+        let qp = l.accept_qp(&init, b"", Some(LIMIT)).unwrap();
+        // Reads nothing until the sender saw its backlog.
+        g2.wait();
+        let mut wc = [Wc::default(); 1];
+        let t0 = Instant::now();
+        while cq.wait(&mut wc, Duration::from_millis(50)).unwrap() == 0 {
+            assert!(t0.elapsed() < LIMIT, "the 32 MiB Send never arrived");
+        }
+        assert!(wc[0].is_ok() && wc[0].byte_len == LEN as u32, "{:?}", wc[0]);
+        drop(qp);
+    });
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
+    let src = pd.register(vec![7u8; LEN], Access::LOCAL_READ);
+    let qp = connect(addr, &QpInit::new(&pd, &cq)).unwrap();
+    assert_eq!(qp.send_backlog(), 0, "nothing posted yet");
+    qp.post_send(send_wr(5, vec![src.sge(0, LEN as u32)]))
+        .unwrap();
+    // More than loopback's socket buffers hold: the kernel refused some.
+    ctx.progress();
+    assert!(qp.send_backlog() > 0, "32 MiB to a peer that does not read");
+    go.wait();
+    let t0 = Instant::now();
+    let mut done = false;
+    while !done {
+        assert!(t0.elapsed() < LIMIT, "the Send never completed");
+        let mut wc = [Wc::default(); 4];
+        let k = cq.wait(&mut wc, Duration::from_millis(50)).unwrap();
+        done = wc[..k].iter().any(|w| w.wr_id == 5 && w.is_ok());
+    }
+    assert_eq!(qp.send_backlog(), 0, "every byte reached the kernel");
+    server.join().unwrap();
+    drop(qp);
+}

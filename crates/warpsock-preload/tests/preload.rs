@@ -16,10 +16,18 @@ use common::*;
 /// Runs a one-port semantics program against kernel UDP, then under the
 /// preload built with the test hooks and `hook` set.
 fn both_with_hooks(name: &str, hook: (&str, &str)) -> Run {
-    let port = lease_port().to_string();
-    run(name, &[port], false).assert_ok(&format!("{name} (kernel UDP)"));
-    let port = lease_port().to_string();
-    let child = command_with(&c_program(name), &[port], Some(preload_so_with_hooks()))
+    both_with_hooks_on(name, 1, hook)
+}
+
+/// As `both_with_hooks`, for a program that takes `nports` ports.
+fn both_with_hooks_on(name: &str, nports: usize, hook: (&str, &str)) -> Run {
+    let ports = || {
+        (0..nports)
+            .map(|_| lease_port().to_string())
+            .collect::<Vec<_>>()
+    };
+    run(name, &ports(), false).assert_ok(&format!("{name} (kernel UDP)"));
+    let child = command_with(&c_program(name), &ports(), Some(preload_so_with_hooks()))
         .env(hook.0, hook.1)
         .spawn()
         .expect("spawn test program");
@@ -49,6 +57,33 @@ fn readiness_poll_select_epoll() {
     assert_eq!(r.stat("rx_kernel_dgrams"), 9, "{}", r.stderr);
     assert_eq!(r.stat("fallbacks"), 0, "{}", r.stderr);
     assert!(r.stat("rx_parks") >= 1, "no receive parked: {}", r.stderr);
+}
+
+/// Non-blocking receives keep their connections parked (`udp::park`): a
+/// program that waits in poll and receives until EAGAIN, or spins on
+/// non-blocking receives, reads the connection itself on every round trip
+/// with no `epoll_ctl` and no hand-off to the progress thread. Giving the
+/// connections back at each EAGAIN cost 5.2 `epoll_ctl` per round trip in
+/// the suite's latency test; here it would cost at least 2 per datagram.
+/// The safety-net timer is off, so a scheduler pause cannot add any.
+#[test]
+fn nonblocking_receives_keep_connections_parked() {
+    let r = both_with_hooks_on("nbpingpong", 2, ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"));
+    // 2 x 1000 round trips, 2 datagrams each.
+    let dgrams = r.stat("rx_tcp_dgrams");
+    assert_eq!(dgrams, 4000, "{}", r.stderr);
+    assert_eq!(r.stat("rx_kernel_dgrams"), 0, "{}", r.stderr);
+    // Every datagram read by the receiving call itself, none handed over.
+    assert_eq!(r.stat("rx_caller_dgrams"), dgrams, "{}", r.stderr);
+    // A few for the set-up of the two connections (and a rare arrival of
+    // two frames at once); none per round trip.
+    let mods = r.stat("conn_epoll_mods");
+    assert!(
+        mods <= 40,
+        "{mods} epoll_ctl for {dgrams} datagrams: {}",
+        r.stderr
+    );
+    assert_eq!(r.stat("rx_unparks"), 0, "{}", r.stderr);
 }
 
 /// Regression: a datagram that arrived over TCP before the first receive

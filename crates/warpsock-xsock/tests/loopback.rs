@@ -437,6 +437,153 @@ fn set_buf(s: &TcpStream, opt: libc::c_int, bytes: libc::c_int) {
     assert_eq!(r, 0);
 }
 
+/// A progress thread's epoll set for `x`: its engine socket registered
+/// for [`XSocket::WATCH_EVENTS`], changed as [`XSocket::set_watch`] asks.
+fn progress_epoll(x: &XSocket) -> libc::c_int {
+    // SAFETY: a new epoll instance.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0);
+    let fd = x.tcp_fd();
+    let mut ev = libc::epoll_event {
+        events: XSocket::WATCH_EVENTS,
+        u64: 1,
+    };
+    // SAFETY: registering the engine's socket with our epoll.
+    let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    assert_eq!(r, 0);
+    x.set_watch(Box::new(move |events| {
+        let mut ev = libc::epoll_event { events, u64: 1 };
+        // SAFETY: as above (the socket outlives the epoll set's use).
+        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, &mut ev) };
+    }));
+    ep
+}
+
+/// Events waiting in epoll set `ep` now (without sleeping).
+fn pending_events(ep: libc::c_int) -> i32 {
+    let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    // SAFETY: `out` holds 4 events.
+    unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 4, 0) }
+}
+
+/// Times thread `tid` of this process went to sleep (its voluntary context
+/// switches): each is one sleep, whatever woke it.
+fn sleeps(tid: i64) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    st.lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches in the task status")
+}
+
+/// A message for a reader parked in the engine does not wake the progress
+/// thread: the parked call reads its socket itself, so the progress
+/// thread's watch is off meanwhile, and back on — input only, nothing is
+/// held for the kernel — once the call took over again. Counted, not
+/// timed: the sleeps of a thread waiting in the progress epoll set (the
+/// kernel wakes it for every event on the watched socket, even one it then
+/// finds consumed and does not report), with every message sent only
+/// once its reader is seen parked. With the watch left on for input it
+/// woke about once per message; with output space watched too, once per
+/// arriving segment.
+#[test]
+fn a_parked_reader_keeps_the_progress_thread_asleep() {
+    use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering::SeqCst};
+    const ROUNDS: u64 = 20;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let ep = progress_epoll(&xb);
+    xb.progress();
+    while pending_events(ep) > 0 {}
+    assert_eq!(xb.watching(), XSocket::WATCH_INPUT);
+    // SAFETY: a new eventfd, to stop the sleeper.
+    let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 2,
+    };
+    // SAFETY: adding our eventfd to our epoll set.
+    let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, stop, &mut ev) };
+    assert_eq!(r, 0);
+    let (tid, wakes) = (AtomicI64::new(0), AtomicUsize::new(0));
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            // SAFETY: gettid has no preconditions.
+            tid.store(unsafe { libc::gettid() }.into(), SeqCst);
+            loop {
+                let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+                // SAFETY: `out` holds 4 events.
+                let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 4, -1) };
+                if out[..n.max(0) as usize].iter().any(|e| e.u64 == 2) {
+                    return;
+                }
+                wakes.fetch_add(1, SeqCst);
+            }
+        });
+        // Stops the sleeper however the rounds end (a failed assertion
+        // must not leave the scope waiting for it).
+        struct Stop(libc::c_int);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                let one: u64 = 1;
+                // SAFETY: writing 8 bytes to our eventfd.
+                unsafe { libc::write(self.0, (&one as *const u64).cast(), 8) };
+            }
+        }
+        let _stop = Stop(stop);
+        let t = Instant::now();
+        while tid.load(SeqCst) == 0 {
+            assert!(t.elapsed() < LIMIT);
+            std::thread::yield_now();
+        }
+        let tid = tid.load(SeqCst);
+        // Asleep in epoll_wait before the rounds start.
+        while !std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+            .unwrap()
+            .contains(") S ")
+        {
+            assert!(t.elapsed() < LIMIT);
+            std::thread::yield_now();
+        }
+        let before = sleeps(tid);
+        for round in 0..ROUNDS {
+            std::thread::scope(|sc| {
+                let reader = sc.spawn(|| recv_exact(&xb, 8));
+                let t = Instant::now();
+                while xb.watching() != 0 {
+                    assert!(t.elapsed() < LIMIT, "the reader never parked");
+                    std::thread::yield_now();
+                }
+                xa.send(&round.to_le_bytes(), false, None).unwrap();
+                assert_eq!(reader.join().unwrap(), round.to_le_bytes());
+            });
+            assert_eq!(xb.watching(), XSocket::WATCH_INPUT, "re-armed for input");
+        }
+        let woke = sleeps(tid) - before;
+        assert!(
+            woke <= 2,
+            "{ROUNDS} messages to a parked reader woke the progress thread {woke} times"
+        );
+        assert_eq!(wakes.load(SeqCst), 0);
+        // With no call parked, the progress thread is told of arrivals.
+        xa.send(b"unparked", false, None).unwrap();
+        let t = Instant::now();
+        while wakes.load(SeqCst) == 0 {
+            assert!(
+                t.elapsed() < LIMIT,
+                "an arrival with no call parked went unseen"
+            );
+            std::thread::yield_now();
+        }
+    });
+    assert_eq!(recv_exact(&xb, 8), b"unparked");
+    // SAFETY: our descriptors.
+    unsafe {
+        libc::close(ep);
+        libc::close(stop);
+    }
+}
+
 /// The progress-thread contract ([`XSocket::WATCH_EVENTS`] edge-triggered,
 /// [`XSocket::progress_if_idle`] on each event) moves output the engine had
 /// to queue because the kernel's send buffer was full. The receiver only
@@ -451,22 +598,16 @@ fn queued_output_leaves_on_output_space_alone() {
     set_buf(&a, libc::SO_SNDBUF, 16 << 10);
     set_buf(&b, libc::SO_RCVBUF, 16 << 10);
     let (xa, xb) = switch_both(&a, &b, &opts());
+    let ep = progress_epoll(&xa);
+    // Nothing held for the kernel: output space is not watched.
+    xa.progress();
+    assert_eq!(xa.watching(), XSocket::WATCH_INPUT);
     let data = pattern(15 * xa.peer_hello().payload(), 41);
     let sent = xa.send(&data, true, None).unwrap();
     // Far more than the two socket buffers hold: most of it is queued in
-    // the sender's engine.
+    // the sender's engine, and output space is watched now.
     assert!(sent >= 8 * xa.peer_hello().payload(), "sent {sent}");
-
-    // SAFETY: a new epoll instance.
-    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    assert!(ep >= 0);
-    let mut ev = libc::epoll_event {
-        events: XSocket::WATCH_EVENTS,
-        u64: 1,
-    };
-    // SAFETY: registering the engine's socket with our epoll.
-    let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, xa.tcp_fd(), &mut ev) };
-    assert_eq!(r, 0);
+    assert_eq!(xa.watching(), XSocket::WATCH_EVENTS);
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|sc| {
         let rx = sc.spawn(|| {

@@ -281,6 +281,13 @@ impl QpSlot {
         self.events.len() != before || cq_lens(cqs, self.send_cq, self.recv_cq) != cq_before
     }
 
+    /// Bytes sealed into segments and not yet accepted by the kernel (the
+    /// socket's send buffer was full): only a round after it drains sends
+    /// them.
+    pub(crate) fn tx_backlog(&self) -> u64 {
+        self.queued - self.written
+    }
+
     /// Registers what the socket should be watched for, if the context
     /// watches its sockets with epoll (`epoll` is `None` until something
     /// needs it: see `State::watch_all`).

@@ -144,6 +144,16 @@ pub(super) struct Interest {
 }
 
 impl Interest {
+    /// Tells the progress thread's epoll of a changed mask (`old` is the
+    /// mask before the change); each such `epoll_ctl` is counted
+    /// (`conn_epoll_mods`: the cost parking exists to avoid).
+    fn rewatch(&self, eng: &Reactor, id: u64, old: u32) {
+        if self.mask() != old && self.fd >= 0 {
+            stats::inc(&STATS.conn_epoll_mods);
+            eng.modify(self.fd, id, self.mask());
+        }
+    }
+
     fn mask(&self) -> u32 {
         let read = self.read && self.callers == 0 && self.parked.is_none();
         let edge = !read && self.edge;
@@ -379,9 +389,7 @@ impl Conn {
         if let Some(w) = write {
             i.write = w;
         }
-        if i.mask() != old && i.fd >= 0 {
-            eng.modify(i.fd, self.id, i.mask());
-        }
+        i.rewatch(eng, self.id, old);
     }
 
     /// A blocking receive takes over reading this connection: the progress
@@ -400,9 +408,7 @@ impl Conn {
         // progress thread: it was not watching it.
         park::clear(&mut i.parked);
         i.callers += 1;
-        if i.mask() != old {
-            eng.modify(i.fd, self.id, i.mask());
-        }
+        i.rewatch(eng, self.id, old);
         Some(i.fd)
     }
 
@@ -418,9 +424,7 @@ impl Conn {
             i.parked = Some(Instant::now());
             park::parked(self);
         }
-        if i.mask() != old && i.fd >= 0 {
-            eng.modify(i.fd, self.id, i.mask());
-        }
+        i.rewatch(eng, self.id, old);
         i.fd == fd
     }
 
@@ -432,9 +436,7 @@ impl Conn {
         i.read = false;
         i.edge = true;
         park::clear(&mut i.parked);
-        if i.mask() != old && i.fd >= 0 {
-            eng.modify(i.fd, self.id, i.mask());
-        }
+        i.rewatch(eng, self.id, old);
     }
 
     /// The descriptor is closed: nothing to watch, nothing parked.
@@ -467,9 +469,7 @@ impl Conn {
         }
         let old = i.mask();
         park::clear(&mut i.parked);
-        if i.mask() != old && i.fd >= 0 {
-            eng.modify(i.fd, self.id, i.mask());
-        }
+        i.rewatch(eng, self.id, old);
         stats::inc(&STATS.rx_unparks);
         true
     }

@@ -13,8 +13,13 @@
 //! program's descriptor would lag; every way the program can wait for it
 //! gives parked connections back first, so that it stays exact:
 //! - a blocking receive claims them and polls them itself;
-//! - a non-blocking receive polls them once, and gives them back before it
-//!   returns `EAGAIN` (the program is about to wait some other way);
+//! - a non-blocking receive polls them once and leaves them parked when it
+//!   returns `EAGAIN`: the program either receives again (a busy-poll
+//!   loop, or the drain to `EAGAIN` after a wake-up) and takes them over
+//!   for free, or waits, and every wait below gives them back or watches
+//!   them (giving them back at each `EAGAIN` cost an `epoll_ctl` and a
+//!   progress-thread wake-up per round trip: 5.2 and 3.9 in the suite's
+//!   latency loop);
 //! - `poll`/`ppoll` watch them itself (`Sock::wait_begin`);
 //! - `select`, `pselect`, `epoll_wait`, `epoll_pwait` and `epoll_pwait2`
 //!   give every parked connection back before they wait

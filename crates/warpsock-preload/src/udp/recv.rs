@@ -20,7 +20,7 @@ use super::config;
 use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN, HINT_UP};
 use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
 use super::park;
-use super::serve::Served;
+use super::serve::{whole_frame_waiting, Served};
 use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor::{self, Reactor};
@@ -75,8 +75,13 @@ impl Sock {
                 return r;
             }
             if nonblock && (driven.is_some() || !park::any()) {
-                // Parked connections looked at (given back when `driven`
-                // drops): the program waits some other way now.
+                // Parked connections looked at: they stay parked. A program
+                // that spins on non-blocking receives, or waits in poll and
+                // reads until EAGAIN, takes them over again for free; a
+                // real wait gives them back (`super::park`).
+                if let Some(d) = driven.as_mut() {
+                    d.park = true;
+                }
                 set_errno(libc::EAGAIN);
                 return -1;
             }
@@ -100,6 +105,29 @@ impl Sock {
             if nonblock && d.conns.is_empty() {
                 set_errno(libc::EAGAIN);
                 return -1;
+            }
+            if nonblock && d.conns.len() <= READ_UNPOLLED {
+                if let Some(eng) = d.eng.filter(|_| d.all_up()) {
+                    // A non-blocking call tries its few parked connections
+                    // with a read each instead of a poll over them, the
+                    // doorbell and the kernel socket (the sources behind
+                    // those were just looked at by `take`): one system call
+                    // when nothing is there, as on a kernel UDP socket, and
+                    // no poll before the read when a datagram is (the
+                    // common case after a poll that reported it).
+                    for (c, fd) in &d.conns {
+                        if c.still(*fd) {
+                            // SAFETY: the application's msghdr (contract).
+                            let served = unsafe { self.serve(eng, c, msg, flags, true) };
+                            if let Served::Dgram(n) = served {
+                                d.park = true;
+                                return n;
+                            }
+                        }
+                    }
+                    d.prune();
+                    continue;
+                }
             }
             if spin_until.is_none() {
                 let bp = match nonblock {
@@ -398,28 +426,46 @@ impl Sock {
         })
     }
 
-    /// The poll returned: input on a connection is taken up (the connection
-    /// joins the ready list, the doorbell rings, so the descriptor stays
-    /// readable for whoever looks next); the claim is given back. Returns
-    /// whether anything is there to receive.
+    /// The poll returned: a whole datagram waiting on a connection makes
+    /// the descriptor readable, for the program's next receive to read
+    /// from the parked connection; other input is taken up the long way
+    /// (the connection joins the ready list, the doorbell rings, so the
+    /// descriptor stays readable for whoever looks next). The connections
+    /// stay parked (`super::park`). Returns whether anything is there to
+    /// receive.
     pub(super) fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
-        let Ok(d) = wait.claim.downcast::<Driven>() else {
+        let Ok(mut d) = wait.claim.downcast::<Driven>() else {
             return false;
         };
         let bits = libc::POLLIN | libc::POLLERR | libc::POLLHUP;
+        let mut waiting = false;
         if let Some(eng) = d.eng {
+            let peer = lock(&self.inner).peer;
             for ((c, fd), r) in d.conns.iter().zip(revents) {
                 let r = *r & bits;
                 if r != 0 && c.still(*fd) {
                     stats::inc(&STATS.rx_poll_wakes);
-                    // poll and epoll share their bit values on Linux.
-                    c.handle(eng, &d.sock, r as u16 as u32, false);
+                    if r == libc::POLLIN
+                        && c.hint.load(Ordering::Relaxed) == HINT_UP
+                        && whole_frame_waiting(c, *fd, peer)
+                    {
+                        // The program's next receive reads it itself from
+                        // the parked connection.
+                        waiting = true;
+                    } else {
+                        // poll and epoll share their bit values on Linux.
+                        c.handle(eng, &d.sock, r as u16 as u32, false);
+                    }
                 }
             }
         }
+        // Parked, not given back: the program receives next (or waits
+        // again, which takes them over), so a round trip makes no
+        // `epoll_ctl` (those `handle` moved to the ready list stay there).
+        d.park = true;
         drop(d);
         let g = lock(&self.inner);
-        !g.rxq.is_empty() || !g.ready.is_empty()
+        waiting || !g.rxq.is_empty() || !g.ready.is_empty()
     }
 }
 
@@ -431,10 +477,15 @@ struct Driven {
     sock: Arc<Sock>,
     eng: Option<&'static Reactor>,
     conns: Vec<(Arc<Conn>, c_int)>,
-    /// The call returns a datagram: leave the connections parked
+    /// The call returns a datagram, or a non-blocking call found nothing:
+    /// leave the connections parked
     /// (`super::park`) rather than watched by the progress thread again.
     park: bool,
 }
+
+/// A non-blocking receive reads at most this many parked connections one
+/// by one (more are polled at once).
+const READ_UNPOLLED: usize = 2;
 
 /// A socket fed by more connections than this is left to the progress
 /// thread (one poll over many descriptors per receive would cost more).
@@ -470,6 +521,14 @@ impl Driven {
         }
         d.conns = conns;
         d
+    }
+
+    /// Whether every claimed connection is established (read by `serve`;
+    /// others are polled and handled as events).
+    fn all_up(&self) -> bool {
+        self.conns
+            .iter()
+            .all(|(c, _)| c.hint.load(Ordering::Relaxed) == HINT_UP)
     }
 
     /// Gives back the connections whose descriptor changed or closed, or

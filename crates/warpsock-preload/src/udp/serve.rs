@@ -23,13 +23,13 @@ use std::sync::Arc;
 use libc::{c_int, msghdr};
 
 use super::conn::{Conn, ConnSt, Rd};
-use super::core::frame::{Parsed, CTRL_PROVEN, HDR_LEN};
+use super::core::frame::{self, Parsed, CTRL_PROVEN, HDR_LEN};
 use super::core::setup::Phase;
 use super::sock::Sock;
 use super::stats::{self, STATS};
-use crate::shim::iov;
 use crate::shim::reactor::Reactor;
 use crate::shim::sys::{self, lock};
+use crate::shim::{iov, real};
 
 /// What serving one connection gave.
 pub(super) enum Served {
@@ -43,6 +43,45 @@ pub(super) enum Served {
 fn whole_frame(st: &ConnSt) -> bool {
     matches!(st.rx.peek(), Parsed::Frame(_) | Parsed::Control(..))
 }
+
+/// Whether a whole datagram for the program waits in the kernel's buffer of
+/// `conn`'s descriptor `fd`, looked at without taking it (`MSG_PEEK`, at
+/// most [`PEEK_LEN`] bytes): a poll that saw the descriptor readable can
+/// then say the program's descriptor is, and leave the connection parked
+/// for the receive call to read (no ready list, no doorbell, no
+/// `epoll_ctl`). `false` sends the caller the long way: bytes already in
+/// our buffer, a partial, long, control or filtered frame, the end of
+/// the stream, an error.
+pub(super) fn whole_frame_waiting(
+    conn: &Conn,
+    fd: c_int,
+    peer: Option<std::net::SocketAddr>,
+) -> bool {
+    let st = lock(&conn.st);
+    if st.fd != fd
+        || !st.setup.delivering()
+        || st.setup.unanswered()
+        || !st.rx.pending().is_empty()
+        || peer.is_some_and(|p| st.dest != Some(p))
+    {
+        return false;
+    }
+    let mut b = [0u8; PEEK_LEN];
+    // SAFETY: peeking into a local buffer of its length.
+    let n = unsafe {
+        real::recv(
+            fd,
+            b.as_mut_ptr().cast(),
+            b.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0 && matches!(frame::parse(&b[..n as usize]), Parsed::Frame(len) if len <= st.max_dgram)
+}
+
+/// How much of a connection [`whole_frame_waiting`] looks at: a latency
+/// pattern's datagrams fit; a longer one takes the long way.
+const PEEK_LEN: usize = 2048;
 
 impl Sock {
     /// Puts `conn` on the ready list (its input is the receive calls' to

@@ -148,6 +148,11 @@ counters! {
     /// library does not drive, a non-blocking receive that found nothing,
     /// or the grace period's end).
     rx_unparks,
+    /// `epoll_ctl` calls changing what the progress thread watches on a
+    /// connection: the watch handed between receive calls and the progress
+    /// thread, a connection joining or leaving the ready list, write
+    /// interest. A parked round trip makes none.
+    conn_epoll_mods,
     /// Blocking receives whose data turned up while busy-polling
     /// (`WARPSOCK_BUSY_POLL_US`), before the call went to sleep.
     rx_busy_poll_hits,

@@ -84,6 +84,19 @@ pub(crate) fn linger(bound: Duration) {
     }
 }
 
+/// Starts the thread that finishes a close in the background, with every
+/// asynchronous signal blocked (as the reactor's thread): a signal the
+/// program directs at the process must reach one of the program's own
+/// threads, whose blocked calls it is meant to interrupt — never this
+/// library thread, which may linger for seconds.
+fn spawn_closer(f: impl FnOnce() + Send + 'static) -> std::io::Result<std::thread::JoinHandle<()>> {
+    sys::with_async_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("warpsock-close".into())
+            .spawn(f)
+    })
+}
+
 struct Ready(Weak<DdpSock>);
 
 impl Handler for Ready {
@@ -172,6 +185,15 @@ impl DdpSock {
             ) {
                 return Err(errno());
             }
+            let (tcp_fd, id) = (s.x.tcp_fd(), s.id);
+            s.x.set_watch(Box::new(move |events| {
+                // Only the process whose reactor this is: a forked child
+                // shares the parent's epoll instance, and must not change
+                // what the parent's progress thread watches.
+                if reactor::current().is_some_and(|e| std::ptr::eq(e, eng)) {
+                    eng.modify(tcp_fd, id, events);
+                }
+            }));
             let weak = Arc::downgrade(&s);
             s.x.set_on_progress(Box::new(move |r| {
                 // A program thread blocked in a call processed arrivals
@@ -319,17 +341,15 @@ impl Socket for DdpSock {
         // every byte sent; close(2) returns at once, as for TCP.
         CLOSING.fetch_add(1, Ordering::AcqRel);
         let linger = config::get().linger;
-        let spawned = std::thread::Builder::new()
-            .name("warpsock-close".into())
-            .spawn(move || {
-                // The engine's last calls (closing its descriptors as `me`
-                // drops) are library calls too: under the guard.
-                enter((), move || {
-                    me.x.close(linger);
-                    drop(me);
-                });
-                CLOSING.fetch_sub(1, Ordering::AcqRel);
+        let spawned = spawn_closer(move || {
+            // The engine's last calls (closing its descriptors as `me`
+            // drops) are library calls too: under the guard.
+            enter((), move || {
+                me.x.close(linger);
+                drop(me);
             });
+            CLOSING.fetch_sub(1, Ordering::AcqRel);
+        });
         if spawned.is_err() {
             CLOSING.fetch_sub(1, Ordering::AcqRel);
         }
@@ -552,5 +572,38 @@ impl Drop for DdpSock {
     fn drop(&mut self) {
         sys::close(self.kfd);
         sys::close(self.dead);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocked(sig: c_int) -> bool {
+        // SAFETY: reads the calling thread's mask into a zeroed set.
+        unsafe {
+            let mut cur: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
+            libc::sigismember(&cur, sig) == 1
+        }
+    }
+
+    #[test]
+    fn the_close_thread_blocks_asynchronous_signals_and_the_caller_keeps_its_mask() {
+        let before = [libc::SIGTERM, libc::SIGINT, libc::SIGALRM].map(blocked);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = spawn_closer(move || {
+            let seen = [libc::SIGTERM, libc::SIGINT, libc::SIGALRM, libc::SIGSEGV].map(blocked);
+            tx.send(seen).expect("the test waits");
+        })
+        .expect("a thread");
+        h.join().expect("the closer ran");
+        let [term, int, alrm, segv] = rx.recv().expect("the closer reported");
+        assert!(term && int && alrm, "asynchronous signals blocked");
+        assert!(!segv, "faults stay the thread's own");
+        assert_eq!(
+            [libc::SIGTERM, libc::SIGINT, libc::SIGALRM].map(blocked),
+            before
+        );
     }
 }

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,11 @@ pub struct XSocket {
     /// skips a socket a call is parked on without contending for the lock
     /// the call takes back when it wakes (see `progress_if_idle`).
     pub(crate) parked: AtomicBool,
+    /// See [`XSocket::set_watch`].
+    watch: OnceLock<Box<dyn Fn(u32) + Send + Sync>>,
+    /// The events the progress thread watches [`Self::tcp_fd`] for now
+    /// (what `watch` was last told; changed under the socket's lock).
+    watching: AtomicU32,
 }
 
 impl std::fmt::Debug for XSocket {
@@ -276,6 +281,8 @@ impl XSocket {
             stats: Counters::new(),
             on_progress: OnceLock::new(),
             parked: AtomicBool::new(false),
+            watch: OnceLock::new(),
+            watching: AtomicU32::new(Self::WATCH_EVENTS),
             _ctx: e.ctx,
             pd: e.pd,
             cq: e.cq,
@@ -537,6 +544,7 @@ impl XSocket {
         if let Err(e) = self.qp.post_send(wr) {
             self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}"));
         }
+        self.rearm();
     }
 
     /// One non-blocking round: polls the engine and processes. Returns
@@ -564,6 +572,7 @@ impl XSocket {
         self.check_events(st);
         super::rio::pump(self, st);
         self.flush(st);
+        self.rearm();
         any
     }
 
@@ -604,6 +613,13 @@ impl XSocket {
         }
         st.driving = true;
         self.parked.store(true, Ordering::Release);
+        // The call reads the socket itself now (and the engine's wait
+        // watches for output space while it holds a backlog): the progress
+        // thread would only wake for what the call reads anyway — one more
+        // context switch per message. Re-armed by the call's next round
+        // (`drive_now` below), which reports what came meanwhile (epoll
+        // checks readiness when the interest changes).
+        self.set_watching(0);
         drop(st);
         let mut wcs = [Wc::default(); 32];
         let n = self.cq.wait(&mut wcs, slice).unwrap_or(0);
@@ -641,6 +657,52 @@ impl XSocket {
     pub fn tcp_fd(&self) -> RawFd {
         self.tcp_fd
     }
+
+    /// Sets how the progress thread's watch of [`Self::tcp_fd`] is changed
+    /// (`EPOLL_CTL_MOD` to the events given): it is off while a call is
+    /// parked in the engine, and asks for output space only while the
+    /// engine holds bytes for a full send buffer ([`Qp::send_backlog`]).
+    /// Registered at first for [`Self::WATCH_EVENTS`]. Called with the
+    /// socket's lock held: it must not call back into this socket. Once
+    /// per socket; later calls are ignored.
+    pub fn set_watch(&self, f: Box<dyn Fn(u32) + Send + Sync>) {
+        let _ = self.watch.set(f);
+    }
+
+    /// The events the progress thread watches [`Self::tcp_fd`] for now
+    /// (for tests: 0 while a call is parked).
+    pub fn watching(&self) -> u32 {
+        self.watching.load(Ordering::Acquire)
+    }
+
+    fn set_watching(&self, events: u32) {
+        if self.watching.swap(events, Ordering::AcqRel) != events {
+            if let Some(f) = self.watch.get() {
+                f(events);
+            }
+        }
+    }
+
+    /// After a round or a post by a thread that is not parked: input and
+    /// the peer's FIN always, output space only while the engine holds a
+    /// backlog (a writable socket reports `EPOLLOUT` at every change of
+    /// interest and with every arriving segment: watched always, it woke
+    /// the progress thread once per message).
+    fn rearm(&self) {
+        if self.parked.load(Ordering::Acquire) {
+            return;
+        }
+        let want = if self.qp.send_backlog() > 0 {
+            Self::WATCH_EVENTS
+        } else {
+            Self::WATCH_INPUT
+        };
+        self.set_watching(want);
+    }
+
+    /// [`Self::WATCH_EVENTS`] without output space: what the progress
+    /// thread watches while the engine holds nothing for the kernel.
+    pub const WATCH_INPUT: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
 
     /// The epoll events a progress thread must watch [`Self::tcp_fd`] for,
     /// edge-triggered: input, the peer's FIN, and *output space*. The
