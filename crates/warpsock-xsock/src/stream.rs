@@ -105,6 +105,8 @@ struct PeerSink {
     ad: SinkAd,
     written: u32,
     active: bool,
+    /// Offered ahead of the stream (bytes before it were still to come).
+    ahead: bool,
 }
 
 /// How the next bytes of a send call go out ([`Stream::tx_data`]).
@@ -319,7 +321,7 @@ impl Stream {
                     self.free(slot);
                     return Ok(());
                 }
-                self.sinks_declined_by_stream();
+                self.sinks_declined_by_stream(Some(self.rx_seq + len as u64));
                 self.rx_seq += len as u64;
                 self.readable_bytes += len;
                 self.segs.push_back(Seg {
@@ -340,6 +342,7 @@ impl Stream {
                     ad,
                     written: 0,
                     active: false,
+                    ahead: false,
                 });
                 self.settle_peer_sinks();
             }
@@ -367,7 +370,7 @@ impl Stream {
                     return Err(StreamError::DataAfterEof);
                 }
                 self.eof = true;
-                self.sinks_declined_by_stream();
+                self.sinks_declined_by_stream(None);
             }
         }
         self.free(slot);
@@ -385,11 +388,17 @@ impl Stream {
         self.reposts.drain(..)
     }
 
-    /// Stream bytes past a sink's position arrived (or the stream ended)
-    /// while it was offered: the peer declined it.
-    fn sinks_declined_by_stream(&mut self) {
+    /// Stream bytes past a sink's position arrived (DATA ending at `end`),
+    /// or the stream ended (`None`), while it was offered: the peer declined
+    /// it. (DATA that ends at or before the position of a sink offered
+    /// ahead of the stream, [`Self::post_sink_after`], is the bytes before
+    /// it.)
+    fn sinks_declined_by_stream(&mut self, end: Option<u64>) {
         let out = &mut self.out;
         for s in &mut self.sinks {
+            if end.is_some_and(|e| e <= s.ad.rx_seq) {
+                continue;
+            }
             match s.state {
                 SinkState::Queued => {
                     out.retain(|b| !matches!(b, Body::Sink(ad) if ad.id == s.ad.id));
@@ -505,6 +514,12 @@ impl Stream {
                 h.active = true;
                 return;
             }
+            if h.ad.rx_seq > self.tx_seq && !self.eof_queued {
+                // Offered ahead of the stream: the bytes before it go as
+                // DATA first (`tx_data` stops them at its position).
+                h.ahead = true;
+                return;
+            }
             let id = h.ad.id;
             self.peer_sinks.pop_front();
             self.out.push_back(Body::SinkDone {
@@ -550,11 +565,22 @@ impl Stream {
         if !self.may_send() {
             return TxStep::Blocked;
         }
-        let len = avail.min(self.peer.payload());
+        let mut len = avail.min(self.peer.payload());
+        // A sink offered ahead: DATA up to its position, not past it.
+        let ahead = self
+            .peer_sinks
+            .front()
+            .map(|s| s.ad.rx_seq.saturating_sub(self.tx_seq));
+        if let Some(gap) = ahead {
+            len = len.min(usize::try_from(gap).unwrap_or(usize::MAX));
+        }
         let msg = self.stamp(Body::Data {
             eom: eom && len == avail,
         });
         self.tx_seq += len as u64;
+        if ahead.is_some() {
+            self.settle_peer_sinks();
+        }
         TxStep::Data { msg, len }
     }
 
@@ -574,10 +600,24 @@ impl Stream {
 
     /// The send call is over: a sink it wrote into (and that does not want
     /// to be filled) is finished, so the reader gets the bytes now.
+    ///
+    /// A sink offered ahead that the call did not write into is declined:
+    /// the reader holds the bytes before it (all of them, or the call
+    /// ended short of its position), and over TCP its read would return
+    /// them now rather than wait for our next call.
     pub fn tx_end_call(&mut self) {
         if let Some(s) = self.peer_sinks.front() {
             if s.active && s.written > 0 && !s.ad.waitall {
                 self.finish_peer_sink(true);
+            } else if s.ahead && s.written == 0 {
+                let id = s.ad.id;
+                self.peer_sinks.pop_front();
+                self.out.push_back(Body::SinkDone {
+                    id,
+                    len: 0,
+                    eom: false,
+                });
+                self.settle_peer_sinks();
             }
         }
     }
@@ -656,6 +696,13 @@ impl Stream {
         peer_has == 0 || (peer_has == 1 && self.credits == u32::from(self.peer.slots))
     }
 
+    /// Whether the peer offered a sink we have not finished (in use, or
+    /// offered ahead of the stream: the next bytes up to its position go as
+    /// DATA, the following ones into it).
+    pub fn sink_offered(&self) -> bool {
+        !self.peer_sinks.is_empty()
+    }
+
     /// Whether a sink the peer offered is in use: the next bytes of a send
     /// call go straight into the reader's buffer.
     pub fn sink_ready(&self) -> bool {
@@ -692,6 +739,26 @@ impl Stream {
     /// # Panics
     /// If those conditions do not hold.
     pub fn post_sink(&mut self, stag: u32, to: u64, len: u32, waitall: bool) -> u32 {
+        self.post_sink_after(0, stag, to, len, waitall)
+    }
+
+    /// [`Self::post_sink`] for the stream bytes that follow the next `skip`
+    /// ones (a vectored read whose first buffers are small: they take the
+    /// `skip` bytes, which come as DATA, and the large buffer after them
+    /// is the sink). The sender sends DATA up to the sink's position, then
+    /// writes into it; bytes it had sent past that position already make it
+    /// decline, as for any sink.
+    ///
+    /// # Panics
+    /// As [`Self::post_sink`].
+    pub fn post_sink_after(
+        &mut self,
+        skip: u32,
+        stag: u32,
+        to: u64,
+        len: u32,
+        waitall: bool,
+    ) -> u32 {
         assert!(
             self.segs.is_empty() && !self.eof && self.sinks.iter().all(|s| s.state.is_final()),
             "a sink only on an empty queue, one at a time"
@@ -701,7 +768,7 @@ impl Stream {
         let ad = SinkAd {
             id,
             len,
-            rx_seq: self.rx_seq,
+            rx_seq: self.rx_seq + u64::from(skip),
             stag,
             to,
             waitall,

@@ -348,3 +348,71 @@ fn one_sided_mappings_are_looked_up_by_offset_and_access() {
     s.on_message(1, &u).unwrap();
     assert_eq!(s.peer_map(1 << 20, 10, true), Err(MapError::NotMapped));
 }
+
+/// A sink offered ahead of the stream (a vectored read whose first buffer
+/// is small): the sender sends DATA up to its position — never past it —
+/// then writes into it; the receiver keeps it through that DATA, and a
+/// sender that had sent past the position already declines it.
+#[test]
+fn a_sink_offered_ahead_takes_the_bytes_after_the_skipped_ones() {
+    let mut rx = Stream::new(hello(4, 256), hello(4, 256));
+    let mut tx = Stream::new(hello(4, 256), hello(4, 256));
+    let id = rx.post_sink_after(8, 9, 0x1000, 100, false);
+    let offer = rx.poll_msg().unwrap();
+    tx.on_message(0, &encode(offer)).unwrap();
+    // One send call of 8 + 100 + 8 bytes.
+    let TxStep::Data { msg, len } = tx.tx_data(116, true) else {
+        panic!("DATA first")
+    };
+    assert_eq!(len, 8, "DATA stops at the sink's position");
+    let mut d = encode(msg);
+    d.extend_from_slice(&[1; 8]);
+    rx.on_message(1, &d).unwrap();
+    assert_eq!(
+        rx.sink_state(id),
+        SinkState::Offered,
+        "the skipped bytes keep it"
+    );
+    assert_eq!(rx.readable(), 8);
+    assert_eq!(
+        tx.tx_data(108, true),
+        TxStep::Write {
+            stag: 9,
+            to: 0x1000,
+            len: 100
+        }
+    );
+    tx.tx_wrote(100);
+    // The sink is full: its SINK_DONE goes, then the rest as DATA.
+    let done = tx.poll_msg().unwrap();
+    assert!(matches!(done.body, Body::SinkDone { id: i, len: 100, .. } if i == id));
+    assert!(matches!(tx.tx_data(8, true), TxStep::Data { len: 8, .. }));
+    rx.on_message(2, &encode(done)).unwrap();
+    assert_eq!(
+        rx.sink_state(id),
+        SinkState::Filled {
+            len: 100,
+            eom: false
+        }
+    );
+    assert_eq!(rx.rx_seq(), 108);
+
+    // The sender was past the position already: declined, and the DATA
+    // that crosses it tells the receiver so.
+    let mut rx = Stream::new(hello(4, 256), hello(4, 256));
+    let mut tx = Stream::new(hello(4, 256), hello(4, 256));
+    let TxStep::Data { msg, len } = tx.tx_data(16, true) else {
+        panic!("DATA")
+    };
+    assert_eq!(len, 16);
+    let id = rx.post_sink_after(8, 9, 0x1000, 100, false);
+    tx.on_message(0, &encode(rx.poll_msg().unwrap())).unwrap();
+    assert!(matches!(
+        tx.poll_msg().unwrap().body,
+        Body::SinkDone { len: 0, .. }
+    ));
+    let mut d = encode(msg);
+    d.extend_from_slice(&[2; 16]);
+    rx.on_message(1, &d).unwrap();
+    assert_eq!(rx.sink_state(id), SinkState::Declined);
+}

@@ -307,7 +307,8 @@ impl XSocket {
                 };
             }
             if sink {
-                let (guard, n) = self.recv_sink(st, &mut buf[got..], flags.waitall, deadline);
+                let (guard, _, n) =
+                    self.recv_sink(st, &mut [], &mut buf[got..], flags.waitall, deadline);
                 st = guard;
                 got += n;
                 if n > 0 && (!flags.waitall || got == buf.len()) {
@@ -346,15 +347,30 @@ impl XSocket {
             }
             return Ok((n, eor));
         }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // A large buffer after small ones (a header, then the body): offered
+        // as a sink ahead of the stream, so that only the small ones' bytes
+        // are copied. `got` bytes of the buffers are filled in order.
+        let mut got = if flags.nonblocking {
+            0
+        } else {
+            self.recv_into_later_sink(bufs, flags.waitall, deadline)?
+        };
         // Buffer by buffer: the first read waits as the call asks; once
         // bytes were delivered, the rest only takes what is queued (as
         // `readv` on TCP returns what is there), unless `MSG_WAITALL`.
-        let mut got = 0;
+        let mut skip = got;
         for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            let b = &mut b[std::mem::take(&mut skip)..];
             let f = RecvFlags {
                 nonblocking: flags.nonblocking || (got > 0 && !flags.waitall),
                 ..flags
             };
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             match self.recv(b, f, timeout) {
                 Ok((n, _)) => {
                     got += n;
@@ -441,15 +457,81 @@ impl XSocket {
         }
     }
 
-    /// Offers `buf` as a sink and waits until the peer filled or declined
-    /// it. Returns the bytes placed.
+    /// The start of a vectored read (blocking, stream mode) whose buffers
+    /// open with small ones followed by one of at least `zcopy_min` bytes:
+    /// if nothing is queued, the large buffer is offered as a sink for the
+    /// bytes after the small ones' (they come as DATA and are copied).
+    /// Returns how many bytes of `bufs` (from the start, in order) it
+    /// filled: 0 if it did not apply.
+    fn recv_into_later_sink(
+        &self,
+        bufs: &mut [&mut [u8]],
+        waitall: bool,
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        /// The small buffers' bytes at most: they are copied.
+        const MAX_SKIP: usize = 4096;
+        let Some(i) = bufs.iter().position(|b| b.len() >= self.opts.zcopy_min) else {
+            return Ok(0);
+        };
+        let skip: usize = bufs[..i].iter().map(|b| b.len()).sum();
+        if i == 0 || skip == 0 || skip > MAX_SKIP {
+            return Ok(0);
+        }
+        let st = self.lock();
+        let idle = st.residue_off == st.residue.len()
+            && st.s.readable() == 0
+            && !st.s.eof()
+            && !st.shut_rd
+            && !st.msg_mode
+            && !st.over();
+        if !idle {
+            return Ok(0);
+        }
+        let (head, rest) = bufs.split_at_mut(i);
+        let (st, copied, placed) = self.recv_sink(st, head, rest[0], waitall, deadline);
+        let err = Self::dead(&st);
+        drop(st);
+        match err {
+            Some(e) if copied + placed == 0 => Err(e),
+            _ => Ok(copied + placed),
+        }
+    }
+
+    /// Copies readable stream bytes into the unfilled part of `head` (the
+    /// buffers before a sink offered ahead), `done` bytes of which are
+    /// filled. Returns the new `done`.
+    fn fill_head(&self, st: &mut State, head: &mut [&mut [u8]], mut done: usize) -> usize {
+        let mut at = 0;
+        for b in head.iter_mut() {
+            let end = at + b.len();
+            if done < end {
+                let n = st.s.readable().min(end - done);
+                if n == 0 {
+                    break;
+                }
+                self.copy_out(st, &mut b[done - at..done - at + n], false);
+                done += n;
+            }
+            at = end;
+        }
+        done
+    }
+
+    /// Offers `buf` as a sink — for the bytes after the `head` buffers'
+    /// (empty: the next bytes), which are copied into them as they come —
+    /// and waits until the peer filled or declined it. Returns the bytes
+    /// copied into `head` and the bytes placed into `buf`.
     fn recv_sink<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
+        head: &mut [&mut [u8]],
         buf: &mut [u8],
         waitall: bool,
         deadline: Option<Instant>,
-    ) -> (MutexGuard<'a, State>, usize) {
+    ) -> (MutexGuard<'a, State>, usize, usize) {
+        let skip: usize = head.iter().map(|b| b.len()).sum();
+        let mut copied = 0;
         let len = buf.len().min(u32::MAX as usize);
         #[allow(unsafe_code)]
         // SAFETY: `buf` outlives this call, which returns only once the
@@ -463,12 +545,15 @@ impl XSocket {
                 Access::LOCAL_WRITE | Access::REMOTE_WRITE,
             )
         };
-        let id = st.s.post_sink(mr.rkey(), mr.addr(), len as u32, waitall);
+        let id =
+            st.s.post_sink_after(skip as u32, mr.rkey(), mr.addr(), len as u32, waitall);
         self.flush(&mut st);
         // Once cancelled, the wait for the peer's answer is bounded too.
         let mut answer_by: Option<Instant> = None;
         let placed = loop {
+            copied = self.fill_head(&mut st, head, copied);
             match st.s.sink_state(id) {
+                // Its bytes follow the head's, which came before its end.
                 SinkState::Filled { len, .. } => break len as usize,
                 SinkState::Declined => break 0,
                 _ => {}
@@ -477,7 +562,13 @@ impl XSocket {
                 break 0;
             }
             let now = Instant::now();
-            if answer_by.is_none() && deadline.is_some_and(|d| now >= d) {
+            // Bytes for the head arrived: a read returns once some bytes
+            // are there (the peer may send nothing more until answered), so
+            // the sink is withdrawn — the peer's answer still reports what
+            // it wrote (a sender in the middle of its call writes the rest
+            // first).
+            let head_started = copied > 0;
+            if answer_by.is_none() && (head_started || deadline.is_some_and(|d| now >= d)) {
                 st.s.cancel_sink(id);
                 self.flush(&mut st);
                 answer_by = Some(now + self.opts.sink_cancel_timeout);
@@ -501,8 +592,12 @@ impl XSocket {
             st = self.wait_as(st, answer_by.or(deadline), true);
         };
         st.s.release_sink(id);
+        copied = self.fill_head(&mut st, head, copied);
+        // Placed bytes count only behind a full head (they follow it in
+        // the stream: a head still short means the connection died first).
+        let placed = if copied == skip { placed } else { 0 };
         self.count(Count::RxPlaced, placed);
         drop(mr);
-        (st, placed)
+        (st, copied, placed)
     }
 }

@@ -334,6 +334,14 @@ impl XSocket {
         st.s.sink_ready()
     }
 
+    /// Whether the peer has offered a sink not yet finished, in use or
+    /// ahead of the stream (after a round of progress).
+    pub fn peer_sink_offered(&self) -> bool {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        st.s.sink_offered()
+    }
+
     /// Sends `bytes` as one message, bypassing the books: for tests of a
     /// peer that breaks the protocol (and what it is told).
     #[doc(hidden)]
