@@ -9,7 +9,7 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -230,8 +230,16 @@ impl State {
 pub(crate) struct Inner {
     state: Mutex<State>,
     /// Signalled when completions arrive (progress-thread mode) and when
-    /// the last borrow of region bytes ends.
-    pub(crate) cv: Condvar,
+    /// the last borrow of region bytes ends: through [`Inner::notify`],
+    /// never directly.
+    cv: Condvar,
+    /// Threads in [`Inner::wait_cv`] (counted under the lock). Signalling
+    /// a condition variable is a `futex` wake system call even with
+    /// nobody waiting, and the common notifiers (every borrow's end, every
+    /// progress round of the progress thread) run on the data path: with
+    /// this count they cost nothing when nobody waits (session 9: one
+    /// `futex` per Send completion the bandwidth test checked).
+    cv_waiters: AtomicUsize,
     pub(crate) epoll: Epoll,
     wake: EventFd,
     pub(crate) progress: Progress,
@@ -252,10 +260,32 @@ impl Inner {
         st: MutexGuard<'a, State>,
         d: Duration,
     ) -> MutexGuard<'a, State> {
-        self.cv
+        // Counted while the lock is held: a notifier that changed the
+        // state under the lock after this thread checked it sees the
+        // count (the lock orders the two), so no wake-up is lost.
+        self.cv_waiters.fetch_add(1, Ordering::SeqCst);
+        let st = self
+            .cv
             .wait_timeout(st, d)
             .unwrap_or_else(PoisonError::into_inner)
-            .0
+            .0;
+        self.cv_waiters.fetch_sub(1, Ordering::SeqCst);
+        st
+    }
+
+    /// Wakes the threads in [`Inner::wait_cv`], if there are any. Call it
+    /// after the change it announces was made under the lock (with the
+    /// lock still held or already released).
+    pub(crate) fn notify(&self) {
+        if self.cv_waiters.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Threads waiting in [`Inner::wait_cv`] now.
+    #[cfg(test)]
+    pub(crate) fn cv_waiters(&self) -> usize {
+        self.cv_waiters.load(Ordering::SeqCst)
     }
 
     /// Caller-driven progress over every queue pair that may have work.
@@ -302,7 +332,7 @@ impl Inner {
             _ => false,
         };
         if changed && self.progress == Progress::Thread {
-            self.cv.notify_all();
+            self.notify();
         }
     }
 
@@ -318,7 +348,7 @@ impl Inner {
                 self.kick(st, qi);
             }
         }
-        self.cv.notify_all();
+        self.notify();
         if self.progress == Progress::Thread {
             // The progress thread re-checks its sockets.
             self.wake.notify();
@@ -357,7 +387,7 @@ impl Inner {
         if staged {
             // Consume them now: epoll will not report bytes already read.
             if st.service(qi, &self.epoll) && self.progress == Progress::Thread {
-                self.cv.notify_all();
+                self.notify();
             }
         } else {
             self.kick(&mut st, qi);
@@ -395,7 +425,7 @@ impl Inner {
                 lingering = st.detached > 0;
             }
             if changed {
-                self.cv.notify_all();
+                self.notify();
             }
         }
     }
@@ -464,6 +494,7 @@ impl Context {
                 deferred: false,
             }),
             cv: Condvar::new(),
+            cv_waiters: AtomicUsize::new(0),
             epoll,
             wake,
             progress: opts.progress,

@@ -96,7 +96,7 @@ impl Drop for Borrow<'_> {
         if st.readers + st.writers == 0 {
             inner.borrows_ended(&mut st);
         }
-        inner.cv.notify_all();
+        inner.notify();
     }
 }
 
@@ -264,5 +264,42 @@ impl Drop for Mr {
             sys::munlock(self.base as *const u8, self.len);
         }
         self.sh.inner.lock().reg.deregister(self.stag);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use crate::{Access, Context, Progress};
+
+    /// The end of a borrow wakes only counted waiters (`Inner::notify`):
+    /// a thread blocked on a region another thread writes is counted while
+    /// it waits, and gets the region when the writer's borrow ends; with
+    /// nobody waiting, the count is 0 and ending a borrow wakes nobody.
+    #[test]
+    fn a_thread_waiting_for_a_region_is_counted_and_woken() {
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let pd = ctx.alloc_pd();
+        let m = pd.alloc(8, Access::LOCAL_WRITE);
+        let inner = &m.sh.inner;
+        assert_eq!(inner.cv_waiters(), 0);
+        m.with_bytes(|_| {});
+        assert_eq!(inner.cv_waiters(), 0, "a borrow alone counts no waiter");
+        std::thread::scope(|s| {
+            let reader = m.with_bytes_mut(|b| {
+                b[0] = 7;
+                let reader = s.spawn(|| m.with_bytes(|b| b[0]));
+                // The reader must block on this exclusive borrow.
+                let deadline = Instant::now() + std::time::Duration::from_secs(10);
+                while inner.cv_waiters() == 0 {
+                    assert!(Instant::now() < deadline, "the reader never waited");
+                    std::thread::yield_now();
+                }
+                reader
+            });
+            assert_eq!(reader.join().unwrap(), 7);
+        });
+        assert_eq!(inner.cv_waiters(), 0);
     }
 }

@@ -186,7 +186,7 @@ impl Qp {
             q.unregister(&inner.epoll);
         });
         if self.sh.inner.progress == Progress::Thread {
-            self.sh.inner.cv.notify_all();
+            self.sh.inner.notify();
         }
         // Drop closes the socket, which now resets the connection.
     }
@@ -218,7 +218,7 @@ impl Drop for Qp {
         st.reap(&inner.epoll);
         drop(st);
         if inner.progress == Progress::Thread {
-            inner.cv.notify_all();
+            inner.notify();
         }
     }
 }

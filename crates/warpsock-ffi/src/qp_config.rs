@@ -37,6 +37,16 @@ fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
 
+/// The body every setter that cannot fail shares: a NULL handle is
+/// `WARPSOCK_RESULT_NULL_PARAMETER`, a panic stays inside the boundary,
+/// else `set` changes the configuration.
+fn update(config: *mut warpsock_qp_config, set: impl FnOnce(&mut QpConfig)) -> warpsock_result {
+    ffi_panic_boundary! {
+        set(try_mut_from_ptr!(config));
+        warpsock_result::Ok
+    }
+}
+
 /// Creates a queue pair configuration with the defaults: send and receive
 /// queues of 1024, CRC off, no markers, IRD = ORD = 16, peer-to-peer RTR
 /// offered, no private data, 10 s connect and MPA timeouts, FPDUs sized to
@@ -88,12 +98,10 @@ pub extern "C" fn warpsock_qp_config_set_crc_markers(
     crc: bool,
     markers: bool,
 ) -> warpsock_result {
-    ffi_panic_boundary! {
-        let c = try_mut_from_ptr!(config);
+    update(config, |c| {
         c.options.crc = crc;
         c.options.markers = markers;
-        warpsock_result::Ok
-    }
+    })
 }
 
 /// Sets the inbound RDMA Read depth offered (`ird`) and the outbound depth
@@ -104,12 +112,10 @@ pub extern "C" fn warpsock_qp_config_set_ird_ord(
     ird: u16,
     ord: u16,
 ) -> warpsock_result {
-    ffi_panic_boundary! {
-        let c = try_mut_from_ptr!(config);
+    update(config, |c| {
         c.options.ird = ird;
         c.options.ord = ord;
-        warpsock_result::Ok
-    }
+    })
 }
 
 /// Initiator: offer peer-to-peer setup with a zero-length RDMA Write as
@@ -120,10 +126,7 @@ pub extern "C" fn warpsock_qp_config_set_peer_to_peer(
     config: *mut warpsock_qp_config,
     on: bool,
 ) -> warpsock_result {
-    ffi_panic_boundary! {
-        try_mut_from_ptr!(config).options.peer_to_peer = on;
-        warpsock_result::Ok
-    }
+    update(config, |c| c.options.peer_to_peer = on)
 }
 
 /// Initiator: private data for the MPA Request (copied; at most
@@ -175,10 +178,9 @@ pub extern "C" fn warpsock_qp_config_set_mulpdu(
     config: *mut warpsock_qp_config,
     mulpdu: usize,
 ) -> warpsock_result {
-    ffi_panic_boundary! {
-        try_mut_from_ptr!(config).options.mulpdu = (mulpdu != 0).then_some(mulpdu);
-        warpsock_result::Ok
-    }
+    update(config, |c| {
+        c.options.mulpdu = (mulpdu != 0).then_some(mulpdu);
+    })
 }
 
 /// Sets TCP options: `TCP_NODELAY`, `TCP_USER_TIMEOUT` in milliseconds
@@ -194,14 +196,13 @@ pub extern "C" fn warpsock_qp_config_set_tcp(
     send_buffer: usize,
     recv_buffer: usize,
 ) -> warpsock_result {
-    ffi_panic_boundary! {
-        let t = &mut try_mut_from_ptr!(config).options.tcp;
+    update(config, |c| {
+        let t = &mut c.options.tcp;
         t.nodelay = nodelay;
         t.user_timeout = ms(user_timeout_ms);
         t.send_buffer = (send_buffer != 0).then_some(send_buffer);
         t.recv_buffer = (recv_buffer != 0).then_some(recv_buffer);
-        warpsock_result::Ok
-    }
+    })
 }
 
 /// Sets TCP keepalive: idle time before the first probe and the probe
@@ -214,13 +215,12 @@ pub extern "C" fn warpsock_qp_config_set_keepalive(
     interval_ms: u64,
     count: u32,
 ) -> warpsock_result {
-    ffi_panic_boundary! {
-        let t = &mut try_mut_from_ptr!(config).options.tcp;
+    update(config, |c| {
+        let t = &mut c.options.tcp;
         t.keepalive_idle = ms(idle_ms);
         t.keepalive_interval = ms(interval_ms);
         t.keepalive_count = count;
-        warpsock_result::Ok
-    }
+    })
 }
 
 /// Adds a receive to post on every queue pair made with this configuration
@@ -253,10 +253,7 @@ pub extern "C" fn warpsock_qp_config_add_recv(
 pub extern "C" fn warpsock_qp_config_clear_recvs(
     config: *mut warpsock_qp_config,
 ) -> warpsock_result {
-    ffi_panic_boundary! {
-        try_mut_from_ptr!(config).recvs.clear();
-        warpsock_result::Ok
-    }
+    update(config, |c| c.recvs.clear())
 }
 
 pub(crate) fn check_private_data(data: &[u8]) -> Result<(), warpsock_result> {

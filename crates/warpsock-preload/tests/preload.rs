@@ -86,6 +86,29 @@ fn nonblocking_receives_keep_connections_parked() {
     assert_eq!(r.stat("rx_unparks"), 0, "{}", r.stderr);
 }
 
+/// A sender's close is invisible to the receiver (closing note of session
+/// 8, item 4): for poll, select, epoll and a blocking receive, the end of
+/// the sender's connection leaves the descriptor unreadable (a receive says
+/// EAGAIN or times out, never returns 0) and the next sender is heard. The
+/// parking's safety-net timer is off, so each wait must take up the end of
+/// stream itself (poll) or give the parked connection back so that the
+/// progress thread does (select, epoll).
+#[test]
+fn a_peers_close_leaves_the_descriptor_unreadable() {
+    let r = both_with_hooks("peerclose", ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"));
+    // 4 rounds of 3 datagrams from the sender that closes, 1 from the next.
+    assert_eq!(
+        r.stat("rx_tcp_dgrams") + r.stat("rx_kernel_dgrams"),
+        16,
+        "{}",
+        r.stderr
+    );
+    assert!(r.stat("rx_tcp_dgrams") >= 8, "{}", r.stderr);
+    // The ends of stream were read (each sender's connection, both ends).
+    assert!(r.stat("conns_closed") >= 4, "{}", r.stderr);
+    assert_eq!(r.stat("tx_lost"), 0, "{}", r.stderr);
+}
+
 /// Regression: a datagram that arrived over TCP before the first receive
 /// call left a doorbell behind (the hidden kernel UDP socket was never
 /// looked at, so its "may hold datagrams" hint stayed set and the doorbells

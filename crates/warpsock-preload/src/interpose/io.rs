@@ -35,6 +35,28 @@ unsafe fn recv_common(
     r
 }
 
+/// A one-buffer receive (`recv`, `recvfrom`, `read` and their
+/// `_FORTIFY_SOURCE` forms): the managed socket's, or `real`, the real
+/// function with the caller's arguments.
+unsafe fn recv_buf(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+    real: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    match managed(fd) {
+        Some(s) => {
+            let mut v = one_iov(buf, len);
+            // SAFETY: the caller's buffer and address.
+            unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
+        }
+        None => real(),
+    }
+}
+
 /// Interposed `recvfrom(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn recvfrom(
@@ -45,14 +67,11 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
-            let mut v = one_iov(buf, len);
-            // SAFETY: the caller's buffer and address.
-            unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
-        }
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::recvfrom(fd, buf, len, flags, addr, alen) },
+    // SAFETY: the caller's arguments, to its socket or the real function.
+    unsafe {
+        recv_buf(fd, buf, len, flags, addr, alen, || {
+            real::recvfrom(fd, buf, len, flags, addr, alen)
+        })
     }
 }
 
@@ -67,37 +86,23 @@ pub unsafe extern "C" fn __recvfrom_chk(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
-            let mut v = one_iov(buf, len.min(buflen));
-            // SAFETY: the caller's buffer and address.
-            unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
-        }
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen) },
+    // SAFETY: as in `recvfrom`.
+    unsafe {
+        recv_buf(fd, buf, len.min(buflen), flags, addr, alen, || {
+            real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen)
+        })
     }
 }
 
 /// Interposed `recv(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
-            let mut v = one_iov(buf, len);
-            // SAFETY: the caller's buffer.
-            unsafe {
-                recv_common(
-                    &s,
-                    &mut v,
-                    1,
-                    flags,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                )
-            }
-        }
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::recv(fd, buf, len, flags) },
+    let no = std::ptr::null_mut();
+    // SAFETY: as in `recvfrom`.
+    unsafe {
+        recv_buf(fd, buf, len, flags, no, no.cast(), || {
+            real::recv(fd, buf, len, flags)
+        })
     }
 }
 
@@ -110,38 +115,21 @@ pub unsafe extern "C" fn __recv_chk(
     buflen: size_t,
     flags: c_int,
 ) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
-            let mut v = one_iov(buf, len.min(buflen));
-            // SAFETY: the caller's buffer.
-            unsafe {
-                recv_common(
-                    &s,
-                    &mut v,
-                    1,
-                    flags,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                )
-            }
-        }
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::__recv_chk(fd, buf, len, buflen, flags) },
+    let no = std::ptr::null_mut();
+    // SAFETY: as in `recvfrom`.
+    unsafe {
+        recv_buf(fd, buf, len.min(buflen), flags, no, no.cast(), || {
+            real::__recv_chk(fd, buf, len, buflen, flags)
+        })
     }
 }
 
 /// Interposed `read(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
-            let mut v = one_iov(buf, len);
-            // SAFETY: the caller's buffer.
-            unsafe { recv_common(&s, &mut v, 1, 0, std::ptr::null_mut(), std::ptr::null_mut()) }
-        }
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::read(fd, buf, len) },
-    }
+    let no = std::ptr::null_mut();
+    // SAFETY: as in `recvfrom`.
+    unsafe { recv_buf(fd, buf, len, 0, no, no.cast(), || real::read(fd, buf, len)) }
 }
 
 /// Interposed `__read_chk`.
@@ -152,14 +140,12 @@ pub unsafe extern "C" fn __read_chk(
     len: size_t,
     buflen: size_t,
 ) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
-            let mut v = one_iov(buf, len.min(buflen));
-            // SAFETY: the caller's buffer.
-            unsafe { recv_common(&s, &mut v, 1, 0, std::ptr::null_mut(), std::ptr::null_mut()) }
-        }
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::__read_chk(fd, buf, len, buflen) },
+    let no = std::ptr::null_mut();
+    // SAFETY: as in `recvfrom`.
+    unsafe {
+        recv_buf(fd, buf, len.min(buflen), 0, no, no.cast(), || {
+            real::__read_chk(fd, buf, len, buflen)
+        })
     }
 }
 

@@ -451,6 +451,20 @@ impl Conn {
             if st.setup.delivering() && config::get().caller_recv {
                 // Proved now: receive calls read the rest themselves.
                 out.src = st.dest;
+                if matches!(r, Rd::Eof | Rd::Err)
+                    && !matches!(
+                        st.rx.peek(),
+                        frame::Parsed::Frame(_) | frame::Parsed::Control(..)
+                    )
+                {
+                    // Reset or closed with no whole datagram left: nothing
+                    // for a receive call (a reset socket polls readable, so
+                    // the check below would have rung the doorbell with
+                    // nothing to receive).
+                    stats::inc(&STATS.conns_closed);
+                    out.gone = Some((self.die(st), false));
+                    return;
+                }
                 out.ready = true;
                 return;
             }

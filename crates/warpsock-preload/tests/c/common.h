@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -93,4 +94,23 @@ static inline int raw_udp(void) {
 static inline void raw_send(int s, int port, const void *buf, size_t len) {
     struct sockaddr_in a = lo(port);
     CHECK(syscall(SYS_sendto, s, buf, len, 0, (struct sockaddr *)&a, sizeof a) == (long)len);
+}
+
+/* Whether `fd` polls readable within `ms`. */
+static inline int poll_readable(int fd, int ms) {
+    struct pollfd p = {fd, POLLIN, 0};
+    int n = poll(&p, 1, ms);
+    CHECK(n >= 0);
+    return n == 1 && (p.revents & POLLIN);
+}
+
+/* Whether select() finds `fd` readable within `ms`. */
+static inline int select_readable(int fd, int ms) {
+    fd_set rd;
+    FD_ZERO(&rd);
+    FD_SET(fd, &rd);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    int n = select(fd + 1, &rd, NULL, NULL, &tv);
+    CHECK(n >= 0);
+    return n == 1 && FD_ISSET(fd, &rd);
 }

@@ -32,12 +32,7 @@ static void recv_one(int want) {
     CHECK(v == want);
 }
 
-static int poll_in(int ms) {
-    struct pollfd p = {r, POLLIN, 0};
-    int n = poll(&p, 1, ms);
-    CHECK(n >= 0);
-    return n == 1 && (p.revents & POLLIN);
-}
+static int poll_in(int ms) { return poll_readable(r, ms); }
 
 static int ppoll_in(int ms) {
     struct pollfd p = {r, POLLIN, 0};
@@ -49,15 +44,7 @@ static int ppoll_in(int ms) {
     return n == 1 && (p.revents & POLLIN);
 }
 
-static int select_in(int ms) {
-    fd_set rd;
-    FD_ZERO(&rd);
-    FD_SET(r, &rd);
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    int n = select(r + 1, &rd, NULL, NULL, &tv);
-    CHECK(n >= 0);
-    return n == 1 && FD_ISSET(r, &rd);
-}
+static int select_in(int ms) { return select_readable(r, ms); }
 
 static int pselect_in(int ms) {
     fd_set rd;
