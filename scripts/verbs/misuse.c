@@ -594,6 +594,36 @@ static void client(void)
 	rdma_destroy_event_channel(ch);
 }
 
+/* rdma_* calls on ids this library never made (misaligned, inside another
+ * object, already destroyed) fail with EINVAL instead of crashing. */
+static void bogus_ids(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	CHECK("id-create", ch && !rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) && id, "errno %d", errno);
+	if (!id)
+		return;
+	struct rdma_cm_id *odd = (struct rdma_cm_id *)((char *)id + 1);
+	struct rdma_cm_id *inside = (struct rdma_cm_id *)((char *)id + 64);
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = 0 };
+	inet_pton(AF_INET, addr_s, &sin.sin_addr);
+	errno = 0;
+	CHECK("id-misaligned-bind", rdma_bind_addr(odd, (struct sockaddr *)&sin) == -1 && errno == EINVAL,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("id-misaligned-listen", rdma_listen(odd, 1) == -1 && errno == EINVAL, "errno %d", errno);
+	errno = 0;
+	CHECK("id-inside-connect", rdma_connect(inside, NULL) == -1 && errno == EINVAL, "errno %d", errno);
+	errno = 0;
+	CHECK("id-misaligned-destroy", rdma_destroy_id(odd) == -1 && errno == EINVAL, "errno %d", errno);
+	rdma_destroy_qp(odd); /* void: must just return */
+	CHECK("id-live-still-works", rdma_bind_addr(id, (struct sockaddr *)&sin) == 0, "errno %d", errno);
+	CHECK("id-destroy", rdma_destroy_id(id) == 0, "errno %d", errno);
+	errno = 0;
+	CHECK("id-destroyed-disconnect", rdma_disconnect(id) == -1 && errno == EINVAL, "errno %d", errno);
+	rdma_destroy_event_channel(ch);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -608,6 +638,7 @@ int main(int argc, char **argv)
 		return 1;
 	objects(ctx);
 	ibv_close_device(ctx);
+	bogus_ids();
 	pthread_barrier_init(&bar, NULL, 2);
 	pthread_t t;
 	pthread_create(&t, NULL, server, NULL);

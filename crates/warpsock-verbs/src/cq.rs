@@ -27,9 +27,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use warpsock_engine::{Cq, Wc, WcOpcode, WcStatus};
 
 use crate::abi::*;
-use crate::ctx::{Ctx, CtxShared};
+use crate::ctx::{CqWake, Ctx, CtxShared};
 use crate::device::{ctx_is_ours, MAX_CQE};
-use crate::qp::QpShared;
 use crate::real::forward;
 use crate::util::{lock, null, set_errno, EventQueue};
 
@@ -148,12 +147,17 @@ impl CqShared {
         }
         self.ctx
             .async_event(IBV_EVENT_CQ_ERR, self.ibv.load(Ordering::Acquire).cast());
-        let qps: Vec<Arc<QpShared>> = lock(&self.ctx.qps).values().cloned().collect();
-        for qp in qps {
+        for qp in self.ctx.connected() {
             if qp.uses_cq(self.id) {
                 qp.fatal();
             }
         }
+    }
+}
+
+impl CqWake for CqShared {
+    fn notify_ready(&self) {
+        Self::notify_ready(self);
     }
 }
 
@@ -164,18 +168,13 @@ pub fn translate(ctx: &CtxShared, w: &Wc) -> Option<ibv_wc> {
         // A flushed or failed kick: the program never posted it.
         return None;
     }
-    if w.status == WcStatus::Success && matches!(w.opcode, WcOpcode::Recv | WcOpcode::RdmaRead) {
-        qp.heard.fetch_add(1, Ordering::Relaxed);
-    }
+    qp.completed(w);
     let opcode = match w.opcode {
         WcOpcode::Send => IBV_WC_SEND,
         WcOpcode::RdmaWrite => IBV_WC_RDMA_WRITE,
         WcOpcode::RdmaRead => IBV_WC_RDMA_READ,
         WcOpcode::Recv => IBV_WC_RECV,
     };
-    if opcode != IBV_WC_RECV {
-        qp.retire(w.wr_id);
-    }
     let status = match w.status {
         WcStatus::Success => IBV_WC_SUCCESS,
         WcStatus::LocalLengthError => IBV_WC_LOC_LEN_ERR,
@@ -192,7 +191,7 @@ pub fn translate(ctx: &CtxShared, w: &Wc) -> Option<ibv_wc> {
         status,
         opcode,
         byte_len: w.byte_len,
-        qp_num: qp.qp_num,
+        qp_num: qp.qp_num(),
         ..ibv_wc::default()
     };
     if let Some(stag) = w.invalidated {
@@ -305,7 +304,8 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     let first = fd.is_none();
     let f = *fd.get_or_insert_with(|| std::os::fd::AsRawFd::as_raw_fd(&sh.eng.notify_fd()));
     drop(fd);
-    sh.ctx.watch_cq(sh, f, first);
+    let weak: std::sync::Weak<dyn CqWake> = Arc::downgrade(sh) as _;
+    sh.ctx.watch_cq(sh.id, weak, f, first);
     if sh.pending() {
         sh.notify_ready();
     }

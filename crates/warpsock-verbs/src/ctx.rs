@@ -24,6 +24,13 @@
 //!   into a completion-channel event. While queue pairs are connected it
 //!   also looks at their connections every [`WATCH`] (and on every wake-up)
 //!   to report ends (`RDMA_CM_EVENT_DISCONNECTED`, `IBV_EVENT_QP_FATAL`).
+//!
+//! # What a context knows of its objects
+//!
+//! This module sits below the CQs and queue pairs that use it: it sees a
+//! CQ only as [`CqWake`] and a connected queue pair only as [`QpHooks`]
+//! (both implemented in their own modules), and its `ops` table is filled
+//! by whoever opens it ([`Ctx::open`]).
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
@@ -34,9 +41,7 @@ use std::time::Duration;
 
 use warpsock_engine::{Context, Progress, Wc};
 
-use crate::abi::{self, ibv_context, verbs_context};
-use crate::cq::CqShared;
-use crate::qp::QpShared;
+use crate::abi::{self, ibv_context, ibv_context_ops, verbs_context};
 use crate::util::{lock, EventQueue};
 
 /// Length of one driver round.
@@ -48,6 +53,29 @@ pub const WATCH: Duration = Duration::from_millis(20);
 
 /// Epoll token of the notifier's wake-up eventfd.
 const WAKE: u64 = u64::MAX;
+
+/// What the notifier asks of a CQ it watches: its engine notification fd
+/// turned readable.
+pub trait CqWake: Send + Sync + std::fmt::Debug {
+    /// Queues the CQ's completion event if it is armed.
+    fn notify_ready(&self);
+}
+
+/// What a context asks of a connected queue pair: the notifier's look at
+/// its connection, and the hooks CQs call for the pair's completions.
+pub trait QpHooks: Send + Sync + std::fmt::Debug {
+    /// The number programs see (`ibv_qp.qp_num`, `ibv_wc.qp_num`).
+    fn qp_num(&self) -> u32;
+    /// The notifier's periodic look at the connection (its end, kicks).
+    fn watch_connection(&self);
+    /// A completion of this pair is about to be handed to the program
+    /// (send-queue bookkeeping, what the peer sent).
+    fn completed(&self, w: &Wc);
+    /// Whether the pair uses the CQ with this id.
+    fn uses_cq(&self, cq_id: u64) -> bool;
+    /// A fatal local error (the CQ overran): `IBV_EVENT_QP_FATAL`, then ERR.
+    fn fatal(&self);
+}
 
 /// An asynchronous event (`ibv_get_async_event`): its type and element.
 #[derive(Debug, Clone, Copy)]
@@ -74,7 +102,7 @@ pub struct CtxShared {
     pub armed: AtomicUsize,
     /// Connected queue pairs by the engine's queue pair number, for
     /// completions and the notifier's connection watch.
-    pub qps: Mutex<HashMap<u32, Arc<QpShared>>>,
+    qps: Mutex<HashMap<u32, Arc<dyn QpHooks>>>,
     /// Asynchronous events.
     pub async_events: EventQueue<AsyncEvent>,
     helpers: Mutex<Option<Helpers>>,
@@ -97,7 +125,7 @@ struct Helpers {
 struct Notifier {
     epoll: c_int,
     wake: c_int,
-    cqs: Mutex<HashMap<u64, Weak<CqShared>>>,
+    cqs: Mutex<HashMap<u64, Weak<dyn CqWake>>>,
 }
 
 impl Drop for Notifier {
@@ -161,14 +189,15 @@ impl CtxShared {
         }
     }
 
-    /// Watches `cq`'s engine notification fd for one readiness (oneshot).
-    pub fn watch_cq(&self, cq: &Arc<CqShared>, fd: c_int, first: bool) {
+    /// Watches CQ `id`'s engine notification fd for one readiness
+    /// (oneshot).
+    pub fn watch_cq(&self, id: u64, cq: Weak<dyn CqWake>, fd: c_int, first: bool) {
         let mut ev = libc::epoll_event {
             events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
-            u64: cq.id,
+            u64: id,
         };
         if first {
-            lock(&self.notifier.cqs).insert(cq.id, Arc::downgrade(cq));
+            lock(&self.notifier.cqs).insert(id, cq);
         }
         let op = if first {
             libc::EPOLL_CTL_ADD
@@ -197,7 +226,7 @@ impl CtxShared {
 
     /// Registers a connected queue pair and makes sure the helper threads
     /// run.
-    pub fn add_qp(self: &Arc<Self>, eng_num: u32, qp: Arc<QpShared>) {
+    pub fn add_qp(self: &Arc<Self>, eng_num: u32, qp: Arc<dyn QpHooks>) {
         lock(&self.qps).insert(eng_num, qp);
         self.start_helpers();
         let _g = lock(&self.driver_mx);
@@ -212,8 +241,13 @@ impl CtxShared {
     }
 
     /// The queue pair behind an engine queue pair number.
-    pub fn qp(&self, eng_num: u32) -> Option<Arc<QpShared>> {
+    pub fn qp(&self, eng_num: u32) -> Option<Arc<dyn QpHooks>> {
         lock(&self.qps).get(&eng_num).cloned()
+    }
+
+    /// The connected queue pairs.
+    pub fn connected(&self) -> Vec<Arc<dyn QpHooks>> {
+        lock(&self.qps).values().cloned().collect()
     }
 
     /// Queues an asynchronous event.
@@ -292,8 +326,7 @@ impl CtxShared {
                     cq.notify_ready();
                 }
             }
-            let qps: Vec<Arc<QpShared>> = lock(&self.qps).values().cloned().collect();
-            for qp in qps {
+            for qp in self.connected() {
                 qp.watch_connection();
             }
         }
@@ -324,8 +357,13 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// Opens a context on `warpsock0`.
-    pub fn open(device: *mut abi::ibv_device) -> std::io::Result<*mut ibv_context> {
+    /// Opens a context on `warpsock0` whose inline data path jumps through
+    /// `ops` and whose `query_port` extension is `query_port_ex`.
+    pub fn open(
+        device: *mut abi::ibv_device,
+        ops: ibv_context_ops,
+        query_port_ex: *mut c_void,
+    ) -> std::io::Result<*mut ibv_context> {
         let eng = Context::new(Progress::Caller)?;
         let sh = Arc::new(CtxShared {
             eng,
@@ -340,8 +378,8 @@ impl Ctx {
             stop: AtomicBool::new(false),
             notifier: Notifier::new()?,
         });
-        let mut ops = [std::ptr::null_mut(); abi::VERBS_CONTEXT_OPS];
-        ops[abi::VCTX_QUERY_PORT] = crate::device::query_port_ex as *mut c_void;
+        let mut ext = [std::ptr::null_mut(); abi::VERBS_CONTEXT_OPS];
+        ext[abi::VCTX_QUERY_PORT] = query_port_ex;
         let async_fd = sh.async_events.fd();
         let mut ctx: Box<Self> = Box::new(Self {
             // SAFETY: all-zero bytes are a valid `pthread_mutex_t` initializer
@@ -350,7 +388,7 @@ impl Ctx {
             vctx: unsafe { std::mem::zeroed() },
             sh,
         });
-        ctx.vctx.ops = ops;
+        ctx.vctx.ops = ext;
         ctx.vctx.sz = size_of::<verbs_context>();
         let c = &mut ctx.vctx.context;
         c.device = device;
@@ -358,11 +396,7 @@ impl Ctx {
         c.async_fd = async_fd;
         c.num_comp_vectors = 1;
         c.abi_compat = abi::VERBS_ABI_IS_EXTENDED;
-        c.ops.poll_cq = Some(crate::cq::poll_cq);
-        c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
-        c.ops.post_send = Some(crate::qp::post_send);
-        c.ops.post_recv = Some(crate::qp::post_recv);
-        c.ops.post_srq_recv = Some(crate::qp::post_srq_recv);
+        c.ops = ops;
         let raw = Box::into_raw(ctx);
         // SAFETY: `raw` is a live Box allocation.
         Ok(unsafe { std::ptr::addr_of_mut!((*raw).vctx.context) })

@@ -10,7 +10,6 @@ use std::ffi::{c_char, c_int};
 use std::sync::OnceLock;
 
 use crate::abi::*;
-use crate::ctx::Ctx;
 use crate::real::forward;
 use crate::util::{copy_cstr, null, set_errno};
 
@@ -176,30 +175,6 @@ pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
         return -1;
     }
     forward!(ibv_get_device_index(dev) : fn(*mut ibv_device) -> c_int, -1)
-}
-
-/// `ibv_open_device`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
-    if is_ours(dev) {
-        return match Ctx::open(dev) {
-            Ok(c) => c,
-            Err(e) => null(e.raw_os_error().unwrap_or(libc::ENOMEM)),
-        };
-    }
-    forward!(ibv_open_device(dev) : fn(*mut ibv_device) -> *mut ibv_context, null(libc::ENODEV))
-}
-
-/// `ibv_close_device`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
-    // SAFETY: the program passes a live context.
-    if unsafe { ctx_is_ours(ctx) } {
-        // SAFETY: ours, and the program gives it up.
-        unsafe { Ctx::close(ctx) };
-        return 0;
-    }
-    forward!(ibv_close_device(ctx) : fn(*mut ibv_context) -> c_int, libc::EINVAL)
 }
 
 /// Fills `attr` with `warpsock0`'s attributes.
@@ -453,75 +428,4 @@ pub unsafe extern "C" fn ibv_query_pkey(
         ibv_query_pkey(ctx, port, index, pkey) : fn(*mut ibv_context, u8, c_int, *mut u16) -> c_int,
         -1
     )
-}
-
-/// `ibv_get_async_event`: blocks on the context's async fd (or fails with
-/// EAGAIN if the program made it non-blocking).
-#[no_mangle]
-pub unsafe extern "C" fn ibv_get_async_event(
-    ctx: *mut ibv_context,
-    event: *mut ibv_async_event,
-) -> c_int {
-    // SAFETY: the program passes a live context.
-    if unsafe { ctx_is_ours(ctx) } {
-        // SAFETY: ours.
-        let c = unsafe { Ctx::from_ibv(ctx) };
-        return match c.sh.async_events.pop() {
-            Ok(ev) => {
-                crate::util::lock(delivered_events()).push((ev.element as usize, ev.kind));
-                if !event.is_null() {
-                    // SAFETY: non-NULL out-pointer.
-                    unsafe {
-                        *event = ibv_async_event {
-                            element: ev.element,
-                            event_type: ev.kind,
-                        }
-                    };
-                }
-                0
-            }
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-        };
-    }
-    forward!(
-        ibv_get_async_event(ctx, event) : fn(*mut ibv_context, *mut ibv_async_event) -> c_int,
-        -1
-    )
-}
-
-/// Async events this library delivered and the program has not yet
-/// acknowledged, by (element, type): `ibv_ack_async_event` must tell ours
-/// from a real device's without touching the element (the program may
-/// have destroyed it already).
-fn delivered_events() -> &'static std::sync::Mutex<Vec<(usize, u32)>> {
-    static D: OnceLock<std::sync::Mutex<Vec<(usize, u32)>>> = OnceLock::new();
-    D.get_or_init(Default::default)
-}
-
-/// `ibv_ack_async_event`: ours carry no resources (destroying an object
-/// does not wait for its async events); a real device's event goes back to
-/// the real library.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-    if event.is_null() {
-        return;
-    }
-    // SAFETY: the program passes the event it got.
-    let key = unsafe { ((*event).element as usize, (*event).event_type) };
-    let ours = {
-        let mut d = crate::util::lock(delivered_events());
-        match d.iter().position(|k| *k == key) {
-            Some(i) => {
-                d.swap_remove(i);
-                true
-            }
-            None => false,
-        }
-    };
-    if !ours {
-        forward!(ibv_ack_async_event(event) : fn(*mut ibv_async_event) -> (), ());
-    }
 }

@@ -1,5 +1,5 @@
 //! The initiator's "kick" past Linux siw's accept race (sans-IO: time is
-//! passed in; [`crate::qp`] posts the Write, the context's notifier asks
+//! passed in; the queue pair posts the Write, the context's notifier asks
 //! every [`crate::ctx::WATCH`]).
 //!
 //! # The siw behaviour it works around
@@ -26,11 +26,19 @@
 //! warpsock's `warpsock-proto`) accept without an STag check because it
 //! places nothing. Its arrival makes siw read the stalled FPDU.
 //!
-//! The wait is measured from the program's latest unanswered post, not
-//! from the connection's first one: a peer may well send first (rsockets'
-//! server sends its credits as soon as it waits for data) while our first
-//! FPDU sits unread in siw's socket, so "something came" does not prove
-//! that the peer read what we sent. A kick is unsignalled (a program never
+//! The wait is measured from the program's latest unanswered post, and a
+//! message from the peer restarts it rather than ending it: a peer may
+//! well send on its own (rsockets' server sends its credits as soon as it
+//! waits for data) while our FPDUs sit unread in siw's socket, so
+//! "something came" does not prove that the peer read what we sent. Seen
+//! with siw's rstream server: our client posted two messages (Write +
+//! Send each), siw's credit update came 35 ms later, and 128 of our bytes
+//! then sat in siw's socket (its `Recv-Q`) while rsockets spun in
+//! `ibv_poll_cq` for an answer that could not come; ending the wait on
+//! that credit update suppressed the kick (1 run in 6). A ping-pong whose
+//! answers keep coming keeps restarting the wait and never kicks; a
+//! connection that goes quiet after the program posted spends its kicks
+//! (three empty frames at most). A kick is unsignalled (a program never
 //! sees it; a flushed one is dropped by [`is_kick`]) and bounded: at most
 //! [`MAX_KICKS`] per connection, each wait twice as long as the previous
 //! (1 s, 2 s, 4 s). A one-way sender that never hears anything (an RDMA
@@ -91,7 +99,10 @@ impl Kicker {
         }
         if heard != self.heard {
             self.heard = heard;
-            self.waiting_since = None;
+            // Restarts (never ends) a wait: see the module doc.
+            if self.waiting_since.is_some() {
+                self.waiting_since = Some(now);
+            }
         }
         if posted != self.posted {
             self.posted = posted;
@@ -139,7 +150,31 @@ mod tests {
     }
 
     #[test]
-    fn answers_end_the_wait_but_an_early_message_from_the_peer_does_not_prevent_it() {
+    fn a_message_from_the_peer_after_our_posts_restarts_the_wait_instead_of_ending_it() {
+        // siw's rstream server (the stall, 1 run in 6): we post two
+        // messages (Write + Send each), siw's credit update arrives 35 ms
+        // later, our bytes sit unread in siw's socket, nothing more comes.
+        let t0 = Instant::now();
+        let mut k = Kicker::new(true);
+        assert!(!k.due(t0, 4, 0), "two Write + Send pairs posted");
+        assert!(!k.due(at(t0, 40), 4, 1), "the peer's credit update");
+        assert!(
+            !k.due(at(t0, 1039), 4, 1),
+            "1 s counts from the last message"
+        );
+        assert!(k.due(at(t0, 1040), 4, 1), "quiet for 1 s after it: kick");
+        // The kick's answer restarts the wait once more; answers that keep
+        // coming keep it from ever running out.
+        assert!(!k.due(at(t0, 1060), 4, 2));
+        assert!(!k.due(at(t0, 3059), 4, 2));
+        assert!(
+            k.due(at(t0, 3060), 4, 2),
+            "still quiet: the second kick, 2 s on"
+        );
+    }
+
+    #[test]
+    fn answers_keep_restarting_the_wait_and_an_early_message_from_the_peer_does_not_prevent_it() {
         let t0 = Instant::now();
         let mut k = Kicker::new(true);
         // The peer sends first (rsockets' credits), then we post and

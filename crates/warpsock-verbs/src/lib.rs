@@ -16,7 +16,7 @@
 //!   `warpsock0`'s objects are served here.
 //! * The data path (`ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`,
 //!   `ibv_req_notify_cq`) is inline in programs: it jumps through
-//!   `context->ops`, which [`device`] fills with this crate's functions in
+//!   `context->ops`, which [`open`] fills with this crate's functions in
 //!   ABI-exact `ibv_context`/`verbs_context` objects ([`abi`]).
 //! * librdmacm is replaced whole (the real one needs the kernel's
 //!   `/dev/infiniband/rdma_cm`): every id lives on `warpsock0` and every
@@ -64,6 +64,7 @@ pub mod ctx;
 pub mod device;
 pub mod kick;
 pub mod mem;
+pub mod open;
 pub mod qp;
 mod real;
 pub mod sock;

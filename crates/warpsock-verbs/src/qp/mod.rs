@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{
     Access, Event, Mr, Negotiated, PostError, Qp, QpInit, QpOptions, RecvWr, SendOp, SendWr, Sge,
-    Sgl,
+    Sgl, Wc, WcOpcode, WcStatus,
 };
 
 use crate::abi::*;
@@ -304,7 +304,7 @@ impl QpShared {
         st.kick = Kicker::new(initiator);
         drop(st);
         self.set_ibv_state(IBV_QPS_RTS);
-        self.ctx.add_qp(num, Arc::clone(self));
+        self.ctx.add_qp(num, Arc::clone(self) as _);
     }
 
     fn set_ibv_state(&self, s: c_uint) {
@@ -421,6 +421,34 @@ impl QpShared {
             self.ctx.remove_qp(n);
         }
         st.eng = None;
+    }
+}
+
+impl crate::ctx::QpHooks for QpShared {
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    fn watch_connection(&self) {
+        Self::watch_connection(self);
+    }
+
+    fn completed(&self, w: &Wc) {
+        let from_peer = matches!(w.opcode, WcOpcode::Recv | WcOpcode::RdmaRead);
+        if from_peer && w.status == WcStatus::Success {
+            self.heard.fetch_add(1, Ordering::Relaxed);
+        }
+        if w.opcode != WcOpcode::Recv {
+            self.retire(w.wr_id);
+        }
+    }
+
+    fn uses_cq(&self, cq_id: u64) -> bool {
+        Self::uses_cq(self, cq_id)
+    }
+
+    fn fatal(&self) {
+        Self::fatal(self);
     }
 }
 

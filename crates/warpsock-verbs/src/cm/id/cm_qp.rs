@@ -10,6 +10,9 @@ pub unsafe extern "C" fn rdma_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() || attr.is_null() {
         return fail(libc::EINVAL);
     }
@@ -72,6 +75,9 @@ pub unsafe extern "C" fn rdma_create_qp(
 /// (send ops flags, create flags, TSO, RSS, XRC) fail with EOPNOTSUPP.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut c_void) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if attr.is_null() {
         return fail(libc::EINVAL);
     }
@@ -148,6 +154,10 @@ unsafe fn destroy_cqs(id: *mut rdma_cm_id) {
 /// `rdma_destroy_qp`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    if !id_is_live(id) {
+        set_errno(libc::EINVAL);
+        return;
+    }
     if id.is_null() {
         return;
     }

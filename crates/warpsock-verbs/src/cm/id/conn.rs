@@ -86,6 +86,9 @@ fn established(sh: &Arc<IdShared>, qp: &Arc<QpShared>, neg: Option<&Negotiated>,
 /// is an event (a synchronous id waits for it).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() || param.is_null() {
         return fail(libc::EINVAL);
     }
@@ -204,6 +207,9 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
 /// `rdma_accept`: sends the MPA Reply; ESTABLISHED follows on the id.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -270,6 +276,9 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
 /// `rdma_reject`: an MPA Reply with the Reject bit and the private data.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -294,6 +303,9 @@ pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, l
 /// DISCONNECTED follows once the connection has ended.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -325,6 +337,9 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 /// provider; 0 once connected, EINVAL before.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -345,6 +360,9 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     attr: *mut ibv_qp_attr,
     mask: *mut c_int,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() || attr.is_null() || mask.is_null() {
         return fail(libc::EINVAL);
     }

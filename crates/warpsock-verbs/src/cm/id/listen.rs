@@ -6,6 +6,9 @@ use super::*;
 /// `rdma_listen`: binds a wildcard address first if the id is unbound.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -204,6 +207,9 @@ pub unsafe extern "C" fn rdma_get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
+    if !id_is_live(listen) {
+        return fail(libc::EINVAL);
+    }
     if listen.is_null() || id.is_null() {
         return fail(libc::EINVAL);
     }

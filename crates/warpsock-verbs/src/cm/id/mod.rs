@@ -35,7 +35,7 @@ use crate::device::{self, MAX_RD_ATOM};
 use crate::mem::ibv_alloc_pd;
 use crate::qp::{self, ibv_create_qp, ibv_destroy_qp, ibv_modify_qp, QpShared};
 use crate::sock::{from_c, to_c};
-use crate::util::{errno, fail, lock};
+use crate::util::{errno, fail, lock, set_errno};
 
 /// How long `rdma_connect` waits for the TCP connection.
 pub const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -67,7 +67,7 @@ fn cm_device() -> Result<(*mut ibv_context, *mut ibv_pd), c_int> {
     let r = C.get_or_init(|| {
         // SAFETY: our own device and context.
         unsafe {
-            let ctx = device::ibv_open_device(device::ptr());
+            let ctx = crate::open::ibv_open_device(device::ptr());
             if ctx.is_null() {
                 return Err(errno());
             }
@@ -200,6 +200,20 @@ fn push_self(sh: &Arc<IdShared>, kind: c_uint, ev: Ev<'_>) {
     push(sh, sh.id_ptr(), kind, ev);
 }
 
+/// Every live id this library made, by address (as the queue pair
+/// registry in [`crate::qp`]): an `rdma_*` call on anything else — a
+/// destroyed, misaligned or foreign pointer — fails with EINVAL instead
+/// of being dereferenced (librdmacm itself would crash or read garbage).
+fn live_ids() -> &'static Mutex<std::collections::HashSet<usize>> {
+    static IDS: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    IDS.get_or_init(Default::default)
+}
+
+/// Whether `id` is a live id made here (only its address is looked at).
+pub(crate) fn id_is_live(id: *const rdma_cm_id) -> bool {
+    !id.is_null() && lock(live_ids()).contains(&(id as usize))
+}
+
 /// The id behind a program's pointer.
 ///
 /// # Safety
@@ -270,6 +284,7 @@ fn alloc_id(
     // SAFETY: just made.
     let sh: &Arc<IdShared> = unsafe { &(*raw).sh };
     sh.obj.store(raw, Ordering::Release);
+    lock(live_ids()).insert(raw as usize);
     Ok(raw.cast())
 }
 
@@ -322,6 +337,9 @@ fn stop_listen(l: &mut Listen) {
 /// acknowledged (as librdmacm); undelivered ones are dropped.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -369,6 +387,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     // SAFETY: our Box; the channel was ours if `own`.
     unsafe {
         let ch = (*id).channel;
+        lock(live_ids()).remove(&(id as usize));
         drop(Box::from_raw(id.cast::<IdObj>()));
         if own {
             rdma_destroy_event_channel(ch);
@@ -426,6 +445,9 @@ fn bind_socket(addr: SocketAddr, afonly: Option<bool>) -> Result<(OwnedFd, Socke
 /// (`id->verbs`), a wildcard leaves `verbs` NULL, as librdmacm.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -466,6 +488,9 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst: *mut libc::sockaddr,
     timeout_ms: c_int,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = timeout_ms;
     if id.is_null() {
         return fail(libc::EINVAL);
@@ -522,6 +547,9 @@ pub unsafe extern "C" fn rdma_resolve_addr(
 /// `rdma_resolve_route`: iWARP needs no path records; ROUTE_RESOLVED.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = timeout_ms;
     if id.is_null() {
         return fail(libc::EINVAL);
@@ -547,6 +575,9 @@ pub unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() {
         return fail(libc::EINVAL);
     }
@@ -611,6 +642,9 @@ pub unsafe extern "C" fn rdma_set_option(
     val: *mut c_void,
     len: usize,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     if id.is_null() || val.is_null() {
         return fail(libc::EINVAL);
     }
@@ -644,6 +678,9 @@ pub unsafe extern "C" fn rdma_set_option(
 /// `rdma_get_src_port` (network order).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    if !id_is_live(id) {
+        return 0;
+    }
     // SAFETY: a live id.
     unsafe { from_c((&(*id).route.addr.src as *const libc::sockaddr_storage).cast()) }
         .map_or(0, |a| a.port().to_be())
@@ -652,6 +689,9 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 /// `rdma_get_dst_port` (network order).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    if !id_is_live(id) {
+        return 0;
+    }
     // SAFETY: a live id.
     unsafe { from_c((&(*id).route.addr.dst as *const libc::sockaddr_storage).cast()) }
         .map_or(0, |a| a.port().to_be())
@@ -734,6 +774,10 @@ pub unsafe extern "C" fn rdma_create_ep(
 /// `rdma_destroy_ep`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+    if !id_is_live(id) {
+        set_errno(libc::EINVAL);
+        return;
+    }
     if id.is_null() {
         return;
     }
@@ -747,6 +791,9 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
 /// `rdma_notify`: an InfiniBand-only event (EINVAL here).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_uint) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, event);
     fail(libc::EINVAL)
 }
@@ -759,6 +806,9 @@ pub unsafe extern "C" fn rdma_join_multicast(
     addr: *mut libc::sockaddr,
     ctx: *mut c_void,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, addr, ctx);
     fail(libc::ENOSYS)
 }
@@ -770,6 +820,9 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
     attr: *mut c_void,
     ctx: *mut c_void,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, attr, ctx);
     fail(libc::ENOSYS)
 }
@@ -780,6 +833,9 @@ pub unsafe extern "C" fn rdma_leave_multicast(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, addr);
     fail(libc::ENOSYS)
 }
@@ -791,6 +847,9 @@ pub unsafe extern "C" fn rdma_create_srq(
     pd: *mut ibv_pd,
     attr: *mut c_void,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, pd, attr);
     fail(libc::EOPNOTSUPP)
 }
@@ -798,6 +857,9 @@ pub unsafe extern "C" fn rdma_create_srq(
 /// See [`rdma_create_srq`].
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut c_void) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, attr);
     fail(libc::EOPNOTSUPP)
 }
@@ -805,6 +867,10 @@ pub unsafe extern "C" fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut c_vo
 /// `rdma_destroy_srq`: nothing to destroy.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    if !id_is_live(id) {
+        set_errno(libc::EINVAL);
+        return;
+    }
     let _ = id;
 }
 
@@ -813,6 +879,9 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 /// (EOPNOTSUPP).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut c_void) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, ece);
     fail(libc::EOPNOTSUPP)
 }
@@ -820,6 +889,9 @@ pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut c_voi
 /// See [`rdma_set_local_ece`].
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut c_void) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, ece);
     fail(libc::EOPNOTSUPP)
 }
@@ -832,6 +904,9 @@ pub unsafe extern "C" fn rdma_reject_ece(
     len: u8,
     reason: u8,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, data, len, reason);
     fail(libc::EOPNOTSUPP)
 }
@@ -846,6 +921,9 @@ pub unsafe extern "C" fn rdma_resolve_addrinfo(
     service: *const std::ffi::c_char,
     hints: *const rdma_addrinfo,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, node, service, hints);
     fail(libc::EOPNOTSUPP)
 }
@@ -856,6 +934,9 @@ pub unsafe extern "C" fn rdma_query_addrinfo(
     id: *mut rdma_cm_id,
     info: *mut *mut rdma_addrinfo,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, info);
     fail(libc::EOPNOTSUPP)
 }
@@ -868,6 +949,9 @@ pub unsafe extern "C" fn rdma_write_cm_event(
     status: c_int,
     arg: u64,
 ) -> c_int {
+    if !id_is_live(id) {
+        return fail(libc::EINVAL);
+    }
     let _ = (id, event, status, arg);
     fail(libc::EOPNOTSUPP)
 }
