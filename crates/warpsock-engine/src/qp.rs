@@ -96,6 +96,13 @@ impl Qp {
         self.with(|st, _| st.qp(self.qi).tx_backlog())
     }
 
+    /// Receive system calls made on this queue pair's socket so far (a
+    /// diagnostic: compared with the FPDUs received, it shows how many
+    /// FPDUs one read takes in).
+    pub fn socket_reads(&self) -> u64 {
+        self.with(|st, _| st.qp(self.qi).socket_reads)
+    }
+
     /// Queue pair state.
     pub fn state(&self) -> QpState {
         self.with(|st, _| st.qp(self.qi).conn.state())

@@ -130,6 +130,8 @@ pub(crate) struct QpSlot {
     rcvtimeo: Option<Duration>,
     /// The last (parked) read came back short: the socket is drained.
     drained_hint: bool,
+    /// Receive system calls made on the socket (a diagnostic).
+    pub(crate) socket_reads: u64,
     /// Dropped by the application: kept open, discarding input, until the
     /// peer's FIN or this deadline, so that closing never resets a
     /// connection whose peer is still sending (a reset would make the
@@ -169,6 +171,7 @@ impl QpSlot {
             parked: false,
             rcvtimeo: None,
             drained_hint: false,
+            socket_reads: 0,
             detached: None,
         }
     }

@@ -137,6 +137,7 @@ impl QpSlot {
     /// handled as a non-blocking read's would be.
     pub(crate) fn unpark(&mut self, p: ParkedRead, res: io::Result<usize>) {
         self.parked = false;
+        self.socket_reads += 1;
         self.rx.buf = Some(p.buf);
         match res {
             Ok(0) => {
@@ -221,14 +222,23 @@ impl QpSlot {
                         continue;
                     };
                     let want = dst.len();
-                    let tail = &mut buf[..RX_TAIL];
+                    // Behind a large payload only the trailer and the next
+                    // header are read along (the payload behind that is
+                    // placed directly by the next read). Behind a small one
+                    // (an MTU-sized FPDU: ~1.4 KB on a 1500-byte link) the
+                    // whole staging buffer is: the FPDUs that follow are
+                    // copied out of it, one read for dozens of FPDUs
+                    // instead of one read each.
+                    let cap = if self.rx.large { RX_TAIL } else { buf.len() };
+                    let tail = &mut buf[..cap];
+                    self.socket_reads += 1;
                     match sys::recv_vectored_dontwait(
                         self.sock.as_raw_fd(),
                         &mut [IoSliceMut::new(dst), IoSliceMut::new(tail)],
                     ) {
                         Ok(0) => Ok(0),
                         Ok(n) => {
-                            drained = n < want + RX_TAIL;
+                            drained = n < want + cap;
                             let placed = n.min(want);
                             // Re-borrow the placed bytes to fold them into the CRC.
                             if let Some(dst) = reg.slice(r.stag, r.offset, placed) {
@@ -246,6 +256,7 @@ impl QpSlot {
                     // header's worth here, so the payload behind it is
                     // placed directly instead of copied out of staging.
                     let cap = if self.rx.large { RX_TAIL } else { buf.len() };
+                    self.socket_reads += 1;
                     let r = sys::recv_dontwait(self.sock.as_raw_fd(), &mut buf[..cap]);
                     if let Ok(n) = r {
                         drained = n < cap;
