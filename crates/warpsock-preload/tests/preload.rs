@@ -39,9 +39,18 @@ fn both_with_hooks_on(name: &str, nports: usize, hook: (&str, &str)) -> Run {
 #[test]
 fn boundaries_sizes_and_addresses() {
     let r = both("boundaries", 1);
-    // 9 sizes + recvmsg + reply + 1000 small ones, all over TCP.
-    assert!(r.stat("rx_tcp_dgrams") >= 1011, "{}", r.stderr);
-    assert_eq!(r.stat("rx_kernel_dgrams"), 0, "{}", r.stderr);
+    // 9 sizes + recvmsg + reply + 1000 small ones, all over TCP, unless a
+    // connection set-up failed (a hello unanswered within its timeout on a
+    // starved machine): what was sent meanwhile goes by kernel UDP, as
+    // designed, and must still arrive.
+    let (tcp, kernel) = (r.stat("rx_tcp_dgrams"), r.stat("rx_kernel_dgrams"));
+    if r.stat("connect_failed") == 0 {
+        assert!(tcp >= 1011, "{}", r.stderr);
+        assert_eq!(kernel, 0, "{}", r.stderr);
+    } else {
+        eprintln!("boundaries: set-up failed under load; {kernel} datagram(s) by kernel UDP");
+        assert!(tcp + kernel >= 1011, "{}", r.stderr);
+    }
 }
 
 /// Also the parked connections (`udp::park`): the program is built with
