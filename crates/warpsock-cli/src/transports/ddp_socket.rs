@@ -44,7 +44,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 pub(crate) struct DdpSocket;
 
 /// Switches `s` into DDP mode (the peer does the same).
-pub(super) fn ddp_mode(s: &TcpStream) -> Result<(), Error> {
+fn ddp_mode(s: &TcpStream) -> Result<(), Error> {
     let one: libc::c_int = 1;
     // SAFETY: setsockopt reads one int from the stack.
     let r = unsafe {
@@ -66,15 +66,33 @@ pub(super) fn ddp_mode(s: &TcpStream) -> Result<(), Error> {
     )))
 }
 
+/// The client's data connection, switched into DDP mode.
+pub(super) fn connect_switched(to: &Addrs) -> Result<TcpStream, Error> {
+    let s = sock::connect(to.ctl, to.token)?;
+    ddp_mode(&s)?;
+    Ok(s)
+}
+
+/// The server's `n` data connections, each switched into DDP mode in turn
+/// (a client's switch waits for its turn, within the switch timeout).
+pub(super) fn accept_switched(at: &Listeners<'_>, n: usize) -> Result<Vec<TcpStream>, Error> {
+    let streams = sock::accept_n(at.ctl, at.token, n)?;
+    for s in &streams {
+        ddp_mode(s)?;
+    }
+    Ok(streams)
+}
+
 impl Link for DdpSocket {
     fn info(&self) -> &'static TransportInfo {
         &INFO
     }
 
     fn connect(&self, job: &Job<'_>, to: &Addrs) -> Result<Box<dyn Endpoint>, Error> {
-        let s = sock::connect(to.ctl, to.token)?;
-        ddp_mode(&s)?;
-        Ok(Box::new(TcpEndpoint::new(job, vec![s])?))
+        Ok(Box::new(TcpEndpoint::new(
+            job,
+            vec![connect_switched(to)?],
+        )?))
     }
 
     fn accept(
@@ -85,10 +103,7 @@ impl Link for DdpSocket {
         ready: Ready<'_>,
     ) -> Result<Vec<Box<dyn Endpoint>>, Error> {
         ready()?;
-        let streams = sock::accept_n(at.ctl, at.token, job.spec.conns)?;
-        for s in &streams {
-            ddp_mode(s)?;
-        }
+        let streams = accept_switched(at, job.spec.conns)?;
         driver::endpoints(streams, threads, |ss| TcpEndpoint::new(job, ss))
     }
 }

@@ -32,8 +32,8 @@ use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::ddp_socket::ddp_mode;
-use super::sock::{self, poll_sockets, Pass};
+use super::ddp_socket::{accept_switched, connect_switched};
+use super::sock::{poll_sockets, Pass};
 use crate::data;
 use crate::driver::{self, Addrs, Endpoint, Event, Job, Link, Listeners, Ready, IDLE};
 use crate::spec::{Family, Role, TransportInfo};
@@ -495,9 +495,10 @@ impl Link for RioWrite {
     }
 
     fn connect(&self, job: &Job<'_>, to: &Addrs) -> Result<Box<dyn Endpoint>, Error> {
-        let s = sock::connect(to.ctl, to.token)?;
-        ddp_mode(&s)?;
-        Ok(Box::new(RioEndpoint::new(job, vec![s])?))
+        Ok(Box::new(RioEndpoint::new(
+            job,
+            vec![connect_switched(to)?],
+        )?))
     }
 
     fn accept(
@@ -508,10 +509,7 @@ impl Link for RioWrite {
         ready: Ready<'_>,
     ) -> Result<Vec<Box<dyn Endpoint>>, Error> {
         ready()?;
-        let streams = sock::accept_n(at.ctl, at.token, job.spec.conns)?;
-        for s in &streams {
-            ddp_mode(s)?;
-        }
+        let streams = accept_switched(at, job.spec.conns)?;
         driver::endpoints(streams, threads, |ss| RioEndpoint::new(job, ss))
     }
 }
