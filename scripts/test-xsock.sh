@@ -10,6 +10,8 @@
 #      switches, DDP mode requested on the listener and before connect, two
 #      threads on one socket: a blocked reader and a polling writer) on
 #      loopback with CRC on and off;
+#   1b. an 8 B ping-pong (blocking calls, then poll) wakes no progress
+#      thread per round trip (ddp_bg_rounds, counted);
 #   2. the same cases across two network namespaces joined by a veth pair
 #      (10.x addresses inside them only), CRC on and off;
 #   3. tshark decodes a captured DDP-mode connection as MPA/DDP/RDMAP with
@@ -62,6 +64,21 @@ for crc in 1 0; do
     done
     pass "${#CASES[@]} C cases on loopback under ASan/UBSan, CRC $crc"
 done
+
+# 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
+# ping-pong of 2 x 2000 round trips (blocking calls, then poll before each
+# receive) runs no round on the progress thread beyond the connection's
+# start and end, in both processes together.
+out="$WORK/pingpong.out"
+if ! WARPSOCK_STATS=1 WARPSOCK_CRC=0 timeout 120 "${PRE[@]}" "$WORK/xsock" pingpong local >"$out" 2>&1 \
+    || grep -qE "Sanitizer|runtime error:" "$out"; then
+    cat "$out" >&2
+    fail "pingpong on loopback"
+fi
+bg=$(stat "$out" ddp_bg_rounds)
+[ "$(stat "$out" ddp_switched)" -eq 2 ] || { cat "$out" >&2; fail "pingpong: both ends must switch"; }
+[ "$bg" -le 8 ] || { cat "$out" >&2; fail "pingpong: $bg progress-thread rounds for 4000 round trips (at most 8: none per round trip)"; }
+pass "8 B ping-pong, 4000 round trips: $bg progress-thread rounds, $(stat "$out" ddp_poll_rounds) rounds in the program's own polls"
 
 # 2. Two namespaces joined by a veth pair.
 A="wsx-a-$$"

@@ -3,11 +3,14 @@
 //! moves to a private descriptor (names and options go to it), and the data
 //! calls run the sockets-over-DDP protocol ([`XSocket`]).
 //!
-//! Readiness: the progress thread watches the engine's TCP socket (edge
-//! triggered, [`XSocket::WATCH_EVENTS`]: input and output space) and, when
-//! no program thread is driving the socket, runs a round of progress.
-//! After that round and after every data call, [`DdpSock::reflect`] makes
-//! the doorbell follow the socket: a bell when something new arrived and
+//! Readiness: whoever processes arrivals while no call of the program runs
+//! — the program's own `poll`, which watches the engine's TCP socket next
+//! to the doorbell ([`Socket::wait_begin`]), or the progress thread, whose
+//! watch is on only when the socket needs it (`warpsock_xsock::io`'s
+//! `watch` module: for good once the program waits in `select` or
+//! `epoll_wait`, [`doorbell_wait`]) — runs a round of progress. After that
+//! round and after every data call, [`DdpSock::reflect`] makes the
+//! doorbell follow the socket: a bell when something new arrived and
 //! the socket is readable (bytes, end of stream, an error, an asynchronous
 //! completion), drained bells when nothing is left to read. A send that
 //! would block (no credit) makes the program's end unwritable until
@@ -29,7 +32,7 @@ use super::{config, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
 use crate::shim::reactor::{self, Handler, Reactor};
-use crate::shim::socket::Socket;
+use crate::shim::socket::{Socket, Wait};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
 
@@ -59,6 +62,9 @@ pub(crate) struct DdpSock {
     id: u64,
     refs: AtomicUsize,
     nonblocking: AtomicBool,
+    /// The progress thread watches this socket for good
+    /// ([`doorbell_wait`]).
+    background: AtomicBool,
     inner: Mutex<Inner>,
 }
 
@@ -71,6 +77,41 @@ pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
     let s = fdtable::get(fd)?;
     let key = Arc::as_ptr(&s).cast::<()>() as usize;
     lock(&SOCKS).as_ref()?.get(&key)?.upgrade()
+}
+
+/// The program has waited in a call that sees DDP sockets only through
+/// their doorbells (`select`, `pselect`, the `epoll_wait` family).
+static DOORBELL_WAITS: AtomicBool = AtomicBool::new(false);
+
+/// Before the program waits in `select`, `pselect` or the `epoll_wait`
+/// family: those see a DDP socket only through its doorbell, which only
+/// the progress thread rings while the program waits. From the first such
+/// call on, every DDP socket of the process, present and future, keeps the
+/// progress thread's watch ([`XSocket::set_background`]): which sockets an
+/// epoll set holds is not known here, and a socket another thread switches
+/// and adds to a set this thread already waits on must be watched too.
+/// Programs that only make blocking calls and `poll` never get here, and
+/// their sockets wake no thread besides their own.
+pub(crate) fn doorbell_wait() {
+    if DOORBELL_WAITS.load(Ordering::Relaxed) || DOORBELL_WAITS.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let socks: Vec<Arc<DdpSock>> = lock(&SOCKS)
+        .as_ref()
+        .map(|m| m.values().filter_map(Weak::upgrade).collect())
+        .unwrap_or_default();
+    for s in socks {
+        s.keep_watched();
+    }
+}
+
+/// How a program's `poll` waits on a DDP socket ([`Socket::wait_begin`]).
+enum PollClaim {
+    /// It watches the engine's TCP socket itself.
+    Direct,
+    /// Another thread's call is parked on the socket (it reads it): the
+    /// progress thread watches for this poll after that call.
+    Poller,
 }
 
 /// Sockets whose close is still letting bytes leave.
@@ -173,6 +214,7 @@ impl DdpSock {
                 bell,
                 refs: AtomicUsize::new(0),
                 nonblocking: AtomicBool::new(nonblocking),
+                background: AtomicBool::new(false),
             });
             lock(&SOCKS)
                 .get_or_insert_with(HashMap::new)
@@ -180,7 +222,7 @@ impl DdpSock {
             if !eng.register(
                 s.x.tcp_fd(),
                 s.id,
-                XSocket::WATCH_EVENTS,
+                s.x.watching(),
                 Arc::new(Ready(Arc::downgrade(&s))),
             ) {
                 return Err(errno());
@@ -202,6 +244,9 @@ impl DdpSock {
                     s.reflect(r);
                 }
             }));
+            if DOORBELL_WAITS.load(Ordering::SeqCst) {
+                s.keep_watched();
+            }
             fdtable::swap_in(fd, app_end, s.clone())?;
             lock(&s.inner).connect_pending = connect_pending;
             // Bytes that arrived with the switch (the pre-switch residue).
@@ -244,6 +289,14 @@ impl DdpSock {
         if r.hup && !g.hung_up {
             self.bell.hang_up();
             g.hung_up = true;
+        }
+    }
+
+    /// The progress thread watches this socket from now on
+    /// ([`doorbell_wait`]).
+    fn keep_watched(&self) {
+        if !self.background.swap(true, Ordering::AcqRel) {
+            self.x.set_background(true);
         }
     }
 
@@ -420,7 +473,9 @@ impl Socket for DdpSock {
                                 g.write_gated = true;
                             }
                         }
-                        self.reflect(self.x.readiness());
+                        // Credits come back with input: processed while
+                        // the program waits for writability.
+                        self.reflect(self.x.want_writable());
                     }
                     Some(libc::EPIPE) if flags & libc::MSG_NOSIGNAL == 0 => {
                         // SAFETY: raising SIGPIPE as a TCP send would.
@@ -555,9 +610,54 @@ impl Socket for DdpSock {
         0
     }
 
+    fn wait_begin(&self) -> Option<Wait> {
+        // What is processed already shows on the doorbell (a round that
+        // did not ring for it, below, is followed by this).
+        let r = self.x.readiness_now();
+        if r.readable {
+            self.reflect(r);
+        }
+        if self.x.parked() {
+            self.x.poller(true);
+            return Some(Wait {
+                fds: Vec::new(),
+                claim: Box::new(PollClaim::Poller),
+            });
+        }
+        Some(Wait {
+            fds: vec![self.x.tcp_fd()],
+            claim: Box::new(PollClaim::Direct),
+        })
+    }
+
+    fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
+        match wait.claim.downcast::<PollClaim>().map(|c| *c) {
+            Ok(PollClaim::Direct) => {
+                if revents.first().is_some_and(|&r| r != 0) {
+                    if let Some(r) = self.x.progress_for_poll() {
+                        // This poll reports what it processed itself; the
+                        // doorbell is rung for it only if someone may wait
+                        // on the doorbell alone (the progress thread
+                        // watches then): a bell costs a write here and a
+                        // drain in the receive.
+                        if self.x.watching() != XSocket::WATCH_OFF {
+                            self.reflect(r);
+                        }
+                    }
+                }
+            }
+            Ok(PollClaim::Poller) => self.x.poller(false),
+            Err(_) => {}
+        }
+        self.x.readiness_now().readable
+    }
+
     fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {
         match req {
             libc::FIONREAD if arg != 0 => {
+                // What arrived counts, processed or not (as the kernel's
+                // queue does for TCP): nothing may have processed it yet.
+                self.reflect(self.x.readiness());
                 // SAFETY: FIONREAD's argument is an int out-pointer.
                 unsafe { *(arg as *mut c_int) = self.x.readable_bytes() as c_int };
                 0

@@ -578,6 +578,31 @@ static void early_side(int fd, int server) {
     expect_pattern(fd, 5000, server ? 71 : 70);
 }
 
+/* An 8-byte ping-pong: blocking calls, then a poll before every receive.
+ * Neither needs the progress thread (scripts/test-xsock.sh checks its
+ * rounds, ddp_bg_rounds, against a bound that does not grow with the round
+ * trips): the blocking receive reads the socket itself, and poll watches
+ * the engine's socket next to the doorbell. */
+#define PINGPONG_ROUNDS 2000
+static void pingpong_side(int fd, int server) {
+    CHECK(ddp(fd) == 0);
+    for (int phase = 0; phase < 2; phase++) {
+        for (uint64_t i = 0; i < PINGPONG_ROUNDS; i++) {
+            uint64_t m = i, got;
+            if (!server) send_all(fd, &m, 8);
+            if (phase == 1) {
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                CHECK(poll(&p, 1, 20000) == 1 && (p.revents & POLLIN));
+            }
+            recv_all(fd, &got, 8);
+            CHECK(got == i);
+            if (server) send_all(fd, &got, 8);
+        }
+    }
+}
+static void pingpong_server(int fd) { pingpong_side(fd, 1); }
+static void pingpong_client(int fd) { pingpong_side(fd, 0); }
+
 /* ---- plumbing ----------------------------------------------------------- */
 
 struct tcase {
@@ -606,6 +631,7 @@ static const struct tcase cases[] = {
     {"plain", plain_server, plain_client, 0},
     {"early", early_server, early_client, 1},
     {"threads", threads_server, threads_client, 0},
+    {"pingpong", pingpong_server, pingpong_client, 0},
 };
 
 static int listener(const char *addr, int early, int *port) {

@@ -79,12 +79,12 @@ impl XSocket {
             len,
         };
         let mut off = 0;
-        // One round at the call's start: it processes what the peer sent
+        // One round at the call's start when it needs what the peer sent
         // meanwhile (credits, sink offers, and connection-phase input the
         // engine's first transmit may wait for: the crate's tests of a
         // socket that sends first hang without it); after that, rounds
         // only through `wait` when the books block the call.
-        self.drive_now(&mut st);
+        self.drive_before_send(&mut st, zcopy || total >= self.opts.zcopy_min);
         while off < total {
             if let Some(e) = Self::dead(&st) {
                 return if off > 0 { Ok(off) } else { Err(e) };

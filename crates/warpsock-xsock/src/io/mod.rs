@@ -6,7 +6,8 @@
 //! names it. Inside, `handshake` (the switch on a socket), `data` and
 //! `rio` (the calls) build on `socket` (the books and the engine), which
 //! uses only the leaf modules `gather`, `slots` and `sys` — and `rio`'s
-//! per-socket state types.
+//! per-socket state types. `watch` says when the socket needs a progress
+//! thread.
 
 mod data;
 mod gather;
@@ -16,6 +17,7 @@ mod settings;
 mod slots;
 mod socket;
 mod sys;
+mod watch;
 
 pub use handshake::{switch_fd, switch_fd_as, Failure};
 pub use rio::{AioOp, Completion};

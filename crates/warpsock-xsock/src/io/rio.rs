@@ -100,6 +100,11 @@ impl Aio {
     pub(crate) fn has_completions(&self) -> bool {
         !self.done.is_empty()
     }
+
+    /// Operations in flight (they progress only as the engine is driven).
+    pub(crate) fn in_flight(&self) -> bool {
+        !self.sends.is_empty() || !self.recvs.is_empty() || !self.rio.is_empty()
+    }
 }
 
 /// A one-sided request finished (`wc` has a `WR_RIO` id).

@@ -62,8 +62,9 @@ impl Options {
     }
 }
 
-/// Process-wide byte counters (noise-free evidence for the zero-copy
-/// claims: bytes copied per byte received).
+/// Process-wide counters (noise-free evidence): bytes copied per byte
+/// received (the zero-copy claims), and the progress thread's work per
+/// message (on-demand watching).
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Stream bytes received (copied or placed).
@@ -76,6 +77,14 @@ pub struct Counters {
     pub tx_bytes: AtomicU64,
     /// Of those, bytes copied into transmit slots.
     pub tx_copied: AtomicU64,
+    /// Rounds of progress the progress thread ran for an event of its
+    /// watch: each is a wake-up of a thread besides the program's own.
+    pub bg_rounds: AtomicU64,
+    /// Rounds of progress a program's `poll` ran after it saw the engine's
+    /// socket ready (the program's own thread: no hand-off).
+    pub poll_rounds: AtomicU64,
+    /// Changes of the progress thread's watch (each an `epoll_ctl`).
+    pub watch_changes: AtomicU64,
 }
 
 impl Counters {
@@ -86,6 +95,9 @@ impl Counters {
             rx_placed: AtomicU64::new(0),
             tx_bytes: AtomicU64::new(0),
             tx_copied: AtomicU64::new(0),
+            bg_rounds: AtomicU64::new(0),
+            poll_rounds: AtomicU64::new(0),
+            watch_changes: AtomicU64::new(0),
         }
     }
 }
@@ -104,6 +116,9 @@ pub(crate) enum Count {
     RxPlaced,
     TxBytes,
     TxCopied,
+    BgRounds,
+    PollRounds,
+    WatchChanges,
 }
 
 impl Count {
@@ -113,6 +128,9 @@ impl Count {
             Self::RxPlaced => &c.rx_placed,
             Self::TxBytes => &c.tx_bytes,
             Self::TxCopied => &c.tx_copied,
+            Self::BgRounds => &c.bg_rounds,
+            Self::PollRounds => &c.poll_rounds,
+            Self::WatchChanges => &c.watch_changes,
         }
     }
 }

@@ -71,6 +71,20 @@ pub(crate) struct State {
     pub(crate) maps: BTreeMap<u64, LocalMap>,
     /// Completions processed ([`Readiness::arrivals`]).
     pub(crate) arrivals: u64,
+    /// The program waits for this socket through its descriptor in calls
+    /// that see it only through the progress thread (`select`, `epoll`):
+    /// see [`XSocket::set_background`].
+    pub(crate) background: bool,
+    /// Program `poll`s waiting on the socket that do not watch the engine's
+    /// socket themselves ([`XSocket::poller`]).
+    pub(crate) pollers: u32,
+    /// A non-blocking send found no credit and the program waits for
+    /// writability ([`XSocket::want_writable`]); cleared once a send could
+    /// move bytes again.
+    pub(crate) want_writable: bool,
+    /// The engine announced the connection established (a responder's
+    /// sends wait for the initiator's first FPDU until then: RFC 6581).
+    pub(crate) established: bool,
 }
 
 impl State {
@@ -116,10 +130,10 @@ pub struct XSocket {
     /// the call takes back when it wakes (see `progress_if_idle`).
     pub(crate) parked: AtomicBool,
     /// See [`XSocket::set_watch`].
-    watch: OnceLock<Box<dyn Fn(u32) + Send + Sync>>,
+    pub(crate) watch: OnceLock<Box<dyn Fn(u32) + Send + Sync>>,
     /// The events the progress thread watches [`Self::tcp_fd`] for now
     /// (what `watch` was last told; changed under the socket's lock).
-    watching: AtomicU32,
+    pub(crate) watching: AtomicU32,
 }
 
 impl std::fmt::Debug for XSocket {
@@ -272,6 +286,10 @@ impl XSocket {
                 aio: Aio::default(),
                 maps: BTreeMap::new(),
                 arrivals: 0,
+                background: false,
+                pollers: 0,
+                want_writable: false,
+                established: false,
             }),
             cv: Condvar::new(),
             opts: opts.clone(),
@@ -282,7 +300,7 @@ impl XSocket {
             on_progress: OnceLock::new(),
             parked: AtomicBool::new(false),
             watch: OnceLock::new(),
-            watching: AtomicU32::new(Self::WATCH_EVENTS),
+            watching: AtomicU32::new(Self::WATCH_OFF),
             _ctx: e.ctx,
             pd: e.pd,
             cq: e.cq,
@@ -490,6 +508,7 @@ impl XSocket {
                         format!("{who} terminated the connection: {code}"),
                     );
                 }
+                Event::Established(_) => st.established = true,
                 Event::Closed(reason) => {
                     st.peer_closed = true;
                     if let Some(e) = self.qp.socket_error() {
@@ -552,7 +571,7 @@ impl XSocket {
         if let Err(e) = self.qp.post_send(wr) {
             self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}"));
         }
-        self.rearm();
+        self.rearm(st);
     }
 
     /// One non-blocking round: polls the engine and processes. Returns
@@ -577,11 +596,30 @@ impl XSocket {
             any = true;
             self.process(st, &wcs[..n]);
         }
+        self.settle(st);
+        any
+    }
+
+    /// The end of a round, without reading the socket: connection events,
+    /// asynchronous operations, control messages owed, and the progress
+    /// thread's watch.
+    fn settle(&self, st: &mut State) {
         self.check_events(st);
         super::rio::pump(self, st);
         self.flush(st);
-        self.rearm();
-        any
+        self.rearm(st);
+    }
+
+    /// Before a send call moves bytes: a round of progress, unless the
+    /// books let the call send now without news from the peer — a small
+    /// send with a credit and a transmit slot on an established
+    /// connection (a ping-pong's send: the round would only read an empty
+    /// socket). A large one looks for a sink the peer may have offered.
+    pub(crate) fn drive_before_send(&self, st: &mut State, large: bool) {
+        let ready = st.established && !large && !st.tx_free.is_empty() && st.s.writable();
+        if !ready {
+            self.drive_now(st);
+        }
     }
 
     /// Waits (until `deadline`) for something to happen: drives the engine
@@ -624,10 +662,10 @@ impl XSocket {
         // The call reads the socket itself now (and the engine's wait
         // watches for output space while it holds a backlog): the progress
         // thread would only wake for what the call reads anyway — one more
-        // context switch per message. Re-armed by the call's next round
-        // (`drive_now` below), which reports what came meanwhile (epoll
-        // checks readiness when the interest changes).
-        self.set_watching(0);
+        // context switch per message. Re-armed, if still wanted, when the
+        // call takes over again (`settle` below; epoll checks readiness
+        // when the interest changes, so what came meanwhile is reported).
+        self.set_watching(Self::WATCH_OFF);
         drop(st);
         let mut wcs = [Wc::default(); 32];
         let n = self.cq.wait(&mut wcs, slice).unwrap_or(0);
@@ -636,7 +674,14 @@ impl XSocket {
         self.parked.store(false, Ordering::Release);
         let seen = st.arrivals;
         self.process(&mut st, &wcs[..n]);
-        self.drive_now(&mut st);
+        if n == 0 || !self.cq.is_empty() {
+            self.drive_now(&mut st);
+        } else {
+            // The wait read the socket and took in what it held: another
+            // round now would only read it empty (one more system call
+            // per message).
+            self.settle(&mut st);
+        }
         self.wake(&st);
         if st.arrivals != seen {
             // Other threads may wait in poll for what this one processed.
@@ -657,102 +702,6 @@ impl XSocket {
     /// this socket. Once per socket; later calls are ignored.
     pub fn set_on_progress(&self, f: Box<dyn Fn(Readiness) + Send + Sync>) {
         let _ = self.on_progress.set(f);
-    }
-
-    /// The engine's TCP socket. A progress thread watches it for
-    /// [`Self::WATCH_EVENTS`] and calls [`Self::progress_if_idle`] on each
-    /// event.
-    pub fn tcp_fd(&self) -> RawFd {
-        self.tcp_fd
-    }
-
-    /// Sets how the progress thread's watch of [`Self::tcp_fd`] is changed
-    /// (`EPOLL_CTL_MOD` to the events given): it is off while a call is
-    /// parked in the engine, and asks for output space only while the
-    /// engine holds bytes for a full send buffer ([`Qp::send_backlog`]).
-    /// Registered at first for [`Self::WATCH_EVENTS`]. Called with the
-    /// socket's lock held: it must not call back into this socket. Once
-    /// per socket; later calls are ignored.
-    pub fn set_watch(&self, f: Box<dyn Fn(u32) + Send + Sync>) {
-        let _ = self.watch.set(f);
-    }
-
-    /// The events the progress thread watches [`Self::tcp_fd`] for now
-    /// (for tests: 0 while a call is parked).
-    pub fn watching(&self) -> u32 {
-        self.watching.load(Ordering::Acquire)
-    }
-
-    fn set_watching(&self, events: u32) {
-        if self.watching.swap(events, Ordering::AcqRel) != events {
-            if let Some(f) = self.watch.get() {
-                f(events);
-            }
-        }
-    }
-
-    /// After a round or a post by a thread that is not parked: input and
-    /// the peer's FIN always, output space only while the engine holds a
-    /// backlog (a writable socket reports `EPOLLOUT` at every change of
-    /// interest and with every arriving segment: watched always, it woke
-    /// the progress thread once per message).
-    fn rearm(&self) {
-        if self.parked.load(Ordering::Acquire) {
-            return;
-        }
-        let want = if self.qp.send_backlog() > 0 {
-            Self::WATCH_EVENTS
-        } else {
-            Self::WATCH_INPUT
-        };
-        self.set_watching(want);
-    }
-
-    /// [`Self::WATCH_EVENTS`] without output space: what the progress
-    /// thread watches while the engine holds nothing for the kernel.
-    pub const WATCH_INPUT: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-
-    /// The epoll events a progress thread must watch [`Self::tcp_fd`] for,
-    /// edge-triggered: input, the peer's FIN, and *output space*. The
-    /// engine writes what it can and keeps the rest queued when the
-    /// kernel's send buffer is full; only a round of progress after the
-    /// buffer drains sends it. Without `EPOLLOUT` a program waiting in
-    /// `poll` for credits that the peer can only return after receiving
-    /// those queued bytes would wait forever (the stream case's hang under
-    /// load: the sender's last DATA messages sat in its engine while both
-    /// programs polled).
-    pub const WATCH_EVENTS: u32 =
-        (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-
-    /// A round of progress for a background thread, unless an application
-    /// thread is driving the socket right now (it processes what arrives,
-    /// and a second reader would take bytes from under it). Returns the
-    /// readiness after it, or `None` if skipped.
-    ///
-    /// Edge-triggered callers lose nothing: the engine reads a bounded
-    /// amount per round, so rounds repeat while the kernel still holds
-    /// unread bytes (an edge comes only with new bytes).
-    pub fn progress_if_idle(&self) -> Option<Readiness> {
-        // A call parked in the engine reads what woke us when it wakes, and
-        // tells others then. Skipping it here needs no lock: the flag is
-        // cleared before that call's last round of progress, so an event
-        // that saw it set is covered by that round.
-        if self.parked.load(Ordering::Acquire) {
-            return None;
-        }
-        let mut st = self.lock();
-        // Bounded: a peer that sends faster than we process must not keep
-        // the progress thread here forever (new bytes bring a new edge).
-        for _ in 0..64 {
-            if st.driving {
-                return None;
-            }
-            self.drive_now(&mut st);
-            if st.error.is_some() || super::sys::readable(self.tcp_fd).unwrap_or(0) == 0 {
-                break;
-            }
-        }
-        Some(Self::readiness_of(&st))
     }
 
     /// What the socket can do, without a round of progress.

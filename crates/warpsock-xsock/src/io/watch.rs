@@ -1,0 +1,213 @@
+//! When a DDP socket needs a progress thread: the watch a background
+//! thread keeps on the engine's TCP socket ([`XSocket::tcp_fd`], changed
+//! through [`XSocket::set_watch`]) and the round it runs on each event
+//! ([`XSocket::progress_if_idle`]).
+//!
+//! The watch is on demand. A program that sends and receives with blocking
+//! calls reads the socket itself in each receive (the system calls of
+//! plain TCP); a thread woken for every arrival besides cost two context
+//! switches per message and did nothing the next call would not do. So
+//! the watch is off unless something must happen while no call of the
+//! program runs:
+//!
+//! * the program waits through its descriptor in a call that sees the
+//!   socket only through the progress thread — `select`, the `epoll_wait`
+//!   family ([`XSocket::set_background`]), or a `poll` that cannot watch
+//!   the engine's socket itself ([`XSocket::poller`]);
+//! * it waits for writability after a send found no credit
+//!   ([`XSocket::want_writable`]): credits come back with input;
+//! * the protocol owes the peer something: messages wait for a transmit
+//!   slot or a credit, the engine holds bytes for a full send buffer
+//!   ([`warpsock_engine::Qp::send_backlog`]: output space is watched
+//!   then), asynchronous or one-sided operations are in flight, buffers
+//!   are mapped for the peer's one-sided reads, or the connection is not
+//!   established yet (RFC 6581: a responder's sends wait for the
+//!   initiator's first FPDU).
+//!
+//! While a call is parked in the engine the watch is off whatever is
+//! wanted: the call reads the socket itself, and re-arms when it takes
+//! over again.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+
+use super::settings::{Count, Readiness};
+use super::socket::{State, XSocket};
+
+impl XSocket {
+    /// The engine's TCP socket. A progress thread registers it for
+    /// [`Self::watching`] (edge-triggered epoll), follows
+    /// [`Self::set_watch`], and calls [`Self::progress_if_idle`] on each
+    /// event.
+    pub fn tcp_fd(&self) -> RawFd {
+        self.tcp_fd
+    }
+
+    /// Sets how the progress thread's watch of [`Self::tcp_fd`] is changed
+    /// (`EPOLL_CTL_MOD` to the events given: see the module docs for when
+    /// it is on). Called with the socket's lock held: it must not call
+    /// back into this socket. Once per socket; later calls are ignored.
+    pub fn set_watch(&self, f: Box<dyn Fn(u32) + Send + Sync>) {
+        let _ = self.watch.set(f);
+    }
+
+    /// The events the progress thread watches [`Self::tcp_fd`] for now:
+    /// [`Self::WATCH_OFF`], [`Self::WATCH_INPUT`] or
+    /// [`Self::WATCH_EVENTS`].
+    pub fn watching(&self) -> u32 {
+        self.watching.load(Ordering::Acquire)
+    }
+
+    /// Whether a call of the program is parked in the engine (it reads the
+    /// socket itself meanwhile).
+    pub fn parked(&self) -> bool {
+        self.parked.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_watching(&self, events: u32) {
+        if self.watching.swap(events, Ordering::AcqRel) != events {
+            self.count(Count::WatchChanges, 1);
+            if let Some(f) = self.watch.get() {
+                f(events);
+            }
+        }
+    }
+
+    /// After a round or a post by a thread that is not parked: the watch
+    /// the socket needs now (module docs). Output space only while the
+    /// engine holds a backlog: a writable socket reports `EPOLLOUT` at
+    /// every change of interest and with every arriving segment.
+    pub(crate) fn rearm(&self, st: &mut State) {
+        if st.want_writable && Self::readiness_of(st).writable {
+            st.want_writable = false;
+        }
+        if self.parked() {
+            return;
+        }
+        let want = if self.qp.send_backlog() > 0 {
+            Self::WATCH_EVENTS
+        } else if Self::owes_progress(st) {
+            Self::WATCH_INPUT
+        } else {
+            Self::WATCH_OFF
+        };
+        self.set_watching(want);
+    }
+
+    /// Whether arrivals must be processed while no call runs (module docs).
+    fn owes_progress(st: &State) -> bool {
+        st.background
+            || st.pollers > 0
+            || st.want_writable
+            || !st.established
+            || st.s.has_output()
+            || st.aio.in_flight()
+            || !st.maps.is_empty()
+    }
+
+    /// The program waits for this socket through calls that see it only
+    /// through the progress thread (`select`, `epoll_wait`): every arrival
+    /// is processed and reflected as it comes, as before on-demand
+    /// watching. The preload turns it on for good once the program makes
+    /// such a call.
+    pub fn set_background(&self, on: bool) {
+        let mut st = self.lock();
+        st.background = on;
+        self.rearm(&mut st);
+    }
+
+    /// A `poll` of the program starts (`true`) or ends (`false`) waiting on
+    /// this socket without watching [`Self::tcp_fd`] itself: the progress
+    /// thread watches meanwhile. Counted; every start needs its end.
+    pub fn poller(&self, on: bool) {
+        let mut st = self.lock();
+        if on {
+            st.pollers += 1;
+        } else {
+            st.pollers = st.pollers.saturating_sub(1);
+        }
+        self.rearm(&mut st);
+    }
+
+    /// A non-blocking send found no credit, and the program will wait for
+    /// writability: arrivals are processed until a send could move bytes
+    /// again. Makes a round of progress (the credits may have come) and
+    /// returns the readiness after it.
+    pub fn want_writable(&self) -> Readiness {
+        let mut st = self.lock();
+        st.want_writable = true;
+        self.drive_now(&mut st);
+        Self::readiness_of(&st)
+    }
+
+    /// Nothing, edge-triggered: the progress thread sleeps through input
+    /// and output space. (An empty mask would report a hang-up or an
+    /// error level-triggered, again and again.)
+    pub const WATCH_OFF: u32 = libc::EPOLLET as u32;
+
+    /// [`Self::WATCH_EVENTS`] without output space: what the progress
+    /// thread watches while the engine holds nothing for the kernel.
+    pub const WATCH_INPUT: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+
+    /// Input, the peer's FIN, and *output space*, edge-triggered: while
+    /// the engine holds bytes for a full send buffer. The engine writes
+    /// what it can and keeps the rest queued; only a round of progress
+    /// after the buffer drains sends it. Without `EPOLLOUT` a program
+    /// waiting in `poll` for credits that the peer can only return after
+    /// receiving those queued bytes would wait forever (the stream case's
+    /// hang under load: the sender's last DATA messages sat in its engine
+    /// while both programs polled).
+    pub const WATCH_EVENTS: u32 =
+        (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+
+    /// A round of progress for a program's `poll` that watched
+    /// [`Self::tcp_fd`] and saw it ready, unless an application thread is
+    /// driving the socket right now. One round: the engine reads a
+    /// bounded amount, and a level-triggered `poll` reports what is left
+    /// at once. Returns the readiness after it, or `None` if skipped.
+    pub fn progress_for_poll(&self) -> Option<Readiness> {
+        if self.parked() {
+            return None;
+        }
+        let mut st = self.lock();
+        if st.driving {
+            return None;
+        }
+        self.count(Count::PollRounds, 1);
+        self.drive_now(&mut st);
+        Some(Self::readiness_of(&st))
+    }
+
+    /// A round of progress for the progress thread, on an event of its
+    /// watch, unless an application thread is driving the socket right
+    /// now (it processes what arrives, and a second reader would take
+    /// bytes from under it). Returns the readiness after it, or `None` if
+    /// skipped.
+    ///
+    /// Edge-triggered callers lose nothing: the engine reads a bounded
+    /// amount per round, so rounds repeat while the kernel still holds
+    /// unread bytes (an edge comes only with new bytes).
+    pub fn progress_if_idle(&self) -> Option<Readiness> {
+        // A call parked in the engine reads what woke us when it wakes, and
+        // tells others then. Skipping it here needs no lock: the flag is
+        // cleared before that call's last round of progress, so an event
+        // that saw it set is covered by that round.
+        if self.parked() {
+            return None;
+        }
+        let mut st = self.lock();
+        self.count(Count::BgRounds, 1);
+        // Bounded: a peer that sends faster than we process must not keep
+        // the progress thread here forever (new bytes bring a new edge).
+        for _ in 0..64 {
+            if st.driving {
+                return None;
+            }
+            self.drive_now(&mut st);
+            if st.error.is_some() || super::sys::readable(self.tcp_fd).unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        Some(Self::readiness_of(&st))
+    }
+}

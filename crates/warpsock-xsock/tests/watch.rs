@@ -1,0 +1,355 @@
+//! The progress thread's watch of a DDP socket (`io`'s `watch` module):
+//! off while the program's own calls drive the socket, on when something
+//! must happen between its calls. Counted, never timed: the events a
+//! stand-in progress thread is woken for, the socket's counters of watch
+//! changes, and the sleeps of that thread (its voluntary context switches:
+//! the kernel wakes a thread waiting in epoll only for an event in the
+//! mask, so these counts do not depend on the scheduler).
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use warpsock_xsock::io::{RecvFlags, XSocket};
+
+mod net;
+
+use net::{opts, pattern, recv_exact, set_buf, switch_both, tcp_pair, LIMIT};
+
+/// A progress thread's epoll set for `x`: its engine socket registered
+/// for what `x` watches now, changed as [`XSocket::set_watch`] asks.
+fn progress_epoll(x: &XSocket) -> libc::c_int {
+    // SAFETY: a new epoll instance.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0);
+    let fd = x.tcp_fd();
+    let mut ev = libc::epoll_event {
+        events: x.watching(),
+        u64: 1,
+    };
+    // SAFETY: registering the engine's socket with our epoll.
+    let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    assert_eq!(r, 0);
+    x.set_watch(Box::new(move |events| {
+        let mut ev = libc::epoll_event { events, u64: 1 };
+        // SAFETY: as above (the socket outlives the epoll set's use).
+        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, &mut ev) };
+    }));
+    ep
+}
+
+/// Events waiting in epoll set `ep` now (without sleeping).
+fn pending_events(ep: libc::c_int) -> i32 {
+    let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    // SAFETY: `out` holds 4 events.
+    unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 4, 0) }
+}
+
+/// Times thread `tid` of this process went to sleep (its voluntary context
+/// switches): each is one sleep, whatever woke it.
+fn sleeps(tid: i64) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    st.lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches in the task status")
+}
+
+/// A stand-in progress thread: asleep in `epoll_wait` on a progress epoll
+/// set, counting the events it is woken for (it runs no round: the tests
+/// look at what wakes it). Stopped when dropped.
+struct Sleeper {
+    tid: i64,
+    wakes: Arc<AtomicU64>,
+    stop: libc::c_int,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sleeper {
+    /// Starts it on `ep` and waits until it sleeps.
+    fn start(ep: libc::c_int) -> Self {
+        // SAFETY: a new eventfd, to stop the sleeper.
+        let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(stop >= 0);
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 2,
+        };
+        // SAFETY: adding our eventfd to our epoll set.
+        let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, stop, &mut ev) };
+        assert_eq!(r, 0);
+        let tid = Arc::new(AtomicI64::new(0));
+        let wakes = Arc::new(AtomicU64::new(0));
+        let (t2, w2) = (tid.clone(), wakes.clone());
+        let thread = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            t2.store(unsafe { libc::gettid() }.into(), SeqCst);
+            loop {
+                let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+                // SAFETY: `out` holds 4 events.
+                let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 4, -1) };
+                if out[..n.max(0) as usize].iter().any(|e| e.u64 == 2) {
+                    return;
+                }
+                w2.fetch_add(1, SeqCst);
+            }
+        });
+        let t = Instant::now();
+        while tid.load(SeqCst) == 0 {
+            assert!(t.elapsed() < LIMIT);
+            std::thread::yield_now();
+        }
+        let tid = tid.load(SeqCst);
+        // Asleep in epoll_wait before anything is counted.
+        while !std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+            .unwrap()
+            .contains(") S ")
+        {
+            assert!(t.elapsed() < LIMIT);
+            std::thread::yield_now();
+        }
+        Self {
+            tid,
+            wakes,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn sleeps(&self) -> u64 {
+        sleeps(self.tid)
+    }
+
+    fn wakes(&self) -> u64 {
+        self.wakes.load(SeqCst)
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd.
+        unsafe { libc::write(self.stop, (&one as *const u64).cast(), 8) };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // SAFETY: our eventfd.
+        unsafe { libc::close(self.stop) };
+    }
+}
+
+/// A ping-pong with blocking calls on both ends wakes no progress thread
+/// at all: each receive reads its socket itself, and between the calls
+/// nothing is owed, so the watch stays off — whatever the scheduler does
+/// with the two ends (before on-demand watching, a message that arrived
+/// while its reader was not yet parked woke the progress thread: 1.5 such
+/// sleeps per round trip in the bench). The watch changes a bounded number
+/// of times for the connection's start, none per round trip.
+#[test]
+fn a_blocking_ping_pong_wakes_no_progress_thread() {
+    const ROUNDS: u64 = 300;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (ea, eb) = (progress_epoll(&xa), progress_epoll(&xb));
+    // The first message completes the connection's start (RFC 6581: the
+    // responder has seen the initiator's first FPDU once it received).
+    xa.send(b"start", false, None).unwrap();
+    assert_eq!(recv_exact(&xb, 5), b"start");
+    xb.send(b"go", false, None).unwrap();
+    assert_eq!(recv_exact(&xa, 2), b"go");
+    while pending_events(ea) > 0 || pending_events(eb) > 0 {}
+    assert_eq!(xa.watching(), XSocket::WATCH_OFF);
+    assert_eq!(xb.watching(), XSocket::WATCH_OFF);
+    let (sa, sb) = (Sleeper::start(ea), Sleeper::start(eb));
+    let (before_a, before_b) = (sa.sleeps(), sb.sleeps());
+    let changes = |x: &XSocket| x.stats().watch_changes.load(SeqCst);
+    let (ca, cb) = (changes(&xa), changes(&xb));
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for _ in 0..ROUNDS {
+                let m = recv_exact(&xb, 8);
+                xb.send(&m, false, None).unwrap();
+            }
+        });
+        for i in 0..ROUNDS {
+            xa.send(&i.to_le_bytes(), false, None).unwrap();
+            assert_eq!(recv_exact(&xa, 8), i.to_le_bytes());
+        }
+    });
+    assert_eq!((sa.wakes(), sb.wakes()), (0, 0), "progress-thread events");
+    assert_eq!(
+        (sa.sleeps() - before_a, sb.sleeps() - before_b),
+        (0, 0),
+        "progress-thread sleeps in {ROUNDS} round trips"
+    );
+    assert_eq!((changes(&xa) - ca, changes(&xb) - cb), (0, 0));
+    assert_eq!(xa.stats().bg_rounds.load(SeqCst), 0);
+    drop((sa, sb));
+    // SAFETY: our epoll instances.
+    unsafe {
+        libc::close(ea);
+        libc::close(eb);
+    }
+}
+
+/// With the watch wanted (the program waits through its descriptor in
+/// `select` or `epoll`), a message for a reader parked in the engine still
+/// does not wake the progress thread: the parked call reads its socket
+/// itself, so the watch is off meanwhile, and back on — input only,
+/// nothing is held for the kernel — once the call took over again. Every
+/// message is sent only once its reader is seen parked. With the watch
+/// left on for input it woke about once per message; with output space
+/// watched too, once per arriving segment.
+#[test]
+fn a_parked_reader_keeps_the_progress_thread_asleep() {
+    const ROUNDS: u64 = 20;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let ep = progress_epoll(&xb);
+    xb.set_background(true);
+    xb.progress();
+    while pending_events(ep) > 0 {}
+    assert_eq!(xb.watching(), XSocket::WATCH_INPUT);
+    let s = Sleeper::start(ep);
+    let before = s.sleeps();
+    for round in 0..ROUNDS {
+        std::thread::scope(|sc| {
+            let reader = sc.spawn(|| recv_exact(&xb, 8));
+            let t = Instant::now();
+            while !xb.parked() || xb.watching() != XSocket::WATCH_OFF {
+                assert!(t.elapsed() < LIMIT, "the reader never parked");
+                std::thread::yield_now();
+            }
+            xa.send(&round.to_le_bytes(), false, None).unwrap();
+            assert_eq!(reader.join().unwrap(), round.to_le_bytes());
+        });
+        assert_eq!(xb.watching(), XSocket::WATCH_INPUT, "re-armed for input");
+    }
+    let woke = s.sleeps() - before;
+    assert!(
+        woke <= 2,
+        "{ROUNDS} messages to a parked reader woke the progress thread {woke} times"
+    );
+    assert_eq!(s.wakes(), 0);
+    // With no call parked, the progress thread is told of arrivals.
+    xa.send(b"unparked", false, None).unwrap();
+    let t = Instant::now();
+    while s.wakes() == 0 {
+        assert!(
+            t.elapsed() < LIMIT,
+            "an arrival with no call parked went unseen"
+        );
+        std::thread::yield_now();
+    }
+    drop(s);
+    assert_eq!(recv_exact(&xb, 8), b"unparked");
+    // SAFETY: our epoll instance.
+    unsafe { libc::close(ep) };
+}
+
+/// A non-blocking send that found no credit: the program waits for
+/// writability (in `poll` or `epoll`), so the credits the peer returns as
+/// it reads must be processed with no call of the program: the watch is on
+/// for input until a send could move bytes again, then off.
+#[test]
+fn a_send_without_credit_watches_for_the_credits() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let ep = progress_epoll(&xa);
+    let mut sent = 0usize;
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < LIMIT, "credits never ran out");
+        match xa.send(&[7u8; 100], true, None) {
+            Ok(n) => sent += n,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let r = xa.want_writable();
+    assert!(!r.writable, "{r:?}");
+    assert_eq!(xa.watching(), XSocket::WATCH_INPUT);
+    while pending_events(ep) > 0 {}
+    // The reader takes everything: its receives return the credits.
+    assert_eq!(recv_exact(&xb, sent), vec![7u8; sent]);
+    let t = Instant::now();
+    let r = loop {
+        assert!(t.elapsed() < LIMIT, "the returned credits woke nothing");
+        if pending_events(ep) > 0 {
+            if let Some(r) = xa.progress_if_idle() {
+                if r.writable {
+                    break r;
+                }
+            }
+        }
+        std::thread::yield_now();
+    };
+    assert!(r.writable);
+    assert_eq!(xa.watching(), XSocket::WATCH_OFF, "writable: nothing owed");
+    assert!(xa.stats().bg_rounds.load(SeqCst) >= 1);
+    // SAFETY: our epoll instance.
+    unsafe { libc::close(ep) };
+}
+
+/// The progress-thread contract ([`XSocket::WATCH_EVENTS`] edge-triggered,
+/// [`XSocket::progress_if_idle`] on each event) moves output the engine had
+/// to queue because the kernel's send buffer was full, whether or not the
+/// program waits on the socket. The receiver only lets its engine read (it
+/// consumes nothing, so it returns no credit and sends nothing back): the
+/// sender gets no input that would make it transmit, and only output space
+/// can wake it. Without `EPOLLOUT` in the mask the last messages stay in
+/// the sender's engine — the hang of the preload's stream case, where both
+/// programs then waited in `poll`.
+#[test]
+fn queued_output_leaves_on_output_space_alone() {
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 16 << 10);
+    set_buf(&b, libc::SO_RCVBUF, 16 << 10);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let ep = progress_epoll(&xa);
+    // Nothing held for the kernel: output space is not watched.
+    xa.progress();
+    assert_eq!(xa.watching() & libc::EPOLLOUT as u32, 0);
+    let data = pattern(15 * xa.peer_hello().payload(), 41);
+    let sent = xa.send(&data, true, None).unwrap();
+    // Far more than the two socket buffers hold: most of it is queued in
+    // the sender's engine, and output space is watched now.
+    assert!(sent >= 8 * xa.peer_hello().payload(), "sent {sent}");
+    assert_eq!(xa.watching(), XSocket::WATCH_EVENTS);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let rx = sc.spawn(|| {
+            let t = Instant::now();
+            while xb.readable_bytes() < sent && t.elapsed() < LIMIT {
+                xb.progress();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            done.store(true, SeqCst);
+            xb.readable_bytes()
+        });
+        // The sender's "progress thread".
+        while !done.load(SeqCst) {
+            let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+            // SAFETY: `out` holds 4 events.
+            let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 4, 50) };
+            if n > 0 {
+                xa.progress_if_idle();
+            }
+        }
+        let got = rx.join().unwrap();
+        assert_eq!(got, sent, "the sender's queued output never left");
+    });
+    // SAFETY: our epoll instance.
+    unsafe { libc::close(ep) };
+    let mut buf = vec![0u8; sent];
+    let mut got = 0;
+    while got < sent {
+        let (n, _) = xb
+            .recv(&mut buf[got..], RecvFlags::default(), Some(LIMIT))
+            .unwrap();
+        assert!(n > 0);
+        got += n;
+    }
+    assert!(buf == data[..sent]);
+}
