@@ -95,6 +95,32 @@ fn nonblocking_receives_keep_connections_parked() {
     assert_eq!(r.stat("rx_unparks"), 0, "{}", r.stderr);
 }
 
+/// Bursts of 32 KiB datagrams, received as the suite's fan-in receives
+/// (poll, then non-blocking receives until `EAGAIN`), keep their
+/// connections parked too: the poll finds a datagram longer than its peek
+/// whole by the bytes queued (`SIOCINQ`), and a connection that joins the
+/// ready list while a receive call holds it stays parked there until
+/// drained. Each change of the watch cost an `epoll_ctl` (joining the
+/// ready list, leaving it, claiming it again for the next poll): about one
+/// per datagram in the suite's fan-in; here at least 600. The parking's
+/// safety-net timer is off, so a scheduler pause cannot add any.
+#[test]
+fn bulk_receives_after_poll_keep_connections_parked() {
+    let r = both_with_hooks_on("bulkpoll", 2, ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"));
+    // 200 rounds of 3 long datagrams and an acknowledgement.
+    let dgrams = r.stat("rx_tcp_dgrams");
+    assert_eq!(dgrams, 800, "{}", r.stderr);
+    assert_eq!(r.stat("rx_kernel_dgrams"), 0, "{}", r.stderr);
+    assert_eq!(r.stat("rx_caller_dgrams"), dgrams, "{}", r.stderr);
+    let mods = r.stat("conn_epoll_mods");
+    assert!(
+        mods <= 40,
+        "{mods} epoll_ctl for {dgrams} datagrams: {}",
+        r.stderr
+    );
+    assert_eq!(r.stat("rx_unparks"), 0, "{}", r.stderr);
+}
+
 /// A datagram that reaches a connection while a receive call serves it off
 /// the ready list wakes an edge-triggered waiter (the stripes test lost
 /// such a wake-up about one run in three under load): the test hook stops

@@ -155,8 +155,14 @@ impl Interest {
     }
 
     fn mask(&self) -> u32 {
-        let read = self.read && self.callers == 0 && self.parked.is_none();
-        let edge = !read && self.edge;
+        // A receive call that claimed the connection, or left it parked,
+        // serves it: the progress thread watches neither its input nor,
+        // on the ready list, its arrivals (the call that takes it over or
+        // the wait that gives it back changes the watch, and `epoll_ctl`
+        // reports what is already there).
+        let ours = self.callers > 0 || self.parked.is_some();
+        let read = self.read && !ours;
+        let edge = !read && self.edge && !ours;
         (if read || edge { EPOLLIN } else { 0 })
             | (if self.write { EPOLLOUT } else { 0 })
             | (if edge { EPOLLET } else { 0 })
@@ -416,11 +422,23 @@ impl Conn {
     /// With `park`, the last claim leaves the connection parked instead of
     /// watched by the progress thread again (`super::park`), if it still
     /// reads `fd`.
+    /// A connection that joined the ready list meanwhile parks too: it
+    /// stays on the list, unwatched, until a receive call drains it
+    /// ([`Conn::drained`]).
     pub(super) fn unclaim(self: &Arc<Self>, eng: &Reactor, fd: c_int, park: bool) -> bool {
         let mut i = lock(&self.ev);
         let old = i.mask();
         i.callers = i.callers.saturating_sub(1);
-        if park && i.callers == 0 && i.read && i.fd == fd && fd >= 0 && i.parked.is_none() {
+        if park
+            && i.callers == 0
+            && (i.read || i.edge)
+            && i.fd == fd
+            && fd >= 0
+            && i.parked.is_none()
+        {
+            if i.edge {
+                stats::inc(&STATS.rx_parked_ready);
+            }
             i.parked = Some(Instant::now());
             park::parked(self);
         }
@@ -429,13 +447,27 @@ impl Conn {
     }
 
     /// The connection joins its socket's ready list: the progress thread
-    /// stops reading it and is told of new arrivals only (edge-triggered).
+    /// stops reading it and is told of new arrivals only (edge-triggered),
+    /// unless a receive call holds it (claimed: it parks when the call
+    /// returns, and nothing watches it until a wait gives it back).
     pub(super) fn set_ready(&self, eng: &Reactor) {
         let mut i = lock(&self.ev);
         let old = i.mask();
         i.read = false;
         i.edge = true;
         park::clear(&mut i.parked);
+        i.rewatch(eng, self.id, old);
+    }
+
+    /// A receive call drained the connection off the ready list: it reads
+    /// again. A parked one stays parked (the bulk path: a poll, then
+    /// receives until `EAGAIN`, with no `epoll_ctl`); others are watched
+    /// by the progress thread again.
+    pub(super) fn drained(&self, eng: &Reactor) {
+        let mut i = lock(&self.ev);
+        let old = i.mask();
+        i.read = true;
+        i.edge = false;
         i.rewatch(eng, self.id, old);
     }
 

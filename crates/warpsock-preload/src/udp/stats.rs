@@ -140,6 +140,14 @@ counters! {
     /// Arrivals on a connection that woke the program's own poll/ppoll
     /// (its connections are watched by that call: no thread hand-off).
     rx_poll_wakes,
+    /// Of those, datagrams longer than the peek the poll looks with, found
+    /// whole by the bytes queued (`SIOCINQ`): they stay parked for the
+    /// receive call, as short ones do.
+    rx_inq_checks,
+    /// Connections that joined their socket's ready list while parked or
+    /// claimed by a receive call, and stayed parked (unwatched, no
+    /// `epoll_ctl`) until drained.
+    rx_parked_ready,
     /// Blocking receives that left their connection parked
     /// (`super::park`): the next receive call takes it over with no
     /// `epoll_ctl`.
