@@ -484,6 +484,18 @@ impl Conn {
         lock(&self.ev).write
     }
 
+    /// The descriptor to wait on (for `POLLOUT`) until a datagram of
+    /// `len` bytes fits in the send buffer: `None` once it fits, or when
+    /// the connection is not established (a send then says what to do).
+    pub(super) fn room_wait(&self, len: usize) -> Option<c_int> {
+        if self.hint.load(Ordering::Relaxed) != HINT_UP {
+            return None;
+        }
+        let queued = self.queued.load(Ordering::Relaxed);
+        let fd = lock(&self.ev).fd;
+        (fd >= 0 && queued > 0 && queued + HDR_LEN + len > config::get().sndbuf).then_some(fd)
+    }
+
     /// Whether the connection's input is read now (not paused for a full
     /// queue, nor held back until its port is proved).
     pub(super) fn reading(&self) -> bool {
@@ -793,6 +805,7 @@ impl Conn {
                 .is_some_and(|t| now.saturating_duration_since(t) < STREAM_GAP);
         st.last_send = Some(now);
         let mut waited = false;
+        let mut flushed_room = true;
         loop {
             let phase = st.setup.phase();
             if phase == Phase::Dead {
@@ -807,6 +820,19 @@ impl Conn {
             }
             let pending = st.tx.queued();
             if pending > 0 && pending + HDR_LEN + len > cfg.sndbuf {
+                if phase == Phase::Established && flushed_room {
+                    // Full: write what the kernel takes now, here (no
+                    // wait for the progress thread to notice room), while
+                    // it takes something.
+                    if self.flush(&mut st, eng).is_err() {
+                        return Err(SendErr::Died(self.die(&mut st)));
+                    }
+                    flushed_room = st.tx.queued() < pending;
+                    if flushed_room {
+                        stats::inc(&STATS.tx_full_flushes);
+                        continue;
+                    }
+                }
                 if nonblock {
                     return Err(SendErr::Errno(libc::EAGAIN));
                 }

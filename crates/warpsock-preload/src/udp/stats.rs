@@ -68,6 +68,13 @@ counters! {
     tx_lost,
     /// Sends that waited for buffer space (back-pressure).
     tx_waits,
+    /// Sends that found the send buffer full and made room by writing it
+    /// themselves (no wait for the progress thread).
+    tx_full_flushes,
+    /// Polls for `POLLOUT` on a socket whose send buffer was full that
+    /// waited for the connection to take more (exact writability: a
+    /// sender that polls does not spin).
+    tx_room_waits,
     /// Datagrams dropped because the connection's peer stopped reading
     /// (its buffer full and no progress for a second), as kernel UDP drops
     /// what it cannot send.
