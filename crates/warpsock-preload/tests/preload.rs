@@ -78,8 +78,18 @@ fn readiness_poll_select_epoll() {
 #[test]
 fn nonblocking_receives_keep_connections_parked() {
     let r = both_with_hooks_on("nbpingpong", 2, ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"));
-    // 2 x 1000 round trips, 2 datagrams each.
-    assert_read_parked(&r, 4000);
+    // Two greetings, then 2 x 1000 round trips, 2 datagrams each.
+    assert_read_parked(&r, 4002);
+    // Each socket has two connections (its own and its peer's): a receive
+    // that finds nothing looks at both with one poll, not a read each (2
+    // per EAGAIN: 4 more system calls per round trip).
+    let (empty, looks) = (r.stat("rx_nb_empty"), r.stat("rx_nb_empty_looks"));
+    assert!(empty >= 2000, "{}", r.stderr);
+    assert!(
+        looks * 10 <= empty * 11,
+        "{looks} system calls for {empty} receives that found nothing: {}",
+        r.stderr
+    );
 }
 
 /// `dgrams` datagrams arrived over TCP, every one read by the receiving

@@ -190,6 +190,9 @@ pub(crate) struct Conn {
     pub(super) delivered: AtomicBool,
     /// On its socket's ready list (changed under the socket's lock).
     pub(super) ready: AtomicBool,
+    /// The program's poll saw a whole datagram waiting on it: the next
+    /// non-blocking receive reads it first (`super::recv`).
+    pub(super) seen: AtomicBool,
     /// Stripe index (0 when not striped), for the per-stripe counters.
     pub(super) stripe: AtomicUsize,
     /// Where the connection stands, readable without `st` (`HINT_*`).
@@ -349,6 +352,7 @@ impl Conn {
             nonce,
             delivered: AtomicBool::new(false),
             ready: AtomicBool::new(false),
+            seen: AtomicBool::new(false),
             stripe: AtomicUsize::new(0),
             hint: AtomicU8::new(HINT_SETUP),
             queued: AtomicUsize::new(0),

@@ -147,6 +147,12 @@ counters! {
     /// Arrivals on a connection that woke the program's own poll/ppoll
     /// (its connections are watched by that call: no thread hand-off).
     rx_poll_wakes,
+    /// Non-blocking receives that looked at parked connections and found
+    /// nothing (`EAGAIN`: the drain after a wake-up, a busy-poll spin).
+    rx_nb_empty,
+    /// System calls those made looking (a read of a lone connection or one
+    /// a poll saw a datagram on, else one poll over all): about one each.
+    rx_nb_empty_looks,
     /// Of those, datagrams longer than the peek the poll looks with, found
     /// whole by the bytes queued (`SIOCINQ`): they stay parked for the
     /// receive call, as short ones do.
