@@ -97,7 +97,9 @@ pub unsafe extern "C" fn epoll_pwait2(
 /// `poll`/`ppoll` over `fds`: managed sockets waited on for input add
 /// their extra descriptors (their connections), so that input on them
 /// wakes this call directly; what they report is taken up and shown on the
-/// program's descriptor. `wait(fds, left)` is the real call with at most
+/// program's descriptor. A managed socket waited on for room whose send
+/// would fail now is waited on through the descriptor it names
+/// (`Socket::write_wait`), so that `POLLOUT` is exact. `wait(fds, left)` is the real call with at most
 /// `left` to wait (`None`: no limit), `timeout` the caller's bound. Returns
 /// the call's result; a wake-up that turns out to be nothing for the
 /// program waits again for the rest of the time.
@@ -110,13 +112,29 @@ fn poll_with(
     loop {
         let mut ext: Vec<libc::pollfd> = fds.to_vec();
         let mut waits = Vec::new();
+        // (program's index, index in `ext`) of sockets waited on for room.
+        let mut outs = Vec::new();
         for (i, p) in fds.iter().enumerate() {
-            if p.events & libc::POLLIN == 0 {
+            if p.events & (libc::POLLIN | libc::POLLOUT) == 0 {
                 continue;
             }
             let Some(s) = fdtable::get(p.fd) else {
                 continue;
             };
+            if p.events & libc::POLLOUT != 0 {
+                if let Some(fd) = s.write_wait() {
+                    ext[i].events &= !libc::POLLOUT;
+                    outs.push((i, ext.len()));
+                    ext.push(libc::pollfd {
+                        fd,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    });
+                }
+            }
+            if p.events & libc::POLLIN == 0 {
+                continue;
+            }
             if let Some(w) = s.wait_begin() {
                 let start = ext.len();
                 ext.extend(w.fds.iter().map(|&fd| libc::pollfd {
@@ -128,7 +146,7 @@ fn poll_with(
             }
         }
         let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
-        if waits.is_empty() {
+        if waits.is_empty() && outs.is_empty() {
             return wait(fds, left);
         }
         let n = wait(&mut ext, left);
@@ -147,11 +165,20 @@ fn poll_with(
             set_errno(e);
             return n;
         }
+        let room = libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+        let writable: Vec<usize> = outs
+            .iter()
+            .filter(|(_, j)| ext[*j].revents & room != 0)
+            .map(|(i, _)| *i)
+            .collect();
         let mut count = 0;
         for (i, p) in fds.iter_mut().enumerate() {
             p.revents = ext[i].revents;
             if readable.contains(&i) {
                 p.revents |= libc::POLLIN;
+            }
+            if writable.contains(&i) {
+                p.revents |= libc::POLLOUT;
             }
             if p.revents != 0 {
                 count += 1;
@@ -163,7 +190,7 @@ fn poll_with(
     }
 }
 
-/// Whether any of `fds` is a managed socket waited on for input.
+/// Whether any of `fds` is a managed socket waited on for input or room.
 fn polls_managed(fds: *const libc::pollfd, n: libc::nfds_t) -> bool {
     if fds.is_null() || n == 0 || busy() {
         return false;
@@ -171,7 +198,7 @@ fn polls_managed(fds: *const libc::pollfd, n: libc::nfds_t) -> bool {
     // SAFETY: the caller's array of `n` pollfds.
     unsafe { std::slice::from_raw_parts(fds, n as usize) }
         .iter()
-        .any(|p| p.events & libc::POLLIN != 0 && fdtable::maybe_managed(p.fd))
+        .any(|p| p.events & (libc::POLLIN | libc::POLLOUT) != 0 && fdtable::maybe_managed(p.fd))
 }
 
 fn ms_of(left: Option<std::time::Duration>) -> c_int {

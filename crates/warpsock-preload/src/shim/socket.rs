@@ -94,6 +94,14 @@ pub(crate) trait Socket: Send + Sync {
         false
     }
 
+    /// A program's `poll`/`ppoll` waits for `POLLOUT` on this socket: a
+    /// descriptor whose `POLLOUT` says it instead of the program's (a send
+    /// would fail with `EAGAIN` until then). `None`: the program's
+    /// descriptor.
+    fn write_wait(&self) -> Option<c_int> {
+        None
+    }
+
     /// `ioctl(2)` other than `FIONBIO` (which the interposition layer
     /// applies to the program's descriptor and reports through
     /// [`Socket::set_nonblocking`]).

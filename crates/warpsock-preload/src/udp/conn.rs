@@ -155,8 +155,14 @@ impl Interest {
     }
 
     fn mask(&self) -> u32 {
-        let read = self.read && self.callers == 0 && self.parked.is_none();
-        let edge = !read && self.edge;
+        // A receive call that claimed the connection, or left it parked,
+        // serves it: the progress thread watches neither its input nor,
+        // on the ready list, its arrivals (the call that takes it over or
+        // the wait that gives it back changes the watch, and `epoll_ctl`
+        // reports what is already there).
+        let ours = self.callers > 0 || self.parked.is_some();
+        let read = self.read && !ours;
+        let edge = !read && self.edge && !ours;
         (if read || edge { EPOLLIN } else { 0 })
             | (if self.write { EPOLLOUT } else { 0 })
             | (if edge { EPOLLET } else { 0 })
@@ -184,6 +190,9 @@ pub(crate) struct Conn {
     pub(super) delivered: AtomicBool,
     /// On its socket's ready list (changed under the socket's lock).
     pub(super) ready: AtomicBool,
+    /// The program's poll saw a whole datagram waiting on it: the next
+    /// non-blocking receive reads it first (`super::recv`).
+    pub(super) seen: AtomicBool,
     /// Stripe index (0 when not striped), for the per-stripe counters.
     pub(super) stripe: AtomicUsize,
     /// Where the connection stands, readable without `st` (`HINT_*`).
@@ -343,6 +352,7 @@ impl Conn {
             nonce,
             delivered: AtomicBool::new(false),
             ready: AtomicBool::new(false),
+            seen: AtomicBool::new(false),
             stripe: AtomicUsize::new(0),
             hint: AtomicU8::new(HINT_SETUP),
             queued: AtomicUsize::new(0),
@@ -416,11 +426,23 @@ impl Conn {
     /// With `park`, the last claim leaves the connection parked instead of
     /// watched by the progress thread again (`super::park`), if it still
     /// reads `fd`.
+    /// A connection that joined the ready list meanwhile parks too: it
+    /// stays on the list, unwatched, until a receive call drains it
+    /// ([`Conn::drained`]).
     pub(super) fn unclaim(self: &Arc<Self>, eng: &Reactor, fd: c_int, park: bool) -> bool {
         let mut i = lock(&self.ev);
         let old = i.mask();
         i.callers = i.callers.saturating_sub(1);
-        if park && i.callers == 0 && i.read && i.fd == fd && fd >= 0 && i.parked.is_none() {
+        if park
+            && i.callers == 0
+            && (i.read || i.edge)
+            && i.fd == fd
+            && fd >= 0
+            && i.parked.is_none()
+        {
+            if i.edge {
+                stats::inc(&STATS.rx_parked_ready);
+            }
             i.parked = Some(Instant::now());
             park::parked(self);
         }
@@ -429,13 +451,27 @@ impl Conn {
     }
 
     /// The connection joins its socket's ready list: the progress thread
-    /// stops reading it and is told of new arrivals only (edge-triggered).
+    /// stops reading it and is told of new arrivals only (edge-triggered),
+    /// unless a receive call holds it (claimed: it parks when the call
+    /// returns, and nothing watches it until a wait gives it back).
     pub(super) fn set_ready(&self, eng: &Reactor) {
         let mut i = lock(&self.ev);
         let old = i.mask();
         i.read = false;
         i.edge = true;
         park::clear(&mut i.parked);
+        i.rewatch(eng, self.id, old);
+    }
+
+    /// A receive call drained the connection off the ready list: it reads
+    /// again. A parked one stays parked (the bulk path: a poll, then
+    /// receives until `EAGAIN`, with no `epoll_ctl`); others are watched
+    /// by the progress thread again.
+    pub(super) fn drained(&self, eng: &Reactor) {
+        let mut i = lock(&self.ev);
+        let old = i.mask();
+        i.read = true;
+        i.edge = false;
         i.rewatch(eng, self.id, old);
     }
 
@@ -450,6 +486,18 @@ impl Conn {
     /// kernel's send buffer was full).
     fn write_pending(&self) -> bool {
         lock(&self.ev).write
+    }
+
+    /// The descriptor to wait on (for `POLLOUT`) until a datagram of
+    /// `len` bytes fits in the send buffer: `None` once it fits, or when
+    /// the connection is not established (a send then says what to do).
+    pub(super) fn room_wait(&self, len: usize) -> Option<c_int> {
+        if self.hint.load(Ordering::Relaxed) != HINT_UP {
+            return None;
+        }
+        let queued = self.queued.load(Ordering::Relaxed);
+        let fd = lock(&self.ev).fd;
+        (fd >= 0 && queued > 0 && queued + HDR_LEN + len > config::get().sndbuf).then_some(fd)
     }
 
     /// Whether the connection's input is read now (not paused for a full
@@ -761,6 +809,7 @@ impl Conn {
                 .is_some_and(|t| now.saturating_duration_since(t) < STREAM_GAP);
         st.last_send = Some(now);
         let mut waited = false;
+        let mut flushed_room = true;
         loop {
             let phase = st.setup.phase();
             if phase == Phase::Dead {
@@ -775,6 +824,19 @@ impl Conn {
             }
             let pending = st.tx.queued();
             if pending > 0 && pending + HDR_LEN + len > cfg.sndbuf {
+                if phase == Phase::Established && flushed_room {
+                    // Full: write what the kernel takes now, here (no
+                    // wait for the progress thread to notice room), while
+                    // it takes something.
+                    if self.flush(&mut st, eng).is_err() {
+                        return Err(SendErr::Died(self.die(&mut st)));
+                    }
+                    flushed_room = st.tx.queued() < pending;
+                    if flushed_room {
+                        stats::inc(&STATS.tx_full_flushes);
+                        continue;
+                    }
+                }
                 if nonblock {
                     return Err(SendErr::Errno(libc::EAGAIN));
                 }

@@ -192,6 +192,10 @@ impl Socket for Sock {
         Self::wait_end(self, wait, revents)
     }
 
+    fn write_wait(&self) -> Option<c_int> {
+        Self::write_wait(self)
+    }
+
     fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {
         match (req, self.next_size()) {
             (libc::FIONREAD, Some(n)) if arg != 0 => {

@@ -9,6 +9,11 @@
 //! that returns a datagram leaves its connections *parked*: unwatched,
 //! and taken over by the next receive call for free.
 //!
+//! A connection that joins the ready list while a receive call holds it
+//! (the call read more than one datagram: the bulk path) parks there too,
+//! and stays parked when the receive calls drain it: a poll, then receives
+//! until `EAGAIN`, makes no `epoll_ctl` either.
+//!
 //! Nothing rings the doorbell for a parked connection, so readiness on the
 //! program's descriptor would lag; every way the program can wait for it
 //! gives parked connections back first, so that it stays exact:

@@ -56,6 +56,9 @@ impl Sock {
         let mut udp_hint = false;
         let mut driven: Option<Driven> = None;
         let mut spin_until: Option<Instant> = None;
+        // System calls a non-blocking call made looking at parked
+        // connections (the counters of one that finds nothing).
+        let mut looks = 0;
         loop {
             // Looked at on every wake-up too: `shutdown(SHUT_RD)` from
             // another thread rings the doorbell to end a blocked call, as
@@ -81,6 +84,8 @@ impl Sock {
                 // real wait gives them back (`super::park`).
                 if let Some(d) = driven.as_mut() {
                     d.park = true;
+                    stats::inc(&STATS.rx_nb_empty);
+                    stats::add(&STATS.rx_nb_empty_looks, looks);
                 }
                 set_errno(libc::EAGAIN);
                 return -1;
@@ -106,17 +111,21 @@ impl Sock {
                 set_errno(libc::EAGAIN);
                 return -1;
             }
-            if nonblock && d.conns.len() <= READ_UNPOLLED {
+            if nonblock {
                 if let Some(eng) = d.eng.filter(|_| d.all_up()) {
-                    // A non-blocking call tries its few parked connections
-                    // with a read each instead of a poll over them, the
-                    // doorbell and the kernel socket (the sources behind
-                    // those were just looked at by `take`): one system call
-                    // when nothing is there, as on a kernel UDP socket, and
-                    // no poll before the read when a datagram is (the
-                    // common case after a poll that reported it).
+                    // A non-blocking call reads at once the parked
+                    // connections the program's poll saw a datagram on
+                    // (the common case after a poll: no second poll before
+                    // the read), and a lone parked connection: one system
+                    // call when nothing is there, as on a kernel UDP
+                    // socket. Several others are polled at once below
+                    // (one call, not a read each: the sources behind the
+                    // doorbell and the kernel socket were just looked at
+                    // by `take`).
+                    let lone = d.conns.len() == 1;
                     for (c, fd) in &d.conns {
-                        if c.still(*fd) {
+                        if (c.seen.swap(false, Ordering::Relaxed) || lone) && c.still(*fd) {
+                            looks += 1;
                             // SAFETY: the application's msghdr (contract).
                             let served = unsafe { self.serve(eng, c, msg, flags, true) };
                             if let Served::Dgram(n) = served {
@@ -125,8 +134,10 @@ impl Sock {
                             }
                         }
                     }
-                    d.prune();
-                    continue;
+                    if lone {
+                        d.prune();
+                        continue;
+                    }
                 }
             }
             if spin_until.is_none() {
@@ -149,6 +160,7 @@ impl Sock {
                 });
             }
             let n = sys::poll(&mut p, if spinning { 0 } else { wait });
+            looks += u64::from(nonblock);
             if n < 0 {
                 let e = errno();
                 if e == libc::EINTR {
@@ -451,6 +463,7 @@ impl Sock {
                     {
                         // The program's next receive reads it itself from
                         // the parked connection.
+                        c.seen.store(true, Ordering::Relaxed);
                         waiting = true;
                     } else {
                         // poll and epoll share their bit values on Linux.
@@ -482,10 +495,6 @@ struct Driven {
     /// (`super::park`) rather than watched by the progress thread again.
     park: bool,
 }
-
-/// A non-blocking receive reads at most this many parked connections one
-/// by one (more are polled at once).
-const READ_UNPOLLED: usize = 2;
 
 /// A socket fed by more connections than this is left to the progress
 /// thread (one poll over many descriptors per receive would cost more).

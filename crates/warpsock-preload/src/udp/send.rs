@@ -136,6 +136,10 @@ impl Sock {
                 )
             } {
                 Ok(()) => {
+                    if self.tx_full.load(Ordering::Relaxed) {
+                        self.tx_full.store(false, Ordering::Relaxed);
+                        *lock(&self.tx_blocked) = None;
+                    }
                     stats::inc(&STATS.tx_tcp_dgrams);
                     stats::add(&STATS.tx_tcp_bytes, len as u64);
                     stats::stripe(c.stripe.load(Ordering::Relaxed), true, 1);
@@ -149,6 +153,11 @@ impl Sock {
                     self.conn_gone(eng, &c, Some(dest), frames, false);
                 }
                 Err(SendErr::Errno(e)) => {
+                    if e == libc::EAGAIN {
+                        // Full: a poll for POLLOUT waits for room on it.
+                        *lock(&self.tx_blocked) = Some((Arc::downgrade(&c), len));
+                        self.tx_full.store(true, Ordering::Relaxed);
+                    }
                     set_errno(e);
                     return -1;
                 }
@@ -171,6 +180,21 @@ impl Sock {
                 }
             }
         }
+    }
+
+    /// A program's `poll`/`ppoll` waits for `POLLOUT`: after a send that
+    /// found its connection's buffer full, the connection's descriptor to
+    /// wait on instead of the program's (whose doorbell is always
+    /// writable: a sender that polls before each retry would spin), until
+    /// the datagram fits. `None`: the program's descriptor says it.
+    pub(crate) fn write_wait(&self) -> Option<c_int> {
+        if !self.tx_full.load(Ordering::Relaxed) {
+            return None;
+        }
+        let (conn, len) = lock(&self.tx_blocked).clone()?;
+        let fd = conn.upgrade()?.room_wait(len)?;
+        stats::inc(&STATS.tx_room_waits);
+        Some(fd)
     }
 
     /// Sends by the kernel UDP socket with the application's blocking mode.

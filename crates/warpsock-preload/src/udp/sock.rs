@@ -93,6 +93,12 @@ pub(crate) struct Sock {
     /// A receive call came since the last send (the sender's batching
     /// then writes at once: request and response).
     pub(super) recv_seen: AtomicBool,
+    /// A non-blocking send found its connection's buffer full: that
+    /// connection and the datagram's length, until a send succeeds
+    /// (`Sock::write_wait`).
+    pub(super) tx_blocked: Mutex<Option<(Weak<Conn>, usize)>>,
+    /// `tx_blocked` is set (read without its lock on every send).
+    pub(super) tx_full: AtomicBool,
     pub(super) inner: Mutex<Inner>,
     /// The GSO path's batch (`super::gso`).
     pub(super) gso: Mutex<Gso>,
@@ -204,6 +210,8 @@ impl Sock {
                 proofs: AtomicUsize::new(0),
                 proof_lock: Mutex::new(()),
                 recv_seen: AtomicBool::new(false),
+                tx_blocked: Mutex::new(None),
+                tx_full: AtomicBool::new(false),
                 shut_rd: AtomicBool::new(false),
                 shut_wr: AtomicBool::new(false),
                 inner: Mutex::new(Inner {

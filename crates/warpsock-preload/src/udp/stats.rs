@@ -68,6 +68,13 @@ counters! {
     tx_lost,
     /// Sends that waited for buffer space (back-pressure).
     tx_waits,
+    /// Sends that found the send buffer full and made room by writing it
+    /// themselves (no wait for the progress thread).
+    tx_full_flushes,
+    /// Polls for `POLLOUT` on a socket whose send buffer was full that
+    /// waited for the connection to take more (exact writability: a
+    /// sender that polls does not spin).
+    tx_room_waits,
     /// Datagrams dropped because the connection's peer stopped reading
     /// (its buffer full and no progress for a second), as kernel UDP drops
     /// what it cannot send.
@@ -140,6 +147,20 @@ counters! {
     /// Arrivals on a connection that woke the program's own poll/ppoll
     /// (its connections are watched by that call: no thread hand-off).
     rx_poll_wakes,
+    /// Non-blocking receives that looked at parked connections and found
+    /// nothing (`EAGAIN`: the drain after a wake-up, a busy-poll spin).
+    rx_nb_empty,
+    /// System calls those made looking (a read of a lone connection or one
+    /// a poll saw a datagram on, else one poll over all): about one each.
+    rx_nb_empty_looks,
+    /// Of those, datagrams longer than the peek the poll looks with, found
+    /// whole by the bytes queued (`SIOCINQ`): they stay parked for the
+    /// receive call, as short ones do.
+    rx_inq_checks,
+    /// Connections that joined their socket's ready list while parked or
+    /// claimed by a receive call, and stayed parked (unwatched, no
+    /// `epoll_ctl`) until drained.
+    rx_parked_ready,
     /// Blocking receives that left their connection parked
     /// (`super::park`): the next receive call takes it over with no
     /// `epoll_ctl`.
