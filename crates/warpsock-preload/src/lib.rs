@@ -217,6 +217,13 @@
 //!
 //! * Calls that bypass libc (raw `syscall`, io_uring) on an offloaded socket
 //!   see the AF_UNIX end, not a UDP socket.
+//! * A socket that becomes managed (UDP adoption, a DDP switch) or plain
+//!   again (after a refused switch) changes which file its descriptor number
+//!   names; the program's epoll registrations of the number are carried over
+//!   (`shim::epollcarry`) for epoll sets made through `epoll_create` or
+//!   `epoll_create1` while `/proc` is mounted. Sets made by a raw system call
+//!   or inherited across `exec` keep watching the old file. A swap reads the
+//!   known sets' registrations once (linear in their number).
 //! * After `fork`, offloaded sockets stay offloaded in the parent; in the
 //!   child they become plain kernel UDP sockets (datagrams arriving over TCP
 //!   are received by the parent). Before `execve`/`execv`/`execvp`/`execvpe`

@@ -253,9 +253,71 @@ pub(crate) fn body(size: usize) -> Vec<u8> {
     b
 }
 
+/// Byte `i` of a [`StreamBody`] sits at an address `≡ i` modulo this.
+pub(crate) const BODY_ALIGN: usize = 4096;
+
+/// A [`body`] for a byte stream, placed so that byte `i` sits at an
+/// address congruent to `i` modulo [`BODY_ALIGN`]: as in a program that
+/// reads whole messages into a page-aligned buffer. The kernel copies
+/// between these bytes and socket buffers whose data sits at the stream
+/// offset's alignment (the sender's page fragments fill in stream order);
+/// when the two alignments differ (a plain `Vec` of 1 MiB starts 16 bytes
+/// into its page), every copy in `write` and `read` is misaligned, which
+/// on this host's AMD EPYC cost ~1.6x the CPU per byte in a bidirectional
+/// loopback test (BENCHMARKS.md §3).
+pub(crate) struct StreamBody {
+    buf: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl StreamBody {
+    /// The body of `size`-byte messages, holding the pattern.
+    pub(crate) fn new(size: usize) -> Self {
+        let len = if gathered(size) { size } else { 0 };
+        let mut buf = vec![0u8; len + BODY_ALIGN];
+        let at = buf.as_ptr().align_offset(BODY_ALIGN);
+        crate::data::fill(&mut buf[at..at + len]);
+        Self { buf, at, len }
+    }
+}
+
+impl std::ops::Deref for StreamBody {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.at..self.at + self.len]
+    }
+}
+
+impl std::ops::DerefMut for StreamBody {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.at..self.at + self.len]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The stream body sits where the stream puts its bytes (see
+    /// [`StreamBody`]): byte `i` at an address `≡ i` modulo the page, so
+    /// the body of a message whose start is page-aligned in the stream is
+    /// copied without misalignment; and it holds the same bytes as [`body`].
+    #[test]
+    fn stream_body_is_aligned_like_the_stream() {
+        for size in [100, crate::data::GATHER_MIN, 1 << 20, (1 << 20) + 24] {
+            let mut b = StreamBody::new(size);
+            assert_eq!(&b[..], &body(size)[..], "{size}");
+            assert_eq!(b.as_ptr() as usize % BODY_ALIGN, 0, "{size}");
+            let f = Frame::new(size);
+            if gathered(size) {
+                let [_, mid, _] = f.parts(&b);
+                assert_eq!(mid.as_ptr() as usize % BODY_ALIGN, 8, "{size}");
+            }
+            let n = b.len();
+            b[..n].fill(0);
+        }
+    }
 
     #[test]
     fn frames_stamp_and_check() {

@@ -21,7 +21,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::sock::{self, idle_error, linger0, poll_sockets, Frame, Pass};
+use super::sock::{self, idle_error, linger0, poll_sockets, Frame, Pass, StreamBody};
 use crate::driver::{self, Addrs, Endpoint, Event, Job, Link, Listeners, Ready, IDLE};
 use crate::spec::{Family, Role, TransportInfo};
 use crate::stats::Stats;
@@ -197,9 +197,9 @@ pub(super) struct TcpEndpoint {
     verify: bool,
     busy: Duration,
     blocking: bool,
-    tx_body: Vec<u8>,
+    tx_body: StreamBody,
     /// Receives overwrite it; the pattern is only needed to echo from it.
-    rx_body: Vec<u8>,
+    rx_body: StreamBody,
 }
 
 impl TcpEndpoint {
@@ -240,8 +240,8 @@ impl TcpEndpoint {
             verify: spec.verify,
             busy,
             blocking,
-            tx_body: sock::body(spec.size),
-            rx_body: sock::body(spec.size),
+            tx_body: StreamBody::new(spec.size),
+            rx_body: StreamBody::new(spec.size),
         })
     }
 

@@ -7,10 +7,10 @@
 use libc::{c_int, c_void};
 
 use super::KINDS;
-use crate::shim::fdtable;
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
 use crate::shim::sys::{self, set_errno};
+use crate::shim::{epollcarry, fdtable};
 
 /// Before a wait that sees managed sockets through their doorbells only.
 fn before_doorbell_wait() {
@@ -50,6 +50,30 @@ pub unsafe extern "C" fn pselect(
     before_doorbell_wait();
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::pselect(n, r, w, e, timeout, mask) }
+}
+
+/// Interposed `epoll_create(2)`: the set is recorded so that a managed
+/// socket's descriptor swap carries the program's registrations
+/// (`shim::epollcarry`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
+    // SAFETY: forwarding the caller's argument.
+    let epfd = unsafe { real::epoll_create(size) };
+    if !busy() {
+        epollcarry::created(epfd);
+    }
+    epfd
+}
+
+/// Interposed `epoll_create1(2)`: as `epoll_create`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
+    // SAFETY: forwarding the caller's argument.
+    let epfd = unsafe { real::epoll_create1(flags) };
+    if !busy() {
+        epollcarry::created(epfd);
+    }
+    epfd
 }
 
 /// Interposed `epoll_wait(2)`: see `before_doorbell_wait`.

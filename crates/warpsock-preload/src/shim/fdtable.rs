@@ -100,8 +100,8 @@ pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>
 
 /// Makes the program's descriptor number `fd` name `target` (a descriptor
 /// of ours, e.g. a doorbell end) and records that it refers to `sock`; the
-/// close-on-exec flag of `fd` is kept. On failure nothing changes and the
-/// errno is returned.
+/// close-on-exec flag of `fd` and its epoll registrations are kept. On
+/// failure nothing changes and the errno is returned.
 pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result<(), c_int> {
     // SAFETY: fcntl/dup3 on the program's descriptor and one of ours.
     let fdfl = unsafe { super::real::fcntl(fd, libc::F_GETFD, 0) };
@@ -117,8 +117,9 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
     } else {
         0
     };
-    // SAFETY: as above.
-    if unsafe { super::real::dup3(target, fd, cloexec) } < 0 {
+    // The program may have registered `fd` in an epoll set already (a
+    // switch on a connected socket): the registration follows the swap.
+    if super::epollcarry::dup3_carrying(target, fd, cloexec) < 0 {
         let e = super::sys::errno();
         if let Some(me) = remove(fd) {
             me.release();

@@ -78,6 +78,8 @@ real_fns! {
     getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
     getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int;
     setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
+    epoll_create(size: c_int) -> c_int;
+    epoll_create1(flags: c_int) -> c_int;
     shutdown(fd: c_int, how: c_int) -> c_int;
     sendfile(out_fd: c_int, in_fd: c_int, offset: *mut libc::off_t, count: size_t) -> ssize_t;
     pread(fd: c_int, buf: *mut c_void, len: size_t, offset: libc::off_t) -> ssize_t;

@@ -170,8 +170,7 @@ impl Sock {
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
         unsafe {
             let fl = real::fcntl(fd, libc::F_GETFL, 0);
-            let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
-            if fl < 0 || fdfl < 0 {
+            if fl < 0 {
                 return Err(errno());
             }
             let udp = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
@@ -245,22 +244,10 @@ impl Sock {
             if config::get().mode.gso() {
                 eng.add_timer(eng.new_id(), Arc::new(GsoTimer(s.clone())));
             }
-            // Publish before the swap: our paths only ever use `udp`.
-            if let Some(old) = fdtable::insert(fd, s.clone()) {
-                old.release();
-            }
-            let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
-                libc::O_CLOEXEC
-            } else {
-                0
-            };
-            if real::dup3(app_end, fd, cloexec) < 0 {
-                let e = errno();
-                if let Some(me) = fdtable::remove(fd) {
-                    me.release();
-                }
-                return Err(e);
-            }
+            // Publish before the swap (our paths only ever use `udp`); a
+            // socket the program registered in epoll before its first send
+            // keeps its registration.
+            fdtable::swap_in(fd, app_end, s.clone())?;
             stats::inc(&STATS.sockets_offloaded);
             Ok(s)
         }

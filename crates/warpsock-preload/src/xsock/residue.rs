@@ -18,7 +18,7 @@ use warpsock_xsock::switch::{classify_request, Request};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::socket::Socket;
 use crate::shim::sys::{self, errno, lock, set_errno};
-use crate::shim::{fdtable, real};
+use crate::shim::{epollcarry, fdtable, real};
 
 struct State {
     residue: Vec<u8>,
@@ -103,7 +103,9 @@ impl ResidueSock {
                     } else {
                         0
                     };
-                    real::dup3(self.kfd, fd, cloexec);
+                    // The program has likely registered `fd` in its epoll
+                    // set by now (an event loop reading the residue).
+                    epollcarry::dup3_carrying(self.kfd, fd, cloexec);
                 }
                 if let Some(old) = fdtable::remove(fd) {
                     old.release();

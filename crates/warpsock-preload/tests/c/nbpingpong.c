@@ -61,7 +61,8 @@ int main(int argc, char **argv) {
     sb = udp_bound(pb);
     /* Set up the route both ways before the echo thread starts: each side
      * sends before it receives, so each opens its own connection and each
-     * socket then has two, one of them idle (as in the benchmark suite). */
+     * socket then has two, one of them idle (a program whose two ends both
+     * speak first, as a pair of peers does). */
     char out[64], in[256];
     send_to(sa, pb, "hi a", 4);
     send_to(sb, pa, "hi b", 4);

@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -570,6 +571,98 @@ static void plain_client(int fd) {
     expect_pattern(fd, 200000, 60);
 }
 
+/* epoll: a registration the program made before the switch follows its
+ * descriptor, whose number comes to name a doorbell (DDP mode) or, after a
+ * refused switch has delivered the peer's early bytes, the TCP socket again
+ * (an event loop such as redis's registers first and reads later). Every
+ * receive below waits in epoll_wait only: a registration left on the old
+ * file never wakes, and the 20 s bound fails the case. */
+static int epoll_watching(int fd) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    CHECK(ep >= 0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0);
+    return ep;
+}
+
+/* The epoll set's registration of fd watches the file fd names now (the
+ * kernel lists each registration's inode in the set's fdinfo). */
+static void check_registration_follows(int ep, int fd) {
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0);
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", ep);
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        int tfd;
+        const char *ino = strstr(line, "ino:");
+        if (sscanf(line, "tfd: %d", &tfd) == 1 && tfd == fd && ino) {
+            found = 1;
+            if (strtoull(ino + 4, NULL, 16) != (unsigned long long)st.st_ino) {
+                fprintf(stderr, "xsock %s: epoll watches inode %llx, the descriptor names %llx\n",
+                        role, strtoull(ino + 4, NULL, 16), (unsigned long long)st.st_ino);
+                exit(1);
+            }
+        }
+    }
+    fclose(f);
+    CHECK(found);
+}
+
+static void epoll_recv_all(int ep, int fd, void *buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        struct epoll_event ev;
+        int k = epoll_wait(ep, &ev, 1, 20000);
+        if (k != 1) {
+            fprintf(stderr, "xsock %s: epoll_wait gave %d with %zu of %zu bytes in: the "
+                    "registration did not follow the descriptor\n", role, k, got, n);
+            exit(1);
+        }
+        CHECK(ev.data.fd == fd && (ev.events & EPOLLIN));
+        ssize_t r = recv(fd, (char *)buf + got, n - got, MSG_DONTWAIT);
+        if (r > 0)
+            got += (size_t)r;
+        else
+            CHECK(r < 0 && errno == EAGAIN); /* a spurious wake-up is allowed */
+    }
+}
+
+static void epoll_expect_pattern(int ep, int fd, size_t n, uint64_t seed) {
+    uint8_t *b = malloc(n);
+    CHECK(b);
+    epoll_recv_all(ep, fd, b, n);
+    for (size_t i = 0; i < n; i++) CHECK(b[i] == pat(seed, i));
+    free(b);
+}
+
+static void epoll_side(int fd, int server) {
+    int ep = epoll_watching(fd);
+    CHECK(ddp(fd) == 0);
+    check_registration_follows(ep, fd);
+    send_pattern(fd, 100000, server ? 80 : 81);
+    epoll_expect_pattern(ep, fd, 100000, server ? 81 : 80);
+    close(ep);
+}
+
+static void epoll_server(int fd) { epoll_side(fd, 1); }
+static void epoll_client(int fd) { epoll_side(fd, 0); }
+
+/* The refused switch of the plain case, waited on with epoll. */
+static void epollplain_client(int fd) {
+    int ep = epoll_watching(fd);
+    CHECK(ddp(fd) == -1 && errno == ECONNREFUSED);
+    char b[5];
+    epoll_recv_all(ep, fd, b, 5);
+    CHECK(!memcmp(b, "hello", 5));
+    send_all(fd, "world", 5);
+    epoll_expect_pattern(ep, fd, 200000, 60);
+    check_registration_follows(ep, fd);
+    close(ep);
+}
+
 /* DDP mode requested on the listening socket and before connect(). */
 static void early_side(int fd, int server) {
     (void)server;
@@ -606,6 +699,8 @@ static const struct tcase cases[] = {
     {"plain", plain_server, plain_client, 0},
     {"early", early_server, early_client, 1},
     {"threads", threads_server, threads_client, 0},
+    {"epoll", epoll_server, epoll_client, 0},
+    {"epollplain", plain_server, epollplain_client, 0},
 };
 
 static int listener(const char *addr, int early, int *port) {

@@ -1,0 +1,209 @@
+//! The program's epoll registrations follow its descriptor across a swap.
+//!
+//! A managed socket changes which open file the program's descriptor number
+//! names (`dup3`): at adoption the number comes to name a doorbell end
+//! ([`super::doorbell`]), at demotion the kernel socket again. epoll keys a
+//! registration on the pair (number, open file) and keeps watching the file
+//! it was given (epoll(7), "Questions and answers" 6), so a registration the
+//! program made before a swap would go on watching the old file, and the
+//! program, which believes its descriptor registered, would never hear of
+//! the new one. (A plain client of a preloaded redis-server in policy mode
+//! hung on its second request that way: the connection was demoted to the
+//! kernel socket after the pre-switch bytes were read, and redis's epoll set
+//! still watched the doorbell.)
+//!
+//! [`dup3_carrying`] therefore finds the registrations of the number in the
+//! process's epoll sets, removes them while the number still names the old
+//! file, swaps, and adds them again with the same events and data. ADD
+//! reports a readiness already present at once (level and edge triggered
+//! alike), so nothing that arrived meanwhile is missed; a waiter may see one
+//! spurious wake-up, which epoll allows.
+//!
+//! The epoll sets are the ones the program made through the interposed
+//! `epoll_create`/`epoll_create1` ([`created`]); their registrations are read
+//! from `/proc/self/fdinfo/<epfd>` (the kernel's `ep_show_fdinfo` lines
+//! `tfd: <fd> events: <hex> data: <hex> pos:<n> ino:<hex> sdev:<hex>`), and
+//! only those whose file has the inode the number names now are carried.
+//! Limits (documented in the crate docs): an epoll set made by a raw
+//! `syscall(SYS_epoll_create1)` or inherited across `exec` is not known, and
+//! without `/proc` nothing is carried; a swap costs one read of each known
+//! set's fdinfo, so it is linear in the registrations of those sets.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use libc::c_int;
+
+use super::real;
+use super::sys::lock;
+
+/// The epoll sets the program made (numbers; a stale one is harmless: its
+/// fdinfo then lists nothing of ours, or it is no longer there).
+static SETS: Mutex<BTreeSet<c_int>> = Mutex::new(BTreeSet::new());
+
+/// Records an epoll set the program made (`epfd` < 0: a failed call).
+pub(crate) fn created(epfd: c_int) {
+    if epfd >= 0 {
+        lock(&SETS).insert(epfd);
+    }
+}
+
+/// One registration of a descriptor in an epoll set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Registration {
+    pub(crate) epfd: c_int,
+    pub(crate) events: u32,
+    pub(crate) data: u64,
+}
+
+/// The registrations of descriptor `fd` whose file has inode `ino`, from the
+/// text of epoll set `epfd`'s fdinfo. Lines that do not parse are skipped.
+pub(crate) fn parse_fdinfo(text: &str, epfd: c_int, fd: c_int, ino: u64) -> Vec<Registration> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut t = line.split_whitespace();
+        if t.next() != Some("tfd:") {
+            continue;
+        }
+        let parsed = (|| {
+            let tfd: c_int = t.next()?.parse().ok()?;
+            (t.next()? == "events:").then_some(())?;
+            let events = u32::from_str_radix(t.next()?, 16).ok()?;
+            (t.next()? == "data:").then_some(())?;
+            let data = u64::from_str_radix(t.next()?, 16).ok()?;
+            let file_ino = t
+                .find_map(|w| w.strip_prefix("ino:"))
+                .and_then(|h| u64::from_str_radix(h, 16).ok())?;
+            Some((tfd, events, data, file_ino))
+        })();
+        if let Some((tfd, events, data, file_ino)) = parsed {
+            if tfd == fd && file_ino == ino {
+                out.push(Registration { epfd, events, data });
+            }
+        }
+    }
+    out
+}
+
+/// The inode of the file descriptor `fd` names, if it names one.
+fn inode(fd: c_int) -> Option<u64> {
+    // SAFETY: fstat writes into a zeroed local struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd, &mut st) == 0).then_some(st.st_ino)
+    }
+}
+
+/// The registrations of `fd` (as the file it names now) in the known sets.
+fn registrations(fd: c_int) -> Vec<Registration> {
+    let sets: Vec<c_int> = lock(&SETS).iter().copied().collect();
+    if sets.is_empty() {
+        return Vec::new();
+    }
+    let Some(ino) = inode(fd) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for epfd in sets {
+        if epfd == fd {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")) {
+            out.extend(parse_fdinfo(&text, epfd, fd, ino));
+        }
+    }
+    out
+}
+
+/// `dup3(target, fd, flags)`, with the epoll registrations `fd` had carried
+/// over to the file it names afterwards. Returns what `dup3` returned (its
+/// errno is kept); on failure the registrations are restored as they were.
+pub(crate) fn dup3_carrying(target: c_int, fd: c_int, flags: c_int) -> c_int {
+    let regs: Vec<Registration> = registrations(fd)
+        .into_iter()
+        // SAFETY: EPOLL_CTL_DEL ignores the event argument.
+        .filter(|r| unsafe {
+            libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) == 0
+        })
+        .collect();
+    // SAFETY: dup3 on descriptors the caller owns (the program's number and
+    // one of ours).
+    let n = unsafe { real::dup3(target, fd, flags) };
+    let e = super::sys::errno();
+    for r in &regs {
+        let mut ev = libc::epoll_event {
+            events: r.events,
+            u64: r.data,
+        };
+        // SAFETY: ADD with a valid event on the program's epoll set.
+        unsafe { libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    }
+    if n < 0 {
+        super::sys::set_errno(e);
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The format of fs/eventpoll.c `ep_show_fdinfo` (Linux 4.x–6.x).
+    const FDINFO: &str = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\n\
+tfd:        8 events:       19 data:                8  pos:0 ino:5a3f1 sdev:8\n\
+tfd:        9 events: 80000001 data:     7f00deadbeef  pos:0 ino:5a3f2 sdev:8\n\
+tfd:        8 events:        1 data:                2  pos:0 ino:77 sdev:8\n";
+
+    #[test]
+    fn only_the_descriptor_naming_that_file_is_carried() {
+        assert_eq!(
+            parse_fdinfo(FDINFO, 5, 8, 0x5a3f1),
+            vec![Registration {
+                epfd: 5,
+                events: 0x19,
+                data: 8
+            }]
+        );
+        // Edge-triggered: EPOLLET is part of the events carried.
+        assert_eq!(
+            parse_fdinfo(FDINFO, 5, 9, 0x5a3f2),
+            vec![Registration {
+                epfd: 5,
+                events: 0x8000_0001,
+                data: 0x7f00_dead_beef
+            }]
+        );
+        assert!(parse_fdinfo(FDINFO, 5, 10, 0x5a3f1).is_empty());
+        assert!(parse_fdinfo("tfd: x events: y\n", 5, 8, 1).is_empty());
+    }
+
+    #[test]
+    fn a_level_triggered_registration_follows_the_swap() {
+        // SAFETY: plain descriptor calls on pipes and an epoll set of our own.
+        unsafe {
+            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            assert!(ep >= 0);
+            created(ep);
+            let mut a = [0; 2];
+            let mut b = [0; 2];
+            assert_eq!(libc::pipe(a.as_mut_ptr()), 0);
+            assert_eq!(libc::pipe(b.as_mut_ptr()), 0);
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: 42,
+            };
+            assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, a[0], &mut ev), 0);
+            // a[0] comes to name b's read end, which has a byte waiting.
+            assert_eq!(libc::write(b[1], b"x".as_ptr().cast(), 1), 1);
+            assert_eq!(dup3_carrying(b[0], a[0], 0), a[0]);
+            let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+            let n = libc::epoll_wait(ep, out.as_mut_ptr(), 4, 5000);
+            assert_eq!(n, 1, "the registration did not follow the swap");
+            let got = out[0];
+            assert_eq!({ got.u64 }, 42);
+            for fd in [ep, a[0], a[1], b[0], b[1]] {
+                libc::close(fd);
+            }
+        }
+    }
+}
