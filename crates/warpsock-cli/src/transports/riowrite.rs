@@ -20,7 +20,16 @@
 //! * **FIN**: the count of data messages the side originated. A sink
 //!   checks then that its region holds the last of them, in full.
 //!
-//! Sends in flight (`window` Writes, plus records) each own their buffer
+//! Memory is touched as the `write` baseline touches it (see
+//! [`crate::data`]): a message of [`data::gathered`] size is three Writes
+//! (`warpsock_aio_write` takes one buffer, the engine's Write a gather
+//! list) — its 8-byte head stamp, the body from one buffer shared by every
+//! message of the connection, its 8-byte tail stamp — so a window of
+//! 1 MiB messages reads 1 MiB plus 16 bytes a message, not a megabyte per
+//! message in flight. The Writes of a connection are placed in order, so
+//! the tail's completion frees the message's stamp slot.
+//!
+//! Operations in flight (Writes, plus records) each own their buffer
 //! until their completion is collected with `warpsock_aio_poll`; the
 //! socket is readable while completions wait, so one `poll` on the
 //! connections' descriptors waits for both completions and records.
@@ -133,6 +142,8 @@ const FIN: u64 = 2;
 const C_DATA: u64 = 1;
 const C_ECHO: u64 = 2;
 const C_REC: u64 = 3;
+/// A head stamp or body Write of a gathered message (its tail completes it).
+const C_PART: u64 = 4;
 
 fn cookie(kind: u64, slot: usize) -> u64 {
     kind << 32 | slot as u64
@@ -144,8 +155,8 @@ struct Conn {
     /// The region the peer writes into, and the peer's offset for ours.
     rx: Box<[u8]>,
     peer_off: i64,
-    /// One buffer per Write in flight, and which are free.
-    tx: Vec<Box<[u8]>>,
+    /// The message buffers and which slots are free.
+    tx: TxMem,
     free: Vec<usize>,
     /// Record buffers, one per record in flight, and which are free.
     recs: Vec<[u8; 16]>,
@@ -164,6 +175,57 @@ struct Conn {
     /// The FIN is posted; its completion gives `FinDone`.
     fin_sent: bool,
     peer_fin: bool,
+}
+
+/// What a connection sends its messages from.
+enum TxMem {
+    /// Small messages: one whole buffer per message in flight.
+    Whole(Vec<Box<[u8]>>),
+    /// [`data::gathered`] sizes: one body shared by every message, and a
+    /// 16-byte stamp slot (head, tail) per message in flight.
+    Gathered {
+        body: Box<[u8]>,
+        stamps: Vec<[u8; 16]>,
+    },
+}
+
+impl TxMem {
+    fn new(size: usize, window: usize) -> Self {
+        let mut proto = vec![0u8; size].into_boxed_slice();
+        data::fill(&mut proto);
+        if data::gathered(size) {
+            Self::Gathered {
+                body: proto,
+                stamps: vec![[0u8; 16]; window],
+            }
+        } else {
+            Self::Whole((0..window).map(|_| proto.clone()).collect())
+        }
+    }
+
+    /// Stamps message `seq` into `slot` and returns its Writes in posting
+    /// order: (source, length, offset in the peer's region); the last one
+    /// completes the message. The sources stay valid and unchanged while
+    /// the slot is in flight (`stamps` and `body` never move or grow).
+    fn message(&mut self, slot: usize, seq: u64) -> Vec<(*const u8, usize, usize)> {
+        match self {
+            Self::Whole(bufs) => {
+                data::stamp(&mut bufs[slot], seq);
+                vec![(bufs[slot].as_ptr(), bufs[slot].len(), 0)]
+            }
+            Self::Gathered { body, stamps } => {
+                let st = &mut stamps[slot];
+                st[..8].copy_from_slice(&seq.to_le_bytes());
+                st[8..].copy_from_slice(&seq.to_le_bytes());
+                let size = body.len();
+                vec![
+                    (st.as_ptr(), 8, 0),
+                    (body[8..].as_ptr(), size - 16, 8),
+                    (st[8..].as_ptr(), 8, size - 8),
+                ]
+            }
+        }
+    }
 }
 
 /// One thread's connections.
@@ -213,15 +275,11 @@ impl RioEndpoint {
         for mut s in streams {
             let (rx, peer_off) = exchange(api, &mut s, spec.size)?;
             s.set_nonblocking(true)?;
-            let mut proto = vec![0u8; spec.size];
-            data::fill(&mut proto);
             conns.push(Conn {
                 s,
                 rx,
                 peer_off,
-                tx: (0..window)
-                    .map(|_| proto.clone().into_boxed_slice())
-                    .collect(),
+                tx: TxMem::new(spec.size, window),
                 free: (0..window).rev().collect(),
                 // A NOTIFY per Write in flight, an echo's, and the FIN.
                 recs: vec![[0u8; 16]; window + 2],
@@ -251,13 +309,25 @@ impl RioEndpoint {
         matches!(self.role, Role::Ping | Role::Pong)
     }
 
-    /// Posts a Write of `len` bytes at `buf` into the peer's region.
-    fn post_write(&mut self, i: usize, buf: *const u8, c: u64) -> Result<(), Error> {
+    /// Posts a Write of `len` bytes at `buf` to offset `at` of the peer's
+    /// region.
+    fn post_write(
+        &mut self,
+        i: usize,
+        (buf, len, at): (*const u8, usize, usize),
+        c: u64,
+    ) -> Result<(), Error> {
         let conn = &mut self.conns[i];
-        // SAFETY: `buf` is a buffer of `size` bytes the connection owns
-        // and keeps until this operation's completion is collected.
+        // SAFETY: `buf` is `len` bytes the connection owns and keeps
+        // unchanged until this operation's completion is collected.
         let r = unsafe {
-            (self.api.aio_write)(conn.s.as_raw_fd(), buf.cast(), self.size, conn.peer_off, c)
+            (self.api.aio_write)(
+                conn.s.as_raw_fd(),
+                buf.cast(),
+                len,
+                conn.peer_off + at as i64,
+                c,
+            )
         };
         if r != 0 {
             return Err(failed("warpsock_aio_write"));
@@ -318,7 +388,7 @@ impl RioEndpoint {
                     conn.free.push(slot);
                     out.push(Event::Sent { conn: i });
                 }
-                C_ECHO => {}
+                C_ECHO | C_PART => {}
                 C_REC if d.op == AIO_SEND => {
                     let kind = u64::from_le_bytes(conn.recs[slot][..8].try_into().expect("8"));
                     conn.free_recs.push(slot);
@@ -438,10 +508,13 @@ impl Endpoint for RioEndpoint {
             .free
             .pop()
             .ok_or_else(|| Error::msg("riowrite: start without a free buffer"))?;
-        data::stamp(&mut c.tx[slot], seq);
         c.tx_seq = seq;
-        let buf = c.tx[slot].as_ptr();
-        self.post_write(conn, buf, cookie(C_DATA, slot))?;
+        let writes = c.tx.message(slot, seq);
+        let last = writes.len() - 1;
+        for (k, w) in writes.into_iter().enumerate() {
+            let kind = if k == last { C_DATA } else { C_PART };
+            self.post_write(conn, w, cookie(kind, slot))?;
+        }
         if notify {
             self.post_record(conn, NOTIFY, seq)?;
         }
@@ -455,7 +528,8 @@ impl Endpoint for RioEndpoint {
         }
         // The pinger writes nothing more until this echo's NOTIFY.
         let (buf, seq) = (c.rx.as_ptr(), c.rx_seq - 1);
-        self.post_write(conn, buf, cookie(C_ECHO, 0))?;
+        let size = self.size;
+        self.post_write(conn, (buf, size, 0), cookie(C_ECHO, 0))?;
         self.post_record(conn, NOTIFY, seq)
     }
 
@@ -520,9 +594,56 @@ mod tests {
 
     #[test]
     fn cookies_keep_kind_and_slot() {
-        for (k, s) in [(C_DATA, 0), (C_ECHO, 7), (C_REC, 65)] {
+        for (k, s) in [(C_DATA, 0), (C_ECHO, 7), (C_REC, 65), (C_PART, 3)] {
             let c = cookie(k, s);
             assert_eq!((c >> 32, (c & 0xffff_ffff) as usize), (k, s));
+        }
+    }
+
+    /// Places `writes` into a region as the peer's Writes would.
+    fn place(region: &mut [u8], writes: &[(*const u8, usize, usize)]) {
+        for &(src, len, at) in writes {
+            // SAFETY: the sources are `len` bytes of the TxMem under test.
+            let b = unsafe { std::slice::from_raw_parts(src, len) };
+            region[at..at + len].copy_from_slice(b);
+        }
+    }
+
+    #[test]
+    fn a_window_of_1_mib_messages_reads_one_body_plus_16_bytes_each() {
+        let (size, window) = (1 << 20, 8);
+        let mut tx = TxMem::new(size, window);
+        let mut region = vec![0u8; size];
+        let mut sources = std::collections::BTreeMap::new();
+        for seq in 0..window as u64 {
+            let writes = tx.message(seq as usize, seq);
+            assert_eq!(writes.len(), 3);
+            // The Writes cover the message exactly once, in order.
+            let mut next = 0;
+            for &(src, len, at) in &writes {
+                assert_eq!(at, next);
+                next += len;
+                sources.insert(src as usize, len);
+            }
+            assert_eq!(next, size);
+            place(&mut region, &writes);
+            assert!(data::check(&region, seq, true), "message {seq}");
+        }
+        // Distinct memory read for the window: one body + 16 B a message
+        // (the whole-buffer layout read `window` MiB).
+        let read: usize = sources.values().sum();
+        assert_eq!(read, (size - 16) + 16 * window);
+    }
+
+    #[test]
+    fn small_messages_are_one_write_from_their_own_buffer() {
+        let mut tx = TxMem::new(64, 2);
+        let mut region = vec![0u8; 64];
+        for seq in [5u64, 6] {
+            let writes = tx.message((seq % 2) as usize, seq);
+            assert_eq!(writes.len(), 1);
+            place(&mut region, &writes);
+            assert!(data::check(&region, seq, true));
         }
     }
 
