@@ -231,3 +231,57 @@ fn small_fpdus_are_read_many_per_system_call() {
     sent_tx.send(()).unwrap();
     server.join().unwrap();
 }
+
+/// Large Sends over loopback are read about one system call per 64 KiB:
+/// FPDUs there are as large as MPA allows (`QpOptions::mulpdu` `None`),
+/// not `TCP_MAXSEG`'s ~32 KiB at setup, and each placement read takes one
+/// FPDU's payload. As above, the Send is complete (all of it queued at the
+/// receiver, whose buffer is made large enough) before the receiver reads
+/// at all, so every read is full and the count depends on no timing: 4
+/// here (a 64 KiB staging read, then one placement read per FPDU). With
+/// ~32 KiB FPDUs it is at least 6 (the staging read takes two FPDUs, then
+/// one read for each of the other five).
+#[test]
+fn large_sends_over_loopback_are_read_one_system_call_per_64_kib() {
+    const LEN: usize = 192 << 10;
+    const BUF: Option<usize> = Some(1 << 20);
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let c = Context::new(Progress::Caller).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(8).unwrap();
+        let sink = pd.alloc(LEN, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        init.options.tcp.recv_buffer = BUF;
+        init.recvs = vec![RecvWr {
+            wr_id: 1,
+            sgl: sink.sge(0, LEN as u32).into(),
+        }];
+        let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
+        sent_rx
+            .recv_timeout(LIMIT)
+            .expect("the client's Send completed");
+        let w = wait_n(&cq, 1);
+        assert!(w[0].is_ok() && w[0].byte_len as usize == LEN, "{w:?}");
+        assert!(sink.with_bytes(|b| b == &pattern(LEN, 5)[..]));
+        let reads = qp.socket_reads();
+        assert!(
+            reads <= (LEN / (64 << 10)) as u64 + 2,
+            "{reads} reads for {LEN} bytes"
+        );
+    });
+    let c = Context::new(Progress::Thread).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(8).unwrap();
+    let src = pd.register(pattern(LEN, 5), Access::LOCAL_READ);
+    let mut init = QpInit::new(&pd, &cq);
+    init.options.tcp.send_buffer = BUF;
+    let qp = connect(addr, &init).unwrap();
+    qp.post_send(send_wr(1, vec![src.sge(0, LEN as u32)]))
+        .unwrap();
+    assert!(wait_n(&cq, 1)[0].is_ok());
+    sent_tx.send(()).unwrap();
+    server.join().unwrap();
+}

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use warpsock_proto::{AcceptError, Connection, Registry, Role};
 
 use super::mpa::{drive_mpa, MpaDone, MpaExchange};
-use super::{check_private_data, CmError, QpInit, MAX_PRIVATE_DATA};
+use super::{check_private_data, fpdu_segment, CmError, QpInit, MAX_PRIVATE_DATA};
 use crate::mem::Mem;
 use crate::qp::Qp;
 use crate::sys;
@@ -380,7 +380,7 @@ impl ConnectRequest {
     pub fn accept(self, init: &QpInit<'_>, private_data: &[u8]) -> Result<Qp, CmError> {
         init.check(private_data)?;
         init.options.tcp.apply(&self.sock).map_err(CmError::Io)?;
-        let mss = sys::tcp_mss(self.sock.as_raw_fd()).unwrap_or(1448);
+        let mss = fpdu_segment(&self.sock, self.peer);
         let cfg = init.options.config(Role::Responder, init.pd, mss);
         let mut conn = self.conn;
         conn.accept_with(cfg, private_data).map_err(accept_error)?;

@@ -144,7 +144,8 @@ pub struct QpOptions {
     /// How long to wait for the peer's MPA Request/Reply.
     pub mpa_timeout: Duration,
     /// Largest ULPDU per FPDU; `None` sizes FPDUs to the TCP MSS as siw
-    /// does (one FPDU per segment).
+    /// does (one FPDU per segment), and to the largest FPDU MPA allows
+    /// when the peer is on a loopback address (see [`fpdu_segment`]).
     pub mulpdu: Option<usize>,
     /// Socket options.
     pub tcp: TcpOptions,
@@ -302,6 +303,35 @@ pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmErr
     connect_stream(sock.ok_or(last)?, init)
 }
 
+/// The segment size FPDUs are fitted to when [`QpOptions::mulpdu`] is
+/// `None`: the socket's `TCP_MAXSEG`, as siw (one FPDU per TCP segment, so
+/// a receiver can place each segment on its own) — except towards a
+/// loopback address, where the largest FPDU MPA's 16-bit length allows
+/// (64 KiB).
+///
+/// On loopback there is no wire to segment for: the kernel queues the
+/// sender's whole 64 KiB GSO buffers at the receiver, and `TCP_MAXSEG`
+/// (≈ 32 KiB at setup) is not a path property but half the peer's first
+/// window (`tcp_bound_to_half_wnd`). FPDUs of that size cost the receiver
+/// one read per 32 KiB (its placement reads end at FPDU boundaries);
+/// 64 KiB FPDUs halve the reads and wake-ups per MiB. siw with GSO does
+/// the same (`mss_cache × gso_segs`, `siw_update_tcpseg`); a siw peer
+/// behind a loopback port forward (qemu) received 32 KiB FPDUs over its
+/// 1,500-byte link before, so fitting segments was already moot there.
+fn fpdu_segment(sock: &TcpStream, peer: SocketAddr) -> usize {
+    let loopback = match peer.ip() {
+        std::net::IpAddr::V4(a) => a.is_loopback(),
+        std::net::IpAddr::V6(a) => {
+            a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    };
+    if loopback {
+        // `mulpdu_for_mss` turns this into the largest 8-aligned FPDU.
+        return 1 << 16;
+    }
+    sys::tcp_mss(sock.as_raw_fd()).unwrap_or(1448)
+}
+
 /// Runs the MPA exchange as initiator on a TCP connection that is already
 /// established (by the caller, or by an application that used it as a
 /// plain byte stream first) and returns the queue pair on it.
@@ -320,7 +350,7 @@ pub fn connect_stream(sock: TcpStream, init: &QpInit<'_>) -> Result<Qp, CmError>
         sock.peer_addr().map_err(CmError::Io)?,
     );
     opts.tcp.apply(&sock).map_err(CmError::Io)?;
-    let mss = sys::tcp_mss(sock.as_raw_fd()).unwrap_or(1448);
+    let mss = fpdu_segment(&sock, addrs.1);
     let mut conn = Connection::new(opts.config(Role::Initiator, init.pd, mss), Instant::now());
     init.post_initial(&mut conn)?;
     let mut x = MpaExchange::new(conn, Some(addrs.1));
