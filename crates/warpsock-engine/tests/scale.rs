@@ -179,18 +179,11 @@ fn raw_memory_markers_small_fpdus() {
     server.join().unwrap();
 }
 
-/// Small FPDUs (an MTU-1500 link's ~1.4 KB) are read many per system call:
-/// after placing one small payload the receiver reads the whole staging
-/// buffer along, not just the next header, so the FPDUs behind it are
-/// taken from there. The Send is complete (all of it in the receiver's
-/// socket buffer, made large enough) before the receiver, in caller-driven
-/// progress, reads at all. Its first read fills the 64 KiB staging buffer
-/// and ends inside an FPDU; from there the old rule (a 256-byte tail after
-/// each placement) took one read per FPDU: about 100 of the 143 here.
-#[test]
-fn small_fpdus_are_read_many_per_system_call() {
-    const LEN: usize = 200_000;
-    const MULPDU: usize = 1400;
+/// Sends one message of `len` bytes (pattern `seed`) from a client with
+/// the given `mulpdu` to a caller-driven server that reads nothing until
+/// the Send has completed (all of it queued in the server's socket buffer,
+/// made large enough); returns the server's receive system calls.
+fn reads_for_one_send(len: usize, mulpdu: Option<usize>, seed: u64) -> u64 {
     const BUF: Option<usize> = Some(1 << 20);
     let l = Listener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -199,89 +192,65 @@ fn small_fpdus_are_read_many_per_system_call() {
         let c = Context::new(Progress::Caller).unwrap();
         let pd = c.alloc_pd();
         let cq = c.create_cq(8).unwrap();
-        let sink = pd.alloc(LEN, Access::LOCAL_WRITE);
+        let sink = pd.alloc(len, Access::LOCAL_WRITE);
         let mut init = QpInit::new(&pd, &cq);
         init.options.tcp.recv_buffer = BUF;
         init.recvs = vec![RecvWr {
             wr_id: 1,
-            sgl: sink.sge(0, LEN as u32).into(),
+            sgl: sink.sge(0, len as u32).into(),
         }];
         let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
         sent_rx
             .recv_timeout(LIMIT)
             .expect("the client's Send completed");
         let w = wait_n(&cq, 1);
-        assert!(w[0].is_ok() && w[0].byte_len as usize == LEN, "{w:?}");
-        assert!(sink.with_bytes(|b| b == &pattern(LEN, 9)[..]));
-        let fpdus = LEN.div_ceil(MULPDU) as u64;
-        let reads = qp.socket_reads();
-        assert!(reads <= fpdus / 4, "{reads} reads for {fpdus} FPDUs");
+        assert!(w[0].is_ok() && w[0].byte_len as usize == len, "{w:?}");
+        assert!(sink.with_bytes(|b| b == &pattern(len, seed)[..]));
+        qp.socket_reads()
     });
     let c = Context::new(Progress::Thread).unwrap();
     let pd = c.alloc_pd();
     let cq = c.create_cq(8).unwrap();
-    let src = pd.register(pattern(LEN, 9), Access::LOCAL_READ);
+    let src = pd.register(pattern(len, seed), Access::LOCAL_READ);
     let mut init = QpInit::new(&pd, &cq);
-    init.options.mulpdu = Some(MULPDU);
+    init.options.mulpdu = mulpdu;
     init.options.tcp.send_buffer = BUF;
     let qp = connect(addr, &init).unwrap();
-    qp.post_send(send_wr(1, vec![src.sge(0, LEN as u32)]))
+    qp.post_send(send_wr(1, vec![src.sge(0, len as u32)]))
         .unwrap();
     assert!(wait_n(&cq, 1)[0].is_ok());
     sent_tx.send(()).unwrap();
-    server.join().unwrap();
+    server.join().unwrap()
+}
+
+/// Small FPDUs (an MTU-1500 link's ~1.4 KB) are read many per system call:
+/// after placing one small payload the receiver reads the whole staging
+/// buffer along, not just the next header, so the FPDUs behind it are
+/// taken from there. The Send is complete before the receiver, in
+/// caller-driven progress, reads at all. Its first read fills the 64 KiB
+/// staging buffer and ends inside an FPDU; from there the old rule (a
+/// 256-byte tail after each placement) took one read per FPDU: about 100
+/// of the 143 here.
+#[test]
+fn small_fpdus_are_read_many_per_system_call() {
+    const LEN: usize = 200_000;
+    const MULPDU: usize = 1400;
+    let reads = reads_for_one_send(LEN, Some(MULPDU), 9);
+    let fpdus = LEN.div_ceil(MULPDU) as u64;
+    assert!(reads <= fpdus / 4, "{reads} reads for {fpdus} FPDUs");
 }
 
 /// Large Sends over loopback are read about one system call per 64 KiB:
 /// FPDUs there are as large as MPA allows (`QpOptions::mulpdu` `None`),
 /// not `TCP_MAXSEG`'s ~32 KiB at setup, and each placement read takes one
-/// FPDU's payload. As above, the Send is complete (all of it queued at the
-/// receiver, whose buffer is made large enough) before the receiver reads
-/// at all, so every read is full and the count depends on no timing: 4
-/// here (a 64 KiB staging read, then one placement read per FPDU). With
-/// ~32 KiB FPDUs it is at least 6 (the staging read takes two FPDUs, then
-/// one read for each of the other five).
+/// FPDU's payload. The Send is complete before the receiver reads, so
+/// every read is full and the count depends on no timing: 4 here (a
+/// 64 KiB staging read, then one placement read per FPDU). With ~32 KiB
+/// FPDUs it is at least 6 (the staging read takes two FPDUs, then one
+/// read for each of the other five).
 #[test]
 fn large_sends_over_loopback_are_read_one_system_call_per_64_kib() {
     const LEN: usize = 192 << 10;
-    const BUF: Option<usize> = Some(1 << 20);
-    let l = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
-    let server = std::thread::spawn(move || {
-        let c = Context::new(Progress::Caller).unwrap();
-        let pd = c.alloc_pd();
-        let cq = c.create_cq(8).unwrap();
-        let sink = pd.alloc(LEN, Access::LOCAL_WRITE);
-        let mut init = QpInit::new(&pd, &cq);
-        init.options.tcp.recv_buffer = BUF;
-        init.recvs = vec![RecvWr {
-            wr_id: 1,
-            sgl: sink.sge(0, LEN as u32).into(),
-        }];
-        let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
-        sent_rx
-            .recv_timeout(LIMIT)
-            .expect("the client's Send completed");
-        let w = wait_n(&cq, 1);
-        assert!(w[0].is_ok() && w[0].byte_len as usize == LEN, "{w:?}");
-        assert!(sink.with_bytes(|b| b == &pattern(LEN, 5)[..]));
-        let reads = qp.socket_reads();
-        assert!(
-            reads <= (LEN / (64 << 10)) as u64 + 2,
-            "{reads} reads for {LEN} bytes"
-        );
-    });
-    let c = Context::new(Progress::Thread).unwrap();
-    let pd = c.alloc_pd();
-    let cq = c.create_cq(8).unwrap();
-    let src = pd.register(pattern(LEN, 5), Access::LOCAL_READ);
-    let mut init = QpInit::new(&pd, &cq);
-    init.options.tcp.send_buffer = BUF;
-    let qp = connect(addr, &init).unwrap();
-    qp.post_send(send_wr(1, vec![src.sge(0, LEN as u32)]))
-        .unwrap();
-    assert!(wait_n(&cq, 1)[0].is_ok());
-    sent_tx.send(()).unwrap();
-    server.join().unwrap();
+    let reads = reads_for_one_send(LEN, None, 5);
+    assert!(reads <= 5, "{reads} reads for {LEN} bytes");
 }

@@ -144,8 +144,9 @@ pub struct QpOptions {
     /// How long to wait for the peer's MPA Request/Reply.
     pub mpa_timeout: Duration,
     /// Largest ULPDU per FPDU; `None` sizes FPDUs to the TCP MSS as siw
-    /// does (one FPDU per segment), and to the largest FPDU MPA allows
-    /// when the peer is on a loopback address (see [`fpdu_segment`]).
+    /// does (one FPDU per segment); towards a loopback address, where no
+    /// wire segments the stream and `TCP_MAXSEG` at setup is only half the
+    /// peer's first window, to the largest FPDU MPA allows (64 KiB).
     pub mulpdu: Option<usize>,
     /// Socket options.
     pub tcp: TcpOptions,
