@@ -10,6 +10,12 @@
 //! the stream, so the peer knows it once it has read anything sent after
 //! the `riomap` call. A one-sided write is ordered with the stream: bytes
 //! sent after it arrive after it is placed.
+//!
+//! Every one-sided call is one RDMA Write or Read, posted and transmitted
+//! at once. [`XSocket::aio_writev`] gathers several buffers into one Write
+//! (the engine's scatter/gather list): a message built from pieces — a
+//! header, a shared body, a trailer — costs one post, one transmit round
+//! and one completion instead of one per piece.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
