@@ -15,6 +15,22 @@ type Seg = (*const u8, usize);
 
 use net::{opts, pattern, switch_both, tcp_pair, LIMIT};
 
+/// Maps `target` on `target_side` for the peer's Writes at offset 0 and
+/// lets `writer` know (the mapping travels with the stream).
+fn map_for_writes(writer: &XSocket, target_side: &XSocket, target: &mut [u8]) -> u64 {
+    #[allow(unsafe_code)]
+    // SAFETY: every test unmaps `target` before dropping it.
+    let off =
+        unsafe { target_side.riomap(target.as_mut_ptr(), target.len(), true, false, Some(0)) }
+            .unwrap();
+    target_side.send(b"m", false, None).unwrap();
+    let mut m = [0u8; 1];
+    writer
+        .recv(&mut m, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    off
+}
+
 /// Collects `x`'s completions until `n` arrived, driving `peer` (which
 /// takes the Writes in).
 fn completions(x: &XSocket, peer: &XSocket, n: usize) -> Vec<Completion> {
@@ -35,12 +51,7 @@ fn a_vectored_write_is_one_write_with_one_completion() {
     let (xa, xb) = switch_both(&a, &b, &opts());
     let size = 1 << 20;
     let mut target = vec![0u8; size];
-    #[allow(unsafe_code)]
-    // SAFETY: `target` outlives the mapping (unmapped below).
-    let off = unsafe { xb.riomap(target.as_mut_ptr(), size, true, false, Some(0)) }.unwrap();
-    xb.send(b"mapped", false, None).unwrap();
-    let mut m = [0u8; 6];
-    xa.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+    let off = map_for_writes(&xa, &xb, &mut target);
 
     // The riowrite benchmark's message: head stamp, shared body, tail
     // stamp, three buffers.
@@ -86,12 +97,7 @@ fn wrong_vectored_writes_are_refused_before_posting() {
     let (a, b) = tcp_pair();
     let (xa, xb) = switch_both(&a, &b, &opts());
     let mut target = vec![0u8; 4096];
-    #[allow(unsafe_code)]
-    // SAFETY: `target` outlives the mapping (unmapped below).
-    let off = unsafe { xb.riomap(target.as_mut_ptr(), 4096, true, false, Some(0)) }.unwrap();
-    xb.send(b"m", false, None).unwrap();
-    let mut m = [0u8; 1];
-    xa.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+    let off = map_for_writes(&xa, &xb, &mut target);
     let buf = [7u8; 64];
     let one = (buf.as_ptr(), buf.len());
     let too_many = vec![(buf.as_ptr(), 1); XSocket::RIO_IOV_MAX + 1];
