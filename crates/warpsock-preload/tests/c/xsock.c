@@ -425,6 +425,7 @@ static void aio_server(int fd) {
     send_all(fd, &off, sizeof off);
     wait_byte(fd, 'a');
     for (int i = 0; i < 65536; i++) CHECK(mem[i] == pat(51, (uint64_t)i));
+    sync_byte(fd, 'A'); /* checked: the peer may overwrite it */
     wait_byte(fd, 'c');
     for (int i = 0; i < 65536; i++) CHECK(mem[i] == pat(52, (uint64_t)i));
     wait_byte(fd, 'b');
@@ -458,7 +459,8 @@ static void aio_client(int fd) {
     CHECK(c.cookie == 7 && c.op == WARPSOCK_AIO_READ && c.result == 65536);
     CHECK(!memcmp(r, w, 65536));
     /* Vectored: three separate buffers gathered into one Write, one
-     * completion for the lot. */
+     * completion for the lot (once the peer checked the first Write). */
+    wait_byte(fd, 'A');
     uint8_t head[8], tail[8], *body = malloc(65536 - 16);
     CHECK(body);
     fill(head, 8, 52, 0);
