@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,6 +70,17 @@ int warpsock_aio_send(int fd, const void *buf, size_t len, uint64_t cookie);
 int warpsock_aio_recv(int fd, void *buf, size_t len, uint64_t cookie);
 int warpsock_aio_write(int fd, const void *buf, size_t len, off_t offset, uint64_t cookie);
 int warpsock_aio_read(int fd, void *buf, size_t len, off_t offset, uint64_t cookie);
+/* Vectored one-sided write: the iovcnt buffers of iov, in order, into the
+ * peer's mapping at offset and on, as ONE RDMA Write with that gather list:
+ * one transmit round and one completion (WARPSOCK_AIO_WRITE, result = the
+ * total length) for the lot, where a warpsock_aio_write per buffer
+ * transmits each at once. The buffers (not the iov array) belong to the
+ * library until the completion is collected. EINVAL: iov NULL, iovcnt
+ * outside 1..WARPSOCK_IOV_MAX, a NULL or empty buffer, offset < 0, or the
+ * range not mapped; EACCES: not writable. */
+int warpsock_aio_writev(int fd, const struct iovec *iov, int iovcnt, off_t offset,
+                        uint64_t cookie);
+#define WARPSOCK_IOV_MAX 64
 
 #define WARPSOCK_AIO_SEND 1
 #define WARPSOCK_AIO_RECV 2

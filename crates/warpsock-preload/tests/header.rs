@@ -68,6 +68,7 @@ fn every_header_constant_matches_the_library() {
             ("WARPSOCK_AIO_RECV", "AIO_RECV"),
             ("WARPSOCK_AIO_WRITE", "AIO_WRITE"),
             ("WARPSOCK_AIO_READ", "AIO_READ"),
+            ("WARPSOCK_IOV_MAX", "IOV_MAX"),
         ],
     ));
     let defined: Vec<&String> = h

@@ -21,13 +21,14 @@
 //!   checks then that its region holds the last of them, in full.
 //!
 //! Memory is touched as the `write` baseline touches it (see
-//! [`crate::data`]): a message of [`data::gathered`] size is three Writes
-//! (`warpsock_aio_write` takes one buffer, the engine's Write a gather
-//! list) — its 8-byte head stamp, the body from one buffer shared by every
+//! [`crate::data`]): a message of [`data::gathered`] size is one Write
+//! with a three-entry gather list, as the engine's (`warpsock_aio_writev`)
+//! — its 8-byte head stamp, the body from one buffer shared by every
 //! message of the connection, its 8-byte tail stamp — so a window of
 //! 1 MiB messages reads 1 MiB plus 16 bytes a message, not a megabyte per
-//! message in flight. The Writes of a connection are placed in order, so
-//! the tail's completion frees the message's stamp slot.
+//! message in flight, and each message is one post, one transmit round and
+//! one completion (three `warpsock_aio_write`s transmitted one by one: 5.5
+//! `sendmsg` per MiB against the engine's 1.7).
 //!
 //! Operations in flight (Writes, plus records) each own their buffer
 //! until their completion is collected with `warpsock_aio_poll`; the
@@ -53,7 +54,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     name: "riowrite",
     label: "DDP riowrite",
     help: "one-sided RDMA Writes through the extended sockets interface \
-           (warpsock_riomap + warpsock_aio_write on sockets switched into DDP \
+           (warpsock_riomap + warpsock_aio_writev on sockets switched into DDP \
            mode, both sides under the preload), CRC off",
     family: Family::Stream,
     crc: false,
@@ -85,6 +86,7 @@ struct AioCompletion {
 type RiomapFn = unsafe extern "C" fn(c_int, *mut c_void, usize, c_int, c_int, i64) -> i64;
 type RiounmapFn = unsafe extern "C" fn(c_int, *mut c_void, usize) -> c_int;
 type AioWriteFn = unsafe extern "C" fn(c_int, *const c_void, usize, i64, u64) -> c_int;
+type AioWritevFn = unsafe extern "C" fn(c_int, *const libc::iovec, c_int, i64, u64) -> c_int;
 type AioSendFn = unsafe extern "C" fn(c_int, *const c_void, usize, u64) -> c_int;
 type AioPollFn = unsafe extern "C" fn(c_int, *mut AioCompletion, c_int) -> c_int;
 
@@ -93,6 +95,7 @@ struct Api {
     riomap: RiomapFn,
     riounmap: RiounmapFn,
     aio_write: AioWriteFn,
+    aio_writev: AioWritevFn,
     aio_send: AioSendFn,
     aio_poll: AioPollFn,
 }
@@ -116,6 +119,9 @@ fn api() -> Result<&'static Api, Error> {
                 )?),
                 aio_write: std::mem::transmute::<*mut c_void, AioWriteFn>(sym(
                     c"warpsock_aio_write",
+                )?),
+                aio_writev: std::mem::transmute::<*mut c_void, AioWritevFn>(sym(
+                    c"warpsock_aio_writev",
                 )?),
                 aio_send: std::mem::transmute::<*mut c_void, AioSendFn>(sym(c"warpsock_aio_send")?),
                 aio_poll: std::mem::transmute::<*mut c_void, AioPollFn>(sym(c"warpsock_aio_poll")?),
@@ -142,8 +148,6 @@ const FIN: u64 = 2;
 const C_DATA: u64 = 1;
 const C_ECHO: u64 = 2;
 const C_REC: u64 = 3;
-/// A head stamp or body Write of a gathered message (its tail completes it).
-const C_PART: u64 = 4;
 
 fn cookie(kind: u64, slot: usize) -> u64 {
     kind << 32 | slot as u64
@@ -203,10 +207,11 @@ impl TxMem {
         }
     }
 
-    /// Stamps message `seq` into `slot` and returns its Writes in posting
-    /// order: (source, length, offset in the peer's region); the last one
-    /// completes the message. The sources stay valid and unchanged while
-    /// the slot is in flight (`stamps` and `body` never move or grow).
+    /// Stamps message `seq` into `slot` and returns its pieces in order:
+    /// (source, length, offset in the peer's region), contiguous from
+    /// offset 0 — one Write's gather list. The sources stay valid and
+    /// unchanged while the slot is in flight (`stamps` and `body` never
+    /// move or grow).
     fn message(&mut self, slot: usize, seq: u64) -> Vec<(*const u8, usize, usize)> {
         match self {
             Self::Whole(bufs) => {
@@ -336,6 +341,44 @@ impl RioEndpoint {
         Ok(())
     }
 
+    /// Posts message pieces `parts` (contiguous, see [`TxMem::message`]) as
+    /// one Write: a gather list goes with `warpsock_aio_writev`.
+    fn post_message(
+        &mut self,
+        i: usize,
+        parts: &[(*const u8, usize, usize)],
+        c: u64,
+    ) -> Result<(), Error> {
+        if let [one] = parts {
+            return self.post_write(i, *one, c);
+        }
+        let iov: Vec<libc::iovec> = parts
+            .iter()
+            .map(|&(p, n, _)| libc::iovec {
+                iov_base: p.cast_mut().cast(),
+                iov_len: n,
+            })
+            .collect();
+        let conn = &mut self.conns[i];
+        // SAFETY: each piece is bytes the connection owns and keeps
+        // unchanged until this operation's completion is collected; `iov`
+        // is read during the call only.
+        let r = unsafe {
+            (self.api.aio_writev)(
+                conn.s.as_raw_fd(),
+                iov.as_ptr(),
+                iov.len() as c_int,
+                conn.peer_off + parts[0].2 as i64,
+                c,
+            )
+        };
+        if r != 0 {
+            return Err(failed("warpsock_aio_writev"));
+        }
+        conn.in_flight += 1;
+        Ok(())
+    }
+
     /// Posts a record after what was posted before it.
     fn post_record(&mut self, i: usize, kind: u64, value: u64) -> Result<(), Error> {
         let conn = &mut self.conns[i];
@@ -388,7 +431,7 @@ impl RioEndpoint {
                     conn.free.push(slot);
                     out.push(Event::Sent { conn: i });
                 }
-                C_ECHO | C_PART => {}
+                C_ECHO => {}
                 C_REC if d.op == AIO_SEND => {
                     let kind = u64::from_le_bytes(conn.recs[slot][..8].try_into().expect("8"));
                     conn.free_recs.push(slot);
@@ -509,12 +552,8 @@ impl Endpoint for RioEndpoint {
             .pop()
             .ok_or_else(|| Error::msg("riowrite: start without a free buffer"))?;
         c.tx_seq = seq;
-        let writes = c.tx.message(slot, seq);
-        let last = writes.len() - 1;
-        for (k, w) in writes.into_iter().enumerate() {
-            let kind = if k == last { C_DATA } else { C_PART };
-            self.post_write(conn, w, cookie(kind, slot))?;
-        }
+        let parts = c.tx.message(slot, seq);
+        self.post_message(conn, &parts, cookie(C_DATA, slot))?;
         if notify {
             self.post_record(conn, NOTIFY, seq)?;
         }
@@ -594,7 +633,7 @@ mod tests {
 
     #[test]
     fn cookies_keep_kind_and_slot() {
-        for (k, s) in [(C_DATA, 0), (C_ECHO, 7), (C_REC, 65), (C_PART, 3)] {
+        for (k, s) in [(C_DATA, 0), (C_ECHO, 7), (C_REC, 65)] {
             let c = cookie(k, s);
             assert_eq!((c >> 32, (c & 0xffff_ffff) as usize), (k, s));
         }
@@ -618,7 +657,7 @@ mod tests {
         for seq in 0..window as u64 {
             let writes = tx.message(seq as usize, seq);
             assert_eq!(writes.len(), 3);
-            // The Writes cover the message exactly once, in order.
+            // The pieces cover the message exactly once, in order.
             let mut next = 0;
             for &(src, len, at) in &writes {
                 assert_eq!(at, next);

@@ -26,6 +26,9 @@ pub const AIO_WRITE: i32 = 3;
 /// `WARPSOCK_AIO_READ`.
 pub const AIO_READ: i32 = 4;
 
+/// `WARPSOCK_IOV_MAX`: most buffers of one `warpsock_aio_writev`.
+pub const IOV_MAX: i32 = 64;
+
 /// One completion as `struct warpsock_aio_completion` lays it out.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -225,6 +228,40 @@ pub unsafe extern "C" fn warpsock_aio_write(
     unsafe { aio_rio(fd, buf.cast_mut(), len, offset, true, cookie) }
 }
 
+/// Asynchronous vectored one-sided write: the `iovcnt` buffers of `iov`,
+/// in order, into the peer's mapping at `offset` and on, as one RDMA Write
+/// with that gather list — one post and one transmit round for the lot
+/// (a `warpsock_aio_write` per buffer transmits each at once), and one
+/// completion (`WARPSOCK_AIO_WRITE`, the total length). `EINVAL`: no
+/// `iov`, `iovcnt` outside 1..=`WARPSOCK_IOV_MAX`, an empty or NULL
+/// buffer, a negative offset; `EINVAL`/`EACCES` as `warpsock_aio_write`
+/// for the mapping. The buffers (not `iov` itself) belong to the library
+/// until the completion is collected.
+#[no_mangle]
+pub unsafe extern "C" fn warpsock_aio_writev(
+    fd: c_int,
+    iov: *const libc::iovec,
+    iovcnt: c_int,
+    offset: off_t,
+    cookie: u64,
+) -> c_int {
+    if iov.is_null() || iovcnt <= 0 || iovcnt > IOV_MAX || offset < 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller's array of `iovcnt` entries, read during the call.
+    let iov = unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) };
+    let segs: Vec<(*const u8, usize)> = iov
+        .iter()
+        .map(|v| (v.iov_base.cast_const().cast(), v.iov_len))
+        .collect();
+    io_call(fd, -1, |s| {
+        // SAFETY: the caller keeps the buffers until the completion; the
+        // call checks each (NULL, empty, too long: EINVAL).
+        unsafe { s.x.aio_writev(&segs, offset as u64, cookie) }.map(|()| 0)
+    })
+}
+
 /// Asynchronous one-sided read from the peer's mapping at `offset`.
 #[no_mangle]
 pub unsafe extern "C" fn warpsock_aio_read(
@@ -294,5 +331,14 @@ mod tests {
         assert_eq!(std::mem::offset_of!(C, op), 8);
         assert_eq!(std::mem::offset_of!(C, error), 12);
         assert_eq!(std::mem::offset_of!(C, result), 16);
+    }
+
+    /// `WARPSOCK_IOV_MAX` is the limit the socket enforces.
+    #[test]
+    fn the_iov_limit_is_the_sockets() {
+        assert_eq!(
+            super::IOV_MAX as usize,
+            warpsock_xsock::io::XSocket::RIO_IOV_MAX
+        );
     }
 }

@@ -425,6 +425,9 @@ static void aio_server(int fd) {
     send_all(fd, &off, sizeof off);
     wait_byte(fd, 'a');
     for (int i = 0; i < 65536; i++) CHECK(mem[i] == pat(51, (uint64_t)i));
+    sync_byte(fd, 'A'); /* checked: the peer may overwrite it */
+    wait_byte(fd, 'c');
+    for (int i = 0; i < 65536; i++) CHECK(mem[i] == pat(52, (uint64_t)i));
     wait_byte(fd, 'b');
     close(ep);
     free(mem);
@@ -455,8 +458,35 @@ static void aio_client(int fd) {
     aio_wait(fd, ep, &c);
     CHECK(c.cookie == 7 && c.op == WARPSOCK_AIO_READ && c.result == 65536);
     CHECK(!memcmp(r, w, 65536));
+    /* Vectored: three separate buffers gathered into one Write, one
+     * completion for the lot (once the peer checked the first Write). */
+    wait_byte(fd, 'A');
+    uint8_t head[8], tail[8], *body = malloc(65536 - 16);
+    CHECK(body);
+    fill(head, 8, 52, 0);
+    fill(body, 65536 - 16, 52, 8);
+    fill(tail, 8, 52, 65536 - 8);
+    struct iovec iov[3] = {{head, 8}, {body, 65536 - 16}, {tail, 8}};
+    CHECK(warpsock_aio_writev(fd, iov, 3, (off_t)off, 8) == 0);
+    aio_wait(fd, ep, &c);
+    CHECK(c.cookie == 8 && c.op == WARPSOCK_AIO_WRITE && c.error == 0 && c.result == 65536);
+    CHECK(warpsock_aio_poll(fd, &c, 1) == 0);
+    /* Wrong arguments: EINVAL, nothing posted. */
+    struct iovec empty[2] = {{head, 8}, {tail, 0}}, null_base[1] = {{NULL, 8}};
+    CHECK(warpsock_aio_writev(fd, NULL, 1, (off_t)off, 9) == -1 && errno == EINVAL);
+    CHECK(warpsock_aio_writev(fd, iov, 0, (off_t)off, 9) == -1 && errno == EINVAL);
+    CHECK(warpsock_aio_writev(fd, iov, -1, (off_t)off, 9) == -1 && errno == EINVAL);
+    CHECK(warpsock_aio_writev(fd, iov, WARPSOCK_IOV_MAX + 1, (off_t)off, 9) == -1 &&
+          errno == EINVAL);
+    CHECK(warpsock_aio_writev(fd, empty, 2, (off_t)off, 9) == -1 && errno == EINVAL);
+    CHECK(warpsock_aio_writev(fd, null_base, 1, (off_t)off, 9) == -1 && errno == EINVAL);
+    CHECK(warpsock_aio_writev(fd, iov, 3, -1, 9) == -1 && errno == EINVAL);
+    CHECK(warpsock_aio_writev(fd, iov, 3, (off_t)off + 8, 9) == -1 && errno == EINVAL);
+    CHECK(warpsock_aio_poll(fd, &c, 1) == 0);
+    sync_byte(fd, 'c');
     sync_byte(fd, 'b');
     close(ep);
+    free(body);
     free(src);
     free(w);
     free(r);

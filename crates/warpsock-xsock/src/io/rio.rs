@@ -10,6 +10,12 @@
 //! the stream, so the peer knows it once it has read anything sent after
 //! the `riomap` call. A one-sided write is ordered with the stream: bytes
 //! sent after it arrive after it is placed.
+//!
+//! Every one-sided call is one RDMA Write or Read, posted and transmitted
+//! at once. [`XSocket::aio_writev`] gathers several buffers into one Write
+//! (the engine's scatter/gather list): a message built from pieces — a
+//! header, a shared body, a trailer — costs one post, one transmit round
+//! and one completion instead of one per piece.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -77,7 +83,8 @@ unsafe impl Send for AioRecv {}
 
 #[derive(Debug)]
 struct RioOp {
-    _mr: Mr,
+    /// The registrations of the request's local segments.
+    _mrs: Vec<Mr>,
     op: AioOp,
     len: usize,
     /// `Some`: asynchronous, complete with this cookie.
@@ -363,14 +370,19 @@ impl XSocket {
         Ok(())
     }
 
-    /// Posts a one-sided write (`write`) or read of `len` bytes at `ptr`
-    /// to/from the peer's mapping at `offset`. Returns the request's id.
+    /// Most segments of one vectored one-sided write
+    /// ([`Self::aio_writev`]; `WARPSOCK_IOV_MAX` in `warpsock_sockets.h`).
+    pub const RIO_IOV_MAX: usize = 64;
+
+    /// Posts one one-sided write (`write`) or read to/from the peer's
+    /// mapping at `offset`, of the local segments `segs` (`(ptr, len)`,
+    /// gathered or scattered in order: one RDMA Write or Read with that
+    /// scatter/gather list). Returns the request's id.
     #[allow(unsafe_code)]
     unsafe fn post_rio(
         &self,
         st: &mut State,
-        ptr: *mut u8,
-        len: usize,
+        segs: &[(*mut u8, usize)],
         offset: u64,
         write: bool,
         cookie: Option<u64>,
@@ -378,6 +390,7 @@ impl XSocket {
         if let Some((errno, _)) = st.error {
             return Err(io::Error::from_raw_os_error(errno));
         }
+        let len: usize = segs.iter().map(|&(_, n)| n).sum();
         let (stag, to) =
             st.s.peer_map(offset, len as u64, write)
                 .map_err(map_errno)?;
@@ -386,8 +399,11 @@ impl XSocket {
         } else {
             Access::LOCAL_WRITE
         };
-        // SAFETY: forwarded from the callers' contracts.
-        let mr = unsafe { self.pd.register_raw(ptr, len, access) };
+        let mrs: Vec<Mr> = segs
+            .iter()
+            // SAFETY: forwarded from the callers' contracts.
+            .map(|&(p, n)| unsafe { self.pd.register_raw(p, n, access) })
+            .collect();
         let id = st.next_id();
         let op = if write {
             SendOp::Write {
@@ -403,13 +419,13 @@ impl XSocket {
         let wr = SendWr {
             wr_id: WR_RIO | id,
             op,
-            sgl: mr.sge(0, len as u32).into(),
+            sgl: mrs.iter().map(|m| m.sge(0, m.len() as u32)).collect(),
             signaled: true,
         };
         st.aio.rio.insert(
             id,
             RioOp {
-                _mr: mr,
+                _mrs: mrs,
                 op: if write { AioOp::Write } else { AioOp::Read },
                 len,
                 cookie,
@@ -448,8 +464,7 @@ impl XSocket {
             unsafe {
                 self.post_rio(
                     &mut st,
-                    buf.as_ptr().cast_mut(),
-                    buf.len(),
+                    &[(buf.as_ptr().cast_mut(), buf.len())],
                     offset,
                     true,
                     None,
@@ -470,7 +485,13 @@ impl XSocket {
             #[allow(unsafe_code)]
             // SAFETY: `buf` outlives the call, which waits for the request.
             unsafe {
-                self.post_rio(&mut st, buf.as_mut_ptr(), buf.len(), offset, false, None)?
+                self.post_rio(
+                    &mut st,
+                    &[(buf.as_mut_ptr(), buf.len())],
+                    offset,
+                    false,
+                    None,
+                )?
             }
         };
         self.wait_rio(id)
@@ -557,7 +578,39 @@ impl XSocket {
         }
         let mut st = self.lock();
         // SAFETY: forwarded.
-        unsafe { self.post_rio(&mut st, ptr, len, offset, write, Some(cookie)) }.map(|_| ())
+        unsafe { self.post_rio(&mut st, &[(ptr, len)], offset, write, Some(cookie)) }.map(|_| ())
+    }
+
+    /// Asynchronous vectored one-sided write: the bytes of `segs` (`(ptr,
+    /// len)`, in order) into the peer's mapping at `offset` and on, as one
+    /// RDMA Write with that gather list — one post, one transmit round and
+    /// one completion (`AioOp::Write`, the total length) for the lot, where
+    /// a write per segment costs a round each. At most
+    /// [`Self::RIO_IOV_MAX`] segments, none empty, each under 4 GiB:
+    /// `EINVAL` otherwise.
+    ///
+    /// # Safety
+    /// Every segment must stay valid and unchanged until the completion is
+    /// collected.
+    #[allow(unsafe_code)]
+    pub unsafe fn aio_writev(
+        &self,
+        segs: &[(*const u8, usize)],
+        offset: u64,
+        cookie: u64,
+    ) -> io::Result<()> {
+        let bad = segs.is_empty()
+            || segs.len() > Self::RIO_IOV_MAX
+            || segs
+                .iter()
+                .any(|&(p, n)| p.is_null() || n == 0 || n > u32::MAX as usize);
+        if bad {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let segs: Vec<(*mut u8, usize)> = segs.iter().map(|&(p, n)| (p.cast_mut(), n)).collect();
+        let mut st = self.lock();
+        // SAFETY: forwarded; a write only reads the segments.
+        unsafe { self.post_rio(&mut st, &segs, offset, true, Some(cookie)) }.map(|_| ())
     }
 
     /// Moves up to `max` finished asynchronous operations into `out`
