@@ -58,18 +58,18 @@ pub unsafe extern "C" fn pselect(
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
     // SAFETY: forwarding the caller's argument.
-    let epfd = unsafe { real::epoll_create(size) };
-    if !busy() {
-        epollcarry::created(epfd);
-    }
-    epfd
+    recorded(unsafe { real::epoll_create(size) })
 }
 
 /// Interposed `epoll_create1(2)`: as `epoll_create`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
     // SAFETY: forwarding the caller's argument.
-    let epfd = unsafe { real::epoll_create1(flags) };
+    recorded(unsafe { real::epoll_create1(flags) })
+}
+
+/// Records a set the program made (not one the library made for itself).
+fn recorded(epfd: c_int) -> c_int {
     if !busy() {
         epollcarry::created(epfd);
     }
