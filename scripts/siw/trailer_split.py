@@ -45,12 +45,18 @@ def stream_to(pcap, port):
          "-e", "tcp.payload"],
         # A prefix capture ends mid-packet: tshark reads it and exits 2.
         capture_output=True, text=True, check=False).stdout.splitlines()
-    data = bytearray()
+    segments = []
     for r in rows:
         p = r.split("\t")
         if len(p) < 3 or not p[2] or int(p[0]) != port:
             continue
-        off, b = int(p[1]) - 1, bytes.fromhex(p[2].replace(":", ""))
+        segments.append((int(p[1]) - 1, bytes.fromhex(p[2].replace(":", ""))))
+    # By sequence number, not capture order: a retransmitted segment (qemu's
+    # socket dropped a 64 KiB loopback segment) is captured after the ones
+    # sent behind it.
+    segments.sort(key=lambda s: s[0])
+    data = bytearray()
+    for off, b in segments:
         if off > len(data):
             break  # a gap: the prefix ends here
         data[off:off + len(b)] = b

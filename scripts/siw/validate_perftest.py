@@ -14,7 +14,7 @@ ap.add_argument("--expect", required=True, help="comma list of DIR:OP=COUNT on t
 ap.add_argument("--term-detail", help="ETYPE:M:DLEN: the Terminate's error type, M bit and attached DDP header length (0: none)")
 a = ap.parse_args()
 OPS = {"0x00": "Write", "0x01": "ReadReq", "0x02": "ReadResp", "0x03": "Send", "0x07": "Terminate"}
-T = ["tshark", "-r", a.pcap, "-o", "tcp.try_heuristic_first:TRUE"]
+T = ["tshark", "-r", a.pcap, "-o", "tcp.try_heuristic_first:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE"]
 rows = subprocess.run(T + ["-T", "fields", "-E", "separator=|", "-e", "tcp.stream", "-e", "tcp.srcport",
                            "-e", "tcp.len", "-e", "tcp.seq", "-e", "iwarp_mpa.ulpdulength", "-e", "iwarp_mpa.crc_check",
                            "-e", "iwarp_rdma.opcode", "-e", "iwarp_ddp.last_flag", "-e", "iwarp_mpa.pdlength",

@@ -23,7 +23,7 @@ ap.add_argument("--rtr", choices=["none", "write", "read"], default="none")
 a = ap.parse_args()
 
 OPS = {0: "Write", 1: "ReadReq", 2: "ReadResp", 3: "Send", 4: "SendInv", 5: "SendSE", 6: "SendSEInv", 7: "Terminate"}
-TSHARK = ["tshark", "-r", a.pcap, "-o", "tcp.try_heuristic_first:TRUE"]
+TSHARK = ["tshark", "-r", a.pcap, "-o", "tcp.try_heuristic_first:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE"]
 problems = []
 
 

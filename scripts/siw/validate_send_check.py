@@ -337,7 +337,10 @@ if len(msgs) < a.min_messages:
     fail(f"only {len(msgs)} complete data messages in the capture prefix (want >= {a.min_messages})")
 
 # --- 5. tshark's reading ---------------------------------------------------
-T = ["tshark", "-r", trimmed, "-o", "tcp.try_heuristic_first:TRUE"]
+# Out-of-order reassembly on: a segment qemu's socket dropped is retransmitted
+# and captured after the ones sent behind it (64 KiB loopback FPDUs, CI
+# 2026-11-23); without it tshark reads the rest of the stream misaligned.
+T = ["tshark", "-r", trimmed, "-o", "tcp.try_heuristic_first:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE"]
 fields = ["frame.number", "tcp.srcport", "tcp.dstport", "iwarp_mpa.ulpdulength", "iwarp_ddp.tagged_flag",
           "iwarp_rdma.opcode", "iwarp_ddp.msn", "iwarp_ddp.mo"]
 out = subprocess.run(T + ["-T", "fields", "-E", "occurrence=a", "-E", "separator=|"]
@@ -368,8 +371,8 @@ for line in out.stdout.splitlines():
 # disagreement fails.
 MIN_TSHARK_AGREED = 100
 cut_frame = None
-# A segment captured out of sequence order (tcpdump on a loaded host) also
-# derails tshark's reassembly from that frame on: same treatment.
+# A segment captured out of sequence order (tcpdump on a loaded host) can
+# still derail tshark's reassembly from that frame on: same treatment.
 ooo = c.get("ooo")
 starts = {(idx + 1, d): s0 for (idx, d, s0, s1) in c["frames"]}
 for d, mine in (("I", fi_all), ("R", fr_all)):
