@@ -28,11 +28,14 @@ use super::core::setup::{Phase, Setup, Step};
 use super::core::txbuf::TxBuf;
 use super::park;
 use super::stats::{self, STATS};
-use crate::shim::reactor::Reactor;
+use crate::shim::reactor::{self, Reactor};
 use crate::shim::sys::{self, errno, lock};
 use crate::shim::{iov, real};
 
 mod tx;
+
+#[cfg(test)]
+mod tests;
 
 pub(super) const EPOLLIN: u32 = libc::EPOLLIN as u32;
 pub(super) const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
@@ -94,10 +97,17 @@ pub(super) fn tune(fd: c_int) {
     }
 }
 
-/// Shuts a connection's socket down, then closes it: a blocking receive
-/// call may be polling the descriptor at this moment, and its reference
-/// would otherwise keep the connection open (no FIN) until it returns.
+/// Closes a connection's socket `fd`, watched by the progress thread: a
+/// blocking receive call may be polling the descriptor at this moment, and
+/// its reference keeps the file alive until it returns. So the socket
+/// leaves the epoll set first (else it would stay there, reporting the
+/// `EPOLLHUP` of a closed socket to the progress thread in a loop:
+/// [`Reactor::unwatch`]), and is shut down before the close (else the
+/// connection would stay open, with no FIN, until that call returns).
 fn shut(fd: c_int) {
+    if let Some(eng) = reactor::current() {
+        eng.unwatch(fd);
+    }
     // SAFETY: shutdown on a socket this library owns; no pointers.
     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
     sys::close(fd);

@@ -239,7 +239,12 @@ pub(crate) fn inc(c: &AtomicU64) {
 /// The report printed at exit.
 pub(crate) fn report() -> String {
     let mut s = format!("warpsock udp-offload stats (pid {}):\n", std::process::id());
-    for (name, v) in STATS.snapshot() {
+    // The progress thread's own (`shim::reactor`), after the offload's.
+    for (name, v) in STATS
+        .snapshot()
+        .into_iter()
+        .chain(crate::shim::reactor::counters())
+    {
         s.push_str(&format!("  {name:<20} {v}\n"));
     }
     // Per stripe: only stripes that carried something.
