@@ -153,6 +153,10 @@ pub(super) struct Interest {
     /// progress thread, since when; the next receive call takes it over
     /// without telling the progress thread (no `epoll_ctl` per round trip).
     parked: Option<Instant>,
+    /// On `park::LIST` (what the next `park::release_all` gives back): a
+    /// connection parked again after each receive call is looked up there
+    /// once, not at every park.
+    listed: bool,
 }
 
 impl Interest {
@@ -394,6 +398,7 @@ impl Conn {
                 callers: 0,
                 edge: false,
                 parked: None,
+                listed: false,
             }),
         }
     }
@@ -456,7 +461,7 @@ impl Conn {
                 stats::inc(&STATS.rx_parked_ready);
             }
             i.parked = Some(Instant::now());
-            park::parked(self);
+            park::parked(self, &mut i.listed);
         }
         i.rewatch(eng, self.id, old);
         i.fd == fd
@@ -522,7 +527,18 @@ impl Conn {
     /// only one parked longer than `park::grace()` by `now`). Returns
     /// whether it was parked.
     pub(super) fn unpark(&self, eng: &Reactor, stale: Option<Instant>) -> bool {
+        self.unpark_locked(&mut lock(&self.ev), eng, stale)
+    }
+
+    /// `park::release_all` took the connection off its list: gives it back
+    /// if parked (as [`Conn::unpark`]), and marks it unlisted.
+    pub(super) fn released(&self, eng: &Reactor) -> bool {
         let mut i = lock(&self.ev);
+        i.listed = false;
+        self.unpark_locked(&mut i, eng, None)
+    }
+
+    fn unpark_locked(&self, i: &mut Interest, eng: &Reactor, stale: Option<Instant>) -> bool {
         let Some(since) = i.parked else { return false };
         if stale.is_some_and(|now| since + park::grace() > now) {
             return false;

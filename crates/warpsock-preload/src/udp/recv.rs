@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libc::{c_int, msghdr};
+use smallvec::SmallVec;
 
 use super::config;
 use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN, HINT_UP};
@@ -90,10 +91,11 @@ impl Sock {
                 set_errno(libc::EAGAIN);
                 return -1;
             }
-            let now = Instant::now();
-            let wait = match deadline {
-                _ if nonblock => 0,
-                Some(d) => {
+            // A non-blocking call neither waits nor spins: no clock reading.
+            let now = (!nonblock).then(Instant::now);
+            let wait = match (now, deadline) {
+                (None, _) => 0,
+                (Some(now), Some(d)) => {
                     let left = d.saturating_duration_since(now);
                     if left.is_zero() {
                         set_errno(libc::EAGAIN);
@@ -101,7 +103,7 @@ impl Sock {
                     }
                     left.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
                 }
-                None => -1,
+                (Some(_), None) => -1,
             };
             // From here on the call watches the socket's connections itself
             // (a non-blocking call: the parked ones, which nothing else
@@ -140,15 +142,12 @@ impl Sock {
                     }
                 }
             }
-            if spin_until.is_none() {
-                let bp = match nonblock {
-                    true => Duration::ZERO,
-                    false => config::get().busy_poll.unwrap_or(Duration::ZERO),
-                };
+            if let (None, Some(now)) = (spin_until, now) {
+                let bp = config::get().busy_poll.unwrap_or(Duration::ZERO);
                 spin_until = Some(deadline.map_or(now + bp, |dl| dl.min(now + bp)));
             }
-            let spinning = spin_until.is_some_and(|t| now < t);
-            let mut p = Vec::with_capacity(2 + d.conns.len());
+            let spinning = now.is_some_and(|now| spin_until.is_some_and(|t| now < t));
+            let mut p: SmallVec<[libc::pollfd; 2 + DRIVEN_INLINE]> = SmallVec::new();
             for fd in [self.bell.app, self.udp]
                 .into_iter()
                 .chain(d.conns.iter().map(|c| c.1))
@@ -489,7 +488,8 @@ impl Sock {
 struct Driven {
     sock: Arc<Sock>,
     eng: Option<&'static Reactor>,
-    conns: Vec<(Arc<Conn>, c_int)>,
+    /// Inline up to [`DRIVEN_INLINE`]: no allocation per receive call.
+    conns: SmallVec<[(Arc<Conn>, c_int); DRIVEN_INLINE]>,
     /// The call returns a datagram, or a non-blocking call found nothing:
     /// leave the connections parked
     /// (`super::park`) rather than watched by the progress thread again.
@@ -500,6 +500,10 @@ struct Driven {
 /// thread (one poll over many descriptors per receive would cost more).
 const MAX_DRIVEN: usize = 16;
 
+/// Connections a receive call holds without allocating: a ping-pong
+/// socket has two (its own to the peer and the peer's to it).
+const DRIVEN_INLINE: usize = 4;
+
 impl Driven {
     /// Claims the socket's armed connections (`parked_only`: its parked
     /// ones).
@@ -507,7 +511,7 @@ impl Driven {
         let mut d = Self {
             sock,
             eng: None,
-            conns: Vec::new(),
+            conns: SmallVec::new(),
             park: false,
         };
         if !config::get().caller_recv {
@@ -517,18 +521,16 @@ impl Driven {
             return d;
         };
         d.eng = Some(eng);
-        let mut conns = Vec::new();
         {
             let g = lock(&d.sock.inner);
             if g.owned.len() <= MAX_DRIVEN {
                 for c in g.owned.values() {
                     if let Some(fd) = c.claim(eng, parked_only) {
-                        conns.push((c.clone(), fd));
+                        d.conns.push((c.clone(), fd));
                     }
                 }
             }
         }
-        d.conns = conns;
         d
     }
 
