@@ -343,6 +343,13 @@ impl XSocket {
         }
     }
 
+    /// The largest ULPDU this socket's queue pair sends
+    /// ([`warpsock_engine::Qp::mulpdu`]): set by the engine's rule for the
+    /// path when the switch built the queue pair.
+    pub fn mulpdu(&self) -> usize {
+        self.qp.mulpdu()
+    }
+
     /// Whether the peer has offered a sink this socket's sends would
     /// write into now (after a round of progress): the next bytes of a
     /// send call are placed straight into the reader's buffer.
