@@ -2,12 +2,14 @@
 //! FPDU size, system calls, watch changes and copies per MiB.
 
 use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
 
 use warpsock_engine::proto::wire::fpdu::mulpdu_for_mss;
+use warpsock_xsock::io::RecvFlags;
 
 mod net;
 
-use net::{opts, switch_both};
+use net::{opts, pattern, set_buf, switch_both, tcp_pair, LIMIT};
 
 /// A DDP socket's queue pair is set up by the in-band switch (MPA on the
 /// program's own connection), not by the connection manager's `connect`
@@ -78,4 +80,44 @@ fn connect_with_mss(to: std::net::SocketAddr, mss: libc::c_int) -> std::net::Tcp
         assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
         std::net::TcpStream::from_raw_fd(fd)
     }
+}
+
+/// Large blocking sends into a socket whose send buffer is always full
+/// (64 KiB for 1 MiB sends) leave the progress thread's watch alone: the
+/// call flushes the engine's backlog itself, in its waits, so nothing
+/// watches output space for it meanwhile. Before, every post that filled
+/// the buffer armed the watch for output space and the wait right after
+/// it disarmed it: two `epoll_ctl` per post (`watch_changes`).
+#[test]
+fn blocking_bulk_sends_change_no_watch() {
+    const MSG: usize = 1 << 20;
+    const N: usize = 16;
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 64 << 10);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let data = std::sync::Arc::new(pattern(N * MSG, 3));
+    let want = std::sync::Arc::clone(&data);
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; MSG];
+        let mut got = 0;
+        while got < N * MSG {
+            let (n, _) = xb
+                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap();
+            assert!(n > 0, "end of stream after {got}");
+            assert!(buf[..n] == want[got..got + n], "bytes {got}..");
+            got += n;
+        }
+    });
+    let before = xa.stats().watch_changes.load(Ordering::Relaxed);
+    for m in data.chunks(MSG) {
+        assert_eq!(xa.send(m, false, Some(LIMIT)).unwrap(), MSG);
+    }
+    let changes = xa.stats().watch_changes.load(Ordering::Relaxed) - before;
+    reader.join().unwrap();
+    println!("{changes} watch changes for {N} MiB sent");
+    assert!(
+        changes <= 2,
+        "{changes} watch changes for {N} sends of 1 MiB"
+    );
 }

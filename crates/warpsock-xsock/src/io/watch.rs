@@ -76,7 +76,12 @@ impl XSocket {
     /// After a round or a post by a thread that is not parked: the watch
     /// the socket needs now (module docs). Output space only while the
     /// engine holds a backlog: a writable socket reports `EPOLLOUT` at
-    /// every change of interest and with every arriving segment.
+    /// every change of interest and with every arriving segment. And not
+    /// while a send call runs ([`State::sending`]): the call flushes the
+    /// backlog itself, in its waits, and rearms when it returns. A large
+    /// blocking send fills the socket's buffer at every post, and watching
+    /// output space from each post to the wait that follows it turned the
+    /// watch on and off again, two `epoll_ctl` per post.
     pub(crate) fn rearm(&self, st: &mut State) {
         if st.want_writable && Self::readiness_of(st).writable {
             st.want_writable = false;
@@ -84,7 +89,7 @@ impl XSocket {
         if self.parked() {
             return;
         }
-        let want = if self.qp.send_backlog() > 0 {
+        let want = if st.sending == 0 && self.qp.send_backlog() > 0 {
             Self::WATCH_EVENTS
         } else if Self::owes_progress(st) {
             Self::WATCH_INPUT
