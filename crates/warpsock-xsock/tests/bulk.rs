@@ -116,8 +116,9 @@ fn blocking_bulk_sends_change_no_watch() {
     let changes = xa.stats().watch_changes.load(Ordering::Relaxed) - before;
     reader.join().unwrap();
     println!("{changes} watch changes for {N} MiB sent");
+    // At most the connection's start (established) besides; 170 before.
     assert!(
-        changes <= 2,
+        changes <= 4,
         "{changes} watch changes for {N} sends of 1 MiB"
     );
 }
