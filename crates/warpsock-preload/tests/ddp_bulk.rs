@@ -37,3 +37,25 @@ fn waiting_readers_are_woken() {
         assert!(r.stat("ddp_bells") <= 2 * MIB + 4, "{mode}: {}", r.stderr);
     }
 }
+
+/// Asynchronous one-sided 1 MiB writes, four in flight, from a writer that
+/// waits for their completions in `poll` on a non-blocking socket whose
+/// send buffer is small (the engine holds a backlog at every wait: only a
+/// round after output space returns sends it, the hang `WATCH_EVENTS`
+/// prevents). Every write completes and the target's region holds the
+/// bytes. The counters of the writer's waits are printed (`--nocapture`):
+/// today the progress thread runs those rounds (`ddp_bg_rounds`) and rings
+/// for the completions, where the program's own `poll` could.
+#[test]
+fn asynchronous_writes_complete_through_poll_with_a_full_send_buffer() {
+    let r = run("riobulk", &[MIB.to_string()], true);
+    r.assert_ok("riobulk");
+    assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+    println!(
+        "riobulk {MIB} MiB: {} progress-thread rounds, {} poll rounds, {} bells, {} watch changes",
+        r.stat("ddp_bg_rounds"),
+        r.stat("ddp_poll_rounds"),
+        r.stat("ddp_bells"),
+        r.stat("ddp_watch_changes")
+    );
+}
