@@ -12,24 +12,17 @@
  * wakes it.
  *
  *   ddpbulk MIB block|poll|epoll    exit 0 if every byte arrived intact */
-#include "common.h"
+#include "ddppair.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/epoll.h>
-
-#include "../../include/warpsock_sockets.h"
 
 #define MSG (1 << 20)
 
 static int mib;
 
 static unsigned char byte_at(uint64_t i) { return (unsigned char)((i * 2654435761u) >> 13); }
-
-static void ddp_mode(int fd) {
-    int one = 1;
-    CHECK(setsockopt(fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one) == 0);
-}
 
 static void *writer(void *arg) {
     int fd = *(int *)arg;
@@ -57,18 +50,8 @@ int main(int argc, char **argv) {
     int use_poll = strcmp(argv[2], "poll") == 0;
     int use_epoll = strcmp(argv[2], "epoll") == 0;
     CHECK(mib > 0 && (use_poll || use_epoll || strcmp(argv[2], "block") == 0));
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(l >= 0);
-    struct sockaddr_in a = lo(0);
-    socklen_t alen = sizeof a;
-    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
-    CHECK(listen(l, 1) == 0);
-    CHECK(getsockname(l, (struct sockaddr *)&a, &alen) == 0);
-    int c = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(c >= 0);
-    CHECK(connect(c, (struct sockaddr *)&a, sizeof a) == 0);
-    int s = accept(l, NULL, NULL);
-    CHECK(s >= 0);
+    int c, s;
+    tcp_pair(&c, &s);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, writer, &c) == 0);
     ddp_mode(s);
@@ -105,7 +88,6 @@ int main(int argc, char **argv) {
     free(buf);
     close(c);
     close(s);
-    close(l);
     if (ep >= 0) close(ep);
     return 0;
 }

@@ -9,14 +9,12 @@
  * The target checks that its region holds the writer's bytes.
  *
  *   riobulk MIB                      exit 0 if every write completed */
-#include "common.h"
+#include "ddppair.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
-
-#include "../../include/warpsock_sockets.h"
 
 #define MSG (1 << 20)
 #define WINDOW 4
@@ -39,11 +37,6 @@ static void *sym(const char *name) {
 }
 
 static unsigned char byte_at(size_t i) { return (unsigned char)((i * 2654435761u) >> 11); }
-
-static void ddp_mode(int fd) {
-    int one = 1;
-    CHECK(setsockopt(fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one) == 0);
-}
 
 static void *writer(void *arg) {
     int fd = *(int *)arg;
@@ -86,18 +79,8 @@ int main(int argc, char **argv) {
     CHECK(argc == 2);
     mib = atoi(argv[1]);
     CHECK(mib > 0);
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(l >= 0);
-    struct sockaddr_in a = lo(0);
-    socklen_t alen = sizeof a;
-    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
-    CHECK(listen(l, 1) == 0);
-    CHECK(getsockname(l, (struct sockaddr *)&a, &alen) == 0);
-    int c = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(c >= 0);
-    CHECK(connect(c, (struct sockaddr *)&a, sizeof a) == 0);
-    int s = accept(l, NULL, NULL);
-    CHECK(s >= 0);
+    int c, s;
+    tcp_pair(&c, &s);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, writer, &c) == 0);
     ddp_mode(s);
@@ -126,7 +109,6 @@ int main(int argc, char **argv) {
     CHECK(riounmap(s, region, MSG) == 0);
     close(c);
     close(s);
-    close(l);
     munmap(region, MSG);
     return 0;
 }
