@@ -122,3 +122,36 @@ fn blocking_bulk_sends_change_no_watch() {
         "{changes} watch changes for {N} sends of 1 MiB"
     );
 }
+
+/// A 1 MiB write is four DATA messages, each filling a slot: slots hold
+/// 256 KiB of payload with the message header on top
+/// (`Options::slot_size_for`). With 256 KiB slots header included it was
+/// five, the fifth carrying the last 32 bytes — a Send, two completions and
+/// a credit for 32 bytes. The reader reads less than the sink threshold,
+/// so every byte goes as DATA.
+#[test]
+fn a_1_mib_write_is_four_full_messages() {
+    const MSG: usize = 1 << 20;
+    const N: usize = 8;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 32 << 10];
+        let mut got = 0;
+        while got < N * MSG {
+            let (n, _) = xb
+                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap();
+            assert!(n > 0, "end of stream after {got}");
+            got += n;
+        }
+    });
+    let data = pattern(MSG, 4);
+    let before = xa.stats().tx_msgs.load(Ordering::Relaxed);
+    for _ in 0..N {
+        assert_eq!(xa.send(&data, false, Some(LIMIT)).unwrap(), MSG);
+    }
+    let msgs = xa.stats().tx_msgs.load(Ordering::Relaxed) - before;
+    reader.join().unwrap();
+    assert_eq!(msgs, 4 * N as u64, "DATA messages for {N} writes of 1 MiB");
+}
