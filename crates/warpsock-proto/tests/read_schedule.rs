@@ -6,7 +6,7 @@
 mod util;
 
 use warpsock_proto::wire::ddp::Opcode;
-use warpsock_proto::{Access, SendOp, SendWr, TxSegment, WcOpcode, WcStatus};
+use warpsock_proto::{Access, Config, SendOp, SendWr, TxSegment, WcOpcode, WcStatus};
 
 use util::{pattern, sge, Cut, Pair};
 
@@ -30,17 +30,12 @@ fn read(wr_id: u64, remote_addr: u64, rkey: u32, sink: u64, lkey: u32) -> SendWr
 /// sides then completes with the right bytes.
 #[test]
 fn own_read_request_waits_behind_one_read_response_at_most() {
-    let mut p = Pair::new(
-        |c| {
-            c.ird = 8;
-            c.ord = 8;
-        },
-        |c| {
-            c.ird = 8;
-            c.ord = 8;
-        },
-        Cut::Whole,
-    );
+    // Deep enough read queues both ways for all of these Reads.
+    let deep = |c: &mut Config| {
+        c.ird = 8;
+        c.ord = 8;
+    };
+    let mut p = Pair::new(deep, deep, Cut::Whole);
     p.establish();
     let a_src = p.a.region(0x10_0000, pattern(LEN, 3), Access::REMOTE_READ);
     let a_sink =
