@@ -103,13 +103,6 @@ impl Qp {
         self.with(|st, _| st.qp(self.qi).socket_reads)
     }
 
-    /// Transmit system calls (`send`/`sendmsg`) made on this queue pair's
-    /// socket so far (a diagnostic: one gathers many FPDUs, and a write
-    /// the kernel cut short is not retried until the socket has room).
-    pub fn socket_writes(&self) -> u64 {
-        self.with(|st, _| st.qp(self.qi).socket_writes)
-    }
-
     /// Queue pair state.
     pub fn state(&self) -> QpState {
         self.with(|st, _| st.qp(self.qi).conn.state())

@@ -179,47 +179,35 @@ fn raw_memory_markers_small_fpdus() {
     server.join().unwrap();
 }
 
-/// A caller-driven server for one Send of `len` bytes (pattern `seed`):
-/// accepts on `l` with a receive buffer of `buf` bytes and one receive
-/// posted, reads nothing until `go` fires, then takes the whole message
-/// in, checks it and returns its receive system calls.
-fn sink_server(
-    l: Listener,
-    len: usize,
-    buf: Option<usize>,
-    seed: u64,
-    go: std::sync::mpsc::Receiver<()>,
-) -> std::thread::JoinHandle<u64> {
-    std::thread::spawn(move || {
-        let c = Context::new(Progress::Caller).unwrap();
-        let pd = c.alloc_pd();
-        let cq = c.create_cq(8).unwrap();
-        let sink = pd.alloc(len, Access::LOCAL_WRITE);
-        let mut init = QpInit::new(&pd, &cq);
-        init.options.tcp.recv_buffer = buf;
-        init.recvs = vec![RecvWr {
-            wr_id: 1,
-            sgl: sink.sge(0, len as u32).into(),
-        }];
-        let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
-        go.recv_timeout(LIMIT).expect("the client's go-ahead");
-        let w = wait_n(&cq, 1);
-        assert!(w[0].is_ok() && w[0].byte_len as usize == len, "{w:?}");
-        assert!(sink.with_bytes(|b| b == &pattern(len, seed)[..]));
-        qp.socket_reads()
-    })
-}
-
 /// Sends one message of `len` bytes (pattern `seed`) from a client with
-/// the given `mulpdu` to a [`sink_server`] that reads nothing until the
-/// Send has completed (all of it queued in the server's socket buffer,
+/// the given `mulpdu` to a caller-driven server that reads nothing until
+/// the Send has completed (all of it queued in the server's socket buffer,
 /// made large enough); returns the server's receive system calls.
 fn reads_for_one_send(len: usize, mulpdu: Option<usize>, seed: u64) -> u64 {
     const BUF: Option<usize> = Some(1 << 20);
     let l = Listener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
-    let server = sink_server(l, len, BUF, seed, sent_rx);
+    let server = std::thread::spawn(move || {
+        let c = Context::new(Progress::Caller).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(8).unwrap();
+        let sink = pd.alloc(len, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        init.options.tcp.recv_buffer = BUF;
+        init.recvs = vec![RecvWr {
+            wr_id: 1,
+            sgl: sink.sge(0, len as u32).into(),
+        }];
+        let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
+        sent_rx
+            .recv_timeout(LIMIT)
+            .expect("the client's Send completed");
+        let w = wait_n(&cq, 1);
+        assert!(w[0].is_ok() && w[0].byte_len as usize == len, "{w:?}");
+        assert!(sink.with_bytes(|b| b == &pattern(len, seed)[..]));
+        qp.socket_reads()
+    });
     let c = Context::new(Progress::Thread).unwrap();
     let pd = c.alloc_pd();
     let cq = c.create_cq(8).unwrap();
@@ -265,37 +253,4 @@ fn large_sends_over_loopback_are_read_one_system_call_per_64_kib() {
     const LEN: usize = 192 << 10;
     let reads = reads_for_one_send(LEN, None, 5);
     assert!(reads <= 5, "{reads} reads for {LEN} bytes");
-}
-
-/// A write the kernel cuts short (the send buffer is full) ends the
-/// transmit round: the engine does not call `sendmsg` again at once only to
-/// get EAGAIN (it did, after every short write: three in four `sendmsg`
-/// calls of a bidirectional 1 MiB bandwidth run). The rest still goes out
-/// in later rounds and the Send arrives whole.
-#[test]
-fn a_short_write_is_not_retried_at_once() {
-    const LEN: usize = 4 << 20;
-    const BUF: Option<usize> = Some(64 << 10);
-    let l = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let (posted_tx, posted_rx) = std::sync::mpsc::channel::<()>();
-    // Nothing is read until the client has posted.
-    let server = sink_server(l, LEN, BUF, 4, posted_rx);
-    let c = Context::new(Progress::Caller).unwrap();
-    let pd = c.alloc_pd();
-    let cq = c.create_cq(8).unwrap();
-    let src = pd.register(pattern(LEN, 4), Access::LOCAL_READ);
-    let mut init = QpInit::new(&pd, &cq);
-    init.options.tcp.send_buffer = BUF;
-    let qp = connect(addr, &init).unwrap();
-    let before = qp.socket_writes();
-    qp.post_send(send_wr(1, vec![src.sge(0, LEN as u32)]))
-        .unwrap();
-    // The post transmitted what fit (far less than 4 MiB with 64 KiB
-    // buffers at both ends and a peer that reads nothing) in one call.
-    assert_eq!(qp.socket_writes() - before, 1);
-    assert!(qp.send_backlog() > 0, "all 4 MiB fit the socket buffers");
-    posted_tx.send(()).unwrap();
-    assert!(wait_n(&cq, 1)[0].is_ok());
-    server.join().unwrap();
 }

@@ -132,8 +132,6 @@ pub(crate) struct QpSlot {
     drained_hint: bool,
     /// Receive system calls made on the socket (a diagnostic).
     pub(crate) socket_reads: u64,
-    /// Transmit system calls made on the socket (a diagnostic).
-    pub(crate) socket_writes: u64,
     /// Dropped by the application: kept open, discarding input, until the
     /// peer's FIN or this deadline, so that closing never resets a
     /// connection whose peer is still sending (a reset would make the
@@ -174,7 +172,6 @@ impl QpSlot {
             rcvtimeo: None,
             drained_hint: false,
             socket_reads: 0,
-            socket_writes: 0,
             detached: None,
         }
     }

@@ -100,25 +100,10 @@ impl QpSlot {
                 let _ = self.sock.shutdown(Shutdown::Both);
                 break;
             }
-            let offered: usize = iov.iter().map(|b| b.len()).sum();
-            self.socket_writes += 1;
             let sent = sys::send_vectored(self.sock.as_raw_fd(), &iov);
             self.iov_store = recycle(iov);
             match sent {
-                Ok(n) => {
-                    self.advance_tx(n);
-                    if n < offered {
-                        // A short write: the send buffer is full. Another
-                        // `sendmsg` now would almost always fail with
-                        // EAGAIN (session 11: 1.25 futile calls per MiB of
-                        // bidirectional bandwidth, three in four of all
-                        // `sendmsg` calls). The rest goes when the socket
-                        // is writable again: epoll watches for it while
-                        // segments are queued (`update_interest`), and
-                        // caller-driven rounds retry.
-                        break;
-                    }
-                }
+                Ok(n) => self.advance_tx(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => self.fail_with(&e),
