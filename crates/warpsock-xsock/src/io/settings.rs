@@ -85,6 +85,10 @@ pub struct Counters {
     pub poll_rounds: AtomicU64,
     /// Changes of the progress thread's watch (each an `epoll_ctl`).
     pub watch_changes: AtomicU64,
+    /// Times a call of the program waited in the engine for the peer (a
+    /// sleep in, or spin on, the engine's socket): a ping-pong receive
+    /// needs one.
+    pub waits: AtomicU64,
 }
 
 impl Counters {
@@ -98,6 +102,7 @@ impl Counters {
             bg_rounds: AtomicU64::new(0),
             poll_rounds: AtomicU64::new(0),
             watch_changes: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
         }
     }
 }
@@ -119,6 +124,7 @@ pub(crate) enum Count {
     BgRounds,
     PollRounds,
     WatchChanges,
+    Waits,
 }
 
 impl Count {
@@ -131,6 +137,7 @@ impl Count {
             Self::BgRounds => &c.bg_rounds,
             Self::PollRounds => &c.poll_rounds,
             Self::WatchChanges => &c.watch_changes,
+            Self::Waits => &c.waits,
         }
     }
 }
