@@ -84,6 +84,28 @@ fn side(x: &XSocket, ping: bool, rounds: u64) -> (u64, u64) {
     (allocs() - a0, x.stats().waits.load(SeqCst) - w0)
 }
 
+/// Round trips measured after the warm-up (the connection's start, the
+/// books' first use).
+const ROUNDS: u64 = 300;
+const WARM: u64 = 20;
+
+/// Runs `side` on a switched pair, the ping end here and the pong end in a
+/// thread of its own: [`WARM`] round trips, then [`ROUNDS`] measured.
+/// Returns what each end's measured run returned.
+fn ping_pong<T: Send>(side: fn(&XSocket, bool, u64) -> T) -> (T, T) {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    std::thread::scope(|sc| {
+        let pong = sc.spawn(|| {
+            side(&xb, false, WARM);
+            side(&xb, false, ROUNDS)
+        });
+        side(&xa, true, WARM);
+        let ping = side(&xa, true, ROUNDS);
+        (ping, pong.join().unwrap())
+    })
+}
+
 /// 300 round trips of 8 bytes, blocking calls on both ends, after a warm-up
 /// (the connection's start, the books' first use): no allocation on
 /// either end, and one wait per receive. (Before: two allocations per send
@@ -93,19 +115,7 @@ fn side(x: &XSocket, ping: bool, rounds: u64) -> (u64, u64) {
 /// leaves room for a few on a loaded machine, far below two per receive.
 #[test]
 fn an_8_byte_ping_pong_allocates_nothing_and_waits_once_per_receive() {
-    const WARM: u64 = 20;
-    const ROUNDS: u64 = 300;
-    let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
-    let ((pa, pw), (qa, qw)) = std::thread::scope(|sc| {
-        let pong = sc.spawn(|| {
-            side(&xb, false, WARM);
-            side(&xb, false, ROUNDS)
-        });
-        side(&xa, true, WARM);
-        let ping = side(&xa, true, ROUNDS);
-        (ping, pong.join().unwrap())
-    });
+    let ((pa, pw), (qa, qw)) = ping_pong(side);
     assert_eq!((pa, qa), (0, 0), "allocations in {ROUNDS} round trips");
     for (who, w) in [("ping", pw), ("pong", qw)] {
         assert!(
@@ -165,19 +175,7 @@ fn spin_side(x: &XSocket, ping: bool, rounds: u64) -> (u64, u64, u64) {
 /// again, always empty, before it returned.)
 #[test]
 fn a_busy_polling_receive_reads_the_socket_once_per_call() {
-    const WARM: u64 = 20;
-    const ROUNDS: u64 = 300;
-    let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
-    let (ping, pong) = std::thread::scope(|sc| {
-        let pong = sc.spawn(|| {
-            spin_side(&xb, false, WARM);
-            spin_side(&xb, false, ROUNDS)
-        });
-        spin_side(&xa, true, WARM);
-        let ping = spin_side(&xa, true, ROUNDS);
-        (ping, pong.join().unwrap())
-    });
+    let (ping, pong) = ping_pong(spin_side);
     for (who, (allocs, calls, reads)) in [("ping", ping), ("pong", pong)] {
         assert_eq!(allocs, 0, "{who}: allocations in {ROUNDS} round trips");
         assert_eq!(
