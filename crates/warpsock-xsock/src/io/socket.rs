@@ -414,7 +414,9 @@ impl XSocket {
     // ------------------------------------------------------------------
     // Progress.
 
-    /// Processes work completions polled by any thread.
+    /// Processes work completions polled by any thread. The connection
+    /// events of the round are looked at by the caller after it (`settle`,
+    /// or `reap`): once per round, not per batch of completions.
     fn process(&self, st: &mut State, wcs: &[Wc]) {
         st.arrivals += wcs.len() as u64;
         for wc in wcs {
@@ -470,7 +472,6 @@ impl XSocket {
             }
         }
         self.repost(st);
-        self.check_events(st);
     }
 
     fn release_wr(&self, st: &mut State, wr_id: u64) {
@@ -591,14 +592,19 @@ impl XSocket {
     /// another thread holds completions it polled (see `drive_now`).
     pub(crate) fn reap(&self, st: &mut State) {
         let mut wcs = [Wc::default(); 8];
+        let mut any = false;
         while !st.driving {
             let n = self.cq.poll_queued(&mut wcs);
             if n > 0 {
+                any = true;
                 self.process(st, &wcs[..n]);
             }
             if n < wcs.len() {
                 break;
             }
+        }
+        if any {
+            self.check_events(st);
         }
     }
 
