@@ -103,6 +103,13 @@ impl Qp {
         self.with(|st, _| st.qp(self.qi).socket_reads)
     }
 
+    /// The largest ULPDU this queue pair sends (MULPDU, RFC 5044 §5.2):
+    /// what each FPDU it builds carries at most, fixed at setup from the
+    /// path ([`QpOptions::mulpdu`](crate::QpOptions::mulpdu)).
+    pub fn mulpdu(&self) -> usize {
+        self.with(|st, _| st.qp(self.qi).conn.config().mulpdu)
+    }
+
     /// Queue pair state.
     pub fn state(&self) -> QpState {
         self.with(|st, _| st.qp(self.qi).conn.state())

@@ -21,7 +21,7 @@
 //! on return, and the arrivals counter makes it a new edge.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -66,6 +66,10 @@ pub(crate) struct DdpSock {
     /// The progress thread watches this socket for good
     /// ([`doorbell_wait`]).
     background: AtomicBool,
+    /// Program `poll`s waiting on this socket now (between
+    /// [`Socket::wait_begin`] and [`Socket::wait_end`]): the only waiters
+    /// besides `select`/`epoll` ([`DOORBELL_WAITS`]) that a bell can wake.
+    polls: AtomicUsize,
     inner: Mutex<Inner>,
 }
 
@@ -83,6 +87,10 @@ pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
 /// The program has waited in a call that sees DDP sockets only through
 /// their doorbells (`select`, `pselect`, the `epoll_wait` family).
 static DOORBELL_WAITS: AtomicBool = AtomicBool::new(false);
+
+/// Doorbell bytes written for DDP sockets (`ddp_bells` of
+/// `WARPSOCK_STATS`): each costs a `sendto` here and a drain later.
+pub(super) static BELLS: AtomicU64 = AtomicU64::new(0);
 
 /// Before the program waits in `select`, `pselect` or the `epoll_wait`
 /// family: those see a DDP socket only through its doorbell, which only
@@ -103,6 +111,9 @@ pub(crate) fn doorbell_wait() {
         .unwrap_or_default();
     for s in socks {
         s.keep_watched();
+        // Readable bytes nobody rang for (no one could wait on the
+        // doorbell until now: see `DdpSock::reflect`).
+        s.reflect(s.x.readiness_now());
     }
 }
 
@@ -216,6 +227,7 @@ impl DdpSock {
                 refs: AtomicUsize::new(0),
                 nonblocking: AtomicBool::new(nonblocking),
                 background: AtomicBool::new(false),
+                polls: AtomicUsize::new(0),
             });
             lock(&SOCKS)
                 .get_or_insert_with(HashMap::new)
@@ -258,9 +270,10 @@ impl DdpSock {
 
     /// Makes the doorbell pair follow readiness `r`: a bell if the socket
     /// is readable and something arrived since the last look (an
-    /// edge-triggered waiter needs a new edge) or no bell is out; the bells
-    /// drained if nothing is readable; writability released once a send
-    /// could move bytes again; a hang-up once finished both ways.
+    /// edge-triggered waiter needs a new edge) or no bell is out — but only
+    /// if a bell can wake anyone ([`Self::bell_heard`]); the bells drained
+    /// if nothing is readable; writability released once a send could move
+    /// bytes again; a hang-up once finished both ways.
     fn reflect(&self, r: Readiness) {
         let mut g = lock(&self.inner);
         // Readiness is taken under the socket's lock but applied here under
@@ -277,8 +290,8 @@ impl DdpSock {
         let arrived = r.arrivals != g.seen;
         g.seen = r.arrivals;
         if r.readable {
-            if arrived || g.bells == 0 {
-                self.bell.ring(&mut g.bells);
+            if (arrived || g.bells == 0) && self.bell_heard() && self.bell.ring(&mut g.bells) {
+                BELLS.fetch_add(1, Ordering::Relaxed);
             }
         } else if g.bells > 0 {
             self.bell.drain(&mut g.bells);
@@ -291,6 +304,19 @@ impl DdpSock {
             self.bell.hang_up();
             g.hung_up = true;
         }
+    }
+
+    /// Whether a bell can wake anyone: the program waits, or may wait, on
+    /// its descriptor — in `select`/`epoll` ([`DOORBELL_WAITS`], from the
+    /// first such call on) or in a `poll` running now. A program that only
+    /// makes blocking calls (a bulk reader) has no waiter: a bell for the
+    /// bytes a receive left queued cost a `sendto` and then a drain (two
+    /// `recvfrom`) in the next receive, per message. A waiter that comes
+    /// later looks first: `wait_begin` and [`doorbell_wait`] ring for what
+    /// is readable then (`reflect` rings whenever no bell is out), after
+    /// making themselves seen here (sequentially consistent on both sides).
+    fn bell_heard(&self) -> bool {
+        DOORBELL_WAITS.load(Ordering::SeqCst) || self.polls.load(Ordering::SeqCst) > 0
     }
 
     /// The progress thread watches this socket from now on
@@ -613,8 +639,12 @@ impl Socket for DdpSock {
     }
 
     fn wait_begin(&self) -> Option<Wait> {
+        // Seen by `bell_heard` from now on (until `wait_end`): rings for
+        // what arrives meanwhile.
+        self.polls.fetch_add(1, Ordering::SeqCst);
         // What is processed already shows on the doorbell (a round that
-        // did not ring for it, below, is followed by this).
+        // did not ring for it, below or while no one waited, is followed
+        // by this).
         let r = self.x.readiness_now();
         if r.readable {
             self.reflect(r);
@@ -633,6 +663,7 @@ impl Socket for DdpSock {
     }
 
     fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
+        self.polls.fetch_sub(1, Ordering::SeqCst);
         match wait.claim.downcast::<PollClaim>().map(|c| *c) {
             Ok(PollClaim::Direct) => {
                 if revents.first().is_some_and(|&r| r != 0) {

@@ -73,12 +73,31 @@ impl XSocket {
         } else {
             Vec::new()
         };
-        let src = |off, len| Src {
-            g: &g,
-            mrs: zcopy.then_some(user_mrs.as_slice()),
-            off,
-            len,
-        };
+        st.sending += 1;
+        let mrs = zcopy.then_some(user_mrs.as_slice());
+        let (mut st, r) = self.send_call(st, &g, call, mrs, nonblocking, deadline);
+        st.sending -= 1;
+        self.rearm(&mut st);
+        drop(st);
+        drop(user_mrs);
+        r
+    }
+
+    /// The body of a send call (`call`; `mrs`: the caller's buffers,
+    /// registered for a zero-copy call), with the socket's lock held and
+    /// given back.
+    fn send_call<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        g: &Gather<'_>,
+        call: u64,
+        mrs: Option<&[Mr]>,
+        nonblocking: bool,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, State>, io::Result<usize>) {
+        let total = g.len();
+        let zcopy = mrs.is_some();
+        let src = |off, len| Src { g, mrs, off, len };
         let mut off = 0;
         // One round at the call's start when it needs what the peer sent
         // meanwhile (credits, sink offers, and connection-phase input the
@@ -88,14 +107,15 @@ impl XSocket {
         self.drive_before_send(&mut st, zcopy || total >= self.opts.zcopy_min);
         while off < total {
             if let Some(e) = Self::dead(&st) {
-                return if off > 0 { Ok(off) } else { Err(e) };
+                return (st, if off > 0 { Ok(off) } else { Err(e) });
             }
             if st.peer_closed {
-                return if off > 0 {
+                let r = if off > 0 {
                     Ok(off)
                 } else {
                     Err(io::Error::from_raw_os_error(libc::EPIPE))
                 };
+                return (st, r);
             }
             // A copy goes through one transmit slot per request (a sink
             // Write, or DATA after its header), so copied bytes go out at
@@ -156,13 +176,11 @@ impl XSocket {
             }
             Self::end_call(&mut st, call);
         }
-        drop(st);
-        drop(user_mrs);
         if off == 0 {
             // Non-blocking without a credit, or SO_SNDTIMEO expired.
-            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+            return (st, Err(io::Error::from_raw_os_error(libc::EAGAIN)));
         }
-        Ok(off)
+        (st, Ok(off))
     }
 
     /// Posts one DATA message (`hdr`) or sink Write of the bytes of `src`:

@@ -85,6 +85,11 @@ pub(crate) struct State {
     /// The engine announced the connection established (a responder's
     /// sends wait for the initiator's first FPDU until then: RFC 6581).
     pub(crate) established: bool,
+    /// Send calls running now. Each flushes the engine's backlog itself
+    /// (its waits watch output space), so the progress thread's watch
+    /// follows the backlog only once the last of them returned (see
+    /// [`XSocket::rearm`]).
+    pub(crate) sending: u32,
 }
 
 impl State {
@@ -290,6 +295,7 @@ impl XSocket {
                 pollers: 0,
                 want_writable: false,
                 established: false,
+                sending: 0,
             }),
             cv: Condvar::new(),
             opts: opts.clone(),
@@ -341,6 +347,13 @@ impl XSocket {
                 c.rx_bytes.fetch_add(n, Ordering::Relaxed);
             }
         }
+    }
+
+    /// The largest ULPDU this socket's queue pair sends
+    /// ([`warpsock_engine::Qp::mulpdu`]): set by the engine's rule for the
+    /// path when the switch built the queue pair.
+    pub fn mulpdu(&self) -> usize {
+        self.qp.mulpdu()
     }
 
     /// Whether the peer has offered a sink this socket's sends would

@@ -76,7 +76,13 @@ impl XSocket {
     /// After a round or a post by a thread that is not parked: the watch
     /// the socket needs now (module docs). Output space only while the
     /// engine holds a backlog: a writable socket reports `EPOLLOUT` at
-    /// every change of interest and with every arriving segment.
+    /// every change of interest and with every arriving segment. And not
+    /// while a send call runs ([`State::sending`]): the call flushes the
+    /// backlog and the messages that wait for credits itself, in its
+    /// waits, and rearms when it returns. A large blocking send fills the
+    /// socket's buffer at every post, and watching from each post to the
+    /// wait that follows it turned the watch on and off again, two
+    /// `epoll_ctl` per post.
     pub(crate) fn rearm(&self, st: &mut State) {
         if st.want_writable && Self::readiness_of(st).writable {
             st.want_writable = false;
@@ -84,9 +90,10 @@ impl XSocket {
         if self.parked() {
             return;
         }
-        let want = if self.qp.send_backlog() > 0 {
+        let calls_flush = st.sending > 0;
+        let want = if !calls_flush && self.qp.send_backlog() > 0 {
             Self::WATCH_EVENTS
-        } else if Self::owes_progress(st) {
+        } else if Self::owes_progress(st) || (!calls_flush && st.s.has_output()) {
             Self::WATCH_INPUT
         } else {
             Self::WATCH_OFF
@@ -94,13 +101,14 @@ impl XSocket {
         self.set_watching(want);
     }
 
-    /// Whether arrivals must be processed while no call runs (module docs).
+    /// Whether arrivals must be processed while no call runs (module docs),
+    /// besides output the protocol owes (`State::s`'s, and the engine's
+    /// backlog), which a running send call flushes itself.
     fn owes_progress(st: &State) -> bool {
         st.background
             || st.pollers > 0
             || st.want_writable
             || !st.established
-            || st.s.has_output()
             || st.aio.in_flight()
             || !st.maps.is_empty()
     }

@@ -1,0 +1,29 @@
+/* Helpers of the one-process DDP-mode test programs (ddpbulk.c,
+ * riobulk.c): a connected loopback TCP pair, and the switch. */
+#include "common.h"
+
+#include "../../include/warpsock_sockets.h"
+
+/* Switches fd into DDP mode (the peer does the same, in another thread). */
+static void ddp_mode(int fd) {
+    int one = 1;
+    CHECK(setsockopt(fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one) == 0);
+}
+
+/* A connected pair on 127.0.0.1: *c the connecting end, *s the accepted
+ * one (the listener is closed). */
+static void tcp_pair(int *c, int *s) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    struct sockaddr_in a = lo(0);
+    socklen_t alen = sizeof a;
+    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(listen(l, 1) == 0);
+    CHECK(getsockname(l, (struct sockaddr *)&a, &alen) == 0);
+    *c = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(*c >= 0);
+    CHECK(connect(*c, (struct sockaddr *)&a, sizeof a) == 0);
+    *s = accept(l, NULL, NULL);
+    CHECK(*s >= 0);
+    close(l);
+}

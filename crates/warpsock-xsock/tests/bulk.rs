@@ -1,0 +1,124 @@
+//! The bulk path of DDP-mode sockets over loopback, counted (no timings):
+//! FPDU size, system calls, watch changes and copies per MiB.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+
+use warpsock_engine::proto::wire::fpdu::mulpdu_for_mss;
+use warpsock_xsock::io::RecvFlags;
+
+mod net;
+
+use net::{opts, pattern, set_buf, switch_both, tcp_pair, LIMIT};
+
+/// A DDP socket's queue pair is set up by the in-band switch (MPA on the
+/// program's own connection), not by the connection manager's `connect`
+/// or `accept`, yet it sizes its FPDUs by the same rule: towards a
+/// loopback peer as large as MPA allows (64 KiB), never `TCP_MAXSEG` —
+/// made 1,200 bytes here before connecting, so FPDUs fitted to segments
+/// would be that small.
+#[test]
+fn the_switch_sizes_fpdus_like_the_connection_manager_over_loopback() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = connect_with_mss(l.local_addr().unwrap(), 1200);
+    let (s, _) = l.accept().unwrap();
+    let mss = |t: &std::net::TcpStream| {
+        let mut v: libc::c_int = 0;
+        let mut n = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes one int into `v`.
+        let r = unsafe {
+            libc::getsockopt(
+                t.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_MAXSEG,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut n,
+            )
+        };
+        assert_eq!(r, 0);
+        v as usize
+    };
+    assert!(mss(&c) <= 1200, "TCP_MAXSEG {}", mss(&c));
+    let (xc, xs) = switch_both(&c, &s, &opts());
+    let most = mulpdu_for_mss(1 << 16);
+    assert_eq!(xc.mulpdu(), most, "initiator or responder, by address");
+    assert_eq!(xs.mulpdu(), most);
+}
+
+/// A connected stream whose MSS was capped at `mss` before `connect`.
+fn connect_with_mss(to: std::net::SocketAddr, mss: libc::c_int) -> std::net::TcpStream {
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(v4) = to else {
+        panic!("IPv4 only")
+    };
+    // SAFETY: plain socket calls on a descriptor this function owns until
+    // it hands it to the `TcpStream`.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let r = libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&mss as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0);
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*v4.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let r = libc::connect(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        std::net::TcpStream::from_raw_fd(fd)
+    }
+}
+
+/// Large blocking sends into a socket whose send buffer is always full
+/// (64 KiB for 1 MiB sends) leave the progress thread's watch alone: the
+/// call flushes the engine's backlog itself, in its waits, so nothing
+/// watches output space for it meanwhile. Before, every post that filled
+/// the buffer armed the watch for output space and the wait right after
+/// it disarmed it: two `epoll_ctl` per post (`watch_changes`).
+#[test]
+fn blocking_bulk_sends_change_no_watch() {
+    const MSG: usize = 1 << 20;
+    const N: usize = 16;
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 64 << 10);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let data = std::sync::Arc::new(pattern(N * MSG, 3));
+    let want = std::sync::Arc::clone(&data);
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; MSG];
+        let mut got = 0;
+        while got < N * MSG {
+            let (n, _) = xb
+                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap();
+            assert!(n > 0, "end of stream after {got}");
+            assert!(buf[..n] == want[got..got + n], "bytes {got}..");
+            got += n;
+        }
+    });
+    let before = xa.stats().watch_changes.load(Ordering::Relaxed);
+    for m in data.chunks(MSG) {
+        assert_eq!(xa.send(m, false, Some(LIMIT)).unwrap(), MSG);
+    }
+    let changes = xa.stats().watch_changes.load(Ordering::Relaxed) - before;
+    reader.join().unwrap();
+    println!("{changes} watch changes for {N} MiB sent");
+    // At most the connection's start (established) besides; 170 before.
+    assert!(
+        changes <= 4,
+        "{changes} watch changes for {N} sends of 1 MiB"
+    );
+}
