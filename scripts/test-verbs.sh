@@ -87,14 +87,16 @@ wait_listen() {
     return 1
 }
 
-# pair NAME PORT "SERVER CMD" "CLIENT CMD" [NETNS_S NETNS_C]: runs a server
-# and its client (each a full command line), both must exit 0.
-pair() {
+# try_pair NAME PORT "SERVER CMD" "CLIENT CMD" [NETNS_S NETNS_C]: runs a
+# server and its client (each a full command line); returns 0 when both exit
+# 0, else 1 with the reason in PAIR_WHY (the server stopped, logs kept).
+try_pair() {
     local name=$1 port=$2 scmd=$3 ccmd=$4 nss=${5:-} nsc=${6:-}
     local sin=() cin=()
     [ -n "$nss" ] && sin=(ip netns exec "$nss")
     [ -n "$nsc" ] && cin=(ip netns exec "$nsc")
     local log=$WORK/$name
+    PAIR_WHY=
     # shellcheck disable=SC2086
     timeout 90 "${sin[@]}" $scmd >"$log.server" 2>&1 &
     local spid=$!
@@ -102,14 +104,23 @@ pair() {
     wait_listen "$port" "$nss" || { cat "$log.server" >&2; fail "$name: server did not listen on $port"; }
     # shellcheck disable=SC2086
     if ! timeout 90 "${cin[@]}" $ccmd >"$log.client" 2>&1; then
-        cat "$log.client" "$log.server" >&2
-        fail "$name: client failed"
+        kill "$spid" 2>/dev/null
+        wait "$spid" 2>/dev/null
+        PAIR_WHY="client failed"
+        return 1
     fi
     if ! wait "$spid"; then
-        cat "$log.client" "$log.server" >&2
-        fail "$name: server failed"
+        PAIR_WHY="server failed"
+        return 1
     fi
     PASS=$((PASS + 1))
+}
+
+# pair: as try_pair, and a failure fails the test.
+pair() {
+    try_pair "$@" && return 0
+    cat "$WORK/$1.client" "$WORK/$1.server" >&2
+    fail "$1: $PAIR_WHY"
 }
 
 RUN="$WS run"
@@ -150,8 +161,25 @@ echo "--- qperf -cm1: Send/Recv ping-pong, RDMA Read bw and latency, RDMA Write 
 # outruns the receiver's reposting, which needs InfiniBand's RNR retry; on
 # iWARP, siw included, a Send with no receive posted is a fatal Terminate)
 # and rc_rdma_write_lat/bw (RDMA Write with immediate: not in iWARP).
-pair "qperf" 29765 "$RUN -- qperf -lp 29765" \
-    "$RUN -- qperf -lp 29765 -to 30 -cm1 -t 1 127.0.0.1 rc_lat rc_rdma_read_bw rc_rdma_read_lat rc_rdma_write_poll_lat quit"
+#
+# qperf 0.4.11 (Debian 12's) sends its RDMA CM port to the client *before*
+# it calls rdma_listen (fixed upstream after 0.4.11: linux-rdma/qperf
+# 118a571 "Fix rdmacm race"). A client quicker than the server connects
+# before the listen and is refused, REJECTED as a kernel rdma_cm would
+# report it (CI 2026-11-23: rc_rdma_read_lat, 1.3 ms after the test's
+# control connection; about 1 run in 4 at load 8). That failure, recognised
+# by our client's own log line, and only that one, is run again.
+qperf_client="env WARPSOCK_VERBS_DEBUG=1 $RUN -- qperf -lp 29765 -to 30 -cm1 -t 1 127.0.0.1 rc_lat rc_rdma_read_bw rc_rdma_read_lat rc_rdma_write_poll_lat quit"
+for attempt in 1 2 3 4; do
+    try_pair "qperf" 29765 "$RUN -- qperf -lp 29765" "$qperf_client" && break
+    if [ "$attempt" -lt 4 ] && grep -q "Event rejected" "$WORK/qperf.client" &&
+        grep -qE "connect to 127\.0\.0\.1:[0-9]+ failed: connection refused by .*nothing is listening" "$WORK/qperf.client"; then
+        echo "    qperf's client connected before its server's rdma_listen (qperf 0.4.11's race); again"
+        continue
+    fi
+    cat "$WORK/qperf.client" "$WORK/qperf.server" >&2
+    fail "qperf: $PAIR_WHY"
+done
 awk '/^ +(latency|bw) += +[0-9.,]+ / { if ($3+0 > 0) n++ } END { exit n != 4 }' "$WORK/qperf.client" ||
     fail "qperf: not four results: $(cat "$WORK/qperf.client")"
 

@@ -3,9 +3,11 @@
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use warpsock_engine::proto::wire::fpdu::mulpdu_for_mss;
-use warpsock_xsock::io::RecvFlags;
+use warpsock_xsock::io::{RecvFlags, XSocket};
 
 mod net;
 
@@ -95,20 +97,8 @@ fn blocking_bulk_sends_change_no_watch() {
     let (a, b) = tcp_pair();
     set_buf(&a, libc::SO_SNDBUF, 64 << 10);
     let (xa, xb) = switch_both(&a, &b, &opts());
-    let data = std::sync::Arc::new(pattern(N * MSG, 3));
-    let want = std::sync::Arc::clone(&data);
-    let reader = std::thread::spawn(move || {
-        let mut buf = vec![0u8; MSG];
-        let mut got = 0;
-        while got < N * MSG {
-            let (n, _) = xb
-                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
-                .unwrap();
-            assert!(n > 0, "end of stream after {got}");
-            assert!(buf[..n] == want[got..got + n], "bytes {got}..");
-            got += n;
-        }
-    });
+    let data = Arc::new(pattern(N * MSG, 3));
+    let reader = read_all(xb, MSG, Arc::clone(&data));
     let before = xa.stats().watch_changes.load(Ordering::Relaxed);
     for m in data.chunks(MSG) {
         assert_eq!(xa.send(m, false, Some(LIMIT)).unwrap(), MSG);
@@ -121,4 +111,42 @@ fn blocking_bulk_sends_change_no_watch() {
         changes <= 4,
         "{changes} watch changes for {N} sends of 1 MiB"
     );
+}
+
+/// A 1 MiB write is four DATA messages, each filling a slot: slots hold
+/// 256 KiB of payload with the message header on top
+/// (`Options::slot_size_for`). With 256 KiB slots header included it was
+/// five, the fifth carrying the last 32 bytes — a Send, two completions and
+/// a credit for 32 bytes. The reader reads less than the sink threshold,
+/// so every byte goes as DATA.
+#[test]
+fn a_1_mib_write_is_four_full_messages() {
+    const MSG: usize = 1 << 20;
+    const N: usize = 8;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let data = Arc::new(pattern(N * MSG, 4));
+    let reader = read_all(xb, 32 << 10, Arc::clone(&data));
+    let before = xa.stats().tx_msgs.load(Ordering::Relaxed);
+    for m in data.chunks(MSG) {
+        assert_eq!(xa.send(m, false, Some(LIMIT)).unwrap(), MSG);
+    }
+    let msgs = xa.stats().tx_msgs.load(Ordering::Relaxed) - before;
+    reader.join().unwrap();
+    assert_eq!(msgs, 4 * N as u64, "DATA messages for {N} writes of 1 MiB");
+}
+
+/// Reads `want.len()` bytes from `x` in a thread, `chunk` bytes a call at
+/// most, and checks them against `want`.
+fn read_all(x: XSocket, chunk: usize, want: Arc<Vec<u8>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; chunk];
+        let mut got = 0;
+        while got < want.len() {
+            let (n, _) = x.recv(&mut buf, RecvFlags::default(), Some(LIMIT)).unwrap();
+            assert!(n > 0, "end of stream after {got}");
+            assert!(buf[..n] == want[got..got + n], "bytes {got}..");
+            got += n;
+        }
+    })
 }

@@ -58,7 +58,10 @@ impl Config {
         let mut base = Options {
             crc,
             slots: env_num("WARPSOCK_DDP_SLOTS", 16).clamp(3, 4096) as u16,
-            slot_size: (env_num("WARPSOCK_DDP_SLOT_KB", 256).clamp(1, 16 << 10) << 10) as u32,
+            // KiB of payload per slot (the message header on top).
+            slot_size: Options::slot_size_for(
+                (env_num("WARPSOCK_DDP_SLOT_KB", 256).clamp(1, (16 << 10) - 1) << 10) as u32,
+            ),
             zcopy_min: env_num("WARPSOCK_ZCOPY_MIN", 64 << 10) as usize,
             busy_poll: Duration::from_micros(env_num("WARPSOCK_BUSY_POLL_US", 0)),
             ..Options::default()

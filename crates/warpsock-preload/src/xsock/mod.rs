@@ -104,7 +104,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -112,6 +112,7 @@ fn report() -> String {
         v(&c.rx_copied),
         v(&c.rx_placed),
         v(&c.tx_bytes),
+        v(&c.tx_msgs),
         v(&c.tx_copied),
         v(&c.bg_rounds),
         v(&c.poll_rounds),

@@ -11,12 +11,15 @@
 //! example). The CRC, when negotiated, is computed by [`TxSegment::seal`]
 //! over exactly those bytes.
 //!
-//! Scheduling follows siw: the P2P RTR message first; between messages,
-//! Read Responses (in request order) before new send-queue work; a Read
-//! waits while ORD Reads are outstanding (the send queue stalls behind
-//! it, preserving order). Send and Write requests complete once their last
-//! byte is handed to the transport (iWARP has no end-to-end ack); Reads
-//! complete when their response has arrived.
+//! Scheduling follows siw (`siw_activate_tx`): the P2P RTR message first;
+//! between messages, Read Responses (in request order) before new
+//! send-queue work, but only `IRQ_BURST_SQ_ACTIVE` of them in a row while
+//! the send queue has a message that could start, so the peer's Read
+//! Requests never starve our own requests; a Read waits while ORD Reads
+//! are outstanding (the send queue stalls behind it, preserving order).
+//! Send and Write requests complete once their last byte is handed to the
+//! transport (iWARP has no end-to-end ack); Reads complete when their
+//! response has arrived.
 
 use warpsock_wire::crc::Crc32c;
 use warpsock_wire::ddp::{self, Opcode, Placement, ReadRequest, SegmentHeader};
@@ -30,6 +33,17 @@ use crate::verbs::{SendOp, WcStatus};
 /// Payloads up to this size travel inline in their segment's buffer
 /// (copied when the segment is built) rather than as a gather entry.
 const INLINE_PAYLOAD_MAX: u64 = 64;
+
+/// Read Responses sent in a row, at most, while the send queue has a
+/// message that could start (siw: `SIW_IRQ_MAXBURST_SQ_ACTIVE`, 4, i.e.
+/// three responses, then one send-queue message). One here: the two queues
+/// alternate message by message. A Read Request of our own is a few bytes,
+/// and while it waits behind the peer's responses, the peer's whole Read
+/// window for *us* runs dry (bidirectional Reads, session 11: each side's
+/// requests waited behind up to ORD = 8 MiB of responses). Anything the
+/// send queue holds otherwise is at most as large as a response, so
+/// alternating is fair to both.
+pub(crate) const IRQ_BURST_SQ_ACTIVE: u32 = 1;
 
 /// One piece of a [`TxSegment`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,6 +227,9 @@ pub(super) struct TxState {
     /// The source list of the last finished message, kept for the next
     /// one (no allocation per message).
     spare_sources: Vec<Range>,
+    /// Read Responses started in a row while the send queue had a message
+    /// ready (see [`IRQ_BURST_SQ_ACTIVE`]).
+    irq_burst: u32,
 }
 
 impl TxState {
@@ -386,6 +403,20 @@ impl Connection {
     }
 
     /// Picks the next message; false if none can start now.
+    /// Whether the send queue's next request could start now (a Read
+    /// waits while ORD Reads are outstanding).
+    fn sq_ready(&self) -> bool {
+        let Some(next) = self.pending.front() else {
+            return false;
+        };
+        if let SendOp::Read { .. } = next.wr.op {
+            let ord = self.neg.as_ref().map_or(0, |n| n.ord);
+            let outstanding = self.orq.iter().filter(|e| e.seq.is_some()).count();
+            return outstanding < usize::from(ord.max(1));
+        }
+        true
+    }
+
     fn start_message<B: Backing>(&mut self, reg: &Registry<B>) -> bool {
         if let Some(rtr) = self.tx.rtr.take() {
             let kind = match rtr {
@@ -416,28 +447,26 @@ impl Connection {
             return true;
         }
         if let Some(r) = self.irq.front() {
-            self.tx.cur = Some(TxMsg {
-                kind: MsgKind::ReadResponse {
-                    stag: r.sink_stag,
-                    to: r.sink_to,
-                },
-                sources: r.source.into_iter().collect(),
-                total: u64::from(r.size),
-                sent: 0,
-                complete: None,
-                irq: true,
-            });
-            return true;
-        }
-        let Some(next) = self.pending.front() else {
-            return false;
-        };
-        if let SendOp::Read { .. } = next.wr.op {
-            let ord = self.neg.as_ref().map_or(0, |n| n.ord);
-            let outstanding = self.orq.iter().filter(|e| e.seq.is_some()).count();
-            if outstanding >= usize::from(ord.max(1)) {
-                return false;
+            let sq_ready = self.sq_ready();
+            if !sq_ready || self.tx.irq_burst < IRQ_BURST_SQ_ACTIVE {
+                self.tx.irq_burst = if sq_ready { self.tx.irq_burst + 1 } else { 0 };
+                self.tx.cur = Some(TxMsg {
+                    kind: MsgKind::ReadResponse {
+                        stag: r.sink_stag,
+                        to: r.sink_to,
+                    },
+                    sources: r.source.into_iter().collect(),
+                    total: u64::from(r.size),
+                    sent: 0,
+                    complete: None,
+                    irq: true,
+                });
+                return true;
             }
+            self.tx.irq_burst = 0;
+        }
+        if !self.sq_ready() {
+            return false;
         }
         let p = self.pending.pop_front().expect("front exists");
         let need = match p.wr.op {

@@ -197,6 +197,9 @@ impl XSocket {
     ) {
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
+        if hdr.is_some() {
+            self.count(Count::TxMsgs, 1);
+        }
         let Some(mrs) = src.mrs else {
             debug_assert!(src.len + HDR_LEN <= self.opts.slot_size as usize);
             self.count(Count::TxCopied, src.len);
