@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
+use smallvec::SmallVec;
 use warpsock_xsock::io::{Readiness, RecvFlags, XSocket};
 
 use super::{config, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_MODE};
@@ -369,14 +370,15 @@ fn timeval_arg(val: *const c_void, len: socklen_t) -> Option<Option<Duration>> {
     Some(sys::timeval_to_dur(0, &tv))
 }
 
-/// The program's buffers of `msg` as slices.
+/// The program's buffers of `msg` as slices (a few inline: a data call
+/// allocates nothing for them).
 ///
 /// # Safety
 /// `msg`'s iovecs must be valid for the lifetime used.
-unsafe fn iovs<'a>(msg: &msghdr) -> Vec<&'a mut [u8]> {
+unsafe fn iovs<'a>(msg: &msghdr) -> SmallVec<[&'a mut [u8]; 4]> {
     let n = msg.msg_iovlen;
     if msg.msg_iov.is_null() || n == 0 {
-        return Vec::new();
+        return SmallVec::new();
     }
     // SAFETY: the caller's contract.
     let v = unsafe { std::slice::from_raw_parts(msg.msg_iov, n) };
@@ -480,7 +482,7 @@ impl Socket for DdpSock {
         let timeo = lock(&self.inner).sndtimeo;
         // SAFETY: the caller's msghdr.
         let bufs = unsafe { iovs(msg) };
-        let bufs: Vec<&[u8]> = bufs.into_iter().map(|b| &*b).collect();
+        let bufs: SmallVec<[&[u8]; 4]> = bufs.into_iter().map(|b| &*b).collect();
         let r = self.x.send_vectored(&bufs, nonblocking, timeo);
         // The call may have processed input another thread waits for.
         self.reflect(self.x.readiness_now());

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Sgl};
 
-use super::gather::{Gather, Src};
+use super::gather::{non_empty, Gather, Src};
 use super::settings::{Count, RecvFlags};
 use super::socket::{State, XSocket, CALL_BITS, WR_CALL, WR_SLOT};
 use crate::stream::{SinkState, TxStep};
@@ -40,7 +40,8 @@ impl XSocket {
         nonblocking: bool,
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
-        let g = Gather::new(bufs);
+        let parts = non_empty(bufs);
+        let g = Gather::new(&parts);
         let total = g.len();
         if total == 0 {
             return Ok(0);
@@ -165,6 +166,7 @@ impl XSocket {
             st.s.tx_end_call();
         }
         self.flush(&mut st);
+        self.reap(&mut st);
         self.count(Count::TxBytes, off);
         if zcopy {
             // The caller's memory is read by the engine until its requests
