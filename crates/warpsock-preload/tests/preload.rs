@@ -480,9 +480,11 @@ fn caller_driven_receive_and_busy_poll() {
 
 /// Regression: a connect or hello timeout was taken when the timer ran late
 /// even though the answer was already waiting (the progress thread is made
-/// to reach its timers 100 ms late here, with 1 ms timeouts): the
-/// destination fell back to kernel UDP although the peer was warpsock.
-/// The timer now polls the socket first and handles the event instead.
+/// to reach its timers 100 ms late here, with 1 ms timeouts, and under the
+/// test hooks its look for the answer waits for it, up to 10 s, so that a
+/// peer slowed by a loaded machine still answers first): the destination
+/// fell back to kernel UDP although the peer was warpsock. The timer now
+/// polls the socket first and handles the event instead.
 #[test]
 fn late_timer_handles_the_waiting_answer() {
     // Built before the receiver starts its clock.
