@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -139,6 +139,8 @@ pub struct XSocket {
     /// The events the progress thread watches [`Self::tcp_fd`] for now
     /// (what `watch` was last told; changed under the socket's lock).
     pub(crate) watching: AtomicU32,
+    /// Times a call took the socket's lock ([`XSocket::state_locks`]).
+    pub(crate) locks: AtomicU64,
 }
 
 impl std::fmt::Debug for XSocket {
@@ -307,6 +309,7 @@ impl XSocket {
             parked: AtomicBool::new(false),
             watch: OnceLock::new(),
             watching: AtomicU32::new(Self::WATCH_OFF),
+            locks: AtomicU64::new(0),
             _ctx: e.ctx,
             pd: e.pd,
             cq: e.cq,
@@ -410,7 +413,17 @@ impl XSocket {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.locks.fetch_add(1, Ordering::Relaxed);
         self.st.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Times the socket's lock was taken so far (the condition variable's
+    /// re-takes after a wait for another thread not counted): a diagnostic
+    /// of the work per call — a data call and the readiness its caller
+    /// reflects after it take it once between them, plus once per wait
+    /// in the engine.
+    pub fn state_locks(&self) -> u64 {
+        self.locks.load(Ordering::Relaxed)
     }
 
     /// Message mode: every read returns at most one of the peer's sends
