@@ -399,23 +399,29 @@ fn timeval_arg(val: *const c_void, len: socklen_t) -> Option<Option<Duration>> {
     Some(sys::timeval_to_dur(0, &tv))
 }
 
-/// The program's buffers of `msg` as slices (a few inline: a data call
-/// allocates nothing for them).
+/// The program's non-empty buffers of `msg`, each as `part` makes it of
+/// the slice (a few inline: a data call allocates nothing for them).
+/// Pushed one by one: collecting a filtered iterator into the `SmallVec`
+/// cost a send call about 100 instructions more (callgrind).
 ///
 /// # Safety
 /// `msg`'s iovecs must be valid for the lifetime used.
-unsafe fn iovs<'a>(msg: &msghdr) -> SmallVec<[&'a mut [u8]; 4]> {
-    let n = msg.msg_iovlen;
-    if msg.msg_iov.is_null() || n == 0 {
-        return SmallVec::new();
+unsafe fn iovs<'a, T>(msg: &msghdr, part: impl Fn(&'a mut [u8]) -> T) -> SmallVec<[T; 4]> {
+    let mut out = SmallVec::new();
+    if msg.msg_iov.is_null() || msg.msg_iovlen == 0 {
+        return out;
     }
     // SAFETY: the caller's contract.
-    let v = unsafe { std::slice::from_raw_parts(msg.msg_iov, n) };
-    v.iter()
-        .filter(|i| i.iov_len > 0 && !i.iov_base.is_null())
-        // SAFETY: each iovec names a valid buffer (caller's contract).
-        .map(|i| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) })
-        .collect()
+    let v = unsafe { std::slice::from_raw_parts(msg.msg_iov, msg.msg_iovlen) };
+    for i in v {
+        if i.iov_len > 0 && !i.iov_base.is_null() {
+            // SAFETY: each iovec names a valid buffer (caller's contract).
+            out.push(part(unsafe {
+                std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len)
+            }));
+        }
+    }
+    out
 }
 
 impl Socket for DdpSock {
@@ -488,7 +494,7 @@ impl Socket for DdpSock {
         msg.msg_controllen = 0;
         msg.msg_flags = 0;
         // SAFETY: the caller's msghdr.
-        let mut bufs = unsafe { iovs(msg) };
+        let mut bufs = unsafe { iovs(msg, |b| b) };
         // Readiness as the call left it, taken under its lock.
         let (r, ready) = self.x.recv_vectored_ready(&mut bufs, f, timeo);
         self.reflect(ready);
@@ -511,8 +517,7 @@ impl Socket for DdpSock {
         let nonblocking = self.nonblocking_for(flags);
         let timeo = self.sndtimeo.get();
         // SAFETY: the caller's msghdr.
-        let bufs = unsafe { iovs(msg) };
-        let bufs: SmallVec<[&[u8]; 4]> = bufs.into_iter().map(|b| &*b).collect();
+        let bufs = unsafe { iovs(msg, |b| &*b) };
         let (r, ready) = self.x.send_vectored_ready(&bufs, nonblocking, timeo);
         // The call may have processed input another thread waits for.
         self.reflect(ready);
