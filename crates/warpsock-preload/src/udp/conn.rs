@@ -150,13 +150,19 @@ pub(super) struct Interest {
     edge: bool,
     /// Parked (`super::park`): the blocking receive call that read the
     /// connection last returned a datagram and left it unwatched by the
-    /// progress thread, since when; the next receive call takes it over
-    /// without telling the progress thread (no `epoll_ctl` per round trip).
+    /// progress thread, since when (or since its timer saw it in use); the
+    /// next receive call takes it over without telling the progress thread
+    /// (no `epoll_ctl` per round trip).
     parked: Option<Instant>,
     /// On `park::LIST` (what the next `park::release_all` gives back): a
     /// connection parked again after each receive call is looked up there
     /// once, not at every park.
     listed: bool,
+    /// A receive call or poll took the parked connection over since its
+    /// timer last looked: the timer re-arms instead of giving it back (a
+    /// take-over leaves the mark as it is, so that it costs no clock
+    /// reading; `super::park`).
+    used: bool,
 }
 
 impl Interest {
@@ -399,6 +405,7 @@ impl Conn {
                 edge: false,
                 parked: None,
                 listed: false,
+                used: false,
             }),
         }
     }
@@ -430,10 +437,17 @@ impl Conn {
         if i.fd < 0 || !i.read || (parked_only && i.parked.is_none()) {
             return None;
         }
+        if i.parked.is_some() {
+            // Taking a parked connection over changes nothing for the
+            // progress thread (it was not watching it): it stays parked
+            // while claimed, and the claim's end leaves it so (no clock
+            // reading, no count, no look at the park list per call); its
+            // timer sees it was used (`super::park`).
+            i.callers += 1;
+            i.used = true;
+            return Some(i.fd);
+        }
         let old = i.mask();
-        // Taking a parked connection over changes nothing for the
-        // progress thread: it was not watching it.
-        park::clear(&mut i.parked);
         i.callers += 1;
         i.rewatch(eng, self.id, old);
         Some(i.fd)
@@ -450,18 +464,19 @@ impl Conn {
         let mut i = lock(&self.ev);
         let old = i.mask();
         i.callers = i.callers.saturating_sub(1);
-        if park
-            && i.callers == 0
-            && (i.read || i.edge)
-            && i.fd == fd
-            && fd >= 0
-            && i.parked.is_none()
-        {
-            if i.edge {
-                stats::inc(&STATS.rx_parked_ready);
+        if i.callers == 0 {
+            if !(park && (i.read || i.edge) && i.fd == fd && fd >= 0) {
+                // Given back (a connection claimed while parked is still
+                // marked parked: `claim`).
+                park::clear(&mut i.parked);
+            } else if i.parked.is_none() {
+                if i.edge {
+                    stats::inc(&STATS.rx_parked_ready);
+                }
+                i.parked = Some(Instant::now());
+                park::parked(self, &mut i.listed);
             }
-            i.parked = Some(Instant::now());
-            park::parked(self, &mut i.listed);
+            // Else parked when claimed, and still: nothing changes.
         }
         i.rewatch(eng, self.id, old);
         i.fd == fd
@@ -540,9 +555,18 @@ impl Conn {
 
     fn unpark_locked(&self, i: &mut Interest, eng: &Reactor, stale: Option<Instant>) -> bool {
         let Some(since) = i.parked else { return false };
-        if stale.is_some_and(|now| since + park::grace() > now) {
-            return false;
+        if let Some(now) = stale {
+            if since + park::grace() > now {
+                return false;
+            }
+            if i.callers > 0 || std::mem::take(&mut i.used) {
+                // Taken over since the timer last looked (or now): still
+                // in use, so parked for another grace period from now.
+                i.parked = Some(now);
+                return false;
+            }
         }
+        i.used = false;
         let old = i.mask();
         park::clear(&mut i.parked);
         i.rewatch(eng, self.id, old);

@@ -30,6 +30,13 @@
 //!   give every parked connection back before they wait
 //!   ([`release_all`], through `Kind::before_wait`).
 //!
+//! Taking a parked connection over (a receive call's or a poll's claim)
+//! leaves it marked parked, and the claim's end leaves the mark as it is:
+//! per call, a lock and a count of callers, no clock reading and no look
+//! at the park list. The mark's time is therefore the park's, not the last
+//! use's: the timer below sees that the connection was taken over since it
+//! last looked and parks it for another grace period instead.
+//!
 //! A wait the library does not see (`io_uring`, a blocking call on another
 //! descriptor in a thread that never receives again) is covered by the
 //! connection's timer: the progress thread gives back a connection parked

@@ -431,10 +431,10 @@ impl Sock {
         if d.conns.is_empty() {
             return None;
         }
-        Some(Wait {
-            fds: d.conns.iter().map(|c| c.1).collect(),
-            claim: Box::new(d),
-        })
+        let (mut fds, mut claim) = spare::take();
+        fds.extend(d.conns.iter().map(|c| c.1));
+        *claim = Some(d);
+        Some(Wait { fds, claim })
     }
 
     /// The poll returned: a whole datagram waiting on a connection makes
@@ -445,9 +445,13 @@ impl Sock {
     /// stay parked (`super::park`). Returns whether anything is there to
     /// receive.
     pub(super) fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
-        let Ok(mut d) = wait.claim.downcast::<Driven>() else {
+        let Ok(mut held) = wait.claim.downcast::<Option<Driven>>() else {
             return false;
         };
+        let Some(mut d) = held.take() else {
+            return false;
+        };
+        spare::give(wait.fds, held);
         let bits = libc::POLLIN | libc::POLLERR | libc::POLLHUP;
         let mut waiting = false;
         if let Some(eng) = d.eng {
@@ -478,6 +482,55 @@ impl Sock {
         drop(d);
         let g = lock(&self.inner);
         waiting || !g.rxq.is_empty() || !g.ready.is_empty()
+    }
+}
+
+/// The two heap blocks of a poll's [`Wait`] (its descriptor list and its
+/// boxed claim), kept per thread for the next poll: a poll of one socket
+/// allocates nothing once warm (they were the last two allocations per
+/// `poll` of the event loop's round trip).
+mod spare {
+    use std::cell::RefCell;
+
+    use libc::c_int;
+
+    use super::Driven;
+
+    /// Spares kept per thread (a poll of more offloaded sockets than this
+    /// allocates for the others).
+    const KEPT: usize = 4;
+
+    type Claim = Box<Option<Driven>>;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<(Vec<c_int>, Claim)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An empty descriptor list and an empty claim, from the thread's
+    /// spares or new.
+    pub(super) fn take() -> (Vec<c_int>, Claim) {
+        SPARE
+            .try_with(|s| s.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| (Vec::with_capacity(super::DRIVEN_INLINE), Box::new(None)))
+    }
+
+    /// Keeps a poll's blocks for the next (`claim` is empty: its
+    /// connections were taken out).
+    pub(super) fn give(mut fds: Vec<c_int>, claim: Claim) {
+        debug_assert!(claim.is_none());
+        fds.clear();
+        // A thread that is ending frees them instead.
+        let _ = SPARE.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < KEPT {
+                if s.capacity() == 0 {
+                    s.reserve_exact(KEPT);
+                }
+                s.push((fds, claim));
+            }
+        });
     }
 }
 
