@@ -4,9 +4,10 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::context::{Context, Progress, Shared};
+use crate::context::{Context, Progress, Shared, State};
 use crate::error::{Error, Result};
 use crate::mr::thread_borrows;
+use crate::qp::{Qp, QpNews};
 use crate::sys::EventFd;
 use crate::wc::{CqSlot, Wc};
 
@@ -61,6 +62,35 @@ impl Cq {
         st.cq(self.id).drain_into(out)
     }
 
+    /// [`Self::poll`], then `qp`'s news ([`QpNews`]) under the same lock.
+    pub fn poll_news(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews) {
+        let inner = &self.sh.inner;
+        let mut st = inner.lock();
+        if inner.progress == Progress::Caller {
+            inner.progress_locked(&mut st);
+        }
+        let n = st.cq(self.id).drain_into(out);
+        (n, self.news_of(&st, qp))
+    }
+
+    /// [`Self::poll_queued`], then `qp`'s news ([`QpNews`]) under the same
+    /// lock.
+    pub fn poll_queued_news(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews) {
+        let mut st = self.sh.inner.lock();
+        let n = st.cq(self.id).drain_into(out);
+        (n, self.news_of(&st, qp))
+    }
+
+    /// `qp`'s news read under this queue's lock `st` (a queue pair of
+    /// another context is looked up under its own).
+    fn news_of(&self, st: &State, qp: &Qp) -> QpNews {
+        if Arc::ptr_eq(&self.sh, &qp.sh) {
+            st.news(qp.qi)
+        } else {
+            qp.news()
+        }
+    }
+
     /// Moves up to `out.len()` completions that are queued already into
     /// `out`, without a round of progress (no system call, in either
     /// mode): e.g. the completion of a Send that [`crate::Qp::post_send`]
@@ -80,9 +110,37 @@ impl Cq {
     /// does not block (nothing can be received until the closure returns):
     /// it returns what is queued, like [`Self::poll`].
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize> {
+        self.wait_for(out, timeout, None).map(|(n, _)| n)
+    }
+
+    /// [`Self::wait`], then, when it returns completions, `qp`'s news
+    /// ([`QpNews`]) read under the lock it drained them with (`None`: the
+    /// wait timed out, or ended without taking the lock again).
+    pub fn wait_news(
+        &self,
+        out: &mut [Wc],
+        timeout: Duration,
+        qp: &Qp,
+    ) -> Result<(usize, Option<QpNews>)> {
+        self.wait_for(out, timeout, Some(qp))
+    }
+
+    fn wait_for(
+        &self,
+        out: &mut [Wc],
+        timeout: Duration,
+        qp: Option<&Qp>,
+    ) -> Result<(usize, Option<QpNews>)> {
         let inner = &self.sh.inner;
+        let news = |st: &State| qp.map(|qp| self.news_of(st, qp));
         if thread_borrows(inner) {
-            return Ok(self.poll(out));
+            return Ok(match qp {
+                Some(qp) => {
+                    let (n, news) = self.poll_news(out, qp);
+                    (n, Some(news))
+                }
+                None => (self.poll(out), None),
+            });
         }
         if inner.progress == Progress::Thread {
             let deadline = Instant::now().checked_add(timeout);
@@ -91,10 +149,10 @@ impl Cq {
             loop {
                 let n = st.cq(self.id).drain_into(out);
                 if n > 0 || out.is_empty() {
-                    return Ok(n);
+                    return Ok((n, news(&st)));
                 }
                 let wait = match left(Instant::now()) {
-                    Some(d) if d.is_zero() => return Ok(0),
+                    Some(d) if d.is_zero() => return Ok((0, None)),
                     Some(d) => d,
                     None => Duration::from_secs(3600),
                 };
@@ -119,7 +177,7 @@ impl Cq {
                 }
                 let n = st.cq(self.id).drain_into(out);
                 if n > 0 || out.is_empty() {
-                    return Ok(n);
+                    return Ok((n, news(&st)));
                 }
                 st.readers + st.writers > 0
             };
@@ -129,7 +187,7 @@ impl Cq {
                 *clock.get_or_insert_with(|| (now.checked_add(timeout), now + inner.busy_poll));
             let rest = deadline.map(|d| d.saturating_duration_since(now));
             if rest.is_some_and(|d| d.is_zero()) {
-                return Ok(0);
+                return Ok((0, None));
             }
             if borrowed {
                 // Another thread's closure holds region bytes: nothing can
@@ -160,7 +218,7 @@ impl Cq {
                 st.unpark(qi, p, res, &inner.epoll);
                 let n = st.cq(self.id).drain_into(out);
                 if n > 0 {
-                    return Ok(n);
+                    return Ok((n, news(&st)));
                 }
                 // Serviced just now: look again before another round.
                 drive = false;
