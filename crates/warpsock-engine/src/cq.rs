@@ -170,17 +170,14 @@ impl Cq {
         // count from that first empty round.
         let mut clock: Option<(Option<Instant>, Instant)> = None;
         loop {
-            let borrowed = {
-                let mut st = inner.lock();
-                if drive {
-                    inner.progress_locked(&mut st);
-                }
-                let n = st.cq(self.id).drain_into(out);
-                if n > 0 || out.is_empty() {
-                    return Ok((n, news(&st)));
-                }
-                st.readers + st.writers > 0
-            };
+            let mut st = inner.lock();
+            if drive {
+                inner.progress_locked(&mut st);
+            }
+            let n = st.cq(self.id).drain_into(out);
+            if n > 0 || out.is_empty() {
+                return Ok((n, news(&st)));
+            }
             drive = true;
             let now = Instant::now();
             let (deadline, spin_until) =
@@ -189,16 +186,14 @@ impl Cq {
             if rest.is_some_and(|d| d.is_zero()) {
                 return Ok((0, None));
             }
-            if borrowed {
+            if st.readers + st.writers > 0 {
                 // Another thread's closure holds region bytes: nothing can
                 // be received until it ends (it signals the condvar).
-                let st = inner.lock();
-                if st.readers + st.writers > 0 {
-                    drop(inner.wait_cv(st, rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE))));
-                }
+                drop(inner.wait_cv(st, rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE))));
                 continue;
             }
             if now < spin_until {
+                drop(st);
                 // Yield between rounds: free when this CPU has nothing else
                 // to run, and lets a peer sharing the CPU answer.
                 std::thread::yield_now();
@@ -209,10 +204,13 @@ impl Cq {
             // (no separate readiness call), and the read's timeout is a
             // timer-wheel timeout, not epoll's high-resolution one — about
             // as cheap as a blocking TCP read. The lock is released while
-            // asleep; posts from other threads go on meanwhile.
+            // asleep; posts from other threads go on meanwhile. Parked
+            // under the lock that found the queue empty: one take of the
+            // lock per sleep, not two.
             let slice = rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE));
-            let parked = inner.lock().park(slice);
+            let parked = st.park(slice);
             if let Some((qi, mut p)) = parked {
+                drop(st);
                 let res = p.read();
                 let mut st = inner.lock();
                 st.unpark(qi, p, res, &inner.epoll);
@@ -224,7 +222,8 @@ impl Cq {
                 drive = false;
                 continue;
             }
-            inner.lock().watch_all(&inner.epoll);
+            st.watch_all(&inner.epoll);
+            drop(st);
             ready.clear();
             inner
                 .epoll
