@@ -1,7 +1,8 @@
 //! Test hooks, compiled only with the `test-hooks` feature (the shipped
 //! library has none): delays that let the integration tests make a race
 //! happen in a chosen order, deterministically. The tests build their own
-//! copy of the library with the feature (`tests/preload.rs`).
+//! copy of the library with the feature (`tests/common`, used by `tests/preload.rs`,
+//! `tests/readiness.rs` and the others).
 
 use std::sync::OnceLock;
 use std::time::Duration;
