@@ -61,6 +61,38 @@ impl IoStats {
     }
 }
 
+impl std::ops::AddAssign for IoStats {
+    /// Sums two queue pairs' counts (a side's total over its connections).
+    fn add_assign(&mut self, o: Self) {
+        let Self {
+            reads,
+            read_bytes,
+            parked_reads,
+            writes,
+            write_bytes,
+            writes_blocked,
+            read_requests,
+            read_request_wait_bytes,
+            responses_ahead_of_read,
+            response_bytes_ahead_of_read,
+            control_msgs,
+            control_wait_bytes,
+        } = o;
+        self.reads += reads;
+        self.read_bytes += read_bytes;
+        self.parked_reads += parked_reads;
+        self.writes += writes;
+        self.write_bytes += write_bytes;
+        self.writes_blocked += writes_blocked;
+        self.read_requests += read_requests;
+        self.read_request_wait_bytes += read_request_wait_bytes;
+        self.responses_ahead_of_read += responses_ahead_of_read;
+        self.response_bytes_ahead_of_read += response_bytes_ahead_of_read;
+        self.control_msgs += control_msgs;
+        self.control_wait_bytes += control_wait_bytes;
+    }
+}
+
 /// Per-context counts of sleeps: how often progress stopped in the kernel
 /// waiting for input, and how often it woke up to find nothing
 /// ([`crate::Context::wait_stats`]).
@@ -154,6 +186,22 @@ mod tests {
             (1, 2, 1, 2)
         );
         assert_eq!(s.sleeps(), 4);
+    }
+
+    #[test]
+    fn io_stats_add_field_by_field() {
+        let a = IoStats {
+            reads: 1,
+            control_wait_bytes: 5,
+            ..IoStats::default()
+        };
+        let mut t = a;
+        t += IoStats {
+            reads: 2,
+            writes: 3,
+            ..a
+        };
+        assert_eq!((t.reads, t.writes, t.control_wait_bytes), (3, 3, 10));
     }
 
     #[test]

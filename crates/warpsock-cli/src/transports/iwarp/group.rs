@@ -517,19 +517,7 @@ pub(super) fn accept_into(
 pub(super) fn engine_stats(g: &Group, peers: &[Peer]) -> String {
     let mut t = warpsock_engine::IoStats::default();
     for p in peers {
-        let s = p.qp.io_stats();
-        t.reads += s.reads;
-        t.read_bytes += s.read_bytes;
-        t.parked_reads += s.parked_reads;
-        t.writes += s.writes;
-        t.write_bytes += s.write_bytes;
-        t.writes_blocked += s.writes_blocked;
-        t.read_requests += s.read_requests;
-        t.read_request_wait_bytes += s.read_request_wait_bytes;
-        t.responses_ahead_of_read += s.responses_ahead_of_read;
-        t.response_bytes_ahead_of_read += s.response_bytes_ahead_of_read;
-        t.control_msgs += s.control_msgs;
-        t.control_wait_bytes += s.control_wait_bytes;
+        t += p.qp.io_stats();
     }
     let w = g.ctx.wait_stats();
     let mib = (t.read_bytes as f64 / f64::from(1 << 20)).max(1e-9);
