@@ -126,6 +126,28 @@ pub const fn from_trailer(bytes: [u8; 4]) -> u32 {
 mod tests {
     use super::*;
 
+    /// Checks a kernel (`kernel(crc, piece)`) against the `crc32c` crate:
+    /// pieces of every length in `lens` starting at every offset below
+    /// `align`, from a zero and a non-zero running value.
+    pub(super) fn matches_the_crate(
+        kernel: impl Fn(u32, &[u8]) -> u32,
+        align: usize,
+        lens: impl Iterator<Item = usize>,
+    ) {
+        let data: Vec<u8> = (0..2_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for len in lens {
+            for start in 0..align {
+                let piece = &data[start..start + len];
+                for crc in [0, 0xDEAD_BEEF] {
+                    let want = crc32c::crc32c_append(crc, piece);
+                    assert_eq!(kernel(crc, piece), want, "start {start} len {len}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn check_value() {
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);

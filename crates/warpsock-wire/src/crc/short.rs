@@ -58,22 +58,11 @@ mod tests {
             eprintln!("no SSE4.2 on this CPU: kernel not exercised");
             return;
         }
-        let data: Vec<u8> = (0..400u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
-            .collect();
-        for start in 0..8 {
-            for len in 0..SHORT_MAX + 40 {
-                let piece = &data[start..start + len];
-                for crc in [0, 0xDEAD_BEEF] {
-                    // SAFETY: `available()` said the CPU has SSE4.2.
-                    let got = unsafe { update(crc, piece) };
-                    assert_eq!(
-                        got,
-                        crc32c::crc32c_append(crc, piece),
-                        "start {start}, len {len}, crc {crc:#x}"
-                    );
-                }
-            }
-        }
+        // SAFETY: `available()` said the CPU has SSE4.2.
+        super::super::tests::matches_the_crate(
+            |crc, piece| unsafe { update(crc, piece) },
+            8,
+            0..SHORT_MAX + 40,
+        );
     }
 }
