@@ -1,7 +1,8 @@
 // An 8-byte ping-pong over loopback TCP, optionally switched into DDP mode on
 // both ends: the program whose user-space instructions per round trip
 // BENCHMARKS.md section 6 counts with callgrind (session 11), at two round
-// counts so that the difference excludes the set-up. Not run by the tests.
+// counts so that the difference excludes the set-up; tests/ddp_latency.rs
+// counts its heap allocations the same way.
 // Usage: ddp_pingpong ROUNDS DDP(0|1) block|poll|busy
 #include <arpa/inet.h>
 #include <netinet/in.h>

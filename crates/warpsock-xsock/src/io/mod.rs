@@ -6,14 +6,15 @@
 //! names it. Inside, `handshake` (the switch on a socket), `data` and
 //! `rio` (the calls) build on `socket` (the books and the engine), which
 //! uses only the leaf modules `gather`, `slots` and `sys` — and `rio`'s
-//! per-socket state types. `watch` says when the socket needs a progress
-//! thread.
+//! per-socket state types. `setup` builds a socket (its engine context and
+//! queue pair); `watch` says when the socket needs a progress thread.
 
 mod data;
 mod gather;
 mod handshake;
 mod rio;
 mod settings;
+mod setup;
 mod slots;
 mod socket;
 mod sys;

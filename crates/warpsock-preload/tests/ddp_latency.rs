@@ -1,0 +1,47 @@
+//! The 8-byte latency path of DDP-mode sockets under the preload, counted
+//! (no timings): `tests/c/ddp_pingpong.c` runs an 8-byte ping-pong between
+//! two processes over one switched connection (200 warm-up round trips,
+//! then the count asked for), under the library built with its test
+//! hooks, which count heap allocations. Two runs of different lengths:
+//! the difference is the cost of the extra round trips, set-up excluded.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{c_program, command_with, finish, preload_so_with_hooks, Run};
+
+fn pingpong(rounds: u64, mode: &str) -> Run {
+    let args = [rounds.to_string(), "1".to_owned(), mode.to_owned()];
+    let mut c = command_with(
+        &c_program("ddp_pingpong"),
+        &args,
+        Some(preload_so_with_hooks()),
+    );
+    c.env("WARPSOCK_CRC", "0");
+    let r = finish(
+        c.spawn().expect("spawn ddp_pingpong"),
+        Duration::from_secs(120),
+    );
+    r.assert_ok(&format!("ddp_pingpong {rounds} {mode}"));
+    assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+    r
+}
+
+/// A program that polls before each receive (`poll` then `read`, both
+/// processes): its polls allocate nothing once warm. Before, each poll of
+/// a DDP socket allocated its descriptor list and its claim (2 per poll,
+/// 4 per round trip in the two processes: 4,000 in 1,000 round trips).
+/// The bound leaves room for the odd allocation off the data path (the
+/// progress thread's rounds at a scheduler pause).
+#[test]
+fn polls_of_a_ddp_socket_allocate_nothing() {
+    let (short, long) = (pingpong(100, "poll"), pingpong(1_100, "poll"));
+    let (a, b) = (short.stat("heap_allocs"), long.stat("heap_allocs"));
+    assert!(
+        b.saturating_sub(a) <= 100,
+        "{} heap allocations in 1,000 round trips with a poll before each receive \
+         ({a} in the short run, {b} in the long one)",
+        b.saturating_sub(a)
+    );
+}

@@ -1,0 +1,187 @@
+//! Setting up an [`XSocket`]: its own caller-driven engine context, the
+//! slot memory, and the queue pair over the switched TCP socket, as the
+//! initiator ([`XSocket::connect`]) or the responder
+//! ([`XSocket::accept`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::{Condvar, Mutex, OnceLock};
+
+use warpsock_engine::{
+    connect_stream, Access, CmError, ConnectRequest, Context, ContextOptions, Cq, Pd, Progress, Qp,
+    QpInit, RecvWr,
+};
+
+use super::rio::Aio;
+use super::settings::{Counters, Options};
+use super::slots::SlotMem;
+use super::socket::{State, XSocket};
+use crate::stream::Stream;
+use crate::wire::Hello;
+
+struct Engine {
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    rx: SlotMem,
+    tx: SlotMem,
+}
+
+fn engine(opts: &Options, tx_slots: u16) -> Result<Engine, CmError> {
+    let ctx = Context::with_options(ContextOptions {
+        progress: Progress::Caller,
+        busy_poll: opts.busy_poll,
+        ..ContextOptions::default()
+    })
+    .map_err(|e| CmError::Io(e.into()))?;
+    let pd = ctx.alloc_pd();
+    let cq = ctx
+        .create_cq(usize::from(opts.slots) * 2 + 16)
+        .map_err(|e| CmError::Io(e.into()))?;
+    let size = opts.slot_size as usize;
+    let rx = SlotMem::new(&pd, usize::from(opts.slots) * size, Access::LOCAL_WRITE);
+    let tx = SlotMem::new(&pd, usize::from(tx_slots) * size, Access::LOCAL_READ);
+    Ok(Engine {
+        ctx,
+        pd,
+        cq,
+        rx,
+        tx,
+    })
+}
+
+fn qp_init<'a>(e: &'a Engine, opts: &Options) -> QpInit<'a> {
+    let mut init = QpInit::new(&e.pd, &e.cq);
+    init.options.crc = opts.crc;
+    init.options.mpa_timeout = opts.limits.request_timeout;
+    init.options.sq_depth = 4 * usize::from(opts.slots) + 64;
+    init.options.rq_depth = usize::from(opts.slots);
+    let size = opts.slot_size;
+    init.recvs = (0..u32::from(opts.slots))
+        .map(|slot| RecvWr {
+            wr_id: u64::from(slot),
+            sgl: e.rx.sge(slot as usize * size as usize, size).into(),
+        })
+        .collect();
+    init
+}
+
+/// `SO_LINGER` 0: closing resets the connection.
+pub(crate) fn set_linger_zero(s: &TcpStream) -> io::Result<()> {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: setsockopt reads one `linger` from the stack.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn proto_error(what: impl std::fmt::Display) -> CmError {
+    CmError::Io(io::Error::new(io::ErrorKind::InvalidData, what.to_string()))
+}
+
+impl XSocket {
+    /// Initiator: MPA on `sock` (whose next bytes are ours to send), with
+    /// `residue` the peer's bytes read before its mark.
+    pub(crate) fn connect(
+        sock: TcpStream,
+        opts: &Options,
+        residue: Vec<u8>,
+    ) -> Result<Self, CmError> {
+        let e = engine(opts, opts.slots.saturating_add(4))?;
+        let mut init = qp_init(&e, opts);
+        init.options.private_data = opts.hello().encode().to_vec();
+        let tcp_fd = sock.as_raw_fd();
+        let qp = connect_stream(sock, &init)?;
+        let n = qp
+            .negotiated()
+            .ok_or_else(|| proto_error("no MPA negotiation"))?;
+        let peer = Hello::parse(&n.peer_private_data).map_err(proto_error)?;
+        Ok(Self::new(e, qp, opts, peer, residue, tcp_fd))
+    }
+
+    /// Responder: answer the MPA Request `req` whose hello was `peer`.
+    pub(crate) fn accept(
+        req: ConnectRequest,
+        tcp_fd: RawFd,
+        peer: Hello,
+        opts: &Options,
+        residue: Vec<u8>,
+    ) -> Result<Self, CmError> {
+        let e = engine(opts, opts.slots.saturating_add(4))?;
+        let init = qp_init(&e, opts);
+        let qp = req.accept(&init, &opts.hello().encode())?;
+        Ok(Self::new(e, qp, opts, peer, residue, tcp_fd))
+    }
+
+    fn new(
+        e: Engine,
+        qp: Qp,
+        opts: &Options,
+        peer: Hello,
+        residue: Vec<u8>,
+        tcp_fd: RawFd,
+    ) -> Self {
+        let tx_slots = (e.tx.len() / opts.slot_size as usize) as u32;
+        Self {
+            st: Mutex::new(State {
+                s: Stream::new(opts.hello(), peer),
+                tx_free: (0..tx_slots).rev().collect(),
+                call_wrs: HashMap::new(),
+                next_id: 0,
+                error: None,
+                driving: false,
+                waiters: 0,
+                residue,
+                residue_off: 0,
+                msg_mode: false,
+                shut_rd: false,
+                peer_closed: false,
+                aio: Aio::default(),
+                maps: BTreeMap::new(),
+                arrivals: 0,
+                background: false,
+                pollers: 0,
+                want_writable: false,
+                established: false,
+                sending: 0,
+                news: None,
+                posts: 0,
+            }),
+            cv: Condvar::new(),
+            opts: opts.clone(),
+            local: qp.local_addr(),
+            peer: qp.peer_addr(),
+            tcp_fd,
+            stats: Counters::new(),
+            on_progress: OnceLock::new(),
+            parked: AtomicBool::new(false),
+            watch: OnceLock::new(),
+            watching: AtomicU32::new(Self::WATCH_OFF),
+            locks: AtomicU64::new(0),
+            _ctx: e.ctx,
+            pd: e.pd,
+            cq: e.cq,
+            qp,
+            rx: e.rx,
+            tx: e.tx,
+        }
+    }
+}
