@@ -312,3 +312,34 @@ fn a_busy_polling_receive_takes_the_engine_lock_once_per_call() {
         );
     }
 }
+
+/// The engine's transmit passes over `rounds` 8-byte round trips (blocking
+/// calls, or spinning on non-blocking ones with `spin`).
+fn tx_side(x: &XSocket, ping: bool, rounds: u64, spin: bool) -> u64 {
+    let t0 = x.tx_passes();
+    engine_side(x, ping, rounds, spin);
+    x.tx_passes() - t0
+}
+
+/// 300 round trips of 8 bytes, blocking calls and busy polling: the engine
+/// makes one transmit pass per send (the post's) and none after a receive
+/// that left nothing to send, as siw's receive path never transmits.
+/// Before, a pass after every receive (2 per round trip and end) and after
+/// every empty busy-polling round (one per receive call). Control messages
+/// the books owe add a few.
+#[test]
+fn a_receive_makes_no_transmit_pass() {
+    for spin in [false, true] {
+        let (ping, pong) = if spin {
+            ping_pong(|x, p, r| tx_side(x, p, r, true))
+        } else {
+            ping_pong(|x, p, r| tx_side(x, p, r, false))
+        };
+        for (who, passes) in [("ping", ping), ("pong", pong)] {
+            assert!(
+                (ROUNDS..=ROUNDS + ROUNDS / 4).contains(&passes),
+                "{who} (spin {spin}): {passes} transmit passes in {ROUNDS} round trips"
+            );
+        }
+    }
+}

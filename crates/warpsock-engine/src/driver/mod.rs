@@ -262,12 +262,31 @@ impl QpSlot {
             self.rx(reg, pool);
             self.collect(cqs);
         }
-        if allowed.tx {
+        if allowed.tx && self.tx_wanted() {
             self.service_tx(token, reg, cqs, epoll);
+        } else if allowed.tx {
+            // Nothing to send: what a transmit pass does besides asking
+            // the core for segments it does not have (about 340
+            // instructions, after every receive and every empty
+            // busy-polling round). siw's receive path never transmits
+            // either: its send queue is scheduled only for work
+            // (`siw_sq_start` on a post, a Read Response, a Terminate).
+            self.release_held(cqs);
+            self.update_interest(token, epoll);
         } else {
             self.collect(cqs);
         }
         self.events.len() != before || cq_lens(cqs, self.send_cq, self.recv_cq) != cq_before
+    }
+
+    /// Whether a transmit pass has anything to do: segments queued or half
+    /// written, output the core holds (control frames, a Terminate, Sends,
+    /// Read Responses, RTR), or a close to finish with a FIN.
+    fn tx_wanted(&self) -> bool {
+        !self.dead
+            && (!self.txq.is_empty()
+                || self.conn.has_pending_output()
+                || (self.conn.wants_close() && !self.wr_closed))
     }
 
     /// Transmit-only progress (after a post): no receive attempt, so a

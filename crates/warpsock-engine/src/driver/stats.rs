@@ -14,6 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct IoStats {
     /// Receive system calls (`recvmsg`/`readv`, non-blocking or parked).
     pub reads: u64,
+    /// Transmit passes: rounds that asked the core for segments to write
+    /// (one per post, and after a receive only when it left something to
+    /// send).
+    pub tx_passes: u64,
     /// Bytes those calls returned.
     pub read_bytes: u64,
     /// Of [`Self::reads`], the blocking reads a waiting caller slept in
@@ -66,6 +70,7 @@ impl std::ops::AddAssign for IoStats {
     fn add_assign(&mut self, o: Self) {
         let Self {
             reads,
+            tx_passes,
             read_bytes,
             parked_reads,
             writes,
@@ -79,6 +84,7 @@ impl std::ops::AddAssign for IoStats {
             control_wait_bytes,
         } = o;
         self.reads += reads;
+        self.tx_passes += tx_passes;
         self.read_bytes += read_bytes;
         self.parked_reads += parked_reads;
         self.writes += writes;

@@ -29,6 +29,7 @@ impl QpSlot {
         // asking again after the write would be an empty call (one of
         // the four `next_segment` calls per message was).
         let mut exhausted = false;
+        self.io.tx_passes += 1;
         while !self.dead {
             // Refill the queue.
             // (Asking `has_pending_output` before the first call as well

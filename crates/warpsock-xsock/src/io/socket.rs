@@ -278,6 +278,13 @@ impl XSocket {
         self.locks.load(Ordering::Relaxed)
     }
 
+    /// The engine's transmit passes on this socket's queue pair
+    /// ([`warpsock_engine::IoStats::tx_passes`]): a diagnostic of the
+    /// work per call.
+    pub fn tx_passes(&self) -> u64 {
+        self.qp.io_stats().tx_passes
+    }
+
     /// Times this socket's engine context took its lock
     /// ([`Context::lock_count`]): a diagnostic of the engine calls per
     /// data call.
