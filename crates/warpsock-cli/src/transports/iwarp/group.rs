@@ -509,7 +509,7 @@ pub(super) fn accept_into(
 }
 
 /// One line of the engine's counters for this side's queue pairs, per MiB
-/// received (`WARPSOCK_ENGINE_STATS=1`; see
+/// moved in the busier direction (`WARPSOCK_ENGINE_STATS=1`; see
 /// [`warpsock_engine::Qp::io_stats`] and
 /// [`warpsock_engine::Context::wait_stats`]): read and write calls, bytes
 /// per call, sleeps, and what Read Requests and control messages waited
@@ -520,10 +520,12 @@ pub(super) fn engine_stats(g: &Group, peers: &[Peer]) -> String {
         t += p.qp.io_stats();
     }
     let w = g.ctx.wait_stats();
-    let mib = (t.read_bytes as f64 / f64::from(1 << 20)).max(1e-9);
+    // Per MiB moved in the busier direction (a Send source receives only
+    // credits; a bidirectional side moves about as much each way).
+    let mib = (t.read_bytes.max(t.write_bytes) as f64 / f64::from(1 << 20)).max(1e-9);
     let avg_kib = |bytes: u64, n: u64| bytes as f64 / 1024.0 / (n.max(1) as f64);
     format!(
-        "engine stats: rx {:.0} MiB, per MiB rx: reads {:.2} ({:.0} B/read, parked {:.2}), \
+        "engine stats: {:.0} MiB, per MiB: reads {:.2} ({:.0} B/read, parked {:.2}), \
          writes {:.2} ({:.0} B/write, EAGAIN {:.2}), sleeps {:.2} (epoll {:.2}, parked {:.2}, \
          cv {:.2}, empty {:.2}); read requests {} waited {:.0} KiB queued ahead on average, \
          {:.2} responses ({:.0} KiB) scheduled ahead per request; control msgs {} waited \
