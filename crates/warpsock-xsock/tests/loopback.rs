@@ -18,6 +18,15 @@ mod net;
 
 use net::{opts, pattern, recv_exact, switch_both, tcp_pair, LIMIT};
 
+/// Large reads offer sinks (SDP ZCopy) instead of retargeting receives
+/// (`tests/placed.rs` covers those).
+fn sink_opts() -> Options {
+    Options {
+        sinks: true,
+        ..opts()
+    }
+}
+
 #[test]
 fn bytes_written_before_the_switch_arrive_first() {
     let (mut a, mut b) = tcp_pair();
@@ -150,7 +159,7 @@ fn message_mode_keeps_each_send_whole() {
 #[test]
 fn large_reads_posted_ahead_are_placed_without_a_copy() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &sink_opts());
     let xb = Arc::new(xb);
     let chunk = 1 << 20;
     let rounds = 8;
@@ -220,7 +229,7 @@ fn large_reads_posted_ahead_are_placed_without_a_copy() {
 #[test]
 fn a_vectored_reads_large_buffer_is_a_sink() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &sink_opts());
     let xb = Arc::new(xb);
     let body = 1 << 20;
     let rounds = 6;
@@ -519,7 +528,7 @@ fn a_protocol_breaker_gets_a_terminate() {
 #[test]
 fn nonblocking_sends_fill_a_large_sink_slot_by_slot() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &sink_opts());
     // Larger than all transmit slots together.
     let data = pattern(4 << 20, 77);
     std::thread::scope(|sc| {
@@ -575,7 +584,7 @@ fn an_unanswered_sink_cancel_fails_the_socket_in_bounded_time() {
     let (a, b) = tcp_pair();
     let o = Options {
         sink_cancel_timeout: Duration::from_millis(300),
-        ..opts()
+        ..sink_opts()
     };
     let (xa, xb) = switch_both(&a, &b, &o);
     let mut buf = vec![0u8; 1 << 20];

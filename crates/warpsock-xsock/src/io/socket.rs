@@ -18,7 +18,7 @@
 //! bytes that finds nothing queued offers the caller's buffer as a sink
 //! (see [`crate::stream`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -34,6 +34,7 @@ use warpsock_engine::{
 use warpsock_engine::proto::wire::terminate::TermCode;
 
 use super::gather::Src;
+use super::placed::Retargeted;
 use super::rio::{Aio, LocalMap};
 use super::settings::{counters, Count, Counters, Options, Readiness};
 use super::slots::SlotMem;
@@ -90,6 +91,12 @@ pub(crate) struct State {
     /// follows the backlog only once the last of them returned (see
     /// [`XSocket::rearm`]).
     pub(crate) sending: u32,
+    /// Our posted receives (slots), oldest first: the order the engine
+    /// fills them in. Popped as their completions are processed.
+    pub(crate) posted: VecDeque<u32>,
+    /// Receives a placed read pointed at the program's buffers
+    /// (`io/placed.rs`).
+    pub(crate) retargeted: Vec<Retargeted>,
 }
 
 impl State {
@@ -296,6 +303,9 @@ impl XSocket {
                 want_writable: false,
                 established: false,
                 sending: 0,
+                // `qp_init` posts every slot, in order.
+                posted: (0..u32::from(opts.slots)).collect(),
+                retargeted: Vec::new(),
             }),
             cv: Condvar::new(),
             opts: opts.clone(),
@@ -443,12 +453,17 @@ impl XSocket {
                 if wc.wr_id & WR_KIND == WR_RIO {
                     super::rio::on_completion(st, wc);
                 }
+                if wc.wr_id & WR_KIND == 0 {
+                    st.posted.retain(|&s| s != wc.wr_id as u32);
+                }
                 self.release_wr(st, wc.wr_id);
                 continue;
             }
             match wc.opcode {
                 WcOpcode::Recv => {
                     let slot = wc.wr_id as u32;
+                    debug_assert_eq!(st.posted.front(), Some(&slot));
+                    st.posted.retain(|&s| s != slot);
                     let size = self.opts.slot_size as usize;
                     let at = slot as usize * size;
                     #[allow(unsafe_code)]
@@ -506,7 +521,10 @@ impl XSocket {
             };
             if self.qp.post_recv(wr).is_err() {
                 self.fail(st, libc::EPROTO, "cannot repost a receive".into());
+            } else {
+                st.posted.push_back(slot);
             }
+            st.retargeted.retain(|r| r.slot != slot);
         }
     }
 
