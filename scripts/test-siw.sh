@@ -108,8 +108,8 @@ ln -s "$CACHE/image" "$VM/image"
 
 # Free host ports: the VM's forwards (7174/18515 + offset, control port).
 . scripts/lib/siw-vm-ports.sh
-read -r OFF CTL < <(vm_port_offset 1 7174 18515 18516 18517 18600)
-[ -n "$CTL" ] || loud_fail "no free host ports for the VM's forwards"
+vm_ports 1 7174 18515 18516 18517 18600 || loud_fail "no free host ports for the VM's forwards"
+OFF=$VM_OFF CTL=${VM_EXTRA[0]}
 RPING_PORT=$((7174 + OFF))
 SC_GUEST_PORT=18600                 # send_check's server in the VM
 SC_PORT=$((SC_GUEST_PORT + OFF))

@@ -261,8 +261,8 @@ ln -s "$CACHE/image" "$VM/image"
 # A port offset whose forwards are all free on the host (the VM forwards
 # host 127.0.0.1:P+OFF to guest P), plus the control port and our own.
 . scripts/lib/siw-vm-ports.sh
-read -r OFF CTL HOSTP < <(vm_port_offset 2 7174 18515 7500)
-[ -n "$CTL" ] || fail "no free ports for the VM"
+vm_ports 2 7174 18515 7500 || fail "no free ports for the VM"
+OFF=$VM_OFF CTL=${VM_EXTRA[0]} HOSTP=${VM_EXTRA[1]}
 vm_exec() { "$VMTOOL" exec "$VM" "$@"; }
 # No server at boot: every case starts its own one-shot server in the VM
 # and checks its exit status. (A persistent `rping -s -P` at boot, with the

@@ -7,7 +7,8 @@
 # Fails when 500 random offsets found none. These ports are checked, not
 # held: qemu's hostfwd and the unmodified servers these suites start take
 # a port number, not a bound socket (bind port 0 and pass the listener
-# wherever the program allows instead).
+# wherever the program allows instead). Use vm_ports (below) to also lease
+# them.
 vm_port_offset() {
     python3 - "$@" <<'PY'
 import random, socket, sys
@@ -28,4 +29,36 @@ for _ in range(500):
 else:
     sys.exit("vm_port_offset: no free ports")
 PY
+}
+
+# vm_ports N GUEST_PORT...: as vm_port_offset, in the caller's shell: sets
+# VM_OFF and VM_EXTRA (an array of the N extra ports), and holds a lease of
+# warpsock-testkit (crates/warpsock-testkit/src/ports.rs: an flock on
+# $TMPDIR/warpsock-testkit-ports/PORT) on every host port until the shell
+# exits (qemu inherits the descriptors). Without it a parallel cargo test
+# could be leased a port the VM forwards: its client then reached the
+# guest's empty port through qemu (accepted, then reset: seen 2026-11-23,
+# warpsock-rping's loopback test, while another engineer's VM ran). Another
+# offset is tried when a lease is taken; fails after 20.
+vm_ports() {
+    local n=$1 try p fd rest ok dir=${TMPDIR:-/tmp}/warpsock-testkit-ports
+    local ports=() fds=()
+    shift
+    mkdir -p "$dir"
+    for try in $(seq 20); do
+        read -r VM_OFF rest < <(vm_port_offset "$n" "$@")
+        [ -n "$VM_OFF" ] || return 1
+        read -ra VM_EXTRA <<<"$rest"
+        ports=("${VM_EXTRA[@]}")
+        for p in "$@"; do ports+=($((p + VM_OFF))); done
+        fds=() ok=1
+        for p in "${ports[@]}"; do
+            exec {fd}>>"$dir/$p"
+            fds+=("$fd")
+            flock -n "$fd" || { ok=0; break; }
+        done
+        [ "$ok" = 1 ] && return 0
+        for fd in "${fds[@]}"; do exec {fd}>&-; done
+    done
+    return 1
 }

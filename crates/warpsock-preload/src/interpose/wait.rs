@@ -5,6 +5,7 @@
 //! sure its doorbells tell the truth (`Kind::before_wait`).
 
 use libc::{c_int, c_void};
+use smallvec::SmallVec;
 
 use super::KINDS;
 use crate::shim::guard::{busy, enter};
@@ -134,10 +135,11 @@ fn poll_with(
 ) -> c_int {
     let end = timeout.map(|t| std::time::Instant::now() + t);
     loop {
-        let mut ext: Vec<libc::pollfd> = fds.to_vec();
-        let mut waits = Vec::new();
+        // Inline (no allocation) for the common few descriptors.
+        let mut ext: SmallVec<[libc::pollfd; 8]> = SmallVec::from_slice(fds);
+        let mut waits: SmallVec<[_; 2]> = SmallVec::new();
         // (program's index, index in `ext`) of sockets waited on for room.
-        let mut outs = Vec::new();
+        let mut outs: SmallVec<[(usize, usize); 2]> = SmallVec::new();
         for (i, p) in fds.iter().enumerate() {
             if p.events & (libc::POLLIN | libc::POLLOUT) == 0 {
                 continue;
@@ -175,9 +177,9 @@ fn poll_with(
         }
         let n = wait(&mut ext, left);
         let e = sys::errno();
-        let mut readable = Vec::new();
+        let mut readable: SmallVec<[usize; 2]> = SmallVec::new();
         for (i, s, w, start) in waits {
-            let revents: Vec<i16> = ext[start..start + w.fds.len()]
+            let revents: SmallVec<[i16; 8]> = ext[start..start + w.fds.len()]
                 .iter()
                 .map(|p| p.revents)
                 .collect();
@@ -190,7 +192,7 @@ fn poll_with(
             return n;
         }
         let room = libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
-        let writable: Vec<usize> = outs
+        let writable: SmallVec<[usize; 2]> = outs
             .iter()
             .filter(|(_, j)| ext[*j].revents & room != 0)
             .map(|(i, _)| *i)

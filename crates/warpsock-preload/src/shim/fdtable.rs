@@ -14,6 +14,7 @@
 //! become candidates).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
@@ -34,7 +35,31 @@ static MARKS: [AtomicU8; BITS] = [const { AtomicU8::new(0) }; BITS];
 static HIGH: AtomicU64 = AtomicU64::new(0);
 static MAP: RwLock<Map> = RwLock::new(None);
 
-type Map = Option<HashMap<c_int, Arc<dyn Socket>>>;
+type Map = Option<HashMap<c_int, Arc<dyn Socket>, BuildHasherDefault<FdHasher>>>;
+
+/// Hashes a descriptor number with one multiplication (Fibonacci
+/// hashing): the map is looked up on every data call of a managed socket,
+/// and the default SipHash cost more than the rest of the lookup.
+/// Descriptor numbers are the program's, not a peer's, so there is no
+/// flooding to resist.
+#[derive(Default)]
+pub(crate) struct FdHasher(u64);
+
+impl Hasher for FdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i32(&mut self, fd: i32) {
+        self.0 = u64::from(fd as u32).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
 
 /// The mark of `fd`: 0 for a descriptor the layer ignores (one relaxed
 /// load; high descriptors read [`MANAGED`] while any is managed).
@@ -87,7 +112,7 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
 pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
     sock.add_ref();
     let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
-    let old = m.get_or_insert_with(HashMap::new).insert(fd, sock);
+    let old = m.get_or_insert_with(HashMap::default).insert(fd, sock);
     match MARKS.get(fd as usize) {
         Some(b) => b.store(MANAGED, Ordering::Relaxed),
         None if old.is_none() => {

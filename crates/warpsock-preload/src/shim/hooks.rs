@@ -1,7 +1,8 @@
 //! Test hooks, compiled only with the `test-hooks` feature (the shipped
 //! library has none): delays that let the integration tests make a race
 //! happen in a chosen order, deterministically. The tests build their own
-//! copy of the library with the feature (`tests/preload.rs`).
+//! copy of the library with the feature (`tests/common`, used by `tests/preload.rs`,
+//! `tests/readiness.rs` and the others).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -21,6 +22,20 @@ fn ms(var: &str) -> Option<Duration> {
 pub(crate) fn timer_delay() -> Option<Duration> {
     static V: OnceLock<Option<Duration>> = OnceLock::new();
     *V.get_or_init(|| ms("WARPSOCK_TEST_TIMER_DELAY_MS"))
+}
+
+/// With [`timer_delay`] set, how long (ms) a late timer's look for the
+/// answer it awaits may wait for it: 10 s, so that a peer slower than the
+/// delay (a loaded machine: the preload test failed at load 13 with the
+/// fixed 100 ms alone) still answers before the timer decides, and the
+/// test sees the rescue every time. 0 (look, do not wait) otherwise, as in
+/// the shipped library.
+pub(crate) fn late_timer_answer_wait_ms() -> libc::c_int {
+    if timer_delay().is_some() {
+        10_000
+    } else {
+        0
+    }
 }
 
 /// `WARPSOCK_TEST_UDP_READY_DELAY_MS`: the progress thread waits this long

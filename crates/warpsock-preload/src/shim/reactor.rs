@@ -82,6 +82,26 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Wake-ups of the progress thread (each return from its wait).
+static WAKEUPS: AtomicU64 = AtomicU64::new(0);
+
+/// Events the progress thread's wait returned for a token with no handler
+/// (deregistered). One is possible when an event in a batch closes another
+/// that was in the same batch; a stream of them is a descriptor closed
+/// while still in the epoll set (a file kept alive elsewhere, e.g. by a
+/// program's `poll` on its number, stays in the set and reports `EPOLLHUP`
+/// whatever the mask: the thread spins). [`Reactor::unwatch`] before every
+/// close keeps it at a handful.
+static STRAY: AtomicU64 = AtomicU64::new(0);
+
+/// The reactor's counters, `(name, value)`, for the stats report.
+pub(crate) fn counters() -> [(&'static str, u64); 2] {
+    [
+        ("reactor_wakeups", WAKEUPS.load(Ordering::Relaxed)),
+        ("reactor_stray_events", STRAY.load(Ordering::Relaxed)),
+    ]
+}
+
 /// Connection events and timers being handled right now (any thread).
 static HANDLING: AtomicU64 = AtomicU64::new(0);
 
@@ -235,11 +255,34 @@ impl Reactor {
     /// Removes a token (and its descriptor, if given, from the epoll set).
     pub(crate) fn deregister(&self, id: u64, fd: Option<c_int>) {
         if let Some(fd) = fd {
-            let mut ev = libc::epoll_event { events: 0, u64: 0 };
-            // SAFETY: as in `register`.
-            unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, fd, &mut ev) };
+            self.unwatch(fd);
         }
         lock(&self.regs).remove(&id);
+    }
+
+    /// Takes `fd` out of the epoll set; call it before closing a watched
+    /// descriptor. `close` alone leaves it in the set while anything else
+    /// holds the file: a program's `poll` holds every descriptor it waits
+    /// on until it returns, and a blocking receive polls its connections
+    /// that way. The set then keeps reporting the closed socket's
+    /// `EPOLLHUP` (reported whatever the mask) under a token nobody
+    /// handles, and the progress thread spins until that poll returns
+    /// (seen: 20 s, a victim's whole `SO_RCVTIMEO`, at 100% CPU).
+    pub(crate) fn unwatch(&self, fd: c_int) {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: as in `register`.
+        unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, fd, &mut ev) };
+    }
+
+    /// Whether the epoll set holds descriptor number `fd` under token `id`,
+    /// as `/proc/self/fdinfo` lists it.
+    #[cfg(test)]
+    pub(crate) fn watches(&self, fd: c_int, id: u64) -> bool {
+        let info =
+            std::fs::read_to_string(format!("/proc/self/fdinfo/{}", self.epfd)).unwrap_or_default();
+        let (tfd, data) = (format!("tfd: {fd:>8} "), format!(" data: {id:>16x} "));
+        info.lines()
+            .any(|l| l.starts_with(&tfd) && l.contains(&data))
     }
 
     /// Puts the handler of token `id` on the timer list (until its
@@ -323,6 +366,7 @@ impl Reactor {
             self.wake_at.store(plan, Ordering::SeqCst);
             let n = self.wait(&mut events, timeout);
             self.wake_at.store(AWAKE, Ordering::SeqCst);
+            WAKEUPS.fetch_add(1, Ordering::Relaxed);
             if n < 0 {
                 if sys::errno() == libc::EINTR {
                     continue;
@@ -344,6 +388,8 @@ impl Reactor {
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         h.on_ready(self, bits);
                     }));
+                } else {
+                    STRAY.fetch_add(1, Ordering::Relaxed);
                 }
             }
             self.run_timers();

@@ -28,11 +28,14 @@ use super::core::setup::{Phase, Setup, Step};
 use super::core::txbuf::TxBuf;
 use super::park;
 use super::stats::{self, STATS};
-use crate::shim::reactor::Reactor;
+use crate::shim::reactor::{self, Reactor};
 use crate::shim::sys::{self, errno, lock};
 use crate::shim::{iov, real};
 
 mod tx;
+
+#[cfg(test)]
+mod tests;
 
 pub(super) const EPOLLIN: u32 = libc::EPOLLIN as u32;
 pub(super) const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
@@ -94,10 +97,17 @@ pub(super) fn tune(fd: c_int) {
     }
 }
 
-/// Shuts a connection's socket down, then closes it: a blocking receive
-/// call may be polling the descriptor at this moment, and its reference
-/// would otherwise keep the connection open (no FIN) until it returns.
+/// Closes a connection's socket `fd`, watched by the progress thread: a
+/// blocking receive call may be polling the descriptor at this moment, and
+/// its reference keeps the file alive until it returns. So the socket
+/// leaves the epoll set first (else it would stay there, reporting the
+/// `EPOLLHUP` of a closed socket to the progress thread in a loop:
+/// [`Reactor::unwatch`]), and is shut down before the close (else the
+/// connection would stay open, with no FIN, until that call returns).
 fn shut(fd: c_int) {
+    if let Some(eng) = reactor::current() {
+        eng.unwatch(fd);
+    }
     // SAFETY: shutdown on a socket this library owns; no pointers.
     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
     sys::close(fd);
@@ -140,9 +150,19 @@ pub(super) struct Interest {
     edge: bool,
     /// Parked (`super::park`): the blocking receive call that read the
     /// connection last returned a datagram and left it unwatched by the
-    /// progress thread, since when; the next receive call takes it over
-    /// without telling the progress thread (no `epoll_ctl` per round trip).
+    /// progress thread, since when (or since its timer saw it in use); the
+    /// next receive call takes it over without telling the progress thread
+    /// (no `epoll_ctl` per round trip).
     parked: Option<Instant>,
+    /// On `park::LIST` (what the next `park::release_all` gives back): a
+    /// connection parked again after each receive call is looked up there
+    /// once, not at every park.
+    listed: bool,
+    /// A receive call or poll took the parked connection over since its
+    /// timer last looked: the timer re-arms instead of giving it back (a
+    /// take-over leaves the mark as it is, so that it costs no clock
+    /// reading; `super::park`).
+    used: bool,
 }
 
 impl Interest {
@@ -384,6 +404,8 @@ impl Conn {
                 callers: 0,
                 edge: false,
                 parked: None,
+                listed: false,
+                used: false,
             }),
         }
     }
@@ -415,10 +437,17 @@ impl Conn {
         if i.fd < 0 || !i.read || (parked_only && i.parked.is_none()) {
             return None;
         }
+        if i.parked.is_some() {
+            // Taking a parked connection over changes nothing for the
+            // progress thread (it was not watching it): it stays parked
+            // while claimed, and the claim's end leaves it so (no clock
+            // reading, no count, no look at the park list per call); its
+            // timer sees it was used (`super::park`).
+            i.callers += 1;
+            i.used = true;
+            return Some(i.fd);
+        }
         let old = i.mask();
-        // Taking a parked connection over changes nothing for the
-        // progress thread: it was not watching it.
-        park::clear(&mut i.parked);
         i.callers += 1;
         i.rewatch(eng, self.id, old);
         Some(i.fd)
@@ -435,18 +464,19 @@ impl Conn {
         let mut i = lock(&self.ev);
         let old = i.mask();
         i.callers = i.callers.saturating_sub(1);
-        if park
-            && i.callers == 0
-            && (i.read || i.edge)
-            && i.fd == fd
-            && fd >= 0
-            && i.parked.is_none()
-        {
-            if i.edge {
-                stats::inc(&STATS.rx_parked_ready);
+        if i.callers == 0 {
+            if !(park && (i.read || i.edge) && i.fd == fd && fd >= 0) {
+                // Given back (a connection claimed while parked is still
+                // marked parked: `claim`).
+                park::clear(&mut i.parked);
+            } else if i.parked.is_none() {
+                if i.edge {
+                    stats::inc(&STATS.rx_parked_ready);
+                }
+                i.parked = Some(Instant::now());
+                park::parked(self, &mut i.listed);
             }
-            i.parked = Some(Instant::now());
-            park::parked(self);
+            // Else parked when claimed, and still: nothing changes.
         }
         i.rewatch(eng, self.id, old);
         i.fd == fd
@@ -512,11 +542,31 @@ impl Conn {
     /// only one parked longer than `park::grace()` by `now`). Returns
     /// whether it was parked.
     pub(super) fn unpark(&self, eng: &Reactor, stale: Option<Instant>) -> bool {
+        self.unpark_locked(&mut lock(&self.ev), eng, stale)
+    }
+
+    /// `park::release_all` took the connection off its list: gives it back
+    /// if parked (as [`Conn::unpark`]), and marks it unlisted.
+    pub(super) fn released(&self, eng: &Reactor) -> bool {
         let mut i = lock(&self.ev);
+        i.listed = false;
+        self.unpark_locked(&mut i, eng, None)
+    }
+
+    fn unpark_locked(&self, i: &mut Interest, eng: &Reactor, stale: Option<Instant>) -> bool {
         let Some(since) = i.parked else { return false };
-        if stale.is_some_and(|now| since + park::grace() > now) {
-            return false;
+        if let Some(now) = stale {
+            if since + park::grace() > now {
+                return false;
+            }
+            if i.callers > 0 || std::mem::take(&mut i.used) {
+                // Taken over since the timer last looked (or now): still
+                // in use, so parked for another grace period from now.
+                i.parked = Some(now);
+                return false;
+            }
         }
+        i.used = false;
         let old = i.mask();
         park::clear(&mut i.parked);
         i.rewatch(eng, self.id, old);

@@ -106,7 +106,11 @@ impl Conn {
                 events: want,
                 revents: 0,
             }];
-            if sys::poll(&mut p, 0) > 0 && p[0].revents != 0 {
+            #[cfg(feature = "test-hooks")]
+            let wait_ms = crate::shim::hooks::late_timer_answer_wait_ms();
+            #[cfg(not(feature = "test-hooks"))]
+            let wait_ms = 0;
+            if sys::poll(&mut p, wait_ms) > 0 && p[0].revents != 0 {
                 drop(st);
                 stats::inc(&STATS.timer_rescues);
                 // poll and epoll share their bit values on Linux.

@@ -30,6 +30,13 @@
 //!   give every parked connection back before they wait
 //!   ([`release_all`], through `Kind::before_wait`).
 //!
+//! Taking a parked connection over (a receive call's or a poll's claim)
+//! leaves it marked parked, and the claim's end leaves the mark as it is:
+//! per call, a lock and a count of callers, no clock reading and no look
+//! at the park list. The mark's time is therefore the park's, not the last
+//! use's: the timer below sees that the connection was taken over since it
+//! last looked and parks it for another grace period instead.
+//!
 //! A wait the library does not see (`io_uring`, a blocking call on another
 //! descriptor in a thread that never receives again) is covered by the
 //! connection's timer: the progress thread gives back a connection parked
@@ -69,22 +76,23 @@ pub(super) fn any() -> bool {
     PARKED.load(Ordering::Relaxed) > 0
 }
 
-/// `conn` was just parked (caller holds its interest lock; `LIST` is a
-/// leaf lock).
-pub(super) fn parked(conn: &Arc<Conn>) {
+/// `conn` was just parked (caller holds its interest lock, whose `listed`
+/// says whether `conn` is on `LIST` already; `LIST` is a leaf lock).
+pub(super) fn parked(conn: &Arc<Conn>, listed: &mut bool) {
     PARKED.fetch_add(1, Ordering::Relaxed);
     stats::inc(&STATS.rx_parks);
+    if *listed {
+        // Parked again after a receive call: still on the list (only
+        // `release_all` takes connections off it).
+        return;
+    }
     let mut l = lock(&LIST);
     if l.len() >= 64 {
         // Bounded: connections closed since are forgotten.
         l.retain(|w| w.strong_count() > 0);
     }
-    if !l
-        .iter()
-        .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(conn)))
-    {
-        l.push(Arc::downgrade(conn));
-    }
+    l.push(Arc::downgrade(conn));
+    *listed = true;
 }
 
 /// Unparks the interest's mark (the caller re-computes the epoll mask).
@@ -105,6 +113,6 @@ pub(crate) fn release_all() {
     };
     let conns: Vec<Weak<Conn>> = std::mem::take(&mut *lock(&LIST));
     for c in conns.iter().filter_map(Weak::upgrade) {
-        c.unpark(eng, None);
+        c.released(eng);
     }
 }

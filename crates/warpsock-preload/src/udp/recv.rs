@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libc::{c_int, msghdr};
+use smallvec::SmallVec;
 
 use super::config;
 use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN, HINT_UP};
@@ -90,10 +91,11 @@ impl Sock {
                 set_errno(libc::EAGAIN);
                 return -1;
             }
-            let now = Instant::now();
-            let wait = match deadline {
-                _ if nonblock => 0,
-                Some(d) => {
+            // A non-blocking call neither waits nor spins: no clock reading.
+            let now = (!nonblock).then(Instant::now);
+            let wait = match (now, deadline) {
+                (None, _) => 0,
+                (Some(now), Some(d)) => {
                     let left = d.saturating_duration_since(now);
                     if left.is_zero() {
                         set_errno(libc::EAGAIN);
@@ -101,7 +103,7 @@ impl Sock {
                     }
                     left.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
                 }
-                None => -1,
+                (Some(_), None) => -1,
             };
             // From here on the call watches the socket's connections itself
             // (a non-blocking call: the parked ones, which nothing else
@@ -140,15 +142,12 @@ impl Sock {
                     }
                 }
             }
-            if spin_until.is_none() {
-                let bp = match nonblock {
-                    true => Duration::ZERO,
-                    false => config::get().busy_poll.unwrap_or(Duration::ZERO),
-                };
+            if let (None, Some(now)) = (spin_until, now) {
+                let bp = config::get().busy_poll.unwrap_or(Duration::ZERO);
                 spin_until = Some(deadline.map_or(now + bp, |dl| dl.min(now + bp)));
             }
-            let spinning = spin_until.is_some_and(|t| now < t);
-            let mut p = Vec::with_capacity(2 + d.conns.len());
+            let spinning = now.is_some_and(|now| spin_until.is_some_and(|t| now < t));
+            let mut p: SmallVec<[libc::pollfd; 2 + DRIVEN_INLINE]> = SmallVec::new();
             for fd in [self.bell.app, self.udp]
                 .into_iter()
                 .chain(d.conns.iter().map(|c| c.1))
@@ -432,10 +431,10 @@ impl Sock {
         if d.conns.is_empty() {
             return None;
         }
-        Some(Wait {
-            fds: d.conns.iter().map(|c| c.1).collect(),
-            claim: Box::new(d),
-        })
+        let (mut fds, mut claim) = spare::take();
+        fds.extend(d.conns.iter().map(|c| c.1));
+        *claim = Some(d);
+        Some(Wait { fds, claim })
     }
 
     /// The poll returned: a whole datagram waiting on a connection makes
@@ -446,9 +445,13 @@ impl Sock {
     /// stay parked (`super::park`). Returns whether anything is there to
     /// receive.
     pub(super) fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
-        let Ok(mut d) = wait.claim.downcast::<Driven>() else {
+        let Ok(mut held) = wait.claim.downcast::<Option<Driven>>() else {
             return false;
         };
+        let Some(mut d) = held.take() else {
+            return false;
+        };
+        spare::give(wait.fds, held);
         let bits = libc::POLLIN | libc::POLLERR | libc::POLLHUP;
         let mut waiting = false;
         if let Some(eng) = d.eng {
@@ -482,6 +485,55 @@ impl Sock {
     }
 }
 
+/// The two heap blocks of a poll's [`Wait`] (its descriptor list and its
+/// boxed claim), kept per thread for the next poll: a poll of one socket
+/// allocates nothing once warm (they were the last two allocations per
+/// `poll` of the event loop's round trip).
+mod spare {
+    use std::cell::RefCell;
+
+    use libc::c_int;
+
+    use super::Driven;
+
+    /// Spares kept per thread (a poll of more offloaded sockets than this
+    /// allocates for the others).
+    const KEPT: usize = 4;
+
+    type Claim = Box<Option<Driven>>;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<(Vec<c_int>, Claim)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An empty descriptor list and an empty claim, from the thread's
+    /// spares or new.
+    pub(super) fn take() -> (Vec<c_int>, Claim) {
+        SPARE
+            .try_with(|s| s.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| (Vec::with_capacity(super::DRIVEN_INLINE), Box::new(None)))
+    }
+
+    /// Keeps a poll's blocks for the next (`claim` is empty: its
+    /// connections were taken out).
+    pub(super) fn give(mut fds: Vec<c_int>, claim: Claim) {
+        debug_assert!(claim.is_none());
+        fds.clear();
+        // A thread that is ending frees them instead.
+        let _ = SPARE.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < KEPT {
+                if s.capacity() == 0 {
+                    s.reserve_exact(KEPT);
+                }
+                s.push((fds, claim));
+            }
+        });
+    }
+}
+
 /// The connections a blocking receive call watches itself while it waits
 /// (caller-driven receive): claimed from the progress thread on the first
 /// wait, given back when the call returns. Only armed connections are
@@ -489,7 +541,8 @@ impl Sock {
 struct Driven {
     sock: Arc<Sock>,
     eng: Option<&'static Reactor>,
-    conns: Vec<(Arc<Conn>, c_int)>,
+    /// Inline up to [`DRIVEN_INLINE`]: no allocation per receive call.
+    conns: SmallVec<[(Arc<Conn>, c_int); DRIVEN_INLINE]>,
     /// The call returns a datagram, or a non-blocking call found nothing:
     /// leave the connections parked
     /// (`super::park`) rather than watched by the progress thread again.
@@ -500,6 +553,10 @@ struct Driven {
 /// thread (one poll over many descriptors per receive would cost more).
 const MAX_DRIVEN: usize = 16;
 
+/// Connections a receive call holds without allocating: a ping-pong
+/// socket has two (its own to the peer and the peer's to it).
+const DRIVEN_INLINE: usize = 4;
+
 impl Driven {
     /// Claims the socket's armed connections (`parked_only`: its parked
     /// ones).
@@ -507,7 +564,7 @@ impl Driven {
         let mut d = Self {
             sock,
             eng: None,
-            conns: Vec::new(),
+            conns: SmallVec::new(),
             park: false,
         };
         if !config::get().caller_recv {
@@ -517,18 +574,16 @@ impl Driven {
             return d;
         };
         d.eng = Some(eng);
-        let mut conns = Vec::new();
         {
             let g = lock(&d.sock.inner);
             if g.owned.len() <= MAX_DRIVEN {
                 for c in g.owned.values() {
                     if let Some(fd) = c.claim(eng, parked_only) {
-                        conns.push((c.clone(), fd));
+                        d.conns.push((c.clone(), fd));
                     }
                 }
             }
         }
-        d.conns = conns;
         d
     }
 

@@ -161,9 +161,9 @@ counters! {
     /// claimed by a receive call, and stayed parked (unwatched, no
     /// `epoll_ctl`) until drained.
     rx_parked_ready,
-    /// Blocking receives that left their connection parked
+    /// Receive calls and polls that left a connection parked
     /// (`super::park`): the next receive call takes it over with no
-    /// `epoll_ctl`.
+    /// `epoll_ctl`. One that took it over parked leaves it so, uncounted.
     rx_parks,
     /// Parked connections given back to the progress thread (a wait the
     /// library does not drive, a non-blocking receive that found nothing,
@@ -236,11 +236,60 @@ pub(crate) fn inc(c: &AtomicU64) {
     add(c, 1);
 }
 
+/// The library's heap allocations (`alloc` and `realloc` calls), counted
+/// in builds with the test hooks only: the tests bound them per round trip
+/// (`heap_allocs` in the report).
+#[cfg(feature = "test-hooks")]
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    pub(super) static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+    struct Counting;
+
+    // SAFETY: every call is forwarded to `System` unchanged.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller's contract, forwarded.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller's contract, forwarded.
+            unsafe { System.alloc_zeroed(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            // SAFETY: the caller's contract, forwarded.
+            unsafe { System.dealloc(p, l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the caller's contract, forwarded.
+            unsafe { System.realloc(p, l, n) }
+        }
+    }
+
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+}
+
 /// The report printed at exit.
 pub(crate) fn report() -> String {
     let mut s = format!("warpsock udp-offload stats (pid {}):\n", std::process::id());
-    for (name, v) in STATS.snapshot() {
+    // The progress thread's own (`shim::reactor`), after the offload's.
+    for (name, v) in STATS
+        .snapshot()
+        .into_iter()
+        .chain(crate::shim::reactor::counters())
+    {
         s.push_str(&format!("  {name:<20} {v}\n"));
+    }
+    #[cfg(feature = "test-hooks")]
+    {
+        let v = counting::ALLOCS.load(Ordering::Relaxed);
+        s.push_str(&format!("  {:<20} {v}\n", "heap_allocs"));
     }
     // Per stripe: only stripes that carried something.
     for (dir, a) in [("tx", &STRIPES.tx), ("rx", &STRIPES.rx)] {

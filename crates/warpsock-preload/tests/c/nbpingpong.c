@@ -5,7 +5,9 @@
  * descriptor readable is followed by a receive that returns the datagram
  * at once, and the drain that follows ends in EAGAIN with the descriptor
  * no longer readable. (Under the preload the counters of the run show
- * what each round trip cost: see preload.rs.) Ports: a b. */
+ * what each round trip cost: see preload.rs.) Ports: a b [event|busy]: the
+ * third argument runs only the poll rounds or only the busy ones (to count
+ * instructions per round trip of one kind, e.g. under callgrind). */
 #include <pthread.h>
 
 #include "common.h"
@@ -13,6 +15,8 @@
 enum { ROUNDS = 1000, SPIN_MS = 10000 };
 
 static int pa, pb, sa, sb;
+/* The rounds run: busy = first .. last - 1 (0: poll, 1: busy). */
+static int first = 0, last = 2;
 
 /* Waits until `s` is readable (poll, bounded) or, with `busy`, spins on
  * non-blocking receives until one returns; returns the datagram's length
@@ -44,7 +48,7 @@ static ssize_t take(int s, int busy, char *buf, size_t cap) {
 static void *echo(void *arg) {
     (void)arg;
     char buf[256];
-    for (int busy = 0; busy < 2; busy++) {
+    for (int busy = first; busy < last; busy++) {
         for (int i = 0; i < ROUNDS; i++) {
             ssize_t n = take(sb, busy, buf, sizeof buf);
             CHECK(n > 0);
@@ -57,6 +61,11 @@ static void *echo(void *arg) {
 int main(int argc, char **argv) {
     pa = port_arg(argc, argv, 1);
     pb = port_arg(argc, argv, 2);
+    if (argc > 3) {
+        CHECK(strcmp(argv[3], "event") == 0 || strcmp(argv[3], "busy") == 0);
+        first = argv[3][0] == 'b';
+        last = first + 1;
+    }
     sa = udp_bound(pa);
     sb = udp_bound(pb);
     /* Set up the route both ways before the echo thread starts: each side
@@ -70,7 +79,7 @@ int main(int argc, char **argv) {
     CHECK(recv(sa, in, sizeof in, 0) == 4 && memcmp(in, "hi b", 4) == 0);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, echo, NULL) == 0);
-    for (int busy = 0; busy < 2; busy++) {
+    for (int busy = first; busy < last; busy++) {
         for (int i = 0; i < ROUNDS; i++) {
             int len = snprintf(out, sizeof out, "ping %d %d", busy, i);
             send_to(sa, pb, out, (size_t)len);
@@ -79,6 +88,6 @@ int main(int argc, char **argv) {
         }
     }
     CHECK(pthread_join(t, NULL) == 0);
-    printf("ok %d rounds\n", 2 * ROUNDS);
+    printf("ok %d rounds\n", (last - first) * ROUNDS);
     return 0;
 }

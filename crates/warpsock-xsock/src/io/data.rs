@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Sgl};
 
-use super::gather::{Gather, Src};
-use super::settings::{Count, RecvFlags};
+use super::gather::{non_empty, Gather, Src};
+use super::settings::{Count, Readiness, RecvFlags};
 use super::socket::{State, XSocket, CALL_BITS, WR_CALL, WR_SLOT};
 use crate::stream::{SinkState, TxStep};
 use crate::wire::{Msg, HDR_LEN, MAX_CONTROL_LEN};
@@ -40,15 +40,43 @@ impl XSocket {
         nonblocking: bool,
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
-        let g = Gather::new(bufs);
+        self.send_guarded(bufs, nonblocking, timeout).0
+    }
+
+    /// [`Self::send_vectored`], and the socket's readiness as the call
+    /// left it, taken under the call's own lock (a caller that reflects
+    /// readiness after every call — the preload's doorbell — need not
+    /// lock the socket again for it).
+    pub fn send_vectored_ready(
+        &self,
+        bufs: &[&[u8]],
+        nonblocking: bool,
+        timeout: Option<Duration>,
+    ) -> (io::Result<usize>, Readiness) {
+        let (r, st) = self.send_guarded(bufs, nonblocking, timeout);
+        let st = st.unwrap_or_else(|| self.lock());
+        (r, Self::readiness_of(&st))
+    }
+
+    /// The body of [`Self::send_vectored`]: the result and, unless the
+    /// call let it go (nothing to send, or a zero-copy call: the caller's
+    /// buffers are deregistered after it), the socket's lock.
+    fn send_guarded(
+        &self,
+        bufs: &[&[u8]],
+        nonblocking: bool,
+        timeout: Option<Duration>,
+    ) -> (io::Result<usize>, Option<MutexGuard<'_, State>>) {
+        let parts = non_empty(bufs);
+        let g = Gather::new(&parts);
         let total = g.len();
         if total == 0 {
-            return Ok(0);
+            return (Ok(0), None);
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut st = self.lock();
         if st.s.is_write_shut() || (st.peer_closed && st.error.is_none()) {
-            return Err(io::Error::from_raw_os_error(libc::EPIPE));
+            return (Err(io::Error::from_raw_os_error(libc::EPIPE)), Some(st));
         }
         let zcopy = !nonblocking && total >= self.opts.zcopy_min;
         let call = st.next_id();
@@ -77,9 +105,12 @@ impl XSocket {
         let (mut st, r) = self.send_call(st, &g, call, mrs, nonblocking, deadline);
         st.sending -= 1;
         self.rearm(&mut st);
+        if user_mrs.is_empty() {
+            return (r, Some(st));
+        }
         drop(st);
         drop(user_mrs);
-        r
+        (r, None)
     }
 
     /// The body of a send call (`call`; `mrs`: the caller's buffers,
@@ -165,6 +196,7 @@ impl XSocket {
             st.s.tx_end_call();
         }
         self.flush(&mut st);
+        self.reap(&mut st);
         self.count(Count::TxBytes, off);
         if zcopy {
             // The caller's memory is read by the engine until its requests
@@ -270,10 +302,21 @@ impl XSocket {
         flags: RecvFlags,
         timeout: Option<Duration>,
     ) -> io::Result<(usize, bool)> {
+        self.recv_guarded(buf, flags, timeout).1
+    }
+
+    /// The body of [`Self::recv`]: the socket's lock as the call left it,
+    /// and the result.
+    fn recv_guarded(
+        &self,
+        buf: &mut [u8],
+        flags: RecvFlags,
+        timeout: Option<Duration>,
+    ) -> (MutexGuard<'_, State>, io::Result<(usize, bool)>) {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut st = self.lock();
         if buf.is_empty() {
-            return Ok((0, false));
+            return (st, Ok((0, false)));
         }
         let mut got = 0;
         // Whether the engine was driven since the books were last looked
@@ -289,20 +332,21 @@ impl XSocket {
             if let Some((n, eor)) = self.read_now(&mut st, &mut buf[got..], flags.peek, got > 0) {
                 got += n;
                 if st.msg_mode || flags.peek || !flags.waitall || got == buf.len() {
-                    return Ok((got, eor));
+                    return (st, Ok((got, eor)));
                 }
                 continue;
             }
             if st.s.eof() || st.shut_rd {
-                return Ok((got, false));
+                return (st, Ok((got, false)));
             }
             if let Some(e) = Self::dead(&st) {
-                return if got > 0 { Ok((got, false)) } else { Err(e) };
+                let r = if got > 0 { Ok((got, false)) } else { Err(e) };
+                return (st, r);
             }
             if st.peer_closed {
                 // FIN without our end-of-stream message: the peer's
                 // process ended; what arrived is all there is.
-                return Ok((got, false));
+                return (st, Ok((got, false)));
             }
             let expired = deadline.is_some_and(|d| Instant::now() >= d);
             let rest = buf.len() - got;
@@ -317,18 +361,20 @@ impl XSocket {
                 continue;
             }
             if flags.nonblocking {
-                return if got > 0 {
+                let r = if got > 0 {
                     Ok((got, false))
                 } else {
                     Err(io::Error::from_raw_os_error(libc::EAGAIN))
                 };
+                return (st, r);
             }
             if expired {
-                return if got > 0 {
+                let r = if got > 0 {
                     Ok((got, false))
                 } else {
                     Err(io::Error::from_raw_os_error(libc::EAGAIN))
                 };
+                return (st, r);
             }
             if sink && !self.opts.sinks {
                 let (guard, r) =
@@ -338,7 +384,7 @@ impl XSocket {
                     Some(n) => {
                         got += n;
                         if n > 0 && (!flags.waitall || got == buf.len()) {
-                            return Ok((got, false));
+                            return (st, Ok((got, false)));
                         }
                     }
                     None => st = self.wait_as(st, deadline, true),
@@ -351,7 +397,7 @@ impl XSocket {
                 st = guard;
                 got += n;
                 if n > 0 && (!flags.waitall || got == buf.len()) {
-                    return Ok((got, false));
+                    return (st, Ok((got, false)));
                 }
                 continue;
             }
@@ -364,6 +410,34 @@ impl XSocket {
     /// buffer; only a peek or message mode, whose one read must see one
     /// contiguous span, goes through a staging buffer.
     pub fn recv_vectored(
+        &self,
+        bufs: &mut [&mut [u8]],
+        flags: RecvFlags,
+        timeout: Option<Duration>,
+    ) -> io::Result<(usize, bool)> {
+        self.recv_vectored_ready(bufs, flags, timeout).0
+    }
+
+    /// [`Self::recv_vectored`], and the socket's readiness as the call
+    /// left it: for one buffer (the usual `recv`, `read`, `recvmsg`) taken
+    /// under the call's own lock, so a caller that reflects readiness after
+    /// every call need not lock the socket again for it.
+    pub fn recv_vectored_ready(
+        &self,
+        bufs: &mut [&mut [u8]],
+        flags: RecvFlags,
+        timeout: Option<Duration>,
+    ) -> (io::Result<(usize, bool)>, Readiness) {
+        if let [one] = bufs {
+            let (st, r) = self.recv_guarded(one, flags, timeout);
+            return (r, Self::readiness_of(&st));
+        }
+        let r = self.recv_scattered(bufs, flags, timeout);
+        (r, self.readiness_now())
+    }
+
+    /// [`Self::recv_vectored`] into any number of buffers but one.
+    fn recv_scattered(
         &self,
         bufs: &mut [&mut [u8]],
         flags: RecvFlags,
@@ -387,9 +461,10 @@ impl XSocket {
             return Ok((n, eor));
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        // A large buffer after small ones (a header, then the body): offered
-        // as a sink ahead of the stream, so that only the small ones' bytes
-        // are copied. `got` bytes of the buffers are filled in order.
+        // A large read that finds nothing queued is placed into its
+        // buffers (`io/placed.rs`), or — with sinks — its large buffer after
+        // small ones (a header, then the body) is offered as a sink ahead
+        // of the stream. `got` bytes of the buffers are filled in order.
         let mut got = if flags.nonblocking {
             0
         } else if self.opts.sinks {

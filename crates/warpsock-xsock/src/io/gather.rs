@@ -4,17 +4,25 @@
 //! gather list of the caller's registered buffers — is what keeps a
 //! vectored send from staging its bytes in a buffer of its own.
 
+use smallvec::SmallVec;
 use warpsock_engine::{Mr, Sgl};
 
-/// The non-empty buffers of a send call, in order.
+/// The non-empty buffers of a send call, in order ([`non_empty`]).
 pub(crate) struct Gather<'a> {
-    pub(crate) parts: Vec<&'a [u8]>,
+    pub(crate) parts: &'a [&'a [u8]],
     len: usize,
 }
 
+/// The non-empty buffers of `bufs`, in order: a few inline, so a small
+/// send allocates nothing (a `Vec` here was one allocation per call).
+pub(crate) fn non_empty<'a>(bufs: &[&'a [u8]]) -> SmallVec<[&'a [u8]; 4]> {
+    bufs.iter().copied().filter(|b| !b.is_empty()).collect()
+}
+
 impl<'a> Gather<'a> {
-    pub(crate) fn new(bufs: &[&'a [u8]]) -> Self {
-        let parts: Vec<&[u8]> = bufs.iter().copied().filter(|b| !b.is_empty()).collect();
+    /// The call's buffers `parts`, none empty ([`non_empty`]).
+    pub(crate) fn new(parts: &'a [&'a [u8]]) -> Self {
+        debug_assert!(parts.iter().all(|b| !b.is_empty()), "an empty part");
         let len = parts.iter().map(|b| b.len()).sum();
         Self { parts, len }
     }
@@ -80,10 +88,7 @@ pub(crate) struct Src<'a> {
 impl Src<'static> {
     /// No bytes.
     pub(crate) const NONE: Self = Self {
-        g: &Gather {
-            parts: Vec::new(),
-            len: 0,
-        },
+        g: &Gather { parts: &[], len: 0 },
         mrs: None,
         off: 0,
         len: 0,
@@ -97,7 +102,8 @@ mod tests {
     #[test]
     fn copies_across_parts_and_skips_empty_ones() {
         let (a, b, c) = ([1u8, 2, 3], [], [4u8, 5, 6, 7]);
-        let g = Gather::new(&[&a, &b, &c]);
+        let parts = non_empty(&[&a, &b, &c]);
+        let g = Gather::new(&parts);
         assert_eq!(g.len(), 7);
         assert_eq!(g.parts.len(), 2);
         for off in 0..7 {

@@ -162,7 +162,8 @@ fn pump_sends(x: &XSocket, st: &mut State) {
             // SAFETY (of the slice below): `aio_send`'s caller keeps the
             // buffer valid and unchanged until completion.
             let data = raw_slice(a.mr.with_bytes(|b| b.as_ptr()), len);
-            let g = Gather::new(&[data]);
+            let parts = [data];
+            let g = Gather::new(&parts);
             let mrs = std::slice::from_ref(&a.mr);
             let src = |n| Src {
                 g: &g,

@@ -109,6 +109,10 @@ pub struct Counters {
     pub poll_rounds: AtomicU64,
     /// Changes of the progress thread's watch (each an `epoll_ctl`).
     pub watch_changes: AtomicU64,
+    /// Times a call of the program waited in the engine for the peer (a
+    /// sleep in, or spin on, the engine's socket): a ping-pong receive
+    /// needs one.
+    pub waits: AtomicU64,
 }
 
 impl Counters {
@@ -123,6 +127,7 @@ impl Counters {
             bg_rounds: AtomicU64::new(0),
             poll_rounds: AtomicU64::new(0),
             watch_changes: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
         }
     }
 }
@@ -145,6 +150,7 @@ pub(crate) enum Count {
     BgRounds,
     PollRounds,
     WatchChanges,
+    Waits,
 }
 
 impl Count {
@@ -158,6 +164,7 @@ impl Count {
             Self::BgRounds => &c.bg_rounds,
             Self::PollRounds => &c.poll_rounds,
             Self::WatchChanges => &c.watch_changes,
+            Self::Waits => &c.waits,
         }
     }
 }

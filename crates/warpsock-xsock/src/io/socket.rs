@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -146,6 +146,8 @@ pub struct XSocket {
     /// The events the progress thread watches [`Self::tcp_fd`] for now
     /// (what `watch` was last told; changed under the socket's lock).
     pub(crate) watching: AtomicU32,
+    /// Times a call took the socket's lock ([`XSocket::state_locks`]).
+    pub(crate) locks: AtomicU64,
 }
 
 impl std::fmt::Debug for XSocket {
@@ -317,6 +319,7 @@ impl XSocket {
             parked: AtomicBool::new(false),
             watch: OnceLock::new(),
             watching: AtomicU32::new(Self::WATCH_OFF),
+            locks: AtomicU64::new(0),
             _ctx: e.ctx,
             pd: e.pd,
             cq: e.cq,
@@ -412,8 +415,25 @@ impl XSocket {
         self.qp.negotiated().is_some_and(|n| n.crc)
     }
 
+    /// Reads of the engine's TCP socket so far
+    /// ([`warpsock_engine::Qp::socket_reads`]): a diagnostic of the system
+    /// calls per message.
+    pub fn socket_reads(&self) -> u64 {
+        self.qp.socket_reads()
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.locks.fetch_add(1, Ordering::Relaxed);
         self.st.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Times the socket's lock was taken so far (the condition variable's
+    /// re-takes after a wait for another thread not counted): a diagnostic
+    /// of the work per call — a data call and the readiness its caller
+    /// reflects after it take it once between them, plus once per wait
+    /// in the engine.
+    pub fn state_locks(&self) -> u64 {
+        self.locks.load(Ordering::Relaxed)
     }
 
     /// Message mode: every read returns at most one of the peer's sends
@@ -430,7 +450,9 @@ impl XSocket {
     // ------------------------------------------------------------------
     // Progress.
 
-    /// Processes work completions polled by any thread.
+    /// Processes work completions polled by any thread. The connection
+    /// events of the round are looked at by the caller after it (`settle`,
+    /// or `reap`): once per round, not per batch of completions.
     fn process(&self, st: &mut State, wcs: &[Wc]) {
         st.arrivals += wcs.len() as u64;
         for wc in wcs {
@@ -491,7 +513,6 @@ impl XSocket {
             }
         }
         self.repost(st);
-        self.check_events(st);
     }
 
     fn release_wr(&self, st: &mut State, wr_id: u64) {
@@ -513,18 +534,21 @@ impl XSocket {
 
     pub(crate) fn repost(&self, st: &mut State) {
         let size = self.opts.slot_size;
-        let slots: Vec<u32> = st.s.take_reposts().collect();
-        for slot in slots {
+        let mut failed = false;
+        for slot in st.s.take_reposts() {
             let wr = RecvWr {
                 wr_id: u64::from(slot),
                 sgl: self.rx.sge(slot as usize * size as usize, size).into(),
             };
             if self.qp.post_recv(wr).is_err() {
-                self.fail(st, libc::EPROTO, "cannot repost a receive".into());
+                failed = true;
             } else {
                 st.posted.push_back(slot);
             }
             st.retargeted.retain(|r| r.slot != slot);
+        }
+        if failed {
+            self.fail(st, libc::EPROTO, "cannot repost a receive".into());
         }
     }
 
@@ -605,6 +629,31 @@ impl XSocket {
         self.rearm(st);
     }
 
+    /// Processes the completions the engine queued already, with no round
+    /// of progress (no system call): a Send that [`Self::post`] wrote out
+    /// at once completes then, so its transmit slot is free before the
+    /// call returns and the next receive's wait is not spent on it (a
+    /// ping-pong receive waited twice before: once returning the reply's
+    /// Send completion alone, once for the peer's answer). Not while
+    /// another thread holds completions it polled (see `drive_now`).
+    pub(crate) fn reap(&self, st: &mut State) {
+        let mut wcs = [Wc::default(); 8];
+        let mut any = false;
+        while !st.driving {
+            let n = self.cq.poll_queued(&mut wcs);
+            if n > 0 {
+                any = true;
+                self.process(st, &wcs[..n]);
+            }
+            if n < wcs.len() {
+                break;
+            }
+        }
+        if any {
+            self.check_events(st);
+        }
+    }
+
     /// One non-blocking round: polls the engine and processes. Returns
     /// whether anything arrived.
     pub fn progress(&self) -> bool {
@@ -612,20 +661,29 @@ impl XSocket {
         self.drive_now(&mut st)
     }
 
+    /// One round of progress — the engine reads the socket until a read
+    /// comes back short (it holds no more) — then everything it queued.
+    /// Returns whether anything completed. (Rounds repeated until one
+    /// completed nothing before: after a read that took in a message the
+    /// next was always empty, one more system call per busy-polling
+    /// receive than TCP's.)
     pub(crate) fn drive_now(&self, st: &mut State) -> bool {
-        let mut wcs = [Wc::default(); 32];
+        let mut wcs = [Wc::default(); 16];
         let mut any = false;
         // A thread in `wait` may hold completions it polled with our lock
         // released: polling now could process later ones first (stream
         // bytes out of order). That thread processes everything in order
         // when it comes back.
-        while !st.driving {
-            let n = self.cq.poll(&mut wcs);
-            if n == 0 {
-                break;
+        if !st.driving {
+            let mut n = self.cq.poll(&mut wcs);
+            while n > 0 {
+                any = true;
+                self.process(st, &wcs[..n]);
+                if n < wcs.len() {
+                    break;
+                }
+                n = self.cq.poll_queued(&mut wcs);
             }
-            any = true;
-            self.process(st, &wcs[..n]);
         }
         self.settle(st);
         any
@@ -690,6 +748,7 @@ impl XSocket {
         }
         st.driving = true;
         self.parked.store(true, Ordering::Release);
+        self.count(Count::Waits, 1);
         // The call reads the socket itself now (and the engine's wait
         // watches for output space while it holds a backlog): the progress
         // thread would only wake for what the call reads anyway — one more
@@ -698,19 +757,21 @@ impl XSocket {
         // when the interest changes, so what came meanwhile is reported).
         self.set_watching(Self::WATCH_OFF);
         drop(st);
-        let mut wcs = [Wc::default(); 32];
+        let mut wcs = [Wc::default(); 16];
         let n = self.cq.wait(&mut wcs, slice).unwrap_or(0);
         let mut st = self.lock();
         st.driving = false;
         self.parked.store(false, Ordering::Release);
         let seen = st.arrivals;
-        self.process(&mut st, &wcs[..n]);
-        if n == 0 || !self.cq.is_empty() {
+        if n == 0 {
             self.drive_now(&mut st);
         } else {
-            // The wait read the socket and took in what it held: another
-            // round now would only read it empty (one more system call
-            // per message).
+            // The wait read the socket and took in what it held: the rest
+            // of what it queued is taken without another round, which
+            // would only read the socket empty (one more system call per
+            // message).
+            self.process(&mut st, &wcs[..n]);
+            self.reap(&mut st);
             self.settle(&mut st);
         }
         self.wake(&st);

@@ -149,7 +149,8 @@ impl Conn {
         parts: &[&[u8]],
     ) -> Result<(), SendErr> {
         let hdr = frame::header(len);
-        let mut v: Vec<iovec> = Vec::with_capacity(n + 1);
+        // Inline for a few iovecs: no allocation per datagram.
+        let mut v: smallvec::SmallVec<[iovec; 4]> = smallvec::SmallVec::with_capacity(n + 1);
         v.push(iovec {
             iov_base: hdr.as_ptr() as *mut _,
             iov_len: HDR_LEN,

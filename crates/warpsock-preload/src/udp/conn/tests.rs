@@ -1,0 +1,48 @@
+//! A connection's descriptor and the progress thread's epoll set.
+
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::IntoRawFd;
+use std::sync::Arc;
+
+use super::Conn;
+use crate::shim::reactor::{self, Handler, Reactor};
+use crate::shim::sys::{self, lock};
+use crate::udp::core::frame::NONCE_LEN;
+
+/// A handler that does nothing (the test looks at the epoll set only).
+struct Nobody;
+
+impl Handler for Nobody {
+    fn on_ready(&self, _: &'static Reactor, _: u32) {}
+}
+
+/// A connection closed while something else holds its socket's file (a
+/// blocking receive call polling the descriptor does; here a duplicate)
+/// leaves the progress thread's epoll set. `close` alone left it there:
+/// the set kept reporting the closed socket's `EPOLLHUP` (whatever the
+/// mask) under a token nobody handles, and the progress thread spun until
+/// the poll returned (a victim's 20 s receive timeout, under 300 silent
+/// connections whose evictions closed the ones its receive was polling).
+#[test]
+fn a_closed_connection_leaves_the_epoll_set_while_its_file_lives_on() {
+    let eng = reactor::get().expect("the progress thread");
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let _peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (c, from) = l.accept().unwrap();
+    let fd = c.into_raw_fd();
+    let conn = Arc::new(Conn::accepted(eng.new_id(), fd, from, [7; NONCE_LEN]));
+    // Watched with no interest, as while a receive call claims it.
+    assert!(eng.register(fd, conn.id, 0, Arc::new(Nobody)));
+    assert!(eng.watches(fd, conn.id));
+    // The receive call's poll: another reference to the file.
+    // SAFETY: duplicating a descriptor this test owns.
+    let held = unsafe { libc::dup(fd) };
+    assert!(held >= 0);
+    let _ = conn.die(&mut lock(&conn.st));
+    assert!(
+        !eng.watches(fd, conn.id),
+        "the closed connection's socket is still in the progress thread's epoll set"
+    );
+    sys::close(held);
+    eng.deregister(conn.id, None);
+}

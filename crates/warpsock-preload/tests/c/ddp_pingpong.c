@@ -1,0 +1,61 @@
+// An 8-byte ping-pong over loopback TCP, optionally switched into DDP mode on
+// both ends: the program whose user-space instructions per round trip
+// BENCHMARKS.md section 6 counts with callgrind (session 11), at two round
+// counts so that the difference excludes the set-up. Not run by the tests.
+// Usage: ddp_pingpong ROUNDS DDP(0|1) block|poll|busy
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <time.h>
+#define SOL_WARPSOCK 0x57530000
+#define WARPSOCK_DDP_MODE 1
+#define CHECK(x) do { if (!(x)) { fprintf(stderr, "%s:%d: %s (%s)\n", __FILE__, __LINE__, #x, strerror(errno)); exit(1);} } while (0)
+static int mode; // 0 block 1 poll 2 busy
+static void xsend(int fd, void *b, int n) { CHECK(write(fd, b, n) == n); }
+static void xrecv(int fd, void *b, int n) {
+  int got = 0;
+  while (got < n) {
+    if (mode == 1) { struct pollfd p = {.fd = fd, .events = POLLIN}; CHECK(poll(&p, 1, 20000) == 1); }
+    ssize_t r = mode == 2 ? recv(fd, (char*)b + got, n - got, MSG_DONTWAIT) : read(fd, (char*)b + got, n - got);
+    if (r < 0 && errno == EAGAIN && mode == 2) continue;
+    CHECK(r > 0);
+    got += r;
+  }
+}
+int main(int argc, char **argv) {
+  if (argc != 4) { fprintf(stderr, "usage: %s ROUNDS DDP(0|1) block|poll|busy\n", argv[0]); return 2; }
+  long rounds = atol(argv[1]); int ddp = atoi(argv[2]);
+  mode = !strcmp(argv[3], "poll") ? 1 : !strcmp(argv[3], "busy") ? 2 : 0;
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+  socklen_t len = sizeof a;
+  CHECK(bind(l, (void*)&a, len) == 0 && listen(l, 1) == 0 && getsockname(l, (void*)&a, &len) == 0);
+  pid_t pid = fork();
+  int server = pid == 0;
+  int fd;
+  if (server) { fd = accept(l, 0, 0); } else { fd = socket(AF_INET, SOCK_STREAM, 0); CHECK(connect(fd, (void*)&a, len) == 0); }
+  CHECK(fd >= 0);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (ddp) CHECK(setsockopt(fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one) == 0);
+  uint64_t m, got;
+  // warm-up
+  for (long i = 0; i < 200; i++) { m = i; if (!server) xsend(fd, &m, 8); xrecv(fd, &got, 8); CHECK(got == (uint64_t)i); if (server) xsend(fd, &got, 8); }
+  struct timespec t0, t1; clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (long i = 0; i < rounds; i++) { m = i; if (!server) xsend(fd, &m, 8); xrecv(fd, &got, 8); CHECK(got == (uint64_t)i); if (server) xsend(fd, &got, 8); }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (!server) { double us = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / rounds; fprintf(stderr, "rtt %.2f us\n", us); }
+  close(fd);
+  if (!server) waitpid(pid, 0, 0);
+  return 0;
+}

@@ -1,0 +1,249 @@
+//! The work of one small message on a DDP socket, counted (never timed):
+//! heap allocations made by the calling thread, and waits in the engine.
+//! An 8-byte ping-pong is the latency path: each round trip is a send
+//! and a blocking receive on either end, and neither may allocate; a
+//! receive waits in the engine once (for the peer's answer), not also for
+//! the completion of its own end's last Send.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Instant;
+
+use warpsock_xsock::io::{RecvFlags, XSocket};
+
+mod net;
+
+use net::{opts, switch_both, tcp_pair, LIMIT};
+
+thread_local! {
+    /// Allocations (and reallocations) made by this thread.
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The system allocator, counting per thread (other tests of this binary
+/// run in threads of their own and do not disturb the count).
+struct Counting;
+
+// SAFETY: forwards to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's layout.
+        unsafe { System.alloc(l) }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from `alloc` with `l`.
+        unsafe { System.dealloc(p, l) }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: as in `dealloc`.
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+/// Receives exactly `out.len()` bytes (blocking calls).
+fn recv_into(x: &XSocket, out: &mut [u8]) {
+    let mut got = 0;
+    let t = Instant::now();
+    while got < out.len() {
+        assert!(t.elapsed() < LIMIT, "timed out with {got}/{}", out.len());
+        let (k, _) = x
+            .recv(&mut out[got..], RecvFlags::default(), Some(LIMIT))
+            .unwrap();
+        assert!(k > 0, "end of stream after {got}");
+        got += k;
+    }
+}
+
+/// One side of `rounds` 8-byte round trips (`ping`: sends first). Returns
+/// the allocations its thread made and the waits its socket counted.
+fn side(x: &XSocket, ping: bool, rounds: u64) -> (u64, u64) {
+    let (a0, w0) = (allocs(), x.stats().waits.load(SeqCst));
+    let mut m = [0u8; 8];
+    for i in 0..rounds {
+        if ping {
+            x.send(&i.to_le_bytes(), false, None).unwrap();
+            recv_into(x, &mut m);
+            assert_eq!(m, i.to_le_bytes());
+        } else {
+            recv_into(x, &mut m);
+            x.send(&m, false, None).unwrap();
+        }
+    }
+    (allocs() - a0, x.stats().waits.load(SeqCst) - w0)
+}
+
+/// Round trips measured after the warm-up (the connection's start, the
+/// books' first use).
+const ROUNDS: u64 = 300;
+const WARM: u64 = 20;
+
+/// Runs `side` on a switched pair, the ping end here and the pong end in a
+/// thread of its own: [`WARM`] round trips, then [`ROUNDS`] measured.
+/// Returns what each end's measured run returned.
+fn ping_pong<T: Send>(side: fn(&XSocket, bool, u64) -> T) -> (T, T) {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    std::thread::scope(|sc| {
+        let pong = sc.spawn(|| {
+            side(&xb, false, WARM);
+            side(&xb, false, ROUNDS)
+        });
+        side(&xa, true, WARM);
+        let ping = side(&xa, true, ROUNDS);
+        (ping, pong.join().unwrap())
+    })
+}
+
+/// 300 round trips of 8 bytes, blocking calls on both ends, after a warm-up
+/// (the connection's start, the books' first use): no allocation on
+/// either end, and one wait per receive. (Before: two allocations per send
+/// call — the gather list and the reposted slots — and two waits per
+/// receive: the first returned only the completion of this end's Send.)
+/// A wait that sleeps out its 50 ms slice counts twice, so the bound
+/// leaves room for a few on a loaded machine, far below two per receive.
+#[test]
+fn an_8_byte_ping_pong_allocates_nothing_and_waits_once_per_receive() {
+    let ((pa, pw), (qa, qw)) = ping_pong(side);
+    assert_eq!((pa, qa), (0, 0), "allocations in {ROUNDS} round trips");
+    for (who, w) in [("ping", pw), ("pong", qw)] {
+        assert!(
+            (ROUNDS / 2..=ROUNDS + ROUNDS / 4).contains(&w),
+            "{who}: {w} waits in the engine for {ROUNDS} receives"
+        );
+    }
+}
+
+/// Receives exactly `out.len()` bytes by spinning on non-blocking calls
+/// (busy polling). Returns the calls it made.
+fn spin_into(x: &XSocket, out: &mut [u8]) -> u64 {
+    let flags = RecvFlags {
+        nonblocking: true,
+        ..RecvFlags::default()
+    };
+    let (mut got, mut calls) = (0, 0);
+    let t = Instant::now();
+    while got < out.len() {
+        assert!(t.elapsed() < LIMIT, "timed out with {got}/{}", out.len());
+        calls += 1;
+        match x.recv(&mut out[got..], flags, None) {
+            Ok((k, _)) => {
+                assert!(k > 0, "end of stream after {got}");
+                got += k;
+            }
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EAGAIN)),
+        }
+    }
+    calls
+}
+
+/// One side of `rounds` busy-polled 8-byte round trips. Returns the
+/// allocations its thread made, its receive calls and the reads of the
+/// engine's socket they made.
+fn spin_side(x: &XSocket, ping: bool, rounds: u64) -> (u64, u64, u64) {
+    let (a0, r0) = (allocs(), x.socket_reads());
+    let mut m = [0u8; 8];
+    let mut calls = 0;
+    for i in 0..rounds {
+        if ping {
+            x.send(&i.to_le_bytes(), true, None).unwrap();
+            calls += spin_into(x, &mut m);
+            assert_eq!(m, i.to_le_bytes());
+        } else {
+            calls += spin_into(x, &mut m);
+            x.send(&m, true, None).unwrap();
+        }
+    }
+    (allocs() - a0, calls, x.socket_reads() - r0)
+}
+
+/// Busy polling, 300 round trips of 8 bytes on non-blocking calls: each
+/// receive call reads the engine's socket once, whether it finds the
+/// message or not (as a TCP `recv` is one system call), and nothing is
+/// allocated. (Before: a call that took in a message read the socket
+/// again, always empty, before it returned.)
+#[test]
+fn a_busy_polling_receive_reads_the_socket_once_per_call() {
+    let (ping, pong) = ping_pong(spin_side);
+    for (who, (allocs, calls, reads)) in [("ping", ping), ("pong", pong)] {
+        assert_eq!(allocs, 0, "{who}: allocations in {ROUNDS} round trips");
+        assert_eq!(
+            reads, calls,
+            "{who}: socket reads for {calls} receive calls ({ROUNDS} messages)"
+        );
+    }
+}
+
+/// One side of `rounds` 8-byte round trips through the calls that return
+/// the socket's readiness with their result (what the preload reflects on
+/// the program's doorbell after every data call). Returns the allocations
+/// its thread made, its data calls, its waits in the engine and the times
+/// its socket's lock was taken.
+fn ready_side(x: &XSocket, ping: bool, rounds: u64) -> (u64, u64, u64, u64) {
+    let (a0, w0, l0) = (allocs(), x.stats().waits.load(SeqCst), x.state_locks());
+    let mut calls = 0;
+    let mut m = [0u8; 8];
+    let mut recv = |x: &XSocket, m: &mut [u8; 8]| {
+        let mut got = 0;
+        let t = Instant::now();
+        while got < m.len() {
+            assert!(t.elapsed() < LIMIT, "timed out with {got}/8");
+            calls += 1;
+            let (r, ready) =
+                x.recv_vectored_ready(&mut [&mut m[got..]], RecvFlags::default(), Some(LIMIT));
+            let (k, _) = r.unwrap();
+            assert!(k > 0, "end of stream after {got}");
+            got += k;
+            if got == m.len() {
+                // The peer waits for this side's answer: nothing is left.
+                assert!(!ready.readable, "readable after the whole message");
+            }
+        }
+    };
+    for i in 0..rounds {
+        let send = |x: &XSocket, b: &[u8]| {
+            let (r, ready) = x.send_vectored_ready(&[b], false, None);
+            assert_eq!(r.unwrap(), 8);
+            assert!(!ready.error && !ready.hup, "{ready:?}");
+        };
+        if ping {
+            send(x, &i.to_le_bytes());
+            recv(x, &mut m);
+            assert_eq!(m, i.to_le_bytes());
+        } else {
+            recv(x, &mut m);
+            send(x, &m);
+        }
+    }
+    let waits = x.stats().waits.load(SeqCst) - w0;
+    (allocs() - a0, calls + rounds, waits, x.state_locks() - l0)
+}
+
+/// 300 round trips of 8 bytes through the calls that return readiness: the
+/// socket's lock is taken once per data call and once more per wait in the
+/// engine, never again for the readiness (before: the preload looked it up
+/// after every call, `readiness_now`, a second lock per call), and nothing
+/// is allocated.
+#[test]
+fn a_data_call_returns_its_readiness_under_its_own_lock() {
+    let (ping, pong) = ping_pong(ready_side);
+    for (who, (allocs, calls, waits, locks)) in [("ping", ping), ("pong", pong)] {
+        assert_eq!(allocs, 0, "{who}: allocations in {ROUNDS} round trips");
+        assert_eq!(
+            locks,
+            calls + waits,
+            "{who}: socket locks for {calls} data calls and {waits} waits"
+        );
+    }
+}
