@@ -16,7 +16,7 @@ use warpsock_xsock::{Role, SwitchError};
 
 mod net;
 
-use net::{opts, pattern, recv_exact, switch_both, tcp_pair, LIMIT};
+use net::{opts, pattern, reads_posted_ahead, recv_exact, switch_both, tcp_pair, LIMIT};
 
 /// Large reads offer sinks (SDP ZCopy) instead of retargeting receives
 /// (`tests/placed.rs` covers those).
@@ -161,58 +161,21 @@ fn large_reads_posted_ahead_are_placed_without_a_copy() {
     let (a, b) = tcp_pair();
     let (xa, xb) = switch_both(&a, &b, &sink_opts());
     let xb = Arc::new(xb);
-    let chunk = 1 << 20;
-    let rounds = 8;
-    let r = {
-        let xb = Arc::clone(&xb);
-        std::thread::spawn(move || {
-            let mut all = Vec::new();
-            let mut buf = vec![0; chunk];
-            for _ in 0..rounds {
-                let f = RecvFlags {
-                    waitall: true,
-                    ..RecvFlags::default()
-                };
-                let (n, _) = xb.recv(&mut buf, f, Some(LIMIT)).unwrap();
-                assert_eq!(n, chunk);
-                all.extend_from_slice(&buf);
-                // Ask for the next chunk only now: the read is posted
-                // before the data is sent.
-                xb.send(b"k", false, None).unwrap();
-            }
-            all
-        })
-    };
-    let data = pattern(chunk * rounds, 5);
     let t = Instant::now();
-    for i in 0..rounds {
-        // The reader's sink arrives first (its offer follows the "k").
+    // The reader's sink arrives first (its offer follows the "k").
+    let ready = |i| {
         while !xa.peer_sink_ready() {
             assert!(t.elapsed() < LIMIT, "no sink offered in round {i}");
             std::thread::yield_now();
         }
-        xa.send(&data[i * chunk..(i + 1) * chunk], false, None)
-            .unwrap();
-        if i + 1 < rounds {
-            let mut k = [0u8; 1];
-            xa.recv(&mut k, RecvFlags::default(), Some(LIMIT)).unwrap();
-        }
-    }
-    assert!(r.join().unwrap() == data);
-    // This socket's own counters: other tests in the process do not count.
-    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    let st = xb.stats();
-    let (rx, copied, placed) = (load(&st.rx_bytes), load(&st.rx_copied), load(&st.rx_placed));
-    assert_eq!(rx, (chunk * rounds) as u64, "bytes received");
-    assert_eq!(rx, copied + placed);
-    println!(
-        "1 MiB reads posted ahead: {copied} of {rx} bytes copied ({:.6} per byte received)",
-        copied as f64 / rx as f64
-    );
+    };
+    let (rx, copied) = reads_posted_ahead(&xa, Arc::clone(&xb), (1 << 20, 8, 5), false, ready);
     assert!(
         (copied as f64) / (rx as f64) <= 0.05,
         "copied {copied} of {rx} bytes"
     );
+    // This socket's own counters: other tests in the process do not count.
+    let placed = rx - copied;
     assert!(
         counters()
             .rx_placed
