@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_proto::{Connection, Event, Registry};
 
-use crate::driver::{Allowed, ParkedRead, QpSlot, RxPool};
+use crate::driver::{Allowed, ParkedRead, QpSlot, RxPool, Sleep, WaitCounters, WaitStats};
 use crate::error::{Error, Result};
 use crate::mem::Mem;
 use crate::sys::{self, Epoll, EventFd, Ready};
@@ -246,6 +246,8 @@ pub(crate) struct Inner {
     pub(crate) busy_poll: Duration,
     pub(crate) linger: Duration,
     shutdown: AtomicBool,
+    /// Sleeps of callers and the progress thread ([`Context::wait_stats`]).
+    pub(crate) waits: WaitCounters,
 }
 
 impl Inner {
@@ -264,12 +266,12 @@ impl Inner {
         // state under the lock after this thread checked it sees the
         // count (the lock orders the two), so no wake-up is lost.
         self.cv_waiters.fetch_add(1, Ordering::SeqCst);
-        let st = self
+        let (st, r) = self
             .cv
             .wait_timeout(st, d)
-            .unwrap_or_else(PoisonError::into_inner)
-            .0;
+            .unwrap_or_else(PoisonError::into_inner);
         self.cv_waiters.fetch_sub(1, Ordering::SeqCst);
+        self.waits.count(Sleep::Cv, r.timed_out());
         st
     }
 
@@ -405,6 +407,8 @@ impl Inner {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
+            let woken_by = |r: &Ready| r.token != WAKE_TOKEN;
+            self.waits.count(Sleep::Epoll, !ready.iter().any(woken_by));
             let mut changed = false;
             {
                 let mut st = self.lock();
@@ -501,6 +505,7 @@ impl Context {
             busy_poll: opts.busy_poll,
             linger: opts.linger,
             shutdown: AtomicBool::new(false),
+            waits: WaitCounters::default(),
         });
         let thread = match opts.progress {
             Progress::Caller => None,
@@ -525,6 +530,14 @@ impl Context {
     /// The progress mode.
     pub fn progress_mode(&self) -> Progress {
         self.sh.inner.progress
+    }
+
+    /// How often this context's callers ([`crate::Cq::wait`]) and progress
+    /// thread slept in the kernel, and how many of those sleeps ended with
+    /// nothing to do (a diagnostic: wake-ups per MiB moved mean the same on
+    /// a loaded machine; see also [`crate::Qp::io_stats`]).
+    pub fn wait_stats(&self) -> WaitStats {
+        self.sh.inner.waits.snapshot()
     }
 
     /// Caller-driven mode: one non-blocking round of progress on every

@@ -1,10 +1,12 @@
 //! Completion queues ([`Cq`]): polling, waiting, and a pollable fd.
 
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::context::{Context, Progress, Shared};
+use crate::driver::Sleep;
 use crate::error::{Error, Result};
 use crate::mr::thread_borrows;
 use crate::sys::EventFd;
@@ -156,6 +158,16 @@ impl Cq {
             let parked = inner.lock().park(slice);
             if let Some((qi, mut p)) = parked {
                 let res = p.read();
+                // A timeout (the socket's SO_RCVTIMEO) brought nothing.
+                let empty = res.as_ref().is_err_and(|e| {
+                    matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    )
+                });
+                inner.waits.count(Sleep::Parked, empty);
                 let mut st = inner.lock();
                 st.unpark(qi, p, res, &inner.epoll);
                 let n = st.cq(self.id).drain_into(out);
@@ -172,6 +184,7 @@ impl Cq {
                 .epoll
                 .wait(&mut ready, rest)
                 .map_err(Error::sys("epoll_wait"))?;
+            inner.waits.count(Sleep::Epoll, ready.is_empty());
         }
     }
 

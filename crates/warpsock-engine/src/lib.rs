@@ -245,6 +245,7 @@ pub use cm::{
 };
 pub use context::{Context, ContextOptions, Progress, DEFAULT_LINGER};
 pub use cq::Cq;
+pub use driver::{IoStats, WaitStats, CONTROL_MAX};
 pub use error::{BatchPostError, Error, Result};
 pub use mr::Mr;
 pub use pd::Pd;

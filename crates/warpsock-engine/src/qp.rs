@@ -9,6 +9,7 @@ use std::time::Instant;
 use warpsock_proto::{CloseReason, Event, Negotiated, PostError, QpState, RecvWr, SendWr, Sgl};
 
 use crate::context::{Inner, Progress, Shared, State};
+use crate::driver::IoStats;
 use crate::error::BatchPostError;
 
 /// A connected queue pair (one TCP connection). Created by
@@ -111,7 +112,15 @@ impl Qp {
     /// diagnostic: compared with the FPDUs received, it shows how many
     /// FPDUs one read takes in).
     pub fn socket_reads(&self) -> u64 {
-        self.with(|st, _| st.qp(self.qi).socket_reads)
+        self.io_stats().reads
+    }
+
+    /// The socket's system calls and the bytes they moved, and what this
+    /// queue pair's Read Requests and control messages waited behind (a
+    /// diagnostic: per MiB moved, these are counts that mean the same on
+    /// a loaded machine).
+    pub fn io_stats(&self) -> IoStats {
+        self.with(|st, _| st.qp(self.qi).io_stats())
     }
 
     /// The largest ULPDU this queue pair sends (MULPDU, RFC 5044 §5.2):

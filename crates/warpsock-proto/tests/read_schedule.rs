@@ -80,6 +80,15 @@ fn own_read_request_waits_behind_one_read_response_at_most() {
         (LEN..LEN + LEN / 8).contains(&response_bytes),
         "{response_bytes} bytes of Read Responses went out before b's Read Request"
     );
+    // The schedule counts what it made the request wait for (what the
+    // engine reports per queue pair, `Qp::io_stats`).
+    let c = p.b.conn.tx_counts();
+    assert_eq!(
+        (c.responses_ahead_of_read, c.response_bytes_ahead_of_read),
+        (1, LEN as u64),
+        "{c:?}"
+    );
+    assert_eq!(p.a.conn.tx_counts().responses_ahead_of_read, 0);
 
     p.run();
     let done = |wcs: &[warpsock_proto::WorkCompletion]| {

@@ -47,6 +47,7 @@
 //! and every failed completion carries it ([`crate::Wc::cause`]).
 
 mod rx;
+mod stats;
 mod tx;
 
 use std::collections::VecDeque;
@@ -64,6 +65,8 @@ use crate::sys::{self, Epoll};
 use crate::wc::{cq_lens, CqSlot};
 
 pub(crate) use rx::{ParkedRead, RxPool};
+pub use stats::{IoStats, WaitStats, CONTROL_MAX};
+pub(crate) use stats::{Sleep, WaitCounters};
 
 /// Source of [`QpSlot::id`]s.
 static NEXT_SLOT_ID: AtomicU64 = AtomicU64::new(1);
@@ -130,8 +133,10 @@ pub(crate) struct QpSlot {
     rcvtimeo: Option<Duration>,
     /// The last (parked) read came back short: the socket is drained.
     drained_hint: bool,
-    /// Receive system calls made on the socket (a diagnostic).
-    pub(crate) socket_reads: u64,
+    /// System calls made on the socket and what they moved (a
+    /// diagnostic; the core's schedule counts are added on reading, see
+    /// [`Self::io_stats`]).
+    io: IoStats,
     /// Dropped by the application: kept open, discarding input, until the
     /// peer's FIN or this deadline, so that closing never resets a
     /// connection whose peer is still sending (a reset would make the
@@ -171,8 +176,18 @@ impl QpSlot {
             parked: false,
             rcvtimeo: None,
             drained_hint: false,
-            socket_reads: 0,
+            io: IoStats::default(),
             detached: None,
+        }
+    }
+
+    /// The socket's system-call counts, with the core's schedule counts.
+    pub(crate) fn io_stats(&self) -> IoStats {
+        let c = self.conn.tx_counts();
+        IoStats {
+            responses_ahead_of_read: c.responses_ahead_of_read,
+            response_bytes_ahead_of_read: c.response_bytes_ahead_of_read,
+            ..self.io
         }
     }
 

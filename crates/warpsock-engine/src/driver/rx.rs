@@ -137,8 +137,12 @@ impl QpSlot {
     /// handled as a non-blocking read's would be.
     pub(crate) fn unpark(&mut self, p: ParkedRead, res: io::Result<usize>) {
         self.parked = false;
-        self.socket_reads += 1;
+        self.io.reads += 1;
+        self.io.parked_reads += 1;
         self.rx.buf = Some(p.buf);
+        if let Ok(n) = res {
+            self.io.read_bytes += n as u64;
+        }
         match res {
             Ok(0) => {
                 self.rd_closed = true;
@@ -231,7 +235,7 @@ impl QpSlot {
                     // instead of one read each.
                     let cap = if self.rx.large { RX_TAIL } else { buf.len() };
                     let tail = &mut buf[..cap];
-                    self.socket_reads += 1;
+                    self.io.reads += 1;
                     match sys::recv_vectored_dontwait(
                         self.sock.as_raw_fd(),
                         &mut [IoSliceMut::new(dst), IoSliceMut::new(tail)],
@@ -256,7 +260,7 @@ impl QpSlot {
                     // header's worth here, so the payload behind it is
                     // placed directly instead of copied out of staging.
                     let cap = if self.rx.large { RX_TAIL } else { buf.len() };
-                    self.socket_reads += 1;
+                    self.io.reads += 1;
                     let r = sys::recv_dontwait(self.sock.as_raw_fd(), &mut buf[..cap]);
                     if let Ok(n) = r {
                         drained = n < cap;
@@ -273,7 +277,10 @@ impl QpSlot {
                     self.conn.handle_eof();
                     return;
                 }
-                Ok(n) => budget = budget.saturating_sub(n),
+                Ok(n) => {
+                    self.io.read_bytes += n as u64;
+                    budget = budget.saturating_sub(n);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {

@@ -8,9 +8,9 @@ use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 
 use warpsock_proto::wire::ddp::Opcode;
-use warpsock_proto::{Registry, TxPart, WcStatus, WorkQueue};
+use warpsock_proto::{Registry, TxPart, TxSegment, WcStatus, WorkQueue};
 
-use super::QpSlot;
+use super::{QpSlot, CONTROL_MAX};
 use crate::mem::Mem;
 use crate::sys;
 use crate::wc::{push_wc, CqSlot};
@@ -56,6 +56,7 @@ impl QpSlot {
                     self.fail_segment(read_response, cqs);
                     break;
                 }
+                self.count_waiting(&seg);
                 self.queued += seg.len() as u64;
                 self.txq.push_back(seg);
                 self.collect(cqs);
@@ -102,9 +103,16 @@ impl QpSlot {
             }
             let sent = sys::send_vectored(self.sock.as_raw_fd(), &iov);
             self.iov_store = recycle(iov);
+            self.io.writes += 1;
             match sent {
-                Ok(n) => self.advance_tx(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Ok(n) => {
+                    self.io.write_bytes += n as u64;
+                    self.advance_tx(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.io.writes_blocked += 1;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => self.fail_with(&e),
             }
@@ -137,6 +145,20 @@ impl QpSlot {
             }
         }
         self.conn.fail_local(None, !read_response && !marked);
+    }
+
+    /// Counts what a Read Request or a small control message about to be
+    /// queued waits behind: the bytes queued ahead of it and not yet
+    /// written ([`super::IoStats::read_request_wait_bytes`]).
+    fn count_waiting(&mut self, seg: &TxSegment) {
+        let ahead = self.queued - self.written;
+        if seg.opcode() == Some(Opcode::RdmaReadRequest) {
+            self.io.read_requests += 1;
+            self.io.read_request_wait_bytes += ahead;
+        } else if seg.len() <= CONTROL_MAX {
+            self.io.control_msgs += 1;
+            self.io.control_wait_bytes += ahead;
+        }
     }
 
     fn advance_tx(&mut self, n: usize) {

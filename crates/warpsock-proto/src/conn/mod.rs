@@ -55,7 +55,7 @@ use crate::verbs::{RecvWr, SendWr, Sgl, WcOpcode, WcStatus, WorkCompletion, Work
 
 pub use cm::AcceptError;
 pub use rx::RxStep;
-pub use tx::{TxPart, TxSegment};
+pub use tx::{TxCounts, TxPart, TxSegment};
 
 /// Which end of the TCP connection this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

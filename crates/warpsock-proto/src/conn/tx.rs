@@ -230,6 +230,20 @@ pub(super) struct TxState {
     /// Read Responses started in a row while the send queue had a message
     /// ready (see [`IRQ_BURST_SQ_ACTIVE`]).
     irq_burst: u32,
+    /// What the schedule made our own Read Requests wait for.
+    pub(super) counts: TxCounts,
+}
+
+/// Counts of the transmit schedule (a diagnostic; see
+/// [`Connection::tx_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TxCounts {
+    /// Read Responses started while the send queue's next request was a
+    /// Read that could start: each made that Read Request wait.
+    pub responses_ahead_of_read: u64,
+    /// Their payload bytes.
+    pub response_bytes_ahead_of_read: u64,
 }
 
 impl TxState {
@@ -403,6 +417,18 @@ impl Connection {
     }
 
     /// Picks the next message; false if none can start now.
+    /// Whether the send queue's next request is a Read.
+    fn sq_front_is_read(&self) -> bool {
+        self.pending
+            .front()
+            .is_some_and(|p| matches!(p.wr.op, SendOp::Read { .. }))
+    }
+
+    /// Counts of the transmit schedule so far.
+    pub fn tx_counts(&self) -> TxCounts {
+        self.tx.counts
+    }
+
     /// Whether the send queue's next request could start now (a Read
     /// waits while ORD Reads are outstanding).
     fn sq_ready(&self) -> bool {
@@ -450,6 +476,10 @@ impl Connection {
             let sq_ready = self.sq_ready();
             if !sq_ready || self.tx.irq_burst < IRQ_BURST_SQ_ACTIVE {
                 self.tx.irq_burst = if sq_ready { self.tx.irq_burst + 1 } else { 0 };
+                if sq_ready && self.sq_front_is_read() {
+                    self.tx.counts.responses_ahead_of_read += 1;
+                    self.tx.counts.response_bytes_ahead_of_read += u64::from(r.size);
+                }
                 self.tx.cur = Some(TxMsg {
                     kind: MsgKind::ReadResponse {
                         stag: r.sink_stag,

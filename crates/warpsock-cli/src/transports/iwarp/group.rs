@@ -229,7 +229,7 @@ pub(super) fn rx_plan(role: Role, t: Op, window: usize) -> (usize, bool, usize) 
 
 /// One thread's side of a test: context, memory for `k` connections.
 pub(super) struct Group {
-    pub(super) _ctx: Context,
+    pub(super) ctx: Context,
     pub(super) pd: Pd,
     pub(super) cq: Cq,
     pub(super) spec: Spec,
@@ -301,7 +301,7 @@ impl Group {
         let cq = ctx.create_cq(k * (4 * w + rx_n + 8))?;
         let ctl = pd.alloc(8 * k, Access::LOCAL_WRITE);
         Ok(Self {
-            _ctx: ctx,
+            ctx,
             pd,
             cq,
             spec: spec.clone(),
@@ -506,6 +506,47 @@ pub(super) fn accept_into(
         out[g].push(Peer { qp, remote });
     }
     Ok(out)
+}
+
+/// One line of the engine's counters for this side's queue pairs, per MiB
+/// received (`WARPSOCK_ENGINE_STATS=1`; see
+/// [`warpsock_engine::Qp::io_stats`] and
+/// [`warpsock_engine::Context::wait_stats`]): read and write calls, bytes
+/// per call, sleeps, and what Read Requests and control messages waited
+/// behind. Counts, not times: they mean the same on a loaded machine.
+pub(super) fn engine_stats(g: &Group, peers: &[Peer]) -> String {
+    let mut t = warpsock_engine::IoStats::default();
+    for p in peers {
+        t += p.qp.io_stats();
+    }
+    let w = g.ctx.wait_stats();
+    let mib = (t.read_bytes as f64 / f64::from(1 << 20)).max(1e-9);
+    let avg_kib = |bytes: u64, n: u64| bytes as f64 / 1024.0 / (n.max(1) as f64);
+    format!(
+        "engine stats: rx {:.0} MiB, per MiB rx: reads {:.2} ({:.0} B/read, parked {:.2}), \
+         writes {:.2} ({:.0} B/write, EAGAIN {:.2}), sleeps {:.2} (epoll {:.2}, parked {:.2}, \
+         cv {:.2}, empty {:.2}); read requests {} waited {:.0} KiB queued ahead on average, \
+         {:.2} responses ({:.0} KiB) scheduled ahead per request; control msgs {} waited \
+         {:.0} KiB on average",
+        mib,
+        t.reads as f64 / mib,
+        t.bytes_per_read(),
+        t.parked_reads as f64 / mib,
+        t.writes as f64 / mib,
+        t.bytes_per_write(),
+        t.writes_blocked as f64 / mib,
+        w.sleeps() as f64 / mib,
+        w.epoll_sleeps as f64 / mib,
+        w.parked_sleeps as f64 / mib,
+        w.cv_sleeps as f64 / mib,
+        w.empty_wakes as f64 / mib,
+        t.read_requests,
+        avg_kib(t.read_request_wait_bytes, t.read_requests),
+        t.responses_ahead_of_read as f64 / (t.read_requests.max(1) as f64),
+        avg_kib(t.response_bytes_ahead_of_read, t.read_requests),
+        t.control_msgs,
+        avg_kib(t.control_wait_bytes, t.control_msgs),
+    )
 }
 
 #[cfg(test)]

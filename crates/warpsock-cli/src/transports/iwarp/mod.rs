@@ -447,6 +447,9 @@ impl Endpoint for IwarpEndpoint {
     /// discards (but reads) input until the peer's FIN, so the final close
     /// is clean.
     fn close(&mut self) {
+        if std::env::var_os("WARPSOCK_ENGINE_STATS").is_some() {
+            eprintln!("{}", group::engine_stats(&self.g, &self.peers));
+        }
         for p in &self.peers {
             p.qp.disconnect();
         }

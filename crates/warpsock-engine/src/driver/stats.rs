@@ -1,0 +1,218 @@
+//! Counters of what the driver asks of the kernel: system calls and the
+//! bytes each moved per queue pair ([`IoStats`]), and the times a context's
+//! callers or progress thread went to sleep ([`WaitStats`]). They are
+//! diagnostics for benchmarks and tests: unlike a wall-clock figure they
+//! mean the same on a loaded machine (bytes per read call, wake-ups per
+//! MiB), so a change to the transmit schedule can be judged by them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Per-queue-pair counts of socket system calls and what they moved, since
+/// the queue pair was established ([`crate::Qp::io_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IoStats {
+    /// Receive system calls (`recvmsg`/`readv`, non-blocking or parked).
+    pub reads: u64,
+    /// Bytes those calls returned.
+    pub read_bytes: u64,
+    /// Of [`Self::reads`], the blocking reads a waiting caller slept in
+    /// ([`crate::Cq::wait`] with a single connection).
+    pub parked_reads: u64,
+    /// Transmit system calls (`sendmsg`), including those that found the
+    /// send buffer full.
+    pub writes: u64,
+    /// Bytes the kernel accepted.
+    pub write_bytes: u64,
+    /// Of [`Self::writes`], those that accepted nothing (`EAGAIN`).
+    pub writes_blocked: u64,
+    /// Read Request messages handed to the transport.
+    pub read_requests: u64,
+    /// Stream bytes queued in the driver and not yet written when those
+    /// Read Requests were queued, summed over them: what each waited
+    /// behind on our side of the socket.
+    pub read_request_wait_bytes: u64,
+    /// Read Responses the core sent first while our next request was a
+    /// Read that could start ([`warpsock_proto::TxCounts`]): each made a
+    /// Read Request of ours wait behind the peer's Reads.
+    pub responses_ahead_of_read: u64,
+    /// Their payload bytes.
+    pub response_bytes_ahead_of_read: u64,
+    /// Small control messages (at most [`CONTROL_MAX`] bytes on the wire,
+    /// e.g. zero-byte Sends used as credits), besides Read Requests.
+    pub control_msgs: u64,
+    /// Bytes queued and unwritten ahead of those control messages, summed.
+    pub control_wait_bytes: u64,
+}
+
+/// A segment at most this long on the wire counts as a control message in
+/// [`IoStats::control_msgs`] (header, CRC and at most a 64-byte payload).
+pub const CONTROL_MAX: usize = 96;
+
+impl IoStats {
+    /// Average bytes per receive call (0 before any).
+    pub fn bytes_per_read(&self) -> f64 {
+        ratio(self.read_bytes, self.reads)
+    }
+
+    /// Average bytes per transmit call (0 before any).
+    pub fn bytes_per_write(&self) -> f64 {
+        ratio(self.write_bytes, self.writes)
+    }
+}
+
+impl std::ops::AddAssign for IoStats {
+    /// Sums two queue pairs' counts (a side's total over its connections).
+    fn add_assign(&mut self, o: Self) {
+        let Self {
+            reads,
+            read_bytes,
+            parked_reads,
+            writes,
+            write_bytes,
+            writes_blocked,
+            read_requests,
+            read_request_wait_bytes,
+            responses_ahead_of_read,
+            response_bytes_ahead_of_read,
+            control_msgs,
+            control_wait_bytes,
+        } = o;
+        self.reads += reads;
+        self.read_bytes += read_bytes;
+        self.parked_reads += parked_reads;
+        self.writes += writes;
+        self.write_bytes += write_bytes;
+        self.writes_blocked += writes_blocked;
+        self.read_requests += read_requests;
+        self.read_request_wait_bytes += read_request_wait_bytes;
+        self.responses_ahead_of_read += responses_ahead_of_read;
+        self.response_bytes_ahead_of_read += response_bytes_ahead_of_read;
+        self.control_msgs += control_msgs;
+        self.control_wait_bytes += control_wait_bytes;
+    }
+}
+
+/// Per-context counts of sleeps: how often progress stopped in the kernel
+/// waiting for input, and how often it woke up to find nothing
+/// ([`crate::Context::wait_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WaitStats {
+    /// Blocking `epoll_wait` calls ([`crate::Cq::wait`] in caller-driven
+    /// mode, or the progress thread).
+    pub epoll_sleeps: u64,
+    /// Blocking reads of a single connection's socket a waiting caller
+    /// slept in (caller-driven mode; see [`IoStats::parked_reads`]).
+    pub parked_sleeps: u64,
+    /// Condition-variable waits: progress-thread mode's [`crate::Cq::wait`],
+    /// or waits for an application's region borrow to end.
+    pub cv_sleeps: u64,
+    /// Sleeps that ended with nothing to do (a timeout or a wake-up that
+    /// found no input).
+    pub empty_wakes: u64,
+}
+
+impl WaitStats {
+    /// Every sleep, whatever it slept in.
+    pub fn sleeps(&self) -> u64 {
+        self.epoll_sleeps + self.parked_sleeps + self.cv_sleeps
+    }
+}
+
+/// [`WaitStats`] kept with atomics, so counting needs no lock.
+#[derive(Debug, Default)]
+pub(crate) struct WaitCounters {
+    epoll: AtomicU64,
+    parked: AtomicU64,
+    cv: AtomicU64,
+    empty: AtomicU64,
+}
+
+/// What a [`WaitCounters`] entry counts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Sleep {
+    Epoll,
+    Parked,
+    Cv,
+}
+
+impl WaitCounters {
+    /// One sleep of kind `s`; `empty` if it ended with nothing to do.
+    pub(crate) fn count(&self, s: Sleep, empty: bool) {
+        let c = match s {
+            Sleep::Epoll => &self.epoll,
+            Sleep::Parked => &self.parked,
+            Sleep::Cv => &self.cv,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        if empty {
+            self.empty.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> WaitStats {
+        WaitStats {
+            epoll_sleeps: self.epoll.load(Ordering::Relaxed),
+            parked_sleeps: self.parked.load(Ordering::Relaxed),
+            cv_sleeps: self.cv.load(Ordering::Relaxed),
+            empty_wakes: self.empty.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_counters_count_each_kind_and_empty_wakes() {
+        let c = WaitCounters::default();
+        c.count(Sleep::Epoll, false);
+        c.count(Sleep::Parked, true);
+        c.count(Sleep::Parked, false);
+        c.count(Sleep::Cv, true);
+        let s = c.snapshot();
+        assert_eq!(
+            (s.epoll_sleeps, s.parked_sleeps, s.cv_sleeps, s.empty_wakes),
+            (1, 2, 1, 2)
+        );
+        assert_eq!(s.sleeps(), 4);
+    }
+
+    #[test]
+    fn io_stats_add_field_by_field() {
+        let a = IoStats {
+            reads: 1,
+            control_wait_bytes: 5,
+            ..IoStats::default()
+        };
+        let mut t = a;
+        t += IoStats {
+            reads: 2,
+            writes: 3,
+            ..a
+        };
+        assert_eq!((t.reads, t.writes, t.control_wait_bytes), (3, 3, 10));
+    }
+
+    #[test]
+    fn bytes_per_call_of_no_calls_is_zero() {
+        let s = IoStats::default();
+        assert_eq!(s.bytes_per_read(), 0.0);
+        let s = IoStats {
+            writes: 4,
+            write_bytes: 1 << 20,
+            ..s
+        };
+        assert_eq!(s.bytes_per_write(), 262144.0);
+    }
+}

@@ -1,0 +1,142 @@
+//! The engine's diagnostic counters (`Qp::io_stats`, `Context::wait_stats`)
+//! count what they say: the bytes the socket calls moved on both ends, the
+//! Read Requests handed out, the sleeps of a waiting caller.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{pattern, send_wr, wait_n, LIMIT};
+use warpsock_engine::{
+    connect, Access, Context, Listener, Progress, QpInit, RecvWr, SendOp, SendWr,
+};
+
+/// Bytes of the Send, several FPDUs.
+const LEN: usize = 1 << 20;
+/// Bytes of each Read.
+const READ_LEN: u32 = 64 << 10;
+
+/// A 1 MiB Send from a caller-driven client to a progress-thread server,
+/// then three Reads the other way: the server's read bytes equal what the
+/// client's writes put on the wire (nothing else flowed), every call moved
+/// bytes or was counted as blocked, and the client handed out exactly its
+/// three Read Requests.
+#[test]
+fn io_stats_count_the_bytes_and_read_requests_of_a_transfer() {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let (snap_tx, snap_rx) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let c = Context::new(Progress::Thread).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(8).unwrap();
+        let sink = pd.alloc(LEN, Access::LOCAL_WRITE);
+        let src = pd.register(pattern(READ_LEN as usize, 5), Access::REMOTE_READ);
+        let mut init = QpInit::new(&pd, &cq);
+        init.recvs = vec![RecvWr {
+            wr_id: 1,
+            sgl: sink.sge(0, LEN as u32).into(),
+        }];
+        let mut pdata = src.addr().to_be_bytes().to_vec();
+        pdata.extend_from_slice(&src.rkey().to_be_bytes());
+        let qp = l.accept_qp(&init, &pdata, Some(LIMIT)).unwrap();
+        let w = wait_n(&cq, 1);
+        assert!(w[0].is_ok() && w[0].byte_len as usize == LEN, "{w:?}");
+        snap_tx.send(qp.io_stats()).unwrap();
+        done_rx.recv_timeout(LIMIT).expect("the client's Reads");
+        qp.io_stats()
+    });
+    let c = Context::new(Progress::Caller).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(8).unwrap();
+    let src = pd.register(pattern(LEN, 7), Access::LOCAL_READ);
+    let sink = pd.alloc(3 * READ_LEN as usize, Access::LOCAL_WRITE);
+    let qp = connect(addr, &QpInit::new(&pd, &cq)).unwrap();
+    let pdata = qp.negotiated().unwrap().peer_private_data;
+    let remote_addr = u64::from_be_bytes(pdata[..8].try_into().unwrap());
+    let rkey = u32::from_be_bytes(pdata[8..12].try_into().unwrap());
+    qp.post_send(send_wr(1, vec![src.sge(0, LEN as u32)]))
+        .unwrap();
+    assert!(wait_n(&cq, 1)[0].is_ok());
+    let sent = qp.io_stats();
+    // The server's counts before any Read.
+    let srv_send = snap_rx.recv_timeout(LIMIT).unwrap();
+    for i in 0..3u32 {
+        qp.post_send(SendWr {
+            wr_id: 10 + u64::from(i),
+            op: SendOp::Read { remote_addr, rkey },
+            sgl: sink.sge((i * READ_LEN) as usize, READ_LEN).into(),
+            signaled: true,
+        })
+        .unwrap();
+    }
+    assert!(wait_n(&cq, 3).iter().all(|w| w.is_ok()));
+    let end = qp.io_stats();
+    done_tx.send(()).unwrap();
+    let srv_end = server.join().unwrap();
+
+    // The Send: at least its payload on the wire, all of it read.
+    assert!(sent.write_bytes > LEN as u64, "{sent:?}");
+    assert!(
+        sent.writes >= 1 && sent.writes_blocked < sent.writes,
+        "{sent:?}"
+    );
+    // The server read what the client's driver wrote, plus the P2P RTR
+    // FPDU the connection manager wrote during setup (20 bytes; less if
+    // it came in with the MPA frame, which the manager stages).
+    let rtr = srv_send.read_bytes.checked_sub(sent.write_bytes);
+    assert!(
+        srv_send.read_bytes >= LEN as u64 && rtr.is_some_and(|r| r <= 64),
+        "{srv_send:?} vs {sent:?}"
+    );
+    assert!(srv_send.reads >= 1 && srv_send.bytes_per_read() > 0.0);
+    assert_eq!((sent.read_requests, srv_send.read_requests), (0, 0));
+    // The Reads: three requests from the client, none from the server;
+    // the responses' bytes arrive in the client's reads.
+    assert_eq!(end.read_requests, 3, "{end:?}");
+    assert_eq!(srv_end.read_requests, 0, "{srv_end:?}");
+    assert!(end.read_bytes >= 3 * u64::from(READ_LEN), "{end:?}");
+    assert!(
+        srv_end.write_bytes >= 3 * u64::from(READ_LEN),
+        "{srv_end:?}"
+    );
+    // They were queued one behind the other, with nothing large ahead.
+    assert!(end.read_request_wait_bytes < 3 * 128, "{end:?}");
+    assert_eq!(end.responses_ahead_of_read, 0, "{end:?}");
+}
+
+/// A caller-driven wait on an idle connection sleeps (in a blocking read
+/// of its one socket) and wakes with nothing: both are counted.
+#[test]
+fn wait_stats_count_a_sleep_that_found_nothing() {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let c = Context::new(Progress::Thread).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(4).unwrap();
+        let _qp = l
+            .accept_qp(&QpInit::new(&pd, &cq), &[], Some(LIMIT))
+            .unwrap();
+        done_rx.recv_timeout(LIMIT).unwrap();
+    });
+    let c = Context::new(Progress::Caller).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(4).unwrap();
+    let qp = connect(addr, &QpInit::new(&pd, &cq)).unwrap();
+    let before = c.wait_stats();
+    let mut wc = [warpsock_engine::Wc::default()];
+    assert_eq!(cq.wait(&mut wc, Duration::from_millis(30)).unwrap(), 0);
+    let after = c.wait_stats();
+    assert!(after.sleeps() > before.sleeps(), "{before:?} -> {after:?}");
+    assert!(
+        after.empty_wakes > before.empty_wakes,
+        "{before:?} -> {after:?}"
+    );
+    assert!(after.parked_sleeps > before.parked_sleeps, "{after:?}");
+    assert!(qp.io_stats().parked_reads >= 1, "{:?}", qp.io_stats());
+    done_tx.send(()).unwrap();
+    server.join().unwrap();
+}
