@@ -9,7 +9,7 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -240,6 +240,9 @@ pub(crate) struct Inner {
     /// this count they cost nothing when nobody waits (session 9: one
     /// `futex` per Send completion the bandwidth test checked).
     cv_waiters: AtomicUsize,
+    /// Times [`Self::lock`] was called (a diagnostic: see
+    /// [`Context::lock_count`]).
+    locks: AtomicU64,
     pub(crate) epoll: Epoll,
     wake: EventFd,
     pub(crate) progress: Progress,
@@ -252,6 +255,7 @@ pub(crate) struct Inner {
 
 impl Inner {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.locks.fetch_add(1, Ordering::Relaxed);
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -478,6 +482,16 @@ impl Context {
         })
     }
 
+    /// How many times the context's lock has been taken so far, by any
+    /// call on any of its handles and by its progress thread (a
+    /// diagnostic of the work per operation, counted rather than timed:
+    /// an uncontended take is cheap, but a data path that takes it four
+    /// times per message where one call could report everything pays
+    /// for all four).
+    pub fn lock_count(&self) -> u64 {
+        self.sh.inner.locks.load(Ordering::Relaxed)
+    }
+
     /// A context with explicit options.
     pub fn with_options(opts: ContextOptions) -> Result<Self> {
         let epoll = Epoll::new().map_err(Error::sys("epoll_create1"))?;
@@ -499,6 +513,7 @@ impl Context {
             }),
             cv: Condvar::new(),
             cv_waiters: AtomicUsize::new(0),
+            locks: AtomicU64::new(0),
             epoll,
             wake,
             progress: opts.progress,

@@ -5,10 +5,11 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::context::{Context, Progress, Shared};
+use crate::context::{Context, Progress, Shared, State};
 use crate::driver::Sleep;
 use crate::error::{Error, Result};
 use crate::mr::thread_borrows;
+use crate::qp::{Qp, QpNews};
 use crate::sys::EventFd;
 use crate::wc::{CqSlot, Wc};
 
@@ -63,6 +64,35 @@ impl Cq {
         st.cq(self.id).drain_into(out)
     }
 
+    /// [`Self::poll`], then `qp`'s news ([`QpNews`]) under the same lock.
+    pub fn poll_news(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews) {
+        let inner = &self.sh.inner;
+        let mut st = inner.lock();
+        if inner.progress == Progress::Caller {
+            inner.progress_locked(&mut st);
+        }
+        let n = st.cq(self.id).drain_into(out);
+        (n, self.news_of(&st, qp))
+    }
+
+    /// [`Self::poll_queued`], then `qp`'s news ([`QpNews`]) under the same
+    /// lock.
+    pub fn poll_queued_news(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews) {
+        let mut st = self.sh.inner.lock();
+        let n = st.cq(self.id).drain_into(out);
+        (n, self.news_of(&st, qp))
+    }
+
+    /// `qp`'s news read under this queue's lock `st` (a queue pair of
+    /// another context is looked up under its own).
+    fn news_of(&self, st: &State, qp: &Qp) -> QpNews {
+        if Arc::ptr_eq(&self.sh, &qp.sh) {
+            st.news(qp.qi)
+        } else {
+            qp.news()
+        }
+    }
+
     /// Moves up to `out.len()` completions that are queued already into
     /// `out`, without a round of progress (no system call, in either
     /// mode): e.g. the completion of a Send that [`crate::Qp::post_send`]
@@ -82,9 +112,37 @@ impl Cq {
     /// does not block (nothing can be received until the closure returns):
     /// it returns what is queued, like [`Self::poll`].
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize> {
+        self.wait_for(out, timeout, None).map(|(n, _)| n)
+    }
+
+    /// [`Self::wait`], then, when it returns completions, `qp`'s news
+    /// ([`QpNews`]) read under the lock it drained them with (`None`: the
+    /// wait timed out, or ended without taking the lock again).
+    pub fn wait_news(
+        &self,
+        out: &mut [Wc],
+        timeout: Duration,
+        qp: &Qp,
+    ) -> Result<(usize, Option<QpNews>)> {
+        self.wait_for(out, timeout, Some(qp))
+    }
+
+    fn wait_for(
+        &self,
+        out: &mut [Wc],
+        timeout: Duration,
+        qp: Option<&Qp>,
+    ) -> Result<(usize, Option<QpNews>)> {
         let inner = &self.sh.inner;
+        let news = |st: &State| qp.map(|qp| self.news_of(st, qp));
         if thread_borrows(inner) {
-            return Ok(self.poll(out));
+            return Ok(match qp {
+                Some(qp) => {
+                    let (n, news) = self.poll_news(out, qp);
+                    (n, Some(news))
+                }
+                None => (self.poll(out), None),
+            });
         }
         if inner.progress == Progress::Thread {
             let deadline = Instant::now().checked_add(timeout);
@@ -93,10 +151,10 @@ impl Cq {
             loop {
                 let n = st.cq(self.id).drain_into(out);
                 if n > 0 || out.is_empty() {
-                    return Ok(n);
+                    return Ok((n, news(&st)));
                 }
                 let wait = match left(Instant::now()) {
-                    Some(d) if d.is_zero() => return Ok(0),
+                    Some(d) if d.is_zero() => return Ok((0, None)),
                     Some(d) => d,
                     None => Duration::from_secs(3600),
                 };
@@ -114,35 +172,30 @@ impl Cq {
         // count from that first empty round.
         let mut clock: Option<(Option<Instant>, Instant)> = None;
         loop {
-            let borrowed = {
-                let mut st = inner.lock();
-                if drive {
-                    inner.progress_locked(&mut st);
-                }
-                let n = st.cq(self.id).drain_into(out);
-                if n > 0 || out.is_empty() {
-                    return Ok(n);
-                }
-                st.readers + st.writers > 0
-            };
+            let mut st = inner.lock();
+            if drive {
+                inner.progress_locked(&mut st);
+            }
+            let n = st.cq(self.id).drain_into(out);
+            if n > 0 || out.is_empty() {
+                return Ok((n, news(&st)));
+            }
             drive = true;
             let now = Instant::now();
             let (deadline, spin_until) =
                 *clock.get_or_insert_with(|| (now.checked_add(timeout), now + inner.busy_poll));
             let rest = deadline.map(|d| d.saturating_duration_since(now));
             if rest.is_some_and(|d| d.is_zero()) {
-                return Ok(0);
+                return Ok((0, None));
             }
-            if borrowed {
+            if st.readers + st.writers > 0 {
                 // Another thread's closure holds region bytes: nothing can
                 // be received until it ends (it signals the condvar).
-                let st = inner.lock();
-                if st.readers + st.writers > 0 {
-                    drop(inner.wait_cv(st, rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE))));
-                }
+                drop(inner.wait_cv(st, rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE))));
                 continue;
             }
             if now < spin_until {
+                drop(st);
                 // Yield between rounds: free when this CPU has nothing else
                 // to run, and lets a peer sharing the CPU answer.
                 std::thread::yield_now();
@@ -153,10 +206,13 @@ impl Cq {
             // (no separate readiness call), and the read's timeout is a
             // timer-wheel timeout, not epoll's high-resolution one — about
             // as cheap as a blocking TCP read. The lock is released while
-            // asleep; posts from other threads go on meanwhile.
+            // asleep; posts from other threads go on meanwhile. Parked
+            // under the lock that found the queue empty: one take of the
+            // lock per sleep, not two.
             let slice = rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE));
-            let parked = inner.lock().park(slice);
+            let parked = st.park(slice);
             if let Some((qi, mut p)) = parked {
+                drop(st);
                 let res = p.read();
                 // A timeout (the socket's SO_RCVTIMEO) brought nothing.
                 let empty = res.as_ref().is_err_and(|e| {
@@ -172,13 +228,14 @@ impl Cq {
                 st.unpark(qi, p, res, &inner.epoll);
                 let n = st.cq(self.id).drain_into(out);
                 if n > 0 {
-                    return Ok(n);
+                    return Ok((n, news(&st)));
                 }
                 // Serviced just now: look again before another round.
                 drive = false;
                 continue;
             }
-            inner.lock().watch_all(&inner.epoll);
+            st.watch_all(&inner.epoll);
+            drop(st);
             ready.clear();
             inner
                 .epoll

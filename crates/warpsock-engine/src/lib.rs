@@ -249,7 +249,7 @@ pub use driver::{IoStats, WaitStats, CONTROL_MAX};
 pub use error::{BatchPostError, Error, Result};
 pub use mr::Mr;
 pub use pd::Pd;
-pub use qp::Qp;
+pub use qp::{Qp, QpNews};
 pub use warpsock_proto as proto;
 pub use warpsock_proto::{
     Access, CloseReason, Event, Negotiated, PostError, QpState, RecvWr, RtrOffer, RtrType, SendOp,

@@ -25,6 +25,35 @@ pub struct Qp {
     pub(crate) peer: SocketAddr,
 }
 
+/// What a caller driving a queue pair from readiness needs to know after
+/// each call — whether the engine holds a send backlog (it must watch the
+/// socket for output space) and whether connection events wait — read
+/// under the lock the call took anyway. The `*_news` calls
+/// ([`Qp::post_send_news`], [`crate::Cq::poll_news`],
+/// [`crate::Cq::poll_queued_news`], [`crate::Cq::wait_news`]) return it,
+/// so a small-message data path takes the context's lock once per call
+/// instead of again for [`Qp::send_backlog`] and [`Qp::poll_event`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpNews {
+    /// [`Qp::send_backlog`] at the end of the call.
+    pub backlog: u64,
+    /// Whether [`Qp::poll_event`] has an event to return.
+    pub events: bool,
+}
+
+impl State {
+    /// Queue pair `qi`'s news (nothing, once its slot is gone).
+    pub(crate) fn news(&self, qi: usize) -> QpNews {
+        match self.qps.get(qi) {
+            Some(Some(q)) => QpNews {
+                backlog: q.tx_backlog(),
+                events: !q.events.is_empty(),
+            },
+            _ => QpNews::default(),
+        }
+    }
+}
+
 impl Qp {
     fn with<R>(&self, f: impl FnOnce(&mut State, &Inner) -> R) -> R {
         let inner = &self.sh.inner;
@@ -46,6 +75,21 @@ impl Qp {
             inner.kick(st, self.qi);
             Ok(())
         })
+    }
+
+    /// [`Self::post_send`], then the queue pair's news at the end of its
+    /// transmit, under the same lock.
+    pub fn post_send_news(&self, wr: SendWr) -> Result<QpNews, PostError> {
+        self.with(|st, inner| {
+            st.qp(self.qi).conn.post_send(wr)?;
+            inner.kick(st, self.qi);
+            Ok(st.news(self.qi))
+        })
+    }
+
+    /// Send backlog and pending events in one look ([`QpNews`]).
+    pub fn news(&self) -> QpNews {
+        self.with(|st, _| st.news(self.qi))
     }
 
     /// Posts several send-queue requests, then transmits. Stops at the

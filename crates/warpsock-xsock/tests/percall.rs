@@ -247,3 +247,68 @@ fn a_data_call_returns_its_readiness_under_its_own_lock() {
         );
     }
 }
+
+/// One side of `rounds` 8-byte round trips (blocking calls, or spinning on
+/// non-blocking ones with `spin`). Returns the data calls it made and the
+/// times its engine's lock was taken.
+fn engine_side(x: &XSocket, ping: bool, rounds: u64, spin: bool) -> (u64, u64) {
+    let l0 = x.engine_locks();
+    let mut calls = 0;
+    let mut m = [0u8; 8];
+    let mut recv = |x: &XSocket, m: &mut [u8; 8]| {
+        if spin {
+            calls += spin_into(x, m);
+        } else {
+            calls += 1;
+            recv_into(x, m);
+        }
+    };
+    for i in 0..rounds {
+        if ping {
+            x.send(&i.to_le_bytes(), spin, None).unwrap();
+            recv(x, &mut m);
+        } else {
+            recv(x, &mut m);
+            x.send(&m, spin, None).unwrap();
+        }
+    }
+    (calls + rounds, x.engine_locks() - l0)
+}
+
+/// 300 round trips of 8 bytes, blocking calls: the engine's lock is taken
+/// 5 times per round trip and end — the send's post and the reap of its
+/// completion, the receive's wait (its look and park, its unpark) and the
+/// repost of the slot — because the post and the polls return the
+/// engine's backlog and pending events with their result
+/// (`warpsock_engine::QpNews`) and the wait parks under the lock of its
+/// look. Before, 11: `rearm` asked for the backlog and `check_events` for
+/// events after every post and round, each a take of the lock, a wait's
+/// drained queue was polled once more, and the park took the lock again.
+/// The bound leaves room for a few waits that sleep out a slice on a
+/// loaded machine.
+#[test]
+fn an_8_byte_round_trip_takes_the_engine_lock_five_times() {
+    let (ping, pong) = ping_pong(|x, p, r| engine_side(x, p, r, false));
+    for (who, (_, locks)) in [("ping", ping), ("pong", pong)] {
+        assert!(
+            (5 * ROUNDS..=6 * ROUNDS).contains(&locks),
+            "{who}: {locks} engine locks in {ROUNDS} round trips"
+        );
+    }
+}
+
+/// Busy polling: each non-blocking receive call takes the engine's lock
+/// once (its round of progress reports the news with its completions),
+/// and each round trip twice more (the send's post and reap, the repost of
+/// the slot that held the message, less the call that found it). Before,
+/// three times per call: the round, then `send_backlog` and `poll_event`.
+#[test]
+fn a_busy_polling_receive_takes_the_engine_lock_once_per_call() {
+    let (ping, pong) = ping_pong(|x, p, r| engine_side(x, p, r, true));
+    for (who, (calls, locks)) in [("ping", ping), ("pong", pong)] {
+        assert!(
+            locks <= calls + 2 * ROUNDS + ROUNDS / 4,
+            "{who}: {locks} engine locks for {calls} data calls ({ROUNDS} round trips)"
+        );
+    }
+}

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{
     connect_stream, Access, CmError, ConnectRequest, Context, ContextOptions, Cq, Event, Pd,
-    Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
+    Progress, Qp, QpInit, QpNews, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
 };
 
 use warpsock_engine::proto::wire::terminate::TermCode;
@@ -97,6 +97,14 @@ pub(crate) struct State {
     /// Receives a placed read pointed at the program's buffers
     /// (`io/placed.rs`).
     pub(crate) retargeted: Vec<Retargeted>,
+    /// The engine's backlog and pending events as the last call on the
+    /// engine reported them (`None`: a call that does not report them ran
+    /// since): [`XSocket::rearm`] and the events check read them here
+    /// instead of taking the engine's lock again.
+    pub(crate) news: Option<QpNews>,
+    /// Send requests posted so far: a wait that saw none posted while it
+    /// waited drained everything the engine queued itself.
+    pub(crate) posts: u64,
 }
 
 impl State {
@@ -308,6 +316,8 @@ impl XSocket {
                 // `qp_init` posts every slot, in order.
                 posted: (0..u32::from(opts.slots)).collect(),
                 retargeted: Vec::new(),
+                news: None,
+                posts: 0,
             }),
             cv: Condvar::new(),
             opts: opts.clone(),
@@ -436,6 +446,13 @@ impl XSocket {
         self.locks.load(Ordering::Relaxed)
     }
 
+    /// Times this socket's engine context took its lock
+    /// ([`Context::lock_count`]): a diagnostic of the engine calls per
+    /// data call.
+    pub fn engine_locks(&self) -> u64 {
+        self._ctx.lock_count()
+    }
+
     /// Message mode: every read returns at most one of the peer's sends
     /// (`recv_msg` says whether it ended it).
     pub fn set_msg_mode(&self, on: bool) {
@@ -547,12 +564,19 @@ impl XSocket {
             }
             st.retargeted.retain(|r| r.slot != slot);
         }
+        if !st.established || st.over() {
+            // Outside RTS a receive is flushed at once (a transmit round).
+            st.news = None;
+        }
         if failed {
             self.fail(st, libc::EPROTO, "cannot repost a receive".into());
         }
     }
 
     fn check_events(&self, st: &mut State) {
+        if st.news.is_some_and(|n| !n.events) {
+            return;
+        }
         while let Some(ev) = self.qp.poll_event() {
             match ev {
                 Event::Terminated { code, by_peer } => {
@@ -574,6 +598,9 @@ impl XSocket {
                 _ => {}
             }
         }
+        if let Some(n) = &mut st.news {
+            n.events = false;
+        }
     }
 
     pub(crate) fn fail(&self, st: &mut State, errno: i32, what: String) {
@@ -583,6 +610,8 @@ impl XSocket {
             }
             st.error = Some((errno, what));
         }
+        // The connection is going down: ask the engine from now on.
+        st.news = None;
         self.wake(st);
     }
 
@@ -623,8 +652,10 @@ impl XSocket {
     }
 
     pub(crate) fn post(&self, st: &mut State, wr: SendWr) {
-        if let Err(e) = self.qp.post_send(wr) {
-            self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}"));
+        st.posts += 1;
+        match self.qp.post_send_news(wr) {
+            Ok(n) => st.news = Some(n),
+            Err(e) => self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}")),
         }
         self.rearm(st);
     }
@@ -640,7 +671,8 @@ impl XSocket {
         let mut wcs = [Wc::default(); 8];
         let mut any = false;
         while !st.driving {
-            let n = self.cq.poll_queued(&mut wcs);
+            let (n, news) = self.cq.poll_queued_news(&mut wcs, &self.qp);
+            st.news = Some(news);
             if n > 0 {
                 any = true;
                 self.process(st, &wcs[..n]);
@@ -675,14 +707,16 @@ impl XSocket {
         // bytes out of order). That thread processes everything in order
         // when it comes back.
         if !st.driving {
-            let mut n = self.cq.poll(&mut wcs);
+            let (mut n, news) = self.cq.poll_news(&mut wcs, &self.qp);
+            st.news = Some(news);
             while n > 0 {
                 any = true;
                 self.process(st, &wcs[..n]);
                 if n < wcs.len() {
                     break;
                 }
-                n = self.cq.poll_queued(&mut wcs);
+                let (more, news) = self.cq.poll_queued_news(&mut wcs, &self.qp);
+                (n, st.news) = (more, Some(news));
             }
         }
         self.settle(st);
@@ -756,9 +790,13 @@ impl XSocket {
         // call takes over again (`settle` below; epoll checks readiness
         // when the interest changes, so what came meanwhile is reported).
         self.set_watching(Self::WATCH_OFF);
+        let posts = st.posts;
         drop(st);
         let mut wcs = [Wc::default(); 16];
-        let n = self.cq.wait(&mut wcs, slice).unwrap_or(0);
+        let (n, news) = self
+            .cq
+            .wait_news(&mut wcs, slice, &self.qp)
+            .unwrap_or((0, None));
         let mut st = self.lock();
         st.driving = false;
         self.parked.store(false, Ordering::Release);
@@ -766,12 +804,20 @@ impl XSocket {
         if n == 0 {
             self.drive_now(&mut st);
         } else {
+            // Another thread's post meanwhile may have left newer news
+            // than the wait's own.
+            let alone = st.posts == posts;
+            st.news = news.filter(|_| alone);
             // The wait read the socket and took in what it held: the rest
             // of what it queued is taken without another round, which
             // would only read the socket empty (one more system call per
-            // message).
+            // message) — and without another look when the wait drained
+            // the queue (fewer than it could take) and nothing was posted
+            // since: the news it returned says what else there is.
             self.process(&mut st, &wcs[..n]);
-            self.reap(&mut st);
+            if !(alone && n < wcs.len() && st.news.is_some()) {
+                self.reap(&mut st);
+            }
             self.settle(&mut st);
         }
         self.wake(&st);

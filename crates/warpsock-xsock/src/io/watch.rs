@@ -91,7 +91,7 @@ impl XSocket {
             return;
         }
         let calls_flush = st.sending > 0;
-        let want = if !calls_flush && self.qp.send_backlog() > 0 {
+        let want = if !calls_flush && self.backlog(st) > 0 {
             Self::WATCH_EVENTS
         } else if Self::owes_progress(st) || (!calls_flush && st.s.has_output()) {
             Self::WATCH_INPUT
@@ -99,6 +99,12 @@ impl XSocket {
             Self::WATCH_OFF
         };
         self.set_watching(want);
+    }
+
+    /// The engine's send backlog: as its last call reported it, else
+    /// asked (with the events, kept for the next look).
+    fn backlog(&self, st: &mut State) -> u64 {
+        st.news.get_or_insert_with(|| self.qp.news()).backlog
     }
 
     /// Whether arrivals must be processed while no call runs (module docs),
