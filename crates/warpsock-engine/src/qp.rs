@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use warpsock_proto::{CloseReason, Event, Negotiated, PostError, QpState, RecvWr, SendWr};
+use warpsock_proto::{CloseReason, Event, Negotiated, PostError, QpState, RecvWr, SendWr, Sgl};
 
 use crate::context::{Inner, Progress, Shared, State};
 use crate::driver::IoStats;
@@ -128,6 +128,17 @@ impl Qp {
             }
             Ok(())
         })
+    }
+
+    /// Changes the buffers of posted receives that no Send has started to
+    /// fill: visits them oldest first (the order Sends consume them) until
+    /// `f` returns `false`, passing each one's `wr_id` and its scatter
+    /// list, or `None` for the one a Send is being placed into now. See
+    /// [`warpsock_proto::Connection::retarget_recvs`]: the new buffers are checked
+    /// when a Send starts into them, so they must stay registered until
+    /// the receive completes or is pointed elsewhere again.
+    pub fn retarget_recvs(&self, f: impl FnMut(u64, Option<&mut Sgl>) -> bool) {
+        self.with(|st, _| st.qp(self.qi).conn.retarget_recvs(f));
     }
 
     /// Bytes of transmitted requests the engine holds because the kernel's

@@ -230,3 +230,61 @@ fn payload_length_is_the_fpdus_not_the_ranges() {
     assert!(b.mem(head) == &pattern(len, 3)[..8]);
     assert!(b.mem(body)[..len - 8] == pattern(len, 3)[8..]);
 }
+
+/// `retarget_recvs` changes the buffers of posted receives no Send has
+/// started into (the next Send lands in the new ones) and offers none for
+/// the receive a Send is being placed into (it completes where it began).
+#[test]
+fn retargeted_receives_take_the_next_send_and_a_started_one_stays() {
+    let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+    p.establish();
+    let src = p.a.region(0x10_0000, pattern(4096, 7), Access::LOCAL_READ);
+    let dst = p.b.region(0x2000, vec![0; 4096], Access::LOCAL_WRITE);
+    let alt = p.b.region(0x9000, vec![0; 4096], Access::LOCAL_WRITE);
+    let wire = small_send_wire(&mut p, 1, (src, 0x10_0000, 1000), (dst, 0x2000, 1024));
+    p.b.conn
+        .post_recv(RecvWr {
+            wr_id: 2,
+            sgl: sge(0x2400, 1024, dst).into(),
+        })
+        .unwrap();
+    // Half of the first Send arrives: its receive has started.
+    let half = wire.len() / 2;
+    let mut off = 0;
+    while off < half {
+        let k = p.b.conn.handle_input(&wire[off..half], &mut p.b.reg);
+        if k == 0 {
+            break;
+        }
+        off += k;
+    }
+    assert!(off > 0, "the Send's header was taken");
+    let mut seen = Vec::new();
+    p.b.conn.retarget_recvs(|id, sgl| {
+        seen.push((id, sgl.is_some()));
+        if let Some(s) = sgl {
+            *s = sge(0x9000, 1024, alt).into();
+        }
+        true
+    });
+    assert_eq!(seen, [(1, false), (2, true)]);
+    while off < wire.len() {
+        let k = p.b.conn.handle_input(&wire[off..], &mut p.b.reg);
+        assert!(k > 0);
+        off += k;
+    }
+    p.a.pump();
+    p.b.pump();
+    let wc = p.b.wcs.pop().expect("first receive completed");
+    assert_eq!((wc.wr_id, wc.byte_len), (1, 1000));
+    assert_eq!(&p.b.mem(dst)[..1000], &pattern(4096, 7)[..1000]);
+    // The next Send goes where receive 2 now points.
+    let wire = small_send_wire(&mut p, 3, (src, 0x10_0100, 500), (dst, 0x2800, 1024));
+    assert_eq!(p.b.conn.handle_input(&wire, &mut p.b.reg), wire.len());
+    p.a.pump();
+    p.b.pump();
+    let wc = p.b.wcs.pop().expect("second receive completed");
+    assert_eq!((wc.wr_id, wc.byte_len), (2, 500));
+    assert_eq!(&p.b.mem(alt)[..500], &pattern(4096, 7)[0x100..0x100 + 500]);
+    assert!(p.b.mem(dst)[0x400..0x800].iter().all(|&x| x == 0));
+}

@@ -21,26 +21,49 @@
 //!   one engine queue pair per socket. The preload library
 //!   (`libwarpsock_preload.so`) maps the socket calls of programs onto it.
 //!
-//! ## Placement: why BCopy plus receiver-offered sinks
+//! ## Placement: BCopy plus retargeted receives (sinks on request)
 //!
-//! Three designs are known for carrying a byte stream over RDMA:
+//! Four designs are known for carrying a byte stream over RDMA:
 //!
-//! | design | small messages | large reads posted ahead | copies per byte received |
-//! |---|---|---|---|
-//! | SDP BCopy: Sends into posted bounce buffers, credit flow control | one Send (one FPDU) | a copy out of the bounce buffer | 1 |
-//! | SDP ZCopy (SinkAvail): the reader offers its buffer, the writer RDMA-Writes into it | — | written in place, plus a round trip to offer | 0 |
-//! | rsockets: RDMA Write into the peer's ring + a 4-byte Send to notify (iWARP has no immediate data) | a Write and a Send (two FPDUs) | a copy out of the ring | 1 |
+//! | design | small messages | large reads posted ahead | bytes already in flight when the read comes | copies per byte received |
+//! |---|---|---|---|---|
+//! | SDP BCopy: Sends into posted bounce buffers, credit flow control | one Send (one FPDU) | copied out of the bounce buffer | copied | 1 |
+//! | SDP ZCopy (SinkAvail): the reader offers its buffer, the writer RDMA-Writes into it | — | written in place, after a round trip to offer | declined (the writer is past the offer's position): copied | 0 for a reader ahead, 1 behind |
+//! | rsockets: RDMA Write into the peer's ring + a 4-byte Send to notify (iWARP has no immediate data) | a Write and a Send (two FPDUs) | copied out of the ring | copied | 1 |
+//! | **retargeted receives** (ours): the reader points the receives it posted for the peer's Sends, those no byte has reached yet, at its own buffer | one Send | placed by the engine as the Sends arrive | placed, if the engine has not started them into a slot | ≈ 0 ahead (32 B per 256 KiB message), less than 1 behind |
 //!
-//! warpsock uses **BCopy for everything and a sink when a read of at least
-//! `zcopy_min` bytes (64 KiB by default) finds nothing queued** — the SDP
-//! combination. Why, and what was measured:
+//! warpsock uses **BCopy for small reads and for bytes already queued,
+//! and retargets posted receives when a blocking read of at least
+//! `zcopy_min` bytes (64 KiB by default, all of a vectored read's buffers
+//! together; [`io::Options::zcopy_min`]) finds nothing queued**
+//! (`io/placed.rs`). Sinks (SDP ZCopy) remain, chosen with
+//! [`io::Options::sinks`] (`WARPSOCK_DDP_SINKS=1` in the preload), and
+//! carry asynchronous receives. Why, and what was measured:
 //!
-//! * *Bytes copied per byte received* (the process counters,
-//!   [`io::counters`]): a reader that posts 1 MiB reads ahead of the data
-//!   gets every byte placed by RDMA Write, 0 copied (the
-//!   `large_reads_posted_ahead_are_placed_without_a_copy` test asserts
-//!   ≤ 0.05 and measures 0); the same bytes through BCopy or a remote ring
-//!   are copied once (1.0) — the ring cannot meet the zero-copy goal at all.
+//! * *Bytes copied per byte received* (the socket's counters,
+//!   [`io::XSocket::stats`]; process-wide [`io::counters`]): a reader that
+//!   posts 1 MiB blocking or `MSG_WAITALL` reads ahead of the data copies
+//!   1,024 of 8,388,608 bytes (0.00012: each message's first 32 payload
+//!   bytes stay in the slot with its header; `tests/placed.rs`, asserted
+//!   ≤ 0.05). A sink gets 0 there too, but only with no byte in flight:
+//!   the bandwidth benchmark's reader (8 messages in flight) found the
+//!   sender ahead of every offer, 82–85 % copied; retargeting places what
+//!   arrives after the read began whether or not it was sent before, and
+//!   needs no offer round trip (71–78 % copied in that benchmark, debug
+//!   build: the engine reads ahead of the read into the slots after its
+//!   buffer, which only an engine that stops at a receive could avoid).
+//!   BCopy and a remote ring copy every byte.
+//! * *Semantics*: a retargeted receive is pointed back before the read
+//!   returns (one a message is being placed into is waited for, bounded
+//!   by `sink_cancel_timeout`), so no byte reaches the program's memory
+//!   after its call — on a partial fill, a timeout, `shutdown`, a close or
+//!   an error alike; only receives at the front of the queue, with every
+//!   earlier completion processed, are retargeted, so bytes keep their
+//!   order against those already queued; `MSG_PEEK`, message mode and
+//!   non-blocking reads use the slots (`tests/placed.rs` covers each).
+//!   Bytes of the buffer past the length a read returns may have been
+//!   written as scratch (a message shorter than expected moves the later
+//!   ones back, a copy the counters show).
 //! * *FPDUs per small message*: BCopy is one Send (one FPDU: header and
 //!   payload in one gathered `sendmsg`); rsockets on iWARP needs an RDMA
 //!   Write into the ring **and** a 4-byte Send to notify (`RS_OPT_MSG_SEND`:
@@ -48,11 +71,6 @@
 //!   message for the same copy count. The engine's per-FPDU cost is the
 //!   dominant per-message cost (see `BENCHMARKS.md` §3), so the ring loses
 //!   on latency without gaining on copies.
-//! * *Large streams that outrun the reader* stay on BCopy (a sink is
-//!   offered only when nothing is queued and is declined if bytes are in
-//!   flight), which pipelines up to `slots` messages; the wall-clock cost
-//!   of that copy against host TCP is in `BENCHMARKS.md` (DDP-mode section,
-//!   with its commands).
 //!
 //! ## The wire
 //!

@@ -16,7 +16,16 @@ use warpsock_xsock::{Role, SwitchError};
 
 mod net;
 
-use net::{opts, pattern, recv_exact, switch_both, tcp_pair, LIMIT};
+use net::{opts, pattern, reads_posted_ahead, recv_exact, switch_both, tcp_pair, LIMIT};
+
+/// Large reads offer sinks (SDP ZCopy) instead of retargeting receives
+/// (`tests/placed.rs` covers those).
+fn sink_opts() -> Options {
+    Options {
+        sinks: true,
+        ..opts()
+    }
+}
 
 #[test]
 fn bytes_written_before_the_switch_arrive_first() {
@@ -150,60 +159,23 @@ fn message_mode_keeps_each_send_whole() {
 #[test]
 fn large_reads_posted_ahead_are_placed_without_a_copy() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &sink_opts());
     let xb = Arc::new(xb);
-    let chunk = 1 << 20;
-    let rounds = 8;
-    let r = {
-        let xb = Arc::clone(&xb);
-        std::thread::spawn(move || {
-            let mut all = Vec::new();
-            let mut buf = vec![0; chunk];
-            for _ in 0..rounds {
-                let f = RecvFlags {
-                    waitall: true,
-                    ..RecvFlags::default()
-                };
-                let (n, _) = xb.recv(&mut buf, f, Some(LIMIT)).unwrap();
-                assert_eq!(n, chunk);
-                all.extend_from_slice(&buf);
-                // Ask for the next chunk only now: the read is posted
-                // before the data is sent.
-                xb.send(b"k", false, None).unwrap();
-            }
-            all
-        })
-    };
-    let data = pattern(chunk * rounds, 5);
     let t = Instant::now();
-    for i in 0..rounds {
-        // The reader's sink arrives first (its offer follows the "k").
+    // The reader's sink arrives first (its offer follows the "k").
+    let ready = |i| {
         while !xa.peer_sink_ready() {
             assert!(t.elapsed() < LIMIT, "no sink offered in round {i}");
             std::thread::yield_now();
         }
-        xa.send(&data[i * chunk..(i + 1) * chunk], false, None)
-            .unwrap();
-        if i + 1 < rounds {
-            let mut k = [0u8; 1];
-            xa.recv(&mut k, RecvFlags::default(), Some(LIMIT)).unwrap();
-        }
-    }
-    assert!(r.join().unwrap() == data);
-    // This socket's own counters: other tests in the process do not count.
-    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    let st = xb.stats();
-    let (rx, copied, placed) = (load(&st.rx_bytes), load(&st.rx_copied), load(&st.rx_placed));
-    assert_eq!(rx, (chunk * rounds) as u64, "bytes received");
-    assert_eq!(rx, copied + placed);
-    println!(
-        "1 MiB reads posted ahead: {copied} of {rx} bytes copied ({:.6} per byte received)",
-        copied as f64 / rx as f64
-    );
+    };
+    let (rx, copied) = reads_posted_ahead(&xa, Arc::clone(&xb), (1 << 20, 8, 5), false, ready);
     assert!(
         (copied as f64) / (rx as f64) <= 0.05,
         "copied {copied} of {rx} bytes"
     );
+    // This socket's own counters: other tests in the process do not count.
+    let placed = rx - copied;
     assert!(
         counters()
             .rx_placed
@@ -220,7 +192,7 @@ fn large_reads_posted_ahead_are_placed_without_a_copy() {
 #[test]
 fn a_vectored_reads_large_buffer_is_a_sink() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &sink_opts());
     let xb = Arc::new(xb);
     let body = 1 << 20;
     let rounds = 6;
@@ -519,7 +491,7 @@ fn a_protocol_breaker_gets_a_terminate() {
 #[test]
 fn nonblocking_sends_fill_a_large_sink_slot_by_slot() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &sink_opts());
     // Larger than all transmit slots together.
     let data = pattern(4 << 20, 77);
     std::thread::scope(|sc| {
@@ -575,7 +547,7 @@ fn an_unanswered_sink_cancel_fails_the_socket_in_bounded_time() {
     let (a, b) = tcp_pair();
     let o = Options {
         sink_cancel_timeout: Duration::from_millis(300),
-        ..opts()
+        ..sink_opts()
     };
     let (xa, xb) = switch_both(&a, &b, &o);
     let mut buf = vec![0u8; 1 << 20];

@@ -1,6 +1,11 @@
 //! The program's scatter/gather buffers (`iovec` arrays from a msghdr).
 
 use libc::iovec;
+use smallvec::SmallVec;
+
+/// The slices of one call's iovecs: inline for a few (a send allocates
+/// nothing for the common one or two).
+pub(crate) type Parts<'a> = SmallVec<[&'a [u8]; 4]>;
 
 /// The iovecs as a slice (empty for a null pointer).
 ///
@@ -27,7 +32,7 @@ pub(crate) unsafe fn len(iov: *const iovec, n: usize) -> usize {
 ///
 /// # Safety
 /// As [`iovecs`], and every iovec describes readable memory for `'a`.
-pub(crate) unsafe fn parts<'a>(iov: *const iovec, n: usize) -> Vec<&'a [u8]> {
+pub(crate) unsafe fn parts<'a>(iov: *const iovec, n: usize) -> Parts<'a> {
     // SAFETY: per the contract.
     unsafe { iovecs(iov, n) }
         .iter()

@@ -88,7 +88,7 @@ impl Sock {
                 } else if !cfg.mode.tcp() {
                     Route::Gso
                 } else {
-                    match g.routes.lookup(&dest, Instant::now()) {
+                    match g.routes.lookup(&dest, Instant::now) {
                         // A peer without the preload: the second path.
                         Lookup::Kernel if cfg.mode.gso() => Route::Gso,
                         Lookup::Kernel => Route::Kernel(true),

@@ -51,7 +51,7 @@ use warpsock_wire::mpa::EnhancedParams;
 use warpsock_wire::terminate::TermCode;
 
 use crate::mem::{PdId, Range, Stag};
-use crate::verbs::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
+use crate::verbs::{RecvWr, SendWr, Sgl, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 
 pub use cm::AcceptError;
 pub use rx::RxStep;
@@ -607,6 +607,27 @@ impl Connection {
             self.rq.push_back(PostedRecv { wr });
         }
         Ok(())
+    }
+
+    /// Visits the posted receives in the order incoming Sends consume
+    /// them, oldest first, until `f` returns `false`: `f` gets each one's
+    /// `wr_id` and its scatter list to change, or `None` for the receive a
+    /// Send is being placed into now (its buffers are fixed until it
+    /// completes). A receive whose list is changed here takes the next
+    /// Send into the new buffers, which must pass the same checks as at
+    /// posting (registered, local write) when that Send starts: a receive
+    /// that fails them completes with a protection error, as a bad posted
+    /// one does. This is how a sockets layer points receives it posted
+    /// into its own slots at a program's buffer while no byte of theirs
+    /// has arrived (zero-copy reads), and points them back after.
+    pub fn retarget_recvs(&mut self, mut f: impl FnMut(u64, Option<&mut Sgl>) -> bool) {
+        let busy = self.rx.send_in_progress();
+        for (i, r) in self.rq.iter_mut().enumerate() {
+            let sgl = (i > 0 || !busy).then_some(&mut r.wr.sgl);
+            if !f(r.wr.wr_id, sgl) {
+                return;
+            }
+        }
     }
 
     /// Send-queue requests posted and not yet completed.

@@ -352,7 +352,10 @@ impl XSocket {
             let rest = buf.len() - got;
             let sink =
                 !flags.peek && !st.msg_mode && rest >= self.opts.zcopy_min && st.s.readable() == 0;
-            if !driven && (flags.nonblocking || expired || sink) {
+            // A sink is offered after a round (bytes it would find make it
+            // moot); receives are retargeted before one, so that what the
+            // round reads is placed.
+            if !driven && (flags.nonblocking || expired || (sink && self.opts.sinks)) {
                 self.drive_now(&mut st);
                 driven = true;
                 continue;
@@ -372,6 +375,21 @@ impl XSocket {
                     Err(io::Error::from_raw_os_error(libc::EAGAIN))
                 };
                 return (st, r);
+            }
+            if sink && !self.opts.sinks {
+                let (guard, r) =
+                    self.recv_placed(st, &mut [&mut buf[got..]], 0, flags.waitall, deadline);
+                st = guard;
+                match r {
+                    Some(n) => {
+                        got += n;
+                        if n > 0 && (!flags.waitall || got == buf.len()) {
+                            return (st, Ok((got, false)));
+                        }
+                    }
+                    None => st = self.wait_as(st, deadline, true),
+                }
+                continue;
             }
             if sink {
                 let (guard, _, n) =
@@ -443,13 +461,16 @@ impl XSocket {
             return Ok((n, eor));
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        // A large buffer after small ones (a header, then the body): offered
-        // as a sink ahead of the stream, so that only the small ones' bytes
-        // are copied. `got` bytes of the buffers are filled in order.
+        // A large read that finds nothing queued is placed into its
+        // buffers (`io/placed.rs`), or — with sinks — its large buffer after
+        // small ones (a header, then the body) is offered as a sink ahead
+        // of the stream. `got` bytes of the buffers are filled in order.
         let mut got = if flags.nonblocking {
             0
-        } else {
+        } else if self.opts.sinks {
             self.recv_into_later_sink(bufs, flags.waitall, deadline)?
+        } else {
+            self.recv_into_placed(bufs, flags.waitall, deadline)?
         };
         // Buffer by buffer: the first read waits as the call asks; once
         // bytes were delivered, the rest only takes what is queued (as
@@ -510,6 +531,16 @@ impl XSocket {
         }
         let avail = st.s.readable();
         if avail == 0 || out.is_empty() {
+            return None;
+        }
+        if st
+            .s
+            .segments()
+            .next()
+            .is_some_and(|s| st.retargeted.iter().any(|r| r.slot == s.slot))
+        {
+            // Bytes of another call's placed read (`io/placed.rs`): not in
+            // the slot, and that call delivers them.
             return None;
         }
         let (n, eor) = if st.msg_mode {
@@ -574,13 +605,7 @@ impl XSocket {
             return Ok(0);
         }
         let st = self.lock();
-        let idle = st.residue_off == st.residue.len()
-            && st.s.readable() == 0
-            && !st.s.eof()
-            && !st.shut_rd
-            && !st.msg_mode
-            && !st.over();
-        if !idle {
+        if !Self::idle_reader(&st) {
             return Ok(0);
         }
         let (head, rest) = bufs.split_at_mut(i);
@@ -590,6 +615,45 @@ impl XSocket {
         match err {
             Some(e) if copied + placed == 0 => Err(e),
             _ => Ok(copied + placed),
+        }
+    }
+
+    /// Whether a stream read finds nothing to deliver and may wait for the
+    /// next bytes in its own buffers (a sink or retargeted receives).
+    fn idle_reader(st: &State) -> bool {
+        st.residue_off == st.residue.len()
+            && st.s.readable() == 0
+            && !st.s.eof()
+            && !st.shut_rd
+            && !st.msg_mode
+            && !st.over()
+    }
+
+    /// The start of a blocking vectored read of at least `zcopy_min` bytes
+    /// (stream mode) that finds nothing queued: placed into its buffers
+    /// (`io/placed.rs`). Returns how many bytes of `bufs` (from the start,
+    /// in order) it filled: 0 if it did not apply.
+    fn recv_into_placed(
+        &self,
+        bufs: &mut [&mut [u8]],
+        waitall: bool,
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total < self.opts.zcopy_min {
+            return Ok(0);
+        }
+        let st = self.lock();
+        if !Self::idle_reader(&st) {
+            return Ok(0);
+        }
+        let (st, r) = self.recv_placed(st, bufs, 0, waitall, deadline);
+        let err = Self::dead(&st);
+        drop(st);
+        match (r, err) {
+            (Some(n), _) if n > 0 => Ok(n),
+            (_, Some(e)) => Err(e),
+            _ => Ok(0),
         }
     }
 

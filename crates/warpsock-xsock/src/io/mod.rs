@@ -12,6 +12,7 @@
 mod data;
 mod gather;
 mod handshake;
+mod placed;
 mod rio;
 mod settings;
 mod setup;

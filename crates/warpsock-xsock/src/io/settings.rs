@@ -17,14 +17,23 @@ pub struct Options {
     pub slots: u16,
     /// Bytes per slot.
     pub slot_size: u32,
-    /// Smallest read that offers a sink, and smallest blocking send sent
+    /// Smallest blocking read (all its buffers together) placed without a
+    /// copy when it finds nothing queued, and smallest blocking send sent
     /// from the caller's buffer without a copy.
     pub zcopy_min: usize,
+    /// How such a read is placed: `false` (the default) points our posted
+    /// receives at its buffers (`io/placed.rs`: what is already on its way
+    /// is placed too); `true` offers the buffer as a sink (SDP ZCopy: the
+    /// peer RDMA-Writes into it, only if no byte is in flight). See the
+    /// crate docs ("Placement").
+    pub sinks: bool,
     /// Switch timeouts and bounds.
     pub limits: Limits,
     /// How long a reader that gave up on a sink (timeout) waits for the
     /// peer to confirm that it will not write into it any more
-    /// (SINK_CANCEL answered by SINK_DONE). A peer that does not answer in
+    /// (SINK_CANCEL answered by SINK_DONE), and how long a placed read
+    /// that is done waits for a message already being placed into its
+    /// buffer to end. A peer that does not answer in
     /// time — stopped, or not following the protocol — fails the
     /// connection with `ETIMEDOUT`: the buffer is the program's again only
     /// once nothing can be placed into it.
@@ -46,6 +55,7 @@ impl Default for Options {
             // so small messages cost no more memory.
             slot_size: Self::slot_size_for(256 << 10),
             zcopy_min: 64 << 10,
+            sinks: false,
             limits: Limits::default(),
             sink_cancel_timeout: Duration::from_secs(10),
             busy_poll: Duration::ZERO,
@@ -81,7 +91,8 @@ pub struct Counters {
     pub rx_bytes: AtomicU64,
     /// Of those, bytes copied out of receive slots.
     pub rx_copied: AtomicU64,
-    /// Of those, bytes placed straight into the reader's buffer (sinks).
+    /// Of those, bytes placed straight into the reader's buffer (by the
+    /// engine, through a retargeted receive or a sink).
     pub rx_placed: AtomicU64,
     /// Stream bytes sent.
     pub tx_bytes: AtomicU64,

@@ -162,6 +162,9 @@ impl XSocket {
                 want_writable: false,
                 established: false,
                 sending: 0,
+                // `qp_init` posts every slot, in order.
+                posted: (0..u32::from(opts.slots)).collect(),
+                retargeted: Vec::new(),
                 news: None,
                 posts: 0,
             }),

@@ -18,7 +18,7 @@
 //! bytes that finds nothing queued offers the caller's buffer as a sink
 //! (see [`crate::stream`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -33,6 +33,7 @@ use warpsock_engine::{
 use warpsock_engine::proto::wire::terminate::TermCode;
 
 use super::gather::Src;
+use super::placed::Retargeted;
 use super::rio::{Aio, LocalMap};
 use super::settings::{counters, Count, Counters, Options, Readiness};
 use super::slots::SlotMem;
@@ -94,6 +95,12 @@ pub(crate) struct State {
     /// follows the backlog only once the last of them returned (see
     /// [`XSocket::rearm`]).
     pub(crate) sending: u32,
+    /// Our posted receives (slots), oldest first: the order the engine
+    /// fills them in. Popped as their completions are processed.
+    pub(crate) posted: VecDeque<u32>,
+    /// Receives a placed read pointed at the program's buffers
+    /// (`io/placed.rs`).
+    pub(crate) retargeted: Vec<Retargeted>,
     /// The engine's backlog and pending events as the last call on the
     /// engine reported them (`None`: a call that does not report them ran
     /// since): [`XSocket::rearm`] and the events check read them here
@@ -331,12 +338,17 @@ impl XSocket {
                 if wc.wr_id & WR_KIND == WR_RIO {
                     super::rio::on_completion(st, wc);
                 }
+                if wc.wr_id & WR_KIND == 0 {
+                    st.posted.retain(|&s| s != wc.wr_id as u32);
+                }
                 self.release_wr(st, wc.wr_id);
                 continue;
             }
             match wc.opcode {
                 WcOpcode::Recv => {
                     let slot = wc.wr_id as u32;
+                    debug_assert_eq!(st.posted.front(), Some(&slot));
+                    st.posted.retain(|&s| s != slot);
                     let size = self.opts.slot_size as usize;
                     let at = slot as usize * size;
                     #[allow(unsafe_code)]
@@ -391,7 +403,12 @@ impl XSocket {
                 wr_id: u64::from(slot),
                 sgl: self.rx.sge(slot as usize * size as usize, size).into(),
             };
-            failed |= self.qp.post_recv(wr).is_err();
+            if self.qp.post_recv(wr).is_err() {
+                failed = true;
+            } else {
+                st.posted.push_back(slot);
+            }
+            st.retargeted.retain(|r| r.slot != slot);
         }
         if !st.established || st.over() {
             // Outside RTS a receive is flushed at once (a transmit round).

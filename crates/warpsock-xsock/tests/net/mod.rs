@@ -77,3 +77,63 @@ pub(crate) fn set_buf(s: &TcpStream, opt: libc::c_int, bytes: libc::c_int) {
     };
     assert_eq!(r, 0);
 }
+
+/// `rounds` reads of `chunk` bytes posted ahead of the data: `xb` reads a
+/// chunk (MSG_WAITALL, or every other round a plain blocking read, if
+/// `alternate`) and only then asks for the next one with a 1-byte "k";
+/// `xa` runs `ready(round)` before it sends each chunk. Checks that every
+/// byte arrived in order and returns `xb`'s (received, copied) counters,
+/// printing the ratio.
+pub(crate) fn reads_posted_ahead(
+    xa: &XSocket,
+    xb: std::sync::Arc<XSocket>,
+    (chunk, rounds, seed): (usize, usize, u64),
+    alternate: bool,
+    ready: impl Fn(usize),
+) -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let r = {
+        let xb = std::sync::Arc::clone(&xb);
+        std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let mut buf = vec![0; chunk];
+            for i in 0..rounds {
+                let f = RecvFlags {
+                    waitall: !alternate || i % 2 == 0,
+                    ..RecvFlags::default()
+                };
+                let mut got = 0;
+                while got < chunk {
+                    let (n, _) = xb.recv(&mut buf[got..], f, Some(LIMIT)).unwrap();
+                    assert!(n > 0);
+                    got += n;
+                }
+                all.extend_from_slice(&buf);
+                xb.send(b"k", false, None).unwrap();
+            }
+            all
+        })
+    };
+    let data = pattern(chunk * rounds, seed);
+    for i in 0..rounds {
+        ready(i);
+        xa.send(&data[i * chunk..(i + 1) * chunk], false, None)
+            .unwrap();
+        let mut k = [0u8; 1];
+        xa.recv(&mut k, RecvFlags::default(), Some(LIMIT)).unwrap();
+    }
+    assert!(r.join().unwrap() == data);
+    let st = xb.stats();
+    let (rx, copied, placed) = (
+        st.rx_bytes.load(Relaxed),
+        st.rx_copied.load(Relaxed),
+        st.rx_placed.load(Relaxed),
+    );
+    assert_eq!(rx, data.len() as u64, "bytes received");
+    assert_eq!(rx, copied + placed);
+    println!(
+        "{chunk} B reads posted ahead: {copied} of {rx} bytes copied ({:.6} per byte received)",
+        copied as f64 / rx as f64
+    );
+    (rx, copied)
+}

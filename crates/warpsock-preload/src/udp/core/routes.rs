@@ -133,16 +133,20 @@ impl<C> Default for Routes<C> {
 }
 
 impl<C: Carrier> Routes<C> {
-    /// Where a datagram to `dest` goes at `now`. A route adopted from
+    /// Where a datagram to `dest` goes at the time `now` gives (read only
+    /// while `dest` has fallen back: a send to a routed destination reads
+    /// no clock and looks up one map). A route adopted from
     /// accepted connections carries replies only: until one of them has
     /// delivered a datagram from `dest`, a send to `dest` is a fresh
     /// outbound destination and opens its own route (which then replaces
     /// the adopted one), so that no inbound connection can capture it.
-    pub(crate) fn lookup(&mut self, dest: &SocketAddr, now: Instant) -> Lookup<C> {
-        if self.fallback.get(dest).is_some_and(|t| *t > now) {
-            return Lookup::Kernel;
+    pub(crate) fn lookup(&mut self, dest: &SocketAddr, now: impl FnOnce() -> Instant) -> Lookup<C> {
+        if !self.fallback.is_empty() {
+            if self.fallback.get(dest).is_some_and(|t| *t > now()) {
+                return Lookup::Kernel;
+            }
+            self.fallback.remove(dest);
         }
-        self.fallback.remove(dest);
         match self.groups.get_mut(dest) {
             Some(g) if g.inbound && !g.conns.iter().any(Carrier::delivered) => Lookup::Open,
             Some(g) => Lookup::Conn(g.pick()),
@@ -286,17 +290,23 @@ mod tests {
         let t0 = Instant::now();
         let mut r: Routes<C> = Routes::default();
         let d = addr(5001);
-        assert!(matches!(r.lookup(&d, t0), Lookup::Open));
+        assert!(matches!(r.lookup(&d, || t0), Lookup::Open));
         assert!(r.fall_back(d, t0, Duration::from_secs(10)));
         assert!(!r.fall_back(d, t0, Duration::from_secs(10)), "counted once");
         assert!(matches!(
-            r.lookup(&d, t0 + Duration::from_secs(9)),
+            r.lookup(&d, || t0 + Duration::from_secs(9)),
             Lookup::Kernel
         ));
         assert!(matches!(
-            r.lookup(&d, t0 + Duration::from_secs(10)),
+            r.lookup(&d, || t0 + Duration::from_secs(10)),
             Lookup::Open
         ));
+        // With no destination fallen back, a look-up (one per datagram
+        // sent) reads no clock.
+        let no_clock = || -> Instant { panic!("the clock was read") };
+        assert!(matches!(r.lookup(&d, no_clock), Lookup::Open));
+        r.insert(d, Group::new(vec![C::new(1)], 7));
+        assert!(matches!(r.lookup(&d, no_clock), Lookup::Conn(_)));
     }
 
     #[test]
@@ -313,7 +323,7 @@ mod tests {
         );
         assert!(r.remove(&d, &a), "b still carries it");
         assert!(!r.remove(&d, &b));
-        assert!(matches!(r.lookup(&d, Instant::now()), Lookup::Open));
+        assert!(matches!(r.lookup(&d, Instant::now), Lookup::Open));
     }
 
     /// Regression (reply-route hijack): a connection that claimed the
@@ -328,20 +338,20 @@ mod tests {
         inbound.0 .3.set(false);
         assert!(matches!(r.adopt(d, &inbound, 0), Adopted::New));
         assert!(
-            matches!(r.lookup(&d, now), Lookup::Open),
+            matches!(r.lookup(&d, || now), Lookup::Open),
             "a fresh destination opens its own route"
         );
         let own = C::new(2);
         let first = r.insert(d, Group::new(vec![own.clone()], 0));
         assert!(first.same(&own));
-        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&own)));
+        assert!(matches!(r.lookup(&d, || now), Lookup::Conn(c) if c.same(&own)));
         assert!(matches!(r.adopt(d, &inbound, 0), Adopted::Ignored));
         // A reply to a datagram the inbound connection delivered goes back
         // over it.
         let mut r: Routes<C> = Routes::default();
         r.adopt(d, &inbound, 0);
         inbound.0 .3.set(true);
-        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&inbound)));
+        assert!(matches!(r.lookup(&d, || now), Lookup::Conn(c) if c.same(&inbound)));
     }
 
     /// Regression (issue 13, bug a): the program answered the first
@@ -370,7 +380,7 @@ mod tests {
             Adopted::Replaced(old) => assert!(old.len() == 1 && old[0].same(&own)),
             other => panic!("not replaced: {other:?}"),
         }
-        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&inbound)));
+        assert!(matches!(r.lookup(&d, || now), Lookup::Conn(c) if c.same(&inbound)));
         // Its failure later does not put the destination on kernel UDP.
         assert!(
             r.remove(&d, &own),
@@ -379,9 +389,9 @@ mod tests {
         // Our own route gave up already: kernel UDP until the adoption.
         let mut r: Routes<C> = Routes::default();
         assert!(r.fall_back(d, now, Duration::from_secs(10)));
-        assert!(matches!(r.lookup(&d, now), Lookup::Kernel));
+        assert!(matches!(r.lookup(&d, || now), Lookup::Kernel));
         assert!(matches!(r.adopt(d, &inbound, 0), Adopted::New));
-        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&inbound)));
+        assert!(matches!(r.lookup(&d, || now), Lookup::Conn(c) if c.same(&inbound)));
         // A working route of our own stays, and so does a fallback or a
         // route being set up when the connection delivered nothing yet
         // (no reply is due: see `adopted_routes_carry_replies_only`).
@@ -389,7 +399,7 @@ mod tests {
         let up = C::new(3);
         r.insert(d, Group::new(vec![up.clone()], 0));
         assert!(matches!(r.adopt(d, &inbound, 0), Adopted::Ignored));
-        assert!(matches!(r.lookup(&d, now), Lookup::Conn(c) if c.same(&up)));
+        assert!(matches!(r.lookup(&d, || now), Lookup::Conn(c) if c.same(&up)));
         let silent = C::new(4);
         silent.0 .3.set(false);
         let mut r: Routes<C> = Routes::default();
@@ -398,6 +408,6 @@ mod tests {
         let mut r: Routes<C> = Routes::default();
         r.fall_back(d, now, Duration::from_secs(10));
         assert!(matches!(r.adopt(d, &silent, 0), Adopted::New));
-        assert!(matches!(r.lookup(&d, now), Lookup::Kernel));
+        assert!(matches!(r.lookup(&d, || now), Lookup::Kernel));
     }
 }

@@ -128,6 +128,12 @@ impl RxState {
         self.phase = Phase::Discard;
     }
 
+    /// A Send is being placed into the head posted receive (its buffers
+    /// are resolved and in use until it completes).
+    pub(super) fn send_in_progress(&self) -> bool {
+        self.send.is_some()
+    }
+
     pub(super) fn begin_fpdu_phase(&mut self, crc_on: bool, markers: bool, await_rtr: bool) {
         self.rtr_pending = await_rtr;
         self.crc_on = crc_on;
