@@ -261,6 +261,6 @@ fn borrowed_stream(fd: RawFd) -> ManuallyDrop<TcpStream> {
 /// fails after committing must not leave a stream either side could
 /// misread.
 fn reset(s: &TcpStream) {
-    let _ = super::setup::set_linger_zero(s);
+    let _ = super::socket::set_linger_zero(s);
     let _ = s.shutdown(std::net::Shutdown::Both);
 }

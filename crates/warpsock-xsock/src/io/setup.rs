@@ -69,30 +69,6 @@ fn qp_init<'a>(e: &'a Engine, opts: &Options) -> QpInit<'a> {
     init
 }
 
-/// `SO_LINGER` 0: closing resets the connection.
-pub(crate) fn set_linger_zero(s: &TcpStream) -> io::Result<()> {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    #[allow(unsafe_code)]
-    // SAFETY: setsockopt reads one `linger` from the stack.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 fn proto_error(what: impl std::fmt::Display) -> CmError {
     CmError::Io(io::Error::new(io::ErrorKind::InvalidData, what.to_string()))
 }
