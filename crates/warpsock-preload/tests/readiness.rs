@@ -101,6 +101,9 @@ fn nonblocking_receives_keep_connections_parked() {
         "{allocs} heap allocations for 4002 datagrams: {}",
         r.stderr
     );
+    // Every call on an offloaded socket takes the managed path's look-up
+    // (a pass-through call takes none: `pass_through_calls_take_only_the_check`).
+    assert!(r.stat("managed_looks") >= 4002, "{}", r.stderr);
     let (empty, looks) = (r.stat("rx_nb_empty"), r.stat("rx_nb_empty_looks"));
     assert!(empty >= 2000, "{}", r.stderr);
     assert!(

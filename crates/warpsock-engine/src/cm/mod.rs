@@ -143,10 +143,12 @@ pub struct QpOptions {
     pub connect_timeout: Duration,
     /// How long to wait for the peer's MPA Request/Reply.
     pub mpa_timeout: Duration,
-    /// Largest ULPDU per FPDU; `None` sizes FPDUs to the TCP MSS as siw
-    /// does (one FPDU per segment); towards a loopback address, where no
-    /// wire segments the stream and `TCP_MAXSEG` at setup is only half the
-    /// peer's first window, to the largest FPDU MPA allows (64 KiB).
+    /// Largest ULPDU per FPDU; `None` sizes FPDUs to the kernel's GSO unit
+    /// (as many whole TCP segments as fit in 64 KiB, as siw does with GSO
+    /// allowed); towards a loopback address, where no wire segments the
+    /// stream and `TCP_MAXSEG` at setup is only half the peer's first
+    /// window, to the largest FPDU MPA allows (64 KiB). One FPDU per TCP
+    /// segment (siw's default) is `mulpdu_for_mss(mss)`.
     pub mulpdu: Option<usize>,
     /// Socket options.
     pub tcp: TcpOptions,
@@ -305,20 +307,18 @@ pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmErr
 }
 
 /// The segment size FPDUs are fitted to when [`QpOptions::mulpdu`] is
-/// `None`: the socket's `TCP_MAXSEG`, as siw (one FPDU per TCP segment, so
-/// a receiver can place each segment on its own) — except towards a
-/// loopback address, where the largest FPDU MPA's 16-bit length allows
-/// (64 KiB).
+/// `None` (see [`gso_segment`]): towards a loopback address, the largest
+/// FPDU MPA's 16-bit length allows (64 KiB); on other paths, the kernel's
+/// GSO unit, as many whole `TCP_MAXSEG` segments as fit in 64 KiB.
 ///
 /// On loopback there is no wire to segment for: the kernel queues the
 /// sender's whole 64 KiB GSO buffers at the receiver, and `TCP_MAXSEG`
 /// (≈ 32 KiB at setup) is not a path property but half the peer's first
 /// window (`tcp_bound_to_half_wnd`). FPDUs of that size cost the receiver
 /// one read per 32 KiB (its placement reads end at FPDU boundaries);
-/// 64 KiB FPDUs halve the reads and wake-ups per MiB. siw with GSO does
-/// the same (`mss_cache × gso_segs`, `siw_update_tcpseg`); a siw peer
-/// behind a loopback port forward (qemu) received 32 KiB FPDUs over its
-/// 1,500-byte link before, so fitting segments was already moot there.
+/// 64 KiB FPDUs halve the reads and wake-ups per MiB. A siw peer behind a
+/// loopback port forward (qemu) received 32 KiB FPDUs over its 1,500-byte
+/// link before, so fitting segments was already moot there.
 fn fpdu_segment(sock: &TcpStream, peer: SocketAddr) -> usize {
     let loopback = match peer.ip() {
         std::net::IpAddr::V4(a) => a.is_loopback(),
@@ -330,7 +330,29 @@ fn fpdu_segment(sock: &TcpStream, peer: SocketAddr) -> usize {
         // `mulpdu_for_mss` turns this into the largest 8-aligned FPDU.
         return 1 << 16;
     }
-    sys::tcp_mss(sock.as_raw_fd()).unwrap_or(1448)
+    gso_segment(sys::tcp_mss(sock.as_raw_fd()).unwrap_or(1448))
+}
+
+/// The FPDU segment for a path with `TCP_MAXSEG` `mss`: as many whole
+/// segments as fit in the largest FPDU (64 KiB), which is what siw sends
+/// when GSO is allowed (`siw_update_tcpseg`: `mss_cache × gso_segs`, the
+/// kernel's GSO unit being at most 64 KiB). Linux TCP hands the device
+/// (or software GSO) buffers of that size, so FPDUs start on a segment
+/// boundary at the start of each one.
+///
+/// One FPDU per MSS (siw's default, `gso_seg_limit = 1`) only helps a
+/// receiver that places each TCP segment on its own, out of order: a
+/// hardware RNIC. A software receiver (warpsock, siw) reads the stream in
+/// order anyway, and MSS-sized FPDUs cost it a header, a placement and a
+/// copy out of staging per 1.4 KB: on a veth pair (MTU 1500, 1 % loss)
+/// GSO-sized FPDUs took the engine's CPU per GB from 0.57–0.78 s to
+/// 0.43–0.56 s for Send and Write (session 12, issue 12). A receiver
+/// accepts any length the FPDU's 16-bit field allows (siw does; see
+/// `siw-compat.md`); towards an RNIC that places per segment, set
+/// [`QpOptions::mulpdu`] to `warpsock_proto::wire::fpdu::mulpdu_for_mss(mss)`.
+fn gso_segment(mss: usize) -> usize {
+    let mss = mss.clamp(64, 1 << 16);
+    mss * ((1 << 16) / mss)
 }
 
 /// Runs the MPA exchange as initiator on a TCP connection that is already
@@ -363,5 +385,27 @@ pub fn connect_stream(sock: TcpStream, init: &QpInit<'_>) -> Result<Qp, CmError>
         MpaDone::Request(_) => {
             unreachable!("the core reports MPA Requests to responders only")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gso_segment;
+    use warpsock_proto::wire::fpdu::mulpdu_for_mss;
+
+    /// Off loopback, FPDUs fill the GSO unit: whole MSS-sized segments,
+    /// as many as fit in 64 KiB (an MTU-1500 path: 45 × 1448 B), not one
+    /// segment each.
+    #[test]
+    fn fpdus_off_loopback_fill_whole_segments_of_the_gso_unit() {
+        assert_eq!(gso_segment(1448), 45 * 1448);
+        assert_eq!(gso_segment(8948), 7 * 8948);
+        assert_eq!(gso_segment(65483), 65483);
+        assert_eq!(gso_segment(1 << 16), 1 << 16);
+        // A tiny or absurd MSS stays within MPA's length field.
+        assert!(gso_segment(1) <= 1 << 16 && gso_segment(1) >= 64);
+        assert!(gso_segment(1 << 20) <= 1 << 16);
+        // Each FPDU carries more than 40 times what one MSS-sized one did.
+        assert!(mulpdu_for_mss(gso_segment(1448)) > 40 * mulpdu_for_mss(1448));
     }
 }

@@ -47,14 +47,11 @@ unsafe fn recv_buf(
     alen: *mut socklen_t,
     real: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
-            let mut v = one_iov(buf, len);
-            // SAFETY: the caller's buffer and address.
-            unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
-        }
-        None => real(),
-    }
+    dispatch!(fd, real(), move |s| {
+        let mut v = one_iov(buf, len);
+        // SAFETY: the caller's buffer and address.
+        unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
+    })
 }
 
 /// Interposed `recvfrom(2)`.
@@ -69,7 +66,7 @@ pub unsafe extern "C" fn recvfrom(
 ) -> ssize_t {
     // SAFETY: the caller's arguments, to its socket or the real function.
     unsafe {
-        recv_buf(fd, buf, len, flags, addr, alen, || {
+        recv_buf(fd, buf, len, flags, addr, alen, move || {
             real::recvfrom(fd, buf, len, flags, addr, alen)
         })
     }
@@ -88,7 +85,7 @@ pub unsafe extern "C" fn __recvfrom_chk(
 ) -> ssize_t {
     // SAFETY: as in `recvfrom`.
     unsafe {
-        recv_buf(fd, buf, len.min(buflen), flags, addr, alen, || {
+        recv_buf(fd, buf, len.min(buflen), flags, addr, alen, move || {
             real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen)
         })
     }
@@ -100,7 +97,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
     let no = std::ptr::null_mut();
     // SAFETY: as in `recvfrom`.
     unsafe {
-        recv_buf(fd, buf, len, flags, no, no.cast(), || {
+        recv_buf(fd, buf, len, flags, no, no.cast(), move || {
             real::recv(fd, buf, len, flags)
         })
     }
@@ -118,7 +115,7 @@ pub unsafe extern "C" fn __recv_chk(
     let no = std::ptr::null_mut();
     // SAFETY: as in `recvfrom`.
     unsafe {
-        recv_buf(fd, buf, len.min(buflen), flags, no, no.cast(), || {
+        recv_buf(fd, buf, len.min(buflen), flags, no, no.cast(), move || {
             real::__recv_chk(fd, buf, len, buflen, flags)
         })
     }
@@ -129,7 +126,11 @@ pub unsafe extern "C" fn __recv_chk(
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
     let no = std::ptr::null_mut();
     // SAFETY: as in `recvfrom`.
-    unsafe { recv_buf(fd, buf, len, 0, no, no.cast(), || real::read(fd, buf, len)) }
+    unsafe {
+        recv_buf(fd, buf, len, 0, no, no.cast(), move || {
+            real::read(fd, buf, len)
+        })
+    }
 }
 
 /// Interposed `__read_chk`.
@@ -143,7 +144,7 @@ pub unsafe extern "C" fn __read_chk(
     let no = std::ptr::null_mut();
     // SAFETY: as in `recvfrom`.
     unsafe {
-        recv_buf(fd, buf, len.min(buflen), 0, no, no.cast(), || {
+        recv_buf(fd, buf, len.min(buflen), 0, no, no.cast(), move || {
             real::__read_chk(fd, buf, len, buflen)
         })
     }
@@ -152,34 +153,30 @@ pub unsafe extern "C" fn __read_chk(
 /// Interposed `readv(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
-            // SAFETY: the caller's iovecs.
-            unsafe {
-                recv_common(
-                    &s,
-                    iov.cast_mut(),
-                    cnt.max(0) as usize,
-                    0,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                )
-            }
-        }
+    dispatch!(
+        fd,
         // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::readv(fd, iov, cnt) },
-    }
+        unsafe { real::readv(fd, iov, cnt) },
+        move |s| {
+            let (no, n) = (std::ptr::null_mut(), cnt.max(0) as usize);
+            // SAFETY: the caller's iovecs.
+            unsafe { recv_common(&s, iov.cast_mut(), n, 0, no, no.cast()) }
+        },
+    )
 }
 
 /// Interposed `recvmsg(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
-    match managed(fd) {
+    // SAFETY: forwarding the caller's arguments.
+    let real = move || unsafe { real::recvmsg(fd, msg, flags) };
+    dispatch!(fd, real(), move |s| {
+        if msg.is_null() {
+            return real();
+        }
         // SAFETY: the caller's msghdr.
-        Some(s) if !msg.is_null() => enter(-1, || unsafe { s.recvmsg(&mut *msg, flags) }),
-        // SAFETY: forwarding the caller's arguments.
-        _ => unsafe { real::recvmsg(fd, msg, flags) },
-    }
+        enter(-1, || unsafe { s.recvmsg(&mut *msg, flags) })
+    })
 }
 
 /// Interposed `recvmmsg(2)`: one recvmsg per entry; after the first, only
@@ -276,40 +273,43 @@ pub unsafe extern "C" fn sendto(
 /// Interposed `send(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
+    dispatch!(
+        fd,
+        // SAFETY: forwarding the caller's arguments.
+        unsafe { real::send(fd, buf, len, flags) },
+        move |s| {
             let v = one_iov(buf.cast_mut(), len);
             // SAFETY: the caller's buffer.
             unsafe { send_common(&s, &v, 1, flags, std::ptr::null(), 0) }
-        }
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::send(fd, buf, len, flags) },
-    }
+        },
+    )
 }
 
 /// Interposed `write(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    match managed(fd) {
-        Some(s) => {
+    dispatch!(
+        fd,
+        // SAFETY: forwarding the caller's arguments.
+        unsafe { real::write(fd, buf, len) },
+        move |s| {
             let v = one_iov(buf.cast_mut(), len);
             // SAFETY: the caller's buffer.
             unsafe { send_common(&s, &v, 1, 0, std::ptr::null(), 0) }
-        }
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::write(fd, buf, len) },
-    }
+        },
+    )
 }
 
 /// Interposed `writev(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    match managed(fd) {
-        // SAFETY: the caller's iovecs.
-        Some(s) => unsafe { send_common(&s, iov, cnt.max(0) as usize, 0, std::ptr::null(), 0) },
+    dispatch!(
+        fd,
         // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::writev(fd, iov, cnt) },
-    }
+        unsafe { real::writev(fd, iov, cnt) },
+        // SAFETY: the caller's iovecs.
+        move |s| unsafe { send_common(&s, iov, cnt.max(0) as usize, 0, std::ptr::null(), 0) },
+    )
 }
 
 /// Interposed `sendmsg(2)`.

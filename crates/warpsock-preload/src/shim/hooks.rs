@@ -135,6 +135,21 @@ pub(crate) mod audit {
         }
     }
 
+    /// Data calls that took the managed path's look-up (`interpose`'s
+    /// `dispatch_managed`): a descriptor the library does not manage must
+    /// never (its calls cost the one check of the descriptor table).
+    static MANAGED_LOOKS: AtomicU64 = AtomicU64::new(0);
+
+    /// A data call takes the managed path's look-up.
+    pub(crate) fn managed_look() {
+        MANAGED_LOOKS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// [`managed_look`]'s count.
+    pub(crate) fn managed_looks() -> u64 {
+        MANAGED_LOOKS.load(Ordering::Relaxed)
+    }
+
     /// `guard::enter` found the guard set.
     pub(crate) fn nested() {
         NESTED.fetch_add(1, Ordering::Relaxed);

@@ -36,10 +36,23 @@ macro_rules! real_fns {
             #[allow(clippy::missing_safety_doc)]
             pub(crate) unsafe fn $name($($arg: $ty),*) -> $ret {
                 static PTR: AtomicUsize = AtomicUsize::new(0);
-                let mut p = PTR.load(Ordering::Relaxed);
-                if p == 0 {
-                    p = resolve(concat!(stringify!($name), "\0"));
+                /// The first call: resolves, then calls (out of line, so
+                /// that every later call is a load and a jump, with no
+                /// stack frame for the arguments kept across `dlsym`).
+                #[cold]
+                #[inline(never)]
+                unsafe fn first($($arg: $ty),*) -> $ret {
+                    let p = resolve(concat!(stringify!($name), "\0"));
                     PTR.store(p, Ordering::Relaxed);
+                    // SAFETY: as below.
+                    let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
+                    // SAFETY: the caller upholds the libc contract of this function.
+                    unsafe { f($($arg),*) }
+                }
+                let p = PTR.load(Ordering::Relaxed);
+                if p == 0 {
+                    // SAFETY: the caller's contract.
+                    return unsafe { first($($arg),*) };
                 }
                 // SAFETY: `p` is the address dlsym returned for this libc symbol,
                 // whose C prototype is the one spelled out here.

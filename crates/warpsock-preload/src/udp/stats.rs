@@ -290,6 +290,8 @@ pub(crate) fn report() -> String {
     {
         let v = counting::ALLOCS.load(Ordering::Relaxed);
         s.push_str(&format!("  {:<20} {v}\n", "heap_allocs"));
+        let v = crate::shim::hooks::audit::managed_looks();
+        s.push_str(&format!("  {:<20} {v}\n", "managed_looks"));
     }
     // Per stripe: only stripes that carried something.
     for (dir, a) in [("tx", &STRIPES.tx), ("rx", &STRIPES.rx)] {

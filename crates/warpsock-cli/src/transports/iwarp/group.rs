@@ -207,18 +207,17 @@ pub(super) fn rx_plan(role: Role, t: Op, window: usize) -> (usize, bool, usize) 
         // receive is kept back for each CREDIT the peer can have in flight
         // (one per batch of the credits we advertise) and the FIN, plus one
         // spare. (A fixed 6 could run one short at a window of 3, where every
-        // receive is its own batch.) Four windows of credits: each side's
-        // CREDIT queues behind its own window of Sends (SQ order), so a
-        // credit comes back a window plus a socket buffer late, and two
-        // windows left the sender idle meanwhile. Session 11 counters
-        // (bibw 1 MiB, per MiB): CREDITs that went out alone, on an
-        // otherwise idle transmit side, 0.155 -> 0.077, `epoll_ctl` (the
-        // transmit queue emptying and refilling) 0.154 -> 0.085, Write's
-        // level being 0.06. (Session 8 had found no gain in an A/B of two
-        // against four windows, Send 3.88 vs 3.85 GB/s, before 64 KiB
-        // FPDUs and the faster receive path.)
+        // receive is its own batch.) Four windows of credits instead of two
+        // (each side's CREDIT queues behind its own window of Sends) were
+        // tried in session 8: no gain in an interleaved A/B of release
+        // builds on a quiet machine (Send median 3.88 vs 3.85 GB/s), and
+        // again in sessions 11-12: counted per MiB over 8 interleaved bibw
+        // rounds (engine counters), two windows against four: sleeps 0.42
+        // vs 0.39, sendmsg 1.96 vs 1.96, EAGAIN 1.14 vs 1.41, and the bytes
+        // queued ahead of each CREDIT 0.97 vs 2.2 MiB. No win, more
+        // receives posted: two.
         (Role::Both, Op::Send) => {
-            let credits = 4 * window;
+            let credits = 2 * window;
             let reserved = credits.div_ceil(credit_batch(window)) + 2;
             (credits + reserved, true, reserved)
         }
@@ -509,7 +508,7 @@ pub(super) fn accept_into(
 }
 
 /// One line of the engine's counters for this side's queue pairs, per MiB
-/// received (`WARPSOCK_ENGINE_STATS=1`; see
+/// moved in the busier direction (`WARPSOCK_ENGINE_STATS=1`; see
 /// [`warpsock_engine::Qp::io_stats`] and
 /// [`warpsock_engine::Context::wait_stats`]): read and write calls, bytes
 /// per call, sleeps, and what Read Requests and control messages waited
@@ -520,10 +519,12 @@ pub(super) fn engine_stats(g: &Group, peers: &[Peer]) -> String {
         t += p.qp.io_stats();
     }
     let w = g.ctx.wait_stats();
-    let mib = (t.read_bytes as f64 / f64::from(1 << 20)).max(1e-9);
+    // Per MiB moved in the busier direction (a Send source receives only
+    // credits; a bidirectional side moves about as much each way).
+    let mib = (t.read_bytes.max(t.write_bytes) as f64 / f64::from(1 << 20)).max(1e-9);
     let avg_kib = |bytes: u64, n: u64| bytes as f64 / 1024.0 / (n.max(1) as f64);
     format!(
-        "engine stats: rx {:.0} MiB, per MiB rx: reads {:.2} ({:.0} B/read, parked {:.2}), \
+        "engine stats: {:.0} MiB, per MiB: reads {:.2} ({:.0} B/read, parked {:.2}), \
          writes {:.2} ({:.0} B/write, EAGAIN {:.2}), sleeps {:.2} (epoll {:.2}, parked {:.2}, \
          cv {:.2}, empty {:.2}); read requests {} waited {:.0} KiB queued ahead on average, \
          {:.2} responses ({:.0} KiB) scheduled ahead per request; control msgs {} waited \
@@ -564,7 +565,7 @@ mod tests {
             let (n, data, reserved) = rx_plan(Role::Both, Op::Send, w);
             assert!(data);
             let advertised = n - reserved;
-            assert!(advertised >= 4 * w, "window {w}: {advertised} credits");
+            assert!(advertised >= 2 * w, "window {w}: {advertised} credits");
             let credit_msgs = advertised.div_ceil(credit_batch(w));
             assert!(
                 reserved > credit_msgs + 1,
