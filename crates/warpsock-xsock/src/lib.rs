@@ -46,12 +46,19 @@
 //!   1,024 of 8,388,608 bytes (0.00012: each message's first 32 payload
 //!   bytes stay in the slot with its header; `tests/placed.rs`, asserted
 //!   ≤ 0.05). A sink gets 0 there too, but only with no byte in flight:
-//!   the bandwidth benchmark's reader (8 messages in flight) found the
-//!   sender ahead of every offer, 82–85 % copied; retargeting places what
-//!   arrives after the read began whether or not it was sent before, and
-//!   needs no offer round trip (71–78 % copied in that benchmark, debug
-//!   build: the engine reads ahead of the read into the slots after its
-//!   buffer, which only an engine that stops at a receive could avoid).
+//!   the bandwidth benchmark's reader (8 messages in flight) finds the
+//!   sender ahead of every offer; retargeting places what arrives after
+//!   the read began whether or not it was sent before, and needs no offer
+//!   round trip. `warpsock bench --tests bw --sizes 1m --transports
+//!   ddp-socket`, release, load 1.3, three interleaved rounds: 6–15 %
+//!   copied (median 10 %) against 99.4–99.8 % with sinks. What is still
+//!   copied is what the engine read past the read's buffers into plain
+//!   slots (it reads up to 8 MiB a round), which only an engine that can
+//!   stop before a receive would avoid. That run (not a quiet machine)
+//!   was slower with retargeting, at about 8 % more CPU per GB, with the
+//!   same system calls per MiB: a read that ends while a message is
+//!   being placed into its buffer waits for that message. The quiet-run
+//!   A/B command is in `BENCHMARKS.md` §6, session 12.
 //!   BCopy and a remote ring copy every byte.
 //! * *Semantics*: a retargeted receive is pointed back before the read
 //!   returns (one a message is being placed into is waited for, bounded
