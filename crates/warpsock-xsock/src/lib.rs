@@ -21,7 +21,7 @@
 //!   one engine queue pair per socket. The preload library
 //!   (`libwarpsock_preload.so`) maps the socket calls of programs onto it.
 //!
-//! ## Placement: BCopy plus retargeted receives (sinks on request)
+//! ## Placement: BCopy plus sinks (retargeted receives on request)
 //!
 //! Four designs are known for carrying a byte stream over RDMA:
 //!
@@ -33,12 +33,17 @@
 //! | **retargeted receives** (ours): the reader points the receives it posted for the peer's Sends, those no byte has reached yet, at its own buffer | one Send | placed by the engine as the Sends arrive | placed, if the engine has not started them into a slot | ≈ 0 ahead (32 B per 256 KiB message), less than 1 behind |
 //!
 //! warpsock uses **BCopy for small reads and for bytes already queued,
-//! and retargets posted receives when a blocking read of at least
-//! `zcopy_min` bytes (64 KiB by default, all of a vectored read's buffers
-//! together; [`io::Options::zcopy_min`]) finds nothing queued**
-//! (`io/placed.rs`). Sinks (SDP ZCopy) remain, chosen with
-//! [`io::Options::sinks`] (`WARPSOCK_DDP_SINKS=1` in the preload), and
-//! carry asynchronous receives. Why, and what was measured:
+//! and offers the buffer as a sink (SDP ZCopy) when a blocking read of at
+//! least `zcopy_min` bytes (64 KiB by default, all of a vectored read's
+//! buffers together; [`io::Options::zcopy_min`]) finds nothing queued**.
+//! Retargeted receives (`io/placed.rs`) are chosen with
+//! [`io::Options::sinks`] `= false` (`WARPSOCK_DDP_SINKS=0` in the
+//! preload). Both place a 1 MiB read posted ahead of the data with no
+//! copy (`tests/placed.rs`, `tests/stream.rs`). Retargeting also places
+//! bytes already in flight, but in a quiet interleaved run (session 12,
+//! `BENCHMARKS.md` §6) a 1 MiB stream moved about 20 % less with it
+//! (median 0.74× host TCP against 0.88× with sinks, five rounds each),
+//! so sinks are the default. Why, and what was measured:
 //!
 //! * *Bytes copied per byte received* (the socket's counters,
 //!   [`io::XSocket::stats`]; process-wide [`io::counters`]): a reader that

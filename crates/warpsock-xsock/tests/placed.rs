@@ -12,7 +12,16 @@ use warpsock_xsock::io::{RecvFlags, XSocket};
 
 mod net;
 
-use net::{opts, pattern, reads_posted_ahead, switch_both, tcp_pair, LIMIT};
+use net::{pattern, reads_posted_ahead, switch_both, tcp_pair, LIMIT};
+
+/// Large reads retarget the posted receives (sinks, the default, are
+/// covered in `tests/loopback.rs` and `tests/stream.rs`).
+fn opts() -> warpsock_xsock::io::Options {
+    warpsock_xsock::io::Options {
+        sinks: false,
+        ..net::opts()
+    }
+}
 
 fn load(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)

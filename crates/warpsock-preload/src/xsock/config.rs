@@ -63,7 +63,7 @@ impl Config {
                 (env_num("WARPSOCK_DDP_SLOT_KB", 256).clamp(1, (16 << 10) - 1) << 10) as u32,
             ),
             zcopy_min: env_num("WARPSOCK_ZCOPY_MIN", 64 << 10) as usize,
-            sinks: env_num("WARPSOCK_DDP_SINKS", 0) != 0,
+            sinks: env_num("WARPSOCK_DDP_SINKS", 1) != 0,
             busy_poll: Duration::from_micros(env_num("WARPSOCK_BUSY_POLL_US", 0)),
             ..Options::default()
         };
