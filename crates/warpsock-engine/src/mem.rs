@@ -105,3 +105,44 @@ impl Backing for Mem {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
+
+/// Writable slices of several ranges of registered regions at once, in
+/// the order given, for one scatter read (a planned receive). `None` if a
+/// range is not inside its live region, or if two ranges overlap in
+/// memory (also across regions that share memory): the slices are then
+/// never aliased.
+pub(crate) fn scatter_mut(
+    reg: &mut warpsock_proto::Registry<Mem>,
+    ranges: impl Iterator<Item = warpsock_proto::Range>,
+) -> Option<Vec<&mut [u8]>> {
+    let mut spans: Vec<(*mut u8, usize)> = Vec::new();
+    for r in ranges {
+        let m = reg.backing(r.stag)?;
+        let off = usize::try_from(r.offset).ok()?;
+        let len = usize::try_from(r.len).ok()?;
+        if off.checked_add(len)? > m.len {
+            return None;
+        }
+        spans.push((m.ptr.as_ptr().wrapping_add(off), len));
+    }
+    let mut sorted: Vec<(usize, usize)> = spans.iter().map(|&(p, n)| (p as usize, n)).collect();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+        return None;
+    }
+    Some(
+        spans
+            .into_iter()
+            .map(|(addr, len)| {
+                // SAFETY: each span lies inside a live region's memory
+                // (checked against its length above; valid while
+                // registered, see `Backing::bytes_mut`), no two spans
+                // overlap (checked above), and the slices borrow `reg`
+                // mutably, so nothing reaches region bytes through the
+                // registry while they live — the same exclusion as
+                // `Registry::slice_mut`, for several disjoint ranges.
+                unsafe { std::slice::from_raw_parts_mut(addr, len) }
+            })
+            .collect(),
+    )
+}

@@ -256,3 +256,16 @@ fn large_sends_over_loopback_are_read_one_system_call_per_64_kib() {
     let reads = reads_for_one_send(LEN, None, 5);
     assert!(reads <= 5, "{reads} reads for {LEN} bytes");
 }
+
+/// A large Send queued whole in the receiver's socket is read in a few
+/// system calls, not one per 64 KiB FPDU: after the first placement the
+/// driver reads the FPDUs of the rest of the message over one scatter
+/// list (payload into the receive, trailers and headers into staging;
+/// `Connection::rx_plan`). 512 KiB: a 64 KiB staging read, then one
+/// planned read of the rest (it was 9 reads, one per FPDU).
+#[test]
+fn a_large_send_is_read_in_a_few_planned_reads() {
+    const LEN: usize = 512 << 10;
+    let reads = reads_for_one_send(LEN, None, 11);
+    assert!(reads <= 3, "{reads} reads for {LEN} bytes");
+}

@@ -6,10 +6,10 @@ use std::io::{self, IoSliceMut};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use warpsock_proto::{Registry, RxStep};
+use warpsock_proto::{Registry, RxPiece, RxStep};
 
 use super::QpSlot;
-use crate::mem::Mem;
+use crate::mem::{self, Mem};
 use crate::sys;
 
 /// Staging buffer for framing (and small payloads read together with it).
@@ -22,6 +22,9 @@ const RX_TAIL: usize = 256;
 /// An FPDU payload at least this long counts as large (see
 /// `Staging::large`).
 const LARGE_PAYLOAD: usize = 4096;
+/// Most payload bytes one planned read (several FPDUs of one message) asks
+/// for.
+const RX_PLAN: usize = 1 << 20;
 /// Bytes one service call reads from one socket before yielding (fairness).
 const RX_BUDGET: usize = 8 << 20;
 
@@ -58,6 +61,8 @@ pub(super) struct Staging {
     /// in a 64 KiB FPDU is not a small message): read framing in small
     /// pieces, so the payload behind it is placed directly, not staged.
     large: bool,
+    /// The layout of the last planned read (kept for its allocation).
+    plan: Vec<RxPiece>,
 }
 
 impl Staging {
@@ -205,17 +210,22 @@ impl QpSlot {
             if self.rx.has_staged() || self.rd_closed || self.dead || budget == 0 || drained {
                 return;
             }
-            let Some(buf) = self.rx.buf.as_deref_mut() else {
-                return;
-            };
             // After a local close (or a Terminate) input is discarded.
             let step = if self.conn.wants_close() {
                 RxStep::Closed
             } else {
                 self.conn.rx_step()
             };
-            let res = match step {
-                RxStep::Place(r) => {
+            let planned = match step {
+                RxStep::Place(_) => self.read_planned(reg, &mut drained),
+                _ => None,
+            };
+            let res = match (planned, step) {
+                (Some(res), _) => res,
+                (None, RxStep::Place(r)) => {
+                    let Some(buf) = self.rx.buf.as_deref_mut() else {
+                        return;
+                    };
                     self.rx.large = self.conn.rx_payload_len() >= LARGE_PAYLOAD;
                     let Some(dst) = reg.slice_mut(r.stag, r.offset, r.len as usize) else {
                         // The region was deregistered under an in-flight
@@ -255,7 +265,10 @@ impl QpSlot {
                         Err(e) => Err(e),
                     }
                 }
-                RxStep::Bytes(_) | RxStep::Closed => {
+                (None, RxStep::Bytes(_) | RxStep::Closed) => {
+                    let Some(buf) = self.rx.buf.as_deref_mut() else {
+                        return;
+                    };
                     // While large payloads stream in, read only about a
                     // header's worth here, so the payload behind it is
                     // placed directly instead of copied out of staging.
@@ -269,7 +282,7 @@ impl QpSlot {
                     }
                     r
                 }
-                RxStep::Blocked => return,
+                (None, RxStep::Blocked) => return,
             };
             match res {
                 Ok(0) => {
@@ -289,6 +302,70 @@ impl QpSlot {
                 }
             }
         }
+    }
+
+    /// One read of several FPDUs of the message being placed, laid out by
+    /// the core's plan ([`Connection::rx_plan`]: payload straight into the
+    /// receive or Read sink, trailer and next header into staging), and
+    /// handed back to the core, which checks every header and takes the
+    /// payload as placed only where it belongs ([`Connection::rx_planned`]).
+    /// `None` when there is no plan worth a read (a small payload, the
+    /// message's last FPDU, ranges that share memory): read as the step
+    /// says.
+    ///
+    /// [`Connection::rx_plan`]: warpsock_proto::Connection::rx_plan
+    /// [`Connection::rx_planned`]: warpsock_proto::Connection::rx_planned
+    fn read_planned(
+        &mut self,
+        reg: &mut Registry<Mem>,
+        drained: &mut bool,
+    ) -> Option<io::Result<usize>> {
+        if self.conn.rx_payload_len() < LARGE_PAYLOAD
+            || !self.conn.rx_plan(RX_PLAN, RX_TAIL, &mut self.rx.plan)
+        {
+            return None;
+        }
+        let plan = &self.rx.plan;
+        let buf = self.rx.buf.as_deref_mut()?;
+        let staged = RxPiece::staged(plan);
+        if staged > buf.len() {
+            return None;
+        }
+        let places = plan.iter().filter_map(|p| match p {
+            RxPiece::Place(r) => Some(*r),
+            RxPiece::Stage(_) => None,
+        });
+        let mut places = mem::scatter_mut(reg, places)?.into_iter();
+        let mut iov = Vec::with_capacity(plan.len());
+        let mut rest = &mut buf[..staged];
+        let mut want = 0;
+        for p in plan {
+            let piece = match p {
+                RxPiece::Place(_) => places.next()?,
+                RxPiece::Stage(n) => {
+                    let (a, b) = std::mem::take(&mut rest).split_at_mut(*n);
+                    rest = b;
+                    a
+                }
+            };
+            want += piece.len();
+            iov.push(IoSliceMut::new(piece));
+        }
+        self.rx.large = true;
+        self.io.reads += 1;
+        self.io.planned_reads += 1;
+        let res = sys::recv_vectored_dontwait(self.sock.as_raw_fd(), &mut iov);
+        drop(iov);
+        if let Ok(n @ 1..) = res {
+            *drained = n < want;
+            let stage = self.rx.buf.as_deref().unwrap_or_default();
+            if !self.conn.rx_planned(&self.rx.plan, n, stage, reg) {
+                self.io.plan_misses += 1;
+            }
+            self.rx.start = 0;
+            self.rx.end = 0;
+        }
+        Some(res)
     }
 
     /// Feeds staged bytes to the core (copying payload that arrived with

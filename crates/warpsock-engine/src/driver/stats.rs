@@ -14,6 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct IoStats {
     /// Receive system calls (`recvmsg`/`readv`, non-blocking or parked).
     pub reads: u64,
+    /// Of [`Self::reads`], those laid out over several FPDUs of one
+    /// message (payload straight into place, framing into staging).
+    pub planned_reads: u64,
+    /// Of [`Self::planned_reads`], those where the stream differed from
+    /// the layout (the message ended, or a shorter FPDU): the bytes from
+    /// there on were copied out and taken the ordinary way.
+    pub plan_misses: u64,
     /// Transmit passes: rounds that asked the core for segments to write
     /// (one per post, and after a receive only when it left something to
     /// send).
@@ -70,6 +77,8 @@ impl std::ops::AddAssign for IoStats {
     fn add_assign(&mut self, o: Self) {
         let Self {
             reads,
+            planned_reads,
+            plan_misses,
             tx_passes,
             read_bytes,
             parked_reads,
@@ -84,6 +93,8 @@ impl std::ops::AddAssign for IoStats {
             control_wait_bytes,
         } = o;
         self.reads += reads;
+        self.planned_reads += planned_reads;
+        self.plan_misses += plan_misses;
         self.tx_passes += tx_passes;
         self.read_bytes += read_bytes;
         self.parked_reads += parked_reads;

@@ -19,10 +19,10 @@
 //! * drains [`Connection::poll_event`] and [`Connection::poll_completion`]
 //!   after each of the above.
 //!
-//! # The four receive entry points
+//! # The receive entry points
 //!
 //! [`Connection::rx_step`] is the query: it says what the next stream bytes
-//! are for. The four calls that consume them, and when to make each:
+//! are for. The five calls that consume them, and when to make each:
 //!
 //! | call | when | what it does |
 //! |---|---|---|
@@ -30,10 +30,13 @@
 //! | [`Connection::rx_fpdu`] | [`Connection::rx_step`] is [`RxStep::Bytes`] and your buffer may start with one whole FPDU | one pass over a whole small FPDU (header checks, copy, one CRC call); returns 0 if the FPDU is not all there, and then you go on with `rx_bytes` |
 //! | [`Connection::rx_bytes`] | [`Connection::rx_step`] is [`RxStep::Bytes`] | consumes framing (MPA frame, FPDU header, marker, pad, CRC), at most what the step asked for |
 //! | [`Connection::rx_placed`] | [`Connection::rx_step`] was [`RxStep::Place`] and you wrote payload bytes into that range yourself (straight from the socket) | folds the placed bytes into the CRC where they lie and advances |
+//! | [`Connection::rx_planned`] | [`Connection::rx_step`] was [`RxStep::Place`], [`Connection::rx_plan`] laid out the message's next FPDUs, and you read the stream over that layout in one `readv` | checks each header the ordinary way, takes payload as placed only where it belongs, re-feeds the rest from the first wrong guess |
 //!
 //! The engine's loop is: while bytes are staged, `rx_fpdu`, else by
 //! `rx_step`: `rx_bytes` for [`RxStep::Bytes`], a direct read into the range
-//! and `rx_placed` for [`RxStep::Place`], stop for [`RxStep::Blocked`],
+//! and `rx_placed` for [`RxStep::Place`] (or, for a large payload the core
+//! can plan beyond, one read over [`Connection::rx_plan`]'s layout and
+//! `rx_planned`), stop for [`RxStep::Blocked`],
 //! discard for [`RxStep::Closed`]. Mixing them at any byte boundary is
 //! allowed: each resumes exactly where the last stopped.
 //!
@@ -54,7 +57,7 @@ use crate::mem::{PdId, Range, Stag};
 use crate::verbs::{RecvWr, SendWr, Sgl, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 
 pub use cm::AcceptError;
-pub use rx::RxStep;
+pub use rx::{RxPiece, RxStep};
 pub use tx::{TxCounts, TxPart, TxSegment};
 
 /// Which end of the TCP connection this is.

@@ -524,7 +524,8 @@ pub(super) fn engine_stats(g: &Group, peers: &[Peer]) -> String {
     let mib = (t.read_bytes.max(t.write_bytes) as f64 / f64::from(1 << 20)).max(1e-9);
     let avg_kib = |bytes: u64, n: u64| bytes as f64 / 1024.0 / (n.max(1) as f64);
     format!(
-        "engine stats: {:.0} MiB, per MiB: reads {:.2} ({:.0} B/read, parked {:.2}), \
+        "engine stats: {:.0} MiB, per MiB: reads {:.2} ({:.0} B/read, parked {:.2}, \
+         planned {:.2}, missed {:.2}), \
          writes {:.2} ({:.0} B/write, EAGAIN {:.2}), sleeps {:.2} (epoll {:.2}, parked {:.2}, \
          cv {:.2}, empty {:.2}); read requests {} waited {:.0} KiB queued ahead on average, \
          {:.2} responses ({:.0} KiB) scheduled ahead per request; control msgs {} waited \
@@ -533,6 +534,8 @@ pub(super) fn engine_stats(g: &Group, peers: &[Peer]) -> String {
         t.reads as f64 / mib,
         t.bytes_per_read(),
         t.parked_reads as f64 / mib,
+        t.planned_reads as f64 / mib,
+        t.plan_misses as f64 / mib,
         t.writes as f64 / mib,
         t.bytes_per_write(),
         t.writes_blocked as f64 / mib,

@@ -12,12 +12,16 @@
 //! complete work (receive completions, Read completions, Read Requests,
 //! Terminate) happen only after the CRC has been verified.
 //!
-//! This module holds the receive state, the four entry points an engine
+//! This module holds the receive state, the entry points an engine
 //! calls and the framing around FPDUs (MPA frames, markers, stream
 //! position); `segment` holds what one FPDU means (header dispatch, and
-//! its effects once its CRC is in).
+//! its effects once its CRC is in); `plan` lays out reads of several
+//! FPDUs of one message and checks what such a read brought.
 
+mod plan;
 mod segment;
+
+pub use plan::RxPiece;
 
 use warpsock_wire::crc::Crc32c;
 use warpsock_wire::ddp::{self, Opcode, SegmentHeader};
@@ -232,7 +236,7 @@ impl Connection {
     ///
     /// Call when [`Self::rx_step`] is [`RxStep::Bytes`] (and
     /// [`Self::rx_fpdu`] declined): MPA frames, FPDU headers and bodies,
-    /// markers, pad and CRC. See the module docs for the four entry points.
+    /// markers, pad and CRC. See the module docs for the entry points.
     pub fn rx_bytes<B: Backing>(&mut self, data: &[u8], reg: &mut Registry<B>) -> usize {
         let n = match self.rx_step() {
             RxStep::Bytes(n) => n.min(data.len()),
