@@ -16,7 +16,9 @@
 //! one of them, so a credit is one slot. The receiver frees a slot when the
 //! application has read its bytes (DATA) or at once (every other kind) and
 //! returns freed slots in the header of its next message, or in a CREDIT
-//! message when the sender may be short of them. A sender needs two
+//! message when the sender may be short of them or a quarter of the slots
+//! are free (so that one lost return cannot stop the stream: see
+//! `Stream::return_every`). A sender needs two
 //! credits to send a message, or one if the message returns credits: the
 //! last credit always carries credits back, so the two sides can never both
 //! be left without one. A slow reader therefore stops the sender (it
@@ -451,6 +453,29 @@ impl Stream {
     // ----------------------------------------------------------------
     // Output.
 
+    /// Freed slots that make a CREDIT of our own due: a quarter of the
+    /// window (at least 2).
+    ///
+    /// A CREDIT travels alone on the reverse TCP direction, and Linux
+    /// repairs a lost lone segment only by a loss probe after 2 RTT +
+    /// `tcp_rto_min` (200 ms; `tcp_schedule_loss_probe`), not by fast
+    /// retransmit, which needs later segments to be acknowledged. So a
+    /// lost return must leave the peer enough credits to send us the
+    /// messages that make the next return due: the next return's segment
+    /// then follows the lost one, and its SACK repairs it in one RTT. With
+    /// returns every half window the peer, which keeps its last credit for
+    /// a message that returns credits, is left at most `slots / 2 - 1`
+    /// sendable messages after a lost return of `slots / 2`: one short, and
+    /// the stream stopped for the probe (session 12, `BENCHMARKS.md` §6:
+    /// 11 probes in three 1 % loss runs, 0.49 GB/s). A quarter leaves a
+    /// reader that keeps up `3 * slots / 4 - 1` more messages to come,
+    /// room for the next return and then some.
+    /// `tests/credit_loss.rs` holds back each of the reader's messages in
+    /// turn and checks that another follows.
+    fn return_every(&self) -> u32 {
+        (u32::from(self.local.slots) / 4).max(2)
+    }
+
     fn may_send(&self) -> bool {
         self.credits >= 2 || (self.credits == 1 && self.unreturned > 0)
     }
@@ -491,13 +516,13 @@ impl Stream {
         // A credit return of its own when the peer cannot send data (fewer
         // than two credits) and returning makes it able to, or — for slots
         // of real messages only (see `trigger`) — when it has none at all
-        // or we hold half our slots' worth. A CREDIT we send is held by
-        // the peer until it has a real reason to answer, so with three or
-        // more slots two idle sides never trade CREDITs back and forth.
+        // or we hold a quarter of our slots' worth (`RETURN_EVERY`). A
+        // CREDIT we send is held by the peer until it has a real reason to
+        // answer, so with three or more slots two idle sides never trade
+        // CREDITs back and forth.
         let peer_has = u32::from(self.local.slots) - self.used;
         let due = (self.unreturned > 0 && peer_has <= 1 && peer_has + self.unreturned >= 2)
-            || (self.trigger > 0
-                && (peer_has == 0 || self.unreturned >= (u32::from(self.local.slots) / 2).max(2)));
+            || (self.trigger > 0 && (peer_has == 0 || self.unreturned >= self.return_every()));
         if due && self.credits >= 1 {
             return Some(self.stamp(Body::Credit));
         }
