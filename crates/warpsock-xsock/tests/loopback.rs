@@ -569,3 +569,51 @@ fn an_unanswered_sink_cancel_fails_the_socket_in_bounded_time() {
     assert_eq!(e.raw_os_error(), Some(libc::ETIMEDOUT), "{e}");
     drop(xa);
 }
+
+/// `TCP_RTO_MIN_US` of a socket (Linux 6.15), or `None` where the kernel
+/// lacks it.
+fn rto_min_us(s: &std::net::TcpStream) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let mut v: libc::c_int = 0;
+    let mut n = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `n` bytes into `v`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            45,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut n,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
+#[test]
+fn the_switch_sets_the_smallest_retransmission_timeout_when_asked() {
+    let (a, b) = tcp_pair();
+    let Some(kernel) = rto_min_us(&a) else {
+        eprintln!("TCP_RTO_MIN_US unsupported here (Linux < 6.15): nothing to check");
+        return;
+    };
+    let o = Options {
+        rto_min: Some(Duration::from_millis(5)),
+        ..opts()
+    };
+    let (xa, xb) = switch_both(&a, &b, &o);
+    for s in [&a, &b] {
+        let v = rto_min_us(s).expect("read before the switch");
+        // Rounded up to whole jiffies (4 ms at HZ=250).
+        assert!(
+            (5000..=20_000).contains(&v) && v < kernel,
+            "rto_min {v} us after the switch (kernel's {kernel} us)"
+        );
+    }
+    drop((xa, xb));
+    // Not asked: the kernel's stays.
+    let (c, d) = tcp_pair();
+    let (xc, xd) = switch_both(&c, &d, &opts());
+    assert_eq!(rto_min_us(&c), Some(kernel));
+    assert_eq!(rto_min_us(&d), Some(kernel));
+    drop((xc, xd));
+}

@@ -65,6 +65,11 @@ impl Config {
             zcopy_min: env_num("WARPSOCK_ZCOPY_MIN", 64 << 10) as usize,
             sinks: env_num("WARPSOCK_DDP_SINKS", 1) != 0,
             busy_poll: Duration::from_micros(env_num("WARPSOCK_BUSY_POLL_US", 0)),
+            rto_min: match env_num("WARPSOCK_DDP_RTO_MIN_US", u64::MAX) {
+                u64::MAX => Options::default().rto_min,
+                0 => None,
+                us => Some(Duration::from_micros(us)),
+            },
             ..Options::default()
         };
         base.limits = Limits::with_timeout(env_ms("WARPSOCK_SWITCH_TIMEOUT_MS", 2000));

@@ -6,7 +6,7 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, RawFd};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use warpsock_engine::{CmError, ConnectRequest};
 
@@ -199,7 +199,7 @@ pub fn switch_fd_as(
                                 continue;
                             }
                             // Avoid spinning on an unchanged prefix.
-                            std::thread::sleep(std::time::Duration::from_micros(200));
+                            std::thread::sleep(Duration::from_micros(200));
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -211,6 +211,7 @@ pub fn switch_fd_as(
                 }
             }
             Step::Connect => {
+                set_rto_min(&stream, opts.rto_min);
                 let sock = stream.try_clone().map_err(broken)?;
                 return XSocket::connect(sock, opts, residue).map_err(|e| {
                     reset(&stream);
@@ -218,6 +219,7 @@ pub fn switch_fd_as(
                 });
             }
             Step::Accept(peer_hello) => {
+                set_rto_min(&stream, opts.rto_min);
                 let sock = stream.try_clone().map_err(broken)?;
                 let tcp_fd = sock.as_raw_fd();
                 let accepted = ConnectRequest::read(sock, opts.limits.request_timeout)
@@ -247,6 +249,29 @@ pub fn switch_fd_as(
             }
         }
     }
+}
+
+/// `TCP_RTO_MIN_US` (`include/uapi/linux/tcp.h`, Linux 6.15).
+const TCP_RTO_MIN_US: libc::c_int = 45;
+
+/// Sets [`Options::rto_min`] on the committed connection. A kernel without
+/// the option (`ENOPROTOOPT`) or that refuses the value (`EINVAL`: below
+/// one jiffy, or above `TCP_RTO_MAX`) keeps its own: the connection works
+/// either way, only its recovery from a lost lone segment is slower.
+fn set_rto_min(s: &TcpStream, rto_min: Option<Duration>) {
+    let Some(d) = rto_min else { return };
+    let us = libc::c_int::try_from(d.as_micros()).unwrap_or(libc::c_int::MAX);
+    #[allow(unsafe_code)]
+    // SAFETY: setsockopt reads one int from the stack.
+    let _ = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            TCP_RTO_MIN_US,
+            (&us as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 /// The caller's socket as a `TcpStream` that never closes it.

@@ -41,6 +41,15 @@ pub struct Options {
     pub sink_cancel_timeout: Duration,
     /// How long a waiting call spins before it sleeps.
     pub busy_poll: Duration,
+    /// The connection's smallest TCP retransmission timeout
+    /// (`TCP_RTO_MIN_US`, Linux 6.15; other kernels keep theirs), set
+    /// when the switch commits; `None` leaves the kernel's (200 ms).
+    ///
+    /// It also bounds the loss probe of a lone segment (2 RTT +
+    /// `tcp_rto_min`, `tcp_schedule_loss_probe`): a credit return, a sink
+    /// offer or a SINK_DONE often travels alone on its direction, and a
+    /// lost one stops the stream for that long.
+    pub rto_min: Option<Duration>,
 }
 
 impl Default for Options {
@@ -60,6 +69,7 @@ impl Default for Options {
             limits: Limits::default(),
             sink_cancel_timeout: Duration::from_secs(10),
             busy_poll: Duration::ZERO,
+            rto_min: None,
         }
     }
 }

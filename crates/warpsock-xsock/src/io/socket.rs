@@ -468,7 +468,13 @@ impl XSocket {
                 Event::Closed(reason) => {
                     st.peer_closed = true;
                     if let Some(e) = self.qp.socket_error() {
-                        let errno = e.raw_os_error().unwrap_or(libc::ECONNRESET);
+                        // Linux reports a reset once (ECONNRESET), then EPIPE
+                        // to later sends: when the engine's send of a credit
+                        // met it first, the program still sees the reset.
+                        let errno = match e.raw_os_error() {
+                            Some(libc::EPIPE) | None => libc::ECONNRESET,
+                            Some(n) => n,
+                        };
                         self.fail(st, errno, format!("connection lost ({reason}): {e}"));
                     }
                 }
