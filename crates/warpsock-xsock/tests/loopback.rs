@@ -589,8 +589,11 @@ fn rto_min_us(s: &std::net::TcpStream) -> Option<i32> {
     (r == 0).then_some(v)
 }
 
+/// `Options::rto_min` holds while an end has sent no stream bytes: the
+/// writer's goes back to the kernel's with its first DATA, the reader's
+/// (credit returns only) stays.
 #[test]
-fn the_switch_sets_the_smallest_retransmission_timeout_when_asked() {
+fn a_receive_only_end_keeps_the_smallest_retransmission_timeout_asked_for() {
     let (a, b) = tcp_pair();
     let Some(kernel) = rto_min_us(&a) else {
         eprintln!("TCP_RTO_MIN_US unsupported here (Linux < 6.15): nothing to check");
@@ -601,16 +604,35 @@ fn the_switch_sets_the_smallest_retransmission_timeout_when_asked() {
         ..opts()
     };
     let (xa, xb) = switch_both(&a, &b, &o);
-    for s in [&a, &b] {
-        let v = rto_min_us(s).expect("read before the switch");
-        // Rounded up to whole jiffies (4 ms at HZ=250).
-        assert!(
-            (5000..=20_000).contains(&v) && v < kernel,
-            "rto_min {v} us after the switch (kernel's {kernel} us)"
-        );
-    }
+    // Rounded up to whole jiffies (4 ms at HZ=250).
+    let low = |v: Option<i32>| v.is_some_and(|v| (5000..=20_000).contains(&v) && v < kernel);
+    assert!(
+        low(rto_min_us(&a)),
+        "a after the switch: {:?}",
+        rto_min_us(&a)
+    );
+    assert!(
+        low(rto_min_us(&b)),
+        "b after the switch: {:?}",
+        rto_min_us(&b)
+    );
+    let data = pattern(3 << 20, 7);
+    std::thread::scope(|sc| {
+        sc.spawn(|| assert_eq!(xa.send(&data, false, None).unwrap(), data.len()));
+        assert!(recv_exact(&xb, data.len()) == data, "b read a's bytes");
+    });
+    assert_eq!(
+        rto_min_us(&a),
+        Some(kernel),
+        "the writer's is the kernel's again"
+    );
+    assert!(
+        low(rto_min_us(&b)),
+        "the reader keeps it: {:?}",
+        rto_min_us(&b)
+    );
     drop((xa, xb));
-    // Not asked: the kernel's stays.
+    // Not asked: the kernel's throughout.
     let (c, d) = tcp_pair();
     let (xc, xd) = switch_both(&c, &d, &opts());
     assert_eq!(rto_min_us(&c), Some(kernel));

@@ -225,6 +225,7 @@ impl XSocket {
         hdr: Option<Msg>,
         src: Src<'_>,
     ) {
+        self.restore_rto(st);
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
         if hdr.is_some() {
@@ -277,6 +278,16 @@ impl XSocket {
                 signaled: true,
             },
         );
+    }
+
+    /// We send stream bytes (DATA, a sink Write, a one-sided Write): the
+    /// smallest retransmission timeout a receive-only end had goes back to
+    /// the kernel's ([`Options::rto_min`](super::Options::rto_min)), so
+    /// our data is retransmitted as host TCP's would be. Once.
+    pub(crate) fn restore_rto(&self, st: &mut State) {
+        if let Some(us) = st.rto_restore.take() {
+            super::handshake::set_rto_min_us(self.tcp_fd, us);
+        }
     }
 
     /// Whether zero-copy call `call` still has requests in flight (its

@@ -211,23 +211,27 @@ pub fn switch_fd_as(
                 }
             }
             Step::Connect => {
-                set_rto_min(&stream, opts.rto_min);
+                let restore = set_rto_min(raw, opts.rto_min);
                 let sock = stream.try_clone().map_err(broken)?;
-                return XSocket::connect(sock, opts, residue).map_err(|e| {
-                    reset(&stream);
-                    Failure::cm(e)
-                });
+                return XSocket::connect(sock, opts, residue)
+                    .inspect(|x| x.lock().rto_restore = restore)
+                    .map_err(|e| {
+                        reset(&stream);
+                        Failure::cm(e)
+                    });
             }
             Step::Accept(peer_hello) => {
-                set_rto_min(&stream, opts.rto_min);
+                let restore = set_rto_min(raw, opts.rto_min);
                 let sock = stream.try_clone().map_err(broken)?;
                 let tcp_fd = sock.as_raw_fd();
                 let accepted = ConnectRequest::read(sock, opts.limits.request_timeout)
                     .and_then(|req| XSocket::accept(req, tcp_fd, peer_hello, opts, residue));
-                return accepted.map_err(|e| {
-                    reset(&stream);
-                    Failure::cm(e)
-                });
+                return accepted
+                    .inspect(|x| x.lock().rto_restore = restore)
+                    .map_err(|e| {
+                        reset(&stream);
+                        Failure::cm(e)
+                    });
             }
             Step::Reject(e) => {
                 let sock = stream.try_clone().map_err(broken)?;
@@ -254,24 +258,43 @@ pub fn switch_fd_as(
 /// `TCP_RTO_MIN_US` (`include/uapi/linux/tcp.h`, Linux 6.15).
 const TCP_RTO_MIN_US: libc::c_int = 45;
 
-/// Sets [`Options::rto_min`] on the committed connection. A kernel without
+/// Sets [`Options::rto_min`] on the committed connection, returning the
+/// kernel's value to put back once we send stream bytes. A kernel without
 /// the option (`ENOPROTOOPT`) or that refuses the value (`EINVAL`: below
 /// one jiffy, or above `TCP_RTO_MAX`) keeps its own: the connection works
-/// either way, only its recovery from a lost lone segment is slower.
-fn set_rto_min(s: &TcpStream, rto_min: Option<Duration>) {
-    let Some(d) = rto_min else { return };
-    let us = libc::c_int::try_from(d.as_micros()).unwrap_or(libc::c_int::MAX);
+/// either way, only a lost lone credit return waits longer.
+fn set_rto_min(fd: RawFd, rto_min: Option<Duration>) -> Option<i32> {
+    let us = libc::c_int::try_from(rto_min?.as_micros()).unwrap_or(libc::c_int::MAX);
+    let mut old: libc::c_int = 0;
+    let mut n = size_of::<libc::c_int>() as libc::socklen_t;
+    #[allow(unsafe_code)]
+    // SAFETY: getsockopt writes at most `n` bytes into `old`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            TCP_RTO_MIN_US,
+            (&mut old as *mut libc::c_int).cast(),
+            &mut n,
+        )
+    };
+    (r == 0 && set_rto_min_us(fd, us)).then_some(old)
+}
+
+/// `setsockopt(TCP_RTO_MIN_US)`; whether the kernel took it.
+pub(super) fn set_rto_min_us(fd: RawFd, us: i32) -> bool {
     #[allow(unsafe_code)]
     // SAFETY: setsockopt reads one int from the stack.
-    let _ = unsafe {
+    let r = unsafe {
         libc::setsockopt(
-            s.as_raw_fd(),
+            fd,
             libc::IPPROTO_TCP,
             TCP_RTO_MIN_US,
             (&us as *const libc::c_int).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
+    r == 0
 }
 
 /// The caller's socket as a `TcpStream` that never closes it.

@@ -423,6 +423,9 @@ impl XSocket {
             sgl: mrs.iter().map(|m| m.sge(0, m.len() as u32)).collect(),
             signaled: true,
         };
+        if write {
+            self.restore_rto(st);
+        }
         st.aio.rio.insert(
             id,
             RioOp {

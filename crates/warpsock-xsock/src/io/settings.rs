@@ -41,14 +41,20 @@ pub struct Options {
     pub sink_cancel_timeout: Duration,
     /// How long a waiting call spins before it sleeps.
     pub busy_poll: Duration,
-    /// The connection's smallest TCP retransmission timeout
-    /// (`TCP_RTO_MIN_US`, Linux 6.15; other kernels keep theirs), set
-    /// when the switch commits; `None` leaves the kernel's (200 ms).
+    /// The smallest TCP retransmission timeout (`TCP_RTO_MIN_US`, Linux
+    /// 6.15; other kernels keep theirs) of a connection while this end has
+    /// sent no stream bytes: set when the switch commits, the kernel's
+    /// again from the first DATA, sink Write or one-sided Write on. `None`
+    /// leaves the kernel's (200 ms) throughout.
     ///
-    /// It also bounds the loss probe of a lone segment (2 RTT +
-    /// `tcp_rto_min`, `tcp_schedule_loss_probe`): a credit return, a sink
-    /// offer or a SINK_DONE often travels alone on its direction, and a
-    /// lost one stops the stream for that long.
+    /// A receive-only end sends only credit returns and sink offers, the
+    /// work host TCP does with ACKs; but to TCP they are data, each often
+    /// alone on its direction, and a lost lone segment waits for a loss
+    /// probe at 2 RTT + `tcp_rto_min` (`tcp_schedule_loss_probe`) while the
+    /// writer may be waiting for exactly those credits. Stream bytes keep
+    /// the kernel's timeout, as host TCP's do (`BENCHMARKS.md` §6, session
+    /// 13: setting it for the data too is a TCP tuning host TCP gains as
+    /// much from).
     pub rto_min: Option<Duration>,
 }
 

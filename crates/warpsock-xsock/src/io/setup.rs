@@ -143,6 +143,7 @@ impl XSocket {
                 retargeted: Vec::new(),
                 news: None,
                 posts: 0,
+                rto_restore: None,
             }),
             cv: Condvar::new(),
             opts: opts.clone(),

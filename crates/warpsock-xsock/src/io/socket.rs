@@ -109,6 +109,9 @@ pub(crate) struct State {
     /// Send requests posted so far: a wait that saw none posted while it
     /// waited drained everything the engine queued itself.
     pub(crate) posts: u64,
+    /// The kernel's `TCP_RTO_MIN_US`, to put back when we first send
+    /// stream bytes ([`Options::rto_min`]: a receive-only end's).
+    pub(crate) rto_restore: Option<i32>,
 }
 
 impl State {
