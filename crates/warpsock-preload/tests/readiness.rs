@@ -250,3 +250,24 @@ fn no_stale_doorbells() {
     assert_eq!(r.stat("rx_kernel_dgrams"), 20, "{}", r.stderr);
     assert_eq!(r.stat("fallbacks"), 0, "{}", r.stderr);
 }
+
+/// A poll reads the datagram it reports into its connection's buffer (the
+/// read the receive would make; it replaced a `MSG_PEEK`), so that the
+/// receive after it makes no system call. Then only the library knows the
+/// datagram is there: whatever the program does next (poll again,
+/// `epoll_wait`, `select`, a blocking receive, `MSG_PEEK`, a receive in
+/// another thread, nothing for longer than the parking's grace, here
+/// 1 ms), the datagram must stay receivable and the descriptor readable
+/// (`tests/c/heldpoll.c`, checked against kernel UDP first).
+#[test]
+fn a_datagram_a_poll_read_stays_receivable() {
+    let r = both_with_hooks_on("heldpoll", 2, ("WARPSOCK_TEST_PARK_GRACE_MS", "1"));
+    // The greeting, 40 rounds of 9 kinds, and a second datagram in 40.
+    let dgrams = 1 + 40 * 9 + 40;
+    assert_eq!(r.stat("rx_tcp_dgrams"), dgrams, "{}", r.stderr);
+    assert_eq!(r.stat("rx_kernel_dgrams"), 0, "{}", r.stderr);
+    // Most polls found a whole datagram and held it (the others, a
+    // datagram still on its way or two at once, take the long way).
+    let holds = r.stat("rx_poll_holds");
+    assert!(holds >= 40 * 9 / 2, "{holds} held: {}", r.stderr);
+}

@@ -163,6 +163,12 @@ pub(super) struct Interest {
     /// take-over leaves the mark as it is, so that it costs no clock
     /// reading; `super::park`).
     used: bool,
+    /// Given back to the progress thread (neither claimed nor parked)
+    /// while a datagram a poll read was held in its buffer
+    /// ([`Conn::held`]), at this time: no readiness event announces bytes
+    /// already read, so its timer, due at once, does (`Conn::on_timer`
+    /// puts it on the ready list and rings the doorbell).
+    handback: Option<Instant>,
 }
 
 impl Interest {
@@ -212,9 +218,13 @@ pub(crate) struct Conn {
     pub(super) delivered: AtomicBool,
     /// On its socket's ready list (changed under the socket's lock).
     pub(super) ready: AtomicBool,
-    /// The program's poll saw a whole datagram waiting on it: the next
-    /// non-blocking receive reads it first (`super::recv`).
-    pub(super) seen: AtomicBool,
+    /// The program's poll read a whole datagram into the buffer
+    /// (`Sock::wait_end`, in place of a peek: the read the receive call
+    /// would make): the next receive call that takes the connection over
+    /// serves it first, with no system call (`super::recv`). Set only while
+    /// the connection is claimed or parked; one given back to the progress
+    /// thread with it set is announced by its timer (`Interest::handback`).
+    pub(super) held: AtomicBool,
     /// Stripe index (0 when not striped), for the per-stripe counters.
     pub(super) stripe: AtomicUsize,
     /// Where the connection stands, readable without `st` (`HINT_*`).
@@ -374,7 +384,7 @@ impl Conn {
             nonce,
             delivered: AtomicBool::new(false),
             ready: AtomicBool::new(false),
-            seen: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             stripe: AtomicUsize::new(0),
             hint: AtomicU8::new(HINT_SETUP),
             queued: AtomicUsize::new(0),
@@ -406,6 +416,7 @@ impl Conn {
                 parked: None,
                 listed: false,
                 used: false,
+                handback: None,
             }),
         }
     }
@@ -424,6 +435,7 @@ impl Conn {
             i.write = w;
         }
         i.rewatch(eng, self.id, old);
+        self.note_handback(&mut i, eng);
     }
 
     /// A blocking receive takes over reading this connection: the progress
@@ -479,6 +491,7 @@ impl Conn {
             // Else parked when claimed, and still: nothing changes.
         }
         i.rewatch(eng, self.id, old);
+        self.note_handback(&mut i, eng);
         i.fd == fd
     }
 
@@ -570,14 +583,43 @@ impl Conn {
         let old = i.mask();
         park::clear(&mut i.parked);
         i.rewatch(eng, self.id, old);
+        self.note_handback(i, eng);
         stats::inc(&STATS.rx_unparks);
         true
     }
 
+    /// After a change of `i`: a connection given back to the progress
+    /// thread while it holds a datagram a poll read ([`Conn::held`]) gets
+    /// its timer due now (a clock reading and a wake-up, on this path
+    /// only). Bytes in our buffer make no readiness event; the timer
+    /// announces them.
+    fn note_handback(&self, i: &mut Interest, eng: &Reactor) {
+        if i.callers == 0
+            && i.parked.is_none()
+            && i.handback.is_none()
+            && self.held.load(Ordering::Relaxed)
+        {
+            let now = Instant::now();
+            i.handback = Some(now);
+            eng.wake_by(now);
+        }
+    }
+
+    /// Takes the hand-back mark ([`Interest::handback`]): whether a held
+    /// datagram may need announcing.
+    pub(super) fn take_handback(&self) -> bool {
+        lock(&self.ev).handback.take().is_some()
+    }
+
     /// When a parked connection goes back to the progress thread at the
-    /// latest (its timer; `super::park`).
+    /// latest (its timer; `super::park`), or when a held datagram given
+    /// back is announced ([`Interest::handback`]: at once).
     pub(super) fn park_deadline(&self) -> Option<Instant> {
-        lock(&self.ev).parked.map(|t| t + park::grace())
+        let i = lock(&self.ev);
+        match (i.parked.map(|t| t + park::grace()), i.handback) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// An accepted connection, established (its sender's port proved),

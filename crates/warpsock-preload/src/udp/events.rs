@@ -70,6 +70,15 @@ impl Conn {
         // Parked too long: whoever waits for the program's descriptor now
         // relies on the doorbell (`super::park`).
         self.unpark(eng, Some(now));
+        if self.take_handback() && self.held.swap(false, Ordering::Relaxed) {
+            // A datagram a poll read waits in the buffer of a connection
+            // given back since (`Conn::held`): the ready list and a
+            // doorbell announce it, as an arrival would be. A receive call
+            // that took the connection over first served it (and cleared
+            // `held`); one that takes it over after this is woken by the
+            // doorbell.
+            self.handle(eng, sock, EPOLLIN, false);
+        }
         let cfg = config::get();
         let mut st = lock(&self.st);
         if st.setup.phase() == Phase::Dead {

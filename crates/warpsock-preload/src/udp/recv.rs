@@ -21,7 +21,7 @@ use super::config;
 use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN, HINT_UP};
 use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
 use super::park;
-use super::serve::{whole_frame_waiting, Served};
+use super::serve::{hold_frame, Served};
 use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor::{self, Reactor};
@@ -113,20 +113,32 @@ impl Sock {
                 set_errno(libc::EAGAIN);
                 return -1;
             }
+            if let Some(eng) = d.eng {
+                // A datagram the program's poll read waits in a
+                // connection's buffer (the common case after a poll): served
+                // with no system call, blocking or not. Its connection is
+                // parked, so among those claimed (`Conn::held`).
+                for (c, fd) in &d.conns {
+                    if c.held.swap(false, Ordering::Relaxed) && c.still(*fd) {
+                        // SAFETY: the application's msghdr (contract).
+                        if let Served::Dgram(n) = unsafe { self.serve(eng, c, msg, flags, true) } {
+                            d.park = true;
+                            return n;
+                        }
+                    }
+                }
+            }
             if nonblock {
                 if let Some(eng) = d.eng.filter(|_| d.all_up()) {
-                    // A non-blocking call reads at once the parked
-                    // connections the program's poll saw a datagram on
-                    // (the common case after a poll: no second poll before
-                    // the read), and a lone parked connection: one system
-                    // call when nothing is there, as on a kernel UDP
-                    // socket. Several others are polled at once below
+                    // A non-blocking call reads a lone parked connection at
+                    // once: one system call when nothing is there, as on a
+                    // kernel UDP socket. Several are polled at once below
                     // (one call, not a read each: the sources behind the
                     // doorbell and the kernel socket were just looked at
                     // by `take`).
                     let lone = d.conns.len() == 1;
                     for (c, fd) in &d.conns {
-                        if (c.seen.swap(false, Ordering::Relaxed) || lone) && c.still(*fd) {
+                        if lone && c.still(*fd) {
                             looks += 1;
                             // SAFETY: the application's msghdr (contract).
                             let served = unsafe { self.serve(eng, c, msg, flags, true) };
@@ -431,15 +443,27 @@ impl Sock {
         if d.conns.is_empty() {
             return None;
         }
+        if let Some(eng) = d.eng {
+            for (c, fd) in &d.conns {
+                if c.held.swap(false, Ordering::Relaxed) && c.still(*fd) {
+                    // An earlier poll read a datagram the program has not
+                    // received yet: announced the long way (ready list and
+                    // doorbell), so that this poll returns at once. A
+                    // program polls twice without receiving rarely.
+                    c.handle(eng, &d.sock, EPOLLIN, false);
+                }
+            }
+        }
         let (mut fds, mut claim) = spare::take();
         fds.extend(d.conns.iter().map(|c| c.1));
         *claim = Some(d);
         Some(Wait { fds, claim })
     }
 
-    /// The poll returned: a whole datagram waiting on a connection makes
-    /// the descriptor readable, for the program's next receive to read
-    /// from the parked connection; other input is taken up the long way
+    /// The poll returned: a whole datagram waiting on a connection is read
+    /// into its buffer (`hold_frame`) and makes the descriptor readable,
+    /// for the program's next receive to serve from the parked connection
+    /// with no system call; other input is taken up the long way
     /// (the connection joins the ready list, the doorbell rings, so the
     /// descriptor stays readable for whoever looks next). The connections
     /// stay parked (`super::park`). Returns whether anything is there to
@@ -462,11 +486,10 @@ impl Sock {
                     stats::inc(&STATS.rx_poll_wakes);
                     if r == libc::POLLIN
                         && c.hint.load(Ordering::Relaxed) == HINT_UP
-                        && whole_frame_waiting(c, *fd, peer)
+                        && hold_frame(c, *fd, peer)
                     {
-                        // The program's next receive reads it itself from
-                        // the parked connection.
-                        c.seen.store(true, Ordering::Relaxed);
+                        // Read into the parked connection's buffer: the
+                        // program's next receive serves it from there.
                         waiting = true;
                     } else {
                         // poll and epoll share their bit values on Linux.

@@ -24,13 +24,13 @@ use std::sync::Arc;
 use libc::{c_int, msghdr};
 
 use super::conn::{Conn, ConnSt, Rd};
-use super::core::frame::{self, Parsed, CTRL_PROVEN, HDR_LEN};
+use super::core::frame::{Parsed, CTRL_PROVEN, HDR_LEN};
 use super::core::setup::Phase;
 use super::sock::Sock;
 use super::stats::{self, STATS};
+use crate::shim::iov;
 use crate::shim::reactor::Reactor;
 use crate::shim::sys::{self, lock};
-use crate::shim::{iov, real};
 
 /// What serving one connection gave.
 pub(super) enum Served {
@@ -45,22 +45,24 @@ fn whole_frame(st: &ConnSt) -> bool {
     matches!(st.rx.peek(), Parsed::Frame(_) | Parsed::Control(..))
 }
 
-/// Whether a whole datagram for the program waits in the kernel's buffer of
-/// `conn`'s descriptor `fd`, looked at without taking it: a poll that saw
-/// the descriptor readable can then say the program's descriptor is, and
-/// leave the connection parked for the receive call to read (no ready
-/// list, no doorbell, no `epoll_ctl`). The front is peeked (`MSG_PEEK`, at
-/// most [`PEEK_LEN`] bytes); a datagram longer than that is whole when the
-/// bytes queued (`SIOCINQ`) cover the length its header gives, so bulk
-/// datagrams (the suite's 32 KiB) take this path too. `false` sends the
-/// caller the long way: bytes already in our buffer, a partial, control or
-/// filtered frame, the end of the stream, an error.
-pub(super) fn whole_frame_waiting(
-    conn: &Conn,
-    fd: c_int,
-    peer: Option<std::net::SocketAddr>,
-) -> bool {
-    let st = lock(&conn.st);
+/// A poll saw `conn`'s descriptor `fd` readable: reads what waits into the
+/// connection's buffer (the read the program's receive call would make
+/// next) and says whether a whole datagram for the program is at its
+/// front (then marked [`Conn::held`], under the connection's locks). Then
+/// the program's descriptor reads as ready, the connection
+/// stays parked, and the receive call serves the datagram from the buffer
+/// with no system call (`Conn::held`; no ready list, no doorbell, no
+/// `epoll_ctl`). This replaced a `MSG_PEEK` of the front (and, for
+/// datagrams longer than the peek, a `SIOCINQ`): one system call per
+/// datagram received on this path fewer. `false` sends the caller the long
+/// way, which takes what was read from the buffer: bytes already in our
+/// buffer, a partial, control or filtered frame, the end of the stream, an
+/// error, nothing.
+pub(super) fn hold_frame(conn: &Conn, fd: c_int, peer: Option<std::net::SocketAddr>) -> bool {
+    // As `Sock::serve`: `order` first, held from reading until what was
+    // read is announced (here by `held`, set before the locks go).
+    let _order = lock(&conn.order);
+    let mut st = lock(&conn.st);
     if st.fd != fd
         || !st.setup.delivering()
         || st.setup.unanswered()
@@ -69,45 +71,18 @@ pub(super) fn whole_frame_waiting(
     {
         return false;
     }
-    let mut b = [0u8; PEEK_LEN];
-    // SAFETY: peeking into a local buffer of its length.
-    let n = unsafe {
-        real::recv(
-            fd,
-            b.as_mut_ptr().cast(),
-            b.len(),
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    if n < HDR_LEN as isize {
+    if !matches!(Conn::read_some(&mut st), Rd::Data(_)) {
         return false;
     }
-    let b = &b[..n as usize];
-    match frame::parse(b) {
-        Parsed::Frame(len) => len <= st.max_dgram,
-        Parsed::Partial => match frame::parse_header(b) {
-            Some(len) if len <= st.max_dgram => {
-                stats::inc(&STATS.rx_inq_checks);
-                queued(fd).is_some_and(|q| q >= HDR_LEN + len)
-            }
-            _ => false,
-        },
+    match st.rx.peek() {
+        Parsed::Frame(len) if len <= st.max_dgram => {
+            stats::inc(&STATS.rx_poll_holds);
+            conn.held.store(true, Ordering::Relaxed);
+            true
+        }
         _ => false,
     }
 }
-
-/// Bytes waiting in the kernel's receive queue of the TCP socket `fd`
-/// (`SIOCINQ`, which is `FIONREAD`'s value on Linux).
-fn queued(fd: c_int) -> Option<usize> {
-    let mut n: c_int = 0;
-    // SAFETY: SIOCINQ writes one int to the pointer given.
-    let r = unsafe { real::ioctl(fd, libc::FIONREAD, (&mut n as *mut c_int) as usize) };
-    (r == 0 && n >= 0).then_some(n as usize)
-}
-
-/// How much of a connection [`whole_frame_waiting`] looks at: a latency
-/// pattern's datagrams fit; a longer one takes the long way.
-const PEEK_LEN: usize = 2048;
 
 impl Sock {
     /// Puts `conn` on the ready list (its input is the receive calls' to

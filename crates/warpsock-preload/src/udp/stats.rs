@@ -153,10 +153,10 @@ counters! {
     /// System calls those made looking (a read of a lone connection or one
     /// a poll saw a datagram on, else one poll over all): about one each.
     rx_nb_empty_looks,
-    /// Of those, datagrams longer than the peek the poll looks with, found
-    /// whole by the bytes queued (`SIOCINQ`): they stay parked for the
-    /// receive call, as short ones do.
-    rx_inq_checks,
+    /// Datagrams the program's poll read into a connection's buffer and
+    /// left there for the next receive call (`Conn::held`): that call
+    /// makes no system call for them.
+    rx_poll_holds,
     /// Connections that joined their socket's ready list while parked or
     /// claimed by a receive call, and stayed parked (unwatched, no
     /// `epoll_ctl`) until drained.

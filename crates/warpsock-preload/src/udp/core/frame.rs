@@ -262,16 +262,6 @@ pub(crate) fn parse(buf: &[u8]) -> Parsed {
     }
 }
 
-/// The payload length a datagram frame's header at the front of `buf`
-/// announces, whether or not its payload is there yet (`None`: fewer than
-/// [`HDR_LEN`] bytes, a control frame, or a length no frame may carry).
-/// Tells how many bytes make the frame whole.
-pub(crate) fn parse_header(buf: &[u8]) -> Option<usize> {
-    let h: [u8; HDR_LEN] = buf.get(..HDR_LEN)?.try_into().ok()?;
-    let v = u32::from_be_bytes(h);
-    (v & CTRL_BIT == 0 && v as usize <= MAX_DGRAM).then_some(v as usize)
-}
-
 /// Walks whole frames in `buf` from offset `from`; returns the offsets at
 /// which frames start and that lie at or after `at`, with their lengths.
 /// Used to recover unsent datagrams from a send buffer.
@@ -393,17 +383,6 @@ mod tests {
             extend_preamble(&mut o, bad);
             assert_eq!(parse_preamble(&o), ParsedPreamble::Invalid, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn a_header_tells_the_whole_frames_length_before_its_payload() {
-        let mut buf = header(32 << 10).to_vec();
-        buf.extend_from_slice(&[7; 100]);
-        assert_eq!(parse(&buf), Parsed::Partial);
-        assert_eq!(parse_header(&buf), Some(32 << 10));
-        assert_eq!(parse_header(&buf[..HDR_LEN - 1]), None);
-        assert_eq!(parse_header(&control(CTRL_PROVEN)), None);
-        assert_eq!(parse_header(&(MAX_DGRAM as u32 + 1).to_be_bytes()), None);
     }
 
     #[test]
