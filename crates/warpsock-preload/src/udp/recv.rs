@@ -52,7 +52,13 @@ impl Sock {
         if !self.recv_seen.load(Ordering::Relaxed) {
             self.recv_seen.store(true, Ordering::Relaxed);
         }
-        let deadline = lock(&self.inner).rcvtimeo.map(|t| Instant::now() + t);
+        // A non-blocking call never waits: no lock and no clock reading for
+        // a deadline (a busy-poll loop makes one such call per spin).
+        let deadline = if nonblock {
+            None
+        } else {
+            lock(&self.inner).rcvtimeo.map(|t| Instant::now() + t)
+        };
         let (namelen, ctllen) = (msg.msg_namelen, msg.msg_controllen);
         let mut udp_hint = false;
         let mut driven: Option<Driven> = None;
