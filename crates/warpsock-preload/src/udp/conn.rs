@@ -635,6 +635,12 @@ impl Conn {
         lock(&self.ev).fd == fd
     }
 
+    /// [`Conn::still`] and [`Conn::reading`] under one lock.
+    pub(super) fn still_reading(&self, fd: c_int) -> bool {
+        let i = lock(&self.ev);
+        i.fd == fd && i.read
+    }
+
     /// The next timer deadline: set-up, or the flush of a batch's tail.
     pub(super) fn deadline(&self) -> Option<Instant> {
         let st = lock(&self.st);

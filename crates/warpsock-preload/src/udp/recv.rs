@@ -142,19 +142,30 @@ impl Sock {
                     // (one call, not a read each: the sources behind the
                     // doorbell and the kernel socket were just looked at
                     // by `take`).
-                    let lone = d.conns.len() == 1;
-                    for (c, fd) in &d.conns {
-                        if lone && c.still(*fd) {
+                    if let [(c, fd)] = &d.conns[..] {
+                        if c.still(*fd) {
                             looks += 1;
                             // SAFETY: the application's msghdr (contract).
-                            let served = unsafe { self.serve(eng, c, msg, flags, true) };
-                            if let Served::Dgram(n) = served {
-                                d.park = true;
-                                return n;
+                            match unsafe { self.serve(eng, c, msg, flags, true) } {
+                                Served::Dgram(n) => {
+                                    d.park = true;
+                                    return n;
+                                }
+                                // Nothing, and the connection still reads:
+                                // `EAGAIN` now. `take` looked at the other
+                                // sources just before; another pass (the
+                                // socket's lock, the ready list) per spin
+                                // of a busy-poll loop found nothing new.
+                                Served::Nothing if c.still_reading(*fd) => {
+                                    d.park = true;
+                                    stats::inc(&STATS.rx_nb_empty);
+                                    stats::add(&STATS.rx_nb_empty_looks, looks);
+                                    set_errno(libc::EAGAIN);
+                                    return -1;
+                                }
+                                Served::Nothing => {}
                             }
                         }
-                    }
-                    if lone {
                         d.prune();
                         continue;
                     }
@@ -630,7 +641,7 @@ impl Driven {
     fn prune(&mut self) {
         let Some(eng) = self.eng else { return };
         self.conns.retain(|(c, fd)| {
-            if c.still(*fd) && c.reading() {
+            if c.still_reading(*fd) {
                 return true;
             }
             c.unclaim(eng, *fd, false);
