@@ -140,9 +140,60 @@ pub(crate) fn scatter_mut(
                 // overlap (checked above), and the slices borrow `reg`
                 // mutably, so nothing reaches region bytes through the
                 // registry while they live — the same exclusion as
-                // `Registry::slice_mut`, for several disjoint ranges.
+                // `Registry::slice_mut`, for several disjoint ranges. The
+                // driver calls this only in a receive round its
+                // `Allowed::rx` gate admits (no application closure
+                // borrows region bytes; see the module docs).
                 unsafe { std::slice::from_raw_parts_mut(addr, len) }
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warpsock_proto::{Access, Range, Registry};
+
+    /// Disjoint ranges of two regions come back as slices of their
+    /// lengths, in order; a range past its region's end, an unknown
+    /// STag, or two ranges that overlap (in one region, or in two
+    /// regions over the same memory) give `None`.
+    #[test]
+    fn scatter_slices_are_disjoint_and_in_bounds() {
+        let mut reg: Registry<Mem> = Registry::new();
+        let pd = reg.alloc_pd();
+        let a = reg.register(
+            pd,
+            0,
+            Mem::owned(vec![0; 64].into()),
+            Access::LOCAL_WRITE,
+            1,
+        );
+        let b = reg.register(
+            pd,
+            0,
+            Mem::owned(vec![0; 64].into()),
+            Access::LOCAL_WRITE,
+            2,
+        );
+        let r = |stag, offset, len| Range { stag, offset, len };
+        let ok = scatter_mut(&mut reg, [r(a, 8, 8), r(b, 0, 64), r(a, 0, 8)].into_iter())
+            .expect("disjoint");
+        assert_eq!(ok.iter().map(|s| s.len()).collect::<Vec<_>>(), [8, 64, 8]);
+        assert!(scatter_mut(&mut reg, [r(a, 60, 8)].into_iter()).is_none());
+        assert!(scatter_mut(&mut reg, [r(a ^ 0x100, 0, 8)].into_iter()).is_none());
+        assert!(scatter_mut(&mut reg, [r(a, 0, 16), r(a, 8, 8)].into_iter()).is_none());
+        // A second region over the first one's memory.
+        let (ptr, len) = {
+            let m = reg.backing(a).expect("a");
+            (m.ptr.as_ptr(), m.len)
+        };
+        // SAFETY: `a`'s memory stays registered (and so allocated) while
+        // `c` is; the test only reads slice lengths.
+        let c = reg.register(pd, 0, unsafe { Mem::raw(ptr, len) }, Access::LOCAL_WRITE, 3);
+        assert!(scatter_mut(&mut reg, [r(a, 0, 8), r(c, 4, 8)].into_iter()).is_none());
+        assert!(scatter_mut(&mut reg, [r(a, 0, 8), r(c, 8, 8)].into_iter()).is_some());
+        reg.deregister(c);
+    }
 }

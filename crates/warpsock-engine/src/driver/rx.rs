@@ -353,10 +353,10 @@ impl QpSlot {
         }
         self.rx.large = true;
         self.io.reads += 1;
-        self.io.planned_reads += 1;
         let res = sys::recv_vectored_dontwait(self.sock.as_raw_fd(), &mut iov);
         drop(iov);
         if let Ok(n @ 1..) = res {
+            self.io.planned_reads += 1;
             *drained = n < want;
             let stage = self.rx.buf.as_deref().unwrap_or_default();
             if !self.conn.rx_planned(&self.rx.plan, n, stage, reg) {

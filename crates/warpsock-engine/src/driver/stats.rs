@@ -15,11 +15,13 @@ pub struct IoStats {
     /// Receive system calls (`recvmsg`/`readv`, non-blocking or parked).
     pub reads: u64,
     /// Of [`Self::reads`], those laid out over several FPDUs of one
-    /// message (payload straight into place, framing into staging).
+    /// message (payload straight into place, framing into staging) that
+    /// returned bytes.
     pub planned_reads: u64,
     /// Of [`Self::planned_reads`], those where the stream differed from
-    /// the layout (the message ended, or a shorter FPDU): the bytes from
-    /// there on were copied out and taken the ordinary way.
+    /// the layout (the message ended early, an FPDU of another length)
+    /// and the bytes from there on were copied out and taken the ordinary
+    /// way, or ended in it (a Terminate, a CRC error).
     pub plan_misses: u64,
     /// Transmit passes: rounds that asked the core for segments to write
     /// (one per post, and after a receive only when it left something to

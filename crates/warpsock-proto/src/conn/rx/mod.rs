@@ -121,6 +121,9 @@ pub(super) struct RxState {
     /// The scatter list of the last finished Send, kept for the next one
     /// (no allocation per message).
     spare_send_targets: Vec<Range>,
+    /// Length of the last Send received whole (how far a planned read
+    /// guesses into the next one).
+    last_send_len: Option<u64>,
     tagged_in_progress: Option<Opcode>,
     expected_msn: [u32; 3],
     rtr_pending: bool,

@@ -17,7 +17,9 @@
 //! * a **Send**: the receive it is being placed into, from the next
 //!   unplaced byte up to the receive's capacity (the scatter list was
 //!   checked for local write when the message began, and the receive is
-//!   the engine's until it completes);
+//!   the engine's until it completes), and no further than the previous
+//!   Send on the connection reached (nothing for the first one): equal
+//!   messages are guessed to their exact end;
 //! * a **Read Response**: the sink of the oldest outstanding Read, from
 //!   the next unplaced byte up to the Read's size (the Read has not
 //!   completed, so the application does not look at it yet).
@@ -49,6 +51,12 @@
 //! receive that completes in error) or inside the Read's sink (which the
 //! Read's own data overwrites before it completes) — memory the message
 //! was allowed to fill.
+//!
+//! **Unlike siw** (and RNICs), a Send shorter than the one before it can
+//! leave stream bytes in its receive past the completion's `byte_len`
+//! (up to the previous message's length; `docs/protocol-notes.md` §8).
+//! A wrong guess costs one copy of the bytes read after it (bounded by
+//! the plan, at most 1 MiB in the engine), whatever the peer sends.
 
 use warpsock_wire::fpdu;
 use warpsock_wire::terminate::TermCode;
@@ -98,13 +106,19 @@ impl Connection {
         // and where the message must end.
         let (targets, mut next_at, end): (&[Range], u64, u64) = match rx.effect {
             Effect::Send => {
-                let Some(msg) = rx.send.as_ref() else {
+                // No further than the previous Send reached: a stream of
+                // equal messages is guessed to its exact end, so a wrong
+                // guess (and bytes written past a completion's length)
+                // comes only with a message shorter than the one before
+                // or FPDUs of uneven length, and the first message is not
+                // guessed at all.
+                let (Some(msg), Some(last)) = (rx.send.as_ref(), rx.last_send_len) else {
                     return false;
                 };
                 (
-                    &msg.targets,
+                    &msg.targets[..],
                     msg.placed + rx.payload_len as u64,
-                    msg.capacity,
+                    msg.capacity.min(last),
                 )
             }
             Effect::ReadResponse => {
@@ -171,7 +185,8 @@ impl Connection {
     /// [`RxPiece::Stage`] bytes from `stage` (the staging pieces back to
     /// back from its start). Everything is consumed. Returns false if the
     /// stream differed from the plan (the bytes from there on were copied
-    /// and fed through [`Self::handle_input`]; see the module docs).
+    /// and fed through [`Self::handle_input`]; see the module docs) or
+    /// ended in it (a Terminate, a CRC error: the rest is discarded).
     pub fn rx_planned<B: Backing>(
         &mut self,
         plan: &[RxPiece],
@@ -202,10 +217,12 @@ impl Connection {
             }
             match diverged_at {
                 Ok(()) => {}
-                Err(Stop::Closed) => return true,
+                Err(Stop::Closed) => return false,
                 Err(Stop::Diverged(at)) => {
-                    let spill = gather(plan, i, at, n - start, stage, soff, reg);
-                    self.feed_all(&spill, reg);
+                    match gather(plan, i, at, n - start, stage, soff, reg) {
+                        Some(spill) => self.feed_all(&spill, reg),
+                        None => self.region_gone(),
+                    }
                     return false;
                 }
             }
@@ -252,10 +269,7 @@ impl Connection {
                 RxStep::Place(r) if r.stag == p.stag && r.offset == p.offset + done as u64 => {
                     let m = (r.len as usize).min(k - done);
                     let Some(bytes) = reg.slice(r.stag, r.offset, m) else {
-                        // The region vanished under the read (not while
-                        // the engine holds it): end the stream.
-                        self.send_terminate(TermCode::DDP_LOCAL_CATASTROPHIC, Attach::Nothing);
-                        self.rx.phase = Phase::Discard;
+                        self.region_gone();
                         return Err(Stop::Closed);
                     };
                     self.rx_placed(bytes);
@@ -266,6 +280,13 @@ impl Connection {
             }
         }
         Ok(())
+    }
+
+    /// A region under the read vanished (not while the engine holds it):
+    /// the stream cannot continue.
+    fn region_gone(&mut self) {
+        self.send_terminate(TermCode::DDP_LOCAL_CATASTROPHIC, Attach::Nothing);
+        self.rx.phase = Phase::Discard;
     }
 
     /// [`Self::handle_input`] until all of `bytes` is consumed (it stops
@@ -314,6 +335,7 @@ fn piece_len(p: RxPiece) -> usize {
 /// Copies the stream bytes from byte `at` of piece `i` on (`left` bytes
 /// were read from the start of piece `i`; `soff` is the staging offset
 /// just past piece `i` if it is a staging piece, else of the next one).
+/// `None` if a region of the plan is gone.
 fn gather<B: Backing>(
     plan: &[RxPiece],
     i: usize,
@@ -322,7 +344,7 @@ fn gather<B: Backing>(
     stage: &[u8],
     soff: usize,
     reg: &Registry<B>,
-) -> Vec<u8> {
+) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(left - at);
     let mut left = left;
     // The staging offset of piece `i` itself.
@@ -342,15 +364,11 @@ fn gather<B: Backing>(
                 out.extend_from_slice(&stage[s + from..s + k]);
                 s += len;
             }
-            RxPiece::Place(r) => {
-                if let Some(b) = reg.slice(r.stag, r.offset, k) {
-                    out.extend_from_slice(&b[from..]);
-                }
-            }
+            RxPiece::Place(r) => out.extend_from_slice(&reg.slice(r.stag, r.offset, k)?[from..]),
         }
         left -= k;
     }
-    out
+    Some(out)
 }
 
 /// How many pieces [`push_slice`] would push.
@@ -366,7 +384,9 @@ fn push_slice(targets: &[Range], at: u64, len: u64, plan: &mut Vec<RxPiece>) {
     walk(targets, at, len, |r| plan.push(RxPiece::Place(r)));
 }
 
-fn walk(targets: &[Range], at: u64, len: u64, mut f: impl FnMut(Range)) {
+/// Calls `f` with the pieces of `targets` (a scatter list read as one
+/// space) that cover `[at, at + len)`, in order.
+pub(super) fn walk(targets: &[Range], at: u64, len: u64, mut f: impl FnMut(Range)) {
     let mut skip = at;
     let mut left = len;
     for t in targets {

@@ -201,25 +201,9 @@ impl Connection {
                 }
                 // Slice the receive's scatter list to [placed, placed+len)
                 // (`start_fpdu` emptied the segment's list).
-                let mut skip = msg.placed;
-                let mut left = payload_len as u64;
-                for t in &msg.targets {
-                    if left == 0 {
-                        break;
-                    }
-                    if skip >= t.len {
-                        skip -= t.len;
-                        continue;
-                    }
-                    let take = (t.len - skip).min(left);
-                    seg_targets.push(Range {
-                        stag: t.stag,
-                        offset: t.offset + skip,
-                        len: take,
-                    });
-                    skip = 0;
-                    left -= take;
-                }
+                super::plan::walk(&msg.targets, msg.placed, payload_len as u64, |r| {
+                    seg_targets.push(r);
+                });
                 self.rx.effect = Effect::Send;
                 self.begin_payload();
             }
@@ -342,6 +326,7 @@ impl Connection {
                 msg.placed += payload;
                 if hdr.last {
                     let placed = msg.placed;
+                    self.rx.last_send_len = Some(placed);
                     if let Some(done) = self.rx.send.take() {
                         self.rx.spare_send_targets = done.targets;
                     }
