@@ -599,11 +599,12 @@ fn a_receive_only_end_keeps_the_smallest_retransmission_timeout_asked_for() {
         eprintln!("TCP_RTO_MIN_US unsupported here (Linux < 6.15): nothing to check");
         return;
     };
-    let o = Options {
-        rto_min: Some(Duration::from_millis(5)),
-        ..opts()
-    };
-    let (xa, xb) = switch_both(&a, &b, &o);
+    assert_eq!(
+        opts().rto_min,
+        Some(Duration::from_millis(5)),
+        "the default"
+    );
+    let (xa, xb) = switch_both(&a, &b, &opts());
     // Rounded up to whole jiffies (4 ms at HZ=250).
     let low = |v: Option<i32>| v.is_some_and(|v| (5000..=20_000).contains(&v) && v < kernel);
     assert!(
@@ -632,9 +633,13 @@ fn a_receive_only_end_keeps_the_smallest_retransmission_timeout_asked_for() {
         rto_min_us(&b)
     );
     drop((xa, xb));
-    // Not asked: the kernel's throughout.
+    // `None`: the kernel's throughout.
     let (c, d) = tcp_pair();
-    let (xc, xd) = switch_both(&c, &d, &opts());
+    let none = Options {
+        rto_min: None,
+        ..opts()
+    };
+    let (xc, xd) = switch_both(&c, &d, &none);
     assert_eq!(rto_min_us(&c), Some(kernel));
     assert_eq!(rto_min_us(&d), Some(kernel));
     drop((xc, xd));

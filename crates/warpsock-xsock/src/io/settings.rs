@@ -45,7 +45,7 @@ pub struct Options {
     /// 6.15; other kernels keep theirs) of a connection while this end has
     /// sent no stream bytes: set when the switch commits, the kernel's
     /// again from the first DATA, sink Write or one-sided Write on. `None`
-    /// leaves the kernel's (200 ms) throughout.
+    /// leaves the kernel's (200 ms) throughout. Default: 5 ms.
     ///
     /// A receive-only end sends only credit returns and sink offers, the
     /// work host TCP does with ACKs; but to TCP they are data, each often
@@ -75,7 +75,10 @@ impl Default for Options {
             limits: Limits::default(),
             sink_cancel_timeout: Duration::from_secs(10),
             busy_poll: Duration::ZERO,
-            rto_min: None,
+            // 5 ms (8 ms at HZ=250): a lost credit return costs a few ms
+            // instead of 200. Session 13, 1 % loss on the veth pair, three
+            // interleaved 8 s rounds: 0.58x -> 0.86x of host TCP.
+            rto_min: Some(Duration::from_millis(5)),
         }
     }
 }
