@@ -2,11 +2,11 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::context::{Context, Progress, Shared, State};
-use crate::driver::Sleep;
+use crate::driver::{ParkedRead, Sleep};
 use crate::error::{Error, Result};
 use crate::mr::thread_borrows;
 use crate::qp::{Qp, QpNews};
@@ -181,6 +181,23 @@ impl Cq {
                 return Ok((n, news(&st)));
             }
             drive = true;
+            if clock.is_none() && inner.busy_poll.is_zero() && timeout >= PARK_SLICE {
+                // The first sleep of a wait that does not spin, with a
+                // timeout of at least a park slice: parked without reading
+                // the clock (a blocking ping-pong's every receive comes
+                // here, and its answer wakes it long before the slice
+                // ends). Only a sleep that brings nothing reads it, and
+                // counts the timeout as if from one slice earlier.
+                if let Some((qi, p)) = st.park(PARK_SLICE) {
+                    if let Some(r) = self.sleep_parked(st, qi, p, out, qp) {
+                        return Ok(r);
+                    }
+                    let now = Instant::now();
+                    clock = Some((now.checked_add(timeout - PARK_SLICE), now));
+                    drive = false;
+                    continue;
+                }
+            }
             let now = Instant::now();
             let (deadline, spin_until) =
                 *clock.get_or_insert_with(|| (now.checked_add(timeout), now + inner.busy_poll));
@@ -211,24 +228,9 @@ impl Cq {
             // lock per sleep, not two.
             let slice = rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE));
             let parked = st.park(slice);
-            if let Some((qi, mut p)) = parked {
-                drop(st);
-                let res = p.read();
-                // A timeout (the socket's SO_RCVTIMEO) brought nothing.
-                let empty = res.as_ref().is_err_and(|e| {
-                    matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    )
-                });
-                inner.waits.count(Sleep::Parked, empty);
-                let mut st = inner.lock();
-                st.unpark(qi, p, res, &inner.epoll);
-                let n = st.cq(self.id).drain_into(out);
-                if n > 0 {
-                    return Ok((n, news(&st)));
+            if let Some((qi, p)) = parked {
+                if let Some(r) = self.sleep_parked(st, qi, p, out, qp) {
+                    return Ok(r);
                 }
                 // Serviced just now: look again before another round.
                 drive = false;
@@ -243,6 +245,35 @@ impl Cq {
                 .map_err(Error::sys("epoll_wait"))?;
             inner.waits.count(Sleep::Epoll, ready.is_empty());
         }
+    }
+
+    /// Sleeps in the parked read `p` of queue pair `qi` with the lock
+    /// `st` (which prepared it) released, then services what it read and
+    /// drains this queue into `out` under the lock again. `None`: nothing
+    /// completed.
+    fn sleep_parked(
+        &self,
+        st: MutexGuard<'_, State>,
+        qi: usize,
+        mut p: ParkedRead,
+        out: &mut [Wc],
+        qp: Option<&Qp>,
+    ) -> Option<(usize, Option<QpNews>)> {
+        let inner = &self.sh.inner;
+        drop(st);
+        let res = p.read();
+        // A timeout (the socket's SO_RCVTIMEO) brought nothing.
+        let empty = res.as_ref().is_err_and(|e| {
+            matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+            )
+        });
+        inner.waits.count(Sleep::Parked, empty);
+        let mut st = inner.lock();
+        st.unpark(qi, p, res, &inner.epoll);
+        let n = st.cq(self.id).drain_into(out);
+        (n > 0).then(|| (n, qp.map(|qp| self.news_of(&st, qp))))
     }
 
     /// The queue's notification fd: readable while completions are waiting

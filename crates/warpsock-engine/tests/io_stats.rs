@@ -140,3 +140,128 @@ fn wait_stats_count_a_sleep_that_found_nothing() {
     done_tx.send(()).unwrap();
     server.join().unwrap();
 }
+
+/// An 8-byte ping-pong between two caller-driven ends: each Send is one
+/// transmit pass that asks the core for a segment once — the core says
+/// "nothing more" with the message's only FPDU, so no pass makes the
+/// empty second ask it made before (`IoStats::empty_asks` stays put), and
+/// no receive makes a pass at all.
+#[test]
+fn a_one_fpdu_send_asks_the_core_once() {
+    const ROUNDS: u64 = 200;
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let c = Context::new(Progress::Caller).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(8).unwrap();
+        let buf = pd.alloc(8, Access::LOCAL_WRITE | Access::LOCAL_READ);
+        let mut init = QpInit::new(&pd, &cq);
+        init.recvs = vec![RecvWr {
+            wr_id: 0,
+            sgl: buf.sge(0, 8).into(),
+        }];
+        let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
+        pong(&qp, &cq, &buf, ROUNDS, false)
+    });
+    let c = Context::new(Progress::Caller).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(8).unwrap();
+    let buf = pd.alloc(8, Access::LOCAL_WRITE | Access::LOCAL_READ);
+    let mut init = QpInit::new(&pd, &cq);
+    init.recvs = vec![RecvWr {
+        wr_id: 0,
+        sgl: buf.sge(0, 8).into(),
+    }];
+    let qp = connect(addr, &init).unwrap();
+    let (before, after) = pong(&qp, &cq, &buf, ROUNDS, true);
+    let (srv_before, srv_after) = server.join().unwrap();
+    for (who, b, a) in [("client", before, after), ("server", srv_before, srv_after)] {
+        assert_eq!(a.tx_passes - b.tx_passes, ROUNDS, "{who}: {b:?} -> {a:?}");
+        assert_eq!(a.empty_asks, b.empty_asks, "{who}: {b:?} -> {a:?}");
+    }
+}
+
+/// `rounds` 8-byte exchanges on `qp` (`first`: this end sends first),
+/// after one warm-up exchange; the queue pair's counts before and after.
+fn pong(
+    qp: &warpsock_engine::Qp,
+    cq: &warpsock_engine::Cq,
+    buf: &warpsock_engine::Mr,
+    rounds: u64,
+    first: bool,
+) -> (warpsock_engine::IoStats, warpsock_engine::IoStats) {
+    let mut before = None;
+    for i in 0..=rounds {
+        if i == 1 {
+            before = Some(qp.io_stats());
+        }
+        let send = || {
+            qp.post_send(send_wr(1, vec![buf.sge(0, 8)])).unwrap();
+        };
+        let mut need_recv = true;
+        let mut need_send_wc = first;
+        if first {
+            send();
+        }
+        while need_recv || need_send_wc {
+            for w in wait_n(cq, 1) {
+                assert!(w.is_ok(), "{w:?}");
+                if w.opcode == warpsock_engine::WcOpcode::Recv {
+                    qp.post_recv(RecvWr {
+                        wr_id: 0,
+                        sgl: buf.sge(0, 8).into(),
+                    })
+                    .unwrap();
+                    need_recv = false;
+                    if !first {
+                        send();
+                        need_send_wc = true;
+                    }
+                } else {
+                    need_send_wc = false;
+                }
+            }
+        }
+    }
+    (before.expect("warm-up"), qp.io_stats())
+}
+
+/// A blocking wait longer than a park slice sleeps its first slice without
+/// reading the clock, and still ends at its timeout, not a slice early nor
+/// at the first slice's end.
+#[test]
+fn a_wait_parked_without_the_clock_still_ends_at_its_timeout() {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let c = Context::new(Progress::Thread).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(4).unwrap();
+        let _qp = l
+            .accept_qp(&QpInit::new(&pd, &cq), &[], Some(LIMIT))
+            .unwrap();
+        done_rx.recv_timeout(LIMIT).unwrap();
+    });
+    let c = Context::new(Progress::Caller).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(4).unwrap();
+    let qp = connect(addr, &QpInit::new(&pd, &cq)).unwrap();
+    let mut wc = [warpsock_engine::Wc::default()];
+    let timeout = Duration::from_millis(60);
+    let reads = qp.io_stats().parked_reads;
+    let t = std::time::Instant::now();
+    assert_eq!(cq.wait(&mut wc, timeout).unwrap(), 0);
+    let took = t.elapsed();
+    // A slice is 10 ms: the timeout counts from at most a slice's rounding
+    // before the first one began.
+    assert!(took >= timeout - Duration::from_millis(10), "{took:?}");
+    assert!(
+        qp.io_stats().parked_reads - reads >= 2,
+        "{:?}",
+        qp.io_stats()
+    );
+    done_tx.send(()).unwrap();
+    server.join().unwrap();
+}

@@ -187,6 +187,7 @@ impl QpSlot {
         IoStats {
             responses_ahead_of_read: c.responses_ahead_of_read,
             response_bytes_ahead_of_read: c.response_bytes_ahead_of_read,
+            empty_asks: c.empty_asks,
             ..self.io
         }
     }
@@ -258,7 +259,8 @@ impl QpSlot {
     ) -> bool {
         let before = self.events.len();
         let cq_before = cq_lens(cqs, self.send_cq, self.recv_cq);
-        if !self.dead && allowed.rx {
+        let collected = !self.dead && allowed.rx;
+        if collected {
             self.rx(reg, pool);
             self.collect(cqs);
         }
@@ -271,7 +273,11 @@ impl QpSlot {
             // busy-polling round). siw's receive path never transmits
             // either: its send queue is scheduled only for work
             // (`siw_sq_start` on a post, a Read Response, a Terminate).
-            self.release_held(cqs);
+            if collected {
+                self.deliver_held(cqs);
+            } else {
+                self.release_held(cqs);
+            }
             self.update_interest(token, epoll);
         } else {
             self.collect(cqs);

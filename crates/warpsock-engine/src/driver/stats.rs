@@ -56,6 +56,11 @@ pub struct IoStats {
     pub control_msgs: u64,
     /// Bytes queued and unwritten ahead of those control messages, summed.
     pub control_wait_bytes: u64,
+    /// Transmit passes' asks of the core that gave no segment
+    /// ([`warpsock_proto::TxCounts::empty_asks`]): a pass stops asking once
+    /// the core says it holds nothing more, so a post of a one-FPDU
+    /// message makes none.
+    pub empty_asks: u64,
 }
 
 /// A segment at most this long on the wire counts as a control message in
@@ -93,6 +98,7 @@ impl std::ops::AddAssign for IoStats {
             response_bytes_ahead_of_read,
             control_msgs,
             control_wait_bytes,
+            empty_asks,
         } = o;
         self.reads += reads;
         self.planned_reads += planned_reads;
@@ -109,6 +115,7 @@ impl std::ops::AddAssign for IoStats {
         self.response_bytes_ahead_of_read += response_bytes_ahead_of_read;
         self.control_msgs += control_msgs;
         self.control_wait_bytes += control_wait_bytes;
+        self.empty_asks += empty_asks;
     }
 }
 

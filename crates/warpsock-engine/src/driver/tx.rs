@@ -27,9 +27,18 @@ impl QpSlot {
         // Once the core has said it has nothing more, it says so until it
         // is given input or a post, neither of which happens in here:
         // asking again after the write would be an empty call (one of
-        // the four `next_segment` calls per message was).
+        // the four `next_segment` calls per message was). It says so with
+        // the last segment too (`has_pending_output`): a message of one
+        // FPDU is one call, not a second, empty one.
         let mut exhausted = false;
         self.io.tx_passes += 1;
+        if self.txq.is_empty() && !self.dead {
+            match self.tx_direct(reg, cqs) {
+                Direct::Done => return,
+                Direct::Exhausted => exhausted = true,
+                Direct::Queued => {}
+            }
+        }
         while !self.dead {
             // Refill the queue.
             // (Asking `has_pending_output` before the first call as well
@@ -61,6 +70,7 @@ impl QpSlot {
                 self.queued += seg.len() as u64;
                 self.txq.push_back(seg);
                 self.collect(cqs);
+                exhausted = !self.conn.has_pending_output();
             }
             if self.txq.is_empty() {
                 break;
@@ -119,6 +129,93 @@ impl QpSlot {
             }
         }
         // The caller (`service_tx`) releases the held completions next.
+    }
+
+    /// The start of a pass with nothing queued: the core's next segment,
+    /// and when it is the only output (a small message's one FPDU, the
+    /// ping-pong case), its write straight from the segment — no queue of
+    /// segments, no gather list built from it, and its completion straight
+    /// to the completion queue when every byte went out (the general loop
+    /// queued the segment, gathered it back out, popped it, and held the
+    /// completion until `release_held`). Whatever is not simple (more
+    /// output behind it, a partial or interrupted write, a segment of
+    /// more than [`DIRECT_PARTS`] pieces or whose region is gone) is left
+    /// queued for the general loop, exactly as it would have queued it.
+    fn tx_direct(&mut self, reg: &Registry<Mem>, cqs: &mut [Option<CqSlot>]) -> Direct {
+        let mut seg = self.pool.pop().unwrap_or_default();
+        if !self.conn.next_segment(reg, &mut seg) {
+            self.pool.push(seg);
+            return Direct::Exhausted;
+        }
+        if !seg.seal(reg) {
+            let read_response = seg.opcode() == Some(Opcode::RdmaReadResponse);
+            self.pool.push(seg);
+            self.fail_segment(read_response, cqs);
+            return Direct::Exhausted;
+        }
+        self.count_waiting(&seg);
+        self.queued += seg.len() as u64;
+        let more = self.conn.has_pending_output();
+        let mut iov = [IoSlice::new(&[]); DIRECT_PARTS];
+        let mut n = 0;
+        let simple = !more
+            && seg.parts().len() <= DIRECT_PARTS
+            && seg.parts().iter().all(|p| {
+                let bytes = match *p {
+                    TxPart::Inline { start, end } => &seg.inline_bytes()[start..end],
+                    TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
+                        Some(b) => b,
+                        None => return false,
+                    },
+                };
+                iov[n] = IoSlice::new(bytes);
+                n += 1;
+                true
+            });
+        if !simple {
+            self.txq.push_back(seg);
+            self.collect(cqs);
+            return if more {
+                Direct::Queued
+            } else {
+                Direct::Exhausted
+            };
+        }
+        let sent = sys::send_vectored(self.sock.as_raw_fd(), &iov[..n]);
+        self.io.writes += 1;
+        let len = seg.len();
+        let next = match sent {
+            Ok(k) => {
+                self.io.write_bytes += k as u64;
+                self.written += k as u64;
+                if k == len {
+                    self.pool.push(seg);
+                    Direct::Done
+                } else {
+                    self.tx_off = k;
+                    self.txq.push_back(seg);
+                    Direct::Exhausted
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.io.writes_blocked += 1;
+                self.txq.push_back(seg);
+                Direct::Done
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                self.txq.push_back(seg);
+                Direct::Exhausted
+            }
+            Err(e) => {
+                self.pool.push(seg);
+                self.fail_with(&e);
+                Direct::Done
+            }
+        };
+        // The segment's completion (if it ended a message) is marked with
+        // the stream position after it, as the general loop marks it.
+        self.collect(cqs);
+        next
     }
 
     /// A segment could not be sealed because its payload region is gone:
@@ -181,6 +278,12 @@ impl QpSlot {
         while let Some(wc) = self.conn.poll_completion() {
             match wc.queue {
                 WorkQueue::Recv => push_wc(cqs, self.recv_cq, self.qp_num, wc, &self.conn),
+                // Every byte queued so far is written and nothing is held
+                // ahead of it: nothing to wait for (`release_held` would
+                // deliver it next, as it is).
+                WorkQueue::Send if self.held.is_empty() && self.queued == self.written => {
+                    push_wc(cqs, self.send_cq, self.qp_num, wc, &self.conn);
+                }
                 WorkQueue::Send => self.held.push_back((self.queued, wc)),
             }
         }
@@ -193,6 +296,12 @@ impl QpSlot {
     /// on a dead connection, the rest as flush errors (each exactly once).
     pub(super) fn release_held(&mut self, cqs: &mut [Option<CqSlot>]) {
         self.collect(cqs);
+        self.deliver_held(cqs);
+    }
+
+    /// [`Self::release_held`] right after a [`Self::collect`] (nothing
+    /// the core could have completed since).
+    pub(super) fn deliver_held(&mut self, cqs: &mut [Option<CqSlot>]) {
         while let Some(&(mark, mut wc)) = self.held.front() {
             if mark > self.written {
                 if !self.dead {
@@ -206,6 +315,22 @@ impl QpSlot {
             push_wc(cqs, self.send_cq, self.qp_num, wc, &self.conn);
         }
     }
+}
+
+/// Pieces of a segment [`QpSlot::tx_direct`] writes from the stack: a small
+/// FPDU is one, a large one without markers three (header, payload, pad
+/// and CRC).
+const DIRECT_PARTS: usize = 4;
+
+/// What [`QpSlot::tx_direct`] left for the rest of the pass.
+enum Direct {
+    /// Nothing: the pass is over (all written, the socket is full, or the
+    /// connection failed).
+    Done,
+    /// The core has nothing more; a segment may be queued to write.
+    Exhausted,
+    /// A segment is queued and the core has more.
+    Queued,
 }
 
 /// Empties a gather list and hands its allocation over to a list of

@@ -244,6 +244,12 @@ pub struct TxCounts {
     pub responses_ahead_of_read: u64,
     /// Their payload bytes.
     pub response_bytes_ahead_of_read: u64,
+    /// [`Connection::next_segment`] calls that returned nothing. An
+    /// engine that stops asking once [`Connection::has_pending_output`]
+    /// says there is nothing more makes such calls only when output is
+    /// held back (flow of Reads, the responder's first FPDU rule, a
+    /// failed start), not one after every message.
+    pub empty_asks: u64,
 }
 
 impl TxState {
@@ -317,6 +323,65 @@ impl TxState {
         }
     }
 
+    /// A whole FPDU without markers whose payload is at most
+    /// [`INLINE_PAYLOAD_MAX`] bytes, built in one buffer and added as one
+    /// inline part: `head` (length field, DDP/RDMAP header, a Read
+    /// Request's body), the `take` payload bytes of `msg` from `msg.sent`
+    /// on, pad and the CRC field — the bytes [`Self::inline`] piece by
+    /// piece and [`Self::finish_fpdu`] would produce, at a third of the
+    /// cost (an 8-byte Send's FPDU was three `inline` calls, each a
+    /// marker check and a `Vec` extend). Returns false, having added
+    /// nothing, when a payload region has gone: the caller's general path
+    /// keeps such a piece as a memory part, which [`TxSegment::seal`]
+    /// reports.
+    fn small_fpdu<B: Backing>(
+        &mut self,
+        reg: &Registry<B>,
+        seg: &mut TxSegment,
+        head: &[u8],
+        msg: &TxMsg,
+        take: u64,
+    ) -> bool {
+        debug_assert!(!self.markers && take <= INLINE_PAYLOAD_MAX);
+        const MAX: usize =
+            2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN + INLINE_PAYLOAD_MAX as usize + 3 + 4;
+        let mut b = [0u8; MAX];
+        b[..head.len()].copy_from_slice(head);
+        let mut n = head.len();
+        let mut skip = msg.sent;
+        let mut left = take;
+        for s in &msg.sources {
+            if left == 0 {
+                break;
+            }
+            if skip >= s.len {
+                skip -= s.len;
+                continue;
+            }
+            let k = (s.len - skip).min(left);
+            let Some(bytes) = reg.slice(s.stag, s.offset + skip, k as usize) else {
+                return false;
+            };
+            b[n..n + bytes.len()].copy_from_slice(bytes);
+            n += bytes.len();
+            skip = 0;
+            left -= k;
+        }
+        // The ULPDU is everything after the 2-byte length field; pad it to
+        // a multiple of four (zeros already), then the CRC field (zeros
+        // until `seal` fills it when CRC is on).
+        n += fpdu::pad_len(n - 2);
+        let at = seg.buf.len() + n;
+        n += 4;
+        self.len_field_pos = self.pos;
+        seg.push_inline(&b[..n]);
+        if self.crc_on {
+            seg.crc_at = Some(at);
+        }
+        self.pos += n as u64;
+        true
+    }
+
     /// Pad and the CRC field (zeros until [`TxSegment::seal`] fills them
     /// when CRC is on).
     fn finish_fpdu(&mut self, seg: &mut TxSegment, ulpdu_len: usize) {
@@ -338,7 +403,9 @@ impl TxState {
 }
 
 impl Connection {
-    /// Whether anything is queued for transmission.
+    /// Whether anything is queued for transmission. When false,
+    /// [`Self::next_segment`] has nothing to give (the converse does not
+    /// hold: output may be queued and held back).
     pub fn has_pending_output(&self) -> bool {
         let tx = &self.tx;
         !tx.control.is_empty()
@@ -353,7 +420,20 @@ impl Connection {
     /// Fills `seg` with the next control frame or FPDU to send. Returns
     /// false when there is nothing to send now. Call [`TxSegment::seal`]
     /// before writing the segment out.
+    ///
+    /// After a segment, [`Self::has_pending_output`] says whether asking
+    /// again can give another: when it is false, this returns false until
+    /// the connection is given input or a post (a message of one FPDU
+    /// needs one call, not a second, empty one).
     pub fn next_segment<B: Backing>(&mut self, reg: &Registry<B>, seg: &mut TxSegment) -> bool {
+        let got = self.fill_segment(reg, seg);
+        if !got {
+            self.tx.counts.empty_asks += 1;
+        }
+        got
+    }
+
+    fn fill_segment<B: Backing>(&mut self, reg: &Registry<B>, seg: &mut TxSegment) -> bool {
         seg.clear();
         if !self.tx.control.is_empty() {
             let control = std::mem::take(&mut self.tx.control);
@@ -588,7 +668,7 @@ impl Connection {
 
     /// Emits the next FPDU of the current message.
     fn emit_segment<B: Backing>(&mut self, reg: &Registry<B>, seg: &mut TxSegment) {
-        let mut msg = self.tx.cur.take().expect("message in progress");
+        let msg = self.tx.cur.take().expect("message in progress");
         let (opcode, tagged) = match msg.kind {
             MsgKind::Send { opcode, .. } => (opcode, false),
             MsgKind::Write { .. } => (Opcode::RdmaWrite, true),
@@ -637,7 +717,6 @@ impl Connection {
             _ => None,
         };
         let ulpdu_len = hdr_len + body.map_or(0, |b| b.len()) + take as usize;
-        self.tx.begin_fpdu(seg);
         let mut head = [0u8; 2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN];
         head[..2].copy_from_slice(&fpdu::len_field(ulpdu_len));
         head[2..2 + hdr_len].copy_from_slice(&hdr.to_bytes()[..hdr_len]);
@@ -646,6 +725,13 @@ impl Connection {
             head[head_len..head_len + b.len()].copy_from_slice(&b);
             head_len += b.len();
         }
+        let small = take <= INLINE_PAYLOAD_MAX;
+        if small && !self.tx.markers && self.tx.small_fpdu(reg, seg, &head[..head_len], &msg, take)
+        {
+            self.finish_message(msg, take, last);
+            return;
+        }
+        self.tx.begin_fpdu(seg);
         self.tx.inline(seg, &head[..head_len]);
         // Gather the payload pieces covering [sent, sent + take). A small
         // payload is copied next to its header instead: one `sendmsg`
@@ -653,7 +739,6 @@ impl Connection {
         // bytes costs us (the bytes are read now rather than at the
         // write, which verbs allows: the buffer belongs to the request
         // until its completion).
-        let small = take <= INLINE_PAYLOAD_MAX;
         let mut skip = msg.sent;
         let mut left = take;
         for s in &msg.sources {
@@ -680,6 +765,12 @@ impl Connection {
             left -= n;
         }
         self.tx.finish_fpdu(seg, ulpdu_len);
+        self.finish_message(msg, take, last);
+    }
+
+    /// After an FPDU of `msg` carrying `take` payload bytes: completes the
+    /// message if that was its `last`, else keeps it for the next FPDU.
+    fn finish_message(&mut self, mut msg: TxMsg, take: u64, last: bool) {
         msg.sent += take;
         if last {
             if let Some(seq) = msg.complete {
