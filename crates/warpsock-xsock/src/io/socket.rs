@@ -543,7 +543,13 @@ impl XSocket {
             Ok(n) => st.news = Some(n),
             Err(e) => self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}")),
         }
-        self.rearm(st);
+        // A send call rearms the watch as it returns, and its waits on the
+        // way (`settle`): a rearm after each of its posts would only work
+        // out the same watch once more (while a call sends, the backlog
+        // is its own to flush: see `rearm`).
+        if st.sending == 0 {
+            self.rearm(st);
+        }
     }
 
     /// Processes the completions the engine queued already, with no round
