@@ -7,7 +7,10 @@
 //! |------|---------------------------------------------------------------|
 //! | 0    | bit 0: initiator asks for CRC; bit 1: responder asks for      |
 //! |      | markers (the stream must then carry them); bit 2: peer-to-peer|
-//! |      | setup with a Write RTR (the stream must start with it)        |
+//! |      | setup with a Write RTR (the stream must start with it); bit 3:|
+//! |      | fed as the engine's driver does, with planned reads           |
+//! |      | (`rx_plan`/`rx_planned`: every planned range must lie in its  |
+//! |      | region), instead of through `handle_input`                    |
 //! | 1    | largest chunk handed to `handle_input` (0: all at once)       |
 //! | 2, 3 | seed of the chunk-size generator                              |
 //! | 4..  | the byte stream "from the initiator" after the MPA Reply      |
@@ -24,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use warpsock_proto::{
-    Access, Config, Connection, Event, RecvWr, Registry, Role, RtrOffer, SendOp, SendWr, Sge,
-    WcOpcode, WcStatus, WorkQueue,
+    Access, Config, Connection, Event, RecvWr, Registry, Role, RtrOffer, RxPiece, RxStep, SendOp,
+    SendWr, Sge, WcOpcode, WcStatus, WorkQueue,
 };
 
 const HEADER: usize = 4;
@@ -69,6 +72,72 @@ fn drain(conn: &mut Connection, next_wr: &mut u64) {
     }
 }
 
+/// Feeds `data` as the engine's socket driver does: framing step by step,
+/// payload placed where `rx_step` says, and where the core plans several
+/// FPDUs, the bytes laid over the plan as one `readv` would and handed to
+/// `rx_planned`. Returns the bytes consumed.
+fn feed_planned(
+    conn: &mut Connection,
+    data: &[u8],
+    reg: &mut Registry<Vec<u8>>,
+    plan: &mut Vec<RxPiece>,
+    stage: &mut Vec<u8>,
+) -> usize {
+    let mut off = 0;
+    while off < data.len() {
+        let rest = &data[off..];
+        match conn.rx_step() {
+            RxStep::Place(_) if conn.rx_plan(1 << 20, 64, plan) => {
+                stage.clear();
+                stage.resize(RxPiece::staged(plan), 0);
+                let (mut at, mut soff) = (0, 0);
+                for p in plan.iter() {
+                    let k = match *p {
+                        RxPiece::Place(r) => {
+                            let k = (r.len as usize).min(rest.len() - at);
+                            reg.slice_mut(r.stag, r.offset, k)
+                                .expect("a planned range lies inside its region")
+                                .copy_from_slice(&rest[at..at + k]);
+                            k
+                        }
+                        RxPiece::Stage(n) => {
+                            let k = n.min(rest.len() - at);
+                            stage[soff..soff + k].copy_from_slice(&rest[at..at + k]);
+                            soff += n;
+                            k
+                        }
+                    };
+                    at += k;
+                }
+                conn.rx_planned(plan, at, stage, reg);
+                off += at;
+            }
+            RxStep::Place(r) => {
+                let k = (r.len as usize).min(rest.len());
+                let Some(dst) = reg.slice_mut(r.stag, r.offset, k) else {
+                    // The driver ends the stream here (fail_local).
+                    conn.fail_local(None, false);
+                    continue;
+                };
+                dst.copy_from_slice(&rest[..k]);
+                conn.rx_placed(&rest[..k]);
+                off += k;
+            }
+            RxStep::Bytes(_) => {
+                let whole = conn.rx_fpdu(rest, reg);
+                let k = if whole > 0 { whole } else { conn.rx_bytes(rest, reg) };
+                if k == 0 {
+                    break;
+                }
+                off += k;
+            }
+            RxStep::Closed => off = data.len(),
+            RxStep::Blocked => break,
+        }
+    }
+    off
+}
+
 fn transmit(conn: &mut Connection, reg: &Registry<Vec<u8>>, out: &mut Vec<u8>) {
     for _ in 0..MAX_TX_ROUNDS {
         out.clear();
@@ -86,6 +155,7 @@ fuzz_target!(|data: &[u8]| {
     let crc = head[0] & 1 != 0;
     let markers = head[0] & 2 != 0;
     let p2p = head[0] & 4 != 0;
+    let planned = head[0] & 8 != 0;
     let max_chunk = usize::from(head[1]);
     let mut rng = Rng(u32::from(u16::from_le_bytes([head[2], head[3]])) | 0x1_0000);
 
@@ -189,6 +259,7 @@ fuzz_target!(|data: &[u8]| {
     // The fuzzed stream, cut into chunks; unconsumed bytes are carried over
     // like an engine's receive buffer would.
     let mut out = Vec::new();
+    let (mut plan, mut stage) = (Vec::new(), Vec::new());
     let mut pending: Vec<u8> = Vec::new();
     let mut off = 0;
     while off < stream.len() {
@@ -199,7 +270,11 @@ fuzz_target!(|data: &[u8]| {
         };
         pending.extend_from_slice(&stream[off..off + len]);
         off += len;
-        let took = responder.handle_input(&pending, &mut reg);
+        let took = if planned {
+            feed_planned(&mut responder, &pending, &mut reg, &mut plan, &mut stage)
+        } else {
+            responder.handle_input(&pending, &mut reg)
+        };
         assert!(took <= pending.len());
         pending.drain(..took);
         drain(&mut responder, &mut next_wr);
