@@ -396,6 +396,10 @@ impl Stream {
     /// ahead of the stream, [`Self::post_sink_after`], is the bytes before
     /// it.)
     fn sinks_declined_by_stream(&mut self, end: Option<u64>) {
+        // Every DATA message comes here: without sinks, nothing to look at.
+        if self.sinks.is_empty() {
+            return;
+        }
         let out = &mut self.out;
         for s in &mut self.sinks {
             if end.is_some_and(|e| e <= s.ad.rx_seq) {

@@ -430,9 +430,15 @@ impl XSocket {
     }
 
     pub(crate) fn repost(&self, st: &mut State) {
+        let slots = st.s.take_reposts();
+        // Most rounds free nothing (a message's slot is freed when it is
+        // read, after the round that received it).
+        if slots.len() == 0 {
+            return;
+        }
         let size = self.opts.slot_size;
         let mut failed = false;
-        for slot in st.s.take_reposts() {
+        for slot in slots {
             let wr = RecvWr {
                 wr_id: u64::from(slot),
                 sgl: self.rx.sge(slot as usize * size as usize, size).into(),
