@@ -520,15 +520,20 @@ impl XSocket {
     /// Posts `m` (+ the bytes of `payload`, copied) from transmit slot
     /// `slot`.
     pub(crate) fn post_msg(&self, st: &mut State, slot: u32, m: Msg, payload: Src<'_>) {
-        let at = slot as usize * self.opts.slot_size as usize;
-        let mut hdr = [0u8; MAX_CONTROL_LEN];
-        let h = m.encode(&mut hdr);
+        let size = self.opts.slot_size as usize;
+        let at = slot as usize * size;
+        // Encoded in the slot itself (through a stack buffer, it cost a
+        // zeroed buffer and a copy per message).
+        #[allow(unsafe_code)]
+        // SAFETY: `slot` is a free transmit slot, ours until posted below;
+        // the view ends before the next one's.
+        let h = m.encode(unsafe { self.tx.bytes_mut(at, MAX_CONTROL_LEN.min(size)) });
         let n = h + payload.len;
         #[allow(unsafe_code)]
-        // SAFETY: `slot` is a free transmit slot, ours until posted below.
-        let b = unsafe { self.tx.bytes_mut(at, n) };
-        b[..h].copy_from_slice(&hdr[..h]);
-        payload.g.copy_to(payload.off, &mut b[h..]);
+        // SAFETY: as above (the header's view is gone).
+        payload.g.copy_to(payload.off, unsafe {
+            self.tx.bytes_mut(at + h, payload.len)
+        });
         self.post(
             st,
             SendWr {
