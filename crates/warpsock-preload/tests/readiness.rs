@@ -60,10 +60,10 @@ fn readiness_poll_select_epoll() {
     let r = both_with_hooks("readiness", ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"));
     // Warm-up + 9 per pass, one pass over TCP, one by a raw kernel sender,
     // and 8 after blocking receives.
-    assert_eq!(r.stat("rx_tcp_dgrams"), 18, "{}", r.stderr);
-    assert_eq!(r.stat("rx_kernel_dgrams"), 9, "{}", r.stderr);
-    assert_eq!(r.stat("fallbacks"), 0, "{}", r.stderr);
-    assert!(r.stat("rx_parks") >= 1, "no receive parked: {}", r.stderr);
+    assert_eq!(r.stat("rx_tcp_dgrams"), 18, "{}", r.why());
+    assert_eq!(r.stat("rx_kernel_dgrams"), 9, "{}", r.why());
+    assert_eq!(r.stat("fallbacks"), 0, "{}", r.why());
+    assert!(r.stat("rx_parks") >= 1, "no receive parked: {}", r.why());
 }
 
 /// Non-blocking receives keep their connections parked (`udp::park`): a

@@ -19,6 +19,24 @@ static int s;      /* libc sender */
 static int raw;    /* raw kernel sender */
 static int use_raw;
 
+/* Where the program is, for the report of a failing exit (a CHECK's line
+ * alone does not say which pass, nor how long the steps took: a step that
+ * took far longer than the others points at a starved thread). */
+static const char *step = "set-up";
+static long started, step_at;
+static int finished;
+
+static void enter(const char *name) {
+    step = name;
+    step_at = now_ms();
+}
+
+static void report_failure(void) {
+    if (!finished)
+        fprintf(stderr, "readiness: failed in %s (raw=%d), %ld ms into the step, %ld ms into the run\n",
+                step, use_raw, now_ms() - step_at, now_ms() - started);
+}
+
 static void send_one(int tag) {
     if (use_raw)
         raw_send(raw, port, &tag, sizeof tag);
@@ -28,8 +46,13 @@ static void send_one(int tag) {
 
 static void recv_one(int want) {
     int v = -1;
-    CHECK(recv(r, &v, sizeof v, MSG_DONTWAIT) == sizeof v);
-    CHECK(v == want);
+    ssize_t n = recv(r, &v, sizeof v, MSG_DONTWAIT);
+    if (n != sizeof v || v != want) {
+        /* What came instead (another datagram's first bytes), or errno. */
+        fprintf(stderr, "recv: %zd bytes, value %d, want %zu bytes, value %d (errno %d: %s)\n", n,
+                v, sizeof v, want, errno, strerror(errno));
+        exit(1);
+    }
 }
 
 static int poll_in(int ms) { return poll_readable(r, ms); }
@@ -60,6 +83,7 @@ static int tag = 100;
 
 /* Nothing there: no wake within 50 ms; one datagram: wakes; read: quiet. */
 static void level(int (*wait_in)(int), const char *name) {
+    enter(name);
     CHECK(!wait_in(50));
     send_one(++tag);
     long t0 = now_ms();
@@ -76,6 +100,7 @@ static void level(int (*wait_in)(int), const char *name) {
 }
 
 static void writable(void) {
+    enter("writable");
     struct pollfd p = {r, POLLOUT, 0};
     CHECK(poll(&p, 1, 0) == 1 && (p.revents & POLLOUT));
     fd_set wr;
@@ -86,6 +111,7 @@ static void writable(void) {
 }
 
 static void epoll_level(void) {
+    enter("epoll level-triggered");
     int ep = epoll_create1(0);
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = r}, out[4];
     CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, r, &ev) == 0);
@@ -102,6 +128,7 @@ static void epoll_level(void) {
 }
 
 static void epoll_edge(void) {
+    enter("epoll edge-triggered");
     int ep = epoll_create1(0);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.fd = r}, out[4];
     CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, r, &ev) == 0);
@@ -155,6 +182,9 @@ static int epoll_in(int ms) {
 
 static void after_blocking_recv(int (*wait_in)(int), const char *name) {
     int v = -1;
+    static char label[64];
+    snprintf(label, sizeof label, "%s after a blocking receive", name);
+    enter(label);
     CHECK(write(kick[1], "s", 1) == 1);
     CHECK(recv(r, &v, sizeof v, 0) == sizeof v);
     CHECK(v == tag);
@@ -173,10 +203,13 @@ static void after_blocking_recv(int (*wait_in)(int), const char *name) {
 
 int main(int argc, char **argv) {
     port = port_arg(argc, argv, 1);
+    started = step_at = now_ms();
+    atexit(report_failure);
     r = udp_bound(port);
     s = udp_new();
     raw = raw_udp();
     /* Warm up the path (connection set-up) before timing anything. */
+    enter("warm-up");
     int v = 0;
     send_to(s, port, &v, sizeof v);
     CHECK(recv(r, &v, sizeof v, 0) == sizeof v);
@@ -199,6 +232,7 @@ int main(int argc, char **argv) {
     after_blocking_recv(poll_in, "poll");
     CHECK(write(kick[1], "q", 1) == 1);
     CHECK(pthread_join(th, NULL) == 0);
+    finished = 1;
     puts("readiness: ok");
     return 0;
 }

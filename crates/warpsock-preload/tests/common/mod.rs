@@ -84,13 +84,19 @@ pub fn c_program(name: &str) -> PathBuf {
         .join("tests/c")
         .join(format!("{name}.c"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("wsp-{name}"));
+    // Built under a name of this process's own and renamed into place: a
+    // test binary running meanwhile (another target's, or a second copy of
+    // this one) may be executing the old file, and `cc` rewriting it in
+    // place made that spawn fail with ETXTBSY.
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
     let st = Command::new("cc")
         .args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .status()
         .expect("run cc");
     assert!(st.success(), "compiling {} failed", src.display());
+    std::fs::rename(&tmp, &out).expect("move the compiled test program into place");
     built.insert(name.to_owned(), out.clone());
     out
 }
@@ -124,13 +130,50 @@ impl Run {
             .unwrap_or_else(|| panic!("no counter {name} in stderr:\n{}", self.stderr))
     }
 
+    /// A failed count's message: the program's own lines (its failing
+    /// step), the route set-up's counters (a set-up that failed under load
+    /// sends by kernel UDP meanwhile, which changes every count per path),
+    /// then the whole stderr. The first lines say the cause even where a
+    /// log keeps only the head of a long message.
+    pub fn why(&self) -> String {
+        let own: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                let counter = w.len() == 2 && w[1].parse::<u64>().is_ok();
+                !counter && !l.starts_with("warpsock udp-offload stats")
+            })
+            .collect();
+        let s = self.stats();
+        let setup = [
+            "connects",
+            "connect_ok",
+            "connect_failed",
+            "connect_retries",
+            "hello_failed",
+            "fallbacks",
+            "tx_kernel_fallback",
+            "tx_requeued_udp",
+        ]
+        .iter()
+        .map(|k| format!("{k} {}", s.get(*k).map_or("-".into(), u64::to_string)))
+        .collect::<Vec<_>>()
+        .join(", ");
+        format!(
+            "\nprogram: {}\nset-up: {setup}\nstderr:\n{}",
+            own.join(" | "),
+            self.stderr
+        )
+    }
+
     pub fn assert_ok(&self, what: &str) {
         assert_eq!(
             self.code,
             Some(0),
-            "{what} failed\nstdout:\n{}\nstderr:\n{}",
+            "{what} failed\nstdout:\n{}{}",
             self.stdout,
-            self.stderr
+            self.why()
         );
     }
 }
