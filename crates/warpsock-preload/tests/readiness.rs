@@ -66,6 +66,33 @@ fn readiness_poll_select_epoll() {
     assert!(r.stat("rx_parks") >= 1, "no receive parked: {}", r.why());
 }
 
+/// A datagram a poll reported is served by the next receive on the socket
+/// wherever its connection went meanwhile (issue 13): here a select gives
+/// the parked connection back to the progress thread before the receive,
+/// and the progress thread's announcement of the held datagram is made
+/// late (`WARPSOCK_TEST_TIMER_DELAY_MS`), so the non-blocking receive
+/// comes first every time. It returned `EAGAIN`: it looked for held
+/// datagrams only on parked connections.
+#[test]
+fn a_held_datagram_given_back_is_received() {
+    let args = |p: u16| vec![p.to_string(), "held-given-back".to_string()];
+    run("readiness", &args(lease_port()), false).assert_ok("readiness held (kernel UDP)");
+    let child = command_with(
+        &c_program("readiness"),
+        &args(lease_port()),
+        Some(preload_so_with_hooks()),
+    )
+    .env("WARPSOCK_TEST_TIMER_DELAY_MS", "300")
+    .env("WARPSOCK_TEST_PARK_GRACE_MS", "600000")
+    .spawn()
+    .expect("spawn test program");
+    let r = finish(child, Duration::from_secs(60));
+    r.assert_ok("readiness held (preloaded)");
+    // The warm-up and ten rounds, all over TCP, most held by the poll.
+    assert_eq!(r.stat("rx_tcp_dgrams"), 11, "{}", r.why());
+    assert!(r.stat("rx_poll_holds") >= 1, "no poll held: {}", r.why());
+}
+
 /// Non-blocking receives keep their connections parked (`udp::park`): a
 /// program that waits in poll and receives until EAGAIN, or spins on
 /// non-blocking receives, reads the connection itself on every round trip

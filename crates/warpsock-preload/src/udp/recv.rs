@@ -85,6 +85,15 @@ impl Sock {
                 return r;
             }
             if nonblock && (driven.is_some() || !park::any()) {
+                // A datagram a poll reported is served by the next receive,
+                // wherever its connection is now (`serve_held`).
+                // SAFETY: the application's msghdr (contract).
+                if let Some(n) = unsafe { self.serve_held(msg, flags) } {
+                    if let Some(d) = driven.as_mut() {
+                        d.park = true;
+                    }
+                    return n;
+                }
                 // Parked connections looked at: they stay parked. A program
                 // that spins on non-blocking receives, or waits in poll and
                 // reads until EAGAIN, takes them over again for free; a
@@ -116,6 +125,10 @@ impl Sock {
             // watches, once).
             let d = driven.get_or_insert_with(|| Driven::claim(self.arc(), nonblock));
             if nonblock && d.conns.is_empty() {
+                // SAFETY: the application's msghdr (contract).
+                if let Some(n) = unsafe { self.serve_held(msg, flags) } {
+                    return n;
+                }
                 set_errno(libc::EAGAIN);
                 return -1;
             }
@@ -158,6 +171,10 @@ impl Sock {
                                 // of a busy-poll loop found nothing new.
                                 Served::Nothing if c.still_reading(*fd) => {
                                     d.park = true;
+                                    // SAFETY: the application's msghdr.
+                                    if let Some(n) = unsafe { self.serve_held(msg, flags) } {
+                                        return n;
+                                    }
                                     stats::inc(&STATS.rx_nb_empty);
                                     stats::add(&STATS.rx_nb_empty_looks, looks);
                                     set_errno(libc::EAGAIN);
@@ -452,6 +469,46 @@ impl Sock {
 }
 
 impl Sock {
+    /// Serves a datagram a poll read (`hold_frame`) from whichever of the
+    /// socket's connections holds one, claimed, parked or not: a
+    /// non-blocking receive found nothing else. The parked path
+    /// (`Driven`) reaches a held datagram only while its connection is
+    /// parked; one given back meanwhile (`Conn::unclaim`, `park::release_all`,
+    /// `set_interest`) is announced by the progress thread's timer only
+    /// later, and one moved to the ready list after `take` looked is no
+    /// longer parked: the receive returned `EAGAIN` although the poll had
+    /// said readable. One atomic load when no poll held anything.
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    unsafe fn serve_held(&self, msg: &mut msghdr, flags: c_int) -> Option<isize> {
+        if !self.holds.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        let eng = reactor::current()?;
+        let held: SmallVec<[Arc<Conn>; DRIVEN_INLINE]> = lock(&self.inner)
+            .owned
+            .values()
+            .filter(|c| c.held.load(Ordering::Relaxed))
+            .cloned()
+            .collect();
+        let mut served = None;
+        for c in &held {
+            if served.is_some() {
+                // Another waits: the next receive looks again.
+                self.holds.store(true, Ordering::Relaxed);
+                break;
+            }
+            if c.held.swap(false, Ordering::Relaxed) {
+                // SAFETY: the application's msghdr (contract).
+                if let Served::Dgram(n) = unsafe { self.serve(eng, c, msg, flags, true) } {
+                    served = Some(n);
+                }
+            }
+        }
+        served
+    }
+
     /// A program's poll is about to wait for input: its connections (armed
     /// ones, at most 16) are watched by that poll too, claimed from the
     /// progress thread meanwhile.
@@ -507,6 +564,7 @@ impl Sock {
                     {
                         // Read into the parked connection's buffer: the
                         // program's next receive serves it from there.
+                        self.holds.store(true, Ordering::Release);
                         waiting = true;
                     } else {
                         // poll and epoll share their bit values on Linux.

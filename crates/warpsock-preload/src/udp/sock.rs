@@ -93,6 +93,11 @@ pub(crate) struct Sock {
     /// A receive call came since the last send (the sender's batching
     /// then writes at once: request and response).
     pub(super) recv_seen: AtomicBool,
+    /// A poll read a datagram into one of the socket's connections
+    /// (`Conn::held`) since a receive call last looked for such
+    /// connections (`Sock::serve_held`): set after `held`, cleared before
+    /// the look, so a set `held` is never missed.
+    pub(super) holds: AtomicBool,
     /// A non-blocking send found its connection's buffer full: that
     /// connection and the datagram's length, until a send succeeds
     /// (`Sock::write_wait`).
@@ -209,6 +214,7 @@ impl Sock {
                 proofs: AtomicUsize::new(0),
                 proof_lock: Mutex::new(()),
                 recv_seen: AtomicBool::new(false),
+                holds: AtomicBool::new(false),
                 tx_blocked: Mutex::new(None),
                 tx_full: AtomicBool::new(false),
                 shut_rd: AtomicBool::new(false),
