@@ -24,9 +24,8 @@ for a in "$@"; do
     prev="$a"
 done
 if [ -n "$apps" ]; then
-    # The programs of the apps suite, as Debian ships them.
-    scripts/ensure-pkgs.sh nginx-light wrk redis-server redis-tools memcached aria2 iperf3 \
-        gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good iproute2 nftables
+    . scripts/lib/apps-pkgs.sh
+    scripts/ensure-pkgs.sh "${APPS_PKGS[@]}"
 fi
 echo "+ cargo build --release -p warpsock-cli -p warpsock-preload" >&2
 cargo build --release --quiet -p warpsock-cli -p warpsock-preload

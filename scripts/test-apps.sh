@@ -7,9 +7,8 @@
 # namespaces with rate limit and 0.5 % loss. About two minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/ensure-pkgs.sh nginx-light wrk redis-server redis-tools memcached aria2 iperf3 \
-    gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
-    fonts-dejavu-core iproute2 nftables
+. scripts/lib/apps-pkgs.sh
+scripts/ensure-pkgs.sh "${APPS_PKGS[@]}"
 cargo build --quiet -p warpsock-preload -p warpsock-cli
 export WARPSOCK_REQUIRE_APPS=1
 timeout 600 cargo test --quiet -p warpsock-cli --test apps -- --test-threads=1

@@ -10,6 +10,11 @@ export CARGO_TERM_COLOR=never
 # Everything the cargo tests themselves use (the script suites install their own):
 # tshark (wire validation), the figures font, namespace tools.
 scripts/ensure-pkgs.sh build-essential pkg-config tshark fonts-dejavu-core iproute2 nftables libibverbs-dev librdmacm-dev
+# The CLI's apps case runs the apps suite's programs when they are installed:
+# install all of them, so a machine never holds a partial set (GStreamer
+# without its plugins fails the RTP cases).
+. scripts/lib/apps-pkgs.sh
+scripts/ensure-pkgs.sh "${APPS_PKGS[@]}"
 export WARPSOCK_REQUIRE_RDMA_HEADERS=1
 export WARPSOCK_REQUIRE_TSHARK=1
 # The siw VM cases of test-verbs.sh fail (not skip) without the VM tool.
