@@ -420,8 +420,21 @@ impl Sock {
         let peek = flags & libc::MSG_PEEK != 0;
         let _proofs = (self.proofs.load(Ordering::Relaxed) > 0).then(|| lock(&self.proof_lock));
         if _proofs.is_some() {
-            found.extend(self.take_proofs());
+            let (proofs, head) = self.take_proofs_head();
+            found.extend(proofs);
             self.count_proofs(g);
+            #[cfg(feature = "test-hooks")]
+            if !found.is_empty() {
+                proof_gap();
+            }
+            if !head {
+                // Nothing was left: what arrived since may be a re-sent
+                // copy of a proof, which a read into the program's buffer
+                // (shorter than a proof) would not recognise. Its arrival
+                // rings the doorbell (`on_udp_ready`), and the next look
+                // takes proofs off first again.
+                return None;
+            }
         }
         msg.msg_namelen = namelen;
         msg.msg_controllen = ctllen;
@@ -580,6 +593,28 @@ impl Sock {
         drop(d);
         let g = lock(&self.inner);
         waiting || !g.rxq.is_empty() || !g.ready.is_empty()
+    }
+}
+
+/// `WARPSOCK_TEST_PROOF_GAP_MS`: the first receive call that takes a proof
+/// off the hidden UDP socket waits this long before it reads the socket for
+/// the program (as if descheduled): the proof's answer is then late, and
+/// the connector's re-sent copy arrives meanwhile.
+#[cfg(feature = "test-hooks")]
+fn proof_gap() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::OnceLock;
+    static MS: OnceLock<Option<u64>> = OnceLock::new();
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    let ms = *MS.get_or_init(|| {
+        std::env::var("WARPSOCK_TEST_PROOF_GAP_MS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    });
+    if let Some(ms) = ms {
+        if !FIRED.swap(true, Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
     }
 }
 

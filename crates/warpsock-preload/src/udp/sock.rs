@@ -461,6 +461,13 @@ impl Sock {
     /// (caller holds `proof_lock`); stops at the first other datagram,
     /// which is the program's.
     pub(super) fn take_proofs(&self) -> Vec<(SocketAddr, [u8; NONCE_LEN])> {
+        self.take_proofs_head().0
+    }
+
+    /// [`Sock::take_proofs`], and whether a datagram of the program's is at
+    /// the head now (`false`: the socket was empty when looked at, and a
+    /// datagram that arrived since may be a proof).
+    pub(super) fn take_proofs_head(&self) -> (Vec<(SocketAddr, [u8; NONCE_LEN])>, bool) {
         let mut found = Vec::new();
         loop {
             let mut buf = [0u8; PROOF_LEN + 1];
@@ -479,10 +486,10 @@ impl Sock {
                 )
             };
             if n != PROOF_LEN as isize {
-                return found;
+                return (found, n >= 0);
             }
             let Some(nonce) = frame::parse_proof(&buf[..PROOF_LEN]) else {
-                return found;
+                return (found, true);
             };
             // SAFETY: the kernel wrote `len` bytes of address.
             let src =
