@@ -238,6 +238,9 @@ pub struct Stream {
     peer_maps: BTreeMap<u64, IoMapAd>,
     reposts: Vec<u32>,
     readable_bytes: usize,
+    /// The last stream bytes to arrive as DATA did not end one of the
+    /// peer's send calls (see [`Self::peer_mid_call`]).
+    rx_mid_call: bool,
 }
 
 impl Stream {
@@ -263,6 +266,7 @@ impl Stream {
             peer_maps: BTreeMap::new(),
             reposts: Vec::new(),
             readable_bytes: 0,
+            rx_mid_call: false,
         }
     }
 
@@ -319,6 +323,7 @@ impl Stream {
                     return Err(StreamError::DataAfterEof);
                 }
                 let len = bytes.len() - crate::wire::HDR_LEN;
+                self.rx_mid_call = !eom;
                 if len == 0 {
                     self.free(slot);
                     return Ok(());
@@ -448,6 +453,9 @@ impl Stream {
             }
             self.rx_seq += u64::from(len);
             s.state = SinkState::Filled { len, eom };
+            // The peer was at the sink's position when it took it: a
+            // sink it may use again (whether or not its call ended).
+            self.rx_mid_call = false;
         }
         self.sinks
             .retain(|s| !(s.released && s.state.is_final() && !s.done_pending));
@@ -723,6 +731,15 @@ impl Stream {
     pub fn peer_stalled(&self) -> bool {
         let peer_has = u32::from(self.local.slots) - self.used;
         peer_has == 0 || (peer_has == 1 && self.credits == u32::from(self.peer.slots))
+    }
+
+    /// Whether the last stream bytes to arrive as DATA were not the end of
+    /// one of the peer's send calls: the rest of that call is on its way
+    /// (or waits for credits) as DATA, and a sink offered now would be
+    /// declined — the peer uses one only at its own position. (A filled
+    /// sink clears it.)
+    pub fn peer_mid_call(&self) -> bool {
+        self.rx_mid_call
     }
 
     /// Whether the peer offered a sink we have not finished (in use, or

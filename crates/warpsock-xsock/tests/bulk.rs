@@ -150,3 +150,94 @@ fn read_all(x: XSocket, chunk: usize, want: Arc<Vec<u8>>) -> JoinHandle<()> {
         }
     })
 }
+
+/// No sink is offered while the writer's send call is still arriving: a
+/// reader of 1 MiB blocking reads (sinks on, the default) behind a 2 MiB
+/// send call — eight DATA messages, all within the writer's credits, so
+/// it never waits for the reader — waits for the call's DATA instead of
+/// offering its buffer, which the writer, past the offer's position,
+/// could only decline (a SINK and a SINK_DONE(0) each). The reader's
+/// first read takes one byte, so the call's first DATA (not its last) has
+/// arrived before any large read; counted by `XSocket::stats`.
+#[test]
+fn no_sink_is_offered_while_the_writers_call_is_arriving() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let total = 2 << 20;
+    let data = pattern(total, 41);
+    let offers = |x: &XSocket| x.stats().sink_offers.load(Ordering::Relaxed);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            assert_eq!(xa.send(&data, false, Some(LIMIT)).unwrap(), total);
+        });
+        let mut got = vec![0u8; total];
+        let (n, _) = xb
+            .recv(&mut got[..1], RecvFlags::default(), Some(LIMIT))
+            .unwrap();
+        assert_eq!(n, 1);
+        let before = offers(&xb);
+        let mut off = 1;
+        let mut reads = 0;
+        while off < total {
+            let want = (1 << 20).min(total - off);
+            let (n, _) = xb
+                .recv(&mut got[off..off + want], RecvFlags::default(), Some(LIMIT))
+                .unwrap();
+            assert!(n > 0);
+            off += n;
+            reads += 1;
+        }
+        assert!(got == data, "bytes out of order or damaged");
+        assert_eq!(
+            offers(&xb) - before,
+            0,
+            "sinks offered in {reads} reads of a call still arriving"
+        );
+    });
+    let st = xb.stats();
+    assert_eq!(st.rx_copied.load(Ordering::Relaxed), total as u64);
+}
+
+/// A reader between the writer's calls still offers its buffer: the
+/// writer's last call ended (its last DATA closed it), so a large read
+/// posted before the next call is a sink the writer fills in place.
+#[test]
+fn a_read_posted_between_calls_is_still_offered_and_filled() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let first = pattern(300_000, 42);
+    let second = pattern(1 << 20, 43);
+    let offers = |x: &XSocket| x.stats().sink_offers.load(Ordering::Relaxed);
+    xa.send(&first, false, Some(LIMIT)).unwrap();
+    assert!(net::recv_exact(&xb, first.len()) == first);
+    let placed_before = xb.stats().rx_placed.load(Ordering::Relaxed);
+    let offers_before = offers(&xb);
+    let xb = Arc::new(xb);
+    let r = {
+        let xb = Arc::clone(&xb);
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            let f = RecvFlags {
+                waitall: true,
+                ..RecvFlags::default()
+            };
+            let (n, _) = xb.recv(&mut buf, f, Some(LIMIT)).unwrap();
+            buf.truncate(n);
+            buf
+        })
+    };
+    // The writer's next call goes after the offer arrived (it then writes
+    // into the sink).
+    let t = std::time::Instant::now();
+    while !xa.peer_sink_ready() {
+        assert!(t.elapsed() < LIMIT, "no sink offered");
+        std::thread::yield_now();
+    }
+    xa.send(&second, false, Some(LIMIT)).unwrap();
+    assert!(r.join().unwrap() == second);
+    assert_eq!(offers(&xb) - offers_before, 1);
+    assert_eq!(
+        xb.stats().rx_placed.load(Ordering::Relaxed) - placed_before,
+        second.len() as u64
+    );
+}

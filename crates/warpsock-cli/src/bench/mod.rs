@@ -266,7 +266,18 @@ fn bench(host: &str, port: u16, opts: &BenchOpts, mode: Mode) -> Result<(), Erro
                 let server = ChildServer::start(&[], &env, "127.0.0.1", None)?;
                 let res = child_client(&[], &env, server.addr, &opts.to_args(&ts), false);
                 server.finish(res.is_ok());
-                records.extend(res?.1);
+                let rows = res?.1;
+                let missing = passes::missing_rows(&ts, &rows);
+                if !missing.is_empty() {
+                    return Err(Error::msg(format!(
+                        "the preloaded pass ran no {} test: the client under \
+                         LD_PRELOAD={} did not find the preload in its process \
+                         (not a libwarpsock_preload.so, or it failed to load; see above)",
+                        missing.join(", "),
+                        lib.display()
+                    )));
+                }
+                records.extend(rows);
             }
             (None, _) => notes.push(format!(
                 "{names} skipped: libwarpsock_preload.so is not built next to this binary \

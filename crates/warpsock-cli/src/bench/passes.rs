@@ -124,11 +124,37 @@ pub(crate) fn preload_env(lib: &Path, vars: &[(&str, &str)]) -> Env {
 }
 
 /// Whether this process already runs under the preload with `vars`.
+///
+/// The preload is known by a symbol only it exports being present in this
+/// process, not by its file's name: a copy under another name (an A/B
+/// run's `WARPSOCK_PRELOAD_LIB=/elsewhere/lib-old.so`) is the preload all
+/// the same. (Session 13's quiet run: with the name checked, such a
+/// child ran none of the preloaded transports and wrote an empty result.)
 pub(crate) fn running_under(vars: &[(&str, &str)]) -> bool {
-    std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("warpsock_preload"))
+    preload_loaded()
         && vars
             .iter()
             .all(|(k, v)| std::env::var(k).is_ok_and(|x| x == *v))
+}
+
+/// Whether the preload library is loaded in this process (it exports
+/// `warpsock_riomap`).
+fn preload_loaded() -> bool {
+    // SAFETY: dlsym with the default handle and a NUL-terminated name only
+    // looks the symbol up; nothing is called.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"warpsock_riomap".as_ptr()) };
+    !p.is_null()
+}
+
+/// The transports of a pass (`asked`) that have no row in its results
+/// (`got`): the child did not run them — its `LD_PRELOAD` named no
+/// working preload (not a warpsock preload, or it failed to load).
+pub(crate) fn missing_rows(asked: &[Transport], got: &[Record]) -> Vec<&'static str> {
+    asked
+        .iter()
+        .map(|t| t.name())
+        .filter(|n| !got.iter().any(|r| r.transport == *n))
+        .collect()
 }
 
 /// Whether `t` can run in this process as it is.
@@ -155,4 +181,35 @@ pub(crate) fn by_env(ts: impl IntoIterator<Item = Transport>) -> Vec<(Vars, Vec<
 /// into passes by the environment they need.
 pub(crate) fn passes_needed(plan: &[Spec]) -> Vec<(Vars, Vec<Transport>)> {
     by_env(plan.iter().map(|s| s.transport).filter(|&t| !runs_here(t)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pass's transport without a row in the child's results is named
+    /// (the bench then fails instead of printing a table without it).
+    #[test]
+    fn a_pass_without_its_rows_names_the_missing_transports() {
+        let ddp = crate::transports::find("ddp-socket").expect("known transport");
+        let rio = crate::transports::find("riowrite").expect("known transport");
+        let row = |t: &str| Record {
+            transport: t.into(),
+            ..Record::default()
+        };
+        assert_eq!(missing_rows(&[ddp, rio], &[]), ["ddp-socket", "riowrite"]);
+        assert_eq!(
+            missing_rows(&[ddp, rio], &[row("riowrite")]),
+            ["ddp-socket"]
+        );
+        assert!(missing_rows(&[ddp], &[row("tcp"), row("ddp-socket")]).is_empty());
+    }
+
+    /// The test binary is not under the preload, whatever `LD_PRELOAD`
+    /// says by name: the check looks for the library's symbol.
+    #[test]
+    fn the_preload_is_known_by_its_symbol_not_its_name() {
+        assert!(!preload_loaded());
+        assert!(!running_under(&[]));
+    }
 }

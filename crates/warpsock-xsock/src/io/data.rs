@@ -361,8 +361,11 @@ impl XSocket {
             }
             let expired = deadline.is_some_and(|d| Instant::now() >= d);
             let rest = buf.len() - got;
-            let sink =
-                !flags.peek && !st.msg_mode && rest >= self.opts.zcopy_min && st.s.readable() == 0;
+            let sink = !flags.peek
+                && !st.msg_mode
+                && rest >= self.opts.zcopy_min
+                && st.s.readable() == 0
+                && (!self.opts.sinks || Self::sink_usable(&st));
             // A sink is offered after a round (bytes it would find make it
             // moot); receives are retargeted before one, so that what the
             // round reads is placed.
@@ -616,7 +619,7 @@ impl XSocket {
             return Ok(0);
         }
         let st = self.lock();
-        if !Self::idle_reader(&st) {
+        if !Self::idle_reader(&st) || !Self::sink_usable(&st) {
             return Ok(0);
         }
         let (head, rest) = bufs.split_at_mut(i);
@@ -638,6 +641,21 @@ impl XSocket {
             && !st.shut_rd
             && !st.msg_mode
             && !st.over()
+    }
+
+    /// Whether a sink offered now could be used: the peer takes one only at
+    /// its own stream position (no byte of its in flight), so not while
+    /// the rest of one of its send calls is on the way — the last DATA did
+    /// not end the call ([`Stream::peer_mid_call`](crate::Stream::peer_mid_call)) —
+    /// unless the peer cannot send any (it lacks credits: the offer carries
+    /// them). Such a read waits for the DATA and copies it, as a read of
+    /// bytes already queued does; an offer there cost a SINK and a
+    /// SINK_DONE(0) — two small Sends, a `sendto` and a `recvfrom` each —
+    /// for nothing (session 13: 4 of each per MiB in the 1 MiB bench, 99 %
+    /// of it copied all the same). A peer between calls may be idle (a
+    /// reply, a read posted ahead): that read still offers.
+    fn sink_usable(st: &State) -> bool {
+        !st.s.peer_mid_call() || st.s.peer_stalled()
     }
 
     /// The start of a blocking vectored read of at least `zcopy_min` bytes
@@ -717,6 +735,7 @@ impl XSocket {
         };
         let id =
             st.s.post_sink_after(skip as u32, mr.rkey(), mr.addr(), len as u32, waitall);
+        self.count(Count::SinkOffers, 1);
         self.flush(&mut st);
         // Once cancelled, the wait for the peer's answer is bounded too.
         let mut answer_by: Option<Instant> = None;

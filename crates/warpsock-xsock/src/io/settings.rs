@@ -133,6 +133,8 @@ pub struct Counters {
     /// sleep in, or spin on, the engine's socket): a ping-pong receive
     /// needs one.
     pub waits: AtomicU64,
+    /// Sinks offered (each a SINK message and the peer's SINK_DONE).
+    pub sink_offers: AtomicU64,
 }
 
 impl Counters {
@@ -148,6 +150,7 @@ impl Counters {
             poll_rounds: AtomicU64::new(0),
             watch_changes: AtomicU64::new(0),
             waits: AtomicU64::new(0),
+            sink_offers: AtomicU64::new(0),
         }
     }
 }
@@ -171,6 +174,7 @@ pub(crate) enum Count {
     PollRounds,
     WatchChanges,
     Waits,
+    SinkOffers,
 }
 
 impl Count {
@@ -185,6 +189,7 @@ impl Count {
             Self::PollRounds => &c.poll_rounds,
             Self::WatchChanges => &c.watch_changes,
             Self::Waits => &c.waits,
+            Self::SinkOffers => &c.sink_offers,
         }
     }
 }
