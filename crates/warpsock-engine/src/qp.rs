@@ -87,6 +87,39 @@ impl Qp {
         })
     }
 
+    /// Sends the bytes of `parts` (in order) as an unsignalled Send of one
+    /// FPDU, now, under one take of the lock — when nothing is queued ahead
+    /// of it (no request posted and not yet handed out, no Read Response,
+    /// no unwritten segment, the connection in RTS) and the bytes fit one
+    /// FPDU: the FPDU is built by the core's encoder
+    /// ([`warpsock_proto::Connection::send_inline`]: byte for byte the
+    /// FPDU [`Self::post_send`] of the same Send gives, the same MSN
+    /// sequence) and written with one system call. No send-queue entry, no
+    /// completion (a Send is complete once handed to the transport), and
+    /// the bytes are copied before the call returns, so `parts` needs no
+    /// registration. Bytes the socket does not take at once are queued as
+    /// any transmit's ([`QpNews::backlog`]). Returns the queue pair's news
+    /// after it, or `None` having done nothing: post the Send instead.
+    pub fn send_inline_news(&self, parts: &[&[u8]]) -> Option<QpNews> {
+        self.with(|st, inner| {
+            // Region borrows hold transmits back (`State::allowed`).
+            if !st.allowed().tx {
+                return None;
+            }
+            let State { reg, qps, cqs, .. } = st;
+            let q = qps.get_mut(self.qi)?.as_mut()?;
+            if !q.tx_inline(reg, cqs, parts) {
+                return None;
+            }
+            if q.tx_backlog() > 0 || q.dead {
+                // What the socket did not take, or its error: a transmit
+                // pass queues, watches and reports it as after a post.
+                inner.kick(st, self.qi);
+            }
+            Some(st.news(self.qi))
+        })
+    }
+
     /// Send backlog and pending events in one look ([`QpNews`]).
     pub fn news(&self) -> QpNews {
         self.with(|st, _| st.news(self.qi))

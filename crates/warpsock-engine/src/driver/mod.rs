@@ -188,6 +188,7 @@ impl QpSlot {
             responses_ahead_of_read: c.responses_ahead_of_read,
             response_bytes_ahead_of_read: c.response_bytes_ahead_of_read,
             empty_asks: c.empty_asks,
+            inline_sends: c.inline_sends,
             ..self.io
         }
     }

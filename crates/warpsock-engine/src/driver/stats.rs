@@ -61,6 +61,9 @@ pub struct IoStats {
     /// the core says it holds nothing more, so a post of a one-FPDU
     /// message makes none.
     pub empty_asks: u64,
+    /// Sends built and written at once by [`crate::Qp::send_inline_news`]
+    /// ([`warpsock_proto::TxCounts::inline_sends`]).
+    pub inline_sends: u64,
 }
 
 /// A segment at most this long on the wire counts as a control message in
@@ -99,6 +102,7 @@ impl std::ops::AddAssign for IoStats {
             control_msgs,
             control_wait_bytes,
             empty_asks,
+            inline_sends,
         } = o;
         self.reads += reads;
         self.planned_reads += planned_reads;
@@ -116,6 +120,7 @@ impl std::ops::AddAssign for IoStats {
         self.control_msgs += control_msgs;
         self.control_wait_bytes += control_wait_bytes;
         self.empty_asks += empty_asks;
+        self.inline_sends += inline_sends;
     }
 }
 

@@ -182,6 +182,48 @@ impl QpSlot {
             };
         }
         let sent = sys::send_vectored(self.sock.as_raw_fd(), &iov[..n]);
+        self.written_direct(seg, sent, cqs)
+    }
+
+    /// Builds a Send of the bytes of `parts` as one FPDU and writes it at
+    /// once ([`warpsock_proto::Connection::send_inline`]), when nothing is
+    /// queued here or in the core ahead of it. Returns false, having done
+    /// nothing, otherwise. Written as [`Self::tx_direct`] writes: what the
+    /// socket does not take (a partial or blocked write) is queued for the
+    /// next transmit pass; no completion is made (the Send is unsignalled
+    /// and complete once handed over).
+    pub(crate) fn tx_inline(
+        &mut self,
+        reg: &Registry<Mem>,
+        cqs: &mut [Option<CqSlot>],
+        parts: &[&[u8]],
+    ) -> bool {
+        if self.dead || !self.txq.is_empty() {
+            return false;
+        }
+        let mut seg = self.pool.pop().unwrap_or_default();
+        if !self.conn.send_inline(parts, &mut seg) {
+            self.pool.push(seg);
+            return false;
+        }
+        // Every byte of the segment is inline: sealing reads no region.
+        seg.seal(reg);
+        self.io.tx_passes += 1;
+        self.count_waiting(&seg);
+        self.queued += seg.len() as u64;
+        let sent = sys::send_vectored(self.sock.as_raw_fd(), &[IoSlice::new(seg.inline_bytes())]);
+        self.written_direct(seg, sent, cqs);
+        true
+    }
+
+    /// After the one system call that wrote `seg`, the only output
+    /// (`sent`: its result): queues what the socket did not take.
+    fn written_direct(
+        &mut self,
+        seg: TxSegment,
+        sent: io::Result<usize>,
+        cqs: &mut [Option<CqSlot>],
+    ) -> Direct {
         self.io.writes += 1;
         let len = seg.len();
         let next = match sent {

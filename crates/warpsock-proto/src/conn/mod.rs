@@ -45,6 +45,7 @@
 mod cm;
 mod rx;
 mod tx;
+mod txseg;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -58,7 +59,8 @@ use crate::verbs::{RecvWr, SendWr, Sgl, WcOpcode, WcStatus, WorkCompletion, Work
 
 pub use cm::AcceptError;
 pub use rx::{RxPiece, RxStep};
-pub use tx::{TxCounts, TxPart, TxSegment};
+pub use tx::TxCounts;
+pub use txseg::{TxPart, TxSegment};
 
 /// Which end of the TCP connection this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

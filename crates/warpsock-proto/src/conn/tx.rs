@@ -21,11 +21,11 @@
 //! transport (iWARP has no end-to-end ack); Reads complete when their
 //! response has arrived.
 
-use warpsock_wire::crc::Crc32c;
 use warpsock_wire::ddp::{self, Opcode, Placement, ReadRequest, SegmentHeader};
 use warpsock_wire::fpdu;
 use warpsock_wire::marker::{self, Marker, MARKER_SPACING};
 
+use super::txseg::TxSegment;
 use super::{CloseReason, Connection, OrqEntry, QpState, Role, RtrType};
 use crate::mem::{Access, Backing, Range, Registry, Stag};
 use crate::verbs::{SendOp, WcStatus};
@@ -44,135 +44,6 @@ const INLINE_PAYLOAD_MAX: u64 = 64;
 /// send queue holds otherwise is at most as large as a response, so
 /// alternating is fair to both.
 pub(crate) const IRQ_BURST_SQ_ACTIVE: u32 = 1;
-
-/// One piece of a [`TxSegment`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TxPart {
-    /// Bytes `start..end` of [`TxSegment::inline_bytes`].
-    Inline {
-        /// First byte.
-        start: usize,
-        /// One past the last byte.
-        end: usize,
-    },
-    /// Payload in registered memory.
-    Memory(Range),
-}
-
-/// A unit of output: a control frame or one FPDU, as a gather list.
-#[derive(Debug, Clone, Default)]
-pub struct TxSegment {
-    buf: Vec<u8>,
-    parts: Vec<TxPart>,
-    /// Index in `buf` of the 4 CRC bytes, when CRC is negotiated.
-    crc_at: Option<usize>,
-    len: usize,
-    /// The RDMAP opcode of the FPDU (None: an MPA frame).
-    opcode: Option<Opcode>,
-}
-
-impl TxSegment {
-    /// The pieces, in wire order.
-    pub fn parts(&self) -> &[TxPart] {
-        &self.parts
-    }
-
-    /// The buffer [`TxPart::Inline`] indexes into.
-    pub fn inline_bytes(&self) -> &[u8] {
-        &self.buf
-    }
-
-    /// Total bytes on the wire.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the segment is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The RDMAP opcode of the FPDU this segment carries, or `None` for an
-    /// MPA Request/Reply. An engine uses it to tell, without parsing the
-    /// bytes back (markers may sit inside the header), whether the
-    /// payload is its own request's buffer or a region it exposes to the
-    /// peer ([`Opcode::RdmaReadResponse`]).
-    pub fn opcode(&self) -> Option<Opcode> {
-        self.opcode
-    }
-
-    fn clear(&mut self) {
-        self.buf.clear();
-        self.parts.clear();
-        self.crc_at = None;
-        self.len = 0;
-        self.opcode = None;
-    }
-
-    fn push_inline(&mut self, bytes: &[u8]) {
-        if bytes.is_empty() {
-            return;
-        }
-        let start = self.buf.len();
-        self.buf.extend_from_slice(bytes);
-        self.len += bytes.len();
-        if let Some(TxPart::Inline { end, .. }) = self.parts.last_mut() {
-            if *end == start {
-                *end = self.buf.len();
-                return;
-            }
-        }
-        self.parts.push(TxPart::Inline {
-            start,
-            end: self.buf.len(),
-        });
-    }
-
-    fn push_memory(&mut self, r: Range) {
-        if r.len == 0 {
-            return;
-        }
-        self.len += r.len as usize;
-        self.parts.push(TxPart::Memory(r));
-    }
-
-    /// Computes the CRC trailer over the segment's bytes (reading payload
-    /// from `reg`). Returns false if a payload region has disappeared.
-    pub fn seal<B: Backing>(&mut self, reg: &Registry<B>) -> bool {
-        let Some(at) = self.crc_at else {
-            return true;
-        };
-        let mut c = Crc32c::new();
-        for p in &self.parts {
-            match *p {
-                // The CRC field is the segment's last 4 bytes, possibly
-                // at the end of an inline part that holds more.
-                TxPart::Inline { start, end } => c.update(&self.buf[start.min(at)..end.min(at)]),
-                TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
-                    Some(b) => c.update(b),
-                    None => return false,
-                },
-            };
-        }
-        self.buf[at..at + 4].copy_from_slice(&c.trailer());
-        true
-    }
-
-    /// Appends the (sealed) segment's bytes to `out`. Returns false if a
-    /// payload region has disappeared.
-    pub fn write_to<B: Backing>(&self, reg: &Registry<B>, out: &mut Vec<u8>) -> bool {
-        for p in &self.parts {
-            match *p {
-                TxPart::Inline { start, end } => out.extend_from_slice(&self.buf[start..end]),
-                TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
-                    Some(b) => out.extend_from_slice(b),
-                    None => return false,
-                },
-            }
-        }
-        true
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 enum MsgKind {
@@ -205,6 +76,117 @@ struct TxMsg {
     complete: Option<u64>,
     /// Pop the IRQ head when sent (Read Response).
     irq: bool,
+}
+
+/// The front of an FPDU: its MPA length field and DDP/RDMAP header (and
+/// a Read Request's body), encoded in one place for every message an
+/// FPDU carries (RFC 5044 §6.1, RFC 5041 §4, RFC 5040 §4).
+struct Head {
+    buf: [u8; 2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN],
+    len: usize,
+    opcode: Opcode,
+    /// The ULPDU length the length field gives (header, body, payload).
+    ulpdu_len: usize,
+}
+
+impl Head {
+    /// The head of the FPDU of `kind` carrying `take` payload bytes from
+    /// message offset `sent` (`last`: it ends the message).
+    fn new(kind: MsgKind, sent: u64, take: usize, last: bool) -> Self {
+        let (opcode, placement) = match kind {
+            MsgKind::Send {
+                opcode,
+                msn,
+                inv_stag,
+            } => (
+                opcode,
+                Placement::Untagged {
+                    inv_stag,
+                    qn: ddp::queue::SEND,
+                    msn,
+                    mo: sent as u32,
+                },
+            ),
+            MsgKind::Write { stag, to } => (
+                Opcode::RdmaWrite,
+                Placement::Tagged {
+                    stag,
+                    to: to.wrapping_add(sent),
+                },
+            ),
+            MsgKind::ReadResponse { stag, to } => (
+                Opcode::RdmaReadResponse,
+                Placement::Tagged {
+                    stag,
+                    to: to.wrapping_add(sent),
+                },
+            ),
+            MsgKind::ReadRequest { msn, .. } => (
+                Opcode::RdmaReadRequest,
+                Placement::Untagged {
+                    inv_stag: 0,
+                    qn: ddp::queue::READ_REQUEST,
+                    msn,
+                    mo: 0,
+                },
+            ),
+        };
+        let hdr_len = match placement {
+            Placement::Tagged { .. } => ddp::TAGGED_HDR_LEN,
+            Placement::Untagged { .. } => ddp::UNTAGGED_HDR_LEN,
+        };
+        let hdr = SegmentHeader {
+            opcode,
+            last,
+            placement,
+        };
+        let body = match kind {
+            MsgKind::ReadRequest { body, .. } => Some(body.to_bytes()),
+            _ => None,
+        };
+        let ulpdu_len = hdr_len + body.map_or(0, |b| b.len()) + take;
+        let mut buf = [0u8; 2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN];
+        buf[..2].copy_from_slice(&fpdu::len_field(ulpdu_len));
+        buf[2..2 + hdr_len].copy_from_slice(&hdr.to_bytes()[..hdr_len]);
+        let mut len = 2 + hdr_len;
+        if let Some(b) = body {
+            buf[len..len + b.len()].copy_from_slice(&b);
+            len += b.len();
+        }
+        Self {
+            buf,
+            len,
+            opcode,
+            ulpdu_len,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// The pieces of `sources` (a message's payload, in order) covering
+/// message bytes `sent..sent + take`.
+fn pieces(sources: &[Range], mut skip: u64, mut left: u64) -> impl Iterator<Item = Range> + '_ {
+    sources.iter().filter_map(move |s| {
+        if left == 0 {
+            return None;
+        }
+        if skip >= s.len {
+            skip -= s.len;
+            return None;
+        }
+        let n = (s.len - skip).min(left);
+        let r = Range {
+            stag: s.stag,
+            offset: s.offset + skip,
+            len: n,
+        };
+        skip = 0;
+        left -= n;
+        Some(r)
+    })
 }
 
 #[derive(Debug, Default)]
@@ -250,6 +232,8 @@ pub struct TxCounts {
     /// held back (flow of Reads, the responder's first FPDU rule, a
     /// failed start), not one after every message.
     pub empty_asks: u64,
+    /// Sends built by [`Connection::send_inline`] (no send-queue entry).
+    pub inline_sends: u64,
 }
 
 impl TxState {
@@ -326,47 +310,31 @@ impl TxState {
     /// A whole FPDU without markers whose payload is at most
     /// [`INLINE_PAYLOAD_MAX`] bytes, built in one buffer and added as one
     /// inline part: `head` (length field, DDP/RDMAP header, a Read
-    /// Request's body), the `take` payload bytes of `msg` from `msg.sent`
-    /// on, pad and the CRC field — the bytes [`Self::inline`] piece by
+    /// Request's body), the `take` payload bytes `fill` writes (a
+    /// message's sources, or an inline Send's bytes), pad and the CRC field — the bytes [`Self::inline`] piece by
     /// piece and [`Self::finish_fpdu`] would produce, at a third of the
     /// cost (an 8-byte Send's FPDU was three `inline` calls, each a
     /// marker check and a `Vec` extend). Returns false, having added
-    /// nothing, when a payload region has gone: the caller's general path
+    /// nothing, when `fill` does (a payload region has gone): the caller's general path
     /// keeps such a piece as a memory part, which [`TxSegment::seal`]
     /// reports.
-    fn small_fpdu<B: Backing>(
+    fn small_fpdu(
         &mut self,
-        reg: &Registry<B>,
         seg: &mut TxSegment,
         head: &[u8],
-        msg: &TxMsg,
-        take: u64,
+        take: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> bool {
-        debug_assert!(!self.markers && take <= INLINE_PAYLOAD_MAX);
+        debug_assert!(!self.markers && take as u64 <= INLINE_PAYLOAD_MAX);
         const MAX: usize =
             2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN + INLINE_PAYLOAD_MAX as usize + 3 + 4;
         let mut b = [0u8; MAX];
         b[..head.len()].copy_from_slice(head);
         let mut n = head.len();
-        let mut skip = msg.sent;
-        let mut left = take;
-        for s in &msg.sources {
-            if left == 0 {
-                break;
-            }
-            if skip >= s.len {
-                skip -= s.len;
-                continue;
-            }
-            let k = (s.len - skip).min(left);
-            let Some(bytes) = reg.slice(s.stag, s.offset + skip, k as usize) else {
-                return false;
-            };
-            b[n..n + bytes.len()].copy_from_slice(bytes);
-            n += bytes.len();
-            skip = 0;
-            left -= k;
+        if !fill(&mut b[n..n + take]) {
+            return false;
         }
+        n += take;
         // The ULPDU is everything after the 2-byte length field; pad it to
         // a multiple of four (zeros already), then the CRC field (zeros
         // until `seal` fills it when CRC is on).
@@ -666,106 +634,142 @@ impl Connection {
         true
     }
 
+    /// The payload room of one FPDU with a header of `hdr_len` bytes.
+    fn fpdu_room(&self, hdr_len: usize) -> u64 {
+        self.cfg
+            .mulpdu
+            .min(fpdu::MAX_ULPDU_LEN)
+            .saturating_sub(hdr_len)
+            .max(1) as u64
+    }
+
     /// Emits the next FPDU of the current message.
     fn emit_segment<B: Backing>(&mut self, reg: &Registry<B>, seg: &mut TxSegment) {
         let msg = self.tx.cur.take().expect("message in progress");
-        let (opcode, tagged) = match msg.kind {
-            MsgKind::Send { opcode, .. } => (opcode, false),
-            MsgKind::Write { .. } => (Opcode::RdmaWrite, true),
-            MsgKind::ReadResponse { .. } => (Opcode::RdmaReadResponse, true),
-            MsgKind::ReadRequest { .. } => (Opcode::RdmaReadRequest, false),
-        };
+        let tagged = matches!(
+            msg.kind,
+            MsgKind::Write { .. } | MsgKind::ReadResponse { .. }
+        );
         let hdr_len = if tagged {
             ddp::TAGGED_HDR_LEN
         } else {
             ddp::UNTAGGED_HDR_LEN
         };
-        let room = self
-            .cfg
-            .mulpdu
-            .min(fpdu::MAX_ULPDU_LEN)
-            .saturating_sub(hdr_len)
-            .max(1) as u64;
-        let take = (msg.total - msg.sent).min(room);
+        let take = (msg.total - msg.sent).min(self.fpdu_room(hdr_len));
         let last = msg.sent + take == msg.total;
-        let placement = match msg.kind {
-            MsgKind::Send { msn, inv_stag, .. } => Placement::Untagged {
-                inv_stag,
-                qn: ddp::queue::SEND,
-                msn,
-                mo: msg.sent as u32,
-            },
-            MsgKind::Write { stag, to } | MsgKind::ReadResponse { stag, to } => Placement::Tagged {
-                stag,
-                to: to.wrapping_add(msg.sent),
-            },
-            MsgKind::ReadRequest { msn, .. } => Placement::Untagged {
-                inv_stag: 0,
-                qn: ddp::queue::READ_REQUEST,
-                msn,
-                mo: 0,
-            },
-        };
-        let hdr = SegmentHeader {
-            opcode,
-            last,
-            placement,
-        };
-        seg.opcode = Some(opcode);
-        let body = match msg.kind {
-            MsgKind::ReadRequest { body, .. } => Some(body.to_bytes()),
-            _ => None,
-        };
-        let ulpdu_len = hdr_len + body.map_or(0, |b| b.len()) + take as usize;
-        let mut head = [0u8; 2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN];
-        head[..2].copy_from_slice(&fpdu::len_field(ulpdu_len));
-        head[2..2 + hdr_len].copy_from_slice(&hdr.to_bytes()[..hdr_len]);
-        let mut head_len = 2 + hdr_len;
-        if let Some(b) = body {
-            head[head_len..head_len + b.len()].copy_from_slice(&b);
-            head_len += b.len();
-        }
+        let head = Head::new(msg.kind, msg.sent, take as usize, last);
+        seg.opcode = Some(head.opcode);
         let small = take <= INLINE_PAYLOAD_MAX;
-        if small && !self.tx.markers && self.tx.small_fpdu(reg, seg, &head[..head_len], &msg, take)
+        if small
+            && !self.tx.markers
+            && self.tx.small_fpdu(seg, head.bytes(), take as usize, |out| {
+                let mut n = 0;
+                for r in pieces(&msg.sources, msg.sent, take) {
+                    let Some(bytes) = reg.slice(r.stag, r.offset, r.len as usize) else {
+                        return false;
+                    };
+                    out[n..n + bytes.len()].copy_from_slice(bytes);
+                    n += bytes.len();
+                }
+                true
+            })
         {
             self.finish_message(msg, take, last);
             return;
         }
         self.tx.begin_fpdu(seg);
-        self.tx.inline(seg, &head[..head_len]);
+        self.tx.inline(seg, head.bytes());
         // Gather the payload pieces covering [sent, sent + take). A small
         // payload is copied next to its header instead: one `sendmsg`
         // iovec fewer, which costs the kernel more than copying a few
         // bytes costs us (the bytes are read now rather than at the
         // write, which verbs allows: the buffer belongs to the request
         // until its completion).
-        let mut skip = msg.sent;
-        let mut left = take;
-        for s in &msg.sources {
-            if left == 0 {
-                break;
-            }
-            if skip >= s.len {
-                skip -= s.len;
-                continue;
-            }
-            let n = (s.len - skip).min(left);
-            let r = Range {
-                stag: s.stag,
-                offset: s.offset + skip,
-                len: n,
-            };
+        for r in pieces(&msg.sources, msg.sent, take) {
             // A region gone from under the request stays a memory part:
             // `TxSegment::seal` reports it.
-            match reg.slice(r.stag, r.offset, n as usize).filter(|_| small) {
+            match reg
+                .slice(r.stag, r.offset, r.len as usize)
+                .filter(|_| small)
+            {
                 Some(bytes) => self.tx.inline(seg, bytes),
                 None => self.tx.memory(seg, r),
             }
-            skip = 0;
-            left -= n;
         }
-        self.tx.finish_fpdu(seg, ulpdu_len);
+        self.tx.finish_fpdu(seg, head.ulpdu_len);
         self.finish_message(msg, take, last);
+    }
+
+    /// Builds into `seg` an untagged Send of the bytes of `parts` (in
+    /// order) as one whole FPDU, *now*, if nothing is queued ahead of it:
+    /// the connection is in RTS with its FPDU phase open, no control frame,
+    /// Terminate, RTR, message in progress, Read Response or posted
+    /// request waits, the responder has seen the initiator's first FPDU
+    /// (RFC 6581), and the bytes fit one FPDU (`mulpdu`). Returns false,
+    /// having changed nothing, otherwise — the caller then posts the
+    /// message as a request.
+    ///
+    /// The message is what [`Self::post_send`] of an unsignalled Send
+    /// (not solicited, no invalidate) followed by [`Self::next_segment`]
+    /// would give, byte for byte (same MSN sequence, same encoder:
+    /// [`Head`] and the FPDU builders of [`Self::emit_segment`]), without a
+    /// send-queue entry, a message in progress or a completion: it is
+    /// complete once built (iWARP completes a Send when its last byte is
+    /// handed to the transport, and an unsignalled success produces no
+    /// completion). Seal `seg` before writing it out, as any segment.
+    pub fn send_inline(&mut self, parts: &[&[u8]], seg: &mut TxSegment) -> bool {
+        let tx = &self.tx;
+        let idle = tx.control.is_empty()
+            && tx.terminate.is_none()
+            && tx.fpdu_phase
+            && !tx.done
+            && tx.cur.is_none()
+            && tx.rtr.is_none()
+            && self.qp == QpState::Rts
+            && self.irq.is_empty()
+            && self.pending.is_empty()
+            && (self.cfg.role != Role::Responder || self.first_fpdu_seen);
+        if !idle {
+            return false;
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total as u64 > self.fpdu_room(ddp::UNTAGGED_HDR_LEN)
+            || total + ddp::UNTAGGED_HDR_LEN > self.cfg.mulpdu
+        {
+            return false;
+        }
+        let msn = self.tx.next_send_msn;
+        self.tx.next_send_msn = msn.wrapping_add(1);
+        let kind = MsgKind::Send {
+            opcode: Opcode::Send,
+            msn,
+            inv_stag: 0,
+        };
+        let head = Head::new(kind, 0, total, true);
+        seg.clear();
+        seg.opcode = Some(head.opcode);
+        self.tx.counts.inline_sends += 1;
+        let copy_parts = |out: &mut [u8]| {
+            let mut n = 0;
+            for p in parts {
+                out[n..n + p.len()].copy_from_slice(p);
+                n += p.len();
+            }
+            true
+        };
+        if total as u64 <= INLINE_PAYLOAD_MAX
+            && !self.tx.markers
+            && self.tx.small_fpdu(seg, head.bytes(), total, copy_parts)
+        {
+            return true;
+        }
+        self.tx.begin_fpdu(seg);
+        self.tx.inline(seg, head.bytes());
+        for p in parts {
+            self.tx.inline(seg, p);
+        }
+        self.tx.finish_fpdu(seg, head.ulpdu_len);
+        true
     }
 
     /// After an FPDU of `msg` carrying `take` payload bytes: completes the

@@ -196,7 +196,7 @@ impl XSocket {
             st.s.tx_end_call();
         }
         self.flush(&mut st);
-        self.reap(&mut st);
+        self.reap_posted(&mut st);
         self.count(Count::TxBytes, off);
         if zcopy {
             // The caller's memory is read by the engine until its requests
@@ -226,6 +226,11 @@ impl XSocket {
         src: Src<'_>,
     ) {
         self.restore_rto(st);
+        if let (Some(m), None) = (hdr, src.mrs) {
+            if self.send_inline(st, m, src) {
+                return;
+            }
+        }
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
         if hdr.is_some() {

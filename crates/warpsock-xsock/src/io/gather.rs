@@ -65,6 +65,14 @@ impl<'a> Gather<'a> {
         debug_assert_eq!(at, dst.len(), "copy past the call's bytes");
     }
 
+    /// Passes the slices holding bytes `off..off + len` of the call to `f`,
+    /// in order.
+    pub(crate) fn slices(&self, off: usize, len: usize, mut f: impl FnMut(&'a [u8])) {
+        for (i, from, k) in self.pieces(off, len) {
+            f(&self.parts[i][from..from + k]);
+        }
+    }
+
     /// Appends to `sgl` the entries naming bytes `off..off + len` of the
     /// call in place; `mrs[i]` registers part `i`.
     pub(crate) fn sges(&self, off: usize, len: usize, mrs: &[Mr], sgl: &mut Sgl) {

@@ -143,6 +143,7 @@ impl XSocket {
                 retargeted: Vec::new(),
                 news: None,
                 posts: 0,
+                unreaped: false,
                 rto_restore: None,
             }),
             cv: Condvar::new(),

@@ -32,6 +32,8 @@ use warpsock_engine::{
 
 use warpsock_engine::proto::wire::terminate::TermCode;
 
+use smallvec::SmallVec;
+
 use super::gather::Src;
 use super::placed::Retargeted;
 use super::rio::{Aio, LocalMap};
@@ -109,6 +111,10 @@ pub(crate) struct State {
     /// Send requests posted so far: a wait that saw none posted while it
     /// waited drained everything the engine queued itself.
     pub(crate) posts: u64,
+    /// A request was posted since the last [`XSocket::reap`]: its
+    /// completion may wait in the engine's queue (an inline Send makes
+    /// none, so a send call that posted nothing skips the look).
+    pub(crate) unreaped: bool,
     /// The kernel's `TCP_RTO_MIN_US`, to put back when we first send
     /// stream bytes ([`Options::rto_min`]: a receive-only end's).
     pub(crate) rto_restore: Option<i32>,
@@ -317,6 +323,13 @@ impl XSocket {
     /// work per call.
     pub fn tx_passes(&self) -> u64 {
         self.qp.io_stats().tx_passes
+    }
+
+    /// The socket's messages the engine built and wrote at once, with no
+    /// send request ([`warpsock_engine::IoStats::inline_sends`]): a
+    /// diagnostic of the small-send path.
+    pub fn inline_sends(&self) -> u64 {
+        self.qp.io_stats().inline_sends
     }
 
     /// Times this socket's engine context took its lock
@@ -548,8 +561,36 @@ impl XSocket {
         );
     }
 
+    /// Sends DATA message `m` and the bytes of `src` (copied, not from
+    /// registered buffers) as one FPDU built and written by the engine at
+    /// once ([`Qp::send_inline_news`]): no transmit slot, no send request,
+    /// no completion to reap — the FPDU, its MSN and the wire bytes are
+    /// those the slot's posted Send would give. Returns false, having done
+    /// nothing, when the engine has anything queued ahead of it or the
+    /// message does not fit one FPDU: the caller posts it from a slot.
+    pub(crate) fn send_inline(&self, st: &mut State, m: Msg, src: Src<'_>) -> bool {
+        let mut hdr = [0u8; MAX_CONTROL_LEN];
+        let h = m.encode(&mut hdr);
+        let mut parts: SmallVec<[&[u8]; 5]> = SmallVec::new();
+        parts.push(&hdr[..h]);
+        src.g.slices(src.off, src.len, |b| parts.push(b));
+        let Some(news) = self.qp.send_inline_news(&parts) else {
+            return false;
+        };
+        // As a post: its news is the newest (see `wait_as`).
+        st.posts += 1;
+        st.news = Some(news);
+        self.count(Count::TxMsgs, 1);
+        self.count(Count::TxCopied, src.len);
+        if st.sending == 0 {
+            self.rearm(st);
+        }
+        true
+    }
+
     pub(crate) fn post(&self, st: &mut State, wr: SendWr) {
         st.posts += 1;
+        st.unreaped = true;
         match self.qp.post_send_news(wr) {
             Ok(n) => st.news = Some(n),
             Err(e) => self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}")),
@@ -571,6 +612,7 @@ impl XSocket {
     /// Send completion alone, once for the peer's answer). Not while
     /// another thread holds completions it polled (see `drive_now`).
     pub(crate) fn reap(&self, st: &mut State) {
+        st.unreaped = false;
         let mut wcs = [Wc::default(); WCS];
         let mut any = false;
         while !st.driving {
@@ -586,6 +628,15 @@ impl XSocket {
         }
         if any {
             self.check_events(st);
+        }
+    }
+
+    /// [`Self::reap`] at the end of a send call, if it (or anything since
+    /// the last reap) posted a request: a call whose messages all went
+    /// inline left nothing in the engine's queue to look for.
+    pub(crate) fn reap_posted(&self, st: &mut State) {
+        if st.unreaped {
+            self.reap(st);
         }
     }
 

@@ -1,0 +1,156 @@
+//! `Qp::send_inline_news`: Sends built and written at once, with no
+//! send-queue entry, arrive whole and in order with posted Sends around
+//! them (one MSN sequence, CRC on and off), make no completion, and when
+//! the socket does not take one at once the rest is queued and written by
+//! later progress, with later Sends (inline ones refused meanwhile) behind
+//! it.
+
+mod common;
+
+use std::sync::mpsc::channel;
+
+use common::{send_wr, wait_n, LIMIT};
+use warpsock_engine::{
+    connect, Access, Context, Listener, Progress, QpInit, QpOptions, RecvWr, WcOpcode,
+};
+
+/// The payload of message `n`: its number, then its low byte repeated.
+fn payload(n: u32, len: usize) -> Vec<u8> {
+    let mut b = vec![n as u8; len];
+    b[..4].copy_from_slice(&n.to_be_bytes());
+    b
+}
+
+/// A server that takes `slots` receives of `len` bytes each, reads
+/// nothing until told how many messages to expect, then checks each one
+/// (length and bytes, in order) and returns how many it got.
+fn server(
+    l: Listener,
+    crc: bool,
+    slots: usize,
+    len: usize,
+) -> (std::sync::mpsc::Sender<u32>, std::thread::JoinHandle<u32>) {
+    let (go_tx, go_rx) = channel::<u32>();
+    let h = std::thread::spawn(move || {
+        let c = Context::new(Progress::Caller).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(64).unwrap();
+        let buf = pd.alloc(slots * len, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        init.options = QpOptions {
+            crc,
+            rq_depth: slots,
+            ..QpOptions::default()
+        };
+        init.recvs = (0..slots)
+            .map(|i| RecvWr {
+                wr_id: i as u64,
+                sgl: buf.sge(i * len, len as u32).into(),
+            })
+            .collect();
+        let _qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
+        let total = go_rx.recv_timeout(LIMIT).unwrap();
+        for n in 0..total {
+            let w = wait_n(&cq, 1)[0];
+            assert!(
+                w.is_ok() && w.opcode == WcOpcode::Recv,
+                "message {n}: {w:?}"
+            );
+            let at = w.wr_id as usize * len;
+            assert_eq!(w.byte_len as usize, len, "message {n}");
+            let mut got = vec![0; len];
+            buf.read(at, &mut got);
+            assert!(got == payload(n, len), "message {n} differs");
+        }
+        total
+    });
+    (go_tx, h)
+}
+
+#[test]
+fn inline_sends_arrive_in_order_between_posted_ones() {
+    const LEN: usize = 100;
+    const MSGS: u32 = 60;
+    for crc in [false, true] {
+        let l = Listener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (go, srv) = server(l, crc, MSGS as usize, LEN);
+        let c = Context::new(Progress::Caller).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(64).unwrap();
+        let src = pd.alloc(MSGS as usize * LEN, Access::LOCAL_READ);
+        let mut init = QpInit::new(&pd, &cq);
+        init.options.crc = crc;
+        let qp = connect(addr, &init).unwrap();
+        let before = qp.io_stats();
+        let mut posted = 0;
+        for n in 0..MSGS {
+            let p = payload(n, LEN);
+            if n % 4 == 3 {
+                let at = n as usize * LEN;
+                src.write(at, &p);
+                qp.post_send(send_wr(u64::from(n), src.sge(at, LEN as u32)))
+                    .unwrap();
+                posted += 1;
+                continue;
+            }
+            let news = qp.send_inline_news(&[&p[..3], &p[3..]]);
+            assert_eq!(news.map(|n| n.backlog), Some(0), "message {n}");
+        }
+        let after = qp.io_stats();
+        assert_eq!(
+            after.inline_sends - before.inline_sends,
+            u64::from(MSGS) - posted
+        );
+        go.send(MSGS).unwrap();
+        assert_eq!(srv.join().unwrap(), MSGS);
+        // Only the posted (signalled) Sends complete.
+        let wcs = wait_n(&cq, posted as usize);
+        assert!(wcs.iter().all(|w| w.is_ok() && w.opcode == WcOpcode::Send));
+        let mut more = [warpsock_engine::Wc::default(); 4];
+        assert_eq!(cq.poll(&mut more), 0, "{:?}", &more[..1]);
+    }
+}
+
+/// The socket's buffers fill (the server reads nothing yet): the inline
+/// Send the kernel did not take whole is queued (backlog), the next inline
+/// Send is refused while it is, and a Send posted then goes out behind it;
+/// the server then gets every message whole and in order.
+#[test]
+fn a_blocked_inline_send_is_queued_and_later_sends_wait_behind_it() {
+    const SLOTS: usize = 16 << 10;
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let c = Context::new(Progress::Caller).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(64).unwrap();
+    let mut init = QpInit::new(&pd, &cq);
+    init.options.crc = false;
+    let (go, srv) = server(l, false, SLOTS, 1024);
+    let qp = connect(addr, &init).unwrap();
+    let len = 1024.min(qp.mulpdu() - 18);
+    assert_eq!(len, 1024, "FPDU room {}", qp.mulpdu());
+    let mut n = 0u32;
+    let mut blocked = false;
+    while (n as usize) < SLOTS - 1 {
+        let news = qp
+            .send_inline_news(&[&payload(n, len)])
+            .unwrap_or_else(|| panic!("message {n} refused with nothing queued"));
+        n += 1;
+        if news.backlog > 0 {
+            blocked = true;
+            break;
+        }
+    }
+    assert!(blocked, "{n} messages of {len} B all written at once");
+    assert!(qp.io_stats().writes_blocked > 0 || qp.send_backlog() > 0);
+    // Refused while the rest of the last one waits.
+    assert!(qp.send_inline_news(&[&payload(n, len)]).is_none());
+    let last = pd.register(payload(n, len), Access::LOCAL_READ);
+    qp.post_send(send_wr(7, last.sge(0, len as u32))).unwrap();
+    n += 1;
+    go.send(n).unwrap();
+    let w = wait_n(&cq, 1)[0];
+    assert!(w.is_ok() && w.wr_id == 7, "{w:?}");
+    assert_eq!(srv.join().unwrap(), n);
+}

@@ -1,0 +1,130 @@
+//! `Connection::send_inline`: a Send built as one FPDU at once, with no
+//! send-queue entry, is byte for byte the FPDU a posted unsignalled Send of
+//! the same bytes gives — whatever the length (every pad, small and large
+//! builders), CRC and markers on or off, interleaved with posted Sends (one
+//! MSN sequence) — and it is refused, changing nothing, whenever anything
+//! is queued ahead of it or it would not fit one FPDU.
+
+mod util;
+
+use util::{pattern, recv_wr, send_wr, sge, Cut, Pair};
+use warpsock_proto::conn::TxSegment;
+use warpsock_proto::wire::ddp;
+use warpsock_proto::{Access, Config, SendWr, WcOpcode, WcStatus};
+
+/// The bytes of `seg` as they go on the wire (sealed first).
+fn wire(p: &mut Pair, seg: &mut TxSegment) -> Vec<u8> {
+    assert!(seg.seal(&p.a.reg));
+    let mut out = Vec::new();
+    assert!(seg.write_to(&p.a.reg, &mut out));
+    out
+}
+
+/// A posted unsignalled Send of `len` bytes at `addr` of `stag`, as the
+/// core's next segment.
+fn posted(p: &mut Pair, addr: u64, len: u32, stag: u32) -> Vec<u8> {
+    let wr = SendWr {
+        signaled: false,
+        ..send_wr(9, sge(addr, len, stag).into())
+    };
+    p.a.conn.post_send(wr).unwrap();
+    let mut seg = TxSegment::default();
+    assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
+    assert!(!p.a.conn.has_pending_output());
+    wire(p, &mut seg)
+}
+
+#[test]
+fn an_inline_send_is_the_posted_send_byte_for_byte() {
+    for (crc, markers) in [(false, false), (true, false), (false, true), (true, true)] {
+        let cfg = |c: &mut Config| {
+            c.crc = crc;
+            c.markers = markers;
+        };
+        // `x` sends inline (and posts every fifth), `y` posts everything.
+        let mut x = Pair::new(cfg, cfg, Cut::Whole);
+        let mut y = Pair::new(cfg, cfg, Cut::Whole);
+        x.establish();
+        y.establish();
+        let data = pattern(4096, 7);
+        let xs = x.a.region(0x1000, data.clone(), Access::LOCAL_READ);
+        let ys = y.a.region(0x1000, data.clone(), Access::LOCAL_READ);
+        let dst = x.b.region(0x8000, vec![0; 4096], Access::LOCAL_WRITE);
+        let room = x.a.conn.config().mulpdu - ddp::UNTAGGED_HDR_LEN;
+        let lens: Vec<usize> = (0..=70).chain([500, 511, 512, room - 1, room]).collect();
+        let what = format!("CRC {crc}, markers {markers}");
+        let inline0 = x.a.conn.tx_counts().inline_sends;
+        let (mut xb, mut yb) = (Vec::new(), Vec::new());
+        let mut seg = TxSegment::default();
+        for (i, &len) in lens.iter().enumerate() {
+            x.b.conn
+                .post_recv(recv_wr(i as u64, sge(0x8000, 4096, dst).into()))
+                .unwrap();
+            let cut = len.min(5);
+            let at = 3 * i % 64;
+            yb.extend(posted(&mut y, 0x1000 + at as u64, len as u32, ys));
+            if i % 5 == 4 {
+                xb.extend(posted(&mut x, 0x1000 + at as u64, len as u32, xs));
+                continue;
+            }
+            let parts = [&data[at..at + cut], &data[at + cut..at + len]];
+            assert!(x.a.conn.send_inline(&parts, &mut seg), "{what}: {len} B");
+            assert!(!x.a.conn.has_pending_output(), "{what}");
+            let got = wire(&mut x, &mut seg);
+            assert_eq!(got, yb[xb.len()..], "{what}: inline Send of {len} B");
+            xb.extend(got);
+        }
+        assert_eq!(xb, yb, "{what}");
+        assert_eq!(x.a.conn.sq_outstanding(), 0, "{what}");
+        let inlined = lens.len() - lens.len() / 5;
+        assert_eq!(
+            x.a.conn.tx_counts().inline_sends - inline0,
+            inlined as u64,
+            "{what}"
+        );
+        // No completion for either kind (unsignalled), and the peer takes
+        // every message in order, CRC checked when on.
+        x.a.pump();
+        assert!(x.a.wcs.is_empty(), "{what}: {:?}", x.a.wcs);
+        assert_eq!(x.b.conn.handle_input(&xb, &mut x.b.reg), xb.len(), "{what}");
+        x.b.pump();
+        let got: Vec<u32> = x.b.wcs.iter().map(|w| w.byte_len).collect();
+        let want: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
+        assert_eq!(got, want, "{what}");
+        assert!(
+            x.b.wcs
+                .iter()
+                .all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::Recv),
+            "{what}: {:?}",
+            x.b.wcs
+        );
+    }
+}
+
+#[test]
+fn an_inline_send_waits_behind_anything_queued() {
+    let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+    let mut seg = TxSegment::default();
+    let bytes = [1u8; 8];
+    // Before the FPDU phase: nothing to send it on.
+    assert!(!p.a.conn.send_inline(&[&bytes], &mut seg));
+    p.establish();
+    let src = p.a.region(0x1000, pattern(64, 1), Access::LOCAL_READ);
+    // A posted request not yet handed out is ahead of it.
+    p.a.conn
+        .post_send(send_wr(1, sge(0x1000, 8, src).into()))
+        .unwrap();
+    assert!(!p.a.conn.send_inline(&[&bytes], &mut seg));
+    assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
+    // Larger than one FPDU: refused, whatever else.
+    let room = p.a.conn.config().mulpdu - ddp::UNTAGGED_HDR_LEN;
+    let big = vec![0u8; room + 1];
+    assert!(!p.a.conn.send_inline(&[&big], &mut seg));
+    assert_eq!(p.a.conn.tx_counts().inline_sends, 0);
+    // Nothing queued: taken, and the MSN follows the posted Send's.
+    assert!(p.a.conn.send_inline(&[&bytes], &mut seg));
+    assert_eq!(p.a.conn.tx_counts().inline_sends, 1);
+    // A closed connection refuses it.
+    p.a.conn.close();
+    assert!(!p.a.conn.send_inline(&[&bytes], &mut seg));
+}
