@@ -416,3 +416,68 @@ fn a_sink_offered_ahead_takes_the_bytes_after_the_skipped_ones() {
     rx.on_message(1, &d).unwrap();
     assert_eq!(rx.sink_state(id), SinkState::Declined);
 }
+
+/// A reader behind the writer has every sink declined: after `n` declines
+/// in a row only every `2^min(n, 4)`-th read offers one, and one filled
+/// sink brings back an offer per read.
+#[test]
+fn declined_sinks_are_offered_less_often_until_one_is_filled() {
+    let h = hello(8, 256);
+    let mut r = Stream::new(h, h);
+    let mut slot = 0u32;
+    let mut deliver = |r: &mut Stream, m: Msg, payload: usize| {
+        let mut b = encode(m);
+        b.resize(b.len() + payload, 7);
+        slot = (slot + 1) % 8;
+        r.on_message(slot, &b).unwrap();
+        let _ = r.take_reposts().count();
+    };
+    assert!(r.sink_due() && r.sink_due(), "no decline yet: every read");
+    for n in 1..=6u32 {
+        let id = r.post_sink(1, 0, 1 << 16, false);
+        assert!(matches!(r.poll_msg().map(|m| m.body), Some(Body::Sink(_))));
+        // The writer was ahead: its DATA declines the sink, then its answer.
+        let data = Msg {
+            credits: 0,
+            body: Body::Data { eom: true },
+        };
+        deliver(&mut r, data, 10);
+        assert_eq!(r.sink_state(id), SinkState::Declined);
+        r.consume(10);
+        let done = Msg {
+            credits: 1,
+            body: Body::SinkDone {
+                id,
+                len: 0,
+                eom: false,
+            },
+        };
+        deliver(&mut r, done, 0);
+        r.release_sink(id);
+        while r.poll_msg().is_some() {}
+        let every = 1usize << n.min(4);
+        let due: Vec<bool> = (0..2 * every).map(|_| r.sink_due()).collect();
+        let want: Vec<bool> = (1..=2 * every).map(|i| i % every == 0).collect();
+        assert_eq!(due, want, "after {n} declines");
+    }
+    // A sink the writer fills: every read offers one again.
+    let id = r.post_sink(1, 0, 1 << 16, false);
+    assert!(matches!(r.poll_msg().map(|m| m.body), Some(Body::Sink(_))));
+    let done = Msg {
+        credits: 1,
+        body: Body::SinkDone {
+            id,
+            len: 100,
+            eom: false,
+        },
+    };
+    deliver(&mut r, done, 0);
+    assert_eq!(
+        r.sink_state(id),
+        SinkState::Filled {
+            len: 100,
+            eom: false
+        }
+    );
+    assert!(r.sink_due() && r.sink_due(), "filled: every read again");
+}

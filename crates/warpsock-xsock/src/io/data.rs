@@ -344,6 +344,9 @@ impl XSocket {
         // of the TCP socket, mostly `EAGAIN`: three of them per ping-pong
         // receive before.)
         let mut driven = false;
+        // Whether this call may offer a sink ([`Stream::sink_due`], asked
+        // once per call, when it first could).
+        let mut sink_due: Option<bool> = None;
         loop {
             if let Some((n, eor)) = self.read_now(&mut st, &mut buf[got..], flags.peek, got > 0) {
                 got += n;
@@ -366,11 +369,14 @@ impl XSocket {
             }
             let expired = deadline.is_some_and(|d| Instant::now() >= d);
             let rest = buf.len() - got;
-            let sink = !flags.peek
+            let mut sink = !flags.peek
                 && !st.msg_mode
                 && rest >= self.opts.zcopy_min
                 && st.s.readable() == 0
                 && (!self.opts.sinks || Self::sink_usable(&st));
+            if sink && self.opts.sinks && !flags.nonblocking {
+                sink = *sink_due.get_or_insert_with(|| st.s.sink_due());
+            }
             // A sink is offered after a round (bytes it would find make it
             // moot); receives are retargeted before one, so that what the
             // round reads is placed.
@@ -623,8 +629,8 @@ impl XSocket {
         if i == 0 || skip == 0 || skip > MAX_SKIP {
             return Ok(0);
         }
-        let st = self.lock();
-        if !Self::idle_reader(&st) || !Self::sink_usable(&st) {
+        let mut st = self.lock();
+        if !Self::idle_reader(&st) || !Self::sink_usable(&st) || !st.s.sink_due() {
             return Ok(0);
         }
         let (head, rest) = bufs.split_at_mut(i);
@@ -658,7 +664,9 @@ impl XSocket {
     /// SINK_DONE(0) — two small Sends, a `sendto` and a `recvfrom` each —
     /// for nothing (session 13: 4 of each per MiB in the 1 MiB bench, 99 %
     /// of it copied all the same). A peer between calls may be idle (a
-    /// reply, a read posted ahead): that read still offers.
+    /// reply, a read posted ahead): that read offers, unless earlier such
+    /// offers were declined ([`Stream::sink_due`](crate::Stream::sink_due):
+    /// a writer that starts its next call at once).
     fn sink_usable(st: &State) -> bool {
         !st.s.peer_mid_call() || st.s.peer_stalled()
     }
