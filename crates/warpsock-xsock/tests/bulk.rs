@@ -8,6 +8,7 @@ use std::thread::JoinHandle;
 
 use warpsock_engine::proto::wire::fpdu::mulpdu_for_mss;
 use warpsock_xsock::io::{RecvFlags, XSocket};
+use warpsock_xsock::wire::HDR_LEN;
 
 mod net;
 
@@ -113,14 +114,14 @@ fn blocking_bulk_sends_change_no_watch() {
     );
 }
 
-/// A 1 MiB write is four DATA messages, each filling a slot: slots hold
-/// 256 KiB of payload with the message header on top
-/// (`Options::slot_size_for`). With 256 KiB slots header included it was
-/// five, the fifth carrying the last 32 bytes — a Send, two completions and
-/// a credit for 32 bytes. The reader reads less than the sink threshold,
-/// so every byte goes as DATA.
+/// A 1 MiB write is DATA messages that each fill a slot (two of the
+/// default 512 KiB): slots hold a power of two of payload with the message
+/// header on top (`Options::slot_size_for`). With 256 KiB slots header
+/// included it was five, the fifth carrying the last 32 bytes — a Send,
+/// two completions and a credit for 32 bytes. The reader reads less than
+/// the sink threshold, so every byte goes as DATA.
 #[test]
-fn a_1_mib_write_is_four_full_messages() {
+fn a_1_mib_write_is_full_messages() {
     const MSG: usize = 1 << 20;
     const N: usize = 8;
     let (a, b) = tcp_pair();
@@ -133,7 +134,12 @@ fn a_1_mib_write_is_four_full_messages() {
     }
     let msgs = xa.stats().tx_msgs.load(Ordering::Relaxed) - before;
     reader.join().unwrap();
-    assert_eq!(msgs, 4 * N as u64, "DATA messages for {N} writes of 1 MiB");
+    let per_write = (MSG / (opts().slot_size as usize - HDR_LEN)) as u64;
+    assert_eq!(
+        msgs,
+        per_write * N as u64,
+        "DATA messages for {N} writes of 1 MiB"
+    );
 }
 
 /// Reads `want.len()` bytes from `x` in a thread, `chunk` bytes a call at

@@ -137,6 +137,16 @@ fn each_hold_is_followed(slots: u16, chunk: usize, delay: u64) {
     }
 }
 
+/// The window a socket gets by default (`Options::default()`), whatever
+/// it is set to.
+#[test]
+fn a_held_back_credit_return_is_followed_by_another_default_window() {
+    let slots = warpsock_xsock::io::Options::default().slots;
+    for chunk in [1, 2] {
+        each_hold_is_followed(slots, chunk, 3);
+    }
+}
+
 #[test]
 fn a_held_back_credit_return_is_followed_by_another_16_slots() {
     for delay in [1, 3, 10] {

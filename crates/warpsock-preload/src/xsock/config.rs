@@ -55,12 +55,15 @@ impl Config {
                 .collect()
         });
         let crc = std::env::var("WARPSOCK_CRC").map_or(true, |v| v.trim() != "0");
+        let d = Options::default();
         let mut base = Options {
             crc,
-            slots: env_num("WARPSOCK_DDP_SLOTS", 16).clamp(3, 4096) as u16,
+            slots: env_num("WARPSOCK_DDP_SLOTS", d.slots.into()).clamp(3, 4096) as u16,
             // KiB of payload per slot (the message header on top).
             slot_size: Options::slot_size_for(
-                (env_num("WARPSOCK_DDP_SLOT_KB", 256).clamp(1, (16 << 10) - 1) << 10) as u32,
+                (env_num("WARPSOCK_DDP_SLOT_KB", u64::from(d.slot_size >> 10))
+                    .clamp(1, (16 << 10) - 1)
+                    << 10) as u32,
             ),
             zcopy_min: env_num("WARPSOCK_ZCOPY_MIN", 64 << 10) as usize,
             sinks: env_num("WARPSOCK_DDP_SINKS", 1) != 0,

@@ -63,13 +63,21 @@ impl Default for Options {
         Self {
             crc: true,
             slots: 16,
-            // 256 KiB: every message costs a Send, a completion, a credit
+            // 512 KiB: every message costs a Send, a completion, a credit
             // and a socket read per side whatever its size, so larger
             // slots carry a stream with fewer of them (1 MiB messages:
             // about 20-35 % less CPU per GB than 64 KiB slots in
-            // interleaved runs). Untouched slot pages are never faulted in,
-            // so small messages cost no more memory.
-            slot_size: Self::slot_size_for(256 << 10),
+            // interleaved runs; 512 KiB against 256 KiB: 10-15 % less,
+            // and 1 % loss on the veth pair 0.80x -> 1.06x of host TCP,
+            // BENCHMARKS.md section 6, session 14). Memory: the receive
+            // slots are `slots * slot_size` = 8 MiB per socket, the
+            // transmit slots (`slots + 4` of them) as much again, but a
+            // page is faulted in only when bytes land in it: a socket of
+            // small messages touches a page or two per slot, and only a
+            // stream that keeps the whole window in flight holds it all
+            // (host TCP autotunes to 6 MiB receive + 4 MiB send buffer
+            // for the same stream).
+            slot_size: Self::slot_size_for(512 << 10),
             zcopy_min: 64 << 10,
             sinks: true,
             limits: Limits::default(),
