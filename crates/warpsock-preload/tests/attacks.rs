@@ -409,6 +409,86 @@ fn unprovable_or_refused_source_ports_deliver_nothing() {
     assert!(r.stat("preamble_timeouts") >= 1, "{}", r.stderr);
 }
 
+/// Resets `t` (an RST instead of a FIN): `SO_LINGER` of zero, then close.
+fn reset(t: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setting a plain-data option of the given size on our socket.
+    let r = unsafe {
+        libc::setsockopt(
+            t.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_LINGER");
+    drop(t);
+}
+
+/// What an unproved connection held back (its end of stream seen, or half
+/// a buffer read) makes the victim read no further; a reset socket then
+/// reports `EPOLLHUP`/`EPOLLERR` whatever the epoll mask, and a
+/// level-triggered watch of it woke the progress thread in a loop until
+/// the preamble deadline (about 90 % of a CPU, every run).
+/// Each shape resets the connection after what it sent; the victim must
+/// stay quiet until the deadline closes it (counted: the progress thread's
+/// wake-ups, not CPU time), deliver nothing and go on serving.
+#[test]
+fn held_input_of_a_reset_connection_spins_nothing() {
+    let over_half_buffer: Vec<u8> = wire::frame(&[b'f'; 1000]).repeat(160);
+    let mut over_long = wire::preamble(1);
+    over_long.extend_from_slice(&70_000u32.to_be_bytes());
+    over_long.extend_from_slice(&[b'l'; 100]);
+    let mut said = wire::preamble(1);
+    said.extend_from_slice(&wire::frame(b"spoofed"));
+    let mut flood = wire::preamble(1);
+    flood.extend_from_slice(&over_half_buffer);
+    let shapes: [(&str, &[u8], bool); 4] = [
+        ("a frame, end of stream, reset", &said, true),
+        ("an over-long frame, end of stream, reset", &over_long, true),
+        ("garbage, end of stream, reset", b"GARBAGE-PREAMBLE", true),
+        ("over half a buffer of frames, reset", &flood, false),
+    ];
+    let mut spun = Vec::new();
+    for (what, bytes, fin) in shapes {
+        let v = Victim::start(0, 0, None, &[("WARPSOCK_PREAMBLE_TIMEOUT_MS", "1000")]);
+        let (mut t, _) = connect(v.port);
+        // Opened after the attacker, so closed at its deadline after the
+        // attacker's: the event that says the attacker's has passed.
+        let (mut watch, _) = connect(v.port);
+        t.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        t.write_all(bytes).unwrap();
+        if fin {
+            t.shutdown(std::net::Shutdown::Write).unwrap();
+        }
+        reset(t);
+        let mut vv = Some(v);
+        assert_closed(&mut vv, &mut watch, what);
+        let mut v = vv.unwrap();
+        let cpu = v.cpu();
+        v.serves_legit_peers();
+        no_line(&mut v, "spoofed");
+        no_line(&mut v, "got 1000");
+        let r = v.quit();
+        r.assert_ok(what);
+        // No spin, counted: tens of wake-ups (accepts, timers, the legit
+        // peers' datagrams) against hundreds of thousands in a spin.
+        let wakes = r.stat("reactor_wakeups");
+        eprintln!("{what}: {wakes} progress-thread wake-ups, {cpu:?} of CPU");
+        if wakes >= 5000 {
+            spun.push(format!(
+                "{what}: {wakes} progress-thread wake-ups ({cpu:?} of CPU by the deadline)"
+            ));
+        }
+    }
+    assert!(spun.is_empty(), "the victim spun:\n{}", spun.join("\n"));
+}
+
 /// A connected socket hears only its peer: a connection claiming the
 /// peer's port cannot prove it (the kernel does not deliver another
 /// port's proof to a connected socket) and delivers nothing.

@@ -191,9 +191,20 @@ impl Interest {
         let ours = self.callers > 0 || self.parked.is_some();
         let read = self.read && !ours;
         let edge = !read && self.edge && !ours;
-        (if read || edge { EPOLLIN } else { 0 })
+        let m = (if read || edge { EPOLLIN } else { 0 })
             | (if self.write { EPOLLOUT } else { 0 })
-            | (if edge { EPOLLET } else { 0 })
+            | (if edge { EPOLLET } else { 0 });
+        // Nothing asked for: a socket still reports `EPOLLHUP` and
+        // `EPOLLERR` whatever the mask, and level-triggered it reports them
+        // at every wait. An unproved connection holding back what it read
+        // (its end of stream seen, or half a buffer) and then reset woke
+        // the progress thread in a loop until its deadline, as would a
+        // claimed, parked or paused one; edge-triggered, once.
+        if m == 0 {
+            EPOLLET
+        } else {
+            m
+        }
     }
 }
 

@@ -46,3 +46,44 @@ fn a_closed_connection_leaves_the_epoll_set_while_its_file_lives_on() {
     sys::close(held);
     eng.deregister(conn.id, None);
 }
+
+/// Whatever the connection's state, its watch is level-triggered only
+/// while it asks for input or room to write: a socket reports `EPOLLHUP`
+/// and `EPOLLERR` whatever the mask, and a level-triggered watch asking
+/// for nothing reported a reset socket's at every wait (an unproved
+/// connection holding back its input, then reset: the progress thread
+/// spun until the deadline; `tests/attacks.rs`
+/// `held_input_of_a_reset_connection_spins_nothing`).
+#[test]
+fn a_watch_that_asks_nothing_is_edge_triggered() {
+    let (et, inp, out) = (
+        libc::EPOLLET as u32,
+        libc::EPOLLIN as u32,
+        libc::EPOLLOUT as u32,
+    );
+    for bits in 0..32u32 {
+        let i = super::Interest {
+            fd: 3,
+            read: bits & 1 != 0,
+            write: bits & 2 != 0,
+            callers: usize::from(bits & 4 != 0),
+            edge: bits & 8 != 0,
+            parked: (bits & 16 != 0).then(std::time::Instant::now),
+            listed: false,
+            used: false,
+            handback: None,
+        };
+        let m = i.mask();
+        assert!(
+            m & (inp | out) != 0 || m & et != 0,
+            "state {bits:05b}: mask {m:#x} is level-triggered and asks nothing"
+        );
+        let ours = i.callers > 0 || i.parked.is_some();
+        assert_eq!(
+            m & inp != 0,
+            (i.read || i.edge) && !ours,
+            "state {bits:05b}"
+        );
+        assert_eq!(m & out != 0, i.write, "state {bits:05b}");
+    }
+}
