@@ -27,9 +27,20 @@ impl Victim {
     /// Starts the victim with descriptor limit `nofile` (0: unchanged),
     /// reading only after `sleep_ms`, connected to `connect` if given.
     fn start(nofile: u32, sleep_ms: u32, connect: Option<u16>, env: &[(&str, &str)]) -> Self {
+        Self::start_on(preload_so(), nofile, sleep_ms, connect, env)
+    }
+
+    /// [`Victim::start`] under the library `so`.
+    fn start_on(
+        so: &std::path::Path,
+        nofile: u32,
+        sleep_ms: u32,
+        connect: Option<u16>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut args = vec![nofile.to_string(), sleep_ms.to_string()];
         args.extend(connect.map(|p| p.to_string()));
-        let mut cmd = command(&c_program("victim"), &args, true);
+        let mut cmd = command_with(&c_program("victim"), &args, Some(so));
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -487,6 +498,58 @@ fn held_input_of_a_reset_connection_spins_nothing() {
         }
     }
     assert!(spun.is_empty(), "the victim spun:\n{}", spun.join("\n"));
+}
+
+/// A blocking receive call claims the socket's connections at its first
+/// wait; one accepted just then was claimed before the progress thread
+/// watched it, the claim's change of the watch failed, and the
+/// registration that followed watched it level-triggered for input while
+/// the connection said it asked for nothing. An unproved sender's end of
+/// stream then woke the progress thread in a loop until the preamble
+/// deadline: the `idles` failure of
+/// `unprovable_or_refused_source_ports_deliver_nothing` under load (a
+/// victim started just before the attack), and 13 of 20 runs of
+/// `held_input_of_a_reset_connection_spins_nothing` under a CPU hog.
+/// Staged: each accept pauses 400 ms once the connection joined the socket
+/// (`WARPSOCK_TEST_ACCEPT_GAP_MS`), and the victim's first receive starts
+/// 50 ms after it is ready, in that pause.
+#[test]
+fn a_connection_claimed_as_it_is_accepted_spins_nothing() {
+    let v = Victim::start_on(
+        preload_so_with_hooks(),
+        0,
+        50,
+        None,
+        &[
+            ("WARPSOCK_TEST_ACCEPT_GAP_MS", "400"),
+            ("WARPSOCK_PREAMBLE_TIMEOUT_MS", "1500"),
+        ],
+    );
+    // The hello comes after the pause: by then the receive has claimed
+    // the connection.
+    let (mut t, _) = connect(v.port);
+    t.write_all(&wire::preamble(1)).unwrap();
+    t.write_all(&wire::frame(b"spoofed")).unwrap();
+    t.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut vv = Some(v);
+    assert_closed(
+        &mut vv,
+        &mut t,
+        "an unproved port claimed as it was accepted",
+    );
+    let mut v = vv.unwrap();
+    let cpu = v.cpu();
+    v.serves_legit_peers();
+    no_line(&mut v, "spoofed");
+    let r = v.quit();
+    r.assert_ok("victim");
+    assert!(r.stat("preamble_timeouts") >= 1, "{}", r.stderr);
+    let wakes = r.stat("reactor_wakeups");
+    assert!(
+        wakes < 5000,
+        "{wakes} progress-thread wake-ups ({cpu:?} of CPU by the deadline)\n{}",
+        r.stderr
+    );
 }
 
 /// A connected socket hears only its peer: a connection claiming the

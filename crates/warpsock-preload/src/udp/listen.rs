@@ -233,10 +233,25 @@ impl Sock {
         let cfg = config::get();
         let n = nonce();
         let conn = Arc::new(Conn::accepted(eng.new_id(), c, peer, n));
+        // Watched before the socket lists it: a blocking receive call may
+        // claim the connection the moment it is listed, and a claim
+        // changes the progress thread's watch (`Conn::claim`), which must
+        // exist by then. Registered after, the change failed and the
+        // registration watched the descriptor level-triggered for input
+        // while the connection's interest said it asked for nothing: an
+        // unproved sender's end of stream then woke the progress thread
+        // in a loop until the preamble deadline (the attacks CI flake).
+        let h = Arc::new(ConnEvents::new(self.clone(), conn.clone()));
+        if !eng.register(c, conn.id, EPOLLIN, h.clone()) {
+            let _ = conn.die(&mut lock(&conn.st));
+            return;
+        }
         let evict = {
             let mut g = lock(&self.inner);
             if g.closed {
-                sys::close(c);
+                drop(g);
+                eng.deregister(conn.id, None);
+                let _ = conn.die(&mut lock(&conn.st));
                 return;
             }
             g.owned.insert(conn.id, conn.clone());
@@ -248,6 +263,8 @@ impl Sock {
             self.count_proofs(&mut g);
             evict
         };
+        #[cfg(feature = "test-hooks")]
+        accept_gap();
         if let Some(old) = evict {
             stats::inc(&STATS.pending_evicted);
             let frames = old.die(&mut lock(&old.st));
@@ -263,8 +280,7 @@ impl Sock {
                 libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
             )
         };
-        let h = Arc::new(ConnEvents::new(self.clone(), conn.clone()));
-        if w != hello.len() as isize || !eng.register(c, conn.id, EPOLLIN, h.clone()) {
+        if w != hello.len() as isize {
             let frames = conn.die(&mut lock(&conn.st));
             self.conn_gone(eng, &conn, None, frames, false);
             return;
@@ -339,5 +355,23 @@ impl Sock {
             stats::inc(&STATS.routes_replaced);
         }
         self.adopted(eng, remote, a)
+    }
+}
+
+/// `WARPSOCK_TEST_ACCEPT_GAP_MS`: the progress thread waits this long after
+/// an accepted connection joined its socket, before its hello is sent, as
+/// if descheduled: a blocking receive call that starts meanwhile claims
+/// the connection (`tests/attacks.rs`).
+#[cfg(feature = "test-hooks")]
+fn accept_gap() {
+    use std::sync::OnceLock;
+    static MS: OnceLock<Option<u64>> = OnceLock::new();
+    let ms = *MS.get_or_init(|| {
+        std::env::var("WARPSOCK_TEST_ACCEPT_GAP_MS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    });
+    if let Some(ms) = ms {
+        std::thread::sleep(Duration::from_millis(ms));
     }
 }
