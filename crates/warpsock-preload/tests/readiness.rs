@@ -109,6 +109,41 @@ fn a_held_datagram_given_back_is_received() {
     assert!(r.stat("rx_poll_holds") >= 1, "no poll held: {}", r.why());
 }
 
+/// A datagram a poll read into its connection's buffer (held) makes no
+/// readiness event of its own: `select` and `epoll_wait` with no timeout
+/// right after the poll must still report it (issue 13). They saw it only
+/// once the progress thread's timer had announced it, after the wait gave
+/// the connection back; here that timer is late
+/// (`WARPSOCK_TEST_TIMER_DELAY_MS`), and the waits said "not readable"
+/// every time.
+#[test]
+fn a_held_datagram_is_readable_to_select_and_epoll_at_once() {
+    let r = readiness_mode(
+        "held-now",
+        &[
+            ("WARPSOCK_TEST_TIMER_DELAY_MS", "300"),
+            ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"),
+        ],
+    );
+    // The warm-up and twenty rounds, all over TCP, each held by its poll.
+    assert_eq!(r.stat("rx_tcp_dgrams"), 21, "{}", r.why());
+    assert!(r.stat("rx_poll_holds") >= 20, "{}", r.why());
+}
+
+/// The progress thread's timer announces a held datagram whose connection
+/// it gave back (the parking's grace ran out): it un-held the datagram
+/// first and then put it on the ready list, and a non-blocking receive in
+/// between found it in neither place and returned `EAGAIN` after a poll
+/// had said readable (issue 13). Staged: the timer stops between the two
+/// (`WARPSOCK_TEST_HANDBACK_GAP_FD`, set by the program) and the program
+/// receives then, in three rounds whose poll held its datagram.
+#[test]
+fn a_held_datagram_the_timer_announces_is_received_meanwhile() {
+    let r = readiness_mode("held-timer", &[("WARPSOCK_TEST_PARK_GRACE_MS", "300")]);
+    assert_eq!(r.stat("rx_kernel_dgrams"), 0, "{}", r.why());
+    assert!(r.stat("rx_poll_holds") >= 3, "{}", r.why());
+}
+
 /// A re-sent copy of an accepted connection's proof never reaches the
 /// program (issue 13's second bug): here the receive call that takes the
 /// proof pauses before it reads the hidden socket for the program

@@ -70,14 +70,21 @@ impl Conn {
         // Parked too long: whoever waits for the program's descriptor now
         // relies on the doorbell (`super::park`).
         self.unpark(eng, Some(now));
-        if self.take_handback() && self.held.swap(false, Ordering::Relaxed) {
+        if self.take_handback() && self.held.load(Ordering::Relaxed) {
             // A datagram a poll read waits in the buffer of a connection
             // given back since (`Conn::held`): the ready list and a
-            // doorbell announce it, as an arrival would be. A receive call
-            // that took the connection over first served it (and cleared
-            // `held`); one that takes it over after this is woken by the
-            // doorbell.
+            // doorbell announce it, as an arrival would be, and only then
+            // is it no longer held (`handle`). A receive call that took
+            // the connection over first served it (and cleared `held`);
+            // one that comes meanwhile finds it held or on the list. (It
+            // was un-held first: a non-blocking receive between the two
+            // found it in neither place and returned `EAGAIN` although the
+            // poll had said readable.)
+            #[cfg(feature = "test-hooks")]
+            handback_gap();
             self.handle(eng, sock, EPOLLIN, false);
+            #[cfg(feature = "test-hooks")]
+            handback_cue(b"d");
         }
         let cfg = config::get();
         let mut st = lock(&self.st);
@@ -323,6 +330,10 @@ impl Conn {
             // Under `order`, so no receive call takes the input between the
             // look above and the doorbell.
             sock.mark_ready(eng, self, !from_caller);
+            // On the ready list now: a datagram a poll held is announced
+            // there (after, not before: a receive call looks for it in
+            // both places, `Sock::serve_held`).
+            self.held.store(false, Ordering::Relaxed);
         }
         drop(_order);
         self.apply(eng, sock, out, from_caller);
@@ -544,5 +555,53 @@ impl Conn {
         if let Some((frames, fb)) = out.gone {
             sock.conn_gone(eng, self, out.src, frames, fb);
         }
+    }
+}
+
+/// `WARPSOCK_TEST_HANDBACK_GAP_FD`: the test program's end of a socket
+/// pair, if set.
+#[cfg(feature = "test-hooks")]
+fn handback_gap_fd() -> Option<libc::c_int> {
+    use std::sync::OnceLock;
+    static FD: OnceLock<Option<libc::c_int>> = OnceLock::new();
+    *FD.get_or_init(|| {
+        std::env::var("WARPSOCK_TEST_HANDBACK_GAP_FD")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// With `WARPSOCK_TEST_HANDBACK_GAP_FD`: writes the one-byte cue `what`
+/// to the test program: `h` when a poll held a datagram
+/// (`super::serve::hold_frame`, in the program's own thread: the timer's
+/// announcement follows), `d` when the timer has announced one (so that
+/// the program's next round starts after it).
+#[cfg(feature = "test-hooks")]
+pub(super) fn handback_cue(what: &'static [u8; 1]) {
+    if let Some(fd) = handback_gap_fd() {
+        // SAFETY: a one-byte write from a static buffer to the test's socket.
+        unsafe { crate::shim::real::send(fd, what.as_ptr().cast(), 1, libc::MSG_NOSIGNAL) };
+    }
+}
+
+/// With `WARPSOCK_TEST_HANDBACK_GAP_FD`: each time the progress thread's timer
+/// is about to announce a held datagram of a connection given back
+/// (`Conn::on_timer`), it stops there, as if descheduled: it writes a byte
+/// to this descriptor (the test program's cue to receive now) and waits
+/// for a byte back (at most 5 s) before it goes on.
+#[cfg(feature = "test-hooks")]
+fn handback_gap() {
+    let Some(fd) = handback_gap_fd() else { return };
+    // SAFETY: a one-byte write from a static buffer to the test's socket.
+    unsafe { crate::shim::real::send(fd, b"!".as_ptr().cast(), 1, libc::MSG_NOSIGNAL) };
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    if sys::poll(&mut p, 5000) > 0 {
+        let mut b = [0u8; 1];
+        // SAFETY: a one-byte read into a local buffer.
+        unsafe { crate::shim::real::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) };
     }
 }

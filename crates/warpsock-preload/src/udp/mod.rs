@@ -100,6 +100,7 @@ impl Kind for Udp {
 
     fn before_wait(&self) {
         park::release_all();
+        recv::announce_held();
     }
 
     fn before_exec(&self) {

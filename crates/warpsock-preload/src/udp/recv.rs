@@ -499,12 +499,28 @@ impl Sock {
             return None;
         }
         let eng = reactor::current()?;
-        let held: SmallVec<[Arc<Conn>; DRIVEN_INLINE]> = lock(&self.inner)
-            .owned
-            .values()
-            .filter(|c| c.held.load(Ordering::Relaxed))
-            .cloned()
-            .collect();
+        let (held, front) = {
+            let g = lock(&self.inner);
+            let held: SmallVec<[Arc<Conn>; DRIVEN_INLINE]> = g
+                .owned
+                .values()
+                .filter(|c| c.held.load(Ordering::Relaxed))
+                .cloned()
+                .collect();
+            // None held any more: the progress thread may have announced
+            // it since `take` looked, on the ready list first, then
+            // un-held (`Conn::handle`, under this lock between the two):
+            // then it is on the list now.
+            let front = held.is_empty().then(|| g.ready.front().cloned()).flatten();
+            (held, front)
+        };
+        if let Some(c) = front {
+            // SAFETY: the application's msghdr (contract).
+            return match unsafe { self.serve(eng, &c, msg, flags, false) } {
+                Served::Dgram(n) => Some(n),
+                Served::Nothing => None,
+            };
+        }
         let mut served = None;
         for c in &held {
             if served.is_some() {
@@ -532,11 +548,12 @@ impl Sock {
         }
         if let Some(eng) = d.eng {
             for (c, fd) in &d.conns {
-                if c.held.swap(false, Ordering::Relaxed) && c.still(*fd) {
+                if c.held.load(Ordering::Relaxed) && c.still(*fd) {
                     // An earlier poll read a datagram the program has not
                     // received yet: announced the long way (ready list and
-                    // doorbell), so that this poll returns at once. A
-                    // program polls twice without receiving rarely.
+                    // doorbell; no longer held from then on), so that this
+                    // poll returns at once. A program polls twice without
+                    // receiving rarely.
                     c.handle(eng, &d.sock, EPOLLIN, false);
                 }
             }
@@ -578,6 +595,9 @@ impl Sock {
                         // Read into the parked connection's buffer: the
                         // program's next receive serves it from there.
                         self.holds.store(true, Ordering::Release);
+                        if !self.holding_listed.load(Ordering::Relaxed) {
+                            held::listed(self);
+                        }
                         waiting = true;
                     } else {
                         // poll and epoll share their bit values on Linux.
@@ -594,6 +614,71 @@ impl Sock {
         let g = lock(&self.inner);
         waiting || !g.rxq.is_empty() || !g.ready.is_empty()
     }
+}
+
+/// Sockets whose poll held a datagram (`hold_frame`): a wait that sees
+/// them through their doorbells only (`select`, `epoll_wait`) announces
+/// what they hold first ([`announce_held`]).
+mod held {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex, Weak};
+
+    use super::{Conn, Sock, EPOLLIN};
+    use crate::shim::reactor;
+    use crate::shim::sys::lock;
+
+    /// Listed sockets (each once: `Sock::holding_listed`), until the next
+    /// wait takes the list.
+    static LIST: Mutex<Vec<Weak<Sock>>> = Mutex::new(Vec::new());
+    /// Whether `LIST` may hold any (one load per wait when none does).
+    static ANY: AtomicBool = AtomicBool::new(false);
+
+    /// `sock`'s poll held a datagram and the socket is not listed: lists
+    /// it (once per wait that took the list, not per poll).
+    pub(super) fn listed(sock: &Sock) {
+        if sock.holding_listed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        lock(&LIST).push(sock.weak());
+        ANY.store(true, Ordering::Release);
+    }
+
+    /// See [`super::announce_held`].
+    pub(super) fn announce() {
+        // A load first: no locked instruction per wait when no poll held.
+        if !ANY.load(Ordering::Relaxed) || !ANY.swap(false, Ordering::Acquire) {
+            return;
+        }
+        let Some(eng) = reactor::current() else {
+            return;
+        };
+        let socks = std::mem::take(&mut *lock(&LIST));
+        for s in socks.iter().filter_map(Weak::upgrade) {
+            s.holding_listed.store(false, Ordering::Relaxed);
+            let conns: Vec<Arc<Conn>> = lock(&s.inner)
+                .owned
+                .values()
+                .filter(|c| c.held.load(Ordering::Relaxed))
+                .cloned()
+                .collect();
+            for c in conns {
+                // Ready list and doorbell, then no longer held.
+                c.handle(eng, &s, EPOLLIN, false);
+            }
+        }
+    }
+}
+
+/// A wait that sees offloaded sockets through their doorbells only
+/// (`select`, `pselect`, the `epoll_wait` family) is about to look: a
+/// datagram a poll read into a connection's buffer (`hold_frame`) makes
+/// no readiness event, so it is announced now, in the caller's thread
+/// (ready list and doorbell), not by the progress thread's timer after the
+/// connection is given back: a `select` or `epoll_wait` with no timeout
+/// said "not readable" while it waited. One atomic load when no poll held
+/// anything.
+pub(crate) fn announce_held() {
+    held::announce();
 }
 
 /// `WARPSOCK_TEST_PROOF_GAP_MS`: the first receive call that takes a proof

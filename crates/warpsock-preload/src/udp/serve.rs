@@ -78,6 +78,8 @@ pub(super) fn hold_frame(conn: &Conn, fd: c_int, peer: Option<std::net::SocketAd
         Parsed::Frame(len) if len <= st.max_dgram => {
             stats::inc(&STATS.rx_poll_holds);
             conn.held.store(true, Ordering::Relaxed);
+            #[cfg(feature = "test-hooks")]
+            super::events::handback_cue(b"h");
             true
         }
         _ => false,

@@ -98,6 +98,9 @@ pub(crate) struct Sock {
     /// connections (`Sock::serve_held`): set after `held`, cleared before
     /// the look, so a set `held` is never missed.
     pub(super) holds: AtomicBool,
+    /// On the list of sockets whose held datagrams a `select` or
+    /// `epoll_wait` announces first (`super::recv::announce_held`).
+    pub(super) holding_listed: AtomicBool,
     /// A non-blocking send found its connection's buffer full: that
     /// connection and the datagram's length, until a send succeeds
     /// (`Sock::write_wait`).
@@ -215,6 +218,7 @@ impl Sock {
                 proof_lock: Mutex::new(()),
                 recv_seen: AtomicBool::new(false),
                 holds: AtomicBool::new(false),
+                holding_listed: AtomicBool::new(false),
                 tx_blocked: Mutex::new(None),
                 tx_full: AtomicBool::new(false),
                 shut_rd: AtomicBool::new(false),
@@ -264,6 +268,11 @@ impl Sock {
         self.me
             .upgrade()
             .expect("a socket in use is owned by an Arc")
+    }
+
+    /// A weak reference to this socket.
+    pub(super) fn weak(&self) -> Weak<Self> {
+        self.me.clone()
     }
 
     /// One more application descriptor names this socket.
