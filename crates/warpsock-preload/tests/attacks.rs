@@ -782,3 +782,44 @@ fn a_peer_that_stops_reading_cannot_block_the_victim() {
     let rerouted = r.stat("tx_requeued_udp");
     assert!(dropped + rerouted >= 1, "{}", r.stderr);
 }
+
+/// The `UDP_GRO` receive path (`Sock::gro_recv`) takes no proof datagrams
+/// off and delivers every datagram in its coalesced buffers as the
+/// program's: it may, because `UDP_GRO` is on only in `gso` mode, where no
+/// socket listens, so no connection can claim a source port, nothing waits
+/// for a proof, and every datagram it hands over came by kernel UDP from
+/// its real source. Pinned here: a preloaded receiver in `gso` mode has no
+/// offload listener (a connection to its port is refused), where one in
+/// `tcp` mode says hello.
+#[test]
+fn a_gro_receiver_accepts_no_connection() {
+    for (mode, listens) in [("tcp", true), ("gso", false)] {
+        let port = lease_port();
+        let mut c = command(
+            &c_program("udp_recv"),
+            &[port.to_string(), "1".into(), "8".into(), "20000".into()],
+            true,
+        );
+        c.env("WARPSOCK_UDP_MODE", mode);
+        let mut child = c.spawn().expect("spawn udp_recv");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let hello = TcpStream::connect(("127.0.0.1", port)).map(|mut t| {
+            t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut h = [0u8; 4];
+            t.read_exact(&mut h).map(|_| h)
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        match hello {
+            Ok(Ok(h)) => assert!(listens && &h == b"WSUA", "{mode}: {h:?}"),
+            Ok(Err(e)) => panic!("{mode}: connected, no hello: {e}"),
+            Err(e) => assert!(
+                !listens && e.kind() == ErrorKind::ConnectionRefused,
+                "{mode}: {e}"
+            ),
+        }
+    }
+}

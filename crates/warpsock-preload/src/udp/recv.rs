@@ -439,7 +439,11 @@ impl Sock {
         msg.msg_namelen = namelen;
         msg.msg_controllen = ctllen;
         if let Some(gro) = &self.gro {
-            // UDP_GRO is on: coalesced buffers are cut here.
+            // UDP_GRO is on: coalesced buffers are cut here. Only in `gso`
+            // mode, where no socket listens: no proof is ever due, so none
+            // can be in these buffers (tests/attacks.rs
+            // `a_gro_receiver_accepts_no_connection`).
+            debug_assert!(_proofs.is_none(), "UDP_GRO on a socket awaiting proofs");
             // SAFETY: the application's msghdr (contract).
             let r = unsafe { self.gro_recv(&mut lock(gro), msg, flags) };
             if r.is_some() && self.gro_pending() && g.bells == 0 {
