@@ -48,6 +48,10 @@ unsafe fn recv_buf(
     real: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
     dispatch!(fd, real(), move |s| {
+        if addr.is_null() || alen.is_null() {
+            // SAFETY: the caller's buffer.
+            return enter(-1, || unsafe { s.recv_one(buf, len, flags) });
+        }
         let mut v = one_iov(buf, len);
         // SAFETY: the caller's buffer and address.
         unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
@@ -277,11 +281,8 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags:
         fd,
         // SAFETY: forwarding the caller's arguments.
         unsafe { real::send(fd, buf, len, flags) },
-        move |s| {
-            let v = one_iov(buf.cast_mut(), len);
-            // SAFETY: the caller's buffer.
-            unsafe { send_common(&s, &v, 1, flags, std::ptr::null(), 0) }
-        },
+        // SAFETY: the caller's buffer.
+        move |s| enter(-1, || unsafe { s.send_one(buf, len, flags) }),
     )
 }
 
@@ -292,11 +293,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
         fd,
         // SAFETY: forwarding the caller's arguments.
         unsafe { real::write(fd, buf, len) },
-        move |s| {
-            let v = one_iov(buf.cast_mut(), len);
-            // SAFETY: the caller's buffer.
-            unsafe { send_common(&s, &v, 1, 0, std::ptr::null(), 0) }
-        },
+        // SAFETY: the caller's buffer.
+        move |s| enter(-1, || unsafe { s.send_one(buf, len, 0) }),
     )
 }
 

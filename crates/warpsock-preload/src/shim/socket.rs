@@ -54,6 +54,44 @@ pub(crate) trait Socket: Send + Sync {
     /// `msg` is a valid msghdr whose buffers are readable.
     unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize;
 
+    /// A receive into one buffer that asks for no name (`recv`, `read`,
+    /// `recvfrom` without an address, their `_chk` forms): by default
+    /// [`Self::recvmsg`] of one iovec; a kind may take the buffer as it is
+    /// (no message header built and walked per call).
+    ///
+    /// # Safety
+    /// `buf` is writable for `len` bytes (or null with `len` 0).
+    unsafe fn recv_one(&self, buf: *mut c_void, len: usize, flags: c_int) -> isize {
+        let mut v = libc::iovec {
+            iov_base: buf,
+            iov_len: len,
+        };
+        // SAFETY: msghdr is plain data; all-zero is an empty message.
+        let mut m: msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = &mut v;
+        m.msg_iovlen = 1;
+        // SAFETY: `m` names the caller's writable buffer.
+        unsafe { self.recvmsg(&mut m, flags) }
+    }
+
+    /// A send of one buffer to no address (`send`, `write`): by default
+    /// [`Self::sendmsg`] of one iovec (see [`Self::recv_one`]).
+    ///
+    /// # Safety
+    /// `buf` is readable for `len` bytes (or null with `len` 0).
+    unsafe fn send_one(&self, buf: *const c_void, len: usize, flags: c_int) -> isize {
+        let mut v = libc::iovec {
+            iov_base: buf.cast_mut(),
+            iov_len: len,
+        };
+        // SAFETY: as in `recv_one`.
+        let mut m: msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = &mut v;
+        m.msg_iovlen = 1;
+        // SAFETY: `m` names the caller's readable buffer.
+        unsafe { self.sendmsg(&m, flags) }
+    }
+
     /// `connect(2)`.
     fn connect(&self, addr: *const sockaddr, len: socklen_t) -> c_int {
         // SAFETY: forwarding the program's arguments to the kernel socket.

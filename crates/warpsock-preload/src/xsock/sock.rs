@@ -378,6 +378,74 @@ impl DdpSock {
         flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed)
     }
 
+    /// A receive call into the program's non-empty buffers `bufs` (every
+    /// form lands here: [`Socket::recvmsg`], [`Socket::recv_one`]); `eor`
+    /// is set when it ends a message (message mode).
+    fn recv_bufs(&self, bufs: &mut [&mut [u8]], flags: c_int, eor: &mut bool) -> isize {
+        if flags & libc::MSG_OOB != 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let f = RecvFlags {
+            peek: flags & libc::MSG_PEEK != 0,
+            nonblocking: self.nonblocking_for(flags),
+            waitall: flags & libc::MSG_WAITALL != 0,
+        };
+        let timeo = self.rcvtimeo.get();
+        // Readiness as the call left it, taken under its lock.
+        let (r, ready) = self.x.recv_vectored_ready(bufs, f, timeo);
+        self.reflect(ready);
+        match r {
+            Ok((n, end)) => {
+                *eor = end;
+                n as isize
+            }
+            Err(e) => Self::fail(&e),
+        }
+    }
+
+    /// A send call of the program's non-empty buffers `bufs` (every form
+    /// lands here: [`Socket::sendmsg`], [`Socket::send_one`]).
+    fn send_bufs(&self, bufs: &[&[u8]], flags: c_int) -> isize {
+        if flags & libc::MSG_OOB != 0 {
+            set_errno(libc::EOPNOTSUPP);
+            return -1;
+        }
+        let nonblocking = self.nonblocking_for(flags);
+        let timeo = self.sndtimeo.get();
+        let (r, ready) = self.x.send_vectored_ready(bufs, nonblocking, timeo);
+        // The call may have processed input another thread waits for.
+        self.reflect(ready);
+        match r {
+            Ok(n) => n as isize,
+            Err(e) => {
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) if nonblocking => {
+                        // No credit: make the program's end unwritable
+                        // until credits return (checked again at once, in
+                        // case they just did).
+                        {
+                            let mut g = lock(&self.inner);
+                            if !g.write_gated {
+                                self.bell.set_writable(false);
+                                g.write_gated = true;
+                            }
+                        }
+                        // Credits come back with input: processed while
+                        // the program waits for writability.
+                        self.reflect(self.x.want_writable());
+                    }
+                    Some(libc::EPIPE) if flags & libc::MSG_NOSIGNAL == 0 => {
+                        // SAFETY: raising SIGPIPE as a TCP send would.
+                        unsafe { libc::raise(libc::SIGPIPE) };
+                    }
+                    _ => {}
+                }
+                Self::fail(&e)
+            }
+        }
+    }
+
     fn fail(e: &std::io::Error) -> isize {
         set_errno(e.raw_os_error().unwrap_or(libc::EIO));
         -1
@@ -488,75 +556,42 @@ impl Socket for DdpSock {
     }
 
     unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
-        if flags & libc::MSG_OOB != 0 {
-            set_errno(libc::EINVAL);
-            return -1;
-        }
-        let f = RecvFlags {
-            peek: flags & libc::MSG_PEEK != 0,
-            nonblocking: self.nonblocking_for(flags),
-            waitall: flags & libc::MSG_WAITALL != 0,
-        };
-        let timeo = self.rcvtimeo.get();
         msg.msg_namelen = 0;
         msg.msg_controllen = 0;
         msg.msg_flags = 0;
         // SAFETY: the caller's msghdr.
         let mut bufs = unsafe { iovs(msg, |b| b) };
-        // Readiness as the call left it, taken under its lock.
-        let (r, ready) = self.x.recv_vectored_ready(&mut bufs, f, timeo);
-        self.reflect(ready);
-        match r {
-            Ok((n, eor)) => {
-                if eor {
-                    msg.msg_flags |= libc::MSG_EOR;
-                }
-                n as isize
-            }
-            Err(e) => Self::fail(&e),
+        let mut eor = false;
+        let r = self.recv_bufs(&mut bufs, flags, &mut eor);
+        if eor {
+            msg.msg_flags |= libc::MSG_EOR;
         }
+        r
     }
 
     unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize {
-        if flags & libc::MSG_OOB != 0 {
-            set_errno(libc::EOPNOTSUPP);
-            return -1;
-        }
-        let nonblocking = self.nonblocking_for(flags);
-        let timeo = self.sndtimeo.get();
         // SAFETY: the caller's msghdr.
         let bufs = unsafe { iovs(msg, |b| &*b) };
-        let (r, ready) = self.x.send_vectored_ready(&bufs, nonblocking, timeo);
-        // The call may have processed input another thread waits for.
-        self.reflect(ready);
-        match r {
-            Ok(n) => n as isize,
-            Err(e) => {
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN) if nonblocking => {
-                        // No credit: make the program's end unwritable
-                        // until credits return (checked again at once, in
-                        // case they just did).
-                        {
-                            let mut g = lock(&self.inner);
-                            if !g.write_gated {
-                                self.bell.set_writable(false);
-                                g.write_gated = true;
-                            }
-                        }
-                        // Credits come back with input: processed while
-                        // the program waits for writability.
-                        self.reflect(self.x.want_writable());
-                    }
-                    Some(libc::EPIPE) if flags & libc::MSG_NOSIGNAL == 0 => {
-                        // SAFETY: raising SIGPIPE as a TCP send would.
-                        unsafe { libc::raise(libc::SIGPIPE) };
-                    }
-                    _ => {}
-                }
-                Self::fail(&e)
-            }
+        self.send_bufs(&bufs, flags)
+    }
+
+    unsafe fn recv_one(&self, buf: *mut c_void, len: usize, flags: c_int) -> isize {
+        if len == 0 || buf.is_null() {
+            // No buffer, as `iovs` would leave it.
+            return self.recv_bufs(&mut [], flags, &mut false);
         }
+        // SAFETY: the caller's buffer of `len` bytes.
+        let one = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
+        self.recv_bufs(&mut [one], flags, &mut false)
+    }
+
+    unsafe fn send_one(&self, buf: *const c_void, len: usize, flags: c_int) -> isize {
+        if len == 0 || buf.is_null() {
+            return self.send_bufs(&[], flags);
+        }
+        // SAFETY: the caller's buffer of `len` bytes.
+        let one = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+        self.send_bufs(&[one], flags)
     }
 
     fn connect(&self, _addr: *const sockaddr, _len: socklen_t) -> c_int {
