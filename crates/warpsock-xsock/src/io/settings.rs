@@ -67,8 +67,8 @@ impl Default for Options {
             // and a socket read per side whatever its size, so larger
             // slots carry a stream with fewer of them (1 MiB messages:
             // about 20-35 % less CPU per GB than 64 KiB slots in
-            // interleaved runs; 512 KiB against 256 KiB: 10-15 % less,
-            // and 1 % loss on the veth pair 0.80x -> 1.06x of host TCP,
+            // interleaved runs; 512 KiB against 256 KiB: about 8 % less,
+            // and 1 % loss on the veth pair 0.87x -> 1.10x of host TCP,
             // BENCHMARKS.md section 6, session 14). Memory: the receive
             // slots are `slots * slot_size` = 8 MiB per socket, the
             // transmit slots (`slots + 4` of them) as much again, but a
