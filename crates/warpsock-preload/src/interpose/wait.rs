@@ -133,7 +133,14 @@ fn poll_with(
     timeout: Option<std::time::Duration>,
     wait: &mut dyn FnMut(&mut [libc::pollfd], Option<std::time::Duration>) -> c_int,
 ) -> c_int {
-    let end = timeout.map(|t| std::time::Instant::now() + t);
+    // The clock is read only for a bounded wait that is not a mere look
+    // (`poll(…, 0)` and `poll(…, -1)` read none; an event loop's round trip
+    // makes one of each): the first wait is the caller's bound, and only a
+    // wake-up that turned out to be nothing waits again, for what is left.
+    let start = timeout
+        .filter(|t| !t.is_zero())
+        .map(|_| std::time::Instant::now());
+    let mut again = false;
     loop {
         // Inline (no allocation) for the common few descriptors.
         let mut ext: SmallVec<[libc::pollfd; 8]> = SmallVec::from_slice(fds);
@@ -171,7 +178,12 @@ fn poll_with(
                 waits.push((i, s, w, start));
             }
         }
-        let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+        let left = if again {
+            remaining(timeout, start, std::time::Instant::now())
+        } else {
+            timeout
+        };
+        again = true;
         if waits.is_empty() && outs.is_empty() {
             return wait(fds, left);
         }
@@ -210,10 +222,26 @@ fn poll_with(
                 count += 1;
             }
         }
-        if count > 0 || n == 0 || end.is_some_and(|e| std::time::Instant::now() >= e) {
+        if count > 0
+            || n == 0
+            || remaining(timeout, start, std::time::Instant::now()).is_some_and(|l| l.is_zero())
+        {
             return count;
         }
     }
+}
+
+/// What is left at `now` of a wait bounded by `timeout` (`None`: no bound)
+/// that started at `start` (`None`: a zero bound, nothing left).
+fn remaining(
+    timeout: Option<std::time::Duration>,
+    start: Option<std::time::Instant>,
+    now: std::time::Instant,
+) -> Option<std::time::Duration> {
+    let t = timeout?;
+    Some(start.map_or(std::time::Duration::ZERO, |s| {
+        t.saturating_sub(now.saturating_duration_since(s))
+    }))
 }
 
 /// Whether any of `fds` is a managed socket waited on for input or room.
@@ -285,4 +313,26 @@ pub unsafe extern "C" fn ppoll(
             unsafe { real::ppoll(p.as_mut_ptr(), p.len() as libc::nfds_t, tsp, mask) }
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::remaining;
+
+    /// A wait that wakes for nothing waits again for what is left of the
+    /// caller's bound (simulated time): never longer in all, never past it.
+    #[test]
+    fn a_wait_again_gets_what_is_left_of_the_bound() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(remaining(None, None, t0 + ms(7)), None, "no bound");
+        assert_eq!(remaining(Some(ms(0)), None, t0), Some(ms(0)), "a look");
+        let b = Some(ms(50));
+        assert_eq!(remaining(b, Some(t0), t0), Some(ms(50)));
+        assert_eq!(remaining(b, Some(t0), t0 + ms(20)), Some(ms(30)));
+        assert_eq!(remaining(b, Some(t0), t0 + ms(50)), Some(ms(0)));
+        assert_eq!(remaining(b, Some(t0), t0 + ms(80)), Some(ms(0)), "past it");
+    }
 }
