@@ -644,3 +644,69 @@ fn a_receive_only_end_keeps_the_smallest_retransmission_timeout_asked_for() {
     assert_eq!(rto_min_us(&d), Some(kernel));
     drop((xc, xd));
 }
+
+/// A peer whose connection is reset between two small sends (review of
+/// `a2943e8`): the first send's bytes go out inline and meet the reset; the
+/// error must show by the next send at the latest — never `Ok` for bytes
+/// thrown away (before, the inline write's error was reported one call
+/// late: the next send fell back to a post, was flushed and returned Ok).
+#[test]
+fn a_reset_between_small_sends_fails_the_next_one() {
+    use std::os::fd::AsRawFd;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xa.send(b"ping 1 !", false, None).unwrap();
+    assert_eq!(recv_exact(&xb, 8), b"ping 1 !");
+    // Reset b's connection: linger 0, then its last reference closed (the
+    // XSocket's descriptor is pointed at /dev/null, so its number stays
+    // valid and names nothing of another test's).
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let lin = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: plain system calls on descriptors this test owns.
+    unsafe {
+        assert_eq!(
+            libc::setsockopt(
+                b.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&lin as *const libc::linger).cast(),
+                size_of::<libc::linger>() as libc::socklen_t,
+            ),
+            0
+        );
+        assert!(libc::dup2(null.as_raw_fd(), xb.tcp_fd()) >= 0);
+    }
+    drop(b);
+    // Until a's kernel socket has the reset (poll does not consume it).
+    let t = Instant::now();
+    loop {
+        let mut p = libc::pollfd {
+            fd: a.as_raw_fd(),
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one pollfd.
+        unsafe { libc::poll(&mut p, 1, 100) };
+        if p.revents & libc::POLLERR != 0 {
+            break;
+        }
+        assert!(t.elapsed() < LIMIT, "no reset seen: {:#x}", p.revents);
+    }
+    let reset = |r: std::io::Result<usize>| {
+        let e = r.expect_err("Ok for bytes the reset threw away");
+        assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+    };
+    // The first send may return before it learns of the reset (as over
+    // TCP, whose write before the reset succeeds); the second may not.
+    match xa.send(b"ping 2 !", false, None) {
+        Ok(n) => {
+            assert_eq!(n, 8);
+            reset(xa.send(b"ping 3 !", false, None));
+        }
+        r => reset(r),
+    }
+    drop(xb);
+}

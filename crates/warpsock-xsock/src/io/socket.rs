@@ -577,9 +577,14 @@ impl XSocket {
         let Some(news) = self.qp.send_inline_news(&parts) else {
             return false;
         };
-        // As a post: its news is the newest (see `wait_as`).
+        // As a post: its news is the newest (see `wait_as`); a blocked or
+        // failed write's pass is reaped, its error seen now, not a call late.
         st.posts += 1;
         st.news = Some(news);
+        st.unreaped |= news.backlog > 0 || news.events;
+        if news.events {
+            self.check_events(st);
+        }
         self.count(Count::TxMsgs, 1);
         self.count(Count::TxCopied, src.len);
         if st.sending == 0 {
@@ -612,11 +617,11 @@ impl XSocket {
     /// Send completion alone, once for the peer's answer). Not while
     /// another thread holds completions it polled (see `drive_now`).
     pub(crate) fn reap(&self, st: &mut State) {
-        st.unreaped = false;
         let mut wcs = [Wc::default(); WCS];
         let mut any = false;
         while !st.driving {
             let (n, news) = self.cq.poll_queued_news(&mut wcs, &self.qp);
+            st.unreaped = false; // only a look that polled clears it
             st.news = Some(news);
             if n > 0 {
                 any = true;
