@@ -142,6 +142,35 @@ fn a_1_mib_write_is_full_messages() {
     );
 }
 
+/// A write of several messages hands them to the engine together
+/// (`XSocket::post_deferred`): one transmit pass, so one gathered `sendmsg`
+/// for a 1 MiB write where each of its four messages was one, and each
+/// ended in a short TCP segment of its own (BENCHMARKS §6, session 14:
+/// 20 segments per MiB against host TCP's 17). The send buffer takes each
+/// whole write and the reader has credit for it, so nothing is left for a
+/// later pass (the reader's credits coming back make none); the bytes
+/// arrive intact.
+#[test]
+fn a_1_mib_write_is_one_transmit_pass() {
+    const MSG: usize = 1 << 20;
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 4 << 20);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let data = Arc::new(pattern(3 * MSG, 6));
+    // The first write settles the connection (the peer's first credits).
+    // Reads below the sink threshold: every byte goes as DATA.
+    let reader = read_all(xb, 32 << 10, Arc::clone(&data));
+    assert_eq!(xa.send(&data[..MSG], false, Some(LIMIT)).unwrap(), MSG);
+    for (k, m) in data[MSG..].chunks(MSG).enumerate() {
+        let p0 = xa.tx_passes();
+        // Blocking (from the caller's buffer) and non-blocking (copied).
+        assert_eq!(xa.send(m, k == 1, Some(LIMIT)).unwrap(), MSG);
+        let passes = xa.tx_passes() - p0;
+        assert_eq!(passes, 1, "transmit passes for write {k} of 1 MiB");
+    }
+    reader.join().unwrap();
+}
+
 /// Reads `want.len()` bytes from `x` in a thread, `chunk` bytes a call at
 /// most, and checks them against `want`.
 fn read_all(x: XSocket, chunk: usize, want: Arc<Vec<u8>>) -> JoinHandle<()> {

@@ -145,6 +145,7 @@ impl XSocket {
                 posts: 0,
                 unreaped: false,
                 rto_restore: None,
+                deferred: None,
             }),
             cv: Condvar::new(),
             opts: opts.clone(),

@@ -118,6 +118,8 @@ pub(crate) struct State {
     /// The kernel's `TCP_RTO_MIN_US`, to put back when we first send
     /// stream bytes ([`Options::rto_min`]: a receive-only end's).
     pub(crate) rto_restore: Option<i32>,
+    /// Posts a send call holds back for one batch (`XSocket::post_deferred`).
+    pub(crate) deferred: Option<Vec<SendWr>>,
 }
 
 impl State {
@@ -596,6 +598,9 @@ impl XSocket {
     pub(crate) fn post(&self, st: &mut State, wr: SendWr) {
         st.posts += 1;
         st.unreaped = true;
+        if let Some(d) = st.deferred.as_mut() {
+            return d.push(wr);
+        }
         match self.qp.post_send_news(wr) {
             Ok(n) => st.news = Some(n),
             Err(e) => self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}")),
