@@ -10,7 +10,7 @@ mod util;
 use util::{pattern, recv_wr, send_wr, sge, Cut, Pair};
 use warpsock_proto::conn::TxSegment;
 use warpsock_proto::wire::ddp;
-use warpsock_proto::{Access, Config, SendWr, WcOpcode, WcStatus};
+use warpsock_proto::{Access, Config, SendOp, SendWr, WcOpcode, WcStatus};
 
 /// The bytes of `seg` as they go on the wire (sealed first).
 fn wire(p: &mut Pair, seg: &mut TxSegment) -> Vec<u8> {
@@ -127,4 +127,101 @@ fn an_inline_send_waits_behind_anything_queued() {
     // A closed connection refuses it.
     p.a.conn.close();
     assert!(!p.a.conn.send_inline(&[&bytes], &mut seg));
+}
+
+/// An established pair (CRC, markers off) and a segment to build into.
+fn established() -> (Pair, TxSegment) {
+    let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+    p.establish();
+    (p, TxSegment::default())
+}
+
+/// Each condition of "nothing queued ahead" on its own (review of
+/// `a2943e8`: dropping any of them failed no test before).
+#[test]
+fn an_inline_send_waits_for_a_message_in_progress() {
+    let (mut p, mut seg) = established();
+    let bytes = [2u8; 8];
+    let room = p.a.conn.config().mulpdu - ddp::UNTAGGED_HDR_LEN;
+    let len = 3 * room as u32;
+    let src =
+        p.a.region(0x1000, pattern(len as usize, 3), Access::LOCAL_READ);
+    p.a.conn
+        .post_send(send_wr(1, sge(0x1000, len, src).into()))
+        .unwrap();
+    // Its first FPDU is out, the rest is not: the message is in progress.
+    assert!(p.a.conn.next_segment(&p.a.reg, &mut seg));
+    assert!(!p.a.conn.send_inline(&[&bytes], &mut seg));
+    while p.a.conn.next_segment(&p.a.reg, &mut seg) {}
+    assert!(p.a.conn.send_inline(&[&bytes], &mut seg));
+}
+
+#[test]
+fn an_inline_send_waits_for_a_read_response_owed() {
+    let (mut p, mut seg) = established();
+    let bytes = [4u8; 8];
+    // The initiator reads from the responder, which owes the response.
+    let src = p.b.region(0x1000, pattern(64, 5), Access::REMOTE_READ);
+    let sink = p.a.region(0x2000, vec![0; 64], Access::LOCAL_WRITE);
+    p.a.conn
+        .post_send(SendWr {
+            wr_id: 7,
+            op: SendOp::Read {
+                remote_addr: 0x1000,
+                rkey: src,
+            },
+            sgl: sge(0x2000, 64, sink).into(),
+            signaled: true,
+        })
+        .unwrap();
+    // One round: the request reaches b, which has not answered yet (and
+    // has seen the initiator's first FPDU: only the response is ahead).
+    p.step();
+    assert!(p.b.conn.has_pending_output(), "b owes the Read Response");
+    assert!(!p.b.conn.send_inline(&[&bytes], &mut seg));
+    p.run();
+    assert_eq!(p.a.mem(sink), &pattern(64, 5)[..]);
+    assert!(p.b.conn.send_inline(&[&bytes], &mut seg));
+}
+
+/// RFC 5044 §7.1.2 (siw): the responder sends nothing before the
+/// initiator's first FPDU; an inline send must not either.
+#[test]
+fn the_responder_sends_inline_only_after_the_first_fpdu() {
+    let (mut p, mut seg) = established();
+    let bytes = [6u8; 8];
+    assert!(!p.b.conn.send_inline(&[&bytes], &mut seg));
+    let sink = p.b.region(0x3000, vec![0; 8], Access::LOCAL_WRITE);
+    p.b.conn
+        .post_recv(recv_wr(1, sge(0x3000, 8, sink).into()))
+        .unwrap();
+    assert!(p.a.conn.send_inline(&[&bytes], &mut seg));
+    let out = wire(&mut p, &mut seg);
+    assert_eq!(p.b.conn.handle_input(&out, &mut p.b.reg), out.len());
+    p.b.pump();
+    assert_eq!(p.b.mem(sink), &bytes[..]);
+    assert!(p.b.conn.send_inline(&[&bytes], &mut seg));
+}
+
+/// Peer-to-peer mode (RFC 6581): the initiator's RTR goes first.
+#[test]
+fn an_inline_send_waits_for_the_rtr() {
+    let offer = warpsock_proto::RtrOffer {
+        write: true,
+        read: false,
+    };
+    let mut p = Pair::new(|c| c.p2p = Some(offer), |_| {}, Cut::Whole);
+    let mut seg = TxSegment::default();
+    let bytes = [8u8; 8];
+    for _ in 0..20 {
+        p.step();
+        if p.a.established() {
+            break;
+        }
+    }
+    // Established, its RTR not yet sent: refused.
+    assert!(p.a.established() && p.a.conn.has_pending_output());
+    assert!(!p.a.conn.send_inline(&[&bytes], &mut seg));
+    p.run();
+    assert!(p.a.conn.send_inline(&[&bytes], &mut seg));
 }
