@@ -589,15 +589,45 @@ fn rto_min_us(s: &std::net::TcpStream) -> Option<i32> {
     (r == 0).then_some(v)
 }
 
-/// `Options::rto_min` holds while an end has sent no stream bytes: the
-/// writer's goes back to the kernel's with its first DATA, the reader's
-/// (credit returns only) stays.
+/// `tcpi_rto` of a socket (`TCP_INFO`, µs): the retransmission timeout
+/// in force, on every kernel.
+fn rto_us(s: &std::net::TcpStream) -> u32 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is plain integers; all zero is a valid value.
+    let mut v: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut n = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `n` bytes into `v`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut v as *mut libc::tcp_info).cast(),
+            &mut n,
+        )
+    };
+    assert_eq!(r, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+    v.tcpi_rto
+}
+
+/// `Options::rto_min` is for a receive-only end only: an end lowers it
+/// once it has received stream bytes while it has sent none (never at the
+/// switch) and has the kernel's again from its first sent byte, so the
+/// writer's data is always retransmitted on host TCP's timeout.
 #[test]
-fn a_receive_only_end_keeps_the_smallest_retransmission_timeout_asked_for() {
+fn only_a_receive_only_end_has_the_smallest_retransmission_timeout_asked_for() {
     let (a, b) = tcp_pair();
-    let Some(kernel) = rto_min_us(&a) else {
-        eprintln!("TCP_RTO_MIN_US unsupported here (Linux < 6.15): nothing to check");
-        return;
+    // The kernel's floor (200 ms unless the host tuned it); the writer's RTO
+    // in force never goes under it.
+    let kernel = rto_min_us(&a);
+    let floor = kernel.map_or(200_000, |k| k as u32);
+    let writer_kept = |when: &str| {
+        assert_eq!(rto_min_us(&a), kernel, "the writer's RTO min {when}");
+        assert!(
+            rto_us(&a) >= floor,
+            "the writer's RTO {when}: {} µs",
+            rto_us(&a)
+        );
     };
     assert_eq!(
         opts().rto_min,
@@ -605,33 +635,41 @@ fn a_receive_only_end_keeps_the_smallest_retransmission_timeout_asked_for() {
         "the default"
     );
     let (xa, xb) = switch_both(&a, &b, &opts());
-    // Rounded up to whole jiffies (4 ms at HZ=250).
-    let low = |v: Option<i32>| v.is_some_and(|v| (5000..=20_000).contains(&v) && v < kernel);
-    assert!(
-        low(rto_min_us(&a)),
-        "a after the switch: {:?}",
-        rto_min_us(&a)
-    );
-    assert!(
-        low(rto_min_us(&b)),
-        "b after the switch: {:?}",
-        rto_min_us(&b)
+    writer_kept("after the switch");
+    assert_eq!(
+        rto_min_us(&b),
+        kernel,
+        "the reader's is not lowered at the switch"
     );
     let data = pattern(3 << 20, 7);
     std::thread::scope(|sc| {
         sc.spawn(|| assert_eq!(xa.send(&data, false, None).unwrap(), data.len()));
         assert!(recv_exact(&xb, data.len()) == data, "b read a's bytes");
     });
-    assert_eq!(
-        rto_min_us(&a),
-        Some(kernel),
-        "the writer's is the kernel's again"
-    );
+    writer_kept("after sending");
+    let Some(kernel) = kernel else {
+        eprintln!("TCP_RTO_MIN_US unsupported here (Linux < 6.15): the reader keeps the kernel's");
+        return;
+    };
+    // Rounded up to whole jiffies (4 ms at HZ=250).
+    let low = |v: Option<i32>| v.is_some_and(|v| (5000..=20_000).contains(&v) && v < kernel);
     assert!(
         low(rto_min_us(&b)),
-        "the reader keeps it: {:?}",
+        "the reader after its first received DATA: {:?}",
         rto_min_us(&b)
     );
+    // The reader answers: its data keeps the kernel's timeout, and the
+    // writer, which sent first, is not lowered by what it receives.
+    std::thread::scope(|sc| {
+        sc.spawn(|| assert_eq!(xb.send(b"ok", false, None).unwrap(), 2));
+        assert!(recv_exact(&xa, 2) == b"ok", "a read b's answer");
+    });
+    assert_eq!(
+        rto_min_us(&b),
+        Some(kernel),
+        "the reader after its first send"
+    );
+    writer_kept("after receiving");
     drop((xa, xb));
     // `None`: the kernel's throughout.
     let (c, d) = tcp_pair();
@@ -640,6 +678,10 @@ fn a_receive_only_end_keeps_the_smallest_retransmission_timeout_asked_for() {
         ..opts()
     };
     let (xc, xd) = switch_both(&c, &d, &none);
+    std::thread::scope(|sc| {
+        sc.spawn(|| assert_eq!(xc.send(&data, false, None).unwrap(), data.len()));
+        assert!(recv_exact(&xd, data.len()) == data, "d read c's bytes");
+    });
     assert_eq!(rto_min_us(&c), Some(kernel));
     assert_eq!(rto_min_us(&d), Some(kernel));
     drop((xc, xd));

@@ -325,9 +325,20 @@ impl XSocket {
     /// We send stream bytes (DATA, a sink Write, a one-sided Write): the
     /// smallest retransmission timeout a receive-only end had goes back to
     /// the kernel's ([`Options::rto_min`](super::Options::rto_min)), so
-    /// our data is retransmitted as host TCP's would be. Once.
+    /// our data is retransmitted as host TCP's would be; an end that sends
+    /// first never has it lowered. Once.
     pub(crate) fn restore_rto(&self, st: &mut State) {
-        if let Some(us) = st.rto_restore.take() {
+        if let Some(us) = st.rto.on_sent() {
+            super::handshake::set_rto_min_us(self.tcp_fd, us);
+        }
+    }
+
+    /// Completions were processed: an end that has received stream bytes
+    /// (DATA or a sink Write) and sent none lowers its smallest
+    /// retransmission timeout to [`Options::rto_min`](super::Options::rto_min)
+    /// for its credit returns. Once.
+    pub(crate) fn lower_rto(&self, st: &mut State) {
+        if let Some(us) = st.rto.on_received(st.s.rx_seq()) {
             super::handshake::set_rto_min_us(self.tcp_fd, us);
         }
     }

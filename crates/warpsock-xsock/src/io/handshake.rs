@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{CmError, ConnectRequest};
 
-use super::settings::Options;
+use super::settings::{Options, RtoMin};
 use super::socket::XSocket;
 use super::sys;
 use crate::switch::{role, Role, Step, Switch, SwitchError};
@@ -211,27 +211,25 @@ pub fn switch_fd_as(
                 }
             }
             Step::Connect => {
-                let restore = set_rto_min(raw, opts.rto_min);
+                let rto = rto_plan(raw, opts.rto_min);
                 let sock = stream.try_clone().map_err(broken)?;
                 return XSocket::connect(sock, opts, residue)
-                    .inspect(|x| x.lock().rto_restore = restore)
+                    .inspect(|x| x.lock().rto = rto)
                     .map_err(|e| {
                         reset(&stream);
                         Failure::cm(e)
                     });
             }
             Step::Accept(peer_hello) => {
-                let restore = set_rto_min(raw, opts.rto_min);
+                let rto = rto_plan(raw, opts.rto_min);
                 let sock = stream.try_clone().map_err(broken)?;
                 let tcp_fd = sock.as_raw_fd();
                 let accepted = ConnectRequest::read(sock, opts.limits.request_timeout)
                     .and_then(|req| XSocket::accept(req, tcp_fd, peer_hello, opts, residue));
-                return accepted
-                    .inspect(|x| x.lock().rto_restore = restore)
-                    .map_err(|e| {
-                        reset(&stream);
-                        Failure::cm(e)
-                    });
+                return accepted.inspect(|x| x.lock().rto = rto).map_err(|e| {
+                    reset(&stream);
+                    Failure::cm(e)
+                });
             }
             Step::Reject(e) => {
                 let sock = stream.try_clone().map_err(broken)?;
@@ -258,13 +256,17 @@ pub fn switch_fd_as(
 /// `TCP_RTO_MIN_US` (`include/uapi/linux/tcp.h`, Linux 6.15).
 const TCP_RTO_MIN_US: libc::c_int = 45;
 
-/// Sets [`Options::rto_min`] on the committed connection, returning the
-/// kernel's value to put back once we send stream bytes. A kernel without
-/// the option (`ENOPROTOOPT`) or that refuses the value (`EINVAL`: below
-/// one jiffy, or above `TCP_RTO_MAX`) keeps its own: the connection works
-/// either way, only a lost lone credit return waits longer.
-fn set_rto_min(fd: RawFd, rto_min: Option<Duration>) -> Option<i32> {
-    let us = libc::c_int::try_from(rto_min?.as_micros()).unwrap_or(libc::c_int::MAX);
+/// The [`Options::rto_min`] plan of the committed connection: the
+/// kernel's value, read now, to put back if a receive-only end lowers it
+/// later ([`RtoMin`]). Nothing is set here. A kernel without the option
+/// (`ENOPROTOOPT`) keeps its own throughout, as does one that refuses the
+/// value later (`EINVAL`: below one jiffy, or above `TCP_RTO_MAX`): the
+/// connection works either way, only a lost lone credit return waits
+/// longer.
+fn rto_plan(fd: RawFd, rto_min: Option<Duration>) -> RtoMin {
+    if rto_min.is_none() {
+        return RtoMin::Kernel;
+    }
     let mut old: libc::c_int = 0;
     let mut n = size_of::<libc::c_int>() as libc::socklen_t;
     #[allow(unsafe_code)]
@@ -278,7 +280,7 @@ fn set_rto_min(fd: RawFd, rto_min: Option<Duration>) -> Option<i32> {
             &mut n,
         )
     };
-    (r == 0 && set_rto_min_us(fd, us)).then_some(old)
+    RtoMin::new(rto_min, (r == 0).then_some(old))
 }
 
 /// `setsockopt(TCP_RTO_MIN_US)`; whether the kernel took it.

@@ -42,19 +42,23 @@ pub struct Options {
     /// How long a waiting call spins before it sleeps.
     pub busy_poll: Duration,
     /// The smallest TCP retransmission timeout (`TCP_RTO_MIN_US`, Linux
-    /// 6.15; other kernels keep theirs) of a connection while this end has
-    /// sent no stream bytes: set when the switch commits, the kernel's
-    /// again from the first DATA, sink Write or one-sided Write on. `None`
-    /// leaves the kernel's (200 ms) throughout. Default: 5 ms.
+    /// 6.15; other kernels keep theirs) of a receive-only end: set once the
+    /// end has received stream bytes (DATA or a sink Write) while it has
+    /// sent none, never at the switch; the kernel's again from its first
+    /// DATA, sink Write or one-sided Write on ([`RtoMin`]). An end that
+    /// sends first never has it. `None` leaves the kernel's (200 ms)
+    /// throughout. Default: 5 ms.
     ///
     /// A receive-only end sends only credit returns and sink offers, the
     /// work host TCP does with ACKs; but to TCP they are data, each often
     /// alone on its direction, and a lost lone segment waits for a loss
     /// probe at 2 RTT + `tcp_rto_min` (`tcp_schedule_loss_probe`) while the
     /// writer may be waiting for exactly those credits. Stream bytes keep
-    /// the kernel's timeout, as host TCP's do (`BENCHMARKS.md` §6, session
-    /// 13: setting it for the data too is a TCP tuning host TCP gains as
-    /// much from).
+    /// the kernel's timeout, as host TCP's do: a writer lowered at the
+    /// switch and restored at its first DATA kept a smaller RTO anyway
+    /// (Linux had already shrunk its RTT variance under the 5 ms floor:
+    /// 156 ms instead of 204 in ~70 % of samples, `BENCHMARKS.md` §6,
+    /// session 14), so the writer's is never touched.
     pub rto_min: Option<Duration>,
 }
 
@@ -231,4 +235,101 @@ pub struct Readiness {
     /// look means something new arrived, so an edge-triggered waiter needs
     /// a new edge even if the socket was already readable.
     pub arrivals: u64,
+}
+
+/// When an end's `TCP_RTO_MIN_US` is lowered to [`Options::rto_min`] and
+/// when it goes back to the kernel's (sans-IO: the socket applies what
+/// this returns). Lowered only for an end that has received stream bytes
+/// and sent none, so the data direction always keeps host TCP's timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RtoMin {
+    /// Not yet lowered: `low` µs once stream bytes arrive before we send
+    /// any, `kernel` µs to put back after.
+    Waiting { low: i32, kernel: i32 },
+    /// Lowered: `kernel` µs goes back with our first stream byte.
+    Lowered { kernel: i32 },
+    /// The kernel's, for good (we sent first, restored it, or nothing was
+    /// asked for or the kernel lacks the option).
+    Kernel,
+}
+
+impl RtoMin {
+    /// The plan for a connection whose kernel value is `kernel` µs (`None`:
+    /// the kernel lacks the option) when `Options::rto_min` is `want`.
+    pub(crate) fn new(want: Option<Duration>, kernel: Option<i32>) -> Self {
+        match (want, kernel) {
+            (Some(w), Some(kernel)) => Self::Waiting {
+                low: i32::try_from(w.as_micros()).unwrap_or(i32::MAX),
+                kernel,
+            },
+            _ => Self::Kernel,
+        }
+    }
+
+    /// `rx_seq` stream bytes have been received so far: the value to set
+    /// now, if any (once, while we have sent none).
+    pub(crate) fn on_received(&mut self, rx_seq: u64) -> Option<i32> {
+        match *self {
+            Self::Waiting { low, kernel } if rx_seq > 0 => {
+                *self = Self::Lowered { kernel };
+                Some(low)
+            }
+            _ => None,
+        }
+    }
+
+    /// We send stream bytes: the value to set now, if any (the kernel's, if
+    /// we had lowered it). Nothing is lowered after this.
+    pub(crate) fn on_sent(&mut self) -> Option<i32> {
+        let was = std::mem::replace(self, Self::Kernel);
+        match was {
+            Self::Lowered { kernel } => Some(kernel),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS5: Option<Duration> = Some(Duration::from_millis(5));
+
+    #[test]
+    fn a_reader_is_lowered_at_its_first_received_bytes_and_restored_at_its_first_sent() {
+        let mut r = RtoMin::new(MS5, Some(200_000));
+        assert_eq!(r.on_received(0), None, "credits alone lower nothing");
+        assert_eq!(r.on_received(1), Some(5_000));
+        assert_eq!(r.on_received(9), None, "once");
+        assert_eq!(r.on_sent(), Some(200_000));
+        assert_eq!(r.on_sent(), None, "once");
+        assert_eq!(r.on_received(20), None, "never again");
+        assert_eq!(r, RtoMin::Kernel);
+    }
+
+    #[test]
+    fn an_end_that_sends_first_is_never_lowered() {
+        let mut w = RtoMin::new(MS5, Some(200_000));
+        assert_eq!(w.on_sent(), None, "nothing to restore");
+        assert_eq!(
+            w.on_received(1 << 20),
+            None,
+            "the writer keeps the kernel's"
+        );
+        assert_eq!(w.on_sent(), None);
+    }
+
+    #[test]
+    fn nothing_asked_or_no_kernel_option_touches_nothing() {
+        for mut r in [RtoMin::new(None, Some(200_000)), RtoMin::new(MS5, None)] {
+            assert_eq!(r.on_received(1), None);
+            assert_eq!(r.on_sent(), None);
+        }
+        let mut big = RtoMin::new(Some(Duration::from_secs(1 << 40)), Some(200_000));
+        assert_eq!(
+            big.on_received(1),
+            Some(i32::MAX),
+            "clamped; the kernel refuses it"
+        );
+    }
 }

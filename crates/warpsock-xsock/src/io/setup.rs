@@ -144,7 +144,7 @@ impl XSocket {
                 news: None,
                 posts: 0,
                 unreaped: false,
-                rto_restore: None,
+                rto: super::settings::RtoMin::Kernel,
                 deferred: None,
             }),
             cv: Condvar::new(),

@@ -115,9 +115,8 @@ pub(crate) struct State {
     /// completion may wait in the engine's queue (an inline Send makes
     /// none, so a send call that posted nothing skips the look).
     pub(crate) unreaped: bool,
-    /// The kernel's `TCP_RTO_MIN_US`, to put back when we first send
-    /// stream bytes ([`Options::rto_min`]: a receive-only end's).
-    pub(crate) rto_restore: Option<i32>,
+    /// When a receive-only end's `TCP_RTO_MIN_US` is lowered ([`Options::rto_min`]).
+    pub(crate) rto: super::settings::RtoMin,
     /// Posts a send call holds back for one batch (`XSocket::post_deferred`).
     pub(crate) deferred: Option<Vec<SendWr>>,
 }
@@ -424,6 +423,7 @@ impl XSocket {
                 }
             }
         }
+        self.lower_rto(st);
         self.repost(st);
     }
 
