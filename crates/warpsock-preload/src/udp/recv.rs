@@ -505,12 +505,7 @@ impl Sock {
         let eng = reactor::current()?;
         let (held, front) = {
             let g = lock(&self.inner);
-            let held: SmallVec<[Arc<Conn>; DRIVEN_INLINE]> = g
-                .owned
-                .values()
-                .filter(|c| c.held.load(Ordering::Relaxed))
-                .cloned()
-                .collect();
+            let held: SmallVec<[Arc<Conn>; DRIVEN_INLINE]> = g.held().cloned().collect();
             // None held any more: the progress thread may have announced
             // it since `take` looked, on the ready list first, then
             // un-held (`Conn::handle`, under this lock between the two):

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, sockaddr, socklen_t};
+use smallvec::{smallvec, SmallVec};
 
 use super::config;
 use super::conn::{Conn, Room, DGRAM_OVERHEAD, EPOLLIN};
@@ -154,6 +155,13 @@ impl Inner {
         while self.recent.front().is_some_and(|(t, _)| *t <= now) {
             self.recent.pop_front();
         }
+    }
+
+    /// The connections holding a datagram a poll read (`Conn::held`).
+    pub(super) fn held(&self) -> impl Iterator<Item = &Arc<Conn>> {
+        self.owned
+            .values()
+            .filter(|c| c.held.load(Ordering::Relaxed))
     }
 }
 
@@ -383,21 +391,30 @@ impl Sock {
         0
     }
 
-    /// FIONREAD: the size of the next datagram (queued, or whole in a
-    /// ready connection's buffer).
+    /// FIONREAD (`SIOCINQ`): the size of the next datagram, as kernel UDP
+    /// reports it (queued, whole in a ready connection's buffer, or held
+    /// there by a poll, `Conn::held`); `None` leaves it to the kernel
+    /// socket. A held datagram is on no list: a program that polled and
+    /// then sized its buffer with FIONREAD read 0 (issue 13).
     pub(crate) fn next_size(&self) -> Option<usize> {
-        let first = {
+        // Inline: no allocation per call (event loops make one per datagram).
+        let conns: SmallVec<[Arc<Conn>; 4]> = {
             let g = lock(&self.inner);
             if let Some(d) = g.rxq.front() {
                 return Some(d.data.len());
             }
-            g.ready.front().cloned()?
+            // The order receive calls serve them in: the ready list first
+            // (`Sock::take`), then what a poll held (`Sock::serve_held`).
+            match g.ready.front() {
+                Some(c) => smallvec![c.clone()],
+                None => g.held().cloned().collect(),
+            }
         };
-        let st = lock(&first.st);
-        match st.rx.peek() {
+        // Each connection's state lock without `inner` (lock order).
+        conns.iter().find_map(|c| match lock(&c.st).rx.peek() {
             frame::Parsed::Frame(len) => Some(len),
             _ => None,
-        }
+        })
     }
 
     /// Writes a doorbell byte (caller holds `inner`).

@@ -9,7 +9,9 @@
  * timer off, so only the wait itself can give the connection back). */
 #include "common.h"
 #include <pthread.h>
+#include <linux/sockios.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 
@@ -275,6 +277,43 @@ static void held_now(void) {
     close(ep);
 }
 
+/* With "held-size" after the port: a datagram a poll reported (and, under
+ * the preload, held in its connection's buffer) is sized by FIONREAD and
+ * SIOCINQ as kernel UDP sizes it (the next datagram's length), and by a
+ * MSG_PEEK|MSG_TRUNC receive into a 1-byte buffer; then the receive returns
+ * it whole. FIONREAD read 0 while a poll held the datagram (issue 13). The
+ * length (37, 1 + round) differs from every other datagram's. */
+static void held_size(void) {
+    for (int i = 0; i < 10; i++) {
+        enter("held datagram sized by FIONREAD");
+        park_connections();
+        unsigned char out[64], in[64];
+        size_t len = 37 + i;
+        memset(out, 'a' + i, len);
+        send_to(s, port, out, len);
+        CHECK(poll_in(3000));
+        int n = -1;
+        CHECK(ioctl(r, FIONREAD, &n) == 0);
+        if (n != (int)len) {
+            fprintf(stderr, "FIONREAD: %d after a poll reported a %zu-byte datagram\n", n, len);
+            exit(1);
+        }
+        n = -1;
+        CHECK(ioctl(r, SIOCINQ, &n) == 0);
+        CHECK(n == (int)len);
+        char one;
+        ssize_t got = recv(r, &one, 1, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+        if (got != (ssize_t)len || one != 'a' + i) {
+            fprintf(stderr, "MSG_PEEK|MSG_TRUNC: %zd, want %zu (errno %d)\n", got, len, errno);
+            exit(1);
+        }
+        CHECK(ioctl(r, FIONREAD, &n) == 0 && n == (int)len);
+        got = recv(r, in, sizeof in, MSG_DONTWAIT);
+        CHECK(got == (ssize_t)len && memcmp(in, out, len) == 0);
+        CHECK(ioctl(r, FIONREAD, &n) == 0 && n == 0);
+    }
+}
+
 /* With "held-timer" after the port: a datagram a poll held, whose
  * connection the progress thread's timer gives back (the test sets the
  * parking's grace to 300 ms and the program leaves the socket alone) and
@@ -331,6 +370,7 @@ int main(int argc, char **argv) {
     int proof = argc > 2 && strcmp(argv[2], "proof-copy") == 0;
     int now = argc > 2 && strcmp(argv[2], "held-now") == 0;
     int timer = argc > 2 && strcmp(argv[2], "held-timer") == 0;
+    int size = argc > 2 && strcmp(argv[2], "held-size") == 0;
     started = step_at = now_ms();
     atexit(report_failure);
     r = udp_bound(port);
@@ -348,9 +388,11 @@ int main(int argc, char **argv) {
         puts("readiness: ok");
         return 0;
     }
-    if (now || timer) {
+    if (now || timer || size) {
         if (now)
             held_now();
+        else if (size)
+            held_size();
         else
             held_timer();
         finished = 1;
