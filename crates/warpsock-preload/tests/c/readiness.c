@@ -282,7 +282,7 @@ static void held_now(void) {
  * SIOCINQ as kernel UDP sizes it (the next datagram's length), and by a
  * MSG_PEEK|MSG_TRUNC receive into a 1-byte buffer; then the receive returns
  * it whole. FIONREAD read 0 while a poll held the datagram (issue 13). The
- * length (37, 1 + round) differs from every other datagram's. */
+ * length (37 + round) differs from every other datagram's. */
 static void held_size(void) {
     for (int i = 0; i < 10; i++) {
         enter("held datagram sized by FIONREAD");
