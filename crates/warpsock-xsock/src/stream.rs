@@ -45,9 +45,11 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt;
 
-use crate::wire::{Body, Hello, IoMapAd, Msg, SinkAd, WireError, ACCESS_READ, ACCESS_WRITE};
+use crate::wire::{Body, Hello, IoMapAd, Msg, SinkAd, ACCESS_READ, ACCESS_WRITE};
+
+mod error;
+pub use error::{MapError, StreamError};
 
 /// Stream bytes waiting in one of our receive slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,79 +137,6 @@ pub enum TxStep {
     Control,
     /// No credit: wait until a message from the peer returns some.
     Blocked,
-}
-
-/// The peer broke the protocol; the connection must end.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum StreamError {
-    /// A malformed message.
-    Wire(WireError),
-    /// The peer sent more messages than it had credits for.
-    Overrun {
-        /// Our slots.
-        slots: u16,
-    },
-    /// The peer returned more credits than it could owe.
-    CreditOverflow {
-        /// Credits we would hold.
-        credits: u32,
-        /// The peer's slots.
-        slots: u16,
-    },
-    /// SINK_DONE for a sink we did not offer, or out of order.
-    UnknownSink(u32),
-    /// SINK_DONE placed bytes where it may not (after data it had declined
-    /// with, or past the sink's end).
-    SinkMisuse {
-        /// Sink number.
-        id: u32,
-        /// Bytes it claims.
-        len: u32,
-    },
-    /// Stream bytes after the peer's EOF.
-    DataAfterEof,
-}
-
-impl fmt::Display for StreamError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Wire(e) => write!(f, "malformed message: {e}"),
-            Self::Overrun { slots } => write!(
-                f,
-                "the peer sent more messages than the {slots} receive slots it was granted"
-            ),
-            Self::CreditOverflow { credits, slots } => write!(
-                f,
-                "the peer returned credits it never had ({credits} for {slots} slots)"
-            ),
-            Self::UnknownSink(id) => write!(f, "SINK_DONE for sink {id}, which is not outstanding"),
-            Self::SinkMisuse { id, len } => {
-                write!(
-                    f,
-                    "SINK_DONE of {len} bytes for sink {id} breaks the stream order"
-                )
-            }
-            Self::DataAfterEof => f.write_str("stream bytes after the peer's end of stream"),
-        }
-    }
-}
-
-impl std::error::Error for StreamError {}
-
-impl From<WireError> for StreamError {
-    fn from(e: WireError) -> Self {
-        Self::Wire(e)
-    }
-}
-
-/// Why a one-sided access cannot go ahead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MapError {
-    /// No mapping announced by the peer covers the range.
-    NotMapped,
-    /// The mapping does not allow that access.
-    Access,
 }
 
 /// The books of one DDP-mode socket. See the [module docs](self).

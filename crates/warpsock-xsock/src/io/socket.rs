@@ -20,8 +20,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
-use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -186,30 +186,6 @@ impl std::fmt::Debug for XSocket {
 /// remote operation error, unspecified — the message was a valid RDMAP
 /// Send whose contents our upper layer rejects.
 const TERMINATE_CODE: TermCode = TermCode::RDMAP_OPERATION_UNSPECIFIED;
-
-/// `SO_LINGER` 0: closing resets the connection.
-pub(crate) fn set_linger_zero(s: &TcpStream) -> io::Result<()> {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    #[allow(unsafe_code)]
-    // SAFETY: setsockopt reads one `linger` from the stack.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
 
 impl XSocket {
     /// Local address.
