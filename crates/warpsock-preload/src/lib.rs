@@ -174,9 +174,14 @@
 //!   `WARPSOCK_RCVQ_DGRAMS` datagrams; beyond that the connections are not
 //!   read, so TCP flow control holds the sender back. A datagram longer
 //!   than its source's family allows (65,507 bytes over IPv4) closes the
-//!   connection. A peer that stops reading cannot block the program's sends
-//!   either: once its connection's buffer is full and has not drained for a
-//!   second, datagrams to it are dropped (`tx_stall_drops`), as kernel UDP
+//!   connection. Peers that stop reading cannot block the program's sends
+//!   for long either, however many: a blocking send that finds a
+//!   connection's buffer full waits for room (back-pressure for a receiver
+//!   that keeps reading), but at most until that peer made no progress for
+//!   5 s (`tx_stall_drops`), and each socket's sends wait at most 5 s in
+//!   all, refilled at 5 s a minute, on peers that made no progress for a
+//!   second or sends that waited a second; beyond that a full connection's
+//!   datagrams are dropped at once (`tx_stall_budget_drops`), as kernel UDP
 //!   drops what it cannot send.
 //! * What the layer does not defend: the TCP connection is not encrypted or
 //!   authenticated beyond the proof (as UDP is not), and a privileged

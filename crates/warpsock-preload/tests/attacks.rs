@@ -140,6 +140,12 @@ impl Victim {
     /// UDP socket, and a preloaded client (over the offload, or kernel UDP
     /// if the offload refuses it).
     fn serves_legit_peers(&mut self) {
+        self.serves_legit_peers_with(20);
+    }
+
+    /// [`Victim::serves_legit_peers`], the preloaded client asking for
+    /// `count` echoes one after another.
+    fn serves_legit_peers_with(&mut self, count: u32) {
         if !self.echoes() {
             let threads = self.threads();
             let seen = self.drain().to_vec();
@@ -154,7 +160,11 @@ impl Victim {
             );
         }
         let started = Instant::now();
-        let args = [self.port.to_string(), "20".into(), LEGIT_TRIES.to_string()];
+        let args = [
+            self.port.to_string(),
+            count.to_string(),
+            LEGIT_TRIES.to_string(),
+        ];
         let r = run("echo_client", &args, true);
         if r.code != Some(0) {
             let took = started.elapsed();
@@ -454,24 +464,29 @@ fn unprovable_or_refused_source_ports_deliver_nothing() {
     assert!(r.stat("preamble_timeouts") >= 1, "{}", r.stderr);
 }
 
-/// Resets `t` (an RST instead of a FIN): `SO_LINGER` of zero, then close.
-fn reset(t: TcpStream) {
+/// Sets the `SOL_SOCKET` option `name` of `t` to the plain-data `v`.
+fn set_sockopt<T: Copy>(t: &TcpStream, name: libc::c_int, v: T) {
     use std::os::fd::AsRawFd;
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
     // SAFETY: setting a plain-data option of the given size on our socket.
     let r = unsafe {
         libc::setsockopt(
             t.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
+            name,
+            (&v as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
         )
     };
-    assert_eq!(r, 0, "SO_LINGER");
+    assert_eq!(r, 0, "option {name}: {}", std::io::Error::last_os_error());
+}
+
+/// Resets `t` (an RST instead of a FIN): `SO_LINGER` of zero, then close.
+fn reset(t: TcpStream) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    set_sockopt(&t, libc::SO_LINGER, l);
     drop(t);
 }
 
@@ -815,6 +830,74 @@ fn a_peer_that_stops_reading_cannot_block_the_victim() {
     let dropped = r.stat("tx_stall_drops");
     let rerouted = r.stat("tx_requeued_udp");
     assert!(dropped + rerouted >= 1, "{}", r.stderr);
+}
+
+/// Peers that stop reading, one after another (issue 13): each of
+/// `STALLED` proved connections asks for more echoes than its path holds
+/// (the victim's user-space buffer is at its 128 KiB minimum, the
+/// attacker's receive buffer small, so a handful fill it) and never reads
+/// one; each starts once the victim took all of the previous one's
+/// requests, that is once that stall ended, so each is a fresh stall.
+/// Before the socket's stall budget the single-threaded victim sat
+/// `STALLED` x 5 s (`STALL`) in its `sendto`, a legitimate peer served
+/// only in the moments between (measured on main: see the commit). Now it
+/// waits one `STALL` in all, then drops what the full connections cannot
+/// take at once (`tx_stall_budget_drops`).
+///
+/// The bound, three times `STALL` from the first request: one stall, then
+/// plain echoes and 200 preloaded round trips, with 10 s to spare for a
+/// loaded CI; `STALLED` x `STALL` is 40 s, and the 200 round trips are
+/// more than the moments between stalls carry.
+#[test]
+fn peers_that_stop_reading_one_after_another_cannot_freeze_the_victim() {
+    const STALLED: usize = 8;
+    const BOUND: Duration = Duration::from_secs(15);
+    let mut v = Victim::start(0, 0, None, &[("WARPSOCK_SNDBUF", "131072")]);
+    let peers: Vec<(TcpStream, UdpSocket)> = (0..STALLED).map(|_| proven_peer(v.port)).collect();
+    for (t, _) in &peers {
+        small_rcvbuf(t);
+    }
+    let started = Instant::now();
+    let attacker = std::thread::spawn(move || {
+        let big = wire::frame(&vec![b'e'; 60_000]);
+        let mut done = Vec::new();
+        for (mut t, u) in peers {
+            // 7.2 MB: more than the path holds (128 KiB in the victim's
+            // buffer, its kernel's send buffer, autotuned up to 4 MiB).
+            t.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+            let sent = (0..120).take_while(|_| t.write_all(&big).is_ok()).count();
+            done.push((t, u, sent, started.elapsed()));
+        }
+        done
+    });
+    v.serves_legit_peers_with(200);
+    let took = started.elapsed();
+    eprintln!("legitimate peers served {took:?} after the first stalling peer began");
+    if took > BOUND {
+        let threads = v.threads();
+        let vr = v.take().quit();
+        panic!(
+            "legitimate peers served {took:?} after {STALLED} stalling peers began \
+             (bound {BOUND:?})\nvictim threads:\n{threads}victim stats:\n{}",
+            vr.stderr
+        );
+    }
+    let done = attacker.join().unwrap();
+    let r = v.quit();
+    r.assert_ok("victim");
+    let sent: Vec<(usize, Duration)> = done.iter().map(|d| (d.2, d.3)).collect();
+    eprintln!("requests sent per peer, and when: {sent:?}");
+    assert!(
+        r.stat("tx_stall_budget_drops") >= 1,
+        "the budget never ran out (requests sent, when: {sent:?})\n{}",
+        r.stderr
+    );
+}
+
+/// Shrinks the receive buffer of an attacker's connection (its window
+/// stops growing), so that few replies fill its path.
+fn small_rcvbuf(t: &TcpStream) {
+    set_sockopt(t, libc::SO_RCVBUF, 4096 as libc::c_int);
 }
 
 /// The `UDP_GRO` receive path (`Sock::gro_recv`) takes no proof datagrams

@@ -275,7 +275,8 @@ pub(super) struct ConnSt {
     /// Largest datagram the remote's family allows (65,507 over IPv4).
     pub(super) max_dgram: usize,
     /// When the kernel last took bytes of the send buffer (or it was
-    /// empty): a peer that stops reading stalls it.
+    /// empty): a peer that stops reading stalls it (how long a send waits
+    /// on it: `super::core::stall`).
     pub(super) progress: Instant,
     /// When the progress thread writes the buffered tail of a batch.
     pub(super) flush_at: Option<Instant>,
@@ -287,14 +288,6 @@ pub(super) struct ConnSt {
 /// A send less than this after the previous one is part of a stream, and
 /// is batched (unless the program received in between).
 pub(super) const STREAM_GAP: Duration = Duration::from_micros(20);
-
-/// A send that finds the connection's buffer full waits at most this long
-/// since the peer last made progress; then the datagram is dropped, as
-/// kernel UDP drops what a full path cannot take, so that a peer that
-/// stops reading cannot block the program for long (`tx_stall_drops`).
-/// Long enough that a live receiver on a loaded machine is not taken for
-/// one that stopped.
-const STALL: Duration = Duration::from_secs(5);
 
 /// Room left in the socket's receive queue, spent by [`Conn::parse`].
 pub(super) struct Room {

@@ -133,6 +133,7 @@ impl Sock {
                     nonblock,
                     sndtimeo,
                     interactive,
+                    &self.stalls,
                 )
             } {
                 Ok(()) => {

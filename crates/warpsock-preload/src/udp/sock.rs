@@ -23,6 +23,7 @@ use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
 use super::core::gso::Mode;
 use super::core::routes::Routes;
 use super::core::setup::PROOF_LINGER;
+use super::core::stall::StallBudget;
 use super::gso::{enable_gro, Gro, Gso, GsoTimer};
 use super::stats::{self, STATS};
 use crate::shim::doorbell::Doorbell;
@@ -108,6 +109,10 @@ pub(crate) struct Sock {
     pub(super) tx_blocked: Mutex<Option<(Weak<Conn>, usize)>>,
     /// `tx_blocked` is set (read without its lock on every send).
     pub(super) tx_full: AtomicBool,
+    /// Time this socket's blocking sends may still wait on connections
+    /// whose peer stopped reading (`super::core::stall`). A leaf lock,
+    /// taken under a connection's `st`.
+    pub(super) stalls: Mutex<StallBudget>,
     pub(super) inner: Mutex<Inner>,
     /// The GSO path's batch (`super::gso`).
     pub(super) gso: Mutex<Gso>,
@@ -229,6 +234,7 @@ impl Sock {
                 holding_listed: AtomicBool::new(false),
                 tx_blocked: Mutex::new(None),
                 tx_full: AtomicBool::new(false),
+                stalls: Mutex::new(StallBudget::new(Instant::now())),
                 shut_rd: AtomicBool::new(false),
                 shut_wr: AtomicBool::new(false),
                 inner: Mutex::new(Inner {

@@ -76,9 +76,13 @@ counters! {
     /// sender that polls does not spin).
     tx_room_waits,
     /// Datagrams dropped because the connection's peer stopped reading
-    /// (its buffer full and no progress for a second), as kernel UDP drops
-    /// what it cannot send.
+    /// (its buffer full and no progress for `STALL`, 5 s), as kernel UDP
+    /// drops what it cannot send (`core::stall`).
     tx_stall_drops,
+    /// Datagrams dropped because their connection was full while the
+    /// socket's budget for waiting on stalled peers was spent (many peers
+    /// that stopped reading: `core::stall`).
+    tx_stall_budget_drops,
     /// TCP connection attempts.
     connects,
     /// Attempts that established a warpsock connection.

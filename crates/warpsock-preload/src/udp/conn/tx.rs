@@ -1,9 +1,11 @@
 //! The transmit half of a [`Conn`]: a datagram handed over by the
 //! program's send call is written at once to an idle connection or appended
-//! to the send buffer (batching by construction; see [`Conn::send`]). The
+//! to the send buffer (batching by construction; see [`Conn::send`]); a
+//! send that finds it full waits for room as `core::stall` decides. The
 //! receive half and the connection's life cycle are in the parent module.
 
 use super::*;
+use crate::udp::core::stall::{Full, StallBudget, Waiting};
 
 impl Conn {
     /// Application thread: hand one datagram to this connection.
@@ -30,6 +32,7 @@ impl Conn {
         nonblock: bool,
         sndtimeo: Option<Duration>,
         interactive: bool,
+        stalls: &Mutex<StallBudget>,
     ) -> Result<(), SendErr> {
         let cfg = config::get();
         let now = Instant::now();
@@ -44,6 +47,7 @@ impl Conn {
                 .is_some_and(|t| now.saturating_duration_since(t) < STREAM_GAP);
         st.last_send = Some(now);
         let mut waited = false;
+        let mut waiting = None;
         let mut flushed_room = true;
         loop {
             let phase = st.setup.phase();
@@ -75,9 +79,23 @@ impl Conn {
                 if nonblock {
                     return Err(SendErr::Errno(libc::EAGAIN));
                 }
-                if phase == Phase::Established && st.progress.elapsed() >= STALL {
-                    stats::inc(&STATS.tx_stall_drops);
-                    return Ok(());
+                if phase == Phase::Established {
+                    // How long to wait for a peer that may have stopped
+                    // reading (`core::stall`): dropped as kernel UDP drops
+                    // what a full path cannot take.
+                    let t = Instant::now();
+                    let w = waiting.get_or_insert_with(|| Waiting::new(t));
+                    match lock(stalls).full(w, t, st.progress) {
+                        Full::Wait => {}
+                        Full::Stalled => {
+                            stats::inc(&STATS.tx_stall_drops);
+                            return Ok(());
+                        }
+                        Full::Spent => {
+                            stats::inc(&STATS.tx_stall_budget_drops);
+                            return Ok(());
+                        }
+                    }
                 }
                 if !waited {
                     stats::inc(&STATS.tx_waits);

@@ -12,6 +12,7 @@
 //! | [`setup`] | connection phases: connect, hello, preamble, retry with back-off, give-up |
 //! | [`txbuf`] | a connection's send buffer: what is written, what a failure gives back |
 //! | [`rxbuf`] | a connection's receive buffer: frames split in place |
+//! | [`stall`] | how long a blocking send waits on a full connection: per connection, and the socket's budget for stalled peers |
 //! | [`routes`] | which connection carries each destination: stripes, adoption, fallback |
 
 pub(crate) mod frame;
@@ -20,4 +21,5 @@ pub(crate) mod policy;
 pub(crate) mod routes;
 pub(crate) mod rxbuf;
 pub(crate) mod setup;
+pub(crate) mod stall;
 pub(crate) mod txbuf;
