@@ -712,7 +712,7 @@ impl Connection {
     /// The message is what [`Self::post_send`] of an unsignalled Send
     /// (not solicited, no invalidate) followed by [`Self::next_segment`]
     /// would give, byte for byte (same MSN sequence, same encoder:
-    /// [`Head`] and the FPDU builders of [`Self::emit_segment`]), without a
+    /// `Head` and the FPDU builders of `emit_segment`), without a
     /// send-queue entry, a message in progress or a completion: it is
     /// complete once built (iWARP completes a Send when its last byte is
     /// handed to the transport, and an unsignalled success produces no

@@ -45,7 +45,7 @@ pub struct Options {
     /// 6.15; other kernels keep theirs) of a receive-only end: set once the
     /// end has received stream bytes (DATA or a sink Write) while it has
     /// sent none, never at the switch; the kernel's again from its first
-    /// DATA, sink Write or one-sided Write on ([`RtoMin`]). An end that
+    /// DATA, sink Write or one-sided Write on (`RtoMin`). An end that
     /// sends first never has it. `None` leaves the kernel's (200 ms)
     /// throughout. Default: 5 ms.
     ///
