@@ -738,6 +738,35 @@ fn a_peer_that_stops_reading_cannot_block_the_victim() {
     let dropped = r.stat("tx_stall_drops");
     let rerouted = r.stat("tx_requeued_udp");
     assert!(dropped + rerouted >= 1, "{}", r.stderr);
+    each_echo_counted_once(&r);
+}
+
+/// Every echo the victim sent (each "got" line but "quit"'s) is counted
+/// exactly once: handed to a connection (`tx_tcp_dgrams`), dropped by a
+/// stall bound, or sent by kernel UDP. A drop used to count as handed to
+/// its connection as well (issue 13).
+fn each_echo_counted_once(r: &Run) {
+    let echoes = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("got ") && !l.ends_with(": quit"))
+        .count() as u64;
+    let ways = [
+        "tx_tcp_dgrams",
+        "tx_stall_drops",
+        "tx_stall_budget_drops",
+        "tx_kernel_fallback",
+        "tx_kernel_policy",
+        "tx_gso_alone",
+        "tx_gso_dgrams",
+    ];
+    let counted: Vec<(&str, u64)> = ways.iter().map(|&w| (w, r.stat(w))).collect();
+    let sum: u64 = counted.iter().map(|c| c.1).sum();
+    assert_eq!(
+        sum, echoes,
+        "{echoes} echoes counted as {counted:?}\n{}",
+        r.stderr
+    );
 }
 
 /// Peers that stop reading, one after another (issue 13): each of
@@ -800,6 +829,7 @@ fn peers_that_stop_reading_one_after_another_cannot_freeze_the_victim() {
         "the budget never ran out (requests sent, when: {sent:?})\n{}",
         r.stderr
     );
+    each_echo_counted_once(&r);
 }
 
 /// Shrinks the receive buffer of an attacker's connection (its window

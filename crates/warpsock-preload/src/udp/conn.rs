@@ -121,6 +121,18 @@ pub(super) fn max_dgram(a: &SocketAddr) -> usize {
     }
 }
 
+/// What became of a datagram a connection accepted from a send call (the
+/// call succeeds either way, as kernel UDP's does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Sent {
+    /// Written or buffered: on its way over TCP (`tx_tcp_dgrams`).
+    Taken,
+    /// Dropped because the connection is full and its peer stalled, or the
+    /// socket's stall budget is spent (`core::stall`); counted only as
+    /// that drop (`tx_stall_drops`, `tx_stall_budget_drops`).
+    Dropped,
+}
+
 /// Why a send on a connection did not complete.
 pub(super) enum SendErr {
     /// The connection is gone: route again.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use libc::{c_int, msghdr};
 
 use super::config;
-use super::conn::{max_dgram, Conn, SendErr};
+use super::conn::{max_dgram, Conn, SendErr, Sent};
 use super::core::frame::Stripe;
 use super::core::routes::{Group, Lookup};
 use super::sock::{norm, ConnEvents, Inner, Sock};
@@ -136,14 +136,18 @@ impl Sock {
                     &self.stalls,
                 )
             } {
-                Ok(()) => {
+                Ok(sent) => {
                     if self.tx_full.load(Ordering::Relaxed) {
                         self.tx_full.store(false, Ordering::Relaxed);
                         *lock(&self.tx_blocked) = None;
                     }
-                    stats::inc(&STATS.tx_tcp_dgrams);
-                    stats::add(&STATS.tx_tcp_bytes, len as u64);
-                    stats::stripe(c.stripe.load(Ordering::Relaxed), true, 1);
+                    // A drop succeeds as kernel UDP's does, but is counted
+                    // only as the drop (by `Conn::send`), not as sent.
+                    if sent == Sent::Taken {
+                        stats::inc(&STATS.tx_tcp_dgrams);
+                        stats::add(&STATS.tx_tcp_bytes, len as u64);
+                        stats::stripe(c.stripe.load(Ordering::Relaxed), true, 1);
+                    }
                     return len as isize;
                 }
                 Err(SendErr::Retry) => {

@@ -29,9 +29,10 @@ counters! {
     listeners,
     /// Listeners that could not be opened (port taken by a TCP program).
     listen_failed,
-    /// Datagrams handed to an offload connection.
+    /// Datagrams handed to an offload connection (written or buffered; not
+    /// the stall drops, counted only as those).
     tx_tcp_dgrams,
-    /// Payload bytes handed to an offload connection.
+    /// Payload bytes handed to an offload connection (likewise).
     tx_tcp_bytes,
     /// Datagrams written to TCP by the sending call itself (connection idle).
     tx_direct,

@@ -20,6 +20,9 @@ impl Conn {
     /// `WARPSOCK_TX_DELAY_US` after its first datagram (the bound on the
     /// delay batching adds), or by the next send after that time.
     ///
+    /// `Ok(Sent::Dropped)`: a full connection's datagram dropped as
+    /// `core::stall` decides (counted here, as that drop only).
+    ///
     /// # Safety
     /// `iov` must point to `n` iovecs describing readable memory.
     #[allow(clippy::too_many_arguments)]
@@ -33,7 +36,7 @@ impl Conn {
         sndtimeo: Option<Duration>,
         interactive: bool,
         stalls: &Mutex<StallBudget>,
-    ) -> Result<(), SendErr> {
+    ) -> Result<Sent, SendErr> {
         let cfg = config::get();
         let now = Instant::now();
         let deadline = sndtimeo.map(|t| now + t);
@@ -59,7 +62,8 @@ impl Conn {
             }
             if phase == Phase::Established && st.tx.is_idle() && !streaming {
                 // SAFETY: per the contract.
-                return unsafe { self.send_now(&mut st, eng, iov, n, len, &parts) };
+                return unsafe { self.send_now(&mut st, eng, iov, n, len, &parts) }
+                    .map(|()| Sent::Taken);
             }
             let pending = st.tx.queued();
             if pending > 0 && pending + HDR_LEN + len > cfg.sndbuf {
@@ -89,11 +93,11 @@ impl Conn {
                         Full::Wait => {}
                         Full::Stalled => {
                             stats::inc(&STATS.tx_stall_drops);
-                            return Ok(());
+                            return Ok(Sent::Dropped);
                         }
                         Full::Spent => {
                             stats::inc(&STATS.tx_stall_budget_drops);
-                            return Ok(());
+                            return Ok(Sent::Dropped);
                         }
                     }
                 }
@@ -146,7 +150,7 @@ impl Conn {
             if let Some(t) = arm {
                 eng.wake_by(t);
             }
-            return Ok(());
+            return Ok(Sent::Taken);
         }
     }
 
