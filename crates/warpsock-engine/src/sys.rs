@@ -348,7 +348,8 @@ pub(crate) fn tcp_mss(fd: RawFd) -> io::Result<usize> {
 }
 
 /// `SO_LINGER {on, 0}`: closing the socket sends RST (abortive close).
-pub(crate) fn set_linger_zero(fd: RawFd) -> io::Result<()> {
+/// Exported for the socket layers above the engine (one place for it).
+pub fn set_linger_zero(fd: RawFd) -> io::Result<()> {
     setsockopt(
         fd,
         libc::SOL_SOCKET,

@@ -154,20 +154,7 @@ pub(crate) fn accept_n(l: &dyn Accept, token: u64, n: usize) -> Result<Vec<TcpSt
 
 /// Closes with a reset when `s` is dropped.
 pub(crate) fn linger0(s: &TcpStream) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: valid socket and option of the size passed.
-    unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
+    let _ = warpsock_engine::set_linger_zero(s.as_raw_fd());
 }
 
 /// One message as host sockets move it: the whole message in `own` (small

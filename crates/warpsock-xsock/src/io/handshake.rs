@@ -311,30 +311,6 @@ fn borrowed_stream(fd: RawFd) -> ManuallyDrop<TcpStream> {
 /// fails after committing must not leave a stream either side could
 /// misread.
 fn reset(s: &TcpStream) {
-    let _ = set_linger_zero(s);
+    let _ = warpsock_engine::set_linger_zero(s.as_raw_fd());
     let _ = s.shutdown(std::net::Shutdown::Both);
-}
-
-/// `SO_LINGER` 0: closing resets the connection.
-pub(crate) fn set_linger_zero(s: &TcpStream) -> io::Result<()> {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    #[allow(unsafe_code)]
-    // SAFETY: setsockopt reads one `linger` from the stack.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
