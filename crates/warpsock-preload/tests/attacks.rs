@@ -19,6 +19,9 @@ use common::*;
 mod peers;
 use peers::*;
 
+#[path = "attacks/trickle.rs"]
+mod trickle;
+
 /// How many times (one a second) a legitimate peer sends a datagram before
 /// it counts as not served: the plain peer of [`Victim::serves_legit_peers`]
 /// and `echo_client` alike. Four times the library's bound on a blocking send
