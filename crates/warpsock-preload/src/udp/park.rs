@@ -18,8 +18,9 @@
 //! program's descriptor would lag; every way the program can wait for it
 //! gives parked connections back first, so that it stays exact:
 //! - a blocking receive claims them and polls them itself;
-//! - a non-blocking receive polls them once and leaves them parked when it
-//!   returns `EAGAIN`: the program either receives again (a busy-poll
+//! - a non-blocking receive looks at them once without claiming them
+//!   (`Conn::glance`: nothing to give back when it returns) and leaves
+//!   them parked when it returns `EAGAIN`: the program either receives again (a busy-poll
 //!   loop, or the drain to `EAGAIN` after a wake-up) and takes them over
 //!   for free, or waits, and every wait below gives them back or watches
 //!   them (giving them back at each `EAGAIN` cost an `epoll_ctl` and a

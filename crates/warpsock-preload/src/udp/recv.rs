@@ -764,6 +764,9 @@ struct Driven {
     /// leave the connections parked
     /// (`super::park`) rather than watched by the progress thread again.
     park: bool,
+    /// A non-blocking call's look at the parked connections
+    /// ([`Conn::glance`]): nothing claimed, nothing to give back.
+    glance: bool,
 }
 
 /// A socket fed by more connections than this is left to the progress
@@ -775,14 +778,15 @@ const MAX_DRIVEN: usize = 16;
 const DRIVEN_INLINE: usize = 4;
 
 impl Driven {
-    /// Claims the socket's armed connections (`parked_only`: its parked
-    /// ones).
-    fn claim(sock: Arc<Sock>, parked_only: bool) -> Self {
+    /// Claims the socket's armed connections (`glance`: looks at its
+    /// parked ones, [`Conn::glance`]).
+    fn claim(sock: Arc<Sock>, glance: bool) -> Self {
         let mut d = Self {
             sock,
             eng: None,
             conns: SmallVec::new(),
             park: false,
+            glance,
         };
         if !config::get().caller_recv {
             return d;
@@ -795,7 +799,8 @@ impl Driven {
             let g = lock(&d.sock.inner);
             if g.owned.len() <= MAX_DRIVEN {
                 for c in g.owned.values() {
-                    if let Some(fd) = c.claim(eng, parked_only) {
+                    let fd = if glance { c.glance() } else { c.claim(eng) };
+                    if let Some(fd) = fd {
                         d.conns.push((c.clone(), fd));
                     }
                 }
@@ -821,7 +826,9 @@ impl Driven {
             if c.still_reading(*fd) {
                 return true;
             }
-            c.unclaim(eng, *fd, false);
+            if !self.glance {
+                c.unclaim(eng, *fd, false);
+            }
             false
         });
     }
@@ -829,7 +836,7 @@ impl Driven {
 
 impl Drop for Driven {
     fn drop(&mut self) {
-        if let Some(eng) = self.eng {
+        if let (Some(eng), false) = (self.eng, self.glance) {
             for (c, fd) in self.conns.drain(..) {
                 c.unclaim(eng, fd, self.park);
             }

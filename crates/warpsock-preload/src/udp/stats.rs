@@ -280,6 +280,12 @@ mod counting {
     static COUNTING: Counting = Counting;
 }
 
+/// Connections claimed by receive calls and polls (`Conn::claim`), counted
+/// in builds with the test hooks only (`conn_claims` in the report): a
+/// non-blocking receive claims none (`Conn::glance`).
+#[cfg(feature = "test-hooks")]
+pub(crate) static CLAIMS: AtomicU64 = AtomicU64::new(0);
+
 /// The report printed at exit.
 pub(crate) fn report() -> String {
     let mut s = format!("warpsock udp-offload stats (pid {}):\n", std::process::id());
@@ -297,6 +303,8 @@ pub(crate) fn report() -> String {
         s.push_str(&format!("  {:<20} {v}\n", "heap_allocs"));
         let v = crate::shim::hooks::audit::managed_looks();
         s.push_str(&format!("  {:<20} {v}\n", "managed_looks"));
+        let v = CLAIMS.load(Ordering::Relaxed);
+        s.push_str(&format!("  {:<20} {v}\n", "conn_claims"));
     }
     // Per stripe: only stripes that carried something.
     for (dir, a) in [("tx", &STRIPES.tx), ("rx", &STRIPES.rx)] {

@@ -87,3 +87,52 @@ fn a_watch_that_asks_nothing_is_edge_triggered() {
         assert_eq!(m & out != 0, i.write, "state {bits:05b}");
     }
 }
+
+/// A non-blocking receive's look at a parked connection
+/// ([`Conn::glance`]) leaves nothing to undo: it counts no caller (a claim
+/// would keep the progress thread off the connection until given back),
+/// so a wait that gives parked connections back gives it back whole; it
+/// marks the connection used, so that the park timer keeps it parked for
+/// another grace period; and it sees only parked connections (the others
+/// are the progress thread's or a blocking call's).
+#[test]
+fn a_glance_at_a_parked_connection_claims_nothing() {
+    let eng = reactor::get().expect("the progress thread");
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let _peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (c, from) = l.accept().unwrap();
+    let fd = c.into_raw_fd();
+    let conn = Arc::new(Conn::accepted(eng.new_id(), fd, from, [7; NONCE_LEN]));
+    assert!(eng.register(fd, conn.id, 0, Arc::new(Nobody)));
+    assert_eq!(conn.glance(), None, "a connection that is not parked");
+    // A blocking call's claim, then its end with a datagram: parked.
+    assert_eq!(conn.claim(eng), Some(fd));
+    assert!(conn.unclaim(eng, fd, true));
+    assert!(lock(&conn.ev).parked.is_some());
+    // Paused (a full queue) while parked: its input is not the call's.
+    lock(&conn.ev).read = false;
+    assert_eq!(conn.glance(), None, "a connection that does not read");
+    lock(&conn.ev).read = true;
+    lock(&conn.ev).used = false;
+    assert_eq!(conn.glance(), Some(fd));
+    {
+        let i = lock(&conn.ev);
+        assert_eq!(i.callers, 0, "a glance counted a caller");
+        assert!(i.used, "a glance left the connection unmarked");
+        assert!(i.parked.is_some());
+    }
+    // The timer after the grace period: used since, so parked again.
+    let later = std::time::Instant::now() + crate::udp::park::grace() * 2;
+    assert!(!conn.unpark(eng, Some(later)));
+    assert!(lock(&conn.ev).parked.is_some());
+    // A wait that gives parked connections back: the progress thread
+    // watches its input again at once, as if never looked at.
+    assert!(conn.released(eng));
+    {
+        let i = lock(&conn.ev);
+        assert!(i.parked.is_none());
+        assert_eq!(i.mask() & libc::EPOLLIN as u32, libc::EPOLLIN as u32);
+    }
+    let _ = conn.die(&mut lock(&conn.st));
+    eng.deregister(conn.id, None);
+}
