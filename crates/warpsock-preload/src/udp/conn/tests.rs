@@ -16,6 +16,20 @@ impl Handler for Nobody {
     fn on_ready(&self, _: &'static Reactor, _: u32) {}
 }
 
+/// An accepted connection on loopback (its descriptor, and the peer's end
+/// to keep open), registered with the progress thread with no interest, as
+/// while a receive call claims it.
+fn accepted() -> (&'static Reactor, Arc<Conn>, libc::c_int, TcpStream) {
+    let eng = reactor::get().expect("the progress thread");
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (c, from) = l.accept().unwrap();
+    let fd = c.into_raw_fd();
+    let conn = Arc::new(Conn::accepted(eng.new_id(), fd, from, [7; NONCE_LEN]));
+    assert!(eng.register(fd, conn.id, 0, Arc::new(Nobody)));
+    (eng, conn, fd, peer)
+}
+
 /// A connection closed while something else holds its socket's file (a
 /// blocking receive call polling the descriptor does; here a duplicate)
 /// leaves the progress thread's epoll set. `close` alone left it there:
@@ -25,14 +39,7 @@ impl Handler for Nobody {
 /// connections whose evictions closed the ones its receive was polling).
 #[test]
 fn a_closed_connection_leaves_the_epoll_set_while_its_file_lives_on() {
-    let eng = reactor::get().expect("the progress thread");
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let _peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (c, from) = l.accept().unwrap();
-    let fd = c.into_raw_fd();
-    let conn = Arc::new(Conn::accepted(eng.new_id(), fd, from, [7; NONCE_LEN]));
-    // Watched with no interest, as while a receive call claims it.
-    assert!(eng.register(fd, conn.id, 0, Arc::new(Nobody)));
+    let (eng, conn, fd, _peer) = accepted();
     assert!(eng.watches(fd, conn.id));
     // The receive call's poll: another reference to the file.
     // SAFETY: duplicating a descriptor this test owns.
@@ -97,13 +104,7 @@ fn a_watch_that_asks_nothing_is_edge_triggered() {
 /// are the progress thread's or a blocking call's).
 #[test]
 fn a_glance_at_a_parked_connection_claims_nothing() {
-    let eng = reactor::get().expect("the progress thread");
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let _peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (c, from) = l.accept().unwrap();
-    let fd = c.into_raw_fd();
-    let conn = Arc::new(Conn::accepted(eng.new_id(), fd, from, [7; NONCE_LEN]));
-    assert!(eng.register(fd, conn.id, 0, Arc::new(Nobody)));
+    let (eng, conn, fd, _peer) = accepted();
     assert_eq!(conn.glance(), None, "a connection that is not parked");
     // A blocking call's claim, then its end with a datagram: parked.
     assert_eq!(conn.claim(eng), Some(fd));
