@@ -106,14 +106,25 @@ impl Qp {
             if !st.allowed().tx {
                 return None;
             }
-            let State { reg, qps, cqs, .. } = st;
+            let State {
+                reg,
+                qps,
+                cqs,
+                watching,
+                ..
+            } = st;
             let q = qps.get_mut(self.qi)?.as_mut()?;
-            if !q.tx_inline(reg, cqs, parts) {
-                return None;
-            }
-            if q.tx_backlog() > 0 || q.dead {
-                // What the socket did not take, or its error: a transmit
-                // pass queues, watches and reports it as after a post.
+            let full = q.tx_inline(reg, cqs, parts)?;
+            if full && !q.dead {
+                // The socket took the FPDU in part or not at all: the rest
+                // waits for writability (watched, with a progress thread)
+                // or the next pass. A transmit pass now would write into
+                // the socket that just refused it (one more `sendmsg`,
+                // `EAGAIN`, per blocked send).
+                q.update_interest(self.qi as u64, watching.then_some(&inner.epoll));
+            } else if q.tx_backlog() > 0 || q.dead {
+                // What an interrupted write left, or its error: a transmit
+                // pass writes, watches and reports it as after a post.
                 inner.kick(st, self.qi);
             }
             Some(st.news(self.qi))

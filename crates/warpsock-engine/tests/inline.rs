@@ -115,7 +115,9 @@ fn inline_sends_arrive_in_order_between_posted_ones() {
 /// The socket's buffers fill (the server reads nothing yet): the inline
 /// Send the kernel did not take whole is queued (backlog), the next inline
 /// Send is refused while it is, and a Send posted then goes out behind it;
-/// the server then gets every message whole and in order.
+/// the server then gets every message whole and in order. Each inline send
+/// makes one write, the blocked one too (no second `sendmsg` at once into
+/// the socket that just refused it: review item 3 of session 14).
 #[test]
 fn a_blocked_inline_send_is_queued_and_later_sends_wait_behind_it() {
     const SLOTS: usize = 16 << 10;
@@ -133,9 +135,14 @@ fn a_blocked_inline_send_is_queued_and_later_sends_wait_behind_it() {
     let mut n = 0u32;
     let mut blocked = false;
     while (n as usize) < SLOTS - 1 {
+        let writes = qp.io_stats().writes;
         let news = qp
             .send_inline_news(&[&payload(n, len)])
             .unwrap_or_else(|| panic!("message {n} refused with nothing queued"));
+        // One `sendmsg` per inline send, the one that blocked too: a socket
+        // that just refused bytes is not asked again in the same call (the
+        // rest waits for writability or the next pass).
+        assert_eq!(qp.io_stats().writes - writes, 1, "message {n}: {news:?}");
         n += 1;
         if news.backlog > 0 {
             blocked = true;

@@ -191,20 +191,23 @@ impl QpSlot {
     /// nothing, otherwise. Written as [`Self::tx_direct`] writes: what the
     /// socket does not take (a partial or blocked write) is queued for the
     /// next transmit pass; no completion is made (the Send is unsignalled
-    /// and complete once handed over).
+    /// and complete once handed over). Returns `None` if refused, else
+    /// whether the socket was full: it took the FPDU in part or not at all
+    /// (the caller then watches it instead of writing into it again at
+    /// once).
     pub(crate) fn tx_inline(
         &mut self,
         reg: &Registry<Mem>,
         cqs: &mut [Option<CqSlot>],
         parts: &[&[u8]],
-    ) -> bool {
+    ) -> Option<bool> {
         if self.dead || !self.txq.is_empty() {
-            return false;
+            return None;
         }
         let mut seg = self.pool.pop().unwrap_or_default();
         if !self.conn.send_inline(parts, &mut seg) {
             self.pool.push(seg);
-            return false;
+            return None;
         }
         // Every byte of the segment is inline: sealing reads no region.
         seg.seal(reg);
@@ -212,8 +215,12 @@ impl QpSlot {
         self.count_waiting(&seg);
         self.queued += seg.len() as u64;
         let sent = sys::send_vectored(self.sock.as_raw_fd(), &[IoSlice::new(seg.inline_bytes())]);
+        let full = match &sent {
+            Ok(k) => *k < seg.len(),
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        };
         self.written_direct(seg, sent, cqs);
-        true
+        Some(full)
     }
 
     /// After the one system call that wrote `seg`, the only output
