@@ -453,6 +453,16 @@ impl Stream {
         }
     }
 
+    /// Whether [`Self::poll_msg`] may have a message: something queued, or
+    /// slots not yet returned (a credit return can only be due for those:
+    /// `trigger` counts a part of `unreturned`). When false, `poll_msg`
+    /// gives `None` — after a DATA message, which returns every slot, the
+    /// usual case of a send call's end, so it is not asked.
+    #[inline]
+    pub fn owes_msg(&self) -> bool {
+        !self.out.is_empty() || self.unreturned > 0
+    }
+
     /// The next message other than stream bytes to send now (sink offers
     /// and completions, mappings, end of stream, credit returns), or
     /// `None`. Call it until `None` after every input and before

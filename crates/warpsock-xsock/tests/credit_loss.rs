@@ -108,7 +108,11 @@ fn reader_messages_with_hold(slots: u16, chunk: usize, delay: u64, hold: u64) ->
                 r.s.consume(n);
                 r.repost();
             }
-            while let Some(m) = r.s.poll_msg() {
+            loop {
+                // What `XSocket::flush` asks before `poll_msg`.
+                let owes = r.s.owes_msg();
+                let Some(m) = r.s.poll_msg() else { break };
+                assert!(owes, "a credit return due with none owed");
                 if r_sent < hold {
                     to_w.push_back((now + delay, encode(m, 0)));
                 }

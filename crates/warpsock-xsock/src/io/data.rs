@@ -67,8 +67,15 @@ impl XSocket {
         nonblocking: bool,
         timeout: Option<Duration>,
     ) -> (io::Result<usize>, Option<MutexGuard<'_, State>>) {
-        let parts = non_empty(bufs);
-        let g = Gather::new(&parts);
+        // The caller's own list when none is empty (one buffer: `send`,
+        // `write`): no copy of it.
+        let parts;
+        let g = if bufs.iter().all(|b| !b.is_empty()) {
+            Gather::new(bufs)
+        } else {
+            parts = non_empty(bufs);
+            Gather::new(&parts)
+        };
         let total = g.len();
         if total == 0 {
             return (Ok(0), None);
@@ -306,7 +313,15 @@ impl XSocket {
     /// write was four, one per 256 KiB message, each ending in a short TCP
     /// segment of its own (20 segments per MiB against host TCP's 17).
     /// Never left set while the lock is let go: other threads post then.
+    #[inline]
     pub(crate) fn post_deferred(&self, st: &mut State) {
+        // A call of one small message collected nothing.
+        if st.deferred.is_some() {
+            self.post_collected(st);
+        }
+    }
+
+    fn post_collected(&self, st: &mut State) {
         let Some(mut wrs) = st.deferred.take() else {
             return;
         };

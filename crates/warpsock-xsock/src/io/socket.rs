@@ -500,7 +500,15 @@ impl XSocket {
 
     /// Sends the control messages the books ask for (credits, sink offers
     /// and completions, mappings, EOF), as transmit slots allow.
+    #[inline]
     pub(crate) fn flush(&self, st: &mut State) {
+        // Nothing owed: most calls (a send call's end after its DATA).
+        if st.s.owes_msg() {
+            self.flush_owed(st);
+        }
+    }
+
+    fn flush_owed(&self, st: &mut State) {
         while !st.tx_free.is_empty() {
             let Some(m) = st.s.poll_msg() else { return };
             let slot = st.tx_free.pop().expect("checked");

@@ -177,7 +177,12 @@ impl Side {
     }
 
     fn flush_control(&mut self, out: &mut Vec<Op>) {
-        while let Some(m) = self.s.poll_msg() {
+        loop {
+            // The socket asks `owes_msg` first (`XSocket::flush`): it must
+            // never say no while a message is due.
+            let owes = self.s.owes_msg();
+            let Some(m) = self.s.poll_msg() else { break };
+            assert!(owes, "poll_msg gave {m:?} after owes_msg said none");
             self.send_msg(m, &[], out);
         }
     }
