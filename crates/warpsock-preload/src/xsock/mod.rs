@@ -29,6 +29,7 @@
 
 pub mod api;
 pub(crate) mod config;
+mod follow;
 mod residue;
 pub(crate) mod sock;
 

@@ -29,6 +29,7 @@ use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 use smallvec::SmallVec;
 use warpsock_xsock::io::{Readiness, RecvFlags, XSocket};
 
+use super::follow::Follow;
 use super::{config, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_MODE};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
@@ -36,16 +37,6 @@ use crate::shim::reactor::{self, Handler, Reactor};
 use crate::shim::socket::{Socket, Wait};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
-
-struct Inner {
-    bells: usize,
-    /// [`Readiness::arrivals`] when the doorbell last followed the socket.
-    seen: u64,
-    write_gated: bool,
-    hung_up: bool,
-    /// The `connect` call that adopted the socket is still to return.
-    connect_pending: bool,
-}
 
 /// A per-call timeout (`SO_RCVTIMEO`, `SO_SNDTIMEO`): the program's value,
 /// from before the switch on (the engine sets `SO_RCVTIMEO` on the TCP
@@ -101,7 +92,8 @@ pub(crate) struct DdpSock {
     polls: AtomicUsize,
     rcvtimeo: Timeout,
     sndtimeo: Timeout,
-    inner: Mutex<Inner>,
+    /// The doorbell's books ([`Follow`]).
+    inner: Follow,
 }
 
 /// Every live DDP socket by the address of its object (the extended calls
@@ -259,7 +251,7 @@ impl DdpSock {
             let s = Arc::new(Self {
                 id: eng.new_id(),
                 dead: dead_end(),
-                inner: new_inner(),
+                inner: Follow::new(),
                 rcvtimeo: Timeout::new(timeouts.0),
                 sndtimeo: Timeout::new(timeouts.1),
                 x,
@@ -302,48 +294,21 @@ impl DdpSock {
                 s.keep_watched();
             }
             fdtable::swap_in(fd, app_end, s.clone())?;
-            lock(&s.inner).connect_pending = connect_pending;
+            s.inner.lock().connect_pending = connect_pending;
             // Bytes that arrived with the switch (the pre-switch residue).
             s.reflect(s.x.readiness());
             Ok(s)
         }
     }
 
-    /// Makes the doorbell pair follow readiness `r`: a bell if the socket
-    /// is readable and something arrived since the last look (an
-    /// edge-triggered waiter needs a new edge) or no bell is out — but only
-    /// if a bell can wake anyone ([`Self::bell_heard`]); the bells drained
-    /// if nothing is readable; writability released once a send could move
-    /// bytes again; a hang-up once finished both ways.
+    /// Makes the doorbell pair follow readiness `r` ([`Follow::reflect`]:
+    /// a bell if readable and something arrived or no bell is out, but only
+    /// if a bell can wake anyone, [`Self::bell_heard`]; drained bells if
+    /// nothing is readable; writability released; a hang-up).
+    #[inline]
     fn reflect(&self, r: Readiness) {
-        let mut g = lock(&self.inner);
-        // Readiness is taken under the socket's lock but applied here under
-        // another, so two threads' looks can land out of order: a program
-        // thread's look from before the progress thread processed a
-        // message (nothing readable) applied after the progress thread's
-        // ring drained that ring, and the program waited forever for a
-        // message already received (redis-benchmark -k 0 in policy mode:
-        // both ends idle, every queue empty). Arrivals only grow: a look
-        // older than the last one applied is stale and skipped.
-        if r.arrivals < g.seen {
-            return;
-        }
-        let arrived = r.arrivals != g.seen;
-        g.seen = r.arrivals;
-        if r.readable {
-            if (arrived || g.bells == 0) && self.bell_heard() && self.bell.ring(&mut g.bells) {
-                BELLS.fetch_add(1, Ordering::Relaxed);
-            }
-        } else if g.bells > 0 {
-            self.bell.drain(&mut g.bells);
-        }
-        if g.write_gated && r.writable {
-            self.bell.set_writable(true);
-            g.write_gated = false;
-        }
-        if r.hup && !g.hung_up {
-            self.bell.hang_up();
-            g.hung_up = true;
+        if self.inner.reflect(r, &self.bell, || self.bell_heard()) {
+            BELLS.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -425,7 +390,7 @@ impl DdpSock {
                         // until credits return (checked again at once, in
                         // case they just did).
                         {
-                            let mut g = lock(&self.inner);
+                            let mut g = self.inner.lock();
                             if !g.write_gated {
                                 self.bell.set_writable(false);
                                 g.write_gated = true;
@@ -450,17 +415,6 @@ impl DdpSock {
         set_errno(e.raw_os_error().unwrap_or(libc::EIO));
         -1
     }
-}
-
-/// Initial `Inner`.
-fn new_inner() -> Mutex<Inner> {
-    Mutex::new(Inner {
-        bells: 0,
-        seen: 0,
-        write_gated: false,
-        hung_up: false,
-        connect_pending: false,
-    })
 }
 
 fn timeval_arg(val: *const c_void, len: socklen_t) -> Option<Option<Duration>> {
@@ -595,7 +549,7 @@ impl Socket for DdpSock {
     }
 
     fn connect(&self, _addr: *const sockaddr, _len: socklen_t) -> c_int {
-        let mut g = lock(&self.inner);
+        let mut g = self.inner.lock();
         if std::mem::take(&mut g.connect_pending) {
             return 0;
         }

@@ -1,0 +1,333 @@
+//! How a DDP socket's doorbell follows the socket's readiness
+//! ([`Follow::reflect`]), with the books it keeps for that under its own
+//! lock ([`Inner`]) and a lock-free answer for the commonest look — one
+//! that changes nothing ([`Follow::quiet`]).
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use warpsock_xsock::io::Readiness;
+
+use crate::shim::doorbell::Doorbell;
+use crate::shim::sys::lock;
+
+/// What the doorbell pair does for [`Follow::reflect`] ([`Doorbell`]; a
+/// recording fake in the tests).
+pub(crate) trait Bell {
+    /// Writes one bell unless the count is at its bound; counts it.
+    fn ring(&self, count: &mut usize) -> bool;
+    /// Reads every outstanding bell; the count becomes 0.
+    fn drain(&self, count: &mut usize);
+    /// Makes the program's end report writability (`on`) or not.
+    fn set_writable(&self, on: bool);
+    /// Hangs the pair up (`POLLHUP`).
+    fn hang_up(&self);
+}
+
+impl Bell for Doorbell {
+    fn ring(&self, count: &mut usize) -> bool {
+        Self::ring(self, count)
+    }
+
+    fn drain(&self, count: &mut usize) {
+        Self::drain(self, count);
+    }
+
+    fn set_writable(&self, on: bool) {
+        Self::set_writable(self, on);
+    }
+
+    fn hang_up(&self) {
+        Self::hang_up(self);
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) bells: usize,
+    /// [`Readiness::arrivals`] when the doorbell last followed the socket.
+    pub(crate) seen: u64,
+    pub(crate) write_gated: bool,
+    pub(crate) hung_up: bool,
+    /// The `connect` call that adopted the socket is still to return.
+    pub(crate) connect_pending: bool,
+}
+
+/// [`Follow::quiet`] when a look could change something.
+const NOT_QUIET: u64 = u64::MAX;
+
+/// The doorbell's books ([`Inner`]) and, outside their lock, whether a look
+/// with no new arrivals that is neither readable nor hung up would change
+/// nothing.
+pub(crate) struct Follow {
+    inner: Mutex<Inner>,
+    /// `seen` while no bell is out and writes are not gated, else
+    /// [`NOT_QUIET`]: written as every holder of the lock lets it go
+    /// ([`Books`]), so it is the books as some holder left them.
+    quiet: AtomicU64,
+}
+
+/// The books, locked; [`Follow::quiet`] follows them when let go.
+pub(crate) struct Books<'a> {
+    g: MutexGuard<'a, Inner>,
+    quiet: &'a AtomicU64,
+}
+
+impl Deref for Books<'_> {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.g
+    }
+}
+
+impl DerefMut for Books<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.g
+    }
+}
+
+impl Drop for Books<'_> {
+    fn drop(&mut self) {
+        // Before the lock is let go (the guard field drops after this).
+        let q = if self.g.bells == 0 && !self.g.write_gated {
+            self.g.seen
+        } else {
+            NOT_QUIET
+        };
+        self.quiet.store(q, Ordering::Release);
+    }
+}
+
+impl Follow {
+    pub(crate) fn new() -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                bells: 0,
+                seen: 0,
+                write_gated: false,
+                hung_up: false,
+                connect_pending: false,
+            }),
+            quiet: AtomicU64::new(0),
+        }
+    }
+
+    /// The books, locked.
+    pub(crate) fn lock(&self) -> Books<'_> {
+        Books {
+            g: lock(&self.inner),
+            quiet: &self.quiet,
+        }
+    }
+
+    /// Makes `bell` follow readiness `r`: a bell if the socket is readable
+    /// and something arrived since the last look (an edge-triggered waiter
+    /// needs a new edge) or no bell is out — but only if `heard()` (a
+    /// bell can wake anyone); the bells drained if nothing is readable;
+    /// writability released once a send could move bytes again; a hang-up
+    /// once finished both ways. Returns whether it rang.
+    ///
+    /// Readiness is taken under the socket's lock but applied here under
+    /// another, so two threads' looks can land out of order: a program
+    /// thread's look from before the progress thread processed a message
+    /// (nothing readable) applied after the progress thread's ring drained
+    /// that ring, and the program waited forever for a message already
+    /// received (redis-benchmark -k 0 in policy mode: both ends idle,
+    /// every queue empty). Arrivals only grow: a look older than the last
+    /// one applied is stale and skipped.
+    ///
+    /// A look with no new arrivals, not readable and not hung up, while no
+    /// bell is out and writes are not gated, changes nothing: it returns
+    /// without the lock (a send call's look, every time in a ping-pong).
+    /// Skipping it is applying it at the moment `quiet` was read; it never
+    /// rings, so it cannot lose a bell, and the lock's order of the looks
+    /// that do change something is kept.
+    #[inline]
+    pub(crate) fn reflect(
+        &self,
+        r: Readiness,
+        bell: &impl Bell,
+        heard: impl FnOnce() -> bool,
+    ) -> bool {
+        if !r.readable && !r.hup && self.quiet.load(Ordering::Acquire) == r.arrivals {
+            return false;
+        }
+        self.reflect_locked(r, bell, heard)
+    }
+
+    /// [`Self::reflect`] under the lock (apart, so that the lock-free
+    /// answer costs no more than its test where it is inlined).
+    #[inline(never)]
+    fn reflect_locked(&self, r: Readiness, bell: &impl Bell, heard: impl FnOnce() -> bool) -> bool {
+        let mut g = self.lock();
+        if r.arrivals < g.seen {
+            return false;
+        }
+        let arrived = r.arrivals != g.seen;
+        g.seen = r.arrivals;
+        let mut rang = false;
+        if r.readable {
+            if (arrived || g.bells == 0) && heard() && bell.ring(&mut g.bells) {
+                rang = true;
+            }
+        } else if g.bells > 0 {
+            bell.drain(&mut g.bells);
+        }
+        if g.write_gated && r.writable {
+            bell.set_writable(true);
+            g.write_gated = false;
+        }
+        if r.hup && !g.hung_up {
+            bell.hang_up();
+            g.hung_up = true;
+        }
+        rang
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    /// A doorbell that counts: `out` is the bells a waiter could see.
+    #[derive(Default)]
+    struct Fake {
+        out: AtomicUsize,
+        drains: AtomicUsize,
+    }
+
+    impl Bell for Fake {
+        fn ring(&self, count: &mut usize) -> bool {
+            *count += 1;
+            self.out.fetch_add(1, Ordering::SeqCst);
+            true
+        }
+
+        fn drain(&self, count: &mut usize) {
+            *count = 0;
+            self.out.store(0, Ordering::SeqCst);
+            self.drains.fetch_add(1, Ordering::SeqCst);
+        }
+
+        fn set_writable(&self, _: bool) {}
+
+        fn hang_up(&self) {}
+    }
+
+    fn look(readable: bool, arrivals: u64) -> Readiness {
+        Readiness {
+            readable,
+            writable: true,
+            arrivals,
+            ..Readiness::default()
+        }
+    }
+
+    #[test]
+    fn a_look_that_changes_nothing_skips_the_lock_and_others_do_not() {
+        let f = Follow::new();
+        let b = Fake::default();
+        // Nothing arrived, nothing readable: quiet.
+        assert!(!f.reflect(look(false, 0), &b, || true));
+        // An arrival rings; the same look again changes nothing (a bell is
+        // out: not quiet, so it takes the lock and finds nothing to do).
+        assert!(f.reflect(look(true, 1), &b, || true));
+        assert!(!f.reflect(look(true, 1), &b, || true));
+        assert_eq!(b.out.load(Ordering::SeqCst), 1);
+        // Read: drained, and quiet again at 1.
+        assert!(!f.reflect(look(false, 1), &b, || true));
+        assert_eq!(b.out.load(Ordering::SeqCst), 0);
+        assert_eq!(f.quiet.load(Ordering::SeqCst), 1);
+        // A stale look is skipped under the lock.
+        assert!(!f.reflect(look(true, 0), &b, || true));
+        assert_eq!(b.out.load(Ordering::SeqCst), 0);
+        // Writes gated: not quiet (the writable look must release them).
+        f.lock().write_gated = true;
+        assert_eq!(f.quiet.load(Ordering::SeqCst), NOT_QUIET);
+        f.reflect(look(false, 1), &b, || true);
+        assert!(!f.lock().write_gated);
+        assert_eq!(f.quiet.load(Ordering::SeqCst), 1);
+        // A new arrival already consumed (not readable) moves `seen` on.
+        f.reflect(look(false, 2), &b, || true);
+        assert_eq!(f.lock().seen, 2);
+        // Readable with nobody to hear a bell: none. The same look once a
+        // waiter came (a `poll` begins) must ring, though nothing arrived
+        // since: readable looks never take the lock-free answer.
+        assert!(!f.reflect(look(true, 3), &b, || false));
+        assert_eq!(f.quiet.load(Ordering::SeqCst), 3);
+        assert!(f.reflect(look(true, 3), &b, || true));
+        assert_eq!(b.out.load(Ordering::SeqCst), 1);
+    }
+
+    /// The race `reflect` is ordered for, with the lock-free look in it:
+    /// threads take looks of one socket (arrivals counted, readable or
+    /// not) under the socket's lock and apply them after it, in any order;
+    /// whenever the socket is left readable, a bell is out once every look
+    /// has landed — never a readable socket with no bell (the redis `-k 0`
+    /// hang), whatever order the looks landed in.
+    #[test]
+    fn looks_applied_out_of_order_never_lose_a_bell() {
+        #[derive(Default)]
+        struct Sock {
+            arrivals: u64,
+            unread: u32,
+        }
+        for round in 0..200u64 {
+            let sock = Arc::new(Mutex::new(Sock::default()));
+            let f = Arc::new(Follow::new());
+            let b = Arc::new(Fake::default());
+            let threads: Vec<_> = (0..3u64)
+                .map(|t| {
+                    let (sock, f, b) = (sock.clone(), f.clone(), b.clone());
+                    std::thread::spawn(move || {
+                        let mut x = round * 7 + t * 13 + 1;
+                        for _ in 0..300 {
+                            x = x
+                                .wrapping_mul(6364136223846793005)
+                                .wrapping_add(1442695040888963407);
+                            let r = {
+                                let mut s = lock(&sock);
+                                match (x >> 33) % 3 {
+                                    // A message arrives (the progress thread).
+                                    0 => {
+                                        s.arrivals += 1;
+                                        s.unread += 1;
+                                    }
+                                    // A receive reads everything.
+                                    1 => s.unread = 0,
+                                    // A send: a look of what is there.
+                                    _ => {}
+                                }
+                                look(s.unread > 0, s.arrivals)
+                            };
+                            if (x >> 40) % 4 == 0 {
+                                std::thread::yield_now();
+                            }
+                            f.reflect(r, &*b, || true);
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            let s = lock(&sock);
+            if s.unread > 0 {
+                assert!(
+                    b.out.load(Ordering::SeqCst) > 0,
+                    "round {round}: readable, no bell out"
+                );
+            }
+            // A last look of the settled socket leaves the bells exact.
+            f.reflect(look(s.unread > 0, s.arrivals), &*b, || true);
+            assert_eq!(
+                b.out.load(Ordering::SeqCst) > 0,
+                s.unread > 0,
+                "round {round}"
+            );
+        }
+    }
+}
