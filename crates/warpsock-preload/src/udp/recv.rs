@@ -8,6 +8,54 @@
 //! connections itself (no thread hand-off on the reply path), optionally
 //! busy-polling first, and leaves them parked when it returns a datagram
 //! (`super::park`: no `epoll_ctl` per round trip).
+//!
+//! ## Why a blocking receive polls before it reads (the wait model)
+//!
+//! A blocking round trip costs each side a `poll`, a read and a send where
+//! kernel UDP makes a blocking `recvfrom` and a send (sockperf: 6.02
+//! system calls per round trip against 4.01). The poll is there because
+//! three sources feed an offloaded socket and a thread blocked in a read
+//! of one connection sees only that one: the hidden kernel UDP socket
+//! (peers without the preload, a peer that fell back, and the proofs of
+//! new connections' ports: a new peer's set-up waits for the acceptor to
+//! read its proof there) and the doorbell (new connections, what the
+//! progress thread put on the ready list, `shutdown(SHUT_RD)` from
+//! another thread, held datagrams announced). Nothing but data, a signal,
+//! the read's own timeout or a shutdown of the connection ends a blocked
+//! TCP read. A direct blocking read is safe only with a bound on how long
+//! the other two sources can wait, and none of the shortcuts gives one:
+//! - *Only while the kernel socket can receive nothing new* (a connected
+//!   socket whose peer is proved and offloaded): sockperf's ends are both
+//!   unconnected (`sendto`/`recvfrom`, checked with `strace`), and even a
+//!   connected socket receives the proofs of its next connection there.
+//! - *A bounded direct read* (the next step, not built yet): make each
+//!   connection's descriptor blocking once it is set up (every other read
+//!   and write of it already passes `MSG_DONTWAIT`) with `SO_RCVTIMEO` at
+//!   a bound T (~1 ms) set once; a blocking call holding one established,
+//!   parked connection and nothing else reads it directly for up to T and
+//!   then polls as now. It must not block under the connection's locks:
+//!   the progress thread takes `order` for every event of the connection
+//!   (a flush on `EPOLLOUT`, its timers) and would stall every socket for
+//!   up to T, and senders take `st`; so it needs a reader token that the
+//!   other read paths respect, and a per-thread buffer appended under the
+//!   locks afterwards. And it must poll every K-th wait even while the
+//!   connection keeps delivering faster than T: `take` reads the kernel
+//!   socket only when a poll saw it readable, so direct reads alone would
+//!   starve it. Kernel datagrams and doorbell events then wait at most
+//!   about T (or K deliveries); 6.02 -> about 4 + 2/K calls per round trip.
+//! - *Waking the blocked reader*: a private real-time signal from the
+//!   progress thread (watching the kernel socket and the doorbell while a
+//!   reader is blocked) needs a handler installed in the program, meets
+//!   the program's signal masks and its own use of the signal, and costs a
+//!   thread wake-up per kernel datagram. `io_uring` (one `io_uring_enter`:
+//!   a read of the connection and standing polls of the other two) leaves
+//!   a read in flight when another source wins, which needs the same
+//!   reader token and a buffer owned by the connection, and falls back to
+//!   the poll where `io_uring` is refused (containers' seccomp).
+//!
+//! The busy-poll path makes no poll: a spin is one non-blocking read of
+//! the lone parked connection (`Conn::glance`, no claim), about 980 user
+//! instructions and one system call against kernel UDP's 64 and one.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -610,8 +658,11 @@ impl Sock {
         // `epoll_ctl` (those `handle` moved to the ready list stay there).
         d.park = true;
         drop(d);
-        let g = lock(&self.inner);
-        waiting || !g.rxq.is_empty() || !g.ready.is_empty()
+        // A held datagram answers already (the common wake-up): no lock.
+        waiting || {
+            let g = lock(&self.inner);
+            !g.rxq.is_empty() || !g.ready.is_empty()
+        }
     }
 }
 

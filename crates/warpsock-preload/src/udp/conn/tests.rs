@@ -109,7 +109,24 @@ fn a_glance_at_a_parked_connection_claims_nothing() {
     // A blocking call's claim, then its end with a datagram: parked.
     assert_eq!(conn.claim(eng), Some(fd));
     assert!(conn.unclaim(eng, fd, true));
-    assert!(lock(&conn.ev).parked.is_some());
+    let since = lock(&conn.ev).parked.expect("parked");
+    // Taken over while parked (a poll, a blocking receive) and left parked
+    // again: the count of callers goes back to none, the park's time and
+    // mask stay as they were.
+    let mask = lock(&conn.ev).mask();
+    for _ in 0..2 {
+        assert_eq!(conn.claim(eng), Some(fd));
+    }
+    assert_eq!(lock(&conn.ev).callers, 2);
+    for _ in 0..2 {
+        assert!(conn.unclaim(eng, fd, true));
+    }
+    {
+        let i = lock(&conn.ev);
+        assert_eq!(i.callers, 0, "a claim's end left a caller counted");
+        assert_eq!(i.parked, Some(since));
+        assert_eq!(i.mask(), mask);
+    }
     // Paused (a full queue) while parked: its input is not the call's.
     lock(&conn.ev).read = false;
     assert_eq!(conn.glance(), None, "a connection that does not read");
