@@ -101,7 +101,9 @@ fn a_watch_that_asks_nothing_is_edge_triggered() {
 /// so a wait that gives parked connections back gives it back whole; it
 /// marks the connection used, so that the park timer keeps it parked for
 /// another grace period; and it sees only parked connections (the others
-/// are the progress thread's or a blocking call's).
+/// are the progress thread's or a blocking call's). What the glancing
+/// call then does keeps it parked: the ready list if it read more than
+/// one datagram, and the drain off it.
 #[test]
 fn a_glance_at_a_parked_connection_claims_nothing() {
     let (eng, conn, fd, _peer) = accepted();
@@ -139,6 +141,20 @@ fn a_glance_at_a_parked_connection_claims_nothing() {
         assert!(i.used, "a glance left the connection unmarked");
         assert!(i.parked.is_some());
     }
+    // The glancing receive read more than one datagram: the connection
+    // joins the ready list and stays parked (unwatched, no `epoll_ctl`),
+    // and so when the receives drain it.
+    let mask = lock(&conn.ev).mask();
+    conn.set_ready(eng);
+    assert_eq!(
+        lock(&conn.ev).parked,
+        Some(since),
+        "the ready list unparked it"
+    );
+    assert_eq!(lock(&conn.ev).mask(), mask);
+    conn.drained(eng);
+    assert_eq!(lock(&conn.ev).parked, Some(since));
+    assert_eq!(lock(&conn.ev).mask(), mask);
     // The timer after the grace period: used since, so parked again.
     let later = std::time::Instant::now() + crate::udp::park::grace() * 2;
     assert!(!conn.unpark(eng, Some(later)));

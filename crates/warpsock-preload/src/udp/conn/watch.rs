@@ -166,13 +166,19 @@ impl Conn {
     /// The connection joins its socket's ready list: the progress thread
     /// stops reading it and is told of new arrivals only (edge-triggered),
     /// unless a receive call holds it (claimed: it parks when the call
-    /// returns, and nothing watches it until a wait gives it back).
+    /// returns, and nothing watches it until a wait gives it back) or it
+    /// is parked: then it stays parked, unwatched, until the receive calls
+    /// drain it or a wait gives it back (`super::super::park`). A
+    /// non-blocking receive that read more than one datagram of a parked
+    /// connection it glanced at (`Conn::glance`, no claim) put it here; had
+    /// this given it back, each such read cost two `epoll_ctl` (the ready
+    /// list's watch, then the drained one's; `tests/readiness.rs`
+    /// `bulk_receives_after_poll_keep_connections_parked`).
     pub(in crate::udp) fn set_ready(&self, eng: &Reactor) {
         let mut i = lock(&self.ev);
         let old = i.mask();
         i.read = false;
         i.edge = true;
-        park::clear(&mut i.parked);
         i.rewatch(eng, self.id, old);
     }
 
