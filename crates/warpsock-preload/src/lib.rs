@@ -50,8 +50,10 @@
 //!   them to the progress thread and back: a round trip costs each side a
 //!   poll, a read and a send, as with kernel UDP's two calls plus the
 //!   poll); `select`, `pselect` and the `epoll_wait` family give parked
-//!   connections back before they wait, and so does a non-blocking receive
-//!   that finds nothing (`udp::park`). With
+//!   connections back before they wait, while a non-blocking receive that
+//!   finds nothing leaves them parked (`udp::park`). Why a blocking
+//!   receive polls before it reads (one system call more than kernel UDP)
+//!   and what a direct read would need is in `udp::recv`. With
 //!   `WARPSOCK_BUSY_POLL_US=N` it first spins for up to N µs before it
 //!   sleeps (lowest latency, one CPU busy while a receive waits).
 //!   `WARPSOCK_CALLER_RECV=0` leaves reading to the progress thread, which
