@@ -49,7 +49,9 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::wire::{Body, Hello, IoMapAd, Msg, SinkAd, ACCESS_READ, ACCESS_WRITE};
 
 mod error;
+mod take;
 pub use error::{MapError, StreamError};
+pub use take::Taken;
 
 /// Stream bytes waiting in one of our receive slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -238,33 +240,14 @@ impl Stream {
     /// it at once (see [`Self::take_reposts`]).
     pub fn on_message(&mut self, slot: u32, bytes: &[u8]) -> Result<(), StreamError> {
         let msg = Msg::parse(bytes)?;
-        self.used += 1;
-        if self.used > u32::from(self.local.slots) {
-            return Err(StreamError::Overrun {
-                slots: self.local.slots,
-            });
-        }
-        let credits = self.credits + u32::from(msg.credits);
-        if credits > u32::from(self.peer.slots) {
-            return Err(StreamError::CreditOverflow {
-                credits,
-                slots: self.peer.slots,
-            });
-        }
-        self.credits = credits;
+        self.admit(&msg)?;
         match msg.body {
             Body::Data { eom } => {
-                if self.eof {
-                    return Err(StreamError::DataAfterEof);
-                }
                 let len = bytes.len() - crate::wire::HDR_LEN;
-                self.rx_mid_call = !eom;
-                if len == 0 {
+                if !self.data_arrived(len, eom)? {
                     self.free(slot);
                     return Ok(());
                 }
-                self.sinks_declined_by_stream(Some(self.rx_seq + len as u64));
-                self.rx_seq += len as u64;
                 self.readable_bytes += len;
                 self.segs.push_back(Seg {
                     slot,

@@ -489,7 +489,20 @@ impl XSocket {
                 }
                 continue;
             }
-            st = self.wait_as(st, deadline, true);
+            if flags.peek {
+                st = self.wait_as(st, deadline, true);
+                continue;
+            }
+            // A DATA message that lands in the wait and fits is copied
+            // straight into the buffer (`wait_take`).
+            let (guard, taken) = self.wait_take(st, deadline, &mut buf[got..]);
+            st = guard;
+            if let Some((n, eor)) = taken {
+                got += n;
+                if st.msg_mode || !flags.waitall || got == buf.len() {
+                    return (st, Ok((got, eor)));
+                }
+            }
         }
     }
 

@@ -7,7 +7,8 @@
 //! `rio` (the calls) build on `socket` (the books and the engine), which
 //! uses only the leaf modules `gather`, `slots` and `sys` — and `rio`'s
 //! per-socket state types. `setup` builds a socket (its engine context and
-//! queue pair); `watch` says when the socket needs a progress thread.
+//! queue pair); `wait` drives the engine for a waiting call; `watch` says
+//! when the socket needs a progress thread.
 
 mod data;
 mod gather;
@@ -19,6 +20,7 @@ mod setup;
 mod slots;
 mod socket;
 mod sys;
+mod wait;
 mod watch;
 
 pub use handshake::{switch_fd, switch_fd_as, Failure};

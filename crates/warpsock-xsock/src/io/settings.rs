@@ -126,6 +126,11 @@ pub struct Counters {
     /// Of those, bytes placed straight into the reader's buffer (by the
     /// engine, through a retargeted receive or a sink).
     pub rx_placed: AtomicU64,
+    /// DATA messages a waiting receive call took as they landed, copied
+    /// from the slot into its buffer at once (no unread bytes queued and
+    /// read back: see `XSocket::wait_take`). A blocking 8-byte ping-pong
+    /// takes every message this way.
+    pub rx_taken: AtomicU64,
     /// Stream bytes sent.
     pub tx_bytes: AtomicU64,
     /// DATA messages sent (each a Send into one of the peer's slots: a
@@ -155,6 +160,7 @@ impl Counters {
             rx_bytes: AtomicU64::new(0),
             rx_copied: AtomicU64::new(0),
             rx_placed: AtomicU64::new(0),
+            rx_taken: AtomicU64::new(0),
             tx_bytes: AtomicU64::new(0),
             tx_msgs: AtomicU64::new(0),
             tx_copied: AtomicU64::new(0),
@@ -179,6 +185,7 @@ pub fn counters() -> &'static Counters {
 pub(crate) enum Count {
     RxCopied,
     RxPlaced,
+    RxTaken,
     TxBytes,
     TxMsgs,
     TxCopied,
@@ -194,6 +201,7 @@ impl Count {
         match self {
             Self::RxCopied => &c.rx_copied,
             Self::RxPlaced => &c.rx_placed,
+            Self::RxTaken => &c.rx_taken,
             Self::TxBytes => &c.tx_bytes,
             Self::TxMsgs => &c.tx_msgs,
             Self::TxCopied => &c.tx_copied,

@@ -55,7 +55,7 @@ pub(crate) const CALL_BITS: u32 = 36;
 /// initialised at every look (a ping-pong's takes one or two; sixteen cost
 /// about 100 instructions a look, 5 % of a busy-polling receive), and more
 /// are taken by looking again.
-const WCS: usize = 4;
+pub(super) const WCS: usize = 4;
 
 pub(crate) struct State {
     pub(crate) s: Stream,
@@ -333,7 +333,7 @@ impl XSocket {
     /// Processes work completions polled by any thread. The connection
     /// events of the round are looked at by the caller after it (`settle`,
     /// or `reap`): once per round, not per batch of completions.
-    fn process(&self, st: &mut State, wcs: &[Wc]) {
+    pub(super) fn process(&self, st: &mut State, wcs: &[Wc]) {
         st.arrivals += wcs.len() as u64;
         for wc in wcs {
             if !wc.is_ok() {
@@ -674,7 +674,7 @@ impl XSocket {
     /// The end of a round, without reading the socket: connection events,
     /// asynchronous operations, control messages owed, and the progress
     /// thread's watch.
-    fn settle(&self, st: &mut State) {
+    pub(super) fn settle(&self, st: &mut State) {
         self.check_events(st);
         super::rio::pump(self, st);
         self.flush(st);
@@ -691,94 +691,6 @@ impl XSocket {
         if !ready {
             self.drive_now(st);
         }
-    }
-
-    /// Waits (until `deadline`) for something to happen: drives the engine
-    /// itself if no other thread does, else waits for that thread.
-    pub(crate) fn wait<'a>(
-        &'a self,
-        st: MutexGuard<'a, State>,
-        deadline: Option<Instant>,
-    ) -> MutexGuard<'a, State> {
-        self.wait_as(st, deadline, false)
-    }
-
-    /// [`Self::wait`] for a receive call (`reader`): input it processes is
-    /// the call's own, so other threads are not told of it — the call
-    /// consumes it and its caller reflects the readiness after (telling
-    /// them meant ringing and draining the program's doorbell, two system
-    /// calls, for every message a blocking reader received).
-    pub(crate) fn wait_as<'a>(
-        &'a self,
-        mut st: MutexGuard<'a, State>,
-        deadline: Option<Instant>,
-        reader: bool,
-    ) -> MutexGuard<'a, State> {
-        const SLICE: Duration = Duration::from_millis(50);
-        let slice = deadline.map_or(SLICE, |d| {
-            d.saturating_duration_since(Instant::now()).min(SLICE)
-        });
-        if st.driving {
-            st.waiters += 1;
-            let mut st = self
-                .cv
-                .wait_timeout(st, slice)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-            st.waiters -= 1;
-            return st;
-        }
-        st.driving = true;
-        self.parked.store(true, Ordering::Release);
-        self.count(Count::Waits, 1);
-        // The call reads the socket itself now (and the engine's wait
-        // watches for output space while it holds a backlog): the progress
-        // thread would only wake for what the call reads anyway — one more
-        // context switch per message. Re-armed, if still wanted, when the
-        // call takes over again (`settle` below; epoll checks readiness
-        // when the interest changes, so what came meanwhile is reported).
-        self.set_watching(Self::WATCH_OFF);
-        let posts = st.posts;
-        drop(st);
-        let mut wcs = [Wc::default(); WCS];
-        let (n, news) = self
-            .cq
-            .wait_news(&mut wcs, slice, &self.qp)
-            .unwrap_or((0, None));
-        let mut st = self.lock();
-        st.driving = false;
-        self.parked.store(false, Ordering::Release);
-        let seen = st.arrivals;
-        if n == 0 {
-            self.drive_now(&mut st);
-        } else {
-            // Another thread's post meanwhile may have left newer news
-            // than the wait's own.
-            let alone = st.posts == posts;
-            st.news = news.filter(|_| alone);
-            // The wait read the socket and took in what it held: the rest
-            // of what it queued is taken without another round, which
-            // would only read the socket empty (one more system call per
-            // message) — and without another look when the wait drained
-            // the queue (fewer than it could take) and nothing was posted
-            // since: the news it returned says what else there is.
-            self.process(&mut st, &wcs[..n]);
-            if !(alone && n < wcs.len() && st.news.is_some()) {
-                self.reap(&mut st);
-            }
-            self.settle(&mut st);
-        }
-        self.wake(&st);
-        if st.arrivals != seen {
-            // Other threads may wait in poll for what this one processed.
-            let r = Self::readiness_of(&st);
-            if !(reader && r.readable) {
-                if let Some(f) = self.on_progress.get() {
-                    f(r);
-                }
-            }
-        }
-        st
     }
 
     /// Sets what a thread blocked in a call does after it processed

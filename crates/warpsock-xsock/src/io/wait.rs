@@ -1,0 +1,169 @@
+//! Waiting for the engine: the one thread that drives a socket's engine
+//! at a time, the others waiting on the condition variable
+//! ([`XSocket::wait`]), and the receive call's direct take of a message
+//! that lands while it waits ([`XSocket::wait_take`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::{MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use warpsock_engine::{Wc, WcOpcode};
+
+use super::settings::Count;
+use super::socket::{State, XSocket, WCS};
+
+impl XSocket {
+    /// Waits (until `deadline`) for something to happen: drives the engine
+    /// itself if no other thread does, else waits for that thread.
+    pub(crate) fn wait<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+    ) -> MutexGuard<'a, State> {
+        self.wait_as(st, deadline, false)
+    }
+
+    /// [`Self::wait`] for a receive call (`reader`): input it processes is
+    /// the call's own, so other threads are not told of it — the call
+    /// consumes it and its caller reflects the readiness after (telling
+    /// them meant ringing and draining the program's doorbell, two system
+    /// calls, for every message a blocking reader received).
+    pub(crate) fn wait_as<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+        reader: bool,
+    ) -> MutexGuard<'a, State> {
+        self.wait_inner(st, deadline, reader, None).0
+    }
+
+    /// [`Self::wait_as`] for a receive call (stream or message mode, not a
+    /// peek) whose buffer `out` waits with nothing unread: a DATA message
+    /// that lands in the wait and fits `out` is copied into it at once
+    /// (see [`Self::take_direct`]). Returns the bytes taken and whether
+    /// they end a message (as [`Self::read_now`] would), if any were.
+    pub(crate) fn wait_take<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+        out: &mut [u8],
+    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>) {
+        self.wait_inner(st, deadline, true, Some(out))
+    }
+
+    fn wait_inner<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+        reader: bool,
+        out: Option<&mut [u8]>,
+    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>) {
+        const SLICE: Duration = Duration::from_millis(50);
+        let slice = deadline.map_or(SLICE, |d| {
+            d.saturating_duration_since(Instant::now()).min(SLICE)
+        });
+        if st.driving {
+            st.waiters += 1;
+            let mut st = self
+                .cv
+                .wait_timeout(st, slice)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            st.waiters -= 1;
+            return (st, None);
+        }
+        st.driving = true;
+        self.parked.store(true, Ordering::Release);
+        self.count(Count::Waits, 1);
+        // The call reads the socket itself now (and the engine's wait
+        // watches for output space while it holds a backlog): the progress
+        // thread would only wake for what the call reads anyway — one more
+        // context switch per message. Re-armed, if still wanted, when the
+        // call takes over again (`settle` below; epoll checks readiness
+        // when the interest changes, so what came meanwhile is reported).
+        self.set_watching(Self::WATCH_OFF);
+        let posts = st.posts;
+        drop(st);
+        let mut wcs = [Wc::default(); WCS];
+        let (n, news) = self
+            .cq
+            .wait_news(&mut wcs, slice, &self.qp)
+            .unwrap_or((0, None));
+        let mut st = self.lock();
+        st.driving = false;
+        self.parked.store(false, Ordering::Release);
+        let seen = st.arrivals;
+        let mut taken = None;
+        if n == 0 {
+            self.drive_now(&mut st);
+        } else {
+            // Another thread's post meanwhile may have left newer news
+            // than the wait's own.
+            let alone = st.posts == posts;
+            st.news = news.filter(|_| alone);
+            // The wait read the socket and took in what it held: the rest
+            // of what it queued is taken without another round, which
+            // would only read the socket empty (one more system call per
+            // message) — and without another look when the wait drained
+            // the queue (fewer than it could take) and nothing was posted
+            // since: the news it returned says what else there is.
+            let mut wcs = &wcs[..n];
+            if let (Some(out), [first, rest @ ..]) = (out, wcs) {
+                taken = self.take_direct(&mut st, first, out);
+                if taken.is_some() {
+                    wcs = rest;
+                }
+            }
+            self.process(&mut st, wcs);
+            if !(alone && n < WCS && st.news.is_some()) {
+                self.reap(&mut st);
+            }
+            self.settle(&mut st);
+        }
+        self.wake(&st);
+        if st.arrivals != seen {
+            // Other threads may wait in poll for what this one processed.
+            let r = Self::readiness_of(&st);
+            if !(reader && (r.readable || taken.is_some())) {
+                if let Some(f) = self.on_progress.get() {
+                    f(r);
+                }
+            }
+        }
+        (st, taken)
+    }
+
+    /// A receive call waiting with its buffer `out` takes `wc`, the first
+    /// completion of its wait, straight from the slot when it is a
+    /// receive of DATA that fits, nothing is unread before it and the
+    /// slot holds its bytes (not a placed read's: `io/placed.rs`): the
+    /// books count it received and consumed at once
+    /// ([`crate::stream::Stream::take_message`]) and the slot is reposted
+    /// by the `process` that follows, as a read would. No segment is
+    /// queued and read back, no second look of [`Self::read_now`].
+    /// Message mode takes only a message's end (it returns `MSG_EOR`).
+    /// `None`: not taken, nothing changed — `process` handles it.
+    fn take_direct(&self, st: &mut State, wc: &Wc, out: &mut [u8]) -> Option<(usize, bool)> {
+        if !wc.is_ok()
+            || wc.opcode != WcOpcode::Recv
+            || st.posted.front() != Some(&(wc.wr_id as u32))
+            || st.residue_off < st.residue.len()
+            || !st.retargeted.is_empty()
+        {
+            return None;
+        }
+        let slot = wc.wr_id as u32;
+        let at = slot as usize * self.opts.slot_size as usize;
+        #[allow(unsafe_code)]
+        // SAFETY: the receive in `slot` completed; the slot is reposted
+        // only after the books free it (below, when taken).
+        let bytes = unsafe { self.rx.bytes(at, wc.byte_len as usize) };
+        let t = st.s.take_message(slot, bytes, out.len(), st.msg_mode)?;
+        out[..t.len].copy_from_slice(&bytes[t.off..t.off + t.len]);
+        st.posted.pop_front();
+        st.arrivals += 1;
+        self.count(Count::RxCopied, t.len);
+        self.count(Count::RxTaken, 1);
+        Some((t.len, st.msg_mode))
+    }
+}

@@ -1,0 +1,107 @@
+//! A message taken by a waiting reader as it lands ([`Stream::take_message`]),
+//! and the admission every message passes first (shared with
+//! [`Stream::on_message`]).
+
+use super::{Stream, StreamError};
+use crate::wire::{Body, Msg, HDR_LEN};
+
+/// DATA a waiting reader took straight out of its slot
+/// ([`Stream::take_message`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// Where its stream bytes start in the message (after the header).
+    pub off: usize,
+    /// How many there are (all of them: the reader had room).
+    pub len: usize,
+    /// It ended one of the peer's send calls.
+    pub eom: bool,
+}
+
+impl Stream {
+    /// [`Self::on_message`] for a Send that lands while a reader waits
+    /// with room for `room` bytes and nothing is unread: if it is DATA
+    /// whose bytes (at least one) all fit — and end one of the peer's
+    /// send calls, if `eom_only` — the books count them as received *and
+    /// consumed* at once (credits, the peer's call boundary and its sinks
+    /// as `on_message` tells them; the slot freed, see
+    /// [`Self::take_reposts`]) and the reader copies them from the slot
+    /// where [`Taken`] says. `None`: anything else (another kind, an
+    /// empty or longer DATA, bytes already unread, a message `on_message`
+    /// would reject), with nothing changed — hand it to `on_message` as
+    /// usual.
+    pub fn take_message(
+        &mut self,
+        slot: u32,
+        bytes: &[u8],
+        room: usize,
+        eom_only: bool,
+    ) -> Option<Taken> {
+        if self.readable_bytes != 0 || bytes.len() <= HDR_LEN || bytes.len() - HDR_LEN > room {
+            return None;
+        }
+        let Ok(
+            msg @ Msg {
+                body: Body::Data { eom },
+                ..
+            },
+        ) = Msg::parse(bytes)
+        else {
+            return None;
+        };
+        // What `admit` and `data_arrived` would reject is `on_message`'s
+        // to report.
+        if (eom_only && !eom)
+            || self.eof
+            || self.used >= u32::from(self.local.slots)
+            || self.credits + u32::from(msg.credits) > u32::from(self.peer.slots)
+        {
+            return None;
+        }
+        let len = bytes.len() - HDR_LEN;
+        self.admit(&msg).ok()?;
+        self.data_arrived(len, eom).ok()?;
+        self.free(slot);
+        Some(Taken {
+            off: HDR_LEN,
+            len,
+            eom,
+        })
+    }
+
+    /// Counts a message into our slots and the credits it returns (every
+    /// message, before its body is looked at).
+    pub(super) fn admit(&mut self, msg: &Msg) -> Result<(), StreamError> {
+        self.used += 1;
+        if self.used > u32::from(self.local.slots) {
+            return Err(StreamError::Overrun {
+                slots: self.local.slots,
+            });
+        }
+        let credits = self.credits + u32::from(msg.credits);
+        if credits > u32::from(self.peer.slots) {
+            return Err(StreamError::CreditOverflow {
+                credits,
+                slots: self.peer.slots,
+            });
+        }
+        self.credits = credits;
+        Ok(())
+    }
+
+    /// `len` stream bytes arrived as DATA (`eom`: ending one of the
+    /// peer's send calls): the stream position, the peer's call boundary
+    /// and the sinks they decline. Returns whether there were any (an
+    /// empty DATA only marks the boundary).
+    pub(super) fn data_arrived(&mut self, len: usize, eom: bool) -> Result<bool, StreamError> {
+        if self.eof {
+            return Err(StreamError::DataAfterEof);
+        }
+        self.rx_mid_call = !eom;
+        if len == 0 {
+            return Ok(false);
+        }
+        self.sinks_declined_by_stream(Some(self.rx_seq + len as u64));
+        self.rx_seq += len as u64;
+        Ok(true)
+    }
+}

@@ -1,0 +1,170 @@
+//! A receive call that waits in the engine takes a DATA message that lands
+//! in its wait straight from the slot into its buffer (`XSocket::wait_take`,
+//! counted in `Counters::rx_taken`); everything else — a message longer
+//! than the buffer, a peek, a message that does not end the peer's call in
+//! message mode — goes through the books as before. Every test checks the
+//! bytes, in order, and that the credits keep coming back (more messages
+//! than the peer has slots).
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Instant;
+
+use warpsock_xsock::io::{RecvFlags, XSocket};
+
+mod net;
+
+use net::{opts, pattern, recv_exact, switch_both, tcp_pair, LIMIT};
+
+/// More round trips than either end has slots (16): a taken message's slot
+/// must be reposted and its credit returned for the stream to go on.
+const ROUNDS: u64 = 100;
+
+fn taken(x: &XSocket) -> u64 {
+    x.stats().rx_taken.load(SeqCst)
+}
+
+/// `rounds` round trips of `len`-byte messages, the pong end reading with
+/// `chunk`-byte buffers (blocking calls). Returns what each end counted
+/// as taken.
+fn ping_pong(len: usize, chunk: usize, rounds: u64) -> (u64, u64) {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for _ in 0..rounds {
+                let mut m = vec![0u8; len];
+                let mut got = 0;
+                let t = Instant::now();
+                while got < len {
+                    assert!(t.elapsed() < LIMIT, "pong timed out with {got}/{len}");
+                    let end = (got + chunk).min(len);
+                    let (k, _) = xb
+                        .recv(&mut m[got..end], RecvFlags::default(), Some(LIMIT))
+                        .unwrap();
+                    assert!(k > 0, "end of stream after {got}");
+                    got += k;
+                }
+                xb.send(&m, false, Some(LIMIT)).unwrap();
+            }
+        });
+        for i in 0..rounds {
+            let m = pattern(len, i);
+            xa.send(&m, false, Some(LIMIT)).unwrap();
+            assert_eq!(recv_exact(&xa, len), m, "round {i}");
+        }
+    });
+    (taken(&xa), taken(&xb))
+}
+
+/// A blocking 8-byte ping-pong: each end's receive waits for the answer
+/// and takes it as it lands. A wait that sleeps out its slice on a loaded
+/// machine finds the message through the books instead, so the bound
+/// leaves room for a few of those, far above none.
+#[test]
+fn a_waiting_reader_takes_each_small_message_from_its_slot() {
+    let (ping, pong) = ping_pong(8, 8, ROUNDS);
+    for (who, n) in [("ping", ping), ("pong", pong)] {
+        assert!(
+            (ROUNDS * 3 / 4..=ROUNDS).contains(&n),
+            "{who}: {n} of {ROUNDS} messages taken"
+        );
+    }
+}
+
+/// A reader whose buffer is shorter than the message reads it through the
+/// books, in pieces (nothing is taken at that end), bytes in order.
+#[test]
+fn a_message_longer_than_the_waiting_buffer_is_read_in_pieces() {
+    let (_, pong) = ping_pong(8, 3, ROUNDS);
+    assert_eq!(pong, 0, "messages taken by a 3-byte reader");
+}
+
+/// A peek waits without taking: the bytes stay queued for the read after
+/// it, and the stream goes on.
+#[test]
+fn a_waiting_peek_leaves_the_message_queued() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let peek = RecvFlags {
+        peek: true,
+        ..RecvFlags::default()
+    };
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..ROUNDS {
+                let mut p = [0u8; 8];
+                let (k, _) = xb.recv(&mut p, peek, Some(LIMIT)).unwrap();
+                assert!(k > 0, "end of stream");
+                let m = recv_exact(&xb, 8);
+                assert_eq!(&p[..k], &m[..k], "round {i}: the peek saw other bytes");
+                xb.send(&m, false, Some(LIMIT)).unwrap();
+            }
+        });
+        for i in 0..ROUNDS {
+            let m = pattern(8, i);
+            xa.send(&m, false, Some(LIMIT)).unwrap();
+            assert_eq!(recv_exact(&xa, 8), m, "round {i}");
+        }
+    });
+}
+
+/// Message mode: a small message taken in the wait ends the read with
+/// `MSG_EOR`; one longer than a slot arrives as several DATA messages,
+/// and the first (not ending the peer's call) is not returned alone — the
+/// read returns the whole message, with `MSG_EOR`.
+#[test]
+fn message_mode_takes_only_a_messages_end() {
+    let (a, b) = tcp_pair();
+    let o = opts();
+    let big = o.slot_size as usize + 1000;
+    let (xa, xb) = switch_both(&a, &b, &o);
+    xb.set_msg_mode(true);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut buf = vec![0u8; 2 * big];
+            for i in 0..ROUNDS {
+                let (n, eor) = xb
+                    .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                    .unwrap();
+                assert!(eor, "round {i}: one read, one message");
+                let want = if i % 10 == 9 { big } else { 8 };
+                assert_eq!(buf[..n], pattern(want, i)[..], "round {i}");
+                xb.send(b"k", false, Some(LIMIT)).unwrap();
+            }
+        });
+        for i in 0..ROUNDS {
+            let len = if i % 10 == 9 { big } else { 8 };
+            xa.send(&pattern(len, i), false, Some(LIMIT)).unwrap();
+            assert_eq!(recv_exact(&xa, 1), b"k", "round {i}");
+        }
+    });
+    assert!(taken(&xb) > 0, "no message taken in message mode");
+}
+
+/// `MSG_WAITALL` over two messages: the first taken in the wait, the call
+/// waits again for the second.
+#[test]
+fn waitall_takes_message_after_message() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let waitall = RecvFlags {
+        waitall: true,
+        ..RecvFlags::default()
+    };
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..ROUNDS {
+                let mut m = [0u8; 16];
+                let (n, _) = xb.recv(&mut m, waitall, Some(LIMIT)).unwrap();
+                assert_eq!(n, 16, "round {i}");
+                xb.send(&m, false, Some(LIMIT)).unwrap();
+            }
+        });
+        for i in 0..ROUNDS {
+            let m = pattern(16, i);
+            xa.send(&m[..8], false, Some(LIMIT)).unwrap();
+            xa.send(&m[8..], false, Some(LIMIT)).unwrap();
+            assert_eq!(recv_exact(&xa, 16), m, "round {i}");
+        }
+    });
+}
