@@ -68,6 +68,10 @@ impl<'a> Gather<'a> {
     /// Passes the slices holding bytes `off..off + len` of the call to `f`,
     /// in order.
     pub(crate) fn slices(&self, off: usize, len: usize, mut f: impl FnMut(&'a [u8])) {
+        // One buffer (`send`, `write`): the slice itself, without the walk.
+        if let [p] = self.parts {
+            return f(&p[off..off + len]);
+        }
         for (i, from, k) in self.pieces(off, len) {
             f(&self.parts[i][from..from + k]);
         }
@@ -106,6 +110,31 @@ impl Src<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slices_name_exactly_the_bytes_asked_for() {
+        let (a, b) = ([1u8, 2, 3], [4u8, 5, 6, 7]);
+        let one = [&a[..]];
+        let two = [&a[..], &b[..]];
+        for parts in [&one[..], &two[..]] {
+            let g = Gather::new(parts);
+            let all: Vec<u8> = parts.concat();
+            for off in 0..=all.len() {
+                for len in 0..=all.len() - off {
+                    let mut got = Vec::new();
+                    let mut n = 0;
+                    g.slices(off, len, |s| {
+                        got.extend_from_slice(s);
+                        n += 1;
+                    });
+                    assert_eq!(got, all[off..off + len], "off {off} len {len}");
+                    if parts.len() == 1 {
+                        assert_eq!(n, 1, "one buffer is one slice");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn copies_across_parts_and_skips_empty_ones() {
