@@ -49,12 +49,18 @@ fn responder(crc: bool, ird: u16) -> Peer {
     cfg.ird = ird;
     let mut conn = Connection::new(cfg, Instant::now());
     assert_eq!(conn.handle_input(&request(crc, 4, 1), &mut reg), 24);
+    // `has_reports` says when an event waits (the engine's driver asks it
+    // before collecting), and that nothing does once it is taken.
+    assert!(conn.has_reports(), "the request's event");
     assert!(matches!(conn.poll_event(), Some(Event::ConnectRequest(_))));
+    assert!(!conn.has_reports());
     conn.accept(&[]).unwrap();
     let mut out = Vec::new();
     conn.poll_transmit(&reg, &mut out, 1 << 16);
     assert_eq!(out.len(), 24, "MPA reply");
+    assert!(conn.has_reports(), "the Established event");
     assert!(matches!(conn.poll_event(), Some(Event::Established(_))));
+    assert!(!conn.has_reports());
     Peer {
         conn,
         reg,
@@ -114,9 +120,12 @@ impl Peer {
     }
 
     fn completions(&mut self) -> Vec<(u64, WcStatus)> {
-        std::iter::from_fn(|| self.conn.poll_completion())
+        let had = self.conn.has_reports();
+        let got: Vec<_> = std::iter::from_fn(|| self.conn.poll_completion())
             .map(|w| (w.wr_id, w.status))
-            .collect()
+            .collect();
+        assert!(had || got.is_empty(), "completions unreported: {got:?}");
+        got
     }
 }
 

@@ -504,6 +504,14 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// Whether [`Self::poll_completion`] or [`Self::poll_event`] would give
+    /// anything (a look that takes nothing: a driver that collects after
+    /// every write asks it first).
+    #[inline]
+    pub fn has_reports(&self) -> bool {
+        !self.completions.is_empty() || !self.events.is_empty()
+    }
+
     /// Next work completion, if any (send-queue completions in posting
     /// order, receive completions in arrival order).
     pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
