@@ -168,3 +168,56 @@ fn waitall_takes_message_after_message() {
         }
     });
 }
+
+/// Receives exactly `out.len()` bytes by spinning on non-blocking calls
+/// (busy polling).
+fn spin_into(x: &XSocket, out: &mut [u8]) {
+    let flags = RecvFlags {
+        nonblocking: true,
+        ..RecvFlags::default()
+    };
+    let mut got = 0;
+    let t = Instant::now();
+    while got < out.len() {
+        assert!(t.elapsed() < LIMIT, "timed out with {got}/{}", out.len());
+        match x.recv(&mut out[got..], flags, None) {
+            Ok((k, _)) => {
+                assert!(k > 0, "end of stream after {got}");
+                got += k;
+            }
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EAGAIN)),
+        }
+    }
+}
+
+/// A busy-polling 8-byte ping-pong (non-blocking receives): the round a
+/// receive drives takes the answer in, and the receive takes it from the
+/// slot at once. Only a round some other call drove (none here: the
+/// sends have their credits) would leave it to the books.
+#[test]
+fn a_busy_polling_reader_takes_each_small_message_from_its_slot() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut m = [0u8; 8];
+            for _ in 0..ROUNDS {
+                spin_into(&xb, &mut m);
+                xb.send(&m, false, Some(LIMIT)).unwrap();
+            }
+        });
+        let mut m = [0u8; 8];
+        for i in 0..ROUNDS {
+            xa.send(&i.to_le_bytes(), false, Some(LIMIT)).unwrap();
+            spin_into(&xa, &mut m);
+            assert_eq!(m, i.to_le_bytes(), "round {i}");
+        }
+    });
+    for (who, x) in [("ping", &xa), ("pong", &xb)] {
+        let n = taken(x);
+        assert!(
+            (ROUNDS * 3 / 4..=ROUNDS).contains(&n),
+            "{who}: {n} of {ROUNDS} messages taken"
+        );
+    }
+}

@@ -444,8 +444,16 @@ impl XSocket {
             // moot); receives are retargeted before one, so that what the
             // round reads is placed.
             if !driven && (flags.nonblocking || expired || (sink && self.opts.sinks)) {
-                self.drive_now(&mut st);
                 driven = true;
+                // A DATA message the round takes in and that fits is
+                // copied straight into the buffer (`drive_take`).
+                let out = (!flags.peek).then_some(&mut buf[got..]);
+                if let (_, Some((n, eor))) = self.drive_take(&mut st, out) {
+                    got += n;
+                    if st.msg_mode || !flags.waitall || got == buf.len() {
+                        return (st, Ok((got, eor)));
+                    }
+                }
                 continue;
             }
             if flags.nonblocking {

@@ -648,27 +648,7 @@ impl XSocket {
     /// next was always empty, one more system call per busy-polling
     /// receive than TCP's.)
     pub(crate) fn drive_now(&self, st: &mut State) -> bool {
-        let mut wcs = [Wc::default(); WCS];
-        let mut any = false;
-        // A thread in `wait` may hold completions it polled with our lock
-        // released: polling now could process later ones first (stream
-        // bytes out of order). That thread processes everything in order
-        // when it comes back.
-        if !st.driving {
-            let (mut n, news) = self.cq.poll_news(&mut wcs, &self.qp);
-            st.news = Some(news);
-            while n > 0 {
-                any = true;
-                self.process(st, &wcs[..n]);
-                if n < wcs.len() {
-                    break;
-                }
-                let (more, news) = self.cq.poll_queued_news(&mut wcs, &self.qp);
-                (n, st.news) = (more, Some(news));
-            }
-        }
-        self.settle(st);
-        any
+        self.drive_take(st, None).0
     }
 
     /// The end of a round, without reading the socket: connection events,

@@ -1,7 +1,8 @@
 //! Waiting for the engine: the one thread that drives a socket's engine
 //! at a time, the others waiting on the condition variable
 //! ([`XSocket::wait`]), and the receive call's direct take of a message
-//! that lands while it waits ([`XSocket::wait_take`]).
+//! that lands while it waits ([`XSocket::wait_take`]) or in the round a
+//! non-blocking one drives ([`XSocket::drive_take`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{MutexGuard, PoisonError};
@@ -131,6 +132,47 @@ impl XSocket {
             }
         }
         (st, taken)
+    }
+
+    /// [`Self::drive_now`], for a receive call (not a peek) whose buffer
+    /// `out` finds nothing unread: a DATA message the round takes in first
+    /// is copied into it at once if it fits, as in [`Self::wait_take`] (a
+    /// busy-polling receive's answer). Returns whether anything completed,
+    /// and the bytes taken and whether they end a message.
+    pub(crate) fn drive_take(
+        &self,
+        st: &mut State,
+        mut out: Option<&mut [u8]>,
+    ) -> (bool, Option<(usize, bool)>) {
+        let mut wcs = [Wc::default(); WCS];
+        let mut any = false;
+        let mut taken = None;
+        // A thread in `wait` may hold completions it polled with our lock
+        // released: polling now could process later ones first (stream
+        // bytes out of order). That thread processes everything in order
+        // when it comes back.
+        if !st.driving {
+            let (mut n, news) = self.cq.poll_news(&mut wcs, &self.qp);
+            st.news = Some(news);
+            while n > 0 {
+                any = true;
+                let mut batch = &wcs[..n];
+                if let (Some(out), [first, rest @ ..]) = (out.take(), batch) {
+                    taken = self.take_direct(st, first, out);
+                    if taken.is_some() {
+                        batch = rest;
+                    }
+                }
+                self.process(st, batch);
+                if n < WCS {
+                    break;
+                }
+                let (more, news) = self.cq.poll_queued_news(&mut wcs, &self.qp);
+                (n, st.news) = (more, Some(news));
+            }
+        }
+        self.settle(st);
+        (any, taken)
     }
 
     /// A receive call waiting with its buffer `out` takes `wc`, the first
