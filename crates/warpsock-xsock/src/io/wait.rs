@@ -185,6 +185,7 @@ impl XSocket {
     /// queued and read back, no second look of [`Self::read_now`].
     /// Message mode takes only a message's end (it returns `MSG_EOR`).
     /// `None`: not taken, nothing changed — `process` handles it.
+    #[inline(always)]
     fn take_direct(&self, st: &mut State, wc: &Wc, out: &mut [u8]) -> Option<(usize, bool)> {
         if !wc.is_ok()
             || wc.opcode != WcOpcode::Recv
