@@ -179,6 +179,9 @@ impl Conn {
         let old = i.mask();
         i.read = false;
         i.edge = true;
+        if i.parked.is_some() {
+            stats::inc(&STATS.rx_parked_ready);
+        }
         i.rewatch(eng, self.id, old);
     }
 
