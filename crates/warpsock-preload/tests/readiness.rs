@@ -140,6 +140,23 @@ fn a_held_datagram_is_sized_by_fionread() {
     assert!(r.stat("rx_poll_holds") >= 10, "{}", r.why());
 }
 
+/// FIONREAD, `SIOCINQ` and `MSG_PEEK|MSG_TRUNC` size the datagram the next
+/// receive returns when the hidden kernel socket and a connection both
+/// hold one (issue 13): the receive takes turns between the two sources
+/// (`udp_turn`), a datagram a poll held comes after the kernel's, and
+/// FIONREAD looked at the connection first whatever the receive then took
+/// (and a peek took its own turn, so the receive after it returned the
+/// other datagram). The connection's datagram held by a poll, announced on
+/// the ready list by select or by the progress thread, and announced
+/// between a FIONREAD that sized the kernel socket's and the receive.
+#[test]
+fn fionread_sizes_the_next_datagram_of_either_source() {
+    let r = readiness_mode("both-size", &[]);
+    // The warm-up and 32 rounds, one datagram each way.
+    assert_eq!(r.stat("rx_tcp_dgrams"), 33, "{}", r.why());
+    assert_eq!(r.stat("rx_kernel_dgrams"), 32, "{}", r.why());
+}
+
 /// The progress thread's timer announces a held datagram whose connection
 /// it gave back (the parking's grace ran out): it un-held the datagram
 /// first and then put it on the ready list, and a non-blocking receive in

@@ -340,8 +340,8 @@ impl Sock {
             if r.is_empty() {
                 gro.len = 0;
             }
+            stats::inc(&STATS.rx_kernel_dgrams);
         }
-        stats::inc(&STATS.rx_kernel_dgrams);
         (if flags & libc::MSG_TRUNC != 0 {
             len
         } else {

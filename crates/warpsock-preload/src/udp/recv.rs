@@ -382,10 +382,15 @@ impl Sock {
     ) -> Pick {
         let peek = flags & libc::MSG_PEEK != 0;
         let mut g = lock(&self.inner);
-        // Both kinds of source hold datagrams: take turns.
-        g.udp_turn = !g.udp_turn;
+        // Both kinds of source hold datagrams: take turns. A peek takes no
+        // turn: the receive after it returns the datagram it saw (as
+        // `Sock::next_size` sizes it).
+        let udp_first = !g.udp_turn;
+        if !peek {
+            g.udp_turn = udp_first;
+        }
         let tcp = !g.rxq.is_empty() || !g.ready.is_empty();
-        if g.udp_turn && g.udp_maybe && tcp {
+        if udp_first && g.udp_maybe && tcp {
             // SAFETY: the application's msghdr (contract).
             if let Some(r) = unsafe { self.recv_kernel(&mut g, msg, flags, namelen, ctllen, found) }
             {
@@ -524,7 +529,9 @@ impl Sock {
                 return None;
             }
         }
-        stats::inc(&STATS.rx_kernel_dgrams);
+        if !peek {
+            stats::inc(&STATS.rx_kernel_dgrams);
+        }
         if g.bells > 0 && !peek && !self.udp_readable() {
             g.udp_maybe = false;
             self.settle(g);

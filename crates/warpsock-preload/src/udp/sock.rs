@@ -397,20 +397,39 @@ impl Sock {
         0
     }
 
-    /// FIONREAD (`SIOCINQ`): the size of the next datagram, as kernel UDP
-    /// reports it (queued, whole in a ready connection's buffer, or held
-    /// there by a poll, `Conn::held`); `None` leaves it to the kernel
-    /// socket. A held datagram is on no list: a program that polled and
-    /// then sized its buffer with FIONREAD read 0 (issue 13).
+    /// FIONREAD (`SIOCINQ`): the size of the datagram the next receive
+    /// returns, as kernel UDP reports it, by the receive's own choice
+    /// (`Sock::pick`, then `serve_held`): the kernel socket when it is its
+    /// turn among sources that all hold datagrams or when the queue and the
+    /// ready list are empty, the queue, the ready list, then what a poll
+    /// held (`Conn::held`).
+    /// `None` leaves it to the kernel socket (nothing anywhere: 0).
+    /// FIONREAD read 0 for a held datagram, and followed the connections
+    /// while the receive took the kernel socket's datagram (issue 13).
+    /// A proof datagram at the kernel socket's head (while an accepted
+    /// connection awaits one; the receive takes it off) is sized as the
+    /// program's.
     pub(crate) fn next_size(&self) -> Option<usize> {
         // Inline: no allocation per call (event loops make one per datagram).
         let conns: SmallVec<[Arc<Conn>; 4]> = {
-            let g = lock(&self.inner);
+            let mut g = lock(&self.inner);
+            let tcp = !g.rxq.is_empty() || !g.ready.is_empty();
+            // The turn is pinned to the source sized, so that the receive
+            // takes that datagram even if the other source gets one first
+            // (the progress thread announcing a connection's, or one
+            // arriving on the kernel socket).
+            if !tcp || !g.udp_turn {
+                if let Some(n) = self.kernel_next(&mut g) {
+                    g.udp_turn = false;
+                    return Some(n);
+                }
+            }
+            if tcp {
+                g.udp_turn = true;
+            }
             if let Some(d) = g.rxq.front() {
                 return Some(d.data.len());
             }
-            // The order receive calls serve them in: the ready list first
-            // (`Sock::take`), then what a poll held (`Sock::serve_held`).
             match g.ready.front() {
                 Some(c) => smallvec![c.clone()],
                 None => g.held().cloned().collect(),
@@ -421,6 +440,25 @@ impl Sock {
             frame::Parsed::Frame(len) => Some(len),
             _ => None,
         })
+    }
+
+    /// The length of the datagram a receive would take from the hidden
+    /// kernel socket now (caller holds `inner`; `None`: none there). Noted
+    /// for `pick` (`udp_maybe`), so that the receive after a FIONREAD
+    /// takes the datagram it sized though the progress thread has not yet
+    /// seen it arrive.
+    fn kernel_next(&self, g: &mut Inner) -> Option<usize> {
+        // (A pending error alone sizes as kernel UDP sizes it: 0.)
+        if !self.udp_readable() {
+            return None;
+        }
+        let mut n: c_int = 0;
+        // SAFETY: FIONREAD writes an int to the pointer given.
+        if unsafe { real::ioctl(self.udp, libc::FIONREAD, &mut n as *mut c_int as usize) } < 0 {
+            return None;
+        }
+        g.udp_maybe = true;
+        Some(n.max(0) as usize)
     }
 
     /// Writes a doorbell byte (caller holds `inner`).

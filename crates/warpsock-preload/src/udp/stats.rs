@@ -138,7 +138,8 @@ counters! {
     /// many datagrams: with `rx_tcp_dgrams`, the receive side's system
     /// calls per datagram).
     rx_tcp_reads,
-    /// Datagrams received from the kernel UDP socket of an offloaded socket.
+    /// Datagrams received from the kernel UDP socket of an offloaded socket
+    /// (a peek receives none).
     rx_kernel_dgrams,
     /// Coalesced `UDP_GRO` buffers cut back into datagrams.
     rx_gro_buffers,

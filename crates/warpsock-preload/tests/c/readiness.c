@@ -314,6 +314,81 @@ static void held_size(void) {
     }
 }
 
+/* One datagram sized and received: FIONREAD, SIOCINQ and a
+ * MSG_PEEK|MSG_TRUNC receive into 1 byte must all give the length the
+ * receive then returns (kernel UDP's promise: they size the next datagram).
+ * Returns that length. */
+static size_t sized_recv(const char *what) {
+    int n = -1, q = -1;
+    CHECK(ioctl(r, FIONREAD, &n) == 0);
+    CHECK(ioctl(r, SIOCINQ, &q) == 0);
+    unsigned char one, in[128];
+    ssize_t peek = recv(r, &one, 1, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+    ssize_t got = recv(r, in, sizeof in, MSG_DONTWAIT);
+    if (got < 0 || n != got || q != got || peek != got || one != in[0]) {
+        fprintf(stderr,
+                "%s: FIONREAD %d, SIOCINQ %d, MSG_PEEK|MSG_TRUNC %zd ('%c'), then the receive "
+                "returned %zd ('%c', errno %d)\n",
+                what, n, q, peek, one, got, got > 0 ? in[0] : '-', errno);
+        exit(1);
+    }
+    return (size_t)got;
+}
+
+/* With "both-size" after the port: the hidden kernel socket and a
+ * connection both hold a datagram (a raw kernel sender's, "k" x 60 + i,
+ * and one sent over the offload, "o" x 20 + i); FIONREAD sizes the one the
+ * next receive returns, whichever source the receive takes it from
+ * (issue 13: FIONREAD followed the connection while the receive took turns
+ * and could return the kernel's). Each round the connection's datagram is,
+ * by turns: held by a poll; held, then announced by select (ready list);
+ * announced by the progress thread alone (ready list), after the kernel's
+ * was received; or still unseen when FIONREAD sizes the kernel's, then
+ * held and announced before the receive (which must still take the
+ * kernel's). */
+static void both_size(void) {
+    static const char *hows[] = {"both sources, held", "both sources, announced",
+                                 "both sources, ready", "both sources, announced after FIONREAD"};
+    for (int i = 0; i < 32; i++) {
+        int how = (i / 2) % 4;
+        enter(hows[how]);
+        park_connections();
+        unsigned char k[128], o[128];
+        size_t kl = 60 + (size_t)i, ol = 20 + (size_t)i;
+        memset(k, 'k', kl);
+        memset(o, 'o', ol);
+        raw_send(raw, port, k, kl);
+        CHECK(select_in(3000));
+        send_to(s, port, o, ol);
+        if (how < 2)
+            CHECK(poll_in(3000));
+        if (how == 1)
+            CHECK(select_in(0));
+        int early = -1;
+        if (how == 3) {
+            CHECK(ioctl(r, FIONREAD, &early) == 0);
+            CHECK(poll_in(3000));
+            CHECK(select_in(0));
+        }
+        size_t got[2];
+        for (int j = 0; j < 2; j++) {
+            /* Both are there at first (a poll would announce the held
+             * one); the offloaded one may come second. */
+            if (j > 0 || how == 2)
+                CHECK(how == 0 ? poll_in(3000) : select_in(3000));
+            got[j] = sized_recv(step);
+        }
+        if (early >= 0 && (size_t)early != got[0]) {
+            fprintf(stderr, "%s: FIONREAD %d, then the receive returned %zu\n", step, early, got[0]);
+            exit(1);
+        }
+        CHECK((got[0] == kl && got[1] == ol) || (got[0] == ol && got[1] == kl));
+        int n = -1;
+        CHECK(ioctl(r, FIONREAD, &n) == 0 && n == 0);
+        CHECK(!select_in(0));
+    }
+}
+
 /* With "held-timer" after the port: a datagram a poll held, whose
  * connection the progress thread's timer gives back (the test sets the
  * parking's grace to 300 ms and the program leaves the socket alone) and
@@ -371,6 +446,7 @@ int main(int argc, char **argv) {
     int now = argc > 2 && strcmp(argv[2], "held-now") == 0;
     int timer = argc > 2 && strcmp(argv[2], "held-timer") == 0;
     int size = argc > 2 && strcmp(argv[2], "held-size") == 0;
+    int both = argc > 2 && strcmp(argv[2], "both-size") == 0;
     started = step_at = now_ms();
     atexit(report_failure);
     r = udp_bound(port);
@@ -388,11 +464,13 @@ int main(int argc, char **argv) {
         puts("readiness: ok");
         return 0;
     }
-    if (now || timer || size) {
+    if (now || timer || size || both) {
         if (now)
             held_now();
         else if (size)
             held_size();
+        else if (both)
+            both_size();
         else
             held_timer();
         finished = 1;
