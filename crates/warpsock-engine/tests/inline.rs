@@ -161,3 +161,40 @@ fn a_blocked_inline_send_is_queued_and_later_sends_wait_behind_it() {
     assert!(w.is_ok() && w.wr_id == 7, "{w:?}");
     assert_eq!(srv.join().unwrap(), n);
 }
+
+/// The same filled socket with a progress thread: the caller never drives
+/// the engine after the inline send that blocked (it only waits for the
+/// server), so the rest of that FPDU goes out only because the socket is
+/// watched for writability (`send_inline_news` adds `EPOLLOUT` instead of
+/// a second write); unwatched, the server would wait for its last message
+/// until it gives up.
+#[test]
+fn a_blocked_inline_send_is_finished_by_the_progress_thread() {
+    const SLOTS: usize = 16 << 10;
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let c = Context::new(Progress::Thread).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(64).unwrap();
+    let mut init = QpInit::new(&pd, &cq);
+    init.options.crc = false;
+    let (go, srv) = server(l, false, SLOTS, 1024);
+    let qp = connect(addr, &init).unwrap();
+    let len = 1024.min(qp.mulpdu() - 18);
+    let mut n = 0u32;
+    let mut blocked = false;
+    while (n as usize) < SLOTS - 1 {
+        let news = qp
+            .send_inline_news(&[&payload(n, len)])
+            .unwrap_or_else(|| panic!("message {n} refused with nothing queued"));
+        n += 1;
+        if news.backlog > 0 {
+            blocked = true;
+            break;
+        }
+    }
+    assert!(blocked, "{n} messages of {len} B all written at once");
+    go.send(n).unwrap();
+    assert_eq!(srv.join().unwrap(), n);
+    drop(qp);
+}

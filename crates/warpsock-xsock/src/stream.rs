@@ -443,6 +443,9 @@ impl Stream {
     /// usual case of a send call's end, so it is not asked.
     #[inline]
     pub fn owes_msg(&self) -> bool {
+        // What makes the answer exact: `trigger` only grows with
+        // `unreturned` and is clamped to it when slots are returned.
+        debug_assert!(self.trigger <= self.unreturned, "trigger past unreturned");
         !self.out.is_empty() || self.unreturned > 0
     }
 

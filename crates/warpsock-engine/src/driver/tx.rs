@@ -187,14 +187,14 @@ impl QpSlot {
 
     /// Builds a Send of the bytes of `parts` as one FPDU and writes it at
     /// once ([`warpsock_proto::Connection::send_inline`]), when nothing is
-    /// queued here or in the core ahead of it. Returns false, having done
-    /// nothing, otherwise. Written as [`Self::tx_direct`] writes: what the
-    /// socket does not take (a partial or blocked write) is queued for the
-    /// next transmit pass; no completion is made (the Send is unsignalled
-    /// and complete once handed over). Returns `None` if refused, else
-    /// whether the socket was full: it took the FPDU in part or not at all
-    /// (the caller then watches it instead of writing into it again at
-    /// once).
+    /// queued here or in the core ahead of it. Written as
+    /// [`Self::tx_direct`] writes: what the socket does not take (a partial
+    /// or blocked write) is queued for the next transmit pass; no
+    /// completion is made (the Send is unsignalled and complete once handed
+    /// over). Returns `None`, having done nothing, if refused (anything
+    /// queued ahead, or more than one FPDU); else `Some(full)`: whether the
+    /// socket took the FPDU in part or not at all (the caller then watches
+    /// it instead of writing into it again at once).
     pub(crate) fn tx_inline(
         &mut self,
         reg: &Registry<Mem>,

@@ -65,6 +65,9 @@ pub(crate) struct Follow {
     /// [`NOT_QUIET`]: written as every holder of the lock lets it go
     /// ([`Books`]), so it is the books as some holder left them.
     quiet: AtomicU64,
+    /// Looks that took the lock (the tests see the skips).
+    #[cfg(test)]
+    locked: std::sync::atomic::AtomicUsize,
 }
 
 /// The books, locked; [`Follow::quiet`] follows them when let go.
@@ -110,6 +113,8 @@ impl Follow {
                 connect_pending: false,
             }),
             quiet: AtomicU64::new(0),
+            #[cfg(test)]
+            locked: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -140,9 +145,15 @@ impl Follow {
     /// A look with no new arrivals, not readable and not hung up, while no
     /// bell is out and writes are not gated, changes nothing: it returns
     /// without the lock (a send call's look, every time in a ping-pong).
-    /// Skipping it is applying it at the moment `quiet` was read; it never
-    /// rings, so it cannot lose a bell, and the lock's order of the looks
-    /// that do change something is kept.
+    /// `quiet` is stored only by holders of the lock, just before they let
+    /// it go, so its values follow the lock's order; a skipped look fits in
+    /// that order right after the holder whose store it read, where
+    /// applying it under the lock would have done nothing. It never rings,
+    /// so it cannot lose a bell, and the order of the looks that do change
+    /// something is the lock's. The value alone decides (nothing else is
+    /// read); the acquire load (a plain load on x86) also puts the doorbell
+    /// writes of that holder, made before its release store, before the
+    /// call's return.
     #[inline]
     pub(crate) fn reflect(
         &self,
@@ -160,6 +171,8 @@ impl Follow {
     /// answer costs no more than its test where it is inlined).
     #[inline(never)]
     fn reflect_locked(&self, r: Readiness, bell: &impl Bell, heard: impl FnOnce() -> bool) -> bool {
+        #[cfg(test)]
+        self.locked.fetch_add(1, Ordering::Relaxed);
         let mut g = self.lock();
         if r.arrivals < g.seen {
             return false;
@@ -230,17 +243,34 @@ mod tests {
     fn a_look_that_changes_nothing_skips_the_lock_and_others_do_not() {
         let f = Follow::new();
         let b = Fake::default();
-        // Nothing arrived, nothing readable: quiet.
+        let locked = || f.locked.load(Ordering::SeqCst);
+        // Nothing arrived, nothing readable: quiet, no lock taken.
         assert!(!f.reflect(look(false, 0), &b, || true));
+        assert_eq!(locked(), 0, "a look that changes nothing took the lock");
         // An arrival rings; the same look again changes nothing (a bell is
         // out: not quiet, so it takes the lock and finds nothing to do).
         assert!(f.reflect(look(true, 1), &b, || true));
         assert!(!f.reflect(look(true, 1), &b, || true));
+        assert_eq!(locked(), 2);
         assert_eq!(b.out.load(Ordering::SeqCst), 1);
-        // Read: drained, and quiet again at 1.
+        // Read: drained, and quiet again at 1; the same look again skips.
         assert!(!f.reflect(look(false, 1), &b, || true));
         assert_eq!(b.out.load(Ordering::SeqCst), 0);
         assert_eq!(f.quiet.load(Ordering::SeqCst), 1);
+        assert_eq!(locked(), 3);
+        assert!(!f.reflect(look(false, 1), &b, || true));
+        assert_eq!(locked(), 3, "the send call's look took the lock");
+        // Hung up (not readable: as the fast path sees it): under the lock.
+        f.reflect(
+            Readiness {
+                hup: true,
+                ..look(false, 1)
+            },
+            &b,
+            || true,
+        );
+        assert_eq!(locked(), 4);
+        assert!(f.lock().hung_up);
         // A stale look is skipped under the lock.
         assert!(!f.reflect(look(true, 0), &b, || true));
         assert_eq!(b.out.load(Ordering::SeqCst), 0);
