@@ -752,3 +752,27 @@ fn a_reset_between_small_sends_fails_the_next_one() {
     }
     drop(xb);
 }
+
+/// A socket whose read side is shut becomes readable with no message and
+/// counts a new arrival: a look taken after is newer than every look
+/// before ([`warpsock_xsock::io::Readiness::arrivals`]), so the preload's
+/// doorbell, which skips looks older than the last it applied, never lets
+/// a look from before (not readable) drain the bell rung for the end of
+/// stream.
+#[test]
+fn a_shut_read_side_is_a_new_arrival() {
+    let (a, b) = tcp_pair();
+    let (_xa, xb) = switch_both(&a, &b, &opts());
+    let before = xb.readiness_now();
+    assert!(!before.readable, "{before:?}");
+    xb.shutdown(true, false);
+    let after = xb.readiness_now();
+    assert!(after.readable, "{after:?}");
+    assert!(
+        after.arrivals > before.arrivals,
+        "{before:?} then {after:?}"
+    );
+    // Once: a second shutdown changes nothing.
+    xb.shutdown(true, false);
+    assert_eq!(xb.readiness_now().arrivals, after.arrivals);
+}

@@ -737,8 +737,14 @@ impl XSocket {
     /// the end of stream after everything sent so far.
     pub fn shutdown(&self, read: bool, write: bool) {
         let mut st = self.lock();
-        if read {
+        if read && !st.shut_rd {
             st.shut_rd = true;
+            // Readable (reads return 0) with no completion: a look from
+            // now on is newer than every look before
+            // ([`Readiness::arrivals`]; the preload's doorbell skips an
+            // older look, so one from before, not readable, cannot drain
+            // the bell rung for the end of stream).
+            st.arrivals += 1;
         }
         if write {
             st.s.shutdown_write();
