@@ -288,3 +288,59 @@ fn retargeted_receives_take_the_next_send_and_a_started_one_stays() {
     assert_eq!(&p.b.mem(alt)[..500], &pattern(4096, 7)[0x100..0x100 + 500]);
     assert!(p.b.mem(dst)[0x400..0x800].iter().all(|&x| x == 0));
 }
+
+/// `rx_wants_bytes` (an engine's question before a blocking read that can
+/// only take framing) is `rx_step` being `Bytes`, at every byte of the
+/// stream: the MPA exchange, headers, payload placed from 1 byte to several
+/// FPDUs, pad and CRC, markers inside payload, and the discarding after a
+/// CRC error. Fed one byte at a time, CRC and markers on and off.
+#[test]
+fn rx_wants_bytes_is_rx_step_asking_for_bytes_at_every_byte() {
+    use warpsock_proto::RxStep;
+    fn same(side: &util::Side, at: &str) {
+        let step = side.conn.rx_step();
+        assert_eq!(
+            side.conn.rx_wants_bytes(),
+            matches!(step, RxStep::Bytes(_)),
+            "{at}: {step:?}"
+        );
+    }
+    for (crc, markers) in [(false, false), (true, false), (false, true), (true, true)] {
+        let cfg = |c: &mut warpsock_proto::Config| {
+            c.crc = crc;
+            c.markers = markers;
+        };
+        let mut p = Pair::new(cfg, cfg, Cut::Whole);
+        same(&p.a, "before the MPA exchange");
+        same(&p.b, "before the MPA exchange");
+        p.establish();
+        let src =
+            p.a.region(0x10_0000, pattern(40_000, 5), Access::LOCAL_READ);
+        let dst = p.b.region(0x2000, vec![0; 40_000], Access::LOCAL_WRITE);
+        for (i, len) in [0u32, 1, 8, 64, 65, 1500, 40_000].into_iter().enumerate() {
+            p.b.conn
+                .post_recv(recv_wr(i as u64, sge(0x2000, 40_000, dst).into()))
+                .unwrap();
+            p.a.conn
+                .post_send(send_wr(i as u64, sge(0x10_0000, len, src).into()))
+                .unwrap();
+        }
+        let mut out = Vec::new();
+        p.a.conn.poll_transmit(&p.a.reg, &mut out, 1 << 20);
+        // A CRC error in the last FPDU's trailer (with CRC on): the rest
+        // of the stream is discarded.
+        if crc {
+            let last = out.len() - 1;
+            out[last] ^= 0x40;
+        }
+        for (k, byte) in out.iter().enumerate() {
+            let at = format!("CRC {crc}, markers {markers}, byte {k}");
+            same(&p.b, &at);
+            assert_eq!(p.b.conn.handle_input(&[*byte], &mut p.b.reg), 1, "{at}");
+        }
+        same(&p.b, "at the end");
+        if crc {
+            assert!(!p.b.conn.rx_wants_bytes(), "reading on after a CRC error");
+        }
+    }
+}

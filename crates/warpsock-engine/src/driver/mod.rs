@@ -131,6 +131,8 @@ pub(crate) struct QpSlot {
     pub(crate) parked: bool,
     /// `SO_RCVTIMEO` currently set on the socket.
     rcvtimeo: Option<Duration>,
+    /// The timeout the last park asked for (`rcvtimeo` is it rounded up).
+    park_for: Option<Duration>,
     /// The last (parked) read came back short: the socket is drained.
     drained_hint: bool,
     /// System calls made on the socket and what they moved (a
@@ -175,6 +177,7 @@ impl QpSlot {
             error: None,
             parked: false,
             rcvtimeo: None,
+            park_for: None,
             drained_hint: false,
             io: IoStats::default(),
             detached: None,

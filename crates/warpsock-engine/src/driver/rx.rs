@@ -116,15 +116,20 @@ impl QpSlot {
             || !self.txq.is_empty()
             || self.rx.has_staged()
             || self.conn.wants_close()
-            || !matches!(self.conn.rx_step(), RxStep::Bytes(_))
+            || !self.conn.rx_wants_bytes()
         {
             return None;
         }
-        let ms = timeout.as_nanos().div_ceil(1_000_000).max(1);
-        let t = Duration::from_millis(ms.min(u64::MAX as u128) as u64);
-        if self.rcvtimeo != Some(t) {
-            self.sock.set_read_timeout(Some(t)).ok()?;
-            self.rcvtimeo = Some(t);
+        // The same timeout as the last park (a blocking ping-pong's every
+        // receive asks for one park slice) needs no rounding again.
+        if self.park_for != Some(timeout) {
+            let ms = timeout.as_nanos().div_ceil(1_000_000).max(1);
+            let t = Duration::from_millis(ms.min(u64::MAX as u128) as u64);
+            if self.rcvtimeo != Some(t) {
+                self.sock.set_read_timeout(Some(t)).ok()?;
+                self.rcvtimeo = Some(t);
+            }
+            self.park_for = Some(timeout);
         }
         let buf = self.rx.buf.take().unwrap_or_else(|| pool.take());
         let cap = if self.rx.large { RX_TAIL } else { buf.len() };

@@ -234,6 +234,20 @@ impl Connection {
         }
     }
 
+    /// Whether [`Self::rx_step`] is [`RxStep::Bytes`] — the next stream
+    /// bytes are framing (an MPA frame, a header, a marker, pad and CRC,
+    /// skipped payload) — without working out how many: what an engine
+    /// asks before a read that may only take framing (a caller's blocking
+    /// read of the socket, with no place to put payload).
+    pub fn rx_wants_bytes(&self) -> bool {
+        match self.rx.phase {
+            Phase::Discard | Phase::Paused => false,
+            Phase::Mpa | Phase::Header | Phase::Trailer | Phase::Skip => true,
+            // A marker inside payload is framing too.
+            Phase::Payload => self.rx.in_marker,
+        }
+    }
+
     /// Feeds framing bytes. Consumes at most the number of bytes the step
     /// asked for and returns how many it took.
     ///
