@@ -157,6 +157,19 @@ fn fionread_sizes_the_next_datagram_of_either_source() {
     assert_eq!(r.stat("rx_kernel_dgrams"), 32, "{}", r.why());
 }
 
+/// FIONREAD, `SIOCINQ` and `MSG_PEEK|MSG_TRUNC` size the datagram the next
+/// receive returns from a coalesced `UDP_GRO` buffer (`gso` mode): the
+/// next datagram of the buffer being handed out, or the first of the
+/// kernel's next buffer, never the whole buffer (issue 13).
+#[test]
+fn fionread_sizes_a_coalesced_buffer_datagram_by_datagram() {
+    let r = readiness_mode("gro-size", &[("WARPSOCK_UDP_MODE", "gso")]);
+    // The warm-up and three batches of five, all by the kernel socket, the
+    // batches each in one coalesced buffer.
+    assert_eq!(r.stat("rx_kernel_dgrams"), 16, "{}", r.why());
+    assert!(r.stat("rx_gro_buffers") >= 3, "{}", r.why());
+}
+
 /// The progress thread's timer announces a held datagram whose connection
 /// it gave back (the parking's grace ran out): it un-held the datagram
 /// first and then put it on the ready list, and a non-blocking receive in

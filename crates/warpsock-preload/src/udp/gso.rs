@@ -24,7 +24,7 @@ use libc::{c_int, msghdr};
 use super::config;
 use super::conn::{max_dgram, STREAM_GAP};
 use super::core::gso::{segments, Batch, Send};
-use super::sock::Sock;
+use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor::{Handler, Reactor};
 use crate::shim::sys::{self, errno, lock, set_errno};
@@ -280,17 +280,8 @@ impl Sock {
             if n < 0 {
                 return None;
             }
-            let mut seg = 0;
-            // SAFETY: walking the control data the kernel wrote.
-            unsafe {
-                let mut c = libc::CMSG_FIRSTHDR(&m);
-                while !c.is_null() {
-                    if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                        seg = (libc::CMSG_DATA(c) as *const u16).read_unaligned() as usize;
-                    }
-                    c = libc::CMSG_NXTHDR(&m, c);
-                }
-            }
+            // SAFETY: the kernel wrote the control data of `m`.
+            let seg = unsafe { gro_segment(&m) };
             gro.len = n as usize;
             gro.seg = if seg == 0 { gro.len } else { seg };
             // SAFETY: the kernel wrote msg_namelen bytes of address.
@@ -349,6 +340,60 @@ impl Sock {
         }) as isize
     }
 
+    /// The length of the datagram [`Sock::gro_recv`] hands out next: the
+    /// next of the buffer being handed out, or the first of the kernel's
+    /// next buffer (peeked, with its `UDP_GRO` segment size: the kernel's
+    /// FIONREAD sizes the whole buffer). `None`: nothing there, or only a
+    /// pending error (which a peek would take from the receive).
+    pub(super) fn gro_next(&self, gro: &Gro) -> Option<usize> {
+        if gro.pos < gro.len {
+            return segments(gro.len - gro.pos, gro.seg).next().map(|r| r.len());
+        }
+        let mut p = [libc::pollfd {
+            fd: self.udp,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if sys::poll(&mut p, 0) <= 0
+            || p[0].revents & (libc::POLLIN | libc::POLLERR) != libc::POLLIN
+        {
+            return None;
+        }
+        let mut cbuf = [0u64; 8];
+        // SAFETY: msghdr is plain data; no buffer, only control data.
+        let mut m: msghdr = unsafe { zeroed() };
+        m.msg_control = cbuf.as_mut_ptr().cast();
+        m.msg_controllen = size_of::<[u64; 8]>();
+        let flags = libc::MSG_PEEK | libc::MSG_TRUNC | libc::MSG_DONTWAIT;
+        // SAFETY: `m` describes our control buffer.
+        let n = unsafe { real::recvmsg(self.udp, &mut m, flags) };
+        if n < 0 {
+            return None;
+        }
+        // SAFETY: the kernel wrote the control data of `m`.
+        let seg = unsafe { gro_segment(&m) };
+        Some(if seg == 0 {
+            n as usize
+        } else {
+            seg.min(n as usize)
+        })
+    }
+
+    /// `gro_recv` served a datagram (caller holds `inner`): a doorbell for
+    /// what the buffer still holds; after its last, with nothing behind
+    /// it, settled as a plain kernel receive is (the doorbell stayed, and
+    /// the descriptor read as ready with nothing to receive).
+    pub(super) fn gro_served(&self, g: &mut Inner, peek: bool) {
+        if self.gro_pending() {
+            if g.bells == 0 {
+                self.ring(g);
+            }
+        } else if g.bells > 0 && !peek && !self.udp_readable() {
+            g.udp_maybe = false;
+            self.settle(g);
+        }
+    }
+
     /// Whether a coalesced buffer still holds datagrams.
     pub(super) fn gro_pending(&self) -> bool {
         self.gro.as_ref().is_some_and(|g| {
@@ -356,6 +401,26 @@ impl Sock {
             g.pos < g.len
         })
     }
+}
+
+/// The `UDP_GRO` segment size in `m`'s control data (0: none, a lone
+/// datagram).
+///
+/// # Safety
+/// `m`'s control data must be what the kernel wrote.
+unsafe fn gro_segment(m: &msghdr) -> usize {
+    let mut seg = 0;
+    // SAFETY: walking the control data the kernel wrote (contract).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                seg = (libc::CMSG_DATA(c) as *const u16).read_unaligned() as usize;
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    seg
 }
 
 /// The progress thread's entry for a socket's GSO batch: sends what a

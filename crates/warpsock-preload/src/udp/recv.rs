@@ -499,8 +499,8 @@ impl Sock {
             debug_assert!(_proofs.is_none(), "UDP_GRO on a socket awaiting proofs");
             // SAFETY: the application's msghdr (contract).
             let r = unsafe { self.gro_recv(&mut lock(gro), msg, flags) };
-            if r.is_some() && self.gro_pending() && g.bells == 0 {
-                self.ring(g);
+            if r.is_some() {
+                self.gro_served(g, peek);
             }
             return r;
         }

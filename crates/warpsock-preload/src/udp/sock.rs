@@ -448,17 +448,26 @@ impl Sock {
     /// takes the datagram it sized though the progress thread has not yet
     /// seen it arrive.
     fn kernel_next(&self, g: &mut Inner) -> Option<usize> {
-        // (A pending error alone sizes as kernel UDP sizes it: 0.)
-        if !self.udp_readable() {
-            return None;
-        }
-        let mut n: c_int = 0;
-        // SAFETY: FIONREAD writes an int to the pointer given.
-        if unsafe { real::ioctl(self.udp, libc::FIONREAD, &mut n as *mut c_int as usize) } < 0 {
-            return None;
-        }
+        let n = match &self.gro {
+            // Through the `UDP_GRO` buffer, cut as `gro_recv` cuts it.
+            Some(gro) => self.gro_next(&lock(gro))?,
+            None => {
+                // (A pending error alone sizes as kernel UDP sizes it: 0.)
+                if !self.udp_readable() {
+                    return None;
+                }
+                let mut n: c_int = 0;
+                // SAFETY: FIONREAD writes an int to the pointer given.
+                let r =
+                    unsafe { real::ioctl(self.udp, libc::FIONREAD, &mut n as *mut c_int as usize) };
+                if r < 0 {
+                    return None;
+                }
+                n.max(0) as usize
+            }
+        };
         g.udp_maybe = true;
-        Some(n.max(0) as usize)
+        Some(n)
     }
 
     /// Writes a doorbell byte (caller holds `inner`).

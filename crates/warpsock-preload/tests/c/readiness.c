@@ -389,6 +389,56 @@ static void both_size(void) {
     }
 }
 
+/* Sends `len` bytes to `port` in one sendmsg with UDP_SEGMENT `seg` (the
+ * kernel cuts them into datagrams of `seg` bytes, the last shorter), by
+ * system calls the preload does not see. */
+static void raw_send_gso(int fd, int port, const void *buf, size_t len, uint16_t seg) {
+    struct sockaddr_in a = lo(port);
+    struct iovec iov = {(void *)buf, len};
+    union {
+        char b[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } c;
+    memset(&c, 0, sizeof c);
+    struct msghdr m = {.msg_name = &a, .msg_namelen = sizeof a, .msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = c.b, .msg_controllen = sizeof c.b};
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = 17;  /* SOL_UDP */
+    h->cmsg_type = 103;  /* UDP_SEGMENT */
+    h->cmsg_len = CMSG_LEN(sizeof seg);
+    memcpy(CMSG_DATA(h), &seg, sizeof seg);
+    CHECK(syscall(SYS_sendmsg, fd, &m, 0) == (long)len);
+}
+
+/* With "gro-size" after the port: one UDP_SEGMENT send of four 100-byte
+ * datagrams and a 37-byte one, which the kernel keeps whole for a socket
+ * with UDP_GRO on (the preload turns it on in its gso mode and cuts the
+ * buffer back into datagrams). FIONREAD, SIOCINQ and MSG_PEEK|MSG_TRUNC
+ * size each datagram the next receive returns, as kernel UDP sizes them
+ * (issue 13: they sized the whole buffer, then read 0 while the preload
+ * still held its datagrams). Each datagram's bytes name it ('a' + its
+ * index). */
+static void gro_size(void) {
+    for (int i = 0; i < 3; i++) {
+        enter("coalesced datagrams sized by FIONREAD");
+        unsigned char buf[437];
+        for (size_t k = 0; k < sizeof buf; k++)
+            buf[k] = (unsigned char)('a' + k / 100);
+        raw_send_gso(raw, port, buf, sizeof buf, 100);
+        for (int d = 0; d < 5; d++) {
+            CHECK(poll_in(3000));
+            size_t got = sized_recv(step);
+            if (got != (d < 4 ? 100u : 37u)) {
+                fprintf(stderr, "datagram %d of the batch: %zu bytes\n", d, got);
+                exit(1);
+            }
+        }
+        int n = -1;
+        CHECK(ioctl(r, FIONREAD, &n) == 0 && n == 0);
+        CHECK(!poll_in(0));
+    }
+}
+
 /* With "held-timer" after the port: a datagram a poll held, whose
  * connection the progress thread's timer gives back (the test sets the
  * parking's grace to 300 ms and the program leaves the socket alone) and
@@ -447,6 +497,7 @@ int main(int argc, char **argv) {
     int timer = argc > 2 && strcmp(argv[2], "held-timer") == 0;
     int size = argc > 2 && strcmp(argv[2], "held-size") == 0;
     int both = argc > 2 && strcmp(argv[2], "both-size") == 0;
+    int gro = argc > 2 && strcmp(argv[2], "gro-size") == 0;
     started = step_at = now_ms();
     atexit(report_failure);
     r = udp_bound(port);
@@ -464,13 +515,15 @@ int main(int argc, char **argv) {
         puts("readiness: ok");
         return 0;
     }
-    if (now || timer || size || both) {
+    if (now || timer || size || both || gro) {
         if (now)
             held_now();
         else if (size)
             held_size();
         else if (both)
             both_size();
+        else if (gro)
+            gro_size();
         else
             held_timer();
         finished = 1;
