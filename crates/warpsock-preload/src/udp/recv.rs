@@ -72,10 +72,13 @@ use super::park;
 use super::serve::{hold_frame, Served};
 use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
-use crate::shim::reactor::{self, Reactor};
+use crate::shim::reactor;
 use crate::shim::socket::Wait;
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{iov, real};
+
+mod driven;
+use driven::{spare, Driven, DRIVEN_INLINE};
 
 /// What one look at the socket's sources found.
 enum Pick {
@@ -756,148 +759,6 @@ fn proof_gap() {
     if let Some(ms) = ms {
         if !FIRED.swap(true, Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(ms));
-        }
-    }
-}
-
-/// The two heap blocks of a poll's [`Wait`] (its descriptor list and its
-/// boxed claim), kept per thread for the next poll: a poll of one socket
-/// allocates nothing once warm (they were the last two allocations per
-/// `poll` of the event loop's round trip).
-mod spare {
-    use std::cell::RefCell;
-
-    use libc::c_int;
-
-    use super::Driven;
-
-    /// Spares kept per thread (a poll of more offloaded sockets than this
-    /// allocates for the others).
-    const KEPT: usize = 4;
-
-    type Claim = Box<Option<Driven>>;
-
-    thread_local! {
-        static SPARE: RefCell<Vec<(Vec<c_int>, Claim)>> = const { RefCell::new(Vec::new()) };
-    }
-
-    /// An empty descriptor list and an empty claim, from the thread's
-    /// spares or new.
-    pub(super) fn take() -> (Vec<c_int>, Claim) {
-        SPARE
-            .try_with(|s| s.borrow_mut().pop())
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| (Vec::with_capacity(super::DRIVEN_INLINE), Box::new(None)))
-    }
-
-    /// Keeps a poll's blocks for the next (`claim` is empty: its
-    /// connections were taken out).
-    pub(super) fn give(mut fds: Vec<c_int>, claim: Claim) {
-        debug_assert!(claim.is_none());
-        fds.clear();
-        // A thread that is ending frees them instead.
-        let _ = SPARE.try_with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < KEPT {
-                if s.capacity() == 0 {
-                    s.reserve_exact(KEPT);
-                }
-                s.push((fds, claim));
-            }
-        });
-    }
-}
-
-/// The connections a blocking receive call watches itself while it waits
-/// (caller-driven receive): claimed from the progress thread on the first
-/// wait, given back when the call returns. Only armed connections are
-/// claimed (those on the ready list are the receive calls' already).
-struct Driven {
-    sock: Arc<Sock>,
-    eng: Option<&'static Reactor>,
-    /// Inline up to [`DRIVEN_INLINE`]: no allocation per receive call.
-    conns: SmallVec<[(Arc<Conn>, c_int); DRIVEN_INLINE]>,
-    /// The call returns a datagram, or a non-blocking call found nothing:
-    /// leave the connections parked
-    /// (`super::park`) rather than watched by the progress thread again.
-    park: bool,
-    /// A non-blocking call's look at the parked connections
-    /// ([`Conn::glance`]): nothing claimed, nothing to give back.
-    glance: bool,
-}
-
-/// A socket fed by more connections than this is left to the progress
-/// thread (one poll over many descriptors per receive would cost more).
-const MAX_DRIVEN: usize = 16;
-
-/// Connections a receive call holds without allocating: a ping-pong
-/// socket has two (its own to the peer and the peer's to it).
-const DRIVEN_INLINE: usize = 4;
-
-impl Driven {
-    /// Claims the socket's armed connections (`glance`: looks at its
-    /// parked ones, [`Conn::glance`]).
-    fn claim(sock: Arc<Sock>, glance: bool) -> Self {
-        let mut d = Self {
-            sock,
-            eng: None,
-            conns: SmallVec::new(),
-            park: false,
-            glance,
-        };
-        if !config::get().caller_recv {
-            return d;
-        }
-        let Some(eng) = reactor::current() else {
-            return d;
-        };
-        d.eng = Some(eng);
-        {
-            let g = lock(&d.sock.inner);
-            if g.owned.len() <= MAX_DRIVEN {
-                for c in g.owned.values() {
-                    let fd = if glance { c.glance() } else { c.claim(eng) };
-                    if let Some(fd) = fd {
-                        d.conns.push((c.clone(), fd));
-                    }
-                }
-            }
-        }
-        d
-    }
-
-    /// Whether every claimed connection is established (read by `serve`;
-    /// others are polled and handled as events).
-    fn all_up(&self) -> bool {
-        self.conns
-            .iter()
-            .all(|(c, _)| c.hint.load(Ordering::Relaxed) == HINT_UP)
-    }
-
-    /// Gives back the connections whose descriptor changed or closed, or
-    /// whose input is paused, held back or on the ready list (polling those
-    /// would spin).
-    fn prune(&mut self) {
-        let Some(eng) = self.eng else { return };
-        self.conns.retain(|(c, fd)| {
-            if c.still_reading(*fd) {
-                return true;
-            }
-            if !self.glance {
-                c.unclaim(eng, *fd, false);
-            }
-            false
-        });
-    }
-}
-
-impl Drop for Driven {
-    fn drop(&mut self) {
-        if let (Some(eng), false) = (self.eng, self.glance) {
-            for (c, fd) in self.conns.drain(..) {
-                c.unclaim(eng, fd, self.park);
-            }
         }
     }
 }
