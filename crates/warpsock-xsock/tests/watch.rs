@@ -226,9 +226,14 @@ fn a_parked_reader_keeps_the_progress_thread_asleep() {
         });
         assert_eq!(xb.watching(), XSocket::WATCH_INPUT, "re-armed for input");
     }
+    // No event reaches it (`wakes`); its voluntary context switches may
+    // still count a few spurious epoll wake-ups (an `EPOLL_CTL_MOD` that
+    // re-arms while bytes are in flight wakes the waiter, which finds
+    // nothing and sleeps again), which depend on the scheduler: once with
+    // four test binaries on 2 cores. A wake per message would be ROUNDS.
     let woke = s.sleeps() - before;
     assert!(
-        woke <= 2,
+        woke < ROUNDS / 2,
         "{ROUNDS} messages to a parked reader woke the progress thread {woke} times"
     );
     assert_eq!(s.wakes(), 0);
