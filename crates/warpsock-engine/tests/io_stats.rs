@@ -152,27 +152,15 @@ fn a_one_fpdu_send_asks_the_core_once() {
     let l = Listener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let server = std::thread::spawn(move || {
-        let c = Context::new(Progress::Caller).unwrap();
-        let pd = c.alloc_pd();
-        let cq = c.create_cq(8).unwrap();
-        let buf = pd.alloc(8, Access::LOCAL_WRITE | Access::LOCAL_READ);
+        let (_c, pd, cq, buf) = end8(Progress::Caller, 8);
         let mut init = QpInit::new(&pd, &cq);
-        init.recvs = vec![RecvWr {
-            wr_id: 0,
-            sgl: buf.sge(0, 8).into(),
-        }];
+        init.recvs = vec![recv8(&buf)];
         let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
         pong(&qp, &cq, &buf, ROUNDS, false)
     });
-    let c = Context::new(Progress::Caller).unwrap();
-    let pd = c.alloc_pd();
-    let cq = c.create_cq(8).unwrap();
-    let buf = pd.alloc(8, Access::LOCAL_WRITE | Access::LOCAL_READ);
+    let (_c, pd, cq, buf) = end8(Progress::Caller, 8);
     let mut init = QpInit::new(&pd, &cq);
-    init.recvs = vec![RecvWr {
-        wr_id: 0,
-        sgl: buf.sge(0, 8).into(),
-    }];
+    init.recvs = vec![recv8(&buf)];
     let qp = connect(addr, &init).unwrap();
     let (before, after) = pong(&qp, &cq, &buf, ROUNDS, true);
     let (srv_before, srv_after) = server.join().unwrap();
@@ -208,11 +196,7 @@ fn pong(
             for w in wait_n(cq, 1) {
                 assert!(w.is_ok(), "{w:?}");
                 if w.opcode == warpsock_engine::WcOpcode::Recv {
-                    qp.post_recv(RecvWr {
-                        wr_id: 0,
-                        sgl: buf.sge(0, 8).into(),
-                    })
-                    .unwrap();
+                    qp.post_recv(recv8(buf)).unwrap();
                     need_recv = false;
                     if !first {
                         send();
@@ -264,4 +248,85 @@ fn a_wait_parked_without_the_clock_still_ends_at_its_timeout() {
     );
     done_tx.send(()).unwrap();
     server.join().unwrap();
+}
+
+/// Busy polling an idle connection (issue 12): every empty round ends at
+/// its one read (`IoStats::idle_reads`, one read per round and no other),
+/// and a message that arrives meanwhile is found by such a read and
+/// delivered whole; a Send posted after it still completes.
+#[test]
+fn an_empty_busy_polling_round_ends_at_its_read_and_misses_nothing() {
+    const SPINS: u64 = 50;
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (_c, pd, cq, buf) = end8(Progress::Thread, 4);
+        let mut init = QpInit::new(&pd, &cq);
+        init.recvs = vec![recv8(&buf)];
+        let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
+        go_rx.recv_timeout(LIMIT).unwrap();
+        buf.write(0, b"ping-123");
+        qp.post_send(send_wr(1, vec![buf.sge(0, 8)])).unwrap();
+        // The client's Send, then our own Send's completion, in any order.
+        let got = wait_n(&cq, 2);
+        assert!(got.iter().all(|w| w.is_ok()), "{got:?}");
+        buf.to_vec()
+    });
+    let (_c, pd, cq, buf) = end8(Progress::Caller, 4);
+    let mut init = QpInit::new(&pd, &cq);
+    init.recvs = vec![recv8(&buf)];
+    let qp = connect(addr, &init).unwrap();
+    let mut wc = [warpsock_engine::Wc::default()];
+    // Whatever the connection's setup left is taken by a first round.
+    assert_eq!(cq.poll(&mut wc), 0);
+    let before = qp.io_stats();
+    for _ in 0..SPINS {
+        assert_eq!(cq.poll(&mut wc), 0);
+    }
+    let idle = qp.io_stats();
+    assert_eq!(idle.idle_reads - before.idle_reads, SPINS, "{idle:?}");
+    assert_eq!(idle.reads - before.reads, SPINS, "{idle:?}");
+    assert_eq!(idle.tx_passes, before.tx_passes, "{idle:?}");
+    go_tx.send(()).unwrap();
+    let deadline = std::time::Instant::now() + LIMIT;
+    while cq.poll(&mut wc) == 0 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", qp.io_stats());
+    }
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(wc[0].opcode, warpsock_engine::WcOpcode::Recv);
+    assert_eq!(wc[0].byte_len, 8);
+    assert_eq!(buf.to_vec(), b"ping-123");
+    buf.write(0, b"pong-456");
+    qp.post_send(send_wr(2, vec![buf.sge(0, 8)])).unwrap();
+    let sent = wait_n(&cq, 1);
+    assert!(sent[0].is_ok(), "{:?}", sent[0]);
+    assert_eq!(server.join().unwrap(), b"pong-456");
+}
+
+/// A context of `progress` with a protection domain, a completion queue of
+/// `cqe` entries and an 8-byte buffer (the context first: it must outlive
+/// the rest).
+fn end8(
+    progress: Progress,
+    cqe: usize,
+) -> (
+    Context,
+    warpsock_engine::Pd,
+    warpsock_engine::Cq,
+    warpsock_engine::Mr,
+) {
+    let c = Context::new(progress).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(cqe).unwrap();
+    let buf = pd.alloc(8, Access::LOCAL_WRITE | Access::LOCAL_READ);
+    (c, pd, cq, buf)
+}
+
+/// A receive of 8 bytes into `buf`.
+fn recv8(buf: &warpsock_engine::Mr) -> RecvWr {
+    RecvWr {
+        wr_id: 0,
+        sgl: buf.sge(0, 8).into(),
+    }
 }

@@ -261,9 +261,15 @@ impl QpSlot {
         epoll: Option<&Epoll>,
         allowed: Allowed,
     ) -> bool {
+        let collected = !self.dead && allowed.rx;
+        if collected && allowed.tx && self.rx_idle(pool) {
+            // An empty busy-polling round: nothing read, nothing to
+            // collect, deliver or write (see `rx_idle`).
+            self.update_interest(token, epoll);
+            return false;
+        }
         let before = self.events.len();
         let cq_before = cq_lens(cqs, self.send_cq, self.recv_cq);
-        let collected = !self.dead && allowed.rx;
         if collected {
             self.rx(reg, pool);
             self.collect(cqs);

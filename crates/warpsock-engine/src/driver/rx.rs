@@ -147,9 +147,53 @@ impl QpSlot {
     /// handled as a non-blocking read's would be.
     pub(crate) fn unpark(&mut self, p: ParkedRead, res: io::Result<usize>) {
         self.parked = false;
-        self.io.reads += 1;
         self.io.parked_reads += 1;
         self.rx.buf = Some(p.buf);
+        self.take_read(res, p.cap);
+    }
+
+    /// The empty busy-polling round's fast path (issue 12): when nothing
+    /// is staged, held, reported or owed to the socket and the next input
+    /// can only be framing, the read [`Self::rx_inner`] would make is made
+    /// here, without asking the core for its step. Returns `true` when it
+    /// found nothing (`EAGAIN`): the core saw no input, so the round has
+    /// nothing to collect, deliver or count, and is over. Otherwise its
+    /// result is taken as a parked read's ([`Self::unpark`]) and the round
+    /// goes on as usual (`false`, also when the fast path does not apply).
+    pub(super) fn rx_idle(&mut self, pool: &mut RxPool) -> bool {
+        if self.parked
+            || self.dead
+            || self.rd_closed
+            || self.drained_hint
+            || self.rx.has_staged()
+            || !self.held.is_empty()
+            || !self.txq.is_empty()
+            || self.conn.has_reports()
+            || self.conn.wants_close()
+            || self.conn.has_pending_output()
+            || !self.conn.rx_wants_bytes()
+        {
+            return false;
+        }
+        let mut buf = self.rx.buf.take().unwrap_or_else(|| pool.take());
+        let cap = if self.rx.large { RX_TAIL } else { buf.len() };
+        let res = sys::recv_dontwait(self.sock.as_raw_fd(), &mut buf[..cap]);
+        if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            self.io.reads += 1;
+            self.io.idle_reads += 1;
+            pool.give(buf);
+            return true;
+        }
+        self.rx.buf = Some(buf);
+        self.take_read(res, cap);
+        false
+    }
+
+    /// Takes the result of a read of up to `cap` bytes into the staging
+    /// buffer made outside [`Self::rx_inner`]: bytes become staged input,
+    /// EOF and errors are handled as its read's would be.
+    fn take_read(&mut self, res: io::Result<usize>, cap: usize) {
+        self.io.reads += 1;
         if let Ok(n) = res {
             self.io.read_bytes += n as u64;
         }
@@ -161,7 +205,7 @@ impl QpSlot {
             Ok(n) => {
                 self.rx.start = 0;
                 self.rx.end = n;
-                self.drained_hint = n < p.cap;
+                self.drained_hint = n < cap;
             }
             Err(e)
                 if matches!(

@@ -32,6 +32,10 @@ pub struct IoStats {
     /// Of [`Self::reads`], the blocking reads a waiting caller slept in
     /// ([`crate::Cq::wait`] with a single connection).
     pub parked_reads: u64,
+    /// Of [`Self::reads`], the non-blocking ones of an empty round's fast
+    /// path that found nothing (`EAGAIN`; nothing staged, held, reported
+    /// or owed to the socket): the round ended there.
+    pub idle_reads: u64,
     /// Transmit system calls (`sendmsg`), including those that found the
     /// send buffer full.
     pub writes: u64,
@@ -92,6 +96,7 @@ impl std::ops::AddAssign for IoStats {
             tx_passes,
             read_bytes,
             parked_reads,
+            idle_reads,
             writes,
             write_bytes,
             writes_blocked,
@@ -110,6 +115,7 @@ impl std::ops::AddAssign for IoStats {
         self.tx_passes += tx_passes;
         self.read_bytes += read_bytes;
         self.parked_reads += parked_reads;
+        self.idle_reads += idle_reads;
         self.writes += writes;
         self.write_bytes += write_bytes;
         self.writes_blocked += writes_blocked;
