@@ -246,19 +246,41 @@ fn send_one(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
 /// `recv(fd, buf, MSG_DONTWAIT)`: a read that never blocks, whatever the
 /// socket's blocking mode (queue-pair sockets stay in blocking mode so that
 /// a waiting caller can sleep in a blocking [`recv_wait`]).
+///
+/// Made as the raw `recvfrom` system call, as [`send_one`] is `sendto`:
+/// libc's `recv` is a cancellation point and, under the preload, resolves
+/// to the interposed `recv` (its guard check, then the real one) first — a
+/// non-blocking read of our own socket needs neither. The blocking
+/// [`recv_wait`] stays libc's: it may sleep inside an application's own
+/// call, which a C program expects to be a cancellation point.
 pub(crate) fn recv_dontwait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    recv_flags(fd, buf, libc::MSG_DONTWAIT)
+    // Every argument as a `long`, as `syscall` reads them.
+    let flags = libc::c_long::from(libc::MSG_DONTWAIT);
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes; no
+    // address wanted (null address and length pointers).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_recvfrom,
+            libc::c_long::from(fd),
+            buf.as_mut_ptr(),
+            buf.len(),
+            flags,
+            std::ptr::null_mut::<libc::sockaddr>(),
+            std::ptr::null_mut::<libc::socklen_t>(),
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
 }
 
 /// `recv(fd, buf, 0)` on a blocking socket: sleeps until bytes, EOF, an
 /// error or the socket's `SO_RCVTIMEO` (then `WouldBlock`).
 pub(crate) fn recv_wait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    recv_flags(fd, buf, 0)
-}
-
-fn recv_flags(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     // SAFETY: `buf` is a live, writable slice of the length passed.
-    let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+    let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
