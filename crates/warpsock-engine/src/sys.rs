@@ -221,18 +221,44 @@ pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize
 /// 8 B ping-pong) that a non-blocking write of our own socket needs none
 /// of. The engine's writes so never re-enter the interposer at all.
 fn send_one(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
-    // Every argument as a `long`, as `syscall` reads them.
-    let flags = libc::c_long::from(libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
-    // SAFETY: `buf` is a live, readable slice of `buf.len()` bytes; no
-    // address (null, length 0).
-    let r = unsafe {
-        libc::syscall(
+    let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+    // SAFETY: `buf` is a live, readable slice of `buf.len()` bytes.
+    unsafe {
+        raw_socket_io(
             libc::SYS_sendto,
-            libc::c_long::from(fd),
-            buf.as_ptr(),
+            fd,
+            buf.as_ptr().cast_mut(),
             buf.len(),
             flags,
-            std::ptr::null::<libc::sockaddr>(),
+        )
+    }
+}
+
+/// `sendto`/`recvfrom` (`nr`) of `len` bytes at `ptr` as a raw system
+/// call, with no address (null address, zero length: both calls take that
+/// as none).
+///
+/// # Safety
+/// `ptr` is valid for `len` bytes: readable for `sendto`, writable for
+/// `recvfrom`.
+unsafe fn raw_socket_io(
+    nr: libc::c_long,
+    fd: RawFd,
+    ptr: *mut u8,
+    len: usize,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    // Every argument as a `long`, as `syscall` reads them.
+    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
+    // SAFETY: the caller vouches for `ptr`/`len`; the address is null.
+    let r = unsafe {
+        libc::syscall(
+            nr,
+            fd,
+            ptr,
+            len,
+            flags,
+            0 as libc::c_long,
             0 as libc::c_long,
         )
     };
@@ -254,25 +280,15 @@ fn send_one(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
 /// [`recv_wait`] stays libc's: it may sleep inside an application's own
 /// call, which a C program expects to be a cancellation point.
 pub(crate) fn recv_dontwait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // Every argument as a `long`, as `syscall` reads them.
-    let flags = libc::c_long::from(libc::MSG_DONTWAIT);
-    // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes; no
-    // address wanted (null address and length pointers).
-    let r = unsafe {
-        libc::syscall(
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+    unsafe {
+        raw_socket_io(
             libc::SYS_recvfrom,
-            libc::c_long::from(fd),
+            fd,
             buf.as_mut_ptr(),
             buf.len(),
-            flags,
-            std::ptr::null_mut::<libc::sockaddr>(),
-            std::ptr::null_mut::<libc::socklen_t>(),
+            libc::MSG_DONTWAIT,
         )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
     }
 }
 
