@@ -11,7 +11,7 @@ use std::sync::mpsc::channel;
 
 use common::{send_wr, wait_n, LIMIT};
 use warpsock_engine::{
-    connect, Access, Context, Listener, Progress, QpInit, QpOptions, RecvWr, WcOpcode,
+    connect, Access, Context, Cq, Listener, Pd, Progress, Qp, QpInit, QpOptions, RecvWr, WcOpcode,
 };
 
 /// The payload of message `n`: its number, then its low byte repeated.
@@ -112,6 +112,40 @@ fn inline_sends_arrive_in_order_between_posted_ones() {
     }
 }
 
+/// Receives of the filled-socket tests: more than the socket buffers
+/// hold at 1 KiB each, so inline sends block before they run out.
+const SLOTS: usize = 16 << 10;
+
+/// The set-up of the blocked-send tests: a client queue pair (CRC off) on
+/// a context driven as `progress`, connected to a [`server`] of [`SLOTS`]
+/// 1 KiB receives that reads nothing until told: the context, its PD and
+/// CQ, the queue pair, the server's go channel and thread, and the bytes
+/// per message (1 KiB, or less if the FPDU has less room). Bind every part
+/// by name: each must live to the test's end.
+type Filled = (
+    Context,
+    Pd,
+    Cq,
+    Qp,
+    std::sync::mpsc::Sender<u32>,
+    std::thread::JoinHandle<u32>,
+    usize,
+);
+
+fn filled(progress: Progress) -> Filled {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let c = Context::new(progress).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(64).unwrap();
+    let mut init = QpInit::new(&pd, &cq);
+    init.options.crc = false;
+    let (go, srv) = server(l, false, SLOTS, 1024);
+    let qp = connect(addr, &init).unwrap();
+    let len = 1024.min(qp.mulpdu() - 18);
+    (c, pd, cq, qp, go, srv, len)
+}
+
 /// The socket's buffers fill (the server reads nothing yet): the inline
 /// Send the kernel did not take whole is queued (backlog), the next inline
 /// Send is refused while it is, and a Send posted then goes out behind it;
@@ -120,17 +154,7 @@ fn inline_sends_arrive_in_order_between_posted_ones() {
 /// the socket that just refused it: review item 3 of session 14).
 #[test]
 fn a_blocked_inline_send_is_queued_and_later_sends_wait_behind_it() {
-    const SLOTS: usize = 16 << 10;
-    let l = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let c = Context::new(Progress::Caller).unwrap();
-    let pd = c.alloc_pd();
-    let cq = c.create_cq(64).unwrap();
-    let mut init = QpInit::new(&pd, &cq);
-    init.options.crc = false;
-    let (go, srv) = server(l, false, SLOTS, 1024);
-    let qp = connect(addr, &init).unwrap();
-    let len = 1024.min(qp.mulpdu() - 18);
+    let (_context, pd, cq, qp, go, srv, len) = filled(Progress::Caller);
     assert_eq!(len, 1024, "FPDU room {}", qp.mulpdu());
     let mut n = 0u32;
     let mut blocked = false;
@@ -170,17 +194,7 @@ fn a_blocked_inline_send_is_queued_and_later_sends_wait_behind_it() {
 /// until it gives up.
 #[test]
 fn a_blocked_inline_send_is_finished_by_the_progress_thread() {
-    const SLOTS: usize = 16 << 10;
-    let l = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let c = Context::new(Progress::Thread).unwrap();
-    let pd = c.alloc_pd();
-    let cq = c.create_cq(64).unwrap();
-    let mut init = QpInit::new(&pd, &cq);
-    init.options.crc = false;
-    let (go, srv) = server(l, false, SLOTS, 1024);
-    let qp = connect(addr, &init).unwrap();
-    let len = 1024.min(qp.mulpdu() - 18);
+    let (_context, _pd, _cq, qp, go, srv, len) = filled(Progress::Thread);
     let mut n = 0u32;
     let mut blocked = false;
     while (n as usize) < SLOTS - 1 {
