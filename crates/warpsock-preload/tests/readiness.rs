@@ -19,13 +19,19 @@ fn both_with_hooks(name: &str, hook: (&str, &str)) -> Run {
 
 /// As `both_with_hooks`, for a program that takes `nports` ports.
 fn both_with_hooks_on(name: &str, nports: usize, hook: (&str, &str)) -> Run {
-    let ports = || {
+    both_with_hooks_args(name, nports, &[], hook)
+}
+
+/// As `both_with_hooks_on`, with `extra` arguments after the ports.
+fn both_with_hooks_args(name: &str, nports: usize, extra: &[&str], hook: (&str, &str)) -> Run {
+    let args = || {
         (0..nports)
             .map(|_| lease_port().to_string())
+            .chain(extra.iter().map(|a| a.to_string()))
             .collect::<Vec<_>>()
     };
-    run(name, &ports(), false).assert_ok(&format!("{name} (kernel UDP)"));
-    let child = command_with(&c_program(name), &ports(), Some(preload_so_with_hooks()))
+    run(name, &args(), false).assert_ok(&format!("{name} (kernel UDP)"));
+    let child = command_with(&c_program(name), &args(), Some(preload_so_with_hooks()))
         .env(hook.0, hook.1)
         .spawn()
         .expect("spawn test program");
@@ -261,6 +267,41 @@ fn nonblocking_receives_keep_connections_parked() {
     assert!(
         claims <= 14_000,
         "{claims} claims in 2000 round trips: {}",
+        r.stderr
+    );
+}
+
+/// With one connection per socket, as in the benchmark suite, every
+/// non-blocking receive of the same rounds takes the short path
+/// (`Sock::recv_lone`: one look at the socket, then the connection's held
+/// datagram or one read; no walk of the socket's connections, no claim),
+/// and the receive after each poll serves what the poll held without a
+/// look over the socket's connections for other held datagrams. The
+/// general path made the walk at every such receive (4,000 and the
+/// `EAGAIN`s), and that look at every drain to `EAGAIN` after a poll
+/// (2,000).
+#[test]
+fn nonblocking_receives_of_a_lone_connection_take_the_short_path() {
+    let r = both_with_hooks_args(
+        "nbpingpong",
+        2,
+        &["all", "one"],
+        ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"),
+    );
+    // One greeting, then 2 x 1000 round trips, 2 datagrams each.
+    assert_read_parked(&r, 4001);
+    let (lone, empty) = (r.stat("rx_lone"), r.stat("rx_nb_empty"));
+    // All but the greeting's blocking receive, and a few around the
+    // set-up (its doorbells, the kernel socket not yet looked at).
+    assert!(
+        lone + 20 >= 4000 + empty,
+        "{lone} short-path receives of 4000 datagrams and {empty} EAGAINs: {}",
+        r.stderr
+    );
+    let looks = r.stat("rx_held_looks");
+    assert!(
+        looks <= 20,
+        "{looks} looks for held datagrams: {}",
         r.stderr
     );
 }

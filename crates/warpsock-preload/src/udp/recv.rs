@@ -54,8 +54,10 @@
 //!   the poll where `io_uring` is refused (containers' seccomp).
 //!
 //! The busy-poll path makes no poll: a spin is one non-blocking read of
-//! the lone parked connection (`Conn::glance`, no claim), about 980 user
-//! instructions and one system call against kernel UDP's 64 and one.
+//! the lone parked connection (`Conn::glance`, no claim; `Sock::recv_lone`
+//! on a socket fed by nothing else: one look at the socket, then the read),
+//! about 760 user instructions with the preload's entry and one system
+//! call against kernel UDP's 64 and one.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -102,6 +104,12 @@ impl Sock {
         let nonblock = flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed);
         if !self.recv_seen.load(Ordering::Relaxed) {
             self.recv_seen.store(true, Ordering::Relaxed);
+        }
+        if nonblock && !self.shut_rd.load(Ordering::Relaxed) {
+            // SAFETY: the application's msghdr (contract).
+            if let Some(r) = unsafe { self.recv_lone(msg, flags) } {
+                return r;
+            }
         }
         // A non-blocking call never waits: no lock and no clock reading for
         // a deadline (a busy-poll loop makes one such call per spin).
@@ -190,8 +198,10 @@ impl Sock {
                 // parked, so among those claimed (`Conn::held`).
                 for (c, fd) in &d.conns {
                     if c.held.swap(false, Ordering::Relaxed) && c.still(*fd) {
+                        let peer = self.peer();
                         // SAFETY: the application's msghdr (contract).
-                        if let Served::Dgram(n) = unsafe { self.serve(eng, c, msg, flags, true) } {
+                        let served = unsafe { self.serve(eng, c, msg, flags, true, peer) };
+                        if let Served::Dgram(n) = served {
                             d.park = true;
                             return n;
                         }
@@ -210,7 +220,7 @@ impl Sock {
                         if c.still(*fd) {
                             looks += 1;
                             // SAFETY: the application's msghdr (contract).
-                            match unsafe { self.serve(eng, c, msg, flags, true) } {
+                            match unsafe { self.serve(eng, c, msg, flags, true, self.peer()) } {
                                 Served::Dgram(n) => {
                                     d.park = true;
                                     return n;
@@ -286,7 +296,8 @@ impl Sock {
                                 // (no ready list, no doorbell, no change of
                                 // the progress thread's watch).
                                 // SAFETY: the application's msghdr (contract).
-                                let served = unsafe { self.serve(eng, c, msg, flags, true) };
+                                let served =
+                                    unsafe { self.serve(eng, c, msg, flags, true, self.peer()) };
                                 if let Served::Dgram(n) = served {
                                     d.park = true;
                                     return n;
@@ -303,6 +314,77 @@ impl Sock {
                     d.prune();
                 }
             }
+        }
+    }
+
+    /// A non-blocking receive on a socket fed by one parked connection and
+    /// nothing else: a busy-poll spin, and in an event loop the receive
+    /// after a poll and the drain to `EAGAIN`. One look under the socket's
+    /// lock finds what `take` would (nothing queued, none ready, no
+    /// doorbell, the kernel socket not marked readable, no `UDP_GRO`
+    /// buffer) and glances at the connection (`Conn::glance`), which is
+    /// then served as the general path below would serve it after `take`
+    /// and `Driven::claim`: its held datagram first, else one read. What
+    /// that path added per call (a second look at the socket, a walk of
+    /// its connections with their `Arc`s, the socket's `Weak` upgraded,
+    /// the claim's bookkeeping, the socket's lock twice more in `serve`)
+    /// found nothing it did not. `None`: another case (or the connection
+    /// changed meanwhile); the general path decides, as if this had not
+    /// looked.
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    unsafe fn recv_lone(&self, msg: &mut msghdr, flags: c_int) -> Option<isize> {
+        if self.gro.is_some() || !config::get().caller_recv {
+            return None;
+        }
+        let eng = reactor::current()?;
+        let (c, fd, peer, holds) = {
+            let mut g = lock(&self.inner);
+            if g.owned.len() != 1
+                || g.bells != 0
+                || g.udp_maybe
+                || !g.rxq.is_empty()
+                || !g.ready.is_empty()
+            {
+                return None;
+            }
+            let c = g.owned.values().next()?;
+            if c.hint.load(Ordering::Relaxed) != HINT_UP {
+                return None;
+            }
+            let fd = c.glance()?;
+            let c = c.clone();
+            // As `pick`: the turn between the sources moves per receive.
+            if flags & libc::MSG_PEEK == 0 {
+                g.udp_turn = !g.udp_turn;
+            }
+            (c, fd, g.peer, self.holds.load(Ordering::Acquire))
+        };
+        let held = c.held.swap(false, Ordering::Acquire);
+        // SAFETY: the application's msghdr (contract).
+        match unsafe { self.serve(eng, &c, msg, flags, true, peer) } {
+            Served::Dgram(n) => {
+                if held {
+                    // The socket's only connection held the datagram: every
+                    // hold counted when it was looked at is served.
+                    self.holds_seen.fetch_max(holds, Ordering::Relaxed);
+                }
+                stats::inc(&STATS.rx_lone);
+                Some(n)
+            }
+            Served::Nothing if c.still_reading(fd) => {
+                // SAFETY: the application's msghdr (contract).
+                if let Some(n) = unsafe { self.serve_held(msg, flags) } {
+                    return Some(n);
+                }
+                stats::inc(&STATS.rx_nb_empty);
+                stats::inc(&STATS.rx_nb_empty_looks);
+                stats::inc(&STATS.rx_lone);
+                set_errno(libc::EAGAIN);
+                Some(-1)
+            }
+            Served::Nothing => None,
         }
     }
 
@@ -355,8 +437,10 @@ impl Sock {
                 Pick::Done(r) => return Some(r),
                 Pick::Conn(c) => {
                     let eng = reactor::current()?;
+                    let peer = self.peer();
                     // SAFETY: the application's msghdr (contract).
-                    if let Served::Dgram(r) = unsafe { self.serve(eng, &c, msg, flags, false) } {
+                    let served = unsafe { self.serve(eng, &c, msg, flags, false, peer) };
+                    if let Served::Dgram(r) = served {
                         return Some(r);
                     }
                 }
@@ -552,15 +636,18 @@ impl Sock {
     /// `set_interest`) is announced by the progress thread's timer only
     /// later, and one moved to the ready list after `take` looked is no
     /// longer parked: the receive returned `EAGAIN` although the poll had
-    /// said readable. One atomic load when no poll held anything.
+    /// said readable. Two atomic loads when every hold was looked behind
+    /// (`Sock::holds_seen`).
     ///
     /// # Safety
     /// `msg` must be a valid msghdr whose buffers are writable.
     unsafe fn serve_held(&self, msg: &mut msghdr, flags: c_int) -> Option<isize> {
-        if !self.holds.swap(false, Ordering::Acquire) {
+        let holds = self.holds.load(Ordering::Acquire);
+        if holds == self.holds_seen.load(Ordering::Relaxed) {
             return None;
         }
         let eng = reactor::current()?;
+        stats::inc(&STATS.rx_held_looks);
         let (held, front) = {
             let g = lock(&self.inner);
             let held: SmallVec<[Arc<Conn>; DRIVEN_INLINE]> = g.held().cloned().collect();
@@ -571,26 +658,35 @@ impl Sock {
             let front = held.is_empty().then(|| g.ready.front().cloned()).flatten();
             (held, front)
         };
+        // Every hold counted so far is behind this look, unless another
+        // held connection waits after the one served (then the next
+        // receive looks again).
+        let mut seen = true;
+        let mut served = None;
         if let Some(c) = front {
             // SAFETY: the application's msghdr (contract).
-            return match unsafe { self.serve(eng, &c, msg, flags, false) } {
-                Served::Dgram(n) => Some(n),
-                Served::Nothing => None,
-            };
-        }
-        let mut served = None;
-        for c in &held {
-            if served.is_some() {
-                // Another waits: the next receive looks again.
-                self.holds.store(true, Ordering::Relaxed);
-                break;
+            if let Served::Dgram(n) = unsafe { self.serve(eng, &c, msg, flags, false, self.peer()) }
+            {
+                served = Some(n);
             }
-            if c.held.swap(false, Ordering::Relaxed) {
-                // SAFETY: the application's msghdr (contract).
-                if let Served::Dgram(n) = unsafe { self.serve(eng, c, msg, flags, true) } {
-                    served = Some(n);
+        } else {
+            for c in &held {
+                if served.is_some() {
+                    seen = false;
+                    break;
+                }
+                if c.held.swap(false, Ordering::Acquire) {
+                    let peer = self.peer();
+                    // SAFETY: the application's msghdr (contract).
+                    if let Served::Dgram(n) = unsafe { self.serve(eng, c, msg, flags, true, peer) }
+                    {
+                        served = Some(n);
+                    }
                 }
             }
+        }
+        if seen {
+            self.holds_seen.fetch_max(holds, Ordering::Relaxed);
         }
         served
     }
@@ -651,7 +747,7 @@ impl Sock {
                     {
                         // Read into the parked connection's buffer: the
                         // program's next receive serves it from there.
-                        self.holds.store(true, Ordering::Release);
+                        self.holds.fetch_add(1, Ordering::Release);
                         if !self.holding_listed.load(Ordering::Relaxed) {
                             held::listed(self);
                         }

@@ -77,7 +77,7 @@ pub(super) fn hold_frame(conn: &Conn, fd: c_int, peer: Option<std::net::SocketAd
     match st.rx.peek() {
         Parsed::Frame(len) if len <= st.max_dgram => {
             stats::inc(&STATS.rx_poll_holds);
-            conn.held.store(true, Ordering::Relaxed);
+            conn.held.store(true, Ordering::Release);
             #[cfg(feature = "test-hooks")]
             super::events::handback_cue(b"h");
             true
@@ -106,12 +106,19 @@ impl Sock {
         }
     }
 
+    /// The socket's connected peer: a connected socket hears it only.
+    pub(super) fn peer(&self) -> Option<std::net::SocketAddr> {
+        lock(&self.inner).peer
+    }
+
     /// Serves one datagram from `conn` into `msg`. `conn` is the front of
     /// the ready list: then it is rotated to the back (more to read) or
     /// armed again and taken off the list (drained). Or (`direct`) it is a
     /// connection a blocking call polled itself and found readable: it
     /// stays armed (the call's claim keeps the progress thread off it), and
     /// joins the ready list, with a doorbell, only if more is in hand.
+    /// `peer` is the socket's connected peer ([`Sock::peer`], or read by
+    /// the caller under the socket's lock it held anyway).
     ///
     /// # Safety
     /// `msg` must be a valid msghdr whose buffers are writable.
@@ -122,9 +129,9 @@ impl Sock {
         msg: &mut msghdr,
         flags: c_int,
         direct: bool,
+        peer: Option<std::net::SocketAddr>,
     ) -> Served {
         let peek = flags & libc::MSG_PEEK != 0;
-        let peer = lock(&self.inner).peer;
         let mut served = Served::Nothing;
         let mut more = false;
         let mut gone = None;
@@ -225,6 +232,19 @@ impl Sock {
         }
         #[cfg(not(feature = "test-hooks"))]
         let _ = fd;
+        if direct && !more && gone.is_none() && !conn.ready.load(Ordering::Relaxed) {
+            // Read directly, nothing left in hand, and not on the ready
+            // list (it joins under `order`, held here, but for a proof's
+            // `mark_ready`, which rings for it itself): the update below
+            // would find nothing of this connection's to change. What
+            // others queue or put on the list they announce themselves
+            // (`ring`), and a doorbell with nothing behind it is drained
+            // by the receive that finds nothing (`take`). A non-blocking
+            // receive that finds the lone connection empty skips the
+            // socket's lock here.
+            drop(order);
+            return served;
+        }
         {
             // Still under `order`: the progress thread's `handle` of an
             // arrival since the last read (on a ready connection, watched

@@ -10,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::mem::size_of;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -95,11 +95,16 @@ pub(crate) struct Sock {
     /// A receive call came since the last send (the sender's batching
     /// then writes at once: request and response).
     pub(super) recv_seen: AtomicBool,
-    /// A poll read a datagram into one of the socket's connections
-    /// (`Conn::held`) since a receive call last looked for such
-    /// connections (`Sock::serve_held`): set after `held`, cleared before
-    /// the look, so a set `held` is never missed.
-    pub(super) holds: AtomicBool,
+    /// Datagrams polls read into the socket's connections (`Conn::held`),
+    /// counted up after each `held` is set. A receive call looks for held
+    /// connections (`Sock::serve_held`) only while this differs from
+    /// `holds_seen`; a set `held` is never missed.
+    pub(super) holds: AtomicU64,
+    /// The count of `holds` the receive calls have looked behind: set
+    /// (never lowered) by a look over every connection, and by a receive
+    /// that served the held datagram of the socket's lone connection
+    /// (`super::recv`'s lone path: nothing else could hold one then).
+    pub(super) holds_seen: AtomicU64,
     /// On the list of sockets whose held datagrams a `select` or
     /// `epoll_wait` announces first (`super::recv::announce_held`).
     pub(super) holding_listed: AtomicBool,
@@ -230,7 +235,8 @@ impl Sock {
                 proofs: AtomicUsize::new(0),
                 proof_lock: Mutex::new(()),
                 recv_seen: AtomicBool::new(false),
-                holds: AtomicBool::new(false),
+                holds: AtomicU64::new(0),
+                holds_seen: AtomicU64::new(0),
                 holding_listed: AtomicBool::new(false),
                 tx_blocked: Mutex::new(None),
                 tx_full: AtomicBool::new(false),

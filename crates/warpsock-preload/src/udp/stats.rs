@@ -159,6 +159,15 @@ counters! {
     /// System calls those made looking (a read of a lone connection or one
     /// a poll saw a datagram on, else one poll over all): about one each.
     rx_nb_empty_looks,
+    /// Non-blocking receives on a socket fed by one parked connection and
+    /// nothing else, answered by its short path (`Sock::recv_lone`: one
+    /// look at the socket, the connection's held datagram or one read),
+    /// with a datagram or `EAGAIN`.
+    rx_lone,
+    /// Looks over a socket's connections for a datagram a poll held
+    /// (`Sock::serve_held`, under the socket's lock): none while the
+    /// receives that follow each poll serve what it held.
+    rx_held_looks,
     /// Datagrams the program's poll read into a connection's buffer and
     /// left there for the next receive call (`Conn::held`): that call
     /// makes no system call for them.
