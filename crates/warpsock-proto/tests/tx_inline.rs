@@ -129,6 +129,32 @@ fn an_inline_send_waits_behind_anything_queued() {
     assert!(!p.a.conn.send_inline(&[&bytes], &mut seg));
 }
 
+/// The FPDU an inline Send builds in place (`TxState::small_fpdu`) against
+/// bytes written out by hand from RFC 5044 §6.1, RFC 5041 §4.3 and RFC
+/// 5040 §4.3 — as siw's `siw_tx_hdt` sends them (siw-compat.md: rping's
+/// start message): length field, DDP control (version 1, L), RDMAP control
+/// (version 1, Send), QN 0, MSN, MO 0, payload, pad to four, CRC field
+/// (zero with CRC off). Every pad length, one buffer or two.
+#[test]
+fn an_inline_send_is_rfc_5044_byte_for_byte() {
+    let (mut p, mut seg) = established();
+    let data = pattern(64, 11);
+    for (i, len) in [8usize, 0, 1, 2, 3, 5, 64].into_iter().enumerate() {
+        let cut = len / 2;
+        let parts = [&data[..cut], &data[cut..len]];
+        assert!(p.a.conn.send_inline(&parts, &mut seg), "{len} B");
+        let got = wire(&mut p, &mut seg);
+        let ulpdu = 18 + len;
+        let mut want = vec![0u8, ulpdu as u8, 0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0];
+        want.extend_from_slice(&(i as u32 + 1).to_be_bytes());
+        want.extend_from_slice(&[0, 0, 0, 0]);
+        want.extend_from_slice(&data[..len]);
+        want.resize(want.len() + (4 - (2 + ulpdu) % 4) % 4 + 4, 0);
+        assert_eq!(got, want, "inline Send of {len} B");
+        assert_eq!(seg.len(), want.len());
+    }
+}
+
 /// An established pair (CRC, markers off) and a segment to build into.
 fn established() -> (Pair, TxSegment) {
     let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);

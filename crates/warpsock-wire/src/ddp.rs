@@ -224,6 +224,7 @@ impl SegmentHeader {
     }
 
     /// The header bytes (first [`Self::len`] bytes of the array are valid).
+    #[inline]
     pub fn to_bytes(&self) -> [u8; MAX_HDR_LEN] {
         let mut b = [0u8; MAX_HDR_LEN];
         let mut ddp = DDP_VERSION;

@@ -82,12 +82,16 @@ struct TxMsg {
 /// a Read Request's body), encoded in one place for every message an
 /// FPDU carries (RFC 5044 §6.1, RFC 5041 §4, RFC 5040 §4).
 struct Head {
-    buf: [u8; 2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN],
-    len: usize,
-    opcode: Opcode,
+    hdr: SegmentHeader,
+    /// A Read Request's body.
+    body: Option<ReadRequest>,
     /// The ULPDU length the length field gives (header, body, payload).
     ulpdu_len: usize,
 }
+
+/// Room for the longest [`Head`]: the length field, an untagged header
+/// and a Read Request's body.
+const HEAD_MAX: usize = 2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN;
 
 impl Head {
     /// The head of the FPDU of `kind` carrying `take` payload bytes from
@@ -131,38 +135,60 @@ impl Head {
                 },
             ),
         };
-        let hdr_len = match placement {
-            Placement::Tagged { .. } => ddp::TAGGED_HDR_LEN,
-            Placement::Untagged { .. } => ddp::UNTAGGED_HDR_LEN,
-        };
         let hdr = SegmentHeader {
             opcode,
             last,
             placement,
         };
         let body = match kind {
-            MsgKind::ReadRequest { body, .. } => Some(body.to_bytes()),
+            MsgKind::ReadRequest { body, .. } => Some(body),
             _ => None,
         };
-        let ulpdu_len = hdr_len + body.map_or(0, |b| b.len()) + take;
-        let mut buf = [0u8; 2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN];
-        buf[..2].copy_from_slice(&fpdu::len_field(ulpdu_len));
-        buf[2..2 + hdr_len].copy_from_slice(&hdr.to_bytes()[..hdr_len]);
-        let mut len = 2 + hdr_len;
-        if let Some(b) = body {
-            buf[len..len + b.len()].copy_from_slice(&b);
-            len += b.len();
-        }
         Self {
-            buf,
-            len,
-            opcode,
-            ulpdu_len,
+            hdr,
+            body,
+            ulpdu_len: hdr.len() + body.map_or(0, |_| ddp::READ_REQUEST_LEN) + take,
         }
     }
 
-    fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
+    fn opcode(&self) -> Opcode {
+        self.hdr.opcode
+    }
+
+    /// Its length in bytes: the length field, the header, the body.
+    fn len(&self) -> usize {
+        2 + self.hdr.len() + self.body.map_or(0, |_| ddp::READ_REQUEST_LEN)
+    }
+
+    /// The payload bytes the FPDU carries after it.
+    fn payload_len(&self) -> usize {
+        self.ulpdu_len + 2 - self.len()
+    }
+
+    /// Encodes it into the first [`Self::len`] bytes of `out`: the one
+    /// encoder of every FPDU's front, whether built in place
+    /// ([`TxState::small_fpdu`]) or piece by piece ([`Self::bytes`]).
+    fn write(&self, out: &mut [u8]) {
+        out[..2].copy_from_slice(&fpdu::len_field(self.ulpdu_len));
+        let h = self.hdr.to_bytes();
+        // Copies of a constant length, one per header kind (no `memcpy`
+        // call for a few bytes).
+        if self.hdr.is_tagged() {
+            out[2..2 + ddp::TAGGED_HDR_LEN].copy_from_slice(&h[..ddp::TAGGED_HDR_LEN]);
+            return;
+        }
+        out[2..2 + ddp::UNTAGGED_HDR_LEN].copy_from_slice(&h);
+        if let Some(b) = self.body {
+            const AT: usize = 2 + ddp::UNTAGGED_HDR_LEN;
+            out[AT..AT + ddp::READ_REQUEST_LEN].copy_from_slice(&b.to_bytes());
+        }
+    }
+
+    /// Its bytes, in the first [`Self::len`] of the array.
+    fn bytes(&self) -> [u8; HEAD_MAX] {
+        let mut b = [0u8; HEAD_MAX];
+        self.write(&mut b);
+        b
     }
 }
 
@@ -308,43 +334,48 @@ impl TxState {
     }
 
     /// A whole FPDU without markers whose payload is at most
-    /// [`INLINE_PAYLOAD_MAX`] bytes, built in one buffer and added as one
-    /// inline part: `head` (length field, DDP/RDMAP header, a Read
-    /// Request's body), the `take` payload bytes `fill` writes (a
-    /// message's sources, or an inline Send's bytes), pad and the CRC field — the bytes [`Self::inline`] piece by
-    /// piece and [`Self::finish_fpdu`] would produce, at a third of the
-    /// cost (an 8-byte Send's FPDU was three `inline` calls, each a
-    /// marker check and a `Vec` extend). Returns false, having added
+    /// [`INLINE_PAYLOAD_MAX`] bytes, built in place at the end of the
+    /// segment's buffer as one inline part: `head` (length field, DDP/RDMAP
+    /// header, a Read Request's body) encoded there, the payload bytes
+    /// `fill` writes after it (a message's sources, or an inline Send's
+    /// bytes), pad and the CRC field — the bytes [`Self::inline`] piece by
+    /// piece and [`Self::finish_fpdu`] would produce, with no stack copy
+    /// of the head or the FPDU in between (an 8-byte Send's FPDU was three
+    /// `inline` calls, each a marker check and a `Vec` extend; then a head
+    /// and an FPDU built on the stack and copied twice). Returns false, having added
     /// nothing, when `fill` does (a payload region has gone): the caller's general path
     /// keeps such a piece as a memory part, which [`TxSegment::seal`]
     /// reports.
     fn small_fpdu(
         &mut self,
         seg: &mut TxSegment,
-        head: &[u8],
-        take: usize,
+        head: &Head,
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> bool {
+        let take = head.payload_len();
         debug_assert!(!self.markers && take as u64 <= INLINE_PAYLOAD_MAX);
-        const MAX: usize =
-            2 + ddp::MAX_HDR_LEN + ddp::READ_REQUEST_LEN + INLINE_PAYLOAD_MAX as usize + 3 + 4;
-        let mut b = [0u8; MAX];
-        b[..head.len()].copy_from_slice(head);
-        let mut n = head.len();
-        if !fill(&mut b[n..n + take]) {
+        let h = head.len();
+        // The ULPDU is everything after the 2-byte length field; pad it to
+        // a multiple of four, then the CRC field (zeros until `seal` fills
+        // it when CRC is on): both zeros, as the buffer grows.
+        let body = h + take;
+        let n = body + fpdu::pad_len(body - 2) + 4;
+        const MAX: usize = HEAD_MAX + INLINE_PAYLOAD_MAX as usize + 3 + 4;
+        let start = seg.buf.len();
+        // Zeros of a constant length, cut to the FPDU's: the pad and the
+        // CRC field stay zero.
+        seg.buf.extend_from_slice(&[0u8; MAX]);
+        seg.buf.truncate(start + n);
+        let b = &mut seg.buf[start..];
+        head.write(b);
+        if !fill(&mut b[h..body]) {
+            seg.buf.truncate(start);
             return false;
         }
-        n += take;
-        // The ULPDU is everything after the 2-byte length field; pad it to
-        // a multiple of four (zeros already), then the CRC field (zeros
-        // until `seal` fills it when CRC is on).
-        n += fpdu::pad_len(n - 2);
-        let at = seg.buf.len() + n;
-        n += 4;
         self.len_field_pos = self.pos;
-        seg.push_inline(&b[..n]);
+        seg.note_inline(start);
         if self.crc_on {
-            seg.crc_at = Some(at);
+            seg.crc_at = Some(start + n - 4);
         }
         self.pos += n as u64;
         true
@@ -658,11 +689,11 @@ impl Connection {
         let take = (msg.total - msg.sent).min(self.fpdu_room(hdr_len));
         let last = msg.sent + take == msg.total;
         let head = Head::new(msg.kind, msg.sent, take as usize, last);
-        seg.opcode = Some(head.opcode);
+        seg.opcode = Some(head.opcode());
         let small = take <= INLINE_PAYLOAD_MAX;
         if small
             && !self.tx.markers
-            && self.tx.small_fpdu(seg, head.bytes(), take as usize, |out| {
+            && self.tx.small_fpdu(seg, &head, |out| {
                 let mut n = 0;
                 for r in pieces(&msg.sources, msg.sent, take) {
                     let Some(bytes) = reg.slice(r.stag, r.offset, r.len as usize) else {
@@ -678,7 +709,7 @@ impl Connection {
             return;
         }
         self.tx.begin_fpdu(seg);
-        self.tx.inline(seg, head.bytes());
+        self.tx.inline(seg, &head.bytes()[..head.len()]);
         // Gather the payload pieces covering [sent, sent + take). A small
         // payload is copied next to its header instead: one `sendmsg`
         // iovec fewer, which costs the kernel more than copying a few
@@ -747,7 +778,7 @@ impl Connection {
         };
         let head = Head::new(kind, 0, total, true);
         seg.clear();
-        seg.opcode = Some(head.opcode);
+        seg.opcode = Some(head.opcode());
         self.tx.counts.inline_sends += 1;
         let copy_parts = |out: &mut [u8]| {
             let mut n = 0;
@@ -759,12 +790,12 @@ impl Connection {
         };
         if total as u64 <= INLINE_PAYLOAD_MAX
             && !self.tx.markers
-            && self.tx.small_fpdu(seg, head.bytes(), total, copy_parts)
+            && self.tx.small_fpdu(seg, &head, copy_parts)
         {
             return true;
         }
         self.tx.begin_fpdu(seg);
-        self.tx.inline(seg, head.bytes());
+        self.tx.inline(seg, &head.bytes()[..head.len()]);
         for p in parts {
             self.tx.inline(seg, p);
         }

@@ -78,7 +78,13 @@ impl TxSegment {
         }
         let start = self.buf.len();
         self.buf.extend_from_slice(bytes);
-        self.len += bytes.len();
+        self.note_inline(start);
+    }
+
+    /// Counts the bytes of the buffer from `start` (written into it
+    /// directly) as the segment's next inline bytes.
+    pub(super) fn note_inline(&mut self, start: usize) {
+        self.len += self.buf.len() - start;
         if let Some(TxPart::Inline { end, .. }) = self.parts.last_mut() {
             if *end == start {
                 *end = self.buf.len();
