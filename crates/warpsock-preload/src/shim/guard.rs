@@ -6,34 +6,130 @@
 //! calling `write` or a kind's own `socket()`, never re-enter a managed
 //! path). A panic inside becomes `EIO` and the error value, never an unwind
 //! into C.
+//!
+//! The flag is one byte of thread-local storage that every data call of a
+//! managed socket reads and writes three times. A `thread_local!` of a
+//! shared library uses the general-dynamic TLS model, a call of
+//! `__tls_get_addr` (11 instructions and the call) per access. On x86-64
+//! Linux the byte is instead in the static TLS block (the initial-exec
+//! model): its offset from the thread pointer is read from the GOT and
+//! added to `%fs:0`, two instructions. The library is loaded at start-up
+//! (`LD_PRELOAD`), where the static block always has room; the linker
+//! marks the object `STATIC_TLS`. Other targets keep the `thread_local!`.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::sys::set_errno;
 
-thread_local! {
-    static BUSY: Cell<bool> = const { Cell::new(false) };
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod flag {
+    use std::cell::Cell;
+
+    // One zero-initialised byte of the thread-local (`.tbss`) image,
+    // hidden: the library's own, never exported or interposed.
+    std::arch::global_asm!(
+        ".pushsection .tbss,\"awT\",@nobits",
+        ".globl warpsock_guard_busy",
+        ".hidden warpsock_guard_busy",
+        ".type warpsock_guard_busy,@object",
+        ".size warpsock_guard_busy,1",
+        "warpsock_guard_busy:",
+        ".zero 1",
+        ".popsection",
+    );
+
+    /// The calling thread's flag.
+    #[inline(always)]
+    pub(super) fn get() -> &'static Cell<bool> {
+        let p: *const Cell<bool>;
+        // SAFETY: the x86-64 TLS ABI: `%fs:0` holds the thread pointer,
+        // and the GOT entry (R_X86_64_TPOFF64) the byte's offset from it;
+        // the sum is the address of this thread's copy of the byte, which
+        // lives as long as the thread. The asm reads only the TCB word and
+        // the GOT (constant for the thread: `pure`, so repeated calls in
+        // one function fold). A zero byte is `false`; the byte is only
+        // ever written through this `Cell`, by its own thread (`&Cell` is
+        // not `Send`), as a `bool`.
+        unsafe {
+            std::arch::asm!(
+                "mov {p}, qword ptr fs:[0]",
+                "add {p}, qword ptr [rip + warpsock_guard_busy@GOTTPOFF]",
+                p = out(reg) p,
+                options(pure, readonly, nostack, preserves_flags),
+            );
+            &*p
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod flag {
+    use std::cell::Cell;
+
+    thread_local! {
+        static BUSY: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// The calling thread's flag.
+    #[inline(always)]
+    pub(super) fn get() -> &'static Cell<bool> {
+        // SAFETY: the reference is used only by this thread, while it
+        // runs (`&Cell` is not `Send`).
+        BUSY.with(|b| unsafe { &*(b as *const Cell<bool>) })
+    }
 }
 
 /// Whether the calling thread is inside library code.
 #[inline]
 pub(crate) fn busy() -> bool {
-    BUSY.with(Cell::get)
+    flag::get().get()
 }
 
 /// Runs library code under the guard and the panic boundary: returns `f`'s
 /// value, or `err` with errno `EIO` if it panicked.
 pub(crate) fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
-    let prev = BUSY.with(|b| b.replace(true));
+    let flag: &Cell<bool> = flag::get();
+    let prev = flag.replace(true);
     #[cfg(feature = "test-hooks")]
     if prev {
         super::hooks::audit::nested();
     }
     let r = catch_unwind(AssertUnwindSafe(f));
-    BUSY.with(|b| b.set(prev));
+    flag.set(prev);
     r.unwrap_or_else(|_| {
         set_errno(libc::EIO);
         err
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flag is set inside `enter` only, restored after a nested call
+    /// and after a panic, and is each thread's own: another thread, and a
+    /// thread started while this one is inside, see it clear.
+    #[test]
+    fn the_guard_is_per_thread_and_restored() {
+        assert!(!busy());
+        let inner = enter(None, || {
+            assert!(busy());
+            let other = std::thread::spawn(|| {
+                let before = busy();
+                (before, enter(false, busy), busy())
+            })
+            .join()
+            .unwrap();
+            assert!(busy(), "another thread's enter left this one's set");
+            let nested = enter(false, busy);
+            Some((other, nested, busy()))
+        });
+        assert_eq!(inner, Some(((false, true, false), true, true)));
+        assert!(!busy());
+        let r = enter(-1, || -> i32 { panic!("inside (this test's own panic)") });
+        assert_eq!(r, -1);
+        assert_eq!(crate::shim::sys::errno(), libc::EIO);
+        assert!(!busy(), "a panic left the guard set");
+    }
 }
