@@ -10,8 +10,10 @@
 //!   the interposer's `KINDS` table) whose *candidate* the descriptor is: a kernel
 //!   socket that may become managed when it binds, connects or sends.
 //!
-//! Descriptors at or above [`BITS`] are looked up in the map (and never
-//! become candidates).
+//! The objects of managed descriptors below [`BITS`] are a vector indexed
+//! by the number (a look-up is an index, no hash probe: every data call of
+//! a managed socket makes one); those at or above [`BITS`] are in a map
+//! (and never become candidates).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -33,9 +35,55 @@ const KIND_MASK: u8 = 0x7f;
 static MARKS: [AtomicU8; BITS] = [const { AtomicU8::new(0) }; BITS];
 /// Managed descriptors at or above [`BITS`].
 static HIGH: AtomicU64 = AtomicU64::new(0);
-static MAP: RwLock<Map> = RwLock::new(None);
+static MAP: RwLock<Map> = RwLock::new(Map {
+    low: Vec::new(),
+    high: None,
+});
 
-type Map = Option<HashMap<c_int, Arc<dyn Socket>, BuildHasherDefault<FdHasher>>>;
+/// The objects of the managed descriptors.
+struct Map {
+    /// Below [`BITS`], by number (grown to the highest one managed).
+    low: Vec<Option<Arc<dyn Socket>>>,
+    /// At or above [`BITS`].
+    high: Option<HashMap<c_int, Arc<dyn Socket>, BuildHasherDefault<FdHasher>>>,
+}
+
+impl Map {
+    fn get(&self, fd: c_int) -> Option<&Arc<dyn Socket>> {
+        match low_index(fd) {
+            Some(i) => self.low.get(i)?.as_ref(),
+            None => self.high.as_ref()?.get(&fd),
+        }
+    }
+
+    fn insert(&mut self, fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
+        match low_index(fd) {
+            Some(i) => {
+                if self.low.len() <= i {
+                    self.low.resize(i + 1, None);
+                }
+                self.low[i].replace(sock)
+            }
+            None => self
+                .high
+                .get_or_insert_with(HashMap::default)
+                .insert(fd, sock),
+        }
+    }
+
+    fn remove(&mut self, fd: c_int) -> Option<Arc<dyn Socket>> {
+        match low_index(fd) {
+            Some(i) => self.low.get_mut(i)?.take(),
+            None => self.high.as_mut()?.remove(&fd),
+        }
+    }
+}
+
+/// The index of `fd` in [`Map::low`], if it has one.
+#[inline]
+fn low_index(fd: c_int) -> Option<usize> {
+    usize::try_from(fd).ok().filter(|&i| i < BITS)
+}
 
 /// Hashes a descriptor number with one multiplication (Fibonacci
 /// hashing): the map is looked up on every data call of a managed socket,
@@ -104,7 +152,7 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
         return None;
     }
     let m = MAP.read().unwrap_or_else(|e| e.into_inner());
-    m.as_ref()?.get(&fd).cloned()
+    m.get(fd).cloned()
 }
 
 /// Records that `fd` refers to `sock`; returns the object `fd` referred to
@@ -112,7 +160,7 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
 pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
     sock.add_ref();
     let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
-    let old = m.get_or_insert_with(HashMap::default).insert(fd, sock);
+    let old = m.insert(fd, sock);
     match MARKS.get(fd as usize) {
         Some(b) => b.store(MANAGED, Ordering::Relaxed),
         None if old.is_none() => {
@@ -160,7 +208,7 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
         return None;
     }
     let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
-    let old = m.as_mut()?.remove(&fd);
+    let old = m.remove(fd);
     if old.is_some() {
         match MARKS.get(fd as usize) {
             Some(b) => b.store(0, Ordering::Relaxed),
@@ -175,9 +223,10 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
 /// Every managed descriptor and its object.
 pub(crate) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
     let m = MAP.read().unwrap_or_else(|e| e.into_inner());
-    m.as_ref()
-        .map(|m| m.iter().map(|(k, v)| (*k, v.clone())).collect())
-        .unwrap_or_default()
+    let low = m.low.iter().enumerate();
+    let low = low.filter_map(|(i, s)| Some((i as c_int, s.clone()?)));
+    let high = m.high.iter().flatten().map(|(k, v)| (*k, v.clone()));
+    low.chain(high).collect()
 }
 
 thread_local! {
@@ -213,5 +262,74 @@ mod tests {
         assert_eq!(mark(fd), 0);
         assert_eq!(mark(-1), 0);
         assert_eq!(candidate_kind(MANAGED | 1), None);
+    }
+
+    /// A socket of no kind: only its references are counted.
+    struct Dummy(std::sync::atomic::AtomicIsize);
+
+    impl Socket for Dummy {
+        fn kernel_fd(&self) -> c_int {
+            -1
+        }
+        fn add_ref(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        fn release(&self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+        fn nonblocking(&self) -> bool {
+            false
+        }
+        fn set_nonblocking(&self, _: bool) {}
+        unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
+            -1
+        }
+        unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
+            -1
+        }
+    }
+
+    fn dummy() -> Arc<dyn Socket> {
+        Arc::new(Dummy(std::sync::atomic::AtomicIsize::new(0)))
+    }
+
+    fn same(a: &Option<Arc<dyn Socket>>, b: &Arc<dyn Socket>) -> bool {
+        a.as_ref().is_some_and(|a| Arc::ptr_eq(a, b))
+    }
+
+    /// Descriptors below `BITS` (by index) and above it (the map): each
+    /// number names its own object, a replacement returns the old one, a
+    /// removal forgets only its number, and `all` lists exactly the
+    /// managed ones. Numbers no other test uses.
+    #[test]
+    fn objects_by_number_low_and_high() {
+        let (low, low2, high) = (60_011, 60_013, BITS as c_int + 17);
+        let (a, b, c, d) = (dummy(), dummy(), dummy(), dummy());
+        assert!(get(low).is_none() && get(high).is_none());
+        assert!(insert(low, a.clone()).is_none());
+        assert!(insert(low2, b.clone()).is_none());
+        assert!(insert(high, c.clone()).is_none());
+        assert!(same(&get(low), &a) && same(&get(low2), &b) && same(&get(high), &c));
+        assert!(get(low + 1).is_none() && get(high + 1).is_none());
+        let mine = |all: Vec<(c_int, Arc<dyn Socket>)>| {
+            let mut v: Vec<c_int> = all
+                .into_iter()
+                .filter(|(_, s)| [&a, &b, &c, &d].iter().any(|x| Arc::ptr_eq(s, x)))
+                .map(|(fd, _)| fd)
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(mine(all()), [low, low2, high]);
+        assert!(same(&insert(low, d.clone()), &a));
+        assert!(same(&get(low), &d));
+        assert!(same(&remove(low2), &b));
+        assert!(get(low2).is_none() && remove(low2).is_none());
+        assert_eq!(mark(low2), 0);
+        assert!(same(&remove(high), &c));
+        assert!(get(high).is_none());
+        assert_eq!(mine(all()), [low]);
+        assert!(same(&remove(low), &d));
+        assert_eq!(mine(all()), Vec::<c_int>::new());
     }
 }
