@@ -73,7 +73,7 @@ fn dispatch_managed<R>(
 ) -> R {
     #[cfg(feature = "test-hooks")]
     crate::shim::hooks::audit::managed_look();
-    match (!busy()).then(|| fdtable::get(fd)).flatten() {
+    match (!busy()).then(|| fdtable::get_marked(fd)).flatten() {
         Some(s) => offload(s),
         None => real(),
     }

@@ -151,6 +151,14 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
     if !maybe_managed(fd) {
         return None;
     }
+    get_marked(fd)
+}
+
+/// [`get`] of a descriptor whose mark the caller has just read as
+/// [`MANAGED`] (the data calls' dispatch): the map's answer, without
+/// loading the mark again.
+#[inline]
+pub(crate) fn get_marked(fd: c_int) -> Option<Arc<dyn Socket>> {
     let m = MAP.read().unwrap_or_else(|e| e.into_inner());
     m.get(fd).cloned()
 }
