@@ -266,7 +266,13 @@ impl Msg {
         let kind = self.body.kind();
         let n = HDR_LEN + kind.body_len();
         let b = &mut out[..n];
-        b.fill(0);
+        // The header alone (DATA, Credit, EOF: every small send's message)
+        // is a constant-length fill, not a `memset` call.
+        if n == HDR_LEN {
+            b[..HDR_LEN].fill(0);
+        } else {
+            b.fill(0);
+        }
         b[0] = kind as u8;
         b[2..4].copy_from_slice(&self.credits.to_be_bytes());
         let body = &mut b[HDR_LEN..];

@@ -557,10 +557,19 @@ impl XSocket {
     pub(crate) fn send_inline(&self, st: &mut State, m: Msg, src: Src<'_>) -> bool {
         let mut hdr = [0u8; MAX_CONTROL_LEN];
         let h = m.encode(&mut hdr);
-        let mut parts: SmallVec<[&[u8]; 5]> = SmallVec::new();
-        parts.push(&hdr[..h]);
-        src.g.slices(src.off, src.len, |b| parts.push(b));
-        let Some(news) = self.qp.send_inline_news(&parts) else {
+        let news = match src.g.parts {
+            // One buffer (`send`, `write`): the two slices as they are.
+            [p] => self
+                .qp
+                .send_inline_news(&[&hdr[..h], &p[src.off..src.off + src.len]]),
+            _ => {
+                let mut parts: SmallVec<[&[u8]; 5]> = SmallVec::new();
+                parts.push(&hdr[..h]);
+                src.g.slices(src.off, src.len, |b| parts.push(b));
+                self.qp.send_inline_news(&parts)
+            }
+        };
+        let Some(news) = news else {
             return false;
         };
         // As a post: its news is the newest (see `wait_as`); a blocked or
