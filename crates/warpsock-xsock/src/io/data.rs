@@ -89,7 +89,8 @@ impl XSocket {
         let call = st.next_id();
         // Registered for the call, dropped when every request using them
         // completed (or the connection died).
-        let user_mrs: Vec<Mr> = if zcopy {
+        // (None for a copied call: nothing to drop on its way out.)
+        let user_mrs: Option<Vec<Mr>> = zcopy.then(|| {
             g.parts
                 .iter()
                 .map(|b| {
@@ -104,17 +105,15 @@ impl XSocket {
                     }
                 })
                 .collect()
-        } else {
-            Vec::new()
-        };
+        });
         st.sending += 1;
-        let mrs = zcopy.then_some(user_mrs.as_slice());
+        let mrs = user_mrs.as_deref();
         let (mut st, r) = self.send_call(st, &g, call, mrs, nonblocking, deadline);
         st.sending -= 1;
         self.rearm(&mut st);
-        if user_mrs.is_empty() {
+        let Some(user_mrs) = user_mrs else {
             return (r, Some(st));
-        }
+        };
         drop(st);
         drop(user_mrs);
         (r, None)
