@@ -306,6 +306,42 @@ fn nonblocking_receives_of_a_lone_connection_take_the_short_path() {
     );
 }
 
+/// The event loop's common shape, a poll of one socket with one
+/// connection, parked, takes the poll hook's fast path
+/// (`Sock::poll_alone`): after the first, every poll of both sides, with
+/// readiness as exact as before (the program checks that a readable
+/// descriptor receives at once, that the drain ends in `EAGAIN` and that
+/// `poll(…, 0)` then says not readable). Only a poll that may wait claims
+/// the connection (keeping the park timer off it); `poll(…, 0)` glances.
+#[test]
+fn a_poll_of_a_lone_parked_connection_takes_the_fast_path() {
+    let r = both_with_hooks_args(
+        "nbpingpong",
+        2,
+        &["event", "one"],
+        ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"),
+    );
+    // A greeting, then 1000 round trips of 2 datagrams.
+    assert_read_parked(&r, 2001);
+    // 4000 polls: 2 per round and side. The general path (claims of every
+    // connection, a descriptor list) takes a poll only until the
+    // connection is parked.
+    let alone = r.stat("rx_poll_alone");
+    assert!(alone >= 3900, "{alone} fast polls of 4000: {}", r.stderr);
+    // The waiting polls (2000) hold the datagram that woke them for the
+    // receive that follows.
+    let holds = r.stat("rx_poll_holds");
+    assert!(holds >= 1900, "{holds} held of 2000: {}", r.stderr);
+    // 2000 waiting polls claim; the 2000 `poll(…, 0)` do not (claiming
+    // there too made 4000).
+    let claims = r.stat("conn_claims");
+    assert!(
+        claims <= 2100,
+        "{claims} claims in 1000 round trips: {}",
+        r.stderr
+    );
+}
+
 /// `dgrams` datagrams arrived over TCP, every one read by the receiving
 /// call itself (none handed over), with a few `epoll_ctl` for the set-up
 /// of the two connections (and a rare arrival of two frames at once) and

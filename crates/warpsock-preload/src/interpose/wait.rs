@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 use super::KINDS;
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
+use crate::shim::socket::PollCall;
 use crate::shim::sys::{self, set_errno};
 use crate::shim::{epollcarry, fdtable};
 
@@ -131,7 +132,7 @@ pub unsafe extern "C" fn epoll_pwait2(
 fn poll_with(
     fds: &mut [libc::pollfd],
     timeout: Option<std::time::Duration>,
-    wait: &mut dyn FnMut(&mut [libc::pollfd], Option<std::time::Duration>) -> c_int,
+    wait: PollCall<'_>,
 ) -> c_int {
     // The clock is read only for a bounded wait that is not a mere look
     // (`poll(…, 0)` and `poll(…, -1)` read none; an event loop's round trip
@@ -142,6 +143,22 @@ fn poll_with(
         .map(|_| std::time::Instant::now());
     let mut again = false;
     loop {
+        let left = if again {
+            remaining(timeout, start, std::time::Instant::now())
+        } else {
+            timeout
+        };
+        again = true;
+        if let Some(n) = alone(fds, left, wait) {
+            if n < 0 {
+                return n;
+            }
+            let count = c_int::from(fds[0].revents != 0);
+            if answered(count, n, timeout, start) {
+                return count;
+            }
+            continue;
+        }
         // Inline (no allocation) for the common few descriptors.
         let mut ext: SmallVec<[libc::pollfd; 8]> = SmallVec::from_slice(fds);
         let mut waits: SmallVec<[_; 2]> = SmallVec::new();
@@ -178,17 +195,11 @@ fn poll_with(
                 waits.push((i, s, w, start));
             }
         }
-        let left = if again {
-            remaining(timeout, start, std::time::Instant::now())
-        } else {
-            timeout
-        };
-        again = true;
         if waits.is_empty() && outs.is_empty() {
             return wait(fds, left);
         }
         let n = wait(&mut ext, left);
-        let e = sys::errno();
+        let e = if n < 0 { sys::errno() } else { 0 };
         let mut readable: SmallVec<[usize; 2]> = SmallVec::new();
         for (i, s, w, start) in waits {
             let revents: SmallVec<[i16; 8]> = ext[start..start + w.fds.len()]
@@ -222,13 +233,40 @@ fn poll_with(
                 count += 1;
             }
         }
-        if count > 0
-            || n == 0
-            || remaining(timeout, start, std::time::Instant::now()).is_some_and(|l| l.is_zero())
-        {
+        if answered(count, n, timeout, start) {
             return count;
         }
     }
+}
+
+/// The common shape, one managed socket waited on for input only, taken
+/// by its kind's fast path (`Socket::poll_alone`): the real call's
+/// result with `fds[0].revents` set, or `None` for the general path.
+fn alone(
+    fds: &mut [libc::pollfd],
+    left: Option<std::time::Duration>,
+    wait: PollCall<'_>,
+) -> Option<c_int> {
+    let [p] = fds else { return None };
+    if p.events & (libc::POLLIN | libc::POLLOUT) != libc::POLLIN {
+        return None;
+    }
+    fdtable::get(p.fd)?.poll_alone(p, left, wait)
+}
+
+/// Whether a wait whose real call returned `n` (not an error), `count` of
+/// the program's descriptors showing something, is the call's answer: a
+/// wake-up for nothing (`n > 0`, `count == 0`) waits again while time is
+/// left.
+fn answered(
+    count: c_int,
+    n: c_int,
+    timeout: Option<std::time::Duration>,
+    start: Option<std::time::Instant>,
+) -> bool {
+    count > 0
+        || n == 0
+        || remaining(timeout, start, std::time::Instant::now()).is_some_and(|l| l.is_zero())
 }
 
 /// What is left at `now` of a wait bounded by `timeout` (`None`: no bound)
@@ -255,9 +293,16 @@ fn polls_managed(fds: *const libc::pollfd, n: libc::nfds_t) -> bool {
         .any(|p| p.events & (libc::POLLIN | libc::POLLOUT) != 0 && fdtable::maybe_managed(p.fd))
 }
 
+/// `poll(2)`'s timeout for `left`: whole milliseconds, rounded up from
+/// whole microseconds (-1: no limit). In 64 bits: the 128-bit division of
+/// `Duration::as_micros` cost a poll about 60 instructions.
 fn ms_of(left: Option<std::time::Duration>) -> c_int {
     left.map_or(-1, |d| {
-        d.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
+        let micros = u64::from(d.subsec_micros());
+        d.as_secs()
+            .saturating_mul(1000)
+            .saturating_add(micros.div_ceil(1000))
+            .min(i32::MAX as u64) as c_int
     })
 }
 
@@ -319,7 +364,7 @@ pub unsafe extern "C" fn ppoll(
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::remaining;
+    use super::{ms_of, remaining};
 
     /// A wait that wakes for nothing waits again for what is left of the
     /// caller's bound (simulated time): never longer in all, never past it.
@@ -334,5 +379,29 @@ mod tests {
         assert_eq!(remaining(b, Some(t0), t0 + ms(20)), Some(ms(30)));
         assert_eq!(remaining(b, Some(t0), t0 + ms(50)), Some(ms(0)));
         assert_eq!(remaining(b, Some(t0), t0 + ms(80)), Some(ms(0)), "past it");
+    }
+
+    /// A wait's bound in poll's milliseconds: rounded up from whole
+    /// microseconds, as `Duration::as_micros().div_ceil(1000)` did, and
+    /// capped.
+    #[test]
+    fn a_bound_in_milliseconds_rounds_whole_microseconds_up() {
+        let cases = [
+            (Duration::ZERO, 0),
+            (Duration::from_nanos(999), 0),
+            (Duration::from_nanos(1_000), 1),
+            (Duration::from_micros(1_000), 1),
+            (Duration::from_micros(1_001), 2),
+            (Duration::from_millis(5_000), 5_000),
+            (Duration::new(2, 999_999_999), 3_000),
+            (Duration::new(3, 999), 3_000),
+            (Duration::from_secs(u64::MAX), i32::MAX),
+        ];
+        for (d, want) in cases {
+            assert_eq!(ms_of(Some(d)), want, "{d:?}");
+            let old = d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+            assert_eq!(ms_of(Some(d)), old, "{d:?} as before");
+        }
+        assert_eq!(ms_of(None), -1, "no limit");
     }
 }

@@ -15,6 +15,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 
@@ -132,6 +133,22 @@ pub(crate) trait Socket: Send + Sync {
         false
     }
 
+    /// A program's `poll`/`ppoll` of this socket alone, for input only (the
+    /// event loop's common shape): the kind's fast path in place of
+    /// [`Socket::wait_begin`], the real call and [`Socket::wait_end`].
+    /// `wait(fds, left)` is the real call. Returns the real call's result
+    /// with `p.revents` set as the general path would set it, or `None`:
+    /// nothing was done, the general path follows.
+    fn poll_alone(
+        &self,
+        p: &mut libc::pollfd,
+        left: Option<Duration>,
+        wait: PollCall<'_>,
+    ) -> Option<c_int> {
+        let _ = (p, left, wait);
+        None
+    }
+
     /// A program's `poll`/`ppoll` waits for `POLLOUT` on this socket: a
     /// descriptor whose `POLLOUT` says it instead of the program's (a send
     /// would fail with `EAGAIN` until then). `None`: the program's
@@ -237,6 +254,10 @@ pub(crate) enum SockOpt {
     /// `getsockopt(name, val, len)`.
     Get(c_int, *mut c_void, *mut socklen_t),
 }
+
+/// The real `poll`/`ppoll` of a program's wait: the descriptors, and how
+/// long at most (`None`: no limit).
+pub(crate) type PollCall<'a> = &'a mut dyn FnMut(&mut [libc::pollfd], Option<Duration>) -> c_int;
 
 /// Extra descriptors a program's wait watches for a managed socket, and
 /// the kind's claim on them (given back when dropped).

@@ -193,6 +193,15 @@ impl Socket for Sock {
         Self::wait_end(self, wait, revents)
     }
 
+    fn poll_alone(
+        &self,
+        p: &mut libc::pollfd,
+        left: Option<std::time::Duration>,
+        wait: crate::shim::socket::PollCall<'_>,
+    ) -> Option<c_int> {
+        Self::poll_alone(self, p, left, wait)
+    }
+
     fn write_wait(&self) -> Option<c_int> {
         Self::write_wait(self)
     }

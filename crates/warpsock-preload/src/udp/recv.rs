@@ -82,6 +82,17 @@ use crate::shim::{iov, real};
 mod driven;
 use driven::{spare, Driven, DRIVEN_INLINE};
 
+/// What a program's wait found on one of the socket's connections
+/// (`Sock::woke`).
+enum Woke {
+    /// Nothing for the program.
+    Nothing,
+    /// A whole datagram, read into the connection's buffer.
+    Held,
+    /// Other input, taken up the long way.
+    Handled,
+}
+
 /// What one look at the socket's sources found.
 enum Pick {
     /// The call's result.
@@ -733,30 +744,11 @@ impl Sock {
             return false;
         };
         spare::give(wait.fds, held);
-        let bits = libc::POLLIN | libc::POLLERR | libc::POLLHUP;
         let mut waiting = false;
         if let Some(eng) = d.eng {
             let peer = lock(&self.inner).peer;
             for ((c, fd), r) in d.conns.iter().zip(revents) {
-                let r = *r & bits;
-                if r != 0 && c.still(*fd) {
-                    stats::inc(&STATS.rx_poll_wakes);
-                    if r == libc::POLLIN
-                        && c.hint.load(Ordering::Relaxed) == HINT_UP
-                        && hold_frame(c, *fd, peer)
-                    {
-                        // Read into the parked connection's buffer: the
-                        // program's next receive serves it from there.
-                        self.holds.fetch_add(1, Ordering::Release);
-                        if !self.holding_listed.load(Ordering::Relaxed) {
-                            held::listed(self);
-                        }
-                        waiting = true;
-                    } else {
-                        // poll and epoll share their bit values on Linux.
-                        c.handle(eng, &d.sock, r as u16 as u32, false);
-                    }
-                }
+                waiting |= matches!(self.woke(eng, c, *fd, *r, peer), Woke::Held);
             }
         }
         // Parked, not given back: the program receives next (or waits
@@ -765,10 +757,111 @@ impl Sock {
         d.park = true;
         drop(d);
         // A held datagram answers already (the common wake-up): no lock.
-        waiting || {
-            let g = lock(&self.inner);
-            !g.rxq.is_empty() || !g.ready.is_empty()
+        waiting || self.queued_any()
+    }
+
+    /// Whether the socket's queue or ready list holds anything (the
+    /// doorbell rings for both; input taken up by a wait's `handle` rang
+    /// none).
+    fn queued_any(&self) -> bool {
+        let g = lock(&self.inner);
+        !g.rxq.is_empty() || !g.ready.is_empty()
+    }
+
+    /// What a program's wait found on connection `c` (`revents` of its
+    /// descriptor `fd`, which the wait watched) is taken up: a whole
+    /// datagram is read into its buffer (`hold_frame`: the program's next
+    /// receive serves it from the parked connection with no system call);
+    /// other input the long way (`Conn::handle`: the connection joins the
+    /// ready list, and the descriptor stays readable for whoever looks
+    /// next).
+    fn woke(
+        &self,
+        eng: &'static reactor::Reactor,
+        c: &Arc<Conn>,
+        fd: c_int,
+        revents: i16,
+        peer: Option<SocketAddr>,
+    ) -> Woke {
+        let r = revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP);
+        if r == 0 || !c.still(fd) {
+            return Woke::Nothing;
         }
+        stats::inc(&STATS.rx_poll_wakes);
+        if r == libc::POLLIN && c.hint.load(Ordering::Relaxed) == HINT_UP && hold_frame(c, fd, peer)
+        {
+            self.holds.fetch_add(1, Ordering::Release);
+            if !self.holding_listed.load(Ordering::Relaxed) {
+                held::listed(self);
+            }
+            return Woke::Held;
+        }
+        // poll and epoll share their bit values on Linux.
+        c.handle(eng, &self.arc(), r as u16 as u32, false);
+        Woke::Handled
+    }
+
+    /// A program's poll of this socket alone, for input
+    /// (`Socket::poll_alone`): the event loop's common shape, one
+    /// established connection, parked, taken without the general path's
+    /// claim of every connection, descriptor list and spare blocks. A poll
+    /// that may wait claims the connection (a caller: the park timer leaves
+    /// it alone however long the wait), one that does not (`poll(…, 0)`)
+    /// glances at it (`Conn::glance`: nothing to give back); what woke the
+    /// wait is taken up as `wait_end` takes it up. `None`, nothing done:
+    /// any other shape (several connections, one not parked or not
+    /// established, a datagram held already, no caller-driven receive).
+    pub(super) fn poll_alone(
+        &self,
+        p: &mut libc::pollfd,
+        left: Option<Duration>,
+        wait: crate::shim::socket::PollCall<'_>,
+    ) -> Option<c_int> {
+        if !config::get().caller_recv {
+            return None;
+        }
+        let eng = reactor::current()?;
+        let (c, peer) = {
+            let g = lock(&self.inner);
+            if g.owned.len() != 1 {
+                return None;
+            }
+            (g.owned.values().next()?.clone(), g.peer)
+        };
+        if c.hint.load(Ordering::Relaxed) != HINT_UP || c.held.load(Ordering::Relaxed) {
+            // A datagram an earlier poll held is announced by the general
+            // path (`wait_begin`).
+            return None;
+        }
+        let waits = left != Some(Duration::ZERO);
+        let fd = c.take_parked(waits)?;
+        stats::inc(&STATS.rx_poll_alone);
+        p.revents = 0;
+        let mut fds = [
+            *p,
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let n = wait(&mut fds, left);
+        let e = if n < 0 { errno() } else { 0 };
+        let readable = match self.woke(eng, &c, fd, fds[1].revents, peer) {
+            Woke::Held => true,
+            Woke::Handled => self.queued_any(),
+            Woke::Nothing => false,
+        };
+        if waits {
+            // Parked when claimed: only the count of callers changes.
+            c.unclaim(eng, fd, true);
+        }
+        if n < 0 {
+            set_errno(e);
+            return Some(n);
+        }
+        p.revents = fds[0].revents | if readable { libc::POLLIN } else { 0 };
+        Some(n)
     }
 }
 

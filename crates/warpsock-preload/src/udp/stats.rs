@@ -172,6 +172,10 @@ counters! {
     /// left there for the next receive call (`Conn::held`): that call
     /// makes no system call for them.
     rx_poll_holds,
+    /// Polls of an offloaded socket alone, for input, that took its lone
+    /// parked connection over on the fast path (`Sock::poll_alone`): no
+    /// claim of every connection, descriptor list or spare blocks.
+    rx_poll_alone,
     /// Connections that joined their socket's ready list while parked or
     /// claimed by a receive call, and stayed parked (unwatched, no
     /// `epoll_ctl`) until drained.

@@ -124,6 +124,27 @@ impl Conn {
         Some(i.fd)
     }
 
+    /// A program's poll of its socket alone takes this connection over
+    /// (`Sock::poll_alone`), only if parked and reading (else `None`: the
+    /// general path claims it). A poll that may wait claims it, as
+    /// [`Conn::claim`] does a parked one (a caller: the park timer leaves
+    /// it alone however long the wait; `unclaim` gives it back); one that
+    /// does not wait glances at it ([`Conn::glance`]: nothing to give back).
+    pub(in crate::udp) fn take_parked(&self, wait: bool) -> Option<c_int> {
+        if !wait {
+            return self.glance();
+        }
+        let mut i = lock(&self.ev);
+        if i.fd < 0 || !i.read || i.parked.is_none() {
+            return None;
+        }
+        #[cfg(feature = "test-hooks")]
+        stats::inc(&stats::CLAIMS);
+        i.callers += 1;
+        i.used = true;
+        Some(i.fd)
+    }
+
     /// Undoes `claim`. Returns whether the descriptor is still `fd`.
     /// With `park`, the last claim leaves the connection parked instead of
     /// watched by the progress thread again (`super::park`), if it still
