@@ -1,4 +1,9 @@
 //! Completion queues ([`Cq`]): polling, waiting, and a pollable fd.
+//!
+//! A busy-polling caller's empty round is short ([`Cq::poll_news`]): a
+//! context's lone queue pair with nothing queued, staged, held or owed is
+//! read, and nothing else done — the full round's exact effect when the
+//! read finds nothing (the argument is `Cq::idle_round`'s).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -65,14 +70,82 @@ impl Cq {
     }
 
     /// [`Self::poll`], then `qp`'s news ([`QpNews`]) under the same lock.
+    ///
+    /// A busy-polling caller's empty round is short (issue 12): when `qp`
+    /// is its context's only queue pair and nothing else can be due, the
+    /// round is `qp`'s socket read alone (`Cq::idle_round`).
     pub fn poll_news(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews) {
         let inner = &self.sh.inner;
         let mut st = inner.lock();
         if inner.progress == Progress::Caller {
-            inner.progress_locked(&mut st);
+            match self.idle_round(&mut st, qp) {
+                Some(true) => return (0, st.news(qp.qi)),
+                // The read took something in: the rest of the round is
+                // `qp`'s service, as `Inner::progress_locked` would make it
+                // (`qp` alone, a queue pair the input finished not
+                // serviced, nothing to reap: see `idle_round`).
+                Some(false) => {
+                    if st.qps[qp.qi].as_ref().is_some_and(|q| !q.is_done()) {
+                        st.service(qp.qi, &inner.epoll);
+                    }
+                }
+                None => {
+                    inner.progress_locked(&mut st);
+                }
+            }
         }
         let n = st.cq(self.id).drain_into(out);
         (n, self.news_of(&st, qp))
+    }
+
+    /// The empty round of [`Self::poll_news`], short: `Some(true)` when
+    /// it was made and found nothing — having done exactly what the full
+    /// round (`Inner::progress_locked`, then the drain) would have done,
+    /// which then returns no completion. `Some(false)`: its read took in
+    /// bytes, EOF or an error, staged (as a parked read's) for the rest of
+    /// `qp`'s round. `None`: nothing done; make the full round.
+    ///
+    /// Why the short round is the full one: it runs only for a context
+    /// whose only queue pair is `qp` (`qps` of length one, so the full
+    /// round would service `qp` alone), with no dropped queue pair
+    /// lingering (`detached`: `State::reap` has nothing to close), no
+    /// region borrowed (`readers`, `writers`: `State::allowed` lets the
+    /// round receive and transmit, and defers nothing) and nothing for the
+    /// drain to do on this queue (no completion queued, its notify fd
+    /// clear: `CqSlot::is_drained`). `qp`'s own round
+    /// is then `QpSlot::idle_round`, the call the full round's `service`
+    /// makes first: with nothing staged, held, reported or owed to the
+    /// socket and framing next, its read's `EAGAIN` (or a read skipped
+    /// after a short one, as `rx_inner` skips it) ends that round too —
+    /// no completion, event or output can come of it.
+    #[inline]
+    fn idle_round(&self, st: &mut State, qp: &Qp) -> Option<bool> {
+        if !Arc::ptr_eq(&self.sh, &qp.sh)
+            || st.detached != 0
+            || st.qps.len() != 1
+            || st.readers + st.writers != 0
+        {
+            return None;
+        }
+        let State {
+            qps,
+            cqs,
+            rx_pool,
+            watching,
+            ..
+        } = st;
+        let (Some(Some(cq)), Some(Some(q))) = (cqs.get_mut(self.id), qps.get_mut(qp.qi)) else {
+            return None;
+        };
+        if !cq.is_drained() {
+            return None;
+        }
+        let epoll = watching.then_some(&self.sh.inner.epoll);
+        let r = q.idle_round(qp.qi as u64, rx_pool, epoll);
+        if r == Some(true) {
+            q.count_short_round();
+        }
+        r
     }
 
     /// [`Self::poll_queued`], then `qp`'s news ([`QpNews`]) under the same

@@ -172,6 +172,12 @@ impl CqSlot {
         }
     }
 
+    /// Nothing queued and the notify fd clear: a drain would change
+    /// nothing.
+    pub(crate) fn is_drained(&self) -> bool {
+        self.entries.is_empty() && !self.signaled
+    }
+
     /// Moves up to `out.len()` completions out; clears the notify fd when
     /// the queue runs empty.
     pub(crate) fn drain_into(&mut self, out: &mut [Wc]) -> usize {

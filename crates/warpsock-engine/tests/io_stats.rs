@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{pattern, send_wr, wait_n, LIMIT};
 use warpsock_engine::{
-    connect, Access, Context, Listener, Progress, QpInit, RecvWr, SendOp, SendWr,
+    connect, Access, Context, Event, Listener, Progress, QpInit, QpNews, RecvWr, SendOp, SendWr,
 };
 
 /// Bytes of the Send, several FPDUs.
@@ -257,26 +257,8 @@ fn a_wait_parked_without_the_clock_still_ends_at_its_timeout() {
 #[test]
 fn an_empty_busy_polling_round_ends_at_its_read_and_misses_nothing() {
     const SPINS: u64 = 50;
-    let l = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let server = std::thread::spawn(move || {
-        let (_c, pd, cq, buf) = end8(Progress::Thread, 4);
-        let mut init = QpInit::new(&pd, &cq);
-        init.recvs = vec![recv8(&buf)];
-        let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
-        go_rx.recv_timeout(LIMIT).unwrap();
-        buf.write(0, b"ping-123");
-        qp.post_send(send_wr(1, vec![buf.sge(0, 8)])).unwrap();
-        // The client's Send, then our own Send's completion, in any order.
-        let got = wait_n(&cq, 2);
-        assert!(got.iter().all(|w| w.is_ok()), "{got:?}");
-        buf.to_vec()
-    });
-    let (_c, pd, cq, buf) = end8(Progress::Caller, 4);
-    let mut init = QpInit::new(&pd, &cq);
-    init.recvs = vec![recv8(&buf)];
-    let qp = connect(addr, &init).unwrap();
+    let p = PingPair::new();
+    let (cq, qp, buf, go_tx) = (&p.cq, &p.qp, &p.buf, &p.go);
     let mut wc = [warpsock_engine::Wc::default()];
     // Whatever the connection's setup left is taken by a first round.
     assert_eq!(cq.poll(&mut wc), 0);
@@ -299,9 +281,67 @@ fn an_empty_busy_polling_round_ends_at_its_read_and_misses_nothing() {
     assert_eq!(buf.to_vec(), b"ping-123");
     buf.write(0, b"pong-456");
     qp.post_send(send_wr(2, vec![buf.sge(0, 8)])).unwrap();
-    let sent = wait_n(&cq, 1);
+    let sent = wait_n(cq, 1);
     assert!(sent[0].is_ok(), "{:?}", sent[0]);
-    assert_eq!(server.join().unwrap(), b"pong-456");
+    assert_eq!(p.finish(), b"pong-456");
+}
+
+/// The busy-polling tests' pair (issue 12): a caller-driven client with
+/// one 8-byte receive posted, and a progress-thread server that, told to
+/// go, sends "ping-123" and waits for the client's Send, and told again
+/// (or when the pair finishes), drops its queue pair: the FIN goes out.
+struct PingPair {
+    go: std::sync::mpsc::Sender<()>,
+    server: std::thread::JoinHandle<Vec<u8>>,
+    qp: warpsock_engine::Qp,
+    cq: warpsock_engine::Cq,
+    buf: warpsock_engine::Mr,
+    _pd: warpsock_engine::Pd,
+    _c: Context,
+}
+
+impl PingPair {
+    fn new() -> Self {
+        let l = Listener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let server = std::thread::spawn(move || {
+            let (_c, pd, cq, buf) = end8(Progress::Thread, 4);
+            let mut init = QpInit::new(&pd, &cq);
+            init.recvs = vec![recv8(&buf)];
+            let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
+            go_rx.recv_timeout(LIMIT).unwrap();
+            buf.write(0, b"ping-123");
+            qp.post_send(send_wr(1, vec![buf.sge(0, 8)])).unwrap();
+            // The client's Send, then our own Send's completion, in any
+            // order.
+            let got = wait_n(&cq, 2);
+            assert!(got.iter().all(|w| w.is_ok()), "{got:?}");
+            // The next go, or the pair's end.
+            let _ = go_rx.recv_timeout(LIMIT);
+            drop(qp);
+            buf.to_vec()
+        });
+        let (_c, _pd, cq, buf) = end8(Progress::Caller, 4);
+        let mut init = QpInit::new(&_pd, &cq);
+        init.recvs = vec![recv8(&buf)];
+        let qp = connect(addr, &init).unwrap();
+        Self {
+            go,
+            server,
+            qp,
+            cq,
+            buf,
+            _pd,
+            _c,
+        }
+    }
+
+    /// What the server received.
+    fn finish(self) -> Vec<u8> {
+        drop(self.go);
+        self.server.join().unwrap()
+    }
 }
 
 /// A context of `progress` with a protection domain, a completion queue of
@@ -329,4 +369,98 @@ fn recv8(buf: &warpsock_engine::Mr) -> RecvWr {
         wr_id: 0,
         sgl: buf.sge(0, 8).into(),
     }
+}
+
+/// Polls `cq` with `qp`'s news (busy polling) until `done` says so of a
+/// poll's result, for at most `LIMIT`.
+fn spin_until(
+    cq: &warpsock_engine::Cq,
+    qp: &warpsock_engine::Qp,
+    wc: &mut [warpsock_engine::Wc],
+    mut done: impl FnMut(usize, QpNews) -> bool,
+) {
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let (n, news) = cq.poll_news(wc, qp);
+        if done(n, news) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", qp.io_stats());
+    }
+}
+
+/// A lone queue pair's empty busy-polling round is its read alone
+/// (`Cq::poll_news`, issue 12: `IoStats::short_rounds`, one read each),
+/// and it misses nothing: a message that arrives meanwhile is delivered,
+/// the completion of our own Send already queued is returned by the next
+/// poll, and the peer's FIN ends the connection.
+#[test]
+fn a_lone_queue_pairs_empty_poll_is_its_read_alone_and_misses_nothing() {
+    const SPINS: u64 = 50;
+    let p = PingPair::new();
+    let (cq, qp, buf, go_tx) = (&p.cq, &p.qp, &p.buf, &p.go);
+    let mut wc = [warpsock_engine::Wc::default()];
+    // Whatever the connection's setup left is taken by a first round, its
+    // events (established) by the caller.
+    assert_eq!(cq.poll_news(&mut wc, qp).0, 0);
+    while qp.poll_event().is_some() {}
+    let before = qp.io_stats();
+    for _ in 0..SPINS {
+        assert_eq!(cq.poll_news(&mut wc, qp), (0, QpNews::default()));
+    }
+    let idle = qp.io_stats();
+    assert_eq!(idle.short_rounds - before.short_rounds, SPINS, "{idle:?}");
+    assert_eq!(idle.reads - before.reads, SPINS, "{idle:?}");
+    go_tx.send(()).unwrap();
+    spin_until(cq, qp, &mut wc, |n, _| n > 0);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(wc[0].opcode, warpsock_engine::WcOpcode::Recv);
+    assert_eq!(buf.to_vec(), b"ping-123");
+    // The Send is written at once; its completion waits in the queue.
+    buf.write(0, b"pong-456");
+    qp.post_send(send_wr(2, vec![buf.sge(0, 8)])).unwrap();
+    spin_until(cq, qp, &mut wc, |n, _| n > 0);
+    assert!(wc[0].is_ok() && wc[0].wr_id == 2, "{:?}", wc[0]);
+    // The peer's FIN, read by a busy-polling round, ends the connection.
+    go_tx.send(()).unwrap();
+    spin_until(cq, qp, &mut wc, |_, news| news.events);
+    let closed = std::iter::from_fn(|| qp.poll_event()).any(|e| matches!(e, Event::Closed(_)));
+    assert!(closed, "{:?}", qp.io_stats());
+    assert_eq!(p.finish(), b"pong-456");
+}
+
+/// With two queue pairs in a caller-driven context, a poll for one of them
+/// makes progress on both: a message to the second is found by busy
+/// polling with the first one's news (no round is the first one's alone).
+#[test]
+fn a_poll_with_two_queue_pairs_makes_progress_on_both() {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (_c, pd, cq, buf) = end8(Progress::Thread, 4);
+        let init = QpInit::new(&pd, &cq);
+        let _first = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
+        let second = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
+        go_rx.recv_timeout(LIMIT).unwrap();
+        buf.write(0, b"second-");
+        second.post_send(send_wr(1, vec![buf.sge(0, 8)])).unwrap();
+        let got = wait_n(&cq, 1);
+        assert!(got[0].is_ok(), "{got:?}");
+        go_rx.recv_timeout(LIMIT).unwrap();
+    });
+    let (_c, pd, cq, buf) = end8(Progress::Caller, 4);
+    let first = connect(addr, &QpInit::new(&pd, &cq)).unwrap();
+    let mut init = QpInit::new(&pd, &cq);
+    init.recvs = vec![recv8(&buf)];
+    let second = connect(addr, &init).unwrap();
+    let mut wc = [warpsock_engine::Wc::default()];
+    go_tx.send(()).unwrap();
+    spin_until(&cq, &first, &mut wc, |n, _| n > 0);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(wc[0].qp_num, second.qp_num());
+    assert_eq!(&buf.to_vec()[..7], b"second-");
+    assert_eq!(first.io_stats().short_rounds, 0);
+    go_tx.send(()).unwrap();
+    server.join().unwrap();
 }

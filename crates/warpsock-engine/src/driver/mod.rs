@@ -262,10 +262,7 @@ impl QpSlot {
         allowed: Allowed,
     ) -> bool {
         let collected = !self.dead && allowed.rx;
-        if collected && allowed.tx && self.rx_idle(pool) {
-            // An empty busy-polling round: nothing read, nothing to
-            // collect, deliver or write (see `rx_idle`).
-            self.update_interest(token, epoll);
+        if collected && allowed.tx && self.idle_round(token, pool, epoll) == Some(true) {
             return false;
         }
         let before = self.events.len();
@@ -293,6 +290,26 @@ impl QpSlot {
             self.collect(cqs);
         }
         self.events.len() != before || cq_lens(cqs, self.send_cq, self.recv_cq) != cq_before
+    }
+
+    /// An empty busy-polling round ([`Self::rx_idle`]): `Some(true)` when
+    /// its read found nothing, so there is nothing to collect, deliver or
+    /// write — only the epoll interest to keep, kept here: the round is
+    /// over. `Some(false)`: the read took in bytes, EOF or an error,
+    /// staged for the rest of the round; `None`: the fast path does not
+    /// apply.
+    #[inline(always)]
+    pub(crate) fn idle_round(
+        &mut self,
+        token: u64,
+        pool: &mut RxPool,
+        epoll: Option<&Epoll>,
+    ) -> Option<bool> {
+        let empty = self.rx_idle(pool)?;
+        if empty {
+            self.update_interest(token, epoll);
+        }
+        Some(empty)
     }
 
     /// Whether a transmit pass has anything to do: segments queued or half

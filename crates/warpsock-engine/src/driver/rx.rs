@@ -41,6 +41,14 @@ impl RxPool {
             .unwrap_or_else(|| vec![0; RX_BUF].into_boxed_slice())
     }
 
+    /// The buffer [`Self::take`] would return next, left in the pool.
+    fn next_spare(&mut self) -> &mut [u8] {
+        if self.spare.is_empty() {
+            self.spare.push(vec![0; RX_BUF].into_boxed_slice());
+        }
+        self.spare.last_mut().expect("one spare at least")
+    }
+
     fn give(&mut self, buf: Box<[u8]>) {
         if self.spare.len() < RX_POOL_MAX {
             self.spare.push(buf);
@@ -155,16 +163,18 @@ impl QpSlot {
     /// The empty busy-polling round's fast path (issue 12): when nothing
     /// is staged, held, reported or owed to the socket and the next input
     /// can only be framing, the read [`Self::rx_inner`] would make is made
-    /// here, without asking the core for its step. Returns `true` when it
-    /// found nothing (`EAGAIN`): the core saw no input, so the round has
-    /// nothing to collect, deliver or count, and is over. Otherwise its
-    /// result is taken as a parked read's ([`Self::unpark`]) and the round
-    /// goes on as usual (`false`, also when the fast path does not apply).
-    pub(super) fn rx_idle(&mut self, pool: &mut RxPool) -> bool {
+    /// here, without asking the core for its step. `Some(true)`: it found
+    /// nothing (`EAGAIN`) — the core saw no input, so the round has
+    /// nothing to collect, deliver or count, and is over; also after a
+    /// read that came back short, when [`Self::rx_inner`] would not read
+    /// (`drained_hint`). `Some(false)`: the read's result is taken as a
+    /// parked read's ([`Self::unpark`]) and the round goes on as usual.
+    /// `None`: the fast path does not apply (nothing read).
+    #[inline(always)]
+    pub(super) fn rx_idle(&mut self, pool: &mut RxPool) -> Option<bool> {
         if self.parked
             || self.dead
             || self.rd_closed
-            || self.drained_hint
             || self.rx.has_staged()
             || !self.held.is_empty()
             || !self.txq.is_empty()
@@ -173,20 +183,38 @@ impl QpSlot {
             || self.conn.has_pending_output()
             || !self.conn.rx_wants_bytes()
         {
-            return false;
+            return None;
         }
-        let mut buf = self.rx.buf.take().unwrap_or_else(|| pool.take());
-        let cap = if self.rx.large { RX_TAIL } else { buf.len() };
-        let res = sys::recv_dontwait(self.sock.as_raw_fd(), &mut buf[..cap]);
-        if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+        if std::mem::take(&mut self.drained_hint) {
+            if let Some(buf) = self.rx.buf.take() {
+                pool.give(buf);
+            }
+            return Some(true);
+        }
+        // The read goes into the buffer the round would borrow — the
+        // slot's, else the pool's next spare, left in the pool unless the
+        // read brings something (an empty read moves no buffer).
+        let fd = self.sock.as_raw_fd();
+        let large = self.rx.large;
+        let buf = match self.rx.buf.as_deref_mut() {
+            Some(b) => b,
+            None => pool.next_spare(),
+        };
+        let cap = if large { RX_TAIL } else { buf.len() };
+        let res = sys::recv_dontwait(fd, &mut buf[..cap]);
+        if matches!(&res, Err(e) if e.raw_os_error() == Some(libc::EAGAIN)) {
             self.io.reads += 1;
             self.io.idle_reads += 1;
-            pool.give(buf);
-            return true;
+            if let Some(b) = self.rx.buf.take() {
+                pool.give(b);
+            }
+            return Some(true);
         }
-        self.rx.buf = Some(buf);
+        if self.rx.buf.is_none() {
+            self.rx.buf = Some(pool.take());
+        }
         self.take_read(res, cap);
-        false
+        Some(false)
     }
 
     /// Takes the result of a read of up to `cap` bytes into the staging

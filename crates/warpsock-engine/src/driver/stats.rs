@@ -36,6 +36,10 @@ pub struct IoStats {
     /// path that found nothing (`EAGAIN`; nothing staged, held, reported
     /// or owed to the socket): the round ended there.
     pub idle_reads: u64,
+    /// Busy-polling rounds of [`crate::Cq::poll_news`] that were this
+    /// queue pair's empty round alone (its context's only queue pair,
+    /// nothing queued or owed): no progress over the context, no drain.
+    pub short_rounds: u64,
     /// Transmit system calls (`sendmsg`), including those that found the
     /// send buffer full.
     pub writes: u64,
@@ -70,6 +74,14 @@ pub struct IoStats {
     pub inline_sends: u64,
 }
 
+impl super::QpSlot {
+    /// Counts a round of [`crate::Cq::poll_news`] made short
+    /// ([`IoStats::short_rounds`]).
+    pub(crate) fn count_short_round(&mut self) {
+        self.io.short_rounds += 1;
+    }
+}
+
 /// A segment at most this long on the wire counts as a control message in
 /// [`IoStats::control_msgs`] (header, CRC and at most a 64-byte payload).
 pub const CONTROL_MAX: usize = 96;
@@ -97,6 +109,7 @@ impl std::ops::AddAssign for IoStats {
             read_bytes,
             parked_reads,
             idle_reads,
+            short_rounds,
             writes,
             write_bytes,
             writes_blocked,
@@ -116,6 +129,7 @@ impl std::ops::AddAssign for IoStats {
         self.read_bytes += read_bytes;
         self.parked_reads += parked_reads;
         self.idle_reads += idle_reads;
+        self.short_rounds += short_rounds;
         self.writes += writes;
         self.write_bytes += write_bytes;
         self.writes_blocked += writes_blocked;

@@ -409,8 +409,17 @@ impl XSocket {
         // Whether this call may offer a sink ([`Stream::sink_due`], asked
         // once per call, when it first could).
         let mut sink_due: Option<bool> = None;
+        // Whether the books may hold bytes for the call: not after a round
+        // that ended short, empty (`XSocket::settled`: it changed nothing
+        // that `read_now` looks at).
+        let mut look = true;
         loop {
-            if let Some((n, eor)) = self.read_now(&mut st, &mut buf[got..], flags.peek, got > 0) {
+            let found = if std::mem::replace(&mut look, true) {
+                self.read_now(&mut st, &mut buf[got..], flags.peek, got > 0)
+            } else {
+                None
+            };
+            if let Some((n, eor)) = found {
                 got += n;
                 if st.msg_mode || flags.peek || !flags.waitall || got == buf.len() {
                     return (st, Ok((got, eor)));
@@ -447,11 +456,15 @@ impl XSocket {
                 // A DATA message the round takes in and that fits is
                 // copied straight into the buffer (`drive_take`).
                 let out = (!flags.peek).then_some(&mut buf[got..]);
-                if let (_, Some((n, eor))) = self.drive_take(&mut st, out) {
-                    got += n;
-                    if st.msg_mode || !flags.waitall || got == buf.len() {
-                        return (st, Ok((got, eor)));
+                match self.drive_take(&mut st, out) {
+                    (_, Some((n, eor))) => {
+                        got += n;
+                        if st.msg_mode || !flags.waitall || got == buf.len() {
+                            return (st, Ok((got, eor)));
+                        }
                     }
+                    (false, None) => look = st.idle_spins == 0,
+                    (true, None) => {}
                 }
                 continue;
             }

@@ -144,6 +144,7 @@ impl XSocket {
                 news: None,
                 posts: 0,
                 unreaped: false,
+                idle_spins: 0,
                 rto: super::settings::RtoMin::Kernel,
                 deferred: None,
             }),

@@ -119,6 +119,9 @@ pub(crate) struct State {
     pub(crate) rto: super::settings::RtoMin,
     /// Posts a send call holds back for one batch (`XSocket::post_deferred`).
     pub(crate) deferred: Option<Vec<SendWr>>,
+    /// Empty rounds in a row that ended short, without a settle
+    /// (`XSocket::settled`); 0: the last round was a full one.
+    pub(crate) idle_spins: u32,
 }
 
 impl State {

@@ -3,6 +3,12 @@
 //! ([`XSocket::wait`]), and the receive call's direct take of a message
 //! that lands while it waits ([`XSocket::wait_take`]) or in the round a
 //! non-blocking one drives ([`XSocket::drive_take`]).
+//!
+//! A busy-polling receive's empty round is short (issue 12): the engine's
+//! round is its socket read alone when nothing else can be due
+//! ([`warpsock_engine::Cq::poll_news`]), and the socket's end of the round
+//! is the watch's rearm alone when it owes nothing ([`XSocket::settled`]);
+//! each states why it is the full round's exact effect.
 
 use std::sync::atomic::Ordering;
 use std::sync::{MutexGuard, PoisonError};
@@ -154,6 +160,9 @@ impl XSocket {
         if !st.driving {
             let (mut n, news) = self.cq.poll_news(&mut wcs, &self.qp);
             st.news = Some(news);
+            if n == 0 && self.settled(st) {
+                return (false, None);
+            }
             while n > 0 {
                 any = true;
                 let mut batch = &wcs[..n];
@@ -171,9 +180,45 @@ impl XSocket {
                 (n, st.news) = (more, Some(news));
             }
         }
+        st.idle_spins = 0;
         self.settle(st);
         (any, taken)
     }
+
+    /// The end of an empty round (no completion), short (issue 12): when
+    /// the round brought no event and the socket owes nothing that
+    /// [`Self::settle`] would send or move, only its watch is rearmed.
+    /// Returns whether that was all; `false`: settle.
+    ///
+    /// Why it is all: `check_events` returns at once on news without an
+    /// event; `pump` moves nothing with no asynchronous send or receive
+    /// queued ([`super::rio::Aio`]; `in_flight` also counts one-sided
+    /// operations, more than needed); `flush` sends nothing when the
+    /// books owe no message ([`crate::stream::Stream::owes_msg`]: a credit
+    /// return, even one waiting for a transmit slot, keeps `unreturned`
+    /// above zero); and `rearm` runs here as there. A send queued behind
+    /// the transmit window, a Terminate or the peer's FIN keep the
+    /// engine's short round off (`Cq::poll_news`), and what they bring is
+    /// a completion or an event. Every [`Self::FULL_ROUND`]-th empty round
+    /// settles all the same (a bound in count: the tests mutate the
+    /// conditions with it in place).
+    #[inline]
+    fn settled(&self, st: &mut State) -> bool {
+        if st.idle_spins >= Self::FULL_ROUND
+            || st.news.is_some_and(|n| n.events)
+            || st.aio.in_flight()
+            || st.s.owes_msg()
+        {
+            return false;
+        }
+        st.idle_spins += 1;
+        self.rearm(st);
+        true
+    }
+
+    /// Empty rounds in a row that end without [`Self::settle`] before one
+    /// that settles ([`Self::settled`]).
+    pub(crate) const FULL_ROUND: u32 = 1024;
 
     /// A receive call waiting with its buffer `out` takes `wc`, the first
     /// completion of its wait, straight from the slot when it is a
