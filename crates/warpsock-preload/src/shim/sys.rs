@@ -13,11 +13,40 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The calling thread's errno.
+/// The calling thread's errno (read as `set_errno` writes it: no
+/// `io::Error` to build and drop per failed call).
 pub(crate) fn errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+    // SAFETY: __errno_location returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// `recv(fd, buf, len, MSG_DONTWAIT)` on a socket of the library's own, as
+/// the raw `recvfrom` system call: libc's `recv` is a cancellation point
+/// (two calls around the system call), which a read that never blocks
+/// does not need. Returns as libc's does (-1 and errno on failure).
+///
+/// # Safety
+/// `buf` must be writable for `len` bytes.
+pub(crate) unsafe fn recv_dontwait(fd: c_int, buf: *mut u8, len: usize) -> isize {
+    let null = 0 as libc::c_long;
+    let (fd, flags) = (
+        libc::c_long::from(fd),
+        libc::c_long::from(libc::MSG_DONTWAIT),
+    );
+    // SAFETY: the caller vouches for `buf`/`len`; no address is asked for.
+    unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, len, flags, null, null) as isize }
+}
+
+/// `sendmsg(fd, msg, flags)` on a socket of the library's own, as the raw
+/// system call (see [`recv_dontwait`]; `flags` carries `MSG_DONTWAIT`).
+///
+/// # Safety
+/// `msg` must be a valid msghdr whose buffers are readable.
+pub(crate) unsafe fn sendmsg_nowait(fd: c_int, msg: &libc::msghdr, flags: c_int) -> isize {
+    debug_assert!(flags & libc::MSG_DONTWAIT != 0);
+    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
+    // SAFETY: the caller vouches for `msg`.
+    unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg as *const libc::msghdr, flags) as isize }
 }
 
 /// Sets the calling thread's errno.

@@ -594,7 +594,7 @@ impl Conn {
         }
 
         // SAFETY: reading into the unused tail of our buffer.
-        let n = unsafe { real::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
+        let n = unsafe { sys::recv_dontwait(fd, room.as_mut_ptr(), room.len()) };
         if n > 0 {
             stats::inc(&STATS.rx_tcp_reads);
             st.rx.filled(n as usize);

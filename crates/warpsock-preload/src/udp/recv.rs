@@ -652,11 +652,22 @@ impl Sock {
     ///
     /// # Safety
     /// `msg` must be a valid msghdr whose buffers are writable.
+    #[inline]
     unsafe fn serve_held(&self, msg: &mut msghdr, flags: c_int) -> Option<isize> {
         let holds = self.holds.load(Ordering::Acquire);
         if holds == self.holds_seen.load(Ordering::Relaxed) {
             return None;
         }
+        // SAFETY: the caller's contract.
+        unsafe { self.serve_held_look(msg, flags, holds) }
+    }
+
+    /// [`Sock::serve_held`]'s look, behind the `holds` count `holds`.
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    #[inline(never)]
+    unsafe fn serve_held_look(&self, msg: &mut msghdr, flags: c_int, holds: u64) -> Option<isize> {
         let eng = reactor::current()?;
         stats::inc(&STATS.rx_held_looks);
         let (held, front) = {

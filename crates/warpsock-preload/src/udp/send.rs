@@ -62,27 +62,29 @@ impl Sock {
         };
         // SAFETY: msg_name/msg_namelen come from the application's msghdr.
         let given = unsafe { sys::addr_from_raw(msg.msg_name.cast(), msg.msg_namelen) };
-        let (peer, sndtimeo) = {
-            let g = lock(&self.inner);
-            (g.peer, g.sndtimeo)
-        };
+        // SAFETY: msg_iov describes msg_iovlen iovecs.
+        let len = unsafe { iov::len(msg.msg_iov, msg.msg_iovlen) };
+        // The socket's lock, taken once for its peer and the route (the
+        // first pass below).
+        let g = lock(&self.inner);
+        let (peer, sndtimeo) = (g.peer, g.sndtimeo);
+        let mut first = Some(g);
         let dest = match (msg.msg_name.is_null(), given) {
             (true, _) => peer,
             (false, Some(a)) => Some(a),
             (false, None) => None,
         };
         let Some(dest) = dest.map(|d| norm(d, self.family)) else {
+            drop(first);
             // SAFETY: as above; the kernel reports the error.
             return unsafe { self.kernel_send(msg, flags, sndtimeo) };
         };
-        // SAFETY: msg_iov describes msg_iovlen iovecs.
-        let len = unsafe { iov::len(msg.msg_iov, msg.msg_iovlen) };
         let nonblock = flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed);
         // A receive since the last send: request and response, not a stream.
         let interactive = self.recv_seen.swap(false, Ordering::Relaxed);
         loop {
             let route = {
-                let mut g = lock(&self.inner);
+                let mut g = first.take().unwrap_or_else(|| lock(&self.inner));
                 if g.closed || !cfg.policy.dest_ok(&dest, g.broadcast) {
                     Route::Kernel(false)
                 } else if !cfg.mode.tcp() {

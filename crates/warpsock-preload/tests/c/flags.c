@@ -56,6 +56,25 @@ int main(int argc, char **argv) {
     m.msg_flags = 0;
     CHECK(recvmsg(r, &m, 0) == 8);
     CHECK(memcmp(p1, "abc", 3) == 0 && memcmp(p2, "defgh", 5) == 0 && m.msg_flags == 0);
+    /* Sends gathered from three iovecs and from six (one empty): under the
+     * preload a write to an idle connection puts the frame header and the
+     * first few on the stack, more on the heap. */
+    for (int many = 0; many < 2; many++) {
+        struct iovec g[6] = {{"ab", 2}, {"cde", 3}, {"f", 1}, {"", 0}, {"ghij", 4}, {"k", 1}};
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        struct msghdr sm;
+        memset(&sm, 0, sizeof sm);
+        sm.msg_name = &to;
+        sm.msg_namelen = sizeof to;
+        sm.msg_iov = g;
+        sm.msg_iovlen = many ? 6 : 3;
+        ssize_t want = many ? 11 : 6;
+        CHECK(sendmsg(s, &sm, 0) == want);
+        memset(b, 0, sizeof b);
+        CHECK(recv(r, b, sizeof b, 0) == want);
+        CHECK(memcmp(b, many ? "abcdefghijk" : "abcdef", (size_t)want) == 0);
+    }
 
     /* MSG_DONTWAIT on an empty socket. */
     CHECK(recv(r, b, sizeof b, MSG_DONTWAIT) == -1 && errno == EAGAIN);

@@ -7,6 +7,10 @@
 use super::*;
 use crate::udp::core::stall::{Full, StallBudget, Waiting};
 
+/// iovecs a direct write builds on the stack: the header and up to three
+/// of the program's.
+const INLINE_IOVS: usize = 4;
+
 impl Conn {
     /// Application thread: hand one datagram to this connection.
     ///
@@ -38,17 +42,22 @@ impl Conn {
         stalls: &Mutex<StallBudget>,
     ) -> Result<Sent, SendErr> {
         let cfg = config::get();
-        let now = Instant::now();
-        let deadline = sndtimeo.map(|t| now + t);
-        // SAFETY: per the contract.
-        let parts = unsafe { iov::parts(iov, n) };
+        // A send after a receive (request and response) is no part of a
+        // stream and starts none: it reads no clock (`last_send` is
+        // cleared, so the next send, if no receive comes between, is
+        // written at once too, and the one after it batches).
+        let clock = (!interactive).then(Instant::now);
         let mut st = lock(&self.st);
-        let streaming = !interactive
-            && !cfg.tx_delay.is_zero()
-            && st
-                .last_send
-                .is_some_and(|t| now.saturating_duration_since(t) < STREAM_GAP);
-        st.last_send = Some(now);
+        let streaming = clock.is_some_and(|now| {
+            !cfg.tx_delay.is_zero()
+                && st
+                    .last_send
+                    .is_some_and(|t| now.saturating_duration_since(t) < STREAM_GAP)
+        });
+        st.last_send = clock;
+        // `SO_SNDTIMEO`'s end, from the call's start (an interactive send's
+        // from its first wait: it read no clock before).
+        let mut until = None;
         let mut waited = false;
         let mut waiting = None;
         let mut flushed_room = true;
@@ -62,8 +71,7 @@ impl Conn {
             }
             if phase == Phase::Established && st.tx.is_idle() && !streaming {
                 // SAFETY: per the contract.
-                return unsafe { self.send_now(&mut st, eng, iov, n, len, &parts) }
-                    .map(|()| Sent::Taken);
+                return unsafe { self.send_now(&mut st, eng, iov, n, len) }.map(|()| Sent::Taken);
             }
             let pending = st.tx.queued();
             if pending > 0 && pending + HDR_LEN + len > cfg.sndbuf {
@@ -105,6 +113,9 @@ impl Conn {
                     stats::inc(&STATS.tx_waits);
                     waited = true;
                 }
+                let deadline = *until.get_or_insert_with(|| {
+                    sndtimeo.map(|t| clock.unwrap_or_else(Instant::now) + t)
+                });
                 let wait = match deadline {
                     Some(d) => {
                         let left = d.saturating_duration_since(Instant::now());
@@ -122,10 +133,12 @@ impl Conn {
                     .0;
                 continue;
             }
+            let now = clock.unwrap_or_else(Instant::now);
             if st.tx.is_idle() {
                 st.progress = now;
             }
-            st.tx.push(len, &parts);
+            // SAFETY: per the contract.
+            st.tx.push(len, &unsafe { iov::parts(iov, n) });
             stats::inc(&STATS.tx_coalesced);
             let mut arm = None;
             if phase == Phase::Established && !self.write_pending() {
@@ -159,8 +172,7 @@ impl Conn {
     /// stays buffered for the progress thread.
     ///
     /// # Safety
-    /// `iov` must point to `n` iovecs describing readable memory, the same
-    /// bytes as `parts`.
+    /// `iov` must point to `n` iovecs describing readable memory.
     unsafe fn send_now(
         &self,
         st: &mut ConnSt,
@@ -168,23 +180,33 @@ impl Conn {
         iov: *const iovec,
         n: usize,
         len: usize,
-        parts: &[&[u8]],
     ) -> Result<(), SendErr> {
         let hdr = frame::header(len);
-        // Inline for a few iovecs: no allocation per datagram.
-        let mut v: smallvec::SmallVec<[iovec; 4]> = smallvec::SmallVec::with_capacity(n + 1);
-        v.push(iovec {
+        let head = iovec {
             iov_base: hdr.as_ptr() as *mut _,
             iov_len: HDR_LEN,
-        });
+        };
         // SAFETY: per the contract.
-        v.extend_from_slice(unsafe { iov::iovecs(iov, n) });
+        let user = unsafe { iov::iovecs(iov, n) };
+        // The header and the program's iovecs: on the stack for a few (no
+        // allocation, nor a growable vector's bookkeeping, per datagram).
+        let mut inline = [head; INLINE_IOVS];
+        let mut heap = Vec::new();
+        let v: &mut [iovec] = if user.len() < INLINE_IOVS {
+            inline[1..=user.len()].copy_from_slice(user);
+            &mut inline[..=user.len()]
+        } else {
+            heap.reserve_exact(user.len() + 1);
+            heap.push(head);
+            heap.extend_from_slice(user);
+            &mut heap
+        };
         // SAFETY: msghdr is plain data; zero is a valid empty value.
         let mut m: msghdr = unsafe { zeroed() };
         m.msg_iov = v.as_mut_ptr();
         m.msg_iovlen = v.len();
         // SAFETY: the iovecs describe readable memory (contract, and `hdr`).
-        let w = unsafe { real::sendmsg(st.fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        let w = unsafe { sys::sendmsg_nowait(st.fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         if w == (HDR_LEN + len) as isize {
             stats::inc(&STATS.tx_direct);
             return Ok(());
@@ -192,7 +214,9 @@ impl Conn {
         if w < 0 && !matches!(errno(), libc::EAGAIN | libc::EINTR) {
             return Err(SendErr::Died(self.die(st)));
         }
-        st.tx.rest_of(len, parts, w.max(0) as usize);
+        // SAFETY: per the contract.
+        st.tx
+            .rest_of(len, &unsafe { iov::parts(iov, n) }, w.max(0) as usize);
         st.progress = Instant::now();
         self.note_queued(st);
         stats::inc(&STATS.tx_coalesced);
