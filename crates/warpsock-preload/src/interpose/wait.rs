@@ -149,94 +149,109 @@ fn poll_with(
             timeout
         };
         again = true;
-        if let Some(n) = alone(fds, left, wait) {
-            if n < 0 {
-                return n;
-            }
-            let count = c_int::from(fds[0].revents != 0);
-            if answered(count, n, timeout, start) {
-                return count;
-            }
-            continue;
-        }
-        // Inline (no allocation) for the common few descriptors.
-        let mut ext: SmallVec<[libc::pollfd; 8]> = SmallVec::from_slice(fds);
-        let mut waits: SmallVec<[_; 2]> = SmallVec::new();
-        // (program's index, index in `ext`) of sockets waited on for room.
-        let mut outs: SmallVec<[(usize, usize); 2]> = SmallVec::new();
-        for (i, p) in fds.iter().enumerate() {
-            if p.events & (libc::POLLIN | libc::POLLOUT) == 0 {
-                continue;
-            }
-            let Some(s) = fdtable::get(p.fd) else {
-                continue;
-            };
-            if p.events & libc::POLLOUT != 0 {
-                if let Some(fd) = s.write_wait() {
-                    ext[i].events &= !libc::POLLOUT;
-                    outs.push((i, ext.len()));
-                    ext.push(libc::pollfd {
-                        fd,
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    });
-                }
-            }
-            if p.events & libc::POLLIN == 0 {
-                continue;
-            }
-            if let Some(w) = s.wait_begin() {
-                let start = ext.len();
-                ext.extend(w.fds.iter().map(|&fd| libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                }));
-                waits.push((i, s, w, start));
-            }
-        }
-        if waits.is_empty() && outs.is_empty() {
-            return wait(fds, left);
-        }
-        let n = wait(&mut ext, left);
-        let e = if n < 0 { sys::errno() } else { 0 };
-        let mut readable: SmallVec<[usize; 2]> = SmallVec::new();
-        for (i, s, w, start) in waits {
-            let revents: SmallVec<[i16; 8]> = ext[start..start + w.fds.len()]
-                .iter()
-                .map(|p| p.revents)
-                .collect();
-            if s.wait_end(w, &revents) {
-                readable.push(i);
-            }
-        }
+        let (n, count) = match alone(fds, left, wait) {
+            Some(n) => (n, c_int::from(fds[0].revents != 0)),
+            None => match general(fds, left, wait) {
+                Ok(r) => r,
+                Err(done) => return done,
+            },
+        };
         if n < 0 {
-            set_errno(e);
             return n;
-        }
-        let room = libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
-        let writable: SmallVec<[usize; 2]> = outs
-            .iter()
-            .filter(|(_, j)| ext[*j].revents & room != 0)
-            .map(|(i, _)| *i)
-            .collect();
-        let mut count = 0;
-        for (i, p) in fds.iter_mut().enumerate() {
-            p.revents = ext[i].revents;
-            if readable.contains(&i) {
-                p.revents |= libc::POLLIN;
-            }
-            if writable.contains(&i) {
-                p.revents |= libc::POLLOUT;
-            }
-            if p.revents != 0 {
-                count += 1;
-            }
         }
         if answered(count, n, timeout, start) {
             return count;
         }
     }
+}
+
+/// One wait of `poll_with`'s general path: the managed sockets' extra
+/// descriptors added, their wake-ups taken up and shown on the program's
+/// descriptors. Returns the real call's result and the count of the
+/// program's descriptors that show something, or `Err`: the call's
+/// answer (no managed socket took part). Out of line: the fast path's
+/// calls do not pay for its frame.
+#[inline(never)]
+fn general(
+    fds: &mut [libc::pollfd],
+    left: Option<std::time::Duration>,
+    wait: PollCall<'_>,
+) -> Result<(c_int, c_int), c_int> {
+    // Inline (no allocation) for the common few descriptors.
+    let mut ext: SmallVec<[libc::pollfd; 8]> = SmallVec::from_slice(fds);
+    let mut waits: SmallVec<[_; 2]> = SmallVec::new();
+    // (program's index, index in `ext`) of sockets waited on for room.
+    let mut outs: SmallVec<[(usize, usize); 2]> = SmallVec::new();
+    for (i, p) in fds.iter().enumerate() {
+        if p.events & (libc::POLLIN | libc::POLLOUT) == 0 {
+            continue;
+        }
+        let Some(s) = fdtable::get(p.fd) else {
+            continue;
+        };
+        if p.events & libc::POLLOUT != 0 {
+            if let Some(fd) = s.write_wait() {
+                ext[i].events &= !libc::POLLOUT;
+                outs.push((i, ext.len()));
+                ext.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                });
+            }
+        }
+        if p.events & libc::POLLIN == 0 {
+            continue;
+        }
+        if let Some(w) = s.wait_begin() {
+            let start = ext.len();
+            ext.extend(w.fds.iter().map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }));
+            waits.push((i, s, w, start));
+        }
+    }
+    if waits.is_empty() && outs.is_empty() {
+        return Err(wait(fds, left));
+    }
+    let n = wait(&mut ext, left);
+    let e = if n < 0 { sys::errno() } else { 0 };
+    let mut readable: SmallVec<[usize; 2]> = SmallVec::new();
+    for (i, s, w, start) in waits {
+        let revents: SmallVec<[i16; 8]> = ext[start..start + w.fds.len()]
+            .iter()
+            .map(|p| p.revents)
+            .collect();
+        if s.wait_end(w, &revents) {
+            readable.push(i);
+        }
+    }
+    if n < 0 {
+        set_errno(e);
+        return Ok((n, 0));
+    }
+    let room = libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+    let writable: SmallVec<[usize; 2]> = outs
+        .iter()
+        .filter(|(_, j)| ext[*j].revents & room != 0)
+        .map(|(i, _)| *i)
+        .collect();
+    let mut count = 0;
+    for (i, p) in fds.iter_mut().enumerate() {
+        p.revents = ext[i].revents;
+        if readable.contains(&i) {
+            p.revents |= libc::POLLIN;
+        }
+        if writable.contains(&i) {
+            p.revents |= libc::POLLOUT;
+        }
+        if p.revents != 0 {
+            count += 1;
+        }
+    }
+    Ok((n, count))
 }
 
 /// The common shape, one managed socket waited on for input only, taken

@@ -213,6 +213,10 @@ pub(crate) struct Conn {
     /// the connection is claimed or parked; one given back to the progress
     /// thread with it set is announced by its timer (`Interest::handback`).
     pub(super) held: AtomicBool,
+    /// Polls waiting on the connection while it is parked
+    /// (`Conn::take_parked`): while non-zero its timer leaves it parked, as
+    /// it does a claimed one, with no lock taken to count them.
+    pub(super) pollers: AtomicUsize,
     /// Stripe index (0 when not striped), for the per-stripe counters.
     pub(super) stripe: AtomicUsize,
     /// Where the connection stands, readable without `st` (`HINT_*`).
@@ -366,6 +370,7 @@ impl Conn {
             delivered: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             held: AtomicBool::new(false),
+            pollers: AtomicUsize::new(0),
             stripe: AtomicUsize::new(0),
             hint: AtomicU8::new(HINT_SETUP),
             queued: AtomicUsize::new(0),

@@ -651,18 +651,23 @@ impl Sock {
         peer: Option<SocketAddr>,
     ) -> Woke {
         let r = revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP);
-        if r == 0 || !c.still(fd) {
+        if r == 0 {
             return Woke::Nothing;
         }
-        stats::inc(&STATS.rx_poll_wakes);
+        // `hold_frame` looks at the descriptor itself (under `st`).
         if r == libc::POLLIN && c.hint.load(Ordering::Relaxed) == HINT_UP && hold_frame(c, fd, peer)
         {
+            stats::inc(&STATS.rx_poll_wakes);
             self.holds.fetch_add(1, Ordering::Release);
             if !self.holding_listed.load(Ordering::Relaxed) {
                 held::listed(self);
             }
             return Woke::Held;
         }
+        if !c.still(fd) {
+            return Woke::Nothing;
+        }
+        stats::inc(&STATS.rx_poll_wakes);
         // poll and epoll share their bit values on Linux.
         c.handle(eng, &self.arc(), r as u16 as u32, false);
         Woke::Handled
@@ -671,11 +676,10 @@ impl Sock {
     /// A program's poll of this socket alone, for input
     /// (`Socket::poll_alone`): the event loop's common shape, one
     /// established connection, parked, taken without the general path's
-    /// claim of every connection, descriptor list and spare blocks. A poll
-    /// that may wait claims the connection (a caller: the park timer leaves
-    /// it alone however long the wait), one that does not (`poll(…, 0)`)
-    /// glances at it (`Conn::glance`: nothing to give back); what woke the
-    /// wait is taken up as `wait_end` takes it up. `None`, nothing done:
+    /// claim of every connection, descriptor list and spare blocks
+    /// (`Conn::take_parked`: a glance, and a poll that may wait counts
+    /// itself a poller, which keeps the park timer off the connection);
+    /// what woke the wait is taken up as `wait_end` takes it up. `None`, nothing done:
     /// any other shape (several connections, one not parked or not
     /// established, a datagram held already, no caller-driven receive).
     pub(super) fn poll_alone(
@@ -720,8 +724,7 @@ impl Sock {
             Woke::Nothing => false,
         };
         if waits {
-            // Parked when claimed: only the count of callers changes.
-            c.unclaim(eng, fd, true);
+            c.poll_done();
         }
         if n < 0 {
             set_errno(e);

@@ -170,3 +170,49 @@ fn a_glance_at_a_parked_connection_claims_nothing() {
     let _ = conn.die(&mut lock(&conn.st));
     eng.deregister(conn.id, None);
 }
+
+/// A poll of a lone parked connection that may wait ([`Conn::take_parked`])
+/// keeps the park timer off it however long it waits, without a claim's
+/// lock: the timer's looks, each a grace period apart, leave it parked
+/// while the poll is counted, and give it back at the first look after the
+/// poll returned and its glance's mark was taken. A poll that does not
+/// wait only glances.
+#[test]
+fn a_waiting_poll_keeps_the_park_timer_off_its_connection() {
+    let (eng, conn, fd, _peer) = accepted();
+    assert_eq!(
+        conn.take_parked(true),
+        None,
+        "a connection that is not parked"
+    );
+    assert_eq!(conn.claim(eng), Some(fd));
+    assert!(conn.unclaim(eng, fd, true));
+    let grace = crate::udp::park::grace();
+    let mut at = std::time::Instant::now();
+    assert_eq!(conn.take_parked(true), Some(fd));
+    assert_eq!(
+        lock(&conn.ev).callers,
+        0,
+        "a poll took the claim's lock count"
+    );
+    for _ in 0..3 {
+        at += grace * 2;
+        assert!(
+            !conn.unpark(eng, Some(at)),
+            "given back under a waiting poll"
+        );
+        assert!(lock(&conn.ev).parked.is_some());
+    }
+    conn.poll_done();
+    // `poll(…, 0)`: a glance, no poller counted.
+    assert_eq!(conn.take_parked(false), Some(fd));
+    at += grace * 2;
+    assert!(
+        !conn.unpark(eng, Some(at)),
+        "the glance's mark re-parks it once"
+    );
+    at += grace * 2;
+    assert!(conn.unpark(eng, Some(at)), "parked on with no poll waiting");
+    let _ = conn.die(&mut lock(&conn.st));
+    eng.deregister(conn.id, None);
+}
