@@ -66,7 +66,7 @@ impl QpSlot {
                     self.fail_segment(read_response, cqs);
                     break;
                 }
-                self.count_waiting(&seg);
+                self.count_waiting(seg.opcode(), seg.len());
                 self.queued += seg.len() as u64;
                 self.txq.push_back(seg);
                 self.collect(cqs);
@@ -153,7 +153,7 @@ impl QpSlot {
             self.fail_segment(read_response, cqs);
             return Direct::Exhausted;
         }
-        self.count_waiting(&seg);
+        self.count_waiting(seg.opcode(), seg.len());
         self.queued += seg.len() as u64;
         let more = self.conn.has_pending_output();
         let mut iov = [IoSlice::new(&[]); DIRECT_PARTS];
@@ -182,7 +182,8 @@ impl QpSlot {
             };
         }
         let sent = sys::send_vectored(self.sock.as_raw_fd(), &iov[..n]);
-        self.written_direct(seg, sent, cqs)
+        let len = seg.len();
+        self.written_direct(Written::Held(seg), len, sent, cqs)
     }
 
     /// Builds a Send of the bytes of `parts` as one FPDU and writes it at
@@ -204,59 +205,64 @@ impl QpSlot {
         if self.dead || !self.txq.is_empty() {
             return None;
         }
-        let mut seg = self.pool.pop().unwrap_or_default();
-        if !self.conn.send_inline(parts, &mut seg) {
-            self.pool.push(seg);
+        // Built in place in the pool's last segment: it moves out of the
+        // pool only if the socket does not take all of it.
+        if self.pool.is_empty() {
+            self.pool.push(TxSegment::default());
+        }
+        let seg = self.pool.last_mut().expect("a pooled segment");
+        if !self.conn.send_inline(parts, seg) {
             return None;
         }
         // Every byte of the segment is inline: sealing reads no region.
         seg.seal(reg);
-        self.io.tx_passes += 1;
-        self.count_waiting(&seg);
-        self.queued += seg.len() as u64;
+        let (len, opcode) = (seg.len(), seg.opcode());
         let sent = sys::send_vectored(self.sock.as_raw_fd(), &[IoSlice::new(seg.inline_bytes())]);
+        self.io.tx_passes += 1;
+        self.count_waiting(opcode, len);
+        self.queued += len as u64;
         let full = match &sent {
-            Ok(k) => *k < seg.len(),
+            Ok(k) => *k < len,
             Err(e) => e.kind() == io::ErrorKind::WouldBlock,
         };
-        self.written_direct(seg, sent, cqs);
+        self.written_direct(Written::PoolTop, len, sent, cqs);
         Some(full)
     }
 
-    /// After the one system call that wrote `seg`, the only output
-    /// (`sent`: its result): queues what the socket did not take.
+    /// After the one system call that wrote `seg` (`len` bytes), the only
+    /// output (`sent`: its result): queues what the socket did not take.
     fn written_direct(
         &mut self,
-        seg: TxSegment,
+        seg: Written,
+        len: usize,
         sent: io::Result<usize>,
         cqs: &mut [Option<CqSlot>],
     ) -> Direct {
         self.io.writes += 1;
-        let len = seg.len();
         let next = match sent {
             Ok(k) => {
                 self.io.write_bytes += k as u64;
                 self.written += k as u64;
                 if k == len {
-                    self.pool.push(seg);
+                    self.pool_back(seg);
                     Direct::Done
                 } else {
                     self.tx_off = k;
-                    self.txq.push_back(seg);
+                    self.queue(seg);
                     Direct::Exhausted
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.io.writes_blocked += 1;
-                self.txq.push_back(seg);
+                self.queue(seg);
                 Direct::Done
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                self.txq.push_back(seg);
+                self.queue(seg);
                 Direct::Exhausted
             }
             Err(e) => {
-                self.pool.push(seg);
+                self.pool_back(seg);
                 self.fail_with(&e);
                 Direct::Done
             }
@@ -265,6 +271,24 @@ impl QpSlot {
         // the stream position after it, as the general loop marks it.
         self.collect(cqs);
         next
+    }
+
+    /// A directly written segment is done with: back to the pool.
+    fn pool_back(&mut self, seg: Written) {
+        match seg {
+            Written::Held(s) => self.pool.push(s),
+            Written::PoolTop => {}
+        }
+    }
+
+    /// A directly written segment the socket did not take (all): queued
+    /// for the next pass.
+    fn queue(&mut self, seg: Written) {
+        let s = match seg {
+            Written::Held(s) => s,
+            Written::PoolTop => self.pool.pop().expect("the segment built in the pool"),
+        };
+        self.txq.push_back(s);
     }
 
     /// A segment could not be sealed because its payload region is gone:
@@ -297,12 +321,12 @@ impl QpSlot {
     /// Counts what a Read Request or a small control message about to be
     /// queued waits behind: the bytes queued ahead of it and not yet
     /// written ([`super::IoStats::read_request_wait_bytes`]).
-    fn count_waiting(&mut self, seg: &TxSegment) {
+    fn count_waiting(&mut self, opcode: Option<Opcode>, len: usize) {
         let ahead = self.queued - self.written;
-        if seg.opcode() == Some(Opcode::RdmaReadRequest) {
+        if opcode == Some(Opcode::RdmaReadRequest) {
             self.io.read_requests += 1;
             self.io.read_request_wait_bytes += ahead;
-        } else if seg.len() <= CONTROL_MAX {
+        } else if len <= CONTROL_MAX {
             self.io.control_msgs += 1;
             self.io.control_wait_bytes += ahead;
         }
@@ -379,6 +403,14 @@ impl QpSlot {
 /// FPDU is one, a large one without markers three (header, payload, pad
 /// and CRC).
 const DIRECT_PARTS: usize = 4;
+
+/// Where the segment of a direct write is (see [`QpSlot::tx_inline`]).
+enum Written {
+    /// In hand ([`QpSlot::tx_direct`]).
+    Held(TxSegment),
+    /// The pool's last, built there in place ([`QpSlot::tx_inline`]).
+    PoolTop,
+}
 
 /// What [`QpSlot::tx_direct`] left for the rest of the pass.
 enum Direct {
