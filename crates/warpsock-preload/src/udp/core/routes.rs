@@ -186,6 +186,13 @@ pub(crate) struct Routes<C> {
     groups: HashMap<SocketAddr, Group<C>, AddrHash>,
     /// Destinations on kernel UDP, until the given time.
     fallback: HashMap<SocketAddr, Instant, AddrHash>,
+    /// The destination [`Routes::lookup`] last routed over a group of one
+    /// connection, and that connection: the answer of the next look-up of
+    /// the same destination (a ping-pong's every send), with no hashing.
+    /// Only such an answer is kept, since nothing but a change of the
+    /// routes alters it (a group of one has no round robin, and a reply
+    /// route's `delivered` never goes back), and every change forgets it.
+    last: Option<(SocketAddr, C)>,
 }
 
 impl<C> Default for Routes<C> {
@@ -193,6 +200,7 @@ impl<C> Default for Routes<C> {
         Self {
             groups: HashMap::default(),
             fallback: HashMap::default(),
+            last: None,
         }
     }
 }
@@ -206,6 +214,11 @@ impl<C: Carrier> Routes<C> {
     /// outbound destination and opens its own route (which then replaces
     /// the adopted one), so that no inbound connection can capture it.
     pub(crate) fn lookup(&mut self, dest: &SocketAddr, now: impl FnOnce() -> Instant) -> Lookup<C> {
+        if let Some((d, c)) = &self.last {
+            if d == dest {
+                return Lookup::Conn(c.clone());
+            }
+        }
         if !self.fallback.is_empty() {
             if self.fallback.get(dest).is_some_and(|t| *t > now()) {
                 return Lookup::Kernel;
@@ -214,7 +227,13 @@ impl<C: Carrier> Routes<C> {
         }
         match self.groups.get_mut(dest) {
             Some(g) if g.inbound && !g.conns.iter().any(Carrier::delivered) => Lookup::Open,
-            Some(g) => Lookup::Conn(g.pick()),
+            Some(g) => {
+                let c = g.pick();
+                if g.conns.len() == 1 {
+                    self.last = Some((*dest, c.clone()));
+                }
+                Lookup::Conn(c)
+            }
             None => Lookup::Open,
         }
     }
@@ -222,6 +241,7 @@ impl<C: Carrier> Routes<C> {
     /// Routes `dest` over a new group; returns the connection for the
     /// first datagram.
     pub(crate) fn insert(&mut self, dest: SocketAddr, mut group: Group<C>) -> C {
+        self.last = None;
         let first = group.pick();
         self.groups.insert(dest, group);
         first
@@ -239,6 +259,7 @@ impl<C: Carrier> Routes<C> {
     /// found no route and opened one toward a sender that may not listen):
     /// without this, the answers went by kernel UDP for the whole run.
     pub(crate) fn adopt(&mut self, remote: SocketAddr, conn: &C, group: u32) -> Adopted<C> {
+        self.last = None;
         let inbound = || {
             let mut g = Group::new(vec![conn.clone()], group);
             g.inbound = true;
@@ -271,6 +292,7 @@ impl<C: Carrier> Routes<C> {
     /// `conn` no longer carries `dest` (it died while routed). Returns
     /// whether another established connection still carries it.
     pub(crate) fn remove(&mut self, dest: &SocketAddr, conn: &C) -> bool {
+        self.last = None;
         let Some(g) = self.groups.get_mut(dest) else {
             return false;
         };
@@ -284,6 +306,7 @@ impl<C: Carrier> Routes<C> {
     /// Puts `dest` on kernel UDP until `now + span`. Returns whether it
     /// was not on it already (a new fallback, to count).
     pub(crate) fn fall_back(&mut self, dest: SocketAddr, now: Instant, span: Duration) -> bool {
+        self.last = None;
         self.fallback
             .insert(dest, now + span)
             .is_none_or(|t| t <= now)
@@ -410,6 +433,52 @@ mod tests {
         assert!(r.remove(&d, &a), "b still carries it");
         assert!(!r.remove(&d, &b));
         assert!(matches!(r.lookup(&d, Instant::now), Lookup::Open));
+    }
+
+    /// The answer kept for the last destination (`Routes::last`) is the
+    /// look-up's own, and each change of the routes forgets it: a fallback,
+    /// a removal, a new route, a stripe that joins.
+    #[test]
+    fn a_remembered_route_follows_every_change() {
+        let t0 = Instant::now();
+        let mut r: Routes<C> = Routes::default();
+        let (d, e) = (addr(8000), addr(8001));
+        let is = |l: Lookup<C>, id: u32| matches!(l, Lookup::Conn(c) if c.id() == id);
+        let one = C::new(1);
+        r.insert(d, Group::new(vec![one.clone()], 5));
+        r.insert(e, Group::new(vec![C::new(9)], 0));
+        assert!(is(r.lookup(&d, || t0), 1));
+        assert!(is(r.lookup(&d, || t0), 1), "remembered");
+        assert!(is(r.lookup(&e, || t0), 9), "another destination");
+        assert!(is(r.lookup(&d, || t0), 1));
+        assert!(r.fall_back(d, t0, Duration::from_secs(1)));
+        assert!(matches!(r.lookup(&d, || t0), Lookup::Kernel));
+        let later = t0 + Duration::from_secs(1);
+        assert!(is(r.lookup(&d, || later), 1), "the fallback ran out");
+        // A second stripe joins: round robin over both, not the first.
+        let two = C::new(2);
+        assert!(matches!(r.adopt(d, &two, 5), Adopted::Joined));
+        let ids: Vec<u32> = (0..4)
+            .map(|_| match r.lookup(&d, || later) {
+                Lookup::Conn(c) => c.id(),
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(ids, [1, 2, 1, 2]);
+        assert!(r.remove(&d, &two), "the first still carries it");
+        assert!(is(r.lookup(&d, || later), 1));
+        assert!(!r.remove(&d, &one));
+        assert!(matches!(r.lookup(&d, || later), Lookup::Open), "removed");
+        // A new route, then an adopted reply route that replaces it when
+        // it is not working.
+        let up = C::new(3);
+        r.insert(d, Group::new(vec![up.clone()], 0));
+        assert!(is(r.lookup(&d, || later), 3), "a new route");
+        up.0 .1.set(2);
+        assert!(matches!(r.adopt(d, &C::new(6), 0), Adopted::Replaced(_)));
+        assert!(is(r.lookup(&d, || later), 6), "the reply route");
+        r.insert(d, Group::new(vec![C::new(7)], 0));
+        assert!(is(r.lookup(&d, || later), 7), "a route put in its place");
     }
 
     /// Regression (reply-route hijack): a connection that claimed the
