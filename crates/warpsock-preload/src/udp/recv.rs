@@ -56,7 +56,7 @@
 //! The busy-poll path makes no poll: a spin is one non-blocking read of
 //! the lone parked connection (`Conn::glance`, no claim; `Sock::recv_lone`
 //! on a socket fed by nothing else: one look at the socket, then the read),
-//! about 760 user instructions with the preload's entry and one system
+//! about 600 user instructions with the preload's entry and one system
 //! call against kernel UDP's 64 and one.
 
 use std::net::SocketAddr;
