@@ -306,7 +306,8 @@ fn nonblocking_receives_of_a_lone_connection_take_the_short_path() {
     );
 }
 
-/// The event loop's common shape, a poll of one socket with one
+/// The event loop's common shape, a poll of one socket (maybe beside plain
+/// descriptors) with one
 /// connection, parked, takes the poll hook's fast path
 /// (`Sock::poll_alone`): after the first, every poll of both sides, with
 /// readiness as exact as before (the program checks that a readable
@@ -315,10 +316,18 @@ fn nonblocking_receives_of_a_lone_connection_take_the_short_path() {
 /// the connection (keeping the park timer off it); `poll(…, 0)` glances.
 #[test]
 fn a_poll_of_a_lone_parked_connection_takes_the_fast_path() {
+    // Alone, and beside a plain descriptor (an idle pipe), as the suite's
+    // event loop polls its control connection beside the socket.
+    for extra in [&["event", "one"][..], &["event", "one", "idle"]] {
+        a_lone_parked_connection_polled(extra);
+    }
+}
+
+fn a_lone_parked_connection_polled(extra: &[&str]) {
     let r = both_with_hooks_args(
         "nbpingpong",
         2,
-        &["event", "one"],
+        extra,
         ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"),
     );
     // A greeting, then 1000 round trips of 2 datagrams.
@@ -327,7 +336,11 @@ fn a_poll_of_a_lone_parked_connection_takes_the_fast_path() {
     // connection, a descriptor list) takes a poll only until the
     // connection is parked.
     let alone = r.stat("rx_poll_alone");
-    assert!(alone >= 3900, "{alone} fast polls of 4000: {}", r.stderr);
+    assert!(
+        alone >= 3900,
+        "{extra:?}: {alone} fast polls of 4000: {}",
+        r.stderr
+    );
     // The waiting polls (2000) hold the datagram that woke them for the
     // receive that follows.
     let holds = r.stat("rx_poll_holds");

@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use super::KINDS;
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
-use crate::shim::socket::PollCall;
+use crate::shim::socket::{PollCall, POLL_ALONE_MAX};
 use crate::shim::sys::{self, set_errno};
 use crate::shim::{epollcarry, fdtable};
 
@@ -150,7 +150,7 @@ fn poll_with(
         };
         again = true;
         let (n, count) = match alone(fds, left, wait) {
-            Some(n) => (n, c_int::from(fds[0].revents != 0)),
+            Some(n) => (n, shown(fds)),
             None => match general(fds, left, wait) {
                 Ok(r) => r,
                 Err(done) => return done,
@@ -254,19 +254,55 @@ fn general(
     Ok((n, count))
 }
 
-/// The common shape, one managed socket waited on for input only, taken
-/// by its kind's fast path (`Socket::poll_alone`): the real call's
-/// result with `fds[0].revents` set, or `None` for the general path.
+/// The common shape, one managed socket waited on for input only (maybe
+/// beside plain descriptors, at most `POLL_ALONE_MAX` in all), taken by
+/// its kind's fast path (`Socket::poll_alone`): the real call's result
+/// with every `revents` set, or `None` for the general path.
 fn alone(
     fds: &mut [libc::pollfd],
     left: Option<std::time::Duration>,
     wait: PollCall<'_>,
 ) -> Option<c_int> {
-    let [p] = fds else { return None };
+    let [p] = fds else {
+        return among(fds, left, wait);
+    };
+    // The common case: the caller checked that it may be managed.
     if p.events & (libc::POLLIN | libc::POLLOUT) != libc::POLLIN {
         return None;
     }
-    fdtable::get(p.fd)?.poll_alone(p, left, wait)
+    fdtable::get(p.fd)?.poll_alone(fds, 0, left, wait)
+}
+
+/// `alone` of several descriptors: one of them managed (out of line, so
+/// that the lone descriptor's case keeps its frame small).
+#[inline(never)]
+fn among(
+    fds: &mut [libc::pollfd],
+    left: Option<std::time::Duration>,
+    wait: PollCall<'_>,
+) -> Option<c_int> {
+    if fds.len() > POLL_ALONE_MAX {
+        return None;
+    }
+    let mut at = None;
+    for (i, p) in fds.iter().enumerate() {
+        if p.events & (libc::POLLIN | libc::POLLOUT) != 0 && fdtable::maybe_managed(p.fd) {
+            if at.is_some() || p.events & libc::POLLOUT != 0 {
+                return None;
+            }
+            at = Some(i);
+        }
+    }
+    let at = at?;
+    fdtable::get(fds[at].fd)?.poll_alone(fds, at, left, wait)
+}
+
+/// How many of the program's descriptors show something.
+fn shown(fds: &[libc::pollfd]) -> c_int {
+    match fds {
+        [p] => c_int::from(p.revents != 0),
+        _ => fds.iter().filter(|p| p.revents != 0).count() as c_int,
+    }
 }
 
 /// Whether a wait whose real call returned `n` (not an error), `count` of

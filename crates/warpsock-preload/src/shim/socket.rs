@@ -133,19 +133,22 @@ pub(crate) trait Socket: Send + Sync {
         false
     }
 
-    /// A program's `poll`/`ppoll` of this socket alone, for input only (the
-    /// event loop's common shape): the kind's fast path in place of
-    /// [`Socket::wait_begin`], the real call and [`Socket::wait_end`].
-    /// `wait(fds, left)` is the real call. Returns the real call's result
-    /// with `p.revents` set as the general path would set it, or `None`:
-    /// nothing was done, the general path follows.
+    /// A program's `poll`/`ppoll` whose only managed descriptor is this
+    /// socket's, `fds[at]`, waited on for input only, among at most
+    /// [`POLL_ALONE_MAX`] descriptors (the event loop's common shape: the
+    /// socket, maybe a plain descriptor or two beside it): the kind's fast
+    /// path in place of [`Socket::wait_begin`], the real call and
+    /// [`Socket::wait_end`]. `wait(fds, left)` is the real call. Returns
+    /// the real call's result with every `revents` set as the general path
+    /// would set it, or `None`: nothing was done, the general path follows.
     fn poll_alone(
         &self,
-        p: &mut libc::pollfd,
+        fds: &mut [libc::pollfd],
+        at: usize,
         left: Option<Duration>,
         wait: PollCall<'_>,
     ) -> Option<c_int> {
-        let _ = (p, left, wait);
+        let _ = (fds, at, left, wait);
         None
     }
 
@@ -254,6 +257,9 @@ pub(crate) enum SockOpt {
     /// `getsockopt(name, val, len)`.
     Get(c_int, *mut c_void, *mut socklen_t),
 }
+
+/// The most descriptors a poll may hold for [`Socket::poll_alone`].
+pub(crate) const POLL_ALONE_MAX: usize = 7;
 
 /// The real `poll`/`ppoll` of a program's wait: the descriptors, and how
 /// long at most (`None`: no limit).

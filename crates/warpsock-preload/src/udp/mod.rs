@@ -195,11 +195,12 @@ impl Socket for Sock {
 
     fn poll_alone(
         &self,
-        p: &mut libc::pollfd,
+        fds: &mut [libc::pollfd],
+        at: usize,
         left: Option<std::time::Duration>,
         wait: crate::shim::socket::PollCall<'_>,
     ) -> Option<c_int> {
-        Self::poll_alone(self, p, left, wait)
+        Self::poll_alone(self, fds, at, left, wait)
     }
 
     fn write_wait(&self) -> Option<c_int> {

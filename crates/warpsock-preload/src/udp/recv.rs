@@ -75,7 +75,7 @@ use super::serve::{hold_frame, Served};
 use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor;
-use crate::shim::socket::Wait;
+use crate::shim::socket::{Wait, POLL_ALONE_MAX};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{iov, real};
 
@@ -673,9 +673,9 @@ impl Sock {
         Woke::Handled
     }
 
-    /// A program's poll of this socket alone, for input
-    /// (`Socket::poll_alone`): the event loop's common shape, one
-    /// established connection, parked, taken without the general path's
+    /// A program's poll of this socket for input, its only managed
+    /// descriptor among a few (`Socket::poll_alone`): the event loop's
+    /// common shape, one established connection, parked, taken without the general path's
     /// claim of every connection, descriptor list and spare blocks
     /// (`Conn::take_parked`: a glance, and a poll that may wait counts
     /// itself a poller, which keeps the park timer off the connection);
@@ -684,11 +684,12 @@ impl Sock {
     /// established, a datagram held already, no caller-driven receive).
     pub(super) fn poll_alone(
         &self,
-        p: &mut libc::pollfd,
+        fds: &mut [libc::pollfd],
+        at: usize,
         left: Option<Duration>,
         wait: crate::shim::socket::PollCall<'_>,
     ) -> Option<c_int> {
-        if !config::get().caller_recv {
+        if !config::get().caller_recv || fds.len() > POLL_ALONE_MAX || at >= fds.len() {
             return None;
         }
         let eng = reactor::current()?;
@@ -707,18 +708,9 @@ impl Sock {
         let waits = left != Some(Duration::ZERO);
         let fd = c.take_parked(waits)?;
         stats::inc(&STATS.rx_poll_alone);
-        p.revents = 0;
-        let mut fds = [
-            *p,
-            libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let n = wait(&mut fds, left);
+        let (n, r) = poll_beside(fds, fd, left, wait);
         let e = if n < 0 { errno() } else { 0 };
-        let readable = match self.woke(eng, &c, fd, fds[1].revents, peer) {
+        let readable = match self.woke(eng, &c, fd, r, peer) {
             Woke::Held => true,
             Woke::Handled => self.queued_any(),
             Woke::Nothing => false,
@@ -730,9 +722,56 @@ impl Sock {
             set_errno(e);
             return Some(n);
         }
-        p.revents = fds[0].revents | if readable { libc::POLLIN } else { 0 };
+        if readable {
+            fds[at].revents |= libc::POLLIN;
+        }
         Some(n)
     }
+}
+
+/// The real call `wait` over the program's descriptors `fds` (at most
+/// [`POLL_ALONE_MAX`]) and a connection's descriptor `fd`, watched for
+/// input: the call's result, with `fds`' `revents` set, and `fd`'s.
+#[inline]
+fn poll_beside(
+    fds: &mut [libc::pollfd],
+    fd: c_int,
+    left: Option<Duration>,
+    wait: crate::shim::socket::PollCall<'_>,
+) -> (c_int, i16) {
+    let conn = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    if let [p] = fds {
+        // The common case, on the stack as it is.
+        let mut ext = [*p, conn];
+        let n = wait(&mut ext, left);
+        p.revents = ext[0].revents;
+        return (n, ext[1].revents);
+    }
+    poll_among(fds, conn, left, wait)
+}
+
+/// [`poll_beside`] of several descriptors (out of line: the lone one's
+/// case keeps its frame small).
+#[inline(never)]
+fn poll_among(
+    fds: &mut [libc::pollfd],
+    conn: libc::pollfd,
+    left: Option<Duration>,
+    wait: crate::shim::socket::PollCall<'_>,
+) -> (c_int, i16) {
+    let mut ext = [conn; POLL_ALONE_MAX + 1];
+    let k = fds.len().min(POLL_ALONE_MAX);
+    ext[..k].copy_from_slice(&fds[..k]);
+    ext[k] = conn;
+    let n = wait(&mut ext[..=k], left);
+    for (p, x) in fds.iter_mut().zip(&ext[..k]) {
+        p.revents = x.revents;
+    }
+    (n, ext[k].revents)
 }
 
 /// Sockets whose poll held a datagram (`hold_frame`): a wait that sees

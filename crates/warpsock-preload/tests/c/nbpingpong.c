@@ -6,10 +6,11 @@
  * at once, and the drain that follows ends in EAGAIN with the descriptor
  * no longer readable. (Under the preload the counters of the run show
  * what each round trip cost: see preload.rs.) Ports: a b [event|busy|all
- * [one]]: the third argument runs only the poll rounds or only the busy ones
+ * [one [idle]]]: the third argument runs only the poll rounds or only the busy ones
  * (to count instructions per round trip of one kind, e.g. under callgrind);
  * "one" leaves out the echo side's greeting, so that each socket has one
- * connection, as in the benchmark suite. */
+ * connection, as in the benchmark suite; "idle" polls an idle pipe beside
+ * the socket. */
 #include <pthread.h>
 
 #include "common.h"
@@ -23,6 +24,11 @@ static int first = 0, last = 2;
 /* Waits until `s` is readable (poll, bounded) or, with `busy`, spins on
  * non-blocking receives until one returns; returns the datagram's length
  * and checks that the drain to EAGAIN finds nothing more. */
+/* With "idle": the read end of a pipe nothing writes, polled beside the
+ * socket (an event loop's other descriptors; the suite's has its control
+ * connection there). */
+static int idle = -1;
+
 static ssize_t take(int s, int busy, char *buf, size_t cap) {
     ssize_t n;
     if (busy) {
@@ -32,9 +38,9 @@ static ssize_t take(int s, int busy, char *buf, size_t cap) {
             CHECK(now_ms() < end);
         }
     } else {
-        struct pollfd p = {s, POLLIN, 0};
-        CHECK(poll(&p, 1, 5000) == 1);
-        CHECK(p.revents & POLLIN);
+        struct pollfd p[2] = {{s, POLLIN, 0}, {idle, POLLIN, 0}};
+        CHECK(poll(p, idle < 0 ? 1 : 2, 5000) == 1);
+        CHECK(p[0].revents & POLLIN);
         /* Readable means a datagram is there now. */
         n = recv(s, buf, cap, MSG_DONTWAIT);
         CHECK(n >= 0);
@@ -42,8 +48,8 @@ static ssize_t take(int s, int busy, char *buf, size_t cap) {
     char more[64];
     CHECK(recv(s, more, sizeof more, MSG_DONTWAIT) < 0);
     CHECK(errno == EAGAIN || errno == EWOULDBLOCK);
-    struct pollfd p = {s, POLLIN, 0};
-    CHECK(poll(&p, 1, 0) == 0);
+    struct pollfd p[2] = {{s, POLLIN, 0}, {idle, POLLIN, 0}};
+    CHECK(poll(p, idle < 0 ? 1 : 2, 0) == 0);
     return n;
 }
 
@@ -69,6 +75,11 @@ int main(int argc, char **argv) {
         last = first + 1;
     }
     int one = argc > 4 && strcmp(argv[4], "one") == 0;
+    int pipefd[2];
+    if (argc > 5 && strcmp(argv[5], "idle") == 0) {
+        CHECK(pipe(pipefd) == 0);
+        idle = pipefd[0];
+    }
     sa = udp_bound(pa);
     sb = udp_bound(pb);
     /* Set up the route both ways before the echo thread starts: each side
