@@ -41,7 +41,7 @@ impl Sock {
             return None;
         }
         let eng = reactor::current()?;
-        let (c, fd, peer, holds) = {
+        let (c, peer, holds) = {
             let mut g = lock(&self.inner);
             if g.owned.len() != 1
                 || g.bells != 0
@@ -55,13 +55,13 @@ impl Sock {
             if c.hint.load(Ordering::Relaxed) != HINT_UP {
                 return None;
             }
-            let fd = c.glance()?;
+            c.glance()?;
             let c = c.clone();
             // As `pick`: the turn between the sources moves per receive.
             if flags & libc::MSG_PEEK == 0 {
                 g.udp_turn = !g.udp_turn;
             }
-            (c, fd, g.peer, self.holds.load(Ordering::Acquire))
+            (c, g.peer, self.holds.load(Ordering::Acquire))
         };
         let held = c.held.swap(false, Ordering::Acquire);
         // SAFETY: the application's msghdr (contract).
@@ -75,7 +75,12 @@ impl Sock {
                 stats::inc(&STATS.rx_lone);
                 Some(n)
             }
-            Served::Nothing if c.still_reading(fd) => {
+            // Nothing, and the connection lives (one that died in the read
+            // is marked dead by then, under `st`): `EAGAIN` now, without the
+            // watch's lock (`Conn::still_reading`, which the general path
+            // asks so as not to poll a connection it must give up; this
+            // path polls nothing).
+            Served::Nothing if c.hint.load(Ordering::Relaxed) == HINT_UP => {
                 // SAFETY: the application's msghdr (contract).
                 if let Some(n) = unsafe { self.serve_held(msg, flags) } {
                     return Some(n);
