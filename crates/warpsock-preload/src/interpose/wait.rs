@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use super::KINDS;
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
-use crate::shim::socket::{PollCall, POLL_ALONE_MAX};
+use crate::shim::socket::{PollCall, Socket, POLL_ALONE_MAX};
 use crate::shim::sys::{self, set_errno};
 use crate::shim::{epollcarry, fdtable};
 
@@ -256,8 +256,9 @@ fn general(
 
 /// The common shape, one managed socket waited on for input only (maybe
 /// beside plain descriptors, at most `POLL_ALONE_MAX` in all), taken by
-/// its kind's fast path (`Socket::poll_alone`): the real call's result
-/// with every `revents` set, or `None` for the general path.
+/// its kind's fast path (`Socket::poll_alone`), or, for a lone socket of a
+/// kind without one (DDP), by `lone`: the real call's result with every
+/// `revents` set, or `None` for the general path.
 fn alone(
     fds: &mut [libc::pollfd],
     left: Option<std::time::Duration>,
@@ -270,7 +271,43 @@ fn alone(
     if p.events & (libc::POLLIN | libc::POLLOUT) != libc::POLLIN {
         return None;
     }
-    fdtable::get(p.fd)?.poll_alone(fds, 0, left, wait)
+    let s = fdtable::get(p.fd)?;
+    if let Some(n) = s.poll_alone(fds, 0, left, wait) {
+        return Some(n);
+    }
+    Some(lone(&*s, &mut fds[0], left, wait))
+}
+
+/// `general`'s work for one managed socket `s` waited on for input only
+/// (its descriptor `p`), without its lists: `wait_begin`, the real call
+/// over the program's descriptor and the socket's, `wait_end`. Returns the
+/// real call's result with `p.revents` set as `general` sets it.
+fn lone(
+    s: &dyn Socket,
+    p: &mut libc::pollfd,
+    left: Option<std::time::Duration>,
+    wait: PollCall<'_>,
+) -> c_int {
+    let Some(w) = s.wait_begin() else {
+        return wait(std::slice::from_mut(p), left);
+    };
+    let mut ext: SmallVec<[libc::pollfd; 4]> = SmallVec::new();
+    ext.push(*p);
+    ext.extend(w.fds.iter().map(|&fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }));
+    let n = wait(&mut ext, left);
+    let e = if n < 0 { sys::errno() } else { 0 };
+    let revents: SmallVec<[i16; 4]> = ext[1..].iter().map(|x| x.revents).collect();
+    let readable = s.wait_end(w, &revents);
+    if n < 0 {
+        set_errno(e);
+        return n;
+    }
+    p.revents = ext[0].revents | if readable { libc::POLLIN } else { 0 };
+    n
 }
 
 /// `alone` of several descriptors: one of them managed (out of line, so
