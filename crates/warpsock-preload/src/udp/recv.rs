@@ -71,7 +71,7 @@ use super::config;
 use super::conn::{Conn, DGRAM_OVERHEAD, EPOLLIN, HINT_UP};
 use super::core::frame::{self, NONCE_LEN, PROOF_LEN};
 use super::park;
-use super::serve::{hold_frame, Served};
+use super::serve::{hold_frame, Served, Via};
 use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
 use crate::shim::reactor;
@@ -212,7 +212,7 @@ impl Sock {
                     if c.held.swap(false, Ordering::Relaxed) && c.still(*fd) {
                         let peer = self.peer();
                         // SAFETY: the application's msghdr (contract).
-                        let served = unsafe { self.serve(eng, c, msg, flags, true, peer) };
+                        let served = unsafe { self.serve(eng, c, msg, flags, Via::Direct, peer) };
                         if let Served::Dgram(n) = served {
                             d.park = true;
                             return n;
@@ -232,7 +232,9 @@ impl Sock {
                         if c.still(*fd) {
                             looks += 1;
                             // SAFETY: the application's msghdr (contract).
-                            match unsafe { self.serve(eng, c, msg, flags, true, self.peer()) } {
+                            match unsafe {
+                                self.serve(eng, c, msg, flags, Via::Direct, self.peer())
+                            } {
                                 Served::Dgram(n) => {
                                     d.park = true;
                                     return n;
@@ -308,8 +310,9 @@ impl Sock {
                                 // (no ready list, no doorbell, no change of
                                 // the progress thread's watch).
                                 // SAFETY: the application's msghdr (contract).
-                                let served =
-                                    unsafe { self.serve(eng, c, msg, flags, true, self.peer()) };
+                                let served = unsafe {
+                                    self.serve(eng, c, msg, flags, Via::Direct, self.peer())
+                                };
                                 if let Served::Dgram(n) = served {
                                     d.park = true;
                                     return n;
@@ -380,7 +383,7 @@ impl Sock {
                     let eng = reactor::current()?;
                     let peer = self.peer();
                     // SAFETY: the application's msghdr (contract).
-                    let served = unsafe { self.serve(eng, &c, msg, flags, false, peer) };
+                    let served = unsafe { self.serve(eng, &c, msg, flags, Via::Ready, peer) };
                     if let Served::Dgram(r) = served {
                         return Some(r);
                     }

@@ -32,6 +32,18 @@ use crate::shim::iov;
 use crate::shim::reactor::Reactor;
 use crate::shim::sys::{self, lock};
 
+/// How a receive call came to serve a connection ([`Sock::serve`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Via {
+    /// It is the front of the ready list.
+    Ready,
+    /// The call polled or claimed it, or a poll held its datagram.
+    Direct,
+    /// [`Sock::recv_lone`]: as `Direct`, after a look under the socket's
+    /// lock that found its queue and ready list empty and no doorbell.
+    Lone,
+}
+
 /// What serving one connection gave.
 pub(super) enum Served {
     /// A datagram, and the call's return value.
@@ -113,10 +125,11 @@ impl Sock {
 
     /// Serves one datagram from `conn` into `msg`. `conn` is the front of
     /// the ready list: then it is rotated to the back (more to read) or
-    /// armed again and taken off the list (drained). Or (`direct`) it is a
-    /// connection a blocking call polled itself and found readable: it
-    /// stays armed (the call's claim keeps the progress thread off it), and
-    /// joins the ready list, with a doorbell, only if more is in hand.
+    /// armed again and taken off the list (drained). Or (`via` not
+    /// [`Via::Ready`]) it is a connection the call reached itself (polled
+    /// after claiming it, glanced at while parked, or holding a datagram a
+    /// poll read): it stays watched as it was, and joins the ready list,
+    /// with a doorbell, only if more is in hand.
     /// `peer` is the socket's connected peer ([`Sock::peer`], or read by
     /// the caller under the socket's lock it held anyway).
     ///
@@ -128,9 +141,10 @@ impl Sock {
         conn: &Arc<Conn>,
         msg: &mut msghdr,
         flags: c_int,
-        direct: bool,
+        via: Via,
         peer: Option<std::net::SocketAddr>,
     ) -> Served {
+        let direct = via != Via::Ready;
         let peek = flags & libc::MSG_PEEK != 0;
         let mut served = Served::Nothing;
         let mut more = false;
@@ -232,16 +246,15 @@ impl Sock {
         }
         #[cfg(not(feature = "test-hooks"))]
         let _ = fd;
-        if direct && !more && gone.is_none() && !conn.ready.load(Ordering::Relaxed) {
-            // Read directly, nothing left in hand, and not on the ready
-            // list (it joins under `order`, held here, but for a proof's
-            // `mark_ready`, which rings for it itself): the update below
-            // would find nothing of this connection's to change. What
-            // others queue or put on the list they announce themselves
-            // (`ring`), and a doorbell with nothing behind it is drained
-            // by the receive that finds nothing (`take`). A non-blocking
-            // receive that finds the lone connection empty skips the
-            // socket's lock here.
+        if via == Via::Lone && !more && gone.is_none() && !conn.ready.load(Ordering::Relaxed) {
+            // The short path only (`recv_lone`): its look under the socket's
+            // lock just before found the queue and the ready list empty and
+            // no doorbell, this read left nothing in hand, and the
+            // connection is not on the list (it joins under `order`, held
+            // here): the update below would find nothing to change. (Any
+            // other direct serve runs it: a blocking receive's poll loop
+            // may have listed another connection without a doorbell,
+            // `Conn::handle` from a caller, and this update rings for it.)
             drop(order);
             return served;
         }

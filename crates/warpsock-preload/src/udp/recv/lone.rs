@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 
 use super::super::config;
 use super::super::conn::{Conn, HINT_UP};
-use super::super::serve::Served;
+use super::super::serve::{Served, Via};
 use super::super::sock::Sock;
 use super::super::stats::{self, STATS};
 use super::driven::DRIVEN_INLINE;
@@ -42,7 +42,7 @@ impl Sock {
         }
         let eng = reactor::current()?;
         let (c, peer, holds) = {
-            let mut g = lock(&self.inner);
+            let g = lock(&self.inner);
             if g.owned.len() != 1
                 || g.bells != 0
                 || g.udp_maybe
@@ -57,15 +57,11 @@ impl Sock {
             }
             c.glance()?;
             let c = c.clone();
-            // As `pick`: the turn between the sources moves per receive.
-            if flags & libc::MSG_PEEK == 0 {
-                g.udp_turn = !g.udp_turn;
-            }
             (c, g.peer, self.holds.load(Ordering::Acquire))
         };
         let held = c.held.swap(false, Ordering::Acquire);
         // SAFETY: the application's msghdr (contract).
-        match unsafe { self.serve(eng, &c, msg, flags, true, peer) } {
+        match unsafe { self.serve(eng, &c, msg, flags, Via::Lone, peer) } {
             Served::Dgram(n) => {
                 if held {
                     // The socket's only connection held the datagram: every
@@ -142,9 +138,10 @@ impl Sock {
         let mut seen = true;
         let mut served = None;
         if let Some(c) = front {
+            let peer = self.peer();
             // SAFETY: the application's msghdr (contract).
-            if let Served::Dgram(n) = unsafe { self.serve(eng, &c, msg, flags, false, self.peer()) }
-            {
+            let r = unsafe { self.serve(eng, &c, msg, flags, Via::Ready, peer) };
+            if let Served::Dgram(n) = r {
                 served = Some(n);
             }
         } else {
@@ -156,8 +153,8 @@ impl Sock {
                 if c.held.swap(false, Ordering::Acquire) {
                     let peer = self.peer();
                     // SAFETY: the application's msghdr (contract).
-                    if let Served::Dgram(n) = unsafe { self.serve(eng, c, msg, flags, true, peer) }
-                    {
+                    let r = unsafe { self.serve(eng, c, msg, flags, Via::Direct, peer) };
+                    if let Served::Dgram(n) = r {
                         served = Some(n);
                     }
                 }
