@@ -80,14 +80,16 @@ impl Cq {
         if inner.progress == Progress::Caller {
             match self.idle_round(&mut st, qp) {
                 Some(true) => return (0, st.news(qp.qi)),
-                // The read took something in: the rest of the round is
-                // `qp`'s service, as `Inner::progress_locked` would make it
-                // (`qp` alone, a queue pair the input finished not
-                // serviced, nothing to reap: see `idle_round`).
+                // The read took something in — bytes, EOF or an error —
+                // and the rest of the round is `qp`'s service, as after a
+                // parked read (`State::unpark`): always, also when the
+                // read ended the connection (a reset: the core's flushed
+                // completions and its `Closed` are collected there, and
+                // the socket leaves the epoll set). `qp` is the only
+                // queue pair (see `idle_round`).
                 Some(false) => {
-                    if st.qps[qp.qi].as_ref().is_some_and(|q| !q.is_done()) {
-                        st.service(qp.qi, &inner.epoll);
-                    }
+                    st.service(qp.qi, &inner.epoll);
+                    st.reap(&inner.epoll);
                 }
                 None => {
                     inner.progress_locked(&mut st);
@@ -102,17 +104,22 @@ impl Cq {
     /// it was made and found nothing — having done exactly what the full
     /// round (`Inner::progress_locked`, then the drain) would have done,
     /// which then returns no completion. `Some(false)`: its read took in
-    /// bytes, EOF or an error, staged (as a parked read's) for the rest of
-    /// `qp`'s round. `None`: nothing done; make the full round.
+    /// bytes (staged, as a parked read's), EOF or an error (taken as a
+    /// parked read's: the connection may be over), and `qp`'s service must
+    /// follow, whatever state it left. `None`: nothing done; make the full
+    /// round.
     ///
     /// Why the short round is the full one: it runs only for a context
     /// whose only queue pair is `qp` (`qps` of length one, so the full
-    /// round would service `qp` alone), with no dropped queue pair
-    /// lingering (`detached`: `State::reap` has nothing to close), no
-    /// region borrowed (`readers`, `writers`: `State::allowed` lets the
-    /// round receive and transmit, and defers nothing) and nothing for the
-    /// drain to do on this queue (no completion queued, its notify fd
-    /// clear: `CqSlot::is_drained`). `qp`'s own round
+    /// round would service `qp` alone), with no region borrowed
+    /// (`readers`, `writers`: `State::allowed` lets the round receive and
+    /// transmit, and defers nothing) and nothing for the drain to do on
+    /// this queue (no completion queued: `CqSlot::is_drained`). `qp` of
+    /// another context (`Arc::ptr_eq`), a dropped queue pair lingering
+    /// (`detached`) and a notify fd left readable are defence only: the
+    /// first is the caller's mix-up, the second cannot be while `qp`, the
+    /// only slot, lives, and the third follows from no entry queued.
+    /// `qp`'s own round
     /// is then `QpSlot::idle_round`, the call the full round's `service`
     /// makes first: with nothing staged, held, reported or owed to the
     /// socket and framing next, its read's `EAGAIN` (or a read skipped

@@ -173,7 +173,8 @@ impl CqSlot {
     }
 
     /// Nothing queued and the notify fd clear: a drain would change
-    /// nothing.
+    /// nothing. (The fd is set only with entries queued and cleared when
+    /// they run out: its term is defence.)
     pub(crate) fn is_drained(&self) -> bool {
         self.entries.is_empty() && !self.signaled
     }

@@ -289,7 +289,8 @@ fn an_empty_busy_polling_round_ends_at_its_read_and_misses_nothing() {
 /// The busy-polling tests' pair (issue 12): a caller-driven client with
 /// one 8-byte receive posted, and a progress-thread server that, told to
 /// go, sends "ping-123" and waits for the client's Send, and told again
-/// (or when the pair finishes), drops its queue pair: the FIN goes out.
+/// (or when the pair finishes), drops its queue pair: the FIN goes out
+/// (or aborts it: [`PingPair::ending`]).
 struct PingPair {
     go: std::sync::mpsc::Sender<()>,
     server: std::thread::JoinHandle<Vec<u8>>,
@@ -302,6 +303,12 @@ struct PingPair {
 
 impl PingPair {
     fn new() -> Self {
+        Self::ending(false)
+    }
+
+    /// [`Self::new`] whose server aborts its queue pair when told again
+    /// (`abort`: a reset) instead of dropping it.
+    fn ending(abort: bool) -> Self {
         let l = Listener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let (go, go_rx) = std::sync::mpsc::channel::<()>();
@@ -319,7 +326,11 @@ impl PingPair {
             assert!(got.iter().all(|w| w.is_ok()), "{got:?}");
             // The next go, or the pair's end.
             let _ = go_rx.recv_timeout(LIMIT);
-            drop(qp);
+            if abort {
+                qp.abort();
+            } else {
+                drop(qp);
+            }
             buf.to_vec()
         });
         let (_c, _pd, cq, buf) = end8(Progress::Caller, 4);
@@ -463,4 +474,35 @@ fn a_poll_with_two_queue_pairs_makes_progress_on_both() {
     assert_eq!(first.io_stats().short_rounds, 0);
     go_tx.send(()).unwrap();
     server.join().unwrap();
+}
+
+/// The peer resets the connection while a lone queue pair busy-polls: the
+/// read that meets the reset ends the connection, and the same poll
+/// returns the receive it flushed (the round goes on after such a read).
+#[test]
+fn a_lone_queue_pairs_busy_poll_sees_a_reset() {
+    let p = PingPair::ending(true);
+    let (cq, qp, buf) = (&p.cq, &p.qp, &p.buf);
+    let mut wc = [warpsock_engine::Wc::default()];
+    assert_eq!(cq.poll_news(&mut wc, qp).0, 0);
+    while qp.poll_event().is_some() {}
+    p.go.send(()).unwrap();
+    spin_until(cq, qp, &mut wc, |n, _| n > 0);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    buf.write(0, b"pong-456");
+    qp.post_send(send_wr(2, vec![buf.sge(0, 8)])).unwrap();
+    spin_until(cq, qp, &mut wc, |n, _| n > 0);
+    assert!(wc[0].is_ok() && wc[0].wr_id == 2, "{:?}", wc[0]);
+    qp.post_recv(recv8(buf)).unwrap();
+    for _ in 0..50 {
+        assert_eq!(cq.poll_news(&mut wc, qp), (0, QpNews::default()));
+    }
+    p.go.send(()).unwrap();
+    spin_until(cq, qp, &mut wc, |n, _| n > 0);
+    assert!(!wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(wc[0].opcode, warpsock_engine::WcOpcode::Recv);
+    let closed = std::iter::from_fn(|| qp.poll_event()).any(|e| matches!(e, Event::Closed(_)));
+    assert!(closed, "{:?}", qp.io_stats());
+    assert!(qp.io_stats().short_rounds >= 50, "{:?}", qp.io_stats());
+    assert_eq!(p.finish(), b"pong-456");
 }

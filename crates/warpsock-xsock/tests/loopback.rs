@@ -699,29 +699,7 @@ fn a_reset_between_small_sends_fails_the_next_one() {
     let (xa, xb) = switch_both(&a, &b, &opts());
     xa.send(b"ping 1 !", false, None).unwrap();
     assert_eq!(recv_exact(&xb, 8), b"ping 1 !");
-    // Reset b's connection: linger 0, then its last reference closed (the
-    // XSocket's descriptor is pointed at /dev/null, so its number stays
-    // valid and names nothing of another test's).
-    let null = std::fs::File::open("/dev/null").unwrap();
-    let lin = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: plain system calls on descriptors this test owns.
-    unsafe {
-        assert_eq!(
-            libc::setsockopt(
-                b.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&lin as *const libc::linger).cast(),
-                size_of::<libc::linger>() as libc::socklen_t,
-            ),
-            0
-        );
-        assert!(libc::dup2(null.as_raw_fd(), xb.tcp_fd()) >= 0);
-    }
-    drop(b);
+    net::reset(b, &xb);
     // Until a's kernel socket has the reset (poll does not consume it).
     let t = Instant::now();
     loop {

@@ -15,7 +15,8 @@ mod net;
 use net::{opts, pattern, recv_exact, set_buf, switch_both, tcp_pair, LIMIT};
 
 /// Empty rounds a reader spins once it has read everything (fewer than
-/// the full round every 1,024 makes anyway: the test must not lean on it).
+/// the full round every 1,024 makes anyway; a test that fails only by
+/// waiting out `LIMIT` may still pass on that round).
 const SPINS: usize = 100;
 
 const NONBLOCKING: RecvFlags = RecvFlags {
@@ -50,12 +51,12 @@ fn spin_recv(x: &XSocket, n: usize, chunk: usize) -> Vec<u8> {
 }
 
 /// A window of messages lands before the reader looks; it reads them in
-/// 4-byte pieces, straight from its books (no round: every slot is freed
-/// outside one), so every credit is owed only to the spins after its
-/// reads. The writer, left with one credit, sends a quarter window more
-/// while the reader sits idle: it needs credits back. (A data message
-/// needs two credits, or one with a credit return of the writer's own to
-/// carry: a window is the slots but one.)
+/// 4-byte pieces, straight from its books, then spins while the writer,
+/// left with one credit, sends a quarter window more: the credits must
+/// have come back while the reader read and spun (each read flushes what
+/// its consumption made due, `copy_out`; a spin settles what the books
+/// still owe). (A data message needs two credits, or one with a credit
+/// return of the writer's own to carry: a window is the slots but one.)
 #[test]
 fn a_spinning_reader_returns_the_credits_its_reads_free() {
     let (a, b) = tcp_pair();
@@ -179,4 +180,30 @@ fn a_spinning_protocol_breaker_sees_the_terminate() {
     });
     let (_, what) = xa.error().unwrap();
     assert!(what.contains("the peer terminated"), "{what}");
+}
+
+/// The peer's connection is reset while the reader spins: a spin's read
+/// meets `ECONNRESET`, and the call returns it (the engine's round goes on
+/// after the read that ended the connection: the flushed receives and the
+/// `Closed` reach the socket).
+#[test]
+fn a_spinning_reader_sees_a_reset() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xb.send(b"one", false, Some(LIMIT)).unwrap();
+    assert_eq!(spin_recv(&xa, 3, 8), b"one");
+    for _ in 0..SPINS {
+        assert_eq!(spin_once(&xa, &mut [0; 8]), None);
+    }
+    net::reset(b, &xb);
+    let t = Instant::now();
+    let e = loop {
+        assert!(t.elapsed() < LIMIT, "no reset seen");
+        match xa.recv(&mut [0; 8], NONBLOCKING, None) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            r => break r.expect_err("bytes or the end of stream after a reset"),
+        }
+    };
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+    drop(xb);
 }

@@ -194,14 +194,23 @@ impl XSocket {
     /// event; `pump` moves nothing with no asynchronous send or receive
     /// queued ([`super::rio::Aio`]; `in_flight` also counts one-sided
     /// operations, more than needed); `flush` sends nothing when the
-    /// books owe no message ([`crate::stream::Stream::owes_msg`]: a credit
-    /// return, even one waiting for a transmit slot, keeps `unreturned`
-    /// above zero); and `rearm` runs here as there. A send queued behind
-    /// the transmit window, a Terminate or the peer's FIN keep the
-    /// engine's short round off (`Cq::poll_news`), and what they bring is
-    /// a completion or an event. Every [`Self::FULL_ROUND`]-th empty round
-    /// settles all the same (a bound in count: the tests mutate the
-    /// conditions with it in place).
+    /// books owe no message ([`crate::stream::Stream::owes_msg`]); and
+    /// `rearm` runs here as there. What the terms guard: `owes_msg` a
+    /// message the books hold for the peer (the end-of-stream test of
+    /// `tests/spin.rs` fails without it; credits freed by a read are
+    /// flushed by that read, `copy_out`, and a return waiting for a
+    /// transmit slot gets one only through a completion, a full round);
+    /// the events an event that comes with no completion (the peer's FIN
+    /// or reset while no receive is posted: not tested — a Terminate or a
+    /// FIN with receives posted flushes them, and the round settles);
+    /// `in_flight` asynchronous operations (defence: they move only
+    /// through completions and posts). A send queued behind the transmit
+    /// window, a Terminate or the peer's FIN keep the engine's short round
+    /// off (`Cq::poll_news`), and what they bring is a completion or an
+    /// event. Every [`Self::FULL_ROUND`]-th empty round settles all the
+    /// same: a bound, not relied on (the tests spin 100 times, and their
+    /// limits are longer than 1,024 spins: a test that only fails by
+    /// waiting may pass on it).
     #[inline]
     fn settled(&self, st: &mut State) -> bool {
         if st.idle_spins >= Self::FULL_ROUND

@@ -64,6 +64,33 @@ pub(crate) fn recv_exact(x: &XSocket, n: usize) -> Vec<u8> {
     out
 }
 
+/// Resets `s`'s connection, whose other end `x` switched: linger 0, then
+/// its last reference closed (the XSocket's descriptor is pointed at
+/// /dev/null, so its number stays valid and names nothing of another
+/// test's).
+pub(crate) fn reset(s: TcpStream, x: &XSocket) {
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let lin = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: plain system calls on descriptors this test owns.
+    unsafe {
+        assert_eq!(
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&lin as *const libc::linger).cast(),
+                size_of::<libc::linger>() as libc::socklen_t,
+            ),
+            0
+        );
+        assert!(libc::dup2(null.as_raw_fd(), x.tcp_fd()) >= 0);
+    }
+    drop(s);
+}
+
 pub(crate) fn set_buf(s: &TcpStream, opt: libc::c_int, bytes: libc::c_int) {
     // SAFETY: setsockopt reads one int from the stack.
     let r = unsafe {
