@@ -126,8 +126,13 @@ impl Qp {
                 // What an interrupted write left, or its error: a transmit
                 // pass writes, watches and reports it as after a post.
                 inner.kick(st, self.qi);
+                return Some(st.news(self.qi));
             }
-            Some(st.news(self.qi))
+            // `State::news` of the queue pair in hand (no second look-up).
+            Some(QpNews {
+                backlog: q.tx_backlog(),
+                events: !q.events.is_empty(),
+            })
         })
     }
 

@@ -96,6 +96,10 @@ fn inline_sends_arrive_in_order_between_posted_ones() {
             }
             let news = qp.send_inline_news(&[&p[..3], &p[3..]]);
             assert_eq!(news.map(|n| n.backlog), Some(0), "message {n}");
+            // The news is the queue pair's, events included (the
+            // connection's `Established`, not polled here, waits).
+            assert_eq!(news, Some(qp.news()), "message {n}");
+            assert!(news.is_some_and(|n| n.events), "message {n}");
         }
         let after = qp.io_stats();
         assert_eq!(
