@@ -714,7 +714,12 @@ impl Sock {
         let (n, r) = poll_beside(fds, fd, left, wait);
         let e = if n < 0 { errno() } else { 0 };
         let readable = match self.woke(eng, &c, fd, r, peer) {
-            Woke::Held => true,
+            Woke::Held => {
+                // Not claimed: a wait in another thread may have given the
+                // connection back meanwhile (`park::release_all`).
+                c.held_unclaimed(eng);
+                true
+            }
             Woke::Handled => self.queued_any(),
             Woke::Nothing => false,
         };

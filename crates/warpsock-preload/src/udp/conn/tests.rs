@@ -216,3 +216,31 @@ fn a_waiting_poll_keeps_the_park_timer_off_its_connection() {
     let _ = conn.die(&mut lock(&conn.st));
     eng.deregister(conn.id, None);
 }
+
+/// A datagram a poll held without a claim on a connection given back
+/// meanwhile (a `select` or `epoll_wait` in another thread) is announced
+/// by the hand-back timer, due at once; on a connection still parked,
+/// nothing is started (its next taker serves it).
+#[test]
+fn a_hold_on_a_connection_given_back_meanwhile_is_handed_back() {
+    let (eng, conn, fd, _peer) = accepted();
+    assert_eq!(conn.claim(eng), Some(fd));
+    assert!(conn.unclaim(eng, fd, true));
+    assert_eq!(conn.take_parked(false), Some(fd));
+    // Still parked: nothing to announce.
+    conn.held.store(true, std::sync::atomic::Ordering::Relaxed);
+    conn.held_unclaimed(eng);
+    assert!(lock(&conn.ev).handback.is_none());
+    // Given back between the glance and the hold (nothing held then).
+    conn.held.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(conn.released(eng));
+    assert!(lock(&conn.ev).handback.is_none());
+    conn.held.store(true, std::sync::atomic::Ordering::Relaxed);
+    conn.held_unclaimed(eng);
+    assert!(
+        lock(&conn.ev).handback.is_some(),
+        "a held datagram on a given-back connection has nothing to announce it"
+    );
+    let _ = conn.die(&mut lock(&conn.st));
+    eng.deregister(conn.id, None);
+}

@@ -146,6 +146,19 @@ impl Conn {
         Some(fd)
     }
 
+    /// A poll that took the connection over without a claim
+    /// ([`Conn::take_parked`]) read a datagram into its buffer
+    /// (`hold_frame`): if the connection was given back to the progress
+    /// thread meanwhile (a `select` or `epoll_wait` in another thread,
+    /// `park::release_all`, or the timer), no readiness event announces
+    /// bytes already read, and the give-back saw nothing held; its
+    /// hand-back timer, due now, announces them ([`Conn::note_handback`]).
+    /// Still parked: nothing (its next taker serves it). The hold is set
+    /// before this looks, and a give-back after it sees the hold.
+    pub(in crate::udp) fn held_unclaimed(&self, eng: &Reactor) {
+        self.note_handback(&mut lock(&self.ev), eng);
+    }
+
     /// A waiting poll that took the connection over ([`Conn::take_parked`])
     /// returned.
     pub(in crate::udp) fn poll_done(&self) {
