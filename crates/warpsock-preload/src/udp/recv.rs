@@ -682,7 +682,15 @@ impl Sock {
     /// claim of every connection, descriptor list and spare blocks
     /// (`Conn::take_parked`: a glance, and a poll that may wait counts
     /// itself a poller, which keeps the park timer off the connection);
-    /// what woke the wait is taken up as `wait_end` takes it up. `None`, nothing done:
+    /// what woke the wait is taken up as `wait_end` takes it up (a hold
+    /// on a connection given back meanwhile starts its hand-back timer,
+    /// `Conn::held_unclaimed`), except that a wait that woke nothing on
+    /// the connection takes no look at the socket's queue and ready list:
+    /// with the caller reading, the queue stays empty, and what joins the
+    /// ready list rings the doorbell, the program's descriptor, which the
+    /// wait watched (but for a blocking receive in another thread, which
+    /// lists a connection silently while it serves it, and rings for what
+    /// is left when it returns). `None`, nothing done:
     /// any other shape (several connections, one not parked or not
     /// established, a datagram held already, no caller-driven receive).
     pub(super) fn poll_alone(

@@ -131,11 +131,13 @@ impl Conn {
     /// [`Conn::poll_done`], which keeps the park timer off it however long
     /// the wait (a claim's count of callers, without its lock: a claim and
     /// its end cost the poll about 100 instructions). The glance's `used`
-    /// covers the timer's first look; a wait the timer gives it back in
-    /// anyway (the poller descheduled between the two for a grace period)
-    /// or that `park::release_all` gives it back in is taken up all the
-    /// same: the progress thread then watches it too, and both read under
-    /// `order` (`hold_frame`, `Conn::handle`).
+    /// covers the timer's first look. Either poll may hold a datagram
+    /// (`hold_frame`) without a claim: if the connection was given back
+    /// meanwhile (`park::release_all` from a wait in another thread, or
+    /// the timer with the poller descheduled for a grace period), the
+    /// poll starts its hand-back timer ([`Conn::held_unclaimed`]); input
+    /// it did not hold the progress thread, watching the connection again,
+    /// reads under `order` as the poll does.
     pub(in crate::udp) fn take_parked(&self, wait: bool) -> Option<c_int> {
         let fd = self.glance()?;
         if wait {
