@@ -583,7 +583,15 @@ impl Stream {
     /// the reader holds the bytes before it (all of them, or the call
     /// ended short of its position), and over TCP its read would return
     /// them now rather than wait for our next call.
+    #[inline]
     pub fn tx_end_call(&mut self) {
+        // No sink offered: every small send call (inline, no call frame).
+        if !self.peer_sinks.is_empty() {
+            self.end_call_sinks();
+        }
+    }
+
+    fn end_call_sinks(&mut self) {
         if let Some(s) = self.peer_sinks.front() {
             if s.active && s.written > 0 && !s.ad.waitall {
                 self.finish_peer_sink(true);
