@@ -163,6 +163,26 @@ fn fionread_sizes_the_next_datagram_of_either_source() {
     assert_eq!(r.stat("rx_kernel_dgrams"), 32, "{}", r.why());
 }
 
+/// A kernel datagram FIONREAD sized before the progress thread rang for it
+/// is what the next non-blocking receive returns (review r16, item 4): the
+/// socket's one connection is parked and the progress thread kept off the
+/// hidden socket once the connection is set up, so only FIONREAD's mark (`udp_maybe`) turns the short
+/// path (`Sock::recv_lone`) away from the connection. Without that check
+/// the receive read the connection and answered `EAGAIN`.
+#[test]
+fn a_kernel_datagram_fionread_sized_is_received_next() {
+    let r = readiness_mode(
+        "sized-kernel",
+        &[
+            ("WARPSOCK_TEST_UDP_READY_LATE_MS", "2000"),
+            ("WARPSOCK_TEST_PARK_GRACE_MS", "600000"),
+        ],
+    );
+    // The warm-up over TCP, the sized one by the kernel socket.
+    assert_eq!(r.stat("rx_tcp_dgrams"), 1, "{}", r.why());
+    assert_eq!(r.stat("rx_kernel_dgrams"), 1, "{}", r.why());
+}
+
 /// FIONREAD, `SIOCINQ` and `MSG_PEEK|MSG_TRUNC` size the datagram the next
 /// receive returns from a coalesced `UDP_GRO` buffer (`gso` mode): the
 /// next datagram of the buffer being handed out, or the first of the

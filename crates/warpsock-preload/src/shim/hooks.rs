@@ -40,10 +40,17 @@ pub(crate) fn late_timer_answer_wait_ms() -> libc::c_int {
 
 /// `WARPSOCK_TEST_UDP_READY_DELAY_MS`: the progress thread waits this long
 /// before handling an arrival on a hidden kernel UDP socket, so that a
-/// receive call takes the datagram first.
-pub(crate) fn udp_ready_delay() -> Option<Duration> {
+/// receive call takes the datagram first. `WARPSOCK_TEST_UDP_READY_LATE_MS`
+/// likewise, but only on a socket that awaits no proof (`awaiting` false):
+/// a connection's set-up runs at full speed (its proof answered before the
+/// connector re-sends it), the program's datagrams later find the progress
+/// thread late.
+pub(crate) fn udp_ready_delay(awaiting: bool) -> Option<Duration> {
     static V: OnceLock<Option<Duration>> = OnceLock::new();
-    *V.get_or_init(|| ms("WARPSOCK_TEST_UDP_READY_DELAY_MS"))
+    static LATE: OnceLock<Option<Duration>> = OnceLock::new();
+    let late = || *LATE.get_or_init(|| ms("WARPSOCK_TEST_UDP_READY_LATE_MS"));
+    V.get_or_init(|| ms("WARPSOCK_TEST_UDP_READY_DELAY_MS"))
+        .or_else(|| late().filter(|_| !awaiting))
 }
 
 /// `WARPSOCK_TEST_PARK_GRACE_MS`: how long a connection may stay parked

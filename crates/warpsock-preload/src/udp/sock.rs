@@ -523,7 +523,9 @@ impl Sock {
     /// is nothing to ring for, and a doorbell would be a spurious wake-up.
     pub(super) fn on_udp_ready(&self, eng: &'static Reactor) {
         #[cfg(feature = "test-hooks")]
-        if let Some(d) = crate::shim::hooks::udp_ready_delay() {
+        if let Some(d) =
+            crate::shim::hooks::udp_ready_delay(self.proofs.load(Ordering::Relaxed) > 0)
+        {
             std::thread::sleep(d);
         }
         if self.proofs.load(Ordering::Relaxed) > 0 {

@@ -389,6 +389,49 @@ static void both_size(void) {
     }
 }
 
+/* With "sized-kernel" after the port: FIONREAD sizes a datagram a raw
+ * kernel sender sent, with no wait for readiness first (FIONREAD's own look
+ * at the socket finds it: looped until it does, bounded), and the
+ * non-blocking receive after it returns that datagram. Under the preload
+ * the socket's one connection is parked and the progress thread is kept off
+ * the hidden kernel socket once set up (WARPSOCK_TEST_UDP_READY_LATE_MS), so no
+ * doorbell is rung: only the mark FIONREAD left (`udp_maybe`) turns the
+ * receive's short path (`Sock::recv_lone`) away from the connection, which
+ * answered EAGAIN without it. One round: the delayed progress thread would
+ * ring for a second round's datagram. */
+static void sized_kernel(void) {
+    enter("kernel datagram sized by FIONREAD, no wait");
+    park_connections();
+    unsigned char k[128], in[128];
+    size_t kl = 77;
+    memset(k, 'k', kl);
+    raw_send(raw, port, k, kl);
+    int n = 0;
+    for (long until = now_ms() + 3000; n != (int)kl && now_ms() < until;) {
+        CHECK(ioctl(r, FIONREAD, &n) == 0);
+        if (n != 0 && n != (int)kl) {
+            /* A re-sent copy of the set-up's proof (its answer was late on
+             * a loaded machine): the receive discards it. Kernel UDP has
+             * nothing else here. */
+            ssize_t got = recv(r, in, sizeof in, MSG_DONTWAIT);
+            if (got == (ssize_t)kl && in[0] == 'k')
+                return;
+            CHECK(got < 0 && errno == EAGAIN);
+        }
+    }
+    if (n != (int)kl) {
+        fprintf(stderr, "FIONREAD: %d, want %zu\n", n, kl);
+        exit(1);
+    }
+    ssize_t got = recv(r, in, sizeof in, MSG_DONTWAIT);
+    if (got != (ssize_t)kl || in[0] != 'k') {
+        fprintf(stderr, "FIONREAD sized %d, then the receive returned %zd ('%c', errno %d)\n", n,
+                got, got > 0 ? in[0] : '-', errno);
+        exit(1);
+    }
+    CHECK(ioctl(r, FIONREAD, &n) == 0 && n == 0);
+}
+
 /* Sends `len` bytes to `port` in one sendmsg with UDP_SEGMENT `seg` (the
  * kernel cuts them into datagrams of `seg` bytes, the last shorter), by
  * system calls the preload does not see. */
@@ -498,6 +541,7 @@ int main(int argc, char **argv) {
     int size = argc > 2 && strcmp(argv[2], "held-size") == 0;
     int both = argc > 2 && strcmp(argv[2], "both-size") == 0;
     int gro = argc > 2 && strcmp(argv[2], "gro-size") == 0;
+    int sized = argc > 2 && strcmp(argv[2], "sized-kernel") == 0;
     started = step_at = now_ms();
     atexit(report_failure);
     r = udp_bound(port);
@@ -515,7 +559,7 @@ int main(int argc, char **argv) {
         puts("readiness: ok");
         return 0;
     }
-    if (now || timer || size || both || gro) {
+    if (now || timer || size || both || gro || sized) {
         if (now)
             held_now();
         else if (size)
@@ -524,6 +568,8 @@ int main(int argc, char **argv) {
             both_size();
         else if (gro)
             gro_size();
+        else if (sized)
+            sized_kernel();
         else
             held_timer();
         finished = 1;
