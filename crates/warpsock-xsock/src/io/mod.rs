@@ -17,6 +17,7 @@ mod placed;
 mod rio;
 mod settings;
 mod setup;
+mod sink;
 mod slots;
 mod socket;
 mod sys;

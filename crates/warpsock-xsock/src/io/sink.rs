@@ -1,0 +1,213 @@
+//! Reads into the program's own buffer through a sink: a blocking stream
+//! read large enough (`zcopy_min`) offers its buffer to the engine as the
+//! target of the peer's next DATA messages, so their bytes are placed
+//! there with no copy out of a receive slot (the zero-copy half of the
+//! "Placement" section of the crate docs). The copied reads that decide
+//! when a sink applies are in `data.rs`.
+
+use std::io;
+use std::sync::MutexGuard;
+use std::time::Instant;
+
+use warpsock_engine::Access;
+
+use super::settings::Count;
+use super::socket::{State, XSocket};
+use crate::stream::SinkState;
+
+impl XSocket {
+    /// The start of a vectored read (blocking, stream mode) whose buffers
+    /// open with small ones followed by one of at least `zcopy_min` bytes:
+    /// if nothing is queued, the large buffer is offered as a sink for the
+    /// bytes after the small ones' (they come as DATA and are copied).
+    /// Returns how many bytes of `bufs` (from the start, in order) it
+    /// filled: 0 if it did not apply.
+    pub(super) fn recv_into_later_sink(
+        &self,
+        bufs: &mut [&mut [u8]],
+        waitall: bool,
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        /// The small buffers' bytes at most: they are copied.
+        const MAX_SKIP: usize = 4096;
+        let Some(i) = bufs.iter().position(|b| b.len() >= self.opts.zcopy_min) else {
+            return Ok(0);
+        };
+        let skip: usize = bufs[..i].iter().map(|b| b.len()).sum();
+        if i == 0 || skip == 0 || skip > MAX_SKIP {
+            return Ok(0);
+        }
+        let mut st = self.lock();
+        if !Self::idle_reader(&st) || !Self::sink_usable(&st) || !st.s.sink_due() {
+            return Ok(0);
+        }
+        let (head, rest) = bufs.split_at_mut(i);
+        let (st, copied, placed) = self.recv_sink(st, head, rest[0], waitall, deadline);
+        let err = Self::dead(&st);
+        drop(st);
+        match err {
+            Some(e) if copied + placed == 0 => Err(e),
+            _ => Ok(copied + placed),
+        }
+    }
+
+    /// Whether a stream read finds nothing to deliver and may wait for the
+    /// next bytes in its own buffers (a sink or retargeted receives).
+    fn idle_reader(st: &State) -> bool {
+        st.residue_off == st.residue.len()
+            && st.s.readable() == 0
+            && !st.s.eof()
+            && !st.shut_rd
+            && !st.msg_mode
+            && !st.over()
+    }
+
+    /// Whether a sink offered now could be used: the peer takes one only at
+    /// its own stream position (no byte of its in flight), so not while
+    /// the rest of one of its send calls is on the way — the last DATA did
+    /// not end the call ([`Stream::peer_mid_call`](crate::Stream::peer_mid_call)) —
+    /// unless the peer cannot send any (it lacks credits: the offer carries
+    /// them). Such a read waits for the DATA and copies it, as a read of
+    /// bytes already queued does; an offer there cost a SINK and a
+    /// SINK_DONE(0) — two small Sends, a `sendto` and a `recvfrom` each —
+    /// for nothing (session 13: 4 of each per MiB in the 1 MiB bench, 99 %
+    /// of it copied all the same). A peer between calls may be idle (a
+    /// reply, a read posted ahead): that read offers, unless earlier such
+    /// offers were declined ([`Stream::sink_due`](crate::Stream::sink_due):
+    /// a writer that starts its next call at once).
+    pub(super) fn sink_usable(st: &State) -> bool {
+        !st.s.peer_mid_call() || st.s.peer_stalled()
+    }
+
+    /// The start of a blocking vectored read of at least `zcopy_min` bytes
+    /// (stream mode) that finds nothing queued: placed into its buffers
+    /// (`io/placed.rs`). Returns how many bytes of `bufs` (from the start,
+    /// in order) it filled: 0 if it did not apply.
+    pub(super) fn recv_into_placed(
+        &self,
+        bufs: &mut [&mut [u8]],
+        waitall: bool,
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total < self.opts.zcopy_min {
+            return Ok(0);
+        }
+        let st = self.lock();
+        if !Self::idle_reader(&st) {
+            return Ok(0);
+        }
+        let (st, r) = self.recv_placed(st, bufs, 0, waitall, deadline);
+        let err = Self::dead(&st);
+        drop(st);
+        match (r, err) {
+            (Some(n), _) if n > 0 => Ok(n),
+            (_, Some(e)) => Err(e),
+            _ => Ok(0),
+        }
+    }
+
+    /// Copies readable stream bytes into the unfilled part of `head` (the
+    /// buffers before a sink offered ahead), `done` bytes of which are
+    /// filled. Returns the new `done`.
+    fn fill_head(&self, st: &mut State, head: &mut [&mut [u8]], mut done: usize) -> usize {
+        let mut at = 0;
+        for b in head.iter_mut() {
+            let end = at + b.len();
+            if done < end {
+                let n = st.s.readable().min(end - done);
+                if n == 0 {
+                    break;
+                }
+                self.copy_out(st, &mut b[done - at..done - at + n], false);
+                done += n;
+            }
+            at = end;
+        }
+        done
+    }
+
+    /// Offers `buf` as a sink — for the bytes after the `head` buffers'
+    /// (empty: the next bytes), which are copied into them as they come —
+    /// and waits until the peer filled or declined it. Returns the bytes
+    /// copied into `head` and the bytes placed into `buf`.
+    pub(super) fn recv_sink<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        head: &mut [&mut [u8]],
+        buf: &mut [u8],
+        waitall: bool,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, State>, usize, usize) {
+        let skip: usize = head.iter().map(|b| b.len()).sum();
+        let mut copied = 0;
+        let len = buf.len().min(u32::MAX as usize);
+        #[allow(unsafe_code)]
+        // SAFETY: `buf` outlives this call, which returns only once the
+        // sink is final (the peer can no longer write into it) or the
+        // connection is dead (no more placement); the engine writes it only
+        // through the registration dropped before returning.
+        let mr = unsafe {
+            self.pd.register_raw(
+                buf.as_mut_ptr(),
+                len,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )
+        };
+        let id =
+            st.s.post_sink_after(skip as u32, mr.rkey(), mr.addr(), len as u32, waitall);
+        self.count(Count::SinkOffers, 1);
+        self.flush(&mut st);
+        // Once cancelled, the wait for the peer's answer is bounded too.
+        let mut answer_by: Option<Instant> = None;
+        let placed = loop {
+            copied = self.fill_head(&mut st, head, copied);
+            match st.s.sink_state(id) {
+                // Its bytes follow the head's, which came before its end.
+                SinkState::Filled { len, .. } => break len as usize,
+                SinkState::Declined => break 0,
+                _ => {}
+            }
+            if st.over() {
+                break 0;
+            }
+            let now = Instant::now();
+            // Bytes for the head arrived: a read returns once some bytes
+            // are there (the peer may send nothing more until answered), so
+            // the sink is withdrawn — the peer's answer still reports what
+            // it wrote (a sender in the middle of its call writes the rest
+            // first).
+            let head_started = copied > 0;
+            if answer_by.is_none() && (head_started || deadline.is_some_and(|d| now >= d)) {
+                st.s.cancel_sink(id);
+                self.flush(&mut st);
+                answer_by = Some(now + self.opts.sink_cancel_timeout);
+            }
+            if answer_by.is_some_and(|by| now >= by) {
+                // The peer may still write into the buffer: the connection
+                // cannot go on. Dropping the registration below makes any
+                // later Write fail its lookup (the engine then terminates
+                // the stream), so nothing reaches the program's memory.
+                self.fail(
+                    &mut st,
+                    libc::ETIMEDOUT,
+                    format!(
+                        "the peer did not answer a sink cancel within {:?}",
+                        self.opts.sink_cancel_timeout
+                    ),
+                );
+                self.qp.disconnect();
+                break 0;
+            }
+            st = self.wait_as(st, answer_by.or(deadline), true);
+        };
+        st.s.release_sink(id);
+        copied = self.fill_head(&mut st, head, copied);
+        // Placed bytes count only behind a full head (they follow it in
+        // the stream: a head still short means the connection died first).
+        let placed = if copied == skip { placed } else { 0 };
+        self.count(Count::RxPlaced, placed);
+        drop(mr);
+        (st, copied, placed)
+    }
+}
