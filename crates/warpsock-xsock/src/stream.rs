@@ -437,16 +437,35 @@ impl Stream {
     }
 
     /// Whether [`Self::poll_msg`] may have a message: something queued, or
-    /// slots not yet returned (a credit return can only be due for those:
-    /// `trigger` counts a part of `unreturned`). When false, `poll_msg`
-    /// gives `None` — after a DATA message, which returns every slot, the
-    /// usual case of a send call's end, so it is not asked.
+    /// a credit return due now (`credit_due`, the very test `poll_msg`
+    /// makes). When false,
+    /// `poll_msg` gives `None` — after a DATA message, which returns every
+    /// slot (a send call's end), and after a read that frees a slot whose
+    /// credit rides on the next DATA (a ping-pong's answer: issue 12), so
+    /// it is not asked.
     #[inline]
     pub fn owes_msg(&self) -> bool {
-        // What makes the answer exact: `trigger` only grows with
-        // `unreturned` and is clamped to it when slots are returned.
+        // `trigger` only grows with `unreturned` and is clamped to it when
+        // slots are returned: no slot unreturned, no credit due.
         debug_assert!(self.trigger <= self.unreturned, "trigger past unreturned");
-        !self.out.is_empty() || self.unreturned > 0
+        !self.out.is_empty() || (self.unreturned > 0 && self.credit_due())
+    }
+
+    /// Whether a CREDIT of our own is due now: the credit part of
+    /// [`Self::poll_msg`], which asks it when nothing else is queued.
+    ///
+    /// Due when the peer cannot send data (fewer than two credits) and
+    /// returning makes it able to, or — for slots of real messages only
+    /// (see `trigger`) — when it has none at all or we hold a quarter of
+    /// our slots' worth (`RETURN_EVERY`). A CREDIT we send is held by the
+    /// peer until it has a real reason to answer, so with three or more
+    /// slots two idle sides never trade CREDITs back and forth.
+    #[inline]
+    fn credit_due(&self) -> bool {
+        let peer_has = u32::from(self.local.slots) - self.used;
+        let due = (self.unreturned > 0 && peer_has <= 1 && peer_has + self.unreturned >= 2)
+            || (self.trigger > 0 && (peer_has == 0 || self.unreturned >= self.return_every()));
+        due && self.credits >= 1
     }
 
     /// The next message other than stream bytes to send now (sink offers
@@ -466,17 +485,7 @@ impl Stream {
             }
             return Some(self.stamp(body));
         }
-        // A credit return of its own when the peer cannot send data (fewer
-        // than two credits) and returning makes it able to, or — for slots
-        // of real messages only (see `trigger`) — when it has none at all
-        // or we hold a quarter of our slots' worth (`RETURN_EVERY`). A
-        // CREDIT we send is held by the peer until it has a real reason to
-        // answer, so with three or more slots two idle sides never trade
-        // CREDITs back and forth.
-        let peer_has = u32::from(self.local.slots) - self.used;
-        let due = (self.unreturned > 0 && peer_has <= 1 && peer_has + self.unreturned >= 2)
-            || (self.trigger > 0 && (peer_has == 0 || self.unreturned >= self.return_every()));
-        if due && self.credits >= 1 {
+        if self.credit_due() {
             return Some(self.stamp(Body::Credit));
         }
         None
