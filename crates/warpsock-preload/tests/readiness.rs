@@ -183,6 +183,27 @@ fn a_kernel_datagram_fionread_sized_is_received_next() {
     assert_eq!(r.stat("rx_kernel_dgrams"), 1, "{}", r.why());
 }
 
+/// FIONREAD never sizes a proof datagram at the hidden kernel socket's head
+/// (issue 13): a re-sent copy of a connection's proof, arriving after its
+/// late answer, was sized (24 bytes) and then discarded by the receive,
+/// which returned the next datagram or `EAGAIN`. FIONREAD now takes proofs
+/// off first with the receive's own check (`Sock::proofs_off`). Staged:
+/// the copy is forged by a raw sender (its nonce unknown: counted as
+/// `proofs_bad`) within the linger after the set-up, the progress thread
+/// kept off the hidden socket.
+#[test]
+fn fionread_never_sizes_a_proof_copy() {
+    let r = readiness_mode(
+        "proof-size",
+        &[("WARPSOCK_TEST_UDP_READY_DELAY_MS", "2000")],
+    );
+    // The warm-up over TCP, the 77-byte datagram by the kernel socket; the
+    // forged copy taken off, not received.
+    assert_eq!(r.stat("rx_tcp_dgrams"), 1, "{}", r.why());
+    assert_eq!(r.stat("rx_kernel_dgrams"), 1, "{}", r.why());
+    assert_eq!(r.stat("proofs_bad"), 1, "{}", r.why());
+}
+
 /// FIONREAD, `SIOCINQ` and `MSG_PEEK|MSG_TRUNC` size the datagram the next
 /// receive returns from a coalesced `UDP_GRO` buffer (`gso` mode): the
 /// next datagram of the buffer being handed out, or the first of the

@@ -208,8 +208,9 @@ impl Socket for Sock {
     }
 
     fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {
-        match (req, self.next_size()) {
-            (libc::FIONREAD, Some(n)) if arg != 0 => {
+        match req {
+            libc::FIONREAD if arg != 0 => {
+                let n = self.next_size();
                 // SAFETY: FIONREAD's argument is an int out-pointer.
                 unsafe { *(arg as *mut c_int) = n as c_int };
                 0

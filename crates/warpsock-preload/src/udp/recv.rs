@@ -502,23 +502,16 @@ impl Sock {
         found: &mut Vec<(SocketAddr, [u8; NONCE_LEN])>,
     ) -> Option<isize> {
         let peek = flags & libc::MSG_PEEK != 0;
-        let _proofs = (self.proofs.load(Ordering::Relaxed) > 0).then(|| lock(&self.proof_lock));
-        if _proofs.is_some() {
-            let (proofs, head) = self.take_proofs_head();
-            found.extend(proofs);
-            self.count_proofs(g);
-            #[cfg(feature = "test-hooks")]
-            if !found.is_empty() {
-                proof_gap();
-            }
-            if !head {
-                // Nothing was left: what arrived since may be a re-sent
-                // copy of a proof, which a read into the program's buffer
-                // (shorter than a proof) would not recognise. Its arrival
-                // rings the doorbell (`on_udp_ready`), and the next look
-                // takes proofs off first again.
-                return None;
-            }
+        let (_proofs, head) = self.proofs_off(g, found);
+        #[cfg(feature = "test-hooks")]
+        if !found.is_empty() {
+            proof_gap();
+        }
+        if !head {
+            // Nothing was left: what arrived since may be a re-sent copy
+            // of a proof. Its arrival rings the doorbell (`on_udp_ready`),
+            // and the next look takes proofs off first again.
+            return None;
         }
         msg.msg_namelen = namelen;
         msg.msg_controllen = ctllen;

@@ -409,13 +409,26 @@ impl Sock {
     /// turn among sources that all hold datagrams or when the queue and the
     /// ready list are empty, the queue, the ready list, then what a poll
     /// held (`Conn::held`).
-    /// `None` leaves it to the kernel socket (nothing anywhere: 0).
     /// FIONREAD read 0 for a held datagram, and followed the connections
     /// while the receive took the kernel socket's datagram (issue 13).
-    /// A proof datagram at the kernel socket's head (while an accepted
-    /// connection awaits one; the receive takes it off) is sized as the
-    /// program's.
-    pub(crate) fn next_size(&self) -> Option<usize> {
+    /// Proof datagrams at the kernel socket's head are taken off first, as
+    /// the receive takes them (`Sock::proofs_off`), never sized. Nothing
+    /// anywhere sizes 0, by this look alone: the kernel socket's own
+    /// answer could size a proof that arrived since.
+    pub(crate) fn next_size(&self) -> usize {
+        let mut found = Vec::new();
+        let n = self.next_size_of(&mut found);
+        if !found.is_empty() {
+            // The proofs taken off are handed on as the receive hands them.
+            if let Some(eng) = reactor::current() {
+                self.proved(eng, found);
+            }
+        }
+        n.unwrap_or(0)
+    }
+
+    /// [`Sock::next_size`], the proofs it took off put in `found`.
+    fn next_size_of(&self, found: &mut Vec<(SocketAddr, [u8; NONCE_LEN])>) -> Option<usize> {
         // Inline: no allocation per call (event loops make one per datagram).
         let conns: SmallVec<[Arc<Conn>; 4]> = {
             let mut g = lock(&self.inner);
@@ -425,7 +438,7 @@ impl Sock {
             // (the progress thread announcing a connection's, or one
             // arriving on the kernel socket).
             if !tcp || !g.udp_turn {
-                if let Some(n) = self.kernel_next(&mut g) {
+                if let Some(n) = self.kernel_next(&mut g, found) {
                     g.udp_turn = false;
                     return Some(n);
                 }
@@ -449,17 +462,24 @@ impl Sock {
     }
 
     /// The length of the datagram a receive would take from the hidden
-    /// kernel socket now (caller holds `inner`; `None`: none there). Noted
+    /// kernel socket now (caller holds `inner`; `None`: none there), proofs
+    /// at its head taken off into `found` first. Noted
     /// for `pick` (`udp_maybe`), so that the receive after a FIONREAD
     /// takes the datagram it sized though the progress thread has not yet
     /// seen it arrive.
-    fn kernel_next(&self, g: &mut Inner) -> Option<usize> {
+    fn kernel_next(
+        &self,
+        g: &mut Inner,
+        found: &mut Vec<(SocketAddr, [u8; NONCE_LEN])>,
+    ) -> Option<usize> {
         let n = match &self.gro {
-            // Through the `UDP_GRO` buffer, cut as `gro_recv` cuts it.
+            // Through the `UDP_GRO` buffer, cut as `gro_recv` cuts it (no
+            // proof is ever due there: see `recv_kernel`).
             Some(gro) => self.gro_next(&lock(gro))?,
             None => {
+                let (_proofs, head) = self.proofs_off(g, found);
                 // (A pending error alone sizes as kernel UDP sizes it: 0.)
-                if !self.udp_readable() {
+                if !head || !self.udp_readable() {
                     return None;
                 }
                 let mut n: c_int = 0;

@@ -5,7 +5,7 @@
 use std::mem::size_of;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::Instant;
 
 use libc::socklen_t;
@@ -20,6 +20,31 @@ use crate::shim::real;
 use crate::shim::sys::{self, lock};
 
 impl Sock {
+    /// Before a look at the hidden UDP socket for the program, by the
+    /// receive (`recv_kernel`) and by FIONREAD (`kernel_next`) alike: while
+    /// accepted connections await the proof of their port (or re-sent
+    /// copies of one are due), the proof datagrams at its head are taken
+    /// off into `found` (caller holds `inner`). Returns `proof_lock`, held
+    /// so that the head stays the program's, and whether the program's
+    /// datagram may be looked at now (`false`: the socket was empty when
+    /// looked at, and what arrived since may be a proof, which a read into
+    /// the program's buffer or FIONREAD would not recognise). FIONREAD
+    /// sized a re-sent copy the receive then discarded (issue 13).
+    pub(in crate::udp) fn proofs_off(
+        &self,
+        g: &mut Inner,
+        found: &mut Vec<(SocketAddr, [u8; NONCE_LEN])>,
+    ) -> (Option<MutexGuard<'_, ()>>, bool) {
+        if self.proofs.load(Ordering::Relaxed) == 0 {
+            return (None, true);
+        }
+        let p = lock(&self.proof_lock);
+        let (proofs, head) = self.take_proofs_head();
+        found.extend(proofs);
+        self.count_proofs(g);
+        (Some(p), head)
+    }
+
     /// Takes the proof datagrams at the head of the hidden UDP socket
     /// (caller holds `proof_lock`); stops at the first other datagram,
     /// which is the program's.
