@@ -11,8 +11,19 @@ KNOWN_REV2_NOTES = ("Res field is NOT set to zero", "Rev field is NOT set to one
 
 
 def expert_problems(tshark_cmd):
-    """Runs `tshark_cmd + -q -z expert` and returns one message per problem."""
-    out = subprocess.run(tshark_cmd + ["-q", "-z", "expert"], capture_output=True, text=True).stdout
+    """Runs `tshark_cmd + -q -z expert` and returns one message per problem.
+
+    A display filter in `tshark_cmd` (`-Y F`, e.g. the frames before the one
+    where the MPA dissector lost FPDU alignment) becomes the expert tap's own
+    filter: tshark's `-z expert` counts every frame, `-Y` or not (CI, session
+    16: a Malformed exception at frame 746 failed a case whose reading had
+    been cut at frame 394)."""
+    cmd, tap = list(tshark_cmd), "expert"
+    if "-Y" in cmd:
+        i = cmd.index("-Y")
+        tap = f"expert,{cmd[i + 1]}"
+        del cmd[i:i + 2]
+    out = subprocess.run(cmd + ["-q", "-z", tap], capture_output=True, text=True).stdout
     problems, section = [], ""
     for line in out.splitlines():
         s = line.strip()
