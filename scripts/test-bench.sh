@@ -15,3 +15,6 @@ if [ "$(id -u)" -eq 0 ]; then
     export WARPSOCK_REQUIRE_NFT=1
 fi
 cargo test --quiet -p warpsock-cli --test cli --test suite --test netns_peers
+# The carrier's floor tool (scripts/bench-carrier-floor.sh) compiles with
+# -Werror and runs every shape briefly, its echoes checked (no timing).
+bash scripts/bench-carrier-floor.sh --check
