@@ -17,6 +17,9 @@
 //! taken off the list and armed again (or, parked, left parked:
 //! `super::park`), so that the program's descriptor
 //! stays readable exactly while a receive call would return something.
+//! A call takes at most [`SERVE_STEPS`] steps without serving a datagram
+//! (frames a connected socket discards, reads of a partial frame): a
+//! flood from a peer the socket does not hear cannot keep it reading.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,6 +34,9 @@ use super::stats::{self, STATS};
 use crate::shim::iov;
 use crate::shim::reactor::Reactor;
 use crate::shim::sys::{self, lock};
+
+#[cfg(test)]
+mod tests;
 
 /// How a receive call came to serve a connection ([`Sock::serve`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -51,6 +57,16 @@ pub(super) enum Served {
     /// Nothing (the connection is drained, or closed).
     Nothing,
 }
+
+/// How many steps one [`Sock::serve`] takes without serving a datagram: a
+/// frame discarded (a connected socket hears its peer only) or a read of a
+/// partial frame. Past it the call ends with nothing, the rest left for the
+/// next call: a connection from a peer the socket does not hear, flooded
+/// faster than the call discards, kept one call reading for as long as the
+/// flood lasted, holding the connection's locks (`order`, which the
+/// progress thread takes for each of the connection's events) and its
+/// CPU. A legitimate datagram needs one step per read of its parts.
+pub(super) const SERVE_STEPS: usize = 64;
 
 /// Whether a whole frame waits at the front of the buffer.
 fn whole_frame(st: &ConnSt) -> bool {
@@ -155,7 +171,17 @@ impl Sock {
         {
             let mut st = lock(&conn.st);
             fd = st.fd;
+            let mut steps = 0;
             while st.setup.delivering() {
+                if steps == SERVE_STEPS {
+                    // The rest is the next call's. `more` stays false: a
+                    // listed connection is armed again (level-triggered: a
+                    // socket with more to read is announced at once), a
+                    // direct one stays as it was.
+                    stats::inc(&STATS.rx_serve_budget);
+                    break;
+                }
+                steps += 1;
                 match st.rx.peek() {
                     Parsed::Frame(len) if len <= st.max_dgram => {
                         let Some(src) = st.dest else { break };

@@ -145,6 +145,10 @@ counters! {
     rx_gro_buffers,
     /// TCP datagrams dropped because a connected socket's peer differs.
     rx_filtered,
+    /// Receive calls that left a connection's rest for the next call after
+    /// `serve::SERVE_STEPS` steps without a datagram (a flood from a peer
+    /// a connected socket does not hear).
+    rx_serve_budget,
     /// Times the receive queue was full and reading was paused.
     rx_paused,
     /// Datagrams a blocking receive call read from a connection itself
