@@ -30,6 +30,8 @@ use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
 
 mod proofs;
+#[cfg(test)]
+pub(in crate::udp) mod tests;
 
 const EPOLLET: u32 = libc::EPOLLET as u32;
 
@@ -477,9 +479,19 @@ impl Sock {
             // proof is ever due there: see `recv_kernel`).
             Some(gro) => self.gro_next(&lock(gro))?,
             None => {
+                let before = found.len();
                 let (_proofs, head) = self.proofs_off(g, found);
                 // (A pending error alone sizes as kernel UDP sizes it: 0.)
                 if !head || !self.udp_readable() {
+                    if found.len() > before {
+                        // The proofs' arrival may have rung the doorbell
+                        // (one that came after the progress thread took
+                        // proofs off, before it looked whether the socket
+                        // held more): with them gone, settle as the
+                        // receive's look does (`pick`), or the descriptor
+                        // stayed readable with nothing to receive.
+                        self.settle(g);
+                    }
                     return None;
                 }
                 let mut n: c_int = 0;

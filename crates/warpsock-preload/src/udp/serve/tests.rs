@@ -1,24 +1,23 @@
 //! [`Sock::serve`] on a real socket and connection (loopback).
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::IntoRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Served, Via, SERVE_STEPS};
-use crate::shim::reactor::{self, Reactor};
+use crate::shim::reactor::Reactor;
 use crate::shim::sys::lock;
 use crate::udp::conn::Conn;
 use crate::udp::core::frame::{self, HDR_LEN, NONCE_LEN};
+use crate::udp::sock::tests::offloaded;
 use crate::udp::sock::Sock;
 
 /// An offloaded UDP socket and an established accepted connection into it
 /// from `from` (its descriptor's far end returned to write frames into).
 fn socket_and_conn(from: SocketAddr) -> (&'static Reactor, Arc<Sock>, Arc<Conn>, TcpStream) {
-    let eng = reactor::get().expect("the progress thread");
-    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let sock = Sock::transpose(u.into_raw_fd()).expect("offloaded");
+    let (eng, sock) = offloaded();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let far = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (c, tcp_peer) = l.accept().unwrap();

@@ -1,0 +1,66 @@
+//! An offloaded socket on loopback, for the tests of the `udp` module
+//! ([`offloaded`]); the doorbell after FIONREAD.
+
+use std::net::UdpSocket;
+use std::os::fd::IntoRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Sock;
+use crate::shim::reactor::{self, Reactor};
+use crate::shim::sys::{self, lock};
+use crate::udp::core::frame::{self, NONCE_LEN};
+use crate::udp::core::setup::PROOF_LINGER;
+
+/// A kernel UDP socket on 127.0.0.1 switched to the offload layer (the
+/// descriptor it had is the doorbell's end now), and the progress thread.
+pub(in crate::udp) fn offloaded() -> (&'static Reactor, Arc<Sock>) {
+    let eng = reactor::get().expect("the progress thread");
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+    (eng, Sock::transpose(u.into_raw_fd()).expect("offloaded"))
+}
+
+/// Whether `fd` reads as ready within `ms`.
+fn readable(fd: libc::c_int, ms: libc::c_int) -> bool {
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    sys::poll(&mut p, ms) > 0
+}
+
+/// FIONREAD that takes the last proof off the hidden socket settles the
+/// doorbell, as the receive's look does: a proof whose arrival rang (it
+/// came after the progress thread took proofs off, before it looked
+/// whether the socket held more) left the program's descriptor readable
+/// with nothing to receive, and an event loop that sizes before it reads
+/// woke again and again. Staged: a datagram in the proof's format arrives
+/// while no proof is awaited (the progress thread rings for it as the
+/// program's), then a proof with its nonce is awaited (a re-sent copy of
+/// one seen, lingering) and FIONREAD takes it off.
+#[test]
+fn fionread_that_takes_the_last_proof_off_settles_the_doorbell() {
+    let (_eng, sock) = offloaded();
+    let at = sys::local_addr(sock.udp).expect("bound");
+    let nonce = [9; NONCE_LEN];
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&frame::proof(&nonce), at).unwrap();
+    assert!(readable(sock.bell.app, 20_000), "the arrival did not ring");
+    {
+        let mut g = lock(&sock.inner);
+        g.recent.push_back((Instant::now() + PROOF_LINGER, nonce));
+        sock.count_proofs(&mut g);
+    }
+    assert_eq!(sock.next_size(), 0, "a proof is never sized");
+    assert!(!sock.udp_readable(), "the proof was taken off");
+    assert_eq!(lock(&sock.inner).bells, 0, "the doorbell is still rung");
+    assert!(!readable(sock.bell.app, 0), "the descriptor reads as ready");
+    // What arrives next rings again.
+    tx.send_to(b"next", at).unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while !readable(sock.bell.app, 100) {
+        assert!(Instant::now() < end, "the next datagram did not ring");
+    }
+    assert_eq!(sock.next_size(), 4);
+}
