@@ -156,26 +156,16 @@ impl Sock {
                 return r;
             }
             if nonblock && (driven.is_some() || !park::any()) {
-                // A datagram a poll reported is served by the next receive,
-                // wherever its connection is now (`serve_held`).
-                // SAFETY: the application's msghdr (contract).
-                if let Some(n) = unsafe { self.serve_held(msg, flags) } {
-                    if let Some(d) = driven.as_mut() {
-                        d.park = true;
-                    }
-                    return n;
-                }
                 // Parked connections looked at: they stay parked. A program
                 // that spins on non-blocking receives, or waits in poll and
                 // reads until EAGAIN, takes them over again for free; a
                 // real wait gives them back (`super::park`).
-                if let Some(d) = driven.as_mut() {
+                let counted = driven.as_mut().map(|d| {
                     d.park = true;
-                    stats::inc(&STATS.rx_nb_empty);
-                    stats::add(&STATS.rx_nb_empty_looks, looks);
-                }
-                set_errno(libc::EAGAIN);
-                return -1;
+                    looks
+                });
+                // SAFETY: the application's msghdr (contract).
+                return unsafe { self.held_or_again(msg, flags, counted) };
             }
             // A non-blocking call neither waits nor spins: no clock reading.
             let now = (!nonblock).then(Instant::now);
@@ -197,11 +187,7 @@ impl Sock {
             let d = driven.get_or_insert_with(|| Driven::claim(self.arc(), nonblock));
             if nonblock && d.conns.is_empty() {
                 // SAFETY: the application's msghdr (contract).
-                if let Some(n) = unsafe { self.serve_held(msg, flags) } {
-                    return n;
-                }
-                set_errno(libc::EAGAIN);
-                return -1;
+                return unsafe { self.held_or_again(msg, flags, None) };
             }
             if let Some(eng) = d.eng {
                 // A datagram the program's poll read waits in a
@@ -247,13 +233,7 @@ impl Sock {
                                 Served::Nothing if c.still_reading(*fd) => {
                                     d.park = true;
                                     // SAFETY: the application's msghdr.
-                                    if let Some(n) = unsafe { self.serve_held(msg, flags) } {
-                                        return n;
-                                    }
-                                    stats::inc(&STATS.rx_nb_empty);
-                                    stats::add(&STATS.rx_nb_empty_looks, looks);
-                                    set_errno(libc::EAGAIN);
-                                    return -1;
+                                    return unsafe { self.held_or_again(msg, flags, Some(looks)) };
                                 }
                                 Served::Nothing => {}
                             }

@@ -78,17 +78,40 @@ impl Sock {
             // path polls nothing).
             Served::Nothing if c.hint.load(Ordering::Relaxed) == HINT_UP => {
                 // SAFETY: the application's msghdr (contract).
-                if let Some(n) = unsafe { self.serve_held(msg, flags) } {
-                    return Some(n);
+                let r = unsafe { self.held_or_again(msg, flags, Some(1)) };
+                if r < 0 {
+                    stats::inc(&STATS.rx_lone);
                 }
-                stats::inc(&STATS.rx_nb_empty);
-                stats::inc(&STATS.rx_nb_empty_looks);
-                stats::inc(&STATS.rx_lone);
-                set_errno(libc::EAGAIN);
-                Some(-1)
+                Some(r)
             }
             Served::Nothing => None,
         }
+    }
+
+    /// The end of a non-blocking receive that found nothing else: a
+    /// datagram a poll held, from wherever its connection is now
+    /// ([`Sock::serve_held`]), or `EAGAIN`, counted as an empty call that
+    /// made `looks` system calls looking (`None`: not counted).
+    ///
+    /// # Safety
+    /// `msg` must be a valid msghdr whose buffers are writable.
+    #[inline]
+    pub(super) unsafe fn held_or_again(
+        &self,
+        msg: &mut msghdr,
+        flags: c_int,
+        looks: Option<u64>,
+    ) -> isize {
+        // SAFETY: the caller's contract.
+        if let Some(n) = unsafe { self.serve_held(msg, flags) } {
+            return n;
+        }
+        if let Some(looks) = looks {
+            stats::inc(&STATS.rx_nb_empty);
+            stats::add(&STATS.rx_nb_empty_looks, looks);
+        }
+        set_errno(libc::EAGAIN);
+        -1
     }
 
     /// Serves a datagram a poll read (`hold_frame`) from whichever of the
