@@ -1,0 +1,103 @@
+//! The credit books of a [`Stream`] (SDP's rule, see the [parent
+//! module](super)): slots freed and their reposts, the returns owed to the
+//! peer and when a CREDIT of our own is due, and whether we may send.
+
+use super::Stream;
+use crate::wire::{Body, Msg};
+
+impl Stream {
+    pub(super) fn free(&mut self, slot: u32) {
+        self.unreturned += 1;
+        self.trigger += 1;
+        self.reposts.push(slot);
+    }
+
+    /// Slots freed since the last call: post them again.
+    pub fn take_reposts(&mut self) -> std::vec::Drain<'_, u32> {
+        self.reposts.drain(..)
+    }
+
+    /// Freed slots that make a CREDIT of our own due: a quarter of the
+    /// window (at least 2).
+    ///
+    /// A CREDIT travels alone on the reverse TCP direction, and Linux
+    /// repairs a lost lone segment only by a loss probe after 2 RTT +
+    /// `tcp_rto_min` (200 ms; `tcp_schedule_loss_probe`), not by fast
+    /// retransmit, which needs later segments to be acknowledged. So a
+    /// lost return must leave the peer enough credits to send us the
+    /// messages that make the next return due: the next return's segment
+    /// then follows the lost one, and its SACK repairs it in one RTT. With
+    /// returns every half window the peer, which keeps its last credit for
+    /// a message that returns credits, is left at most `slots / 2 - 1`
+    /// sendable messages after a lost return of `slots / 2`: one short, and
+    /// the stream stopped for the probe (session 12, `BENCHMARKS.md` §6:
+    /// 11 probes in three 1 % loss runs, 0.49 GB/s). A quarter leaves a
+    /// reader that keeps up `3 * slots / 4 - 1` more messages to come,
+    /// room for the next return and then some.
+    /// `tests/credit_loss.rs` holds back each of the reader's messages in
+    /// turn and checks that another follows.
+    fn return_every(&self) -> u32 {
+        (u32::from(self.local.slots) / 4).max(2)
+    }
+
+    pub(super) fn may_send(&self) -> bool {
+        self.credits >= 2 || (self.credits == 1 && self.unreturned > 0)
+    }
+
+    fn take_unreturned(&mut self) -> u16 {
+        let n = self.unreturned.min(u32::from(u16::MAX));
+        self.unreturned -= n;
+        self.trigger = self.trigger.min(self.unreturned);
+        self.used -= n;
+        n as u16
+    }
+
+    pub(super) fn stamp(&mut self, body: Body) -> Msg {
+        self.credits -= 1;
+        Msg {
+            credits: self.take_unreturned(),
+            body,
+        }
+    }
+
+    /// Whether [`Self::poll_msg`] may have a message: something queued, or
+    /// a credit return due now (`credit_due`, the very test `poll_msg`
+    /// makes). When false,
+    /// `poll_msg` gives `None` — after a DATA message, which returns every
+    /// slot (a send call's end), and after a read that frees a slot whose
+    /// credit rides on the next DATA (a ping-pong's answer: issue 12), so
+    /// it is not asked.
+    #[inline]
+    pub fn owes_msg(&self) -> bool {
+        // `trigger` only grows with `unreturned` and is clamped to it when
+        // slots are returned: no slot unreturned, no credit due.
+        debug_assert!(self.trigger <= self.unreturned, "trigger past unreturned");
+        !self.out.is_empty() || (self.unreturned > 0 && self.credit_due())
+    }
+
+    /// Whether a CREDIT of our own is due now: the credit part of
+    /// [`Self::poll_msg`], which asks it when nothing else is queued.
+    ///
+    /// Due when the peer cannot send data (fewer than two credits) and
+    /// returning makes it able to, or — for slots of real messages only
+    /// (see `trigger`) — when it has none at all or we hold a quarter of
+    /// our slots' worth (`RETURN_EVERY`). A CREDIT we send is held by the
+    /// peer until it has a real reason to answer, so with three or more
+    /// slots two idle sides never trade CREDITs back and forth.
+    #[inline]
+    pub(super) fn credit_due(&self) -> bool {
+        let peer_has = u32::from(self.local.slots) - self.used;
+        let due = (self.unreturned > 0 && peer_has <= 1 && peer_has + self.unreturned >= 2)
+            || (self.trigger > 0 && (peer_has == 0 || self.unreturned >= self.return_every()));
+        due && self.credits >= 1
+    }
+
+    /// Whether the peer cannot send more stream bytes until some are read:
+    /// it has no credit left, or one and (as far as we know) nothing to
+    /// return with it. A reader waiting for the end of a message longer
+    /// than our slots then takes it in parts.
+    pub fn peer_stalled(&self) -> bool {
+        let peer_has = u32::from(self.local.slots) - self.used;
+        peer_has == 0 || (peer_has == 1 && self.credits == u32::from(self.peer.slots))
+    }
+}
