@@ -179,6 +179,33 @@ impl Qp {
         })
     }
 
+    /// Posts several receives under one take of the lock, in order (a
+    /// socket's freed slots posted again together: issue 12). Stops at
+    /// the first that fails to post; the error says how many were posted
+    /// before it. As [`Self::post_recv`], outside RTS they complete at
+    /// once (flushed).
+    pub fn post_recv_batch(
+        &self,
+        wrs: impl IntoIterator<Item = RecvWr>,
+    ) -> Result<usize, BatchPostError> {
+        self.with(|st, inner| {
+            let conn = &mut st.qp(self.qi).conn;
+            let mut posted = 0;
+            let mut res = Ok(());
+            for wr in wrs {
+                if let Err(source) = conn.post_recv(wr) {
+                    res = Err(BatchPostError { posted, source });
+                    break;
+                }
+                posted += 1;
+            }
+            if conn.state() != QpState::Rts {
+                inner.kick(st, self.qi);
+            }
+            res.map(|()| posted)
+        })
+    }
+
     /// Changes the buffers of posted receives that no Send has started to
     /// fill: visits them oldest first (the order Sends consume them) until
     /// `f` returns `false`, passing each one's `wr_id` and its scatter

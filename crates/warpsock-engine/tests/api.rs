@@ -162,6 +162,58 @@ fn batch_post_reports_how_many_were_posted() {
     assert!(peer.join().unwrap().iter().all(Wc::is_ok));
 }
 
+/// A batch of receives that overflows the receive queue says how many
+/// went in (`Qp::post_recv_batch`, one take of the lock: a socket's freed
+/// slots posted again together); those take the peer's Sends in order.
+#[test]
+fn batch_recv_post_reports_how_many_were_posted() {
+    const LEN: usize = 16;
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let peer = std::thread::spawn(move || {
+        let ctx = Context::new(Progress::Thread).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
+        let qp = l
+            .accept_qp(&QpInit::new(&pd, &cq), b"", Some(LIMIT))
+            .unwrap();
+        let src = pd.register(pattern(4 * LEN, 3), Access::LOCAL_READ);
+        for i in 0..4 {
+            qp.post_send(send_wr(i, vec![src.sge(i as usize * LEN, LEN as u32)]))
+                .unwrap();
+        }
+        assert!(wait_n(&cq, 4).iter().all(Wc::is_ok));
+    });
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
+    let mut init = QpInit::new(&pd, &cq);
+    init.options.rq_depth = 4;
+    let qp = connect(addr, &init).unwrap();
+    let buf = pd.alloc(6 * LEN, Access::LOCAL_WRITE);
+    // Slots 5, 4, .. 0: the Sends fill the first four posted.
+    let err = qp
+        .post_recv_batch((0..6u64).rev().map(|i| RecvWr {
+            wr_id: i,
+            sgl: buf.sge(i as usize * LEN, LEN as u32).into(),
+        }))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        BatchPostError {
+            posted: 4,
+            source: PostError::QueueFull
+        }
+    );
+    let w = wait_n(&cq, 4);
+    assert!(w.iter().all(Wc::is_ok));
+    assert_eq!(w.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [5, 4, 3, 2]);
+    let got = buf.to_vec();
+    let want = pattern(4 * LEN, 3);
+    for (k, slot) in [5usize, 4, 3, 2].into_iter().enumerate() {
+        assert_eq!(got[slot * LEN..][..LEN], want[k * LEN..][..LEN], "send {k}");
+    }
+    peer.join().unwrap();
+}
+
 /// A queue pair dropped with megabytes queued that its peer never reads:
 /// when the (shortened) linger ends, the requests whose bytes never left
 /// complete as flushed — every request completes exactly once (they used

@@ -159,6 +159,8 @@ pub struct Stream {
     /// Peer messages in our slots not yet returned (holding data, or freed
     /// and not yet reported).
     used: u32,
+    /// Of `used`, slots freed and posted again, not yet returned: what the
+    /// next message returns.
     unreturned: u32,
     /// Of `unreturned`, slots freed from messages other than CREDIT: only
     /// these make a CREDIT of our own due, so two idle sides never trade
@@ -168,7 +170,12 @@ pub struct Stream {
     sinks: VecDeque<MySink>,
     next_sink: u32,
     peer_maps: BTreeMap<u64, IoMapAd>,
+    /// Freed slots not yet posted again: not creditable until they are
+    /// ([`Self::take_reposts`]).
     reposts: Vec<u32>,
+    /// Of `reposts`, slots of messages other than CREDIT (to join
+    /// `trigger` when posted).
+    freed_trigger: u32,
     readable_bytes: usize,
     /// The last stream bytes to arrive as DATA did not end one of the
     /// peer's send calls (see [`Self::peer_mid_call`]).
@@ -201,6 +208,7 @@ impl Stream {
             next_sink: 1,
             peer_maps: BTreeMap::new(),
             reposts: Vec::new(),
+            freed_trigger: 0,
             readable_bytes: 0,
             rx_mid_call: false,
             declines: 0,
@@ -259,8 +267,7 @@ impl Stream {
                 return Ok(());
             }
             Body::Credit => {
-                self.unreturned += 1;
-                self.reposts.push(slot);
+                self.free_credit(slot);
                 return Ok(());
             }
             Body::Sink(ad) => {

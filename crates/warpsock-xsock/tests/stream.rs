@@ -83,6 +83,39 @@ fn both_ways_with_stalling_readers() {
     }
 }
 
+/// Slots freed by reads left unposted while the books allow it
+/// (`Stream::repost_due`, what the socket does for a ping-pong's answers:
+/// issue 12), on both sides, with windows of 12 and more slots (fewer post
+/// every slot at once): every byte arrives, no Send finds no posted
+/// receive (the pair fails it: a freed slot is returned only once posted
+/// again), no side waits for a return the other left unposted, and the
+/// credits settle at the end.
+#[test]
+fn reposts_left_for_a_batch_never_leave_the_peer_short() {
+    for seed in seeds(20) {
+        let mut rng = Rng::new(300 + seed);
+        let mut a = Plan::idle();
+        a.sends = sizes(&mut rng, 60, 1, 1500);
+        a.stall_percent = 30;
+        a.read_max = 100;
+        let mut b = a.clone();
+        b.sends = sizes(&mut rng, 60, 1, 600);
+        b.stall_percent = 10;
+        let mut p = Pair::new(seed, (hello(16, 256), a), (hello(13, 512), b), 3);
+        p.a.lazy_reposts = true;
+        p.b.lazy_reposts = true;
+        p.run_to_end(500_000);
+        check(&p);
+        quiesces(&mut p);
+        // (A side that writes as fast as credits allow holds fewer than
+        // two at its reads, and posts at once.)
+        assert!(
+            p.a.left_reposts + p.b.left_reposts > 0,
+            "no slot was left unposted"
+        );
+    }
+}
+
 /// A reader that stops for a long time: the sender stops (never sends
 /// without a credit) and everything arrives once it reads again.
 #[test]
@@ -301,8 +334,9 @@ fn the_last_credit_only_carries_credits_back() {
     // One credit left and nothing to return: no data.
     assert_eq!(s.tx_data(10, true), TxStep::Blocked);
     assert!(!s.writable());
-    // A message from the peer arrives and is read: now the last credit
-    // may go, carrying that slot back.
+    // A message from the peer arrives and is read: its slot is free, but
+    // not posted again yet — nothing to return (issue 12: a credit for a
+    // slot with no receive posted lets the peer's Send find none).
     let mut d = encode(Msg {
         credits: 0,
         body: Body::Data { eom: true },
@@ -310,12 +344,64 @@ fn the_last_credit_only_carries_credits_back() {
     d.push(7);
     s.on_message(0, &d).unwrap();
     s.consume(1);
+    assert_eq!(s.tx_data(10, true), TxStep::Blocked);
+    assert!(s.repost_due(), "our last credit waits for the repost");
+    // Posted again: now the last credit may go, carrying that slot back.
+    assert_eq!(s.take_reposts().collect::<Vec<_>>(), [0]);
     match s.tx_data(10, true) {
         TxStep::Data { msg, .. } => assert_eq!(msg.credits, 1),
         other => panic!("{other:?}"),
     }
     assert_eq!(s.credits(), 0);
     assert_eq!(s.tx_data(10, true), TxStep::Blocked);
+}
+
+/// A read's freed slot is left for a batch (`Stream::repost_due`) only
+/// when leaving it changes nothing the peer could wait for: with 16 slots
+/// (batches of up to 2 left) it is posted at once when a CREDIT is due
+/// with it counted (the peer short), or when we hold fewer than two
+/// credits (our last one's message must return some).
+#[test]
+fn a_freed_slot_is_left_unposted_only_when_no_one_waits_for_it() {
+    let data = |credits: u16| {
+        let mut d = encode(Msg {
+            credits,
+            body: Body::Data { eom: true },
+        });
+        d.push(7);
+        d
+    };
+    // Idle: one read's slot, then a second, are left; the third fills the
+    // batch.
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    for slot in 0..3 {
+        s.on_message(slot, &data(0)).unwrap();
+        s.consume(1);
+        assert_eq!(s.repost_due(), slot == 2, "slot {slot}");
+    }
+    assert_eq!(s.take_reposts().count(), 3);
+    assert!(s.poll_msg().is_none(), "3 returns make no CREDIT due");
+    // The peer short: 15 of our slots hold unread DATA, one is read.
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    for slot in 0..15 {
+        s.on_message(slot, &data(0)).unwrap();
+    }
+    s.consume(1);
+    assert!(
+        s.repost_due(),
+        "the peer holds one credit: return the slot now"
+    );
+    s.take_reposts().for_each(drop);
+    assert!(matches!(s.poll_msg(), Some(m) if m.credits == 1 && m.body == Body::Credit));
+    // Our last credit: its message must carry the slot back.
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    for _ in 0..15 {
+        assert!(matches!(s.tx_data(10, true), TxStep::Data { .. }));
+    }
+    assert_eq!(s.credits(), 1);
+    s.on_message(0, &data(0)).unwrap();
+    s.consume(1);
+    assert!(s.repost_due(), "one credit left: post the slot to send");
 }
 
 #[test]

@@ -141,6 +141,7 @@ impl XSocket {
                 // `qp_init` posts every slot, in order.
                 posted: (0..u32::from(opts.slots)).collect(),
                 retargeted: Vec::new(),
+                taken_unposted: 0,
                 news: None,
                 posts: 0,
                 unreaped: false,

@@ -103,6 +103,10 @@ pub(crate) struct State {
     /// Receives a placed read pointed at the program's buffers
     /// (`io/placed.rs`).
     pub(crate) retargeted: Vec<Retargeted>,
+    /// Of the slots the books freed and did not post again yet, those of
+    /// messages a waiting reader took as they landed (`take_direct`): the
+    /// only ones [`XSocket::repost`] leaves for a batch.
+    pub(crate) taken_unposted: u32,
     /// The engine's backlog and pending events as the last call on the
     /// engine reported them (`None`: a call that does not report them ran
     /// since): [`XSocket::rearm`] and the events check read them here
@@ -140,6 +144,13 @@ impl State {
     /// peer's FIN closed it. Waits for the peer end here.
     pub(crate) fn over(&self) -> bool {
         self.error.is_some() || self.peer_closed
+    }
+
+    /// Established, not over and no receive retargeted (`io/placed.rs`):
+    /// freed slots may wait for a batched repost (`XSocket::repost`).
+    #[inline]
+    pub(crate) fn steady(&self) -> bool {
+        self.established && !self.over() && self.retargeted.is_empty()
     }
 }
 
@@ -423,27 +434,55 @@ impl XSocket {
         }
     }
 
+    /// Posts again the receive slots the books freed. The slots of small
+    /// messages a waiting reader took as they landed (a ping-pong's
+    /// answers) are left for a batch, creditable to the peer only once
+    /// posted, unless the books want them now
+    /// ([`crate::stream::Stream::repost_due`]) or the connection is not in
+    /// its steady state (not established or over, a receive retargeted).
+    /// Any other freed slot posts them all.
     pub(crate) fn repost(&self, st: &mut State) {
-        let slots = st.s.take_reposts();
+        let left = st.s.unposted();
         // Most rounds free nothing (a message's slot is freed when it is
-        // read, after the round that received it).
-        if slots.len() == 0 {
+        // read, after the round that received it); a taken answer's slot
+        // mostly waits for the batch.
+        if left == 0 || (left == st.taken_unposted as usize && !st.s.repost_due() && st.steady()) {
             return;
         }
+        self.repost_now(st);
+    }
+
+    /// Posts again every receive slot the books freed (a batch left by
+    /// [`Self::repost`] included).
+    pub(crate) fn repost_now(&self, st: &mut State) {
+        st.taken_unposted = 0;
         let size = self.opts.slot_size;
-        let mut failed = false;
-        for slot in slots {
-            let wr = RecvWr {
+        let State {
+            s,
+            posted,
+            retargeted,
+            ..
+        } = &mut *st;
+        let before = posted.len();
+        // One take of the engine's lock for the batch; each slot is
+        // counted posted as it goes (the engine stops at a failure).
+        let wrs = s.take_reposts().map(|slot| {
+            posted.push_back(slot);
+            if !retargeted.is_empty() {
+                retargeted.retain(|r| r.slot != slot);
+            }
+            RecvWr {
                 wr_id: u64::from(slot),
                 sgl: self.rx.sge(slot as usize * size as usize, size).into(),
-            };
-            if self.qp.post_recv(wr).is_err() {
-                failed = true;
-            } else {
-                st.posted.push_back(slot);
             }
-            st.retargeted.retain(|r| r.slot != slot);
-        }
+        });
+        let failed = match self.qp.post_recv_batch(wrs) {
+            Ok(_) => false,
+            Err(e) => {
+                posted.truncate(before + e.posted);
+                true
+            }
+        };
         if !st.established || st.over() {
             // Outside RTS a receive is flushed at once (a transmit round).
             st.news = None;

@@ -258,6 +258,7 @@ impl XSocket {
         let t = st.s.take_message(slot, bytes, out.len(), st.msg_mode)?;
         out[..t.len].copy_from_slice(&bytes[t.off..t.off + t.len]);
         st.posted.pop_front();
+        st.taken_unposted += 1;
         st.arrivals += 1;
         self.count(Count::RxCopied, t.len);
         self.count(Count::RxTaken, 1);

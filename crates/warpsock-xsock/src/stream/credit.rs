@@ -6,15 +6,70 @@ use super::Stream;
 use crate::wire::{Body, Msg};
 
 impl Stream {
+    /// A message's slot is free (read, or never holding stream bytes):
+    /// to be posted again, and creditable once it is
+    /// ([`Self::take_reposts`]).
     pub(super) fn free(&mut self, slot: u32) {
-        self.unreturned += 1;
-        self.trigger += 1;
+        self.freed_trigger += 1;
         self.reposts.push(slot);
     }
 
-    /// Slots freed since the last call: post them again.
+    /// A CREDIT's slot is free: as [`Self::free`], but its return makes
+    /// no CREDIT of our own due (see `trigger`).
+    pub(super) fn free_credit(&mut self, slot: u32) {
+        self.reposts.push(slot);
+    }
+
+    /// Slots freed since the last call: post them again, every one (the
+    /// caller promises it: they count as returnable to the peer from now
+    /// on).
+    ///
+    /// A freed slot is creditable only once it is taken here (issue 12,
+    /// design (b) of session 16's note): a message never returns a credit
+    /// for a slot whose receive is not posted, which would let the peer's
+    /// Send find no receive (siw terminates it). So the I/O side may leave
+    /// freed slots to a later repost ([`Self::repost_due`]) and post them
+    /// in a batch.
     pub fn take_reposts(&mut self) -> std::vec::Drain<'_, u32> {
+        self.unreturned += self.reposts.len() as u32;
+        self.trigger += self.freed_trigger;
+        self.freed_trigger = 0;
         self.reposts.drain(..)
+    }
+
+    /// Whether the freed slots must be posted now ([`Self::take_reposts`])
+    /// rather than left for a later repost: `false` only when leaving
+    /// them changes nothing the peer could wait for. Now when
+    /// - a batch is full: `return_every - 1` slots (the reposts of a
+    ///   ping-pong's answers ride together; a batch never makes a CREDIT
+    ///   due by itself, which needs `return_every` unreturned);
+    /// - a CREDIT would be due with them counted (`credit_due` as if they
+    ///   were posted): the peer short, or a quarter of the window held —
+    ///   every return `poll_msg` would make today is made at once, so the
+    ///   peer is never left shorter than without the batch;
+    /// - we hold fewer than two credits: our last credit's message must
+    ///   return some (`may_send` counts posted slots only).
+    ///
+    /// With fewer than 12 slots the batch is one slot: no slot is left.
+    /// Otherwise the I/O side asks again whenever it could repost (the
+    /// socket: after every batch of completions it processes, so an
+    /// arrival that makes the peer short posts them), and the DATA sent
+    /// meanwhile returns the slots posted before it. When this is `false`
+    /// for slots of DATA (what the socket leaves: a reader's takes), the
+    /// peer holds at least two credits (such a slot makes a CREDIT due
+    /// when it holds fewer), so nothing it sends waits for them.
+    #[inline]
+    pub fn repost_due(&self) -> bool {
+        let n = self.reposts.len() as u32;
+        n != 0
+            && (n + 1 >= self.return_every()
+                || self.credits < 2
+                || self.credit_due_with(self.unreturned + n, self.trigger + self.freed_trigger))
+    }
+
+    /// Freed slots not yet posted again ([`Self::take_reposts`]).
+    pub fn unposted(&self) -> usize {
+        self.reposts.len()
     }
 
     /// Freed slots that make a CREDIT of our own due: a quarter of the
@@ -86,9 +141,16 @@ impl Stream {
     /// slots two idle sides never trade CREDITs back and forth.
     #[inline]
     pub(super) fn credit_due(&self) -> bool {
+        self.credit_due_with(self.unreturned, self.trigger)
+    }
+
+    /// [`Self::credit_due`] with `unreturned` slots returnable, `trigger`
+    /// of them from messages other than CREDIT.
+    #[inline]
+    fn credit_due_with(&self, unreturned: u32, trigger: u32) -> bool {
         let peer_has = u32::from(self.local.slots) - self.used;
-        let due = (self.unreturned > 0 && peer_has <= 1 && peer_has + self.unreturned >= 2)
-            || (self.trigger > 0 && (peer_has == 0 || self.unreturned >= self.return_every()));
+        let due = (unreturned > 0 && peer_has <= 1 && peer_has + unreturned >= 2)
+            || (trigger > 0 && (peer_has == 0 || unreturned >= self.return_every()));
         due && self.credits >= 1
     }
 

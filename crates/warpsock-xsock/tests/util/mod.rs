@@ -112,6 +112,13 @@ pub struct Side {
     pub sink_bytes: u64,
     pub copied_bytes: u64,
     pub msgs_sent: u64,
+    /// Slots freed by reads are posted again only when the books want it
+    /// ([`Stream::repost_due`]), as the socket does for the messages a
+    /// waiting reader takes; arrivals post every freed slot (as the
+    /// socket's `process`).
+    pub lazy_reposts: bool,
+    /// Rounds that ended with freed slots left unposted.
+    pub left_reposts: u64,
 }
 
 impl Side {
@@ -137,6 +144,8 @@ impl Side {
             sink_bytes: 0,
             copied_bytes: 0,
             msgs_sent: 0,
+            lazy_reposts: false,
+            left_reposts: 0,
         }
     }
 
@@ -194,8 +203,12 @@ impl Side {
         self.flush_control(&mut out);
         self.write(&mut out);
         self.read(rng);
-        let freed: Vec<u32> = self.s.take_reposts().collect();
-        self.posted.extend(freed);
+        if !self.lazy_reposts || self.s.repost_due() {
+            let freed: Vec<u32> = self.s.take_reposts().collect();
+            self.posted.extend(freed);
+        } else if self.s.unposted() > 0 {
+            self.left_reposts += 1;
+        }
         self.flush_control(&mut out);
         out
     }
