@@ -309,6 +309,24 @@ impl Msg {
         n
     }
 
+    /// [`Self::parse`] of a DATA message alone: `Some` exactly when
+    /// `parse` gives DATA (the same message), `None` for anything else
+    /// (another kind, or what `parse` rejects). A waiting reader's take of
+    /// a ping-pong's answer asks only this (issue 12: no `Result` of the
+    /// full `Msg`, no kind table).
+    #[inline]
+    pub fn parse_data(b: &[u8]) -> Option<Self> {
+        match b {
+            [kind, flags, c0, c1, _, _, _, _, ..] if *kind == Kind::Data as u8 => Some(Self {
+                credits: u16::from_be_bytes([*c0, *c1]),
+                body: Body::Data {
+                    eom: flags & FLAG_EOM != 0,
+                },
+            }),
+            _ => None,
+        }
+    }
+
     /// Parses the message at the start of a received slot. For DATA the
     /// payload is `b[HDR_LEN..]`; other kinds must have exactly their
     /// length.
@@ -443,6 +461,33 @@ mod tests {
                 slot_size: size,
             };
             assert_eq!(Hello::parse(&h.encode()), Err(WireError::Limits(h)));
+        }
+    }
+
+    /// `parse_data` is `parse` for DATA and nothing else: every kind
+    /// byte, flags, credits and length around the header's.
+    #[test]
+    fn parse_data_is_parse_of_data_alone() {
+        for kind in 0..=255u8 {
+            for len in [0, 1, 4, HDR_LEN - 1, HDR_LEN, HDR_LEN + 1, 40, 64] {
+                for flags in [0, FLAG_EOM, 0xfe, 0xff] {
+                    let mut b = vec![0x5a; len];
+                    if let Some(k) = b.first_mut() {
+                        *k = kind;
+                    }
+                    if len > 1 {
+                        b[1] = flags;
+                    }
+                    let want = Msg::parse(&b)
+                        .ok()
+                        .filter(|m| matches!(m.body, Body::Data { .. }));
+                    assert_eq!(
+                        Msg::parse_data(&b),
+                        want,
+                        "kind {kind} len {len} flags {flags}"
+                    );
+                }
+            }
         }
     }
 

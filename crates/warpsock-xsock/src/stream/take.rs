@@ -39,12 +39,12 @@ impl Stream {
         if self.readable_bytes != 0 || bytes.len() <= HDR_LEN || bytes.len() - HDR_LEN > room {
             return None;
         }
-        let Ok(
+        let Some(
             msg @ Msg {
                 body: Body::Data { eom },
                 ..
             },
-        ) = Msg::parse(bytes)
+        ) = Msg::parse_data(bytes)
         else {
             return None;
         };
@@ -92,6 +92,7 @@ impl Stream {
     /// peer's send calls): the stream position, the peer's call boundary
     /// and the sinks they decline. Returns whether there were any (an
     /// empty DATA only marks the boundary).
+    #[inline]
     pub(super) fn data_arrived(&mut self, len: usize, eom: bool) -> Result<bool, StreamError> {
         if self.eof {
             return Err(StreamError::DataAfterEof);
