@@ -18,6 +18,9 @@ use super::driven::DRIVEN_INLINE;
 use crate::shim::reactor;
 use crate::shim::sys::{lock, set_errno};
 
+#[cfg(test)]
+mod tests;
+
 impl Sock {
     /// A non-blocking receive on a socket fed by one parked connection and
     /// nothing else: a busy-poll spin, and in an event loop the receive
@@ -43,6 +46,8 @@ impl Sock {
         let eng = reactor::current()?;
         let (c, peer, holds) = {
             let g = lock(&self.inner);
+            // (A listed connection does not read, `Conn::set_ready` under
+            // this lock: `glance` below refuses it too.)
             if g.owned.len() != 1
                 || g.bells != 0
                 || g.udp_maybe
@@ -77,6 +82,11 @@ impl Sock {
             // asks so as not to poll a connection it must give up; this
             // path polls nothing).
             Served::Nothing if c.hint.load(Ordering::Relaxed) == HINT_UP => {
+                // A poll in another thread may have held a datagram on the
+                // connection since this read found nothing (the poll said
+                // readable): `held_or_again` serves it.
+                #[cfg(test)]
+                tests::after_empty_serve(self, &c);
                 // SAFETY: the application's msghdr (contract).
                 let r = unsafe { self.held_or_again(msg, flags, Some(1)) };
                 if r < 0 {

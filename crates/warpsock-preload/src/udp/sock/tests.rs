@@ -1,7 +1,8 @@
 //! An offloaded socket on loopback, for the tests of the `udp` module
 //! ([`offloaded`]); the doorbell after FIONREAD.
 
-use std::net::UdpSocket;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::IntoRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::Sock;
 use crate::shim::reactor::{self, Reactor};
 use crate::shim::sys::{self, lock};
+use crate::udp::conn::Conn;
 use crate::udp::core::frame::{self, NONCE_LEN};
 use crate::udp::core::setup::PROOF_LINGER;
 
@@ -20,8 +22,72 @@ pub(in crate::udp) fn offloaded() -> (&'static Reactor, Arc<Sock>) {
     (eng, Sock::transpose(u.into_raw_fd()).expect("offloaded"))
 }
 
+/// An accepted connection on loopback, established, carrying datagrams
+/// from `from` (its descriptor's far end returned, to write frames into;
+/// not in any socket, not watched by the progress thread).
+pub(in crate::udp) fn established(eng: &Reactor, from: SocketAddr) -> (Arc<Conn>, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let far = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (c, tcp_peer) = l.accept().unwrap();
+    let conn = Arc::new(Conn::accepted(
+        eng.new_id(),
+        c.into_raw_fd(),
+        tcp_peer,
+        [3; NONCE_LEN],
+    ));
+    {
+        let mut st = lock(&conn.st);
+        st.dest = Some(from);
+        st.setup.established();
+    }
+    (conn, far)
+}
+
+/// Bytes waiting in the connection's socket (`SIOCINQ`).
+pub(in crate::udp) fn inq(conn: &Conn) -> usize {
+    let fd = lock(&conn.st).fd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    assert_eq!(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) }, 0);
+    n as usize
+}
+
+/// Writes `bytes` into the connection from its far end and waits (20 s
+/// at most) until they all wait in its socket.
+pub(in crate::udp) fn arrive(conn: &Conn, far: &mut TcpStream, bytes: &[u8]) {
+    let want = inq(conn) + bytes.len();
+    far.write_all(bytes).unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while inq(conn) < want {
+        assert!(
+            Instant::now() < end,
+            "{} of {want} bytes arrived",
+            inq(conn)
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// One datagram of `payload` as the offload frames it.
+pub(in crate::udp) fn framed(payload: &[u8]) -> Vec<u8> {
+    [frame::header(payload.len()).as_slice(), payload].concat()
+}
+
+/// Runs `f` with a msghdr over `buf` (one iovec, no name, no control).
+pub(in crate::udp) fn with_msg<R>(buf: &mut [u8], f: impl FnOnce(&mut libc::msghdr) -> R) -> R {
+    let mut io = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: plain data; all-zero is an empty msghdr.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut io;
+    msg.msg_iovlen = 1;
+    f(&mut msg)
+}
+
 /// Whether `fd` reads as ready within `ms`.
-fn readable(fd: libc::c_int, ms: libc::c_int) -> bool {
+pub(in crate::udp) fn readable(fd: libc::c_int, ms: libc::c_int) -> bool {
     let mut p = [libc::pollfd {
         fd,
         events: libc::POLLIN,
