@@ -230,12 +230,12 @@ impl Sock {
                                 // sources just before; another pass (the
                                 // socket's lock, the ready list) per spin
                                 // of a busy-poll loop found nothing new.
-                                Served::Nothing if c.still_reading(*fd) => {
+                                Served::Nothing | Served::Spent if c.still_reading(*fd) => {
                                     d.park = true;
                                     // SAFETY: the application's msghdr.
                                     return unsafe { self.held_or_again(msg, flags, Some(looks)) };
                                 }
-                                Served::Nothing => {}
+                                Served::Nothing | Served::Spent => {}
                             }
                         }
                         d.prune();
@@ -325,6 +325,9 @@ impl Sock {
         udp_hint: &mut bool,
     ) -> Option<isize> {
         // Bounded: each round serves, or drains a connection off the list.
+        // A connection whose steps ran out (`Served::Spent`) is served once
+        // a call: it is listed again at the back, behind the others.
+        let mut spent: Option<Arc<Conn>> = None;
         for _ in 0..64 {
             let mut resume = Vec::new();
             let mut found = Vec::new();
@@ -360,12 +363,17 @@ impl Sock {
             match pick {
                 Pick::Done(r) => return Some(r),
                 Pick::Conn(c) => {
+                    if spent.as_ref().is_some_and(|s| Arc::ptr_eq(s, &c)) {
+                        // Round the list: the rest is the next call's.
+                        return None;
+                    }
                     let eng = reactor::current()?;
                     let peer = self.peer();
                     // SAFETY: the application's msghdr (contract).
-                    let served = unsafe { self.serve(eng, &c, msg, flags, Via::Ready, peer) };
-                    if let Served::Dgram(r) = served {
-                        return Some(r);
+                    match unsafe { self.serve(eng, &c, msg, flags, Via::Ready, peer) } {
+                        Served::Dgram(r) => return Some(r),
+                        Served::Spent => spent = Some(c),
+                        Served::Nothing => {}
                     }
                 }
                 Pick::Again => {}

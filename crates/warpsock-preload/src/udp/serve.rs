@@ -17,9 +17,10 @@
 //! taken off the list and armed again (or, parked, left parked:
 //! `super::park`), so that the program's descriptor
 //! stays readable exactly while a receive call would return something.
-//! A call takes at most [`SERVE_STEPS`] steps without serving a datagram
-//! (frames a connected socket discards, reads of a partial frame): a
-//! flood from a peer the socket does not hear cannot keep it reading.
+//! A serve takes at most [`SERVE_STEPS`] discards and reads (frames a
+//! connected socket discards, reads of a partial frame), and a receive
+//! call serves a connection whose steps ran out no more ([`Served::Spent`]):
+//! a flood from a peer the socket does not hear cannot keep it reading.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -56,16 +57,23 @@ pub(super) enum Served {
     Dgram(isize),
     /// Nothing (the connection is drained, or closed).
     Nothing,
+    /// Nothing yet: [`SERVE_STEPS`] discards and reads ran out before the
+    /// connection's input did (a flood from a peer a connected socket does
+    /// not hear). What is in hand stays announced; the call answers as it
+    /// answers with nothing (`EAGAIN`, or its wait), and does not serve the
+    /// connection again (`Sock::take`).
+    Spent,
 }
 
-/// How many steps one [`Sock::serve`] takes without serving a datagram: a
-/// frame discarded (a connected socket hears its peer only) or a read of a
-/// partial frame. Past it the call ends with nothing, the rest left for the
-/// next call: a connection from a peer the socket does not hear, flooded
-/// faster than the call discards, kept one call reading for as long as the
-/// flood lasted, holding the connection's locks (`order`, which the
-/// progress thread takes for each of the connection's events) and its
-/// CPU. A legitimate datagram needs one step per read of its parts.
+/// How many steps one [`Sock::serve`] takes before a discard or a read: a
+/// frame discarded (a connected socket hears its peer only), or a read of
+/// a partial frame. Past it the serve ends with [`Served::Spent`], the
+/// rest left for the next call: a connection from a peer the socket does
+/// not hear, flooded faster than the call discards, kept one call reading
+/// for as long as the flood lasted, holding the connection's locks
+/// (`order`, which the progress thread takes for each of the connection's
+/// events) and its CPU. A deliverable whole frame is served whatever the
+/// count (the read that completed it may be the last step).
 pub(super) const SERVE_STEPS: usize = 64;
 
 /// Whether a whole frame waits at the front of the buffer.
@@ -171,23 +179,22 @@ impl Sock {
         {
             let mut st = lock(&conn.st);
             fd = st.fd;
+            // Discards and reads so far (`SERVE_STEPS`), and whether they
+            // ran out before the connection's input did.
             let mut steps = 0;
+            let mut spent = false;
             while st.setup.delivering() {
-                if steps == SERVE_STEPS {
-                    // The rest is the next call's. `more` stays false: a
-                    // listed connection is armed again (level-triggered: a
-                    // socket with more to read is announced at once), a
-                    // direct one stays as it was.
-                    stats::inc(&STATS.rx_serve_budget);
-                    break;
-                }
-                steps += 1;
                 match st.rx.peek() {
                     Parsed::Frame(len) if len <= st.max_dgram => {
                         let Some(src) = st.dest else { break };
                         let payload = &st.rx.pending()[HDR_LEN..HDR_LEN + len];
                         if peer.is_some_and(|p| p != src) {
                             // A connected socket hears its peer only.
+                            if steps == SERVE_STEPS {
+                                spent = true;
+                                break;
+                            }
+                            steps += 1;
                             stats::inc(&STATS.rx_filtered);
                             st.rx.consume(HDR_LEN + len);
                             continue;
@@ -244,15 +251,22 @@ impl Sock {
                         st.rx.consume(HDR_LEN + len);
                         st.setup.proven();
                     }
-                    Parsed::Partial => match Conn::read_some(&mut st) {
-                        Rd::Data(_) => {}
-                        Rd::Again => break,
-                        Rd::Eof | Rd::Err => {
-                            stats::inc(&STATS.conns_closed);
-                            gone = Some((conn.die(&mut st), st.dest));
-                            break;
+                    Parsed::Partial if steps == SERVE_STEPS => {
+                        spent = true;
+                        break;
+                    }
+                    Parsed::Partial => {
+                        steps += 1;
+                        match Conn::read_some(&mut st) {
+                            Rd::Data(_) => {}
+                            Rd::Again => break,
+                            Rd::Eof | Rd::Err => {
+                                stats::inc(&STATS.conns_closed);
+                                gone = Some((conn.die(&mut st), st.dest));
+                                break;
+                            }
                         }
-                    },
+                    }
                     // Too long for its family, an unknown control frame, or
                     // not warpsock framing.
                     Parsed::Frame(_) | Parsed::Control(..) | Parsed::Invalid => {
@@ -261,6 +275,15 @@ impl Sock {
                         break;
                     }
                 }
+            }
+            if spent {
+                // The rest is the next call's, announced as any input in
+                // hand is: a whole frame keeps the connection listed (at
+                // the back) with a doorbell; a partial one waits for its
+                // bytes in the socket, which the watch or the poll sees.
+                stats::inc(&STATS.rx_serve_budget);
+                served = Served::Spent;
+                more = whole_frame(&st);
             }
             if st.setup.phase() == Phase::Dead {
                 more = false;

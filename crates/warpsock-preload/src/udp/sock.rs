@@ -524,8 +524,17 @@ impl Sock {
     /// a new edge, and `on_udp_ready` rings again once we release `inner`.
     /// Trusting the stale hint left a doorbell behind with nothing to
     /// receive, and the descriptor read as ready.
+    ///
+    /// After `shutdown(SHUT_RD)` the doorbell stays rung: a receive returns
+    /// 0 at once, and a wait that would learn of it must not be left
+    /// waiting by a look that found nothing (FIONREAD taking a proof off).
     pub(super) fn settle(&self, g: &mut Inner) {
-        if g.bells == 0 || !g.rxq.is_empty() || !g.ready.is_empty() || self.gro_pending() {
+        if g.bells == 0
+            || self.shut_rd.load(Ordering::Relaxed)
+            || !g.rxq.is_empty()
+            || !g.ready.is_empty()
+            || self.gro_pending()
+        {
             return;
         }
         if g.udp_maybe {

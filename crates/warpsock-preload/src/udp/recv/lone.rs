@@ -81,7 +81,7 @@ impl Sock {
             // watch's lock (`Conn::still_reading`, which the general path
             // asks so as not to poll a connection it must give up; this
             // path polls nothing).
-            Served::Nothing if c.hint.load(Ordering::Relaxed) == HINT_UP => {
+            Served::Nothing | Served::Spent if c.hint.load(Ordering::Relaxed) == HINT_UP => {
                 // A poll in another thread may have held a datagram on the
                 // connection since this read found nothing (the poll said
                 // readable): `held_or_again` serves it.
@@ -94,7 +94,7 @@ impl Sock {
                 }
                 Some(r)
             }
-            Served::Nothing => None,
+            Served::Nothing | Served::Spent => None,
         }
     }
 

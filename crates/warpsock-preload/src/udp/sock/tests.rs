@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Sock;
-use crate::shim::reactor::{self, Reactor};
-use crate::shim::sys::{self, lock};
+use crate::shim::reactor::{self, Handler, Reactor};
+use crate::shim::sys::{self, errno, lock};
 use crate::udp::conn::Conn;
 use crate::udp::core::frame::{self, NONCE_LEN};
 use crate::udp::core::setup::PROOF_LINGER;
@@ -24,7 +24,8 @@ pub(in crate::udp) fn offloaded() -> (&'static Reactor, Arc<Sock>) {
 
 /// An accepted connection on loopback, established, carrying datagrams
 /// from `from` (its descriptor's far end returned, to write frames into;
-/// not in any socket, not watched by the progress thread).
+/// in no socket; registered with the progress thread, its events
+/// ignored).
 pub(in crate::udp) fn established(eng: &Reactor, from: SocketAddr) -> (Arc<Conn>, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let far = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -40,7 +41,16 @@ pub(in crate::udp) fn established(eng: &Reactor, from: SocketAddr) -> (Arc<Conn>
         st.dest = Some(from);
         st.setup.established();
     }
+    let fd = lock(&conn.st).fd;
+    assert!(eng.register(fd, conn.id, 0, Arc::new(Nobody)));
     (conn, far)
+}
+
+/// A handler that does nothing (the connection's events are the test's).
+struct Nobody;
+
+impl Handler for Nobody {
+    fn on_ready(&self, _: &'static Reactor, _: u32) {}
 }
 
 /// Bytes waiting in the connection's socket (`SIOCINQ`).
@@ -86,6 +96,20 @@ pub(in crate::udp) fn with_msg<R>(buf: &mut [u8], f: impl FnOnce(&mut libc::msgh
     f(&mut msg)
 }
 
+/// A non-blocking receive into a 64-byte buffer: its bytes, or the errno.
+pub(in crate::udp) fn recv_nonblocking(sock: &Sock) -> Result<Vec<u8>, i32> {
+    let mut buf = [0u8; 64];
+    // SAFETY: the msghdr describes `buf`, writable for the call.
+    let n = with_msg(&mut buf, |msg| unsafe {
+        sock.recvmsg(msg, libc::MSG_DONTWAIT)
+    });
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(buf[..n as usize].to_vec())
+    }
+}
+
 /// Whether `fd` reads as ready within `ms`.
 pub(in crate::udp) fn readable(fd: libc::c_int, ms: libc::c_int) -> bool {
     let mut p = [libc::pollfd {
@@ -96,28 +120,32 @@ pub(in crate::udp) fn readable(fd: libc::c_int, ms: libc::c_int) -> bool {
     sys::poll(&mut p, ms) > 0
 }
 
-/// FIONREAD that takes the last proof off the hidden socket settles the
-/// doorbell, as the receive's look does: a proof whose arrival rang (it
-/// came after the progress thread took proofs off, before it looked
-/// whether the socket held more) left the program's descriptor readable
-/// with nothing to receive, and an event loop that sizes before it reads
-/// woke again and again. Staged: a datagram in the proof's format arrives
-/// while no proof is awaited (the progress thread rings for it as the
-/// program's), then a proof with its nonce is awaited (a re-sent copy of
-/// one seen, lingering) and FIONREAD takes it off.
-#[test]
-fn fionread_that_takes_the_last_proof_off_settles_the_doorbell() {
-    let (_eng, sock) = offloaded();
+/// Stages a proof datagram at the hidden socket's head whose arrival
+/// rang the doorbell: it arrives while no proof is awaited (the progress
+/// thread rings for it as the program's), then a proof with its nonce is
+/// awaited (a re-sent copy of one seen, lingering).
+fn rung_proof(sock: &Sock) -> (UdpSocket, SocketAddr) {
     let at = sys::local_addr(sock.udp).expect("bound");
     let nonce = [9; NONCE_LEN];
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     tx.send_to(&frame::proof(&nonce), at).unwrap();
     assert!(readable(sock.bell.app, 20_000), "the arrival did not ring");
-    {
-        let mut g = lock(&sock.inner);
-        g.recent.push_back((Instant::now() + PROOF_LINGER, nonce));
-        sock.count_proofs(&mut g);
-    }
+    let mut g = lock(&sock.inner);
+    g.recent.push_back((Instant::now() + PROOF_LINGER, nonce));
+    sock.count_proofs(&mut g);
+    (tx, at)
+}
+
+/// FIONREAD that takes the last proof off the hidden socket settles the
+/// doorbell, as the receive's look does: a proof whose arrival rang (it
+/// came after the progress thread took proofs off, before it looked
+/// whether the socket held more) left the program's descriptor readable
+/// with nothing to receive, and an event loop that sizes before it reads
+/// woke again and again. Staged by [`rung_proof`]; FIONREAD takes it off.
+#[test]
+fn fionread_that_takes_the_last_proof_off_settles_the_doorbell() {
+    let (_eng, sock) = offloaded();
+    let (tx, at) = rung_proof(&sock);
     assert_eq!(sock.next_size(), 0, "a proof is never sized");
     assert!(!sock.udp_readable(), "the proof was taken off");
     assert_eq!(lock(&sock.inner).bells, 0, "the doorbell is still rung");
@@ -129,4 +157,23 @@ fn fionread_that_takes_the_last_proof_off_settles_the_doorbell() {
         assert!(Instant::now() < end, "the next datagram did not ring");
     }
     assert_eq!(sock.next_size(), 4);
+}
+
+/// After `shutdown(SHUT_RD)` the doorbell stays rung whatever a look finds:
+/// FIONREAD taking the last proof off settled it, and a poll or epoll
+/// waiting to learn of the shutdown (a receive returns 0 at once) was left
+/// waiting.
+#[test]
+fn a_shutdown_for_reading_keeps_the_doorbell_rung() {
+    let (_eng, sock) = offloaded();
+    let _staged = rung_proof(&sock);
+    // Unconnected: Linux shuts it down all the same and says ENOTCONN.
+    assert_eq!(sock.shutdown(libc::SHUT_RD), -1);
+    assert!(sock.shut_rd.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(sock.next_size(), 0);
+    assert!(!sock.udp_readable(), "the proof was taken off");
+    assert!(
+        readable(sock.bell.app, 0),
+        "the shutdown's doorbell was drained"
+    );
 }

@@ -9,10 +9,10 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::shim::reactor::{Handler, Reactor};
-use crate::shim::sys::{errno, lock};
+use crate::shim::reactor::Reactor;
+use crate::shim::sys::lock;
 use crate::udp::conn::{Conn, DGRAM_OVERHEAD, HINT_UP};
-use crate::udp::sock::tests::{arrive, established, framed, offloaded, readable, with_msg};
+use crate::udp::sock::tests::{arrive, established, framed, offloaded, readable, recv_nonblocking};
 use crate::udp::sock::{Dgram, Sock};
 
 /// What a test runs in `recv_lone` after its read of the lone connection
@@ -31,13 +31,6 @@ pub(super) fn after_empty_serve(sock: &Sock, c: &Arc<Conn>) {
     }
 }
 
-/// A handler that does nothing (the connection's events are the test's).
-struct Nobody;
-
-impl Handler for Nobody {
-    fn on_ready(&self, _: &'static Reactor, _: u32) {}
-}
-
 /// A socket fed by one established connection and nothing else, as
 /// `recv_lone` looks for it: the connection is the socket's, up, parked
 /// (a receive call returned a datagram from it), the hidden kernel socket
@@ -46,7 +39,6 @@ fn lone() -> (&'static Reactor, Arc<Sock>, Arc<Conn>, TcpStream) {
     let (eng, sock) = offloaded();
     let (conn, far) = established(eng, "127.0.0.1:3333".parse().unwrap());
     let fd = lock(&conn.st).fd;
-    assert!(eng.register(fd, conn.id, 0, Arc::new(Nobody)));
     conn.hint.store(HINT_UP, Ordering::Relaxed);
     assert_eq!(conn.claim(eng), Some(fd));
     assert!(conn.unclaim(eng, fd, true), "parked");
@@ -58,25 +50,11 @@ fn lone() -> (&'static Reactor, Arc<Sock>, Arc<Conn>, TcpStream) {
     (eng, sock, conn, far)
 }
 
-/// A non-blocking receive into a 64-byte buffer: its bytes, or the errno.
-fn recv_nb(sock: &Sock) -> Result<Vec<u8>, i32> {
-    let mut buf = [0u8; 64];
-    // SAFETY: the msghdr describes `buf`, writable for the call.
-    let n = with_msg(&mut buf, |msg| unsafe {
-        sock.recvmsg(msg, libc::MSG_DONTWAIT)
-    });
-    if n < 0 {
-        Err(errno())
-    } else {
-        Ok(buf[..n as usize].to_vec())
-    }
-}
-
 /// Nothing anywhere: the short path's `EAGAIN`.
 #[test]
 fn a_lone_parked_connection_with_nothing_answers_eagain() {
     let (_eng, sock, _conn, _far) = lone();
-    assert_eq!(recv_nb(&sock), Err(libc::EAGAIN));
+    assert_eq!(recv_nonblocking(&sock), Err(libc::EAGAIN));
 }
 
 /// A datagram queued without a doorbell (a receive call read it itself)
@@ -93,8 +71,8 @@ fn a_datagram_queued_without_a_doorbell_is_received() {
         src: "127.0.0.1:4444".parse().unwrap(),
         data,
     });
-    assert_eq!(recv_nb(&sock), Ok(b"queued".to_vec()));
-    assert_eq!(recv_nb(&sock), Err(libc::EAGAIN));
+    assert_eq!(recv_nonblocking(&sock), Ok(b"queued".to_vec()));
+    assert_eq!(recv_nonblocking(&sock), Err(libc::EAGAIN));
 }
 
 /// A connection listed without a doorbell (a blocking call's poll loop
@@ -120,12 +98,12 @@ fn a_connection_listed_without_a_doorbell_keeps_the_next_datagram_announced() {
     conn.set_ready(eng);
     // Refused by the glance as well as by the look at the list.
     assert_eq!(conn.glance(), None, "a listed connection glanced at");
-    assert_eq!(recv_nb(&sock), Ok(b"first".to_vec()));
+    assert_eq!(recv_nonblocking(&sock), Ok(b"first".to_vec()));
     assert!(
         readable(sock.bell.app, 0),
         "a datagram waits and the descriptor does not read as ready"
     );
-    assert_eq!(recv_nb(&sock), Ok(b"second".to_vec()));
+    assert_eq!(recv_nonblocking(&sock), Ok(b"second".to_vec()));
 }
 
 /// A datagram a poll in another thread held after the short path's read
@@ -147,11 +125,11 @@ fn a_datagram_a_poll_held_meanwhile_is_received() {
             ));
         }));
     });
-    assert_eq!(recv_nb(&sock), Ok(b"held".to_vec()));
+    assert_eq!(recv_nonblocking(&sock), Ok(b"held".to_vec()));
     assert!(
         AFTER_EMPTY_SERVE.with(|a| a.borrow().is_none()),
         "the short path was not taken"
     );
     assert!(!conn.held.load(Ordering::Relaxed));
-    assert_eq!(recv_nb(&sock), Err(libc::EAGAIN));
+    assert_eq!(recv_nonblocking(&sock), Err(libc::EAGAIN));
 }
