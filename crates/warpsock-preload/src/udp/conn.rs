@@ -190,6 +190,11 @@ pub(super) struct Interest {
     /// already read, so its timer, due at once, does (`Conn::on_timer`
     /// puts it on the ready list and rings the doorbell).
     handback: Option<Instant>,
+    /// Given back by `park::release_all` (a wait in another thread that
+    /// sees only the doorbell) while claimed: the claims' end leaves it to
+    /// the progress thread instead of parking it again, which left that
+    /// wait blind to the connection until the park timer (`super::park`).
+    pub(super) given_back: bool,
 }
 
 /// Connection being set up (first attempt, or accepted awaiting the preamble).
@@ -410,6 +415,7 @@ impl Conn {
                 listed: false,
                 used: false,
                 handback: None,
+                given_back: false,
             }),
         }
     }

@@ -29,7 +29,10 @@
 //! - `poll`/`ppoll` watch them itself (`Sock::wait_begin`);
 //! - `select`, `pselect`, `epoll_wait`, `epoll_pwait` and `epoll_pwait2`
 //!   give every parked connection back before they wait
-//!   ([`release_all`], through `Kind::before_wait`).
+//!   ([`release_all`], through `Kind::before_wait`); one that a waiting
+//!   poll in another thread has claimed then is not parked again when that
+//!   claim ends (`Interest::given_back`): the wait would have been blind
+//!   to it until the timer below.
 //!
 //! Taking a parked connection over (a receive call's or a poll's claim)
 //! leaves it marked parked, and the claim's end leaves the mark as it is:

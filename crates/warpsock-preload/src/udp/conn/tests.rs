@@ -79,6 +79,7 @@ fn a_watch_that_asks_nothing_is_edge_triggered() {
             listed: false,
             used: false,
             handback: None,
+            given_back: false,
         };
         let m = i.mask();
         assert!(
@@ -240,6 +241,39 @@ fn a_hold_on_a_connection_given_back_meanwhile_is_handed_back() {
     assert!(
         lock(&conn.ev).handback.is_some(),
         "a held datagram on a given-back connection has nothing to announce it"
+    );
+    let _ = conn.die(&mut lock(&conn.st));
+    eng.deregister(conn.id, None);
+}
+
+/// A wait in another thread that sees only the doorbell (`select`,
+/// `epoll_wait`: `park::release_all`) gives a parked connection back while
+/// a waiting poll has it claimed: the claim's end leaves it to the progress
+/// thread. It parked it again, unwatched, and that wait was blind to the
+/// connection's input until the park timer gave it back (10 ms). The claim
+/// after that parks as before.
+#[test]
+fn a_claim_given_back_meanwhile_does_not_park_again() {
+    let (eng, conn, fd, _peer) = accepted();
+    let input = libc::EPOLLIN as u32;
+    assert_eq!(conn.claim(eng), Some(fd));
+    assert!(conn.unclaim(eng, fd, true));
+    assert!(lock(&conn.ev).parked.is_some(), "parked");
+    // A waiting poll claims it; another thread's wait gives it back.
+    assert_eq!(conn.claim(eng), Some(fd));
+    assert!(conn.released(eng));
+    assert!(conn.unclaim(eng, fd, true));
+    {
+        let i = lock(&conn.ev);
+        assert!(i.parked.is_none(), "parked again after release_all");
+        assert_eq!(i.mask() & input, input, "not watched for input");
+    }
+    // The next claim and its end park it again.
+    assert_eq!(conn.claim(eng), Some(fd));
+    assert!(conn.unclaim(eng, fd, true));
+    assert!(
+        lock(&conn.ev).parked.is_some(),
+        "not parked by the next claim"
     );
     let _ = conn.die(&mut lock(&conn.st));
     eng.deregister(conn.id, None);

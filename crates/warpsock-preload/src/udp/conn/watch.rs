@@ -188,10 +188,14 @@ impl Conn {
         let old = i.mask();
         i.callers = i.callers.saturating_sub(1);
         if i.callers == 0 {
+            let given_back = std::mem::take(&mut i.given_back);
             if !(park && (i.read || i.edge) && i.fd == fd && fd >= 0) {
                 // Given back (a connection claimed while parked is still
                 // marked parked: `claim`).
                 park::clear(&mut i.parked);
+            } else if given_back {
+                // `park::release_all` gave it back during the claim: a wait
+                // elsewhere relies on the progress thread watching it.
             } else if i.parked.is_none() {
                 if i.edge {
                     stats::inc(&STATS.rx_parked_ready);
@@ -283,7 +287,10 @@ impl Conn {
     pub(in crate::udp) fn released(&self, eng: &Reactor) -> bool {
         let mut i = lock(&self.ev);
         i.listed = false;
-        self.unpark_locked(&mut i, eng, None)
+        let given = self.unpark_locked(&mut i, eng, None);
+        // Claimed meanwhile: its claims' end must not park it again.
+        i.given_back = given && i.callers > 0;
+        given
     }
 
     pub(super) fn unpark_locked(
