@@ -557,6 +557,18 @@ impl Sock {
         sys::poll(&mut p, 0) > 0 && p[0].revents & (libc::POLLIN | libc::POLLERR) != 0
     }
 
+    /// Whether the hidden UDP socket holds a pending error (an ICMP error
+    /// on a connected socket: `ECONNREFUSED`), which the next receive on it,
+    /// a peek too, reports once and clears.
+    pub(super) fn udp_error_pending(&self) -> bool {
+        let mut p = [libc::pollfd {
+            fd: self.udp,
+            events: 0,
+            revents: 0,
+        }];
+        sys::poll(&mut p, 0) > 0 && p[0].revents & libc::POLLERR != 0
+    }
+
     /// Progress thread: datagrams arrived on the hidden UDP socket.
     ///
     /// A blocking receive also polls that socket and may already have taken

@@ -58,6 +58,12 @@ impl Sock {
     pub(in crate::udp) fn take_proofs_head(&self) -> (Vec<(SocketAddr, [u8; NONCE_LEN])>, bool) {
         let mut found = Vec::new();
         loop {
+            if self.udp_error_pending() {
+                // The program's: a peek would clear it (`sock_error` in the
+                // kernel's `__skb_recv_udp`, `MSG_PEEK` or not), and the
+                // program's receive, or its FIONREAD, would not see it.
+                return (found, true);
+            }
             let mut buf = [0u8; PROOF_LEN + 1];
             // SAFETY: sockaddr_storage is plain data.
             let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };

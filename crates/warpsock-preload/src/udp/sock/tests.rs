@@ -177,3 +177,38 @@ fn a_shutdown_for_reading_keeps_the_doorbell_rung() {
         "the shutdown's doorbell was drained"
     );
 }
+
+/// A pending error on the hidden socket (ICMP port unreachable after a
+/// send on a connected socket: `ECONNREFUSED`) reaches the program's
+/// receive while proofs are awaited: the look for proofs at the head
+/// peeked, and a peek clears the error (`sock_error` in the kernel's
+/// `__skb_recv_udp`), so the receive said `EAGAIN`.
+#[test]
+fn a_pending_error_is_received_while_proofs_are_awaited() {
+    let (_eng, sock) = offloaded();
+    {
+        let mut g = lock(&sock.inner);
+        g.recent
+            .push_back((Instant::now() + PROOF_LINGER, [5; NONCE_LEN]));
+        sock.count_proofs(&mut g);
+    }
+    // A port nobody listens on (bound, then closed).
+    let closed = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (ss, len) = sys::addr_to_raw(&closed);
+    // SAFETY: a sockaddr of `len` bytes.
+    let r = unsafe { libc::connect(sock.udp, (&ss as *const libc::sockaddr_storage).cast(), len) };
+    assert_eq!(r, 0);
+    // SAFETY: a send from a static buffer on the hidden socket.
+    let n = unsafe { libc::send(sock.udp, b"x".as_ptr().cast(), 1, 0) };
+    assert_eq!(n, 1);
+    let end = Instant::now() + Duration::from_secs(20);
+    while !sock.udp_error_pending() && !readable(sock.bell.app, 0) {
+        assert!(Instant::now() < end, "no ICMP error came back");
+        std::thread::yield_now();
+    }
+    assert_eq!(recv_nonblocking(&sock), Err(libc::ECONNREFUSED));
+    assert_eq!(recv_nonblocking(&sock), Err(libc::EAGAIN));
+}
