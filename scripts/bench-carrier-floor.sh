@@ -14,7 +14,10 @@
 # Usage: scripts/bench-carrier-floor.sh [rounds, default 9]
 #        scripts/bench-carrier-floor.sh --check   (the test command: builds
 #        with -Werror, runs every shape briefly, checks each ran; no timing)
-# Environment: ROUND_TRIPS per run (default 20000).
+# Environment: ROUND_TRIPS per run (default 20000); CC_AB=NAME also runs
+# the two offload shapes with congestion control NAME on their connections
+# (WARPSOCK_TCP_CONGESTION, default bbr as in the preload) in every round,
+# right after the default's, as an A/B of the preload's default.
 # Each round runs every shape once, the two of a pair back to back (which
 # goes first alternates by round), so that the machine's drift hits both
 # alike; medians of the rounds and their ratios at the end. Heavy: run it
@@ -48,8 +51,16 @@ for ((r = 1; r <= ROUNDS; r++)); do
         read -r base carried <<<"$p"
         order=("$base" "$carried")
         ((r % 2 == 0)) && order=("$carried" "$base")
+        if [ -n "${CC_AB:-}" ] && [ "${carried#offload}" != "$carried" ]; then
+            order+=("$carried@$CC_AB")
+        fi
         for s in "${order[@]}"; do
-            out=$("$BIN" "$s" "$RT")
+            if [ "${s#*@}" != "$s" ]; then
+                out=$(WARPSOCK_TCP_CONGESTION="${s#*@}" "$BIN" "${s%@*}" "$RT")
+                out="$s ${out#* }"
+            else
+                out=$("$BIN" "$s" "$RT")
+            fi
             read -r name us n <<<"$out"
             if [ "$name" != "$s" ] || [ "$n" != "$RT" ] || ! awk -v u="$us" 'BEGIN { exit !(u > 0) }'; then
                 echo "carrier-floor $s: unexpected output '$out'" >&2
@@ -75,5 +86,10 @@ for i in "${!PAIRS[@]}"; do
     mc=$(median "$WORK/$carried")
     ratio=$(awk -v a="$mc" -v b="$mb" 'BEGIN { printf "%.3f", a / b }')
     printf '%-10s %14s %10.2f %14s %10.2f %7sx %7sx\n' "${LABELS[$i]}" "$base" "$mb" "$carried" "$mc" "$ratio" "<=${TARGETS[$i]}"
+    if [ -s "$WORK/$carried@${CC_AB:-}" ]; then
+        ma=$(median "$WORK/$carried@$CC_AB")
+        ratio=$(awk -v a="$ma" -v b="$mb" 'BEGIN { printf "%.3f", a / b }')
+        printf '%-10s %14s %10.2f %14s %10.2f %7sx %7sx\n' "" "" "$mb" "+$CC_AB" "$ma" "$ratio" "<=${TARGETS[$i]}"
+    fi
 done
 echo "(medians of $ROUNDS rounds; us per round trip; load at the end: $(cut -d' ' -f1-3 /proc/loadavg))"
