@@ -22,12 +22,14 @@
 //                 bbr, where the kernel has it), each datagram framed by a 4-byte big-endian length
 //                 (sendmsg of [header, payload], MSG_DONTWAIT|MSG_NOSIGNAL),
 //                 received by recv(MSG_DONTWAIT) into a 256 KiB buffer; the
-//                 poll watches [program's UDP socket, companion, connection]
-//                 (the program's descriptor is the hidden kernel UDP socket,
-//                 bound and connected, idle); the progress thread's epoll set
-//                 holds the hidden socket (EPOLLIN|EPOLLET) and the parked
-//                 connection (EPOLLET, no events), as the preload registers
-//                 them (nobody waits on it: its thread sleeps).
+//                 poll watches [program's descriptor, companion, connection]
+//                 (the program's descriptor is the doorbell's end, an idle
+//                 AF_UNIX stream socket: the preload moves the kernel UDP
+//                 socket away from it); the progress thread's epoll set
+//                 holds the hidden kernel UDP socket (bound and connected,
+//                 idle; EPOLLIN|EPOLLET) and the parked connection (EPOLLET,
+//                 no events), as the preload registers them (nobody waits on
+//                 it: its thread sleeps).
 //  udp-busy,      as above with the suite's busy mode: each side spins on its
 //  offload-busy   passes (a clock read per pass) for up to 1000 us, then polls.
 //  tcp-event      host TCP, as the suite's `tcp` transport: blocking
@@ -93,7 +95,9 @@ struct side {
     int ping;
     int data; /* UDP socket, offload connection or stream connection */
     int ctl;  /* the companion TCP connection (datagram shapes) */
-    int hid;  /* offload: the program's own (hidden kernel) UDP socket */
+    int hid;  /* offload: the hidden kernel UDP socket */
+    int bell; /* offload: the program's descriptor, the doorbell's end */
+    int ring; /* offload: the doorbell's other end (the library's) */
     int ep;   /* offload: the progress thread's epoll set */
     unsigned char *rx;
     size_t have;       /* carried bytes read and not yet a whole message */
@@ -198,6 +202,7 @@ static void setup(const struct shape *sh, struct side *c, struct side *s) {
     c->sh = s->sh = sh;
     c->ping = 1;
     c->ctl = s->ctl = c->hid = s->hid = c->ep = s->ep = -1;
+    c->bell = s->bell = c->ring = s->ring = -1;
     if (sh->fam == DGRAM) {
         tcp_pair(&c->ctl, &s->ctl);
         nonblock(c->ctl);
@@ -211,6 +216,12 @@ static void setup(const struct shape *sh, struct side *c, struct side *s) {
             nonblock(s->hid);
             struct side *both[2] = {c, s};
             for (int i = 0; i < 2; i++) {
+                int sv[2];
+                if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair");
+                both[i]->bell = sv[0];
+                both[i]->ring = sv[1];
+                nonblock(sv[0]);
+                nonblock(sv[1]);
                 both[i]->ep = epoll_create1(0);
                 if (both[i]->ep < 0) die("epoll_create1");
                 epoll_add(both[i]->ep, both[i]->hid, EPOLLIN | EPOLLET);
@@ -339,7 +350,7 @@ static void wait_msg(struct side *x) {
     struct pollfd p[3];
     int k = 0;
     if (x->sh->fam == DGRAM) {
-        p[k++] = (struct pollfd){x->sh->carried ? x->hid : x->data, POLLIN, 0};
+        p[k++] = (struct pollfd){x->sh->carried ? x->bell : x->data, POLLIN, 0};
         p[k++] = (struct pollfd){x->ctl, POLLIN, 0};
         if (x->sh->carried) p[k++] = (struct pollfd){x->data, POLLIN, 0};
     } else {
