@@ -50,6 +50,7 @@ use crate::wire::{Body, Hello, IoMapAd, Msg, SinkAd, ACCESS_READ, ACCESS_WRITE};
 
 mod credit;
 mod error;
+mod straight;
 mod take;
 pub use error::{MapError, StreamError};
 pub use take::Taken;

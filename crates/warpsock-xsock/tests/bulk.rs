@@ -142,6 +142,37 @@ fn a_1_mib_write_is_full_messages() {
     );
 }
 
+/// A blocking write of at least `zcopy_min` bytes that fits one message
+/// is sent from the caller's buffer, not copied: the send call's straight
+/// path (`XSocket::send_straight`, one small copied message) is not for
+/// it. And a write below the threshold is that one copied message.
+#[test]
+fn a_one_message_write_from_the_threshold_up_is_not_copied() {
+    let o = opts();
+    assert!(o.zcopy_min < o.slot_size as usize - HDR_LEN, "one message");
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &o);
+    let small = 64;
+    let data = Arc::new(pattern(o.zcopy_min + small, 5));
+    let reader = read_all(xb, 32 << 10, Arc::clone(&data));
+    let copied = || xa.stats().tx_copied.load(Ordering::Relaxed);
+    let msgs = || xa.stats().tx_msgs.load(Ordering::Relaxed);
+    let (c0, m0) = (copied(), msgs());
+    // The small one first: the connection is established after it.
+    let (first, rest) = data.split_at(small);
+    assert_eq!(xa.send(first, false, Some(LIMIT)).unwrap(), small);
+    assert_eq!(copied() - c0, small as u64, "a small write is copied");
+    assert_eq!(msgs() - m0, 1, "one message");
+    assert_eq!(xa.send(rest, false, Some(LIMIT)).unwrap(), o.zcopy_min);
+    assert_eq!(
+        copied() - c0,
+        small as u64,
+        "a write of zcopy_min bytes was copied"
+    );
+    assert_eq!(msgs() - m0, 2, "one message");
+    reader.join().unwrap();
+}
+
 /// A write of several messages hands them to the engine together
 /// (`XSocket::post_deferred`): one transmit pass, so one gathered `sendmsg`
 /// for a 1 MiB write where each of its four messages was one, and each

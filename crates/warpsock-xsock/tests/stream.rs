@@ -404,6 +404,99 @@ fn a_freed_slot_is_left_unposted_only_when_no_one_waits_for_it() {
     assert!(s.repost_due(), "one credit left: post the slot to send");
 }
 
+/// A stream whose peer offered a sink `skip` bytes ahead of its position.
+fn offered(skip: u32) -> Stream {
+    let mut rx = Stream::new(hello(4, 256), hello(4, 256));
+    let mut tx = Stream::new(hello(4, 256), hello(4, 256));
+    rx.post_sink_after(skip, 9, 0x1000, 100, false);
+    tx.on_message(0, &encode(rx.poll_msg().unwrap())).unwrap();
+    tx
+}
+
+/// The socket's straight send (`Stream::tx_straight`) stamps exactly the
+/// one DATA message `tx_data` gives for the whole call, and leaves the
+/// books as it does, when the call is one message with nothing else to do;
+/// otherwise it declines and changes nothing.
+#[test]
+fn a_straight_send_is_tx_datas_one_message_or_nothing() {
+    let payload = 256 - warpsock_xsock::wire::HDR_LEN;
+    let fresh = || Stream::new(hello(4, 256), hello(4, 256));
+    let last_credit = || {
+        // One credit left, a read slot to carry back: the last may go.
+        let mut s = Stream::new(hello(4, 256), hello(2, 256));
+        assert!(matches!(s.tx_data(10, true), TxStep::Data { .. }));
+        let mut d = encode(Msg {
+            credits: 0,
+            body: Body::Data { eom: true },
+        });
+        d.push(7);
+        s.on_message(0, &d).unwrap();
+        s.consume(1);
+        assert_eq!(s.take_reposts().count(), 1, "posted again");
+        s
+    };
+    let sent: [(&str, &dyn Fn() -> Stream, usize); 3] = [
+        ("fresh", &fresh, 10),
+        ("a full message", &fresh, payload),
+        ("the last credit", &last_credit, 10),
+    ];
+    for (what, mk, len) in sent {
+        // Twins: one asked `tx_straight`, the other `tx_data`.
+        let (mut s, mut twin) = (mk(), mk());
+        let msg = s
+            .tx_straight(len)
+            .unwrap_or_else(|| panic!("{what}: declined"));
+        assert_eq!(
+            twin.tx_data(len, true),
+            TxStep::Data { msg, len },
+            "{what}: not tx_data's message"
+        );
+        twin.tx_end_call();
+        assert!(
+            twin.poll_msg().is_none(),
+            "{what}: the call's end owed a message"
+        );
+        assert!(!s.owes_msg(), "{what}");
+        assert_eq!(format!("{s:?}"), format!("{twin:?}"), "{what}: other books");
+    }
+    let blocked = || {
+        let mut s = Stream::new(hello(4, 256), hello(2, 256));
+        assert!(matches!(s.tx_data(10, true), TxStep::Data { .. }));
+        s
+    };
+    let shut = || {
+        // Shut, and the EOF sent: nothing queued any more.
+        let mut s = fresh();
+        s.shutdown_write();
+        assert!(matches!(s.poll_msg().unwrap().body, Body::Eof));
+        assert!(!s.owes_msg());
+        s
+    };
+    // A sink offered behind our position is declined: a SINK_DONE queued.
+    let queued = || {
+        let mut s = fresh();
+        assert!(matches!(s.tx_data(16, true), TxStep::Data { .. }));
+        let mut rx = fresh();
+        rx.post_sink_after(8, 9, 0x1000, 100, false);
+        s.on_message(0, &encode(rx.poll_msg().unwrap())).unwrap();
+        s
+    };
+    let declined: [(&str, &dyn Fn() -> Stream, usize); 6] = [
+        ("too long for one message", &fresh, payload + 1),
+        ("no credit", &blocked, 10),
+        ("shut", &shut, 10),
+        ("a message queued", &queued, 10),
+        ("a sink offered here", &|| offered(0), 10),
+        ("a sink offered ahead", &|| offered(8), 16),
+    ];
+    for (what, mk, len) in declined {
+        let mut s = mk();
+        let before = format!("{s:?}");
+        assert_eq!(s.tx_straight(len), None, "{what}");
+        assert_eq!(format!("{s:?}"), before, "{what}: the books changed");
+    }
+}
+
 #[test]
 fn one_sided_mappings_are_looked_up_by_offset_and_access() {
     use warpsock_xsock::wire::{IoMapAd, ACCESS_WRITE};

@@ -82,6 +82,9 @@ impl XSocket {
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut st = self.lock();
+        if let Some(n) = self.send_straight(&mut st, &g) {
+            return (Ok(n), Some(st));
+        }
         if st.s.is_write_shut() || (st.peer_closed && st.error.is_none()) {
             return (Err(io::Error::from_raw_os_error(libc::EPIPE)), Some(st));
         }
@@ -117,6 +120,69 @@ impl XSocket {
         drop(st);
         drop(user_mrs);
         (r, None)
+    }
+
+    /// A send call of one small copied message as one straight path: one
+    /// look at the state ([`Stream::tx_straight`](crate::stream::Stream::tx_straight)
+    /// and the tests below) decides that [`Self::send_call`] would stamp
+    /// one DATA message of all `g`'s bytes, post it and do nothing else.
+    /// Returns the bytes sent, or `None` having done nothing (the general
+    /// path then runs). What the general path does and this one skips,
+    /// each a no-op here:
+    ///
+    /// * `drive_before_send`'s round: not run for a small call on an
+    ///   established connection with a transmit slot and a credit (its
+    ///   `ready` test, made here);
+    /// * the EPIPE and dead checks: the connection has no error, the peer's
+    ///   FIN was not seen and our end is not shut;
+    /// * a call id, the deadline's use, the registration list, the batch
+    ///   (`deferred`): a copied call (`total < zcopy_min`) of one message
+    ///   uses none of them, and `deferred` is never set between calls;
+    /// * `tx_end_call`: no sink is offered, and stamping DATA offers none;
+    /// * `flush`: nothing is queued and the DATA returned every unreturned
+    ///   slot (`tx_straight`'s promise: `owes_msg` is false);
+    /// * `post_deferred`: nothing deferred (above).
+    ///
+    /// `reap_posted` stays (a post from a slot, or an inline send the
+    /// engine reported a backlog or events for, leaves something to reap),
+    /// and the watch is rearmed once after it, as at the general path's
+    /// end.
+    #[inline]
+    fn send_straight(&self, st: &mut State, g: &Gather<'_>) -> Option<usize> {
+        let total = g.len();
+        debug_assert!(st.deferred.is_none(), "deferred posts between calls");
+        if total >= self.opts.zcopy_min
+            || !st.established
+            || st.error.is_some()
+            || st.peer_closed
+            || st.tx_free.is_empty()
+        {
+            return None;
+        }
+        let msg = st.s.tx_straight(total)?;
+        let op = SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        };
+        st.sending += 1;
+        // No call id: a copied message's requests name their slot.
+        self.post_data(
+            st,
+            0,
+            op,
+            Some(msg),
+            Src {
+                g,
+                mrs: None,
+                off: 0,
+                len: total,
+            },
+        );
+        st.sending -= 1;
+        self.reap_posted(st);
+        self.count(Count::TxBytes, total);
+        self.rearm(st);
+        Some(total)
     }
 
     /// The body of a send call (`call`; `mrs`: the caller's buffers,
