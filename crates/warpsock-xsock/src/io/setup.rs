@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Condvar, Mutex, OnceLock};
 
 use warpsock_engine::{
@@ -146,6 +146,7 @@ impl XSocket {
                 posts: 0,
                 unreaped: false,
                 idle_spins: 0,
+                locks: 0,
                 rto: super::settings::RtoMin::Kernel,
                 deferred: None,
             }),
@@ -159,7 +160,6 @@ impl XSocket {
             parked: AtomicBool::new(false),
             watch: OnceLock::new(),
             watching: AtomicU32::new(Self::WATCH_OFF),
-            locks: AtomicU64::new(0),
             _ctx: e.ctx,
             pd: e.pd,
             cq: e.cq,

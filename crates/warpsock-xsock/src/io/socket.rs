@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -126,6 +126,10 @@ pub(crate) struct State {
     /// Empty rounds in a row that ended short, without a settle
     /// (`XSocket::settled`); 0: the last round was a full one.
     pub(crate) idle_spins: u32,
+    /// Times a call took the lock ([`XSocket::state_locks`]): counted
+    /// under it, a plain add (an atomic beside the mutex was a `lock xadd`
+    /// per take).
+    pub(crate) locks: u64,
 }
 
 impl State {
@@ -182,8 +186,6 @@ pub struct XSocket {
     /// The events the progress thread watches [`Self::tcp_fd`] for now
     /// (what `watch` was last told; changed under the socket's lock).
     pub(crate) watching: AtomicU32,
-    /// Times a call took the socket's lock ([`XSocket::state_locks`]).
-    pub(crate) locks: AtomicU64,
 }
 
 impl std::fmt::Debug for XSocket {
@@ -296,8 +298,9 @@ impl XSocket {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.locks.fetch_add(1, Ordering::Relaxed);
-        self.st.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut st = self.st.lock().unwrap_or_else(PoisonError::into_inner);
+        st.locks += 1;
+        st
     }
 
     /// Times the socket's lock was taken so far (the condition variable's
@@ -306,7 +309,8 @@ impl XSocket {
     /// reflects after it take it once between them, plus once per wait
     /// in the engine.
     pub fn state_locks(&self) -> u64 {
-        self.locks.load(Ordering::Relaxed)
+        // Not through `lock`: this look is not counted.
+        self.st.lock().unwrap_or_else(PoisonError::into_inner).locks
     }
 
     /// The engine's transmit passes on this socket's queue pair
