@@ -375,22 +375,28 @@ fn a_lone_parked_connection_polled(extra: &[&str]) {
     assert_read_parked(&r, 2001);
     // 4000 polls: 2 per round and side. The general path (claims of every
     // connection, a descriptor list) takes a poll only until the
-    // connection is parked.
+    // connection is parked. The bounds are half-way between what the
+    // path gives (~4000 fast, ~2000 holds, ~2000 claims) and what its
+    // mutations give (0 fast, 0 holds, 4001 claims), not near the
+    // expected counts: on a loaded 2-core machine a round's poll can find
+    // the connection busy with the progress thread (seen once at load ~2
+    // with the old bound of 3900) and take the general path, which is
+    // correct, only slower.
     let alone = r.stat("rx_poll_alone");
     assert!(
-        alone >= 3900,
+        alone >= 2000,
         "{extra:?}: {alone} fast polls of 4000: {}",
         r.stderr
     );
     // The waiting polls (2000) hold the datagram that woke them for the
     // receive that follows.
     let holds = r.stat("rx_poll_holds");
-    assert!(holds >= 1900, "{holds} held of 2000: {}", r.stderr);
+    assert!(holds >= 1000, "{holds} held of 2000: {}", r.stderr);
     // 2000 waiting polls claim; the 2000 `poll(…, 0)` do not (claiming
     // there too made 4000).
     let claims = r.stat("conn_claims");
     assert!(
-        claims <= 2100,
+        claims <= 3000,
         "{claims} claims in 1000 round trips: {}",
         r.stderr
     );
