@@ -221,3 +221,64 @@ fn a_busy_polling_reader_takes_each_small_message_from_its_slot() {
         );
     }
 }
+
+/// A taken answer's slot left for a batch must not keep back the credit
+/// our own sends then need (review of `07d871f`): A takes B's one-byte
+/// answer in its wait (the slot left unposted, nothing returned), then
+/// sends B, a reader in message mode, one message longer than B's window.
+/// A's DATA (inline, no completion to process) spends its credits down to
+/// the last, which may go only with a return; B waits for the message's
+/// end and holds all of its slots but A's unposted one. Both calls must
+/// finish: A posts its left slots once its last credit needs them.
+#[test]
+fn a_send_past_the_window_after_a_taken_answer_finishes() {
+    use warpsock_xsock::io::Options;
+    const LEN: usize = 20_000;
+    let (a, b) = tcp_pair();
+    let o = Options {
+        slots: 16,
+        slot_size: Options::slot_size_for(1024),
+        zcopy_min: 1 << 20,
+        ..opts()
+    };
+    let (xa, xb) = switch_both(&a, &b, &o);
+    xb.set_msg_mode(true);
+    let short = Some(std::time::Duration::from_secs(4));
+    // A takes answers in its wait (the first may come before the socket
+    // counts as established, which posts every slot): B answers only once
+    // A waits (A's wait counter moved); a read that did not wait yet is
+    // done again.
+    let mut tries = 0;
+    while taken(&xa) < 2 {
+        tries += 1;
+        assert!(tries <= 100, "no answer taken in 100 tries");
+        std::thread::scope(|sc| {
+            let r = sc.spawn(|| recv_exact(&xa, 1));
+            let w0 = xa.stats().waits.load(SeqCst);
+            let t = Instant::now();
+            while xa.stats().waits.load(SeqCst) == w0 && !r.is_finished() {
+                assert!(t.elapsed() < LIMIT, "A never waited");
+                std::hint::spin_loop();
+            }
+            xb.send(b"k", false, Some(LIMIT)).unwrap();
+            assert_eq!(r.join().unwrap(), b"k");
+        });
+    }
+    let m = pattern(LEN, 7);
+    std::thread::scope(|sc| {
+        let s = sc.spawn(|| xa.send(&m, false, short));
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        let t = Instant::now();
+        while got.len() < LEN {
+            assert!(t.elapsed() < LIMIT, "B got {}/{LEN}", got.len());
+            let (n, _) = xb
+                .recv(&mut buf, RecvFlags::default(), short)
+                .unwrap_or_else(|e| panic!("B's read with {}/{LEN}: {e}", got.len()));
+            assert!(n > 0, "end of stream after {}", got.len());
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(s.join().unwrap().unwrap(), LEN, "A's send");
+        assert!(got == m, "B's bytes differ");
+    });
+}

@@ -263,6 +263,9 @@ impl XSocket {
                     off += len;
                 }
                 TxStep::Blocked => {
+                    if self.repost_if_due(&mut st) {
+                        continue;
+                    }
                     if nonblocking {
                         break;
                     }

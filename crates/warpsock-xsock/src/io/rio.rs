@@ -190,6 +190,7 @@ fn pump_sends(x: &XSocket, st: &mut State) {
                     x.post_data(st, a.call, op, Some(msg), src(n));
                     a.off += n;
                 }
+                TxStep::Blocked if x.repost_if_due(st) => {}
                 TxStep::Blocked => break,
             }
         }

@@ -456,6 +456,22 @@ impl XSocket {
         self.repost_now(st);
     }
 
+    /// Posts the slots left for a batch if they must go now
+    /// ([`Stream::repost_due`]); returns whether it posted. For a message
+    /// the books block: [`Self::repost`] runs only in `process` and the
+    /// reads, and our own messages, sent since, may have taken our credits
+    /// down to the last, which goes only with a return — with the slots
+    /// left unposted there is none, and a peer reading in message mode
+    /// waits for the rest of a message whose slots we hold (a deadlock;
+    /// review of `07d871f`, `tests/take.rs`).
+    pub(crate) fn repost_if_due(&self, st: &mut State) -> bool {
+        if st.s.unposted() > 0 && st.s.repost_due() {
+            self.repost_now(st);
+            return true;
+        }
+        false
+    }
+
     /// Posts again every receive slot the books freed (a batch left by
     /// [`Self::repost`] included).
     pub(crate) fn repost_now(&self, st: &mut State) {
@@ -556,7 +572,14 @@ impl XSocket {
 
     fn flush_owed(&self, st: &mut State) {
         while !st.tx_free.is_empty() {
-            let Some(m) = st.s.poll_msg() else { return };
+            let Some(m) = st.s.poll_msg() else {
+                // A queued message (EOF, SINK, SINK_DONE) behind our last
+                // credit, which may go only with a return.
+                if st.s.has_output() && self.repost_if_due(st) {
+                    continue;
+                }
+                return;
+            };
             let slot = st.tx_free.pop().expect("checked");
             self.post_msg(st, slot, m, Src::NONE);
         }
