@@ -14,8 +14,9 @@
 //! Each side posts `slots` receive buffers of `slot_size` bytes for the
 //! other (announced in the [`Hello`]) and every message is one Send into
 //! one of them, so a credit is one slot. The receiver frees a slot when the
-//! application has read its bytes (DATA) or at once (every other kind) and
-//! returns freed slots in the header of its next message, or in a CREDIT
+//! application has read its bytes (DATA) or at once (every other kind) and,
+//! once it has posted them again ([`Stream::take_reposts`]), returns freed
+//! slots in the header of its next message, or in a CREDIT
 //! message when the sender may be short of them or a quarter of the slots
 //! are free (so that one lost return cannot stop the stream: see
 //! `Stream::return_every`). A sender needs two

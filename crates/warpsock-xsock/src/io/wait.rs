@@ -234,8 +234,9 @@ impl XSocket {
     /// receive of DATA that fits, nothing is unread before it and the
     /// slot holds its bytes (not a placed read's: `io/placed.rs`): the
     /// books count it received and consumed at once
-    /// ([`crate::stream::Stream::take_message`]) and the slot is reposted
-    /// by the `process` that follows, as a read would. No segment is
+    /// ([`crate::stream::Stream::take_message`]) and the slot is freed as
+    /// a read would free it, then reposted by the `process` that follows or
+    /// left for a batch (`XSocket::repost`, `Stream::repost_due`). No segment is
     /// queued and read back, no second look of [`Self::read_now`].
     /// Message mode takes only a message's end (it returns `MSG_EOR`).
     /// `None`: not taken, nothing changed — `process` handles it.

@@ -51,10 +51,15 @@ impl Stream {
     ///   return some (`may_send` counts posted slots only).
     ///
     /// With fewer than 12 slots the batch is one slot: no slot is left.
-    /// Otherwise the I/O side asks again whenever it could repost (the
-    /// socket: after every batch of completions it processes, so an
-    /// arrival that makes the peer short posts them), and the DATA sent
-    /// meanwhile returns the slots posted before it. When this is `false`
+    /// Otherwise the I/O side must ask again wherever the answer may have
+    /// changed: after every batch of completions it processes (an arrival
+    /// that makes the peer short posts them), after reads, and wherever
+    /// the books block a message of its own (`XSocket::repost_if_due`: our
+    /// own sends may have taken `credits` below two since the last ask, and
+    /// the last credit goes only with a return — without that ask a peer
+    /// reading a message longer than its window in message mode and we
+    /// waited for each other, review r17). The DATA sent meanwhile returns
+    /// the slots posted before it. When this is `false`
     /// for slots of DATA (what the socket leaves: a reader's takes), the
     /// peer holds at least two credits (such a slot makes a CREDIT due
     /// when it holds fewer), so nothing it sends waits for them.

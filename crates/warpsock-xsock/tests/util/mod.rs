@@ -66,6 +66,9 @@ pub struct Plan {
     /// Start each send call only once the reader offered a sink (a reader
     /// that posts its read before the data is sent).
     pub wait_sink: bool,
+    /// Start send call `i` only once this side received `after[i]` bytes
+    /// (a request/answer exchange; calls past the list start at once).
+    pub after: Vec<u64>,
 }
 
 impl Plan {
@@ -80,6 +83,7 @@ impl Plan {
             msg_mode: false,
             shutdown: true,
             wait_sink: false,
+            after: Vec::new(),
         }
     }
 }
@@ -114,10 +118,16 @@ pub struct Side {
     pub msgs_sent: u64,
     /// Slots freed by reads are posted again only when the books want it
     /// ([`Stream::repost_due`]), as the socket does for the messages a
-    /// waiting reader takes; arrivals post every freed slot (as the
-    /// socket's `process`).
+    /// waiting reader takes (`XSocket::repost`): asked at the points the
+    /// socket asks — an arrival (its `process`), a read, a message the
+    /// books block (`XSocket::repost_if_due`: a send call's data, a queued
+    /// control message) —, every freed slot posted when any slot other
+    /// than a read's was freed.
     pub lazy_reposts: bool,
-    /// Rounds that ended with freed slots left unposted.
+    /// Freed slots that reads freed, left unposted (the socket's
+    /// `taken_unposted`).
+    taken_unposted: usize,
+    /// Times freed slots were left unposted.
     pub left_reposts: u64,
 }
 
@@ -145,6 +155,7 @@ impl Side {
             copied_bytes: 0,
             msgs_sent: 0,
             lazy_reposts: false,
+            taken_unposted: 0,
             left_reposts: 0,
         }
     }
@@ -162,8 +173,7 @@ impl Side {
                 self.s
                     .on_message(slot, &bytes)
                     .unwrap_or_else(|e| panic!("protocol error: {e}"));
-                let freed: Vec<u32> = self.s.take_reposts().collect();
-                self.posted.extend(freed);
+                self.repost();
             }
             Op::Write { stag, to, data } => {
                 let m = self
@@ -185,12 +195,46 @@ impl Side {
         out.push(Op::Send(b));
     }
 
+    /// Posts the freed slots unless only reads' slots are left and the
+    /// books allow leaving them (`XSocket::repost`).
+    fn repost(&mut self) {
+        let left = self.s.unposted();
+        if left == 0 {
+            return;
+        }
+        if self.lazy_reposts && left == self.taken_unposted && !self.s.repost_due() {
+            self.left_reposts += 1;
+            return;
+        }
+        self.repost_now();
+    }
+
+    fn repost_now(&mut self) {
+        self.taken_unposted = 0;
+        let freed: Vec<u32> = self.s.take_reposts().collect();
+        self.posted.extend(freed);
+    }
+
+    /// `XSocket::repost_if_due`, where the books block a message.
+    fn repost_if_due(&mut self) -> bool {
+        if self.s.unposted() > 0 && self.s.repost_due() {
+            self.repost_now();
+            return true;
+        }
+        false
+    }
+
     fn flush_control(&mut self, out: &mut Vec<Op>) {
         loop {
             // The socket asks `owes_msg` first (`XSocket::flush`): it must
             // never say no while a message is due.
             let owes = self.s.owes_msg();
-            let Some(m) = self.s.poll_msg() else { break };
+            let Some(m) = self.s.poll_msg() else {
+                if self.s.has_output() && self.repost_if_due() {
+                    continue;
+                }
+                break;
+            };
             assert!(owes, "poll_msg gave {m:?} after owes_msg said none");
             self.send_msg(m, &[], out);
         }
@@ -202,12 +246,14 @@ impl Side {
         let mut out = Vec::new();
         self.flush_control(&mut out);
         self.write(&mut out);
+        let before = self.s.unposted();
         self.read(rng);
-        if !self.lazy_reposts || self.s.repost_due() {
-            let freed: Vec<u32> = self.s.take_reposts().collect();
-            self.posted.extend(freed);
-        } else if self.s.unposted() > 0 {
-            self.left_reposts += 1;
+        let freed = self.s.unposted() - before;
+        if freed > 0 {
+            // A read point: only where a read freed slots (a reader that
+            // found nothing waits, and decides at the arrivals).
+            self.taken_unposted += freed;
+            self.repost();
         }
         self.flush_control(&mut out);
         out
@@ -217,6 +263,10 @@ impl Side {
         while self.call < self.plan.sends.len() {
             let size = self.plan.sends[self.call];
             if self.plan.wait_sink && self.call_off == 0 && !self.s.sink_ready() {
+                return;
+            }
+            let after = self.plan.after.get(self.call).copied().unwrap_or(0);
+            if self.call_off == 0 && (self.received.len() as u64) < after {
                 return;
             }
             // The socket's straight path first (`XSocket::send_straight`):
@@ -256,6 +306,7 @@ impl Side {
                         self.call_off += len;
                     }
                     TxStep::Control => self.flush_control(out),
+                    TxStep::Blocked if self.repost_if_due() => {}
                     TxStep::Blocked => return,
                 }
             }
