@@ -490,6 +490,9 @@ impl Context {
     /// an uncontended take is cheap, but a data path that takes it four
     /// times per message where one call could report everything pays
     /// for all four).
+    ///
+    /// Takes the context's lock: never call it with that lock held (a
+    /// callback run under it), where it would wait for itself.
     pub fn lock_count(&self) -> u64 {
         // Not through `Inner::lock`: this look is not counted.
         let st = self.sh.inner.state.lock();

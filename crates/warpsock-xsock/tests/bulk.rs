@@ -1,18 +1,18 @@
 //! The bulk path of DDP-mode sockets over loopback, counted (no timings):
 //! FPDU size, system calls, watch changes and copies per MiB.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use warpsock_engine::proto::wire::fpdu::mulpdu_for_mss;
-use warpsock_xsock::io::{RecvFlags, XSocket};
+use warpsock_xsock::io::{switch_fd, Options, RecvFlags, XSocket};
 use warpsock_xsock::wire::HDR_LEN;
 
 mod net;
 
-use net::{opts, pattern, set_buf, switch_both, tcp_pair, LIMIT};
+use net::{opts, pattern, recv_exact, set_buf, switch_both, tcp_pair, LIMIT};
 
 /// A DDP socket's queue pair is set up by the in-band switch (MPA on the
 /// program's own connection), not by the connection manager's `connect`
@@ -173,6 +173,59 @@ fn a_one_message_write_from_the_threshold_up_is_not_copied() {
     reader.join().unwrap();
 }
 
+/// A writer whose slots are smaller than its reader's (review r17, item 1):
+/// a write that fits the reader's slot but not the writer's goes as
+/// messages of the writer's slot, also once the engine holds a backlog (a
+/// full send buffer: the inline send refused, each message posted from a
+/// transmit slot). One message of the reader's size was copied past the
+/// end of a transmit slot (a panic, or the next slot's message overwritten
+/// in release builds): the reader gets every byte as written.
+#[test]
+fn a_writer_with_smaller_slots_sends_a_slots_worth_per_message() {
+    let (a, b) = tcp_pair();
+    for s in [&a, &b] {
+        set_buf(s, libc::SO_SNDBUF, 4096);
+        set_buf(s, libc::SO_RCVBUF, 4096);
+    }
+    let small = Options {
+        slot_size: Options::slot_size_for(1024),
+        ..opts()
+    };
+    let (xa, xb) = std::thread::scope(|sc| {
+        let ta = sc.spawn(|| switch_fd(a.as_fd(), &small).unwrap());
+        let tb = sc.spawn(|| switch_fd(b.as_fd(), &opts()).unwrap());
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    let payload = small.slot_size as usize - HDR_LEN;
+    assert!(xb.peer_hello().slot_size == small.slot_size);
+    // Established both ways before the writes.
+    assert_eq!(xa.send(&[7], false, Some(LIMIT)).unwrap(), 1);
+    assert_eq!(recv_exact(&xb, 1), [7]);
+    // Non-blocking writes of 30,000 bytes (over our slot, under the
+    // reader's and zcopy_min) until the credits or the slots run out; the
+    // reader does not read meanwhile.
+    const CALL: usize = 30_000;
+    assert!(CALL > payload && CALL < opts().zcopy_min);
+    let data = pattern(64 * CALL, 6);
+    let mut sent = 0;
+    for _ in 0..64 {
+        match xa.send(&data[sent..sent + CALL], true, None) {
+            Ok(n) => sent += n,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+    assert!(sent > 0 && sent < data.len(), "{sent} bytes went");
+    // The rest of the last byte's call blocks until the reader made room.
+    let reader = std::thread::spawn(move || recv_exact(&xb, sent + 1));
+    assert_eq!(xa.send(&data[sent..=sent], false, Some(LIMIT)).unwrap(), 1);
+    let got = reader.join().unwrap();
+    assert!(
+        got == data[..=sent],
+        "the reader's bytes differ from the writes"
+    );
+}
+
 /// A write of several messages hands them to the engine together
 /// (`XSocket::post_deferred`): one transmit pass, so one gathered `sendmsg`
 /// for a 1 MiB write where each of its four messages was one, and each
@@ -283,7 +336,7 @@ fn a_read_posted_between_calls_is_still_offered_and_filled() {
     xb.recv(&mut head, RecvFlags::default(), Some(LIMIT))
         .unwrap();
     assert_eq!(head[0], first[0]);
-    assert!(net::recv_exact(&xb, first.len() - 1) == first[1..]);
+    assert!(recv_exact(&xb, first.len() - 1) == first[1..]);
     assert_eq!(offers(&xb), 0);
     let placed_before = xb.stats().rx_placed.load(Ordering::Relaxed);
     let offers_before = offers(&xb);

@@ -526,8 +526,14 @@ fn a_straight_send_is_tx_datas_one_message_or_nothing() {
         s.on_message(0, &encode(rx.poll_msg().unwrap())).unwrap();
         s
     };
-    let declined: [(&str, &dyn Fn() -> Stream, usize); 6] = [
+    let declined: [(&str, &dyn Fn() -> Stream, usize); 7] = [
         ("too long for one message", &fresh, payload + 1),
+        // Our slots smaller than the peer's: our transmit slot caps it.
+        (
+            "too long for our slot",
+            &|| Stream::new(hello(4, 128), hello(4, 256)),
+            128 - warpsock_xsock::wire::HDR_LEN + 1,
+        ),
         ("no credit", &blocked, 10),
         ("shut", &shut, 10),
         ("a message queued", &queued, 10),

@@ -125,7 +125,9 @@ impl XSocket {
     /// A send call of one small copied message as one straight path: one
     /// look at the state ([`Stream::tx_straight`](crate::stream::Stream::tx_straight)
     /// and the tests below) decides that [`Self::send_call`] would stamp
-    /// one DATA message of all `g`'s bytes, post it and do nothing else.
+    /// one DATA message of all `g`'s bytes, post it and do nothing else
+    /// (the bytes fit one transmit slot and the peer's receive slot:
+    /// `tx_straight`'s cap, our slot size being our `Hello`'s).
     /// Returns the bytes sent, or `None` having done nothing (the general
     /// path then runs). What the general path does and this one skips,
     /// each a no-op here:

@@ -308,6 +308,10 @@ impl XSocket {
     /// of the work per call — a data call and the readiness its caller
     /// reflects after it take it once between them, plus once per wait
     /// in the engine.
+    ///
+    /// Takes the socket's lock: never call it with the lock held (from
+    /// the `set_on_progress` or `set_watch` callbacks, which run under
+    /// it), where it would wait for itself.
     pub fn state_locks(&self) -> u64 {
         // Not through `lock`: this look is not counted.
         self.st.lock().unwrap_or_else(PoisonError::into_inner).locks
@@ -330,6 +334,9 @@ impl XSocket {
     /// Times this socket's engine context took its lock
     /// ([`Context::lock_count`]): a diagnostic of the engine calls per
     /// data call.
+    ///
+    /// Takes the engine's lock: never call it from under the socket's lock
+    /// or the engine's (as [`Self::state_locks`]).
     pub fn engine_locks(&self) -> u64 {
         self._ctx.lock_count()
     }

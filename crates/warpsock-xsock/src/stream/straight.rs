@@ -12,14 +12,20 @@ impl Stream {
     /// bytes of a send call, when the books let it go as one message with
     /// nothing else to do around it; else `None` having changed nothing
     /// (the caller takes the general path). Exactly [`Self::tx_data`]'s
-    /// `TxStep::Data` for `avail = len`, `eom = true`, when:
+    /// `TxStep::Data` for `avail = len`, `eom = true` — what the socket's
+    /// general loop asks for a call of `len` bytes — when:
     ///
     /// * nothing is queued (`out` empty: `tx_data` would answer `Control`
     ///   or `Blocked`) and our end is not shut;
     /// * no sink is offered (`tx_data` would write into an active one, or
     ///   stop DATA at one offered ahead; with none, [`Self::tx_end_call`]
     ///   has nothing to finish or decline);
-    /// * a credit lets DATA go (`may_send`) and `len` fits one message.
+    /// * a credit lets DATA go (`may_send`) and `len` fits one message:
+    ///   the peer's receive slot and our own, whose size is our transmit
+    ///   slots' (`XSocket::send_call` chunks a call at its transmit slot's
+    ///   payload before `tx_data` caps it at the peer's: where ours are
+    ///   smaller, a message of the peer's size posted from a transmit slot
+    ///   would overrun it; review r17, item 1).
     ///
     /// Afterwards [`Self::owes_msg`] is false: `out` is still empty and
     /// the message returned every unreturned slot (`take_unreturned` takes
@@ -32,7 +38,7 @@ impl Stream {
             || !self.out.is_empty()
             || !self.peer_sinks.is_empty()
             || !self.may_send()
-            || len > self.peer.payload()
+            || len > self.peer.payload().min(self.local.payload())
         {
             return None;
         }
