@@ -10,29 +10,19 @@
 //!   the interposer's `KINDS` table) whose *candidate* the descriptor is: a kernel
 //!   socket that may become managed when it binds, connects or sends.
 //!
-//! The objects of managed descriptors below [`BITS`] are in a table
-//! indexed by the number (a look-up is an index, no hash probe: every data
-//! call of a managed socket makes one); those at or above [`BITS`] are in a
-//! map (and never become candidates). Changes are made under one lock
-//! ([`MAP`]). A data call's look-up ([`with_marked`]) takes no lock and
-//! no reference: its entry is protected by a hazard pointer ([`hazard`]);
-//! other look-ups ([`get`]) clone the object's `Arc` under the lock.
+//! The objects of managed descriptors below [`BITS`] are a vector indexed
+//! by the number (a look-up is an index, no hash probe: every data call of
+//! a managed socket makes one); those at or above [`BITS`] are in a map
+//! (and never become candidates).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use libc::c_int;
 
 use super::socket::Socket;
-
-mod hazard;
-
-/// A managed descriptor's object as the table holds it (boxed: one thin
-/// pointer per descriptor, swapped atomically).
-type Entry = Arc<dyn Socket>;
 
 /// Descriptors below this have a mark byte.
 pub(crate) const BITS: usize = 1 << 16;
@@ -46,63 +36,46 @@ static MARKS: [AtomicU8; BITS] = [const { AtomicU8::new(0) }; BITS];
 /// Managed descriptors at or above [`BITS`].
 static HIGH: AtomicU64 = AtomicU64::new(0);
 static MAP: RwLock<Map> = RwLock::new(Map {
-    low_top: 0,
+    low: Vec::new(),
     high: None,
-    retired: hazard::Retired::new(),
 });
 
-/// The low table: each descriptor's entry (`Box<Entry>`'s pointer), or
-/// null. Written under [`MAP`]'s write lock. Zero-initialised (`.bss`):
-/// only the pages of the numbers a process manages are ever touched.
-static LOW: [AtomicPtr<Entry>; BITS] = [const { AtomicPtr::new(null_mut()) }; BITS];
-
-/// What changes under [`MAP`]'s lock besides the low table.
+/// The objects of the managed descriptors.
 struct Map {
-    /// Above the highest low number ever managed ([`all`]'s bound).
-    low_top: usize,
+    /// Below [`BITS`], by number (grown to the highest one managed).
+    low: Vec<Option<Arc<dyn Socket>>>,
     /// At or above [`BITS`].
     high: Option<HashMap<c_int, Arc<dyn Socket>, BuildHasherDefault<FdHasher>>>,
-    /// Entries out of the low table that a look-up may still use.
-    retired: hazard::Retired,
 }
 
 impl Map {
-    /// Under the read lock (no entry is swapped out meanwhile).
-    fn get(&self, fd: c_int) -> Option<Arc<dyn Socket>> {
+    fn get(&self, fd: c_int) -> Option<&Arc<dyn Socket>> {
         match low_index(fd) {
-            Some(i) => {
-                let p = LOW[i].load(Ordering::Acquire);
-                // SAFETY: an entry in the table; writers swap it out only
-                // under the write lock.
-                (!p.is_null()).then(|| unsafe { (*p).clone() })
-            }
-            None => self.high.as_ref()?.get(&fd).cloned(),
+            Some(i) => self.low.get(i)?.as_ref(),
+            None => self.high.as_ref()?.get(&fd),
         }
     }
 
-    /// Puts `new` (None: nothing) at `fd`; returns the object that was
-    /// there, and the retired entries the caller drops after letting the
-    /// lock go.
-    fn swap(&mut self, fd: c_int, new: Option<Entry>) -> (Option<Entry>, Vec<Entry>) {
-        let Some(i) = low_index(fd) else {
-            let old = match new {
-                Some(s) => self.high.get_or_insert_with(HashMap::default).insert(fd, s),
-                None => self.high.as_mut().and_then(|m| m.remove(&fd)),
-            };
-            return (old, Vec::new());
-        };
-        let at = &LOW[i];
-        if new.is_some() {
-            self.low_top = self.low_top.max(i + 1);
+    fn insert(&mut self, fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
+        match low_index(fd) {
+            Some(i) => {
+                if self.low.len() <= i {
+                    self.low.resize(i + 1, None);
+                }
+                self.low[i].replace(sock)
+            }
+            None => self
+                .high
+                .get_or_insert_with(HashMap::default)
+                .insert(fd, sock),
         }
-        let new = new.map_or(null_mut(), |s| Box::into_raw(Box::new(s)));
-        let old = at.swap(new, Ordering::SeqCst);
-        if old.is_null() {
-            return (None, Vec::new());
+    }
+
+    fn remove(&mut self, fd: c_int) -> Option<Arc<dyn Socket>> {
+        match low_index(fd) {
+            Some(i) => self.low.get_mut(i)?.take(),
+            None => self.high.as_mut()?.remove(&fd),
         }
-        // SAFETY: the entry just swapped out: alive until retired below.
-        let sock = unsafe { (*old).clone() };
-        (Some(sock), self.retired.retire(old))
     }
 }
 
@@ -182,47 +155,12 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
 }
 
 /// [`get`] of a descriptor whose mark the caller has just read as
-/// [`MANAGED`], without loading the mark again.
+/// [`MANAGED`] (the data calls' dispatch): the map's answer, without
+/// loading the mark again.
 #[inline]
 pub(crate) fn get_marked(fd: c_int) -> Option<Arc<dyn Socket>> {
     let m = MAP.read().unwrap_or_else(|e| e.into_inner());
-    m.get(fd)
-}
-
-/// The data calls' dispatch: `f` of the object of managed descriptor `fd`
-/// (whose mark the caller has just read as [`MANAGED`]), or `none()` if it
-/// has none. Below [`BITS`] the object is reached with no lock and no
-/// reference count: the calling thread's hazard slot protects it until
-/// `f` returns ([`hazard`]); otherwise, or when the thread has no slot
-/// free for it, as [`get_marked`].
-#[inline]
-pub(crate) fn with_marked<R>(
-    fd: c_int,
-    none: impl FnOnce() -> R,
-    f: impl FnOnce(&Arc<dyn Socket>) -> R,
-) -> R {
-    if let (Some(i), Some(h)) = (low_index(fd), hazard::mine()) {
-        let p = hazard::protect(h, &LOW[i]);
-        if p.is_null() {
-            return none();
-        }
-        /// Clears the slot when the call is over (a panic included).
-        struct Done(&'static AtomicPtr<Entry>);
-        impl Drop for Done {
-            fn drop(&mut self) {
-                hazard::clear(self.0);
-            }
-        }
-        let _done = Done(h);
-        // SAFETY: published in this thread's slot and still in the table
-        // after that: a writer that swaps it out keeps it until the slot
-        // is cleared (`_done`, after `f`).
-        return f(unsafe { &*p });
-    }
-    match get_marked(fd) {
-        Some(s) => f(&s),
-        None => none(),
-    }
+    m.get(fd).cloned()
 }
 
 /// Records that `fd` refers to `sock`; returns the object `fd` referred to
@@ -230,7 +168,7 @@ pub(crate) fn with_marked<R>(
 pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
     sock.add_ref();
     let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
-    let (old, free) = m.swap(fd, Some(sock));
+    let old = m.insert(fd, sock);
     match MARKS.get(fd as usize) {
         Some(b) => b.store(MANAGED, Ordering::Relaxed),
         None if old.is_none() => {
@@ -238,8 +176,6 @@ pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>
         }
         None => {}
     }
-    drop(m);
-    drop(free);
     old
 }
 
@@ -280,7 +216,7 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
         return None;
     }
     let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
-    let (old, free) = m.swap(fd, None);
+    let old = m.remove(fd);
     if old.is_some() {
         match MARKS.get(fd as usize) {
             Some(b) => b.store(0, Ordering::Relaxed),
@@ -289,15 +225,14 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
             }
         }
     }
-    drop(m);
-    drop(free);
     old
 }
 
 /// Every managed descriptor and its object.
 pub(crate) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
     let m = MAP.read().unwrap_or_else(|e| e.into_inner());
-    let low = (0..m.low_top).filter_map(|i| Some((i as c_int, m.get(i as c_int)?)));
+    let low = m.low.iter().enumerate();
+    let low = low.filter_map(|(i, s)| Some((i as c_int, s.clone()?)));
     let high = m.high.iter().flatten().map(|(k, v)| (*k, v.clone()));
     low.chain(high).collect()
 }
@@ -404,134 +339,5 @@ mod tests {
         assert_eq!(mine(all()), [low]);
         assert!(same(&remove(low), &d));
         assert_eq!(mine(all()), Vec::<c_int>::new());
-    }
-
-    /// A data call's look-up (`with_marked`) reaches the object without a
-    /// reference of its own, and a removal meanwhile keeps the table's
-    /// until the call is over: retired, not dropped; dropped by a
-    /// retirement after the call.
-    #[test]
-    fn a_looked_up_entry_outlives_its_removal_until_the_call_ends() {
-        let fd = 60_021;
-        let a = dummy();
-        assert!(insert(fd, a.clone()).is_none());
-        assert_eq!(Arc::strong_count(&a), 2, "the test's and the table's");
-        let seen = with_marked(
-            fd,
-            || None,
-            |s| {
-                assert_eq!(Arc::strong_count(&a), 2, "a reference taken for the call");
-                drop(remove(fd));
-                assert_eq!(Arc::strong_count(&a), 2, "dropped under the call");
-                Some(Arc::ptr_eq(s, &a))
-            },
-        );
-        assert_eq!(seen, Some(true));
-        // Any retirement after the call frees it (other tests' too).
-        assert!(insert(fd, dummy()).is_none());
-        drop(remove(fd));
-        assert_eq!(Arc::strong_count(&a), 1, "kept after the call");
-    }
-
-    /// A removal between a look-up's read of the table and its publication
-    /// (staged): nothing named the entry when it was retired, so it is
-    /// freed at once, and the look-up, reading the table again after
-    /// publishing, finds it gone and answers none.
-    #[test]
-    fn a_removal_before_the_publication_is_seen() {
-        let fd = 60_031;
-        let a = dummy();
-        assert!(insert(fd, a.clone()).is_none());
-        hazard::tests::BETWEEN.with(|b| {
-            *b.borrow_mut() = Some(Box::new(move || drop(remove(fd))));
-        });
-        assert_eq!(with_marked(fd, || "none", |_| "some"), "none");
-        assert_eq!(Arc::strong_count(&a), 1, "kept though nothing named it");
-    }
-
-    /// A look-up inside another on the same thread (a signal handler that
-    /// interrupted a call) leaves the outer call's slot alone: it takes
-    /// the locked look-up, with a reference of its own, and the outer
-    /// entry stays protected after it.
-    #[test]
-    fn a_nested_look_up_leaves_the_outer_protection() {
-        let fd = 60_033;
-        let a = dummy();
-        assert!(insert(fd, a.clone()).is_none());
-        with_marked(
-            fd,
-            || panic!("managed"),
-            |_| {
-                let inner = with_marked(fd, || 0, |_| Arc::strong_count(&a));
-                assert_eq!(inner, 3, "the nested look-up took no reference");
-                drop(remove(fd));
-                assert_eq!(Arc::strong_count(&a), 2, "the outer entry was dropped");
-            },
-        );
-        assert!(insert(fd, dummy()).is_none());
-        drop(remove(fd));
-        assert_eq!(Arc::strong_count(&a), 1);
-    }
-
-    /// A thread's slot is given back when it exits: more threads than
-    /// slots, one after the other, each takes the lock-free look-up.
-    #[test]
-    fn exiting_threads_give_their_slots_back() {
-        let fd = 60_035;
-        assert!(insert(fd, dummy()).is_none());
-        for n in 0..hazard::SLOTS + 8 {
-            let fast = std::thread::spawn(move || {
-                let found = with_marked(fd, || false, |_| true);
-                let slot = super::super::guard::slot().get();
-                let first = hazard::HAZARDS.as_ptr() as usize;
-                let slots = first..first + size_of_val(&hazard::HAZARDS);
-                found && slots.contains(&slot)
-            });
-            assert!(fast.join().unwrap(), "thread {n} had no slot");
-        }
-        drop(remove(fd));
-    }
-
-    /// Look-ups in four threads while another replaces and removes the
-    /// entry (bounded): each call sees an object or none, never a freed
-    /// one, and every object is dropped in the end.
-    #[test]
-    fn look_ups_race_replacements() {
-        use std::sync::atomic::AtomicBool;
-        let fd = 60_037;
-        let stop = Arc::new(AtomicBool::new(false));
-        let objs: Vec<Arc<dyn Socket>> = (0..64).map(|_| dummy()).collect();
-        let readers: Vec<_> = (0..4)
-            .map(|_| {
-                let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    let mut seen = 0u64;
-                    for _ in 0..200_000 {
-                        if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        seen += with_marked(fd, || 0, |s| u64::from(s.kernel_fd() == -1));
-                    }
-                    seen
-                })
-            })
-            .collect();
-        for (i, o) in objs.iter().cycle().take(4_000).enumerate() {
-            if i % 3 == 2 {
-                drop(remove(fd));
-            } else {
-                drop(insert(fd, o.clone()));
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        for r in readers {
-            r.join().unwrap();
-        }
-        drop(remove(fd));
-        assert!(insert(fd, dummy()).is_none());
-        drop(remove(fd));
-        for o in &objs {
-            assert_eq!(Arc::strong_count(o), 1, "an object kept");
-        }
     }
 }
