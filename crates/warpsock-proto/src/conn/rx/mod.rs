@@ -20,6 +20,7 @@
 
 mod plan;
 mod segment;
+mod straight;
 
 pub use plan::RxPiece;
 
@@ -357,7 +358,9 @@ impl Connection {
     /// Response, a Read Request that arrived in one read): about half the
     /// receive-side work per FPDU of the step-by-step path, which costs a
     /// state-machine step and a CRC update per piece (length, header,
-    /// payload, pad).
+    /// payload, pad). A one-FPDU Send into a one-buffer receive goes
+    /// straighter still (`straight`: checked on the raw bytes, finished in
+    /// one go, the same state at the end).
     ///
     /// Call when [`Self::rx_step`] is [`RxStep::Bytes`] and you hold staged
     /// bytes that may begin with a whole FPDU; on 0 go on with
@@ -384,6 +387,9 @@ impl Connection {
             // Partial, or too short for its header: the checks of the
             // step-by-step path report it.
             return 0;
+        }
+        if hdr_len == ddp::UNTAGGED_HDR_LEN && self.rx_send_straight(data, ulpdu_len, total, reg) {
+            return total;
         }
         let head = 2 + hdr_len + body;
         let rx = &mut self.rx;
