@@ -101,19 +101,27 @@ fn reposts_left_for_a_batch_never_leave_the_peer_short() {
         let mut b = a.clone();
         b.sends = sizes(&mut rng, 60, 1, 600);
         b.stall_percent = 10;
-        let mut p = Pair::new(seed, (hello(16, 256), a), (hello(13, 512), b), 3);
-        p.a.lazy_reposts = true;
-        p.b.lazy_reposts = true;
-        p.run_to_end(500_000);
-        check(&p);
-        quiesces(&mut p);
         // (A side that writes as fast as credits allow holds fewer than
         // two at its reads, and posts at once.)
-        assert!(
-            p.a.left_reposts + p.b.left_reposts > 0,
-            "no slot was left unposted"
-        );
+        run_with_lazy_reposts(seed, a, b, 500_000);
     }
+}
+
+/// Runs `a` (16 slots of 256) against `b` (13 of 512), both leaving the
+/// slots of taken messages for a batch, to the end: everything delivered
+/// (`check`), the pair quiescent, and some slot was left unposted at least
+/// once (else the run did not test the batching).
+fn run_with_lazy_reposts(seed: u64, a: Plan, b: Plan, steps: u64) {
+    let mut p = Pair::new(seed, (hello(16, 256), a), (hello(13, 512), b), 3);
+    p.a.lazy_reposts = true;
+    p.b.lazy_reposts = true;
+    p.run_to_end(steps);
+    check(&p);
+    quiesces(&mut p);
+    assert!(
+        p.a.left_reposts + p.b.left_reposts > 0,
+        "no slot was left unposted"
+    );
 }
 
 /// As above with message-mode readers exchanging requests and answers:
@@ -148,16 +156,7 @@ fn reposts_left_for_a_batch_never_stall_a_message_longer_than_the_window() {
         b.after = std::iter::once(0).chain(sums(&requests)).collect();
         a.sends = requests;
         b.sends = answers;
-        let mut p = Pair::new(seed, (hello(16, 256), a), (hello(13, 512), b), 3);
-        p.a.lazy_reposts = true;
-        p.b.lazy_reposts = true;
-        p.run_to_end(50_000);
-        check(&p);
-        quiesces(&mut p);
-        assert!(
-            p.a.left_reposts + p.b.left_reposts > 0,
-            "no slot was left unposted"
-        );
+        run_with_lazy_reposts(seed, a, b, 50_000);
     }
 }
 
