@@ -309,6 +309,22 @@ impl Msg {
         n
     }
 
+    /// [`Self::encode`] of a DATA message, as the header's eight bytes
+    /// themselves; `None` for any other kind. A send call's straight path
+    /// stamps one DATA header per message (issue 12): this is a few stores
+    /// in registers, not the kind table, the length check, the fill and
+    /// the 40-byte buffer `encode` writes into. `wire.rs`' tests check it
+    /// against `encode` for every credit count and flag.
+    #[inline]
+    pub fn data_header(&self) -> Option<[u8; HDR_LEN]> {
+        let Body::Data { eom } = self.body else {
+            return None;
+        };
+        let [c0, c1] = self.credits.to_be_bytes();
+        let flags = if eom { FLAG_EOM } else { 0 };
+        Some([Kind::Data as u8, flags, c0, c1, 0, 0, 0, 0])
+    }
+
     /// [`Self::parse`] of a DATA message alone: `Some` exactly when
     /// `parse` gives DATA (the same message), `None` for anything else
     /// (another kind, or what `parse` rejects). A waiting reader's take of
@@ -488,6 +504,36 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// `data_header` is `encode` for DATA (every credit count, both
+    /// flags, into a buffer full of garbage) and `None` for every other
+    /// kind.
+    #[test]
+    fn data_header_is_encode_of_data_alone() {
+        for credits in (0..=u16::MAX).step_by(7).chain([1, 255, 256, u16::MAX]) {
+            for eom in [false, true] {
+                let m = Msg {
+                    credits,
+                    body: Body::Data { eom },
+                };
+                let mut buf = [0xa5u8; MAX_CONTROL_LEN];
+                let n = m.encode(&mut buf);
+                assert_eq!(
+                    m.data_header().as_ref().map(|h| &h[..]),
+                    Some(&buf[..n]),
+                    "credits {credits} eom {eom}"
+                );
+            }
+        }
+        for body in every_body() {
+            let m = Msg { credits: 3, body };
+            assert_eq!(
+                m.data_header().is_some(),
+                matches!(body, Body::Data { .. }),
+                "{body:?}"
+            );
         }
     }
 

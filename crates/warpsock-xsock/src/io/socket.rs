@@ -629,18 +629,22 @@ impl XSocket {
     /// no completion to reap — the FPDU, its MSN and the wire bytes are
     /// those the slot's posted Send would give. Returns false, having done
     /// nothing, when the engine has anything queued ahead of it or the
-    /// message does not fit one FPDU: the caller posts it from a slot.
+    /// message does not fit one FPDU (or `m` is not DATA): the caller
+    /// posts it from a slot.
     pub(crate) fn send_inline(&self, st: &mut State, m: Msg, src: Src<'_>) -> bool {
-        let mut hdr = [0u8; MAX_CONTROL_LEN];
-        let h = m.encode(&mut hdr);
+        // The header in registers (`Msg::data_header`), not encoded into a
+        // zeroed buffer (`Msg::encode`'s ~50 instructions a message).
+        let Some(hdr) = m.data_header() else {
+            return false;
+        };
         let news = match src.g.parts {
             // One buffer (`send`, `write`): the two slices as they are.
             [p] => self
                 .qp
-                .send_inline_news(&[&hdr[..h], &p[src.off..src.off + src.len]]),
+                .send_inline_news(&[&hdr, &p[src.off..src.off + src.len]]),
             _ => {
                 let mut parts: SmallVec<[&[u8]; 5]> = SmallVec::new();
-                parts.push(&hdr[..h]);
+                parts.push(&hdr);
                 src.g.slices(src.off, src.len, |b| parts.push(b));
                 self.qp.send_inline_news(&parts)
             }
