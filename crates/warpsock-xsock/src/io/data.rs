@@ -182,7 +182,7 @@ impl XSocket {
         );
         st.sending -= 1;
         self.reap_posted(st);
-        self.count(Count::TxBytes, total);
+        self.count(st, Count::TxBytes, total);
         self.rearm(st);
         Some(total)
     }
@@ -285,7 +285,7 @@ impl XSocket {
         self.flush(&mut st);
         self.post_deferred(&mut st);
         self.reap_posted(&mut st);
-        self.count(Count::TxBytes, off);
+        self.count(&st, Count::TxBytes, off);
         if zcopy {
             // The caller's memory is read by the engine until its requests
             // complete.
@@ -325,11 +325,11 @@ impl XSocket {
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
         if hdr.is_some() {
-            self.count(Count::TxMsgs, 1);
+            self.count(st, Count::TxMsgs, 1);
         }
         let Some(mrs) = src.mrs else {
             debug_assert!(src.len + HDR_LEN <= self.opts.slot_size as usize);
-            self.count(Count::TxCopied, src.len);
+            self.count(st, Count::TxCopied, src.len);
             match hdr {
                 Some(m) => self.post_msg(st, slot, m, src),
                 None => {
@@ -769,7 +769,7 @@ impl XSocket {
         }
         if !peek {
             st.s.consume(out.len());
-            self.count(Count::RxCopied, out.len());
+            self.count(st, Count::RxCopied, out.len());
             self.repost(st);
             self.flush(st);
         }

@@ -362,8 +362,8 @@ impl XSocket {
             got += n;
         }
         if copied + placed > 0 {
-            self.count(Count::RxCopied, copied);
-            self.count(Count::RxPlaced, placed);
+            self.count(st, Count::RxCopied, copied);
+            self.count(st, Count::RxPlaced, placed);
             self.repost(st);
             self.flush(st);
         }

@@ -229,7 +229,7 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
                 SinkState::Filled { len, .. } => {
                     st.s.release_sink(id);
                     drop(mr);
-                    x.count(super::settings::Count::RxPlaced, len as usize);
+                    x.count(st, super::settings::Count::RxPlaced, len as usize);
                     st.aio.done.push_back(Completion {
                         cookie: r.cookie,
                         op: AioOp::Recv,

@@ -156,7 +156,7 @@ impl XSocket {
         };
         let id =
             st.s.post_sink_after(skip as u32, mr.rkey(), mr.addr(), len as u32, waitall);
-        self.count(Count::SinkOffers, 1);
+        self.count(&st, Count::SinkOffers, 1);
         self.flush(&mut st);
         // Once cancelled, the wait for the peer's answer is bounded too.
         let mut answer_by: Option<Instant> = None;
@@ -206,7 +206,7 @@ impl XSocket {
         // Placed bytes count only behind a full head (they follow it in
         // the stream: a head still short means the connection died first).
         let placed = if copied == skip { placed } else { 0 };
-        self.count(Count::RxPlaced, placed);
+        self.count(&st, Count::RxPlaced, placed);
         drop(mr);
         (st, copied, placed)
     }

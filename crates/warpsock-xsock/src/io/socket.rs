@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -227,13 +227,21 @@ impl XSocket {
 
     /// Counts `n` bytes in this socket's and the process's counters
     /// (received bytes are counted as copied or placed, and in total).
-    pub(crate) fn count(&self, what: Count, n: usize) {
+    ///
+    /// Under the socket's lock (`_st`: every count is made with it held),
+    /// so the socket's own counters are a plain load and store, not a
+    /// `lock xadd`: their writers are serialised by the lock and their
+    /// readers ([`Self::stats`]) load whole values. Only the process's
+    /// counters, which every socket adds to, take the locked add (issue
+    /// 12: three locked instructions fewer per small send).
+    pub(crate) fn count(&self, _st: &State, what: Count, n: usize) {
         let n = n as u64;
-        for c in [&self.stats, counters()] {
-            what.of(c).fetch_add(n, Ordering::Relaxed);
-            if matches!(what, Count::RxCopied | Count::RxPlaced) {
-                c.rx_bytes.fetch_add(n, Ordering::Relaxed);
-            }
+        let add = |c: &AtomicU64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        add(what.of(&self.stats));
+        what.of(counters()).fetch_add(n, Ordering::Relaxed);
+        if matches!(what, Count::RxCopied | Count::RxPlaced) {
+            add(&self.stats.rx_bytes);
+            counters().rx_bytes.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -660,8 +668,8 @@ impl XSocket {
         if news.events {
             self.check_events(st);
         }
-        self.count(Count::TxMsgs, 1);
-        self.count(Count::TxCopied, src.len);
+        self.count(st, Count::TxMsgs, 1);
+        self.count(st, Count::TxCopied, src.len);
         if st.sending == 0 {
             self.rearm(st);
         }

@@ -81,14 +81,14 @@ impl XSocket {
         }
         st.driving = true;
         self.parked.store(true, Ordering::Release);
-        self.count(Count::Waits, 1);
+        self.count(&st, Count::Waits, 1);
         // The call reads the socket itself now (and the engine's wait
         // watches for output space while it holds a backlog): the progress
         // thread would only wake for what the call reads anyway — one more
         // context switch per message. Re-armed, if still wanted, when the
         // call takes over again (`settle` below; epoll checks readiness
         // when the interest changes, so what came meanwhile is reported).
-        self.set_watching(Self::WATCH_OFF);
+        self.set_watching(&st, Self::WATCH_OFF);
         let posts = st.posts;
         drop(st);
         let mut wcs = [Wc::default(); WCS];
@@ -261,8 +261,8 @@ impl XSocket {
         st.posted.pop_front();
         st.taken_unposted += 1;
         st.arrivals += 1;
-        self.count(Count::RxCopied, t.len);
-        self.count(Count::RxTaken, 1);
+        self.count(st, Count::RxCopied, t.len);
+        self.count(st, Count::RxTaken, 1);
         Some((t.len, st.msg_mode))
     }
 }

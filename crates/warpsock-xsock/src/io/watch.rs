@@ -64,9 +64,15 @@ impl XSocket {
         self.parked.load(Ordering::Acquire)
     }
 
-    pub(crate) fn set_watching(&self, events: u32) {
-        if self.watching.swap(events, Ordering::AcqRel) != events {
-            self.count(Count::WatchChanges, 1);
+    /// Changes the watch to `events`, under the socket's lock (`st`):
+    /// every writer of [`Self::watching`] holds it, so a load and a store
+    /// when it changes are the swap they replace — and a rearm that
+    /// changes nothing (most: twice per round trip) costs a plain load,
+    /// not an `xchg` (implicitly locked, a full barrier).
+    pub(crate) fn set_watching(&self, st: &State, events: u32) {
+        if self.watching.load(Ordering::Relaxed) != events {
+            self.watching.store(events, Ordering::Release);
+            self.count(st, Count::WatchChanges, 1);
             if let Some(f) = self.watch.get() {
                 f(events);
             }
@@ -98,7 +104,7 @@ impl XSocket {
         } else {
             Self::WATCH_OFF
         };
-        self.set_watching(want);
+        self.set_watching(st, want);
     }
 
     /// The engine's send backlog: as its last call reported it, else
@@ -187,7 +193,7 @@ impl XSocket {
         if st.driving {
             return None;
         }
-        self.count(Count::PollRounds, 1);
+        self.count(&st, Count::PollRounds, 1);
         self.drive_now(&mut st);
         Some(Self::readiness_of(&st))
     }
@@ -210,7 +216,7 @@ impl XSocket {
             return None;
         }
         let mut st = self.lock();
-        self.count(Count::BgRounds, 1);
+        self.count(&st, Count::BgRounds, 1);
         // Bounded: a peer that sends faster than we process must not keep
         // the progress thread here forever (new bytes bring a new edge).
         for _ in 0..64 {
