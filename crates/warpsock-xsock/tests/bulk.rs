@@ -226,6 +226,67 @@ fn a_writer_with_smaller_slots_sends_a_slots_worth_per_message() {
     );
 }
 
+/// One-message writes the straight path takes (`XSocket::send_straight`:
+/// below `zcopy_min`, within a slot, a credit), through `send` and through
+/// `send_vectored_ready` (the preload's, which tries the straight path in
+/// its own frame), while the engine holds a backlog for a 4 KiB send
+/// buffer (the reader does not read yet): the inline send is refused and the
+/// message goes from a transmit slot instead. Every byte arrives in order,
+/// and every message is counted.
+#[test]
+fn straight_writes_refused_inline_go_from_a_transmit_slot() {
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 4096);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    assert_eq!(xa.send(&[7], false, Some(LIMIT)).unwrap(), 1);
+    assert_eq!(recv_exact(&xb, 1), [7]);
+    const CALL: usize = 30_000;
+    assert!(CALL < opts().zcopy_min);
+    let data = pattern(16 * CALL, 8);
+    let (m0, i0) = (
+        xa.stats().tx_msgs.load(Ordering::Relaxed),
+        xa.inline_sends(),
+    );
+    let mut sent = 0;
+    for k in 0..16 {
+        let b = &data[sent..sent + CALL];
+        let r = if k % 2 == 0 {
+            xa.send(b, true, None)
+        } else {
+            xa.send_vectored_ready(&[b], true, None).0
+        };
+        match r {
+            Ok(n) => {
+                assert_eq!(n, CALL, "one message");
+                sent += n;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+    let msgs = (sent / CALL) as u64;
+    assert!(msgs >= 4, "{msgs} messages went");
+    assert_eq!(xa.stats().tx_msgs.load(Ordering::Relaxed) - m0, msgs);
+    assert!(
+        xa.inline_sends() - i0 < msgs,
+        "every message went inline: no backlog"
+    );
+    // The writer's end drives its engine (no progress thread here) until
+    // the reader has everything.
+    let reader = std::thread::spawn(move || recv_exact(&xb, sent));
+    let t = std::time::Instant::now();
+    while !reader.is_finished() {
+        assert!(t.elapsed() < LIMIT, "the reader did not get {sent} bytes");
+        xa.progress();
+        std::thread::yield_now();
+    }
+    let got = reader.join().unwrap();
+    assert!(
+        got == data[..sent],
+        "the reader's bytes differ from the writes"
+    );
+}
+
 /// A write of several messages hands them to the engine together
 /// (`XSocket::post_deferred`): one transmit pass, so one gathered `sendmsg`
 /// for a 1 MiB write where each of its four messages was one, and each

@@ -53,9 +53,30 @@ impl XSocket {
         nonblocking: bool,
         timeout: Option<Duration>,
     ) -> (io::Result<usize>, Readiness) {
-        let (r, st) = self.send_guarded(bufs, nonblocking, timeout);
+        // One buffer (`send`, `write`: a ping-pong's every send) tries the
+        // straight path here, in this frame: `send_guarded`'s frame, its
+        // scan of the list and its returned guard are ~40 instructions a
+        // call. Anything else, or a call the straight path declines
+        // (having done nothing), goes on with the lock as `send_guarded`.
+        let (r, st) = match bufs {
+            [b] if !b.is_empty() => {
+                let g = Gather::new(bufs);
+                let deadline = Self::deadline(timeout);
+                let mut st = self.lock();
+                if let Some(n) = self.send_straight(&mut st, &g) {
+                    return (Ok(n), Self::readiness_of(&st));
+                }
+                self.send_locked(st, &g, nonblocking, deadline)
+            }
+            _ => self.send_guarded(bufs, nonblocking, timeout),
+        };
         let st = st.unwrap_or_else(|| self.lock());
         (r, Self::readiness_of(&st))
+    }
+
+    /// When a call bounded by `timeout` (`SO_SNDTIMEO`) gives up.
+    fn deadline(timeout: Option<Duration>) -> Option<Instant> {
+        timeout.and_then(|t| Instant::now().checked_add(t))
     }
 
     /// The body of [`Self::send_vectored`]: the result and, unless the
@@ -76,15 +97,28 @@ impl XSocket {
             parts = non_empty(bufs);
             Gather::new(&parts)
         };
-        let total = g.len();
-        if total == 0 {
+        if g.len() == 0 {
             return (Ok(0), None);
         }
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let deadline = Self::deadline(timeout);
         let mut st = self.lock();
         if let Some(n) = self.send_straight(&mut st, &g) {
             return (Ok(n), Some(st));
         }
+        self.send_locked(st, &g, nonblocking, deadline)
+    }
+
+    /// [`Self::send_guarded`] from its lock on, when the straight path
+    /// declined: `g` holds at least one byte.
+    #[inline(never)]
+    fn send_locked<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        g: &Gather<'_>,
+        nonblocking: bool,
+        deadline: Option<Instant>,
+    ) -> (io::Result<usize>, Option<MutexGuard<'a, State>>) {
+        let total = g.len();
         if st.s.is_write_shut() || (st.peer_closed && st.error.is_none()) {
             return (Err(io::Error::from_raw_os_error(libc::EPIPE)), Some(st));
         }
@@ -111,7 +145,7 @@ impl XSocket {
         });
         st.sending += 1;
         let mrs = user_mrs.as_deref();
-        let (mut st, r) = self.send_call(st, &g, call, mrs, nonblocking, deadline);
+        let (mut st, r) = self.send_call(st, g, call, mrs, nonblocking, deadline);
         st.sending -= 1;
         self.rearm(&mut st);
         let Some(user_mrs) = user_mrs else {
@@ -149,7 +183,12 @@ impl XSocket {
     /// engine reported a backlog or events for, leaves something to reap),
     /// and the watch is rearmed once after it, as at the general path's
     /// end.
-    #[inline]
+    ///
+    /// Always inlined (into `send_vectored_ready` and `send_guarded`), as
+    /// is [`Self::send_inline`] into it: as calls, their frames and the
+    /// message and `Src` passed through memory were ~55 instructions a
+    /// send (issue 12).
+    #[inline(always)]
     fn send_straight(&self, st: &mut State, g: &Gather<'_>) -> Option<usize> {
         let total = g.len();
         debug_assert!(st.deferred.is_none(), "deferred posts between calls");
@@ -162,24 +201,24 @@ impl XSocket {
             return None;
         }
         let msg = st.s.tx_straight(total)?;
-        let op = SendOp::Send {
-            solicited: false,
-            invalidate: None,
+        let src = Src {
+            g,
+            mrs: None,
+            off: 0,
+            len: total,
         };
         st.sending += 1;
-        // No call id: a copied message's requests name their slot.
-        self.post_data(
-            st,
-            0,
-            op,
-            Some(msg),
-            Src {
-                g,
-                mrs: None,
-                off: 0,
-                len: total,
-            },
-        );
+        // `post_data`, in this frame: nothing is deferred and the bytes
+        // are copied, so it would try the inline send, then a slot.
+        self.restore_rto(st);
+        if !self.send_inline(st, msg, src) {
+            let op = SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            };
+            // No call id: a copied message's requests name their slot.
+            self.post_from_slot(st, 0, op, Some(msg), src);
+        }
         st.sending -= 1;
         self.reap_posted(st);
         self.count(st, Count::TxBytes, total);
@@ -322,6 +361,19 @@ impl XSocket {
                 return;
             }
         }
+        self.post_from_slot(st, call, op, hdr, src);
+    }
+
+    /// [`Self::post_data`] from a transmit slot (not inline).
+    #[inline(never)]
+    fn post_from_slot(
+        &self,
+        st: &mut State,
+        call: u64,
+        op: SendOp,
+        hdr: Option<Msg>,
+        src: Src<'_>,
+    ) {
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
         if hdr.is_some() {

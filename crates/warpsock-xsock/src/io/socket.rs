@@ -639,6 +639,8 @@ impl XSocket {
     /// nothing, when the engine has anything queued ahead of it or the
     /// message does not fit one FPDU (or `m` is not DATA): the caller
     /// posts it from a slot.
+    // Always inlined: see `send_straight`.
+    #[inline(always)]
     pub(crate) fn send_inline(&self, st: &mut State, m: Msg, src: Src<'_>) -> bool {
         // The header in registers (`Msg::data_header`), not encoded into a
         // zeroed buffer (`Msg::encode`'s ~50 instructions a message).
