@@ -69,14 +69,14 @@ pub static FEATURE_UDP_GSO: u8 = 1;
 fn dispatch_managed<R>(
     fd: c_int,
     real: impl FnOnce() -> R,
-    offload: impl FnOnce(Arc<dyn Socket>) -> R,
+    offload: impl FnOnce(&Arc<dyn Socket>) -> R,
 ) -> R {
     #[cfg(feature = "test-hooks")]
     crate::shim::hooks::audit::managed_look();
-    match (!busy()).then(|| fdtable::get_marked(fd)).flatten() {
-        Some(s) => offload(s),
-        None => real(),
+    if busy() {
+        return real();
     }
+    fdtable::with_marked(fd, real, offload)
 }
 
 #[inline]

@@ -331,7 +331,7 @@ mod init {
     }
 
     extern "C" fn fork_child() {
-        fdtable::fork_release();
+        fdtable::fork_release_child();
         reactor::forget_after_fork();
         demote_all(false);
     }

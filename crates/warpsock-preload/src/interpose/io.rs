@@ -54,7 +54,7 @@ unsafe fn recv_buf(
         }
         let mut v = one_iov(buf, len);
         // SAFETY: the caller's buffer and address.
-        unsafe { recv_common(&s, &mut v, 1, flags, addr, alen) }
+        unsafe { recv_common(s, &mut v, 1, flags, addr, alen) }
     })
 }
 
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
         move |s| {
             let (no, n) = (std::ptr::null_mut(), cnt.max(0) as usize);
             // SAFETY: the caller's iovecs.
-            unsafe { recv_common(&s, iov.cast_mut(), n, 0, no, no.cast()) }
+            unsafe { recv_common(s, iov.cast_mut(), n, 0, no, no.cast()) }
         },
     )
 }
@@ -306,7 +306,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
         // SAFETY: forwarding the caller's arguments.
         unsafe { real::writev(fd, iov, cnt) },
         // SAFETY: the caller's iovecs.
-        move |s| unsafe { send_common(&s, iov, cnt.max(0) as usize, 0, std::ptr::null(), 0) },
+        move |s| unsafe { send_common(s, iov, cnt.max(0) as usize, 0, std::ptr::null(), 0) },
     )
 }
 

@@ -10,19 +10,29 @@
 //!   the interposer's `KINDS` table) whose *candidate* the descriptor is: a kernel
 //!   socket that may become managed when it binds, connects or sends.
 //!
-//! The objects of managed descriptors below [`BITS`] are a vector indexed
-//! by the number (a look-up is an index, no hash probe: every data call of
-//! a managed socket makes one); those at or above [`BITS`] are in a map
-//! (and never become candidates).
+//! The objects of managed descriptors below [`BITS`] are in a table
+//! indexed by the number (a look-up is an index, no hash probe: every data
+//! call of a managed socket makes one); those at or above [`BITS`] are in a
+//! map (and never become candidates). Changes are made under one lock
+//! ([`MAP`]). A data call's look-up ([`with_marked`]) takes no lock and
+//! no reference: its entry is protected by a hazard pointer ([`hazard`]);
+//! other look-ups ([`get`]) clone the object's `Arc` under the lock.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use libc::c_int;
 
 use super::socket::Socket;
+
+mod hazard;
+
+/// A managed descriptor's object as the table holds it (boxed: one thin
+/// pointer per descriptor, swapped atomically).
+type Entry = Arc<dyn Socket>;
 
 /// Descriptors below this have a mark byte.
 pub(crate) const BITS: usize = 1 << 16;
@@ -36,46 +46,63 @@ static MARKS: [AtomicU8; BITS] = [const { AtomicU8::new(0) }; BITS];
 /// Managed descriptors at or above [`BITS`].
 static HIGH: AtomicU64 = AtomicU64::new(0);
 static MAP: RwLock<Map> = RwLock::new(Map {
-    low: Vec::new(),
+    low_top: 0,
     high: None,
+    retired: hazard::Retired::new(),
 });
 
-/// The objects of the managed descriptors.
+/// The low table: each descriptor's entry (`Box<Entry>`'s pointer), or
+/// null. Written under [`MAP`]'s write lock. Zero-initialised (`.bss`):
+/// only the pages of the numbers a process manages are ever touched.
+static LOW: [AtomicPtr<Entry>; BITS] = [const { AtomicPtr::new(null_mut()) }; BITS];
+
+/// What changes under [`MAP`]'s lock besides the low table.
 struct Map {
-    /// Below [`BITS`], by number (grown to the highest one managed).
-    low: Vec<Option<Arc<dyn Socket>>>,
+    /// Above the highest low number ever managed ([`all`]'s bound).
+    low_top: usize,
     /// At or above [`BITS`].
     high: Option<HashMap<c_int, Arc<dyn Socket>, BuildHasherDefault<FdHasher>>>,
+    /// Entries out of the low table that a look-up may still use.
+    retired: hazard::Retired,
 }
 
 impl Map {
-    fn get(&self, fd: c_int) -> Option<&Arc<dyn Socket>> {
-        match low_index(fd) {
-            Some(i) => self.low.get(i)?.as_ref(),
-            None => self.high.as_ref()?.get(&fd),
-        }
-    }
-
-    fn insert(&mut self, fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
+    /// Under the read lock (no entry is swapped out meanwhile).
+    fn get(&self, fd: c_int) -> Option<Arc<dyn Socket>> {
         match low_index(fd) {
             Some(i) => {
-                if self.low.len() <= i {
-                    self.low.resize(i + 1, None);
-                }
-                self.low[i].replace(sock)
+                let p = LOW[i].load(Ordering::Acquire);
+                // SAFETY: an entry in the table; writers swap it out only
+                // under the write lock.
+                (!p.is_null()).then(|| unsafe { (*p).clone() })
             }
-            None => self
-                .high
-                .get_or_insert_with(HashMap::default)
-                .insert(fd, sock),
+            None => self.high.as_ref()?.get(&fd).cloned(),
         }
     }
 
-    fn remove(&mut self, fd: c_int) -> Option<Arc<dyn Socket>> {
-        match low_index(fd) {
-            Some(i) => self.low.get_mut(i)?.take(),
-            None => self.high.as_mut()?.remove(&fd),
+    /// Puts `new` (None: nothing) at `fd`; returns the object that was
+    /// there, and the retired entries the caller drops after letting the
+    /// lock go.
+    fn swap(&mut self, fd: c_int, new: Option<Entry>) -> (Option<Entry>, Vec<Entry>) {
+        let Some(i) = low_index(fd) else {
+            let old = match new {
+                Some(s) => self.high.get_or_insert_with(HashMap::default).insert(fd, s),
+                None => self.high.as_mut().and_then(|m| m.remove(&fd)),
+            };
+            return (old, Vec::new());
+        };
+        let at = &LOW[i];
+        if new.is_some() {
+            self.low_top = self.low_top.max(i + 1);
         }
+        let new = new.map_or(null_mut(), |s| Box::into_raw(Box::new(s)));
+        let old = at.swap(new, Ordering::SeqCst);
+        if old.is_null() {
+            return (None, self.retired.scan());
+        }
+        // SAFETY: the entry just swapped out: alive until retired below.
+        let sock = unsafe { (*old).clone() };
+        (Some(sock), self.retired.retire(old))
     }
 }
 
@@ -155,12 +182,64 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
 }
 
 /// [`get`] of a descriptor whose mark the caller has just read as
-/// [`MANAGED`] (the data calls' dispatch): the map's answer, without
-/// loading the mark again.
+/// [`MANAGED`], without loading the mark again.
 #[inline]
 pub(crate) fn get_marked(fd: c_int) -> Option<Arc<dyn Socket>> {
     let m = MAP.read().unwrap_or_else(|e| e.into_inner());
-    m.get(fd).cloned()
+    m.get(fd)
+}
+
+/// The data calls' dispatch: `f` of the object of managed descriptor `fd`
+/// (whose mark the caller has just read as [`MANAGED`]), or `none()` if it
+/// has none. Below [`BITS`] the object is reached with no lock and no
+/// reference count: the calling thread's hazard slot protects it until
+/// `f` returns ([`hazard`]); otherwise, or when the thread has no slot
+/// free for it, as [`get_marked`].
+#[inline]
+pub(crate) fn with_marked<R>(
+    fd: c_int,
+    none: impl FnOnce() -> R,
+    f: impl FnOnce(&Arc<dyn Socket>) -> R,
+) -> R {
+    if let (Some(i), Some(h)) = (low_index(fd), hazard::mine()) {
+        let p = hazard::protect(h, &LOW[i]);
+        if p.is_null() {
+            return none();
+        }
+        /// Clears the slot when the call is over (a panic included), and
+        /// frees what a removal meanwhile kept for it.
+        struct Done(&'static hazard::Slot);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                hazard::end(self.0);
+            }
+        }
+        let _done = Done(h);
+        // SAFETY: published in this thread's slot and still in the table
+        // after that: a writer that swaps it out keeps it until the slot
+        // is cleared (`_done`, after `f`).
+        return f(unsafe { &*p });
+    }
+    match get_marked(fd) {
+        Some(s) => f(&s),
+        None => none(),
+    }
+}
+
+/// Frees the retired entries no look-up uses any more: run at the end of
+/// a call whose slot a removal found naming its entry
+/// ([`hazard`]'s nudge), so that the socket is dropped when that call
+/// returns. Under the guard: the sockets' drops are library code.
+#[cold]
+fn reclaim() {
+    super::guard::enter((), || {
+        let free = MAP
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retired
+            .scan();
+        drop(free);
+    });
 }
 
 /// Records that `fd` refers to `sock`; returns the object `fd` referred to
@@ -168,7 +247,7 @@ pub(crate) fn get_marked(fd: c_int) -> Option<Arc<dyn Socket>> {
 pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
     sock.add_ref();
     let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
-    let old = m.insert(fd, sock);
+    let (old, free) = m.swap(fd, Some(sock));
     match MARKS.get(fd as usize) {
         Some(b) => b.store(MANAGED, Ordering::Relaxed),
         None if old.is_none() => {
@@ -176,6 +255,8 @@ pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>
         }
         None => {}
     }
+    drop(m);
+    drop(free);
     old
 }
 
@@ -216,7 +297,7 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
         return None;
     }
     let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
-    let old = m.remove(fd);
+    let (old, free) = m.swap(fd, None);
     if old.is_some() {
         match MARKS.get(fd as usize) {
             Some(b) => b.store(0, Ordering::Relaxed),
@@ -225,14 +306,15 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
             }
         }
     }
+    drop(m);
+    drop(free);
     old
 }
 
 /// Every managed descriptor and its object.
 pub(crate) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
     let m = MAP.read().unwrap_or_else(|e| e.into_inner());
-    let low = m.low.iter().enumerate();
-    let low = low.filter_map(|(i, s)| Some((i as c_int, s.clone()?)));
+    let low = (0..m.low_top).filter_map(|i| Some((i as c_int, m.get(i as c_int)?)));
     let high = m.high.iter().flatten().map(|(k, v)| (*k, v.clone()));
     low.chain(high).collect()
 }
@@ -249,14 +331,29 @@ pub(crate) fn fork_prepare() {
     FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
 }
 
-/// pthread_atfork "parent"/"child": release the lock taken in prepare.
+/// pthread_atfork "parent": release the lock taken in prepare.
 pub(crate) fn fork_release() {
     FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+}
+
+/// pthread_atfork "child": as [`fork_release`], and the retired entries
+/// are forgotten, not freed by the child's first removal: an entry's drop
+/// may be a socket's last reference, whose state a thread that did not
+/// follow the fork may hold locked (the policy of `demote_all`).
+pub(crate) fn fork_release_child() {
+    FORK_GUARD.with(|f| {
+        if let Some(mut g) = f.borrow_mut().take() {
+            g.retired.forget();
+        }
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The data calls' look-up ([`with_marked`], [`hazard`]).
+    mod look_ups;
 
     #[test]
     fn marks_and_candidates() {

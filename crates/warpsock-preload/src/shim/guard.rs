@@ -36,30 +36,52 @@ mod flag {
         ".size warpsock_guard_busy,1",
         "warpsock_guard_busy:",
         ".zero 1",
+        // The thread's hazard slot (`fdtable`'s look-up): eight bytes.
+        ".globl warpsock_hazard_slot",
+        ".hidden warpsock_hazard_slot",
+        ".type warpsock_hazard_slot,@object",
+        ".size warpsock_hazard_slot,8",
+        ".balign 8",
+        "warpsock_hazard_slot:",
+        ".zero 8",
         ".popsection",
     );
 
-    /// The calling thread's flag.
+    /// This thread's copy of the `.tbss` symbol `$sym`, as `&'static $t`.
+    macro_rules! tls {
+        ($sym:literal, $t:ty) => {{
+            let p: *const $t;
+            // SAFETY: the x86-64 TLS ABI: `%fs:0` holds the thread pointer,
+            // and the GOT entry (R_X86_64_TPOFF64) the symbol's offset from
+            // it; the sum is the address of this thread's copy, which lives
+            // as long as the thread. The asm reads only the TCB word and the
+            // GOT (constant for the thread: `pure`, so repeated calls in one
+            // function fold). Each symbol is zero-initialised, sized and
+            // aligned for its type (above), where zero is a valid value, and
+            // only ever written through its `Cell`, by its own thread
+            // (`&Cell` is not `Send`).
+            unsafe {
+                std::arch::asm!(
+                    "mov {p}, qword ptr fs:[0]",
+                    concat!("add {p}, qword ptr [rip + ", $sym, "@GOTTPOFF]"),
+                    p = out(reg) p,
+                    options(pure, readonly, nostack, preserves_flags),
+                );
+                &*p
+            }
+        }};
+    }
+
+    /// The calling thread's flag (a zero byte is `false`).
     #[inline(always)]
     pub(super) fn get() -> &'static Cell<bool> {
-        let p: *const Cell<bool>;
-        // SAFETY: the x86-64 TLS ABI: `%fs:0` holds the thread pointer,
-        // and the GOT entry (R_X86_64_TPOFF64) the byte's offset from it;
-        // the sum is the address of this thread's copy of the byte, which
-        // lives as long as the thread. The asm reads only the TCB word and
-        // the GOT (constant for the thread: `pure`, so repeated calls in
-        // one function fold). A zero byte is `false`; the byte is only
-        // ever written through this `Cell`, by its own thread (`&Cell` is
-        // not `Send`), as a `bool`.
-        unsafe {
-            std::arch::asm!(
-                "mov {p}, qword ptr fs:[0]",
-                "add {p}, qword ptr [rip + warpsock_guard_busy@GOTTPOFF]",
-                p = out(reg) p,
-                options(pure, readonly, nostack, preserves_flags),
-            );
-            &*p
-        }
+        tls!("warpsock_guard_busy", Cell<bool>)
+    }
+
+    /// The calling thread's hazard slot (see [`super::slot`]).
+    #[inline(always)]
+    pub(super) fn slot() -> &'static Cell<usize> {
+        tls!("warpsock_hazard_slot", Cell<usize>)
     }
 }
 
@@ -69,6 +91,14 @@ mod flag {
 
     thread_local! {
         static BUSY: Cell<bool> = const { Cell::new(false) };
+        static SLOT: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// The calling thread's hazard slot number (see [`super::slot`]).
+    #[inline(always)]
+    pub(super) fn slot() -> &'static Cell<usize> {
+        // SAFETY: as `get`.
+        SLOT.with(|b| unsafe { &*(b as *const Cell<usize>) })
     }
 
     /// The calling thread's flag.
@@ -78,6 +108,17 @@ mod flag {
         // runs (`&Cell` is not `Send`).
         BUSY.with(|b| unsafe { &*(b as *const Cell<bool>) })
     }
+}
+
+/// The calling thread's slot in `fdtable`'s hazard table, in the same
+/// static TLS block as the guard's flag (two instructions to reach; a
+/// `thread_local!` of the library would be a `__tls_get_addr` call per
+/// managed data call): 0 while the thread has none, else the slot's
+/// address, or 1 once it may take none (the table was full, or the thread
+/// is exiting). Only `fdtable::hazard` reads or writes it.
+#[inline]
+pub(crate) fn slot() -> &'static Cell<usize> {
+    flag::slot()
 }
 
 /// Whether the calling thread is inside library code.

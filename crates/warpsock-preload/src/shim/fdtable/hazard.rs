@@ -1,0 +1,293 @@
+//! Hazard pointers for the descriptor table's look-up of a data call
+//! ([`super::with_marked`]): the entry a call uses is kept alive by the
+//! calling thread's published pointer, not by a reference count taken and
+//! dropped per call (three `lock`-prefixed instructions, with the read
+//! lock's two more, on every data call of a managed socket).
+//!
+//! Each thread that makes a managed data call claims one slot of
+//! [`HAZARDS`] for its life ([`mine`]; released by a thread-local
+//! destructor). A look-up publishes the entry's address in the slot, then
+//! reads the table again: if the entry is still there, a writer that
+//! removes it later sees the slot when it retires the entry
+//! ([`Retired::retire`], after its swap: both sides are sequentially
+//! consistent, so one of the two sees the other), and keeps it until the
+//! slot no longer names it. Retired entries wait in a list scanned at
+//! every change of the table; each one in it is named by some slot at the
+//! last scan, so the list holds at most one entry per slot.
+//!
+//! The call that kept an entry frees it when it ends, as the `Arc` it
+//! used to hold would have: a writer that keeps an entry because a slot
+//! names it raises the slot's `nudge` and reads the slot again; the call
+//! clears its slot (a swap) and then reads the nudge ([`end`]). Of the
+//! writer's nudge-then-read and the call's clear-then-read, one sees the
+//! other: either the writer finds the slot cleared and frees the entry
+//! itself, or the call sees the nudge and scans the list ([`reclaim`],
+//! cold). So a socket closed or demoted while a call is inside it — in
+//! that call (the last residue byte's `recv`), or by another thread — is
+//! dropped when the call returns, not at some later change of the table.
+//!
+//! A call that finds its thread's slot in use — a signal handler that
+//! interrupted a call between its look-up and its end — and a thread that
+//! found every slot taken use the locked look-up with a reference count
+//! instead ([`super::get_marked`]); so does a handler that interrupts a
+//! thread's first claim of a slot (the thread's value is [`NONE`] until
+//! the claim is complete).
+//!
+//! After `fork` the child's slots of threads that did not follow it stay
+//! owned (and an entry one of them named stays retired): at most all of
+//! them, after which the child's threads take the locked look-up. The
+//! list the parent left is forgotten in the child ([`Retired::forget`]).
+
+use std::cell::Cell;
+use std::ptr::null_mut;
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, Ordering};
+
+use super::super::guard;
+use super::Entry;
+
+/// Slots: threads making managed data calls at once with the fast look-up.
+pub(super) const SLOTS: usize = 256;
+
+/// One thread's hazard: its published entry and the writers' nudge, alone
+/// in their cache line pair (a thread writes its slot twice per call: no
+/// other thread's slot shares the line, nor the adjacent-line prefetch).
+#[repr(C, align(128))]
+pub(super) struct Slot {
+    /// The entry a call of the owning thread uses (null: none).
+    hazard: AtomicPtr<Entry>,
+    /// Raised by a writer that kept an entry this slot named: the call
+    /// scans the retired list at its end ([`end`]).
+    nudge: AtomicBool,
+}
+
+impl Slot {
+    const fn new() -> Self {
+        Self {
+            hazard: AtomicPtr::new(null_mut()),
+            nudge: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The slots (32 KiB of `.bss`).
+pub(super) static HAZARDS: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
+/// Whether a live thread owns the slot.
+static OWNED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
+
+/// The thread-local value of a thread that may not take a slot (a slot's
+/// address is never 1).
+const NONE: usize = 1;
+
+/// Gives the thread's slot back when it exits.
+struct Claim(Cell<usize>);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let i = self.0.get();
+        if i < SLOTS {
+            // Calls made by later destructors of this thread take the
+            // locked path.
+            guard::slot().set(NONE);
+            end(&HAZARDS[i]);
+            OWNED[i].store(false, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    static CLAIM: Claim = const { Claim(Cell::new(usize::MAX)) };
+}
+
+/// The calling thread's slot for a look-up, if it has one free for it.
+#[inline]
+pub(super) fn mine() -> Option<&'static Slot> {
+    let h = match guard::slot().get() {
+        0 => claim()?,
+        NONE => return None,
+        // SAFETY: a slot's address (`claim`): a static.
+        a => unsafe { &*(a as *const Slot) },
+    };
+    // In use: this thread is inside a call that looked its entry up (a
+    // signal handler interrupted it). That entry stays protected.
+    h.hazard.load(Ordering::Relaxed).is_null().then_some(h)
+}
+
+/// Claims a free slot for the calling thread (its first managed data
+/// call), or marks the thread as one that takes none.
+#[cold]
+#[inline(never)]
+fn claim() -> Option<&'static Slot> {
+    let slot = guard::slot();
+    // First: a signal handler that interrupts the claim takes the locked
+    // look-up (it neither claims a second slot nor registers the
+    // destructor, which allocates). The address is written last.
+    slot.set(NONE);
+    for (i, owned) in OWNED.iter().enumerate() {
+        if owned
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        // Given back at the thread's exit; a thread whose destructors run
+        // already cannot register one: it keeps no slot.
+        if CLAIM.try_with(|c| c.0.set(i)).is_err() {
+            owned.store(false, Ordering::Release);
+            return None;
+        }
+        #[cfg(test)]
+        tests::during_claim();
+        let h = &HAZARDS[i];
+        slot.set(h as *const Slot as usize);
+        return Some(h);
+    }
+    None
+}
+
+/// Publishes the entry `at` holds in `h` (the caller's slot, empty) and
+/// returns it, still in the table after publication; or returns null (the
+/// slot empty again) if the table holds none.
+#[inline]
+pub(super) fn protect(h: &Slot, at: &AtomicPtr<Entry>) -> *mut Entry {
+    let mut p = at.load(Ordering::Acquire);
+    if p.is_null() {
+        return p;
+    }
+    loop {
+        #[cfg(test)]
+        tests::between();
+        h.hazard.store(p, Ordering::SeqCst);
+        let q = at.load(Ordering::SeqCst);
+        if q == p {
+            return p;
+        }
+        if q.is_null() {
+            // A writer may have seen `p` here and kept it: as a call's end.
+            end(h);
+            return q;
+        }
+        p = q;
+    }
+}
+
+/// Ends a look-up's protection (its call is over); frees what a writer
+/// kept for it meanwhile.
+#[inline]
+pub(super) fn end(h: &Slot) {
+    // A swap (`xchg`: a full barrier), not a plain store: the nudge's load
+    // below must not pass it (against the writer's nudge-then-read,
+    // `Retired::named`).
+    h.hazard.swap(null_mut(), Ordering::SeqCst);
+    if h.nudge.load(Ordering::SeqCst) {
+        nudged(h);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn nudged(h: &Slot) {
+    // Reset before the scan: a writer that nudges again after this holds
+    // the table's lock before or after the scan, and either way the entry
+    // it keeps is seen by one of the two.
+    h.nudge.store(false, Ordering::SeqCst);
+    super::reclaim();
+}
+
+/// Entries taken out of the table whose memory a slot may still name.
+pub(super) struct Retired(Vec<RetiredEntry>);
+
+struct RetiredEntry(*mut Entry);
+
+// SAFETY: the pointer is an owned `Box<Entry>` (`Entry` is `Send + Sync`),
+// only moved between threads under the table's lock.
+unsafe impl Send for RetiredEntry {}
+// SAFETY: as above (shared only as the table's, under its lock).
+unsafe impl Sync for RetiredEntry {}
+
+impl Retired {
+    pub(super) const fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    /// Retires `p` (an entry the caller has just swapped out of the table,
+    /// under its lock) and frees as [`Retired::scan`].
+    pub(super) fn retire(&mut self, p: *mut Entry) -> Vec<Entry> {
+        self.0.push(RetiredEntry(p));
+        self.scan()
+    }
+
+    /// Takes out every retired entry no slot names any more (under the
+    /// table's lock); the entries returned may be dropped — after the
+    /// lock is let go: an entry's drop may be its socket's last
+    /// reference, whose drop may come back to the table.
+    pub(super) fn scan(&mut self) -> Vec<Entry> {
+        if self.0.is_empty() {
+            return Vec::new();
+        }
+        // Against each look-up's publish-then-read: the swap before this
+        // and the scan after it (module docs).
+        fence(Ordering::SeqCst);
+        let mut free = Vec::new();
+        self.0.retain(|e| {
+            if Self::named(e.0) {
+                return true;
+            }
+            // SAFETY: out of the table, named by no slot: no look-up can
+            // reach it any more (a later one reads the table, which no
+            // longer holds it); made by `Box::into_raw`, retired once.
+            free.push(*unsafe { Box::from_raw(e.0) });
+            false
+        });
+        free
+    }
+
+    /// Whether a slot names `p`, nudged so that its call frees `p` at its
+    /// end: the nudge is raised before the slot is read again, and the
+    /// call reads it after clearing the slot ([`end`]).
+    fn named(p: *mut Entry) -> bool {
+        HAZARDS.iter().any(|h| {
+            if h.hazard.load(Ordering::SeqCst) != p {
+                return false;
+            }
+            h.nudge.store(true, Ordering::SeqCst);
+            h.hazard.load(Ordering::SeqCst) == p
+        })
+    }
+
+    /// Forgets every retired entry (a forked child: the parent's
+    /// sockets' references, never dropped there).
+    pub(super) fn forget(&mut self) {
+        self.0.clear();
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// Run once between a look-up's read of the table and its
+        /// publication (a staged race).
+        pub(in super::super) static BETWEEN: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    thread_local! {
+        /// Run once inside a thread's first claim of a slot, after its
+        /// registration (a signal handler there, staged).
+        pub(in super::super) static DURING_CLAIM: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn between() {
+        if let Some(f) = BETWEEN.with(|b| b.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    pub(super) fn during_claim() {
+        if let Some(f) = DURING_CLAIM.with(|b| b.borrow_mut().take()) {
+            f();
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The data calls' look-up: an entry outlives its removal exactly until
+//! the call that uses it returns (review r17 of `04ca29a`).
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
+use std::sync::mpsc;
+
+use super::super::hazard;
+use super::*;
+use crate::shim::guard;
+
+fn count(a: &Arc<dyn Socket>) -> usize {
+    Arc::strong_count(a)
+}
+
+/// A data call's look-up (`with_marked`) reaches the object without a
+/// reference of its own, and a removal inside the call (the last residue
+/// byte's `recv` demoting its own descriptor) keeps the table's until the
+/// call is over — and not longer: dropped as the call returns, with no
+/// other change of the table after it.
+#[test]
+fn a_socket_removed_inside_its_own_call_is_dropped_when_the_call_returns() {
+    let fd = 60_021;
+    let a = dummy();
+    assert!(insert(fd, a.clone()).is_none());
+    assert_eq!(count(&a), 2, "the test's and the table's");
+    let seen = with_marked(
+        fd,
+        || None,
+        |s| {
+            assert_eq!(count(&a), 2, "a reference taken for the call");
+            drop(remove(fd));
+            assert_eq!(count(&a), 2, "dropped under the call");
+            Some(Arc::ptr_eq(s, &a))
+        },
+    );
+    assert_eq!(seen, Some(true));
+    assert_eq!(count(&a), 1, "kept after the call returned");
+}
+
+/// Thread A is inside a call on the descriptor, thread B removes it (a
+/// `close` while A is blocked in `recv`): the socket stays while A is
+/// inside, and is dropped when A's call returns (its kernel descriptors
+/// closed then, not at some unrelated later close).
+#[test]
+fn a_socket_another_thread_removes_is_dropped_when_the_call_returns() {
+    let fd = 60_023;
+    let a = dummy();
+    assert!(insert(fd, a.clone()).is_none());
+    let weak = Arc::downgrade(&a);
+    let (inside_tx, inside) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let found = with_marked(
+            fd,
+            || false,
+            |_| {
+                inside_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                true
+            },
+        );
+        (found, weak.strong_count())
+    });
+    inside.recv().unwrap();
+    drop(remove(fd));
+    assert_eq!(count(&a), 2, "dropped while a call is inside");
+    go.send(()).unwrap();
+    assert_eq!(t.join().unwrap(), (true, 1), "kept after the call returned");
+    assert_eq!(count(&a), 1);
+}
+
+/// A removal between a look-up's read of the table and its publication
+/// (staged): nothing named the entry when it was retired, so it is freed
+/// at once, and the look-up, reading the table again after publishing,
+/// finds it gone and answers none.
+#[test]
+fn a_removal_before_the_publication_is_seen() {
+    let fd = 60_031;
+    let a = dummy();
+    assert!(insert(fd, a.clone()).is_none());
+    hazard::tests::BETWEEN.with(|b| {
+        *b.borrow_mut() = Some(Box::new(move || drop(remove(fd))));
+    });
+    assert_eq!(with_marked(fd, || "none", |_| "some"), "none");
+    assert_eq!(count(&a), 1, "kept though nothing named it");
+}
+
+/// A look-up inside another on the same thread (a signal handler that
+/// interrupted a call) leaves the outer call's slot alone: it takes the
+/// locked look-up, with a reference of its own, and the outer entry stays
+/// protected after it, until the outer call returns.
+#[test]
+fn a_nested_look_up_leaves_the_outer_protection() {
+    let fd = 60_033;
+    let a = dummy();
+    assert!(insert(fd, a.clone()).is_none());
+    with_marked(
+        fd,
+        || panic!("managed"),
+        |_| {
+            let inner = with_marked(fd, || 0, |_| count(&a));
+            assert_eq!(inner, 3, "the nested look-up took no reference");
+            drop(remove(fd));
+            assert_eq!(count(&a), 2, "the outer entry was dropped");
+        },
+    );
+    assert_eq!(count(&a), 1, "kept after the outer call returned");
+}
+
+/// A signal handler that interrupts a thread's first claim of a slot
+/// (staged after the claim's registration, before the slot is the
+/// thread's) takes the locked look-up: it claims no second slot (one
+/// would stay owned for good), and the thread has its slot after.
+#[test]
+fn a_look_up_inside_the_first_claim_takes_the_locked_path() {
+    let fd = 60_039;
+    let a = dummy();
+    assert!(insert(fd, a.clone()).is_none());
+    let a2 = a.clone();
+    let t = std::thread::spawn(move || {
+        let inner = std::rc::Rc::new(std::cell::Cell::new(None));
+        let seen = inner.clone();
+        hazard::tests::DURING_CLAIM.with(|b| {
+            *b.borrow_mut() = Some(Box::new(move || {
+                let n = with_marked(fd, || 0, |_| count(&a2));
+                seen.set(Some((n, guard::slot().get())));
+            }));
+        });
+        let outer = with_marked(fd, || false, |_| true);
+        let first = hazard::HAZARDS.as_ptr() as usize;
+        let slots = first..first + size_of_val(&hazard::HAZARDS);
+        (outer, inner.get(), slots.contains(&guard::slot().get()))
+    });
+    let (outer, inner, slotted) = t.join().unwrap();
+    assert!(outer && slotted, "the thread has its slot");
+    let (n, during) = inner.expect("the staged handler ran");
+    assert_eq!(n, 4, "the nested look-up's reference (locked path)");
+    assert_eq!(during, 1, "the handler claimed a slot of its own");
+    drop(remove(fd));
+}
+
+/// A thread's slot is given back when it exits: more threads than slots,
+/// one after the other, each takes the lock-free look-up.
+#[test]
+fn exiting_threads_give_their_slots_back() {
+    let fd = 60_035;
+    assert!(insert(fd, dummy()).is_none());
+    for n in 0..hazard::SLOTS + 8 {
+        let fast = std::thread::spawn(move || {
+            let found = with_marked(fd, || false, |_| true);
+            let slot = guard::slot().get();
+            let first = hazard::HAZARDS.as_ptr() as usize;
+            let slots = first..first + size_of_val(&hazard::HAZARDS);
+            found && slots.contains(&slot)
+        });
+        assert!(fast.join().unwrap(), "thread {n} had no slot");
+    }
+    drop(remove(fd));
+}
+
+/// Each slot has its own 128 bytes: threads' slots never share a cache
+/// line (nor the adjacent line the prefetcher pairs with it).
+#[test]
+fn slots_do_not_share_cache_lines() {
+    assert_eq!(align_of::<hazard::Slot>(), 128);
+    assert_eq!(size_of::<hazard::Slot>(), 128);
+}
+
+/// A forked child forgets what the parent retired: `Retired::forget`
+/// drops no entry (the socket's reference stays), even one no slot names.
+#[test]
+fn forgotten_entries_are_not_dropped() {
+    let a = dummy();
+    let mut r = hazard::Retired::new();
+    let p = Box::into_raw(Box::new(a.clone()));
+    let h = hazard::mine().expect("a slot");
+    let at = AtomicPtr::new(p);
+    assert_eq!(hazard::protect(h, &at), p);
+    assert!(r.retire(p).is_empty(), "named by this thread's slot");
+    hazard::end(h);
+    r.forget();
+    drop(r);
+    assert_eq!(count(&a), 2, "a forgotten entry was dropped");
+}
+
+const RACED: usize = 1_500;
+/// Whether each of the race's objects is alive (cleared by its drop).
+static ALIVE: [AtomicBool; RACED] = [const { AtomicBool::new(false) }; RACED];
+static DROPPED: AtomicUsize = AtomicUsize::new(0);
+/// Calls of the race's readers inside their look-up.
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// A socket of the race: its number, and whether it is alive.
+struct Live(usize);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        assert!(ALIVE[self.0].swap(false, Ordering::SeqCst), "dropped twice");
+        DROPPED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Socket for Live {
+    fn kernel_fd(&self) -> c_int {
+        self.0 as c_int
+    }
+    fn add_ref(&self) {}
+    fn release(&self) {}
+    fn nonblocking(&self) -> bool {
+        false
+    }
+    fn set_nonblocking(&self, _: bool) {}
+    unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
+        -1
+    }
+    unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
+        -1
+    }
+}
+
+/// Look-ups in two threads while another replaces and removes the entry
+/// (bounded); the objects live in the table only. Each call sees an
+/// object that is alive from its start to its end (a use after free, or a
+/// publication reordered after the table's second read, fails it), and
+/// every object is dropped by the time the readers are done: none waits
+/// for a later change of the table.
+#[test]
+fn look_ups_race_replacements() {
+    let fd = 60_037;
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(std::sync::Barrier::new(3));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, start) = (Arc::clone(&stop), Arc::clone(&start));
+            std::thread::spawn(move || {
+                let mut seen = 0u64;
+                start.wait();
+                for _ in 0..20_000_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    seen += with_marked(
+                        fd,
+                        || 0,
+                        |s| {
+                            let id = s.kernel_fd() as usize;
+                            assert!(ALIVE[id].load(Ordering::SeqCst), "used after free");
+                            CALLS.fetch_add(1, Ordering::SeqCst);
+                            for _ in 0..2_000 {
+                                std::hint::spin_loop();
+                            }
+                            assert!(ALIVE[id].load(Ordering::SeqCst), "freed under a call");
+                            1
+                        },
+                    );
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut made = 0;
+    start.wait();
+    for (i, alive) in ALIVE.iter().enumerate() {
+        // A change only once a reader has been inside a call since the
+        // last one (the readers are mostly inside: each call spins).
+        // Bounded: a reader that failed makes no more calls.
+        let calls = CALLS.load(Ordering::SeqCst);
+        for _ in 0..1_000_000 {
+            if i % 3 == 0 || CALLS.load(Ordering::SeqCst) != calls {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if i % 3 == 2 {
+            drop(remove(fd));
+        } else {
+            alive.store(true, Ordering::SeqCst);
+            drop(insert(fd, Arc::new(Live(i))));
+            made += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    drop(remove(fd));
+    assert_eq!(DROPPED.load(Ordering::SeqCst), made, "objects kept");
+    assert!(ALIVE.iter().all(|a| !a.load(Ordering::SeqCst)));
+}
