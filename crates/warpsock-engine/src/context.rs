@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use warpsock_proto::{Connection, Event, Registry};
 
-use crate::driver::{Allowed, ParkedRead, QpSlot, RxPool, Sleep, WaitCounters, WaitStats};
+use crate::driver::{
+    Allowed, ParkedRead, ParkedSleeps, QpSlot, RxPool, Sleep, WaitCounters, WaitStats,
+};
 use crate::error::{Error, Result};
 use crate::mem::Mem;
 use crate::sys::{self, Epoll, EventFd, Ready};
@@ -100,6 +102,8 @@ pub(crate) struct State {
     /// [`Context::lock_count`]). Counted under the lock, a plain add: an
     /// atomic counter beside the mutex was a `lock xadd` per take.
     pub(crate) locks: u64,
+    /// Callers' sleeps in parked reads ([`Context::wait_stats`]).
+    pub(crate) parked_sleeps: ParkedSleeps,
 }
 
 impl State {
@@ -163,10 +167,18 @@ impl State {
 
     /// Closes the dropped queue pairs whose linger is over. Requests whose
     /// bytes never reached the socket complete as flushed first.
+    ///
+    /// Inline, the look at the count only: it is asked after every
+    /// parked read, and almost always none is detached.
+    #[inline]
     pub(crate) fn reap(&mut self, epoll: &Epoll) {
-        if self.detached == 0 {
-            return;
+        if self.detached != 0 {
+            self.reap_detached(epoll);
         }
+    }
+
+    #[inline(never)]
+    fn reap_detached(&mut self, epoll: &Epoll) {
         let now = Instant::now();
         let Self { qps, cqs, .. } = self;
         for slot in qps.iter_mut() {
@@ -518,6 +530,7 @@ impl Context {
                 writers: 0,
                 deferred: false,
                 locks: 0,
+                parked_sleeps: ParkedSleeps::default(),
             }),
             cv: Condvar::new(),
             cv_waiters: AtomicUsize::new(0),
@@ -559,7 +572,8 @@ impl Context {
     /// nothing to do (a diagnostic: wake-ups per MiB moved mean the same on
     /// a loaded machine; see also [`crate::Qp::io_stats`]).
     pub fn wait_stats(&self) -> WaitStats {
-        self.sh.inner.waits.snapshot()
+        let inner = &self.sh.inner;
+        inner.waits.snapshot(&inner.lock().parked_sleeps)
     }
 
     /// Caller-driven mode: one non-blocking round of progress on every

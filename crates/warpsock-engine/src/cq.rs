@@ -23,6 +23,18 @@ use crate::wc::{CqSlot, Wc};
 /// anything another thread left it.
 const PARK_SLICE: Duration = Duration::from_millis(10);
 
+/// Where [`Cq::wait_rounds`] starts.
+enum Start<'a> {
+    /// At its first round.
+    Fresh,
+    /// After a first round that found the queue empty and no park (this
+    /// lock found it).
+    Drained(MutexGuard<'a, State>),
+    /// After a first round's parked read that brought nothing, woken at
+    /// this instant.
+    Slept(Instant),
+}
+
 /// A completion queue.
 #[derive(Debug)]
 pub struct Cq {
@@ -214,8 +226,54 @@ impl Cq {
         qp: Option<&Qp>,
     ) -> Result<(usize, Option<QpNews>)> {
         let inner = &self.sh.inner;
+        if inner.progress == Progress::Caller && inner.busy_poll.is_zero() && timeout >= PARK_SLICE
+        {
+            // A blocking wait's first round (a blocking ping-pong's every
+            // receive): what `wait_rounds`' first round does, with its
+            // set-up (the borrow look-up, the clock and deadline
+            // arithmetic, the epoll list) left to the rounds after it,
+            // which most waits never reach.
+            let mut st = inner.lock();
+            // No region borrow of this context at all, so none of this
+            // thread's: a borrow is counted here under this lock for as
+            // long as it is in this thread's list (`mr::Borrow`), so
+            // `thread_borrows` would say false. (One thread-local look-up
+            // less per wait: in a shared library each is a call of
+            // `__tls_get_addr`.)
+            if st.readers + st.writers == 0 {
+                let n = st.cq(self.id).drain_into(out);
+                if n > 0 || out.is_empty() {
+                    return Ok((n, qp.map(|qp| self.news_of(&st, qp))));
+                }
+                // Parked without reading the clock: its answer wakes a
+                // ping-pong's receive long before the slice ends. Only a
+                // sleep that brings nothing reads it, and counts the
+                // timeout as if from one slice earlier.
+                let Some((qi, p)) = st.park(PARK_SLICE) else {
+                    return self.wait_rounds(out, timeout, qp, Start::Drained(st));
+                };
+                if let Some(r) = self.sleep_parked(st, qi, p, out, qp) {
+                    return Ok(r);
+                }
+                let now = Instant::now();
+                return self.wait_rounds(out, timeout, qp, Start::Slept(now));
+            }
+        }
+        self.wait_rounds(out, timeout, qp, Start::Fresh)
+    }
+
+    /// [`Self::wait_for`]'s rounds, from `start`.
+    #[inline(never)]
+    fn wait_rounds(
+        &self,
+        out: &mut [Wc],
+        timeout: Duration,
+        qp: Option<&Qp>,
+        start: Start<'_>,
+    ) -> Result<(usize, Option<QpNews>)> {
+        let inner = &self.sh.inner;
         let news = |st: &State| qp.map(|qp| self.news_of(st, qp));
-        if thread_borrows(inner) {
+        if matches!(start, Start::Fresh) && thread_borrows(inner) {
             return Ok(match qp {
                 Some(qp) => {
                     let (n, news) = self.poll_news(out, qp);
@@ -251,17 +309,36 @@ impl Cq {
         // ping-pong) costs no clock read. The timeout and the spin then
         // count from that first empty round.
         let mut clock: Option<(Option<Instant>, Instant)> = None;
+        let mut first = None;
+        match start {
+            Start::Fresh => {}
+            // `wait_for`'s first round, its park declined: as this loop's
+            // first round after the park it tries (no busy polling, so
+            // `drive` was false: no progress missed).
+            Start::Drained(st) => first = Some(st),
+            // `wait_for`'s first round slept in a parked read that brought
+            // nothing: as this loop after such a sleep.
+            Start::Slept(now) => {
+                clock = Some((now.checked_add(timeout - PARK_SLICE), now));
+            }
+        }
         loop {
-            let mut st = inner.lock();
-            if drive {
-                inner.progress_locked(&mut st);
-            }
-            let n = st.cq(self.id).drain_into(out);
-            if n > 0 || out.is_empty() {
-                return Ok((n, news(&st)));
-            }
+            let (mut st, parking) = match first.take() {
+                Some(st) => (st, false),
+                None => {
+                    let mut st = inner.lock();
+                    if drive {
+                        inner.progress_locked(&mut st);
+                    }
+                    let n = st.cq(self.id).drain_into(out);
+                    if n > 0 || out.is_empty() {
+                        return Ok((n, news(&st)));
+                    }
+                    (st, clock.is_none())
+                }
+            };
             drive = true;
-            if clock.is_none() && inner.busy_poll.is_zero() && timeout >= PARK_SLICE {
+            if parking && inner.busy_poll.is_zero() && timeout >= PARK_SLICE {
                 // The first sleep of a wait that does not spin, with a
                 // timeout of at least a park slice: parked without reading
                 // the clock (a blocking ping-pong's every receive comes
@@ -349,8 +426,8 @@ impl Cq {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
             )
         });
-        inner.waits.count(Sleep::Parked, empty);
         let mut st = inner.lock();
+        st.parked_sleeps.count(empty);
         st.unpark(qi, p, res, &inner.epoll);
         let n = st.cq(self.id).drain_into(out);
         (n > 0).then(|| (n, qp.map(|qp| self.news_of(&st, qp))))

@@ -73,8 +73,11 @@ fn region_closures_may_call_back_into_the_engine() {
                 let mut wc = [Wc::default(); 2];
                 let n = cq.poll(&mut wc);
                 got.extend_from_slice(&wc[..n]);
-                // A wait from inside never blocks on the closure itself.
-                let n = cq.wait(&mut wc, Duration::from_millis(10)).unwrap();
+                // A wait from inside never blocks on the closure itself,
+                // whatever its timeout (the Send's completion was polled
+                // above: nothing is queued). Caller-driven, it is the
+                // blocking wait's first round that must see the borrow.
+                let n = cq.wait(&mut wc, Duration::from_secs(3600)).unwrap();
                 got.extend_from_slice(&wc[..n]);
             });
             // Writing closure: change the bytes, post them; they leave

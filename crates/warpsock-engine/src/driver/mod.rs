@@ -66,7 +66,7 @@ use crate::wc::{cq_lens, CqSlot};
 
 pub(crate) use rx::{ParkedRead, RxPool};
 pub use stats::{IoStats, WaitStats, CONTROL_MAX};
-pub(crate) use stats::{Sleep, WaitCounters};
+pub(crate) use stats::{ParkedSleeps, Sleep, WaitCounters};
 
 /// Source of [`QpSlot::id`]s.
 static NEXT_SLOT_ID: AtomicU64 = AtomicU64::new(1);

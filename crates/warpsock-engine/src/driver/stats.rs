@@ -171,11 +171,13 @@ impl WaitStats {
     }
 }
 
-/// [`WaitStats`] kept with atomics, so counting needs no lock.
+/// [`WaitStats`] kept with atomics, so counting needs no lock — but for
+/// parked reads ([`ParkedSleeps`]): counted under the context lock their
+/// waker takes anyway, a plain add where an atomic one was a `lock xadd`
+/// per blocking ping-pong receive.
 #[derive(Debug, Default)]
 pub(crate) struct WaitCounters {
     epoll: AtomicU64,
-    parked: AtomicU64,
     cv: AtomicU64,
     empty: AtomicU64,
 }
@@ -184,8 +186,22 @@ pub(crate) struct WaitCounters {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Sleep {
     Epoll,
-    Parked,
     Cv,
+}
+
+/// Sleeps in parked reads, counted under the context lock (in `State`).
+#[derive(Debug, Default)]
+pub(crate) struct ParkedSleeps {
+    sleeps: u64,
+    empty: u64,
+}
+
+impl ParkedSleeps {
+    /// One parked sleep; `empty` if it brought nothing.
+    pub(crate) fn count(&mut self, empty: bool) {
+        self.sleeps += 1;
+        self.empty += u64::from(empty);
+    }
 }
 
 impl WaitCounters {
@@ -193,7 +209,6 @@ impl WaitCounters {
     pub(crate) fn count(&self, s: Sleep, empty: bool) {
         let c = match s {
             Sleep::Epoll => &self.epoll,
-            Sleep::Parked => &self.parked,
             Sleep::Cv => &self.cv,
         };
         c.fetch_add(1, Ordering::Relaxed);
@@ -202,12 +217,13 @@ impl WaitCounters {
         }
     }
 
-    pub(crate) fn snapshot(&self) -> WaitStats {
+    /// The counts, with the parked sleeps `parked` (read under the lock).
+    pub(crate) fn snapshot(&self, parked: &ParkedSleeps) -> WaitStats {
         WaitStats {
             epoll_sleeps: self.epoll.load(Ordering::Relaxed),
-            parked_sleeps: self.parked.load(Ordering::Relaxed),
+            parked_sleeps: parked.sleeps,
             cv_sleeps: self.cv.load(Ordering::Relaxed),
-            empty_wakes: self.empty.load(Ordering::Relaxed),
+            empty_wakes: self.empty.load(Ordering::Relaxed) + parked.empty,
         }
     }
 }
@@ -227,11 +243,12 @@ mod tests {
     #[test]
     fn wait_counters_count_each_kind_and_empty_wakes() {
         let c = WaitCounters::default();
+        let mut p = ParkedSleeps::default();
         c.count(Sleep::Epoll, false);
-        c.count(Sleep::Parked, true);
-        c.count(Sleep::Parked, false);
+        p.count(true);
+        p.count(false);
         c.count(Sleep::Cv, true);
-        let s = c.snapshot();
+        let s = c.snapshot(&p);
         assert_eq!(
             (s.epoll_sleeps, s.parked_sleeps, s.cv_sleeps, s.empty_wakes),
             (1, 2, 1, 2)
