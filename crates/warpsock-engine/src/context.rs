@@ -120,6 +120,26 @@ impl State {
     }
 
     pub(crate) fn service(&mut self, qi: usize, epoll: &Epoll) -> bool {
+        self.round(qi, epoll, QpSlot::service).unwrap_or(false)
+    }
+
+    /// Runs a service round `f` ([`QpSlot::service`] or
+    /// [`QpSlot::service_round`]) on queue pair `qi`, if it is there.
+    #[inline]
+    fn round<R>(
+        &mut self,
+        qi: usize,
+        epoll: &Epoll,
+        f: impl FnOnce(
+            &mut QpSlot,
+            u64,
+            &mut Registry<Mem>,
+            &mut [Option<CqSlot>],
+            &mut RxPool,
+            Option<&Epoll>,
+            Allowed,
+        ) -> R,
+    ) -> Option<R> {
         let allowed = self.allowed();
         let Self {
             reg,
@@ -129,15 +149,16 @@ impl State {
             ..
         } = self;
         match qps.get_mut(qi) {
-            Some(Some(q)) => q.service(
+            Some(Some(q)) => Some(f(
+                q,
                 qi as u64,
                 reg,
                 cqs,
                 rx_pool,
                 self.watching.then_some(epoll),
                 allowed,
-            ),
-            _ => false,
+            )),
+            _ => None,
         }
     }
 
@@ -223,7 +244,9 @@ impl State {
         match self.qps.get_mut(qi) {
             Some(Some(q)) if q.id == p.slot_id => {
                 q.unpark(p, res);
-                self.service(qi, epoll);
+                // The caller drains its queue next: whether the round
+                // produced anything is not asked.
+                self.round(qi, epoll, QpSlot::service_round);
                 self.reap(epoll);
             }
             _ => p.discard(&mut self.rx_pool),

@@ -267,8 +267,10 @@ impl<B: Backing> Registry<B> {
         len: u64,
         access: Access,
     ) -> Result<Range, MemError> {
+        // Looked at in place, not copied out (the receive's straight path
+        // checks its buffer per Send).
         let info = match self.slots.get((stag >> 8) as usize) {
-            Some(Some(s)) if s.info.stag == stag && s.info.valid => s.info,
+            Some(Some(s)) if s.info.stag == stag && s.info.valid => &s.info,
             _ => return Err(MemError::InvalidStag),
         };
         if info.pd != pd {

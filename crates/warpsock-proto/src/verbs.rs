@@ -63,6 +63,7 @@ impl Sgl {
 
 impl std::ops::Deref for Sgl {
     type Target = [Sge];
+    #[inline]
     fn deref(&self) -> &[Sge] {
         &self.0
     }

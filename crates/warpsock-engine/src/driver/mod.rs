@@ -261,12 +261,31 @@ impl QpSlot {
         epoll: Option<&Epoll>,
         allowed: Allowed,
     ) -> bool {
-        let collected = !self.dead && allowed.rx;
-        if collected && allowed.tx && self.idle_round(token, pool, epoll) == Some(true) {
-            return false;
-        }
         let before = self.events.len();
         let cq_before = cq_lens(cqs, self.send_cq, self.recv_cq);
+        self.service_round(token, reg, cqs, pool, epoll, allowed);
+        self.events.len() != before || cq_lens(cqs, self.send_cq, self.recv_cq) != cq_before
+    }
+
+    /// [`Self::service`] without its answer (a parked read's waker drains
+    /// the queue itself: whether the round produced anything is not
+    /// asked, so the queues' lengths are not compared).
+    #[inline]
+    pub(crate) fn service_round(
+        &mut self,
+        token: u64,
+        reg: &mut Registry<Mem>,
+        cqs: &mut [Option<CqSlot>],
+        pool: &mut RxPool,
+        epoll: Option<&Epoll>,
+        allowed: Allowed,
+    ) {
+        let collected = !self.dead && allowed.rx;
+        // An empty read produces nothing (the answer `service` computes
+        // for it is false as before).
+        if collected && allowed.tx && self.idle_round(token, pool, epoll) == Some(true) {
+            return;
+        }
         if collected {
             self.rx(reg, pool);
             self.collect(cqs);
@@ -289,7 +308,6 @@ impl QpSlot {
         } else {
             self.collect(cqs);
         }
-        self.events.len() != before || cq_lens(cqs, self.send_cq, self.recv_cq) != cq_before
     }
 
     /// An empty busy-polling round ([`Self::rx_idle`]): `Some(true)` when

@@ -500,6 +500,7 @@ impl Connection {
     }
 
     /// Next event, if any.
+    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -514,6 +515,7 @@ impl Connection {
 
     /// Next work completion, if any (send-queue completions in posting
     /// order, receive completions in arrival order).
+    #[inline]
     pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
         self.completions.pop_front()
     }

@@ -107,10 +107,18 @@ impl TxSegment {
 
     /// Computes the CRC trailer over the segment's bytes (reading payload
     /// from `reg`). Returns false if a payload region has disappeared.
+    ///
+    /// Inline, the look for a CRC field only: without CRC (negotiated
+    /// off) there is nothing to compute, and every small Send asks.
+    #[inline]
     pub fn seal<B: Backing>(&mut self, reg: &Registry<B>) -> bool {
-        let Some(at) = self.crc_at else {
-            return true;
-        };
+        match self.crc_at {
+            None => true,
+            Some(at) => self.seal_crc(reg, at),
+        }
+    }
+
+    fn seal_crc<B: Backing>(&mut self, reg: &Registry<B>, at: usize) -> bool {
         let mut c = Crc32c::new();
         for p in &self.parts {
             match *p {
