@@ -222,7 +222,16 @@ impl QpSlot {
         self.count_waiting(opcode, len);
         self.queued += len as u64;
         let full = match &sent {
-            Ok(k) => *k < len,
+            // Taken whole (every ping-pong send): `written_direct`'s `Done`
+            // with the segment left in the pool, where it was built.
+            Ok(k) if *k == len => {
+                self.io.writes += 1;
+                self.io.write_bytes += len as u64;
+                self.written += len as u64;
+                self.collect(cqs);
+                return Some(false);
+            }
+            Ok(_) => true,
             Err(e) => e.kind() == io::ErrorKind::WouldBlock,
         };
         self.written_direct(Written::PoolTop, len, sent, cqs);
