@@ -282,3 +282,87 @@ fn a_send_past_the_window_after_a_taken_answer_finishes() {
         assert!(got == m, "B's bytes differ");
     });
 }
+
+/// What a reader's wait processes and does not take — here the credits
+/// the peer returns for messages sent until none were left — is told to
+/// the socket's other threads (`set_on_progress`: a `poll` may wait for
+/// the socket to become writable); only a message the call takes itself
+/// is its own, told to no one (issue 12: the call skips the readiness
+/// then). B reads, returning the credits, while A's receive waits; B
+/// answers only once A's wait has told of them.
+#[test]
+fn a_waiting_reader_tells_what_it_does_not_take() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    xa.set_on_progress(Box::new(move |r| {
+        let _ = tx.lock().unwrap().send(r.writable);
+    }));
+    let mut sent = 0u64;
+    loop {
+        match xa.send(&pattern(8, sent), true, None) {
+            Ok(8) => sent += 1,
+            Ok(n) => panic!("a short send of {n}"),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+                break;
+            }
+        }
+        assert!(sent < 1000, "credits never ran out");
+    }
+    assert!(!xa.readiness_now().writable, "A has no credits left");
+    std::thread::scope(|sc| {
+        let r = sc.spawn(|| recv_exact(&xa, 1));
+        for i in 0..sent {
+            assert_eq!(recv_exact(&xb, 8), pattern(8, i), "message {i}");
+        }
+        let t = Instant::now();
+        loop {
+            let left = LIMIT.saturating_sub(t.elapsed());
+            match rx.recv_timeout(left) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => panic!("A's wait never told of its credits: {e}"),
+            }
+        }
+        xb.send(b"k", false, Some(LIMIT)).unwrap();
+        assert_eq!(r.join().unwrap(), b"k");
+    });
+    assert!(xa.readiness_now().writable, "A's credits are back");
+}
+
+/// The other half: the messages a blocking 8-byte ping-pong's reader takes
+/// in its waits are its own, told to no one (a doorbell rung and drained
+/// per message before). A few waits may process something else (the
+/// connection's first events, a message found through the books on a
+/// loaded machine); far fewer than one per round.
+#[test]
+fn a_waiting_reader_tells_no_one_of_what_it_takes() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let told = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let t2 = told.clone();
+    xa.set_on_progress(Box::new(move |_| {
+        t2.fetch_add(1, SeqCst);
+    }));
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for _ in 0..ROUNDS {
+                let m = recv_exact(&xb, 8);
+                xb.send(&m, false, Some(LIMIT)).unwrap();
+            }
+        });
+        for i in 0..ROUNDS {
+            let m = pattern(8, i);
+            xa.send(&m, false, Some(LIMIT)).unwrap();
+            assert_eq!(recv_exact(&xa, 8), m, "round {i}");
+        }
+    });
+    let (n, took) = (told.load(SeqCst), taken(&xa));
+    assert!(took >= ROUNDS * 3 / 4, "{took} of {ROUNDS} taken");
+    assert!(
+        n <= ROUNDS - took + 4,
+        "told {n} times, {took} of {ROUNDS} taken"
+    );
+}

@@ -750,7 +750,27 @@ impl XSocket {
     /// the residue must start a call of its own), then stream bytes
     /// (message mode: never past a message's end). Returns the length and
     /// whether it ends a message, or `None` if nothing is readable.
+    ///
+    /// Inlined: nothing unread (a blocking receive's first look, before it
+    /// waits) is two loads here, not a call (issue 12); the two terms are
+    /// the first two returns of [`Self::read_readable`].
+    #[inline]
     pub(crate) fn read_now(
+        &self,
+        st: &mut State,
+        out: &mut [u8],
+        peek: bool,
+        more: bool,
+    ) -> Option<(usize, bool)> {
+        if st.residue_off >= st.residue.len() && st.s.readable() == 0 {
+            return None;
+        }
+        self.read_readable(st, out, peek, more)
+    }
+
+    /// [`Self::read_now`] past its look.
+    #[inline(never)]
+    fn read_readable(
         &self,
         st: &mut State,
         out: &mut [u8],
@@ -816,7 +836,7 @@ impl XSocket {
             #[allow(unsafe_code)]
             // SAFETY: unread bytes of a completed receive; its slot is
             // reposted only once they are consumed.
-            out[done..done + k].copy_from_slice(unsafe { self.rx.bytes(at, k) });
+            super::slots::copy_short(&mut out[done..done + k], unsafe { self.rx.bytes(at, k) });
             done += k;
         }
         if !peek {

@@ -138,8 +138,15 @@ pub(crate) fn on_completion(st: &mut State, wc: &Wc) {
 }
 
 /// Moves asynchronous sends and receives along (called after every round
-/// of progress).
+/// of progress). Inlined: with neither queued (a program that makes no
+/// asynchronous call, every round of a ping-pong) both loops would end at
+/// their first `pop_front`, and this is the whole of it (issue 12: the call
+/// and its two empty pops were ~20 instructions per round).
+#[inline]
 pub(crate) fn pump(x: &XSocket, st: &mut State) {
+    if st.aio.sends.is_empty() && st.aio.recvs.is_empty() {
+        return;
+    }
     pump_sends(x, st);
     pump_recvs(x, st);
 }

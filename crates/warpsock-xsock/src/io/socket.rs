@@ -432,6 +432,16 @@ impl XSocket {
                 }
             }
         }
+        self.processed(st);
+    }
+
+    /// The end of [`Self::process`], after its completions: the
+    /// retransmission timeout of a receive-only end, and the freed slots
+    /// posted again (or left for a batch). All that `process` of no
+    /// completion does, for a call that took its message itself
+    /// (`take_direct`).
+    #[inline]
+    pub(super) fn processed(&self, st: &mut State) {
         self.lower_rto(st);
         self.repost(st);
     }
@@ -460,6 +470,7 @@ impl XSocket {
     /// ([`crate::stream::Stream::repost_due`]) or the connection is not in
     /// its steady state (not established or over, a receive retargeted).
     /// Any other freed slot posts them all.
+    #[inline]
     pub(crate) fn repost(&self, st: &mut State) {
         let left = st.s.unposted();
         // Most rounds free nothing (a message's slot is freed when it is
@@ -527,10 +538,19 @@ impl XSocket {
         }
     }
 
+    /// Takes the queue pair's connection events into the books. Inlined:
+    /// when the engine's last report says there is none (most rounds) that
+    /// is all, without a call (issue 12).
+    #[inline]
     fn check_events(&self, st: &mut State) {
         if st.news.is_some_and(|n| !n.events) {
             return;
         }
+        self.poll_events(st);
+    }
+
+    #[inline(never)]
+    fn poll_events(&self, st: &mut State) {
         while let Some(ev) = self.qp.poll_event() {
             match ev {
                 Event::Terminated { code, by_peer } => {
