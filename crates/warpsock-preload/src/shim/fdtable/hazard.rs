@@ -157,13 +157,17 @@ pub(super) fn protect(h: &Slot, at: &AtomicPtr<Entry>) -> *mut Entry {
         #[cfg(test)]
         tests::between();
         h.hazard.store(p, Ordering::SeqCst);
+        #[cfg(test)]
+        tests::after_publish();
         let q = at.load(Ordering::SeqCst);
         if q == p {
             return p;
         }
+        // A writer may have seen `p` here and kept it: as a call's end,
+        // before `q` (if any) is published — not when the call on `q` ends
+        // (review r18 item 1).
+        end(h);
         if q.is_null() {
-            // A writer may have seen `p` here and kept it: as a call's end.
-            end(h);
             return q;
         }
         p = q;
@@ -277,6 +281,19 @@ pub(super) mod tests {
         /// registration (a signal handler there, staged).
         pub(in super::super) static DURING_CLAIM: RefCell<Option<Box<dyn FnOnce()>>> =
             const { RefCell::new(None) };
+    }
+
+    thread_local! {
+        /// Run once between a look-up's publication and its second read
+        /// of the table (a staged race).
+        pub(in super::super) static AFTER_PUBLISH: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn after_publish() {
+        if let Some(f) = AFTER_PUBLISH.with(|b| b.borrow_mut().take()) {
+            f();
+        }
     }
 
     pub(super) fn between() {
