@@ -339,11 +339,13 @@ pub(crate) fn fork_release() {
 /// pthread_atfork "child": as [`fork_release`], and the retired entries
 /// are forgotten, not freed by the child's first removal: an entry's drop
 /// may be a socket's last reference, whose state a thread that did not
-/// follow the fork may hold locked (the policy of `demote_all`).
+/// follow the fork may hold locked (the policy of `demote_all`). The
+/// hazard slots of those threads are given back (cleared).
 pub(crate) fn fork_release_child() {
     FORK_GUARD.with(|f| {
         if let Some(mut g) = f.borrow_mut().take() {
             g.retired.forget();
+            hazard::release_lost();
         }
     });
 }

@@ -33,10 +33,11 @@
 //! thread's first claim of a slot (the thread's value is [`NONE`] until
 //! the claim is complete).
 //!
-//! After `fork` the child's slots of threads that did not follow it stay
-//! owned (and an entry one of them named stays retired): at most all of
-//! them, after which the child's threads take the locked look-up. The
-//! list the parent left is forgotten in the child ([`Retired::forget`]).
+//! After `fork` the child gives back the slots of the threads that did not
+//! follow it ([`release_lost`]): one of them may name an address freed in
+//! the parent, which a new entry of the child's may reuse (and would then
+//! be kept for good when removed), and they would stay owned. The list
+//! the parent left is forgotten in the child ([`Retired::forget`]).
 
 use std::cell::Cell;
 use std::ptr::null_mut;
@@ -142,6 +143,20 @@ fn claim() -> Option<&'static Slot> {
         return Some(h);
     }
     None
+}
+
+/// A forked child (its only thread, the table's lock held): gives back
+/// every slot but the calling thread's, cleared. Their threads did not
+/// follow the fork; no look-up of the child uses them.
+pub(super) fn release_lost() {
+    let own = CLAIM.try_with(|c| c.0.get()).unwrap_or(usize::MAX);
+    for (i, (h, owned)) in HAZARDS.iter().zip(&OWNED).enumerate() {
+        if i != own {
+            h.hazard.store(null_mut(), Ordering::Relaxed);
+            h.nudge.store(false, Ordering::Relaxed);
+            owned.store(false, Ordering::Release);
+        }
+    }
 }
 
 /// Publishes the entry `at` holds in `h` (the caller's slot, empty) and
@@ -268,6 +283,7 @@ impl Retired {
 #[cfg(test)]
 pub(super) mod tests {
     use std::cell::RefCell;
+    use std::sync::atomic::Ordering;
 
     thread_local! {
         /// Run once between a look-up's read of the table and its
@@ -294,6 +310,19 @@ pub(super) mod tests {
         if let Some(f) = AFTER_PUBLISH.with(|b| b.borrow_mut().take()) {
             f();
         }
+    }
+
+    /// The slot `h`'s published pointer, nudge, and whether it is owned.
+    pub(in super::super) fn state(h: &super::Slot) -> (usize, bool, bool) {
+        let i = super::HAZARDS
+            .iter()
+            .position(|x| std::ptr::eq(x, h))
+            .expect("a slot");
+        (
+            h.hazard.load(Ordering::SeqCst) as usize,
+            h.nudge.load(Ordering::SeqCst),
+            super::OWNED[i].load(Ordering::SeqCst),
+        )
     }
 
     pub(super) fn between() {

@@ -212,6 +212,48 @@ fn forgotten_entries_are_not_dropped() {
     assert_eq!(count(&a), 2, "a forgotten entry was dropped");
 }
 
+/// A forked child gives back the slots of the threads that did not follow
+/// it, cleared (one may name an address freed in the parent, which the
+/// child may reuse), and keeps its own thread's (review r18 item 3).
+#[test]
+fn a_forked_child_gives_back_the_lost_threads_slots() {
+    let own = hazard::mine().expect("a slot");
+    let (ready_tx, ready) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let h = hazard::mine().expect("a slot");
+        // Published as in a call: an address the child may reuse.
+        let at = AtomicPtr::new(0x1000 as *mut Entry);
+        assert_eq!(hazard::protect(h, &at) as usize, 0x1000);
+        ready_tx.send(h).unwrap();
+        go_rx.recv().unwrap();
+        hazard::end(h);
+    });
+    let lost = ready.recv().unwrap();
+    assert_eq!(hazard::tests::state(lost), (0x1000, false, true));
+    fork_prepare();
+    // SAFETY: the child only reads and writes atomics, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        fork_release_child();
+        let ok = hazard::tests::state(lost) == (0, false, false)
+            && hazard::tests::state(own) == (0, false, true);
+        // SAFETY: leaves the child at once (no test harness in it).
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    fork_release();
+    assert!(pid > 0, "fork");
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    go.send(()).unwrap();
+    t.join().unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child kept a lost slot (status {status:#x})"
+    );
+}
+
 const RACED: usize = 300;
 /// Whether each of the race's objects is alive (cleared by its drop).
 static ALIVE: [AtomicBool; RACED] = [const { AtomicBool::new(false) }; RACED];
