@@ -192,6 +192,34 @@ impl Head {
     }
 }
 
+/// `dst.copy_from_slice(src)` (equal lengths), with two loads and stores
+/// of a constant width instead of a `memcpy` call for 4 to 16 bytes (an
+/// inline Send's 8-byte message header and payload: ~12 instructions and a
+/// call each, issue 12): the two copies overlap when the length is not
+/// the width's double.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    debug_assert_eq!(dst.len(), n);
+    if (8..=16).contains(&n) {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..n].copy_from_slice(&src[n - 8..]);
+    } else if (4..8).contains(&n) {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..n].copy_from_slice(&src[n - 4..]);
+    } else {
+        dst.copy_from_slice(src);
+    }
+}
+
+/// Where [`TxState::small_open`] put an FPDU in a segment's buffer.
+struct SmallAt {
+    /// Its first byte (the length field's).
+    start: usize,
+    /// Its payload's bytes, zero until filled.
+    payload: std::ops::Range<usize>,
+}
+
 /// The pieces of `sources` (a message's payload, in order) covering
 /// message bytes `sent..sent + take`.
 fn pieces(sources: &[Range], mut skip: u64, mut left: u64) -> impl Iterator<Item = Range> + '_ {
@@ -346,12 +374,35 @@ impl TxState {
     /// nothing, when `fill` does (a payload region has gone): the caller's general path
     /// keeps such a piece as a memory part, which [`TxSegment::seal`]
     /// reports.
+    ///
+    /// Always inlined: `fill` is a closure, so each caller has its own
+    /// copy anyway, and the frame (a dozen register saves and restores,
+    /// ~20 instructions an 8-byte Send: issue 12) is its caller's.
+    #[inline(always)]
     fn small_fpdu(
         &mut self,
         seg: &mut TxSegment,
         head: &Head,
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> bool {
+        let at = self.small_open(seg, head);
+        if !fill(&mut seg.buf[at.payload.clone()]) {
+            seg.buf.truncate(at.start);
+            return false;
+        }
+        self.small_close(seg, &at);
+        true
+    }
+
+    /// [`Self::small_fpdu`]'s first half: the FPDU's bytes appended to the
+    /// segment's buffer, `head` encoded, the payload's bytes (at
+    /// [`SmallAt::payload`]) zero for the caller to fill, then pad and the
+    /// CRC field. Either [`Self::small_close`] follows, or the caller cuts
+    /// the buffer back to [`SmallAt::start`]. Split from its closure so an
+    /// inline Send copies its bytes in its own frame (a `fill` closure of
+    /// a copy loop was a call of its own, not inlined: issue 12).
+    #[inline(always)]
+    fn small_open(&self, seg: &mut TxSegment, head: &Head) -> SmallAt {
         let take = head.payload_len();
         debug_assert!(!self.markers && take as u64 <= INLINE_PAYLOAD_MAX);
         let h = head.len();
@@ -366,19 +417,25 @@ impl TxState {
         // CRC field stay zero.
         seg.buf.extend_from_slice(&[0u8; MAX]);
         seg.buf.truncate(start + n);
-        let b = &mut seg.buf[start..];
-        head.write(b);
-        if !fill(&mut b[h..body]) {
-            seg.buf.truncate(start);
-            return false;
+        head.write(&mut seg.buf[start..]);
+        SmallAt {
+            start,
+            payload: start + h..start + body,
         }
+    }
+
+    /// [`Self::small_fpdu`]'s second half: the FPDU [`Self::small_open`]
+    /// appended (its payload filled) becomes the segment's next inline
+    /// bytes, in the stream's count.
+    #[inline(always)]
+    fn small_close(&mut self, seg: &mut TxSegment, at: &SmallAt) {
+        let n = seg.buf.len() - at.start;
         self.len_field_pos = self.pos;
-        seg.note_inline(start);
+        seg.note_inline(at.start);
         if self.crc_on {
-            seg.crc_at = Some(start + n - 4);
+            seg.crc_at = Some(at.start + n - 4);
         }
         self.pos += n as u64;
-        true
     }
 
     /// Pad and the CRC field (zeros until [`TxSegment::seal`] fills them
@@ -780,18 +837,16 @@ impl Connection {
         seg.clear();
         seg.opcode = Some(head.opcode());
         self.tx.counts.inline_sends += 1;
-        let copy_parts = |out: &mut [u8]| {
-            let mut n = 0;
+        if total as u64 <= INLINE_PAYLOAD_MAX && !self.tx.markers {
+            // `small_fpdu` with the copy in this frame (its bytes cannot
+            // fail to be there, unlike a region's).
+            let at = self.tx.small_open(seg, &head);
+            let mut n = at.payload.start;
             for p in parts {
-                out[n..n + p.len()].copy_from_slice(p);
+                copy_short(&mut seg.buf[n..n + p.len()], p);
                 n += p.len();
             }
-            true
-        };
-        if total as u64 <= INLINE_PAYLOAD_MAX
-            && !self.tx.markers
-            && self.tx.small_fpdu(seg, &head, copy_parts)
-        {
+            self.tx.small_close(seg, &at);
             return true;
         }
         self.tx.begin_fpdu(seg);
