@@ -237,6 +237,8 @@ fn a_writer_with_smaller_slots_sends_a_slots_worth_per_message() {
 fn straight_writes_refused_inline_go_from_a_transmit_slot() {
     let (a, b) = tcp_pair();
     set_buf(&a, libc::SO_SNDBUF, 4096);
+    // The reader's window closes too, whatever the host's default `tcp_rmem`.
+    set_buf(&b, libc::SO_RCVBUF, 4096);
     let (xa, xb) = switch_both(&a, &b, &opts());
     assert_eq!(xa.send(&[7], false, Some(LIMIT)).unwrap(), 1);
     assert_eq!(recv_exact(&xb, 1), [7]);
@@ -248,8 +250,11 @@ fn straight_writes_refused_inline_go_from_a_transmit_slot() {
         xa.inline_sends(),
     );
     let mut sent = 0;
+    // `send_vectored_ready` calls that went from a slot themselves.
+    let mut vectored_refused = 0;
     for k in 0..16 {
         let b = &data[sent..sent + CALL];
+        let i = xa.inline_sends();
         let r = if k % 2 == 0 {
             xa.send(b, true, None)
         } else {
@@ -259,6 +264,9 @@ fn straight_writes_refused_inline_go_from_a_transmit_slot() {
             Ok(n) => {
                 assert_eq!(n, CALL, "one message");
                 sent += n;
+                if k % 2 == 1 && xa.inline_sends() == i {
+                    vectored_refused += 1;
+                }
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
             Err(e) => panic!("send: {e}"),
@@ -270,6 +278,10 @@ fn straight_writes_refused_inline_go_from_a_transmit_slot() {
     assert!(
         xa.inline_sends() - i0 < msgs,
         "every message went inline: no backlog"
+    );
+    assert!(
+        vectored_refused > 0,
+        "no send_vectored_ready call was refused inline"
     );
     // The writer's end drives its engine (no progress thread here) until
     // the reader has everything.

@@ -235,6 +235,7 @@ impl XSocket {
     /// counters, which every socket adds to, take the locked add (issue
     /// 12: three locked instructions fewer per small send).
     pub(crate) fn count(&self, _st: &State, what: Count, n: usize) {
+        debug_assert!(self.st.try_lock().is_err(), "counted without the lock");
         let n = n as u64;
         let add = |c: &AtomicU64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
         add(what.of(&self.stats));

@@ -70,6 +70,7 @@ impl XSocket {
     /// changes nothing (most: twice per round trip) costs a plain load,
     /// not an `xchg` (implicitly locked, a full barrier).
     pub(crate) fn set_watching(&self, st: &State, events: u32) {
+        debug_assert!(self.st.try_lock().is_err(), "watch set without the lock");
         if self.watching.load(Ordering::Relaxed) != events {
             self.watching.store(events, Ordering::Release);
             self.count(st, Count::WatchChanges, 1);
