@@ -593,10 +593,14 @@ impl Context {
     /// How often this context's callers ([`crate::Cq::wait`]) and progress
     /// thread slept in the kernel, and how many of those sleeps ended with
     /// nothing to do (a diagnostic: wake-ups per MiB moved mean the same on
-    /// a loaded machine; see also [`crate::Qp::io_stats`]).
+    /// a loaded machine; see also [`crate::Qp::io_stats`]). Takes the
+    /// context's lock: not to be called with it held.
     pub fn wait_stats(&self) -> WaitStats {
         let inner = &self.sh.inner;
-        inner.waits.snapshot(&inner.lock().parked_sleeps)
+        // Not `Inner::lock`: a diagnostic's look is not a counted take
+        // (`Self::lock_count`).
+        let st = inner.state.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.waits.snapshot(&st.parked_sleeps)
     }
 
     /// Caller-driven mode: one non-blocking round of progress on every

@@ -241,6 +241,7 @@ impl Cq {
             // less per wait: in a shared library each is a call of
             // `__tls_get_addr`.)
             if st.readers + st.writers == 0 {
+                debug_assert!(!thread_borrows(inner));
                 let n = st.cq(self.id).drain_into(out);
                 if n > 0 || out.is_empty() {
                     return Ok((n, qp.map(|qp| self.news_of(&st, qp))));

@@ -85,6 +85,10 @@ fn region_closures_may_call_back_into_the_engine() {
             src.with_bytes_mut(|b| {
                 b[32..].fill(0xab);
                 qp.post_send(send_wr(2, vec![src.sge(32, 32)])).unwrap();
+                // Nor inside a writing closure (whose Send waits for it).
+                let mut wc = [Wc::default(); 2];
+                let n = cq.wait(&mut wc, Duration::from_secs(3600)).unwrap();
+                got.extend_from_slice(&wc[..n]);
             });
             let until = Instant::now() + LIMIT;
             while got.len() < 2 && Instant::now() < until {

@@ -118,6 +118,7 @@ impl TxSegment {
         }
     }
 
+    #[inline(never)]
     fn seal_crc<B: Backing>(&mut self, reg: &Registry<B>, at: usize) -> bool {
         let mut c = Crc32c::new();
         for p in &self.parts {
