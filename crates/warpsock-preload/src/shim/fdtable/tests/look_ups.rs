@@ -8,6 +8,19 @@ use super::super::hazard;
 use super::*;
 use crate::shim::guard;
 
+/// The tests of this module change the one process-wide table and read
+/// every thread's slot: they run one at a time. Run beside each other, one
+/// test's reader may publish a stale pointer (an entry another test freed,
+/// whose address this test's new entry reuses) for the moment before its
+/// re-read: a scan then keeps this test's entry until that reader's call
+/// ends, and the "dropped when the call returns" checks see it a moment
+/// late (seen once in CI, session 18).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn count(a: &Arc<dyn Socket>) -> usize {
     Arc::strong_count(a)
 }
@@ -19,6 +32,7 @@ fn count(a: &Arc<dyn Socket>) -> usize {
 /// other change of the table after it.
 #[test]
 fn a_socket_removed_inside_its_own_call_is_dropped_when_the_call_returns() {
+    let _serial = serial();
     let fd = 60_021;
     let a = dummy();
     assert!(insert(fd, a.clone()).is_none());
@@ -43,6 +57,7 @@ fn a_socket_removed_inside_its_own_call_is_dropped_when_the_call_returns() {
 /// closed then, not at some unrelated later close).
 #[test]
 fn a_socket_another_thread_removes_is_dropped_when_the_call_returns() {
+    let _serial = serial();
     let fd = 60_023;
     let a = dummy();
     assert!(insert(fd, a.clone()).is_none());
@@ -75,6 +90,7 @@ fn a_socket_another_thread_removes_is_dropped_when_the_call_returns() {
 /// finds it gone and answers none.
 #[test]
 fn a_removal_before_the_publication_is_seen() {
+    let _serial = serial();
     let fd = 60_031;
     let a = dummy();
     assert!(insert(fd, a.clone()).is_none());
@@ -93,6 +109,7 @@ fn a_removal_before_the_publication_is_seen() {
 /// r18 item 1).
 #[test]
 fn a_replacement_after_the_publication_drops_the_old_entry_at_once() {
+    let _serial = serial();
     let fd = 60_041;
     let (a, b) = (dummy(), dummy());
     let old = Arc::downgrade(&a);
@@ -120,6 +137,7 @@ fn a_replacement_after_the_publication_drops_the_old_entry_at_once() {
 /// protected after it, until the outer call returns.
 #[test]
 fn a_nested_look_up_leaves_the_outer_protection() {
+    let _serial = serial();
     let fd = 60_033;
     let a = dummy();
     assert!(insert(fd, a.clone()).is_none());
@@ -142,6 +160,7 @@ fn a_nested_look_up_leaves_the_outer_protection() {
 /// would stay owned for good), and the thread has its slot after.
 #[test]
 fn a_look_up_inside_the_first_claim_takes_the_locked_path() {
+    let _serial = serial();
     let fd = 60_039;
     let a = dummy();
     assert!(insert(fd, a.clone()).is_none());
@@ -172,6 +191,7 @@ fn a_look_up_inside_the_first_claim_takes_the_locked_path() {
 /// one after the other, each takes the lock-free look-up.
 #[test]
 fn exiting_threads_give_their_slots_back() {
+    let _serial = serial();
     let fd = 60_035;
     assert!(insert(fd, dummy()).is_none());
     for n in 0..hazard::SLOTS + 8 {
@@ -191,6 +211,7 @@ fn exiting_threads_give_their_slots_back() {
 /// line (nor the adjacent line the prefetcher pairs with it).
 #[test]
 fn slots_do_not_share_cache_lines() {
+    let _serial = serial();
     assert_eq!(align_of::<hazard::Slot>(), 128);
     assert_eq!(size_of::<hazard::Slot>(), 128);
 }
@@ -199,6 +220,7 @@ fn slots_do_not_share_cache_lines() {
 /// drops no entry (the socket's reference stays), even one no slot names.
 #[test]
 fn forgotten_entries_are_not_dropped() {
+    let _serial = serial();
     let a = dummy();
     let mut r = hazard::Retired::new();
     let p = Box::into_raw(Box::new(a.clone()));
@@ -217,6 +239,7 @@ fn forgotten_entries_are_not_dropped() {
 /// child may reuse), and keeps its own thread's (review r18 item 3).
 #[test]
 fn a_forked_child_gives_back_the_lost_threads_slots() {
+    let _serial = serial();
     let own = hazard::mine().expect("a slot");
     let (ready_tx, ready) = mpsc::channel();
     let (go, go_rx) = mpsc::channel::<()>();
@@ -297,6 +320,7 @@ impl Socket for Live {
 /// are done: none waits for a later change of the table.
 #[test]
 fn look_ups_race_replacements() {
+    let _serial = serial();
     let fd = 60_037;
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(std::sync::Barrier::new(3));
