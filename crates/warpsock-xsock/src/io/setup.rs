@@ -169,3 +169,13 @@ impl XSocket {
         }
     }
 }
+
+/// A socket shows its two ends (its books are behind its lock).
+impl std::fmt::Debug for XSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XSocket")
+            .field("local", &self.local)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}

@@ -188,15 +188,6 @@ pub struct XSocket {
     pub(crate) watching: AtomicU32,
 }
 
-impl std::fmt::Debug for XSocket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("XSocket")
-            .field("local", &self.local)
-            .field("peer", &self.peer)
-            .finish_non_exhaustive()
-    }
-}
-
 /// The Terminate we send when the peer breaks the sockets protocol (a
 /// malformed message, a credit overrun, a misused sink): RDMAP layer,
 /// remote operation error, unspecified — the message was a valid RDMAP
