@@ -20,9 +20,10 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::{Deref, DerefMut};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use libc::c_int;
 
@@ -50,6 +51,79 @@ static MAP: RwLock<Map> = RwLock::new(Map {
     high: None,
     retired: hazard::Retired::new(),
 });
+
+/// A hold of [`MAP`]'s lock, counted in the thread's [`guard::map_held`]
+/// from before the lock is taken until after it is let go: a call made in
+/// a signal handler (or another library's atfork handler, which runs
+/// while `fork_prepare`'s hold is kept) over such a hold must not take the
+/// lock again — the end of its look-up then leaves its reclaim to a later
+/// one (`hazard::end`; review r18-xhaz item 2).
+///
+/// [`guard::map_held`]: super::guard::map_held
+struct Held<G> {
+    // Dropped before `_count` (declaration order): the lock is let go
+    // while the count still says held.
+    g: G,
+    _count: HoldCount,
+}
+
+struct HoldCount;
+
+impl HoldCount {
+    fn new() -> Self {
+        let c = super::guard::map_held();
+        c.set(c.get() + 1);
+        Self
+    }
+}
+
+impl Drop for HoldCount {
+    fn drop(&mut self) {
+        let c = super::guard::map_held();
+        c.set(c.get() - 1);
+    }
+}
+
+impl<G: Deref> Deref for Held<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
+        &self.g
+    }
+}
+
+impl<G: DerefMut> DerefMut for Held<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.g
+    }
+}
+
+/// [`MAP`]'s read lock, counted ([`Held`]).
+fn read_map() -> Held<RwLockReadGuard<'static, Map>> {
+    let _count = HoldCount::new();
+    let g = MAP.read().unwrap_or_else(|e| e.into_inner());
+    Held { g, _count }
+}
+
+/// [`MAP`]'s write lock, counted ([`Held`]).
+fn write_map() -> Held<RwLockWriteGuard<'static, Map>> {
+    let _count = HoldCount::new();
+    let g = MAP.write().unwrap_or_else(|e| e.into_inner());
+    Held { g, _count }
+}
+
+/// Drops entries a scan freed (after the map's lock is let go): under the
+/// guard, as the sockets' drops are library code whose own calls must not
+/// come back through the interposer (review r18-xhaz item 7).
+fn drop_freed(free: Vec<Entry>) {
+    if free.is_empty() {
+        return;
+    }
+    if super::guard::busy() {
+        drop(free);
+    } else {
+        super::guard::enter((), || drop(free));
+    }
+}
 
 /// The low table: each descriptor's entry (`Box<Entry>`'s pointer), or
 /// null. Written under [`MAP`]'s write lock. Zero-initialised (`.bss`):
@@ -185,8 +259,7 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
 /// [`MANAGED`], without loading the mark again.
 #[inline]
 pub(crate) fn get_marked(fd: c_int) -> Option<Arc<dyn Socket>> {
-    let m = MAP.read().unwrap_or_else(|e| e.into_inner());
-    m.get(fd)
+    read_map().get(fd)
 }
 
 /// The data calls' dispatch: `f` of the object of managed descriptor `fd`
@@ -201,24 +274,28 @@ pub(crate) fn with_marked<R>(
     none: impl FnOnce() -> R,
     f: impl FnOnce(&Arc<dyn Socket>) -> R,
 ) -> R {
-    if let (Some(i), Some(h)) = (low_index(fd), hazard::mine()) {
-        let p = hazard::protect(h, &LOW[i]);
-        if p.is_null() {
-            return none();
-        }
-        /// Clears the slot when the call is over (a panic included), and
-        /// frees what a removal meanwhile kept for it.
-        struct Done(&'static hazard::Slot);
-        impl Drop for Done {
-            fn drop(&mut self) {
-                hazard::end(self.0);
+    // A slot is claimed only for a descriptor with an index: not by a
+    // thread that only ever calls on high ones (review r18-xhaz 4b).
+    if let Some(i) = low_index(fd) {
+        if let Some(h) = hazard::mine() {
+            let p = hazard::protect(h, &LOW[i]);
+            if p.is_null() {
+                return none();
             }
+            /// Clears the slot when the call is over (a panic included), and
+            /// frees what a removal meanwhile kept for it.
+            struct Done(&'static hazard::Slot);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    hazard::end(self.0);
+                }
+            }
+            let _done = Done(h);
+            // SAFETY: published in this thread's slot and still in the table
+            // after that: a writer that swaps it out keeps it until the slot
+            // is cleared (`_done`, after `f`).
+            return f(unsafe { &*p });
         }
-        let _done = Done(h);
-        // SAFETY: published in this thread's slot and still in the table
-        // after that: a writer that swaps it out keeps it until the slot
-        // is cleared (`_done`, after `f`).
-        return f(unsafe { &*p });
     }
     match get_marked(fd) {
         Some(s) => f(&s),
@@ -229,24 +306,21 @@ pub(crate) fn with_marked<R>(
 /// Frees the retired entries no look-up uses any more: run at the end of
 /// a call whose slot a removal found naming its entry
 /// ([`hazard`]'s nudge), so that the socket is dropped when that call
-/// returns. Under the guard: the sockets' drops are library code.
+/// returns. Under the guard: the sockets' drops are library code. The
+/// call's errno is kept: its return value and errno are set already.
 #[cold]
 fn reclaim() {
-    super::guard::enter((), || {
-        let free = MAP
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retired
-            .scan();
-        drop(free);
-    });
+    let errno = super::sys::errno();
+    let free = write_map().retired.scan();
+    drop_freed(free);
+    super::sys::set_errno(errno);
 }
 
 /// Records that `fd` refers to `sock`; returns the object `fd` referred to
 /// before (whose reference the caller releases).
 pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
     sock.add_ref();
-    let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
+    let mut m = write_map();
     let (old, free) = m.swap(fd, Some(sock));
     match MARKS.get(fd as usize) {
         Some(b) => b.store(MANAGED, Ordering::Relaxed),
@@ -256,7 +330,7 @@ pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>
         None => {}
     }
     drop(m);
-    drop(free);
+    drop_freed(free);
     old
 }
 
@@ -296,7 +370,7 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
     if !maybe_managed(fd) {
         return None;
     }
-    let mut m = MAP.write().unwrap_or_else(|e| e.into_inner());
+    let mut m = write_map();
     let (old, free) = m.swap(fd, None);
     if old.is_some() {
         match MARKS.get(fd as usize) {
@@ -307,27 +381,27 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
         }
     }
     drop(m);
-    drop(free);
+    drop_freed(free);
     old
 }
 
 /// Every managed descriptor and its object.
 pub(crate) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
-    let m = MAP.read().unwrap_or_else(|e| e.into_inner());
+    let m = read_map();
     let low = (0..m.low_top).filter_map(|i| Some((i as c_int, m.get(i as c_int)?)));
     let high = m.high.iter().flatten().map(|(k, v)| (*k, v.clone()));
     low.chain(high).collect()
 }
 
 thread_local! {
-    static FORK_GUARD: std::cell::RefCell<Option<RwLockWriteGuard<'static, Map>>> =
+    static FORK_GUARD: std::cell::RefCell<Option<Held<RwLockWriteGuard<'static, Map>>>> =
         const { std::cell::RefCell::new(None) };
 }
 
 /// pthread_atfork "prepare": hold the map lock across fork so the child gets
 /// a consistent copy.
 pub(crate) fn fork_prepare() {
-    let g = MAP.write().unwrap_or_else(|e| e.into_inner());
+    let g = write_map();
     FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
 }
 

@@ -44,6 +44,14 @@ mod flag {
         ".balign 8",
         "warpsock_hazard_slot:",
         ".zero 8",
+        // How many holds of `fdtable`'s map lock the thread has (`map_held`).
+        ".globl warpsock_map_held",
+        ".hidden warpsock_map_held",
+        ".type warpsock_map_held,@object",
+        ".size warpsock_map_held,4",
+        ".balign 4",
+        "warpsock_map_held:",
+        ".zero 4",
         ".popsection",
     );
 
@@ -83,6 +91,12 @@ mod flag {
     pub(super) fn slot() -> &'static Cell<usize> {
         tls!("warpsock_hazard_slot", Cell<usize>)
     }
+
+    /// The calling thread's count of map-lock holds (see [`super::map_held`]).
+    #[inline(always)]
+    pub(super) fn map_held() -> &'static Cell<u32> {
+        tls!("warpsock_map_held", Cell<u32>)
+    }
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
@@ -92,6 +106,14 @@ mod flag {
     thread_local! {
         static BUSY: Cell<bool> = const { Cell::new(false) };
         static SLOT: Cell<usize> = const { Cell::new(0) };
+        static MAP_HELD: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// The calling thread's count of map-lock holds (see [`super::map_held`]).
+    #[inline(always)]
+    pub(super) fn map_held() -> &'static Cell<u32> {
+        // SAFETY: as `get`.
+        MAP_HELD.with(|b| unsafe { &*(b as *const Cell<u32>) })
     }
 
     /// The calling thread's hazard slot number (see [`super::slot`]).
@@ -119,6 +141,16 @@ mod flag {
 #[inline]
 pub(crate) fn slot() -> &'static Cell<usize> {
     flag::slot()
+}
+
+/// How many holds of `fdtable`'s map lock the calling thread has now
+/// (kept by `fdtable` only): a call that a signal handler, or another
+/// library's atfork handler, makes over code of this thread holding the
+/// lock must not take it again (review r18-xhaz item 2). Static TLS, as
+/// the guard's flag: a handler's first read allocates nothing.
+#[inline]
+pub(crate) fn map_held() -> &'static Cell<u32> {
+    flag::map_held()
 }
 
 /// Whether the calling thread is inside library code.

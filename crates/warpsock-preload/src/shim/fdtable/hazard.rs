@@ -205,6 +205,13 @@ pub(super) fn end(h: &Slot) {
 #[cold]
 #[inline(never)]
 fn nudged(h: &Slot) {
+    // A call made in a signal or atfork handler over code of this thread
+    // that holds the map's lock would deadlock on `reclaim`'s write lock:
+    // the nudge stays raised, and this thread's next end (or any writer's
+    // scan, which sees this slot cleared) frees (review r18-xhaz item 2).
+    if guard::map_held().get() != 0 {
+        return;
+    }
     // Reset before the scan: a writer that nudges again after this holds
     // the table's lock before or after the scan, and either way the entry
     // it keeps is seen by one of the two.
