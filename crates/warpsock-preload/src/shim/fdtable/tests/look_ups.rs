@@ -405,6 +405,137 @@ fn calls_on_high_descriptors_claim_no_slot() {
     drop(remove(fd));
 }
 
+/// Objects of the litmus below alive (made minus dropped).
+static LITMUS_LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Set by a second drop of one of them (checked at the end: a panic in a
+/// drop under the guard would be swallowed).
+static LITMUS_TWICE: AtomicBool = AtomicBool::new(false);
+
+struct Litmus(AtomicBool);
+
+impl Drop for Litmus {
+    fn drop(&mut self) {
+        if self.0.swap(true, Ordering::SeqCst) || LITMUS_LIVE.fetch_sub(1, Ordering::SeqCst) == 0 {
+            LITMUS_TWICE.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Socket for Litmus {
+    fn kernel_fd(&self) -> c_int {
+        -1
+    }
+    fn add_ref(&self) {}
+    fn release(&self) {}
+    fn nonblocking(&self) -> bool {
+        false
+    }
+    fn set_nonblocking(&self, _: bool) {}
+    unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
+        -1
+    }
+    unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
+        -1
+    }
+}
+
+/// The litmus of a call's end against a removal's keep (store buffering,
+/// review r18-xhaz item 5): one reader makes exactly one call per round
+/// and the writer removes the entry as that call returns, racing its end
+/// (the reader's clear-then-read of the nudge against the writer's
+/// nudge-then-read of the slot). Whichever wins, the object is dropped by
+/// the time the call has returned: never both missing (an `end` whose
+/// clear is a plain store, or a `named` without its second read, would
+/// leave it kept until a later change of the table). The reader returns
+/// after a delay that sweeps the writer's latency, round by round.
+/// Bounded in rounds and time; a round in which the drop is late is
+/// counted, and none may be.
+#[test]
+fn a_removal_racing_a_calls_end_never_leaves_the_object_kept() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let _serial = serial();
+    let fd = 60_049;
+    const ROUNDS: usize = 20_000;
+    let opened = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (opened, inside, done, stop) =
+            (opened.clone(), inside.clone(), done.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for r in 1..=ROUNDS {
+                let mut spins = 0u32;
+                while opened.load(SeqCst) < r {
+                    if stop.load(SeqCst) {
+                        return;
+                    }
+                    spins += 1;
+                    if spins < 10_000 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                let found = with_marked(
+                    fd,
+                    || false,
+                    |_| {
+                        inside.store(r, SeqCst);
+                        for _ in 0..r % 128 {
+                            std::hint::spin_loop();
+                        }
+                        true
+                    },
+                );
+                assert!(found, "round {r}: no entry");
+                done.store(r, SeqCst);
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let (mut rounds, mut late) = (0, 0);
+    for r in 1..=ROUNDS {
+        if std::time::Instant::now() > deadline {
+            break;
+        }
+        LITMUS_LIVE.fetch_add(1, SeqCst);
+        assert!(insert(fd, Arc::new(Litmus(AtomicBool::new(false)))).is_none());
+        opened.store(r, SeqCst);
+        // Spins first (the reader is usually on the other core), then
+        // yields (on a loaded machine it may need this one).
+        let mut spins = 0u32;
+        while inside.load(SeqCst) < r {
+            spins += 1;
+            if spins < 10_000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        drop(remove(fd));
+        while done.load(SeqCst) < r {
+            std::thread::yield_now();
+        }
+        rounds += 1;
+        if LITMUS_LIVE.load(SeqCst) != 0 {
+            late += 1;
+            // The next insert's scan frees it (the slot is clear now).
+        }
+    }
+    stop.store(true, SeqCst);
+    reader.join().unwrap();
+    // Frees what a late round left (no slot names it any more).
+    assert!(insert(fd, dummy()).is_none());
+    drop(remove(fd));
+    assert_eq!(
+        late, 0,
+        "{late} of {rounds} rounds kept the object past the call's end"
+    );
+    assert!(!LITMUS_TWICE.load(SeqCst), "an object was dropped twice");
+    assert_eq!(LITMUS_LIVE.load(SeqCst), 0);
+}
+
 const RACED: usize = 300;
 /// Whether each of the race's objects is alive (cleared by its drop).
 static ALIVE: [AtomicBool; RACED] = [const { AtomicBool::new(false) }; RACED];
