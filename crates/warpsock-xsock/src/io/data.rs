@@ -177,7 +177,8 @@ impl XSocket {
     /// * `tx_end_call`: no sink is offered, and stamping DATA offers none;
     /// * `flush`: nothing is queued and the DATA returned every unreturned
     ///   slot (`tx_straight`'s promise: `owes_msg` is false);
-    /// * `post_deferred`: nothing deferred (above).
+    /// * `post_deferred`: nothing deferred (above);
+    /// * `rio::sends_ahead`: no asynchronous send has bytes unposted.
     ///
     /// `reap_posted` stays (a post from a slot, or an inline send the
     /// engine reported a backlog or events for, leaves something to reap),
@@ -195,8 +196,12 @@ impl XSocket {
         // of a send call, so only after a panic inside a batched one, its
         // lock's poison ignored): the message goes behind them, as
         // `post_data` puts it — an inline send would overtake them.
+        // Asynchronous sends with bytes not yet posted (`aio_send`s
+        // earlier than this call, queued as the books blocked them): the
+        // message goes behind them, `send_call` pumping them first.
         if total >= self.opts.zcopy_min
             || st.deferred.is_some()
+            || st.aio.sends_queued()
             || !st.established
             || st.error.is_some()
             || st.peer_closed
@@ -283,7 +288,9 @@ impl XSocket {
             } else {
                 rest.min(self.opts.slot_size as usize - HDR_LEN)
             };
-            let step = if st.tx_free.is_empty() {
+            // Behind asynchronous sends made before the call: blocked
+            // until their bytes are all posted (`rio::sends_ahead`).
+            let step = if st.tx_free.is_empty() || super::rio::sends_ahead(self, &mut st) {
                 TxStep::Blocked
             } else {
                 st.s.tx_data(chunk, chunk == rest)

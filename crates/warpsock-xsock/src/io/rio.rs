@@ -11,6 +11,17 @@
 //! the `riomap` call. A one-sided write is ordered with the stream: bytes
 //! sent after it arrive after it is placed.
 //!
+//! Asynchronous sends keep call order with every other send: their bytes
+//! go out in the order of the `aio_send` calls, each one's bytes posted
+//! before the next one's (not held back until an earlier one completes),
+//! and a plain send call (`send`, `write`, …) made after an asynchronous
+//! send that is still queued — waiting for credits or a transmit slot —
+//! goes behind its bytes: it waits for them as for credits (a
+//! non-blocking call: `EAGAIN`). A stream delivers the bytes in call
+//! order, message mode the messages. (A send call in another thread that
+//! already waits mid-way is not behind an `aio_send` made meanwhile: their
+//! bytes may interleave, as concurrent sends on a TCP socket may.)
+//!
 //! Every one-sided call is one RDMA Write or Read, posted and transmitted
 //! at once. [`XSocket::aio_writev`] gathers several buffers into one Write
 //! (the engine's scatter/gather list): a message built from pieces — a
@@ -95,7 +106,14 @@ struct RioOp {
 /// waiting to be collected.
 #[derive(Debug, Default)]
 pub(crate) struct Aio {
+    /// Asynchronous sends, in call order: the first `sends.len() -
+    /// unposted` posted whole, waiting for the engine to finish reading
+    /// their buffers; the rest with bytes not yet posted (only the first
+    /// of those may have posted some).
     sends: VecDeque<AioSend>,
+    /// Of `sends`, those with bytes not yet posted: a plain send call goes
+    /// behind them ([`sends_ahead`]).
+    unposted: usize,
     recvs: VecDeque<AioRecv>,
     rio: HashMap<u64, RioOp>,
     /// Results of synchronous one-sided operations, by id.
@@ -106,6 +124,13 @@ pub(crate) struct Aio {
 impl Aio {
     pub(crate) fn has_completions(&self) -> bool {
         !self.done.is_empty()
+    }
+
+    /// Asynchronous sends with bytes not yet posted: a plain send goes
+    /// behind them (see [`sends_ahead`]).
+    #[inline]
+    pub(crate) fn sends_queued(&self) -> bool {
+        self.unposted != 0
     }
 
     /// Operations in flight (they progress only as the engine is driven).
@@ -151,16 +176,34 @@ pub(crate) fn pump(x: &XSocket, st: &mut State) {
     pump_recvs(x, st);
 }
 
+/// Whether a plain send call must wait (having done nothing): bytes of
+/// asynchronous sends made before it are not all posted. Pumps them
+/// first, so it waits only for what the books block: its own bytes go
+/// behind theirs (a stream's bytes, message mode's messages, in call
+/// order). Inlined: nothing queued is one look.
+#[inline]
+pub(crate) fn sends_ahead(x: &XSocket, st: &mut State) -> bool {
+    if !st.aio.sends_queued() {
+        return false;
+    }
+    pump_sends(x, st);
+    !st.aio.sends.is_empty()
+}
+
 fn pump_sends(x: &XSocket, st: &mut State) {
-    while let Some(mut a) = st.aio.sends.pop_front() {
-        if let Some((errno, _)) = st.error {
-            st.aio.done.push_back(Completion {
-                cookie: a.cookie,
-                op: AioOp::Send,
-                result: if a.off > 0 { Ok(a.off) } else { Err(errno) },
-            });
-            continue;
-        }
+    if st.error.is_none() {
+        post_sends(x, st);
+    }
+    complete_sends(st);
+}
+
+/// Posts the bytes of the queued asynchronous sends, in call order, as
+/// far as the books allow: each one's, once all posted, are followed at
+/// once by the next one's (it completes later, `complete_sends`).
+fn post_sends(x: &XSocket, st: &mut State) {
+    while st.aio.unposted > 0 {
+        let i = st.aio.sends.len() - st.aio.unposted;
+        let mut a = st.aio.sends.remove(i).expect("an unposted send");
         let len = a.mr.len();
         while a.off < len {
             if st.tx_free_len() == 0 {
@@ -201,20 +244,48 @@ fn pump_sends(x: &XSocket, st: &mut State) {
                 TxStep::Blocked => break,
             }
         }
-        if a.off == len {
-            st.s.tx_end_call();
-            x.flush(st);
-        }
-        if a.off < len || XSocket::call_busy(st, a.call) {
-            // Waits for credits, or for the engine to finish reading it.
-            st.aio.sends.push_front(a);
+        let whole = a.off == len;
+        st.aio.sends.insert(i, a);
+        if !whole {
+            // Waits for credits or a transmit slot.
             return;
         }
+        st.aio.unposted -= 1;
+        st.s.tx_end_call();
+        x.flush(st);
+    }
+}
+
+/// Completes the posted asynchronous sends the engine finished reading,
+/// in call order, and — once the connection failed — every queued one
+/// (with the bytes it posted, or the error if none).
+fn complete_sends(st: &mut State) {
+    let mut posted = st.aio.sends.len() - st.aio.unposted;
+    while posted > 0 {
+        let a = st.aio.sends.front().expect("a posted send");
+        if st.error.is_none() && XSocket::call_busy(st, a.call) {
+            return;
+        }
+        let a = st.aio.sends.pop_front().expect("a posted send");
+        posted -= 1;
         XSocket::end_call(st, a.call);
         st.aio.done.push_back(Completion {
             cookie: a.cookie,
             op: AioOp::Send,
-            result: Ok(len),
+            result: Ok(a.off),
+        });
+    }
+    let Some((errno, _)) = st.error else {
+        return;
+    };
+    // (Every posted one completed above: the engine reads no more.)
+    st.aio.unposted = 0;
+    while let Some(a) = st.aio.sends.pop_front() {
+        XSocket::end_call(st, a.call);
+        st.aio.done.push_back(Completion {
+            cookie: a.cookie,
+            op: AioOp::Send,
+            result: if a.off > 0 { Ok(a.off) } else { Err(errno) },
         });
     }
 }
@@ -510,6 +581,8 @@ impl XSocket {
     }
 
     /// Asynchronous send of `len` bytes at `ptr`, completing with `cookie`.
+    /// Its bytes go after those of every earlier send call and ahead of
+    /// every later one (see the module's docs).
     ///
     /// # Safety
     /// The buffer must stay valid and unchanged until the completion is
@@ -532,6 +605,19 @@ impl XSocket {
             return Ok(());
         }
         // SAFETY: forwarded from this function's contract.
+        unsafe { self.queue_send(&mut st, ptr, len, cookie) };
+        pump(self, &mut st);
+        self.flush(&mut st);
+        Ok(())
+    }
+
+    /// Queues [`Self::aio_send`]'s send (`len` > 0), behind those queued.
+    ///
+    /// # Safety
+    /// As `aio_send`'s.
+    #[allow(unsafe_code)]
+    unsafe fn queue_send(&self, st: &mut State, ptr: *const u8, len: usize, cookie: u64) {
+        // SAFETY: forwarded from this function's contract.
         let mr = unsafe {
             self.pd
                 .register_raw(ptr.cast_mut(), len, Access::LOCAL_READ)
@@ -543,9 +629,7 @@ impl XSocket {
             call,
             cookie,
         });
-        pump(self, &mut st);
-        self.flush(&mut st);
-        Ok(())
+        st.aio.unposted += 1;
     }
 
     /// Asynchronous receive into `len` bytes at `ptr`, completing with
@@ -643,3 +727,6 @@ impl XSocket {
             + st.aio.rio.values().filter(|r| r.cookie.is_some()).count()
     }
 }
+
+#[cfg(test)]
+mod tests;

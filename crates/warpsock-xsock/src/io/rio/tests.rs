@@ -1,0 +1,52 @@
+//! Asynchronous sends and the plain send calls after them (loopback).
+
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use crate::io::{switch_fd, Options, RecvFlags};
+
+/// An asynchronous send queued and not yet pumped (as a round that
+/// processed credits, `reap`, leaves it), with credits and a transmit
+/// slot free: a small plain send — the straight path's case — goes behind
+/// its bytes, not inline ahead of them.
+#[test]
+fn a_straight_send_goes_behind_a_queued_asynchronous_send() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    let o = Options::default();
+    let (xa, xb) = std::thread::scope(|sc| {
+        let ta = sc.spawn(|| switch_fd(c.as_fd(), &o).unwrap());
+        let tb = sc.spawn(|| switch_fd(s.as_fd(), &o).unwrap());
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    let t = Some(Duration::from_secs(20));
+    let mut buf = [0u8; 8];
+    assert_eq!(xa.send(&[1; 8], false, t).unwrap(), 8);
+    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), t).unwrap().0, 8);
+    let queued = [3u8; 8];
+    {
+        let mut st = xa.lock();
+        // SAFETY: `queued` lives until the completion is collected below.
+        #[allow(unsafe_code)]
+        unsafe {
+            xa.queue_send(&mut st, queued.as_ptr(), queued.len(), 9);
+        };
+        assert!(st.aio.sends_queued());
+    }
+    assert_eq!(xa.send(&[2; 8], false, t).unwrap(), 8);
+    for want in [[3; 8], [2; 8]] {
+        assert_eq!(xb.recv(&mut buf, RecvFlags::default(), t).unwrap().0, 8);
+        assert_eq!(buf, want, "in call order");
+    }
+    assert!(!xa.lock().aio.sends_queued(), "the plain send pumped it");
+    let mut done = Vec::new();
+    let start = std::time::Instant::now();
+    while done.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        xa.aio_poll(&mut done, 1);
+        std::thread::yield_now();
+    }
+    assert_eq!((done[0].cookie, done[0].result), (9, Ok(8)));
+}

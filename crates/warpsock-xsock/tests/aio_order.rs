@@ -1,0 +1,120 @@
+//! A plain send after an asynchronous send that is still queued
+//! (`XSocket::aio_send` waiting for credits, or behind an earlier one):
+//! its bytes go behind the queued ones — a stream delivers bytes in call
+//! order, and message mode messages in call order.
+
+use std::time::Instant;
+
+use warpsock_xsock::io::{AioOp, Completion, RecvFlags, XSocket};
+
+mod net;
+
+use net::{opts, pattern, recv_exact, switch_both, tcp_pair, LIMIT};
+
+/// Small non-blocking sends from `xa` until the peer's window is full
+/// (`EAGAIN`: no credit left); the messages sent.
+fn fill_window(xa: &XSocket) -> Vec<Vec<u8>> {
+    let mut sent = Vec::new();
+    for i in 0..1000u64 {
+        let m = pattern(100, 1000 + i);
+        match xa.send(&m, true, None) {
+            Ok(n) => {
+                assert_eq!(n, m.len());
+                sent.push(m);
+            }
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+                return sent;
+            }
+        }
+    }
+    panic!("the window never filled");
+}
+
+/// Collects `x`'s `n` completions of asynchronous sends, in order.
+fn send_completions(x: &XSocket, n: usize) -> Vec<Completion> {
+    let mut done = Vec::new();
+    let t = Instant::now();
+    while done.len() < n {
+        assert!(t.elapsed() < LIMIT, "{done:?}");
+        x.aio_poll(&mut done, 8);
+        std::thread::yield_now();
+    }
+    assert!(done.iter().all(|c| c.op == AioOp::Send), "{done:?}");
+    done
+}
+
+/// Two asynchronous sends queued behind a full window, then the reader
+/// takes the window's bytes (the credits come back), then a plain send:
+/// the reader sees the asynchronous sends' bytes first, then the plain
+/// one's — in stream mode by content, in message mode message by message.
+fn plain_send_after_queued_aio_sends(msg_mode: bool) {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xb.set_msg_mode(msg_mode);
+    let filler = fill_window(&xa);
+    let one = pattern(3000, 1);
+    let two = pattern(5000, 2);
+    let plain = pattern(8, 3);
+    #[allow(unsafe_code)]
+    // SAFETY: both buffers live until their completions are collected
+    // (below, before they are dropped).
+    unsafe {
+        xa.aio_send(one.as_ptr(), one.len(), 1).unwrap();
+        xa.aio_send(two.as_ptr(), two.len(), 2).unwrap();
+    }
+    assert_eq!(xa.aio_pending(), 2, "both wait for credits");
+    // The reader frees the window (its reads return the credits).
+    let mut want = Vec::new();
+    if msg_mode {
+        for m in &filler {
+            let mut buf = [0u8; 200];
+            let (n, eor) = xb
+                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap();
+            assert!(eor && buf[..n] == m[..], "a filler message whole");
+        }
+    } else {
+        let all: Vec<u8> = filler.concat();
+        assert!(recv_exact(&xb, all.len()) == all);
+    }
+    for m in [&one, &two, &plain] {
+        want.push(m.clone());
+    }
+    assert_eq!(xa.send(&plain, false, Some(LIMIT)).unwrap(), plain.len());
+    if msg_mode {
+        for (i, m) in want.iter().enumerate() {
+            let mut buf = vec![0u8; 10_000];
+            let (n, eor) = xb
+                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap();
+            assert!(eor, "message {i} whole");
+            assert!(
+                buf[..n] == m[..],
+                "message {i} ({} bytes) in call order: got {n} bytes",
+                m.len()
+            );
+        }
+    } else {
+        let all: Vec<u8> = want.concat();
+        let got = recv_exact(&xb, all.len());
+        assert!(
+            got[..one.len()] == one[..],
+            "the first asynchronous send first"
+        );
+        assert!(got == all, "bytes in call order");
+    }
+    let done = send_completions(&xa, 2);
+    let got: Vec<_> = done.iter().map(|c| (c.cookie, c.result)).collect();
+    assert_eq!(got, [(1, Ok(one.len())), (2, Ok(two.len()))]);
+}
+
+#[test]
+fn a_plain_send_goes_behind_queued_asynchronous_sends() {
+    plain_send_after_queued_aio_sends(false);
+}
+
+#[test]
+fn a_plain_message_goes_behind_queued_asynchronous_messages() {
+    plain_send_after_queued_aio_sends(true);
+}
