@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use libc::c_int;
@@ -55,9 +55,10 @@ static MAP: RwLock<Map> = RwLock::new(Map {
 /// A hold of [`MAP`]'s lock, counted in the thread's [`guard::map_held`]
 /// from before the lock is taken until after it is let go: a call made in
 /// a signal handler (or another library's atfork handler, which runs
-/// while `fork_prepare`'s hold is kept) over such a hold must not take the
-/// lock again — the end of its look-up then leaves its reclaim to a later
-/// one (`hazard::end`; review r18-xhaz item 2).
+/// while `fork_prepare`'s hold is kept) over such a hold, or over the wait
+/// for one, must not take the lock again. The end of its look-up then
+/// leaves its reclaim to the end of the hold ([`defer_reclaim`]; review
+/// r18-xhaz item 2, r19 item 1).
 ///
 /// [`guard::map_held`]: super::guard::map_held
 struct Held<G> {
@@ -67,21 +68,57 @@ struct Held<G> {
     _count: HoldCount,
 }
 
-struct HoldCount;
+/// [`guard::map_held`]'s bit for a reclaim left by a look-up's end made
+/// over a hold (the rest of the word counts the holds).
+///
+/// [`guard::map_held`]: super::guard::map_held
+const RECLAIM_DEFERRED: u32 = 1 << 31;
+
+/// One count of [`Held`]; never moves to another thread (its count is
+/// this thread's).
+struct HoldCount(std::marker::PhantomData<*const ()>);
 
 impl HoldCount {
     fn new() -> Self {
         let c = super::guard::map_held();
         c.set(c.get() + 1);
-        Self
+        // The count is raised before the lock's acquiring instruction (a
+        // handler in between sees it), not merely before the guard exists.
+        compiler_fence(Ordering::SeqCst);
+        Self(std::marker::PhantomData)
     }
 }
 
 impl Drop for HoldCount {
     fn drop(&mut self) {
+        compiler_fence(Ordering::SeqCst);
         let c = super::guard::map_held();
-        c.set(c.get() - 1);
+        let v = c.get() - 1;
+        if v == RECLAIM_DEFERRED && !std::thread::panicking() {
+            // The thread's last hold is over: the reclaim a handler's
+            // look-up left (the lock is free of this thread now).
+            c.set(0);
+            reclaim();
+        } else {
+            // Unwinding: the bit waits for the next hold's end.
+            c.set(v);
+        }
     }
+}
+
+/// Called by a look-up's end that a removal nudged: if the calling thread
+/// holds [`MAP`]'s lock or waits for it (a signal or atfork handler over
+/// that code), marks the reclaim for the end of the thread's last hold and
+/// returns true — taking the write lock here would deadlock the thread on
+/// itself; otherwise returns false (reclaim now).
+fn defer_reclaim() -> bool {
+    let c = super::guard::map_held();
+    let v = c.get();
+    if v & !RECLAIM_DEFERRED == 0 {
+        return false;
+    }
+    c.set(v | RECLAIM_DEFERRED);
+    true
 }
 
 impl<G: Deref> Deref for Held<G> {
@@ -100,6 +137,8 @@ impl<G: DerefMut> DerefMut for Held<G> {
 /// [`MAP`]'s read lock, counted ([`Held`]).
 fn read_map() -> Held<RwLockReadGuard<'static, Map>> {
     let _count = HoldCount::new();
+    #[cfg(test)]
+    hooks::before_lock();
     let g = MAP.read().unwrap_or_else(|e| e.into_inner());
     Held { g, _count }
 }
@@ -122,6 +161,32 @@ fn drop_freed(free: Vec<Entry>) {
         drop(free);
     } else {
         super::guard::enter((), || drop(free));
+    }
+    #[cfg(test)]
+    hooks::IN_DROP.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Staged interleavings and observations for the tests.
+#[cfg(test)]
+mod hooks {
+    use std::cell::RefCell;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Scans' freed entries not yet dropped: a scan by another test's
+    /// thread drops what it freed only after letting the lock go.
+    pub(super) static IN_DROP: AtomicUsize = AtomicUsize::new(0);
+
+    thread_local! {
+        /// Run once in `read_map` after the hold is counted, before the
+        /// lock is taken (a handler over the wait for it, staged).
+        pub(super) static BEFORE_LOCK: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn before_lock() {
+        if let Some(f) = BEFORE_LOCK.with(|b| b.borrow_mut().take()) {
+            f();
+        }
     }
 }
 
@@ -430,6 +495,9 @@ mod tests {
 
     /// The data calls' look-up ([`with_marked`], [`hazard`]).
     mod look_ups;
+
+    /// Look-ups over holds of the map's lock; drops under the guard.
+    mod holds;
 
     #[test]
     fn marks_and_candidates() {

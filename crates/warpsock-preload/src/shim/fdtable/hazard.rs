@@ -24,7 +24,10 @@
 //! itself, or the call sees the nudge and scans the list ([`reclaim`],
 //! cold). So a socket closed or demoted while a call is inside it — in
 //! that call (the last residue byte's `recv`), or by another thread — is
-//! dropped when the call returns, not at some later change of the table.
+//! dropped when the call returns, not at some later change of the table
+//! — or, for a call made by a signal handler over its thread's hold of
+//! the table's lock (or the wait for one), when that hold ends: the scan
+//! needs the lock ([`super::defer_reclaim`]).
 //!
 //! A call that finds its thread's slot in use — a signal handler that
 //! interrupted a call between its look-up and its end — and a thread that
@@ -205,18 +208,17 @@ pub(super) fn end(h: &Slot) {
 #[cold]
 #[inline(never)]
 fn nudged(h: &Slot) {
-    // A call made in a signal or atfork handler over code of this thread
-    // that holds the map's lock would deadlock on `reclaim`'s write lock:
-    // the nudge stays raised, and this thread's next end (or any writer's
-    // scan, which sees this slot cleared) frees (review r18-xhaz item 2).
-    if guard::map_held().get() != 0 {
-        return;
-    }
     // Reset before the scan: a writer that nudges again after this holds
     // the table's lock before or after the scan, and either way the entry
     // it keeps is seen by one of the two.
     h.nudge.store(false, Ordering::SeqCst);
-    super::reclaim();
+    // A call made in a signal or atfork handler over code of this thread
+    // that holds the map's lock, or waits for it, would deadlock on
+    // `reclaim`'s write lock: the scan runs when that hold ends instead
+    // (review r18-xhaz item 2).
+    if !super::defer_reclaim() {
+        super::reclaim();
+    }
 }
 
 /// Entries taken out of the table whose memory a slot may still name.
@@ -264,6 +266,10 @@ impl Retired {
             free.push(*unsafe { Box::from_raw(e.0) });
             false
         });
+        #[cfg(test)]
+        if !free.is_empty() {
+            super::hooks::IN_DROP.fetch_add(1, Ordering::SeqCst);
+        }
         free
     }
 
@@ -275,6 +281,8 @@ impl Retired {
             if h.hazard.load(Ordering::SeqCst) != p {
                 return false;
             }
+            #[cfg(test)]
+            tests::in_named();
             h.nudge.store(true, Ordering::SeqCst);
             h.hazard.load(Ordering::SeqCst) == p
         })
@@ -317,6 +325,26 @@ pub(super) mod tests {
         if let Some(f) = AFTER_PUBLISH.with(|b| b.borrow_mut().take()) {
             f();
         }
+    }
+
+    thread_local! {
+        /// Run once in a scan between its first read of a slot naming
+        /// the entry and the nudge (a staged race).
+        pub(in super::super) static IN_NAMED: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn in_named() {
+        if let Some(f) = IN_NAMED.with(|b| b.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// Clears `h` without its end's reclaim (as if a scan had freed what
+    /// a removal kept for it first).
+    pub(in super::super) fn clear(h: &super::Slot) {
+        h.hazard.store(std::ptr::null_mut(), Ordering::SeqCst);
+        h.nudge.store(false, Ordering::SeqCst);
     }
 
     /// The slot `h`'s published pointer, nudge, and whether it is owned.

@@ -17,7 +17,7 @@ use crate::shim::guard;
 /// late (seen once in CI, session 18).
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(super) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -277,134 +277,6 @@ fn a_forked_child_gives_back_the_lost_threads_slots() {
     );
 }
 
-/// Runs `f` on a thread of its own and returns its value; a run that has
-/// not ended in 60 s (a deadlock on the map's lock, which would hang every
-/// later test of the table) ends the test process with `what`.
-fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || tx.send(f()).unwrap());
-    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
-        Ok(v) => {
-            t.join().unwrap();
-            v
-        }
-        Err(_) => {
-            let msg = format!("deadlock: {what}\n");
-            // SAFETY: a write of a live buffer to stderr (not captured by
-            // the harness, which would never print it).
-            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-            std::process::abort();
-        }
-    }
-}
-
-/// A socket that records, when dropped, whether the guard was set and
-/// sets errno (as a drop's `close` may).
-struct Recorder;
-
-/// 0: not dropped; 1: dropped outside the guard; 2: under it.
-static RECORDED: AtomicUsize = AtomicUsize::new(0);
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        RECORDED.store(1 + usize::from(guard::busy()), Ordering::SeqCst);
-        crate::shim::sys::set_errno(libc::EBADF);
-    }
-}
-
-impl Socket for Recorder {
-    fn kernel_fd(&self) -> c_int {
-        -1
-    }
-    fn add_ref(&self) {}
-    fn release(&self) {}
-    fn nonblocking(&self) -> bool {
-        false
-    }
-    fn set_nonblocking(&self, _: bool) {}
-    unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-    unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-}
-
-/// A look-up that ends over a hold of the map's lock by its own thread (a
-/// signal handler that interrupted `close` or `dup2`, another library's
-/// atfork handler inside `fork_prepare`'s hold) with its slot nudged
-/// leaves the reclaim: taking the lock again would deadlock the thread on
-/// itself. The nudge stays raised, and the next change of the table frees
-/// the entry — its drop under the guard (review r18-xhaz items 2 and 7).
-#[test]
-fn an_end_over_a_held_map_lock_leaves_its_reclaim_to_the_next_change() {
-    let _serial = serial();
-    let fd = 60_043;
-    RECORDED.store(0, Ordering::SeqCst);
-    assert!(insert(fd, Arc::new(Recorder)).is_none());
-    let (nudged, kept) =
-        within_a_minute("an end took the map's lock its thread holds", move || {
-            let h = hazard::mine().expect("a slot");
-            // Published as a call on `fd`; another thread removes it.
-            let p = hazard::protect(h, &LOW[fd as usize]);
-            assert!(!p.is_null());
-            std::thread::spawn(move || drop(remove(fd))).join().unwrap();
-            assert!(hazard::tests::state(h).1, "the removal nudged the slot");
-            let held = read_map();
-            hazard::end(h);
-            drop(held);
-            (hazard::tests::state(h).1, RECORDED.load(Ordering::SeqCst))
-        });
-    assert!(
-        nudged,
-        "the nudge was dropped: nothing would free the entry"
-    );
-    assert_eq!(kept, 0, "the entry was freed under the held lock");
-    // The next change of the table frees it, under the guard.
-    let other = 60_045;
-    assert!(insert(other, dummy()).is_none());
-    drop(remove(other));
-    assert_eq!(RECORDED.load(Ordering::SeqCst), 2, "freed, under the guard");
-}
-
-/// The reclaim at a call's end keeps the call's errno: a socket's drop
-/// there (its `close`) must not change what the call reported.
-#[test]
-fn a_reclaim_keeps_the_calls_errno() {
-    let _serial = serial();
-    let fd = 60_047;
-    RECORDED.store(0, Ordering::SeqCst);
-    assert!(insert(fd, Arc::new(Recorder)).is_none());
-    with_marked(
-        fd,
-        || panic!("managed"),
-        |_| {
-            drop(remove(fd));
-            crate::shim::sys::set_errno(libc::EAGAIN);
-        },
-    );
-    assert_eq!(RECORDED.load(Ordering::SeqCst), 2, "dropped at the end");
-    assert_eq!(crate::shim::sys::errno(), libc::EAGAIN);
-}
-
-/// A thread whose calls are all on descriptors at or above `BITS` (no
-/// index in the table) claims no hazard slot (review r18-xhaz 4b).
-#[test]
-fn calls_on_high_descriptors_claim_no_slot() {
-    let _serial = serial();
-    let fd = BITS as c_int + 41;
-    assert!(insert(fd, dummy()).is_none());
-    let (found, slot) = std::thread::spawn(move || {
-        let found = with_marked(fd, || false, |_| true);
-        (found, guard::slot().get())
-    })
-    .join()
-    .unwrap();
-    assert!(found);
-    assert_eq!(slot, 0, "a slot was claimed");
-    drop(remove(fd));
-}
-
 /// Objects of the litmus below alive (made minus dropped).
 static LITMUS_LIVE: AtomicUsize = AtomicUsize::new(0);
 /// Set by a second drop of one of them (checked at the end: a panic in a
@@ -506,6 +378,7 @@ fn a_removal_racing_a_calls_end_never_leaves_the_object_kept() {
         // yields (on a loaded machine it may need this one).
         let mut spins = 0u32;
         while inside.load(SeqCst) < r {
+            assert!(!reader.is_finished(), "round {r}: the reader failed");
             spins += 1;
             if spins < 10_000 {
                 std::hint::spin_loop();
@@ -515,8 +388,12 @@ fn a_removal_racing_a_calls_end_never_leaves_the_object_kept() {
         }
         drop(remove(fd));
         while done.load(SeqCst) < r {
+            assert!(!reader.is_finished(), "round {r}: the reader failed");
             std::thread::yield_now();
         }
+        // Another test's scan may have taken the object and not dropped
+        // it yet (it drops after letting the lock go).
+        holds::settled();
         rounds += 1;
         if LITMUS_LIVE.load(SeqCst) != 0 {
             late += 1;
@@ -525,6 +402,9 @@ fn a_removal_racing_a_calls_end_never_leaves_the_object_kept() {
     }
     stop.store(true, SeqCst);
     reader.join().unwrap();
+    // No threshold on the count (a loaded machine runs fewer): shown so
+    // that a log says how much the litmus covered.
+    eprintln!("litmus: {rounds} rounds");
     // Frees what a late round left (no slot names it any more).
     assert!(insert(fd, dummy()).is_none());
     drop(remove(fd));
@@ -546,9 +426,15 @@ static CALLS: AtomicUsize = AtomicUsize::new(0);
 /// A socket of the race: its number, and whether it is alive.
 struct Live(usize);
 
+/// Set by a second drop of one of the race's objects (checked at the end:
+/// a panic in a drop under the guard would be swallowed, review r19 4).
+static TWICE: AtomicBool = AtomicBool::new(false);
+
 impl Drop for Live {
     fn drop(&mut self) {
-        assert!(ALIVE[self.0].swap(false, Ordering::SeqCst), "dropped twice");
+        if !ALIVE[self.0].swap(false, Ordering::SeqCst) {
+            TWICE.store(true, Ordering::SeqCst);
+        }
         DROPPED.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -642,6 +528,8 @@ fn look_ups_race_replacements() {
         r.join().unwrap();
     }
     drop(remove(fd));
+    holds::settled();
+    assert!(!TWICE.load(Ordering::SeqCst), "an object was dropped twice");
     assert_eq!(DROPPED.load(Ordering::SeqCst), made, "objects kept");
     assert!(ALIVE.iter().all(|a| !a.load(Ordering::SeqCst)));
 }

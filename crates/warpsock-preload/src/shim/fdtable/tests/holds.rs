@@ -1,0 +1,279 @@
+//! Look-ups and the map's lock: a look-up whose end runs over its own
+//! thread's hold of the lock (a signal or atfork handler) leaves the
+//! reclaim to the hold's end; freed entries are dropped under the guard;
+//! the reclaim keeps the call's errno (reviews r18-xhaz items 2, 4, 7 and
+//! r19).
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::mpsc;
+
+use super::super::hazard;
+use super::look_ups::serial;
+use super::*;
+use crate::shim::guard;
+
+/// Waits (bounded) until no scan's freed entries wait for their drop: a
+/// scan by another test's thread may take an entry and drop it only after
+/// letting the lock go.
+pub(super) fn settled() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while hooks::IN_DROP.load(Ordering::SeqCst) != 0 && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+}
+
+/// Runs `f` on a thread of its own and returns its value; a run that has
+/// not ended in 60 s (a deadlock on the map's lock, which would hang every
+/// later test of the table) ends the test process with `what`.
+fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::spawn(move || tx.send(f()).unwrap());
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(v) => {
+            t.join().unwrap();
+            v
+        }
+        Err(_) => {
+            let msg = format!("deadlock: {what}\n");
+            // SAFETY: a write of a live buffer to stderr (not captured by
+            // the harness, which would never print it).
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            std::process::abort();
+        }
+    }
+}
+
+/// A socket that records, when dropped, whether the guard was set and
+/// sets errno (as a drop's `close` may).
+struct Recorder;
+
+/// 0: not dropped; 1: dropped outside the guard; 2: under it.
+static RECORDED: AtomicUsize = AtomicUsize::new(0);
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        RECORDED.store(1 + usize::from(guard::busy()), Ordering::SeqCst);
+        crate::shim::sys::set_errno(libc::EBADF);
+    }
+}
+
+impl Socket for Recorder {
+    fn kernel_fd(&self) -> c_int {
+        -1
+    }
+    fn add_ref(&self) {}
+    fn release(&self) {}
+    fn nonblocking(&self) -> bool {
+        false
+    }
+    fn set_nonblocking(&self, _: bool) {}
+    unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
+        -1
+    }
+    unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
+        -1
+    }
+}
+
+/// A look-up that ends over a hold of the map's lock by its own thread (a
+/// signal handler that interrupted `close` or `dup2`, another library's
+/// atfork handler inside `fork_prepare`'s hold) with its slot nudged
+/// leaves the reclaim — taking the lock again would deadlock the thread on
+/// itself — and the hold's end runs it: the entry is dropped then, under
+/// the guard (review r18-xhaz item 2).
+#[test]
+fn an_end_over_a_held_map_lock_reclaims_when_the_hold_ends() {
+    let _serial = serial();
+    let fd = 60_043;
+    RECORDED.store(0, Ordering::SeqCst);
+    assert!(insert(fd, Arc::new(Recorder)).is_none());
+    let (under, deferred, after) =
+        within_a_minute("an end took the map's lock its thread holds", move || {
+            let h = hazard::mine().expect("a slot");
+            // Published as a call on `fd`; another thread removes it.
+            let p = hazard::protect(h, &LOW[fd as usize]);
+            assert!(!p.is_null());
+            std::thread::spawn(move || drop(remove(fd))).join().unwrap();
+            assert!(hazard::tests::state(h).1, "the removal nudged the slot");
+            let held = read_map();
+            hazard::end(h);
+            // Read under the hold: no other thread can scan meanwhile.
+            let under = RECORDED.load(Ordering::SeqCst);
+            let deferred = guard::map_held().get();
+            drop(held);
+            settled();
+            (under, deferred, RECORDED.load(Ordering::SeqCst))
+        });
+    assert_eq!(under, 0, "the entry was freed under the held lock");
+    assert_eq!(
+        deferred,
+        RECLAIM_DEFERRED | 1,
+        "no reclaim left for the hold's end"
+    );
+    assert_eq!(after, 2, "not freed (under the guard) when the hold ended");
+}
+
+/// The same over a hold that is still being waited for: the thread is
+/// queued for the lock another thread holds (a handler over `setsockopt`'s
+/// look-up, waiting behind an unrelated change), and its handler's
+/// look-up ends meanwhile. The reclaim runs when that hold ends, not at
+/// some later call (review r19 item 1).
+#[test]
+fn an_end_over_a_wait_for_the_map_lock_reclaims_when_the_hold_ends() {
+    let _serial = serial();
+    let fd = 60_051;
+    RECORDED.store(0, Ordering::SeqCst);
+    assert!(insert(fd, Arc::new(Recorder)).is_none());
+    let after = within_a_minute("an end took the map's lock", move || {
+        let h = hazard::mine().expect("a slot");
+        let p = hazard::protect(h, &LOW[fd as usize]);
+        assert!(!p.is_null());
+        std::thread::spawn(move || drop(remove(fd))).join().unwrap();
+        // Staged: the count is raised as `read_map` begins to wait; the
+        // "handler" ends its look-up there.
+        hooks::BEFORE_LOCK.with(|b| *b.borrow_mut() = Some(Box::new(move || hazard::end(h))));
+        drop(read_map());
+        settled();
+        RECORDED.load(Ordering::SeqCst)
+    });
+    assert_eq!(after, 2, "kept past the hold's end");
+}
+
+/// Entries a change of the table frees are dropped under the guard, by
+/// `insert` and by `remove` alike: an entry kept for a call whose slot is
+/// clear now (its end's reclaim lost the race to this scan) is the
+/// socket's last reference (review r18-xhaz item 7).
+#[test]
+fn changes_drop_freed_entries_under_the_guard() {
+    let _serial = serial();
+    let (fd, other) = (60_053, 60_055);
+    for by_insert in [true, false] {
+        RECORDED.store(0, Ordering::SeqCst);
+        assert!(insert(fd, Arc::new(Recorder)).is_none());
+        if !by_insert {
+            assert!(insert(other, dummy()).is_none());
+        }
+        let recorded = std::thread::spawn(move || {
+            let h = hazard::mine().expect("a slot");
+            assert!(!hazard::protect(h, &LOW[fd as usize]).is_null());
+            std::thread::spawn(move || drop(remove(fd))).join().unwrap();
+            hazard::tests::clear(h);
+            assert!(!guard::busy());
+            if by_insert {
+                assert!(insert(other, dummy()).is_none());
+            }
+            drop(remove(other));
+            settled();
+            RECORDED.load(Ordering::SeqCst)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            recorded, 2,
+            "by_insert {by_insert}: not dropped under the guard"
+        );
+    }
+}
+
+/// `fork_prepare`'s hold is counted (another library's atfork handler
+/// runs inside it), and the count is back to 0 after the parent's
+/// release and after the child's.
+#[test]
+fn the_fork_hold_is_counted() {
+    let _serial = serial();
+    assert_eq!(guard::map_held().get(), 0);
+    fork_prepare();
+    let during = guard::map_held().get();
+    // SAFETY: the child reads its thread-local count and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        fork_release_child();
+        let ok = guard::map_held().get() == 0;
+        // SAFETY: leaves the child at once (no test harness in it).
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    fork_release();
+    assert_eq!(during, 1, "fork_prepare's hold is not counted");
+    assert_eq!(guard::map_held().get(), 0);
+    assert!(pid > 0, "fork");
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's count"
+    );
+}
+
+/// A removal whose scan finds a slot naming the entry, then finds it
+/// cleared on its second read (the call ended between the two, before the
+/// nudge), frees the entry itself: it is dropped when `remove` returns
+/// (staged between the first read and the nudge; a `named` without its
+/// second read keeps it).
+#[test]
+fn a_call_that_ends_between_the_scans_two_reads_leaves_the_entry_to_the_scan() {
+    let _serial = serial();
+    let fd = 60_057;
+    RECORDED.store(0, Ordering::SeqCst);
+    assert!(insert(fd, Arc::new(Recorder)).is_none());
+    let (h_tx, h_rx) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let h = hazard::mine().expect("a slot");
+        assert!(!hazard::protect(h, &LOW[fd as usize]).is_null());
+        h_tx.send(h).unwrap();
+        go_rx.recv().unwrap();
+        // The slot is clear (ended by the staged hook; the scan's nudge,
+        // raised after, is stale and costs one reclaim).
+        hazard::tests::state(h).0
+    });
+    let h = h_rx.recv().unwrap();
+    hazard::tests::IN_NAMED.with(|b| *b.borrow_mut() = Some(Box::new(move || hazard::end(h))));
+    drop(remove(fd));
+    settled();
+    let recorded = RECORDED.load(Ordering::SeqCst);
+    go.send(()).unwrap();
+    assert_eq!(t.join().unwrap(), 0, "the staged end did not run");
+    // Dropped by now (by the scan, or by `remove`'s returned reference).
+    assert_ne!(recorded, 0, "kept although the call had ended");
+}
+
+/// The reclaim at a call's end keeps the call's errno: a socket's drop
+/// there (its `close`) must not change what the call reported.
+#[test]
+fn a_reclaim_keeps_the_calls_errno() {
+    let _serial = serial();
+    let fd = 60_047;
+    RECORDED.store(0, Ordering::SeqCst);
+    assert!(insert(fd, Arc::new(Recorder)).is_none());
+    with_marked(
+        fd,
+        || panic!("managed"),
+        |_| {
+            drop(remove(fd));
+            crate::shim::sys::set_errno(libc::EAGAIN);
+        },
+    );
+    let errno = crate::shim::sys::errno();
+    settled();
+    assert_eq!(RECORDED.load(Ordering::SeqCst), 2, "dropped at the end");
+    assert_eq!(errno, libc::EAGAIN);
+}
+
+/// A thread whose calls are all on descriptors at or above `BITS` (no
+/// index in the table) claims no hazard slot (review r18-xhaz 4b).
+#[test]
+fn calls_on_high_descriptors_claim_no_slot() {
+    let _serial = serial();
+    let fd = BITS as c_int + 41;
+    assert!(insert(fd, dummy()).is_none());
+    let (found, slot) = std::thread::spawn(move || {
+        let found = with_marked(fd, || false, |_| true);
+        (found, guard::slot().get())
+    })
+    .join()
+    .unwrap();
+    assert!(found);
+    assert_eq!(slot, 0, "a slot was claimed");
+    drop(remove(fd));
+}
