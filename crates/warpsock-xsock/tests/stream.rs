@@ -284,16 +284,56 @@ fn message_mode_delivers_long_messages_in_parts() {
     let mut p = Pair::new(1, (hello(4, 1024), a), (hello(4, 1024), b), 2);
     p.run_to_end(100_000);
     check(&p);
+    assert_eq!(messages(&p.b.reads), vec![5000, 10, 7000, 3]);
+}
+
+/// The messages a message-mode reader's reads make up: each read ending
+/// one (`MSG_EOR`) closes it; a part read adds to it. Panics on a part
+/// left open at the end.
+fn messages(reads: &[(usize, bool)]) -> Vec<usize> {
     let mut msgs = Vec::new();
     let mut cur = 0;
-    for &(n, eor) in &p.b.reads {
+    for &(n, eor) in reads {
         cur += n;
         if eor {
             msgs.push(cur);
             cur = 0;
         }
     }
-    assert_eq!(msgs, vec![5000, 10, 7000, 3]);
+    assert_eq!(cur, 0, "a message's parts without its end");
+    msgs
+}
+
+/// Both ends in message mode send each other messages longer than the
+/// other's window (16 slots of 248 payload bytes, 13 of 504) at the same
+/// time, each reading with a buffer larger than every message: each
+/// reader holds the parts of the peer's message in its slots, and the
+/// peer, down to its last credit, can send that credit only with a
+/// return — of slots holding our message, which its own reader holds the
+/// same way. A reader must take the parts it holds then
+/// (`Stream::msg_part_due`), or both wait forever (issue 12). Every byte
+/// arrives in order and every message whole: its parts, then its end.
+#[test]
+fn message_mode_both_ways_past_the_window() {
+    for seed in seeds(20) {
+        let mut rng = Rng::new(500 + seed);
+        let mut a = Plan::idle();
+        a.msg_mode = true;
+        a.read_min = 32_000;
+        a.read_max = 32_000;
+        a.stall_percent = 20;
+        let mut b = a.clone();
+        a.sends = sizes(&mut rng, 8, 7_000, 20_000);
+        b.sends = sizes(&mut rng, 8, 7_000, 20_000);
+        let mut p = Pair::new(seed, (hello(16, 256), a), (hello(13, 512), b), 3);
+        // Slots of taken messages left for a batch on one side in every
+        // other run (the socket's way), posted at once otherwise.
+        p.a.lazy_reposts = seed % 2 == 1;
+        p.run_to_end(200_000);
+        check(&p);
+        assert_eq!(messages(&p.b.reads), p.a.plan.sends, "seed {seed}: a's");
+        assert_eq!(messages(&p.a.reads), p.b.plan.sends, "seed {seed}: b's");
+    }
 }
 
 fn encode(m: Msg) -> Vec<u8> {
@@ -398,6 +438,55 @@ fn the_last_credit_only_carries_credits_back() {
     }
     assert_eq!(s.credits(), 0);
     assert_eq!(s.tx_data(10, true), TxStep::Blocked);
+}
+
+/// A CREDIT's slot alone is returned to a short peer only when we hold
+/// nothing else of its (`Stream::credit_due`): the DATA we hold makes the
+/// return due once read, and the reader reads it then
+/// (`Stream::msg_part_due`). Two message-mode ends holding all but two of
+/// each other's slots (`tests/msg_mode.rs`) otherwise traded one-slot
+/// CREDITs for ever: each arrival made the peer short and its return due
+/// at once, the send calls waiting on that credit never got it.
+#[test]
+fn a_credits_slot_alone_goes_back_only_when_nothing_else_will() {
+    let part = {
+        let mut d = encode(Msg {
+            credits: 0,
+            body: Body::Data { eom: false },
+        });
+        d.extend_from_slice(&[7; 10]);
+        d
+    };
+    let credit = encode(Msg {
+        credits: 0,
+        body: Body::Credit,
+    });
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    for slot in 0..14 {
+        s.on_message(slot, &part).unwrap();
+    }
+    assert!(!s.msg_part_due(), "the peer holds two credits");
+    // The peer's CREDIT takes a third slot: it holds one credit.
+    s.on_message(14, &credit).unwrap();
+    assert_eq!(s.take_reposts().collect::<Vec<_>>(), [14]);
+    assert!(s.msg_part_due(), "the peer's one credit needs a return");
+    assert!(
+        !s.owes_msg() && s.poll_msg().is_none(),
+        "a CREDIT for a CREDIT"
+    );
+    // The reader takes the parts: their return is due, the CREDIT's slot
+    // with it.
+    s.consume(14 * 10);
+    assert_eq!(s.take_reposts().count(), 14);
+    assert!(matches!(s.poll_msg(), Some(m) if m.credits == 15 && m.body == Body::Credit));
+    // Nothing else held (3 slots: the peer's two CREDITs): their slots go
+    // back, or the peer, with one credit and maybe nothing to return,
+    // could not send again.
+    let mut s = Stream::new(hello(3, 256), hello(16, 256));
+    s.on_message(0, &credit).unwrap();
+    s.on_message(1, &credit).unwrap();
+    assert_eq!(s.take_reposts().count(), 2);
+    assert!(matches!(s.poll_msg(), Some(m) if m.credits == 2 && m.body == Body::Credit));
 }
 
 /// A read's freed slot is left for a batch (`Stream::repost_due`) only

@@ -822,7 +822,7 @@ impl XSocket {
             match st.s.message_end() {
                 Some(end) if end <= out.len() => (end, true),
                 Some(_) => (out.len(), false),
-                None if st.s.peer_stalled() || avail >= out.len() || st.s.eof() => {
+                None if st.s.msg_part_due() || avail >= out.len() || st.s.eof() => {
                     (avail.min(out.len()), false)
                 }
                 None => return None,

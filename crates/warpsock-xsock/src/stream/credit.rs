@@ -144,9 +144,29 @@ impl Stream {
     /// our slots' worth (`RETURN_EVERY`). A CREDIT we send is held by the
     /// peer until it has a real reason to answer, so with three or more
     /// slots two idle sides never trade CREDITs back and forth.
+    ///
+    /// Nor two busy ones: returns of CREDITs' slots alone (`trigger` 0)
+    /// are due to a short peer only when we hold nothing else of its
+    /// (`used == unreturned`). Otherwise the messages we hold — unread
+    /// DATA, which a reader takes once the peer is short
+    /// ([`Self::msg_part_due`]) — make a return due when read, and it
+    /// carries those slots. Without that, two ends whose readers hold all
+    /// but two of each other's slots (message mode, each waiting for the
+    /// end of a message longer than its window) traded CREDITs of one
+    /// slot for ever: each CREDIT's arrival gave its receiver a second
+    /// credit, spent at once on a CREDIT returning that one's slot to a
+    /// peer now short in turn, before its blocked send call could use it
+    /// — both ends busy, neither reader ever seeing the peer short
+    /// (issue 12; `tests/msg_mode.rs`).
+    ///
+    /// (That term is `credit_due_with`'s first clause's alone — the
+    /// others need `trigger` — and is left out of [`Self::repost_due`]'s
+    /// ask, where it changes nothing: the slots left unposted there are
+    /// reads', of DATA; CREDITs' slots are posted as they arrive.)
     #[inline]
     pub(super) fn credit_due(&self) -> bool {
         self.credit_due_with(self.unreturned, self.trigger)
+            && (self.trigger > 0 || self.used == self.unreturned)
     }
 
     /// [`Self::credit_due`] with `unreturned` slots returnable, `trigger`
@@ -161,10 +181,41 @@ impl Stream {
 
     /// Whether the peer cannot send more stream bytes until some are read:
     /// it has no credit left, or one and (as far as we know) nothing to
-    /// return with it. A reader waiting for the end of a message longer
-    /// than our slots then takes it in parts.
+    /// return with it. (A sink offered then is used: `XSocket`'s
+    /// `sink_usable`.)
     pub fn peer_stalled(&self) -> bool {
         let peer_has = u32::from(self.local.slots) - self.used;
         peer_has == 0 || (peer_has == 1 && self.credits == u32::from(self.peer.slots))
+    }
+
+    /// Whether a message-mode reader that holds part of a message, not
+    /// its end, must take the part now (the read returns it without
+    /// `MSG_EOR`; the end comes with it later): the peer holds at most
+    /// one credit, so it can send the rest only after a return from us —
+    /// its last credit goes only with a return of its own
+    /// (`may_send`), which we cannot count on.
+    ///
+    /// Its return would be of our messages that its application read, and
+    /// it may never read them first: its reader may wait for the end of
+    /// our own message longer than its window, holding our parts as we
+    /// hold its (both ends sending at once, each sender down to its last
+    /// credit: a deadlock, issue 12, `tests/stream.rs`
+    /// `message_mode_both_ways_past_the_window`), or its one thread may be
+    /// blocked in the send of this very message. [`Self::peer_stalled`]'s
+    /// "one credit and we hold all ours" (the peer holds none of our
+    /// messages) sees neither.
+    ///
+    /// Why it is enough: the reader takes every part it holds, and the
+    /// slots freed make our return due (`credit_due`: the peer has at most
+    /// one credit, and two with them), sent by the read's own flush with
+    /// our last credit if need be, or carried by our next message; with
+    /// it the peer sends on. Our own sends need no return from it: a peer
+    /// holding our parts applies this rule too. What it costs: a message
+    /// that needs the peer's last credit (`slots` parts, sent after a
+    /// return) may come in two reads; a message that leaves the peer two
+    /// credits or more is read whole, as before.
+    #[inline]
+    pub fn msg_part_due(&self) -> bool {
+        u32::from(self.local.slots) - self.used <= 1
     }
 }

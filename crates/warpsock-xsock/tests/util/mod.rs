@@ -392,9 +392,10 @@ impl Side {
             let (n, eor) = match self.s.message_end() {
                 Some(end) if end <= want => (end, true),
                 Some(_) => (want, false),
-                // An incomplete message is read only when it can never
-                // complete in the slots, or fills the buffer.
-                None if self.s.peer_stalled() || avail >= want => (avail.min(want), false),
+                // An incomplete message is read only when its rest may
+                // need a return from us (`Stream::msg_part_due`), or it
+                // fills the buffer: as `XSocket`'s `read_readable`.
+                None if self.s.msg_part_due() || avail >= want => (avail.min(want), false),
                 None => return,
             };
             self.take_from_slots(n);
