@@ -31,8 +31,21 @@ enum Start<'a> {
     /// lock found it).
     Drained(MutexGuard<'a, State>),
     /// After a first round's parked read that brought nothing, woken at
-    /// this instant.
-    Slept(Instant),
+    /// this instant, the way it says.
+    Slept(Instant, Woke),
+}
+
+/// How a parked sleep ended ([`Cq::sleep_parked`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Woke {
+    /// Its read timed out: it slept its whole slice (`SO_RCVTIMEO`).
+    TimedOut,
+    /// A signal ended it (`EINTR`), sooner, with nothing read.
+    Interrupted,
+    /// Its read brought bytes (those of a completion, or ones that
+    /// complete nothing: an RDMA Write or Read Response placed, part of
+    /// an FPDU, a bare credit), EOF or an error: sooner, too.
+    Read,
 }
 
 /// A completion queue.
@@ -248,16 +261,17 @@ impl Cq {
                 }
                 // Parked without reading the clock: its answer wakes a
                 // ping-pong's receive long before the slice ends. Only a
-                // sleep that brings nothing reads it, and counts the
-                // timeout as if from one slice earlier.
+                // sleep that brings nothing reads it (see `Start::Slept`).
                 let Some((qi, p)) = st.park(PARK_SLICE) else {
                     return self.wait_rounds(out, timeout, qp, Start::Drained(st));
                 };
-                if let Some(r) = self.sleep_parked(st, qi, p, out, qp) {
-                    return Ok(r);
-                }
-                let now = Instant::now();
-                return self.wait_rounds(out, timeout, qp, Start::Slept(now));
+                return match self.sleep_parked(st, qi, p, out, qp) {
+                    Ok(r) => Ok(r),
+                    Err(woke) => {
+                        let start = Start::Slept(Instant::now(), woke);
+                        self.wait_rounds(out, timeout, qp, start)
+                    }
+                };
             }
         }
         self.wait_rounds(out, timeout, qp, Start::Fresh)
@@ -318,14 +332,21 @@ impl Cq {
             // `drive` was false: no progress missed).
             Start::Drained(st) => first = Some(st),
             // `wait_for`'s first round slept in a parked read that brought
-            // nothing: as this loop after such a sleep.
-            Start::Slept(now) => {
-                clock = Some((now.checked_add(timeout - PARK_SLICE), now));
+            // nothing, without the clock: the timeout counts from one slice
+            // before `now` if the read timed out (it slept that long), else
+            // from `now` (it may have slept far less: counting a slice
+            // would end the wait early; this is late by under a slice).
+            Start::Slept(now, woke) => {
+                let slept = match woke {
+                    Woke::TimedOut => PARK_SLICE,
+                    Woke::Interrupted | Woke::Read => Duration::ZERO,
+                };
+                clock = Some((now.checked_add(timeout - slept), now));
             }
         }
         loop {
-            let (mut st, parking) = match first.take() {
-                Some(st) => (st, false),
+            let mut st = match first.take() {
+                Some(st) => st,
                 None => {
                     let mut st = inner.lock();
                     if drive {
@@ -335,27 +356,10 @@ impl Cq {
                     if n > 0 || out.is_empty() {
                         return Ok((n, news(&st)));
                     }
-                    (st, clock.is_none())
+                    st
                 }
             };
             drive = true;
-            if parking && inner.busy_poll.is_zero() && timeout >= PARK_SLICE {
-                // The first sleep of a wait that does not spin, with a
-                // timeout of at least a park slice: parked without reading
-                // the clock (a blocking ping-pong's every receive comes
-                // here, and its answer wakes it long before the slice
-                // ends). Only a sleep that brings nothing reads it, and
-                // counts the timeout as if from one slice earlier.
-                if let Some((qi, p)) = st.park(PARK_SLICE) {
-                    if let Some(r) = self.sleep_parked(st, qi, p, out, qp) {
-                        return Ok(r);
-                    }
-                    let now = Instant::now();
-                    clock = Some((now.checked_add(timeout - PARK_SLICE), now));
-                    drive = false;
-                    continue;
-                }
-            }
             let now = Instant::now();
             let (deadline, spin_until) =
                 *clock.get_or_insert_with(|| (now.checked_add(timeout), now + inner.busy_poll));
@@ -387,7 +391,7 @@ impl Cq {
             let slice = rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE));
             let parked = st.park(slice);
             if let Some((qi, p)) = parked {
-                if let Some(r) = self.sleep_parked(st, qi, p, out, qp) {
+                if let Ok(r) = self.sleep_parked(st, qi, p, out, qp) {
                     return Ok(r);
                 }
                 // Serviced just now: look again before another round.
@@ -407,8 +411,8 @@ impl Cq {
 
     /// Sleeps in the parked read `p` of queue pair `qi` with the lock
     /// `st` (which prepared it) released, then services what it read and
-    /// drains this queue into `out` under the lock again. `None`: nothing
-    /// completed.
+    /// drains this queue into `out` under the lock again. `Err`: nothing
+    /// completed, and how the sleep ended.
     fn sleep_parked(
         &self,
         st: MutexGuard<'_, State>,
@@ -416,22 +420,28 @@ impl Cq {
         mut p: ParkedRead,
         out: &mut [Wc],
         qp: Option<&Qp>,
-    ) -> Option<(usize, Option<QpNews>)> {
+    ) -> std::result::Result<(usize, Option<QpNews>), Woke> {
         let inner = &self.sh.inner;
         drop(st);
         let res = p.read();
-        // A timeout (the socket's SO_RCVTIMEO) brought nothing.
-        let empty = res.as_ref().is_err_and(|e| {
-            matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-            )
-        });
+        let woke = match &res {
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Woke::TimedOut,
+                io::ErrorKind::Interrupted => Woke::Interrupted,
+                _ => Woke::Read,
+            },
+            Ok(_) => Woke::Read,
+        };
         let mut st = inner.lock();
-        st.parked_sleeps.count(empty);
+        // A timeout (the socket's SO_RCVTIMEO) or a signal brought nothing.
+        st.parked_sleeps.count(woke != Woke::Read);
         st.unpark(qi, p, res, &inner.epoll);
         let n = st.cq(self.id).drain_into(out);
-        (n > 0).then(|| (n, qp.map(|qp| self.news_of(&st, qp))))
+        if n > 0 {
+            Ok((n, qp.map(|qp| self.news_of(&st, qp))))
+        } else {
+            Err(woke)
+        }
     }
 
     /// The queue's notification fd: readable while completions are waiting

@@ -8,9 +8,10 @@ mod common;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{pattern, send_wr, LIMIT};
+use common::{pattern, send_wr, wait_n, LIMIT};
 use warpsock_engine::{
-    connect, Access, Context, Listener, Progress, QpInit, RecvWr, Wc, WcOpcode, WcStatus,
+    connect, Access, Context, Cq, Listener, Mr, Progress, Qp, QpInit, RecvWr, SendOp, SendWr, Wc,
+    WcOpcode, WcStatus,
 };
 
 /// An echo responder in its own thread: every Send that arrives is sent
@@ -64,6 +65,21 @@ fn echo_server(n: usize) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) 
     (addr, h)
 }
 
+/// A caller-driven client of `addr` with one receive posted (`wr_id` 9,
+/// into the 64-byte region returned with it).
+fn idle_client(addr: std::net::SocketAddr) -> (Context, Cq, Qp, Mr) {
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+    let inbox = pd.alloc(64, Access::LOCAL_WRITE);
+    let mut init = QpInit::new(&pd, &cq);
+    init.recvs.push(RecvWr {
+        wr_id: 9,
+        sgl: inbox.sge(0, 64).into(),
+    });
+    let qp = connect(addr, &init).unwrap();
+    (ctx, cq, qp, inbox)
+}
+
 #[test]
 fn another_thread_posts_while_one_sleeps_in_wait() {
     let (addr, server) = echo_server(20);
@@ -113,15 +129,7 @@ fn another_thread_posts_while_one_sleeps_in_wait() {
 #[test]
 fn a_sleeping_wait_honours_its_timeout_and_survives_the_qp_being_dropped() {
     let (addr, server) = echo_server(0);
-    let ctx = Context::new(Progress::Caller).unwrap();
-    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
-    let inbox = pd.alloc(64, Access::LOCAL_WRITE);
-    let mut init = QpInit::new(&pd, &cq);
-    init.recvs.push(RecvWr {
-        wr_id: 9,
-        sgl: inbox.sge(0, 64).into(),
-    });
-    let qp = connect(addr, &init).unwrap();
+    let (_ctx, cq, qp, _inbox) = idle_client(addr);
 
     // Nothing arrives: the wait returns empty after its timeout, not much
     // later (the sleep is cut into short slices, each re-checking).
@@ -209,4 +217,123 @@ fn send_backlog_counts_bytes_held_for_a_full_socket_buffer() {
     assert_eq!(qp.send_backlog(), 0, "every byte reached the kernel");
     server.join().unwrap();
     drop(qp);
+}
+
+/// A wait's first park, ended early by input that completes nothing, does
+/// not cut the wait's timeout (review r18-xwake, finding 1): the peer's
+/// RDMA Write into this side's region is read by the first park at once,
+/// and the wait still sleeps its whole 10 ms (a lower bound only). One
+/// park slice, the shortest wait that parks first: the cut is a slice
+/// whatever the timeout (the whole wait here), while each later slice's
+/// sleep may overrun by a timer tick or two and hide it.
+#[test]
+fn a_first_park_woken_by_a_write_keeps_the_whole_timeout() {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (written_tx, written_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(4).unwrap());
+        let src = pd.register(pattern(64, 5), Access::LOCAL_READ);
+        let qp = connect(addr, &QpInit::new(&pd, &cq)).unwrap();
+        let pdata = qp.negotiated().unwrap().peer_private_data;
+        let remote_addr = u64::from_be_bytes(pdata[..8].try_into().unwrap());
+        let rkey = u32::from_be_bytes(pdata[8..12].try_into().unwrap());
+        qp.post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Write { remote_addr, rkey },
+            sgl: src.sge(0, 64).into(),
+            signaled: true,
+        })
+        .unwrap();
+        let w = wait_n(&cq, 1);
+        assert!(w[0].is_ok() && w[0].opcode == WcOpcode::RdmaWrite, "{w:?}");
+        written_tx.send(()).unwrap();
+        // Connected until the waiter is done (a FIN would end its park too).
+        done_rx.recv_timeout(LIMIT).unwrap();
+    });
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(4).unwrap());
+    let target = pd.alloc(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let mut pdata = target.addr().to_be_bytes().to_vec();
+    pdata.extend_from_slice(&target.rkey().to_be_bytes());
+    let qp = l
+        .accept_qp(&QpInit::new(&pd, &cq), &pdata, Some(LIMIT))
+        .unwrap();
+    written_rx.recv_timeout(LIMIT).unwrap();
+    // The Write's bytes wait in this side's socket: nothing read them yet.
+    let reads = qp.io_stats().parked_reads;
+    let timeout = Duration::from_millis(10);
+    let t0 = Instant::now();
+    assert_eq!(cq.wait(&mut [Wc::default(); 4], timeout).unwrap(), 0);
+    let took = t0.elapsed();
+    assert!(took >= timeout, "{took:?} < {timeout:?}");
+    let mut got = vec![0; 64];
+    target.read(0, &mut got);
+    assert_eq!(got, pattern(64, 5), "the first park placed the Write");
+    assert!(qp.io_stats().parked_reads - reads >= 2);
+    done_tx.send(()).unwrap();
+    writer.join().unwrap();
+}
+
+/// The same for a signal (EINTR) ending the first park: the waiter's
+/// thread is signalled once it sleeps in its first parked `recv` (seen in
+/// `/proc/self/task/<tid>/syscall`), and its 10 ms wait (one park slice,
+/// as above) still lasts 10 ms.
+/// (Should the signal come later than the first park, it ends a later
+/// one, which the wait's clock already covers: the test cannot fail by
+/// scheduling, only stop testing the first park.)
+#[test]
+fn a_first_park_ended_by_a_signal_keeps_the_whole_timeout() {
+    extern "C" fn on_sigusr1(_: libc::c_int) {}
+    // SAFETY: a zeroed sigaction with a plain handler that does nothing
+    // (async-signal-safe); no SA_RESTART, though a socket with a receive
+    // timeout is never restarted anyway (signal(7)).
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_sigusr1 as extern "C" fn(libc::c_int) as usize;
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR1, &act, std::ptr::null_mut()),
+            0
+        );
+    }
+    let (addr, server) = echo_server(0);
+    let (_ctx, cq, qp, _inbox) = idle_client(addr);
+    // SAFETY: plain queries of the calling thread's ids.
+    let (tid, me) = unsafe { (libc::gettid(), libc::pthread_self()) };
+    let over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let o2 = Arc::clone(&over);
+    let go = Arc::new(Barrier::new(2));
+    let g2 = Arc::clone(&go);
+    let killer = std::thread::spawn(move || {
+        let path = format!("/proc/self/task/{tid}/syscall");
+        let recv = format!("{} ", libc::SYS_recvfrom);
+        g2.wait();
+        let t0 = Instant::now();
+        while !o2.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed() < LIMIT {
+            let s = std::fs::read_to_string(&path).unwrap_or_default();
+            if s.starts_with(&recv) {
+                // SAFETY: `me` is the waiting thread, alive until `over`.
+                assert_eq!(unsafe { libc::pthread_kill(me, libc::SIGUSR1) }, 0);
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
+    });
+    let timeout = Duration::from_millis(10);
+    go.wait();
+    let t0 = Instant::now();
+    let n = cq.wait(&mut [Wc::default(); 4], timeout).unwrap();
+    let took = t0.elapsed();
+    over.store(true, std::sync::atomic::Ordering::Release);
+    let signalled = killer.join().unwrap();
+    assert_eq!(n, 0);
+    if !signalled {
+        eprintln!("the killer never saw the wait in a parked recv (a loaded machine)");
+    }
+    assert!(took >= timeout, "{took:?} < {timeout:?}");
+    drop(qp);
+    server.join().unwrap();
 }
