@@ -219,6 +219,19 @@ fn a_writer_with_smaller_slots_sends_a_slots_worth_per_message() {
     // The rest of the last byte's call blocks until the reader made room.
     let reader = std::thread::spawn(move || recv_exact(&xb, sent + 1));
     assert_eq!(xa.send(&data[sent..=sent], false, Some(LIMIT)).unwrap(), 1);
+    // The call may return with part of the writes still in the engine's
+    // backlog (a full send buffer): the writer's end drives its engine (no
+    // progress thread here) until the reader has everything.
+    let t = std::time::Instant::now();
+    while !reader.is_finished() {
+        assert!(
+            t.elapsed() < LIMIT,
+            "the reader did not get {} bytes",
+            sent + 1
+        );
+        xa.progress();
+        std::thread::yield_now();
+    }
     let got = reader.join().unwrap();
     assert!(
         got == data[..=sent],
