@@ -118,3 +118,91 @@ fn a_plain_send_goes_behind_queued_asynchronous_sends() {
 fn a_plain_message_goes_behind_queued_asynchronous_messages() {
     plain_send_after_queued_aio_sends(true);
 }
+
+/// Reads `want` from `x`, then the end of stream.
+fn read_then_eof(x: &XSocket, want: &[u8]) {
+    let got = recv_exact(x, want.len());
+    assert!(got == want, "the queued bytes before the end of stream");
+    let mut buf = [0u8; 16];
+    let (n, _) = x.recv(&mut buf, RecvFlags::default(), Some(LIMIT)).unwrap();
+    assert_eq!(n, 0, "then the end of stream");
+}
+
+/// `shutdown(SHUT_WR)` after an asynchronous send still queued behind a
+/// full window: the end of stream goes after its bytes (the reader gets
+/// them all, then 0), a later send fails with `EPIPE` at once, and the
+/// send completes whole.
+#[test]
+fn the_end_of_stream_goes_behind_a_queued_asynchronous_send() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let filler = fill_window(&xa);
+    let one = pattern(3000, 4);
+    #[allow(unsafe_code)]
+    // SAFETY: `one` lives until the completion is collected below.
+    unsafe {
+        xa.aio_send(one.as_ptr(), one.len(), 1).unwrap();
+    }
+    assert_eq!(xa.aio_pending(), 1, "waits for credits");
+    xa.shutdown(false, true);
+    let e = xa.send(b"late", true, None).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+    let mut want = filler.concat();
+    want.extend_from_slice(&one);
+    let reader = std::thread::spawn(move || read_then_eof(&xb, &want));
+    let done = send_completions(&xa, 1);
+    assert_eq!((done[0].cookie, done[0].result), (1, Ok(one.len())));
+    reader.join().unwrap();
+}
+
+/// An orderly close after an asynchronous send still queued behind a full
+/// window waits for its bytes, then sends the end of stream after them.
+#[test]
+fn a_close_waits_for_a_queued_asynchronous_send() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let filler = fill_window(&xa);
+    let one = pattern(3000, 5);
+    #[allow(unsafe_code)]
+    // SAFETY: `one` outlives `xa`'s close, which waits for the send (and
+    // the engine reads no more after it).
+    unsafe {
+        xa.aio_send(one.as_ptr(), one.len(), 1).unwrap();
+    }
+    let mut want = filler.concat();
+    want.extend_from_slice(&one);
+    let reader = std::thread::spawn(move || read_then_eof(&xb, &want));
+    assert!(xa.close(LIMIT), "everything left in time");
+    reader.join().unwrap();
+}
+
+/// The peer's FIN (its process gone: no end-of-stream message, no error;
+/// here a `shutdown(SHUT_WR)` of its TCP socket, which keeps reading, so
+/// nothing resets) while an asynchronous send waits for credits that will
+/// never come: it completes with `EPIPE` (not never), and a later
+/// `aio_send` fails with `EPIPE`, as a plain send.
+#[test]
+fn a_queued_asynchronous_send_fails_when_the_peer_closes() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    fill_window(&xa);
+    let one = pattern(3000, 6);
+    #[allow(unsafe_code)]
+    // SAFETY: `one` lives until the completion is collected below.
+    unsafe {
+        xa.aio_send(one.as_ptr(), one.len(), 1).unwrap();
+    }
+    assert_eq!(xa.aio_pending(), 1, "waits for credits");
+    // SAFETY: a plain system call on `xb`'s TCP socket, open until the
+    // end of the test.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::shutdown(xb.tcp_fd(), libc::SHUT_WR) };
+    assert_eq!(r, 0);
+    let done = send_completions(&xa, 1);
+    assert_eq!((done[0].cookie, done[0].result), (1, Err(libc::EPIPE)));
+    assert_eq!(xa.aio_pending(), 0);
+    #[allow(unsafe_code)]
+    // SAFETY: refused: nothing is queued.
+    let e = unsafe { xa.aio_send(one.as_ptr(), one.len(), 2) }.unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+}

@@ -119,7 +119,7 @@ impl XSocket {
         deadline: Option<Instant>,
     ) -> (io::Result<usize>, Option<MutexGuard<'a, State>>) {
         let total = g.len();
-        if st.s.is_write_shut() || (st.peer_closed && st.error.is_none()) {
+        if super::rio::write_shut(&st) || (st.peer_closed && st.error.is_none()) {
             return (Err(io::Error::from_raw_os_error(libc::EPIPE)), Some(st));
         }
         let zcopy = !nonblocking && total >= self.opts.zcopy_min;

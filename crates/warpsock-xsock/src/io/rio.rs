@@ -18,9 +18,16 @@
 //! send that is still queued — waiting for credits or a transmit slot —
 //! goes behind its bytes: it waits for them as for credits (a
 //! non-blocking call: `EAGAIN`). A stream delivers the bytes in call
-//! order, message mode the messages. (A send call in another thread that
+//! order, message mode the messages. `shutdown(SHUT_WR)` and `close` send
+//! the end of stream after the queued sends' bytes (later sends fail with
+//! `EPIPE` at once). Once the connection is over — failed, or closed by
+//! the peer's FIN — the queued sends complete with the bytes they posted,
+//! or with the error (`EPIPE` after the FIN) if none, and `aio_send`
+//! fails as a plain send does. (A send call in another thread that
 //! already waits mid-way is not behind an `aio_send` made meanwhile: their
-//! bytes may interleave, as concurrent sends on a TCP socket may.)
+//! bytes may interleave, as concurrent sends on a TCP socket may — in
+//! message mode the waiting call's message is then split around the
+//! asynchronous one's.)
 //!
 //! Every one-sided call is one RDMA Write or Read, posted and transmitted
 //! at once. [`XSocket::aio_writev`] gathers several buffers into one Write
@@ -114,6 +121,10 @@ pub(crate) struct Aio {
     /// Of `sends`, those with bytes not yet posted: a plain send call goes
     /// behind them ([`sends_ahead`]).
     unposted: usize,
+    /// Our end of the stream was asked for (`shutdown(SHUT_WR)`, `close`)
+    /// while sends had bytes unposted: it goes once they are all posted
+    /// ([`shut_write`]).
+    shut_after: bool,
     recvs: VecDeque<AioRecv>,
     rio: HashMap<u64, RioOp>,
     /// Results of synchronous one-sided operations, by id.
@@ -187,11 +198,31 @@ pub(crate) fn sends_ahead(x: &XSocket, st: &mut State) -> bool {
         return false;
     }
     pump_sends(x, st);
-    !st.aio.sends.is_empty()
+    // Posted whole is enough: the call's own posts go behind theirs in the
+    // engine's queue (and an inline send only with nothing queued there).
+    st.aio.sends_queued()
+}
+
+/// Our end of the stream (`shutdown(SHUT_WR)`, `close`), after the bytes
+/// of the asynchronous sends queued before it: at once if none has bytes
+/// unposted (after a pump), else once [`post_sends`] posted their last.
+pub(crate) fn shut_write(x: &XSocket, st: &mut State) {
+    if sends_ahead(x, st) {
+        st.aio.shut_after = true;
+    } else {
+        st.s.shutdown_write();
+    }
+}
+
+/// Whether our end of the stream is shut, or waits to be behind queued
+/// asynchronous sends ([`shut_write`]): send calls fail with `EPIPE`.
+pub(crate) fn write_shut(st: &State) -> bool {
+    st.s.is_write_shut() || st.aio.shut_after
 }
 
 fn pump_sends(x: &XSocket, st: &mut State) {
-    if st.error.is_none() {
+    debug_assert!(st.aio.unposted <= st.aio.sends.len());
+    if !st.over() {
         post_sends(x, st);
     }
     complete_sends(st);
@@ -254,16 +285,23 @@ fn post_sends(x: &XSocket, st: &mut State) {
         st.s.tx_end_call();
         x.flush(st);
     }
+    if std::mem::take(&mut st.aio.shut_after) {
+        st.s.shutdown_write();
+        x.flush(st);
+    }
 }
 
 /// Completes the posted asynchronous sends the engine finished reading,
-/// in call order, and — once the connection failed — every queued one
-/// (with the bytes it posted, or the error if none).
+/// in call order, and — once the connection is over (it failed, or the
+/// peer's FIN closed it: nothing more leaves) — every queued one, with the
+/// bytes it posted, or if none the error (`EPIPE` after the FIN, as a
+/// plain send gets).
 fn complete_sends(st: &mut State) {
+    let over = st.over();
     let mut posted = st.aio.sends.len() - st.aio.unposted;
     while posted > 0 {
         let a = st.aio.sends.front().expect("a posted send");
-        if st.error.is_none() && XSocket::call_busy(st, a.call) {
+        if !over && XSocket::call_busy(st, a.call) {
             return;
         }
         let a = st.aio.sends.pop_front().expect("a posted send");
@@ -275,11 +313,15 @@ fn complete_sends(st: &mut State) {
             result: Ok(a.off),
         });
     }
-    let Some((errno, _)) = st.error else {
+    if !over {
         return;
-    };
+    }
+    let errno = st.error.as_ref().map_or(libc::EPIPE, |(e, _)| *e);
     // (Every posted one completed above: the engine reads no more.)
     st.aio.unposted = 0;
+    if std::mem::take(&mut st.aio.shut_after) {
+        st.s.shutdown_write();
+    }
     while let Some(a) = st.aio.sends.pop_front() {
         XSocket::end_call(st, a.call);
         st.aio.done.push_back(Completion {
@@ -593,7 +635,8 @@ impl XSocket {
         if let Some((errno, _)) = st.error {
             return Err(io::Error::from_raw_os_error(errno));
         }
-        if st.s.is_write_shut() {
+        // Shut, or closed by the peer's FIN: as a plain send.
+        if write_shut(&st) || st.peer_closed {
             return Err(io::Error::from_raw_os_error(libc::EPIPE));
         }
         if len == 0 {

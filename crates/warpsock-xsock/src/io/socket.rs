@@ -858,7 +858,7 @@ impl XSocket {
             st.arrivals += 1;
         }
         if write {
-            st.s.shutdown_write();
+            super::rio::shut_write(self, &mut st);
             self.flush(&mut st);
         }
         self.wake(&st);
@@ -877,11 +877,11 @@ impl XSocket {
     pub fn close(&self, linger: Duration) -> bool {
         let deadline = Instant::now() + linger;
         let mut st = self.lock();
-        st.s.shutdown_write();
+        super::rio::shut_write(self, &mut st);
         loop {
             self.drive_now(&mut st);
             let tx_slots = self.tx.len() / self.opts.slot_size as usize;
-            let idle = !st.s.has_output() && st.tx_free.len() == tx_slots;
+            let idle = !st.s.has_output() && st.tx_free.len() == tx_slots && !st.aio.sends_queued();
             if idle || st.over() {
                 drop(st);
                 self.qp.disconnect();

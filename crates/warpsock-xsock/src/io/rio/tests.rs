@@ -9,9 +9,21 @@ use crate::io::{switch_fd, Options, RecvFlags};
 /// An asynchronous send queued and not yet pumped (as a round that
 /// processed credits, `reap`, leaves it), with credits and a transmit
 /// slot free: a small plain send — the straight path's case — goes behind
-/// its bytes, not inline ahead of them.
+/// its bytes, not inline ahead of them; a non-blocking one too, at once
+/// (not `EAGAIN` while the asynchronous send is posted but not complete).
+///
+/// (The lock is let go between the queueing and the send: a progress
+/// round in between would pump the queued send and the test would pass
+/// without reaching the guards. No progress thread runs here, so none
+/// does.)
 #[test]
 fn a_straight_send_goes_behind_a_queued_asynchronous_send() {
+    for nonblocking in [false, true] {
+        straight_send_behind_a_queued_asynchronous_send(nonblocking);
+    }
+}
+
+fn straight_send_behind_a_queued_asynchronous_send(nonblocking: bool) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (s, _) = l.accept().unwrap();
@@ -35,7 +47,7 @@ fn a_straight_send_goes_behind_a_queued_asynchronous_send() {
         };
         assert!(st.aio.sends_queued());
     }
-    assert_eq!(xa.send(&[2; 8], false, t).unwrap(), 8);
+    assert_eq!(xa.send(&[2; 8], nonblocking, t).unwrap(), 8);
     for want in [[3; 8], [2; 8]] {
         assert_eq!(xb.recv(&mut buf, RecvFlags::default(), t).unwrap().0, 8);
         assert_eq!(buf, want, "in call order");
