@@ -5,7 +5,7 @@
 //! A [`Stream`] keeps the books of one DDP-mode socket; it never touches
 //! memory, sockets or clocks. The I/O side feeds it every Send that lands
 //! in one of our receive slots ([`Stream::on_message`]), posts again the
-//! slots it frees ([`Stream::take_reposts`]), sends what it asks for
+//! slots it frees ([`Stream::post_reposts`]), sends what it asks for
 //! ([`Stream::poll_msg`], [`Stream::tx_data`]) and copies stream bytes out
 //! of the slots it names ([`Stream::segments`], [`Stream::consume`]).
 //!
@@ -15,7 +15,7 @@
 //! other (announced in the [`Hello`]) and every message is one Send into
 //! one of them, so a credit is one slot. The receiver frees a slot when the
 //! application has read its bytes (DATA) or at once (every other kind) and,
-//! once it has posted them again ([`Stream::take_reposts`]), returns freed
+//! once it has posted them again ([`Stream::post_reposts`]), returns freed
 //! slots in the header of its next message, or in a CREDIT
 //! message when the sender may be short of them or a quarter of the slots
 //! are free (so that one lost return cannot stop the stream: see
@@ -173,7 +173,7 @@ pub struct Stream {
     next_sink: u32,
     peer_maps: BTreeMap<u64, IoMapAd>,
     /// Freed slots not yet posted again: not creditable until they are
-    /// ([`Self::take_reposts`]).
+    /// ([`Self::post_reposts`]).
     reposts: Vec<u32>,
     /// Of `reposts`, slots of messages other than CREDIT (to join
     /// `trigger` when posted).
@@ -248,7 +248,7 @@ impl Stream {
 
     /// A Send landed in our receive slot `slot`, carrying `bytes`. DATA
     /// keeps the slot until its bytes are consumed; any other message frees
-    /// it at once (see [`Self::take_reposts`]).
+    /// it at once (see [`Self::post_reposts`]).
     pub fn on_message(&mut self, slot: u32, bytes: &[u8]) -> Result<(), StreamError> {
         let msg = Msg::parse(bytes)?;
         self.admit(&msg)?;
@@ -629,7 +629,7 @@ impl Stream {
     }
 
     /// Marks the first `n` unread bytes read; slots read to the end are
-    /// freed (see [`Self::take_reposts`]).
+    /// freed (see [`Self::post_reposts`]).
     ///
     /// # Panics
     /// If fewer than `n` bytes are unread.

@@ -47,8 +47,11 @@ impl End {
     }
 
     fn repost(&mut self) {
-        let freed: Vec<u32> = self.s.take_reposts().collect();
-        self.posted.extend(freed);
+        let posted = &mut self.posted;
+        self.s.post_reposts(|freed| {
+            posted.extend(freed);
+            Ok(())
+        });
     }
 }
 

@@ -336,6 +336,16 @@ fn message_mode_both_ways_past_the_window() {
     }
 }
 
+/// Posts every freed slot again ([`Stream::post_reposts`]); returns them.
+fn repost_all(s: &mut Stream) -> Vec<u32> {
+    let mut posted = Vec::new();
+    assert!(!s.post_reposts(|slots| {
+        posted.extend_from_slice(slots);
+        Ok(())
+    }));
+    posted
+}
+
 fn encode(m: Msg) -> Vec<u8> {
     let mut b = vec![0; MAX_CONTROL_LEN];
     let n = m.encode(&mut b);
@@ -431,7 +441,7 @@ fn the_last_credit_only_carries_credits_back() {
     assert_eq!(s.tx_data(10, true), TxStep::Blocked);
     assert!(s.repost_due(), "our last credit waits for the repost");
     // Posted again: now the last credit may go, carrying that slot back.
-    assert_eq!(s.take_reposts().collect::<Vec<_>>(), [0]);
+    assert_eq!(repost_all(&mut s), [0]);
     match s.tx_data(10, true) {
         TxStep::Data { msg, .. } => assert_eq!(msg.credits, 1),
         other => panic!("{other:?}"),
@@ -468,7 +478,7 @@ fn a_credits_slot_alone_goes_back_only_when_nothing_else_will() {
     assert!(!s.msg_part_due(), "the peer holds two credits");
     // The peer's CREDIT takes a third slot: it holds one credit.
     s.on_message(14, &credit).unwrap();
-    assert_eq!(s.take_reposts().collect::<Vec<_>>(), [14]);
+    assert_eq!(repost_all(&mut s), [14]);
     assert!(s.msg_part_due(), "the peer's one credit needs a return");
     assert!(
         !s.owes_msg() && s.poll_msg().is_none(),
@@ -477,7 +487,7 @@ fn a_credits_slot_alone_goes_back_only_when_nothing_else_will() {
     // The reader takes the parts: their return is due, the CREDIT's slot
     // with it.
     s.consume(14 * 10);
-    assert_eq!(s.take_reposts().count(), 14);
+    assert_eq!(repost_all(&mut s).len(), 14);
     assert!(matches!(s.poll_msg(), Some(m) if m.credits == 15 && m.body == Body::Credit));
     // Nothing else held (3 slots: the peer's two CREDITs): their slots go
     // back, or the peer, with one credit and maybe nothing to return,
@@ -485,8 +495,48 @@ fn a_credits_slot_alone_goes_back_only_when_nothing_else_will() {
     let mut s = Stream::new(hello(3, 256), hello(16, 256));
     s.on_message(0, &credit).unwrap();
     s.on_message(1, &credit).unwrap();
-    assert_eq!(s.take_reposts().count(), 2);
+    assert_eq!(repost_all(&mut s).len(), 2);
     assert!(matches!(s.poll_msg(), Some(m) if m.credits == 2 && m.body == Body::Credit));
+}
+
+/// A repost that fails part-way (the engine posts fewer slots than the
+/// books gave out: `BatchPostError::posted`) returns only the slots it
+/// posted (review r17, item 3): the next message, and every one after
+/// it, carries no credit for a slot without a posted receive, which the
+/// peer's Send would find missing.
+#[test]
+fn only_the_slots_posted_again_are_returned() {
+    let mut d = encode(Msg {
+        credits: 0,
+        body: Body::Data { eom: true },
+    });
+    d.push(7);
+    // The peer short: 15 of our 16 slots hold unread DATA, all read.
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    for slot in 0..15 {
+        s.on_message(slot, &d).unwrap();
+    }
+    s.consume(15);
+    assert!(s.repost_due());
+    // The engine posts the first 2 and fails on the third.
+    assert!(s.post_reposts(|slots| {
+        assert_eq!(slots.len(), 15);
+        Err(2)
+    }));
+    assert!(matches!(s.poll_msg(), Some(m) if m.credits == 2 && m.body == Body::Credit));
+    assert!(!s.owes_msg(), "nothing else was posted");
+    match s.tx_data(10, true) {
+        TxStep::Data { msg, .. } => assert_eq!(msg.credits, 0, "a slot never posted"),
+        other => panic!("{other:?}"),
+    }
+    // A later repost returns what it posts, and only that.
+    s.on_message(15, &d).unwrap();
+    s.consume(1);
+    assert_eq!(repost_all(&mut s), [15]);
+    match s.tx_data(10, true) {
+        TxStep::Data { msg, .. } => assert_eq!(msg.credits, 1),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A read's freed slot is left for a batch (`Stream::repost_due`) only
@@ -512,7 +562,7 @@ fn a_freed_slot_is_left_unposted_only_when_no_one_waits_for_it() {
         s.consume(1);
         assert_eq!(s.repost_due(), slot == 2, "slot {slot}");
     }
-    assert_eq!(s.take_reposts().count(), 3);
+    assert_eq!(repost_all(&mut s).len(), 3);
     assert!(s.poll_msg().is_none(), "3 returns make no CREDIT due");
     // The peer short: 15 of our slots hold unread DATA, one is read.
     let mut s = Stream::new(hello(16, 256), hello(16, 256));
@@ -524,7 +574,7 @@ fn a_freed_slot_is_left_unposted_only_when_no_one_waits_for_it() {
         s.repost_due(),
         "the peer holds one credit: return the slot now"
     );
-    s.take_reposts().for_each(drop);
+    repost_all(&mut s);
     assert!(matches!(s.poll_msg(), Some(m) if m.credits == 1 && m.body == Body::Credit));
     // Our last credit: its message must carry the slot back.
     let mut s = Stream::new(hello(16, 256), hello(16, 256));
@@ -565,7 +615,7 @@ fn a_straight_send_is_tx_datas_one_message_or_nothing() {
         d.push(7);
         s.on_message(0, &d).unwrap();
         s.consume(1);
-        assert_eq!(s.take_reposts().count(), 1, "posted again");
+        assert_eq!(repost_all(&mut s).len(), 1, "posted again");
         s
     };
     let sent: [(&str, &dyn Fn() -> Stream, usize); 3] = [
@@ -748,7 +798,7 @@ fn declined_sinks_are_offered_less_often_until_one_is_filled() {
         b.resize(b.len() + payload, 7);
         slot = (slot + 1) % 8;
         r.on_message(slot, &b).unwrap();
-        let _ = r.take_reposts().count();
+        repost_all(r);
     };
     assert!(r.sink_due() && r.sink_due(), "no decline yet: every read");
     for n in 1..=6u32 {

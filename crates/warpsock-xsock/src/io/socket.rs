@@ -503,24 +503,24 @@ impl XSocket {
         } = &mut *st;
         let before = posted.len();
         // One take of the engine's lock for the batch; each slot is
-        // counted posted as it goes (the engine stops at a failure).
-        let wrs = s.take_reposts().map(|slot| {
-            posted.push_back(slot);
-            if !retargeted.is_empty() {
-                retargeted.retain(|r| r.slot != slot);
-            }
-            RecvWr {
-                wr_id: u64::from(slot),
-                sgl: self.rx.sge(slot as usize * size as usize, size).into(),
-            }
-        });
-        let failed = match self.qp.post_recv_batch(wrs) {
-            Ok(_) => false,
-            Err(e) => {
+        // counted posted as it goes (the engine stops at a failure), and
+        // the books count only the slots it posted.
+        let failed = s.post_reposts(|slots| {
+            let wrs = slots.iter().map(|&slot| {
+                posted.push_back(slot);
+                if !retargeted.is_empty() {
+                    retargeted.retain(|r| r.slot != slot);
+                }
+                RecvWr {
+                    wr_id: u64::from(slot),
+                    sgl: self.rx.sge(slot as usize * size as usize, size).into(),
+                }
+            });
+            self.qp.post_recv_batch(wrs).map(drop).map_err(|e| {
                 posted.truncate(before + e.posted);
-                true
-            }
-        };
+                e.posted
+            })
+        });
         if !st.established || st.over() {
             // Outside RTS a receive is flushed at once (a transmit round).
             st.news = None;

@@ -8,7 +8,7 @@ use crate::wire::{Body, Msg};
 impl Stream {
     /// A message's slot is free (read, or never holding stream bytes):
     /// to be posted again, and creditable once it is
-    /// ([`Self::take_reposts`]).
+    /// ([`Self::post_reposts`]).
     pub(super) fn free(&mut self, slot: u32) {
         self.freed_trigger += 1;
         self.reposts.push(slot);
@@ -20,24 +20,52 @@ impl Stream {
         self.reposts.push(slot);
     }
 
-    /// Slots freed since the last call: post them again, every one (the
-    /// caller promises it: they count as returnable to the peer from now
-    /// on).
+    /// Posts the slots freed since the last call again: `post` gets them,
+    /// in order, and posts them, answering `Err(k)` if only the first `k`
+    /// were (a post that failed part-way: the engine's
+    /// `BatchPostError::posted`). Only the slots posted count as
+    /// returnable to the peer; the rest never are — they stay in `used`,
+    /// so no CREDIT promises the peer a receive that does not exist
+    /// (review r17, item 3: every slot handed out counted before, posted
+    /// or not). Returns whether the post failed.
     ///
-    /// A freed slot is creditable only once it is taken here (issue 12,
+    /// A freed slot is creditable only once it is posted again (issue 12,
     /// design (b) of session 16's note): a message never returns a credit
     /// for a slot whose receive is not posted, which would let the peer's
     /// Send find no receive (siw terminates it). So the I/O side may leave
     /// freed slots to a later repost ([`Self::repost_due`]) and post them
     /// in a batch.
-    pub fn take_reposts(&mut self) -> std::vec::Drain<'_, u32> {
-        self.unreturned += self.reposts.len() as u32;
-        self.trigger += self.freed_trigger;
-        self.freed_trigger = 0;
-        self.reposts.drain(..)
+    #[inline]
+    pub fn post_reposts(&mut self, post: impl FnOnce(&[u32]) -> Result<(), usize>) -> bool {
+        let r = post(&self.reposts);
+        let n = self.reposts.len() as u32;
+        self.reposts.clear();
+        match r {
+            Ok(()) => {
+                self.unreturned += n;
+                self.trigger += self.freed_trigger;
+                self.freed_trigger = 0;
+                false
+            }
+            Err(k) => {
+                self.reposted_part((k as u32).min(n));
+                true
+            }
+        }
     }
 
-    /// Whether the freed slots must be posted now ([`Self::take_reposts`])
+    /// [`Self::post_reposts`] of a post that posted only `k` slots: of
+    /// them, as many as were freed by messages other than CREDIT, at most,
+    /// make a CREDIT of our own due (`trigger`: which ones the order does
+    /// not say, and a failed post fails the connection).
+    #[cold]
+    fn reposted_part(&mut self, k: u32) {
+        self.unreturned += k;
+        self.trigger += self.freed_trigger.min(k);
+        self.freed_trigger = 0;
+    }
+
+    /// Whether the freed slots must be posted now ([`Self::post_reposts`])
     /// rather than left for a later repost: `false` only when leaving
     /// them changes nothing the peer could wait for. Now when
     /// - a batch is full: `return_every - 1` slots (the reposts of a
@@ -72,7 +100,7 @@ impl Stream {
                 || self.credit_due_with(self.unreturned + n, self.trigger + self.freed_trigger))
     }
 
-    /// Freed slots not yet posted again ([`Self::take_reposts`]).
+    /// Freed slots not yet posted again ([`Self::post_reposts`]).
     pub fn unposted(&self) -> usize {
         self.reposts.len()
     }

@@ -24,7 +24,7 @@ impl Stream {
     /// send calls, if `eom_only` — the books count them as received *and
     /// consumed* at once (credits, the peer's call boundary and its sinks
     /// as `on_message` tells them; the slot freed, see
-    /// [`Self::take_reposts`]) and the reader copies them from the slot
+    /// [`Self::post_reposts`]) and the reader copies them from the slot
     /// where [`Taken`] says. `None`: anything else (another kind, an
     /// empty or longer DATA, bytes already unread, a message `on_message`
     /// would reject), with nothing changed — hand it to `on_message` as

@@ -211,8 +211,11 @@ impl Side {
 
     fn repost_now(&mut self) {
         self.taken_unposted = 0;
-        let freed: Vec<u32> = self.s.take_reposts().collect();
-        self.posted.extend(freed);
+        let posted = &mut self.posted;
+        self.s.post_reposts(|freed| {
+            posted.extend(freed);
+            Ok(())
+        });
     }
 
     /// `XSocket::repost_if_due`, where the books block a message.
