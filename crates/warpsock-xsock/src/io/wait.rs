@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{Wc, WcOpcode};
 
-use super::settings::Count;
+use super::settings::{Count, RecvFlags};
 use super::socket::{State, XSocket, WCS};
 
 impl XSocket {
@@ -58,6 +58,69 @@ impl XSocket {
         self.wait_inner(st, deadline, true, Some(out))
     }
 
+    /// Whether a receive call (`flags`, `timeout`, a buffer of `len`
+    /// bytes) may go the straight path ([`Self::recv_straight`]). Each
+    /// term is a case the general loop (`recv_locked`, `io/data.rs`)
+    /// handles otherwise, declined here:
+    ///
+    /// * a flag: a peek leaves the bytes queued, a non-blocking call never
+    ///   waits, `MSG_WAITALL` loops until the buffer is full;
+    /// * a timeout (`SO_RCVTIMEO`): the wait's slice is bounded by it and
+    ///   the call may expire;
+    /// * an empty buffer (the call returns at once), or one of `zcopy_min`
+    ///   bytes or more (a sink offer, or a placed read: `io/placed.rs`);
+    /// * anything unread (the pre-switch residue, queued bytes): the
+    ///   general loop's first look delivers it without a wait (or, in
+    ///   message mode short of a message's end, waits for more);
+    /// * the end of the stream, our end shut for reading, an error, the
+    ///   peer's FIN: the call returns without waiting;
+    /// * another thread driving the engine (a second reader: the wait is
+    ///   on the condition variable, with no take);
+    /// * receives retargeted at another call's buffers (placement ahead of
+    ///   the data: their bytes are that call's to deliver).
+    #[inline(always)]
+    pub(crate) fn recv_straight_fits(
+        &self,
+        st: &State,
+        flags: RecvFlags,
+        timeout: Option<Duration>,
+        len: usize,
+    ) -> bool {
+        flags == RecvFlags::default()
+            && timeout.is_none()
+            && len != 0
+            && len < self.opts.zcopy_min
+            && st.residue_off >= st.residue.len()
+            && st.s.readable() == 0
+            && !st.s.eof()
+            && !st.shut_rd
+            && st.error.is_none()
+            && !st.peer_closed
+            && !st.driving
+            && st.retargeted.is_empty()
+    }
+
+    /// The blocking receive's straight path, for a call
+    /// [`Self::recv_straight_fits`] admits: what the general loop would do
+    /// for it, in the caller's frame — one wait that takes the DATA message
+    /// landing in it straight into `buf` ([`Self::wait_take`], with no
+    /// deadline). Returns the bytes taken and whether they end a message,
+    /// or, when the wait took nothing (the loop would go round again), the
+    /// lock for the general loop to go on with.
+    #[inline(always)]
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn recv_straight<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        buf: &mut [u8],
+    ) -> Result<(MutexGuard<'a, State>, (usize, bool)), MutexGuard<'a, State>> {
+        match self.wait_inner(st, None, true, Some(buf)) {
+            (st, Some(got)) => Ok((st, got)),
+            (st, None) => Err(st),
+        }
+    }
+
+    #[inline(always)]
     fn wait_inner<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
@@ -275,3 +338,6 @@ impl XSocket {
         Some((t.len, st.msg_mode))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,155 @@
+//! The blocking receive's straight path (`recv_straight`) on a connected
+//! pair (loopback): what it declines, and its decline after an empty wait.
+
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::super::placed::Retargeted;
+use crate::io::{switch_fd, Options, RecvFlags, XSocket};
+
+fn pair() -> (XSocket, XSocket) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    let o = Options::default();
+    std::thread::scope(|sc| {
+        let ta = sc.spawn(|| switch_fd(c.as_fd(), &o).unwrap());
+        let tb = sc.spawn(|| switch_fd(s.as_fd(), &o).unwrap());
+        (ta.join().unwrap(), tb.join().unwrap())
+    })
+}
+
+/// Waits (bounded) until `f` holds; fails the test if it never does.
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < end, "never: {what}");
+        std::thread::yield_now();
+    }
+}
+
+const T: Option<Duration> = Some(Duration::from_secs(20));
+
+/// Every case the general loop handles otherwise is declined: each term
+/// of `recv_straight_fits` made true alone, on an idle established
+/// socket that fits otherwise (dropping any term fails this).
+#[test]
+fn the_straight_receive_declines_each_case_of_the_general_loop() {
+    let (xa, xb) = pair();
+    // Established both ways: one round trip.
+    let mut buf = [0u8; 8];
+    xa.send(&[1; 8], false, T).unwrap();
+    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), T).unwrap().0, 8);
+    xb.send(&[2; 8], false, T).unwrap();
+    assert_eq!(xa.recv(&mut buf, RecvFlags::default(), T).unwrap().0, 8);
+
+    let min = xb.opts.zcopy_min;
+    let none = RecvFlags::default();
+    let fits = |f: RecvFlags, t: Option<Duration>, len: usize| {
+        let st = xb.lock();
+        xb.recv_straight_fits(&st, f, t, len)
+    };
+    assert!(fits(none, None, 8), "a plain small blocking receive fits");
+    assert!(fits(none, None, min - 1));
+    // The call's own terms.
+    for f in [
+        RecvFlags { peek: true, ..none },
+        RecvFlags {
+            nonblocking: true,
+            ..none
+        },
+        RecvFlags {
+            waitall: true,
+            ..none
+        },
+    ] {
+        assert!(!fits(f, None, 8), "{f:?} taken");
+    }
+    assert!(
+        !fits(none, Some(Duration::from_secs(3600)), 8),
+        "a timeout taken"
+    );
+    assert!(!fits(none, None, 0), "an empty buffer taken");
+    assert!(
+        !fits(none, None, min),
+        "a sink's or placed read's buffer taken"
+    );
+    // The socket's: each set alone, then put back.
+    let with = |set: &dyn Fn(&mut super::State), what: &str| {
+        let mut st = xb.lock();
+        let saved = (
+            std::mem::take(&mut st.residue),
+            st.shut_rd,
+            st.error.take(),
+            st.peer_closed,
+            st.driving,
+        );
+        set(&mut st);
+        assert!(!xb.recv_straight_fits(&st, none, None, 8), "{what} taken");
+        (st.residue, st.shut_rd, st.error, st.peer_closed, st.driving) = saved;
+        st.retargeted.clear();
+        assert!(
+            xb.recv_straight_fits(&st, none, None, 8),
+            "{what} not put back"
+        );
+    };
+    with(&|st| st.residue = vec![7; 3], "unread residue");
+    with(&|st| st.shut_rd = true, "a socket shut for reading");
+    with(
+        &|st| st.error = Some((libc::ECONNRESET, "test".into())),
+        "an error",
+    );
+    with(&|st| st.peer_closed = true, "the peer's FIN");
+    with(&|st| st.driving = true, "a second reader");
+    with(
+        &|st| {
+            st.retargeted.push(Retargeted {
+                slot: 0,
+                pos: 0,
+                window: 0,
+            });
+        },
+        "a retargeted receive",
+    );
+    // Queued bytes: a message processed, not read.
+    xa.send(&[3; 8], false, T).unwrap();
+    until("queued", || {
+        xb.readable_bytes() > 0 || xb.readiness().readable
+    });
+    assert!(!fits(none, None, 8), "queued bytes taken");
+    assert_eq!(xb.recv(&mut buf, none, T).unwrap(), (8, false));
+    assert_eq!(buf, [3; 8]);
+    assert!(fits(none, None, 8));
+    // The end of the stream.
+    xa.shutdown(false, true);
+    until("end of stream", || xb.readiness().rdhup);
+    assert!(!fits(none, None, 8), "the end of the stream taken");
+    assert_eq!(xb.recv(&mut buf, none, T).unwrap(), (0, false));
+}
+
+/// A straight receive whose wait comes back empty (its slice passed) goes
+/// on in the general loop, which waits again: the message sent after that
+/// is the call's, not an early empty return.
+#[test]
+fn a_straight_receive_goes_on_after_an_empty_wait() {
+    let (xa, xb) = pair();
+    let mut buf = [0u8; 8];
+    xa.send(&[1; 8], false, T).unwrap();
+    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), T).unwrap().0, 8);
+    std::thread::scope(|sc| {
+        let waits = xb.stats().waits.load(Ordering::Relaxed);
+        let r = sc.spawn(|| {
+            let mut buf = [0u8; 8];
+            let r = xb.recv_vectored_ready(&mut [&mut buf], RecvFlags::default(), None);
+            (r.0.unwrap(), buf)
+        });
+        // The call's second wait began: its first came back empty.
+        until("a second wait", || {
+            xb.stats().waits.load(Ordering::Relaxed) >= waits + 2
+        });
+        xa.send(&[5; 8], false, T).unwrap();
+        assert_eq!(r.join().unwrap(), ((8, false), [5; 8]));
+    });
+}
