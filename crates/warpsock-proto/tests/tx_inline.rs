@@ -251,3 +251,46 @@ fn an_inline_send_waits_for_the_rtr() {
     p.run();
     assert!(p.a.conn.send_inline(&[&bytes], &mut seg));
 }
+
+/// The length bound (`TxState::inline_limit`, the test kept in one word):
+/// one FPDU's room exactly is taken, a byte more is refused, in one part
+/// or split, and a refused call changes nothing (the next Send's MSN).
+#[test]
+fn an_inline_send_takes_one_fpdus_room_and_not_a_byte_more() {
+    let (mut p, mut seg) = established();
+    let room = p.a.conn.config().mulpdu - ddp::UNTAGGED_HDR_LEN;
+    let data = pattern(room + 1, 13);
+    for parts in [
+        [&data[..room + 1], &data[..0]],
+        [&data[..room / 2], &data[room / 2..]],
+    ] {
+        assert!(!p.a.conn.send_inline(&parts, &mut seg), "a byte over");
+    }
+    assert_eq!(p.a.conn.tx_counts().inline_sends, 0);
+    assert!(p
+        .a
+        .conn
+        .send_inline(&[&data[..room / 2], &data[room / 2..room]], &mut seg));
+    let got = wire(&mut p, &mut seg);
+    assert_eq!(u16::from_be_bytes([got[0], got[1]]) as usize, room + 18);
+    // MSN 1: the refused calls took none.
+    assert_eq!(&got[12..16], &1u32.to_be_bytes());
+    assert_eq!(&got[20..20 + room], &data[..room]);
+}
+
+/// The initiator may send inline as soon as the MPA Reply is taken in
+/// (`enter_fpdu` opens the FPDU phase), before any other transmit call.
+#[test]
+fn the_initiator_sends_inline_as_soon_as_established() {
+    let mut p = Pair::new(|_| {}, |_| {}, Cut::Whole);
+    let mut seg = TxSegment::default();
+    for _ in 0..20 {
+        if p.a.established() {
+            break;
+        }
+        assert!(!p.a.conn.send_inline(&[&[1u8; 8]], &mut seg));
+        p.step();
+    }
+    assert!(p.a.established());
+    assert!(p.a.conn.send_inline(&[&[1u8; 8]], &mut seg));
+}

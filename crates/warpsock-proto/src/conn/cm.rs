@@ -77,6 +77,7 @@ impl Connection {
             private_data: &pd,
         }
         .emit(&mut self.tx.control);
+        self.inline_changed();
     }
 
     /// A complete MPA frame arrived (`frame` holds exactly it).
@@ -167,6 +168,7 @@ impl Connection {
             private_data: &pd,
         }
         .emit(&mut self.tx.control);
+        self.inline_changed();
         let neg = Negotiated {
             revision: req.revision,
             crc,
@@ -235,6 +237,7 @@ impl Connection {
             private_data: &pd,
         }
         .emit(&mut self.tx.control);
+        self.inline_changed();
         self.cm = CmState::Done;
         self.deadline = None;
         self.close();
@@ -300,6 +303,7 @@ impl Connection {
         }
         if let Some(rtr) = self.neg.as_ref().and_then(|n| n.rtr) {
             self.tx.rtr = Some(rtr);
+            self.inline_changed();
             if rtr == RtrType::Read {
                 // siw's RTR Read: sink STag 0 / TO 0, source STag 1 / TO 0.
                 self.orq.push_back(OrqEntry {
@@ -336,6 +340,7 @@ impl Connection {
         self.rx.begin_fpdu_phase(neg.crc, neg.markers_rx, await_rtr);
         self.tx.begin_fpdu_phase(neg.crc, neg.markers_tx);
         self.neg = Some(neg);
+        self.inline_changed();
     }
 
     pub(super) fn announce_established(&mut self) {
@@ -409,6 +414,7 @@ impl Connection {
         self.enter_error();
         self.qp = QpState::Terminate;
         self.close_after_flush = true;
+        self.inline_changed();
     }
 
     /// Maps a header parse error to the Terminate RFC 5040/5041 and siw

@@ -592,6 +592,7 @@ impl Connection {
             self.finish_sq(seq, WcStatus::WrFlushError);
         } else {
             self.pending.push_back(PendingSend { seq, wr });
+            self.inline_changed();
         }
         Ok(())
     }
@@ -786,6 +787,7 @@ impl Connection {
         self.orq.clear();
         self.irq.clear();
         self.tx.abort_message();
+        self.inline_changed();
         for i in 0..self.sq.len() {
             if self.sq[i].status.is_none() {
                 self.sq[i].status = Some(WcStatus::WrFlushError);

@@ -268,6 +268,14 @@ pub(super) struct TxState {
     irq_burst: u32,
     /// What the schedule made our own Read Requests wait for.
     pub(super) counts: TxCounts,
+    /// One more than the longest payload [`Connection::send_inline`] may
+    /// carry now; 0: none may go (something is queued ahead of it, or the
+    /// connection is not in its FPDU phase in RTS). Its whole test in one
+    /// word (issue 12: the ten fields and the FPDU room were ~25
+    /// instructions per inline Send): `Connection::inline_limit_now`,
+    /// stored by `Connection::inline_changed` wherever one of its inputs
+    /// changes.
+    pub(super) inline_limit: usize,
 }
 
 /// Counts of the transmit schedule (a diagnostic; see
@@ -486,7 +494,52 @@ impl Connection {
         if !got {
             self.tx.counts.empty_asks += 1;
         }
+        // It takes control frames, the Terminate, the RTR and posted
+        // requests, and starts and ends messages.
+        self.inline_changed();
         got
+    }
+
+    /// [`TxState::inline_limit`] as the connection's state gives it now:
+    /// the payload room of one untagged FPDU, plus one, if nothing is
+    /// queued ahead of an inline Send (see [`Self::send_inline`]), else 0.
+    fn inline_limit_now(&self) -> usize {
+        let tx = &self.tx;
+        let idle = tx.control.is_empty()
+            && tx.terminate.is_none()
+            && tx.fpdu_phase
+            && !tx.done
+            && tx.cur.is_none()
+            && tx.rtr.is_none()
+            && self.qp == QpState::Rts
+            && self.irq.is_empty()
+            && self.pending.is_empty()
+            && (self.cfg.role != Role::Responder || self.first_fpdu_seen);
+        let Some(whole) = self.cfg.mulpdu.checked_sub(ddp::UNTAGGED_HDR_LEN) else {
+            return 0;
+        };
+        if !idle {
+            return 0;
+        }
+        let room = self.fpdu_room(ddp::UNTAGGED_HDR_LEN).min(whole as u64);
+        room as usize + 1
+    }
+
+    /// Stores [`Self::inline_limit_now`]: called wherever an input of it
+    /// changes (the transmit state's queues, the QP state, the FPDU
+    /// phase, the first FPDU seen, posted requests, Read Requests owed).
+    /// `send_inline` asserts (debug builds) that it is up to date.
+    pub(super) fn inline_changed(&mut self) {
+        self.tx.inline_limit = self.inline_limit_now();
+    }
+
+    /// The peer's first FPDU arrived: a responder may send from now on
+    /// (RFC 5044 §7.1.2). Out of line: once per connection.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn saw_first_fpdu(&mut self) {
+        self.first_fpdu_seen = true;
+        self.inline_changed();
     }
 
     fn fill_segment<B: Backing>(&mut self, reg: &Registry<B>, seg: &mut TxSegment) -> bool {
@@ -806,24 +859,15 @@ impl Connection {
     /// handed to the transport, and an unsignalled success produces no
     /// completion). Seal `seg` before writing it out, as any segment.
     pub fn send_inline(&mut self, parts: &[&[u8]], seg: &mut TxSegment) -> bool {
-        let tx = &self.tx;
-        let idle = tx.control.is_empty()
-            && tx.terminate.is_none()
-            && tx.fpdu_phase
-            && !tx.done
-            && tx.cur.is_none()
-            && tx.rtr.is_none()
-            && self.qp == QpState::Rts
-            && self.irq.is_empty()
-            && self.pending.is_empty()
-            && (self.cfg.role != Role::Responder || self.first_fpdu_seen);
-        if !idle {
-            return false;
-        }
+        debug_assert_eq!(
+            self.tx.inline_limit,
+            self.inline_limit_now(),
+            "TxState::inline_limit stale"
+        );
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        if total as u64 > self.fpdu_room(ddp::UNTAGGED_HDR_LEN)
-            || total + ddp::UNTAGGED_HDR_LEN > self.cfg.mulpdu
-        {
+        // Nothing queued ahead, and the bytes fit one FPDU (`mulpdu`): the
+        // long test, kept in one word.
+        if total >= self.tx.inline_limit {
             return false;
         }
         let msn = self.tx.next_send_msn;

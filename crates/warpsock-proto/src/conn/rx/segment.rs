@@ -316,7 +316,9 @@ impl Connection {
         }
         let hdr = self.rx.hdr.expect("header parsed");
         let first = !self.first_fpdu_seen;
-        self.first_fpdu_seen = true;
+        if first {
+            self.saw_first_fpdu();
+        }
         let payload = self.rx.payload_len as u64;
         match self.rx.effect {
             Effect::None | Effect::WriteDone => {}
@@ -417,6 +419,7 @@ impl Connection {
                     size: rr.size,
                     source,
                 });
+                self.inline_changed();
             }
             Effect::Terminate => {
                 let body = &self.rx.buf
@@ -471,6 +474,7 @@ impl Connection {
         self.enter_error();
         self.qp = QpState::Error;
         self.close_after_flush = true;
+        self.inline_changed();
         self.rx.phase = Phase::Discard;
         self.events
             .push_back(Event::Closed(CloseReason::Terminated {

@@ -114,7 +114,9 @@ impl Connection {
         if r.len > 0 {
             rx.spare_send_targets.push(r);
         }
-        self.first_fpdu_seen = true;
+        if !self.first_fpdu_seen {
+            self.saw_first_fpdu();
+        }
         let done = self.rq.pop_front().expect("head checked");
         self.completions.push_back(WorkCompletion {
             wr_id: done.wr.wr_id,
