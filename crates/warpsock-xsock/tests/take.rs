@@ -244,26 +244,7 @@ fn a_send_past_the_window_after_a_taken_answer_finishes() {
     let (xa, xb) = switch_both(&a, &b, &o);
     xb.set_msg_mode(true);
     let short = Some(std::time::Duration::from_secs(4));
-    // A takes answers in its wait (the first may come before the socket
-    // counts as established, which posts every slot): B answers only once
-    // A waits (A's wait counter moved); a read that did not wait yet is
-    // done again.
-    let mut tries = 0;
-    while taken(&xa) < 2 {
-        tries += 1;
-        assert!(tries <= 100, "no answer taken in 100 tries");
-        std::thread::scope(|sc| {
-            let r = sc.spawn(|| recv_exact(&xa, 1));
-            let w0 = xa.stats().waits.load(SeqCst);
-            let t = Instant::now();
-            while xa.stats().waits.load(SeqCst) == w0 && !r.is_finished() {
-                assert!(t.elapsed() < LIMIT, "A never waited");
-                std::hint::spin_loop();
-            }
-            xb.send(b"k", false, Some(LIMIT)).unwrap();
-            assert_eq!(r.join().unwrap(), b"k");
-        });
-    }
+    take_answers(&xa, &xb);
     let m = pattern(LEN, 7);
     std::thread::scope(|sc| {
         let s = sc.spawn(|| xa.send(&m, false, short));
@@ -281,6 +262,73 @@ fn a_send_past_the_window_after_a_taken_answer_finishes() {
         assert_eq!(s.join().unwrap().unwrap(), LEN, "A's send");
         assert!(got == m, "B's bytes differ");
     });
+}
+
+/// Until `xa` took two of `xb`'s one-byte answers in its wait (their
+/// slots left for a batch): the first may come before the socket counts
+/// as established, which posts every slot; `xb` answers only once `xa`
+/// waits (its wait counter moved), and a read that did not wait yet is
+/// done again.
+fn take_answers(xa: &XSocket, xb: &XSocket) {
+    let mut tries = 0;
+    while taken(xa) < 2 {
+        tries += 1;
+        assert!(tries <= 100, "no answer taken in 100 tries");
+        std::thread::scope(|sc| {
+            let r = sc.spawn(|| recv_exact(xa, 1));
+            let w0 = xa.stats().waits.load(SeqCst);
+            let t = Instant::now();
+            while xa.stats().waits.load(SeqCst) == w0 && !r.is_finished() {
+                assert!(t.elapsed() < LIMIT, "A never waited");
+                std::hint::spin_loop();
+            }
+            xb.send(b"k", false, Some(LIMIT)).unwrap();
+            assert_eq!(r.join().unwrap(), b"k");
+        });
+    }
+}
+
+/// The same wait for a control message (review r17, item 1's flush
+/// half): A takes B's answers (their slots left for a batch), spends its
+/// credits down to the last on messages B does not read yet, then shuts
+/// its end. The EOF may go only with a return — the slots left: A's
+/// flush must post them (`XSocket::flush_owed`), or the EOF waits for
+/// something from B, who sends nothing. B must see the end of stream
+/// before it reads a byte, then read every byte and 0.
+#[test]
+fn an_end_of_stream_behind_the_last_credit_after_taken_answers_goes() {
+    use warpsock_xsock::io::Options;
+    const SLOTS: u16 = 16;
+    let (a, b) = tcp_pair();
+    let o = Options {
+        slots: SLOTS,
+        slot_size: Options::slot_size_for(1024),
+        ..opts()
+    };
+    let (xa, xb) = switch_both(&a, &b, &o);
+    take_answers(&xa, &xb);
+    // A's last credit left: one message each, B not reading.
+    let n = usize::from(SLOTS) - 1;
+    for i in 0..n {
+        assert_eq!(xa.send(&[i as u8], false, Some(LIMIT)).unwrap(), 1);
+    }
+    xa.shutdown(false, true);
+    let t = Instant::now();
+    while !xb.readiness_now().rdhup {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(4),
+            "B saw no end of stream ({} bytes unread)",
+            xb.readable_bytes()
+        );
+        xb.progress();
+    }
+    let got = recv_exact(&xb, n);
+    assert_eq!(got, (0..n as u8).collect::<Vec<_>>());
+    let mut one = [0u8; 1];
+    let (k, _) = xb
+        .recv(&mut one, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(k, 0, "the end of stream after the bytes");
 }
 
 /// What a reader's wait processes and does not take — here the credits
