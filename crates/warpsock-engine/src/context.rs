@@ -215,7 +215,7 @@ impl State {
 
     /// With exactly one connection in the context, prepares a blocking read
     /// of it for a caller about to sleep (see [`crate::Cq::wait`]).
-    pub(crate) fn park(&mut self, timeout: Duration) -> Option<(usize, ParkedRead)> {
+    pub(crate) fn park(&mut self, timeout: Duration) -> Option<ParkedRead> {
         if self.readers + self.writers > 0 {
             return None;
         }
@@ -229,18 +229,13 @@ impl State {
         };
         let Self { qps, rx_pool, .. } = self;
         let q = qps[qi].as_mut()?;
-        q.park(rx_pool, timeout).map(|p| (qi, p))
+        q.park(qi, rx_pool, timeout)
     }
 
     /// Hands a parked read's result back to its queue pair (if that is
     /// still the same one) and services it.
-    pub(crate) fn unpark(
-        &mut self,
-        qi: usize,
-        p: ParkedRead,
-        res: io::Result<usize>,
-        epoll: &Epoll,
-    ) {
+    pub(crate) fn unpark(&mut self, p: ParkedRead, res: io::Result<usize>, epoll: &Epoll) {
+        let qi = p.qi;
         match self.qps.get_mut(qi) {
             Some(Some(q)) if q.id == p.slot_id => {
                 q.unpark(p, res);

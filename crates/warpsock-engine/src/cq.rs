@@ -262,10 +262,10 @@ impl Cq {
                 // Parked without reading the clock: its answer wakes a
                 // ping-pong's receive long before the slice ends. Only a
                 // sleep that brings nothing reads it (see `Start::Slept`).
-                let Some((qi, p)) = st.park(PARK_SLICE) else {
+                let Some(p) = st.park(PARK_SLICE) else {
                     return self.wait_rounds(out, timeout, qp, Start::Drained(st));
                 };
-                return match self.sleep_parked(st, qi, p, out, qp) {
+                return match self.sleep_parked(st, p, out, qp) {
                     Ok(r) => Ok(r),
                     Err(woke) => {
                         let start = Start::Slept(Instant::now(), woke);
@@ -390,8 +390,8 @@ impl Cq {
             // lock per sleep, not two.
             let slice = rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE));
             let parked = st.park(slice);
-            if let Some((qi, p)) = parked {
-                if let Ok(r) = self.sleep_parked(st, qi, p, out, qp) {
+            if let Some(p) = parked {
+                if let Ok(r) = self.sleep_parked(st, p, out, qp) {
                     return Ok(r);
                 }
                 // Serviced just now: look again before another round.
@@ -409,14 +409,13 @@ impl Cq {
         }
     }
 
-    /// Sleeps in the parked read `p` of queue pair `qi` with the lock
+    /// Sleeps in the parked read `p` (of queue pair `p.qi`) with the lock
     /// `st` (which prepared it) released, then services what it read and
     /// drains this queue into `out` under the lock again. `Err`: nothing
     /// completed, and how the sleep ended.
     fn sleep_parked(
         &self,
         st: MutexGuard<'_, State>,
-        qi: usize,
         mut p: ParkedRead,
         out: &mut [Wc],
         qp: Option<&Qp>,
@@ -435,7 +434,7 @@ impl Cq {
         let mut st = inner.lock();
         // A timeout (the socket's SO_RCVTIMEO) or a signal brought nothing.
         st.parked_sleeps.count(woke != Woke::Read);
-        st.unpark(qi, p, res, &inner.epoll);
+        st.unpark(p, res, &inner.epoll);
         let n = st.cq(self.id).drain_into(out);
         if n > 0 {
             Ok((n, qp.map(|qp| self.news_of(&st, qp))))

@@ -80,6 +80,20 @@ fn idle_client(addr: std::net::SocketAddr) -> (Context, Cq, Qp, Mr) {
     (ctx, cq, qp, inbox)
 }
 
+/// Waits on `cq` until a receive completes (at most [`LIMIT`]): every
+/// completion up to it.
+fn until_recv(cq: &Cq) -> Vec<Wc> {
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    while !got.iter().any(|w: &Wc| w.opcode == WcOpcode::Recv) {
+        assert!(t0.elapsed() < LIMIT, "no echo: {got:?}");
+        let mut wc = [Wc::default(); 4];
+        let k = cq.wait(&mut wc, LIMIT).unwrap();
+        got.extend_from_slice(&wc[..k]);
+    }
+    got
+}
+
 #[test]
 fn another_thread_posts_while_one_sleeps_in_wait() {
     let (addr, server) = echo_server(20);
@@ -101,15 +115,7 @@ fn another_thread_posts_while_one_sleeps_in_wait() {
         let (c2, b2) = (Arc::clone(&cq), Arc::clone(&barrier));
         let waiter = std::thread::spawn(move || {
             b2.wait();
-            let t0 = Instant::now();
-            let mut got = Vec::new();
-            while !got.iter().any(|w: &Wc| w.opcode == WcOpcode::Recv) {
-                assert!(t0.elapsed() < LIMIT, "no echo: {got:?}");
-                let mut wc = [Wc::default(); 4];
-                let k = c2.wait(&mut wc, LIMIT).unwrap();
-                got.extend_from_slice(&wc[..k]);
-            }
-            got
+            until_recv(&c2)
         });
         barrier.wait();
         std::thread::sleep(Duration::from_millis(2));
@@ -336,4 +342,49 @@ fn a_first_park_ended_by_a_signal_keeps_the_whole_timeout() {
     assert!(took >= timeout, "{took:?} < {timeout:?}");
     drop(qp);
     server.join().unwrap();
+}
+
+/// A context's lone live queue pair need not be its first: with a closed
+/// one before it (its handle kept, so its slot stays), the wait parks in
+/// the second's socket, and the read is handed back to that slot, whose
+/// echo arrives (a read handed to the wrong slot is discarded: the bytes
+/// would be lost and the wait would end at its timeout).
+#[test]
+fn a_parked_read_of_a_later_slot_is_handed_back_to_it() {
+    let (addr0, server0) = echo_server(0);
+    let (addr1, server1) = echo_server(1);
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq0, cq1) = (
+        ctx.alloc_pd(),
+        ctx.create_cq(8).unwrap(),
+        ctx.create_cq(8).unwrap(),
+    );
+    let first = connect(addr0, &QpInit::new(&pd, &cq0)).unwrap();
+    let inbox = pd.alloc(64, Access::LOCAL_WRITE);
+    let out = pd.register(pattern(64, 4), Access::LOCAL_READ);
+    let mut init = QpInit::new(&pd, &cq1);
+    init.recvs.push(RecvWr {
+        wr_id: 9,
+        sgl: inbox.sge(0, 64).into(),
+    });
+    let second = connect(addr1, &init).unwrap();
+    first.disconnect();
+    let t0 = Instant::now();
+    while !first.is_closed() {
+        assert!(t0.elapsed() < LIMIT, "the first connection never closed");
+        let _ = cq0.wait(&mut [Wc::default(); 8], Duration::from_millis(10));
+    }
+    server0.join().unwrap();
+    let reads = second.io_stats().parked_reads;
+    second.post_send(send_wr(1, vec![out.sge(0, 8)])).unwrap();
+    let got = until_recv(&cq1);
+    let recv = got.iter().find(|w| w.opcode == WcOpcode::Recv).unwrap();
+    assert!(recv.is_ok() && recv.byte_len == 8, "{recv:?}");
+    let mut echo = vec![0; 8];
+    inbox.read(0, &mut echo);
+    assert_eq!(echo, pattern(64, 4)[..8]);
+    assert!(second.io_stats().parked_reads > reads, "the wait parked");
+    drop(second);
+    server1.join().unwrap();
+    drop(first);
 }

@@ -91,6 +91,8 @@ impl Staging {
 /// lock by a waiting caller ([`QpSlot::park`] … [`QpSlot::unpark`]).
 #[derive(Debug)]
 pub(crate) struct ParkedRead {
+    /// The queue pair's index in its context (`State::qps`).
+    pub(crate) qi: usize,
     pub(crate) slot_id: u64,
     fd: RawFd,
     buf: Box<[u8]>,
@@ -115,8 +117,14 @@ impl QpSlot {
     /// next input can only be framing (no payload to place directly,
     /// nothing staged, nothing waiting to be written — a blocked transmit
     /// needs epoll's writability). The read times out after `timeout`
-    /// (rounded up to whole milliseconds, at least one).
-    pub(crate) fn park(&mut self, pool: &mut RxPool, timeout: Duration) -> Option<ParkedRead> {
+    /// (rounded up to whole milliseconds, at least one). `qi`: this slot's
+    /// index, kept in the read (built once, where the caller returns it).
+    pub(crate) fn park(
+        &mut self,
+        qi: usize,
+        pool: &mut RxPool,
+        timeout: Duration,
+    ) -> Option<ParkedRead> {
         if self.parked
             || self.is_done()
             || self.rd_closed
@@ -143,6 +151,7 @@ impl QpSlot {
         let cap = if self.rx.large { RX_TAIL } else { buf.len() };
         self.parked = true;
         Some(ParkedRead {
+            qi,
             slot_id: self.id,
             fd: self.sock.as_raw_fd(),
             buf,
