@@ -38,7 +38,8 @@ enum Start<'a> {
 /// How a parked sleep ended ([`Cq::sleep_parked`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Woke {
-    /// Its read timed out: it slept its whole slice (`SO_RCVTIMEO`).
+    /// Its read timed out (`EAGAIN` after `SO_RCVTIMEO`): it slept its
+    /// whole slice.
     TimedOut,
     /// A signal ended it (`EINTR`), sooner, with nothing read.
     Interrupted,
@@ -46,6 +47,24 @@ enum Woke {
     /// complete nothing: an RDMA Write or Read Response placed, part of
     /// an FPDU, a bare credit), EOF or an error: sooner, too.
     Read,
+}
+
+impl Woke {
+    /// How the parked read's result `res` ended its sleep. Only `EAGAIN`
+    /// (`WouldBlock`) is the read's own timeout: `ETIMEDOUT` (`TimedOut`)
+    /// is the connection declared dead (retransmissions or keepalive given
+    /// up, `TCP_USER_TIMEOUT`), at any moment — an error like any other.
+    #[inline]
+    fn of(res: &io::Result<usize>) -> Self {
+        match res {
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock => Self::TimedOut,
+                io::ErrorKind::Interrupted => Self::Interrupted,
+                _ => Self::Read,
+            },
+            Ok(_) => Self::Read,
+        }
+    }
 }
 
 /// A completion queue.
@@ -335,7 +354,9 @@ impl Cq {
             // nothing, without the clock: the timeout counts from one slice
             // before `now` if the read timed out (it slept that long), else
             // from `now` (it may have slept far less: counting a slice
-            // would end the wait early; this is late by under a slice).
+            // would end the wait early; this is late by under the first
+            // park's length, about a slice plus the kernel's timer
+            // rounding).
             Start::Slept(now, woke) => {
                 let slept = match woke {
                     Woke::TimedOut => PARK_SLICE,
@@ -423,14 +444,7 @@ impl Cq {
         let inner = &self.sh.inner;
         drop(st);
         let res = p.read();
-        let woke = match &res {
-            Err(e) => match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Woke::TimedOut,
-                io::ErrorKind::Interrupted => Woke::Interrupted,
-                _ => Woke::Read,
-            },
-            Ok(_) => Woke::Read,
-        };
+        let woke = Woke::of(&res);
         let mut st = inner.lock();
         // A timeout (the socket's SO_RCVTIMEO) or a signal brought nothing.
         st.parked_sleeps.count(woke != Woke::Read);
@@ -484,6 +498,21 @@ impl Drop for Cq {
 mod tests {
     use super::*;
     use crate::{connect, Access, Listener, QpInit, RecvWr, SendOp, SendWr, Sge};
+
+    /// Only `EAGAIN` is a parked read's timeout (a slice slept); a signal
+    /// ends it early with nothing; `ETIMEDOUT` (a dead connection), other
+    /// errors, EOF and bytes end it early too (r19-xwake2, item 1).
+    #[test]
+    fn only_eagain_is_a_slept_slice() {
+        let err = |n| Err(io::Error::from_raw_os_error(n));
+        assert_eq!(Woke::of(&err(libc::EAGAIN)), Woke::TimedOut);
+        assert_eq!(Woke::of(&err(libc::EINTR)), Woke::Interrupted);
+        for e in [libc::ETIMEDOUT, libc::ECONNRESET, libc::EPIPE] {
+            assert_eq!(Woke::of(&err(e)), Woke::Read, "errno {e}");
+        }
+        assert_eq!(Woke::of(&Ok(0)), Woke::Read);
+        assert_eq!(Woke::of(&Ok(5)), Woke::Read);
+    }
 
     fn watched(ctx: &Context) -> usize {
         ctx.watched()
