@@ -20,9 +20,10 @@
 //! message when the sender may be short of them or a quarter of the slots
 //! are free (so that one lost return cannot stop the stream: see
 //! `Stream::return_every`). A sender needs two
-//! credits to send a message, or one if the message returns credits: the
-//! last credit always carries credits back, so the two sides can never both
-//! be left without one. A slow reader therefore stops the sender (it
+//! credits to send a message; the last credit goes only with a CREDIT,
+//! which carries credits back, so the two sides can never both be left
+//! without one, and a reader can always return what it read to a peer
+//! whose window our own DATA filled. A slow reader therefore stops the sender (it
 //! blocks, or gets `EAGAIN`), never makes it drop or buffer without bound,
 //! and a Send never finds no posted receive (which iWARP answers with a
 //! Terminate).
@@ -397,10 +398,9 @@ impl Stream {
     /// `None`. Call it until `None` after every input and before
     /// [`Self::tx_data`].
     pub fn poll_msg(&mut self) -> Option<Msg> {
-        if !self.out.is_empty() {
-            if !self.may_send() {
-                return None;
-            }
+        // A queued message needs two credits (`may_send`); our last one
+        // still carries a return due, ahead of it.
+        if !self.out.is_empty() && self.may_send() {
             let body = self.out.pop_front().expect("not empty");
             if let Body::Sink(ad) = body {
                 if let Some(s) = self.sinks.iter_mut().find(|s| s.ad.id == ad.id) {

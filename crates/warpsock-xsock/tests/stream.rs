@@ -160,6 +160,37 @@ fn reposts_left_for_a_batch_never_stall_a_message_longer_than_the_window() {
     }
 }
 
+/// One side reads only after its last send call (a one-thread program:
+/// send, then read), the other sends 3 windows from the start and reads
+/// throughout; both modes, reposts left for a batch or not. Over TCP both
+/// finish: the reader that reads throughout frees the window. Here its
+/// returns need a credit: if its own DATA took the last one (into a
+/// window nobody reads until the send ends), no return could go and both
+/// waited for ever (review r19-xdead, item 1). DATA now leaves the last
+/// credit to a CREDIT.
+#[test]
+fn a_side_that_reads_after_its_sends_still_gets_them_out() {
+    for seed in seeds(20) {
+        for (msg_mode, lazy) in [(false, false), (false, true), (true, false), (true, true)] {
+            let window = 16 * (256 - 8);
+            let mut a = Plan::idle();
+            a.sends = vec![3 * window];
+            a.msg_mode = msg_mode;
+            a.read_min = 4096;
+            a.read_max = 4096;
+            let mut b = a.clone();
+            b.sends = vec![8, 3 * window];
+            b.read_after_sends = true;
+            let mut p = Pair::new(seed, (hello(16, 256), a), (hello(16, 256), b), 3);
+            p.a.lazy_reposts = lazy;
+            p.b.lazy_reposts = lazy;
+            p.run_to_end(100_000);
+            check(&p);
+            quiesces(&mut p);
+        }
+    }
+}
+
 /// A reader that stops for a long time: the sender stops (never sends
 /// without a credit) and everything arrives once it reads again.
 #[test]
@@ -178,7 +209,8 @@ fn a_stopped_reader_stops_the_sender() {
         "sent {} bytes into 4 slots",
         p.a.sent()
     );
-    assert_eq!(p.a.s.credits(), 0);
+    // The last credit kept for a CREDIT.
+    assert_eq!(p.a.s.credits(), 1);
     p.b.plan.stall_percent = 0;
     p.run_to_end(100_000);
     check(&p);
@@ -421,33 +453,39 @@ fn sink_done_must_match_the_offer() {
     );
 }
 
+/// The last credit goes only with a CREDIT (review r19-xdead, item 1):
+/// DATA and queued messages need two, so a reader can always return what
+/// it read, even to a peer whose window our DATA filled.
 #[test]
-fn the_last_credit_only_carries_credits_back() {
-    let mut s = Stream::new(hello(4, 256), hello(2, 256));
+fn the_last_credit_goes_only_with_a_credit() {
+    let mut s = Stream::new(hello(3, 256), hello(2, 256));
     assert!(matches!(s.tx_data(10, true), TxStep::Data { .. }));
     // One credit left and nothing to return: no data.
     assert_eq!(s.tx_data(10, true), TxStep::Blocked);
     assert!(!s.writable());
-    // A message from the peer arrives and is read: its slot is free, but
-    // not posted again yet — nothing to return (issue 12: a credit for a
-    // slot with no receive posted lets the peer's Send find none).
+    // Two messages from the peer arrive and are read: their slots are
+    // free, but not posted again yet — nothing to return (issue 12: a
+    // credit for a slot with no receive posted lets the peer's Send find
+    // none).
     let mut d = encode(Msg {
         credits: 0,
         body: Body::Data { eom: true },
     });
     d.push(7);
     s.on_message(0, &d).unwrap();
-    s.consume(1);
+    s.on_message(1, &d).unwrap();
+    s.consume(2);
+    assert!(s.repost_due(), "the peer short: post them now");
+    assert_eq!(repost_all(&mut s), [0, 1]);
+    // A return, and still no DATA with the last credit, nor an EOF.
     assert_eq!(s.tx_data(10, true), TxStep::Blocked);
-    assert!(s.repost_due(), "our last credit waits for the repost");
-    // Posted again: now the last credit may go, carrying that slot back.
-    assert_eq!(repost_all(&mut s), [0]);
-    match s.tx_data(10, true) {
-        TxStep::Data { msg, .. } => assert_eq!(msg.credits, 1),
-        other => panic!("{other:?}"),
-    }
+    assert!(!s.writable());
+    s.shutdown_write();
+    // The CREDIT goes first, with the last credit.
+    assert!(matches!(s.poll_msg(), Some(m) if m.credits == 2 && m.body == Body::Credit));
     assert_eq!(s.credits(), 0);
-    assert_eq!(s.tx_data(10, true), TxStep::Blocked);
+    assert!(s.poll_msg().is_none(), "the EOF waits for credits");
+    assert!(s.has_output());
 }
 
 /// A CREDIT's slot alone is returned to a short peer only when we hold
@@ -618,11 +656,8 @@ fn a_straight_send_is_tx_datas_one_message_or_nothing() {
         assert_eq!(repost_all(&mut s).len(), 1, "posted again");
         s
     };
-    let sent: [(&str, &dyn Fn() -> Stream, usize); 3] = [
-        ("fresh", &fresh, 10),
-        ("a full message", &fresh, payload),
-        ("the last credit", &last_credit, 10),
-    ];
+    let sent: [(&str, &dyn Fn() -> Stream, usize); 2] =
+        [("fresh", &fresh, 10), ("a full message", &fresh, payload)];
     for (what, mk, len) in sent {
         // Twins: one asked `tx_straight`, the other `tx_data`.
         let (mut s, mut twin) = (mk(), mk());
@@ -664,7 +699,9 @@ fn a_straight_send_is_tx_datas_one_message_or_nothing() {
         s.on_message(0, &encode(rx.poll_msg().unwrap())).unwrap();
         s
     };
-    let declined: [(&str, &dyn Fn() -> Stream, usize); 7] = [
+    let declined: [(&str, &dyn Fn() -> Stream, usize); 8] = [
+        // The last credit is kept for a CREDIT, a return or not.
+        ("the last credit", &last_credit, 10),
         ("too long for one message", &fresh, payload + 1),
         // Our slots smaller than the peer's: our transmit slot caps it.
         (

@@ -75,8 +75,8 @@ impl Stream {
     ///   were posted): the peer short, or a quarter of the window held —
     ///   every return `poll_msg` would make today is made at once, so the
     ///   peer is never left shorter than without the batch;
-    /// - we hold fewer than two credits: our last credit's message must
-    ///   return some (`may_send` counts posted slots only).
+    /// - we hold fewer than two credits: our last credit goes only with
+    ///   a CREDIT (`may_send`), which counts posted slots only.
     ///
     /// With fewer than 12 slots the batch is one slot: no slot is left.
     /// Otherwise the I/O side must ask again wherever the answer may have
@@ -84,10 +84,8 @@ impl Stream {
     /// that makes the peer short posts them), after reads, and wherever
     /// the books block a message of its own (`XSocket::repost_if_due`: our
     /// own sends may have taken `credits` below two since the last ask, and
-    /// the last credit goes only with a return — without that ask a peer
-    /// reading a message longer than its window in message mode and we
-    /// waited for each other, review r17). The DATA sent meanwhile returns
-    /// the slots posted before it. When this is `false`
+    /// the last credit goes only with a CREDIT — review r17). The DATA
+    /// sent meanwhile returns the slots posted before it. When this is `false`
     /// for slots of DATA (what the socket leaves: a reader's takes), the
     /// peer holds at least two credits (such a slot makes a CREDIT due
     /// when it holds fewer), so nothing it sends waits for them.
@@ -128,8 +126,19 @@ impl Stream {
         (u32::from(self.local.slots) / 4).max(2)
     }
 
+    /// Whether a message other than CREDIT (DATA, a queued control
+    /// message) may go: two credits at least. The last one is kept for a
+    /// CREDIT (`credit_due`), so our reader can always give the peer its
+    /// slots back. Before, DATA could take it when it carried a return:
+    /// into a window whose reader does not read until its own send call
+    /// ends (a one-thread program that sends, then reads; a client that
+    /// pipelines ~30 requests before reading its answers), after which
+    /// the slots our reader freed could never go back and both ends
+    /// waited for ever, where TCP completes (review r19-xdead, item 1;
+    /// `tests/stream.rs` `a_side_that_reads_after_its_sends_still_gets_them_out`).
+    #[inline]
     pub(super) fn may_send(&self) -> bool {
-        self.credits >= 2 || (self.credits == 1 && self.unreturned > 0)
+        self.credits >= 2
     }
 
     fn take_unreturned(&mut self) -> u16 {
@@ -220,11 +229,10 @@ impl Stream {
     /// its end, must take the part now (the read returns it without
     /// `MSG_EOR`; the end comes with it later): the peer holds at most
     /// one credit, so it can send the rest only after a return from us —
-    /// its last credit goes only with a return of its own
-    /// (`may_send`), which we cannot count on.
+    /// its last credit goes only with a CREDIT (`may_send`).
     ///
-    /// Its return would be of our messages that its application read, and
-    /// it may never read them first: its reader may wait for the end of
+    /// Its own return would be of our messages that its application
+    /// read, and it may never read them first: its reader may wait for the end of
     /// our own message longer than its window, holding our parts as we
     /// hold its (both ends sending at once, each sender down to its last
     /// credit: a deadlock, issue 12, `tests/stream.rs`
@@ -236,7 +244,8 @@ impl Stream {
     /// Why it is enough: the reader takes every part it holds, and the
     /// slots freed make our return due (`credit_due`: the peer has at most
     /// one credit, and two with them), sent by the read's own flush with
-    /// our last credit if need be, or carried by our next message; with
+    /// our last credit if need be (DATA never takes it: `may_send`), or
+    /// carried by our next message; with
     /// it the peer sends on. Our own sends need no return from it: a peer
     /// holding our parts applies this rule too. What it costs: a message
     /// that needs the peer's last credit (`slots` parts, sent after a

@@ -69,6 +69,9 @@ pub struct Plan {
     /// Start send call `i` only once this side received `after[i]` bytes
     /// (a request/answer exchange; calls past the list start at once).
     pub after: Vec<u64>,
+    /// Read only once the last send call ended (a one-thread program that
+    /// sends, then reads).
+    pub read_after_sends: bool,
 }
 
 impl Plan {
@@ -84,6 +87,7 @@ impl Plan {
             shutdown: true,
             wait_sink: false,
             after: Vec::new(),
+            read_after_sends: false,
         }
     }
 }
@@ -368,7 +372,9 @@ impl Side {
                 }
             }
         }
-        if rng.chance(self.plan.stall_percent) {
+        if rng.chance(self.plan.stall_percent)
+            || (self.plan.read_after_sends && self.call < self.plan.sends.len())
+        {
             return;
         }
         let want = rng.range(self.plan.read_min as u64, self.plan.read_max as u64) as usize;
