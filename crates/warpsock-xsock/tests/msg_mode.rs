@@ -25,7 +25,10 @@ const MSGS: u64 = 6;
 enum Reader {
     /// A buffer larger than every message.
     Whole,
-    /// A buffer shorter than a message (and than the window).
+    /// A buffer shorter than every message but longer than the window
+    /// (24 KiB): only the peer being short releases a part
+    /// (`Stream::msg_part_due`), and a message's rest may fill the
+    /// buffer (a part without `MSG_EOR`, review r19-xdead item 4).
     Small,
     /// A peek (as large as `Whole`'s buffer) before each read, which must
     /// return the bytes the peek saw.
@@ -57,7 +60,7 @@ fn message(o: &Options, seed: u64, i: u64) -> Vec<u8> {
 fn read_messages(x: &XSocket, how: Reader) -> Vec<Vec<u8>> {
     let short = Some(Duration::from_secs(4));
     let size = match how {
-        Reader::Small => 5000,
+        Reader::Small => 24 << 10,
         Reader::Whole | Reader::Peek => 256 << 10,
     };
     let mut buf = vec![0u8; size];

@@ -365,6 +365,7 @@ fn message_mode_both_ways_past_the_window() {
         check(&p);
         assert_eq!(messages(&p.b.reads), p.a.plan.sends, "seed {seed}: a's");
         assert_eq!(messages(&p.a.reads), p.b.plan.sends, "seed {seed}: b's");
+        quiesces(&mut p);
     }
 }
 
