@@ -50,7 +50,7 @@ gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefined \
 export ASAN_OPTIONS="verify_asan_link_order=0:detect_leaks=0:halt_on_error=1:exitcode=86"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 PRE=(env LD_PRELOAD="$SO")
-CASES=(switch calls stream msgmode rio aio kill fork plain early threads epoll epollplain)
+CASES=(switch calls nbswitch stream msgmode rio aio kill fork plain early threads epoll epollplain)
 
 # 1. Loopback.
 for crc in 1 0; do

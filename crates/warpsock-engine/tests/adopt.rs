@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{pattern, wait_n, LIMIT};
 use warpsock_engine::{
     connect_stream, Access, CmError, ConnectRequest, Context, Progress, QpInit, RecvWr, SendOp,
-    SendWr,
+    SendWr, Wc,
 };
 
 fn send_wr(wr_id: u64, sge: warpsock_engine::Sge) -> SendWr {
@@ -106,4 +106,53 @@ fn responder_rejects_a_peer_that_is_not_mpa() {
         other => panic!("expected an MPA error, got {other:?}"),
     }
     client.join().unwrap();
+}
+
+/// Sockets adopted in non-blocking mode (a program that connected or
+/// accepted non-blocking) are put back in blocking mode: an idle 40 ms
+/// wait of a caller-driven queue pair sleeps in a few parked reads (each
+/// up to a 10 ms slice), not thousands of `recv`s that return at once
+/// (one core spinning; review r19-xwake2 note 5). Counts, not times: load
+/// only lengthens parks.
+#[test]
+fn sockets_adopted_non_blocking_wait_without_spinning() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let idle_parks = |cq: &warpsock_engine::Cq, qp: &warpsock_engine::Qp| {
+        let _ = cq.wait(&mut [Wc::default(); 4], Duration::from_millis(10));
+        let reads = qp.io_stats().parked_reads;
+        let n = cq.wait(&mut [Wc::default(); 4], Duration::from_millis(40));
+        assert_eq!(n.unwrap(), 0);
+        qp.io_stats().parked_reads - reads
+    };
+    let (done_tx, done) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
+        let init = QpInit::new(&pd, &cq);
+        let req = ConnectRequest::read(s, Duration::from_secs(10)).unwrap();
+        let qp = req.accept(&init, b"").unwrap();
+        let parks = idle_parks(&cq, &qp);
+        done.recv().unwrap();
+        parks
+    });
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
+    let init = QpInit::new(&pd, &cq);
+    let qp = connect_stream(s, &init).unwrap();
+    let parks = idle_parks(&cq, &qp);
+    done_tx.send(()).unwrap();
+    let server_parks = server.join().unwrap();
+    assert!(
+        parks <= 8,
+        "{parks} parked reads in an idle 40 ms wait (initiator)"
+    );
+    assert!(
+        server_parks <= 8,
+        "{server_parks} parked reads in an idle 40 ms wait (responder)"
+    );
 }

@@ -319,6 +319,10 @@ impl ConnectRequest {
     pub fn read(sock: TcpStream, mpa_timeout: Duration) -> Result<Self, CmError> {
         let local = sock.local_addr().map_err(CmError::Io)?;
         let peer = sock.peer_addr().map_err(CmError::Io)?;
+        // Blocking mode, as the queue pair and the exchange expect (as
+        // `connect_stream`): an adopted socket may be non-blocking.
+        sock.set_nonblocking(false)
+            .map_err(|e| CmError::socket(Some(peer), "MPA request", e))?;
         let mut mpa = MpaExchange::responder(peer, mpa_timeout, Instant::now());
         match drive_mpa(&sock, &mut mpa)? {
             MpaDone::Request(request) => Ok(Self {

@@ -228,14 +228,29 @@ fn switch(
         sys::get_timeo(fd, libc::SO_RCVTIMEO),
         sys::get_timeo(fd, libc::SO_SNDTIMEO),
     );
+    // The program's file status flags, before the switch: the engine puts
+    // the kernel socket in blocking mode for its own reads (a waiting
+    // queue pair sleeps in a `recv` with a timeout), and the program's
+    // descriptor shares that open file description. The program's
+    // `O_NONBLOCK` lives on in the managed socket's own flag, or is put
+    // back if the switch fails.
+    // SAFETY: fcntl on the program's open socket.
+    let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+    if fl < 0 {
+        return Err(sys::errno());
+    }
     // SAFETY: `fd` is the program's open socket for the whole call.
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
     match switch_fd_as(b, opts, role) {
         Ok(x) => {
             SWITCHED.fetch_add(1, Ordering::Relaxed);
-            DdpSock::transpose(fd, x, msg_mode, connect.is_some(), timeouts).map(|_| ())
+            let nonblocking = fl & libc::O_NONBLOCK != 0;
+            DdpSock::transpose(fd, x, msg_mode, connect.is_some(), timeouts, nonblocking)
+                .map(|_| ())
         }
         Err(f) => {
+            // SAFETY: as above.
+            unsafe { real::fcntl(fd, libc::F_SETFL, fl as usize) };
             let errno = f.errno();
             let counter = match f {
                 Failure::Refused { .. } => &REFUSED,

@@ -219,27 +219,26 @@ fn dead_end() -> c_int {
 impl DdpSock {
     /// Makes the program's descriptor `fd` (a connected TCP socket that
     /// `x` now carries) a DDP-mode socket. `connect_pending`: adopted by a
-    /// `connect` call that is still to return.
+    /// `connect` call that is still to return. `nonblocking`: the
+    /// program's `O_NONBLOCK` as it was before the switch (the engine puts
+    /// the kernel socket, whose open file description `fd` shares, in
+    /// blocking mode for its own reads).
     pub(crate) fn transpose(
         fd: c_int,
         x: XSocket,
         msg_mode: bool,
         connect_pending: bool,
         timeouts: (Option<Duration>, Option<Duration>),
+        nonblocking: bool,
     ) -> Result<Arc<Self>, c_int> {
         let eng = reactor::get().ok_or(libc::ENOMEM)?;
         x.set_msg_mode(msg_mode);
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
         unsafe {
-            let fl = real::fcntl(fd, libc::F_GETFL, 0);
-            if fl < 0 {
-                return Err(errno());
-            }
             let kfd = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
             if kfd < 0 {
                 return Err(errno());
             }
-            let nonblocking = fl & libc::O_NONBLOCK != 0;
             let bell = match Doorbell::new(nonblocking) {
                 Ok(b) => b,
                 Err(e) => {

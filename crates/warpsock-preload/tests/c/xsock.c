@@ -160,6 +160,30 @@ static void switch_common(int fd, int server) {
     expect_pattern(fd, 100000, server ? 4 : 3);
 }
 
+/* A socket that is non-blocking when it switches (an event loop's socket,
+ * policy mode's accept4(SOCK_NONBLOCK)) stays non-blocking for the program,
+ * although the engine puts the kernel socket (whose open file description
+ * the program's descriptor shares) in blocking mode for its own reads; once
+ * the program clears O_NONBLOCK, its calls block. */
+static void nbswitch_server(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    CHECK(fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0);
+    CHECK(ddp(fd) == 0);
+    CHECK(fcntl(fd, F_GETFL) & O_NONBLOCK);
+    char b[8];
+    CHECK(recv(fd, b, 1, 0) == -1 && (errno == EAGAIN || errno == EWOULDBLOCK));
+    CHECK(fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0);
+    sync_byte(fd, 'N');
+    CHECK(recv(fd, b, 5, 0) > 0);
+    CHECK(!memcmp(b, "h", 1));
+}
+
+static void nbswitch_client(int fd) {
+    CHECK(ddp(fd) == 0);
+    wait_byte(fd, 'N');
+    send_all(fd, "hello", 5);
+}
+
 /* Every data call and flag, readiness, timeouts, shutdown. */
 static void calls_server(int fd) {
     /* The marker programs probe for policy mode (the apps benchmark). */
@@ -745,6 +769,7 @@ static void early_client(int fd) { early_side(fd, 0); }
 static const struct tcase cases[] = {
     {"switch", switch_server, switch_client, 0},
     {"calls", calls_server, calls_client, 0},
+    {"nbswitch", nbswitch_server, nbswitch_client, 0},
     {"stream", stream_server, stream_client, 0},
     {"msgmode", msg_server, msg_client, 0},
     {"rio", rio_server, rio_client, 0},
