@@ -493,6 +493,34 @@ pub(crate) fn fork_release_child() {
 mod tests {
     use super::*;
 
+    /// `Socket` for a test object that only lives and dies: no data
+    /// calls, references not counted; its kernel descriptor -1, or `$fd`
+    /// of it.
+    macro_rules! inert_socket {
+        ($t:ty) => {
+            inert_socket!($t, |_: &$t| -1);
+        };
+        ($t:ty, $fd:expr) => {
+            impl Socket for $t {
+                fn kernel_fd(&self) -> c_int {
+                    ($fd)(self)
+                }
+                fn add_ref(&self) {}
+                fn release(&self) {}
+                fn nonblocking(&self) -> bool {
+                    false
+                }
+                fn set_nonblocking(&self, _: bool) {}
+                unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
+                    -1
+                }
+                unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
+                    -1
+                }
+            }
+        };
+    }
+
     /// The data calls' look-up ([`with_marked`], [`hazard`]).
     mod look_ups;
 

@@ -21,6 +21,8 @@ mod sink;
 mod slots;
 mod socket;
 mod sys;
+#[cfg(test)]
+mod test_pair;
 mod wait;
 mod watch;
 

@@ -1,25 +1,13 @@
 //! The data calls on a connected pair (loopback).
 
-use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsFd;
-
 use super::*;
-use crate::io::{switch_fd, Options};
 
 /// Posts deferred between calls (a panicked batched call's, its lock's
 /// poison ignored): a small send does not go inline ahead of them, it
 /// goes from a slot behind them, and arrives.
 #[test]
 fn a_straight_send_waits_behind_deferred_posts() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (s, _) = l.accept().unwrap();
-    let o = Options::default();
-    let (xa, xb) = std::thread::scope(|sc| {
-        let ta = sc.spawn(|| switch_fd(c.as_fd(), &o).unwrap());
-        let tb = sc.spawn(|| switch_fd(s.as_fd(), &o).unwrap());
-        (ta.join().unwrap(), tb.join().unwrap())
-    });
+    let (xa, xb) = crate::io::test_pair::pair();
     let t = Some(Duration::from_secs(20));
     let mut buf = [0u8; 8];
     assert_eq!(xa.send(&[1; 8], false, t).unwrap(), 8);

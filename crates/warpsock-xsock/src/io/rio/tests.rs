@@ -1,10 +1,8 @@
 //! Asynchronous sends and the plain send calls after them (loopback).
 
-use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsFd;
 use std::time::Duration;
 
-use crate::io::{switch_fd, Options, RecvFlags};
+use crate::io::RecvFlags;
 
 /// An asynchronous send queued and not yet pumped (as a round that
 /// processed credits, `reap`, leaves it), with credits and a transmit
@@ -24,15 +22,7 @@ fn a_straight_send_goes_behind_a_queued_asynchronous_send() {
 }
 
 fn straight_send_behind_a_queued_asynchronous_send(nonblocking: bool) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (s, _) = l.accept().unwrap();
-    let o = Options::default();
-    let (xa, xb) = std::thread::scope(|sc| {
-        let ta = sc.spawn(|| switch_fd(c.as_fd(), &o).unwrap());
-        let tb = sc.spawn(|| switch_fd(s.as_fd(), &o).unwrap());
-        (ta.join().unwrap(), tb.join().unwrap())
-    });
+    let (xa, xb) = crate::io::test_pair::pair();
     let t = Some(Duration::from_secs(20));
     let mut buf = [0u8; 8];
     assert_eq!(xa.send(&[1; 8], false, t).unwrap(), 8);

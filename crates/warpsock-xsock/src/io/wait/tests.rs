@@ -1,25 +1,13 @@
 //! The blocking receive's straight path (`recv_straight`) on a connected
 //! pair (loopback): what it declines, and its decline after an empty wait.
 
-use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::super::placed::Retargeted;
-use crate::io::{switch_fd, Options, RecvFlags, XSocket};
+use crate::io::RecvFlags;
 
-fn pair() -> (XSocket, XSocket) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (s, _) = l.accept().unwrap();
-    let o = Options::default();
-    std::thread::scope(|sc| {
-        let ta = sc.spawn(|| switch_fd(c.as_fd(), &o).unwrap());
-        let tb = sc.spawn(|| switch_fd(s.as_fd(), &o).unwrap());
-        (ta.join().unwrap(), tb.join().unwrap())
-    })
-}
+use crate::io::test_pair::pair;
 
 /// Waits (bounded) until `f` holds; fails the test if it never does.
 fn until(what: &str, mut f: impl FnMut() -> bool) {

@@ -57,23 +57,7 @@ impl Drop for Recorder {
     }
 }
 
-impl Socket for Recorder {
-    fn kernel_fd(&self) -> c_int {
-        -1
-    }
-    fn add_ref(&self) {}
-    fn release(&self) {}
-    fn nonblocking(&self) -> bool {
-        false
-    }
-    fn set_nonblocking(&self, _: bool) {}
-    unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-    unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-}
+inert_socket!(Recorder);
 
 /// A look-up that ends over a hold of the map's lock by its own thread (a
 /// signal handler that interrupted `close` or `dup2`, another library's

@@ -293,23 +293,7 @@ impl Drop for Litmus {
     }
 }
 
-impl Socket for Litmus {
-    fn kernel_fd(&self) -> c_int {
-        -1
-    }
-    fn add_ref(&self) {}
-    fn release(&self) {}
-    fn nonblocking(&self) -> bool {
-        false
-    }
-    fn set_nonblocking(&self, _: bool) {}
-    unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-    unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-}
+inert_socket!(Litmus);
 
 /// The litmus of a call's end against a removal's keep (store buffering,
 /// review r18-xhaz item 5): one reader makes exactly one call per round
@@ -439,23 +423,7 @@ impl Drop for Live {
     }
 }
 
-impl Socket for Live {
-    fn kernel_fd(&self) -> c_int {
-        self.0 as c_int
-    }
-    fn add_ref(&self) {}
-    fn release(&self) {}
-    fn nonblocking(&self) -> bool {
-        false
-    }
-    fn set_nonblocking(&self, _: bool) {}
-    unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-    unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-}
+inert_socket!(Live, |s: &Live| s.0 as c_int);
 
 /// Look-ups in two threads while another replaces and removes the entry
 /// (bounded in count and in time); the objects live in the table only.
