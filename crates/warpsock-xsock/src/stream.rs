@@ -183,6 +183,10 @@ pub struct Stream {
     /// The last stream bytes to arrive as DATA did not end one of the
     /// peer's send calls (see [`Self::peer_mid_call`]).
     rx_mid_call: bool,
+    /// The stream position up to which a message-mode peek saw part of a
+    /// message ([`Self::peeked_part`]): those bytes stay readable until
+    /// read ([`Self::msg_part_readable`]).
+    rx_peeked: u64,
     /// Sinks the peer declined in a row (see [`Self::sink_due`]).
     declines: u32,
     /// Reads that could have offered a sink since the last offer.
@@ -214,6 +218,7 @@ impl Stream {
             freed_trigger: 0,
             readable_bytes: 0,
             rx_mid_call: false,
+            rx_peeked: 0,
             declines: 0,
             passed: 0,
         }

@@ -15,7 +15,7 @@ use warpsock_xsock::io::{Options, RecvFlags, XSocket};
 
 mod net;
 
-use net::{opts, pattern, switch_both, tcp_pair, LIMIT};
+use net::{pattern, small_window, switch_both, tcp_pair, LIMIT};
 
 /// Messages each end sends.
 const MSGS: u64 = 6;
@@ -33,16 +33,6 @@ enum Reader {
     /// A peek (as large as `Whole`'s buffer) before each read, which must
     /// return the bytes the peek saw.
     Peek,
-}
-
-/// 16 slots of 1 KiB payload a side: a window of 16 KiB.
-fn small_window() -> Options {
-    Options {
-        slots: 16,
-        slot_size: Options::slot_size_for(1024),
-        zcopy_min: 1 << 20,
-        ..opts()
-    }
 }
 
 /// The `i`-th message `seed`'s end sends: 2 to 4 windows long.

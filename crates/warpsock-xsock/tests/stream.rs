@@ -403,6 +403,11 @@ fn a_peer_that_ignores_credits_is_an_error() {
         s.on_message(2, &data(0)),
         Err(StreamError::Overrun { slots: 2 })
     );
+    // The overrun is not counted (review r19-xdead item 7): the books'
+    // `slots - used` did not underflow (a panic in this debug build) on
+    // the way to the Terminate.
+    assert!(s.msg_part_due() && s.peer_stalled() && !s.owes_msg());
+    assert_eq!(s.readable(), 2);
     let mut s = Stream::new(hello(2, 256), hello(2, 256));
     assert_eq!(
         s.on_message(0, &data(1)),

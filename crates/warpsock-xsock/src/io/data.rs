@@ -847,8 +847,14 @@ impl XSocket {
             match st.s.message_end() {
                 Some(end) if end <= out.len() => (end, true),
                 Some(_) => (out.len(), false),
-                None if st.s.msg_part_due() || avail >= out.len() || st.s.eof() => {
-                    (avail.min(out.len()), false)
+                // A part: the peer needs a return, or a peek saw it
+                // (`msg_part_readable`), or the buffer is full.
+                None if st.s.msg_part_readable() || avail >= out.len() || st.s.eof() => {
+                    let n = avail.min(out.len());
+                    if peek {
+                        st.s.peeked_part(n);
+                    }
+                    (n, false)
                 }
                 None => return None,
             }

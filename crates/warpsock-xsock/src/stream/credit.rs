@@ -255,4 +255,30 @@ impl Stream {
     pub fn msg_part_due(&self) -> bool {
         u32::from(self.local.slots) - self.used <= 1
     }
+
+    /// Whether a message-mode reader may return the part of a message it
+    /// holds (not its end) now: [`Self::msg_part_due`], or a peek saw
+    /// those bytes as a part ([`Self::peeked_part`]) and they are not all
+    /// read yet.
+    ///
+    /// `msg_part_due` turns false when our own message returns slots to
+    /// the peer (a send of ours after the peek), and the bytes a peek
+    /// returned would then wait for the message's end: a non-blocking
+    /// read would fail with `EAGAIN`, a blocking one wait for the peer.
+    /// TCP's rule is that what a peek returned, a read returns (review
+    /// r19-xdead item 3). The latch needs no memory past the current
+    /// message: it is a stream position, behind the read position once
+    /// the peeked bytes are read.
+    #[inline]
+    pub fn msg_part_readable(&self) -> bool {
+        self.msg_part_due() || self.rx_peeked > self.rx_seq - self.readable_bytes as u64
+    }
+
+    /// A message-mode peek returned the first `n` unread bytes as a part
+    /// of a message (its end not among them): they stay readable
+    /// ([`Self::msg_part_readable`]) until read.
+    pub fn peeked_part(&mut self, n: usize) {
+        let at = self.rx_seq - self.readable_bytes as u64 + n as u64;
+        self.rx_peeked = self.rx_peeked.max(at);
+    }
 }

@@ -70,13 +70,20 @@ impl Stream {
 
     /// Counts a message into our slots and the credits it returns (every
     /// message, before its body is looked at).
+    ///
+    /// A message that finds every slot counted (a peer that sent without
+    /// a credit) is an overrun and is not counted: `used` never exceeds
+    /// `slots`, which the books' `slots - used` (the peer's credits as far
+    /// as we know) rely on (review r19-xdead item 7: counted first, it
+    /// underflowed there — a panic under the socket's lock in a debug
+    /// build — before the Terminate went).
     pub(super) fn admit(&mut self, msg: &Msg) -> Result<(), StreamError> {
-        self.used += 1;
-        if self.used > u32::from(self.local.slots) {
+        if self.used >= u32::from(self.local.slots) {
             return Err(StreamError::Overrun {
                 slots: self.local.slots,
             });
         }
+        self.used += 1;
         let credits = self.credits + u32::from(msg.credits);
         if credits > u32::from(self.peer.slots) {
             return Err(StreamError::CreditOverflow {

@@ -17,6 +17,16 @@ pub(crate) fn opts() -> Options {
     }
 }
 
+/// 16 slots of 1 KiB payload a side: a window of 16 KiB.
+pub(crate) fn small_window() -> Options {
+    Options {
+        slots: 16,
+        slot_size: Options::slot_size_for(1024),
+        zcopy_min: 1 << 20,
+        ..opts()
+    }
+}
+
 pub(crate) fn tcp_pair() -> (TcpStream, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
