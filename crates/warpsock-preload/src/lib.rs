@@ -349,6 +349,7 @@ mod init {
             // Resolved now: `_exit` may run in a vforked child, where dlsym
             // (locks, allocation) is not safe.
             real::prepare_exit();
+            fdtable::prepare();
             let mut hooks = false;
             for k in KINDS {
                 k.loaded();

@@ -31,8 +31,8 @@ use super::socket::Socket;
 
 mod hazard;
 
-/// A managed descriptor's object as the table holds it (boxed: one thin
-/// pointer per descriptor, swapped atomically).
+/// A managed descriptor's object as the table holds it (in a boxed
+/// [`hazard::Node`]: one thin pointer per descriptor, swapped atomically).
 type Entry = Arc<dyn Socket>;
 
 /// Descriptors below this have a mark byte.
@@ -153,7 +153,7 @@ fn write_map() -> Held<RwLockWriteGuard<'static, Map>> {
 /// Drops entries a scan freed (after the map's lock is let go): under the
 /// guard, as the sockets' drops are library code whose own calls must not
 /// come back through the interposer (review r18-xhaz item 7).
-fn drop_freed(free: Vec<Entry>) {
+fn drop_freed(free: hazard::Freed) {
     if free.is_empty() {
         return;
     }
@@ -190,10 +190,10 @@ mod hooks {
     }
 }
 
-/// The low table: each descriptor's entry (`Box<Entry>`'s pointer), or
+/// The low table: each descriptor's entry (a [`hazard::Node`]), or
 /// null. Written under [`MAP`]'s write lock. Zero-initialised (`.bss`):
 /// only the pages of the numbers a process manages are ever touched.
-static LOW: [AtomicPtr<Entry>; BITS] = [const { AtomicPtr::new(null_mut()) }; BITS];
+static LOW: [AtomicPtr<hazard::Node>; BITS] = [const { AtomicPtr::new(null_mut()) }; BITS];
 
 /// What changes under [`MAP`]'s lock besides the low table.
 struct Map {
@@ -213,7 +213,7 @@ impl Map {
                 let p = LOW[i].load(Ordering::Acquire);
                 // SAFETY: an entry in the table; writers swap it out only
                 // under the write lock.
-                (!p.is_null()).then(|| unsafe { (*p).clone() })
+                (!p.is_null()).then(|| unsafe { (*p).entry.clone() })
             }
             None => self.high.as_ref()?.get(&fd).cloned(),
         }
@@ -222,25 +222,25 @@ impl Map {
     /// Puts `new` (None: nothing) at `fd`; returns the object that was
     /// there, and the retired entries the caller drops after letting the
     /// lock go.
-    fn swap(&mut self, fd: c_int, new: Option<Entry>) -> (Option<Entry>, Vec<Entry>) {
+    fn swap(&mut self, fd: c_int, new: Option<Entry>) -> (Option<Entry>, hazard::Freed) {
         let Some(i) = low_index(fd) else {
             let old = match new {
                 Some(s) => self.high.get_or_insert_with(HashMap::default).insert(fd, s),
                 None => self.high.as_mut().and_then(|m| m.remove(&fd)),
             };
-            return (old, Vec::new());
+            return (old, hazard::Freed::none());
         };
         let at = &LOW[i];
         if new.is_some() {
             self.low_top = self.low_top.max(i + 1);
         }
-        let new = new.map_or(null_mut(), |s| Box::into_raw(Box::new(s)));
+        let new = new.map_or(null_mut(), hazard::Node::new);
         let old = at.swap(new, Ordering::SeqCst);
         if old.is_null() {
             return (None, self.retired.scan());
         }
         // SAFETY: the entry just swapped out: alive until retired below.
-        let sock = unsafe { (*old).clone() };
+        let sock = unsafe { (*old).entry.clone() };
         (Some(sock), self.retired.retire(old))
     }
 }
@@ -359,7 +359,7 @@ pub(crate) fn with_marked<R>(
             // SAFETY: published in this thread's slot and still in the table
             // after that: a writer that swaps it out keeps it until the slot
             // is cleared (`_done`, after `f`).
-            return f(unsafe { &*p });
+            return f(unsafe { &(*p).entry });
         }
     }
     match get_marked(fd) {
@@ -463,6 +463,13 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// When the library is loaded: makes what a thread's first managed data
+/// call would otherwise make (the hazard slots' thread-specific key), so
+/// that the key is one of the process's first (module docs of `hazard`).
+pub(crate) fn prepare() {
+    hazard::prepare();
+}
+
 /// pthread_atfork "prepare": hold the map lock across fork so the child gets
 /// a consistent copy.
 pub(crate) fn fork_prepare() {
@@ -526,6 +533,9 @@ mod tests {
 
     /// Look-ups over holds of the map's lock; drops under the guard.
     mod holds;
+
+    /// The handler paths allocate nothing.
+    mod allocs;
 
     #[test]
     fn marks_and_candidates() {

@@ -5,15 +5,26 @@
 //! lock's two more, on every data call of a managed socket).
 //!
 //! Each thread that makes a managed data call claims one slot of
-//! [`HAZARDS`] for its life ([`mine`]; released by a thread-local
-//! destructor). A look-up publishes the entry's address in the slot, then
+//! [`HAZARDS`] for its life ([`mine`]; given back by the destructor of a
+//! POSIX thread-specific key made once, [`prepare`]). A look-up publishes the entry's address in the slot, then
 //! reads the table again: if the entry is still there, a writer that
 //! removes it later sees the slot when it retires the entry
 //! ([`Retired::retire`], after its swap: both sides are sequentially
 //! consistent, so one of the two sees the other), and keeps it until the
 //! slot no longer names it. Retired entries wait in a list scanned at
-//! every change of the table; each one in it is named by some slot at the
-//! last scan, so the list holds at most one entry per slot.
+//! every change of the table; each one in it was named by some slot at the
+//! last scan. The list is linked through the entries' own [`Node`]s, and
+//! a scan hands what it frees back the same way ([`Freed`]).
+//!
+//! A look-up's end, its reclaim, and a thread's first claim allocate
+//! nothing: they may run in a signal handler that interrupted `malloc`
+//! (review r18-xhaz 4a, 4c). The claim records the slot with
+//! `pthread_setspecific` (for a key below glibc's
+//! `PTHREAD_KEY_2NDLEVEL_SIZE`, 32 — the key is made when the library is
+//! loaded, among a process's first — a store in the thread's own
+//! descriptor), not a Rust thread-local with a destructor, whose
+//! registration allocates. Dropping a freed socket frees memory, as the
+//! last `Arc` dropped by the call itself always did.
 //!
 //! The call that kept an entry frees it when it ends, as the `Arc` it
 //! used to hold would have: a writer that keeps an entry because a slot
@@ -42,12 +53,34 @@
 //! be kept for good when removed), and they would stay owned. The list
 //! the parent left is forgotten in the child ([`Retired::forget`]).
 
-use std::cell::Cell;
 use std::ptr::null_mut;
-use std::sync::atomic::{fence, AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, Ordering};
+
+use libc::c_void;
 
 use super::super::guard;
 use super::Entry;
+
+/// A table entry as the low table holds it (a `Box`'s pointer): the
+/// object and the link of the retired list ([`Retired`], [`Freed`]).
+pub(super) struct Node {
+    /// The descriptor's object.
+    pub(super) entry: Entry,
+    /// The next node of the list this one is in: written and read under
+    /// the table's write lock, or by the [`Freed`] that owns the node.
+    next: AtomicPtr<Self>,
+}
+
+impl Node {
+    /// A new node of `entry`, owned by the returned pointer
+    /// (`Box::into_raw`).
+    pub(super) fn new(entry: Entry) -> *mut Self {
+        Box::into_raw(Box::new(Self {
+            entry,
+            next: AtomicPtr::new(null_mut()),
+        }))
+    }
+}
 
 /// Slots: threads making managed data calls at once with the fast look-up.
 pub(super) const SLOTS: usize = 256;
@@ -58,7 +91,7 @@ pub(super) const SLOTS: usize = 256;
 #[repr(C, align(128))]
 pub(super) struct Slot {
     /// The entry a call of the owning thread uses (null: none).
-    hazard: AtomicPtr<Entry>,
+    hazard: AtomicPtr<Node>,
     /// Raised by a writer that kept an entry this slot named: the call
     /// scans the retired list at its end ([`end`]).
     nudge: AtomicBool,
@@ -82,24 +115,56 @@ static OWNED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
 /// address is never 1).
 const NONE: usize = 1;
 
-/// Gives the thread's slot back when it exits.
-struct Claim(Cell<usize>);
+/// [`KEY`] before it is made.
+const NO_KEY: u32 = u32::MAX;
 
-impl Drop for Claim {
-    fn drop(&mut self) {
-        let i = self.0.get();
-        if i < SLOTS {
-            // Calls made by later destructors of this thread take the
-            // locked path.
-            guard::slot().set(NONE);
-            end(&HAZARDS[i]);
-            OWNED[i].store(false, Ordering::Release);
+/// The thread-specific key whose value is a thread's slot number plus
+/// one, and whose destructor gives the slot back ([`release`]).
+static KEY: AtomicU32 = AtomicU32::new(NO_KEY);
+
+/// Makes [`KEY`] (when the library is loaded; else at the first claim).
+pub(super) fn prepare() -> Option<libc::pthread_key_t> {
+    let k = KEY.load(Ordering::Acquire);
+    if k != NO_KEY {
+        return Some(k);
+    }
+    let mut new: libc::pthread_key_t = 0;
+    // SAFETY: a key with a plain extern "C" destructor that never unwinds.
+    if unsafe { libc::pthread_key_create(&mut new, Some(release)) } != 0 {
+        return None;
+    }
+    match KEY.compare_exchange(NO_KEY, new, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(new),
+        Err(won) => {
+            // SAFETY: our own key, never used.
+            unsafe { libc::pthread_key_delete(new) };
+            Some(won)
         }
     }
 }
 
-thread_local! {
-    static CLAIM: Claim = const { Claim(Cell::new(usize::MAX)) };
+/// [`KEY`]'s destructor: the thread exits; its slot (`v`, the number plus
+/// one) is given back.
+extern "C" fn release(v: *mut c_void) {
+    let i = (v as usize).wrapping_sub(1);
+    if i < SLOTS {
+        // Calls made by later destructors of this thread take the locked
+        // path.
+        guard::slot().set(NONE);
+        end(&HAZARDS[i]);
+        OWNED[i].store(false, Ordering::Release);
+    }
+}
+
+/// The slot number the thread claimed (its [`KEY`] value), if any.
+fn own_slot() -> Option<usize> {
+    let k = KEY.load(Ordering::Acquire);
+    if k == NO_KEY {
+        return None;
+    }
+    // SAFETY: a key made by `prepare`.
+    let v = unsafe { libc::pthread_getspecific(k) } as usize;
+    v.checked_sub(1).filter(|&i| i < SLOTS)
 }
 
 /// The calling thread's slot for a look-up, if it has one free for it.
@@ -123,9 +188,9 @@ pub(super) fn mine() -> Option<&'static Slot> {
 fn claim() -> Option<&'static Slot> {
     let slot = guard::slot();
     // First: a signal handler that interrupts the claim takes the locked
-    // look-up (it neither claims a second slot nor registers the
-    // destructor, which allocates). The address is written last.
+    // look-up (it claims no second slot). The address is written last.
     slot.set(NONE);
+    let key = prepare()?;
     for (i, owned) in OWNED.iter().enumerate() {
         if owned
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
@@ -133,9 +198,10 @@ fn claim() -> Option<&'static Slot> {
         {
             continue;
         }
-        // Given back at the thread's exit; a thread whose destructors run
-        // already cannot register one: it keeps no slot.
-        if CLAIM.try_with(|c| c.0.set(i)).is_err() {
+        // Given back at the thread's exit (after its thread-locals'
+        // destructors, whose calls may still use it).
+        // SAFETY: `prepare`'s key; the value is a number, not a pointer.
+        if unsafe { libc::pthread_setspecific(key, (i + 1) as *const c_void) } != 0 {
             owned.store(false, Ordering::Release);
             return None;
         }
@@ -152,7 +218,7 @@ fn claim() -> Option<&'static Slot> {
 /// every slot but the calling thread's, cleared. Their threads did not
 /// follow the fork; no look-up of the child uses them.
 pub(super) fn release_lost() {
-    let own = CLAIM.try_with(|c| c.0.get()).unwrap_or(usize::MAX);
+    let own = own_slot().unwrap_or(usize::MAX);
     for (i, (h, owned)) in HAZARDS.iter().zip(&OWNED).enumerate() {
         if i != own {
             h.hazard.store(null_mut(), Ordering::Relaxed);
@@ -166,7 +232,7 @@ pub(super) fn release_lost() {
 /// returns it, still in the table after publication; or returns null (the
 /// slot empty again) if the table holds none.
 #[inline]
-pub(super) fn protect(h: &Slot, at: &AtomicPtr<Entry>) -> *mut Entry {
+pub(super) fn protect(h: &Slot, at: &AtomicPtr<Node>) -> *mut Node {
     let mut p = at.load(Ordering::Acquire);
     if p.is_null() {
         return p;
@@ -221,62 +287,94 @@ fn nudged(h: &Slot) {
     }
 }
 
-/// Entries taken out of the table whose memory a slot may still name.
-pub(super) struct Retired(Vec<RetiredEntry>);
+/// Entries taken out of the table whose memory a slot may still name: a
+/// list linked through the nodes.
+pub(super) struct Retired(*mut Node);
 
-struct RetiredEntry(*mut Entry);
-
-// SAFETY: the pointer is an owned `Box<Entry>` (`Entry` is `Send + Sync`),
-// only moved between threads under the table's lock.
-unsafe impl Send for RetiredEntry {}
+// SAFETY: the nodes are owned `Box<Node>`s (`Entry` is `Send + Sync`),
+// reached only under the table's lock.
+unsafe impl Send for Retired {}
 // SAFETY: as above (shared only as the table's, under its lock).
-unsafe impl Sync for RetiredEntry {}
+unsafe impl Sync for Retired {}
+
+/// Nodes a scan freed (a list, owned): dropped, after the table's lock is
+/// let go, with their entries.
+pub(super) struct Freed(*mut Node);
+
+impl Freed {
+    /// No node.
+    pub(super) const fn none() -> Self {
+        Self(null_mut())
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_null()
+    }
+}
+
+impl Drop for Freed {
+    fn drop(&mut self) {
+        while !self.0.is_null() {
+            // SAFETY: a node of this list, owned by it (`Retired::scan`).
+            let n = unsafe { Box::from_raw(self.0) };
+            self.0 = n.next.load(Ordering::Relaxed);
+            drop(n);
+        }
+    }
+}
 
 impl Retired {
     pub(super) const fn new() -> Self {
-        Self(Vec::new())
+        Self(null_mut())
     }
 
     /// Retires `p` (an entry the caller has just swapped out of the table,
     /// under its lock) and frees as [`Retired::scan`].
-    pub(super) fn retire(&mut self, p: *mut Entry) -> Vec<Entry> {
-        self.0.push(RetiredEntry(p));
+    pub(super) fn retire(&mut self, p: *mut Node) -> Freed {
+        // SAFETY: `p` is out of the table and in no list: the caller's.
+        unsafe { (*p).next.store(self.0, Ordering::Relaxed) };
+        self.0 = p;
         self.scan()
     }
 
     /// Takes out every retired entry no slot names any more (under the
     /// table's lock); the entries returned may be dropped — after the
     /// lock is let go: an entry's drop may be its socket's last
-    /// reference, whose drop may come back to the table.
-    pub(super) fn scan(&mut self) -> Vec<Entry> {
-        if self.0.is_empty() {
-            return Vec::new();
+    /// reference, whose drop may come back to the table. Allocates
+    /// nothing (relinks the nodes).
+    pub(super) fn scan(&mut self) -> Freed {
+        if self.0.is_null() {
+            return Freed::none();
         }
         // Against each look-up's publish-then-read: the swap before this
         // and the scan after it (module docs).
         fence(Ordering::SeqCst);
-        let mut free = Vec::new();
-        self.0.retain(|e| {
-            if Self::named(e.0) {
-                return true;
-            }
-            // SAFETY: out of the table, named by no slot: no look-up can
-            // reach it any more (a later one reads the table, which no
-            // longer holds it); made by `Box::into_raw`, retired once.
-            free.push(*unsafe { Box::from_raw(e.0) });
-            false
-        });
+        let (mut kept, mut free) = (null_mut(), null_mut());
+        let mut p = self.0;
+        while !p.is_null() {
+            // SAFETY: a node of the list, owned by it (under the lock).
+            let n = unsafe { &*p };
+            let next = n.next.load(Ordering::Relaxed);
+            // Out of the table and named by no slot: no look-up can reach
+            // it any more (a later one reads the table, which no longer
+            // holds it); retired once.
+            let to = if Self::named(p) { &mut kept } else { &mut free };
+            n.next.store(*to, Ordering::Relaxed);
+            *to = p;
+            p = next;
+        }
+        self.0 = kept;
         #[cfg(test)]
-        if !free.is_empty() {
+        if !free.is_null() {
             super::hooks::IN_DROP.fetch_add(1, Ordering::SeqCst);
         }
-        free
+        Freed(free)
     }
 
     /// Whether a slot names `p`, nudged so that its call frees `p` at its
     /// end: the nudge is raised before the slot is read again, and the
     /// call reads it after clearing the slot ([`end`]).
-    fn named(p: *mut Entry) -> bool {
+    fn named(p: *mut Node) -> bool {
         HAZARDS.iter().any(|h| {
             if h.hazard.load(Ordering::SeqCst) != p {
                 return false;
@@ -291,7 +389,7 @@ impl Retired {
     /// Forgets every retired entry (a forked child: the parent's
     /// sockets' references, never dropped there).
     pub(super) fn forget(&mut self) {
-        self.0.clear();
+        self.0 = null_mut();
     }
 }
 

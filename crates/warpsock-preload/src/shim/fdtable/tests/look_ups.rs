@@ -223,14 +223,13 @@ fn forgotten_entries_are_not_dropped() {
     let _serial = serial();
     let a = dummy();
     let mut r = hazard::Retired::new();
-    let p = Box::into_raw(Box::new(a.clone()));
+    let p = hazard::Node::new(a.clone());
     let h = hazard::mine().expect("a slot");
     let at = AtomicPtr::new(p);
     assert_eq!(hazard::protect(h, &at), p);
     assert!(r.retire(p).is_empty(), "named by this thread's slot");
     hazard::end(h);
     r.forget();
-    drop(r);
     assert_eq!(count(&a), 2, "a forgotten entry was dropped");
 }
 
@@ -246,7 +245,7 @@ fn a_forked_child_gives_back_the_lost_threads_slots() {
     let t = std::thread::spawn(move || {
         let h = hazard::mine().expect("a slot");
         // Published as in a call: an address the child may reuse.
-        let at = AtomicPtr::new(0x1000 as *mut Entry);
+        let at = AtomicPtr::new(0x1000 as *mut hazard::Node);
         assert_eq!(hazard::protect(h, &at) as usize, 0x1000);
         ready_tx.send(h).unwrap();
         go_rx.recv().unwrap();
