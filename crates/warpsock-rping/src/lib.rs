@@ -41,7 +41,7 @@
 //!
 //! ```
 //! use clap::Parser;
-//! use warpsock_rping::{run, Args};
+//! use warpsock_rping::{run, serve, Args};
 //!
 //! #[derive(Parser)]
 //! struct Cli {
@@ -50,12 +50,12 @@
 //! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+//! // Port 0, bound before the client starts: no other program can take it.
+//! let listener = warpsock_engine::Listener::bind("127.0.0.1:0")?;
 //! let port = listener.local_addr()?.port().to_string();
-//! drop(listener);
-//! let server = Cli::parse_from(["rping", "-s", "-a", "127.0.0.1", "-p", &port, "-V"]).args;
+//! let server = Cli::parse_from(["rping", "-s", "-V"]).args;
 //! let client = Cli::parse_from(["rping", "-c", "-a", "127.0.0.1", "-p", &port, "-C", "3", "-V"]).args;
-//! let s = std::thread::spawn(move || run(&server));
+//! let s = std::thread::spawn(move || serve(&listener, &server));
 //! let report = run(&client)?;
 //! assert_eq!(report.connections[0].iterations, 3);
 //! assert_eq!(s.join().unwrap()?.connections[0].iterations, 3);
@@ -609,4 +609,18 @@ pub fn run(args: &Args) -> Result<Report, Error> {
     } else {
         server::run(args)
     }
+}
+
+/// Runs the rping server (`args` with `-s`) on `listener`, which the
+/// caller bound: bind port 0 and pass the listener, and no other program
+/// can take the port between choosing it and listening on it (`args.addr`
+/// and `args.port` are not used). Returns as [`run`] does.
+pub fn serve(listener: &warpsock_engine::Listener, args: &Args) -> Result<Report, Error> {
+    args.check()?;
+    if args.client {
+        return Err(Error::Usage(
+            "serve() runs a server: give -s, not -c".into(),
+        ));
+    }
+    server::run_on(listener, args)
 }

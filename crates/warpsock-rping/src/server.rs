@@ -17,10 +17,14 @@ const GO_AHEAD: [u8; INFO_LEN] = [0; INFO_LEN];
 
 pub(crate) fn run(args: &Args) -> Result<Report, Error> {
     let host = args.addr.as_deref().unwrap_or("0.0.0.0");
-    // The listener runs the MPA handshakes of connecting peers side by
-    // side, each with the default deadline (5 s, as siw), so a silent or
-    // slow peer never delays the next.
-    let listener = Listener::bind((host, args.port))?;
+    run_on(&Listener::bind((host, args.port))?, args)
+}
+
+/// The server on a listener already bound (by [`run`], or by the caller of
+/// [`crate::serve`]). The listener runs the MPA handshakes of connecting
+/// peers side by side, each with the default deadline (5 s, as siw), so a
+/// silent or slow peer never delays the next.
+pub(crate) fn run_on(listener: &Listener, args: &Args) -> Result<Report, Error> {
     // Scripts that bind port 0 learn the port from this line.
     eprintln!(
         "warpsock-rping server: listening on {}",

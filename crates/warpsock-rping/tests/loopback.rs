@@ -5,14 +5,14 @@ use std::net::TcpListener;
 
 use std::thread;
 use std::time::{Duration, Instant};
-use warpsock_testkit::lease_port;
+use warpsock_testkit::RefusingPort;
 
 use clap::Parser;
 use warpsock_engine::proto::RtrType;
 use warpsock_engine::{
     connect, Access, Context, Listener, Progress, QpInit, RecvWr, SendOp, SendWr, Wc,
 };
-use warpsock_rping::{ping_pattern, run, Args, Error, P2p, RdmaInfo, Report, INFO_LEN};
+use warpsock_rping::{ping_pattern, run, serve, Args, Error, P2p, RdmaInfo, Report, INFO_LEN};
 
 #[derive(Parser)]
 #[command(disable_version_flag = true)]
@@ -25,6 +25,18 @@ fn parse(argv: &[&str]) -> Result<Args, clap::Error> {
     Cli::try_parse_from(std::iter::once("rping").chain(argv.iter().copied())).map(|c| c.args)
 }
 
+/// The server's listener: 127.0.0.1, port 0, bound before any client
+/// starts, so no other program can take the port in between (a leased
+/// port can still be bound by a program that does not lease: CI once saw
+/// the client reach a foreign listener there, and the server fail to bind).
+fn listener() -> (Listener, u16) {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    (l, port)
+}
+
+/// Server options for [`serve`] (which ignores the address and port) or,
+/// with a port, for [`run`].
 fn server_args(port: u16) -> Args {
     let mut a = Args::server("127.0.0.1", port);
     a.accept_timeout = Some(20.0);
@@ -40,12 +52,28 @@ fn client_args(port: u16, count: u64, size: u32) -> Args {
     a
 }
 
-/// Runs `server` in a thread and `client` here; returns both results.
-fn pair(server: Args, client: Args) -> (Result<Report, Error>, Result<Report, Error>) {
-    let s = thread::spawn(move || run(&server));
-    // The client retries until the server listens.
+/// Runs `server` on `listener` in a thread and `client` here; returns both
+/// results.
+fn pair(
+    listener: Listener,
+    server: Args,
+    client: Args,
+) -> (Result<Report, Error>, Result<Report, Error>) {
+    let s = thread::spawn(move || serve(&listener, &server));
     let c = run(&client);
     (s.join().unwrap(), c)
+}
+
+/// Both reports of a pair that must succeed; a failure names both sides
+/// (the server's error is the cause when the client's is a refusal).
+fn both_ok(
+    what: &str,
+    (srv, cli): (Result<Report, Error>, Result<Report, Error>),
+) -> (Report, Report) {
+    match (srv, cli) {
+        (Ok(s), Ok(c)) => (s, c),
+        (s, c) => panic!("{what}: client: {c:?}; server: {s:?}"),
+    }
 }
 
 #[test]
@@ -127,20 +155,22 @@ fn options_parse_like_rping() {
     let mut a = Args::client("127.0.0.1", 1);
     a.addr = None;
     assert!(matches!(run(&a), Err(Error::Usage(_))));
+    // serve() runs servers only.
+    let (l, _) = listener();
+    let c = Args::client("127.0.0.1", 1);
+    assert!(matches!(serve(&l, &c), Err(Error::Usage(_))));
 }
 
 #[test]
 fn client_and_server_at_several_sizes() {
     for (size, count) in [(26u32, 40u64), (64, 20), (1500, 10), (65535, 5)] {
-        let port = lease_port();
-        let mut s = server_args(port);
+        let (l, port) = listener();
+        let mut s = server_args(0);
         s.size = 65535;
         s.validate = true;
         let mut c = client_args(port, count, size);
         c.validate = true;
-        let (srv, cli) = pair(s, c);
-        let cli = cli.unwrap_or_else(|e| panic!("client, size {size}: {e}"));
-        let srv = srv.unwrap_or_else(|e| panic!("server, size {size}: {e}"));
+        let (srv, cli) = both_ok(&format!("size {size}"), pair(l, s, c));
         let (c0, s0) = (&cli.connections[0], &srv.connections[0]);
         assert_eq!((c0.iterations, c0.validated), (count, count), "size {size}");
         assert_eq!((s0.iterations, s0.validated), (count, count), "size {size}");
@@ -158,15 +188,14 @@ fn client_and_server_at_several_sizes() {
 #[test]
 fn crc_asked_by_either_side_is_used_by_both() {
     for (server_crc, client_crc) in [(false, true), (true, false)] {
-        let port = lease_port();
-        let mut s = server_args(port);
+        let (l, port) = listener();
+        let mut s = server_args(0);
         s.crc = server_crc;
         let mut c = client_args(port, 5, 200);
         c.crc = client_crc;
         c.validate = true;
         s.size = 200;
-        let (srv, cli) = pair(s, c);
-        let (srv, cli) = (srv.unwrap(), cli.unwrap());
+        let (srv, cli) = both_ok("crc", pair(l, s, c));
         assert!(cli.connections[0].crc && srv.connections[0].crc);
         assert_eq!(cli.connections[0].validated, 5);
     }
@@ -174,12 +203,11 @@ fn crc_asked_by_either_side_is_used_by_both() {
 
 #[test]
 fn peer_to_peer_write_rtr() {
-    let port = lease_port();
+    let (l, port) = listener();
     let mut c = client_args(port, 3, 64);
     c.p2p = P2p::Write;
     c.validate = true;
-    let (srv, cli) = pair(server_args(port), c);
-    let (srv, cli) = (srv.unwrap(), cli.unwrap());
+    let (srv, cli) = both_ok("p2p", pair(l, server_args(0), c));
     assert_eq!(cli.connections[0].rtr, Some(RtrType::Write));
     assert_eq!(srv.connections[0].rtr, Some(RtrType::Write));
     assert_eq!(srv.connections[0].iterations, 3);
@@ -187,13 +215,13 @@ fn peer_to_peer_write_rtr() {
 
 #[test]
 fn persistent_server_serves_concurrent_clients() {
-    let port = lease_port();
-    let mut s = server_args(port);
+    let (l, port) = listener();
+    let mut s = server_args(0);
     s.persistent = true;
     s.conns = Some(4);
     s.validate = true;
     s.size = 4096;
-    let srv = thread::spawn(move || run(&s));
+    let srv = thread::spawn(move || serve(&l, &s));
     let clients: Vec<_> = (0..4u32)
         .map(|i| {
             let mut c = client_args(port, 10 + u64::from(i), 100 * (i + 1));
@@ -215,12 +243,12 @@ fn persistent_server_serves_concurrent_clients() {
 /// session ends, the next client is served. No thread per refused peer.
 #[test]
 fn persistent_server_caps_its_sessions_and_refuses_the_excess() {
-    let port = lease_port();
-    let mut s = server_args(port);
+    let (l, port) = listener();
+    let mut s = server_args(0);
     s.persistent = true;
     s.max_sessions = 2;
     s.conns = Some(3);
-    let srv = thread::spawn(move || run(&s));
+    let srv = thread::spawn(move || serve(&l, &s));
     let ctx = Context::new(Progress::Caller).unwrap();
     let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(8).unwrap());
     let init = QpInit::new(&pd, &cq);
@@ -274,11 +302,11 @@ fn persistent_server_caps_its_sessions_and_refuses_the_excess() {
 
 #[test]
 fn client_larger_than_server_buffer_fails_cleanly_on_both_sides() {
-    let port = lease_port();
-    let mut s = server_args(port);
+    let (l, port) = listener();
+    let mut s = server_args(0);
     s.size = 64;
     let t0 = Instant::now();
-    let (srv, cli) = pair(s, client_args(port, 3, 65));
+    let (srv, cli) = pair(l, s, client_args(port, 3, 65));
     match srv {
         Err(Error::Server(r)) => {
             assert!(matches!(
@@ -298,11 +326,14 @@ fn client_larger_than_server_buffer_fails_cleanly_on_both_sides() {
 
 #[test]
 fn client_retries_until_the_server_listens() {
-    let port = lease_port();
-    let s = server_args(port);
+    // The port is held, not listening (refused), until the server starts
+    // late; nobody else can take it meanwhile.
+    let held = RefusingPort::new().unwrap();
+    let port = held.port();
+    let s = server_args(0);
     let srv = thread::spawn(move || {
         thread::sleep(Duration::from_millis(700));
-        run(&s)
+        serve(&Listener::from_std(held.listen()?)?, &s)
     });
     let cli = run(&client_args(port, 2, 64)).unwrap();
     assert!(cli.connections[0].attempts > 1, "{cli}");
@@ -311,7 +342,8 @@ fn client_retries_until_the_server_listens() {
 
 #[test]
 fn client_gives_up_within_its_timeout() {
-    let port = lease_port();
+    let held = RefusingPort::new().unwrap();
+    let port = held.port();
     let mut c = client_args(port, 1, 64);
     c.timeout = 1.5;
     let t0 = Instant::now();
@@ -327,9 +359,10 @@ fn client_gives_up_within_its_timeout() {
 
 #[test]
 fn idle_server_times_out_with_an_error() {
-    let mut s = server_args(lease_port());
+    let (l, _) = listener();
+    let mut s = server_args(0);
     s.accept_timeout = Some(0.3);
-    let err = run(&s).unwrap_err();
+    let err = serve(&l, &s).unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
 }
 
@@ -432,10 +465,10 @@ fn client_validation_catches_a_wrong_echo() {
 #[test]
 fn server_catches_bad_data_and_bogus_messages() {
     for bogus in [false, true] {
-        let port = lease_port();
-        let mut s = server_args(port);
+        let (l, port) = listener();
+        let mut s = server_args(0);
         s.validate = true;
-        let srv = thread::spawn(move || run(&s));
+        let srv = thread::spawn(move || serve(&l, &s));
         let ctx = Context::new(Progress::Caller).unwrap();
         let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
         let start = pd.register(
@@ -501,28 +534,34 @@ fn server_catches_bad_data_and_bogus_messages() {
     }
 }
 
-/// The binary, as two processes.
+/// The binary, as two processes. The server binds port 0 and the client
+/// learns the port from the server's "listening on" line (no port race).
 #[test]
 fn binary_client_and_server() {
-    use std::process::Command;
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
     let exe = env!("CARGO_BIN_EXE_warpsock-rping");
-    let port = lease_port().to_string();
-    let sport = port.clone();
+    let mut server = Command::new(exe)
+        .args(["-s", "-a", "127.0.0.1", "-p", "0", "-V", "-v", "-S", "100"])
+        .args(["--accept-timeout", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let port = line
+        .trim_end()
+        .strip_prefix("warpsock-rping server: listening on 127.0.0.1:")
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .to_string();
+    let mut sout = server.stdout.take().unwrap();
     let srv = thread::spawn(move || {
-        Command::new(exe)
-            .args([
-                "-s",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &sport,
-                "-V",
-                "-v",
-                "-S",
-                "100",
-            ])
-            .args(["--accept-timeout", "20"])
-            .output()
+        let (mut out, mut rest) = (String::new(), String::new());
+        sout.read_to_string(&mut out).unwrap();
+        err.read_to_string(&mut rest).unwrap();
+        (server.wait().unwrap(), out, rest)
     });
     let out = Command::new(exe)
         .args([
@@ -540,7 +579,7 @@ fn binary_client_and_server() {
         ])
         .output()
         .unwrap();
-    let srv = srv.join().unwrap().unwrap();
+    let (status, sout, serr) = srv.join().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -554,12 +593,7 @@ fn binary_client_and_server() {
     );
     assert!(stdout.contains("ping data: rdma-ping-3: DEFG"), "{stdout}");
     assert!(stdout.contains("4 iterations (4 validated)"), "{stdout}");
-    let sout = String::from_utf8_lossy(&srv.stdout);
-    assert!(
-        srv.status.success(),
-        "{sout}{}",
-        String::from_utf8_lossy(&srv.stderr)
-    );
+    assert!(status.success(), "{sout}{serr}");
     assert_eq!(
         sout.matches("server ping data: rdma-ping-").count(),
         4,

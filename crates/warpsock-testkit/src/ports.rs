@@ -41,6 +41,64 @@ pub fn loopback_udp() -> (UdpSocket, u16) {
     (s, port)
 }
 
+/// A TCP socket bound to 127.0.0.1, port 0, that does not listen (yet):
+/// while it lives a connection to its port is refused, and no other socket
+/// can bind the port — unlike a leased port, which a program that does not
+/// lease can still take. [`Self::listen`] turns it into a listener later,
+/// for a test of a client that retries until its server listens.
+#[derive(Debug)]
+pub struct RefusingPort {
+    fd: std::os::fd::OwnedFd,
+    port: u16,
+}
+
+impl RefusingPort {
+    /// Binds the socket.
+    pub fn new() -> std::io::Result<Self> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket(2); the descriptor is owned below.
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a descriptor this function just opened.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        // SAFETY: an all-zero sockaddr_in is valid; the fields are set next.
+        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_addr.s_addr = u32::from(Ipv4Addr::LOCALHOST).to_be();
+        let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: `sa` outlives both calls and `len` is its size.
+        let r = unsafe {
+            let p = std::ptr::addr_of_mut!(sa).cast::<libc::sockaddr>();
+            if libc::bind(fd.as_raw_fd(), p, len) == 0 {
+                libc::getsockname(fd.as_raw_fd(), p, &mut len)
+            } else {
+                -1
+            }
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let port = u16::from_be(sa.sin_port);
+        Ok(Self { fd, port })
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Starts listening on the port: connections are accepted from now on.
+    pub fn listen(self) -> std::io::Result<TcpListener> {
+        // SAFETY: listen(2) on a socket this value owns.
+        if unsafe { libc::listen(self.fd.as_raw_fd(), 128) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(TcpListener::from(self.fd))
+    }
+}
+
 /// A port reserved for a program that binds it itself; free for both TCP
 /// and UDP on 127.0.0.1 when leased. The reservation (an advisory lock on
 /// a per-port file in the temporary directory) ends when this drops.
@@ -147,6 +205,22 @@ mod tests {
         let p = a.port();
         drop(a);
         assert!(try_lock(&lock_dir(), p).is_some(), "released on drop");
+    }
+
+    #[test]
+    fn a_refusing_port_refuses_until_it_listens() {
+        use std::net::TcpStream;
+        let r = RefusingPort::new().unwrap();
+        let port = r.port();
+        assert_ne!(port, 0);
+        let e = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+        // Held: nobody else can bind it.
+        assert!(TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_err());
+        let l = r.listen().unwrap();
+        assert_eq!(l.local_addr().unwrap().port(), port);
+        TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        l.accept().unwrap();
     }
 
     #[test]

@@ -109,7 +109,11 @@ pub struct Listener {
 impl Listener {
     /// Listens on `addr` (port 0 picks a free port; see [`Self::local_addr`]).
     pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<Self> {
-        let sock = TcpListener::bind(addr)?;
+        Self::from_std(TcpListener::bind(addr)?)
+    }
+
+    /// Runs on a TCP listener the caller opened (made non-blocking here).
+    pub fn from_std(sock: TcpListener) -> io::Result<Self> {
         sock.set_nonblocking(true)?;
         Ok(Self {
             sock,
