@@ -134,14 +134,16 @@ fn propagate(old: c_int, new: c_int) {
     if old == new || busy() {
         return;
     }
+    // Not over the thread's hold of the table's lock (`dup_refused`):
+    // neither change is refused.
     match fdtable::get(old) {
         Some(s) => {
-            if let Some(prev) = fdtable::insert(new, s) {
+            if let Ok(Some(prev)) = fdtable::insert(new, s) {
                 enter((), || prev.release());
             }
         }
         None => {
-            if let Some(prev) = fdtable::remove(new) {
+            if let Ok(Some(prev)) = fdtable::remove(new) {
                 enter((), || prev.release());
             }
             fdtable::set_candidate(
@@ -179,7 +181,7 @@ pub(crate) fn demote_all(only_inheritable: bool) {
         }
         // The state may be locked by a thread that no longer exists (fork):
         // never drop it here.
-        if let Some(old) = fdtable::remove(fd) {
+        if let Ok(Some(old)) = fdtable::remove(fd) {
             std::mem::forget(old);
         }
         std::mem::forget(s);
@@ -317,11 +319,20 @@ fn plain_sockopt(fd: c_int, level: c_int, op: SockOpt) -> Option<c_int> {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if fdtable::maybe_managed(fd) && !busy() {
-        if let Some(s) = fdtable::remove(fd) {
-            // SAFETY: closing the caller's descriptor.
-            let r = unsafe { real::close(fd) };
-            enter((), || s.release());
-            return r;
+        match fdtable::remove(fd) {
+            Ok(Some(s)) => {
+                // SAFETY: closing the caller's descriptor.
+                let r = unsafe { real::close(fd) };
+                enter((), || s.release());
+                return r;
+            }
+            Ok(None) => {}
+            // A signal handler over this thread's hold of the table's
+            // lock: the descriptor stays open (`fdtable::held`).
+            Err(e) => {
+                set_errno(e);
+                return -1;
+            }
         }
     }
     if fdtable::mark(fd) != 0 {
@@ -331,9 +342,24 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     unsafe { real::close(fd) }
 }
 
+/// Whether a `dup` of `old` onto `new` (-1: any) must fail with
+/// `EDEADLK` before it is made: the call is over its thread's hold of the
+/// table's lock (a signal handler), and the table would change
+/// (`fdtable::held`).
+fn dup_refused(old: c_int, new: c_int) -> bool {
+    if (fdtable::mark(old) != 0 || fdtable::mark(new) != 0) && !busy() && fdtable::over_hold() {
+        set_errno(libc::EDEADLK);
+        return true;
+    }
+    false
+}
+
 /// Interposed `dup(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    if dup_refused(fd, -1) {
+        return -1;
+    }
     // SAFETY: forwarding the caller's argument.
     let n = unsafe { real::dup(fd) };
     if n >= 0 && (fdtable::mark(fd) != 0 || fdtable::mark(n) != 0) {
@@ -345,6 +371,9 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// Interposed `dup2(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if dup_refused(old, new) {
+        return -1;
+    }
     // SAFETY: forwarding the caller's arguments.
     let n = unsafe { real::dup2(old, new) };
     if n >= 0 {
@@ -356,6 +385,9 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// Interposed `dup3(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if dup_refused(old, new) {
+        return -1;
+    }
     // SAFETY: forwarding the caller's arguments.
     let n = unsafe { real::dup3(old, new, flags) };
     if n >= 0 {
@@ -369,6 +401,9 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// register, and commands without an argument ignore it.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && dup_refused(fd, -1) {
+        return -1;
+    }
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::fcntl(fd, cmd, arg) };
     if r >= 0 {

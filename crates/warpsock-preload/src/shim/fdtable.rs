@@ -17,19 +17,28 @@
 //! ([`MAP`]). A data call's look-up ([`with_marked`]) takes no lock and
 //! no reference: its entry is protected by a hazard pointer ([`hazard`]);
 //! other look-ups ([`get`]) clone the object's `Arc` under the lock.
+//!
+//! A call made over its own thread's hold of the lock, or wait for it (a
+//! signal handler that interrupted `close`, or another library's atfork
+//! handler inside `fork_prepare`'s hold), never waits for the lock: its
+//! look-up takes no lock, and a change it would make fails with
+//! `EDEADLK` ([`held`]: what each call does then).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::ptr::null_mut;
 use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use libc::c_int;
 
 use super::socket::Socket;
 
 mod hazard;
+
+mod held;
+pub(crate) use held::over_hold;
 
 /// A managed descriptor's object as the table holds it (in a boxed
 /// [`hazard::Node`]: one thin pointer per descriptor, swapped atomically).
@@ -56,7 +65,7 @@ static MAP: RwLock<Map> = RwLock::new(Map {
 /// from before the lock is taken until after it is let go: a call made in
 /// a signal handler (or another library's atfork handler, which runs
 /// while `fork_prepare`'s hold is kept) over such a hold, or over the wait
-/// for one, must not take the lock again. The end of its look-up then
+/// for one, must not take the lock again ([`held`]). The end of its look-up then
 /// leaves its reclaim to the end of the hold ([`defer_reclaim`]; review
 /// r18-xhaz item 2, r19 item 1).
 ///
@@ -134,20 +143,54 @@ impl<G: DerefMut> DerefMut for Held<G> {
     }
 }
 
-/// [`MAP`]'s read lock, counted ([`Held`]).
-fn read_map() -> Held<RwLockReadGuard<'static, Map>> {
+/// A call over its thread's hold of [`MAP`]'s lock, which is not free
+/// for the asking ([`held`]): the errno it fails with.
+const REFUSED: c_int = libc::EDEADLK;
+
+/// [`MAP`]'s read lock, counted ([`Held`]); refused over the thread's
+/// own hold (or wait) unless the lock is free for the asking ([`held`]).
+#[inline]
+fn read_map() -> Result<Held<RwLockReadGuard<'static, Map>>, c_int> {
     let _count = HoldCount::new();
     #[cfg(test)]
     hooks::before_lock();
-    let g = MAP.read().unwrap_or_else(|e| e.into_inner());
-    Held { g, _count }
+    // Free: the one atomic `read` takes too. Only a lock that is not
+    // tests the hold (the count is this hold's 1, or more).
+    let g = match MAP.try_read() {
+        Ok(g) => g,
+        Err(e) => read_contended(e)?,
+    };
+    Ok(Held { g, _count })
 }
 
-/// [`MAP`]'s write lock, counted ([`Held`]).
-fn write_map() -> Held<RwLockWriteGuard<'static, Map>> {
+/// [`read_map`]'s lock when it is not free.
+#[cold]
+#[inline(never)]
+fn read_contended(
+    e: TryLockError<RwLockReadGuard<'static, Map>>,
+) -> Result<RwLockReadGuard<'static, Map>, c_int> {
+    match e {
+        TryLockError::Poisoned(e) => Ok(e.into_inner()),
+        TryLockError::WouldBlock if guard_count() > 1 => Err(REFUSED),
+        TryLockError::WouldBlock => Ok(MAP.read().unwrap_or_else(|e| e.into_inner())),
+    }
+}
+
+/// [`MAP`]'s write lock, counted ([`Held`]); refused as [`read_map`].
+fn write_map() -> Result<Held<RwLockWriteGuard<'static, Map>>, c_int> {
     let _count = HoldCount::new();
-    let g = MAP.write().unwrap_or_else(|e| e.into_inner());
-    Held { g, _count }
+    let g = match MAP.try_write() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) if guard_count() > 1 => return Err(REFUSED),
+        Err(TryLockError::WouldBlock) => MAP.write().unwrap_or_else(|e| e.into_inner()),
+    };
+    Ok(Held { g, _count })
+}
+
+/// The calling thread's count of holds (and waits) of [`MAP`]'s lock.
+fn guard_count() -> u32 {
+    super::guard::map_held().get() & !RECLAIM_DEFERRED
 }
 
 /// Drops entries a scan freed (after the map's lock is let go): under the
@@ -324,7 +367,10 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
 /// [`MANAGED`], without loading the mark again.
 #[inline]
 pub(crate) fn get_marked(fd: c_int) -> Option<Arc<dyn Socket>> {
-    read_map().get(fd)
+    match read_map() {
+        Ok(m) => m.get(fd),
+        Err(_) => held::get(fd),
+    }
 }
 
 /// The data calls' dispatch: `f` of the object of managed descriptor `fd`
@@ -376,16 +422,29 @@ pub(crate) fn with_marked<R>(
 #[cold]
 fn reclaim() {
     let errno = super::sys::errno();
-    let free = write_map().retired.scan();
-    drop_freed(free);
+    match write_map() {
+        Ok(mut m) => {
+            let free = m.retired.scan();
+            drop(m);
+            drop_freed(free);
+        }
+        // Over a hold (`defer_reclaim` said no: not reached): at its end.
+        Err(_) => {
+            let c = super::guard::map_held();
+            c.set(c.get() | RECLAIM_DEFERRED);
+        }
+    }
     super::sys::set_errno(errno);
 }
 
 /// Records that `fd` refers to `sock`; returns the object `fd` referred to
-/// before (whose reference the caller releases).
-pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>> {
+/// before (whose reference the caller releases). Over the thread's hold
+/// of the table's lock, fails with `EDEADLK` ([`held`]) and changes
+/// nothing.
+pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Result<Option<Arc<dyn Socket>>, c_int> {
+    let mut m = write_map()?;
+    // (An atomic count of the kind's: nothing that takes a lock.)
     sock.add_ref();
-    let mut m = write_map();
     let (old, free) = m.swap(fd, Some(sock));
     match MARKS.get(fd as usize) {
         Some(b) => b.store(MANAGED, Ordering::Relaxed),
@@ -396,7 +455,7 @@ pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Option<Arc<dyn Socket>
     }
     drop(m);
     drop_freed(free);
-    old
+    Ok(old)
 }
 
 /// Makes the program's descriptor number `fd` name `target` (a descriptor
@@ -410,7 +469,7 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
         return Err(super::sys::errno());
     }
     // Publish before the swap: the kind's paths never use `fd` itself.
-    if let Some(old) = insert(fd, sock) {
+    if let Some(old) = insert(fd, sock)? {
         old.release();
     }
     let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
@@ -422,7 +481,8 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
     // switch on a connected socket): the registration follows the swap.
     if super::epollcarry::dup3_carrying(target, fd, cloexec) < 0 {
         let e = super::sys::errno();
-        if let Some(me) = remove(fd) {
+        // Not over a hold: `insert` was not refused.
+        if let Ok(Some(me)) = remove(fd) {
             me.release();
         }
         return Err(e);
@@ -431,11 +491,13 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
 }
 
 /// Forgets `fd`; returns its object (whose reference the caller releases).
-pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
+/// Over the thread's hold of the table's lock, fails with `EDEADLK`
+/// ([`held`]) and changes nothing.
+pub(crate) fn remove(fd: c_int) -> Result<Option<Arc<dyn Socket>>, c_int> {
     if !maybe_managed(fd) {
-        return None;
+        return Ok(None);
     }
-    let mut m = write_map();
+    let mut m = write_map()?;
     let (old, free) = m.swap(fd, None);
     if old.is_some() {
         match MARKS.get(fd as usize) {
@@ -447,12 +509,15 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<dyn Socket>> {
     }
     drop(m);
     drop_freed(free);
-    old
+    Ok(old)
 }
 
-/// Every managed descriptor and its object.
+/// Every managed descriptor and its object (none over the thread's hold
+/// of the table's lock, unless it is free for the asking: [`held`]).
 pub(crate) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
-    let m = read_map();
+    let Ok(m) = read_map() else {
+        return Vec::new();
+    };
     let low = (0..m.low_top).filter_map(|i| Some((i as c_int, m.get(i as c_int)?)));
     let high = m.high.iter().flatten().map(|(k, v)| (*k, v.clone()));
     low.chain(high).collect()
@@ -468,13 +533,15 @@ thread_local! {
 /// that the key is one of the process's first (module docs of `hazard`).
 pub(crate) fn prepare() {
     hazard::prepare();
+    held::prepare();
 }
 
 /// pthread_atfork "prepare": hold the map lock across fork so the child gets
-/// a consistent copy.
+/// a consistent copy (not over the thread's own hold: [`held`]).
 pub(crate) fn fork_prepare() {
-    let g = write_map();
-    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
+    if let Ok(g) = write_map() {
+        FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
+    }
 }
 
 /// pthread_atfork "parent": release the lock taken in prepare.
@@ -537,6 +604,9 @@ mod tests {
     /// The handler paths allocate nothing.
     mod allocs;
 
+    /// Calls over the thread's own hold of the lock.
+    mod held;
+
     #[test]
     fn marks_and_candidates() {
         // A descriptor number no test opens.
@@ -593,9 +663,9 @@ mod tests {
         let (low, low2, high) = (60_011, 60_013, BITS as c_int + 17);
         let (a, b, c, d) = (dummy(), dummy(), dummy(), dummy());
         assert!(get(low).is_none() && get(high).is_none());
-        assert!(insert(low, a.clone()).is_none());
-        assert!(insert(low2, b.clone()).is_none());
-        assert!(insert(high, c.clone()).is_none());
+        assert!(insert(low, a.clone()).unwrap().is_none());
+        assert!(insert(low2, b.clone()).unwrap().is_none());
+        assert!(insert(high, c.clone()).unwrap().is_none());
         assert!(same(&get(low), &a) && same(&get(low2), &b) && same(&get(high), &c));
         assert!(get(low + 1).is_none() && get(high + 1).is_none());
         let mine = |all: Vec<(c_int, Arc<dyn Socket>)>| {
@@ -608,15 +678,15 @@ mod tests {
             v
         };
         assert_eq!(mine(all()), [low, low2, high]);
-        assert!(same(&insert(low, d.clone()), &a));
+        assert!(same(&insert(low, d.clone()).unwrap(), &a));
         assert!(same(&get(low), &d));
-        assert!(same(&remove(low2), &b));
-        assert!(get(low2).is_none() && remove(low2).is_none());
+        assert!(same(&remove(low2).unwrap(), &b));
+        assert!(get(low2).is_none() && remove(low2).unwrap().is_none());
         assert_eq!(mark(low2), 0);
-        assert!(same(&remove(high), &c));
+        assert!(same(&remove(high).unwrap(), &c));
         assert!(get(high).is_none());
         assert_eq!(mine(all()), [low]);
-        assert!(same(&remove(low), &d));
+        assert!(same(&remove(low).unwrap(), &d));
         assert_eq!(mine(all()), Vec::<c_int>::new());
     }
 }

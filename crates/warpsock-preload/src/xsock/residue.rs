@@ -107,7 +107,8 @@ impl ResidueSock {
                     // set by now (an event loop reading the residue).
                     epollcarry::dup3_carrying(self.kfd, fd, cloexec);
                 }
-                if let Some(old) = fdtable::remove(fd) {
+                // (`all` lists nothing where `remove` is refused.)
+                if let Ok(Some(old)) = fdtable::remove(fd) {
                     old.release();
                 }
             }

@@ -214,6 +214,25 @@ fn claim() -> Option<&'static Slot> {
     None
 }
 
+/// A slot for one look-up of a call that may neither take the table's
+/// lock nor use its thread's slot ([`super::held`]): any slot no thread
+/// owns (the last first: threads claim the first), owned until
+/// [`give_back`].
+pub(super) fn borrow() -> Option<&'static Slot> {
+    let i = OWNED.iter().rposition(|o| {
+        o.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })?;
+    Some(&HAZARDS[i])
+}
+
+/// Ends [`borrow`]'s look-up (as [`end`]) and gives its slot back.
+pub(super) fn give_back(h: &'static Slot) {
+    end(h);
+    let i = (h as *const Slot as usize - HAZARDS.as_ptr() as usize) / size_of::<Slot>();
+    OWNED[i].store(false, Ordering::Release);
+}
+
 /// A forked child (its only thread, the table's lock held): gives back
 /// every slot but the calling thread's, cleared. Their threads did not
 /// follow the fork; no look-up of the child uses them.

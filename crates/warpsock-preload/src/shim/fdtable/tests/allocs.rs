@@ -107,7 +107,7 @@ fn a_reclaim_allocates_nothing() {
     let fd = 60_061;
     let a = dummy();
     let weak = Arc::downgrade(&a);
-    assert!(insert(fd, a).is_none());
+    assert!(insert(fd, a).unwrap().is_none());
     let (n, nudged, left) = std::thread::spawn(move || {
         let h = hazard::mine().expect("a slot");
         assert!(!hazard::protect(h, &LOW[fd as usize]).is_null());

@@ -25,7 +25,10 @@ pub(super) fn settled() {
 /// Runs `f` on a thread of its own and returns its value; a run that has
 /// not ended in 60 s (a deadlock on the map's lock, which would hang every
 /// later test of the table) ends the test process with `what`.
-fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(super) fn within_a_minute<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (tx, rx) = mpsc::channel();
     let t = std::thread::spawn(move || tx.send(f()).unwrap());
     match rx.recv_timeout(std::time::Duration::from_secs(60)) {
@@ -70,7 +73,7 @@ fn an_end_over_a_held_map_lock_reclaims_when_the_hold_ends() {
     let _serial = serial();
     let fd = 60_043;
     RECORDED.store(0, Ordering::SeqCst);
-    assert!(insert(fd, Arc::new(Recorder)).is_none());
+    assert!(insert(fd, Arc::new(Recorder)).unwrap().is_none());
     let (under, deferred, after) =
         within_a_minute("an end took the map's lock its thread holds", move || {
             let h = hazard::mine().expect("a slot");
@@ -107,7 +110,7 @@ fn an_end_over_a_wait_for_the_map_lock_reclaims_when_the_hold_ends() {
     let _serial = serial();
     let fd = 60_051;
     RECORDED.store(0, Ordering::SeqCst);
-    assert!(insert(fd, Arc::new(Recorder)).is_none());
+    assert!(insert(fd, Arc::new(Recorder)).unwrap().is_none());
     let after = within_a_minute("an end took the map's lock", move || {
         let h = hazard::mine().expect("a slot");
         let p = hazard::protect(h, &LOW[fd as usize]);
@@ -133,9 +136,9 @@ fn changes_drop_freed_entries_under_the_guard() {
     let (fd, other) = (60_053, 60_055);
     for by_insert in [true, false] {
         RECORDED.store(0, Ordering::SeqCst);
-        assert!(insert(fd, Arc::new(Recorder)).is_none());
+        assert!(insert(fd, Arc::new(Recorder)).unwrap().is_none());
         if !by_insert {
-            assert!(insert(other, dummy()).is_none());
+            assert!(insert(other, dummy()).unwrap().is_none());
         }
         let recorded = std::thread::spawn(move || {
             let h = hazard::mine().expect("a slot");
@@ -144,7 +147,7 @@ fn changes_drop_freed_entries_under_the_guard() {
             hazard::tests::clear(h);
             assert!(!guard::busy());
             if by_insert {
-                assert!(insert(other, dummy()).is_none());
+                assert!(insert(other, dummy()).unwrap().is_none());
             }
             drop(remove(other));
             settled();
@@ -199,7 +202,7 @@ fn a_call_that_ends_between_the_scans_two_reads_leaves_the_entry_to_the_scan() {
     let _serial = serial();
     let fd = 60_057;
     RECORDED.store(0, Ordering::SeqCst);
-    assert!(insert(fd, Arc::new(Recorder)).is_none());
+    assert!(insert(fd, Arc::new(Recorder)).unwrap().is_none());
     let (h_tx, h_rx) = mpsc::channel();
     let (go, go_rx) = mpsc::channel::<()>();
     let t = std::thread::spawn(move || {
@@ -229,7 +232,7 @@ fn a_reclaim_keeps_the_calls_errno() {
     let _serial = serial();
     let fd = 60_047;
     RECORDED.store(0, Ordering::SeqCst);
-    assert!(insert(fd, Arc::new(Recorder)).is_none());
+    assert!(insert(fd, Arc::new(Recorder)).unwrap().is_none());
     with_marked(
         fd,
         || panic!("managed"),
@@ -250,7 +253,7 @@ fn a_reclaim_keeps_the_calls_errno() {
 fn calls_on_high_descriptors_claim_no_slot() {
     let _serial = serial();
     let fd = BITS as c_int + 41;
-    assert!(insert(fd, dummy()).is_none());
+    assert!(insert(fd, dummy()).unwrap().is_none());
     let (found, slot) = std::thread::spawn(move || {
         let found = with_marked(fd, || false, |_| true);
         (found, guard::slot().get())

@@ -35,7 +35,7 @@ fn a_socket_removed_inside_its_own_call_is_dropped_when_the_call_returns() {
     let _serial = serial();
     let fd = 60_021;
     let a = dummy();
-    assert!(insert(fd, a.clone()).is_none());
+    assert!(insert(fd, a.clone()).unwrap().is_none());
     assert_eq!(count(&a), 2, "the test's and the table's");
     let seen = with_marked(
         fd,
@@ -60,7 +60,7 @@ fn a_socket_another_thread_removes_is_dropped_when_the_call_returns() {
     let _serial = serial();
     let fd = 60_023;
     let a = dummy();
-    assert!(insert(fd, a.clone()).is_none());
+    assert!(insert(fd, a.clone()).unwrap().is_none());
     let weak = Arc::downgrade(&a);
     let (inside_tx, inside) = mpsc::channel();
     let (go, go_rx) = mpsc::channel::<()>();
@@ -93,7 +93,7 @@ fn a_removal_before_the_publication_is_seen() {
     let _serial = serial();
     let fd = 60_031;
     let a = dummy();
-    assert!(insert(fd, a.clone()).is_none());
+    assert!(insert(fd, a.clone()).unwrap().is_none());
     hazard::tests::BETWEEN.with(|b| {
         *b.borrow_mut() = Some(Box::new(move || drop(remove(fd))));
     });
@@ -113,7 +113,7 @@ fn a_replacement_after_the_publication_drops_the_old_entry_at_once() {
     let fd = 60_041;
     let (a, b) = (dummy(), dummy());
     let old = Arc::downgrade(&a);
-    assert!(insert(fd, a).is_none());
+    assert!(insert(fd, a).unwrap().is_none());
     let b2 = b.clone();
     hazard::tests::AFTER_PUBLISH.with(|h| {
         *h.borrow_mut() = Some(Box::new(move || drop(insert(fd, b2))));
@@ -140,7 +140,7 @@ fn a_nested_look_up_leaves_the_outer_protection() {
     let _serial = serial();
     let fd = 60_033;
     let a = dummy();
-    assert!(insert(fd, a.clone()).is_none());
+    assert!(insert(fd, a.clone()).unwrap().is_none());
     with_marked(
         fd,
         || panic!("managed"),
@@ -163,7 +163,7 @@ fn a_look_up_inside_the_first_claim_takes_the_locked_path() {
     let _serial = serial();
     let fd = 60_039;
     let a = dummy();
-    assert!(insert(fd, a.clone()).is_none());
+    assert!(insert(fd, a.clone()).unwrap().is_none());
     let a2 = a.clone();
     let t = std::thread::spawn(move || {
         let inner = std::rc::Rc::new(std::cell::Cell::new(None));
@@ -193,7 +193,7 @@ fn a_look_up_inside_the_first_claim_takes_the_locked_path() {
 fn exiting_threads_give_their_slots_back() {
     let _serial = serial();
     let fd = 60_035;
-    assert!(insert(fd, dummy()).is_none());
+    assert!(insert(fd, dummy()).unwrap().is_none());
     for n in 0..hazard::SLOTS + 8 {
         let fast = std::thread::spawn(move || {
             let found = with_marked(fd, || false, |_| true);
@@ -355,7 +355,9 @@ fn a_removal_racing_a_calls_end_never_leaves_the_object_kept() {
             break;
         }
         LITMUS_LIVE.fetch_add(1, SeqCst);
-        assert!(insert(fd, Arc::new(Litmus(AtomicBool::new(false)))).is_none());
+        assert!(insert(fd, Arc::new(Litmus(AtomicBool::new(false))))
+            .unwrap()
+            .is_none());
         opened.store(r, SeqCst);
         // Spins first (the reader is usually on the other core), then
         // yields (on a loaded machine it may need this one).
@@ -389,7 +391,7 @@ fn a_removal_racing_a_calls_end_never_leaves_the_object_kept() {
     // that a log says how much the litmus covered.
     eprintln!("litmus: {rounds} rounds");
     // Frees what a late round left (no slot names it any more).
-    assert!(insert(fd, dummy()).is_none());
+    assert!(insert(fd, dummy()).unwrap().is_none());
     drop(remove(fd));
     assert_eq!(
         late, 0,

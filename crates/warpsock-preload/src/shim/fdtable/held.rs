@@ -1,0 +1,125 @@
+//! Calls made over the calling thread's own hold of the table's lock: a
+//! signal handler that interrupted the thread while it held [`super::MAP`]
+//! (inside `close`, `dup2`, a look-up of `setsockopt`, `sendto` or
+//! `poll`, a switch) or waited for it, or another library's atfork
+//! handler inside `fork_prepare`'s hold. Taking the lock again there
+//! would deadlock the thread on itself (review r19-lead-haz note 5), so
+//! such a call never waits for it:
+//!
+//! - A look-up takes the lock only if it is free for the asking
+//!   (`try_read`). Otherwise a descriptor below [`super::BITS`] is looked
+//!   up with no lock, under a hazard slot borrowed for the moment (any
+//!   slot no thread owns, [`super::hazard::borrow`]): the call gets the
+//!   right socket. With no slot free, or for a higher descriptor, it gets
+//!   [`refused`]: a socket every call of which fails with `EDEADLK`.
+//! - A change of the table (`close`, the `dup` family, a switch or an
+//!   adoption) is made only if the write lock is free for the asking;
+//!   otherwise it fails with `EDEADLK` and changes nothing (`close`
+//!   leaves the descriptor open; the `dup` calls check before they
+//!   duplicate). A program that closes a socket from a signal handler
+//!   expects the close to be done or to fail, never to hang; a close that
+//!   failed can be retried once the handler has returned.
+//! - Listing the table (`exec`'s demotion, a residue socket's) sees
+//!   nothing; `fork_prepare` holds nothing (the child's copy of the table
+//!   is what its threads left).
+//!
+//! A data call on a managed descriptor in a handler that interrupted no
+//! such hold (the common case: a handler over a blocked `recv`) is not
+//! affected: its look-up takes its thread's slot, or the lock.
+
+use std::sync::{Arc, OnceLock};
+
+use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
+
+use super::super::socket::Socket;
+use super::super::sys::set_errno;
+use super::{hazard, low_index, LOW};
+
+/// Whether the calling thread holds the table's lock, or waits for it
+/// (it is a handler over such code, or that code itself).
+#[inline]
+pub(crate) fn over_hold() -> bool {
+    super::super::guard::map_held().get() & !super::RECLAIM_DEFERRED != 0
+}
+
+/// The object of managed descriptor `fd` for a look-up over its thread's
+/// hold (module docs): by a borrowed slot, or [`refused`].
+#[cold]
+pub(super) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
+    if let Some(i) = low_index(fd) {
+        if let Some(h) = hazard::borrow() {
+            let p = hazard::protect(h, &LOW[i]);
+            // SAFETY: published in the borrowed slot and still in the
+            // table after that (as `with_marked`'s fast path).
+            let s = (!p.is_null()).then(|| unsafe { (*p).entry.clone() });
+            hazard::give_back(h);
+            return s;
+        }
+    }
+    refused()
+}
+
+/// The socket whose every call fails with `EDEADLK` (made when the library
+/// is loaded: a handler must not allocate).
+static REFUSED: OnceLock<Arc<dyn Socket>> = OnceLock::new();
+
+/// Makes [`REFUSED`].
+pub(super) fn prepare() {
+    REFUSED.get_or_init(|| Arc::new(Refused));
+}
+
+/// [`REFUSED`], if made.
+pub(super) fn refused() -> Option<Arc<dyn Socket>> {
+    REFUSED.get().cloned()
+}
+
+/// See [`REFUSED`].
+struct Refused;
+
+/// Fails the call: `EDEADLK`, -1.
+fn deadlock() -> c_int {
+    set_errno(libc::EDEADLK);
+    -1
+}
+
+impl Socket for Refused {
+    fn kernel_fd(&self) -> c_int {
+        -1
+    }
+    fn add_ref(&self) {}
+    fn release(&self) {}
+    fn nonblocking(&self) -> bool {
+        false
+    }
+    fn set_nonblocking(&self, _: bool) {}
+    unsafe fn recvmsg(&self, _: &mut msghdr, _: c_int) -> isize {
+        deadlock() as isize
+    }
+    unsafe fn sendmsg(&self, _: &msghdr, _: c_int) -> isize {
+        deadlock() as isize
+    }
+    unsafe fn recv_one(&self, _: *mut c_void, _: usize, _: c_int) -> isize {
+        deadlock() as isize
+    }
+    unsafe fn send_one(&self, _: *const c_void, _: usize, _: c_int) -> isize {
+        deadlock() as isize
+    }
+    fn connect(&self, _: *const sockaddr, _: socklen_t) -> c_int {
+        deadlock()
+    }
+    fn bind(&self, _: *const sockaddr, _: socklen_t) -> c_int {
+        deadlock()
+    }
+    fn setsockopt(&self, _: c_int, _: c_int, _: *const c_void, _: socklen_t) -> c_int {
+        deadlock()
+    }
+    fn shutdown(&self, _: c_int) -> c_int {
+        deadlock()
+    }
+    fn ioctl(&self, _: c_ulong, _: usize) -> c_int {
+        deadlock()
+    }
+    fn getsockopt(&self, _: c_int, _: c_int, _: *mut c_void, _: *mut socklen_t) -> c_int {
+        deadlock()
+    }
+}
