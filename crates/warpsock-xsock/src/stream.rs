@@ -156,6 +156,10 @@ pub struct Stream {
     peer_sinks: VecDeque<PeerSink>,
     out: VecDeque<Body>,
     eof_queued: bool,
+    /// [`Self::tx_data`]'s last answer was [`TxStep::Blocked`]: a send
+    /// call of ours waits for a credit (or gave up waiting, and no call
+    /// went through `tx_data` since). See `Stream::send_waits`.
+    tx_waiting: bool,
     // Receive side.
     rx_seq: u64,
     segs: VecDeque<Seg>,
@@ -205,6 +209,7 @@ impl Stream {
             peer_sinks: VecDeque::new(),
             out: VecDeque::new(),
             eof_queued: false,
+            tx_waiting: false,
             rx_seq: 0,
             segs: VecDeque::new(),
             used: 0,
@@ -461,11 +466,12 @@ impl Stream {
     /// `eom`: they are the call's last bytes.
     pub fn tx_data(&mut self, avail: usize, eom: bool) -> TxStep {
         debug_assert!(avail > 0 && !self.eof_queued);
+        self.tx_waiting = false;
         if !self.out.is_empty() {
             return if self.may_send() {
                 TxStep::Control
             } else {
-                TxStep::Blocked
+                self.blocked()
             };
         }
         if let Some(s) = self.peer_sinks.front() {
@@ -479,7 +485,7 @@ impl Stream {
             }
         }
         if !self.may_send() {
-            return TxStep::Blocked;
+            return self.blocked();
         }
         let mut len = avail.min(self.peer.payload());
         // A sink offered ahead: DATA up to its position, not past it.

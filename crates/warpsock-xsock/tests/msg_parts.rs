@@ -2,13 +2,13 @@
 //! r19-xdead): a part of a message (its end not yet arrived) that a read
 //! or a peek returned, and what a peek promised.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use warpsock_xsock::io::{RecvFlags, XSocket};
 
 mod net;
 
-use net::{pattern, small_window, switch_both, tcp_pair};
+use net::{pattern, small_window, switch_both, tcp_pair, LIMIT};
 
 const SHORT: Option<Duration> = Some(Duration::from_secs(4));
 
@@ -16,35 +16,44 @@ fn errno(r: std::io::Result<impl std::fmt::Debug>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())
 }
 
-/// A message-mode pair of the small window (16 slots of 1 KiB) where `xa`
-/// holds a part of `xb`'s message (`xb`'s send stopped at its last credit,
-/// non-blocking) and, besides, `xb`'s CREDITs, unreturned: the peer is
-/// short only while they are held. Returns the pair and the message; the
-/// part is `xa.readable_bytes()` long once `xa` has processed it.
-///
-/// The CREDITs are held because a send call of `xa`'s was blocked (a
-/// non-blocking one's `EAGAIN`: `xa` sent 15 messages into `xb`'s 16
-/// slots, its last credit kept for a CREDIT) and `xa` holds `xb`'s DATA:
-/// `Stream::credit_due`'s term against the CREDIT livelock.
-fn holding_a_part_and_credits() -> (XSocket, XSocket, Vec<u8>) {
-    let o = small_window();
+/// A pair of the small window (16 slots of 1 KiB) where `xa`, which
+/// sent `xb` 15 messages of 8 B (down to its last credit, kept for a
+/// CREDIT), waits until `xb` holds them all.
+fn after_a_burst() -> (XSocket, XSocket) {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &o);
+    let (xa, xb) = switch_both(&a, &b, &small_window());
     xa.set_msg_mode(true);
-    xb.set_msg_mode(true);
     for i in 0..15u8 {
         assert_eq!(xa.send(&[i; 8], false, SHORT).unwrap(), 8);
     }
+    let t = Instant::now();
+    while xb.readable_bytes() < 15 * 8 {
+        assert!(t.elapsed() < LIMIT, "the burst did not arrive");
+        xb.progress();
+    }
+    (xa, xb)
+}
+
+/// `xa` (message mode) holds a part of `xb`'s message — `xb`'s send
+/// stopped at its last credit, non-blocking — and, besides, `xb`'s
+/// CREDIT, unreturned: the peer is short only while it is held. Returns
+/// the pair and the message.
+///
+/// The CREDIT is held because a send call of `xa`'s waits for the credit
+/// it would take (a non-blocking one's `EAGAIN`, and `xa` holds two
+/// credits) and `xa` holds `xb`'s DATA: `Stream::credit_due`'s term
+/// against the CREDIT livelock.
+fn holding_a_part_and_a_credit() -> (XSocket, XSocket, Vec<u8>) {
+    let (xa, xb) = after_a_burst();
     assert_eq!(
         errno(xa.send(&[15; 8], true, None)),
         Some(libc::EAGAIN),
         "the last credit is kept for a CREDIT"
     );
-    let mut buf = [0u8; 64];
-    for i in 0..15u8 {
-        let (n, eor) = xb.recv(&mut buf, RecvFlags::default(), SHORT).unwrap();
-        assert_eq!((&buf[..n], eor), (&[i; 8][..], true));
-    }
+    // One message read: `xa`, short, gets its slot back in a CREDIT.
+    let mut buf = [0u8; 8];
+    let (n, _) = xb.recv(&mut buf, RecvFlags::default(), SHORT).unwrap();
+    assert_eq!(&buf[..n], &[0; 8]);
     // Two windows: `xb` sends until its last credit, the rest waits.
     let m = pattern(32 << 10, 7);
     let sent = xb.send(&m, true, None).unwrap();
@@ -59,7 +68,7 @@ fn holding_a_part_and_credits() -> (XSocket, XSocket, Vec<u8>) {
 /// the peek had just returned.
 #[test]
 fn a_peeked_part_stays_readable_after_our_own_send() {
-    let (xa, xb, m) = holding_a_part_and_credits();
+    let (xa, xb, m) = holding_a_part_and_a_credit();
     let peek = RecvFlags {
         peek: true,
         ..RecvFlags::default()
@@ -69,7 +78,7 @@ fn a_peeked_part_stays_readable_after_our_own_send() {
     let (p, eor) = xa.recv(&mut seen, peek, SHORT).unwrap();
     assert!(!eor && p > 0 && p < m.len(), "peeked {p} ({eor})");
     assert_eq!(&seen[..p], &m[..p]);
-    // Our message returns the CREDITs' slots: the peer holds credits
+    // Our message returns the CREDIT's slot: the peer holds two credits
     // again. (`xb` does not run: nothing more of its message comes.)
     assert_eq!(xa.send(b"answer!!", false, SHORT).unwrap(), 8);
     let mut got = vec![0u8; 64 << 10];
@@ -83,4 +92,33 @@ fn a_peeked_part_stays_readable_after_our_own_send() {
     assert_eq!((n, eor), (p, false));
     assert_eq!(&got[..n], &m[..n]);
     drop(xb);
+}
+
+/// A message that fits the window arrives in one read, whole, though the
+/// peer holds our CREDIT unreturned and is short before its end (review
+/// r19-xdead item 2): with no send of ours waiting, the CREDIT's slot
+/// goes back at once and the peer sends the rest. (`credit_due`'s term
+/// held it whenever we held DATA, and the reader took the message in two
+/// parts, the first without `MSG_EOR`.)
+#[test]
+fn a_message_that_fits_is_read_whole_after_a_one_way_burst() {
+    let (xa, xb) = after_a_burst();
+    // All 15 read at once: one CREDIT of 15 to the short `xa`, which holds
+    // its slot.
+    let mut buf = [0u8; 15 * 8];
+    assert_eq!(
+        xb.recv(&mut buf, RecvFlags::default(), SHORT).unwrap().0,
+        15 * 8
+    );
+    // 15 slots of the 16: `xb` holds 15 credits, sends 14 parts and waits
+    // for the CREDIT's slot.
+    let m = pattern(15 << 10, 9);
+    std::thread::scope(|sc| {
+        let tx = sc.spawn(|| xb.send(&m, false, SHORT));
+        let mut got = vec![0u8; 64 << 10];
+        let (n, eor) = xa.recv(&mut got, RecvFlags::default(), SHORT).unwrap();
+        assert_eq!((n, eor), (m.len(), true), "the message in one read");
+        assert_eq!(&got[..n], &m[..]);
+        assert_eq!(tx.join().unwrap().unwrap(), m.len());
+    });
 }

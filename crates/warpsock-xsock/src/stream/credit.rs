@@ -141,6 +141,23 @@ impl Stream {
         self.credits >= 2
     }
 
+    /// [`TxStep::Blocked`](super::TxStep::Blocked), noted: a send call
+    /// waits for credits (`send_waits`).
+    pub(super) fn blocked(&mut self) -> super::TxStep {
+        self.tx_waiting = true;
+        super::TxStep::Blocked
+    }
+
+    /// Whether a message of ours waits for credits — a send call that
+    /// `tx_data` blocked, or a queued control message — and a CREDIT would
+    /// take one of the two it needs (we hold two at most). A send call
+    /// that gave up waiting (a non-blocking call's `EAGAIN`, a timeout)
+    /// still counts until the next call goes through `tx_data`.
+    #[inline]
+    fn send_waits(&self) -> bool {
+        (self.tx_waiting || !self.out.is_empty()) && self.credits <= 2
+    }
+
     fn take_unreturned(&mut self) -> u16 {
         let n = self.unreturned.min(u32::from(u16::MAX));
         self.unreturned -= n;
@@ -182,19 +199,32 @@ impl Stream {
     /// peer until it has a real reason to answer, so with three or more
     /// slots two idle sides never trade CREDITs back and forth.
     ///
-    /// Nor two busy ones: returns of CREDITs' slots alone (`trigger` 0)
-    /// are due to a short peer only when we hold nothing else of its
-    /// (`used == unreturned`). Otherwise the messages we hold — unread
-    /// DATA, which a reader takes once the peer is short
-    /// ([`Self::msg_part_due`]) — make a return due when read, and it
-    /// carries those slots. Without that, two ends whose readers hold all
-    /// but two of each other's slots (message mode, each waiting for the
-    /// end of a message longer than its window) traded CREDITs of one
-    /// slot for ever: each CREDIT's arrival gave its receiver a second
-    /// credit, spent at once on a CREDIT returning that one's slot to a
-    /// peer now short in turn, before its blocked send call could use it
-    /// — both ends busy, neither reader ever seeing the peer short
-    /// (issue 12; `tests/msg_mode.rs`).
+    /// Nor two busy ones. The rule: a return of CREDITs' slots alone
+    /// (`trigger` 0) to a short peer is held back while a message of ours
+    /// waits for the credit it would take (`send_waits`: a blocked send
+    /// call, or a queued control message, and two credits at most) and we
+    /// hold other messages of the peer's (`used > unreturned`: unread
+    /// DATA). Without it, two ends whose readers hold all but two of each
+    /// other's slots (message mode, each waiting for the end of a message
+    /// longer than its window) traded CREDITs of one slot for ever: each
+    /// CREDIT's arrival gave its receiver a second credit, spent at once
+    /// on a CREDIT returning that one's slot to a peer now short in turn,
+    /// before its blocked send call could use it — both ends busy,
+    /// neither reader ever seeing the peer short (issue 12;
+    /// `tests/msg_mode.rs`).
+    ///
+    /// Why it is enough: held back, the credit goes to the waiting
+    /// message, which carries the return (every message returns all
+    /// unreturned slots), so the CREDIT was only ever a race with it.
+    /// And the peer is not left waiting for it: the DATA we hold is
+    /// read once the peer is short ([`Self::msg_part_due`]), and the
+    /// slots read make a return due that carries the CREDITs' slots too.
+    /// With no message of ours waiting the return goes at once, so a
+    /// message that fits the window arrives whole: a peer held short by
+    /// our unreturned CREDITs' slots alone gets them back before its
+    /// reader would have to take a part (review r19-xdead item 2; the
+    /// term held them whenever DATA was held, and a one-way exchange's
+    /// answer was read in two parts).
     ///
     /// (That term is `credit_due_with`'s first clause's alone — the
     /// others need `trigger` — and is left out of [`Self::repost_due`]'s
@@ -203,7 +233,7 @@ impl Stream {
     #[inline]
     pub(super) fn credit_due(&self) -> bool {
         self.credit_due_with(self.unreturned, self.trigger)
-            && (self.trigger > 0 || self.used == self.unreturned)
+            && (self.trigger > 0 || self.used == self.unreturned || !self.send_waits())
     }
 
     /// [`Self::credit_due`] with `unreturned` slots returnable, `trigger`
@@ -249,8 +279,13 @@ impl Stream {
     /// it the peer sends on. Our own sends need no return from it: a peer
     /// holding our parts applies this rule too. What it costs: a message
     /// that needs the peer's last credit (`slots` parts, sent after a
-    /// return) may come in two reads; a message that leaves the peer two
-    /// credits or more is read whole, as before.
+    /// return) may come in two reads, and so may one sent while a send of
+    /// ours waits for credits and we hold the peer's CREDITs unreturned
+    /// (`credit_due` keeps those for our waiting message). Otherwise a
+    /// part is taken only when the message does not fit the slots left to
+    /// the peer: short with it unfinished, the peer first gets every
+    /// return due to it, CREDITs' slots included (`tests/msg_parts.rs`
+    /// `a_message_that_fits_is_read_whole_after_a_one_way_burst`).
     #[inline]
     pub fn msg_part_due(&self) -> bool {
         u32::from(self.local.slots) - self.used <= 1

@@ -519,3 +519,21 @@ pub fn hello(slots: u16, slot_size: u32) -> Hello {
 }
 
 pub const PAYLOAD_SMALL: usize = 256 - HDR_LEN;
+
+/// Posts every freed slot again ([`Stream::post_reposts`]); returns them.
+pub fn repost_all(s: &mut Stream) -> Vec<u32> {
+    let mut posted = Vec::new();
+    assert!(!s.post_reposts(|slots| {
+        posted.extend_from_slice(slots);
+        Ok(())
+    }));
+    posted
+}
+
+/// `m` as it goes on the wire (header and control body).
+pub fn encode(m: Msg) -> Vec<u8> {
+    let mut b = vec![0; MAX_CONTROL_LEN];
+    let n = m.encode(&mut b);
+    b.truncate(n);
+    b
+}
