@@ -92,6 +92,9 @@ struct warpsock_aio_completion {
     int32_t op;      /* WARPSOCK_AIO_* */
     int32_t error;   /* 0, or the errno of a failed operation */
     int64_t result;  /* bytes transferred (a receive: 0 = end of stream) */
+    int32_t flags;   /* a receive: MSG_EOR if its bytes end a message
+                        (message mode, as recvmsg's msg_flags); else 0 */
+    int32_t reserved; /* 0 */
 };
 
 /* Collects up to max finished operations; returns how many (0: none yet) or

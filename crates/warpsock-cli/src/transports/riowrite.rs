@@ -81,6 +81,8 @@ struct AioCompletion {
     op: i32,
     error: i32,
     result: i64,
+    flags: i32,
+    reserved: i32,
 }
 
 type RiomapFn = unsafe extern "C" fn(c_int, *mut c_void, usize, c_int, c_int, i64) -> i64;

@@ -41,6 +41,11 @@ pub struct WarpsockAioCompletion {
     pub error: i32,
     /// Bytes transferred (0 for a receive: end of stream).
     pub result: i64,
+    /// A receive: `MSG_EOR` if its bytes end a message (message mode, as
+    /// `recvmsg`'s `msg_flags`); else 0.
+    pub flags: i32,
+    /// 0.
+    pub reserved: i32,
 }
 
 fn with_or<T: Copy>(fd: c_int, err: T, f: impl FnOnce(&Arc<DdpSock>) -> T) -> T {
@@ -309,6 +314,8 @@ pub unsafe extern "C" fn warpsock_aio_poll(
                     op,
                     error,
                     result,
+                    flags: if c.eor { libc::MSG_EOR } else { 0 },
+                    reserved: 0,
                 });
             }
         }
@@ -325,12 +332,14 @@ mod tests {
     /// tests/c/xsock.c).
     #[test]
     fn the_completion_struct_has_the_c_layout() {
-        assert_eq!(size_of::<C>(), 24);
+        assert_eq!(size_of::<C>(), 32);
         assert_eq!(align_of::<C>(), 8);
         assert_eq!(std::mem::offset_of!(C, cookie), 0);
         assert_eq!(std::mem::offset_of!(C, op), 8);
         assert_eq!(std::mem::offset_of!(C, error), 12);
         assert_eq!(std::mem::offset_of!(C, result), 16);
+        assert_eq!(std::mem::offset_of!(C, flags), 24);
+        assert_eq!(std::mem::offset_of!(C, reserved), 28);
     }
 
     /// `WARPSOCK_IOV_MAX` is the limit the socket enforces.

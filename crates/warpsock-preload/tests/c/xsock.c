@@ -38,8 +38,9 @@
 #include "warpsock_sockets.h"
 
 #include <stddef.h>
-_Static_assert(sizeof(struct warpsock_aio_completion) == 24, "completion size");
+_Static_assert(sizeof(struct warpsock_aio_completion) == 32, "completion size");
 _Static_assert(offsetof(struct warpsock_aio_completion, result) == 16, "completion layout");
+_Static_assert(offsetof(struct warpsock_aio_completion, flags) == 24, "completion layout");
 
 static const char *role = "?";
 #define CHECK(c)                                                                          \
@@ -353,7 +354,10 @@ static void stream_side(int fd, int server) {
     free(buf);
 }
 
-/* Message mode: one read per send, MSG_EOR. */
+static void aio_wait(int fd, int ep, struct warpsock_aio_completion *c);
+
+/* Message mode: one read per send, MSG_EOR; an asynchronous receive's
+ * completion carries MSG_EOR as recvmsg does. */
 static void msg_server(int fd) {
     int one = 1;
     CHECK(setsockopt(fd, SOL_WARPSOCK, WARPSOCK_MSG_MODE, &one, sizeof one) == 0);
@@ -371,6 +375,20 @@ static void msg_server(int fd) {
         CHECK(m.msg_flags & MSG_EOR);
         for (size_t k = 0; k < sizes[i]; k++) CHECK((uint8_t)b[k] == pat(30 + i, k));
     }
+    /* A 3000-byte message into 1000-byte asynchronous receives: two parts
+     * without MSG_EOR, then its end with it. */
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN};
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK(warpsock_aio_recv(fd, b, 1000, 90 + (uint64_t)i) == 0);
+        struct warpsock_aio_completion c;
+        aio_wait(fd, ep, &c);
+        CHECK(c.cookie == 90 + (uint64_t)i && c.op == WARPSOCK_AIO_RECV && c.error == 0);
+        CHECK(c.result == 1000 && c.flags == (i == 2 ? MSG_EOR : 0) && c.reserved == 0);
+        for (size_t k = 0; k < 1000; k++) CHECK((uint8_t)b[k] == pat(35, 1000 * (size_t)i + k));
+    }
+    close(ep);
     sync_byte(fd, 'M');
 }
 
@@ -378,6 +396,7 @@ static void msg_client(int fd) {
     CHECK(ddp(fd) == 0);
     static const size_t sizes[] = {1, 100, 4096, 70000, 3};
     for (size_t i = 0; i < 5; i++) send_pattern(fd, sizes[i], 30 + i);
+    send_pattern(fd, 3000, 35);
     wait_byte(fd, 'M');
 }
 
@@ -440,6 +459,7 @@ static void aio_server(int fd) {
         struct warpsock_aio_completion c;
         aio_wait(fd, ep, &c);
         CHECK(c.cookie == 77 && c.op == WARPSOCK_AIO_RECV && c.error == 0 && c.result > 0);
+        CHECK(c.flags == 0); /* a stream has no message ends */
         for (int64_t i = 0; i < c.result; i++) CHECK(buf[i] == pat(50, got + (uint64_t)i));
         got += (size_t)c.result;
     }

@@ -75,6 +75,10 @@ pub struct Completion {
     pub op: AioOp,
     /// Bytes transferred, or an `errno`.
     pub result: Result<usize, i32>,
+    /// A receive's bytes end one of the peer's messages: message mode's
+    /// `MSG_EOR`, as [`XSocket::recv`] gives it (never in stream mode, nor
+    /// for other operations).
+    pub eor: bool,
 }
 
 #[derive(Debug)]
@@ -166,6 +170,7 @@ pub(crate) fn on_completion(st: &mut State, wc: &Wc) {
             cookie,
             op: op.op,
             result,
+            eor: false,
         }),
         None => {
             st.aio.sync_done.insert(id, result);
@@ -311,6 +316,7 @@ fn complete_sends(st: &mut State) {
             cookie: a.cookie,
             op: AioOp::Send,
             result: Ok(a.off),
+            eor: false,
         });
     }
     if !over {
@@ -328,6 +334,7 @@ fn complete_sends(st: &mut State) {
             cookie: a.cookie,
             op: AioOp::Send,
             result: if a.off > 0 { Ok(a.off) } else { Err(errno) },
+            eor: false,
         });
     }
 }
@@ -354,6 +361,7 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
                         cookie: r.cookie,
                         op: AioOp::Recv,
                         result: Ok(len as usize),
+                        eor: false,
                     });
                     continue;
                 }
@@ -376,12 +384,12 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
         // SAFETY: `aio_recv`'s caller keeps `ptr..ptr+len` valid and
         // untouched until the operation completes.
         let out = unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) };
-        let result = if let Some((n, _)) = x.read_now(st, out, false, false) {
-            Ok(n)
+        let (result, eor) = if let Some((n, eor)) = x.read_now(st, out, false, false) {
+            (Ok(n), eor)
         } else if st.s.eof() {
-            Ok(0)
+            (Ok(0), false)
         } else if let Some((errno, _)) = st.error {
-            Err(errno)
+            (Err(errno), false)
         } else {
             if r.len >= x.opts.zcopy_min && !st.msg_mode && st.s.readable() == 0 {
                 #[allow(unsafe_code)]
@@ -406,6 +414,7 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
             cookie: r.cookie,
             op: AioOp::Recv,
             result,
+            eor,
         });
     }
 }
@@ -644,6 +653,7 @@ impl XSocket {
                 cookie,
                 op: AioOp::Send,
                 result: Ok(0),
+                eor: false,
             });
             return Ok(());
         }
@@ -676,7 +686,9 @@ impl XSocket {
     }
 
     /// Asynchronous receive into `len` bytes at `ptr`, completing with
-    /// `cookie` and the length (0: end of stream) once bytes arrived.
+    /// `cookie` and the length (0: end of stream) once bytes arrived —
+    /// what [`Self::recv`] would return, in message mode with whether they
+    /// end a message ([`Completion::eor`], `recv`'s `MSG_EOR`).
     ///
     /// # Safety
     /// The buffer must stay valid and untouched until the completion is
