@@ -172,3 +172,65 @@ fn an_asynchronous_receive_carries_the_messages_end() {
         assert_eq!(tx.join().unwrap().unwrap(), m.len());
     });
 }
+
+/// `xa` (message mode) holds 11 parts of `xb`'s message that no read of
+/// a larger buffer returns now: `xb` sent 15 parts down to its last
+/// credit and stopped (it does not run again until its next call), and
+/// `xa` read 4 KiB of them as a part (the peer was short), whose slots
+/// went back at once in a CREDIT — the peer, as far as `xa` knows, holds
+/// five credits. Returns the pair, the message, the bytes sent and the 4
+/// KiB read.
+fn holding_a_part_not_due() -> (XSocket, XSocket, Vec<u8>, usize, Vec<u8>) {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &small_window());
+    xa.set_msg_mode(true);
+    let m = pattern(32 << 10, 13);
+    let sent = xb.send(&m, true, None).unwrap();
+    assert!(sent > 4096 && sent < m.len(), "sent {sent}");
+    let t = Instant::now();
+    while xa.readable_bytes() < sent {
+        assert!(t.elapsed() < LIMIT, "the parts did not arrive");
+        xa.progress();
+    }
+    assert!(
+        xa.readiness().readable,
+        "the peer is short: the part is due"
+    );
+    let mut small = vec![0u8; 4096];
+    let (n, eor) = xa.recv(&mut small, RecvFlags::default(), SHORT).unwrap();
+    assert_eq!((n, eor), (4096, false));
+    assert_eq!(
+        errno(xa.recv(&mut vec![0u8; 64 << 10], NB, None)),
+        Some(libc::EAGAIN)
+    );
+    assert_eq!(xa.readable_bytes(), sent - 4096, "FIONREAD counts them");
+    (xa, xb, m, sent, small)
+}
+
+const NB: RecvFlags = RecvFlags {
+    peek: false,
+    nonblocking: true,
+    waitall: false,
+};
+
+/// A peek that its buffer filled — not the peer being short — releases
+/// nothing for the next read (review r20-xdead2a #1): "peek the length
+/// prefix, then read the message" reads the message whole, as before the
+/// latch, and a non-blocking read of a larger buffer still finds it
+/// incomplete.
+#[test]
+fn a_peek_its_buffer_filled_releases_no_part() {
+    let (xa, _xb, m, _, _) = holding_a_part_not_due();
+    let peek = RecvFlags {
+        peek: true,
+        nonblocking: true,
+        ..RecvFlags::default()
+    };
+    let mut prefix = [0u8; 4];
+    assert_eq!(xa.recv(&mut prefix, peek, None).unwrap(), (4, false));
+    assert_eq!(&prefix, &m[4096..4100]);
+    assert_eq!(
+        errno(xa.recv(&mut vec![0u8; 64 << 10], NB, None)),
+        Some(libc::EAGAIN)
+    );
+}

@@ -310,8 +310,11 @@ impl Stream {
     }
 
     /// A message-mode peek returned the first `n` unread bytes as a part
-    /// of a message (its end not among them): they stay readable
-    /// ([`Self::msg_part_readable`]) until read.
+    /// of a message (its end not among them) because the peer was short
+    /// ([`Self::msg_part_due`]): they stay readable
+    /// ([`Self::msg_part_readable`]) until read. (A peek that only filled
+    /// its buffer latches nothing: the message is read whole unless the
+    /// reader's buffer is smaller.)
     pub fn peeked_part(&mut self, n: usize) {
         let at = self.rx_seq - self.readable_bytes as u64 + n as u64;
         self.rx_peeked = self.rx_peeked.max(at);

@@ -403,7 +403,10 @@ impl Side {
                 Some(_) => (want, false),
                 // An incomplete message is read only when its rest may
                 // need a return from us (`Stream::msg_part_due`), or it
-                // fills the buffer: as `XSocket`'s `read_readable`.
+                // fills the buffer: as `XSocket`'s `read_readable`. Peeks
+                // are not modelled: the socket also releases a part a peek
+                // saw (`Stream::msg_part_readable`), and the model says nothing of
+                // peeks.
                 None if self.s.msg_part_due() || avail >= want => (avail.min(want), false),
                 None => return,
             };
