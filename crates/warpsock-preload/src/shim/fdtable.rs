@@ -227,7 +227,11 @@ mod hooks {
     }
 
     pub(super) fn before_lock() {
-        if let Some(f) = BEFORE_LOCK.with(|b| b.borrow_mut().take()) {
+        if let Some(f) = BEFORE_LOCK
+            .try_with(|b| b.borrow_mut().take())
+            .ok()
+            .flatten()
+        {
             f();
         }
     }

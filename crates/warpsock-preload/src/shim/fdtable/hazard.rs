@@ -13,18 +13,28 @@
 //! consistent, so one of the two sees the other), and keeps it until the
 //! slot no longer names it. Retired entries wait in a list scanned at
 //! every change of the table; each one in it was named by some slot at the
-//! last scan. The list is linked through the entries' own [`Node`]s, and
-//! a scan hands what it frees back the same way ([`Freed`]).
+//! last scan, so after a scan the list holds at most one entry per slot
+//! (plus, during a change, the one being retired). The list is linked
+//! through the entries' own [`Node`]s, and a scan hands what it frees back
+//! the same way ([`Freed`]).
 //!
 //! A look-up's end, its reclaim, and a thread's first claim allocate
-//! nothing: they may run in a signal handler that interrupted `malloc`
-//! (review r18-xhaz 4a, 4c). The claim records the slot with
-//! `pthread_setspecific` (for a key below glibc's
-//! `PTHREAD_KEY_2NDLEVEL_SIZE`, 32 — the key is made when the library is
-//! loaded, among a process's first — a store in the thread's own
-//! descriptor), not a Rust thread-local with a destructor, whose
-//! registration allocates. Dropping a freed socket frees memory, as the
-//! last `Arc` dropped by the call itself always did.
+//! nothing (no `malloc`, `calloc` or `realloc`; review r18-xhaz 4a, 4c).
+//! The claim records the slot with `pthread_setspecific`, not a Rust
+//! thread-local with a destructor, whose registration callocs. glibc
+//! stores a key below `PTHREAD_KEY_2NDLEVEL_SIZE` (32) in the thread's
+//! own descriptor; a higher key's first store in a thread callocs, so a
+//! key of 32 or more (libraries loaded before this one made 32 keys) is
+//! not used: every thread then takes the locked look-up ([`prepare`]).
+//! The key is made when the library is loaded, among a process's first.
+//!
+//! A reclaim does *free*: the nodes it takes out of the list, and a
+//! socket whose last reference one of them held (its drop closes and
+//! frees) — as the call's own last `Arc` did on the locked path — and it
+//! may take out entries kept for other threads' calls too. A signal
+//! handler that interrupted `malloc` or `free` and whose call's socket
+//! another thread closed meanwhile can therefore still deadlock in
+//! `free` (r20-xhaz2a item 1: open).
 //!
 //! The call that kept an entry frees it when it ends, as the `Arc` it
 //! used to hold would have: a writer that keeps an entry because a slot
@@ -122,23 +132,49 @@ const NO_KEY: u32 = u32::MAX;
 /// one, and whose destructor gives the slot back ([`release`]).
 static KEY: AtomicU32 = AtomicU32::new(NO_KEY);
 
-/// Makes [`KEY`] (when the library is loaded; else at the first claim).
+/// [`KEY`] when the key made was [`KEY_LIMIT`] or more: no thread claims
+/// a slot.
+const UNUSABLE: u32 = u32::MAX - 1;
+
+/// glibc's `PTHREAD_KEY_2NDLEVEL_SIZE`: a key below it is stored in the
+/// thread's descriptor; a higher one's first store in a thread callocs
+/// (module docs).
+const KEY_LIMIT: libc::pthread_key_t = 32;
+
+/// `k` if a claim may record a slot with it (no allocation).
+pub(super) fn usable(k: libc::pthread_key_t) -> Option<libc::pthread_key_t> {
+    (k < KEY_LIMIT).then_some(k)
+}
+
+/// Makes [`KEY`] (when the library is loaded; else at the first claim);
+/// `None` while it cannot be made, or for good if it is not [`usable`].
+#[cold]
 pub(super) fn prepare() -> Option<libc::pthread_key_t> {
     let k = KEY.load(Ordering::Acquire);
     if k != NO_KEY {
-        return Some(k);
+        return usable(k);
     }
     let mut new: libc::pthread_key_t = 0;
     // SAFETY: a key with a plain extern "C" destructor that never unwinds.
     if unsafe { libc::pthread_key_create(&mut new, Some(release)) } != 0 {
         return None;
     }
-    match KEY.compare_exchange(NO_KEY, new, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(new),
-        Err(won) => {
+    let mine = match usable(new) {
+        Some(k) => k,
+        None => {
             // SAFETY: our own key, never used.
             unsafe { libc::pthread_key_delete(new) };
-            Some(won)
+            UNUSABLE
+        }
+    };
+    match KEY.compare_exchange(NO_KEY, mine, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => usable(mine),
+        Err(won) => {
+            if mine != UNUSABLE {
+                // SAFETY: our own key, never used.
+                unsafe { libc::pthread_key_delete(new) };
+            }
+            usable(won)
         }
     }
 }
@@ -158,10 +194,7 @@ extern "C" fn release(v: *mut c_void) {
 
 /// The slot number the thread claimed (its [`KEY`] value), if any.
 fn own_slot() -> Option<usize> {
-    let k = KEY.load(Ordering::Acquire);
-    if k == NO_KEY {
-        return None;
-    }
+    let k = usable(KEY.load(Ordering::Acquire))?;
     // SAFETY: a key made by `prepare`.
     let v = unsafe { libc::pthread_getspecific(k) } as usize;
     v.checked_sub(1).filter(|&i| i < SLOTS)
@@ -186,11 +219,18 @@ pub(super) fn mine() -> Option<&'static Slot> {
 #[cold]
 #[inline(never)]
 fn claim() -> Option<&'static Slot> {
-    let slot = guard::slot();
     // First: a signal handler that interrupts the claim takes the locked
     // look-up (it claims no second slot). The address is written last.
-    slot.set(NONE);
-    let key = prepare()?;
+    guard::slot().set(NONE);
+    claim_with(prepare())
+}
+
+/// [`claim`] with `key` ([`prepare`]'s; none: the thread takes no slot).
+#[cold]
+#[inline(never)]
+pub(super) fn claim_with(key: Option<libc::pthread_key_t>) -> Option<&'static Slot> {
+    let slot = guard::slot();
+    let key = key?;
     for (i, owned) in OWNED.iter().enumerate() {
         if owned
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
@@ -332,11 +372,18 @@ impl Freed {
 }
 
 impl Drop for Freed {
+    #[inline(never)]
     fn drop(&mut self) {
-        while !self.0.is_null() {
+        // The rest on a local: if one entry's drop panics, unwinding drops
+        // the rest (review r20-xhaz2a item 4), as a `Vec`'s would.
+        if self.0.is_null() {
+            return;
+        }
+        let mut rest = Self(std::mem::replace(&mut self.0, null_mut()));
+        while !rest.0.is_null() {
             // SAFETY: a node of this list, owned by it (`Retired::scan`).
-            let n = unsafe { Box::from_raw(self.0) };
-            self.0 = n.next.load(Ordering::Relaxed);
+            let n = unsafe { Box::from_raw(rest.0) };
+            rest.0 = n.next.load(Ordering::Relaxed);
             drop(n);
         }
     }
@@ -439,7 +486,11 @@ pub(super) mod tests {
     }
 
     pub(super) fn after_publish() {
-        if let Some(f) = AFTER_PUBLISH.with(|b| b.borrow_mut().take()) {
+        if let Some(f) = AFTER_PUBLISH
+            .try_with(|b| b.borrow_mut().take())
+            .ok()
+            .flatten()
+        {
             f();
         }
     }
@@ -452,9 +503,21 @@ pub(super) mod tests {
     }
 
     pub(super) fn in_named() {
-        if let Some(f) = IN_NAMED.with(|b| b.borrow_mut().take()) {
+        if let Some(f) = IN_NAMED.try_with(|b| b.borrow_mut().take()).ok().flatten() {
             f();
         }
+    }
+
+    /// A [`super::Freed`] list of `entries`, in order.
+    pub(in super::super) fn freed(entries: Vec<super::Entry>) -> super::Freed {
+        let mut head = std::ptr::null_mut();
+        for e in entries.into_iter().rev() {
+            let p = super::Node::new(e);
+            // SAFETY: a new node of this list's.
+            unsafe { (*p).next.store(head, Ordering::Relaxed) };
+            head = p;
+        }
+        super::Freed(head)
     }
 
     /// Clears `h` without its end's reclaim (as if a scan had freed what
@@ -478,13 +541,17 @@ pub(super) mod tests {
     }
 
     pub(super) fn between() {
-        if let Some(f) = BETWEEN.with(|b| b.borrow_mut().take()) {
+        if let Some(f) = BETWEEN.try_with(|b| b.borrow_mut().take()).ok().flatten() {
             f();
         }
     }
 
     pub(super) fn during_claim() {
-        if let Some(f) = DURING_CLAIM.with(|b| b.borrow_mut().take()) {
+        if let Some(f) = DURING_CLAIM
+            .try_with(|b| b.borrow_mut().take())
+            .ok()
+            .flatten()
+        {
             f();
         }
     }

@@ -264,3 +264,56 @@ fn calls_on_high_descriptors_claim_no_slot() {
     assert_eq!(slot, 0, "a slot was claimed");
     drop(remove(fd));
 }
+
+/// A forked child forgets what the parent retired: an entry kept for a
+/// thread that did not follow the fork is never dropped in the child, not
+/// even by the child's own scans once that thread's slot is given back
+/// (its drop may be the socket's last reference, whose state that thread
+/// may have held locked); the parent drops it when the call ends.
+#[test]
+fn a_forked_child_never_drops_what_the_parent_retired() {
+    let _serial = serial();
+    let (fd, other) = (60_081, 60_083);
+    RECORDED.store(0, Ordering::SeqCst);
+    assert!(insert(fd, Arc::new(Recorder)).unwrap().is_none());
+    let (ready_tx, ready) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let h = hazard::mine().expect("a slot");
+        assert!(!hazard::protect(h, &LOW[fd as usize]).is_null());
+        ready_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        hazard::end(h);
+    });
+    ready.recv().unwrap();
+    drop(remove(fd).unwrap());
+    assert_eq!(RECORDED.load(Ordering::SeqCst), 0, "kept for the call");
+    fork_prepare();
+    // SAFETY: the child changes the table once, reads a static, `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        fork_release_child();
+        // A scan of the child's (the lost thread's slot is clear now).
+        let changed = insert(other, dummy()).is_ok() && remove(other).is_ok();
+        let kept = RECORDED.load(Ordering::SeqCst) == 0;
+        // SAFETY: leaves the child at once (no test harness in it).
+        unsafe { libc::_exit(if changed && kept { 0 } else { 1 }) };
+    }
+    fork_release();
+    go.send(()).unwrap();
+    t.join().unwrap();
+    settled();
+    assert!(pid > 0, "fork");
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child dropped the parent's retired entry"
+    );
+    assert_eq!(
+        RECORDED.load(Ordering::SeqCst),
+        2,
+        "not dropped in the parent"
+    );
+}

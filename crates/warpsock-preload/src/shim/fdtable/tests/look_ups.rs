@@ -230,6 +230,7 @@ fn forgotten_entries_are_not_dropped() {
     assert!(r.retire(p).is_empty(), "named by this thread's slot");
     hazard::end(h);
     r.forget();
+    assert!(r.scan().is_empty(), "a scan after forget freed the entry");
     assert_eq!(count(&a), 2, "a forgotten entry was dropped");
 }
 
@@ -501,4 +502,40 @@ fn look_ups_race_replacements() {
     assert!(!TWICE.load(Ordering::SeqCst), "an object was dropped twice");
     assert_eq!(DROPPED.load(Ordering::SeqCst), made, "objects kept");
     assert!(ALIVE.iter().all(|a| !a.load(Ordering::SeqCst)));
+}
+
+/// Which `Panicky` objects were dropped (a bit each).
+static PANICKY_DROPPED: AtomicUsize = AtomicUsize::new(0);
+
+/// An object that records its drop, then panics if told to.
+struct Panicky(usize, bool);
+
+impl Drop for Panicky {
+    fn drop(&mut self) {
+        PANICKY_DROPPED.fetch_or(1 << self.0, Ordering::SeqCst);
+        assert!(!self.1, "a drop that panics (this test's own panic)");
+    }
+}
+
+inert_socket!(Panicky);
+
+/// A scan's freed entries are all dropped even if one entry's drop
+/// panics (the guard catches the panic): the ones after it too (review
+/// r20-xhaz2a item 4).
+#[test]
+fn a_panicking_drop_leaves_no_freed_entry_undropped() {
+    PANICKY_DROPPED.store(0, Ordering::SeqCst);
+    let list: Vec<Entry> = vec![
+        Arc::new(Panicky(0, false)),
+        Arc::new(Panicky(1, true)),
+        Arc::new(Panicky(2, false)),
+    ];
+    let freed = hazard::tests::freed(list);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(freed)));
+    assert!(r.is_err(), "the drop did not panic");
+    assert_eq!(
+        PANICKY_DROPPED.load(Ordering::SeqCst),
+        0b111,
+        "left undropped"
+    );
 }
