@@ -88,11 +88,25 @@ fn start_receiver(
     timeout_ms: u32,
     preload: bool,
 ) -> (Child, BufReader<std::process::ChildStdout>) {
+    start_receiver_acking(port, count, size, timeout_ms, preload, 0)
+}
+
+/// As [`start_receiver`]; with `ack_at` > 0 the receiver answers "ack" to
+/// the sender and prints "acked" once it has the first `ack_at` datagrams.
+fn start_receiver_acking(
+    port: u16,
+    count: u32,
+    size: u32,
+    timeout_ms: u32,
+    preload: bool,
+    ack_at: u32,
+) -> (Child, BufReader<std::process::ChildStdout>) {
     let args = [
         port.to_string(),
         count.to_string(),
         size.to_string(),
         timeout_ms.to_string(),
+        ack_at.to_string(),
     ];
     let mut child = command(&c_program("udp_recv"), &args, preload)
         .spawn()
@@ -212,7 +226,7 @@ fn plain_sender_preloaded_receiver() {
 #[test]
 fn receiver_dies_mid_stream() {
     let port = lease_port();
-    let (mut rc, _rout) = start_receiver(port, 1_000_000, 1000, 10_000, true);
+    let (mut rc, mut rout) = start_receiver_acking(port, 1_000_000, 1000, 10_000, true, 1);
     let args = [
         port.to_string(),
         "30000".into(),
@@ -222,7 +236,11 @@ fn receiver_dies_mid_stream() {
     let sender = command(&c_program("udp_send"), &args, true)
         .spawn()
         .expect("spawn udp_send");
-    std::thread::sleep(Duration::from_millis(300));
+    // Mid-stream: once the first datagram has arrived (a fixed 300 ms
+    // sleep here let a starved sender be killed before it connected).
+    let mut line = String::new();
+    rout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "acked");
     rc.kill().unwrap();
     rc.wait().unwrap();
     let s = finish(sender, Duration::from_secs(60));
@@ -560,6 +578,20 @@ fn transfer_with(
     env: &[(&str, &str)],
     recv_env: Option<&[(&str, &str)]>,
 ) -> (Run, Run) {
+    transfer_acked(count, size, pace_us, 0, env, recv_env)
+}
+
+/// As [`transfer_with`]; with `ack_after` > 0 the sender sends the rest
+/// only once the receiver has had the first `ack_after` datagrams (its
+/// "ack" back).
+fn transfer_acked(
+    count: u32,
+    size: u32,
+    pace_us: u32,
+    ack_after: u32,
+    env: &[(&str, &str)],
+    recv_env: Option<&[(&str, &str)]>,
+) -> (Run, Run) {
     let port = lease_port();
     let mut rc = command(
         &c_program("udp_recv"),
@@ -568,6 +600,7 @@ fn transfer_with(
             count.to_string(),
             size.to_string(),
             RECV_IDLE_MS.to_string(),
+            ack_after.to_string(),
         ],
         recv_env.is_some(),
     );
@@ -586,6 +619,7 @@ fn transfer_with(
             count.to_string(),
             size.to_string(),
             pace_us.to_string(),
+            ack_after.to_string(),
         ],
         true,
     );
@@ -630,11 +664,17 @@ fn gso_to_a_plain_receiver_arrives_intact_and_in_order() {
 }
 
 /// `WARPSOCK_UDP_MODE=auto` (the default): a destination whose peer does
-/// not run the preload falls back, and then takes the GSO path.
+/// not run the preload falls back, and then takes the GSO path. The sender
+/// sends the rest only once the receiver has had the first 64, which can
+/// reach it only after the connection failed (queued on it, then sent by
+/// kernel UDP): with no retry (`WARPSOCK_RETRIES=0`) the destination has
+/// fallen back by then. Without that wait a sender that outran its
+/// progress thread (a loaded machine) queued all 4,000 on the connection
+/// before the refusal was seen: no GSO send at all.
 #[test]
 fn auto_mode_takes_gso_to_a_plain_receiver() {
     let (count, size) = (4000u32, 1000u32);
-    let (s, r) = transfer_with(count, size, 0, &[], None);
+    let (s, r) = transfer_acked(count, size, 0, 64, &[("WARPSOCK_RETRIES", "0")], None);
     assert!(
         r.stdout.contains("reordered 0") || s.stat("tx_requeued_udp") > 0,
         "{}",

@@ -1,13 +1,17 @@
-/* udp_recv PORT COUNT SIZE TIMEOUT_MS: receives on 127.0.0.1:PORT until
- * COUNT distinct datagrams of SIZE bytes have arrived or no datagram came
- * for TIMEOUT_MS. Prints "received N dup D bad B reordered R" (R: datagrams
- * that arrived after one sent later) and exits 0 iff every datagram arrived
- * exactly once, intact. Prints "ready" once bound. */
+/* udp_recv PORT COUNT SIZE TIMEOUT_MS [ACK_AT]: receives on 127.0.0.1:PORT
+ * until COUNT distinct datagrams of SIZE bytes have arrived or no datagram
+ * came for TIMEOUT_MS. With ACK_AT, it sends "ack" back to the sender once
+ * the first ACK_AT datagrams (sequence numbers 0 .. ACK_AT - 1) have all
+ * arrived (udp_send's ACK_AFTER), and prints "acked". Prints "received N dup D bad B reordered
+ * R" (R: datagrams that arrived after one sent later) and exits 0 iff every
+ * datagram arrived exactly once, intact. Prints "ready" once bound. */
 #include "common.h"
 
 int main(int argc, char **argv) {
     int port = port_arg(argc, argv, 1);
     int count = atoi(argv[2]), size = atoi(argv[3]), timeout = atoi(argv[4]);
+    int ack_at = argc > 5 ? atoi(argv[5]) : 0, first = 0;
+    CHECK(ack_at >= 0 && ack_at <= count);
     int r = udp_bound(port);
     /* Room for the whole test burst: on a loaded machine this process may
      * not run for several milliseconds, and kernel UDP drops what overflows
@@ -25,7 +29,9 @@ int main(int argc, char **argv) {
     printf("ready\n");
     fflush(stdout);
     while (got < count) {
-        ssize_t k = recv(r, buf, sizeof buf, 0);
+        struct sockaddr_storage from;
+        socklen_t fromlen = sizeof from;
+        ssize_t k = recvfrom(r, buf, sizeof buf, 0, (struct sockaddr *)&from, &fromlen);
         if (k < 0) break;
         int seq;
         memcpy(&seq, buf, sizeof seq);
@@ -41,6 +47,11 @@ int main(int argc, char **argv) {
         }
         seen[seq] = 1;
         got++;
+        if (seq < ack_at && ++first == ack_at) {
+            CHECK(sendto(r, "ack", 3, 0, (struct sockaddr *)&from, fromlen) == 3);
+            printf("acked\n");
+            fflush(stdout);
+        }
         if (seq < max) reordered++;
         if (seq > max) max = seq;
     }
