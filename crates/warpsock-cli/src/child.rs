@@ -7,10 +7,8 @@
 
 use std::ffi::OsStr;
 use std::io::Read;
-use std::net::{Ipv4Addr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -83,38 +81,18 @@ pub(crate) fn command(prefix: &[String], program: impl AsRef<OsStr>) -> Command 
 }
 
 /// A TCP port on 127.0.0.1 for a program that must bind it itself (no
-/// port-0 option): free for TCP and UDP when chosen, and below the
-/// kernel's ephemeral range, so no port-0 bind or outgoing connection on
-/// this machine is handed it meanwhile. The race left is another program
-/// binding that very number on purpose before ours does; the callers
-/// check that their program did listen ([`listening`]) and fail clearly
-/// if not.
+/// port-0 option): free for TCP and UDP when chosen, below the kernel's
+/// ephemeral range (no port-0 bind or outgoing connection on this machine
+/// is handed it meanwhile), and leased for the rest of this process
+/// through `warpsock_testkit`'s lock files, so that no test or suite that
+/// leases is given it while our program runs (an unleased pick here let a
+/// test's leased port be bound by a benchmark's server: the test's own
+/// server then failed to bind). The race left is a program that does not
+/// lease binding that very number before ours does; the callers check
+/// that their program did listen ([`listening`]) and fail clearly if not.
 pub(crate) fn free_port() -> Result<u16, Error> {
-    const FIRST: u16 = 20_000;
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    let end = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32_768)
-        .max(FIRST + 1000);
-    let span = u32::from(end - FIRST);
-    let _ = NEXT.compare_exchange(
-        u32::MAX,
-        std::process::id().wrapping_mul(7919) % span,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    for _ in 0..span {
-        let port = FIRST + (NEXT.fetch_add(1, Ordering::SeqCst) % span) as u16;
-        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
-            && UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
-        {
-            return Ok(port);
-        }
-    }
-    Err(Error::msg(format!(
-        "no free port in {FIRST}..{end} on 127.0.0.1"
-    )))
+    warpsock_testkit::try_lease_port()
+        .ok_or_else(|| Error::msg("no free port to lease on 127.0.0.1"))
 }
 
 /// Whether, in the network namespace of process `pid` (`self`: this
@@ -279,6 +257,7 @@ pub(crate) fn run_ok(cmd: Command, name: &str, limit: Duration) -> Result<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, TcpListener};
 
     #[test]
     fn runs_are_bounded_and_failures_named() {
@@ -317,6 +296,8 @@ mod tests {
         let b = free_port().unwrap();
         assert_ne!(a, b);
         assert!(a >= 20_000);
+        // Leased: no test or suite that leases is given it.
+        assert!(warpsock_testkit::is_leased(a) && warpsock_testkit::is_leased(b));
         let l = TcpListener::bind((Ipv4Addr::LOCALHOST, a)).unwrap();
         assert!(bound("self", a, true));
         drop(l);

@@ -27,6 +27,8 @@ pub mod rng;
 pub mod verbs;
 
 pub use child::{finish, wait_exit, Finished, Guard};
-pub use ports::{lease_port, loopback_listener, loopback_udp, PortLease, RefusingPort};
+pub use ports::{
+    is_leased, lease_port, loopback_listener, loopback_udp, try_lease_port, PortLease, RefusingPort,
+};
 pub use rng::{pattern, Rng};
 pub use verbs::{send, send_wr, wait_n, LIMIT};

@@ -110,7 +110,15 @@ pub struct PortLease {
 
 impl PortLease {
     /// Leases the next port that is free and not leased by anyone else.
+    ///
+    /// # Panics
+    /// When no port in the range is free ([`Self::try_new`] says `None`).
     pub fn new() -> Self {
+        Self::try_new().unwrap_or_else(|| panic!("no free port to lease on 127.0.0.1"))
+    }
+
+    /// As [`Self::new`]; `None` when no port in the range is free.
+    pub fn try_new() -> Option<Self> {
         static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
         let end = ephemeral_start().unwrap_or(DEFAULT_END).max(FIRST + 1000);
         let span = u32::from(end - FIRST);
@@ -130,10 +138,10 @@ impl PortLease {
             if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
                 && UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
             {
-                return Self { port, _lock: lock };
+                return Some(Self { port, _lock: lock });
             }
         }
-        panic!("no free port in {FIRST}..{end} on 127.0.0.1");
+        None
     }
 
     /// The leased port.
@@ -153,10 +161,20 @@ impl Default for PortLease {
 /// given it while this process runs). For tests that pass a port number
 /// to a program or API that binds it itself.
 pub fn lease_port() -> u16 {
-    let lease = PortLease::new();
+    try_lease_port().unwrap_or_else(|| panic!("no free port to lease on 127.0.0.1"))
+}
+
+/// As [`lease_port`]; `None` when no port is free.
+pub fn try_lease_port() -> Option<u16> {
+    let lease = PortLease::try_new()?;
     let port = lease.port();
     std::mem::forget(lease);
-    port
+    Some(port)
+}
+
+/// Whether some process holds a lease on `port` now.
+pub fn is_leased(port: u16) -> bool {
+    try_lock(&lock_dir(), port).is_none()
 }
 
 fn lock_dir() -> PathBuf {
@@ -205,6 +223,9 @@ mod tests {
         let p = a.port();
         drop(a);
         assert!(try_lock(&lock_dir(), p).is_some(), "released on drop");
+        assert!(!is_leased(p));
+        let kept = lease_port();
+        assert!(is_leased(kept), "kept for the process");
     }
 
     #[test]
