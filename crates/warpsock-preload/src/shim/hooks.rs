@@ -53,6 +53,18 @@ pub(crate) fn udp_ready_delay(awaiting: bool) -> Option<Duration> {
         .or_else(|| late().filter(|_| !awaiting))
 }
 
+/// `WARPSOCK_TEST_ADOPT_DELAY_MS`: the thread that saw an accepted
+/// connection prove its sender waits this long before adopting the route
+/// to that sender, as if descheduled there, so that a receive call of the
+/// program would take the first datagram first if it could (it cannot:
+/// the route is adopted under the connection's `order`).
+pub(crate) fn adopt_delay() {
+    static V: OnceLock<Option<Duration>> = OnceLock::new();
+    if let Some(d) = *V.get_or_init(|| ms("WARPSOCK_TEST_ADOPT_DELAY_MS")) {
+        std::thread::sleep(d);
+    }
+}
+
 /// `WARPSOCK_TEST_PARK_GRACE_MS`: how long a connection may stay parked
 /// before the progress thread's timer gives it back (instead of 10 ms), so
 /// that a test can turn that safety net off and see that the waits give

@@ -16,6 +16,7 @@ use super::conn::{
 };
 use super::core::frame::{self, ParsedHello, ParsedPreamble, CTRL_PROVEN};
 use super::core::policy::canonical;
+use super::core::routes::Adopted;
 use super::core::rxbuf::RXBUF;
 use super::core::setup::{Awaited, GiveUp, Phase, Step};
 use super::sock::{norm, Sock};
@@ -188,8 +189,8 @@ impl Conn {
     ) {
         let _busy = Handling::enter();
         let mut out = Outcome::default();
+        let order = lock(&self.order);
         {
-            let _order = lock(&self.order);
             let mut st = lock(&self.st);
             let peer = st.tcp_peer.map(|p| canonical(p.ip()));
             if peer != Some(canonical(src.ip())) {
@@ -208,8 +209,10 @@ impl Conn {
             }
             out.src = st.dest;
         }
-        let proved = out.proved.is_some();
-        self.apply(eng, sock, out, false);
+        let adopted = self.adopt_proved(sock, &mut out);
+        drop(order);
+        let proved = adopted.is_some();
+        self.apply(eng, sock, out, adopted, false);
         if proved {
             // Input held back until now.
             self.handle(eng, sock, EPOLLIN, false);
@@ -335,8 +338,30 @@ impl Conn {
             // both places, `Sock::serve_held`).
             self.held.store(false, Ordering::Relaxed);
         }
+        let adopted = self.adopt_proved(sock, &mut out);
         drop(_order);
-        self.apply(eng, sock, out, from_caller);
+        self.apply(eng, sock, out, adopted, from_caller);
+    }
+
+    /// Adopts the route of an accepted connection that just proved its
+    /// sender (`out.proved`) while the caller still holds `order`, so that
+    /// no receive call takes a datagram from the connection before the
+    /// route to its sender exists: a program that answers the first
+    /// datagram at once answers over it. (Adopted after `order`, such an
+    /// answer could find no route and open a connection of its own: two
+    /// connections where one serves, seen on a loaded machine.) What the
+    /// adoption leaves to do (our failed connections replaced) is for
+    /// [`Self::apply`], after `order`.
+    fn adopt_proved(
+        self: &Arc<Self>,
+        sock: &Sock,
+        out: &mut Outcome,
+    ) -> Option<(SocketAddr, Adopted<Arc<Self>>)> {
+        let (remote, group) = out.proved.take()?;
+        #[cfg(feature = "test-hooks")]
+        crate::shim::hooks::adopt_delay();
+        sock.pending_done(self);
+        Some((remote, sock.adopt(remote, self, group)))
     }
 
     /// Reads the connection while the acceptor's answer to our proof is
@@ -533,14 +558,14 @@ impl Conn {
         eng: &'static Reactor,
         sock: &Arc<Sock>,
         out: Outcome,
+        adopted: Option<(SocketAddr, Adopted<Arc<Self>>)>,
         from_caller: bool,
     ) {
         if let (Some(d), false) = (out.src, out.now_udp.is_empty()) {
             sock.send_frames_udp(&d, &out.now_udp);
         }
-        if let Some((r, group)) = out.proved {
-            sock.pending_done(self);
-            sock.adopt_route(eng, r, self, group);
+        if let Some((r, a)) = adopted {
+            sock.adopted(eng, r, a);
         }
         if out.ready {
             sock.mark_ready(eng, self, !from_caller);

@@ -291,21 +291,21 @@ impl Sock {
     /// An accepted connection proved its sender: route replies over it
     /// (replies only: see `Routes::lookup`). A stripe whose group already
     /// feeds us joins that group (replies are striped over the group);
-    /// otherwise the first route stays.
-    pub(super) fn adopt_route(
+    /// otherwise the first route stays. The route change only (the socket's
+    /// lock; the caller holds the connection's `order`: `Conn::adopt_proved`);
+    /// [`Self::adopted`] does the rest.
+    pub(super) fn adopt(
         &self,
-        eng: &'static Reactor,
         remote: SocketAddr,
         conn: &Arc<Conn>,
         group: u32,
-    ) {
-        let adopted = lock(&self.inner).routes.adopt(remote, conn, group);
-        self.adopted(eng, remote, adopted);
+    ) -> Adopted<Arc<Conn>> {
+        lock(&self.inner).routes.adopt(remote, conn, group)
     }
 
     /// Applies what `Routes::adopt` did; returns whether the connection
     /// took over the route to `remote` (new, or in place of failed ones).
-    fn adopted(&self, eng: &Reactor, remote: SocketAddr, a: Adopted<Arc<Conn>>) -> bool {
+    pub(super) fn adopted(&self, eng: &Reactor, remote: SocketAddr, a: Adopted<Arc<Conn>>) -> bool {
         match a {
             Adopted::Joined => {
                 stats::inc(&STATS.stripe_joins);
