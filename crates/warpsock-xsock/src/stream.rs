@@ -57,6 +57,21 @@ mod take;
 pub use error::{MapError, StreamError};
 pub use take::Taken;
 
+/// Most mappings the peer may have announced at once (`riomap`s of its
+/// application not unmapped): each is kept until unmapped, so a peer that
+/// announces without end would grow our memory without bound; past this
+/// the connection fails ([`StreamError::TooMany`]).
+pub const PEER_MAPS_MAX: usize = 4096;
+
+/// Most of the peer's sinks we hold unfinished, counting the answers
+/// (SINK_DONE) still queued for them. A well-behaved reader offers a sink
+/// only once its earlier ones are final to it ([`Stream::post_sink`]),
+/// which holds one here, two in passing; a peer that offers sink after
+/// sink while keeping our credits short would grow our queue of answers
+/// without bound. Past this the connection fails
+/// ([`StreamError::TooMany`]).
+pub const PEER_SINKS_MAX: usize = 4;
+
 /// Stream bytes waiting in one of our receive slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Seg {
@@ -284,6 +299,17 @@ impl Stream {
                 return Ok(());
             }
             Body::Sink(ad) => {
+                let answers = self
+                    .out
+                    .iter()
+                    .filter(|b| matches!(b, Body::SinkDone { .. }))
+                    .count();
+                if self.peer_sinks.len() + answers >= PEER_SINKS_MAX {
+                    return Err(StreamError::TooMany {
+                        what: "sinks",
+                        max: PEER_SINKS_MAX,
+                    });
+                }
                 self.peer_sinks.push_back(PeerSink {
                     ad,
                     written: 0,
@@ -306,6 +332,13 @@ impl Stream {
                 // Otherwise its SINK_DONE is already on the way.
             }
             Body::IoMap(ad) => {
+                if self.peer_maps.len() >= PEER_MAPS_MAX && !self.peer_maps.contains_key(&ad.offset)
+                {
+                    return Err(StreamError::TooMany {
+                        what: "mappings",
+                        max: PEER_MAPS_MAX,
+                    });
+                }
                 self.peer_maps.insert(ad.offset, ad);
             }
             Body::IoUnmap { offset } => {

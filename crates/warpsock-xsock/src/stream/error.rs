@@ -36,6 +36,16 @@ pub enum StreamError {
     },
     /// Stream bytes after the peer's EOF.
     DataAfterEof,
+    /// The peer made us hold more of something than the protocol lets a
+    /// well-behaved peer make us hold (a queue it could otherwise grow
+    /// without bound).
+    TooMany {
+        /// What: mappings ([`PEER_MAPS_MAX`](super::PEER_MAPS_MAX)) or
+        /// sinks ([`PEER_SINKS_MAX`](super::PEER_SINKS_MAX)).
+        what: &'static str,
+        /// The bound.
+        max: usize,
+    },
 }
 
 impl fmt::Display for StreamError {
@@ -58,6 +68,9 @@ impl fmt::Display for StreamError {
                 )
             }
             Self::DataAfterEof => f.write_str("stream bytes after the peer's end of stream"),
+            Self::TooMany { what, max } => {
+                write!(f, "the peer made us hold more than {max} {what}")
+            }
         }
     }
 }

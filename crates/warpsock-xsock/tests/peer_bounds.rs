@@ -1,0 +1,121 @@
+//! What a peer can make the books hold is bounded (review r20-xdead2a
+//! #4): mappings it announces, and sinks it offers with their answers. A
+//! peer past a bound fails the connection (`StreamError::TooMany`, which
+//! the socket answers with a Terminate) instead of growing our memory.
+
+mod util;
+
+use util::{encode, hello, repost_all};
+use warpsock_xsock::stream::{PEER_MAPS_MAX, PEER_SINKS_MAX};
+use warpsock_xsock::wire::{Body, IoMapAd, Msg, SinkAd};
+use warpsock_xsock::{Stream, StreamError};
+
+/// Feeds `s` the peer's messages `bodies` in turn as a well-behaved peer
+/// would send them credit-wise: each returns the credits our messages
+/// took since the last, and our returns are posted and sent as they fall
+/// due. Returns the first error, and after how many messages.
+fn feed(s: &mut Stream, bodies: impl Iterator<Item = Body>) -> Option<(usize, StreamError)> {
+    let mut ours = 0;
+    for (i, body) in bodies.enumerate() {
+        let m = encode(Msg {
+            credits: std::mem::take(&mut ours),
+            body,
+        });
+        if let Err(e) = s.on_message(i as u32 % 16, &m) {
+            return Some((i, e));
+        }
+        repost_all(s);
+        while s.poll_msg().is_some() {
+            ours += 1;
+        }
+    }
+    None
+}
+
+#[test]
+fn a_peer_cannot_announce_mappings_without_end() {
+    let map = |i: u64| {
+        Body::IoMap(IoMapAd {
+            offset: i << 20,
+            len: 4096,
+            to: 0,
+            stag: 7,
+            access: 3,
+        })
+    };
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    // Announcing the same offsets again replaces, and is not counted.
+    let again = (0..PEER_MAPS_MAX as u64)
+        .chain(0..PEER_MAPS_MAX as u64)
+        .map(map);
+    assert_eq!(feed(&mut s, again), None);
+    assert!(s.peer_map(5 << 20, 10, true).is_ok());
+    assert_eq!(
+        feed(&mut s, [map(PEER_MAPS_MAX as u64)].into_iter()),
+        Some((
+            0,
+            StreamError::TooMany {
+                what: "mappings",
+                max: PEER_MAPS_MAX
+            }
+        ))
+    );
+}
+
+#[test]
+fn a_peer_cannot_offer_sinks_without_end() {
+    let sink = |id: u32| {
+        Body::Sink(SinkAd {
+            id,
+            len: 1 << 20,
+            rx_seq: 0,
+            stag: 9,
+            to: 0,
+            waitall: false,
+        })
+    };
+    // The first sink is at our position (in use), the others wait behind
+    // it: a well-behaved reader offers one at a time.
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    assert_eq!(
+        feed(&mut s, (1..=PEER_SINKS_MAX as u32 + 1).map(sink)),
+        Some((
+            PEER_SINKS_MAX,
+            StreamError::TooMany {
+                what: "sinks",
+                max: PEER_SINKS_MAX
+            }
+        ))
+    );
+    // Sinks behind our position are declined at once; their answers wait
+    // for credits we do not have (the peer returns none) and count too.
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    while s.credits() > 1 {
+        assert!(matches!(
+            s.tx_data(10, true),
+            warpsock_xsock::TxStep::Data { .. }
+        ));
+    }
+    let mut got = None;
+    for id in 1..=PEER_SINKS_MAX as u32 + 1 {
+        let m = encode(Msg {
+            credits: 0,
+            body: sink(id),
+        });
+        if let Err(e) = s.on_message(id, &m) {
+            got = Some((id, e));
+            break;
+        }
+    }
+    assert_eq!(
+        got,
+        Some((
+            PEER_SINKS_MAX as u32 + 1,
+            StreamError::TooMany {
+                what: "sinks",
+                max: PEER_SINKS_MAX
+            }
+        ))
+    );
+    assert!(s.has_output(), "the answers wait for credits");
+}
