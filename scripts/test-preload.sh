@@ -30,20 +30,7 @@ NAME=test-preload
 ROOT_WHY="the network-namespace test creates namespaces"
 . scripts/lib/preload-suite.sh
 
-# A port free for UDP and TCP on 127.0.0.1.
-free_port() {
-    python3 - <<'EOF'
-import random, socket
-while True:
-    p = random.randint(20000, 45000)
-    try:
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("127.0.0.1", p))
-        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM); t.bind(("127.0.0.1", p))
-        u.close(); t.close(); print(p); break
-    except OSError:
-        pass
-EOF
-}
+# Ports for the servers below: lease_port (scripts/lib/preload-suite.sh).
 
 # Prefix: run a command with the preload on and counters printed at exit
 # (an array, not a function, so that a background server's pid is the
@@ -91,7 +78,7 @@ iperf_lost_total() {
 }
 
 # --- iperf 2, both preloaded ---------------------------------------------------
-P=$(free_port)
+lease_port; P=$PORT
 start "${PRE[@]}" iperf -s -u -B 127.0.0.1 -p "$P" >"$WORK/is1.out" 2>"$WORK/is1.err"
 wait_udp_port "$P"
 timeout 30 "${PRE[@]}" \
@@ -110,7 +97,7 @@ sent=$(stat "$WORK/ic1.err" tx_tcp_dgrams)
 pass "iperf2 UDP preloaded both sides: $total datagrams over TCP, 0 lost"
 
 # --- iperf 2, preloaded client -> plain server ------------------------------------
-P=$(free_port)
+lease_port; P=$PORT
 start iperf -s -u -B 127.0.0.1 -p "$P" >"$WORK/is2.out" 2>&1
 wait_udp_port "$P"
 timeout 30 "${PRE[@]}" \
@@ -129,7 +116,7 @@ pass "iperf2 UDP preloaded client -> plain server: fell back to kernel UDP, $los
 # --- iperf 2, preloaded client on the GSO path -> plain server --------------------
 # WARPSOCK_UDP_MODE=gso: kernel UDP, a stream's datagrams gathered into
 # UDP_SEGMENT sends; the plain server sees ordinary datagrams.
-P=$(free_port)
+lease_port; P=$PORT
 start iperf -s -u -B 127.0.0.1 -p "$P" -w 8M >"$WORK/is4.out" 2>&1
 wait_udp_port "$P"
 timeout 30 "${PRE[@]}" WARPSOCK_UDP_MODE=gso \
@@ -152,7 +139,7 @@ gathered=$(stat "$WORK/ic4.err" tx_gso_dgrams); sends=$(stat "$WORK/ic4.err" tx_
 pass "iperf2 UDP preloaded client on the GSO path -> plain server: $gathered datagrams in $sends UDP_SEGMENT sends, $lost/$total lost"
 
 # --- iperf 2, plain client -> preloaded server ------------------------------------
-P=$(free_port)
+lease_port; P=$PORT
 start "${PRE[@]}" iperf -s -u -B 127.0.0.1 -p "$P" >"$WORK/is3.out" 2>"$WORK/is3.err"
 wait_udp_port "$P"
 timeout 30 iperf -c 127.0.0.1 -u -p "$P" -b 50M -l 1470 -t 2 >"$WORK/ic3.out" 2>&1 \
@@ -170,7 +157,7 @@ lost=${lt%/*}; total=${lt#*/}
 pass "iperf2 UDP plain client -> preloaded server: $((total - lost)) datagrams by the kernel path"
 
 # --- sockperf ping-pong, both preloaded ------------------------------------------
-P=$(free_port)
+lease_port; P=$PORT
 start "${PRE[@]}" sockperf sr -i 127.0.0.1 -p "$P" >"$WORK/ss.out" 2>"$WORK/ss.err"
 wait_udp_port "$P"
 timeout 30 "${PRE[@]}" \
@@ -195,7 +182,7 @@ rxk=$(stat "$WORK/sc.err" rx_kernel_dgrams)
 pass "sockperf UDP ping-pong preloaded: $rx replies over TCP, $rxk by kernel UDP before the route moved, $(grep -o 'Latency is [0-9.]* usec' "$WORK/sc.out")"
 
 # --- socat UDP relay, all preloaded ------------------------------------------------
-P1=$(free_port); P2=$(free_port)
+lease_port; P1=$PORT; lease_port; P2=$PORT
 start "${PRE[@]}" socat -u "UDP-RECV:$P2,bind=127.0.0.1" "OPEN:$WORK/relayed,creat,append" 2>"$WORK/sr.err"
 wait_udp_port "$P2"
 start "${PRE[@]}" socat -u "UDP-RECV:$P1,bind=127.0.0.1" "UDP-SENDTO:127.0.0.1:$P2" 2>"$WORK/relay.err"
@@ -226,7 +213,7 @@ iperf3_json() { # file key: a number from iperf3's JSON end.sum
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum"][sys.argv[2]])' "$1" "$2"
 }
 for dir in fwd rev; do
-    P=$(free_port); Q=$(free_port)
+    lease_port; P=$PORT; lease_port; Q=$PORT
     OFF=$(( (Q - P + 65536) % 65536 ))
     R=(); [ "$dir" = rev ] && R=(-R)
     start "${PRE[@]}" WARPSOCK_TCP_PORT_OFFSET=$OFF iperf3 -s -1 -B 127.0.0.1 -p "$P" \

@@ -162,30 +162,6 @@ nested=$(stat "$WORK/audit.out" reentry_nested)
 pass "re-entrancy audit: $guarded engine/library calls reached the interposer, all under the guard; 0 unguarded, 0 nested"
 
 # 4. Unmodified programs in policy mode.
-# A port for a server that binds it itself, without the free_port() race
-# (a port-0 probe closed before the server binds can be taken meanwhile):
-# leased like warpsock-testkit's PortLease — below the kernel's ephemeral
-# range, so no port-0 bind and no outgoing connection is given it, and
-# locked through the same per-port lock files, on a descriptor held until
-# the suite exits, so no other lease holder gets it — and checked free.
-# Sets PORT (not run in a subshell: the lock must stay open here).
-lease_port() {
-    local dir="${TMPDIR:-/tmp}/warpsock-testkit-ports" eph span p fd
-    mkdir -p "$dir"
-    eph=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-    [ "$eph" -ge 21000 ] || eph=21000
-    span=$((eph - 20000))
-    for _ in $(seq 200); do
-        p=$((20000 + (RANDOM * 32768 + RANDOM) % span))
-        exec {fd}>"$dir/$p"
-        if flock -n "$fd" && python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',$p))" 2>/dev/null; then
-            PORT=$p
-            return 0
-        fi
-        exec {fd}>&-
-    done
-    fail "no free port to lease below $eph"
-}
 # Stops a server by pid with SIGINT (python and redis exit through their
 # exit handlers, so the preload prints its counters). The servers run under
 # `timeout --foreground`: without it timeout passes the SIGINT on twice (to
