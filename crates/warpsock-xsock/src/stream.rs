@@ -26,7 +26,11 @@
 //! whose window our own DATA filled. A slow reader therefore stops the sender (it
 //! blocks, or gets `EAGAIN`), never makes it drop or buffer without bound,
 //! and a Send never finds no posted receive (which iWARP answers with a
-//! Terminate).
+//! Terminate). (The socket layer keeps a stream-mode send buffer past the
+//! credits, bounded in bytes — `Options::sndbuf`, 1 MiB by default — as
+//! TCP's socket buffer: a sender stops once it is full. Its bytes go
+//! through [`Stream::tx_data`] like any send call's, in order, once
+//! credits come back.)
 //!
 //! # Sinks (zero-copy reads)
 //!

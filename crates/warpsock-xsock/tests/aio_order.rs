@@ -9,7 +9,7 @@ use warpsock_xsock::io::{AioOp, Completion, RecvFlags, XSocket};
 
 mod net;
 
-use net::{opts, pattern, recv_exact, switch_both, tcp_pair, LIMIT};
+use net::{pattern, recv_exact, switch_both, tcp_pair, unbuffered, LIMIT};
 
 /// Small non-blocking sends from `xa` until the peer's window is full
 /// (`EAGAIN`: no credit left); the messages sent.
@@ -50,7 +50,7 @@ fn send_completions(x: &XSocket, n: usize) -> Vec<Completion> {
 /// one's — in stream mode by content, in message mode message by message.
 fn plain_send_after_queued_aio_sends(msg_mode: bool) {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &unbuffered());
     xb.set_msg_mode(msg_mode);
     let filler = fill_window(&xa);
     let one = pattern(3000, 1);
@@ -135,7 +135,7 @@ fn read_then_eof(x: &XSocket, want: &[u8]) {
 #[test]
 fn the_end_of_stream_goes_behind_a_queued_asynchronous_send() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &unbuffered());
     let filler = fill_window(&xa);
     let one = pattern(3000, 4);
     #[allow(unsafe_code)]
@@ -160,7 +160,7 @@ fn the_end_of_stream_goes_behind_a_queued_asynchronous_send() {
 #[test]
 fn a_close_waits_for_a_queued_asynchronous_send() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &unbuffered());
     let filler = fill_window(&xa);
     let one = pattern(3000, 5);
     #[allow(unsafe_code)]
@@ -184,7 +184,7 @@ fn a_close_waits_for_a_queued_asynchronous_send() {
 #[test]
 fn a_queued_asynchronous_send_fails_when_the_peer_closes() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    let (xa, xb) = switch_both(&a, &b, &unbuffered());
     fill_window(&xa);
     let one = pattern(3000, 6);
     #[allow(unsafe_code)]
@@ -205,4 +205,36 @@ fn a_queued_asynchronous_send_fails_when_the_peer_closes() {
     // SAFETY: refused: nothing is queued.
     let e = unsafe { xa.aio_send(one.as_ptr(), one.len(), 2) }.unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+}
+
+/// A zero-length asynchronous send after one still queued behind a full
+/// window completes after it, in call order (review r19-xaio, item 5: it
+/// completed at once, ahead of the earlier one).
+#[test]
+fn a_zero_length_asynchronous_send_completes_in_call_order() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &unbuffered());
+    let filler = fill_window(&xa);
+    let one = pattern(3000, 7);
+    #[allow(unsafe_code)]
+    // SAFETY: `one` lives until the completions are collected below; the
+    // second send has no bytes.
+    unsafe {
+        xa.aio_send(one.as_ptr(), one.len(), 1).unwrap();
+        xa.aio_send(one.as_ptr(), 0, 2).unwrap();
+    }
+    let mut early = Vec::new();
+    xa.aio_poll(&mut early, 8);
+    assert!(
+        early.is_empty(),
+        "nothing completes ahead of the queued send: {early:?}"
+    );
+    assert_eq!(xa.aio_pending(), 2);
+    let mut want = filler.concat();
+    want.extend_from_slice(&one);
+    let reader = std::thread::spawn(move || recv_exact(&xb, want.len()) == want);
+    let done = send_completions(&xa, 2);
+    let got: Vec<_> = done.iter().map(|c| (c.cookie, c.result)).collect();
+    assert_eq!(got, [(1, Ok(one.len())), (2, Ok(0))]);
+    assert!(reader.join().unwrap(), "the bytes in order");
 }

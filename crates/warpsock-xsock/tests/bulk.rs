@@ -12,7 +12,7 @@ use warpsock_xsock::wire::HDR_LEN;
 
 mod net;
 
-use net::{opts, pattern, recv_exact, set_buf, switch_both, tcp_pair, LIMIT};
+use net::{opts, pattern, recv_exact, set_buf, switch_both, tcp_pair, unbuffered, LIMIT};
 
 /// A DDP socket's queue pair is set up by the in-band switch (MPA on the
 /// program's own connection), not by the connection manager's `connect`
@@ -187,9 +187,10 @@ fn a_writer_with_smaller_slots_sends_a_slots_worth_per_message() {
         set_buf(s, libc::SO_SNDBUF, 4096);
         set_buf(s, libc::SO_RCVBUF, 4096);
     }
+    // Writes until the credits or the slots run out: no send buffer.
     let small = Options {
         slot_size: Options::slot_size_for(1024),
-        ..opts()
+        ..unbuffered()
     };
     let (xa, xb) = std::thread::scope(|sc| {
         let ta = sc.spawn(|| switch_fd(a.as_fd(), &small).unwrap());
@@ -252,7 +253,8 @@ fn straight_writes_refused_inline_go_from_a_transmit_slot() {
     set_buf(&a, libc::SO_SNDBUF, 4096);
     // The reader's window closes too, whatever the host's default `tcp_rmem`.
     set_buf(&b, libc::SO_RCVBUF, 4096);
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    // Writes until the credits run out: no send buffer.
+    let (xa, xb) = switch_both(&a, &b, &unbuffered());
     assert_eq!(xa.send(&[7], false, Some(LIMIT)).unwrap(), 1);
     assert_eq!(recv_exact(&xb, 1), [7]);
     const CALL: usize = 30_000;

@@ -13,7 +13,7 @@ use warpsock_xsock::io::{RecvFlags, XSocket};
 
 mod net;
 
-use net::{opts, pattern, recv_exact, switch_both, tcp_pair, LIMIT};
+use net::{opts, pattern, recv_exact, switch_both, tcp_pair, unbuffered, LIMIT};
 
 /// More round trips than either end has slots (16): a taken message's slot
 /// must be reposted and its credit returned for the stream to go on.
@@ -239,7 +239,8 @@ fn a_send_past_the_window_after_a_taken_answer_finishes() {
         slots: 16,
         slot_size: Options::slot_size_for(1024),
         zcopy_min: 1 << 20,
-        ..opts()
+        // The send waits for the credits (no send buffer to return from).
+        ..unbuffered()
     };
     let (xa, xb) = switch_both(&a, &b, &o);
     xb.set_msg_mode(true);
@@ -354,7 +355,8 @@ fn an_end_of_stream_behind_the_last_credit_after_taken_answers_goes() {
 #[test]
 fn a_waiting_reader_tells_what_it_does_not_take() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
+    // Sends until the credits run out (no send buffer past them).
+    let (xa, xb) = switch_both(&a, &b, &unbuffered());
     let (tx, rx) = std::sync::mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
     xa.set_on_progress(Box::new(move |r| {

@@ -19,8 +19,12 @@ impl XSocket {
     // Send.
 
     /// Sends `buf` (TCP semantics: a blocking call sends everything, a
-    /// non-blocking one what credits allow, `EAGAIN` if nothing). `timeout`
-    /// bounds a blocking call (`SO_SNDTIMEO`).
+    /// non-blocking one what credits and the send buffer's room allow,
+    /// `EAGAIN` if nothing). `timeout` bounds a blocking call
+    /// (`SO_SNDTIMEO`). In stream mode a call may return with bytes still
+    /// in the send buffer (as TCP's, in the socket buffer): they leave as
+    /// credits come back, moved by the next call on the socket or the
+    /// progress thread (see the `io::rio` module's docs).
     pub fn send(
         &self,
         buf: &[u8],
@@ -269,7 +273,10 @@ impl XSocket {
                 self.post_deferred(&mut st);
                 return (st, if off > 0 { Ok(off) } else { Err(e) });
             }
-            if st.peer_closed {
+            // The peer's FIN, or our own end shut meanwhile by another
+            // thread (`shutdown(SHUT_WR)` while this call waited): as
+            // TCP's, the call fails with `EPIPE`, or returns what it sent.
+            if st.peer_closed || super::rio::write_shut(&st) {
                 self.post_deferred(&mut st);
                 let r = if off > 0 {
                     Ok(off)
@@ -317,6 +324,17 @@ impl XSocket {
                 TxStep::Blocked => {
                     if self.repost_if_due(&mut st) {
                         continue;
+                    }
+                    // A copied stream-mode call: what does not fit goes
+                    // into the send buffer, as far as it has room, and
+                    // out as credits come back (`rio::post_sends`).
+                    if !zcopy && !st.msg_mode {
+                        let n = st.aio.room().min(total - off);
+                        if n > 0 {
+                            super::rio::buffer(&mut st, g, off, n);
+                            off += n;
+                            continue;
+                        }
                     }
                     if nonblocking {
                         break;

@@ -29,6 +29,30 @@
 //! message mode the waiting call's message is then split around the
 //! asynchronous one's.)
 //!
+//! The same queue holds the send buffer of plain send calls (stream mode,
+//! [`buffer`]): a copied call that finds too few credits, or no transmit
+//! slot, copies what does not fit into it and returns, as TCP's send
+//! returns with bytes in its socket buffer. The buffered bytes are one
+//! run per stretch between asynchronous sends, posted in order with them
+//! by [`pump`] — from whichever call or round takes the credits in: a
+//! later send, a receive's wait, `aio_poll`, a reap that processed
+//! completions, `close`, or the preload's progress thread (the watch is
+//! on for input while anything is queued: `Aio::in_flight`) — coalesced
+//! up to a slot's payload per DATA message. So a blocking send may return
+//! with bytes still queued; without a progress thread (a bare
+//! [`XSocket`]) they leave at the socket's next call. The buffer is
+//! bounded in bytes (`Options::sndbuf`): a call that finds it full waits
+//! (blocking) or returns a partial count or `EAGAIN`. Writability (`poll`)
+//! still follows the credits. `shutdown(SHUT_WR)` and `close` send the end
+//! of stream after the buffered bytes (`close` waits for them, up to its
+//! linger); a send blocked meanwhile in another thread fails with `EPIPE`
+//! (or returns what it sent), as TCP's; once the connection fails, the
+//! buffered bytes are dropped and the next call reports the error.
+//! Message mode never buffers (one send is one message, never coalesced:
+//! a send past the credits waits for them or gets `EAGAIN`), nor does a
+//! zero-copy call (blocking, at least `zcopy_min`: it is sent from the
+//! caller's buffer as credits come, no copy).
+//!
 //! Every one-sided call is one RDMA Write or Read, posted and transmitted
 //! at once. [`XSocket::aio_writev`] gathers several buffers into one Write
 //! (the engine's scatter/gather list): a message built from pieces — a
@@ -41,10 +65,12 @@ use std::time::Instant;
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Wc};
 
+use smallvec::SmallVec;
+
 use super::gather::{Gather, Src};
 use super::socket::{State, XSocket, WR_RIO};
 use crate::stream::{MapError, SinkState, TxStep};
-use crate::wire::{IoMapAd, ACCESS_READ, ACCESS_WRITE};
+use crate::wire::{IoMapAd, ACCESS_READ, ACCESS_WRITE, HDR_LEN};
 
 /// A local buffer the peer may access.
 #[derive(Debug)]
@@ -81,12 +107,19 @@ pub struct Completion {
     pub eor: bool,
 }
 
+/// A send queued behind the credits: an asynchronous send's, or bytes of
+/// plain send calls copied into the send buffer ([`Aio::buf`]).
 #[derive(Debug)]
 struct AioSend {
-    mr: Mr,
+    /// The caller's registered buffer (`aio_send`), or `None`: the bytes
+    /// are the send buffer's first unposted ones (and a zero-length
+    /// `aio_send`'s none).
+    mr: Option<Mr>,
+    len: usize,
     off: usize,
     call: u64,
-    cookie: u64,
+    /// `None`: buffered bytes of plain send calls (no completion).
+    cookie: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -129,6 +162,12 @@ pub(crate) struct Aio {
     /// while sends had bytes unposted: it goes once they are all posted
     /// ([`shut_write`]).
     shut_after: bool,
+    /// The send buffer: bytes of plain send calls that found too few
+    /// credits (stream mode, [`buffer`]), not yet posted, in order; the
+    /// queued sends without a registration (`AioSend::mr`) hold them.
+    buf: VecDeque<u8>,
+    /// Its bound in bytes (`Options::sndbuf`).
+    cap: usize,
     recvs: VecDeque<AioRecv>,
     rio: HashMap<u64, RioOp>,
     /// Results of synchronous one-sided operations, by id.
@@ -137,6 +176,19 @@ pub(crate) struct Aio {
 }
 
 impl Aio {
+    /// Nothing queued, a send buffer of `cap` bytes.
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            ..Self::default()
+        }
+    }
+
+    /// Bytes the send buffer takes now.
+    pub(crate) fn room(&self) -> usize {
+        self.cap.saturating_sub(self.buf.len())
+    }
+
     pub(crate) fn has_completions(&self) -> bool {
         !self.done.is_empty()
     }
@@ -208,6 +260,32 @@ pub(crate) fn sends_ahead(x: &XSocket, st: &mut State) -> bool {
     st.aio.sends_queued()
 }
 
+/// Copies bytes `off..off + n` of a plain send call into the send buffer,
+/// behind every queued send: they go out as credits come back
+/// ([`post_sends`], coalesced with the buffered bytes around them up to a
+/// slot's payload per message). The caller checked the room
+/// ([`Aio::room`]).
+pub(crate) fn buffer(st: &mut State, g: &Gather<'_>, off: usize, n: usize) {
+    debug_assert!(n > 0 && n <= st.aio.room());
+    g.slices(off, n, |b| st.aio.buf.extend(b));
+    // Behind the last queued send when that one is buffered bytes not all
+    // posted (the back is unposted while any is): one run of bytes.
+    match st.aio.sends.back_mut() {
+        Some(a) if st.aio.unposted > 0 && a.mr.is_none() && a.cookie.is_none() => a.len += n,
+        _ => {
+            let call = st.next_id();
+            st.aio.sends.push_back(AioSend {
+                mr: None,
+                len: n,
+                off: 0,
+                call,
+                cookie: None,
+            });
+            st.aio.unposted += 1;
+        }
+    }
+}
+
 /// Our end of the stream (`shutdown(SHUT_WR)`, `close`), after the bytes
 /// of the asynchronous sends queued before it: at once if none has bytes
 /// unposted (after a pump), else once [`post_sends`] posted their last.
@@ -233,54 +311,35 @@ fn pump_sends(x: &XSocket, st: &mut State) {
     complete_sends(st);
 }
 
-/// Posts the bytes of the queued asynchronous sends, in call order, as
-/// far as the books allow: each one's, once all posted, are followed at
-/// once by the next one's (it completes later, `complete_sends`).
+/// Posts the bytes of the queued sends, in call order, as far as the
+/// books allow: each one's, once all posted, are followed at once by the
+/// next one's (an asynchronous send completes later, `complete_sends`).
+/// Buffered bytes go a slot's payload at a time at most, copied into a
+/// transmit slot (or a sink), as a send call's copies.
 fn post_sends(x: &XSocket, st: &mut State) {
     while st.aio.unposted > 0 {
         let i = st.aio.sends.len() - st.aio.unposted;
         let mut a = st.aio.sends.remove(i).expect("an unposted send");
-        let len = a.mr.len();
-        while a.off < len {
-            if st.tx_free_len() == 0 {
+        // Out of the state while its bytes are posted from it (nothing
+        // below buffers).
+        let mut buf = std::mem::take(&mut st.aio.buf);
+        // (A shut end sends nothing more: a guard, `shut_write` shuts only
+        // once every byte is posted.)
+        while a.off < a.len && st.tx_free_len() > 0 && !st.s.is_write_shut() {
+            let Some(n) = post_step(x, st, &a, &buf) else {
                 break;
-            }
-            // SAFETY (of the slice below): `aio_send`'s caller keeps the
-            // buffer valid and unchanged until completion.
-            let data = raw_slice(a.mr.with_bytes(|b| b.as_ptr()), len);
-            let parts = [data];
-            let g = Gather::new(&parts);
-            let mrs = std::slice::from_ref(&a.mr);
-            let src = |n| Src {
-                g: &g,
-                mrs: Some(mrs),
-                off: a.off,
-                len: n,
             };
-            match st.s.tx_data(len - a.off, true) {
-                TxStep::Control => x.flush(st),
-                TxStep::Write { stag, to, len: n } => {
-                    let op = SendOp::Write {
-                        remote_addr: to,
-                        rkey: stag,
-                    };
-                    x.post_data(st, a.call, op, None, src(n));
-                    st.s.tx_wrote(n);
-                    a.off += n;
-                }
-                TxStep::Data { msg, len: n } => {
-                    let op = SendOp::Send {
-                        solicited: false,
-                        invalidate: None,
-                    };
-                    x.post_data(st, a.call, op, Some(msg), src(n));
-                    a.off += n;
-                }
-                TxStep::Blocked if x.repost_if_due(st) => {}
-                TxStep::Blocked => break,
+            a.off += n;
+            if a.mr.is_none() {
+                buf.drain(..n);
             }
         }
-        let whole = a.off == len;
+        if buf.is_empty() && buf.capacity() > 64 << 10 {
+            // A burst's buffer is not kept by an idle socket.
+            buf = VecDeque::new();
+        }
+        st.aio.buf = buf;
+        let whole = a.off == a.len;
         st.aio.sends.insert(i, a);
         if !whole {
             // Waits for credits or a transmit slot.
@@ -293,6 +352,60 @@ fn post_sends(x: &XSocket, st: &mut State) {
     if std::mem::take(&mut st.aio.shut_after) {
         st.s.shutdown_write();
         x.flush(st);
+    }
+}
+
+/// One step of [`post_sends`] for send `a` (`buf`: the send buffer, whose
+/// front is `a`'s next bytes when it has no registration). Returns the
+/// bytes posted, or `None` when the books block it.
+fn post_step(x: &XSocket, st: &mut State, a: &AioSend, buf: &VecDeque<u8>) -> Option<usize> {
+    let rest = a.len - a.off;
+    let (front, back) = buf.as_slices();
+    let mut parts: SmallVec<[&[u8]; 2]> = SmallVec::new();
+    let (off, avail) = match &a.mr {
+        Some(mr) => {
+            // SAFETY (of the slice below): `aio_send`'s caller keeps the
+            // buffer valid and unchanged until completion.
+            parts.push(raw_slice(mr.with_bytes(|b| b.as_ptr()), a.len));
+            (a.off, rest)
+        }
+        None => {
+            parts.extend([front, back].into_iter().filter(|b| !b.is_empty()));
+            (0, rest.min(x.opts.slot_size as usize - HDR_LEN))
+        }
+    };
+    let g = Gather::new(&parts);
+    let mrs = a.mr.as_ref().map(std::slice::from_ref);
+    let src = |n| Src {
+        g: &g,
+        mrs,
+        off,
+        len: n,
+    };
+    match st.s.tx_data(avail, avail == rest) {
+        TxStep::Control => {
+            x.flush(st);
+            Some(0)
+        }
+        TxStep::Write { stag, to, len: n } => {
+            let op = SendOp::Write {
+                remote_addr: to,
+                rkey: stag,
+            };
+            x.post_data(st, a.call, op, None, src(n));
+            st.s.tx_wrote(n);
+            Some(n)
+        }
+        TxStep::Data { msg, len: n } => {
+            let op = SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            };
+            x.post_data(st, a.call, op, Some(msg), src(n));
+            Some(n)
+        }
+        TxStep::Blocked if x.repost_if_due(st) => Some(0),
+        TxStep::Blocked => None,
     }
 }
 
@@ -312,12 +425,14 @@ fn complete_sends(st: &mut State) {
         let a = st.aio.sends.pop_front().expect("a posted send");
         posted -= 1;
         XSocket::end_call(st, a.call);
-        st.aio.done.push_back(Completion {
-            cookie: a.cookie,
-            op: AioOp::Send,
-            result: Ok(a.off),
-            eor: false,
-        });
+        if let Some(cookie) = a.cookie {
+            st.aio.done.push_back(Completion {
+                cookie,
+                op: AioOp::Send,
+                result: Ok(a.off),
+                eor: false,
+            });
+        }
     }
     if !over {
         return;
@@ -328,14 +443,19 @@ fn complete_sends(st: &mut State) {
     if std::mem::take(&mut st.aio.shut_after) {
         st.s.shutdown_write();
     }
+    // Buffered bytes are lost with the connection, as a TCP socket's;
+    // the next call reports the error.
+    st.aio.buf = VecDeque::new();
     while let Some(a) = st.aio.sends.pop_front() {
         XSocket::end_call(st, a.call);
-        st.aio.done.push_back(Completion {
-            cookie: a.cookie,
-            op: AioOp::Send,
-            result: if a.off > 0 { Ok(a.off) } else { Err(errno) },
-            eor: false,
-        });
+        if let Some(cookie) = a.cookie {
+            st.aio.done.push_back(Completion {
+                cookie,
+                op: AioOp::Send,
+                result: if a.off > 0 { Ok(a.off) } else { Err(errno) },
+                eor: false,
+            });
+        }
     }
 }
 
@@ -648,15 +768,6 @@ impl XSocket {
         if write_shut(&st) || st.peer_closed {
             return Err(io::Error::from_raw_os_error(libc::EPIPE));
         }
-        if len == 0 {
-            st.aio.done.push_back(Completion {
-                cookie,
-                op: AioOp::Send,
-                result: Ok(0),
-                eor: false,
-            });
-            return Ok(());
-        }
         // SAFETY: forwarded from this function's contract.
         unsafe { self.queue_send(&mut st, ptr, len, cookie) };
         pump(self, &mut st);
@@ -664,23 +775,26 @@ impl XSocket {
         Ok(())
     }
 
-    /// Queues [`Self::aio_send`]'s send (`len` > 0), behind those queued.
+    /// Queues [`Self::aio_send`]'s send, behind those queued: a
+    /// zero-length one too, so that it completes in call order, after
+    /// the sends before it (review r19-xaio, item 5).
     ///
     /// # Safety
     /// As `aio_send`'s.
     #[allow(unsafe_code)]
     unsafe fn queue_send(&self, st: &mut State, ptr: *const u8, len: usize, cookie: u64) {
         // SAFETY: forwarded from this function's contract.
-        let mr = unsafe {
+        let mr = (len > 0).then(|| unsafe {
             self.pd
                 .register_raw(ptr.cast_mut(), len, Access::LOCAL_READ)
-        };
+        });
         let call = st.next_id();
         st.aio.sends.push_back(AioSend {
             mr,
+            len,
             off: 0,
             call,
-            cookie,
+            cookie: Some(cookie),
         });
         st.aio.unposted += 1;
     }
@@ -777,7 +891,7 @@ impl XSocket {
     /// Asynchronous operations not yet completed.
     pub fn aio_pending(&self) -> usize {
         let st = self.lock();
-        st.aio.sends.len()
+        st.aio.sends.iter().filter(|a| a.cookie.is_some()).count()
             + st.aio.recvs.len()
             + st.aio.rio.values().filter(|r| r.cookie.is_some()).count()
     }

@@ -21,6 +21,16 @@ pub struct Options {
     /// copy when it finds nothing queued, and smallest blocking send sent
     /// from the caller's buffer without a copy.
     pub zcopy_min: usize,
+    /// Bytes a stream-mode socket buffers past its credits (`SO_SNDBUF`):
+    /// a copied send call that finds too few credits (or no transmit slot)
+    /// copies what does not fit into the send buffer and returns, as TCP's
+    /// send returns with bytes in the socket buffer; they go out, coalesced
+    /// up to a slot's payload per DATA message, as credits come back. A
+    /// call that finds the buffer full waits (blocking) or sends part or
+    /// `EAGAIN` (non-blocking). 0: no buffer (a send waits for credits).
+    /// Zero-copy calls (blocking, at least `zcopy_min`) and message mode
+    /// never buffer. Default: 1 MiB.
+    pub sndbuf: usize,
     /// How such a read is placed: `true` (the default) offers the buffer
     /// as a sink (SDP ZCopy: the peer RDMA-Writes into it, only if no byte
     /// is in flight); `false` points our posted receives at its buffers
@@ -83,6 +93,11 @@ impl Default for Options {
             // for the same stream).
             slot_size: Self::slot_size_for(512 << 10),
             zcopy_min: 64 << 10,
+            // A client's pipelined requests or a server's answers (issue
+            // 12: 8 B each took a whole slot of the peer's), not a bulk
+            // stream's window: a blocking large write goes from the
+            // caller's buffer and never buffers.
+            sndbuf: 1 << 20,
             sinks: true,
             limits: Limits::default(),
             sink_cancel_timeout: Duration::from_secs(10),

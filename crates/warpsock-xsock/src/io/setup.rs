@@ -130,7 +130,7 @@ impl XSocket {
                 msg_mode: false,
                 shut_rd: false,
                 peer_closed: false,
-                aio: Aio::default(),
+                aio: Aio::new(opts.sndbuf),
                 maps: BTreeMap::new(),
                 arrivals: 0,
                 background: false,

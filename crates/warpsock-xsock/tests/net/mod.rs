@@ -27,6 +27,16 @@ pub(crate) fn small_window() -> Options {
     }
 }
 
+/// [`opts`] without a send buffer (`Options::sndbuf` 0): a send that
+/// finds no credit waits (or gets `EAGAIN`) — the tests of the credit
+/// window itself.
+pub(crate) fn unbuffered() -> Options {
+    Options {
+        sndbuf: 0,
+        ..opts()
+    }
+}
+
 pub(crate) fn tcp_pair() -> (TcpStream, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();

@@ -52,3 +52,41 @@ fn straight_send_behind_a_queued_asynchronous_send(nonblocking: bool) {
     }
     assert_eq!((done[0].cookie, done[0].result), (9, Ok(8)));
 }
+
+/// A reap (the completions the engine queued already, no round) that
+/// processes completions pumps the queued sends: the credits or transmit
+/// slots it brings are theirs now, not at the next round (review
+/// r19-xaio, item 7: `readiness_of` said writable while the bytes waited).
+/// Here the completion is a control message's Send, posted from a
+/// transmit slot and written at once; the lock is held throughout, so no
+/// other round pumps.
+#[test]
+fn a_reap_that_processes_completions_pumps_queued_sends() {
+    let (xa, xb) = crate::io::test_pair::pair();
+    let t = Some(Duration::from_secs(20));
+    let mut buf = [0u8; 8];
+    // Established both ways (a post before waits in the engine).
+    assert_eq!(xa.send(&[1; 8], false, t).unwrap(), 8);
+    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), t).unwrap().0, 8);
+    assert_eq!(xb.send(&[1; 8], false, t).unwrap(), 8);
+    assert_eq!(xa.recv(&mut buf, RecvFlags::default(), t).unwrap().0, 8);
+    let queued = [5u8; 8];
+    {
+        let mut st = xa.lock();
+        // SAFETY: `queued` lives until the bytes are read below (the
+        // completion is collected by the socket's drop at the latest).
+        #[allow(unsafe_code)]
+        unsafe {
+            xa.queue_send(&mut st, queued.as_ptr(), queued.len(), 9);
+        };
+        // A mapping's end for an offset the peer never heard of: a control
+        // message it ignores, posted from a transmit slot.
+        st.s.announce_unmap(0x5eed);
+        xa.flush(&mut st);
+        assert!(st.aio.sends_queued() && st.unreaped);
+        xa.reap(&mut st);
+        assert!(!st.aio.sends_queued(), "the reap pumped the queued send");
+    }
+    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), t).unwrap().0, 8);
+    assert_eq!(buf, queued);
+}

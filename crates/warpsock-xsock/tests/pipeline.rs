@@ -1,0 +1,237 @@
+//! Stream-mode send buffering past the credits (issue 12): a send that
+//! finds too few credits copies its bytes into the socket's send buffer
+//! and returns, as TCP's does, so a client that pipelines many small
+//! requests before it reads an answer does not deadlock against a
+//! one-thread server (each 8 B answer takes one of the client's receive
+//! slots whole; TCP's buffers count bytes, not messages).
+
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::Instant;
+
+use warpsock_xsock::io::{Options, RecvFlags, XSocket};
+
+mod net;
+
+use net::{opts, pattern, recv_exact, switch_both, tcp_pair, LIMIT};
+
+/// Request `i`: a length byte, then `len - 1` bytes of pattern `i`
+/// (8 to 64 bytes in all).
+fn request(i: usize) -> Vec<u8> {
+    let len = 8 + (i * 7) % 57;
+    let mut r = vec![len as u8];
+    r.extend(pattern(len - 1, i as u64));
+    r
+}
+
+/// The server's answer to request `req`: its bytes reversed, each plus
+/// one (the answer names the request it answers).
+fn answer(req: &[u8]) -> Vec<u8> {
+    req.iter().rev().map(|b| b.wrapping_add(1)).collect()
+}
+
+/// A blocking one-thread server: reads a request, writes its answer,
+/// `n` times, then closes (orderly: the close lingers until every
+/// buffered answer has left). Every call bounded by [`LIMIT`] (a hang
+/// fails the test).
+fn serve(x: &XSocket, n: usize) {
+    for i in 0..n {
+        let head = recv_exact(x, 1);
+        let mut req = head.clone();
+        req.extend(recv_exact(x, usize::from(head[0]) - 1));
+        let a = answer(&req);
+        let sent = x
+            .send(&a, false, Some(LIMIT))
+            .unwrap_or_else(|e| panic!("server's answer {i}: {e}"));
+        assert_eq!(sent, a.len(), "answer {i} whole");
+    }
+    assert!(x.close(LIMIT), "the server's answers all left");
+}
+
+/// The client writes all `n` requests (blocking sends bounded by
+/// [`LIMIT`]), then reads every answer and checks each by content, then
+/// the end of stream.
+fn pipeline(o: &Options, n: usize) {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, o);
+    thread::scope(|sc| {
+        let server = sc.spawn(|| serve(&xb, n));
+        for i in 0..n {
+            let r = request(i);
+            let sent = xa
+                .send(&r, false, Some(LIMIT))
+                .unwrap_or_else(|e| panic!("client's request {i}: {e}"));
+            assert_eq!(sent, r.len(), "request {i} whole");
+        }
+        for i in 0..n {
+            let want = answer(&request(i));
+            let got = recv_exact(&xa, want.len());
+            assert!(got == want, "answer {i} by content");
+        }
+        let mut end = [0u8; 8];
+        let (k, _) = xa
+            .recv(&mut end, RecvFlags::default(), Some(LIMIT))
+            .unwrap();
+        assert_eq!(k, 0, "the end of stream after the answers");
+        server.join().unwrap();
+    });
+}
+
+#[test]
+fn a_client_that_pipelines_two_thousand_requests_does_not_deadlock() {
+    pipeline(&opts(), 2000);
+}
+
+/// The same through tiny slots: the buffered bytes go out in many
+/// coalesced messages of a slot's payload (the send buffer, 128 KiB, holds
+/// every request: past it a blocking send waits, as over TCP, where a
+/// client that pipelines more than both buffers hold deadlocks too).
+#[test]
+fn pipelining_through_tiny_slots() {
+    let o = Options {
+        slots: 4,
+        slot_size: Options::slot_size_for(256),
+        sndbuf: 128 << 10,
+        ..opts()
+    };
+    pipeline(&o, 2000);
+}
+
+/// Non-blocking sends to a peer that does not read yet: the window fills,
+/// the rest is buffered (every call takes all its bytes); then a close in
+/// the writer's thread drains the buffer and sends the end of stream after
+/// it, while the reader reads with reads of another size: bytes and order
+/// kept exactly, then 0.
+#[test]
+fn buffered_bytes_then_the_end_of_stream() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let all: Vec<u8> = (0..3000).flat_map(request).collect();
+    for i in 0..3000 {
+        let r = request(i);
+        assert_eq!(xa.send(&r, true, None).unwrap(), r.len(), "request {i}");
+    }
+    thread::scope(|sc| {
+        let writer = sc.spawn(|| assert!(xa.close(LIMIT), "everything left"));
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 777];
+        loop {
+            let (n, _) = xb
+                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            assert!(got.len() <= all.len(), "more bytes than written");
+        }
+        assert!(got == all, "bytes and order kept");
+        writer.join().unwrap();
+    });
+}
+
+/// Non-blocking 4,000-byte sends to a peer that does not read: the
+/// window fills, then the 64 KiB send buffer; the call that finds less
+/// room than it has takes what fits (a partial count, as TCP's), the next
+/// gets `EAGAIN` — the buffer never grows past its bound. Returns the
+/// bytes taken.
+fn fill_window_and_buffer(xa: &XSocket) -> Vec<u8> {
+    let mut taken = Vec::new();
+    let mut partial = 0;
+    for i in 0..1000u64 {
+        let m = pattern(4000, 500 + i);
+        match xa.send(&m, true, None) {
+            Ok(n) => {
+                assert!(n > 0 && n <= m.len());
+                if n < m.len() {
+                    partial += 1;
+                }
+                taken.extend_from_slice(&m[..n]);
+            }
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+                assert_eq!(partial, 1, "one call took part of its bytes");
+                return taken;
+            }
+        }
+    }
+    panic!("the send buffer never filled");
+}
+
+fn small_buffer() -> Options {
+    Options {
+        sndbuf: 64 << 10,
+        ..opts()
+    }
+}
+
+/// A blocking send waits while the send buffer is full; another thread
+/// shuts the write side meanwhile: the waiting send fails with `EPIPE`
+/// (as a TCP send blocked in `sk_stream_wait_memory`), and the reader
+/// gets every byte buffered before the shutdown, then the end of stream.
+/// The test waits for the sender to be parked (its socket's wait
+/// counter), not for a time.
+#[test]
+fn a_send_blocked_on_a_full_buffer_fails_with_epipe_when_the_write_side_shuts() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &small_buffer());
+    let taken = fill_window_and_buffer(&xa);
+    let waits = xa.stats().waits.load(Ordering::Relaxed);
+    thread::scope(|sc| {
+        let sender = sc.spawn(|| xa.send(&[9u8; 100], false, Some(LIMIT)));
+        let t = Instant::now();
+        while xa.stats().waits.load(Ordering::Relaxed) == waits {
+            assert!(t.elapsed() < LIMIT, "the send never waited");
+            assert!(!sender.is_finished(), "the send did not block");
+            thread::yield_now();
+        }
+        xa.shutdown(false, true);
+        let e = sender.join().unwrap().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+    });
+    // The writer's end is driven by its close (no progress thread here).
+    thread::scope(|sc| {
+        let writer = sc.spawn(|| assert!(xa.close(LIMIT), "everything left"));
+        let got = recv_exact(&xb, taken.len());
+        assert!(got == taken, "the buffered bytes, in order");
+        let mut end = [0u8; 8];
+        let (k, _) = xb
+            .recv(&mut end, RecvFlags::default(), Some(LIMIT))
+            .unwrap();
+        assert_eq!(k, 0, "then the end of stream");
+        writer.join().unwrap();
+    });
+}
+
+/// Message mode never buffers: a send past the credits waits (here:
+/// `EAGAIN` for a non-blocking one) with the buffer empty, so each send
+/// stays one message.
+#[test]
+fn message_mode_sends_wait_for_credits() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &small_buffer());
+    xa.set_msg_mode(true);
+    xb.set_msg_mode(true);
+    let mut sent = Vec::new();
+    loop {
+        let m = pattern(100, sent.len() as u64);
+        match xa.send(&m, true, None) {
+            Ok(n) => {
+                assert_eq!(n, m.len(), "a message whole");
+                sent.push(m);
+            }
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+                break;
+            }
+        }
+        assert!(sent.len() < 100, "message mode buffered past the credits");
+    }
+    for (i, m) in sent.iter().enumerate() {
+        let mut buf = [0u8; 200];
+        let (n, eor) = xb
+            .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+            .unwrap();
+        assert!(eor && buf[..n] == m[..], "message {i} whole");
+    }
+}
