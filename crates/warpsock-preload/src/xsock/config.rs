@@ -66,6 +66,7 @@ impl Config {
                     << 10) as u32,
             ),
             zcopy_min: env_num("WARPSOCK_ZCOPY_MIN", 64 << 10) as usize,
+            sndbuf: env_num("WARPSOCK_DDP_SNDBUF", d.sndbuf as u64) as usize,
             sinks: env_num("WARPSOCK_DDP_SINKS", 1) != 0,
             busy_poll: Duration::from_micros(env_num("WARPSOCK_BUSY_POLL_US", 0)),
             rto_min: match env_num("WARPSOCK_DDP_RTO_MIN_US", u64::MAX) {
