@@ -30,6 +30,28 @@ fn answer(req: &[u8]) -> Vec<u8> {
     req.iter().rev().map(|b| b.wrapping_add(1)).collect()
 }
 
+/// Reads `x` to its end of stream in reads of `chunk` bytes (each bounded
+/// by [`LIMIT`]); at most `max` bytes.
+fn read_to_end(x: &XSocket, chunk: usize, max: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; chunk];
+    loop {
+        let (n, _) = x.recv(&mut buf, RecvFlags::default(), Some(LIMIT)).unwrap();
+        if n == 0 {
+            return got;
+        }
+        got.extend_from_slice(&buf[..n]);
+        assert!(got.len() <= max, "more bytes than written");
+    }
+}
+
+/// The next read of `x` is its end of stream.
+fn expect_eof(x: &XSocket, what: &str) {
+    let mut end = [0u8; 8];
+    let (k, _) = x.recv(&mut end, RecvFlags::default(), Some(LIMIT)).unwrap();
+    assert_eq!(k, 0, "{what}");
+}
+
 /// A blocking one-thread server: reads a request, writes its answer,
 /// `n` times, then closes (orderly: the close lingers until every
 /// buffered answer has left). Every call bounded by [`LIMIT`] (a hang
@@ -68,11 +90,7 @@ fn pipeline(o: &Options, n: usize) {
             let got = recv_exact(&xa, want.len());
             assert!(got == want, "answer {i} by content");
         }
-        let mut end = [0u8; 8];
-        let (k, _) = xa
-            .recv(&mut end, RecvFlags::default(), Some(LIMIT))
-            .unwrap();
-        assert_eq!(k, 0, "the end of stream after the answers");
+        expect_eof(&xa, "the end of stream after the answers");
         server.join().unwrap();
     });
 }
@@ -113,18 +131,7 @@ fn buffered_bytes_then_the_end_of_stream() {
     }
     thread::scope(|sc| {
         let writer = sc.spawn(|| assert!(xa.close(LIMIT), "everything left"));
-        let mut got = Vec::new();
-        let mut buf = vec![0u8; 777];
-        loop {
-            let (n, _) = xb
-                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
-                .unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-            assert!(got.len() <= all.len(), "more bytes than written");
-        }
+        let got = read_to_end(&xb, 777, all.len());
         assert!(got == all, "bytes and order kept");
         writer.join().unwrap();
     });
@@ -194,11 +201,7 @@ fn a_send_blocked_on_a_full_buffer_fails_with_epipe_when_the_write_side_shuts() 
         let writer = sc.spawn(|| assert!(xa.close(LIMIT), "everything left"));
         let got = recv_exact(&xb, taken.len());
         assert!(got == taken, "the buffered bytes, in order");
-        let mut end = [0u8; 8];
-        let (k, _) = xb
-            .recv(&mut end, RecvFlags::default(), Some(LIMIT))
-            .unwrap();
-        assert_eq!(k, 0, "then the end of stream");
+        expect_eof(&xb, "then the end of stream");
         writer.join().unwrap();
     });
 }
@@ -234,4 +237,33 @@ fn message_mode_sends_wait_for_credits() {
             .unwrap();
         assert!(eor && buf[..n] == m[..], "message {i} whole");
     }
+}
+
+/// Buffered bytes read with large reads (at least `zcopy_min`, on an
+/// empty queue: each offers its buffer as a sink): a sink the writer
+/// takes while bytes wait in its send buffer is filled with those bytes,
+/// the next in the stream, and every byte arrives once, in order.
+#[test]
+fn buffered_bytes_read_through_sinks() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let data = pattern(600 << 10, 77);
+    let mut off = 0;
+    // 15 small messages take the credits, then 4 KiB calls fill the
+    // buffer with most of the rest.
+    for _ in 0..15 {
+        assert_eq!(xa.send(&data[off..off + 10], true, None).unwrap(), 10);
+        off += 10;
+    }
+    while off < data.len() {
+        let end = (off + 4096).min(data.len());
+        assert_eq!(xa.send(&data[off..end], true, None).unwrap(), end - off);
+        off = end;
+    }
+    thread::scope(|sc| {
+        let writer = sc.spawn(|| assert!(xa.close(LIMIT), "everything left"));
+        let got = read_to_end(&xb, 96 << 10, data.len());
+        assert!(got == data, "bytes and order kept");
+        writer.join().unwrap();
+    });
 }
