@@ -232,26 +232,42 @@ pub(super) fn claim_with(key: Option<libc::pthread_key_t>) -> Option<&'static Sl
     let slot = guard::slot();
     let key = key?;
     for (i, owned) in OWNED.iter().enumerate() {
+        // Before the slot is owned: a `fork` made by a signal handler
+        // between here and the key's store keeps it in the child
+        // ([`release_lost`]; review r20-xhaz2a item 9).
+        CLAIMING.set(i);
         if owned
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
             continue;
         }
+        #[cfg(test)]
+        tests::owned_in_claim(i);
         // Given back at the thread's exit (after its thread-locals'
         // destructors, whose calls may still use it).
         // SAFETY: `prepare`'s key; the value is a number, not a pointer.
         if unsafe { libc::pthread_setspecific(key, (i + 1) as *const c_void) } != 0 {
             owned.store(false, Ordering::Release);
+            CLAIMING.set(usize::MAX);
             return None;
         }
+        CLAIMING.set(usize::MAX);
         #[cfg(test)]
         tests::during_claim();
         let h = &HAZARDS[i];
         slot.set(h as *const Slot as usize);
         return Some(h);
     }
+    CLAIMING.set(usize::MAX);
     None
+}
+
+thread_local! {
+    /// The slot the thread is claiming (`usize::MAX`: none): a slot owned
+    /// but not yet recorded under the key. No destructor: no registration,
+    /// and the library's static TLS block holds it.
+    static CLAIMING: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
 }
 
 /// A slot for one look-up of a call that may neither take the table's
@@ -278,8 +294,10 @@ pub(super) fn give_back(h: &'static Slot) {
 /// follow the fork; no look-up of the child uses them.
 pub(super) fn release_lost() {
     let own = own_slot().unwrap_or(usize::MAX);
+    // A claim the fork interrupted (a signal handler's) owns its slot.
+    let claiming = CLAIMING.get();
     for (i, (h, owned)) in HAZARDS.iter().zip(&OWNED).enumerate() {
-        if i != own {
+        if i != own && i != claiming {
             h.hazard.store(null_mut(), Ordering::Relaxed);
             h.nudge.store(false, Ordering::Relaxed);
             owned.store(false, Ordering::Release);
@@ -543,6 +561,27 @@ pub(super) mod tests {
     pub(super) fn between() {
         if let Some(f) = BETWEEN.try_with(|b| b.borrow_mut().take()).ok().flatten() {
             f();
+        }
+    }
+
+    thread_local! {
+        /// Run once inside a thread's claim right after the slot's
+        /// ownership, before the key's store (a signal handler there,
+        /// staged), with the slot's number.
+        pub(in super::super) static OWNED_IN_CLAIM: RefCell<Option<OnSlot>> =
+            const { RefCell::new(None) };
+    }
+
+    /// A staged step given a slot's number.
+    pub(in super::super) type OnSlot = Box<dyn FnOnce(usize)>;
+
+    pub(super) fn owned_in_claim(i: usize) {
+        if let Some(f) = OWNED_IN_CLAIM
+            .try_with(|b| b.borrow_mut().take())
+            .ok()
+            .flatten()
+        {
+            f(i);
         }
     }
 

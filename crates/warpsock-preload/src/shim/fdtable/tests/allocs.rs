@@ -154,9 +154,10 @@ fn the_counter_counts() {
 fn a_first_claim_allocates_nothing() {
     let _serial = serial();
     let (n, slot) = std::thread::spawn(|| {
-        // The test-only hook's own thread-local (a destructor registered:
+        // The test-only hooks' own thread-locals (a destructor registered:
         // `calloc`), outside the count.
         hazard::tests::DURING_CLAIM.with(|_| ());
+        hazard::tests::OWNED_IN_CLAIM.with(|_| ());
         let mut slot = None;
         let n = allocations(|| slot = hazard::mine().map(|h| h as *const hazard::Slot as usize));
         (n, slot)

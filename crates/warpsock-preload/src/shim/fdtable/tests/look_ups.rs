@@ -539,3 +539,45 @@ fn a_panicking_drop_leaves_no_freed_entry_undropped() {
         "left undropped"
     );
 }
+
+/// A `fork` made by a signal handler that interrupted a thread's first
+/// claim after it owned its slot, before it recorded it (staged there),
+/// keeps that slot owned in the child: the claim resumes there and uses
+/// it; given back, a thread of the child's could claim it too, and the
+/// two would share it (review r20-xhaz2a item 9).
+#[test]
+fn a_fork_inside_a_claim_keeps_the_claimed_slot_in_the_child() {
+    let _serial = serial();
+    let status = std::thread::spawn(|| {
+        let pid = std::rc::Rc::new(std::cell::Cell::new(0));
+        let seen = pid.clone();
+        hazard::tests::OWNED_IN_CLAIM.with(|b| {
+            *b.borrow_mut() = Some(Box::new(move |i| {
+                fork_prepare();
+                // SAFETY: the child reads atomics and `_exit`s.
+                let p = unsafe { libc::fork() };
+                if p == 0 {
+                    fork_release_child();
+                    let kept = hazard::tests::state(&hazard::HAZARDS[i]).2;
+                    // SAFETY: leaves the child at once.
+                    unsafe { libc::_exit(if kept { 0 } else { 1 }) };
+                }
+                fork_release();
+                seen.set(p);
+            }));
+        });
+        assert!(hazard::mine().is_some(), "no slot");
+        let pid = pid.get();
+        assert!(pid > 0, "the staged fork did not run");
+        let mut status = 0;
+        // SAFETY: our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        status
+    })
+    .join()
+    .unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child gave the slot being claimed back"
+    );
+}
