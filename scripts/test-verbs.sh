@@ -76,6 +76,20 @@ trap 'exit 130' INT TERM
 
 fail() { echo "test-verbs: FAILED: $*" >&2; exit 1; }
 
+# The fixed ports the loopback cases' servers bind (rping 27174, perftest
+# 28515, qperf 29765, fi_pingpong 27600/27601, rstream 27500, iperf 27520,
+# misuse 27700) lie in warpsock-testkit's lease range (20000 up to the
+# ephemeral range): they are leased here, through its lock files, on
+# descriptors held until the suite exits, so that no cargo test running
+# meanwhile is leased one of them (its server then failed to bind, and its
+# client reached ours). A holder is waited for (60 s).
+LEASES="${TMPDIR:-/tmp}/warpsock-testkit-ports"
+mkdir -p "$LEASES"
+for p in 27174 28515 29765 27600 27601 27500 27520 27700; do
+    exec {fd}>>"$LEASES/$p"
+    flock -w 60 "$fd" || fail "port $p stays leased by another process (lock $LEASES/$p)"
+done
+
 # wait_listen PORT [NETNS]: until something listens on TCP PORT (10 s).
 wait_listen() {
     local in=()
