@@ -89,12 +89,25 @@ fn managed(fd: c_int) -> Option<Arc<dyn Socket>> {
     fdtable::get(fd)
 }
 
+/// The kind whose candidate a descriptor marked `mark` is, if that kind
+/// may act on it now: not inside library code, nor over the thread's own
+/// hold of the table's lock (a signal handler there: an adoption's or a
+/// switch's side effects — a handshake on the wire, a registration —
+/// would come before the table refused the new socket; the call stays a
+/// plain one instead, `fdtable::held`; review r20-xhaz2b item 1).
+pub(crate) fn acting_kind(mark: u8) -> Option<&'static &'static dyn Kind> {
+    if busy() || fdtable::over_hold() {
+        return None;
+    }
+    KINDS.get(fdtable::candidate_kind(mark)? - 1)
+}
+
 /// Held while a kind adopts a candidate (see `target`).
 static ADOPTING: Mutex<()> = Mutex::new(());
 
 /// The managed socket behind `fd` (whose mark is `mark`, non-zero), or the
 /// one its kind makes of the candidate `fd` about to talk to `dest()`.
-fn target(
+pub(crate) fn target(
     fd: c_int,
     mark: u8,
     dest: impl FnOnce() -> Option<SocketAddr>,
@@ -107,7 +120,7 @@ fn target(
     if mark & MANAGED != 0 {
         return fdtable::get(fd);
     }
-    let kind = KINDS.get(fdtable::candidate_kind(mark)? - 1)?;
+    let kind = acting_kind(mark)?;
     let dest = dest()?;
     // One adoption at a time, and only of a descriptor that is still a
     // candidate: two threads sending on one new socket would otherwise
@@ -230,10 +243,8 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
     }
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::bind(fd, addr, len) };
-    if r == 0 && !busy() {
-        if let Some(kind) =
-            fdtable::candidate_kind(fdtable::mark(fd)).and_then(|k| KINDS.get(k - 1))
-        {
+    if r == 0 {
+        if let Some(kind) = acting_kind(fdtable::mark(fd)) {
             // SAFETY: the kernel accepted `addr` of `len` bytes.
             if let Some(a) = unsafe { sys::addr_from_raw(addr, len) } {
                 enter((), || kind.bound(fd, a));
@@ -256,8 +267,8 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     // SAFETY: forwarding the caller's arguments.
     let mut r = unsafe { real::connect(fd, addr, len) };
     let kind = fdtable::candidate_kind(mark).and_then(|k| KINDS.get(k - 1));
-    if r != 0 && sys::errno() == libc::EINPROGRESS && !busy() {
-        if let Some(k) = kind {
+    if r != 0 && sys::errno() == libc::EINPROGRESS {
+        if let Some(k) = acting_kind(mark) {
             if enter(false, || k.finish_connect(fd)) {
                 r = 0;
             }
@@ -288,10 +299,8 @@ pub unsafe extern "C" fn accept4(
 ) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let n = unsafe { real::accept4(fd, addr, len, flags) };
-    if n >= 0 && !busy() {
-        if let Some(kind) =
-            fdtable::candidate_kind(fdtable::mark(fd)).and_then(|k| KINDS.get(k - 1))
-        {
+    if n >= 0 {
+        if let Some(kind) = acting_kind(fdtable::mark(fd)) {
             enter((), || kind.accepted(fd, n));
         }
     }
@@ -306,9 +315,15 @@ pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut sockle
 }
 
 /// A socket option at a level some kind owns, on an unmanaged descriptor.
-fn plain_sockopt(fd: c_int, level: c_int, op: SockOpt) -> Option<c_int> {
+pub(crate) fn plain_sockopt(fd: c_int, level: c_int, op: SockOpt) -> Option<c_int> {
     if busy() || level < crate::xsock::FIRST_OWN_LEVEL {
         return None;
+    }
+    // A switch over the thread's own hold of the table's lock would be
+    // refused after its handshake (`acting_kind`): refused before it.
+    if matches!(op, SockOpt::Set(..)) && fdtable::over_hold() {
+        set_errno(libc::EDEADLK);
+        return Some(-1);
     }
     enter(Some(-1), || {
         KINDS.iter().find_map(|k| k.plain_sockopt(fd, level, op))

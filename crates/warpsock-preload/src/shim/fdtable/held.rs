@@ -22,6 +22,19 @@
 //! - Listing the table (`exec`'s demotion, a residue socket's) sees
 //!   nothing; `fork_prepare` holds nothing (the child's copy of the table
 //!   is what its threads left).
+//! - No kind acts on a candidate (`interpose::acting_kind`): no adoption
+//!   at `connect`/`sendto`, no hook at `bind`/`accept`, and a switch
+//!   (`setsockopt` at the kinds' level) fails with `EDEADLK` — each would
+//!   have its side effects (a handshake on the wire, a registration)
+//!   before the table refused the new socket. The call stays a plain one
+//!   on the kernel socket.
+//!
+//! Only the table's lock is covered: a handler over its thread's hold of
+//! another of the library's locks (a kind's socket state, the adoption
+//! lock) can still deadlock there. Known gaps (review r20-xhaz2b): a
+//! refused `close` leaves the descriptor open (programs do not retry
+//! `close`); a fork or exec from such a handler demotes nothing; a
+//! `siglongjmp` out of a handler over a *wait* leaves the count raised.
 //!
 //! A data call on a managed descriptor in a handler that interrupted no
 //! such hold (the common case: a handler over a blocked `recv`) is not

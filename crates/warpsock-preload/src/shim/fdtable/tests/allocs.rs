@@ -196,7 +196,7 @@ fn a_reclaim_allocates_nothing() {
     let fd = 60_061;
     // A scan by a test not serialised with this one (a UDP socket's
     // change of the table) may free the entry between the end's clear and
-    // its reclaim: then again, a few times at most.
+    // its reclaim: then again, a few times at most (review r20-xhaz2b 6d).
     let mut n = (0, 0);
     let by_the_end = (0..10).any(|_| {
         DROPPED_BY.store(0, Ordering::SeqCst);
@@ -215,7 +215,9 @@ fn a_reclaim_allocates_nothing() {
         assert!(nudged, "the removal kept nothing for the call");
         holds::settled();
         n = c;
-        DROPPED_BY.load(Ordering::SeqCst) == tid
+        // (A scan of T's may also free a node another test's slot kept:
+        // more frees then, again.)
+        DROPPED_BY.load(Ordering::SeqCst) == tid && c.1 == 2
     });
     assert!(by_the_end, "never dropped by the end, counted");
     assert_eq!(n.0, 0, "the reclaim allocated");
