@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use warpsock_testkit::{lease_port, loopback_listener};
+use warpsock_testkit::{loopback_listener, RefusingPort};
 
 mod common;
 
@@ -283,8 +283,9 @@ fn bad_option_values_name_the_value_and_range() {
 
 #[test]
 fn closed_port_gives_connection_refused() {
-    // Leased: nothing of ours listens there, and no port-0 bind gets it.
-    let port = lease_port();
+    // Held, not listening: refused, and nobody else can bind it meanwhile.
+    let held = RefusingPort::new().unwrap();
+    let port = held.port();
     for args in [
         vec!["client".to_string(), format!("127.0.0.1:{port}")],
         vec!["bench".into(), "--peer".into(), format!("127.0.0.1:{port}")],

@@ -4,32 +4,38 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use warpsock_testkit::{finish, lease_port, Guard};
+use warpsock_testkit::{finish, listening_port, Guard};
 
 fn rping(crc: bool) {
     let exe = env!("CARGO_BIN_EXE_warpsock");
-    let port = lease_port().to_string();
-    // The server buffer must hold the client's pings (rping semantics).
-    let mut server_args = vec![
+    // The server binds port 0 and says which port it got: no other program
+    // can take it first (a leased number could be bound by one that does
+    // not lease: the client then met that listener, the server no port).
+    let server_args = [
         "rping",
         "-s",
         "-a",
         "127.0.0.1",
         "-p",
-        &port,
+        "0",
         "-V",
+        // The server buffer must hold the client's pings (rping semantics).
         "-S",
         "65535",
+        "--conns",
+        "1",
+        "--accept-timeout",
+        "20",
     ];
-    server_args.extend(["--conns", "1", "--accept-timeout", "20"]);
-    let server = Guard(
+    let mut server = Guard(
         Command::new(exe)
-            .args(&server_args)
+            .args(server_args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
+    let port = listening_port(&mut server.0).to_string();
     let mut client_args = vec!["rping", "-c", "-a", "127.0.0.1", "-p", &port];
     client_args.extend(["-C", "20", "-S", "1000", "-V", "--timeout", "20"]);
     if crc {

@@ -4,9 +4,16 @@
 use std::time::Duration;
 
 use warpsock_engine::RtrOffer;
-use warpsock_engine::RtrType;
-use warpsock_perftest::send_check::{client, server, Params};
-use warpsock_testkit::lease_port;
+use warpsock_engine::{Listener, RtrType};
+use warpsock_perftest::send_check::{client, server_on, Params};
+
+/// The server's listener: 127.0.0.1, port 0, bound before the client
+/// starts (no other program can take the port in between).
+fn listener() -> (Listener, u16) {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    (l, port)
+}
 
 fn params(port: u16, n: u64, s: u32) -> Params {
     Params {
@@ -38,10 +45,10 @@ fn every_byte_arrives_and_is_verified() {
             }),
         ),
     ] {
-        let port = lease_port();
+        let (l, port) = listener();
         let mut sp = params(port, n, s);
         sp.crc = crc;
-        let srv = std::thread::spawn(move || server(&sp));
+        let srv = std::thread::spawn(move || server_on(l, &sp));
         let mut cp = params(port, n, s);
         cp.p2p = p2p;
         let c = client(&cp).expect("client");
@@ -58,9 +65,9 @@ fn every_byte_arrives_and_is_verified() {
 
 #[test]
 fn the_server_rejects_other_parameters() {
-    let port = lease_port();
+    let (l, port) = listener();
     let sp = params(port, 10, 100);
-    let srv = std::thread::spawn(move || server(&sp));
+    let srv = std::thread::spawn(move || server_on(l, &sp));
     let mut cp = params(port, 10, 101);
     cp.timeout = Duration::from_secs(2);
     assert!(client(&cp).is_err());
@@ -70,11 +77,11 @@ fn the_server_rejects_other_parameters() {
 
 #[test]
 fn a_responder_can_choose_read_rtr() {
-    let port = lease_port();
+    let (l, port) = listener();
     let mut sp = params(port, 200, 4099);
     sp.crc = true;
     sp.prefer_read_rtr = true;
-    let srv = std::thread::spawn(move || server(&sp));
+    let srv = std::thread::spawn(move || server_on(l, &sp));
     let mut cp = params(port, 200, 4099);
     cp.p2p = Some(RtrOffer {
         write: true,
@@ -91,10 +98,10 @@ fn a_responder_can_choose_read_rtr() {
 
 #[test]
 fn the_read_rtr_server_needs_both_offered() {
-    let port = lease_port();
+    let (l, port) = listener();
     let mut sp = params(port, 10, 100);
     sp.prefer_read_rtr = true;
-    let srv = std::thread::spawn(move || server(&sp));
+    let srv = std::thread::spawn(move || server_on(l, &sp));
     let mut cp = params(port, 10, 100);
     cp.p2p = Some(RtrOffer {
         write: true,

@@ -124,6 +124,38 @@ pub fn finish(mut child: Child, limit: Duration) -> Finished {
     }
 }
 
+/// The port a server child announces on its standard error in a line
+/// ending "listening on ADDR:PORT" (warpsock-rping's server, started with
+/// port 0: the child binds it, so no other program can take it first).
+/// Reads unbuffered, a byte at a time, so the rest of the stream stays in
+/// the pipe for [`finish`]; lines before that one are skipped.
+///
+/// # Panics
+/// When the stream ends (or 20 lines pass) before such a line.
+pub fn listening_port(child: &mut Child) -> u16 {
+    let err = child.stderr.as_mut().expect("the child's stderr is piped");
+    let mut seen = String::new();
+    for _ in 0..20 {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while err.read(&mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        let line = String::from_utf8_lossy(&line).into_owned();
+        if line.contains("listening on ") {
+            if let Some(port) = line.rsplit(':').next().and_then(|p| p.trim().parse().ok()) {
+                return port;
+            }
+        }
+        if line.is_empty() && b[0] != b'\n' {
+            break;
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    panic!("no \"listening on ADDR:PORT\" line from the child: {seen:?}");
+}
+
 fn drain(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
     std::thread::spawn(move || {
         let mut buf = Vec::new();
@@ -138,6 +170,22 @@ fn drain(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
 mod tests {
     use super::*;
     use std::process::{Command, Stdio};
+
+    #[test]
+    fn a_listening_port_is_read_and_the_rest_left_for_finish() {
+        let mut c = Command::new("sh")
+            .args([
+                "-c",
+                "echo noise >&2; echo 'srv: listening on 127.0.0.1:4242' >&2; echo rest >&2",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert_eq!(listening_port(&mut c), 4242);
+        let f = finish(c, Duration::from_secs(20));
+        assert_eq!(f.stderr, "rest\n");
+    }
 
     #[test]
     fn finish_collects_output_and_code() {

@@ -26,7 +26,7 @@ pub mod ports;
 pub mod rng;
 pub mod verbs;
 
-pub use child::{finish, wait_exit, Finished, Guard};
+pub use child::{finish, listening_port, wait_exit, Finished, Guard};
 pub use ports::{
     is_leased, lease_port, loopback_listener, loopback_udp, try_lease_port, PortLease, RefusingPort,
 };

@@ -54,7 +54,7 @@
 
 mod run;
 
-pub use run::{client, server, Params, Report};
+pub use run::{client, server, server_on, Params, Report};
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};

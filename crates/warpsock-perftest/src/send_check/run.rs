@@ -297,12 +297,18 @@ fn not_negotiated() -> Error {
 /// Runs the receiving side: accepts one client on `host:port`, verifies
 /// its N messages, and returns the verdict it sent back.
 pub fn server(p: &Params) -> Result<Report, Error> {
+    server_on(Listener::bind(resolve(&p.host, p.port)?)?, p)
+}
+
+/// As [`server`], on a listener the caller bound (`p.host` and `p.port`
+/// are not used): bind port 0 and pass the listener, and no other program
+/// can take the port between choosing it and listening on it.
+pub fn server_on(mut listener: Listener, p: &Params) -> Result<Report, Error> {
     let t = p.timeout;
     let s = p.s as usize;
     let w = p.window.max(1);
     let k = credit_interval(w);
     let ring = client_recvs(w, k) as usize;
-    let mut listener = Listener::bind(resolve(&p.host, p.port)?)?;
     // Scripts that bind port 0 learn the port from this line.
     eprintln!("send-check server: listening on {}", listener.local_addr()?);
     listener.set_mpa_timeout(t);
