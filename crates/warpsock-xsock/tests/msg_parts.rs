@@ -234,3 +234,43 @@ fn a_peek_its_buffer_filled_releases_no_part() {
         Some(libc::EAGAIN)
     );
 }
+
+/// Level-triggered readiness agrees with the read (review r19-xdead item
+/// 6): part of a message that no read would return now — not its end, the
+/// peer not short, no peek — is not readable where a poll asks
+/// (`readiness`, `readiness_now`: the preload's poll paths, and its look
+/// after the `EAGAIN` such a part gives a receive); a non-blocking read
+/// would fail, and an event loop woken for it spun until the rest came.
+/// Once readable, a non-blocking read returns bytes, up to the message's
+/// end.
+#[test]
+fn a_held_part_no_read_would_return_is_not_readable() {
+    let (xa, xb, m, sent, small) = holding_a_part_not_due();
+    let r = xa.readiness();
+    assert!(!r.readable && !xa.readiness_now().readable, "{r:?}");
+    let mut big = vec![0u8; 64 << 10];
+    assert_eq!(errno(xa.recv(&mut big, NB, None)), Some(libc::EAGAIN));
+    assert!(!xa.readiness_now().readable);
+    // The rest comes: readable whenever a read returns, up to the end.
+    let mut got = small;
+    std::thread::scope(|sc| {
+        let tx = sc.spawn(|| xb.send(&m[sent..], false, SHORT));
+        let t = Instant::now();
+        loop {
+            assert!(t.elapsed() < LIMIT, "{} of {} bytes", got.len(), m.len());
+            if !xa.readiness().readable {
+                std::thread::yield_now();
+                continue;
+            }
+            let (n, eor) = xa
+                .recv(&mut big, NB, None)
+                .expect("readable: a read returns");
+            got.extend_from_slice(&big[..n]);
+            if eor {
+                break;
+            }
+        }
+        assert_eq!(tx.join().unwrap().unwrap(), m.len() - sent);
+    });
+    assert!(got == m, "the message, in order");
+}

@@ -358,14 +358,34 @@ impl DdpSock {
         let timeo = self.rcvtimeo.get();
         // Readiness as the call left it, taken under its lock.
         let (r, ready) = self.x.recv_vectored_ready(bufs, f, timeo);
-        self.reflect(ready);
         match r {
             Ok((n, end)) => {
+                self.reflect(ready);
                 *eor = end;
                 n as isize
             }
-            Err(e) => Self::fail(&e),
+            Err(e) => {
+                // That look counts a message's held part readable (it costs
+                // the 8 B path nothing); after a receive that failed
+                // (`EAGAIN`), the look a poll is given, which does not: the
+                // doorbell is drained, and a level-triggered wait does not
+                // wake again for the part (review r19-xdead item 6).
+                if ready.readable {
+                    self.reflect_polled();
+                } else {
+                    self.reflect(ready);
+                }
+                Self::fail(&e)
+            }
         }
+    }
+
+    /// Follows the readiness a poll is given (out of line: the receive's
+    /// frame stays as it was on the 8 B path).
+    #[cold]
+    #[inline(never)]
+    fn reflect_polled(&self) {
+        self.reflect(self.x.readiness_now());
     }
 
     /// A send call of the program's non-empty buffers `bufs` (every form

@@ -731,7 +731,7 @@ impl XSocket {
             return (r, Self::readiness_of(&st));
         }
         let r = self.recv_scattered(bufs, flags, timeout);
-        (r, self.readiness_now())
+        (r, Self::readiness_of(&self.lock()))
     }
 
     /// [`Self::recv_vectored`] into any number of buffers but one.

@@ -801,24 +801,17 @@ impl XSocket {
         let _ = self.on_progress.set(f);
     }
 
-    /// What the socket can do, without a round of progress.
-    pub fn readiness_now(&self) -> Readiness {
-        Self::readiness_of(&self.lock())
-    }
-
     /// Bytes a read would return now (`FIONREAD`).
     pub fn readable_bytes(&self) -> usize {
         let st = self.lock();
         st.residue.len() - st.residue_off + st.s.readable()
     }
 
-    /// What the socket can do now (after a non-blocking round of progress).
-    pub fn readiness(&self) -> Readiness {
-        let mut st = self.lock();
-        self.drive_now(&mut st);
-        Self::readiness_of(&st)
-    }
-
+    /// The look taken after every call (the `*_ready` calls): in message
+    /// mode a held part no read would return yet counts as readable here;
+    /// where a poll asks, [`Self::readiness_polled`] tells it apart.
+    /// Always inlined, as the 8 B path was counted.
+    #[inline(always)]
     pub(crate) fn readiness_of(st: &State) -> Readiness {
         let err = st.error.is_some();
         let rdhup = st.s.eof() || st.peer_closed;

@@ -35,6 +35,54 @@ use super::settings::{Count, Readiness};
 use super::socket::{State, XSocket};
 
 impl XSocket {
+    /// What the socket can do, without a round of progress. Readable as a
+    /// read of any size would return without waiting: in message mode, a
+    /// part of a message that a read returns only once its end comes (the
+    /// peer holds credits for the rest) is not readable (review r19-xdead
+    /// item 6).
+    pub fn readiness_now(&self) -> Readiness {
+        Self::readiness_polled(&self.lock())
+    }
+
+    /// What the socket can do now (after a non-blocking round of
+    /// progress), as [`Self::readiness_now`].
+    pub fn readiness(&self) -> Readiness {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        Self::readiness_polled(&st)
+    }
+
+    /// The readiness a poll is given (level-triggered: a poll that says
+    /// readable is followed by a read that does not block, as for TCP;
+    /// review r19-xdead item 6). In message mode, bytes held count only
+    /// when a read of any size returns them ([`crate::stream::Stream::msg_readable`]): a
+    /// part of a message whose end has not come, while the peer holds
+    /// credits for the rest, is not readable, and a non-blocking read
+    /// would fail with `EAGAIN` (an event loop woken for it spun until the
+    /// rest came). Edge-triggered waiters still get their edge: a part
+    /// becomes readable only with an arrival (its end, or the DATA that
+    /// leaves the peer short), and the round that processes it reports
+    /// this look.
+    ///
+    /// Not the look taken after every call ([`Self::readiness_of`], where
+    /// a held part counts: it costs the 8 B round trip nothing). After a
+    /// receive that failed, the preload takes this one
+    /// ([`Self::readiness_now`]), so the doorbell a program polls is
+    /// drained by the `EAGAIN` a held part gave it.
+    #[inline(never)]
+    pub(crate) fn readiness_polled(st: &State) -> Readiness {
+        let mut r = Self::readiness_of(st);
+        if r.readable
+            && st.msg_mode
+            && st.residue_off == st.residue.len()
+            && !(r.rdhup || r.error || st.shut_rd || st.aio.has_completions())
+            && !st.s.msg_readable()
+        {
+            r.readable = false;
+        }
+        r
+    }
+
     /// The engine's TCP socket. A progress thread registers it for
     /// [`Self::watching`] (edge-triggered epoll), follows
     /// [`Self::set_watch`], and calls [`Self::progress_if_idle`] on each
@@ -158,7 +206,7 @@ impl XSocket {
         let mut st = self.lock();
         st.want_writable = true;
         self.drive_now(&mut st);
-        Self::readiness_of(&st)
+        Self::readiness_polled(&st)
     }
 
     /// Nothing, edge-triggered: the progress thread sleeps through input
@@ -196,7 +244,7 @@ impl XSocket {
         }
         self.count(&st, Count::PollRounds, 1);
         self.drive_now(&mut st);
-        Some(Self::readiness_of(&st))
+        Some(Self::readiness_polled(&st))
     }
 
     /// A round of progress for the progress thread, on an event of its
@@ -229,6 +277,6 @@ impl XSocket {
                 break;
             }
         }
-        Some(Self::readiness_of(&st))
+        Some(Self::readiness_polled(&st))
     }
 }

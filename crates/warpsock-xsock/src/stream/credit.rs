@@ -309,6 +309,20 @@ impl Stream {
         self.msg_part_due() || self.rx_peeked > self.rx_seq - self.readable_bytes as u64
     }
 
+    /// Whether a message-mode read of any size returns some of the bytes
+    /// held now: the first message's end has arrived
+    /// ([`Self::message_end`]), its part may be returned
+    /// ([`Self::msg_part_readable`]), or the stream ended. A part that is
+    /// none of these (the peer holds credits for the rest, and no peek saw
+    /// it) is returned only to a buffer it fills. Each such part reaches
+    /// one of these while the peer sends: its end arrives, or the peer
+    /// runs short ([`Self::msg_part_due`], which only an arrival makes
+    /// true). Walks the segments: asked where a poll asks, not after
+    /// every call.
+    pub fn msg_readable(&self) -> bool {
+        self.msg_part_readable() || self.eof || self.message_end().is_some()
+    }
+
     /// A message-mode peek returned the first `n` unread bytes as a part
     /// of a message (its end not among them) because the peer was short
     /// ([`Self::msg_part_due`]): they stay readable

@@ -1,0 +1,27 @@
+//! DDP-mode readiness under the preload: what `poll`, `select` and
+//! `epoll` report agrees with what the following read does (issue 12).
+
+mod common;
+
+use common::{c_program, command, finish};
+
+/// Message mode's held part (review r19-xdead item 6, `tests/c/heldpart.c`):
+/// part of a message a read would return only once its end comes is not
+/// readable to `poll`, `select` or level-triggered `epoll_wait` (an event
+/// loop woken for it spun on `EAGAIN`); an edge-triggered `epoll_wait`
+/// fires when the rest comes, and every read after a poll that said
+/// readable returns bytes.
+#[test]
+fn a_held_part_no_read_would_return_is_not_readable() {
+    let child = command(&c_program("heldpart"), &[], true)
+        .env("WARPSOCK_DDP_SLOTS", "16")
+        .env("WARPSOCK_DDP_SLOT_KB", "1")
+        // Unbuffered: the sender's non-blocking send stops at its last
+        // credit (a buffered one answers EAGAIN or takes it all).
+        .env("WARPSOCK_DDP_SNDBUF", "0")
+        .spawn()
+        .expect("spawn heldpart");
+    let r = finish(child, std::time::Duration::from_secs(60));
+    r.assert_ok("heldpart");
+    assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+}
