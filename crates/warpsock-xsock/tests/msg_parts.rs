@@ -94,6 +94,38 @@ fn a_peeked_part_stays_readable_after_our_own_send() {
     drop(xb);
 }
 
+/// A peek the latch alone let in latches what it returned (review
+/// r20-xdead2b #2): a small peek of a due part, our own send (the part no
+/// longer due), a large peek through the latch, a read of the latched
+/// length — the rest the large peek returned is still readable (it gave
+/// `EAGAIN`: the latch stopped at the first peek's length).
+#[test]
+fn a_peek_the_latch_let_in_extends_it() {
+    let (xa, xb, m) = holding_a_part_and_a_credit();
+    let t = Instant::now();
+    while xa.readable_bytes() < 14 << 10 {
+        assert!(t.elapsed() < LIMIT, "the parts did not arrive");
+        xa.progress();
+    }
+    let peek = RecvFlags {
+        peek: true,
+        nonblocking: true,
+        waitall: false,
+    };
+    let mut four = [0u8; 4];
+    assert_eq!(xa.recv(&mut four, peek, None).unwrap(), (4, false));
+    assert_eq!(xa.send(b"answer!!", false, SHORT).unwrap(), 8);
+    let mut seen = vec![0u8; 64 << 10];
+    let (p, eor) = xa.recv(&mut seen, peek, None).unwrap();
+    assert_eq!((p, eor), (14 << 10, false));
+    assert_eq!(xa.recv(&mut four, NB, None).unwrap(), (4, false));
+    let mut got = vec![0u8; 64 << 10];
+    let (n, eor) = xa.recv(&mut got, NB, None).expect("what the peek returned");
+    assert_eq!((n, eor), (p - 4, false));
+    assert_eq!(&got[..n], &m[4..p]);
+    drop(xb);
+}
+
 /// A message that fits the window arrives in one read, whole, though the
 /// peer holds our CREDIT unreturned and is short before its end (review
 /// r19-xdead item 2): with no send of ours waiting, the CREDIT's slot

@@ -867,13 +867,13 @@ impl XSocket {
                 Some(_) => (out.len(), false),
                 // A part: the peer needs a return, or a peek saw it
                 // (`msg_part_readable`), or the buffer is full. Only what
-                // the peer being short released is latched for the next
-                // read (`peeked_part`): a peek that its buffer filled (a
-                // length prefix) leaves the message to be read whole
-                // (review r20-xdead2a #1).
+                // the peer being short or the latch released is latched
+                // for the next read (`peeked_part`; a peek the latch let in
+                // returns more: review r20-xdead2b #2): a peek that its
+                // buffer filled leaves the message to be read whole (#1).
                 None if st.s.msg_part_readable() || avail >= out.len() || st.s.eof() => {
                     let n = avail.min(out.len());
-                    if peek && st.s.msg_part_due() {
+                    if peek && st.s.msg_part_readable() {
                         st.s.peeked_part(n);
                     }
                     (n, false)
