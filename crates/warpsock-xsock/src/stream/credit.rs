@@ -213,10 +213,18 @@ impl Stream {
     /// neither reader ever seeing the peer short (issue 12;
     /// `tests/msg_mode.rs`).
     ///
-    /// Why it is enough: held back, the credit goes to the waiting
-    /// message, which carries the return (every message returns all
-    /// unreturned slots), so the CREDIT was only ever a race with it.
-    /// And the peer is not left waiting for it: the DATA we hold is
+    /// Why it is enough: at two credits, held back, the credit goes to
+    /// the waiting message, which carries the return (every message
+    /// returns all unreturned slots), so the CREDIT was only ever a race
+    /// with it. At one credit the waiting message cannot go anyway (it
+    /// needs two), and the hold is safe for another reason: with our
+    /// credits at one and nothing in flight, the peer holds all but one
+    /// of its slots' worth of our messages unreturned, so once its reader
+    /// reads them its return to us is due and not held (its `trigger` is
+    /// above 0, or all it holds is unreturned) — and its own
+    /// [`Self::msg_part_due`] is exactly "our credits at one or none": a
+    /// hold at one credit waits only on a peer that does not read (review
+    /// r20-xdead2b #4). And the peer is not left waiting for it: the DATA we hold is
     /// read once the peer is short ([`Self::msg_part_due`]), and the
     /// slots read make a return due that carries the CREDITs' slots too.
     /// With no message of ours waiting the return goes at once, so a
