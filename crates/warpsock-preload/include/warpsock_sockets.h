@@ -82,6 +82,11 @@ int warpsock_aio_writev(int fd, const struct iovec *iov, int iovcnt, off_t offse
                         uint64_t cookie);
 #define WARPSOCK_IOV_MAX 64
 
+/* The layout of this header's structures, bumped with every change. 2:
+ * struct warpsock_aio_completion grew from 24 to 32 bytes (flags, reserved):
+ * a program built against the 24-byte struct must be rebuilt. */
+#define WARPSOCK_SOCKETS_ABI 2
+
 #define WARPSOCK_AIO_SEND 1
 #define WARPSOCK_AIO_RECV 2
 #define WARPSOCK_AIO_WRITE 3

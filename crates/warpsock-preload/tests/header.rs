@@ -69,6 +69,7 @@ fn every_header_constant_matches_the_library() {
             ("WARPSOCK_AIO_WRITE", "AIO_WRITE"),
             ("WARPSOCK_AIO_READ", "AIO_READ"),
             ("WARPSOCK_IOV_MAX", "IOV_MAX"),
+            ("WARPSOCK_SOCKETS_ABI", "SOCKETS_ABI"),
         ],
     ));
     let defined: Vec<&String> = h

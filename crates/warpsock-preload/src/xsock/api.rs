@@ -29,6 +29,11 @@ pub const AIO_READ: i32 = 4;
 /// `WARPSOCK_IOV_MAX`: most buffers of one `warpsock_aio_writev`.
 pub const IOV_MAX: i32 = 64;
 
+/// `WARPSOCK_SOCKETS_ABI`: the layout of the header's structures. 2:
+/// `struct warpsock_aio_completion` grew from 24 to 32 bytes (`flags`,
+/// `reserved`; review r20-xdead2b #6). Bumped with every layout change.
+pub const SOCKETS_ABI: i32 = 2;
+
 /// One completion as `struct warpsock_aio_completion` lays it out.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -332,7 +337,11 @@ mod tests {
     /// tests/c/xsock.c).
     #[test]
     fn the_completion_struct_has_the_c_layout() {
-        assert_eq!(size_of::<C>(), 32);
+        assert_eq!(
+            (super::SOCKETS_ABI, size_of::<C>()),
+            (2, 32),
+            "a layout change bumps WARPSOCK_SOCKETS_ABI"
+        );
         assert_eq!(align_of::<C>(), 8);
         assert_eq!(std::mem::offset_of!(C, cookie), 0);
         assert_eq!(std::mem::offset_of!(C, op), 8);
