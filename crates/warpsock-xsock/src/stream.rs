@@ -174,11 +174,17 @@ pub struct Stream {
     tx_seq: u64,
     peer_sinks: VecDeque<PeerSink>,
     out: VecDeque<Body>,
-    eof_queued: bool,
-    /// [`Self::tx_data`]'s last answer was [`TxStep::Blocked`]: a send
-    /// call of ours waits for a credit (or gave up waiting, and no call
-    /// went through `tx_data` since). See `Stream::send_waits`.
-    tx_waiting: bool,
+    /// [`Self::EOF_QUEUED`]: our end is shut, the EOF queued after
+    /// everything sent. [`Self::TX_WAITING`]: [`Self::tx_data`]'s last
+    /// answer was [`TxStep::Blocked`], a send call of ours waits for a
+    /// credit (or gave up waiting, and no call went through `tx_data`
+    /// since; see `Stream::send_waits`). One byte, so that
+    /// [`Self::tx_straight`] declines both with the one test it made for
+    /// the EOF alone: a straight send does not clear `TX_WAITING`, and a
+    /// call that finds it set goes the general path once, which clears it
+    /// (a stale flag held CREDITs' slots back for a message that no
+    /// longer waited; review r20-xdead2b #1).
+    tx_flags: u8,
     // Receive side.
     rx_seq: u64,
     segs: VecDeque<Seg>,
@@ -217,6 +223,11 @@ pub struct Stream {
 }
 
 impl Stream {
+    /// [`Stream`]'s `tx_flags`: the EOF is queued.
+    const EOF_QUEUED: u8 = 1;
+    /// [`Stream`]'s `tx_flags`: a send call waits for a credit.
+    const TX_WAITING: u8 = 2;
+
     /// Books for a connection where we posted `local.slots` receives and
     /// the peer announced `peer`.
     pub fn new(local: Hello, peer: Hello) -> Self {
@@ -227,8 +238,7 @@ impl Stream {
             tx_seq: 0,
             peer_sinks: VecDeque::new(),
             out: VecDeque::new(),
-            eof_queued: false,
-            tx_waiting: false,
+            tx_flags: 0,
             rx_seq: 0,
             segs: VecDeque::new(),
             used: 0,
@@ -468,11 +478,11 @@ impl Stream {
             if h.active {
                 return;
             }
-            if h.ad.rx_seq == self.tx_seq && !self.eof_queued {
+            if h.ad.rx_seq == self.tx_seq && self.tx_flags & Self::EOF_QUEUED == 0 {
                 h.active = true;
                 return;
             }
-            if h.ad.rx_seq > self.tx_seq && !self.eof_queued {
+            if h.ad.rx_seq > self.tx_seq && self.tx_flags & Self::EOF_QUEUED == 0 {
                 // Offered ahead of the stream: the bytes before it go as
                 // DATA first (`tx_data` stops them at its position).
                 h.ahead = true;
@@ -502,8 +512,8 @@ impl Stream {
     /// How to send the next (at most `avail`, > 0) bytes of a send call;
     /// `eom`: they are the call's last bytes.
     pub fn tx_data(&mut self, avail: usize, eom: bool) -> TxStep {
-        debug_assert!(avail > 0 && !self.eof_queued);
-        self.tx_waiting = false;
+        debug_assert!(avail > 0 && self.tx_flags & Self::EOF_QUEUED == 0);
+        self.tx_flags &= !Self::TX_WAITING;
         if !self.out.is_empty() {
             return if self.may_send() {
                 TxStep::Control
@@ -593,10 +603,10 @@ impl Stream {
     /// EOF goes after everything sent so far; a sink in use is finished
     /// first, and sinks offered later are declined.
     pub fn shutdown_write(&mut self) {
-        if self.eof_queued {
+        if self.tx_flags & Self::EOF_QUEUED != 0 {
             return;
         }
-        self.eof_queued = true;
+        self.tx_flags |= Self::EOF_QUEUED;
         if self.peer_sinks.front().is_some_and(|s| s.active) {
             self.finish_peer_sink(true);
         }
@@ -606,7 +616,7 @@ impl Stream {
 
     /// Whether our end of the stream is shut.
     pub fn is_write_shut(&self) -> bool {
-        self.eof_queued
+        self.tx_flags & Self::EOF_QUEUED != 0
     }
 
     /// Whether messages wait for credits (or for [`Self::poll_msg`]).
@@ -617,7 +627,7 @@ impl Stream {
     /// Whether a send call could move bytes now (a sink to write into, or
     /// a credit for DATA).
     pub fn writable(&self) -> bool {
-        !self.eof_queued
+        self.tx_flags & Self::EOF_QUEUED == 0
             && self.out.is_empty()
             && (self.peer_sinks.front().is_some_and(|s| s.active) || self.may_send())
     }

@@ -18,32 +18,50 @@ use warpsock_xsock::{Stream, TxStep};
 /// short and its return due at once, the send calls waiting on that
 /// credit never got it. With no send waiting it goes at once, and a
 /// message that fits the window is read whole (review r19-xdead item 2).
+/// A DATA message of 10 bytes, `eom` as given.
+fn data(eom: bool) -> Vec<u8> {
+    let mut d = encode(Msg {
+        credits: 0,
+        body: Body::Data { eom },
+    });
+    d.extend_from_slice(&[7; 10]);
+    d
+}
+
+/// A CREDIT returning `credits` slots.
+fn credit(credits: u16) -> Vec<u8> {
+    encode(Msg {
+        credits,
+        body: Body::Credit,
+    })
+}
+
+/// Our send call waits: 15 messages sent, the last credit kept.
+fn waiting() -> Stream {
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    for _ in 0..15 {
+        assert!(matches!(s.tx_data(10, true), TxStep::Data { .. }));
+    }
+    assert_eq!(s.tx_data(10, true), TxStep::Blocked);
+    s
+}
+
+/// [`waiting`], holding 14 parts of the peer's and its CREDIT of `n`
+/// (which took a fifteenth slot): the peer holds one credit.
+fn waiting_with_a_short_peer(n: u16) -> Stream {
+    let mut s = waiting();
+    for slot in 0..14 {
+        s.on_message(slot, &data(false)).unwrap();
+    }
+    s.on_message(14, &credit(n)).unwrap();
+    assert_eq!(repost_all(&mut s), [14]);
+    assert!(s.msg_part_due());
+    s
+}
+
 #[test]
 fn a_credits_slot_alone_goes_back_unless_our_waiting_send_needs_the_credit() {
-    let data = |eom| {
-        let mut d = encode(Msg {
-            credits: 0,
-            body: Body::Data { eom },
-        });
-        d.extend_from_slice(&[7; 10]);
-        d
-    };
     let part = data(false);
-    let credit = |credits| {
-        encode(Msg {
-            credits,
-            body: Body::Credit,
-        })
-    };
-    // Our send call waits: 15 messages sent, the last credit kept.
-    let waiting = || {
-        let mut s = Stream::new(hello(16, 256), hello(16, 256));
-        for _ in 0..15 {
-            assert!(matches!(s.tx_data(10, true), TxStep::Data { .. }));
-        }
-        assert_eq!(s.tx_data(10, true), TxStep::Blocked);
-        s
-    };
     let mut s = waiting();
     for slot in 0..14 {
         s.on_message(slot, &part).unwrap();
@@ -96,6 +114,35 @@ fn a_credits_slot_alone_goes_back_unless_our_waiting_send_needs_the_credit() {
     s.on_message(1, &credit(0)).unwrap();
     assert_eq!(repost_all(&mut s).len(), 2);
     assert!(matches!(s.poll_msg(), Some(m) if m.credits == 2 && m.body == Body::Credit));
+}
+
+/// A call that waited, then gave up, leaves no wait behind once a later
+/// send goes (review r20-xdead2b #1): a straight send did not clear the
+/// flag, and CREDITs' slots were held back for a message that no longer
+/// waited. A call that finds it set goes the general path once
+/// (`tx_straight` declines), which clears it; the next CREDIT's slot goes
+/// back to the short peer at once.
+#[test]
+fn a_send_after_a_call_that_gave_up_leaves_no_wait() {
+    let mut s = waiting_with_a_short_peer(1);
+    assert!(s.poll_msg().is_none(), "held for the waiting call");
+    // That call gave up; the next goes the general path, with the return.
+    assert!(s.tx_straight(10).is_none(), "a call was left blocked");
+    assert!(matches!(s.tx_data(10, true), TxStep::Data { msg, .. } if msg.credits == 1));
+    // The next CREDIT leaves us two credits and the peer short again.
+    s.on_message(15, &credit(1)).unwrap();
+    assert_eq!(repost_all(&mut s), [15]);
+    assert!(s.msg_part_due());
+    assert!(matches!(s.poll_msg(), Some(m) if m.credits == 1 && m.body == Body::Credit));
+}
+
+/// The hold needs two credits at most (review r20-xdead2b #3): with three
+/// (a CREDIT of two), the CREDIT's slot goes back to the short peer though
+/// a call waits — the call keeps two.
+#[test]
+fn at_three_credits_a_credits_slot_goes_back_though_a_call_waits() {
+    let mut s = waiting_with_a_short_peer(2);
+    assert!(matches!(s.poll_msg(), Some(m) if m.credits == 1 && m.body == Body::Credit));
 }
 
 /// The latch of a part a peek returned (`Stream::peeked_part`, review

@@ -144,7 +144,7 @@ impl Stream {
     /// [`TxStep::Blocked`](super::TxStep::Blocked), noted: a send call
     /// waits for credits (`send_waits`).
     pub(super) fn blocked(&mut self) -> super::TxStep {
-        self.tx_waiting = true;
+        self.tx_flags |= Self::TX_WAITING;
         super::TxStep::Blocked
     }
 
@@ -155,7 +155,7 @@ impl Stream {
     /// still counts until the next call goes through `tx_data`.
     #[inline]
     fn send_waits(&self) -> bool {
-        (self.tx_waiting || !self.out.is_empty()) && self.credits <= 2
+        (self.tx_flags & Self::TX_WAITING != 0 || !self.out.is_empty()) && self.credits <= 2
     }
 
     fn take_unreturned(&mut self) -> u16 {

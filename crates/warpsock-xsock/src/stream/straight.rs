@@ -16,7 +16,9 @@ impl Stream {
     /// general loop asks for a call of `len` bytes — when:
     ///
     /// * nothing is queued (`out` empty: `tx_data` would answer `Control`
-    ///   or `Blocked`) and our end is not shut;
+    ///   or `Blocked`), our end is not shut, and no earlier call was left
+    ///   blocked (`tx_flags` 0: `tx_data` clears `TX_WAITING`, this does
+    ///   not, so a call that finds it set goes the general path once);
     /// * no sink is offered (`tx_data` would write into an active one, or
     ///   stop DATA at one offered ahead; with none, [`Self::tx_end_call`]
     ///   has nothing to finish or decline);
@@ -34,7 +36,7 @@ impl Stream {
     #[inline]
     pub fn tx_straight(&mut self, len: usize) -> Option<Msg> {
         debug_assert!(len > 0);
-        if self.eof_queued
+        if self.tx_flags != 0
             || !self.out.is_empty()
             || !self.peer_sinks.is_empty()
             || !self.may_send()
