@@ -208,7 +208,8 @@ fn an_asynchronous_receive_carries_the_messages_end() {
 /// `xa` (message mode) holds 11 parts of `xb`'s message that no read of
 /// a larger buffer returns now: `xb` sent 15 parts down to its last
 /// credit and stopped (it does not run again until its next call), and
-/// `xa` read 4 KiB of them as a part (the peer was short), whose slots
+/// `xa` read 4 KiB of them (the peer short, as readiness checks; the read
+/// itself is let in by its buffer being full), whose slots
 /// went back at once in a CREDIT — the peer, as far as `xa` knows, holds
 /// five credits. Returns the pair, the message, the bytes sent and the 4
 /// KiB read.
@@ -224,6 +225,9 @@ fn holding_a_part_not_due() -> (XSocket, XSocket, Vec<u8>, usize, Vec<u8>) {
         assert!(t.elapsed() < LIMIT, "the parts did not arrive");
         xa.progress();
     }
+    // Readiness counts a held part only when a read of any size returns
+    // it: no end, no latch, so the peer is short (review r20-xdead2b #7:
+    // before message-mode readiness this held whenever bytes were held).
     assert!(
         xa.readiness().readable,
         "the peer is short: the part is due"
