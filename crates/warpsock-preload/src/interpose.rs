@@ -419,16 +419,23 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && dup_refused(fd, -1) {
         return -1;
     }
+    // Looked up first: a socket that refuses (`fdtable::held`) fails the
+    // call before the program's descriptor changes.
+    let setfl = if cmd == libc::F_SETFL {
+        managed(fd)
+    } else {
+        None
+    };
+    if setfl.as_ref().is_some_and(fdtable::is_refused) {
+        set_errno(libc::EDEADLK);
+        return -1;
+    }
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::fcntl(fd, cmd, arg) };
     if r >= 0 {
-        match cmd {
-            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => propagate(fd, r),
-            libc::F_SETFL => {
-                if let Some(s) = managed(fd) {
-                    s.set_nonblocking(arg as c_int & libc::O_NONBLOCK != 0);
-                }
-            }
+        match (cmd, setfl) {
+            (libc::F_DUPFD | libc::F_DUPFD_CLOEXEC, _) => propagate(fd, r),
+            (libc::F_SETFL, Some(s)) => s.set_nonblocking(arg as c_int & libc::O_NONBLOCK != 0),
             _ => {}
         }
     }
@@ -450,6 +457,10 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
         return unsafe { real::ioctl(fd, req, arg) };
     };
     enter(-1, || match req {
+        libc::FIONBIO if fdtable::is_refused(&s) => {
+            set_errno(libc::EDEADLK);
+            -1
+        }
         libc::FIONBIO => {
             // SAFETY: forwarding to the application's descriptor.
             let r = unsafe { real::ioctl(fd, req, arg) };
@@ -464,10 +475,26 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
     })
 }
 
+/// The descriptor whose name `getsockname`/`getpeername` of `fd` reads:
+/// its managed socket's kernel socket, or `fd`; none (`EDEADLK` set) for
+/// a socket that refuses (`fdtable::held`).
+fn name_fd(fd: c_int) -> Option<c_int> {
+    match managed(fd) {
+        Some(s) if fdtable::is_refused(&s) => {
+            set_errno(libc::EDEADLK);
+            None
+        }
+        Some(s) => Some(s.kernel_fd()),
+        None => Some(fd),
+    }
+}
+
 /// Interposed `getsockname(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    let fd = managed(fd).map_or(fd, |s| s.kernel_fd());
+    let Some(fd) = name_fd(fd) else {
+        return -1;
+    };
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::getsockname(fd, addr, len) }
 }
@@ -475,7 +502,9 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut s
 /// Interposed `getpeername(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    let fd = managed(fd).map_or(fd, |s| s.kernel_fd());
+    let Some(fd) = name_fd(fd) else {
+        return -1;
+    };
     // SAFETY: forwarding the caller's arguments.
     unsafe { real::getpeername(fd, addr, len) }
 }

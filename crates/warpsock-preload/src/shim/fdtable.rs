@@ -38,7 +38,7 @@ use super::socket::Socket;
 mod hazard;
 
 mod held;
-pub(crate) use held::over_hold;
+pub(crate) use held::{is_refused, over_hold};
 
 /// A managed descriptor's object as the table holds it (in a boxed
 /// [`hazard::Node`]: one thin pointer per descriptor, swapped atomically).

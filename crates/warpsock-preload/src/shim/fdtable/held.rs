@@ -11,7 +11,9 @@
 //!   up with no lock, under a hazard slot borrowed for the moment (any
 //!   slot no thread owns, [`super::hazard::borrow`]): the call gets the
 //!   right socket. With no slot free, or for a higher descriptor, it gets
-//!   [`refused`]: a socket every call of which fails with `EDEADLK`.
+//!   [`refused`]: a socket every call of which fails with `EDEADLK`; so
+//!   do, before they change the program's descriptor, `fcntl(F_SETFL)`,
+//!   `ioctl(FIONBIO)` and the names on it ([`is_refused`]).
 //! - A change of the table (`close`, the `dup` family, a switch or an
 //!   adoption) is made only if the write lock is free for the asking;
 //!   otherwise it fails with `EDEADLK` and changes nothing (`close`
@@ -84,6 +86,13 @@ pub(super) fn prepare() {
 /// [`REFUSED`], if made.
 pub(super) fn refused() -> Option<Arc<dyn Socket>> {
     REFUSED.get().cloned()
+}
+
+/// Whether `s` is [`REFUSED`]: a call whose effect is outside the socket
+/// (the program's descriptor's flags: `fcntl(F_SETFL)`, `FIONBIO`) fails
+/// before it is made rather than succeed half (review r20-xhaz2b item 4).
+pub(crate) fn is_refused(s: &Arc<dyn Socket>) -> bool {
+    REFUSED.get().is_some_and(|r| Arc::ptr_eq(r, s))
 }
 
 /// See [`REFUSED`].

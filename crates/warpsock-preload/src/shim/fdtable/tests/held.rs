@@ -180,3 +180,38 @@ fn no_kind_acts_over_the_threads_hold() {
     assert!(interpose::acting_kind(m).is_some(), "after the hold");
     set_candidate(fd, 0);
 }
+
+/// Over the thread's hold, the calls on a managed descriptor that only
+/// the refusing socket answers (one at or above `BITS`) and whose effect
+/// is the program's descriptor's own fail with `EDEADLK` before it is
+/// made: `fcntl(F_SETFL)`, `ioctl(FIONBIO)`, and the names fail the same
+/// way (no `EBADF` of the refusing socket's kernel descriptor; review
+/// r20-xhaz2b item 4). The number is not open: a call made would fail
+/// with `EBADF`.
+#[test]
+fn descriptor_calls_on_the_refusing_socket_fail_first() {
+    let _serial = serial();
+    prepare();
+    let high = BITS as c_int + 91;
+    assert!(insert(high, dummy()).unwrap().is_none());
+    let r = within_a_minute("a descriptor call over its thread's hold", move || {
+        let held = write_map().expect("not over a hold");
+        let on: c_int = 1;
+        // SAFETY: the interposers; the pointers are live locals.
+        let calls = unsafe {
+            let mut sa: libc::sockaddr_storage = std::mem::zeroed();
+            let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            let sa = (&mut sa as *mut libc::sockaddr_storage).cast();
+            [
+                errno_of(|| interpose::fcntl(high, libc::F_SETFL, libc::O_NONBLOCK as usize)),
+                errno_of(|| interpose::ioctl(high, libc::FIONBIO, &on as *const c_int as usize)),
+                errno_of(|| interpose::getsockname(high, sa, &mut len)),
+                errno_of(|| interpose::getpeername(high, sa, &mut len)),
+            ]
+        };
+        drop(held);
+        calls
+    });
+    assert_eq!(r, [(-1, libc::EDEADLK); 4], "(F_SETFL, FIONBIO, names)");
+    assert!(remove(high).unwrap().is_some());
+}
