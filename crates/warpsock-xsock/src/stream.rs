@@ -30,7 +30,8 @@
 //! credits, bounded in bytes — `Options::sndbuf`, 1 MiB by default — as
 //! TCP's socket buffer: a sender stops once it is full. Its bytes go
 //! through [`Stream::tx_data`] like any send call's, in order, once
-//! credits come back.)
+//! credits come back, each call's end kept, so a message-mode reader
+//! reads each send as one message.)
 //!
 //! # Sinks (zero-copy reads)
 //!

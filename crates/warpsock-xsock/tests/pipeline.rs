@@ -206,37 +206,122 @@ fn a_send_blocked_on_a_full_buffer_fails_with_epipe_when_the_write_side_shuts() 
     });
 }
 
-/// Message mode never buffers: a send past the credits waits (here:
-/// `EAGAIN` for a non-blocking one) with the buffer empty, so each send
-/// stays one message.
+/// A message-mode reader behind a sender in stream mode (message mode is
+/// the reader's setting): 40 non-blocking sends of 100 B before the first
+/// read, most of them buffered, then 40 reads — each one send, whole,
+/// with `MSG_EOR`, never two in one (review r20-xbuf S1: a buffered run
+/// held many calls under one end mark).
 #[test]
-fn message_mode_sends_wait_for_credits() {
+fn a_message_mode_reader_reads_each_buffered_send_alone() {
     let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &small_buffer());
-    xa.set_msg_mode(true);
+    let (xa, xb) = switch_both(&a, &b, &opts());
     xb.set_msg_mode(true);
-    let mut sent = Vec::new();
-    loop {
-        let m = pattern(100, sent.len() as u64);
-        match xa.send(&m, true, None) {
-            Ok(n) => {
-                assert_eq!(n, m.len(), "a message whole");
-                sent.push(m);
-            }
-            Err(e) => {
-                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
-                break;
-            }
-        }
-        assert!(sent.len() < 100, "message mode buffered past the credits");
+    let sent: Vec<Vec<u8>> = (0..40).map(|i| pattern(100, i)).collect();
+    for m in &sent {
+        assert_eq!(xa.send(m, true, None).unwrap(), m.len());
     }
-    for (i, m) in sent.iter().enumerate() {
-        let mut buf = [0u8; 200];
+    thread::scope(|sc| {
+        let writer = sc.spawn(|| assert!(xa.close(LIMIT), "everything left"));
+        for (i, m) in sent.iter().enumerate() {
+            let mut buf = [0u8; 300];
+            let (n, eor) = xb
+                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap();
+            assert!(eor && buf[..n] == m[..], "send {i} alone, whole ({n} B)");
+        }
+        expect_eof(&xb, "then the end of stream");
+        writer.join().unwrap();
+    });
+}
+
+/// A blocking copied send of 60 KiB past the credits, to a message-mode
+/// reader, through a 16 KiB send buffer: part is buffered while the call
+/// waits, the rest goes after it — and the reader still reads the send
+/// as one message with `MSG_EOR`, no false end where the buffered part
+/// stops (review r20-xbuf S1).
+#[test]
+fn a_send_buffered_in_part_keeps_one_end() {
+    let (a, b) = tcp_pair();
+    let o = Options {
+        sndbuf: 16 << 10,
+        zcopy_min: 1 << 20,
+        ..opts()
+    };
+    let (xa, xb) = switch_both(&a, &b, &o);
+    xb.set_msg_mode(true);
+    // The credits taken by small sends the reader reads first.
+    let small: Vec<Vec<u8>> = (0..15).map(|i| pattern(10, 50 + i)).collect();
+    for m in &small {
+        assert_eq!(xa.send(m, true, None).unwrap(), m.len());
+    }
+    let big = pattern(60 << 10, 60);
+    let waits = xa.stats().waits.load(Ordering::Relaxed);
+    thread::scope(|sc| {
+        let sender = sc.spawn(|| xa.send(&big, false, Some(LIMIT)));
+        let t = Instant::now();
+        while xa.stats().waits.load(Ordering::Relaxed) == waits && !sender.is_finished() {
+            assert!(t.elapsed() < LIMIT, "the send never waited");
+            thread::yield_now();
+        }
+        let mut buf = vec![0u8; 128 << 10];
+        for (i, m) in small.iter().enumerate() {
+            let (n, eor) = xb
+                .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+                .unwrap();
+            assert!(eor && buf[..n] == m[..], "small send {i}");
+        }
         let (n, eor) = xb
             .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
             .unwrap();
-        assert!(eor && buf[..n] == m[..], "message {i} whole");
-    }
+        assert_eq!(
+            (n, eor),
+            (big.len(), true),
+            "the 60 KiB send as one message"
+        );
+        assert!(buf[..n] == big[..]);
+        assert_eq!(sender.join().unwrap().unwrap(), big.len());
+    });
+}
+
+/// The pipelining client and its one-thread server in message mode: one
+/// read per request and per answer, each whole with `MSG_EOR`.
+#[test]
+fn a_message_mode_client_that_pipelines_does_not_deadlock() {
+    const N: usize = 2000;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xa.set_msg_mode(true);
+    xb.set_msg_mode(true);
+    let read_one = |x: &XSocket| {
+        let mut buf = [0u8; 128];
+        let (n, eor) = x.recv(&mut buf, RecvFlags::default(), Some(LIMIT)).unwrap();
+        assert!(eor, "one message per read");
+        buf[..n].to_vec()
+    };
+    thread::scope(|sc| {
+        let server = sc.spawn(|| {
+            for i in 0..N {
+                let req = read_one(&xb);
+                assert!(req == request(i), "request {i} whole");
+                let a = answer(&req);
+                assert_eq!(xb.send(&a, false, Some(LIMIT)).unwrap(), a.len());
+            }
+            assert!(xb.close(LIMIT), "the server's answers all left");
+        });
+        for i in 0..N {
+            let r = request(i);
+            assert_eq!(
+                xa.send(&r, false, Some(LIMIT)).unwrap(),
+                r.len(),
+                "request {i}"
+            );
+        }
+        for i in 0..N {
+            assert!(read_one(&xa) == answer(&request(i)), "answer {i} whole");
+        }
+        expect_eof(&xa, "the end of stream after the answers");
+        server.join().unwrap();
+    });
 }
 
 /// Buffered bytes read with large reads (at least `zcopy_min`, on an
@@ -266,4 +351,52 @@ fn buffered_bytes_read_through_sinks() {
         assert!(got == data, "bytes and order kept");
         writer.join().unwrap();
     });
+}
+
+/// Reads `x` to its end: every byte must be a prefix of `sent`, and the
+/// end is either all of it then 0, or an error — never 0 after a short
+/// stream. Returns whether the stream ended in an error.
+fn all_or_an_error(x: &XSocket, sent: &[u8]) -> bool {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match x.recv(&mut buf, RecvFlags::default(), Some(LIMIT)) {
+            Ok((0, _)) => {
+                assert!(
+                    got == sent,
+                    "a clean end after {} of {} bytes",
+                    got.len(),
+                    sent.len()
+                );
+                return false;
+            }
+            Ok((n, _)) => {
+                got.extend_from_slice(&buf[..n]);
+                assert!(got[..] == sent[..got.len()], "bytes in order");
+            }
+            Err(e) => {
+                assert_ne!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+                return true;
+            }
+        }
+    }
+}
+
+/// A close whose linger runs out with bytes still buffered (the reader
+/// does not read meanwhile): the connection is reset, so the reader gets
+/// the bytes that were sent and then an error — not a clean end after a
+/// short stream (review r20-xbuf S2). The close's own bound orders it.
+#[test]
+fn a_close_that_gives_up_on_buffered_bytes_resets_the_connection() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let data = pattern(40 * 4096, 41);
+    for c in data.chunks(4096) {
+        assert_eq!(xa.send(c, true, None).unwrap(), c.len());
+    }
+    assert!(
+        !xa.close(std::time::Duration::from_millis(100)),
+        "it gave up"
+    );
+    assert!(all_or_an_error(&xb, &data), "the reader sees the loss");
 }

@@ -386,6 +386,10 @@ impl Kind for Ddp {
 
     fn at_exit(&self) {
         sock::linger(config::get().linger);
+        // What is still buffered will never be sent: those peers get a
+        // reset, not a clean end after a short stream (the kernel would
+        // send FIN for the closed descriptors).
+        warpsock_xsock::io::reset_buffered();
         let tried = [&SWITCHED, &REFUSED, &BROKEN]
             .iter()
             .any(|c| c.load(Ordering::Relaxed) > 0);
@@ -394,6 +398,13 @@ impl Kind for Ddp {
             #[cfg(feature = "test-hooks")]
             eprint!("{}", crate::shim::hooks::audit::report());
         }
+    }
+
+    fn exit_flush(&self) {
+        // `_exit`: the bytes in send buffers, as at `exit` (not the
+        // closers', which a child made by fork would wait for in vain).
+        sock::linger_buffered(config::get().linger);
+        warpsock_xsock::io::reset_buffered();
     }
 
     fn needs_hooks(&self) -> bool {

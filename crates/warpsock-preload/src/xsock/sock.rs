@@ -160,10 +160,24 @@ thread_local! {
 /// Sockets whose close is still letting bytes leave.
 static CLOSING: AtomicUsize = AtomicUsize::new(0);
 
-/// Waits up to `bound` for closing sockets (exit, exec).
+/// Waits up to `bound` for closing sockets (exit, exec), and for the
+/// bytes send calls left in the send buffers of sockets not closed (the
+/// progress thread sends them as credits come back; TCP's kernel would
+/// send them after the process).
 pub(crate) fn linger(bound: Duration) {
+    linger_while(bound, || {
+        CLOSING.load(Ordering::Acquire) > 0 || warpsock_xsock::io::buffered_bytes() > 0
+    });
+}
+
+/// [`linger`] for the send buffers' bytes alone (`_exit`).
+pub(crate) fn linger_buffered(bound: Duration) {
+    linger_while(bound, || warpsock_xsock::io::buffered_bytes() > 0);
+}
+
+fn linger_while(bound: Duration, busy: impl Fn() -> bool) {
     let t = std::time::Instant::now();
-    while CLOSING.load(Ordering::Acquire) > 0 && t.elapsed() < bound {
+    while busy() && t.elapsed() < bound {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -725,7 +739,16 @@ impl Socket for DdpSock {
                     // the doorbell alone (the progress thread watches
                     // then): a bell costs a write here and a drain in the
                     // receive.
-                    if self.x.watching() != XSocket::WATCH_OFF {
+                    //
+                    // And whenever the round leaves nothing readable: a
+                    // send gated after `EAGAIN` is released only by a
+                    // writable look, and the round that returned the
+                    // credits cleared `want_writable` and turned the watch
+                    // off — with nothing to read, a program that waits for
+                    // `POLLOUT` alone (its reads done, its writes not)
+                    // would wait for ever (the `stream` C case's 120 s
+                    // hang). Not readable, a look rings nothing.
+                    if self.x.watching() != XSocket::WATCH_OFF || !r.readable {
                         self.reflect(r);
                     }
                     // Readable after the round, under its lock: that is

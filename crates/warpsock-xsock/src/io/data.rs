@@ -325,13 +325,20 @@ impl XSocket {
                     if self.repost_if_due(&mut st) {
                         continue;
                     }
-                    // A copied stream-mode call: what does not fit goes
-                    // into the send buffer, as far as it has room, and
-                    // out as credits come back (`rio::post_sends`).
-                    if !zcopy && !st.msg_mode {
+                    // A copied call: what does not fit goes into the send
+                    // buffer as far as it has room, and out as credits
+                    // come back (`rio::post_sends`), its end kept.
+                    if !zcopy {
                         let n = st.aio.room().min(total - off);
                         if n > 0 {
-                            super::rio::buffer(&mut st, g, off, n);
+                            super::rio::buffer(
+                                &mut st,
+                                g,
+                                (off, n),
+                                call,
+                                off + n == total,
+                                self.tcp_fd,
+                            );
                             off += n;
                             continue;
                         }

@@ -19,6 +19,7 @@ mod settings;
 mod setup;
 mod sink;
 mod slots;
+mod sndbuf;
 mod socket;
 mod sys;
 #[cfg(test)]
@@ -29,4 +30,5 @@ mod watch;
 pub use handshake::{switch_fd, switch_fd_as, Failure};
 pub use rio::{AioOp, Completion};
 pub use settings::{counters, Counters, Options, Readiness, RecvFlags};
+pub use sndbuf::{buffered_bytes, reset_buffered};
 pub use socket::XSocket;

@@ -33,14 +33,17 @@
 //! [`buffer`]): a copied call that finds too few credits, or no transmit
 //! slot, copies what does not fit into it and returns, as TCP's send
 //! returns with bytes in its socket buffer. The buffered bytes are one
-//! run per stretch between asynchronous sends, posted in order with them
+//! run per send call (its end kept: see [`buffer`]), posted in order with them
 //! by [`pump`] — from whichever call or round takes the credits in: a
 //! later send, a receive's wait, `aio_poll`, a reap that processed
 //! completions, `close`, or the preload's progress thread (the watch is
-//! on for input while anything is queued: `Aio::in_flight`) — coalesced
-//! up to a slot's payload per DATA message. So a blocking send may return
+//! on for input while anything is queued: `Aio::in_flight`) — a slot's
+//! payload per DATA message at most, never across a call's end. So a blocking send may return
 //! with bytes still queued; without a progress thread (a bare
-//! [`XSocket`]) they leave at the socket's next call. The buffer is
+//! [`XSocket`]) they leave at the socket's next call. A program that
+//! exits without closing: the preload's exit waits for them, bounded
+//! (`buffered_bytes`), and resets a connection whose bytes it gave up on
+//! (`reset_buffered`), as `close` does when its linger ends (`io/sndbuf.rs`). The buffer is
 //! bounded in bytes (`Options::sndbuf`): a call that finds it full waits
 //! (blocking) or returns a partial count or `EAGAIN`. Writability (`poll`)
 //! still follows the credits. `shutdown(SHUT_WR)` and `close` send the end
@@ -48,9 +51,10 @@
 //! linger); a send blocked meanwhile in another thread fails with `EPIPE`
 //! (or returns what it sent), as TCP's; once the connection fails, the
 //! buffered bytes are dropped and the next call reports the error.
-//! Message mode never buffers (one send is one message, never coalesced:
-//! a send past the credits waits for them or gets `EAGAIN`), nor does a
-//! zero-copy call (blocking, at least `zcopy_min`: it is sent from the
+//! So a message-mode reader (message mode is the reader's setting) reads
+//! each send as one message, as without the buffer; each buffered call
+//! still takes a receive slot of the peer's as it goes. A zero-copy call
+//! never buffers (blocking, at least `zcopy_min`: it is sent from the
 //! caller's buffer as credits come, no copy).
 //!
 //! Every one-sided call is one RDMA Write or Read, posted and transmitted
@@ -61,6 +65,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::os::fd::RawFd;
 use std::time::Instant;
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Wc};
@@ -118,8 +123,10 @@ struct AioSend {
     len: usize,
     off: usize,
     call: u64,
-    /// `None`: buffered bytes of plain send calls (no completion).
+    /// `None`: buffered bytes of plain send call `call` (no completion).
     cookie: Option<u64>,
+    /// Its last byte ends a send call (the DATA carrying it says so).
+    end: bool,
 }
 
 #[derive(Debug)]
@@ -168,6 +175,9 @@ pub(crate) struct Aio {
     buf: VecDeque<u8>,
     /// Its bound in bytes (`Options::sndbuf`).
     cap: usize,
+    /// Registered as holding buffered bytes (`sndbuf`), with the
+    /// connection's engine socket.
+    holder: Option<RawFd>,
     recvs: VecDeque<AioRecv>,
     rio: HashMap<u64, RioOp>,
     /// Results of synchronous one-sided operations, by id.
@@ -175,13 +185,18 @@ pub(crate) struct Aio {
     done: VecDeque<Completion>,
 }
 
+impl Drop for Aio {
+    fn drop(&mut self) {
+        super::sndbuf::sub(&mut self.holder, self.buf.len(), true);
+    }
+}
+
 impl Aio {
     /// Nothing queued, a send buffer of `cap` bytes.
     pub(crate) fn new(cap: usize) -> Self {
-        Self {
-            cap,
-            ..Self::default()
-        }
+        let mut a = Self::default();
+        a.cap = cap;
+        a
     }
 
     /// Bytes the send buffer takes now.
@@ -260,26 +275,46 @@ pub(crate) fn sends_ahead(x: &XSocket, st: &mut State) -> bool {
     st.aio.sends_queued()
 }
 
-/// Copies bytes `off..off + n` of a plain send call into the send buffer,
-/// behind every queued send: they go out as credits come back
-/// ([`post_sends`], coalesced with the buffered bytes around them up to a
-/// slot's payload per message). The caller checked the room
+/// Copies bytes `off..off + n` of plain send call `call` into the send
+/// buffer, behind every queued send; `end`: they are the call's last.
+/// They go out as credits come back ([`post_sends`]), a slot's payload per
+/// message at most, and never in one message with another call's bytes:
+/// a run is one call's, and its last message carries the call's end only
+/// if the run does (a message-mode reader — message mode is the reader's
+/// setting, not on the wire — reads each send call as one message, as
+/// without the buffer; review r20-xbuf S1). The caller checked the room
 /// ([`Aio::room`]).
-pub(crate) fn buffer(st: &mut State, g: &Gather<'_>, off: usize, n: usize) {
+pub(crate) fn buffer(
+    st: &mut State,
+    g: &Gather<'_>,
+    at: (usize, usize),
+    call: u64,
+    end: bool,
+    fd: RawFd,
+) {
+    let (off, n) = at;
     debug_assert!(n > 0 && n <= st.aio.room());
+    let need = (st.aio.buf.len() + n).min(st.aio.cap);
+    st.aio
+        .buf
+        .reserve_exact(need.saturating_sub(st.aio.buf.len()));
     g.slices(off, n, |b| st.aio.buf.extend(b));
-    // Behind the last queued send when that one is buffered bytes not all
-    // posted (the back is unposted while any is): one run of bytes.
+    super::sndbuf::add(&mut st.aio.holder, fd, n);
+    // The same call's run, still unposted (the back is unposted while any
+    // is): it grows; else a run of its own.
     match st.aio.sends.back_mut() {
-        Some(a) if st.aio.unposted > 0 && a.mr.is_none() && a.cookie.is_none() => a.len += n,
+        Some(a) if st.aio.unposted > 0 && a.mr.is_none() && a.call == call && !a.end => {
+            a.len += n;
+            a.end = end;
+        }
         _ => {
-            let call = st.next_id();
             st.aio.sends.push_back(AioSend {
                 mr: None,
                 len: n,
                 off: 0,
                 call,
                 cookie: None,
+                end,
             });
             st.aio.unposted += 1;
         }
@@ -332,6 +367,7 @@ fn post_sends(x: &XSocket, st: &mut State) {
             a.off += n;
             if a.mr.is_none() {
                 buf.drain(..n);
+                super::sndbuf::sub(&mut st.aio.holder, n, buf.is_empty());
             }
         }
         if buf.is_empty() && buf.capacity() > 64 << 10 {
@@ -342,6 +378,14 @@ fn post_sends(x: &XSocket, st: &mut State) {
         let whole = a.off == a.len;
         st.aio.sends.insert(i, a);
         if !whole {
+            // Out of transmit slots whose sends the engine may have
+            // completed already (written at their post): no input comes
+            // for them, so a program that only waits in `poll` would wake
+            // no round to free them (the `stream` C case's hang, 120 s).
+            // Their completions are taken in here, and the sends go on.
+            if st.tx_free_len() == 0 && st.unreaped && x.reap_queued(st) && st.tx_free_len() > 0 {
+                continue;
+            }
             // Waits for credits or a transmit slot.
             return;
         }
@@ -382,7 +426,7 @@ fn post_step(x: &XSocket, st: &mut State, a: &AioSend, buf: &VecDeque<u8>) -> Op
         off,
         len: n,
     };
-    match st.s.tx_data(avail, avail == rest) {
+    match st.s.tx_data(avail, avail == rest && a.end) {
         TxStep::Control => {
             x.flush(st);
             Some(0)
@@ -445,6 +489,8 @@ fn complete_sends(st: &mut State) {
     }
     // Buffered bytes are lost with the connection, as a TCP socket's;
     // the next call reports the error.
+    let n = st.aio.buf.len();
+    super::sndbuf::sub(&mut st.aio.holder, n, true);
     st.aio.buf = VecDeque::new();
     while let Some(a) = st.aio.sends.pop_front() {
         XSocket::end_call(st, a.call);
@@ -795,6 +841,7 @@ impl XSocket {
             off: 0,
             call,
             cookie: Some(cookie),
+            end: true,
         });
         st.aio.unposted += 1;
     }

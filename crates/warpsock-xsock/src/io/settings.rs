@@ -21,15 +21,17 @@ pub struct Options {
     /// copy when it finds nothing queued, and smallest blocking send sent
     /// from the caller's buffer without a copy.
     pub zcopy_min: usize,
-    /// Bytes a stream-mode socket buffers past its credits (`SO_SNDBUF`):
-    /// a copied send call that finds too few credits (or no transmit slot)
-    /// copies what does not fit into the send buffer and returns, as TCP's
-    /// send returns with bytes in the socket buffer; they go out, coalesced
-    /// up to a slot's payload per DATA message, as credits come back. A
+    /// Bytes a socket buffers past its credits (as `SO_SNDBUF`; set with
+    /// `WARPSOCK_DDP_SNDBUF` under the preload): a copied send call that
+    /// finds too few credits (or no transmit slot) copies what does not
+    /// fit into the send buffer and returns, as TCP's send returns with
+    /// bytes in the socket buffer; they go out a slot's payload per DATA
+    /// message at most and never across a call's end, as credits come
+    /// back. A
     /// call that finds the buffer full waits (blocking) or sends part or
     /// `EAGAIN` (non-blocking). 0: no buffer (a send waits for credits).
-    /// Zero-copy calls (blocking, at least `zcopy_min`) and message mode
-    /// never buffer. Default: 1 MiB.
+    /// Zero-copy calls (blocking, at least `zcopy_min`) never buffer.
+    /// Default: 1 MiB.
     pub sndbuf: usize,
     /// How such a read is placed: `true` (the default) offers the buffer
     /// as a sink (SDP ZCopy: the peer RDMA-Writes into it, only if no byte

@@ -719,6 +719,18 @@ impl XSocket {
     /// Send completion alone, once for the peer's answer). Not while
     /// another thread holds completions it polled (see `drive_now`).
     pub(crate) fn reap(&self, st: &mut State) {
+        // The completions may have brought credits (or freed transmit
+        // slots) that queued sends wait for: they move now, not at the
+        // next round (review r19-xaio, item 7).
+        if self.reap_queued(st) && st.aio.sends_queued() {
+            super::rio::pump(self, st);
+        }
+    }
+
+    /// [`Self::reap`] without the pump of the queued sends (for the pump
+    /// itself, `rio::post_sends`): returns whether anything completed.
+    #[inline]
+    pub(crate) fn reap_queued(&self, st: &mut State) -> bool {
         let mut wcs = [Wc::default(); WCS];
         let mut any = false;
         while !st.driving {
@@ -735,13 +747,8 @@ impl XSocket {
         }
         if any {
             self.check_events(st);
-            // The completions may have brought credits (or freed transmit
-            // slots) that queued sends wait for: they move now, not at the
-            // next round (review r19-xaio, item 7).
-            if st.aio.sends_queued() {
-                super::rio::pump(self, st);
-            }
         }
+        any
     }
 
     /// [`Self::reap`] at the end of a send call, if it (or anything since
@@ -881,10 +888,17 @@ impl XSocket {
     /// Orderly close: the end of stream goes after everything sent; waits
     /// up to `linger` for it to leave (a peer that stopped reading may hold
     /// it up), then disconnects. Returns whether everything left in time.
+    ///
+    /// The linger bounds a close that makes no progress: while stream bytes
+    /// leave (the peer reads, credits come back) it starts again. One that
+    /// gives up with bytes still queued — sends returned, never sent —
+    /// resets the connection: the peer gets `ECONNRESET`, not a clean end
+    /// after a short stream (review r20-xbuf S2; `io/sndbuf.rs`).
     pub fn close(&self, linger: Duration) -> bool {
-        let deadline = Instant::now() + linger;
+        let mut deadline = Instant::now() + linger;
         let mut st = self.lock();
         super::rio::shut_write(self, &mut st);
+        let mut sent = st.s.tx_seq();
         loop {
             self.drive_now(&mut st);
             let tx_slots = self.tx.len() / self.opts.slot_size as usize;
@@ -894,8 +908,16 @@ impl XSocket {
                 self.qp.disconnect();
                 return idle;
             }
+            if st.s.tx_seq() != sent {
+                sent = st.s.tx_seq();
+                deadline = Instant::now() + linger;
+            }
             if Instant::now() >= deadline {
+                let lost = st.aio.sends_queued();
                 drop(st);
+                if lost {
+                    super::sndbuf::reset(self.tcp_fd);
+                }
                 self.qp.disconnect();
                 return false;
             }

@@ -131,11 +131,16 @@ impl Stream {
     /// CREDIT (`credit_due`), so our reader can always give the peer its
     /// slots back. Before, DATA could take it when it carried a return:
     /// into a window whose reader does not read until its own send call
-    /// ends (a one-thread program that sends, then reads; a client that
-    /// pipelines ~30 requests before reading its answers), after which
+    /// ends (a one-thread program that sends, then reads), after which
     /// the slots our reader freed could never go back and both ends
     /// waited for ever, where TCP completes (review r19-xdead, item 1;
     /// `tests/stream.rs` `a_side_that_reads_after_its_sends_still_gets_them_out`).
+    /// This rule alone does not save a client that pipelines ~30 small
+    /// requests before it reads against a one-thread server: each blocks
+    /// in a send once the other's slots are full of messages (one per
+    /// slot). The socket layer's send buffer does (`Options::sndbuf`: the
+    /// buffer, not the peer's slots, holds the sends past the credits,
+    /// each call's end kept; `tests/pipeline.rs`).
     #[inline]
     pub(super) fn may_send(&self) -> bool {
         self.credits >= 2
