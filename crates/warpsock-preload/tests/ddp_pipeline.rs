@@ -7,11 +7,21 @@
 
 mod common;
 
-use common::run;
+/// Runs `tests/c/<name>.c` preloaded with a 1 MiB send buffer
+/// (`WARPSOCK_DDP_SNDBUF`, off by default under the preload for now) and
+/// `WARPSOCK_LINGER_MS=linger_ms`.
+fn run_buffered(name: &str, args: &[String], linger_ms: u32) -> common::Run {
+    let child = common::command(&common::c_program(name), args, true)
+        .env("WARPSOCK_DDP_SNDBUF", "1048576")
+        .env("WARPSOCK_LINGER_MS", linger_ms.to_string())
+        .spawn()
+        .expect("spawn the test program");
+    common::finish(child, std::time::Duration::from_secs(60))
+}
 
 #[test]
 fn a_pipelining_client_gets_every_answer_through_the_preload() {
-    let r = run("ddppipeline", &["2000".to_owned()], true);
+    let r = run_buffered("ddppipeline", &["2000".to_owned()], 2000);
     r.assert_ok("ddppipeline 2000");
     assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
 }
@@ -23,7 +33,7 @@ fn a_pipelining_client_gets_every_answer_through_the_preload() {
 /// 120 of 16,000 bytes, then 0).
 #[test]
 fn a_writer_that_exits_without_close_sends_its_buffered_bytes() {
-    let r = run("ddpexitbuf", &[], true);
+    let r = run_buffered("ddpexitbuf", &[], 2000);
     r.assert_ok("ddpexitbuf");
     println!("{}", r.stdout.trim());
 }
@@ -36,11 +46,7 @@ fn a_writer_that_exits_without_close_sends_its_buffered_bytes() {
 #[test]
 fn a_writer_that_leaves_bytes_behind_resets_the_connection() {
     for mode in ["exit", "close"] {
-        let child = common::command(&common::c_program("ddpexitlost"), &[mode.to_owned()], true)
-            .env("WARPSOCK_LINGER_MS", "200")
-            .spawn()
-            .expect("spawn ddpexitlost");
-        let r = common::finish(child, std::time::Duration::from_secs(60));
+        let r = run_buffered("ddpexitlost", &[mode.to_owned()], 200);
         r.assert_ok(&format!("ddpexitlost {mode}"));
         println!("{}", r.stdout.trim());
     }
