@@ -26,27 +26,18 @@ fn a_pipelining_client_gets_every_answer_through_the_preload() {
     assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
 }
 
-/// A writer that exits without closing, its last writes still in the
-/// send buffer (`tests/c/ddpexitbuf.c`): the preload's exit waits for
-/// them (bounded by `WARPSOCK_LINGER_MS`); the reader gets every byte, or
-/// an error — never a clean end after a short stream (before the wait:
-/// 120 of 16,000 bytes, then 0).
-#[test]
-fn a_writer_that_exits_without_close_sends_its_buffered_bytes() {
-    let r = run_buffered("ddpexitbuf", &[], 2000);
-    r.assert_ok("ddpexitbuf");
-    println!("{}", r.stdout.trim());
-}
-
-/// A writer that leaves with bytes buffered while its reader reads only
-/// after it is gone (`tests/c/ddpexitlost.c`, `exit` without close, and
-/// `close` then `_exit`): the reader gets every byte, or the bytes sent
-/// and then `ECONNRESET` — never a clean end after a short stream (review
-/// r20-xbuf S2). A short linger keeps it quick.
+/// A writer that leaves with bytes buffered (`tests/c/ddpexitlost.c`):
+/// `live`, it exits without close while its reader reads (the exit waits
+/// for the bytes, bounded by `WARPSOCK_LINGER_MS`); `exit` and `close`
+/// then `_exit`, its reader reads only after it is gone (a short linger
+/// keeps it quick). The reader gets every byte, or the bytes sent and then
+/// `ECONNRESET` — never a clean end after a short stream (review r20-xbuf
+/// S2; before the exit's wait, `live` got 120 of its 491,520 bytes, then
+/// 0).
 #[test]
 fn a_writer_that_leaves_bytes_behind_resets_the_connection() {
-    for mode in ["exit", "close"] {
-        let r = run_buffered("ddpexitlost", &[mode.to_owned()], 200);
+    for (mode, linger_ms) in [("live", 2000), ("exit", 200), ("close", 200)] {
+        let r = run_buffered("ddpexitlost", &[mode.to_owned()], linger_ms);
         r.assert_ok(&format!("ddpexitlost {mode}"));
         println!("{}", r.stdout.trim());
     }
