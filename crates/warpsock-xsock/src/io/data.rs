@@ -36,8 +36,8 @@ impl XSocket {
 
     /// [`Self::send`] of the bytes of `bufs` in order (`writev`,
     /// `sendmsg`): gathered straight from the caller's buffers — copied
-    /// into transmit slots, or sent in place as a gather list — never
-    /// staged in a buffer of their own.
+    /// into transmit slots, or sent in place as a gather list — staged
+    /// only in the send buffer, for what finds no credit (`io/sndbuf.rs`).
     pub fn send_vectored(
         &self,
         bufs: &[&[u8]],
@@ -331,7 +331,7 @@ impl XSocket {
                     if !zcopy {
                         let n = st.aio.room().min(total - off);
                         if n > 0 {
-                            super::rio::buffer(
+                            super::sndbuf::buffer(
                                 &mut st,
                                 g,
                                 (off, n),
@@ -462,69 +462,6 @@ impl XSocket {
                 signaled: true,
             },
         );
-    }
-
-    /// Hands the posts a send call held back (`State::deferred`: a call
-    /// of several messages collects them until its end or its next wait)
-    /// to the engine in one batch, and posts at once again. One transmit
-    /// pass then writes their FPDUs in one gathered `sendmsg`: a 1 MiB
-    /// write was four, one per 256 KiB message, each ending in a short TCP
-    /// segment of its own (20 segments per MiB against host TCP's 17).
-    /// Never left set while the lock is let go: other threads post then.
-    #[inline]
-    pub(crate) fn post_deferred(&self, st: &mut State) {
-        // A call of one small message collected nothing.
-        if st.deferred.is_some() {
-            self.post_collected(st);
-        }
-    }
-
-    fn post_collected(&self, st: &mut State) {
-        let Some(mut wrs) = st.deferred.take() else {
-            return;
-        };
-        if wrs.is_empty() {
-            return;
-        }
-        match self.qp.post_send_batch(wrs.drain(..)) {
-            Ok(_) => st.news = Some(self.qp.news()),
-            Err(e) => self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}")),
-        }
-        if st.sending == 0 {
-            self.rearm(st);
-        }
-    }
-
-    /// We send stream bytes (DATA, a sink Write, a one-sided Write): the
-    /// smallest retransmission timeout a receive-only end had goes back to
-    /// the kernel's ([`Options::rto_min`](super::Options::rto_min)), so
-    /// our data is retransmitted as host TCP's would be; an end that sends
-    /// first never has it lowered. Once.
-    pub(crate) fn restore_rto(&self, st: &mut State) {
-        if let Some(us) = st.rto.on_sent() {
-            super::handshake::set_rto_min_us(self.tcp_fd, us);
-        }
-    }
-
-    /// Completions were processed: an end that has received stream bytes
-    /// (DATA or a sink Write) and sent none lowers its smallest
-    /// retransmission timeout to [`Options::rto_min`](super::Options::rto_min)
-    /// for its credit returns. Once.
-    pub(crate) fn lower_rto(&self, st: &mut State) {
-        if let Some(us) = st.rto.on_received(st.s.rx_seq()) {
-            super::handshake::set_rto_min_us(self.tcp_fd, us);
-        }
-    }
-
-    /// Whether zero-copy call `call` still has requests in flight (its
-    /// memory is still read by the engine).
-    pub(crate) fn call_busy(st: &State, call: u64) -> bool {
-        st.call_wrs.get(&call).is_some_and(|n| *n > 0)
-    }
-
-    /// Forgets a finished zero-copy call.
-    pub(crate) fn end_call(st: &mut State, call: u64) {
-        st.call_wrs.remove(&call);
     }
 
     // ------------------------------------------------------------------

@@ -14,6 +14,7 @@ mod data;
 mod gather;
 mod handshake;
 mod placed;
+mod posts;
 mod rio;
 mod settings;
 mod setup;

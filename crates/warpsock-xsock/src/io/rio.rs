@@ -16,8 +16,9 @@
 //! before the next one's (not held back until an earlier one completes),
 //! and a plain send call (`send`, `write`, …) made after an asynchronous
 //! send that is still queued — waiting for credits or a transmit slot —
-//! goes behind its bytes: it waits for them as for credits (a
-//! non-blocking call: `EAGAIN`). A stream delivers the bytes in call
+//! goes behind its bytes: into the send buffer behind them (below), or,
+//! full or off, it waits for them as for credits (a non-blocking call:
+//! `EAGAIN`). A stream delivers the bytes in call
 //! order, message mode the messages. `shutdown(SHUT_WR)` and `close` send
 //! the end of stream after the queued sends' bytes (later sends fail with
 //! `EPIPE` at once). Once the connection is over — failed, or closed by
@@ -30,10 +31,10 @@
 //! asynchronous one's.)
 //!
 //! The same queue holds the send buffer of plain send calls (stream mode,
-//! [`buffer`]): a copied call that finds too few credits, or no transmit
+//! `sndbuf::buffer`): a copied call that finds too few credits, or no transmit
 //! slot, copies what does not fit into it and returns, as TCP's send
 //! returns with bytes in its socket buffer. The buffered bytes are one
-//! run per send call (its end kept: see [`buffer`]), posted in order with them
+//! run per send call (its end kept: see `sndbuf::buffer`), posted in order with them
 //! by [`pump`] — from whichever call or round takes the credits in: a
 //! later send, a receive's wait, `aio_poll`, a reap that processed
 //! completions, `close`, or the preload's progress thread (the watch is
@@ -70,12 +71,9 @@ use std::time::Instant;
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Wc};
 
-use smallvec::SmallVec;
-
-use super::gather::{Gather, Src};
 use super::socket::{State, XSocket, WR_RIO};
-use crate::stream::{MapError, SinkState, TxStep};
-use crate::wire::{IoMapAd, ACCESS_READ, ACCESS_WRITE, HDR_LEN};
+use crate::stream::{MapError, SinkState};
+use crate::wire::{IoMapAd, ACCESS_READ, ACCESS_WRITE};
 
 /// A local buffer the peer may access.
 #[derive(Debug)]
@@ -115,18 +113,18 @@ pub struct Completion {
 /// A send queued behind the credits: an asynchronous send's, or bytes of
 /// plain send calls copied into the send buffer ([`Aio::buf`]).
 #[derive(Debug)]
-struct AioSend {
+pub(super) struct AioSend {
     /// The caller's registered buffer (`aio_send`), or `None`: the bytes
     /// are the send buffer's first unposted ones (and a zero-length
     /// `aio_send`'s none).
-    mr: Option<Mr>,
-    len: usize,
-    off: usize,
-    call: u64,
+    pub(super) mr: Option<Mr>,
+    pub(super) len: usize,
+    pub(super) off: usize,
+    pub(super) call: u64,
     /// `None`: buffered bytes of plain send call `call` (no completion).
-    cookie: Option<u64>,
+    pub(super) cookie: Option<u64>,
     /// Its last byte ends a send call (the DATA carrying it says so).
-    end: bool,
+    pub(super) end: bool,
 }
 
 #[derive(Debug)]
@@ -161,23 +159,23 @@ pub(crate) struct Aio {
     /// unposted` posted whole, waiting for the engine to finish reading
     /// their buffers; the rest with bytes not yet posted (only the first
     /// of those may have posted some).
-    sends: VecDeque<AioSend>,
+    pub(super) sends: VecDeque<AioSend>,
     /// Of `sends`, those with bytes not yet posted: a plain send call goes
     /// behind them ([`sends_ahead`]).
-    unposted: usize,
+    pub(super) unposted: usize,
     /// Our end of the stream was asked for (`shutdown(SHUT_WR)`, `close`)
     /// while sends had bytes unposted: it goes once they are all posted
     /// ([`shut_write`]).
     shut_after: bool,
     /// The send buffer: bytes of plain send calls that found too few
-    /// credits (stream mode, [`buffer`]), not yet posted, in order; the
+    /// credits (stream mode, `sndbuf::buffer`), not yet posted, in order; the
     /// queued sends without a registration (`AioSend::mr`) hold them.
-    buf: VecDeque<u8>,
+    pub(super) buf: VecDeque<u8>,
     /// Its bound in bytes (`Options::sndbuf`).
-    cap: usize,
+    pub(super) cap: usize,
     /// Registered as holding buffered bytes (`sndbuf`), with the
     /// connection's engine socket.
-    holder: Option<RawFd>,
+    pub(super) holder: Option<RawFd>,
     recvs: VecDeque<AioRecv>,
     rio: HashMap<u64, RioOp>,
     /// Results of synchronous one-sided operations, by id.
@@ -275,52 +273,6 @@ pub(crate) fn sends_ahead(x: &XSocket, st: &mut State) -> bool {
     st.aio.sends_queued()
 }
 
-/// Copies bytes `off..off + n` of plain send call `call` into the send
-/// buffer, behind every queued send; `end`: they are the call's last.
-/// They go out as credits come back ([`post_sends`]), a slot's payload per
-/// message at most, and never in one message with another call's bytes:
-/// a run is one call's, and its last message carries the call's end only
-/// if the run does (a message-mode reader — message mode is the reader's
-/// setting, not on the wire — reads each send call as one message, as
-/// without the buffer; review r20-xbuf S1). The caller checked the room
-/// ([`Aio::room`]).
-pub(crate) fn buffer(
-    st: &mut State,
-    g: &Gather<'_>,
-    at: (usize, usize),
-    call: u64,
-    end: bool,
-    fd: RawFd,
-) {
-    let (off, n) = at;
-    debug_assert!(n > 0 && n <= st.aio.room());
-    let need = (st.aio.buf.len() + n).min(st.aio.cap);
-    st.aio
-        .buf
-        .reserve_exact(need.saturating_sub(st.aio.buf.len()));
-    g.slices(off, n, |b| st.aio.buf.extend(b));
-    super::sndbuf::add(&mut st.aio.holder, fd, n);
-    // The same call's run, still unposted (the back is unposted while any
-    // is): it grows; else a run of its own.
-    match st.aio.sends.back_mut() {
-        Some(a) if st.aio.unposted > 0 && a.mr.is_none() && a.call == call && !a.end => {
-            a.len += n;
-            a.end = end;
-        }
-        _ => {
-            st.aio.sends.push_back(AioSend {
-                mr: None,
-                len: n,
-                off: 0,
-                call,
-                cookie: None,
-                end,
-            });
-            st.aio.unposted += 1;
-        }
-    }
-}
-
 /// Our end of the stream (`shutdown(SHUT_WR)`, `close`), after the bytes
 /// of the asynchronous sends queued before it: at once if none has bytes
 /// unposted (after a pump), else once [`post_sends`] posted their last.
@@ -361,7 +313,7 @@ fn post_sends(x: &XSocket, st: &mut State) {
         // (A shut end sends nothing more: a guard, `shut_write` shuts only
         // once every byte is posted.)
         while a.off < a.len && st.tx_free_len() > 0 && !st.s.is_write_shut() {
-            let Some(n) = post_step(x, st, &a, &buf) else {
+            let Some(n) = super::sndbuf::post_step(x, st, &a, &buf) else {
                 break;
             };
             a.off += n;
@@ -396,60 +348,6 @@ fn post_sends(x: &XSocket, st: &mut State) {
     if std::mem::take(&mut st.aio.shut_after) {
         st.s.shutdown_write();
         x.flush(st);
-    }
-}
-
-/// One step of [`post_sends`] for send `a` (`buf`: the send buffer, whose
-/// front is `a`'s next bytes when it has no registration). Returns the
-/// bytes posted, or `None` when the books block it.
-fn post_step(x: &XSocket, st: &mut State, a: &AioSend, buf: &VecDeque<u8>) -> Option<usize> {
-    let rest = a.len - a.off;
-    let (front, back) = buf.as_slices();
-    let mut parts: SmallVec<[&[u8]; 2]> = SmallVec::new();
-    let (off, avail) = match &a.mr {
-        Some(mr) => {
-            // SAFETY (of the slice below): `aio_send`'s caller keeps the
-            // buffer valid and unchanged until completion.
-            parts.push(raw_slice(mr.with_bytes(|b| b.as_ptr()), a.len));
-            (a.off, rest)
-        }
-        None => {
-            parts.extend([front, back].into_iter().filter(|b| !b.is_empty()));
-            (0, rest.min(x.opts.slot_size as usize - HDR_LEN))
-        }
-    };
-    let g = Gather::new(&parts);
-    let mrs = a.mr.as_ref().map(std::slice::from_ref);
-    let src = |n| Src {
-        g: &g,
-        mrs,
-        off,
-        len: n,
-    };
-    match st.s.tx_data(avail, avail == rest && a.end) {
-        TxStep::Control => {
-            x.flush(st);
-            Some(0)
-        }
-        TxStep::Write { stag, to, len: n } => {
-            let op = SendOp::Write {
-                remote_addr: to,
-                rkey: stag,
-            };
-            x.post_data(st, a.call, op, None, src(n));
-            st.s.tx_wrote(n);
-            Some(n)
-        }
-        TxStep::Data { msg, len: n } => {
-            let op = SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            };
-            x.post_data(st, a.call, op, Some(msg), src(n));
-            Some(n)
-        }
-        TxStep::Blocked if x.repost_if_due(st) => Some(0),
-        TxStep::Blocked => None,
     }
 }
 
@@ -506,7 +404,7 @@ fn complete_sends(st: &mut State) {
 }
 
 /// The `n` bytes at `p` (a registered caller buffer, see `pump_sends`).
-fn raw_slice<'a>(p: *const u8, n: usize) -> &'a [u8] {
+pub(super) fn raw_slice<'a>(p: *const u8, n: usize) -> &'a [u8] {
     #[allow(unsafe_code)]
     // SAFETY: `p..p+n` lies in a buffer registered for an asynchronous
     // send, which its caller keeps valid until the operation completes.

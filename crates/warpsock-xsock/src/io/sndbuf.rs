@@ -1,5 +1,9 @@
-//! The process's view of the send buffers (`rio::buffer`): how many bytes
-//! wait in them, and which connections hold some. Over TCP the kernel
+//! The send buffer past the credits: what a send call leaves in it
+//! ([`buffer`]), how its runs are posted (`post_step`, for
+//! `rio::post_sends`, which posts the queued sends in order), the orderly
+//! [`XSocket::close`] that lingers for them — and the process's view of
+//! the send buffers: how many bytes wait in them, and which connections
+//! hold some. Over TCP the kernel
 //! sends a socket buffer after `close` and after the process; here the
 //! bytes leave only while someone drives the socket, so a close or an
 //! exit that gives up on them must not end the stream cleanly: the peer
@@ -15,6 +19,18 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use std::collections::VecDeque;
+
+use smallvec::SmallVec;
+use warpsock_engine::SendOp;
+
+use super::gather::{Gather, Src};
+use super::rio::{raw_slice, AioSend};
+use super::socket::{State, XSocket};
+use crate::stream::TxStep;
+use crate::wire::HDR_LEN;
 
 /// Bytes in the send buffers of the process's sockets.
 static BUFFERED: AtomicUsize = AtomicUsize::new(0);
@@ -111,5 +127,152 @@ pub(crate) fn reset(fd: RawFd) {
         let mut a: libc::sockaddr = std::mem::zeroed();
         a.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
         libc::connect(fd, &a, size_of::<libc::sockaddr>() as libc::socklen_t);
+    }
+}
+
+impl XSocket {
+    /// Orderly close: the end of stream goes after everything sent; waits
+    /// up to `linger` for it to leave (a peer that stopped reading may hold
+    /// it up), then disconnects. Returns whether everything left in time.
+    ///
+    /// The linger bounds a close that makes no progress: while stream bytes
+    /// leave (the peer reads, credits come back) it starts again. One that
+    /// gives up with bytes still queued — sends returned, never sent —
+    /// resets the connection: the peer gets `ECONNRESET`, not a clean end
+    /// after a short stream (review r20-xbuf S2; `io/sndbuf.rs`).
+    pub fn close(&self, linger: Duration) -> bool {
+        let mut deadline = Instant::now() + linger;
+        let mut st = self.lock();
+        super::rio::shut_write(self, &mut st);
+        let mut sent = st.s.tx_seq();
+        loop {
+            self.drive_now(&mut st);
+            let tx_slots = self.tx.len() / self.opts.slot_size as usize;
+            let idle = !st.s.has_output() && st.tx_free.len() == tx_slots && !st.aio.sends_queued();
+            if idle || st.over() {
+                drop(st);
+                self.qp.disconnect();
+                return idle;
+            }
+            if st.s.tx_seq() != sent {
+                sent = st.s.tx_seq();
+                deadline = Instant::now() + linger;
+            }
+            if Instant::now() >= deadline {
+                let lost = st.aio.sends_queued();
+                drop(st);
+                if lost {
+                    reset(self.tcp_fd);
+                }
+                self.qp.disconnect();
+                return false;
+            }
+            st = self.wait(st, Some(deadline));
+        }
+    }
+}
+
+/// Copies bytes `off..off + n` of plain send call `call` into the send
+/// buffer, behind every queued send; `end`: they are the call's last.
+/// They go out as credits come back (`rio::post_sends`), a slot's payload per
+/// message at most, and never in one message with another call's bytes:
+/// a run is one call's, and its last message carries the call's end only
+/// if the run does (a message-mode reader — message mode is the reader's
+/// setting, not on the wire — reads each send call as one message, as
+/// without the buffer; review r20-xbuf S1). The caller checked the room
+/// (`Aio::room`).
+pub(crate) fn buffer(
+    st: &mut State,
+    g: &Gather<'_>,
+    at: (usize, usize),
+    call: u64,
+    end: bool,
+    fd: RawFd,
+) {
+    let (off, n) = at;
+    debug_assert!(n > 0 && n <= st.aio.room());
+    let need = (st.aio.buf.len() + n).min(st.aio.cap);
+    st.aio
+        .buf
+        .reserve_exact(need.saturating_sub(st.aio.buf.len()));
+    g.slices(off, n, |b| st.aio.buf.extend(b));
+    add(&mut st.aio.holder, fd, n);
+    // The same call's run, still unposted (the back is unposted while any
+    // is): it grows; else a run of its own.
+    match st.aio.sends.back_mut() {
+        Some(a) if st.aio.unposted > 0 && a.mr.is_none() && a.call == call && !a.end => {
+            a.len += n;
+            a.end = end;
+        }
+        _ => {
+            st.aio.sends.push_back(AioSend {
+                mr: None,
+                len: n,
+                off: 0,
+                call,
+                cookie: None,
+                end,
+            });
+            st.aio.unposted += 1;
+        }
+    }
+}
+
+/// One step of `rio::post_sends` for send `a` (`buf`: the send buffer, whose
+/// front is `a`'s next bytes when it has no registration). Returns the
+/// bytes posted, or `None` when the books block it.
+pub(super) fn post_step(
+    x: &XSocket,
+    st: &mut State,
+    a: &AioSend,
+    buf: &VecDeque<u8>,
+) -> Option<usize> {
+    let rest = a.len - a.off;
+    let (front, back) = buf.as_slices();
+    let mut parts: SmallVec<[&[u8]; 2]> = SmallVec::new();
+    let (off, avail) = match &a.mr {
+        Some(mr) => {
+            // SAFETY (of the slice below): `aio_send`'s caller keeps the
+            // buffer valid and unchanged until completion.
+            parts.push(raw_slice(mr.with_bytes(|b| b.as_ptr()), a.len));
+            (a.off, rest)
+        }
+        None => {
+            parts.extend([front, back].into_iter().filter(|b| !b.is_empty()));
+            (0, rest.min(x.opts.slot_size as usize - HDR_LEN))
+        }
+    };
+    let g = Gather::new(&parts);
+    let mrs = a.mr.as_ref().map(std::slice::from_ref);
+    let src = |n| Src {
+        g: &g,
+        mrs,
+        off,
+        len: n,
+    };
+    match st.s.tx_data(avail, avail == rest && a.end) {
+        TxStep::Control => {
+            x.flush(st);
+            Some(0)
+        }
+        TxStep::Write { stag, to, len: n } => {
+            let op = SendOp::Write {
+                remote_addr: to,
+                rkey: stag,
+            };
+            x.post_data(st, a.call, op, None, src(n));
+            st.s.tx_wrote(n);
+            Some(n)
+        }
+        TxStep::Data { msg, len: n } => {
+            let op = SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            };
+            x.post_data(st, a.call, op, Some(msg), src(n));
+            Some(n)
+        }
+        TxStep::Blocked if x.repost_if_due(st) => Some(0),
+        TxStep::Blocked => None,
     }
 }

@@ -26,7 +26,6 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
 
 use warpsock_engine::{
     Context, Cq, Event, Pd, Qp, QpNews, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
@@ -831,7 +830,7 @@ impl XSocket {
                 || st.aio.has_completions(),
             // After the peer's FIN a send does not block: it fails (EPIPE).
             // Writability follows the credits, not the send buffer's room
-            // (`rio::buffer`): a send with room does not block, but a
+            // (`sndbuf::buffer`): a send with room does not block, but a
             // program that waits for `POLLOUT` waits for the credits (the
             // buffered bytes go first with them). The buffer's room as a
             // term here cost the 8 B ping-pong ~4 instructions per round
@@ -882,46 +881,6 @@ impl XSocket {
     pub(crate) fn wake(&self, st: &State) {
         if st.waiters > 0 {
             self.cv.notify_all();
-        }
-    }
-
-    /// Orderly close: the end of stream goes after everything sent; waits
-    /// up to `linger` for it to leave (a peer that stopped reading may hold
-    /// it up), then disconnects. Returns whether everything left in time.
-    ///
-    /// The linger bounds a close that makes no progress: while stream bytes
-    /// leave (the peer reads, credits come back) it starts again. One that
-    /// gives up with bytes still queued — sends returned, never sent —
-    /// resets the connection: the peer gets `ECONNRESET`, not a clean end
-    /// after a short stream (review r20-xbuf S2; `io/sndbuf.rs`).
-    pub fn close(&self, linger: Duration) -> bool {
-        let mut deadline = Instant::now() + linger;
-        let mut st = self.lock();
-        super::rio::shut_write(self, &mut st);
-        let mut sent = st.s.tx_seq();
-        loop {
-            self.drive_now(&mut st);
-            let tx_slots = self.tx.len() / self.opts.slot_size as usize;
-            let idle = !st.s.has_output() && st.tx_free.len() == tx_slots && !st.aio.sends_queued();
-            if idle || st.over() {
-                drop(st);
-                self.qp.disconnect();
-                return idle;
-            }
-            if st.s.tx_seq() != sent {
-                sent = st.s.tx_seq();
-                deadline = Instant::now() + linger;
-            }
-            if Instant::now() >= deadline {
-                let lost = st.aio.sends_queued();
-                drop(st);
-                if lost {
-                    super::sndbuf::reset(self.tcp_fd);
-                }
-                self.qp.disconnect();
-                return false;
-            }
-            st = self.wait(st, Some(deadline));
         }
     }
 }
