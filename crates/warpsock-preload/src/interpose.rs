@@ -52,6 +52,10 @@ macro_rules! dispatch {
 /// `epoll_wait` family.
 pub mod wait;
 
+/// Interposed calls over the thread's own hold of the table's lock.
+#[cfg(test)]
+mod held_calls;
+
 /// The receiving and sending calls.
 pub mod io;
 

@@ -568,7 +568,7 @@ pub(crate) fn fork_release_child() {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// `Socket` for a test object that only lives and dies: no data
@@ -611,6 +611,25 @@ mod tests {
     /// Calls over the thread's own hold of the lock.
     mod held;
 
+    /// What the interposer's tests of calls over a hold need of the
+    /// table's (`interpose`'s `held_calls`; the table's tests never use
+    /// the layers above it).
+    pub(crate) mod support {
+        pub(crate) use super::holds::within_a_minute;
+        pub(crate) use super::look_ups::serial;
+        use super::*;
+        pub(crate) use super::{dummy, same};
+
+        /// The calling thread's hold of the table's write lock (as a
+        /// handler over `close`'s removal would find it), until dropped.
+        pub(crate) struct WriteHold(#[allow(dead_code)] Held<RwLockWriteGuard<'static, Map>>);
+
+        /// Takes the write hold; panics if the thread is over one already.
+        pub(crate) fn hold_write() -> WriteHold {
+            WriteHold(write_map().expect("not over a hold"))
+        }
+    }
+
     #[test]
     fn marks_and_candidates() {
         // A descriptor number no test opens.
@@ -650,11 +669,11 @@ mod tests {
         }
     }
 
-    fn dummy() -> Arc<dyn Socket> {
+    pub(crate) fn dummy() -> Arc<dyn Socket> {
         Arc::new(Dummy(std::sync::atomic::AtomicIsize::new(0)))
     }
 
-    fn same(a: &Option<Arc<dyn Socket>>, b: &Arc<dyn Socket>) -> bool {
+    pub(crate) fn same(a: &Option<Arc<dyn Socket>>, b: &Arc<dyn Socket>) -> bool {
         a.as_ref().is_some_and(|a| Arc::ptr_eq(a, b))
     }
 

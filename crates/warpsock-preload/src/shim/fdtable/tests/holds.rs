@@ -25,7 +25,7 @@ pub(super) fn settled() {
 /// Runs `f` on a thread of its own and returns its value; a run that has
 /// not ended in 60 s (a deadlock on the map's lock, which would hang every
 /// later test of the table) ends the test process with `what`.
-pub(super) fn within_a_minute<T: Send + 'static>(
+pub(crate) fn within_a_minute<T: Send + 'static>(
     what: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> T {

@@ -17,7 +17,7 @@ use crate::shim::guard;
 /// late (seen once in CI, session 18).
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-pub(super) fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
