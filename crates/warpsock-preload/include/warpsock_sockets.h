@@ -86,6 +86,12 @@ int warpsock_aio_writev(int fd, const struct iovec *iov, int iovcnt, off_t offse
  * struct warpsock_aio_completion grew from 24 to 32 bytes (flags, reserved):
  * a program built against the 24-byte struct must be rebuilt. */
 #define WARPSOCK_SOCKETS_ABI 2
+/* The WARPSOCK_SOCKETS_ABI of the library loaded (works on no socket, never
+ * fails). A program compares it with the macro before its first
+ * warpsock_aio_poll: under a library of another ABI it would misread every
+ * completion silently. Libraries older than this call (ABI 1, and ABI 2
+ * before it) do not export it: look it up with dlsym to tell them apart. */
+int warpsock_sockets_abi(void);
 
 #define WARPSOCK_AIO_SEND 1
 #define WARPSOCK_AIO_RECV 2

@@ -3,7 +3,8 @@
 //! the source rather than linked: linking the library into a test binary
 //! would interpose that binary's own libc calls. The completion struct's
 //! layout is checked on both sides: a unit test in `xsock::api` and a
-//! static assertion in `tests/c/xsock.c`.)
+//! static assertion in `tests/c/xsock.c`.) Every function it declares is
+//! one the library exports, with as many parameters, and the reverse.
 
 use std::collections::HashMap;
 
@@ -82,4 +83,53 @@ fn every_header_constant_matches_the_library() {
     }
     // Far above every kernel option level (protocol numbers, SOL_* < 300).
     assert!(h["SOL_WARPSOCK"] > 0xffff);
+}
+
+/// `warpsock_*` function name -> parameter count, of the declarations in
+/// `text` (C: the name follows its return type; Rust: `extern "C" fn`).
+/// Declarations may span lines.
+fn functions(text: &str, rust: bool) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("warpsock_") {
+        let at = &rest[i..];
+        let before = rest[..i].trim_end();
+        rest = &rest[i + "warpsock_".len()..];
+        let name: String = at
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let Some(args) = at[name.len()..].strip_prefix('(') else {
+            continue;
+        };
+        let declared = if rust {
+            before.ends_with("extern \"C\" fn")
+        } else {
+            // A declaration: its return type ends the line's text before
+            // the name (a call is preceded by `(`, `=`, `CHECK(` ...).
+            let prev = before.rsplit('\n').next().unwrap_or("");
+            ["int", "ssize_t", "off_t"]
+                .iter()
+                .any(|t| prev.trim() == *t)
+        };
+        if !declared {
+            continue;
+        }
+        let args = &args[..args.find(')').expect("a parameter list")];
+        let n = args
+            .split(',')
+            .filter(|a| !a.trim().is_empty() && a.trim() != "void")
+            .count();
+        out.insert(name, n);
+    }
+    out
+}
+
+#[test]
+fn every_declared_function_is_exported_and_the_reverse() {
+    let h = functions(&read("include/warpsock_sockets.h"), false);
+    let lib = functions(&read("src/xsock/api.rs"), true);
+    assert!(h.contains_key("warpsock_sockets_abi"), "{h:?}");
+    assert!(h.len() >= 11, "the header's declarations parsed: {h:?}");
+    assert_eq!(h, lib, "header (left) against src/xsock/api.rs (right)");
 }

@@ -102,9 +102,40 @@ struct Api {
     aio_poll: AioPollFn,
 }
 
-/// The calls, or why they are missing.
+/// `WARPSOCK_SOCKETS_ABI` of the header this transport follows (the
+/// layout of [`AioCompletion`]; a test checks it against the header).
+const SOCKETS_ABI: i32 = 2;
+
+type AbiFn = unsafe extern "C" fn() -> c_int;
+
+/// Whether a library that reports ABI `lib` (`None`: it exports no
+/// `warpsock_sockets_abi`, being older than that call) lays out
+/// completions as this transport reads them; if not, why, naming both
+/// versions. A library of another ABI is refused at load: its completions
+/// would be misread silently (the session-19 library under the session-20
+/// CLI: "a completion with a foreign cookie", BENCHMARKS.md section 6).
+fn check_abi(lib: Option<i32>) -> Result<(), String> {
+    let fix = "run it with the libwarpsock_preload.so built with this warpsock";
+    match lib {
+        Some(v) if v == SOCKETS_ABI => Ok(()),
+        Some(v) => Err(format!(
+            "riowrite: the preloaded library has extended sockets ABI {v} \
+             (warpsock_sockets_abi), this warpsock was built for ABI {SOCKETS_ABI} \
+             (WARPSOCK_SOCKETS_ABI): struct warpsock_aio_completion differs \
+             between them; {fix}"
+        )),
+        None => Err(format!(
+            "riowrite: the preloaded library reports no extended sockets ABI \
+             (no warpsock_sockets_abi: older than that call, ABI 1 or an early \
+             ABI 2), this warpsock was built for ABI {SOCKETS_ABI} \
+             (WARPSOCK_SOCKETS_ABI); {fix}"
+        )),
+    }
+}
+
+/// The calls, or why they are missing or cannot be used.
 fn api() -> Result<&'static Api, Error> {
-    static API: OnceLock<Option<Api>> = OnceLock::new();
+    static API: OnceLock<Result<Api, String>> = OnceLock::new();
     let found = API.get_or_init(|| {
         let sym = |name: &CStr| {
             // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
@@ -113,29 +144,42 @@ fn api() -> Result<&'static Api, Error> {
         };
         // SAFETY: each symbol is the function of warpsock_sockets.h with
         // the signature declared above.
-        unsafe {
-            Some(Api {
-                riomap: std::mem::transmute::<*mut c_void, RiomapFn>(sym(c"warpsock_riomap")?),
-                riounmap: std::mem::transmute::<*mut c_void, RiounmapFn>(sym(
-                    c"warpsock_riounmap",
-                )?),
-                aio_write: std::mem::transmute::<*mut c_void, AioWriteFn>(sym(
-                    c"warpsock_aio_write",
-                )?),
-                aio_writev: std::mem::transmute::<*mut c_void, AioWritevFn>(sym(
-                    c"warpsock_aio_writev",
-                )?),
-                aio_send: std::mem::transmute::<*mut c_void, AioSendFn>(sym(c"warpsock_aio_send")?),
-                aio_poll: std::mem::transmute::<*mut c_void, AioPollFn>(sym(c"warpsock_aio_poll")?),
-            })
-        }
-    });
-    found.as_ref().ok_or_else(|| {
-        Error::msg(
+        let api = unsafe {
+            (|| {
+                Some(Api {
+                    riomap: std::mem::transmute::<*mut c_void, RiomapFn>(sym(c"warpsock_riomap")?),
+                    riounmap: std::mem::transmute::<*mut c_void, RiounmapFn>(sym(
+                        c"warpsock_riounmap",
+                    )?),
+                    aio_write: std::mem::transmute::<*mut c_void, AioWriteFn>(sym(
+                        c"warpsock_aio_write",
+                    )?),
+                    aio_writev: std::mem::transmute::<*mut c_void, AioWritevFn>(sym(
+                        c"warpsock_aio_writev",
+                    )?),
+                    aio_send: std::mem::transmute::<*mut c_void, AioSendFn>(sym(
+                        c"warpsock_aio_send",
+                    )?),
+                    aio_poll: std::mem::transmute::<*mut c_void, AioPollFn>(sym(
+                        c"warpsock_aio_poll",
+                    )?),
+                })
+            })()
+        };
+        let api = api.ok_or_else(|| {
             "riowrite needs the extended sockets calls (warpsock_riomap, \
-             warpsock_aio_write, ...): run under LD_PRELOAD=libwarpsock_preload.so",
-        )
-    })
+             warpsock_aio_write, ...): run under LD_PRELOAD=libwarpsock_preload.so"
+                .to_string()
+        })?;
+        let abi = sym(c"warpsock_sockets_abi").map(|p| {
+            // SAFETY: `int warpsock_sockets_abi(void)` of warpsock_sockets.h;
+            // it touches nothing.
+            unsafe { std::mem::transmute::<*mut c_void, AbiFn>(p)() }
+        });
+        check_abi(abi)?;
+        Ok(api)
+    });
+    found.as_ref().map_err(Error::msg)
 }
 
 /// The errno of a failed extended call, named.
@@ -686,6 +730,37 @@ mod tests {
             place(&mut region, &writes);
             assert!(data::check(&region, seq, true));
         }
+    }
+
+    /// The ABI this transport reads completions by is the header's, and
+    /// [`AioCompletion`] has the layout that ABI gives it.
+    #[test]
+    fn the_abi_is_the_headers() {
+        let h = include_str!("../../../warpsock-preload/include/warpsock_sockets.h");
+        let v: i32 = h
+            .lines()
+            .find_map(|l| l.strip_prefix("#define WARPSOCK_SOCKETS_ABI "))
+            .expect("the header's ABI")
+            .trim()
+            .parse()
+            .expect("a number");
+        assert_eq!(v, SOCKETS_ABI);
+        assert_eq!((SOCKETS_ABI, size_of::<AioCompletion>()), (2, 32));
+        assert_eq!(std::mem::offset_of!(AioCompletion, flags), 24);
+    }
+
+    #[test]
+    fn a_library_of_another_abi_is_refused_naming_both() {
+        assert_eq!(check_abi(Some(SOCKETS_ABI)), Ok(()));
+        for lib in [SOCKETS_ABI - 1, SOCKETS_ABI + 1] {
+            let e = check_abi(Some(lib)).expect_err("another ABI");
+            assert!(e.contains(&format!("ABI {lib} ")), "{e}");
+            assert!(e.contains(&format!("ABI {SOCKETS_ABI} ")), "{e}");
+            assert!(e.contains("warpsock_aio_completion"), "{e}");
+        }
+        let e = check_abi(None).expect_err("no warpsock_sockets_abi");
+        assert!(e.contains("ABI 1"), "{e}");
+        assert!(e.contains(&format!("ABI {SOCKETS_ABI} ")), "{e}");
     }
 
     #[test]

@@ -34,6 +34,17 @@ pub const IOV_MAX: i32 = 64;
 /// `reserved`; review r20-xdead2b #6). Bumped with every layout change.
 pub const SOCKETS_ABI: i32 = 2;
 
+/// `WARPSOCK_SOCKETS_ABI` of this library, for a program to compare with
+/// the header it was built against before it collects a completion: a
+/// program of ABI 2 under a library of ABI 1 (or the reverse) would read
+/// `struct warpsock_aio_completion`s of the other layout silently (the
+/// CLI's riowrite saw "a completion with a foreign cookie": BENCHMARKS.md
+/// section 6, session 20). Works on no socket; never fails.
+#[no_mangle]
+pub extern "C" fn warpsock_sockets_abi() -> c_int {
+    SOCKETS_ABI
+}
+
 /// One completion as `struct warpsock_aio_completion` lays it out.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -349,6 +360,14 @@ mod tests {
         assert_eq!(std::mem::offset_of!(C, result), 16);
         assert_eq!(std::mem::offset_of!(C, flags), 24);
         assert_eq!(std::mem::offset_of!(C, reserved), 28);
+    }
+
+    /// `warpsock_sockets_abi()` is the header's `WARPSOCK_SOCKETS_ABI`
+    /// (`tests/header.rs` checks `SOCKETS_ABI` against the header, and
+    /// `tests/c/xsock.c` the call against the macro through the library).
+    #[test]
+    fn the_exported_abi_is_the_headers() {
+        assert_eq!(super::warpsock_sockets_abi(), super::SOCKETS_ABI);
     }
 
     /// `WARPSOCK_IOV_MAX` is the limit the socket enforces.

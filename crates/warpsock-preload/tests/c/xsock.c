@@ -418,6 +418,8 @@ static void rio_server(int fd) {
 }
 
 static void rio_client(int fd) {
+    /* The library loaded is of this header's ABI (the program's check). */
+    CHECK(warpsock_sockets_abi() == WARPSOCK_SOCKETS_ABI);
     CHECK(ddp(fd) == 0);
     wait_byte(fd, 'R');
     uint8_t *src = malloc(300000);
