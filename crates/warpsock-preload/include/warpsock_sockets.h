@@ -58,8 +58,10 @@ off_t warpsock_riomap(int fd, void *buf, size_t len, int prot, int flags, off_t 
 int warpsock_riounmap(int fd, void *buf, size_t len);
 /* One-sided write of count bytes into the peer's mapping at offset; returns
  * when sent. The peer is not notified: bytes sent after it arrive after it
- * is placed. flags must be 0. Returns count, or -1 (EINVAL: not mapped;
- * EACCES: not writable). */
+ * is placed, and it goes after every byte sent before it (bytes still in
+ * the send buffer too: it then waits for the peer to read them, and an
+ * asynchronous write is posted after them). flags must be 0. Returns
+ * count, or -1 (EINVAL: not mapped; EACCES: not writable). */
 ssize_t warpsock_riowrite(int fd, const void *buf, size_t count, off_t offset, int flags);
 /* One-sided read of count bytes from the peer's mapping at offset. */
 ssize_t warpsock_rioread(int fd, void *buf, size_t count, off_t offset, int flags);

@@ -59,7 +59,11 @@
 //! caller's buffer as credits come, no copy).
 //!
 //! Every one-sided call is one RDMA Write or Read, posted and transmitted
-//! at once. [`XSocket::aio_writev`] gathers several buffers into one Write
+//! at once — or, made while sends have bytes not yet posted (the send
+//! buffer's, queued asynchronous sends'), posted right after those bytes:
+//! RDMAP keeps a queue pair's Writes and Sends in posted order (RFC 5040
+//! §5.5), and a program that sends, then writes, expects the peer to see
+//! the stream bytes before the write's (review r20-xbuf N5; `io/sndbuf.rs`). [`XSocket::aio_writev`] gathers several buffers into one Write
 //! (the engine's scatter/gather list): a message built from pieces — a
 //! header, a shared body, a trailer — costs one post, one transmit round
 //! and one completion instead of one per piece.
@@ -176,6 +180,10 @@ pub(crate) struct Aio {
     /// Registered as holding buffered bytes (`sndbuf`), with the
     /// connection's engine socket.
     pub(super) holder: Option<RawFd>,
+    /// One-sided requests made while sends had bytes unposted, in call
+    /// order: each waits for the sends queued before it
+    /// (`sndbuf::post_rio_wr`). Non-empty only while `unposted` is not 0.
+    pub(super) held: VecDeque<super::sndbuf::HeldRio>,
     recvs: VecDeque<AioRecv>,
     rio: HashMap<u64, RioOp>,
     /// Results of synchronous one-sided operations, by id.
@@ -344,6 +352,9 @@ fn post_sends(x: &XSocket, st: &mut State) {
         st.aio.unposted -= 1;
         st.s.tx_end_call();
         x.flush(st);
+        if !st.aio.held.is_empty() {
+            super::sndbuf::release_held(x, st);
+        }
     }
     if std::mem::take(&mut st.aio.shut_after) {
         st.s.shutdown_write();
@@ -382,6 +393,23 @@ fn complete_sends(st: &mut State) {
     let errno = st.error.as_ref().map_or(libc::EPIPE, |(e, _)| *e);
     // (Every posted one completed above: the engine reads no more.)
     st.aio.unposted = 0;
+    // One-sided requests held behind them never go: they fail as the
+    // sends do.
+    while let Some(h) = st.aio.held.pop_front() {
+        let id = h.wr.wr_id & !(0xF << 60);
+        match st.aio.rio.remove(&id).map(|op| (op.op, op.cookie)) {
+            Some((op, Some(cookie))) => st.aio.done.push_back(Completion {
+                cookie,
+                op,
+                result: Err(errno),
+                eor: false,
+            }),
+            Some((_, None)) => {
+                st.aio.sync_done.insert(id, Err(errno));
+            }
+            None => {}
+        }
+    }
     if std::mem::take(&mut st.aio.shut_after) {
         st.s.shutdown_write();
     }
@@ -617,9 +645,6 @@ impl XSocket {
             sgl: mrs.iter().map(|m| m.sge(0, m.len() as u32)).collect(),
             signaled: true,
         };
-        if write {
-            self.restore_rto(st);
-        }
         st.aio.rio.insert(
             id,
             RioOp {
@@ -629,7 +654,7 @@ impl XSocket {
                 cookie,
             },
         );
-        self.post(st, wr);
+        super::sndbuf::post_rio_wr(self, st, wr, write);
         Ok(id)
     }
 

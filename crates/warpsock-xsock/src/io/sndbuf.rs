@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use std::collections::VecDeque;
 
 use smallvec::SmallVec;
-use warpsock_engine::SendOp;
+use warpsock_engine::{SendOp, SendWr};
 
 use super::gather::{Gather, Src};
 use super::rio::{raw_slice, AioSend};
@@ -274,5 +274,52 @@ pub(super) fn post_step(
         }
         TxStep::Blocked if x.repost_if_due(st) => Some(0),
         TxStep::Blocked => None,
+    }
+}
+
+/// A one-sided request (RDMA Write or Read) made while sends had bytes
+/// not yet posted: posted once the `ahead` sends queued before it are
+/// posted whole, not past them (review r20-xbuf N5).
+#[derive(Debug)]
+pub(crate) struct HeldRio {
+    /// Sends queued before it with bytes still unposted.
+    ahead: usize,
+    pub(super) wr: SendWr,
+    write: bool,
+}
+
+/// Posts one-sided request `wr` (`write`: an RDMA Write) behind every send
+/// queued before it. RDMAP orders a queue pair's Writes and Sends as they
+/// are posted (RFC 5040 §5.5): bytes a send call returned for, still in
+/// the send buffer behind missing credits (or an `aio_send` queued), must
+/// not be overtaken by a later `riowrite`, whose data the peer may look
+/// at once it has read them. So with sends queued (after a pump) it waits
+/// for them (`release_held`), else it goes at once.
+pub(super) fn post_rio_wr(x: &XSocket, st: &mut State, wr: SendWr, write: bool) {
+    if super::rio::sends_ahead(x, st) {
+        let ahead = st.aio.unposted;
+        st.aio.held.push_back(HeldRio { ahead, wr, write });
+        return;
+    }
+    post_held(x, st, wr, write);
+}
+
+fn post_held(x: &XSocket, st: &mut State, wr: SendWr, write: bool) {
+    if write {
+        x.restore_rto(st);
+    }
+    x.post(st, wr);
+}
+
+/// A queued send was posted whole (`rio::post_sends`): one fewer is ahead
+/// of each held request; those with none ahead go now, before the next
+/// send's bytes.
+pub(super) fn release_held(x: &XSocket, st: &mut State) {
+    for h in st.aio.held.iter_mut() {
+        h.ahead -= 1;
+    }
+    while st.aio.held.front().is_some_and(|h| h.ahead == 0) {
+        let h = st.aio.held.pop_front().expect("checked");
+        post_held(x, st, h.wr, h.write);
     }
 }

@@ -1,4 +1,5 @@
-//! Asynchronous sends and the plain send calls after them (loopback).
+//! Asynchronous sends and the plain send calls after them, and one-sided
+//! requests behind buffered bytes (loopback).
 
 use std::time::Duration;
 
@@ -89,4 +90,164 @@ fn a_reap_that_processes_completions_pumps_queued_sends() {
     }
     assert_eq!(xb.recv(&mut buf, RecvFlags::default(), t).unwrap().0, 8);
     assert_eq!(buf, queued);
+}
+
+/// A loopback pair switched with `o` (both ends at once).
+fn pair_with(o: &crate::io::Options) -> (crate::io::XSocket, crate::io::XSocket) {
+    use std::os::fd::AsFd;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    std::thread::scope(|sc| {
+        let ta = sc.spawn(|| crate::io::switch_fd(c.as_fd(), o).unwrap());
+        let tb = sc.spawn(|| crate::io::switch_fd(s.as_fd(), o).unwrap());
+        (ta.join().unwrap(), tb.join().unwrap())
+    })
+}
+
+/// The byte `i` of pattern `seed`.
+fn pat(seed: u8, i: usize) -> u8 {
+    (i as u8).wrapping_mul(31).wrapping_add(seed)
+}
+
+/// A one-sided write made while the send buffer holds bytes a send call
+/// already returned for (the peer's window full, it does not read) goes
+/// after them (review r20-xbuf N5; RFC 5040 §5.5 orders a queue pair's
+/// Writes and Sends): whenever the peer finds the write's data in its
+/// mapping, every stream byte sent before the write has arrived; and the
+/// data is in place by the time it reads the message sent after it.
+/// Without the hold, the Write goes out at once, ahead of the buffered
+/// bytes, and the first round of the peer places it. One thread drives
+/// both ends in turn (no progress thread in this crate), so each look at
+/// the mapping follows a round of the reader's that processed everything
+/// the engine read.
+#[test]
+fn a_one_sided_write_goes_behind_buffered_stream_bytes() {
+    let o = crate::io::Options {
+        slots: 4,
+        slot_size: crate::io::Options::slot_size_for(1024),
+        zcopy_min: 1 << 20,
+        sndbuf: 64 << 10,
+        ..crate::io::Options::default()
+    };
+    let (xa, xb) = pair_with(&o);
+    let t = Some(Duration::from_secs(20));
+    // The reader maps a region and says where; the writer learns the
+    // mapping by reading past its announcement.
+    let mut region = vec![0u8; 4096];
+    #[allow(unsafe_code)]
+    // SAFETY: `region` outlives the socket's use of it (unmapped below).
+    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
+    assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
+    let mut b8 = [0u8; 8];
+    assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
+    // Stream bytes past the window: some of them wait in the send buffer.
+    let stream: Vec<u8> = (0..20_000).map(|i| pat(1, i)).collect();
+    for c in stream.chunks(1000) {
+        assert_eq!(xa.send(c, true, None).unwrap(), c.len());
+    }
+    assert!(
+        !xa.lock().aio.buf.is_empty(),
+        "bytes wait in the send buffer"
+    );
+    let data: Vec<u8> = (0..region.len()).map(|i| pat(2, i)).collect();
+    #[allow(unsafe_code)]
+    // SAFETY: `data` lives until the completion is collected below.
+    unsafe { xa.aio_rio(data.as_ptr().cast_mut(), data.len(), off, true, 7) }.unwrap();
+    let after = [9u8; 8];
+    assert_eq!(xa.send(&after, true, None).unwrap(), 8);
+    let want: Vec<u8> = stream.iter().chain(&after).copied().collect();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let nb = RecvFlags {
+        nonblocking: true,
+        ..RecvFlags::default()
+    };
+    let start = std::time::Instant::now();
+    while got.len() < want.len() {
+        assert!(start.elapsed() < Duration::from_secs(20), "{}", got.len());
+        xb.progress();
+        #[allow(unsafe_code)]
+        // SAFETY: `region` is live; a volatile read sees what the peer's
+        // Writes placed in it.
+        let placed = unsafe { std::ptr::read_volatile(region.as_ptr()) } != 0;
+        if placed {
+            let arrived = got.len() + xb.readable_bytes();
+            assert!(
+                arrived >= stream.len(),
+                "the write was placed with {arrived} of the {} stream bytes before it arrived",
+                stream.len()
+            );
+        }
+        match xb.recv(&mut buf, nb, None) {
+            Ok((n, _)) => got.extend_from_slice(&buf[..n]),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}"),
+        }
+        xa.progress();
+    }
+    assert!(got == want, "the stream in order");
+    #[allow(unsafe_code)]
+    // SAFETY: as above.
+    let placed: Vec<u8> = (0..region.len())
+        .map(|i| unsafe { std::ptr::read_volatile(region.as_ptr().add(i)) })
+        .collect();
+    assert!(
+        placed == data,
+        "the write's data in place after the message after it"
+    );
+    let mut done = Vec::new();
+    while done.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        xa.aio_poll(&mut done, 1);
+    }
+    assert_eq!((done[0].cookie, done[0].result), (7, Ok(data.len())));
+    xb.riounmap(region.as_mut_ptr()).unwrap();
+}
+
+/// A one-sided write held behind buffered bytes (as above) when the
+/// connection ends: it completes with an error, as the queued sends do —
+/// it never goes, and a synchronous `riowrite` waiting on it would
+/// otherwise wait for ever.
+#[test]
+fn a_held_one_sided_write_fails_when_the_connection_ends() {
+    let o = crate::io::Options {
+        slots: 4,
+        slot_size: crate::io::Options::slot_size_for(1024),
+        zcopy_min: 1 << 20,
+        sndbuf: 64 << 10,
+        ..crate::io::Options::default()
+    };
+    let (xa, xb) = pair_with(&o);
+    let t = Some(Duration::from_secs(20));
+    let mut region = vec![0u8; 4096];
+    #[allow(unsafe_code)]
+    // SAFETY: `region` outlives `xb`, dropped below.
+    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
+    assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
+    let mut b8 = [0u8; 8];
+    assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
+    for _ in 0..20 {
+        assert_eq!(xa.send(&[1; 1000], true, None).unwrap(), 1000);
+    }
+    assert!(
+        !xa.lock().aio.buf.is_empty(),
+        "bytes wait in the send buffer"
+    );
+    let data = [2u8; 64];
+    #[allow(unsafe_code)]
+    // SAFETY: `data` lives until the completion is collected below.
+    unsafe { xa.aio_rio(data.as_ptr().cast_mut(), data.len(), off, true, 7) }.unwrap();
+    assert_eq!(xa.lock().aio.held.len(), 1, "held behind the buffer");
+    drop(xb);
+    let mut done = Vec::new();
+    let start = std::time::Instant::now();
+    while done.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20), "no completion");
+        xa.aio_poll(&mut done, 1);
+        std::thread::yield_now();
+    }
+    assert_eq!(done[0].cookie, 7);
+    assert!(done[0].result.is_err(), "{:?}", done[0]);
+    assert!(xa.lock().aio.held.is_empty());
+    drop(region);
 }
