@@ -618,6 +618,17 @@ impl Socket for DdpSock {
                 }
             };
         }
+        if (level, name) == (libc::SOL_SOCKET, libc::SO_SNDBUF) {
+            // The DDP stream's send buffer, not the engine's TCP socket
+            // (`XSocket::set_sndbuf`: clamped; off stays off). Negative
+            // sizes ask for the least, as Linux's.
+            let Some(v) = super::int_arg(val, len) else {
+                set_errno(libc::EINVAL);
+                return -1;
+            };
+            self.x.set_sndbuf(v.max(0) as usize);
+            return 0;
+        }
         if level == libc::SOL_SOCKET && matches!(name, libc::SO_RCVTIMEO | libc::SO_SNDTIMEO) {
             let Some(t) = timeval_arg(val, len) else {
                 set_errno(libc::EINVAL);
@@ -674,6 +685,10 @@ impl Socket for DdpSock {
                     *len = size_of::<libc::timeval>() as socklen_t;
                 }
                 return 0;
+            }
+            // The send buffer's bound (`XSocket::sndbuf`; 0: none).
+            (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
+                self.x.sndbuf().min(c_int::MAX as usize) as c_int
             }
             (libc::SOL_SOCKET, libc::SO_ERROR) => match self.x.error() {
                 Some((errno, _)) => errno,
@@ -775,11 +790,25 @@ impl Socket for DdpSock {
                 unsafe { *(arg as *mut c_int) = self.x.readable_bytes() as c_int };
                 0
             }
+            // SIOCOUTQ (= TIOCOUTQ) and SIOCOUTQNSD: the DDP stream's send
+            // queue (`XSocket::send_queue_bytes`: the send buffer, the
+            // engine's backlog, the kernel's queue under it).
+            libc::TIOCOUTQ | SIOCOUTQNSD if arg != 0 => {
+                let q = self.x.send_queue_bytes(req == SIOCOUTQNSD);
+                // Its round may have moved readiness (as FIONREAD's).
+                self.reflect(self.x.readiness_now());
+                // SAFETY: both requests' argument is an int out-pointer.
+                unsafe { *(arg as *mut c_int) = q.min(c_int::MAX as usize) as c_int };
+                0
+            }
             // SAFETY: forwarding to the TCP socket.
             _ => unsafe { real::ioctl(self.kfd, req, arg) },
         }
     }
 }
+
+/// `SIOCOUTQNSD` (linux/sockios.h; the libc crate lacks it).
+const SIOCOUTQNSD: c_ulong = 0x894B;
 
 impl Drop for DdpSock {
     fn drop(&mut self) {

@@ -31,7 +31,9 @@ pub struct Options {
     /// call that finds the buffer full waits (blocking) or sends part or
     /// `EAGAIN` (non-blocking). 0: no buffer (a send waits for credits).
     /// Zero-copy calls (blocking, at least `zcopy_min`) never buffer.
-    /// Default: 1 MiB.
+    /// The socket's starting bound: `SO_SNDBUF` changes it per socket
+    /// ([`XSocket::set_sndbuf`](super::XSocket::set_sndbuf), clamped; 0
+    /// stays 0). Default: 1 MiB.
     pub sndbuf: usize,
     /// How such a read is placed: `true` (the default) offers the buffer
     /// as a sink (SDP ZCopy: the peer RDMA-Writes into it, only if no byte

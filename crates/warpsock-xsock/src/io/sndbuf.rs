@@ -130,7 +130,72 @@ pub(crate) fn reset(fd: RawFd) {
     }
 }
 
+/// The smallest send buffer bound `SO_SNDBUF` sets ([`XSocket::set_sndbuf`]):
+/// a page, about Linux's `SOCK_MIN_SNDBUF`.
+pub const SNDBUF_MIN: usize = 4 << 10;
+/// The largest, unless the socket was built with more (`Options::sndbuf`).
+pub const SNDBUF_MAX: usize = 64 << 20;
+
 impl XSocket {
+    /// The send buffer's bound in bytes (`SO_SNDBUF`): what send calls may
+    /// leave in it past the credits. 0: the socket has none (built with
+    /// `Options::sndbuf` 0 — `WARPSOCK_DDP_SNDBUF=0` under the preload):
+    /// a send waits for credits.
+    pub fn sndbuf(&self) -> usize {
+        self.lock().aio.cap
+    }
+
+    /// Sets the send buffer's bound (`setsockopt(SO_SNDBUF)`), clamped to
+    /// [`SNDBUF_MIN`]..=max([`SNDBUF_MAX`], `Options::sndbuf`), and returns
+    /// it. Not doubled as Linux doubles `SO_SNDBUF` (its half is kernel
+    /// bookkeeping; here every byte is payload). A socket without a buffer
+    /// keeps none: `Options::sndbuf` 0 (`WARPSOCK_DDP_SNDBUF=0`) turns
+    /// buffering off whatever the program asks, and this returns 0. Bytes
+    /// already held past a smaller bound stay and go out as credits come;
+    /// send calls find no room until they have.
+    pub fn set_sndbuf(&self, bytes: usize) -> usize {
+        let mut st = self.lock();
+        if st.aio.cap > 0 {
+            st.aio.cap = bytes.clamp(SNDBUF_MIN, SNDBUF_MAX.max(self.opts.sndbuf));
+        }
+        st.aio.cap
+    }
+
+    /// The send queue as `ioctl(SIOCOUTQ)` reports it for TCP — bytes
+    /// handed to the socket and not yet acknowledged — or, if `unsent`,
+    /// as `SIOCOUTQNSD` — not yet sent — after a round of progress (as a
+    /// TCP socket's queue moves with no call, so bytes that credits let go
+    /// leave before the look). The sum of:
+    ///
+    /// * the send buffer's bytes and the unposted bytes of queued
+    ///   asynchronous sends (the library holds them: no credit yet);
+    /// * what the engine sealed into FPDUs and the kernel did not take yet
+    ///   ([`warpsock_engine::Qp::send_backlog`]);
+    /// * the kernel's own queue of the TCP connection under the socket
+    ///   (`SIOCOUTQ` or `SIOCOUTQNSD` on it): unacknowledged, or unsent.
+    ///
+    /// The last two count wire bytes (MPA/DDP/RDMAP framing, message
+    /// headers, and control messages such as credit returns come on top of
+    /// the stream's bytes), so the figure is an upper bound of the stream
+    /// bytes in flight; it is 0 exactly when nothing waits in the library
+    /// and the peer's TCP acknowledged (or, `unsent`, the kernel sent)
+    /// everything — when TCP's would be. Bytes in the peer's receive slots
+    /// are acknowledged, as bytes in a TCP receiver's socket buffer are.
+    pub fn send_queue_bytes(&self, unsent: bool) -> usize {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        let queued: usize = st
+            .aio
+            .sends
+            .iter()
+            .filter(|a| a.mr.is_some())
+            .map(|a| a.len - a.off)
+            .sum();
+        let held = st.aio.buf.len() + queued;
+        drop(st);
+        held + self.qp.send_backlog() as usize + super::sys::out_queue(self.tcp_fd, unsent)
+    }
+
     /// Orderly close: the end of stream goes after everything sent; waits
     /// up to `linger` for it to leave (a peer that stopped reading may hold
     /// it up), then disconnects. Returns whether everything left in time.
@@ -323,3 +388,6 @@ pub(super) fn release_held(x: &XSocket, st: &mut State) {
         post_held(x, st, h.wr, h.write);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -57,6 +57,24 @@ pub(crate) fn readable(fd: RawFd) -> io::Result<usize> {
     check(r as isize).map(|_| v.max(0) as usize)
 }
 
+/// `SIOCOUTQNSD` (linux/sockios.h; the libc crate lacks it).
+const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+
+/// The kernel's send queue of a TCP socket: bytes not yet acknowledged
+/// (`SIOCOUTQ`), or if `unsent` not yet sent (`SIOCOUTQNSD`). 0 if the
+/// socket cannot say (closed under us).
+pub(crate) fn out_queue(fd: RawFd, unsent: bool) -> usize {
+    let req = if unsent { SIOCOUTQNSD } else { libc::TIOCOUTQ };
+    let mut v: libc::c_int = 0;
+    // SAFETY: both requests write one int.
+    let r = unsafe { libc::ioctl(fd, req, &mut v) };
+    if r < 0 {
+        0
+    } else {
+        v.max(0) as usize
+    }
+}
+
 /// The urgent byte, peeked (left for the application if it is not ours).
 /// `None` while it has not arrived.
 pub(crate) fn peek_urgent(fd: RawFd) -> io::Result<Option<u8>> {

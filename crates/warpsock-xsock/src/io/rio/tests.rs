@@ -92,18 +92,7 @@ fn a_reap_that_processes_completions_pumps_queued_sends() {
     assert_eq!(buf, queued);
 }
 
-/// A loopback pair switched with `o` (both ends at once).
-fn pair_with(o: &crate::io::Options) -> (crate::io::XSocket, crate::io::XSocket) {
-    use std::os::fd::AsFd;
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (s, _) = l.accept().unwrap();
-    std::thread::scope(|sc| {
-        let ta = sc.spawn(|| crate::io::switch_fd(c.as_fd(), o).unwrap());
-        let tb = sc.spawn(|| crate::io::switch_fd(s.as_fd(), o).unwrap());
-        (ta.join().unwrap(), tb.join().unwrap())
-    })
-}
+use crate::io::test_pair::{pair_with, small};
 
 /// The byte `i` of pattern `seed`.
 fn pat(seed: u8, i: usize) -> u8 {
@@ -123,14 +112,7 @@ fn pat(seed: u8, i: usize) -> u8 {
 /// the engine read.
 #[test]
 fn a_one_sided_write_goes_behind_buffered_stream_bytes() {
-    let o = crate::io::Options {
-        slots: 4,
-        slot_size: crate::io::Options::slot_size_for(1024),
-        zcopy_min: 1 << 20,
-        sndbuf: 64 << 10,
-        ..crate::io::Options::default()
-    };
-    let (xa, xb) = pair_with(&o);
+    let (xa, xb) = pair_with(&small(64 << 10));
     let t = Some(Duration::from_secs(20));
     // The reader maps a region and says where; the writer learns the
     // mapping by reading past its announcement.
@@ -210,14 +192,7 @@ fn a_one_sided_write_goes_behind_buffered_stream_bytes() {
 /// otherwise wait for ever.
 #[test]
 fn a_held_one_sided_write_fails_when_the_connection_ends() {
-    let o = crate::io::Options {
-        slots: 4,
-        slot_size: crate::io::Options::slot_size_for(1024),
-        zcopy_min: 1 << 20,
-        sndbuf: 64 << 10,
-        ..crate::io::Options::default()
-    };
-    let (xa, xb) = pair_with(&o);
+    let (xa, xb) = pair_with(&small(64 << 10));
     let t = Some(Duration::from_secs(20));
     let mut region = vec![0u8; 4096];
     #[allow(unsafe_code)]

@@ -1,0 +1,139 @@
+/* The send buffer of a DDP-mode socket through the calls TCP programs use
+ * (issue 12), one switched pair in one process, a window of 4 slots of
+ * 1 KiB (WARPSOCK_DDP_SLOTS=4 WARPSOCK_DDP_SLOT_KB=1, set by
+ * tests/ddp_sndbuf.rs):
+ *
+ *   sndbuf on    WARPSOCK_DDP_SNDBUF=65536: getsockopt(SO_SNDBUF) is the
+ *                buffer's bound and setsockopt sets it (clamped); bytes
+ *                past the window wait in the buffer and SIOCOUTQ /
+ *                SIOCOUTQNSD count them; the progress thread sends them
+ *                while the program makes no call on the socket (its reader
+ *                gets them all); a non-blocking send into the nearly full
+ *                buffer returns a partial count, then EAGAIN; SIOCOUTQ is
+ *                0 once everything was read and acknowledged.
+ *   sndbuf off   WARPSOCK_DDP_SNDBUF=0: no buffer — SO_SNDBUF reads 0
+ *                whatever is set, a non-blocking send stops at the window,
+ *                SIOCOUTQ goes to 0 once it was read.
+ *
+ * Exit 0 if every check holds. */
+#include "ddppair.h"
+
+#include <linux/sockios.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
+
+static int c, s;
+static unsigned char stream[1 << 20];
+static size_t sent, got;
+
+static void *switch_peer(void *arg) {
+    ddp_mode(*(int *)arg);
+    return NULL;
+}
+
+static int sndbuf(int fd) {
+    int v = -1;
+    socklen_t l = sizeof v;
+    CHECK(getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &l) == 0 && l == sizeof v);
+    return v;
+}
+
+static void set_sndbuf(int fd, int v) {
+    CHECK(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v) == 0);
+}
+
+static int outq(int fd, unsigned long req) {
+    int q = -1;
+    CHECK(ioctl(fd, req, &q) == 0 && q >= 0);
+    return q;
+}
+
+/* One non-blocking send of the stream's next n bytes: the count, or -1
+ * with EAGAIN. */
+static ssize_t send_next(size_t n) {
+    ssize_t r = send(c, stream + sent, n, MSG_DONTWAIT);
+    if (r < 0) {
+        CHECK(errno == EAGAIN);
+        return -1;
+    }
+    sent += (size_t)r;
+    return r;
+}
+
+/* The reader takes everything sent, blocking (10 s bound each), with no
+ * call on the writer's socket. */
+static void read_all(void) {
+    static unsigned char buf[4096];
+    while (got < sent) {
+        ssize_t r = recv(s, buf, sizeof buf, 0);
+        CHECK(r > 0);
+        CHECK(memcmp(buf, stream + got, (size_t)r) == 0);
+        got += (size_t)r;
+    }
+}
+
+/* SIOCOUTQ (and SIOCOUTQNSD) reach 0: nothing held, everything
+ * acknowledged (each look is a round; bounded). */
+static void drains(void) {
+    for (int k = 0; outq(c, SIOCOUTQ) > 0; k++) {
+        CHECK(k < 1000);
+        CHECK(poll(NULL, 0, 10) == 0);
+    }
+    CHECK(outq(c, SIOCOUTQNSD) == 0);
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2);
+    int on = strcmp(argv[1], "on") == 0;
+    tcp_pair(&c, &s);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, switch_peer, &c) == 0);
+    ddp_mode(s);
+    CHECK(pthread_join(t, NULL) == 0);
+    set_rcvtimeo(s, 10000);
+    for (size_t i = 0; i < sizeof stream; i++) stream[i] = (unsigned char)(i * 131 + (i >> 9));
+
+    if (!on) {
+        CHECK(sndbuf(c) == 0);
+        set_sndbuf(c, 65536);
+        CHECK(sndbuf(c) == 0); /* off stays off */
+        while (send_next(1000) > 0) CHECK(sent < 100000);
+        /* Only the window went: nothing held past it (framing on top). */
+        CHECK(sent > 0 && (size_t)outq(c, SIOCOUTQ) <= sent + 1024);
+        read_all();
+        drains();
+        puts("sndbuf off: ok");
+        return 0;
+    }
+
+    CHECK(sndbuf(c) == 65536);
+    set_sndbuf(c, 1);
+    CHECK(sndbuf(c) == 4096); /* the least */
+    set_sndbuf(c, 20500);
+    CHECK(sndbuf(c) == 20500);
+
+    /* Past the window, under the bound (no EAGAIN): some bytes wait in
+     * the buffer, and the queue counts them. */
+    for (int i = 0; i < 12; i++) CHECK(send_next(1000) == 1000);
+    int q = outq(c, SIOCOUTQ), nsd = outq(c, SIOCOUTQNSD);
+    CHECK(q >= 12000 - 4 * 1024 && (size_t)q <= sent + 1024);
+    CHECK(nsd >= 12000 - 4 * 1024 && nsd <= q);
+    /* The progress thread sends them: no call on the writer from now. */
+    read_all();
+    drains();
+
+    /* Into the bound: whole calls, then part of one (20,500 = 20 calls
+     * and a half past the window), then EAGAIN; the buffer is full. */
+    ssize_t last = 0, r;
+    while ((r = send_next(1000)) > 0) {
+        CHECK(sent < 100000);
+        CHECK(last == 0 || last == 1000);
+        last = r;
+    }
+    CHECK(last == 500);
+    CHECK(outq(c, SIOCOUTQ) >= 20500);
+    read_all();
+    drains();
+    puts("sndbuf on: ok");
+    return 0;
+}

@@ -1,0 +1,36 @@
+//! The send buffer of a DDP-mode socket through the calls TCP programs
+//! use — `SO_SNDBUF`, `SIOCOUTQ`/`SIOCOUTQNSD`, non-blocking sends at its
+//! bound — and the progress thread that empties it while the program
+//! makes no call (`tests/c/sndbuf.c`; review r20-xbuf M3, issue 12).
+
+mod common;
+
+use common::{c_program, command, finish};
+
+fn run(mode: &str, sndbuf: &str) {
+    let child = command(&c_program("sndbuf"), &[mode.to_string()], true)
+        .env("WARPSOCK_DDP_SLOTS", "4")
+        .env("WARPSOCK_DDP_SLOT_KB", "1")
+        .env("WARPSOCK_DDP_SNDBUF", sndbuf)
+        .spawn()
+        .expect("spawn sndbuf");
+    let r = finish(child, std::time::Duration::from_secs(60));
+    r.assert_ok(&format!("sndbuf {mode}"));
+    assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+}
+
+/// Buffered (`WARPSOCK_DDP_SNDBUF=65536`): `SO_SNDBUF` is the bound and
+/// sets it, `SIOCOUTQ` counts the buffered bytes and goes to 0, the
+/// progress thread sends them, a send at the bound is partial, then
+/// `EAGAIN`.
+#[test]
+fn the_send_buffer_through_the_tcp_calls() {
+    run("on", "65536");
+}
+
+/// Unbuffered (`WARPSOCK_DDP_SNDBUF=0`): `SO_SNDBUF` reads 0 and stays
+/// 0; `SIOCOUTQ` goes to 0 once the window was read.
+#[test]
+fn without_a_send_buffer_so_sndbuf_is_0() {
+    run("off", "0");
+}
