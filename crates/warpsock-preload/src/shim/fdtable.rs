@@ -18,11 +18,12 @@
 //! no reference: its entry is protected by a hazard pointer ([`hazard`]);
 //! other look-ups ([`get`]) clone the object's `Arc` under the lock.
 //!
-//! A call made over its own thread's hold of the lock, or wait for it (a
-//! signal handler that interrupted `close`, or another library's atfork
-//! handler inside `fork_prepare`'s hold), never waits for the lock: its
-//! look-up takes no lock, and a change it would make fails with
-//! `EDEADLK` ([`held`]: what each call does then).
+//! A call made over its own thread's hold of the lock (a signal handler
+//! that interrupted `close`, or another library's atfork handler inside
+//! `fork_prepare`'s hold) never waits for the lock: its look-up takes no
+//! lock, and a change it would make fails with `EDEADLK` ([`held`]: what
+//! each call does then). No handler runs over a wait for the lock: the
+//! wait blocks the asynchronous signals ([`wait`]).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -62,12 +63,16 @@ static MAP: RwLock<Map> = RwLock::new(Map {
 });
 
 /// A hold of [`MAP`]'s lock, counted in the thread's [`guard::map_held`]
-/// from before the lock is taken until after it is let go: a call made in
-/// a signal handler (or another library's atfork handler, which runs
-/// while `fork_prepare`'s hold is kept) over such a hold, or over the wait
-/// for one, must not take the lock again ([`held`]). The end of its look-up then
-/// leaves its reclaim to the end of the hold ([`defer_reclaim`]; review
-/// r18-xhaz item 2, r19 item 1).
+/// from before the lock's try until after it is let go: a call made in a
+/// signal handler (or another library's atfork handler, which runs while
+/// `fork_prepare`'s hold is kept) over such a hold, or over the few
+/// instructions before the try, must not wait for the lock ([`held`]).
+/// The end of its look-up then leaves its reclaim to the end of the hold
+/// ([`defer_reclaim`]; review r18-xhaz item 2, r19 item 1). The count is
+/// raised before the lock's acquiring instruction, so no handler finds
+/// the lock taken by its thread and the count not raised; a wait, after a
+/// try that failed, blocks the signals ([`wait`]), so none finds the
+/// count raised for a thread that only waits (review r20-xhaz3 item 1).
 ///
 /// [`guard::map_held`]: super::guard::map_held
 struct Held<G> {
@@ -116,8 +121,8 @@ impl Drop for HoldCount {
 }
 
 /// Called by a look-up's end that a removal nudged: if the calling thread
-/// holds [`MAP`]'s lock or waits for it (a signal or atfork handler over
-/// that code), marks the reclaim for the end of the thread's last hold and
+/// holds [`MAP`]'s lock or is about to try it (a signal or atfork handler
+/// over that code), marks the reclaim for the end of the thread's last hold and
 /// returns true — taking the write lock here would deadlock the thread on
 /// itself; otherwise returns false (reclaim now).
 fn defer_reclaim() -> bool {
@@ -148,7 +153,7 @@ impl<G: DerefMut> DerefMut for Held<G> {
 const REFUSED: c_int = libc::EDEADLK;
 
 /// [`MAP`]'s read lock, counted ([`Held`]); refused over the thread's
-/// own hold (or wait) unless the lock is free for the asking ([`held`]).
+/// own hold unless the lock is free for the asking ([`held`]).
 #[inline]
 fn read_map() -> Result<Held<RwLockReadGuard<'static, Map>>, c_int> {
     let _count = HoldCount::new();
@@ -172,8 +177,29 @@ fn read_contended(
     match e {
         TryLockError::Poisoned(e) => Ok(e.into_inner()),
         TryLockError::WouldBlock if guard_count() > 1 => Err(REFUSED),
-        TryLockError::WouldBlock => Ok(MAP.read().unwrap_or_else(|e| e.into_inner())),
+        TryLockError::WouldBlock => Ok(wait(|| MAP.read().unwrap_or_else(|e| e.into_inner()))),
     }
+}
+
+/// The wait for [`MAP`]'s lock (the count raised, the lock not free):
+/// `take`, with every asynchronous signal blocked. No signal handler runs
+/// over a wait, only over a hold (or the few instructions between the
+/// count's raise and the lock's try): a handler that forked there found
+/// the count raised and took nothing, and the child got the lock as the
+/// other threads left it, possibly held by one that does not exist there
+/// (review r20-xhaz3 item 1). A signal sent meanwhile is delivered when
+/// the lock is taken, over the hold ([`held`]). The lock's holds are
+/// short (a change, a listing, a fork): the signal waits no longer.
+/// Two `rt_sigprocmask` calls on this path only; the free lock's path
+/// (one atomic) is unchanged.
+#[cold]
+#[inline(never)]
+fn wait<T>(take: impl FnOnce() -> T) -> T {
+    super::sys::with_async_signals_blocked(|| {
+        #[cfg(test)]
+        hooks::before_wait();
+        take()
+    })
 }
 
 /// [`MAP`]'s write lock, counted ([`Held`]); refused as [`read_map`].
@@ -183,12 +209,13 @@ fn write_map() -> Result<Held<RwLockWriteGuard<'static, Map>>, c_int> {
         Ok(g) => g,
         Err(TryLockError::Poisoned(e)) => e.into_inner(),
         Err(TryLockError::WouldBlock) if guard_count() > 1 => return Err(REFUSED),
-        Err(TryLockError::WouldBlock) => MAP.write().unwrap_or_else(|e| e.into_inner()),
+        Err(TryLockError::WouldBlock) => wait(|| MAP.write().unwrap_or_else(|e| e.into_inner())),
     };
     Ok(Held { g, _count })
 }
 
-/// The calling thread's count of holds (and waits) of [`MAP`]'s lock.
+/// The calling thread's count of holds of [`MAP`]'s lock (a hold about
+/// to try the lock included).
 fn guard_count() -> u32 {
     super::guard::map_held().get() & !RECLAIM_DEFERRED
 }
@@ -221,13 +248,30 @@ mod hooks {
 
     thread_local! {
         /// Run once in `read_map` after the hold is counted, before the
-        /// lock is taken (a handler over the wait for it, staged).
+        /// lock's try (a handler there, staged).
         pub(super) static BEFORE_LOCK: RefCell<Option<Box<dyn FnOnce()>>> =
             const { RefCell::new(None) };
     }
 
     pub(super) fn before_lock() {
         if let Some(f) = BEFORE_LOCK
+            .try_with(|b| b.borrow_mut().take())
+            .ok()
+            .flatten()
+        {
+            f();
+        }
+    }
+
+    thread_local! {
+        /// Run once in the wait for the lock, signals blocked, before the
+        /// blocking take (a signal raised there, staged).
+        pub(super) static BEFORE_WAIT: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn before_wait() {
+        if let Some(f) = BEFORE_WAIT
             .try_with(|b| b.borrow_mut().take())
             .ok()
             .flatten()
@@ -541,7 +585,8 @@ pub(crate) fn prepare() {
 }
 
 /// pthread_atfork "prepare": hold the map lock across fork so the child gets
-/// a consistent copy (not over the thread's own hold: [`held`]).
+/// a consistent copy (not over the thread's own hold: [`held`]; never
+/// over a wait, which no handler interrupts: [`wait`]).
 pub(crate) fn fork_prepare() {
     if let Ok(g) = write_map() {
         FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));

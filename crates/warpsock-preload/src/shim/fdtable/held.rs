@@ -1,10 +1,15 @@
 //! Calls made over the calling thread's own hold of the table's lock: a
 //! signal handler that interrupted the thread while it held [`super::MAP`]
 //! (inside `close`, `dup2`, a look-up of `setsockopt`, `sendto` or
-//! `poll`, a switch) or waited for it, or another library's atfork
+//! `poll`, a switch) or was about to try it, or another library's atfork
 //! handler inside `fork_prepare`'s hold. Taking the lock again there
 //! would deadlock the thread on itself (review r19-lead-haz note 5), so
-//! such a call never waits for it:
+//! such a call never waits for it. A thread that waits for the lock (its
+//! try failed) blocks the asynchronous signals meanwhile: a handler runs
+//! over its hold once it has the lock, never over the wait, where
+//! `fork_prepare` would have taken nothing and left the child the lock
+//! held by a thread it does not have (review r20-xhaz3 item 1). Over a
+//! hold:
 //!
 //! - A look-up takes the lock only if it is free for the asking
 //!   (`try_read`). Otherwise a descriptor below [`super::BITS`] is looked
@@ -22,8 +27,16 @@
 //!   expects the close to be done or to fail, never to hang; a close that
 //!   failed can be retried once the handler has returned.
 //! - Listing the table (`exec`'s demotion, a residue socket's) sees
-//!   nothing; `fork_prepare` holds nothing (the child's copy of the table
-//!   is what its threads left).
+//!   nothing unless the lock is free for the asking (over a read hold);
+//!   `fork_prepare` holds nothing unless the write lock is free for the
+//!   asking (a handler before the try): the child's lock is as the
+//!   parent's threads left it. Its own thread's interrupted hold ends in
+//!   the child too (the handler returns there); a read hold of another
+//!   thread's at the fork (the interrupted hold a read one too) never
+//!   ends there, and the child's first change of the table waits for it
+//!   for good; so does the child of a fork from a handler over the few
+//!   instructions between the count's raise and the try, the lock held
+//!   by another thread then.
 //! - No kind acts on a candidate (`interpose::acting_kind`): no adoption
 //!   at `connect`/`sendto`, no hook at `bind`/`accept`, and a switch
 //!   (`setsockopt` at the kinds' level) fails with `EDEADLK` — each would
@@ -36,7 +49,12 @@
 //! lock) can still deadlock there. Known gaps (review r20-xhaz2b): a
 //! refused `close` leaves the descriptor open (programs do not retry
 //! `close`); a fork or exec from such a handler demotes nothing; a
-//! `siglongjmp` out of a handler over a *wait* leaves the count raised.
+//! `siglongjmp` out of a handler over the instructions before the try
+//! leaves the count raised (the thread's calls are then refused changes
+//! for good). Signals the wait blocks: all but the faults
+//! (`sys::with_async_signals_blocked`); a handler of `SIGABRT` or
+//! `SIGTRAP` sent by another process over a wait is refused as over a
+//! hold.
 //!
 //! A data call on a managed descriptor in a handler that interrupted no
 //! such hold (the common case: a handler over a blocked `recv`) is not
@@ -50,8 +68,8 @@ use super::super::socket::Socket;
 use super::super::sys::set_errno;
 use super::{hazard, low_index, LOW};
 
-/// Whether the calling thread holds the table's lock, or waits for it
-/// (it is a handler over such code, or that code itself).
+/// Whether the calling thread holds the table's lock, or is about to try
+/// it (it is a handler over such code, or that code itself).
 #[inline]
 pub(crate) fn over_hold() -> bool {
     super::super::guard::map_held().get() & !super::RECLAIM_DEFERRED != 0
