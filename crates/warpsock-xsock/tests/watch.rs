@@ -256,7 +256,10 @@ fn a_parked_reader_keeps_the_progress_thread_asleep() {
 /// A non-blocking send that found no credit: the program waits for
 /// writability (in `poll` or `epoll`), so the credits the peer returns as
 /// it reads must be processed with no call of the program: the watch is on
-/// for input until a send could move bytes again, then off.
+/// for input until the waiter ends the wait (`set_writable_wait`), then
+/// off. Not when a round finds the socket writable: the waiter may never
+/// see that round's look, and a later round may spend the credit again
+/// (the preload's `stream` C case hung so: its gate shut, the watch off).
 #[test]
 fn a_send_without_credit_watches_for_the_credits() {
     let (a, b) = tcp_pair();
@@ -293,6 +296,16 @@ fn a_send_without_credit_watches_for_the_credits() {
         std::thread::yield_now();
     };
     assert!(r.writable);
+    assert_eq!(
+        xa.watching(),
+        XSocket::WATCH_INPUT,
+        "a round ended the program's wait for writability"
+    );
+    xa.progress();
+    assert_eq!(xa.watching(), XSocket::WATCH_INPUT);
+    // The waiter saw it (the preload: its gate opened): nothing owed.
+    xa.set_writable_wait(false);
+    xa.progress();
     assert_eq!(xa.watching(), XSocket::WATCH_OFF, "writable: nothing owed");
     assert!(xa.stats().bg_rounds.load(SeqCst) >= 1);
     // SAFETY: our epoll instance.

@@ -320,7 +320,7 @@ impl DdpSock {
     /// nothing is readable; writability released; a hang-up).
     #[inline]
     fn reflect(&self, r: Readiness) {
-        if self.inner.reflect(r, &self.bell, || self.bell_heard()) {
+        if self.inner.reflect(r, self, || self.bell_heard()) {
             BELLS.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -422,16 +422,23 @@ impl DdpSock {
                         // No credit: make the program's end unwritable
                         // until credits return (checked again at once, in
                         // case they just did).
+                        // The gate and the engine's wait for writability
+                        // change together, under the books' lock: the wait
+                        // ends only where the gate opens (`Bell for
+                        // DdpSock`), so a gate is never shut while nothing
+                        // processes the credits that would open it.
                         {
                             let mut g = self.inner.lock();
                             if !g.write_gated {
                                 self.bell.set_writable(false);
                                 g.write_gated = true;
+                                self.x.set_writable_wait(true);
                             }
                         }
                         // Credits come back with input: processed while
-                        // the program waits for writability.
-                        self.reflect(self.x.want_writable());
+                        // the program waits for writability (the watch is
+                        // on from this round on).
+                        self.reflect(self.x.readiness());
                     }
                     Some(libc::EPIPE) if flags & libc::MSG_NOSIGNAL == 0 => {
                         // SAFETY: raising SIGPIPE as a TCP send would.
@@ -755,14 +762,12 @@ impl Socket for DdpSock {
                     // then): a bell costs a write here and a drain in the
                     // receive.
                     //
-                    // And whenever the round leaves nothing readable: a
-                    // send gated after `EAGAIN` is released only by a
-                    // writable look, and the round that returned the
-                    // credits cleared `want_writable` and turned the watch
-                    // off — with nothing to read, a program that waits for
-                    // `POLLOUT` alone (its reads done, its writes not)
-                    // would wait for ever (the `stream` C case's 120 s
-                    // hang). Not readable, a look rings nothing.
+                    // And whenever the round leaves nothing readable: the
+                    // look drains bells the round made stale, and opens a
+                    // gated send's gate (a gate shut keeps the watch on,
+                    // `XSocket::set_writable_wait`, so that look is applied
+                    // above whenever the gate is shut). Not readable, a
+                    // look rings nothing.
                     if self.x.watching() != XSocket::WATCH_OFF || !r.readable {
                         self.reflect(r);
                     }
@@ -809,6 +814,35 @@ impl Socket for DdpSock {
 
 /// `SIOCOUTQNSD` (linux/sockios.h; the libc crate lacks it).
 const SIOCOUTQNSD: c_ulong = 0x894B;
+
+/// The doorbell as [`Follow::reflect`] drives it, with one duty more: the
+/// write gate's opening ends the engine's wait for writability
+/// ([`XSocket::set_writable_wait`]), under the books' lock like the gate's
+/// shutting in `send_bufs`. Only there: a round that found the socket
+/// writable ended the wait itself before, while its look could be skipped
+/// (older than one applied) or not applied (a `poll` round that left input
+/// readable), and the credit it saw spent again by a receive's CREDIT: a
+/// shut gate, the watch off, the `stream` C case's hang.
+impl super::follow::Bell for DdpSock {
+    fn ring(&self, count: &mut usize) -> bool {
+        self.bell.ring(count)
+    }
+
+    fn drain(&self, count: &mut usize) {
+        self.bell.drain(count);
+    }
+
+    fn set_writable(&self, on: bool) {
+        self.bell.set_writable(on);
+        if on {
+            self.x.set_writable_wait(false);
+        }
+    }
+
+    fn hang_up(&self) {
+        self.bell.hang_up();
+    }
+}
 
 impl Drop for DdpSock {
     fn drop(&mut self) {

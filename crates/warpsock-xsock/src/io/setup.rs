@@ -135,7 +135,6 @@ impl XSocket {
                 arrivals: 0,
                 background: false,
                 pollers: 0,
-                want_writable: false,
                 established: false,
                 sending: 0,
                 // `qp_init` posts every slot, in order.
@@ -160,6 +159,7 @@ impl XSocket {
             parked: AtomicBool::new(false),
             watch: OnceLock::new(),
             watching: AtomicU32::new(Self::WATCH_OFF),
+            writable_wait: AtomicBool::new(false),
             _ctx: e.ctx,
             pd: e.pd,
             cq: e.cq,

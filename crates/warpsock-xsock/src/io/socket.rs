@@ -86,10 +86,6 @@ pub(crate) struct State {
     /// Program `poll`s waiting on the socket that do not watch the engine's
     /// socket themselves ([`XSocket::poller`]).
     pub(crate) pollers: u32,
-    /// A non-blocking send found no credit and the program waits for
-    /// writability ([`XSocket::want_writable`]); cleared once a send could
-    /// move bytes again.
-    pub(crate) want_writable: bool,
     /// The engine announced the connection established (a responder's
     /// sends wait for the initiator's first FPDU until then: RFC 6581).
     pub(crate) established: bool,
@@ -187,6 +183,11 @@ pub struct XSocket {
     /// The events the progress thread watches [`Self::tcp_fd`] for now
     /// (what `watch` was last told; changed under the socket's lock).
     pub(crate) watching: AtomicU32,
+    /// The program waits for writability after a send found no credit
+    /// ([`XSocket::want_writable`]) until its waiter says the wait is over
+    /// ([`XSocket::set_writable_wait`]). Not cleared by a round that finds
+    /// the socket writable: see `set_writable_wait`.
+    pub(crate) writable_wait: AtomicBool,
 }
 
 /// The Terminate we send when the peer breaks the sockets protocol (a

@@ -15,7 +15,9 @@
 //!   family ([`XSocket::set_background`]), or a `poll` that cannot watch
 //!   the engine's socket itself ([`XSocket::poller`]);
 //! * it waits for writability after a send found no credit
-//!   ([`XSocket::want_writable`]): credits come back with input;
+//!   ([`XSocket::want_writable`]): credits come back with input. Until
+//!   the waiter says the wait is over ([`XSocket::set_writable_wait`]),
+//!   not merely until a round finds the socket writable: see there;
 //! * the protocol owes the peer something: messages wait for a transmit
 //!   slot or a credit, the engine holds bytes for a full send buffer
 //!   ([`warpsock_engine::Qp::send_backlog`]: output space is watched
@@ -139,16 +141,16 @@ impl XSocket {
     /// wait that follows it turned the watch on and off again, two
     /// `epoll_ctl` per post.
     pub(crate) fn rearm(&self, st: &mut State) {
-        if st.want_writable && Self::readiness_of(st).writable {
-            st.want_writable = false;
-        }
         if self.parked() {
             return;
         }
         let calls_flush = st.sending > 0;
         let want = if !calls_flush && self.backlog(st) > 0 {
             Self::WATCH_EVENTS
-        } else if Self::owes_progress(st) || (!calls_flush && st.s.has_output()) {
+        } else if Self::owes_progress(st)
+            || self.writable_wait.load(Ordering::Relaxed)
+            || (!calls_flush && st.s.has_output())
+        {
             Self::WATCH_INPUT
         } else {
             Self::WATCH_OFF
@@ -168,7 +170,6 @@ impl XSocket {
     fn owes_progress(st: &State) -> bool {
         st.background
             || st.pollers > 0
-            || st.want_writable
             || !st.established
             || st.aio.in_flight()
             || !st.maps.is_empty()
@@ -199,14 +200,36 @@ impl XSocket {
     }
 
     /// A non-blocking send found no credit, and the program will wait for
-    /// writability: arrivals are processed until a send could move bytes
-    /// again. Makes a round of progress (the credits may have come) and
-    /// returns the readiness after it.
+    /// writability: arrivals are processed, with no call of the program,
+    /// until the waiter ends the wait ([`Self::set_writable_wait`]). Makes
+    /// a round of progress (the credits may have come) and returns the
+    /// readiness after it.
     pub fn want_writable(&self) -> Readiness {
         let mut st = self.lock();
-        st.want_writable = true;
+        self.writable_wait.store(true, Ordering::Relaxed);
         self.drive_now(&mut st);
         Self::readiness_polled(&st)
+    }
+
+    /// Starts (`true`) or ends (`false`) the program's wait for
+    /// writability ([`Self::want_writable`] starts it too). Takes no lock:
+    /// a waiter calls it under its own lock, wherever it applies a look
+    /// (the preload: where its doorbell's write gate opens, which may be
+    /// inside [`Self::set_on_progress`]'s callback). The watch follows at
+    /// the next round.
+    ///
+    /// The wait is the waiter's to end, not a round's. A round that found
+    /// the socket writable used to end it, but the look that says so can
+    /// reach the waiter late or not at all: the preload skips a look older
+    /// than one it applied, and a `poll` round that leaves input readable
+    /// rings nothing. Another round in between (a receive that flushed a
+    /// CREDIT) may have spent the credit again: the waiter's gate stayed
+    /// shut, the watch was off, and the peer's next credit sat unread in
+    /// the kernel while the program waited for `POLLOUT` alone (the
+    /// preload's `stream` C case, 1 run in 6 with a 64 KiB send buffer
+    /// under load; session 21).
+    pub fn set_writable_wait(&self, on: bool) {
+        self.writable_wait.store(on, Ordering::Relaxed);
     }
 
     /// Nothing, edge-triggered: the progress thread sleeps through input
