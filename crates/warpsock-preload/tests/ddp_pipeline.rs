@@ -7,12 +7,12 @@
 
 mod common;
 
-/// Runs `tests/c/<name>.c` preloaded with a 1 MiB send buffer
-/// (`WARPSOCK_DDP_SNDBUF`, off by default under the preload for now) and
-/// `WARPSOCK_LINGER_MS=linger_ms`.
+/// Runs `tests/c/<name>.c` preloaded with the default send buffer
+/// (`WARPSOCK_DDP_SNDBUF` unset: 1 MiB; the test fails if the default
+/// turns it off) and `WARPSOCK_LINGER_MS=linger_ms`.
 fn run_buffered(name: &str, args: &[String], linger_ms: u32) -> common::Run {
     let child = common::command(&common::c_program(name), args, true)
-        .env("WARPSOCK_DDP_SNDBUF", "1048576")
+        .env_remove("WARPSOCK_DDP_SNDBUF")
         .env("WARPSOCK_LINGER_MS", linger_ms.to_string())
         .spawn()
         .expect("spawn the test program");

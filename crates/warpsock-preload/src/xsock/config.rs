@@ -66,11 +66,12 @@ impl Config {
                     << 10) as u32,
             ),
             zcopy_min: env_num("WARPSOCK_ZCOPY_MIN", 64 << 10) as usize,
-            // Off by default under the preload for now: with it, the
-            // `stream` C case (a non-blocking poll loop both ways) hangs
-            // about once in 20-50 runs, both ends in `poll`, not yet
-            // understood (session 20). `warpsock_xsock`'s own default is on.
-            sndbuf: env_num("WARPSOCK_DDP_SNDBUF", 0) as usize,
+            // On by default, as TCP's socket buffer: a client that
+            // pipelines requests against a one-thread server does not
+            // deadlock (`tests/ddp_pipeline.rs`). It was off in session 20
+            // for a lost wake-up of a program waiting for `POLLOUT` alone
+            // (fixed: `XSocket::set_writable_wait`).
+            sndbuf: env_num("WARPSOCK_DDP_SNDBUF", d.sndbuf as u64) as usize,
             sinks: env_num("WARPSOCK_DDP_SINKS", 1) != 0,
             busy_poll: Duration::from_micros(env_num("WARPSOCK_BUSY_POLL_US", 0)),
             rto_min: match env_num("WARPSOCK_DDP_RTO_MIN_US", u64::MAX) {
