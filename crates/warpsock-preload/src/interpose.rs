@@ -347,11 +347,15 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             }
             Ok(None) => {}
             // A signal handler over this thread's hold of the table's
-            // lock: the descriptor stays open (`fdtable::held`).
-            Err(e) => {
-                set_errno(e);
-                return -1;
-            }
+            // lock: made when the hold ends (`fdtable::held`).
+            Err(_) => match fdtable::defer_close(fd) {
+                Ok(true) => return 0,
+                Ok(false) => {}
+                Err(e) => {
+                    set_errno(e);
+                    return -1;
+                }
+            },
         }
     }
     if fdtable::mark(fd) != 0 {

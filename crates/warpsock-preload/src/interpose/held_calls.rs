@@ -7,12 +7,16 @@
 //! tested with the table (`shim/fdtable/tests/held.rs`).
 
 use std::mem::size_of;
+use std::sync::Arc;
 
 use libc::c_int;
 
 use crate::interpose;
 use crate::shim::fdtable::tests::support::{dummy, hold_write, same, serial, within_a_minute};
-use crate::shim::fdtable::{get, insert, mark, prepare, remove, set_candidate, BITS};
+use crate::shim::fdtable::{
+    fork_prepare, fork_release, fork_release_child, get, insert, mark, prepare, remove,
+    set_candidate, BITS,
+};
 use crate::shim::sys::{errno, set_errno};
 
 /// The errno a call left, cleared first.
@@ -22,11 +26,10 @@ fn errno_of<T>(f: impl FnOnce() -> T) -> (T, c_int) {
     (r, errno())
 }
 
-/// The interposed `close` and `dup` over the thread's hold fail with
-/// `EDEADLK` and change nothing: the descriptor stays open and managed,
-/// no duplicate is made.
+/// The interposed `dup` calls over the thread's hold fail with `EDEADLK`
+/// and change nothing: no duplicate is made, the descriptor stays managed.
 #[test]
-fn close_and_dup_over_the_threads_hold_fail_and_change_nothing() {
+fn dup_over_the_threads_hold_fails_and_changes_nothing() {
     let _serial = serial();
     prepare();
     // SAFETY: a new descriptor of this test's.
@@ -34,26 +37,118 @@ fn close_and_dup_over_the_threads_hold_fail_and_change_nothing() {
     assert!(fd >= 0);
     let a = dummy();
     assert!(insert(fd, a.clone()).unwrap().is_none());
-    let r = within_a_minute("close or dup over its thread's hold", move || {
+    let r = within_a_minute("dup over its thread's hold", move || {
         let held = hold_write();
         // SAFETY: the interposers, on the test's descriptor.
-        let closed = errno_of(|| unsafe { interpose::close(fd) });
-        // SAFETY: as above.
         let duped = errno_of(|| unsafe { interpose::dup(fd) });
         // SAFETY: as above (a number no test opens).
         let duped2 = errno_of(|| unsafe { interpose::dup2(fd, 60_079) });
         drop(held);
-        (closed, duped, duped2)
+        (duped, duped2)
     });
-    assert_eq!(r.0, (-1, libc::EDEADLK), "close");
-    assert_eq!(r.1, (-1, libc::EDEADLK), "dup");
-    assert_eq!(r.2, (-1, libc::EDEADLK), "dup2");
+    assert_eq!(r.0, (-1, libc::EDEADLK), "dup");
+    assert_eq!(r.1, (-1, libc::EDEADLK), "dup2");
     assert!(same(&get(fd), &a), "no longer managed");
-    // SAFETY: a query of the test's descriptor.
-    assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0, "closed");
+    // SAFETY: a query of a number no test opens.
+    let dup_flags = unsafe { libc::fcntl(60_079, libc::F_GETFD) };
+    assert!(dup_flags < 0, "duplicated");
     assert!(same(&remove(fd).unwrap(), &a));
     // SAFETY: the test's descriptor.
     unsafe { libc::close(fd) };
+}
+
+/// The interposed `close` over the thread's hold returns 0 at once and is
+/// made when the hold ends (review r20-xhaz3 item 2; programs do not
+/// retry a `close` that failed): meanwhile the number stays open (not
+/// reused), close-on-exec, and managed, and a second close of it fails
+/// with `EBADF`; after, it is no longer managed, the table's reference is
+/// gone, and the program's descriptor is closed (the pipe's reader sees
+/// its end; this test holds `serial`, which every test that forks holds).
+#[test]
+fn close_over_the_threads_hold_is_made_when_the_hold_ends() {
+    let _serial = serial();
+    prepare();
+    let mut p = [0; 2];
+    // SAFETY: a new pipe of this test's.
+    let made = unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    assert_eq!(made, 0);
+    let [rd, wr] = p;
+    // SAFETY: on the test's descriptor (no test execs: see above).
+    unsafe { libc::fcntl(wr, libc::F_SETFD, 0) };
+    let a = dummy();
+    assert!(insert(wr, a.clone()).unwrap().is_none());
+    let a2 = a.clone();
+    let r = within_a_minute("close over its thread's hold", move || {
+        let held = hold_write();
+        // SAFETY: the interposer, on the test's descriptor.
+        let closed = errno_of(|| unsafe { interpose::close(wr) });
+        // SAFETY: as above.
+        let again = errno_of(|| unsafe { interpose::close(wr) });
+        // SAFETY: a query of the test's descriptor.
+        let flags = unsafe { libc::fcntl(wr, libc::F_GETFD) };
+        let managed = same(&get(wr), &a2);
+        drop(held);
+        (closed, again, flags, managed)
+    });
+    let (closed, again, flags, managed) = r;
+    assert_eq!(closed, (0, 0), "close");
+    assert_eq!(again, (-1, libc::EBADF), "the second close");
+    assert_eq!(
+        flags,
+        libc::FD_CLOEXEC,
+        "not open and close-on-exec meanwhile"
+    );
+    assert!(managed, "not managed meanwhile");
+    assert!(get(wr).is_none(), "still managed after the hold");
+    assert_eq!(Arc::strong_count(&a), 1, "the table's reference kept");
+    let mut b = [0u8; 1];
+    // SAFETY: a read of the test's pipe into a live buffer.
+    let n = unsafe { libc::read(rd, b.as_mut_ptr().cast(), 1) };
+    assert_eq!(n, 0, "the writer's descriptor is open (not its end)");
+    // SAFETY: the test's descriptor.
+    unsafe { libc::close(rd) };
+}
+
+/// A `close` made by another library's atfork handler, inside
+/// `fork_prepare`'s hold, is made in both processes when the hold ends
+/// (the program closed before it forked): in the parent the table's
+/// reference is dropped; in the child the number is closed and no longer
+/// managed, its object forgotten, not dropped (a thread that did not
+/// follow the fork may hold its state locked; review r20-xhaz3 item 2).
+#[test]
+fn a_close_inside_the_fork_hold_is_made_in_both_processes() {
+    let _serial = serial();
+    prepare();
+    // SAFETY: a new descriptor of this test's.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(fd >= 0);
+    let a = dummy();
+    assert!(insert(fd, a.clone()).unwrap().is_none());
+    fork_prepare();
+    // SAFETY: the interposer, on the test's descriptor.
+    let closed = errno_of(|| unsafe { interpose::close(fd) });
+    // SAFETY: the child queries the table and its descriptor, `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        fork_release_child();
+        // SAFETY: a query of the child's descriptor.
+        let gone = unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0;
+        let ok = closed == (0, 0) && gone && get(fd).is_none() && Arc::strong_count(&a) == 2;
+        // SAFETY: leaves the child at once (no test harness in it).
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    fork_release();
+    assert!(pid > 0, "fork");
+    assert_eq!(closed, (0, 0), "close");
+    assert!(get(fd).is_none(), "still managed in the parent");
+    assert_eq!(Arc::strong_count(&a), 1, "the table's reference kept");
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's close (status {status:#x})"
+    );
 }
 
 /// Over the thread's hold, no kind acts on a candidate: an adoption

@@ -39,7 +39,7 @@ use super::socket::Socket;
 mod hazard;
 
 mod held;
-pub(crate) use held::{is_refused, over_hold};
+pub(crate) use held::{defer_close, is_refused, over_hold};
 
 /// A managed descriptor's object as the table holds it (in a boxed
 /// [`hazard::Node`]: one thin pointer per descriptor, swapped atomically).
@@ -88,6 +88,17 @@ struct Held<G> {
 /// [`guard::map_held`]: super::guard::map_held
 const RECLAIM_DEFERRED: u32 = 1 << 31;
 
+/// [`guard::map_held`]'s bit for closes made over a hold, left to its
+/// end ([`held::defer_close`]).
+///
+/// [`guard::map_held`]: super::guard::map_held
+const CLOSE_DEFERRED: u32 = 1 << 30;
+
+/// The bits of [`guard::map_held`] that are not the count.
+///
+/// [`guard::map_held`]: super::guard::map_held
+const DEFERRED: u32 = RECLAIM_DEFERRED | CLOSE_DEFERRED;
+
 /// One count of [`Held`]; never moves to another thread (its count is
 /// this thread's).
 struct HoldCount(std::marker::PhantomData<*const ()>);
@@ -108,13 +119,18 @@ impl Drop for HoldCount {
         compiler_fence(Ordering::SeqCst);
         let c = super::guard::map_held();
         let v = c.get() - 1;
-        if v == RECLAIM_DEFERRED && !std::thread::panicking() {
-            // The thread's last hold is over: the reclaim a handler's
-            // look-up left (the lock is free of this thread now).
+        if v & !DEFERRED == 0 && v != 0 && !std::thread::panicking() {
+            // The thread's last hold is over: the closes and the reclaim
+            // a handler left (the lock is free of this thread now).
             c.set(0);
-            reclaim();
+            if v & CLOSE_DEFERRED != 0 {
+                held::run_closes();
+            }
+            if v & RECLAIM_DEFERRED != 0 {
+                reclaim();
+            }
         } else {
-            // Unwinding: the bit waits for the next hold's end.
+            // Unwinding: the bits wait for the next hold's end.
             c.set(v);
         }
     }
@@ -128,7 +144,7 @@ impl Drop for HoldCount {
 fn defer_reclaim() -> bool {
     let c = super::guard::map_held();
     let v = c.get();
-    if v & !RECLAIM_DEFERRED == 0 {
+    if v & !DEFERRED == 0 {
         return false;
     }
     c.set(v | RECLAIM_DEFERRED);
@@ -217,7 +233,7 @@ fn write_map() -> Result<Held<RwLockWriteGuard<'static, Map>>, c_int> {
 /// The calling thread's count of holds of [`MAP`]'s lock (a hold about
 /// to try the lock included).
 fn guard_count() -> u32 {
-    super::guard::map_held().get() & !RECLAIM_DEFERRED
+    super::guard::map_held().get() & !DEFERRED
 }
 
 /// Drops entries a scan freed (after the map's lock is let go): under the
@@ -336,7 +352,12 @@ impl Map {
     }
 }
 
-/// The index of `fd` in [`Map::low`], if it has one.
+/// The address of `s`'s object (its identity).
+fn address(s: &Arc<dyn Socket>) -> usize {
+    Arc::as_ptr(s).cast::<()>() as usize
+}
+
+/// The index of `fd` in [`LOW`], if it has one.
 #[inline]
 fn low_index(fd: c_int) -> Option<usize> {
     usize::try_from(fd).ok().filter(|&i| i < BITS)
@@ -542,10 +563,19 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
 /// Over the thread's hold of the table's lock, fails with `EDEADLK`
 /// ([`held`]) and changes nothing.
 pub(crate) fn remove(fd: c_int) -> Result<Option<Arc<dyn Socket>>, c_int> {
+    remove_if(fd, None)
+}
+
+/// [`remove`], if `fd`'s object is the one at address `only` (if given:
+/// [`held::run_closes`]); else nothing changes and `Ok(None)`.
+fn remove_if(fd: c_int, only: Option<usize>) -> Result<Option<Arc<dyn Socket>>, c_int> {
     if !maybe_managed(fd) {
         return Ok(None);
     }
     let mut m = write_map()?;
+    if only.is_some() && m.get(fd).map(|s| address(&s)) != only {
+        return Ok(None);
+    }
     let (old, free) = m.swap(fd, None);
     if old.is_some() {
         match MARKS.get(fd as usize) {
@@ -602,8 +632,11 @@ pub(crate) fn fork_release() {
 /// are forgotten, not freed by the child's first removal: an entry's drop
 /// may be a socket's last reference, whose state a thread that did not
 /// follow the fork may hold locked (the policy of `demote_all`). The
-/// hazard slots of those threads are given back (cleared).
+/// hazard slots of those threads are given back (cleared). So are the
+/// objects of the closes the thread left to a hold's end (forgotten, not
+/// released; [`held::closes_forget`]).
 pub(crate) fn fork_release_child() {
+    held::closes_forget();
     FORK_GUARD.with(|f| {
         if let Some(mut g) = f.borrow_mut().take() {
             g.retired.forget();

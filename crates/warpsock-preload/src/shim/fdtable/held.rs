@@ -19,13 +19,30 @@
 //!   [`refused`]: a socket every call of which fails with `EDEADLK`; so
 //!   do, before they change the program's descriptor, `fcntl(F_SETFL)`,
 //!   `ioctl(FIONBIO)` and the names on it ([`is_refused`]).
-//! - A change of the table (`close`, the `dup` family, a switch or an
-//!   adoption) is made only if the write lock is free for the asking;
-//!   otherwise it fails with `EDEADLK` and changes nothing (`close`
-//!   leaves the descriptor open; the `dup` calls check before they
-//!   duplicate). A program that closes a socket from a signal handler
-//!   expects the close to be done or to fail, never to hang; a close that
-//!   failed can be retried once the handler has returned.
+//! - A change of the table (the `dup` family, a switch or an adoption) is
+//!   made only if the write lock is free for the asking; otherwise it
+//!   fails with `EDEADLK` and changes nothing (the `dup` calls check
+//!   before they duplicate).
+//! - `close` of a managed descriptor returns 0 at once and is made when
+//!   the thread's last hold ends ([`defer_close`], [`run_closes`]):
+//!   programs do not retry a `close` that failed, and one that failed
+//!   left the descriptor open for good (review r20-xhaz3 item 2). Until
+//!   then the number stays open and managed: the handler's calls on it
+//!   still reach the socket (a closed number would give `EBADF`), a
+//!   second `close` of it fails with `EBADF`, `dup`s onto or from it
+//!   fail with `EDEADLK` as above, no descriptor the handler opens gets
+//!   its number, and it is close-on-exec from the `close` on (an exec
+//!   from the handler does not pass it on; a fork's child makes the
+//!   close too, its object forgotten, as `demote_all` does). The
+//!   interrupted call goes on with what it looked up; the close is made
+//!   as it lets the lock go, before it returns — as another thread's
+//!   `close` made then would be (a socket a call is inside stays alive
+//!   until the call ends, [`super::hazard`]). At the end the close is
+//!   made only if the number still names the socket it named (another
+//!   thread may have closed it, or put another there, meanwhile). Refused
+//!   with `EDEADLK` as before, the descriptor left open: a number at or
+//!   above [`super::BITS`] or with no hazard slot free (its socket is not
+//!   found without the lock), or more than [`CLOSES`] in one hold.
 //! - Listing the table (`exec`'s demotion, a residue socket's) sees
 //!   nothing unless the lock is free for the asking (over a read hold);
 //!   `fork_prepare` holds nothing unless the write lock is free for the
@@ -47,11 +64,10 @@
 //! Only the table's lock is covered: a handler over its thread's hold of
 //! another of the library's locks (a kind's socket state, the adoption
 //! lock) can still deadlock there. Known gaps (review r20-xhaz2b): a
-//! refused `close` leaves the descriptor open (programs do not retry
-//! `close`); a fork or exec from such a handler demotes nothing; a
-//! `siglongjmp` out of a handler over the instructions before the try
-//! leaves the count raised (the thread's calls are then refused changes
-//! for good). Signals the wait blocks: all but the faults
+//! fork or exec from such a handler demotes nothing; a `siglongjmp` out
+//! of a handler over the instructions before the try leaves the count
+//! raised (the thread's calls are then refused changes for good, and
+//! closes never made). Signals the wait blocks: all but the faults
 //! (`sys::with_async_signals_blocked`); a handler of `SIGABRT` or
 //! `SIGTRAP` sent by another process over a wait is refused as over a
 //! hold.
@@ -60,19 +76,116 @@
 //! such hold (the common case: a handler over a blocked `recv`) is not
 //! affected: its look-up takes its thread's slot, or the lock.
 
+use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 
 use super::super::socket::Socket;
-use super::super::sys::set_errno;
+use super::super::sys::{errno, set_errno};
+use super::super::{guard, real};
 use super::{hazard, low_index, LOW};
 
 /// Whether the calling thread holds the table's lock, or is about to try
 /// it (it is a handler over such code, or that code itself).
 #[inline]
 pub(crate) fn over_hold() -> bool {
-    super::super::guard::map_held().get() & !super::RECLAIM_DEFERRED != 0
+    guard::map_held().get() & !super::DEFERRED != 0
+}
+
+/// Closes over a hold a thread keeps for its end (a handler's; more
+/// nested in one hold than this are refused).
+const CLOSES: usize = 8;
+
+/// A thread's closes left to the end of its hold ([`defer_close`]).
+struct Closes {
+    /// Each descriptor and its object's address.
+    fds: [Cell<(c_int, usize)>; CLOSES],
+    /// How many of `fds` are kept.
+    len: Cell<usize>,
+    /// The objects are forgotten, not released (a forked child's).
+    forget: Cell<bool>,
+}
+
+thread_local! {
+    /// No destructor, constant: nothing is allocated or registered at a
+    /// handler's first use; the library's static TLS block holds it.
+    static DEFERRED: Closes = const {
+        Closes {
+            fds: [const { Cell::new((-1, 0)) }; CLOSES],
+            len: Cell::new(0),
+            forget: Cell::new(false),
+        }
+    };
+}
+
+/// `close(fd)` over the thread's hold (its removal refused): made at the
+/// end of the hold, when the lock is free of this thread (module docs,
+/// review r20-xhaz3 item 2). `Ok(true)`: left to the end, the close
+/// returns 0; `Ok(false)`: `fd` is not managed (a plain close); `Err`:
+/// the errno (`EBADF`: already closed so; `EDEADLK`: the socket not
+/// found without the lock, or [`CLOSES`] left already).
+pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
+    DEFERRED.with(|d| {
+        let n = d.len.get();
+        if d.fds[..n].iter().any(|e| e.get().0 == fd) {
+            return Err(libc::EBADF);
+        }
+        let Some(s) = super::get(fd) else {
+            return Ok(false);
+        };
+        if is_refused(&s) || n == CLOSES {
+            return Err(libc::EDEADLK);
+        }
+        // An exec before the hold's end does not pass it on.
+        // SAFETY: fcntl on the program's descriptor; no pointers.
+        unsafe {
+            let fl = real::fcntl(fd, libc::F_GETFD, 0);
+            if fl >= 0 {
+                real::fcntl(fd, libc::F_SETFD, (fl | libc::FD_CLOEXEC) as usize);
+            }
+        }
+        d.fds[n].set((fd, super::address(&s)));
+        d.len.set(n + 1);
+        let c = guard::map_held();
+        c.set(c.get() | super::CLOSE_DEFERRED);
+        Ok(true)
+    })
+}
+
+/// At the end of the thread's last hold: each close left to it, if the
+/// number still names the object it named (another thread may have
+/// closed it since, or put another there); as `close` makes it: the
+/// removal, the program's descriptor's close, the object's release
+/// (under the guard). The errno is kept.
+pub(super) fn run_closes() {
+    let e = errno();
+    while let Some((fd, at, forget)) = DEFERRED.with(|d| {
+        let n = d.len.get().checked_sub(1)?;
+        d.len.set(n);
+        Some((d.fds[n].get().0, d.fds[n].get().1, d.forget.get()))
+    }) {
+        if let Ok(Some(s)) = super::remove_if(fd, Some(at)) {
+            // SAFETY: the program's descriptor, which it closed.
+            unsafe { real::close(fd) };
+            if forget {
+                std::mem::forget(s);
+            } else if guard::busy() {
+                s.release();
+            } else {
+                guard::enter((), || s.release());
+            }
+        }
+    }
+    DEFERRED.with(|d| d.forget.set(false));
+    set_errno(e);
+}
+
+/// A forked child: the closes its thread left are made there too (the
+/// program closed before it forked), their objects forgotten (a thread
+/// that did not follow the fork may hold their state locked).
+pub(super) fn closes_forget() {
+    DEFERRED.with(|d| d.forget.set(d.len.get() != 0));
 }
 
 /// The object of managed descriptor `fd` for a look-up over its thread's
