@@ -178,7 +178,8 @@ pub(crate) fn demote_all(only_inheritable: bool) {
     // re-points its own descriptors but leaves the table (the parent's) and
     // the parent's queues alone.
     let vforked = reactor::current().is_some_and(|e| !e.is_owner());
-    for (fd, s) in fdtable::all() {
+    let mut over_hold = false;
+    for (fd, s) in fdtable::all_to_demote() {
         // SAFETY: fcntl/dup3 on descriptors of the table; no pointers.
         unsafe {
             let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
@@ -198,10 +199,17 @@ pub(crate) fn demote_all(only_inheritable: bool) {
         }
         // The state may be locked by a thread that no longer exists (fork):
         // never drop it here.
-        if let Ok(Some(old)) = fdtable::remove(fd) {
-            std::mem::forget(old);
+        match fdtable::remove(fd) {
+            Ok(Some(old)) => std::mem::forget(old),
+            Ok(None) => {}
+            // Over the thread's hold (a handler's fork or exec): a child's
+            // removals are made when the hold ends (`fdtable::held`).
+            Err(_) => over_hold = true,
         }
         std::mem::forget(s);
+    }
+    if over_hold && !only_inheritable {
+        fdtable::forget_at_hold_end();
     }
 }
 

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::ptr::null_mut;
-use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use libc::c_int;
@@ -39,7 +39,7 @@ use super::socket::Socket;
 mod hazard;
 
 mod held;
-pub(crate) use held::{defer_close, is_refused, over_hold};
+pub(crate) use held::{defer_close, forget_at_hold_end, is_refused, over_hold};
 
 /// A managed descriptor's object as the table holds it (in a boxed
 /// [`hazard::Node`]: one thin pointer per descriptor, swapped atomically).
@@ -57,7 +57,6 @@ static MARKS: [AtomicU8; BITS] = [const { AtomicU8::new(0) }; BITS];
 /// Managed descriptors at or above [`BITS`].
 static HIGH: AtomicU64 = AtomicU64::new(0);
 static MAP: RwLock<Map> = RwLock::new(Map {
-    low_top: 0,
     high: None,
     retired: hazard::Retired::new(),
 });
@@ -94,10 +93,16 @@ const RECLAIM_DEFERRED: u32 = 1 << 31;
 /// [`guard::map_held`]: super::guard::map_held
 const CLOSE_DEFERRED: u32 = 1 << 30;
 
+/// [`guard::map_held`]'s bit for a forked child's demotion made over a
+/// hold: every entry is forgotten at its end ([`held::forget_all`]).
+///
+/// [`guard::map_held`]: super::guard::map_held
+const FORGET_DEFERRED: u32 = 1 << 29;
+
 /// The bits of [`guard::map_held`] that are not the count.
 ///
 /// [`guard::map_held`]: super::guard::map_held
-const DEFERRED: u32 = RECLAIM_DEFERRED | CLOSE_DEFERRED;
+const DEFERRED: u32 = RECLAIM_DEFERRED | CLOSE_DEFERRED | FORGET_DEFERRED;
 
 /// One count of [`Held`]; never moves to another thread (its count is
 /// this thread's).
@@ -125,6 +130,9 @@ impl Drop for HoldCount {
             c.set(0);
             if v & CLOSE_DEFERRED != 0 {
                 held::run_closes();
+            }
+            if v & FORGET_DEFERRED != 0 {
+                held::forget_all();
             }
             if v & RECLAIM_DEFERRED != 0 {
                 reclaim();
@@ -302,10 +310,13 @@ mod hooks {
 /// only the pages of the numbers a process manages are ever touched.
 static LOW: [AtomicPtr<hazard::Node>; BITS] = [const { AtomicPtr::new(null_mut()) }; BITS];
 
+/// Above the highest low number ever managed ([`all`]'s bound, read
+/// without the lock over a hold: [`held::all`]). Written under [`MAP`]'s
+/// write lock.
+static LOW_TOP: AtomicUsize = AtomicUsize::new(0);
+
 /// What changes under [`MAP`]'s lock besides the low table.
 struct Map {
-    /// Above the highest low number ever managed ([`all`]'s bound).
-    low_top: usize,
     /// At or above [`BITS`].
     high: Option<HashMap<c_int, Arc<dyn Socket>, BuildHasherDefault<FdHasher>>>,
     /// Entries out of the low table that a look-up may still use.
@@ -339,7 +350,11 @@ impl Map {
         };
         let at = &LOW[i];
         if new.is_some() {
-            self.low_top = self.low_top.max(i + 1);
+            // Under the write lock: no other writer.
+            LOW_TOP.store(
+                LOW_TOP.load(Ordering::Relaxed).max(i + 1),
+                Ordering::Release,
+            );
         }
         let new = new.map_or(null_mut(), hazard::Node::new);
         let old = at.swap(new, Ordering::SeqCst);
@@ -591,12 +606,29 @@ fn remove_if(fd: c_int, only: Option<usize>) -> Result<Option<Arc<dyn Socket>>, 
 }
 
 /// Every managed descriptor and its object (none over the thread's hold
-/// of the table's lock, unless it is free for the asking: [`held`]).
+/// of the table's lock, unless it is free for the asking: [`held`]; a
+/// residue socket's demotion relies on it, its removal being refused
+/// there).
 pub(crate) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
+    all_or(Vec::new)
+}
+
+/// [`all`] for `exec`'s and a forked child's demotion: over the thread's
+/// hold, the descriptors below [`BITS`] are listed with no lock
+/// ([`held::all`]; review r20-xhaz3 item 3).
+pub(crate) fn all_to_demote() -> Vec<(c_int, Arc<dyn Socket>)> {
+    all_or(held::all)
+}
+
+/// [`all`], or `over_hold()` over the thread's hold.
+fn all_or(
+    over_hold: impl FnOnce() -> Vec<(c_int, Arc<dyn Socket>)>,
+) -> Vec<(c_int, Arc<dyn Socket>)> {
     let Ok(m) = read_map() else {
-        return Vec::new();
+        return over_hold();
     };
-    let low = (0..m.low_top).filter_map(|i| Some((i as c_int, m.get(i as c_int)?)));
+    let low =
+        (0..LOW_TOP.load(Ordering::Acquire)).filter_map(|i| Some((i as c_int, m.get(i as c_int)?)));
     let high = m.high.iter().flatten().map(|(k, v)| (*k, v.clone()));
     low.chain(high).collect()
 }

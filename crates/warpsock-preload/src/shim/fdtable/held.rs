@@ -43,9 +43,21 @@
 //!   with `EDEADLK` as before, the descriptor left open: a number at or
 //!   above [`super::BITS`] or with no hazard slot free (its socket is not
 //!   found without the lock), or more than [`CLOSES`] in one hold.
-//! - Listing the table (`exec`'s demotion, a residue socket's) sees
-//!   nothing unless the lock is free for the asking (over a read hold);
-//!   `fork_prepare` holds nothing unless the write lock is free for the
+//! - Listing the table takes the lock if it is free for the asking (over
+//!   a read hold); otherwise a residue socket's demotion lists nothing
+//!   (its removal would be refused), and `exec`'s and a forked child's
+//!   list the descriptors below [`super::BITS`] with no lock, under one
+//!   borrowed hazard slot ([`all`]; nothing with no slot free; the higher
+//!   ones never: their map is under the lock).
+//!   So a handler's `exec` puts each listed socket's kernel socket at its
+//!   number (its removal is refused, moot once the exec is made; an exec
+//!   that fails leaves those numbers on the kernel sockets and still in
+//!   the table). A forked child's demotion does the same at once and its
+//!   removals when the child's hold ends ([`forget_at_hold_end`]):
+//!   until the handler returns, the child's calls on those numbers still
+//!   reach the parent's sockets' objects (review r20-xhaz3 item 3). The
+//!   listing allocates (as any `exec` or fork demotion does).
+//! - `fork_prepare` holds nothing unless the write lock is free for the
 //!   asking (a handler before the try): the child's lock is as the
 //!   parent's threads left it. Its own thread's interrupted hold ends in
 //!   the child too (the handler returns there); a read hold of another
@@ -64,8 +76,9 @@
 //! Only the table's lock is covered: a handler over its thread's hold of
 //! another of the library's locks (a kind's socket state, the adoption
 //! lock) can still deadlock there. Known gaps (review r20-xhaz2b): a
-//! fork or exec from such a handler demotes nothing; a `siglongjmp` out
-//! of a handler over the instructions before the try leaves the count
+//! fork or exec from such a handler demotes no descriptor at or above
+//! [`super::BITS`] (nor any, with every hazard slot owned); a `siglongjmp`
+//! out of a handler over the instructions before the try leaves the count
 //! raised (the thread's calls are then refused changes for good, and
 //! closes never made). Signals the wait blocks: all but the faults
 //! (`sys::with_async_signals_blocked`); a handler of `SIGABRT` or
@@ -84,7 +97,7 @@ use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 use super::super::socket::Socket;
 use super::super::sys::{errno, set_errno};
 use super::super::{guard, real};
-use super::{hazard, low_index, LOW};
+use super::{hazard, low_index, Ordering, LOW};
 
 /// Whether the calling thread holds the table's lock, or is about to try
 /// it (it is a handler over such code, or that code itself).
@@ -186,6 +199,53 @@ pub(super) fn run_closes() {
 /// that did not follow the fork may hold their state locked).
 pub(super) fn closes_forget() {
     DEFERRED.with(|d| d.forget.set(d.len.get() != 0));
+}
+
+/// [`super::all_to_demote`] over the thread's hold: the descriptors below
+/// [`super::BITS`], each looked up with no lock under one borrowed hazard
+/// slot (none with no slot free); those above are not listed (their map
+/// is under the lock). For `exec`'s and a forked child's demotion from a
+/// handler (review r20-xhaz3 item 3).
+#[cold]
+pub(super) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
+    let Some(h) = hazard::borrow() else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    for (i, at) in LOW[..super::LOW_TOP.load(Ordering::Acquire)]
+        .iter()
+        .enumerate()
+    {
+        let p = hazard::protect(h, at);
+        if !p.is_null() {
+            // SAFETY: published in the borrowed slot and still in the
+            // table after that (as `get`).
+            v.push((i as c_int, unsafe { (*p).entry.clone() }));
+        }
+        hazard::end(h);
+    }
+    hazard::give_back(h);
+    v
+}
+
+/// A forked child's demotion over the thread's hold (`demote_all`, its
+/// removals refused): every entry is taken out of the table and forgotten
+/// when the hold ends ([`forget_all`]).
+pub(crate) fn forget_at_hold_end() {
+    let c = guard::map_held();
+    c.set(c.get() | super::FORGET_DEFERRED);
+}
+
+/// [`forget_at_hold_end`]'s work, at the end of the thread's last hold:
+/// as `demote_all`'s removals (the objects forgotten: their state may be
+/// locked by a thread that did not follow the fork).
+pub(super) fn forget_all() {
+    for (fd, s) in super::all() {
+        if let Ok(Some(old)) = super::remove_if(fd, Some(super::address(&s))) {
+            std::mem::forget(old);
+        }
+        std::mem::forget(s);
+    }
 }
 
 /// The object of managed descriptor `fd` for a look-up over its thread's

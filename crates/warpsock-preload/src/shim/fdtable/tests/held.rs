@@ -26,8 +26,9 @@ fn last_slot_free() -> bool {
 /// look-up of a low descriptor finds its socket with no lock, by the
 /// thread's slot or, the slot in use (a call inside a call), a borrowed
 /// one, given back after; a high descriptor's gets the socket that
-/// refuses (`EDEADLK`); changes and the listing are refused; after the
-/// hold all is as it was.
+/// refuses (`EDEADLK`); changes are refused; the listing is empty, the
+/// demotion's has the low descriptors only (review r20-xhaz3 item 3:
+/// `exec`'s demotion); after the hold all is as it was.
 #[test]
 fn look_ups_over_the_threads_write_hold_take_no_lock() {
     let _serial = serial();
@@ -54,7 +55,15 @@ fn look_ups_over_the_threads_write_hold_take_no_lock() {
             // SAFETY: an empty send to the refusing socket.
             get(high).map(|s| unsafe { s.send_one(std::ptr::null(), 0, 0) })
         });
-        let changes = (remove(low).err(), insert(low, dummy()).err(), all().len());
+        let none = all().is_empty();
+        let listed = all_to_demote();
+        let listed = (
+            listed
+                .iter()
+                .any(|(fd, s)| *fd == low && Arc::ptr_eq(s, &a)),
+            listed.iter().any(|(fd, _)| *fd == high),
+        );
+        let changes = (remove(low).err(), insert(low, dummy()).err(), none, listed);
         drop(held);
         (by_get, nested, given_back, high_refused, changes)
     });
@@ -65,8 +74,8 @@ fn look_ups_over_the_threads_write_hold_take_no_lock() {
     assert_eq!(high_refused, (Some(-1), libc::EDEADLK), "a high descriptor");
     assert_eq!(
         changes,
-        (Some(libc::EDEADLK), Some(libc::EDEADLK), 0),
-        "changes or the listing over the hold"
+        (Some(libc::EDEADLK), Some(libc::EDEADLK), true, (true, false)),
+        "changes, the listing (none), or the demotion's (the low one, not the high one) over the hold"
     );
     assert!(same(&get(low), &a) && same(&get(high), &b), "changed");
     assert!(same(&remove(low).unwrap(), &a));
