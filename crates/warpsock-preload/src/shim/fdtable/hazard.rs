@@ -47,8 +47,8 @@
 //! that call (the last residue byte's `recv`), or by another thread — is
 //! dropped when the call returns, not at some later change of the table
 //! — or, for a call made by a signal handler over its thread's hold of
-//! the table's lock (or the wait for one), when that hold ends: the scan
-//! needs the lock ([`super::defer_reclaim`]).
+//! the table's lock (or the instructions before its try), when that hold
+//! ends: the scan needs the lock ([`super::defer_reclaim`]).
 //!
 //! A call that finds its thread's slot in use — a signal handler that
 //! interrupted a call between its look-up and its end — and a thread that
@@ -356,7 +356,7 @@ fn nudged(h: &Slot) {
     // it keeps is seen by one of the two.
     h.nudge.store(false, Ordering::SeqCst);
     // A call made in a signal or atfork handler over code of this thread
-    // that holds the map's lock, or waits for it, would deadlock on
+    // that holds the map's lock, or is about to try it, would deadlock on
     // `reclaim`'s write lock: the scan runs when that hold ends instead
     // (review r18-xhaz item 2).
     if !super::defer_reclaim() {

@@ -257,3 +257,34 @@ fn a_key_of_32_or_more_is_not_used() {
     assert_eq!(n, 0, "the claim allocated");
     assert!(slot.is_none(), "a slot claimed with a key of {k}");
 }
+
+/// A `close` over the thread's hold (a handler's, left to the hold's
+/// end: `held::defer_close`) allocates nothing, even as the thread's
+/// first (its list is a constant thread-local with no destructor, whose
+/// registration would `calloc`; review r20-xhaz3 item 2).
+#[test]
+fn a_close_over_a_hold_allocates_nothing() {
+    let _serial = serial();
+    prepare();
+    // SAFETY: a new descriptor of this test's, closed by the deferred close.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(fd >= 0);
+    assert!(insert(fd, dummy()).unwrap().is_none());
+    let (n, deferred, gone) = std::thread::spawn(move || {
+        // The test-only hooks' own thread-locals (a destructor registered:
+        // `calloc`), outside the count.
+        hooks::BEFORE_LOCK.with(|_| ());
+        hazard::tests::BETWEEN.with(|_| ());
+        hazard::tests::AFTER_PUBLISH.with(|_| ());
+        let held = write_map().expect("not over a hold");
+        let mut r = Ok(false);
+        let n = allocations(|| r = defer_close(fd));
+        drop(held);
+        (n, r, get(fd).is_none())
+    })
+    .join()
+    .unwrap();
+    assert_eq!(deferred, Ok(true), "not left to the hold's end");
+    assert_eq!(n, 0, "allocations");
+    assert!(gone, "not made at the hold's end");
+}

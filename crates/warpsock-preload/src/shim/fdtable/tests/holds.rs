@@ -117,7 +117,7 @@ fn an_end_over_a_wait_for_the_map_lock_reclaims_when_the_hold_ends() {
         let p = hazard::protect(h, &LOW[fd as usize]);
         assert!(!p.is_null());
         std::thread::spawn(move || drop(remove(fd))).join().unwrap();
-        // Staged: the count is raised as `read_map` begins to wait; the
+        // Staged: the count is raised as `read_map` begins to try; the
         // "handler" ends its look-up there.
         hooks::BEFORE_LOCK.with(|b| *b.borrow_mut() = Some(Box::new(move || hazard::end(h))));
         drop(read_map());
