@@ -39,7 +39,10 @@
 //!   `close` made then would be (a socket a call is inside stays alive
 //!   until the call ends, [`super::hazard`]). At the end the close is
 //!   made only if the number still names the socket it named (another
-//!   thread may have closed it, or put another there, meanwhile). Refused
+//!   thread may have closed it, or put another there, meanwhile). The
+//!   release runs wherever the hold ends, as a deferred reclaim's drops
+//!   do: the kinds call the table holding none of their own locks (only
+//!   `interpose`'s adoption lock, which no kind, below it, takes). Refused
 //!   with `EDEADLK` as before, the descriptor left open: a number at or
 //!   above [`super::BITS`] or with no hazard slot free (its socket is not
 //!   found without the lock), or more than [`CLOSES`] in one hold.
@@ -64,8 +67,10 @@
 //!   thread's at the fork (the interrupted hold a read one too) never
 //!   ends there, and the child's first change of the table waits for it
 //!   for good; so does the child of a fork from a handler over the few
-//!   instructions between the count's raise and the try, the lock held
-//!   by another thread then.
+//!   instructions between the count's raise and the try (or, the try
+//!   failed, the wait's blocking of the signals), the lock held by
+//!   another thread then: the handler cannot tell them from its thread's
+//!   hold.
 //! - No kind acts on a candidate (`interpose::acting_kind`): no adoption
 //!   at `connect`/`sendto`, no hook at `bind`/`accept`, and a switch
 //!   (`setsockopt` at the kinds' level) fails with `EDEADLK` — each would
