@@ -82,27 +82,35 @@ struct Held<G> {
 }
 
 /// [`guard::map_held`]'s bit for a reclaim left by a look-up's end made
-/// over a hold (the rest of the word counts the holds).
+/// over a hold. The low bits are the work left to the end of the
+/// thread's last hold ([`DEFERRED`]), the rest counts the holds (in
+/// [`HOLD`]s): the end of a hold with nothing left and no other hold
+/// (every locked look-up's, `poll`'s among them) tests one range.
 ///
 /// [`guard::map_held`]: super::guard::map_held
-const RECLAIM_DEFERRED: u32 = 1 << 31;
+const RECLAIM_DEFERRED: u32 = 1;
 
 /// [`guard::map_held`]'s bit for closes made over a hold, left to its
 /// end ([`held::defer_close`]).
 ///
 /// [`guard::map_held`]: super::guard::map_held
-const CLOSE_DEFERRED: u32 = 1 << 30;
+const CLOSE_DEFERRED: u32 = 2;
 
 /// [`guard::map_held`]'s bit for a forked child's demotion made over a
 /// hold: every entry is forgotten at its end ([`held::forget_all`]).
 ///
 /// [`guard::map_held`]: super::guard::map_held
-const FORGET_DEFERRED: u32 = 1 << 29;
+const FORGET_DEFERRED: u32 = 4;
 
 /// The bits of [`guard::map_held`] that are not the count.
 ///
 /// [`guard::map_held`]: super::guard::map_held
 const DEFERRED: u32 = RECLAIM_DEFERRED | CLOSE_DEFERRED | FORGET_DEFERRED;
+
+/// One hold in [`guard::map_held`] (above the [`DEFERRED`] bits).
+///
+/// [`guard::map_held`]: super::guard::map_held
+const HOLD: u32 = DEFERRED + 1;
 
 /// One count of [`Held`]; never moves to another thread (its count is
 /// this thread's).
@@ -111,7 +119,7 @@ struct HoldCount(std::marker::PhantomData<*const ()>);
 impl HoldCount {
     fn new() -> Self {
         let c = super::guard::map_held();
-        c.set(c.get() + 1);
+        c.set(c.get() + HOLD);
         // The count is raised before the lock's acquiring instruction (a
         // handler in between sees it), not merely before the guard exists.
         compiler_fence(Ordering::SeqCst);
@@ -123,24 +131,35 @@ impl Drop for HoldCount {
     fn drop(&mut self) {
         compiler_fence(Ordering::SeqCst);
         let c = super::guard::map_held();
-        let v = c.get() - 1;
-        if v & !DEFERRED == 0 && v != 0 && !std::thread::panicking() {
-            // The thread's last hold is over: the closes and the reclaim
-            // a handler left (the lock is free of this thread now).
-            c.set(0);
-            if v & CLOSE_DEFERRED != 0 {
-                held::run_closes();
-            }
-            if v & FORGET_DEFERRED != 0 {
-                held::forget_all();
-            }
-            if v & RECLAIM_DEFERRED != 0 {
-                reclaim();
-            }
-        } else {
-            // Unwinding: the bits wait for the next hold's end.
-            c.set(v);
+        let v = c.get() - HOLD;
+        c.set(v);
+        // No hold left, and work left to the end (one range test).
+        if v.wrapping_sub(1) < DEFERRED {
+            deferred_work(v);
         }
+    }
+}
+
+/// The end of the thread's last hold with work left to it (`v`'s
+/// [`DEFERRED`] bits): the closes, the child's forgetting and the reclaim
+/// a handler left (the lock is free of this thread now). Out of line:
+/// the common end stays small.
+#[cold]
+#[inline(never)]
+fn deferred_work(v: u32) {
+    if std::thread::panicking() {
+        // Unwinding: the bits wait for the next hold's end.
+        return;
+    }
+    super::guard::map_held().set(0);
+    if v & CLOSE_DEFERRED != 0 {
+        held::run_closes();
+    }
+    if v & FORGET_DEFERRED != 0 {
+        held::forget_all();
+    }
+    if v & RECLAIM_DEFERRED != 0 {
+        reclaim();
     }
 }
 
@@ -152,7 +171,7 @@ impl Drop for HoldCount {
 fn defer_reclaim() -> bool {
     let c = super::guard::map_held();
     let v = c.get();
-    if v & !DEFERRED == 0 {
+    if v < HOLD {
         return false;
     }
     c.set(v | RECLAIM_DEFERRED);
@@ -241,7 +260,7 @@ fn write_map() -> Result<Held<RwLockWriteGuard<'static, Map>>, c_int> {
 /// The calling thread's count of holds of [`MAP`]'s lock (a hold about
 /// to try the lock included).
 fn guard_count() -> u32 {
-    super::guard::map_held().get() & !DEFERRED
+    super::guard::map_held().get() / HOLD
 }
 
 /// Drops entries a scan freed (after the map's lock is let go): under the

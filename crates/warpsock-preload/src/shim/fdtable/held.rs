@@ -108,7 +108,7 @@ use super::{hazard, low_index, Ordering, LOW};
 /// it (it is a handler over such code, or that code itself).
 #[inline]
 pub(crate) fn over_hold() -> bool {
-    guard::map_held().get() & !super::DEFERRED != 0
+    guard::map_held().get() >= super::HOLD
 }
 
 /// Closes over a hold a thread keeps for its end (a handler's; more

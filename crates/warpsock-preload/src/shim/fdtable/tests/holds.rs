@@ -94,7 +94,7 @@ fn an_end_over_a_held_map_lock_reclaims_when_the_hold_ends() {
     assert_eq!(under, 0, "the entry was freed under the held lock");
     assert_eq!(
         deferred,
-        RECLAIM_DEFERRED | 1,
+        RECLAIM_DEFERRED | HOLD,
         "no reclaim left for the hold's end"
     );
     assert_eq!(after, 2, "not freed (under the guard) when the hold ended");
@@ -181,7 +181,7 @@ fn the_fork_hold_is_counted() {
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
     fork_release();
-    assert_eq!(during, 1, "fork_prepare's hold is not counted");
+    assert_eq!(during, HOLD, "fork_prepare's hold is not counted");
     assert_eq!(guard::map_held().get(), 0);
     assert!(pid > 0, "fork");
     let mut status = 0;
