@@ -101,15 +101,17 @@ fn a_client_that_pipelines_two_thousand_requests_does_not_deadlock() {
 }
 
 /// The same through tiny slots: the buffered bytes go out in many
-/// coalesced messages of a slot's payload (the send buffer, 128 KiB, holds
-/// every request: past it a blocking send waits, as over TCP, where a
-/// client that pipelines more than both buffers hold deadlocks too).
+/// coalesced messages of a slot's payload (the send buffer, 512 KiB, holds
+/// every request — 2,000 of ~36 bytes, each call's run charged its
+/// bookkeeping too, review r21-send #4: 128 KiB no longer did — past it a
+/// blocking send waits, as over TCP, where a client that pipelines more
+/// than both buffers hold deadlocks too).
 #[test]
 fn pipelining_through_tiny_slots() {
     let o = Options {
         slots: 4,
         slot_size: Options::slot_size_for(256),
-        sndbuf: 128 << 10,
+        sndbuf: 512 << 10,
         ..opts()
     };
     pipeline(&o, 2000);
@@ -139,9 +141,10 @@ fn buffered_bytes_then_the_end_of_stream() {
 
 /// Non-blocking 4,000-byte sends to a peer that does not read: the
 /// window fills, then the 64 KiB send buffer; the call that finds less
-/// room than it has takes what fits (a partial count, as TCP's), the next
-/// gets `EAGAIN` — the buffer never grows past its bound. Returns the
-/// bytes taken.
+/// room than it has takes what fits (a partial count, as TCP's; none if
+/// the room left is no more than a run's bookkeeping, which the bound
+/// charges too), the next gets `EAGAIN` — the buffer never grows past its
+/// bound. Returns the bytes taken.
 fn fill_window_and_buffer(xa: &XSocket) -> Vec<u8> {
     let mut taken = Vec::new();
     let mut partial = 0;
@@ -157,7 +160,7 @@ fn fill_window_and_buffer(xa: &XSocket) -> Vec<u8> {
             }
             Err(e) => {
                 assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
-                assert_eq!(partial, 1, "one call took part of its bytes");
+                assert!(partial <= 1, "one call at most took part of its bytes");
                 return taken;
             }
         }

@@ -329,7 +329,7 @@ impl XSocket {
                     // buffer as far as it has room, and out as credits
                     // come back (`rio::post_sends`), its end kept.
                     if !zcopy {
-                        let n = st.aio.room().min(total - off);
+                        let n = super::sndbuf::room_for(&st, call).min(total - off);
                         if n > 0 {
                             super::sndbuf::buffer(
                                 &mut st,

@@ -75,6 +75,7 @@ use std::time::Instant;
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Wc};
 
+use super::sndbuf::RUN_COST;
 use super::socket::{State, XSocket, WR_RIO};
 use crate::stream::{MapError, SinkState};
 use crate::wire::{IoMapAd, ACCESS_READ, ACCESS_WRITE};
@@ -177,6 +178,9 @@ pub(crate) struct Aio {
     pub(super) buf: VecDeque<u8>,
     /// Its bound in bytes (`Options::sndbuf`).
     pub(super) cap: usize,
+    /// Runs of buffered bytes queued and not yet posted whole (of
+    /// `sends`): each is charged [`RUN_COST`] against the bound.
+    pub(super) runs: usize,
     /// Registered as holding buffered bytes (`sndbuf`), with the
     /// connection's engine socket.
     pub(super) holder: Option<RawFd>,
@@ -205,9 +209,16 @@ impl Aio {
         a
     }
 
-    /// Bytes the send buffer takes now.
+    /// What the send buffer holds against its bound: its bytes, and
+    /// [`RUN_COST`] per run (a send call's bytes are a run of their own).
+    pub(crate) fn held(&self) -> usize {
+        self.buf.len() + self.runs * RUN_COST
+    }
+
+    /// Bytes the send buffer takes now (a new run's cost not deducted:
+    /// see `sndbuf::room_for`).
     pub(crate) fn room(&self) -> usize {
-        self.cap.saturating_sub(self.buf.len())
+        self.cap.saturating_sub(self.held())
     }
 
     pub(crate) fn has_completions(&self) -> bool {
@@ -336,6 +347,7 @@ fn post_sends(x: &XSocket, st: &mut State) {
         }
         st.aio.buf = buf;
         let whole = a.off == a.len;
+        let a_buffered = a.cookie.is_none();
         st.aio.sends.insert(i, a);
         if !whole {
             // Out of transmit slots whose sends the engine may have
@@ -350,6 +362,9 @@ fn post_sends(x: &XSocket, st: &mut State) {
             return;
         }
         st.aio.unposted -= 1;
+        if a_buffered {
+            st.aio.runs -= 1;
+        }
         st.s.tx_end_call();
         x.flush(st);
         if !st.aio.held.is_empty() {
@@ -393,6 +408,7 @@ fn complete_sends(st: &mut State) {
     let errno = st.error.as_ref().map_or(libc::EPIPE, |(e, _)| *e);
     // (Every posted one completed above: the engine reads no more.)
     st.aio.unposted = 0;
+    st.aio.runs = 0;
     // One-sided requests held behind them never go: they fail as the
     // sends do.
     while let Some(h) = st.aio.held.pop_front() {

@@ -32,6 +32,14 @@ use super::socket::{State, XSocket};
 use crate::stream::TxStep;
 use crate::wire::HDR_LEN;
 
+/// What one run of buffered bytes costs against the send buffer's bound
+/// besides its bytes: its queue entry. Charged so that the bound bounds
+/// memory, as TCP's charges each buffer's overhead (`sk_wmem_queued`
+/// counts truesize): runs are never merged across send calls (message
+/// mode's ends), so 1-byte writes into a 1 MiB bound of bytes alone held
+/// a million entries, ~96 MiB (review r21-send #4).
+pub(crate) const RUN_COST: usize = size_of::<AioSend>();
+
 /// Bytes in the send buffers of the process's sockets.
 static BUFFERED: AtomicUsize = AtomicUsize::new(0);
 /// The engine sockets of the connections with bytes buffered.
@@ -245,7 +253,7 @@ impl XSocket {
 /// if the run does (a message-mode reader — message mode is the reader's
 /// setting, not on the wire — reads each send call as one message, as
 /// without the buffer; review r20-xbuf S1). The caller checked the room
-/// (`Aio::room`).
+/// ([`room_for`]).
 pub(crate) fn buffer(
     st: &mut State,
     g: &Gather<'_>,
@@ -255,21 +263,26 @@ pub(crate) fn buffer(
     fd: RawFd,
 ) {
     let (off, n) = at;
-    debug_assert!(n > 0 && n <= st.aio.room());
-    let need = (st.aio.buf.len() + n).min(st.aio.cap);
-    st.aio
-        .buf
-        .reserve_exact(need.saturating_sub(st.aio.buf.len()));
+    debug_assert!(n > 0 && n <= room_for(st, call));
+    let len = st.aio.buf.len();
+    if st.aio.buf.capacity() < len + n {
+        // Amortised, up to the bound: a reserve of exactly what each call
+        // adds could reallocate and copy the whole buffer at every small
+        // send (review r21-send #4).
+        let want = (len + n)
+            .max(2 * st.aio.buf.capacity())
+            .min(st.aio.cap.max(len + n));
+        st.aio.buf.reserve_exact(want - len);
+    }
     g.slices(off, n, |b| st.aio.buf.extend(b));
     add(&mut st.aio.holder, fd, n);
-    // The same call's run, still unposted (the back is unposted while any
-    // is): it grows; else a run of its own.
     match st.aio.sends.back_mut() {
-        Some(a) if st.aio.unposted > 0 && a.mr.is_none() && a.call == call && !a.end => {
+        Some(a) if joins(st.aio.unposted, a, call) => {
             a.len += n;
             a.end = end;
         }
         _ => {
+            st.aio.runs += 1;
             st.aio.sends.push_back(AioSend {
                 mr: None,
                 len: n,
@@ -280,6 +293,29 @@ pub(crate) fn buffer(
             });
             st.aio.unposted += 1;
         }
+    }
+}
+
+/// Whether bytes of send call `call` join run `a`, the back of the queue:
+/// the same call's run, still unposted (the back is unposted while any
+/// is), its end not reached; else they make a run of their own.
+fn joins(unposted: usize, a: &AioSend, call: u64) -> bool {
+    unposted > 0 && a.mr.is_none() && a.call == call && !a.end
+}
+
+/// Bytes of send call `call` the send buffer takes now: its room, less a
+/// new run's cost ([`RUN_COST`]) unless they join the call's run.
+pub(crate) fn room_for(st: &State, call: u64) -> usize {
+    let joined = st
+        .aio
+        .sends
+        .back()
+        .is_some_and(|a| joins(st.aio.unposted, a, call));
+    let room = st.aio.room();
+    if joined {
+        room
+    } else {
+        room.saturating_sub(RUN_COST)
     }
 }
 

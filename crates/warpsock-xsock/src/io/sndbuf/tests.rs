@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::RUN_COST;
 use crate::io::test_pair::{pair_with, small};
 use crate::io::{RecvFlags, XSocket, SNDBUF_MAX, SNDBUF_MIN};
 
@@ -15,8 +16,14 @@ const NB: RecvFlags = RecvFlags {
     waitall: false,
 };
 
+/// The send buffer's bytes.
 fn buffered(x: &XSocket) -> usize {
     x.lock().aio.buf.len()
+}
+
+/// What it holds against its bound: bytes, and a run's cost per call.
+fn held(x: &XSocket) -> usize {
+    x.lock().aio.held()
 }
 
 /// The byte at stream position `i`.
@@ -59,10 +66,12 @@ fn read_all(xa: &XSocket, xb: &XSocket, want: &[u8]) {
 
 /// A non-blocking send into a nearly full buffer returns a partial count
 /// (what the room takes), the next `EAGAIN`; after every call the buffer
-/// holds at most its bound, and the reader gets every byte counted.
+/// holds at most its bound — its bytes and a run's cost per send call
+/// (review r21-send #4) — and the reader gets every byte counted.
 #[test]
 fn the_bound_gives_a_partial_count_then_eagain_and_is_never_passed() {
-    let bound = 10_500;
+    // The window's overflow call, 9 whole calls and 500 bytes of a tenth.
+    let bound = 10 * (1000 + RUN_COST) + RUN_COST + 500;
     let (xa, xb) = pair_with(&small(bound));
     let mut sent = Vec::new();
     fill_window(&xa, &mut sent);
@@ -70,11 +79,7 @@ fn the_bound_gives_a_partial_count_then_eagain_and_is_never_passed() {
     for _ in 0..100 {
         let c: Vec<u8> = (sent.len()..sent.len() + 1000).map(pat).collect();
         let r = xa.send(&c, true, None);
-        assert!(
-            buffered(&xa) <= bound,
-            "{} held past {bound}",
-            buffered(&xa)
-        );
+        assert!(held(&xa) <= bound, "{} held past {bound}", held(&xa));
         match r {
             Ok(n) => {
                 sent.extend_from_slice(&c[..n]);
@@ -86,9 +91,9 @@ fn the_bound_gives_a_partial_count_then_eagain_and_is_never_passed() {
             }
         }
     }
-    // 1,000 held after the window, then 9 whole calls and 500 of the next.
     assert_eq!(counts, [vec![1000; 9], vec![500]].concat());
-    assert_eq!(buffered(&xa), bound);
+    assert_eq!(held(&xa), bound);
+    assert_eq!(buffered(&xa), 10 * 1000 + 500);
     read_all(&xa, &xb, &sent);
     assert_eq!(buffered(&xa), 0);
 }
@@ -103,7 +108,8 @@ fn writev_at_the_bound_stops_inside_an_iovec_or_at_its_boundary() {
         let (xa, xb) = pair_with(&small(bound));
         let mut sent = Vec::new();
         fill_window(&xa, &mut sent);
-        let room = bound - 1000;
+        // What the writev's run takes: the room less its cost.
+        let room = bound - (1000 + RUN_COST) - RUN_COST;
         let first = if inside { room - 200 } else { room };
         let a: Vec<u8> = (sent.len()..sent.len() + first).map(pat).collect();
         let b: Vec<u8> = (sent.len() + first..sent.len() + first + 500)
@@ -111,7 +117,7 @@ fn writev_at_the_bound_stops_inside_an_iovec_or_at_its_boundary() {
             .collect();
         let n = xa.send_vectored(&[&a, &b], true, None).unwrap();
         assert_eq!(n, room, "inside {inside}");
-        assert_eq!(buffered(&xa), bound);
+        assert_eq!(held(&xa), bound);
         sent.extend_from_slice(&a);
         sent.extend_from_slice(&b[..room - first]);
         let e = xa.send_vectored(&[&b], true, None).unwrap_err();
@@ -130,16 +136,18 @@ fn so_sndbuf_reads_and_sets_the_bound() {
     assert_eq!(xa.set_sndbuf(usize::MAX), SNDBUF_MAX);
     assert_eq!(xa.set_sndbuf(5_000), 5_000);
     assert_eq!(xa.sndbuf(), 5_000);
-    // What the buffer takes follows: 1,000 after the window, then 4,000.
+    // What the buffer takes follows: 1,000 after the window, then the
+    // rest of the bound (two runs' costs off).
     let mut sent = Vec::new();
     fill_window(&xa, &mut sent);
     let c: Vec<u8> = (sent.len()..sent.len() + 8_000).map(pat).collect();
-    assert_eq!(xa.send(&c, true, None).unwrap(), 4_000);
-    sent.extend_from_slice(&c[..4_000]);
+    let took = 4_000 - 2 * RUN_COST;
+    assert_eq!(xa.send(&c, true, None).unwrap(), took);
+    sent.extend_from_slice(&c[..took]);
     // Shrunk below what it holds: nothing dropped, nothing more taken.
     assert_eq!(xa.set_sndbuf(0), SNDBUF_MIN);
-    assert_eq!(buffered(&xa), 5_000);
-    let e = xa.send(&c[4_000..], true, None).unwrap_err();
+    assert_eq!(held(&xa), 5_000);
+    let e = xa.send(&c[took..], true, None).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
     read_all(&xa, &xb, &sent);
     // Built without a buffer (`WARPSOCK_DDP_SNDBUF=0`): none, whatever is
@@ -162,8 +170,9 @@ fn siocoutq_counts_the_buffer_and_goes_to_zero() {
     let c: Vec<u8> = (sent.len()..sent.len() + 30_000).map(pat).collect();
     let n = xa.send(&c, true, None).unwrap();
     sent.extend_from_slice(&c[..n]);
+    assert_eq!(held(&xa), 20_000);
     let held = buffered(&xa);
-    assert_eq!(held, 20_000);
+    assert_eq!(held, 20_000 - 2 * RUN_COST);
     let q = xa.send_queue_bytes(false);
     assert!(
         q >= held && q <= sent.len() + 1024,
@@ -182,4 +191,36 @@ fn siocoutq_counts_the_buffer_and_goes_to_zero() {
         std::thread::yield_now();
     }
     assert_eq!(xa.send_queue_bytes(true), 0);
+}
+
+/// One-byte send calls: each is a run of its own (a message-mode reader
+/// reads each as one message), and each run is charged against the bound,
+/// so a 64 KiB bound holds a few hundred of them, not 64 Ki queue entries
+/// (review r21-send #4: a 1 MiB bound of bytes alone held ~96 MiB).
+#[test]
+fn one_byte_writes_are_bounded_by_their_runs_too() {
+    let bound = 64 << 10;
+    let (xa, xb) = pair_with(&small(bound));
+    let mut sent = Vec::new();
+    fill_window(&xa, &mut sent);
+    let mut calls = 0;
+    loop {
+        let b = [pat(sent.len())];
+        match xa.send(&b, true, None) {
+            Ok(1) => sent.push(b[0]),
+            Ok(n) => panic!("{n}"),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+                break;
+            }
+        }
+        calls += 1;
+        assert!(calls <= bound, "the bound never filled");
+    }
+    let runs = xa.lock().aio.sends.len();
+    assert!(held(&xa) <= bound);
+    assert_eq!(runs, calls + 1, "one run per call");
+    assert!(runs <= bound / RUN_COST, "{runs} runs of {RUN_COST} B each");
+    read_all(&xa, &xb, &sent);
+    assert_eq!(held(&xa), 0);
 }
