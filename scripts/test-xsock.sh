@@ -69,7 +69,7 @@ done
 # that finds it full gates the program's writability): a program that waits
 # for POLLOUT alone once its reads are done hung here when the round that
 # saw the credits ended the wait for them (session 21: 4 in 22 runs under
-# load before the fix, 0 in 90 after). Three runs per CRC setting.
+# load before the fix, 0 in 90 after with it). Three runs per CRC setting.
 for crc in 1 0; do
     for k in 1 2 3; do
         out="$WORK/stream64k.$crc.$k.out"

@@ -719,6 +719,20 @@ impl Socket for DdpSock {
             }
         };
         self.x.shutdown(rd, wr);
+        if wr {
+            // A send now fails at once (`EPIPE`), and TCP's poll reports
+            // `POLLOUT` from here on: a gate shut by an earlier `EAGAIN`
+            // opens (no writable look would ever open it: writability
+            // follows credits, which a shut end no longer spends), and
+            // the wait for writability ends with it (review r21-send
+            // item 2: left on, the progress thread woke for every arrival
+            // of the connection's life).
+            let mut g = self.inner.lock();
+            if g.write_gated {
+                super::follow::Bell::set_writable(self, true);
+                g.write_gated = false;
+            }
+        }
         self.reflect(self.x.readiness());
         0
     }

@@ -183,9 +183,10 @@ pub struct XSocket {
     /// The events the progress thread watches [`Self::tcp_fd`] for now
     /// (what `watch` was last told; changed under the socket's lock).
     pub(crate) watching: AtomicU32,
-    /// The program waits for writability after a send found no credit
-    /// ([`XSocket::want_writable`]) until its waiter says the wait is over
-    /// ([`XSocket::set_writable_wait`]). Not cleared by a round that finds
+    /// The program waits for writability after a send found no credit,
+    /// from [`XSocket::set_writable_wait`]`(true)` (or
+    /// [`XSocket::want_writable`]) until its waiter ends the wait with
+    /// `set_writable_wait(false)`. Not cleared by a round that finds
     /// the socket writable: see `set_writable_wait`.
     pub(crate) writable_wait: AtomicBool,
 }

@@ -200,10 +200,16 @@ impl XSocket {
         // Other threads may wait in poll for what this one processed; not
         // for a message the call took (it consumes it, see `wait_as`),
         // decided before the readiness is worked out for nothing (~45
-        // instructions per taken message, issue 12).
-        if st.arrivals != seen && !(reader && taken.is_some()) {
+        // instructions per taken message, issue 12) — unless a program
+        // waits for writability (`writable_wait`): a reader that goes on
+        // waiting after this (`MSG_WAITALL` short of its length, a
+        // message's held part) would swallow the credits' look, and the
+        // thread in `poll(POLLOUT)` would never be woken (review r21-send
+        // item 1). One relaxed load on the taken message's path.
+        let gated = self.writable_wait.load(Ordering::Relaxed);
+        if st.arrivals != seen && (gated || !(reader && taken.is_some())) {
             let r = Self::readiness_of(&st);
-            if !(reader && r.readable) {
+            if gated || !(reader && r.readable) {
                 if let Some(f) = self.on_progress.get() {
                     f(r);
                 }

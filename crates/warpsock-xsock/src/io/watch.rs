@@ -15,9 +15,9 @@
 //!   family ([`XSocket::set_background`]), or a `poll` that cannot watch
 //!   the engine's socket itself ([`XSocket::poller`]);
 //! * it waits for writability after a send found no credit
-//!   ([`XSocket::want_writable`]): credits come back with input. Until
-//!   the waiter says the wait is over ([`XSocket::set_writable_wait`]),
-//!   not merely until a round finds the socket writable: see there;
+//!   ([`XSocket::set_writable_wait`], [`XSocket::want_writable`]): credits
+//!   come back with input. Until the waiter ends the wait, not merely
+//!   until a round finds the socket writable: see `set_writable_wait`;
 //! * the protocol owes the peer something: messages wait for a transmit
 //!   slot or a credit, the engine holds bytes for a full send buffer
 //!   ([`warpsock_engine::Qp::send_backlog`]: output space is watched
@@ -200,10 +200,14 @@ impl XSocket {
     }
 
     /// A non-blocking send found no credit, and the program will wait for
-    /// writability: arrivals are processed, with no call of the program,
-    /// until the waiter ends the wait ([`Self::set_writable_wait`]). Makes
-    /// a round of progress (the credits may have come) and returns the
-    /// readiness after it.
+    /// writability: starts the wait ([`Self::set_writable_wait`]`(true)`),
+    /// makes a round of progress (the credits may have come) and returns
+    /// the readiness after it. Arrivals are then processed with no call of
+    /// the program until the waiter ends the wait itself with
+    /// `set_writable_wait(false)` — a writable round does not end it (since
+    /// session 21; before, it did). The preload calls
+    /// `set_writable_wait(true)` and [`Self::readiness`] instead, so that
+    /// its gate and the wait change under one lock of its own.
     pub fn want_writable(&self) -> Readiness {
         let mut st = self.lock();
         self.writable_wait.store(true, Ordering::Relaxed);
