@@ -128,7 +128,7 @@ struct Closes {
 thread_local! {
     /// No destructor, constant: nothing is allocated or registered at a
     /// handler's first use; the library's static TLS block holds it.
-    static DEFERRED: Closes = const {
+    static LEFT: Closes = const {
         Closes {
             fds: [const { Cell::new((-1, 0)) }; CLOSES],
             len: Cell::new(0),
@@ -144,7 +144,7 @@ thread_local! {
 /// the errno (`EBADF`: already closed so; `EDEADLK`: the socket not
 /// found without the lock, or [`CLOSES`] left already).
 pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
-    DEFERRED.with(|d| {
+    LEFT.with(|d| {
         let n = d.len.get();
         if d.fds[..n].iter().any(|e| e.get().0 == fd) {
             return Err(libc::EBADF);
@@ -178,7 +178,7 @@ pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
 /// (under the guard). The errno is kept.
 pub(super) fn run_closes() {
     let e = errno();
-    while let Some((fd, at, forget)) = DEFERRED.with(|d| {
+    while let Some((fd, at, forget)) = LEFT.with(|d| {
         let n = d.len.get().checked_sub(1)?;
         d.len.set(n);
         Some((d.fds[n].get().0, d.fds[n].get().1, d.forget.get()))
@@ -195,7 +195,7 @@ pub(super) fn run_closes() {
             }
         }
     }
-    DEFERRED.with(|d| d.forget.set(false));
+    LEFT.with(|d| d.forget.set(false));
     set_errno(e);
 }
 
@@ -203,7 +203,7 @@ pub(super) fn run_closes() {
 /// program closed before it forked), their objects forgotten (a thread
 /// that did not follow the fork may hold their state locked).
 pub(super) fn closes_forget() {
-    DEFERRED.with(|d| d.forget.set(d.len.get() != 0));
+    LEFT.with(|d| d.forget.set(d.len.get() != 0));
 }
 
 /// [`super::all_to_demote`] over the thread's hold: the descriptors below
