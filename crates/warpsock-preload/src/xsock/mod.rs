@@ -10,6 +10,7 @@
 //! | `config` | `WARPSOCK_DDP_PORTS`/`ADDRS` (policy mode), `WARPSOCK_CRC`, timeouts, sizes |
 //! | `sock` | a DDP-mode socket: doorbell readiness, the data calls, options, orderly close |
 //! | `residue` | a TCP socket whose switch failed after reading the peer's pre-switch bytes |
+//! | `linger` | how long an exit waits for the bytes sockets still hold (restarted while they leave) |
 //! | [`api`] | the extended calls of `warpsock_sockets.h` (`warpsock_riomap`, ...) |
 //!
 //! How a socket gets here:
@@ -30,6 +31,7 @@
 pub mod api;
 pub(crate) mod config;
 mod follow;
+mod linger;
 mod residue;
 pub(crate) mod sock;
 

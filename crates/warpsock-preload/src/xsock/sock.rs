@@ -160,7 +160,8 @@ thread_local! {
 /// Sockets whose close is still letting bytes leave.
 static CLOSING: AtomicUsize = AtomicUsize::new(0);
 
-/// Waits up to `bound` for closing sockets (exit, exec), and for the
+/// Waits for closing sockets (exit, exec) — `bound` without progress,
+/// restarted while buffered bytes leave (`super::linger`) — and for the
 /// bytes send calls left in the send buffers of sockets not closed (the
 /// progress thread sends them as credits come back; TCP's kernel would
 /// send them after the process).
@@ -175,11 +176,10 @@ pub(crate) fn linger_buffered(bound: Duration) {
     linger_while(bound, || warpsock_xsock::io::buffered_bytes() > 0);
 }
 
+/// Waits while `busy`, the bound starting again while buffered bytes
+/// leave (`super::linger`; review r21-send #3).
 fn linger_while(bound: Duration, busy: impl Fn() -> bool) {
-    let t = std::time::Instant::now();
-    while busy() && t.elapsed() < bound {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    super::linger::wait_for(bound, busy);
 }
 
 /// Starts the thread that finishes a close in the background, with every

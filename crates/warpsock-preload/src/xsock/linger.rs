@@ -1,0 +1,149 @@
+//! How long an exit (or `exec`, `_exit`) waits for the bytes DDP sockets
+//! still hold: as `XSocket::close`'s linger, the bound starts again while
+//! bytes leave, so a reader slower than the bound still gets everything a
+//! writer sent and exited after — with send buffering on by default, up to
+//! the bound's worth per socket sits in the process (review r21-send #3:
+//! a fixed 2 s lost the tail of an 8 MiB stream to a 300 KB/s reader, then
+//! reset it). An overall cap ends a wait that progresses for ever (a
+//! trickling reader): [`CAP_ROUNDS`] bounds.
+
+use std::time::{Duration, Instant};
+
+/// The longest wait, in bounds: past it the exit gives up even while
+/// bytes still leave (then the peers of what is left are reset).
+pub(crate) const CAP_ROUNDS: u32 = 15;
+
+/// What a wait looks at: whether anything is still to leave, and the bytes
+/// still buffered (progress: they fall).
+pub(crate) trait Pending {
+    fn busy(&self) -> bool;
+    fn buffered(&self) -> usize;
+}
+
+/// Waits while `p` is busy: until `bound` has passed with no progress (no
+/// fall of the bytes buffered since the last), or `CAP_ROUNDS` bounds in
+/// all. `now` and `pause` are the clock and the wait between looks
+/// (a test's fake ones). Returns whether it ended idle.
+pub(crate) fn wait(
+    p: &impl Pending,
+    bound: Duration,
+    now: impl Fn() -> Instant,
+    pause: impl Fn(),
+) -> bool {
+    let start = now();
+    let cap = start + bound * CAP_ROUNDS;
+    let mut deadline = start + bound;
+    let mut least = p.buffered();
+    loop {
+        if !p.busy() {
+            return true;
+        }
+        let t = now();
+        let left = p.buffered();
+        if left < least {
+            least = left;
+            deadline = t + bound;
+        }
+        if t >= deadline.min(cap) {
+            return false;
+        }
+        pause();
+    }
+}
+
+/// [`wait`] on the process's send buffers while `busy`, on the real
+/// clock, looking every 2 ms.
+pub(crate) fn wait_for(bound: Duration, busy: impl Fn() -> bool) -> bool {
+    struct P<F>(F);
+    impl<F: Fn() -> bool> Pending for P<F> {
+        fn busy(&self) -> bool {
+            (self.0)()
+        }
+        fn buffered(&self) -> usize {
+            warpsock_xsock::io::buffered_bytes()
+        }
+    }
+    wait(&P(busy), bound, Instant::now, || {
+        std::thread::sleep(Duration::from_millis(2));
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// A fake clock and buffer: each pause moves the clock by `step` and
+    /// the buffer down by `drain` (to 0).
+    struct Fake {
+        t: Cell<Instant>,
+        left: Cell<usize>,
+        step: Duration,
+        drain: usize,
+        pauses: Cell<u32>,
+    }
+
+    impl Pending for Fake {
+        fn busy(&self) -> bool {
+            self.left.get() > 0
+        }
+        fn buffered(&self) -> usize {
+            self.left.get()
+        }
+    }
+
+    fn run(left: usize, drain: usize, step_ms: u64) -> (bool, Duration, u32) {
+        let f = Fake {
+            t: Cell::new(Instant::now()),
+            left: Cell::new(left),
+            step: Duration::from_millis(step_ms),
+            drain,
+            pauses: Cell::new(0),
+        };
+        let start = f.t.get();
+        let idle = wait(
+            &f,
+            Duration::from_millis(100),
+            || f.t.get(),
+            || {
+                f.t.set(f.t.get() + f.step);
+                f.left.set(f.left.get().saturating_sub(f.drain));
+                f.pauses.set(f.pauses.get() + 1);
+            },
+        );
+        (idle, f.t.get() - start, f.pauses.get())
+    }
+
+    /// Bytes leave more slowly than the bound allows in all (10 steps of
+    /// 50 ms, a 100 ms bound) but steadily: the wait goes on to the end.
+    #[test]
+    fn a_wait_while_bytes_leave_starts_the_bound_again() {
+        let (idle, took, _) = run(10, 1, 50);
+        assert!(idle, "every byte left");
+        assert_eq!(took, Duration::from_millis(500));
+    }
+
+    /// No byte leaves: the wait ends after the bound.
+    #[test]
+    fn a_wait_without_progress_ends_after_the_bound() {
+        let (idle, took, _) = run(10, 0, 10);
+        assert!(!idle);
+        assert_eq!(took, Duration::from_millis(100));
+    }
+
+    /// Bytes trickle out for ever (a byte per 10 ms out of very many): the
+    /// cap ends the wait.
+    #[test]
+    fn a_trickle_ends_at_the_cap() {
+        let (idle, took, _) = run(usize::MAX, 1, 10);
+        assert!(!idle);
+        assert_eq!(took, Duration::from_millis(100) * CAP_ROUNDS);
+    }
+
+    /// Nothing to wait for: no pause.
+    #[test]
+    fn nothing_buffered_returns_at_once() {
+        assert_eq!(run(0, 0, 10), (true, Duration::ZERO, 0));
+    }
+}
