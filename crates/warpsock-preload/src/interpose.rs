@@ -152,15 +152,16 @@ fn propagate(old: c_int, new: c_int) {
         return;
     }
     // Not over the thread's hold of the table's lock (`dup_refused`):
-    // neither change is refused.
-    match fdtable::get(old) {
-        Some(s) => {
-            if let Ok(Some(prev)) = fdtable::insert(new, s) {
+    // not refused. One change (`copy`: a handler's close of `new` over it
+    // closes the duplicate, not the socket `new` named before).
+    match fdtable::copy(old, new) {
+        Ok(fdtable::Copied::Managed(prev)) => {
+            if let Some(prev) = prev {
                 enter((), || prev.release());
             }
         }
-        None => {
-            if let Ok(Some(prev)) = fdtable::remove(new) {
+        Ok(fdtable::Copied::Plain(prev)) => {
+            if let Some(prev) = prev {
                 enter((), || prev.release());
             }
             fdtable::set_candidate(
@@ -168,6 +169,7 @@ fn propagate(old: c_int, new: c_int) {
                 fdtable::candidate_kind(fdtable::mark(old)).unwrap_or(0),
             );
         }
+        Err(_) => {}
     }
 }
 

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use libc::c_int;
 
 use crate::interpose;
-use crate::shim::fdtable::tests::support::{dummy, hold_write, same, serial, within_a_minute};
+use crate::shim::fdtable::tests::support::{
+    dummy, hold_write, same, serial, within_a_minute, IN_COPY,
+};
 use crate::shim::fdtable::{
     fork_prepare, fork_release, fork_release_child, get, insert, mark, prepare, remove,
     set_candidate, BITS,
@@ -329,4 +331,76 @@ fn descriptor_calls_on_the_refusing_socket_fail_first() {
     });
     assert_eq!(r, [(-1, libc::EDEADLK); 4], "(F_SETFL, FIONBIO, names)");
     assert!(remove(high).unwrap().is_some());
+}
+
+/// A `dup2(old, new)` (both ends of two new pipes, `old` managed if
+/// `managed[0]`, `new` if `managed[1]`) during whose change of the table
+/// a signal handler closes `new` (staged in `copy`'s write hold, before
+/// the change). Natively `new` ends closed. Checks that it is closed and
+/// not managed, and that the table keeps no reference of the object
+/// `new` named, nor a second of `old`'s.
+fn a_close_over_a_dups_change(managed: [bool; 2]) {
+    let _serial = serial();
+    prepare();
+    let ([ra, old], [rb, new]) = (pipe(), pipe());
+    let (s, prev) = (dummy(), dummy());
+    for (fd, obj, on) in [(old, &s, managed[0]), (new, &prev, managed[1])] {
+        if on {
+            assert!(insert(fd, obj.clone()).unwrap().is_none());
+        }
+    }
+    let (closed, duped) = within_a_minute("a close over a dup's change", move || {
+        let closed = std::rc::Rc::new(std::cell::Cell::new((1, 0)));
+        let c = closed.clone();
+        IN_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                // SAFETY: the interposer, on the test's descriptor.
+                c.set(errno_of(|| unsafe { interpose::close(new) }));
+            }));
+        });
+        // SAFETY: the interposer, on the test's descriptors.
+        let duped = unsafe { interpose::dup2(old, new) };
+        IN_COPY.with(|h| h.borrow_mut().take());
+        (closed.get(), duped)
+    });
+    assert_eq!((closed, duped), ((0, 0), new), "(the close, the dup2)");
+    assert_eq!(inode(new), 0, "the duplicate left open");
+    assert!(get(new).is_none() && mark(new) == 0, "left managed");
+    assert_eq!(Arc::strong_count(&prev), 1, "the table's reference kept");
+    assert_eq!(
+        Arc::strong_count(&s),
+        1 + usize::from(managed[0]),
+        "a second reference of the table's"
+    );
+    if managed[0] {
+        assert!(same(&remove(old).unwrap(), &s));
+    }
+    for d in [ra, old, rb] {
+        // SAFETY: the test's descriptors.
+        unsafe { libc::close(d) };
+    }
+}
+
+/// A handler's close of a dup's managed target over the dup's change of
+/// the table is made when the hold ends and closes the duplicate: it
+/// closed it at the end of the dup's look-up, before the dup's insert
+/// made the closed number managed (review r21-haz item 4).
+#[test]
+fn a_close_over_a_dup_onto_a_managed_number_closes_the_duplicate() {
+    a_close_over_a_dups_change([true, true]);
+}
+
+/// As above, the dup's source plain: the managed target's removal is
+/// the dup's, and the close left to the hold's end closes the number.
+#[test]
+fn a_close_over_a_plain_dup_onto_a_managed_number_closes_the_duplicate() {
+    a_close_over_a_dups_change([false, true]);
+}
+
+/// As above, the target not managed: the handler's close is a plain one,
+/// made before the change; the change, made on a closed number, is
+/// undone.
+#[test]
+fn a_plain_close_over_a_dups_change_leaves_the_number_unmanaged() {
+    a_close_over_a_dups_change([true, false]);
 }

@@ -281,48 +281,7 @@ fn drop_freed(free: hazard::Freed) {
 
 /// Staged interleavings and observations for the tests.
 #[cfg(test)]
-mod hooks {
-    use std::cell::RefCell;
-    use std::sync::atomic::AtomicUsize;
-
-    /// Scans' freed entries not yet dropped: a scan by another test's
-    /// thread drops what it freed only after letting the lock go.
-    pub(super) static IN_DROP: AtomicUsize = AtomicUsize::new(0);
-
-    thread_local! {
-        /// Run once in `read_map` after the hold is counted, before the
-        /// lock's try (a handler there, staged).
-        pub(super) static BEFORE_LOCK: RefCell<Option<Box<dyn FnOnce()>>> =
-            const { RefCell::new(None) };
-    }
-
-    pub(super) fn before_lock() {
-        if let Some(f) = BEFORE_LOCK
-            .try_with(|b| b.borrow_mut().take())
-            .ok()
-            .flatten()
-        {
-            f();
-        }
-    }
-
-    thread_local! {
-        /// Run once in the wait for the lock, signals blocked, before the
-        /// blocking take (a signal raised there, staged).
-        pub(super) static BEFORE_WAIT: RefCell<Option<Box<dyn FnOnce()>>> =
-            const { RefCell::new(None) };
-    }
-
-    pub(super) fn before_wait() {
-        if let Some(f) = BEFORE_WAIT
-            .try_with(|b| b.borrow_mut().take())
-            .ok()
-            .flatten()
-        {
-            f();
-        }
-    }
-}
+mod hooks;
 
 /// The low table: each descriptor's entry (a [`hazard::Node`]), or
 /// null. Written under [`MAP`]'s write lock. Zero-initialised (`.bss`):
@@ -383,6 +342,27 @@ impl Map {
         // SAFETY: the entry just swapped out: alive until retired below.
         let sock = unsafe { (*old).entry.clone() };
         (Some(sock), self.retired.retire(old))
+    }
+}
+
+impl Map {
+    /// [`Map::swap`] and `fd`'s mark (and [`HIGH`]'s count) with it.
+    fn put(&mut self, fd: c_int, new: Option<Entry>) -> (Option<Entry>, hazard::Freed) {
+        let managed = new.is_some();
+        let (old, free) = self.swap(fd, new);
+        match MARKS.get(fd as usize) {
+            Some(b) if managed => b.store(MANAGED, Ordering::Relaxed),
+            Some(b) if old.is_some() => b.store(0, Ordering::Relaxed),
+            Some(_) => {}
+            None if managed && old.is_none() => {
+                HIGH.fetch_add(1, Ordering::Relaxed);
+            }
+            None if !managed && old.is_some() => {
+                HIGH.fetch_sub(1, Ordering::Relaxed);
+            }
+            None => {}
+        }
+        (old, free)
     }
 }
 
@@ -548,17 +528,58 @@ pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Result<Option<Arc<dyn 
     let mut m = write_map()?;
     // (An atomic count of the kind's: nothing that takes a lock.)
     sock.add_ref();
-    let (old, free) = m.swap(fd, Some(sock));
-    match MARKS.get(fd as usize) {
-        Some(b) => b.store(MANAGED, Ordering::Relaxed),
-        None if old.is_none() => {
-            HIGH.fetch_add(1, Ordering::Relaxed);
-        }
-        None => {}
-    }
+    let (old, free) = m.put(fd, Some(sock));
     drop(m);
     drop_freed(free);
     Ok(old)
+}
+
+/// What [`copy`] did.
+pub(crate) enum Copied {
+    /// `new` names `old`'s object now; the object it named before (whose
+    /// reference the caller releases).
+    Managed(Option<Arc<dyn Socket>>),
+    /// `old` is not managed: `new` is not either now; the object it named
+    /// before.
+    Plain(Option<Arc<dyn Socket>>),
+}
+
+/// After a `dup` of the program's onto `new` (the interposer's
+/// `propagate`): `new` names what `old` names, under one write hold. A
+/// signal handler over the hold that closed `new` (left to the hold's
+/// end: it named a managed socket) closes what `new` names now, not the
+/// object it named before, which this change let go (review r21-haz item
+/// 4: the close, made at the end of the look-up's hold, closed the
+/// duplicate and the insert then made a closed number managed; the next
+/// descriptor the program opened there reached the socket). One closed
+/// before the change (a plain close: `new` was not managed) undoes it.
+/// Over the thread's hold, fails with `EDEADLK` ([`held`]).
+pub(crate) fn copy(old: c_int, new: c_int) -> Result<Copied, c_int> {
+    let mut m = write_map()?;
+    #[cfg(test)]
+    hooks::in_copy();
+    let s = m.get(old);
+    if let Some(s) = &s {
+        s.add_ref();
+    }
+    let (prev, free) = m.put(new, s.clone());
+    held::carry_close(new, s.as_ref().map_or(0, address));
+    let mut undone = hazard::Freed::none();
+    // SAFETY: fcntl on the program's descriptor; no pointers.
+    if s.is_some() && unsafe { super::real::fcntl(new, libc::F_GETFD, 0) } < 0 {
+        let (me, f) = m.put(new, None);
+        undone = f;
+        if let Some(me) = me {
+            me.release();
+        }
+    }
+    drop(m);
+    drop_freed(free);
+    drop_freed(undone);
+    Ok(match s {
+        Some(_) => Copied::Managed(prev),
+        None => Copied::Plain(prev),
+    })
 }
 
 /// Makes the program's descriptor number `fd` name `target` (a descriptor
@@ -610,15 +631,7 @@ fn remove_if(fd: c_int, only: Option<usize>) -> Result<Option<Arc<dyn Socket>>, 
     if only.is_some() && m.get(fd).map(|s| address(&s)) != only {
         return Ok(None);
     }
-    let (old, free) = m.swap(fd, None);
-    if old.is_some() {
-        match MARKS.get(fd as usize) {
-            Some(b) => b.store(0, Ordering::Relaxed),
-            None => {
-                HIGH.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-    }
+    let (old, free) = m.put(fd, None);
     drop(m);
     drop_freed(free);
     Ok(old)
@@ -748,6 +761,7 @@ pub(crate) mod tests {
         pub(crate) use super::look_ups::serial;
         use super::*;
         pub(crate) use super::{dummy, same};
+        pub(crate) use crate::shim::fdtable::hooks::IN_COPY;
 
         /// The calling thread's hold of the table's write lock (as a
         /// handler over `close`'s removal would find it), until dropped.

@@ -92,25 +92,31 @@ impl ResidueSock {
     fn demote(&self) {
         let me = self as *const Self as *const ();
         for (fd, s) in fdtable::all() {
-            if Arc::as_ptr(&s).cast::<()>() == me {
-                // SAFETY: re-pointing the program's descriptor at the TCP
-                // socket it was.
-                unsafe {
-                    let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
-                    sys::set_nonblocking(self.kfd, self.nonblocking.load(Ordering::Relaxed));
-                    let cloexec = if fdfl >= 0 && fdfl & libc::FD_CLOEXEC != 0 {
-                        libc::O_CLOEXEC
-                    } else {
-                        0
-                    };
-                    // The program has likely registered `fd` in its epoll
-                    // set by now (an event loop reading the residue).
-                    epollcarry::dup3_carrying(self.kfd, fd, cloexec);
-                }
-                // (`all` lists nothing where `remove` is refused.)
-                if let Ok(Some(old)) = fdtable::remove(fd) {
-                    old.release();
-                }
+            if Arc::as_ptr(&s).cast::<()>() != me {
+                continue;
+            }
+            // SAFETY: a query of the program's descriptor.
+            let fdfl = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
+            // A number closed behind the table is not opened again (a
+            // signal handler's `close` over this library code passes
+            // straight to libc, the guard set): only forgotten (review
+            // r21-haz item 4; as `demote_all` skips it).
+            if fdfl >= 0 {
+                // Re-pointing the program's descriptor at the TCP socket
+                // it was.
+                sys::set_nonblocking(self.kfd, self.nonblocking.load(Ordering::Relaxed));
+                let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
+                    libc::O_CLOEXEC
+                } else {
+                    0
+                };
+                // The program has likely registered `fd` in its epoll set
+                // by now (an event loop reading the residue).
+                epollcarry::dup3_carrying(self.kfd, fd, cloexec);
+            }
+            // (`all` lists nothing where `remove` is refused.)
+            if let Ok(Some(old)) = fdtable::remove(fd) {
+                old.release();
             }
         }
     }
@@ -310,5 +316,80 @@ impl Socket for ResidueSock {
 impl Drop for ResidueSock {
     fn drop(&mut self) {
         sys::close(self.kfd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shim::fdtable::tests::support::serial;
+
+    /// The last residue byte's read demotes the program's descriptors of
+    /// the socket; one closed behind the table meanwhile (a signal
+    /// handler's `close` over library code passes straight to libc) is
+    /// forgotten, not opened again on the TCP socket, where the program
+    /// would never close it and the peer never see its end (review
+    /// r21-haz item 4). The other is put on the TCP socket.
+    #[test]
+    fn a_demotion_does_not_open_a_number_closed_behind_the_table_again() {
+        let _serial = serial();
+        let mut sp = [0; 2];
+        // SAFETY: a new socket pair of this test's.
+        let made = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                sp.as_mut_ptr(),
+            )
+        };
+        assert_eq!(made, 0);
+        let [fd, peer] = sp;
+        let s = ResidueSock::transpose(fd, b"x".to_vec(), false, None)
+            .unwrap()
+            .expect("wrapped");
+        // A number no test opens (near the top of the descriptor limit:
+        // no other test's descriptor gets it between its close and the
+        // demotion), as the program's `dup` of `fd` would be managed;
+        // then closed behind the table.
+        // SAFETY: getrlimit into a local.
+        let dup = unsafe {
+            let mut l: libc::rlimit = std::mem::zeroed();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut l), 0);
+            l.rlim_cur.min(60_000) as c_int - 3
+        };
+        // SAFETY: on the test's descriptors.
+        assert_eq!(unsafe { libc::dup2(fd, dup) }, dup);
+        assert!(fdtable::insert(dup, s.clone()).unwrap().is_none());
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::close(dup) }, 0);
+        let mut b = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        // SAFETY: msghdr is plain data; all-zero is an empty message.
+        let mut msg: msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        // SAFETY: a message of one live local buffer.
+        let n = crate::shim::guard::enter(-1, || unsafe { s.recvmsg(&mut msg, 0) });
+        assert_eq!((n, b[0]), (1, b'x'), "the residue");
+        // SAFETY: queries of the test's descriptors.
+        let (dup_fl, fd_ino, k_ino) = unsafe {
+            let ino = |d| {
+                let mut st: libc::stat = std::mem::zeroed();
+                assert_eq!(libc::fstat(d, &mut st), 0);
+                st.st_ino
+            };
+            (libc::fcntl(dup, libc::F_GETFD), ino(fd), ino(s.kfd))
+        };
+        assert!(dup_fl < 0, "the closed number is open again");
+        assert_eq!(fd_ino, k_ino, "the program's descriptor not demoted");
+        assert!(fdtable::get(dup).is_none() && fdtable::get(fd).is_none());
+        for d in [fd, peer] {
+            // SAFETY: the test's descriptors.
+            unsafe { libc::close(d) };
+        }
     }
 }

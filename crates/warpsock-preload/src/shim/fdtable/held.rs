@@ -39,7 +39,14 @@
 //!   `close` made then would be (a socket a call is inside stays alive
 //!   until the call ends, [`super::hazard`]). At the end the close is
 //!   made only if the number still names the socket it named (another
-//!   thread may have closed it, or put another there, meanwhile). The
+//!   thread may have closed it, or put another there, meanwhile), or
+//!   what the interrupted call itself put there: a `dup` onto the number
+//!   ([`super::copy`], one hold) carries the close to the duplicate, and
+//!   undoes its change of a number a handler closed plainly before it
+//!   (review r21-haz item 4: the close, made at the end of the dup's
+//!   look-up, closed the duplicate, and the dup then made the closed
+//!   number managed, where the program's next descriptor reached the
+//!   socket). The
 //!   release runs wherever the hold ends, as a deferred reclaim's drops
 //!   do: the kinds call the table holding none of their own locks (only
 //!   `interpose`'s adoption lock, which no kind, below it, takes). Refused
@@ -80,7 +87,13 @@
 //!
 //! Only the table's lock is covered: a handler over its thread's hold of
 //! another of the library's locks (a kind's socket state, the adoption
-//! lock) can still deadlock there. Known gaps (review r20-xhaz2b): a
+//! lock) can still deadlock there. A handler over the library's own code
+//! (the guard set: a kind's call, an adoption, a residue socket's
+//! demotion) makes plain calls: a `close` there of a managed number
+//! closes the program's descriptor and leaves the table's entry; a
+//! demotion forgets such a number rather than open it again (review
+//! r21-haz item 4), but an adoption's or a switch's `dup3` over a number
+//! closed so after its check opens it again, unmanaged. Known gaps (review r20-xhaz2b): a
 //! fork or exec from such a handler demotes no descriptor at or above
 //! [`super::BITS`] (nor any, with every hazard slot owned); a `siglongjmp`
 //! out of a handler over the instructions before the try leaves the count
@@ -171,11 +184,33 @@ pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
     })
 }
 
+/// The thread's own change of `fd` under its write hold, made by the
+/// call a handler's close of `fd` interrupted (a `dup` onto it,
+/// [`super::copy`]): the close left to the hold's end follows what `fd`
+/// names now (`to`, an object's address; 0: nothing, the program's
+/// descriptor alone is closed), not what it named before the change
+/// (review r21-haz item 4). Another thread's change is not carried: the
+/// list is this thread's.
+pub(super) fn carry_close(fd: c_int, to: usize) {
+    if guard::map_held().get() & super::CLOSE_DEFERRED == 0 {
+        return;
+    }
+    LEFT.with(|d| {
+        for e in &d.fds[..d.len.get()] {
+            if e.get().0 == fd {
+                e.set((fd, to));
+            }
+        }
+    });
+}
+
 /// At the end of the thread's last hold: each close left to it, if the
 /// number still names the object it named (another thread may have
 /// closed it since, or put another there); as `close` makes it: the
 /// removal, the program's descriptor's close, the object's release
-/// (under the guard). The errno is kept.
+/// (under the guard). A close carried to no object ([`carry_close`])
+/// closes the program's descriptor if the number is still not managed.
+/// The errno is kept.
 pub(super) fn run_closes() {
     let e = errno();
     while let Some((fd, at, forget)) = LEFT.with(|d| {
@@ -183,6 +218,13 @@ pub(super) fn run_closes() {
         d.len.set(n);
         Some((d.fds[n].get().0, d.fds[n].get().1, d.forget.get()))
     }) {
+        if at == 0 {
+            if super::get(fd).is_none() {
+                // SAFETY: the program's descriptor, which it closed.
+                unsafe { real::close(fd) };
+            }
+            continue;
+        }
         if let Ok(Some(s)) = super::remove_if(fd, Some(at)) {
             // SAFETY: the program's descriptor, which it closed.
             unsafe { real::close(fd) };

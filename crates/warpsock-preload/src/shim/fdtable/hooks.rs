@@ -1,0 +1,55 @@
+//! Staged interleavings and observations for the tests.
+
+use std::cell::RefCell;
+use std::sync::atomic::AtomicUsize;
+
+/// Scans' freed entries not yet dropped: a scan by another test's
+/// thread drops what it freed only after letting the lock go.
+pub(super) static IN_DROP: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Run once in `read_map` after the hold is counted, before the
+    /// lock's try (a handler there, staged).
+    pub(super) static BEFORE_LOCK: RefCell<Option<Box<dyn FnOnce()>>> =
+        const { RefCell::new(None) };
+}
+
+pub(super) fn before_lock() {
+    if let Some(f) = BEFORE_LOCK
+        .try_with(|b| b.borrow_mut().take())
+        .ok()
+        .flatten()
+    {
+        f();
+    }
+}
+
+thread_local! {
+    /// Run once in the wait for the lock, signals blocked, before the
+    /// blocking take (a signal raised there, staged).
+    pub(super) static BEFORE_WAIT: RefCell<Option<Box<dyn FnOnce()>>> =
+        const { RefCell::new(None) };
+}
+
+thread_local! {
+    /// Run once in `copy` under its write hold, before the change (a
+    /// handler there, staged).
+    pub(crate) static IN_COPY: RefCell<Option<Box<dyn FnOnce()>>> =
+        const { RefCell::new(None) };
+}
+
+pub(super) fn in_copy() {
+    if let Some(f) = IN_COPY.try_with(|b| b.borrow_mut().take()).ok().flatten() {
+        f();
+    }
+}
+
+pub(super) fn before_wait() {
+    if let Some(f) = BEFORE_WAIT
+        .try_with(|b| b.borrow_mut().take())
+        .ok()
+        .flatten()
+    {
+        f();
+    }
+}
