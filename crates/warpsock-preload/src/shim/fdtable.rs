@@ -22,8 +22,8 @@
 //! that interrupted `close`, or another library's atfork handler inside
 //! `fork_prepare`'s hold) never waits for the lock: its look-up takes no
 //! lock, and a change it would make fails with `EDEADLK` ([`held`]: what
-//! each call does then). No handler runs over a wait for the lock: the
-//! wait blocks the asynchronous signals ([`wait`]).
+//! each call does then). A handler over a wait for the lock finds its
+//! thread holding nothing: its calls wait as any thread's ([`wait`]).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -70,8 +70,9 @@ static MAP: RwLock<Map> = RwLock::new(Map {
 /// ([`defer_reclaim`]; review r18-xhaz item 2, r19 item 1). The count is
 /// raised before the lock's acquiring instruction, so no handler finds
 /// the lock taken by its thread and the count not raised; a wait, after a
-/// try that failed, blocks the signals ([`wait`]), so none finds the
-/// count raised for a thread that only waits (review r20-xhaz3 item 1).
+/// try that failed, counts a [`WAIT`] while it pauses ([`wait`]), so a
+/// handler there finds its thread holding nothing (review r20-xhaz3 item
+/// 1, r21-haz items 1, 2).
 ///
 /// [`guard::map_held`]: super::guard::map_held
 struct Held<G> {
@@ -107,10 +108,27 @@ const FORGET_DEFERRED: u32 = 4;
 /// [`guard::map_held`]: super::guard::map_held
 const DEFERRED: u32 = RECLAIM_DEFERRED | CLOSE_DEFERRED | FORGET_DEFERRED;
 
-/// One hold in [`guard::map_held`] (above the [`DEFERRED`] bits).
+/// One wait for the lock in [`guard::map_held`] (above the [`DEFERRED`]
+/// bits; [`wait`]): a hold counted while its thread waits for the lock,
+/// holding nothing. Up to 15 nested (a handler over a wait that waits).
 ///
 /// [`guard::map_held`]: super::guard::map_held
-const HOLD: u32 = DEFERRED + 1;
+const WAIT: u32 = DEFERRED + 1;
+
+/// One hold in [`guard::map_held`] (above the [`WAIT`]s).
+///
+/// [`guard::map_held`]: super::guard::map_held
+const HOLD: u32 = WAIT * 16;
+
+/// The holds in `v` (a [`guard::map_held`] value) that are not waits: a
+/// call made now is over its thread's hold (or the instructions before
+/// its try) if it is above 0.
+///
+/// [`guard::map_held`]: super::guard::map_held
+#[inline]
+fn holding(v: u32) -> u32 {
+    (v / HOLD).saturating_sub((v / WAIT) % (HOLD / WAIT))
+}
 
 /// One count of [`Held`]; never moves to another thread (its count is
 /// this thread's).
@@ -171,7 +189,7 @@ fn deferred_work(v: u32) {
 fn defer_reclaim() -> bool {
     let c = super::guard::map_held();
     let v = c.get();
-    if v < HOLD {
+    if holding(v) == 0 {
         return false;
     }
     c.set(v | RECLAIM_DEFERRED);
@@ -220,29 +238,70 @@ fn read_contended(
     match e {
         TryLockError::Poisoned(e) => Ok(e.into_inner()),
         TryLockError::WouldBlock if guard_count() > 1 => Err(REFUSED),
-        TryLockError::WouldBlock => Ok(wait(|| MAP.read().unwrap_or_else(|e| e.into_inner()))),
+        TryLockError::WouldBlock => Ok(wait(|| match MAP.try_read() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        })),
     }
 }
 
 /// The wait for [`MAP`]'s lock (the count raised, the lock not free):
-/// `take`, with every asynchronous signal blocked. No signal handler runs
-/// over a wait, only over a hold (or the few instructions between the
-/// count's raise and the lock's try): a handler that forked there found
-/// the count raised and took nothing, and the child got the lock as the
-/// other threads left it, possibly held by one that does not exist there
-/// (review r20-xhaz3 item 1). A signal sent meanwhile is delivered when
-/// the lock is taken, over the hold ([`held`]). The lock's holds are
-/// short (a change, a listing, a fork): the signal waits no longer.
-/// Two `rt_sigprocmask` calls on this path only; the free lock's path
-/// (one atomic) is unchanged.
+/// `try_take` until it takes it, each failed try followed by a pause
+/// during which the thread's word counts a [`WAIT`] (review r21-haz items
+/// 1, 2). A signal handler over the pause finds as many waits as holds:
+/// its thread holds nothing, so its calls, and `fork_prepare`, wait for
+/// the lock as any thread's (a change by the handler waits for the
+/// holder; a fork takes the lock first, so the child gets it free). The
+/// signals stay unblocked: a handler that must run before the holder
+/// goes on (a collector's stop-the-world acknowledgement, Boehm's
+/// SIGPWR) runs, and one that `siglongjmp`s out leaves no lock held
+/// (d935c18 blocked them for the wait: such a program deadlocked, and a
+/// handler of a signal sent meanwhile ran over the hold, where a jump out
+/// kept the lock for good). The wait mark is lowered before each try: a
+/// handler between its lowering and the try's atomic finds a hold and is
+/// refused (as over the few instructions before the first try), never a
+/// wait over a lock its thread holds.
+///
+/// A loop of the library's own (std's blocking wait cannot tell when it
+/// took the lock): the pause is `sched_yield` for the first rounds, then
+/// a sleep doubling to about 1 ms; no wake-up, so a hold's end costs what
+/// it did (the free path, one atomic, is unchanged). The lock's holds are
+/// short (a change, a listing, a fork). As std's wait, it lasts as long
+/// as the lock is held; unlike std's, a waiting writer does not stop new
+/// readers (each read hold is a look-up).
 #[cold]
 #[inline(never)]
-fn wait<T>(take: impl FnOnce() -> T) -> T {
-    super::sys::with_async_signals_blocked(|| {
+fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
+    /// The thread's wait mark, lowered when the pause ends (a panic in a
+    /// test hook included).
+    struct Waiting(&'static std::cell::Cell<u32>);
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            compiler_fence(Ordering::SeqCst);
+            self.0.set(self.0.get() - WAIT);
+            compiler_fence(Ordering::SeqCst);
+        }
+    }
+    let c = super::guard::map_held();
+    // A sleep a signal ended leaves `EINTR`: the caller's errno is kept.
+    let errno = super::sys::errno();
+    let mut round = 0u32;
+    loop {
+        if let Some(g) = try_take() {
+            super::sys::set_errno(errno);
+            return g;
+        }
+        compiler_fence(Ordering::SeqCst);
+        c.set(c.get() + WAIT);
+        compiler_fence(Ordering::SeqCst);
+        let waiting = Waiting(c);
         #[cfg(test)]
         hooks::before_wait();
-        take()
-    })
+        super::sys::pause(round);
+        drop(waiting);
+        round = round.saturating_add(1);
+    }
 }
 
 /// [`MAP`]'s write lock, counted ([`Held`]); refused as [`read_map`].
@@ -252,15 +311,19 @@ fn write_map() -> Result<Held<RwLockWriteGuard<'static, Map>>, c_int> {
         Ok(g) => g,
         Err(TryLockError::Poisoned(e)) => e.into_inner(),
         Err(TryLockError::WouldBlock) if guard_count() > 1 => return Err(REFUSED),
-        Err(TryLockError::WouldBlock) => wait(|| MAP.write().unwrap_or_else(|e| e.into_inner())),
+        Err(TryLockError::WouldBlock) => wait(|| match MAP.try_write() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }),
     };
     Ok(Held { g, _count })
 }
 
 /// The calling thread's count of holds of [`MAP`]'s lock (a hold about
-/// to try the lock included).
+/// to try the lock included; its waits not: [`wait`]).
 fn guard_count() -> u32 {
-    super::guard::map_held().get() / HOLD
+    holding(super::guard::map_held().get())
 }
 
 /// Drops entries a scan freed (after the map's lock is let go): under the
@@ -679,8 +742,8 @@ pub(crate) fn prepare() {
 }
 
 /// pthread_atfork "prepare": hold the map lock across fork so the child gets
-/// a consistent copy (not over the thread's own hold: [`held`]; never
-/// over a wait, which no handler interrupts: [`wait`]).
+/// a consistent copy (not over the thread's own hold: [`held`]; over a
+/// wait of its thread's, it waits too: [`wait`]).
 pub(crate) fn fork_prepare() {
     if let Ok(g) = write_map() {
         FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));

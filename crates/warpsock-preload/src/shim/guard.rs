@@ -145,8 +145,8 @@ pub(crate) fn slot() -> &'static Cell<usize> {
 
 /// How many holds of `fdtable`'s map lock the calling thread has now, and
 /// the work left to the end of the last (kept by `fdtable` only, which
-/// encodes them; raised before the lock's try, and a wait for the lock
-/// blocks the signals): a call that a signal handler, or another
+/// encodes them; raised before the lock's try, a wait for the lock
+/// counted apart): a call that a signal handler, or another
 /// library's atfork handler, makes over code of this thread holding the
 /// lock must not take it again (review r18-xhaz item 2). Static TLS, as
 /// the guard's flag: a handler's first read allocates nothing.

@@ -295,6 +295,23 @@ pub(crate) fn with_async_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
     }
 }
 
+/// A pause of a wait for a lock that has no wake-up (`fdtable`'s wait):
+/// round `round` (from 0) yields the processor for the first 16 rounds,
+/// then sleeps 1 µs doubling to 1,024 µs. A signal ends the sleep early.
+pub(crate) fn pause(round: u32) {
+    const YIELDS: u32 = 16;
+    if round < YIELDS {
+        // SAFETY: no arguments.
+        unsafe { libc::sched_yield() };
+        return;
+    }
+    let ts = timespec(std::time::Duration::from_micros(
+        1 << (round - YIELDS).min(10),
+    ));
+    // SAFETY: a sleep of a local time; the remainder is not wanted.
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
 /// `d` as a `timespec` (for the calls that take one).
 pub(crate) fn timespec(d: std::time::Duration) -> libc::timespec {
     libc::timespec {

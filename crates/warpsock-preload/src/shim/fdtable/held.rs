@@ -5,11 +5,12 @@
 //! handler inside `fork_prepare`'s hold. Taking the lock again there
 //! would deadlock the thread on itself (review r19-lead-haz note 5), so
 //! such a call never waits for it. A thread that waits for the lock (its
-//! try failed) blocks the asynchronous signals meanwhile: a handler runs
-//! over its hold once it has the lock, never over the wait, where
-//! `fork_prepare` would have taken nothing and left the child the lock
-//! held by a thread it does not have (review r20-xhaz3 item 1). Over a
-//! hold:
+//! try failed) counts a wait besides the hold while it pauses between
+//! tries (`super::wait`): a handler there finds its thread holding
+//! nothing and its calls are plain ones, which wait for the lock as any
+//! thread's (a `fork_prepare` there takes the lock, and the child gets it
+//! free: review r20-xhaz3 item 1; signals are not blocked, review r21-haz
+//! items 1, 2). Over a hold:
 //!
 //! - A look-up takes the lock only if it is free for the asking
 //!   (`try_read`). Otherwise a descriptor below [`super::BITS`] is looked
@@ -74,10 +75,9 @@
 //!   thread's at the fork (the interrupted hold a read one too) never
 //!   ends there, and the child's first change of the table waits for it
 //!   for good; so does the child of a fork from a handler over the few
-//!   instructions between the count's raise and the try (or, the try
-//!   failed, the wait's blocking of the signals), the lock held by
-//!   another thread then: the handler cannot tell them from its thread's
-//!   hold.
+//!   instructions between the count's raise (or a wait's pause's end) and
+//!   the try, the lock held by another thread then: the handler cannot
+//!   tell them from its thread's hold.
 //! - No kind acts on a candidate (`interpose::acting_kind`): no adoption
 //!   at `connect`/`sendto`, no hook at `bind`/`accept`, and a switch
 //!   (`setsockopt` at the kinds' level) fails with `EDEADLK` — each would
@@ -93,15 +93,18 @@
 //! closes the program's descriptor and leaves the table's entry; a
 //! demotion forgets such a number rather than open it again (review
 //! r21-haz item 4), but an adoption's or a switch's `dup3` over a number
-//! closed so after its check opens it again, unmanaged. Known gaps (review r20-xhaz2b): a
-//! fork or exec from such a handler demotes no descriptor at or above
-//! [`super::BITS`] (nor any, with every hazard slot owned); a `siglongjmp`
-//! out of a handler over the instructions before the try leaves the count
-//! raised (the thread's calls are then refused changes for good, and
-//! closes never made). Signals the wait blocks: all but the faults
-//! (`sys::with_async_signals_blocked`); a handler of `SIGABRT` or
-//! `SIGTRAP` sent by another process over a wait is refused as over a
-//! hold.
+//! closed so after its check opens it again, unmanaged. Known gaps
+//! (review r20-xhaz2b): a fork or exec from such a handler demotes no
+//! descriptor at or above [`super::BITS`] (nor any, with every hazard
+//! slot owned). A `siglongjmp` out of a handler over a hold leaves the
+//! lock held for good (every change of the table then waits, as any
+//! library's lock left so); out of one over the instructions before the
+//! try, or over a wait, it leaves the count (and the wait) raised: over
+//! the count the thread's calls are refused changes for good, and the
+//! work left to a hold's end is never made (closes, reclaims) while
+//! either stays raised. Over a wait the lock itself is not held: the
+//! alarm-and-`siglongjmp` idiom over a contended look-up leaves the
+//! process working (review r21-haz item 2).
 //!
 //! A data call on a managed descriptor in a handler that interrupted no
 //! such hold (the common case: a handler over a blocked `recv`) is not
@@ -121,7 +124,7 @@ use super::{hazard, low_index, Ordering, LOW};
 /// it (it is a handler over such code, or that code itself).
 #[inline]
 pub(crate) fn over_hold() -> bool {
-    guard::map_held().get() >= super::HOLD
+    super::holding(guard::map_held().get()) != 0
 }
 
 /// Closes over a hold a thread keeps for its end (a handler's; more

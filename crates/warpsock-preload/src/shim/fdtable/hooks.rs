@@ -25,8 +25,8 @@ pub(super) fn before_lock() {
 }
 
 thread_local! {
-    /// Run once in the wait for the lock, signals blocked, before the
-    /// blocking take (a signal raised there, staged).
+    /// Run once in the wait for the lock, the wait counted, before a
+    /// pause (a signal raised there, staged).
     pub(super) static BEFORE_WAIT: RefCell<Option<Box<dyn FnOnce()>>> =
         const { RefCell::new(None) };
 }

@@ -8,6 +8,7 @@ use super::super::hazard;
 use super::holds::within_a_minute;
 use super::look_ups::serial;
 use super::*;
+use crate::shim::guard;
 use crate::shim::sys::{errno, set_errno};
 
 /// The errno a call left, cleared first.
@@ -111,21 +112,27 @@ fn a_look_up_over_the_threads_read_hold_reads_too() {
 const WAIT_FD: c_int = 60_101;
 /// The handler's fork's child, in the parent (0: the handler did not run).
 static WAIT_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-/// In the handler: whether the holder had been told to let the lock go
-/// (the signal was delivered after the wait, not inside it).
+/// In the handler: whether its thread's word counted one wait (the
+/// signal was handled inside the wait, not over a hold).
 static WAIT_OVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// Set by the staged wait once its signal is raised.
-static WAIT_RAISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// In the child: whether the handler's look-up found the socket.
 static WAIT_CHILD_FOUND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// In the handler that changes the table: whether its insert and removal
+/// were made.
+static WAIT_CHANGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the calling thread's word counts exactly one wait.
+fn one_wait() -> bool {
+    (guard::map_held().get() / WAIT) % (HOLD / WAIT) == 1
+}
 
 /// A handler that forks (the preload's atfork handlers, called as the
 /// library registers them) and, in the child, looks `WAIT_FD` up.
 extern "C" fn fork_in_handler(_: c_int) {
-    WAIT_OVER.store(WAIT_RAISED.load(Ordering::SeqCst), Ordering::SeqCst);
+    WAIT_OVER.store(one_wait(), Ordering::SeqCst);
     fork_prepare();
     // SAFETY: the child returns from the handler into the interrupted
-    // look-up, then changes the table and `_exit`s (the test's thread).
+    // wait, then changes the table and `_exit`s (the test's thread).
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // A child left hanging by a failed run ends with the run.
@@ -139,26 +146,26 @@ extern "C" fn fork_in_handler(_: c_int) {
     WAIT_PID.store(pid, Ordering::SeqCst);
 }
 
-/// A signal raised while its thread waits for the table's lock (another
-/// thread holds it until the signal is raised) is handled once the lock
-/// is taken, over the hold, not inside the wait: a handler that forks
-/// there took nothing (the count was raised) and the child got the lock
-/// as the holder left it, held by a thread it does not have; the
-/// interrupted wait then never ended in the child (review r20-xhaz3 item
-/// 1; without the blocked signals the child hangs and `within_a_minute`
-/// ends the run). Here the child's handler finds the socket, its resumed
-/// change ends, and it changes the table again and exits 0. The wait is
-/// for the write lock: at the fork no other thread (another test's) can
-/// hold the lock too, whose hold the child would wait for.
-#[test]
-fn a_fork_from_a_handler_raised_in_a_wait_leaves_the_child_a_usable_table() {
-    let _serial = serial();
-    prepare();
-    let high = BITS as c_int + 101;
-    let a = dummy();
-    assert!(insert(WAIT_FD, a.clone()).unwrap().is_none());
-    WAIT_PID.store(0, Ordering::SeqCst);
-    WAIT_RAISED.store(false, Ordering::SeqCst);
+/// A handler that changes the table: inserts at a number and removes it.
+extern "C" fn change_in_handler(_: c_int) {
+    WAIT_OVER.store(one_wait(), Ordering::SeqCst);
+    let high = BITS as c_int + 103;
+    let changed = insert(high, dummy()).is_ok_and(|old| old.is_none())
+        && remove(high).is_ok_and(|s| s.is_some());
+    WAIT_CHANGED.store(changed, Ordering::SeqCst);
+}
+
+/// Runs `f` on a thread of its own while another holds the table's write
+/// lock, with `handler` the handler of `SIGUSR2` (no other test uses it;
+/// every test that sets it holds `serial`), raised in `f`'s first wait
+/// for the lock. The holder lets the lock go at the next wait after the
+/// signal's: the handler's own (its call's, which waits), or, a handler
+/// whose call was refused, the interrupted one's again.
+fn with_a_signal_in_a_wait<T: Send + 'static>(
+    what: &str,
+    handler: extern "C" fn(c_int),
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
@@ -168,13 +175,12 @@ fn a_fork_from_a_handler_raised_in_a_wait_leaves_the_child_a_usable_table() {
         drop(h);
     });
     held_rx.recv().unwrap();
-    let a2 = a.clone();
-    let status = within_a_minute("a fork from a handler over a wait", move || {
-        // SAFETY: a handler of this test's (no other test uses SIGUSR2),
-        // the old one restored below; plain data otherwise.
+    let r = within_a_minute(what, move || {
+        // SAFETY: a handler of this test's, the old one restored below;
+        // plain data otherwise.
         let old = unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = fork_in_handler as *const () as usize;
+            sa.sa_sigaction = handler as *const () as usize;
             libc::sigemptyset(&mut sa.sa_mask);
             let mut old: libc::sigaction = std::mem::zeroed();
             assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, &mut old), 0);
@@ -182,42 +188,112 @@ fn a_fork_from_a_handler_raised_in_a_wait_leaves_the_child_a_usable_table() {
         };
         hooks::BEFORE_WAIT.with(|b| {
             *b.borrow_mut() = Some(Box::new(move || {
-                // SAFETY: a signal to the calling thread.
+                // The handler's wait (inside this one) lets the holder go.
+                hooks::BEFORE_WAIT.with(|b| {
+                    *b.borrow_mut() = Some(Box::new(move || go_tx.send(()).unwrap()));
+                });
+                // SAFETY: a signal to the calling thread, handled here.
                 unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGUSR2) };
-                WAIT_RAISED.store(true, Ordering::SeqCst);
-                go_tx.send(()).unwrap();
             }));
         });
-        // SAFETY: reads the process id.
-        let parent = unsafe { libc::getpid() };
-        let inserted = insert(high, dummy()).is_ok_and(|old| old.is_none());
-        // SAFETY: as above.
-        if unsafe { libc::getpid() } != parent {
-            let found = get(WAIT_FD).is_some_and(|s| Arc::ptr_eq(&s, &a2));
-            let changed = inserted && remove(high).is_ok_and(|s| s.is_some());
-            let ok = found && changed && WAIT_CHILD_FOUND.load(Ordering::SeqCst);
-            // SAFETY: leaves the child at once (no test harness in it).
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
+        let r = f();
+        hooks::BEFORE_WAIT.with(|b| b.borrow_mut().take());
         // SAFETY: restores the handler saved above.
         unsafe { libc::sigaction(libc::SIGUSR2, &old, null_mut()) };
-        let pid = WAIT_PID.load(Ordering::SeqCst);
-        let mut status = -1;
-        if pid > 0 {
-            // SAFETY: our child.
-            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        }
-        (inserted, pid, WAIT_OVER.load(Ordering::SeqCst), status)
+        r
     });
     holder.join().unwrap();
+    r
+}
+
+/// A signal raised while its thread waits for the table's lock (another
+/// thread holds it) is handled inside the wait, where the thread holds
+/// nothing: a handler that forks takes the lock there (waiting for the
+/// holder) and the child gets it free; its resumed wait then ends in the
+/// child too (review r20-xhaz3 item 1: `fork_prepare` over a wait took
+/// nothing and the child got the lock held by a thread it does not have;
+/// d935c18 blocked the signals for the wait, review r21-haz items 1, 2;
+/// counted as a hold, the handler's `fork_prepare` takes nothing, the
+/// holder is never let go and `within_a_minute` ends the run). Here the
+/// child's handler finds the socket, its resumed change ends, and it
+/// changes the table again and exits 0. The wait is for the write lock:
+/// at the fork no other thread (another test's) can hold the lock too,
+/// whose hold the child would wait for.
+#[test]
+fn a_fork_from_a_handler_raised_in_a_wait_leaves_the_child_a_usable_table() {
+    let _serial = serial();
+    prepare();
+    let high = BITS as c_int + 101;
+    let a = dummy();
+    assert!(insert(WAIT_FD, a.clone()).unwrap().is_none());
+    WAIT_PID.store(0, Ordering::SeqCst);
+    WAIT_OVER.store(false, Ordering::SeqCst);
+    let a2 = a.clone();
+    let status = with_a_signal_in_a_wait(
+        "a fork from a handler over a wait",
+        fork_in_handler,
+        move || {
+            // SAFETY: reads the process id.
+            let parent = unsafe { libc::getpid() };
+            let inserted = insert(high, dummy()).is_ok_and(|old| old.is_none());
+            // SAFETY: as above.
+            if unsafe { libc::getpid() } != parent {
+                let found = get(WAIT_FD).is_some_and(|s| Arc::ptr_eq(&s, &a2));
+                let changed = inserted && remove(high).is_ok_and(|s| s.is_some());
+                let ok = found && changed && WAIT_CHILD_FOUND.load(Ordering::SeqCst);
+                // SAFETY: leaves the child at once (no test harness in it).
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            let pid = WAIT_PID.load(Ordering::SeqCst);
+            let mut status = -1;
+            if pid > 0 {
+                // SAFETY: our child.
+                assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            }
+            (inserted, pid, WAIT_OVER.load(Ordering::SeqCst), status)
+        },
+    );
     let (inserted, pid, over, status) = status;
     assert!(inserted, "the change after the wait");
     assert!(pid > 0, "the handler did not fork");
-    assert!(over, "the handler ran inside the wait");
+    assert!(over, "the handler ran outside the wait");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "the child (status {status:#x})"
     );
     assert!(same(&remove(WAIT_FD).unwrap(), &a));
     assert!(remove(high).unwrap().is_some());
+}
+
+/// A handler raised inside a wait for the table's lock changes the table
+/// (an insert and a removal, as its `close` or `dup2` would): it waits
+/// for the lock as any thread's call, and then the interrupted wait ends
+/// too (review r21-haz item 1: d935c18 blocked the signals for the wait,
+/// so a handler that must run before the holder goes on — a collector's
+/// stop-the-world acknowledgement — deadlocked the process; counted as a
+/// hold, the handler's change is refused and the holder never let go:
+/// `within_a_minute` ends the run).
+#[test]
+fn a_handler_raised_in_a_wait_changes_the_table() {
+    let _serial = serial();
+    WAIT_OVER.store(false, Ordering::SeqCst);
+    WAIT_CHANGED.store(false, Ordering::SeqCst);
+    let r = with_a_signal_in_a_wait(
+        "a change from a handler over a wait",
+        change_in_handler,
+        || {
+            let g = read_map().is_ok();
+            (g, guard::map_held().get())
+        },
+    );
+    assert_eq!(
+        r,
+        (true, 0),
+        "(the interrupted look-up, its thread's word after)"
+    );
+    assert!(
+        WAIT_OVER.load(Ordering::SeqCst),
+        "the handler ran outside the wait"
+    );
+    assert!(WAIT_CHANGED.load(Ordering::SeqCst), "the handler's change");
 }

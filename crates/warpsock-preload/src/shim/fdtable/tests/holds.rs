@@ -104,8 +104,7 @@ fn an_end_over_a_held_map_lock_reclaims_when_the_hold_ends() {
 /// over the instructions between the count's raise and the lock's try
 /// (of `setsockopt`'s look-up, then waiting behind an unrelated change)
 /// ends its look-up there. The reclaim runs when that hold ends, not at
-/// some later call (review r19 item 1). (A handler never runs inside the
-/// wait itself: it blocks the signals, review r20-xhaz3 item 1.)
+/// some later call (review r19 item 1).
 #[test]
 fn an_end_over_a_wait_for_the_map_lock_reclaims_when_the_hold_ends() {
     let _serial = serial();
