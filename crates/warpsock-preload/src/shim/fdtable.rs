@@ -41,6 +41,14 @@ mod hazard;
 mod held;
 pub(crate) use held::{defer_close, forget_at_hold_end, is_refused, over_hold};
 
+mod fork;
+#[cfg(test)]
+use fork::FORK_GUARD;
+pub(crate) use fork::{fork_prepare, fork_release, fork_release_child};
+
+mod wait;
+use wait::wait;
+
 /// A managed descriptor's object as the table holds it (in a boxed
 /// [`hazard::Node`]: one thin pointer per descriptor, swapped atomically).
 type Entry = Arc<dyn Socket>;
@@ -243,64 +251,6 @@ fn read_contended(
             Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
             Err(TryLockError::WouldBlock) => None,
         })),
-    }
-}
-
-/// The wait for [`MAP`]'s lock (the count raised, the lock not free):
-/// `try_take` until it takes it, each failed try followed by a pause
-/// during which the thread's word counts a [`WAIT`] (review r21-haz items
-/// 1, 2). A signal handler over the pause finds as many waits as holds:
-/// its thread holds nothing, so its calls, and `fork_prepare`, wait for
-/// the lock as any thread's (a change by the handler waits for the
-/// holder; a fork takes the lock first, so the child gets it free). The
-/// signals stay unblocked: a handler that must run before the holder
-/// goes on (a collector's stop-the-world acknowledgement, Boehm's
-/// SIGPWR) runs, and one that `siglongjmp`s out leaves no lock held
-/// (d935c18 blocked them for the wait: such a program deadlocked, and a
-/// handler of a signal sent meanwhile ran over the hold, where a jump out
-/// kept the lock for good). The wait mark is lowered before each try: a
-/// handler between its lowering and the try's atomic finds a hold and is
-/// refused (as over the few instructions before the first try), never a
-/// wait over a lock its thread holds.
-///
-/// A loop of the library's own (std's blocking wait cannot tell when it
-/// took the lock): the pause is `sched_yield` for the first rounds, then
-/// a sleep doubling to about 1 ms; no wake-up, so a hold's end costs what
-/// it did (the free path, one atomic, is unchanged). The lock's holds are
-/// short (a change, a listing, a fork). As std's wait, it lasts as long
-/// as the lock is held; unlike std's, a waiting writer does not stop new
-/// readers (each read hold is a look-up).
-#[cold]
-#[inline(never)]
-fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
-    /// The thread's wait mark, lowered when the pause ends (a panic in a
-    /// test hook included).
-    struct Waiting(&'static std::cell::Cell<u32>);
-    impl Drop for Waiting {
-        fn drop(&mut self) {
-            compiler_fence(Ordering::SeqCst);
-            self.0.set(self.0.get() - WAIT);
-            compiler_fence(Ordering::SeqCst);
-        }
-    }
-    let c = super::guard::map_held();
-    // A sleep a signal ended leaves `EINTR`: the caller's errno is kept.
-    let errno = super::sys::errno();
-    let mut round = 0u32;
-    loop {
-        if let Some(g) = try_take() {
-            super::sys::set_errno(errno);
-            return g;
-        }
-        compiler_fence(Ordering::SeqCst);
-        c.set(c.get() + WAIT);
-        compiler_fence(Ordering::SeqCst);
-        let waiting = Waiting(c);
-        #[cfg(test)]
-        hooks::before_wait();
-        super::sys::pause(round);
-        drop(waiting);
-        round = round.saturating_add(1);
     }
 }
 
@@ -728,48 +678,12 @@ fn all_or(
     low.chain(high).collect()
 }
 
-thread_local! {
-    static FORK_GUARD: std::cell::RefCell<Option<Held<RwLockWriteGuard<'static, Map>>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
 /// When the library is loaded: makes what a thread's first managed data
 /// call would otherwise make (the hazard slots' thread-specific key), so
 /// that the key is one of the process's first (module docs of `hazard`).
 pub(crate) fn prepare() {
     hazard::prepare();
     held::prepare();
-}
-
-/// pthread_atfork "prepare": hold the map lock across fork so the child gets
-/// a consistent copy (not over the thread's own hold: [`held`]; over a
-/// wait of its thread's, it waits too: [`wait`]).
-pub(crate) fn fork_prepare() {
-    if let Ok(g) = write_map() {
-        FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
-    }
-}
-
-/// pthread_atfork "parent": release the lock taken in prepare.
-pub(crate) fn fork_release() {
-    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
-}
-
-/// pthread_atfork "child": as [`fork_release`], and the retired entries
-/// are forgotten, not freed by the child's first removal: an entry's drop
-/// may be a socket's last reference, whose state a thread that did not
-/// follow the fork may hold locked (the policy of `demote_all`). The
-/// hazard slots of those threads are given back (cleared). So are the
-/// objects of the closes the thread left to a hold's end (forgotten, not
-/// released; [`held::closes_forget`]).
-pub(crate) fn fork_release_child() {
-    held::closes_forget();
-    FORK_GUARD.with(|f| {
-        if let Some(mut g) = f.borrow_mut().take() {
-            g.retired.forget();
-            hazard::release_lost();
-        }
-    });
 }
 
 #[cfg(test)]

@@ -69,15 +69,18 @@
 //!   reach the parent's sockets' objects (review r20-xhaz3 item 3). The
 //!   listing allocates (as any `exec` or fork demotion does).
 //! - `fork_prepare` holds nothing unless the write lock is free for the
-//!   asking (a handler before the try): the child's lock is as the
-//!   parent's threads left it. Its own thread's interrupted hold ends in
-//!   the child too (the handler returns there); a read hold of another
-//!   thread's at the fork (the interrupted hold a read one too) never
-//!   ends there, and the child's first change of the table waits for it
-//!   for good; so does the child of a fork from a handler over the few
-//!   instructions between the count's raise (or a wait's pause's end) and
-//!   the try, the lock held by another thread then: the handler cannot
-//!   tell them from its thread's hold.
+//!   asking within about 2 ms of tries (a handler before the try, or
+//!   after an unlock, the lock another thread's that lets it go: review
+//!   r21-haz item 3): the child's lock is as the parent's threads left
+//!   it. Its own thread's interrupted hold ends in the child too (the
+//!   handler returns there); a read hold of another thread's at the fork
+//!   (the interrupted hold a read one too) never ends there, and the
+//!   child's first change of the table waits for it for good; so does the
+//!   child of a fork from a handler over the few instructions between the
+//!   count's raise (or a wait's pause's end) and the try, or between an
+//!   unlock and the count's lowering, the lock held by another thread for
+//!   longer than the tries: the handler cannot tell them from its
+//!   thread's hold.
 //! - No kind acts on a candidate (`interpose::acting_kind`): no adoption
 //!   at `connect`/`sendto`, no hook at `bind`/`accept`, and a switch
 //!   (`setsockopt` at the kinds' level) fails with `EDEADLK` — each would

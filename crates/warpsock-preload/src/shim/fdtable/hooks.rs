@@ -44,6 +44,23 @@ pub(super) fn in_copy() {
     }
 }
 
+thread_local! {
+    /// Run once in `fork_prepare` after a refused try, before its pause
+    /// (another thread's release there, staged).
+    pub(super) static BEFORE_FORK_RETRY: RefCell<Option<Box<dyn FnOnce()>>> =
+        const { RefCell::new(None) };
+}
+
+pub(super) fn before_fork_retry() {
+    if let Some(f) = BEFORE_FORK_RETRY
+        .try_with(|b| b.borrow_mut().take())
+        .ok()
+        .flatten()
+    {
+        f();
+    }
+}
+
 pub(super) fn before_wait() {
     if let Some(f) = BEFORE_WAIT
         .try_with(|b| b.borrow_mut().take())

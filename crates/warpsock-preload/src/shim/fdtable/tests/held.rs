@@ -297,3 +297,53 @@ fn a_handler_raised_in_a_wait_changes_the_table() {
     );
     assert!(WAIT_CHANGED.load(Ordering::SeqCst), "the handler's change");
 }
+
+/// A `fork_prepare` from a handler over the instructions before its
+/// thread's try (the count raised, nothing held), with the lock another
+/// thread's, takes the lock once that thread lets it go, within its
+/// bound: the child gets the lock free (review r21-haz item 3: it took
+/// nothing at once, and the child got the lock held by a thread it does
+/// not have). The holder lets go at the first retry (staged; the handler
+/// staged over `read_map`'s pre-try hook).
+#[test]
+fn a_fork_prepare_over_a_count_takes_the_lock_another_thread_lets_go() {
+    let _serial = serial();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (gone_tx, gone_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let h = write_map().expect("not over a hold");
+        held_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        drop(h);
+        gone_tx.send(()).unwrap();
+    });
+    held_rx.recv().unwrap();
+    let go = go_tx.clone();
+    let took = within_a_minute("a fork_prepare over a count", move || {
+        let go_tx = go_tx;
+        let took = std::rc::Rc::new(std::cell::Cell::new(false));
+        let t = took.clone();
+        hooks::BEFORE_LOCK.with(|b| {
+            *b.borrow_mut() = Some(Box::new(move || {
+                hooks::BEFORE_FORK_RETRY.with(|b| {
+                    *b.borrow_mut() = Some(Box::new(move || {
+                        go.send(()).unwrap();
+                        gone_rx.recv().unwrap();
+                    }));
+                });
+                fork_prepare();
+                t.set(FORK_GUARD.with(|f| f.borrow().is_some()));
+                fork_release();
+                hooks::BEFORE_FORK_RETRY.with(|b| b.borrow_mut().take());
+                // Taken nothing: the holder is let go now (the look-up's
+                // own try, after the hook, waits for it).
+                let _ = go_tx.send(());
+            }));
+        });
+        drop(read_map());
+        took.get()
+    });
+    holder.join().unwrap();
+    assert!(took, "fork_prepare took nothing");
+}
