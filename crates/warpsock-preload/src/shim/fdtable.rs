@@ -520,6 +520,8 @@ fn reclaim() {
     let errno = super::sys::errno();
     match write_map() {
         Ok(mut m) => {
+            #[cfg(test)]
+            hooks::RECLAIMS.with(|r| r.set(r.get() + 1));
             let free = m.retired.scan();
             drop(m);
             drop_freed(free);

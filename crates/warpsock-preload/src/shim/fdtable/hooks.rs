@@ -8,6 +8,13 @@ use std::sync::atomic::AtomicUsize;
 pub(super) static IN_DROP: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
+    /// The reclaims (scans) the thread made: a test tells its own
+    /// thread's reclaim from another test's change of the table, whose
+    /// scan frees the same entries.
+    pub(super) static RECLAIMS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+thread_local! {
     /// Run once in `read_map` after the hold is counted, before the
     /// lock's try (a handler there, staged).
     pub(super) static BEFORE_LOCK: RefCell<Option<Box<dyn FnOnce()>>> =
