@@ -333,6 +333,7 @@ mod init {
     extern "C" fn fork_child() {
         fdtable::fork_release_child();
         reactor::forget_after_fork();
+        crate::xsock::after_fork_child();
         demote_all(false);
     }
 

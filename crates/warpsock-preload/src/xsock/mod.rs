@@ -154,6 +154,14 @@ fn set_pending(fd: c_int, p: Pending) {
         .insert(fd, p);
 }
 
+/// In a child made by `fork` (its fork handler, the only thread): the
+/// send buffers' bookkeeping and the closes under way are the parent's
+/// (review r21-send #8): the child's exit waits for its own bytes only.
+pub(crate) fn after_fork_child() {
+    sock::forget_closing_after_fork();
+    warpsock_xsock::io::forget_after_fork();
+}
+
 pub(crate) fn int_arg(val: *const c_void, len: socklen_t) -> Option<c_int> {
     if val.is_null() || (len as usize) < size_of::<c_int>() {
         return None;

@@ -160,6 +160,12 @@ thread_local! {
 /// Sockets whose close is still letting bytes leave.
 static CLOSING: AtomicUsize = AtomicUsize::new(0);
 
+/// In a forked child: the parent's closes are not the child's to wait for
+/// (their threads are the parent's; review r21-send #8).
+pub(crate) fn forget_closing_after_fork() {
+    CLOSING.store(0, Ordering::Release);
+}
+
 /// Waits for closing sockets (exit, exec) — `bound` without progress,
 /// restarted while buffered bytes leave (`super::linger`) — and for the
 /// bytes send calls left in the send buffers of sockets not closed (the

@@ -13,11 +13,12 @@
 //!
 //! The counts are the buffering process's: a child made by `fork` sees
 //! none of its parent's (it neither waits for them at its exit nor
-//! resets its parent's connections); its own buffered bytes are not
-//! counted either (stated limit).
+//! resets its parent's connections). Its own count from zero once its
+//! fork handler called [`forget_after_fork`] (the preload's does); a
+//! child made without it does not count its own (stated limit).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -42,10 +43,52 @@ pub(crate) const RUN_COST: usize = size_of::<AioSend>();
 
 /// Bytes in the send buffers of the process's sockets.
 static BUFFERED: AtomicUsize = AtomicUsize::new(0);
-/// The engine sockets of the connections with bytes buffered.
-static HOLDERS: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
+/// The engine sockets of the connections with bytes buffered, behind a
+/// pointer so that a child made by `fork` can start a list of its own
+/// ([`forget_after_fork`]): the parent's lock may have been held by a
+/// thread the child does not have. Each list is leaked, never freed.
+static HOLDERS: AtomicPtr<Mutex<Vec<RawFd>>> = AtomicPtr::new(std::ptr::null_mut());
 /// The process that buffered (0: none yet).
 static OWNER: AtomicI32 = AtomicI32::new(0);
+
+fn holders() -> std::sync::MutexGuard<'static, Vec<RawFd>> {
+    let mut p = HOLDERS.load(Ordering::Acquire);
+    if p.is_null() {
+        let fresh = Box::into_raw(Box::new(Mutex::new(Vec::new())));
+        p = match HOLDERS.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => fresh,
+            Err(theirs) => {
+                // SAFETY: `fresh` was never published.
+                #[allow(unsafe_code)]
+                drop(unsafe { Box::from_raw(fresh) });
+                theirs
+            }
+        };
+    }
+    // SAFETY: a published list is a leaked `Box`, never freed.
+    #[allow(unsafe_code)]
+    let m = unsafe { &*p };
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// In a child made by `fork`, from its fork handler (the child's only
+/// thread): the parent's buffered bytes and holders are not the child's —
+/// it neither waits for them at its exit nor resets the parent's
+/// connections — and its own buffering counts from zero (review r21-send
+/// #8: the owner stayed the parent, so a child of a parent that had
+/// buffered never counted its own bytes, and its exit neither waited for
+/// them nor reset those peers). The parent's list is left as it is (its
+/// lock may be held by a thread that does not exist here).
+pub fn forget_after_fork() {
+    BUFFERED.store(0, Ordering::Release);
+    OWNER.store(0, Ordering::Release);
+    HOLDERS.store(std::ptr::null_mut(), Ordering::Release);
+}
 
 fn pid() -> i32 {
     // SAFETY: getpid has no preconditions.
@@ -66,20 +109,21 @@ pub(crate) fn add(holder: &mut Option<RawFd>, fd: RawFd, n: usize) {
     BUFFERED.fetch_add(n, Ordering::AcqRel);
     if holder.is_none() {
         *holder = Some(fd);
-        HOLDERS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(fd);
+        holders().push(fd);
     }
 }
 
 /// `n` bytes left a send buffer (posted, dropped with the connection or
 /// the socket); `empty`: none is left in it.
 pub(crate) fn sub(holder: &mut Option<RawFd>, n: usize, empty: bool) {
-    BUFFERED.fetch_sub(n, Ordering::AcqRel);
+    // Saturating: bytes of a socket made before a fork, dropped in the
+    // child, left a count the child zeroed (`forget_after_fork`).
+    let _ = BUFFERED.fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+        Some(b.saturating_sub(n))
+    });
     if let Some(fd) = holder.filter(|_| empty) {
         *holder = None;
-        let mut h = HOLDERS.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut h = holders();
         if let Some(i) = h.iter().position(|&f| f == fd) {
             h.swap_remove(i);
         }
@@ -105,7 +149,7 @@ pub fn reset_buffered() -> usize {
     if !ours() {
         return 0;
     }
-    let h = HOLDERS.lock().unwrap_or_else(PoisonError::into_inner);
+    let h = holders();
     for &fd in h.iter() {
         reset(fd);
     }
