@@ -58,12 +58,15 @@ off_t warpsock_riomap(int fd, void *buf, size_t len, int prot, int flags, off_t 
 int warpsock_riounmap(int fd, void *buf, size_t len);
 /* One-sided write of count bytes into the peer's mapping at offset; returns
  * when sent. The peer is not notified: bytes sent after it arrive after it
- * is placed, and it goes after every byte sent before it (bytes still in
- * the send buffer too: it then waits for the peer to read them, and an
- * asynchronous write is posted after them). flags must be 0. Returns
- * count, or -1 (EINVAL: not mapped; EACCES: not writable). */
+ * is placed, and it is placed after every byte sent before it. Bytes sent
+ * before it that still wait in the send buffer (the peer not reading) go
+ * first: the call waits for them — for the peer to read — with no bound,
+ * or on a non-blocking socket fails at once with EAGAIN (an asynchronous
+ * write is queued behind them). flags must be 0. Returns count, or -1
+ * (EINVAL: not mapped; EACCES: not writable; EAGAIN). */
 ssize_t warpsock_riowrite(int fd, const void *buf, size_t count, off_t offset, int flags);
-/* One-sided read of count bytes from the peer's mapping at offset. */
+/* One-sided read of count bytes from the peer's mapping at offset; after
+ * the bytes sent before it, as warpsock_riowrite (EAGAIN likewise). */
 ssize_t warpsock_rioread(int fd, void *buf, size_t count, off_t offset, int flags);
 
 /* Asynchronous operations: return at once (0, or -1 and errno); the buffer

@@ -11,6 +11,7 @@ use warpsock_xsock::io::{AioOp, Completion};
 
 use super::sock::{lookup, DdpSock};
 use crate::shim::guard::enter;
+use crate::shim::socket::Socket;
 use crate::shim::sys::set_errno;
 
 /// `warpsock_riomap` `prot` bits (as `PROT_READ`/`PROT_WRITE`).
@@ -137,7 +138,9 @@ pub unsafe extern "C" fn warpsock_riounmap(fd: c_int, buf: *mut c_void, _len: si
 }
 
 /// One-sided write of `count` bytes into the peer's mapping at `offset`;
-/// returns once sent (the peer is not notified: send a message after it).
+/// returns once sent (the peer is not notified: send a message after it),
+/// after the bytes of earlier sends — on a non-blocking socket `EAGAIN`
+/// while some of those still wait in the send buffer.
 #[no_mangle]
 pub unsafe extern "C" fn warpsock_riowrite(
     fd: c_int,
@@ -155,7 +158,11 @@ pub unsafe extern "C" fn warpsock_riowrite(
         // SAFETY: the caller's buffer of `count` bytes.
         unsafe { std::slice::from_raw_parts(buf.cast(), count) }
     };
-    io_call(fd, -1, |s| Ok(s.x.riowrite(b, offset as u64)? as ssize_t))
+    // Non-blocking (`O_NONBLOCK`): `EAGAIN` rather than wait behind bytes
+    // of earlier sends that are still in the send buffer.
+    io_call(fd, -1, |s| {
+        Ok(s.x.riowrite_as(b, offset as u64, s.nonblocking())? as ssize_t)
+    })
 }
 
 /// One-sided read of `count` bytes from the peer's mapping at `offset`.
@@ -176,7 +183,9 @@ pub unsafe extern "C" fn warpsock_rioread(
         // SAFETY: the caller's buffer of `count` bytes.
         unsafe { std::slice::from_raw_parts_mut(buf.cast(), count) }
     };
-    io_call(fd, -1, |s| Ok(s.x.rioread(b, offset as u64)? as ssize_t))
+    io_call(fd, -1, |s| {
+        Ok(s.x.rioread_as(b, offset as u64, s.nonblocking())? as ssize_t)
+    })
 }
 
 /// Asynchronous send: returns at once; the completion (cookie, bytes)

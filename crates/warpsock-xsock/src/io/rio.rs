@@ -71,7 +71,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::RawFd;
-use std::time::Instant;
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Wc};
 
@@ -674,68 +673,6 @@ impl XSocket {
         Ok(id)
     }
 
-    fn wait_rio(&self, id: u64) -> io::Result<usize> {
-        let mut st = self.lock();
-        loop {
-            if let Some(r) = st.aio.sync_done.remove(&id) {
-                return r.map_err(io::Error::from_raw_os_error);
-            }
-            if let Some((errno, _)) = st.error {
-                if !st.aio.rio.contains_key(&id) {
-                    return Err(io::Error::from_raw_os_error(errno));
-                }
-            }
-            st = self.wait(st, None::<Instant>);
-        }
-    }
-
-    /// One-sided write of `buf` into the peer's mapping at `offset`
-    /// (`riowrite`); returns when the engine has sent it.
-    pub fn riowrite(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        let id = {
-            let mut st = self.lock();
-            #[allow(unsafe_code)]
-            // SAFETY: `buf` outlives the call, which waits for the request;
-            // the engine only reads it.
-            unsafe {
-                self.post_rio(
-                    &mut st,
-                    &[(buf.as_ptr().cast_mut(), buf.len())],
-                    offset,
-                    true,
-                    None,
-                )?
-            }
-        };
-        self.wait_rio(id)
-    }
-
-    /// One-sided read of `buf.len()` bytes from the peer's mapping at
-    /// `offset` (`rioread`); returns when they are in `buf`.
-    pub fn rioread(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        let id = {
-            let mut st = self.lock();
-            #[allow(unsafe_code)]
-            // SAFETY: `buf` outlives the call, which waits for the request.
-            unsafe {
-                self.post_rio(
-                    &mut st,
-                    &[(buf.as_mut_ptr(), buf.len())],
-                    offset,
-                    false,
-                    None,
-                )?
-            }
-        };
-        self.wait_rio(id)
-    }
-
     /// Asynchronous send of `len` bytes at `ptr`, completing with `cookie`.
     /// Its bytes go after those of every earlier send call and ahead of
     /// every later one (see the module's docs).
@@ -883,5 +820,6 @@ impl XSocket {
     }
 }
 
+mod sync;
 #[cfg(test)]
 mod tests;

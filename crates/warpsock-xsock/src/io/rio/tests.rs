@@ -226,3 +226,73 @@ fn a_held_one_sided_write_fails_when_the_connection_ends() {
     assert!(xa.lock().aio.held.is_empty());
     drop(region);
 }
+
+/// A synchronous one-sided write on a non-blocking socket, made while
+/// bytes of earlier sends wait in the send buffer (the peer not reading):
+/// `EAGAIN` at once, nothing posted or held — it would wait for the peer
+/// to read (review r21-send #6). Once those bytes left it goes. (The
+/// call runs in a thread of its own: one that blocked fails the test at
+/// the bound instead of hanging it.)
+#[test]
+fn a_nonblocking_riowrite_behind_buffered_bytes_gets_eagain() {
+    let (xa, xb) = pair_with(&small(64 << 10));
+    let t = Some(Duration::from_secs(20));
+    let mut region = vec![0u8; 4096];
+    #[allow(unsafe_code)]
+    // SAFETY: `region` outlives the socket's use of it (unmapped below).
+    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
+    assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
+    let mut b8 = [0u8; 8];
+    assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
+    let stream: Vec<u8> = (0..20_000).map(|i| pat(1, i)).collect();
+    for c in stream.chunks(1000) {
+        assert_eq!(xa.send(c, true, None).unwrap(), c.len());
+    }
+    assert!(
+        !xa.lock().aio.buf.is_empty(),
+        "bytes wait in the send buffer"
+    );
+    let xa = std::sync::Arc::new(xa);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let x = std::sync::Arc::clone(&xa);
+    std::thread::spawn(move || {
+        let r = x.riowrite_as(&[2u8; 64], off, true);
+        let _ = tx.send(r.map_err(|e| e.raw_os_error()));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the non-blocking riowrite waited for the peer");
+    assert_eq!(r, Err(Some(libc::EAGAIN)));
+    {
+        let st = xa.lock();
+        assert!(
+            st.aio.held.is_empty() && st.aio.rio.is_empty(),
+            "nothing posted"
+        );
+    }
+    // The reader takes the stream; then nothing is queued and it goes.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let nb = RecvFlags {
+        nonblocking: true,
+        ..RecvFlags::default()
+    };
+    let start = std::time::Instant::now();
+    while got.len() < stream.len() || !xa.lock().aio.buf.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20), "{}", got.len());
+        match xb.recv(&mut buf, nb, None) {
+            Ok((n, _)) => got.extend_from_slice(&buf[..n]),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}"),
+        }
+        xa.progress();
+    }
+    assert!(got == stream);
+    assert_eq!(xa.riowrite_as(&[2u8; 64], off, true).unwrap(), 64);
+    #[allow(unsafe_code)]
+    // SAFETY: `region` is live; a volatile read sees what the Write placed.
+    while unsafe { std::ptr::read_volatile(region.as_ptr().add(63)) } != 2 {
+        assert!(start.elapsed() < Duration::from_secs(20), "never placed");
+        xb.progress();
+    }
+    xb.riounmap(region.as_mut_ptr()).unwrap();
+}
