@@ -28,9 +28,10 @@ fn the_send_buffer_through_the_tcp_calls() {
     run("on", "65536");
 }
 
-/// Unbuffered (`WARPSOCK_DDP_SNDBUF=0`): `SO_SNDBUF` reads 0 and stays
-/// 0; `SIOCOUTQ` goes to 0 once the window was read.
+/// Unbuffered (`WARPSOCK_DDP_SNDBUF=0`): `SO_SNDBUF` reads the credit
+/// window (never 0) and a set leaves buffering off; `SIOCOUTQ` goes to 0
+/// once the window was read.
 #[test]
-fn without_a_send_buffer_so_sndbuf_is_0() {
+fn without_a_send_buffer_so_sndbuf_is_the_credit_window() {
     run("off", "0");
 }

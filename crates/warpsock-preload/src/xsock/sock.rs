@@ -699,7 +699,8 @@ impl Socket for DdpSock {
                 }
                 return 0;
             }
-            // The send buffer's bound (`XSocket::sndbuf`; 0: none).
+            // The send buffer's bound (`XSocket::sndbuf`; without one,
+            // the credit window).
             (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
                 self.x.sndbuf().min(c_int::MAX as usize) as c_int
             }

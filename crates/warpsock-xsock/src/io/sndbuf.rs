@@ -190,27 +190,39 @@ pub const SNDBUF_MAX: usize = 64 << 20;
 
 impl XSocket {
     /// The send buffer's bound in bytes (`SO_SNDBUF`): what send calls may
-    /// leave in it past the credits. 0: the socket has none (built with
-    /// `Options::sndbuf` 0 — `WARPSOCK_DDP_SNDBUF=0` under the preload):
-    /// a send waits for credits.
+    /// leave in it past the credits. A socket without one (built with
+    /// `Options::sndbuf` 0 — `WARPSOCK_DDP_SNDBUF=0` under the preload),
+    /// whose sends wait for credits, reports its credit window instead:
+    /// the bytes the peer's receive slots take before it reads, which a
+    /// send hands over without waiting — never 0, which a program that
+    /// sizes its writes by `SO_SNDBUF` (half of it, say) would loop on
+    /// (review r21-send #10; TCP never reports less than 4,608).
     pub fn sndbuf(&self) -> usize {
-        self.lock().aio.cap
+        let st = self.lock();
+        if st.aio.cap > 0 {
+            return st.aio.cap;
+        }
+        let p = st.s.peer();
+        usize::from(p.slots) * (p.slot_size as usize).saturating_sub(HDR_LEN)
     }
 
     /// Sets the send buffer's bound (`setsockopt(SO_SNDBUF)`), clamped to
     /// [`SNDBUF_MIN`]..=max([`SNDBUF_MAX`], `Options::sndbuf`), and returns
-    /// it. Not doubled as Linux doubles `SO_SNDBUF` (its half is kernel
+    /// what [`Self::sndbuf`] reports then. Not doubled as Linux doubles `SO_SNDBUF` (its half is kernel
     /// bookkeeping; here every byte is payload). A socket without a buffer
     /// keeps none: `Options::sndbuf` 0 (`WARPSOCK_DDP_SNDBUF=0`) turns
-    /// buffering off whatever the program asks, and this returns 0. Bytes
+    /// buffering off whatever the program asks (the credit window is
+    /// reported still). Bytes
     /// already held past a smaller bound stay and go out as credits come;
     /// send calls find no room until they have.
     pub fn set_sndbuf(&self, bytes: usize) -> usize {
-        let mut st = self.lock();
-        if st.aio.cap > 0 {
-            st.aio.cap = bytes.clamp(SNDBUF_MIN, SNDBUF_MAX.max(self.opts.sndbuf));
+        {
+            let mut st = self.lock();
+            if st.aio.cap > 0 {
+                st.aio.cap = bytes.clamp(SNDBUF_MIN, SNDBUF_MAX.max(self.opts.sndbuf));
+            }
         }
-        st.aio.cap
+        self.sndbuf()
     }
 
     /// The send queue as `ioctl(SIOCOUTQ)` reports it for TCP — bytes

@@ -151,10 +151,21 @@ fn so_sndbuf_reads_and_sets_the_bound() {
     assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
     read_all(&xa, &xb, &sent);
     // Built without a buffer (`WARPSOCK_DDP_SNDBUF=0`): none, whatever is
-    // asked.
+    // asked; it reports the credit window, 4 slots of 1 KiB (never 0).
     let (xc, _xd) = pair_with(&small(0));
-    assert_eq!(xc.set_sndbuf(100_000), 0);
-    assert_eq!(xc.sndbuf(), 0);
+    assert_eq!(xc.set_sndbuf(100_000), 4 << 10);
+    assert_eq!(xc.sndbuf(), 4 << 10);
+    let mut sent = Vec::new();
+    let e = loop {
+        let c: Vec<u8> = (sent.len()..sent.len() + 1000).map(pat).collect();
+        match xc.send(&c, true, None) {
+            Ok(n) => sent.extend_from_slice(&c[..n]),
+            Err(e) => break e,
+        }
+        assert!(sent.len() <= 4 << 10, "no buffer past the window");
+    };
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+    assert_eq!(buffered(&xc), 0);
 }
 
 /// `SIOCOUTQ`: at least the bytes the buffer holds while it holds some,
