@@ -578,7 +578,7 @@ pub(crate) fn copy(old: c_int, new: c_int) -> Result<Copied, c_int> {
         s.add_ref();
     }
     let (prev, free) = m.put(new, s.clone());
-    held::carry_close(new, s.as_ref().map_or(0, address));
+    let carried = held::carry_close(new, s.as_ref());
     let mut undone = hazard::Freed::none();
     // SAFETY: fcntl on the program's descriptor; no pointers.
     if s.is_some() && unsafe { super::real::fcntl(new, libc::F_GETFD, 0) } < 0 {
@@ -591,6 +591,15 @@ pub(crate) fn copy(old: c_int, new: c_int) -> Result<Copied, c_int> {
     drop(m);
     drop_freed(free);
     drop_freed(undone);
+    if let Some(c) = carried {
+        // Not the last reference (the caller's `prev`): under the guard
+        // all the same, as every drop of an object.
+        if super::guard::busy() {
+            drop(c);
+        } else {
+            super::guard::enter((), || drop(c));
+        }
+    }
     Ok(match s {
         Some(_) => Copied::Managed(prev),
         None => Copied::Plain(prev),

@@ -114,6 +114,7 @@
 //! affected: its look-up takes its thread's slot, or the lock.
 
 use std::cell::Cell;
+use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
@@ -134,10 +135,29 @@ pub(crate) fn over_hold() -> bool {
 /// nested in one hold than this are refused).
 const CLOSES: usize = 8;
 
+/// A reference of an object's kept in [`Closes`] (`Arc::into_raw`: no
+/// allocation); `None`: the number alone is closed ([`carry_close`]).
+type Kept = Option<NonNull<dyn Socket>>;
+
+/// `s`'s reference, kept.
+fn keep(s: Arc<dyn Socket>) -> NonNull<dyn Socket> {
+    // SAFETY: `Arc::into_raw` is never null.
+    unsafe { NonNull::new_unchecked(Arc::into_raw(s).cast_mut()) }
+}
+
+/// The reference [`keep`] kept, back.
+fn unkeep(p: NonNull<dyn Socket>) -> Arc<dyn Socket> {
+    // SAFETY: made by `keep` (`Arc::into_raw`), taken back once: each
+    // kept entry leaves the list as it is taken back.
+    unsafe { Arc::from_raw(p.as_ptr()) }
+}
+
 /// A thread's closes left to the end of its hold ([`defer_close`]).
 struct Closes {
-    /// Each descriptor and its object's address.
-    fds: [Cell<(c_int, usize)>; CLOSES],
+    /// Each descriptor and a reference of its object (its identity at
+    /// the end: the object, kept alive, cannot be another at the same
+    /// address; review r21-haz item 7).
+    fds: [Cell<(c_int, Kept)>; CLOSES],
     /// How many of `fds` are kept.
     len: Cell<usize>,
     /// The objects are forgotten, not released (a forked child's).
@@ -149,7 +169,7 @@ thread_local! {
     /// handler's first use; the library's static TLS block holds it.
     static LEFT: Closes = const {
         Closes {
-            fds: [const { Cell::new((-1, 0)) }; CLOSES],
+            fds: [const { Cell::new((-1, None)) }; CLOSES],
             len: Cell::new(0),
             forget: Cell::new(false),
         }
@@ -182,7 +202,7 @@ pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
                 real::fcntl(fd, libc::F_SETFD, (fl | libc::FD_CLOEXEC) as usize);
             }
         }
-        d.fds[n].set((fd, super::address(&s)));
+        d.fds[n].set((fd, Some(keep(s))));
         d.len.set(n + 1);
         let c = guard::map_held();
         c.set(c.get() | super::CLOSE_DEFERRED);
@@ -193,21 +213,21 @@ pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
 /// The thread's own change of `fd` under its write hold, made by the
 /// call a handler's close of `fd` interrupted (a `dup` onto it,
 /// [`super::copy`]): the close left to the hold's end follows what `fd`
-/// names now (`to`, an object's address; 0: nothing, the program's
-/// descriptor alone is closed), not what it named before the change
-/// (review r21-haz item 4). Another thread's change is not carried: the
-/// list is this thread's.
-pub(super) fn carry_close(fd: c_int, to: usize) {
+/// names now (`to`; `None`: nothing, the program's descriptor alone is
+/// closed), not what it named before the change (review r21-haz item 4).
+/// Another thread's change is not carried: the list is this thread's.
+/// Returns the reference kept of the object it named before, which the
+/// caller drops after letting the lock go (under the guard).
+pub(super) fn carry_close(fd: c_int, to: Option<&Arc<dyn Socket>>) -> Option<Arc<dyn Socket>> {
     if guard::map_held().get() & super::CLOSE_DEFERRED == 0 {
-        return;
+        return None;
     }
     LEFT.with(|d| {
-        for e in &d.fds[..d.len.get()] {
-            if e.get().0 == fd {
-                e.set((fd, to));
-            }
-        }
-    });
+        let e = d.fds[..d.len.get()].iter().find(|e| e.get().0 == fd)?;
+        let before = e.get().1;
+        e.set((fd, to.cloned().map(keep)));
+        before.map(unkeep)
+    })
 }
 
 /// At the end of the thread's last hold: each close left to it, if the
@@ -219,27 +239,43 @@ pub(super) fn carry_close(fd: c_int, to: usize) {
 /// The errno is kept.
 pub(super) fn run_closes() {
     let e = errno();
-    while let Some((fd, at, forget)) = LEFT.with(|d| {
+    while let Some((fd, kept, forget)) = LEFT.with(|d| {
         let n = d.len.get().checked_sub(1)?;
         d.len.set(n);
         Some((d.fds[n].get().0, d.fds[n].get().1, d.forget.get()))
     }) {
-        if at == 0 {
+        let Some(kept) = kept else {
             if super::get(fd).is_none() {
                 // SAFETY: the program's descriptor, which it closed.
                 unsafe { real::close(fd) };
             }
             continue;
-        }
-        if let Ok(Some(s)) = super::remove_if(fd, Some(at)) {
-            // SAFETY: the program's descriptor, which it closed.
-            unsafe { real::close(fd) };
-            if forget {
-                std::mem::forget(s);
-            } else if guard::busy() {
-                s.release();
+        };
+        let kept = unkeep(kept);
+        let removed = match super::remove_if(fd, Some(super::address(&kept))) {
+            Ok(Some(s)) => {
+                // SAFETY: the program's descriptor, which it closed.
+                unsafe { real::close(fd) };
+                Some(s)
+            }
+            _ => None,
+        };
+        if forget {
+            std::mem::forget(removed);
+            std::mem::forget(kept);
+        } else {
+            // The kept reference may be the last: dropped under the
+            // guard, as the object's release.
+            let end = move || {
+                if let Some(s) = removed {
+                    s.release();
+                }
+                drop(kept);
+            };
+            if guard::busy() {
+                end();
             } else {
-                guard::enter((), || s.release());
+                guard::enter((), end);
             }
         }
     }
