@@ -373,3 +373,63 @@ fn queued_output_leaves_on_output_space_alone() {
     }
     assert!(buf == data[..sent]);
 }
+
+/// While a program waits for writability (`set_writable_wait`), a round of
+/// any call of the program that takes in the returned credits reports
+/// them at once (`set_on_progress`): the call may go on without a look
+/// that would reach the writer's gate (a large blocking receive rounds
+/// before it offers a sink or parks; a `MSG_WAITALL` short of its length
+/// waits again), and the writer in `poll(POLLOUT)` would wait for ever
+/// (review r21-b item 1). Here the round is `readiness()`'s, made once the
+/// credits are in the engine's socket; no progress thread runs.
+#[test]
+fn a_round_that_takes_in_credits_reports_them_to_a_waiting_writer() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &unbuffered());
+    let writable_looks = Arc::new(AtomicU64::new(0));
+    let seen = writable_looks.clone();
+    xa.set_on_progress(Box::new(move |r| {
+        if r.writable {
+            seen.fetch_add(1, SeqCst);
+        }
+    }));
+    let mut sent = 0usize;
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < LIMIT, "credits never ran out");
+        match xa.send(&[9u8; 100], true, None) {
+            Ok(n) => sent += n,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    xa.set_writable_wait(true);
+    assert_eq!(recv_exact(&xb, sent), vec![9u8; sent]);
+    // The reader's credit returns are in the writer's engine socket.
+    let mut p = libc::pollfd {
+        fd: xa.tcp_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, LIMIT.as_millis() as i32) };
+    assert_eq!(n, 1, "the credits never came");
+    assert_eq!(writable_looks.load(SeqCst), 0);
+    let r = xa.readiness();
+    assert!(r.writable, "{r:?}");
+    assert!(
+        writable_looks.load(SeqCst) >= 1,
+        "a round took in the credits and told no one"
+    );
+    // The wait ended, rounds report nothing more.
+    xa.set_writable_wait(false);
+    let before = writable_looks.load(SeqCst);
+    xb.send(b"x", false, None).unwrap();
+    let mut one = [0u8; 1];
+    assert_eq!(
+        xa.recv(&mut one, RecvFlags::default(), None).unwrap(),
+        (1, false)
+    );
+    xa.readiness();
+    assert_eq!(writable_looks.load(SeqCst), before);
+}

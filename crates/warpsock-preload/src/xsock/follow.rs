@@ -48,6 +48,9 @@ pub(crate) struct Inner {
     /// [`Readiness::arrivals`] when the doorbell last followed the socket.
     pub(crate) seen: u64,
     pub(crate) write_gated: bool,
+    /// `shutdown(SHUT_WR)` was made: the gate stays open for good (a send
+    /// fails with `EPIPE` at once, and TCP's poll reports `POLLOUT`).
+    pub(crate) write_shut: bool,
     pub(crate) hung_up: bool,
     /// The `connect` call that adopted the socket is still to return.
     pub(crate) connect_pending: bool,
@@ -109,6 +112,7 @@ impl Follow {
                 bells: 0,
                 seen: 0,
                 write_gated: false,
+                write_shut: false,
                 hung_up: false,
                 connect_pending: false,
             }),

@@ -434,8 +434,12 @@ impl DdpSock {
                         // DdpSock`), so a gate is never shut while nothing
                         // processes the credits that would open it.
                         {
+                            // Not once writing is shut: a `shutdown`
+                            // between this send's `EAGAIN` and here
+                            // opened the gate for good (review r21-b
+                            // item 3).
                             let mut g = self.inner.lock();
-                            if !g.write_gated {
+                            if !g.write_gated && !g.write_shut {
                                 self.bell.set_writable(false);
                                 g.write_gated = true;
                                 self.x.set_writable_wait(true);
@@ -735,6 +739,7 @@ impl Socket for DdpSock {
             // item 2: left on, the progress thread woke for every arrival
             // of the connection's life).
             let mut g = self.inner.lock();
+            g.write_shut = true;
             if g.write_gated {
                 super::follow::Bell::set_writable(self, true);
                 g.write_gated = false;

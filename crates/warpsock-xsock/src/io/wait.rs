@@ -260,7 +260,27 @@ impl XSocket {
         }
         st.idle_spins = 0;
         self.settle(st);
+        if any {
+            self.report_for_writer(st);
+        }
         (any, taken)
+    }
+
+    /// While a program waits for writability ([`Self::set_writable_wait`]),
+    /// what a round processed is reported at once ([`Self::set_on_progress`]):
+    /// the call that made the round may go on without a look that reaches
+    /// the writer's gate — a large blocking receive rounds before it offers
+    /// a sink or parks, a `MSG_WAITALL` short of its length waits again —
+    /// and a credit it took in would wake no one (review r21-b item 1,
+    /// r21-send item 1). Only rounds that processed something; one relaxed
+    /// load then.
+    #[inline]
+    fn report_for_writer(&self, st: &State) {
+        if self.writable_wait.load(Ordering::Relaxed) {
+            if let Some(f) = self.on_progress.get() {
+                f(Self::readiness_of(st));
+            }
+        }
     }
 
     /// The end of an empty round (no completion), short (issue 12): when
