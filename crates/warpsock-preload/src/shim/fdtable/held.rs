@@ -64,7 +64,8 @@
 //!   number (its removal is refused, moot once the exec is made; an exec
 //!   that fails leaves those numbers on the kernel sockets and still in
 //!   the table). A forked child's demotion does the same at once and its
-//!   removals when the child's hold ends ([`forget_at_hold_end`]):
+//!   removals when the child's hold ends ([`forget_at_hold_end`], where
+//!   the numbers the listing missed are demoted too):
 //!   until the handler returns, the child's calls on those numbers still
 //!   reach the parent's sockets' objects (review r20-xhaz3 item 3). The
 //!   listing allocates (as any `exec` or fork demotion does).
@@ -97,9 +98,10 @@
 //! demotion forgets such a number rather than open it again (review
 //! r21-haz item 4), but an adoption's or a switch's `dup3` over a number
 //! closed so after its check opens it again, unmanaged. Known gaps
-//! (review r20-xhaz2b): a fork or exec from such a handler demotes no
+//! (review r20-xhaz2b): an exec from such a handler demotes no
 //! descriptor at or above [`super::BITS`] (nor any, with every hazard
-//! slot owned). A `siglongjmp` out of a handler over a hold leaves the
+//! slot owned); a fork's child demotes those only when the handler
+//! returns. A `siglongjmp` out of a handler over a hold leaves the
 //! lock held for good (every change of the table then waits, as any
 //! library's lock left so); out of one over the instructions before the
 //! try, or over a wait, it leaves the count (and the wait) raised: over
@@ -326,10 +328,29 @@ pub(crate) fn forget_at_hold_end() {
 }
 
 /// [`forget_at_hold_end`]'s work, at the end of the thread's last hold:
-/// as `demote_all`'s removals (the objects forgotten: their state may be
-/// locked by a thread that did not follow the fork).
+/// as `demote_all` (the lock free now): each entry's kernel descriptor
+/// is put at its number (again, for those the handler's listing put
+/// there), then removed, the objects forgotten (their state may be
+/// locked by a thread that did not follow the fork). A number the
+/// listing over the hold missed (at or above [`super::BITS`], or with no
+/// hazard slot free) was left naming the doorbell's end, unmanaged, its
+/// calls reaching the doorbell (review r21-haz item 5).
 pub(super) fn forget_all() {
     for (fd, s) in super::all() {
+        // SAFETY: fcntl/dup3 on the program's descriptors and the
+        // socket's; no pointers.
+        unsafe {
+            let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
+            if fdfl >= 0 {
+                super::super::sys::set_nonblocking(s.demote_fd(), s.nonblocking());
+                let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
+                    libc::O_CLOEXEC
+                } else {
+                    0
+                };
+                real::dup3(s.demote_fd(), fd, cloexec);
+            }
+        }
         if let Ok(Some(old)) = super::remove_if(fd, Some(super::address(&s))) {
             std::mem::forget(old);
         }
