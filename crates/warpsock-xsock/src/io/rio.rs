@@ -338,6 +338,7 @@ fn post_sends(x: &XSocket, st: &mut State) {
             if a.mr.is_none() {
                 buf.drain(..n);
                 super::sndbuf::sub(&mut st.aio.holder, n, buf.is_empty());
+                super::sndbuf::posted(n);
             }
         }
         if buf.is_empty() && buf.capacity() > 64 << 10 {

@@ -18,7 +18,7 @@
 //! child made without it does not count its own (stated limit).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,9 @@ pub(crate) const RUN_COST: usize = size_of::<AioSend>();
 
 /// Bytes in the send buffers of the process's sockets.
 static BUFFERED: AtomicUsize = AtomicUsize::new(0);
+/// Bytes that left the send buffers of the process's sockets, posted to
+/// the engine, ever: it only grows ([`posted_bytes`]).
+static POSTED: AtomicU64 = AtomicU64::new(0);
 /// The engine sockets of the connections with bytes buffered, behind a
 /// pointer so that a child made by `fork` can start a list of its own
 /// ([`forget_after_fork`]): the parent's lock may have been held by a
@@ -111,6 +114,20 @@ pub(crate) fn add(holder: &mut Option<RawFd>, fd: RawFd, n: usize) {
         *holder = Some(fd);
         holders().push(fd);
     }
+}
+
+/// `n` buffered bytes were posted to the engine (`rio::post_sends`).
+pub(crate) fn posted(n: usize) {
+    POSTED.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Bytes the send buffers of the process's sockets have posted to the
+/// engine so far: a measure of progress that only grows, whatever other
+/// threads add meanwhile (the preload's exit restarts its wait while it
+/// grows; review r21-b #4: the buffered level, which a writing thread
+/// holds up, hid progress).
+pub fn posted_bytes() -> u64 {
+    POSTED.load(Ordering::Relaxed)
 }
 
 /// `n` bytes left a send buffer (posted, dropped with the connection or
