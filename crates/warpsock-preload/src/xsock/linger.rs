@@ -14,7 +14,10 @@
 //! engine and held in its backlog behind a full kernel buffer; at exit
 //! they are lost.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::shim::sys;
 
 /// The longest wait, in bounds: past it the exit gives up even while
 /// bytes still leave (then the peers of what is left are reset).
@@ -72,6 +75,52 @@ pub(crate) fn wait_for(bound: Duration, busy: impl Fn() -> bool) -> bool {
     }
     wait(&P(busy), bound, Instant::now, || {
         std::thread::sleep(Duration::from_millis(2));
+    })
+}
+
+/// Sockets whose close is still letting bytes leave.
+pub(super) static CLOSING: AtomicUsize = AtomicUsize::new(0);
+
+/// In a forked child: the parent's closes are not the child's to wait for
+/// (their threads are the parent's; review r21-send #8).
+pub(crate) fn forget_closing_after_fork() {
+    CLOSING.store(0, Ordering::Release);
+}
+
+/// Waits for closing sockets (exit, exec) — `bound` without progress,
+/// restarted while buffered bytes leave (this module) — and for the
+/// bytes send calls left in the send buffers of sockets not closed (the
+/// progress thread sends them as credits come back; TCP's kernel would
+/// send them after the process).
+pub(crate) fn linger(bound: Duration) {
+    linger_while(bound, || {
+        CLOSING.load(Ordering::Acquire) > 0 || warpsock_xsock::io::buffered_bytes() > 0
+    });
+}
+
+/// [`linger`] for the send buffers' bytes alone (`_exit`).
+pub(crate) fn linger_buffered(bound: Duration) {
+    linger_while(bound, || warpsock_xsock::io::buffered_bytes() > 0);
+}
+
+/// Waits while `busy`, the bound starting again while buffered bytes
+/// leave (review r21-send #3).
+fn linger_while(bound: Duration, busy: impl Fn() -> bool) {
+    wait_for(bound, busy);
+}
+
+/// Starts the thread that finishes a close in the background, with every
+/// asynchronous signal blocked (as the reactor's thread): a signal the
+/// program directs at the process must reach one of the program's own
+/// threads, whose blocked calls it is meant to interrupt — never this
+/// library thread, which may linger for seconds.
+pub(super) fn spawn_closer(
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    sys::with_async_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("warpsock-close".into())
+            .spawn(f)
     })
 }
 
@@ -171,5 +220,38 @@ mod tests {
     #[test]
     fn nothing_buffered_returns_at_once() {
         assert_eq!(run(0, 0, 10, false), (true, Duration::ZERO, 0));
+    }
+}
+
+#[cfg(test)]
+mod closer_tests {
+    use super::*;
+
+    fn blocked(sig: libc::c_int) -> bool {
+        // SAFETY: reads the calling thread's mask into a zeroed set.
+        unsafe {
+            let mut cur: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
+            libc::sigismember(&cur, sig) == 1
+        }
+    }
+
+    #[test]
+    fn the_close_thread_blocks_asynchronous_signals_and_the_caller_keeps_its_mask() {
+        let before = [libc::SIGTERM, libc::SIGINT, libc::SIGALRM].map(blocked);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = spawn_closer(move || {
+            let seen = [libc::SIGTERM, libc::SIGINT, libc::SIGALRM, libc::SIGSEGV].map(blocked);
+            tx.send(seen).expect("the test waits");
+        })
+        .expect("a thread");
+        h.join().expect("the closer ran");
+        let [term, int, alrm, segv] = rx.recv().expect("the closer reported");
+        assert!(term && int && alrm, "asynchronous signals blocked");
+        assert!(!segv, "faults stay the thread's own");
+        assert_eq!(
+            [libc::SIGTERM, libc::SIGINT, libc::SIGALRM].map(blocked),
+            before
+        );
     }
 }

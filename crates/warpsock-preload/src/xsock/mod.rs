@@ -158,7 +158,7 @@ fn set_pending(fd: c_int, p: Pending) {
 /// send buffers' bookkeeping and the closes under way are the parent's
 /// (review r21-send #8): the child's exit waits for its own bytes only.
 pub(crate) fn after_fork_child() {
-    sock::forget_closing_after_fork();
+    linger::forget_closing_after_fork();
     warpsock_xsock::io::forget_after_fork();
 }
 
@@ -391,11 +391,11 @@ impl Kind for Ddp {
     }
 
     fn before_exec(&self) {
-        sock::linger(config::get().linger);
+        linger::linger(config::get().linger);
     }
 
     fn at_exit(&self) {
-        sock::linger(config::get().linger);
+        linger::linger(config::get().linger);
         // What is still buffered will never be sent: those peers get a
         // reset, not a clean end after a short stream (the kernel would
         // send FIN for the closed descriptors).
@@ -413,7 +413,7 @@ impl Kind for Ddp {
     fn exit_flush(&self) {
         // `_exit`: the bytes in send buffers, as at `exit` (not the
         // closers', which a child made by fork would wait for in vain).
-        sock::linger_buffered(config::get().linger);
+        linger::linger_buffered(config::get().linger);
         warpsock_xsock::io::reset_buffered();
     }
 

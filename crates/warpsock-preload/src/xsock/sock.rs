@@ -30,6 +30,7 @@ use smallvec::SmallVec;
 use warpsock_xsock::io::{Readiness, RecvFlags, XSocket};
 
 use super::follow::Follow;
+use super::linger::{spawn_closer, CLOSING};
 use super::{config, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_MODE};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
@@ -155,50 +156,6 @@ thread_local! {
     /// a DDP socket allocates nothing once warm (it allocated the list
     /// and its claim at every call: 2 allocations per 8 B round trip).
     static SPARE_FDS: std::cell::Cell<Vec<c_int>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// Sockets whose close is still letting bytes leave.
-static CLOSING: AtomicUsize = AtomicUsize::new(0);
-
-/// In a forked child: the parent's closes are not the child's to wait for
-/// (their threads are the parent's; review r21-send #8).
-pub(crate) fn forget_closing_after_fork() {
-    CLOSING.store(0, Ordering::Release);
-}
-
-/// Waits for closing sockets (exit, exec) — `bound` without progress,
-/// restarted while buffered bytes leave (`super::linger`) — and for the
-/// bytes send calls left in the send buffers of sockets not closed (the
-/// progress thread sends them as credits come back; TCP's kernel would
-/// send them after the process).
-pub(crate) fn linger(bound: Duration) {
-    linger_while(bound, || {
-        CLOSING.load(Ordering::Acquire) > 0 || warpsock_xsock::io::buffered_bytes() > 0
-    });
-}
-
-/// [`linger`] for the send buffers' bytes alone (`_exit`).
-pub(crate) fn linger_buffered(bound: Duration) {
-    linger_while(bound, || warpsock_xsock::io::buffered_bytes() > 0);
-}
-
-/// Waits while `busy`, the bound starting again while buffered bytes
-/// leave (`super::linger`; review r21-send #3).
-fn linger_while(bound: Duration, busy: impl Fn() -> bool) {
-    super::linger::wait_for(bound, busy);
-}
-
-/// Starts the thread that finishes a close in the background, with every
-/// asynchronous signal blocked (as the reactor's thread): a signal the
-/// program directs at the process must reach one of the program's own
-/// threads, whose blocked calls it is meant to interrupt — never this
-/// library thread, which may linger for seconds.
-fn spawn_closer(f: impl FnOnce() + Send + 'static) -> std::io::Result<std::thread::JoinHandle<()>> {
-    sys::with_async_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name("warpsock-close".into())
-            .spawn(f)
-    })
 }
 
 struct Ready(Weak<DdpSock>);
@@ -874,38 +831,5 @@ impl Drop for DdpSock {
     fn drop(&mut self) {
         sys::close(self.kfd);
         sys::close(self.dead);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn blocked(sig: c_int) -> bool {
-        // SAFETY: reads the calling thread's mask into a zeroed set.
-        unsafe {
-            let mut cur: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
-            libc::sigismember(&cur, sig) == 1
-        }
-    }
-
-    #[test]
-    fn the_close_thread_blocks_asynchronous_signals_and_the_caller_keeps_its_mask() {
-        let before = [libc::SIGTERM, libc::SIGINT, libc::SIGALRM].map(blocked);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let h = spawn_closer(move || {
-            let seen = [libc::SIGTERM, libc::SIGINT, libc::SIGALRM, libc::SIGSEGV].map(blocked);
-            tx.send(seen).expect("the test waits");
-        })
-        .expect("a thread");
-        h.join().expect("the closer ran");
-        let [term, int, alrm, segv] = rx.recv().expect("the closer reported");
-        assert!(term && int && alrm, "asynchronous signals blocked");
-        assert!(!segv, "faults stay the thread's own");
-        assert_eq!(
-            [libc::SIGTERM, libc::SIGINT, libc::SIGALRM].map(blocked),
-            before
-        );
     }
 }
