@@ -78,7 +78,7 @@ static MAP: RwLock<Map> = RwLock::new(Map {
 /// ([`defer_reclaim`]; review r18-xhaz item 2, r19 item 1). The count is
 /// raised before the lock's acquiring instruction, so no handler finds
 /// the lock taken by its thread and the count not raised; a wait, after a
-/// try that failed, counts a [`WAIT`] while it pauses ([`wait`]), so a
+/// try that failed, counts a [`WAIT`] while it sleeps ([`wait`]), so a
 /// handler there finds its thread holding nothing (review r20-xhaz3 item
 /// 1, r21-haz items 1, 2).
 ///
@@ -159,6 +159,13 @@ impl Drop for HoldCount {
         let c = super::guard::map_held();
         let v = c.get() - HOLD;
         c.set(v);
+        // A thread waits for the lock (one load; the unlock was before:
+        // `Held`'s field order). SeqCst and the fence keep the load after
+        // the unlock's atomic ([`wait`]).
+        compiler_fence(Ordering::SeqCst);
+        if wait::WAITERS.load(Ordering::SeqCst) != 0 {
+            wait::wake();
+        }
         // No hold left, and work left to the end (one range test).
         if v.wrapping_sub(1) < DEFERRED {
             deferred_work(v);

@@ -306,7 +306,7 @@ pub(crate) fn with_async_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
     spawn()
 }
 
-/// A pause of a wait for a lock that has no wake-up (`fdtable`'s wait):
+/// A pause of a bounded retry with no wake-up (`fdtable`'s fork_prepare):
 /// round `round` (from 0) yields the processor for the first 16 rounds,
 /// then sleeps 1 µs doubling to 1,024 µs. A signal ends the sleep early.
 pub(crate) fn pause(round: u32) {
@@ -321,6 +321,43 @@ pub(crate) fn pause(round: u32) {
     ));
     // SAFETY: a sleep of a local time; the remainder is not wanted.
     unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
+/// Sleeps while `word` is `seen` (`FUTEX_WAIT`, process-private), at
+/// most `bound`: returns at a [`futex_wake`], a signal, the bound, or at
+/// once if `word` is no longer `seen`. The errno may change.
+pub(crate) fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    seen: u32,
+    bound: Option<std::time::Duration>,
+) {
+    let ts = bound.map(timespec);
+    let tp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: the futex word is a live atomic; the timeout a local or null.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            seen,
+            tp,
+        )
+    };
+}
+
+/// Wakes every thread in [`futex_wait`] on `word`.
+pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: the futex word is a live atomic; no other pointer.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
 }
 
 /// `d` as a `timespec` (for the calls that take one).

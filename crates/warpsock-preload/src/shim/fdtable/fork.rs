@@ -53,6 +53,10 @@ pub(crate) fn fork_release() {
 /// released; [`held::closes_forget`]).
 pub(crate) fn fork_release_child() {
     held::closes_forget();
+    // The parent's other waiters are not in the child: its thread's own
+    // waits only (before the hold's end below looks).
+    let v = super::super::guard::map_held().get();
+    super::wait::child_waiters((v / super::WAIT) % (super::HOLD / super::WAIT));
     FORK_GUARD.with(|f| {
         if let Some(mut g) = f.borrow_mut().take() {
             g.retired.forget();

@@ -5,7 +5,7 @@
 //! handler inside `fork_prepare`'s hold. Taking the lock again there
 //! would deadlock the thread on itself (review r19-lead-haz note 5), so
 //! such a call never waits for it. A thread that waits for the lock (its
-//! try failed) counts a wait besides the hold while it pauses between
+//! try failed) counts a wait besides the hold while it sleeps between
 //! tries (`super::wait`): a handler there finds its thread holding
 //! nothing and its calls are plain ones, which wait for the lock as any
 //! thread's (a `fork_prepare` there takes the lock, and the child gets it
@@ -78,7 +78,7 @@
 //!   (the interrupted hold a read one too) never ends there, and the
 //!   child's first change of the table waits for it for good; so does the
 //!   child of a fork from a handler over the few instructions between the
-//!   count's raise (or a wait's pause's end) and the try, or between an
+//!   count's raise (or a wait's sleep's end) and the try, or between an
 //!   unlock and the count's lowering, the lock held by another thread for
 //!   longer than the tries: the handler cannot tell them from its
 //!   thread's hold.

@@ -33,7 +33,7 @@ pub(super) fn before_lock() {
 
 thread_local! {
     /// Run once in the wait for the lock, the wait counted, before a
-    /// pause (a signal raised there, staged).
+    /// sleep (a signal raised there, staged).
     pub(super) static BEFORE_WAIT: RefCell<Option<Box<dyn FnOnce()>>> =
         const { RefCell::new(None) };
 }

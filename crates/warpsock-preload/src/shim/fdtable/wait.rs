@@ -1,15 +1,15 @@
 //! The wait for the table's lock when it is not free.
 
-use std::sync::atomic::{compiler_fence, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU32, Ordering};
 
 #[cfg(test)]
 use super::hooks;
 use super::WAIT;
 
 /// The wait for [`super::MAP`]'s lock (the count raised, the lock not free):
-/// `try_take` until it takes it, each failed try followed by a pause
+/// `try_take` until it takes it, each failed try followed by a sleep
 /// during which the thread's word counts a [`WAIT`] (review r21-haz items
-/// 1, 2). A signal handler over the pause finds as many waits as holds:
+/// 1, 2). A signal handler over the sleep finds as many waits as holds:
 /// its thread holds nothing, so its calls, and `fork_prepare`, wait for
 /// the lock as any thread's (a change by the handler waits for the
 /// holder; a fork takes the lock first, so the child gets it free). The
@@ -24,16 +24,24 @@ use super::WAIT;
 /// wait over a lock its thread holds.
 ///
 /// A loop of the library's own (std's blocking wait cannot tell when it
-/// took the lock): the pause is `sched_yield` for the first rounds, then
-/// a sleep doubling to about 1 ms; no wake-up, so a hold's end costs what
-/// it did (the free path, one atomic, is unchanged). The lock's holds are
-/// short (a change, a listing, a fork). As std's wait, it lasts as long
-/// as the lock is held; unlike std's, a waiting writer does not stop new
-/// readers (each read hold is a look-up).
+/// took the lock): the thread registers in [`WAITERS`] before its tries
+/// and sleeps on [`RELEASES`] between them; a hold's end that finds a
+/// waiter wakes them all ([`wake`]: one load on every hold's end, the
+/// wake-up only with a waiter). The sleep has a backstop of 10 ms
+/// ([`BACKSTOP`]): a wake-up missed (the unlock's release and the
+/// waiter count's load are ordered by the hardware — x86's locked
+/// instruction, Arm's release then acquire — not by a fence the free
+/// path would pay) costs that much, never a hang. As std's wait, it
+/// lasts as long as the lock is held; unlike std's, a waiting writer
+/// does not stop new readers (each read hold is a look-up). A
+/// `siglongjmp` out of a handler over the sleep leaves the thread
+/// counted in [`WAITERS`]: every hold's end then makes the wake-up's
+/// syscall (review r21-b item 8: the pause before had no wake-up, and a
+/// look-up behind a write hold slept 50 µs or more of timer slack).
 #[cold]
 #[inline(never)]
 pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
-    /// The thread's wait mark, lowered when the pause ends (a panic in a
+    /// The thread's wait mark, lowered when the sleep ends (a panic in a
     /// test hook included).
     struct Waiting(&'static std::cell::Cell<u32>);
     impl Drop for Waiting {
@@ -43,11 +51,21 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
             compiler_fence(Ordering::SeqCst);
         }
     }
+    /// The thread's registration in [`WAITERS`], until it has the lock.
+    struct Registered;
+    impl Drop for Registered {
+        fn drop(&mut self) {
+            WAITERS.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
     let c = super::super::guard::map_held();
     // A sleep a signal ended leaves `EINTR`: the caller's errno is kept.
     let errno = super::super::sys::errno();
-    let mut round = 0u32;
+    // Before the tries: a hold's end after a failed try sees the waiter.
+    WAITERS.fetch_add(1, Ordering::SeqCst);
+    let _registered = Registered;
     loop {
+        let seen = RELEASES.load(Ordering::SeqCst);
         if let Some(g) = try_take() {
             super::super::sys::set_errno(errno);
             return g;
@@ -58,8 +76,40 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
         let waiting = Waiting(c);
         #[cfg(test)]
         hooks::before_wait();
-        super::super::sys::pause(round);
+        // Returns at a wake-up since `seen` (at once if one came between
+        // the load and this), a signal, or the backstop.
+        super::super::sys::futex_wait(&RELEASES, seen, BACKSTOP);
         drop(waiting);
-        round = round.saturating_add(1);
     }
+}
+
+/// Threads registered in [`wait`] (the hold's end's one load: none, no
+/// wake-up). A forked child counts its own thread's only
+/// ([`child_waiters`]).
+pub(super) static WAITERS: AtomicU32 = AtomicU32::new(0);
+
+/// The waiters' futex word: [`wake`] advances it.
+static RELEASES: AtomicU32 = AtomicU32::new(0);
+
+/// The sleep's bound: a wake-up missed costs this. None in the tests,
+/// where a missed wake-up hangs the run (`within_a_minute` ends it).
+#[cfg(not(test))]
+const BACKSTOP: Option<std::time::Duration> = Some(std::time::Duration::from_millis(10));
+#[cfg(test)]
+const BACKSTOP: Option<std::time::Duration> = None;
+
+/// Wakes every thread sleeping in [`wait`] (a hold's end that found
+/// [`WAITERS`]): each tries the lock again.
+#[cold]
+#[inline(never)]
+pub(super) fn wake() {
+    RELEASES.fetch_add(1, Ordering::SeqCst);
+    super::super::sys::futex_wake(&RELEASES);
+}
+
+/// In a forked child: the waiters are its thread's own waits (the fork
+/// made from a handler over a wait), not the parent's other threads',
+/// which would make every hold's end of the child wake no one.
+pub(super) fn child_waiters(own: u32) {
+    WAITERS.store(own, Ordering::SeqCst);
 }

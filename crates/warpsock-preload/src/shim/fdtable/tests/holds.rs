@@ -334,3 +334,37 @@ fn a_forked_child_never_drops_what_the_parent_retired() {
         "not dropped in the parent"
     );
 }
+
+/// A look-up waiting for the lock behind another thread's write hold is
+/// woken when the hold ends (review r21-b item 8: the wait had no
+/// wake-up and slept the timer's slack per round). In the tests the
+/// sleep has no backstop: a hold's end that wakes no one hangs the run
+/// (`within_a_minute` ends it). The holder lets go once the look-up is
+/// about to sleep (staged).
+#[test]
+fn a_wait_for_the_lock_is_woken_when_the_hold_ends() {
+    let _serial = serial();
+    let (held_tx, held_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (gone_tx, gone_rx) = mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let h = write_map().expect("not over a hold");
+        held_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        drop(h);
+        gone_tx.send(()).unwrap();
+    });
+    held_rx.recv().unwrap();
+    let took = within_a_minute("a wait not woken at the hold's end", move || {
+        hooks::BEFORE_WAIT.with(|b| {
+            *b.borrow_mut() = Some(Box::new(move || {
+                go_tx.send(()).unwrap();
+                // The hold has ended (and woken) before this sleeps.
+                gone_rx.recv().unwrap();
+            }));
+        });
+        read_map().is_ok()
+    });
+    holder.join().unwrap();
+    assert!(took);
+}
