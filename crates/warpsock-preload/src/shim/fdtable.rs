@@ -144,8 +144,9 @@ struct HoldCount(std::marker::PhantomData<*const ()>);
 
 impl HoldCount {
     fn new() -> Self {
-        let c = super::guard::map_held();
-        c.set(c.get() + HOLD);
+        // One instruction: a handler's bit is never lost (review r21-b
+        // item 7).
+        super::guard::map_held_add::<HOLD>();
         // The count is raised before the lock's acquiring instruction (a
         // handler in between sees it), not merely before the guard exists.
         compiler_fence(Ordering::SeqCst);
@@ -156,9 +157,10 @@ impl HoldCount {
 impl Drop for HoldCount {
     fn drop(&mut self) {
         compiler_fence(Ordering::SeqCst);
-        let c = super::guard::map_held();
-        let v = c.get() - HOLD;
-        c.set(v);
+        super::guard::map_held_add::<{ HOLD.wrapping_neg() }>();
+        // Read after the lowering: a handler from here on finds no hold
+        // (if this was the last) and sets no bit.
+        let v = super::guard::map_held().get();
         // A thread waits for the lock (one load; the unlock was before:
         // `Held`'s field order). SeqCst and the fence keep the load after
         // the unlock's atomic ([`wait`]).
@@ -202,12 +204,10 @@ fn deferred_work(v: u32) {
 /// returns true — taking the write lock here would deadlock the thread on
 /// itself; otherwise returns false (reclaim now).
 fn defer_reclaim() -> bool {
-    let c = super::guard::map_held();
-    let v = c.get();
-    if holding(v) == 0 {
+    if holding(super::guard::map_held().get()) == 0 {
         return false;
     }
-    c.set(v | RECLAIM_DEFERRED);
+    super::guard::map_held_or::<RECLAIM_DEFERRED>();
     true
 }
 
@@ -534,10 +534,7 @@ fn reclaim() {
             drop_freed(free);
         }
         // Over a hold (`defer_reclaim` said no: not reached): at its end.
-        Err(_) => {
-            let c = super::guard::map_held();
-            c.set(c.get() | RECLAIM_DEFERRED);
-        }
+        Err(_) => super::guard::map_held_or::<RECLAIM_DEFERRED>(),
     }
     super::sys::set_errno(errno);
 }

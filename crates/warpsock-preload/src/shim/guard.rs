@@ -97,6 +97,37 @@ mod flag {
     pub(super) fn map_held() -> &'static Cell<u32> {
         tls!("warpsock_map_held", Cell<u32>)
     }
+
+    /// Adds `D` (wrapping) to the thread's count word in one instruction.
+    #[inline(always)]
+    pub(super) fn map_held_add<const D: u32>() {
+        let p = map_held().as_ptr();
+        // SAFETY: the thread's own word (`map_held`), written only by its
+        // thread; one `add` to memory, which a signal cannot split.
+        unsafe {
+            std::arch::asm!(
+                "add dword ptr [{p}], {d}",
+                p = in(reg) p,
+                d = const D,
+                options(nostack),
+            );
+        }
+    }
+
+    /// Sets bits `B` of the thread's count word in one instruction.
+    #[inline(always)]
+    pub(super) fn map_held_or<const B: u32>() {
+        let p = map_held().as_ptr();
+        // SAFETY: as `map_held_add`.
+        unsafe {
+            std::arch::asm!(
+                "or dword ptr [{p}], {b}",
+                p = in(reg) p,
+                b = const B,
+                options(nostack),
+            );
+        }
+    }
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
@@ -130,6 +161,22 @@ mod flag {
         // runs (`&Cell` is not `Send`).
         BUSY.with(|b| unsafe { &*(b as *const Cell<bool>) })
     }
+
+    /// Adds `D` (wrapping) to the thread's count word: a load and a
+    /// store here (a handler between them can lose a bit it sets; the
+    /// x86-64 build's is one instruction).
+    #[inline(always)]
+    pub(super) fn map_held_add<const D: u32>() {
+        let c = map_held();
+        c.set(c.get().wrapping_add(D));
+    }
+
+    /// Sets bits `B` of the thread's count word (as `map_held_add`).
+    #[inline(always)]
+    pub(super) fn map_held_or<const B: u32>() {
+        let c = map_held();
+        c.set(c.get() | B);
+    }
 }
 
 /// The calling thread's slot in `fdtable`'s hazard table, in the same
@@ -153,6 +200,24 @@ pub(crate) fn slot() -> &'static Cell<usize> {
 #[inline]
 pub(crate) fn map_held() -> &'static Cell<u32> {
     flag::map_held()
+}
+
+/// Adds `D` (wrapping: a negative step as its two's complement) to
+/// [`map_held`] in one instruction on x86-64: a signal handler that sets
+/// a bit of the word ([`map_held_or`]) between a load and a store of it
+/// would have the bit lost (review r21-b item 7; a handler's own changes
+/// of the count are balanced, so only its bits are at stake). Also a
+/// compiler barrier (the asm may touch memory).
+#[inline(always)]
+pub(crate) fn map_held_add<const D: u32>() {
+    flag::map_held_add::<D>();
+}
+
+/// Sets bits `B` of [`map_held`] in one instruction on x86-64 (as
+/// [`map_held_add`]; a handler over a handler's update, too).
+#[inline(always)]
+pub(crate) fn map_held_or<const B: u32>() {
+    flag::map_held_or::<B>();
 }
 
 /// Whether the calling thread is inside library code.

@@ -206,8 +206,7 @@ pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
         }
         d.fds[n].set((fd, Some(keep(s))));
         d.len.set(n + 1);
-        let c = guard::map_held();
-        c.set(c.get() | super::CLOSE_DEFERRED);
+        guard::map_held_or::<{ super::CLOSE_DEFERRED }>();
         Ok(true)
     })
 }
@@ -323,8 +322,7 @@ pub(super) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
 /// removals refused): every entry is taken out of the table and forgotten
 /// when the hold ends ([`forget_all`]).
 pub(crate) fn forget_at_hold_end() {
-    let c = guard::map_held();
-    c.set(c.get() | super::FORGET_DEFERRED);
+    guard::map_held_or::<{ super::FORGET_DEFERRED }>();
 }
 
 /// [`forget_at_hold_end`]'s work, at the end of the thread's last hold:

@@ -1,6 +1,8 @@
 //! The wait for the table's lock when it is not free.
 
-use std::sync::atomic::{compiler_fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::super::guard::map_held_add;
 
 #[cfg(test)]
 use super::hooks;
@@ -43,12 +45,11 @@ use super::WAIT;
 pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
     /// The thread's wait mark, lowered when the sleep ends (a panic in a
     /// test hook included).
-    struct Waiting(&'static std::cell::Cell<u32>);
+    struct Waiting;
     impl Drop for Waiting {
         fn drop(&mut self) {
-            compiler_fence(Ordering::SeqCst);
-            self.0.set(self.0.get() - WAIT);
-            compiler_fence(Ordering::SeqCst);
+            // One instruction (review r21-b item 7), a compiler barrier.
+            map_held_add::<{ WAIT.wrapping_neg() }>();
         }
     }
     /// The thread's registration in [`WAITERS`], until it has the lock.
@@ -58,7 +59,6 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
             WAITERS.fetch_sub(1, Ordering::SeqCst);
         }
     }
-    let c = super::super::guard::map_held();
     // A sleep a signal ended leaves `EINTR`: the caller's errno is kept.
     let errno = super::super::sys::errno();
     // Before the tries: a hold's end after a failed try sees the waiter.
@@ -70,10 +70,10 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
             super::super::sys::set_errno(errno);
             return g;
         }
-        compiler_fence(Ordering::SeqCst);
-        c.set(c.get() + WAIT);
-        compiler_fence(Ordering::SeqCst);
-        let waiting = Waiting(c);
+        // One instruction: a handler between a load and a store of the
+        // word set its bit, and the store lost it (review r21-b item 7).
+        map_held_add::<WAIT>();
+        let waiting = Waiting;
         #[cfg(test)]
         hooks::before_wait();
         // Returns at a wake-up since `seen` (at once if one came between
