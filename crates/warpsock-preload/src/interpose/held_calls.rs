@@ -408,3 +408,49 @@ fn a_close_over_a_plain_dup_onto_a_managed_number_closes_the_duplicate() {
 fn a_plain_close_over_a_dups_change_leaves_the_number_unmanaged() {
     a_close_over_a_dups_change([true, false]);
 }
+
+/// As above, and the closed number is given to another file before the
+/// change (another thread's `open`): the change is undone all the same,
+/// the other file's number not managed, its calls never reaching the
+/// socket (review r21-b item 6: the undo asked only whether the number
+/// was open).
+#[test]
+fn a_number_reopened_over_a_dups_change_is_left_unmanaged() {
+    let _serial = serial();
+    prepare();
+    let ([ra, old], [rb, new]) = (pipe(), pipe());
+    let s = dummy();
+    assert!(insert(old, s.clone()).unwrap().is_none());
+    let duped = within_a_minute("a reopen over a dup's change", move || {
+        IN_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                // SAFETY: the interposer, then libc (another file at the
+                // number), on the test's descriptors.
+                unsafe {
+                    interpose::close(new);
+                    libc::dup2(ra, new);
+                }
+            }));
+        });
+        // SAFETY: the interposer, on the test's descriptors.
+        let duped = unsafe { interpose::dup2(old, new) };
+        IN_COPY.with(|h| h.borrow_mut().take());
+        duped
+    });
+    assert_eq!(duped, new, "the dup2");
+    assert_eq!(inode(new), inode(ra), "not the other file at the number");
+    assert!(
+        get(new).is_none() && mark(new) == 0,
+        "the other file managed"
+    );
+    assert_eq!(
+        Arc::strong_count(&s),
+        2,
+        "a second reference of the table's"
+    );
+    assert!(same(&remove(old).unwrap(), &s));
+    for d in [ra, old, rb, new] {
+        // SAFETY: the test's descriptors.
+        unsafe { libc::close(d) };
+    }
+}

@@ -553,6 +553,32 @@ pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Result<Option<Arc<dyn 
     Ok(old)
 }
 
+/// Whether descriptors `a` and `b` of the process name one open file
+/// (`kcmp(KCMP_FILE)`; where it fails, the same device and inode, which
+/// the doorbells' and sockets' are not shared by two files). `copy`'s
+/// undo: `F_GETFD` said only that the number was open, and another
+/// thread's `open` may have been given it after a handler's close
+/// (review r21-b item 6).
+fn same_file(a: c_int, b: c_int) -> bool {
+    /// `kcmp`'s type for two descriptors' files (linux/kcmp.h).
+    const KCMP_FILE: c_int = 0;
+    // SAFETY: kcmp and fstat of the process's own descriptors, into
+    // locals.
+    unsafe {
+        let me = libc::getpid();
+        match libc::syscall(libc::SYS_kcmp, me, me, KCMP_FILE, a, b) {
+            0 => return true,
+            r if r > 0 => return false,
+            _ => {}
+        }
+        let id = |fd| {
+            let mut st: libc::stat = std::mem::zeroed();
+            (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+        };
+        matches!((id(a), id(b)), (Some(x), Some(y)) if x == y)
+    }
+}
+
 /// What [`copy`] did.
 pub(crate) enum Copied {
     /// `new` names `old`'s object now; the object it named before (whose
@@ -571,8 +597,9 @@ pub(crate) enum Copied {
 /// 4: the close, made at the end of the look-up's hold, closed the
 /// duplicate and the insert then made a closed number managed; the next
 /// descriptor the program opened there reached the socket). One closed
-/// before the change (a plain close: `new` was not managed) undoes it.
-/// Over the thread's hold, fails with `EDEADLK` ([`held`]).
+/// before the change (a plain close: `new` was not managed) undoes it:
+/// `new` no longer names `old`'s file ([`same_file`]; closed, or another
+/// file opened there since). Over the thread's hold, fails with `EDEADLK` ([`held`]).
 pub(crate) fn copy(old: c_int, new: c_int) -> Result<Copied, c_int> {
     let mut m = write_map()?;
     #[cfg(test)]
@@ -584,8 +611,7 @@ pub(crate) fn copy(old: c_int, new: c_int) -> Result<Copied, c_int> {
     let (prev, free) = m.put(new, s.clone());
     let carried = held::carry_close(new, s.as_ref());
     let mut undone = hazard::Freed::none();
-    // SAFETY: fcntl on the program's descriptor; no pointers.
-    if s.is_some() && unsafe { super::real::fcntl(new, libc::F_GETFD, 0) } < 0 {
+    if s.is_some() && !same_file(old, new) {
         let (me, f) = m.put(new, None);
         undone = f;
         if let Some(me) = me {
