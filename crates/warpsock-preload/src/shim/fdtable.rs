@@ -146,7 +146,7 @@ impl HoldCount {
     fn new() -> Self {
         // One instruction: a handler's bit is never lost (review r21-b
         // item 7).
-        super::guard::map_held_add::<HOLD>();
+        super::guard::map_held_add::<HOLD>(super::guard::map_held());
         // The count is raised before the lock's acquiring instruction (a
         // handler in between sees it), not merely before the guard exists.
         compiler_fence(Ordering::SeqCst);
@@ -157,10 +157,11 @@ impl HoldCount {
 impl Drop for HoldCount {
     fn drop(&mut self) {
         compiler_fence(Ordering::SeqCst);
-        super::guard::map_held_add::<{ HOLD.wrapping_neg() }>();
+        let c = super::guard::map_held();
+        super::guard::map_held_add::<{ HOLD.wrapping_neg() }>(c);
         // Read after the lowering: a handler from here on finds no hold
         // (if this was the last) and sets no bit.
-        let v = super::guard::map_held().get();
+        let v = c.get();
         // A thread waits for the lock (one load; the unlock was before:
         // `Held`'s field order). SeqCst and the fence keep the load after
         // the unlock's atomic ([`wait`]).
@@ -207,7 +208,7 @@ fn defer_reclaim() -> bool {
     if holding(super::guard::map_held().get()) == 0 {
         return false;
     }
-    super::guard::map_held_or::<RECLAIM_DEFERRED>();
+    super::guard::map_held_or::<RECLAIM_DEFERRED>(super::guard::map_held());
     true
 }
 
@@ -534,7 +535,7 @@ fn reclaim() {
             drop_freed(free);
         }
         // Over a hold (`defer_reclaim` said no: not reached): at its end.
-        Err(_) => super::guard::map_held_or::<RECLAIM_DEFERRED>(),
+        Err(_) => super::guard::map_held_or::<RECLAIM_DEFERRED>(super::guard::map_held()),
     }
     super::sys::set_errno(errno);
 }

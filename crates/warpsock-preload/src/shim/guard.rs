@@ -100,8 +100,8 @@ mod flag {
 
     /// Adds `D` (wrapping) to the thread's count word in one instruction.
     #[inline(always)]
-    pub(super) fn map_held_add<const D: u32>() {
-        let p = map_held().as_ptr();
+    pub(super) fn map_held_add<const D: u32>(c: &Cell<u32>) {
+        let p = c.as_ptr();
         // SAFETY: the thread's own word (`map_held`), written only by its
         // thread; one `add` to memory, which a signal cannot split.
         unsafe {
@@ -116,8 +116,8 @@ mod flag {
 
     /// Sets bits `B` of the thread's count word in one instruction.
     #[inline(always)]
-    pub(super) fn map_held_or<const B: u32>() {
-        let p = map_held().as_ptr();
+    pub(super) fn map_held_or<const B: u32>(c: &Cell<u32>) {
+        let p = c.as_ptr();
         // SAFETY: as `map_held_add`.
         unsafe {
             std::arch::asm!(
@@ -166,15 +166,13 @@ mod flag {
     /// store here (a handler between them can lose a bit it sets; the
     /// x86-64 build's is one instruction).
     #[inline(always)]
-    pub(super) fn map_held_add<const D: u32>() {
-        let c = map_held();
+    pub(super) fn map_held_add<const D: u32>(c: &Cell<u32>) {
         c.set(c.get().wrapping_add(D));
     }
 
     /// Sets bits `B` of the thread's count word (as `map_held_add`).
     #[inline(always)]
-    pub(super) fn map_held_or<const B: u32>() {
-        let c = map_held();
+    pub(super) fn map_held_or<const B: u32>(c: &Cell<u32>) {
         c.set(c.get() | B);
     }
 }
@@ -203,21 +201,22 @@ pub(crate) fn map_held() -> &'static Cell<u32> {
 }
 
 /// Adds `D` (wrapping: a negative step as its two's complement) to
-/// [`map_held`] in one instruction on x86-64: a signal handler that sets
+/// [`map_held`] (`c`, its cell: the caller reads it after through the
+/// same address) in one instruction on x86-64: a signal handler that sets
 /// a bit of the word ([`map_held_or`]) between a load and a store of it
 /// would have the bit lost (review r21-b item 7; a handler's own changes
 /// of the count are balanced, so only its bits are at stake). Also a
 /// compiler barrier (the asm may touch memory).
 #[inline(always)]
-pub(crate) fn map_held_add<const D: u32>() {
-    flag::map_held_add::<D>();
+pub(crate) fn map_held_add<const D: u32>(c: &Cell<u32>) {
+    flag::map_held_add::<D>(c);
 }
 
 /// Sets bits `B` of [`map_held`] in one instruction on x86-64 (as
 /// [`map_held_add`]; a handler over a handler's update, too).
 #[inline(always)]
-pub(crate) fn map_held_or<const B: u32>() {
-    flag::map_held_or::<B>();
+pub(crate) fn map_held_or<const B: u32>(c: &Cell<u32>) {
+    flag::map_held_or::<B>(c);
 }
 
 /// Whether the calling thread is inside library code.

@@ -206,7 +206,7 @@ pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
         }
         d.fds[n].set((fd, Some(keep(s))));
         d.len.set(n + 1);
-        guard::map_held_or::<{ super::CLOSE_DEFERRED }>();
+        guard::map_held_or::<{ super::CLOSE_DEFERRED }>(guard::map_held());
         Ok(true)
     })
 }
@@ -322,7 +322,7 @@ pub(super) fn all() -> Vec<(c_int, Arc<dyn Socket>)> {
 /// removals refused): every entry is taken out of the table and forgotten
 /// when the hold ends ([`forget_all`]).
 pub(crate) fn forget_at_hold_end() {
-    guard::map_held_or::<{ super::FORGET_DEFERRED }>();
+    guard::map_held_or::<{ super::FORGET_DEFERRED }>(guard::map_held());
 }
 
 /// [`forget_at_hold_end`]'s work, at the end of the thread's last hold:

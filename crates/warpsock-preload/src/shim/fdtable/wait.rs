@@ -49,7 +49,7 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
     impl Drop for Waiting {
         fn drop(&mut self) {
             // One instruction (review r21-b item 7), a compiler barrier.
-            map_held_add::<{ WAIT.wrapping_neg() }>();
+            map_held_add::<{ WAIT.wrapping_neg() }>(super::super::guard::map_held());
         }
     }
     /// The thread's registration in [`WAITERS`], until it has the lock.
@@ -72,7 +72,7 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
         }
         // One instruction: a handler between a load and a store of the
         // word set its bit, and the store lost it (review r21-b item 7).
-        map_held_add::<WAIT>();
+        map_held_add::<WAIT>(super::super::guard::map_held());
         let waiting = Waiting;
         #[cfg(test)]
         hooks::before_wait();
