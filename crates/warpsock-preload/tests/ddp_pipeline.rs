@@ -42,3 +42,31 @@ fn a_writer_that_leaves_bytes_behind_resets_the_connection() {
         println!("{}", r.stdout.trim());
     }
 }
+
+/// A writer that leaves with bytes in its engine's backlog, behind a full
+/// kernel send buffer (`tests/c/ddpexitbacklog.c`, no send buffer:
+/// `WARPSOCK_DDP_SNDBUF=0`, and no zero-copy sends, which wait for the
+/// kernel to take their bytes: `WARPSOCK_ZCOPY_MIN` 1 GiB): `live`, its reader starts reading as it
+/// exits (the exit waits while the backlog leaves: every byte arrives);
+/// `exit`, its reader reads only after it is gone (the wait gives up and
+/// resets: `ECONNRESET` after what the kernel held). Never a clean end
+/// after a short stream (review r21-b #4: the exit did not wait for the
+/// backlog, and the kernel sent FIN after its own bytes).
+#[test]
+fn a_writer_that_exits_with_an_engine_backlog_loses_nothing_silently() {
+    for (mode, linger_ms) in [("live", 2000), ("exit", 200)] {
+        let child = common::command(
+            &common::c_program("ddpexitbacklog"),
+            &[mode.to_owned()],
+            true,
+        )
+        .env("WARPSOCK_DDP_SNDBUF", "0")
+        .env("WARPSOCK_ZCOPY_MIN", (1u32 << 30).to_string())
+        .env("WARPSOCK_LINGER_MS", linger_ms.to_string())
+        .spawn()
+        .expect("spawn the test program");
+        let r = common::finish(child, std::time::Duration::from_secs(60));
+        r.assert_ok(&format!("ddpexitbacklog {mode}"));
+        println!("{}", r.stdout.trim());
+    }
+}

@@ -10,10 +10,18 @@
 //! (review r21-b #4). An overall cap ends a wait that progresses for ever
 //! (a trickling reader): [`CAP_ROUNDS`] bounds — for `exec` too.
 //!
-//! Not covered (stated limit, review r21-b #4): bytes already posted to the
-//! engine and held in its backlog behind a full kernel buffer; at exit
-//! they are lost.
+//! The wait covers the bytes already posted to the engine too, which it
+//! holds in its backlog behind a full kernel send buffer (up to the credit
+//! window; `Qp::send_backlog`): the progress thread writes them as the
+//! kernel drains, and the kernel would end the stream cleanly after a
+//! short one if the process ended first (review r21-b #4). Progress
+//! counts those bytes entering the kernel as well ([`Exit`]); once the
+//! wait gives up, the exit resets the connections whose engines still
+//! hold bytes, as those with buffered bytes (`sock::reset_backlogged`).
+//! Bytes in the kernel's own send queue are the kernel's to send, as for
+//! TCP.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -61,19 +69,56 @@ pub(crate) fn wait(
     }
 }
 
-/// [`wait`] on the process's send buffers while `busy`, on the real
-/// clock, looking every 2 ms.
-pub(crate) fn wait_for(bound: Duration, busy: impl Fn() -> bool) -> bool {
-    struct P<F>(F);
-    impl<F: Fn() -> bool> Pending for P<F> {
-        fn busy(&self) -> bool {
-            (self.0)()
-        }
-        fn progress(&self) -> u64 {
-            warpsock_xsock::io::posted_bytes()
+/// The live sockets' engines as an exit sees them (`sock::engine_backlogs`):
+/// the bytes held behind full kernel send buffers, and the bytes the
+/// kernels accepted so far, summed.
+pub(crate) type Engines = fn() -> (u64, u64);
+
+/// What an exit waits for: `busy` (the send buffers, closes under way) or
+/// bytes in the engines' backlogs; progress is the bytes posted out of the
+/// send buffers plus the growth of the bytes the kernels accepted from the
+/// engines. That sum drops when a socket leaves the set (closed meanwhile):
+/// only growth counts, so a drop is no progress and hides none after it.
+struct Exit<B, E> {
+    busy: B,
+    engines: E,
+    posted: fn() -> u64,
+    last: Cell<u64>,
+    grown: Cell<u64>,
+}
+
+impl<B: Fn() -> bool, E: Fn() -> (u64, u64)> Exit<B, E> {
+    fn new(busy: B, engines: E, posted: fn() -> u64) -> Self {
+        let last = Cell::new(engines().1);
+        Self {
+            busy,
+            engines,
+            posted,
+            last,
+            grown: Cell::new(0),
         }
     }
-    wait(&P(busy), bound, Instant::now, || {
+}
+
+impl<B: Fn() -> bool, E: Fn() -> (u64, u64)> Pending for Exit<B, E> {
+    fn busy(&self) -> bool {
+        (self.busy)() || (self.engines)().0 > 0
+    }
+    fn progress(&self) -> u64 {
+        let w = (self.engines)().1;
+        let last = self.last.replace(w);
+        if w > last {
+            self.grown.set(self.grown.get() + (w - last));
+        }
+        (self.posted)() + self.grown.get()
+    }
+}
+
+/// [`wait`] while `busy` or the engines hold bytes ([`Exit`]), on the real
+/// clock, looking every 2 ms.
+pub(crate) fn wait_for(bound: Duration, busy: impl Fn() -> bool, engines: Engines) -> bool {
+    let p = Exit::new(busy, engines, warpsock_xsock::io::posted_bytes);
+    wait(&p, bound, Instant::now, || {
         std::thread::sleep(Duration::from_millis(2));
     })
 }
@@ -88,25 +133,22 @@ pub(crate) fn forget_closing_after_fork() {
 }
 
 /// Waits for closing sockets (exit, exec) — `bound` without progress,
-/// restarted while buffered bytes leave (this module) — and for the
-/// bytes send calls left in the send buffers of sockets not closed (the
-/// progress thread sends them as credits come back; TCP's kernel would
-/// send them after the process).
-pub(crate) fn linger(bound: Duration) {
-    linger_while(bound, || {
-        CLOSING.load(Ordering::Acquire) > 0 || warpsock_xsock::io::buffered_bytes() > 0
-    });
+/// restarted while bytes leave (this module) — and for the bytes send
+/// calls left in the send buffers of sockets not closed or posted into
+/// their engines' backlogs (the progress thread sends them as credits
+/// come back and the kernel drains; TCP's kernel would send them after
+/// the process). `engines`: `sock::engine_backlogs`.
+pub(crate) fn linger(bound: Duration, engines: Engines) {
+    wait_for(
+        bound,
+        || CLOSING.load(Ordering::Acquire) > 0 || warpsock_xsock::io::buffered_bytes() > 0,
+        engines,
+    );
 }
 
-/// [`linger`] for the send buffers' bytes alone (`_exit`).
-pub(crate) fn linger_buffered(bound: Duration) {
-    linger_while(bound, || warpsock_xsock::io::buffered_bytes() > 0);
-}
-
-/// Waits while `busy`, the bound starting again while buffered bytes
-/// leave (review r21-send #3).
-fn linger_while(bound: Duration, busy: impl Fn() -> bool) {
-    wait_for(bound, busy);
+/// [`linger`] for the send buffers' and engines' bytes alone (`_exit`).
+pub(crate) fn linger_buffered(bound: Duration, engines: Engines) {
+    wait_for(bound, || warpsock_xsock::io::buffered_bytes() > 0, engines);
 }
 
 /// Starts the thread that finishes a close in the background, with every
@@ -126,8 +168,6 @@ pub(super) fn spawn_closer(
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
-
     use super::*;
 
     /// A fake clock and buffer: each pause moves the clock by `step`,
@@ -214,6 +254,38 @@ mod tests {
         let (idle, took, _) = run(10, 1, 50, true);
         assert!(!idle);
         assert_eq!(took, Duration::from_millis(100) * CAP_ROUNDS);
+    }
+
+    /// Bytes held in an engine's backlog keep the exit waiting, and their
+    /// entering the kernel is progress; a drop of the kernels' sum (a
+    /// socket closed meanwhile) is none and hides no later growth (review
+    /// r21-b #4: the exit waited for the send buffers alone).
+    #[test]
+    fn an_engines_backlog_is_waited_for_and_its_writes_are_progress() {
+        // (held, written) per look, in the order of the calls below;
+        // `posted` stays 0.
+        let looks = Cell::new(0usize);
+        let seq = [
+            (5, 100),
+            (5, 100),
+            (4, 130),
+            (4, 20),
+            (3, 50),
+            (0, 60),
+            (0, 60),
+        ];
+        let engines = || {
+            let i = looks.get().min(seq.len() - 1);
+            looks.set(looks.get() + 1);
+            seq[i]
+        };
+        let e = Exit::new(|| false, engines, || 0);
+        assert!(e.busy(), "held bytes keep it busy");
+        assert_eq!(e.progress(), 30, "100 -> 130");
+        assert!(e.busy());
+        assert_eq!(e.progress(), 30, "130 -> 50: a socket left, no progress");
+        assert_eq!(e.progress(), 40, "50 -> 60 counts");
+        assert!(!e.busy(), "nothing held");
     }
 
     /// Nothing to wait for: no pause.

@@ -391,15 +391,17 @@ impl Kind for Ddp {
     }
 
     fn before_exec(&self) {
-        linger::linger(config::get().linger);
+        linger::linger(config::get().linger, sock::engine_backlogs);
     }
 
     fn at_exit(&self) {
-        linger::linger(config::get().linger);
-        // What is still buffered will never be sent: those peers get a
-        // reset, not a clean end after a short stream (the kernel would
-        // send FIN for the closed descriptors).
+        linger::linger(config::get().linger, sock::engine_backlogs);
+        // What is still buffered, or held in an engine's backlog, will
+        // never be sent: those peers get a reset, not a clean end after a
+        // short stream (the kernel would send FIN for the closed
+        // descriptors; review r21-b #4).
         warpsock_xsock::io::reset_buffered();
+        sock::reset_backlogged();
         let tried = [&SWITCHED, &REFUSED, &BROKEN]
             .iter()
             .any(|c| c.load(Ordering::Relaxed) > 0);
@@ -413,8 +415,9 @@ impl Kind for Ddp {
     fn exit_flush(&self) {
         // `_exit`: the bytes in send buffers, as at `exit` (not the
         // closers', which a child made by fork would wait for in vain).
-        linger::linger_buffered(config::get().linger);
+        linger::linger_buffered(config::get().linger, sock::engine_backlogs);
         warpsock_xsock::io::reset_buffered();
+        sock::reset_backlogged();
     }
 
     fn needs_hooks(&self) -> bool {

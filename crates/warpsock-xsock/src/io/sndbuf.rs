@@ -242,6 +242,26 @@ impl XSocket {
         self.sndbuf()
     }
 
+    /// What an exit waits for besides the send buffer: the bytes the
+    /// engine sealed and holds because the kernel's send buffer is full
+    /// ([`warpsock_engine::Qp::send_backlog`]; the progress thread writes
+    /// them as the kernel drains), and the bytes the kernel accepted from
+    /// the engine so far, a count that only grows (the wait's progress).
+    /// Bytes still in the backlog when the process ends are never sent:
+    /// the kernel would end the stream cleanly after a short one (review
+    /// r21-b #4), so an exit that gives up on them resets the connection
+    /// ([`Self::reset_now`]). Takes the engine's lock, not the socket's.
+    pub fn engine_backlog(&self) -> (u64, u64) {
+        (self.qp.send_backlog(), self.qp.io_stats().write_bytes)
+    }
+
+    /// Resets the connection at once (an RST, as [`reset_buffered`] does
+    /// for the connections with buffered bytes): for an exit that gave up
+    /// on the bytes of the engine's backlog ([`Self::engine_backlog`]).
+    pub fn reset_now(&self) {
+        reset(self.tcp_fd);
+    }
+
     /// The send queue as `ioctl(SIOCOUTQ)` reports it for TCP — bytes
     /// handed to the socket and not yet acknowledged — or, if `unsent`,
     /// as `SIOCOUTQNSD` — not yet sent — after a round of progress (as a
