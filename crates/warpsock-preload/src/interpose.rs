@@ -562,7 +562,14 @@ pub unsafe extern "C" fn setsockopt(
         return r;
     }
     // SAFETY: forwarding the caller's arguments.
-    unsafe { real::setsockopt(fd, level, name, val, len) }
+    let r = unsafe { real::setsockopt(fd, level, name, val, len) };
+    if r == 0 && (level, name) == (libc::SOL_SOCKET, libc::SO_SNDBUF) && !busy() {
+        // Carried into DDP mode's send buffer at a switch.
+        let e = sys::errno();
+        enter((), || crate::xsock::note_sndbuf(fd, val, len));
+        set_errno(e);
+    }
+    r
 }
 
 /// Interposed `shutdown(2)`.

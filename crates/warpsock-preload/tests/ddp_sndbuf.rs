@@ -35,3 +35,12 @@ fn the_send_buffer_through_the_tcp_calls() {
 fn without_a_send_buffer_so_sndbuf_is_the_credit_window() {
     run("off", "0");
 }
+
+/// `SO_SNDBUF` set before the switch — on a listener in DDP mode (the
+/// accepted connection inherits it, as the kernel's does) and on a socket
+/// before connect (iperf3 `-w`) — is the send buffer's bound after it,
+/// clamped as a set after the switch: it went to the kernel socket alone.
+#[test]
+fn so_sndbuf_set_before_the_switch_is_the_bound_after_it() {
+    run("before", "65536");
+}

@@ -90,6 +90,10 @@ struct Pending {
     msg_mode: bool,
     /// A switch was attempted (a connection gets one: see the crate docs).
     tried: bool,
+    /// The program's `SO_SNDBUF`, set while the socket was plain TCP (on
+    /// it, or on the listener that accepted it): carried into the DDP
+    /// send buffer's bound at the switch ([`note_sndbuf`]).
+    sndbuf: Option<usize>,
 }
 
 static PENDING: Mutex<Option<HashMap<c_int, Pending>>> = Mutex::new(None);
@@ -152,6 +156,26 @@ fn set_pending(fd: c_int, p: Pending) {
     lock(&PENDING)
         .get_or_insert_with(HashMap::new)
         .insert(fd, p);
+}
+
+/// `setsockopt(SOL_SOCKET, SO_SNDBUF, val)` went to the kernel for `fd`,
+/// not in DDP mode: remembered if `fd` is a TCP socket, so that the switch
+/// makes it the bound of the DDP send buffer too (clamped as a set after
+/// the switch, `XSocket::set_sndbuf`) — iperf3 `-w` and many servers set
+/// it before connect or on the listener, whose accepted connections
+/// inherit it as the kernel's do. The kernel socket keeps it as well (the
+/// engine's own buffer then; `riobulk.c` relies on it). Negative sizes
+/// ask for the least, as Linux's.
+pub(crate) fn note_sndbuf(fd: c_int, val: *const c_void, len: socklen_t) {
+    let Some(v) = int_arg(val, len) else {
+        return;
+    };
+    if !is_tcp(fd) {
+        return;
+    }
+    let mut p = pending(fd);
+    p.sndbuf = Some(v.max(0) as usize);
+    set_pending(fd, p);
 }
 
 /// In a child made by `fork` (its fork handler, the only thread): the
@@ -231,6 +255,7 @@ fn switch(
     if p.tried {
         return Err(libc::EALREADY);
     }
+    let sndbuf = p.sndbuf;
     p.tried = true;
     p.ddp = false;
     set_pending(fd, p);
@@ -254,6 +279,9 @@ fn switch(
     match switch_fd_as(b, opts, role) {
         Ok(x) => {
             SWITCHED.fetch_add(1, Ordering::Relaxed);
+            if let Some(b) = sndbuf {
+                x.set_sndbuf(b);
+            }
             let nonblocking = fl & libc::O_NONBLOCK != 0;
             DdpSock::transpose(fd, x, msg_mode, connect.is_some(), timeouts, nonblocking)
                 .map(|_| ())
@@ -349,6 +377,13 @@ impl Kind for Ddp {
 
     fn accepted(&self, listener: c_int, fd: c_int) {
         let p = pending(listener);
+        if let Some(b) = p.sndbuf {
+            // Inherited from the listener, as the kernel's `sk_sndbuf` is:
+            // a switch now or later (the program's) carries it.
+            let mut q = pending(fd);
+            q.sndbuf.get_or_insert(b);
+            set_pending(fd, q);
+        }
         let cfg = config::get();
         let (opts, role) = if p.ddp {
             (&cfg.request, None)

@@ -15,6 +15,12 @@
  *                credit window whatever is set, a non-blocking send stops
  *                at the window,
  *                SIOCOUTQ goes to 0 once it was read.
+ *   sndbuf before  WARPSOCK_DDP_SNDBUF=65536: SO_SNDBUF set while the
+ *                sockets were plain TCP — on a listener in DDP mode (its
+ *                accepted connection inherits it, as the kernel's does) and
+ *                on the connecting socket before connect — is the bound
+ *                after the switch, clamped as a set after it (1: the
+ *                least, 4096).
  *
  * Exit 0 if every check holds. */
 #include "ddppair.h"
@@ -83,8 +89,42 @@ static void drains(void) {
     CHECK(outq(c, SIOCOUTQNSD) == 0);
 }
 
+static void *switch_client(void *arg) {
+    ddp_mode(*(int *)arg);
+    return NULL;
+}
+
+static int before(void) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    set_sndbuf(l, 20000);
+    struct sockaddr_in a = lo(0);
+    socklen_t alen = sizeof a;
+    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(listen(l, 1) == 0);
+    CHECK(getsockname(l, (struct sockaddr *)&a, &alen) == 0);
+    ddp_mode(l);
+    int k = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(k >= 0);
+    set_sndbuf(k, 1);
+    CHECK(connect(k, (struct sockaddr *)&a, sizeof a) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, switch_client, &k) == 0);
+    int n = accept(l, NULL, NULL); /* switches (the listener's mode) */
+    CHECK(n >= 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    int mode = 0;
+    socklen_t ml = sizeof mode;
+    CHECK(getsockopt(n, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &mode, &ml) == 0 && mode == 1);
+    CHECK(sndbuf(k) == 4096);
+    CHECK(sndbuf(n) == 20000);
+    puts("sndbuf before: ok");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
+    if (strcmp(argv[1], "before") == 0) return before();
     int on = strcmp(argv[1], "on") == 0;
     tcp_pair(&c, &s);
     pthread_t t;
