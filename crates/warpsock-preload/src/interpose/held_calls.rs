@@ -426,9 +426,11 @@ fn a_number_reopened_over_a_dups_change_is_left_unmanaged() {
             *h.borrow_mut() = Some(Box::new(move || {
                 // SAFETY: the interposer, then libc (another file at the
                 // number), on the test's descriptors.
+                // `rb`: a file of its own (not `old`'s pipe, whose ends
+                // share one inode; a managed socket's inode is its own).
                 unsafe {
                     interpose::close(new);
-                    libc::dup2(ra, new);
+                    libc::dup2(rb, new);
                 }
             }));
         });
@@ -438,7 +440,7 @@ fn a_number_reopened_over_a_dups_change_is_left_unmanaged() {
         duped
     });
     assert_eq!(duped, new, "the dup2");
-    assert_eq!(inode(new), inode(ra), "not the other file at the number");
+    assert_eq!(inode(new), inode(rb), "not the other file at the number");
     assert!(
         get(new).is_none() && mark(new) == 0,
         "the other file managed"

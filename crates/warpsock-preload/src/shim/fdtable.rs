@@ -554,30 +554,24 @@ pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Result<Option<Arc<dyn 
     Ok(old)
 }
 
-/// Whether descriptors `a` and `b` of the process name one open file
-/// (`kcmp(KCMP_FILE)`; where it fails, the same device and inode, which
-/// the doorbells' and sockets' are not shared by two files). `copy`'s
-/// undo: `F_GETFD` said only that the number was open, and another
-/// thread's `open` may have been given it after a handler's close
-/// (review r21-b item 6).
+/// Whether descriptors `a` and `b` of the process name one open file: the
+/// same device and inode. For the files compared here that is the same
+/// open file — `a` is a managed socket's (a kernel socket or a doorbell,
+/// a socket pair's end), and a socket's inode belongs to one file, which
+/// no `open` by path can give a second time. `copy`'s undo: `F_GETFD`
+/// said only that the number was open, and another thread's `open` may
+/// have been given it after a handler's close (review r21-b item 6).
+/// Not `kcmp`: a seccomp filter that kills on unlisted calls (containers)
+/// would end the program at its first managed `dup` (review r21-c).
 fn same_file(a: c_int, b: c_int) -> bool {
-    /// `kcmp`'s type for two descriptors' files (linux/kcmp.h).
-    const KCMP_FILE: c_int = 0;
-    // SAFETY: kcmp and fstat of the process's own descriptors, into
-    // locals.
-    unsafe {
-        let me = libc::getpid();
-        match libc::syscall(libc::SYS_kcmp, me, me, KCMP_FILE, a, b) {
-            0 => return true,
-            r if r > 0 => return false,
-            _ => {}
-        }
-        let id = |fd| {
+    let id = |fd| {
+        // SAFETY: fstat of a descriptor of the process, into a local.
+        unsafe {
             let mut st: libc::stat = std::mem::zeroed();
             (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
-        };
-        matches!((id(a), id(b)), (Some(x), Some(y)) if x == y)
-    }
+        }
+    };
+    matches!((id(a), id(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// What [`copy`] did.
