@@ -253,6 +253,21 @@ fn a_parked_reader_keeps_the_progress_thread_asleep() {
     unsafe { libc::close(ep) };
 }
 
+/// Sends 100-byte messages of `byte`, non-blocking, until `EAGAIN` (no
+/// credit left); returns the bytes sent.
+fn spend_the_credits(x: &XSocket, byte: u8) -> usize {
+    let mut sent = 0usize;
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < LIMIT, "credits never ran out");
+        match x.send(&[byte; 100], true, None) {
+            Ok(n) => sent += n,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return sent,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 /// A non-blocking send that found no credit: the program waits for
 /// writability (in `poll` or `epoll`), so the credits the peer returns as
 /// it reads must be processed with no call of the program: the watch is on
@@ -267,16 +282,7 @@ fn a_send_without_credit_watches_for_the_credits() {
     // room keeps it writable; `tests/pipeline.rs`).
     let (xa, xb) = switch_both(&a, &b, &unbuffered());
     let ep = progress_epoll(&xa);
-    let mut sent = 0usize;
-    let t = Instant::now();
-    loop {
-        assert!(t.elapsed() < LIMIT, "credits never ran out");
-        match xa.send(&[7u8; 100], true, None) {
-            Ok(n) => sent += n,
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
-            Err(e) => panic!("{e}"),
-        }
-    }
+    let sent = spend_the_credits(&xa, 7);
     let r = xa.want_writable();
     assert!(!r.writable, "{r:?}");
     assert_eq!(xa.watching(), XSocket::WATCH_INPUT);
@@ -393,16 +399,7 @@ fn a_round_that_takes_in_credits_reports_them_to_a_waiting_writer() {
             seen.fetch_add(1, SeqCst);
         }
     }));
-    let mut sent = 0usize;
-    let t = Instant::now();
-    loop {
-        assert!(t.elapsed() < LIMIT, "credits never ran out");
-        match xa.send(&[9u8; 100], true, None) {
-            Ok(n) => sent += n,
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
-            Err(e) => panic!("{e}"),
-        }
-    }
+    let sent = spend_the_credits(&xa, 9);
     xa.set_writable_wait(true);
     assert_eq!(recv_exact(&xb, sent), vec![9u8; sent]);
     // The reader's credit returns are in the writer's engine socket.

@@ -27,3 +27,27 @@ static void tcp_pair(int *c, int *s) {
     CHECK(*s >= 0);
     close(l);
 }
+
+/* A non-blocking send of n bytes at b: the count, or -1 with EAGAIN (any
+ * other error fails the check). */
+static inline ssize_t send_nb(int fd, const void *b, size_t n) {
+    ssize_t r = send(fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r < 0) {
+        CHECK(errno == EAGAIN);
+        return -1;
+    }
+    return r;
+}
+
+/* Reads from fd, blocking, until *got reaches want; each read's bytes go
+ * to check (NULL: not checked) with the stream offset they start at. */
+static inline void recv_until(int fd, size_t *got, size_t want,
+                              void (*check)(const unsigned char *, size_t, size_t)) {
+    static unsigned char buf[4096];
+    while (*got < want) {
+        ssize_t r = recv(fd, buf, sizeof buf, 0);
+        CHECK(r > 0);
+        if (check) check(buf, (size_t)r, *got);
+        *got += (size_t)r;
+    }
+}

@@ -73,23 +73,12 @@ static unsigned watch_of(unsigned short port) {
 static ssize_t send_next(size_t n) {
     static unsigned char b[1000];
     memset(b, (int)(sent & 0xff), sizeof b);
-    ssize_t r = send(c, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (r < 0) {
-        CHECK(errno == EAGAIN);
-        return -1;
-    }
-    sent += (size_t)r;
+    ssize_t r = send_nb(c, b, n);
+    if (r > 0) sent += (size_t)r;
     return r;
 }
 
-static void read_all(void) {
-    static unsigned char b[4096];
-    while (got < sent) {
-        ssize_t r = recv(s, b, sizeof b, 0);
-        CHECK(r > 0);
-        got += (size_t)r;
-    }
-}
+static void read_all(void) { recv_until(s, &got, sent, NULL); }
 
 /* Sends until the window is spent (EAGAIN: the gate shuts). */
 static void fill_window(void) {

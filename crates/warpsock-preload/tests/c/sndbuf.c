@@ -58,26 +58,18 @@ static int outq(int fd, unsigned long req) {
 /* One non-blocking send of the stream's next n bytes: the count, or -1
  * with EAGAIN. */
 static ssize_t send_next(size_t n) {
-    ssize_t r = send(c, stream + sent, n, MSG_DONTWAIT);
-    if (r < 0) {
-        CHECK(errno == EAGAIN);
-        return -1;
-    }
-    sent += (size_t)r;
+    ssize_t r = send_nb(c, stream + sent, n);
+    if (r > 0) sent += (size_t)r;
     return r;
+}
+
+static void same_as_sent(const unsigned char *b, size_t n, size_t at) {
+    CHECK(memcmp(b, stream + at, n) == 0);
 }
 
 /* The reader takes everything sent, blocking (10 s bound each), with no
  * call on the writer's socket. */
-static void read_all(void) {
-    static unsigned char buf[4096];
-    while (got < sent) {
-        ssize_t r = recv(s, buf, sizeof buf, 0);
-        CHECK(r > 0);
-        CHECK(memcmp(buf, stream + got, (size_t)r) == 0);
-        got += (size_t)r;
-    }
-}
+static void read_all(void) { recv_until(s, &got, sent, same_as_sent); }
 
 /* SIOCOUTQ (and SIOCOUTQNSD) reach 0: nothing held, everything
  * acknowledged (each look is a round; bounded). */
