@@ -17,7 +17,7 @@
 //! short one if the process ended first (review r21-b #4). Progress
 //! counts those bytes entering the kernel as well ([`Exit`]); once the
 //! wait gives up, the exit resets the connections whose engines still
-//! hold bytes, as those with buffered bytes (`sock::reset_backlogged`).
+//! hold bytes, as those with buffered bytes (`census::reset_backlogged`).
 //! Bytes in the kernel's own send queue are the kernel's to send, as for
 //! TCP.
 
@@ -69,7 +69,7 @@ pub(crate) fn wait(
     }
 }
 
-/// The live sockets' engines as an exit sees them (`sock::engine_backlogs`):
+/// The live sockets' engines as an exit sees them (`census::engine_backlogs`):
 /// the bytes held behind full kernel send buffers, and the bytes the
 /// kernels accepted so far, summed.
 pub(crate) type Engines = fn() -> (u64, u64);
@@ -137,7 +137,7 @@ pub(crate) fn forget_closing_after_fork() {
 /// calls left in the send buffers of sockets not closed or posted into
 /// their engines' backlogs (the progress thread sends them as credits
 /// come back and the kernel drains; TCP's kernel would send them after
-/// the process). `engines`: `sock::engine_backlogs`.
+/// the process). `engines`: `census::engine_backlogs`.
 pub(crate) fn linger(bound: Duration, engines: Engines) {
     wait_for(
         bound,

@@ -11,6 +11,7 @@
 //! | `sock` | a DDP-mode socket: doorbell readiness, the data calls, options, orderly close |
 //! | `residue` | a TCP socket whose switch failed after reading the peer's pre-switch bytes |
 //! | `linger` | how long an exit waits for the bytes sockets still hold (restarted while they leave) |
+//! | `census` | the exit's look at the live sockets' engine backlogs, and their reset |
 //! | [`api`] | the extended calls of `warpsock_sockets.h` (`warpsock_riomap`, ...) |
 //!
 //! How a socket gets here:
@@ -29,6 +30,7 @@
 //!   preloaded client sends a plain server one, invisible to its reads.
 
 pub mod api;
+mod census;
 pub(crate) mod config;
 mod follow;
 mod linger;
@@ -426,17 +428,17 @@ impl Kind for Ddp {
     }
 
     fn before_exec(&self) {
-        linger::linger(config::get().linger, sock::engine_backlogs);
+        linger::linger(config::get().linger, census::engine_backlogs);
     }
 
     fn at_exit(&self) {
-        linger::linger(config::get().linger, sock::engine_backlogs);
+        linger::linger(config::get().linger, census::engine_backlogs);
         // What is still buffered, or held in an engine's backlog, will
         // never be sent: those peers get a reset, not a clean end after a
         // short stream (the kernel would send FIN for the closed
         // descriptors; review r21-b #4).
         warpsock_xsock::io::reset_buffered();
-        sock::reset_backlogged();
+        census::reset_backlogged();
         let tried = [&SWITCHED, &REFUSED, &BROKEN]
             .iter()
             .any(|c| c.load(Ordering::Relaxed) > 0);
@@ -450,9 +452,9 @@ impl Kind for Ddp {
     fn exit_flush(&self) {
         // `_exit`: the bytes in send buffers, as at `exit` (not the
         // closers', which a child made by fork would wait for in vain).
-        linger::linger_buffered(config::get().linger, sock::engine_backlogs);
+        linger::linger_buffered(config::get().linger, census::engine_backlogs);
         warpsock_xsock::io::reset_buffered();
-        sock::reset_backlogged();
+        census::reset_backlogged();
     }
 
     fn needs_hooks(&self) -> bool {

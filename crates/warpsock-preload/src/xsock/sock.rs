@@ -96,68 +96,19 @@ pub(crate) struct DdpSock {
     /// The doorbell's books ([`Follow`]).
     inner: Follow,
     /// The process that switched it: a forked child's copies of its
-    /// parent's sockets are the parent's ([`engine_backlogs`]).
-    pid: i32,
+    /// parent's sockets are the parent's (`census`).
+    pub(super) pid: i32,
 }
 
 /// Every live DDP socket by the address of its object (the extended calls
 /// find theirs from the descriptor table's `dyn Socket`).
-static SOCKS: Mutex<Option<HashMap<usize, Weak<DdpSock>>>> = Mutex::new(None);
+pub(super) static SOCKS: Mutex<Option<HashMap<usize, Weak<DdpSock>>>> = Mutex::new(None);
 
 /// The process that switched the latest socket (0: none): a process that
 /// switched none (a forked or vforked child of one that did) has no
 /// socket of its own in [`SOCKS`], and its exit does not touch the lock
-/// (a parent's thread may have held it at the fork).
-static SOCKS_OWNER: AtomicI32 = AtomicI32::new(0);
-
-/// At exit (and `exec`, `_exit`): the bytes the process's live DDP sockets'
-/// engines hold behind full kernel send buffers, summed, and the bytes
-/// their kernels accepted so far ([`XSocket::engine_backlog`]; the sum
-/// drops when a socket leaves the set). The exit waits for the first
-/// (the progress thread writes them as the kernels drain) and resets
-/// what it gives up on ([`reset_backlogged`]): else the kernel sends a
-/// clean end after a short stream (review r21-b #4). Allocates nothing
-/// (an exit handler, other threads still running); holds [`SOCKS`] while
-/// it takes each engine's lock, an order nothing reverses (no path holds
-/// an engine's lock and then takes `SOCKS`).
-pub(crate) fn engine_backlogs() -> (u64, u64) {
-    let mut sum = (0, 0);
-    each_own_sock(|s| {
-        let (held, written) = s.x.engine_backlog();
-        sum.0 += held;
-        sum.1 += written;
-    });
-    sum
-}
-
-/// At exit, once the wait gave up: resets every live DDP socket of the
-/// process whose engine still holds bytes ([`engine_backlogs`]).
-pub(crate) fn reset_backlogged() {
-    each_own_sock(|s| {
-        if s.x.engine_backlog().0 > 0 {
-            s.x.reset_now();
-        }
-    });
-}
-
-/// Runs `f` on each live DDP socket this process switched, under the
-/// guard (a socket whose last reference another thread dropped meanwhile
-/// is dropped here: its engine's calls are library calls).
-fn each_own_sock(mut f: impl FnMut(&DdpSock)) {
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    if SOCKS_OWNER.load(Ordering::Acquire) != me {
-        return;
-    }
-    enter((), || {
-        let socks = lock(&SOCKS);
-        for s in socks.iter().flat_map(|m| m.values()) {
-            if let Some(s) = s.upgrade().filter(|s| s.pid == me) {
-                f(&s);
-            }
-        }
-    });
-}
+/// (a parent's thread may have held it at the fork; `census`).
+pub(super) static SOCKS_OWNER: AtomicI32 = AtomicI32::new(0);
 
 /// The DDP socket behind the program's descriptor `fd`.
 pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
