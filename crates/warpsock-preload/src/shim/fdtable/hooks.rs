@@ -39,6 +39,19 @@ thread_local! {
 }
 
 thread_local! {
+    /// Run once in the wait for the lock right after a failed try, before
+    /// anything else (the holder's release there, staged).
+    pub(super) static AFTER_TRY: RefCell<Option<Box<dyn FnOnce()>>> =
+        const { RefCell::new(None) };
+}
+
+pub(super) fn after_try() {
+    if let Some(f) = AFTER_TRY.try_with(|b| b.borrow_mut().take()).ok().flatten() {
+        f();
+    }
+}
+
+thread_local! {
     /// Run once in `copy` under its write hold, before the change (a
     /// handler there, staged).
     pub(crate) static IN_COPY: RefCell<Option<Box<dyn FnOnce()>>> =

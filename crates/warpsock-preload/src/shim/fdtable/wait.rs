@@ -1,6 +1,6 @@
 //! The wait for the table's lock when it is not free.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 use super::super::guard::map_held_add;
 
@@ -30,10 +30,13 @@ use super::WAIT;
 /// and sleeps on [`RELEASES`] between them; a hold's end that finds a
 /// waiter wakes them all ([`wake`]: one load on every hold's end, the
 /// wake-up only with a waiter). The sleep has a backstop of 10 ms
-/// ([`BACKSTOP`]): a wake-up missed (the unlock's release and the
-/// waiter count's load are ordered by the hardware — x86's locked
-/// instruction, Arm's release then acquire — not by a fence the free
-/// path would pay) costs that much, never a hang. As std's wait, it
+/// ([`BACKSTOP`]): a wake-up missed costs that much, never a hang. The
+/// waiter's side is ordered by a fence (cold); the unlock's side is not
+/// (the free path would pay it): std's unlock is an RMW, and the hold's
+/// end's SeqCst load of the waiter count after it is ordered by the
+/// hardware — x86's locked instruction; Arm's `stlxr` or `ldaddl`, then
+/// `ldar` — an argument outside the language's model (review r21-c item
+/// 4). As std's wait, it
 /// lasts as long as the lock is held; unlike std's, a waiting writer
 /// does not stop new readers (each read hold is a look-up). A
 /// `siglongjmp` out of a handler over the sleep leaves the thread
@@ -63,8 +66,29 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
     let errno = super::super::sys::errno();
     // Before the tries: a hold's end after a failed try sees the waiter.
     WAITERS.fetch_add(1, Ordering::SeqCst);
+    // A store-buffering pair (review r21-c item 4): this registration then
+    // the try's load of the lock's state, against the unlock's RMW then the
+    // hold's end's load of `WAITERS`. The try's load is Relaxed (std's
+    // failed `fetch_update`); the fence orders it after the registration
+    // in the language's model, on every target, not through `seen` being
+    // a SeqCst load (an `LDAR` after the `STLXR` on Arm; relaxed to
+    // Acquire, an `LDAPR` would not be). Cold: the free path pays nothing.
+    fence(Ordering::SeqCst);
     let _registered = Registered;
+    // In the tests, a hook right after each failed try: a mutant that
+    // reads `seen` after the try reads it after the hook (review r21-c
+    // item 3).
+    #[cfg(test)]
+    let mut try_take = move || {
+        let g = try_take();
+        if g.is_none() {
+            hooks::after_try();
+        }
+        g
+    };
     loop {
+        // Before the try: a hold's end between a failed try and the sleep
+        // has advanced the word, and the sleep returns at once.
         let seen = RELEASES.load(Ordering::SeqCst);
         if let Some(g) = try_take() {
             super::super::sys::set_errno(errno);
@@ -90,6 +114,13 @@ pub(super) static WAITERS: AtomicU32 = AtomicU32::new(0);
 
 /// The waiters' futex word: [`wake`] advances it.
 static RELEASES: AtomicU32 = AtomicU32::new(0);
+
+/// The futex word's address (a test tells a sleep on it in
+/// `/proc/self/task/<tid>/syscall`).
+#[cfg(test)]
+pub(super) fn releases_addr() -> usize {
+    RELEASES.as_ptr() as usize
+}
 
 /// The sleep's bound: a wake-up missed costs this. None in the tests,
 /// where a missed wake-up hangs the run (`within_a_minute` ends it).

@@ -339,32 +339,68 @@ fn a_forked_child_never_drops_what_the_parent_retired() {
 /// woken when the hold ends (review r21-b item 8: the wait had no
 /// wake-up and slept the timer's slack per round). In the tests the
 /// sleep has no backstop: a hold's end that wakes no one hangs the run
-/// (`within_a_minute` ends it). The holder lets go once the look-up is
-/// about to sleep (staged).
+/// (`within_a_minute` ends it). Two stagings (review r21-c item 3): the
+/// holder lets go right after the look-up's failed try (fails with `seen`
+/// read after the try: the sleep then waits for a wake-up that came), and
+/// once the look-up is asleep in the futex (fails without the wake-up's
+/// syscall).
 #[test]
 fn a_wait_for_the_lock_is_woken_when_the_hold_ends() {
     let _serial = serial();
+    woken_at_the_hold_end(false);
+    woken_at_the_hold_end(true);
+}
+
+/// [`a_wait_for_the_lock_is_woken_when_the_hold_ends`]'s staging: the
+/// hold ends once the waiter is `asleep`, or else right after its try.
+fn woken_at_the_hold_end(asleep: bool) {
     let (held_tx, held_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
+    // The waiter's thread, if the holder waits for its sleep.
+    let (go_tx, go_rx) = mpsc::channel::<Option<i32>>();
     let (gone_tx, gone_rx) = mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
         let h = write_map().expect("not over a hold");
         held_tx.send(()).unwrap();
-        go_rx.recv().unwrap();
+        if let Some(tid) = go_rx.recv().unwrap() {
+            asleep_on_the_wake_word(tid);
+        }
         drop(h);
-        gone_tx.send(()).unwrap();
+        // The waiter no longer listens if it went to sleep.
+        let _ = gone_tx.send(());
     });
     held_rx.recv().unwrap();
     let took = within_a_minute("a wait not woken at the hold's end", move || {
-        hooks::BEFORE_WAIT.with(|b| {
+        hooks::AFTER_TRY.with(|b| {
             *b.borrow_mut() = Some(Box::new(move || {
-                go_tx.send(()).unwrap();
-                // The hold has ended (and woken) before this sleeps.
-                gone_rx.recv().unwrap();
+                if asleep {
+                    // SAFETY: gettid has no arguments and cannot fail.
+                    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+                    go_tx.send(Some(tid)).unwrap();
+                } else {
+                    go_tx.send(None).unwrap();
+                    // The hold has ended (and woken) before this sleeps.
+                    gone_rx.recv().unwrap();
+                }
             }));
         });
         read_map().is_ok()
     });
     holder.join().unwrap();
     assert!(took);
+}
+
+/// Returns once thread `tid` is in the futex wait on the table's wake-up
+/// word (its `/proc` syscall line: the call's number and first argument).
+fn asleep_on_the_wake_word(tid: i32) {
+    let want = format!("{} {:#x} ", libc::SYS_futex, wait::releases_addr());
+    let path = format!("/proc/self/task/{tid}/syscall");
+    // Bounded far above any wait for a thread to run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if std::fs::read_to_string(&path).is_ok_and(|s| s.starts_with(&want)) {
+            return;
+        }
+        std::thread::yield_now();
+    }
+    panic!("the waiter never slept on the wake-up word");
 }
