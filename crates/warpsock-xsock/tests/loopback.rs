@@ -754,3 +754,53 @@ fn a_shut_read_side_is_a_new_arrival() {
     xb.shutdown(true, false);
     assert_eq!(xb.readiness_now().arrivals, after.arrivals);
 }
+
+/// An int socket option of `fd`.
+fn int_opt(fd: i32, level: i32, name: i32) -> i32 {
+    let mut v: i32 = -1;
+    let mut l = size_of::<i32>() as libc::socklen_t;
+    // SAFETY: an int out-parameter of its size.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut i32).cast(), &mut l) };
+    assert_eq!(r, 0, "getsockopt {level}/{name}");
+    v
+}
+
+/// The switch leaves the connection's TCP options the program's, as over
+/// TCP: no user timeout and no keepalive of the engine's. With the
+/// engine's 10 s `TCP_USER_TIMEOUT`, a reader that stopped reading for
+/// longer killed the writer's connection (zero-window probing ends at the
+/// user timeout since Linux 5.1): ETIMEDOUT where TCP blocks the writer.
+/// What the program set itself before the switch stays.
+#[test]
+fn the_switch_keeps_the_programs_tcp_options() {
+    let (a, b) = tcp_pair();
+    let mine: i32 = 1234;
+    // SAFETY: an int option of the test's socket.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&a),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&mine as *const i32).cast(),
+            size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    assert_eq!(
+        int_opt(xa.tcp_fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
+        mine
+    );
+    assert_eq!(
+        int_opt(xb.tcp_fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
+        0,
+        "the engine's user timeout"
+    );
+    for x in [&xa, &xb] {
+        assert_eq!(
+            int_opt(x.tcp_fd(), libc::SOL_SOCKET, libc::SO_KEEPALIVE),
+            0,
+            "the engine's keepalive"
+        );
+    }
+}

@@ -59,6 +59,15 @@ fn qp_init<'a>(e: &'a Engine, opts: &Options) -> QpInit<'a> {
     init.options.mpa_timeout = opts.limits.request_timeout;
     init.options.sq_depth = 4 * usize::from(opts.slots) + 64;
     init.options.rq_depth = usize::from(opts.slots);
+    // The connection's TCP options stay the program's, as over TCP: the
+    // engine's defaults (a 10 s `TCP_USER_TIMEOUT`, keepalive after 5 s)
+    // are for RDMA peers. Since Linux 5.1 the user timeout also ends
+    // zero-window probing, so a reader that stopped reading for 10 s
+    // killed the writer's connection with ETIMEDOUT (a 1 MiB blocking
+    // writer against a 15 s stall, session 21), where TCP blocks the
+    // writer for as long as the reader waits. Zero: left as they are.
+    init.options.tcp.user_timeout = std::time::Duration::ZERO;
+    init.options.tcp.keepalive_idle = std::time::Duration::ZERO;
     let size = opts.slot_size;
     init.recvs = (0..u32::from(opts.slots))
         .map(|slot| RecvWr {
