@@ -52,6 +52,15 @@ pub(super) fn after_try() {
 }
 
 thread_local! {
+    /// The wake-up syscalls the thread's hold's ends made.
+    pub(super) static WOKE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+pub(super) fn woke() {
+    let _ = WOKE.try_with(|w| w.set(w.get() + 1));
+}
+
+thread_local! {
     /// Run once in `copy` under its write hold, before the change (a
     /// handler there, staged).
     pub(crate) static IN_COPY: RefCell<Option<Box<dyn FnOnce()>>> =

@@ -28,21 +28,24 @@ use super::WAIT;
 /// A loop of the library's own (std's blocking wait cannot tell when it
 /// took the lock): the thread registers in [`WAITERS`] before its tries
 /// and sleeps on [`RELEASES`] between them; a hold's end that finds a
-/// waiter wakes them all ([`wake`]: one load on every hold's end, the
-/// wake-up only with a waiter). The sleep has a backstop of 10 ms
+/// waiter advances the word and, if a waiter said it sleeps
+/// ([`SLEEPING`]), wakes them all ([`wake`]: one load on every hold's
+/// end; the word's RMW only with a waiter registered; the syscall only
+/// with one asleep, review r21-c item 1). The sleep has a backstop of 10 ms
 /// ([`BACKSTOP`]): a wake-up missed costs that much, never a hang. The
 /// waiter's side is ordered by a fence (cold); the unlock's side is not
 /// (the free path would pay it): std's unlock is an RMW, and the hold's
 /// end's SeqCst load of the waiter count after it is ordered by the
 /// hardware — x86's locked instruction; Arm's `stlxr` or `ldaddl`, then
 /// `ldar` — an argument outside the language's model (review r21-c item
-/// 4). As std's wait, it
-/// lasts as long as the lock is held; unlike std's, a waiting writer
-/// does not stop new readers (each read hold is a look-up). A
-/// `siglongjmp` out of a handler over the sleep leaves the thread
-/// counted in [`WAITERS`]: every hold's end then makes the wake-up's
-/// syscall (review r21-b item 8: the pause before had no wake-up, and a
-/// look-up behind a write hold slept 50 µs or more of timer slack).
+/// 4). As std's wait, it lasts as long as the lock is held; unlike
+/// std's, a waiting writer does not stop new readers (each read hold is a
+/// look-up; their ends make no syscall while the writer tries, only
+/// while it sleeps). A `siglongjmp` out of a handler over the sleep
+/// leaves the thread counted in [`WAITERS`]: every hold's end then makes
+/// [`wake`]'s RMW of the word, but no syscall (review r21-b item 8: the
+/// pause before had no wake-up, and a look-up behind a write hold slept
+/// 50 µs or more of timer slack).
 #[cold]
 #[inline(never)]
 pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
@@ -100,9 +103,13 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
         let waiting = Waiting;
         #[cfg(test)]
         hooks::before_wait();
+        // Asks the hold's ends for the syscall: one that advances the word
+        // after this sees the bit and wakes; one before this advanced the
+        // word since `seen`, and the sleep returns at once.
+        RELEASES.fetch_or(SLEEPING, Ordering::SeqCst);
         // Returns at a wake-up since `seen` (at once if one came between
         // the load and this), a signal, or the backstop.
-        super::super::sys::futex_wait(&RELEASES, seen, BACKSTOP);
+        super::super::sys::futex_wait(&RELEASES, seen | SLEEPING, BACKSTOP);
         drop(waiting);
     }
 }
@@ -112,8 +119,16 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
 /// ([`child_waiters`]).
 pub(super) static WAITERS: AtomicU32 = AtomicU32::new(0);
 
-/// The waiters' futex word: [`wake`] advances it.
+/// The waiters' futex word: [`wake`] advances it by [`RELEASE`], above
+/// the [`SLEEPING`] bit.
 static RELEASES: AtomicU32 = AtomicU32::new(0);
+
+/// [`RELEASES`]' bit: a waiter is about to sleep, or asleep (set before
+/// its sleep; cleared by the [`wake`] that makes the syscall).
+const SLEEPING: u32 = 1;
+
+/// One hold's end in [`RELEASES`] (above [`SLEEPING`]).
+const RELEASE: u32 = 2;
 
 /// The futex word's address (a test tells a sleep on it in
 /// `/proc/self/task/<tid>/syscall`).
@@ -130,12 +145,25 @@ const BACKSTOP: Option<std::time::Duration> = Some(std::time::Duration::from_mil
 const BACKSTOP: Option<std::time::Duration> = None;
 
 /// Wakes every thread sleeping in [`wait`] (a hold's end that found
-/// [`WAITERS`]): each tries the lock again.
+/// [`WAITERS`]): each tries the lock again. The word advances at each
+/// call (a waiter between its `seen` and its sleep returns at once); the
+/// syscall only if a waiter set [`SLEEPING`] (review r21-c item 1: a
+/// writer trying behind readers, or a registration a `siglongjmp` left,
+/// made every hold's end a syscall). One RMW: the bit is cleared with the
+/// advance, so no sleep's bit is cleared by a wake that did not see it.
 #[cold]
 #[inline(never)]
 pub(super) fn wake() {
-    RELEASES.fetch_add(1, Ordering::SeqCst);
-    super::super::sys::futex_wake(&RELEASES);
+    let v = RELEASES
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+            Some(v.wrapping_add(RELEASE) & !SLEEPING)
+        })
+        .unwrap_or_else(|v| v);
+    if v & SLEEPING != 0 {
+        #[cfg(test)]
+        hooks::woke();
+        super::super::sys::futex_wake(&RELEASES);
+    }
 }
 
 /// In a forked child: the waiters are its thread's own waits (the fork

@@ -343,17 +343,21 @@ fn a_forked_child_never_drops_what_the_parent_retired() {
 /// holder lets go right after the look-up's failed try (fails with `seen`
 /// read after the try: the sleep then waits for a wake-up that came), and
 /// once the look-up is asleep in the futex (fails without the wake-up's
-/// syscall).
+/// syscall). The hold's end makes that syscall only with the look-up
+/// asleep (review r21-c item 1: a waiter registered but trying, or a
+/// registration left by a `siglongjmp`, made every end a syscall). The
+/// sleep first: its wake-up clears any sleep bit an earlier test left.
 #[test]
 fn a_wait_for_the_lock_is_woken_when_the_hold_ends() {
     let _serial = serial();
-    woken_at_the_hold_end(false);
-    woken_at_the_hold_end(true);
+    assert_eq!(woken_at_the_hold_end(true), 1, "asleep: the syscall");
+    assert_eq!(woken_at_the_hold_end(false), 0, "awake: no syscall");
 }
 
 /// [`a_wait_for_the_lock_is_woken_when_the_hold_ends`]'s staging: the
 /// hold ends once the waiter is `asleep`, or else right after its try.
-fn woken_at_the_hold_end(asleep: bool) {
+/// Returns the wake-up syscalls the hold's end made.
+fn woken_at_the_hold_end(asleep: bool) -> usize {
     let (held_tx, held_rx) = mpsc::channel();
     // The waiter's thread, if the holder waits for its sleep.
     let (go_tx, go_rx) = mpsc::channel::<Option<i32>>();
@@ -364,9 +368,11 @@ fn woken_at_the_hold_end(asleep: bool) {
         if let Some(tid) = go_rx.recv().unwrap() {
             asleep_on_the_wake_word(tid);
         }
+        let before = hooks::WOKE.with(|w| w.get());
         drop(h);
         // The waiter no longer listens if it went to sleep.
         let _ = gone_tx.send(());
+        hooks::WOKE.with(|w| w.get()) - before
     });
     held_rx.recv().unwrap();
     let took = within_a_minute("a wait not woken at the hold's end", move || {
@@ -385,8 +391,9 @@ fn woken_at_the_hold_end(asleep: bool) {
         });
         read_map().is_ok()
     });
-    holder.join().unwrap();
+    let woke = holder.join().unwrap();
     assert!(took);
+    woke
 }
 
 /// Returns once thread `tid` is in the futex wait on the table's wake-up
