@@ -52,6 +52,14 @@ mod flag {
         ".balign 4",
         "warpsock_map_held:",
         ".zero 4",
+        // The thread's registrations in `fdtable`'s lock wait (`map_waits`).
+        ".globl warpsock_map_waits",
+        ".hidden warpsock_map_waits",
+        ".type warpsock_map_waits,@object",
+        ".size warpsock_map_waits,4",
+        ".balign 4",
+        "warpsock_map_waits:",
+        ".zero 4",
         ".popsection",
     );
 
@@ -98,6 +106,13 @@ mod flag {
         tls!("warpsock_map_held", Cell<u32>)
     }
 
+    /// The calling thread's registrations in the lock's wait (see
+    /// [`super::map_waits`]).
+    #[inline(always)]
+    pub(super) fn map_waits() -> &'static Cell<u32> {
+        tls!("warpsock_map_waits", Cell<u32>)
+    }
+
     /// Adds `D` (wrapping) to the thread's count word in one instruction.
     #[inline(always)]
     pub(super) fn map_held_add<const D: u32>(c: &Cell<u32>) {
@@ -138,6 +153,15 @@ mod flag {
         static BUSY: Cell<bool> = const { Cell::new(false) };
         static SLOT: Cell<usize> = const { Cell::new(0) };
         static MAP_HELD: Cell<u32> = const { Cell::new(0) };
+        static MAP_WAITS: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// The calling thread's registrations in the lock's wait (see
+    /// [`super::map_waits`]).
+    #[inline(always)]
+    pub(super) fn map_waits() -> &'static Cell<u32> {
+        // SAFETY: as `get`.
+        MAP_WAITS.with(|b| unsafe { &*(b as *const Cell<u32>) })
     }
 
     /// The calling thread's count of map-lock holds (see [`super::map_held`]).
@@ -198,6 +222,18 @@ pub(crate) fn slot() -> &'static Cell<usize> {
 #[inline]
 pub(crate) fn map_held() -> &'static Cell<u32> {
     flag::map_held()
+}
+
+/// How many registrations in `fdtable`'s wait for its lock the calling
+/// thread has (a wait's, and a handler's over it that waits too): a
+/// forked child's count of waiters is its thread's (review r21-c item 2:
+/// the wait marks, raised only over the sleeps, missed a registration
+/// before or after them). Static TLS, as [`map_held`]: a handler's
+/// first read allocates nothing. Changed by [`map_held_add`] (one
+/// instruction; a handler's changes are balanced).
+#[inline]
+pub(crate) fn map_waits() -> &'static Cell<u32> {
+    flag::map_waits()
 }
 
 /// Adds `D` (wrapping: a negative step as its two's complement) to

@@ -55,8 +55,7 @@ pub(crate) fn fork_release_child() {
     held::closes_forget();
     // The parent's other waiters are not in the child: its thread's own
     // waits only (before the hold's end below looks).
-    let v = super::super::guard::map_held().get();
-    super::wait::child_waiters((v / super::WAIT) % (super::HOLD / super::WAIT));
+    super::wait::child_waiters();
     FORK_GUARD.with(|f| {
         if let Some(mut g) = f.borrow_mut().take() {
             g.retired.forget();

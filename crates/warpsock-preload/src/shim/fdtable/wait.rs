@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 
-use super::super::guard::map_held_add;
+use super::super::guard::{map_held_add, map_waits};
 
 #[cfg(test)]
 use super::hooks;
@@ -62,11 +62,18 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
     struct Registered;
     impl Drop for Registered {
         fn drop(&mut self) {
-            WAITERS.fetch_sub(1, Ordering::SeqCst);
+            let was = WAITERS.fetch_sub(1, Ordering::SeqCst);
+            debug_assert_ne!(was, 0, "the lock's waiter count wrapped");
+            // After the registration's end: a fork in between counts it in
+            // the child ([`child_waiters`]: too many, never too few).
+            map_held_add::<{ 1u32.wrapping_neg() }>(map_waits());
         }
     }
     // A sleep a signal ended leaves `EINTR`: the caller's errno is kept.
     let errno = super::super::sys::errno();
+    // Before the registration: a fork from a handler in between counts it
+    // in the child ([`child_waiters`]).
+    map_held_add::<1>(map_waits());
     // Before the tries: a hold's end after a failed try sees the waiter.
     WAITERS.fetch_add(1, Ordering::SeqCst);
     // A store-buffering pair (review r21-c item 4): this registration then
@@ -166,9 +173,15 @@ pub(super) fn wake() {
     }
 }
 
-/// In a forked child: the waiters are its thread's own waits (the fork
-/// made from a handler over a wait), not the parent's other threads',
-/// which would make every hold's end of the child wake no one.
-pub(super) fn child_waiters(own: u32) {
-    WAITERS.store(own, Ordering::SeqCst);
+/// In a forked child: the waiters are its thread's own registrations
+/// (the fork made from a handler over a wait; [`map_waits`]), not the
+/// parent's other threads', which would make every hold's end of the
+/// child wake no one. Raised before a registration and lowered after its
+/// end, the thread's count is never below its registrations: the
+/// child's count is at worst one too many per wait a handler forked in
+/// (each hold's end then pays [`wake`]'s RMW, no syscall), never too
+/// few, where the wait marks were (a registration lasts longer than its
+/// mark), and the count wrapped (review r21-c item 2).
+pub(super) fn child_waiters() {
+    WAITERS.store(map_waits().get(), Ordering::SeqCst);
 }

@@ -411,3 +411,54 @@ fn the_childs_forgetting_at_the_holds_end_demotes() {
         unsafe { libc::close(d) };
     }
 }
+
+/// A fork from a handler over a wait's registration, outside its sleep
+/// (no wait mark), leaves the child a waiter count that the wait's end
+/// brings back to 0 (review r21-c item 2: counted from the wait marks,
+/// the child's count was 0, the wait's end wrapped it, and the next
+/// waiter's registration wrapped it back to 0: its sleeps were never
+/// woken). Staged: the fork is made from the wait's first try.
+#[test]
+fn a_fork_over_a_waits_registration_leaves_the_child_its_count() {
+    let _serial = serial();
+    let status = within_a_minute("a fork over a wait's registration", || {
+        let parent = std::process::id();
+        let mut child = 0;
+        let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait(|| {
+                if child != 0 || std::process::id() != parent {
+                    return Some(());
+                }
+                // A handler's fork here (the lock is free: `fork_prepare`
+                // takes it, the parent's release wakes this wait).
+                fork_prepare();
+                // SAFETY: the child ends its wait, reads a static, `_exit`s.
+                child = unsafe { libc::fork() };
+                if child == 0 {
+                    // SAFETY: a process attribute of the child's (its
+                    // parent is this thread, which waits for it below).
+                    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+                    fork_release_child();
+                    return Some(());
+                }
+                fork_release();
+                None
+            });
+        }));
+        if std::process::id() != parent {
+            let ok = waited.is_ok() && wait::WAITERS.load(Ordering::SeqCst) == 0;
+            // SAFETY: leaves the child at once (no test harness in it).
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        waited.unwrap();
+        assert!(child > 0, "fork");
+        let mut status = 0;
+        // SAFETY: our child.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        status
+    });
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's waiter count is not 0 after its wait (status {status:#x})"
+    );
+}
