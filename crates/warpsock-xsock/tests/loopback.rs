@@ -804,3 +804,43 @@ fn the_switch_keeps_the_programs_tcp_options() {
         );
     }
 }
+
+/// A timed large read (`SO_RCVTIMEO`) on a connection whose peer's
+/// program makes no call (its engine is never driven) returns `EAGAIN` at
+/// its timeout and the connection lives, as over TCP: by default a timed
+/// read offers no sink (`Options::sinks_timed`), whose withdrawal would
+/// wait for the idle peer's answer and then fail the socket with
+/// ETIMEDOUT (11 s for a 1 s timeout under the preload, session 21).
+#[test]
+fn a_timed_large_read_of_an_idle_peer_times_out_and_the_connection_lives() {
+    let (a, b) = tcp_pair();
+    let o = Options {
+        sinks_timed: false,
+        sink_cancel_timeout: Duration::from_millis(300),
+        ..sink_opts()
+    };
+    let (xa, xb) = switch_both(&a, &b, &o);
+    let mut buf = vec![0u8; 1 << 20];
+    for _ in 0..3 {
+        let e = xb
+            .recv(
+                &mut buf,
+                RecvFlags::default(),
+                Some(Duration::from_millis(100)),
+            )
+            .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+        assert!(xb.error().is_none(), "{:?}", xb.error());
+    }
+    assert_eq!(
+        xb.stats()
+            .sink_offers
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    xa.send(b"later", false, None).unwrap();
+    let (n, _) = xb
+        .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(&buf[..n], b"later");
+}

@@ -505,6 +505,25 @@ impl XSocket {
         }
     }
 
+    /// Whether a large blocking read with `deadline` may offer its buffer
+    /// as a sink ([`Options::sinks`]), or has its posted receives
+    /// retargeted instead (`io/placed.rs`). Not a timed read
+    /// (`SO_RCVTIMEO`): a sink offered and then withdrawn at the timeout
+    /// waits for the peer's answer (the peer may be writing into the
+    /// buffer), and a peer whose program makes no call answers nothing —
+    /// an idle connection's timed 1 MiB read failed the socket with
+    /// ETIMEDOUT after the timeout plus `sink_cancel_timeout` (11 s for a
+    /// 1 s `SO_RCVTIMEO`; session 21), where TCP's returns `EAGAIN` at the
+    /// timeout and the connection lives. Retargeting is undone locally;
+    /// it waits only for a message already being placed. (Unless
+    /// [`Options::sinks_timed`].)
+    ///
+    /// [`Options::sinks`]: super::Options::sinks
+    /// [`Options::sinks_timed`]: super::Options::sinks_timed
+    fn sinks_for(&self, deadline: Option<Instant>) -> bool {
+        self.opts.sinks && (deadline.is_none() || self.opts.sinks_timed)
+    }
+
     /// [`Self::recv_guarded`] from its lock on: the general loop.
     #[inline(never)]
     fn recv_locked<'a>(
@@ -517,6 +536,7 @@ impl XSocket {
         if buf.is_empty() {
             return (st, Ok((0, false)));
         }
+        let sinks = self.sinks_for(deadline);
         let mut got = 0;
         // Whether the engine was driven since the books were last looked
         // at. A call that finds its bytes processed already (by the
@@ -565,14 +585,14 @@ impl XSocket {
                 && !st.msg_mode
                 && rest >= self.opts.zcopy_min
                 && st.s.readable() == 0
-                && (!self.opts.sinks || Self::sink_usable(&st));
-            if sink && self.opts.sinks && !flags.nonblocking {
+                && (!sinks || Self::sink_usable(&st));
+            if sink && sinks && !flags.nonblocking {
                 sink = *sink_due.get_or_insert_with(|| st.s.sink_due());
             }
             // A sink is offered after a round (bytes it would find make it
             // moot); receives are retargeted before one, so that what the
             // round reads is placed.
-            if !driven && (flags.nonblocking || expired || (sink && self.opts.sinks)) {
+            if !driven && (flags.nonblocking || expired || (sink && sinks)) {
                 driven = true;
                 // A DATA message the round takes in and that fits is
                 // copied straight into the buffer (`drive_take`).
@@ -605,7 +625,7 @@ impl XSocket {
                 };
                 return (st, r);
             }
-            if sink && !self.opts.sinks {
+            if sink && !sinks {
                 let (guard, r) =
                     self.recv_placed(st, &mut [&mut buf[got..]], 0, flags.waitall, deadline);
                 st = guard;
@@ -709,7 +729,7 @@ impl XSocket {
         // of the stream. `got` bytes of the buffers are filled in order.
         let mut got = if flags.nonblocking {
             0
-        } else if self.opts.sinks {
+        } else if self.sinks_for(deadline) {
             self.recv_into_later_sink(bufs, flags.waitall, deadline)?
         } else {
             self.recv_into_placed(bufs, flags.waitall, deadline)?

@@ -42,6 +42,16 @@ pub struct Options {
     /// quiet run measured it about 20 % slower). See the crate docs
     /// ("Placement").
     pub sinks: bool,
+    /// Whether a *timed* read (`SO_RCVTIMEO`) may offer a sink too. Off by
+    /// default: a sink withdrawn at the timeout waits for the peer's
+    /// answer, and a peer whose program makes no call answers nothing —
+    /// the socket then fails with `ETIMEDOUT` after the timeout plus
+    /// [`Self::sink_cancel_timeout`], where TCP's read returns `EAGAIN` at
+    /// the timeout and the connection lives (session 21). Off, a timed
+    /// large read has its posted receives retargeted (undone locally).
+    /// The crate's tests turn it on: they bound their reads with a timeout
+    /// as a safety net.
+    pub sinks_timed: bool,
     /// Switch timeouts and bounds.
     pub limits: Limits,
     /// How long a reader that gave up on a sink (timeout) waits for the
@@ -103,6 +113,7 @@ impl Default for Options {
             // caller's buffer and never buffers.
             sndbuf: 1 << 20,
             sinks: true,
+            sinks_timed: false,
             limits: Limits::default(),
             sink_cancel_timeout: Duration::from_secs(10),
             busy_poll: Duration::ZERO,

@@ -13,6 +13,10 @@ pub(crate) const LIMIT: Duration = Duration::from_secs(20);
 pub(crate) fn opts() -> Options {
     Options {
         limits: Limits::with_timeout(Duration::from_secs(3)),
+        // The tests bound their reads with a timeout as a safety net; the
+        // sinks they test are offered by timed reads too (the default
+        // keeps timed reads from offering: `Options::sinks_timed`).
+        sinks_timed: true,
         ..Options::default()
     }
 }
