@@ -436,13 +436,20 @@ fn a_lone_parked_connection_polled(extra: &[&str]) {
 /// call itself (none handed over), with a few `epoll_ctl` for the set-up
 /// of the two connections (and a rare arrival of two frames at once) and
 /// none per datagram; nothing was given back to the progress thread.
+///
+/// The `epoll_ctl` bound is a quarter of the datagrams: a quiet run makes
+/// fewer than 40, a loaded 2-core CI made 89 for 800 (session 21: the
+/// progress thread's round racing the caller's changes the watch more
+/// often, correctly), and what the test guards against — a connection
+/// that leaves the park per datagram — makes one or more per datagram (at
+/// least 600 of 800 here before).
 fn assert_read_parked(r: &Run, dgrams: u64) {
     assert_eq!(r.stat("rx_tcp_dgrams"), dgrams, "{}", r.stderr);
     assert_eq!(r.stat("rx_kernel_dgrams"), 0, "{}", r.stderr);
     assert_eq!(r.stat("rx_caller_dgrams"), dgrams, "{}", r.stderr);
     let mods = r.stat("conn_epoll_mods");
     assert!(
-        mods <= 40,
+        mods <= (dgrams / 4).max(40),
         "{mods} epoll_ctl for {dgrams} datagrams: {}",
         r.stderr
     );
