@@ -13,7 +13,7 @@ use libc::c_int;
 
 use crate::interpose;
 use crate::shim::fdtable::tests::support::{
-    dummy, hold_write, same, serial, within_a_minute, IN_COPY,
+    dummy, hold_write, inode, same, serial, within_a_minute, Kernel, IN_COPY,
 };
 use crate::shim::fdtable::{
     fork_prepare, fork_release, fork_release_child, get, insert, mark, prepare, remove,
@@ -156,40 +156,6 @@ fn a_close_inside_the_fork_hold_is_made_in_both_processes() {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "the child's close (status {status:#x})"
     );
-}
-
-/// A managed socket whose kernel descriptor (the one a demotion puts at
-/// the program's number) is `.0`.
-struct Kernel(c_int);
-
-impl Socket for Kernel {
-    fn kernel_fd(&self) -> c_int {
-        self.0
-    }
-    fn add_ref(&self) {}
-    fn release(&self) {}
-    fn nonblocking(&self) -> bool {
-        false
-    }
-    fn set_nonblocking(&self, _: bool) {}
-    unsafe fn recvmsg(&self, _: &mut libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-    unsafe fn sendmsg(&self, _: &libc::msghdr, _: c_int) -> isize {
-        -1
-    }
-}
-
-/// The inode of the file descriptor `fd` names (0: not open).
-fn inode(fd: c_int) -> u64 {
-    // SAFETY: fstat into a local.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) < 0 {
-            return 0;
-        }
-        st.st_ino
-    }
 }
 
 /// A new pipe's two ends (close-on-exec).

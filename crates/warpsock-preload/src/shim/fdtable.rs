@@ -770,6 +770,7 @@ pub(crate) mod tests {
     /// table's (`interpose`'s `held_calls`; the table's tests never use
     /// the layers above it).
     pub(crate) mod support {
+        pub(crate) use super::held::{inode, Kernel};
         pub(crate) use super::holds::within_a_minute;
         pub(crate) use super::look_ups::serial;
         use super::*;

@@ -348,13 +348,14 @@ fn a_fork_prepare_over_a_count_takes_the_lock_another_thread_lets_go() {
     assert!(took, "fork_prepare took nothing");
 }
 
-/// A socket whose kernel descriptor is `.0`.
-struct Kernel(c_int);
+/// A socket whose kernel descriptor is `.0` (the one a demotion puts at
+/// the program's number).
+pub(crate) struct Kernel(pub(crate) c_int);
 
 inert_socket!(Kernel, |s: &Kernel| s.0);
 
 /// The inode of the file `fd` names (0: not open).
-fn inode(fd: c_int) -> u64 {
+pub(crate) fn inode(fd: c_int) -> u64 {
     // SAFETY: fstat into a local.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
