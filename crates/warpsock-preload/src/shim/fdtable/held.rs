@@ -117,6 +117,7 @@
 
 use std::cell::Cell;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
@@ -160,8 +161,10 @@ struct Closes {
     /// the end: the object, kept alive, cannot be another at the same
     /// address; review r21-haz item 7).
     fds: [Cell<(c_int, Kept)>; CLOSES],
-    /// How many of `fds` are kept.
-    len: Cell<usize>,
+    /// How many of `fds` are reserved (a slot is reserved by one RMW
+    /// before it is filled: [`defer_close`]); a reserved slot not filled
+    /// holds `(-1, None)`, which [`run_closes`] skips.
+    len: AtomicUsize,
     /// The objects are forgotten, not released (a forked child's).
     forget: Cell<bool>,
 }
@@ -172,7 +175,7 @@ thread_local! {
     static LEFT: Closes = const {
         Closes {
             fds: [const { Cell::new((-1, None)) }; CLOSES],
-            len: Cell::new(0),
+            len: AtomicUsize::new(0),
             forget: Cell::new(false),
         }
     };
@@ -186,29 +189,54 @@ thread_local! {
 /// found without the lock, or [`CLOSES`] left already).
 pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
     LEFT.with(|d| {
-        let n = d.len.get();
-        if d.fds[..n].iter().any(|e| e.get().0 == fd) {
-            return Err(libc::EBADF);
+        // The slot is reserved first, in one instruction (a relaxed RMW
+        // of the thread's own word: signal-atomic on every target): a
+        // nested handler's close over this one (another signal, not
+        // blocked in a handler) reserves the next. A load here and a
+        // store after the look-up and the syscalls below let it take the
+        // same slot, which this call then overwrote: its close, which
+        // returned 0, was never made and its kept object leaked (review
+        // r21-c item 5, the word's bug of r21-b item 7 one level down).
+        let n = d.len.fetch_add(1, Ordering::Relaxed);
+        let r = fill(d, n, fd);
+        if r != Ok(true) {
+            // Given back if it is still the last (a nested close made
+            // after it holds the next: the slot stays empty, skipped).
+            let _ = d
+                .len
+                .compare_exchange(n + 1, n, Ordering::Relaxed, Ordering::Relaxed);
         }
-        let Some(s) = super::get(fd) else {
-            return Ok(false);
-        };
-        if is_refused(&s) || n == CLOSES {
-            return Err(libc::EDEADLK);
-        }
-        // An exec before the hold's end does not pass it on.
-        // SAFETY: fcntl on the program's descriptor; no pointers.
-        unsafe {
-            let fl = real::fcntl(fd, libc::F_GETFD, 0);
-            if fl >= 0 {
-                real::fcntl(fd, libc::F_SETFD, (fl | libc::FD_CLOEXEC) as usize);
-            }
-        }
-        d.fds[n].set((fd, Some(keep(s))));
-        d.len.set(n + 1);
-        guard::map_held_or::<{ super::CLOSE_DEFERRED }>(guard::map_held());
-        Ok(true)
+        r
     })
+}
+
+/// [`defer_close`]'s work, with slot `n` reserved.
+fn fill(d: &Closes, n: usize, fd: c_int) -> Result<bool, c_int> {
+    // The slots below: a nested close's of the same number made while an
+    // outer one is between its reservation and its fill is not seen here
+    // (both return 0; the end closes the number once).
+    if d.fds[..n.min(CLOSES)].iter().any(|e| e.get().0 == fd) {
+        return Err(libc::EBADF);
+    }
+    let Some(s) = super::get(fd) else {
+        return Ok(false);
+    };
+    if is_refused(&s) || n >= CLOSES {
+        return Err(libc::EDEADLK);
+    }
+    // An exec before the hold's end does not pass it on.
+    // SAFETY: fcntl on the program's descriptor; no pointers.
+    unsafe {
+        let fl = real::fcntl(fd, libc::F_GETFD, 0);
+        if fl >= 0 {
+            real::fcntl(fd, libc::F_SETFD, (fl | libc::FD_CLOEXEC) as usize);
+        }
+    }
+    #[cfg(test)]
+    super::hooks::in_defer_close();
+    d.fds[n].set((fd, Some(keep(s))));
+    guard::map_held_or::<{ super::CLOSE_DEFERRED }>(guard::map_held());
+    Ok(true)
 }
 
 /// The thread's own change of `fd` under its write hold, made by the
@@ -224,7 +252,8 @@ pub(super) fn carry_close(fd: c_int, to: Option<&Arc<dyn Socket>>) -> Option<Arc
         return None;
     }
     LEFT.with(|d| {
-        let e = d.fds[..d.len.get()].iter().find(|e| e.get().0 == fd)?;
+        let n = d.len.load(Ordering::Relaxed).min(CLOSES);
+        let e = d.fds[..n].iter().find(|e| e.get().0 == fd)?;
         let before = e.get().1;
         e.set((fd, to.cloned().map(keep)));
         before.map(unkeep)
@@ -241,10 +270,17 @@ pub(super) fn carry_close(fd: c_int, to: Option<&Arc<dyn Socket>>) -> Option<Arc
 pub(super) fn run_closes() {
     let e = errno();
     while let Some((fd, kept, forget)) = LEFT.with(|d| {
-        let n = d.len.get().checked_sub(1)?;
-        d.len.set(n);
-        Some((d.fds[n].get().0, d.fds[n].get().1, d.forget.get()))
+        // No hold here (a handler's close is a plain one): the list is
+        // this loop's. Each slot is emptied as it is taken.
+        let n = d.len.load(Ordering::Relaxed).checked_sub(1)?;
+        let (fd, kept) = d.fds[n.min(CLOSES - 1)].replace((-1, None));
+        d.len.store(n, Ordering::Relaxed);
+        Some((fd, kept, d.forget.get()))
     }) {
+        if fd < 0 {
+            // A slot reserved and not filled (its close refused).
+            continue;
+        }
         let Some(kept) = kept else {
             if super::get(fd).is_none() {
                 // SAFETY: the program's descriptor, which it closed.
@@ -288,7 +324,7 @@ pub(super) fn run_closes() {
 /// program closed before it forked), their objects forgotten (a thread
 /// that did not follow the fork may hold their state locked).
 pub(super) fn closes_forget() {
-    LEFT.with(|d| d.forget.set(d.len.get() != 0));
+    LEFT.with(|d| d.forget.set(d.len.load(Ordering::Relaxed) != 0));
 }
 
 /// [`super::all_to_demote`] over the thread's hold: the descriptors below

@@ -99,3 +99,20 @@ pub(super) fn before_wait() {
         f();
     }
 }
+
+thread_local! {
+    /// Run once in `held::defer_close` between its slot's reservation and
+    /// its fill (a nested handler's close there, staged).
+    pub(super) static IN_DEFER_CLOSE: RefCell<Option<Box<dyn FnOnce()>>> =
+        const { RefCell::new(None) };
+}
+
+pub(super) fn in_defer_close() {
+    if let Some(f) = IN_DEFER_CLOSE
+        .try_with(|b| b.borrow_mut().take())
+        .ok()
+        .flatten()
+    {
+        f();
+    }
+}

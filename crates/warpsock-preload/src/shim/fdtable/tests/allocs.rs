@@ -274,6 +274,7 @@ fn a_close_over_a_hold_allocates_nothing() {
         // The test-only hooks' own thread-locals (a destructor registered:
         // `calloc`), outside the count.
         hooks::BEFORE_LOCK.with(|_| ());
+        hooks::IN_DEFER_CLOSE.with(|_| ());
         hazard::tests::BETWEEN.with(|_| ());
         hazard::tests::AFTER_PUBLISH.with(|_| ());
         let held = write_map().expect("not over a hold");

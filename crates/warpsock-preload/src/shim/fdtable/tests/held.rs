@@ -463,3 +463,62 @@ fn a_fork_over_a_waits_registration_leaves_the_child_its_count() {
         "the child's waiter count is not 0 after its wait (status {status:#x})"
     );
 }
+
+/// A close over the hold made by a nested handler (another signal, over
+/// a handler's own close left to the hold's end, inside its update of
+/// the list) is made too: each close reserves its slot in one
+/// instruction before its look-up and syscalls (review r21-c item 5: the
+/// outer close read the list's length before them and stored it after,
+/// so it overwrote the nested close's entry; that close, which returned
+/// 0, was never made, its number stayed managed and its kept reference
+/// leaked). Staged: the nested close runs between the outer's
+/// reservation and its fill.
+#[test]
+fn a_nested_handlers_close_inside_a_closes_update_is_made_too() {
+    let _serial = serial();
+    prepare();
+    // SAFETY: new descriptors of this test's, closed by the deferred
+    // closes (the failure's leftovers closed below).
+    let (fa, fb) = unsafe {
+        (
+            libc::eventfd(0, libc::EFD_CLOEXEC),
+            libc::eventfd(0, libc::EFD_CLOEXEC),
+        )
+    };
+    assert!(fa >= 0 && fb >= 0);
+    let (a, b) = (dummy(), dummy());
+    assert!(insert(fa, a.clone()).unwrap().is_none());
+    assert!(insert(fb, b.clone()).unwrap().is_none());
+    let r = within_a_minute("a nested close inside a close's update", move || {
+        let held = write_map().expect("not over a hold");
+        let (inner_tx, inner_rx) = std::sync::mpsc::channel();
+        hooks::IN_DEFER_CLOSE.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || inner_tx.send(defer_close(fb)).unwrap()));
+        });
+        let outer = defer_close(fa);
+        hooks::IN_DEFER_CLOSE.with(|h| h.borrow_mut().take());
+        let inner = inner_rx.try_recv().ok();
+        drop(held);
+        (outer, inner)
+    });
+    assert_eq!(r, (Ok(true), Some(Ok(true))), "the closes (outer, nested)");
+    let made = (get(fa).is_none(), get(fb).is_none());
+    let refs = (Arc::strong_count(&a), Arc::strong_count(&b));
+    for (fd, made) in [(fa, made.0), (fb, made.1)] {
+        if !made {
+            let _ = remove(fd);
+            // SAFETY: the test's descriptor, left open by the failure.
+            unsafe { libc::close(fd) };
+        }
+    }
+    assert_eq!(
+        made,
+        (true, true),
+        "still managed after the hold (outer, nested)"
+    );
+    assert_eq!(
+        refs,
+        (1, 1),
+        "references kept after the hold (outer, nested)"
+    );
+}
