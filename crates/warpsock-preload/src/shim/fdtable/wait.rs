@@ -124,11 +124,36 @@ pub(super) fn wait<T>(mut try_take: impl FnMut() -> Option<T>) -> T {
 /// Threads registered in [`wait`] (the hold's end's one load: none, no
 /// wake-up). A forked child counts its own thread's only
 /// ([`child_waiters`]).
-pub(super) static WAITERS: AtomicU32 = AtomicU32::new(0);
+pub(super) static WAITERS: Line<AtomicU32> = Line(AtomicU32::new(0));
 
 /// The waiters' futex word: [`wake`] advances it by [`RELEASE`], above
 /// the [`SLEEPING`] bit.
-static RELEASES: AtomicU32 = AtomicU32::new(0);
+pub(super) static RELEASES: Line<AtomicU32> = Line(AtomicU32::new(0));
+
+/// A value alone on its cache line (aligned and sized to 64 bytes:
+/// nothing else the linker places in `.bss` shares it). [`WAITERS`] is
+/// read at every hold's end, the uncontended ones included (every locked
+/// look-up: `poll`'s on the 8 B path); where the linker put it, it
+/// shared a line with [`RELEASES`] and the hazard table's `OWNED` flags
+/// (written as threads take and give back slots, and by a handler's
+/// borrowed slot), and any static added later could be a hot written one
+/// (review r21-c item 7): each such write would cost every thread's next
+/// hold's end a coherence miss. Its own line is written only by a wait's
+/// registration and its end. [`RELEASES`] has one too: its writes (a
+/// [`wake`], a waiter's [`SLEEPING`]) are made only with a waiter
+/// registered, and must not evict [`WAITERS`]' line from the readers'
+/// caches either. Reached through `Deref`: the same instructions as the
+/// bare atomic (the hold's end is 11 after the unlock, as before).
+#[repr(align(64))]
+pub(super) struct Line<T>(T);
+
+impl<T> std::ops::Deref for Line<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 /// [`RELEASES`]' bit: a waiter is about to sleep, or asleep (set before
 /// its sleep; cleared by the [`wake`] that makes the syscall).

@@ -411,3 +411,25 @@ fn asleep_on_the_wake_word(tid: i32) {
     }
     panic!("the waiter never slept on the wake-up word");
 }
+
+/// The lock's waiter count, read at every hold's end, and the waiters'
+/// futex word are each alone on a cache line: no other static's write
+/// (the hazard table's `OWNED` shared `WAITERS`' line) costs the readers
+/// a coherence miss (review r21-c item 7).
+#[test]
+fn the_waiter_count_and_the_futex_word_have_cache_lines_of_their_own() {
+    for (what, at, size) in [
+        (
+            "WAITERS",
+            wait::WAITERS.as_ptr() as usize,
+            size_of_val(&wait::WAITERS),
+        ),
+        (
+            "RELEASES",
+            wait::releases_addr(),
+            size_of_val(&wait::RELEASES),
+        ),
+    ] {
+        assert_eq!((at % 64, size), (0, 64), "{what}: not alone on its line");
+    }
+}
