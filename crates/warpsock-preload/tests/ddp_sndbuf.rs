@@ -44,3 +44,12 @@ fn without_a_send_buffer_so_sndbuf_is_the_credit_window() {
 fn so_sndbuf_set_before_the_switch_is_the_bound_after_it() {
     run("before", "65536");
 }
+
+/// `SO_SNDBUF` set on a plain listener (not in DDP mode) is the bound of
+/// an accepted connection the program switches later, as Linux's accepted
+/// socket inherits it (1ca1adf's known limit: it reached the kernel socket
+/// alone); another listener's is not taken.
+#[test]
+fn so_sndbuf_of_a_plain_listener_is_the_bound_of_its_switched_connection() {
+    run("plain", "65536");
+}

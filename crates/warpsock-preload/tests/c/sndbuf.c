@@ -21,6 +21,12 @@
  *                on the connecting socket before connect — is the bound
  *                after the switch, clamped as a set after it (1: the
  *                least, 4096).
+ *   sndbuf plain WARPSOCK_DDP_SNDBUF=65536: SO_SNDBUF set on a plain
+ *                listener (not in DDP mode) is the bound of an accepted
+ *                connection the program switches later, as Linux's
+ *                accepted socket inherits it; another listener's value
+ *                (another port) is not taken, and the connecting end,
+ *                with none set, keeps the starting bound.
  *
  * Exit 0 if every check holds. */
 #include "ddppair.h"
@@ -114,9 +120,45 @@ static int before(void) {
     return 0;
 }
 
+static int listener(int v, struct sockaddr_in *a) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    set_sndbuf(l, v);
+    *a = lo(0);
+    socklen_t alen = sizeof *a;
+    CHECK(bind(l, (struct sockaddr *)a, sizeof *a) == 0);
+    CHECK(listen(l, 1) == 0);
+    CHECK(getsockname(l, (struct sockaddr *)a, &alen) == 0);
+    return l;
+}
+
+static int plain(void) {
+    struct sockaddr_in other, a;
+    int l2 = listener(30000, &other);
+    int l = listener(20000, &a);
+    int k = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(k >= 0);
+    CHECK(connect(k, (struct sockaddr *)&a, sizeof a) == 0);
+    int n = accept(l, NULL, NULL);
+    CHECK(n >= 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, switch_client, &k) == 0);
+    ddp_mode(n);
+    CHECK(pthread_join(t, NULL) == 0);
+    int mode = 0;
+    socklen_t ml = sizeof mode;
+    CHECK(getsockopt(n, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &mode, &ml) == 0 && mode == 1);
+    CHECK(sndbuf(n) == 20000);
+    CHECK(sndbuf(k) == 65536);
+    CHECK(close(l2) == 0 && close(l) == 0);
+    puts("sndbuf plain: ok");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
     if (strcmp(argv[1], "before") == 0) return before();
+    if (strcmp(argv[1], "plain") == 0) return plain();
     int on = strcmp(argv[1], "on") == 0;
     tcp_pair(&c, &s);
     pthread_t t;
