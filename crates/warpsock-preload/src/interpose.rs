@@ -602,6 +602,18 @@ fn before_exec() {
     });
 }
 
+/// After an exec that returned (it failed; errno kept): every kind's
+/// undo of what its flush did only for an exec that is made.
+fn exec_failed() {
+    let e = sys::errno();
+    enter((), || {
+        for k in KINDS {
+            k.exec_failed();
+        }
+    });
+    set_errno(e);
+}
+
 /// Interposed `_exit(2)`: the exit handlers are skipped, so datagrams still
 /// queued on connections would be lost. The process that owns the
 /// connections waits for them briefly (`WARPSOCK_EXIT_LINGER_MS`); a forked
@@ -636,7 +648,9 @@ pub unsafe extern "C" fn execve(
 ) -> c_int {
     before_exec();
     // SAFETY: forwarding the caller's arguments.
-    unsafe { real::execve(path, argv, envp) }
+    let r = unsafe { real::execve(path, argv, envp) };
+    exec_failed();
+    r
 }
 
 /// Interposed `execv(3)`.
@@ -644,7 +658,9 @@ pub unsafe extern "C" fn execve(
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
     before_exec();
     // SAFETY: forwarding the caller's arguments.
-    unsafe { real::execv(path, argv) }
+    let r = unsafe { real::execv(path, argv) };
+    exec_failed();
+    r
 }
 
 /// Interposed `execvp(3)`.
@@ -652,7 +668,9 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
     before_exec();
     // SAFETY: forwarding the caller's arguments.
-    unsafe { real::execvp(file, argv) }
+    let r = unsafe { real::execvp(file, argv) };
+    exec_failed();
+    r
 }
 
 /// Interposed `execvpe(3)`.
@@ -664,5 +682,7 @@ pub unsafe extern "C" fn execvpe(
 ) -> c_int {
     before_exec();
     // SAFETY: forwarding the caller's arguments.
-    unsafe { real::execvpe(file, argv, envp) }
+    let r = unsafe { real::execvpe(file, argv, envp) };
+    exec_failed();
+    r
 }

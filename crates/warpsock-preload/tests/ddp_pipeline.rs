@@ -43,6 +43,23 @@ fn a_writer_that_leaves_bytes_behind_resets_the_connection() {
     }
 }
 
+/// A writer that execs with bytes buffered (`tests/c/ddpexitlost.c`): the
+/// exec's wait gives up (its reader reads only after it is gone), and the
+/// exec's close of the connection resets it (`SO_LINGER` 0 set on the
+/// connections given up on): its reader gets `ECONNRESET`, not a clean end
+/// after a short stream (the exit's reset was never made at exec). An exec
+/// that fails after the same wait leaves the connection working and its
+/// `SO_LINGER` as the program set it: the reader gets every byte, then a
+/// clean end.
+#[test]
+fn a_writer_that_execs_with_bytes_behind_resets_only_if_the_exec_is_made() {
+    for mode in ["exec", "execfail"] {
+        let r = run_buffered("ddpexitlost", &[mode.to_owned()], 200);
+        r.assert_ok(&format!("ddpexitlost {mode}"));
+        println!("{}", r.stdout.trim());
+    }
+}
+
 /// A writer that leaves with bytes in its engine's backlog, behind a full
 /// kernel send buffer (`tests/c/ddpexitbacklog.c`, no send buffer:
 /// `WARPSOCK_DDP_SNDBUF=0`, and no zero-copy sends, which wait for the
@@ -51,10 +68,13 @@ fn a_writer_that_leaves_bytes_behind_resets_the_connection() {
 /// `exit`, its reader reads only after it is gone (the wait gives up and
 /// resets: `ECONNRESET` after what the kernel held). Never a clean end
 /// after a short stream (review r21-b #4: the exit did not wait for the
-/// backlog, and the kernel sent FIN after its own bytes).
+/// backlog, and the kernel sent FIN after its own bytes). `exec`: as
+/// `exit`, the writer execs instead: the exec's close resets the
+/// connection it gave up on (`SO_LINGER` 0 set before the exec; the exec
+/// ended it cleanly, after 0 bytes here).
 #[test]
 fn a_writer_that_exits_with_an_engine_backlog_loses_nothing_silently() {
-    for (mode, linger_ms) in [("live", 2000), ("exit", 200)] {
+    for (mode, linger_ms) in [("live", 2000), ("exit", 200), ("exec", 200)] {
         let child = common::command(
             &common::c_program("ddpexitbacklog"),
             &[mode.to_owned()],

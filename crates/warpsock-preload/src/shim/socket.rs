@@ -242,6 +242,10 @@ pub(crate) trait Kind: Sync {
     /// Before `execve` and friends: flush what must reach the kernel.
     fn before_exec(&self) {}
 
+    /// After `execve` and friends returned (the exec failed): undo what
+    /// [`Self::before_exec`] did only for an exec that is made.
+    fn exec_failed(&self) {}
+
     /// From the `atexit` handler.
     fn at_exit(&self) {}
 

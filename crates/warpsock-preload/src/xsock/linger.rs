@@ -137,13 +137,14 @@ pub(crate) fn forget_closing_after_fork() {
 /// calls left in the send buffers of sockets not closed or posted into
 /// their engines' backlogs (the progress thread sends them as credits
 /// come back and the kernel drains; TCP's kernel would send them after
-/// the process). `engines`: `census::engine_backlogs`.
-pub(crate) fn linger(bound: Duration, engines: Engines) {
+/// the process). `engines`: `census::engine_backlogs`. Returns whether it
+/// ended idle (`false`: it gave up on some bytes).
+pub(crate) fn linger(bound: Duration, engines: Engines) -> bool {
     wait_for(
         bound,
         || CLOSING.load(Ordering::Acquire) > 0 || warpsock_xsock::io::buffered_bytes() > 0,
         engines,
-    );
+    )
 }
 
 /// [`linger`] for the send buffers' and engines' bytes alone (`_exit`).

@@ -468,11 +468,18 @@ impl Kind for Ddp {
     }
 
     fn before_exec(&self) {
-        linger::linger(config::get().linger, census::engine_backlogs);
+        if !linger::linger(config::get().linger, census::engine_backlogs) {
+            // Given up: reset by the exec's close, not now (it may fail).
+            census::arm_exec_reset();
+        }
+    }
+
+    fn exec_failed(&self) {
+        census::disarm_exec_reset();
     }
 
     fn at_exit(&self) {
-        linger::linger(config::get().linger, census::engine_backlogs);
+        let _ = linger::linger(config::get().linger, census::engine_backlogs);
         // What is still buffered, or held in an engine's backlog, will
         // never be sent: those peers get a reset, not a clean end after a
         // short stream (the kernel would send FIN for the closed

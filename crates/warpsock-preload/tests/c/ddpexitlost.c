@@ -6,11 +6,22 @@
  * leave. The reader gets every byte and then 0, or the bytes sent and
  * then ECONNRESET — never 0 after a short stream.
  *
- *   ddpexitlost live|exit|close
+ *   ddpexitlost live|exit|close|exec|execfail
  *     live:  the writer exit()s without close; the reader reads meanwhile
  *     exit:  the same, the reader reads only after the writer is gone
  *     close: the writer closes and _exit()s; the reader reads after
- * exit 0 if the reader saw no silent loss (live: and got every byte) */
+ *     exec:  the writer execs (this program again, which exits at once);
+ *            the reader reads only after it is gone: the exec's wait gave
+ *            up, and the connection is reset, not ended cleanly, when the
+ *            exec closes it
+ *     execfail: the writer's exec (close-on-exec socket, SO_LINGER set to
+ *            on, 7 s) fails after its wait gave up: the socket is the
+ *            writer's still, its SO_LINGER as set; the reader then reads
+ *            every byte, the writer closes, the reader reads 0 — a failed
+ *            exec neither resets the connection nor leaves it marked to
+ *            be reset
+ * exit 0 if the reader saw no silent loss (live, execfail: and got every
+ * byte) */
 #include "ddppair.h"
 
 #include <sys/wait.h>
@@ -19,11 +30,30 @@
  * fewer large ones. */
 static int writes, size;
 
+/* execfail: the writer's side after its exec failed; `told` and `ack`
+ * are pipes to and from the reader. */
+static void after_failed_exec(int c, int told, int ack) {
+    struct linger l = {0, 0};
+    socklen_t ll = sizeof l;
+    CHECK(getsockopt(c, SOL_SOCKET, SO_LINGER, &l, &ll) == 0);
+    CHECK(l.l_onoff == 1 && l.l_linger == 7);
+    CHECK(write(told, "x", 1) == 1);
+    char b;
+    CHECK(read(ack, &b, 1) == 1);
+    CHECK(close(c) == 0);
+    exit(0);
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
+    if (strcmp(argv[1], "done") == 0) return 0; /* the exec'd image */
     int close_first = strcmp(argv[1], "close") == 0;
     int live = strcmp(argv[1], "live") == 0;
-    CHECK(close_first || live || strcmp(argv[1], "exit") == 0);
+    int exec_ok = strcmp(argv[1], "exec") == 0;
+    int exec_fail = strcmp(argv[1], "execfail") == 0;
+    CHECK(close_first || live || exec_ok || exec_fail || strcmp(argv[1], "exit") == 0);
+    int told[2], ack[2];
+    CHECK(pipe(told) == 0 && pipe(ack) == 0);
     writes = live ? 2000 : 60;
     size = live ? 8 : 8192;
     int c, s;
@@ -33,10 +63,25 @@ int main(int argc, char **argv) {
     if (p == 0) {
         close(s);
         ddp_mode(c);
+        if (exec_fail) {
+            CHECK(fcntl(c, F_SETFD, FD_CLOEXEC) == 0);
+            struct linger l = {1, 7};
+            CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+        }
         static unsigned char b[8192];
         for (int i = 0; i < writes; i++) {
             memset(b, i & 0xff, (size_t)size);
             CHECK(write(c, b, (size_t)size) == (ssize_t)size);
+        }
+        if (exec_ok) {
+            char *args[] = {argv[0], "done", NULL};
+            execv("/proc/self/exe", args);
+            CHECK(!"exec");
+        }
+        if (exec_fail) {
+            char *args[] = {argv[0], "done", NULL};
+            CHECK(execv("/nonexistent/ddpexitlost", args) == -1 && errno == ENOENT);
+            after_failed_exec(c, told[1], ack[0]);
         }
         if (close_first) {
             CHECK(close(c) == 0);
@@ -47,7 +92,12 @@ int main(int argc, char **argv) {
     close(c);
     ddp_mode(s);
     int st;
-    if (!live) CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (exec_fail) {
+        char x;
+        CHECK(read(told[0], &x, 1) == 1);
+    } else if (!live) {
+        CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
     long got = 0;
     static unsigned char buf[65536];
     for (;;) {
@@ -58,13 +108,17 @@ int main(int argc, char **argv) {
             /* live: the exit waited for the bytes (the reader reads), so
              * all arrived before the reset of a socket with unread input. */
             if (live) CHECK(got == (long)writes * size && waitpid(p, &st, 0) == p);
+            CHECK(!exec_fail);
             return 0;
         }
         if (n == 0) break;
         for (ssize_t k = 0; k < n; k++) CHECK(buf[k] == (unsigned char)(((got + k) / size) & 0xff));
         got += n;
+        /* execfail: the writer closes once every byte was read. */
+        if (exec_fail && got == (long)writes * size) CHECK(write(ack[1], "x", 1) == 1);
     }
-    if (live) CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (exec_fail) CHECK(got == (long)writes * size);
+    if (live || exec_fail) CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     if (got != (long)writes * size) {
         fprintf(stderr, "ddpexitlost %s: a clean end after %ld of %d bytes\n", argv[1], got, writes * size);
         return 1;

@@ -173,6 +173,18 @@ pub fn reset_buffered() -> usize {
     h.len()
 }
 
+/// The engine sockets of this process's connections that hold buffered
+/// bytes now: those [`reset_buffered`] would reset. For an `exec` that
+/// gave up on their bytes (the preload's), which marks them to be reset by
+/// the kernel's close at the exec rather than resets them now: an exec
+/// that fails returns to a program that goes on using them.
+pub fn buffered_holders() -> Vec<RawFd> {
+    if !ours() {
+        return Vec::new();
+    }
+    holders().clone()
+}
+
 /// Resets the TCP connection on `fd` at once (an RST; the descriptor stays
 /// valid): `SO_LINGER` 0, then `connect` to `AF_UNSPEC`, which
 /// disconnects a TCP socket (Linux `tcp_disconnect`, an active reset from
