@@ -67,6 +67,15 @@ impl Woke {
     }
 }
 
+/// The error [`Cq::wait_news`] returns when a signal ended its sleep.
+#[cold]
+fn interrupted() -> Error {
+    Error::Sys {
+        what: "wait",
+        source: io::Error::from_raw_os_error(libc::EINTR),
+    }
+}
+
 /// A completion queue.
 #[derive(Debug)]
 pub struct Cq {
@@ -236,26 +245,41 @@ impl Cq {
     /// does not block (nothing can be received until the closure returns):
     /// it returns what is queued, like [`Self::poll`].
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize> {
-        self.wait_for(out, timeout, None).map(|(n, _)| n)
+        self.wait_for(out, timeout, None, false).map(|(n, _)| n)
     }
 
     /// [`Self::wait`], then, when it returns completions, `qp`'s news
     /// ([`QpNews`]) read under the lock it drained them with (`None`: the
     /// wait timed out, or ended without taking the lock again).
+    ///
+    /// Unlike [`Self::wait`], a sleep that a signal ends (`EINTR` from the
+    /// parked read or from `epoll_wait`) ends the wait at once with
+    /// [`Error::Sys`] of `EINTR` ([`Error::is_interrupted`]), nothing
+    /// drained (what the sleep's round completed stays queued for the
+    /// next poll): the caller decides, as the kernel's socket calls do,
+    /// whether its call fails with `EINTR` or waits again (signal(7);
+    /// issue 12: a blocking read of a DDP-mode socket was never
+    /// interrupted). Only a sleep the signal ended is seen: one that lands
+    /// while the wait spins (`busy_poll`), services a round or waits on
+    /// the condition variable (progress-thread mode, a region borrowed)
+    /// runs its handler and the wait goes on.
     pub fn wait_news(
         &self,
         out: &mut [Wc],
         timeout: Duration,
         qp: &Qp,
     ) -> Result<(usize, Option<QpNews>)> {
-        self.wait_for(out, timeout, Some(qp))
+        self.wait_for(out, timeout, Some(qp), true)
     }
 
+    /// `intr`: a sleep a signal ends ends the wait (see
+    /// [`Self::wait_news`]).
     fn wait_for(
         &self,
         out: &mut [Wc],
         timeout: Duration,
         qp: Option<&Qp>,
+        intr: bool,
     ) -> Result<(usize, Option<QpNews>)> {
         let inner = &self.sh.inner;
         if inner.progress == Progress::Caller && inner.busy_poll.is_zero() && timeout >= PARK_SLICE
@@ -282,18 +306,19 @@ impl Cq {
                 // ping-pong's receive long before the slice ends. Only a
                 // sleep that brings nothing reads it (see `Start::Slept`).
                 let Some(p) = st.park(PARK_SLICE) else {
-                    return self.wait_rounds(out, timeout, qp, Start::Drained(st));
+                    return self.wait_rounds(out, timeout, qp, Start::Drained(st), intr);
                 };
-                return match self.sleep_parked(st, p, out, qp) {
+                return match self.sleep_parked(st, p, out, qp, intr) {
                     Ok(r) => Ok(r),
+                    Err(Woke::Interrupted) if intr => Err(interrupted()),
                     Err(woke) => {
                         let start = Start::Slept(Instant::now(), woke);
-                        self.wait_rounds(out, timeout, qp, start)
+                        self.wait_rounds(out, timeout, qp, start, intr)
                     }
                 };
             }
         }
-        self.wait_rounds(out, timeout, qp, Start::Fresh)
+        self.wait_rounds(out, timeout, qp, Start::Fresh, intr)
     }
 
     /// [`Self::wait_for`]'s rounds, from `start`.
@@ -304,6 +329,7 @@ impl Cq {
         timeout: Duration,
         qp: Option<&Qp>,
         start: Start<'_>,
+        intr: bool,
     ) -> Result<(usize, Option<QpNews>)> {
         let inner = &self.sh.inner;
         let news = |st: &State| qp.map(|qp| self.news_of(st, qp));
@@ -412,8 +438,10 @@ impl Cq {
             let slice = rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE));
             let parked = st.park(slice);
             if let Some(p) = parked {
-                if let Ok(r) = self.sleep_parked(st, p, out, qp) {
-                    return Ok(r);
+                match self.sleep_parked(st, p, out, qp, intr) {
+                    Ok(r) => return Ok(r),
+                    Err(Woke::Interrupted) if intr => return Err(interrupted()),
+                    Err(_) => {}
                 }
                 // Serviced just now: look again before another round.
                 drive = false;
@@ -422,24 +450,30 @@ impl Cq {
             st.watch_all(&inner.epoll);
             drop(st);
             ready.clear();
-            inner
+            let woken = inner
                 .epoll
                 .wait(&mut ready, rest)
                 .map_err(Error::sys("epoll_wait"))?;
             inner.waits.count(Sleep::Epoll, ready.is_empty());
+            if !woken && intr {
+                return Err(interrupted());
+            }
         }
     }
 
     /// Sleeps in the parked read `p` (of queue pair `p.qi`) with the lock
     /// `st` (which prepared it) released, then services what it read and
     /// drains this queue into `out` under the lock again. `Err`: nothing
-    /// completed, and how the sleep ended.
+    /// completed, and how the sleep ended. With `intr`, a sleep a signal
+    /// ended drains nothing (`Err(Woke::Interrupted)`): what the round
+    /// completed stays queued, and the interruption is not lost under it.
     fn sleep_parked(
         &self,
         st: MutexGuard<'_, State>,
         mut p: ParkedRead,
         out: &mut [Wc],
         qp: Option<&Qp>,
+        intr: bool,
     ) -> std::result::Result<(usize, Option<QpNews>), Woke> {
         let inner = &self.sh.inner;
         drop(st);
@@ -449,6 +483,9 @@ impl Cq {
         // A timeout (the socket's SO_RCVTIMEO) or a signal brought nothing.
         st.parked_sleeps.count(woke != Woke::Read);
         st.unpark(p, res, &inner.epoll);
+        if intr && woke == Woke::Interrupted {
+            return Err(woke);
+        }
         let n = st.cq(self.id).drain_into(out);
         if n > 0 {
             Ok((n, qp.map(|qp| self.news_of(&st, qp))))

@@ -79,8 +79,10 @@ impl Epoll {
     }
 
     /// Waits up to `timeout` (None: forever) and appends ready tokens to
-    /// `out`. `EINTR` counts as "nothing ready".
-    pub(crate) fn wait(&self, out: &mut Vec<Ready>, timeout: Option<Duration>) -> io::Result<()> {
+    /// `out`. `EINTR` counts as "nothing ready": `Ok(false)` (a signal
+    /// ended the wait; `Ok(true)` otherwise), which a caller's wait may
+    /// pass on ([`crate::Cq::wait_news`]).
+    pub(crate) fn wait(&self, out: &mut Vec<Ready>, timeout: Option<Duration>) -> io::Result<bool> {
         const MAX: usize = 256;
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
         // SAFETY: `evs` has room for MAX events and outlives the call.
@@ -95,9 +97,9 @@ impl Epoll {
         match cvt(r) {
             Ok(n) => {
                 out.extend(evs[..n as usize].iter().map(|e| Ready { token: e.u64 }));
-                Ok(())
+                Ok(true)
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
             Err(e) => Err(e),
         }
     }

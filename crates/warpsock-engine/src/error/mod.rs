@@ -53,6 +53,12 @@ impl Error {
     pub(crate) fn sys(what: &'static str) -> impl FnOnce(io::Error) -> Self {
         move |source| Self::Sys { what, source }
     }
+
+    /// Whether this is a wait a signal ended (`EINTR`; see
+    /// [`crate::Cq::wait_news`]).
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, Self::Sys { source, .. } if source.kind() == io::ErrorKind::Interrupted)
+    }
 }
 
 impl From<Error> for io::Error {
