@@ -12,6 +12,9 @@
 #      loopback with CRC on and off;
 #   1b. an 8 B ping-pong (blocking calls, then poll) wakes no progress
 #      thread per round trip (ddp_bg_rounds, counted);
+#   1c. tests/c/eintr.c under ASan: a signal's handler ends a blocking read,
+#      send or poll with EINTR (or a partial count) as over TCP, SA_RESTART
+#      goes on (not with SO_RCVTIMEO), a sink read is withdrawn first;
 #   2. the same cases across two network namespaces joined by a veth pair
 #      (10.x addresses inside them only), CRC on and off;
 #   3. tshark decodes a captured DDP-mode connection as MPA/DDP/RDMAP with
@@ -81,6 +84,22 @@ for crc in 1 0; do
     done
 done
 pass "stream with a 64 KiB send buffer: 3 runs per CRC setting"
+
+# 1c. Signals interrupt blocking calls on DDP-mode sockets as on TCP
+# (tests/c/eintr.c, one case per run, under ASan/UBSan; issue 12).
+gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -fsanitize=address,undefined \
+    -Icrates/warpsock-preload/include crates/warpsock-preload/tests/c/eintr.c \
+    -o "$WORK/eintr" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
+ECASES=(read restart rcvtimeo sink send poll)
+for c in "${ECASES[@]}"; do
+    out="$WORK/eintr.$c.out"
+    if ! WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/eintr" "$c" >"$out" 2>&1 \
+        || grep -qE "Sanitizer|runtime error:" "$out"; then
+        cat "$out" >&2
+        fail "eintr $c"
+    fi
+done
+pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTART, SO_RCVTIMEO, sink, send, poll)"
 
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
 # ping-pong of 2 x 2000 round trips (blocking calls, then poll before each

@@ -265,6 +265,7 @@ impl XSocket {
         // together (`XSocket::post_deferred`), at its end or before it
         // waits: one gathered `sendmsg` per call, not one per message.
         let batch = zcopy || total > self.opts.slot_size as usize - HDR_LEN;
+        let mut signalled = false;
         while off < total {
             if batch && st.deferred.is_none() {
                 st.deferred = Some(Vec::new());
@@ -351,6 +352,11 @@ impl XSocket {
                     }
                     self.post_deferred(&mut st);
                     st = self.wait(st, deadline);
+                    // A signal ended the wait: what was sent, or `EINTR`.
+                    if Self::stop_for_signal(&mut st, deadline.is_some()) {
+                        signalled = true;
+                        break;
+                    }
                 }
             }
         }
@@ -363,15 +369,17 @@ impl XSocket {
         self.count(&st, Count::TxBytes, off);
         if zcopy {
             // The caller's memory is read by the engine until its requests
-            // complete.
+            // complete: a signal does not end this wait (mark dropped).
             while Self::call_busy(&st, call) && !st.over() {
                 st = self.wait(st, None);
+                st.interrupted = false;
             }
             Self::end_call(&mut st, call);
         }
         if off == 0 {
-            // Non-blocking without a credit, or SO_SNDTIMEO expired.
-            return (st, Err(io::Error::from_raw_os_error(libc::EAGAIN)));
+            // Non-blocking without a credit, SO_SNDTIMEO expired, a signal.
+            let e = if signalled { libc::EINTR } else { libc::EAGAIN };
+            return (st, Err(io::Error::from_raw_os_error(e)));
         }
         (st, Ok(off))
     }
@@ -538,6 +546,8 @@ impl XSocket {
         }
         let sinks = self.sinks_for(deadline);
         let mut got = 0;
+        // A signal ended a sleep of a sink or placed read with no restart.
+        let mut stop = false;
         // Whether the engine was driven since the books were last looked
         // at. A call that finds its bytes processed already (by the
         // progress thread, or a previous call) returns without a round; a
@@ -578,6 +588,11 @@ impl XSocket {
                 // FIN without our end-of-stream message: the peer's
                 // process ended; what arrived is all there is.
                 return (st, Ok((got, false)));
+            }
+            // Or of a wait of this call (the straight path's, or the
+            // loop's: the lock held since): `EINTR`, as nothing is there.
+            if stop || Self::stop_for_signal(&mut st, deadline.is_some()) {
+                return (st, Self::interrupted(got));
             }
             let expired = deadline.is_some_and(|d| Instant::now() >= d);
             let rest = buf.len() - got;
@@ -630,24 +645,26 @@ impl XSocket {
                     self.recv_placed(st, &mut [&mut buf[got..]], 0, flags.waitall, deadline);
                 st = guard;
                 match r {
-                    Some(n) => {
+                    Some((n, signalled)) => {
                         got += n;
                         if n > 0 && (!flags.waitall || got == buf.len()) {
                             return (st, Ok((got, false)));
                         }
+                        stop |= signalled;
                     }
                     None => st = self.wait_as(st, deadline, true),
                 }
                 continue;
             }
             if sink {
-                let (guard, _, n) =
+                let (guard, _, n, signalled) =
                     self.recv_sink(st, &mut [], &mut buf[got..], flags.waitall, deadline);
                 st = guard;
                 got += n;
                 if n > 0 && (!flags.waitall || got == buf.len()) {
                     return (st, Ok((got, false)));
                 }
+                stop |= signalled;
                 continue;
             }
             if flags.peek {

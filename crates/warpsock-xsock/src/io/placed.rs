@@ -133,7 +133,10 @@ impl XSocket {
     /// (taken as one), of which the first `got` are filled, that found
     /// nothing queued: retargets posted receives at the buffers (module
     /// docs) and waits as `recv` does (`waitall`: until full). Returns the
-    /// new `got`, or `None` if no receive could be retargeted now (a
+    /// new `got` and whether a signal ended a wait
+    /// ([`Self::stop_for_signal`]: the receives are pointed back first, a
+    /// message being placed awaited, and the call returns what it has, or
+    /// `EINTR`), or `None` if no receive could be retargeted now (a
     /// message is being placed into a slot, or completions are still to
     /// be processed): the caller then waits as for a copy.
     pub(crate) fn recv_placed<'a>(
@@ -143,7 +146,7 @@ impl XSocket {
         mut got: usize,
         waitall: bool,
         deadline: Option<Instant>,
-    ) -> (MutexGuard<'a, State>, Option<usize>) {
+    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>) {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let mut starts = Vec::with_capacity(bufs.len());
         let mut at = 0;
@@ -179,9 +182,11 @@ impl XSocket {
         // (one round: messages the socket holds are placed, not left to
         // land in slots once the receives are pointed back).
         let mut last_round = false;
+        let mut signalled = false;
         loop {
             got = self.take_placed(&mut st, &mut bufs, got);
             let done = got == total
+                || signalled
                 || st.s.eof()
                 || st.shut_rd
                 || st.over()
@@ -198,6 +203,7 @@ impl XSocket {
                 self.retarget(&mut st, &win, got);
             }
             st = self.wait_as(st, deadline, true);
+            signalled = Self::stop_for_signal(&mut st, deadline.is_some());
         }
         // Point back what has not started; wait for what has.
         loop {
@@ -226,9 +232,10 @@ impl XSocket {
                 break;
             }
             st = self.wait_as(st, Some(by), true);
+            st.interrupted = false;
         }
         drop(win);
-        (st, Some(got))
+        (st, Some((got, signalled)))
     }
 
     /// Retargets the posted receives after those already retargeted (the

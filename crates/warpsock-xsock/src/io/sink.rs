@@ -42,11 +42,14 @@ impl XSocket {
             return Ok(0);
         }
         let (head, rest) = bufs.split_at_mut(i);
-        let (st, copied, placed) = self.recv_sink(st, head, rest[0], waitall, deadline);
+        let (st, copied, placed, signalled) = self.recv_sink(st, head, rest[0], waitall, deadline);
         let err = Self::dead(&st);
         drop(st);
         match err {
             Some(e) if copied + placed == 0 => Err(e),
+            None if signalled && copied + placed == 0 => {
+                Err(io::Error::from_raw_os_error(libc::EINTR))
+            }
             _ => Ok(copied + placed),
         }
     }
@@ -101,8 +104,9 @@ impl XSocket {
         let err = Self::dead(&st);
         drop(st);
         match (r, err) {
-            (Some(n), _) if n > 0 => Ok(n),
+            (Some((n, _)), _) if n > 0 => Ok(n),
             (_, Some(e)) => Err(e),
+            (Some((_, true)), None) => Err(io::Error::from_raw_os_error(libc::EINTR)),
             _ => Ok(0),
         }
     }
@@ -130,7 +134,12 @@ impl XSocket {
     /// Offers `buf` as a sink — for the bytes after the `head` buffers'
     /// (empty: the next bytes), which are copied into them as they come —
     /// and waits until the peer filled or declined it. Returns the bytes
-    /// copied into `head` and the bytes placed into `buf`.
+    /// copied into `head`, the bytes placed into `buf`, and whether a
+    /// signal ended the wait ([`Self::stop_for_signal`]): the sink was
+    /// then withdrawn as when the head's bytes start (cancelled, and the
+    /// peer's answer awaited, bounded by `sink_cancel_timeout`: the peer
+    /// may be writing into `buf`, which must not be given back before it
+    /// is done), and the call returns what it has, or `EINTR`.
     pub(super) fn recv_sink<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
@@ -138,7 +147,7 @@ impl XSocket {
         buf: &mut [u8],
         waitall: bool,
         deadline: Option<Instant>,
-    ) -> (MutexGuard<'a, State>, usize, usize) {
+    ) -> (MutexGuard<'a, State>, usize, usize, bool) {
         let skip: usize = head.iter().map(|b| b.len()).sum();
         let mut copied = 0;
         let len = buf.len().min(u32::MAX as usize);
@@ -160,6 +169,7 @@ impl XSocket {
         self.flush(&mut st);
         // Once cancelled, the wait for the peer's answer is bounded too.
         let mut answer_by: Option<Instant> = None;
+        let mut signalled = false;
         let placed = loop {
             copied = self.fill_head(&mut st, head, copied);
             match st.s.sink_state(id) {
@@ -178,7 +188,9 @@ impl XSocket {
             // it wrote (a sender in the middle of its call writes the rest
             // first).
             let head_started = copied > 0;
-            if answer_by.is_none() && (head_started || deadline.is_some_and(|d| now >= d)) {
+            if answer_by.is_none()
+                && (head_started || signalled || deadline.is_some_and(|d| now >= d))
+            {
                 st.s.cancel_sink(id);
                 self.flush(&mut st);
                 answer_by = Some(now + self.opts.sink_cancel_timeout);
@@ -200,6 +212,12 @@ impl XSocket {
                 break 0;
             }
             st = self.wait_as(st, answer_by.or(deadline), true);
+            // Once withdrawn, the answer is awaited whatever signals come.
+            if answer_by.is_none() {
+                signalled = Self::stop_for_signal(&mut st, deadline.is_some());
+            } else {
+                st.interrupted = false;
+            }
         };
         st.s.release_sink(id);
         copied = self.fill_head(&mut st, head, copied);
@@ -208,6 +226,6 @@ impl XSocket {
         let placed = if copied == skip { placed } else { 0 };
         self.count(&st, Count::RxPlaced, placed);
         drop(mr);
-        (st, copied, placed)
+        (st, copied, placed, signalled)
     }
 }

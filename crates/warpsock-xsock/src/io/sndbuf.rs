@@ -346,6 +346,8 @@ impl XSocket {
                 return false;
             }
             st = self.wait(st, Some(deadline));
+            // A close is not interrupted (its bound is the linger time).
+            st.interrupted = false;
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The system calls the I/O side makes on the application's TCP socket
-//! during a switch: urgent data, the mark, peeking. The only module of the
-//! crate that calls libc directly.
+//! during a switch: urgent data, the mark, peeking; and the look at the
+//! signal dispositions after a wait a signal ended
+//! ([`restart_after_signal`]). The only module of the crate that calls
+//! libc directly.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -152,5 +154,134 @@ pub(crate) fn wait(fd: RawFd, events: i16, deadline: Option<Instant>) -> io::Res
         Ok(_) => Ok(p.revents),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
         Err(e) => Err(e),
+    }
+}
+
+/// The kernel's `struct sigaction` as `rt_sigaction` fills it in: the
+/// handler and the flags first on the 64-bit ports (x86-64, arm64,
+/// riscv64; a restorer and the mask follow, or the mask alone), room for
+/// the longest layout.
+#[repr(C)]
+#[derive(Default)]
+struct KernelSigaction {
+    handler: usize,
+    flags: libc::c_ulong,
+    rest: [u64; 2],
+}
+
+/// Whether a wait of this thread that a signal ended should go on, as
+/// the kernel restarts a socket call whose signal's handler has
+/// `SA_RESTART` (signal(7)) — answered without knowing which signal it
+/// was (it cannot be told after the handler ran, and nothing interposes
+/// `sigaction`): true only if every signal that could have ended it and
+/// has a handler has `SA_RESTART` (a stop and continue, or a handler of a
+/// signal that came in while the thread was not asleep, make no handler
+/// run in the sleep: go on). Not counted: signals this thread blocks;
+/// SIGKILL and SIGSTOP; the synchronous faults (SIGSEGV, SIGBUS, SIGFPE,
+/// SIGILL, SIGTRAP, SIGSYS), whose handlers run on the faulting
+/// instruction, not in a sleep — sanitizers and Rust's runtime install
+/// them without `SA_RESTART`; and glibc's internal 32 and 33 (cancellation
+/// and set*id, restarting since glibc 2.34). Raw system calls: the
+/// program's own `sigaction` may be interposed by another library, and
+/// the preload's calls must never re-enter an interposer. Up to 65 system
+/// calls, made only after a wait a signal ended (issue 12).
+#[cold]
+pub(crate) fn restart_after_signal() -> bool {
+    const SIGSET: libc::size_t = 8;
+    let mut mask: u64 = 0;
+    // SAFETY: reads the thread's mask into a live u64 (the kernel's
+    // sigset of 64 signals); no new mask is given.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            std::ptr::null::<u64>(),
+            &mut mask as *mut u64,
+            SIGSET,
+        )
+    };
+    if r != 0 {
+        mask = 0;
+    }
+    let not_counted = |sig: libc::c_int| {
+        matches!(
+            sig,
+            libc::SIGKILL
+                | libc::SIGSTOP
+                | libc::SIGSEGV
+                | libc::SIGBUS
+                | libc::SIGFPE
+                | libc::SIGILL
+                | libc::SIGTRAP
+                | libc::SIGSYS
+                | 32
+                | 33
+        ) || mask & (1u64 << (sig - 1)) != 0
+    };
+    for sig in (1..=64).filter(|&s| !not_counted(s)) {
+        let mut old = KernelSigaction::default();
+        // SAFETY: reads signal `sig`'s disposition into `old`, which has
+        // room for the kernel's structure; no new one is given.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                std::ptr::null::<KernelSigaction>(),
+                &mut old as *mut KernelSigaction,
+                SIGSET,
+            )
+        };
+        let handled = r == 0 && old.handler != libc::SIG_DFL && old.handler != libc::SIG_IGN;
+        if handled && old.flags & libc::SA_RESTART as libc::c_ulong == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::restart_after_signal;
+
+    /// Installs `SIGUSR2`'s handler with `flags` (the crate's tests use
+    /// no other handler; the runtime's fault handlers are not counted).
+    fn handle_usr2(flags: libc::c_int) {
+        extern "C" fn h(_: libc::c_int) {}
+        // SAFETY: a zeroed sigaction with a handler that does nothing.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = h as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = flags;
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
+        }
+    }
+
+    /// A handler without `SA_RESTART` makes an interrupted wait stop; with
+    /// it, or blocked in this thread, or back to the default, the wait
+    /// goes on (issue 12).
+    #[test]
+    fn only_an_unblocked_handler_without_sa_restart_stops_a_wait() {
+        assert!(restart_after_signal(), "no handler yet");
+        handle_usr2(0);
+        assert!(!restart_after_signal());
+        // Blocked in this thread (a thread of its own: the mask is the
+        // thread's): it cannot have interrupted the wait.
+        std::thread::spawn(|| {
+            // SAFETY: blocks SIGUSR2 in this thread only.
+            unsafe {
+                let mut m: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut m);
+                libc::sigaddset(&mut m, libc::SIGUSR2);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &m, std::ptr::null_mut());
+            }
+            assert!(restart_after_signal());
+        })
+        .join()
+        .unwrap();
+        handle_usr2(libc::SA_RESTART);
+        assert!(restart_after_signal());
+        // SAFETY: the default disposition again.
+        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_DFL) };
+        assert!(restart_after_signal());
     }
 }

@@ -155,16 +155,24 @@ impl XSocket {
         let posts = st.posts;
         drop(st);
         let mut wcs = [Wc::default(); WCS];
-        let (n, news) = self
-            .cq
-            .wait_news(&mut wcs, slice, &self.qp)
-            .unwrap_or((0, None));
+        let mut intr = false;
+        let (n, news) = match self.cq.wait_news(&mut wcs, slice, &self.qp) {
+            Ok(r) => r,
+            Err(e) => {
+                intr = e.is_interrupted();
+                (0, None)
+            }
+        };
         let mut st = self.lock();
         st.driving = false;
         self.parked.store(false, Ordering::Release);
         let seen = st.arrivals;
         let mut taken = None;
         if n == 0 {
+            // Set here only (a wait with completions had no signal end
+            // its sleep: the engine drains nothing then), and taken by
+            // the caller under this lock (`stop_for_signal`).
+            st.interrupted = intr;
             self.drive_now(&mut st);
         } else {
             // Another thread's post meanwhile may have left newer news
@@ -216,6 +224,38 @@ impl XSocket {
             }
         }
         (st, taken)
+    }
+
+    /// Whether the call that just waited (`st`: the lock its wait
+    /// returned) should stop waiting because a signal ended the wait's
+    /// sleep: it then fails with `EINTR`, or returns what it transferred,
+    /// as a TCP socket's call does (signal(7), "Interruption of system
+    /// calls and library functions by signal handlers"; issue 12). Not
+    /// when every handler that could have run asked for a restart
+    /// ([`super::sys::restart_after_signal`]) — unless `timed`: the socket
+    /// has a timeout for the call's direction (`SO_RCVTIMEO`,
+    /// `SO_SNDTIMEO`), with which Linux fails socket calls with `EINTR`
+    /// even under `SA_RESTART`. Clears the wait's mark either way; the
+    /// check of the handlers runs only after a wait a signal ended (a load
+    /// and a branch otherwise).
+    #[inline(always)]
+    pub(crate) fn stop_for_signal(st: &mut State, timed: bool) -> bool {
+        if !st.interrupted {
+            return false;
+        }
+        st.interrupted = false;
+        timed || !super::sys::restart_after_signal()
+    }
+
+    /// A receive call's result when a signal ended its wait
+    /// ([`Self::stop_for_signal`]): the `got` bytes it has, or `EINTR`.
+    #[cold]
+    pub(super) fn interrupted(got: usize) -> std::io::Result<(usize, bool)> {
+        if got > 0 {
+            Ok((got, false))
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::EINTR))
+        }
     }
 
     /// [`Self::drive_now`], for a receive call (not a peek) whose buffer

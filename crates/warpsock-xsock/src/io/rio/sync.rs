@@ -21,7 +21,11 @@ impl XSocket {
                     return Err(io::Error::from_raw_os_error(errno));
                 }
             }
+            // The request reads or writes the caller's buffer until it
+            // completes: a signal does not end this wait (its mark is
+            // dropped; issue 12).
             st = self.wait(st, None::<Instant>);
+            st.interrupted = false;
         }
     }
 

@@ -1,0 +1,283 @@
+/* Signals interrupt blocking calls on DDP-mode sockets as on TCP (issue 12;
+ * signal(7), "Interruption of system calls and library functions by signal
+ * handlers"). One case per run: eintr CASE.
+ *
+ *   read      an 8 B read, handler without SA_RESTART: EINTR; the peer's
+ *             bytes are read next (nothing lost).
+ *   restart   the same read with SA_RESTART: the signals land and the read
+ *             returns the peer's bytes.
+ *   rcvtimeo  SO_RCVTIMEO set, SA_RESTART: EINTR all the same.
+ *   sink      a 1 MiB read (a sink offer) with the peer parked in its own
+ *             read of the socket: EINTR; then 4 MiB from the peer arrive
+ *             intact (a pattern checked byte by byte).
+ *   send      32 KiB sends (copied: under the zero-copy size) until one
+ *             blocks on credits and send-buffer room (the peer does not
+ *             read): it fails with EINTR or returns a partial count; the
+ *             rest of 16 MiB is sent after, the peer reads every byte in
+ *             order. (A zero-copy send, 64 KiB and more, returns only once
+ *             the engine has written out what it posted from the
+ *             program's buffer: it may wait for the peer; README.)
+ *   poll      poll(POLLIN, no timeout): EINTR.
+ *
+ * Synchronised on events, no sleeps: a signaller thread sends SIGUSR1 to
+ * the main thread only while it is asleep in a system call (read from
+ * /proc/self/task/TID/syscall), waits for the handler to have run (it
+ * writes a pipe), and repeats until the call returned (a signal that lands
+ * between the engine's sleeps runs its handler and the wait goes on, as one
+ * that lands just before a TCP call's sleep). After a bounded number of
+ * signals it lets the peer send instead, so a wrong answer fails the check
+ * rather than hanging. The restart case sends 3 signals that landed in a
+ * sleep, then lets the peer send. */
+#include "ddppair.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+
+static int c, s;
+static int hpipe[2];  /* handler -> signaller: one byte per handler run */
+static int gpipe[2];  /* signaller -> peer: go */
+static pid_t main_tid;
+static pthread_t main_thread;
+static atomic_int done;  /* main's call returned */
+static atomic_int handled;
+static int restart_case;
+
+static void on_usr1(int sig) {
+    (void)sig;
+    int e = errno;
+    char b = 1;
+    atomic_fetch_add(&handled, 1);
+    (void)!write(hpipe[1], &b, 1);
+    errno = e;
+}
+
+static void handler(int restart) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    sa.sa_flags = restart ? SA_RESTART : 0;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+}
+
+/* Whether the main thread is asleep in a system call a wait of the
+ * engine or the program sleeps in. */
+static int main_asleep(void) {
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)main_tid);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    long nr = strtol(buf, NULL, 10);
+    return nr == SYS_recvfrom || nr == SYS_epoll_pwait || nr == SYS_ppoll
+#ifdef SYS_epoll_wait
+           || nr == SYS_epoll_wait
+#endif
+#ifdef SYS_poll
+           || nr == SYS_poll
+#endif
+        ;
+}
+
+static void go_peer(void) {
+    char b = 1;
+    CHECK(write(gpipe[1], &b, 1) == 1);
+}
+
+/* The signaller: see the file's comment. */
+static void *signaller(void *a) {
+    (void)a;
+    int landed = 0;
+    for (int k = 0; k < 200 && !atomic_load(&done); k++) {
+        /* Until the main thread sleeps (bounded: 10^7 looks). */
+        long spins = 0;
+        while (!main_asleep() && !atomic_load(&done) && spins++ < 10000000) sched_yield();
+        if (atomic_load(&done)) break;
+        CHECK(pthread_kill(main_thread, SIGUSR1) == 0);
+        char b;
+        CHECK(read(hpipe[0], &b, 1) == 1);
+        landed++;
+        if (restart_case && landed == 3) break;
+    }
+    go_peer();
+    return NULL;
+}
+
+static void wait_go(void) {
+    char b;
+    CHECK(read(gpipe[0], &b, 1) == 1);
+}
+
+static void *peer_small(void *a) {
+    (void)a;
+    ddp_mode(s);
+    wait_go();
+    CHECK(write(s, "abcdefgh", 8) == 8);
+    return NULL;
+}
+
+static unsigned char pat(size_t off) { return (unsigned char)(off * 7 + (off >> 12)); }
+
+#define BIG (4u << 20)
+static void *peer_sink(void *a) {
+    (void)a;
+    ddp_mode(s);
+    /* Parked in its own read: its engine answers the sink's cancel. */
+    char b;
+    CHECK(read(s, &b, 1) == 1 && b == 'r');
+    unsigned char *buf = malloc(BIG);
+    CHECK(buf != NULL);
+    for (size_t i = 0; i < BIG; i++) buf[i] = pat(i);
+    size_t off = 0;
+    while (off < BIG) {
+        ssize_t r = write(s, buf + off, BIG - off);
+        CHECK(r > 0);
+        off += (size_t)r;
+    }
+    free(buf);
+    wait_go();
+    return NULL;
+}
+
+#define SEND (16u << 20)
+static void *peer_send(void *a) {
+    (void)a;
+    ddp_mode(s);
+    wait_go();
+    unsigned char *buf = malloc(1 << 16);
+    CHECK(buf != NULL);
+    size_t got = 0;
+    while (got < SEND) {
+        ssize_t r = read(s, buf, 1 << 16);
+        CHECK(r > 0);
+        for (ssize_t i = 0; i < r; i++) CHECK(buf[i] == pat(got + (size_t)i));
+        got += (size_t)r;
+    }
+    free(buf);
+    char b = 'k';
+    CHECK(write(s, &b, 1) == 1);
+    return NULL;
+}
+
+static void start(void *(*peer)(void *), pthread_t *pt, pthread_t *st) {
+    /* SIGUSR1 only in the main thread: the others block it. */
+    sigset_t m, old;
+    sigemptyset(&m);
+    sigaddset(&m, SIGUSR1);
+    CHECK(pthread_sigmask(SIG_BLOCK, &m, &old) == 0);
+    CHECK(pthread_create(pt, NULL, peer, NULL) == 0);
+    ddp_mode(c);
+    CHECK(pthread_create(st, NULL, signaller, NULL) == 0);
+    CHECK(pthread_sigmask(SIG_SETMASK, &old, NULL) == 0);
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2);
+    const char *cs = argv[1];
+    main_tid = (pid_t)syscall(SYS_gettid);
+    main_thread = pthread_self();
+    CHECK(pipe(hpipe) == 0 && pipe(gpipe) == 0);
+    tcp_pair(&c, &s);
+    pthread_t pt, st;
+    char b[8];
+    if (!strcmp(cs, "read") || !strcmp(cs, "restart") || !strcmp(cs, "rcvtimeo")) {
+        restart_case = !strcmp(cs, "restart");
+        handler(strcmp(cs, "read") != 0);
+        if (!strcmp(cs, "rcvtimeo")) set_rcvtimeo(c, 600000);
+        start(peer_small, &pt, &st);
+        ssize_t r = read(c, b, sizeof b);
+        int e = errno;
+        atomic_store(&done, 1);
+        if (restart_case) {
+            CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
+            CHECK(atomic_load(&handled) >= 3);
+        } else {
+            fprintf(stderr, "%s: read %zd errno %d after %d signals\n", cs, r, e, atomic_load(&handled));
+            CHECK(r == -1 && e == EINTR);
+            /* The connection still works: the peer's bytes come next. */
+            r = read(c, b, sizeof b);
+            CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
+        }
+        pthread_join(st, NULL);
+        pthread_join(pt, NULL);
+    } else if (!strcmp(cs, "sink")) {
+        handler(0);
+        start(peer_sink, &pt, &st);
+        size_t len = 1u << 20;
+        unsigned char *buf = malloc(BIG);
+        CHECK(buf != NULL);
+        ssize_t r = read(c, buf, len);
+        int e = errno;
+        atomic_store(&done, 1);
+        fprintf(stderr, "sink: read %zd errno %d after %d signals\n", r, e, atomic_load(&handled));
+        /* The peer sends nothing before 'r': nothing can be placed. */
+        CHECK(r == -1 && e == EINTR);
+        pthread_join(st, NULL);
+        CHECK(write(c, "r", 1) == 1);
+        size_t got = 0;
+        while (got < BIG) {
+            r = read(c, buf + got, BIG - got);
+            CHECK(r > 0);
+            got += (size_t)r;
+        }
+        for (size_t i = 0; i < BIG; i++) CHECK(buf[i] == pat(i));
+        free(buf);
+        pthread_join(pt, NULL);
+    } else if (!strcmp(cs, "send")) {
+        handler(0);
+        unsigned char *buf = malloc(SEND);
+        CHECK(buf != NULL);
+        for (size_t i = 0; i < SEND; i++) buf[i] = pat(i);
+        start(peer_send, &pt, &st);
+        const size_t chunk = 32 << 10;
+        size_t off = 0;
+        ssize_t r;
+        int e;
+        for (;;) {
+            CHECK(off < SEND);
+            size_t n = SEND - off < chunk ? SEND - off : chunk;
+            r = write(c, buf + off, n);
+            e = errno;
+            if (r != (ssize_t)n) break;
+            off += n;
+        }
+        atomic_store(&done, 1);
+        fprintf(stderr, "send: write %zd errno %d at %zu after %d signals\n", r, e, off, atomic_load(&handled));
+        CHECK((r == -1 && e == EINTR) || (r > 0 && (size_t)r < chunk));
+        pthread_join(st, NULL);
+        if (r > 0) off += (size_t)r;
+        while (off < SEND) {
+            r = write(c, buf + off, SEND - off);
+            CHECK(r > 0);
+            off += (size_t)r;
+        }
+        char k;
+        CHECK(read(c, &k, 1) == 1 && k == 'k');
+        free(buf);
+        pthread_join(pt, NULL);
+    } else if (!strcmp(cs, "poll")) {
+        handler(0);
+        start(peer_small, &pt, &st);
+        struct pollfd p = {c, POLLIN, 0};
+        int r = poll(&p, 1, -1);
+        int e = errno;
+        atomic_store(&done, 1);
+        fprintf(stderr, "poll: %d errno %d after %d signals\n", r, e, atomic_load(&handled));
+        CHECK(r == -1 && e == EINTR);
+        pthread_join(st, NULL);
+        CHECK(read(c, b, sizeof b) == 8 && memcmp(b, "abcdefgh", 8) == 0);
+        pthread_join(pt, NULL);
+    } else {
+        fprintf(stderr, "unknown case %s\n", cs);
+        return 2;
+    }
+    close(c);
+    close(s);
+    printf("eintr %s: ok\n", cs);
+    return 0;
+}
