@@ -1,7 +1,8 @@
 //! Signals interrupt blocking calls on DDP-mode sockets as on TCP
 //! (`tests/c/eintr.c`; issue 12): a read, a send blocked on credits, a
-//! 1 MiB read with a sink offered, and `poll` fail with `EINTR` (or a send
-//! returns a partial count) when a handler without `SA_RESTART` runs; a
+//! 1 MiB read with a sink offered, and `poll` fail with `EINTR` (a send,
+//! or a short `MSG_WAITALL` read, may return a partial count instead) when
+//! a handler without `SA_RESTART` runs; a
 //! read whose handler has `SA_RESTART` goes on, unless `SO_RCVTIMEO` is
 //! set; the connection goes on intact after. Also run under ASan by
 //! `scripts/test-xsock.sh`.
@@ -33,6 +34,11 @@ fn a_read_with_sa_restart_goes_on() {
 #[test]
 fn a_read_with_a_timeout_fails_with_eintr_under_sa_restart() {
     case("rcvtimeo");
+}
+
+#[test]
+fn a_short_waitall_read_returns_what_it_has() {
+    case("waitall");
 }
 
 #[test]

@@ -7,6 +7,8 @@
  *   restart   the same read with SA_RESTART: the signals land and the read
  *             returns the peer's bytes.
  *   rcvtimeo  SO_RCVTIMEO set, SA_RESTART: EINTR all the same.
+ *   waitall   an 8 B MSG_WAITALL read with 4 B there: returns the 4 B;
+ *             the other 4 are read next.
  *   sink      a 1 MiB read (a sink offer) with the peer parked in its own
  *             read of the socket: EINTR; then 4 MiB from the peer arrive
  *             intact (a pattern checked byte by byte).
@@ -38,6 +40,7 @@
 static int c, s;
 static int hpipe[2];  /* handler -> signaller: one byte per handler run */
 static int gpipe[2];  /* signaller -> peer: go */
+static int apipe[2];  /* main -> signaller: start signalling */
 static pid_t main_tid;
 static pthread_t main_thread;
 static atomic_int done;  /* main's call returned */
@@ -92,6 +95,8 @@ static void go_peer(void) {
 /* The signaller: see the file's comment. */
 static void *signaller(void *a) {
     (void)a;
+    char armed;
+    CHECK(read(apipe[0], &armed, 1) == 1);
     int landed = 0;
     for (int k = 0; k < 200 && !atomic_load(&done); k++) {
         /* Until the main thread sleeps (bounded: 10^7 looks). */
@@ -108,6 +113,11 @@ static void *signaller(void *a) {
     return NULL;
 }
 
+static void arm(void) {
+    char b = 1;
+    CHECK(write(apipe[1], &b, 1) == 1);
+}
+
 static void wait_go(void) {
     char b;
     CHECK(read(gpipe[0], &b, 1) == 1);
@@ -118,6 +128,15 @@ static void *peer_small(void *a) {
     ddp_mode(s);
     wait_go();
     CHECK(write(s, "abcdefgh", 8) == 8);
+    return NULL;
+}
+
+static void *peer_halves(void *a) {
+    (void)a;
+    ddp_mode(s);
+    CHECK(write(s, "abcd", 4) == 4);
+    wait_go();
+    CHECK(write(s, "efgh", 4) == 4);
     return NULL;
 }
 
@@ -164,7 +183,9 @@ static void *peer_send(void *a) {
     return NULL;
 }
 
-static void start(void *(*peer)(void *), pthread_t *pt, pthread_t *st) {
+/* Starts the peer and the signaller, and switches; `armed`: the
+ * signaller may signal at once (else after arm()). */
+static void start(void *(*peer)(void *), pthread_t *pt, pthread_t *st, int armed) {
     /* SIGUSR1 only in the main thread: the others block it. */
     sigset_t m, old;
     sigemptyset(&m);
@@ -174,6 +195,7 @@ static void start(void *(*peer)(void *), pthread_t *pt, pthread_t *st) {
     ddp_mode(c);
     CHECK(pthread_create(st, NULL, signaller, NULL) == 0);
     CHECK(pthread_sigmask(SIG_SETMASK, &old, NULL) == 0);
+    if (armed) arm();
 }
 
 int main(int argc, char **argv) {
@@ -181,7 +203,7 @@ int main(int argc, char **argv) {
     const char *cs = argv[1];
     main_tid = (pid_t)syscall(SYS_gettid);
     main_thread = pthread_self();
-    CHECK(pipe(hpipe) == 0 && pipe(gpipe) == 0);
+    CHECK(pipe(hpipe) == 0 && pipe(gpipe) == 0 && pipe(apipe) == 0);
     tcp_pair(&c, &s);
     pthread_t pt, st;
     char b[8];
@@ -189,7 +211,7 @@ int main(int argc, char **argv) {
         restart_case = !strcmp(cs, "restart");
         handler(strcmp(cs, "read") != 0);
         if (!strcmp(cs, "rcvtimeo")) set_rcvtimeo(c, 600000);
-        start(peer_small, &pt, &st);
+        start(peer_small, &pt, &st, 1);
         ssize_t r = read(c, b, sizeof b);
         int e = errno;
         atomic_store(&done, 1);
@@ -205,9 +227,23 @@ int main(int argc, char **argv) {
         }
         pthread_join(st, NULL);
         pthread_join(pt, NULL);
+    } else if (!strcmp(cs, "waitall")) {
+        handler(0);
+        start(peer_halves, &pt, &st, 0);
+        /* The first half is there before the signals start. */
+        CHECK(recv(c, b, 4, MSG_PEEK | MSG_WAITALL) == 4);
+        arm();
+        ssize_t r = recv(c, b, 8, MSG_WAITALL);
+        int e = errno;
+        atomic_store(&done, 1);
+        fprintf(stderr, "waitall: recv %zd errno %d after %d signals\n", r, e, atomic_load(&handled));
+        CHECK(r == 4 && memcmp(b, "abcd", 4) == 0);
+        pthread_join(st, NULL);
+        CHECK(recv(c, b, 4, MSG_WAITALL) == 4 && memcmp(b, "efgh", 4) == 0);
+        pthread_join(pt, NULL);
     } else if (!strcmp(cs, "sink")) {
         handler(0);
-        start(peer_sink, &pt, &st);
+        start(peer_sink, &pt, &st, 1);
         size_t len = 1u << 20;
         unsigned char *buf = malloc(BIG);
         CHECK(buf != NULL);
@@ -233,7 +269,7 @@ int main(int argc, char **argv) {
         unsigned char *buf = malloc(SEND);
         CHECK(buf != NULL);
         for (size_t i = 0; i < SEND; i++) buf[i] = pat(i);
-        start(peer_send, &pt, &st);
+        start(peer_send, &pt, &st, 1);
         const size_t chunk = 32 << 10;
         size_t off = 0;
         ssize_t r;
@@ -262,7 +298,7 @@ int main(int argc, char **argv) {
         pthread_join(pt, NULL);
     } else if (!strcmp(cs, "poll")) {
         handler(0);
-        start(peer_small, &pt, &st);
+        start(peer_small, &pt, &st, 1);
         struct pollfd p = {c, POLLIN, 0};
         int r = poll(&p, 1, -1);
         int e = errno;
