@@ -25,7 +25,8 @@
 #      per-thread guard (passed straight to libc), never from a library
 #      thread without it, and that library code never entered itself;
 #   4. unmodified programs in policy mode (WARPSOCK_DDP_PORTS): python
-#      http.server + curl of a 100 MiB file (sha256 equal), iperf3 TCP both
+#      http.server + curl of a 100 MiB file (sha256 equal), Ctrl-C of a
+#      python client blocked in recv (KeyboardInterrupt), iperf3 TCP both
 #      ways, redis-server + redis-benchmark; and mixed: preloaded client ->
 #      plain server and plain client -> preloaded server over plain TCP.
 # Every run is bounded by `timeout`; servers are stopped by pid; the
@@ -243,6 +244,54 @@ pass "preloaded curl -> plain http.server: falls back to TCP, 100 MiB sha256 equ
 http_run yes no
 [ "$(stat "$WORK/http.s.out" ddp_refused)" -ge 1 ] || fail "plain curl -> preloaded server: no fallback counted"
 pass "plain curl -> preloaded http.server: falls back to TCP, 100 MiB sha256 equal"
+
+# Ctrl-C stops a python client blocked in sock.recv on a switched socket
+# (issue 12: CPython's handlers have no SA_RESTART and it raises
+# KeyboardInterrupt on the read's EINTR; the read used to wait on). SIGINT
+# is sent only while the client sleeps (after it said so), again until it
+# exits: one that lands between the engine's sleeps runs the handler and
+# the read goes on, as just before a TCP read's sleep (bounded: 100 tries).
+lease_port; port=$PORT
+cat >"$WORK/intr_srv.py" <<'EOF2'
+import socket, sys
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1]))); l.listen(1)
+while True:  # wait_port's probe first, then the client
+    c, _ = l.accept(); c.sendall(b"hello"); c.recv(1); c.close()
+EOF2
+cat >"$WORK/intr_cli.py" <<'EOF2'
+import signal, socket, sys
+# A background job of a script starts with SIGINT ignored: CPython's own
+# handler (no SA_RESTART) back, as in a terminal.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+assert s.recv(5) == b"hello"
+print("waiting", flush=True)
+try:
+    s.recv(100)
+    print("returned", flush=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+EOF2
+PYPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
+timeout 60 "${PYPRE[@]}" python3 "$WORK/intr_srv.py" "$port" >"$WORK/intr.s.out" 2>&1 &
+sp=$!; PIDS+=("$sp")
+wait_port "$port" || fail "intr_srv.py did not start"
+"${PYPRE[@]}" python3 "$WORK/intr_cli.py" "$port" >"$WORK/intr.c.out" 2>"$WORK/intr.c.err" &
+pp=$!; PIDS+=("$pp")
+for _ in $(seq 100); do grep -q waiting "$WORK/intr.c.out" && break; sleep 0.05; done
+for _ in $(seq 100); do
+    kill -0 "$pp" 2>/dev/null || break
+    [ "$(awk '{print $3}' "/proc/$pp/stat" 2>/dev/null)" = S ] && kill -INT "$pp" 2>/dev/null
+    sleep 0.05
+done
+kill -KILL "$pp" 2>/dev/null || true
+wait "$pp" || true
+stop "$sp"
+grep -q KeyboardInterrupt "$WORK/intr.c.out" \
+    || { cat "$WORK/intr.c.out" "$WORK/intr.c.err" >&2; fail "Ctrl-C did not interrupt a python recv on a switched socket"; }
+[ "$(stat "$WORK/intr.c.err" ddp_switched)" -ge 1 ] || fail "the python client did not switch"
+pass "Ctrl-C (SIGINT) stops a python client blocked in sock.recv on a switched socket (KeyboardInterrupt)"
 
 lease_port; port=$PORT
 IPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
