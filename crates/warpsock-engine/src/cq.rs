@@ -245,7 +245,7 @@ impl Cq {
     /// does not block (nothing can be received until the closure returns):
     /// it returns what is queued, like [`Self::poll`].
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize> {
-        self.wait_for(out, timeout, None, false).map(|(n, _)| n)
+        self.wait_for::<false>(out, timeout, None).map(|(n, _)| n)
     }
 
     /// [`Self::wait`], then, when it returns completions, `qp`'s news
@@ -253,33 +253,34 @@ impl Cq {
     /// wait timed out, or ended without taking the lock again).
     ///
     /// Unlike [`Self::wait`], a sleep that a signal ends (`EINTR` from the
-    /// parked read or from `epoll_wait`) ends the wait at once with
-    /// [`Error::Sys`] of `EINTR` ([`Error::is_interrupted`]), nothing
-    /// drained (what the sleep's round completed stays queued for the
-    /// next poll): the caller decides, as the kernel's socket calls do,
-    /// whether its call fails with `EINTR` or waits again (signal(7);
-    /// issue 12: a blocking read of a DDP-mode socket was never
-    /// interrupted). Only a sleep the signal ended is seen: one that lands
+    /// parked read or from `epoll_wait`) and brought no completion ends
+    /// the wait at once with [`Error::Sys`] of `EINTR`
+    /// ([`Error::is_interrupted`]): the caller decides, as the kernel's
+    /// socket calls do, whether its call fails with `EINTR` or waits
+    /// again (signal(7); issue 12: a blocking read of a DDP-mode socket
+    /// was never interrupted). Only a sleep the signal ended is seen: one that lands
     /// while the wait spins (`busy_poll`), services a round or waits on
     /// the condition variable (progress-thread mode, a region borrowed)
-    /// runs its handler and the wait goes on.
+    /// runs its handler and the wait goes on; one whose sleep's round
+    /// completed something all the same (another thread's post) returns
+    /// that, unreported.
     pub fn wait_news(
         &self,
         out: &mut [Wc],
         timeout: Duration,
         qp: &Qp,
     ) -> Result<(usize, Option<QpNews>)> {
-        self.wait_for(out, timeout, Some(qp), true)
+        self.wait_for::<true>(out, timeout, Some(qp))
     }
 
-    /// `intr`: a sleep a signal ends ends the wait (see
-    /// [`Self::wait_news`]).
-    fn wait_for(
+    /// `INTR`: a sleep a signal ends ends the wait (see
+    /// [`Self::wait_news`]; a constant: the blocking ping-pong's path pays
+    /// nothing for it).
+    fn wait_for<const INTR: bool>(
         &self,
         out: &mut [Wc],
         timeout: Duration,
         qp: Option<&Qp>,
-        intr: bool,
     ) -> Result<(usize, Option<QpNews>)> {
         let inner = &self.sh.inner;
         if inner.progress == Progress::Caller && inner.busy_poll.is_zero() && timeout >= PARK_SLICE
@@ -306,30 +307,29 @@ impl Cq {
                 // ping-pong's receive long before the slice ends. Only a
                 // sleep that brings nothing reads it (see `Start::Slept`).
                 let Some(p) = st.park(PARK_SLICE) else {
-                    return self.wait_rounds(out, timeout, qp, Start::Drained(st), intr);
+                    return self.wait_rounds::<INTR>(out, timeout, qp, Start::Drained(st));
                 };
-                return match self.sleep_parked(st, p, out, qp, intr) {
+                return match self.sleep_parked(st, p, out, qp) {
                     Ok(r) => Ok(r),
-                    Err(Woke::Interrupted) if intr => Err(interrupted()),
+                    Err(Woke::Interrupted) if INTR => Err(interrupted()),
                     Err(woke) => {
                         let start = Start::Slept(Instant::now(), woke);
-                        self.wait_rounds(out, timeout, qp, start, intr)
+                        self.wait_rounds::<INTR>(out, timeout, qp, start)
                     }
                 };
             }
         }
-        self.wait_rounds(out, timeout, qp, Start::Fresh, intr)
+        self.wait_rounds::<INTR>(out, timeout, qp, Start::Fresh)
     }
 
     /// [`Self::wait_for`]'s rounds, from `start`.
     #[inline(never)]
-    fn wait_rounds(
+    fn wait_rounds<const INTR: bool>(
         &self,
         out: &mut [Wc],
         timeout: Duration,
         qp: Option<&Qp>,
         start: Start<'_>,
-        intr: bool,
     ) -> Result<(usize, Option<QpNews>)> {
         let inner = &self.sh.inner;
         let news = |st: &State| qp.map(|qp| self.news_of(st, qp));
@@ -438,9 +438,9 @@ impl Cq {
             let slice = rest.map_or(PARK_SLICE, |d| d.min(PARK_SLICE));
             let parked = st.park(slice);
             if let Some(p) = parked {
-                match self.sleep_parked(st, p, out, qp, intr) {
+                match self.sleep_parked(st, p, out, qp) {
                     Ok(r) => return Ok(r),
-                    Err(Woke::Interrupted) if intr => return Err(interrupted()),
+                    Err(Woke::Interrupted) if INTR => return Err(interrupted()),
                     Err(_) => {}
                 }
                 // Serviced just now: look again before another round.
@@ -455,7 +455,7 @@ impl Cq {
                 .wait(&mut ready, rest)
                 .map_err(Error::sys("epoll_wait"))?;
             inner.waits.count(Sleep::Epoll, ready.is_empty());
-            if !woken && intr {
+            if !woken && INTR {
                 return Err(interrupted());
             }
         }
@@ -464,16 +464,16 @@ impl Cq {
     /// Sleeps in the parked read `p` (of queue pair `p.qi`) with the lock
     /// `st` (which prepared it) released, then services what it read and
     /// drains this queue into `out` under the lock again. `Err`: nothing
-    /// completed, and how the sleep ended. With `intr`, a sleep a signal
-    /// ended drains nothing (`Err(Woke::Interrupted)`): what the round
-    /// completed stays queued, and the interruption is not lost under it.
+    /// completed, and how the sleep ended. (A sleep a signal ended reads
+    /// nothing; a round that completed something all the same — another
+    /// thread's post — returns it, and the interruption is not reported:
+    /// no check on the ping-pong's path.)
     fn sleep_parked(
         &self,
         st: MutexGuard<'_, State>,
         mut p: ParkedRead,
         out: &mut [Wc],
         qp: Option<&Qp>,
-        intr: bool,
     ) -> std::result::Result<(usize, Option<QpNews>), Woke> {
         let inner = &self.sh.inner;
         drop(st);
@@ -483,9 +483,6 @@ impl Cq {
         // A timeout (the socket's SO_RCVTIMEO) or a signal brought nothing.
         st.parked_sleeps.count(woke != Woke::Read);
         st.unpark(p, res, &inner.epoll);
-        if intr && woke == Woke::Interrupted {
-            return Err(woke);
-        }
         let n = st.cq(self.id).drain_into(out);
         if n > 0 {
             Ok((n, qp.map(|qp| self.news_of(&st, qp))))

@@ -589,11 +589,6 @@ impl XSocket {
                 // process ended; what arrived is all there is.
                 return (st, Ok((got, false)));
             }
-            // Or of a wait of this call (the straight path's, or the
-            // loop's: the lock held since): `EINTR`, as nothing is there.
-            if stop || Self::stop_for_signal(&mut st, deadline.is_some()) {
-                return (st, Self::interrupted(got));
-            }
             let expired = deadline.is_some_and(|d| Instant::now() >= d);
             let rest = buf.len() - got;
             let mut sink = !flags.peek
@@ -633,12 +628,19 @@ impl XSocket {
                 return (st, r);
             }
             if expired {
+                st.interrupted = false;
                 let r = if got > 0 {
                     Ok((got, false))
                 } else {
                     Err(io::Error::from_raw_os_error(libc::EAGAIN))
                 };
                 return (st, r);
+            }
+            // Or of a wait of this call (the straight path's, or the
+            // loop's: the lock held since), checked before it would wait
+            // again (not on a non-blocking call's path): `EINTR`.
+            if stop || Self::stop_for_signal(&mut st, deadline.is_some()) {
+                return (st, Self::interrupted(got));
             }
             if sink && !sinks {
                 let (guard, r) =
