@@ -202,6 +202,12 @@ pub(crate) fn demote_all(only_inheritable: bool) {
         // The state may be locked by a thread that no longer exists (fork):
         // never drop it here.
         match fdtable::remove(fd) {
+            // Before an exec (every thread alive): kept for its failure.
+            Ok(Some(old)) if only_inheritable => {
+                sys::lock(&DEMOTED_FOR_EXEC).push((fd, old));
+                drop(s);
+                continue;
+            }
             Ok(Some(old)) => std::mem::forget(old),
             Ok(None) => {}
             // Over the thread's hold (a handler's fork or exec): a child's
@@ -602,16 +608,49 @@ fn before_exec() {
     });
 }
 
+/// The managed sockets an exec's demotion took out of the table
+/// (`demote_all(true)`), each with its number and the table's reference:
+/// put back if the exec fails ([`exec_failed`]).
+static DEMOTED_FOR_EXEC: Mutex<Vec<(c_int, Arc<dyn Socket>)>> = Mutex::new(Vec::new());
+
 /// After an exec that returned (it failed; errno kept): every kind's
-/// undo of what its flush did only for an exec that is made.
+/// undo of what its flush did only for an exec that is made, and each
+/// socket the demotion took out of the table managed again at its number
+/// if that still names the socket's demoted descriptor and the kind puts
+/// it back ([`Socket::managed_target`]): a program whose exec failed
+/// (`execvp` of a command not found) keeps its connections, where its
+/// numbers named dead sockets for good and their connections were leaked
+/// open (the demotion forgot them). Otherwise the demotion's reference is
+/// released (the last: an orderly close).
 fn exec_failed() {
     let e = sys::errno();
     enter((), || {
         for k in KINDS {
             k.exec_failed();
         }
+        let demoted = std::mem::take(&mut *sys::lock(&DEMOTED_FOR_EXEC));
+        for (fd, s) in demoted {
+            // `swap_in` takes a reference of its own; the demotion's is
+            // released either way.
+            let _back = s
+                .managed_target()
+                .filter(|_| same_inode(fd, s.demote_fd()))
+                .is_some_and(|t| fdtable::swap_in(fd, t, s.clone()).is_ok());
+            s.release();
+        }
     });
     set_errno(e);
+}
+
+/// Whether descriptors `a` and `b` name one file (device and inode).
+fn same_inode(a: c_int, b: c_int) -> bool {
+    let st = |fd| {
+        // SAFETY: fstat into a zeroed stat on the stack.
+        let mut st: libc::stat = unsafe { zeroed() };
+        // SAFETY: as above.
+        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    };
+    st(a).is_some_and(|x| Some(x) == st(b))
 }
 
 /// Interposed `_exit(2)`: the exit handlers are skipped, so datagrams still

@@ -50,10 +50,11 @@ fn a_writer_that_leaves_bytes_behind_resets_the_connection() {
 /// after a short stream (the exit's reset was never made at exec). An exec
 /// that fails after the same wait leaves the connection working and its
 /// `SO_LINGER` as the program set it: the reader gets every byte, then a
-/// clean end.
+/// clean end — an inheritable socket too, which the exec's demotion had
+/// put on a dead socket for good, its connection leaked open.
 #[test]
 fn a_writer_that_execs_with_bytes_behind_resets_only_if_the_exec_is_made() {
-    for mode in ["exec", "execfail"] {
+    for mode in ["exec", "execfail", "execfailinherit"] {
         let r = run_buffered("ddpexitlost", &[mode.to_owned()], 200);
         r.assert_ok(&format!("ddpexitlost {mode}"));
         println!("{}", r.stdout.trim());

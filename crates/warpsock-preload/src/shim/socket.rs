@@ -187,6 +187,15 @@ pub(crate) trait Socket: Send + Sync {
     fn demote_fd(&self) -> c_int {
         self.kernel_fd()
     }
+
+    /// The descriptor the program's number names while this socket is
+    /// managed (what the switch put there), for an exec that failed after
+    /// its demotion: the number is put back on it and the socket managed
+    /// again. `None`: the kind does not put it back (the number stays on
+    /// [`Self::demote_fd`], the socket released).
+    fn managed_target(&self) -> Option<c_int> {
+        None
+    }
 }
 
 /// A kind of managed socket: adoption and life-cycle hooks.

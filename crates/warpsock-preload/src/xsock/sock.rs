@@ -481,6 +481,10 @@ impl Socket for DdpSock {
         self.dead
     }
 
+    fn managed_target(&self) -> Option<c_int> {
+        Some(self.bell.app)
+    }
+
     fn add_ref(&self) {
         self.refs.fetch_add(1, Ordering::AcqRel);
     }

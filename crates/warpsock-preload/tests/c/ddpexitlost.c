@@ -16,10 +16,13 @@
  *            exec closes it
  *     execfail: the writer's exec (close-on-exec socket, SO_LINGER set to
  *            on, 7 s) fails after its wait gave up: the socket is the
- *            writer's still, its SO_LINGER as set; the reader then reads
- *            every byte, the writer closes, the reader reads 0 — a failed
- *            exec neither resets the connection nor leaves it marked to
- *            be reset
+ *            writer's still, in DDP mode, its SO_LINGER as set; the reader
+ *            then reads every byte, the writer closes, the reader reads
+ *            0 — a failed exec neither resets the connection nor leaves
+ *            it marked to be reset
+ *     execfailinherit: the same with an inheritable socket, which the
+ *            exec's demotion put on a dead socket: the failed exec puts
+ *            it back
  * exit 0 if the reader saw no silent loss (live, execfail: and got every
  * byte) */
 #include "ddppair.h"
@@ -37,6 +40,9 @@ static void after_failed_exec(int c, int told, int ack) {
     socklen_t ll = sizeof l;
     CHECK(getsockopt(c, SOL_SOCKET, SO_LINGER, &l, &ll) == 0);
     CHECK(l.l_onoff == 1 && l.l_linger == 7);
+    int mode = 0;
+    socklen_t ml = sizeof mode;
+    CHECK(getsockopt(c, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &mode, &ml) == 0 && mode == 1);
     CHECK(write(told, "x", 1) == 1);
     char b;
     CHECK(read(ack, &b, 1) == 1);
@@ -50,7 +56,8 @@ int main(int argc, char **argv) {
     int close_first = strcmp(argv[1], "close") == 0;
     int live = strcmp(argv[1], "live") == 0;
     int exec_ok = strcmp(argv[1], "exec") == 0;
-    int exec_fail = strcmp(argv[1], "execfail") == 0;
+    int inherit = strcmp(argv[1], "execfailinherit") == 0;
+    int exec_fail = inherit || strcmp(argv[1], "execfail") == 0;
     CHECK(close_first || live || exec_ok || exec_fail || strcmp(argv[1], "exit") == 0);
     int told[2], ack[2];
     CHECK(pipe(told) == 0 && pipe(ack) == 0);
@@ -62,9 +69,11 @@ int main(int argc, char **argv) {
     CHECK(p >= 0);
     if (p == 0) {
         close(s);
+        close(told[0]);
+        close(ack[1]);
         ddp_mode(c);
         if (exec_fail) {
-            CHECK(fcntl(c, F_SETFD, FD_CLOEXEC) == 0);
+            if (!inherit) CHECK(fcntl(c, F_SETFD, FD_CLOEXEC) == 0);
             struct linger l = {1, 7};
             CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
         }
@@ -90,6 +99,9 @@ int main(int argc, char **argv) {
         exit(0);
     }
     close(c);
+    /* A writer that failed ends the reader's wait for it. */
+    close(told[1]);
+    close(ack[0]);
     ddp_mode(s);
     int st;
     if (exec_fail) {
