@@ -4,8 +4,9 @@
 //! r21-b #4). Apart from `sock` so that it stays under the size limit;
 //! it uses `sock`, which never names it.
 
-use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use libc::{c_int, socklen_t};
 
@@ -65,16 +66,61 @@ fn each_own_sock(mut f: impl FnMut(&DdpSock)) {
 }
 
 /// A connection [`arm_exec_reset`] marked: its engine socket's descriptor,
-/// the socket's inode (its identity at the undo: the number may have been
-/// closed and given to another socket meanwhile), and its `SO_LINGER`
-/// before (the program's, if it set one: it reaches the same socket).
+/// the socket's inode (read while the socket was known alive: its
+/// identity at the undo, the number may have been closed and given to
+/// another socket meanwhile), and its `SO_LINGER` before (the program's,
+/// if it set one: it reaches the same socket).
 struct Armed {
     fd: c_int,
     ino: u64,
     was: libc::linger,
 }
 
-static ARMED: Mutex<Vec<Armed>> = Mutex::new(Vec::new());
+/// The marks of the execs in flight ([`ARMED`]'s list), behind a pointer
+/// so that a forked child starts a list of its own: the parent's lock may
+/// be held by a thread the child does not have (review r22-a item 4; as
+/// `sndbuf`'s holders). Each list is leaked, never freed.
+static ARMED: AtomicPtr<Mutex<Vec<Armed>>> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Execs of this process in flight (between their wait and their return):
+/// the marks are taken back when the last fails, not when the first does
+/// (review r22-a item 3: two threads' execs undid each other's marks, or
+/// left `{1, 0}` on a connection the program keeps).
+static EXECS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Whether the calling thread's exec in flight is counted in [`EXECS`].
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn armed() -> MutexGuard<'static, Vec<Armed>> {
+    let mut p = ARMED.load(Ordering::Acquire);
+    if p.is_null() {
+        let fresh = Box::into_raw(Box::new(Mutex::new(Vec::new())));
+        p = match ARMED.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => fresh,
+            Err(theirs) => {
+                // SAFETY: `fresh` was never published.
+                drop(unsafe { Box::from_raw(fresh) });
+                theirs
+            }
+        };
+    }
+    // SAFETY: a published list is a leaked `Box`, never freed.
+    lock(unsafe { &*p })
+}
+
+/// In a forked child: the parent's execs and marks are not the child's.
+pub(crate) fn forget_armed_after_fork() {
+    EXECS.store(0, Ordering::Release);
+    ARMED.store(std::ptr::null_mut(), Ordering::Release);
+    COUNTED.with(|c| c.set(false));
+}
 
 /// `fd`'s `SO_LINGER`, or `None` if it is not a socket's.
 fn linger_of(fd: c_int) -> Option<libc::linger> {
@@ -109,56 +155,79 @@ fn set_linger(fd: c_int, l: libc::linger) {
     };
 }
 
-/// Before an `exec` whose wait gave up: each connection of this process
-/// that still holds bytes — in its send buffer (`reset_buffered`'s, closes
-/// under way included) or in its engine's backlog ([`reset_backlogged`]'s)
-/// — is marked to be reset by the kernel's close at the exec (`SO_LINGER`
-/// on, 0 s: Linux's `tcp_close` then sends RST, not FIN). The exec closes
-/// every descriptor of the library's (close-on-exec) and the program's
-/// managed ones (close-on-exec, or demoted to a dead socket), so the
-/// peer gets `ECONNRESET`, as at exit, and not a clean end after a short
-/// stream (the exec lost those bytes with the process image). Not reset
-/// now, as the exit does: an exec that fails returns to a program that
-/// keeps its connections ([`disarm_exec_reset`] takes the marks back). A
-/// forked or vforked child's copies of its parent's connections are not
-/// its own (the counts are the parent's): it marks none, so its exec
-/// never resets the parent's. The socket another process still holds (a
-/// child that inherited it) is not closed by this exec: the mark is left
-/// to its close (the bytes are lost all the same).
-pub(crate) fn arm_exec_reset() {
-    let mut fds = warpsock_xsock::io::buffered_holders();
-    each_own_sock(|s| {
-        if s.x.engine_backlog().0 > 0 {
-            fds.push(s.x.tcp_fd());
-        }
-    });
-    fds.sort_unstable();
-    fds.dedup();
-    let mut armed = lock(&ARMED);
-    for fd in fds {
-        let Some(was) = linger_of(fd) else {
-            continue;
-        };
-        armed.push(Armed {
-            fd,
-            ino: super::inode(fd),
-            was,
-        });
-        set_linger(
-            fd,
-            libc::linger {
-                l_onoff: 1,
-                l_linger: 0,
-            },
-        );
+/// An exec begins (before its wait): counted if this process switched DDP
+/// sockets of its own (a forked or vforked child's copies of its parent's
+/// are not; a vforked child shares the parent's memory and must not
+/// change its count). Returns whether it is counted.
+pub(crate) fn exec_begins() -> bool {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let counted = SOCKS_OWNER.load(Ordering::Acquire) == me;
+    if counted {
+        EXECS.fetch_add(1, Ordering::AcqRel);
     }
+    COUNTED.with(|c| c.set(counted));
+    counted
 }
 
-/// The exec returned (it failed): each connection [`arm_exec_reset`]
-/// marked gets its `SO_LINGER` back, if its number still names the same
-/// socket — a later close ends it cleanly again (or as the program set).
-pub(crate) fn disarm_exec_reset() {
-    for a in lock(&ARMED).drain(..) {
+/// Before an exec whose wait gave up (counted: [`exec_begins`]): each
+/// connection of this process that still holds bytes — in its send buffer
+/// (`reset_buffered`'s, closes under way included) or in its engine's
+/// backlog ([`reset_backlogged`]'s) — is marked to be reset by the
+/// kernel's close at the exec (`SO_LINGER` on, 0 s: Linux's `tcp_close`
+/// then sends RST, not FIN). The exec closes every descriptor of the
+/// library's (close-on-exec) and the program's managed ones
+/// (close-on-exec, or demoted to a dead socket), so the peer gets
+/// `ECONNRESET`, as at exit, and not a clean end after a short stream (the
+/// exec lost those bytes with the process image). Not reset now, as the
+/// exit does: an exec that fails returns to a program that keeps its
+/// connections ([`exec_failed`] takes the marks back). Each mark is made
+/// while its socket is known alive — under the send buffers' list lock
+/// (a connection leaves the list before its descriptor is closed:
+/// `warpsock_xsock::io::for_each_holder`), or holding the socket — never
+/// on a bare number another thread may have closed and reused since
+/// (review r22-a item 1). A number marked already (another exec in
+/// flight) keeps its first mark and saved value. The socket another
+/// process still holds (a child that inherited it) is not closed by this
+/// exec: the mark is left to its close (the bytes are lost all the same).
+pub(crate) fn arm_exec_reset() {
+    let zero = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    let mut list = armed();
+    let mut mark = |fd: c_int| {
+        let ino = super::inode(fd);
+        if list.iter().any(|a| a.fd == fd && a.ino == ino) {
+            return;
+        }
+        let Some(was) = linger_of(fd) else {
+            return;
+        };
+        list.push(Armed { fd, ino, was });
+        set_linger(fd, zero);
+    };
+    warpsock_xsock::io::for_each_holder(&mut mark);
+    each_own_sock(|s| {
+        if s.x.engine_backlog().0 > 0 {
+            mark(s.x.tcp_fd());
+        }
+    });
+}
+
+/// The exec returned (it failed): if it was counted ([`exec_begins`]) and
+/// no other exec of the process is in flight, each connection marked gets
+/// its `SO_LINGER` back, if its number still names the same socket — a
+/// later close ends it cleanly again (or as the program set). An exec not
+/// counted (a child's, or a process with no DDP socket) takes no lock.
+pub(crate) fn exec_failed() {
+    if !COUNTED.with(|c| c.replace(false)) {
+        return;
+    }
+    if EXECS.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    for a in armed().drain(..) {
         if super::inode(a.fd) == a.ino {
             set_linger(a.fd, a.was);
         }

@@ -226,6 +226,7 @@ fn listeners_sndbuf(fd: c_int) -> Option<usize> {
 pub(crate) fn after_fork_child() {
     linger::forget_closing_after_fork();
     warpsock_xsock::io::forget_after_fork();
+    census::forget_armed_after_fork();
 }
 
 pub(crate) fn int_arg(val: *const c_void, len: socklen_t) -> Option<c_int> {
@@ -468,14 +469,15 @@ impl Kind for Ddp {
     }
 
     fn before_exec(&self) {
-        if !linger::linger(config::get().linger, census::engine_backlogs) {
+        let counted = census::exec_begins();
+        if !linger::linger(config::get().linger, census::engine_backlogs) && counted {
             // Given up: reset by the exec's close, not now (it may fail).
             census::arm_exec_reset();
         }
     }
 
     fn exec_failed(&self) {
-        census::disarm_exec_reset();
+        census::exec_failed();
     }
 
     fn at_exit(&self) {

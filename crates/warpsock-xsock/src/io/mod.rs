@@ -32,7 +32,7 @@ pub use handshake::{switch_fd, switch_fd_as, Failure};
 pub use rio::{AioOp, Completion};
 pub use settings::{counters, Counters, Options, Readiness, RecvFlags};
 pub use sndbuf::{
-    buffered_bytes, buffered_holders, forget_after_fork, posted_bytes, reset_buffered, SNDBUF_MAX,
+    buffered_bytes, for_each_holder, forget_after_fork, posted_bytes, reset_buffered, SNDBUF_MAX,
     SNDBUF_MIN,
 };
 pub use socket::XSocket;

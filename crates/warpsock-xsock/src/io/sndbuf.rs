@@ -173,16 +173,24 @@ pub fn reset_buffered() -> usize {
     h.len()
 }
 
-/// The engine sockets of this process's connections that hold buffered
-/// bytes now: those [`reset_buffered`] would reset. For an `exec` that
-/// gave up on their bytes (the preload's), which marks them to be reset by
-/// the kernel's close at the exec rather than resets them now: an exec
-/// that fails returns to a program that goes on using them.
-pub fn buffered_holders() -> Vec<RawFd> {
+/// Calls `f` with the engine socket of each of this process's connections
+/// that hold buffered bytes now (those [`reset_buffered`] would reset),
+/// under the list's lock: a connection leaves the list (its send buffer's
+/// drop, `State` before the queue pair that owns the descriptor) before
+/// its descriptor is closed, so each number names its connection's socket
+/// while `f` runs (review r22-a item 1: a copy of the list, used after the
+/// lock was let go, could name a socket another thread opened since). For
+/// an `exec` that gave up on their bytes (the preload's), which marks them
+/// to be reset by the kernel's close at the exec rather than resets them
+/// now: an exec that fails returns to a program that goes on using them.
+/// `f` must not take a socket's lock.
+pub fn for_each_holder(mut f: impl FnMut(RawFd)) {
     if !ours() {
-        return Vec::new();
+        return;
     }
-    holders().clone()
+    for &fd in holders().iter() {
+        f(fd);
+    }
 }
 
 /// Resets the TCP connection on `fd` at once (an RST; the descriptor stays
