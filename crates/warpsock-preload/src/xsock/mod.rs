@@ -206,18 +206,50 @@ fn listeners_sndbuf(fd: c_int) -> Option<usize> {
     }
     let local = sys::local_addr(fd)?;
     let kernel = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)?;
-    noted.into_iter().find_map(|(l, p)| {
+    // (exact address, noted value) of each listener that may have
+    // accepted `fd`.
+    let mut found: Vec<(bool, usize)> = Vec::new();
+    let mut stale = Vec::new();
+    for (l, p) in noted {
+        if inode(l) != p.ino {
+            // Closed, or the number reused: paid for once (review r22-a
+            // item 7: every note ever made was scanned at each switch).
+            stale.push((l, p.ino));
+            continue;
+        }
         let listening =
             sys::get_int(l, libc::SOL_SOCKET, libc::SO_ACCEPTCONN).is_some_and(|v| v != 0);
-        if !listening || inode(l) != p.ino {
-            return None;
+        let Some(at) = sys::local_addr(l).filter(|_| listening) else {
+            continue;
+        };
+        // An accepted socket has its listener's family: a v4 connection
+        // taken by a dual-stack `[::]` listener is a v6 socket (a mapped
+        // address), so a v6-only listener on the port never matches a v4
+        // connection, whatever the kernel values (review r22-a item 6).
+        let here = at.port() == local.port()
+            && at.is_ipv4() == local.is_ipv4()
+            && (at.ip().is_unspecified() || at.ip() == local.ip());
+        if here && sys::get_int(l, libc::SOL_SOCKET, libc::SO_SNDBUF) == Some(kernel) {
+            found.extend(p.sndbuf.map(|v| (!at.ip().is_unspecified(), v)));
         }
-        let at = sys::local_addr(l)?;
-        let here = at.port() == local.port() && (at.ip().is_unspecified() || at.ip() == local.ip());
-        (here && sys::get_int(l, libc::SOL_SOCKET, libc::SO_SNDBUF) == Some(kernel))
-            .then_some(p.sndbuf)
-            .flatten()
-    })
+    }
+    if !stale.is_empty() {
+        if let Some(m) = lock(&PENDING).as_mut() {
+            for (l, ino) in stale {
+                if m.get(&l).is_some_and(|p| p.ino == ino) {
+                    m.remove(&l);
+                }
+            }
+        }
+    }
+    // A listener on the connection's own address before a wildcard one
+    // (as the kernel picks for an incoming connection); listeners left
+    // alike (the kernel's value clamps distinct values to one) with
+    // different values: none (the order of the notes would decide).
+    let exact = found.iter().any(|f| f.0);
+    let mut values = found.into_iter().filter(|f| f.0 == exact).map(|f| f.1);
+    let v = values.next()?;
+    values.all(|w| w == v).then_some(v)
 }
 
 /// In a child made by `fork` (its fork handler, the only thread): the

@@ -26,7 +26,12 @@
  *                connection the program switches later, as Linux's
  *                accepted socket inherits it; another listener's value
  *                (another port) is not taken, and the connecting end,
- *                with none set, keeps the starting bound.
+ *                with none set, keeps the starting bound. A value set on
+ *                the listener after the connection was made is not
+ *                carried (the connection never had it: the starting
+ *                bound). A v6-only listener on the same port, whose
+ *                value the kernel clamps to the v4 listener's (both above
+ *                net.core.wmem_max), is not taken for a v4 connection.
  *
  * Exit 0 if every check holds. */
 #include "ddppair.h"
@@ -132,15 +137,18 @@ static int listener(int v, struct sockaddr_in *a) {
     return l;
 }
 
-static int plain(void) {
-    struct sockaddr_in other, a;
-    int l2 = listener(30000, &other);
-    int l = listener(20000, &a);
+/* A connection to listener l at a, both ends switched by the program:
+ * *n the accepted end. */
+static int switched_pair(int l, struct sockaddr_in *a, int *n) {
     int k = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(k >= 0);
-    CHECK(connect(k, (struct sockaddr *)&a, sizeof a) == 0);
-    int n = accept(l, NULL, NULL);
-    CHECK(n >= 0);
+    CHECK(connect(k, (struct sockaddr *)a, sizeof *a) == 0);
+    *n = accept(l, NULL, NULL);
+    CHECK(*n >= 0);
+    return k;
+}
+
+static void switch_both(int k, int n) {
     pthread_t t;
     CHECK(pthread_create(&t, NULL, switch_client, &k) == 0);
     ddp_mode(n);
@@ -148,8 +156,61 @@ static int plain(void) {
     int mode = 0;
     socklen_t ml = sizeof mode;
     CHECK(getsockopt(n, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &mode, &ml) == 0 && mode == 1);
+}
+
+static long wmem_max(void) {
+    FILE *f = fopen("/proc/sys/net/core/wmem_max", "r");
+    CHECK(f);
+    long w = 0;
+    CHECK(fscanf(f, "%ld", &w) == 1);
+    fclose(f);
+    return w;
+}
+
+static int plain(void) {
+    struct sockaddr_in other, a;
+    int l2 = listener(30000, &other);
+    int l = listener(20000, &a);
+    int n, k = switched_pair(l, &a, &n);
+    switch_both(k, n);
     CHECK(sndbuf(n) == 20000);
     CHECK(sndbuf(k) == 65536);
+    /* Changed on the listener after the connection was made. */
+    int n2, k2 = switched_pair(l, &a, &n2);
+    set_sndbuf(l, 40000);
+    switch_both(k2, n2);
+    CHECK(sndbuf(n2) == 65536);
+    /* A v4 listener and a v6-only one on one port, values the kernel
+     * clamps alike. */
+    long w = wmem_max();
+    if (w + 16384 <= (64 << 20)) {
+        /* Both wildcards (a listener on the connection's own address
+         * would be taken first). */
+        int l4 = socket(AF_INET, SOCK_STREAM, 0);
+        CHECK(l4 >= 0);
+        set_sndbuf(l4, (int)w + 8192);
+        struct sockaddr_in a4 = lo(0);
+        a4.sin_addr.s_addr = htonl(INADDR_ANY);
+        socklen_t a4len = sizeof a4;
+        CHECK(bind(l4, (struct sockaddr *)&a4, sizeof a4) == 0);
+        CHECK(listen(l4, 1) == 0);
+        CHECK(getsockname(l4, (struct sockaddr *)&a4, &a4len) == 0);
+        a4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int l6 = socket(AF_INET6, SOCK_STREAM, 0);
+        CHECK(l6 >= 0);
+        int one = 1;
+        CHECK(setsockopt(l6, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0);
+        set_sndbuf(l6, (int)w + 16384);
+        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = a4.sin_port};
+        a6.sin6_addr = in6addr_any;
+        CHECK(bind(l6, (struct sockaddr *)&a6, sizeof a6) == 0);
+        CHECK(listen(l6, 1) == 0);
+        CHECK(sndbuf(l4) == sndbuf(l6)); /* the kernel's, both clamped */
+        int n4, k4 = switched_pair(l4, &a4, &n4);
+        switch_both(k4, n4);
+        CHECK(sndbuf(n4) == (int)w + 8192);
+        CHECK(close(l4) == 0 && close(l6) == 0);
+    }
     CHECK(close(l2) == 0 && close(l) == 0);
     puts("sndbuf plain: ok");
     return 0;
