@@ -123,7 +123,7 @@ use std::sync::{Arc, OnceLock};
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 
 use super::super::socket::Socket;
-use super::super::sys::{errno, set_errno};
+use super::super::sys::{self, errno, set_errno};
 use super::super::{guard, real};
 use super::{hazard, low_index, Ordering, LOW};
 
@@ -198,6 +198,8 @@ pub(crate) fn defer_close(fd: c_int) -> Result<bool, c_int> {
         // returned 0, was never made and its kept object leaked (review
         // r21-c item 5, the word's bug of r21-b item 7 one level down).
         let n = d.len.fetch_add(1, Ordering::Relaxed);
+        #[cfg(test)]
+        super::hooks::in_defer_close();
         let r = fill(d, n, fd);
         if r != Ok(true) {
             // Given back if it is still the last (a nested close made
@@ -232,8 +234,6 @@ fn fill(d: &Closes, n: usize, fd: c_int) -> Result<bool, c_int> {
             real::fcntl(fd, libc::F_SETFD, (fl | libc::FD_CLOEXEC) as usize);
         }
     }
-    #[cfg(test)]
-    super::hooks::in_defer_close();
     d.fds[n].set((fd, Some(keep(s))));
     guard::map_held_or::<{ super::CLOSE_DEFERRED }>(guard::map_held());
     Ok(true)
@@ -270,11 +270,18 @@ pub(super) fn carry_close(fd: c_int, to: Option<&Arc<dyn Socket>>) -> Option<Arc
 pub(super) fn run_closes() {
     let e = errno();
     while let Some((fd, kept, forget)) = LEFT.with(|d| {
-        // No hold here (a handler's close is a plain one): the list is
-        // this loop's. Each slot is emptied as it is taken.
+        // No hold here (a handler's close is a plain one), but a handler
+        // between the slot's read and its emptying (several loads, then
+        // several stores) could take a hold of its own, a nested one defer
+        // a close, and that hold's end drain the same slot: the kept
+        // reference taken back twice (review r22-a item 12). Cold: the
+        // take is made with the asynchronous signals blocked.
         let n = d.len.load(Ordering::Relaxed).checked_sub(1)?;
-        let (fd, kept) = d.fds[n.min(CLOSES - 1)].replace((-1, None));
-        d.len.store(n, Ordering::Relaxed);
+        let (fd, kept) = sys::with_async_signals_blocked(|| {
+            let e = d.fds[n.min(CLOSES - 1)].replace((-1, None));
+            d.len.store(n, Ordering::Relaxed);
+            e
+        });
         Some((fd, kept, d.forget.get()))
     }) {
         if fd < 0 {
@@ -320,11 +327,24 @@ pub(super) fn run_closes() {
     set_errno(e);
 }
 
+/// How many slots of the thread's list are reserved.
+#[cfg(test)]
+pub(super) fn left_len() -> usize {
+    LEFT.with(|d| d.len.load(Ordering::Relaxed))
+}
+
 /// A forked child: the closes its thread left are made there too (the
 /// program closed before it forked), their objects forgotten (a thread
 /// that did not follow the fork may hold their state locked).
 pub(super) fn closes_forget() {
-    LEFT.with(|d| d.forget.set(d.len.load(Ordering::Relaxed) != 0));
+    // Filled slots only: a reservation not filled yet (a fork from a
+    // handler inside a close's update) may be given back in the child,
+    // with no close left to run and clear the flag, and the child's next
+    // close would have forgotten its object (review r22-a item 11).
+    LEFT.with(|d| {
+        let n = d.len.load(Ordering::Relaxed).min(CLOSES);
+        d.forget.set(d.fds[..n].iter().any(|e| e.get().0 >= 0));
+    });
 }
 
 /// [`super::all_to_demote`] over the thread's hold: the descriptors below
@@ -376,7 +396,7 @@ pub(super) fn forget_all() {
         unsafe {
             let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
             if fdfl >= 0 {
-                super::super::sys::set_nonblocking(s.demote_fd(), s.nonblocking());
+                sys::set_nonblocking(s.demote_fd(), s.nonblocking());
                 let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
                     libc::O_CLOEXEC
                 } else {

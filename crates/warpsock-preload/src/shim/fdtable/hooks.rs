@@ -101,8 +101,9 @@ pub(super) fn before_wait() {
 }
 
 thread_local! {
-    /// Run once in `held::defer_close` between its slot's reservation and
-    /// its fill (a nested handler's close there, staged).
+    /// Run once in `held::defer_close` right after its slot's reservation,
+    /// before its checks and its fill (a nested handler's close there,
+    /// staged).
     pub(super) static IN_DEFER_CLOSE: RefCell<Option<Box<dyn FnOnce()>>> =
         const { RefCell::new(None) };
 }
