@@ -130,8 +130,11 @@ pub(super) static WAITERS: Line<AtomicU32> = Line(AtomicU32::new(0));
 /// the [`SLEEPING`] bit.
 pub(super) static RELEASES: Line<AtomicU32> = Line(AtomicU32::new(0));
 
-/// A value alone on its cache line (aligned and sized to 64 bytes:
-/// nothing else the linker places in `.bss` shares it). [`WAITERS`] is
+/// A value alone on its cache line, and on the line paired with it (aligned
+/// and sized to 128 bytes: Intel's L2 spatial prefetcher fetches 64-byte
+/// lines in pairs, and crossbeam's `CachePadded` uses 128 on x86-64 and
+/// AArch64 for this; review r22-a item 13): nothing else the linker places
+/// in `.bss` shares it. [`WAITERS`] is
 /// read at every hold's end, the uncontended ones included (every locked
 /// look-up: `poll`'s on the 8 B path); where the linker put it, it
 /// shared a line with [`RELEASES`] and the hazard table's `OWNED` flags
@@ -144,7 +147,7 @@ pub(super) static RELEASES: Line<AtomicU32> = Line(AtomicU32::new(0));
 /// registered, and must not evict [`WAITERS`]' line from the readers'
 /// caches either. Reached through `Deref`: the same instructions as the
 /// bare atomic (the hold's end is 11 after the unlock, as before).
-#[repr(align(64))]
+#[repr(align(128))]
 pub(super) struct Line<T>(T);
 
 impl<T> std::ops::Deref for Line<T> {
