@@ -712,6 +712,38 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
     r
 }
 
+/// Interposed `execveat(2)` (glibc's wrapper, 2.34 on: it does not go
+/// through `execve`; review r22-a item 5).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execveat(
+    dirfd: c_int,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    flags: c_int,
+) -> c_int {
+    before_exec();
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::execveat(dirfd, path, argv, envp, flags) };
+    exec_failed();
+    r
+}
+
+/// Interposed `fexecve(3)` (glibc's calls the `execveat` system call, or
+/// its internal `execve`, neither through the interposed ones).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    before_exec();
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::fexecve(fd, argv, envp) };
+    exec_failed();
+    r
+}
+
 /// Interposed `execvpe(3)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn execvpe(

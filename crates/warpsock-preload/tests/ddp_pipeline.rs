@@ -72,10 +72,18 @@ fn a_writer_that_execs_with_bytes_behind_resets_only_if_the_exec_is_made() {
 /// backlog, and the kernel sent FIN after its own bytes). `exec`: as
 /// `exit`, the writer execs instead: the exec's close resets the
 /// connection it gave up on (`SO_LINGER` 0 set before the exec; the exec
-/// ended it cleanly, after 0 bytes here).
+/// ended it cleanly, after 0 bytes here); `execveat` and `fexecve` too
+/// (glibc's do not go through `execve`: they were not interposed, review
+/// r22-a item 5).
 #[test]
 fn a_writer_that_exits_with_an_engine_backlog_loses_nothing_silently() {
-    for (mode, linger_ms) in [("live", 2000), ("exit", 200), ("exec", 200)] {
+    for (mode, linger_ms) in [
+        ("live", 2000),
+        ("exit", 200),
+        ("exec", 200),
+        ("execveat", 200),
+        ("fexecve", 200),
+    ] {
         let child = common::command(
             &common::c_program("ddpexitbacklog"),
             &[mode.to_owned()],

@@ -110,6 +110,8 @@ real_fns! {
     execv(path: *const c_char, argv: *const *const c_char) -> c_int;
     execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
+    fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
 }
 
 /// The real `_exit` and `_Exit`, resolved by [`prepare_exit`] at load time.

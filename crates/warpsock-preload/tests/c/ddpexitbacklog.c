@@ -15,12 +15,13 @@
  * stream (review r21-b #4: the exit waited for the send buffers alone,
  * and the kernel ended the stream after the bytes it held).
  *
- *   ddpexitbacklog live|exit|exec
+ *   ddpexitbacklog live|exit|exec|execveat|fexecve
  *     live: the reader goes on once the writer is about to exit
  *     exit: the reader goes on only after the writer is gone
  *     exec: as exit, but the writer execs (this program again, which
  *           exits at once): the exec's wait gives up, and the exec's
  *           close of the connection resets it (it ended it cleanly)
+ *     execveat, fexecve: as exec, through those calls
  * exit 0 if the reader saw no silent loss (live: and got every byte) */
 #include "ddppair.h"
 
@@ -68,7 +69,9 @@ static int reader(int s, int live, const char *mode) {
     return 0;
 }
 
-static void writer(int c, int go, int bye, char *self) {
+extern char **environ;
+
+static void writer(int c, int go, int bye, char *self, const char *how) {
     int small = 4096;
     CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
     ddp_mode(c);
@@ -87,7 +90,15 @@ static void writer(int c, int go, int bye, char *self) {
     CHECK(write(bye, "b", 1) == 1);
     if (self) {
         char *args[] = {self, "done", NULL};
-        execv("/proc/self/exe", args);
+        if (strcmp(how, "execveat") == 0) {
+            execveat(AT_FDCWD, "/proc/self/exe", args, environ, 0);
+        } else if (strcmp(how, "fexecve") == 0) {
+            int x = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+            CHECK(x >= 0);
+            fexecve(x, args, environ);
+        } else {
+            execv("/proc/self/exe", args);
+        }
         CHECK(!"exec");
     }
     exit(0);
@@ -97,7 +108,8 @@ int main(int argc, char **argv) {
     CHECK(argc == 2);
     if (strcmp(argv[1], "done") == 0) return 0; /* the exec'd image */
     int live = strcmp(argv[1], "live") == 0;
-    int exec_ok = strcmp(argv[1], "exec") == 0;
+    int exec_ok = strcmp(argv[1], "exec") == 0 || strcmp(argv[1], "execveat") == 0 ||
+                  strcmp(argv[1], "fexecve") == 0;
     CHECK(live || exec_ok || strcmp(argv[1], "exit") == 0);
     int c, s, go[2], bye[2];
     CHECK(pipe(go) == 0 && pipe(bye) == 0);
@@ -112,7 +124,7 @@ int main(int argc, char **argv) {
     CHECK(w >= 0);
     if (w == 0) {
         close(s);
-        writer(c, go[0], bye[1], exec_ok ? argv[0] : NULL);
+        writer(c, go[0], bye[1], exec_ok ? argv[0] : NULL, argv[1]);
     }
     close(c);
     close(s);
