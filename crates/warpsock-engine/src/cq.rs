@@ -127,12 +127,27 @@ impl Cq {
     /// A busy-polling caller's empty round is short (issue 12): when `qp`
     /// is its context's only queue pair and nothing else can be due, the
     /// round is `qp`'s socket read alone (`Cq::idle_round`).
+    #[inline]
     pub fn poll_news(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews) {
+        let (n, news, _) = self.poll_news_idle(out, qp);
+        (n, news)
+    }
+
+    /// [`Self::poll_news`], and whether its round was the short empty one
+    /// (`idle_round`): `qp` is its context's only queue pair, its socket
+    /// read found nothing (or was skipped after a short read), and nothing
+    /// was staged, held, reported, queued for output or completed — so
+    /// until its caller posts or polls again, only bytes, an end or an
+    /// error on the socket can change anything (a receive's lock-free
+    /// `EAGAIN` builds on it: `warpsock_xsock`'s `io/quiet.rs`, issue 12).
+    /// Apart from [`QpNews`], which every post returns: a field there cost
+    /// a blocking ping-pong ~40 instructions per round trip (callgrind).
+    pub fn poll_news_idle(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews, bool) {
         let inner = &self.sh.inner;
         let mut st = inner.lock();
         if inner.progress == Progress::Caller {
             match self.idle_round(&mut st, qp) {
-                Some(true) => return (0, st.news(qp.qi)),
+                Some(true) => return (0, st.news(qp.qi), true),
                 // The read took something in — bytes, EOF or an error —
                 // and the rest of the round is `qp`'s service, as after a
                 // parked read (`State::unpark`): always, also when the
@@ -150,7 +165,7 @@ impl Cq {
             }
         }
         let n = st.cq(self.id).drain_into(out);
-        (n, self.news_of(&st, qp))
+        (n, self.news_of(&st, qp), false)
     }
 
     /// The empty round of [`Self::poll_news`], short: `Some(true)` when

@@ -1,8 +1,11 @@
 //! A busy-polling reader's empty rounds end short (issue 12: the engine's
-//! read alone, `Cq::poll_news`, and no settle, `XSocket::settled`) and miss
-//! nothing a full round would do: the credits its reads free go back to
-//! the peer, a send queued behind the transmit window still goes, and the
-//! peer's end of stream or Terminate is seen.
+//! read alone, `Cq::poll_news`, and no settle, `XSocket::settled`), or
+//! take no round at all (the lock-free `EAGAIN` of a quiet socket,
+//! `XSocket::recv_would_block`: every spin here asks it first, as the
+//! preload's receive does), and miss nothing a full round would do: the
+//! credits its reads free go back to the peer, a send queued behind the
+//! transmit window still goes, and the peer's message, end of stream,
+//! Terminate or reset is seen.
 
 use std::io::ErrorKind;
 use std::sync::mpsc::channel;
@@ -25,9 +28,19 @@ const NONBLOCKING: RecvFlags = RecvFlags {
     waitall: false,
 };
 
+/// A non-blocking receive into `buf` as the preload makes it: `EAGAIN`
+/// without the lock when the socket is quiet and its engine's socket
+/// holds nothing, else the call.
+fn spin_recv_call(x: &XSocket, buf: &mut [u8]) -> std::io::Result<(usize, bool)> {
+    if x.recv_would_block() {
+        return Err(ErrorKind::WouldBlock.into());
+    }
+    x.recv(buf, NONBLOCKING, None)
+}
+
 /// A non-blocking receive into `buf` (one spin): `None` on `EAGAIN`.
 fn spin_once(x: &XSocket, buf: &mut [u8]) -> Option<usize> {
-    match x.recv(buf, NONBLOCKING, None) {
+    match spin_recv_call(x, buf) {
         Ok((n, _)) => Some(n),
         Err(e) if e.kind() == ErrorKind::WouldBlock => None,
         Err(e) => panic!("spinning receive: {e}"),
@@ -171,7 +184,7 @@ fn a_spinning_protocol_breaker_sees_the_terminate() {
         let t = Instant::now();
         let e = loop {
             assert!(t.elapsed() < LIMIT, "no Terminate");
-            match xa.recv(&mut [0; 8], NONBLOCKING, None) {
+            match spin_recv_call(&xa, &mut [0; 8]) {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 r => break r.unwrap_err(),
             }
@@ -199,7 +212,7 @@ fn a_spinning_reader_sees_a_reset() {
     let t = Instant::now();
     let e = loop {
         assert!(t.elapsed() < LIMIT, "no reset seen");
-        match xa.recv(&mut [0; 8], NONBLOCKING, None) {
+        match spin_recv_call(&xa, &mut [0; 8]) {
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             r => break r.expect_err("bytes or the end of stream after a reset"),
         }

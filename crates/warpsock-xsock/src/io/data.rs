@@ -623,6 +623,10 @@ impl XSocket {
                 let r = if got > 0 {
                     Ok((got, false))
                 } else {
+                    // The call made its round and changes nothing more:
+                    // the next may answer without the lock
+                    // (`io/quiet.rs`).
+                    self.set_quiet(&st);
                     Err(io::Error::from_raw_os_error(libc::EAGAIN))
                 };
                 return (st, r);

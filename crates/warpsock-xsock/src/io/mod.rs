@@ -15,6 +15,7 @@ mod gather;
 mod handshake;
 mod placed;
 mod posts;
+mod quiet;
 mod rio;
 mod settings;
 mod setup;

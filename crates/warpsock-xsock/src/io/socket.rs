@@ -127,6 +127,9 @@ pub(crate) struct State {
     /// Empty rounds in a row that ended short, without a settle
     /// (`XSocket::settled`); 0: the last round was a full one.
     pub(crate) idle_spins: u32,
+    /// The last round ended short and the engine's was its short empty one
+    /// ([`warpsock_engine::Cq::poll_news_idle`]): `io/quiet.rs`.
+    pub(crate) idle_round: bool,
     /// Times a call took the lock ([`XSocket::state_locks`]): counted
     /// under it, a plain add (an atomic beside the mutex was a `lock xadd`
     /// per take).
@@ -193,6 +196,10 @@ pub struct XSocket {
     /// `set_writable_wait(false)`. Not cleared by a round that finds
     /// the socket writable: see `set_writable_wait`.
     pub(crate) writable_wait: AtomicBool,
+    /// Nothing but the engine's TCP socket can change what a receive
+    /// returns (`io/quiet.rs`). Set under the lock, cleared by every take
+    /// of it.
+    pub(crate) quiet: AtomicBool,
 }
 
 /// The Terminate we send when the peer breaks the sockets protocol (a
@@ -306,6 +313,8 @@ impl XSocket {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         let mut st = self.st.lock().unwrap_or_else(PoisonError::into_inner);
+        // Whoever takes the lock may change what `quiet` sums up.
+        self.quiet.store(false, Ordering::Relaxed);
         st.locks += 1;
         st
     }

@@ -139,6 +139,9 @@ impl XSocket {
                 .wait_timeout(st, slice)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            // A take of the lock as `lock`'s: this call goes on changing
+            // the books (`io/quiet.rs`).
+            self.quiet.store(false, Ordering::Relaxed);
             st.waiters -= 1;
             return (st, None);
         }
@@ -276,9 +279,10 @@ impl XSocket {
         // bytes out of order). That thread processes everything in order
         // when it comes back.
         if !st.driving {
-            let (mut n, news) = self.cq.poll_news(&mut wcs, &self.qp);
+            let (mut n, news, idle) = self.cq.poll_news_idle(&mut wcs, &self.qp);
             st.news = Some(news);
             if n == 0 && self.settled(st) {
+                st.idle_round = idle;
                 return (false, None);
             }
             while n > 0 {
@@ -299,6 +303,7 @@ impl XSocket {
             }
         }
         st.idle_spins = 0;
+        st.idle_round = false;
         self.settle(st);
         if any {
             self.report_for_writer(st);

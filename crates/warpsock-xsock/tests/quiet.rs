@@ -1,0 +1,149 @@
+//! A busy-polling receive's lock-free `EAGAIN` (issue 12,
+//! `XSocket::recv_would_block`): taken once an empty round found the
+//! socket quiet — no lock, no round — and never in the way of what a
+//! receive must see: the peer's next message, or bytes another call took
+//! in under the lock meanwhile. (`tests/spin.rs` spins through it too:
+//! credits returned, a queued send, the end of stream, a Terminate, a
+//! reset.)
+
+use std::io::ErrorKind;
+use std::time::Instant;
+
+use warpsock_xsock::io::{RecvFlags, XSocket};
+
+mod net;
+
+use net::{opts, pattern, switch_both, tcp_pair, LIMIT};
+
+const NONBLOCKING: RecvFlags = RecvFlags {
+    peek: false,
+    nonblocking: true,
+    waitall: false,
+};
+
+/// One spin as the preload makes it: `None` on `EAGAIN`, lock-free or not.
+fn spin_once(x: &XSocket, buf: &mut [u8]) -> Option<usize> {
+    if x.recv_would_block() {
+        return None;
+    }
+    match x.recv(buf, NONBLOCKING, None) {
+        Ok((n, _)) => Some(n),
+        Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+        Err(e) => panic!("spinning receive: {e}"),
+    }
+}
+
+/// Spins until a message of `n` bytes arrives whole (8 B messages: one
+/// receive takes one).
+fn spin_message(x: &XSocket, n: usize) -> Vec<u8> {
+    let mut buf = vec![0; n];
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < LIMIT, "no message");
+        if let Some(k) = spin_once(x, &mut buf) {
+            assert_eq!(k, n, "a part of the message");
+            return buf;
+        }
+    }
+}
+
+/// After one empty spin that makes its round, the spins of an idle
+/// socket take no lock (the socket's lock count stands still); the
+/// peer's next message is still seen, and the spin after it makes its
+/// round again. Fails with the socket never found quiet (every spin
+/// locks) or the engine's socket not looked at (the message never comes).
+#[test]
+fn a_quiet_socket_spins_without_its_lock_and_sees_the_next_message() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    for round in 0..3u64 {
+        xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
+        assert_eq!(spin_message(&xa, 8), pattern(8, round), "round {round}");
+        // The round that finds nothing (its credit return, if one is due,
+        // goes first: spins until one finds the socket quiet, bounded).
+        let mut found_quiet = false;
+        for _ in 0..100 {
+            assert_eq!(spin_once(&xa, &mut [0; 8]), None);
+            if xa.recv_would_block() {
+                found_quiet = true;
+                break;
+            }
+        }
+        assert!(found_quiet, "round {round}: an idle socket never quiet");
+        let locks = xa.state_locks();
+        for _ in 0..50 {
+            assert_eq!(spin_once(&xa, &mut [0; 8]), None);
+        }
+        assert_eq!(
+            xa.state_locks(),
+            locks,
+            "round {round}: spins took the lock"
+        );
+    }
+}
+
+/// Another call takes the peer's message in under the lock while the
+/// socket is quiet (`readiness`, a poll's look, drives the engine: the
+/// bytes leave the engine's TCP socket for the books). The next spin must
+/// return it at once — the engine's socket is empty now, so only the
+/// lock's take telling the flag down can send the spin to the books.
+/// Fails with the take not clearing the flag (the spin says `EAGAIN`).
+#[test]
+fn bytes_another_call_took_in_are_seen_by_the_next_spin() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    for round in 0..3u64 {
+        let mut quiet = false;
+        for _ in 0..100 {
+            assert_eq!(spin_once(&xa, &mut [0; 8]), None);
+            if xa.recv_would_block() {
+                quiet = true;
+                break;
+            }
+        }
+        assert!(quiet, "round {round}: an idle socket never quiet");
+        xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
+        let t = Instant::now();
+        while !xa.readiness().readable {
+            assert!(t.elapsed() < LIMIT, "round {round}: the message never came");
+        }
+        let mut buf = [0; 8];
+        assert_eq!(
+            spin_once(&xa, &mut buf),
+            Some(8),
+            "round {round}: the spin missed bytes in the books"
+        );
+        assert_eq!(buf[..], pattern(8, round)[..], "round {round}");
+    }
+}
+
+/// The peer's end of stream, while the socket is quiet: the spin that
+/// meets it returns 0, and so does every one after (the flag is not set
+/// again over an ended stream).
+#[test]
+fn a_quiet_socket_sees_the_end_of_stream_and_keeps_it() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let mut quiet = false;
+    for _ in 0..100 {
+        assert_eq!(spin_once(&xa, &mut [0; 8]), None);
+        if xa.recv_would_block() {
+            quiet = true;
+            break;
+        }
+    }
+    assert!(quiet, "an idle socket never quiet");
+    assert!(xb.close(LIMIT));
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < LIMIT, "no end of stream");
+        if let Some(n) = spin_once(&xa, &mut [0; 8]) {
+            assert_eq!(n, 0, "bytes from a closed peer");
+            break;
+        }
+    }
+    for _ in 0..10 {
+        assert_eq!(spin_once(&xa, &mut [0; 8]), Some(0));
+        assert!(!xa.recv_would_block(), "quiet after the end of stream");
+    }
+}
