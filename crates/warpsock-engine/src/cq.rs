@@ -145,27 +145,38 @@ impl Cq {
     pub fn poll_news_idle(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews, bool) {
         let inner = &self.sh.inner;
         let mut st = inner.lock();
-        if inner.progress == Progress::Caller {
-            match self.idle_round(&mut st, qp) {
-                Some(true) => return (0, st.news(qp.qi), true),
-                // The read took something in — bytes, EOF or an error —
-                // and the rest of the round is `qp`'s service, as after a
-                // parked read (`State::unpark`): always, also when the
-                // read ended the connection (a reset: the core's flushed
-                // completions and its `Closed` are collected there, and
-                // the socket leaves the epoll set). `qp` is the only
-                // queue pair (see `idle_round`).
-                Some(false) => {
-                    st.service(qp.qi, &inner.epoll);
-                    st.reap(&inner.epoll);
-                }
-                None => {
-                    inner.progress_locked(&mut st);
-                }
-            }
+        if inner.progress == Progress::Caller && self.round_for(&mut st, qp) {
+            return (0, st.news(qp.qi), true);
         }
         let n = st.cq(self.id).drain_into(out);
         (n, self.news_of(&st, qp), false)
+    }
+
+    /// A caller-driven round of progress for a poll of this queue with
+    /// `qp`'s news (the lock `st` held, this queue drained or not):
+    /// `qp`'s short empty round when it applies (`idle_round`), else the
+    /// full one. `true`: the short round found nothing (no completion to
+    /// drain).
+    #[inline(always)]
+    fn round_for(&self, st: &mut State, qp: &Qp) -> bool {
+        let inner = &self.sh.inner;
+        match self.idle_round(st, qp) {
+            Some(true) => return true,
+            // The read took something in — bytes, EOF or an error — and
+            // the rest of the round is `qp`'s service, as after a parked
+            // read (`State::unpark`): always, also when the read ended the
+            // connection (a reset: the core's flushed completions and its
+            // `Closed` are collected there, and the socket leaves the
+            // epoll set). `qp` is the only queue pair (see `idle_round`).
+            Some(false) => {
+                st.service(qp.qi, &inner.epoll);
+                st.reap(&inner.epoll);
+            }
+            None => {
+                inner.progress_locked(st);
+            }
+        }
+        false
     }
 
     /// The empty round of [`Self::poll_news`], short: `Some(true)` when
@@ -192,8 +203,10 @@ impl Cq {
     /// makes first: with nothing staged, held, reported or owed to the
     /// socket and framing next, its read's `EAGAIN` (or a read skipped
     /// after a short one, as `rx_inner` skips it) ends that round too —
-    /// no completion, event or output can come of it.
-    #[inline]
+    /// no completion, event or output can come of it. Always inlined:
+    /// used twice (a poll's round and a busy-polling wait's), it was left
+    /// out of line, ~6 instructions more per poll (callgrind).
+    #[inline(always)]
     fn idle_round(&self, st: &mut State, qp: &Qp) -> Option<bool> {
         if !Arc::ptr_eq(&self.sh, &qp.sh)
             || st.detached != 0
@@ -411,8 +424,20 @@ impl Cq {
                 Some(st) => st,
                 None => {
                     let mut st = inner.lock();
+                    // A busy-polling wait's spin (`busy_poll`, e.g. the
+                    // preload's WARPSOCK_BUSY_POLL_US) is a poll's round:
+                    // the short empty one when `qp` is alone and nothing
+                    // else is due (issue 12; the queue was drained by the
+                    // round before, as `idle_round` asks).
                     if drive {
-                        inner.progress_locked(&mut st);
+                        match qp {
+                            Some(qp) => {
+                                self.round_for(&mut st, qp);
+                            }
+                            None => {
+                                inner.progress_locked(&mut st);
+                            }
+                        }
                     }
                     let n = st.cq(self.id).drain_into(out);
                     if n > 0 || out.is_empty() {

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::{pattern, send_wr, wait_n, LIMIT};
 use warpsock_engine::{
-    connect, Access, Context, Event, Listener, Progress, QpInit, QpNews, RecvWr, SendOp, SendWr,
+    connect, Access, Context, ContextOptions, Event, Listener, Progress, QpInit, QpNews, RecvWr,
+    SendOp, SendWr,
 };
 
 /// Bytes of the Send, several FPDUs.
@@ -309,6 +310,16 @@ impl PingPair {
     /// [`Self::new`] whose server aborts its queue pair when told again
     /// (`abort`: a reset) instead of dropping it.
     fn ending(abort: bool) -> Self {
+        Self::with(abort, Duration::ZERO)
+    }
+
+    /// [`Self::new`] whose client's waits spin for `busy_poll` first
+    /// ([`warpsock_engine::ContextOptions::busy_poll`]).
+    fn spinning(busy_poll: Duration) -> Self {
+        Self::with(false, busy_poll)
+    }
+
+    fn with(abort: bool, busy_poll: Duration) -> Self {
         let l = Listener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let (go, go_rx) = std::sync::mpsc::channel::<()>();
@@ -333,7 +344,14 @@ impl PingPair {
             }
             buf.to_vec()
         });
-        let (_c, _pd, cq, buf) = end8(Progress::Caller, 4);
+        let _c = Context::with_options(ContextOptions {
+            busy_poll,
+            ..ContextOptions::default()
+        })
+        .unwrap();
+        let _pd = _c.alloc_pd();
+        let cq = _c.create_cq(4).unwrap();
+        let buf = _pd.alloc(8, Access::LOCAL_WRITE | Access::LOCAL_READ);
         let mut init = QpInit::new(&_pd, &cq);
         init.recvs = vec![recv8(&buf)];
         let qp = connect(addr, &init).unwrap();
@@ -440,6 +458,44 @@ fn a_lone_queue_pairs_empty_poll_is_its_read_alone_and_misses_nothing() {
     spin_until(cq, qp, &mut wc, |_, news| news.events);
     let closed = std::iter::from_fn(|| qp.poll_event()).any(|e| matches!(e, Event::Closed(_)));
     assert!(closed, "{:?}", qp.io_stats());
+    assert_eq!(p.finish(), b"pong-456");
+}
+
+/// A busy-polling wait (`ContextOptions::busy_poll`, the preload's
+/// WARPSOCK_BUSY_POLL_US under a blocking receive) of a lone queue pair
+/// spins in the short empty rounds a poll makes (issue 12:
+/// `IoStats::short_rounds`), and misses nothing: the peer's message, sent
+/// once the wait has spun 50 of them, ends the wait. Fails with the
+/// wait's rounds full ones (the count never comes, nothing is sent).
+#[test]
+fn a_busy_polling_waits_spins_are_short_rounds_and_miss_nothing() {
+    let p = PingPair::spinning(LIMIT);
+    let (cq, qp, buf, go) = (&p.cq, &p.qp, &p.buf, &p.go);
+    let mut wc = [warpsock_engine::Wc::default()];
+    // Whatever the connection's setup left is taken by a first round, its
+    // events (established) by the caller.
+    assert_eq!(cq.poll_news(&mut wc, qp).0, 0);
+    while qp.poll_event().is_some() {}
+    let before = qp.io_stats().short_rounds;
+    let n = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let deadline = std::time::Instant::now() + LIMIT;
+            while qp.io_stats().short_rounds < before + 50 {
+                assert!(std::time::Instant::now() < deadline, "{:?}", qp.io_stats());
+                std::thread::yield_now();
+            }
+            go.send(()).unwrap();
+        });
+        cq.wait_news(&mut wc, LIMIT, qp).unwrap().0
+    });
+    assert_eq!(n, 1, "{:?}", qp.io_stats());
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(wc[0].opcode, warpsock_engine::WcOpcode::Recv);
+    assert_eq!(buf.to_vec(), b"ping-123");
+    buf.write(0, b"pong-456");
+    qp.post_send(send_wr(2, vec![buf.sge(0, 8)])).unwrap();
+    let sent = wait_n(cq, 1);
+    assert!(sent[0].is_ok(), "{:?}", sent[0]);
     assert_eq!(p.finish(), b"pong-456");
 }
 
