@@ -726,6 +726,9 @@ impl Stream {
     /// read: a reader that posts its reads ahead of the data keeps all of
     /// them placed.
     pub fn sink_due(&mut self) -> bool {
+        if !self.sink_room() {
+            return false;
+        }
         let every = 1u32 << self.declines.min(4);
         self.passed += 1;
         if self.passed >= every {
@@ -734,6 +737,25 @@ impl Stream {
         } else {
             false
         }
+    }
+
+    /// Whether a sink offered now keeps the peer within [`PEER_SINKS_MAX`].
+    /// A sink the stream declined (DATA past its position came first) is
+    /// final to us at once, but the peer still holds it, or its SINK_DONE
+    /// queued behind credits it may lack, until that answer arrives; a
+    /// reader that offered again at each decline (an `aio_recv` posted
+    /// ahead at every empty look, while the writer streams) made the peer
+    /// hold five and fail the connection with `TooMany` (session 22:
+    /// `test-xsock.sh`'s `aio` case, 2 runs in 4). So no offer while
+    /// `PEER_SINKS_MAX - 1` of ours wait for their answers: the peer holds
+    /// at most that many, one short of its bound. Asked at every offer (a
+    /// `MSG_WAITALL` read may offer more than once in one call).
+    pub fn sink_room(&self) -> bool {
+        self.sinks
+            .iter()
+            .filter(|s| !s.state.is_final() || s.done_pending)
+            .count()
+            < PEER_SINKS_MAX - 1
     }
 
     /// Offers a registered buffer (`stag`, tagged offset `to`, `len` bytes)
@@ -768,6 +790,7 @@ impl Stream {
             self.segs.is_empty() && !self.eof && self.sinks.iter().all(|s| s.state.is_final()),
             "a sink only on an empty queue, one at a time"
         );
+        debug_assert!(self.sink_room(), "a sink only with room at the peer");
         let id = self.next_sink;
         self.next_sink = self.next_sink.wrapping_add(1).max(1);
         let ad = SinkAd {

@@ -119,3 +119,46 @@ fn a_peer_cannot_offer_sinks_without_end() {
     );
     assert!(s.has_output(), "the answers wait for credits");
 }
+
+/// Our own offers stay within the peer's bound (session 22: the `aio`
+/// case failed with `TooMany` in 2 of 4 `test-xsock.sh` runs). Each offer
+/// here is declined by DATA the writer sent before the offer reached it:
+/// final to us at once, while the writer still holds it, or its answer
+/// queued behind credits it lacks, until that SINK_DONE arrives (none does
+/// here). A reader that offers whenever [`Stream::sink_due`] says so must
+/// leave at most `PEER_SINKS_MAX - 1` unanswered, which the writer accepts
+/// (`a_peer_cannot_offer_sinks_without_end`: it fails at the fifth).
+#[test]
+fn sinks_declined_by_the_stream_still_count_until_answered() {
+    let mut reader = Stream::new(hello(16, 256), hello(16, 256));
+    let mut offered = 0;
+    for i in 0..64u32 {
+        if reader.sink_due() {
+            reader.post_sink(9, 0, 1 << 20, false);
+        }
+        while let Some(m) = reader.poll_msg() {
+            offered += usize::from(matches!(m.body, Body::Sink(_)));
+        }
+        let mut d = encode(Msg {
+            credits: 0,
+            body: Body::Data { eom: true },
+        });
+        d.extend_from_slice(b"abc");
+        reader.on_message(i % 16, &d).unwrap();
+        reader.consume(3);
+        repost_all(&mut reader);
+    }
+    assert_eq!(offered, PEER_SINKS_MAX - 1, "offers, none answered");
+    assert!(!reader.sink_room(), "no room until answers come");
+    // An answer makes room again.
+    let done = encode(Msg {
+        credits: 0,
+        body: Body::SinkDone {
+            id: 1,
+            len: 0,
+            eom: false,
+        },
+    });
+    reader.on_message(0, &done).unwrap();
+    assert!(reader.sink_room());
+}

@@ -597,7 +597,7 @@ impl XSocket {
                 && st.s.readable() == 0
                 && (!sinks || Self::sink_usable(&st));
             if sink && sinks && !flags.nonblocking {
-                sink = *sink_due.get_or_insert_with(|| st.s.sink_due());
+                sink = *sink_due.get_or_insert_with(|| st.s.sink_due()) && st.s.sink_room();
             }
             // A sink is offered after a round (bytes it would find make it
             // moot); receives are retargeted before one, so that what the

@@ -382,7 +382,7 @@ impl Side {
         if avail == 0 {
             if self.s.eof() {
                 self.saw_eof = true;
-            } else if self.plan.zcopy_min > 0 && want >= self.plan.zcopy_min {
+            } else if self.plan.zcopy_min > 0 && want >= self.plan.zcopy_min && self.s.sink_room() {
                 let stag = self.next_stag;
                 self.next_stag += 1;
                 self.mem.insert(stag, vec![0; want]);
