@@ -174,6 +174,23 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::R
     }
 }
 
+/// `poll(2)` for input on the one socket `fd`, up to `timeout`: whether
+/// it is readable (bytes, EOF or an error to read), or `Interrupted` when
+/// a signal ended the sleep (unlike [`poll`]). `poll` checks for a pending
+/// signal before its timeout (Linux `do_poll`), so one that wakes it is
+/// not lost to the timeout (see `ParkedRead::read_polled`). libc's: a
+/// cancellation point, as the blocking read it stands for.
+pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `p` is one live, writable pollfd for the duration of the call.
+    let r = unsafe { libc::poll(&mut p, 1, timeout_ms(Some(timeout))) };
+    cvt(r).map(|n| n > 0)
+}
+
 /// Gathers of at most this many bytes in all are copied into one buffer
 /// and go out with `send` (see [`send_vectored`]).
 pub(crate) const COALESCE_MAX: usize = 512;

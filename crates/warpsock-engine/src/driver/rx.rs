@@ -106,6 +106,24 @@ impl ParkedRead {
         sys::recv_wait(self.fd, &mut self.buf[..self.cap])
     }
 
+    /// [`Self::read`] for an interruptible wait past its first empty slice
+    /// (see `Cq::wait_rounds`): sleeps in `poll` on the socket for up to
+    /// `timeout`, then reads what is there without blocking. A signal that
+    /// ends the sleep is always `Interrupted`: `poll` looks for a pending
+    /// signal before it looks at its timeout, whose high-resolution timer
+    /// leaves no window worth the name — where the blocking read's
+    /// `SO_RCVTIMEO` (in jiffies) returns `EAGAIN` to a signal that wakes it
+    /// after the timeout's jiffy passed (Linux `tcp_recvmsg_locked` checks
+    /// `!timeo` before `signal_pending`), about the last quarter of each
+    /// slice here (issue 12). `WouldBlock`: the timeout passed.
+    pub(crate) fn read_polled(&mut self, timeout: Duration) -> io::Result<usize> {
+        if sys::poll_readable(self.fd, timeout)? {
+            sys::recv_dontwait(self.fd, &mut self.buf[..self.cap])
+        } else {
+            Err(io::ErrorKind::WouldBlock.into())
+        }
+    }
+
     /// Gives the staging buffer back when the slot went away meanwhile.
     pub(crate) fn discard(self, pool: &mut RxPool) {
         pool.give(self.buf);

@@ -156,6 +156,10 @@ pub struct WaitStats {
     /// Blocking reads of a single connection's socket a waiting caller
     /// slept in (caller-driven mode; see [`IoStats::parked_reads`]).
     pub parked_sleeps: u64,
+    /// Of the parked sleeps, those an interruptible wait slept in `poll`
+    /// on the socket before reading it (past its first empty slice, where
+    /// a signal must not be lost to the read's timeout: issue 12).
+    pub polled_sleeps: u64,
     /// Condition-variable waits: progress-thread mode's [`crate::Cq::wait`],
     /// or waits for an application's region borrow to end.
     pub cv_sleeps: u64,
@@ -194,6 +198,7 @@ pub(crate) enum Sleep {
 pub(crate) struct ParkedSleeps {
     sleeps: u64,
     empty: u64,
+    polled: u64,
 }
 
 impl ParkedSleeps {
@@ -201,6 +206,11 @@ impl ParkedSleeps {
     pub(crate) fn count(&mut self, empty: bool) {
         self.sleeps += 1;
         self.empty += u64::from(empty);
+    }
+
+    /// Of the sleeps [`Self::count`] counts, one slept in `poll`.
+    pub(crate) fn count_polled(&mut self) {
+        self.polled += 1;
     }
 }
 
@@ -222,6 +232,7 @@ impl WaitCounters {
         WaitStats {
             epoll_sleeps: self.epoll.load(Ordering::Relaxed),
             parked_sleeps: parked.sleeps,
+            polled_sleeps: parked.polled,
             cv_sleeps: self.cv.load(Ordering::Relaxed),
             empty_wakes: self.empty.load(Ordering::Relaxed) + parked.empty,
         }

@@ -159,6 +159,10 @@ impl XSocket {
         drop(st);
         let mut wcs = [Wc::default(); WCS];
         let mut intr = false;
+        // Each slice is one engine wait: after one that found nothing, the
+        // engine's next waits sleep where a signal is not lost to a read's
+        // timeout (`poll`, not the parked read: `warpsock_engine::Cq`'s
+        // idle mark; issue 12).
         let (n, news) = match self.cq.wait_news(&mut wcs, slice, &self.qp) {
             Ok(r) => r,
             Err(e) => {
