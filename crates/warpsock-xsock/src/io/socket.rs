@@ -251,110 +251,12 @@ impl XSocket {
         }
     }
 
-    /// The largest ULPDU this socket's queue pair sends
-    /// ([`warpsock_engine::Qp::mulpdu`]): set by the engine's rule for the
-    /// path when the switch built the queue pair.
-    pub fn mulpdu(&self) -> usize {
-        self.qp.mulpdu()
-    }
-
-    /// Whether the peer has offered a sink this socket's sends would
-    /// write into now (after a round of progress): the next bytes of a
-    /// send call are placed straight into the reader's buffer.
-    pub fn peer_sink_ready(&self) -> bool {
-        let mut st = self.lock();
-        self.drive_now(&mut st);
-        st.s.sink_ready()
-    }
-
-    /// Whether the peer has offered a sink not yet finished, in use or
-    /// ahead of the stream (after a round of progress).
-    pub fn peer_sink_offered(&self) -> bool {
-        let mut st = self.lock();
-        self.drive_now(&mut st);
-        st.s.sink_offered()
-    }
-
-    /// Sends `bytes` as one message, bypassing the books: for tests of a
-    /// peer that breaks the protocol (and what it is told).
-    #[doc(hidden)]
-    pub fn inject_raw_message(&self, bytes: &[u8]) {
-        let mut st = self.lock();
-        let slot = st.tx_free.pop().expect("a free transmit slot");
-        let at = slot as usize * self.opts.slot_size as usize;
-        #[allow(unsafe_code)]
-        // SAFETY: a free transmit slot, ours until posted.
-        unsafe { self.tx.bytes_mut(at, bytes.len()) }.copy_from_slice(bytes);
-        self.post(
-            &mut st,
-            SendWr {
-                wr_id: WR_SLOT | u64::from(slot),
-                op: SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-                sgl: self.tx.sge(at, bytes.len() as u32).into(),
-                signaled: true,
-            },
-        );
-    }
-
-    /// Whether MPA CRC is on.
-    pub fn crc(&self) -> bool {
-        self.qp.negotiated().is_some_and(|n| n.crc)
-    }
-
-    /// Reads of the engine's TCP socket so far
-    /// ([`warpsock_engine::Qp::socket_reads`]): a diagnostic of the system
-    /// calls per message.
-    pub fn socket_reads(&self) -> u64 {
-        self.qp.socket_reads()
-    }
-
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         let mut st = self.st.lock().unwrap_or_else(PoisonError::into_inner);
         // Whoever takes the lock may change what `quiet` sums up.
         self.quiet.store(false, Ordering::Relaxed);
         st.locks += 1;
         st
-    }
-
-    /// Times the socket's lock was taken so far (the condition variable's
-    /// re-takes after a wait for another thread not counted): a diagnostic
-    /// of the work per call — a data call and the readiness its caller
-    /// reflects after it take it once between them, plus once per wait
-    /// in the engine.
-    ///
-    /// Takes the socket's lock: never call it with the lock held (from
-    /// the `set_on_progress` or `set_watch` callbacks, which run under
-    /// it), where it would wait for itself.
-    pub fn state_locks(&self) -> u64 {
-        // Not through `lock`: this look is not counted.
-        self.st.lock().unwrap_or_else(PoisonError::into_inner).locks
-    }
-
-    /// The engine's transmit passes on this socket's queue pair
-    /// ([`warpsock_engine::IoStats::tx_passes`]): a diagnostic of the
-    /// work per call.
-    pub fn tx_passes(&self) -> u64 {
-        self.qp.io_stats().tx_passes
-    }
-
-    /// The socket's messages the engine built and wrote at once, with no
-    /// send request ([`warpsock_engine::IoStats::inline_sends`]): a
-    /// diagnostic of the small-send path.
-    pub fn inline_sends(&self) -> u64 {
-        self.qp.io_stats().inline_sends
-    }
-
-    /// Times this socket's engine context took its lock
-    /// ([`Context::lock_count`]): a diagnostic of the engine calls per
-    /// data call.
-    ///
-    /// Takes the engine's lock: never call it from under the socket's lock
-    /// or the engine's (as [`Self::state_locks`]).
-    pub fn engine_locks(&self) -> u64 {
-        self._ctx.lock_count()
     }
 
     /// Message mode: every read returns at most one of the peer's sends
@@ -899,3 +801,5 @@ impl XSocket {
         }
     }
 }
+
+mod diag;
