@@ -390,12 +390,26 @@ pub unsafe extern "C" fn sendfile(
     };
     enter(-1, || {
         let mut buf = vec![0u8; count.min(1 << 20)];
-        let n = if offset.is_null() {
-            // SAFETY: reading into our own buffer at the file position.
-            unsafe { real::read(in_fd, buf.as_mut_ptr().cast(), buf.len()) }
+        // With no offset, the file position: read at it, and moved only by
+        // what was sent, once that is known — Linux's `sendfile` leaves it
+        // unchanged on an error, and a program retries after `EAGAIN` or
+        // `EINTR` from there (review r22-b item 1: the read moved it by up
+        // to 1 MiB before a send that failed, and the retry skipped those
+        // bytes: the peer got a file with a hole). A file that cannot seek
+        // is read (what a failed send took from it is lost).
+        let at = if offset.is_null() {
+            // SAFETY: a query of the caller's file position.
+            let pos = unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) };
+            (pos >= 0).then_some(pos)
         } else {
-            // SAFETY: as above, at the caller's offset.
-            unsafe { real::pread(in_fd, buf.as_mut_ptr().cast(), buf.len(), *offset) }
+            // SAFETY: the caller's offset.
+            Some(unsafe { *offset })
+        };
+        let n = match at {
+            // SAFETY: reading into our own buffer at the position.
+            Some(pos) => unsafe { real::pread(in_fd, buf.as_mut_ptr().cast(), buf.len(), pos) },
+            // SAFETY: reading into our own buffer.
+            None => unsafe { real::read(in_fd, buf.as_mut_ptr().cast(), buf.len()) },
         };
         if n <= 0 {
             return n;
@@ -407,15 +421,15 @@ pub unsafe extern "C" fn sendfile(
         // SAFETY: `m` describes our own buffer.
         let sent = unsafe { s.sendmsg(&m, 0) };
         if sent > 0 {
-            if offset.is_null() {
-                // Unread the part not sent.
-                if sent < n {
-                    // SAFETY: moving the file position of the caller's file back.
-                    unsafe { libc::lseek(in_fd, (sent - n) as libc::off_t, libc::SEEK_CUR) };
+            match at {
+                Some(pos) if offset.is_null() => {
+                    // SAFETY: moving the caller's file position past what
+                    // was sent.
+                    unsafe { libc::lseek(in_fd, pos + sent as libc::off_t, libc::SEEK_SET) };
                 }
-            } else {
                 // SAFETY: the caller's offset.
-                unsafe { *offset += sent as libc::off_t };
+                Some(_) => unsafe { *offset += sent as libc::off_t },
+                None => {}
             }
         }
         sent

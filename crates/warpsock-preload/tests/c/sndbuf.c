@@ -32,6 +32,10 @@
  *                bound). A v6-only listener on the same port, whose
  *                value the kernel clamps to the v4 listener's (both above
  *                net.core.wmem_max), is not taken for a v4 connection.
+ *   sndbuf sendfile  WARPSOCK_DDP_SNDBUF=65536: sendfile with no offset
+ *                on a non-blocking socket whose peer reads only after
+ *                EAGAIN: the file position moves by the bytes sent only
+ *                (unchanged at EAGAIN), and the peer gets the file whole.
  *
  * Exit 0 if every check holds. */
 #include "ddppair.h"
@@ -39,6 +43,7 @@
 #include <linux/sockios.h>
 #include <pthread.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 
 static int c, s;
 static unsigned char stream[1 << 20];
@@ -216,6 +221,41 @@ static int plain(void) {
     return 0;
 }
 
+/* The stream's first 256 KiB from a file, by sendfile with no offset,
+ * the peer reading only when the writer met EAGAIN. */
+static int sendfile_whole(void) {
+    char path[] = "/tmp/sndbuf-sendfile-XXXXXX";
+    int f = mkstemp(path);
+    CHECK(f >= 0 && unlink(path) == 0);
+    const size_t size = 256 << 10;
+    CHECK(write(f, stream, size) == (ssize_t)size);
+    CHECK(lseek(f, 0, SEEK_SET) == 0);
+    CHECK(fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK) == 0);
+    static unsigned char b[65536];
+    int eagain = 0;
+    while (sent < size) {
+        CHECK(eagain < 100000);
+        ssize_t r = sendfile(c, f, NULL, size - sent);
+        if (r > 0) {
+            sent += (size_t)r;
+            continue;
+        }
+        /* 0: the file ended early (its position skipped bytes). */
+        CHECK(r < 0 && errno == EAGAIN);
+        eagain++;
+        CHECK(lseek(f, 0, SEEK_CUR) == (off_t)sent);
+        ssize_t n = read(s, b, sizeof b);
+        CHECK(n > 0);
+        same_as_sent(b, (size_t)n, got);
+        got += (size_t)n;
+    }
+    CHECK(eagain > 0);
+    read_all();
+    CHECK(got == size);
+    puts("sndbuf sendfile: ok");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
     if (strcmp(argv[1], "before") == 0) return before();
@@ -228,6 +268,7 @@ int main(int argc, char **argv) {
     CHECK(pthread_join(t, NULL) == 0);
     set_rcvtimeo(s, 10000);
     for (size_t i = 0; i < sizeof stream; i++) stream[i] = (unsigned char)(i * 131 + (i >> 9));
+    if (strcmp(argv[1], "sendfile") == 0) return sendfile_whole();
 
     if (!on) {
         /* No buffer: the credit window is reported (4 slots of 1 KiB),
