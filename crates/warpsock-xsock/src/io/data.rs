@@ -351,9 +351,10 @@ impl XSocket {
                         break;
                     }
                     self.post_deferred(&mut st);
-                    st = self.wait(st, deadline);
+                    let (guard, intr) = self.wait_intr(st, deadline);
+                    st = guard;
                     // A signal ended the wait: what was sent, or `EINTR`.
-                    if Self::stop_for_signal(&mut st, deadline.is_some()) {
+                    if Self::stop_for_signal(intr, deadline.is_some()) {
                         signalled = true;
                         break;
                     }
@@ -372,7 +373,6 @@ impl XSocket {
             // complete: a signal does not end this wait (mark dropped).
             while Self::call_busy(&st, call) && !st.over() {
                 st = self.wait(st, None);
-                st.interrupted = false;
             }
             Self::end_call(&mut st, call);
         }
@@ -509,7 +509,7 @@ impl XSocket {
         }
         match self.recv_straight(st, buf) {
             Ok((st, got)) => (st, Ok(got)),
-            Err(st) => self.recv_locked(st, buf, flags, deadline),
+            Err((st, intr)) => self.recv_locked_after(st, buf, flags, deadline, intr),
         }
     }
 
@@ -533,13 +533,27 @@ impl XSocket {
     }
 
     /// [`Self::recv_guarded`] from its lock on: the general loop.
-    #[inline(never)]
+    #[inline(always)]
     fn recv_locked<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        buf: &mut [u8],
+        flags: RecvFlags,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, State>, io::Result<(usize, bool)>) {
+        self.recv_locked_after(st, buf, flags, deadline, false)
+    }
+
+    /// [`Self::recv_locked`] after a wait of the call whose sleep a signal
+    /// ended if `intr` (the straight path's).
+    #[inline(never)]
+    fn recv_locked_after<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
         buf: &mut [u8],
         flags: RecvFlags,
         deadline: Option<Instant>,
+        mut intr: bool,
     ) -> (MutexGuard<'a, State>, io::Result<(usize, bool)>) {
         if buf.is_empty() {
             return (st, Ok((0, false)));
@@ -632,7 +646,6 @@ impl XSocket {
                 return (st, r);
             }
             if expired {
-                st.interrupted = false;
                 let r = if got > 0 {
                     Ok((got, false))
                 } else {
@@ -640,10 +653,10 @@ impl XSocket {
                 };
                 return (st, r);
             }
-            // Or of a wait of this call (the straight path's, or the
-            // loop's: the lock held since), checked before it would wait
-            // again (not on a non-blocking call's path): `EINTR`.
-            if stop || Self::stop_for_signal(&mut st, deadline.is_some()) {
+            // Or of the last wait of this call (the straight path's, or
+            // the loop's), checked before it would wait again (not on a
+            // non-blocking call's path): `EINTR`.
+            if stop || Self::stop_for_signal(std::mem::take(&mut intr), deadline.is_some()) {
                 return (st, Self::interrupted(got));
             }
             if sink && !sinks {
@@ -658,7 +671,7 @@ impl XSocket {
                         }
                         stop |= signalled;
                     }
-                    None => st = self.wait_as(st, deadline, true),
+                    None => (st, intr) = self.wait_as(st, deadline, true),
                 }
                 continue;
             }
@@ -674,13 +687,13 @@ impl XSocket {
                 continue;
             }
             if flags.peek {
-                st = self.wait_as(st, deadline, true);
+                (st, intr) = self.wait_as(st, deadline, true);
                 continue;
             }
             // A DATA message that lands in the wait and fits is copied
             // straight into the buffer (`wait_take`).
-            let (guard, taken) = self.wait_take(st, deadline, &mut buf[got..]);
-            st = guard;
+            let (guard, taken, woke) = self.wait_take(st, deadline, &mut buf[got..]);
+            (st, intr) = (guard, woke);
             if let Some((n, eor)) = taken {
                 got += n;
                 if st.msg_mode || !flags.waitall || got == buf.len() {

@@ -202,8 +202,9 @@ impl XSocket {
             if waitall {
                 self.retarget(&mut st, &win, got);
             }
-            st = self.wait_as(st, deadline, true);
-            signalled = Self::stop_for_signal(&mut st, deadline.is_some());
+            let (guard, intr) = self.wait_as(st, deadline, true);
+            st = guard;
+            signalled = Self::stop_for_signal(intr, deadline.is_some());
         }
         // Point back what has not started; wait for what has.
         loop {
@@ -231,8 +232,7 @@ impl XSocket {
                 st.retargeted.clear();
                 break;
             }
-            st = self.wait_as(st, Some(by), true);
-            st.interrupted = false;
+            st = self.wait_as(st, Some(by), true).0;
         }
         drop(win);
         (st, Some((got, signalled)))

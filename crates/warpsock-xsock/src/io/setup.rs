@@ -133,7 +133,6 @@ impl XSocket {
                 next_id: 0,
                 error: None,
                 driving: false,
-                interrupted: false,
                 waiters: 0,
                 residue,
                 residue_off: 0,

@@ -211,12 +211,11 @@ impl XSocket {
                 self.qp.disconnect();
                 break 0;
             }
-            st = self.wait_as(st, answer_by.or(deadline), true);
+            let (guard, intr) = self.wait_as(st, answer_by.or(deadline), true);
+            st = guard;
             // Once withdrawn, the answer is awaited whatever signals come.
             if answer_by.is_none() {
-                signalled = Self::stop_for_signal(&mut st, deadline.is_some());
-            } else {
-                st.interrupted = false;
+                signalled = Self::stop_for_signal(intr, deadline.is_some());
             }
         };
         st.s.release_sink(id);

@@ -353,9 +353,8 @@ impl XSocket {
                 self.qp.disconnect();
                 return false;
             }
-            st = self.wait(st, Some(deadline));
             // A close is not interrupted (its bound is the linger time).
-            st.interrupted = false;
+            st = self.wait(st, Some(deadline));
         }
     }
 }

@@ -67,10 +67,6 @@ pub(crate) struct State {
     /// Why the connection ended, once it did.
     pub(crate) error: Option<(i32, String)>,
     pub(crate) driving: bool,
-    /// The last wait that brought no completion ended because a signal
-    /// ended its sleep: taken by the call that waited, under the lock the
-    /// wait returned ([`XSocket::stop_for_signal`]).
-    pub(crate) interrupted: bool,
     /// Threads asleep on the condition variable (a wake-up is a system
     /// call: made only when someone waits).
     pub(crate) waiters: usize,

@@ -21,13 +21,30 @@ use super::socket::{State, XSocket, WCS};
 
 impl XSocket {
     /// Waits (until `deadline`) for something to happen: drives the engine
-    /// itself if no other thread does, else waits for that thread.
+    /// itself if no other thread does, else waits for that thread. A wait
+    /// a signal ended is not told: for waits that a signal must not end
+    /// (a close, a request reading the caller's memory); see
+    /// [`Self::wait_intr`].
     pub(crate) fn wait<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
     ) -> MutexGuard<'a, State> {
-        self.wait_as(st, deadline, false)
+        self.wait_inner(st, deadline, false, None).0
+    }
+
+    /// [`Self::wait`], and whether a signal ended its sleep with nothing
+    /// done: the waiting call's own answer, for it to pass to
+    /// [`Self::stop_for_signal`] (review r22-b item 2: a mark kept in the
+    /// socket's state outlived the call whose wait set it, and a later
+    /// call, maybe another thread's, failed with `EINTR` with no signal).
+    pub(crate) fn wait_intr<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, State>, bool) {
+        let (st, _, intr) = self.wait_inner(st, deadline, false, None);
+        (st, intr)
     }
 
     /// [`Self::wait`] for a receive call (`reader`): input it processes is
@@ -35,26 +52,31 @@ impl XSocket {
     /// consumes it and its caller reflects the readiness after (telling
     /// them meant ringing and draining the program's doorbell, two system
     /// calls, for every message a blocking reader received).
+    ///
+    /// Returns whether a signal ended its sleep with nothing done (as
+    /// [`Self::wait_intr`]).
     pub(crate) fn wait_as<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
         reader: bool,
-    ) -> MutexGuard<'a, State> {
-        self.wait_inner(st, deadline, reader, None).0
+    ) -> (MutexGuard<'a, State>, bool) {
+        let (st, _, intr) = self.wait_inner(st, deadline, reader, None);
+        (st, intr)
     }
 
     /// [`Self::wait_as`] for a receive call (stream or message mode, not a
     /// peek) whose buffer `out` waits with nothing unread: a DATA message
     /// that lands in the wait and fits `out` is copied into it at once
     /// (see [`Self::take_direct`]). Returns the bytes taken and whether
-    /// they end a message (as [`Self::read_now`] would), if any were.
+    /// they end a message (as [`Self::read_now`] would), if any were, and
+    /// whether a signal ended its sleep with nothing done.
     pub(crate) fn wait_take<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
         out: &mut [u8],
-    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>) {
+    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, bool) {
         self.wait_inner(st, deadline, true, Some(out))
     }
 
@@ -106,17 +128,18 @@ impl XSocket {
     /// landing in it straight into `buf` ([`Self::wait_take`], with no
     /// deadline). Returns the bytes taken and whether they end a message,
     /// or, when the wait took nothing (the loop would go round again), the
-    /// lock for the general loop to go on with.
+    /// lock for the general loop to go on with and whether a signal ended
+    /// the wait's sleep.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
     pub(crate) fn recv_straight<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         buf: &mut [u8],
-    ) -> Result<(MutexGuard<'a, State>, (usize, bool)), MutexGuard<'a, State>> {
+    ) -> Result<(MutexGuard<'a, State>, (usize, bool)), (MutexGuard<'a, State>, bool)> {
         match self.wait_inner(st, None, true, Some(buf)) {
-            (st, Some(got)) => Ok((st, got)),
-            (st, None) => Err(st),
+            (st, Some(got), _) => Ok((st, got)),
+            (st, None, intr) => Err((st, intr)),
         }
     }
 
@@ -127,7 +150,7 @@ impl XSocket {
         deadline: Option<Instant>,
         reader: bool,
         out: Option<&mut [u8]>,
-    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>) {
+    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, bool) {
         const SLICE: Duration = Duration::from_millis(50);
         let slice = deadline.map_or(SLICE, |d| {
             d.saturating_duration_since(Instant::now()).min(SLICE)
@@ -143,7 +166,7 @@ impl XSocket {
             // the books (`io/quiet.rs`).
             self.quiet.store(false, Ordering::Relaxed);
             st.waiters -= 1;
-            return (st, None);
+            return (st, None, false);
         }
         st.driving = true;
         self.parked.store(true, Ordering::Release);
@@ -176,10 +199,9 @@ impl XSocket {
         let seen = st.arrivals;
         let mut taken = None;
         if n == 0 {
-            // Set here only (a wait with completions had no signal end
-            // its sleep: the engine drains nothing then), and taken by
-            // the caller under this lock (`stop_for_signal`).
-            st.interrupted = intr;
+            // `intr` goes back to the waiting call alone, never into the
+            // socket's state (a wait with completions had no signal end
+            // its sleep: the engine drains nothing then).
             self.drive_now(&mut st);
         } else {
             // Another thread's post meanwhile may have left newer news
@@ -230,28 +252,22 @@ impl XSocket {
                 }
             }
         }
-        (st, taken)
+        (st, taken, intr)
     }
 
-    /// Whether the call that just waited (`st`: the lock its wait
-    /// returned) should stop waiting because a signal ended the wait's
-    /// sleep: it then fails with `EINTR`, or returns what it transferred,
-    /// as a TCP socket's call does (signal(7), "Interruption of system
-    /// calls and library functions by signal handlers"; issue 12). Not
-    /// when every handler that could have run asked for a restart
-    /// ([`super::sys::restart_after_signal`]) — unless `timed`: the socket
-    /// has a timeout for the call's direction (`SO_RCVTIMEO`,
-    /// `SO_SNDTIMEO`), with which Linux fails socket calls with `EINTR`
-    /// even under `SA_RESTART`. Clears the wait's mark either way; the
-    /// check of the handlers runs only after a wait a signal ended (a load
-    /// and a branch otherwise).
+    /// Whether the call whose wait a signal ended (`intr`: that wait's
+    /// answer) should stop waiting: it then fails with `EINTR`, or returns
+    /// what it transferred, as a TCP socket's call does (signal(7),
+    /// "Interruption of system calls and library functions by signal
+    /// handlers"; issue 12). Not when every handler that could have run
+    /// asked for a restart ([`super::sys::restart_after_signal`]) — unless
+    /// `timed`: the socket has a timeout for the call's direction
+    /// (`SO_RCVTIMEO`, `SO_SNDTIMEO`), with which Linux fails socket calls
+    /// with `EINTR` even under `SA_RESTART`. The check of the handlers runs
+    /// only after a wait a signal ended (a branch otherwise).
     #[inline(always)]
-    pub(crate) fn stop_for_signal(st: &mut State, timed: bool) -> bool {
-        if !st.interrupted {
-            return false;
-        }
-        st.interrupted = false;
-        timed || !super::sys::restart_after_signal()
+    pub(crate) fn stop_for_signal(intr: bool, timed: bool) -> bool {
+        intr && (timed || !super::sys::restart_after_signal())
     }
 
     /// A receive call's result when a signal ended its wait

@@ -22,10 +22,8 @@ impl XSocket {
                 }
             }
             // The request reads or writes the caller's buffer until it
-            // completes: a signal does not end this wait (its mark is
-            // dropped; issue 12).
+            // completes: a signal does not end this wait (issue 12).
             st = self.wait(st, None::<Instant>);
-            st.interrupted = false;
         }
     }
 
