@@ -31,6 +31,15 @@ fn a_read_with_sa_restart_goes_on() {
     case("restart");
 }
 
+/// A handler that reset itself as it ran (`SA_RESETHAND`) is known by the
+/// dispositions read at the first switch (review r22-b item 3): fails with
+/// the handler's disposition read only after it ran (SIG_DFL: the read
+/// goes on, the peer's bytes come back instead of `EINTR`).
+#[test]
+fn a_read_whose_handler_reset_itself_fails_with_eintr() {
+    case("resethand");
+}
+
 #[test]
 fn a_read_with_a_timeout_fails_with_eintr_under_sa_restart() {
     case("rcvtimeo");

@@ -20,6 +20,12 @@
  *             the engine has written out what it posted from the
  *             program's buffer: it may wait for the peer; README.)
  *   poll      poll(POLLIN, no timeout): EINTR.
+ *   resethand an 8 B read, SIGUSR1's handler SA_RESETHAND without
+ *             SA_RESTART (it is SIG_DFL again once it ran), SIGUSR2's with
+ *             SA_RESTART: EINTR (Linux decides on the flags the handler had
+ *             when it was delivered). SIGUSR1 once, SIGUSR2 for the
+ *             retries (a signal between the engine's sleeps is lost;
+ *             a second SIGUSR1 would kill the program).
  *
  * Synchronised on events, no sleeps: a signaller thread sends SIGUSR1 to
  * the main thread only while it is asleep in a system call (read from
@@ -46,6 +52,7 @@ static pthread_t main_thread;
 static atomic_int done;  /* main's call returned */
 static atomic_int handled;
 static int restart_case;
+static int resethand_case;
 
 static void on_usr1(int sig) {
     (void)sig;
@@ -103,7 +110,7 @@ static void *signaller(void *a) {
         long spins = 0;
         while (!main_asleep() && !atomic_load(&done) && spins++ < 10000000) sched_yield();
         if (atomic_load(&done)) break;
-        CHECK(pthread_kill(main_thread, SIGUSR1) == 0);
+        CHECK(pthread_kill(main_thread, resethand_case && landed > 0 ? SIGUSR2 : SIGUSR1) == 0);
         char b;
         CHECK(read(hpipe[0], &b, 1) == 1);
         landed++;
@@ -190,6 +197,7 @@ static void start(void *(*peer)(void *), pthread_t *pt, pthread_t *st, int armed
     sigset_t m, old;
     sigemptyset(&m);
     sigaddset(&m, SIGUSR1);
+    sigaddset(&m, SIGUSR2);
     CHECK(pthread_sigmask(SIG_BLOCK, &m, &old) == 0);
     CHECK(pthread_create(pt, NULL, peer, NULL) == 0);
     ddp_mode(c);
@@ -225,6 +233,28 @@ int main(int argc, char **argv) {
             r = read(c, b, sizeof b);
             CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
         }
+        pthread_join(st, NULL);
+        pthread_join(pt, NULL);
+    } else if (!strcmp(cs, "resethand")) {
+        /* The handlers before the switch: the library's first reading of
+         * the dispositions sees SIGUSR1's. */
+        resethand_case = 1;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_usr1;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND;
+        CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+        sa.sa_flags = SA_RESTART;
+        CHECK(sigaction(SIGUSR2, &sa, NULL) == 0);
+        start(peer_small, &pt, &st, 1);
+        ssize_t r = read(c, b, sizeof b);
+        int e = errno;
+        atomic_store(&done, 1);
+        fprintf(stderr, "%s: read %zd errno %d after %d signals\n", cs, r, e, atomic_load(&handled));
+        CHECK(r == -1 && e == EINTR);
+        r = read(c, b, sizeof b);
+        CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
         pthread_join(st, NULL);
         pthread_join(pt, NULL);
     } else if (!strcmp(cs, "waitall")) {

@@ -124,6 +124,9 @@ impl XSocket {
         residue: Vec<u8>,
         tcp_fd: RawFd,
     ) -> Self {
+        // The dispositions before any signal could end a wait of the
+        // process's DDP sockets (once per process: `restart_after_signal`).
+        super::sys::note_dispositions();
         let tx_slots = (e.tx.len() / opts.slot_size as usize) as u32;
         Self {
             st: Mutex::new(State {

@@ -7,6 +7,8 @@
 
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
 use std::time::Instant;
 
 fn check(r: isize) -> io::Result<usize> {
@@ -169,25 +171,76 @@ struct KernelSigaction {
     rest: [u64; 2],
 }
 
+/// The signals that had a handler without `SA_RESTART` when the
+/// dispositions were last read (bit `sig - 1`): by the first switch of the
+/// process ([`note_dispositions`]), then by each [`restart_after_signal`].
+static NO_RESTART: AtomicU64 = AtomicU64::new(0);
+
+/// Reads the dispositions of every signal: (the signals whose handler has
+/// no `SA_RESTART`, the signals with a handler), bit `sig - 1`. 64 raw
+/// system calls (see [`restart_after_signal`]).
+fn dispositions() -> (u64, u64) {
+    let (mut no_restart, mut handled) = (0u64, 0u64);
+    for sig in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+        let mut old = KernelSigaction::default();
+        // SAFETY: reads signal `sig`'s disposition into `old`, which has
+        // room for the kernel's structure; no new one is given.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                std::ptr::null::<KernelSigaction>(),
+                &mut old as *mut KernelSigaction,
+                SIGSET,
+            )
+        };
+        if r == 0 && old.handler != libc::SIG_DFL && old.handler != libc::SIG_IGN {
+            handled |= 1 << (sig - 1);
+            if old.flags & libc::SA_RESTART as libc::c_ulong == 0 {
+                no_restart |= 1 << (sig - 1);
+            }
+        }
+    }
+    (no_restart, handled)
+}
+
+/// Takes the first reading of the dispositions ([`NO_RESTART`]), once per
+/// process, at its first switch: a handler that resets itself when it runs
+/// (`SA_RESETHAND`, `sysv_signal`, a handler that sets `SIG_DFL` or
+/// `SIG_IGN`) reads as none by the time [`restart_after_signal`] looks,
+/// and is known by this earlier reading (review r22-b item 3). 64 system
+/// calls, once.
+pub(crate) fn note_dispositions() {
+    static NOTED: Once = Once::new();
+    NOTED.call_once(|| NO_RESTART.store(dispositions().0, Ordering::Relaxed));
+}
+
+/// The kernel's sigset size for `rt_sigaction` and `rt_sigprocmask`.
+const SIGSET: libc::size_t = 8;
+
 /// Whether a wait of this thread that a signal ended should go on, as
 /// the kernel restarts a socket call whose signal's handler has
 /// `SA_RESTART` (signal(7)) — answered without knowing which signal it
 /// was (it cannot be told after the handler ran, and nothing interposes
 /// `sigaction`): true only if every signal that could have ended it and
-/// has a handler has `SA_RESTART` (a stop and continue, or a handler of a
-/// signal that came in while the thread was not asleep, make no handler
-/// run in the sleep: go on). Not counted: signals this thread blocks;
+/// has a handler has `SA_RESTART`, and none that had a handler without it
+/// at the last reading ([`NO_RESTART`]) has lost its handler since (a
+/// handler that reset itself as it ran: `SA_RESETHAND`). A stop and
+/// continue (Ctrl-Z then `fg`, a debugger's or `strace`'s attach) ends the
+/// sleep with no handler run and is taken as any signal: the call fails if
+/// the program has a handler without `SA_RESTART` (where Linux restarts a
+/// socket call with no timeout; review r22-b item 4, README). Not counted:
+/// signals this thread blocks;
 /// SIGKILL and SIGSTOP; the synchronous faults (SIGSEGV, SIGBUS, SIGFPE,
 /// SIGILL, SIGTRAP, SIGSYS), whose handlers run on the faulting
 /// instruction, not in a sleep — sanitizers and Rust's runtime install
 /// them without `SA_RESTART`; and glibc's internal 32 and 33 (cancellation
 /// and set*id, restarting since glibc 2.34). Raw system calls: the
 /// program's own `sigaction` may be interposed by another library, and
-/// the preload's calls must never re-enter an interposer. Up to 65 system
+/// the preload's calls must never re-enter an interposer. 65 system
 /// calls, made only after a wait a signal ended (issue 12).
 #[cold]
 pub(crate) fn restart_after_signal() -> bool {
-    const SIGSET: libc::size_t = 8;
     let mut mask: u64 = 0;
     // SAFETY: reads the thread's mask into a live u64 (the kernel's
     // sigset of 64 signals); no new mask is given.
@@ -203,40 +256,26 @@ pub(crate) fn restart_after_signal() -> bool {
     if r != 0 {
         mask = 0;
     }
-    let not_counted = |sig: libc::c_int| {
-        matches!(
-            sig,
-            libc::SIGKILL
-                | libc::SIGSTOP
-                | libc::SIGSEGV
-                | libc::SIGBUS
-                | libc::SIGFPE
-                | libc::SIGILL
-                | libc::SIGTRAP
-                | libc::SIGSYS
-                | 32
-                | 33
-        ) || mask & (1u64 << (sig - 1)) != 0
-    };
-    for sig in (1..=64).filter(|&s| !not_counted(s)) {
-        let mut old = KernelSigaction::default();
-        // SAFETY: reads signal `sig`'s disposition into `old`, which has
-        // room for the kernel's structure; no new one is given.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                sig,
-                std::ptr::null::<KernelSigaction>(),
-                &mut old as *mut KernelSigaction,
-                SIGSET,
-            )
-        };
-        let handled = r == 0 && old.handler != libc::SIG_DFL && old.handler != libc::SIG_IGN;
-        if handled && old.flags & libc::SA_RESTART as libc::c_ulong == 0 {
-            return false;
-        }
+    let mut not_counted = mask;
+    for sig in [
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+        32,
+        33,
+    ] {
+        not_counted |= 1 << (sig - 1);
     }
-    true
+    let (no_restart, handled) = dispositions();
+    let before = NO_RESTART.swap(no_restart, Ordering::Relaxed);
+    // Had a handler without SA_RESTART, has none now: it may have run.
+    let reset = before & !handled;
+    (no_restart | reset) & !not_counted == 0
 }
 
 /// Whether `fd` has nothing to read, no end and no error now: a `ppoll`
