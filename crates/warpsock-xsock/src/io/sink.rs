@@ -21,25 +21,26 @@ impl XSocket {
     /// if nothing is queued, the large buffer is offered as a sink for the
     /// bytes after the small ones' (they come as DATA and are copied).
     /// Returns how many bytes of `bufs` (from the start, in order) it
-    /// filled: 0 if it did not apply.
+    /// filled (0 if it did not apply), and whether a signal stopped it
+    /// with some filled (the call returns them: review r22-b item 5).
     pub(super) fn recv_into_later_sink(
         &self,
         bufs: &mut [&mut [u8]],
         waitall: bool,
         deadline: Option<Instant>,
-    ) -> io::Result<usize> {
+    ) -> io::Result<(usize, bool)> {
         /// The small buffers' bytes at most: they are copied.
         const MAX_SKIP: usize = 4096;
         let Some(i) = bufs.iter().position(|b| b.len() >= self.opts.zcopy_min) else {
-            return Ok(0);
+            return Ok((0, false));
         };
         let skip: usize = bufs[..i].iter().map(|b| b.len()).sum();
         if i == 0 || skip == 0 || skip > MAX_SKIP {
-            return Ok(0);
+            return Ok((0, false));
         }
         let mut st = self.lock();
         if !Self::idle_reader(&st) || !Self::sink_usable(&st) || !st.s.sink_due() {
-            return Ok(0);
+            return Ok((0, false));
         }
         let (head, rest) = bufs.split_at_mut(i);
         let (st, copied, placed, signalled) = self.recv_sink(st, head, rest[0], waitall, deadline);
@@ -50,7 +51,7 @@ impl XSocket {
             None if signalled && copied + placed == 0 => {
                 Err(io::Error::from_raw_os_error(libc::EINTR))
             }
-            _ => Ok(copied + placed),
+            _ => Ok((copied + placed, signalled)),
         }
     }
 
@@ -85,29 +86,30 @@ impl XSocket {
     /// The start of a blocking vectored read of at least `zcopy_min` bytes
     /// (stream mode) that finds nothing queued: placed into its buffers
     /// (`io/placed.rs`). Returns how many bytes of `bufs` (from the start,
-    /// in order) it filled: 0 if it did not apply.
+    /// in order) it filled (0 if it did not apply), and whether a signal
+    /// stopped it with some filled (as [`Self::recv_into_later_sink`]).
     pub(super) fn recv_into_placed(
         &self,
         bufs: &mut [&mut [u8]],
         waitall: bool,
         deadline: Option<Instant>,
-    ) -> io::Result<usize> {
+    ) -> io::Result<(usize, bool)> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total < self.opts.zcopy_min {
-            return Ok(0);
+            return Ok((0, false));
         }
         let st = self.lock();
         if !Self::idle_reader(&st) {
-            return Ok(0);
+            return Ok((0, false));
         }
         let (st, r) = self.recv_placed(st, bufs, 0, waitall, deadline);
         let err = Self::dead(&st);
         drop(st);
         match (r, err) {
-            (Some((n, _)), _) if n > 0 => Ok(n),
+            (Some((n, signalled)), _) if n > 0 => Ok((n, signalled)),
             (_, Some(e)) => Err(e),
             (Some((_, true)), None) => Err(io::Error::from_raw_os_error(libc::EINTR)),
-            _ => Ok(0),
+            _ => Ok((0, false)),
         }
     }
 

@@ -37,13 +37,19 @@ impl XSocket {
         // buffers (`io/placed.rs`), or — with sinks — its large buffer after
         // small ones (a header, then the body) is offered as a sink ahead
         // of the stream. `got` bytes of the buffers are filled in order.
-        let mut got = if flags.nonblocking {
-            0
+        let (mut got, signalled) = if flags.nonblocking {
+            (0, false)
         } else if self.sinks_for(deadline) {
             self.recv_into_later_sink(bufs, flags.waitall, deadline)?
         } else {
             self.recv_into_placed(bufs, flags.waitall, deadline)?
         };
+        // A signal stopped it with bytes delivered: they are the call's
+        // answer, also under `MSG_WAITALL` (a blocking read of the rest
+        // would wait on as if no signal had come; review r22-b item 5).
+        if signalled {
+            return Ok((got, false));
+        }
         // Buffer by buffer: the first read waits as the call asks; once
         // bytes were delivered, the rest only takes what is queued (as
         // `readv` on TCP returns what is there), unless `MSG_WAITALL`.
