@@ -541,7 +541,7 @@ impl XSocket {
         flags: RecvFlags,
         deadline: Option<Instant>,
     ) -> (MutexGuard<'a, State>, io::Result<(usize, bool)>) {
-        self.recv_locked_after(st, buf, flags, deadline, false)
+        self.recv_locked_after(st, buf, flags, deadline, Default::default())
     }
 
     /// [`Self::recv_locked`] after a wait of the call whose sleep a signal
@@ -553,7 +553,7 @@ impl XSocket {
         buf: &mut [u8],
         flags: RecvFlags,
         deadline: Option<Instant>,
-        mut intr: bool,
+        mut intr: super::wait::Woken,
     ) -> (MutexGuard<'a, State>, io::Result<(usize, bool)>) {
         if buf.is_empty() {
             return (st, Ok((0, false)));

@@ -241,6 +241,17 @@ const SIGSET: libc::size_t = 8;
 /// calls, made only after a wait a signal ended (issue 12).
 #[cold]
 pub(crate) fn restart_after_signal() -> bool {
+    // `KernelSigaction` is the layout of these ports; elsewhere (mips64
+    // and sparc64 put the flags first, alpha differs too) the reading
+    // could fail and every interrupted wait would restart: stop there
+    // (review r22-b item 9).
+    if cfg!(not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    ))) {
+        return false;
+    }
     let mut mask: u64 = 0;
     // SAFETY: reads the thread's mask into a live u64 (the kernel's
     // sigset of 64 signals); no new mask is given.

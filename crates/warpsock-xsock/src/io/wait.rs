@@ -19,6 +19,36 @@ use warpsock_engine::{Wc, WcOpcode};
 use super::settings::{Count, RecvFlags};
 use super::socket::{State, XSocket, WCS};
 
+/// Whether a signal ended a wait's sleep, and what the handlers ask
+/// ([`super::sys::restart_after_signal`]), decided as the wait ends,
+/// before it takes the socket's lock again: the ~65 system calls of that
+/// look are not made with the lock held, where every other thread's call
+/// on the socket would wait for them (review r22-b item 7). Read by
+/// [`XSocket::stop_for_signal`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// No signal ended it.
+    #[default]
+    NoSignal,
+    /// A signal did, and every handler that could have run asked for a
+    /// restart.
+    Restart,
+    /// A signal did, and not every handler asked for a restart.
+    Stop,
+}
+
+impl Woken {
+    /// After a sleep a signal ended: what the handlers ask.
+    #[cold]
+    fn after_signal() -> Self {
+        if super::sys::restart_after_signal() {
+            Self::Restart
+        } else {
+            Self::Stop
+        }
+    }
+}
+
 impl XSocket {
     /// Waits (until `deadline`) for something to happen: drives the engine
     /// itself if no other thread does, else waits for that thread. A wait
@@ -42,7 +72,7 @@ impl XSocket {
         &'a self,
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
-    ) -> (MutexGuard<'a, State>, bool) {
+    ) -> (MutexGuard<'a, State>, Woken) {
         let (st, _, intr) = self.wait_inner(st, deadline, false, None);
         (st, intr)
     }
@@ -60,7 +90,7 @@ impl XSocket {
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
         reader: bool,
-    ) -> (MutexGuard<'a, State>, bool) {
+    ) -> (MutexGuard<'a, State>, Woken) {
         let (st, _, intr) = self.wait_inner(st, deadline, reader, None);
         (st, intr)
     }
@@ -76,7 +106,7 @@ impl XSocket {
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
         out: &mut [u8],
-    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, bool) {
+    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
         self.wait_inner(st, deadline, true, Some(out))
     }
 
@@ -136,7 +166,7 @@ impl XSocket {
         &'a self,
         st: MutexGuard<'a, State>,
         buf: &mut [u8],
-    ) -> Result<(MutexGuard<'a, State>, (usize, bool)), (MutexGuard<'a, State>, bool)> {
+    ) -> Result<(MutexGuard<'a, State>, (usize, bool)), (MutexGuard<'a, State>, Woken)> {
         match self.wait_inner(st, None, true, Some(buf)) {
             (st, Some(got), _) => Ok((st, got)),
             (st, None, intr) => Err((st, intr)),
@@ -150,7 +180,7 @@ impl XSocket {
         deadline: Option<Instant>,
         reader: bool,
         out: Option<&mut [u8]>,
-    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, bool) {
+    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
         const SLICE: Duration = Duration::from_millis(50);
         let slice = deadline.map_or(SLICE, |d| {
             d.saturating_duration_since(Instant::now()).min(SLICE)
@@ -166,7 +196,7 @@ impl XSocket {
             // the books (`io/quiet.rs`).
             self.quiet.store(false, Ordering::Relaxed);
             st.waiters -= 1;
-            return (st, None, false);
+            return (st, None, Woken::NoSignal);
         }
         st.driving = true;
         self.parked.store(true, Ordering::Release);
@@ -181,7 +211,7 @@ impl XSocket {
         let posts = st.posts;
         drop(st);
         let mut wcs = [Wc::default(); WCS];
-        let mut intr = false;
+        let mut intr = Woken::NoSignal;
         // Each slice is one engine wait: after one that found nothing, the
         // engine's next waits sleep where a signal is not lost to a read's
         // timeout (`poll`, not the parked read: `warpsock_engine::Cq`'s
@@ -189,7 +219,9 @@ impl XSocket {
         let (n, news) = match self.cq.wait_news(&mut wcs, slice, &self.qp) {
             Ok(r) => r,
             Err(e) => {
-                intr = e.is_interrupted();
+                if e.is_interrupted() {
+                    intr = Woken::after_signal();
+                }
                 (0, None)
             }
         };
@@ -263,11 +295,15 @@ impl XSocket {
     /// asked for a restart ([`super::sys::restart_after_signal`]) — unless
     /// `timed`: the socket has a timeout for the call's direction
     /// (`SO_RCVTIMEO`, `SO_SNDTIMEO`), with which Linux fails socket calls
-    /// with `EINTR` even under `SA_RESTART`. The check of the handlers runs
-    /// only after a wait a signal ended (a branch otherwise).
+    /// with `EINTR` even under `SA_RESTART`. The handlers were looked at
+    /// as the wait ended ([`Woken`]), only if a signal ended it.
     #[inline(always)]
-    pub(crate) fn stop_for_signal(intr: bool, timed: bool) -> bool {
-        intr && (timed || !super::sys::restart_after_signal())
+    pub(crate) fn stop_for_signal(intr: Woken, timed: bool) -> bool {
+        match intr {
+            Woken::NoSignal => false,
+            Woken::Restart => timed,
+            Woken::Stop => true,
+        }
     }
 
     /// A receive call's result when a signal ended its wait
