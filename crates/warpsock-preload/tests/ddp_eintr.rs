@@ -57,6 +57,15 @@ fn a_sink_read_is_withdrawn_then_fails_with_eintr() {
     assert!(r.stat("ddp_sink_offers") >= 1, "{}", r.stderr);
 }
 
+/// A timed large read (no sink: its receives are pointed at its buffer)
+/// fails with `EINTR`, its receives pointed back, and the stream after
+/// arrives intact (review r22-b item 8: the placed read's interruption had
+/// no case).
+#[test]
+fn a_placed_read_is_pointed_back_then_fails_with_eintr() {
+    case("placed");
+}
+
 #[test]
 fn a_send_blocked_on_credits_is_interrupted() {
     case("send");

@@ -12,6 +12,10 @@
  *   sink      a 1 MiB read (a sink offer) with the peer parked in its own
  *             read of the socket: EINTR; then 4 MiB from the peer arrive
  *             intact (a pattern checked byte by byte).
+ *   placed    the sink case's read with SO_RCVTIMEO 600 s (no sink offered:
+ *             its posted receives are pointed at the buffer, io/placed.rs):
+ *             EINTR; the receives are pointed back and the 4 MiB arrive
+ *             intact.
  *   send      32 KiB sends (copied: under the zero-copy size) until one
  *             blocks on credits and send-buffer room (the peer does not
  *             read): it fails with EINTR or returns a partial count; the
@@ -271,8 +275,9 @@ int main(int argc, char **argv) {
         pthread_join(st, NULL);
         CHECK(recv(c, b, 4, MSG_WAITALL) == 4 && memcmp(b, "efgh", 4) == 0);
         pthread_join(pt, NULL);
-    } else if (!strcmp(cs, "sink")) {
+    } else if (!strcmp(cs, "sink") || !strcmp(cs, "placed")) {
         handler(0);
+        if (!strcmp(cs, "placed")) set_rcvtimeo(c, 600000);
         start(peer_sink, &pt, &st, 1);
         size_t len = 1u << 20;
         unsigned char *buf = malloc(BIG);
@@ -280,7 +285,7 @@ int main(int argc, char **argv) {
         ssize_t r = read(c, buf, len);
         int e = errno;
         atomic_store(&done, 1);
-        fprintf(stderr, "sink: read %zd errno %d after %d signals\n", r, e, atomic_load(&handled));
+        fprintf(stderr, "%s: read %zd errno %d after %d signals\n", cs, r, e, atomic_load(&handled));
         /* The peer sends nothing before 'r': nothing can be placed. */
         CHECK(r == -1 && e == EINTR);
         pthread_join(st, NULL);
