@@ -102,6 +102,22 @@ for c in "${ECASES[@]}"; do
 done
 pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTART, SO_RCVTIMEO, MSG_WAITALL, sink, placed, send, poll, SA_RESETHAND)"
 
+# 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
+# one case per run, under ASan/UBSan; review r22-c).
+gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -fsanitize=address,undefined \
+    -Icrates/warpsock-preload/include crates/warpsock-preload/tests/c/sockopt.c \
+    -o "$WORK/sockopt" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
+OCASES=(rcvlowat)
+for c in "${OCASES[@]}"; do
+    out="$WORK/sockopt.$c.out"
+    if ! WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/sockopt" "$c" >"$out" 2>&1 \
+        || grep -qE "Sanitizer|runtime error:" "$out"; then
+        cat "$out" >&2
+        fail "sockopt $c"
+    fi
+done
+pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT)"
+
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
 # ping-pong of 2 x 2000 round trips (blocking calls, then poll before each
 # receive) runs no round on the progress thread beyond the connection's

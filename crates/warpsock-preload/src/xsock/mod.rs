@@ -338,6 +338,16 @@ fn switch(
         sys::get_timeo(fd, libc::SO_RCVTIMEO),
         sys::get_timeo(fd, libc::SO_SNDTIMEO),
     );
+    // The program's low-water mark moves into the managed socket, and the
+    // kernel socket's goes back to 1 for the engine, which reads it (the
+    // same kernel socket): its blocking reads wait for the mark (the MPA
+    // reply's read timed out: the switch failed), and its readiness checks
+    // (poll, epoll, the quiet spin's ppoll) report nothing below it (review
+    // r22-c item 1). Put back if the switch fails.
+    let rcvlowat = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).unwrap_or(1);
+    if rcvlowat != 1 {
+        sys::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, 1);
+    }
     // The program's file status flags, before the switch: the engine puts
     // the kernel socket in blocking mode for its own reads (a waiting
     // queue pair sleeps in a `recv` with a timeout), and the program's
@@ -358,12 +368,16 @@ fn switch(
                 x.set_sndbuf(b);
             }
             let nonblocking = fl & libc::O_NONBLOCK != 0;
-            DdpSock::transpose(fd, x, msg_mode, connect.is_some(), timeouts, nonblocking)
+            let pending = connect.is_some();
+            DdpSock::transpose(fd, x, msg_mode, pending, timeouts, rcvlowat, nonblocking)
                 .map(|_| ())
         }
         Err(f) => {
             // SAFETY: as above.
             unsafe { real::fcntl(fd, libc::F_SETFL, fl as usize) };
+            if rcvlowat != 1 {
+                sys::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, rcvlowat);
+            }
             let errno = f.errno();
             let counter = match f {
                 Failure::Refused { .. } => &REFUSED,

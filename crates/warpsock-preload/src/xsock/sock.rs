@@ -29,15 +29,17 @@ use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 use smallvec::SmallVec;
 use warpsock_xsock::io::{Readiness, RecvFlags, XSocket};
 
+use super::config;
 use super::follow::Follow;
 use super::linger::{spawn_closer, CLOSING};
-use super::{config, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_MODE};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
 use crate::shim::reactor::{self, Handler, Reactor};
 use crate::shim::socket::{Socket, Wait};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
+
+mod opts;
 
 /// A per-call timeout (`SO_RCVTIMEO`, `SO_SNDTIMEO`): the program's value,
 /// from before the switch on (the engine sets `SO_RCVTIMEO` on the TCP
@@ -93,6 +95,8 @@ pub(crate) struct DdpSock {
     polls: AtomicUsize,
     rcvtimeo: Timeout,
     sndtimeo: Timeout,
+    /// The program's `SO_RCVLOWAT` (`opts`): kept, read back, and ignored.
+    rcvlowat: AtomicI32,
     /// The doorbell's books ([`Follow`]).
     inner: Follow,
     /// The process that switched it: a forked child's copies of its
@@ -208,13 +212,15 @@ impl DdpSock {
     /// `connect` call that is still to return. `nonblocking`: the
     /// program's `O_NONBLOCK` as it was before the switch (the engine puts
     /// the kernel socket, whose open file description `fd` shares, in
-    /// blocking mode for its own reads).
+    /// blocking mode for its own reads); `timeouts` and `rcvlowat` the
+    /// program's options (kept here from now on).
     pub(crate) fn transpose(
         fd: c_int,
         x: XSocket,
         msg_mode: bool,
         connect_pending: bool,
         timeouts: (Option<Duration>, Option<Duration>),
+        rcvlowat: c_int,
         nonblocking: bool,
     ) -> Result<Arc<Self>, c_int> {
         let eng = reactor::get().ok_or(libc::ENOMEM)?;
@@ -239,6 +245,7 @@ impl DdpSock {
                 inner: Follow::new(),
                 rcvtimeo: Timeout::new(timeouts.0),
                 sndtimeo: Timeout::new(timeouts.1),
+                rcvlowat: AtomicI32::new(rcvlowat),
                 x,
                 kfd,
                 bell,
@@ -619,53 +626,7 @@ impl Socket for DdpSock {
     }
 
     fn setsockopt(&self, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
-        if level == SOL_WARPSOCK {
-            let Some(v) = super::int_arg(val, len) else {
-                set_errno(libc::EINVAL);
-                return -1;
-            };
-            return match (name, v) {
-                // Already in DDP mode; there is no way back.
-                (WARPSOCK_DDP_MODE, 1) => 0,
-                (WARPSOCK_MSG_MODE, 0 | 1) => {
-                    self.x.set_msg_mode(v == 1);
-                    0
-                }
-                (WARPSOCK_DDP_MODE | WARPSOCK_MSG_MODE, _) => {
-                    set_errno(libc::EINVAL);
-                    -1
-                }
-                _ => {
-                    set_errno(libc::ENOPROTOOPT);
-                    -1
-                }
-            };
-        }
-        if (level, name) == (libc::SOL_SOCKET, libc::SO_SNDBUF) {
-            // The DDP stream's send buffer, not the engine's TCP socket
-            // (`XSocket::set_sndbuf`: clamped; off stays off). Negative
-            // sizes ask for the least, as Linux's.
-            let Some(v) = super::int_arg(val, len) else {
-                set_errno(libc::EINVAL);
-                return -1;
-            };
-            self.x.set_sndbuf(v.max(0) as usize);
-            return 0;
-        }
-        if level == libc::SOL_SOCKET && matches!(name, libc::SO_RCVTIMEO | libc::SO_SNDTIMEO) {
-            let Some(t) = timeval_arg(val, len) else {
-                set_errno(libc::EINVAL);
-                return -1;
-            };
-            if name == libc::SO_RCVTIMEO {
-                self.rcvtimeo.set(t);
-            } else {
-                self.sndtimeo.set(t);
-            }
-            return 0;
-        }
-        // SAFETY: forwarding the program's arguments to the TCP socket.
-        unsafe { real::setsockopt(self.kfd, level, name, val, len) }
+        self.set_option(level, name, val, len)
     }
 
     fn getsockopt(
@@ -675,54 +636,7 @@ impl Socket for DdpSock {
         val: *mut c_void,
         len: *mut socklen_t,
     ) -> c_int {
-        let v = match (level, name) {
-            (SOL_WARPSOCK, WARPSOCK_DDP_MODE) => 1,
-            (SOL_WARPSOCK, WARPSOCK_MSG_MODE) => c_int::from(self.x.msg_mode()),
-            (SOL_WARPSOCK, WARPSOCK_CRC) => c_int::from(self.x.crc()),
-            (SOL_WARPSOCK, _) => {
-                set_errno(libc::ENOPROTOOPT);
-                return -1;
-            }
-            (libc::SOL_SOCKET, libc::SO_RCVTIMEO | libc::SO_SNDTIMEO) => {
-                let t = if name == libc::SO_RCVTIMEO {
-                    self.rcvtimeo.get()
-                } else {
-                    self.sndtimeo.get()
-                };
-                if val.is_null()
-                    || len.is_null()
-                    // SAFETY: the caller's in/out length, checked non-null.
-                    || (unsafe { *len } as usize) < size_of::<libc::timeval>()
-                {
-                    set_errno(libc::EINVAL);
-                    return -1;
-                }
-                let t = t.unwrap_or_default();
-                let tv = libc::timeval {
-                    tv_sec: t.as_secs() as libc::time_t,
-                    tv_usec: t.subsec_micros() as libc::suseconds_t,
-                };
-                // SAFETY: a timeval's worth of writable bytes.
-                unsafe {
-                    val.cast::<libc::timeval>().write_unaligned(tv);
-                    *len = size_of::<libc::timeval>() as socklen_t;
-                }
-                return 0;
-            }
-            // The send buffer's bound (`XSocket::sndbuf`; without one,
-            // the credit window).
-            (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
-                self.x.sndbuf().min(c_int::MAX as usize) as c_int
-            }
-            (libc::SOL_SOCKET, libc::SO_ERROR) => match self.x.error() {
-                Some((errno, _)) => errno,
-                // SAFETY: forwarding to the TCP socket.
-                None => return unsafe { real::getsockopt(self.kfd, level, name, val, len) },
-            },
-            // SAFETY: forwarding the program's arguments to the TCP socket.
-            _ => return unsafe { real::getsockopt(self.kfd, level, name, val, len) },
-        };
-        super::put_int(val, len, v)
+        self.get_option(level, name, val, len)
     }
 
     fn shutdown(&self, how: c_int) -> c_int {
