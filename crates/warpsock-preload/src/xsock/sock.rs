@@ -97,6 +97,9 @@ pub(crate) struct DdpSock {
     sndtimeo: Timeout,
     /// The program's `SO_RCVLOWAT` (`opts`): kept, read back, and ignored.
     rcvlowat: AtomicI32,
+    /// The connection's error ([`XSocket::error`]) was reported to the
+    /// program ([`Self::error_taken`]).
+    error_taken: AtomicBool,
     /// The doorbell's books ([`Follow`]).
     inner: Follow,
     /// The process that switched it: a forked child's copies of its
@@ -246,6 +249,7 @@ impl DdpSock {
                 rcvtimeo: Timeout::new(timeouts.0),
                 sndtimeo: Timeout::new(timeouts.1),
                 rcvlowat: AtomicI32::new(rcvlowat),
+                error_taken: AtomicBool::new(false),
                 x,
                 kfd,
                 bell,
@@ -404,6 +408,10 @@ impl DdpSock {
                 } else {
                     self.reflect(ready);
                 }
+                if e.raw_os_error() != Some(libc::EAGAIN) && self.error_taken(&e) {
+                    // As TCP's read once `sk_err` was reported: the end.
+                    return 0;
+                }
                 Self::fail(&e)
             }
         }
@@ -431,7 +439,11 @@ impl DdpSock {
         self.reflect(ready);
         match r {
             Ok(n) => n as isize,
-            Err(e) => {
+            Err(mut e) => {
+                if e.raw_os_error() != Some(libc::EAGAIN) && self.error_taken(&e) {
+                    // As TCP's send once `sk_err` was reported.
+                    e = std::io::Error::from_raw_os_error(libc::EPIPE);
+                }
                 match e.raw_os_error() {
                     Some(libc::EAGAIN) if nonblocking => {
                         // No credit: make the program's end unwritable
@@ -467,6 +479,36 @@ impl DdpSock {
                 }
                 Self::fail(&e)
             }
+        }
+    }
+
+    /// Whether a call's failure `e` is the connection's error
+    /// ([`XSocket::error`]) reported before; marks it reported. The
+    /// library's error stays (the engine's and the extended calls' state),
+    /// but TCP reports `sk_err` once, to `SO_ERROR` or the read or send
+    /// that meets it (`sock_error` clears it), and then a read returns 0
+    /// and a send fails with `EPIPE` (review r22-c item 4). Out of line:
+    /// only failures other than `EAGAIN` get here.
+    #[cold]
+    #[inline(never)]
+    fn error_taken(&self, e: &std::io::Error) -> bool {
+        match self.x.error() {
+            Some((errno, _)) if e.raw_os_error() == Some(errno) => {
+                self.error_taken.swap(true, Ordering::Relaxed)
+            }
+            _ => false,
+        }
+    }
+
+    /// `SO_ERROR`: the connection's error, once (as [`Self::error_taken`]),
+    /// after a round that takes in what arrived — never the engine's TCP
+    /// socket's (the kernel clears it as it reports it: the engine would
+    /// see a reset as a clean end; review r22-c item 4).
+    fn so_error(&self) -> c_int {
+        self.reflect(self.x.readiness());
+        match self.x.error() {
+            Some((errno, _)) if !self.error_taken.swap(true, Ordering::Relaxed) => errno,
+            _ => 0,
         }
     }
 

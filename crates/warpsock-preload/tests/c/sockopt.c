@@ -13,6 +13,17 @@
  *               becomes quiet: the lock-free EAGAIN), then a blocking read
  *               must wait for the peer's 8 B, which it sends only after a
  *               pipe byte written just before that read (r22-c item 3).
+ *   soerror     the peer (a forked child) is killed with the program's 8 B
+ *               unread in its kernel socket (a reset, no FIN) while the
+ *               program makes no call; once the program's kernel socket
+ *               has left ESTABLISHED (/proc/net/tcp), getsockopt(SO_ERROR)
+ *               gives ECONNRESET, a second one 0, and recv 0 (Linux's TCP:
+ *               sock_error clears sk_err as it reports it; the socket is
+ *               shut both ways). Then send fails with EPIPE.
+ *   soerrpoll   the same after a poll (POLLIN: the library's round takes
+ *               the reset in before SO_ERROR): reported once, as above.
+ *   soerrrecv   after a poll, recv fails with ECONNRESET, then SO_ERROR
+ *               gives 0, recv 0, send EPIPE.
  *
  * Synchronised on events (pipes, the peer's bytes), no sleeps; every loop
  * bounded. */
@@ -20,6 +31,9 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 static int c, s;
 static int plain;
@@ -132,6 +146,110 @@ static void case_blockafter(void) {
     pthread_join(pt, NULL);
 }
 
+/* The kernel's TCP socket of local port `lport` and remote port `rport`
+ * in /proc/net/tcp: its state (0: none), and its receive queue's bytes. */
+static int tcp_entry(int lport, int rport, unsigned *rxq) {
+    FILE *f = fopen("/proc/net/tcp", "r");
+    CHECK(f != NULL);
+    char line[512];
+    int state = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned lp, rp, st, tx, rx;
+        if (sscanf(line, " %*d: %*8x:%x %*8x:%x %x %x:%x", &lp, &rp, &st, &tx, &rx) == 5 &&
+            (int)lp == lport && (int)rp == rport) {
+            state = (int)st;
+            if (rxq) *rxq = rx;
+        }
+    }
+    fclose(f);
+    return state;
+}
+
+static int so_error(int fd) {
+    int v = -1;
+    socklen_t len = sizeof v;
+    CHECK(getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &len) == 0 && len == sizeof v);
+    return v;
+}
+
+static int port_of(int fd, int peer) {
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    CHECK((peer ? getpeername : getsockname)(fd, (struct sockaddr *)&a, &alen) == 0);
+    return ntohs(a.sin_port);
+}
+
+#define TCP_ESTABLISHED_ 1
+
+/* first: 0 nothing before SO_ERROR; 1 a poll first (the library's round
+ * takes the reset in); 2 a poll, then the reads report it. */
+static void case_soerror(int first) {
+    int cport = port_of(c, 0), sport = port_of(c, 1);
+    int hold[2];
+    CHECK(pipe(hold) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* The peer: switches, echoes one message, then makes no call on
+         * the socket (what arrives stays unread) until it is killed. */
+        close(c);
+        close(hold[1]);
+        switch_end(s);
+        char b[8];
+        read8(s, b);
+        CHECK(write(s, b, 8) == 8);
+        char k;
+        (void)!read(hold[0], &k, 1);
+        _exit(3);
+    }
+    close(hold[0]);
+    close(s);
+    s = -1;
+    switch_end(c);
+    char b[8];
+    CHECK(write(c, "12345678", 8) == 8);
+    read8(c, b);
+    CHECK(so_error(c) == 0);
+    /* Unread at the peer when it dies: its kernel resets the connection
+     * (tcp_close with unread data), no FIN first. */
+    CHECK(write(c, "unread!!", 8) == 8);
+    unsigned rxq = 0;
+    for (long k = 0; tcp_entry(sport, cport, &rxq) == TCP_ESTABLISHED_ && rxq == 0; k++) {
+        CHECK(k < 1000000);
+        sched_yield();
+    }
+    CHECK(kill(pid, SIGKILL) == 0);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    for (long k = 0; tcp_entry(cport, sport, NULL) == TCP_ESTABLISHED_; k++) {
+        CHECK(k < 1000000);
+        sched_yield();
+    }
+    ssize_t r;
+    if (first > 0) {
+        struct pollfd p = {c, POLLIN, 0};
+        CHECK(poll(&p, 1, -1) == 1 && (p.revents & POLLIN));
+    }
+    if (first == 2) {
+        r = recv(c, b, 8, 0);
+        fprintf(stderr, "soerror: recv %zd errno %d\n", r, r < 0 ? errno : 0);
+        CHECK(r == -1 && errno == ECONNRESET);
+    } else {
+        int e = so_error(c);
+        fprintf(stderr, "soerror: SO_ERROR %d\n", e);
+        CHECK(e == ECONNRESET);
+    }
+    CHECK(so_error(c) == 0);
+    r = recv(c, b, 8, 0);
+    fprintf(stderr, "soerror: recv %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(r == 0);
+    CHECK(so_error(c) == 0);
+    r = send(c, "x", 1, MSG_NOSIGNAL);
+    fprintf(stderr, "soerror: send %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(r == -1 && errno == EPIPE);
+    close(hold[1]);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s CASE [plain]\n", argv[0]);
@@ -142,6 +260,12 @@ int main(int argc, char **argv) {
     const char *cs = argv[1];
     if (!strcmp(cs, "rcvlowat")) {
         case_rcvlowat();
+    } else if (!strcmp(cs, "soerror")) {
+        case_soerror(0);
+    } else if (!strcmp(cs, "soerrpoll")) {
+        case_soerror(1);
+    } else if (!strcmp(cs, "soerrrecv")) {
+        case_soerror(2);
     } else if (!strcmp(cs, "blockafter")) {
         case_blockafter();
     } else {
@@ -149,7 +273,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     close(c);
-    close(s);
+    if (s >= 0) close(s);
     printf("sockopt %s: ok\n", cs);
     return 0;
 }

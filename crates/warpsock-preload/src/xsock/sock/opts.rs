@@ -134,11 +134,7 @@ impl DdpSock {
                 self.x.sndbuf().min(c_int::MAX as usize) as c_int
             }
             (libc::SOL_SOCKET, libc::SO_RCVLOWAT) => self.rcvlowat.load(Ordering::Relaxed),
-            (libc::SOL_SOCKET, libc::SO_ERROR) => match self.x.error() {
-                Some((errno, _)) => errno,
-                // SAFETY: forwarding to the TCP socket.
-                None => return unsafe { real::getsockopt(self.kfd, level, name, val, len) },
-            },
+            (libc::SOL_SOCKET, libc::SO_ERROR) => self.so_error(),
             // SAFETY: forwarding the program's arguments to the TCP socket.
             _ => return unsafe { real::getsockopt(self.kfd, level, name, val, len) },
         };
