@@ -30,6 +30,11 @@
  *             when it was delivered). SIGUSR1 once, SIGUSR2 for the
  *             retries (a signal between the engine's sleeps is lost;
  *             a second SIGUSR1 would kill the program).
+ *   removed   SIGALRM's handler without SA_RESTART (no SA_RESETHAND) at
+ *             the switch, removed by the program (SIG_DFL) before the
+ *             read; SIGUSR1's with SA_RESTART: the read goes on and
+ *             returns the peer's bytes (a handler removed on purpose is
+ *             not one that reset itself as it ran; review r22-d item 3).
  *
  * Synchronised on events, no sleeps: a signaller thread sends SIGUSR1 to
  * the main thread only while it is asleep in a system call (read from
@@ -259,6 +264,28 @@ int main(int argc, char **argv) {
         CHECK(r == -1 && e == EINTR);
         r = read(c, b, sizeof b);
         CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
+        pthread_join(st, NULL);
+        pthread_join(pt, NULL);
+    } else if (!strcmp(cs, "removed")) {
+        /* SIGALRM's handler is there at the switch (the library's first
+         * reading sees it without SA_RESTART), then removed, as after an
+         * alarm-bounded connect. */
+        restart_case = 1;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_usr1;
+        sigemptyset(&sa.sa_mask);
+        CHECK(sigaction(SIGALRM, &sa, NULL) == 0);
+        handler(1);
+        start(peer_small, &pt, &st, 0);
+        CHECK(signal(SIGALRM, SIG_DFL) != SIG_ERR);
+        arm();
+        ssize_t r = read(c, b, sizeof b);
+        int e = errno;
+        atomic_store(&done, 1);
+        fprintf(stderr, "%s: read %zd errno %d after %d signals\n", cs, r, e, atomic_load(&handled));
+        CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
+        CHECK(atomic_load(&handled) >= 3);
         pthread_join(st, NULL);
         pthread_join(pt, NULL);
     } else if (!strcmp(cs, "waitall")) {

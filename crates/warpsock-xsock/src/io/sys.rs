@@ -171,16 +171,31 @@ struct KernelSigaction {
     rest: [u64; 2],
 }
 
-/// The signals that had a handler without `SA_RESTART` when the
-/// dispositions were last read (bit `sig - 1`): by the first switch of the
-/// process ([`note_dispositions`]), then by each [`restart_after_signal`].
-static NO_RESTART: AtomicU64 = AtomicU64::new(0);
+/// The signals that had a handler with `SA_RESETHAND` (glibc's
+/// `sysv_signal`: `SA_ONESHOT`, the same bit) and without `SA_RESTART`
+/// when the dispositions were last read (bit `sig - 1`): by the first
+/// switch of the process ([`note_dispositions`]), then by each
+/// [`restart_after_signal`]. Only these count as "reset itself as it ran"
+/// once their handler is gone: a handler the program removed on purpose
+/// (`signal(sig, SIG_DFL)` after an `alarm`-bounded `connect`) made a
+/// later `SA_RESTART` interruption fail with `EINTR` where TCP restarts
+/// (review r22-d item 3).
+static ONESHOT: AtomicU64 = AtomicU64::new(0);
 
-/// Reads the dispositions of every signal: (the signals whose handler has
-/// no `SA_RESTART`, the signals with a handler), bit `sig - 1`. 64 raw
-/// system calls (see [`restart_after_signal`]).
-fn dispositions() -> (u64, u64) {
-    let (mut no_restart, mut handled) = (0u64, 0u64);
+/// The dispositions of every signal, bit `sig - 1`.
+struct Dispositions {
+    /// A handler without `SA_RESTART`.
+    no_restart: u64,
+    /// A handler.
+    handled: u64,
+    /// A handler without `SA_RESTART`, with `SA_RESETHAND`.
+    oneshot: u64,
+}
+
+/// Reads the dispositions of every signal. 64 raw system calls (see
+/// [`restart_after_signal`]).
+fn dispositions() -> Dispositions {
+    let (mut no_restart, mut handled, mut oneshot) = (0u64, 0u64, 0u64);
     for sig in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
         let mut old = KernelSigaction::default();
         // SAFETY: reads signal `sig`'s disposition into `old`, which has
@@ -198,21 +213,29 @@ fn dispositions() -> (u64, u64) {
             handled |= 1 << (sig - 1);
             if old.flags & libc::SA_RESTART as libc::c_ulong == 0 {
                 no_restart |= 1 << (sig - 1);
+                if old.flags & libc::SA_RESETHAND as libc::c_ulong != 0 {
+                    oneshot |= 1 << (sig - 1);
+                }
             }
         }
     }
-    (no_restart, handled)
+    Dispositions {
+        no_restart,
+        handled,
+        oneshot,
+    }
 }
 
-/// Takes the first reading of the dispositions ([`NO_RESTART`]), once per
-/// process, at its first switch: a handler that resets itself when it runs
-/// (`SA_RESETHAND`, `sysv_signal`, a handler that sets `SIG_DFL` or
-/// `SIG_IGN`) reads as none by the time [`restart_after_signal`] looks,
-/// and is known by this earlier reading (review r22-b item 3). 64 system
-/// calls, once.
+/// Takes the first reading of the dispositions ([`ONESHOT`]), once per
+/// process, at its first switch: a handler that the kernel resets as it
+/// runs (`SA_RESETHAND`, `sysv_signal`) reads as none by the time
+/// [`restart_after_signal`] looks, and is known by this earlier reading
+/// (review r22-b item 3). A handler that sets `SIG_DFL` itself cannot be
+/// told from one the program removed on purpose, and is not counted
+/// (review r22-d item 3). 64 system calls, once.
 pub(crate) fn note_dispositions() {
     static NOTED: Once = Once::new();
-    NOTED.call_once(|| NO_RESTART.store(dispositions().0, Ordering::Relaxed));
+    NOTED.call_once(|| ONESHOT.store(dispositions().oneshot, Ordering::Relaxed));
 }
 
 /// The kernel's sigset size for `rt_sigaction` and `rt_sigprocmask`.
@@ -223,9 +246,9 @@ const SIGSET: libc::size_t = 8;
 /// `SA_RESTART` (signal(7)) — answered without knowing which signal it
 /// was (it cannot be told after the handler ran, and nothing interposes
 /// `sigaction`): true only if every signal that could have ended it and
-/// has a handler has `SA_RESTART`, and none that had a handler without it
-/// at the last reading ([`NO_RESTART`]) has lost its handler since (a
-/// handler that reset itself as it ran: `SA_RESETHAND`). A stop and
+/// has a handler has `SA_RESTART`, and none that had an `SA_RESETHAND`
+/// handler without it at the last reading ([`ONESHOT`]) has lost its
+/// handler since (the kernel reset it as it ran). A stop and
 /// continue (Ctrl-Z then `fg`, a debugger's or `strace`'s attach) ends the
 /// sleep with no handler run and is taken as any signal: the call fails if
 /// the program has a handler without `SA_RESTART` (where Linux restarts a
@@ -282,11 +305,17 @@ pub(crate) fn restart_after_signal() -> bool {
     ] {
         not_counted |= 1 << (sig - 1);
     }
-    let (no_restart, handled) = dispositions();
-    let before = NO_RESTART.swap(no_restart, Ordering::Relaxed);
-    // Had a handler without SA_RESTART, has none now: it may have run.
-    let reset = before & !handled;
-    (no_restart | reset) & !not_counted == 0
+    let now = dispositions();
+    // Had a one-shot handler without SA_RESTART, has none now: the kernel
+    // reset it as it ran, maybe in this wait.
+    let reset = ONESHOT.load(Ordering::Relaxed) & !now.handled;
+    // The evidence this thread's answer uses is used up; a reset of a
+    // signal this thread blocks is kept for the thread it may have ended
+    // (a `fetch_and`, not a store of this reading: review r22-d item 3).
+    // Two threads that read at once may still both count one reset.
+    ONESHOT.fetch_and(!(reset & !not_counted), Ordering::Relaxed);
+    ONESHOT.fetch_or(now.oneshot, Ordering::Relaxed);
+    (now.no_restart | reset) & !not_counted == 0
 }
 
 /// Whether `fd` has nothing to read, no end and no error now: a `ppoll`
