@@ -107,7 +107,7 @@ pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTAR
 gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -fsanitize=address,undefined \
     -Icrates/warpsock-preload/include crates/warpsock-preload/tests/c/sockopt.c \
     -o "$WORK/sockopt" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
-OCASES=(rcvlowat soerror soerrpoll soerrrecv)
+OCASES=(rcvlowat soerror soerrpoll soerrrecv blockafter)
 for c in "${OCASES[@]}"; do
     out="$WORK/sockopt.$c.out"
     if ! WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/sockopt" "$c" >"$out" 2>&1 \
@@ -116,7 +116,7 @@ for c in "${OCASES[@]}"; do
         fail "sockopt $c"
     fi
 done
-pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR after a reset)"
+pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR after a reset, a blocking read after empty spins)"
 
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
 # ping-pong of 2 x 2000 round trips (blocking calls, then poll before each

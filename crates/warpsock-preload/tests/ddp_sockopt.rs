@@ -67,3 +67,27 @@ fn a_read_that_reported_a_reset_clears_it() {
     case("soerrrecv", false);
     case("soerrrecv", true);
 }
+
+/// A blocking read after non-blocking ones that found nothing (the socket
+/// quiet: their `EAGAIN` without the lock) waits for the peer's bytes,
+/// sent only once it is called (review r22-c item 3): fails with the
+/// guard of the lock-free `EAGAIN` on non-blocking calls removed
+/// (`EAGAIN`). Through a build with the test hooks, the non-blocking reads
+/// are seen to take that fast path (`ddp_quiet_eagains`; fails with it
+/// removed).
+#[test]
+fn a_blocking_read_after_empty_spins_blocks() {
+    case("blockafter", false);
+    case("blockafter", true);
+    let child = common::command_with(
+        &c_program("sockopt"),
+        &["blockafter".to_owned()],
+        Some(common::preload_so_with_hooks()),
+    )
+    .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
+    .spawn()
+    .expect("spawn sockopt");
+    let r = finish(child, std::time::Duration::from_secs(60));
+    r.assert_ok("sockopt blockafter (test hooks)");
+    assert!(r.stat("ddp_quiet_eagains") >= 1, "{}", r.stderr);
+}

@@ -112,7 +112,7 @@ static BROKEN: AtomicU64 = AtomicU64::new(0);
 fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    format!(
+    let s = format!(
         "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\n",
         v(&SWITCHED),
         v(&REFUSED),
@@ -128,7 +128,10 @@ fn report() -> String {
         v(&c.watch_changes),
         v(&sock::BELLS),
         v(&c.sink_offers),
-    )
+    );
+    #[cfg(feature = "test-hooks")]
+    let s = s + &format!("ddp_quiet_eagains {}\n", v(&sock::QUIET_EAGAINS));
+    s
 }
 
 fn inode(fd: c_int) -> u64 {

@@ -124,6 +124,12 @@ pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
     lock(&SOCKS).as_ref()?.get(&key)?.upgrade()
 }
 
+/// Lock-free `EAGAIN`s of quiet sockets ([`DdpSock::recv_spin`]),
+/// counted in builds with the test hooks only (`ddp_quiet_eagains`): the
+/// tests see the preload take the fast path (review r22-c item 3).
+#[cfg(feature = "test-hooks")]
+pub(super) static QUIET_EAGAINS: AtomicU64 = AtomicU64::new(0);
+
 /// The program has waited in a call that sees DDP sockets only through
 /// their doorbells (`select`, `pselect`, the `epoll_wait` family).
 static DOORBELL_WAITS: AtomicBool = AtomicBool::new(false);
@@ -370,6 +376,8 @@ impl DdpSock {
             && !bufs.is_empty()
             && self.x.recv_would_block()
         {
+            #[cfg(feature = "test-hooks")]
+            QUIET_EAGAINS.fetch_add(1, Ordering::Relaxed);
             set_errno(libc::EAGAIN);
             return -1;
         }

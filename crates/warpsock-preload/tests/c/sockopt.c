@@ -12,7 +12,8 @@
  *   blockafter  three MSG_DONTWAIT reads fail with EAGAIN (the socket
  *               becomes quiet: the lock-free EAGAIN), then a blocking read
  *               must wait for the peer's 8 B, which it sends only after a
- *               pipe byte written just before that read (r22-c item 3).
+ *               pipe byte written just before that read, once the read
+ *               sleeps (/proc/self/task/TID/syscall) (r22-c item 3).
  *   soerror     the peer (a forked child) is killed with the program's 8 B
  *               unread in its kernel socket (a reset, no FIN) while the
  *               program makes no call; once the program's kernel socket
@@ -31,6 +32,8 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -110,6 +113,28 @@ static void case_rcvlowat(void) {
     pthread_join(pt, NULL);
 }
 
+static pid_t main_tid;
+static atomic_int main_done; /* the blocking read returned */
+
+/* Whether the main thread is asleep in a system call a blocking read of
+ * the library or of TCP sleeps in (as eintr.c's). */
+static int main_asleep(void) {
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)main_tid);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    long nr = strtol(buf, NULL, 10);
+    return nr == SYS_recvfrom || nr == SYS_epoll_pwait || nr == SYS_ppoll
+#ifdef SYS_poll
+           || nr == SYS_poll
+#endif
+        ;
+}
+
 static void *peer_after_go(void *a) {
     (void)a;
     switch_end(s);
@@ -118,12 +143,19 @@ static void *peer_after_go(void *a) {
     CHECK(write(s, b, 8) == 8);
     char g;
     CHECK(read(gpipe[0], &g, 1) == 1);
+    /* Only once the blocking read sleeps (or returned: a read that did
+     * not block fails its check). */
+    for (long k = 0; !main_asleep() && !atomic_load(&main_done); k++) {
+        CHECK(k < 10000000);
+        sched_yield();
+    }
     CHECK(write(s, "abcdefgh", 8) == 8);
     return NULL;
 }
 
 static void case_blockafter(void) {
     CHECK(pipe(gpipe) == 0);
+    main_tid = (pid_t)syscall(SYS_gettid);
     pthread_t pt;
     CHECK(pthread_create(&pt, NULL, peer_after_go, NULL) == 0);
     switch_end(c);
@@ -135,6 +167,7 @@ static void case_blockafter(void) {
     char g = 1;
     CHECK(write(gpipe[1], &g, 1) == 1);
     ssize_t r = recv(c, b, 8, 0);
+    atomic_store(&main_done, 1);
     CHECK(r > 0);
     size_t got = (size_t)r;
     while (got < 8) {
