@@ -147,3 +147,50 @@ fn a_quiet_socket_sees_the_end_of_stream_and_keeps_it() {
         assert!(!xa.recv_would_block(), "quiet after the end of stream");
     }
 }
+
+/// Spins into two buffers (`readv`, a `recvmsg` with a header and a body)
+/// and the looks that change nothing (`readiness_now`, `readable_bytes`)
+/// leave the socket quiet: after the round that finds it so, the spins
+/// take the lock-free `EAGAIN` (review r22-c item 2), and the peer's next
+/// message still comes. Fails with those looks taking the lock as writers
+/// do (they cleared the flag each time: never quiet after a vectored spin).
+#[test]
+fn vectored_spins_and_plain_looks_keep_a_quiet_socket_quiet() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let spin_vectored = |x: &XSocket| -> Option<usize> {
+        if x.recv_would_block() {
+            return None;
+        }
+        let (mut h, mut body) = ([0u8; 4], [0u8; 4]);
+        let mut bufs: [&mut [u8]; 2] = [&mut h, &mut body];
+        match x.recv_vectored_ready(&mut bufs, NONBLOCKING, None).0 {
+            Ok((n, _)) => Some(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+            Err(e) => panic!("spinning receive: {e}"),
+        }
+    };
+    for round in 0..3u64 {
+        let mut quiet = false;
+        for _ in 0..100 {
+            assert_eq!(spin_vectored(&xa), None);
+            if xa.recv_would_block() {
+                quiet = true;
+                break;
+            }
+        }
+        assert!(quiet, "round {round}: vectored spins never left it quiet");
+        assert!(!xa.readiness_now().readable);
+        assert_eq!(xa.readable_bytes(), 0);
+        assert!(xa.recv_would_block(), "round {round}: a look cleared quiet");
+        xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
+        let t = Instant::now();
+        let n = loop {
+            assert!(t.elapsed() < LIMIT, "round {round}: no message");
+            if let Some(n) = spin_vectored(&xa) {
+                break n;
+            }
+        };
+        assert_eq!(n, 8, "round {round}");
+    }
+}

@@ -731,7 +731,7 @@ impl XSocket {
             return (r, Self::readiness_of(&st));
         }
         let r = self.recv_scattered(bufs, flags, timeout);
-        (r, Self::readiness_of(&self.lock()))
+        (r, Self::readiness_of(&self.lock_look()))
     }
 
     /// Delivers what is readable now into `out`: the pre-switch residue

@@ -23,7 +23,9 @@
 //! condition variable's re-take in `wait_inner`): every writer of what it
 //! sums up — a send, a post, a shutdown, a round of the progress thread,
 //! a waiting call's engine round — takes the lock first, so no change can
-//! happen while it is set.
+//! happen while it is set. Looks that write nothing (a vectored receive's
+//! readiness after its round, `readiness_now`, `readable_bytes`) take it
+//! with `XSocket::lock_look`, which leaves the flag (review r22-c item 2).
 //!
 //! A receive that sees it set polls the engine's socket (`ppoll`, not a
 //! peeking `recv`: a peek that meets a reset reports it and clears the

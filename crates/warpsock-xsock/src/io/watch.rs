@@ -43,7 +43,7 @@ impl XSocket {
     /// peer holds credits for the rest) is not readable (review r19-xdead
     /// item 6).
     pub fn readiness_now(&self) -> Readiness {
-        Self::readiness_polled(&self.lock())
+        Self::readiness_polled(&self.lock_look())
     }
 
     /// What the socket can do now (after a non-blocking round of
