@@ -84,15 +84,16 @@ pub struct Cq {
     pub(crate) id: usize,
     /// The queue's eventfd (see [`Cq::notify_fd`]), shared with its state.
     notify: Arc<EventFd>,
-    /// An interruptible wait ([`Cq::wait_news`]) on this queue last ended
-    /// with nothing after a whole slice (its timeout): the next one is
-    /// taken to wait long as well, and sleeps in `poll` from its first
-    /// park (see `Cq::wait_rounds`) — a caller that waits in slices (a
-    /// blocking read's 50 ms in xsock) waits again and again, and each
-    /// wait's first park would otherwise be the read whose timeout can
-    /// swallow a signal. Cleared by a wait that completes something. A
-    /// hint only, read and written relaxed: it picks a sleep, nothing
-    /// else.
+    /// An interruptible wait ([`Cq::wait_news`]) on this queue slept a
+    /// whole slice with nothing since one last had a completion come
+    /// within its first park: the next one is taken to wait long as
+    /// well, and sleeps in `poll` from its first park (see
+    /// `Cq::wait_rounds`) — a caller that waits in slices (a blocking
+    /// read's 50 ms in xsock) waits again and again, and each wait's
+    /// first park would otherwise be the read whose timeout can swallow a
+    /// signal. Cleared only by a completion within a wait's first park
+    /// (review r22-d item 1). A hint only, read and written relaxed: it
+    /// picks a sleep, nothing else.
     idle: AtomicBool,
 }
 
@@ -304,9 +305,9 @@ impl Cq {
     /// runs its handler and the wait goes on; one whose sleep's round
     /// completed something all the same (another thread's post) returns
     /// that, unreported. A sleep is the parked read's only in a wait's
-    /// first slice (unless the queue's last wait found nothing: `idle`),
+    /// first slice (unless the queue's waits sleep through slices: `idle`),
     /// where a signal that wakes it late in the slice may be taken for its
-    /// timeout and lost; past it, `poll` (see `Cq::rounds`).
+    /// timeout and lost; past it, `poll` (see `Cq::wait_rounds`).
     pub fn wait_news(
         &self,
         out: &mut [Wc],
@@ -373,24 +374,16 @@ impl Cq {
         self.wait_rounds::<INTR>(out, timeout, qp, Start::Fresh)
     }
 
-    /// [`Self::wait_for`]'s rounds, from `start`. An interruptible wait
-    /// (`INTR`) that completes something clears the queue's `idle` mark.
-    #[inline(never)]
-    fn wait_rounds<const INTR: bool>(
-        &self,
-        out: &mut [Wc],
-        timeout: Duration,
-        qp: Option<&Qp>,
-        start: Start<'_>,
-    ) -> Result<(usize, Option<QpNews>)> {
-        let r = self.rounds::<INTR>(out, timeout, qp, start);
-        if INTR && matches!(r, Ok((n, _)) if n > 0) && self.idle.load(Ordering::Relaxed) {
-            self.idle.store(false, Ordering::Relaxed);
-        }
-        r
-    }
-
-    /// [`Self::wait_rounds`] without the `idle` mark's clearing.
+    /// [`Self::wait_for`]'s rounds, from `start`.
+    ///
+    /// The queue's `idle` mark says its interruptible waits (`INTR`) sleep
+    /// through whole slices: it is set by any of their sleeps that timed
+    /// out with nothing (and at a deadline), and cleared only by a
+    /// completion that came within a wait's first park (a ping-pong's
+    /// answer). Cleared by any completion, a blocked call whose waits kept
+    /// ending with completions not its own (credits, another thread's send
+    /// completions, a `MSG_WAITALL` chunk) started each with the blocking
+    /// read, and its signal race (below) came back (review r22-d item 1).
     ///
     /// An interruptible wait past its first empty slice (`patient`: it
     /// started from a first park that brought nothing, or after a wait that
@@ -410,7 +403,8 @@ impl Cq {
     /// waits already idle for a slice (10 ms). The socket stays out of
     /// epoll (`State::watch_all` would keep it in for good, a kernel
     /// callback per arriving segment after).
-    fn rounds<const INTR: bool>(
+    #[inline(never)]
+    fn wait_rounds<const INTR: bool>(
         &self,
         out: &mut [Wc],
         timeout: Duration,
@@ -420,6 +414,12 @@ impl Cq {
         let inner = &self.sh.inner;
         let mut patient =
             INTR && (matches!(start, Start::Slept(..)) || self.idle.load(Ordering::Relaxed));
+        // No park yet (`wait_for`'s is `Start::Slept`; the mark is set
+        // here if it slept its slice with nothing: off the 8 B path).
+        let mut first_park = !matches!(start, Start::Slept(..));
+        if INTR && matches!(start, Start::Slept(_, Woke::TimedOut)) {
+            self.idle.store(true, Ordering::Relaxed);
+        }
         let news = |st: &State| qp.map(|qp| self.news_of(st, qp));
         if matches!(start, Start::Fresh) && thread_borrows(inner) {
             return Ok(match qp {
@@ -544,10 +544,21 @@ impl Cq {
                 let poll = (INTR && patient).then_some(slice);
                 let slept = self.sleep_parked(st, p, out, qp, poll);
                 match slept {
-                    Ok(r) => return Ok(r),
+                    Ok(r) => {
+                        if INTR && first_park && self.idle.load(Ordering::Relaxed) {
+                            self.idle.store(false, Ordering::Relaxed);
+                        }
+                        return Ok(r);
+                    }
                     Err(Woke::Interrupted) if INTR => return Err(interrupted()),
-                    Err(_) => patient = INTR,
+                    Err(woke) => {
+                        if INTR && woke == Woke::TimedOut {
+                            self.idle.store(true, Ordering::Relaxed);
+                        }
+                        patient = INTR;
+                    }
                 }
+                first_park = false;
                 // Serviced just now: look again before another round.
                 drive = false;
                 continue;
@@ -723,6 +734,78 @@ mod tests {
         done_tx.send(()).unwrap();
         drop(qp);
         peer.join().unwrap();
+    }
+
+    /// The idle mark is the queue's, not the last wait's (review r22-d
+    /// item 1): a completion after a slice slept with nothing keeps it
+    /// (a blocked call's waits ended by credits or other threads' send
+    /// completions poll from their first park), one within a wait's first
+    /// park clears it. Fails with the mark cleared by any completion, or
+    /// never cleared.
+    #[test]
+    fn the_idle_mark_is_cleared_only_by_a_completion_within_a_first_park() {
+        let limit = Duration::from_secs(20);
+        let l = Listener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
+        let peer = std::thread::spawn(move || {
+            let ctx = Context::new(Progress::Thread).unwrap();
+            let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+            let buf = pd.alloc(64, Access::LOCAL_WRITE);
+            let qp = l
+                .accept_qp(&QpInit::new(&pd, &cq), b"", Some(limit))
+                .unwrap();
+            // Sends one message per `true`, each written out before the
+            // next go (its completion); ends at `false`.
+            let mut wc = [Wc::default(); 4];
+            while go_rx.recv().unwrap() {
+                qp.post_send(send(9, buf.sge(0, 8))).unwrap();
+                assert_eq!(cq.wait(&mut wc, limit).unwrap(), 1);
+            }
+        });
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+        let buf = pd.alloc(64, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        let recv = |wr_id| RecvWr {
+            wr_id,
+            sgl: buf.sge(0, 64).into(),
+        };
+        init.recvs = (0..32).map(recv).collect();
+        let qp = connect(addr, &init).unwrap();
+        let mut wc = [Wc::default(); 4];
+        assert!(!cq.idle.load(Ordering::Relaxed));
+        // The message is sent once the wait has slept a slice with
+        // nothing: it comes in a later park, and the mark stays.
+        let empty = ctx.wait_stats().empty_wakes;
+        let n = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let t = Instant::now();
+                while ctx.wait_stats().empty_wakes == empty {
+                    assert!(t.elapsed() < limit, "{:?}", ctx.wait_stats());
+                    std::thread::yield_now();
+                }
+                go_tx.send(true).unwrap();
+            });
+            cq.wait_news(&mut wc, limit, &qp).unwrap().0
+        });
+        assert_eq!(n, 1);
+        assert!(
+            cq.idle.load(Ordering::Relaxed),
+            "cleared by a late completion"
+        );
+        // Sent (and written out) before the wait: it comes within the
+        // first park, which clears the mark (tries bounded: a first park
+        // that timed out on a loaded machine sets it again).
+        let cleared = (0..20).any(|_| {
+            go_tx.send(true).unwrap();
+            assert_eq!(cq.wait_news(&mut wc, limit, &qp).unwrap().0, 1);
+            !cq.idle.load(Ordering::Relaxed)
+        });
+        assert!(cleared, "never cleared: {:?}", ctx.wait_stats());
+        go_tx.send(false).unwrap();
+        peer.join().unwrap();
+        drop(qp);
     }
 
     fn watched(ctx: &Context) -> usize {

@@ -195,7 +195,12 @@ impl QpSlot {
     /// over). Returns `None`, having done nothing, if refused (anything
     /// queued ahead, or more than one FPDU); else `Some(full)`: whether the
     /// socket took the FPDU in part or not at all (the caller then watches
-    /// it instead of writing into it again at once).
+    /// it instead of writing into it again at once). Always inlined into
+    /// its one caller (`Qp::send_inline_news`, the 8 B path's send): fat
+    /// LTO's choice flipped with unrelated changes elsewhere in the engine
+    /// (the wait code in cq.rs: +15 in d6fdf10's trials, +22 for review
+    /// r22-d item 1), a call and its spills per send.
+    #[inline(always)]
     pub(crate) fn tx_inline(
         &mut self,
         reg: &Registry<Mem>,
