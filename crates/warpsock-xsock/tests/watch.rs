@@ -430,3 +430,166 @@ fn a_round_that_takes_in_credits_reports_them_to_a_waiting_writer() {
     xa.readiness();
     assert_eq!(writable_looks.load(SeqCst), before);
 }
+
+/// One look of a program's `poll` that watches the engine's socket itself
+/// (the preload's `wait_begin`/`wait_end`): the real poll, and a round
+/// when it shows something. Returns the readiness after it.
+fn poll_round(x: &XSocket) -> Option<warpsock_xsock::io::Readiness> {
+    let mut p = libc::pollfd {
+        fd: x.tcp_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, LIMIT.as_millis() as i32) };
+    assert_eq!(n, 1, "nothing came");
+    x.progress_for_poll()
+}
+
+/// A program's `poll` that watches the engine's socket itself stands in
+/// for the progress thread while it waits (`XSocket::stand_in`; issue 12):
+/// with a mapping the peer may write and read, the watch is on for input,
+/// and was woken for every arrival beside the poll, which made the round
+/// itself (a one-sided Write's target: ~2.4 progress-thread rounds per
+/// 1 MiB message). While a poll stands in, nothing wakes the progress
+/// thread, and the poll's rounds answer the peer: its messages and its
+/// one-sided reads of our mapping. When the poll ends (its timeout) with
+/// bytes unread in the kernel, the watch comes back and reports them.
+#[test]
+fn a_standing_poll_keeps_the_progress_thread_asleep() {
+    const ROUNDS: u64 = 20;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let ep = progress_epoll(&xb);
+    let mut region = vec![5u8; 4096];
+    // SAFETY: `region` outlives the mapping (unmapped below).
+    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, true, None) }.unwrap();
+    xa.send(b"start", false, None).unwrap();
+    assert_eq!(recv_exact(&xb, 5), b"start");
+    xb.progress();
+    while pending_events(ep) > 0 {}
+    assert_eq!(xb.watching(), XSocket::WATCH_INPUT, "a mapping is watched");
+    let s = Sleeper::start(ep);
+    assert!(xb.stand_in(true));
+    assert_eq!(xb.watching(), XSocket::WATCH_OFF, "the poll stands in");
+    for round in 0..ROUNDS {
+        xa.send(&round.to_le_bytes(), false, None).unwrap();
+        let t = Instant::now();
+        while !poll_round(&xb).is_some_and(|r| r.readable) {
+            assert!(t.elapsed() < LIMIT, "the message never became readable");
+        }
+        assert_eq!(recv_exact(&xb, 8), round.to_le_bytes());
+        // The peer reads our mapping: only our poll's rounds answer.
+        std::thread::scope(|sc| {
+            let reader = sc.spawn(|| {
+                let mut got = [0u8; 64];
+                assert_eq!(xa.rioread(&mut got, off).unwrap(), 64);
+                got
+            });
+            while !reader.is_finished() {
+                let mut p = libc::pollfd {
+                    fd: xb.tcp_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd; a bounded wait (the reader may be
+                // done before anything more comes).
+                if unsafe { libc::poll(&mut p, 1, 10) } == 1 {
+                    xb.progress_for_poll();
+                }
+            }
+            assert_eq!(reader.join().unwrap(), [5u8; 64]);
+        });
+        assert_eq!(xb.watching(), XSocket::WATCH_OFF, "round {round}");
+    }
+    assert_eq!(s.wakes(), 0, "progress-thread events while a poll stood in");
+    assert_eq!(xb.stats().bg_rounds.load(SeqCst), 0);
+    // Something comes that the poll does not see (it timed out): its end
+    // brings the watch back, and epoll reports what waits in the kernel.
+    xa.send(b"late", false, None).unwrap();
+    let mut p = libc::pollfd {
+        fd: xb.tcp_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, LIMIT.as_millis() as i32) };
+    assert_eq!(n, 1);
+    assert!(xb.stand_in(false));
+    assert_eq!(xb.watching(), XSocket::WATCH_INPUT);
+    let t = Instant::now();
+    while s.wakes() == 0 {
+        assert!(
+            t.elapsed() < LIMIT,
+            "the arrival after the poll went unseen"
+        );
+        std::thread::yield_now();
+    }
+    drop(s);
+    assert_eq!(recv_exact(&xb, 4), b"late");
+    xb.riounmap(region.as_mut_ptr()).unwrap();
+    // SAFETY: our epoll instance.
+    unsafe { libc::close(ep) };
+}
+
+/// A standing poll turns the watch off only for what its rounds cover:
+/// not while something waits on the program's descriptor alone (a poll
+/// that does not watch the engine's socket, `select`/`epoll`, a wait for
+/// writability: its look may not reach the writer's gate), and never the
+/// watch for output space (the poll asks input alone of the engine's
+/// socket; a backlog leaves on output space).
+#[test]
+fn a_standing_poll_leaves_other_waits_their_watch() {
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 16 << 10);
+    set_buf(&b, libc::SO_RCVBUF, 16 << 10);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let mut region = vec![0u8; 4096];
+    // SAFETY: `region` outlives the mapping (unmapped below).
+    unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
+    xa.send(b"start", false, None).unwrap();
+    assert_eq!(recv_exact(&xb, 5), b"start");
+    xb.progress();
+    assert!(xb.stand_in(true));
+    assert_eq!(xb.watching(), XSocket::WATCH_OFF);
+    xb.poller(true);
+    assert_eq!(xb.watching(), XSocket::WATCH_INPUT, "a poller");
+    xb.poller(false);
+    assert_eq!(xb.watching(), XSocket::WATCH_OFF);
+    xb.set_background(true);
+    assert_eq!(xb.watching(), XSocket::WATCH_INPUT, "select/epoll");
+    xb.set_background(false);
+    assert_eq!(xb.watching(), XSocket::WATCH_OFF);
+    xb.set_writable_wait(true);
+    xb.progress();
+    assert_eq!(
+        xb.watching(),
+        XSocket::WATCH_INPUT,
+        "a wait for writability"
+    );
+    xb.set_writable_wait(false);
+    xb.progress();
+    assert_eq!(xb.watching(), XSocket::WATCH_OFF);
+    assert!(xb.stand_in(false));
+    assert_eq!(xb.watching(), XSocket::WATCH_INPUT, "the poll ended");
+    // The writer with a backlog: output space stays watched.
+    let data = pattern(15 * xa.peer_hello().payload(), 43);
+    let sent = xa.send(&data, true, None).unwrap();
+    assert_eq!(xa.watching(), XSocket::WATCH_EVENTS);
+    assert!(xa.stand_in(true));
+    assert_eq!(xa.watching(), XSocket::WATCH_EVENTS, "a backlog");
+    assert!(xa.stand_in(false));
+    // The writer's rounds move the rest as the reader takes it.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !done.load(SeqCst) {
+                xa.progress();
+                std::thread::yield_now();
+            }
+        });
+        assert_eq!(recv_exact(&xb, sent), data[..sent]);
+        done.store(true, SeqCst);
+    });
+    xb.riounmap(region.as_mut_ptr()).unwrap();
+}

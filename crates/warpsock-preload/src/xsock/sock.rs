@@ -168,6 +168,13 @@ pub(crate) fn doorbell_wait() {
 /// [`PollerClaim`]: boxing it allocates nothing.
 struct DirectClaim;
 
+/// [`DirectClaim`] for a `poll` that stands in for the progress thread's
+/// watch while it waits (`XSocket::stand_in`): taken when the watch is on
+/// for input alone as the poll begins (a mapping the peer may write or
+/// read, asynchronous operations in flight) — one load otherwise, so a
+/// ping-pong's poll, the watch off, pays nothing more.
+struct StandInClaim;
+
 /// How a program's `poll` waits on a DDP socket another thread's call is
 /// parked on (it reads the socket): the progress thread watches for this
 /// poll after that call.
@@ -740,39 +747,54 @@ impl Socket for DdpSock {
         let mut fds = SPARE_FDS.take();
         fds.clear();
         fds.push(self.x.tcp_fd());
-        Some(Wait {
-            fds,
-            claim: Box::new(DirectClaim),
-        })
+        let claim: Box<dyn std::any::Any> =
+            if self.x.watching() == XSocket::WATCH_INPUT && self.x.stand_in(true) {
+                Box::new(StandInClaim)
+            } else {
+                Box::new(DirectClaim)
+            };
+        Some(Wait { fds, claim })
     }
 
     fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
         self.polls.fetch_sub(1, Ordering::SeqCst);
-        if wait.claim.is::<DirectClaim>() {
+        let stood = wait.claim.is::<StandInClaim>();
+        if stood || wait.claim.is::<DirectClaim>() {
             SPARE_FDS.set(wait.fds);
+            let mut polled = None;
             if revents.first().is_some_and(|&r| r != 0) {
-                if let Some(r) = self.x.progress_for_poll() {
-                    // This poll reports what it processed itself; the
-                    // doorbell is rung for it only if someone may wait on
-                    // the doorbell alone (the progress thread watches
-                    // then): a bell costs a write here and a drain in the
-                    // receive.
-                    //
-                    // And whenever the round leaves nothing readable: the
-                    // look drains bells the round made stale, and opens a
-                    // gated send's gate (a gate shut keeps the watch on,
-                    // `XSocket::set_writable_wait`, so that look is applied
-                    // above whenever the gate is shut). Not readable, a
-                    // look rings nothing.
-                    if self.x.watching() != XSocket::WATCH_OFF || !r.readable {
-                        self.reflect(r);
-                    }
-                    // Readable after the round, under its lock: that is
-                    // the answer (only a receive takes it away), without
-                    // taking the socket's lock again to look.
-                    if r.readable {
-                        return true;
-                    }
+                polled = self.x.progress_for_poll();
+            }
+            // The watch as this poll's round left it: off while it stood
+            // in, unless someone waits on the doorbell alone.
+            let watched = self.x.watching();
+            // After the round (the progress thread is not woken for what
+            // it read), before the answer: the watch is on again for what
+            // this poll no longer sees (`XSocket::stand_in`).
+            if stood {
+                self.x.stand_in(false);
+            }
+            if let Some(r) = polled {
+                // This poll reports what it processed itself; the
+                // doorbell is rung for it only if someone may wait on
+                // the doorbell alone (the progress thread watches
+                // then): a bell costs a write here and a drain in the
+                // receive.
+                //
+                // And whenever the round leaves nothing readable: the
+                // look drains bells the round made stale, and opens a
+                // gated send's gate (a gate shut keeps the watch on,
+                // `XSocket::set_writable_wait`, so that look is applied
+                // above whenever the gate is shut). Not readable, a
+                // look rings nothing.
+                if watched != XSocket::WATCH_OFF || !r.readable {
+                    self.reflect(r);
+                }
+                // Readable after the round, under its lock: that is
+                // the answer (only a receive takes it away), without
+                // taking the socket's lock again to look.
+                if r.readable {
+                    return true;
                 }
             }
         } else if wait.claim.is::<PollerClaim>() {

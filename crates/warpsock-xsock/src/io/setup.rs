@@ -147,6 +147,7 @@ impl XSocket {
                 arrivals: 0,
                 background: false,
                 pollers: 0,
+                stand_ins: 0,
                 established: false,
                 sending: 0,
                 // `qp_init` posts every slot, in order.

@@ -86,6 +86,9 @@ pub(crate) struct State {
     /// Program `poll`s waiting on the socket that do not watch the engine's
     /// socket themselves ([`XSocket::poller`]).
     pub(crate) pollers: u32,
+    /// Program `poll`s that watch the engine's socket themselves and stand
+    /// in for the progress thread while they wait ([`XSocket::stand_in`]).
+    pub(crate) stand_ins: u32,
     /// The engine announced the connection established (a responder's
     /// sends wait for the initiator's first FPDU until then: RFC 6581).
     pub(crate) established: bool,

@@ -28,7 +28,11 @@
 //!
 //! While a call is parked in the engine the watch is off whatever is
 //! wanted: the call reads the socket itself, and re-arms when it takes
-//! over again.
+//! over again. So, for input alone, while a program's `poll` that watches
+//! the engine's socket itself waits ([`XSocket::stand_in`]): it makes the
+//! round for what arrives (issue 12: a one-sided Write's target, its
+//! mapping watched for, had both its `poll` and the progress thread woken
+//! for every arrival, taking turns on the socket's lock).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -155,7 +159,56 @@ impl XSocket {
         } else {
             Self::WATCH_OFF
         };
+        let want = if want == Self::WATCH_INPUT && self.stood_in(st) {
+            Self::WATCH_OFF
+        } else {
+            want
+        };
         self.set_watching(st, want);
+    }
+
+    /// Whether a `poll` standing in ([`Self::stand_in`]) covers what the
+    /// watch for input is wanted for. Not when something waits on the
+    /// program's descriptor alone, woken only by the progress thread's
+    /// rounds: a `poll` that does not watch the engine's socket
+    /// (`pollers`), `select` or `epoll` (`background`), a wait for
+    /// writability (`writable_wait`: the standing poll's round may leave
+    /// input readable and then rings no doorbell, so the credits' look
+    /// would not reach the writer's gate; session 21's lost wake-up).
+    /// Output space (the engine's backlog, [`Self::WATCH_EVENTS`]) stays
+    /// watched: the poll asks input of the engine's socket alone.
+    #[inline]
+    fn stood_in(&self, st: &State) -> bool {
+        st.stand_ins > 0
+            && st.pollers == 0
+            && !st.background
+            && !self.writable_wait.load(Ordering::Relaxed)
+    }
+
+    /// A program's `poll` that watches [`Self::tcp_fd`] for input itself
+    /// starts (`true`) or ends (`false`) its system call, and makes a
+    /// round ([`Self::progress_for_poll`]) whenever that socket shows
+    /// something: while it waits, the progress thread's watch for input is
+    /// off (see [`Self::stood_in`] for when it stays on), as for a call
+    /// parked in the engine. Every start needs its end, right after the
+    /// system call returns: the watch is back on then, and epoll checks
+    /// readiness when the interest changes, so what came after the poll's
+    /// last look (its timeout, a bounded round) is reported to the progress
+    /// thread. Returns whether the poll stands in: not when a call is
+    /// parked (the poll then waits through the progress thread,
+    /// [`Self::poller`]); its end is called only then.
+    pub fn stand_in(&self, on: bool) -> bool {
+        let mut st = self.lock();
+        if on {
+            if self.parked() {
+                return false;
+            }
+            st.stand_ins += 1;
+        } else {
+            st.stand_ins = st.stand_ins.saturating_sub(1);
+        }
+        self.rearm(&mut st);
+        true
     }
 
     /// The engine's send backlog: as its last call reported it, else
