@@ -91,7 +91,7 @@ pass "stream with a 64 KiB send buffer: 3 runs per CRC setting"
 gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -fsanitize=address,undefined \
     -Icrates/warpsock-preload/include crates/warpsock-preload/tests/c/eintr.c \
     -o "$WORK/eintr" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
-ECASES=(read restart rcvtimeo waitall sink placed send poll resethand removed)
+ECASES=(read restart rcvtimeo waitall sink placed send poll resethand removed errqueue)
 for c in "${ECASES[@]}"; do
     out="$WORK/eintr.$c.out"
     if ! WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/eintr" "$c" >"$out" 2>&1 \
@@ -100,7 +100,7 @@ for c in "${ECASES[@]}"; do
         fail "eintr $c"
     fi
 done
-pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTART, SO_RCVTIMEO, MSG_WAITALL, sink, placed, send, poll, SA_RESETHAND, a handler removed)"
+pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTART, SO_RCVTIMEO, MSG_WAITALL, sink, placed, send, poll, SA_RESETHAND, a handler removed, an error queue entry)"
 
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).

@@ -174,13 +174,15 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::R
     }
 }
 
-/// `poll(2)` for input on the one socket `fd`, up to `timeout`: whether
-/// it is readable (bytes, EOF or an error to read), or `Interrupted` when
-/// a signal ended the sleep (unlike [`poll`]). `poll` checks for a pending
-/// signal before its timeout (Linux `do_poll`), so one that wakes it is
-/// not lost to the timeout (see `ParkedRead::read_polled`). libc's: a
-/// cancellation point, as the blocking read it stands for.
-pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+/// `poll(2)` for input on the one socket `fd`, up to `timeout`: its
+/// `revents` (0: the timeout passed; `POLLIN`, `POLLHUP` or `POLLERR`:
+/// bytes, EOF or an error to read — or, `POLLERR` alone, an entry in the
+/// socket's error queue, which a read does not take), or `Interrupted`
+/// when a signal ended the sleep (unlike [`poll`]). `poll` checks for a
+/// pending signal before its timeout (Linux `do_poll`), so one that wakes
+/// it is not lost to the timeout (see `ParkedRead::read_polled`). libc's:
+/// a cancellation point, as the blocking read it stands for.
+pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<i16> {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -188,7 +190,7 @@ pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
     };
     // SAFETY: `p` is one live, writable pollfd for the duration of the call.
     let r = unsafe { libc::poll(&mut p, 1, timeout_ms(Some(timeout))) };
-    cvt(r).map(|n| n > 0)
+    cvt(r).map(|n| if n > 0 { p.revents } else { 0 })
 }
 
 /// Gathers of at most this many bytes in all are copied into one buffer

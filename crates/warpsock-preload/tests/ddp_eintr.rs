@@ -49,6 +49,15 @@ fn a_read_goes_on_under_sa_restart_after_a_handler_was_removed() {
     case("removed");
 }
 
+/// Not a signal case: an entry in the engine socket's error queue (a
+/// transmit stamp of `SO_TIMESTAMPING`, passed on) made a blocked read's
+/// polled sleep spin at 100 % CPU (review r22-d item 2); the read's CPU
+/// time must stay under half its wall time (a bound far from the spin's).
+#[test]
+fn a_read_with_an_error_queue_entry_does_not_spin() {
+    case("errqueue");
+}
+
 #[test]
 fn a_read_with_a_timeout_fails_with_eintr_under_sa_restart() {
     case("rcvtimeo");

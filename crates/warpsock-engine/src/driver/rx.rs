@@ -116,11 +116,28 @@ impl ParkedRead {
     /// after the timeout's jiffy passed (Linux `tcp_recvmsg_locked` checks
     /// `!timeo` before `signal_pending`), about the last quarter of each
     /// slice here (issue 12). `WouldBlock`: the timeout passed.
+    ///
+    /// `POLLERR` alone with nothing to read is an entry in the socket's
+    /// error queue (`SO_TIMESTAMPING`'s transmit stamps, `IP_RECVERR`'s
+    /// ICMP errors: options the program set, passed on to this socket),
+    /// which `poll` reports at once for as long as it stays — and no one
+    /// reads it: the wait slept no more and spun at 100 % CPU (review
+    /// r22-d item 2). It then sleeps in the blocking read (its timeout the
+    /// slice, set by `park`), with that read's signal race, in this rare
+    /// case.
     pub(crate) fn read_polled(&mut self, timeout: Duration) -> io::Result<usize> {
-        if sys::poll_readable(self.fd, timeout)? {
-            sys::recv_dontwait(self.fd, &mut self.buf[..self.cap])
-        } else {
-            Err(io::ErrorKind::WouldBlock.into())
+        let revents = sys::poll_readable(self.fd, timeout)?;
+        if revents == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        match sys::recv_dontwait(self.fd, &mut self.buf[..self.cap]) {
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    && revents & (libc::POLLIN | libc::POLLHUP) == 0 =>
+            {
+                self.read()
+            }
+            r => r,
         }
     }
 
@@ -524,5 +541,81 @@ impl QpSlot {
             self.rx.start = 0;
             self.rx.end = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{sys, ParkedRead};
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    /// Whether thread `tid` sleeps in a `recvfrom` without flags (the
+    /// blocking read, not `read_polled`'s `MSG_DONTWAIT` look).
+    fn in_blocking_recv(tid: libc::pid_t) -> bool {
+        let path = format!("/proc/self/task/{tid}/syscall");
+        let s = std::fs::read_to_string(path).unwrap_or_default();
+        let f: Vec<&str> = s.split_whitespace().collect();
+        f.first() == Some(&libc::SYS_recvfrom.to_string().as_str()) && f.get(4) == Some(&"0x0")
+    }
+
+    /// A socket whose error queue holds an entry (a transmit timestamp:
+    /// `SO_TIMESTAMPING`, which the preload passes on) has `poll` report
+    /// `POLLERR` at once though there is nothing to read: the polled sleep
+    /// then sleeps in the blocking read, and returns the bytes that come
+    /// (review r22-d item 2). Fails with `WouldBlock` at once (each slice
+    /// of the wait then spun on poll and `EAGAIN`).
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_polled_read_with_an_error_queue_entry_sleeps_in_the_read() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        let flags = (libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as i32;
+        // SAFETY: an int option from a live local, on a live socket.
+        let r = unsafe {
+            libc::setsockopt(
+                a.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPING,
+                (&flags as *const i32).cast(),
+                4,
+            )
+        };
+        assert_eq!(r, 0);
+        a.write_all(b"x").unwrap();
+        b.read_exact(&mut [0u8; 1]).unwrap();
+        // The stamp is queued: poll reports POLLERR alone.
+        let revents = sys::poll_readable(a.as_raw_fd(), Duration::from_secs(20)).unwrap();
+        assert_eq!(revents, libc::POLLERR);
+        a.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let done = AtomicBool::new(false);
+        let mut pr = ParkedRead {
+            qi: 0,
+            slot_id: 0,
+            fd: a.as_raw_fd(),
+            buf: vec![0; 64].into_boxed_slice(),
+            cap: 64,
+        };
+        let got = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    if in_blocking_recv(tid) {
+                        b.write_all(b"y").unwrap();
+                        return;
+                    }
+                    std::thread::yield_now();
+                }
+            });
+            let got = pr.read_polled(Duration::from_secs(20));
+            done.store(true, Ordering::Relaxed);
+            got
+        });
+        assert_eq!(got.unwrap(), 1);
+        assert_eq!(pr.buf[0], b'y');
     }
 }

@@ -35,6 +35,13 @@
  *             read; SIGUSR1's with SA_RESTART: the read goes on and
  *             returns the peer's bytes (a handler removed on purpose is
  *             not one that reset itself as it ran; review r22-d item 3).
+ *   errqueue  not a signal case: SO_TIMESTAMPING (transmit stamps) and
+ *             IP_RECVERR set on the DDP socket (passed on to the engine's
+ *             TCP socket), 8 B sent (a stamp in that socket's error queue,
+ *             which poll reports as POLLERR at once), then a read with
+ *             nothing coming and SO_RCVTIMEO 1 s: EAGAIN, and the thread's
+ *             CPU time under half the wall time (the engine's polled sleep
+ *             spun at 100 % on poll and EAGAIN; review r22-d item 2).
  *
  * Synchronised on events, no sleeps: a signaller thread sends SIGUSR1 to
  * the main thread only while it is asleep in a system call (read from
@@ -49,7 +56,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <linux/net_tstamp.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 
 static int c, s;
@@ -155,6 +164,21 @@ static void *peer_halves(void *a) {
     CHECK(write(s, "efgh", 4) == 4);
     return NULL;
 }
+
+/* Reads the 8 B, says so (hpipe: no handler runs in its case), then
+ * waits for the go. */
+static void *peer_read8(void *a) {
+    (void)a;
+    ddp_mode(s);
+    char b[8];
+    CHECK(read(s, b, 8) == 8);
+    char k = 1;
+    CHECK(write(hpipe[1], &k, 1) == 1);
+    wait_go();
+    return NULL;
+}
+
+static double secs(struct timeval t) { return (double)t.tv_sec + (double)t.tv_usec / 1e6; }
 
 static unsigned char pat(size_t off) { return (unsigned char)(off * 7 + (off >> 12)); }
 
@@ -286,6 +310,33 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: read %zd errno %d after %d signals\n", cs, r, e, atomic_load(&handled));
         CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
         CHECK(atomic_load(&handled) >= 3);
+        pthread_join(st, NULL);
+        pthread_join(pt, NULL);
+    } else if (!strcmp(cs, "errqueue")) {
+        start(peer_read8, &pt, &st, 0);
+        int f = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE;
+        CHECK(setsockopt(c, SOL_SOCKET, SO_TIMESTAMPING, &f, sizeof f) == 0);
+        int on = 1;
+        CHECK(setsockopt(c, IPPROTO_IP, IP_RECVERR, &on, sizeof on) == 0);
+        CHECK(write(c, "abcdefgh", 8) == 8);
+        char k;
+        CHECK(read(hpipe[0], &k, 1) == 1);
+        set_rcvtimeo(c, 1000);
+        struct rusage u0, u1;
+        struct timespec t0, t1;
+        CHECK(getrusage(RUSAGE_THREAD, &u0) == 0);
+        CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
+        ssize_t r = read(c, b, sizeof b);
+        int e = errno;
+        CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
+        CHECK(getrusage(RUSAGE_THREAD, &u1) == 0);
+        double wall = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        double cpu = secs(u1.ru_utime) - secs(u0.ru_utime) + secs(u1.ru_stime) - secs(u0.ru_stime);
+        fprintf(stderr, "errqueue: read %zd errno %d, %.3f s CPU in %.3f s\n", r, e, cpu, wall);
+        CHECK(r == -1 && (e == EAGAIN || e == EWOULDBLOCK));
+        CHECK(cpu < wall / 2);
+        atomic_store(&done, 1);
+        arm();
         pthread_join(st, NULL);
         pthread_join(pt, NULL);
     } else if (!strcmp(cs, "waitall")) {
