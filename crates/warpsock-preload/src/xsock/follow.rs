@@ -7,7 +7,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use warpsock_xsock::io::Readiness;
+use warpsock_xsock::io::{Readiness, XSocket};
 
 use crate::shim::doorbell::Doorbell;
 use crate::shim::sys::lock;
@@ -200,6 +200,35 @@ impl Follow {
             g.hung_up = true;
         }
         rang
+    }
+}
+
+impl super::sock::DdpSock {
+    /// `wait_end` of a `poll` that stood in for the progress thread
+    /// (`XSocket::stand_in`), out of line (the ping-pong's poll, a direct
+    /// one, pays no frame for it): as a direct poll's end, with the round
+    /// made before the stand-in ends (the progress thread is not woken for
+    /// what it reads), and the doorbell following the watch as the round
+    /// left it — off while the poll stood in, unless someone waits on the
+    /// doorbell alone (then it rings, as a direct poll's does).
+    #[inline(never)]
+    pub(super) fn stood_end(&self, revents: &[i16]) -> bool {
+        let polled = if revents.first().is_some_and(|&r| r != 0) {
+            self.x.progress_for_poll()
+        } else {
+            None
+        };
+        let watched = self.x.watching();
+        self.x.stand_in(false);
+        if let Some(r) = polled {
+            if watched != XSocket::WATCH_OFF || !r.readable {
+                self.reflect(r);
+            }
+            if r.readable {
+                return true;
+            }
+        }
+        self.x.readiness_now().readable
     }
 }
 

@@ -317,7 +317,7 @@ impl DdpSock {
     /// if a bell can wake anyone, [`Self::bell_heard`]; drained bells if
     /// nothing is readable; writability released; a hang-up).
     #[inline]
-    fn reflect(&self, r: Readiness) {
+    pub(super) fn reflect(&self, r: Readiness) {
         if self.inner.reflect(r, self, || self.bell_heard()) {
             BELLS.fetch_add(1, Ordering::Relaxed);
         }
@@ -758,45 +758,36 @@ impl Socket for DdpSock {
 
     fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
         self.polls.fetch_sub(1, Ordering::SeqCst);
-        let stood = wait.claim.is::<StandInClaim>();
-        if stood || wait.claim.is::<DirectClaim>() {
+        if wait.claim.is::<DirectClaim>() {
             SPARE_FDS.set(wait.fds);
-            let mut polled = None;
             if revents.first().is_some_and(|&r| r != 0) {
-                polled = self.x.progress_for_poll();
-            }
-            // The watch as this poll's round left it: off while it stood
-            // in, unless someone waits on the doorbell alone.
-            let watched = self.x.watching();
-            // After the round (the progress thread is not woken for what
-            // it read), before the answer: the watch is on again for what
-            // this poll no longer sees (`XSocket::stand_in`).
-            if stood {
-                self.x.stand_in(false);
-            }
-            if let Some(r) = polled {
-                // This poll reports what it processed itself; the
-                // doorbell is rung for it only if someone may wait on
-                // the doorbell alone (the progress thread watches
-                // then): a bell costs a write here and a drain in the
-                // receive.
-                //
-                // And whenever the round leaves nothing readable: the
-                // look drains bells the round made stale, and opens a
-                // gated send's gate (a gate shut keeps the watch on,
-                // `XSocket::set_writable_wait`, so that look is applied
-                // above whenever the gate is shut). Not readable, a
-                // look rings nothing.
-                if watched != XSocket::WATCH_OFF || !r.readable {
-                    self.reflect(r);
-                }
-                // Readable after the round, under its lock: that is
-                // the answer (only a receive takes it away), without
-                // taking the socket's lock again to look.
-                if r.readable {
-                    return true;
+                if let Some(r) = self.x.progress_for_poll() {
+                    // This poll reports what it processed itself; the
+                    // doorbell is rung for it only if someone may wait on
+                    // the doorbell alone (the progress thread watches
+                    // then): a bell costs a write here and a drain in the
+                    // receive.
+                    //
+                    // And whenever the round leaves nothing readable: the
+                    // look drains bells the round made stale, and opens a
+                    // gated send's gate (a gate shut keeps the watch on,
+                    // `XSocket::set_writable_wait`, so that look is applied
+                    // above whenever the gate is shut). Not readable, a
+                    // look rings nothing.
+                    if self.x.watching() != XSocket::WATCH_OFF || !r.readable {
+                        self.reflect(r);
+                    }
+                    // Readable after the round, under its lock: that is
+                    // the answer (only a receive takes it away), without
+                    // taking the socket's lock again to look.
+                    if r.readable {
+                        return true;
+                    }
                 }
             }
+        } else if wait.claim.is::<StandInClaim>() {
+            SPARE_FDS.set(wait.fds);
+            return self.stood_end(revents);
         } else if wait.claim.is::<PollerClaim>() {
             self.x.poller(false);
         }

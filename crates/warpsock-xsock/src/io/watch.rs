@@ -197,6 +197,7 @@ impl XSocket {
     /// thread. Returns whether the poll stands in: not when a call is
     /// parked (the poll then waits through the progress thread,
     /// [`Self::poller`]); its end is called only then.
+    #[inline(never)]
     pub fn stand_in(&self, on: bool) -> bool {
         let mut st = self.lock();
         if on {
