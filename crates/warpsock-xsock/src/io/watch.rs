@@ -189,7 +189,7 @@ impl XSocket {
     /// starts (`true`) or ends (`false`) its system call, and makes a
     /// round ([`Self::progress_for_poll`]) whenever that socket shows
     /// something: while it waits, the progress thread's watch for input is
-    /// off (see [`Self::stood_in`] for when it stays on), as for a call
+    /// off (see `stood_in` for when it stays on), as for a call
     /// parked in the engine. Every start needs its end, right after the
     /// system call returns: the watch is back on then, and epoll checks
     /// readiness when the interest changes, so what came after the poll's

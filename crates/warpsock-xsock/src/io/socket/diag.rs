@@ -97,7 +97,7 @@ impl XSocket {
     }
 
     /// Times this socket's engine context took its lock
-    /// ([`Context::lock_count`]): a diagnostic of the engine calls per
+    /// ([`warpsock_engine::Context::lock_count`]): a diagnostic of the engine calls per
     /// data call.
     ///
     /// Takes the engine's lock: never call it from under the socket's lock
