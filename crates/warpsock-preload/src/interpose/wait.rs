@@ -412,6 +412,52 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: 
     })
 }
 
+/// Whether a fortified poll's array of `fdslen` bytes holds `n` entries:
+/// glibc's `__poll_chk` and `__ppoll_chk` abort (`__chk_fail`) otherwise.
+fn fortified_fits(n: libc::nfds_t, fdslen: libc::size_t) -> bool {
+    fdslen / size_of::<libc::pollfd>() >= n as usize
+}
+
+/// Interposed `__poll_chk`: what a program built with `_FORTIFY_SOURCE`
+/// calls for `poll` when the count is not a constant and the array's size
+/// is known (glibc's `bits/poll2.h`; Debian's memcached, for one). Before,
+/// nothing interposed it, and such a poll of a DDP-mode socket waited on
+/// the doorbell alone, which nothing rings while the progress thread's
+/// watch is off: for ever (review r22-e item 1). The size check stays
+/// glibc's: an array too short goes to the real one, which aborts.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __poll_chk(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: c_int,
+    fdslen: libc::size_t,
+) -> c_int {
+    if !fortified_fits(n, fdslen) {
+        // SAFETY: forwarding the caller's arguments (glibc fails the check).
+        return unsafe { real::__poll_chk(fds, n, timeout, fdslen) };
+    }
+    // SAFETY: the caller's array of `n` pollfds, checked above.
+    unsafe { poll(fds, n, timeout) }
+}
+
+/// Interposed `__ppoll_chk`: `ppoll` for `_FORTIFY_SOURCE` programs, as
+/// [`__poll_chk`].
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __ppoll_chk(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+    fdslen: libc::size_t,
+) -> c_int {
+    if !fortified_fits(n, fdslen) {
+        // SAFETY: forwarding the caller's arguments (glibc fails the check).
+        return unsafe { real::__ppoll_chk(fds, n, timeout, mask, fdslen) };
+    }
+    // SAFETY: the caller's array of `n` pollfds, checked above.
+    unsafe { ppoll(fds, n, timeout, mask) }
+}
+
 /// Interposed `ppoll(2)`: see `poll_with`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ppoll(

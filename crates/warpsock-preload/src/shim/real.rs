@@ -104,6 +104,8 @@ real_fns! {
     epoll_pwait(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int;
     epoll_pwait2(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: *const c_void, mask: *const libc::sigset_t) -> c_int;
     __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t;
+    __poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int, fdslen: size_t) -> c_int;
+    __ppoll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: *const libc::timespec, mask: *const libc::sigset_t, fdslen: size_t) -> c_int;
     __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int) -> ssize_t;
     __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t;
     execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
