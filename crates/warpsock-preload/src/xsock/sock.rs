@@ -394,8 +394,13 @@ impl DdpSock {
     /// [`Self::recv_bufs`]: the call under the socket's lock.
     #[inline(never)]
     fn recv_full(&self, bufs: &mut [&mut [u8]], flags: c_int, eor: &mut bool) -> isize {
-        if flags & libc::MSG_OOB != 0 {
-            set_errno(libc::EINVAL);
+        if flags & (libc::MSG_OOB | libc::MSG_ERRQUEUE) != 0 {
+            // `MSG_ERRQUEUE`: a DDP-mode socket's error queue is always
+            // empty to the program (the engine socket's is the library's),
+            // so `EAGAIN` as TCP's empty one — not the stream's bytes, which
+            // the flag used to read (review r22-e item 2).
+            let oob = flags & libc::MSG_OOB != 0;
+            set_errno(if oob { libc::EINVAL } else { libc::EAGAIN });
             return -1;
         }
         let f = RecvFlags {
