@@ -1,5 +1,6 @@
 /* Helpers of the one-process DDP-mode test programs (ddpbulk.c,
- * riobulk.c): a connected loopback TCP pair, and the switch. */
+ * riobulk.c, eintr.c, sockopt.c): a connected loopback TCP pair, the
+ * switch, and whether a thread sleeps in a wait. */
 #include "common.h"
 
 #include "../../include/warpsock_sockets.h"
@@ -50,4 +51,28 @@ static inline void recv_until(int fd, size_t *got, size_t want,
         if (check) check(buf, (size_t)r, *got);
         *got += (size_t)r;
     }
+}
+
+/* Whether thread tid is asleep in a system call a wait of the engine, of
+ * the library or of TCP sleeps in (a blocking read's recvfrom, a parked
+ * call's epoll or poll): /proc/self/task/TID/syscall names the call a
+ * sleeping thread is in. */
+static inline int thread_asleep(pid_t tid) {
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    long nr = strtol(buf, NULL, 10);
+    return nr == SYS_recvfrom || nr == SYS_epoll_pwait || nr == SYS_ppoll
+#ifdef SYS_epoll_wait
+           || nr == SYS_epoll_wait
+#endif
+#ifdef SYS_poll
+           || nr == SYS_poll
+#endif
+        ;
 }

@@ -90,28 +90,6 @@ static void handler(int restart) {
     CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
 }
 
-/* Whether the main thread is asleep in a system call a wait of the
- * engine or the program sleeps in. */
-static int main_asleep(void) {
-    char path[64], buf[128];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)main_tid);
-    int fd = open(path, O_RDONLY);
-    CHECK(fd >= 0);
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    long nr = strtol(buf, NULL, 10);
-    return nr == SYS_recvfrom || nr == SYS_epoll_pwait || nr == SYS_ppoll
-#ifdef SYS_epoll_wait
-           || nr == SYS_epoll_wait
-#endif
-#ifdef SYS_poll
-           || nr == SYS_poll
-#endif
-        ;
-}
-
 static void go_peer(void) {
     char b = 1;
     CHECK(write(gpipe[1], &b, 1) == 1);
@@ -126,7 +104,7 @@ static void *signaller(void *a) {
     for (int k = 0; k < 200 && !atomic_load(&done); k++) {
         /* Until the main thread sleeps (bounded: 10^7 looks). */
         long spins = 0;
-        while (!main_asleep() && !atomic_load(&done) && spins++ < 10000000) sched_yield();
+        while (!thread_asleep(main_tid) && !atomic_load(&done) && spins++ < 10000000) sched_yield();
         if (atomic_load(&done)) break;
         CHECK(pthread_kill(main_thread, resethand_case && landed > 0 ? SIGUSR2 : SIGUSR1) == 0);
         char b;

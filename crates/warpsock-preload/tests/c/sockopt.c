@@ -116,25 +116,6 @@ static void case_rcvlowat(void) {
 static pid_t main_tid;
 static atomic_int main_done; /* the blocking read returned */
 
-/* Whether the main thread is asleep in a system call a blocking read of
- * the library or of TCP sleeps in (as eintr.c's). */
-static int main_asleep(void) {
-    char path[64], buf[128];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)main_tid);
-    int fd = open(path, O_RDONLY);
-    CHECK(fd >= 0);
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    long nr = strtol(buf, NULL, 10);
-    return nr == SYS_recvfrom || nr == SYS_epoll_pwait || nr == SYS_ppoll
-#ifdef SYS_poll
-           || nr == SYS_poll
-#endif
-        ;
-}
-
 static void *peer_after_go(void *a) {
     (void)a;
     switch_end(s);
@@ -145,7 +126,7 @@ static void *peer_after_go(void *a) {
     CHECK(read(gpipe[0], &g, 1) == 1);
     /* Only once the blocking read sleeps (or returned: a read that did
      * not block fails its check). */
-    for (long k = 0; !main_asleep() && !atomic_load(&main_done); k++) {
+    for (long k = 0; !thread_asleep(main_tid) && !atomic_load(&main_done); k++) {
         CHECK(k < 10000000);
         sched_yield();
     }
