@@ -5,10 +5,10 @@
 //! it uses `sock`, which never names it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_int, socklen_t};
+use warpsock_xsock::io::ForkList;
 
 use super::sock::{DdpSock, SOCKS, SOCKS_OWNER};
 use crate::shim::guard::enter;
@@ -76,11 +76,10 @@ struct Armed {
     was: libc::linger,
 }
 
-/// The marks of the execs in flight ([`ARMED`]'s list), behind a pointer
-/// so that a forked child starts a list of its own: the parent's lock may
-/// be held by a thread the child does not have (review r22-a item 4; as
-/// `sndbuf`'s holders). Each list is leaked, never freed.
-static ARMED: AtomicPtr<Mutex<Vec<Armed>>> = AtomicPtr::new(std::ptr::null_mut());
+/// The marks of the execs in flight; a forked child starts a list of its
+/// own: the parent's lock may be held by a thread the child does not have
+/// (review r22-a item 4; as `sndbuf`'s holders).
+static ARMED: ForkList<Armed> = ForkList::new();
 
 /// Execs of this process in flight (between their wait and their return):
 /// the marks are taken back when the last fails, not when the first does
@@ -93,32 +92,10 @@ thread_local! {
     static COUNTED: Cell<bool> = const { Cell::new(false) };
 }
 
-fn armed() -> MutexGuard<'static, Vec<Armed>> {
-    let mut p = ARMED.load(Ordering::Acquire);
-    if p.is_null() {
-        let fresh = Box::into_raw(Box::new(Mutex::new(Vec::new())));
-        p = match ARMED.compare_exchange(
-            std::ptr::null_mut(),
-            fresh,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => fresh,
-            Err(theirs) => {
-                // SAFETY: `fresh` was never published.
-                drop(unsafe { Box::from_raw(fresh) });
-                theirs
-            }
-        };
-    }
-    // SAFETY: a published list is a leaked `Box`, never freed.
-    lock(unsafe { &*p })
-}
-
 /// In a forked child: the parent's execs and marks are not the child's.
 pub(crate) fn forget_armed_after_fork() {
     EXECS.store(0, Ordering::Release);
-    ARMED.store(std::ptr::null_mut(), Ordering::Release);
+    ARMED.forget();
     COUNTED.with(|c| c.set(false));
 }
 
@@ -195,7 +172,7 @@ pub(crate) fn arm_exec_reset() {
         l_onoff: 1,
         l_linger: 0,
     };
-    let mut list = armed();
+    let mut list = ARMED.lock();
     let mut mark = |fd: c_int| {
         let ino = super::inode(fd);
         if list.iter().any(|a| a.fd == fd && a.ino == ino) {
@@ -227,7 +204,7 @@ pub(crate) fn exec_failed() {
     if EXECS.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
     }
-    for a in armed().drain(..) {
+    for a in ARMED.lock().drain(..) {
         if super::inode(a.fd) == a.ino {
             set_linger(a.fd, a.was);
         }

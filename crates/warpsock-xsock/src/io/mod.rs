@@ -8,9 +8,11 @@
 //! uses only the leaf modules `gather`, `slots` and `sys` — and `rio`'s
 //! per-socket state types. `setup` builds a socket (its engine context and
 //! queue pair); `wait` drives the engine for a waiting call; `watch` says
-//! when the socket needs a progress thread.
+//! when the socket needs a progress thread; `forklist` (a leaf) is the
+//! process-wide list a forked child starts afresh.
 
 mod data;
+mod forklist;
 mod gather;
 mod handshake;
 mod placed;
@@ -29,6 +31,7 @@ mod test_pair;
 mod wait;
 mod watch;
 
+pub use forklist::ForkList;
 pub use handshake::{switch_fd, switch_fd_as, Failure};
 pub use rio::{AioOp, Completion};
 pub use settings::{counters, Counters, Options, Readiness, RecvFlags};

@@ -18,8 +18,7 @@
 //! child made without it does not count its own (stated limit).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use std::collections::VecDeque;
@@ -27,6 +26,7 @@ use std::collections::VecDeque;
 use smallvec::SmallVec;
 use warpsock_engine::{SendOp, SendWr};
 
+use super::forklist::ForkList;
 use super::gather::{Gather, Src};
 use super::rio::{raw_slice, AioSend};
 use super::socket::{State, XSocket};
@@ -46,38 +46,11 @@ static BUFFERED: AtomicUsize = AtomicUsize::new(0);
 /// Bytes that left the send buffers of the process's sockets, posted to
 /// the engine, ever: it only grows ([`posted_bytes`]).
 static POSTED: AtomicU64 = AtomicU64::new(0);
-/// The engine sockets of the connections with bytes buffered, behind a
-/// pointer so that a child made by `fork` can start a list of its own
-/// ([`forget_after_fork`]): the parent's lock may have been held by a
-/// thread the child does not have. Each list is leaked, never freed.
-static HOLDERS: AtomicPtr<Mutex<Vec<RawFd>>> = AtomicPtr::new(std::ptr::null_mut());
+/// The engine sockets of the connections with bytes buffered; a child
+/// made by `fork` starts a list of its own ([`forget_after_fork`]).
+static HOLDERS: ForkList<RawFd> = ForkList::new();
 /// The process that buffered (0: none yet).
 static OWNER: AtomicI32 = AtomicI32::new(0);
-
-fn holders() -> std::sync::MutexGuard<'static, Vec<RawFd>> {
-    let mut p = HOLDERS.load(Ordering::Acquire);
-    if p.is_null() {
-        let fresh = Box::into_raw(Box::new(Mutex::new(Vec::new())));
-        p = match HOLDERS.compare_exchange(
-            std::ptr::null_mut(),
-            fresh,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => fresh,
-            Err(theirs) => {
-                // SAFETY: `fresh` was never published.
-                #[allow(unsafe_code)]
-                drop(unsafe { Box::from_raw(fresh) });
-                theirs
-            }
-        };
-    }
-    // SAFETY: a published list is a leaked `Box`, never freed.
-    #[allow(unsafe_code)]
-    let m = unsafe { &*p };
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// In a child made by `fork`, from its fork handler (the child's only
 /// thread): the parent's buffered bytes and holders are not the child's —
@@ -90,7 +63,7 @@ fn holders() -> std::sync::MutexGuard<'static, Vec<RawFd>> {
 pub fn forget_after_fork() {
     BUFFERED.store(0, Ordering::Release);
     OWNER.store(0, Ordering::Release);
-    HOLDERS.store(std::ptr::null_mut(), Ordering::Release);
+    HOLDERS.forget();
 }
 
 fn pid() -> i32 {
@@ -112,7 +85,7 @@ pub(crate) fn add(holder: &mut Option<RawFd>, fd: RawFd, n: usize) {
     BUFFERED.fetch_add(n, Ordering::AcqRel);
     if holder.is_none() {
         *holder = Some(fd);
-        holders().push(fd);
+        HOLDERS.lock().push(fd);
     }
 }
 
@@ -140,7 +113,7 @@ pub(crate) fn sub(holder: &mut Option<RawFd>, n: usize, empty: bool) {
     });
     if let Some(fd) = holder.filter(|_| empty) {
         *holder = None;
-        let mut h = holders();
+        let mut h = HOLDERS.lock();
         if let Some(i) = h.iter().position(|&f| f == fd) {
             h.swap_remove(i);
         }
@@ -166,7 +139,7 @@ pub fn reset_buffered() -> usize {
     if !ours() {
         return 0;
     }
-    let h = holders();
+    let h = HOLDERS.lock();
     for &fd in h.iter() {
         reset(fd);
     }
@@ -188,7 +161,7 @@ pub fn for_each_holder(mut f: impl FnMut(RawFd)) {
     if !ours() {
         return;
     }
-    for &fd in holders().iter() {
+    for &fd in HOLDERS.lock().iter() {
         f(fd);
     }
 }
