@@ -217,6 +217,26 @@ static void start(void *(*peer)(void *), pthread_t *pt, pthread_t *st, int armed
     if (armed) arm();
 }
 
+/* The case's 8 B read of c while the signaller signals, which stops once
+ * it returned (done). Either (restarted) it went on through 3 or more
+ * handled signals and returned the peer's bytes, or it failed with EINTR
+ * and the connection still works: the peer's bytes come next. */
+static void read8(const char *cs, int restarted) {
+    char b[8];
+    ssize_t r = read(c, b, sizeof b);
+    int e = errno;
+    atomic_store(&done, 1);
+    fprintf(stderr, "%s: read %zd errno %d after %d signals\n", cs, r, e, atomic_load(&handled));
+    if (restarted) {
+        CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
+        CHECK(atomic_load(&handled) >= 3);
+    } else {
+        CHECK(r == -1 && e == EINTR);
+        r = read(c, b, sizeof b);
+        CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
+    }
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
     const char *cs = argv[1];
@@ -231,19 +251,7 @@ int main(int argc, char **argv) {
         handler(strcmp(cs, "read") != 0);
         if (!strcmp(cs, "rcvtimeo")) set_rcvtimeo(c, 600000);
         start(peer_small, &pt, &st, 1);
-        ssize_t r = read(c, b, sizeof b);
-        int e = errno;
-        atomic_store(&done, 1);
-        if (restart_case) {
-            CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
-            CHECK(atomic_load(&handled) >= 3);
-        } else {
-            fprintf(stderr, "%s: read %zd errno %d after %d signals\n", cs, r, e, atomic_load(&handled));
-            CHECK(r == -1 && e == EINTR);
-            /* The connection still works: the peer's bytes come next. */
-            r = read(c, b, sizeof b);
-            CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
-        }
+        read8(cs, restart_case);
         pthread_join(st, NULL);
         pthread_join(pt, NULL);
     } else if (!strcmp(cs, "resethand")) {
@@ -259,13 +267,7 @@ int main(int argc, char **argv) {
         sa.sa_flags = SA_RESTART;
         CHECK(sigaction(SIGUSR2, &sa, NULL) == 0);
         start(peer_small, &pt, &st, 1);
-        ssize_t r = read(c, b, sizeof b);
-        int e = errno;
-        atomic_store(&done, 1);
-        fprintf(stderr, "%s: read %zd errno %d after %d signals\n", cs, r, e, atomic_load(&handled));
-        CHECK(r == -1 && e == EINTR);
-        r = read(c, b, sizeof b);
-        CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
+        read8(cs, 0);
         pthread_join(st, NULL);
         pthread_join(pt, NULL);
     } else if (!strcmp(cs, "removed")) {
@@ -282,12 +284,7 @@ int main(int argc, char **argv) {
         start(peer_small, &pt, &st, 0);
         CHECK(signal(SIGALRM, SIG_DFL) != SIG_ERR);
         arm();
-        ssize_t r = read(c, b, sizeof b);
-        int e = errno;
-        atomic_store(&done, 1);
-        fprintf(stderr, "%s: read %zd errno %d after %d signals\n", cs, r, e, atomic_load(&handled));
-        CHECK(r == 8 && memcmp(b, "abcdefgh", 8) == 0);
-        CHECK(atomic_load(&handled) >= 3);
+        read8(cs, 1);
         pthread_join(st, NULL);
         pthread_join(pt, NULL);
     } else if (!strcmp(cs, "errqueue")) {
