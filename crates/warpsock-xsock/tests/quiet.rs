@@ -33,18 +33,43 @@ fn spin_once(x: &XSocket, buf: &mut [u8]) -> Option<usize> {
     }
 }
 
+/// Spins (`spin`, one spin into the caller's buffers) until one returns,
+/// bounded by [`LIMIT`]: its count (`what` names it in the failure).
+fn spin_until_some(
+    x: &XSocket,
+    mut spin: impl FnMut(&XSocket) -> Option<usize>,
+    what: &str,
+) -> usize {
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < LIMIT, "{what}");
+        if let Some(n) = spin(x) {
+            return n;
+        }
+    }
+}
+
 /// Spins until a message of `n` bytes arrives whole (8 B messages: one
 /// receive takes one).
 fn spin_message(x: &XSocket, n: usize) -> Vec<u8> {
     let mut buf = vec![0; n];
-    let t = Instant::now();
-    loop {
-        assert!(t.elapsed() < LIMIT, "no message");
-        if let Some(k) = spin_once(x, &mut buf) {
-            assert_eq!(k, n, "a part of the message");
-            return buf;
-        }
-    }
+    let k = spin_until_some(x, |x| spin_once(x, &mut buf), "no message");
+    assert_eq!(k, n, "a part of the message");
+    buf
+}
+
+/// Spins of an idle socket (`spin`, each `EAGAIN`; the round that finds
+/// nothing may first return a credit that is due) until one leaves it
+/// quiet, at most 100: whether one did.
+fn spins_leave_it_quiet(x: &XSocket, spin: impl Fn(&XSocket) -> Option<usize>) -> bool {
+    (0..100).any(|_| {
+        assert_eq!(spin(x), None);
+        x.recv_would_block()
+    })
+}
+
+fn spin_plain(x: &XSocket) -> Option<usize> {
+    spin_once(x, &mut [0; 8])
 }
 
 /// After one empty spin that makes its round, the spins of an idle
@@ -61,15 +86,10 @@ fn a_quiet_socket_spins_without_its_lock_and_sees_the_next_message() {
         assert_eq!(spin_message(&xa, 8), pattern(8, round), "round {round}");
         // The round that finds nothing (its credit return, if one is due,
         // goes first: spins until one finds the socket quiet, bounded).
-        let mut found_quiet = false;
-        for _ in 0..100 {
-            assert_eq!(spin_once(&xa, &mut [0; 8]), None);
-            if xa.recv_would_block() {
-                found_quiet = true;
-                break;
-            }
-        }
-        assert!(found_quiet, "round {round}: an idle socket never quiet");
+        assert!(
+            spins_leave_it_quiet(&xa, spin_plain),
+            "round {round}: an idle socket never quiet"
+        );
         let locks = xa.state_locks();
         for _ in 0..50 {
             assert_eq!(spin_once(&xa, &mut [0; 8]), None);
@@ -93,15 +113,10 @@ fn bytes_another_call_took_in_are_seen_by_the_next_spin() {
     let (a, b) = tcp_pair();
     let (xa, xb) = switch_both(&a, &b, &opts());
     for round in 0..3u64 {
-        let mut quiet = false;
-        for _ in 0..100 {
-            assert_eq!(spin_once(&xa, &mut [0; 8]), None);
-            if xa.recv_would_block() {
-                quiet = true;
-                break;
-            }
-        }
-        assert!(quiet, "round {round}: an idle socket never quiet");
+        assert!(
+            spins_leave_it_quiet(&xa, spin_plain),
+            "round {round}: an idle socket never quiet"
+        );
         xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
         let t = Instant::now();
         while !xa.readiness().readable {
@@ -124,24 +139,13 @@ fn bytes_another_call_took_in_are_seen_by_the_next_spin() {
 fn a_quiet_socket_sees_the_end_of_stream_and_keeps_it() {
     let (a, b) = tcp_pair();
     let (xa, xb) = switch_both(&a, &b, &opts());
-    let mut quiet = false;
-    for _ in 0..100 {
-        assert_eq!(spin_once(&xa, &mut [0; 8]), None);
-        if xa.recv_would_block() {
-            quiet = true;
-            break;
-        }
-    }
-    assert!(quiet, "an idle socket never quiet");
+    assert!(
+        spins_leave_it_quiet(&xa, spin_plain),
+        "an idle socket never quiet"
+    );
     assert!(xb.close(LIMIT));
-    let t = Instant::now();
-    loop {
-        assert!(t.elapsed() < LIMIT, "no end of stream");
-        if let Some(n) = spin_once(&xa, &mut [0; 8]) {
-            assert_eq!(n, 0, "bytes from a closed peer");
-            break;
-        }
-    }
+    let n = spin_until_some(&xa, spin_plain, "no end of stream");
+    assert_eq!(n, 0, "bytes from a closed peer");
     for _ in 0..10 {
         assert_eq!(spin_once(&xa, &mut [0; 8]), Some(0));
         assert!(!xa.recv_would_block(), "quiet after the end of stream");
@@ -171,26 +175,15 @@ fn vectored_spins_and_plain_looks_keep_a_quiet_socket_quiet() {
         }
     };
     for round in 0..3u64 {
-        let mut quiet = false;
-        for _ in 0..100 {
-            assert_eq!(spin_vectored(&xa), None);
-            if xa.recv_would_block() {
-                quiet = true;
-                break;
-            }
-        }
-        assert!(quiet, "round {round}: vectored spins never left it quiet");
+        assert!(
+            spins_leave_it_quiet(&xa, spin_vectored),
+            "round {round}: vectored spins never left it quiet"
+        );
         assert!(!xa.readiness_now().readable);
         assert_eq!(xa.readable_bytes(), 0);
         assert!(xa.recv_would_block(), "round {round}: a look cleared quiet");
         xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
-        let t = Instant::now();
-        let n = loop {
-            assert!(t.elapsed() < LIMIT, "round {round}: no message");
-            if let Some(n) = spin_vectored(&xa) {
-                break n;
-            }
-        };
+        let n = spin_until_some(&xa, spin_vectored, &format!("round {round}: no message"));
         assert_eq!(n, 8, "round {round}");
     }
 }
