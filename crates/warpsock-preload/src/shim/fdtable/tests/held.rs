@@ -477,43 +477,19 @@ fn a_fork_over_a_waits_registration_leaves_the_child_its_count() {
 fn a_nested_handlers_close_inside_a_closes_update_is_made_too() {
     let _serial = serial();
     prepare();
-    // SAFETY: new descriptors of this test's, closed by the deferred
-    // closes (the failure's leftovers closed below).
-    let (fa, fb) = unsafe {
-        (
-            libc::eventfd(0, libc::EFD_CLOEXEC),
-            libc::eventfd(0, libc::EFD_CLOEXEC),
-        )
-    };
-    assert!(fa >= 0 && fb >= 0);
-    let (a, b) = (dummy(), dummy());
-    assert!(insert(fa, a.clone()).unwrap().is_none());
-    assert!(insert(fb, b.clone()).unwrap().is_none());
+    let ((fa, a), (fb, b)) = two_managed();
     let r = within_a_minute("a nested close inside a close's update", move || {
         let held = write_map().expect("not over a hold");
-        let (inner_tx, inner_rx) = std::sync::mpsc::channel();
-        hooks::IN_DEFER_CLOSE.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move || inner_tx.send(defer_close(fb)).unwrap()));
-        });
-        let outer = defer_close(fa);
-        hooks::IN_DEFER_CLOSE.with(|h| h.borrow_mut().take());
-        let inner = inner_rx.try_recv().ok();
+        let closes = close_with_a_nested_close(fa, fb);
         drop(held);
-        (outer, inner)
+        closes
     });
     assert_eq!(r, (Ok(true), Some(Ok(true))), "the closes (outer, nested)");
-    let made = (get(fa).is_none(), get(fb).is_none());
+    // The references first: `made` removes a failure's leftovers.
     let refs = (Arc::strong_count(&a), Arc::strong_count(&b));
-    for (fd, made) in [(fa, made.0), (fb, made.1)] {
-        if !made {
-            let _ = remove(fd);
-            // SAFETY: the test's descriptor, left open by the failure.
-            unsafe { libc::close(fd) };
-        }
-    }
     assert_eq!(
-        made,
-        (true, true),
+        made(&[fa, fb]),
+        [true, true],
         "still managed after the hold (outer, nested)"
     );
     assert_eq!(
@@ -541,6 +517,22 @@ fn two_managed() -> (Managed, Managed) {
     assert!(insert(fa, a.clone()).unwrap().is_none());
     assert!(insert(fb, b.clone()).unwrap().is_none());
     ((fa, a), (fb, b))
+}
+
+/// `defer_close(outer)` (over a hold), with a nested handler's
+/// `defer_close(inner)` staged inside its update of the list, between its
+/// reservation and its fill (`hooks::IN_DEFER_CLOSE`): (outer, nested).
+fn close_with_a_nested_close(
+    outer: c_int,
+    inner: c_int,
+) -> (Result<bool, c_int>, Option<Result<bool, c_int>>) {
+    let (inner_tx, inner_rx) = std::sync::mpsc::channel();
+    hooks::IN_DEFER_CLOSE.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move || inner_tx.send(defer_close(inner)).unwrap()));
+    });
+    let outer = defer_close(outer);
+    hooks::IN_DEFER_CLOSE.with(|h| h.borrow_mut().take());
+    (outer, inner_rx.try_recv().ok())
 }
 
 /// After the hold: whether each of `fds` was closed (no longer managed);
@@ -612,13 +604,7 @@ fn a_nested_close_inside_a_refused_close_is_made() {
     let r = within_a_minute("a nested close inside a refused close", move || {
         let held = write_map().expect("not over a hold");
         let first = defer_close(fa);
-        let (inner_tx, inner_rx) = std::sync::mpsc::channel();
-        hooks::IN_DEFER_CLOSE.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move || inner_tx.send(defer_close(fb)).unwrap()));
-        });
-        let outer = defer_close(fa);
-        hooks::IN_DEFER_CLOSE.with(|h| h.borrow_mut().take());
-        let inner = inner_rx.try_recv().ok();
+        let (outer, inner) = close_with_a_nested_close(fa, fb);
         let len = super::super::held::left_len();
         drop(held);
         (first, outer, inner, len, super::super::held::left_len())
