@@ -259,7 +259,7 @@ fn a_wait_parked_without_the_clock_still_ends_at_its_timeout() {
 fn an_empty_busy_polling_round_ends_at_its_read_and_misses_nothing() {
     const SPINS: u64 = 50;
     let p = PingPair::new();
-    let (cq, qp, buf, go_tx) = (&p.cq, &p.qp, &p.buf, &p.go);
+    let (cq, qp, go_tx) = (&p.cq, &p.qp, &p.go);
     let mut wc = [warpsock_engine::Wc::default()];
     // Whatever the connection's setup left is taken by a first round.
     assert_eq!(cq.poll(&mut wc), 0);
@@ -276,15 +276,8 @@ fn an_empty_busy_polling_round_ends_at_its_read_and_misses_nothing() {
     while cq.poll(&mut wc) == 0 {
         assert!(std::time::Instant::now() < deadline, "{:?}", qp.io_stats());
     }
-    assert!(wc[0].is_ok(), "{:?}", wc[0]);
-    assert_eq!(wc[0].opcode, warpsock_engine::WcOpcode::Recv);
     assert_eq!(wc[0].byte_len, 8);
-    assert_eq!(buf.to_vec(), b"ping-123");
-    buf.write(0, b"pong-456");
-    qp.post_send(send_wr(2, vec![buf.sge(0, 8)])).unwrap();
-    let sent = wait_n(cq, 1);
-    assert!(sent[0].is_ok(), "{:?}", sent[0]);
-    assert_eq!(p.finish(), b"pong-456");
+    assert_eq!(p.answer_ping(&wc[0]), b"pong-456");
 }
 
 /// The busy-polling tests' pair (issue 12): a caller-driven client with
@@ -364,6 +357,22 @@ impl PingPair {
             _pd,
             _c,
         }
+    }
+
+    /// The client's answer to the server's ping, whose receive completed
+    /// (`recv`): "pong-456" sent from the same buffer and its completion
+    /// waited for; then the pair's end ([`Self::finish`]).
+    fn answer_ping(self, recv: &warpsock_engine::Wc) -> Vec<u8> {
+        assert!(recv.is_ok(), "{recv:?}");
+        assert_eq!(recv.opcode, warpsock_engine::WcOpcode::Recv);
+        assert_eq!(self.buf.to_vec(), b"ping-123");
+        self.buf.write(0, b"pong-456");
+        self.qp
+            .post_send(send_wr(2, vec![self.buf.sge(0, 8)]))
+            .unwrap();
+        let sent = wait_n(&self.cq, 1);
+        assert!(sent[0].is_ok(), "{:?}", sent[0]);
+        self.finish()
     }
 
     /// What the server received.
@@ -470,7 +479,7 @@ fn a_lone_queue_pairs_empty_poll_is_its_read_alone_and_misses_nothing() {
 #[test]
 fn a_busy_polling_waits_spins_are_short_rounds_and_miss_nothing() {
     let p = PingPair::spinning(LIMIT);
-    let (cq, qp, buf, go) = (&p.cq, &p.qp, &p.buf, &p.go);
+    let (cq, qp, go) = (&p.cq, &p.qp, &p.go);
     let mut wc = [warpsock_engine::Wc::default()];
     // Whatever the connection's setup left is taken by a first round, its
     // events (established) by the caller.
@@ -489,14 +498,7 @@ fn a_busy_polling_waits_spins_are_short_rounds_and_miss_nothing() {
         cq.wait_news(&mut wc, LIMIT, qp).unwrap().0
     });
     assert_eq!(n, 1, "{:?}", qp.io_stats());
-    assert!(wc[0].is_ok(), "{:?}", wc[0]);
-    assert_eq!(wc[0].opcode, warpsock_engine::WcOpcode::Recv);
-    assert_eq!(buf.to_vec(), b"ping-123");
-    buf.write(0, b"pong-456");
-    qp.post_send(send_wr(2, vec![buf.sge(0, 8)])).unwrap();
-    let sent = wait_n(cq, 1);
-    assert!(sent[0].is_ok(), "{:?}", sent[0]);
-    assert_eq!(p.finish(), b"pong-456");
+    assert_eq!(p.answer_ping(&wc[0]), b"pong-456");
 }
 
 /// With two queue pairs in a caller-driven context, a poll for one of them
