@@ -86,36 +86,35 @@ for crc in 1 0; do
 done
 pass "stream with a 64 KiB send buffer: 3 runs per CRC setting"
 
+# c_cases PROG CASE...: tests/c/PROG.c built with the threads and under
+# ASan/UBSan, then run preloaded once per case (PROG CASE); a failure or a
+# sanitizer's report fails the suite.
+c_cases() {
+    local prog=$1 c out
+    shift
+    gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -fsanitize=address,undefined \
+        -Icrates/warpsock-preload/include "crates/warpsock-preload/tests/c/$prog.c" \
+        -o "$WORK/$prog" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
+    for c in "$@"; do
+        out="$WORK/$prog.$c.out"
+        if ! WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/$prog" "$c" >"$out" 2>&1 \
+            || grep -qE "Sanitizer|runtime error:" "$out"; then
+            cat "$out" >&2
+            fail "$prog $c"
+        fi
+    done
+}
+
 # 1c. Signals interrupt blocking calls on DDP-mode sockets as on TCP
 # (tests/c/eintr.c, one case per run, under ASan/UBSan; issue 12).
-gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -fsanitize=address,undefined \
-    -Icrates/warpsock-preload/include crates/warpsock-preload/tests/c/eintr.c \
-    -o "$WORK/eintr" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
 ECASES=(read restart rcvtimeo waitall sink placed send poll resethand removed errqueue)
-for c in "${ECASES[@]}"; do
-    out="$WORK/eintr.$c.out"
-    if ! WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/eintr" "$c" >"$out" 2>&1 \
-        || grep -qE "Sanitizer|runtime error:" "$out"; then
-        cat "$out" >&2
-        fail "eintr $c"
-    fi
-done
+c_cases eintr "${ECASES[@]}"
 pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTART, SO_RCVTIMEO, MSG_WAITALL, sink, placed, send, poll, SA_RESETHAND, a handler removed, an error queue entry)"
 
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).
-gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -fsanitize=address,undefined \
-    -Icrates/warpsock-preload/include crates/warpsock-preload/tests/c/sockopt.c \
-    -o "$WORK/sockopt" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
 OCASES=(rcvlowat soerror soerrpoll soerrrecv blockafter)
-for c in "${OCASES[@]}"; do
-    out="$WORK/sockopt.$c.out"
-    if ! WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/sockopt" "$c" >"$out" 2>&1 \
-        || grep -qE "Sanitizer|runtime error:" "$out"; then
-        cat "$out" >&2
-        fail "sockopt $c"
-    fi
-done
+c_cases sockopt "${OCASES[@]}"
 pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR after a reset, a blocking read after empty spins)"
 
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
