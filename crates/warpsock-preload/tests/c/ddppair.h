@@ -53,6 +53,18 @@ static inline void recv_until(int fd, size_t *got, size_t want,
     }
 }
 
+/* fd's int option `name` at SOL_SOCKET (its length checked). */
+static inline int sol_int(int fd, int name) {
+    int v = -1;
+    socklen_t len = sizeof v;
+    CHECK(getsockopt(fd, SOL_SOCKET, name, &v, &len) == 0 && len == sizeof v);
+    return v;
+}
+
+static inline void set_sol_int(int fd, int name, int v) {
+    CHECK(setsockopt(fd, SOL_SOCKET, name, &v, sizeof v) == 0);
+}
+
 /* Whether thread tid is asleep in a system call a wait of the engine, of
  * the library or of TCP sleeps in (a blocking read's recvfrom, a parked
  * call's epoll or poll): /proc/self/task/TID/syscall names the call a

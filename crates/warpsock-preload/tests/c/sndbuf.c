@@ -54,17 +54,6 @@ static void *switch_peer(void *arg) {
     return NULL;
 }
 
-static int sndbuf(int fd) {
-    int v = -1;
-    socklen_t l = sizeof v;
-    CHECK(getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &l) == 0 && l == sizeof v);
-    return v;
-}
-
-static void set_sndbuf(int fd, int v) {
-    CHECK(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v) == 0);
-}
-
 static int outq(int fd, unsigned long req) {
     int q = -1;
     CHECK(ioctl(fd, req, &q) == 0 && q >= 0);
@@ -105,7 +94,7 @@ static void *switch_client(void *arg) {
 static int before(void) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(l >= 0);
-    set_sndbuf(l, 20000);
+    set_sol_int(l, SO_SNDBUF, 20000);
     struct sockaddr_in a = lo(0);
     socklen_t alen = sizeof a;
     CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
@@ -114,7 +103,7 @@ static int before(void) {
     ddp_mode(l);
     int k = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(k >= 0);
-    set_sndbuf(k, 1);
+    set_sol_int(k, SO_SNDBUF, 1);
     CHECK(connect(k, (struct sockaddr *)&a, sizeof a) == 0);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, switch_client, &k) == 0);
@@ -124,8 +113,8 @@ static int before(void) {
     int mode = 0;
     socklen_t ml = sizeof mode;
     CHECK(getsockopt(n, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &mode, &ml) == 0 && mode == 1);
-    CHECK(sndbuf(k) == 4096);
-    CHECK(sndbuf(n) == 20000);
+    CHECK(sol_int(k, SO_SNDBUF) == 4096);
+    CHECK(sol_int(n, SO_SNDBUF) == 20000);
     puts("sndbuf before: ok");
     return 0;
 }
@@ -133,7 +122,7 @@ static int before(void) {
 static int listener(int v, struct sockaddr_in *a) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(l >= 0);
-    set_sndbuf(l, v);
+    set_sol_int(l, SO_SNDBUF, v);
     *a = lo(0);
     socklen_t alen = sizeof *a;
     CHECK(bind(l, (struct sockaddr *)a, sizeof *a) == 0);
@@ -178,13 +167,13 @@ static int plain(void) {
     int l = listener(20000, &a);
     int n, k = switched_pair(l, &a, &n);
     switch_both(k, n);
-    CHECK(sndbuf(n) == 20000);
-    CHECK(sndbuf(k) == 65536);
+    CHECK(sol_int(n, SO_SNDBUF) == 20000);
+    CHECK(sol_int(k, SO_SNDBUF) == 65536);
     /* Changed on the listener after the connection was made. */
     int n2, k2 = switched_pair(l, &a, &n2);
-    set_sndbuf(l, 40000);
+    set_sol_int(l, SO_SNDBUF, 40000);
     switch_both(k2, n2);
-    CHECK(sndbuf(n2) == 65536);
+    CHECK(sol_int(n2, SO_SNDBUF) == 65536);
     /* A v4 listener and a v6-only one on one port, values the kernel
      * clamps alike. */
     long w = wmem_max();
@@ -193,7 +182,7 @@ static int plain(void) {
          * would be taken first). */
         int l4 = socket(AF_INET, SOCK_STREAM, 0);
         CHECK(l4 >= 0);
-        set_sndbuf(l4, (int)w + 8192);
+        set_sol_int(l4, SO_SNDBUF, (int)w + 8192);
         struct sockaddr_in a4 = lo(0);
         a4.sin_addr.s_addr = htonl(INADDR_ANY);
         socklen_t a4len = sizeof a4;
@@ -205,15 +194,15 @@ static int plain(void) {
         CHECK(l6 >= 0);
         int one = 1;
         CHECK(setsockopt(l6, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0);
-        set_sndbuf(l6, (int)w + 16384);
+        set_sol_int(l6, SO_SNDBUF, (int)w + 16384);
         struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = a4.sin_port};
         a6.sin6_addr = in6addr_any;
         CHECK(bind(l6, (struct sockaddr *)&a6, sizeof a6) == 0);
         CHECK(listen(l6, 1) == 0);
-        CHECK(sndbuf(l4) == sndbuf(l6)); /* the kernel's, both clamped */
+        CHECK(sol_int(l4, SO_SNDBUF) == sol_int(l6, SO_SNDBUF)); /* the kernel's, both clamped */
         int n4, k4 = switched_pair(l4, &a4, &n4);
         switch_both(k4, n4);
-        CHECK(sndbuf(n4) == (int)w + 8192);
+        CHECK(sol_int(n4, SO_SNDBUF) == (int)w + 8192);
         CHECK(close(l4) == 0 && close(l6) == 0);
     }
     CHECK(close(l2) == 0 && close(l) == 0);
@@ -273,9 +262,9 @@ int main(int argc, char **argv) {
     if (!on) {
         /* No buffer: the credit window is reported (4 slots of 1 KiB),
          * never 0, and a set changes nothing (off stays off). */
-        CHECK(sndbuf(c) == 4096);
-        set_sndbuf(c, 65536);
-        CHECK(sndbuf(c) == 4096);
+        CHECK(sol_int(c, SO_SNDBUF) == 4096);
+        set_sol_int(c, SO_SNDBUF, 65536);
+        CHECK(sol_int(c, SO_SNDBUF) == 4096);
         while (send_next(1000) > 0) CHECK(sent < 100000);
         /* Only the window went: nothing held past it (framing on top). */
         CHECK(sent > 0 && (size_t)outq(c, SIOCOUTQ) <= sent + 1024);
@@ -285,11 +274,11 @@ int main(int argc, char **argv) {
         return 0;
     }
 
-    CHECK(sndbuf(c) == 65536);
-    set_sndbuf(c, 1);
-    CHECK(sndbuf(c) == 4096); /* the least */
-    set_sndbuf(c, 20500);
-    CHECK(sndbuf(c) == 20500);
+    CHECK(sol_int(c, SO_SNDBUF) == 65536);
+    set_sol_int(c, SO_SNDBUF, 1);
+    CHECK(sol_int(c, SO_SNDBUF) == 4096); /* the least */
+    set_sol_int(c, SO_SNDBUF, 20500);
+    CHECK(sol_int(c, SO_SNDBUF) == 20500);
 
     /* Past the window, under the bound (no EAGAIN): some bytes wait in
      * the buffer, and the queue counts them. */

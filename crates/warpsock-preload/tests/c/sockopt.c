@@ -71,25 +71,14 @@ static void *peer_echo(void *a) {
     return NULL;
 }
 
-static int lowat(int fd) {
-    int v = -1;
-    socklen_t len = sizeof v;
-    CHECK(getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &len) == 0 && len == sizeof v);
-    return v;
-}
-
-static void set_lowat(int fd, int v) {
-    CHECK(setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0);
-}
-
 static void case_rcvlowat(void) {
-    set_lowat(c, 1024);
+    set_sol_int(c, SO_RCVLOWAT, 1024);
     pthread_t pt;
     CHECK(pthread_create(&pt, NULL, peer_echo, NULL) == 0);
     switch_end(c);
-    CHECK(lowat(c) == 1024);
-    set_lowat(c, 1024);
-    CHECK(lowat(c) == 1024);
+    CHECK(sol_int(c, SO_RCVLOWAT) == 1024);
+    set_sol_int(c, SO_RCVLOWAT, 1024);
+    CHECK(sol_int(c, SO_RCVLOWAT) == 1024);
     for (int i = 0; i < ROUNDS; i++) {
         char m[8], b[8];
         memset(m, 'a' + i % 26, 8);
@@ -109,7 +98,7 @@ static void case_rcvlowat(void) {
         }
         CHECK(memcmp(m, b, 8) == 0);
     }
-    CHECK(lowat(c) == 1024);
+    CHECK(sol_int(c, SO_RCVLOWAT) == 1024);
     pthread_join(pt, NULL);
 }
 
@@ -179,13 +168,6 @@ static int tcp_entry(int lport, int rport, unsigned *rxq) {
     return state;
 }
 
-static int so_error(int fd) {
-    int v = -1;
-    socklen_t len = sizeof v;
-    CHECK(getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &len) == 0 && len == sizeof v);
-    return v;
-}
-
 static int port_of(int fd, int peer) {
     struct sockaddr_in a;
     socklen_t alen = sizeof a;
@@ -223,7 +205,7 @@ static void case_soerror(int first) {
     char b[8];
     CHECK(write(c, "12345678", 8) == 8);
     read8(c, b);
-    CHECK(so_error(c) == 0);
+    CHECK(sol_int(c, SO_ERROR) == 0);
     /* Unread at the peer when it dies: its kernel resets the connection
      * (tcp_close with unread data), no FIN first. */
     CHECK(write(c, "unread!!", 8) == 8);
@@ -249,15 +231,15 @@ static void case_soerror(int first) {
         fprintf(stderr, "soerror: recv %zd errno %d\n", r, r < 0 ? errno : 0);
         CHECK(r == -1 && errno == ECONNRESET);
     } else {
-        int e = so_error(c);
+        int e = sol_int(c, SO_ERROR);
         fprintf(stderr, "soerror: SO_ERROR %d\n", e);
         CHECK(e == ECONNRESET);
     }
-    CHECK(so_error(c) == 0);
+    CHECK(sol_int(c, SO_ERROR) == 0);
     r = recv(c, b, 8, 0);
     fprintf(stderr, "soerror: recv %zd errno %d\n", r, r < 0 ? errno : 0);
     CHECK(r == 0);
-    CHECK(so_error(c) == 0);
+    CHECK(sol_int(c, SO_ERROR) == 0);
     r = send(c, "x", 1, MSG_NOSIGNAL);
     fprintf(stderr, "soerror: send %zd errno %d\n", r, r < 0 ? errno : 0);
     CHECK(r == -1 && errno == EPIPE);
