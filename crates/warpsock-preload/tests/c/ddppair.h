@@ -5,6 +5,8 @@
 
 #include "../../include/warpsock_sockets.h"
 
+#include <pthread.h>
+
 /* Switches fd into DDP mode (the peer does the same, in another thread). */
 static void ddp_mode(int fd) {
     int one = 1;
@@ -87,4 +89,31 @@ static inline int thread_asleep(pid_t tid) {
            || nr == SYS_poll
 #endif
         ;
+}
+
+/* The accepted end of sent_pair's pair: switches (unless plain) and sends
+ * its bytes, in a thread of its own (the switch needs both ends at once). */
+struct sent_pair_peer {
+    int fd, plain;
+    const char *msg;
+    size_t n;
+};
+
+static inline void *sent_pair_send(void *arg) {
+    struct sent_pair_peer *p = arg;
+    if (!p->plain) ddp_mode(p->fd);
+    CHECK(write(p->fd, p->msg, p->n) == (ssize_t)p->n);
+    return NULL;
+}
+
+/* A connected pair, switched into DDP mode unless plain, whose accepted
+ * end *s has sent the n bytes at msg to *c (returned once they were
+ * written). */
+static inline void sent_pair(int *c, int *s, int plain, const char *msg, size_t n) {
+    tcp_pair(c, s);
+    struct sent_pair_peer p = {*s, plain, msg, n};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, sent_pair_send, &p) == 0);
+    if (!plain) ddp_mode(*c);
+    CHECK(pthread_join(t, NULL) == 0);
 }

@@ -4,24 +4,10 @@
  * stream's bytes as an ordinary read. Usage: errqueue [plain]. */
 #include "ddppair.h"
 
-#include <pthread.h>
-
-static int c, s, plain;
-
-static void *peer(void *arg) {
-    (void)arg;
-    if (!plain) ddp_mode(s);
-    CHECK(write(s, "abcdefgh", 8) == 8);
-    return NULL;
-}
-
 int main(int argc, char **argv) {
-    plain = argc > 1 && !strcmp(argv[1], "plain");
-    tcp_pair(&c, &s);
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, peer, NULL) == 0);
-    if (!plain) ddp_mode(c);
-    CHECK(pthread_join(t, NULL) == 0);
+    int plain = argc > 1 && !strcmp(argv[1], "plain");
+    int c, s;
+    sent_pair(&c, &s, plain, "abcdefgh", 8);
     /* The bytes are there: a poll sees them. */
     struct pollfd p = {.fd = c, .events = POLLIN};
     CHECK(poll(&p, 1, 10000) == 1);

@@ -10,26 +10,12 @@
 #define _FORTIFY_SOURCE 2
 #include "ddppair.h"
 
-#include <pthread.h>
-
-static int c, s, plain;
-
-static void *peer(void *arg) {
-    (void)arg;
-    if (!plain) ddp_mode(s);
-    CHECK(write(s, "abcdefgh", 8) == 8);
-    return NULL;
-}
-
 int main(int argc, char **argv) {
     CHECK(argc >= 2);
     int use_ppoll = !strcmp(argv[1], "ppoll");
-    plain = argc > 2 && !strcmp(argv[2], "plain");
-    tcp_pair(&c, &s);
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, peer, NULL) == 0);
-    if (!plain) ddp_mode(c);
-    CHECK(pthread_join(t, NULL) == 0);
+    int plain = argc > 2 && !strcmp(argv[2], "plain");
+    int c, s;
+    sent_pair(&c, &s, plain, "abcdefgh", 8);
     struct pollfd p[4];
     memset(p, 0, sizeof p);
     p[0].fd = c;
