@@ -68,6 +68,35 @@ fn a_read_that_reported_a_reset_clears_it() {
     case("soerrrecv", true);
 }
 
+/// Transmit stamps and error reports (`SO_TIMESTAMPING`, `IP_RECVERR`
+/// before the switch; `SO_TIMESTAMPING`, `SO_TIMESTAMPNS` after it) on a
+/// DDP-mode socket are kept and read back, never set on the engine's TCP
+/// socket, whose error queue stays empty over 2,000 8 B sends (review
+/// r22-e item 2); `MSG_ERRQUEUE` gets `EAGAIN` (over TCP: a stamp). Fails
+/// with a set after the switch forwarded (the options on under it, 1 stamp
+/// in its queue) and with a value set before it left on (the options
+/// under it; with the check of them removed, the switch itself is refused:
+/// `ECONNREFUSED`).
+#[test]
+fn stamps_and_error_reports_stay_off_the_engines_socket() {
+    case("stamps", false);
+    case("stamps", true);
+}
+
+/// The kept options read back as Linux's TCP answers them (its socket
+/// flags: which of the four `SO_TIMESTAMP` names reads 1, and
+/// `SO_TIMESTAMPING_NEW`'s flags only when set through it), and refuse
+/// what it refuses: a sequence of sets, each followed by every option's
+/// read-back, prints the same lines over DDP as over TCP. Fails with
+/// `SO_TIMESTAMP_NEW` read as the kernel's `SO_TIMESTAMP_OLD` is (also
+/// 0 with `SO_TIMESTAMPNS` on).
+#[test]
+fn kept_stamp_options_read_back_as_tcps() {
+    let tcp = case("stampopts", false);
+    let ddp = case("stampopts", true);
+    assert_eq!(tcp.stdout, ddp.stdout);
+}
+
 /// A blocking read after non-blocking ones that found nothing (the socket
 /// quiet: their `EAGAIN` without the lock) waits for the peer's bytes,
 /// sent only once it is called (review r22-c item 3): fails with the

@@ -51,7 +51,7 @@ use crate::shim::socket::{Adoption, Kind, SockOpt};
 use crate::shim::sys::{self, lock, set_errno};
 use crate::shim::{fdtable, real};
 use residue::ResidueSock;
-use sock::DdpSock;
+use sock::{DdpSock, Kept};
 
 /// The option level of DDP mode (`warpsock_sockets.h`). Linux socket
 /// option levels are protocol numbers (below 256) or `SOL_*` constants
@@ -341,16 +341,6 @@ fn switch(
         sys::get_timeo(fd, libc::SO_RCVTIMEO),
         sys::get_timeo(fd, libc::SO_SNDTIMEO),
     );
-    // The program's low-water mark moves into the managed socket, and the
-    // kernel socket's goes back to 1 for the engine, which reads it (the
-    // same kernel socket): its blocking reads wait for the mark (the MPA
-    // reply's read timed out: the switch failed), and its readiness checks
-    // (poll, epoll, the quiet spin's ppoll) report nothing below it (review
-    // r22-c item 1). Put back if the switch fails.
-    let rcvlowat = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).unwrap_or(1);
-    if rcvlowat != 1 {
-        sys::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, 1);
-    }
     // The program's file status flags, before the switch: the engine puts
     // the kernel socket in blocking mode for its own reads (a waiting
     // queue pair sleeps in a `recv` with a timeout), and the program's
@@ -362,6 +352,16 @@ fn switch(
     if fl < 0 {
         return Err(sys::errno());
     }
+    // The program's low-water mark, stamps and error reports move into the
+    // managed socket, off the kernel socket, which the engine reads (the
+    // same kernel socket): its blocking reads waited for the mark (the MPA
+    // reply's read timed out: the switch failed) and its readiness checks
+    // (poll, epoll, the quiet spin's ppoll) reported nothing below it
+    // (review r22-c item 1); stamps filled its error queue, charged to its
+    // receive space (r22-e item 2). Put back if the switch fails. Taken
+    // after the last early return (r22-e item 8: one before it left the
+    // mark at 1).
+    let kept = Kept::take(fd);
     // SAFETY: `fd` is the program's open socket for the whole call.
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
     match switch_fd_as(b, opts, role) {
@@ -372,15 +372,12 @@ fn switch(
             }
             let nonblocking = fl & libc::O_NONBLOCK != 0;
             let pending = connect.is_some();
-            DdpSock::transpose(fd, x, msg_mode, pending, timeouts, rcvlowat, nonblocking)
-                .map(|_| ())
+            DdpSock::transpose(fd, x, msg_mode, pending, timeouts, kept, nonblocking).map(|_| ())
         }
         Err(f) => {
             // SAFETY: as above.
             unsafe { real::fcntl(fd, libc::F_SETFL, fl as usize) };
-            if rcvlowat != 1 {
-                sys::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, rcvlowat);
-            }
+            kept.put_back(fd);
             let errno = f.errno();
             let counter = match f {
                 Failure::Refused { .. } => &REFUSED,

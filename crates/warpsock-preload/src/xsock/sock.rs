@@ -41,6 +41,8 @@ use crate::shim::{fdtable, real};
 
 mod opts;
 
+pub(crate) use opts::Kept;
+
 /// A per-call timeout (`SO_RCVTIMEO`, `SO_SNDTIMEO`): the program's value,
 /// from before the switch on (the engine sets `SO_RCVTIMEO` on the TCP
 /// socket for its own reads), read by every data call without a lock —
@@ -95,8 +97,8 @@ pub(crate) struct DdpSock {
     polls: AtomicUsize,
     rcvtimeo: Timeout,
     sndtimeo: Timeout,
-    /// The program's `SO_RCVLOWAT` (`opts`): kept, read back, and ignored.
-    rcvlowat: AtomicI32,
+    /// The program's options kept, read back, and not applied ([`Kept`]).
+    kept: Kept,
     /// The connection's error ([`XSocket::error`]) was reported to the
     /// program ([`Self::error_taken`]).
     error_taken: AtomicBool,
@@ -228,7 +230,7 @@ impl DdpSock {
     /// `connect` call that is still to return. `nonblocking`: the
     /// program's `O_NONBLOCK` as it was before the switch (the engine puts
     /// the kernel socket, whose open file description `fd` shares, in
-    /// blocking mode for its own reads); `timeouts` and `rcvlowat` the
+    /// blocking mode for its own reads); `timeouts` and `kept` the
     /// program's options (kept here from now on).
     pub(crate) fn transpose(
         fd: c_int,
@@ -236,7 +238,7 @@ impl DdpSock {
         msg_mode: bool,
         connect_pending: bool,
         timeouts: (Option<Duration>, Option<Duration>),
-        rcvlowat: c_int,
+        kept: Kept,
         nonblocking: bool,
     ) -> Result<Arc<Self>, c_int> {
         let eng = reactor::get().ok_or(libc::ENOMEM)?;
@@ -261,7 +263,7 @@ impl DdpSock {
                 inner: Follow::new(),
                 rcvtimeo: Timeout::new(timeouts.0),
                 sndtimeo: Timeout::new(timeouts.1),
-                rcvlowat: AtomicI32::new(rcvlowat),
+                kept,
                 error_taken: AtomicBool::new(false),
                 x,
                 kfd,

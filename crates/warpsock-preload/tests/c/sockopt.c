@@ -25,6 +25,22 @@
  *               the reset in before SO_ERROR): reported once, as above.
  *   soerrrecv   after a poll, recv fails with ECONNRESET, then SO_ERROR
  *               gives 0, recv 0, send EPIPE.
+ *   stamps      SO_TIMESTAMPING (TX_SOFTWARE|SOFTWARE) and IP_RECVERR set
+ *               before the switch, SO_TIMESTAMPING (| OPT_TSONLY) and
+ *               SO_TIMESTAMPNS after it, each read back; 2,000 8 B sends
+ *               the peer reads. Over TCP the socket's error queue then
+ *               holds transmit stamps (the kernel makes them as each
+ *               packet passes loopback's device). A DDP-mode socket keeps
+ *               the options without applying them (r22-e item 2):
+ *               recvmsg(MSG_ERRQUEUE) fails with EAGAIN, and the engine's
+ *               TCP socket (found among the process's descriptors: the
+ *               one with the DDP socket's addresses) has them off and an
+ *               empty error queue (set there, stamps filled it, charged to
+ *               the engine's receive space).
+ *   stampopts   a sequence of SO_TIMESTAMP(NS)(_NEW), SO_TIMESTAMPING(_NEW),
+ *               SO_ZEROCOPY, IP_RECVERR and IPV6_RECVERR sets, each
+ *               followed by every one's read-back, printed: the DDP-mode
+ *               socket's lines must be plain TCP's (ddp_sockopt.rs).
  *
  * Synchronised on events (pipes, the peer's bytes), no sleeps; every loop
  * bounded. */
@@ -36,7 +52,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <linux/net_tstamp.h>
 
 static int c, s;
 static int plain;
@@ -246,6 +264,166 @@ static void case_soerror(int first) {
     close(hold[1]);
 }
 
+
+/* Another descriptor of the process on the TCP socket under fd: the one
+ * whose local and peer addresses are fd's (a DDP-mode socket's names are
+ * its TCP socket's, which the engine holds); -1 if none (plain TCP). */
+static int tcp_under(int fd) {
+    struct sockaddr_in a, pa;
+    socklen_t alen = sizeof a, plen = sizeof pa;
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+    CHECK(getpeername(fd, (struct sockaddr *)&pa, &plen) == 0);
+    for (int k = 3; k < 4096; k++) {
+        struct stat st;
+        struct sockaddr_in b, pb;
+        socklen_t blen = sizeof b, pblen = sizeof pb;
+        if (k == fd || fstat(k, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+        if (getsockname(k, (struct sockaddr *)&b, &blen) == 0 && blen == alen &&
+            !memcmp(&a, &b, sizeof a) && getpeername(k, (struct sockaddr *)&pb, &pblen) == 0 &&
+            pblen == plen && !memcmp(&pa, &pb, sizeof pa))
+            return k;
+    }
+    return -1;
+}
+
+static int opt_int(int fd, int level, int name) {
+    int v = -1;
+    socklen_t len = sizeof v;
+    CHECK(getsockopt(fd, level, name, &v, &len) == 0 && len == sizeof v);
+    return v;
+}
+
+/* One entry of fd's error queue taken without waiting: 1, or 0 if empty
+ * (EAGAIN). */
+static int errqueue_entry(int fd) {
+    char b[256], ctl[512];
+    struct iovec iov = {.iov_base = b, .iov_len = sizeof b};
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    ssize_t r = recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT);
+    if (r < 0) {
+        CHECK(errno == EAGAIN);
+        return 0;
+    }
+    return 1;
+}
+
+#define STAMP_SENDS 2000
+
+static void *peer_switch(void *a) {
+    (void)a;
+    switch_end(s);
+    return NULL;
+}
+
+static void *peer_sink8(void *a) {
+    (void)a;
+    switch_end(s);
+    size_t got = 0;
+    recv_until(s, &got, STAMP_SENDS * 8, NULL);
+    return NULL;
+}
+
+/* The options under a DDP-mode socket (tcp_under) are off. */
+static void none_under(int k) {
+    CHECK(opt_int(k, SOL_SOCKET, SO_TIMESTAMPING) == 0);
+    CHECK(opt_int(k, SOL_SOCKET, SO_TIMESTAMPNS) == 0);
+    CHECK(opt_int(k, SOL_SOCKET, SO_TIMESTAMP) == 0);
+    CHECK(opt_int(k, IPPROTO_IP, IP_RECVERR) == 0);
+}
+
+static void case_stamps(void) {
+    int f = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE, on = 1;
+    CHECK(setsockopt(c, SOL_SOCKET, SO_TIMESTAMPING, &f, sizeof f) == 0);
+    CHECK(setsockopt(c, IPPROTO_IP, IP_RECVERR, &on, sizeof on) == 0);
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_sink8, NULL) == 0);
+    switch_end(c);
+    CHECK(opt_int(c, SOL_SOCKET, SO_TIMESTAMPING) == f);
+    CHECK(opt_int(c, IPPROTO_IP, IP_RECVERR) == 1);
+    int k = tcp_under(c);
+    CHECK((k < 0) == plain);
+    if (k >= 0) none_under(k);
+    f |= SOF_TIMESTAMPING_OPT_TSONLY;
+    CHECK(setsockopt(c, SOL_SOCKET, SO_TIMESTAMPING, &f, sizeof f) == 0);
+    set_sol_int(c, SO_TIMESTAMPNS, 1);
+    CHECK(sol_int(c, SO_TIMESTAMPING) == f);
+    CHECK(sol_int(c, SO_TIMESTAMPNS) == 1 && sol_int(c, SO_TIMESTAMP) == 0);
+    if (k >= 0) none_under(k);
+    for (int i = 0; i < STAMP_SENDS; i++) CHECK(write(c, "abcdefgh", 8) == 8);
+    /* The peer read them all: every packet has passed the device. */
+    CHECK(pthread_join(pt, NULL) == 0);
+    int stamped = errqueue_entry(c);
+    fprintf(stderr, "stamps: error queue entry %d\n", stamped);
+    CHECK(stamped == plain);
+    if (k >= 0) {
+        none_under(k);
+        int under = errqueue_entry(k);
+        fprintf(stderr, "stamps: the engine's error queue entry %d\n", under);
+        CHECK(under == 0);
+    }
+}
+
+/* Every kept option's value on stdout (-errno for a failed read). */
+static void show_opts(const char *what, int v, int r) {
+    static const int names[] = {SO_TIMESTAMP,    SO_TIMESTAMPNS,      SO_TIMESTAMP_NEW,
+                                SO_TIMESTAMPNS_NEW, SO_TIMESTAMPING, SO_TIMESTAMPING_NEW,
+                                SO_ZEROCOPY};
+    printf("%s=%d -> %d:", what, v, r < 0 ? -errno : r);
+    for (unsigned i = 0; i < sizeof names / sizeof *names; i++) {
+        int x = -1;
+        socklen_t l = sizeof x;
+        int g = getsockopt(c, SOL_SOCKET, names[i], &x, &l);
+        printf(" %d", g < 0 ? -errno : x);
+    }
+    int levels[] = {IPPROTO_IP, IPPROTO_IPV6}, errs[] = {IP_RECVERR, IPV6_RECVERR};
+    for (int i = 0; i < 2; i++) {
+        int x = -1;
+        socklen_t l = sizeof x;
+        int g = getsockopt(c, levels[i], errs[i], &x, &l);
+        printf(" %d", g < 0 ? -errno : x);
+    }
+    printf("\n");
+}
+
+static void case_stampopts(void) {
+    static const struct {
+        int level, name, v;
+        const char *what;
+    } seq[] = {
+        {SOL_SOCKET, SO_TIMESTAMP, 1, "TS"},
+        {SOL_SOCKET, SO_TIMESTAMPNS, 1, "TSNS"},
+        {SOL_SOCKET, SO_TIMESTAMP_NEW, 1, "TS_NEW"},
+        {SOL_SOCKET, SO_TIMESTAMPNS_NEW, 1, "TSNS_NEW"},
+        {SOL_SOCKET, SO_TIMESTAMP, 0, "TS"},
+        {SOL_SOCKET, SO_TIMESTAMPNS_NEW, 1, "TSNS_NEW"},
+        {SOL_SOCKET, SO_TIMESTAMPING, SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE,
+         "TSING"},
+        {SOL_SOCKET, SO_TIMESTAMPING_NEW, SOF_TIMESTAMPING_TX_SOFTWARE, "TSING_NEW"},
+        {SOL_SOCKET, SO_TIMESTAMPNS_NEW, 0, "TSNS_NEW"},
+        {SOL_SOCKET, SO_TIMESTAMP, 1, "TS"},
+        {SOL_SOCKET, SO_TIMESTAMPING, 0, "TSING"},
+        {SOL_SOCKET, SO_ZEROCOPY, 1, "ZEROCOPY"},
+        {SOL_SOCKET, SO_ZEROCOPY, 2, "ZEROCOPY"},
+        {IPPROTO_IP, IP_RECVERR, 5, "IP_RECVERR"},
+        {IPPROTO_IPV6, IPV6_RECVERR, 1, "IPV6_RECVERR"},
+        {IPPROTO_IP, IP_RECVERR, 0, "IP_RECVERR"},
+    };
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_switch, NULL) == 0);
+    switch_end(c);
+    CHECK(pthread_join(pt, NULL) == 0);
+    show_opts("start", 0, 0);
+    for (unsigned i = 0; i < sizeof seq / sizeof *seq; i++) {
+        int r = setsockopt(c, seq[i].level, seq[i].name, &seq[i].v, sizeof seq[i].v);
+        show_opts(seq[i].what, seq[i].v, r);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s CASE [plain]\n", argv[0]);
@@ -262,6 +440,10 @@ int main(int argc, char **argv) {
         case_soerror(1);
     } else if (!strcmp(cs, "soerrrecv")) {
         case_soerror(2);
+    } else if (!strcmp(cs, "stampopts")) {
+        case_stampopts();
+    } else if (!strcmp(cs, "stamps")) {
+        case_stamps();
     } else if (!strcmp(cs, "blockafter")) {
         case_blockafter();
     } else {

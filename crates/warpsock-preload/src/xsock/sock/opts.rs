@@ -1,7 +1,7 @@
 //! A DDP-mode socket's options (`setsockopt`, `getsockopt`): those of the
 //! DDP stream and the program's kept here; the rest go to the TCP socket.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
 use libc::{c_int, c_void, socklen_t};
 
@@ -10,7 +10,7 @@ use super::super::{
 };
 use super::{timeval_arg, DdpSock};
 use crate::shim::real;
-use crate::shim::sys::set_errno;
+use crate::shim::sys::{self, set_errno};
 
 impl DdpSock {
     /// `setsockopt` on a DDP-mode socket.
@@ -66,21 +66,8 @@ impl DdpSock {
             }
             return 0;
         }
-        if (level, name) == (libc::SOL_SOCKET, libc::SO_RCVLOWAT) {
-            // Kept here, never on the engine's TCP socket (the same kernel
-            // socket: its reads and readiness checks would obey it; review
-            // r22-c item 1), read back by `getsockopt`, and not applied:
-            // a DDP-mode read returns what is there and poll reports any
-            // readable byte, as TCP does with the mark at 1. As Linux's
-            // `sock_setsockopt`: negative is `INT_MAX`, 0 is 1 (TCP's cap
-            // at half the receive buffer is not applied).
-            let Some(v) = int_arg(val, len) else {
-                set_errno(libc::EINVAL);
-                return -1;
-            };
-            let v = if v < 0 { c_int::MAX } else { v.max(1) };
-            self.rcvlowat.store(v, Ordering::Relaxed);
-            return 0;
+        if let Some(r) = self.kept.set(level, name, val, len) {
+            return r;
         }
         // SAFETY: forwarding the program's arguments to the TCP socket.
         unsafe { real::setsockopt(self.kfd, level, name, val, len) }
@@ -133,11 +120,296 @@ impl DdpSock {
             (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
                 self.x.sndbuf().min(c_int::MAX as usize) as c_int
             }
-            (libc::SOL_SOCKET, libc::SO_RCVLOWAT) => self.rcvlowat.load(Ordering::Relaxed),
             (libc::SOL_SOCKET, libc::SO_ERROR) => self.so_error(),
-            // SAFETY: forwarding the program's arguments to the TCP socket.
-            _ => return unsafe { real::getsockopt(self.kfd, level, name, val, len) },
+            _ => match self.kept.get(level, name) {
+                Some(v) => v,
+                // SAFETY: forwarding the program's arguments to the TCP
+                // socket.
+                None => return unsafe { real::getsockopt(self.kfd, level, name, val, len) },
+            },
         };
         put_int(val, len, v)
+    }
+}
+
+/// `SO_TIMESTAMP(NS)`'s state as the kernel's socket flags
+/// (`sock_set_timestamp`): `SOCK_RCVTSTAMP`, `SOCK_RCVTSTAMPNS`,
+/// `SOCK_TSTAMP_NEW`.
+const STAMP: u8 = 1;
+const STAMP_NS: u8 = 2;
+const STAMP_NEW: u8 = 4;
+
+/// Options of the program's that a DDP-mode socket keeps and reads back
+/// but does not apply, never set on the engine's TCP socket (the same
+/// kernel socket): there they changed what the engine's reads and
+/// readiness checks see.
+///
+/// * `SO_RCVLOWAT` (review r22-c item 1): its blocking reads waited for
+///   the mark and its readiness checks reported nothing below it. A
+///   DDP-mode read returns what is there and poll reports any readable
+///   byte, as TCP with the mark at 1.
+/// * `SO_TIMESTAMPING`, `SO_TIMESTAMP(NS)` (`_OLD`/`_NEW`), `IP_RECVERR`,
+///   `IPV6_RECVERR`, `SO_ZEROCOPY` (review r22-e item 2): each puts
+///   entries in the engine socket's error queue (transmit stamps and the
+///   ICMP errors; zero-copy notices only with `MSG_ZEROCOPY`, which the
+///   engine does not use, but kept with the others for one answer) or
+///   control messages on its reads. Nothing drains that queue, and each
+///   entry is charged to the socket's receive space until it fills
+///   (`sock_queue_err_skb`): the engine's receive window shrinks. The
+///   library makes no stamps, ICMP reports or notices for the program:
+///   its error queue is always empty (`MSG_ERRQUEUE` gets `EAGAIN`) and
+///   its reads carry no control messages.
+///
+/// Kept rather than refused with `ENOPROTOOPT`: a value set before the
+/// switch (policy mode switches at `connect`, after the program's
+/// options) was accepted already and cannot be refused, so a refusal
+/// would cover half the cases and make the answer depend on when the
+/// program set the option; and programs that set these options as they
+/// set up a socket often treat any failure as fatal, where a stamp or
+/// notice that never comes is what they meet over a path that makes
+/// none (a device without transmit stamps, a copy instead of zero copy).
+/// The values are checked as Linux's `sock_setsockopt` checks them, no
+/// more (`SO_TIMESTAMPING`'s flags are not held to the running kernel's
+/// mask).
+pub(crate) struct Kept {
+    rcvlowat: AtomicI32,
+    /// `STAMP`, `STAMP_NS`, `STAMP_NEW`.
+    stamp: AtomicU8,
+    /// `SO_TIMESTAMPING`'s flags.
+    stamping: AtomicI32,
+    recverr: AtomicBool,
+    recverr6: AtomicBool,
+    zerocopy: AtomicBool,
+    /// An IPv6 socket (`IPV6_RECVERR` is kept; an IPv4 one's kernel
+    /// refuses it, and is asked).
+    v6: bool,
+}
+
+/// The socket-level options `SO_TIMESTAMP(NS)` old and new: (name, new,
+/// ns). The `_OLD` names are the plain ones on 64-bit ports.
+const STAMPS: [(c_int, bool, bool); 4] = [
+    (libc::SO_TIMESTAMP, false, false),
+    (libc::SO_TIMESTAMPNS, false, true),
+    (libc::SO_TIMESTAMP_NEW, true, false),
+    (libc::SO_TIMESTAMPNS_NEW, true, true),
+];
+
+impl Kept {
+    /// Takes the options the program set on TCP socket `fd` before the
+    /// switch, and turns them off there (the mark back to 1); the stamps
+    /// and errors already queued are dropped (charged to its receive
+    /// space, and the engine reads that socket from now on). [`Self::put_back`]
+    /// undoes it if the switch fails. A dozen system calls, at a switch.
+    pub(crate) fn take(fd: c_int) -> Self {
+        let get = |level, name| sys::get_int(fd, level, name).unwrap_or(0);
+        let rcvlowat = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).unwrap_or(1);
+        if rcvlowat != 1 {
+            sys::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, 1);
+        }
+        let mut stamp = 0;
+        for (name, new, ns) in STAMPS {
+            if get(libc::SOL_SOCKET, name) != 0 {
+                stamp = STAMP | if ns { STAMP_NS } else { 0 } | if new { STAMP_NEW } else { 0 };
+            }
+        }
+        let stamping = get(libc::SOL_SOCKET, libc::SO_TIMESTAMPING);
+        let kept = Self {
+            rcvlowat: AtomicI32::new(rcvlowat),
+            stamp: AtomicU8::new(stamp),
+            stamping: AtomicI32::new(stamping),
+            recverr: AtomicBool::new(get(libc::IPPROTO_IP, libc::IP_RECVERR) != 0),
+            recverr6: AtomicBool::new(get(libc::IPPROTO_IPV6, libc::IPV6_RECVERR) != 0),
+            zerocopy: AtomicBool::new(get(libc::SOL_SOCKET, libc::SO_ZEROCOPY) != 0),
+            v6: get(libc::SOL_SOCKET, libc::SO_DOMAIN) == libc::AF_INET6,
+        };
+        kept.apply(fd, false);
+        if kept.any_queued() {
+            drain_error_queue(fd);
+        }
+        kept
+    }
+
+    /// `setsockopt` of a kept option (`None`: not one of them): kept, as
+    /// Linux's `sock_setsockopt`/`ip_setsockopt` would set it.
+    pub(super) fn set(
+        &self,
+        level: c_int,
+        name: c_int,
+        val: *const c_void,
+        len: socklen_t,
+    ) -> Option<c_int> {
+        let kept = match (level, name) {
+            (libc::SOL_SOCKET, _) | (libc::IPPROTO_IPV6, libc::IPV6_RECVERR) => {
+                if !self.kept_name(level, name) {
+                    return None;
+                }
+                int_arg(val, len)
+            }
+            // `ip_setsockopt` takes an int, or a byte when shorter.
+            (libc::IPPROTO_IP, libc::IP_RECVERR) if !val.is_null() && len > 0 => {
+                int_arg(val, len).or_else(|| {
+                    // SAFETY: at least one byte at `val`.
+                    Some(c_int::from(unsafe { val.cast::<u8>().read() }))
+                })
+            }
+            (libc::IPPROTO_IP, libc::IP_RECVERR) => None,
+            _ => return None,
+        };
+        let Some(v) = kept else {
+            set_errno(libc::EINVAL);
+            return Some(-1);
+        };
+        let on = v != 0;
+        match (level, name) {
+            (libc::SOL_SOCKET, libc::SO_RCVLOWAT) => {
+                // As Linux's `sock_setsockopt`: negative is `INT_MAX`, 0
+                // is 1 (TCP's cap at half the receive buffer is not
+                // applied).
+                let v = if v < 0 { c_int::MAX } else { v.max(1) };
+                self.rcvlowat.store(v, Ordering::Relaxed);
+            }
+            (libc::SOL_SOCKET, libc::SO_TIMESTAMPING | libc::SO_TIMESTAMPING_NEW) => {
+                // `sock_set_timestamping`: the flags, and which name set
+                // them.
+                self.stamping.store(v, Ordering::Relaxed);
+                let new = name == libc::SO_TIMESTAMPING_NEW;
+                let old = self.stamp.load(Ordering::Relaxed) & !STAMP_NEW;
+                self.stamp
+                    .store(old | if new { STAMP_NEW } else { 0 }, Ordering::Relaxed);
+            }
+            (libc::SOL_SOCKET, libc::SO_ZEROCOPY) => {
+                if !matches!(v, 0 | 1) {
+                    set_errno(libc::EINVAL);
+                    return Some(-1);
+                }
+                self.zerocopy.store(on, Ordering::Relaxed);
+            }
+            (libc::SOL_SOCKET, _) => {
+                // `__sock_set_timestamps`: on sets the kind; off clears
+                // it (not which name set it).
+                let (_, new, ns) = STAMPS.into_iter().find(|s| s.0 == name)?;
+                let old = self.stamp.load(Ordering::Relaxed);
+                let stamp = if on {
+                    STAMP | if ns { STAMP_NS } else { 0 } | if new { STAMP_NEW } else { 0 }
+                } else {
+                    old & STAMP_NEW
+                };
+                self.stamp.store(stamp, Ordering::Relaxed);
+            }
+            (libc::IPPROTO_IP, _) => self.recverr.store(on, Ordering::Relaxed),
+            _ => self.recverr6.store(on, Ordering::Relaxed),
+        }
+        Some(0)
+    }
+
+    /// Whether `(level, name)` is kept (`SOL_SOCKET`, `IPV6_RECVERR`;
+    /// `IP_RECVERR` is matched by the callers).
+    fn kept_name(&self, level: c_int, name: c_int) -> bool {
+        match level {
+            libc::SOL_SOCKET => {
+                matches!(
+                    name,
+                    libc::SO_RCVLOWAT
+                        | libc::SO_TIMESTAMPING
+                        | libc::SO_TIMESTAMPING_NEW
+                        | libc::SO_ZEROCOPY
+                ) || STAMPS.iter().any(|s| s.0 == name)
+            }
+            libc::IPPROTO_IPV6 => name == libc::IPV6_RECVERR && self.v6,
+            _ => false,
+        }
+    }
+
+    /// `getsockopt` of a kept option (`None`: not one of them), as Linux's
+    /// `sk_getsockopt` answers it.
+    pub(super) fn get(&self, level: c_int, name: c_int) -> Option<c_int> {
+        let stamp = self.stamp.load(Ordering::Relaxed);
+        let has = |f: u8| stamp & f != 0;
+        let v = match (level, name) {
+            (libc::IPPROTO_IP, libc::IP_RECVERR) => self.recverr.load(Ordering::Relaxed).into(),
+            _ if !self.kept_name(level, name) => return None,
+            (libc::IPPROTO_IPV6, _) => self.recverr6.load(Ordering::Relaxed).into(),
+            (_, libc::SO_RCVLOWAT) => self.rcvlowat.load(Ordering::Relaxed),
+            (_, libc::SO_ZEROCOPY) => self.zerocopy.load(Ordering::Relaxed).into(),
+            (_, libc::SO_TIMESTAMPING) => self.stamping.load(Ordering::Relaxed),
+            // Only the flags set through the same name.
+            (_, libc::SO_TIMESTAMPING_NEW) if has(STAMP_NEW) => {
+                self.stamping.load(Ordering::Relaxed)
+            }
+            (_, libc::SO_TIMESTAMPING_NEW) => 0,
+            (_, libc::SO_TIMESTAMP) => (has(STAMP) && !has(STAMP_NEW) && !has(STAMP_NS)).into(),
+            (_, libc::SO_TIMESTAMPNS) => (has(STAMP_NS) && !has(STAMP_NEW)).into(),
+            (_, libc::SO_TIMESTAMP_NEW) => (has(STAMP) && has(STAMP_NEW)).into(),
+            _ => (has(STAMP_NS) && has(STAMP_NEW)).into(),
+        };
+        Some(v)
+    }
+
+    /// The switch failed: the program's values go back on its TCP socket.
+    pub(crate) fn put_back(&self, fd: c_int) {
+        let rcvlowat = self.rcvlowat.load(Ordering::Relaxed);
+        if rcvlowat != 1 {
+            sys::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, rcvlowat);
+        }
+        self.apply(fd, true);
+    }
+
+    /// Whether an option that queues errors or stamps is on.
+    fn any_queued(&self) -> bool {
+        self.stamping.load(Ordering::Relaxed) != 0
+            || self.recverr.load(Ordering::Relaxed)
+            || self.recverr6.load(Ordering::Relaxed)
+            || self.zerocopy.load(Ordering::Relaxed)
+    }
+
+    /// Sets the kept values on `fd` (`on`), or turns them off; only those
+    /// that are on here are touched (none: no system call).
+    fn apply(&self, fd: c_int, on: bool) {
+        let stamp = self.stamp.load(Ordering::Relaxed);
+        if stamp & STAMP != 0 {
+            let name = STAMPS
+                .iter()
+                .find(|s| s.1 == (stamp & STAMP_NEW != 0) && s.2 == (stamp & STAMP_NS != 0))
+                .map_or(libc::SO_TIMESTAMP, |s| s.0);
+            sys::set_int(fd, libc::SOL_SOCKET, name, c_int::from(on));
+        }
+        let stamping = self.stamping.load(Ordering::Relaxed);
+        if stamping != 0 {
+            let v = if on { stamping } else { 0 };
+            sys::set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, v);
+        }
+        for (flag, level, name) in [
+            (&self.recverr, libc::IPPROTO_IP, libc::IP_RECVERR),
+            (&self.recverr6, libc::IPPROTO_IPV6, libc::IPV6_RECVERR),
+            (&self.zerocopy, libc::SOL_SOCKET, libc::SO_ZEROCOPY),
+        ] {
+            if flag.load(Ordering::Relaxed) {
+                sys::set_int(fd, level, name, c_int::from(on));
+            }
+        }
+    }
+}
+
+/// Drops what TCP socket `fd`'s error queue holds (bounded: each read
+/// takes one entry, and nothing adds to it with the options off).
+fn drain_error_queue(fd: c_int) {
+    let mut b = [0u8; 256];
+    let mut ctl = [0u64; 64];
+    for _ in 0..4096 {
+        let mut iov = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        };
+        // SAFETY: zeroed msghdr is valid; pointers set to local buffers.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl.as_mut_ptr().cast();
+        m.msg_controllen = size_of_val(&ctl);
+        // SAFETY: the msghdr names buffers on this stack.
+        let r = unsafe { real::recvmsg(fd, &mut m, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            return;
+        }
     }
 }
