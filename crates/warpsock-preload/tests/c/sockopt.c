@@ -25,6 +25,11 @@
  *               the reset in before SO_ERROR): reported once, as above.
  *   soerrrecv   after a poll, recv fails with ECONNRESET, then SO_ERROR
  *               gives 0, recv 0, send EPIPE.
+ *   soerrhup    as soerrrecv with a zero-timeout poll (POLLIN|POLLRDHUP)
+ *               before and after the read: TCP shows POLLIN|POLLERR|
+ *               POLLHUP|POLLRDHUP, then without POLLERR once the read took
+ *               the error (review r22-e item 6); a DDP-mode socket shows
+ *               the same but never POLLERR.
  *   stamps      SO_TIMESTAMPING (TX_SOFTWARE|SOFTWARE) and IP_RECVERR set
  *               before the switch, SO_TIMESTAMPING (| OPT_TSONLY) and
  *               SO_TIMESTAMPNS after it, each read back; 2,000 8 B sends
@@ -244,7 +249,16 @@ static void case_soerror(int first) {
         struct pollfd p = {c, POLLIN, 0};
         CHECK(poll(&p, 1, -1) == 1 && (p.revents & POLLIN));
     }
-    if (first == 2) {
+    if (first == 3) {
+        struct pollfd p = {c, POLLIN | POLLRDHUP, 0};
+        CHECK(poll(&p, 1, 0) == 1);
+        fprintf(stderr, "soerror: poll before the read 0x%x\n", p.revents);
+        /* TCP: POLLERR until the error is taken; a DDP-mode socket never
+         * shows it (README). */
+        CHECK((p.revents & POLLERR) == (plain ? POLLERR : 0));
+        CHECK((p.revents & ~POLLERR) == (POLLIN | POLLHUP | POLLRDHUP));
+    }
+    if (first >= 2) {
         r = recv(c, b, 8, 0);
         fprintf(stderr, "soerror: recv %zd errno %d\n", r, r < 0 ? errno : 0);
         CHECK(r == -1 && errno == ECONNRESET);
@@ -252,6 +266,12 @@ static void case_soerror(int first) {
         int e = sol_int(c, SO_ERROR);
         fprintf(stderr, "soerror: SO_ERROR %d\n", e);
         CHECK(e == ECONNRESET);
+    }
+    if (first == 3) {
+        struct pollfd p = {c, POLLIN | POLLRDHUP, 0};
+        CHECK(poll(&p, 1, 0) == 1);
+        fprintf(stderr, "soerror: poll after the read 0x%x\n", p.revents);
+        CHECK(p.revents == (POLLIN | POLLHUP | POLLRDHUP));
     }
     CHECK(sol_int(c, SO_ERROR) == 0);
     r = recv(c, b, 8, 0);
@@ -440,6 +460,8 @@ int main(int argc, char **argv) {
         case_soerror(1);
     } else if (!strcmp(cs, "soerrrecv")) {
         case_soerror(2);
+    } else if (!strcmp(cs, "soerrhup")) {
+        case_soerror(3);
     } else if (!strcmp(cs, "stampopts")) {
         case_stampopts();
     } else if (!strcmp(cs, "stamps")) {
