@@ -113,9 +113,9 @@ pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTAR
 
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).
-OCASES=(rcvlowat soerror soerrpoll soerrrecv soerrhup blockafter stamps stampopts)
+OCASES=(rcvlowat soerror soerrpoll soerrrecv soerrhup abort blockafter stamps stampopts)
 c_cases sockopt "${OCASES[@]}"
-pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR and poll after a reset, a blocking read after empty spins, stamps and error reports kept)"
+pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR and poll after a reset, an abortive close, a blocking read after empty spins, stamps and error reports kept)"
 
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
 # ping-pong of 2 x 2000 round trips (blocking calls, then poll before each

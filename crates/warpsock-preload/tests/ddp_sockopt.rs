@@ -109,6 +109,17 @@ fn poll_after_a_reset_was_read_shows_the_hang_up_without_pollerr() {
     case("soerrhup", true);
 }
 
+/// An abortive close (`SO_LINGER` {1, 0}, then `close`) resets the
+/// connection at once, as TCP's: the peer's blocking read fails with
+/// `ECONNRESET`. Fails with the orderly close made first (the README's
+/// former known limit: its end of stream and FIN came before the reset,
+/// and the read returned 0).
+#[test]
+fn an_abortive_close_resets_the_peer() {
+    case("abort", false);
+    case("abort", true);
+}
+
 /// A blocking read after non-blocking ones that found nothing (the socket
 /// quiet: their `EAGAIN` without the lock) waits for the peer's bytes,
 /// sent only once it is called (review r22-c item 3): fails with the

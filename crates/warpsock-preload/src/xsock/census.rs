@@ -100,7 +100,7 @@ pub(crate) fn forget_armed_after_fork() {
 }
 
 /// `fd`'s `SO_LINGER`, or `None` if it is not a socket's.
-fn linger_of(fd: c_int) -> Option<libc::linger> {
+pub(super) fn linger_of(fd: c_int) -> Option<libc::linger> {
     let mut l = libc::linger {
         l_onoff: 0,
         l_linger: 0,

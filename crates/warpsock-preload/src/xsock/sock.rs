@@ -610,6 +610,15 @@ impl Socket for DdpSock {
         let Some(me) = me.and_then(|w| w.upgrade()) else {
             return;
         };
+        // An abortive close (`SO_LINGER` {1, 0}, which the program set on
+        // the TCP socket): reset now, as TCP's close does, and skip the
+        // orderly part — its end of stream, then the engine's FIN, reached
+        // the peer before the reset (its read got 0, then `ECONNRESET`).
+        let abortive =
+            super::census::linger_of(self.kfd).is_some_and(|l| l.l_onoff != 0 && l.l_linger == 0);
+        if abortive {
+            me.x.reset_now();
+        }
         // Orderly close in the background: the end of stream goes after
         // every byte sent; close(2) returns at once, as for TCP.
         CLOSING.fetch_add(1, Ordering::AcqRel);
@@ -618,7 +627,9 @@ impl Socket for DdpSock {
             // The engine's last calls (closing its descriptors as `me`
             // drops) are library calls too: under the guard.
             enter((), move || {
-                me.x.close(linger);
+                if !abortive {
+                    me.x.close(linger);
+                }
                 drop(me);
             });
             CLOSING.fetch_sub(1, Ordering::AcqRel);

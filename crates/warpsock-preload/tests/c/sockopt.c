@@ -30,6 +30,10 @@
  *               POLLHUP|POLLRDHUP, then without POLLERR once the read took
  *               the error (review r22-e item 6); a DDP-mode socket shows
  *               the same but never POLLERR.
+ *   abort       SO_LINGER {1, 0} then close() after one echoed message: the
+ *               peer's blocking read fails with ECONNRESET at once, as
+ *               TCP's abortive close resets the connection (no end of
+ *               stream first: the read got 0, the reset came after).
  *   stamps      SO_TIMESTAMPING (TX_SOFTWARE|SOFTWARE) and IP_RECVERR set
  *               before the switch, SO_TIMESTAMPING (| OPT_TSONLY) and
  *               SO_TIMESTAMPNS after it, each read back; 2,000 8 B sends
@@ -444,6 +448,32 @@ static void case_stampopts(void) {
     }
 }
 
+static void *peer_abort_read(void *a) {
+    (void)a;
+    switch_end(s);
+    char b[8];
+    read8(s, b);
+    CHECK(write(s, b, 8) == 8);
+    ssize_t r = read(s, b, 8);
+    fprintf(stderr, "abort: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(r == -1 && errno == ECONNRESET);
+    return NULL;
+}
+
+static void case_abort(void) {
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_abort_read, NULL) == 0);
+    switch_end(c);
+    char b[8];
+    CHECK(write(c, "12345678", 8) == 8);
+    read8(c, b);
+    struct linger l = {1, 0};
+    CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+    CHECK(close(c) == 0);
+    c = -1;
+    CHECK(pthread_join(pt, NULL) == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s CASE [plain]\n", argv[0]);
@@ -462,6 +492,8 @@ int main(int argc, char **argv) {
         case_soerror(2);
     } else if (!strcmp(cs, "soerrhup")) {
         case_soerror(3);
+    } else if (!strcmp(cs, "abort")) {
+        case_abort();
     } else if (!strcmp(cs, "stampopts")) {
         case_stampopts();
     } else if (!strcmp(cs, "stamps")) {
@@ -472,7 +504,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unknown case %s\n", cs);
         return 2;
     }
-    close(c);
+    if (c >= 0) close(c);
     if (s >= 0) close(s);
     printf("sockopt %s: ok\n", cs);
     return 0;
