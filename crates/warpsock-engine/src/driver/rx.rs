@@ -119,7 +119,8 @@ impl ParkedRead {
     ///
     /// `POLLERR` alone with nothing to read is an entry in the socket's
     /// error queue (`SO_TIMESTAMPING`'s transmit stamps, `IP_RECVERR`'s
-    /// ICMP errors: options the program set, passed on to this socket),
+    /// ICMP errors: options set on this socket — not the preload's
+    /// programs' any more, which it keeps off it, review r22-e item 2),
     /// which `poll` reports at once for as long as it stays — and no one
     /// reads it: the wait slept no more and spun at 100 % CPU (review
     /// r22-d item 2). It then sleeps in the blocking read (its timeout the
@@ -588,6 +589,34 @@ mod tests {
         (a, b, pr)
     }
 
+    /// `pr.read_polled` (20 s), while another thread waits until this one
+    /// sleeps as `asleep` tells (or the read returned) and then runs
+    /// `then` once: what the read's sleep must see (bytes, a signal).
+    #[allow(unsafe_code)]
+    fn read_polled_once_asleep(
+        pr: &mut ParkedRead,
+        asleep: fn(libc::pid_t) -> bool,
+        then: impl FnOnce() + Send,
+    ) -> std::io::Result<usize> {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let done = AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    if asleep(tid) {
+                        then();
+                        return;
+                    }
+                    std::thread::yield_now();
+                }
+            });
+            let got = pr.read_polled(Duration::from_secs(20));
+            done.store(true, Ordering::Relaxed);
+            got
+        })
+    }
+
     /// The polled sleep sleeps in `poll`, not in a read bounded by the
     /// socket's `SO_RCVTIMEO` (1 ms here), returns what comes, and a
     /// signal that ends it is `Interrupted` (review r22-d item 4: the
@@ -607,29 +636,17 @@ mod tests {
         }
         let (a, mut b, mut pr) = pair();
         a.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
-        // SAFETY: gettid and pthread_self have no preconditions.
-        let (tid, me) = unsafe { (libc::gettid(), libc::pthread_self()) };
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
         for signal in [false, true] {
-            let done = AtomicBool::new(false);
-            let got = std::thread::scope(|sc| {
-                sc.spawn(|| {
-                    while !done.load(Ordering::Relaxed) {
-                        if in_poll(tid) {
-                            if signal {
-                                // SAFETY: the test's thread, alive in its
-                                // read_polled until `done`.
-                                assert_eq!(unsafe { libc::pthread_kill(me, libc::SIGURG) }, 0);
-                            } else {
-                                b.write_all(b"z").unwrap();
-                            }
-                            return;
-                        }
-                        std::thread::yield_now();
-                    }
-                });
-                let got = pr.read_polled(Duration::from_secs(20));
-                done.store(true, Ordering::Relaxed);
-                got
+            let got = read_polled_once_asleep(&mut pr, in_poll, || {
+                if signal {
+                    // SAFETY: the test's thread, alive in its read_polled
+                    // until this thread is done.
+                    assert_eq!(unsafe { libc::pthread_kill(me, libc::SIGURG) }, 0);
+                } else {
+                    b.write_all(b"z").unwrap();
+                }
             });
             if signal {
                 assert_eq!(got.unwrap_err().kind(), std::io::ErrorKind::Interrupted);
@@ -643,7 +660,7 @@ mod tests {
     }
 
     /// A socket whose error queue holds an entry (a transmit timestamp:
-    /// `SO_TIMESTAMPING`, which the preload passes on) has `poll` report
+    /// `SO_TIMESTAMPING`, set on it) has `poll` report
     /// `POLLERR` at once though there is nothing to read: the polled sleep
     /// then sleeps in the blocking read, and returns the bytes that come
     /// (review r22-d item 2). Fails with `WouldBlock` at once (each slice
@@ -670,23 +687,7 @@ mod tests {
         let revents = sys::poll_readable(a.as_raw_fd(), Duration::from_secs(20)).unwrap();
         assert_eq!(revents, libc::POLLERR);
         a.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
-        let done = AtomicBool::new(false);
-        let got = std::thread::scope(|sc| {
-            sc.spawn(|| {
-                while !done.load(Ordering::Relaxed) {
-                    if in_blocking_recv(tid) {
-                        b.write_all(b"y").unwrap();
-                        return;
-                    }
-                    std::thread::yield_now();
-                }
-            });
-            let got = pr.read_polled(Duration::from_secs(20));
-            done.store(true, Ordering::Relaxed);
-            got
-        });
+        let got = read_polled_once_asleep(&mut pr, in_blocking_recv, || b.write_all(b"y").unwrap());
         assert_eq!(got.unwrap(), 1);
         assert_eq!(pr.buf[0], b'y');
     }
