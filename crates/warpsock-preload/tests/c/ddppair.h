@@ -91,6 +91,20 @@ static inline int thread_asleep(pid_t tid) {
         ;
 }
 
+/* recvmsg(fd, MSG_ERRQUEUE | flags) into buffers of its own (an entry's
+ * bytes and control messages are not looked at): its result. */
+static inline ssize_t recv_errqueue(int fd, int flags) {
+    char b[256], ctl[512];
+    struct iovec iov = {.iov_base = b, .iov_len = sizeof b};
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    return recvmsg(fd, &m, MSG_ERRQUEUE | flags);
+}
+
 /* The accepted end of sent_pair's pair: switches (unless plain) and sends
  * its bytes, in a thread of its own (the switch needs both ends at once). */
 struct sent_pair_peer {

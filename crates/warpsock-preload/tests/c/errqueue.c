@@ -11,18 +11,9 @@ int main(int argc, char **argv) {
     /* The bytes are there: a poll sees them. */
     struct pollfd p = {.fd = c, .events = POLLIN};
     CHECK(poll(&p, 1, 10000) == 1);
-    char b[64], ctl[256];
-    struct iovec iov = {.iov_base = b, .iov_len = sizeof b};
-    struct msghdr m;
-    memset(&m, 0, sizeof m);
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl;
-    m.msg_controllen = sizeof ctl;
-    ssize_t r = recvmsg(c, &m, MSG_ERRQUEUE);
-    CHECK(r == -1 && errno == EAGAIN);
-    r = recvmsg(c, &m, MSG_ERRQUEUE | MSG_DONTWAIT);
-    CHECK(r == -1 && errno == EAGAIN);
+    char b[64];
+    CHECK(recv_errqueue(c, 0) == -1 && errno == EAGAIN);
+    CHECK(recv_errqueue(c, MSG_DONTWAIT) == -1 && errno == EAGAIN);
     CHECK(read(c, b, 8) == 8 && !memcmp(b, "abcdefgh", 8));
     printf("errqueue: ok\n");
     return 0;

@@ -320,16 +320,7 @@ static int opt_int(int fd, int level, int name) {
 /* One entry of fd's error queue taken without waiting: 1, or 0 if empty
  * (EAGAIN). */
 static int errqueue_entry(int fd) {
-    char b[256], ctl[512];
-    struct iovec iov = {.iov_base = b, .iov_len = sizeof b};
-    struct msghdr m;
-    memset(&m, 0, sizeof m);
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl;
-    m.msg_controllen = sizeof ctl;
-    ssize_t r = recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT);
-    if (r < 0) {
+    if (recv_errqueue(fd, MSG_DONTWAIT) < 0) {
         CHECK(errno == EAGAIN);
         return 0;
     }
@@ -394,21 +385,18 @@ static void case_stamps(void) {
 
 /* Every kept option's value on stdout (-errno for a failed read). */
 static void show_opts(const char *what, int v, int r) {
-    static const int names[] = {SO_TIMESTAMP,    SO_TIMESTAMPNS,      SO_TIMESTAMP_NEW,
-                                SO_TIMESTAMPNS_NEW, SO_TIMESTAMPING, SO_TIMESTAMPING_NEW,
-                                SO_ZEROCOPY};
+    static const int opts[][2] = {
+        {SOL_SOCKET, SO_TIMESTAMP},        {SOL_SOCKET, SO_TIMESTAMPNS},
+        {SOL_SOCKET, SO_TIMESTAMP_NEW},    {SOL_SOCKET, SO_TIMESTAMPNS_NEW},
+        {SOL_SOCKET, SO_TIMESTAMPING},     {SOL_SOCKET, SO_TIMESTAMPING_NEW},
+        {SOL_SOCKET, SO_ZEROCOPY},         {IPPROTO_IP, IP_RECVERR},
+        {IPPROTO_IPV6, IPV6_RECVERR},
+    };
     printf("%s=%d -> %d:", what, v, r < 0 ? -errno : r);
-    for (unsigned i = 0; i < sizeof names / sizeof *names; i++) {
+    for (unsigned i = 0; i < sizeof opts / sizeof *opts; i++) {
         int x = -1;
         socklen_t l = sizeof x;
-        int g = getsockopt(c, SOL_SOCKET, names[i], &x, &l);
-        printf(" %d", g < 0 ? -errno : x);
-    }
-    int levels[] = {IPPROTO_IP, IPPROTO_IPV6}, errs[] = {IP_RECVERR, IPV6_RECVERR};
-    for (int i = 0; i < 2; i++) {
-        int x = -1;
-        socklen_t l = sizeof x;
-        int g = getsockopt(c, levels[i], errs[i], &x, &l);
+        int g = getsockopt(c, opts[i][0], opts[i][1], &x, &l);
         printf(" %d", g < 0 ? -errno : x);
     }
     printf("\n");
