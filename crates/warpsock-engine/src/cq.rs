@@ -151,8 +151,9 @@ impl Cq {
     /// read found nothing (or was skipped after a short read), and nothing
     /// was staged, held, reported, queued for output or completed — so
     /// until its caller posts or polls again, only bytes, an end or an
-    /// error on the socket can change anything (a receive's lock-free
-    /// `EAGAIN` builds on it: `warpsock_xsock`'s `io/quiet.rs`, issue 12).
+    /// error on the socket can change anything (a quiet socket's spin
+    /// builds on it, [`Self::read_if_idle`]: `warpsock_xsock`'s
+    /// `io/quiet.rs`, issue 12).
     /// Apart from [`QpNews`], which every post returns: a field there cost
     /// a blocking ping-pong ~40 instructions per round trip (callgrind).
     pub fn poll_news_idle(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews, bool) {
@@ -163,6 +164,30 @@ impl Cq {
         }
         let n = st.cq(self.id).drain_into(out);
         (n, self.news_of(&st, qp), false)
+    }
+
+    /// [`Self::poll_news_idle`] for a caller that knows its last round was
+    /// the short empty one and nothing was posted or polled since
+    /// (`warpsock_xsock`'s quiet socket, issue 12): `None` when the short
+    /// round found nothing again (`qp`'s socket read `EAGAIN`, or skipped
+    /// after a short read) — nothing changed, no news asked for. Else the
+    /// completions drained into `out` and `qp`'s news, as from
+    /// `poll_news_idle` (its read took in bytes, an end or an error and
+    /// `qp`'s service followed; or the short round did not apply and the
+    /// full one was made).
+    ///
+    /// Why the read and not a `poll` of the socket first: the busy
+    /// poller's answer then cost two system calls where host TCP's costs
+    /// one (~225 ns each on this host with its mitigations), and a second
+    /// round of the engine when the first had read already.
+    pub fn read_if_idle(&self, out: &mut [Wc], qp: &Qp) -> Option<(usize, QpNews)> {
+        let inner = &self.sh.inner;
+        let mut st = inner.lock();
+        if inner.progress == Progress::Caller && self.round_for(&mut st, qp) {
+            return None;
+        }
+        let n = st.cq(self.id).drain_into(out);
+        Some((n, self.news_of(&st, qp)))
     }
 
     /// A caller-driven round of progress for a poll of this queue with

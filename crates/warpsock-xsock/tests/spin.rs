@@ -1,7 +1,7 @@
 //! A busy-polling reader's empty rounds end short (issue 12: the engine's
 //! read alone, `Cq::poll_news`, and no settle, `XSocket::settled`), or
-//! take no round at all (the lock-free `EAGAIN` of a quiet socket,
-//! `XSocket::recv_would_block`: every spin here asks it first, as the
+//! take no round at all (a quiet socket's spin is the engine's read
+//! alone, `XSocket::recv_quiet`: every spin here asks it first, as the
 //! preload's receive does), and miss nothing a full round would do: the
 //! credits its reads free go back to the peer, a send queued behind the
 //! transmit window still goes, and the peer's message, end of stream,
@@ -15,27 +15,18 @@ use warpsock_xsock::io::{RecvFlags, XSocket};
 
 mod net;
 
-use net::{opts, pattern, recv_exact, set_buf, switch_both, tcp_pair, LIMIT};
+use net::{
+    opts, pattern, recv_exact, set_buf, spin_call, switch_both, tcp_pair, LIMIT, NONBLOCKING,
+};
 
 /// Empty rounds a reader spins once it has read everything (fewer than
 /// the full round every 1,024 makes anyway; a test that fails only by
 /// waiting out `LIMIT` may still pass on that round).
 const SPINS: usize = 100;
 
-const NONBLOCKING: RecvFlags = RecvFlags {
-    peek: false,
-    nonblocking: true,
-    waitall: false,
-};
-
-/// A non-blocking receive into `buf` as the preload makes it: `EAGAIN`
-/// without the lock when the socket is quiet and its engine's socket
-/// holds nothing, else the call.
+/// A non-blocking receive into `buf` as the preload makes it.
 fn spin_recv_call(x: &XSocket, buf: &mut [u8]) -> std::io::Result<(usize, bool)> {
-    if x.recv_would_block() {
-        return Err(ErrorKind::WouldBlock.into());
-    }
-    x.recv(buf, NONBLOCKING, None)
+    spin_call(x, &mut [buf], NONBLOCKING)
 }
 
 /// A non-blocking receive into `buf` (one spin): `None` on `EAGAIN`.

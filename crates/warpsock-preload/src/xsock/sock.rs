@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 use smallvec::SmallVec;
-use warpsock_xsock::io::{Readiness, RecvFlags, XSocket};
+use warpsock_xsock::io::{Readiness, RecvFlags, Spun, XSocket};
 
 use super::config;
 use super::follow::Follow;
@@ -360,8 +360,8 @@ impl DdpSock {
     /// form lands here: [`Socket::recvmsg`], [`Socket::recv_one`]); `eor`
     /// is set when it ends a message (message mode).
     ///
-    /// A quiet socket's receive (a busy-polling program's spin) tries the
-    /// lock-free `EAGAIN` first ([`Self::recv_spin`]); every other goes
+    /// A quiet socket's receive (a busy-polling program's spin) is the
+    /// engine's read alone first ([`Self::recv_spin`]); every other goes
     /// straight on: one load here (the fast path inlined cost a blocking
     /// receive's frame ~9 instructions, callgrind; issue 12).
     #[inline(always)]
@@ -372,23 +372,30 @@ impl DdpSock {
         self.recv_full(bufs, flags, eor)
     }
 
-    /// A busy-polling program's empty spin: `EAGAIN` without the socket's
-    /// lock when the call would not block and nothing but the engine's
-    /// socket can change, which holds nothing
-    /// ([`XSocket::recv_would_block`]). No readiness to follow: nothing
-    /// changed since the call that found the socket quiet reflected it.
-    /// (`MSG_OOB` and an empty buffer list go on: `EINVAL`, 0.)
+    /// A busy-polling program's spin: a call that would not block, of a
+    /// quiet socket, is the engine's read alone ([`XSocket::recv_quiet`]):
+    /// `EAGAIN` when it found nothing (no readiness to follow: nothing
+    /// changed since the call that found the socket quiet reflected it),
+    /// else the receive made under the same lock. (`MSG_OOB` and
+    /// `MSG_ERRQUEUE` go on: `EINVAL`, `EAGAIN`.)
     #[inline(never)]
     fn recv_spin(&self, bufs: &mut [&mut [u8]], flags: c_int, eor: &mut bool) -> isize {
-        if flags & libc::MSG_OOB == 0
-            && self.nonblocking_for(flags)
-            && !bufs.is_empty()
-            && self.x.recv_would_block()
-        {
-            #[cfg(feature = "test-hooks")]
-            QUIET_EAGAINS.fetch_add(1, Ordering::Relaxed);
-            set_errno(libc::EAGAIN);
-            return -1;
+        if flags & (libc::MSG_OOB | libc::MSG_ERRQUEUE) == 0 && self.nonblocking_for(flags) {
+            let f = RecvFlags {
+                peek: flags & libc::MSG_PEEK != 0,
+                nonblocking: true,
+                waitall: flags & libc::MSG_WAITALL != 0,
+            };
+            match self.x.recv_quiet(bufs, f) {
+                Spun::Empty => {
+                    #[cfg(feature = "test-hooks")]
+                    QUIET_EAGAINS.fetch_add(1, Ordering::Relaxed);
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
+                Spun::Done(r, ready) => return self.recv_done(r, ready, eor),
+                Spun::Usual => {}
+            }
         }
         self.recv_full(bufs, flags, eor)
     }
@@ -413,6 +420,18 @@ impl DdpSock {
         let timeo = self.rcvtimeo.get();
         // Readiness as the call left it, taken under its lock.
         let (r, ready) = self.x.recv_vectored_ready(bufs, f, timeo);
+        self.recv_done(r, ready, eor)
+    }
+
+    /// A receive's return: its result `r` and the readiness `ready` it
+    /// left, followed by the bells.
+    #[inline(always)]
+    fn recv_done(
+        &self,
+        r: std::io::Result<(usize, bool)>,
+        ready: Readiness,
+        eor: &mut bool,
+    ) -> isize {
         match r {
             Ok((n, end)) => {
                 self.reflect(ready);

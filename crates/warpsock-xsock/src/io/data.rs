@@ -534,7 +534,7 @@ impl XSocket {
 
     /// [`Self::recv_guarded`] from its lock on: the general loop.
     #[inline(always)]
-    fn recv_locked<'a>(
+    pub(super) fn recv_locked<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         buf: &mut [u8],

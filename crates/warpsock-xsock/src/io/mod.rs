@@ -33,6 +33,7 @@ mod watch;
 
 pub use forklist::ForkList;
 pub use handshake::{switch_fd, switch_fd_as, Failure};
+pub use quiet::Spun;
 pub use rio::{AioOp, Completion};
 pub use settings::{counters, Counters, Options, Readiness, RecvFlags};
 pub use sndbuf::{

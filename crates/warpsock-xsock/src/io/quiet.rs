@@ -1,13 +1,19 @@
-//! A busy-polling receive's empty spin without the socket's lock (issue
-//! 12): a non-blocking receive that finds nothing costs the preload's entry,
-//! one atomic load and one `ppoll` of the engine's TCP socket (~210 user
-//! instructions, callgrind), not the short round of `io/wait.rs` (~950:
-//! the lock, the engine's lock and its socket read, the watch's rearm).
-//! Host TCP's empty spin is the libc call and one system call (~14); every
-//! spin longer than that delays seeing the answer by half a spin on
-//! average, on each side, every round trip (BENCHMARKS §6, session 22).
-//! The first spin after a call that took the lock (a ping-pong's send)
-//! still makes its round, which finds the socket quiet.
+//! A busy-polling receive of a quiet socket (issue 12): a non-blocking
+//! receive that finds nothing costs the preload's entry, the socket's lock
+//! taken without its bookkeeping, and the engine's read of its TCP socket
+//! alone (`Cq::read_if_idle`) — not the short round of `io/wait.rs` (~950
+//! instructions: the receive's general loop, the engine's news, the
+//! settle and the watch's rearm). Host TCP's empty spin is the libc call
+//! and one system call; every spin longer than that delays seeing the
+//! answer by half a spin on average, on each side, every round trip. The
+//! read that brings the answer is the receive's: what it took in is
+//! serviced under the engine's same lock and copied to the program under
+//! the socket's same lock ([`XSocket::recv_quiet`]). Session 22's spin
+//! `ppoll`ed the engine's socket without any lock and then made the usual
+//! receive, so an answer cost two system calls where host TCP's costs one
+//! (~225 ns each on this host) and two engine rounds (BENCHMARKS §6,
+//! session 23). The first spin after a call that took the lock (a
+//! ping-pong's send) still makes its round, which finds the socket quiet.
 //!
 //! `XSocket::quiet` says that nothing but bytes (EOF, an error) on the
 //! engine's TCP socket can make a receive return anything else than
@@ -27,53 +33,113 @@
 //! readiness after its round, `readiness_now`, `readable_bytes`) take it
 //! with `XSocket::lock_look`, which leaves the flag (review r22-c item 2).
 //!
-//! A receive that sees it set polls the engine's socket (`ppoll`, not a
-//! peeking `recv`: a peek that meets a reset reports it and clears the
-//! socket's error, which the engine's read would then miss) and returns
-//! `EAGAIN` when nothing is there; anything there — bytes, EOF, an error
-//! — and the call goes the usual way, which reads it. A thread that
-//! clears the flag concurrently may be read late (relaxed), but only by a
-//! call that overlaps its take of the lock, and that call's `EAGAIN` is
-//! then the answer of a receive made before it: whatever the program saw
-//! of that thread's work (a bell, a returned read) happens after its
-//! clear, so the program's next receive sees the flag down.
+//! A receive that sees it set tries the lock (a thread that holds it is
+//! working: the receive goes the usual way after it), looks at the flag
+//! again under it (a thread that took and left the lock since cleared
+//! it), and makes the engine's short empty round again: its read, the
+//! engine's own (an end or an error it meets is the engine's to handle —
+//! a `ppoll` or a peek would see a reset the read must then report; a
+//! peek also clears the socket's error). Nothing there: `EAGAIN`, the
+//! flag and the books untouched. Anything there — bytes, EOF, an error —
+//! and the engine services it at once; the flag goes down (the books
+//! change) and the receive takes the completions as `drive_take` does,
+//! then, unless a DATA message went straight into the buffer, goes on
+//! in the general loop under the same lock. Holding the lock keeps every
+//! other reader of the engine's socket out: each takes it first (a
+//! call's round, the progress thread's, a parked wait's `driving`).
 //!
-//! No bound on the lock-free answers in a row (as `FULL_ROUND` bounds the
+//! No bound on the quiet spins in a row (as `FULL_ROUND` bounds the
 //! short rounds): the flag is down whenever any of its inputs may change,
 //! and a bound would hide a missing term from the tests, which then pass
-//! by waiting (`tests/spin.rs` spins through [`XSocket::recv_would_block`]
-//! as the preload does).
+//! by waiting (`tests/spin.rs` spins through [`XSocket::recv_quiet`] as
+//! the preload does).
 
 use std::sync::atomic::Ordering;
 
-use super::socket::{State, XSocket};
-use super::sys;
+use warpsock_engine::Wc;
+
+use super::settings::{Readiness, RecvFlags};
+use super::socket::{State, XSocket, WCS};
+
+/// What [`XSocket::recv_quiet`] did.
+#[derive(Debug)]
+pub enum Spun {
+    /// Nothing came: the receive returns `EAGAIN` (the socket stays quiet).
+    Empty,
+    /// The receive was made: its result and the readiness it left.
+    Done(std::io::Result<(usize, bool)>, Readiness),
+    /// Make the receive as usual.
+    Usual,
+}
 
 impl XSocket {
-    /// A non-blocking receive's answer without the lock: `true` (the call
-    /// returns `EAGAIN`) when the socket is quiet and its engine's TCP
-    /// socket has nothing to read, no end and no error. `false`: make the
-    /// receive as usual (it may still find nothing). The caller must make
-    /// a receive that would not block, into a non-empty buffer.
+    /// A non-blocking receive of a quiet socket (`flags.nonblocking`; an
+    /// empty list of buffers goes the usual way): [`Spun::Empty`] when the engine's read of its TCP
+    /// socket found nothing (the call returns `EAGAIN`); what it brought
+    /// taken in and the receive made, under the same lock
+    /// ([`Spun::Done`], one buffer), or processed into the books for the
+    /// usual receive ([`Spun::Usual`], several); `Usual` also when the
+    /// socket is not quiet or another thread holds its lock.
     #[inline]
-    pub fn recv_would_block(&self) -> bool {
-        self.quiet.load(Ordering::Acquire) && self.engine_socket_empty()
+    pub fn recv_quiet(&self, bufs: &mut [&mut [u8]], flags: RecvFlags) -> Spun {
+        debug_assert!(flags.nonblocking);
+        if !self.quiet.load(Ordering::Acquire) || bufs.is_empty() {
+            return Spun::Usual;
+        }
+        self.recv_quiet_locked(bufs, flags)
     }
 
     /// Whether the socket was quiet at this look (one relaxed load): a
-    /// caller's hint that [`Self::recv_would_block`] may say yes, to keep
-    /// every other receive's path as it was.
+    /// caller's hint that [`Self::recv_quiet`] may apply, to keep every
+    /// other receive's path as it was.
     #[inline(always)]
     pub fn quiet_now(&self) -> bool {
         self.quiet.load(Ordering::Relaxed)
     }
 
-    /// The engine's TCP socket has nothing to read, no end and no error.
-    /// Out of line: inlined, the system call's registers and frame cost
-    /// every blocking receive of the preload ~9 instructions (callgrind).
+    /// [`Self::recv_quiet`] from the socket's lock on: taken without
+    /// clearing the flag (the read changes nothing it sums up unless it
+    /// brings something, and then it clears it). The lock keeps every
+    /// other reader of the engine's socket out (each takes it first: a
+    /// call's round, the progress thread's, a parked wait's `driving`); a
+    /// thread that holds it now is working, and the spin goes the usual
+    /// way after it. The flag is looked at again under the lock: a thread
+    /// that took and left it since the first look cleared it. Out of
+    /// line: inlined, its frame costs every receive of the preload
+    /// (callgrind, as the `ppoll` it replaced did).
     #[inline(never)]
-    fn engine_socket_empty(&self) -> bool {
-        sys::nothing_to_read(self.tcp_fd)
+    fn recv_quiet_locked(&self, bufs: &mut [&mut [u8]], flags: RecvFlags) -> Spun {
+        let Ok(mut st) = self.st.try_lock() else {
+            return Spun::Usual;
+        };
+        if !self.quiet.load(Ordering::Relaxed) {
+            return Spun::Usual;
+        }
+        let mut wcs = [Wc::default(); WCS];
+        let Some((n, news)) = self.cq.read_if_idle(&mut wcs, &self.qp) else {
+            return Spun::Empty;
+        };
+        // From here the call changes the books: a take of the lock as any.
+        self.quiet.store(false, Ordering::Relaxed);
+        st.locks += 1;
+        st.news = Some(news);
+        let [one] = bufs else {
+            self.take_polled(&mut st, &mut wcs, n, None);
+            return Spun::Usual;
+        };
+        // A peek leaves what came in the books (the general loop reads it).
+        let direct = (!flags.peek).then_some(&mut one[..]);
+        let r = match self.take_polled(&mut st, &mut wcs, n, direct) {
+            (_, Some(got)) => Ok(got),
+            // Not a DATA message that fit (a part of one, a credit, an
+            // end): the general loop, which looks at the books first.
+            (_, None) => {
+                let (back, r) = self.recv_locked(st, one, flags, None);
+                st = back;
+                r
+            }
+        };
+        Spun::Done(r, Self::readiness_of(&st))
     }
 
     /// At the end of an empty round (the call holds the lock `st`, has

@@ -318,38 +318,6 @@ pub(crate) fn restart_after_signal() -> bool {
     (now.no_restart | reset) & !not_counted == 0
 }
 
-/// Whether `fd` has nothing to read, no end and no error now: a `ppoll`
-/// that does not wait. Reads nothing and clears no error (a peeking
-/// `recv` that meets a reset returns it and clears the socket's error;
-/// the engine's read would then see only the end). The system call
-/// itself, not libc's `poll`: its cancellation-point wrapper was ~50
-/// instructions of a busy-polling spin's ~250 (callgrind, issue 12).
-#[inline]
-pub(crate) fn nothing_to_read(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN | libc::POLLRDHUP,
-        revents: 0,
-    };
-    let now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: one pollfd and a zero timeout on the stack, for the call's
-    // duration; no signal mask.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_ppoll,
-            &mut p as *mut libc::pollfd,
-            1 as libc::c_ulong,
-            &now as *const libc::timespec,
-            std::ptr::null::<libc::sigset_t>(),
-            0 as libc::size_t,
-        )
-    };
-    r == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::restart_after_signal;

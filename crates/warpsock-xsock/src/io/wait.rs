@@ -325,38 +325,56 @@ impl XSocket {
     pub(crate) fn drive_take(
         &self,
         st: &mut State,
-        mut out: Option<&mut [u8]>,
+        out: Option<&mut [u8]>,
     ) -> (bool, Option<(usize, bool)>) {
         let mut wcs = [Wc::default(); WCS];
-        let mut any = false;
-        let mut taken = None;
+        let mut n = 0;
         // A thread in `wait` may hold completions it polled with our lock
         // released: polling now could process later ones first (stream
         // bytes out of order). That thread processes everything in order
         // when it comes back.
         if !st.driving {
-            let (mut n, news, idle) = self.cq.poll_news_idle(&mut wcs, &self.qp);
+            let (polled, news, idle) = self.cq.poll_news_idle(&mut wcs, &self.qp);
             st.news = Some(news);
-            if n == 0 && self.settled(st) {
+            if polled == 0 && self.settled(st) {
                 st.idle_round = idle;
                 return (false, None);
             }
-            while n > 0 {
-                any = true;
-                let mut batch = &wcs[..n];
-                if let (Some(out), [first, rest @ ..]) = (out.take(), batch) {
-                    taken = self.take_direct(st, first, out);
-                    if taken.is_some() {
-                        batch = rest;
-                    }
+            n = polled;
+        }
+        self.take_polled(st, &mut wcs, n, out)
+    }
+
+    /// The rest of [`Self::drive_take`] after its poll: the `n`
+    /// completions in `wcs` (their news in `st.news`) processed in order,
+    /// the first copied into `out` if it is a DATA message that fits, and
+    /// the rest of the queue polled while batches come full; then the
+    /// books settled. Also the quiet spin's, after the read that brought
+    /// something (`io/quiet.rs`).
+    pub(crate) fn take_polled(
+        &self,
+        st: &mut State,
+        wcs: &mut [Wc; WCS],
+        mut n: usize,
+        mut out: Option<&mut [u8]>,
+    ) -> (bool, Option<(usize, bool)>) {
+        let mut any = false;
+        let mut taken = None;
+        while n > 0 {
+            any = true;
+            let mut batch = &wcs[..n];
+            if let (Some(out), [first, rest @ ..]) = (out.take(), batch) {
+                taken = self.take_direct(st, first, out);
+                if taken.is_some() {
+                    batch = rest;
                 }
-                self.process(st, batch);
-                if n < WCS {
-                    break;
-                }
-                let (more, news) = self.cq.poll_queued_news(&mut wcs, &self.qp);
-                (n, st.news) = (more, Some(news));
             }
+            self.process(st, batch);
+            if n < WCS {
+                break;
+            }
+            let (more, news) = self.cq.poll_queued_news(wcs, &self.qp);
+            (n, st.news) = (more, Some(news));
         }
         st.idle_spins = 0;
         st.idle_round = false;

@@ -5,10 +5,45 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
-use warpsock_xsock::io::{switch_fd, Options, RecvFlags, XSocket};
+use warpsock_xsock::io::{switch_fd, Options, RecvFlags, Spun, XSocket};
 use warpsock_xsock::switch::Limits;
 
 pub(crate) const LIMIT: Duration = Duration::from_secs(20);
+
+/// A non-blocking receive that is not a peek.
+pub(crate) const NONBLOCKING: RecvFlags = RecvFlags {
+    peek: false,
+    nonblocking: true,
+    waitall: false,
+};
+
+/// A non-blocking receive into `bufs` as the preload makes it: a quiet
+/// socket's spin first (`XSocket::recv_quiet`: `EAGAIN` when the engine's
+/// read found nothing, or the receive made under its lock), else the call.
+pub(crate) fn spin_call(
+    x: &XSocket,
+    bufs: &mut [&mut [u8]],
+    flags: RecvFlags,
+) -> std::io::Result<(usize, bool)> {
+    if x.quiet_now() {
+        match x.recv_quiet(bufs, flags) {
+            Spun::Empty => return Err(std::io::ErrorKind::WouldBlock.into()),
+            Spun::Done(r, _) => return r,
+            Spun::Usual => {}
+        }
+    }
+    x.recv_vectored_ready(bufs, flags, None).0
+}
+
+/// Whether `x` is quiet and its engine's socket holds nothing: a quiet
+/// spin's `EAGAIN` (consumes nothing then; only where nothing is due).
+pub(crate) fn quiet_and_empty(x: &XSocket) -> bool {
+    x.quiet_now()
+        && matches!(
+            x.recv_quiet(&mut [&mut [0u8; 8][..]], NONBLOCKING),
+            Spun::Empty
+        )
+}
 
 pub(crate) fn opts() -> Options {
     Options {
