@@ -350,7 +350,10 @@ impl XSocket {
     /// the first copied into `out` if it is a DATA message that fits, and
     /// the rest of the queue polled while batches come full; then the
     /// books settled. Also the quiet spin's, after the read that brought
-    /// something (`io/quiet.rs`).
+    /// something (`io/quiet.rs`). Always inlined: out of line, its call
+    /// cost a `poll`-then-`read` 8 B round trip ~30 instructions per
+    /// process (callgrind, `notes/s23/count-mode.sh`).
+    #[inline(always)]
     pub(crate) fn take_polled(
         &self,
         st: &mut State,
