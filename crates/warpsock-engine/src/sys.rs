@@ -5,6 +5,15 @@
 //! This is one of the few modules of the crate allowed to use `unsafe`
 //! (see [`crate::mem`]). Every function here wraps one libc call on
 //! file descriptors the caller owns, and checks its result.
+//!
+//! None of them is a cancellation point: each blocking or I/O call is the
+//! raw system call (`libc::syscall`), not libc's wrapper. An application
+//! thread runs these inside its own call of a DDP-mode socket (issue 12),
+//! and glibc's wrappers act on a pending `pthread_cancel` there — a forced
+//! unwind from inside the library's frames, which cannot cross their
+//! `extern "C"` entry points (the process aborted: "FATAL: exception not
+//! rethrown"). Raw, a pending cancel is only a mark; the preload acts on
+//! it at its outermost frame (`warpsock_xsock::cancel`).
 #![allow(unsafe_code)]
 
 use std::io::{self, IoSlice, IoSliceMut};
@@ -86,14 +95,18 @@ impl Epoll {
         const MAX: usize = 256;
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
         // SAFETY: `evs` has room for MAX events and outlives the call.
+        // `epoll_pwait` with no mask is `epoll_wait` (which arm64 lacks).
         let r = unsafe {
-            libc::epoll_wait(
-                self.fd.as_raw_fd(),
+            libc::syscall(
+                libc::SYS_epoll_pwait,
+                libc::c_long::from(self.fd.as_raw_fd()),
                 evs.as_mut_ptr(),
-                MAX as libc::c_int,
-                timeout_ms(timeout),
+                MAX as libc::c_long,
+                libc::c_long::from(timeout_ms(timeout)),
+                std::ptr::null::<libc::sigset_t>(),
+                SIGSET_BYTES,
             )
-        };
+        } as libc::c_int;
         match cvt(r) {
             Ok(n) => {
                 out.extend(evs[..n as usize].iter().map(|e| Ready { token: e.u64 }));
@@ -131,14 +144,28 @@ impl EventFd {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64. A full counter (EAGAIN)
         // still leaves the fd readable, which is all we want.
-        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        unsafe {
+            libc::syscall(
+                libc::SYS_write,
+                libc::c_long::from(self.fd.as_raw_fd()),
+                &one as *const u64,
+                8usize,
+            )
+        };
     }
 
     /// Makes the fd unreadable again.
     pub(crate) fn clear(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64; EAGAIN (already clear) is fine.
-        unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        unsafe {
+            libc::syscall(
+                libc::SYS_read,
+                libc::c_long::from(self.fd.as_raw_fd()),
+                &mut v as *mut u64,
+                8usize,
+            )
+        };
     }
 }
 
@@ -160,13 +187,7 @@ impl AsFd for EventFd {
 pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
     // SAFETY: `fds` is a live, writable array of `fds.len()` pollfds for
     // the duration of the call.
-    let r = unsafe {
-        libc::poll(
-            fds.as_mut_ptr(),
-            fds.len() as libc::nfds_t,
-            timeout_ms(timeout),
-        )
-    };
+    let r = unsafe { raw_poll(fds.as_mut_ptr(), fds.len(), timeout_ms(timeout)) };
     match cvt(r) {
         Ok(n) => Ok(n as usize),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
@@ -180,8 +201,8 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::R
 /// socket's error queue, which a read does not take), or `Interrupted`
 /// when a signal ended the sleep (unlike [`poll`]). `poll` checks for a
 /// pending signal before its timeout (Linux `do_poll`), so one that wakes
-/// it is not lost to the timeout (see `ParkedRead::read_polled`). libc's:
-/// a cancellation point, as the blocking read it stands for.
+/// it is not lost to the timeout (see `ParkedRead::read_polled`). Raw, not
+/// a cancellation point (see the module's comment).
 pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<i16> {
     let mut p = libc::pollfd {
         fd,
@@ -189,8 +210,42 @@ pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<i16> {
         revents: 0,
     };
     // SAFETY: `p` is one live, writable pollfd for the duration of the call.
-    let r = unsafe { libc::poll(&mut p, 1, timeout_ms(Some(timeout))) };
+    let r = unsafe { raw_poll(&mut p, 1, timeout_ms(Some(timeout))) };
     cvt(r).map(|n| if n > 0 { p.revents } else { 0 })
+}
+
+/// The kernel's sigset size (`_NSIG / 8`) for the `*_pwait`/`ppoll` calls.
+const SIGSET_BYTES: libc::size_t = 8;
+
+/// `poll(2)` as the raw `ppoll` system call (arm64 has no `poll`): `n`
+/// pollfds at `fds`, up to `ms` milliseconds (negative: no limit; as
+/// [`timeout_ms`] gives them, rounded up), no mask. Like
+/// `poll`, it fails with `EINTR` when a handled signal wakes it, whatever
+/// `SA_RESTART` says, and looks for a pending signal before its timeout.
+///
+/// # Safety
+/// `fds` is a live, writable array of `n` pollfds for the call.
+pub(crate) unsafe fn raw_poll(fds: *mut libc::pollfd, n: usize, ms: libc::c_int) -> libc::c_int {
+    let ts = (ms >= 0).then(|| libc::timespec {
+        tv_sec: libc::time_t::from(ms / 1000),
+        tv_nsec: libc::c_long::from(ms % 1000) * 1_000_000,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: the caller vouches for `fds`; `tsp` is null or a live
+    // timespec (the kernel writes nothing back to it for ppoll's caller
+    // here: it is a copy); no mask.
+    unsafe {
+        libc::syscall(
+            libc::SYS_ppoll,
+            fds,
+            n as libc::c_ulong,
+            tsp,
+            std::ptr::null::<libc::sigset_t>(),
+            SIGSET_BYTES,
+        ) as libc::c_int
+    }
 }
 
 /// Gathers of at most this many bytes in all are copied into one buffer
@@ -226,7 +281,14 @@ pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize
     msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
     msg.msg_iovlen = bufs.len().min(IOV_MAX) as _;
     // SAFETY: `msg` points at `bufs`, which are live, readable slices.
-    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sendmsg,
+            libc::c_long::from(fd),
+            &msg as *const libc::msghdr,
+            libc::c_long::from(libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT),
+        )
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -298,8 +360,7 @@ unsafe fn raw_socket_io(
 /// libc's `recv` is a cancellation point and, under the preload, resolves
 /// to the interposed `recv` (its guard check, then the real one) first — a
 /// non-blocking read of our own socket needs neither. The blocking
-/// [`recv_wait`] stays libc's: it may sleep inside an application's own
-/// call, which a C program expects to be a cancellation point.
+/// [`recv_wait`] is raw too (see the module's comment).
 pub(crate) fn recv_dontwait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
     unsafe {
@@ -316,13 +377,8 @@ pub(crate) fn recv_dontwait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 /// `recv(fd, buf, 0)` on a blocking socket: sleeps until bytes, EOF, an
 /// error or the socket's `SO_RCVTIMEO` (then `WouldBlock`).
 pub(crate) fn recv_wait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is a live, writable slice of the length passed.
-    let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+    unsafe { raw_socket_io(libc::SYS_recvfrom, fd, buf.as_mut_ptr(), buf.len(), 0) }
 }
 
 /// `recvmsg(fd, iov, MSG_DONTWAIT)`: a scattered read that never blocks.
@@ -333,7 +389,14 @@ pub(crate) fn recv_vectored_dontwait(fd: RawFd, bufs: &mut [IoSliceMut<'_>]) -> 
     msg.msg_iov = bufs.as_mut_ptr().cast();
     msg.msg_iovlen = bufs.len().min(IOV_MAX) as _;
     // SAFETY: `msg` points at `bufs`, which are live, writable slices.
-    let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_recvmsg,
+            libc::c_long::from(fd),
+            &mut msg as *mut libc::msghdr,
+            libc::c_long::from(libc::MSG_DONTWAIT),
+        )
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {

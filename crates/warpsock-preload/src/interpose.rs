@@ -146,6 +146,72 @@ pub(crate) fn target(
     })
 }
 
+/// At an interposed entry point, once its call returned `r` and nothing of
+/// the library is live on the stack: a failed call (`EINTR`: a DDP-mode
+/// socket's wait ended for a pending cancel) acts on this thread's
+/// `pthread_cancel` here (`warpsock_xsock::cancel::act`: the thread
+/// unwinds from this frame). The entry points that call it are
+/// `extern "C-unwind"`. One compare on a call that did not fail.
+#[inline(always)]
+pub(crate) fn cancel_point(r: isize) {
+    if r < 0 && warpsock_xsock::cancel::any() {
+        warpsock_xsock::cancel::act();
+    }
+}
+
+/// `call()` (an interposed entry point's body), then [`cancel_point`].
+#[inline(always)]
+pub(crate) fn cancellable(call: impl FnOnce() -> ssize_t) -> ssize_t {
+    let r = call();
+    cancel_point(r);
+    r
+}
+
+/// [`cancellable`] of a call that returns an `int`.
+#[inline(always)]
+pub(crate) fn cancellable_int(call: impl FnOnce() -> c_int) -> c_int {
+    let r = call();
+    cancel_point(r as isize);
+    r
+}
+
+/// Interposed `pthread_cancel(3)`: glibc's, then the target's cancel is
+/// noted for the library and the target is sent glibc's cancellation
+/// signal, which ends the raw sleep of a call on a DDP-mode socket (glibc
+/// sends it itself only to a thread inside one of its cancellation points;
+/// its handler does nothing more to a thread already marked). See
+/// `warpsock_xsock::cancel`. The target's kernel id is read from its CPU
+/// clock id (glibc's `pthread_getcpuclockid` is `MAKE_THREAD_CPUCLOCK(tid,
+/// CPUCLOCK_SCHED)`, the kernel's encoding: `!(clock >> 3)` is the id).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pthread_cancel(th: libc::pthread_t) -> c_int {
+    // SAFETY: the caller's thread handle, passed on.
+    let r = unsafe { real::pthread_cancel(th) };
+    // SAFETY: pthread_self has no preconditions.
+    if r != 0 || th == unsafe { libc::pthread_self() } {
+        return r;
+    }
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: the caller's handle of a live thread (glibc's contract, as
+    // for pthread_cancel itself); `clock` is written.
+    if unsafe { libc::pthread_getcpuclockid(th, &mut clock) } != 0 {
+        return r;
+    }
+    let tid = !(clock >> 3);
+    warpsock_xsock::cancel::note(tid);
+    // SAFETY: a signal to a thread of this process; SIGCANCEL's handler is
+    // glibc's (installed by the call above).
+    unsafe {
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::c_long::from(libc::getpid()),
+            libc::c_long::from(tid),
+            libc::c_long::from(warpsock_xsock::cancel::SIGCANCEL),
+        )
+    };
+    r
+}
+
 /// `new` now names what `old` names (after a successful dup).
 fn propagate(old: c_int, new: c_int) {
     if old == new || busy() {

@@ -93,6 +93,7 @@
 //! decodes a captured DDP-mode connection as MPA/DDP/RDMAP.
 #![deny(unsafe_code)]
 
+pub mod cancel;
 pub mod io;
 pub mod stream;
 pub mod switch;

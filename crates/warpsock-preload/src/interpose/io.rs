@@ -60,7 +60,7 @@ unsafe fn recv_buf(
 
 /// Interposed `recvfrom(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn recvfrom(
+pub unsafe extern "C-unwind" fn recvfrom(
     fd: c_int,
     buf: *mut c_void,
     len: size_t,
@@ -68,17 +68,19 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    // SAFETY: the caller's arguments, to its socket or the real function.
-    unsafe {
-        recv_buf(fd, buf, len, flags, addr, alen, move || {
-            real::recvfrom(fd, buf, len, flags, addr, alen)
-        })
-    }
+    cancellable(move || {
+        // SAFETY: the caller's arguments, to its socket or the real function.
+        unsafe {
+            recv_buf(fd, buf, len, flags, addr, alen, move || {
+                real::recvfrom(fd, buf, len, flags, addr, alen)
+            })
+        }
+    })
 }
 
 /// Interposed `__recvfrom_chk` (the _FORTIFY_SOURCE form of recvfrom).
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn __recvfrom_chk(
+pub unsafe extern "C-unwind" fn __recvfrom_chk(
     fd: c_int,
     buf: *mut c_void,
     len: size_t,
@@ -87,145 +89,166 @@ pub unsafe extern "C" fn __recvfrom_chk(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    // SAFETY: as in `recvfrom`.
-    unsafe {
-        recv_buf(fd, buf, len.min(buflen), flags, addr, alen, move || {
-            real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen)
-        })
-    }
+    cancellable(move || {
+        // SAFETY: as in `recvfrom`.
+        unsafe {
+            recv_buf(fd, buf, len.min(buflen), flags, addr, alen, move || {
+                real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen)
+            })
+        }
+    })
 }
 
 /// Interposed `recv(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
-    let no = std::ptr::null_mut();
-    // SAFETY: as in `recvfrom`.
-    unsafe {
-        recv_buf(fd, buf, len, flags, no, no.cast(), move || {
-            real::recv(fd, buf, len, flags)
-        })
-    }
+pub unsafe extern "C-unwind" fn recv(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+) -> ssize_t {
+    cancellable(move || {
+        let no = std::ptr::null_mut();
+        // SAFETY: as in `recvfrom`.
+        unsafe {
+            recv_buf(fd, buf, len, flags, no, no.cast(), move || {
+                real::recv(fd, buf, len, flags)
+            })
+        }
+    })
 }
 
 /// Interposed `__recv_chk`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn __recv_chk(
+pub unsafe extern "C-unwind" fn __recv_chk(
     fd: c_int,
     buf: *mut c_void,
     len: size_t,
     buflen: size_t,
     flags: c_int,
 ) -> ssize_t {
-    let no = std::ptr::null_mut();
-    // SAFETY: as in `recvfrom`.
-    unsafe {
-        recv_buf(fd, buf, len.min(buflen), flags, no, no.cast(), move || {
-            real::__recv_chk(fd, buf, len, buflen, flags)
-        })
-    }
+    cancellable(move || {
+        let no = std::ptr::null_mut();
+        // SAFETY: as in `recvfrom`.
+        unsafe {
+            recv_buf(fd, buf, len.min(buflen), flags, no, no.cast(), move || {
+                real::__recv_chk(fd, buf, len, buflen, flags)
+            })
+        }
+    })
 }
 
 /// Interposed `read(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    let no = std::ptr::null_mut();
-    // SAFETY: as in `recvfrom`.
-    unsafe {
-        recv_buf(fd, buf, len, 0, no, no.cast(), move || {
-            real::read(fd, buf, len)
-        })
-    }
+pub unsafe extern "C-unwind" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    cancellable(move || {
+        let no = std::ptr::null_mut();
+        // SAFETY: as in `recvfrom`.
+        unsafe {
+            recv_buf(fd, buf, len, 0, no, no.cast(), move || {
+                real::read(fd, buf, len)
+            })
+        }
+    })
 }
 
 /// Interposed `__read_chk`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn __read_chk(
+pub unsafe extern "C-unwind" fn __read_chk(
     fd: c_int,
     buf: *mut c_void,
     len: size_t,
     buflen: size_t,
 ) -> ssize_t {
-    let no = std::ptr::null_mut();
-    // SAFETY: as in `recvfrom`.
-    unsafe {
-        recv_buf(fd, buf, len.min(buflen), 0, no, no.cast(), move || {
-            real::__read_chk(fd, buf, len, buflen)
-        })
-    }
+    cancellable(move || {
+        let no = std::ptr::null_mut();
+        // SAFETY: as in `recvfrom`.
+        unsafe {
+            recv_buf(fd, buf, len.min(buflen), 0, no, no.cast(), move || {
+                real::__read_chk(fd, buf, len, buflen)
+            })
+        }
+    })
 }
 
 /// Interposed `readv(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    dispatch!(
-        fd,
-        // SAFETY: forwarding the caller's arguments.
-        unsafe { real::readv(fd, iov, cnt) },
-        move |s| {
-            let (no, n) = (std::ptr::null_mut(), cnt.max(0) as usize);
-            // SAFETY: the caller's iovecs.
-            unsafe { recv_common(s, iov.cast_mut(), n, 0, no, no.cast()) }
-        },
-    )
+pub unsafe extern "C-unwind" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    cancellable(move || {
+        dispatch!(
+            fd,
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real::readv(fd, iov, cnt) },
+            move |s| {
+                let (no, n) = (std::ptr::null_mut(), cnt.max(0) as usize);
+                // SAFETY: the caller's iovecs.
+                unsafe { recv_common(s, iov.cast_mut(), n, 0, no, no.cast()) }
+            },
+        )
+    })
 }
 
 /// Interposed `recvmsg(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
-    // SAFETY: forwarding the caller's arguments.
-    let real = move || unsafe { real::recvmsg(fd, msg, flags) };
-    dispatch!(fd, real(), move |s| {
-        if msg.is_null() {
-            return real();
-        }
-        // SAFETY: the caller's msghdr.
-        enter(-1, || unsafe { s.recvmsg(&mut *msg, flags) })
+pub unsafe extern "C-unwind" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    cancellable(move || {
+        // SAFETY: forwarding the caller's arguments.
+        let real = move || unsafe { real::recvmsg(fd, msg, flags) };
+        dispatch!(fd, real(), move |s| {
+            if msg.is_null() {
+                return real();
+            }
+            // SAFETY: the caller's msghdr.
+            enter(-1, || unsafe { s.recvmsg(&mut *msg, flags) })
+        })
     })
 }
 
 /// Interposed `recvmmsg(2)`: one recvmsg per entry; after the first, only
 /// what is already there (the timeout argument is not used).
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn recvmmsg(
+pub unsafe extern "C-unwind" fn recvmmsg(
     fd: c_int,
     msgs: *mut mmsghdr,
     n: c_uint,
     flags: c_int,
     timeout: *mut libc::timespec,
 ) -> c_int {
-    let Some(s) = managed(fd) else {
-        // SAFETY: forwarding the caller's arguments.
-        return unsafe { real::recvmmsg(fd, msgs, n, flags, timeout) };
-    };
-    if msgs.is_null() {
-        set_errno(libc::EFAULT);
-        return -1;
-    }
-    let base = flags & !libc::MSG_WAITFORONE;
-    let mut got = 0u32;
-    while got < n {
-        // Like the kernel: without MSG_WAITFORONE a blocking call waits for
-        // every entry; with it (or with a timeout, which this layer does not
-        // apply per entry) only the first one waits.
-        let f = if got > 0 && (flags & libc::MSG_WAITFORONE != 0 || !timeout.is_null()) {
-            base | libc::MSG_DONTWAIT
-        } else {
-            base
+    cancellable_int(move || {
+        let Some(s) = managed(fd) else {
+            // SAFETY: forwarding the caller's arguments.
+            return unsafe { real::recvmmsg(fd, msgs, n, flags, timeout) };
         };
-        // SAFETY: `msgs` holds `n` entries (caller's contract).
-        let m = unsafe { &mut *msgs.add(got as usize) };
-        // SAFETY: the caller's msghdr.
-        let r = enter(-1, || unsafe { s.recvmsg(&mut m.msg_hdr, f) });
-        if r < 0 {
-            if got == 0 {
-                return -1;
-            }
-            break;
+        if msgs.is_null() {
+            set_errno(libc::EFAULT);
+            return -1;
         }
-        m.msg_len = r as c_uint;
-        got += 1;
-    }
-    got as c_int
+        let base = flags & !libc::MSG_WAITFORONE;
+        let mut got = 0u32;
+        while got < n {
+            // Like the kernel: without MSG_WAITFORONE a blocking call waits for
+            // every entry; with it (or with a timeout, which this layer does not
+            // apply per entry) only the first one waits.
+            let f = if got > 0 && (flags & libc::MSG_WAITFORONE != 0 || !timeout.is_null()) {
+                base | libc::MSG_DONTWAIT
+            } else {
+                base
+            };
+            // SAFETY: `msgs` holds `n` entries (caller's contract).
+            let m = unsafe { &mut *msgs.add(got as usize) };
+            // SAFETY: the caller's msghdr.
+            let r = enter(-1, || unsafe { s.recvmsg(&mut m.msg_hdr, f) });
+            if r < 0 {
+                if got == 0 {
+                    return -1;
+                }
+                break;
+            }
+            m.msg_len = r as c_uint;
+            got += 1;
+        }
+        got as c_int
+    })
 }
 
 // ---- sending ---------------------------------------------------------------
@@ -249,7 +272,7 @@ unsafe fn send_common(
 
 /// Interposed `sendto(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn sendto(
+pub unsafe extern "C-unwind" fn sendto(
     fd: c_int,
     buf: *const c_void,
     len: size_t,
@@ -257,193 +280,219 @@ pub unsafe extern "C" fn sendto(
     addr: *const sockaddr,
     alen: socklen_t,
 ) -> ssize_t {
-    let mark = fdtable::mark(fd);
-    if mark == 0 {
-        // SAFETY: forwarding the caller's arguments.
-        return unsafe { real::sendto(fd, buf, len, flags, addr, alen) };
-    }
-    // SAFETY: the caller's address of `alen` bytes.
-    match target(fd, mark, || unsafe { sys::addr_from_raw(addr, alen) }) {
-        Some(s) => {
-            let v = one_iov(buf.cast_mut(), len);
-            // SAFETY: the caller's buffer and address.
-            unsafe { send_common(&s, &v, 1, flags, addr, alen) }
+    cancellable(move || {
+        let mark = fdtable::mark(fd);
+        if mark == 0 {
+            // SAFETY: forwarding the caller's arguments.
+            return unsafe { real::sendto(fd, buf, len, flags, addr, alen) };
         }
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::sendto(fd, buf, len, flags, addr, alen) },
-    }
+        // SAFETY: the caller's address of `alen` bytes.
+        match target(fd, mark, || unsafe { sys::addr_from_raw(addr, alen) }) {
+            Some(s) => {
+                let v = one_iov(buf.cast_mut(), len);
+                // SAFETY: the caller's buffer and address.
+                unsafe { send_common(&s, &v, 1, flags, addr, alen) }
+            }
+            // SAFETY: forwarding the caller's arguments.
+            None => unsafe { real::sendto(fd, buf, len, flags, addr, alen) },
+        }
+    })
 }
 
 /// Interposed `send(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
-    dispatch!(
-        fd,
-        // SAFETY: forwarding the caller's arguments.
-        unsafe { real::send(fd, buf, len, flags) },
-        // SAFETY: the caller's buffer.
-        move |s| enter(-1, || unsafe { s.send_one(buf, len, flags) }),
-    )
+pub unsafe extern "C-unwind" fn send(
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+) -> ssize_t {
+    cancellable(move || {
+        dispatch!(
+            fd,
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real::send(fd, buf, len, flags) },
+            // SAFETY: the caller's buffer.
+            move |s| enter(-1, || unsafe { s.send_one(buf, len, flags) }),
+        )
+    })
 }
 
 /// Interposed `write(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    dispatch!(
-        fd,
-        // SAFETY: forwarding the caller's arguments.
-        unsafe { real::write(fd, buf, len) },
-        // SAFETY: the caller's buffer.
-        move |s| enter(-1, || unsafe { s.send_one(buf, len, 0) }),
-    )
+pub unsafe extern "C-unwind" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    cancellable(move || {
+        dispatch!(
+            fd,
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real::write(fd, buf, len) },
+            // SAFETY: the caller's buffer.
+            move |s| enter(-1, || unsafe { s.send_one(buf, len, 0) }),
+        )
+    })
 }
 
 /// Interposed `writev(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    dispatch!(
-        fd,
-        // SAFETY: forwarding the caller's arguments.
-        unsafe { real::writev(fd, iov, cnt) },
-        // SAFETY: the caller's iovecs.
-        move |s| unsafe { send_common(s, iov, cnt.max(0) as usize, 0, std::ptr::null(), 0) },
-    )
+pub unsafe extern "C-unwind" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    cancellable(move || {
+        dispatch!(
+            fd,
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real::writev(fd, iov, cnt) },
+            // SAFETY: the caller's iovecs.
+            move |s| unsafe { send_common(s, iov, cnt.max(0) as usize, 0, std::ptr::null(), 0) },
+        )
+    })
 }
 
 /// Interposed `sendmsg(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
-    if msg.is_null() {
-        // SAFETY: forwarding; the kernel reports EFAULT.
-        return unsafe { real::sendmsg(fd, msg, flags) };
-    }
-    let mark = fdtable::mark(fd);
-    if mark == 0 {
-        // SAFETY: forwarding the caller's arguments.
-        return unsafe { real::sendmsg(fd, msg, flags) };
-    }
-    // SAFETY: the caller's msghdr and its name.
-    let s = target(fd, mark, || unsafe {
-        sys::addr_from_raw((*msg).msg_name.cast(), (*msg).msg_namelen)
-    });
-    match s {
-        // SAFETY: the caller's msghdr.
-        Some(s) => enter(-1, || unsafe { s.sendmsg(&*msg, flags) }),
-        // SAFETY: forwarding the caller's arguments.
-        None => unsafe { real::sendmsg(fd, msg, flags) },
-    }
+pub unsafe extern "C-unwind" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    cancellable(move || {
+        if msg.is_null() {
+            // SAFETY: forwarding; the kernel reports EFAULT.
+            return unsafe { real::sendmsg(fd, msg, flags) };
+        }
+        let mark = fdtable::mark(fd);
+        if mark == 0 {
+            // SAFETY: forwarding the caller's arguments.
+            return unsafe { real::sendmsg(fd, msg, flags) };
+        }
+        // SAFETY: the caller's msghdr and its name.
+        let s = target(fd, mark, || unsafe {
+            sys::addr_from_raw((*msg).msg_name.cast(), (*msg).msg_namelen)
+        });
+        match s {
+            // SAFETY: the caller's msghdr.
+            Some(s) => enter(-1, || unsafe { s.sendmsg(&*msg, flags) }),
+            // SAFETY: forwarding the caller's arguments.
+            None => unsafe { real::sendmsg(fd, msg, flags) },
+        }
+    })
 }
 
 /// Interposed `sendmmsg(2)`: one sendmsg per entry.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, n: c_uint, flags: c_int) -> c_int {
-    if msgs.is_null() || n == 0 {
-        // SAFETY: forwarding the caller's arguments.
-        return unsafe { real::sendmmsg(fd, msgs, n, flags) };
-    }
-    let mark = fdtable::mark(fd);
-    let s = (mark != 0)
-        .then(|| {
-            target(fd, mark, || {
-                // SAFETY: the first entry's name.
-                let h = unsafe { &(*msgs).msg_hdr };
-                // SAFETY: as above.
-                unsafe { sys::addr_from_raw(h.msg_name.cast(), h.msg_namelen) }
-            })
-        })
-        .flatten();
-    let Some(s) = s else {
-        // SAFETY: forwarding the caller's arguments.
-        return unsafe { real::sendmmsg(fd, msgs, n, flags) };
-    };
-    let mut sent = 0u32;
-    while sent < n {
-        // SAFETY: `msgs` holds `n` entries.
-        let m = unsafe { &mut *msgs.add(sent as usize) };
-        // SAFETY: the caller's msghdr.
-        let r = enter(-1, || unsafe { s.sendmsg(&m.msg_hdr, flags) });
-        if r < 0 {
-            if sent == 0 {
-                return -1;
-            }
-            break;
+pub unsafe extern "C-unwind" fn sendmmsg(
+    fd: c_int,
+    msgs: *mut mmsghdr,
+    n: c_uint,
+    flags: c_int,
+) -> c_int {
+    cancellable_int(move || {
+        if msgs.is_null() || n == 0 {
+            // SAFETY: forwarding the caller's arguments.
+            return unsafe { real::sendmmsg(fd, msgs, n, flags) };
         }
-        m.msg_len = r as c_uint;
-        sent += 1;
-    }
-    sent as c_int
+        let mark = fdtable::mark(fd);
+        let s = (mark != 0)
+            .then(|| {
+                target(fd, mark, || {
+                    // SAFETY: the first entry's name.
+                    let h = unsafe { &(*msgs).msg_hdr };
+                    // SAFETY: as above.
+                    unsafe { sys::addr_from_raw(h.msg_name.cast(), h.msg_namelen) }
+                })
+            })
+            .flatten();
+        let Some(s) = s else {
+            // SAFETY: forwarding the caller's arguments.
+            return unsafe { real::sendmmsg(fd, msgs, n, flags) };
+        };
+        let mut sent = 0u32;
+        while sent < n {
+            // SAFETY: `msgs` holds `n` entries.
+            let m = unsafe { &mut *msgs.add(sent as usize) };
+            // SAFETY: the caller's msghdr.
+            let r = enter(-1, || unsafe { s.sendmsg(&m.msg_hdr, flags) });
+            if r < 0 {
+                if sent == 0 {
+                    return -1;
+                }
+                break;
+            }
+            m.msg_len = r as c_uint;
+            sent += 1;
+        }
+        sent as c_int
+    })
 }
 
 /// Interposed `sendfile(2)`: to a managed socket, the file's bytes go
 /// through its send path (the program's descriptor is not the kernel
 /// socket, so the kernel must not write to it).
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn sendfile(
+pub unsafe extern "C-unwind" fn sendfile(
     out_fd: c_int,
     in_fd: c_int,
     offset: *mut libc::off_t,
     count: size_t,
 ) -> ssize_t {
-    let Some(s) = managed(out_fd) else {
-        // SAFETY: forwarding the caller's arguments.
-        return unsafe { real::sendfile(out_fd, in_fd, offset, count) };
-    };
-    enter(-1, || {
-        let mut buf = vec![0u8; count.min(1 << 20)];
-        // With no offset, the file position: read at it, and moved only by
-        // what was sent, once that is known — Linux's `sendfile` leaves it
-        // unchanged on an error, and a program retries after `EAGAIN` or
-        // `EINTR` from there (review r22-b item 1: the read moved it by up
-        // to 1 MiB before a send that failed, and the retry skipped those
-        // bytes: the peer got a file with a hole). A file that cannot seek
-        // is read (what a failed send took from it is lost).
-        let at = if offset.is_null() {
-            // SAFETY: a query of the caller's file position.
-            let pos = unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) };
-            (pos >= 0).then_some(pos)
-        } else {
-            // SAFETY: the caller's offset.
-            Some(unsafe { *offset })
+    cancellable(move || {
+        let Some(s) = managed(out_fd) else {
+            // SAFETY: forwarding the caller's arguments.
+            return unsafe { real::sendfile(out_fd, in_fd, offset, count) };
         };
-        let n = match at {
-            // SAFETY: reading into our own buffer at the position.
-            Some(pos) => unsafe { real::pread(in_fd, buf.as_mut_ptr().cast(), buf.len(), pos) },
-            // SAFETY: reading into our own buffer.
-            None => unsafe { real::read(in_fd, buf.as_mut_ptr().cast(), buf.len()) },
-        };
-        if n <= 0 {
-            return n;
-        }
-        let v = one_iov(buf.as_mut_ptr().cast(), n as size_t);
-        let mut m = empty_msg();
-        m.msg_iov = (&v as *const iovec).cast_mut();
-        m.msg_iovlen = 1;
-        // SAFETY: `m` describes our own buffer.
-        let sent = unsafe { s.sendmsg(&m, 0) };
-        if sent > 0 {
-            match at {
-                Some(pos) if offset.is_null() => {
-                    // SAFETY: moving the caller's file position past what
-                    // was sent.
-                    unsafe { libc::lseek(in_fd, pos + sent as libc::off_t, libc::SEEK_SET) };
-                }
+        enter(-1, || {
+            let mut buf = vec![0u8; count.min(1 << 20)];
+            // With no offset, the file position: read at it, and moved only by
+            // what was sent, once that is known — Linux's `sendfile` leaves it
+            // unchanged on an error, and a program retries after `EAGAIN` or
+            // `EINTR` from there (review r22-b item 1: the read moved it by up
+            // to 1 MiB before a send that failed, and the retry skipped those
+            // bytes: the peer got a file with a hole). A file that cannot seek
+            // is read (what a failed send took from it is lost).
+            let at = if offset.is_null() {
+                // SAFETY: a query of the caller's file position.
+                let pos = unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) };
+                (pos >= 0).then_some(pos)
+            } else {
                 // SAFETY: the caller's offset.
-                Some(_) => unsafe { *offset += sent as libc::off_t },
-                None => {}
+                Some(unsafe { *offset })
+            };
+            let n = match at {
+                // SAFETY: reading into our own buffer at the position.
+                Some(pos) => unsafe { real::pread(in_fd, buf.as_mut_ptr().cast(), buf.len(), pos) },
+                // SAFETY: reading into our own buffer.
+                None => unsafe { real::read(in_fd, buf.as_mut_ptr().cast(), buf.len()) },
+            };
+            if n <= 0 {
+                return n;
             }
-        }
-        sent
+            let v = one_iov(buf.as_mut_ptr().cast(), n as size_t);
+            let mut m = empty_msg();
+            m.msg_iov = (&v as *const iovec).cast_mut();
+            m.msg_iovlen = 1;
+            // SAFETY: `m` describes our own buffer.
+            let sent = unsafe { s.sendmsg(&m, 0) };
+            if sent > 0 {
+                match at {
+                    Some(pos) if offset.is_null() => {
+                        // SAFETY: moving the caller's file position past what
+                        // was sent.
+                        unsafe { libc::lseek(in_fd, pos + sent as libc::off_t, libc::SEEK_SET) };
+                    }
+                    // SAFETY: the caller's offset.
+                    Some(_) => unsafe { *offset += sent as libc::off_t },
+                    None => {}
+                }
+            }
+            sent
+        })
     })
 }
 
 /// Interposed `sendfile64` (same as `sendfile` on 64-bit targets).
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn sendfile64(
+pub unsafe extern "C-unwind" fn sendfile64(
     out_fd: c_int,
     in_fd: c_int,
     offset: *mut libc::off_t,
     count: size_t,
 ) -> ssize_t {
-    // SAFETY: same contract.
-    unsafe { sendfile(out_fd, in_fd, offset, count) }
+    cancellable(move || {
+        // SAFETY: same contract.
+        unsafe { sendfile(out_fd, in_fd, offset, count) }
+    })
 }

@@ -7,7 +7,7 @@
 use libc::{c_int, c_void};
 use smallvec::SmallVec;
 
-use super::KINDS;
+use super::{cancel_point, KINDS};
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
 use crate::shim::socket::{PollCall, Socket, POLL_ALONE_MAX};
@@ -396,7 +396,11 @@ fn ms_of(left: Option<std::time::Duration>) -> c_int {
 
 /// Interposed `poll(2)`: see `poll_with`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn poll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
     if !polls_managed(fds, n) {
         // SAFETY: forwarding the caller's arguments.
         return unsafe { real::poll(fds, n, timeout) };
@@ -404,12 +408,27 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: 
     // SAFETY: the caller's array of `n` pollfds.
     let fds = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
     let bound = (timeout >= 0).then(|| std::time::Duration::from_millis(timeout as u64));
-    enter(-1, || {
+    let r = enter(-1, || {
         poll_with(fds, bound, &mut |p, left| {
-            // SAFETY: `p` is a valid pollfd array.
-            unsafe { real::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms_of(left)) }
+            // Whole milliseconds, as `poll` takes them.
+            let ms = ms_of(left);
+            let ts = (ms >= 0).then(|| libc::timespec {
+                tv_sec: libc::time_t::from(ms / 1000),
+                tv_nsec: libc::c_long::from(ms % 1000) * 1_000_000,
+            });
+            // SAFETY: `p` is a valid pollfd array; no mask.
+            unsafe {
+                sys::ppoll_raw(
+                    p.as_mut_ptr(),
+                    p.len() as libc::nfds_t,
+                    ts,
+                    std::ptr::null(),
+                )
+            }
         })
-    })
+    });
+    cancel_point(r as isize);
+    r
 }
 
 /// Whether a fortified poll's array of `fdslen` bytes holds `n` entries:
@@ -426,7 +445,7 @@ fn fortified_fits(n: libc::nfds_t, fdslen: libc::size_t) -> bool {
 /// watch is off: for ever (review r22-e item 1). The size check stays
 /// glibc's: an array too short goes to the real one, which aborts.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn __poll_chk(
+pub unsafe extern "C-unwind" fn __poll_chk(
     fds: *mut libc::pollfd,
     n: libc::nfds_t,
     timeout: c_int,
@@ -443,7 +462,7 @@ pub unsafe extern "C" fn __poll_chk(
 /// Interposed `__ppoll_chk`: `ppoll` for `_FORTIFY_SOURCE` programs, as
 /// [`__poll_chk`].
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn __ppoll_chk(
+pub unsafe extern "C-unwind" fn __ppoll_chk(
     fds: *mut libc::pollfd,
     n: libc::nfds_t,
     timeout: *const libc::timespec,
@@ -460,7 +479,7 @@ pub unsafe extern "C" fn __ppoll_chk(
 
 /// Interposed `ppoll(2)`: see `poll_with`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ppoll(
+pub unsafe extern "C-unwind" fn ppoll(
     fds: *mut libc::pollfd,
     n: libc::nfds_t,
     timeout: *const libc::timespec,
@@ -482,16 +501,21 @@ pub unsafe extern "C" fn ppoll(
             }),
         )
     };
-    enter(-1, || {
+    let r = enter(-1, || {
         poll_with(fds, bound, &mut |p, left| {
-            let ts = left.map(sys::timespec);
-            let tsp = ts
-                .as_ref()
-                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
             // SAFETY: `p` is a valid pollfd array; the caller's mask.
-            unsafe { real::ppoll(p.as_mut_ptr(), p.len() as libc::nfds_t, tsp, mask) }
+            unsafe {
+                sys::ppoll_raw(
+                    p.as_mut_ptr(),
+                    p.len() as libc::nfds_t,
+                    left.map(sys::timespec),
+                    mask,
+                )
+            }
         })
-    })
+    });
+    cancel_point(r as isize);
+    r
 }
 
 #[cfg(test)]

@@ -60,9 +60,9 @@ impl Doorbell {
         }
         // SAFETY: a one-byte write to our own nonblocking socket.
         let r = unsafe {
-            real::send(
+            sys::send_raw(
                 self.tx,
-                b"!".as_ptr().cast(),
+                b"!".as_ptr(),
                 1,
                 libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
             )
@@ -78,14 +78,7 @@ impl Doorbell {
         let mut buf = [0u8; 512];
         loop {
             // SAFETY: reading into a local buffer from our own socket.
-            let r = unsafe {
-                real::recv(
-                    self.app,
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
+            let r = unsafe { sys::recv_dontwait(self.app, buf.as_mut_ptr(), buf.len()) };
             if r <= 0 {
                 break;
             }
@@ -106,14 +99,7 @@ impl Doorbell {
             let mut any = false;
             loop {
                 // SAFETY: reading into a local buffer from our own socket.
-                let r = unsafe {
-                    real::recv(
-                        self.tx,
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        libc::MSG_DONTWAIT,
-                    )
-                };
+                let r = unsafe { sys::recv_dontwait(self.tx, buf.as_mut_ptr(), buf.len()) };
                 if r <= 0 {
                     return any;
                 }
@@ -124,9 +110,9 @@ impl Doorbell {
         loop {
             // SAFETY: a write from a local buffer to our own socket.
             let r = unsafe {
-                real::send(
+                sys::send_raw(
                     self.app,
-                    buf.as_ptr().cast(),
+                    buf.as_ptr(),
                     buf.len(),
                     libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
                 )

@@ -3,6 +3,12 @@
 //! Every function the library interposes is re-exported here under the same
 //! name; the library itself only ever calls these, never the interposed
 //! symbols, so its own system calls cannot recurse into the shim.
+//!
+//! Called as `extern "C-unwind"`: those that are cancellation points (a
+//! plain socket's `read`, `poll`, ...) unwind when glibc acts on a
+//! `pthread_cancel` in them, through the interposed entry point that
+//! passed the call on (itself `extern "C-unwind"` where that can happen,
+//! with nothing to drop; `warpsock_xsock::cancel`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -45,7 +51,7 @@ macro_rules! real_fns {
                     let p = resolve(concat!(stringify!($name), "\0"));
                     PTR.store(p, Ordering::Relaxed);
                     // SAFETY: as below.
-                    let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
+                    let f: unsafe extern "C-unwind" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
                     // SAFETY: the caller upholds the libc contract of this function.
                     unsafe { f($($arg),*) }
                 }
@@ -56,7 +62,7 @@ macro_rules! real_fns {
                 }
                 // SAFETY: `p` is the address dlsym returned for this libc symbol,
                 // whose C prototype is the one spelled out here.
-                let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
+                let f: unsafe extern "C-unwind" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
                 // SAFETY: the caller upholds the libc contract of this function.
                 unsafe { f($($arg),*) }
             }
@@ -114,6 +120,7 @@ real_fns! {
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
     fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    pthread_cancel(th: libc::pthread_t) -> c_int;
 }
 
 /// The real `_exit` and `_Exit`, resolved by [`prepare_exit`] at load time.

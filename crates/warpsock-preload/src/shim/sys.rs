@@ -49,6 +49,43 @@ pub(crate) unsafe fn sendmsg_nowait(fd: c_int, msg: &libc::msghdr, flags: c_int)
     unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg as *const libc::msghdr, flags) as isize }
 }
 
+/// `send(fd, buf, len, flags)` on a socket of the library's own (its
+/// doorbells), as the raw `sendto` system call: never a cancellation point
+/// (a program thread rings inside its call of a DDP-mode socket, where
+/// libc's would act on a pending `pthread_cancel`: `warpsock_xsock::cancel`).
+///
+/// # Safety
+/// `buf` must be readable for `len` bytes.
+pub(crate) unsafe fn send_raw(fd: c_int, buf: *const u8, len: usize, flags: c_int) -> isize {
+    let null = 0 as libc::c_long;
+    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
+    // SAFETY: the caller vouches for `buf`/`len`; no address is given.
+    unsafe { libc::syscall(libc::SYS_sendto, fd, buf, len, flags, null, null) as isize }
+}
+
+/// `ppoll(fds, n, timeout, mask)` as the raw system call (see
+/// [`send_raw`]): `timeout` is copied (the kernel writes what is left into
+/// it), `mask` the caller's (null: none).
+///
+/// # Safety
+/// `fds` is a live, writable array of `n` pollfds; `mask` null or valid.
+pub(crate) unsafe fn ppoll_raw(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: Option<libc::timespec>,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let mut ts = timeout;
+    let tsp = ts
+        .as_mut()
+        .map_or(std::ptr::null_mut(), |t| t as *mut libc::timespec);
+    // The kernel's sigset size (`_NSIG / 8`), as glibc passes it.
+    const SIGSET: libc::size_t = 8;
+    // SAFETY: the caller vouches for `fds` and `mask`; `tsp` is null or a
+    // live, writable copy.
+    unsafe { libc::syscall(libc::SYS_ppoll, fds, n, tsp, mask, SIGSET) as c_int }
+}
+
 /// Sets the calling thread's errno.
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns the calling thread's errno slot.

@@ -3,6 +3,10 @@
 //! signal dispositions after a wait a signal ended
 //! ([`restart_after_signal`]). The only module of the crate that calls
 //! libc directly.
+//!
+//! Every call is the raw system call, never libc's cancellation-point
+//! wrapper: those act on a pending `pthread_cancel` with a forced unwind
+//! from inside the library's frames (see `crate::cancel`).
 #![allow(unsafe_code)]
 
 use std::io;
@@ -10,6 +14,33 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 use std::time::Instant;
+
+/// `sendto`/`recvfrom` (`nr`) of `len` bytes at `ptr`, no address, as the
+/// raw system call.
+///
+/// # Safety
+/// `ptr` is valid for `len` bytes: readable for `sendto`, writable for
+/// `recvfrom`.
+unsafe fn socket_io(
+    nr: libc::c_long,
+    fd: RawFd,
+    ptr: *mut u8,
+    len: usize,
+    flags: libc::c_int,
+) -> isize {
+    // SAFETY: the caller vouches for `ptr`/`len`; the address is null.
+    unsafe {
+        libc::syscall(
+            nr,
+            libc::c_long::from(fd),
+            ptr,
+            len,
+            libc::c_long::from(flags),
+            0 as libc::c_long,
+            0 as libc::c_long,
+        ) as isize
+    }
+}
 
 fn check(r: isize) -> io::Result<usize> {
     if r < 0 {
@@ -24,9 +55,10 @@ pub(crate) fn send_urgent(fd: RawFd, b: u8) -> io::Result<()> {
     loop {
         // SAFETY: a one-byte buffer on the stack.
         let r = unsafe {
-            libc::send(
+            socket_io(
+                libc::SYS_sendto,
                 fd,
-                (&b as *const u8).cast(),
+                (&b as *const u8).cast_mut(),
                 1,
                 libc::MSG_OOB | libc::MSG_NOSIGNAL,
             )
@@ -85,9 +117,10 @@ pub(crate) fn peek_urgent(fd: RawFd) -> io::Result<Option<u8>> {
     let mut b = 0u8;
     // SAFETY: a one-byte buffer on the stack.
     let r = unsafe {
-        libc::recv(
+        socket_io(
+            libc::SYS_recvfrom,
             fd,
-            (&mut b as *mut u8).cast(),
+            &mut b,
             1,
             libc::MSG_OOB | libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
@@ -109,9 +142,10 @@ pub(crate) fn take_urgent(fd: RawFd) {
     let mut b = 0u8;
     // SAFETY: a one-byte buffer on the stack.
     unsafe {
-        libc::recv(
+        socket_io(
+            libc::SYS_recvfrom,
             fd,
-            (&mut b as *mut u8).cast(),
+            &mut b,
             1,
             libc::MSG_OOB | libc::MSG_DONTWAIT,
         )
@@ -123,7 +157,7 @@ pub(crate) fn recv(fd: RawFd, buf: &mut [u8], peek: bool) -> io::Result<usize> {
     let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
     loop {
         // SAFETY: `buf` is valid for writes of its length.
-        let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+        let r = unsafe { socket_io(libc::SYS_recvfrom, fd, buf.as_mut_ptr(), buf.len(), flags) };
         match check(r) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             other => return other,
@@ -139,18 +173,34 @@ pub(crate) fn wait(fd: RawFd, events: i16, deadline: Option<Instant>) -> io::Res
         events,
         revents: 0,
     };
-    let ms = match deadline {
-        None => -1,
+    let ts = match deadline {
+        None => None,
         Some(d) => {
             let left = d.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(0);
             }
-            left.as_millis().clamp(1, i32::MAX as u128) as i32
+            Some(libc::timespec {
+                tv_sec: left.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_nsec: libc::c_long::from(left.subsec_nanos()),
+            })
         }
     };
-    // SAFETY: one pollfd on the stack.
-    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: one pollfd on the stack; `tsp` null or a live timespec; no
+    // mask. `ppoll`: arm64 has no `poll`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_ppoll,
+            &mut p as *mut libc::pollfd,
+            1 as libc::c_ulong,
+            tsp,
+            std::ptr::null::<libc::sigset_t>(),
+            SIGSET,
+        )
+    } as isize;
     match check(r as isize) {
         Ok(0) => Ok(0),
         Ok(_) => Ok(p.revents),

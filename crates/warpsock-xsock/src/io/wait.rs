@@ -35,16 +35,37 @@ pub(crate) enum Woken {
     Restart,
     /// A signal did, and not every handler asked for a restart.
     Stop,
+    /// A `pthread_cancel` of this thread is pending (`crate::cancel`): the
+    /// call ends as for `Stop`, and its entry point acts on the cancel.
+    Cancel,
 }
 
 impl Woken {
-    /// After a sleep a signal ended: what the handlers ask.
+    /// After a sleep a signal ended: a pending cancel (the preload sends
+    /// glibc's `SIGCANCEL` to end the sleep; its handler has `SA_RESTART`),
+    /// else what the handlers ask.
     #[cold]
     fn after_signal() -> Self {
-        if super::sys::restart_after_signal() {
+        if crate::cancel::pending() {
+            Self::Cancel
+        } else if super::sys::restart_after_signal() {
             Self::Restart
         } else {
             Self::Stop
+        }
+    }
+
+    /// After a slice that brought nothing and no signal ended: a pending
+    /// cancel that no signal announced (one noted before the wait began,
+    /// or whose signal came between sleeps), else nothing. One relaxed
+    /// load while no cancel is noted; off the fast paths (a wait with
+    /// completions does not look).
+    #[inline(always)]
+    fn after_slice() -> Self {
+        if crate::cancel::any() && crate::cancel::pending() {
+            Self::Cancel
+        } else {
+            Self::NoSignal
         }
     }
 }
@@ -196,7 +217,7 @@ impl XSocket {
             // the books (`io/quiet.rs`).
             self.quiet.store(false, Ordering::Relaxed);
             st.waiters -= 1;
-            return (st, None, Woken::NoSignal);
+            return (st, None, Woken::after_slice());
         }
         st.driving = true;
         self.parked.store(true, Ordering::Release);
@@ -234,6 +255,9 @@ impl XSocket {
             // `intr` goes back to the waiting call alone, never into the
             // socket's state (a wait with completions had no signal end
             // its sleep: the engine drains nothing then).
+            if intr == Woken::NoSignal {
+                intr = Woken::after_slice();
+            }
             self.drive_now(&mut st);
         } else {
             // Another thread's post meanwhile may have left newer news
@@ -302,7 +326,7 @@ impl XSocket {
         match intr {
             Woken::NoSignal => false,
             Woken::Restart => timed,
-            Woken::Stop => true,
+            Woken::Stop | Woken::Cancel => true,
         }
     }
 

@@ -1,0 +1,189 @@
+//! `pthread_cancel` of a thread blocked in a call of a DDP-mode socket
+//! (issue 12).
+//!
+//! glibc (read in sysdeps/nptl and nptl of 2.34 to 2.41: `pthread_cancel.c`,
+//! `cancellation.c`, `pthread_testcancel.c`) marks the target cancelled and
+//! acts on the mark only in the target: at a cancellation point
+//! (`__pthread_enable_asynccancel` as one of libc's wrappers starts,
+//! `pthread_testcancel`), or in the handler of its cancellation signal (32,
+//! `SIGCANCEL`, `SA_RESTART`) when the target is in asynchronous mode —
+//! inside such a wrapper, or with `PTHREAD_CANCEL_ASYNCHRONOUS`. 2.36 to
+//! 2.40 send the signal only then; 2.34, 2.35 and 2.41 on always, and their
+//! handler does nothing else. Acting is a forced unwind from that point.
+//! Inside the library's frames it cannot cross their `extern "C"` entry
+//! points: the process aborted ("FATAL: exception not rethrown"), where a
+//! TCP socket's blocked `read` ends its thread with `PTHREAD_CANCELED`.
+//!
+//! So the library never calls a cancellation point while it works for an
+//! application's call (its system calls are raw; engine `sys.rs`,
+//! `io/sys.rs`, the preload's doorbell and `poll`). A pending cancel is
+//! then a mark that nothing acts on inside the library; this module ends
+//! the call's wait for it and acts on it at the outermost frame:
+//!
+//! 1. The preload's `pthread_cancel` calls glibc's, then [`note`]s the
+//!    target's thread id and sends it `SIGCANCEL` itself: glibc's handler
+//!    does nothing more for a thread already marked, but the signal ends
+//!    the raw sleep the thread may be in (`ppoll`, `epoll_pwait`, a read
+//!    with a timeout fail with `EINTR`, whatever `SA_RESTART` says).
+//!    (Where glibc sent it too, this one more is as harmless.)
+//! 2. A wait that a signal ended, or whose slice ended with nothing, asks
+//!    [`pending`]: the socket call then ends as for a signal whose handler
+//!    has no `SA_RESTART` (`EINTR`, or the bytes it moved), with every lock
+//!    and count of the call given back on the way out, as for any return.
+//! 3. The interposed entry point, once its call failed and nothing of the
+//!    library is live on the stack, calls [`act`]: `pthread_testcancel`,
+//!    whose unwind then starts in a frame with no destructors and crosses
+//!    only `extern "C-unwind"` entry points (RFC 2945: a forced unwind
+//!    through frames without destructors is allowed).
+//!
+//! Not covered: `PTHREAD_CANCEL_ASYNCHRONOUS` (the signal's handler unwinds
+//! at once, wherever the thread is; README). A thread whose cancellation is
+//! disabled keeps its mark here until it enables it and a wait looks again.
+//! A call that moved bytes before its wait ended (a send that buffered
+//! part, a `MSG_WAITALL` read short of its length) returns their count,
+//! and the cancel is acted on at the thread's next cancellation point or
+//! failed call; TCP's call unwinds there, its count lost.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+
+/// Thread ids with a cancel noted and not yet acted on (0: a free slot).
+/// A few at a time are plenty (a thread is cancelled once); when every slot
+/// is taken the oldest is overwritten (a lost mark only means the call
+/// waits on, as before).
+const SLOTS: usize = 16;
+static NOTED: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
+/// How many slots are taken: the one load every check costs while none is.
+static TAKEN: AtomicUsize = AtomicUsize::new(0);
+/// The slot the next overwrite takes.
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// glibc's cancellation signal (`SIGCANCEL`, `__SIGRTMIN`).
+pub const SIGCANCEL: libc::c_int = 32;
+
+unsafe extern "C-unwind" {
+    /// May unwind (a forced unwind: the thread's cancellation).
+    fn pthread_testcancel();
+}
+
+unsafe extern "C" {
+    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
+}
+
+const PTHREAD_CANCEL_ENABLE: libc::c_int = 0;
+const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+
+/// Notes a cancel requested for thread `tid` (the kernel's id), after
+/// glibc's `pthread_cancel` marked it.
+pub fn note(tid: libc::pid_t) {
+    if tid <= 0 {
+        return;
+    }
+    for s in &NOTED {
+        match s.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                TAKEN.fetch_add(1, Ordering::AcqRel);
+                return;
+            }
+            Err(t) if t == tid => return,
+            Err(_) => {}
+        }
+    }
+    NOTED[NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS].store(tid, Ordering::Release);
+}
+
+/// Whether any cancel is noted at all (one relaxed load).
+#[inline(always)]
+pub fn any() -> bool {
+    TAKEN.load(Ordering::Relaxed) != 0
+}
+
+fn gettid() -> libc::pid_t {
+    // SAFETY: no arguments; cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
+}
+
+/// This thread's slot, if a cancel is noted for it.
+fn mine() -> Option<(&'static AtomicI32, libc::pid_t)> {
+    let me = gettid();
+    NOTED
+        .iter()
+        .find(|s| s.load(Ordering::Acquire) == me)
+        .map(|s| (s, me))
+}
+
+/// Whether this thread's cancellation is enabled now, read by disabling it
+/// and putting it back (glibc has no other reading; neither call is a
+/// cancellation point, and in deferred mode neither acts).
+fn enabled() -> bool {
+    let mut old = PTHREAD_CANCEL_DISABLE;
+    // SAFETY: sets this thread's state, reads the old one into `old`.
+    unsafe {
+        if pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) != 0 {
+            return false;
+        }
+        if old == PTHREAD_CANCEL_ENABLE {
+            pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, std::ptr::null_mut());
+        }
+    }
+    old == PTHREAD_CANCEL_ENABLE
+}
+
+/// Whether this thread has a cancel noted that it would act on now: its
+/// socket call should end its wait (as for a signal without `SA_RESTART`).
+/// Off every fast path: called after a wait a signal or its slice ended.
+#[cold]
+#[inline(never)]
+pub fn pending() -> bool {
+    any() && mine().is_some() && enabled()
+}
+
+/// At an interposed entry point whose call failed, with nothing of the
+/// library live on the stack: acts on this thread's noted cancel, if it
+/// has one and its cancellation is enabled (`pthread_testcancel`: the
+/// thread unwinds from here and never returns). Returns otherwise.
+#[cold]
+#[inline(never)]
+pub fn act() {
+    if !any() {
+        return;
+    }
+    let Some((slot, me)) = mine() else {
+        return;
+    };
+    if !enabled() {
+        return;
+    }
+    if slot
+        .compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+    {
+        TAKEN.fetch_sub(1, Ordering::AcqRel);
+    }
+    // SAFETY: glibc's; in deferred mode it unwinds (forced) to the thread's
+    // start through this frame and the entry point's, neither of which has
+    // anything to drop, or returns.
+    unsafe { pthread_testcancel() };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A noted thread is found by its own look and no other's; a full
+    /// table overwrites a slot (the count stays that of taken slots).
+    #[test]
+    fn a_noted_cancel_is_this_threads_alone() {
+        let me = gettid();
+        assert!(mine().is_none());
+        note(me);
+        note(me);
+        assert!(mine().is_some());
+        let other = std::thread::spawn(|| mine().is_some()).join().unwrap();
+        assert!(!other, "another thread's look");
+        let (slot, _) = mine().unwrap();
+        slot.store(0, Ordering::Release);
+        TAKEN.fetch_sub(1, Ordering::AcqRel);
+        assert!(!any());
+    }
+}
