@@ -15,6 +15,8 @@
 #   1c. tests/c/eintr.c under ASan: a signal's handler ends a blocking read,
 #      send or poll with EINTR (or a partial count) as over TCP, SA_RESTART
 #      goes on (not with SO_RCVTIMEO), a sink read is withdrawn first;
+#   1e. tests/c/cancel.c under ASan: pthread_cancel of a thread blocked in a
+#      read, recv, send or poll ends it with PTHREAD_CANCELED as over TCP;
 #   2. the same cases across two network namespaces joined by a veth pair
 #      (10.x addresses inside them only), CRC on and off;
 #   3. tshark decodes a captured DDP-mode connection as MPA/DDP/RDMAP with
@@ -116,6 +118,15 @@ pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTAR
 OCASES=(rcvlowat soerror soerrpoll soerrrecv soerrhup abort blockafter stamps stampopts)
 c_cases sockopt "${OCASES[@]}"
 pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR and poll after a reset, an abortive close, a blocking read after empty spins, stamps and error reports kept)"
+
+# 1e. pthread_cancel of a thread blocked in a read, a MSG_WAITALL recv, a
+# send on a full window, a poll (standing in for the progress thread) and
+# the accepted end's read: the thread ends with PTHREAD_CANCELED as over
+# TCP, the socket works after (tests/c/cancel.c, one case per run, under
+# ASan/UBSan; issue 12).
+KCASES=(read waitall send poll accepted)
+c_cases cancel "${KCASES[@]}"
+pass "${#KCASES[@]} pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end)"
 
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
 # ping-pong of 2 x 2000 round trips (blocking calls, then poll before each
