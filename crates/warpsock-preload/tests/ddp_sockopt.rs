@@ -97,6 +97,19 @@ fn kept_stamp_options_read_back_as_tcps() {
     assert_eq!(tcp.stdout, ddp.stdout);
 }
 
+/// `SO_ZEROCOPY` on a DDP-mode socket, whose `MSG_ZEROCOPY` sends would
+/// never get the notice a program holds each buffer for (review r23-a item
+/// 1): refused with `EOPNOTSUPP` after the switch (reads 0; the sends are
+/// plain), and a socket with it on before the switch is not switched (the
+/// connection stays TCP and gets the notices). Fails with the option kept
+/// (the set succeeds) and with the switch made with it on (it succeeds).
+#[test]
+fn zero_copy_is_refused_on_a_ddp_mode_socket() {
+    case("zerocopy", false);
+    let r = case("zerocopy", true);
+    assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
+}
+
 /// A reset taken by a read: poll then shows `POLLIN|POLLHUP|POLLRDHUP`
 /// without `POLLERR`, as Linux's TCP once `sk_err` was taken (review r22-e
 /// item 6: an event loop whose `POLLERR` branch only reads `SO_ERROR` would

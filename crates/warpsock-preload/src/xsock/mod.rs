@@ -333,6 +333,14 @@ fn switch(
     if p.tried {
         return Err(libc::EALREADY);
     }
+    if sys::get_int(fd, libc::SOL_SOCKET, libc::SO_ZEROCOPY).is_some_and(|v| v != 0) {
+        // Its `MSG_ZEROCOPY` sends would wait for notices only TCP makes
+        // (`Kept`, review r23-a item 1): declined before the handshake, as
+        // by a peer without the library (policy mode: the connection stays
+        // TCP; an explicit switch fails, the connection plain).
+        REFUSED.fetch_add(1, Ordering::Relaxed);
+        return Err(libc::EOPNOTSUPP);
+    }
     let sndbuf = p.sndbuf;
     p.tried = true;
     p.ddp = false;

@@ -47,9 +47,17 @@
  *               empty error queue (set there, stamps filled it, charged to
  *               the engine's receive space).
  *   stampopts   a sequence of SO_TIMESTAMP(NS)(_NEW), SO_TIMESTAMPING(_NEW),
- *               SO_ZEROCOPY, IP_RECVERR and IPV6_RECVERR sets, each
- *               followed by every one's read-back, printed: the DDP-mode
+ *               IP_RECVERR and IPV6_RECVERR sets, each followed by every
+ *               one's read-back (SO_ZEROCOPY's too), printed: the DDP-mode
  *               socket's lines must be plain TCP's (ddp_sockopt.rs).
+ *   zerocopy    SO_ZEROCOPY after the switch: TCP takes it and each of 3
+ *               MSG_ZEROCOPY sends gets its notice (ids 0..2, POLLERR
+ *               first); a DDP-mode socket, which would never give one,
+ *               refuses it with EOPNOTSUPP as a socket without zero copy
+ *               (reads 0), and its MSG_ZEROCOPY sends are plain ones.
+ *               Then a second pair with SO_ZEROCOPY set before the switch:
+ *               the switch is refused (EOPNOTSUPP) and the connection,
+ *               plain TCP, gets the notices (review r23-a item 1).
  *
  * Synchronised on events (pipes, the peer's bytes), no sleeps; every loop
  * bounded. */
@@ -63,6 +71,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <linux/errqueue.h>
 #include <linux/net_tstamp.h>
 
 static int c, s;
@@ -419,8 +428,6 @@ static void case_stampopts(void) {
         {SOL_SOCKET, SO_TIMESTAMPNS_NEW, 0, "TSNS_NEW"},
         {SOL_SOCKET, SO_TIMESTAMP, 1, "TS"},
         {SOL_SOCKET, SO_TIMESTAMPING, 0, "TSING"},
-        {SOL_SOCKET, SO_ZEROCOPY, 1, "ZEROCOPY"},
-        {SOL_SOCKET, SO_ZEROCOPY, 2, "ZEROCOPY"},
         {IPPROTO_IP, IP_RECVERR, 5, "IP_RECVERR"},
         {IPPROTO_IPV6, IPV6_RECVERR, 1, "IPV6_RECVERR"},
         {IPPROTO_IP, IP_RECVERR, 0, "IP_RECVERR"},
@@ -434,6 +441,70 @@ static void case_stampopts(void) {
         int r = setsockopt(c, seq[i].level, seq[i].name, &seq[i].v, sizeof seq[i].v);
         show_opts(seq[i].what, seq[i].v, r);
     }
+}
+
+/* Three 8 B MSG_ZEROCOPY sends on fd, which peer reads. */
+static void zerocopy_sends(int fd, int peer) {
+    for (int i = 0; i < 3; i++) CHECK(send(fd, "zerocopy", 8, MSG_ZEROCOPY) == 8);
+    size_t got = 0;
+    recv_until(peer, &got, 24, NULL);
+}
+
+/* fd's zero-copy notices for its sends 0..2 (coalesced ranges, each
+ * waited for with poll's POLLERR). */
+static void zerocopy_notices(int fd) {
+    unsigned next = 0;
+    for (int k = 0; next < 3; k++) {
+        CHECK(k < 3);
+        struct pollfd p = {fd, 0, 0};
+        CHECK(poll(&p, 1, -1) == 1 && (p.revents & POLLERR));
+        char ctl[512];
+        struct msghdr m;
+        memset(&m, 0, sizeof m);
+        m.msg_control = ctl;
+        m.msg_controllen = sizeof ctl;
+        CHECK(recvmsg(fd, &m, MSG_ERRQUEUE) == 0);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        CHECK(cm && cm->cmsg_level == SOL_IP && cm->cmsg_type == IP_RECVERR);
+        struct sock_extended_err e;
+        memcpy(&e, CMSG_DATA(cm), sizeof e);
+        fprintf(stderr, "zerocopy: notice %u..%u code %u\n", e.ee_info, e.ee_data, e.ee_code);
+        CHECK(e.ee_errno == 0 && e.ee_origin == SO_EE_ORIGIN_ZEROCOPY);
+        CHECK(e.ee_info == next && e.ee_data >= next && e.ee_data < 3);
+        next = e.ee_data + 1;
+    }
+}
+
+static void case_zerocopy(void) {
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_switch, NULL) == 0);
+    switch_end(c);
+    CHECK(pthread_join(pt, NULL) == 0);
+    int one = 1;
+    int r = setsockopt(c, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one);
+    fprintf(stderr, "zerocopy: set after the switch %d errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(plain ? r == 0 : r == -1 && errno == EOPNOTSUPP);
+    CHECK(sol_int(c, SO_ZEROCOPY) == plain);
+    zerocopy_sends(c, s);
+    if (plain) {
+        zerocopy_notices(c);
+    } else {
+        CHECK(errqueue_entry(c) == 0);
+    }
+    /* Set before the switch. */
+    int c2, s2;
+    tcp_pair(&c2, &s2);
+    set_sol_int(c2, SO_ZEROCOPY, 1);
+    if (!plain) {
+        r = setsockopt(c2, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+        fprintf(stderr, "zerocopy: switch with it on %d errno %d\n", r, r < 0 ? errno : 0);
+        CHECK(r == -1 && errno == EOPNOTSUPP);
+    }
+    CHECK(sol_int(c2, SO_ZEROCOPY) == 1);
+    zerocopy_sends(c2, s2);
+    zerocopy_notices(c2);
+    close(c2);
+    close(s2);
 }
 
 static void *peer_abort_read(void *a) {
@@ -484,6 +555,8 @@ int main(int argc, char **argv) {
         case_abort();
     } else if (!strcmp(cs, "stampopts")) {
         case_stampopts();
+    } else if (!strcmp(cs, "zerocopy")) {
+        case_zerocopy();
     } else if (!strcmp(cs, "stamps")) {
         case_stamps();
     } else if (!strcmp(cs, "blockafter")) {

@@ -149,10 +149,8 @@ const STAMP_NEW: u8 = 4;
 ///   DDP-mode read returns what is there and poll reports any readable
 ///   byte, as TCP with the mark at 1.
 /// * `SO_TIMESTAMPING`, `SO_TIMESTAMP(NS)` (`_OLD`/`_NEW`), `IP_RECVERR`,
-///   `IPV6_RECVERR`, `SO_ZEROCOPY` (review r22-e item 2): each puts
-///   entries in the engine socket's error queue (transmit stamps and the
-///   ICMP errors; zero-copy notices only with `MSG_ZEROCOPY`, which the
-///   engine does not use, but kept with the others for one answer) or
+///   `IPV6_RECVERR` (review r22-e item 2): each puts entries in the
+///   engine socket's error queue (transmit stamps and the ICMP errors) or
 ///   control messages on its reads. Nothing drains that queue, and each
 ///   entry is charged to the socket's receive space until it fills
 ///   (`sock_queue_err_skb`): the engine's receive window shrinks. The
@@ -167,7 +165,26 @@ const STAMP_NEW: u8 = 4;
 /// program set the option; and programs that set these options as they
 /// set up a socket often treat any failure as fatal, where a stamp or
 /// notice that never comes is what they meet over a path that makes
-/// none (a device without transmit stamps, a copy instead of zero copy).
+/// none (a device without transmit stamps).
+///
+/// `SO_ZEROCOPY` is not kept (review r23-a item 1): a program that sets it
+/// and sends with `MSG_ZEROCOPY` holds each buffer until the error queue's
+/// notice names its send (msg_zerocopy.rst; Linux sends one even when it
+/// copied, `SO_EE_CODE_ZEROCOPY_COPIED`, as over loopback always), and a
+/// notice that never comes pins every buffer it sent: memory grows, or a
+/// bounded pool stops the sends. The stamps' "none comes" is what a path
+/// without stamps gives; no path gives that for a notice. So it is refused
+/// as Linux refuses it on a socket that cannot do zero copy
+/// (`sk_setsockopt`: `EOPNOTSUPP` for any value, before the value is
+/// looked at), which such programs handle (they fall back to plain
+/// sends), and reads 0 (Linux's read there); a socket that has it on is
+/// not switched at all (`xsock::switch`: a value accepted by the kernel
+/// before the switch cannot be refused any more, and notices are made only
+/// by TCP). Synthesizing the notices instead (counting the calls, a
+/// `sock_extended_err` on `MSG_ERRQUEUE`, `POLLERR` while one waits) needs
+/// a `POLLERR` the library can raise and clear on the doorbell, a socket
+/// pair, and the interposed waits to report it: far more for a program
+/// that gains nothing from zero copy's name here (every send copies).
 /// The values are checked as Linux's `sock_setsockopt` checks them, no
 /// more (`SO_TIMESTAMPING`'s flags are not held to the running kernel's
 /// mask).
@@ -179,7 +196,6 @@ pub(crate) struct Kept {
     stamping: AtomicI32,
     recverr: AtomicBool,
     recverr6: AtomicBool,
-    zerocopy: AtomicBool,
     /// An IPv6 socket (`IPV6_RECVERR` is kept; an IPv4 one's kernel
     /// refuses it, and is asked).
     v6: bool,
@@ -219,7 +235,6 @@ impl Kept {
             stamping: AtomicI32::new(stamping),
             recverr: AtomicBool::new(get(libc::IPPROTO_IP, libc::IP_RECVERR) != 0),
             recverr6: AtomicBool::new(get(libc::IPPROTO_IPV6, libc::IPV6_RECVERR) != 0),
-            zerocopy: AtomicBool::new(get(libc::SOL_SOCKET, libc::SO_ZEROCOPY) != 0),
             v6: get(libc::SOL_SOCKET, libc::SO_DOMAIN) == libc::AF_INET6,
         };
         kept.apply(fd, false);
@@ -278,11 +293,10 @@ impl Kept {
                     .store(old | if new { STAMP_NEW } else { 0 }, Ordering::Relaxed);
             }
             (libc::SOL_SOCKET, libc::SO_ZEROCOPY) => {
-                if !matches!(v, 0 | 1) {
-                    set_errno(libc::EINVAL);
-                    return Some(-1);
-                }
-                self.zerocopy.store(on, Ordering::Relaxed);
+                // Refused as on a socket that cannot do zero copy (see
+                // `Kept`), whatever the value.
+                set_errno(libc::EOPNOTSUPP);
+                return Some(-1);
             }
             (libc::SOL_SOCKET, _) => {
                 // `__sock_set_timestamps`: on sets the kind; off clears
@@ -330,7 +344,9 @@ impl Kept {
             _ if !self.kept_name(level, name) => return None,
             (libc::IPPROTO_IPV6, _) => self.recverr6.load(Ordering::Relaxed).into(),
             (_, libc::SO_RCVLOWAT) => self.rcvlowat.load(Ordering::Relaxed),
-            (_, libc::SO_ZEROCOPY) => self.zerocopy.load(Ordering::Relaxed).into(),
+            // Never on: refused here, and a socket with it on before the
+            // switch stays TCP.
+            (_, libc::SO_ZEROCOPY) => 0,
             (_, libc::SO_TIMESTAMPING) => self.stamping.load(Ordering::Relaxed),
             // Only the flags set through the same name.
             (_, libc::SO_TIMESTAMPING_NEW) if has(STAMP_NEW) => {
@@ -359,7 +375,6 @@ impl Kept {
         self.stamping.load(Ordering::Relaxed) != 0
             || self.recverr.load(Ordering::Relaxed)
             || self.recverr6.load(Ordering::Relaxed)
-            || self.zerocopy.load(Ordering::Relaxed)
     }
 
     /// Sets the kept values on `fd` (`on`), or turns them off; only those
@@ -381,7 +396,6 @@ impl Kept {
         for (flag, level, name) in [
             (&self.recverr, libc::IPPROTO_IP, libc::IP_RECVERR),
             (&self.recverr6, libc::IPPROTO_IPV6, libc::IPV6_RECVERR),
-            (&self.zerocopy, libc::SOL_SOCKET, libc::SO_ZEROCOPY),
         ] {
             if flag.load(Ordering::Relaxed) {
                 sys::set_int(fd, level, name, c_int::from(on));
