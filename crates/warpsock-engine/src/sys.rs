@@ -495,6 +495,46 @@ pub fn set_linger_zero(fd: RawFd) -> io::Result<()> {
     )
 }
 
+/// Most entries [`drain_error_queue`] takes in one call: far more than any
+/// socket's error queue holds (each entry is charged to its receive buffer,
+/// `sock_queue_err_skb`, at 576 B or more: 2^20 of them fill 576 MiB).
+const ERRQUEUE_MAX: usize = 1 << 20;
+
+/// Takes and drops the entries of `fd`'s error queue (`recvmsg` with
+/// `MSG_ERRQUEUE | MSG_DONTWAIT` until `EAGAIN`): transmit stamps,
+/// zero-copy notices, ICMP reports that options set on the socket made —
+/// by a program before it handed the socket over (review r23-a item 2: its
+/// `SO_TIMESTAMPING`'s stamps for bytes sent before come after the option
+/// went off). Nobody reads them here, and each one makes `poll` and epoll
+/// report `POLLERR` for as long as it stays (a wait for input then never
+/// sleeps) and is charged to the receive buffer. Never takes the socket's
+/// own error (`sk_err`): an empty queue answers `EAGAIN` without looking at
+/// it. Returns how many it took (bounded: [`ERRQUEUE_MAX`]). Exported for
+/// the socket layers above the engine (one place for it).
+pub fn drain_error_queue(fd: RawFd) -> usize {
+    let mut n = 0;
+    for _ in 0..ERRQUEUE_MAX {
+        // SAFETY: msghdr is plain data; all-zero is a valid empty header
+        // (no buffer, no control space: the entry is taken truncated).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        // SAFETY: `msg` is a live header naming no memory.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_recvmsg,
+                libc::c_long::from(fd),
+                &mut msg as *mut libc::msghdr,
+                libc::c_long::from(libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT),
+            )
+        };
+        if r >= 0 {
+            n += 1;
+        } else if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
+        }
+    }
+    n
+}
+
 /// Fills `buf` from the kernel's random source (`getrandom`, which only
 /// blocks before the pool is first initialised at boot).
 pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {

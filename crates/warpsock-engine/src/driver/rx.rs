@@ -119,13 +119,17 @@ impl ParkedRead {
     ///
     /// `POLLERR` alone with nothing to read is an entry in the socket's
     /// error queue (`SO_TIMESTAMPING`'s transmit stamps, `IP_RECVERR`'s
-    /// ICMP errors: options set on this socket — not the preload's
-    /// programs' any more, which it keeps off it, review r22-e item 2),
-    /// which `poll` reports at once for as long as it stays — and no one
-    /// reads it: the wait slept no more and spun at 100 % CPU (review
-    /// r22-d item 2). It then sleeps in the blocking read (its timeout the
-    /// slice, set by `park`), with that read's signal race, in this rare
-    /// case.
+    /// ICMP errors: options set on this socket — by a program before the
+    /// switch, whose stamps for bytes sent before it can come after the
+    /// preload turned them off, review r23-a item 2), which `poll` reports
+    /// at once for as long as it stays: the wait slept no more and spun at
+    /// 100 % CPU (review r22-d item 2). Nobody here reads them: they are
+    /// dropped ([`sys::drain_error_queue`]) and the slice ends as one that
+    /// timed out (`WouldBlock`: the caller's next round sleeps again, its
+    /// deadline its own). Only if there were none (the socket's own error,
+    /// which the read below reports, or another reader took them) does it
+    /// sleep in the blocking read (its timeout the slice, set by `park`),
+    /// with that read's signal race.
     pub(crate) fn read_polled(&mut self, timeout: Duration) -> io::Result<usize> {
         let revents = sys::poll_readable(self.fd, timeout)?;
         if revents == 0 {
@@ -136,6 +140,9 @@ impl ParkedRead {
                 if e.kind() == io::ErrorKind::WouldBlock
                     && revents & (libc::POLLIN | libc::POLLHUP) == 0 =>
             {
+                if revents & libc::POLLERR != 0 && sys::drain_error_queue(self.fd) > 0 {
+                    return Err(e);
+                }
                 self.read()
             }
             r => r,
@@ -553,15 +560,6 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    /// Whether thread `tid` sleeps in a `recvfrom` without flags (the
-    /// blocking read, not `read_polled`'s `MSG_DONTWAIT` look).
-    fn in_blocking_recv(tid: libc::pid_t) -> bool {
-        let path = format!("/proc/self/task/{tid}/syscall");
-        let s = std::fs::read_to_string(path).unwrap_or_default();
-        let f: Vec<&str> = s.split_whitespace().collect();
-        f.first() == Some(&libc::SYS_recvfrom.to_string().as_str()) && f.get(4) == Some(&"0x0")
-    }
-
     /// Whether thread `tid` sleeps in `poll` (libc's: `ppoll` on arm64).
     fn in_poll(tid: libc::pid_t) -> bool {
         let path = format!("/proc/self/task/{tid}/syscall");
@@ -662,12 +660,16 @@ mod tests {
     /// A socket whose error queue holds an entry (a transmit timestamp:
     /// `SO_TIMESTAMPING`, set on it) has `poll` report
     /// `POLLERR` at once though there is nothing to read: the polled sleep
-    /// then sleeps in the blocking read, and returns the bytes that come
-    /// (review r22-d item 2). Fails with `WouldBlock` at once (each slice
-    /// of the wait then spun on poll and `EAGAIN`).
+    /// drops the entry and ends as a slice that timed out, and the next one
+    /// sleeps in `poll` and returns the bytes that come (review r23-a item
+    /// 2; r22-d item 2: each slice of the wait spun on poll and `EAGAIN`).
+    /// Fails with the entry left: the queue is not empty after the first
+    /// slice (with the blocking-read fallback alone, that read then times
+    /// out at the socket's 1 ms), and the second slice never sleeps in
+    /// `poll` (it spins to its 20 s end with `WouldBlock`).
     #[test]
     #[allow(unsafe_code)]
-    fn a_polled_read_with_an_error_queue_entry_sleeps_in_the_read() {
+    fn a_polled_read_drops_error_queue_entries_and_sleeps_in_poll() {
         let (mut a, mut b, mut pr) = pair();
         let flags = (libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as i32;
         // SAFETY: an int option from a live local, on a live socket.
@@ -686,8 +688,12 @@ mod tests {
         // The stamp is queued: poll reports POLLERR alone.
         let revents = sys::poll_readable(a.as_raw_fd(), Duration::from_secs(20)).unwrap();
         assert_eq!(revents, libc::POLLERR);
-        a.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let got = read_polled_once_asleep(&mut pr, in_blocking_recv, || b.write_all(b"y").unwrap());
+        a.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        let first = pr.read_polled(Duration::from_secs(20));
+        assert_eq!(first.unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+        let left = sys::poll_readable(a.as_raw_fd(), Duration::ZERO).unwrap();
+        assert_eq!(left, 0, "the error queue still holds an entry");
+        let got = read_polled_once_asleep(&mut pr, in_poll, || b.write_all(b"y").unwrap());
         assert_eq!(got.unwrap(), 1);
         assert_eq!(pr.buf[0], b'y');
     }

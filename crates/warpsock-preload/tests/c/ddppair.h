@@ -14,10 +14,13 @@ static void ddp_mode(int fd) {
 }
 
 /* A connected pair on 127.0.0.1: *c the connecting end, *s the accepted
- * one (the listener is closed). */
-static void tcp_pair(int *c, int *s) {
+ * one (the listener is closed), both with SO_RCVBUF rcvbuf (0: the
+ * kernel's; set before the window is announced: on the listener, whose
+ * connection inherits it). */
+static void tcp_pair_small(int *c, int *s, int rcvbuf) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(l >= 0);
+    if (rcvbuf > 0) CHECK(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) == 0);
     struct sockaddr_in a = lo(0);
     socklen_t alen = sizeof a;
     CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
@@ -25,10 +28,16 @@ static void tcp_pair(int *c, int *s) {
     CHECK(getsockname(l, (struct sockaddr *)&a, &alen) == 0);
     *c = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(*c >= 0);
+    if (rcvbuf > 0) CHECK(setsockopt(*c, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) == 0);
     CHECK(connect(*c, (struct sockaddr *)&a, sizeof a) == 0);
     *s = accept(l, NULL, NULL);
     CHECK(*s >= 0);
     close(l);
+}
+
+/* tcp_pair_small with the kernel's receive buffer. */
+static void tcp_pair(int *c, int *s) {
+    tcp_pair_small(c, s, 0);
 }
 
 /* A non-blocking send of n bytes at b: the count, or -1 with EAGAIN (any

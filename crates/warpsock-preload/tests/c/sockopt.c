@@ -46,6 +46,20 @@
  *               one with the DDP socket's addresses) has them off and an
  *               empty error queue (set there, stamps filled it, charged to
  *               the engine's receive space).
+ *   latestamps  on the switch's initiator (the end with the lower port),
+ *               stamps (TX_SOFTWARE|TX_ACK|OPT_ID|OPT_TSONLY) on, then
+ *               1 KiB sends until EAGAIN into a peer that reads nothing
+ *               (both SO_RCVBUF small): most wait unsent behind its closed
+ *               window, their stamps to come. Then both ends switch: the
+ *               peer's switch reads them (its residue) before it marks,
+ *               the window opens and their stamps reach the initiator's
+ *               kernel socket while it waits for that mark, after the
+ *               options went off (review r23-a item 2). The switch must
+ *               succeed (that wait took POLLERR with nothing to read for
+ *               the end of stream: ECONNREFUSED), the engine's TCP
+ *               socket's error queue must be empty right after it (left,
+ *               POLLERR for good: the progress thread spun), and the peer
+ *               reads every byte. Over TCP the error queue holds stamps.
  *   stampopts   a sequence of SO_TIMESTAMP(NS)(_NEW), SO_TIMESTAMPING(_NEW),
  *               IP_RECVERR and IPV6_RECVERR sets, each followed by every
  *               one's read-back (SO_ZEROCOPY's too), printed: the DDP-mode
@@ -392,6 +406,62 @@ static void case_stamps(void) {
     }
 }
 
+static size_t late_sent; /* the bytes latestamps sent before the switch */
+
+static int late_x; /* latestamps' stamping end */
+
+static void *peer_late(void *a) {
+    int y = *(int *)a;
+    /* Only once the other end's switch has taken its options off its
+     * kernel socket (still the program's descriptor until the switch
+     * ends): a switch made before that took the bytes in, and their stamps
+     * were all dropped at its start. */
+    for (long k = 0; !plain && opt_int(late_x, SOL_SOCKET, SO_TIMESTAMPING) != 0; k++) {
+        CHECK(k < 10000000);
+        sched_yield();
+    }
+    switch_end(y);
+    size_t got = 0;
+    recv_until(y, &got, late_sent, NULL);
+    CHECK(got == late_sent);
+    return NULL;
+}
+
+static void case_latestamps(void) {
+    /* x: the initiator (both ends have 127.0.0.1: the lower port). */
+    int x = port_of(c, 0) < port_of(c, 1) ? c : s, y = x == c ? s : c;
+    late_x = x;
+    int f = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_TX_ACK | SOF_TIMESTAMPING_SOFTWARE |
+            SOF_TIMESTAMPING_OPT_ID | SOF_TIMESTAMPING_OPT_TSONLY;
+    CHECK(setsockopt(x, SOL_SOCKET, SO_TIMESTAMPING, &f, sizeof f) == 0);
+    set_sol_int(x, SO_SNDBUF, 16384); /* a short stream to hold back */
+    static char chunk[1024];
+    memset(chunk, 'l', sizeof chunk);
+    for (int i = 0;; i++) {
+        CHECK(i < 100000);
+        ssize_t r = send_nb(x, chunk, sizeof chunk);
+        if (r < 0) break;
+        late_sent += (size_t)r;
+    }
+    fprintf(stderr, "latestamps: %zu bytes sent before the switch\n", late_sent);
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_late, &y) == 0);
+    switch_end(x);
+    int k = tcp_under(x);
+    CHECK((k < 0) == plain);
+    if (k >= 0) {
+        int under = errqueue_entry(k);
+        fprintf(stderr, "latestamps: the engine's error queue entry %d\n", under);
+        CHECK(under == 0);
+        CHECK(opt_int(k, SOL_SOCKET, SO_TIMESTAMPING) == 0);
+        CHECK(sol_int(x, SO_TIMESTAMPING) == f);
+    }
+    CHECK(pthread_join(pt, NULL) == 0);
+    int stamped = errqueue_entry(x);
+    fprintf(stderr, "latestamps: error queue entry %d\n", stamped);
+    CHECK(stamped == plain);
+}
+
 /* Every kept option's value on stdout (-errno for a failed read). */
 static void show_opts(const char *what, int v, int r) {
     static const int opts[][2] = {
@@ -539,7 +609,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     plain = argc > 2 && !strcmp(argv[2], "plain");
-    tcp_pair(&c, &s);
+    if (!strcmp(argv[1], "latestamps")) {
+        tcp_pair_small(&c, &s, 4096);
+    } else {
+        tcp_pair(&c, &s);
+    }
     const char *cs = argv[1];
     if (!strcmp(cs, "rcvlowat")) {
         case_rcvlowat();
@@ -555,6 +629,8 @@ int main(int argc, char **argv) {
         case_abort();
     } else if (!strcmp(cs, "stampopts")) {
         case_stampopts();
+    } else if (!strcmp(cs, "latestamps")) {
+        case_latestamps();
     } else if (!strcmp(cs, "zerocopy")) {
         case_zerocopy();
     } else if (!strcmp(cs, "stamps")) {

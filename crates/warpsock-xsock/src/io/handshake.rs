@@ -138,7 +138,7 @@ pub fn switch_fd_as(
                         }
                         None => {
                             // The pointer is known, the byte not yet here.
-                            if sys::wait(raw, libc::POLLPRI, Some(deadline)).map_err(broken)? == 0 {
+                            if wait(raw, libc::POLLPRI, deadline).map_err(broken)? == 0 {
                                 sw.on_timeout(Instant::now());
                             }
                         }
@@ -151,8 +151,7 @@ pub fn switch_fd_as(
                 // arrives meanwhile.
                 let queued = sys::readable(raw).map_err(broken)?;
                 if queued == 0 {
-                    let ev = sys::wait(raw, libc::POLLIN | libc::POLLPRI, Some(deadline))
-                        .map_err(broken)?;
+                    let ev = wait(raw, libc::POLLIN | libc::POLLPRI, deadline).map_err(broken)?;
                     if ev == 0 {
                         sw.on_timeout(Instant::now());
                     } else if ev & (libc::POLLHUP | libc::POLLERR) != 0
@@ -193,7 +192,7 @@ pub fn switch_fd_as(
                         sw.on_peek(&buf[..n]);
                         if matches!(sw.step(), Step::AwaitRequest { .. }) {
                             // Same bytes, still undecided: wait for more.
-                            if sys::wait(raw, libc::POLLIN, Some(deadline)).map_err(broken)? == 0 {
+                            if wait(raw, libc::POLLIN, deadline).map_err(broken)? == 0 {
                                 sw.on_timeout(Instant::now());
                             } else if n >= want {
                                 continue;
@@ -203,7 +202,7 @@ pub fn switch_fd_as(
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        if sys::wait(raw, libc::POLLIN, Some(deadline)).map_err(broken)? == 0 {
+                        if wait(raw, libc::POLLIN, deadline).map_err(broken)? == 0 {
                             sw.on_timeout(Instant::now());
                         }
                     }
@@ -214,7 +213,10 @@ pub fn switch_fd_as(
                 let rto = rto_plan(raw, opts.rto_min);
                 let sock = stream.try_clone().map_err(broken)?;
                 return XSocket::connect(sock, opts, residue)
-                    .inspect(|x| x.lock().rto = rto)
+                    .inspect(|x| {
+                        x.lock().rto = rto;
+                        last_entries(raw);
+                    })
                     .map_err(|e| {
                         reset(&stream);
                         Failure::cm(e)
@@ -226,7 +228,11 @@ pub fn switch_fd_as(
                 let tcp_fd = sock.as_raw_fd();
                 let accepted = ConnectRequest::read(sock, opts.limits.request_timeout)
                     .and_then(|req| XSocket::accept(req, tcp_fd, peer_hello, opts, residue));
-                return accepted.inspect(|x| x.lock().rto = rto).map_err(|e| {
+                let accepted = accepted.inspect(|x| {
+                    x.lock().rto = rto;
+                    last_entries(raw);
+                });
+                return accepted.map_err(|e| {
                     reset(&stream);
                     Failure::cm(e)
                 });
@@ -251,6 +257,49 @@ pub fn switch_fd_as(
             }
         }
     }
+}
+
+/// How many times [`wait`] goes on past error-queue entries it dropped:
+/// each time takes at least one, and only bytes sent before the switch
+/// have any (their count is the bound; this one, for a loop's sake).
+const WAITS_PAST_ENTRIES: usize = 64;
+
+/// [`sys::wait`] for `events` until `deadline`, past entries in `fd`'s
+/// error queue (review r23-a item 2): `poll` reports `POLLERR` for them,
+/// whatever `events`, where there is nothing to read — the wait for the
+/// peer's mark took that for its end of stream (the switch was refused),
+/// the others spun. They are transmit stamps (or ICMP reports) for bytes
+/// the program sent before the switch with `SO_TIMESTAMPING` (or
+/// `IP_RECVERR`) on: the option's turning off (the preload's, before the
+/// switch) stops new ones, not those of packets already marked (`TX_ACK`'s
+/// come when the peer acknowledges them, during the switch). Dropped
+/// ([`warpsock_engine::drain_error_queue`]: nobody reads them now), and
+/// the wait goes on. `POLLERR` with a hang-up or no entry (the socket's
+/// own error) is returned as before.
+fn wait(fd: RawFd, events: i16, deadline: Instant) -> io::Result<i16> {
+    for _ in 0..WAITS_PAST_ENTRIES {
+        let ev = sys::wait(fd, events, Some(deadline))?;
+        if ev & libc::POLLERR == 0
+            || ev & (libc::POLLHUP | events) != 0
+            || warpsock_engine::drain_error_queue(fd) == 0
+        {
+            return Ok(ev);
+        }
+    }
+    sys::wait(fd, events, Some(deadline))
+}
+
+/// After the switch: drops the last error-queue entries of bytes sent
+/// before it (see [`wait`]). None come later: the peer's last message of
+/// the exchange, just read, was sent after it read every byte this end
+/// sent before its mark, so the acknowledgement of them all came with or
+/// before it (the kernel takes an ACK before the data it carries), and
+/// the send-time stamps before that; the exchange's own packets are not
+/// marked. Left, they stayed for the connection's life: `POLLERR` on the
+/// engine's socket, which the preload's progress thread's epoll returned
+/// at every wait (it spun), as did the engine's polled sleeps.
+fn last_entries(fd: RawFd) {
+    warpsock_engine::drain_error_queue(fd);
 }
 
 /// `TCP_RTO_MIN_US` (`include/uapi/linux/tcp.h`, Linux 6.15).
