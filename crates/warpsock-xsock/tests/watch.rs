@@ -466,6 +466,14 @@ fn a_standing_poll_keeps_the_progress_thread_asleep() {
     let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, true, None) }.unwrap();
     xa.send(b"start", false, None).unwrap();
     assert_eq!(recv_exact(&xb, 5), b"start");
+    // The mapping reaches the peer with the stream, as `rioread` must
+    // know it: the peer knows it once it read something sent after it
+    // (rio.rs's docs). Unread, the announcement could still wait in the
+    // peer's engine socket at its first `rioread`, which failed with
+    // `EINVAL` (7 runs in 40 under load: the peer's sends had not taken
+    // it in).
+    xb.send(b"mapped", false, None).unwrap();
+    assert_eq!(recv_exact(&xa, 6), b"mapped");
     xb.progress();
     while pending_events(ep) > 0 {}
     assert_eq!(xb.watching(), XSocket::WATCH_INPUT, "a mapping is watched");
