@@ -10,7 +10,7 @@
 use std::io::ErrorKind;
 use std::time::Instant;
 
-use warpsock_xsock::io::XSocket;
+use warpsock_xsock::io::{RecvFlags, XSocket};
 
 mod net;
 
@@ -81,8 +81,9 @@ fn spin_plain(x: &XSocket) -> Option<usize> {
 /// lock, a read of the engine's socket each; the peer's next message is
 /// taken in and returned by the spin that reads it, and the spin after
 /// it makes its round again. Fails with the socket never found quiet
-/// (every spin locks) or the engine's socket not read (the message never
-/// comes; a `poll` of it instead: no reads).
+/// (every spin locks), the engine's socket not read (the message never
+/// comes; a `poll` of it instead: no reads) or the answer left to the
+/// usual receive (`quiet_answers`, review r23-b item 4).
 #[test]
 fn a_quiet_socket_spins_on_the_engines_read_and_takes_the_next_message() {
     let (a, b) = tcp_pair();
@@ -119,9 +120,15 @@ fn a_quiet_socket_spins_on_the_engines_read_and_takes_the_next_message() {
         while !engine_socket_readable(&xa) {
             assert!(t.elapsed() < LIMIT, "round {round}: the message never came");
         }
+        let answers = xa.quiet_answers();
         let mut buf = [0; 8];
         assert_eq!(spin_once(&xa, &mut buf), Some(8), "round {round}");
         assert_eq!(buf[..], pattern(8, round + 10)[..], "round {round}");
+        assert_eq!(
+            xa.quiet_answers() - answers,
+            1,
+            "round {round}: the answer was not the spin's own"
+        );
     }
 }
 
@@ -171,7 +178,10 @@ fn a_quiet_socket_sees_the_end_of_stream_and_keeps_it() {
     assert_eq!(n, 0, "bytes from a closed peer");
     for _ in 0..10 {
         assert_eq!(spin_once(&xa, &mut [0; 8]), Some(0));
-        assert!(!quiet_and_empty(&xa), "quiet after the end of stream");
+        // The flag itself: the engine's read reports the end every time,
+        // so a spin would not say `EAGAIN` even with the flag left set
+        // (review r23-b item 3).
+        assert!(!xa.quiet_now(), "quiet after the end of stream");
     }
 }
 
@@ -206,4 +216,108 @@ fn vectored_spins_and_plain_looks_keep_a_quiet_socket_quiet() {
         let n = spin_until_some(&xa, spin_vectored, &format!("round {round}: no message"));
         assert_eq!(n, 8, "round {round}");
     }
+}
+
+/// Bytes waiting on `x`'s engine socket (`FIONREAD`).
+fn engine_socket_bytes(x: &XSocket) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let r = unsafe { libc::ioctl(x.tcp_fd(), libc::FIONREAD, &mut n) };
+    assert_eq!(r, 0, "FIONREAD");
+    n as usize
+}
+
+/// Makes `xa` quiet, has `xb` send `msgs` (each a send call), and waits
+/// until all of them are on `xa`'s engine socket (`wire`: the bytes one
+/// of them takes there, learnt by [`wire_len`]), so that one spin's read
+/// takes them all.
+fn arrive_while_quiet(xa: &XSocket, xb: &XSocket, msgs: &[Vec<u8>], wire: usize) {
+    assert!(
+        spins_leave_it_quiet(xa, spin_plain),
+        "an idle socket never quiet"
+    );
+    for m in msgs {
+        xb.send(m, false, Some(LIMIT)).unwrap();
+    }
+    let t = Instant::now();
+    while engine_socket_bytes(xa) < wire * msgs.len() {
+        assert!(t.elapsed() < LIMIT, "the messages never came");
+    }
+}
+
+/// The bytes an `n`-byte send takes on `xa`'s engine socket (one such
+/// send, received and counted while it waits there).
+fn wire_len(xa: &XSocket, xb: &XSocket, n: usize) -> usize {
+    assert!(
+        spins_leave_it_quiet(xa, spin_plain),
+        "an idle socket never quiet"
+    );
+    xb.send(&pattern(n, 99), false, Some(LIMIT)).unwrap();
+    let t = Instant::now();
+    while !engine_socket_readable(xa) {
+        assert!(t.elapsed() < LIMIT, "the message never came");
+    }
+    let wire = engine_socket_bytes(xa);
+    assert_eq!(spin_message(xa, n), pattern(n, 99));
+    wire
+}
+
+/// One spin of `xa` with `flags` into `buf` that must take what arrived
+/// itself (`quiet_answers`): its result.
+fn quiet_answer(xa: &XSocket, buf: &mut [u8], flags: RecvFlags) -> (usize, bool) {
+    let answers = xa.quiet_answers();
+    let r = spin_call(xa, &mut [buf], flags).expect("the spin's receive");
+    assert_eq!(xa.quiet_answers() - answers, 1, "not the spin's own answer");
+    r
+}
+
+/// A quiet spin whose read brings the arrival receives it as the usual
+/// receive would (review r23-b item 4): a peek leaves it for the next
+/// receive; a `MSG_WAITALL` takes every message the read brought, up to
+/// its length (item 1: it returned the first alone); a message longer
+/// than the buffer leaves its rest for the next; message mode returns
+/// one message and its end. Each through the spin's own path.
+#[test]
+fn a_quiet_spins_answer_is_the_usual_receives() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let wire8 = wire_len(&xa, &xb, 8);
+    let peek = RecvFlags {
+        peek: true,
+        ..NONBLOCKING
+    };
+    let waitall = RecvFlags {
+        waitall: true,
+        ..NONBLOCKING
+    };
+    // A peek, then the receive.
+    arrive_while_quiet(&xa, &xb, &[pattern(8, 1)], wire8);
+    let mut buf = [0; 8];
+    assert_eq!(quiet_answer(&xa, &mut buf, peek).0, 8, "peek");
+    assert_eq!(buf[..], pattern(8, 1)[..], "peek");
+    assert_eq!(spin_message(&xa, 8), pattern(8, 1), "after the peek");
+    // Two messages in one read, MSG_WAITALL of both.
+    arrive_while_quiet(&xa, &xb, &[pattern(8, 2), pattern(8, 3)], wire8);
+    let mut buf = [0; 16];
+    assert_eq!(quiet_answer(&xa, &mut buf, waitall).0, 16, "MSG_WAITALL");
+    assert_eq!(buf[..8], pattern(8, 2)[..], "MSG_WAITALL");
+    assert_eq!(buf[8..], pattern(8, 3)[..], "MSG_WAITALL");
+    // A message longer than the buffer.
+    let wire16 = wire_len(&xa, &xb, 16);
+    arrive_while_quiet(&xa, &xb, &[pattern(16, 4)], wire16);
+    let mut buf = [0; 8];
+    assert_eq!(quiet_answer(&xa, &mut buf, NONBLOCKING).0, 8, "a part");
+    assert_eq!(buf[..], pattern(16, 4)[..8], "a part");
+    assert_eq!(spin_message(&xa, 8), pattern(16, 4)[8..], "the rest");
+    // Message mode: one message a receive, with its end.
+    xa.set_msg_mode(true);
+    arrive_while_quiet(&xa, &xb, &[pattern(8, 5), pattern(8, 6)], wire8);
+    let mut buf = [0; 16];
+    assert_eq!(
+        quiet_answer(&xa, &mut buf, NONBLOCKING),
+        (8, true),
+        "message mode"
+    );
+    assert_eq!(buf[..8], pattern(8, 5)[..], "message mode");
+    assert_eq!(spin_message(&xa, 8), pattern(8, 6), "the next message");
 }

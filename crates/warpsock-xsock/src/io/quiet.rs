@@ -44,9 +44,11 @@
 //! and the engine services it at once; the flag goes down (the books
 //! change) and the receive takes the completions as `drive_take` does,
 //! then, unless a DATA message went straight into the buffer, goes on
-//! in the general loop under the same lock. Holding the lock keeps every
-//! other reader of the engine's socket out: each takes it first (a
-//! call's round, the progress thread's, a parked wait's `driving`).
+//! in the general loop under the same lock. No other reader of the
+//! engine's socket can be at work meanwhile: each takes the lock first (a
+//! call's round, the progress thread's), which cleared the flag — also a
+//! wait that then reads with the lock released (`driving`), while which
+//! the flag is never set and which the spin checks as well.
 //!
 //! No bound on the quiet spins in a row (as `FULL_ROUND` bounds the
 //! short rounds): the flag is down whenever any of its inputs may change,
@@ -99,11 +101,13 @@ impl XSocket {
 
     /// [`Self::recv_quiet`] from the socket's lock on: taken without
     /// clearing the flag (the read changes nothing it sums up unless it
-    /// brings something, and then it clears it). The lock keeps every
-    /// other reader of the engine's socket out (each takes it first: a
-    /// call's round, the progress thread's, a parked wait's `driving`); a
-    /// thread that holds it now is working, and the spin goes the usual
-    /// way after it. The flag is looked at again under the lock: a thread
+    /// brings something, and then it clears it). What keeps every other
+    /// reader of the engine's socket out is the flag itself: each takes
+    /// the lock first (a call's round, the progress thread's), and that
+    /// take cleared it — also a wait's that then reads with the lock
+    /// released (`driving`: the flag is never set while it is, and the
+    /// spin checks it too). A thread that holds the lock now is working,
+    /// and the spin goes the usual way after it. The flag is looked at again under the lock: a thread
     /// that took and left it since the first look cleared it. Out of
     /// line: inlined, its frame costs every receive of the preload
     /// (callgrind, as the `ppoll` it replaced did).
@@ -112,7 +116,12 @@ impl XSocket {
         let Ok(mut st) = self.st.try_lock() else {
             return Spun::Usual;
         };
-        if !self.quiet.load(Ordering::Relaxed) {
+        // `driving`: a defence (review r23-b item 2) — quiet is never set
+        // while a wait drives the engine with the lock released (its take
+        // cleared the flag, `set_quiet` refuses), but a spin that read
+        // while that wait holds completions would process later bytes
+        // first, as `drive_take` guards.
+        if !self.quiet.load(Ordering::Relaxed) || st.driving {
             return Spun::Usual;
         }
         let mut wcs = [Wc::default(); WCS];
@@ -122,13 +131,17 @@ impl XSocket {
         // From here the call changes the books: a take of the lock as any.
         self.quiet.store(false, Ordering::Relaxed);
         st.locks += 1;
+        st.quiet_answers += 1;
         st.news = Some(news);
         let [one] = bufs else {
             self.take_polled(&mut st, &mut wcs, n, None);
             return Spun::Usual;
         };
-        // A peek leaves what came in the books (the general loop reads it).
-        let direct = (!flags.peek).then_some(&mut one[..]);
+        // A peek leaves what came in the books (the general loop reads
+        // it), and so does a `MSG_WAITALL`: it returns every byte the read
+        // brought, up to its length, not the first message alone (review
+        // r23-b item 1).
+        let direct = (!flags.peek && !flags.waitall).then_some(&mut one[..]);
         let r = match self.take_polled(&mut st, &mut wcs, n, direct) {
             (_, Some(got)) => Ok(got),
             // Not a DATA message that fit (a part of one, a credit, an

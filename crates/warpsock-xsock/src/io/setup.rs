@@ -160,6 +160,7 @@ impl XSocket {
                 idle_spins: 0,
                 idle_round: false,
                 locks: 0,
+                quiet_answers: 0,
                 rto: super::settings::RtoMin::Kernel,
                 deferred: None,
             }),

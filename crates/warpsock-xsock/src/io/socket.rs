@@ -133,6 +133,9 @@ pub(crate) struct State {
     /// under it, a plain add (an atomic beside the mutex was a `lock xadd`
     /// per take).
     pub(crate) locks: u64,
+    /// Answers a quiet socket's spin took in under its own lock
+    /// ([`XSocket::quiet_answers`]; `io/quiet.rs`).
+    pub(crate) quiet_answers: u64,
 }
 
 impl State {

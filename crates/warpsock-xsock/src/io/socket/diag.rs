@@ -82,6 +82,16 @@ impl XSocket {
         self.st.lock().unwrap_or_else(PoisonError::into_inner).locks
     }
 
+    /// Arrivals a quiet socket's spin took in and received under its own
+    /// lock, with its own read ([`XSocket::recv_quiet`]): a diagnostic of
+    /// the busy-polling path (as [`Self::state_locks`], takes the lock).
+    pub fn quiet_answers(&self) -> u64 {
+        self.st
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .quiet_answers
+    }
+
     /// The engine's transmit passes on this socket's queue pair
     /// ([`warpsock_engine::IoStats::tx_passes`]): a diagnostic of the
     /// work per call.
