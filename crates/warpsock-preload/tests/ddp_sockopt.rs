@@ -8,7 +8,8 @@ mod common;
 use common::{c_program, command, finish};
 
 /// Runs case `name`; `preload`: with the library, whose reports must count
-/// both ends switched (`soerr*`: one, the killed peer's report is lost).
+/// both ends switched (`soerr*`: one, the killed peer's report is lost;
+/// `emfile`: a pair, then one end whose peer's report is lost).
 fn case(name: &str, preload: bool) -> common::Run {
     let mut args = vec![name.to_owned()];
     if !preload {
@@ -21,7 +22,11 @@ fn case(name: &str, preload: bool) -> common::Run {
     let r = finish(child, std::time::Duration::from_secs(60));
     r.assert_ok(&format!("sockopt {name}"));
     if preload {
-        let ends = if name.starts_with("soerr") { 1 } else { 2 };
+        let ends = match name {
+            _ if name.starts_with("soerr") => 1,
+            "emfile" => 3,
+            _ => 2,
+        };
         assert_eq!(r.stat("ddp_switched"), ends, "{}", r.stderr);
     }
     r
@@ -97,6 +102,22 @@ fn stamps_and_error_reports_stay_off_the_engines_socket() {
 fn stamps_that_come_during_the_switch_are_dropped() {
     case("latestamps", false);
     case("latestamps", true);
+}
+
+/// A switch that fails for want of descriptors after it committed (the
+/// peer runs DDP) resets the connection: the call fails with `EMFILE` and
+/// the descriptor reads as reset (`ECONNRESET` or 0, then 0; sends
+/// `EPIPE`), never the peer's framing (review r23-a item 3), at every
+/// descriptor budget up to the one that switches (the engine's descriptor,
+/// the engine's own, the DDP socket's three, counted in `ddp_broken`).
+/// Fails with the failures after the engine's switch left as they were (8
+/// bytes of the peer's DDP message read), and with the handshake's
+/// failure to duplicate the socket left unreset (the same, 0 free).
+#[test]
+fn a_switch_short_of_descriptors_resets_the_connection() {
+    case("emfile", false);
+    let r = case("emfile", true);
+    assert!(r.stat("ddp_broken") >= 5, "{}", r.stderr);
 }
 
 /// The kept options read back as Linux's TCP answers them (its socket

@@ -374,13 +374,37 @@ fn switch(
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
     match switch_fd_as(b, opts, role) {
         Ok(x) => {
-            SWITCHED.fetch_add(1, Ordering::Relaxed);
             if let Some(b) = sndbuf {
                 x.set_sndbuf(b);
             }
             let nonblocking = fl & libc::O_NONBLOCK != 0;
             let pending = connect.is_some();
-            DdpSock::transpose(fd, x, msg_mode, pending, timeouts, kept, nonblocking).map(|_| ())
+            match DdpSock::transpose(fd, x, msg_mode, pending, timeouts, kept, nonblocking) {
+                Ok(_) => {
+                    SWITCHED.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+                Err(e) => {
+                    // Switched, then reset (`DdpSock::transpose`: the
+                    // peer runs DDP on it; review r23-a item 3), as a
+                    // switch that breaks after it committed: the call
+                    // fails with the cause (`EMFILE`); the program's
+                    // descriptor, its TCP socket again, reads as one the
+                    // peer reset — `ECONNRESET` once (the reset's
+                    // `sk_err`), then end of stream (shut both ways, as
+                    // `tcp_reset` leaves it: the call fails with
+                    // `ENOTCONN` and shuts it all the same). Policy mode's
+                    // `connect` succeeds: a reset just after it, as from a
+                    // server that dropped the connection.
+                    // SAFETY: fcntl and shutdown on the program's socket.
+                    unsafe {
+                        real::fcntl(fd, libc::F_SETFL, fl as usize);
+                        real::shutdown(fd, libc::SHUT_RDWR);
+                    }
+                    BROKEN.fetch_add(1, Ordering::Relaxed);
+                    Err(e)
+                }
+            }
         }
         Err(f) => {
             // SAFETY: as above.

@@ -42,37 +42,7 @@ use crate::shim::{fdtable, real};
 mod opts;
 
 pub(crate) use opts::Kept;
-
-/// A per-call timeout (`SO_RCVTIMEO`, `SO_SNDTIMEO`): the program's value,
-/// from before the switch on (the engine sets `SO_RCVTIMEO` on the TCP
-/// socket for its own reads), read by every data call without a lock —
-/// nanoseconds, [`Timeout::NONE`] for none.
-struct Timeout(AtomicU64);
-
-impl Timeout {
-    const NONE: u64 = u64::MAX;
-
-    fn new(t: Option<Duration>) -> Self {
-        let me = Self(AtomicU64::new(Self::NONE));
-        me.set(t);
-        me
-    }
-
-    fn get(&self) -> Option<Duration> {
-        match self.0.load(Ordering::Relaxed) {
-            Self::NONE => None,
-            ns => Some(Duration::from_nanos(ns)),
-        }
-    }
-
-    /// Sets `t` (one beyond 584 years is kept as the longest that fits).
-    fn set(&self, t: Option<Duration>) {
-        let ns = t.map_or(Self::NONE, |t| {
-            u64::try_from(t.as_nanos()).map_or(Self::NONE - 1, |n| n.min(Self::NONE - 1))
-        });
-        self.0.store(ns, Ordering::Relaxed);
-    }
-}
+use opts::Timeout;
 
 /// A DDP-mode socket.
 pub(crate) struct DdpSock {
@@ -232,6 +202,13 @@ impl DdpSock {
     /// the kernel socket, whose open file description `fd` shares, in
     /// blocking mode for its own reads); `timeouts` and `kept` the
     /// program's options (kept here from now on).
+    ///
+    /// A failure here (`EMFILE` for the descriptors, as at a server's
+    /// limit after the accept that fed the switch) finds the connection
+    /// switched: the peer runs DDP on it. Left so, the program read the
+    /// peer's framing from its TCP socket (review r23-a item 3). The
+    /// connection is reset ([`XSocket::reset_now`]) and the program's
+    /// options put back: the caller reports the reset.
     pub(crate) fn transpose(
         fd: c_int,
         x: XSocket,
@@ -241,25 +218,39 @@ impl DdpSock {
         kept: Kept,
         nonblocking: bool,
     ) -> Result<Arc<Self>, c_int> {
-        let eng = reactor::get().ok_or(libc::ENOMEM)?;
+        let undo = |x: &XSocket, kept: &Kept, e: c_int| {
+            x.reset_now();
+            kept.put_back(fd);
+            e
+        };
+        let Some(eng) = reactor::get() else {
+            return Err(undo(&x, &kept, libc::ENOMEM));
+        };
         x.set_msg_mode(msg_mode);
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
         unsafe {
             let kfd = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
             if kfd < 0 {
-                return Err(errno());
+                return Err(undo(&x, &kept, errno()));
             }
             let bell = match Doorbell::new(nonblocking) {
                 Ok(b) => b,
                 Err(e) => {
                     sys::close(kfd);
-                    return Err(e);
+                    return Err(undo(&x, &kept, e));
                 }
             };
+            // Not left at -1 (a forked child's copy then stayed the
+            // doorbell: `demote_fd`).
+            let dead = dead_end();
+            if dead < 0 {
+                sys::close(kfd);
+                return Err(undo(&x, &kept, errno()));
+            }
             let app_end = bell.app;
             let s = Arc::new(Self {
                 id: eng.new_id(),
-                dead: dead_end(),
+                dead,
                 inner: Follow::new(),
                 rcvtimeo: Timeout::new(timeouts.0),
                 sndtimeo: Timeout::new(timeouts.1),
@@ -275,16 +266,21 @@ impl DdpSock {
                 pid: libc::getpid(),
             });
             SOCKS_OWNER.store(s.pid, Ordering::Release);
+            let key = Arc::as_ptr(&s).cast::<()>() as usize;
             lock(&SOCKS)
                 .get_or_insert_with(HashMap::new)
-                .insert(Arc::as_ptr(&s).cast::<()>() as usize, Arc::downgrade(&s));
+                .insert(key, Arc::downgrade(&s));
+            let forget = |e| {
+                lock(&SOCKS).as_mut().map(|m| m.remove(&key));
+                undo(&s.x, &s.kept, e)
+            };
             if !eng.register(
                 s.x.tcp_fd(),
                 s.id,
                 s.x.watching(),
                 Arc::new(Ready(Arc::downgrade(&s))),
             ) {
-                return Err(errno());
+                return Err(forget(errno()));
             }
             let (tcp_fd, id) = (s.x.tcp_fd(), s.id);
             s.x.set_watch(Box::new(move |events| {
@@ -306,7 +302,12 @@ impl DdpSock {
             if DOORBELL_WAITS.load(Ordering::SeqCst) {
                 s.keep_watched();
             }
-            fdtable::swap_in(fd, app_end, s.clone())?;
+            if let Err(e) = fdtable::swap_in(fd, app_end, s.clone()) {
+                // (A swap undone released the socket: its close is a
+                // reset now, or the engine's end of stream before it.)
+                eng.deregister(s.id, Some(s.x.tcp_fd()));
+                return Err(forget(e));
+            }
             s.inner.lock().connect_pending = connect_pending;
             // Bytes that arrived with the switch (the pre-switch residue).
             s.reflect(s.x.readiness());
@@ -557,18 +558,6 @@ impl DdpSock {
         set_errno(e.raw_os_error().unwrap_or(libc::EIO));
         -1
     }
-}
-
-fn timeval_arg(val: *const c_void, len: socklen_t) -> Option<Option<Duration>> {
-    if val.is_null() || (len as usize) < size_of::<libc::timeval>() {
-        return None;
-    }
-    // SAFETY: a timeval's worth of bytes at `val`.
-    let tv = unsafe { val.cast::<libc::timeval>().read_unaligned() };
-    if tv.tv_sec < 0 || !(0..1_000_000).contains(&tv.tv_usec) {
-        return None;
-    }
-    Some(sys::timeval_to_dur(0, &tv))
 }
 
 /// The program's non-empty buffers of `msg`, each as `part` makes it of

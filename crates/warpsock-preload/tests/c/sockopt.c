@@ -60,6 +60,19 @@
  *               socket's error queue must be empty right after it (left,
  *               POLLERR for good: the progress thread spun), and the peer
  *               reads every byte. Over TCP the error queue holds stamps.
+ *   emfile      after one switched pair: pairs whose peer (a forked child)
+ *               switches and sends 8 B, switched here with RLIMIT_NOFILE
+ *               leaving k = 0, 1, 2... descriptor numbers free, until one
+ *               switches (its 8 B read). Each switch that fails for want
+ *               of descriptors has committed (the peer runs DDP: its
+ *               descriptor for the engine, or the DDP socket's own, the
+ *               last ones): the switch fails with EMFILE, and the
+ *               connection must read as reset — ECONNRESET, or 0 where the
+ *               engine's close took the reset's error, then 0 — never as
+ *               the peer's framing (review r23-a item 3: a failure after
+ *               the engine's switch left a plain TCP descriptor carrying
+ *               DDP frames). The peer's connection is reset too (its send
+ *               is not checked).
  *   stampopts   a sequence of SO_TIMESTAMP(NS)(_NEW), SO_TIMESTAMPING(_NEW),
  *               IP_RECVERR and IPV6_RECVERR sets, each followed by every
  *               one's read-back (SO_ZEROCOPY's too), printed: the DDP-mode
@@ -83,6 +96,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <linux/errqueue.h>
@@ -577,6 +591,69 @@ static void case_zerocopy(void) {
     close(s2);
 }
 
+/* The descriptor limit under which exactly k numbers are free. */
+static rlim_t limit_with_free(int k) {
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && n++ == k) return (rlim_t)fd;
+    }
+    CHECK(0);
+    return 0;
+}
+
+static void case_emfile(void) {
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_switch, NULL) == 0);
+    switch_end(c);
+    CHECK(pthread_join(pt, NULL) == 0);
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    int one = 1, k, failed = 0;
+    for (k = 0;; k++) {
+        CHECK(k < 64);
+        int c2, s2;
+        tcp_pair(&c2, &s2);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            close(c2);
+            if (!plain) (void)setsockopt(s2, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+            (void)!send(s2, "fromchld", 8, MSG_NOSIGNAL);
+            char b[8];
+            (void)!recv(s2, b, sizeof b, 0);
+            _exit(0);
+        }
+        close(s2);
+        struct rlimit lim = old;
+        lim.rlim_cur = limit_with_free(k);
+        CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0);
+        int r = plain ? 0 : setsockopt(c2, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+        int e = errno;
+        CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);
+        char b[8];
+        if (r == 0) {
+            read8(c2, b);
+            CHECK(memcmp(b, "fromchld", 8) == 0);
+        } else {
+            failed++;
+            ssize_t n = recv(c2, b, sizeof b, 0);
+            int e2 = errno;
+            fprintf(stderr, "emfile: %d free: the switch's errno %d, then recv %zd errno %d\n", k,
+                    e, n, n < 0 ? e2 : 0);
+            CHECK(e == EMFILE);
+            CHECK(n == 0 || (n == -1 && e2 == ECONNRESET));
+            CHECK(recv(c2, b, sizeof b, 0) == 0);
+            CHECK(send(c2, "x", 1, MSG_NOSIGNAL) == -1 && errno == EPIPE);
+        }
+        CHECK(kill(pid, SIGKILL) == 0);
+        CHECK(waitpid(pid, NULL, 0) == pid);
+        close(c2);
+        if (r == 0) break;
+    }
+    fprintf(stderr, "emfile: switched with %d free, %d failed\n", k, failed);
+    CHECK(plain || failed > 0);
+}
+
 static void *peer_abort_read(void *a) {
     (void)a;
     switch_end(s);
@@ -629,6 +706,8 @@ int main(int argc, char **argv) {
         case_abort();
     } else if (!strcmp(cs, "stampopts")) {
         case_stampopts();
+    } else if (!strcmp(cs, "emfile")) {
+        case_emfile();
     } else if (!strcmp(cs, "latestamps")) {
         case_latestamps();
     } else if (!strcmp(cs, "zerocopy")) {

@@ -211,7 +211,7 @@ pub fn switch_fd_as(
             }
             Step::Connect => {
                 let rto = rto_plan(raw, opts.rto_min);
-                let sock = stream.try_clone().map_err(broken)?;
+                let sock = stream.try_clone().map_err(|e| committed(&stream, e))?;
                 return XSocket::connect(sock, opts, residue)
                     .inspect(|x| {
                         x.lock().rto = rto;
@@ -224,7 +224,7 @@ pub fn switch_fd_as(
             }
             Step::Accept(peer_hello) => {
                 let rto = rto_plan(raw, opts.rto_min);
-                let sock = stream.try_clone().map_err(broken)?;
+                let sock = stream.try_clone().map_err(|e| committed(&stream, e))?;
                 let tcp_fd = sock.as_raw_fd();
                 let accepted = ConnectRequest::read(sock, opts.limits.request_timeout)
                     .and_then(|req| XSocket::accept(req, tcp_fd, peer_hello, opts, residue));
@@ -356,10 +356,23 @@ fn borrowed_stream(fd: RawFd) -> ManuallyDrop<TcpStream> {
     ManuallyDrop::new(unsafe { TcpStream::from_raw_fd(fd) })
 }
 
-/// Resets the connection (`SO_LINGER` 0, then `shutdown`): a switch that
-/// fails after committing must not leave a stream either side could
-/// misread.
+/// A failure after both marks (the descriptor for the engine: `EMFILE`):
+/// the peer goes on into MPA, so the connection is reset, as
+/// [`Failure::Broken`] says (review r23-a item 3: left, the peer's Request,
+/// or its DDP frames, reached the program as bytes).
+fn committed(s: &TcpStream, e: io::Error) -> Failure {
+    reset(s);
+    Failure::io(e)
+}
+
+/// Resets the connection: a switch that fails after committing must not
+/// leave a stream either side could misread. An RST at once
+/// (`sndbuf::reset`: `SO_LINGER` 0 and a disconnect, which purges both
+/// queues; `shutdown` alone, as before, sent a FIN after what was queued
+/// and left the bytes received readable: the peer's MPA message or frames
+/// reached the program, review r23-a item 3), then shut both ways: the
+/// socket reads as one the peer reset (`ECONNRESET`, then end of stream).
 fn reset(s: &TcpStream) {
-    let _ = warpsock_engine::set_linger_zero(s.as_raw_fd());
+    super::sndbuf::reset(s.as_raw_fd());
     let _ = s.shutdown(std::net::Shutdown::Both);
 }

@@ -1,14 +1,15 @@
 //! A DDP-mode socket's options (`setsockopt`, `getsockopt`): those of the
 //! DDP stream and the program's kept here; the rest go to the TCP socket.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::time::Duration;
 
 use libc::{c_int, c_void, socklen_t};
 
 use super::super::{
     int_arg, put_int, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_MODE,
 };
-use super::{timeval_arg, DdpSock};
+use super::DdpSock;
 use crate::shim::real;
 use crate::shim::sys::{self, set_errno};
 
@@ -415,4 +416,47 @@ fn drain_error_queue(fd: c_int) {
             return;
         }
     }
+}
+
+/// A per-call timeout (`SO_RCVTIMEO`, `SO_SNDTIMEO`): the program's value,
+/// from before the switch on (the engine sets `SO_RCVTIMEO` on the TCP
+/// socket for its own reads), read by every data call without a lock —
+/// nanoseconds, [`Timeout::NONE`] for none.
+pub(super) struct Timeout(AtomicU64);
+
+impl Timeout {
+    const NONE: u64 = u64::MAX;
+
+    pub(super) fn new(t: Option<Duration>) -> Self {
+        let me = Self(AtomicU64::new(Self::NONE));
+        me.set(t);
+        me
+    }
+
+    pub(super) fn get(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            Self::NONE => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Sets `t` (one beyond 584 years is kept as the longest that fits).
+    pub(super) fn set(&self, t: Option<Duration>) {
+        let ns = t.map_or(Self::NONE, |t| {
+            u64::try_from(t.as_nanos()).map_or(Self::NONE - 1, |n| n.min(Self::NONE - 1))
+        });
+        self.0.store(ns, Ordering::Relaxed);
+    }
+}
+
+fn timeval_arg(val: *const c_void, len: socklen_t) -> Option<Option<Duration>> {
+    if val.is_null() || (len as usize) < size_of::<libc::timeval>() {
+        return None;
+    }
+    // SAFETY: a timeval's worth of bytes at `val`.
+    let tv = unsafe { val.cast::<libc::timeval>().read_unaligned() };
+    if tv.tv_sec < 0 || !(0..1_000_000).contains(&tv.tv_usec) {
+        return None;
+    }
+    Some(sys::timeval_to_dur(0, &tv))
 }
