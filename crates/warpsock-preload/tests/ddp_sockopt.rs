@@ -25,6 +25,8 @@ fn case(name: &str, preload: bool) -> common::Run {
         let ends = match name {
             _ if name.starts_with("soerr") => 1,
             "emfile" => 3,
+            // Four pairs switched, two failed.
+            "stampsbefore" => 8,
             _ => 2,
         };
         assert_eq!(r.stat("ddp_switched"), ends, "{}", r.stderr);
@@ -145,6 +147,20 @@ fn zero_copy_is_refused_on_a_ddp_mode_socket() {
     case("zerocopy", false);
     let r = case("zerocopy", true);
     assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
+}
+
+/// Stamp options set before the switch (`stampopts` sets them after it)
+/// read back after it as Linux's TCP answers them, and after a failed
+/// switch as they were (review r23-a item 5). Fails with
+/// `SO_TIMESTAMPING_NEW` not seen at the switch (it read 0 after it), with
+/// the failed switch's put-back through `SO_TIMESTAMPING` (its
+/// `SO_TIMESTAMPING_NEW` read 0), and with the put-back's former order
+/// (the `SO_TIMESTAMP_NEW` read back as `SO_TIMESTAMP`).
+#[test]
+fn stamp_options_set_before_the_switch_read_back_as_tcps() {
+    let tcp = case("stampsbefore", false);
+    let ddp = case("stampsbefore", true);
+    assert_eq!(tcp.stdout, ddp.stdout);
 }
 
 /// A reset taken by a read: poll then shows `POLLIN|POLLHUP|POLLRDHUP`

@@ -77,6 +77,15 @@
  *               IP_RECVERR and IPV6_RECVERR sets, each followed by every
  *               one's read-back (SO_ZEROCOPY's too), printed: the DDP-mode
  *               socket's lines must be plain TCP's (ddp_sockopt.rs).
+ *   stampsbefore  sets of SO_TIMESTAMP(NS)(_NEW) and SO_TIMESTAMPING(_NEW)
+ *               made before the switch, each on a pair of its own, then
+ *               every option's read-back after it printed (stampopts makes
+ *               its sets after the switch); the last two's switch fails
+ *               (the peer ends its stream instead) and the read-backs are
+ *               the TCP socket's again, the values put back: the lines
+ *               must be plain TCP's (review r23-a item 5: a
+ *               SO_TIMESTAMPING_NEW alone read 0 after the switch, and a
+ *               failed switch turned the _NEW forms into the old ones).
  *   zerocopy    SO_ZEROCOPY after the switch: TCP takes it and each of 3
  *               MSG_ZEROCOPY sends gets its notice (ids 0..2, POLLERR
  *               first); a DDP-mode socket, which would never give one,
@@ -654,6 +663,47 @@ static void case_emfile(void) {
     CHECK(plain || failed > 0);
 }
 
+static void *peer_fin(void *a) {
+    (void)a;
+    CHECK(shutdown(s, SHUT_WR) == 0);
+    return NULL;
+}
+
+static void case_stampsbefore(void) {
+    const int f = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE;
+    static const struct {
+        int n1, v1, n2, v2, fails;
+        const char *what;
+    } cfg[] = {
+        {SO_TIMESTAMPING_NEW, 1, 0, 0, 0, "TSING_NEW"},
+        {SO_TIMESTAMPNS_NEW, 1, SO_TIMESTAMPING, 1, 0, "TSNS_NEW,TSING"},
+        {SO_TIMESTAMP_NEW, 1, SO_TIMESTAMPING_NEW, 1, 0, "TS_NEW,TSING_NEW"},
+        {SO_TIMESTAMPING_NEW, 1, SO_TIMESTAMP, 1, 0, "TSING_NEW,TS"},
+        {SO_TIMESTAMP_NEW, 1, SO_TIMESTAMPING_NEW, 1, 1, "TS_NEW,TSING_NEW, failed switch"},
+        {SO_TIMESTAMPING_NEW, 1, 0, 0, 1, "TSING_NEW, failed switch"},
+    };
+    for (unsigned i = 0; i < sizeof cfg / sizeof *cfg; i++) {
+        if (i > 0) {
+            close(c);
+            close(s);
+            tcp_pair(&c, &s);
+        }
+        int is_ing1 = cfg[i].n1 == SO_TIMESTAMPING || cfg[i].n1 == SO_TIMESTAMPING_NEW;
+        int is_ing2 = cfg[i].n2 == SO_TIMESTAMPING || cfg[i].n2 == SO_TIMESTAMPING_NEW;
+        set_sol_int(c, cfg[i].n1, is_ing1 ? f : cfg[i].v1);
+        if (cfg[i].n2) set_sol_int(c, cfg[i].n2, is_ing2 ? f : cfg[i].v2);
+        pthread_t pt;
+        CHECK(pthread_create(&pt, NULL, cfg[i].fails ? peer_fin : peer_switch, NULL) == 0);
+        if (!plain) {
+            int one = 1;
+            int r = setsockopt(c, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+            CHECK(cfg[i].fails ? r == -1 : r == 0);
+        }
+        CHECK(pthread_join(pt, NULL) == 0);
+        show_opts(cfg[i].what, 1, 0);
+    }
+}
+
 static void *peer_abort_read(void *a) {
     (void)a;
     switch_end(s);
@@ -710,6 +760,8 @@ int main(int argc, char **argv) {
         case_emfile();
     } else if (!strcmp(cs, "latestamps")) {
         case_latestamps();
+    } else if (!strcmp(cs, "stampsbefore")) {
+        case_stampsbefore();
     } else if (!strcmp(cs, "zerocopy")) {
         case_zerocopy();
     } else if (!strcmp(cs, "stamps")) {

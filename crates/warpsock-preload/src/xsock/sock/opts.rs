@@ -230,6 +230,12 @@ impl Kept {
             }
         }
         let stamping = get(libc::SOL_SOCKET, libc::SO_TIMESTAMPING);
+        // `SOCK_TSTAMP_NEW` set through `SO_TIMESTAMPING_NEW`, which reads
+        // the flags only then (review r23-a item 5: a 32-bit program with
+        // 64-bit times read 0 after the switch).
+        if stamping != 0 && get(libc::SOL_SOCKET, libc::SO_TIMESTAMPING_NEW) != 0 {
+            stamp |= STAMP_NEW;
+        }
         let kept = Self {
             rcvlowat: AtomicI32::new(rcvlowat),
             stamp: AtomicU8::new(stamp),
@@ -375,20 +381,29 @@ impl Kept {
     }
 
     /// Sets the kept values on `fd` (`on`), or turns them off; only those
-    /// that are on here are touched (none: no system call).
+    /// that are on here are touched (none: no system call). The stamping
+    /// flags go first, through the name that sets `SOCK_TSTAMP_NEW` as it
+    /// was (`sock_set_timestamping` sets or clears it), then the
+    /// `SO_TIMESTAMP(NS)` name, which sets it too: set after the flags
+    /// through the old name, it was cleared, and receives would carry
+    /// `SCM_TIMESTAMP_OLD` after a failed switch (review r23-a item 5).
     fn apply(&self, fd: c_int, on: bool) {
         let stamp = self.stamp.load(Ordering::Relaxed);
+        let stamping = self.stamping.load(Ordering::Relaxed);
+        if stamping != 0 {
+            let (name, v) = match on {
+                true if stamp & STAMP_NEW != 0 => (libc::SO_TIMESTAMPING_NEW, stamping),
+                true => (libc::SO_TIMESTAMPING, stamping),
+                false => (libc::SO_TIMESTAMPING, 0),
+            };
+            sys::set_int(fd, libc::SOL_SOCKET, name, v);
+        }
         if stamp & STAMP != 0 {
             let name = STAMPS
                 .iter()
                 .find(|s| s.1 == (stamp & STAMP_NEW != 0) && s.2 == (stamp & STAMP_NS != 0))
                 .map_or(libc::SO_TIMESTAMP, |s| s.0);
             sys::set_int(fd, libc::SOL_SOCKET, name, c_int::from(on));
-        }
-        let stamping = self.stamping.load(Ordering::Relaxed);
-        if stamping != 0 {
-            let v = if on { stamping } else { 0 };
-            sys::set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, v);
         }
         for (flag, level, name) in [
             (&self.recverr, libc::IPPROTO_IP, libc::IP_RECVERR),
