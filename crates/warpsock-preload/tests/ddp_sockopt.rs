@@ -126,9 +126,12 @@ fn a_switch_short_of_descriptors_resets_the_connection() {
 /// flags: which of the four `SO_TIMESTAMP` names reads 1, and
 /// `SO_TIMESTAMPING_NEW`'s flags only when set through it), and refuse
 /// what it refuses: a sequence of sets, each followed by every option's
-/// read-back, prints the same lines over DDP as over TCP. Fails with
+/// read-back, prints the same lines over DDP as over TCP — also reads of
+/// lengths 0 and 2 (and `SO_RCVTIMEO`'s 4), which Linux truncates, and
+/// `IP_RECVERR`'s byte form (review r23-a item 7). Fails with
 /// `SO_TIMESTAMP_NEW` read as the kernel's `SO_TIMESTAMP_OLD` is (also
-/// 0 with `SO_TIMESTAMPNS` on).
+/// 0 with `SO_TIMESTAMPNS` on), with the short lengths refused (`EINVAL`,
+/// as before) and with `IP_RECVERR`'s byte form not given (2 bytes).
 #[test]
 fn kept_stamp_options_read_back_as_tcps() {
     let tcp = case("stampopts", false);

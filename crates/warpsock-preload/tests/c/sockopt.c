@@ -501,6 +501,21 @@ static void show_opts(const char *what, int v, int r) {
         int g = getsockopt(c, opts[i][0], opts[i][1], &x, &l);
         printf(" %d", g < 0 ? -errno : x);
     }
+    /* Short lengths (0 and 2, SO_RCVTIMEO's 4): Linux truncates (review
+     * r23-a item 7); IP_RECVERR's 2 gets its byte form (1). */
+    printf(" |");
+    for (unsigned i = 0; i < sizeof opts / sizeof *opts + 2; i++) {
+        int level = i < sizeof opts / sizeof *opts ? opts[i][0] : SOL_SOCKET;
+        int name = i < sizeof opts / sizeof *opts ? opts[i][1]
+                   : i == sizeof opts / sizeof *opts ? SO_RCVTIMEO
+                                                     : SO_ERROR;
+        for (socklen_t want = 0; want < 2; want++) {
+            int x = -1;
+            socklen_t l = name == SO_RCVTIMEO ? 4 - want * 4 : want * 2;
+            int g = getsockopt(c, level, name, &x, &l);
+            printf(" %x/%u", g < 0 ? (unsigned)-errno : (unsigned)x, (unsigned)l);
+        }
+    }
     printf("\n");
 }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use libc::{c_int, c_void, socklen_t};
 
 use super::super::{
-    int_arg, put_int, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_MODE,
+    int_arg, put_bytes, put_int_as, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE,
+    WARPSOCK_MSG_MODE,
 };
 use super::DdpSock;
 use crate::shim::real;
@@ -96,25 +97,20 @@ impl DdpSock {
                 } else {
                     self.sndtimeo.get()
                 };
-                if val.is_null()
-                    || len.is_null()
-                    // SAFETY: the caller's in/out length, checked non-null.
-                    || (unsafe { *len } as usize) < size_of::<libc::timeval>()
-                {
-                    set_errno(libc::EINVAL);
-                    return -1;
-                }
                 let t = t.unwrap_or_default();
                 let tv = libc::timeval {
                     tv_sec: t.as_secs() as libc::time_t,
                     tv_usec: t.subsec_micros() as libc::suseconds_t,
                 };
-                // SAFETY: a timeval's worth of writable bytes.
-                unsafe {
-                    val.cast::<libc::timeval>().write_unaligned(tv);
-                    *len = size_of::<libc::timeval>() as socklen_t;
-                }
-                return 0;
+                // SAFETY: a timeval is plain data, read as its bytes.
+                let b = unsafe {
+                    std::slice::from_raw_parts(
+                        (&tv as *const libc::timeval).cast::<u8>(),
+                        size_of::<libc::timeval>(),
+                    )
+                };
+                // Truncated to a short length, as Linux's.
+                return put_bytes(val, len, b);
             }
             // The send buffer's bound (`XSocket::sndbuf`; without one,
             // the credit window).
@@ -129,7 +125,8 @@ impl DdpSock {
                 None => return unsafe { real::getsockopt(self.kfd, level, name, val, len) },
             },
         };
-        put_int(val, len, v)
+        let byte = (level, name) == (libc::IPPROTO_IP, libc::IP_RECVERR);
+        put_int_as(val, len, v, byte)
     }
 }
 
