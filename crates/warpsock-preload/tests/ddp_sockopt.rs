@@ -189,6 +189,16 @@ fn an_abortive_close_resets_the_peer() {
     case("abort", true);
 }
 
+/// An orderly close with the peer's bytes received and never read resets
+/// the connection, as TCP's (`data_was_unread`; review r23-a item 9): the
+/// peer's blocking read fails with `ECONNRESET`. Fails with the close's
+/// look for unread bytes removed (the read returns 0: a clean end).
+#[test]
+fn an_orderly_close_with_unread_bytes_resets_the_peer() {
+    case("closeunread", false);
+    case("closeunread", true);
+}
+
 /// A blocking read after non-blocking ones that found nothing (the socket
 /// quiet: their `EAGAIN` without the lock) waits for the peer's bytes,
 /// sent only once it is called (review r22-c item 3): fails with the

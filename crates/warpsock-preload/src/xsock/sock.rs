@@ -635,7 +635,16 @@ impl Socket for DdpSock {
             // The engine's last calls (closing its descriptors as `me`
             // drops) are library calls too: under the guard.
             enter((), move || {
-                if !abortive {
+                // Bytes received and never read: TCP's close resets, a
+                // lost request must not look like a clean end (`tcp_close`'s
+                // `data_was_unread`, RFC 2525 §2.17; review r23-a item 9).
+                // What arrived is taken in first (a round), as the
+                // kernel's queue holds it; looked at here, not in
+                // `release`: a close from a signal handler must not wait
+                // for the socket's lock its interrupted call holds.
+                if !abortive && me.x.readiness().readable && me.x.readable_bytes() > 0 {
+                    me.x.reset_now();
+                } else if !abortive {
                     me.x.close(linger);
                 }
                 drop(me);

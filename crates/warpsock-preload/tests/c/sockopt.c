@@ -34,6 +34,11 @@
  *               peer's blocking read fails with ECONNRESET at once, as
  *               TCP's abortive close resets the connection (no end of
  *               stream first: the read got 0, the reset came after).
+ *   closeunread an orderly close() (no SO_LINGER) with the peer's 8 B
+ *               received (poll said POLLIN) and never read: the peer's
+ *               blocking read fails with ECONNRESET, as TCP's close resets
+ *               when data was left unread (RFC 2525 2.17; review r23-a
+ *               item 9: the DDP close ended the stream cleanly, read 0).
  *   stamps      SO_TIMESTAMPING (TX_SOFTWARE|SOFTWARE) and IP_RECVERR set
  *               before the switch, SO_TIMESTAMPING (| OPT_TSONLY) and
  *               SO_TIMESTAMPNS after it, each read back; 2,000 8 B sends
@@ -731,6 +736,28 @@ static void *peer_abort_read(void *a) {
     return NULL;
 }
 
+static void *peer_unread(void *a) {
+    (void)a;
+    switch_end(s);
+    CHECK(write(s, "unread!!", 8) == 8);
+    char b[8];
+    ssize_t r = read(s, b, 8);
+    fprintf(stderr, "closeunread: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(r == -1 && errno == ECONNRESET);
+    return NULL;
+}
+
+static void case_closeunread(void) {
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_unread, NULL) == 0);
+    switch_end(c);
+    struct pollfd p = {c, POLLIN, 0};
+    CHECK(poll(&p, 1, -1) == 1 && (p.revents & POLLIN));
+    CHECK(close(c) == 0);
+    c = -1;
+    CHECK(pthread_join(pt, NULL) == 0);
+}
+
 static void case_abort(void) {
     pthread_t pt;
     CHECK(pthread_create(&pt, NULL, peer_abort_read, NULL) == 0);
@@ -767,6 +794,8 @@ int main(int argc, char **argv) {
         case_soerror(2);
     } else if (!strcmp(cs, "soerrhup")) {
         case_soerror(3);
+    } else if (!strcmp(cs, "closeunread")) {
+        case_closeunread();
     } else if (!strcmp(cs, "abort")) {
         case_abort();
     } else if (!strcmp(cs, "stampopts")) {
