@@ -63,3 +63,13 @@ fn a_blocked_send_is_cancelled() {
 fn a_blocked_poll_is_cancelled_and_its_stand_in_ends() {
     case("poll");
 }
+
+/// Not a cancel: a `siglongjmp` out of a handler that interrupted that
+/// standing `poll` (it never returns to the library, its stand-in stays
+/// counted): the stand-in lapses after its lease and the peer's `rioread`
+/// is answered all the same (review r22-e item 3; hung for good before,
+/// and hangs with the progress thread given no timer for the lapse).
+#[test]
+fn a_standing_poll_left_by_siglongjmp_lapses() {
+    case("jump");
+}

@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use super::{cancel_point, KINDS};
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
-use crate::shim::socket::{PollCall, Socket, POLL_ALONE_MAX};
+use crate::shim::socket::{PollCall, Socket, Wait, POLL_ALONE_MAX, WAIT_CHUNK};
 use crate::shim::sys::{self, set_errno};
 use crate::shim::{epollcarry, fdtable};
 
@@ -216,7 +216,8 @@ fn general(
     if waits.is_empty() && outs.is_empty() {
         return Err(wait(fds, left));
     }
-    let n = wait(&mut ext, left);
+    let chunked = chunked(waits.iter().any(|(_, _, w, _)| w.chunked), left);
+    let n = wait(&mut ext, if chunked { Some(WAIT_CHUNK) } else { left });
     let e = if n < 0 { sys::errno() } else { 0 };
     let mut readable: SmallVec<[usize; 2]> = SmallVec::new();
     for (i, s, w, start) in waits {
@@ -231,6 +232,11 @@ fn general(
     if n < 0 {
         set_errno(e);
         return Ok((n, 0));
+    }
+    if chunked && n == 0 && readable.is_empty() {
+        // A chunk of a longer wait ran out: a wake-up for nothing, and
+        // `poll_with` waits again for what is left.
+        return Ok((1, 0));
     }
     let room = libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
     let writable: SmallVec<[usize; 2]> = outs
@@ -291,6 +297,9 @@ fn lone(
     let Some(w) = s.wait_begin() else {
         return wait(std::slice::from_mut(p), left);
     };
+    if chunked(w.chunked, left) {
+        return lone_chunk(s, p, w, wait);
+    }
     let mut ext: SmallVec<[libc::pollfd; 4]> = SmallVec::new();
     ext.push(*p);
     ext.extend(w.fds.iter().map(|&fd| libc::pollfd {
@@ -308,6 +317,46 @@ fn lone(
     }
     p.revents = ext[0].revents | if readable { libc::POLLIN } else { 0 };
     n
+}
+
+/// `lone` for a socket whose wait asks for chunks (`Wait::chunked`), the
+/// caller's bound longer: one chunk, as `lone` waits, and a chunk that
+/// runs out is, as in `general`, a wake-up for nothing (`poll_with` waits
+/// again). Out of line and with lists of its own (a `Vec` per chunk): the
+/// direct poll's path pays a test for it, and keeps its inlined
+/// `SmallVec` code (a shared copy cost it ~60 instructions).
+#[inline(never)]
+fn lone_chunk(s: &dyn Socket, p: &mut libc::pollfd, w: Wait, wait: PollCall<'_>) -> c_int {
+    let mut ext = Vec::with_capacity(1 + w.fds.len());
+    ext.push(*p);
+    ext.extend(w.fds.iter().map(|&fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }));
+    let n = wait(&mut ext, Some(WAIT_CHUNK));
+    let e = if n < 0 { sys::errno() } else { 0 };
+    let revents: Vec<i16> = ext[1..].iter().map(|x| x.revents).collect();
+    let readable = s.wait_end(w, &revents);
+    if n < 0 {
+        set_errno(e);
+        return n;
+    }
+    p.revents = ext[0].revents | if readable { libc::POLLIN } else { 0 };
+    if n == 0 && !readable {
+        return 1;
+    }
+    n
+}
+
+/// Whether the real wait is a chunk ([`WAIT_CHUNK`]) of the caller's
+/// `left` (`None`: no limit): when a managed socket's wait asks for chunks
+/// (`asked`, `Wait::chunked`) and `left` is longer. A chunk that runs out
+/// is a wake-up for nothing: `poll_with` waits again for what is left,
+/// each wait begun and ended anew.
+#[inline(always)]
+fn chunked(asked: bool, left: Option<std::time::Duration>) -> bool {
+    asked && left.is_none_or(|l| l > WAIT_CHUNK)
 }
 
 /// `alone` of several descriptors: one of them managed (out of line, so

@@ -293,6 +293,17 @@ impl Reactor {
         self.wake();
     }
 
+    /// Puts the handler registered under token `id` on the timer list,
+    /// under a key of its own (an entry of that handler being taken off
+    /// the list as done meanwhile takes only itself off), and wakes the
+    /// thread.
+    pub(crate) fn add_timer_of(&self, id: u64) {
+        let Some(h) = lock(&self.regs).get(&id).cloned() else {
+            return;
+        };
+        self.add_timer(self.new_id(), h);
+    }
+
     /// Makes sure the thread looks at its timers by `deadline` (a handler
     /// already on the timer list moved its deadline earlier): wakes it only
     /// if it sleeps past that.

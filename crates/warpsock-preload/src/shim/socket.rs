@@ -285,7 +285,15 @@ pub(crate) struct Wait {
     pub(crate) fds: Vec<c_int>,
     /// Whatever the kind needs back in [`Socket::wait_end`].
     pub(crate) claim: Box<dyn std::any::Any>,
+    /// Whether the real wait lasts [`WAIT_CHUNK`] at most before
+    /// [`Socket::wait_end`]: a longer one is made of such waits, each
+    /// begun and ended (a DDP `poll` that stands in for the progress
+    /// thread renews its lease so, `XSocket::STAND_LEASE`).
+    pub(crate) chunked: bool,
 }
+
+/// The longest real wait of a [`Wait`] that is `chunked`.
+pub(crate) const WAIT_CHUNK: Duration = Duration::from_millis(500);
 
 /// What [`Kind::adopt`] decided.
 pub(crate) enum Adoption {

@@ -576,7 +576,11 @@ impl Sock {
         let (mut fds, mut claim) = spare::take();
         fds.extend(d.conns.iter().map(|c| c.1));
         *claim = Some(d);
-        Some(Wait { fds, claim })
+        Some(Wait {
+            fds,
+            claim,
+            chunked: false,
+        })
     }
 
     /// The poll returned: a whole datagram waiting on a connection is read

@@ -5,11 +5,15 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, Weak};
+use std::time::Instant;
 
 use warpsock_xsock::io::{Readiness, XSocket};
 
+use super::sock::DdpSock;
 use crate::shim::doorbell::Doorbell;
+use crate::shim::guard::enter;
+use crate::shim::reactor::{self, Handler, Reactor};
 use crate::shim::sys::lock;
 
 /// What the doorbell pair does for [`Follow::reflect`] ([`Doorbell`]; a
@@ -203,7 +207,58 @@ impl Follow {
     }
 }
 
-impl super::sock::DdpSock {
+/// The socket's handler on the progress thread: its watch's events, and
+/// the lapse of its stand-ins while a `poll` stands in.
+pub(super) struct Ready(pub(super) Weak<DdpSock>);
+
+impl Handler for Ready {
+    fn on_ready(&self, _: &'static Reactor, _events: u32) {
+        // The engine's calls made from here must not re-enter the
+        // interposed entry points — including those of the last drop of
+        // the socket, which may happen here (its close finished meanwhile).
+        enter((), || {
+            if let Some(s) = self.0.upgrade() {
+                if let Some(r) = s.x.progress_if_idle() {
+                    s.reflect(r);
+                }
+            }
+        });
+    }
+
+    /// On the timer list while a `poll` stands in (`DdpSock::stand_in`):
+    /// when the stand-ins lapse.
+    fn deadline(&self) -> Option<Instant> {
+        enter(None, || self.0.upgrade().and_then(|s| s.x.stand_expiry()))
+    }
+
+    fn on_timer(&self, _: &'static Reactor, now: Instant) -> bool {
+        enter(true, || {
+            self.0.upgrade().is_none_or(|s| s.x.stand_lapse(now))
+        })
+    }
+}
+
+impl DdpSock {
+    /// `wait_begin` of a `poll` that may stand in for the progress thread
+    /// (its watch is for input): whether it does
+    /// (`XSocket::stand_in_timed`). The first stand-in of a lapse period
+    /// puts the socket's handler on the progress thread's timer list, so
+    /// that stand-ins a poll left counted when it never returned (a
+    /// `siglongjmp` out of a handler that interrupted it) lapse and the
+    /// watch comes back on with no call running (review r22-e item 3):
+    /// its deadline is the lapse (`Ready::deadline`). Out of line, as
+    /// `stood_end`.
+    #[inline(never)]
+    pub(super) fn stand_in(&self) -> bool {
+        let (stands, time_it) = self.x.stand_in_timed();
+        if time_it {
+            if let Some(eng) = reactor::current() {
+                eng.add_timer_of(self.id);
+            }
+        }
+        stands
+    }
+
     /// `wait_end` of a `poll` that stood in for the progress thread
     /// (`XSocket::stand_in`), out of line (the ping-pong's poll, a direct
     /// one, pays no frame for it): as a direct poll's end, with the round
@@ -213,6 +268,8 @@ impl super::sock::DdpSock {
     /// doorbell alone (then it rings, as a direct poll's does).
     #[inline(never)]
     pub(super) fn stood_end(&self, revents: &[i16]) -> bool {
+        // (Its lease renewed by the next wait's `stand_in`, if the poll goes
+        // on: `Wait::bound`.)
         let polled = if revents.first().is_some_and(|&r| r != 0) {
             self.x.progress_for_poll()
         } else {

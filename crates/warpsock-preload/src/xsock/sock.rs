@@ -34,7 +34,7 @@ use super::follow::Follow;
 use super::linger::{spawn_closer, CLOSING};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
-use crate::shim::reactor::{self, Handler, Reactor};
+use crate::shim::reactor;
 use crate::shim::socket::{Socket, Wait};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
@@ -55,7 +55,7 @@ pub(crate) struct DdpSock {
     /// not run its protocol.
     dead: c_int,
     bell: Doorbell,
-    id: u64,
+    pub(super) id: u64,
     refs: AtomicUsize,
     nonblocking: AtomicBool,
     /// The progress thread watches this socket for good
@@ -157,23 +157,6 @@ thread_local! {
     /// a DDP socket allocates nothing once warm (it allocated the list
     /// and its claim at every call: 2 allocations per 8 B round trip).
     static SPARE_FDS: std::cell::Cell<Vec<c_int>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-struct Ready(Weak<DdpSock>);
-
-impl Handler for Ready {
-    fn on_ready(&self, _: &'static Reactor, _events: u32) {
-        // The engine's calls made from here must not re-enter the
-        // interposed entry points — including those of the last drop of
-        // the socket, which may happen here (its close finished meanwhile).
-        enter((), || {
-            if let Some(s) = self.0.upgrade() {
-                if let Some(r) = s.x.progress_if_idle() {
-                    s.reflect(r);
-                }
-            }
-        });
-    }
 }
 
 fn dead_end() -> c_int {
@@ -278,7 +261,7 @@ impl DdpSock {
                 s.x.tcp_fd(),
                 s.id,
                 s.x.watching(),
-                Arc::new(Ready(Arc::downgrade(&s))),
+                Arc::new(super::follow::Ready(Arc::downgrade(&s))),
             ) {
                 return Err(forget(errno()));
             }
@@ -777,18 +760,23 @@ impl Socket for DdpSock {
             return Some(Wait {
                 fds: Vec::new(),
                 claim: Box::new(PollerClaim),
+                chunked: false,
             });
         }
         let mut fds = SPARE_FDS.take();
         fds.clear();
         fds.push(self.x.tcp_fd());
-        let claim: Box<dyn std::any::Any> =
-            if self.x.watching() == XSocket::WATCH_INPUT && self.x.stand_in(true) {
-                Box::new(StandInClaim)
+        let (claim, chunked): (Box<dyn std::any::Any>, _) =
+            if self.x.watching() == XSocket::WATCH_INPUT && self.stand_in() {
+                (Box::new(StandInClaim), true)
             } else {
-                Box::new(DirectClaim)
+                (Box::new(DirectClaim), false)
             };
-        Some(Wait { fds, claim })
+        Some(Wait {
+            fds,
+            claim,
+            chunked,
+        })
     }
 
     fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {

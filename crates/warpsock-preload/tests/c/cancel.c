@@ -15,6 +15,11 @@
  *             with no call of the socket running, the peer's rioread of
  *             the mapping is answered;
  *   accepted  an 8 B read of the accepted end.
+ *   jump      not a cancel: the poll case's poll, left by a siglongjmp out
+ *             of a signal handler that interrupted it (it never returns to
+ *             the library: its stand-in stays counted); the peer's rioread
+ *             is answered all the same once the stand-in lapsed (its lease,
+ *             1 s; review r22-e item 3).
  *
  * Each: a thread blocks in the call (seen asleep in a system call, from
  * /proc), is cancelled and joined: PTHREAD_CANCELED. Then, from the main
@@ -27,6 +32,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -108,6 +115,45 @@ static int sleeping(pid_t t) {
     buf[n] = 0;
     long nr = strtol(buf, NULL, 10);
     return nr == SYS_read || nr == SYS_write || nr == SYS_sendto;
+}
+
+static sigjmp_buf jump_env;
+static void on_usr1(int sig) {
+    (void)sig;
+    siglongjmp(jump_env, 1);
+}
+
+static void *jump_poll(void *a) {
+    (void)a;
+    if (sigsetjmp(jump_env, 1) == 0) {
+        started();
+        struct pollfd p = {victim, POLLIN, 0};
+        return returned(poll(&p, 1, -1));
+    }
+    return NULL; /* jumped out */
+}
+
+/* Starts jump_poll and, once it sleeps, signals it: it jumps out. */
+static void jump_out(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+    pthread_t t;
+    atomic_store(&tid, 0);
+    CHECK(pthread_create(&t, NULL, jump_poll, NULL) == 0);
+    long spins = 0;
+    while (atomic_load(&tid) == 0 || !sleeping(atomic_load(&tid))) {
+        CHECK(spins++ < 100000000);
+        sched_yield();
+    }
+    CHECK(pthread_kill(t, SIGUSR1) == 0);
+    void *res = (void *)1;
+    CHECK(pthread_join(t, &res) == 0);
+    if (res != NULL)
+        fprintf(stderr, "the poll returned %ld (errno %ld)\n", atomic_load(&ret_r), atomic_load(&ret_errno));
+    CHECK(res == NULL);
 }
 
 /* Starts `fn` and cancels it once it sleeps in a system call. */
@@ -254,6 +300,16 @@ int main(int argc, char **argv) {
         drain_to_marker();
         free(sendbuf);
         still_works(c, s);
+    } else if (!strcmp(cs, "jump")) {
+        if (!plain) map_for_peer();
+        jump_out();
+        if (!plain) peer_reads_mapping();
+        still_works(c, s);
+        if (!plain) {
+            int (*riounmap)(int, void *, size_t) = sym("warpsock_riounmap");
+            CHECK(riounmap(c, mapped, MAP_LEN) == 0);
+        }
+        free(mapped);
     } else if (!strcmp(cs, "poll")) {
         if (!plain) map_for_peer();
         cancel_blocked(block_poll);

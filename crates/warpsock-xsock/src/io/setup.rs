@@ -148,6 +148,8 @@ impl XSocket {
                 background: false,
                 pollers: 0,
                 stand_ins: 0,
+                stand_by: None,
+                stand_timed: false,
                 established: false,
                 sending: 0,
                 // `qp_init` posts every slot, in order.

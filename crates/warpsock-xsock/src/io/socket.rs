@@ -89,6 +89,12 @@ pub(crate) struct State {
     /// Program `poll`s that watch the engine's socket themselves and stand
     /// in for the progress thread while they wait ([`XSocket::stand_in`]).
     pub(crate) stand_ins: u32,
+    /// When the stand-ins lapse: [`XSocket::STAND_LEASE`] after the last
+    /// one began (see [`XSocket::stand_in_timed`]).
+    pub(crate) stand_by: Option<std::time::Instant>,
+    /// A timer of the progress thread's looks at the stand-ins' lapse
+    /// ([`XSocket::stand_lapse`]).
+    pub(crate) stand_timed: bool,
     /// The engine announced the connection established (a responder's
     /// sends wait for the initiator's first FPDU until then: RFC 6581).
     pub(crate) established: bool,

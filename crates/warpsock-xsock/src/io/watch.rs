@@ -36,6 +36,7 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use super::settings::{Count, Readiness};
 use super::socket::{State, XSocket};
@@ -185,6 +186,60 @@ impl XSocket {
             && !self.writable_wait.load(Ordering::Relaxed)
     }
 
+    /// How long after it began a stand-in lapses unless another begins:
+    /// twice the longest real wait of a `poll` that stands in (the
+    /// preload's 500 ms: a longer one is made of waits that long, each
+    /// ending its stand-in and beginning another; a poll's thread may be
+    /// late between two of its waits, and a lapse then only wakes the
+    /// progress thread for nothing).
+    pub const STAND_LEASE: Duration = Duration::from_millis(1000);
+
+    /// [`Self::stand_in`]`(true)`, its lease taken: whether the poll
+    /// stands in, and whether the progress thread has no timer yet for
+    /// the stand-ins' lapse ([`Self::stand_lapse`]): the caller then gives
+    /// it one (one per lapse period, not one per poll).
+    #[inline(never)]
+    pub fn stand_in_timed(&self) -> (bool, bool) {
+        let mut st = self.lock();
+        if self.parked() {
+            return (false, false);
+        }
+        st.stand_ins += 1;
+        st.stand_by = Some(Instant::now() + Self::STAND_LEASE);
+        let time_it = !std::mem::replace(&mut st.stand_timed, true);
+        self.rearm(&mut st);
+        (true, time_it)
+    }
+
+    /// When the stand-ins lapse, if any poll stands in (the progress
+    /// thread's timer's deadline).
+    pub fn stand_expiry(&self) -> Option<Instant> {
+        let st = self.lock_look();
+        st.stand_by.filter(|_| st.stand_ins > 0)
+    }
+
+    /// The progress thread's timer at `now`: stand-ins that lapsed are
+    /// forgotten (every live one began again within the lease) and the
+    /// watch follows. A `poll` that never returned (a `siglongjmp` out of
+    /// a handler that interrupted it) left its stand-in counted, and the
+    /// watch for input stayed off for good: nothing processed arrivals
+    /// while no call ran, and a peer's `rioread` waited for ever (review
+    /// r22-e item 3). Now for one lease at most. A standing poll begins
+    /// again well within the lease, so a live one never lapses. Returns whether the timer is done (no stand-in
+    /// left); the next stand-in asks for a new one.
+    pub fn stand_lapse(&self, now: Instant) -> bool {
+        let mut st = self.lock();
+        if st.stand_ins > 0 && st.stand_by.is_some_and(|t| t <= now) {
+            st.stand_ins = 0;
+            self.rearm(&mut st);
+        }
+        if st.stand_ins == 0 {
+            st.stand_timed = false;
+            return true;
+        }
+        false
+    }
+
     /// A program's `poll` that watches [`Self::tcp_fd`] for input itself
     /// starts (`true`) or ends (`false`) its system call, and makes a
     /// round ([`Self::progress_for_poll`]) whenever that socket shows
@@ -205,6 +260,7 @@ impl XSocket {
                 return false;
             }
             st.stand_ins += 1;
+            st.stand_by = Some(Instant::now() + Self::STAND_LEASE);
         } else {
             st.stand_ins = st.stand_ins.saturating_sub(1);
         }
