@@ -73,3 +73,13 @@ fn a_blocked_poll_is_cancelled_and_its_stand_in_ends() {
 fn a_standing_poll_left_by_siglongjmp_lapses() {
     case("jump");
 }
+
+/// A thread whose cancellation is disabled: the signal the preload's
+/// `pthread_cancel` sends does not end its read with `EINTR` although the
+/// program has a handler without `SA_RESTART` (fails so when the wait
+/// takes it for any signal); once it enables cancellation, its next read
+/// is cancelled.
+#[test]
+fn a_read_with_cancellation_disabled_goes_on_then_is_cancelled() {
+    case("disabled");
+}

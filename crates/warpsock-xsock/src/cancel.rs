@@ -38,14 +38,15 @@
 //!
 //! Not covered: `PTHREAD_CANCEL_ASYNCHRONOUS` (the signal's handler unwinds
 //! at once, wherever the thread is; README). A thread whose cancellation is
-//! disabled keeps its mark here until it enables it and a wait looks again.
+//! disabled keeps its mark here until it enables it and a wait looks again;
+//! the signal sent with the mark does not end its wait ([`after_signal`]).
 //! A call that moved bytes before its wait ended (a send that buffered
 //! part, a `MSG_WAITALL` read short of its length) returns their count,
 //! and the cancel is acted on at the thread's next cancellation point or
 //! failed call; TCP's call unwinds there, its count lost.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 /// Thread ids with a cancel noted and not yet acted on (0: a free slot).
 /// A few at a time are plenty (a thread is cancelled once); when every slot
@@ -53,6 +54,9 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 /// waits on, as before).
 const SLOTS: usize = 16;
 static NOTED: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
+/// Per slot: the signal sent with the note has not been accounted for
+/// ([`after_signal`]).
+static KICKED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
 /// How many slots are taken: the one load every check costs while none is.
 static TAKEN: AtomicUsize = AtomicUsize::new(0);
 /// The slot the next overwrite takes.
@@ -79,17 +83,23 @@ pub fn note(tid: libc::pid_t) {
     if tid <= 0 {
         return;
     }
-    for s in &NOTED {
+    for (i, s) in NOTED.iter().enumerate() {
         match s.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
+                KICKED[i].store(true, Ordering::Release);
                 TAKEN.fetch_add(1, Ordering::AcqRel);
                 return;
             }
-            Err(t) if t == tid => return,
+            Err(t) if t == tid => {
+                KICKED[i].store(true, Ordering::Release);
+                return;
+            }
             Err(_) => {}
         }
     }
-    NOTED[NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS].store(tid, Ordering::Release);
+    let i = NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS;
+    KICKED[i].store(true, Ordering::Release);
+    NOTED[i].store(tid, Ordering::Release);
 }
 
 /// Whether any cancel is noted at all (one relaxed load).
@@ -103,13 +113,13 @@ fn gettid() -> libc::pid_t {
     unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
 }
 
-/// This thread's slot, if a cancel is noted for it.
-fn mine() -> Option<(&'static AtomicI32, libc::pid_t)> {
+/// This thread's slot (its index), if a cancel is noted for it.
+fn mine() -> Option<(usize, libc::pid_t)> {
     let me = gettid();
     NOTED
         .iter()
-        .find(|s| s.load(Ordering::Acquire) == me)
-        .map(|s| (s, me))
+        .position(|s| s.load(Ordering::Acquire) == me)
+        .map(|i| (i, me))
 }
 
 /// Whether this thread's cancellation is enabled now, read by disabling it
@@ -138,6 +148,26 @@ pub fn pending() -> bool {
     any() && mine().is_some() && enabled()
 }
 
+/// After a sleep of this thread that a signal ended: `Some(true)`, a
+/// cancel is pending ([`pending`]); `Some(false)`, the signal was the one
+/// the preload's `pthread_cancel` sent with a cancel this thread does not
+/// act on now (its cancellation disabled), accounted for now: the wait
+/// goes on, as over TCP, where no signal comes (glibc 2.36 to 2.40) or
+/// glibc's handler does nothing (else) — not `EINTR` for a handler
+/// without `SA_RESTART`; `None`: neither, the program's handlers decide.
+#[cold]
+#[inline(never)]
+pub fn after_signal() -> Option<bool> {
+    if !any() {
+        return None;
+    }
+    let (i, _) = mine()?;
+    if enabled() {
+        return Some(true);
+    }
+    KICKED[i].swap(false, Ordering::AcqRel).then_some(false)
+}
+
 /// At an interposed entry point whose call failed, with nothing of the
 /// library live on the stack: acts on this thread's noted cancel, if it
 /// has one and its cancellation is enabled (`pthread_testcancel`: the
@@ -148,13 +178,13 @@ pub fn act() {
     if !any() {
         return;
     }
-    let Some((slot, me)) = mine() else {
+    let Some((i, me)) = mine() else {
         return;
     };
     if !enabled() {
         return;
     }
-    if slot
+    if NOTED[i]
         .compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed)
         .is_ok()
     {
@@ -181,8 +211,9 @@ mod tests {
         assert!(mine().is_some());
         let other = std::thread::spawn(|| mine().is_some()).join().unwrap();
         assert!(!other, "another thread's look");
-        let (slot, _) = mine().unwrap();
-        slot.store(0, Ordering::Release);
+        let (i, _) = mine().unwrap();
+        assert_eq!(after_signal(), Some(true), "enabled: a cancel");
+        NOTED[i].store(0, Ordering::Release);
         TAKEN.fetch_sub(1, Ordering::AcqRel);
         assert!(!any());
     }

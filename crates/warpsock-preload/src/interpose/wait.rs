@@ -457,27 +457,46 @@ pub unsafe extern "C-unwind" fn poll(
     // SAFETY: the caller's array of `n` pollfds.
     let fds = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
     let bound = (timeout >= 0).then(|| std::time::Duration::from_millis(timeout as u64));
-    let r = enter(-1, || {
-        poll_with(fds, bound, &mut |p, left| {
-            // Whole milliseconds, as `poll` takes them.
-            let ms = ms_of(left);
-            let ts = (ms >= 0).then(|| libc::timespec {
-                tv_sec: libc::time_t::from(ms / 1000),
-                tv_nsec: libc::c_long::from(ms % 1000) * 1_000_000,
-            });
-            // SAFETY: `p` is a valid pollfd array; no mask.
-            unsafe {
-                sys::ppoll_raw(
-                    p.as_mut_ptr(),
-                    p.len() as libc::nfds_t,
-                    ts,
-                    std::ptr::null(),
-                )
-            }
-        })
-    });
+    let r = loop {
+        let r = enter(-1, || {
+            poll_with(fds, bound, &mut |p, left| {
+                // Whole milliseconds, as `poll` takes them.
+                let ms = ms_of(left);
+                let ts = (ms >= 0).then(|| libc::timespec {
+                    tv_sec: libc::time_t::from(ms / 1000),
+                    tv_nsec: libc::c_long::from(ms % 1000) * 1_000_000,
+                });
+                // SAFETY: `p` is a valid pollfd array; no mask.
+                unsafe {
+                    sys::ppoll_raw(
+                        p.as_mut_ptr(),
+                        p.len() as libc::nfds_t,
+                        ts,
+                        std::ptr::null(),
+                    )
+                }
+            })
+        });
+        if !kicked(r) {
+            break r;
+        }
+    };
     cancel_point(r as isize);
     r
+}
+
+/// Whether a poll that returned `r` was ended by the signal the preload's
+/// `pthread_cancel` sent to a thread whose cancellation is disabled now
+/// (`warpsock_xsock::cancel::after_signal`): it then waits again (for its
+/// whole bound), as over TCP, where no signal or a handler that does
+/// nothing leaves the poll asleep — not `EINTR`. One compare on a poll
+/// that did not fail.
+#[inline(always)]
+fn kicked(r: c_int) -> bool {
+    r < 0
+        && warpsock_xsock::cancel::any()
+        && sys::errno() == libc::EINTR
+        && warpsock_xsock::cancel::after_signal() == Some(false)
 }
 
 /// Whether a fortified poll's array of `fdslen` bytes holds `n` entries:
@@ -550,19 +569,24 @@ pub unsafe extern "C-unwind" fn ppoll(
             }),
         )
     };
-    let r = enter(-1, || {
-        poll_with(fds, bound, &mut |p, left| {
-            // SAFETY: `p` is a valid pollfd array; the caller's mask.
-            unsafe {
-                sys::ppoll_raw(
-                    p.as_mut_ptr(),
-                    p.len() as libc::nfds_t,
-                    left.map(sys::timespec),
-                    mask,
-                )
-            }
-        })
-    });
+    let r = loop {
+        let r = enter(-1, || {
+            poll_with(fds, bound, &mut |p, left| {
+                // SAFETY: `p` is a valid pollfd array; the caller's mask.
+                unsafe {
+                    sys::ppoll_raw(
+                        p.as_mut_ptr(),
+                        p.len() as libc::nfds_t,
+                        left.map(sys::timespec),
+                        mask,
+                    )
+                }
+            })
+        });
+        if !kicked(r) {
+            break r;
+        }
+    };
     cancel_point(r as isize);
     r
 }

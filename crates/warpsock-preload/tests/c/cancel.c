@@ -15,6 +15,12 @@
  *             with no call of the socket running, the peer's rioread of
  *             the mapping is answered;
  *   accepted  an 8 B read of the accepted end.
+ *   disabled  the read case with the thread's cancellation disabled and a
+ *             SIGUSR1 handler without SA_RESTART in the program: the
+ *             cancel's signal (the preload's) does not end the read with
+ *             EINTR (over TCP no signal comes); the read returns the
+ *             peer's bytes, then the thread enables cancellation and
+ *             reads again: cancelled there.
  *   jump      not a cancel: the poll case's poll, left by a siglongjmp out
  *             of a signal handler that interrupted it (it never returns to
  *             the library: its stand-in stays counted); the peer's rioread
@@ -115,6 +121,75 @@ static int sleeping(pid_t t) {
     buf[n] = 0;
     long nr = strtol(buf, NULL, 10);
     return nr == SYS_read || nr == SYS_write || nr == SYS_sendto;
+}
+
+/* Whether signal sig is pending for thread t (/proc status SigPnd). */
+static int sig_pending(pid_t t, int sig) {
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)t);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    CHECK(n > 0);
+    buf[n] = 0;
+    char *p = strstr(buf, "SigPnd:");
+    CHECK(p != NULL);
+    unsigned long long m = strtoull(p + 7, NULL, 16);
+    return (m >> (sig - 1)) & 1;
+}
+
+static atomic_int read_once; /* disabled: the first read returned */
+static void *block_read_disabled(void *a) {
+    (void)a;
+    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL) == 0);
+    started();
+    char b[8];
+    ssize_t r = read(victim, b, sizeof b);
+    atomic_store(&ret_r, r);
+    atomic_store(&ret_errno, errno);
+    if (r != 8 || memcmp(b, "abcdefgh", 8) != 0) return (void *)2;
+    atomic_store(&read_once, 1);
+    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
+    return returned(read(victim, b, sizeof b));
+}
+
+static void on_usr1_plain(int sig) { (void)sig; }
+
+static void cancel_disabled(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1_plain; /* no SA_RESTART */
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+    pthread_t t;
+    atomic_store(&tid, 0);
+    CHECK(pthread_create(&t, NULL, block_read_disabled, NULL) == 0);
+    long spins = 0;
+    while (atomic_load(&tid) == 0 || !sleeping(atomic_load(&tid))) {
+        CHECK(spins++ < 100000000);
+        sched_yield();
+    }
+    CHECK(pthread_cancel(t) == 0);
+    /* The signal that may come with it was taken (its handler ran), and
+     * the read sleeps again: five looks in a row. */
+    int asleep = 0;
+    spins = 0;
+    while (asleep < 5) {
+        CHECK(spins++ < 100000000);
+        if (!sig_pending(atomic_load(&tid), 32) && sleeping(atomic_load(&tid)))
+            asleep++;
+        else
+            asleep = 0;
+        sched_yield();
+    }
+    CHECK(write(s, "abcdefgh", 8) == 8);
+    void *res = NULL;
+    CHECK(pthread_join(t, &res) == 0);
+    if (res != PTHREAD_CANCELED)
+        fprintf(stderr, "the read returned %ld (errno %ld), first read done %d\n", atomic_load(&ret_r),
+                atomic_load(&ret_errno), atomic_load(&read_once));
+    CHECK(res == PTHREAD_CANCELED && atomic_load(&read_once) == 1);
 }
 
 static sigjmp_buf jump_env;
@@ -299,6 +374,9 @@ int main(int argc, char **argv) {
         cancel_blocked(block_send);
         drain_to_marker();
         free(sendbuf);
+        still_works(c, s);
+    } else if (!strcmp(cs, "disabled")) {
+        cancel_disabled();
         still_works(c, s);
     } else if (!strcmp(cs, "jump")) {
         if (!plain) map_for_peer();

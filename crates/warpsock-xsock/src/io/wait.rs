@@ -43,15 +43,16 @@ pub(crate) enum Woken {
 impl Woken {
     /// After a sleep a signal ended: a pending cancel (the preload sends
     /// glibc's `SIGCANCEL` to end the sleep; its handler has `SA_RESTART`),
-    /// else what the handlers ask.
+    /// nothing if that signal came for a cancel the thread does not act on
+    /// now (disabled), else what the handlers ask.
     #[cold]
     fn after_signal() -> Self {
-        if crate::cancel::pending() {
-            Self::Cancel
-        } else if super::sys::restart_after_signal() {
-            Self::Restart
-        } else {
-            Self::Stop
+        match crate::cancel::after_signal() {
+            Some(true) => Self::Cancel,
+            // The preload's own signal, for a cancel not acted on now.
+            Some(false) => Self::NoSignal,
+            None if super::sys::restart_after_signal() => Self::Restart,
+            None => Self::Stop,
         }
     }
 
