@@ -83,3 +83,12 @@ fn a_standing_poll_left_by_siglongjmp_lapses() {
 fn a_read_with_cancellation_disabled_goes_on_then_is_cancelled() {
     case("disabled");
 }
+
+/// `select` and `epoll_wait` of the socket (its doorbell, passed on to
+/// libc's, a cancellation point itself): the unwind crosses the
+/// interposed entry point.
+#[test]
+fn a_blocked_select_or_epoll_wait_is_cancelled() {
+    case("select");
+    case("epoll");
+}

@@ -25,9 +25,12 @@ fn before_doorbell_wait() {
     }
 }
 
-/// Interposed `select(2)`: see `before_doorbell_wait`.
+/// Interposed `select(2)`: see `before_doorbell_wait`. These waits are
+/// the real ones, libc's cancellation points: a `pthread_cancel` of the
+/// thread unwinds from them through this frame (`extern "C-unwind"`,
+/// nothing to drop), as without the library.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn select(
+pub unsafe extern "C-unwind" fn select(
     n: c_int,
     r: *mut libc::fd_set,
     w: *mut libc::fd_set,
@@ -41,7 +44,7 @@ pub unsafe extern "C" fn select(
 
 /// Interposed `pselect(2)`: see `before_doorbell_wait`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pselect(
+pub unsafe extern "C-unwind" fn pselect(
     n: c_int,
     r: *mut libc::fd_set,
     w: *mut libc::fd_set,
@@ -80,7 +83,7 @@ fn recorded(epfd: c_int) -> c_int {
 
 /// Interposed `epoll_wait(2)`: see `before_doorbell_wait`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_wait(
+pub unsafe extern "C-unwind" fn epoll_wait(
     epfd: c_int,
     events: *mut libc::epoll_event,
     max: c_int,
@@ -93,7 +96,7 @@ pub unsafe extern "C" fn epoll_wait(
 
 /// Interposed `epoll_pwait(2)`: see `before_doorbell_wait`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_pwait(
+pub unsafe extern "C-unwind" fn epoll_pwait(
     epfd: c_int,
     events: *mut libc::epoll_event,
     max: c_int,
@@ -107,7 +110,7 @@ pub unsafe extern "C" fn epoll_pwait(
 
 /// Interposed `epoll_pwait2(2)` (glibc 2.35): see `before_doorbell_wait`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_pwait2(
+pub unsafe extern "C-unwind" fn epoll_pwait2(
     epfd: c_int,
     events: *mut libc::epoll_event,
     max: c_int,

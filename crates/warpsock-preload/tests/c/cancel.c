@@ -15,6 +15,8 @@
  *             with no call of the socket running, the peer's rioread of
  *             the mapping is answered;
  *   accepted  an 8 B read of the accepted end.
+ *   select    select() of the socket (its doorbell, passed on to libc's);
+ *   epoll     epoll_wait() of an epoll set holding the socket (likewise).
  *   disabled  the read case with the thread's cancellation disabled and a
  *             SIGUSR1 handler without SA_RESTART in the program: the
  *             cancel's signal (the preload's) does not end the read with
@@ -41,6 +43,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
@@ -107,8 +110,8 @@ static void *block_poll(void *a) {
 }
 
 /* Whether thread t sleeps in a system call its blocked call (or the
- * library's wait for it) sleeps in: ddppair.h's calls, and TCP's own read
- * and write. */
+ * library's wait for it) sleeps in: ddppair.h's calls, TCP's own read
+ * and write, select. */
 static int sleeping(pid_t t) {
     if (thread_asleep(t)) return 1;
     char path[64], buf[128];
@@ -120,7 +123,28 @@ static int sleeping(pid_t t) {
     if (n <= 0) return 0;
     buf[n] = 0;
     long nr = strtol(buf, NULL, 10);
-    return nr == SYS_read || nr == SYS_write || nr == SYS_sendto;
+    return nr == SYS_read || nr == SYS_write || nr == SYS_sendto || nr == SYS_pselect6
+#ifdef SYS_select
+           || nr == SYS_select
+#endif
+        ;
+}
+
+static void *block_select(void *a) {
+    (void)a;
+    started();
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(victim, &r);
+    return returned(select(victim + 1, &r, NULL, NULL, NULL));
+}
+
+static int epfd;
+static void *block_epoll(void *a) {
+    (void)a;
+    started();
+    struct epoll_event ev;
+    return returned(epoll_wait(epfd, &ev, 1, -1));
 }
 
 /* Whether signal sig is pending for thread t (/proc status SigPnd). */
@@ -375,6 +399,17 @@ int main(int argc, char **argv) {
         drain_to_marker();
         free(sendbuf);
         still_works(c, s);
+    } else if (!strcmp(cs, "select")) {
+        cancel_blocked(block_select);
+        still_works(c, s);
+    } else if (!strcmp(cs, "epoll")) {
+        epfd = epoll_create1(0);
+        CHECK(epfd >= 0);
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = c};
+        CHECK(epoll_ctl(epfd, EPOLL_CTL_ADD, c, &ev) == 0);
+        cancel_blocked(block_epoll);
+        still_works(c, s);
+        close(epfd);
     } else if (!strcmp(cs, "disabled")) {
         cancel_disabled();
         still_works(c, s);
