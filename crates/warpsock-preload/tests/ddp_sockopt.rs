@@ -189,6 +189,31 @@ fn an_abortive_close_resets_the_peer() {
     case("abort", true);
 }
 
+/// Abortive closes TCP's way in the cases 69772fb's `abort` did not cover
+/// (review r23-a item 8): the close of one of two descriptors (`dup`)
+/// sends nothing, the last one resets (fails with a reset at the first:
+/// the message sent through the second never arrives); `SO_LINGER` {1, 0}
+/// set before the switch (fails with the abortive check removed: 0); the
+/// peer's bytes left unread (fails with that check and item 9's look
+/// removed: 0).
+#[test]
+fn abortive_closes_of_a_dup_a_value_set_before_and_unread_bytes_as_tcps() {
+    for name in ["abortdup", "abortbefore", "abortunread"] {
+        case(name, false);
+        case(name, true);
+    }
+}
+
+/// `shutdown(SHUT_WR)`, then an abortive close: the peer, whose stream had
+/// ended (TCP's `CLOSE_WAIT`), reads 0 and its send fails with `EPIPE`, as
+/// Linux's `tcp_reset` there (review r23-a item 8). Fails with the DDP
+/// peer's reset reported as `ECONNRESET` (the send), as before.
+#[test]
+fn an_abortive_close_after_shutdown_is_epipe_to_the_peer() {
+    case("abortshut", false);
+    case("abortshut", true);
+}
+
 /// An orderly close with the peer's bytes received and never read resets
 /// the connection, as TCP's (`data_was_unread`; review r23-a item 9): the
 /// peer's blocking read fails with `ECONNRESET`. Fails with the close's

@@ -34,6 +34,18 @@
  *               peer's blocking read fails with ECONNRESET at once, as
  *               TCP's abortive close resets the connection (no end of
  *               stream first: the read got 0, the reset came after).
+ *   abortdup    abort's close on one of two descriptors (dup) of the socket:
+ *               nothing reaches the peer (a message sent through the other
+ *               arrives after it); the close of the second resets (review
+ *               r23-a item 8).
+ *   abortbefore SO_LINGER {1, 0} set before the switch, then abort's close.
+ *   abortunread the peer's 8 B received and never read, then abort's close:
+ *               the peer's read fails with ECONNRESET.
+ *   abortshut   shutdown(SHUT_WR) (the peer reads 8 B, then end of stream),
+ *               then SO_LINGER {1, 0} and close: once the peer's kernel
+ *               socket has left CLOSE_WAIT, Linux's peer reads 0 (its
+ *               stream ended before the reset) and its send fails with EPIPE
+ *               (tcp_reset in CLOSE_WAIT sets EPIPE).
  *   closeunread an orderly close() (no SO_LINGER) with the peer's 8 B
  *               received (poll said POLLIN) and never read: the peer's
  *               blocking read fails with ECONNRESET, as TCP's close resets
@@ -758,6 +770,119 @@ static void case_closeunread(void) {
     CHECK(pthread_join(pt, NULL) == 0);
 }
 
+/* The peer of the abort variants: switches, reads 8 B and echoes them
+ * (unless `quiet`: it sends 8 B instead, never read), then its read must
+ * fail with ECONNRESET. */
+static void *peer_abort_quiet(void *a) {
+    (void)a;
+    switch_end(s);
+    CHECK(write(s, "unread!!", 8) == 8);
+    char b[8];
+    ssize_t r = read(s, b, 8);
+    fprintf(stderr, "abort: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(r == -1 && errno == ECONNRESET);
+    return NULL;
+}
+
+static void abort_close(int fd) {
+    struct linger l = {1, 0};
+    CHECK(setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+    CHECK(close(fd) == 0);
+}
+
+static void *peer_dup(void *a) {
+    (void)a;
+    switch_end(s);
+    /* Its switch is done (a reset during it would fail it). */
+    CHECK(write(s, "switched", 8) == 8);
+    char b[8];
+    read8(s, b);
+    CHECK(memcmp(b, "afterdup", 8) == 0);
+    ssize_t r = read(s, b, 8);
+    fprintf(stderr, "abortdup: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(r == -1 && errno == ECONNRESET);
+    return NULL;
+}
+
+static void case_abortdup(void) {
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_dup, NULL) == 0);
+    switch_end(c);
+    char b[8];
+    read8(c, b);
+    int d = dup(c);
+    CHECK(d >= 0);
+    abort_close(c);
+    c = -1;
+    /* The connection lives on through d: the peer reads this first. */
+    CHECK(write(d, "afterdup", 8) == 8);
+    CHECK(close(d) == 0);
+    CHECK(pthread_join(pt, NULL) == 0);
+}
+
+static void case_abortbefore(void) {
+    struct linger l = {1, 0};
+    CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_abort_read, NULL) == 0);
+    switch_end(c);
+    char b[8];
+    CHECK(write(c, "12345678", 8) == 8);
+    read8(c, b);
+    CHECK(close(c) == 0);
+    c = -1;
+    CHECK(pthread_join(pt, NULL) == 0);
+}
+
+static void case_abortunread(void) {
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_abort_quiet, NULL) == 0);
+    switch_end(c);
+    struct pollfd p = {c, POLLIN, 0};
+    CHECK(poll(&p, 1, -1) == 1 && (p.revents & POLLIN));
+    abort_close(c);
+    c = -1;
+    CHECK(pthread_join(pt, NULL) == 0);
+}
+
+#define TCP_CLOSE_WAIT_ 8
+
+static void case_abortshut(void) {
+    int cport = port_of(c, 0), sport = port_of(c, 1);
+    int go[2];
+    CHECK(pipe(go) == 0);
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_switch, NULL) == 0);
+    switch_end(c);
+    CHECK(pthread_join(pt, NULL) == 0);
+    CHECK(write(c, "12345678", 8) == 8);
+    CHECK(shutdown(c, SHUT_WR) == 0);
+    char b[8];
+    read8(s, b);
+    CHECK(read(s, b, 8) == 0);
+    /* TCP: the peer's kernel socket in CLOSE_WAIT (the FIN came; a DDP
+     * stream's end is a message), then the reset, which takes it out of
+     * the table (CLOSE). */
+    for (long k = 0; plain && tcp_entry(sport, cport, NULL) != TCP_CLOSE_WAIT_; k++) {
+        CHECK(k < 100000);
+        sched_yield();
+    }
+    abort_close(c);
+    c = -1;
+    for (long k = 0; tcp_entry(sport, cport, NULL) != 0; k++) {
+        CHECK(k < 100000);
+        sched_yield();
+    }
+    ssize_t r = read(s, b, 8);
+    fprintf(stderr, "abortshut: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(r == 0);
+    r = send(s, "x", 1, MSG_NOSIGNAL);
+    fprintf(stderr, "abortshut: the peer's send %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(r == -1 && errno == EPIPE);
+    close(go[0]);
+    close(go[1]);
+}
+
 static void case_abort(void) {
     pthread_t pt;
     CHECK(pthread_create(&pt, NULL, peer_abort_read, NULL) == 0);
@@ -794,6 +919,14 @@ int main(int argc, char **argv) {
         case_soerror(2);
     } else if (!strcmp(cs, "soerrhup")) {
         case_soerror(3);
+    } else if (!strcmp(cs, "abortdup")) {
+        case_abortdup();
+    } else if (!strcmp(cs, "abortbefore")) {
+        case_abortbefore();
+    } else if (!strcmp(cs, "abortunread")) {
+        case_abortunread();
+    } else if (!strcmp(cs, "abortshut")) {
+        case_abortshut();
     } else if (!strcmp(cs, "closeunread")) {
         case_closeunread();
     } else if (!strcmp(cs, "abort")) {

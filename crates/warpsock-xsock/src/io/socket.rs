@@ -505,6 +505,14 @@ impl XSocket {
                             Some(libc::EPIPE) | None => libc::ECONNRESET,
                             Some(n) => n,
                         };
+                        // After the peer's end of stream, with this end's
+                        // still open (TCP's CLOSE_WAIT), Linux's reset is
+                        // `EPIPE` (`tcp_reset`), and reads end first (review
+                        // r23-a item 8).
+                        let errno = match errno {
+                            libc::ECONNRESET if st.s.eof() && !st.s.is_write_shut() => libc::EPIPE,
+                            n => n,
+                        };
                         self.fail(st, errno, format!("connection lost ({reason}): {e}"));
                     }
                 }
