@@ -92,3 +92,12 @@ fn a_blocked_select_or_epoll_wait_is_cancelled() {
     case("select");
     case("epoll");
 }
+
+/// A cancel requested while the thread's cancellation was disabled and it
+/// was in no call: once enabled, its `poll` of the socket is cancelled at
+/// once (its raw sleep would never end: hangs without the look at the
+/// `poll`'s start).
+#[test]
+fn a_poll_after_a_pending_cancel_is_cancelled() {
+    case("pending");
+}

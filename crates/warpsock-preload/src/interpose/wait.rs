@@ -156,10 +156,14 @@ fn poll_with(
             Some(n) => (n, shown(fds)),
             None => match general(fds, left, wait) {
                 Ok(r) => r,
+                Err(done) if kicked(done) => continue,
                 Err(done) => return done,
             },
         };
         if n < 0 {
+            if kicked(n) {
+                continue;
+            }
             return n;
         }
         if answered(count, n, timeout, start) {
@@ -460,41 +464,49 @@ pub unsafe extern "C-unwind" fn poll(
     // SAFETY: the caller's array of `n` pollfds.
     let fds = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
     let bound = (timeout >= 0).then(|| std::time::Duration::from_millis(timeout as u64));
-    let r = loop {
-        let r = enter(-1, || {
-            poll_with(fds, bound, &mut |p, left| {
-                // Whole milliseconds, as `poll` takes them.
-                let ms = ms_of(left);
-                let ts = (ms >= 0).then(|| libc::timespec {
-                    tv_sec: libc::time_t::from(ms / 1000),
-                    tv_nsec: libc::c_long::from(ms % 1000) * 1_000_000,
-                });
-                // SAFETY: `p` is a valid pollfd array; no mask.
-                unsafe {
-                    sys::ppoll_raw(
-                        p.as_mut_ptr(),
-                        p.len() as libc::nfds_t,
-                        ts,
-                        std::ptr::null(),
-                    )
-                }
-            })
-        });
-        if !kicked(r) {
-            break r;
-        }
-    };
+    cancel_first();
+    let r = enter(-1, || {
+        poll_with(fds, bound, &mut |p, left| {
+            // Whole milliseconds, as `poll` takes them.
+            let ms = ms_of(left);
+            let ts = (ms >= 0).then(|| libc::timespec {
+                tv_sec: libc::time_t::from(ms / 1000),
+                tv_nsec: libc::c_long::from(ms % 1000) * 1_000_000,
+            });
+            // SAFETY: `p` is a valid pollfd array; no mask.
+            unsafe {
+                sys::ppoll_raw(
+                    p.as_mut_ptr(),
+                    p.len() as libc::nfds_t,
+                    ts,
+                    std::ptr::null(),
+                )
+            }
+        })
+    });
     cancel_point(r as isize);
     r
 }
 
-/// Whether a poll that returned `r` was ended by the signal the preload's
-/// `pthread_cancel` sent to a thread whose cancellation is disabled now
-/// (`warpsock_xsock::cancel::after_signal`): it then waits again (for its
-/// whole bound), as over TCP, where no signal or a handler that does
-/// nothing leaves the poll asleep — not `EINTR`. One compare on a poll
-/// that did not fail.
+/// Before a `poll` of a managed socket: a cancel noted for this thread
+/// (its signal came before the call, while it was not in one of the
+/// library's waits) is acted on here, as libc's `poll` does at its start:
+/// the real wait below is raw and no signal will end it. One relaxed load
+/// while no cancel is noted.
 #[inline(always)]
+fn cancel_first() {
+    if warpsock_xsock::cancel::any() {
+        warpsock_xsock::cancel::act();
+    }
+}
+
+/// Whether a wait of `poll_with` that returned `r` was ended by the signal
+/// the preload's `pthread_cancel` sent to a thread whose cancellation is
+/// disabled now (`warpsock_xsock::cancel::after_signal`): it then waits
+/// again for what is left, as over TCP, where no signal or a handler that
+/// does nothing leaves the poll asleep — not `EINTR`. Only on a wait that
+/// failed.
+#[cold]
 fn kicked(r: c_int) -> bool {
     r < 0
         && warpsock_xsock::cancel::any()
@@ -572,24 +584,20 @@ pub unsafe extern "C-unwind" fn ppoll(
             }),
         )
     };
-    let r = loop {
-        let r = enter(-1, || {
-            poll_with(fds, bound, &mut |p, left| {
-                // SAFETY: `p` is a valid pollfd array; the caller's mask.
-                unsafe {
-                    sys::ppoll_raw(
-                        p.as_mut_ptr(),
-                        p.len() as libc::nfds_t,
-                        left.map(sys::timespec),
-                        mask,
-                    )
-                }
-            })
-        });
-        if !kicked(r) {
-            break r;
-        }
-    };
+    cancel_first();
+    let r = enter(-1, || {
+        poll_with(fds, bound, &mut |p, left| {
+            // SAFETY: `p` is a valid pollfd array; the caller's mask.
+            unsafe {
+                sys::ppoll_raw(
+                    p.as_mut_ptr(),
+                    p.len() as libc::nfds_t,
+                    left.map(sys::timespec),
+                    mask,
+                )
+            }
+        })
+    });
     cancel_point(r as isize);
     r
 }

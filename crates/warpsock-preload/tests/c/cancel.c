@@ -23,11 +23,20 @@
  *             EINTR (over TCP no signal comes); the read returns the
  *             peer's bytes, then the thread enables cancellation and
  *             reads again: cancelled there.
+ *   pending   a thread with cancellation disabled is cancelled, then
+ *             enables it and polls the socket: cancelled in the poll (the
+ *             cancel's signal came before it; its raw sleep would never
+ *             end).
  *   jump      not a cancel: the poll case's poll, left by a siglongjmp out
  *             of a signal handler that interrupted it (it never returns to
  *             the library: its stand-in stays counted); the peer's rioread
  *             is answered all the same once the stand-in lapsed (its lease,
  *             1 s; review r22-e item 3).
+ *
+ * The blocked threads keep what they pass by address in static storage:
+ * ASan does not unpoison the redzones of stack frames a cancellation
+ * unwinds (glibc's unwinder ends in its own longjmp), and its thread exit
+ * then reported a stack-buffer-underflow where a later frame reused them.
  *
  * Each: a thread blocks in the call (seen asleep in a system call, from
  * /proc), is cancelled and joined: PTHREAD_CANCELED. Then, from the main
@@ -75,14 +84,14 @@ static void *returned(long r) {
 static void *block_read(void *a) {
     (void)a;
     started();
-    char b[8];
+    static char b[8];
     return returned(read(victim, b, sizeof b));
 }
 
 static void *block_waitall(void *a) {
     (void)a;
     started();
-    char b[8];
+    static char b[8];
     return returned(recv(victim, b, sizeof b, MSG_WAITALL));
 }
 
@@ -105,7 +114,8 @@ static void *block_send(void *a) {
 static void *block_poll(void *a) {
     (void)a;
     started();
-    struct pollfd p = {victim, POLLIN, 0};
+    static struct pollfd p;
+    p = (struct pollfd){victim, POLLIN, 0};
     return returned(poll(&p, 1, -1));
 }
 
@@ -133,7 +143,7 @@ static int sleeping(pid_t t) {
 static void *block_select(void *a) {
     (void)a;
     started();
-    fd_set r;
+    static fd_set r;
     FD_ZERO(&r);
     FD_SET(victim, &r);
     return returned(select(victim + 1, &r, NULL, NULL, NULL));
@@ -143,7 +153,7 @@ static int epfd;
 static void *block_epoll(void *a) {
     (void)a;
     started();
-    struct epoll_event ev;
+    static struct epoll_event ev;
     return returned(epoll_wait(epfd, &ev, 1, -1));
 }
 
@@ -168,7 +178,7 @@ static void *block_read_disabled(void *a) {
     (void)a;
     CHECK(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL) == 0);
     started();
-    char b[8];
+    static char b[8];
     ssize_t r = read(victim, b, sizeof b);
     atomic_store(&ret_r, r);
     atomic_store(&ret_errno, errno);
@@ -176,6 +186,40 @@ static void *block_read_disabled(void *a) {
     atomic_store(&read_once, 1);
     CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
     return returned(read(victim, b, sizeof b));
+}
+
+static int go[2]; /* pending: main -> thread, the cancel was sent */
+static void *poll_pending(void *a) {
+    (void)a;
+    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL) == 0);
+    started();
+    static char b;
+    CHECK(read(go[0], &b, 1) == 1);
+    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
+    static struct pollfd p;
+    p = (struct pollfd){victim, POLLIN, 0};
+    return returned(poll(&p, 1, -1));
+}
+
+static void cancel_pending(void) {
+    CHECK(pipe(go) == 0);
+    pthread_t t;
+    atomic_store(&tid, 0);
+    CHECK(pthread_create(&t, NULL, poll_pending, NULL) == 0);
+    long spins = 0;
+    while (atomic_load(&tid) == 0) {
+        CHECK(spins++ < 100000000);
+        sched_yield();
+    }
+    CHECK(pthread_cancel(t) == 0);
+    CHECK(write(go[1], "g", 1) == 1);
+    void *res = NULL;
+    CHECK(pthread_join(t, &res) == 0);
+    if (res != PTHREAD_CANCELED)
+        fprintf(stderr, "the poll returned %ld (errno %ld)\n", atomic_load(&ret_r), atomic_load(&ret_errno));
+    CHECK(res == PTHREAD_CANCELED);
+    close(go[0]);
+    close(go[1]);
 }
 
 static void on_usr1_plain(int sig) { (void)sig; }
@@ -410,6 +454,9 @@ int main(int argc, char **argv) {
         cancel_blocked(block_epoll);
         still_works(c, s);
         close(epfd);
+    } else if (!strcmp(cs, "pending")) {
+        cancel_pending();
+        still_works(c, s);
     } else if (!strcmp(cs, "disabled")) {
         cancel_disabled();
         still_works(c, s);
