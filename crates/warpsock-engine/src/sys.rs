@@ -509,7 +509,7 @@ const ERRQUEUE_MAX: usize = 1 << 20;
 /// report `POLLERR` for as long as it stays (a wait for input then never
 /// sleeps) and is charged to the receive buffer. Never takes the socket's
 /// own error (`sk_err`): an empty queue answers `EAGAIN` without looking at
-/// it. Returns how many it took (bounded: [`ERRQUEUE_MAX`]). Exported for
+/// it. Returns how many it took (bounded: `ERRQUEUE_MAX`). Exported for
 /// the socket layers above the engine (one place for it).
 pub fn drain_error_queue(fd: RawFd) -> usize {
     let mut n = 0;
