@@ -124,9 +124,9 @@ pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR 
 # the accepted end's read: the thread ends with PTHREAD_CANCELED as over
 # TCP, the socket works after (tests/c/cancel.c, one case per run, under
 # ASan/UBSan; issue 12).
-KCASES=(read waitall send poll accepted select epoll disabled pending jump)
+KCASES=(read waitall send poll accepted select epoll accept close stream self disabled pending jump)
 c_cases cancel "${KCASES[@]}"
-pass "${#KCASES[@]} pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end, select, epoll_wait, cancellation disabled, a cancel pending before a poll; and a standing poll left by siglongjmp lapses)"
+pass "${#KCASES[@]} pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end, select, epoll_wait, accept, close, a flowing writer, a self-cancel, cancellation disabled, a cancel pending before a poll; and a standing poll left by siglongjmp lapses)"
 
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
 # ping-pong of 2 x 2000 round trips (blocking calls, then poll before each

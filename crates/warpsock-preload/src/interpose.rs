@@ -59,6 +59,10 @@ mod held_calls;
 /// The receiving and sending calls.
 pub mod io;
 
+/// `pthread_cancel` and the entry points' looks at a pending cancel.
+pub mod cancel;
+pub(crate) use cancel::{cancel_first, cancel_point, cancellable, cancellable_int};
+
 /// Feature marker: this library carries the UDP offload's
 /// `WARPSOCK_UDP_MODE=gso|auto` path (UDP_SEGMENT/UDP_GRO). Programs probe
 /// for it with `dlsym(RTLD_DEFAULT, "warpsock_feature_udp_gso")` (the
@@ -144,72 +148,6 @@ pub(crate) fn target(
             None
         }
     })
-}
-
-/// At an interposed entry point, once its call returned `r` and nothing of
-/// the library is live on the stack: a failed call (`EINTR`: a DDP-mode
-/// socket's wait ended for a pending cancel) acts on this thread's
-/// `pthread_cancel` here (`warpsock_xsock::cancel::act`: the thread
-/// unwinds from this frame). The entry points that call it are
-/// `extern "C-unwind"`. One compare on a call that did not fail.
-#[inline(always)]
-pub(crate) fn cancel_point(r: isize) {
-    if r < 0 && warpsock_xsock::cancel::any() {
-        warpsock_xsock::cancel::act();
-    }
-}
-
-/// `call()` (an interposed entry point's body), then [`cancel_point`].
-#[inline(always)]
-pub(crate) fn cancellable(call: impl FnOnce() -> ssize_t) -> ssize_t {
-    let r = call();
-    cancel_point(r);
-    r
-}
-
-/// [`cancellable`] of a call that returns an `int`.
-#[inline(always)]
-pub(crate) fn cancellable_int(call: impl FnOnce() -> c_int) -> c_int {
-    let r = call();
-    cancel_point(r as isize);
-    r
-}
-
-/// Interposed `pthread_cancel(3)`: glibc's, then the target's cancel is
-/// noted for the library and the target is sent glibc's cancellation
-/// signal, which ends the raw sleep of a call on a DDP-mode socket (glibc
-/// sends it itself only to a thread inside one of its cancellation points;
-/// its handler does nothing more to a thread already marked). See
-/// `warpsock_xsock::cancel`. The target's kernel id is read from its CPU
-/// clock id (glibc's `pthread_getcpuclockid` is `MAKE_THREAD_CPUCLOCK(tid,
-/// CPUCLOCK_SCHED)`, the kernel's encoding: `!(clock >> 3)` is the id).
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn pthread_cancel(th: libc::pthread_t) -> c_int {
-    // SAFETY: the caller's thread handle, passed on.
-    let r = unsafe { real::pthread_cancel(th) };
-    // SAFETY: pthread_self has no preconditions.
-    if r != 0 || th == unsafe { libc::pthread_self() } {
-        return r;
-    }
-    let mut clock: libc::clockid_t = 0;
-    // SAFETY: the caller's handle of a live thread (glibc's contract, as
-    // for pthread_cancel itself); `clock` is written.
-    if unsafe { libc::pthread_getcpuclockid(th, &mut clock) } != 0 {
-        return r;
-    }
-    let tid = !(clock >> 3);
-    warpsock_xsock::cancel::note(tid);
-    // SAFETY: a signal to a thread of this process; SIGCANCEL's handler is
-    // glibc's (installed by the call above).
-    unsafe {
-        libc::syscall(
-            libc::SYS_tgkill,
-            libc::c_long::from(libc::getpid()),
-            libc::c_long::from(tid),
-            libc::c_long::from(warpsock_xsock::cancel::SIGCANCEL),
-        )
-    };
-    r
 }
 
 /// `new` now names what `old` names (after a successful dup).
@@ -343,7 +281,11 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
 /// Interposed `connect(2)`: a candidate that connects to a destination its
 /// kind takes is adopted; otherwise it stays a kernel socket for good.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+pub unsafe extern "C-unwind" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // A cancellation point (`real::connect` is glibc's, with nothing
+    // droppable live across it; the managed socket's own connect acts here
+    // first: review r23-c item 1).
+    cancel_first();
     let mark = fdtable::mark(fd);
     if mark & MANAGED != 0 {
         if let Some(s) = managed(fd) {
@@ -377,7 +319,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 /// Interposed `accept4(2)`: a candidate listener's kind may adopt the new
 /// connection.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn accept4(
+pub unsafe extern "C-unwind" fn accept4(
     fd: c_int,
     addr: *mut sockaddr,
     len: *mut socklen_t,
@@ -395,7 +337,11 @@ pub unsafe extern "C" fn accept4(
 
 /// Interposed `accept(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+pub unsafe extern "C-unwind" fn accept(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+) -> c_int {
     // SAFETY: same contract as accept4.
     unsafe { accept4(fd, addr, len, 0) }
 }
@@ -418,12 +364,18 @@ pub(crate) fn plain_sockopt(fd: c_int, level: c_int, op: SockOpt) -> Option<c_in
 
 /// Interposed `close(2)`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
     if fdtable::maybe_managed(fd) && !busy() {
+        // `close` is a cancellation point: a pending cancel is acted on
+        // before the table changes, as glibc's acts before its system call
+        // (the descriptor stays open and managed), and the close below is
+        // the raw system call: no cancellation point with the socket taken
+        // out of the table (review r23-c item 1).
+        warpsock_xsock::cancel::testcancel();
         match fdtable::remove(fd) {
             Ok(Some(s)) => {
                 // SAFETY: closing the caller's descriptor.
-                let r = unsafe { real::close(fd) };
+                let r = unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) } as c_int;
                 enter((), || s.release());
                 return r;
             }
@@ -505,7 +457,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// supported ABIs (x86-64, AArch64) a variadic caller passes it in the same
 /// register, and commands without an argument ignore it.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+pub unsafe extern "C-unwind" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && dup_refused(fd, -1) {
         return -1;
     }
@@ -534,7 +486,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 
 /// Interposed `fcntl64` (same as `fcntl` on 64-bit targets).
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+pub unsafe extern "C-unwind" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     // SAFETY: same contract as fcntl.
     unsafe { fcntl(fd, cmd, arg) }
 }

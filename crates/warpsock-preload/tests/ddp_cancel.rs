@@ -101,3 +101,30 @@ fn a_blocked_select_or_epoll_wait_is_cancelled() {
 fn a_poll_after_a_pending_cancel_is_cancelled() {
     case("pending");
 }
+
+/// A thread blocked in `accept` of a plain listener (passed on to glibc's,
+/// a cancellation point): its unwind crosses the interposed entry point
+/// (review r23-c item 1: an `extern "C"` one is undefined behaviour).
+#[test]
+fn a_blocked_accept_is_cancelled() {
+    case("accept");
+}
+
+/// A `close` of the DDP-mode socket by a thread with a cancel pending: it
+/// is cancelled before anything changes, and the socket stays open and
+/// working (review r23-c item 1; fails, the socket closed, when the cancel
+/// is acted on only in glibc's close, after the table's entry was taken).
+#[test]
+fn a_close_with_a_cancel_pending_is_cancelled_first() {
+    case("close");
+}
+
+/// A writer whose 1 B writes never wait (the peer reads everything) is
+/// cancelled at a write's start; a self-cancel is acted on at the next
+/// read's start, with data there (it stays for the next reader) or not
+/// (review r23-c item 2: both returned, or hung).
+#[test]
+fn a_flowing_writer_and_a_self_cancel_are_cancelled() {
+    case("stream");
+    case("self");
+}

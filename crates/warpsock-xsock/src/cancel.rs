@@ -46,19 +46,24 @@
 //! failed call; TCP's call unwinds there, its count lost.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
-/// Thread ids with a cancel noted and not yet acted on (0: a free slot).
-/// A few at a time are plenty (a thread is cancelled once); when every slot
-/// is taken the oldest is overwritten (a lost mark only means the call
-/// waits on, as before).
+/// Threads with a cancel noted and not yet acted on: per slot, the
+/// thread's handle (`pthread_t`; 0: free) and kernel id. A few at a time
+/// are plenty (a thread is cancelled once); when every slot is taken the
+/// oldest is overwritten (a lost mark only means the call waits on, as
+/// before). A thread is known by its handle and its id together: either
+/// alone may be another, later thread's (review r23-c item 3).
 const SLOTS: usize = 16;
-static NOTED: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
+static NOTED_TH: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+static NOTED_TID: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
 /// Per slot: the signal sent with the note has not been accounted for
 /// ([`after_signal`]).
 static KICKED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
-/// How many slots are taken: the one load every check costs while none is.
-static TAKEN: AtomicUsize = AtomicUsize::new(0);
+/// Bit `i`: slot `i` is taken. The one load every check costs while none
+/// is (a bit mask, not a count: a count raced with the overwrite of a full
+/// table and could reach 0 with a slot taken; review r23-c item 7).
+static TAKEN: AtomicU32 = AtomicU32::new(0);
 /// The slot the next overwrite takes.
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -77,29 +82,68 @@ unsafe extern "C" {
 const PTHREAD_CANCEL_ENABLE: libc::c_int = 0;
 const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
 
-/// Notes a cancel requested for thread `tid` (the kernel's id), after
-/// glibc's `pthread_cancel` marked it.
-pub fn note(tid: libc::pid_t) {
-    if tid <= 0 {
+/// Notes a cancel requested for thread `th` (its handle) of kernel id
+/// `tid`, after glibc's `pthread_cancel` marked it; `kicked`: the caller
+/// sends it the signal too. First frees the slots of threads that are
+/// gone (a thread cancelled in one of glibc's cancellation points never
+/// comes back to take its note: `tgkill` of signal 0 fails with `ESRCH`;
+/// at most one system call per slot taken, off every fast path).
+pub fn note(th: usize, tid: libc::pid_t, kicked: bool) {
+    if th == 0 || tid <= 0 {
         return;
     }
-    for (i, s) in NOTED.iter().enumerate() {
-        match s.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                KICKED[i].store(true, Ordering::Release);
-                TAKEN.fetch_add(1, Ordering::AcqRel);
-                return;
-            }
-            Err(t) if t == tid => {
-                KICKED[i].store(true, Ordering::Release);
-                return;
-            }
-            Err(_) => {}
+    sweep();
+    let taken = TAKEN.load(Ordering::Acquire);
+    for i in 0..SLOTS {
+        if taken & (1 << i) != 0 && NOTED_TH[i].load(Ordering::Acquire) == th {
+            NOTED_TID[i].store(tid, Ordering::Release);
+            KICKED[i].store(kicked, Ordering::Release);
+            return;
+        }
+    }
+    for i in 0..SLOTS {
+        if TAKEN.fetch_or(1 << i, Ordering::AcqRel) & (1 << i) == 0 {
+            NOTED_TID[i].store(tid, Ordering::Release);
+            KICKED[i].store(kicked, Ordering::Release);
+            NOTED_TH[i].store(th, Ordering::Release);
+            return;
         }
     }
     let i = NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS;
-    KICKED[i].store(true, Ordering::Release);
-    NOTED[i].store(tid, Ordering::Release);
+    NOTED_TID[i].store(tid, Ordering::Release);
+    KICKED[i].store(kicked, Ordering::Release);
+    NOTED_TH[i].store(th, Ordering::Release);
+}
+
+/// Frees slot `i`.
+fn free(i: usize) {
+    NOTED_TH[i].store(0, Ordering::Release);
+    TAKEN.fetch_and(!(1 << i), Ordering::AcqRel);
+}
+
+/// Frees the slots of threads that no longer exist.
+fn sweep() {
+    let taken = TAKEN.load(Ordering::Acquire);
+    if taken == 0 {
+        return;
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    for i in (0..SLOTS).filter(|i| taken & (1 << i) != 0) {
+        let tid = NOTED_TID[i].load(Ordering::Acquire);
+        // SAFETY: signal 0 to a thread of this process: only looks.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                libc::c_long::from(pid),
+                libc::c_long::from(tid),
+                0 as libc::c_long,
+            )
+        };
+        if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            free(i);
+        }
+    }
 }
 
 /// Whether any cancel is noted at all (one relaxed load).
@@ -113,13 +157,15 @@ fn gettid() -> libc::pid_t {
     unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
 }
 
-/// This thread's slot (its index), if a cancel is noted for it.
-fn mine() -> Option<(usize, libc::pid_t)> {
-    let me = gettid();
-    NOTED
-        .iter()
-        .position(|s| s.load(Ordering::Acquire) == me)
-        .map(|i| (i, me))
+/// This thread's slot, if a cancel is noted for it: its handle, then (on a
+/// match only, a system call) its kernel id.
+fn mine() -> Option<usize> {
+    // SAFETY: no preconditions.
+    let me = unsafe { libc::pthread_self() } as usize;
+    let taken = TAKEN.load(Ordering::Acquire);
+    let i =
+        (0..SLOTS).find(|&i| taken & (1 << i) != 0 && NOTED_TH[i].load(Ordering::Acquire) == me)?;
+    (NOTED_TID[i].load(Ordering::Acquire) == gettid()).then_some(i)
 }
 
 /// Whether this thread's cancellation is enabled now, read by disabling it
@@ -161,11 +207,19 @@ pub fn after_signal() -> Option<bool> {
     if !any() {
         return None;
     }
-    let (i, _) = mine()?;
+    let i = mine()?;
     if enabled() {
         return Some(true);
     }
     KICKED[i].swap(false, Ordering::AcqRel).then_some(false)
+}
+
+/// glibc's `pthread_testcancel`: acts on this thread's pending cancel,
+/// whoever asked for it (the thread unwinds from here), or returns. For
+/// an entry point that must act before it changes anything (a `close`).
+pub fn testcancel() {
+    // SAFETY: as in `act`.
+    unsafe { pthread_testcancel() };
 }
 
 /// At an interposed entry point whose call failed, with nothing of the
@@ -178,18 +232,13 @@ pub fn act() {
     if !any() {
         return;
     }
-    let Some((i, me)) = mine() else {
+    let Some(i) = mine() else {
         return;
     };
     if !enabled() {
         return;
     }
-    if NOTED[i]
-        .compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed)
-        .is_ok()
-    {
-        TAKEN.fetch_sub(1, Ordering::AcqRel);
-    }
+    free(i);
     // SAFETY: glibc's; in deferred mode it unwinds (forced) to the thread's
     // start through this frame and the entry point's, neither of which has
     // anything to drop, or returns.
@@ -200,21 +249,42 @@ pub fn act() {
 mod tests {
     use super::*;
 
-    /// A noted thread is found by its own look and no other's; a full
-    /// table overwrites a slot (the count stays that of taken slots).
+    fn me() -> usize {
+        // SAFETY: no preconditions.
+        unsafe { libc::pthread_self() as usize }
+    }
+
+    /// A noted thread is found by its own look and no other's; a note of
+    /// a thread that is gone is freed by the next note (review r23-c item
+    /// 3); a handle alone, with another thread's id, is not a match. (One
+    /// test: the table is the process's.)
     #[test]
-    fn a_noted_cancel_is_this_threads_alone() {
-        let me = gettid();
+    fn a_noted_cancel_is_this_threads_alone_and_a_gone_ones_is_freed() {
         assert!(mine().is_none());
-        note(me);
-        note(me);
+        note(me(), gettid(), false);
+        note(me(), gettid(), false);
+        assert_eq!(TAKEN.load(Ordering::Relaxed).count_ones(), 1, "one slot");
         assert!(mine().is_some());
         let other = std::thread::spawn(|| mine().is_some()).join().unwrap();
         assert!(!other, "another thread's look");
-        let (i, _) = mine().unwrap();
         assert_eq!(after_signal(), Some(true), "enabled: a cancel");
-        NOTED[i].store(0, Ordering::Release);
-        TAKEN.fetch_sub(1, Ordering::AcqRel);
+        free(mine().unwrap());
+        // A thread that exits with its note untaken.
+        let (th, tid) = std::thread::spawn(|| (me(), gettid())).join().unwrap();
+        note(th, tid, true);
+        assert_eq!(TAKEN.load(Ordering::Relaxed).count_ones(), 1);
+        // Its handle, another id: not this thread's.
+        note(me(), gettid().wrapping_add(1_000_000), false);
+        assert!(mine().is_none(), "a handle with another id");
+        assert_eq!(
+            TAKEN.load(Ordering::Relaxed).count_ones(),
+            1,
+            "the gone one freed"
+        );
+        let i = (0..SLOTS)
+            .find(|&i| TAKEN.load(Ordering::Relaxed) & (1 << i) != 0)
+            .unwrap();
+        free(i);
         assert!(!any());
     }
 }

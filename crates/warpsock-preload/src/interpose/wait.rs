@@ -7,7 +7,7 @@
 use libc::{c_int, c_void};
 use smallvec::SmallVec;
 
-use super::{cancel_point, KINDS};
+use super::{cancel_first, cancel_point, KINDS};
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
 use crate::shim::socket::{PollCall, Socket, Wait, POLL_ALONE_MAX, WAIT_CHUNK};
@@ -486,18 +486,6 @@ pub unsafe extern "C-unwind" fn poll(
     });
     cancel_point(r as isize);
     r
-}
-
-/// Before a `poll` of a managed socket: a cancel noted for this thread
-/// (its signal came before the call, while it was not in one of the
-/// library's waits) is acted on here, as libc's `poll` does at its start:
-/// the real wait below is raw and no signal will end it. One relaxed load
-/// while no cancel is noted.
-#[inline(always)]
-fn cancel_first() {
-    if warpsock_xsock::cancel::any() {
-        warpsock_xsock::cancel::act();
-    }
 }
 
 /// Whether a wait of `poll_with` that returned `r` was ended by the signal

@@ -17,6 +17,18 @@
  *   accepted  an 8 B read of the accepted end.
  *   select    select() of the socket (its doorbell, passed on to libc's);
  *   epoll     epoll_wait() of an epoll set holding the socket (likewise).
+ *   accept    accept() of a listener (plain TCP: the preload passes it on;
+ *             its entry point must let glibc's unwind through);
+ *   close     close() of the socket by a thread with a cancel pending (it
+ *             enabled cancellation after the cancel came): cancelled before
+ *             anything changes — the socket stays open and works after, as
+ *             over TCP (glibc acts before its system call);
+ *   stream    1 B writes while the peer reads everything (the writes never
+ *             wait, never fail): cancelled at a write's start, and the
+ *             peer reads the stream in order up to a marker after;
+ *   self      pthread_cancel(pthread_self()), then a read with the peer's
+ *             8 B there: cancelled at the read's start, and the 8 B are
+ *             still there for the main thread's read;
  *   disabled  the read case with the thread's cancellation disabled and a
  *             SIGUSR1 handler without SA_RESTART in the program: the
  *             cancel's signal (the preload's) does not end the read with
@@ -121,7 +133,7 @@ static void *block_poll(void *a) {
 
 /* Whether thread t sleeps in a system call its blocked call (or the
  * library's wait for it) sleeps in: ddppair.h's calls, TCP's own read
- * and write, select. */
+ * and write, select, accept. */
 static int sleeping(pid_t t) {
     if (thread_asleep(t)) return 1;
     char path[64], buf[128];
@@ -133,7 +145,8 @@ static int sleeping(pid_t t) {
     if (n <= 0) return 0;
     buf[n] = 0;
     long nr = strtol(buf, NULL, 10);
-    return nr == SYS_read || nr == SYS_write || nr == SYS_sendto || nr == SYS_pselect6
+    return nr == SYS_read || nr == SYS_write || nr == SYS_sendto || nr == SYS_pselect6 ||
+           nr == SYS_accept || nr == SYS_accept4
 #ifdef SYS_select
            || nr == SYS_select
 #endif
@@ -220,6 +233,105 @@ static void cancel_pending(void) {
     CHECK(res == PTHREAD_CANCELED);
     close(go[0]);
     close(go[1]);
+}
+
+static int lfd;
+static void *block_accept(void *a) {
+    (void)a;
+    started();
+    return returned(accept(lfd, NULL, NULL));
+}
+
+static void *close_pending(void *a) {
+    (void)a;
+    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL) == 0);
+    started();
+    static char b;
+    CHECK(read(go[0], &b, 1) == 1);
+    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
+    return returned(close(victim));
+}
+
+/* Starts fn (which disables cancellation, then waits for the go), cancels
+ * it, lets it go: it must end cancelled. */
+static void cancel_then_go(void *(*fn)(void *)) {
+    CHECK(pipe(go) == 0);
+    pthread_t t;
+    atomic_store(&tid, 0);
+    CHECK(pthread_create(&t, NULL, fn, NULL) == 0);
+    long spins = 0;
+    while (atomic_load(&tid) == 0) {
+        CHECK(spins++ < 100000000);
+        sched_yield();
+    }
+    CHECK(pthread_cancel(t) == 0);
+    CHECK(write(go[1], "g", 1) == 1);
+    void *res = NULL;
+    CHECK(pthread_join(t, &res) == 0);
+    if (res != PTHREAD_CANCELED)
+        fprintf(stderr, "the call returned %ld (errno %ld)\n", atomic_load(&ret_r), atomic_load(&ret_errno));
+    CHECK(res == PTHREAD_CANCELED);
+    close(go[0]);
+    close(go[1]);
+}
+
+static atomic_long streamed; /* stream: 1 B writes that returned */
+static void *write_stream(void *a) {
+    (void)a;
+    started();
+    static char b = 'a';
+    for (;;) {
+        ssize_t r = write(victim, &b, 1);
+        if (r != 1) return returned(r);
+        atomic_fetch_add(&streamed, 1);
+    }
+}
+
+/* The peer's side of the stream case: reads 'a's up to the marker. */
+static void *read_stream(void *a) {
+    (void)a;
+    static unsigned char b[4096];
+    long got = 0;
+    for (;;) {
+        ssize_t r = read(s, b, sizeof b);
+        CHECK(r > 0);
+        for (ssize_t i = 0; i < r; i++) {
+            if (b[i] == 'Z') {
+                CHECK(i == r - 1 && got >= atomic_load(&streamed));
+                return NULL;
+            }
+            CHECK(b[i] == 'a');
+            got++;
+        }
+    }
+}
+
+static void cancel_stream(void) {
+    pthread_t rd, wr;
+    CHECK(pthread_create(&rd, NULL, read_stream, NULL) == 0);
+    atomic_store(&tid, 0);
+    CHECK(pthread_create(&wr, NULL, write_stream, NULL) == 0);
+    long spins = 0;
+    while (atomic_load(&streamed) < 1000) {
+        CHECK(spins++ < 1000000000);
+        sched_yield();
+    }
+    CHECK(pthread_cancel(wr) == 0);
+    void *res = NULL;
+    CHECK(pthread_join(wr, &res) == 0);
+    if (res != PTHREAD_CANCELED)
+        fprintf(stderr, "the write returned %ld (errno %ld)\n", atomic_load(&ret_r), atomic_load(&ret_errno));
+    CHECK(res == PTHREAD_CANCELED);
+    CHECK(write(c, "Z", 1) == 1);
+    CHECK(pthread_join(rd, NULL) == 0);
+}
+
+static void *self_read(void *a) {
+    (void)a;
+    started();
+    CHECK(pthread_cancel(pthread_self()) == 0);
+    static char b[8];
+    return returned(read(victim, b, sizeof b));
 }
 
 static void on_usr1_plain(int sig) { (void)sig; }
@@ -456,6 +568,35 @@ int main(int argc, char **argv) {
         close(epfd);
     } else if (!strcmp(cs, "pending")) {
         cancel_pending();
+        still_works(c, s);
+    } else if (!strcmp(cs, "accept")) {
+        lfd = socket(AF_INET, SOCK_STREAM, 0);
+        CHECK(lfd >= 0);
+        struct sockaddr_in la = lo(0);
+        CHECK(bind(lfd, (struct sockaddr *)&la, sizeof la) == 0);
+        CHECK(listen(lfd, 1) == 0);
+        cancel_blocked(block_accept);
+        close(lfd);
+        still_works(c, s);
+    } else if (!strcmp(cs, "close")) {
+        cancel_then_go(close_pending);
+        still_works(c, s);
+    } else if (!strcmp(cs, "stream")) {
+        cancel_stream();
+        still_works(c, s);
+    } else if (!strcmp(cs, "self")) {
+        CHECK(write(s, "selfself", 8) == 8);
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, self_read, NULL) == 0);
+        void *res = NULL;
+        CHECK(pthread_join(t, &res) == 0);
+        CHECK(res == PTHREAD_CANCELED);
+        char b[8];
+        CHECK(recv(c, b, 8, MSG_WAITALL) == 8 && memcmp(b, "selfself", 8) == 0);
+        /* And with nothing there: cancelled all the same. */
+        CHECK(pthread_create(&t, NULL, self_read, NULL) == 0);
+        CHECK(pthread_join(t, &res) == 0);
+        CHECK(res == PTHREAD_CANCELED);
         still_works(c, s);
     } else if (!strcmp(cs, "disabled")) {
         cancel_disabled();
