@@ -252,8 +252,12 @@ impl DdpSock {
     pub(super) fn stand_in(&self) -> bool {
         let (stands, time_it) = self.x.stand_in_timed();
         if time_it {
-            if let Some(eng) = reactor::current() {
-                eng.add_timer_of(self.id);
+            match reactor::current() {
+                Some(eng) => eng.add_timer_of(self.id),
+                // No progress thread (a forked child's, before its own
+                // starts): no timer, and the next stand-in asks again
+                // (review r23-c item 9: the mark stayed set with no timer).
+                None => self.x.stand_untimed(),
             }
         }
         stands

@@ -197,7 +197,11 @@ impl XSocket {
     /// [`Self::stand_in`]`(true)`, its lease taken: whether the poll
     /// stands in, and whether the progress thread has no timer yet for
     /// the stand-ins' lapse ([`Self::stand_lapse`]): the caller then gives
-    /// it one (one per lapse period, not one per poll).
+    /// it one (one per lapse period, not one per poll). Cost of the lease:
+    /// a clock read per standing wait, and while polls stand in the
+    /// progress thread wakes at each lapse deadline (about once a second)
+    /// and is woken once per lapse period to take the timer (review r23-c
+    /// item 10).
     #[inline(never)]
     pub fn stand_in_timed(&self) -> (bool, bool) {
         let mut st = self.lock();
@@ -209,6 +213,12 @@ impl XSocket {
         let time_it = !std::mem::replace(&mut st.stand_timed, true);
         self.rearm(&mut st);
         (true, time_it)
+    }
+
+    /// The timer [`Self::stand_in_timed`] asked for could not be given:
+    /// the next stand-in asks again.
+    pub fn stand_untimed(&self) {
+        self.lock().stand_timed = false;
     }
 
     /// When the stand-ins lapse, if any poll stands in (the progress
