@@ -214,6 +214,20 @@ fn an_abortive_close_after_shutdown_is_epipe_to_the_peer() {
     case("abortshut", true);
 }
 
+/// A close (abortive, then orderly) while another thread is blocked in a
+/// read of the socket acts as that read returns, as Linux's (the call holds
+/// the file; review r23-a item 4): the read goes on and returns the 8 B the
+/// peer sends after the close, then the peer gets the reset (`ECONNRESET`)
+/// or the end of stream. Fails with the close made at once (the blocked
+/// read fails with `ECONNRESET`, or returns 0).
+#[test]
+fn a_close_waits_for_a_blocked_read_of_another_thread() {
+    for name in ["abortblocked", "closeblocked"] {
+        case(name, false);
+        case(name, true);
+    }
+}
+
 /// An orderly close with the peer's bytes received and never read resets
 /// the connection, as TCP's (`data_was_unread`; review r23-a item 9): the
 /// peer's blocking read fails with `ECONNRESET`. Fails with the close's

@@ -21,7 +21,8 @@
 //! on return, and the arrivals counter makes it a new edge.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -29,24 +30,28 @@ use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 use smallvec::SmallVec;
 use warpsock_xsock::io::{Readiness, RecvFlags, Spun, XSocket};
 
-use super::config;
 use super::follow::Follow;
-use super::linger::{spawn_closer, CLOSING};
 use crate::shim::doorbell::Doorbell;
-use crate::shim::guard::enter;
 use crate::shim::reactor;
 use crate::shim::socket::{Socket, Wait};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
 
+mod close;
 mod opts;
+
+use close::{CLOSED, CLOSED_ABORTIVE};
 
 pub(crate) use opts::Kept;
 use opts::Timeout;
 
 /// A DDP-mode socket.
 pub(crate) struct DdpSock {
-    pub(crate) x: XSocket,
+    /// Taken by the last drop, to close it in the background ([`Drop`]).
+    pub(crate) x: ManuallyDrop<XSocket>,
+    /// The program closed it ([`Socket::release`]): [`CLOSED`] or
+    /// [`CLOSED_ABORTIVE`], made when the last reference goes.
+    closing: AtomicU8,
     /// The TCP socket, off the program's number (names, options).
     kfd: c_int,
     /// What the program's number becomes in a forked child or after exec:
@@ -239,7 +244,8 @@ impl DdpSock {
                 sndtimeo: Timeout::new(timeouts.1),
                 kept,
                 error_taken: AtomicBool::new(false),
-                x,
+                x: ManuallyDrop::new(x),
+                closing: AtomicU8::new(0),
                 kfd,
                 bell,
                 refs: AtomicUsize::new(0),
@@ -593,50 +599,21 @@ impl Socket for DdpSock {
             eng.deregister(self.id, Some(self.x.tcp_fd()));
         }
         let key = self as *const Self as *const () as usize;
-        let me = lock(&SOCKS).as_mut().and_then(|m| m.remove(&key));
+        lock(&SOCKS).as_mut().map(|m| m.remove(&key));
         if reactor::current().is_some_and(|e| !e.is_owner()) {
             // A forked child: the connection is the parent's.
             return;
         }
-        let Some(me) = me.and_then(|w| w.upgrade()) else {
-            return;
-        };
         // An abortive close (`SO_LINGER` {1, 0}, which the program set on
-        // the TCP socket): reset now, as TCP's close does, and skip the
-        // orderly part — its end of stream, then the engine's FIN, reached
-        // the peer before the reset (its read got 0, then `ECONNRESET`).
+        // the TCP socket): a reset, as TCP's close, without the orderly
+        // part — its end of stream, then the engine's FIN, reached the
+        // peer before the reset (its read got 0, then `ECONNRESET`). Made,
+        // as the orderly close, when the last reference goes ([`Drop`]):
+        // at once, or as a call of another thread's in flight returns.
         let abortive =
             super::census::linger_of(self.kfd).is_some_and(|l| l.l_onoff != 0 && l.l_linger == 0);
-        if abortive {
-            me.x.reset_now();
-        }
-        // Orderly close in the background: the end of stream goes after
-        // every byte sent; close(2) returns at once, as for TCP.
-        CLOSING.fetch_add(1, Ordering::AcqRel);
-        let linger = config::get().linger;
-        let spawned = spawn_closer(move || {
-            // The engine's last calls (closing its descriptors as `me`
-            // drops) are library calls too: under the guard.
-            enter((), move || {
-                // Bytes received and never read: TCP's close resets, a
-                // lost request must not look like a clean end (`tcp_close`'s
-                // `data_was_unread`, RFC 2525 §2.17; review r23-a item 9).
-                // What arrived is taken in first (a round), as the
-                // kernel's queue holds it; looked at here, not in
-                // `release`: a close from a signal handler must not wait
-                // for the socket's lock its interrupted call holds.
-                if !abortive && me.x.readiness().readable && me.x.readable_bytes() > 0 {
-                    me.x.reset_now();
-                } else if !abortive {
-                    me.x.close(linger);
-                }
-                drop(me);
-            });
-            CLOSING.fetch_sub(1, Ordering::AcqRel);
-        });
-        if spawned.is_err() {
-            CLOSING.fetch_sub(1, Ordering::AcqRel);
-        }
+        let how = if abortive { CLOSED_ABORTIVE } else { CLOSED };
+        self.closing.store(how, Ordering::Release);
     }
 
     fn nonblocking(&self) -> bool {
@@ -873,12 +850,5 @@ impl super::follow::Bell for DdpSock {
 
     fn hang_up(&self) {
         self.bell.hang_up();
-    }
-}
-
-impl Drop for DdpSock {
-    fn drop(&mut self) {
-        sys::close(self.kfd);
-        sys::close(self.dead);
     }
 }

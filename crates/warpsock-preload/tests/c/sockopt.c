@@ -46,6 +46,15 @@
  *               socket has left CLOSE_WAIT, Linux's peer reads 0 (its
  *               stream ended before the reset) and its send fails with EPIPE
  *               (tcp_reset in CLOSE_WAIT sets EPIPE).
+ *   abortblocked  a thread blocked in recv(c), then SO_LINGER {1, 0} and
+ *               close(c) from another: as Linux (the blocked read holds the
+ *               file; the close acts as it returns), the read goes on and
+ *               returns the 8 B the peer sends after the close, and only
+ *               then is the connection reset (the peer's read:
+ *               ECONNRESET). Review r23-a item 4: the reset came at once,
+ *               and the blocked read failed.
+ *   closeblocked  the same with an orderly close: the read returns the
+ *               peer's 8 B, then the peer reads end of stream.
  *   closeunread an orderly close() (no SO_LINGER) with the peer's 8 B
  *               received (poll said POLLIN) and never read: the peer's
  *               blocking read fails with ECONNRESET, as TCP's close resets
@@ -883,6 +892,56 @@ static void case_abortshut(void) {
     close(go[1]);
 }
 
+static pid_t blocked_tid;
+static int blocked_go[2]; /* main -> peer: the close is made */
+
+static void *blocked_reader(void *a) {
+    (void)a;
+    blocked_tid = (pid_t)syscall(SYS_gettid);
+    char b[8];
+    /* recv: a recvfrom system call over TCP too (thread_asleep). */
+    ssize_t r = recv(c, b, 8, 0);
+    fprintf(stderr, "blocked: the blocked read %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(r > 0 && memcmp(b, "wakeup!!", (size_t)r) == 0);
+    return NULL;
+}
+
+static void *peer_after_close(void *a) {
+    int abortive = *(int *)a;
+    switch_end(s);
+    CHECK(write(s, "switched", 8) == 8);
+    char g, b[8];
+    CHECK(read(blocked_go[0], &g, 1) == 1);
+    CHECK(write(s, "wakeup!!", 8) == 8);
+    ssize_t r = read(s, b, 8);
+    fprintf(stderr, "blocked: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
+    CHECK(abortive ? r == -1 && errno == ECONNRESET : r == 0);
+    return NULL;
+}
+
+static void case_blocked(int abortive) {
+    CHECK(pipe(blocked_go) == 0);
+    pthread_t pt, bt;
+    CHECK(pthread_create(&pt, NULL, peer_after_close, &abortive) == 0);
+    switch_end(c);
+    char b[8];
+    read8(c, b);
+    CHECK(pthread_create(&bt, NULL, blocked_reader, NULL) == 0);
+    for (long k = 0; !blocked_tid || !thread_asleep(blocked_tid); k++) {
+        CHECK(k < 10000000);
+        sched_yield();
+    }
+    if (abortive) {
+        abort_close(c);
+    } else {
+        CHECK(close(c) == 0);
+    }
+    CHECK(write(blocked_go[1], "g", 1) == 1);
+    CHECK(pthread_join(bt, NULL) == 0);
+    c = -1;
+    CHECK(pthread_join(pt, NULL) == 0);
+}
+
 static void case_abort(void) {
     pthread_t pt;
     CHECK(pthread_create(&pt, NULL, peer_abort_read, NULL) == 0);
@@ -927,6 +986,10 @@ int main(int argc, char **argv) {
         case_abortunread();
     } else if (!strcmp(cs, "abortshut")) {
         case_abortshut();
+    } else if (!strcmp(cs, "abortblocked")) {
+        case_blocked(1);
+    } else if (!strcmp(cs, "closeblocked")) {
+        case_blocked(0);
     } else if (!strcmp(cs, "closeunread")) {
         case_closeunread();
     } else if (!strcmp(cs, "abort")) {

@@ -1,0 +1,75 @@
+//! A DDP-mode socket's close, made as its last reference goes.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::Ordering;
+
+use super::super::config;
+use super::super::linger::{spawn_closer, CLOSING};
+use super::DdpSock;
+use crate::shim::guard::{busy, enter};
+use crate::shim::sys;
+
+/// [`DdpSock::closing`]: an orderly close, an abortive one.
+pub(super) const CLOSED: u8 = 1;
+pub(super) const CLOSED_ABORTIVE: u8 = 2;
+
+/// The last reference: a socket the program closed is closed now. Linux's
+/// close acts at the file's last reference, and a call in flight holds one
+/// (`fdget`): a call blocked in another thread goes on (bytes that come
+/// are its), and the peer sees nothing until it returns (review r23-a item
+/// 4: the close reset the connection under it, or ended the stream).
+/// Here that reference is the socket's last `Arc`: the release's, or the
+/// call's as it returns.
+impl Drop for DdpSock {
+    fn drop(&mut self) {
+        sys::close(self.kfd);
+        sys::close(self.dead);
+        // SAFETY: `x` is not used again: this is the socket's drop.
+        let x = unsafe { ManuallyDrop::take(&mut self.x) };
+        let how = self.closing.load(Ordering::Acquire);
+        if how == 0 {
+            return;
+        }
+        // Library calls (the reset's, the thread's), from wherever the last
+        // reference went: under the guard.
+        let close = move || {
+            if how == CLOSED_ABORTIVE {
+                x.reset_now();
+            }
+            // In the background: the end of stream goes after every byte
+            // sent; close(2) (or the call) returns at once, as for TCP.
+            CLOSING.fetch_add(1, Ordering::AcqRel);
+            let linger = config::get().linger;
+            let spawned = spawn_closer(move || {
+                // The engine's last calls (closing its descriptors as `x`
+                // drops) are library calls too.
+                enter((), move || {
+                    // Bytes received and never read: TCP's close resets, a
+                    // lost request must not look like a clean end
+                    // (`tcp_close`'s `data_was_unread`, RFC 2525 §2.17;
+                    // review r23-a item 9). What arrived is taken in first
+                    // (a round), as the kernel's queue holds it; looked at
+                    // here: a close from a signal handler must not wait for
+                    // the socket's lock its interrupted call holds.
+                    if how == CLOSED_ABORTIVE {
+                        // Reset above.
+                    } else if x.readiness().readable && x.readable_bytes() > 0 {
+                        x.reset_now();
+                    } else {
+                        x.close(linger);
+                    }
+                    drop(x);
+                });
+                CLOSING.fetch_sub(1, Ordering::AcqRel);
+            });
+            if spawned.is_err() {
+                CLOSING.fetch_sub(1, Ordering::AcqRel);
+            }
+        };
+        if busy() {
+            close();
+        } else {
+            enter((), close);
+        }
+    }
+}
