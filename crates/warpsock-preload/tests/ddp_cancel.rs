@@ -12,6 +12,11 @@ mod common;
 use common::{c_program, command, finish};
 
 fn case(name: &str) {
+    case_with(name, |_| {});
+}
+
+/// [`case`], with `check` of the preloaded run.
+fn case_with(name: &str, check: impl Fn(&common::Run)) {
     for preload in [false, true] {
         let mut args = vec![name.to_owned()];
         if !preload {
@@ -25,6 +30,7 @@ fn case(name: &str) {
         r.assert_ok(&format!("cancel {name} (preload {preload})"));
         if preload {
             assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+            check(&r);
         }
     }
 }
@@ -57,11 +63,16 @@ fn a_blocked_send_is_cancelled() {
 /// A `poll` of a socket with a mapping (the poll stands in for the
 /// progress thread): cancelled (its raw sleep is ended by the signal the
 /// interposed `pthread_cancel` sends; fails, hanging, without it), and
-/// its stand-in ended first: the peer's `rioread` is answered with no
-/// call of the socket running (review r22-e item 3; hangs otherwise).
+/// its stand-in ended by the poll itself: the peer's `rioread` is
+/// answered with no call of the socket running, and no stand-in was left
+/// to lapse (review r22-e item 3, r23-c item 6: since the lease the
+/// `rioread` is answered anyway, a second later; fails with the poll's
+/// `wait_end` skipped on a failed wait).
 #[test]
 fn a_blocked_poll_is_cancelled_and_its_stand_in_ends() {
-    case("poll");
+    case_with("poll", |r| {
+        assert_eq!(r.stat("ddp_stand_lapses"), 0, "{}", r.stderr);
+    });
 }
 
 /// Not a cancel: a `siglongjmp` out of a handler that interrupted that
@@ -71,7 +82,9 @@ fn a_blocked_poll_is_cancelled_and_its_stand_in_ends() {
 /// and hangs with the progress thread given no timer for the lapse).
 #[test]
 fn a_standing_poll_left_by_siglongjmp_lapses() {
-    case("jump");
+    case_with("jump", |r| {
+        assert!(r.stat("ddp_stand_lapses") >= 1, "{}", r.stderr);
+    });
 }
 
 /// A thread whose cancellation is disabled: the signal the preload's

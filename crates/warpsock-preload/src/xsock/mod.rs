@@ -113,7 +113,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let s = format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -128,6 +128,7 @@ fn report() -> String {
         v(&c.watch_changes),
         v(&sock::BELLS),
         v(&c.sink_offers),
+        v(&c.stand_lapses),
     );
     #[cfg(feature = "test-hooks")]
     let s = s + &format!("ddp_quiet_eagains {}\n", v(&sock::QUIET_EAGAINS));

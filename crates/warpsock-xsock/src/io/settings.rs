@@ -182,6 +182,9 @@ pub struct Counters {
     pub waits: AtomicU64,
     /// Sinks offered (each a SINK message and the peer's SINK_DONE).
     pub sink_offers: AtomicU64,
+    /// Stand-ins of polls forgotten when their lease lapsed
+    /// ([`super::XSocket::stand_lapse`]): polls that never ended theirs.
+    pub stand_lapses: AtomicU64,
 }
 
 impl Counters {
@@ -199,6 +202,7 @@ impl Counters {
             watch_changes: AtomicU64::new(0),
             waits: AtomicU64::new(0),
             sink_offers: AtomicU64::new(0),
+            stand_lapses: AtomicU64::new(0),
         }
     }
 }
@@ -224,6 +228,7 @@ pub(crate) enum Count {
     WatchChanges,
     Waits,
     SinkOffers,
+    StandLapses,
 }
 
 impl Count {
@@ -240,6 +245,7 @@ impl Count {
             Self::WatchChanges => &c.watch_changes,
             Self::Waits => &c.waits,
             Self::SinkOffers => &c.sink_offers,
+            Self::StandLapses => &c.stand_lapses,
         }
     }
 }

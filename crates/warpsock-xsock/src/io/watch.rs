@@ -240,6 +240,7 @@ impl XSocket {
     pub fn stand_lapse(&self, now: Instant) -> bool {
         let mut st = self.lock();
         if st.stand_ins > 0 && st.stand_by.is_some_and(|t| t <= now) {
+            self.count(&st, Count::StandLapses, st.stand_ins as usize);
             st.stand_ins = 0;
             self.rearm(&mut st);
         }
