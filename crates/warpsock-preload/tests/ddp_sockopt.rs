@@ -228,6 +228,29 @@ fn a_close_waits_for_a_blocked_read_of_another_thread() {
     }
 }
 
+/// An orderly close made while an exec that gave up on the socket's bytes
+/// has marked it `SO_LINGER` {1, 0} for the exec's close (the library's
+/// mark, review r23-a item 10): when the exec fails, the peer reads every
+/// byte, then end of stream. Through a build with the test hooks (the
+/// exec waits in that window for the test's closing thread). Fails with
+/// the close reading the socket's live `SO_LINGER` (the reset: the peer's
+/// read fails with `ECONNRESET`).
+#[test]
+fn a_close_during_an_exec_that_failed_is_the_programs_orderly_one() {
+    case("execarmed", false);
+    let child = common::command_with(
+        &c_program("sockopt"),
+        &["execarmed".to_owned()],
+        Some(common::preload_so_with_hooks()),
+    )
+    .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
+    .env("WARPSOCK_LINGER_MS", "1000")
+    .spawn()
+    .expect("spawn sockopt");
+    let r = finish(child, std::time::Duration::from_secs(60));
+    r.assert_ok("sockopt execarmed (test hooks)");
+}
+
 /// An orderly close with the peer's bytes received and never read resets
 /// the connection, as TCP's (`data_was_unread`; review r23-a item 9): the
 /// peer's blocking read fails with `ECONNRESET`. Fails with the close's

@@ -74,6 +74,27 @@ pub(crate) fn park_grace() -> Option<Duration> {
     *V.get_or_init(|| ms("WARPSOCK_TEST_PARK_GRACE_MS"))
 }
 
+/// `WARPSOCK_TEST_EXEC_ARMED_FD`: an exec whose wait gave up, once it has
+/// marked the connections it gave up on (`SO_LINGER` {1, 0}), writes a
+/// byte to this descriptor and waits for one back before it goes on: a
+/// test's other thread closes a socket in that window (review r23-a item
+/// 10).
+pub(crate) fn exec_armed() {
+    let Some(fd) = std::env::var("WARPSOCK_TEST_EXEC_ARMED_FD")
+        .ok()
+        .and_then(|v| v.trim().parse::<libc::c_int>().ok())
+    else {
+        return;
+    };
+    let mut b = [0u8; 1];
+    // SAFETY: one-byte transfers on the test's socket, from and into a
+    // buffer on the stack.
+    unsafe {
+        super::real::send(fd, b"!".as_ptr().cast(), 1, libc::MSG_NOSIGNAL);
+        super::real::recv(fd, b.as_mut_ptr().cast(), 1, 0);
+    }
+}
+
 /// `WARPSOCK_TEST_SERVE_GAP_FD`: the first receive call that serves a
 /// connection off the ready list and finds it drained (the read after its
 /// datagram said `EAGAIN`) stops there, before it takes the connection off

@@ -90,6 +90,9 @@ static EXECS: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     /// Whether the calling thread's exec in flight is counted in [`EXECS`].
     static COUNTED: Cell<bool> = const { Cell::new(false) };
+    /// The calling thread holds [`ARMED`] in [`arm_exec_reset`] (a signal
+    /// handler's close there must not take it again: [`linger_as_set`]).
+    static ARMING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// In a forked child: the parent's execs and marks are not the child's.
@@ -117,6 +120,32 @@ pub(super) fn linger_of(fd: c_int) -> Option<libc::linger> {
         )
     };
     (r == 0).then_some(l)
+}
+
+/// Engine socket `fd`'s `SO_LINGER` as the program set it: an exec in
+/// flight that gave up on its bytes set {1, 0} on it ([`arm_exec_reset`]),
+/// which is the library's, not the program's — its saved value is the
+/// answer (review r23-a item 10: a close of that socket by another thread
+/// meanwhile took the mark for an abortive close, and reset a connection
+/// the program meant to end cleanly if the exec failed). The list is looked
+/// at only when the value is {1, 0} with an exec in flight.
+pub(super) fn linger_as_set(fd: c_int) -> Option<libc::linger> {
+    let l = linger_of(fd)?;
+    if l.l_onoff == 0
+        || l.l_linger != 0
+        || EXECS.load(Ordering::Acquire) == 0
+        || ARMING.with(Cell::get)
+    {
+        return Some(l);
+    }
+    let ino = super::inode(fd);
+    let armed = ARMED.lock();
+    Some(
+        armed
+            .iter()
+            .find(|a| a.fd == fd && a.ino == ino)
+            .map_or(l, |a| a.was),
+    )
 }
 
 fn set_linger(fd: c_int, l: libc::linger) {
@@ -172,6 +201,7 @@ pub(crate) fn arm_exec_reset() {
         l_onoff: 1,
         l_linger: 0,
     };
+    ARMING.with(|a| a.set(true));
     let mut list = ARMED.lock();
     let mut mark = |fd: c_int| {
         let ino = super::inode(fd);
@@ -190,6 +220,8 @@ pub(crate) fn arm_exec_reset() {
             mark(s.x.tcp_fd());
         }
     });
+    drop(list);
+    ARMING.with(|a| a.set(false));
 }
 
 /// The exec returned (it failed): if it was counted ([`exec_begins`]) and

@@ -585,6 +585,8 @@ impl Kind for Ddp {
         if !linger::linger(config::get().linger, census::engine_backlogs) && counted {
             // Given up: reset by the exec's close, not now (it may fail).
             census::arm_exec_reset();
+            #[cfg(feature = "test-hooks")]
+            crate::shim::hooks::exec_armed();
         }
     }
 

@@ -610,8 +610,8 @@ impl Socket for DdpSock {
         // peer before the reset (its read got 0, then `ECONNRESET`). Made,
         // as the orderly close, when the last reference goes ([`Drop`]):
         // at once, or as a call of another thread's in flight returns.
-        let abortive =
-            super::census::linger_of(self.kfd).is_some_and(|l| l.l_onoff != 0 && l.l_linger == 0);
+        let abortive = super::census::linger_as_set(self.x.tcp_fd())
+            .is_some_and(|l| l.l_onoff != 0 && l.l_linger == 0);
         let how = if abortive { CLOSED_ABORTIVE } else { CLOSED };
         self.closing.store(how, Ordering::Release);
     }

@@ -55,6 +55,15 @@
  *               and the blocked read failed.
  *   closeblocked  the same with an orderly close: the read returns the
  *               peer's 8 B, then the peer reads end of stream.
+ *   execarmed   (a test-hooks build: WARPSOCK_TEST_EXEC_ARMED_FD; not in
+ *               test-xsock.sh) a send buffer the peer does not read, an
+ *               exec that fails (its wait gives up, WARPSOCK_LINGER_MS, and
+ *               marks the connection SO_LINGER {1, 0} for its close),
+ *               and, in that window, an orderly close from another thread:
+ *               once the exec returned the peer reads every byte, then end
+ *               of stream (review r23-a item 10: the close took the
+ *               library's mark for the program's abortive close and reset
+ *               the connection).
  *   closeunread an orderly close() (no SO_LINGER) with the peer's 8 B
  *               received (poll said POLLIN) and never read: the peer's
  *               blocking read fails with ECONNRESET, as TCP's close resets
@@ -942,6 +951,67 @@ static void case_blocked(int abortive) {
     CHECK(pthread_join(pt, NULL) == 0);
 }
 
+static int exec_hook[2]; /* the library's hook <-> the closing thread */
+static int exec_go[2];   /* main -> peer: read now */
+static size_t exec_sent;
+
+static void *closer_in_exec(void *a) {
+    (void)a;
+    char g;
+    CHECK(read(exec_hook[0], &g, 1) == 1);
+    CHECK(close(c) == 0);
+    CHECK(write(exec_hook[0], "g", 1) == 1);
+    return NULL;
+}
+
+static void *peer_exec(void *a) {
+    (void)a;
+    switch_end(s);
+    CHECK(write(s, "switched", 8) == 8);
+    char g, b[8];
+    CHECK(read(exec_go[0], &g, 1) == 1);
+    size_t got = 0;
+    recv_until(s, &got, exec_sent, NULL);
+    ssize_t r = read(s, b, 8);
+    fprintf(stderr, "execarmed: the peer read %zu, then %zd errno %d\n", got, r, r < 0 ? errno : 0);
+    CHECK(r == 0);
+    return NULL;
+}
+
+static void case_execarmed(void) {
+    CHECK(pipe(exec_go) == 0);
+    pthread_t pt, ct;
+    CHECK(pthread_create(&pt, NULL, peer_exec, NULL) == 0);
+    switch_end(c);
+    char b[8];
+    read8(c, b);
+    static char chunk[4096];
+    memset(chunk, 'e', sizeof chunk);
+    for (int i = 0;; i++) {
+        CHECK(i < 100000);
+        ssize_t r = send_nb(c, chunk, sizeof chunk);
+        if (r < 0) break;
+        exec_sent += (size_t)r;
+    }
+    if (!plain) {
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, exec_hook) == 0);
+        char v[16];
+        snprintf(v, sizeof v, "%d", exec_hook[1]);
+        CHECK(setenv("WARPSOCK_TEST_EXEC_ARMED_FD", v, 1) == 0);
+        CHECK(pthread_create(&ct, NULL, closer_in_exec, NULL) == 0);
+    }
+    char *argv[] = {"/nonexistent/warpsock-exec", NULL};
+    CHECK(execv(argv[0], argv) == -1 && errno == ENOENT);
+    if (plain) {
+        CHECK(close(c) == 0);
+    } else {
+        CHECK(pthread_join(ct, NULL) == 0);
+    }
+    c = -1;
+    CHECK(write(exec_go[1], "g", 1) == 1);
+    CHECK(pthread_join(pt, NULL) == 0);
+}
+
 static void case_abort(void) {
     pthread_t pt;
     CHECK(pthread_create(&pt, NULL, peer_abort_read, NULL) == 0);
@@ -990,6 +1060,8 @@ int main(int argc, char **argv) {
         case_blocked(1);
     } else if (!strcmp(cs, "closeblocked")) {
         case_blocked(0);
+    } else if (!strcmp(cs, "execarmed")) {
+        case_execarmed();
     } else if (!strcmp(cs, "closeunread")) {
         case_closeunread();
     } else if (!strcmp(cs, "abort")) {
