@@ -194,8 +194,7 @@ fn an_abortive_close_resets_the_peer() {
 /// sends nothing, the last one resets (fails with a reset at the first:
 /// the message sent through the second never arrives); `SO_LINGER` {1, 0}
 /// set before the switch (fails with the abortive check removed: 0); the
-/// peer's bytes left unread (fails with that check and item 9's look
-/// removed: 0).
+/// peer's bytes left unread (fails with that check removed: 0).
 #[test]
 fn abortive_closes_of_a_dup_a_value_set_before_and_unread_bytes_as_tcps() {
     for name in ["abortdup", "abortbefore", "abortunread"] {
@@ -249,16 +248,6 @@ fn a_close_during_an_exec_that_failed_is_the_programs_orderly_one() {
     .expect("spawn sockopt");
     let r = finish(child, std::time::Duration::from_secs(60));
     r.assert_ok("sockopt execarmed (test hooks)");
-}
-
-/// An orderly close with the peer's bytes received and never read resets
-/// the connection, as TCP's (`data_was_unread`; review r23-a item 9): the
-/// peer's blocking read fails with `ECONNRESET`. Fails with the close's
-/// look for unread bytes removed (the read returns 0: a clean end).
-#[test]
-fn an_orderly_close_with_unread_bytes_resets_the_peer() {
-    case("closeunread", false);
-    case("closeunread", true);
 }
 
 /// A blocking read after non-blocking ones that found nothing (the socket
