@@ -301,6 +301,62 @@ fn a_parked_reader_keeps_the_progress_thread_asleep() {
     unsafe { libc::close(ep) };
 }
 
+/// A blocking receive that returns slots to the peer (a CREDIT, every
+/// fourth 8 B message here) reaps the CREDIT's send completion before it
+/// returns: the engine wrote the CREDIT out at once, so its completion is
+/// queued as soon as the post returns. Left queued, the next blocking
+/// receive's park ended at once on it, rearmed the watch, and parked
+/// again: with the watch wanted (the program waits in `select` or
+/// `epoll`), two more `epoll_ctl` every fourth message, and a window, the
+/// watch on, where an arrival woke the progress thread. Counted: each
+/// receive waits once, and turns the watch off and on again once — the
+/// straight path's (no timeout) and the general loop's (`SO_RCVTIMEO`).
+/// Each message is in the reader's kernel socket before the call (a
+/// loopback send has queued it there when it returns), so the one wait's
+/// park reads it at once, whatever the scheduler does.
+#[test]
+fn a_credits_completion_ends_no_later_park() {
+    const ROUNDS: u64 = 16;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    // The connection's start (RFC 6581: the responder has seen the
+    // initiator's first FPDU once it received), both ways.
+    xa.send(b"start", false, None).unwrap();
+    assert_eq!(recv_exact(&xb, 5), b"start");
+    xb.send(b"go", false, None).unwrap();
+    assert_eq!(recv_exact(&xa, 2), b"go");
+    let ep = progress_epoll(&xb);
+    xb.set_background(true);
+    xb.progress();
+    assert_eq!(xb.watching(), XSocket::WATCH_INPUT);
+    let counts = || {
+        let s = xb.stats();
+        (s.waits.load(SeqCst), s.watch_changes.load(SeqCst))
+    };
+    let mut msg = 0u64;
+    let timeouts = [None, Some(LIMIT)];
+    let seen = timeouts.map(|timeout| {
+        let (waits, changes) = counts();
+        for _ in 0..ROUNDS {
+            msg += 1;
+            xa.send(&msg.to_le_bytes(), false, None).unwrap();
+            let mut got = [0u8; 8];
+            let (n, _) = xb.recv(&mut got, RecvFlags::default(), timeout).unwrap();
+            assert_eq!((n, got), (8, msg.to_le_bytes()));
+            assert_eq!(xb.watching(), XSocket::WATCH_INPUT, "re-armed for input");
+        }
+        let (w, c) = counts();
+        (w - waits, c - changes)
+    });
+    assert_eq!(
+        seen,
+        [(ROUNDS, 2 * ROUNDS); 2],
+        "{ROUNDS} blocking receives, with timeouts {timeouts:?}: (waits, watch changes)"
+    );
+    // SAFETY: our epoll instance.
+    unsafe { libc::close(ep) };
+}
+
 /// Sends 100-byte messages of `byte`, non-blocking, until `EAGAIN` (no
 /// credit left); returns the bytes sent.
 fn spend_the_credits(x: &XSocket, byte: u8) -> usize {

@@ -231,6 +231,12 @@ impl Aio {
         self.unposted != 0
     }
 
+    /// Asynchronous sends or receives queued: what [`pump`] moves.
+    #[inline]
+    pub(crate) fn pumped(&self) -> bool {
+        !self.sends.is_empty() || !self.recvs.is_empty()
+    }
+
     /// Operations in flight (they progress only as the engine is driven).
     pub(crate) fn in_flight(&self) -> bool {
         !self.sends.is_empty() || !self.recvs.is_empty() || !self.rio.is_empty()
@@ -268,7 +274,7 @@ pub(crate) fn on_completion(st: &mut State, wc: &Wc) {
 /// and its two empty pops were ~20 instructions per round).
 #[inline]
 pub(crate) fn pump(x: &XSocket, st: &mut State) {
-    if st.aio.sends.is_empty() && st.aio.recvs.is_empty() {
+    if !st.aio.pumped() {
         return;
     }
     pump_sends(x, st);

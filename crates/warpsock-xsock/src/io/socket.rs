@@ -547,6 +547,7 @@ impl XSocket {
     }
 
     fn flush_owed(&self, st: &mut State) {
+        let mut posted = false;
         while !st.tx_free.is_empty() {
             let Some(m) = st.s.poll_msg() else {
                 // A queued message (EOF, SINK, SINK_DONE) behind our last
@@ -554,10 +555,28 @@ impl XSocket {
                 if st.s.has_output() && self.repost_if_due(st) {
                     continue;
                 }
-                return;
+                break;
             };
             let slot = st.tx_free.pop().expect("checked");
             self.post_msg(st, slot, m, Src::NONE);
+            posted = true;
+        }
+        // The engine wrote the messages out as they were posted: their
+        // completions are queued now. Reaped here (no system call), not by
+        // the next wait: a receive's CREDIT (every fourth 8 B message)
+        // ended the next blocking receive's park at once, which rearmed the
+        // watch and parked again — two more `epoll_ctl` per CREDIT while
+        // the program waits in `select`/`epoll`, and a window, the watch
+        // on, where an arrival woke the progress thread (`tests/watch.rs`
+        // `a_credits_completion_ends_no_later_park`). Not in a send call:
+        // it reaps at its end (`reap_posted`). Nor with asynchronous sends
+        // or receives queued: what a reap brings them moves at once (the
+        // pump, review r19-xaio item 7), and a pump from here would run
+        // inside the pump that flushes (`rio::post_sends`, `pump_recvs`):
+        // the next reap or round takes it, as before. Without them the
+        // pump does nothing, and this is `reap`.
+        if posted && st.sending == 0 && !st.aio.pumped() {
+            self.reap_queued(st);
         }
     }
 
@@ -700,7 +719,11 @@ impl XSocket {
 
     /// [`Self::reap`] at the end of a send call, if it (or anything since
     /// the last reap) posted a request: a call whose messages all went
-    /// inline left nothing in the engine's queue to look for.
+    /// inline left nothing in the engine's queue to look for. Always
+    /// inlined: a load and a branch on the 8 B send (out of line since
+    /// `flush_owed` reaps too, it cost the ping-pong ~9 instructions a
+    /// round trip).
+    #[inline(always)]
     pub(crate) fn reap_posted(&self, st: &mut State) {
         if st.unreaped {
             self.reap(st);
