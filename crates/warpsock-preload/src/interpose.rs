@@ -84,6 +84,10 @@ fn dispatch_managed<R>(
     if busy() {
         return real();
     }
+    // The data calls are cancellation points: a noted cancel is acted on
+    // before the call (nothing of the library is live yet; a plain
+    // descriptor's call is glibc's, which acts itself; review r23-c item 2).
+    cancel_first();
     fdtable::with_marked(fd, real, offload)
 }
 
@@ -94,6 +98,8 @@ fn managed(fd: c_int) -> Option<Arc<dyn Socket>> {
     if !fdtable::maybe_managed(fd) || busy() {
         return None;
     }
+    // As in `dispatch_managed` (its users: `recvmmsg`, `sendmmsg`, ...).
+    cancel_first();
     fdtable::get(fd)
 }
 
@@ -125,6 +131,8 @@ pub(crate) fn target(
     if busy() {
         return None;
     }
+    // As in `dispatch_managed` (`sendto`, `sendmsg`, `connect`).
+    cancel_first();
     if mark & MANAGED != 0 {
         return fdtable::get(fd);
     }
