@@ -200,11 +200,12 @@ fn a_blocking_ping_pong_wakes_no_progress_thread() {
 
 /// Waits until the receive of `x` in thread `tid` (0 until it says) sleeps
 /// parked in the engine, the watch off, and returns the socket's count of
-/// waits then. A park merely seen set may end at once: its wait returns
-/// with a completion already queued (the CREDIT the reader's previous call
-/// sent, every fourth message) before it sleeps, and the call rearms, then
-/// parks again. A message sent then arrives between the two waits, the
-/// watch on: one progress-thread event, as it should be, but no parked
+/// waits then. A park merely seen set may still end before it sleeps (a
+/// completion queued when it began: until `1dc031c`, the CREDIT the
+/// reader's previous call sent, every fourth message — the flush reaps it
+/// now, `a_credits_completion_ends_no_later_park`), and the call rearms,
+/// then parks again. A message sent then arrives between the two waits,
+/// the watch on: one progress-thread event, as it should be, but no parked
 /// reader's (the test failed so about 1 run in 200 under load).
 fn parked_asleep(x: &XSocket, tid: &AtomicI64) -> u64 {
     let parked = || x.parked() && x.watching() == XSocket::WATCH_OFF;
