@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{c_program, command, finish};
+use common::run_case;
 
 fn case(name: &str) {
     case_with(name, |_| {});
@@ -18,16 +18,7 @@ fn case(name: &str) {
 /// [`case`], with `check` of the preloaded run.
 fn case_with(name: &str, check: impl Fn(&common::Run)) {
     for preload in [false, true] {
-        let mut args = vec![name.to_owned()];
-        if !preload {
-            args.push("plain".into());
-        }
-        let child = command(&c_program("cancel"), &args, preload)
-            .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
-            .spawn()
-            .expect("spawn cancel");
-        let r = finish(child, std::time::Duration::from_secs(60));
-        r.assert_ok(&format!("cancel {name} (preload {preload})"));
+        let r = run_case("cancel", name, preload);
         if preload {
             assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
             check(&r);

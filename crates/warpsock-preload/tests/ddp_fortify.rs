@@ -6,19 +6,10 @@
 
 mod common;
 
-use common::{c_program, command, finish};
+use common::{c_program, run_case};
 
 fn case(name: &str, preload: bool) {
-    let mut args = vec![name.to_owned()];
-    if !preload {
-        args.push("plain".to_owned());
-    }
-    let child = command(&c_program("pollchk"), &args, preload)
-        .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
-        .spawn()
-        .expect("spawn pollchk");
-    let r = finish(child, std::time::Duration::from_secs(60));
-    r.assert_ok(&format!("pollchk {name}"));
+    let r = run_case("pollchk", name, preload);
     if preload {
         assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
     }

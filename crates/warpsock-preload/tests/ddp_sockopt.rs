@@ -5,22 +5,13 @@
 
 mod common;
 
-use common::{c_program, command, finish};
+use common::{c_program, finish, run_case};
 
 /// Runs case `name`; `preload`: with the library, whose reports must count
 /// both ends switched (`soerr*`: one, the killed peer's report is lost;
 /// `emfile`: a pair, then one end whose peer's report is lost).
 fn case(name: &str, preload: bool) -> common::Run {
-    let mut args = vec![name.to_owned()];
-    if !preload {
-        args.push("plain".to_owned());
-    }
-    let child = command(&c_program("sockopt"), &args, preload)
-        .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
-        .spawn()
-        .expect("spawn sockopt");
-    let r = finish(child, std::time::Duration::from_secs(60));
-    r.assert_ok(&format!("sockopt {name}"));
+    let r = run_case("sockopt", name, preload);
     if preload {
         let ends = match name {
             _ if name.starts_with("soerr") => 1,
@@ -31,6 +22,23 @@ fn case(name: &str, preload: bool) -> common::Run {
         };
         assert_eq!(r.stat("ddp_switched"), ends, "{}", r.stderr);
     }
+    r
+}
+
+/// Runs case `name` under the build of the library with the test hooks,
+/// with `env` added; the run must succeed.
+fn hooks_case(name: &str, env: &[(&str, &str)]) -> common::Run {
+    let child = common::command_with(
+        &c_program("sockopt"),
+        &[name.to_owned()],
+        Some(common::preload_so_with_hooks()),
+    )
+    .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
+    .envs(env.iter().copied())
+    .spawn()
+    .expect("spawn sockopt");
+    let r = finish(child, std::time::Duration::from_secs(60));
+    r.assert_ok(&format!("sockopt {name} (test hooks)"));
     r
 }
 
@@ -237,17 +245,7 @@ fn a_close_waits_for_a_blocked_read_of_another_thread() {
 #[test]
 fn a_close_during_an_exec_that_failed_is_the_programs_orderly_one() {
     case("execarmed", false);
-    let child = common::command_with(
-        &c_program("sockopt"),
-        &["execarmed".to_owned()],
-        Some(common::preload_so_with_hooks()),
-    )
-    .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
-    .env("WARPSOCK_LINGER_MS", "1000")
-    .spawn()
-    .expect("spawn sockopt");
-    let r = finish(child, std::time::Duration::from_secs(60));
-    r.assert_ok("sockopt execarmed (test hooks)");
+    hooks_case("execarmed", &[("WARPSOCK_LINGER_MS", "1000")]);
 }
 
 /// A blocking read after non-blocking ones that found nothing (the socket
@@ -261,15 +259,6 @@ fn a_close_during_an_exec_that_failed_is_the_programs_orderly_one() {
 fn a_blocking_read_after_empty_spins_blocks() {
     case("blockafter", false);
     case("blockafter", true);
-    let child = common::command_with(
-        &c_program("sockopt"),
-        &["blockafter".to_owned()],
-        Some(common::preload_so_with_hooks()),
-    )
-    .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
-    .spawn()
-    .expect("spawn sockopt");
-    let r = finish(child, std::time::Duration::from_secs(60));
-    r.assert_ok("sockopt blockafter (test hooks)");
+    let r = hooks_case("blockafter", &[]);
     assert!(r.stat("ddp_quiet_eagains") >= 1, "{}", r.stderr);
 }

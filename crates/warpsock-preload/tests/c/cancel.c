@@ -59,7 +59,6 @@
  * `plain`: the same over TCP (no switch), the behaviour to match. */
 #include "ddppair.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -123,12 +122,17 @@ static void *block_send(void *a) {
     return returned(0);
 }
 
-static void *block_poll(void *a) {
-    (void)a;
-    started();
+/* poll(POLLIN, no timeout) of the victim: the thread's result. */
+static void *poll_victim(void) {
     static struct pollfd p;
     p = (struct pollfd){victim, POLLIN, 0};
     return returned(poll(&p, 1, -1));
+}
+
+static void *block_poll(void *a) {
+    (void)a;
+    started();
+    return poll_victim();
 }
 
 /* Whether thread t sleeps in a system call its blocked call (or the
@@ -136,15 +140,7 @@ static void *block_poll(void *a) {
  * and write, select, accept. */
 static int sleeping(pid_t t) {
     if (thread_asleep(t)) return 1;
-    char path[64], buf[128];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)t);
-    int fd = open(path, O_RDONLY);
-    CHECK(fd >= 0);
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    long nr = strtol(buf, NULL, 10);
+    long nr = thread_syscall(t);
     return nr == SYS_read || nr == SYS_write || nr == SYS_sendto || nr == SYS_pselect6 ||
            nr == SYS_accept || nr == SYS_accept4
 #ifdef SYS_select
@@ -172,14 +168,8 @@ static void *block_epoll(void *a) {
 
 /* Whether signal sig is pending for thread t (/proc status SigPnd). */
 static int sig_pending(pid_t t, int sig) {
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)t);
-    int fd = open(path, O_RDONLY);
-    CHECK(fd >= 0);
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    CHECK(n > 0);
-    buf[n] = 0;
+    char buf[4096];
+    CHECK(task_file(t, "status", buf, sizeof buf) > 0);
     char *p = strstr(buf, "SigPnd:");
     CHECK(p != NULL);
     unsigned long long m = strtoull(p + 7, NULL, 16);
@@ -201,38 +191,64 @@ static void *block_read_disabled(void *a) {
     return returned(read(victim, b, sizeof b));
 }
 
+/* Starts fn as the blocked thread and waits until it started (its tid
+ * stored) and, if `asleep`, sleeps in a system call (one look). */
+static pthread_t start_victim(void *(*fn)(void *), int asleep) {
+    pthread_t t;
+    atomic_store(&tid, 0);
+    CHECK(pthread_create(&t, NULL, fn, NULL) == 0);
+    long spins = 0;
+    while (atomic_load(&tid) == 0 || (asleep && !sleeping(atomic_load(&tid)))) {
+        CHECK(spins++ < 100000000);
+        sched_yield();
+    }
+    return t;
+}
+
+/* Waits until the blocked thread sleeps in a system call five looks in a
+ * row (one may catch a sleep of the first rounds; the call sleeps for
+ * good once nothing comes); if `unsignalled`, with signal 32 (the
+ * cancel's) not pending either. */
+static void asleep_for_good(int unsignalled) {
+    int asleep = 0;
+    long spins = 0;
+    while (asleep < 5) {
+        CHECK(spins++ < 100000000);
+        if ((!unsignalled || !sig_pending(atomic_load(&tid), 32)) && sleeping(atomic_load(&tid)))
+            asleep++;
+        else
+            asleep = 0;
+        sched_yield();
+    }
+}
+
+/* Joins t, which must have ended cancelled (if not, prints what its
+ * call, named `what`, returned). */
+static void joined_cancelled(pthread_t t, const char *what) {
+    void *res = NULL;
+    CHECK(pthread_join(t, &res) == 0);
+    if (res != PTHREAD_CANCELED)
+        fprintf(stderr, "the %s returned %ld (errno %ld)\n", what, atomic_load(&ret_r),
+                atomic_load(&ret_errno));
+    CHECK(res == PTHREAD_CANCELED);
+}
+
 static int go[2]; /* pending: main -> thread, the cancel was sent */
-static void *poll_pending(void *a) {
-    (void)a;
+
+/* The pending cases' start: cancellation disabled until main's go (sent
+ * once main has cancelled the thread), then enabled. */
+static void disabled_until_go(void) {
     CHECK(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL) == 0);
     started();
     static char b;
     CHECK(read(go[0], &b, 1) == 1);
     CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
-    static struct pollfd p;
-    p = (struct pollfd){victim, POLLIN, 0};
-    return returned(poll(&p, 1, -1));
 }
 
-static void cancel_pending(void) {
-    CHECK(pipe(go) == 0);
-    pthread_t t;
-    atomic_store(&tid, 0);
-    CHECK(pthread_create(&t, NULL, poll_pending, NULL) == 0);
-    long spins = 0;
-    while (atomic_load(&tid) == 0) {
-        CHECK(spins++ < 100000000);
-        sched_yield();
-    }
-    CHECK(pthread_cancel(t) == 0);
-    CHECK(write(go[1], "g", 1) == 1);
-    void *res = NULL;
-    CHECK(pthread_join(t, &res) == 0);
-    if (res != PTHREAD_CANCELED)
-        fprintf(stderr, "the poll returned %ld (errno %ld)\n", atomic_load(&ret_r), atomic_load(&ret_errno));
-    CHECK(res == PTHREAD_CANCELED);
-    close(go[0]);
-    close(go[1]);
+static void *poll_pending(void *a) {
+    (void)a;
+    disabled_until_go();
+    return poll_victim();
 }
 
 static int lfd;
@@ -244,33 +260,19 @@ static void *block_accept(void *a) {
 
 static void *close_pending(void *a) {
     (void)a;
-    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL) == 0);
-    started();
-    static char b;
-    CHECK(read(go[0], &b, 1) == 1);
-    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
+    disabled_until_go();
     return returned(close(victim));
 }
 
-/* Starts fn (which disables cancellation, then waits for the go), cancels
- * it, lets it go: it must end cancelled. */
-static void cancel_then_go(void *(*fn)(void *)) {
+/* Starts fn (which disables cancellation, then waits for the go:
+ * disabled_until_go), cancels it, lets it go: it must end cancelled in
+ * its call, named `what`. */
+static void cancel_then_go(void *(*fn)(void *), const char *what) {
     CHECK(pipe(go) == 0);
-    pthread_t t;
-    atomic_store(&tid, 0);
-    CHECK(pthread_create(&t, NULL, fn, NULL) == 0);
-    long spins = 0;
-    while (atomic_load(&tid) == 0) {
-        CHECK(spins++ < 100000000);
-        sched_yield();
-    }
+    pthread_t t = start_victim(fn, 0);
     CHECK(pthread_cancel(t) == 0);
     CHECK(write(go[1], "g", 1) == 1);
-    void *res = NULL;
-    CHECK(pthread_join(t, &res) == 0);
-    if (res != PTHREAD_CANCELED)
-        fprintf(stderr, "the call returned %ld (errno %ld)\n", atomic_load(&ret_r), atomic_load(&ret_errno));
-    CHECK(res == PTHREAD_CANCELED);
+    joined_cancelled(t, what);
     close(go[0]);
     close(go[1]);
 }
@@ -317,11 +319,7 @@ static void cancel_stream(void) {
         sched_yield();
     }
     CHECK(pthread_cancel(wr) == 0);
-    void *res = NULL;
-    CHECK(pthread_join(wr, &res) == 0);
-    if (res != PTHREAD_CANCELED)
-        fprintf(stderr, "the write returned %ld (errno %ld)\n", atomic_load(&ret_r), atomic_load(&ret_errno));
-    CHECK(res == PTHREAD_CANCELED);
+    joined_cancelled(wr, "write");
     CHECK(write(c, "Z", 1) == 1);
     CHECK(pthread_join(rd, NULL) == 0);
 }
@@ -342,27 +340,11 @@ static void cancel_disabled(void) {
     sa.sa_handler = on_usr1_plain; /* no SA_RESTART */
     sigemptyset(&sa.sa_mask);
     CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
-    pthread_t t;
-    atomic_store(&tid, 0);
-    CHECK(pthread_create(&t, NULL, block_read_disabled, NULL) == 0);
-    long spins = 0;
-    while (atomic_load(&tid) == 0 || !sleeping(atomic_load(&tid))) {
-        CHECK(spins++ < 100000000);
-        sched_yield();
-    }
+    pthread_t t = start_victim(block_read_disabled, 1);
     CHECK(pthread_cancel(t) == 0);
     /* The signal that may come with it was taken (its handler ran), and
      * the read sleeps again: five looks in a row. */
-    int asleep = 0;
-    spins = 0;
-    while (asleep < 5) {
-        CHECK(spins++ < 100000000);
-        if (!sig_pending(atomic_load(&tid), 32) && sleeping(atomic_load(&tid)))
-            asleep++;
-        else
-            asleep = 0;
-        sched_yield();
-    }
+    asleep_for_good(1);
     CHECK(write(s, "abcdefgh", 8) == 8);
     void *res = NULL;
     CHECK(pthread_join(t, &res) == 0);
@@ -395,14 +377,7 @@ static void jump_out(void) {
     sa.sa_handler = on_usr1;
     sigemptyset(&sa.sa_mask);
     CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
-    pthread_t t;
-    atomic_store(&tid, 0);
-    CHECK(pthread_create(&t, NULL, jump_poll, NULL) == 0);
-    long spins = 0;
-    while (atomic_load(&tid) == 0 || !sleeping(atomic_load(&tid))) {
-        CHECK(spins++ < 100000000);
-        sched_yield();
-    }
+    pthread_t t = start_victim(jump_poll, 1);
     CHECK(pthread_kill(t, SIGUSR1) == 0);
     void *res = (void *)1;
     CHECK(pthread_join(t, &res) == 0);
@@ -413,32 +388,10 @@ static void jump_out(void) {
 
 /* Starts `fn` and cancels it once it sleeps in a system call. */
 static void cancel_blocked(void *(*fn)(void *)) {
-    pthread_t t;
-    atomic_store(&tid, 0);
-    CHECK(pthread_create(&t, NULL, fn, NULL) == 0);
-    long spins = 0;
-    while (atomic_load(&tid) == 0) {
-        CHECK(spins++ < 100000000);
-        sched_yield();
-    }
-    /* Asleep in a wait: five looks in a row (one may catch a sleep of the
-     * first rounds; the call sleeps for good once nothing comes). */
-    int asleep = 0;
-    spins = 0;
-    while (asleep < 5) {
-        CHECK(spins++ < 100000000);
-        if (sleeping(atomic_load(&tid)))
-            asleep++;
-        else
-            asleep = 0;
-        sched_yield();
-    }
+    pthread_t t = start_victim(fn, 0);
+    asleep_for_good(0);
     CHECK(pthread_cancel(t) == 0);
-    void *res = NULL;
-    CHECK(pthread_join(t, &res) == 0);
-    if (res != PTHREAD_CANCELED)
-        fprintf(stderr, "the call returned %ld (errno %ld)\n", atomic_load(&ret_r), atomic_load(&ret_errno));
-    CHECK(res == PTHREAD_CANCELED);
+    joined_cancelled(t, "call");
 }
 
 /* The socket still works: the peer's next 8 bytes arrive at `mine`, our
@@ -486,16 +439,8 @@ static void drain_to_marker(void) {
     }
 }
 
-/* The extended calls, of the preloaded library (the program is not linked
- * with it: its plain runs go without it). */
-static void *sym(const char *name) {
-    void *p = dlsym(RTLD_DEFAULT, name);
-    if (!p) {
-        fprintf(stderr, "cancel: %s not found (run under the preload)\n", name);
-        exit(2);
-    }
-    return p;
-}
+/* The extended calls, of the preloaded library. */
+static void *sym(const char *name) { return preload_sym("cancel", name); }
 
 /* The poll case's mapping: 4 KiB of c's, the peer's rioread of it. */
 #define MAP_OFF 4096
@@ -512,6 +457,12 @@ static void map_for_peer(void) {
     CHECK(write(c, "M", 1) == 1);
     char b;
     CHECK(read(s, &b, 1) == 1 && b == 'M');
+}
+
+/* map_for_peer undone. */
+static void unmap_for_peer(void) {
+    int (*riounmap)(int, void *, size_t) = sym("warpsock_riounmap");
+    CHECK(riounmap(c, mapped, MAP_LEN) == 0);
 }
 
 /* With no call of c running, the peer's rioread is answered by c's
@@ -567,7 +518,7 @@ int main(int argc, char **argv) {
         still_works(c, s);
         close(epfd);
     } else if (!strcmp(cs, "pending")) {
-        cancel_pending();
+        cancel_then_go(poll_pending, "poll");
         still_works(c, s);
     } else if (!strcmp(cs, "accept")) {
         lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -579,7 +530,7 @@ int main(int argc, char **argv) {
         close(lfd);
         still_works(c, s);
     } else if (!strcmp(cs, "close")) {
-        cancel_then_go(close_pending);
+        cancel_then_go(close_pending, "call");
         still_works(c, s);
     } else if (!strcmp(cs, "stream")) {
         cancel_stream();
@@ -588,38 +539,26 @@ int main(int argc, char **argv) {
         CHECK(write(s, "selfself", 8) == 8);
         pthread_t t;
         CHECK(pthread_create(&t, NULL, self_read, NULL) == 0);
-        void *res = NULL;
-        CHECK(pthread_join(t, &res) == 0);
-        CHECK(res == PTHREAD_CANCELED);
+        joined_cancelled(t, "read");
         char b[8];
         CHECK(recv(c, b, 8, MSG_WAITALL) == 8 && memcmp(b, "selfself", 8) == 0);
         /* And with nothing there: cancelled all the same. */
         CHECK(pthread_create(&t, NULL, self_read, NULL) == 0);
-        CHECK(pthread_join(t, &res) == 0);
-        CHECK(res == PTHREAD_CANCELED);
+        joined_cancelled(t, "read");
         still_works(c, s);
     } else if (!strcmp(cs, "disabled")) {
         cancel_disabled();
         still_works(c, s);
-    } else if (!strcmp(cs, "jump")) {
+    } else if (!strcmp(cs, "jump") || !strcmp(cs, "poll")) {
         if (!plain) map_for_peer();
-        jump_out();
+        if (!strcmp(cs, "jump")) {
+            jump_out();
+        } else {
+            cancel_blocked(block_poll);
+        }
         if (!plain) peer_reads_mapping();
         still_works(c, s);
-        if (!plain) {
-            int (*riounmap)(int, void *, size_t) = sym("warpsock_riounmap");
-            CHECK(riounmap(c, mapped, MAP_LEN) == 0);
-        }
-        free(mapped);
-    } else if (!strcmp(cs, "poll")) {
-        if (!plain) map_for_peer();
-        cancel_blocked(block_poll);
-        if (!plain) peer_reads_mapping();
-        still_works(c, s);
-        if (!plain) {
-            int (*riounmap)(int, void *, size_t) = sym("warpsock_riounmap");
-            CHECK(riounmap(c, mapped, MAP_LEN) == 0);
-        }
+        if (!plain) unmap_for_peer();
         free(mapped);
     } else {
         fprintf(stderr, "unknown case %s\n", cs);

@@ -5,6 +5,7 @@
 
 #include "../../include/warpsock_sockets.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 
 /* Switches fd into DDP mode (the peer does the same, in another thread). */
@@ -76,20 +77,33 @@ static inline void set_sol_int(int fd, int name, int v) {
     CHECK(setsockopt(fd, SOL_SOCKET, name, &v, sizeof v) == 0);
 }
 
-/* Whether thread tid is asleep in a system call a wait of the engine, of
- * the library or of TCP sleeps in (a blocking read's recvfrom, a parked
- * call's epoll or poll): /proc/self/task/TID/syscall names the call a
- * sleeping thread is in. */
-static inline int thread_asleep(pid_t tid) {
-    char path[64], buf[128];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+/* Reads /proc/self/task/TID/<file> into buf (len bytes, NUL-terminated
+ * after what was read): the count read. */
+static inline ssize_t task_file(pid_t tid, const char *file, char *buf, size_t len) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, file);
     int fd = open(path, O_RDONLY);
     CHECK(fd >= 0);
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+    ssize_t n = read(fd, buf, len - 1);
     close(fd);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    long nr = strtol(buf, NULL, 10);
+    if (n > 0) buf[n] = 0;
+    return n;
+}
+
+/* The number of the system call thread tid is in, from
+ * /proc/self/task/TID/syscall (which names the call a sleeping thread is
+ * in; "running" reads as 0); -1 if nothing could be read. */
+static inline long thread_syscall(pid_t tid) {
+    char buf[128];
+    if (task_file(tid, "syscall", buf, sizeof buf) <= 0) return -1;
+    return strtol(buf, NULL, 10);
+}
+
+/* Whether thread tid is asleep in a system call a wait of the engine, of
+ * the library or of TCP sleeps in (a blocking read's recvfrom, a parked
+ * call's epoll or poll). */
+static inline int thread_asleep(pid_t tid) {
+    long nr = thread_syscall(tid);
     return nr == SYS_recvfrom || nr == SYS_epoll_pwait || nr == SYS_ppoll
 #ifdef SYS_epoll_wait
            || nr == SYS_epoll_wait
@@ -98,6 +112,17 @@ static inline int thread_asleep(pid_t tid) {
            || nr == SYS_poll
 #endif
         ;
+}
+
+/* The extended call `name` of the preloaded library (a program not linked
+ * with it: its plain runs go without it); exits 2 if it is not there. */
+static inline void *preload_sym(const char *prog, const char *name) {
+    void *p = dlsym(RTLD_DEFAULT, name);
+    if (!p) {
+        fprintf(stderr, "%s: %s not found (run under the preload)\n", prog, name);
+        exit(2);
+    }
+    return p;
 }
 
 /* recvmsg(fd, MSG_ERRQUEUE | flags) into buffers of its own (an entry's

@@ -11,7 +11,6 @@
  *   riobulk MIB                      exit 0 if every write completed */
 #include "ddppair.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -27,14 +26,7 @@ typedef int (*aio_poll_fn)(int, struct warpsock_aio_completion *, int);
 static int mib;
 
 /* The extended calls of the preloaded library. */
-static void *sym(const char *name) {
-    void *p = dlsym(RTLD_DEFAULT, name);
-    if (!p) {
-        fprintf(stderr, "riobulk: %s not found (run under the preload)\n", name);
-        exit(2);
-    }
-    return p;
-}
+static void *sym(const char *name) { return preload_sym("riobulk", name); }
 
 static unsigned char byte_at(size_t i) { return (unsigned char)((i * 2654435761u) >> 11); }
 

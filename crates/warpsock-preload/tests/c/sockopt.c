@@ -417,6 +417,26 @@ static void *peer_switch(void *a) {
     return NULL;
 }
 
+/* Both ends switched (unless plain): c here, s in a thread. */
+static void switch_both(void) {
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_switch, NULL) == 0);
+    switch_end(c);
+    CHECK(pthread_join(pt, NULL) == 0);
+}
+
+/* Non-blocking sends of `chunk` (n bytes) on fd until one finds no room
+ * (EAGAIN): the bytes sent. */
+static size_t fill_send(int fd, const char *chunk, size_t n) {
+    size_t sent = 0;
+    for (int i = 0;; i++) {
+        CHECK(i < 100000);
+        ssize_t r = send_nb(fd, chunk, n);
+        if (r < 0) return sent;
+        sent += (size_t)r;
+    }
+}
+
 static void *peer_sink8(void *a) {
     (void)a;
     switch_end(s);
@@ -496,12 +516,7 @@ static void case_latestamps(void) {
     set_sol_int(x, SO_SNDBUF, 16384); /* a short stream to hold back */
     static char chunk[1024];
     memset(chunk, 'l', sizeof chunk);
-    for (int i = 0;; i++) {
-        CHECK(i < 100000);
-        ssize_t r = send_nb(x, chunk, sizeof chunk);
-        if (r < 0) break;
-        late_sent += (size_t)r;
-    }
+    late_sent += fill_send(x, chunk, sizeof chunk);
     fprintf(stderr, "latestamps: %zu bytes sent before the switch\n", late_sent);
     pthread_t pt;
     CHECK(pthread_create(&pt, NULL, peer_late, &y) == 0);
@@ -576,10 +591,7 @@ static void case_stampopts(void) {
         {IPPROTO_IPV6, IPV6_RECVERR, 1, "IPV6_RECVERR"},
         {IPPROTO_IP, IP_RECVERR, 0, "IP_RECVERR"},
     };
-    pthread_t pt;
-    CHECK(pthread_create(&pt, NULL, peer_switch, NULL) == 0);
-    switch_end(c);
-    CHECK(pthread_join(pt, NULL) == 0);
+    switch_both();
     show_opts("start", 0, 0);
     for (unsigned i = 0; i < sizeof seq / sizeof *seq; i++) {
         int r = setsockopt(c, seq[i].level, seq[i].name, &seq[i].v, sizeof seq[i].v);
@@ -620,10 +632,7 @@ static void zerocopy_notices(int fd) {
 }
 
 static void case_zerocopy(void) {
-    pthread_t pt;
-    CHECK(pthread_create(&pt, NULL, peer_switch, NULL) == 0);
-    switch_end(c);
-    CHECK(pthread_join(pt, NULL) == 0);
+    switch_both();
     int one = 1;
     int r = setsockopt(c, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one);
     fprintf(stderr, "zerocopy: set after the switch %d errno %d\n", r, r < 0 ? errno : 0);
@@ -662,10 +671,7 @@ static rlim_t limit_with_free(int k) {
 }
 
 static void case_emfile(void) {
-    pthread_t pt;
-    CHECK(pthread_create(&pt, NULL, peer_switch, NULL) == 0);
-    switch_end(c);
-    CHECK(pthread_join(pt, NULL) == 0);
+    switch_both();
     struct rlimit old;
     CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
     int one = 1, k, failed = 0;
@@ -755,58 +761,67 @@ static void case_stampsbefore(void) {
     }
 }
 
+/* The peer's next read must fail with ECONNRESET (`what`: the case, in
+ * its line). */
+static void peer_read_reset(const char *what) {
+    char b[8];
+    ssize_t r = read(s, b, 8);
+    fprintf(stderr, "%s: the peer's read %zd errno %d\n", what, r, r < 0 ? errno : 0);
+    CHECK(r == -1 && errno == ECONNRESET);
+}
+
+/* The peer of abort and abortbefore: switches, reads 8 B and echoes them,
+ * then its read must fail with ECONNRESET. */
 static void *peer_abort_read(void *a) {
     (void)a;
     switch_end(s);
     char b[8];
     read8(s, b);
     CHECK(write(s, b, 8) == 8);
-    ssize_t r = read(s, b, 8);
-    fprintf(stderr, "abort: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
-    CHECK(r == -1 && errno == ECONNRESET);
+    peer_read_reset("abort");
     return NULL;
 }
 
+/* The peer of closeunread and abortunread (`a`: the case's name in its
+ * line): switches and sends 8 B, never read, then its read must fail with
+ * ECONNRESET. */
 static void *peer_unread(void *a) {
-    (void)a;
     switch_end(s);
     CHECK(write(s, "unread!!", 8) == 8);
-    char b[8];
-    ssize_t r = read(s, b, 8);
-    fprintf(stderr, "closeunread: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
-    CHECK(r == -1 && errno == ECONNRESET);
+    peer_read_reset(a);
     return NULL;
 }
 
-static void case_closeunread(void) {
-    pthread_t pt;
-    CHECK(pthread_create(&pt, NULL, peer_unread, NULL) == 0);
-    switch_end(c);
-    struct pollfd p = {c, POLLIN, 0};
-    CHECK(poll(&p, 1, -1) == 1 && (p.revents & POLLIN));
-    CHECK(close(c) == 0);
-    c = -1;
-    CHECK(pthread_join(pt, NULL) == 0);
-}
-
-/* The peer of the abort variants: switches, reads 8 B and echoes them
- * (unless `quiet`: it sends 8 B instead, never read), then its read must
- * fail with ECONNRESET. */
-static void *peer_abort_quiet(void *a) {
-    (void)a;
-    switch_end(s);
-    CHECK(write(s, "unread!!", 8) == 8);
-    char b[8];
-    ssize_t r = read(s, b, 8);
-    fprintf(stderr, "abort: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
-    CHECK(r == -1 && errno == ECONNRESET);
-    return NULL;
+static void linger_abortive(int fd) {
+    struct linger l = {1, 0};
+    CHECK(setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
 }
 
 static void abort_close(int fd) {
-    struct linger l = {1, 0};
-    CHECK(setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+    linger_abortive(fd);
     CHECK(close(fd) == 0);
+}
+
+/* close(fd), abortive (abort_close) or orderly. */
+static void close_as(int fd, int abortive) {
+    if (abortive) {
+        abort_close(fd);
+    } else {
+        CHECK(close(fd) == 0);
+    }
+}
+
+/* closeunread (orderly) and abortunread: the close with the peer's 8 B
+ * received (poll said POLLIN) and never read. */
+static void case_unread(int abortive) {
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_unread, abortive ? "abort" : "closeunread") == 0);
+    switch_end(c);
+    struct pollfd p = {c, POLLIN, 0};
+    CHECK(poll(&p, 1, -1) == 1 && (p.revents & POLLIN));
+    close_as(c, abortive);
+    c = -1;
+    CHECK(pthread_join(pt, NULL) == 0);
 }
 
 static void *peer_dup(void *a) {
@@ -817,9 +832,7 @@ static void *peer_dup(void *a) {
     char b[8];
     read8(s, b);
     CHECK(memcmp(b, "afterdup", 8) == 0);
-    ssize_t r = read(s, b, 8);
-    fprintf(stderr, "abortdup: the peer's read %zd errno %d\n", r, r < 0 ? errno : 0);
-    CHECK(r == -1 && errno == ECONNRESET);
+    peer_read_reset("abortdup");
     return NULL;
 }
 
@@ -839,27 +852,17 @@ static void case_abortdup(void) {
     CHECK(pthread_join(pt, NULL) == 0);
 }
 
-static void case_abortbefore(void) {
-    struct linger l = {1, 0};
-    CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+/* abort, and abortbefore (`before`: SO_LINGER {1, 0} set before the
+ * switch): the abortive close after one echoed message. */
+static void case_abort(int before) {
+    if (before) linger_abortive(c);
     pthread_t pt;
     CHECK(pthread_create(&pt, NULL, peer_abort_read, NULL) == 0);
     switch_end(c);
     char b[8];
     CHECK(write(c, "12345678", 8) == 8);
     read8(c, b);
-    CHECK(close(c) == 0);
-    c = -1;
-    CHECK(pthread_join(pt, NULL) == 0);
-}
-
-static void case_abortunread(void) {
-    pthread_t pt;
-    CHECK(pthread_create(&pt, NULL, peer_abort_quiet, NULL) == 0);
-    switch_end(c);
-    struct pollfd p = {c, POLLIN, 0};
-    CHECK(poll(&p, 1, -1) == 1 && (p.revents & POLLIN));
-    abort_close(c);
+    close_as(c, !before);
     c = -1;
     CHECK(pthread_join(pt, NULL) == 0);
 }
@@ -870,10 +873,7 @@ static void case_abortshut(void) {
     int cport = port_of(c, 0), sport = port_of(c, 1);
     int go[2];
     CHECK(pipe(go) == 0);
-    pthread_t pt;
-    CHECK(pthread_create(&pt, NULL, peer_switch, NULL) == 0);
-    switch_end(c);
-    CHECK(pthread_join(pt, NULL) == 0);
+    switch_both();
     CHECK(write(c, "12345678", 8) == 8);
     CHECK(shutdown(c, SHUT_WR) == 0);
     char b[8];
@@ -941,11 +941,7 @@ static void case_blocked(int abortive) {
         CHECK(k < 10000000);
         sched_yield();
     }
-    if (abortive) {
-        abort_close(c);
-    } else {
-        CHECK(close(c) == 0);
-    }
+    close_as(c, abortive);
     CHECK(write(blocked_go[1], "g", 1) == 1);
     CHECK(pthread_join(bt, NULL) == 0);
     c = -1;
@@ -988,12 +984,7 @@ static void case_execarmed(void) {
     read8(c, b);
     static char chunk[4096];
     memset(chunk, 'e', sizeof chunk);
-    for (int i = 0;; i++) {
-        CHECK(i < 100000);
-        ssize_t r = send_nb(c, chunk, sizeof chunk);
-        if (r < 0) break;
-        exec_sent += (size_t)r;
-    }
+    exec_sent += fill_send(c, chunk, sizeof chunk);
     if (!plain) {
         CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, exec_hook) == 0);
         char v[16];
@@ -1010,20 +1001,6 @@ static void case_execarmed(void) {
     }
     c = -1;
     CHECK(write(exec_go[1], "g", 1) == 1);
-    CHECK(pthread_join(pt, NULL) == 0);
-}
-
-static void case_abort(void) {
-    pthread_t pt;
-    CHECK(pthread_create(&pt, NULL, peer_abort_read, NULL) == 0);
-    switch_end(c);
-    char b[8];
-    CHECK(write(c, "12345678", 8) == 8);
-    read8(c, b);
-    struct linger l = {1, 0};
-    CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
-    CHECK(close(c) == 0);
-    c = -1;
     CHECK(pthread_join(pt, NULL) == 0);
 }
 
@@ -1052,9 +1029,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(cs, "abortdup")) {
         case_abortdup();
     } else if (!strcmp(cs, "abortbefore")) {
-        case_abortbefore();
+        case_abort(1);
     } else if (!strcmp(cs, "abortunread")) {
-        case_abortunread();
+        case_unread(1);
     } else if (!strcmp(cs, "abortshut")) {
         case_abortshut();
     } else if (!strcmp(cs, "abortblocked")) {
@@ -1064,9 +1041,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(cs, "execarmed")) {
         case_execarmed();
     } else if (!strcmp(cs, "closeunread")) {
-        case_closeunread();
+        case_unread(0);
     } else if (!strcmp(cs, "abort")) {
-        case_abort();
+        case_abort(0);
     } else if (!strcmp(cs, "stampopts")) {
         case_stampopts();
     } else if (!strcmp(cs, "emfile")) {

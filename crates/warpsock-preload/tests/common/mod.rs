@@ -212,6 +212,23 @@ pub fn finish(child: Child, limit: Duration) -> Run {
     }
 }
 
+/// Runs case `name` of tests/c/`prog`.c under the preload, or without it
+/// with "plain" (both ends stay TCP), the switch's timeout at 2 s; the run
+/// must succeed.
+pub fn run_case(prog: &str, name: &str, preload: bool) -> Run {
+    let mut args = vec![name.to_owned()];
+    if !preload {
+        args.push("plain".to_owned());
+    }
+    let child = command(&c_program(prog), &args, preload)
+        .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
+    let r = finish(child, Duration::from_secs(60));
+    r.assert_ok(&format!("{prog} {name} (preload {preload})"));
+    r
+}
+
 pub fn run(name: &str, args: &[String], preload: bool) -> Run {
     let child = command(&c_program(name), args, preload)
         .spawn()
