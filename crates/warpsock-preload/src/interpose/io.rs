@@ -224,8 +224,7 @@ pub unsafe extern "C-unwind" fn recvmmsg(
             return -1;
         }
         let base = flags & !libc::MSG_WAITFORONE;
-        let mut got = 0u32;
-        while got < n {
+        let one = |m: &mut mmsghdr, got: u32| {
             // Like the kernel: without MSG_WAITFORONE a blocking call waits for
             // every entry; with it (or with a timeout, which this layer does not
             // apply per entry) only the first one waits.
@@ -234,21 +233,41 @@ pub unsafe extern "C-unwind" fn recvmmsg(
             } else {
                 base
             };
-            // SAFETY: `msgs` holds `n` entries (caller's contract).
-            let m = unsafe { &mut *msgs.add(got as usize) };
             // SAFETY: the caller's msghdr.
-            let r = enter(-1, || unsafe { s.recvmsg(&mut m.msg_hdr, f) });
-            if r < 0 {
-                if got == 0 {
-                    return -1;
-                }
-                break;
-            }
-            m.msg_len = r as c_uint;
-            got += 1;
-        }
-        got as c_int
+            enter(-1, || unsafe { s.recvmsg(&mut m.msg_hdr, f) })
+        };
+        // SAFETY: `msgs` holds `n` entries (caller's contract).
+        unsafe { each_mmsg(msgs, n, one) }
     })
+}
+
+/// `recvmmsg`'s and `sendmmsg`'s loop: `one` for each of the `n` entries
+/// at `msgs` in turn (with how many went before), its count stored in the
+/// entry's `msg_len`, until one fails: the entries done, or -1 (`one`'s
+/// errno) if the first failed, as the kernel's calls.
+///
+/// # Safety
+/// `msgs` holds `n` entries.
+unsafe fn each_mmsg(
+    msgs: *mut mmsghdr,
+    n: c_uint,
+    mut one: impl FnMut(&mut mmsghdr, u32) -> ssize_t,
+) -> c_int {
+    let mut done = 0u32;
+    while done < n {
+        // SAFETY: `msgs` holds `n` entries (the caller's contract).
+        let m = unsafe { &mut *msgs.add(done as usize) };
+        let r = one(m, done);
+        if r < 0 {
+            if done == 0 {
+                return -1;
+            }
+            break;
+        }
+        m.msg_len = r as c_uint;
+        done += 1;
+    }
+    done as c_int
 }
 
 // ---- sending ---------------------------------------------------------------
@@ -400,22 +419,12 @@ pub unsafe extern "C-unwind" fn sendmmsg(
             // SAFETY: forwarding the caller's arguments.
             return unsafe { real::sendmmsg(fd, msgs, n, flags) };
         };
-        let mut sent = 0u32;
-        while sent < n {
-            // SAFETY: `msgs` holds `n` entries.
-            let m = unsafe { &mut *msgs.add(sent as usize) };
+        let one = |m: &mut mmsghdr, _| {
             // SAFETY: the caller's msghdr.
-            let r = enter(-1, || unsafe { s.sendmsg(&m.msg_hdr, flags) });
-            if r < 0 {
-                if sent == 0 {
-                    return -1;
-                }
-                break;
-            }
-            m.msg_len = r as c_uint;
-            sent += 1;
-        }
-        sent as c_int
+            enter(-1, || unsafe { s.sendmsg(&m.msg_hdr, flags) })
+        };
+        // SAFETY: `msgs` holds `n` entries (caller's contract).
+        unsafe { each_mmsg(msgs, n, one) }
     })
 }
 
