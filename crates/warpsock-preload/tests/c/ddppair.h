@@ -92,11 +92,15 @@ static inline ssize_t task_file(pid_t tid, const char *file, char *buf, size_t l
 
 /* The number of the system call thread tid is in, from
  * /proc/self/task/TID/syscall (which names the call a sleeping thread is
- * in; "running" reads as 0); -1 if nothing could be read. */
+ * in); -1 if nothing could be read or the thread is running (the file
+ * says "running": read as a number it was 0, SYS_read, and a running
+ * thread counted as asleep in read — xdup23's report). */
 static inline long thread_syscall(pid_t tid) {
     char buf[128];
     if (task_file(tid, "syscall", buf, sizeof buf) <= 0) return -1;
-    return strtol(buf, NULL, 10);
+    char *end;
+    long nr = strtol(buf, &end, 10);
+    return end == buf ? -1 : nr;
 }
 
 /* Whether thread tid is asleep in a system call a wait of the engine, of
