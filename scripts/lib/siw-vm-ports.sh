@@ -3,7 +3,8 @@
 #   read -r OFF EXTRA... < <(vm_port_offset N GUEST_PORT...)
 # prints an offset OFF such that every forward's host port GUEST_PORT+OFF
 # is free on 127.0.0.1, followed by N more free host ports OFF+1000 ..
-# OFF+1000+N-1 (the VM's command channel, a host-side server's port).
+# OFF+1000+N-1 (the VM's command channel, a host-side server's port), all
+# below the kernel's ephemeral port range when it leaves room.
 # Fails when 500 random offsets found none. These ports are checked, not
 # held: qemu's hostfwd and the unmodified servers these suites start take
 # a port number, not a bound socket (bind port 0 and pass the listener
@@ -21,8 +22,19 @@ def free(p):
     finally:
         s.close()
 n, guest = int(sys.argv[1]), [int(p) for p in sys.argv[2:]]
+# Every host port below the kernel's ephemeral range: a port checked free
+# here is bound later (qemu's hostfwd, our servers), and any process's
+# outgoing connection could be given one inside that range meanwhile —
+# "rdma_bind_addr: Address already in use" for test-verbs.sh's host-side
+# server on 34610 while another suite's bench connected (CI, 2026-11-25).
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+top = low - max(max(guest, default=0), 1000 + n)
+lo, hi = (2000, top) if top > 4000 else (20000, 40000)
 for _ in range(500):
-    off = random.randrange(20000, 40000)
+    off = random.randrange(lo, hi)
     extra = [off + 1000 + i for i in range(n)]
     if all(free(p + off) for p in guest) and all(free(p) for p in extra):
         print(off, *extra); break
