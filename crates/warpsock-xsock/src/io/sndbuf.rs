@@ -330,6 +330,38 @@ impl XSocket {
             st = self.wait(st, Some(deadline));
         }
     }
+
+    /// After [`Self::close`]: keeps the engine's socket open, driving it
+    /// (the peer's input discarded), until the peer's FIN or `bound`, as
+    /// the engine's own linger does for a dropped queue pair
+    /// ([`warpsock_engine::Qp`]'s drop). That linger needs progress, and
+    /// this socket's context is its own and caller-driven: dropping the
+    /// socket drops the context, which closes the engine's socket at once.
+    /// A peer still reading our last messages returns credits for them
+    /// (every fourth), and a closed TCP socket answers them with a reset:
+    /// our kernel drops what it had not sent yet (the peer's receive
+    /// window held it back), and the peer's engine fails (`ECONNRESET`, or
+    /// `EPIPE` once our FIN is in) before it read the rest and our end of
+    /// stream (task xclose: the benchmark's bidirectional DDP-socket test,
+    /// about 1 run in 13 in CI). Over TCP the reader sends nothing back
+    /// but acknowledgements, which a closed socket absorbs. Each wait is
+    /// a slice (50 ms: input the engine discards ends no wait), so the
+    /// look at the FIN may come that much after it. Returns whether the
+    /// peer's FIN came.
+    pub fn linger_after_close(&self, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        let mut st = self.lock();
+        loop {
+            if self.qp.is_closed() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            // Not interrupted either (bounded by `bound`).
+            st = self.wait(st, Some(deadline));
+        }
+    }
 }
 
 /// Copies bytes `off..off + n` of plain send call `call` into the send

@@ -43,19 +43,34 @@ impl Drop for DdpSock {
             let spawned = spawn_closer(move || {
                 // The engine's last calls (closing its descriptors as `x`
                 // drops) are library calls too.
-                enter((), move || {
+                enter((), || {
                     // Bytes received and never read make TCP's close a
                     // reset (`tcp_close`'s `data_was_unread`, review r23-a
                     // item 9); not here: a reset on that look (f0ec31d) broke
                     // the benchmark's bidirectional DDP-socket test in CI
                     // (its peer read `ECONNRESET` after both ends' end of
-                    // stream), cause not found yet. An orderly close.
+                    // stream). The reset never fired: its look's round
+                    // only moved the timing of the engine's socket closed
+                    // at once (the linger below, task xclose); the look
+                    // may come back with it. An orderly close.
                     if how != CLOSED_ABORTIVE {
                         x.close(linger);
                     }
+                });
+                // Our bytes left: an exit need not wait for what follows.
+                CLOSING.fetch_sub(1, Ordering::AcqRel);
+                enter((), move || {
+                    // The engine's socket stays open, the peer's input
+                    // discarded, until the peer's FIN (or the linger):
+                    // closed at once, it answered the credits of a peer
+                    // still reading our last messages with a reset, which
+                    // lost them (the benchmark's bidirectional DDP-socket
+                    // test's `ECONNRESET`; `XSocket::linger_after_close`).
+                    if how != CLOSED_ABORTIVE {
+                        x.linger_after_close(linger);
+                    }
                     drop(x);
                 });
-                CLOSING.fetch_sub(1, Ordering::AcqRel);
             });
             if spawned.is_err() {
                 CLOSING.fetch_sub(1, Ordering::AcqRel);

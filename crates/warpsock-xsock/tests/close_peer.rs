@@ -1,0 +1,92 @@
+//! A close while the peer still reads what we sent (the benchmark's
+//! bidirectional DDP-socket test, `ECONNRESET` at the client about 1 run
+//! in 13 in CI; task xclose). Each `XSocket` has a context of its own,
+//! driven by its callers: the engine's linger after a disconnect (the
+//! socket stays open, its input discarded, until the peer's FIN — a
+//! closed TCP socket answers bytes with a reset) ran only while
+//! something drove it, and dropping the socket dropped the context with
+//! the engine's socket in it at once. The peer's reads of our last
+//! messages return credits (every fourth message): they met the closed
+//! socket, its reset dropped what our kernel had not sent yet, and the
+//! peer's engine failed before it read the rest and our end of stream.
+//! `XSocket::linger_after_close` keeps the socket open until the peer's
+//! FIN.
+
+use std::time::Duration;
+
+use warpsock_xsock::io::{Options, RecvFlags};
+
+mod net;
+
+use net::{pattern, set_buf, switch_both, tcp_pair, unbuffered, LIMIT};
+
+const SHORT: Option<Duration> = Some(Duration::from_secs(4));
+
+/// A message's payload: large enough that the engine reads each one's
+/// header, then places the payload (not a whole socket buffer's worth
+/// at once: the peer's FIN stays unread behind the messages).
+const MSG: usize = 16 << 10;
+
+/// 16 slots of [`MSG`]: 12 messages fit the window.
+fn window() -> Options {
+    Options {
+        slots: 16,
+        slot_size: Options::slot_size_for(MSG as u32),
+        zcopy_min: 1 << 20,
+        ..unbuffered()
+    }
+}
+
+/// A sends 12 messages of 16 KiB (within B's window: B reads nothing
+/// yet), B ends its stream, A reads that end, then in a thread closes,
+/// lingers for B's FIN (as the preload's closer does) and drops. B reads
+/// once A's close returned: every byte in 16 KiB reads (credits go back)
+/// and A's end of stream, then closes. Fails with the linger a no-op: B's
+/// read after 64 KiB fails with `ECONNRESET` (10 runs of 10).
+#[test]
+fn the_peer_reads_our_last_bytes_after_our_close() {
+    const LEN: usize = 12 * MSG;
+    let (a, b) = tcp_pair();
+    // B's kernel takes a few messages at a time: the rest, and A's FIN
+    // behind them, wait in A's kernel (A's send calls and close returned)
+    // until B reads — as in the benchmark, whose both ends send at once.
+    set_buf(&b, libc::SO_RCVBUF, 16 << 10);
+    set_buf(&a, libc::SO_SNDBUF, 1 << 20);
+    let (xa, xb) = switch_both(&a, &b, &window());
+    // Each XSocket holds a descriptor of its own: with these gone, its
+    // drop closes the connection's last one (as the preload's close).
+    drop((a, b));
+    let ma = pattern(LEN, 7);
+    assert_eq!(xa.send(&ma, false, SHORT).unwrap(), LEN);
+    xb.shutdown(false, true);
+    // Its EOF goes with a round (nothing else drives B here).
+    xb.progress();
+    let mut one = [0u8; 8];
+    let (n, _) = xa.recv(&mut one, RecvFlags::default(), SHORT).unwrap();
+    assert_eq!(n, 0, "A reads B's end of stream");
+    let (closed, is_closed) = std::sync::mpsc::channel();
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            assert!(xa.close(LIMIT), "A's bytes all left");
+            closed.send(()).unwrap();
+            xa.linger_after_close(LIMIT);
+            drop(xa);
+        });
+        // B reads once A's close has sent its FIN (the benchmark's
+        // order: its client still reads as the server's close returns).
+        is_closed.recv().unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; MSG];
+        loop {
+            let (k, _) = xb
+                .recv(&mut buf, RecvFlags::default(), SHORT)
+                .unwrap_or_else(|e| panic!("B's read after {}/{LEN}: {e}", got.len()));
+            if k == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..k]);
+        }
+        assert!(got == ma, "B read {} of {LEN} bytes, or others", got.len());
+        assert!(xb.close(LIMIT), "B's end of stream left");
+    });
+}
