@@ -107,10 +107,10 @@ impl XSocket {
     /// take cleared it — also a wait's that then reads with the lock
     /// released (`driving`: the flag is never set while it is, and the
     /// spin checks it too). A thread that holds the lock now is working,
-    /// and the spin goes the usual way after it. The flag is looked at again under the lock: a thread
-    /// that took and left it since the first look cleared it. Out of
-    /// line: inlined, its frame costs every receive of the preload
-    /// (callgrind, as the `ppoll` it replaced did).
+    /// and the spin goes the usual way after it. The flag is looked at
+    /// again under the lock: a thread that took and left it since the
+    /// first look cleared it. Out of line: inlined, its frame costs every
+    /// receive of the preload (callgrind, as the `ppoll` it replaced did).
     #[inline(never)]
     fn recv_quiet_locked(&self, bufs: &mut [&mut [u8]], flags: RecvFlags) -> Spun {
         let Ok(mut st) = self.st.try_lock() else {
