@@ -63,6 +63,10 @@ pub mod io;
 pub mod cancel;
 pub(crate) use cancel::{cancel_first, cancel_point, cancellable, cancellable_int};
 
+/// `execl`, `execle`, `execlp`: the variadic execs, as their `v` forms.
+#[cfg(target_arch = "x86_64")]
+pub mod execl;
+
 /// Feature marker: this library carries the UDP offload's
 /// `WARPSOCK_UDP_MODE=gso|auto` path (UDP_SEGMENT/UDP_GRO). Programs probe
 /// for it with `dlsym(RTLD_DEFAULT, "warpsock_feature_udp_gso")` (the

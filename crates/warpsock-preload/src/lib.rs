@@ -234,12 +234,12 @@
 //! * After `fork`, offloaded sockets stay offloaded in the parent; in the
 //!   child they become plain kernel UDP sockets (datagrams arriving over TCP
 //!   are received by the parent). Before `execve`/`execv`/`execvp`/`execvpe`/
-//!   `execveat`/`fexecve` inherited offloaded sockets become plain kernel
-//!   UDP sockets; the variadic `execl`/`execle`/`execlp` (glibc's call its
-//!   internal `execve`) and a raw `execve` system call are not interposed:
-//!   they neither wait for DDP sockets' bytes nor demote nor mark
-//!   (`posix_spawn`, `system`, `popen` need none: the parent keeps its
-//!   sockets). A vforked child
+//!   `execveat`/`fexecve` and the variadic `execl`/`execle`/`execlp`
+//!   (x86-64: `interpose/execl.rs`) inherited offloaded sockets become
+//!   plain kernel UDP sockets; a raw `execve` system call is not
+//!   interposed: it neither waits for DDP sockets' bytes nor demotes nor
+//!   marks (`posix_spawn`, `system`, `popen` need none: the parent keeps
+//!   its sockets). A vforked child
 //!   that execs re-points its own descriptors but leaves the (shared) table
 //!   and queues to the parent.
 //! * With `WARPSOCK_STRIPES` > 1 datagrams to one destination are delivered

@@ -74,7 +74,8 @@ fn a_writer_that_execs_with_bytes_behind_resets_only_if_the_exec_is_made() {
 /// connection it gave up on (`SO_LINGER` 0 set before the exec; the exec
 /// ended it cleanly, after 0 bytes here); `execveat` and `fexecve` too
 /// (glibc's do not go through `execve`: they were not interposed, review
-/// r22-a item 5).
+/// r22-a item 5); `execl`, `execle` and `execlp` too (variadic, interposed
+/// by naked entries: `interpose/execl.rs`).
 #[test]
 fn a_writer_that_exits_with_an_engine_backlog_loses_nothing_silently() {
     for (mode, linger_ms) in [
@@ -83,6 +84,9 @@ fn a_writer_that_exits_with_an_engine_backlog_loses_nothing_silently() {
         ("exec", 200),
         ("execveat", 200),
         ("fexecve", 200),
+        ("execl", 200),
+        ("execle", 200),
+        ("execlp", 200),
     ] {
         let child = common::command(
             &common::c_program("ddpexitbacklog"),

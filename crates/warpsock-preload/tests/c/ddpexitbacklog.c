@@ -15,13 +15,14 @@
  * stream (review r21-b #4: the exit waited for the send buffers alone,
  * and the kernel ended the stream after the bytes it held).
  *
- *   ddpexitbacklog live|exit|exec|execveat|fexecve
+ *   ddpexitbacklog live|exit|exec|execveat|fexecve|execl|execle|execlp
  *     live: the reader goes on once the writer is about to exit
  *     exit: the reader goes on only after the writer is gone
  *     exec: as exit, but the writer execs (this program again, which
  *           exits at once): the exec's wait gives up, and the exec's
  *           close of the connection resets it (it ended it cleanly)
- *     execveat, fexecve: as exec, through those calls
+ *     execveat, fexecve, execl, execle, execlp: as exec, through those
+ *           calls (glibc's call its internal execve, not the interposed one)
  * exit 0 if the reader saw no silent loss (live: and got every byte) */
 #include "ddppair.h"
 
@@ -96,6 +97,12 @@ static void writer(int c, int go, int bye, char *self, const char *how) {
             int x = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
             CHECK(x >= 0);
             fexecve(x, args, environ);
+        } else if (strcmp(how, "execl") == 0) {
+            execl("/proc/self/exe", self, "done", (char *)NULL);
+        } else if (strcmp(how, "execle") == 0) {
+            execle("/proc/self/exe", self, "done", (char *)NULL, environ);
+        } else if (strcmp(how, "execlp") == 0) {
+            execlp("/proc/self/exe", self, "done", (char *)NULL);
         } else {
             execv("/proc/self/exe", args);
         }
@@ -109,7 +116,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "done") == 0) return 0; /* the exec'd image */
     int live = strcmp(argv[1], "live") == 0;
     int exec_ok = strcmp(argv[1], "exec") == 0 || strcmp(argv[1], "execveat") == 0 ||
-                  strcmp(argv[1], "fexecve") == 0;
+                  strcmp(argv[1], "fexecve") == 0 || strcmp(argv[1], "execl") == 0 ||
+                  strcmp(argv[1], "execle") == 0 || strcmp(argv[1], "execlp") == 0;
     CHECK(live || exec_ok || strcmp(argv[1], "exit") == 0);
     int c, s, go[2], bye[2];
     CHECK(pipe(go) == 0 && pipe(bye) == 0);
