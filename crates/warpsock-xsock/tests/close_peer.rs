@@ -90,3 +90,80 @@ fn the_peer_reads_our_last_bytes_after_our_close() {
         assert!(xb.close(LIMIT), "B's end of stream left");
     });
 }
+
+/// The same close in non-blocking steps (`close_begin`, then `close_step`
+/// whenever the engine's socket is ready for `close_events`, as the
+/// preload's reaper makes them), with a second stepped close in the same
+/// loop whose peer D never reads nor closes: A's close ends — B reads
+/// every byte and A's end of stream, then closes, and A's linger sees
+/// B's FIN — while C still lingers for D's. One thread drives both and
+/// the silent peer holds up nobody. Fails with a step that blocks for its
+/// socket's linger (A's close waits behind C's).
+#[test]
+fn a_stepped_close_ends_while_a_silent_peers_close_lingers() {
+    use std::time::Instant;
+    use warpsock_xsock::io::Phase;
+
+    const LEN: usize = 12 * MSG;
+    let (a, b) = tcp_pair();
+    set_buf(&b, libc::SO_RCVBUF, 16 << 10);
+    set_buf(&a, libc::SO_SNDBUF, 1 << 20);
+    let (xa, xb) = switch_both(&a, &b, &window());
+    let (c, d) = tcp_pair();
+    let (xc, xd) = switch_both(&c, &d, &window());
+    drop((a, b, c));
+    let ma = pattern(LEN, 9);
+    assert_eq!(xa.send(&ma, false, SHORT).unwrap(), LEN);
+    assert_eq!(xc.send(&ma[..MSG], false, SHORT).unwrap(), MSG);
+    let (sent, is_sent) = std::sync::mpsc::channel();
+    let (done, is_done) = std::sync::mpsc::channel();
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            let now = Instant::now();
+            let xs = [xa, xc];
+            let mut cs = xs.each_ref().map(|x| x.close_begin(LIMIT, now));
+            let mut told = false;
+            loop {
+                let now = Instant::now();
+                let phases = [0, 1].map(|i| xs[i].close_step(&mut cs[i], now));
+                if phases[0] != Phase::Sending && !told {
+                    assert_eq!(cs[0].all_left(), Some(true), "A's bytes all left");
+                    sent.send(()).unwrap();
+                    told = true;
+                }
+                if phases[0] == Phase::Done {
+                    done.send(phases[1]).unwrap();
+                    break;
+                }
+                let until = cs.iter().map(|c| c.deadline()).min().unwrap();
+                let mut fds = [0, 1].map(|i| libc::pollfd {
+                    fd: xs[i].tcp_fd(),
+                    events: xs[i].close_events(),
+                    revents: 0,
+                });
+                let ms = until.saturating_duration_since(now).as_millis().min(1000) as i32;
+                // SAFETY: two pollfds on the stack.
+                unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+            }
+            let [_, xc] = xs;
+            xc.close_cut(&mut cs[1]);
+        });
+        is_sent.recv().unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; MSG];
+        loop {
+            let (k, _) = xb
+                .recv(&mut buf, RecvFlags::default(), SHORT)
+                .unwrap_or_else(|e| panic!("B's read after {}/{LEN}: {e}", got.len()));
+            if k == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..k]);
+        }
+        assert!(got == ma, "B read {} of {LEN} bytes, or others", got.len());
+        assert!(xb.close(LIMIT), "B's end of stream left");
+        let c_phase = is_done.recv().unwrap();
+        assert_eq!(c_phase, Phase::Lingering, "C lingers for D's FIN still");
+    });
+    drop((d, xd));
+}

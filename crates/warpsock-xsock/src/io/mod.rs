@@ -8,9 +8,11 @@
 //! uses only the leaf modules `gather`, `slots` and `sys` — and `rio`'s
 //! per-socket state types. `setup` builds a socket (its engine context and
 //! queue pair); `wait` drives the engine for a waiting call; `watch` says
-//! when the socket needs a progress thread; `forklist` (a leaf) is the
+//! when the socket needs a progress thread; `closing` is the orderly close,
+//! blocking or in non-blocking steps; `forklist` (a leaf) is the
 //! process-wide list a forked child starts afresh.
 
+mod closing;
 mod data;
 mod forklist;
 mod gather;
@@ -31,6 +33,7 @@ mod test_pair;
 mod wait;
 mod watch;
 
+pub use closing::{Closing, Phase};
 pub use forklist::ForkList;
 pub use handshake::{switch_fd, switch_fd_as, Failure};
 pub use quiet::Spun;

@@ -1,7 +1,8 @@
 //! The send buffer past the credits: what a send call leaves in it
 //! ([`buffer`]), how its runs are posted (`post_step`, for
-//! `rio::post_sends`, which posts the queued sends in order), the orderly
-//! [`XSocket::close`] that lingers for them — and the process's view of
+//! `rio::post_sends`, which posts the queued sends in order) — the orderly
+//! close that lingers for them is `io/closing.rs` ([`XSocket::close`]) —
+//! and the process's view of
 //! the send buffers: how many bytes wait in them, and which connections
 //! hold some. Over TCP the kernel
 //! sends a socket buffer after `close` and after the process; here the
@@ -19,7 +20,6 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 use std::collections::VecDeque;
 
@@ -288,79 +288,6 @@ impl XSocket {
         let held = st.aio.buf.len() + queued;
         drop(st);
         held + self.qp.send_backlog() as usize + super::sys::out_queue(self.tcp_fd, unsent)
-    }
-
-    /// Orderly close: the end of stream goes after everything sent; waits
-    /// up to `linger` for it to leave (a peer that stopped reading may hold
-    /// it up), then disconnects. Returns whether everything left in time.
-    ///
-    /// The linger bounds a close that makes no progress: while stream bytes
-    /// leave (the peer reads, credits come back) it starts again. One that
-    /// gives up with bytes still queued — sends returned, never sent —
-    /// resets the connection: the peer gets `ECONNRESET`, not a clean end
-    /// after a short stream (review r20-xbuf S2; `io/sndbuf.rs`).
-    pub fn close(&self, linger: Duration) -> bool {
-        let mut deadline = Instant::now() + linger;
-        let mut st = self.lock();
-        super::rio::shut_write(self, &mut st);
-        let mut sent = st.s.tx_seq();
-        loop {
-            self.drive_now(&mut st);
-            let tx_slots = self.tx.len() / self.opts.slot_size as usize;
-            let idle = !st.s.has_output() && st.tx_free.len() == tx_slots && !st.aio.sends_queued();
-            if idle || st.over() {
-                drop(st);
-                self.qp.disconnect();
-                return idle;
-            }
-            if st.s.tx_seq() != sent {
-                sent = st.s.tx_seq();
-                deadline = Instant::now() + linger;
-            }
-            if Instant::now() >= deadline {
-                let lost = st.aio.sends_queued();
-                drop(st);
-                if lost {
-                    reset(self.tcp_fd);
-                }
-                self.qp.disconnect();
-                return false;
-            }
-            // A close is not interrupted (its bound is the linger time).
-            st = self.wait(st, Some(deadline));
-        }
-    }
-
-    /// After [`Self::close`]: keeps the engine's socket open, driving it
-    /// (the peer's input discarded), until the peer's FIN or `bound`, as
-    /// the engine's own linger does for a dropped queue pair
-    /// ([`warpsock_engine::Qp`]'s drop). That linger needs progress, and
-    /// this socket's context is its own and caller-driven: dropping the
-    /// socket drops the context, which closes the engine's socket at once.
-    /// A peer still reading our last messages returns credits for them
-    /// (every fourth), and a closed TCP socket answers them with a reset:
-    /// our kernel drops what it had not sent yet (the peer's receive
-    /// window held it back), and the peer's engine fails (`ECONNRESET`, or
-    /// `EPIPE` once our FIN is in) before it read the rest and our end of
-    /// stream (task xclose: the benchmark's bidirectional DDP-socket test,
-    /// about 1 run in 13 in CI). Over TCP the reader sends nothing back
-    /// but acknowledgements, which a closed socket absorbs. Each wait is
-    /// a slice (50 ms: input the engine discards ends no wait), so the
-    /// look at the FIN may come that much after it. Returns whether the
-    /// peer's FIN came.
-    pub fn linger_after_close(&self, bound: Duration) -> bool {
-        let deadline = Instant::now() + bound;
-        let mut st = self.lock();
-        loop {
-            if self.qp.is_closed() {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            // Not interrupted either (bounded by `bound`).
-            st = self.wait(st, Some(deadline));
-        }
     }
 }
 

@@ -1,0 +1,377 @@
+//! The orderly close: the end of stream after every byte sent, then the
+//! linger for the peer's FIN — blocking ([`XSocket::close`],
+//! [`XSocket::linger_after_close`]) or in non-blocking steps
+//! ([`XSocket::close_begin`], [`XSocket::close_step`]) for a thread that
+//! closes many sockets at once (the preload's reaper: one slow peer must
+//! not hold up the others' closes, and a thread per close was unbounded).
+//! Both run the same decisions ([`Closing`]'s looks, sans-IO: what the
+//! books say in, what to do out); only the waiting differs — the blocking
+//! calls wait in the engine, a stepper polls [`XSocket::tcp_fd`] for
+//! [`XSocket::close_events`] up to [`Closing::deadline`].
+
+use std::time::{Duration, Instant};
+
+use super::sndbuf::reset;
+use super::socket::{State, XSocket};
+
+/// Where a close stands ([`Closing::phase`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Bytes sent and the end of stream are leaving (as credits come
+    /// back); the bound is the linger, started again while they leave.
+    Sending,
+    /// They left, or the close gave up on them; the engine's socket stays
+    /// open, the peer's input discarded, until the peer's FIN or the
+    /// linger ([`XSocket::linger_after_close`] says why).
+    Lingering,
+    /// Over: the socket may be dropped (its engine's socket closes then).
+    Done,
+}
+
+/// An orderly close made in steps ([`XSocket::close_step`]).
+#[derive(Debug)]
+pub struct Closing {
+    linger: Duration,
+    deadline: Instant,
+    /// The stream's send sequence at the last look: progress starts the
+    /// bound again.
+    sent: u64,
+    phase: Phase,
+    /// How [`Phase::Sending`] ended: every byte and the end of stream
+    /// left (`true`), or the close gave up on them.
+    all_left: Option<bool>,
+}
+
+/// What the books say while sending ([`Closing::look_sending`]).
+#[derive(Debug, Clone, Copy)]
+struct SendLook {
+    /// Nothing left to send: no output owed, every transmit slot free, no
+    /// send queued.
+    idle: bool,
+    /// The connection failed or the peer's FIN closed it.
+    over: bool,
+    /// The stream's send sequence.
+    seq: u64,
+    /// Sends queued (bytes send calls returned for, never sent).
+    queued: bool,
+}
+
+/// What to do after a look while sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Act {
+    /// Wait (for the engine, or until the deadline).
+    Wait,
+    /// Sending is over: `reset` the connection first (bytes lost) if so,
+    /// then disconnect (the engine's FIN after what it holds). `idle`:
+    /// everything left.
+    Finish { idle: bool, reset: bool },
+}
+
+impl Closing {
+    fn new(linger: Duration, now: Instant, sent: u64) -> Self {
+        Self {
+            linger,
+            deadline: now + linger,
+            sent,
+            phase: Phase::Sending,
+            all_left: None,
+        }
+    }
+
+    /// Where the close stands.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// When the phase's bound ends (moved later while bytes leave): the
+    /// latest time to step again.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Once sending is over: whether every byte and the end of stream left
+    /// (`false`: given up on, the connection reset if bytes were lost).
+    pub fn all_left(&self) -> Option<bool> {
+        self.all_left
+    }
+
+    /// The sending phase's decision: over when nothing is left or the
+    /// connection is; the bound starts again with progress; at the bound,
+    /// a reset if sends are still queued (their bytes were never sent: the
+    /// peer must not read a clean end after a short stream; review
+    /// r20-xbuf S2).
+    fn look_sending(&mut self, l: SendLook, now: Instant) -> Act {
+        if l.idle || l.over {
+            return Act::Finish {
+                idle: l.idle,
+                reset: false,
+            };
+        }
+        if l.seq != self.sent {
+            self.sent = l.seq;
+            self.deadline = now + self.linger;
+        }
+        if now >= self.deadline {
+            return Act::Finish {
+                idle: false,
+                reset: l.queued,
+            };
+        }
+        Act::Wait
+    }
+
+    /// Sending ended (`idle`: all left): the linger for the peer's FIN
+    /// begins, its bound the linger.
+    fn lingering(&mut self, idle: bool, now: Instant) {
+        self.all_left = Some(idle);
+        self.phase = Phase::Lingering;
+        self.deadline = now + self.linger;
+    }
+
+    /// The linger's decision: over at the peer's FIN (`closed`: the TCP
+    /// connection is finished both ways) or at the bound.
+    fn look_lingering(&mut self, closed: bool, now: Instant) -> bool {
+        if closed || now >= self.deadline {
+            self.phase = Phase::Done;
+        }
+        self.phase == Phase::Done
+    }
+}
+
+impl XSocket {
+    /// Orderly close: the end of stream goes after everything sent; waits
+    /// up to `linger` for it to leave (a peer that stopped reading may hold
+    /// it up), then disconnects. Returns whether everything left in time.
+    ///
+    /// The linger bounds a close that makes no progress: while stream bytes
+    /// leave (the peer reads, credits come back) it starts again. One that
+    /// gives up with bytes still queued — sends returned, never sent —
+    /// resets the connection: the peer gets `ECONNRESET`, not a clean end
+    /// after a short stream (review r20-xbuf S2; `io/sndbuf.rs`).
+    pub fn close(&self, linger: Duration) -> bool {
+        let mut st = self.lock();
+        let mut c = self.begin_locked(&mut st, linger, Instant::now());
+        loop {
+            self.drive_now(&mut st);
+            match c.look_sending(self.send_look(&st), Instant::now()) {
+                Act::Wait => {
+                    // A close is not interrupted (its bound is the linger
+                    // time).
+                    st = self.wait(st, Some(c.deadline));
+                }
+                Act::Finish { idle, reset } => {
+                    drop(st);
+                    self.finish_sending(reset);
+                    return idle;
+                }
+            }
+        }
+    }
+
+    /// After [`Self::close`]: keeps the engine's socket open, driving it
+    /// (the peer's input discarded), until the peer's FIN or `bound`, as
+    /// the engine's own linger does for a dropped queue pair
+    /// ([`warpsock_engine::Qp`]'s drop). That linger needs progress, and
+    /// this socket's context is its own and caller-driven: dropping the
+    /// socket drops the context, which closes the engine's socket at once.
+    /// A peer still reading our last messages returns credits for them
+    /// (every fourth), and a closed TCP socket answers them with a reset:
+    /// our kernel drops what it had not sent yet (the peer's receive
+    /// window held it back), and the peer's engine fails (`ECONNRESET`, or
+    /// `EPIPE` once our FIN is in) before it read the rest and our end of
+    /// stream (task xclose: the benchmark's bidirectional DDP-socket test,
+    /// about 1 run in 13 in CI). Over TCP the reader sends nothing back
+    /// but acknowledgements, which a closed socket absorbs. Each wait is
+    /// a slice (50 ms: input the engine discards ends no wait), so the
+    /// look at the FIN may come that much after it. Returns whether the
+    /// peer's FIN came.
+    pub fn linger_after_close(&self, bound: Duration) -> bool {
+        let now = Instant::now();
+        let mut c = Closing::new(bound, now, 0);
+        c.lingering(true, now);
+        let mut st = self.lock();
+        loop {
+            if c.look_lingering(self.qp.is_closed(), Instant::now()) {
+                return self.qp.is_closed();
+            }
+            // Not interrupted either (bounded by `bound`).
+            st = self.wait(st, Some(c.deadline));
+        }
+    }
+
+    /// Begins an orderly close made in non-blocking steps: the end of
+    /// stream is queued behind everything sent (as [`Self::close`]);
+    /// `linger` bounds each phase as there. Then [`Self::close_step`]
+    /// until it says [`Phase::Done`], each time [`Self::tcp_fd`] is ready
+    /// for [`Self::close_events`] (a `poll`), and at [`Closing::deadline`]
+    /// at the latest. Same bytes on the wire as [`Self::close`] then
+    /// [`Self::linger_after_close`].
+    pub fn close_begin(&self, linger: Duration, now: Instant) -> Closing {
+        let mut st = self.lock();
+        self.begin_locked(&mut st, linger, now)
+    }
+
+    /// One non-blocking step of a close ([`Self::close_begin`]): a round
+    /// of progress (the engine reads what its socket holds, a bounded
+    /// amount, and writes what it can), then the look of the phase — the
+    /// end of sending (then disconnect, and the linger begins at once) or
+    /// of the linger. Returns the phase after it.
+    pub fn close_step(&self, c: &mut Closing, now: Instant) -> Phase {
+        if c.phase == Phase::Sending {
+            let mut st = self.lock();
+            self.drive_now(&mut st);
+            match c.look_sending(self.send_look(&st), now) {
+                Act::Wait => return c.phase,
+                Act::Finish { idle, reset } => {
+                    drop(st);
+                    self.finish_sending(reset);
+                    c.lingering(idle, now);
+                    // The FIN may be in already: looked at below.
+                }
+            }
+        } else if c.phase == Phase::Lingering {
+            self.drive_now(&mut self.lock());
+        }
+        if c.phase == Phase::Lingering {
+            c.look_lingering(self.qp.is_closed(), now);
+        }
+        c.phase
+    }
+
+    /// Ends a close at once (a stepper's cap on the closes it holds): one
+    /// still sending gives up as at its bound (a reset if sends are still
+    /// queued, then the disconnect); a lingering one stops lingering. The
+    /// caller drops the socket then, which closes the engine's socket.
+    pub fn close_cut(&self, c: &mut Closing) {
+        if c.phase == Phase::Sending {
+            let queued = self.lock().aio.sends_queued();
+            self.finish_sending(queued);
+            c.all_left = Some(false);
+        }
+        c.phase = Phase::Done;
+    }
+
+    /// The `poll` events a stepped close waits for on [`Self::tcp_fd`]:
+    /// input (credits, the peer's FIN, bytes to discard), and output space
+    /// while the engine holds bytes behind a full kernel send buffer
+    /// ([`warpsock_engine::Qp::send_backlog`]). Errors and hang-ups are
+    /// reported whatever is asked.
+    pub fn close_events(&self) -> i16 {
+        if self.qp.send_backlog() > 0 {
+            libc::POLLIN | libc::POLLOUT
+        } else {
+            libc::POLLIN
+        }
+    }
+
+    fn begin_locked(&self, st: &mut State, linger: Duration, now: Instant) -> Closing {
+        super::rio::shut_write(self, st);
+        Closing::new(linger, now, st.s.tx_seq())
+    }
+
+    fn send_look(&self, st: &State) -> SendLook {
+        let tx_slots = self.tx.len() / self.opts.slot_size as usize;
+        SendLook {
+            idle: !st.s.has_output() && st.tx_free.len() == tx_slots && !st.aio.sends_queued(),
+            over: st.over(),
+            seq: st.s.tx_seq(),
+            queued: st.aio.sends_queued(),
+        }
+    }
+
+    /// Sending is over: the reset first if bytes were lost, then the
+    /// engine's disconnect (its FIN after the bytes it holds).
+    fn finish_sending(&self, lost: bool) {
+        if lost {
+            reset(self.tcp_fd);
+        }
+        self.qp.disconnect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Duration = Duration::from_millis(100);
+
+    fn look(idle: bool, over: bool, seq: u64, queued: bool) -> SendLook {
+        SendLook {
+            idle,
+            over,
+            seq,
+            queued,
+        }
+    }
+
+    /// Progress starts the bound again; with none, the bound ends the
+    /// sending phase — a reset only with sends still queued.
+    #[test]
+    fn sending_ends_at_its_bound_restarted_by_progress() {
+        let t0 = Instant::now();
+        let mut c = Closing::new(L, t0, 5);
+        assert_eq!(
+            c.look_sending(look(false, false, 5, true), t0 + L / 2),
+            Act::Wait
+        );
+        assert_eq!(
+            c.look_sending(look(false, false, 9, true), t0 + L),
+            Act::Wait
+        );
+        assert_eq!(c.deadline(), t0 + 2 * L, "moved to the progress' look + L");
+        assert_eq!(
+            c.look_sending(look(false, false, 9, true), t0 + 2 * L),
+            Act::Finish {
+                idle: false,
+                reset: true
+            }
+        );
+        let mut c = Closing::new(L, t0, 5);
+        assert_eq!(
+            c.look_sending(look(false, false, 5, false), t0 + L),
+            Act::Finish {
+                idle: false,
+                reset: false
+            },
+            "nothing queued: nothing lost"
+        );
+    }
+
+    /// Everything left, or the connection is over: finished at once.
+    #[test]
+    fn sending_ends_when_idle_or_over() {
+        let t0 = Instant::now();
+        let mut c = Closing::new(L, t0, 0);
+        assert_eq!(
+            c.look_sending(look(true, false, 0, false), t0),
+            Act::Finish {
+                idle: true,
+                reset: false
+            }
+        );
+        assert_eq!(
+            c.look_sending(look(false, true, 0, true), t0),
+            Act::Finish {
+                idle: false,
+                reset: false
+            }
+        );
+    }
+
+    /// The linger has a bound of its own from the end of sending, and ends
+    /// at the peer's FIN before it.
+    #[test]
+    fn the_linger_ends_at_the_fin_or_its_bound() {
+        let t0 = Instant::now();
+        let mut c = Closing::new(L, t0, 0);
+        c.lingering(true, t0 + L);
+        assert_eq!(c.phase(), Phase::Lingering);
+        assert_eq!(c.all_left(), Some(true));
+        assert!(!c.look_lingering(false, t0 + L + L / 2));
+        assert!(c.look_lingering(false, t0 + 2 * L));
+        assert_eq!(c.phase(), Phase::Done);
+        let mut c = Closing::new(L, t0, 0);
+        c.lingering(false, t0);
+        assert!(c.look_lingering(true, t0));
+    }
+}
