@@ -39,9 +39,9 @@ fn window() -> Options {
 
 /// A sends 12 messages of 16 KiB (within B's window: B reads nothing
 /// yet), B ends its stream, A reads that end, then in a thread closes,
-/// lingers for B's FIN (as the preload's closer does) and drops. B reads
-/// once A's close returned: every byte in 16 KiB reads (credits go back)
-/// and A's end of stream, then closes. Fails with the linger a no-op: B's
+/// lingers for B's FIN (as the preload's reaper does, in steps: below)
+/// and drops. B reads once A's close returned: every byte in 16 KiB
+/// reads (credits go back) and A's end of stream, then closes. Fails with the linger a no-op: B's
 /// read after 64 KiB fails with `ECONNRESET` (10 runs of 10).
 #[test]
 fn the_peer_reads_our_last_bytes_after_our_close() {

@@ -22,6 +22,12 @@ pub(crate) struct Config {
     pub(crate) policy: Options,
     /// How long `close` lets queued bytes and the end of stream leave.
     pub(crate) linger: Duration,
+    /// `WARPSOCK_DDP_CLOSING_MAX`: the most closes the reaper holds at a
+    /// time (`reaper`: past it the oldest lingering one is cut short).
+    /// Each keeps its engine's socket and context (descriptors, slot
+    /// memory) until its peer's FIN or the linger; 256 by default, at
+    /// least 1.
+    pub(crate) closing_max: usize,
     /// Longest wait for a non-blocking connect the policy finishes.
     pub(crate) connect_timeout: Duration,
 }
@@ -91,6 +97,7 @@ impl Config {
             request: base,
             policy,
             linger: env_ms("WARPSOCK_LINGER_MS", 2000),
+            closing_max: env_num("WARPSOCK_DDP_CLOSING_MAX", 256).max(1) as usize,
             connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),
         }
     }

@@ -123,11 +123,12 @@ pub(crate) fn wait_for(bound: Duration, busy: impl Fn() -> bool, engines: Engine
     })
 }
 
-/// Sockets whose close is still letting bytes leave.
+/// Sockets whose close is still letting bytes leave (`reaper`: from the
+/// hand-over to the end of the close's sending phase).
 pub(super) static CLOSING: AtomicUsize = AtomicUsize::new(0);
 
 /// In a forked child: the parent's closes are not the child's to wait for
-/// (their threads are the parent's; review r21-send #8).
+/// (the reaper thread is the parent's; review r21-send #8).
 pub(crate) fn forget_closing_after_fork() {
     CLOSING.store(0, Ordering::Release);
 }
@@ -152,17 +153,18 @@ pub(crate) fn linger_buffered(bound: Duration, engines: Engines) {
     wait_for(bound, || warpsock_xsock::io::buffered_bytes() > 0, engines);
 }
 
-/// Starts the thread that finishes a close in the background, with every
-/// asynchronous signal blocked (as the reactor's thread): a signal the
-/// program directs at the process must reach one of the program's own
-/// threads, whose blocked calls it is meant to interrupt — never this
-/// library thread, which may linger for seconds.
+/// Starts the thread that finishes closes in the background (the
+/// process's reaper, `reaper`), with every asynchronous signal blocked (as
+/// the reactor's thread): a signal the program directs at the process
+/// must reach one of the program's own threads, whose blocked calls it is
+/// meant to interrupt — never this library thread, which waits for
+/// seconds.
 pub(super) fn spawn_closer(
     f: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     sys::with_async_signals_blocked(|| {
         std::thread::Builder::new()
-            .name("warpsock-close".into())
+            .name("warpsock-reaper".into())
             .spawn(f)
     })
 }

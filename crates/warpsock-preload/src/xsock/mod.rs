@@ -11,6 +11,7 @@
 //! | `sock` | a DDP-mode socket: doorbell readiness, the data calls, options, orderly close |
 //! | `residue` | a TCP socket whose switch failed after reading the peer's pre-switch bytes |
 //! | `linger` | how long an exit waits for the bytes sockets still hold (restarted while they leave) |
+//! | `reaper` | the one thread that finishes every close (bytes, end of stream, linger), bounded |
 //! | `census` | the exit's look at the live sockets' engine backlogs, and their reset |
 //! | [`api`] | the extended calls of `warpsock_sockets.h` (`warpsock_riomap`, ...) |
 //!
@@ -34,6 +35,7 @@ mod census;
 pub(crate) mod config;
 mod follow;
 mod linger;
+mod reaper;
 mod residue;
 pub(crate) mod sock;
 
@@ -113,7 +115,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let s = format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -129,6 +131,7 @@ fn report() -> String {
         v(&sock::BELLS),
         v(&c.sink_offers),
         v(&c.stand_lapses),
+        v(&reaper::CUT),
     );
     #[cfg(feature = "test-hooks")]
     let s = s + &format!("ddp_quiet_eagains {}\n", v(&sock::QUIET_EAGAINS));
@@ -261,6 +264,7 @@ fn listeners_sndbuf(fd: c_int) -> Option<usize> {
 /// (review r21-send #8): the child's exit waits for its own bytes only.
 pub(crate) fn after_fork_child() {
     linger::forget_closing_after_fork();
+    reaper::forget_after_fork();
     warpsock_xsock::io::forget_after_fork();
     census::forget_armed_after_fork();
 }
@@ -614,7 +618,7 @@ impl Kind for Ddp {
 
     fn exit_flush(&self) {
         // `_exit`: the bytes in send buffers, as at `exit` (not the
-        // closers', which a child made by fork would wait for in vain).
+        // reaper's closes, which a child made by fork would wait for in vain).
         linger::linger_buffered(config::get().linger, census::engine_backlogs);
         warpsock_xsock::io::reset_buffered();
         census::reset_backlogged();

@@ -3,8 +3,7 @@
 use std::mem::ManuallyDrop;
 use std::sync::atomic::Ordering;
 
-use super::super::config;
-use super::super::linger::{spawn_closer, CLOSING};
+use super::super::reaper;
 use super::DdpSock;
 use crate::shim::guard::{busy, enter};
 use crate::shim::sys;
@@ -30,51 +29,30 @@ impl Drop for DdpSock {
         if how == 0 {
             return;
         }
-        // Library calls (the reset's, the thread's), from wherever the last
-        // reference went: under the guard.
+        // Library calls (the reset's, the hand-over's), from wherever the
+        // last reference went: under the guard.
         let close = move || {
             if how == CLOSED_ABORTIVE {
                 x.reset_now();
             }
-            // In the background: the end of stream goes after every byte
-            // sent; close(2) (or the call) returns at once, as for TCP.
-            CLOSING.fetch_add(1, Ordering::AcqRel);
-            let linger = config::get().linger;
-            let spawned = spawn_closer(move || {
-                // The engine's last calls (closing its descriptors as `x`
-                // drops) are library calls too.
-                enter((), || {
-                    // Bytes received and never read make TCP's close a
-                    // reset (`tcp_close`'s `data_was_unread`, review r23-a
-                    // item 9); not here: a reset on that look (f0ec31d) broke
-                    // the benchmark's bidirectional DDP-socket test in CI
-                    // (its peer read `ECONNRESET` after both ends' end of
-                    // stream). The reset never fired: its look's round
-                    // only moved the timing of the engine's socket closed
-                    // at once (the linger below, task xclose); the look
-                    // may come back with it. An orderly close.
-                    if how != CLOSED_ABORTIVE {
-                        x.close(linger);
-                    }
-                });
-                // Our bytes left: an exit need not wait for what follows.
-                CLOSING.fetch_sub(1, Ordering::AcqRel);
-                enter((), move || {
-                    // The engine's socket stays open, the peer's input
-                    // discarded, until the peer's FIN (or the linger):
-                    // closed at once, it answered the credits of a peer
-                    // still reading our last messages with a reset, which
-                    // lost them (the benchmark's bidirectional DDP-socket
-                    // test's `ECONNRESET`; `XSocket::linger_after_close`).
-                    if how != CLOSED_ABORTIVE {
-                        x.linger_after_close(linger);
-                    }
-                    drop(x);
-                });
-            });
-            if spawned.is_err() {
-                CLOSING.fetch_sub(1, Ordering::AcqRel);
-            }
+            // In the background, by the process's reaper thread: the end
+            // of stream goes after every byte sent, then the engine's
+            // socket stays open, the peer's input discarded, until the
+            // peer's FIN (or the linger): closed at once, it answered the
+            // credits of a peer still reading our last messages with a
+            // reset, which lost them (the benchmark's bidirectional
+            // DDP-socket test's `ECONNRESET`; `XSocket::linger_after_close`).
+            // close(2) (or the call) returns at once, as for TCP.
+            //
+            // Bytes received and never read make TCP's close a reset
+            // (`tcp_close`'s `data_was_unread`, review r23-a item 9); not
+            // here: a reset on that look (f0ec31d) broke the benchmark's
+            // bidirectional DDP-socket test in CI (its peer read
+            // `ECONNRESET` after both ends' end of stream). The reset never
+            // fired: its look's round only moved the timing of the engine's
+            // socket closed at once (the linger, task xclose); the look may
+            // come back with it. An orderly close.
+            reaper::hand_over(x, how == CLOSED_ABORTIVE);
         };
         if busy() {
             close();

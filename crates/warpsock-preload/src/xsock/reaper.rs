@@ -1,0 +1,366 @@
+//! The reaper: one thread per process that finishes every DDP socket's
+//! close in the background ([`hand_over`], from the socket's last drop:
+//! `close(2)` returns at once, as TCP's). Each close is the orderly one —
+//! every byte sent, then the end of stream, then the linger for the peer's
+//! FIN ([`XSocket::linger_after_close`] says why) — made in non-blocking
+//! steps ([`XSocket::close_step`]): the thread polls the engines' sockets
+//! of every close it holds and steps each that is ready, or due (its
+//! phase's deadline; all of them once per [`SWEEP`]). A slow or silent
+//! peer holds up none of the others' closes.
+//!
+//! A thread per close (before) made a server that closes many connections
+//! whose peers are slow to close hold up to `2 × WARPSOCK_LINGER_MS` of
+//! threads, unbounded: a peer that never sends its FIN kept its thread for
+//! the whole linger. Here the closes held are bounded too
+//! (`WARPSOCK_DDP_CLOSING_MAX`, [`config::Config::closing_max`]): past the
+//! bound the oldest lingering close is cut — its engine's socket closed at
+//! once, plainly (a FIN, no reset: our FIN went already, so the kernel's
+//! close only ends the linger early, as its bound would; the peer loses
+//! nothing it has not read unless it sends more, which then meets a
+//! reset — what a reset now would do to it for sure). With none lingering,
+//! the oldest still sending is given up as at its bound: reset if sends
+//! were still queued (the peer must not read a clean end after a short
+//! stream), else disconnected. Counted: `ddp_closes_cut`.
+//!
+//! The exit waits for the closes still sending (`linger::CLOSING`, counted
+//! from the hand-over to the end of [`Phase::Sending`]), as before. A
+//! forked child starts a reaper of its own ([`forget_after_fork`]): the
+//! parent's thread is not there, and the parent's closes are the parent's.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use libc::c_int;
+use warpsock_xsock::io::{Closing, Phase, XSocket};
+
+use super::config;
+use super::linger::{spawn_closer, CLOSING};
+use crate::shim::guard::enter;
+use crate::shim::real;
+use crate::shim::sys;
+
+/// Every close held is stepped at least this often, ready or not: a
+/// safety net (as the reactor's sweep), not relied on — input, output
+/// space and the deadlines each wake the thread.
+pub(super) const SWEEP: Duration = Duration::from_secs(1);
+
+/// Closes cut short by the bound on the closes held
+/// (`ddp_closes_cut` of `WARPSOCK_STATS`).
+pub(super) static CUT: AtomicU64 = AtomicU64::new(0);
+
+/// A close handed over: its socket, and the close once begun (`None`: an
+/// abortive close, reset already, whose socket is only dropped).
+struct Held {
+    x: XSocket,
+    c: Option<Closing>,
+    /// Still counted in [`CLOSING`] (until its sending phase ends).
+    counted: bool,
+}
+
+impl Held {
+    fn phase(&self) -> Phase {
+        self.c.as_ref().map_or(Phase::Done, Closing::phase)
+    }
+
+    /// Its bytes are out of the exit's concern from now on.
+    fn uncount(&mut self) {
+        if std::mem::take(&mut self.counted) {
+            CLOSING.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The closes handed over and not yet taken by the reaper's thread: a
+/// stack with no lock, as a hand-over may come from a signal handler's
+/// `close` that interrupted another hand-over on the same thread (a lock
+/// held there would never be let go).
+struct Inbox<T> {
+    head: AtomicPtr<Node<T>>,
+}
+
+struct Node<T> {
+    item: T,
+    next: *mut Self,
+}
+
+impl<T> Inbox<T> {
+    const fn new() -> Self {
+        Self {
+            head: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    fn push(&self, item: T) {
+        let node = Box::into_raw(Box::new(Node {
+            item,
+            next: std::ptr::null_mut(),
+        }));
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            // SAFETY: `node` is ours until the exchange publishes it.
+            unsafe { (*node).next = head };
+            match self
+                .head
+                .compare_exchange_weak(head, node, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Every item pushed so far, oldest first.
+    fn take(&self) -> Vec<T> {
+        let mut p = self.head.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        let mut out = Vec::new();
+        while !p.is_null() {
+            // SAFETY: the swap made the whole list ours; each node came
+            // from `Box::into_raw` in `push` and is taken once.
+            let n = unsafe { Box::from_raw(p) };
+            p = n.next;
+            out.push(n.item);
+        }
+        out.reverse();
+        out
+    }
+}
+
+/// Which close a reaper over its bound cuts, of those held oldest first:
+/// the oldest lingering one, else the oldest.
+fn victim(mut phases: impl Iterator<Item = Phase>) -> usize {
+    phases.position(|p| p == Phase::Lingering).unwrap_or(0)
+}
+
+/// The process's reaper: its inbox, and the eventfd that wakes its thread.
+struct Reaper {
+    inbox: Inbox<Held>,
+    wakefd: c_int,
+}
+
+static REAPER: AtomicPtr<Reaper> = AtomicPtr::new(std::ptr::null_mut());
+
+/// In a forked child (its fork handler, the only thread): the parent's
+/// reaper is not the child's — its thread does not exist here, and the
+/// closes it holds are the parent's connections. Its memory is leaked (as
+/// before, a closer thread's socket was); the child's first close starts
+/// a reaper of its own.
+pub(crate) fn forget_after_fork() {
+    REAPER.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+/// The process's reaper, started (with its thread) on first use; `None`
+/// if the kernel refused the eventfd or the thread.
+fn get() -> Option<&'static Reaper> {
+    let p = REAPER.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a published reaper is leaked and never freed.
+        return Some(unsafe { &*p });
+    }
+    // SAFETY: a plain syscall creating a new descriptor.
+    let wakefd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if wakefd < 0 {
+        return None;
+    }
+    let raw = Box::into_raw(Box::new(Reaper {
+        inbox: Inbox::new(),
+        wakefd,
+    }));
+    match REAPER.compare_exchange(
+        std::ptr::null_mut(),
+        raw,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => {
+            // SAFETY: `raw` is published now and lives for the process.
+            let r: &'static Reaper = unsafe { &*raw };
+            let cfg = config::get();
+            let (linger, max) = (cfg.linger, cfg.closing_max);
+            // With every asynchronous signal blocked, as the closer
+            // threads had (`spawn_closer`).
+            if spawn_closer(move || r.run(linger, max)).is_err() {
+                // Left published and idle: closes handed to it are
+                // dropped by no one. Unpublished instead (a later close
+                // tries again); its descriptor and memory leak.
+                REAPER.store(std::ptr::null_mut(), Ordering::Release);
+                return None;
+            }
+            Some(r)
+        }
+        Err(other) => {
+            // SAFETY: we lost the race; `raw` was never shared.
+            let mine = unsafe { Box::from_raw(raw) };
+            sys::close(mine.wakefd);
+            // SAFETY: the winner's reaper is leaked and never freed.
+            Some(unsafe { &*other })
+        }
+    }
+}
+
+/// Hands socket `x`, whose program descriptor is closed, to the reaper,
+/// which finishes its close: orderly, or only its drop if `abortive` (the
+/// caller reset it). Returns at once. Counted in [`CLOSING`] until its
+/// bytes and end of stream left (or were given up on). Without a reaper
+/// (no thread to be had) the socket is dropped now: its engine's socket
+/// closes, as a closer thread that could not start left it.
+pub(super) fn hand_over(x: XSocket, abortive: bool) {
+    let Some(r) = get() else {
+        drop(x);
+        return;
+    };
+    if !abortive {
+        CLOSING.fetch_add(1, Ordering::AcqRel);
+    }
+    r.inbox.push(Held {
+        x,
+        c: None,
+        counted: !abortive,
+    });
+    r.wake();
+}
+
+impl Reaper {
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd.
+        unsafe { real::write(self.wakefd, (&one as *const u64).cast(), 8) };
+    }
+
+    /// The thread: takes the closes handed over, keeps their number to
+    /// `max`, steps those that are ready or due, drops those done, and
+    /// waits for the next event. Every round runs under the guard (its
+    /// calls are the library's) and its panic boundary, each step under a
+    /// boundary of its own too: a step that panicked drops its socket.
+    fn run(&'static self, linger: Duration, max: usize) {
+        let mut held: VecDeque<Held> = VecDeque::new();
+        // Whether each held close is to be stepped this round.
+        let mut due: VecDeque<bool> = VecDeque::new();
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut swept = Instant::now();
+        loop {
+            enter((), || {
+                let now = Instant::now();
+                let new = self.inbox.take();
+                for mut h in new {
+                    if h.counted {
+                        h.c = Some(h.x.close_begin(linger, now));
+                    }
+                    held.push_back(h);
+                    due.push_back(true);
+                }
+                while held.len() > max.max(1) {
+                    let i = victim(held.iter().map(Held::phase));
+                    let mut h = held.remove(i).expect("an index of the queue");
+                    due.remove(i);
+                    if let Some(c) = h.c.as_mut() {
+                        h.x.close_cut(c);
+                        CUT.fetch_add(1, Ordering::Relaxed);
+                    }
+                    h.uncount();
+                }
+                let sweep = now >= swept + SWEEP;
+                if sweep {
+                    swept = now;
+                }
+                let mut i = 0;
+                while i < held.len() {
+                    let h = &mut held[i];
+                    let step = due[i] || sweep || h.c.as_ref().is_some_and(|c| c.deadline() <= now);
+                    let phase = if !step {
+                        h.phase()
+                    } else if let Some(c) = h.c.as_mut() {
+                        // A panic in the step: over (the socket dropped),
+                        // not again at every round.
+                        let x = &h.x;
+                        catch_unwind(AssertUnwindSafe(|| x.close_step(c, now)))
+                            .unwrap_or(Phase::Done)
+                    } else {
+                        Phase::Done
+                    };
+                    if phase != Phase::Sending {
+                        h.uncount();
+                    }
+                    if phase == Phase::Done {
+                        let mut h = held.remove(i).expect("an index of the queue");
+                        due.remove(i);
+                        h.uncount();
+                        // The engine's socket closes as it drops.
+                        drop(h);
+                        continue;
+                    }
+                    due[i] = false;
+                    i += 1;
+                }
+                let timeout = held
+                    .iter()
+                    .filter_map(|h| h.c.as_ref().map(Closing::deadline))
+                    .chain([swept + SWEEP])
+                    .min()
+                    .filter(|_| !held.is_empty())
+                    .map(|t| t.saturating_duration_since(Instant::now()));
+                fds.clear();
+                fds.push(libc::pollfd {
+                    fd: self.wakefd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                fds.extend(held.iter().map(|h| libc::pollfd {
+                    fd: h.x.tcp_fd(),
+                    events: h.x.close_events(),
+                    revents: 0,
+                }));
+                // Rounded up: a wait rounded down woke before the
+                // deadline, and stepped nothing, in a loop.
+                let ms = timeout.map_or(-1, |d| {
+                    d.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int
+                });
+                // SAFETY: `fds` is a valid array of its length.
+                let n = unsafe { real::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+                if n < 0 && sys::errno() != libc::EINTR {
+                    // Not expected (the closes held are bounded, far below
+                    // the descriptor limit): no spin meanwhile.
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if n <= 0 {
+                    return;
+                }
+                if fds[0].revents != 0 {
+                    let mut v: u64 = 0;
+                    // SAFETY: reading 8 bytes from our eventfd into `v`.
+                    unsafe { real::read(self.wakefd, (&mut v as *mut u64).cast(), 8) };
+                }
+                for (d, f) in due.iter_mut().zip(&fds[1..]) {
+                    *d = f.revents != 0;
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Items come out in the order they went in, once.
+    #[test]
+    fn the_inbox_gives_the_oldest_first() {
+        let b = Inbox::new();
+        for i in 0..3 {
+            b.push(i);
+        }
+        assert_eq!(b.take(), [0, 1, 2]);
+        b.push(3);
+        assert_eq!(b.take(), [3]);
+        assert!(b.take().is_empty());
+    }
+
+    /// The oldest lingering close is cut, else the oldest.
+    #[test]
+    fn the_bound_cuts_the_oldest_lingering_close() {
+        use Phase::{Lingering, Sending};
+        assert_eq!(victim([Sending, Lingering, Lingering].into_iter()), 1);
+        assert_eq!(victim([Sending, Sending].into_iter()), 0);
+    }
+}
