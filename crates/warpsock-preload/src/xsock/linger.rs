@@ -159,7 +159,7 @@ pub(crate) fn linger_buffered(bound: Duration, engines: Engines) {
 /// must reach one of the program's own threads, whose blocked calls it is
 /// meant to interrupt — never this library thread, which waits for
 /// seconds.
-pub(super) fn spawn_closer(
+pub(super) fn spawn_reaper(
     f: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     sys::with_async_signals_blocked(|| {
@@ -299,7 +299,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod closer_tests {
+mod reaper_tests {
     use super::*;
 
     fn blocked(sig: libc::c_int) -> bool {
@@ -312,16 +312,16 @@ mod closer_tests {
     }
 
     #[test]
-    fn the_close_thread_blocks_asynchronous_signals_and_the_caller_keeps_its_mask() {
+    fn the_reaper_thread_blocks_asynchronous_signals_and_the_caller_keeps_its_mask() {
         let before = [libc::SIGTERM, libc::SIGINT, libc::SIGALRM].map(blocked);
         let (tx, rx) = std::sync::mpsc::channel();
-        let h = spawn_closer(move || {
+        let h = spawn_reaper(move || {
             let seen = [libc::SIGTERM, libc::SIGINT, libc::SIGALRM, libc::SIGSEGV].map(blocked);
             tx.send(seen).expect("the test waits");
         })
         .expect("a thread");
-        h.join().expect("the closer ran");
-        let [term, int, alrm, segv] = rx.recv().expect("the closer reported");
+        h.join().expect("the reaper ran");
+        let [term, int, alrm, segv] = rx.recv().expect("the reaper reported");
         assert!(term && int && alrm, "asynchronous signals blocked");
         assert!(!segv, "faults stay the thread's own");
         assert_eq!(

@@ -36,7 +36,7 @@ use libc::c_int;
 use warpsock_xsock::io::{Closing, Phase, XSocket};
 
 use super::config;
-use super::linger::{spawn_closer, CLOSING};
+use super::linger::{spawn_reaper, CLOSING};
 use crate::shim::guard::enter;
 use crate::shim::real;
 use crate::shim::sys;
@@ -178,9 +178,9 @@ fn get() -> Option<&'static Reaper> {
             let r: &'static Reaper = unsafe { &*raw };
             let cfg = config::get();
             let (linger, max) = (cfg.linger, cfg.closing_max);
-            // With every asynchronous signal blocked, as the closer
-            // threads had (`spawn_closer`).
-            if spawn_closer(move || r.run(linger, max)).is_err() {
+            // With every asynchronous signal blocked (`spawn_reaper`), as
+            // the closer threads had.
+            if spawn_reaper(move || r.run(linger, max)).is_err() {
                 // Left published and idle: closes handed to it are
                 // dropped by no one. Unpublished instead (a later close
                 // tries again); its descriptor and memory leak.
