@@ -317,6 +317,42 @@ fn send_one(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// `write_all` of `buf` to the socket `fd` (the MPA exchange's messages)
+/// as raw `sendto` system calls with `MSG_NOSIGNAL`: std's
+/// `TcpStream::write_all` is libc's `send`, a cancellation point, and the
+/// exchange runs in the application's thread, inside its `setsockopt`,
+/// `connect` or `accept` (a switch to DDP mode; see the module's comment:
+/// a `pthread_cancel` during the switch aborted the process). Blocks as
+/// the socket's mode says (`WouldBlock` on a non-blocking one, or at its
+/// `SO_SNDTIMEO`), goes on after `EINTR` as std's does, and fails with
+/// `WriteZero` if the kernel took nothing.
+pub(crate) fn send_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is a live, readable slice of `buf.len()` bytes.
+        let r = unsafe {
+            raw_socket_io(
+                libc::SYS_sendto,
+                fd,
+                buf.as_ptr().cast_mut(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        match r {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "failed to write whole buffer",
+                ))
+            }
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// `sendto`/`recvfrom` (`nr`) of `len` bytes at `ptr` as a raw system
 /// call, with no address (null address, zero length: both calls take that
 /// as none).
@@ -536,13 +572,22 @@ pub fn drain_error_queue(fd: RawFd) -> usize {
 }
 
 /// Fills `buf` from the kernel's random source (`getrandom`, which only
-/// blocks before the pool is first initialised at boot).
+/// blocks before the pool is first initialised at boot), as the raw
+/// system call: glibc's `getrandom` is a cancellation point, and a
+/// switch's registrations draw their keys in the application's thread.
 pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     let mut at = 0;
     while at < buf.len() {
         let rest = &mut buf[at..];
         // SAFETY: `rest` is a live, writable slice of the length passed.
-        let r = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_getrandom,
+                rest.as_mut_ptr(),
+                rest.len(),
+                0 as libc::c_uint,
+            )
+        };
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {

@@ -18,7 +18,7 @@
 //! pending handshake holds one socket and about 1 KiB.
 
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::{Mutex, PoisonError};
@@ -416,13 +416,13 @@ impl ConnectRequest {
     }
 }
 
-/// Writes what the core queued (the MPA Reply) to the blocking socket.
+/// Writes what the core queued (the MPA Reply) to the blocking socket
+/// (raw system calls: [`sys::send_all`]).
 fn send_reply(sock: &TcpStream, peer: SocketAddr, conn: &mut Connection) -> Result<(), CmError> {
     let reg: Registry<Mem> = Registry::new();
     let mut out = Vec::new();
     conn.poll_transmit(&reg, &mut out, usize::MAX);
-    (&*sock)
-        .write_all(&out)
+    sys::send_all(sock.as_raw_fd(), &out)
         .map_err(|e| CmError::socket(Some(peer), "MPA reply send", e))
 }
 

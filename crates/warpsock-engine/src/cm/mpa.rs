@@ -2,8 +2,9 @@
 //! initiator's blocking [`drive_mpa`] and the listener's non-blocking
 //! handshakes ([`super::listener`]).
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use warpsock_proto::wire::mpa;
@@ -14,6 +15,7 @@ use warpsock_proto::{
 use super::CmError;
 use crate::error::transport_error;
 use crate::mem::Mem;
+use crate::sys;
 
 /// How an MPA exchange finished.
 pub(super) enum MpaDone {
@@ -95,8 +97,7 @@ impl MpaExchange {
             out.clear();
             self.conn.poll_transmit(&reg, &mut out, usize::MAX);
             if !out.is_empty() {
-                (&*sock)
-                    .write_all(&out)
+                sys::send_all(sock.as_raw_fd(), &out)
                     .map_err(|e| CmError::socket(self.peer, self.stage, e))?;
             }
             while let Some(e) = self.conn.poll_event() {
@@ -135,9 +136,11 @@ impl MpaExchange {
 
     /// Reads into the buffer (only called once everything read was fed):
     /// what a read returns goes to the core, EOF and errors included.
-    /// Returns whether the read would block.
+    /// Returns whether the read would block. The raw system call, as the
+    /// writes ([`sys::send_all`]): std's `read` is libc's `recv`, a
+    /// cancellation point.
     pub(super) fn read_from(&mut self, sock: &TcpStream) -> bool {
-        match (&*sock).read(&mut self.buf) {
+        match sys::recv_wait(sock.as_raw_fd(), &mut self.buf) {
             Ok(0) => self.conn.handle_eof(),
             Ok(n) => (self.off, self.end) = (0, n),
             Err(e)
@@ -178,7 +181,7 @@ impl MpaExchange {
                 let reg: Registry<Mem> = Registry::new();
                 let mut out = Vec::new();
                 self.conn.poll_transmit(&reg, &mut out, usize::MAX);
-                let _ = (&*sock).write_all(&out);
+                let _ = sys::send_all(sock.as_raw_fd(), &out);
                 CmError::Mpa(e)
             }
         }
