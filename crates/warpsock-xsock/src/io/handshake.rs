@@ -197,8 +197,9 @@ pub fn switch_fd_as(
                             } else if n >= want {
                                 continue;
                             }
-                            // Avoid spinning on an unchanged prefix.
-                            std::thread::sleep(Duration::from_micros(200));
+                            // Avoid spinning on an unchanged prefix (raw:
+                            // no cancellation point in a switch).
+                            sys::pause(Duration::from_micros(200));
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

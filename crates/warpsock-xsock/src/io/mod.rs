@@ -44,3 +44,4 @@ pub use sndbuf::{
     SNDBUF_MIN,
 };
 pub use socket::XSocket;
+pub use sys::restart_after_signal;

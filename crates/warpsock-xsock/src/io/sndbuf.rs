@@ -169,14 +169,14 @@ pub fn for_each_holder(mut f: impl FnMut(RawFd)) {
 /// Resets the TCP connection on `fd` at once (an RST; the descriptor stays
 /// valid): `SO_LINGER` 0, then `connect` to `AF_UNSPEC`, which
 /// disconnects a TCP socket (Linux `tcp_disconnect`, an active reset from
-/// an established state).
+/// an established state; raw: [`super::sys::disconnect`]).
 pub(crate) fn reset(fd: RawFd) {
     let l = libc::linger {
         l_onoff: 1,
         l_linger: 0,
     };
-    // SAFETY: plain system calls on a socket descriptor, reading a
-    // `linger` and a `sockaddr` from the stack.
+    // SAFETY: a plain system call on a socket descriptor, reading a
+    // `linger` from the stack.
     #[allow(unsafe_code)]
     unsafe {
         libc::setsockopt(
@@ -186,10 +186,8 @@ pub(crate) fn reset(fd: RawFd) {
             (&l as *const libc::linger).cast(),
             size_of::<libc::linger>() as libc::socklen_t,
         );
-        let mut a: libc::sockaddr = std::mem::zeroed();
-        a.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
-        libc::connect(fd, &a, size_of::<libc::sockaddr>() as libc::socklen_t);
     }
+    super::sys::disconnect(fd);
 }
 
 /// The smallest send buffer bound `SO_SNDBUF` sets ([`XSocket::set_sndbuf`]):

@@ -13,7 +13,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// `sendto`/`recvfrom` (`nr`) of `len` bytes at `ptr`, no address, as the
 /// raw system call.
@@ -72,6 +72,42 @@ pub(crate) fn send_urgent(fd: RawFd, b: u8) -> io::Result<()> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Sleeps for `d` (a pause between looks), as the raw `nanosleep` system
+/// call: `std::thread::sleep` is libc's `nanosleep`, a cancellation point.
+/// A signal ends it early.
+pub(crate) fn pause(d: Duration) {
+    let ts = libc::timespec {
+        tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(d.subsec_nanos()),
+    };
+    // SAFETY: a local timespec; no remainder is asked for.
+    unsafe {
+        libc::syscall(
+            libc::SYS_nanosleep,
+            &ts as *const libc::timespec,
+            std::ptr::null_mut::<libc::timespec>(),
+        )
+    };
+}
+
+/// Disconnects the TCP socket `fd`: `connect` to `AF_UNSPEC` (Linux
+/// `tcp_disconnect`), as the raw system call (libc's `connect` is a
+/// cancellation point).
+pub(crate) fn disconnect(fd: RawFd) {
+    // SAFETY: sockaddr is plain data; all-zero is a valid empty one.
+    let mut a: libc::sockaddr = unsafe { std::mem::zeroed() };
+    a.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+    // SAFETY: reads a `sockaddr` from the stack.
+    unsafe {
+        libc::syscall(
+            libc::SYS_connect,
+            libc::c_long::from(fd),
+            &a as *const libc::sockaddr,
+            size_of::<libc::sockaddr>() as libc::c_long,
+        )
+    };
 }
 
 /// `SIOCATMARK` (asm-generic/sockios.h; the libc crate lacks it).
@@ -313,7 +349,7 @@ const SIGSET: libc::size_t = 8;
 /// the preload's calls must never re-enter an interposer. 65 system
 /// calls, made only after a wait a signal ended (issue 12).
 #[cold]
-pub(crate) fn restart_after_signal() -> bool {
+pub fn restart_after_signal() -> bool {
     // `KernelSigaction` is the layout of these ports; elsewhere (mips64
     // and sparc64 put the flags first, alpha differs too) the reading
     // could fail and every interrupted wait would restart: stop there
