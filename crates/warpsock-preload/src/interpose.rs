@@ -314,6 +314,12 @@ pub unsafe extern "C-unwind" fn connect(fd: c_int, addr: *const sockaddr, len: s
             }
         }
     }
+    if r != 0 && !busy() {
+        // A policy-mode wait for the connection (`finish_connect`) that a
+        // pending cancel ended: acted on here, with nothing of the library
+        // live (glibc's own `connect` acted itself, if it was that).
+        cancel_point(r as isize);
+    }
     if r != 0 || kind.is_none() || busy() {
         return r;
     }

@@ -342,6 +342,16 @@ mod init {
     }
 
     extern "C" fn at_exit() {
+        // The exiting thread's cancellation, for good: the kinds' exit
+        // waits (the DDP sockets' linger, `xsock::linger`: libc's
+        // `nanosleep`; the counters' report: `write`) are libc
+        // cancellation points, and a thread that calls `exit` with a
+        // cancel pending and enabled was unwound from one of them inside
+        // this handler (the process aborted: "FATAL: exception not
+        // rethrown"). Its cancellation no longer matters: it is ending
+        // the process. (Not in `_exit`'s flush nor `exec`'s: a vforked
+        // child's thread is its parent's.)
+        crate::shim::sys::no_cancel();
         let _ = std::panic::catch_unwind(|| {
             for k in KINDS {
                 k.at_exit();

@@ -132,3 +132,52 @@ fn a_flowing_writer_and_a_self_cancel_are_cancelled() {
     case("stream");
     case("self");
 }
+
+/// A thread cancelled while its `setsockopt(WARPSOCK_DDP_MODE)` waits for
+/// a peer that switches late, either end (both roles of the handshake):
+/// the switch goes on to the end, `setsockopt` returns 0 and the thread
+/// is cancelled at its next cancellation point (a read). Aborted ("FATAL:
+/// exception not rethrown") with a libc cancellation point in the switch:
+/// the responder's pause between looks at the MPA Request
+/// (`std::thread::sleep`), the MPA exchange's reads and writes (std's
+/// `TcpStream`: libc's `recv`/`send`).
+#[test]
+fn a_thread_cancelled_in_a_switch_that_completes_late_is_cancelled_after() {
+    case("switch");
+    case("switchpeer");
+}
+
+/// A blocking `recvfrom` of an offloaded UDP socket (the UDP kind, on
+/// with `WARPSOCK_UDP_OFFLOAD=1` in every preloaded run): cancelled as
+/// over kernel UDP, and the socket receives after. Aborted with its wait
+/// in libc's `poll` (glibc's handler unwound from it through the library).
+#[test]
+fn a_blocked_recvfrom_of_an_offloaded_udp_socket_is_cancelled() {
+    case_with("udprecv", |r| {
+        assert!(r.stat("sockets_offloaded") >= 1, "{}", r.stderr);
+    });
+}
+
+/// A socket's last close made in `dup2` (no cancellation point) by a
+/// thread with a cancel pending and enabled, orderly and abortive
+/// (`SO_LINGER` 0): `dup2` returns, the thread is cancelled at its next
+/// cancellation point, and the peer reads the end of the stream (or the
+/// reset). The close closed its descriptors with libc's `close` (the
+/// thread unwound from inside the library: the run hung, the engine's
+/// socket never closed) and the reset's disconnect was libc's `connect`
+/// (aborted, "FATAL: exception not rethrown").
+#[test]
+fn a_last_close_in_dup2_with_a_cancel_pending_completes() {
+    case("dup2");
+    case("dup2abort");
+}
+
+/// `exit` by a thread with a cancel pending and enabled while a DDP-mode
+/// socket holds bytes its peer never reads: the process ends with the
+/// thread's status after the exit's wait for those bytes. Aborted with the
+/// exit handler's wait in libc's `nanosleep` (and its counters' report in
+/// libc's `write`), both cancellation points.
+#[test]
+fn exit_with_a_cancel_pending_ends_the_process() {
+    case("exit");
+}

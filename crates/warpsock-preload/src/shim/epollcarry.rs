@@ -108,7 +108,10 @@ fn registrations(fd: c_int) -> Vec<Registration> {
         if epfd == fd {
             continue;
         }
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")) {
+        // With cancellation disabled: std's `open` and `read` are libc's
+        // cancellation points, and this runs inside a program's call.
+        let path = format!("/proc/self/fdinfo/{epfd}");
+        if let Ok(text) = super::sys::without_cancel(|| std::fs::read_to_string(path)) {
             out.extend(parse_fdinfo(&text, epfd, fd, ino));
         }
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use libc::c_int;
 
-use super::{real, sys};
+use super::sys;
 
 /// What an epoll token stands for: told of readiness and timers, from the
 /// progress thread (never while the reactor holds a lock).
@@ -348,15 +348,29 @@ impl Reactor {
         let ms = timeout.map_or(-1, |d| {
             d.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
         });
-        // SAFETY: `events` is a writable array of the given length.
-        unsafe { real::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as c_int, ms) }
+        // SAFETY: `events` is a writable array of the given length; no
+        // mask (the raw `epoll_pwait`: libc's `epoll_wait` is a
+        // cancellation point).
+        unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait,
+                self.epfd,
+                events.as_mut_ptr(),
+                events.len() as c_int,
+                ms,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            ) as c_int
+        }
     }
 
     /// Wakes the progress thread.
     pub(crate) fn wake(&self) {
         let one: u64 = 1;
-        // SAFETY: writing 8 bytes to our eventfd.
-        unsafe { real::write(self.wakefd, (&one as *const u64).cast(), 8) };
+        // SAFETY: writing 8 bytes to our eventfd (raw: a program thread
+        // wakes it inside its call, where libc's `write`, a cancellation
+        // point, would act on a pending `pthread_cancel`).
+        unsafe { sys::write_raw(self.wakefd, (&one as *const u64).cast(), 8) };
     }
 
     /// Whether any connection still holds datagrams not yet in the kernel.
@@ -367,6 +381,7 @@ impl Reactor {
     }
 
     fn run(&'static self) {
+        sys::no_cancel();
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         loop {
             // A deadline moved earlier while we scan is seen by the scan, or
@@ -382,7 +397,7 @@ impl Reactor {
                 if sys::errno() == libc::EINTR {
                     continue;
                 }
-                std::thread::sleep(Duration::from_millis(1));
+                sys::sleep(Duration::from_millis(1));
                 continue;
             }
             for ev in &events[..n as usize] {
@@ -390,7 +405,7 @@ impl Reactor {
                 if id == WAKE_TOKEN {
                     let mut v: u64 = 0;
                     // SAFETY: reading 8 bytes from our eventfd into `v`.
-                    unsafe { real::read(self.wakefd, (&mut v as *mut u64).cast(), 8) };
+                    unsafe { sys::read_raw(self.wakefd, (&mut v as *mut u64).cast(), 8) };
                     continue;
                 }
                 let reg = lock(&self.regs).get(&id).cloned();
@@ -487,7 +502,7 @@ pub(crate) fn linger(bound: Duration) -> bool {
     }
     let start = Instant::now();
     while eng.busy() && start.elapsed() < bound {
-        std::thread::sleep(Duration::from_millis(1));
+        sys::sleep(Duration::from_millis(1));
     }
     true
 }

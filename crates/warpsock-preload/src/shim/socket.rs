@@ -95,8 +95,9 @@ pub(crate) trait Socket: Send + Sync {
 
     /// `connect(2)`.
     fn connect(&self, addr: *const sockaddr, len: socklen_t) -> c_int {
-        // SAFETY: forwarding the program's arguments to the kernel socket.
-        unsafe { real::connect(self.kernel_fd(), addr, len) }
+        // SAFETY: forwarding the program's arguments to the kernel socket
+        // (raw: no cancellation point inside the library).
+        unsafe { super::sys::connect_raw(self.kernel_fd(), addr, len) }
     }
 
     /// `bind(2)`.

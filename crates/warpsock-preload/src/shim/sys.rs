@@ -63,6 +63,136 @@ pub(crate) unsafe fn send_raw(fd: c_int, buf: *const u8, len: usize, flags: c_in
     unsafe { libc::syscall(libc::SYS_sendto, fd, buf, len, flags, null, null) as isize }
 }
 
+/// `recv(fd, buf, len, flags)` as the raw `recvfrom` system call (see
+/// [`send_raw`]).
+///
+/// # Safety
+/// `buf` must be writable for `len` bytes.
+pub(crate) unsafe fn recv_raw(fd: c_int, buf: *mut u8, len: usize, flags: c_int) -> isize {
+    // SAFETY: the caller vouches for `buf`/`len`; no address is asked for.
+    unsafe {
+        recvfrom_raw(
+            fd,
+            buf,
+            len,
+            flags,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+/// `recvmsg(fd, msg, flags)` as the raw system call (see [`send_raw`]):
+/// the library's reads of its own sockets and of the program's kernel
+/// sockets it reads for a call. Returns as libc's does.
+///
+/// # Safety
+/// `msg` must be a valid msghdr whose buffers are writable.
+pub(crate) unsafe fn recvmsg_raw(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize {
+    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
+    // SAFETY: the caller vouches for `msg`.
+    unsafe { libc::syscall(libc::SYS_recvmsg, fd, msg, flags) as isize }
+}
+
+/// `sendmsg(fd, msg, flags)` as the raw system call (see [`send_raw`]),
+/// any flags (a wait the caller's `flags` ask for included).
+///
+/// # Safety
+/// `msg` must be a valid msghdr whose buffers are readable.
+pub(crate) unsafe fn sendmsg_raw(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
+    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
+    // SAFETY: the caller vouches for `msg`.
+    unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) as isize }
+}
+
+/// `recvfrom(fd, buf, len, flags, addr, alen)` as the raw system call
+/// (see [`send_raw`]).
+///
+/// # Safety
+/// `buf` writable for `len` bytes; `addr`/`alen` null or valid.
+pub(crate) unsafe fn recvfrom_raw(
+    fd: c_int,
+    buf: *mut u8,
+    len: usize,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> isize {
+    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
+    // SAFETY: the caller vouches for the pointers.
+    unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, len, flags, addr, alen) as isize }
+}
+
+/// `sendto(fd, buf, len, flags, addr, alen)` as the raw system call (see
+/// [`send_raw`]).
+///
+/// # Safety
+/// `buf` readable for `len` bytes; `addr` null or `alen` readable bytes.
+pub(crate) unsafe fn sendto_raw(
+    fd: c_int,
+    buf: *const u8,
+    len: usize,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> isize {
+    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
+    let alen = libc::c_long::from(alen);
+    // SAFETY: the caller vouches for the pointers.
+    unsafe { libc::syscall(libc::SYS_sendto, fd, buf, len, flags, addr, alen) as isize }
+}
+
+/// `connect(fd, addr, len)` as the raw system call (see [`send_raw`]).
+///
+/// # Safety
+/// `addr` must be readable for `len` bytes.
+pub(crate) unsafe fn connect_raw(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    let (fd, len) = (libc::c_long::from(fd), libc::c_long::from(len));
+    // SAFETY: the caller vouches for `addr`.
+    unsafe { libc::syscall(libc::SYS_connect, fd, addr, len) as c_int }
+}
+
+/// `accept4(fd, addr, len, flags)` as the raw system call (see
+/// [`send_raw`]).
+///
+/// # Safety
+/// `addr`/`len` null or valid for the kernel to write.
+pub(crate) unsafe fn accept4_raw(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
+    // SAFETY: the caller vouches for the pointers.
+    unsafe { libc::syscall(libc::SYS_accept4, fd, addr, len, flags) as c_int }
+}
+
+/// `read(fd, buf, len)` as the raw system call (see [`send_raw`]).
+///
+/// # Safety
+/// `buf` must be writable for `len` bytes.
+pub(crate) unsafe fn read_raw(fd: c_int, buf: *mut u8, len: usize) -> isize {
+    // SAFETY: the caller vouches for `buf`/`len`.
+    unsafe { libc::syscall(libc::SYS_read, libc::c_long::from(fd), buf, len) as isize }
+}
+
+/// `write(fd, buf, len)` as the raw system call (see [`send_raw`]).
+///
+/// # Safety
+/// `buf` must be readable for `len` bytes.
+pub(crate) unsafe fn write_raw(fd: c_int, buf: *const u8, len: usize) -> isize {
+    // SAFETY: the caller vouches for `buf`/`len`.
+    unsafe { libc::syscall(libc::SYS_write, libc::c_long::from(fd), buf, len) as isize }
+}
+
+/// `getrandom(buf, len, flags)` as the raw system call: glibc's is a
+/// cancellation point (see [`send_raw`]).
+pub(crate) fn getrandom(buf: &mut [u8], flags: libc::c_uint) -> isize {
+    // SAFETY: `buf` is a live, writable slice of its length.
+    unsafe { libc::syscall(libc::SYS_getrandom, buf.as_mut_ptr(), buf.len(), flags) as isize }
+}
+
 /// `ppoll(fds, n, timeout, mask)` as the raw system call (see
 /// [`send_raw`]): `timeout` is copied (the kernel writes what is left into
 /// it), `mask` the caller's (null: none).
@@ -265,11 +395,12 @@ pub(crate) fn timeval_to_dur(r: c_int, tv: &libc::timeval) -> Option<std::time::
     ))
 }
 
-/// Closes an internal descriptor (ignoring errors).
+/// Closes an internal descriptor (ignoring errors), as the raw system
+/// call: libc's `close` is a cancellation point (see [`send_raw`]).
 pub(crate) fn close(fd: c_int) {
     if fd >= 0 {
         // SAFETY: closing a descriptor this library owns.
-        unsafe { real::close(fd) };
+        unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) };
     }
 }
 
@@ -291,11 +422,41 @@ pub(crate) fn set_nonblocking(fd: c_int, on: bool) {
     }
 }
 
-/// poll(2) over `fds` for at most `timeout_ms` (-1: forever). Returns the
-/// poll result (-1 with errno set on error).
+/// poll(2) over `fds` for at most `timeout_ms` (negative: forever), as
+/// the raw `ppoll` system call ([`ppoll_raw`]: libc's `poll` is a
+/// cancellation point, whose `pthread_cancel` unwound through the library
+/// and aborted the process). Returns the poll result (-1 with errno set
+/// on error; `EINTR` when a signal ended it, whatever `SA_RESTART` says).
 pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> c_int {
-    // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }
+    let timeout = (timeout_ms >= 0).then(|| libc::timespec {
+        tv_sec: libc::time_t::from(timeout_ms / 1000),
+        tv_nsec: libc::c_long::from(timeout_ms % 1000) * 1_000_000,
+    });
+    // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd; no
+    // mask.
+    unsafe {
+        ppoll_raw(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            timeout,
+            std::ptr::null(),
+        )
+    }
+}
+
+/// Sleeps for `d` as the raw `nanosleep` system call (`std::thread::sleep`
+/// is libc's `nanosleep`, a cancellation point; see [`send_raw`]). A
+/// signal ends the sleep early.
+pub(crate) fn sleep(d: std::time::Duration) {
+    let ts = timespec(d);
+    // SAFETY: a sleep of a local time; the remainder is not wanted.
+    unsafe {
+        libc::syscall(
+            libc::SYS_nanosleep,
+            &ts as *const libc::timespec,
+            std::ptr::null_mut::<libc::timespec>(),
+        )
+    };
 }
 
 /// Runs `spawn` (which starts one of the library's own threads) with every
@@ -343,6 +504,106 @@ pub(crate) fn with_async_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
     spawn()
 }
 
+/// Disables the calling thread's cancellation for good: the start of the
+/// library's own threads (the reactor's), which run library code all
+/// their life: a `pthread_cancel` of one (a program that cancels every
+/// thread it finds) would otherwise be acted on at a libc cancellation
+/// point inside it, a forced unwind through frames that cannot take it
+/// (the process aborts), or through its loop.
+pub(crate) fn no_cancel() {
+    // SAFETY: sets this thread's state; the old one is not wanted.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, std::ptr::null_mut()) };
+}
+
+unsafe extern "C" {
+    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+}
+
+/// `PTHREAD_CANCEL_DISABLE` (glibc's pthread.h; the libc crate lacks it).
+const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+/// Runs `f` with the calling thread's cancellation disabled, then puts
+/// its state back: for a libc call that is a cancellation point and has
+/// no raw system call to stand for it (`getifaddrs`: netlink `sendto` and
+/// `recvmsg` inside). A cancel that comes meanwhile stays pending, acted
+/// on at the thread's next cancellation point.
+pub(crate) fn without_cancel<T>(f: impl FnOnce() -> T) -> T {
+    /// Puts the state back, on return and on a panic's unwind.
+    struct Restore(c_int);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: sets this thread's state back; no cancellation point.
+            unsafe { pthread_setcancelstate(self.0, std::ptr::null_mut()) };
+        }
+    }
+    let mut old = PTHREAD_CANCEL_DISABLE;
+    // SAFETY: sets this thread's state, the old one into `old`.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+    let _restore = Restore(old);
+    f()
+}
+
+/// After a wait of a program's call that a signal ended (`EINTR`):
+/// whether the call ends with `EINTR`, as the UDP kind's waits end for any
+/// signal — not for the one the preload's `pthread_cancel` sent with a
+/// cancel this thread does not act on now (its cancellation disabled):
+/// that wait goes on, as over kernel UDP, where glibc's handler of it
+/// restarts the call (`warpsock_xsock::cancel::after_signal`). A pending
+/// cancel ends it: the entry point acts on it.
+#[cold]
+pub(crate) fn signal_ends_call() -> bool {
+    warpsock_xsock::cancel::after_signal() != Some(false)
+}
+
+/// Waits until the kernel socket `fd` reports one of `events` (or an
+/// error or hang-up), at most `timeout` (`None`: no limit), for a
+/// program's blocking call on it that the library makes (a residue
+/// socket's, `xsock::residue`): raw `ppoll`, never a cancellation point.
+/// A signal that ended the sleep ends the wait with `EINTR` if this
+/// thread has a `pthread_cancel` to act on (its entry point acts on it:
+/// `warpsock_xsock::cancel`), if `timeout` is given (the kernel never
+/// restarts a socket call with a timeout) or if not every handler asked
+/// for a restart (`warpsock_xsock::io::restart_after_signal`); the wait
+/// goes on for the signal the preload's `pthread_cancel` sent with a
+/// cancel this thread does not act on now, and for handlers with
+/// `SA_RESTART`. Returns the events seen, or the errno (`EAGAIN` once
+/// `timeout` passed, as `SO_RCVTIMEO`).
+pub(crate) fn wait_fd(
+    fd: c_int,
+    events: i16,
+    timeout: Option<std::time::Duration>,
+) -> Result<i16, c_int> {
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return Err(libc::EAGAIN);
+        }
+        let mut p = [libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        }];
+        // SAFETY: one live pollfd; no mask.
+        let n = unsafe { ppoll_raw(p.as_mut_ptr(), 1, left.map(timespec), std::ptr::null()) };
+        if n > 0 {
+            return Ok(p[0].revents);
+        }
+        if n < 0 {
+            let e = errno();
+            if e != libc::EINTR {
+                return Err(e);
+            }
+            match warpsock_xsock::cancel::after_signal() {
+                Some(true) => return Err(libc::EINTR),
+                Some(false) => {}
+                None if timeout.is_none() && warpsock_xsock::io::restart_after_signal() => {}
+                None => return Err(libc::EINTR),
+            }
+        }
+    }
+}
+
 /// A pause of a bounded retry with no wake-up (`fdtable`'s fork_prepare):
 /// round `round` (from 0) yields the processor for the first 16 rounds,
 /// then sleeps 1 µs doubling to 1,024 µs. A signal ends the sleep early.
@@ -353,11 +614,9 @@ pub(crate) fn pause(round: u32) {
         unsafe { libc::sched_yield() };
         return;
     }
-    let ts = timespec(std::time::Duration::from_micros(
+    sleep(std::time::Duration::from_micros(
         1 << (round - YIELDS).min(10),
     ));
-    // SAFETY: a sleep of a local time; the remainder is not wanted.
-    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
 }
 
 /// Sleeps while `word` is `seen` (`FUTEX_WAIT`, process-private), at

@@ -114,8 +114,10 @@ fn env_flag(var: &str) -> bool {
 fn interface_broadcasts() -> Vec<Ipv4Addr> {
     let mut out = Vec::new();
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `ifap` with a list we free below.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+    // SAFETY: getifaddrs fills `ifap` with a list we free below. Read
+    // with cancellation disabled: its netlink calls are cancellation
+    // points, and the configuration is read inside a program's call.
+    if crate::shim::sys::without_cancel(|| unsafe { libc::getifaddrs(&mut ifap) }) != 0 {
         return out;
     }
     let mut p = ifap;

@@ -475,7 +475,7 @@ impl Conn {
         }
         let (ss, len) = sys::addr_to_raw(&tcp);
         // SAFETY: connecting our own socket to a valid address.
-        let r = unsafe { real::connect(fd, (&ss as *const libc::sockaddr_storage).cast(), len) };
+        let r = unsafe { sys::connect_raw(fd, (&ss as *const libc::sockaddr_storage).cast(), len) };
         if r != 0 && errno() != libc::EINPROGRESS {
             let e = errno();
             sys::close(fd);
@@ -566,9 +566,9 @@ impl Conn {
             let out = st.tx.unsent();
             // SAFETY: writing initialized bytes of our buffer to our socket.
             let n = unsafe {
-                real::send(
+                sys::send_raw(
                     st.fd,
-                    out.as_ptr().cast(),
+                    out.as_ptr(),
                     out.len(),
                     libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
                 )

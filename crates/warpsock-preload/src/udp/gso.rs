@@ -26,9 +26,9 @@ use super::conn::{max_dgram, STREAM_GAP};
 use super::core::gso::{segments, Batch, Send};
 use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
+use crate::shim::iov;
 use crate::shim::reactor::{Handler, Reactor};
 use crate::shim::sys::{self, errno, lock, set_errno};
-use crate::shim::{iov, real};
 
 /// `SOL_UDP` options (linux/udp.h), not in the libc crate for glibc.
 const SOL_UDP: c_int = 17;
@@ -237,7 +237,7 @@ impl Sock {
             }
         }
         // SAFETY: `m` describes our buffer, address and control data.
-        let r = unsafe { real::sendmsg(self.udp, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        let r = unsafe { sys::sendmsg_raw(self.udp, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         if r < 0 {
             return Err(errno());
         }
@@ -276,7 +276,7 @@ impl Sock {
             m.msg_control = cbuf.as_mut_ptr().cast();
             m.msg_controllen = size_of::<[u64; 8]>();
             // SAFETY: `m` describes our buffers.
-            let n = unsafe { real::recvmsg(self.udp, &mut m, libc::MSG_DONTWAIT) };
+            let n = unsafe { sys::recvmsg_raw(self.udp, &mut m, libc::MSG_DONTWAIT) };
             if n < 0 {
                 return None;
             }
@@ -366,7 +366,7 @@ impl Sock {
         m.msg_controllen = size_of::<[u64; 8]>();
         let flags = libc::MSG_PEEK | libc::MSG_TRUNC | libc::MSG_DONTWAIT;
         // SAFETY: `m` describes our control buffer.
-        let n = unsafe { real::recvmsg(self.udp, &mut m, flags) };
+        let n = unsafe { sys::recvmsg_raw(self.udp, &mut m, flags) };
         if n < 0 {
             return None;
         }

@@ -30,8 +30,7 @@ fn nonce() -> [u8; NONCE_LEN] {
     let mut n = [0u8; NONCE_LEN];
     let mut got = 0;
     while got < NONCE_LEN {
-        // SAFETY: getrandom writes at most the remaining bytes of `n`.
-        let r = unsafe { libc::getrandom(n[got..].as_mut_ptr().cast(), NONCE_LEN - got, 0) };
+        let r = sys::getrandom(&mut n[got..], 0);
         if r > 0 {
             got += r as usize;
         } else if errno() != libc::EINTR {
@@ -167,7 +166,7 @@ impl Sock {
             let mut len = size_of::<libc::sockaddr_storage>() as socklen_t;
             // SAFETY: accept4 on our listener with valid out pointers.
             let c = unsafe {
-                libc::accept4(
+                sys::accept4_raw(
                     lfd,
                     (&mut ss as *mut libc::sockaddr_storage).cast(),
                     &mut len,
@@ -273,9 +272,9 @@ impl Sock {
         let hello = frame::hello(Some(&n));
         // SAFETY: a short write to a fresh socket we own.
         let w = unsafe {
-            real::send(
+            sys::send_raw(
                 c,
-                hello.as_ptr().cast(),
+                hello.as_ptr(),
                 hello.len(),
                 libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
             )

@@ -74,10 +74,10 @@ use super::park;
 use super::serve::{hold_frame, Served, Via};
 use super::sock::{Inner, Sock};
 use super::stats::{self, STATS};
+use crate::shim::iov;
 use crate::shim::reactor;
 use crate::shim::socket::{Wait, POLL_ALONE_MAX};
 use crate::shim::sys::{self, errno, lock, set_errno};
-use crate::shim::{iov, real};
 
 mod driven;
 mod lone;
@@ -259,14 +259,15 @@ impl Sock {
                     revents: 0,
                 });
             }
+            // Raw (`sys::poll`): libc's `poll` is a cancellation point,
+            // whose `pthread_cancel` unwound through the library (the
+            // process aborted); the cancel's signal ends the raw sleep, the
+            // call fails with `EINTR` and its entry point acts on it.
             let n = sys::poll(&mut p, if spinning { 0 } else { wait });
             looks += u64::from(nonblock);
-            if n < 0 {
-                let e = errno();
-                if e == libc::EINTR {
-                    set_errno(e);
-                    return -1;
-                }
+            if n < 0 && errno() == libc::EINTR && sys::signal_ends_call() {
+                set_errno(libc::EINTR);
+                return -1;
             }
             if n <= 0 {
                 if spinning {
@@ -517,7 +518,7 @@ impl Sock {
             return r;
         }
         // SAFETY: the application's msghdr, passed to its kernel socket.
-        let r = unsafe { real::recvmsg(self.udp, msg, flags | libc::MSG_DONTWAIT) };
+        let r = unsafe { sys::recvmsg_raw(self.udp, msg, flags | libc::MSG_DONTWAIT) };
         if r < 0 {
             let e = errno();
             if e != libc::EAGAIN {

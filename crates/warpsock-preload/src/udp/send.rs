@@ -16,15 +16,14 @@ use super::core::frame::Stripe;
 use super::core::routes::{Group, Lookup};
 use super::sock::{norm, ConnEvents, Inner, Sock};
 use super::stats::{self, STATS};
+use crate::shim::iov;
 use crate::shim::reactor::{self, Reactor};
 use crate::shim::sys::{self, errno, lock, set_errno};
-use crate::shim::{iov, real};
 
 /// A random non-zero stripe group number.
 fn group_id() -> u32 {
     let mut b = [0u8; 4];
-    // SAFETY: getrandom writes at most 4 bytes into `b`.
-    let r = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, libc::GRND_NONBLOCK) };
+    let r = sys::getrandom(&mut b, libc::GRND_NONBLOCK);
     let mut v = u32::from_ne_bytes(b);
     if r != 4 {
         let t = std::time::SystemTime::now()
@@ -218,7 +217,7 @@ impl Sock {
         let deadline = sndtimeo.map(|t| Instant::now() + t);
         loop {
             // SAFETY: per the contract.
-            let r = unsafe { real::sendmsg(self.udp, msg, flags | libc::MSG_DONTWAIT) };
+            let r = unsafe { sys::sendmsg_raw(self.udp, msg, flags | libc::MSG_DONTWAIT) };
             if r >= 0 || nonblock || errno() != libc::EAGAIN {
                 return r;
             }
@@ -238,7 +237,7 @@ impl Sock {
                 events: libc::POLLOUT,
                 revents: 0,
             }];
-            if sys::poll(&mut p, wait) < 0 && errno() == libc::EINTR {
+            if sys::poll(&mut p, wait) < 0 && errno() == libc::EINTR && sys::signal_ends_call() {
                 set_errno(libc::EINTR);
                 return -1;
             }

@@ -339,7 +339,7 @@ impl Sock {
     /// connect(2) on the application's descriptor.
     pub(crate) fn connect(&self, addr: *const sockaddr, len: socklen_t) -> c_int {
         // SAFETY: forwarding the application's arguments to the kernel socket.
-        let r = unsafe { real::connect(self.udp, addr, len) };
+        let r = unsafe { sys::connect_raw(self.udp, addr, len) };
         if r != 0 {
             return r;
         }
@@ -762,9 +762,9 @@ impl Sock {
         for _ in 0..50 {
             // SAFETY: sending a local buffer to a valid address on our socket.
             let r = unsafe {
-                real::sendto(
+                sys::sendto_raw(
                     self.udp,
-                    data.as_ptr().cast(),
+                    data.as_ptr(),
                     data.len(),
                     libc::MSG_DONTWAIT,
                     (ss as *const libc::sockaddr_storage).cast(),

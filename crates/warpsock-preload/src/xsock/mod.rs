@@ -493,7 +493,18 @@ impl Kind for Ddp {
             .connect_timeout
             .as_millis()
             .min(i32::MAX as u128) as c_int;
-        if sys::poll(&mut pf, ms) <= 0 {
+        // Raw (`sys::poll`, no cancellation point inside the library): the
+        // signal of a cancel this thread does not act on now is no reason
+        // to stop; a pending cancel ends the wait (`EINTR`) and the
+        // interposed `connect` acts on it.
+        let n = loop {
+            let n = sys::poll(&mut pf, ms);
+            if n < 0 && sys::errno() == libc::EINTR && !sys::signal_ends_call() {
+                continue;
+            }
+            break n;
+        };
+        if n <= 0 {
             return false;
         }
         let err = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_ERROR).unwrap_or(-1);

@@ -128,9 +128,9 @@ impl ResidueSock {
         loop {
             // SAFETY: peeking into a local buffer.
             let n = unsafe {
-                real::recv(
+                sys::recv_raw(
                     self.kfd,
-                    buf.as_mut_ptr().cast(),
+                    buf.as_mut_ptr(),
                     buf.len(),
                     libc::MSG_PEEK | libc::MSG_DONTWAIT,
                 )
@@ -168,12 +168,13 @@ impl ResidueSock {
                     if nonblocking {
                         return Some(libc::EAGAIN);
                     }
-                    let mut p = [libc::pollfd {
-                        fd: self.kfd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    }];
-                    sys::poll(&mut p, 100);
+                    // More of the peer's bytes, or the end: the wait's
+                    // own (raw; a pending cancel or a handler's signal
+                    // ends the call with `EINTR`, as `sys::wait_fd` says).
+                    let timeo = sys::get_timeo(self.kfd, libc::SO_RCVTIMEO);
+                    if let Err(e) = sys::wait_fd(self.kfd, libc::POLLIN, timeo) {
+                        return Some(e);
+                    }
                 }
             }
         }
@@ -246,8 +247,20 @@ impl Socket for ResidueSock {
         } else {
             flags
         };
+        if !nonblocking {
+            // The wait outside the system call, which then finds the
+            // bytes (or the end, or an error): libc's `recvmsg` is a
+            // cancellation point, acted on inside the library (the
+            // process aborted), and the raw call's sleep would restart
+            // after the cancel's signal (`SA_RESTART`), never ending.
+            let timeo = sys::get_timeo(self.kfd, libc::SO_RCVTIMEO);
+            if let Err(e) = sys::wait_fd(self.kfd, libc::POLLIN, timeo) {
+                set_errno(e);
+                return -1;
+            }
+        }
         // SAFETY: forwarding the caller's msghdr to the TCP socket.
-        unsafe { real::recvmsg(self.kfd, msg, f) }
+        unsafe { sys::recvmsg_raw(self.kfd, msg, f) }
     }
 
     unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize {
@@ -256,8 +269,16 @@ impl Socket for ResidueSock {
         } else {
             flags
         };
+        if !self.nonblocking() {
+            // As `recvmsg`'s wait (a send blocked for room).
+            let timeo = sys::get_timeo(self.kfd, libc::SO_SNDTIMEO);
+            if let Err(e) = sys::wait_fd(self.kfd, libc::POLLOUT, timeo) {
+                set_errno(e);
+                return -1;
+            }
+        }
         // SAFETY: forwarding the caller's msghdr to the TCP socket.
-        unsafe { real::sendmsg(self.kfd, msg, f) }
+        unsafe { sys::sendmsg_raw(self.kfd, msg, f) }
     }
 
     fn connect(&self, addr: *const sockaddr, len: socklen_t) -> c_int {
@@ -275,8 +296,9 @@ impl Socket for ResidueSock {
             return 0;
         }
         drop(st);
-        // SAFETY: forwarding to the TCP socket.
-        unsafe { real::connect(self.kfd, addr, len) }
+        // SAFETY: forwarding to the TCP socket (connected: it answers at
+        // once; raw, no cancellation point).
+        unsafe { sys::connect_raw(self.kfd, addr, len) }
     }
 
     fn getsockopt(

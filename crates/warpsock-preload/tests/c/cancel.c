@@ -39,6 +39,38 @@
  *             enables it and polls the socket: cancelled in the poll (the
  *             cancel's signal came before it; its raw sleep would never
  *             end).
+ *   switch    setsockopt(WARPSOCK_DDP_MODE) of the connecting end while
+ *             the peer does not switch yet: cancelled while the switch
+ *             waits for the peer's mark, then the peer switches (late):
+ *             the switch goes on to the end (its MPA exchange, its
+ *             waits: no libc cancellation point in them; the process
+ *             aborted, "FATAL: exception not rethrown"), the setsockopt
+ *             returns 0 and the thread is cancelled at its next
+ *             cancellation point, a read of the switched socket (plain:
+ *             the setsockopt fails, the read is cancelled);
+ *   switchpeer  the same with the roles swapped (the accepted end's
+ *             switch: the other role of the handshake);
+ *   udprecv   recvfrom of an offloaded UDP socket (WARPSOCK_UDP_OFFLOAD,
+ *             the run's environment): its wait, the library's poll of the
+ *             socket's sources; a datagram sent after is received;
+ *   dup2      dup2() of another socket over the socket by a thread with a
+ *             cancel pending and enabled (as in close; dup2 is no
+ *             cancellation point): the socket's last close runs in the
+ *             call (it closed its descriptors with libc's close, a
+ *             cancellation point: the process aborted), dup2 returns and
+ *             the thread is cancelled at its next cancellation point
+ *             (pthread_testcancel); the peer reads the end of the stream;
+ *   dup2abort the same with SO_LINGER 0 set first (an abortive close: the
+ *             reset's disconnect was libc's connect); the peer reads the
+ *             reset (or the end);
+ *   exit      exit() by a thread with a cancel pending and enabled (it
+ *             enabled cancellation after the cancel came, and made no
+ *             cancellation point since), with bytes buffered in the
+ *             socket (non-blocking writes until EAGAIN, the peer never
+ *             reads): the process ends with the thread's status, 0, after
+ *             the exit's wait for those bytes (the library's exit handler
+ *             waited in libc's nanosleep, a cancellation point: the
+ *             process aborted, "FATAL: exception not rethrown");
  *   jump      not a cancel: the poll case's poll, left by a siglongjmp out
  *             of a signal handler that interrupted it (it never returns to
  *             the library: its stand-in stays counted); the peer's rioread
@@ -191,6 +223,32 @@ static void *block_read_disabled(void *a) {
     return returned(read(victim, b, sizeof b));
 }
 
+/* switch: the thread's setsockopt(WARPSOCK_DDP_MODE) of the victim, its
+ * result kept; then a read of it, where it is cancelled. */
+static atomic_int switch_r = -2, switch_errno;
+static void *block_switch(void *a) {
+    (void)a;
+    started();
+    static int one = 1;
+    int r = setsockopt(victim, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+    atomic_store(&switch_errno, errno);
+    atomic_store(&switch_r, r);
+    static char b[8];
+    return returned(read(victim, b, sizeof b));
+}
+
+/* udprecv: a blocking recvfrom of udp_rx. */
+static int udp_rx;
+static void *block_udp(void *a) {
+    (void)a;
+    started();
+    static char b[64];
+    static struct sockaddr_in from;
+    static socklen_t fromlen;
+    fromlen = sizeof from;
+    return returned(recvfrom(udp_rx, b, sizeof b, 0, (struct sockaddr *)&from, &fromlen));
+}
+
 /* Starts fn as the blocked thread and waits until it started (its tid
  * stored) and, if `asleep`, sleeps in a system call (one look). */
 static pthread_t start_victim(void *(*fn)(void *), int asleep) {
@@ -245,6 +303,30 @@ static void disabled_until_go(void) {
     CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
 }
 
+/* exit: fills the socket's buffers, then exits with its cancel pending. */
+static atomic_int filled;
+static void *exit_pending(void *a) {
+    (void)a;
+    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL) == 0);
+    started();
+    static char chunk[32 << 10];
+    memset(chunk, 'x', sizeof chunk);
+    long spins = 0;
+    for (;;) {
+        ssize_t r = send(victim, chunk, sizeof chunk, MSG_DONTWAIT);
+        if (r < 0) {
+            CHECK(errno == EAGAIN || errno == EWOULDBLOCK);
+            break;
+        }
+        CHECK(spins++ < 100000);
+    }
+    atomic_store(&filled, 1);
+    static char b;
+    CHECK(read(go[0], &b, 1) == 1);
+    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
+    exit(0);
+}
+
 static void *poll_pending(void *a) {
     (void)a;
     disabled_until_go();
@@ -256,6 +338,18 @@ static void *block_accept(void *a) {
     (void)a;
     started();
     return returned(accept(lfd, NULL, NULL));
+}
+
+static int spare; /* dup2: the socket dup2'd over the victim */
+static void *dup2_pending(void *a) {
+    (void)a;
+    disabled_until_go();
+    int r = dup2(spare, victim);
+    atomic_store(&ret_r, r);
+    atomic_store(&ret_errno, errno);
+    if (r != victim) return (void *)2;
+    pthread_testcancel();
+    return (void *)1;
 }
 
 static void *close_pending(void *a) {
@@ -275,6 +369,24 @@ static void cancel_then_go(void *(*fn)(void *), const char *what) {
     joined_cancelled(t, what);
     close(go[0]);
     close(go[1]);
+}
+
+/* dup2: `abortive` sets SO_LINGER 0 on the victim first; the peer, s,
+ * then reads the reset or the end of the stream (nothing else). */
+static void cancel_dup2(int abortive) {
+    if (abortive) {
+        struct linger l = {1, 0};
+        CHECK(setsockopt(victim, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+    }
+    spare = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(spare >= 0);
+    cancel_then_go(dup2_pending, "dup2");
+    char b[8];
+    ssize_t r = read(s, b, sizeof b);
+    if (r > 0 || (r < 0 && !(abortive && errno == ECONNRESET)))
+        fprintf(stderr, "the peer's read returned %zd (errno %d)\n", r, errno);
+    CHECK(r == 0 || (abortive && r < 0 && errno == ECONNRESET));
+    close(spare);
 }
 
 static atomic_long streamed; /* stream: 1 B writes that returned */
@@ -386,6 +498,48 @@ static void jump_out(void) {
     CHECK(res == NULL);
 }
 
+static void cancel_blocked(void *(*fn)(void *));
+
+/* switch: the thread switches `mine` and waits for the peer's mark; it
+ * is cancelled there, then the peer, `theirs`, switches: the thread's
+ * switch completes (plain: fails at once) and its read is cancelled. */
+static void cancel_switch(int mine, int theirs, int plain) {
+    victim = mine;
+    pthread_t t = start_victim(block_switch, 0);
+    asleep_for_good(0);
+    CHECK(pthread_cancel(t) == 0);
+    if (!plain) {
+        /* The cancel's signal taken (the switch's wait goes on: it is not
+         * a cancellation point), then the peer switches, late. */
+        asleep_for_good(1);
+        ddp_mode(theirs);
+    }
+    joined_cancelled(t, "read after the switch");
+    int r = atomic_load(&switch_r);
+    if (r != (plain ? -1 : 0))
+        fprintf(stderr, "the switch returned %d (errno %d)\n", r, atomic_load(&switch_errno));
+    CHECK(r == (plain ? -1 : 0));
+}
+
+/* udprecv: a blocking recvfrom of an offloaded UDP socket is cancelled;
+ * a datagram sent after is received. */
+static void cancel_udp_recv(void) {
+    udp_rx = socket(AF_INET, SOCK_DGRAM, 0);
+    CHECK(udp_rx >= 0);
+    struct sockaddr_in a = lo(0);
+    socklen_t alen = sizeof a;
+    CHECK(bind(udp_rx, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(getsockname(udp_rx, (struct sockaddr *)&a, &alen) == 0);
+    cancel_blocked(block_udp);
+    int tx = socket(AF_INET, SOCK_DGRAM, 0);
+    CHECK(tx >= 0);
+    CHECK(sendto(tx, "datagram", 8, 0, (struct sockaddr *)&a, sizeof a) == 8);
+    char b[16];
+    CHECK(recv(udp_rx, b, sizeof b, 0) == 8 && memcmp(b, "datagram", 8) == 0);
+    close(tx);
+    close(udp_rx);
+}
+
 /* Starts `fn` and cancels it once it sleeps in a system call. */
 static void cancel_blocked(void *(*fn)(void *)) {
     pthread_t t = start_victim(fn, 0);
@@ -481,7 +635,8 @@ int main(int argc, char **argv) {
     const char *cs = argv[1];
     int plain = argc > 2 && !strcmp(argv[2], "plain");
     tcp_pair(&c, &s);
-    if (!plain) {
+    int switching = !strcmp(cs, "switch") || !strcmp(cs, "switchpeer");
+    if (!plain && !switching) {
         pthread_t p;
         CHECK(pthread_create(&p, NULL, peer_switch, NULL) == 0);
         ddp_mode(c);
@@ -548,6 +703,32 @@ int main(int argc, char **argv) {
         still_works(c, s);
     } else if (!strcmp(cs, "disabled")) {
         cancel_disabled();
+        still_works(c, s);
+    } else if (!strcmp(cs, "switch")) {
+        cancel_switch(c, s, plain);
+        still_works(c, s);
+    } else if (!strcmp(cs, "switchpeer")) {
+        cancel_switch(s, c, plain);
+        still_works(c, s);
+    } else if (!strcmp(cs, "dup2") || !strcmp(cs, "dup2abort")) {
+        cancel_dup2(!strcmp(cs, "dup2abort"));
+    } else if (!strcmp(cs, "exit")) {
+        /* The process ends in the thread's exit(0): no "ok" line. */
+        CHECK(pipe(go) == 0);
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, exit_pending, NULL) == 0);
+        long spins = 0;
+        while (!atomic_load(&filled)) {
+            CHECK(spins++ < 1000000000);
+            sched_yield();
+        }
+        CHECK(pthread_cancel(t) == 0);
+        CHECK(write(go[1], "g", 1) == 1);
+        pthread_join(t, NULL);
+        fprintf(stderr, "the thread returned from exit\n");
+        return 1;
+    } else if (!strcmp(cs, "udprecv")) {
+        cancel_udp_recv();
         still_works(c, s);
     } else if (!strcmp(cs, "jump") || !strcmp(cs, "poll")) {
         if (!plain) map_for_peer();

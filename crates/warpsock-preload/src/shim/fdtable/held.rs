@@ -290,16 +290,18 @@ pub(super) fn run_closes() {
         }
         let Some(kept) = kept else {
             if super::get(fd).is_none() {
-                // SAFETY: the program's descriptor, which it closed.
-                unsafe { real::close(fd) };
+                // The program's descriptor, which it closed (raw: no
+                // cancellation point inside the library).
+                sys::close(fd);
             }
             continue;
         };
         let kept = unkeep(kept);
         let removed = match super::remove_if(fd, Some(super::address(&kept))) {
             Ok(Some(s)) => {
-                // SAFETY: the program's descriptor, which it closed.
-                unsafe { real::close(fd) };
+                // The program's descriptor, which it closed (raw: no
+                // cancellation point inside the library).
+                sys::close(fd);
                 Some(s)
             }
             _ => None,

@@ -16,7 +16,6 @@ use super::super::core::setup::PROOF_LINGER;
 use super::super::stats::{self, STATS};
 use super::{Inner, Sock};
 use crate::shim::reactor::Reactor;
-use crate::shim::real;
 use crate::shim::sys::{self, lock};
 
 impl Sock {
@@ -70,9 +69,9 @@ impl Sock {
             let mut len = size_of::<libc::sockaddr_storage>() as socklen_t;
             // SAFETY: peeking into a local buffer and address on our socket.
             let n = unsafe {
-                real::recvfrom(
+                sys::recvfrom_raw(
                     self.udp,
-                    buf.as_mut_ptr().cast(),
+                    buf.as_mut_ptr(),
                     buf.len(),
                     libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_TRUNC,
                     (&mut ss as *mut libc::sockaddr_storage).cast(),
@@ -90,14 +89,7 @@ impl Sock {
                 unsafe { sys::addr_from_raw((&ss as *const libc::sockaddr_storage).cast(), len) };
             // SAFETY: consuming the datagram just peeked (we hold proof_lock,
             // so it is still the head).
-            unsafe {
-                real::recv(
-                    self.udp,
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
+            unsafe { sys::recv_raw(self.udp, buf.as_mut_ptr(), buf.len(), libc::MSG_DONTWAIT) };
             match src {
                 Some(src) => found.push((src, nonce)),
                 None => stats::inc(&STATS.proofs_bad),

@@ -423,7 +423,7 @@ fn drain_error_queue(fd: c_int) {
         // SAFETY: zeroed msghdr is valid: no buffer, no control space.
         let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
         // SAFETY: the msghdr names no memory.
-        let r = unsafe { real::recvmsg(fd, &mut m, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        let r = unsafe { sys::recvmsg_raw(fd, &mut m, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
         if r < 0 && sys::errno() != libc::EINTR {
             return;
         }
