@@ -181,3 +181,13 @@ fn a_last_close_in_dup2_with_a_cancel_pending_completes() {
 fn exit_with_a_cancel_pending_ends_the_process() {
     case("exit");
 }
+
+/// `sendfile` to the DDP-mode socket from an empty pipe (the preload's
+/// send path reads it; Linux's own sendfile refuses a pipe: the plain run
+/// checks `EINVAL`): cancelled in its wait for the pipe, and the pipe's
+/// bytes go out after. Aborted with the read in libc's `read` inside the
+/// library; hangs with the raw read and no wait before it.
+#[test]
+fn a_sendfile_waiting_for_its_pipe_is_cancelled() {
+    case("sendfile");
+}

@@ -460,11 +460,20 @@ pub unsafe extern "C-unwind" fn sendfile(
                 // SAFETY: the caller's offset.
                 Some(unsafe { *offset })
             };
+            // Raw reads (libc's are cancellation points, here inside the
+            // library: a cancel of a thread blocked in one aborted the
+            // process); an input that can block (a pipe: Linux's own
+            // sendfile refuses one) is waited for first, so that a pending
+            // cancel ends the call (`sys::wait_fd`).
+            if let Err(e) = wait_input(in_fd) {
+                set_errno(e);
+                return -1;
+            }
             let n = match at {
                 // SAFETY: reading into our own buffer at the position.
-                Some(pos) => unsafe { real::pread(in_fd, buf.as_mut_ptr().cast(), buf.len(), pos) },
+                Some(pos) => unsafe { sys::pread_raw(in_fd, buf.as_mut_ptr(), buf.len(), pos) },
                 // SAFETY: reading into our own buffer.
-                None => unsafe { real::read(in_fd, buf.as_mut_ptr().cast(), buf.len()) },
+                None => unsafe { sys::read_raw(in_fd, buf.as_mut_ptr(), buf.len()) },
             };
             if n <= 0 {
                 return n;
@@ -490,6 +499,29 @@ pub unsafe extern "C-unwind" fn sendfile(
             sent
         })
     })
+}
+
+/// Before `sendfile`'s read of `in_fd`: a blocking input that is not a
+/// file or a block device (whose reads never wait for a writer) is
+/// waited for until readable (raw: see [`sys::wait_fd`]). `Err(errno)`:
+/// the wait ended (a pending cancel, a signal).
+fn wait_input(in_fd: c_int) -> Result<(), c_int> {
+    // SAFETY: fstat into a zeroed stat on the stack.
+    let mut st: libc::stat = unsafe { zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(in_fd, &mut st) } != 0 {
+        return Ok(());
+    }
+    let fmt = st.st_mode & libc::S_IFMT;
+    if fmt == libc::S_IFREG || fmt == libc::S_IFBLK {
+        return Ok(());
+    }
+    // SAFETY: a query of the caller's descriptor's status flags.
+    let fl = unsafe { real::fcntl(in_fd, libc::F_GETFL, 0) };
+    if fl < 0 || fl & libc::O_NONBLOCK != 0 {
+        return Ok(());
+    }
+    sys::wait_fd(in_fd, libc::POLLIN, None).map(|_| ())
 }
 
 /// Interposed `sendfile64` (same as `sendfile` on 64-bit targets).

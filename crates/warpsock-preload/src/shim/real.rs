@@ -101,7 +101,6 @@ real_fns! {
     epoll_create1(flags: c_int) -> c_int;
     shutdown(fd: c_int, how: c_int) -> c_int;
     sendfile(out_fd: c_int, in_fd: c_int, offset: *mut libc::off_t, count: size_t) -> ssize_t;
-    pread(fd: c_int, buf: *mut c_void, len: size_t, offset: libc::off_t) -> ssize_t;
     poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
     ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
     select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: *mut libc::timeval) -> c_int;

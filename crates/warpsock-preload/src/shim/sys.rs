@@ -177,6 +177,24 @@ pub(crate) unsafe fn read_raw(fd: c_int, buf: *mut u8, len: usize) -> isize {
     unsafe { libc::syscall(libc::SYS_read, libc::c_long::from(fd), buf, len) as isize }
 }
 
+/// `pread(fd, buf, len, off)` as the raw `pread64` system call (see
+/// [`send_raw`]).
+///
+/// # Safety
+/// `buf` must be writable for `len` bytes.
+pub(crate) unsafe fn pread_raw(fd: c_int, buf: *mut u8, len: usize, off: libc::off_t) -> isize {
+    // SAFETY: the caller vouches for `buf`/`len`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pread64,
+            libc::c_long::from(fd),
+            buf,
+            len,
+            off as libc::c_long,
+        ) as isize
+    }
+}
+
 /// `write(fd, buf, len)` as the raw system call (see [`send_raw`]).
 ///
 /// # Safety

@@ -63,6 +63,13 @@
  *   dup2abort the same with SO_LINGER 0 set first (an abortive close: the
  *             reset's disconnect was libc's connect); the peer reads the
  *             reset (or the end);
+ *   sendfile  sendfile() to the socket from an empty pipe (the preload's
+ *             send path reads the pipe: it read it with libc's read, a
+ *             cancellation point inside the library, and the cancel
+ *             aborted the process): cancelled in its wait for the pipe;
+ *             the pipe's bytes then go out by a sendfile of the main
+ *             thread. Plain: Linux refuses a pipe (EINVAL), nothing to
+ *             cancel;
  *   exit      exit() by a thread with a cancel pending and enabled (it
  *             enabled cancellation after the cancel came, and made no
  *             cancellation point since), with bytes buffered in the
@@ -97,9 +104,11 @@
 #include <stdatomic.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/syscall.h>
 
 static int c, s;
+static void cancel_blocked(void *(*fn)(void *));
 static int victim;              /* the descriptor the blocked call uses */
 static atomic_int tid;          /* the blocked thread's id */
 static atomic_size_t sent;      /* send: bytes of the writes that returned */
@@ -303,6 +312,29 @@ static void disabled_until_go(void) {
     CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
 }
 
+/* sendfile: sendfile(victim, pipe's read end) of 8 bytes. */
+static int sfpipe[2];
+static void *block_sendfile(void *a) {
+    (void)a;
+    started();
+    return returned(sendfile(victim, sfpipe[0], NULL, 8));
+}
+
+static void cancel_sendfile(int plain) {
+    CHECK(pipe(sfpipe) == 0);
+    if (plain) {
+        CHECK(sendfile(c, sfpipe[0], NULL, 8) < 0 && errno == EINVAL);
+    } else {
+        cancel_blocked(block_sendfile);
+        CHECK(write(sfpipe[1], "pipedata", 8) == 8);
+        CHECK(sendfile(c, sfpipe[0], NULL, 8) == 8);
+        char b[8];
+        CHECK(recv(s, b, 8, MSG_WAITALL) == 8 && memcmp(b, "pipedata", 8) == 0);
+    }
+    close(sfpipe[0]);
+    close(sfpipe[1]);
+}
+
 /* exit: fills the socket's buffers, then exits with its cancel pending. */
 static atomic_int filled;
 static void *exit_pending(void *a) {
@@ -497,8 +529,6 @@ static void jump_out(void) {
         fprintf(stderr, "the poll returned %ld (errno %ld)\n", atomic_load(&ret_r), atomic_load(&ret_errno));
     CHECK(res == NULL);
 }
-
-static void cancel_blocked(void *(*fn)(void *));
 
 /* switch: the thread switches `mine` and waits for the peer's mark; it
  * is cancelled there, then the peer, `theirs`, switches: the thread's
@@ -712,6 +742,9 @@ int main(int argc, char **argv) {
         still_works(c, s);
     } else if (!strcmp(cs, "dup2") || !strcmp(cs, "dup2abort")) {
         cancel_dup2(!strcmp(cs, "dup2abort"));
+    } else if (!strcmp(cs, "sendfile")) {
+        cancel_sendfile(plain);
+        still_works(c, s);
     } else if (!strcmp(cs, "exit")) {
         /* The process ends in the thread's exit(0): no "ok" line. */
         CHECK(pipe(go) == 0);
