@@ -191,3 +191,19 @@ fn exit_with_a_cancel_pending_ends_the_process() {
 fn a_sendfile_waiting_for_its_pipe_is_cancelled() {
     case("sendfile");
 }
+
+/// A read of a socket whose switch failed for want of the MPA Request
+/// after the peer's mark (a peer that sent the mark by hand): the socket
+/// watches the bytes behind the mark for a late Request
+/// (`xsock::residue`), the read waits there and is cancelled; the peer's
+/// bytes are read as data after. Aborted with that wait in libc's `poll`.
+#[test]
+fn a_read_watching_for_a_late_request_is_cancelled() {
+    for preload in [false, true] {
+        let r = run_case("cancel", "watch", preload);
+        if preload {
+            assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
+            assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
+        }
+    }
+}

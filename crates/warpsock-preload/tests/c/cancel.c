@@ -70,6 +70,14 @@
  *             the pipe's bytes then go out by a sendfile of the main
  *             thread. Plain: Linux refuses a pipe (EINVAL), nothing to
  *             cancel;
+ *   watch     a read of a socket whose switch the peer answered with its
+ *             mark and no MPA Request (a peer without the library that
+ *             sends the mark's urgent byte by hand): the switch fails and
+ *             the socket watches the bytes behind the mark for a late
+ *             Request (xsock/residue.rs); the read waits for them there
+ *             (its wait was libc's poll inside the library: the cancel
+ *             aborted the process) and is cancelled; the peer's bytes
+ *             then are read as data (plain: no switch, a TCP read);
  *   exit      exit() by a thread with a cancel pending and enabled (it
  *             enabled cancellation after the cancel came, and made no
  *             cancellation point since), with bytes buffered in the
@@ -109,6 +117,7 @@
 
 static int c, s;
 static void cancel_blocked(void *(*fn)(void *));
+static void still_works(int mine, int theirs);
 static int victim;              /* the descriptor the blocked call uses */
 static atomic_int tid;          /* the blocked thread's id */
 static atomic_size_t sent;      /* send: bytes of the writes that returned */
@@ -333,6 +342,42 @@ static void cancel_sendfile(int plain) {
     }
     close(sfpipe[0]);
     close(sfpipe[1]);
+}
+
+/* watch: the end that responds (its address, port, the greater: the
+ * switch's roles, warpsock_xsock::switch::role) switches; the other, a
+ * plain socket, sends the mark (0xD7, urgent) and never the MPA Request. */
+static void *switch_victim(void *a) {
+    (void)a;
+    static int one = 1;
+    int r = setsockopt(victim, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+    atomic_store(&switch_errno, errno);
+    atomic_store(&switch_r, r);
+    return NULL;
+}
+
+static int local_port(int fd) {
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+    return ntohs(a.sin_port);
+}
+
+static void cancel_watch(void) {
+    int responder = local_port(c) > local_port(s) ? c : s;
+    int other = responder == c ? s : c;
+    static const unsigned char mark = 0xD7;
+    CHECK(send(other, &mark, 1, MSG_OOB) == 1);
+    victim = responder;
+    pthread_t p;
+    CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
+    CHECK(pthread_join(p, NULL) == 0);
+    CHECK(atomic_load(&switch_r) == -1);
+    cancel_blocked(block_read);
+    CHECK(write(other, "notmpa!!", 8) == 8);
+    char b[8];
+    CHECK(recv(responder, b, 8, MSG_WAITALL) == 8 && memcmp(b, "notmpa!!", 8) == 0);
+    still_works(responder, other);
 }
 
 /* exit: fills the socket's buffers, then exits with its cancel pending. */
@@ -665,7 +710,7 @@ int main(int argc, char **argv) {
     const char *cs = argv[1];
     int plain = argc > 2 && !strcmp(argv[2], "plain");
     tcp_pair(&c, &s);
-    int switching = !strcmp(cs, "switch") || !strcmp(cs, "switchpeer");
+    int switching = !strcmp(cs, "switch") || !strcmp(cs, "switchpeer") || !strcmp(cs, "watch");
     if (!plain && !switching) {
         pthread_t p;
         CHECK(pthread_create(&p, NULL, peer_switch, NULL) == 0);
@@ -745,6 +790,8 @@ int main(int argc, char **argv) {
     } else if (!strcmp(cs, "sendfile")) {
         cancel_sendfile(plain);
         still_works(c, s);
+    } else if (!strcmp(cs, "watch")) {
+        cancel_watch();
     } else if (!strcmp(cs, "exit")) {
         /* The process ends in the thread's exit(0): no "ok" line. */
         CHECK(pipe(go) == 0);
