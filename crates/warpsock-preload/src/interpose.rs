@@ -626,21 +626,32 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 
 // ---- _exit ---------------------------------------------------------------------
 
-/// Every kind's `_exit` flush.
+/// Every kind's `_exit` flush, with the thread's cancellation disabled
+/// and put back before the real `_exit` (the flush waits in libc's
+/// `nanosleep`, `xsock::linger`, and prints with its `write`: cancellation
+/// points, where a thread with a cancel pending and enabled was unwound
+/// through the library and the process aborted). Put back, not left
+/// disabled: a vforked child's thread is its parent's.
 fn exit_flush() {
-    for k in KINDS {
-        k.exit_flush();
-    }
+    sys::without_cancel(|| {
+        for k in KINDS {
+            k.exit_flush();
+        }
+    });
 }
 
 /// Every kind's flush before exec, then the demotion of inherited managed
 /// sockets.
 fn before_exec() {
+    // With the thread's cancellation disabled, put back before the exec
+    // (see `exit_flush`: the kinds' lingers sleep in libc's `nanosleep`).
     enter((), || {
-        for k in KINDS {
-            k.before_exec();
-        }
-        demote_all(true);
+        sys::without_cancel(|| {
+            for k in KINDS {
+                k.before_exec();
+            }
+            demote_all(true);
+        });
     });
 }
 
@@ -661,6 +672,7 @@ static DEMOTED_FOR_EXEC: Mutex<Vec<(c_int, Arc<dyn Socket>)>> = Mutex::new(Vec::
 fn exec_failed() {
     let e = sys::errno();
     enter((), || {
+        let _cancel_off = sys::CancelOff::new();
         for k in KINDS {
             k.exec_failed();
         }

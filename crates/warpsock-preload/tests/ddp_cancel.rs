@@ -176,10 +176,18 @@ fn a_last_close_in_dup2_with_a_cancel_pending_completes() {
 /// socket holds bytes its peer never reads: the process ends with the
 /// thread's status after the exit's wait for those bytes. Aborted with the
 /// exit handler's wait in libc's `nanosleep` (and its counters' report in
-/// libc's `write`), both cancellation points.
+/// libc's `write`), both cancellation points. The same for `_exit` (the
+/// library's flush before it) and `execv` of `/bin/true` (its wait before
+/// the exec): the process ends with status 0 (no counters are printed
+/// there).
 #[test]
-fn exit_with_a_cancel_pending_ends_the_process() {
+fn exit_exit_now_or_exec_with_a_cancel_pending_ends_the_process() {
     case("exit");
+    for name in ["exitnow", "exec"] {
+        for preload in [false, true] {
+            run_case("cancel", name, preload);
+        }
+    }
 }
 
 /// `sendfile` to the DDP-mode socket from an empty pipe (the preload's

@@ -546,19 +546,28 @@ const PTHREAD_CANCEL_DISABLE: c_int = 1;
 /// `recvmsg` inside). A cancel that comes meanwhile stays pending, acted
 /// on at the thread's next cancellation point.
 pub(crate) fn without_cancel<T>(f: impl FnOnce() -> T) -> T {
-    /// Puts the state back, on return and on a panic's unwind.
-    struct Restore(c_int);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            // SAFETY: sets this thread's state back; no cancellation point.
-            unsafe { pthread_setcancelstate(self.0, std::ptr::null_mut()) };
-        }
-    }
-    let mut old = PTHREAD_CANCEL_DISABLE;
-    // SAFETY: sets this thread's state, the old one into `old`.
-    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
-    let _restore = Restore(old);
+    let _off = CancelOff::new();
     f()
+}
+
+/// The calling thread's cancellation disabled while this lives; its state
+/// put back as it drops (on return and on a panic's unwind).
+pub(crate) struct CancelOff(c_int);
+
+impl CancelOff {
+    pub(crate) fn new() -> Self {
+        let mut old = PTHREAD_CANCEL_DISABLE;
+        // SAFETY: sets this thread's state, the old one into `old`.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+        Self(old)
+    }
+}
+
+impl Drop for CancelOff {
+    fn drop(&mut self) {
+        // SAFETY: sets this thread's state back; no cancellation point.
+        unsafe { pthread_setcancelstate(self.0, std::ptr::null_mut()) };
+    }
 }
 
 /// After a wait of a program's call that a signal ended (`EINTR`):

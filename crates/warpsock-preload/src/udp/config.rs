@@ -87,7 +87,11 @@ pub(crate) struct Config {
 }
 
 fn warn(var: &str, val: &str) {
-    eprintln!("warpsock-preload: ignoring malformed {var}={val:?}");
+    // Read inside a program's call: stderr's `write` is a cancellation
+    // point.
+    crate::shim::sys::without_cancel(|| {
+        eprintln!("warpsock-preload: ignoring malformed {var}={val:?}");
+    });
 }
 
 fn env_num<T: std::str::FromStr>(var: &str, default: T) -> T {

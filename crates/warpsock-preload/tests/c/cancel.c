@@ -86,6 +86,11 @@
  *             the exit's wait for those bytes (the library's exit handler
  *             waited in libc's nanosleep, a cancellation point: the
  *             process aborted, "FATAL: exception not rethrown");
+ *   exitnow   the same with _exit (the library's flush of the bytes before
+ *             it waited in nanosleep too);
+ *   exec      the same with execv of /bin/true (the library's wait for
+ *             the bytes before an exec likewise): the process becomes
+ *             /bin/true, status 0;
  *   jump      not a cancel: the poll case's poll, left by a siglongjmp out
  *             of a signal handler that interrupted it (it never returns to
  *             the library: its stand-in stays counted); the peer's rioread
@@ -382,6 +387,7 @@ static void cancel_watch(void) {
 
 /* exit: fills the socket's buffers, then exits with its cancel pending. */
 static atomic_int filled;
+static int exit_how; /* 0 exit, 1 _exit, 2 execv */
 static void *exit_pending(void *a) {
     (void)a;
     CHECK(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL) == 0);
@@ -401,6 +407,12 @@ static void *exit_pending(void *a) {
     static char b;
     CHECK(read(go[0], &b, 1) == 1);
     CHECK(pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL) == 0);
+    if (exit_how == 1) _exit(0);
+    if (exit_how == 2) {
+        static char *const args[] = {"/bin/true", NULL};
+        execv(args[0], args);
+        _exit(3);
+    }
     exit(0);
 }
 
@@ -792,7 +804,8 @@ int main(int argc, char **argv) {
         still_works(c, s);
     } else if (!strcmp(cs, "watch")) {
         cancel_watch();
-    } else if (!strcmp(cs, "exit")) {
+    } else if (!strcmp(cs, "exit") || !strcmp(cs, "exitnow") || !strcmp(cs, "exec")) {
+        exit_how = !strcmp(cs, "exitnow") ? 1 : !strcmp(cs, "exec") ? 2 : 0;
         /* The process ends in the thread's exit(0): no "ok" line. */
         CHECK(pipe(go) == 0);
         pthread_t t;
