@@ -527,7 +527,8 @@ impl XSocket {
     pub(crate) fn fail(&self, st: &mut State, errno: i32, what: String) {
         if st.error.is_none() {
             if std::env::var_os("XSOCK_DEBUG").is_some() {
-                eprintln!("xsock {} -> {}: {what}", self.local, self.peer);
+                let line = format!("xsock {} -> {}: {what}\n", self.local, self.peer);
+                super::sys::debug_line(line.as_bytes());
             }
             st.error = Some((errno, what));
         }

@@ -92,6 +92,28 @@ pub(crate) fn pause(d: Duration) {
     };
 }
 
+/// Writes `line` to standard error (`XSOCK_DEBUG`'s reports) as raw
+/// `write` system calls: `eprintln!` is libc's `write`, a cancellation
+/// point, and a report is made inside a program's call.
+pub(crate) fn debug_line(mut line: &[u8]) {
+    while !line.is_empty() {
+        // SAFETY: `line` is a live, readable slice of its length.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_write,
+                libc::c_long::from(libc::STDERR_FILENO),
+                line.as_ptr(),
+                line.len(),
+            )
+        };
+        match r {
+            n if n > 0 => line = &line[n as usize..],
+            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            _ => return,
+        }
+    }
+}
+
 /// Disconnects the TCP socket `fd`: `connect` to `AF_UNSPEC` (Linux
 /// `tcp_disconnect`), as the raw system call (libc's `connect` is a
 /// cancellation point).
