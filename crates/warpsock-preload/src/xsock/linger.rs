@@ -119,7 +119,7 @@ impl<B: Fn() -> bool, E: Fn() -> (u64, u64)> Pending for Exit<B, E> {
 pub(crate) fn wait_for(bound: Duration, busy: impl Fn() -> bool, engines: Engines) -> bool {
     let p = Exit::new(busy, engines, warpsock_xsock::io::posted_bytes);
     wait(&p, bound, Instant::now, || {
-        std::thread::sleep(Duration::from_millis(2));
+        sys::sleep(Duration::from_millis(2));
     })
 }
 

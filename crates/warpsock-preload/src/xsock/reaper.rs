@@ -38,7 +38,6 @@ use warpsock_xsock::io::{Closing, Phase, XSocket};
 use super::config;
 use super::linger::{spawn_reaper, CLOSING};
 use crate::shim::guard::enter;
-use crate::shim::real;
 use crate::shim::sys;
 
 /// Every close held is stepped at least this often, ready or not: a
@@ -224,8 +223,11 @@ pub(super) fn hand_over(x: XSocket, abortive: bool) {
 impl Reaper {
     fn wake(&self) {
         let one: u64 = 1;
+        // Raw: a hand-over comes from the program's close (or dup2), where
+        // libc's `write`, a cancellation point, acted on a pending cancel
+        // inside the library (the process aborted: cancel.c `dup2`).
         // SAFETY: writing 8 bytes to our eventfd.
-        unsafe { real::write(self.wakefd, (&one as *const u64).cast(), 8) };
+        unsafe { sys::write_raw(self.wakefd, (&one as *const u64).cast(), 8) };
     }
 
     /// The thread: takes the closes handed over, keeps their number to
@@ -234,6 +236,9 @@ impl Reaper {
     /// calls are the library's) and its panic boundary, each step under a
     /// boundary of its own too: a step that panicked drops its socket.
     fn run(&'static self, linger: Duration, max: usize) {
+        // A library thread for good: a program that cancels every thread
+        // it finds must not unwind through it (`sys::no_cancel`).
+        sys::no_cancel();
         let mut held: VecDeque<Held> = VecDeque::new();
         // Whether each held close is to be stepped this round.
         let mut due: VecDeque<bool> = VecDeque::new();
@@ -316,12 +321,11 @@ impl Reaper {
                 let ms = timeout.map_or(-1, |d| {
                     d.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int
                 });
-                // SAFETY: `fds` is a valid array of its length.
-                let n = unsafe { real::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+                let n = sys::poll(&mut fds, ms);
                 if n < 0 && sys::errno() != libc::EINTR {
                     // Not expected (the closes held are bounded, far below
                     // the descriptor limit): no spin meanwhile.
-                    std::thread::sleep(Duration::from_millis(1));
+                    sys::sleep(Duration::from_millis(1));
                 }
                 if n <= 0 {
                     return;
@@ -329,7 +333,7 @@ impl Reaper {
                 if fds[0].revents != 0 {
                     let mut v: u64 = 0;
                     // SAFETY: reading 8 bytes from our eventfd into `v`.
-                    unsafe { real::read(self.wakefd, (&mut v as *mut u64).cast(), 8) };
+                    unsafe { sys::read_raw(self.wakefd, (&mut v as *mut u64).cast(), 8) };
                 }
                 for (d, f) in due.iter_mut().zip(&fds[1..]) {
                     *d = f.revents != 0;
