@@ -4,8 +4,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use common::{pattern, wait_n, LIMIT};
@@ -155,4 +156,114 @@ fn sockets_adopted_non_blocking_wait_without_spinning() {
         server_parks <= 8,
         "{server_parks} parked reads in an idle 40 ms wait (responder)"
     );
+}
+
+/// `setsockopt` of an `int`.
+fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) {
+    // SAFETY: `v` is a live int of the length passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "setsockopt {level}/{name}: {}",
+        io::Error::last_os_error()
+    );
+}
+
+/// `SO_MEMINFO` (`asm-generic/socket.h`; not in `libc`).
+const SO_MEMINFO: libc::c_int = 55;
+
+/// The socket's receive memory in use and its receive buffer
+/// (`SO_MEMINFO`'s `SK_MEMINFO_RMEM_ALLOC`, `SK_MEMINFO_RCVBUF`).
+fn rmem(fd: RawFd) -> (u32, u32) {
+    let mut m = [0u32; 9];
+    let mut len = size_of_val(&m) as libc::socklen_t;
+    // SAFETY: `m` is a live, writable array of `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            m.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "SO_MEMINFO: {}", io::Error::last_os_error());
+    (
+        m[libc::SK_MEMINFO_RMEM_ALLOC as usize],
+        m[libc::SK_MEMINFO_RCVBUF as usize],
+    )
+}
+
+/// Transmit stamps in the initiator's error queue during its MPA exchange
+/// (a program's `SO_TIMESTAMPING` `TX_ACK` stamps of bytes it sent before
+/// the switch, which come as the peer reads them) are charged to its
+/// receive buffer (`sock_queue_err_skb`), and nobody read them: once they
+/// filled it, a segment that came — the peer's last mark — was taken (the
+/// receive queue was empty) but acknowledged with a zero window
+/// (`ICSK_ACK_NOMEM`), which nothing reopened, so the peer's MPA Reply
+/// was dropped at every retransmission and the exchange failed at its
+/// timeout (the preload's `ddp_sockopt` `latestamps`, 2 runs in ~800
+/// under load: `ETIMEDOUT` after 4 s, the initiator's kernel socket with
+/// 7,616 B of stamps in an 8 KiB buffer, the peer's window 0 and its
+/// 40 B Reply retransmitted). Here the same, made deterministic: a few
+/// software stamps of 1-byte sends, the buffer then lowered below them
+/// (`SO_RCVBUF`'s minimum), the peer's 1-byte mark read. The exchange's
+/// waits drop the stamps and it completes. Fails without that: `MPA
+/// reply` timeout (5 s).
+#[test]
+fn stamps_waiting_in_the_error_queue_do_not_stall_the_mpa_exchange() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut x = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut y, _) = l.accept().unwrap();
+    let fd = x.as_raw_fd();
+    x.set_nodelay(true).unwrap();
+    let stamps = libc::SOF_TIMESTAMPING_TX_SOFTWARE
+        | libc::SOF_TIMESTAMPING_SOFTWARE
+        | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+    set_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_TIMESTAMPING,
+        stamps as libc::c_int,
+    );
+    let mut sent = 0;
+    while rmem(fd).0 <= 4096 {
+        assert!(sent < 10_000, "no stamps queued: {:?}", rmem(fd));
+        x.write_all(b"s").unwrap();
+        sent += 1;
+    }
+    set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, 0);
+    set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 1);
+    let (stamped, rcvbuf) = rmem(fd);
+    assert!(
+        stamped > rcvbuf,
+        "{stamped} B of stamps, a {rcvbuf} B buffer"
+    );
+    let mut got = vec![0; sent];
+    y.read_exact(&mut got).unwrap();
+    y.write_all(b"m").unwrap();
+    x.read_exact(&mut got[..1]).unwrap();
+    let server = std::thread::spawn(move || {
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
+        let init = QpInit::new(&pd, &cq);
+        let req = ConnectRequest::read(y, Duration::from_secs(10)).unwrap();
+        req.accept(&init, b"stamped").map(drop)
+    });
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(16).unwrap());
+    let mut init = QpInit::new(&pd, &cq);
+    init.options.mpa_timeout = Duration::from_secs(5);
+    let qp = connect_stream(x, &init).unwrap();
+    assert_eq!(qp.negotiated().unwrap().peer_private_data, b"stamped");
+    server.join().unwrap().unwrap();
 }

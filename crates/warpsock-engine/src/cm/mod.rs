@@ -372,9 +372,10 @@ pub fn connect_stream(sock: TcpStream, init: &QpInit<'_>) -> Result<Qp, CmError>
         sock.local_addr().map_err(CmError::Io)?,
         sock.peer_addr().map_err(CmError::Io)?,
     );
-    // The queue pair and the MPA exchange read in blocking mode with a
-    // timeout: a socket adopted in non-blocking mode (a program that
-    // connected non-blocking) would make every wait spin in `recv`.
+    // The queue pair reads in blocking mode with a timeout (the MPA
+    // exchange polls, then reads what came): a socket adopted in
+    // non-blocking mode (a program that connected non-blocking) would
+    // make every wait spin in `recv`.
     sock.set_nonblocking(false).map_err(CmError::Io)?;
     opts.tcp.apply(&sock).map_err(CmError::Io)?;
     let mss = fpdu_segment(&sock, addrs.1);

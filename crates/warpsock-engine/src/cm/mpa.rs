@@ -25,11 +25,6 @@ pub(super) enum MpaDone {
     Request(warpsock_proto::ConnectRequest),
 }
 
-/// Slack allowed between the MPA deadline and the end of a read timeout
-/// set earlier: `SO_RCVTIMEO` is re-set only when a read could overshoot
-/// the deadline by more than this (one system call saved per read).
-const RCVTIMEO_SLACK: Duration = Duration::from_millis(10);
-
 /// One MPA exchange in progress on a socket: the core's connection and the
 /// bytes read from the socket and not yet fed to it.
 ///
@@ -134,13 +129,14 @@ impl MpaExchange {
         }
     }
 
-    /// Reads into the buffer (only called once everything read was fed):
-    /// what a read returns goes to the core, EOF and errors included.
-    /// Returns whether the read would block. The raw system call, as the
-    /// writes ([`sys::send_all`]): std's `read` is libc's `recv`, a
-    /// cancellation point.
+    /// Reads into the buffer (only called once everything read was fed),
+    /// never blocking (`MSG_DONTWAIT`, whatever the socket's mode): what a
+    /// read returns goes to the core, EOF and errors included. Returns
+    /// whether the read would block. The raw system call, as the writes
+    /// ([`sys::send_all`]): std's `read` is libc's `recv`, a cancellation
+    /// point.
     pub(super) fn read_from(&mut self, sock: &TcpStream) -> bool {
-        match sys::recv_wait(sock.as_raw_fd(), &mut self.buf) {
+        match sys::recv_dontwait(sock.as_raw_fd(), &mut self.buf) {
             Ok(0) => self.conn.handle_eof(),
             Ok(n) => (self.off, self.end) = (0, n),
             Err(e)
@@ -200,14 +196,28 @@ impl MpaExchange {
 /// or a Request arrived (responder), with the real clock driving the
 /// core's timeout. Returns how it finished; [`MpaExchange::early`] then has
 /// the bytes read beyond the frame.
+///
+/// Each wait is a `poll` for input up to the core's deadline, then a read
+/// of what came (it never blocks): `poll` also reports entries in the
+/// socket's error queue (`POLLERR` with nothing to read), which a read
+/// never takes, and those are dropped here ([`sys::drain_error_queue`]).
+/// They are transmit stamps a program's `SO_TIMESTAMPING` asked for, of
+/// bytes it sent before it handed the socket over (the preload's switch):
+/// they come as the peer acknowledges them, during the exchange, and are
+/// charged to the receive buffer. Left there, they filled it: a segment
+/// that came then (the peer's last mark) was acknowledged with a zero
+/// window (`ICSK_ACK_NOMEM`) that nothing reopened, and the peer's Reply
+/// was dropped until the exchange's timeout (a blocking read waited it
+/// out: the stamps do not end it). A drop takes at least one entry and
+/// the deadline bounds the loop.
 pub(super) fn drive_mpa(sock: &TcpStream, x: &mut MpaExchange) -> Result<MpaDone, CmError> {
-    let mut rcvtimeo: Option<Option<Duration>> = None;
+    let fd = sock.as_raw_fd();
     loop {
         if let Some(done) = x.advance(sock)? {
             return Ok(done);
         }
         let now = Instant::now();
-        let want_timeo = match x.conn.poll_timeout() {
+        let rest = match x.conn.poll_timeout() {
             Some(d) if now >= d => {
                 x.conn.handle_timeout(now);
                 continue;
@@ -215,15 +225,19 @@ pub(super) fn drive_mpa(sock: &TcpStream, x: &mut MpaExchange) -> Result<MpaDone
             Some(d) => Some(d - now),
             None => None,
         };
-        let stale = match (rcvtimeo, want_timeo) {
-            (Some(Some(set)), Some(rest)) => set > rest + RCVTIMEO_SLACK,
-            (Some(set), want) => set.is_some() != want.is_some(),
-            (None, _) => true,
-        };
-        if stale {
-            sock.set_read_timeout(want_timeo)
-                .map_err(|e| CmError::socket(x.peer, x.stage, e))?;
-            rcvtimeo = Some(want_timeo);
+        let mut p = [libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // Nothing ready (the deadline, or a signal): the clock is looked
+        // at again above.
+        if sys::poll(&mut p, rest).map_err(|e| CmError::socket(x.peer, x.stage, e))? == 0 {
+            continue;
+        }
+        let ev = p[0].revents;
+        if ev & libc::POLLERR != 0 && sys::drain_error_queue(fd) > 0 && ev & libc::POLLIN == 0 {
+            continue;
         }
         x.read_from(sock);
     }
