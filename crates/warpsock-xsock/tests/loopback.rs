@@ -731,6 +731,55 @@ fn a_reset_between_small_sends_fails_the_next_one() {
     drop(xb);
 }
 
+/// Waits until `fd`'s kernel socket has a reset (`POLLERR`; `poll` does
+/// not consume it).
+fn until_reset(fd: std::os::fd::RawFd) {
+    let t = Instant::now();
+    loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one pollfd.
+        unsafe { libc::poll(&mut p, 1, 100) };
+        if p.revents & libc::POLLERR != 0 {
+            return;
+        }
+        assert!(t.elapsed() < LIMIT, "no reset seen: {:#x}", p.revents);
+    }
+}
+
+/// A send made once the kernel socket has the peer's reset, before
+/// anything of ours took it in, fails as Linux's does, with the reset's
+/// error — `EPIPE` after the peer's end of stream (`tcp_reset` in
+/// `CLOSE_WAIT`; the preload's `abortshut`, 4 runs in 90 under load) —
+/// and the connection keeps it. Before, the inline write met the error,
+/// the connection recorded it, and the call returned Ok for a message
+/// nobody would read. Fails with the check after the straight path's
+/// write removed (the first send: `Ok(1)`, 3 runs of 3).
+#[test]
+fn a_send_after_the_peers_reset_reached_the_kernel_fails() {
+    use std::os::fd::AsRawFd;
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xa.send(b"12345678", false, None).unwrap();
+    xa.shutdown(false, true);
+    assert_eq!(recv_exact(&xb, 8), b"12345678");
+    let mut one = [0u8; 8];
+    let (n, _) = xb
+        .recv(&mut one, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(n, 0, "b reads a's end of stream");
+    net::reset(a, &xa);
+    until_reset(b.as_raw_fd());
+    let e = xb.send(b"x", false, None).expect_err("Ok after the reset");
+    assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+    let e = xb.send(b"x", false, None).expect_err("Ok after the reset");
+    assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+    drop(xa);
+}
+
 /// A socket whose read side is shut becomes readable with no message and
 /// counts a new arrival: a look taken after is newer than every look
 /// before ([`warpsock_xsock::io::Readiness::arrivals`]), so the preload's

@@ -67,8 +67,8 @@ impl XSocket {
                 let g = Gather::new(bufs);
                 let deadline = Self::deadline(timeout);
                 let mut st = self.lock();
-                if let Some(n) = self.send_straight(&mut st, &g) {
-                    return (Ok(n), Self::readiness_of(&st));
+                if let Some(r) = self.send_straight(&mut st, &g) {
+                    return (r, Self::readiness_of(&st));
                 }
                 self.send_locked(st, &g, nonblocking, deadline)
             }
@@ -106,8 +106,8 @@ impl XSocket {
         }
         let deadline = Self::deadline(timeout);
         let mut st = self.lock();
-        if let Some(n) = self.send_straight(&mut st, &g) {
-            return (Ok(n), Some(st));
+        if let Some(r) = self.send_straight(&mut st, &g) {
+            return (r, Some(st));
         }
         self.send_locked(st, &g, nonblocking, deadline)
     }
@@ -166,9 +166,9 @@ impl XSocket {
     /// one DATA message of all `g`'s bytes, post it and do nothing else
     /// (the bytes fit one transmit slot and the peer's receive slot:
     /// `tx_straight`'s cap, our slot size being our `Hello`'s).
-    /// Returns the bytes sent, or `None` having done nothing (the general
-    /// path then runs). What the general path does and this one skips,
-    /// each a no-op here:
+    /// Returns the call's result, or `None` having done nothing (the
+    /// general path then runs). What the general path does and this one
+    /// skips, each a no-op here:
     ///
     /// * `drive_before_send`'s round: not run for a small call on an
     ///   established connection with a transmit slot and a credit (its
@@ -194,7 +194,7 @@ impl XSocket {
     /// message and `Src` passed through memory were ~55 instructions a
     /// send (issue 12).
     #[inline(always)]
-    fn send_straight(&self, st: &mut State, g: &Gather<'_>) -> Option<usize> {
+    fn send_straight(&self, st: &mut State, g: &Gather<'_>) -> Option<io::Result<usize>> {
         let total = g.len();
         // Deferred posts between calls (`post_deferred` runs at every exit
         // of a send call, so only after a panic inside a batched one, its
@@ -234,9 +234,21 @@ impl XSocket {
         }
         st.sending -= 1;
         self.reap_posted(st);
+        // The write met the connection's end: the kernel socket had the
+        // peer's reset, which nothing of ours had taken in yet (the
+        // connection had no error above). The engine's write failed with
+        // it and the connection recorded it (`poll_events`, through the
+        // send's events): the call fails with it, as Linux's send on that
+        // socket does (`ECONNRESET`, or `EPIPE` after the peer's end of
+        // stream), not `Ok` for a message nobody reads (the preload's
+        // `abortshut`: 4 runs in 90 under load).
+        if let Some(e) = Self::dead(st) {
+            self.rearm(st);
+            return Some(Err(e));
+        }
         self.count(st, Count::TxBytes, total);
         self.rearm(st);
-        Some(total)
+        Some(Ok(total))
     }
 
     /// The body of a send call (`call`; `mrs`: the caller's buffers,
