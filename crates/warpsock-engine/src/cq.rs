@@ -77,6 +77,19 @@ fn interrupted() -> Error {
     }
 }
 
+/// What [`Cq::read_predicted`] did.
+#[derive(Debug)]
+pub enum Predicted<R> {
+    /// The read found nothing: nothing changed, no news asked for.
+    Empty,
+    /// The read brought one FPDU, taken by the caller's `take` (its
+    /// answer), and the queue pair's news after it.
+    Taken(R, QpNews),
+    /// Anything else: the completions drained into `out` and the queue
+    /// pair's news, as [`Cq::read_if_idle`]'s `Some`.
+    Polled(usize, QpNews),
+}
+
 /// A completion queue.
 #[derive(Debug)]
 pub struct Cq {
@@ -188,6 +201,75 @@ impl Cq {
         }
         let n = st.cq(self.id).drain_into(out);
         Some((n, self.news_of(&st, qp)))
+    }
+
+    /// [`Self::read_if_idle`] with the predicted receive (issue 12): when
+    /// the short round's read brings exactly one whole FPDU that the core
+    /// predicts — a one-FPDU Send into the head receive (see
+    /// `warpsock_proto::Connection::rx_send_predicted`) — `take` gets that
+    /// receive's `wr_id` and the payload where the read put it, under this
+    /// queue's lock. If it takes it ([`Predicted::Taken`]), the core has
+    /// advanced and posted the receive again in place: no completion, no
+    /// service round, no copy into the receive's buffer. `take` must not
+    /// call into this context (its lock is held).
+    ///
+    /// Else as `read_if_idle`: [`Predicted::Empty`] when the read found
+    /// nothing (no look at any byte), [`Predicted::Polled`] with the
+    /// round serviced and the completions drained into `out`. Only where
+    /// the receive's completion would come to this queue, with its notify
+    /// fd not maintained (`Cq::notify_fd`: a completion would signal it).
+    pub fn read_predicted<R>(
+        &self,
+        out: &mut [Wc],
+        qp: &Qp,
+        take: impl FnOnce(u64, &[u8]) -> Option<R>,
+    ) -> Predicted<R> {
+        let inner = &self.sh.inner;
+        let mut st = inner.lock();
+        if inner.progress == Progress::Caller {
+            match self.idle_round(&mut st, qp) {
+                Some(true) => return Predicted::Empty,
+                Some(false) => {
+                    if let Some(got) = self.predicted(&mut st, qp, take) {
+                        return Predicted::Taken(got, st.news(qp.qi));
+                    }
+                    st.service(qp.qi, &inner.epoll);
+                    st.reap(&inner.epoll);
+                }
+                None => {
+                    inner.progress_locked(&mut st);
+                }
+            }
+        }
+        let n = st.cq(self.id).drain_into(out);
+        Predicted::Polled(n, self.news_of(&st, qp))
+    }
+
+    /// The predicted take of [`Self::read_predicted`], after its short
+    /// round's read took bytes in (`idle_round`'s `Some(false)`: `qp` is
+    /// this context's only queue pair, nothing borrowed, this queue
+    /// drained). `None`: nothing changed.
+    #[inline(always)]
+    fn predicted<R>(
+        &self,
+        st: &mut State,
+        qp: &Qp,
+        take: impl FnOnce(u64, &[u8]) -> Option<R>,
+    ) -> Option<R> {
+        let State {
+            qps,
+            cqs,
+            reg,
+            rx_pool,
+            watching,
+            ..
+        } = st;
+        let q = qps.get_mut(qp.qi)?.as_mut()?;
+        if q.recv_cq != self.id || cqs.get(self.id)?.as_ref()?.armed() {
+            return None;
+        }
+        let epoll = watching.then_some(&self.sh.inner.epoll);
+        q.rx_predicted(qp.qi as u64, reg, rx_pool, epoll, take)
     }
 
     /// A caller-driven round of progress for a poll of this queue with

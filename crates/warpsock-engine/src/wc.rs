@@ -155,6 +155,11 @@ impl CqSlot {
         })
     }
 
+    /// Whether the notify fd is maintained ([`Self::arm`]).
+    pub(crate) fn armed(&self) -> bool {
+        self.armed
+    }
+
     /// Starts maintaining the notify fd (readable iff entries are queued).
     pub(crate) fn arm(&mut self) {
         self.armed = true;

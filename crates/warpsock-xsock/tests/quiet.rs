@@ -8,13 +8,17 @@
 //! reset.)
 
 use std::io::ErrorKind;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use warpsock_xsock::io::{RecvFlags, XSocket};
 
 mod net;
 
-use net::{opts, pattern, quiet_and_empty, spin_call, switch_both, tcp_pair, LIMIT, NONBLOCKING};
+use net::{
+    opts, pattern, quiet_and_empty, small_window, spin_call, switch_both, tcp_pair, LIMIT,
+    NONBLOCKING,
+};
 
 /// One spin as the preload makes it: `None` on `EAGAIN`, quiet or not.
 fn spin_once(x: &XSocket, buf: &mut [u8]) -> Option<usize> {
@@ -265,9 +269,26 @@ fn wire_len(xa: &XSocket, xb: &XSocket, n: usize) -> usize {
 /// One spin of `xa` with `flags` into `buf` that must take what arrived
 /// itself (`quiet_answers`): its result.
 fn quiet_answer(xa: &XSocket, buf: &mut [u8], flags: RecvFlags) -> (usize, bool) {
-    let answers = xa.quiet_answers();
+    quiet_answer_predicted(xa, buf, flags, false)
+}
+
+/// [`quiet_answer`], through the predicted receive or not (`predicted`:
+/// the spin's read brought one whole FPDU, a DATA message that fits, and
+/// it was taken where the read put it; else the usual path's).
+fn quiet_answer_predicted(
+    xa: &XSocket,
+    buf: &mut [u8],
+    flags: RecvFlags,
+    predicted: bool,
+) -> (usize, bool) {
+    let (answers, taken) = (xa.quiet_answers(), xa.predicted_answers());
     let r = spin_call(xa, &mut [buf], flags).expect("the spin's receive");
     assert_eq!(xa.quiet_answers() - answers, 1, "not the spin's own answer");
+    assert_eq!(
+        xa.predicted_answers() - taken,
+        u64::from(predicted),
+        "predicted (want {predicted})"
+    );
     r
 }
 
@@ -276,7 +297,9 @@ fn quiet_answer(xa: &XSocket, buf: &mut [u8], flags: RecvFlags) -> (usize, bool)
 /// receive; a `MSG_WAITALL` takes every message the read brought, up to
 /// its length (item 1: it returned the first alone); a message longer
 /// than the buffer leaves its rest for the next; message mode returns
-/// one message and its end. Each through the spin's own path.
+/// one message and its end. Each through the spin's own path, not the
+/// predicted receive (a peek, `MSG_WAITALL`, a buffer too small, two
+/// FPDUs in one read), but for one message alone in message mode.
 #[test]
 fn a_quiet_spins_answer_is_the_usual_receives() {
     let (a, b) = tcp_pair();
@@ -320,4 +343,330 @@ fn a_quiet_spins_answer_is_the_usual_receives() {
     );
     assert_eq!(buf[..8], pattern(8, 5)[..], "message mode");
     assert_eq!(spin_message(&xa, 8), pattern(8, 6), "the next message");
+    // One message alone in message mode: predicted, with its end.
+    arrive_while_quiet(&xa, &xb, &[pattern(8, 7)], wire8);
+    let mut buf = [0; 16];
+    assert_eq!(
+        quiet_answer_predicted(&xa, &mut buf, NONBLOCKING, true),
+        (8, true),
+        "message mode, one message"
+    );
+    assert_eq!(buf[..8], pattern(8, 7)[..], "message mode, one message");
+}
+
+/// Single messages from `xb` to `xa`, each alone on `xa`'s engine socket
+/// when a quiet spin reads it, until one is taken by the predicted
+/// receive (at most eight): from then on no freed slot of `xa`'s waits for
+/// a batched repost (the start's reads, the usual path's, may leave one,
+/// and the predicted receive waits for the batch), and every such message
+/// is predicted.
+fn until_predicted(xa: &XSocket, xb: &XSocket) {
+    let wire8 = wire_len(xa, xb, 8);
+    for i in 0..8 {
+        let taken = xa.predicted_answers();
+        arrive_while_quiet(xa, xb, &[pattern(8, i)], wire8);
+        assert_eq!(spin_message(xa, 8), pattern(8, i));
+        if xa.predicted_answers() > taken {
+            return;
+        }
+    }
+    panic!("no message predicted");
+}
+
+/// A quiet spin whose read brings one whole FPDU, a DATA message that
+/// fits the buffer, takes it through the predicted receive (copied from
+/// the engine's read, no completion), CRC off and on: the message, the
+/// counts of a take, and the socket quiet again after the next empty
+/// round, ready for the next. Fails with the predicted receive never
+/// taken (`predicted_answers`), or its books wrong (the next message lost
+/// or its slot never posted again: the next rounds).
+#[test]
+fn a_quiet_spin_takes_one_message_through_the_predicted_receive() {
+    for crc in [false, true] {
+        let (a, b) = tcp_pair();
+        let o = warpsock_xsock::io::Options { crc, ..opts() };
+        let (xa, xb) = switch_both(&a, &b, &o);
+        assert_eq!(xa.crc(), crc);
+        until_predicted(&xa, &xb);
+        let wire8 = wire_len(&xa, &xb, 8);
+        for round in 0..5u64 {
+            let at = format!("round {round}, CRC {crc}");
+            let (copied, taken) = (
+                xa.stats().rx_copied.load(Ordering::Relaxed),
+                xa.stats().rx_taken.load(Ordering::Relaxed),
+            );
+            arrive_while_quiet(&xa, &xb, &[pattern(8, round)], wire8);
+            let mut buf = [0; 64];
+            assert_eq!(
+                quiet_answer_predicted(&xa, &mut buf, NONBLOCKING, true),
+                (8, false),
+                "{at}"
+            );
+            assert_eq!(buf[..8], pattern(8, round)[..], "{at}");
+            assert_eq!(
+                xa.stats().rx_copied.load(Ordering::Relaxed) - copied,
+                8,
+                "{at}"
+            );
+            assert_eq!(
+                xa.stats().rx_taken.load(Ordering::Relaxed) - taken,
+                1,
+                "{at}"
+            );
+            assert_eq!(xa.readable_bytes(), 0, "{at}");
+            // Both ways still: our answer.
+            xa.send(&pattern(8, round + 100), false, Some(LIMIT))
+                .unwrap();
+            assert_eq!(spin_message(&xb, 8), pattern(8, round + 100), "{at}");
+        }
+    }
+}
+
+/// Sends `n` messages from `xb` to `xa`, each alone on `xa`'s engine
+/// socket before `xa` spins for it (through `spin`: one buffer, or two),
+/// in a window of 16 slots with no send buffer: a send that found no
+/// credit would wait for the reader's return. Checks every byte; returns
+/// the messages the predicted receive took and `xa`'s transmit passes (its
+/// credit returns: it sends nothing else), and of those the returns made
+/// by the spins that took a message (a return due after a read goes at
+/// once, in that call's `settle`, not with a later call).
+fn one_way(n: u64, vectored: bool) -> (u64, u64, u64) {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &small_window());
+    until_predicted(&xa, &xb);
+    let (taken, passes) = (xa.predicted_answers(), xa.tx_passes());
+    let mut at_take = 0;
+    for i in 0..n {
+        let m = pattern(1 + (i as usize * 37) % 200, i);
+        assert!(
+            spins_leave_it_quiet(&xa, spin_plain),
+            "message {i}: never quiet"
+        );
+        let t = Instant::now();
+        assert_eq!(
+            xb.send(&m, false, Some(LIMIT)).unwrap(),
+            m.len(),
+            "message {i}"
+        );
+        assert!(t.elapsed() < LIMIT, "message {i}: the writer stalled");
+        let t = Instant::now();
+        while !engine_socket_readable(&xa) {
+            assert!(t.elapsed() < LIMIT, "message {i} never came");
+        }
+        let mut got = vec![0; 256];
+        let before = xa.tx_passes();
+        let k = if vectored {
+            let (h, body) = got.split_at_mut(4);
+            let mut bufs: [&mut [u8]; 2] = [h, body];
+            spin_until_some(
+                &xa,
+                |x| match spin_call(x, &mut bufs, NONBLOCKING) {
+                    Ok((n, _)) => Some(n),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+                    Err(e) => panic!("spinning receive: {e}"),
+                },
+                "no message",
+            )
+        } else {
+            spin_until_some(&xa, |x| spin_once(x, &mut got), "no message")
+        };
+        assert_eq!(got[..k], m[..], "message {i}");
+        at_take += xa.tx_passes() - before;
+    }
+    (
+        xa.predicted_answers() - taken,
+        xa.tx_passes() - passes,
+        at_take,
+    )
+}
+
+/// A long one-way stream through quiet spins, each message taken by the
+/// predicted receive (its slot posted again at once), in a window of 16
+/// slots: nothing lost, the writer never stalls, and the reader returns
+/// its credits as the usual path does — a CREDIT every fourth message
+/// (a quarter of the window), as the same stream read through spins into
+/// two buffers, which the predicted receive leaves to the usual path
+/// (its slots posted in batches of three). Over a multiple of four
+/// messages, from fewer than four unreturned, that is exactly N / 4 for
+/// both, each made by the spin that took the message that made it due.
+/// Fails with the slot not counted posted (no return: the writer waits
+/// for ever), counted twice (returns early), or the return left to a
+/// later call (no `settle` after the take).
+#[test]
+fn a_one_way_stream_through_predicted_spins_returns_credits_as_the_usual_path() {
+    const N: u64 = 300;
+    let (predicted, returns, at_take) = one_way(N, false);
+    assert_eq!(predicted, N, "not every message predicted");
+    let (usual, usual_returns, usual_at_take) = one_way(N, true);
+    assert_eq!(usual, 0, "a two-buffer spin predicted");
+    assert_eq!(usual_returns, N / 4, "the usual path's credit returns");
+    assert_eq!(usual_at_take, N / 4, "the usual path's returns at the take");
+    assert_eq!(returns, N / 4, "credit returns");
+    assert_eq!(at_take, N / 4, "credit returns at the take");
+}
+
+/// A stream whose reads mix the predicted receive and the usual path:
+/// two messages in one read (the usual path's: its slots left for a batch,
+/// which the predicted receive waits for), a message longer than the
+/// buffer (read in two parts), and single messages (predicted once no
+/// freed slot waits). Every byte in order, and both paths taken.
+#[test]
+fn a_stream_mixing_predicted_and_usual_receives_loses_nothing() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &small_window());
+    until_predicted(&xa, &xb);
+    let wire8 = wire_len(&xa, &xb, 8);
+    let taken = xa.predicted_answers();
+    let mut singles = 0;
+    for round in 0..60u64 {
+        let at = format!("round {round}");
+        match round % 3 {
+            0 => {
+                let two = [pattern(8, round), pattern(8, round + 1000)];
+                arrive_while_quiet(&xa, &xb, &two, wire8);
+                let mut buf = [0; 8];
+                assert_eq!(quiet_answer(&xa, &mut buf, NONBLOCKING).0, 8, "{at}");
+                assert_eq!(buf[..], two[0][..], "{at}");
+                assert_eq!(spin_message(&xa, 8), two[1], "{at}");
+            }
+            1 => {
+                let m = pattern(16, round);
+                xb.send(&m, false, Some(LIMIT)).unwrap();
+                assert_eq!(spin_message(&xa, 8), m[..8], "{at}");
+                assert_eq!(spin_message(&xa, 8), m[8..], "{at}");
+            }
+            _ => {
+                singles += 1;
+                arrive_while_quiet(&xa, &xb, &[pattern(8, round)], wire8);
+                assert_eq!(spin_message(&xa, 8), pattern(8, round), "{at}");
+            }
+        }
+    }
+    // Each single message comes after a read in two parts, which posts
+    // the batch the pair before it left.
+    assert_eq!(xa.predicted_answers() - taken, singles, "predicted");
+}
+
+/// A CREDIT alone (a Send that is not DATA) read by a quiet spin is not
+/// predicted: the usual path takes it into the books, and the spin says
+/// `EAGAIN`. Fails with a CREDIT taken as a message.
+#[test]
+fn a_credit_alone_is_not_predicted() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &small_window());
+    let mut credits = 0;
+    for i in 0..12 {
+        xa.send(&pattern(8, i), false, Some(LIMIT)).unwrap();
+        assert!(
+            spins_leave_it_quiet(&xa, spin_plain),
+            "message {i}: never quiet"
+        );
+        let passes = xb.tx_passes();
+        assert_eq!(spin_message(&xb, 8), pattern(8, i), "message {i}");
+        if xb.tx_passes() == passes {
+            continue;
+        }
+        // xb's read made its return due: a CREDIT on its way.
+        credits += 1;
+        let t = Instant::now();
+        while !engine_socket_readable(&xa) {
+            assert!(t.elapsed() < LIMIT, "message {i}: no credit return came");
+        }
+        let (answers, taken) = (xa.quiet_answers(), xa.predicted_answers());
+        assert_eq!(spin_once(&xa, &mut [0; 8]), None, "a CREDIT read as bytes");
+        assert_eq!(xa.quiet_answers() - answers, 1, "not the spin's read");
+        assert_eq!(xa.predicted_answers(), taken, "a CREDIT predicted");
+    }
+    assert!(credits > 0, "no CREDIT in twelve messages");
+}
+
+/// The spin right after a predicted take reads the engine's socket: the
+/// take consumed the short read's drained hint, as the round it stands for
+/// does (`rx_inner` takes it). A message that is on the socket by then is
+/// returned by that one spin (it makes the usual round: the take left the
+/// socket not quiet). Fails with the hint left: that round skips its read
+/// and says `EAGAIN`.
+#[test]
+fn the_spin_after_a_predicted_take_reads_the_next_message() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let wire8 = wire_len(&xa, &xb, 8);
+    for round in 0..5u64 {
+        // Ends with a predicted take (the usual take of the last round's
+        // message left its slot for a batch, which comes first).
+        until_predicted(&xa, &xb);
+        let mut buf = [0; 8];
+        xb.send(&pattern(8, round + 50), false, Some(LIMIT))
+            .unwrap();
+        let t = Instant::now();
+        while engine_socket_bytes(&xa) < wire8 {
+            assert!(t.elapsed() < LIMIT, "round {round}: the message never came");
+        }
+        assert!(!xa.quiet_now(), "round {round}: quiet after a take");
+        assert_eq!(
+            spin_once(&xa, &mut buf),
+            Some(8),
+            "round {round}: the spin after the take did not read"
+        );
+        assert_eq!(buf[..], pattern(8, round + 50)[..], "round {round}");
+    }
+}
+
+/// `TCP_RTO_MIN_US` of a socket (Linux 6.15), or `None` where the kernel
+/// lacks it.
+fn rto_min_us(s: &std::net::TcpStream) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let mut v: libc::c_int = 0;
+    let mut n = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `n` bytes into `v`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            45,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut n,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
+/// A receive-only end whose first DATA is taken by the predicted receive
+/// lowers its smallest retransmission timeout (`Options::rto_min`), as the
+/// usual path's `process` does (`lower_rto`). The first DATA is predicted
+/// only on an end that received an FPDU before it (the core's first FPDU
+/// is the general path's: the responder's, which gets the initiator's
+/// first FPDU at the switch; which end that is depends on the switch's
+/// race): pairs are made until one's is, at most 10. Fails with the take
+/// not lowering it.
+#[test]
+fn a_predicted_first_data_lowers_a_receive_only_ends_rto() {
+    let Some(kernel) = rto_min_us(&tcp_pair().0) else {
+        eprintln!("TCP_RTO_MIN_US unsupported here (Linux < 6.15)");
+        return;
+    };
+    let wire8 = {
+        let (a, b) = tcp_pair();
+        let (xa, xb) = switch_both(&a, &b, &opts());
+        wire_len(&xa, &xb, 8)
+    };
+    for _ in 0..10 {
+        let (a, b) = tcp_pair();
+        let (xa, xb) = switch_both(&a, &b, &opts());
+        assert_eq!(rto_min_us(&a), Some(kernel), "lowered before any DATA");
+        arrive_while_quiet(&xa, &xb, &[pattern(8, 1)], wire8);
+        let taken = xa.predicted_answers();
+        assert_eq!(spin_message(&xa, 8), pattern(8, 1));
+        if xa.predicted_answers() == taken {
+            // The general path took it (and lowered it): a new pair.
+            continue;
+        }
+        let low = rto_min_us(&a).expect("the option");
+        assert!(
+            (5000..=20_000).contains(&low) && low < kernel,
+            "a receive-only end after its first DATA, predicted: {low} µs"
+        );
+        return;
+    }
+    panic!("no pair's first DATA predicted in 10");
 }

@@ -269,6 +269,57 @@ impl QpSlot {
         Some(false)
     }
 
+    /// The predicted receive (issue 12), right after [`Self::rx_idle`]'s
+    /// read took bytes in (`Some(false)`): when that read came back short
+    /// (the socket drained) with exactly one whole FPDU that the core
+    /// predicts ([`Connection::rx_send_predicted`]: a one-FPDU Send into
+    /// the head receive), `take` gets the receive's `wr_id` and the
+    /// payload where the read put it; if it takes it, the core has
+    /// advanced and posted the receive again in place, and what the rest
+    /// of the round (`service_round`) would have done is done here:
+    ///
+    /// - `rx`/`rx_inner`: `feed_staged` consumed every staged byte (the
+    ///   window is reset) and the staging buffer goes back to the pool;
+    ///   the drained hint is taken (its read came back short, so
+    ///   `rx_inner` reads no more: a full read declines here, as the round
+    ///   would read again);
+    /// - `collect`: nothing to collect — `rx_idle` found no report, and a
+    ///   predicted take queues no completion and no event (the core
+    ///   declines before its first FPDU, whose `Established` is one);
+    /// - the transmit pass: not wanted (`rx_idle` found nothing queued,
+    ///   pending or closing, and a Send received makes no output), so the
+    ///   round's `deliver_held` (nothing held: `rx_idle`) and
+    ///   `update_interest`, made here (the interest is unchanged: no end,
+    ///   nothing queued — a no-op but for a socket not yet registered).
+    ///
+    /// `None`: nothing taken, nothing changed; the round goes on as usual.
+    ///
+    /// [`Connection::rx_send_predicted`]: warpsock_proto::Connection::rx_send_predicted
+    #[inline(always)]
+    pub(crate) fn rx_predicted<R>(
+        &mut self,
+        token: u64,
+        reg: &Registry<Mem>,
+        pool: &mut RxPool,
+        epoll: Option<&sys::Epoll>,
+        take: impl FnOnce(u64, &[u8]) -> Option<R>,
+    ) -> Option<R> {
+        if !self.drained_hint || self.dead || self.rd_closed || self.rx.start != 0 {
+            return None;
+        }
+        let buf = self.rx.buf.as_deref()?;
+        let got = self
+            .conn
+            .rx_send_predicted(&buf[..self.rx.end], reg, take)?;
+        self.rx.end = 0;
+        self.drained_hint = false;
+        if let Some(b) = self.rx.buf.take() {
+            pool.give(b);
+        }
+        self.update_interest(token, epoll);
+        Some(got)
+    }
+
     /// Takes the result of a read of up to `cap` bytes into the staging
     /// buffer made outside [`Self::rx_inner`]: bytes become staged input,
     /// EOF and errors are handled as its read's would be.

@@ -50,6 +50,22 @@
 //! wait that then reads with the lock released (`driving`), while which
 //! the flag is never set and which the spin checks as well.
 //!
+//! The predicted receive (issue 12): when that read brings exactly one
+//! whole FPDU — a one-FPDU Send into the head receive (our oldest posted
+//! slot), one DATA message that fits the program's one buffer, in a plain
+//! receive (not a peek, not `MSG_WAITALL`) — it is taken where the
+//! engine's read put it ([`warpsock_engine::Cq::read_predicted`]): the
+//! core advances as its straight path would and posts the receive again
+//! in place, the books count the DATA read and its slot posted
+//! (`take_predicted`), and the bytes go from the read straight into the
+//! program's buffer. No completion, no service round, no copy into the
+//! slot, no repost call. The rest of the call is the usual take's
+//! (`predicted_taken`: the counts, the receive-only end's RTO, `settle`
+//! — a CREDIT now due goes there). Everything else — a part of an FPDU,
+//! two FPDUs, a CRC that does not match, another kind of FPDU, a
+//! CREDIT, a buffer too small, a message-mode part, a freed slot still
+//! waiting for its batched repost — is the usual path's, unchanged.
+//!
 //! No bound on the quiet spins in a row (as `FULL_ROUND` bounds the
 //! short rounds): the flag is down whenever any of its inputs may change,
 //! and a bound would hide a missing term from the tests, which then pass
@@ -57,10 +73,11 @@
 //! the preload does).
 
 use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 
-use warpsock_engine::Wc;
+use warpsock_engine::{Predicted, QpNews, Wc};
 
-use super::settings::{Readiness, RecvFlags};
+use super::settings::{Count, Readiness, RecvFlags};
 use super::socket::{State, XSocket, WCS};
 
 /// What [`XSocket::recv_quiet`] did.
@@ -125,8 +142,22 @@ impl XSocket {
             return Spun::Usual;
         }
         let mut wcs = [Wc::default(); WCS];
-        let Some((n, news)) = self.cq.read_if_idle(&mut wcs, &self.qp) else {
-            return Spun::Empty;
+        // One buffer, a receive that takes (not a peek, not `MSG_WAITALL`):
+        // the predicted receive first.
+        let (n, news) = match bufs {
+            [one] if !flags.peek && !flags.waitall => {
+                let take =
+                    |wr_id, payload: &[u8]| self.take_predicted(&mut st, wr_id, payload, one);
+                match self.cq.read_predicted(&mut wcs, &self.qp, take) {
+                    Predicted::Empty => return Spun::Empty,
+                    Predicted::Taken(got, news) => return self.predicted_taken(st, got, news),
+                    Predicted::Polled(n, news) => (n, news),
+                }
+            }
+            _ => match self.cq.read_if_idle(&mut wcs, &self.qp) {
+                None => return Spun::Empty,
+                Some(read) => read,
+            },
         };
         // From here the call changes the books: a take of the lock as any.
         self.quiet.store(false, Ordering::Relaxed);
@@ -153,6 +184,87 @@ impl XSocket {
             }
         };
         Spun::Done(r, Self::readiness_of(&st))
+    }
+
+    /// The predicted receive's take (issue 12), under the engine's lock
+    /// (no call into the engine here): the quiet spin's read brought
+    /// exactly one whole FPDU, a one-FPDU Send into the head receive
+    /// (`wr_id`, our oldest posted slot), its `payload` where the engine's
+    /// read put it. Taken when it is one DATA message that fits `out` (in
+    /// message mode, one that ends a message), as `take_direct` takes a
+    /// completed receive's — the books count it received and read
+    /// ([`crate::stream::Stream::take_message`]) — but copied from the
+    /// read straight into `out`, and its slot, which the engine posts
+    /// again in place, counted posted at once (`post_reposts`: creditable
+    /// to the peer from now on). `None`, nothing changed: the usual path
+    /// (the engine services the FPDU, the receive completes).
+    ///
+    /// Only in the steady state with no freed slot waiting for its repost
+    /// (`unposted`: the one posted here would go out of the books' order,
+    /// and the usual path's batch — `XSocket::repost` — is the place for
+    /// those), nothing unread before it, no receive retargeted. The credit
+    /// returns are the usual path's: a freed slot that is posted at once
+    /// makes a CREDIT due exactly when the usual path's batch would have
+    /// been posted for it (`Stream::repost_due` asks `credit_due_with`
+    /// with the batch counted), and the `settle` that follows sends it.
+    fn take_predicted(
+        &self,
+        st: &mut State,
+        wr_id: u64,
+        payload: &[u8],
+        out: &mut [u8],
+    ) -> Option<(usize, bool)> {
+        let slot = wr_id as u32;
+        if st.posted.front() != Some(&slot)
+            || u64::from(slot) != wr_id
+            || !st.steady()
+            || st.s.unposted() != 0
+            || st.residue_off < st.residue.len()
+        {
+            return None;
+        }
+        let t = st.s.take_message(slot, payload, out.len(), st.msg_mode)?;
+        super::slots::copy_short(&mut out[..t.len], &payload[t.off..t.off + t.len]);
+        st.posted.pop_front();
+        st.posted.push_back(slot);
+        let posted = st.s.post_reposts(|slots| {
+            debug_assert_eq!(slots, [slot]);
+            Ok(())
+        });
+        debug_assert!(!posted);
+        Some((t.len, st.msg_mode))
+    }
+
+    /// The end of a quiet spin whose read the predicted receive took
+    /// (`got`: the receive's result; `news`: the engine's after it): what
+    /// `take_polled` does after `take_direct` — the counts of the take,
+    /// `processed` (a receive-only end's RTO lowered, `lower_rto`; the
+    /// repost finds no freed slot), the round's marks, `settle` (events:
+    /// none, `news`; the asynchronous pump; a CREDIT now due; the rearm)
+    /// and the writer's report. Not the engine's round: the take stands
+    /// for it (`Cq::read_predicted`).
+    #[inline(never)]
+    fn predicted_taken(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        got: (usize, bool),
+        news: QpNews,
+    ) -> Spun {
+        // The call changed the books: a take of the lock as any.
+        self.quiet.store(false, Ordering::Relaxed);
+        st.locks += 1;
+        st.quiet_answers += 1;
+        st.predicted_answers += 1;
+        st.news = Some(news);
+        st.arrivals += 1;
+        self.count(&st, Count::RxCopied, got.0);
+        self.count(&st, Count::RxTaken, 1);
+        self.processed(&mut st);
+        st.idle_spins = 0;
+        st.idle_round = false;
+        self.settle(&mut st);
+        self.report_for_writer(&st);
+        Spun::Done(Ok(got), Self::readiness_of(&st))
     }
 
     /// At the end of an empty round (the call holds the lock `st`, has

@@ -163,6 +163,7 @@ impl XSocket {
                 idle_round: false,
                 locks: 0,
                 quiet_answers: 0,
+                predicted_answers: 0,
                 rto: super::settings::RtoMin::Kernel,
                 deferred: None,
             }),

@@ -142,6 +142,9 @@ pub(crate) struct State {
     /// Answers a quiet socket's spin took in under its own lock
     /// ([`XSocket::quiet_answers`]; `io/quiet.rs`).
     pub(crate) quiet_answers: u64,
+    /// Of them, those the predicted receive took
+    /// ([`XSocket::predicted_answers`]; `io/quiet.rs`).
+    pub(crate) predicted_answers: u64,
 }
 
 impl State {

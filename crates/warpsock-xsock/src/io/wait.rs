@@ -422,7 +422,7 @@ impl XSocket {
     /// r21-send item 1). Only rounds that processed something; one relaxed
     /// load then.
     #[inline]
-    fn report_for_writer(&self, st: &State) {
+    pub(super) fn report_for_writer(&self, st: &State) {
         if self.writable_wait.load(Ordering::Relaxed) {
             if let Some(f) = self.on_progress.get() {
                 f(Self::readiness_of(st));

@@ -92,6 +92,16 @@ impl XSocket {
             .quiet_answers
     }
 
+    /// Of [`Self::quiet_answers`], those taken by the predicted receive:
+    /// one whole FPDU read, its DATA copied from the engine's read
+    /// straight into the program's buffer (`io/quiet.rs`; takes the lock).
+    pub fn predicted_answers(&self) -> u64 {
+        self.st
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .predicted_answers
+    }
+
     /// The engine's transmit passes on this socket's queue pair
     /// ([`warpsock_engine::IoStats::tx_passes`]): a diagnostic of the
     /// work per call.
