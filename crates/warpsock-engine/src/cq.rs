@@ -77,17 +77,58 @@ fn interrupted() -> Error {
     }
 }
 
-/// What [`Cq::read_predicted`] did.
+/// What a quiet read brought ([`Cq::read_quiet`]): bytes, an end or an
+/// error, or the full round made; the context's lock is held until
+/// [`Self::finish`] (or a [`Self::predict`] that takes). Drop it only
+/// through them: dropped, a read's bytes stay staged for the next round.
 #[derive(Debug)]
-pub enum Predicted<R> {
-    /// The read found nothing: nothing changed, no news asked for.
-    Empty,
-    /// The read brought one FPDU, taken by the caller's `take` (its
-    /// answer), and the queue pair's news after it.
-    Taken(R, QpNews),
-    /// Anything else: the completions drained into `out` and the queue
-    /// pair's news, as [`Cq::read_if_idle`]'s `Some`.
-    Polled(usize, QpNews),
+pub struct QuietRead<'a> {
+    cq: &'a Cq,
+    qp: &'a Qp,
+    st: MutexGuard<'a, State>,
+    /// The short round's read took something in: `qp`'s service is due
+    /// (else the full round was made, or none: progress-thread mode).
+    service: bool,
+}
+
+impl QuietRead<'_> {
+    /// The predicted receive (issue 12): when the short round's read
+    /// came back short with exactly one whole FPDU that the core predicts
+    /// — a one-FPDU Send into the head receive (see
+    /// `warpsock_proto::Connection::rx_send_predicted`) — `take` gets that
+    /// receive's `wr_id` and the payload where the read put it, under the
+    /// context's lock. If it takes it, the core has advanced and posted
+    /// the receive again in place (no completion, no service round, no
+    /// copy into the receive's buffer): its answer and `qp`'s news, the
+    /// lock released. `take` must not call into this context. Only where
+    /// the receive's completion would come to this queue, with its notify
+    /// fd not maintained (`Cq::notify_fd`: a completion would signal it).
+    /// `Err`: nothing changed; [`Self::finish`] as usual.
+    pub fn predict<R>(
+        mut self,
+        take: impl FnOnce(u64, &[u8]) -> Option<R>,
+    ) -> std::result::Result<(R, QpNews), Self> {
+        if !self.service {
+            return Err(self);
+        }
+        match self.cq.predicted(&mut self.st, self.qp, take) {
+            Some(got) => Ok((got, self.st.news(self.qp.qi))),
+            None => Err(self),
+        }
+    }
+
+    /// The rest of the round: `qp`'s service when its short round's read
+    /// took something in (as `Cq::round_for`), then the completions
+    /// drained into `out` and `qp`'s news.
+    pub fn finish(mut self, out: &mut [Wc]) -> (usize, QpNews) {
+        let inner = &self.cq.sh.inner;
+        if self.service {
+            self.st.service(self.qp.qi, &inner.epoll);
+            self.st.reap(&inner.epoll);
+        }
+        let n = self.st.cq(self.cq.id).drain_into(out);
+        (n, self.cq.news_of(&self.st, self.qp))
+    }
 }
 
 /// A completion queue.
@@ -194,58 +235,36 @@ impl Cq {
     /// one (~225 ns each on this host with its mitigations), and a second
     /// round of the engine when the first had read already.
     pub fn read_if_idle(&self, out: &mut [Wc], qp: &Qp) -> Option<(usize, QpNews)> {
-        let inner = &self.sh.inner;
-        let mut st = inner.lock();
-        if inner.progress == Progress::Caller && self.round_for(&mut st, qp) {
-            return None;
-        }
-        let n = st.cq(self.id).drain_into(out);
-        Some((n, self.news_of(&st, qp)))
+        self.read_quiet(qp).map(|r| r.finish(out))
     }
 
-    /// [`Self::read_if_idle`] with the predicted receive (issue 12): when
-    /// the short round's read brings exactly one whole FPDU that the core
-    /// predicts — a one-FPDU Send into the head receive (see
-    /// `warpsock_proto::Connection::rx_send_predicted`) — `take` gets that
-    /// receive's `wr_id` and the payload where the read put it, under this
-    /// queue's lock. If it takes it ([`Predicted::Taken`]), the core has
-    /// advanced and posted the receive again in place: no completion, no
-    /// service round, no copy into the receive's buffer. `take` must not
-    /// call into this context (its lock is held).
-    ///
-    /// Else as `read_if_idle`: [`Predicted::Empty`] when the read found
-    /// nothing (no look at any byte), [`Predicted::Polled`] with the
-    /// round serviced and the completions drained into `out`. Only where
-    /// the receive's completion would come to this queue, with its notify
-    /// fd not maintained (`Cq::notify_fd`: a completion would signal it).
-    pub fn read_predicted<R>(
-        &self,
-        out: &mut [Wc],
-        qp: &Qp,
-        take: impl FnOnce(u64, &[u8]) -> Option<R>,
-    ) -> Predicted<R> {
+    /// [`Self::read_if_idle`] in two steps, for the predicted receive
+    /// (issue 12): `None` when the short round found nothing (no byte
+    /// looked at, no completion array needed); else what it read, the
+    /// lock held, for [`QuietRead::predict`] and [`QuietRead::finish`].
+    #[inline]
+    pub fn read_quiet<'a>(&'a self, qp: &'a Qp) -> Option<QuietRead<'a>> {
         let inner = &self.sh.inner;
         let mut st = inner.lock();
+        let mut service = false;
         if inner.progress == Progress::Caller {
             match self.idle_round(&mut st, qp) {
-                Some(true) => return Predicted::Empty,
-                Some(false) => {
-                    if let Some(got) = self.predicted(&mut st, qp, take) {
-                        return Predicted::Taken(got, st.news(qp.qi));
-                    }
-                    st.service(qp.qi, &inner.epoll);
-                    st.reap(&inner.epoll);
-                }
+                Some(true) => return None,
+                Some(false) => service = true,
                 None => {
                     inner.progress_locked(&mut st);
                 }
             }
         }
-        let n = st.cq(self.id).drain_into(out);
-        Predicted::Polled(n, self.news_of(&st, qp))
+        Some(QuietRead {
+            cq: self,
+            qp,
+            st,
+            service,
+        })
     }
 
-    /// The predicted take of [`Self::read_predicted`], after its short
+    /// The predicted take of [`QuietRead::predict`], after its short
     /// round's read took bytes in (`idle_round`'s `Some(false)`: `qp` is
     /// this context's only queue pair, nothing borrowed, this queue
     /// drained). `None`: nothing changed.

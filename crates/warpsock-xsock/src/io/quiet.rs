@@ -54,7 +54,7 @@
 //! whole FPDU — a one-FPDU Send into the head receive (our oldest posted
 //! slot), one DATA message that fits the program's one buffer, in a plain
 //! receive (not a peek, not `MSG_WAITALL`) — it is taken where the
-//! engine's read put it ([`warpsock_engine::Cq::read_predicted`]): the
+//! engine's read put it ([`warpsock_engine::QuietRead::predict`]): the
 //! core advances as its straight path would and posts the receive again
 //! in place, the books count the DATA read and its slot posted
 //! (`take_predicted`), and the bytes go from the read straight into the
@@ -75,7 +75,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
-use warpsock_engine::{Predicted, QpNews, Wc};
+use warpsock_engine::{QpNews, Wc};
 
 use super::settings::{Count, Readiness, RecvFlags};
 use super::socket::{State, XSocket, WCS};
@@ -141,24 +141,24 @@ impl XSocket {
         if !self.quiet.load(Ordering::Relaxed) || st.driving {
             return Spun::Usual;
         }
-        let mut wcs = [Wc::default(); WCS];
+        let Some(read) = self.cq.read_quiet(&self.qp) else {
+            return Spun::Empty;
+        };
         // One buffer, a receive that takes (not a peek, not `MSG_WAITALL`):
         // the predicted receive first.
-        let (n, news) = match bufs {
+        let read = match bufs {
             [one] if !flags.peek && !flags.waitall => {
                 let take =
                     |wr_id, payload: &[u8]| self.take_predicted(&mut st, wr_id, payload, one);
-                match self.cq.read_predicted(&mut wcs, &self.qp, take) {
-                    Predicted::Empty => return Spun::Empty,
-                    Predicted::Taken(got, news) => return self.predicted_taken(st, got, news),
-                    Predicted::Polled(n, news) => (n, news),
+                match read.predict(take) {
+                    Ok((got, news)) => return self.predicted_taken(st, got, news),
+                    Err(read) => read,
                 }
             }
-            _ => match self.cq.read_if_idle(&mut wcs, &self.qp) {
-                None => return Spun::Empty,
-                Some(read) => read,
-            },
+            _ => read,
         };
+        let mut wcs = [Wc::default(); WCS];
+        let (n, news) = read.finish(&mut wcs);
         // From here the call changes the books: a take of the lock as any.
         self.quiet.store(false, Ordering::Relaxed);
         st.locks += 1;
@@ -242,7 +242,7 @@ impl XSocket {
     /// repost finds no freed slot), the round's marks, `settle` (events:
     /// none, `news`; the asynchronous pump; a CREDIT now due; the rearm)
     /// and the writer's report. Not the engine's round: the take stands
-    /// for it (`Cq::read_predicted`).
+    /// for it (`QuietRead::predict`).
     #[inline(never)]
     fn predicted_taken(
         &self,
