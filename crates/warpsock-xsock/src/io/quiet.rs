@@ -63,8 +63,8 @@
 //! (`predicted_taken`: the counts, the receive-only end's RTO, `settle`
 //! — a CREDIT now due goes there). Everything else — a part of an FPDU,
 //! two FPDUs, a CRC that does not match, another kind of FPDU, a
-//! CREDIT, a buffer too small, a message-mode part, a freed slot still
-//! waiting for its batched repost — is the usual path's, unchanged.
+//! CREDIT, a buffer too small, a message-mode part — is the usual
+//! path's, unchanged.
 //!
 //! No bound on the quiet spins in a row (as `FULL_ROUND` bounds the
 //! short rounds): the flag is down whenever any of its inputs may change,
@@ -199,14 +199,16 @@ impl XSocket {
     /// to the peer from now on). `None`, nothing changed: the usual path
     /// (the engine services the FPDU, the receive completes).
     ///
-    /// Only in the steady state with no freed slot waiting for its repost
-    /// (`unposted`: the one posted here would go out of the books' order,
-    /// and the usual path's batch — `XSocket::repost` — is the place for
-    /// those), nothing unread before it, no receive retargeted. The credit
-    /// returns are the usual path's: a freed slot that is posted at once
-    /// makes a CREDIT due exactly when the usual path's batch would have
-    /// been posted for it (`Stream::repost_due` asks `credit_due_with`
-    /// with the batch counted), and the `settle` that follows sends it.
+    /// Only in the steady state, nothing unread before it, no receive
+    /// retargeted. Freed slots waiting for their batched repost
+    /// (`XSocket::repost`, the usual path's takes) stay in the batch: this
+    /// one is posted alone ahead of them, in the order the engine has it
+    /// (`Stream::post_last_freed`; `posted` follows). The credit returns
+    /// are the usual path's: the sums a CREDIT's due-ness is computed over
+    /// (`unreturned` + the batch) are those of the slot joining the batch,
+    /// so a CREDIT is due exactly when the usual path's would be
+    /// (`Stream::repost_due` posts the batch for it), and the `settle` that
+    /// follows sends it.
     fn take_predicted(
         &self,
         st: &mut State,
@@ -218,7 +220,6 @@ impl XSocket {
         if st.posted.front() != Some(&slot)
             || u64::from(slot) != wr_id
             || !st.steady()
-            || st.s.unposted() != 0
             || st.residue_off < st.residue.len()
         {
             return None;
@@ -227,11 +228,7 @@ impl XSocket {
         super::slots::copy_short(&mut out[..t.len], &payload[t.off..t.off + t.len]);
         st.posted.pop_front();
         st.posted.push_back(slot);
-        let posted = st.s.post_reposts(|slots| {
-            debug_assert_eq!(slots, [slot]);
-            Ok(())
-        });
-        debug_assert!(!posted);
+        st.s.post_last_freed(slot);
         Some((t.len, st.msg_mode))
     }
 
@@ -239,7 +236,7 @@ impl XSocket {
     /// (`got`: the receive's result; `news`: the engine's after it): what
     /// `take_polled` does after `take_direct` — the counts of the take,
     /// `processed` (a receive-only end's RTO lowered, `lower_rto`; the
-    /// repost finds no freed slot), the round's marks, `settle` (events:
+    /// repost of a waiting batch if now due), the round's marks, `settle` (events:
     /// none, `news`; the asynchronous pump; a CREDIT now due; the rearm)
     /// and the writer's report. Not the engine's round: the take stands
     /// for it (`QuietRead::predict`).
