@@ -1,9 +1,10 @@
 //! The books of the predicted receive (issue 12, `XSocket`'s quiet spin):
 //! a DATA message taken straight from the engine's read has its slot
 //! posted again at once and alone (`Stream::post_last_freed`), ahead of
-//! any slots the usual path's takes left for a batched repost. The peer
-//! must see the same credit returns as if the slot had joined the batch:
-//! a CREDIT due after the same messages, returning the same slots.
+//! any slots the usual path's takes left for a batched repost, which are
+//! then posted too (`XSocket`'s `predicted_taken`). The peer must see the
+//! same credit returns as if the slot had joined the batch: a CREDIT due
+//! after the same messages, returning the same slots.
 
 mod util;
 
@@ -55,12 +56,14 @@ fn same_returns(slots: u16, n: u64, seed: u64, percent: u64) {
             assert_eq!(t.len, 8, "{at}");
         }
         repost_if_due(&mut usual);
-        // A predicted take posts its slot, then `processed` asks for the
-        // batch as after any take.
+        // A predicted take posts its slot, then the batch waiting (at once:
+        // `predicted_taken`); the usual path's take asks for the batch.
         if rng.chance(percent) {
             predicted.post_last_freed(slot);
+            assert!(!predicted.post_reposts(|_| Ok(())));
+        } else {
+            repost_if_due(&mut predicted);
         }
-        repost_if_due(&mut predicted);
         slot = (slot + 1) % u32::from(slots);
         assert_eq!(usual.owes_msg(), predicted.owes_msg(), "{at}: owed");
         if usual.owes_msg() {

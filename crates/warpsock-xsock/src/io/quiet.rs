@@ -201,9 +201,10 @@ impl XSocket {
     ///
     /// Only in the steady state, nothing unread before it, no receive
     /// retargeted. Freed slots waiting for their batched repost
-    /// (`XSocket::repost`, the usual path's takes) stay in the batch: this
-    /// one is posted alone ahead of them, in the order the engine has it
-    /// (`Stream::post_last_freed`; `posted` follows). The credit returns
+    /// (`XSocket::repost`, the usual path's takes) are not this one's: it
+    /// is posted alone ahead of them, in the order the engine has it
+    /// (`Stream::post_last_freed`; `posted` follows), and they are posted
+    /// after the engine's lock is let go (`predicted_taken`). The credit returns
     /// are the usual path's: the sums a CREDIT's due-ness is computed over
     /// (`unreturned` + the batch) are those of the slot joining the batch,
     /// so a CREDIT is due exactly when the usual path's would be
@@ -235,8 +236,8 @@ impl XSocket {
     /// The end of a quiet spin whose read the predicted receive took
     /// (`got`: the receive's result; `news`: the engine's after it): what
     /// `take_polled` does after `take_direct` — the counts of the take,
-    /// `processed` (a receive-only end's RTO lowered, `lower_rto`; the
-    /// repost of a waiting batch if now due), the round's marks, `settle` (events:
+    /// `processed` (a receive-only end's RTO lowered, `lower_rto`; a
+    /// waiting batch posted, at once here), the round's marks, `settle` (events:
     /// none, `news`; the asynchronous pump; a CREDIT now due; the rearm)
     /// and the writer's report. Not the engine's round: the take stands
     /// for it (`QuietRead::predict`).
@@ -256,7 +257,17 @@ impl XSocket {
         st.arrivals += 1;
         self.count(&st, Count::RxCopied, got.0);
         self.count(&st, Count::RxTaken, 1);
-        self.processed(&mut st);
+        // `processed`: a receive-only end's RTO, and the freed slots. A
+        // batch the usual path's takes left (an answer a spin met while
+        // not quiet) is posted now, not left for more takes to fill: every
+        // predicted take posts its own slot, so the batch would never grow
+        // and each take would ask `repost_due` for it (~30 instructions an
+        // answer). Posted early, it changes no CREDIT: a CREDIT's due-ness
+        // is computed over `unreturned` + the batch either way.
+        self.lower_rto(&mut st);
+        if st.s.unposted() > 0 {
+            self.repost_now(&mut st);
+        }
         st.idle_spins = 0;
         st.idle_round = false;
         self.settle(&mut st);
