@@ -195,21 +195,21 @@ impl XSocket {
     /// completed receive's — the books count it received and read
     /// ([`crate::stream::Stream::take_message`]) — but copied from the
     /// read straight into `out`, and its slot, which the engine posts
-    /// again in place, counted posted at once (`post_reposts`: creditable
-    /// to the peer from now on). `None`, nothing changed: the usual path
-    /// (the engine services the FPDU, the receive completes).
+    /// again in place, counted posted at once (`Stream::post_last_freed`:
+    /// creditable to the peer from now on). `None`, nothing changed: the
+    /// usual path (the engine services the FPDU, the receive completes).
     ///
     /// Only in the steady state, nothing unread before it, no receive
     /// retargeted. Freed slots waiting for their batched repost
-    /// (`XSocket::repost`, the usual path's takes) are not this one's: it
-    /// is posted alone ahead of them, in the order the engine has it
-    /// (`Stream::post_last_freed`; `posted` follows), and they are posted
-    /// after the engine's lock is let go (`predicted_taken`). The credit returns
-    /// are the usual path's: the sums a CREDIT's due-ness is computed over
-    /// (`unreturned` + the batch) are those of the slot joining the batch,
-    /// so a CREDIT is due exactly when the usual path's would be
-    /// (`Stream::repost_due` posts the batch for it), and the `settle` that
-    /// follows sends it.
+    /// (`XSocket::repost`, the usual path's takes) are not this one's:
+    /// it is posted alone ahead of them, in the order the engine has it
+    /// (`posted` follows), and they are posted once the engine's lock is
+    /// let go (`predicted_taken`). The credit returns are the usual
+    /// path's: the sums a CREDIT's due-ness is computed over (`unreturned`
+    /// and the batch) are those of the slot joining the batch, so a
+    /// CREDIT is due exactly when the usual path's would be
+    /// (`Stream::repost_due` posts the batch for it), and the `settle`
+    /// that follows sends it (`tests/predicted_books.rs`).
     fn take_predicted(
         &self,
         st: &mut State,
@@ -237,10 +237,10 @@ impl XSocket {
     /// (`got`: the receive's result; `news`: the engine's after it): what
     /// `take_polled` does after `take_direct` — the counts of the take,
     /// `processed` (a receive-only end's RTO lowered, `lower_rto`; a
-    /// waiting batch posted, at once here), the round's marks, `settle` (events:
-    /// none, `news`; the asynchronous pump; a CREDIT now due; the rearm)
-    /// and the writer's report. Not the engine's round: the take stands
-    /// for it (`QuietRead::predict`).
+    /// waiting batch posted, at once here), the round's marks, `settle`
+    /// (events: none, `news`; the asynchronous pump; a CREDIT now due;
+    /// the rearm) and the writer's report. Not the engine's round: the
+    /// take stands for it (`QuietRead::predict`).
     #[inline(never)]
     fn predicted_taken(
         &self,

@@ -55,13 +55,13 @@ impl Stream {
     }
 
     /// The slot freed last, by a DATA message read (`take_message`'s
-    /// [`Self::free`]), is posted again alone, ahead of any freed slots
+    /// `free`), is posted again alone, ahead of any freed slots
     /// still waiting for theirs (`XSocket::repost`'s batch, which keeps
     /// its order): the predicted receive's, which the engine posts again
     /// in place (issue 12). Creditable at once, as [`Self::post_reposts`]
     /// makes its slots. The credit sums are the batch's: `unreturned` +
     /// the unposted and `trigger` + `freed_trigger` are what they would be
-    /// had the slot joined the batch, so a CREDIT is due ([`Self::credit_due`],
+    /// had the slot joined the batch, so a CREDIT is due (`credit_due`,
     /// [`Self::repost_due`]'s ask) exactly when it would have been.
     #[inline]
     pub fn post_last_freed(&mut self, slot: u32) {
