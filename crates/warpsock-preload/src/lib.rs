@@ -332,6 +332,7 @@ mod init {
 
     extern "C" fn fork_parent() {
         fdtable::fork_release();
+        crate::shim::doorbell::forked();
     }
 
     extern "C" fn fork_child() {

@@ -177,9 +177,9 @@ fn stamp_options_set_before_the_switch_read_back_as_tcps() {
 /// A reset taken by a read: poll then shows `POLLIN|POLLHUP|POLLRDHUP`
 /// without `POLLERR`, as Linux's TCP once `sk_err` was taken (review r22-e
 /// item 6: an event loop whose `POLLERR` branch only reads `SO_ERROR` would
-/// spin if it stayed), and the next read returns 0. Before the read TCP
-/// adds `POLLERR`; a DDP-mode socket never shows it (README). Fails with
-/// the hang-up not shown (`Follow::reflect_locked` without `hang_up`).
+/// spin if it stayed), and the next read returns 0. Before the read both
+/// add `POLLERR` (`tests/ddp_pollerr.rs`). Fails with the hang-up not
+/// shown (`Follow::reflect_locked` without `hang_up`).
 #[test]
 fn poll_after_a_reset_was_read_shows_the_hang_up_without_pollerr() {
     case("soerrhup", false);

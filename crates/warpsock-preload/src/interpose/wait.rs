@@ -226,21 +226,23 @@ fn general(
     let chunked = chunked(waits.iter().any(|(_, _, w, _)| w.chunked), left);
     let n = wait(&mut ext, if chunked { Some(WAIT_CHUNK) } else { left });
     let e = if n < 0 { sys::errno() } else { 0 };
-    let mut readable: SmallVec<[usize; 2]> = SmallVec::new();
+    // (program's index, bits its socket shows: `Socket::wait_end`).
+    let mut shows: SmallVec<[(usize, i16); 2]> = SmallVec::new();
     for (i, s, w, start) in waits {
         let revents: SmallVec<[i16; 8]> = ext[start..start + w.fds.len()]
             .iter()
             .map(|p| p.revents)
             .collect();
-        if s.wait_end(w, &revents) {
-            readable.push(i);
+        let bits = s.wait_end(w, &revents);
+        if bits != 0 {
+            shows.push((i, bits));
         }
     }
     if n < 0 {
         set_errno(e);
         return Ok((n, 0));
     }
-    if chunked && n == 0 && readable.is_empty() {
+    if chunked && n == 0 && shows.is_empty() {
         // A chunk of a longer wait ran out: a wake-up for nothing, and
         // `poll_with` waits again for what is left.
         return Ok((1, 0));
@@ -254,8 +256,8 @@ fn general(
     let mut count = 0;
     for (i, p) in fds.iter_mut().enumerate() {
         p.revents = ext[i].revents;
-        if readable.contains(&i) {
-            p.revents |= libc::POLLIN;
+        if let Some(&(_, bits)) = shows.iter().find(|(j, _)| *j == i) {
+            p.revents |= asked(p, bits);
         }
         if writable.contains(&i) {
             p.revents |= libc::POLLOUT;
@@ -317,13 +319,25 @@ fn lone(
     let n = wait(&mut ext, left);
     let e = if n < 0 { sys::errno() } else { 0 };
     let revents: SmallVec<[i16; 4]> = ext[1..].iter().map(|x| x.revents).collect();
-    let readable = s.wait_end(w, &revents);
+    let bits = s.wait_end(w, &revents);
     if n < 0 {
         set_errno(e);
         return n;
     }
-    p.revents = ext[0].revents | if readable { libc::POLLIN } else { 0 };
+    p.revents = ext[0].revents | asked(p, bits);
     n
+}
+
+/// Of the bits `Socket::wait_end` says the program's descriptor `p`
+/// shows, those its poll reports: the ones asked for, and `POLLERR` and
+/// `POLLHUP` always (as the kernel's poll). A descriptor that shows
+/// nothing else shows nothing (the common wake-up: no test beyond one).
+#[inline(always)]
+fn asked(p: &libc::pollfd, bits: i16) -> i16 {
+    if bits == libc::POLLIN {
+        return libc::POLLIN;
+    }
+    bits & (p.events | libc::POLLERR | libc::POLLHUP)
 }
 
 /// `lone` for a socket whose wait asks for chunks (`Wait::chunked`), the
@@ -344,13 +358,13 @@ fn lone_chunk(s: &dyn Socket, p: &mut libc::pollfd, w: Wait, wait: PollCall<'_>)
     let n = wait(&mut ext, Some(WAIT_CHUNK));
     let e = if n < 0 { sys::errno() } else { 0 };
     let revents: Vec<i16> = ext[1..].iter().map(|x| x.revents).collect();
-    let readable = s.wait_end(w, &revents);
+    let bits = s.wait_end(w, &revents);
     if n < 0 {
         set_errno(e);
         return n;
     }
-    p.revents = ext[0].revents | if readable { libc::POLLIN } else { 0 };
-    if n == 0 && !readable {
+    p.revents = ext[0].revents | asked(p, bits);
+    if n == 0 && bits == 0 {
         return 1;
     }
     n

@@ -128,10 +128,16 @@ pub(crate) trait Socket: Send + Sync {
 
     /// The wait returned; `revents` holds what each of the extra
     /// descriptors reported. Takes up what arrived, gives the descriptors
-    /// back, and returns whether the program's descriptor is readable now.
-    fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
+    /// back, and returns the poll bits the program's descriptor shows now
+    /// beside what the real call saw on it (which came before what was
+    /// taken up here): `POLLIN` if readable, and for a kind whose round
+    /// may find the connection finished or failed, the hang-up's bits and
+    /// `POLLERR` ([`WAIT_READABLE`], [`WAIT_HUNG_UP`], [`WAIT_FAILED`]).
+    /// The caller keeps those the program asked for, and `POLLERR` and
+    /// `POLLHUP` always, as the kernel's poll.
+    fn wait_end(&self, wait: Wait, revents: &[i16]) -> i16 {
         let _ = (wait, revents);
-        false
+        0
     }
 
     /// A program's `poll`/`ppoll` whose only managed descriptor is this
@@ -278,6 +284,23 @@ pub(crate) const POLL_ALONE_MAX: usize = 7;
 /// The real `poll`/`ppoll` of a program's wait: the descriptors, and how
 /// long at most (`None`: no limit).
 pub(crate) type PollCall<'a> = &'a mut dyn FnMut(&mut [libc::pollfd], Option<Duration>) -> c_int;
+
+/// [`Socket::wait_end`]'s answer for a readable descriptor.
+pub(crate) const WAIT_READABLE: i16 = libc::POLLIN;
+
+/// [`Socket::wait_end`]'s answer for a descriptor hung up (finished both
+/// ways): what a doorbell pair's hung-up end shows.
+pub(crate) const WAIT_HUNG_UP: i16 = libc::POLLIN
+    | libc::POLLRDNORM
+    | libc::POLLOUT
+    | libc::POLLWRNORM
+    | libc::POLLWRBAND
+    | libc::POLLHUP
+    | libc::POLLRDHUP;
+
+/// [`Socket::wait_end`]'s answer for a hung-up descriptor whose
+/// connection's error is pending (`POLLERR`).
+pub(crate) const WAIT_FAILED: i16 = WAIT_HUNG_UP | libc::POLLERR;
 
 /// Extra descriptors a program's wait watches for a managed socket, and
 /// the kind's claim on them (given back when dropped).

@@ -189,8 +189,12 @@ impl Socket for Sock {
         Self::wait_begin(self)
     }
 
-    fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
-        Self::wait_end(self, wait, revents)
+    fn wait_end(&self, wait: Wait, revents: &[i16]) -> i16 {
+        if Self::wait_end(self, wait, revents) {
+            crate::shim::socket::WAIT_READABLE
+        } else {
+            0
+        }
     }
 
     fn poll_alone(

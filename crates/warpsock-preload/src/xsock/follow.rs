@@ -27,6 +27,10 @@ pub(crate) trait Bell {
     fn set_writable(&self, on: bool);
     /// Hangs the pair up (`POLLHUP`).
     fn hang_up(&self);
+    /// Hangs the pair up with `POLLERR` ([`Doorbell::fail`]).
+    fn fail(&self);
+    /// Takes the program's end's `POLLERR` away ([`Doorbell::clear_error`]).
+    fn clear_error(&self);
 }
 
 impl Bell for Doorbell {
@@ -45,6 +49,14 @@ impl Bell for Doorbell {
     fn hang_up(&self) {
         Self::hang_up(self);
     }
+
+    fn fail(&self) {
+        Self::fail(self);
+    }
+
+    fn clear_error(&self) {
+        Self::clear_error(self);
+    }
 }
 
 pub(crate) struct Inner {
@@ -56,6 +68,13 @@ pub(crate) struct Inner {
     /// fails with `EPIPE` at once, and TCP's poll reports `POLLOUT`).
     pub(crate) write_shut: bool,
     pub(crate) hung_up: bool,
+    /// The connection failed and the doorbell shows it ([`Bell::fail`]):
+    /// no bell rings or is drained from now on.
+    pub(crate) failed: bool,
+    /// The connection's error was reported to the program (`SO_ERROR`, or
+    /// a call that failed with it: `DdpSock::take_error`); the doorbell's
+    /// `POLLERR` is taken away with it ([`Bell::clear_error`]).
+    pub(crate) error_taken: bool,
     /// The `connect` call that adopted the socket is still to return.
     pub(crate) connect_pending: bool,
 }
@@ -118,6 +137,8 @@ impl Follow {
                 write_gated: false,
                 write_shut: false,
                 hung_up: false,
+                failed: false,
+                error_taken: false,
                 connect_pending: false,
             }),
             quiet: AtomicU64::new(0),
@@ -139,7 +160,9 @@ impl Follow {
     /// needs a new edge) or no bell is out — but only if `heard()` (a
     /// bell can wake anyone); the bells drained if nothing is readable;
     /// writability released once a send could move bytes again; a hang-up
-    /// once finished both ways. Returns whether it rang.
+    /// once finished both ways — with `POLLERR` if the connection failed
+    /// ([`Bell::fail`]; taken away at once if the program took the error
+    /// before this look landed). Returns whether it rang.
     ///
     /// Readiness is taken under the socket's lock but applied here under
     /// another, so two threads' looks can land out of order: a program
@@ -187,8 +210,20 @@ impl Follow {
         }
         let arrived = r.arrivals != g.seen;
         g.seen = r.arrivals;
+        if r.error && !g.failed {
+            // First: the hang-up and `POLLERR` in one wake-up (a bell
+            // before it was an edge without them), readable for good.
+            bell.fail();
+            g.failed = true;
+            g.hung_up = true;
+            if g.error_taken {
+                bell.clear_error();
+            }
+        }
         let mut rang = false;
-        if r.readable {
+        if g.failed {
+            // Readable for good; a drain would take the `POLLERR`.
+        } else if r.readable {
             if (arrived || g.bells == 0) && heard() && bell.ring(&mut g.bells) {
                 rang = true;
             }
@@ -271,7 +306,7 @@ impl DdpSock {
     /// left it — off while the poll stood in, unless someone waits on the
     /// doorbell alone (then it rings, as a direct poll's does).
     #[inline(never)]
-    pub(super) fn stood_end(&self, revents: &[i16]) -> bool {
+    pub(super) fn stood_end(&self, revents: &[i16]) -> i16 {
         // (Its lease renewed by the next wait's `stand_in`, if the poll goes
         // on: `Wait::bound`.)
         let polled = if revents.first().is_some_and(|&r| r != 0) {
@@ -286,10 +321,10 @@ impl DdpSock {
                 self.reflect(r);
             }
             if r.readable {
-                return true;
+                return self.shown(r);
             }
         }
-        self.x.readiness_now().readable
+        self.shown(self.x.readiness_now())
     }
 }
 
@@ -322,6 +357,10 @@ mod tests {
         fn set_writable(&self, _: bool) {}
 
         fn hang_up(&self) {}
+
+        fn fail(&self) {}
+
+        fn clear_error(&self) {}
     }
 
     fn look(readable: bool, arrivals: u64) -> Readiness {

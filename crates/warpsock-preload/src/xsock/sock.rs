@@ -16,7 +16,8 @@
 //! would block (no credit) makes the program's end unwritable until
 //! credits return, so `POLLOUT`/`EPOLLOUT` wait like a full TCP socket's.
 //! When the connection is finished both ways the pair hangs up
-//! (`POLLHUP`). A program thread blocked in a call may process what
+//! (`POLLHUP`), with `POLLERR` if it failed, until the program takes the
+//! error (`Doorbell::fail`, `DdpSock::take_error`). A program thread blocked in a call may process what
 //! arrives for another thread that waits in `poll`: its call reflects that
 //! on return, and the arrivals counter makes it a new edge.
 
@@ -33,7 +34,7 @@ use warpsock_xsock::io::{Readiness, RecvFlags, Spun, XSocket};
 use super::follow::Follow;
 use crate::shim::doorbell::Doorbell;
 use crate::shim::reactor;
-use crate::shim::socket::{Socket, Wait};
+use crate::shim::socket::{Socket, Wait, WAIT_FAILED, WAIT_HUNG_UP, WAIT_READABLE};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
 
@@ -74,9 +75,6 @@ pub(crate) struct DdpSock {
     sndtimeo: Timeout,
     /// The program's options kept, read back, and not applied ([`Kept`]).
     kept: Kept,
-    /// The connection's error ([`XSocket::error`]) was reported to the
-    /// program ([`Self::error_taken`]).
-    error_taken: AtomicBool,
     /// The doorbell's books ([`Follow`]).
     inner: Follow,
     /// The process that switched it: a forked child's copies of its
@@ -243,7 +241,6 @@ impl DdpSock {
                 rcvtimeo: Timeout::new(timeouts.0),
                 sndtimeo: Timeout::new(timeouts.1),
                 kept,
-                error_taken: AtomicBool::new(false),
                 x: ManuallyDrop::new(x),
                 closing: AtomicU8::new(0),
                 kfd,
@@ -524,11 +521,23 @@ impl DdpSock {
     #[inline(never)]
     fn error_taken(&self, e: &std::io::Error) -> bool {
         match self.x.error() {
-            Some((errno, _)) if e.raw_os_error() == Some(errno) => {
-                self.error_taken.swap(true, Ordering::Relaxed)
-            }
+            Some((errno, _)) if e.raw_os_error() == Some(errno) => self.take_error(),
             _ => false,
         }
+    }
+
+    /// Marks the connection's error reported to the program; returns
+    /// whether it was before. `POLLERR` goes with it, as TCP's once
+    /// `sk_err` was read: under the books' lock, so that a look applied
+    /// meanwhile ([`Follow::reflect`], which raises it) cannot raise it
+    /// again after this.
+    fn take_error(&self) -> bool {
+        let mut g = self.inner.lock();
+        let was = std::mem::replace(&mut g.error_taken, true);
+        if !was && g.failed {
+            self.bell.clear_error();
+        }
+        was
     }
 
     /// `SO_ERROR`: the connection's error, once (as [`Self::error_taken`]),
@@ -538,8 +547,43 @@ impl DdpSock {
     fn so_error(&self) -> c_int {
         self.reflect(self.x.readiness());
         match self.x.error() {
-            Some((errno, _)) if !self.error_taken.swap(true, Ordering::Relaxed) => errno,
+            Some((errno, _)) if !self.take_error() => errno,
             _ => 0,
+        }
+    }
+
+    /// What a `poll`'s wait shows on the program's descriptor for look
+    /// `r` ([`Socket::wait_end`]): readable, or, once the connection is
+    /// finished both ways, the hang-up's bits — with `POLLERR` while its
+    /// error is pending — which the doorbell shows only from the look
+    /// applied here on (the real call saw it before: a reset a direct
+    /// `poll`'s round took in showed `POLLIN` alone, where TCP's wake-up
+    /// shows `POLLERR`, `POLLHUP` and `POLLRDHUP` too).
+    #[inline(always)]
+    pub(super) fn shown(&self, r: Readiness) -> i16 {
+        if r.hup {
+            return self.shown_hung_up(r);
+        }
+        if r.readable {
+            WAIT_READABLE
+        } else {
+            0
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn shown_hung_up(&self, r: Readiness) -> i16 {
+        self.reflect(r);
+        let g = self.inner.lock();
+        if g.failed && !g.error_taken {
+            WAIT_FAILED
+        } else if g.hung_up {
+            WAIT_HUNG_UP
+        } else if r.readable {
+            WAIT_READABLE
+        } else {
+            0
         }
     }
 
@@ -756,7 +800,7 @@ impl Socket for DdpSock {
         })
     }
 
-    fn wait_end(&self, wait: Wait, revents: &[i16]) -> bool {
+    fn wait_end(&self, wait: Wait, revents: &[i16]) -> i16 {
         self.polls.fetch_sub(1, Ordering::SeqCst);
         if wait.claim.is::<DirectClaim>() {
             SPARE_FDS.set(wait.fds);
@@ -781,7 +825,7 @@ impl Socket for DdpSock {
                     // the answer (only a receive takes it away), without
                     // taking the socket's lock again to look.
                     if r.readable {
-                        return true;
+                        return self.shown(r);
                     }
                 }
             }
@@ -791,7 +835,7 @@ impl Socket for DdpSock {
         } else if wait.claim.is::<PollerClaim>() {
             self.x.poller(false);
         }
-        self.x.readiness_now().readable
+        self.shown(self.x.readiness_now())
     }
 
     fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {
@@ -850,5 +894,13 @@ impl super::follow::Bell for DdpSock {
 
     fn hang_up(&self) {
         self.bell.hang_up();
+    }
+
+    fn fail(&self) {
+        self.bell.fail();
+    }
+
+    fn clear_error(&self) {
+        self.bell.clear_error();
     }
 }

@@ -1,0 +1,52 @@
+//! Readiness of a DDP-mode socket whose peer reset the connection
+//! (`tests/c/pollerr.c`; issue 12): `poll`, `select` and `epoll` (level
+//! and edge) report what Linux's TCP reports — `POLLERR` beside
+//! `POLLHUP`, `POLLIN` and `POLLRDHUP` while the error is pending (epoll's
+//! `EPOLLERR` unasked, one edge of it), none once `SO_ERROR` or a failed
+//! `recv` took it. Each case runs over plain TCP first; the lines printed
+//! must be the same.
+
+mod common;
+
+use common::run_case;
+
+/// Runs case `name` over TCP and in DDP mode: the same lines.
+fn same(name: &str) {
+    let tcp = run_case("pollerr", name, false);
+    let ddp = run_case("pollerr", name, true);
+    assert_eq!(ddp.stat("ddp_switched"), 2, "{}", ddp.stderr);
+    assert_eq!(
+        tcp.stdout, ddp.stdout,
+        "{name}: TCP (left) and DDP mode (right) differ"
+    );
+}
+
+/// `poll` after the peer's reset: `POLLERR` until `SO_ERROR` takes it
+/// (or a `recv` that fails with `ECONNRESET`), `POLLHUP` after.
+#[test]
+fn poll_shows_pollerr_until_the_error_is_taken() {
+    same("poll");
+    same("pollrecv");
+    same("pollasleep");
+}
+
+/// `epoll_wait`, level-triggered, `EPOLLERR` reported unasked (with
+/// `EPOLLIN|EPOLLRDHUP` asked, and with `EPOLLOUT` alone).
+#[test]
+fn level_triggered_epoll_reports_epollerr_unasked_until_taken() {
+    same("epoll");
+    same("epollout");
+}
+
+/// `epoll_wait`, edge-triggered: one edge at the reset, with `EPOLLERR`.
+#[test]
+fn edge_triggered_epoll_gets_one_edge_with_epollerr() {
+    same("epollet");
+    same("epolletasleep");
+}
+
+/// `select`: readable and writable after the reset, not exceptional.
+#[test]
+fn select_after_a_reset_as_tcps() {
+    same("select");
+}
