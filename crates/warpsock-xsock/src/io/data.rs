@@ -278,13 +278,16 @@ impl XSocket {
         // waits: one gathered `sendmsg` per call, not one per message.
         let batch = zcopy || total > self.opts.slot_size as usize - HDR_LEN;
         let mut signalled = false;
+        // The bytes handed over while the connection lived ([`Self::handed`]):
+        // what the call returns if it meets the connection's end.
+        let mut handed = 0;
         while off < total {
             if batch && st.deferred.is_none() {
                 st.deferred = Some(Vec::new());
             }
             if let Some(e) = Self::dead(&st) {
                 self.post_deferred(&mut st);
-                return (st, if off > 0 { Ok(off) } else { Err(e) });
+                return (st, if handed > 0 { Ok(handed) } else { Err(e) });
             }
             // The peer's FIN, or our own end shut meanwhile by another
             // thread (`shutdown(SHUT_WR)` while this call waited): as
@@ -325,6 +328,7 @@ impl XSocket {
                     self.post_data(&mut st, call, op, None, src(off, len));
                     st.s.tx_wrote(len);
                     off += len;
+                    Self::handed(&st, off, &mut handed);
                 }
                 TxStep::Data { msg, len } => {
                     let op = SendOp::Send {
@@ -333,6 +337,7 @@ impl XSocket {
                     };
                     self.post_data(&mut st, call, op, Some(msg), src(off, len));
                     off += len;
+                    Self::handed(&st, off, &mut handed);
                 }
                 TxStep::Blocked => {
                     if self.repost_if_due(&mut st) {
@@ -353,6 +358,7 @@ impl XSocket {
                                 self.tcp_fd,
                             );
                             off += n;
+                            Self::handed(&st, off, &mut handed);
                             continue;
                         }
                     }
@@ -363,6 +369,7 @@ impl XSocket {
                         break;
                     }
                     self.post_deferred(&mut st);
+                    Self::handed(&st, off, &mut handed);
                     let (guard, intr) = self.wait_intr(st, deadline);
                     st = guard;
                     // A signal ended the wait: what was sent, or `EINTR`.
@@ -379,6 +386,16 @@ impl XSocket {
         self.flush(&mut st);
         self.post_deferred(&mut st);
         self.reap_posted(&mut st);
+        // A post of this call met the connection's end (the kernel socket
+        // had the peer's reset, which nothing of ours had taken in yet:
+        // the loop's check saw no error): as Linux's `tcp_sendmsg`, whose
+        // copy stops at `sk_err`, the call returns the bytes handed over
+        // before it, or fails with the error if none were — not `Ok` for
+        // bytes nobody reads (as `send_straight`).
+        let dead = Self::dead(&st);
+        if dead.is_some() {
+            off = handed;
+        }
         self.count(&st, Count::TxBytes, off);
         if zcopy {
             // The caller's memory is read by the engine until its requests
@@ -388,12 +405,29 @@ impl XSocket {
             }
             Self::end_call(&mut st, call);
         }
+        if let (0, Some(e)) = (off, dead) {
+            return (st, Err(e));
+        }
         if off == 0 {
             // Non-blocking without a credit, SO_SNDTIMEO expired, a signal.
             let e = if signalled { libc::EINTR } else { libc::EAGAIN };
             return (st, Err(io::Error::from_raw_os_error(e)));
         }
         (st, Ok(off))
+    }
+
+    /// After a step of [`Self::send_call`] that left `off` of its bytes
+    /// sent: `*handed` becomes `off` if every one of them is with the
+    /// engine or in the send buffer (no post collected for a batch is
+    /// still to hand over) and the connection has no error. A post that
+    /// meets the connection's end leaves it where it was: its bytes, and
+    /// those collected with them, did not go (Linux's `tcp_sendmsg`
+    /// counts what it copied before `sk_err`).
+    #[inline(always)]
+    fn handed(st: &State, off: usize, handed: &mut usize) {
+        if st.error.is_none() && st.deferred.as_ref().is_none_or(|d| d.is_empty()) {
+            *handed = off;
+        }
     }
 
     /// Posts one DATA message (`hdr`) or sink Write of the bytes of `src`:
