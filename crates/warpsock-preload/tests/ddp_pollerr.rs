@@ -22,12 +22,14 @@ fn same(name: &str) {
 }
 
 /// `poll` after the peer's reset: `POLLERR` until `SO_ERROR` takes it
-/// (or a `recv` that fails with `ECONNRESET`), `POLLHUP` after.
+/// (or a `recv` that fails with `ECONNRESET`), `POLLHUP` after; also after
+/// the peer's end of stream (`EPIPE`, TCP's `CLOSE_WAIT`).
 #[test]
 fn poll_shows_pollerr_until_the_error_is_taken() {
     same("poll");
     same("pollrecv");
     same("pollasleep");
+    same("pollfin");
 }
 
 /// `epoll_wait`, level-triggered, `EPOLLERR` reported unasked (with

@@ -17,6 +17,11 @@
  *             it nor after SO_ERROR
  *   select    select waits for the reset (read set); the read, write and
  *             exceptional sets, before and after SO_ERROR
+ *   pollfin   the peer's end of stream first (this end reads 0), then
+ *             its reset: polled until POLLHUP shows (TCP's CLOSE_WAIT:
+ *             SO_ERROR is EPIPE), as poll. What polls show between the two
+ *             is not printed: TCP's POLLRDHUP after the end of stream
+ *             alone, a DDP-mode socket shows only once hung up.
  *   pollasleep, epolletasleep  poll, epollet with the reset made by
  *             another thread once this one sleeps in the wait
  *             (/proc/self/task/TID/syscall): the wake-up itself shows it */
@@ -151,7 +156,28 @@ int main(int argc, char **argv) {
     int c, s;
     pair(&c, &s);
     poll_now(c, "before");
-    if (!strcmp(cs, "poll") || !strcmp(cs, "pollrecv") || !strcmp(cs, "pollasleep")) {
+    if (!strcmp(cs, "pollfin")) {
+        CHECK(shutdown(s, SHUT_WR) == 0);
+        struct pollfd p = {c, POLLIN, 0};
+        CHECK(poll(&p, 1, 10000) == 1);
+        char b[8];
+        CHECK(recv(c, b, sizeof b, 0) == 0);
+        reset_by(s);
+        /* Readable all along: polled until the reset shows. */
+        for (long k = 0;; k++) {
+            struct pollfd p = {c, POLLIN | POLLRDHUP, 0};
+            CHECK(poll(&p, 1, 10000) == 1);
+            if (p.revents & POLLHUP) {
+                bits("wait", p.revents);
+                break;
+            }
+            CHECK(k < 10000000);
+            sched_yield();
+        }
+        poll_now(c, "pending");
+        so_error(c);
+        poll_now(c, "taken");
+    } else if (!strcmp(cs, "poll") || !strcmp(cs, "pollrecv") || !strcmp(cs, "pollasleep")) {
         int joined = reset_soon(s, asleep, &t);
         poll_wait(c, "wait");
         if (joined) CHECK(pthread_join(t, NULL) == 0);
