@@ -339,6 +339,8 @@ mod tests {
     struct Fake {
         out: AtomicUsize,
         drains: AtomicUsize,
+        fails: AtomicUsize,
+        clears: AtomicUsize,
     }
 
     impl Bell for Fake {
@@ -358,9 +360,13 @@ mod tests {
 
         fn hang_up(&self) {}
 
-        fn fail(&self) {}
+        fn fail(&self) {
+            self.fails.fetch_add(1, Ordering::SeqCst);
+        }
 
-        fn clear_error(&self) {}
+        fn clear_error(&self) {
+            self.clears.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn look(readable: bool, arrivals: u64) -> Readiness {
@@ -423,6 +429,39 @@ mod tests {
         assert_eq!(f.quiet.load(Ordering::SeqCst), 3);
         assert!(f.reflect(look(true, 3), &b, || true));
         assert_eq!(b.out.load(Ordering::SeqCst), 1);
+    }
+
+    /// A look of a failed connection fails the doorbell (`POLLERR` with
+    /// the hang-up) once, instead of ringing, and nothing rings or drains
+    /// after it (a drain's read would take the `POLLERR`); a failing look
+    /// that lands after the program took the error (`DdpSock::take_error`
+    /// ran first, its look older) takes the `POLLERR` away at once. Fails
+    /// with that last step removed, and with the ring kept after the
+    /// failure.
+    #[test]
+    fn a_failed_look_fails_the_doorbell_once_and_rings_no_more() {
+        let n = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+        let failed = |arrivals| Readiness {
+            error: true,
+            hup: true,
+            rdhup: true,
+            ..look(true, arrivals)
+        };
+        let f = Follow::new();
+        let b = Fake::default();
+        assert!(f.reflect(look(true, 1), &b, || true));
+        assert!(!f.reflect(failed(2), &b, || true), "rang at the failure");
+        assert_eq!((n(&b.fails), n(&b.clears)), (1, 0));
+        assert!(f.lock().failed && f.lock().hung_up);
+        assert!(!f.reflect(failed(3), &b, || true), "rang after it");
+        f.reflect(look(false, 4), &b, || true);
+        assert_eq!((n(&b.fails), n(&b.drains)), (1, 0));
+        // The error taken before the failing look landed.
+        let f = Follow::new();
+        let b = Fake::default();
+        f.lock().error_taken = true;
+        f.reflect(failed(1), &b, || true);
+        assert_eq!((n(&b.fails), n(&b.clears)), (1, 1));
     }
 
     /// The race `reflect` is ordered for, with the lock-free look in it:
