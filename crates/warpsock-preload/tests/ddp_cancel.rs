@@ -215,3 +215,22 @@ fn a_read_watching_for_a_late_request_is_cancelled() {
         }
     }
 }
+
+/// Not a cancel: the watch case's socket (its switch failed; a residue
+/// socket, `xsock::residue`), blocking: `recvmsg(MSG_ERRQUEUE)`,
+/// `recv(MSG_OOB)`, `recv(MSG_DONTWAIT)` and `MSG_DONTWAIT` sends into a
+/// full buffer return at once with TCP's results; a zero-length `recv`
+/// blocks as TCP's; a blocking 1 MiB send returns 1 MiB and an 8 B
+/// `MSG_WAITALL` recv 8 across two writes (review r25-a item 2: the wait
+/// made before each call of a blocking socket blocked the first four; the
+/// last two, with each call `MSG_DONTWAIT`, fail without the rest's loop).
+#[test]
+fn a_residue_sockets_calls_keep_tcps_flags() {
+    for preload in [false, true] {
+        let r = run_case("cancel", "watchflags", preload);
+        if preload {
+            assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
+            assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
+        }
+    }
+}

@@ -11,6 +11,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use libc::{c_int, c_void, msghdr, sockaddr, socklen_t};
 use warpsock_xsock::switch::{classify_request, Request};
@@ -179,6 +180,211 @@ impl ResidueSock {
             }
         }
     }
+
+    /// The program's `recvmsg` of the TCP socket, with Linux's semantics
+    /// for a `blocking` call and no system call that sleeps: each is made
+    /// with `MSG_DONTWAIT`, and a blocking call waits outside them
+    /// (`sys::wait_fd`, raw `ppoll`; one `SO_RCVTIMEO` deadline for the
+    /// whole call). libc's `recvmsg` is a cancellation point, acted on
+    /// inside the library (the process aborted), and the raw call's
+    /// sleep would restart after the cancel's signal (`SA_RESTART`),
+    /// never ending. Whatever the first try gives but `EAGAIN` is the
+    /// call's result at once (review r25-a item 2: a wait before every
+    /// call blocked those the kernel answers at once); a blocking call
+    /// then goes on as `tcp_recvmsg` does: until its target — every byte
+    /// with `MSG_WAITALL`, else `SO_RCVLOWAT`'s (at most the length, at
+    /// least 1) — or the end, an error, the timeout or a signal, which
+    /// end it with what it has, if anything.
+    ///
+    /// # Safety
+    /// `msg` describes the caller's buffers.
+    unsafe fn recv_kernel(&self, msg: &mut msghdr, flags: c_int, blocking: bool) -> isize {
+        let f = flags | libc::MSG_DONTWAIT;
+        // SAFETY: forwarding the caller's msghdr to the TCP socket.
+        let r = unsafe { sys::recvmsg_raw(self.kfd, msg, f) };
+        if !blocking || r == 0 || (r < 0 && errno() != libc::EAGAIN) {
+            return r;
+        }
+        // SAFETY: the caller's iovecs.
+        let iov = unsafe { iovecs(msg) };
+        let total: usize = iov.iter().map(|v| v.iov_len).sum();
+        let mut got = r.max(0) as usize;
+        let mut deadline = None;
+        let mut target = None;
+        loop {
+            if got > 0 {
+                if got >= total {
+                    return got as isize;
+                }
+                let t = *target.get_or_insert_with(|| {
+                    if flags & libc::MSG_WAITALL != 0 {
+                        total
+                    } else {
+                        let low = sys::get_int(self.kfd, libc::SOL_SOCKET, libc::SO_RCVLOWAT);
+                        (low.unwrap_or(1).max(0) as usize).min(total).max(1)
+                    }
+                });
+                if got >= t {
+                    return got as isize;
+                }
+                if flags & libc::MSG_PEEK != 0 {
+                    // A peek short of its target (a peek never takes
+                    // bytes: the next would see the same ones): the
+                    // kernel's own blocking call, which waits only for
+                    // the rest (a cancel meanwhile is acted on once it
+                    // returns).
+                    // SAFETY: forwarding the caller's msghdr.
+                    return unsafe { sys::recvmsg_raw(self.kfd, msg, flags) };
+                }
+            }
+            match self.wait(libc::POLLIN, libc::SO_RCVTIMEO, &mut deadline) {
+                // Linux ends the call with the bytes it has, the error
+                // left for the next one.
+                Ok(ev) if got > 0 && ev & libc::POLLERR != 0 => return got as isize,
+                Ok(_) => {}
+                Err(_) if got > 0 => return got as isize,
+                Err(e) => {
+                    set_errno(e);
+                    return -1;
+                }
+            }
+            let r = if got == 0 {
+                // SAFETY: forwarding the caller's msghdr.
+                unsafe { sys::recvmsg_raw(self.kfd, msg, f) }
+            } else {
+                let mut rest = past(iov, got);
+                // The rest of the caller's buffers; its name and control
+                // were filled (or not) by the first part.
+                // SAFETY: msghdr is plain data; all-zero is an empty one.
+                let mut m: msghdr = unsafe { std::mem::zeroed() };
+                m.msg_iov = rest.as_mut_ptr();
+                m.msg_iovlen = rest.len();
+                // SAFETY: `m` describes the rest of the caller's buffers.
+                unsafe { sys::recvmsg_raw(self.kfd, &mut m, f) }
+            };
+            match r {
+                0 => return got as isize,
+                n if n > 0 => got += n as usize,
+                _ if errno() == libc::EAGAIN => {}
+                _ if got > 0 => return got as isize,
+                _ => return -1,
+            }
+        }
+    }
+
+    /// The program's `sendmsg` on the TCP socket, as [`Self::recv_kernel`]:
+    /// never a sleeping system call, the first try's result at once but
+    /// `EAGAIN` of a `blocking` call (review r25-a item 2: a `MSG_DONTWAIT`
+    /// send on a blocking socket waited for room), which then goes on as
+    /// `tcp_sendmsg` does: until every byte went, or an error, the
+    /// timeout (`SO_SNDTIMEO`) or a signal, which end it with the count
+    /// sent, if any. The rest's sends take `MSG_NOSIGNAL`: Linux raises
+    /// `SIGPIPE` only for a call that sent nothing.
+    ///
+    /// # Safety
+    /// `msg` describes the caller's buffers.
+    unsafe fn send_kernel(&self, msg: &msghdr, flags: c_int, blocking: bool) -> isize {
+        let f = flags | libc::MSG_DONTWAIT;
+        // SAFETY: forwarding the caller's msghdr to the TCP socket.
+        let r = unsafe { sys::sendmsg_raw(self.kfd, msg, f) };
+        if !blocking || (r < 0 && errno() != libc::EAGAIN) {
+            return r;
+        }
+        // SAFETY: the caller's iovecs.
+        let iov = unsafe { iovecs(msg) };
+        let total: usize = iov.iter().map(|v| v.iov_len).sum();
+        let mut got = r.max(0) as usize;
+        let mut deadline = None;
+        loop {
+            if r >= 0 && got >= total {
+                return got as isize;
+            }
+            match self.wait(libc::POLLOUT, libc::SO_SNDTIMEO, &mut deadline) {
+                Ok(ev) if got > 0 && ev & (libc::POLLERR | libc::POLLHUP) != 0 => {
+                    return got as isize;
+                }
+                Ok(_) => {}
+                Err(_) if got > 0 => return got as isize,
+                Err(e) => {
+                    set_errno(e);
+                    return -1;
+                }
+            }
+            let r = if got == 0 {
+                // SAFETY: forwarding the caller's msghdr.
+                unsafe { sys::sendmsg_raw(self.kfd, msg, f) }
+            } else {
+                let mut rest = past(iov, got);
+                // SAFETY: msghdr is plain data; all-zero is an empty one.
+                let mut m: msghdr = unsafe { std::mem::zeroed() };
+                m.msg_name = msg.msg_name;
+                m.msg_namelen = msg.msg_namelen;
+                m.msg_iov = rest.as_mut_ptr();
+                m.msg_iovlen = rest.len();
+                // SAFETY: `m` describes the rest of the caller's buffers.
+                unsafe { sys::sendmsg_raw(self.kfd, &m, f | libc::MSG_NOSIGNAL) }
+            };
+            match r {
+                n if n >= 0 => {
+                    got += n as usize;
+                    if got >= total {
+                        return got as isize;
+                    }
+                }
+                _ if errno() == libc::EAGAIN => {}
+                _ if got > 0 => return got as isize,
+                _ => return -1,
+            }
+        }
+    }
+
+    /// A blocking call's wait for `events` on the TCP socket, up to the
+    /// call's `deadline` (from the socket's `name` timeout, read at the
+    /// first wait). `Err(errno)`: `EAGAIN` once it passed, `EINTR` (a
+    /// signal, a pending cancel), as [`sys::wait_fd`].
+    fn wait(
+        &self,
+        events: i16,
+        name: c_int,
+        deadline: &mut Option<(Instant, Option<Duration>)>,
+    ) -> Result<i16, c_int> {
+        let (start, timeo) =
+            *deadline.get_or_insert_with(|| (Instant::now(), sys::get_timeo(self.kfd, name)));
+        let left = timeo.map(|t| t.saturating_sub(start.elapsed()));
+        sys::wait_fd(self.kfd, events, left)
+    }
+}
+
+/// The iovecs of `msg` (none if it has none): the caller's array, which
+/// lives for its call (the calls through `msg` write its buffers, never
+/// the array).
+///
+/// # Safety
+/// `msg` describes the caller's buffers, for `'a`.
+unsafe fn iovecs<'a>(msg: &msghdr) -> &'a [libc::iovec] {
+    if msg.msg_iov.is_null() || msg.msg_iovlen == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's `msg_iovlen` iovecs.
+    unsafe { std::slice::from_raw_parts(msg.msg_iov, msg.msg_iovlen) }
+}
+
+/// `iov` past its first `n` bytes.
+fn past(iov: &[libc::iovec], mut n: usize) -> Vec<libc::iovec> {
+    let mut rest = Vec::with_capacity(iov.len());
+    for v in iov {
+        if n >= v.iov_len {
+            n -= v.iov_len;
+            continue;
+        }
+        rest.push(libc::iovec {
+            // SAFETY: within the caller's buffer of `iov_len` bytes.
+            iov_base: unsafe { v.iov_base.cast::<u8>().add(n) }.cast(),
+            iov_len: v.iov_len - n,
+        });
+        n = 0;
+    }
+    rest
 }
 
 impl Socket for ResidueSock {
@@ -203,6 +409,15 @@ impl Socket for ResidueSock {
     }
 
     unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
+        if flags & (libc::MSG_OOB | libc::MSG_ERRQUEUE) != 0 {
+            // The urgent byte and the error queue: the TCP socket's own,
+            // never the stream's bytes, and never waited for by Linux
+            // (`EINVAL`, `EAGAIN` at once): straight to it (review r25-a
+            // item 2: they waited for in-band bytes, for ever with none
+            // to come).
+            // SAFETY: forwarding the caller's msghdr to the TCP socket.
+            return unsafe { sys::recvmsg_raw(self.kfd, msg, flags | libc::MSG_DONTWAIT) };
+        }
         let nonblocking = flags & libc::MSG_DONTWAIT != 0 || self.nonblocking();
         let mut st = lock(&self.st);
         if st.off < st.residue.len() {
@@ -242,43 +457,14 @@ impl Socket for ResidueSock {
         if done {
             self.demote();
         }
-        let f = if nonblocking {
-            flags | libc::MSG_DONTWAIT
-        } else {
-            flags
-        };
-        if !nonblocking {
-            // The wait outside the system call, which then finds the
-            // bytes (or the end, or an error): libc's `recvmsg` is a
-            // cancellation point, acted on inside the library (the
-            // process aborted), and the raw call's sleep would restart
-            // after the cancel's signal (`SA_RESTART`), never ending.
-            let timeo = sys::get_timeo(self.kfd, libc::SO_RCVTIMEO);
-            if let Err(e) = sys::wait_fd(self.kfd, libc::POLLIN, timeo) {
-                set_errno(e);
-                return -1;
-            }
-        }
-        // SAFETY: forwarding the caller's msghdr to the TCP socket.
-        unsafe { sys::recvmsg_raw(self.kfd, msg, f) }
+        // SAFETY: the caller's msghdr.
+        unsafe { self.recv_kernel(msg, flags, !nonblocking) }
     }
 
     unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize {
-        let f = if self.nonblocking() {
-            flags | libc::MSG_DONTWAIT
-        } else {
-            flags
-        };
-        if !self.nonblocking() {
-            // As `recvmsg`'s wait (a send blocked for room).
-            let timeo = sys::get_timeo(self.kfd, libc::SO_SNDTIMEO);
-            if let Err(e) = sys::wait_fd(self.kfd, libc::POLLOUT, timeo) {
-                set_errno(e);
-                return -1;
-            }
-        }
-        // SAFETY: forwarding the caller's msghdr to the TCP socket.
-        unsafe { sys::sendmsg_raw(self.kfd, msg, f) }
+        let blocking = flags & libc::MSG_DONTWAIT == 0 && !self.nonblocking();
+        // SAFETY: the caller's msghdr.
+        unsafe { self.send_kernel(msg, flags, blocking) }
     }
 
     fn connect(&self, addr: *const sockaddr, len: socklen_t) -> c_int {

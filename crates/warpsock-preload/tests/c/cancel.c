@@ -78,6 +78,17 @@
  *             (its wait was libc's poll inside the library: the cancel
  *             aborted the process) and is cancelled; the peer's bytes
  *             then are read as data (plain: no switch, a TCP read);
+ *   watchflags  (not a cancel) the watch case's socket, blocking, whose
+ *             switch failed (plain: a TCP socket, no mark): calls the
+ *             kernel answers at once return at once, as over TCP (review
+ *             r25-a item 2: the library's wait before each blocked them):
+ *             recvmsg(MSG_ERRQUEUE) EAGAIN, recv(MSG_OOB) EINVAL (the
+ *             switch took the mark; TCP has no urgent byte), recv
+ *             (MSG_DONTWAIT) EAGAIN, sends with MSG_DONTWAIT until EAGAIN
+ *             (the peer not reading); a zero-length recv blocks, as TCP's
+ *             (then cancelled); a blocking 1 MiB send (SO_SNDBUF 16 KiB)
+ *             returns 1 MiB once the peer reads everything, and an 8 B MSG_WAITALL recv of
+ *             bytes that come in two writes returns all 8;
  *   exit      exit() by a thread with a cancel pending and enabled (it
  *             enabled cancellation after the cancel came, and made no
  *             cancellation point since), with bytes buffered in the
@@ -382,6 +393,162 @@ static void cancel_watch(void) {
     CHECK(write(other, "notmpa!!", 8) == 8);
     char b[8];
     CHECK(recv(responder, b, 8, MSG_WAITALL) == 8 && memcmp(b, "notmpa!!", 8) == 0);
+    still_works(responder, other);
+}
+
+/* Whether thread t sleeps (state S, /proc) — 0 once it is gone. */
+static int sleeps_now(pid_t t) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)t);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && p[2] == 'S';
+}
+
+/* watchflags, sendfilezero: one call in a thread (fn, which stores its
+ * result and sets call_done). Returns 1 if it returned without ever
+ * sleeping for good (joined), 0 if it slept five looks in a row (then it
+ * is cancelled and joined: PTHREAD_CANCELED). */
+static atomic_int call_done;
+static atomic_long call_r, call_errno;
+static void *call_end(long r) {
+    atomic_store(&call_errno, errno);
+    atomic_store(&call_r, r);
+    atomic_store(&call_done, 1);
+    return NULL;
+}
+static int at_once(void *(*fn)(void *)) {
+    atomic_store(&call_done, 0);
+    atomic_store(&tid, 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, fn, NULL) == 0);
+    int asleep = 0;
+    long spins = 0;
+    while (!atomic_load(&call_done)) {
+        CHECK(spins++ < 100000000);
+        pid_t id = atomic_load(&tid);
+        asleep = id != 0 && sleeps_now(id) ? asleep + 1 : 0;
+        if (asleep >= 5 && !atomic_load(&call_done)) {
+            CHECK(pthread_cancel(t) == 0);
+            joined_cancelled(t, "call that slept");
+            return 0;
+        }
+        sched_yield();
+    }
+    CHECK(pthread_join(t, NULL) == 0);
+    return 1;
+}
+
+static int flag_case;
+static size_t filled_bytes; /* watchflags: what the MSG_DONTWAIT sends took */
+static void *flag_call(void *a) {
+    (void)a;
+    started();
+    static char b[8];
+    static struct iovec v;
+    static struct msghdr m;
+    static char chunk[32 << 10];
+    long r = -1;
+    switch (flag_case) {
+    case 0:
+        v = (struct iovec){b, sizeof b};
+        m = (struct msghdr){.msg_iov = &v, .msg_iovlen = 1};
+        r = recvmsg(victim, &m, MSG_ERRQUEUE);
+        break;
+    case 1:
+        r = recv(victim, b, 1, MSG_OOB);
+        break;
+    case 2:
+        r = recv(victim, b, sizeof b, MSG_DONTWAIT);
+        break;
+    case 3:
+        r = recv(victim, b, 0, 0);
+        break;
+    case 4:
+        memset(chunk, 'f', sizeof chunk);
+        for (long i = 0; i < 100000; i++) {
+            r = send(victim, chunk, sizeof chunk, MSG_DONTWAIT);
+            if (r < 0) break;
+            filled_bytes += (size_t)r;
+        }
+        break;
+    }
+    return call_end(r);
+}
+
+/* Runs flag_call case k: it must return at once with r (and errno e if
+ * r < 0). */
+static void flag_at_once(int k, long r, int e) {
+    flag_case = k;
+    int quick = at_once(flag_call);
+    if (!quick) fprintf(stderr, "flag case %d slept\n", k);
+    CHECK(quick);
+    long got = atomic_load(&call_r);
+    if (got != r || (r < 0 && atomic_load(&call_errno) != e))
+        fprintf(stderr, "flag case %d returned %ld (errno %ld)\n", k, got,
+                atomic_load(&call_errno));
+    CHECK(got == r && (r >= 0 || atomic_load(&call_errno) == e));
+}
+
+#define BIG (1u << 20)
+static void *big_send(void *a) {
+    (void)a;
+    started();
+    static unsigned char big[BIG];
+    memset(big, 'g', sizeof big);
+    return returned(send(victim, big, sizeof big, 0));
+}
+
+static void cancel_watch_flags(int plain) {
+    int responder = local_port(c) > local_port(s) ? c : s;
+    int other = responder == c ? s : c;
+    victim = responder;
+    if (!plain) {
+        static const unsigned char mark = 0xD7;
+        CHECK(send(other, &mark, 1, MSG_OOB) == 1);
+        pthread_t p;
+        CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
+        CHECK(pthread_join(p, NULL) == 0);
+        CHECK(atomic_load(&switch_r) == -1);
+    }
+    /* A small send buffer: the 1 MiB send below goes in many parts. */
+    int sndbuf = 16 << 10;
+    CHECK(setsockopt(victim, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf) == 0);
+    flag_at_once(0, -1, EAGAIN);
+    flag_at_once(1, -1, EINVAL);
+    flag_at_once(2, -1, EAGAIN);
+    flag_case = 3;
+    CHECK(!at_once(flag_call)); /* blocks, as TCP's; cancelled */
+    flag_at_once(4, -1, EAGAIN);
+    CHECK(filled_bytes > 0);
+    /* A blocking send of 1 MiB: all of it once the peer reads. */
+    pthread_t t = start_victim(big_send, 0);
+    set_rcvtimeo(other, 10000);
+    static unsigned char b[1 << 16];
+    size_t want = filled_bytes + BIG, got = 0;
+    while (got < want) {
+        ssize_t r = recv(other, b, sizeof b, 0);
+        if (r <= 0) fprintf(stderr, "peer read %zu of %zu bytes, then %zd\n", got, want, r);
+        CHECK(r > 0);
+        got += (size_t)r;
+    }
+    void *res;
+    CHECK(pthread_join(t, &res) == 0 && res == (void *)1);
+    if (atomic_load(&ret_r) != BIG) fprintf(stderr, "the 1 MiB send returned %ld\n", atomic_load(&ret_r));
+    CHECK(atomic_load(&ret_r) == BIG);
+    /* An 8 B MSG_WAITALL recv of bytes that come in two writes. */
+    CHECK(write(other, "notm", 4) == 4);
+    t = start_victim(block_waitall, 0);
+    asleep_for_good(0);
+    CHECK(write(other, "pa!!", 4) == 4);
+    CHECK(pthread_join(t, &res) == 0 && res == (void *)1);
+    if (atomic_load(&ret_r) != 8) fprintf(stderr, "the MSG_WAITALL recv returned %ld\n", atomic_load(&ret_r));
+    CHECK(atomic_load(&ret_r) == 8);
     still_works(responder, other);
 }
 
@@ -722,7 +889,8 @@ int main(int argc, char **argv) {
     const char *cs = argv[1];
     int plain = argc > 2 && !strcmp(argv[2], "plain");
     tcp_pair(&c, &s);
-    int switching = !strcmp(cs, "switch") || !strcmp(cs, "switchpeer") || !strcmp(cs, "watch");
+    int switching = !strcmp(cs, "switch") || !strcmp(cs, "switchpeer") ||
+                    !strcmp(cs, "watch") || !strcmp(cs, "watchflags");
     if (!plain && !switching) {
         pthread_t p;
         CHECK(pthread_create(&p, NULL, peer_switch, NULL) == 0);
@@ -804,6 +972,8 @@ int main(int argc, char **argv) {
         still_works(c, s);
     } else if (!strcmp(cs, "watch")) {
         cancel_watch();
+    } else if (!strcmp(cs, "watchflags")) {
+        cancel_watch_flags(plain);
     } else if (!strcmp(cs, "exit") || !strcmp(cs, "exitnow") || !strcmp(cs, "exec")) {
         exit_how = !strcmp(cs, "exitnow") ? 1 : !strcmp(cs, "exec") ? 2 : 0;
         /* The process ends in the thread's exit(0): no "ok" line. */
