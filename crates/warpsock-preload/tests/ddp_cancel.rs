@@ -234,3 +234,19 @@ fn a_residue_sockets_calls_keep_tcps_flags() {
         }
     }
 }
+
+/// A thread cancelled in a switch that then fails (the initiator's, its
+/// peer marking by hand and never answering the MPA Request): the
+/// `setsockopt` fails and the thread is cancelled at its next
+/// cancellation point. Aborted ("FATAL: exception not rethrown") with the
+/// failure's drops in the thread (std's `TcpStream`, the engine's
+/// descriptors: libc's `close`, a cancellation point; review r25-a item 3).
+#[test]
+fn a_thread_cancelled_in_a_switch_that_fails_is_cancelled_after() {
+    for preload in [false, true] {
+        let r = run_case("cancel", "switchfail", preload);
+        if preload {
+            assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
+        }
+    }
+}

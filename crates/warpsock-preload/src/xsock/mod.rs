@@ -367,6 +367,16 @@ fn switch(
     connect: Option<c_int>,
     role: Option<Role>,
 ) -> Result<(), c_int> {
+    // The whole switch with this thread's cancellation disabled (put back
+    // as it returns): a cancel that comes meanwhile stays pending, acted
+    // on by the entry point if its call fails, else at the thread's next
+    // cancellation point (README: the switch is none). Its waits and
+    // system calls are raw, but the failure paths drop std's and the
+    // engine's descriptors (`TcpStream`, `OwnedFd`: libc's `close`, a
+    // cancellation point), where a pending cancel unwound from inside the
+    // library and the process aborted ("FATAL: exception not rethrown";
+    // review r25-a item 3).
+    let _cancel_off = sys::CancelOff::new();
     let mut p = pending(fd);
     if p.tried {
         return Err(libc::EALREADY);

@@ -89,6 +89,14 @@
  *             (then cancelled); a blocking 1 MiB send (SO_SNDBUF 16 KiB)
  *             returns 1 MiB once the peer reads everything, and an 8 B MSG_WAITALL recv of
  *             bytes that come in two writes returns all 8;
+ *   switchfail  the switch case on the initiator (the end with the lower
+ *             port), whose peer, a plain socket, sends the mark by hand
+ *             and never the MPA Reply: cancelled while the switch waits,
+ *             the switch then fails (its MPA timeout) and setsockopt
+ *             returns -1 (it dropped descriptors with libc's close, a
+ *             cancellation point: the process aborted, review r25-a item
+ *             3); the thread is cancelled at its next cancellation point,
+ *             a read (plain: the setsockopt fails at once);
  *   exit      exit() by a thread with a cancel pending and enabled (it
  *             enabled cancellation after the cancel came, and made no
  *             cancellation point since), with bytes buffered in the
@@ -552,6 +560,24 @@ static void cancel_watch_flags(int plain) {
     still_works(responder, other);
 }
 
+/* switchfail: the initiator's switch with a peer that marks by hand and
+ * never answers its MPA Request: cancelled while it waits, it fails, and
+ * its read is cancelled. */
+static void cancel_switch_fail(void) {
+    int initiator = local_port(c) < local_port(s) ? c : s;
+    int other = initiator == c ? s : c;
+    static const unsigned char mark = 0xD7;
+    CHECK(send(other, &mark, 1, MSG_OOB) == 1);
+    victim = initiator;
+    pthread_t t = start_victim(block_switch, 0);
+    asleep_for_good(0);
+    CHECK(pthread_cancel(t) == 0);
+    joined_cancelled(t, "read after the failed switch");
+    int r = atomic_load(&switch_r);
+    if (r != -1) fprintf(stderr, "the switch returned %d\n", r);
+    CHECK(r == -1);
+}
+
 /* exit: fills the socket's buffers, then exits with its cancel pending. */
 static atomic_int filled;
 static int exit_how; /* 0 exit, 1 _exit, 2 execv */
@@ -890,7 +916,8 @@ int main(int argc, char **argv) {
     int plain = argc > 2 && !strcmp(argv[2], "plain");
     tcp_pair(&c, &s);
     int switching = !strcmp(cs, "switch") || !strcmp(cs, "switchpeer") ||
-                    !strcmp(cs, "watch") || !strcmp(cs, "watchflags");
+                    !strcmp(cs, "watch") || !strcmp(cs, "watchflags") ||
+                    !strcmp(cs, "switchfail");
     if (!plain && !switching) {
         pthread_t p;
         CHECK(pthread_create(&p, NULL, peer_switch, NULL) == 0);
@@ -974,6 +1001,8 @@ int main(int argc, char **argv) {
         cancel_watch();
     } else if (!strcmp(cs, "watchflags")) {
         cancel_watch_flags(plain);
+    } else if (!strcmp(cs, "switchfail")) {
+        cancel_switch_fail();
     } else if (!strcmp(cs, "exit") || !strcmp(cs, "exitnow") || !strcmp(cs, "exec")) {
         exit_how = !strcmp(cs, "exitnow") ? 1 : !strcmp(cs, "exec") ? 2 : 0;
         /* The process ends in the thread's exit(0): no "ok" line. */
