@@ -464,10 +464,15 @@ pub unsafe extern "C-unwind" fn sendfile(
             // library: a cancel of a thread blocked in one aborted the
             // process); an input that can block (a pipe: Linux's own
             // sendfile refuses one) is waited for first, so that a pending
-            // cancel ends the call (`sys::wait_fd`).
-            if let Err(e) = wait_input(in_fd) {
-                set_errno(e);
-                return -1;
+            // cancel ends the call (`sys::wait_fd`). Not for a call that
+            // reads nothing (`count` 0: Linux returns 0), nor at an offset
+            // (`pread` of a pipe fails with `ESPIPE` at once, as Linux's
+            // `sendfile`; review r25-a item 8: both waited for the input).
+            if count > 0 && at.is_none() {
+                if let Err(e) = wait_input(in_fd) {
+                    set_errno(e);
+                    return -1;
+                }
             }
             let n = match at {
                 // SAFETY: reading into our own buffer at the position.

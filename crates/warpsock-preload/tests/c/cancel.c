@@ -97,6 +97,11 @@
  *             cancellation point: the process aborted, review r25-a item
  *             3); the thread is cancelled at its next cancellation point,
  *             a read (plain: the setsockopt fails at once);
+ *   sendfilezero  sendfile() to the socket with count 0 from an empty
+ *             pipe returns 0 and from a file 0, and with an offset from
+ *             an empty pipe fails with ESPIPE, each at once (review r25-a
+ *             item 8: the first and last waited for the pipe). Plain: a
+ *             pipe is EINVAL (Linux refuses one), the file 0, ESPIPE;
  *   exit      exit() by a thread with a cancel pending and enabled (it
  *             enabled cancellation after the cancel came, and made no
  *             cancellation point since), with bytes buffered in the
@@ -578,6 +583,42 @@ static void cancel_switch_fail(void) {
     CHECK(r == -1);
 }
 
+/* sendfilezero: sendfile(victim, sfz_in, &sfz_off (none if negative),
+ * sfz_count) in a thread, for at_once. */
+static int sfz_in;
+static off_t sfz_off;
+static size_t sfz_count;
+static void *sendfile_call(void *a) {
+    (void)a;
+    started();
+    return call_end(sendfile(victim, sfz_in, sfz_off < 0 ? NULL : &sfz_off, sfz_count));
+}
+static void sendfile_at_once(int in, off_t off, size_t count, long r, int e) {
+    sfz_in = in;
+    sfz_off = off;
+    sfz_count = count;
+    CHECK(at_once(sendfile_call));
+    long got = atomic_load(&call_r);
+    if (got != r || (r < 0 && atomic_load(&call_errno) != e))
+        fprintf(stderr, "sendfile(count %zu, offset %ld) returned %ld (errno %ld)\n", count,
+                (long)off, got, atomic_load(&call_errno));
+    CHECK(got == r && (r >= 0 || atomic_load(&call_errno) == e));
+}
+static void sendfile_zero(int plain) {
+    CHECK(pipe(sfpipe) == 0);
+    int f = open("/proc/self/exe", O_RDONLY);
+    CHECK(f >= 0);
+    if (plain)
+        sendfile_at_once(sfpipe[0], -1, 0, -1, EINVAL);
+    else
+        sendfile_at_once(sfpipe[0], -1, 0, 0, 0);
+    sendfile_at_once(f, -1, 0, 0, 0);
+    sendfile_at_once(sfpipe[0], 0, 8, -1, ESPIPE);
+    close(f);
+    close(sfpipe[0]);
+    close(sfpipe[1]);
+}
+
 /* exit: fills the socket's buffers, then exits with its cancel pending. */
 static atomic_int filled;
 static int exit_how; /* 0 exit, 1 _exit, 2 execv */
@@ -1003,6 +1044,9 @@ int main(int argc, char **argv) {
         cancel_watch_flags(plain);
     } else if (!strcmp(cs, "switchfail")) {
         cancel_switch_fail();
+    } else if (!strcmp(cs, "sendfilezero")) {
+        sendfile_zero(plain);
+        still_works(c, s);
     } else if (!strcmp(cs, "exit") || !strcmp(cs, "exitnow") || !strcmp(cs, "exec")) {
         exit_how = !strcmp(cs, "exitnow") ? 1 : !strcmp(cs, "exec") ? 2 : 0;
         /* The process ends in the thread's exit(0): no "ok" line. */
