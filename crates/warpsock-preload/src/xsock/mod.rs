@@ -499,15 +499,18 @@ impl Kind for Ddp {
             events: libc::POLLOUT,
             revents: 0,
         }];
-        let ms = config::get()
-            .connect_timeout
-            .as_millis()
-            .min(i32::MAX as u128) as c_int;
         // Raw (`sys::poll`, no cancellation point inside the library): the
         // signal of a cancel this thread does not act on now is no reason
         // to stop; a pending cancel ends the wait (`EINTR`) and the
-        // interposed `connect` acts on it.
+        // interposed `connect` acts on it. One deadline for the whole
+        // wait: each such signal resumed it with the full timeout again
+        // (review r25-a item 10).
+        let deadline = std::time::Instant::now().checked_add(config::get().connect_timeout);
         let n = loop {
+            let left = deadline.map_or(std::time::Duration::MAX, |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            });
+            let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as c_int;
             let n = sys::poll(&mut pf, ms);
             if n < 0 && sys::errno() == libc::EINTR && !sys::signal_ends_call() {
                 continue;
