@@ -1,12 +1,13 @@
 //! The system calls the I/O side makes on the application's TCP socket
 //! during a switch: urgent data, the mark, peeking; and the look at the
 //! signal dispositions after a wait a signal ended
-//! ([`restart_after_signal`]). The only module of the crate that calls
-//! libc directly.
+//! ([`restart_after_signal`]).
 //!
 //! Every call is the raw system call, never libc's cancellation-point
 //! wrapper: those act on a pending `pthread_cancel` with a forced unwind
-//! from inside the library's frames (see `crate::cancel`).
+//! from inside the library's frames (see `crate::cancel`). (Elsewhere the
+//! crate calls libc only for socket options — `io/sndbuf.rs`,
+//! `io/handshake.rs`: `getsockopt`/`setsockopt`, no cancellation points.)
 #![allow(unsafe_code)]
 
 use std::io;
@@ -106,9 +107,11 @@ pub(crate) fn debug_line(mut line: &[u8]) {
                 line.len(),
             )
         };
+        // `r == 0` (nothing written) ends it too: errno is not set then,
+        // and a stale `EINTR` in it looped for ever (review r25-a item 11).
         match r {
             n if n > 0 => line = &line[n as usize..],
-            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
             _ => return,
         }
     }
