@@ -236,6 +236,7 @@ mod mem;
 mod mr;
 mod pd;
 mod qp;
+pub mod rawsys;
 mod sys;
 mod wc;
 

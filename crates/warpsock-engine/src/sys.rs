@@ -144,14 +144,7 @@ impl EventFd {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64. A full counter (EAGAIN)
         // still leaves the fd readable, which is all we want.
-        unsafe {
-            libc::syscall(
-                libc::SYS_write,
-                libc::c_long::from(self.fd.as_raw_fd()),
-                &one as *const u64,
-                8usize,
-            )
-        };
+        unsafe { crate::rawsys::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
     /// Makes the fd unreadable again.
@@ -230,22 +223,8 @@ pub(crate) unsafe fn raw_poll(fds: *mut libc::pollfd, n: usize, ms: libc::c_int)
         tv_sec: libc::time_t::from(ms / 1000),
         tv_nsec: libc::c_long::from(ms % 1000) * 1_000_000,
     });
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: the caller vouches for `fds`; `tsp` is null or a live
-    // timespec (the kernel writes nothing back to it for ppoll's caller
-    // here: it is a copy); no mask.
-    unsafe {
-        libc::syscall(
-            libc::SYS_ppoll,
-            fds,
-            n as libc::c_ulong,
-            tsp,
-            std::ptr::null::<libc::sigset_t>(),
-            SIGSET_BYTES,
-        ) as libc::c_int
-    }
+    // SAFETY: the caller vouches for `fds`; no mask.
+    unsafe { crate::rawsys::ppoll(fds, n, ts, std::ptr::null()) }
 }
 
 /// Gathers of at most this many bytes in all are copied into one buffer
@@ -367,20 +346,8 @@ unsafe fn raw_socket_io(
     len: usize,
     flags: libc::c_int,
 ) -> io::Result<usize> {
-    // Every argument as a `long`, as `syscall` reads them.
-    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
-    // SAFETY: the caller vouches for `ptr`/`len`; the address is null.
-    let r = unsafe {
-        libc::syscall(
-            nr,
-            fd,
-            ptr,
-            len,
-            flags,
-            0 as libc::c_long,
-            0 as libc::c_long,
-        )
-    };
+    // SAFETY: the caller vouches for `ptr`/`len`.
+    let r = unsafe { crate::rawsys::socket_io(nr, fd, ptr, len, flags) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {

@@ -4,6 +4,7 @@ use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use libc::{c_int, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
+use warpsock_engine::rawsys;
 
 use super::real;
 
@@ -28,13 +29,8 @@ pub(crate) fn errno() -> c_int {
 /// # Safety
 /// `buf` must be writable for `len` bytes.
 pub(crate) unsafe fn recv_dontwait(fd: c_int, buf: *mut u8, len: usize) -> isize {
-    let null = 0 as libc::c_long;
-    let (fd, flags) = (
-        libc::c_long::from(fd),
-        libc::c_long::from(libc::MSG_DONTWAIT),
-    );
     // SAFETY: the caller vouches for `buf`/`len`; no address is asked for.
-    unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, len, flags, null, null) as isize }
+    unsafe { rawsys::socket_io(libc::SYS_recvfrom, fd, buf, len, libc::MSG_DONTWAIT) }
 }
 
 /// `sendmsg(fd, msg, flags)` on a socket of the library's own, as the raw
@@ -57,10 +53,9 @@ pub(crate) unsafe fn sendmsg_nowait(fd: c_int, msg: &libc::msghdr, flags: c_int)
 /// # Safety
 /// `buf` must be readable for `len` bytes.
 pub(crate) unsafe fn send_raw(fd: c_int, buf: *const u8, len: usize, flags: c_int) -> isize {
-    let null = 0 as libc::c_long;
-    let (fd, flags) = (libc::c_long::from(fd), libc::c_long::from(flags));
-    // SAFETY: the caller vouches for `buf`/`len`; no address is given.
-    unsafe { libc::syscall(libc::SYS_sendto, fd, buf, len, flags, null, null) as isize }
+    // SAFETY: the caller vouches for `buf`/`len` (only read: a send);
+    // no address is given.
+    unsafe { rawsys::socket_io(libc::SYS_sendto, fd, buf.cast_mut(), len, flags) }
 }
 
 /// `recv(fd, buf, len, flags)` as the raw `recvfrom` system call (see
@@ -70,16 +65,7 @@ pub(crate) unsafe fn send_raw(fd: c_int, buf: *const u8, len: usize, flags: c_in
 /// `buf` must be writable for `len` bytes.
 pub(crate) unsafe fn recv_raw(fd: c_int, buf: *mut u8, len: usize, flags: c_int) -> isize {
     // SAFETY: the caller vouches for `buf`/`len`; no address is asked for.
-    unsafe {
-        recvfrom_raw(
-            fd,
-            buf,
-            len,
-            flags,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
-    }
+    unsafe { rawsys::socket_io(libc::SYS_recvfrom, fd, buf, len, flags) }
 }
 
 /// `recvmsg(fd, msg, flags)` as the raw system call (see [`send_raw`]):
@@ -201,7 +187,7 @@ pub(crate) unsafe fn pread_raw(fd: c_int, buf: *mut u8, len: usize, off: libc::o
 /// `buf` must be readable for `len` bytes.
 pub(crate) unsafe fn write_raw(fd: c_int, buf: *const u8, len: usize) -> isize {
     // SAFETY: the caller vouches for `buf`/`len`.
-    unsafe { libc::syscall(libc::SYS_write, libc::c_long::from(fd), buf, len) as isize }
+    unsafe { rawsys::write(fd, buf, len) }
 }
 
 /// `getrandom(buf, len, flags)` as the raw system call: glibc's is a
@@ -223,15 +209,8 @@ pub(crate) unsafe fn ppoll_raw(
     timeout: Option<libc::timespec>,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    let mut ts = timeout;
-    let tsp = ts
-        .as_mut()
-        .map_or(std::ptr::null_mut(), |t| t as *mut libc::timespec);
-    // The kernel's sigset size (`_NSIG / 8`), as glibc passes it.
-    const SIGSET: libc::size_t = 8;
-    // SAFETY: the caller vouches for `fds` and `mask`; `tsp` is null or a
-    // live, writable copy.
-    unsafe { libc::syscall(libc::SYS_ppoll, fds, n, tsp, mask, SIGSET) as c_int }
+    // SAFETY: the caller vouches for `fds` and `mask`.
+    unsafe { rawsys::ppoll(fds, n as usize, timeout, mask) }
 }
 
 /// Sets the calling thread's errno.
@@ -466,15 +445,7 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> c_int {
 /// is libc's `nanosleep`, a cancellation point; see [`send_raw`]). A
 /// signal ends the sleep early.
 pub(crate) fn sleep(d: std::time::Duration) {
-    let ts = timespec(d);
-    // SAFETY: a sleep of a local time; the remainder is not wanted.
-    unsafe {
-        libc::syscall(
-            libc::SYS_nanosleep,
-            &ts as *const libc::timespec,
-            std::ptr::null_mut::<libc::timespec>(),
-        )
-    };
+    rawsys::nanosleep(d);
 }
 
 /// Runs `spawn` (which starts one of the library's own threads) with every
@@ -685,10 +656,7 @@ pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32) {
 
 /// `d` as a `timespec` (for the calls that take one).
 pub(crate) fn timespec(d: std::time::Duration) -> libc::timespec {
-    libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-    }
+    rawsys::timespec(d)
 }
 
 #[cfg(test)]

@@ -16,32 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-/// `sendto`/`recvfrom` (`nr`) of `len` bytes at `ptr`, no address, as the
-/// raw system call.
-///
-/// # Safety
-/// `ptr` is valid for `len` bytes: readable for `sendto`, writable for
-/// `recvfrom`.
-unsafe fn socket_io(
-    nr: libc::c_long,
-    fd: RawFd,
-    ptr: *mut u8,
-    len: usize,
-    flags: libc::c_int,
-) -> isize {
-    // SAFETY: the caller vouches for `ptr`/`len`; the address is null.
-    unsafe {
-        libc::syscall(
-            nr,
-            libc::c_long::from(fd),
-            ptr,
-            len,
-            libc::c_long::from(flags),
-            0 as libc::c_long,
-            0 as libc::c_long,
-        ) as isize
-    }
-}
+use warpsock_engine::rawsys::socket_io;
 
 fn check(r: isize) -> io::Result<usize> {
     if r < 0 {
@@ -79,18 +54,7 @@ pub(crate) fn send_urgent(fd: RawFd, b: u8) -> io::Result<()> {
 /// call: `std::thread::sleep` is libc's `nanosleep`, a cancellation point.
 /// A signal ends it early.
 pub(crate) fn pause(d: Duration) {
-    let ts = libc::timespec {
-        tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(d.subsec_nanos()),
-    };
-    // SAFETY: a local timespec; no remainder is asked for.
-    unsafe {
-        libc::syscall(
-            libc::SYS_nanosleep,
-            &ts as *const libc::timespec,
-            std::ptr::null_mut::<libc::timespec>(),
-        )
-    };
+    warpsock_engine::rawsys::nanosleep(d);
 }
 
 /// Writes `line` to standard error (`XSOCK_DEBUG`'s reports) as raw
@@ -100,12 +64,7 @@ pub(crate) fn debug_line(mut line: &[u8]) {
     while !line.is_empty() {
         // SAFETY: `line` is a live, readable slice of its length.
         let r = unsafe {
-            libc::syscall(
-                libc::SYS_write,
-                libc::c_long::from(libc::STDERR_FILENO),
-                line.as_ptr(),
-                line.len(),
-            )
+            warpsock_engine::rawsys::write(libc::STDERR_FILENO, line.as_ptr(), line.len())
         };
         // `r == 0` (nothing written) ends it too: errno is not set then,
         // and a stale `EINTR` in it looped for ever (review r25-a item 11).
@@ -241,26 +200,12 @@ pub(crate) fn wait(fd: RawFd, events: i16, deadline: Option<Instant>) -> io::Res
             if left.is_zero() {
                 return Ok(0);
             }
-            Some(libc::timespec {
-                tv_sec: left.as_secs().min(i32::MAX as u64) as libc::time_t,
-                tv_nsec: libc::c_long::from(left.subsec_nanos()),
-            })
+            Some(warpsock_engine::rawsys::timespec(left))
         }
     };
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: one pollfd on the stack; `tsp` null or a live timespec; no
-    // mask. `ppoll`: arm64 has no `poll`.
+    // SAFETY: one pollfd on the stack; no mask.
     let r = unsafe {
-        libc::syscall(
-            libc::SYS_ppoll,
-            &mut p as *mut libc::pollfd,
-            1 as libc::c_ulong,
-            tsp,
-            std::ptr::null::<libc::sigset_t>(),
-            SIGSET,
-        )
+        warpsock_engine::rawsys::ppoll(&mut p as *mut libc::pollfd, 1, ts, std::ptr::null())
     } as isize;
     match check(r as isize) {
         Ok(0) => Ok(0),

@@ -1,0 +1,148 @@
+//! Raw system calls (`libc::syscall`), never libc's cancellation-point
+//! wrappers, shared by the crates above the engine (the xsock layer and
+//! the preload write none of their own for these): an application thread
+//! runs them inside its call of a DDP-mode socket, where glibc's wrappers
+//! act on a pending `pthread_cancel` with a forced unwind from inside the
+//! library's frames (the process aborted: "FATAL: exception not
+//! rethrown"; issue 12, review r25-a item 12). Each returns as libc's
+//! function does: the result, or -1 with the thread's `errno` set.
+#![allow(unsafe_code)]
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// `sendto`/`recvfrom` (`nr`: `SYS_sendto` or `SYS_recvfrom`) of `len`
+/// bytes at `ptr` with `flags` and no address (null address, zero length:
+/// both calls take that as none).
+///
+/// # Safety
+/// `ptr` is valid for `len` bytes: readable for `sendto`, writable for
+/// `recvfrom`.
+pub unsafe fn socket_io(
+    nr: libc::c_long,
+    fd: RawFd,
+    ptr: *mut u8,
+    len: usize,
+    flags: libc::c_int,
+) -> isize {
+    debug_assert!(nr == libc::SYS_sendto || nr == libc::SYS_recvfrom);
+    // Every argument as a `long`, as `syscall` reads them.
+    let null = 0 as libc::c_long;
+    // SAFETY: the caller vouches for `ptr`/`len`; the address is null.
+    unsafe {
+        libc::syscall(
+            nr,
+            libc::c_long::from(fd),
+            ptr,
+            len,
+            libc::c_long::from(flags),
+            null,
+            null,
+        ) as isize
+    }
+}
+
+/// `write(fd, buf, len)`.
+///
+/// # Safety
+/// `buf` is readable for `len` bytes.
+pub unsafe fn write(fd: RawFd, buf: *const u8, len: usize) -> isize {
+    // SAFETY: the caller vouches for `buf`/`len`.
+    unsafe { libc::syscall(libc::SYS_write, libc::c_long::from(fd), buf, len) as isize }
+}
+
+/// Sleeps for `d` (`nanosleep`; `std::thread::sleep` is libc's, a
+/// cancellation point). A signal ends the sleep early.
+pub fn nanosleep(d: Duration) {
+    let ts = timespec(d);
+    // SAFETY: a sleep of a local time; the remainder is not wanted.
+    unsafe {
+        libc::syscall(
+            libc::SYS_nanosleep,
+            &ts as *const libc::timespec,
+            std::ptr::null_mut::<libc::timespec>(),
+        )
+    };
+}
+
+/// `ppoll(fds, n, timeout, mask)`: `timeout` copied (the kernel writes
+/// what is left into it; `None`: no limit), `mask` the caller's (null:
+/// none).
+///
+/// # Safety
+/// `fds` is a live, writable array of `n` pollfds; `mask` null or valid.
+pub unsafe fn ppoll(
+    fds: *mut libc::pollfd,
+    n: usize,
+    timeout: Option<libc::timespec>,
+    mask: *const libc::sigset_t,
+) -> libc::c_int {
+    let mut ts = timeout;
+    let tsp = ts
+        .as_mut()
+        .map_or(std::ptr::null_mut(), |t| t as *mut libc::timespec);
+    // The kernel's sigset size (`_NSIG / 8`), as glibc passes it.
+    const SIGSET: libc::size_t = 8;
+    // SAFETY: the caller vouches for `fds` and `mask`; `tsp` is null or a
+    // live, writable copy. (`ppoll`: arm64 has no `poll`.)
+    unsafe {
+        libc::syscall(libc::SYS_ppoll, fds, n as libc::c_ulong, tsp, mask, SIGSET) as libc::c_int
+    }
+}
+
+/// `d` as a `timespec`, its seconds clamped to `time_t` (the kernel
+/// saturates a timeout that long).
+pub fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(d.subsec_nanos()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timespec_keeps_its_parts_and_clamps_its_seconds() {
+        let t = timespec(Duration::new(3, 250));
+        assert_eq!((t.tv_sec, t.tv_nsec), (3, 250));
+        assert_eq!(timespec(Duration::MAX).tv_sec, libc::time_t::MAX);
+    }
+
+    #[test]
+    fn socket_io_moves_bytes_and_reports_errno() {
+        let mut sp = [0; 2];
+        // SAFETY: a new socket pair of this test's.
+        let made =
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sp.as_mut_ptr()) };
+        assert_eq!(made, 0);
+        let mut b = *b"abc";
+        // SAFETY: a live local buffer of its length.
+        let n = unsafe { socket_io(libc::SYS_sendto, sp[0], b.as_mut_ptr(), 3, 0) };
+        assert_eq!(n, 3);
+        let mut r = [0u8; 8];
+        // SAFETY: as above.
+        let n = unsafe { socket_io(libc::SYS_recvfrom, sp[1], r.as_mut_ptr(), 8, 0) };
+        assert_eq!(&r[..n as usize], b"abc");
+        // SAFETY: as above.
+        let n = unsafe {
+            socket_io(
+                libc::SYS_recvfrom,
+                sp[1],
+                r.as_mut_ptr(),
+                8,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        assert_eq!(n, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EAGAIN)
+        );
+        for fd in sp {
+            // SAFETY: the test's descriptors.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
