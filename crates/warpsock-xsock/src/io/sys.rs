@@ -303,7 +303,7 @@ const SIGSET: libc::size_t = 8;
 /// was (it cannot be told after the handler ran, and nothing interposes
 /// `sigaction`): true only if every signal that could have ended it and
 /// has a handler has `SA_RESTART`, and none that had an `SA_RESETHAND`
-/// handler without it at the last reading ([`ONESHOT`]) has lost its
+/// handler without it at the last reading (`ONESHOT`) has lost its
 /// handler since (the kernel reset it as it ran). A stop and
 /// continue (Ctrl-Z then `fg`, a debugger's or `strace`'s attach) ends the
 /// sleep with no handler run and is taken as any signal: the call fails if
