@@ -211,6 +211,21 @@ fn abortive_closes_of_a_dup_a_value_set_before_and_unread_bytes_as_tcps() {
     }
 }
 
+/// An orderly close with the peer's bytes received and never read resets
+/// the connection, as TCP's (`tcp_close`'s `data_was_unread`, RFC 2525
+/// §2.17; review r23-a item 9): the peer's blocking read fails with
+/// `ECONNRESET`. `closeunread`: stream bytes poll said were there;
+/// `closeheld`: in message mode, the start of a message whose end has not
+/// come (the part the receive slots hold). Both fail with the reaper's
+/// look (`XSocket::unread`) removed: the read returns 0, a clean end.
+#[test]
+fn an_orderly_close_with_unread_bytes_resets_the_peer() {
+    for name in ["closeunread", "closeheld"] {
+        case(name, false);
+        case(name, true);
+    }
+}
+
 /// `shutdown(SHUT_WR)`, then an abortive close: the peer, whose stream had
 /// ended (TCP's `CLOSE_WAIT`), reads 0 and its send fails with `EPIPE`, as
 /// Linux's `tcp_reset` there (review r23-a item 8). Fails with the DDP

@@ -22,6 +22,11 @@
 //! were still queued (the peer must not read a clean end after a short
 //! stream), else disconnected. Counted: `ddp_closes_cut`.
 //!
+//! A close whose socket holds received bytes no read took is a reset
+//! instead, as Linux's (`XSocket::unread`, looked at as the reaper takes
+//! the close: a signal handler's `close` must not wait for the socket's
+//! lock).
+//!
 //! The exit waits for the closes still sending (`linger::CLOSING`, counted
 //! from the hand-over to the end of [`Phase::Sending`]), as before. A
 //! forked child starts a reaper of its own ([`forget_after_fork`]): the
@@ -249,7 +254,12 @@ impl Reaper {
                 let now = Instant::now();
                 let new = self.inbox.take();
                 for mut h in new {
-                    if h.counted {
+                    if h.counted && h.x.unread() {
+                        // Received bytes left unread: a reset, as Linux's
+                        // close (`XSocket::unread`), its socket dropped.
+                        h.x.reset_now();
+                        h.uncount();
+                    } else if h.counted {
                         h.c = Some(h.x.close_begin(linger, now));
                     }
                     held.push_back(h);

@@ -199,6 +199,21 @@ impl XSocket {
         }
     }
 
+    /// Whether the socket holds received bytes no read took — unread
+    /// stream bytes in the receive slots (a message-mode part held for
+    /// its end included) or the residue of the switch — after a round of
+    /// progress, which takes in what the engine's socket holds (the
+    /// peer's DATA there is bytes received, as in TCP's receive queue;
+    /// its credit returns and other control messages are not). A close
+    /// that finds some resets the connection, as Linux's `tcp_close`
+    /// (`data_was_unread`: RST, not FIN; RFC 2525 §2.17): the peer must
+    /// not take a request dropped unread for a clean end.
+    pub fn unread(&self) -> bool {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        st.residue.len() - st.residue_off + st.s.readable() > 0
+    }
+
     /// Begins an orderly close made in non-blocking steps: the end of
     /// stream is queued behind everything sent (as [`Self::close`]);
     /// `linger` bounds each phase as there. Then [`Self::close_step`]

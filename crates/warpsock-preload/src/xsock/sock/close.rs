@@ -44,14 +44,14 @@ impl Drop for DdpSock {
             // DDP-socket test's `ECONNRESET`; `XSocket::linger_after_close`).
             // close(2) (or the call) returns at once, as for TCP.
             //
-            // Bytes received and never read make TCP's close a reset
-            // (`tcp_close`'s `data_was_unread`, review r23-a item 9); not
-            // here: a reset on that look (f0ec31d) broke the benchmark's
-            // bidirectional DDP-socket test in CI (its peer read
-            // `ECONNRESET` after both ends' end of stream). The reset never
-            // fired: its look's round only moved the timing of the engine's
-            // socket closed at once (the linger, task xclose); the look may
-            // come back with it. An orderly close.
+            // Bytes received and never read make it a reset, as TCP's
+            // (`tcp_close`'s `data_was_unread`, review r23-a item 9): the
+            // reaper looks (`XSocket::unread`, a round first), not this
+            // drop, which may run in a signal handler's `close`. (f0ec31d's
+            // look, taken back, was blamed for the benchmark's
+            // bidirectional DDP-socket failure in CI; its reset never fired
+            // there — the engine's socket closed at once was the cause,
+            // fixed by the linger, task xclose.)
             reaper::hand_over(x, how == CLOSED_ABORTIVE);
         };
         if busy() {
