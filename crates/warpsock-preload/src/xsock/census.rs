@@ -1,15 +1,19 @@
-//! The exit's census of the live DDP sockets ([`SOCKS`]): the bytes
-//! their engines hold behind full kernel send buffers, which the exit
-//! waits for (`linger`), and the reset of those it gave up on (review
+//! The exit's census of the live DDP sockets ([`SOCKS`]): their closes
+//! at exit ([`ExitCloses`]: a program that exits without closing them),
+//! the bytes their engines hold behind full kernel send buffers, which the
+//! exit waits for (`linger`), and the reset of those it gave up on (review
 //! r21-b #4). Apart from `sock` so that it stays under the size limit;
 //! it uses `sock`, which never names it.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use libc::{c_int, socklen_t};
-use warpsock_xsock::io::ForkList;
+use warpsock_xsock::io::{Closing, ForkList, Phase};
 
+use super::reaper;
 use super::sock::{DdpSock, SOCKS, SOCKS_OWNER};
 use crate::shim::guard::enter;
 use crate::shim::real;
@@ -44,6 +48,117 @@ pub(crate) fn reset_backlogged() {
             s.x.reset_now();
         }
     });
+}
+
+/// The closes an exit makes of the DDP sockets the program left open, as
+/// its `close` would: a process's end closes its descriptors, and TCP's
+/// kernel then sends every byte and a FIN, which the peer reads to the
+/// end (issue 12). A DDP socket's engine socket closed with the process
+/// meets the credit returns of a peer still reading our last messages
+/// and answers them with a reset: the peer loses what our kernel had not
+/// sent yet and our end of stream (`XSocket::linger_after_close`). So the
+/// exit closes each socket — orderly (the end of stream after every byte,
+/// then the linger for the peer's FIN, the engine's socket kept open and
+/// the peer's input discarded), or a reset if received bytes were left
+/// unread (`XSocket::unread`, as Linux's `tcp_close`) — and waits:
+/// while bytes leave, as for the send buffers ([`super::linger`]), then
+/// one `WARPSOCK_LINGER_MS` at most, for all of them at once and for the
+/// reaper's closes still held ([`reaper::HELD`]), for the peers' FINs.
+/// The sockets stay the program's (its descriptors, other threads' calls
+/// in flight); their references are kept to the process's end.
+pub(crate) struct ExitCloses(Vec<(Arc<DdpSock>, Option<Closing>)>);
+
+impl ExitCloses {
+    /// Begins the close of every live DDP socket of this process (none in
+    /// a forked or vforked child of one: they are the parent's).
+    pub(crate) fn begin(linger: Duration) -> Self {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        if SOCKS_OWNER.load(Ordering::Acquire) != me {
+            return Self(Vec::new());
+        }
+        // SAFETY: gettid has no preconditions.
+        super::sock::close::EXITING.store(unsafe { libc::gettid() }, Ordering::Release);
+        enter(Self(Vec::new()), || {
+            // Taken out of the list first: each close takes its socket's
+            // lock, which nothing orders against `SOCKS`.
+            let socks: Vec<Arc<DdpSock>> = lock(&SOCKS)
+                .iter()
+                .flat_map(|m| m.values())
+                .filter_map(|w| w.upgrade())
+                .filter(|s| s.pid == me)
+                .collect();
+            let now = Instant::now();
+            Self(
+                socks
+                    .into_iter()
+                    .map(|s| {
+                        let c = if s.x.unread() {
+                            s.x.reset_now();
+                            None
+                        } else {
+                            Some(s.x.close_begin(linger, now))
+                        };
+                        (s, c)
+                    })
+                    .collect(),
+            )
+        })
+    }
+
+    /// A step of every close not done ([`warpsock_xsock::io::XSocket::close_step`]);
+    /// returns whether one still sends its bytes or end of stream.
+    pub(crate) fn step(&mut self) -> bool {
+        if self.0.is_empty() {
+            return false;
+        }
+        enter(false, || {
+            let now = Instant::now();
+            let mut sending = false;
+            for (s, c) in &mut self.0 {
+                if let Some(c) = c.as_mut().filter(|c| c.phase() != Phase::Done) {
+                    sending |= s.x.close_step(c, now) == Phase::Sending;
+                }
+            }
+            sending
+        })
+    }
+
+    /// After the exit's wait for the bytes (and its resets of those given
+    /// up on): the closes still sending give up (a reset if sends were
+    /// queued), then the exit waits for the peers' FINs — of its closes
+    /// and the reaper's — up to `bound` in all, looking every 2 ms.
+    pub(crate) fn linger(&mut self, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        if !self.0.is_empty() {
+            enter((), || {
+                for (s, c) in &mut self.0 {
+                    if let Some(c) = c.as_mut().filter(|c| c.phase() == Phase::Sending) {
+                        s.x.close_cut(c);
+                    }
+                }
+            });
+        }
+        loop {
+            self.step();
+            let open = self
+                .0
+                .iter()
+                .any(|(_, c)| c.as_ref().is_some_and(|c| c.phase() != Phase::Done));
+            if (!open && reaper::HELD.load(Ordering::Acquire) == 0) || Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for ExitCloses {
+    /// Never dropped: a socket's last reference would close it again
+    /// (`DdpSock`'s drop); the process ends with them.
+    fn drop(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.0));
+    }
 }
 
 /// Runs `f` on each live DDP socket this process switched, under the

@@ -148,6 +148,31 @@ pub(crate) fn linger(bound: Duration, engines: Engines) -> bool {
     )
 }
 
+/// [`linger`] at exit, which makes closes of its own
+/// (`census::ExitCloses`): `step` steps them between looks (every 2 ms)
+/// and says whether one still sends; the wait lasts while one does too.
+pub(crate) fn linger_stepping(
+    bound: Duration,
+    engines: Engines,
+    mut step: impl FnMut() -> bool,
+) -> bool {
+    let sending = Cell::new(step());
+    let step = std::cell::RefCell::new(step);
+    let p = Exit::new(
+        || {
+            sending.get()
+                || CLOSING.load(Ordering::Acquire) > 0
+                || warpsock_xsock::io::buffered_bytes() > 0
+        },
+        engines,
+        warpsock_xsock::io::posted_bytes,
+    );
+    wait(&p, bound, Instant::now, || {
+        std::thread::sleep(Duration::from_millis(2));
+        sending.set((step.borrow_mut())());
+    })
+}
+
 /// [`linger`] for the send buffers' and engines' bytes alone (`_exit`).
 pub(crate) fn linger_buffered(bound: Duration, engines: Engines) {
     wait_for(bound, || warpsock_xsock::io::buffered_bytes() > 0, engines);

@@ -12,7 +12,7 @@
 //! | `residue` | a TCP socket whose switch failed after reading the peer's pre-switch bytes |
 //! | `linger` | how long an exit waits for the bytes sockets still hold (restarted while they leave) |
 //! | `reaper` | the one thread that finishes every close (bytes, end of stream, linger), bounded |
-//! | `census` | the exit's look at the live sockets' engine backlogs, and their reset |
+//! | `census` | the exit's closes of the sockets left open, its look at the live sockets' engine backlogs, and their reset |
 //! | [`api`] | the extended calls of `warpsock_sockets.h` (`warpsock_riomap`, ...) |
 //!
 //! How a socket gets here:
@@ -623,13 +623,20 @@ impl Kind for Ddp {
     }
 
     fn at_exit(&self) {
-        let _ = linger::linger(config::get().linger, census::engine_backlogs);
+        let bound = config::get().linger;
+        // The sockets the program left open are closed as its `close`
+        // would (`census::ExitCloses`): their bytes and end of stream
+        // leave while the wait lasts.
+        let mut closes = census::ExitCloses::begin(bound);
+        let _ = linger::linger_stepping(bound, census::engine_backlogs, || closes.step());
         // What is still buffered, or held in an engine's backlog, will
         // never be sent: those peers get a reset, not a clean end after a
         // short stream (the kernel would send FIN for the closed
         // descriptors; review r21-b #4).
         warpsock_xsock::io::reset_buffered();
         census::reset_backlogged();
+        // Then the peers' FINs, one bound at most.
+        closes.linger(bound);
         let tried = [&SWITCHED, &REFUSED, &BROKEN]
             .iter()
             .any(|c| c.load(Ordering::Relaxed) > 0);
@@ -641,8 +648,11 @@ impl Kind for Ddp {
     }
 
     fn exit_flush(&self) {
-        // `_exit`: the bytes in send buffers, as at `exit` (not the
-        // reaper's closes, which a child made by fork would wait for in vain).
+        // `_exit`: the bytes in send buffers, as at `exit` — not the
+        // closes of `at_exit` (the sockets left open, the reaper's held
+        // ones): `_exit` may run in a signal handler (their locks,
+        // allocation) or a child made by `vfork`, and skips exit handlers
+        // as the program asked; its connections end with the process.
         linger::linger_buffered(config::get().linger, census::engine_backlogs);
         warpsock_xsock::io::reset_buffered();
         census::reset_backlogged();

@@ -28,13 +28,15 @@
 //! lock).
 //!
 //! The exit waits for the closes still sending (`linger::CLOSING`, counted
-//! from the hand-over to the end of [`Phase::Sending`]), as before. A
+//! from the hand-over to the end of [`Phase::Sending`]) while bytes leave,
+//! then for every close held ([`HELD`]: their linger for the peers' FINs)
+//! up to one `WARPSOCK_LINGER_MS` (`census::ExitCloses::linger`). A
 //! forked child starts a reaper of its own ([`forget_after_fork`]): the
 //! parent's thread is not there, and the parent's closes are the parent's.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
@@ -53,6 +55,13 @@ pub(super) const SWEEP: Duration = Duration::from_secs(1);
 /// Closes cut short by the bound on the closes held
 /// (`ddp_closes_cut` of `WARPSOCK_STATS`).
 pub(super) static CUT: AtomicU64 = AtomicU64::new(0);
+
+/// Closes the reaper holds, from the hand-over until done or cut (their
+/// linger for the peer's FIN included): an exit waits for them too, up to
+/// one `WARPSOCK_LINGER_MS` (`census::ExitCloses`) — the process's end
+/// closes their engines' sockets, and a peer still reading our last
+/// messages would meet a reset (`XSocket::linger_after_close`).
+pub(super) static HELD: AtomicUsize = AtomicUsize::new(0);
 
 /// A close handed over: its socket, and the close once begun (`None`: an
 /// abortive close, reset already, whose socket is only dropped).
@@ -152,6 +161,7 @@ static REAPER: AtomicPtr<Reaper> = AtomicPtr::new(std::ptr::null_mut());
 /// a reaper of its own.
 pub(crate) fn forget_after_fork() {
     REAPER.store(std::ptr::null_mut(), Ordering::Release);
+    HELD.store(0, Ordering::Release);
 }
 
 /// The process's reaper, started (with its thread) on first use; `None`
@@ -217,6 +227,7 @@ pub(super) fn hand_over(x: XSocket, abortive: bool) {
     if !abortive {
         CLOSING.fetch_add(1, Ordering::AcqRel);
     }
+    HELD.fetch_add(1, Ordering::AcqRel);
     r.inbox.push(Held {
         x,
         c: None,
@@ -274,6 +285,7 @@ impl Reaper {
                         CUT.fetch_add(1, Ordering::Relaxed);
                     }
                     h.uncount();
+                    HELD.fetch_sub(1, Ordering::AcqRel);
                 }
                 let sweep = now >= swept + SWEEP;
                 if sweep {
@@ -303,6 +315,7 @@ impl Reaper {
                         h.uncount();
                         // The engine's socket closes as it drops.
                         drop(h);
+                        HELD.fetch_sub(1, Ordering::AcqRel);
                         continue;
                     }
                     due[i] = false;

@@ -38,7 +38,7 @@ use crate::shim::socket::{Socket, Wait, WAIT_FAILED, WAIT_HUNG_UP, WAIT_READABLE
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
 
-mod close;
+pub(super) mod close;
 mod opts;
 
 use close::{CLOSED, CLOSED_ABORTIVE};
@@ -471,6 +471,9 @@ impl DdpSock {
                 if e.raw_os_error() != Some(libc::EAGAIN) && self.error_taken(&e) {
                     // As TCP's send once `sk_err` was reported.
                     e = std::io::Error::from_raw_os_error(libc::EPIPE);
+                }
+                if e.raw_os_error() == Some(libc::EPIPE) {
+                    close::park_if_exiting();
                 }
                 match e.raw_os_error() {
                     Some(libc::EAGAIN) if nonblocking => {

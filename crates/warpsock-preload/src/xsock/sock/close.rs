@@ -1,12 +1,35 @@
 //! A DDP-mode socket's close, made as its last reference goes.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::super::reaper;
 use super::DdpSock;
 use crate::shim::guard::{busy, enter};
 use crate::shim::sys;
+
+/// The thread that makes the exit's closes of the sockets the program
+/// left open (`census::ExitCloses`); 0 before.
+pub(crate) static EXITING: AtomicI32 = AtomicI32::new(0);
+
+/// A send failed with `EPIPE`: if the process is exiting and this is
+/// another thread than the exiting one, the failure may be the exit's
+/// close of its socket (its write side shut), which over TCP never comes —
+/// its kernel sends on after the process. Such a thread waits for the
+/// process's end (it is near: the exit waits one linger at most), rather
+/// than fail, or die of `SIGPIPE` and make the exit's status a signal's.
+/// Its bytes are not sent: the peer reads a clean end after what was sent
+/// before, as over TCP if the process had ended before the call.
+#[cold]
+pub(super) fn park_if_exiting() {
+    let t = EXITING.load(Ordering::Acquire);
+    // SAFETY: gettid has no preconditions.
+    if t != 0 && t != unsafe { libc::gettid() } {
+        loop {
+            std::thread::park();
+        }
+    }
+}
 
 /// [`DdpSock::closing`]: an orderly close, an abortive one.
 pub(super) const CLOSED: u8 = 1;

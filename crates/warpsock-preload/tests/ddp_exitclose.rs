@@ -1,0 +1,87 @@
+//! A program that exits without closing its DDP-mode sockets
+//! (`tests/c/ddpexitopen.c`): its exit closes them as `close` would —
+//! every byte, the end of stream, then the linger for the peer's FIN
+//! (`census::ExitCloses`) — so the peer reads the whole stream and then
+//! 0, as over TCP, where the kernel sends them after the process.
+
+use std::time::Duration;
+
+mod common;
+
+/// Runs `ddpexitopen <mode>` preloaded (small windows: 32 slots of
+/// 4 KiB; `WARPSOCK_LINGER_MS=linger_ms`), or plain TCP.
+fn run(mode: &str, preload: bool, linger_ms: u32) -> common::Run {
+    let mut args = vec![mode.to_owned()];
+    if !preload {
+        args.push("plain".to_owned());
+    }
+    let child = common::command(&common::c_program("ddpexitopen"), &args, preload)
+        .env("WARPSOCK_DDP_SLOTS", "32")
+        .env("WARPSOCK_DDP_SLOT_KB", "4")
+        .env("WARPSOCK_LINGER_MS", linger_ms.to_string())
+        .env("WARPSOCK_SWITCH_TIMEOUT_MS", "5000")
+        .spawn()
+        .expect("spawn ddpexitopen");
+    let r = common::finish(child, Duration::from_secs(60));
+    println!("{}", r.stdout.trim());
+    r.assert_ok(&format!(
+        "ddpexitopen {} (preload {preload})",
+        args.join(" ")
+    ));
+    if preload {
+        assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+    }
+    r
+}
+
+/// The writer exits with the stream's tail still in the kernels; its
+/// reader reads it only once the writer's FIN is queued: every byte, then
+/// 0, as over TCP (the plain run). Fails with the exit's closes removed
+/// (the exit ends the process: the reader's credit returns meet the
+/// closed socket, whose reset drops the tail — ECONNRESET).
+#[test]
+fn an_exit_without_close_sends_every_byte_and_the_end() {
+    run("live", false, 10_000);
+    run("live", true, 10_000);
+}
+
+/// The same, the reader keeping its end open until the writer is gone:
+/// the writer's exit waits for that FIN one `WARPSOCK_LINGER_MS` at most
+/// (a wait without bound would never end: the run's limit).
+#[test]
+fn an_exit_waits_for_a_silent_peer_one_bound_at_most() {
+    run("silent", false, 500);
+    run("silent", true, 500);
+}
+
+/// As the first, the writer closing its end before it exits: the close
+/// is the library's reaper's, and the exit waits for it to end — its
+/// linger for the reader's FIN included. Fails with the exit waiting
+/// only while the close sends (ECONNRESET, as above).
+#[test]
+fn an_exit_waits_for_a_close_lingering_for_the_peers_fin() {
+    run("close", false, 10_000);
+    run("close", true, 10_000);
+}
+
+/// The writer's main thread exits while its second thread writes without
+/// end: the exit's close shuts the write side under that thread, whose
+/// send must not kill the process with `SIGPIPE` (over TCP it goes on
+/// until the process ends): the writer's status is 0, its reader reads
+/// the pattern to a clean end. Fails with the thread's send left to fail
+/// (`park_if_exiting` removed: the writer dies of SIGPIPE).
+#[test]
+fn an_exit_under_a_thread_still_writing_ends_with_its_status() {
+    run("thread", false, 10_000);
+    run("thread", true, 10_000);
+}
+
+/// A program that exits with the peer's bytes received and never read:
+/// its exit's close resets the connection, as TCP's (`data_was_unread`):
+/// the peer's read fails with `ECONNRESET`. Fails with the exit's look
+/// (`XSocket::unread`) removed: the read returns 0.
+#[test]
+fn an_exit_with_unread_bytes_resets_the_peer() {
+    run("unread", false, 10_000);
+    run("unread", true, 10_000);
+}
