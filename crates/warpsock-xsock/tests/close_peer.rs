@@ -18,7 +18,7 @@ use warpsock_xsock::io::{Options, RecvFlags};
 
 mod net;
 
-use net::{pattern, set_buf, switch_both, tcp_pair, unbuffered, LIMIT};
+use net::{pattern, recv_exact, set_buf, switch_both, tcp_pair, unbuffered, LIMIT};
 
 const SHORT: Option<Duration> = Some(Duration::from_secs(4));
 
@@ -166,4 +166,38 @@ fn a_stepped_close_ends_while_a_silent_peers_close_lingers() {
         assert_eq!(c_phase, Phase::Lingering, "C lingers for D's FIN still");
     });
     drop((d, xd));
+}
+
+/// Waits (4 s at most) until `x`'s engine socket holds input.
+fn input_waits(x: &warpsock_xsock::io::XSocket) {
+    let mut p = libc::pollfd {
+        fd: x.tcp_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack.
+    assert_eq!(unsafe { libc::poll(&mut p, 1, 4000) }, 1, "input came");
+}
+
+/// A close's look at bytes received and never read (`XSocket::unread`:
+/// such a close resets, as TCP's): the peer's credit returns for our own
+/// messages, waiting in our engine's socket, are not bytes; the peer's
+/// bytes there are, once the look's round takes them in; read, they no
+/// longer count.
+#[test]
+fn unread_counts_the_peers_bytes_not_its_credit_returns() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &window());
+    assert!(!xa.unread(), "nothing received");
+    let m = pattern(8 * MSG, 3);
+    assert_eq!(xa.send(&m, false, SHORT).unwrap(), m.len());
+    // B's reads return credits (every fourth message).
+    assert_eq!(recv_exact(&xb, m.len()), m);
+    input_waits(&xa);
+    assert!(!xa.unread(), "credit returns are not bytes");
+    assert_eq!(xb.send(b"unread!!", false, SHORT).unwrap(), 8);
+    input_waits(&xa);
+    assert!(xa.unread(), "the peer's 8 B, taken in by the look's round");
+    assert_eq!(recv_exact(&xa, 8), b"unread!!");
+    assert!(!xa.unread(), "read");
 }
