@@ -85,3 +85,13 @@ fn an_exit_with_unread_bytes_resets_the_peer() {
     run("unread", false, 10_000);
     run("unread", true, 10_000);
 }
+
+/// A program that set `SO_LINGER` {1, 0} and exits: its exit's close is
+/// abortive, as TCP's: the peer's read after the 8 B sent fails with
+/// `ECONNRESET`. Fails with the exit's look at `SO_LINGER` removed (the
+/// read returns 0).
+#[test]
+fn an_exit_with_so_linger_zero_resets_the_peer() {
+    run("abort", false, 10_000);
+    run("abort", true, 10_000);
+}

@@ -60,7 +60,8 @@ pub(crate) fn reset_backlogged() {
 /// exit closes each socket — orderly (the end of stream after every byte,
 /// then the linger for the peer's FIN, the engine's socket kept open and
 /// the peer's input discarded), or a reset if received bytes were left
-/// unread (`XSocket::unread`, as Linux's `tcp_close`) — and waits:
+/// unread (`XSocket::unread`, as Linux's `tcp_close`) or the program set
+/// `SO_LINGER` {1, 0} (an abortive close) — and waits:
 /// while bytes leave, as for the send buffers ([`super::linger`]), then
 /// one `WARPSOCK_LINGER_MS` at most, for all of them at once and for the
 /// reaper's closes still held ([`reaper::HELD`]), for the peers' FINs.
@@ -93,7 +94,11 @@ impl ExitCloses {
                 socks
                     .into_iter()
                     .map(|s| {
-                        let c = if s.x.unread() {
+                        // The program's `SO_LINGER` {1, 0} (its close
+                        // would be abortive), or bytes left unread.
+                        let abortive = linger_as_set(s.x.tcp_fd())
+                            .is_some_and(|l| l.l_onoff != 0 && l.l_linger == 0);
+                        let c = if abortive || s.x.unread() {
                             s.x.reset_now();
                             None
                         } else {

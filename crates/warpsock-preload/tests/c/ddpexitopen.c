@@ -39,6 +39,11 @@
  *     without reading them: its exit's close resets the connection, as
  *     TCP's close with data unread (RFC 2525 2.17): the reader's read
  *     fails with ECONNRESET.
+ *
+ *   ddpexitopen abort [plain]
+ *     The writer sets SO_LINGER {1, 0}, sends 8 B and exits once the
+ *     reader says it read them: its exit's close is abortive, as TCP's:
+ *     the reader's next read fails with ECONNRESET.
  * exit 0 if the reader got every byte and then 0. */
 #include "ddppair.h"
 
@@ -211,6 +216,48 @@ static int unread(int c, int s) {
     return WEXITSTATUS(rs);
 }
 
+/* The abort mode (see the top). */
+static int abortive(int c, int s) {
+    int told[2];
+    CHECK(pipe(told) == 0);
+    pid_t r = fork();
+    CHECK(r >= 0);
+    if (r == 0) {
+        close(c);
+        close(told[0]);
+        if (!plain) ddp_mode(s);
+        size_t got = 0;
+        CHECK(read_to(s, &got, 8) == 0);
+        CHECK(write(told[1], "r", 1) == 1);
+        char b[8];
+        ssize_t k = read(s, b, sizeof b);
+        printf("ddpexitopen abort%s: the read %zd errno %d\n", plain ? " plain" : "", k,
+               k < 0 ? errno : 0);
+        exit(k == -1 && errno == ECONNRESET ? 0 : 1);
+    }
+    close(s);
+    close(told[1]);
+    pid_t w = fork();
+    CHECK(w >= 0);
+    if (w == 0) {
+        struct linger l = {1, 0};
+        if (!plain) ddp_mode(c);
+        CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+        unsigned char b[8];
+        for (int i = 0; i < 8; i++) b[i] = at((size_t)i);
+        CHECK(write(c, b, 8) == 8);
+        char x;
+        CHECK(read(told[0], &x, 1) == 1);
+        exit(0);
+    }
+    close(c);
+    close(told[0]);
+    int ws, rs;
+    CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    CHECK(waitpid(r, &rs, 0) == r && WIFEXITED(rs));
+    return WEXITSTATUS(rs);
+}
+
 /* /proc/net/tcp's state (hex, as there) of the IPv4 connection from local
  * port lport to remote port rport, or -1 if there is none. */
 static int tcp_state(int lport, int rport) {
@@ -239,10 +286,12 @@ static int port_of(int fd, int peer) {
 int main(int argc, char **argv) {
     CHECK(argc == 2 || (argc == 3 && strcmp(argv[2], "plain") == 0));
     plain = argc == 3;
-    if (strcmp(argv[1], "thread") == 0 || strcmp(argv[1], "unread") == 0) {
+    if (strcmp(argv[1], "thread") == 0 || strcmp(argv[1], "unread") == 0 ||
+        strcmp(argv[1], "abort") == 0) {
         int c, s;
         tcp_pair(&c, &s);
-        return argv[1][0] == 't' ? threaded(c, s) : unread(c, s);
+        if (argv[1][0] == 't') return threaded(c, s);
+        return argv[1][0] == 'u' ? unread(c, s) : abortive(c, s);
     }
     int silent = strcmp(argv[1], "silent") == 0;
     int closing = strcmp(argv[1], "close") == 0;
