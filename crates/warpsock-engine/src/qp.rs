@@ -228,6 +228,18 @@ impl Qp {
         self.with(|st, _| st.qp(self.qi).tx_backlog())
     }
 
+    /// Whether the engine has read the end of the peer's byte stream (its
+    /// FIN), or the connection is over: its socket then stays readable
+    /// (EOF) for good, and the engine stops watching it for input (a
+    /// poller that still asked for `POLLIN` would wake at once, every
+    /// time).
+    pub fn read_closed(&self) -> bool {
+        self.with(|st, _| {
+            let q = st.qp(self.qi);
+            q.rd_closed || q.is_done()
+        })
+    }
+
     /// Receive system calls made on this queue pair's socket so far (a
     /// diagnostic: compared with the FPDUs received, it shows how many
     /// FPDUs one read takes in).

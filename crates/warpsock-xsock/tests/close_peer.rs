@@ -201,3 +201,82 @@ fn unread_counts_the_peers_bytes_not_its_credit_returns() {
     assert_eq!(recv_exact(&xa, 8), b"unread!!");
     assert!(!xa.unread(), "read");
 }
+
+/// A stepped close waits for no input once the engine read the peer's
+/// FIN: the socket stays readable (EOF) for good, and a stepper that
+/// still asked for `POLLIN` woke at once every round, spinning until its
+/// backlog drained or the linger ended (review r25-a item 4). Before the
+/// FIN it asks for input (credits, the FIN itself). Fails with
+/// `close_events` asking for `POLLIN` always.
+#[test]
+fn a_close_waits_for_no_input_after_the_peers_fin() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &window());
+    assert_ne!(
+        xa.close_events() & libc::POLLIN,
+        0,
+        "input asked before the FIN"
+    );
+    assert!(xb.close(LIMIT), "B's end of stream left");
+    drop(xb);
+    // A reads B's end of stream; the engine has read B's FIN behind it
+    // once a read returns 0 and a round saw the socket's EOF.
+    let mut buf = [0u8; 8];
+    let (k, _) = xa.recv(&mut buf, RecvFlags::default(), SHORT).unwrap();
+    assert_eq!(k, 0, "B's end of stream");
+    input_waits(&xa);
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    while !xa.read_closed() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's engine read B's FIN"
+        );
+        // A round of progress (the look's).
+        assert!(!xa.unread());
+    }
+    assert_eq!(
+        xa.close_events() & libc::POLLIN,
+        0,
+        "no input asked after the FIN"
+    );
+    drop((a, b));
+}
+
+/// A close cut while its bytes still wait (the reaper's bound on the
+/// closes it holds) resets the connection: the caller drops the socket
+/// at once, so what was unsent — messages in transmit slots, the end of
+/// stream — never leaves, and the kernel's FIN alone would read as a
+/// clean end after a short stream (review r25-a item 5). Here A's window
+/// is full (B reads nothing): the cut finds messages unsent with no send
+/// queued, the case the cut did not reset. B then reads what came and
+/// `ECONNRESET`, never a clean end. Fails with the cut resetting only
+/// when sends are queued (B reads 0 after a short stream).
+#[test]
+fn a_close_cut_with_bytes_unsent_resets() {
+    use std::time::Instant;
+    let (a, b) = tcp_pair();
+    set_buf(&b, libc::SO_RCVBUF, 16 << 10);
+    set_buf(&a, libc::SO_SNDBUF, 16 << 10);
+    let (xa, xb) = switch_both(&a, &b, &window());
+    drop((a, b));
+    // The whole window: its messages, and the end of stream behind them,
+    // cannot all leave while B reads nothing (small kernel buffers).
+    let m = pattern(12 * MSG, 5);
+    assert_eq!(xa.send(&m, false, SHORT).unwrap(), m.len());
+    let mut c = xa.close_begin(LIMIT, Instant::now());
+    xa.close_cut(&mut c);
+    assert_eq!(c.all_left(), Some(false));
+    drop(xa);
+    let mut got = 0;
+    let mut buf = vec![0u8; MSG];
+    let end = loop {
+        match xb.recv(&mut buf, RecvFlags::default(), SHORT) {
+            Ok((0, _)) => break None,
+            Ok((k, _)) => got += k,
+            Err(e) => break Some(e),
+        }
+    };
+    let e = end.unwrap_or_else(|| panic!("a clean end after {got} of {} bytes", m.len()));
+    assert!(got < m.len(), "the cut lost bytes ({got})");
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+}

@@ -17,7 +17,7 @@ use super::reaper;
 use super::sock::{DdpSock, SOCKS, SOCKS_OWNER};
 use crate::shim::guard::enter;
 use crate::shim::real;
-use crate::shim::sys::lock;
+use crate::shim::sys::{self, lock};
 
 /// At exit (and `exec`, `_exit`): the bytes the process's live DDP
 /// sockets' engines hold behind full kernel send buffers, summed, and the
@@ -153,7 +153,7 @@ impl ExitCloses {
             if (!open && reaper::HELD.load(Ordering::Acquire) == 0) || Instant::now() >= deadline {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            sys::sleep(Duration::from_millis(2));
         }
     }
 }

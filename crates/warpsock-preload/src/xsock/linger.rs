@@ -168,7 +168,7 @@ pub(crate) fn linger_stepping(
         warpsock_xsock::io::posted_bytes,
     );
     wait(&p, bound, Instant::now, || {
-        std::thread::sleep(Duration::from_millis(2));
+        sys::sleep(Duration::from_millis(2));
         sending.set((step.borrow_mut())());
     })
 }

@@ -259,8 +259,17 @@ impl XSocket {
     /// caller drops the socket then, which closes the engine's socket.
     pub fn close_cut(&self, c: &mut Closing) {
         if c.phase == Phase::Sending {
-            let queued = self.lock().aio.sends_queued();
-            self.finish_sending(queued);
+            // Anything still unsent — sends queued, messages in transmit
+            // slots, the engine's backlog, our end of stream — is lost as
+            // the caller drops the socket at once (no linger drives it
+            // out), and the kernel's close would end the stream with a
+            // FIN the peer reads as a clean end after a short stream: a
+            // reset instead (review r25-a item 5; r20-xbuf S2).
+            let lost = {
+                let st = self.lock();
+                !self.send_look(&st).idle || self.qp.send_backlog() > 0
+            };
+            self.finish_sending(lost);
             c.all_left = Some(false);
         }
         c.phase = Phase::Done;
@@ -270,13 +279,24 @@ impl XSocket {
     /// input (credits, the peer's FIN, bytes to discard), and output space
     /// while the engine holds bytes behind a full kernel send buffer
     /// ([`warpsock_engine::Qp::send_backlog`]). Errors and hang-ups are
-    /// reported whatever is asked.
+    /// reported whatever is asked. No input once the engine read the
+    /// peer's FIN: the socket stays readable (EOF) for good, and a stepper
+    /// asking for it would wake at once every round — a spin until the
+    /// backlog drains or the linger ends (review r25-a item 4); the
+    /// deadline and the stepper's sweep cover what follows.
     pub fn close_events(&self) -> i16 {
+        let input = if self.read_closed() { 0 } else { libc::POLLIN };
         if self.qp.send_backlog() > 0 {
-            libc::POLLIN | libc::POLLOUT
+            input | libc::POLLOUT
         } else {
-            libc::POLLIN
+            input
         }
+    }
+
+    /// Whether the engine has read the end of the peer's byte stream (its
+    /// FIN) or the connection is over ([`warpsock_engine::Qp::read_closed`]).
+    pub fn read_closed(&self) -> bool {
+        self.qp.read_closed()
     }
 
     fn begin_locked(&self, st: &mut State, linger: Duration, now: Instant) -> Closing {
