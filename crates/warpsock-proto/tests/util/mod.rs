@@ -11,6 +11,8 @@ use warpsock_proto::{
 
 pub use warpsock_testkit::Rng;
 
+pub mod rx;
+
 /// How the pipe cuts the stream.
 #[derive(Clone)]
 pub enum Cut {
