@@ -237,16 +237,11 @@ impl ResidueSock {
                     return unsafe { sys::recvmsg_raw(self.kfd, msg, flags) };
                 }
             }
-            match self.wait(libc::POLLIN, libc::SO_RCVTIMEO, &mut deadline) {
-                // Linux ends the call with the bytes it has, the error
-                // left for the next one.
-                Ok(ev) if got > 0 && ev & libc::POLLERR != 0 => return got as isize,
-                Ok(_) => {}
-                Err(_) if got > 0 => return got as isize,
-                Err(e) => {
-                    set_errno(e);
-                    return -1;
-                }
+            let end = libc::POLLERR;
+            if let Some(r) =
+                self.wait_more(libc::POLLIN, libc::SO_RCVTIMEO, end, got, &mut deadline)
+            {
+                return r;
             }
             let r = if got == 0 {
                 // SAFETY: forwarding the caller's msghdr.
@@ -255,10 +250,7 @@ impl ResidueSock {
                 let mut rest = past(iov, got);
                 // The rest of the caller's buffers; its name and control
                 // were filled (or not) by the first part.
-                // SAFETY: msghdr is plain data; all-zero is an empty one.
-                let mut m: msghdr = unsafe { std::mem::zeroed() };
-                m.msg_iov = rest.as_mut_ptr();
-                m.msg_iovlen = rest.len();
+                let mut m = rest_msghdr(&mut rest, None);
                 // SAFETY: `m` describes the rest of the caller's buffers.
                 unsafe { sys::recvmsg_raw(self.kfd, &mut m, f) }
             };
@@ -299,28 +291,20 @@ impl ResidueSock {
             if r >= 0 && got >= total {
                 return got as isize;
             }
-            match self.wait(libc::POLLOUT, libc::SO_SNDTIMEO, &mut deadline) {
-                Ok(ev) if got > 0 && ev & (libc::POLLERR | libc::POLLHUP) != 0 => {
-                    return got as isize;
-                }
-                Ok(_) => {}
-                Err(_) if got > 0 => return got as isize,
-                Err(e) => {
-                    set_errno(e);
-                    return -1;
-                }
+            let end = libc::POLLERR | libc::POLLHUP;
+            if let Some(r) =
+                self.wait_more(libc::POLLOUT, libc::SO_SNDTIMEO, end, got, &mut deadline)
+            {
+                return r;
             }
             let r = if got == 0 {
                 // SAFETY: forwarding the caller's msghdr.
                 unsafe { sys::sendmsg_raw(self.kfd, msg, f) }
             } else {
                 let mut rest = past(iov, got);
-                // SAFETY: msghdr is plain data; all-zero is an empty one.
-                let mut m: msghdr = unsafe { std::mem::zeroed() };
-                m.msg_name = msg.msg_name;
-                m.msg_namelen = msg.msg_namelen;
-                m.msg_iov = rest.as_mut_ptr();
-                m.msg_iovlen = rest.len();
+                // The rest of the caller's buffers, to the caller's
+                // destination.
+                let m = rest_msghdr(&mut rest, Some(msg));
                 // SAFETY: `m` describes the rest of the caller's buffers.
                 unsafe { sys::sendmsg_raw(self.kfd, &m, f | libc::MSG_NOSIGNAL) }
             };
@@ -334,6 +318,31 @@ impl ResidueSock {
                 _ if errno() == libc::EAGAIN => {}
                 _ if got > 0 => return got as isize,
                 _ => return -1,
+            }
+        }
+    }
+
+    /// Waits, in a blocking call that moved `got` bytes so far, for
+    /// `events` (its timeout the option `name`, as [`Self::wait`]):
+    /// `Some` of the call's result where the call ends — once any bytes
+    /// went, their count, at an `end` event, the timeout or a signal
+    /// (Linux ends the call with the bytes it has, the error left for the
+    /// next one), else -1 with the wait's errno — `None` to try again.
+    fn wait_more(
+        &self,
+        events: i16,
+        name: c_int,
+        end: i16,
+        got: usize,
+        deadline: &mut Option<(Instant, Option<Duration>)>,
+    ) -> Option<isize> {
+        match self.wait(events, name, deadline) {
+            Ok(ev) if got > 0 && ev & end != 0 => Some(got as isize),
+            Ok(_) => None,
+            Err(_) if got > 0 => Some(got as isize),
+            Err(e) => {
+                set_errno(e);
+                Some(-1)
             }
         }
     }
@@ -367,6 +376,20 @@ unsafe fn iovecs<'a>(msg: &msghdr) -> &'a [libc::iovec] {
     }
     // SAFETY: the caller's `msg_iovlen` iovecs.
     unsafe { std::slice::from_raw_parts(msg.msg_iov, msg.msg_iovlen) }
+}
+
+/// A msghdr of the buffers `rest` (which must outlive its use), with no
+/// control and the address of `to`, if given (a send's destination).
+fn rest_msghdr(rest: &mut [libc::iovec], to: Option<&msghdr>) -> msghdr {
+    // SAFETY: msghdr is plain data; all-zero is an empty one.
+    let mut m: msghdr = unsafe { std::mem::zeroed() };
+    if let Some(to) = to {
+        m.msg_name = to.msg_name;
+        m.msg_namelen = to.msg_namelen;
+    }
+    m.msg_iov = rest.as_mut_ptr();
+    m.msg_iovlen = rest.len();
+    m
 }
 
 /// `iov` past its first `n` bytes.
