@@ -37,6 +37,23 @@ fn window() -> Options {
     }
 }
 
+/// B's reads (of [`MSG`] bytes at most each) until its end of stream:
+/// every byte read; a read that fails panics with how many of `len` came
+/// before it.
+fn read_to_end(xb: &warpsock_xsock::io::XSocket, len: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; MSG];
+    loop {
+        let (k, _) = xb
+            .recv(&mut buf, RecvFlags::default(), SHORT)
+            .unwrap_or_else(|e| panic!("B's read after {}/{len}: {e}", got.len()));
+        if k == 0 {
+            return got;
+        }
+        got.extend_from_slice(&buf[..k]);
+    }
+}
+
 /// A sends 12 messages of 16 KiB (within B's window: B reads nothing
 /// yet), B ends its stream, A reads that end, then in a thread closes,
 /// lingers for B's FIN (as the preload's reaper does, in steps: below)
@@ -75,17 +92,7 @@ fn the_peer_reads_our_last_bytes_after_our_close() {
         // B reads once A's close has sent its FIN (the benchmark's
         // order: its client still reads as the server's close returns).
         is_closed.recv().unwrap();
-        let mut got = Vec::new();
-        let mut buf = vec![0u8; MSG];
-        loop {
-            let (k, _) = xb
-                .recv(&mut buf, RecvFlags::default(), SHORT)
-                .unwrap_or_else(|e| panic!("B's read after {}/{LEN}: {e}", got.len()));
-            if k == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..k]);
-        }
+        let got = read_to_end(&xb, LEN);
         assert!(got == ma, "B read {} of {LEN} bytes, or others", got.len());
         assert!(xb.close(LIMIT), "B's end of stream left");
     });
@@ -149,17 +156,7 @@ fn a_stepped_close_ends_while_a_silent_peers_close_lingers() {
             xc.close_cut(&mut cs[1]);
         });
         is_sent.recv().unwrap();
-        let mut got = Vec::new();
-        let mut buf = vec![0u8; MSG];
-        loop {
-            let (k, _) = xb
-                .recv(&mut buf, RecvFlags::default(), SHORT)
-                .unwrap_or_else(|e| panic!("B's read after {}/{LEN}: {e}", got.len()));
-            if k == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..k]);
-        }
+        let got = read_to_end(&xb, LEN);
         assert!(got == ma, "B read {} of {LEN} bytes, or others", got.len());
         assert!(xb.close(LIMIT), "B's end of stream left");
         let c_phase = is_done.recv().unwrap();
