@@ -16,7 +16,9 @@ use warpsock_xsock::{Role, SwitchError};
 
 mod net;
 
-use net::{opts, pattern, reads_posted_ahead, recv_exact, switch_both, tcp_pair, LIMIT};
+use net::{
+    opts, pattern, reads_posted_ahead, recv_exact, rto_min_us, switch_both, tcp_pair, LIMIT,
+};
 
 /// Large reads offer sinks (SDP ZCopy) instead of retargeting receives
 /// (`tests/placed.rs` covers those).
@@ -568,25 +570,6 @@ fn an_unanswered_sink_cancel_fails_the_socket_in_bounded_time() {
     let e = xb.send(b"x", false, None).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ETIMEDOUT), "{e}");
     drop(xa);
-}
-
-/// `TCP_RTO_MIN_US` of a socket (Linux 6.15), or `None` where the kernel
-/// lacks it.
-fn rto_min_us(s: &std::net::TcpStream) -> Option<i32> {
-    use std::os::fd::AsRawFd;
-    let mut v: libc::c_int = 0;
-    let mut n = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `n` bytes into `v`.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            45,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut n,
-        )
-    };
-    (r == 0).then_some(v)
 }
 
 /// `tcpi_rto` of a socket (`TCP_INFO`, µs): the retransmission timeout

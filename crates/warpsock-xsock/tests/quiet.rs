@@ -16,8 +16,8 @@ use warpsock_xsock::io::{RecvFlags, XSocket};
 mod net;
 
 use net::{
-    opts, pattern, quiet_and_empty, small_window, spin_call, switch_both, tcp_pair, LIMIT,
-    NONBLOCKING,
+    opts, pattern, quiet_and_empty, rto_min_us, small_window, spin_call, switch_both, tcp_pair,
+    LIMIT, NONBLOCKING,
 };
 
 /// One spin as the preload makes it: `None` on `EAGAIN`, quiet or not.
@@ -613,25 +613,6 @@ fn the_spin_after_a_predicted_take_reads_the_next_message() {
         );
         assert_eq!(buf[..], pattern(8, round + 50)[..], "round {round}");
     }
-}
-
-/// `TCP_RTO_MIN_US` of a socket (Linux 6.15), or `None` where the kernel
-/// lacks it.
-fn rto_min_us(s: &std::net::TcpStream) -> Option<i32> {
-    use std::os::fd::AsRawFd;
-    let mut v: libc::c_int = 0;
-    let mut n = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `n` bytes into `v`.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            45,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut n,
-        )
-    };
-    (r == 0).then_some(v)
 }
 
 /// A receive-only end whose first DATA is taken by the predicted receive

@@ -225,3 +225,21 @@ pub(crate) fn reads_posted_ahead(
     );
     (rx, copied)
 }
+
+/// `TCP_RTO_MIN_US` of a socket (Linux 6.15), or `None` where the kernel
+/// lacks it.
+pub(crate) fn rto_min_us(s: &TcpStream) -> Option<i32> {
+    let mut v: libc::c_int = 0;
+    let mut n = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `n` bytes into `v`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            45,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut n,
+        )
+    };
+    (r == 0).then_some(v)
+}
