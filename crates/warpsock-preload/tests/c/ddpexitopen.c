@@ -91,12 +91,7 @@ static void writer(int c, int bye, int gone, int closing) {
     if (!plain) ddp_mode(c);
     static unsigned char b[LEN];
     for (size_t i = 0; i < LEN; i++) b[i] = at(i);
-    size_t sent = 0;
-    while (sent < LEN) {
-        ssize_t k = write(c, b + sent, LEN - sent);
-        CHECK(k > 0);
-        sent += (size_t)k;
-    }
+    write_every(c, b, LEN);
     if (closing) CHECK(close(c) == 0);
     bye_fd = bye;
     CHECK(atexit(in_exit) == 0);
@@ -129,12 +124,7 @@ static void *write_forever(void *a) {
     static unsigned char b[65536];
     for (size_t off = 0;; off += sizeof b) {
         for (size_t i = 0; i < sizeof b; i++) b[i] = at(off + i);
-        size_t sent = 0;
-        while (sent < sizeof b) {
-            ssize_t k = write(wfd, b + sent, sizeof b - sent);
-            CHECK(k > 0);
-            sent += (size_t)k;
-        }
+        write_every(wfd, b, sizeof b);
     }
     return NULL;
 }

@@ -52,6 +52,16 @@ static inline ssize_t send_nb(int fd, const void *b, size_t n) {
     return r;
 }
 
+/* Writes the n bytes at b to fd, blocking (every write must take some). */
+static inline void write_every(int fd, const void *b, size_t n) {
+    size_t sent = 0;
+    while (sent < n) {
+        ssize_t k = write(fd, (const unsigned char *)b + sent, n - sent);
+        CHECK(k > 0);
+        sent += (size_t)k;
+    }
+}
+
 /* Reads from fd, blocking, until *got reaches want; each read's bytes go
  * to check (NULL: not checked) with the stream offset they start at. */
 static inline void recv_until(int fd, size_t *got, size_t want,

@@ -88,12 +88,7 @@ static void read_all(int fd, size_t len) {
 static void write_all(int fd, size_t len) {
     static unsigned char b[LEN];
     for (size_t i = 0; i < len; i++) b[i] = at(i);
-    size_t sent = 0;
-    while (sent < len) {
-        ssize_t k = write(fd, b + sent, len - sent);
-        CHECK(k > 0);
-        sent += (size_t)k;
-    }
+    write_every(fd, b, len);
 }
 
 /* exit_wait: the forkexit case (small buffers; the peer reads once the
