@@ -129,9 +129,12 @@ static void *write_forever(void *a) {
     return NULL;
 }
 
-/* The thread mode (see the top). */
-static int threaded(int c, int s) {
-    int told[2];
+/* Forks the reader of the thread and abort modes, on the accepted end s:
+ * it switches s (unless plain), reads the first `first` bytes of the
+ * pattern and says so on told[1] (a pipe made here, told[0] for the
+ * writer). Returns as fork does: 0 in the reader, its count read in *got;
+ * the reader's pid in the parent, which closes s and told[1]. */
+static pid_t fork_reader(int c, int s, int told[2], size_t first, size_t *got) {
     CHECK(pipe(told) == 0);
     pid_t r = fork();
     CHECK(r >= 0);
@@ -139,9 +142,41 @@ static int threaded(int c, int s) {
         close(c);
         close(told[0]);
         if (!plain) ddp_mode(s);
-        size_t got = 0;
-        CHECK(read_to(s, &got, 1 << 20) == 0);
+        *got = 0;
+        CHECK(read_to(s, got, first) == 0);
         CHECK(write(told[1], "r", 1) == 1);
+        return 0;
+    }
+    close(s);
+    close(told[1]);
+    return r;
+}
+
+/* Waits for the writer w, which must exit with status 0, and the reader
+ * r: the reader's exit status. */
+static int reap(pid_t w, pid_t r) {
+    int ws, rs;
+    CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    CHECK(waitpid(r, &rs, 0) == r && WIFEXITED(rs));
+    return WEXITSTATUS(rs);
+}
+
+/* The reader's last read of the unread and abort modes, on s: exits 0 if
+ * it fails with ECONNRESET (a reset), else 1. */
+static void exit_reset(int s, const char *mode) {
+    char b[8];
+    ssize_t k = read(s, b, sizeof b);
+    printf("ddpexitopen %s%s: the read %zd errno %d\n", mode, plain ? " plain" : "", k,
+           k < 0 ? errno : 0);
+    exit(k == -1 && errno == ECONNRESET ? 0 : 1);
+}
+
+/* The thread mode (see the top). */
+static int threaded(int c, int s) {
+    int told[2];
+    size_t got;
+    pid_t r = fork_reader(c, s, told, 1 << 20, &got);
+    if (r == 0) {
         int e = read_to(s, &got, 0);
         if (e != 0) {
             fprintf(stderr, "ddpexitopen thread: %zu bytes, then %s\n", got, strerror(e));
@@ -150,8 +185,6 @@ static int threaded(int c, int s) {
         printf("ddpexitopen thread%s: %zu bytes, then 0\n", plain ? " plain" : "", got);
         exit(0);
     }
-    close(s);
-    close(told[1]);
     pid_t w = fork();
     CHECK(w >= 0);
     if (w == 0) {
@@ -184,11 +217,7 @@ static int unread(int c, int s) {
         close(c);
         if (!plain) ddp_mode(s);
         CHECK(write(s, "unread!!", 8) == 8);
-        char b[8];
-        ssize_t k = read(s, b, sizeof b);
-        printf("ddpexitopen unread%s: the read %zd errno %d\n", plain ? " plain" : "", k,
-               k < 0 ? errno : 0);
-        exit(k == -1 && errno == ECONNRESET ? 0 : 1);
+        exit_reset(s, "unread");
     }
     close(s);
     pid_t w = fork();
@@ -200,33 +229,15 @@ static int unread(int c, int s) {
         exit(0);
     }
     close(c);
-    int ws, rs;
-    CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-    CHECK(waitpid(r, &rs, 0) == r && WIFEXITED(rs));
-    return WEXITSTATUS(rs);
+    return reap(w, r);
 }
 
 /* The abort mode (see the top). */
 static int abortive(int c, int s) {
     int told[2];
-    CHECK(pipe(told) == 0);
-    pid_t r = fork();
-    CHECK(r >= 0);
-    if (r == 0) {
-        close(c);
-        close(told[0]);
-        if (!plain) ddp_mode(s);
-        size_t got = 0;
-        CHECK(read_to(s, &got, 8) == 0);
-        CHECK(write(told[1], "r", 1) == 1);
-        char b[8];
-        ssize_t k = read(s, b, sizeof b);
-        printf("ddpexitopen abort%s: the read %zd errno %d\n", plain ? " plain" : "", k,
-               k < 0 ? errno : 0);
-        exit(k == -1 && errno == ECONNRESET ? 0 : 1);
-    }
-    close(s);
-    close(told[1]);
+    size_t got;
+    pid_t r = fork_reader(c, s, told, 8, &got);
+    if (r == 0) exit_reset(s, "abort");
     pid_t w = fork();
     CHECK(w >= 0);
     if (w == 0) {
@@ -242,10 +253,7 @@ static int abortive(int c, int s) {
     }
     close(c);
     close(told[0]);
-    int ws, rs;
-    CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-    CHECK(waitpid(r, &rs, 0) == r && WIFEXITED(rs));
-    return WEXITSTATUS(rs);
+    return reap(w, r);
 }
 
 /* /proc/net/tcp's state (hex, as there) of the IPv4 connection from local
@@ -329,8 +337,5 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 30000 && (st = tcp_state(lport, rport)) == 1; i++) poll(NULL, 0, 1);
     CHECK(st != 1);
     CHECK(write(go[1], "g", 1) == 1);
-    int ws, rs;
-    CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-    CHECK(waitpid(r, &rs, 0) == r && WIFEXITED(rs));
-    return WEXITSTATUS(rs);
+    return reap(w, r);
 }
