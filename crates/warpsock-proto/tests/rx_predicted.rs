@@ -21,7 +21,9 @@ use proptest::prelude::*;
 
 use warpsock_proto::{RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 
-use util::rx::{fpdu_of, recv_of, responder, script, Action, Responder, KINDS, RECVS, REGIONS};
+use util::rx::{
+    fpdu_of, recv_of, responder, script, steps, Action, Responder, KINDS, RECVS, REGIONS,
+};
 
 /// A responder and the books of its receives.
 struct Side {
@@ -323,10 +325,7 @@ proptest! {
     fn random_streams_match_the_general_path(
         crc in any::<bool>(),
         rtr in any::<bool>(),
-        steps in prop::collection::vec(
-            (prop::option::of(0..RECVS), 0..KINDS, any::<bool>()),
-            1..10,
-        ),
+        steps in steps(),
     ) {
         differential(crc, rtr, Take::Yes, &script(&steps, crc));
     }

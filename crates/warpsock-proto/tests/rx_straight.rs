@@ -15,7 +15,7 @@ use std::time::Instant;
 use proptest::prelude::*;
 use warpsock_proto::RecvWr;
 
-use util::rx::{responder, script, Action, Responder, KINDS, RECVS};
+use util::rx::{responder, script, steps, Action, Responder, KINDS, RECVS};
 
 impl Responder {
     fn act(&mut self, a: &Action, whole: bool) {
@@ -131,10 +131,7 @@ proptest! {
     fn random_streams_match_the_general_path(
         crc in any::<bool>(),
         rtr in any::<bool>(),
-        steps in prop::collection::vec(
-            (prop::option::of(0..RECVS), 0..KINDS, any::<bool>()),
-            1..10,
-        ),
+        steps in steps(),
     ) {
         differential(crc, rtr, &script(&steps, crc));
     }

@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use proptest::prelude::*;
 use warpsock_proto::wire::ddp::{Opcode, Placement, ReadRequest, SegmentHeader};
 use warpsock_proto::wire::fpdu;
 use warpsock_proto::wire::mpa::{EnhancedParams, Flags, FrameKind, RequestReply};
@@ -259,4 +260,10 @@ pub fn script(steps: &[(Option<u8>, u8, bool)], crc: bool) -> Vec<Action> {
         out.push(Action::Feed(pending));
     }
     out
+}
+
+/// Drawn steps for [`script`]: 1 to 9 of (receive kind or none, FPDU
+/// kind, joined with the next).
+pub fn steps() -> impl Strategy<Value = Vec<(Option<u8>, u8, bool)>> {
+    prop::collection::vec((prop::option::of(0..RECVS), 0..KINDS, any::<bool>()), 1..10)
 }
