@@ -36,7 +36,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
@@ -82,6 +82,17 @@ impl Held {
         if std::mem::take(&mut self.counted) {
             CLOSING.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+}
+
+/// A close leaves the exit's counts as it goes, however it goes — done,
+/// cut, or dropped by a panic's unwind or a reaper that could not start
+/// (review r25-a items 6, 7: a count left behind held every exit for its
+/// whole bound).
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.uncount();
+        HELD.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -150,6 +161,10 @@ fn victim(mut phases: impl Iterator<Item = Phase>) -> usize {
 struct Reaper {
     inbox: Inbox<Held>,
     wakefd: c_int,
+    /// Its thread could not start: closes handed to it are dropped (their
+    /// engines' sockets closed at once, as a closer thread that could not
+    /// start left them), never left in the inbox for no one.
+    dead: AtomicBool,
 }
 
 static REAPER: AtomicPtr<Reaper> = AtomicPtr::new(std::ptr::null_mut());
@@ -180,6 +195,7 @@ fn get() -> Option<&'static Reaper> {
     let raw = Box::into_raw(Box::new(Reaper {
         inbox: Inbox::new(),
         wakefd,
+        dead: AtomicBool::new(false),
     }));
     match REAPER.compare_exchange(
         std::ptr::null_mut(),
@@ -195,10 +211,11 @@ fn get() -> Option<&'static Reaper> {
             // With every asynchronous signal blocked (`spawn_reaper`), as
             // the closer threads had.
             if spawn_reaper(move || r.run(linger, max)).is_err() {
-                // Left published and idle: closes handed to it are
-                // dropped by no one. Unpublished instead (a later close
-                // tries again); its descriptor and memory leak.
-                REAPER.store(std::ptr::null_mut(), Ordering::Release);
+                // Left published, marked dead: another thread may have
+                // pushed a close since the publish (review r25-a item 6),
+                // and every hand-over from now on drops its socket.
+                r.dead.store(true, Ordering::Release);
+                r.drop_inbox();
                 return None;
             }
             Some(r)
@@ -233,10 +250,21 @@ pub(super) fn hand_over(x: XSocket, abortive: bool) {
         c: None,
         counted: !abortive,
     });
-    r.wake();
+    if r.dead.load(Ordering::Acquire) {
+        // Its thread could not start (marked after this push's look at
+        // it, or before): drops what it holds, this close included.
+        r.drop_inbox();
+    } else {
+        r.wake();
+    }
 }
 
 impl Reaper {
+    /// A dead reaper's closes: dropped, each leaving the exit's counts.
+    fn drop_inbox(&self) {
+        drop(self.inbox.take());
+    }
+
     fn wake(&self) {
         let one: u64 = 1;
         // Raw: a hand-over comes from the program's close (or dup2), where
@@ -285,7 +313,6 @@ impl Reaper {
                         CUT.fetch_add(1, Ordering::Relaxed);
                     }
                     h.uncount();
-                    HELD.fetch_sub(1, Ordering::AcqRel);
                 }
                 let sweep = now >= swept + SWEEP;
                 if sweep {
@@ -313,9 +340,9 @@ impl Reaper {
                         let mut h = held.remove(i).expect("an index of the queue");
                         due.remove(i);
                         h.uncount();
-                        // The engine's socket closes as it drops.
+                        // The engine's socket closes as it drops (and the
+                        // close leaves the exit's counts).
                         drop(h);
-                        HELD.fetch_sub(1, Ordering::AcqRel);
                         continue;
                     }
                     due[i] = false;
