@@ -3,7 +3,8 @@
 //! non-blocking receives that go through the quiet spin first), for
 //! counting instructions with callgrind (issue 12). Deterministic: after
 //! each send the sender's one spin finds nothing (its peer answers only
-//! later, in this same thread), which leaves it quiet; the receiver waits
+//! later, in this same thread): the send left the socket quiet, so that
+//! spin is the engine's read alone (`set_quiet_sent`); the receiver waits
 //! in `poll` on its engine's socket (outside the library) until the
 //! message is there, so its one spin takes it.
 //!

@@ -187,7 +187,9 @@ impl XSocket {
     /// `reap_posted` stays (a post from a slot, or an inline send the
     /// engine reported a backlog or events for, leaves something to reap),
     /// and the watch is rearmed once after it, as at the general path's
-    /// end.
+    /// end. An inline send that left nothing behind then leaves the socket
+    /// quiet (`XSocket::set_quiet_sent`, `io/quiet.rs`): the spin after it
+    /// is the engine's read alone.
     ///
     /// Always inlined (into `send_vectored_ready` and `send_guarded`), as
     /// is [`Self::send_inline`] into it: as calls, their frames and the
@@ -224,7 +226,8 @@ impl XSocket {
         // `post_data`, in this frame: nothing is deferred and the bytes
         // are copied, so it would try the inline send, then a slot.
         self.restore_rto(st);
-        if !self.send_inline(st, msg, src) {
+        let inline = self.send_inline(st, msg, src);
+        if !inline {
             let op = SendOp::Send {
                 solicited: false,
                 invalidate: None,
@@ -248,6 +251,12 @@ impl XSocket {
         }
         self.count(st, Count::TxBytes, total);
         self.rearm(st);
+        // The lock's take cleared the flag; an inline send that left
+        // nothing behind sets it again (`io/quiet.rs`): the spin after it
+        // is the engine's read alone.
+        if inline {
+            self.set_quiet_sent(st);
+        }
         Some(Ok(total))
     }
 

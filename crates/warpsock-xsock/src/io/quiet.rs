@@ -12,8 +12,10 @@
 //! `ppoll`ed the engine's socket without any lock and then made the usual
 //! receive, so an answer cost two system calls where host TCP's costs one
 //! (~225 ns each on this host) and two engine rounds (BENCHMARKS §6,
-//! session 23). The first spin after a call that took the lock (a
-//! ping-pong's send) still makes its round, which finds the socket quiet.
+//! session 23). The first spin after a call that took the lock still
+//! makes its round, which finds the socket quiet — but after a straight
+//! send that left nothing behind (a ping-pong's send), which leaves the
+//! socket quiet itself (below).
 //!
 //! `XSocket::quiet` says that nothing but bytes (EOF, an error) on the
 //! engine's TCP socket can make a receive return anything else than
@@ -32,6 +34,30 @@
 //! happen while it is set. Looks that write nothing (a vectored receive's
 //! readiness after its round, `readiness_now`, `readable_bytes`) take it
 //! with `XSocket::lock_look`, which leaves the flag (review r22-c item 2).
+//!
+//! A straight send sets it again as it ends (`XSocket::set_quiet_sent`,
+//! under the lock it took): a one-FPDU DATA message the engine built and
+//! wrote inline and whole (`send_inline`: no send request, so no
+//! completion now or later), its news (the engine's after the write)
+//! with no backlog and no event, nothing posted and left unreaped, no
+//! other send call in its course, the books' terms above (the send
+//! changed none of them: `tx_straight` leaves nothing owed) and the books
+//! still writable. What such a send changes — a credit of the peer's
+//! taken, our unreturned slots returned with the DATA, the send sequence,
+//! the engine's MSN and the bytes written — is no input to a receive. The
+//! engine's own state is not the send's to vouch for (the round's
+//! `idle_round` term): the spin's read makes the short round only where
+//! the engine has nothing staged, held, reported, queued for output or
+//! completed (`Cq::read_quiet`), and the full round otherwise, whose
+//! result the spin takes the usual way. A send that leaves anything behind
+//! leaves the flag down: bytes the kernel did not take (the engine's
+//! backlog: its next transmit pass's), a message from a transmit slot (a
+//! Send with a completion, reaped or not), an event, the last credit it
+//! may use taken (conservative: the next send then waits on the peer's
+//! CREDIT), any send the straight path declines (a message longer than
+//! a slot or `zcopy_min`, a send behind queued ones: the general path,
+//! after which only a round sets it). A small vectored send is straight
+//! (one message of its parts, inline) and keeps it. `tests/quiet_send.rs`.
 //!
 //! A receive that sees it set tries the lock (a thread that holds it is
 //! working: the receive goes the usual way after it), looks at the flag
@@ -282,9 +308,45 @@ impl XSocket {
     #[inline]
     pub(crate) fn set_quiet(&self, st: &State) {
         let idle = st.news.is_some_and(|n| !n.events && n.backlog == 0);
-        if idle
-            && st.idle_round
-            && !st.driving
+        if idle && st.idle_round && Self::books_quiet(st) {
+            self.quiet.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// At the end of a straight send (`send_straight`, the lock `st` held)
+    /// whose one FPDU the engine built and wrote at once and whole
+    /// (`send_inline`: no send request, so no completion now or later):
+    /// marks the socket quiet when, after it, nothing but the engine's TCP
+    /// socket can change what a receive returns — the terms of
+    /// [`Self::set_quiet`] with the send's own news for the round's (the
+    /// engine's after the write: no byte of it left queued, `backlog` 0,
+    /// and no event), and the send's own marks: no request posted and
+    /// left unreaped (`unreaped`), no other send call in its course
+    /// (`sending`), and the books still writable (a send that took the
+    /// last credit it may use leaves the next send waiting on the peer's
+    /// CREDIT: conservative, the flag left down). The engine's state
+    /// itself is not this call's to vouch for: the quiet spin's read makes
+    /// the short round only where the engine has nothing staged, held,
+    /// reported, queued for output or completed (`Cq::read_quiet`), and
+    /// its full round otherwise, whose result the spin takes the usual
+    /// way. A ping-pong's spin right after its send is then the engine's
+    /// read alone, not the receive's full round (issue 12).
+    #[inline(always)]
+    pub(crate) fn set_quiet_sent(&self, st: &State) {
+        let idle = st.news.is_some_and(|n| !n.events && n.backlog == 0);
+        if idle && !st.unreaped && st.sending == 0 && st.s.writable() && Self::books_quiet(st) {
+            self.quiet.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The terms of the flag that are the socket's own (not the engine's):
+    /// no other thread in the engine, nothing for a reader in the books
+    /// (nor an end, an error or a shut reading side), nothing owed to the
+    /// peer, no receive retargeted, no asynchronous operation in flight,
+    /// no batch of posts held back (see the module's docs).
+    #[inline(always)]
+    fn books_quiet(st: &State) -> bool {
+        !st.driving
             && st.residue_off >= st.residue.len()
             && st.s.readable() == 0
             && !st.s.eof()
@@ -296,8 +358,5 @@ impl XSocket {
             && st.retargeted.is_empty()
             && !st.aio.in_flight()
             && st.deferred.is_none()
-        {
-            self.quiet.store(true, Ordering::Relaxed);
-        }
     }
 }

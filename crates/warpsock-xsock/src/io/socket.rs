@@ -208,8 +208,8 @@ pub struct XSocket {
     /// the socket writable: see `set_writable_wait`.
     pub(crate) writable_wait: AtomicBool,
     /// Nothing but the engine's TCP socket can change what a receive
-    /// returns (`io/quiet.rs`). Set under the lock, cleared by every take
-    /// of it.
+    /// returns (`io/quiet.rs`). Set under the lock (an empty round's end,
+    /// a straight send's), cleared by every take of it.
     pub(crate) quiet: AtomicBool,
 }
 
