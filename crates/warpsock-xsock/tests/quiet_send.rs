@@ -192,25 +192,29 @@ fn a_straight_send_that_leaves_a_backlog_leaves_the_socket_not_quiet() {
         assert!(xa.quiet_now(), "send {k}: written whole, not quiet");
     }
     assert!(backlogged, "no inline send left a backlog ({sent} bytes)");
-    let reader = std::thread::spawn(move || {
-        let mut got = vec![0; sent];
-        let mut off = 0;
-        let t = Instant::now();
-        while off < sent {
-            assert!(t.elapsed() < LIMIT, "the reader got {off} of {sent}");
-            if let Some(n) = spin_once(&xb, &mut got[off..]) {
-                off += n;
+    // The reader borrows `xb` (not dropped when it is done: its close
+    // would end the writer's stream before the last look).
+    std::thread::scope(|sc| {
+        let reader = sc.spawn(|| {
+            let mut got = vec![0; sent];
+            let mut off = 0;
+            let t = Instant::now();
+            while off < sent {
+                assert!(t.elapsed() < LIMIT, "the reader got {off} of {sent}");
+                if let Some(n) = spin_once(&xb, &mut got[off..]) {
+                    off += n;
+                }
             }
+            got
+        });
+        // The writer's spins drive its engine (no progress thread here).
+        let t = Instant::now();
+        while !reader.is_finished() {
+            assert!(t.elapsed() < LIMIT, "the backlog never went out");
+            assert_eq!(spin_once(&xa, &mut [0; 8]), None);
         }
-        got
+        assert_eq!(reader.join().unwrap(), data[..sent]);
     });
-    // The writer's spins drive its engine (no progress thread here).
-    let t = Instant::now();
-    while !reader.is_finished() {
-        assert!(t.elapsed() < LIMIT, "the backlog never went out");
-        assert_eq!(spin_once(&xa, &mut [0; 8]), None);
-    }
-    assert_eq!(reader.join().unwrap(), data[..sent]);
 }
 
 /// Straight sends into a window the reader does not read (16 slots): each
@@ -354,4 +358,55 @@ fn a_long_busy_ping_pong_through_quiet_spins_loses_nothing_and_keeps_the_credits
         fresh,
         "the credits after {N} round trips"
     );
+}
+
+/// A straight send while the books hold bytes the program has not read
+/// (a receive into 8 B took half of a 16 B message): the send leaves the
+/// socket not quiet, and the next spin returns the rest at once — the
+/// engine's socket is empty, so only the books have it. Fails with the
+/// books' unread bytes not a term (the spin says `EAGAIN`).
+#[test]
+fn a_straight_send_with_unread_bytes_leaves_the_socket_not_quiet() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    warm_up(&xa, &xb);
+    for round in 0..5u64 {
+        let m = pattern(16, round);
+        xb.send(&m, false, Some(LIMIT)).unwrap();
+        assert_eq!(spin_message(&xa, 8, "half"), m[..8], "round {round}");
+        assert_eq!(xa.readable_bytes(), 8, "round {round}");
+        let inline = xa.inline_sends();
+        xa.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
+        assert_eq!(xa.inline_sends() - inline, 1, "round {round}: not inline");
+        assert!(!xa.quiet_now(), "round {round}: quiet with bytes unread");
+        let mut buf = [0; 8];
+        assert_eq!(spin_once(&xa, &mut buf), Some(8), "round {round}");
+        assert_eq!(buf[..], m[8..], "round {round}");
+        assert_eq!(spin_message(&xb, 8, "answer"), pattern(8, round));
+    }
+}
+
+/// A straight send after the peer ended its stream (`shutdown` of its
+/// writing side: its end-of-stream message read, the books at their end):
+/// the send still goes (a half-closed connection), leaves the socket not
+/// quiet, and every spin after it returns the end (0), not `EAGAIN`.
+/// Fails with the end of stream not a term.
+#[test]
+fn a_straight_send_after_the_peers_end_of_stream_leaves_it_not_quiet() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    warm_up(&xa, &xb);
+    xb.shutdown(false, true);
+    let t = Instant::now();
+    while spin_once(&xa, &mut [0; 8]) != Some(0) {
+        assert!(t.elapsed() < LIMIT, "no end of stream");
+    }
+    for round in 0..3u64 {
+        let inline = xa.inline_sends();
+        xa.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
+        assert_eq!(xa.inline_sends() - inline, 1, "round {round}: not inline");
+        assert!(!xa.quiet_now(), "round {round}: quiet after the end");
+        assert_eq!(spin_once(&xa, &mut [0; 8]), Some(0), "round {round}");
+        assert_eq!(spin_message(&xb, 8, "half-closed"), pattern(8, round));
+    }
 }

@@ -160,7 +160,7 @@ impl Stream {
     /// buffer, not the peer's slots, holds the sends past the credits,
     /// each call's end kept; `tests/pipeline.rs`).
     #[inline]
-    pub(super) fn may_send(&self) -> bool {
+    pub(crate) fn may_send(&self) -> bool {
         self.credits >= 2
     }
 
