@@ -263,6 +263,9 @@ fn listeners_sndbuf(fd: c_int) -> Option<usize> {
 /// send buffers' bookkeeping and the closes under way are the parent's
 /// (review r21-send #8): the child's exit waits for its own bytes only.
 pub(crate) fn after_fork_child() {
+    // A child forked while the parent's exit closed its sockets is not
+    // exiting (its sends must not park for good; review r25-c item 2).
+    sock::close::EXITING.store(0, Ordering::Release);
     linger::forget_closing_after_fork();
     reaper::forget_after_fork();
     warpsock_xsock::io::forget_after_fork();
