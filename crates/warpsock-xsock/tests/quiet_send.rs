@@ -12,7 +12,7 @@
 use std::io::ErrorKind;
 use std::time::Instant;
 
-use warpsock_xsock::io::{Options, XSocket};
+use warpsock_xsock::io::{Options, RecvFlags, XSocket};
 
 mod net;
 
@@ -121,6 +121,48 @@ fn a_straight_send_leaves_the_socket_quiet_and_the_next_spins_read_alone() {
             // takes the message.
             assert_eq!(spin_message(y, 8, &at), pattern(8, seed), "{at}");
         }
+    }
+}
+
+/// A blocking reader's straight send leaves the socket not quiet
+/// (`State::rx_blocks`): its next receive blocks, and a blocking receive
+/// never spins, so the flag would only cost the send its terms and the
+/// preload's receive a frame. A non-blocking receive puts it back: the
+/// next straight send leaves the socket quiet again. Fails with the
+/// send asking `set_quiet_sent` whatever the last receive was.
+#[test]
+fn a_blocking_readers_straight_send_leaves_the_socket_not_quiet() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    warm_up(&xa, &xb);
+    let blocking = RecvFlags {
+        nonblocking: false,
+        ..NONBLOCKING
+    };
+    for round in 0..4u64 {
+        let at = format!("round {round}");
+        xa.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
+        let mut buf = [0; 8];
+        assert_eq!(xb.recv(&mut buf, blocking, Some(LIMIT)).unwrap().0, 8);
+        assert_eq!(buf.to_vec(), pattern(8, round), "{at}");
+        let inline = xb.inline_sends();
+        xb.send(&pattern(8, round + 100), false, Some(LIMIT))
+            .unwrap();
+        assert_eq!(xb.inline_sends() - inline, 1, "{at}: not inline");
+        assert!(
+            !xb.quiet_now(),
+            "{at}: quiet after a blocking reader's send"
+        );
+        assert_eq!(spin_message(&xa, 8, &at), pattern(8, round + 100));
+        // A spin (nothing there) makes xb a non-blocking reader again.
+        assert_eq!(spin_once(&xb, &mut buf), None, "{at}");
+        xb.send(&pattern(8, round + 200), false, Some(LIMIT))
+            .unwrap();
+        assert!(
+            xb.quiet_now(),
+            "{at}: not quiet after a spinning reader's send"
+        );
+        assert_eq!(spin_message(&xa, 8, &at), pattern(8, round + 200));
     }
 }
 

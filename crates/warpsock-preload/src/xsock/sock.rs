@@ -347,27 +347,33 @@ impl DdpSock {
     /// form lands here: [`Socket::recvmsg`], [`Socket::recv_one`]); `eor`
     /// is set when it ends a message (message mode).
     ///
-    /// A quiet socket's receive (a busy-polling program's spin) is the
-    /// engine's read alone first ([`Self::recv_spin`]); every other goes
-    /// straight on: one load here (the fast path inlined cost a blocking
-    /// receive's frame ~9 instructions, callgrind; issue 12).
+    /// A quiet socket's receive that would not block (a busy-polling
+    /// program's spin) is the engine's read alone first
+    /// ([`Self::recv_spin`]); every other goes straight on: a load and the
+    /// mode here (the fast path inlined cost a blocking receive's frame ~9
+    /// instructions, callgrind; issue 12). A blocking receive goes on even
+    /// when the socket is quiet, which a straight send leaves it (a
+    /// blocking ping-pong's every receive): `recv_spin`'s frame, only to
+    /// go on, was ~25 instructions a receive.
     #[inline(always)]
     fn recv_bufs(&self, bufs: &mut [&mut [u8]], flags: c_int, eor: &mut bool) -> isize {
-        if self.x.quiet_now() {
+        if self.x.quiet_now() && self.nonblocking_for(flags) {
             return self.recv_spin(bufs, flags, eor);
         }
         self.recv_full(bufs, flags, eor)
     }
 
-    /// A busy-polling program's spin: a call that would not block, of a
-    /// quiet socket, is the engine's read alone ([`XSocket::recv_quiet`]):
+    /// A busy-polling program's spin: a call that would not block
+    /// (`recv_bufs` asked), of a quiet socket, is the engine's read alone
+    /// ([`XSocket::recv_quiet`]):
     /// `EAGAIN` when it found nothing (no readiness to follow: nothing
     /// changed since the call that found the socket quiet reflected it),
     /// else the receive made under the same lock. (`MSG_OOB` and
     /// `MSG_ERRQUEUE` go on: `EINVAL`, `EAGAIN`.)
     #[inline(never)]
     fn recv_spin(&self, bufs: &mut [&mut [u8]], flags: c_int, eor: &mut bool) -> isize {
-        if flags & (libc::MSG_OOB | libc::MSG_ERRQUEUE) == 0 && self.nonblocking_for(flags) {
+        debug_assert!(self.nonblocking_for(flags));
+        if flags & (libc::MSG_OOB | libc::MSG_ERRQUEUE) == 0 {
             let f = RecvFlags {
                 peek: flags & libc::MSG_PEEK != 0,
                 nonblocking: true,

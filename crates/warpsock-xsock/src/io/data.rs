@@ -253,8 +253,9 @@ impl XSocket {
         self.rearm(st);
         // The lock's take cleared the flag; an inline send that left
         // nothing behind sets it again (`io/quiet.rs`): the spin after it
-        // is the engine's read alone.
-        if inline {
+        // is the engine's read alone. Not for a blocking reader
+        // (`State::rx_blocks`): its next receive would not spin.
+        if inline && !st.rx_blocks {
             self.set_quiet_sent(st);
         }
         Some(Ok(total))
@@ -558,7 +559,8 @@ impl XSocket {
         timeout: Option<Duration>,
     ) -> (MutexGuard<'_, State>, io::Result<(usize, bool)>) {
         let deadline = Self::deadline(timeout);
-        let st = self.lock();
+        let mut st = self.lock();
+        st.rx_blocks = !flags.nonblocking;
         if !self.recv_straight_fits(&st, flags, timeout, buf.len()) {
             return self.recv_locked(st, buf, flags, deadline);
         }

@@ -57,7 +57,13 @@
 //! CREDIT), any send the straight path declines (a message longer than
 //! a slot or `zcopy_min`, a send behind queued ones: the general path,
 //! after which only a round sets it). A small vectored send is straight
-//! (one message of its parts, inline) and keeps it. `tests/quiet_send.rs`.
+//! (one message of its parts, inline) and keeps it. A blocking reader's
+//! send (the socket's last one-buffer receive could block,
+//! `State::rx_blocks`) leaves it down too: that reader's next receive
+//! blocks and never spins, and the flag only cost its send the terms and
+//! the preload's receive a frame (~55 instructions a blocking 8 B round
+//! trip and process); a non-blocking receive puts it back.
+//! `tests/quiet_send.rs`.
 //!
 //! A receive that sees it set tries the lock (a thread that holds it is
 //! working: the receive goes the usual way after it), looks at the flag

@@ -164,6 +164,7 @@ impl XSocket {
                 locks: 0,
                 quiet_answers: 0,
                 predicted_answers: 0,
+                rx_blocks: false,
                 rto: super::settings::RtoMin::Kernel,
                 deferred: None,
             }),

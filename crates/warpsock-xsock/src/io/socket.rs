@@ -145,6 +145,13 @@ pub(crate) struct State {
     /// Of them, those the predicted receive took
     /// ([`XSocket::predicted_answers`]; `io/quiet.rs`).
     pub(crate) predicted_answers: u64,
+    /// The last one-buffer receive (`recv_guarded`) could block: a
+    /// blocking reader, whose receives never spin, so a straight send
+    /// leaves the flag down (`XSocket::set_quiet_sent` not asked: its
+    /// terms were ~35 instructions of a blocking ping-pong's send, and the
+    /// flag sent the next receive through the preload's spin frame only
+    /// to go on). A non-blocking receive puts it back (issue 12).
+    pub(crate) rx_blocks: bool,
 }
 
 impl State {
