@@ -283,8 +283,8 @@ impl QpSlot {
             None => pool.next_spare(),
         };
         let cap = if large { RX_TAIL } else { buf.len() };
-        let res = sys::recv_dontwait(fd, &mut buf[..cap]);
-        if matches!(&res, Err(e) if e.raw_os_error() == Some(libc::EAGAIN)) {
+        let res = sys::recv_dontwait_errno(fd, &mut buf[..cap]);
+        if res == Err(libc::EAGAIN) {
             self.io.reads += 1;
             self.io.idle_reads += 1;
             if let Some(b) = self.rx.buf.take() {
@@ -295,7 +295,7 @@ impl QpSlot {
         if self.rx.buf.is_none() {
             self.rx.buf = Some(pool.take());
         }
-        self.take_read(res, cap);
+        self.take_read(res.map_err(io::Error::from_raw_os_error), cap);
         Some(false)
     }
 
