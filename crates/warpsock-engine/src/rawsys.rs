@@ -42,6 +42,46 @@ pub unsafe fn socket_io(
     }
 }
 
+/// `recvfrom(fd, ptr, len, flags, NULL, NULL)` made with the `syscall`
+/// instruction itself, not libc's `syscall` (its shuffle of seven
+/// arguments and its store of `errno`, ~25 instructions a busy poller's
+/// empty spin; issue 12): the result, or the error as `-errno` (the
+/// kernel's own return; `errno` is not set). Not a cancellation point,
+/// as [`socket_io`].
+///
+/// # Safety
+/// `ptr` is writable for `len` bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) unsafe fn recvfrom_kernel(
+    fd: RawFd,
+    ptr: *mut u8,
+    len: usize,
+    flags: libc::c_int,
+) -> isize {
+    let r: isize;
+    // SAFETY: the x86-64 Linux system call convention (number and result
+    // in rax, arguments in rdi, rsi, rdx, r10, r8, r9; rcx and r11
+    // clobbered); the kernel writes at most `len` bytes at `ptr`, which
+    // the caller vouches for; the address and its length are null.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_recvfrom as isize => r,
+            in("rdi") fd as isize,
+            in("rsi") ptr,
+            in("rdx") len,
+            in("r10") flags as isize,
+            in("r8") 0usize,
+            in("r9") 0usize,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    r
+}
+
 /// `write(fd, buf, len)`.
 ///
 /// # Safety

@@ -380,24 +380,40 @@ pub(crate) fn recv_dontwait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 /// [`recv_dontwait`] with its error as the bare errno: a busy poller's
 /// empty read (`EAGAIN`, the short idle round's usual answer) builds and
 /// drops no `io::Error` (a call to its drop, ~20 instructions an empty
-/// spin; issue 12).
+/// spin; issue 12). On x86-64 the `syscall` instruction itself
+/// ([`crate::rawsys::recvfrom_kernel`]): no `errno` at all.
 #[inline]
 pub(crate) fn recv_dontwait_errno(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
-    // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
-    let r = unsafe {
-        crate::rawsys::socket_io(
-            libc::SYS_recvfrom,
-            fd,
-            buf.as_mut_ptr(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if r < 0 {
-        // SAFETY: the calling thread's errno, which the failed call set.
-        Err(unsafe { *libc::__errno_location() })
-    } else {
-        Ok(r as usize)
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+        let r = unsafe {
+            crate::rawsys::recvfrom_kernel(fd, buf.as_mut_ptr(), buf.len(), libc::MSG_DONTWAIT)
+        };
+        if r < 0 {
+            Err(-r as i32)
+        } else {
+            Ok(r as usize)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+        let r = unsafe {
+            crate::rawsys::socket_io(
+                libc::SYS_recvfrom,
+                fd,
+                buf.as_mut_ptr(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            // SAFETY: the calling thread's errno, which the failed call set.
+            Err(unsafe { *libc::__errno_location() })
+        } else {
+            Ok(r as usize)
+        }
     }
 }
 
