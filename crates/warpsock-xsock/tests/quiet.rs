@@ -16,8 +16,8 @@ use warpsock_xsock::io::{RecvFlags, XSocket};
 mod net;
 
 use net::{
-    opts, pattern, quiet_and_empty, rto_min_us, small_window, spin_call, switch_both, tcp_pair,
-    LIMIT, NONBLOCKING,
+    engine_socket_readable, opts, pattern, quiet_and_empty, rto_min_us, small_window, spin_call,
+    switch_both, tcp_pair, LIMIT, NONBLOCKING,
 };
 
 /// One spin as the preload makes it: `None` on `EAGAIN`, quiet or not.
@@ -62,18 +62,6 @@ fn spins_leave_it_quiet(x: &XSocket, spin: impl Fn(&XSocket) -> Option<usize>) -
         assert_eq!(spin(x), None);
         quiet_and_empty(x)
     })
-}
-
-/// Whether bytes wait on `x`'s engine socket (a `poll` that does not
-/// wait).
-fn engine_socket_readable(x: &XSocket) -> bool {
-    let mut p = libc::pollfd {
-        fd: x.tcp_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd on the stack for the call's duration.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
 fn spin_plain(x: &XSocket) -> Option<usize> {

@@ -17,8 +17,8 @@ use warpsock_xsock::io::{Options, RecvFlags, XSocket};
 mod net;
 
 use net::{
-    opts, pattern, set_buf, small_window, spin_call, switch_both, tcp_pair, unbuffered, LIMIT,
-    NONBLOCKING,
+    engine_socket_readable, opts, pattern, set_buf, small_window, spin_call, switch_both, tcp_pair,
+    unbuffered, LIMIT, NONBLOCKING,
 };
 
 /// One spin as the preload makes it: `None` on `EAGAIN`, quiet or not.
@@ -43,18 +43,6 @@ fn spin_message(x: &XSocket, n: usize, what: &str) -> Vec<u8> {
             return buf;
         }
     }
-}
-
-/// Whether bytes wait on `x`'s engine socket (a `poll` that does not
-/// wait).
-fn engine_socket_readable(x: &XSocket) -> bool {
-    let mut p = libc::pollfd {
-        fd: x.tcp_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd on the stack for the call's duration.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
 /// A few round trips of 8 B through sends and spins: past the first

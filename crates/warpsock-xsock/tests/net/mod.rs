@@ -243,3 +243,15 @@ pub(crate) fn rto_min_us(s: &TcpStream) -> Option<i32> {
     };
     (r == 0).then_some(v)
 }
+
+/// Whether bytes wait on `x`'s engine socket (a `poll` that does not
+/// wait).
+pub(crate) fn engine_socket_readable(x: &XSocket) -> bool {
+    let mut p = libc::pollfd {
+        fd: x.tcp_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack for the call's duration.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
