@@ -1,6 +1,7 @@
 //! The data calls on a connected pair (loopback).
 
 use super::*;
+use crate::io::RecvFlags;
 
 /// Posts deferred between calls (a panicked batched call's, its lock's
 /// poison ignored): a small send does not go inline ahead of them, it
