@@ -148,6 +148,18 @@ impl Qp {
         &self,
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> Result<usize, BatchPostError> {
+        self.post_send_batch_news(wrs).0
+    }
+
+    /// [`Self::post_send_batch`], then the queue pair's news at the end of
+    /// its transmit, under the same lock (as [`Self::post_send_news`]): a
+    /// write of the batch that met the connection's end shows in
+    /// [`QpNews::events`], and no other thread's round of progress, taking
+    /// in an end that came after the batch was written, can show there.
+    pub fn post_send_batch_news(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> (Result<usize, BatchPostError>, QpNews) {
         self.with(|st, inner| {
             let mut posted = 0;
             let mut res = Ok(());
@@ -159,7 +171,7 @@ impl Qp {
                 posted += 1;
             }
             inner.kick(st, self.qi);
-            res.map(|()| posted)
+            (res.map(|()| posted), st.news(self.qi))
         })
     }
 

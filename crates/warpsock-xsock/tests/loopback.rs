@@ -866,6 +866,44 @@ fn a_last_general_path_message_that_meets_a_reset_fails_the_send() {
     drop(xb);
 }
 
+/// A blocking send of several messages, each from a transmit slot (larger
+/// than one FPDU: not inline), with credits for some: the call hands the
+/// ones it has credits for to the engine together before it waits
+/// (`XSocket::post_deferred`). Made once the kernel socket has the peer's
+/// reset, before anything of ours took it in, that hand-over's own write
+/// meets the reset: the call fails with `ECONNRESET`, as Linux's first
+/// write after a reset (checked on TCP in
+/// `a_general_path_send_after_the_peers_reset_reached_the_kernel_fails`),
+/// not `Ok` for the 256 KiB that never reached the kernel. Before (review
+/// r25-c item 7), the hand-over's failure was not taken in until the wait
+/// that followed it, so the bytes counted as handed over: `Ok(262144)`.
+#[test]
+fn a_hand_over_before_a_wait_that_meets_a_reset_fails_the_send() {
+    use std::os::fd::AsRawFd;
+    // 128 KiB messages (more than the loopback's 64 KiB FPDU: never
+    // inline), two credits, no send buffer, and no round of progress
+    // before the call (below `zcopy_min`, with a credit and a slot).
+    let o = Options {
+        slots: 3,
+        slot_size: Options::slot_size_for(128 << 10),
+        zcopy_min: 1 << 30,
+        ..net::unbuffered()
+    };
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &o);
+    xa.send(b"ping 1 !", false, None).unwrap();
+    assert_eq!(recv_exact(&xb, 8), b"ping 1 !");
+    net::reset(b, &xb);
+    until_reset(a.as_raw_fd());
+    let data = pattern(4 << 17, 9);
+    let e = xa
+        .send(&data, false, Some(LIMIT))
+        .expect_err("Ok for bytes the reset threw away");
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+    assert_eq!(xa.error().map(|e| e.0), Some(libc::ECONNRESET));
+    drop(xb);
+}
+
 /// A socket whose read side is shut becomes readable with no message and
 /// counts a new arrival: a look taken after is newer than every look
 /// before ([`warpsock_xsock::io::Readiness::arrivals`]), so the preload's

@@ -339,7 +339,7 @@ impl XSocket {
                     self.post_data(&mut st, call, op, None, src(off, len));
                     st.s.tx_wrote(len);
                     off += len;
-                    Self::handed(&st, off, &mut handed);
+                    self.handed(&mut st, off, &mut handed);
                 }
                 TxStep::Data { msg, len } => {
                     let op = SendOp::Send {
@@ -348,7 +348,7 @@ impl XSocket {
                     };
                     self.post_data(&mut st, call, op, Some(msg), src(off, len));
                     off += len;
-                    Self::handed(&st, off, &mut handed);
+                    self.handed(&mut st, off, &mut handed);
                 }
                 TxStep::Blocked => {
                     if self.repost_if_due(&mut st) {
@@ -369,7 +369,7 @@ impl XSocket {
                                 self.tcp_fd,
                             );
                             off += n;
-                            Self::handed(&st, off, &mut handed);
+                            self.handed(&mut st, off, &mut handed);
                             continue;
                         }
                     }
@@ -380,7 +380,7 @@ impl XSocket {
                         break;
                     }
                     self.post_deferred(&mut st);
-                    Self::handed(&st, off, &mut handed);
+                    self.handed(&mut st, off, &mut handed);
                     let (guard, intr) = self.wait_intr(st, deadline);
                     st = guard;
                     // A signal ended the wait: what was sent, or `EINTR`.
@@ -396,13 +396,23 @@ impl XSocket {
         }
         self.flush(&mut st);
         self.post_deferred(&mut st);
+        // The last batch's hand-over counts as every post does: handed
+        // over if its own news shows the connection alive (before, `handed`
+        // kept the value from before the batch — 0 for a call of one
+        // batch — so an end taken in after the batch was written would
+        // fail the call for bytes already in the kernel; review r25-c
+        // item 7).
+        self.handed(&mut st, off, &mut handed);
         self.reap_posted(&mut st);
         // A post of this call met the connection's end (the kernel socket
         // had the peer's reset, which nothing of ours had taken in yet:
         // the loop's check saw no error): as Linux's `tcp_sendmsg`, whose
         // copy stops at `sk_err`, the call returns the bytes handed over
         // before it, or fails with the error if none were — not `Ok` for
-        // bytes nobody reads (as `send_straight`).
+        // bytes nobody reads (as `send_straight`). An end taken in after
+        // the last post went leaves `handed` at `off`: the call returns
+        // its bytes and the next call fails, as Linux's (`tcp_sendmsg`
+        // returns what it copied; `sk_err` is the next call's).
         let dead = Self::dead(&st);
         if dead.is_some() {
             off = handed;
@@ -434,8 +444,20 @@ impl XSocket {
     /// meets the connection's end leaves it where it was: its bytes, and
     /// those collected with them, did not go (Linux's `tcp_sendmsg`
     /// counts what it copied before `sk_err`).
+    ///
+    /// The post's own failure is taken in first: a post (`post_data` from
+    /// a slot, the hand-over of a batch, `post_deferred`) keeps the news
+    /// the engine read with its transmit, under the same lock, and a write
+    /// that met the reset shows there as an event (`check_events` then
+    /// records the error; with none, one load and a branch). Before, only
+    /// an inline send took it in at once: a post from a slot, or a batch
+    /// handed over before a wait, counted as handed over and the call
+    /// returned `Ok` for bytes that never reached the kernel (review r25-c
+    /// item 7; `tests/loopback.rs`
+    /// `a_hand_over_before_a_wait_that_meets_a_reset_fails_the_send`).
     #[inline(always)]
-    fn handed(st: &State, off: usize, handed: &mut usize) {
+    fn handed(&self, st: &mut State, off: usize, handed: &mut usize) {
+        self.check_events(st);
         if st.error.is_none() && st.deferred.as_ref().is_none_or(|d| d.is_empty()) {
             *handed = off;
         }

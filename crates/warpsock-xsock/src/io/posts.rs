@@ -28,8 +28,14 @@ impl XSocket {
         if wrs.is_empty() {
             return;
         }
-        match self.qp.post_send_batch(wrs.drain(..)) {
-            Ok(_) => st.news = Some(self.qp.news()),
+        // The news read with the batch's transmit, under the engine's lock
+        // it took (not in a second take after it: a round of another
+        // thread's between the two could show an end it took in after the
+        // batch was written — `send_call` counts a batch whose own news
+        // shows the connection's end as not handed over).
+        let (r, news) = self.qp.post_send_batch_news(wrs.drain(..));
+        match r {
+            Ok(_) => st.news = Some(news),
             Err(e) => self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}")),
         }
         if st.sending == 0 {

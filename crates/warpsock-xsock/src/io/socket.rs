@@ -485,7 +485,7 @@ impl XSocket {
     /// when the engine's last report says there is none (most rounds) that
     /// is all, without a call (issue 12).
     #[inline]
-    fn check_events(&self, st: &mut State) {
+    pub(crate) fn check_events(&self, st: &mut State) {
         if st.news.is_some_and(|n| !n.events) {
             return;
         }
