@@ -29,8 +29,6 @@ pub(crate) trait Bell {
     fn hang_up(&self);
     /// Hangs the pair up with `POLLERR` ([`Doorbell::fail`]).
     fn fail(&self);
-    /// Takes the program's end's `POLLERR` away ([`Doorbell::clear_error`]).
-    fn clear_error(&self);
 }
 
 impl Bell for Doorbell {
@@ -53,10 +51,6 @@ impl Bell for Doorbell {
     fn fail(&self) {
         Self::fail(self);
     }
-
-    fn clear_error(&self) {
-        Self::clear_error(self);
-    }
 }
 
 pub(crate) struct Inner {
@@ -68,12 +62,15 @@ pub(crate) struct Inner {
     /// fails with `EPIPE` at once, and TCP's poll reports `POLLOUT`).
     pub(crate) write_shut: bool,
     pub(crate) hung_up: bool,
-    /// The connection failed and the doorbell shows it ([`Bell::fail`]):
-    /// no bell rings or is drained from now on.
+    /// The connection failed and the doorbell shows it ([`Bell::fail`],
+    /// or the hang-up alone if the error was taken already): no bell
+    /// rings or is drained from now on.
     pub(crate) failed: bool,
     /// The connection's error was reported to the program (`SO_ERROR`, or
     /// a call that failed with it: `DdpSock::take_error`); the doorbell's
-    /// `POLLERR` is taken away with it ([`Bell::clear_error`]).
+    /// `POLLERR` is taken away with it ([`Doorbell::clear_error`]), or,
+    /// taken before the failure's look lands, never raised
+    /// ([`Follow::reflect`]).
     pub(crate) error_taken: bool,
     /// The `connect` call that adopted the socket is still to return.
     pub(crate) connect_pending: bool,
@@ -161,8 +158,8 @@ impl Follow {
     /// bell can wake anyone); the bells drained if nothing is readable;
     /// writability released once a send could move bytes again; a hang-up
     /// once finished both ways — with `POLLERR` if the connection failed
-    /// ([`Bell::fail`]; taken away at once if the program took the error
-    /// before this look landed). Returns whether it rang.
+    /// ([`Bell::fail`]), unless the program took the error before this
+    /// look landed (then the hang-up alone). Returns whether it rang.
     ///
     /// Readiness is taken under the socket's lock but applied here under
     /// another, so two threads' looks can land out of order: a program
@@ -212,13 +209,20 @@ impl Follow {
         g.seen = r.arrivals;
         if r.error && !g.failed {
             // First: the hang-up and `POLLERR` in one wake-up (a bell
-            // before it was an edge without them), readable for good.
-            bell.fail();
+            // before it was an edge without them), readable for good. An
+            // error the program took already (a failing call took it
+            // before this look landed, `DdpSock::take_error`): the hang-up
+            // alone — TCP's state once `sk_err` was read (HUP, IN, RDHUP,
+            // OUT; no ERR). Not `POLLERR` raised and taken away a few
+            // system calls later: a `poll` or `epoll_wait` in between
+            // reported it for an error already taken (review r25-c item 6).
+            if g.error_taken {
+                bell.hang_up();
+            } else {
+                bell.fail();
+            }
             g.failed = true;
             g.hung_up = true;
-            if g.error_taken {
-                bell.clear_error();
-            }
         }
         let mut rang = false;
         if g.failed {
@@ -340,7 +344,7 @@ mod tests {
         out: AtomicUsize,
         drains: AtomicUsize,
         fails: AtomicUsize,
-        clears: AtomicUsize,
+        hang_ups: AtomicUsize,
     }
 
     impl Bell for Fake {
@@ -358,14 +362,12 @@ mod tests {
 
         fn set_writable(&self, _: bool) {}
 
-        fn hang_up(&self) {}
+        fn hang_up(&self) {
+            self.hang_ups.fetch_add(1, Ordering::SeqCst);
+        }
 
         fn fail(&self) {
             self.fails.fetch_add(1, Ordering::SeqCst);
-        }
-
-        fn clear_error(&self) {
-            self.clears.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -435,9 +437,10 @@ mod tests {
     /// the hang-up) once, instead of ringing, and nothing rings or drains
     /// after it (a drain's read would take the `POLLERR`); a failing look
     /// that lands after the program took the error (`DdpSock::take_error`
-    /// ran first, its look older) takes the `POLLERR` away at once. Fails
-    /// with that last step removed, and with the ring kept after the
-    /// failure.
+    /// ran first, its look older) hangs the doorbell up alone, never
+    /// raising the `POLLERR` (review r25-c item 6: raised and taken away,
+    /// a `poll` in between reported it). Fails with `fail` kept for that
+    /// case, and with the ring kept after the failure.
     #[test]
     fn a_failed_look_fails_the_doorbell_once_and_rings_no_more() {
         let n = |a: &AtomicUsize| a.load(Ordering::SeqCst);
@@ -451,7 +454,7 @@ mod tests {
         let b = Fake::default();
         assert!(f.reflect(look(true, 1), &b, || true));
         assert!(!f.reflect(failed(2), &b, || true), "rang at the failure");
-        assert_eq!((n(&b.fails), n(&b.clears)), (1, 0));
+        assert_eq!((n(&b.fails), n(&b.hang_ups)), (1, 0));
         assert!(f.lock().failed && f.lock().hung_up);
         assert!(!f.reflect(failed(3), &b, || true), "rang after it");
         f.reflect(look(false, 4), &b, || true);
@@ -461,7 +464,11 @@ mod tests {
         let b = Fake::default();
         f.lock().error_taken = true;
         f.reflect(failed(1), &b, || true);
-        assert_eq!((n(&b.fails), n(&b.clears)), (1, 1));
+        assert_eq!((n(&b.fails), n(&b.hang_ups)), (0, 1));
+        assert!(f.lock().failed && f.lock().hung_up);
+        // Failed once: a later look neither fails nor hangs up again.
+        f.reflect(failed(2), &b, || true);
+        assert_eq!((n(&b.fails), n(&b.hang_ups)), (0, 1));
     }
 
     /// The race `reflect` is ordered for, with the lock-free look in it:

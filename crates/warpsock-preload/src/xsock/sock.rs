@@ -647,8 +647,4 @@ impl super::follow::Bell for DdpSock {
     fn fail(&self) {
         self.bell.fail();
     }
-
-    fn clear_error(&self) {
-        self.bell.clear_error();
-    }
 }
