@@ -327,15 +327,19 @@ mod init {
     use crate::shim::{fdtable, reactor, real};
 
     extern "C" fn fork_prepare() {
+        // Before the copy of the descriptors (`Doorbell::fail`'s check).
+        crate::shim::doorbell::fork_begin();
         fdtable::fork_prepare();
     }
 
     extern "C" fn fork_parent() {
         fdtable::fork_release();
-        crate::shim::doorbell::forked();
+        crate::shim::doorbell::fork_end();
     }
 
     extern "C" fn fork_child() {
+        // The parent holds every descriptor the child was given.
+        crate::shim::doorbell::fork_end();
         fdtable::fork_release_child();
         reactor::forget_after_fork();
         crate::xsock::after_fork_child();

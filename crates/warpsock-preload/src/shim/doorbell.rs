@@ -17,15 +17,37 @@ use libc::c_int;
 
 use super::{real, sys};
 
-/// Forks the process made (its atfork parent handler counts them,
-/// [`forked`]): a doorbell made before one may have its library end held
-/// by a child too ([`Doorbell::fail`]).
+/// Forks the process made, counted as each ends ([`fork_end`]): a doorbell
+/// made before one may have its library end held by a child too
+/// ([`Doorbell::fail`]).
 static FORKS: AtomicU64 = AtomicU64::new(0);
 
-/// In the parent, after a `fork`: the child holds a copy of every
-/// descriptor made before it.
-pub(crate) fn forked() {
-    FORKS.fetch_add(1, Ordering::AcqRel);
+/// Forks under way: counted in the atfork prepare handler, before the
+/// child's copy of the descriptors ([`fork_begin`]), until the parent's
+/// (or the child's) handler ([`fork_end`]). [`FORKS`] alone moves only
+/// after the copy, so a `fail` between the two saw nothing (review r25-c
+/// item 5).
+static FORKING: AtomicU64 = AtomicU64::new(0);
+
+/// The atfork prepare handler: a fork begins; its copy of the descriptors
+/// is still to come.
+pub(crate) fn fork_begin() {
+    FORKING.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The atfork parent and child handlers: the fork's copy is made (the
+/// child holds every descriptor made before it, the parent every one the
+/// child holds). Counted before the fork stops counting as under way.
+pub(crate) fn fork_end() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
+    FORKING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Whether a fork may have copied a descriptor made when [`FORKS`] was
+/// `before`: one is under way, or one ended since. Loads in this order:
+/// a fork that ends between them is seen by the second.
+fn forked_since(before: u64) -> bool {
+    FORKING.load(Ordering::SeqCst) > 0 || FORKS.load(Ordering::SeqCst) != before
 }
 
 /// Doorbell bytes outstanding at most: the descriptor is readable anyway,
@@ -46,9 +68,10 @@ pub(crate) struct Doorbell {
 impl Doorbell {
     /// A new pair; the program's end is non-blocking if `nonblocking`.
     pub(crate) fn new(nonblocking: bool) -> Result<Self, c_int> {
-        // Read before the pair is made: a fork whose count is not in it
-        // came after the pair (its parent handler counts after the fork).
-        let forks = FORKS.load(Ordering::Acquire);
+        // Read before the pair is made: a fork that may copy the pair ends
+        // after this (its `fork_end` counts after its copy), so its count
+        // is not in it.
+        let forks = FORKS.load(Ordering::SeqCst);
         let mut sv = [-1; 2];
         // SAFETY: socketpair writes two descriptors into `sv`.
         if unsafe {
@@ -167,8 +190,29 @@ impl Doorbell {
     /// made before a fork): the release would not reach the socket, and a
     /// later one, the child's exit, would set `sk_err` after the program
     /// took the error. There, the hang-up alone, as before (no `POLLERR`).
+    ///
+    /// A fork racing this call (this runs on the progress thread, not
+    /// under the descriptor table's lock that `fork_prepare` takes) is
+    /// seen by the check after the `dup3`: the kernel orders a fork's copy
+    /// of the descriptor table and the `dup3` over `tx` (both take the
+    /// table's lock). A copy after the `dup3` holds the placeholder, not
+    /// the library's end: harmless. A copy before it comes after its
+    /// `fork_begin`, so the check after the `dup3` sees the fork under
+    /// way, or, once it ended, its count in [`FORKS`] (not in `forks`,
+    /// read before the pair was made, so before the copy and the count
+    /// after it). Then the release may not have happened (the child's
+    /// copy of `tx` keeps the socket), so the program's end is shut down
+    /// both ways itself: it shows HUP, IN and RDHUP whoever holds its
+    /// peer (no `POLLERR`, as the hang-up). Before, `FORKS` moved only in
+    /// the parent handler, after the copy: a `fail` between the copy and
+    /// that handler, or whose check came before the copy and its `dup3`
+    /// after, dropped the parent's reference alone and the program's
+    /// `poll` never woke (review r25-c item 5). Two loads more per
+    /// failure; none on the data path. A `vfork` or `posix_spawn` runs no
+    /// atfork handler: its child's copy, CLOEXEC, lives until its `exec`,
+    /// which only delays the `POLLERR` (as before).
     pub(crate) fn fail(&self) {
-        if FORKS.load(Ordering::Acquire) != self.forks {
+        if forked_since(self.forks) {
             self.hang_up();
             return;
         }
@@ -200,6 +244,10 @@ impl Doorbell {
             sys::close(sv[1]);
             if real::dup3(sv[0], self.tx, libc::O_CLOEXEC) < 0 {
                 self.hang_up();
+            } else if forked_since(self.forks) {
+                // `tx` names the placeholder now: `hang_up` would shut
+                // that one.
+                real::shutdown(self.app, libc::SHUT_RDWR);
             }
             sys::close(sv[0]);
         }
@@ -217,5 +265,67 @@ impl Drop for Doorbell {
     fn drop(&mut self) {
         sys::close(self.app);
         sys::close(self.tx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ends the fork the test began, however the test ends (the counts
+    /// are the process's).
+    struct UnderWay;
+
+    impl UnderWay {
+        fn begin() -> Self {
+            fork_begin();
+            Self
+        }
+    }
+
+    impl Drop for UnderWay {
+        fn drop(&mut self) {
+            fork_end();
+        }
+    }
+
+    /// What a `poll` of `fd` shows now.
+    fn shown(fd: c_int) -> i16 {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack.
+        assert!(unsafe { libc::poll(&mut p, 1, 0) } >= 0);
+        p.revents
+    }
+
+    /// A doorbell that fails while a fork is under way — the child's copy
+    /// of the library's end made, the parent's atfork handler still to run
+    /// — hangs the program's end up (HUP, IN, RDHUP; no ERR): the release
+    /// cannot reach a socket the child holds too. Before, the fork was
+    /// counted only by the parent's handler, so `fail` dropped the
+    /// parent's reference alone and the program's end showed nothing
+    /// (review r25-c item 5). With no fork, the failure shows `POLLERR`
+    /// with the hang-up. Fails with `forked_since` not looking at the
+    /// forks under way.
+    #[test]
+    fn a_failure_while_a_fork_is_under_way_hangs_the_program_end_up() {
+        let hung = libc::POLLHUP | libc::POLLIN | libc::POLLRDHUP;
+        let d = Doorbell::new(true).unwrap();
+        // SAFETY: a copy of our own descriptor (the child's, in effect).
+        let child = unsafe { libc::dup(d.tx) };
+        assert!(child >= 0);
+        let fork = UnderWay::begin();
+        d.fail();
+        let r = shown(d.app);
+        drop(fork);
+        sys::close(child);
+        assert_eq!((r & hung, r & libc::POLLERR), (hung, 0), "{r:#x}");
+        let d = Doorbell::new(true).unwrap();
+        d.fail();
+        let r = shown(d.app);
+        assert_eq!(r & (hung | libc::POLLERR), hung | libc::POLLERR, "{r:#x}");
     }
 }
