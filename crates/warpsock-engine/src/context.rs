@@ -10,7 +10,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -289,6 +289,18 @@ impl Inner {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         st.locks += 1;
         st
+    }
+
+    /// [`Self::lock`] if the lock is free now, else `None` (an exit
+    /// interrupted inside a call of its own thread, which may hold it).
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, State>> {
+        let mut st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        st.locks += 1;
+        Some(st)
     }
 
     /// Waits on the context's condition variable (the lock is released

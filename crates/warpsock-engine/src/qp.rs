@@ -267,6 +267,16 @@ impl Qp {
         self.with(|st, _| st.qp(self.qi).io_stats())
     }
 
+    /// [`Self::send_backlog`] and [`IoStats::write_bytes`] together, or
+    /// `None` if the context's lock is taken now: one try, no wait (for
+    /// an exit that may have interrupted its own thread inside a call
+    /// holding that lock, where a wait would never end).
+    pub fn try_send_backlog(&self) -> Option<(u64, u64)> {
+        let mut st = self.sh.inner.try_lock()?;
+        let q = st.qp(self.qi);
+        Some((q.tx_backlog(), q.io_stats().write_bytes))
+    }
+
     /// The largest ULPDU this queue pair sends (MULPDU, RFC 5044 §5.2):
     /// what each FPDU it builds carries at most, fixed at setup from the
     /// path ([`QpOptions::mulpdu`](crate::QpOptions::mulpdu)).

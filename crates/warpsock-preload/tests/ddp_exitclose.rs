@@ -95,3 +95,62 @@ fn an_exit_with_so_linger_zero_resets_the_peer() {
     run("abort", false, 10_000);
     run("abort", true, 10_000);
 }
+
+/// Runs `ddpexitsig <mode>` preloaded (`WARPSOCK_LINGER_MS=300`), or
+/// plain TCP; the run must succeed: every writer, whose signal handler
+/// calls `exit(7)`, ended with that status within the program's limit
+/// (20 s; one that did not was killed).
+fn run_sig(mode: &str, preload: bool) -> common::Run {
+    let mut args = vec![mode.to_owned()];
+    if !preload {
+        args.push("plain".to_owned());
+    }
+    let child = common::command(&common::c_program("ddpexitsig"), &args, preload)
+        .env("WARPSOCK_LINGER_MS", "300")
+        .env("WARPSOCK_SWITCH_TIMEOUT_MS", "5000")
+        .spawn()
+        .expect("spawn ddpexitsig");
+    let r = common::finish(child, Duration::from_secs(120));
+    println!("{}", r.stdout.trim());
+    r.assert_ok(&format!(
+        "ddpexitsig {} (preload {preload})",
+        args.join(" ")
+    ));
+    r
+}
+
+/// The DDP sockets the run's reports count (none without a report).
+fn switched(r: &common::Run) -> u64 {
+    r.stats().get("ddp_switched").copied().unwrap_or(0)
+}
+
+/// A signal handler's `exit` over a call of its thread that holds the
+/// socket's lock (the library's copy into a buffer the program cannot
+/// write faults, and the program's SIGSEGV handler exits): the process
+/// ends, as over TCP (review r25-c item 3). The exit, entered inside the
+/// library, makes no closes of its own and no report (`WARPSOCK_STATS`:
+/// none in the run's output — the writer's is the only one it could
+/// have). Hangs (the program's limit kills the writer: a failure) with
+/// the interrupted exit's path removed: the exit's close takes the
+/// socket's lock again.
+#[test]
+fn an_exit_from_a_handler_over_a_call_holding_the_lock_ends() {
+    run_sig("fault", false);
+    let r = run_sig("fault", true);
+    assert_eq!(switched(&r), 0, "a report: {}", r.stderr);
+}
+
+/// A SIGTERM handler's `exit` over a thread spinning in `send` and
+/// `recv(MSG_DONTWAIT)` (20 writers): wherever the signal lands, inside a
+/// call or not, the process ends with the handler's status. Those that
+/// it interrupted outside the library closed their socket (a report
+/// each); the count of the others is printed. With the interrupted
+/// exit's path removed, a writer whose signal landed under the socket's
+/// lock hangs (the program's limit kills it: a failure).
+#[test]
+fn an_exit_from_a_sigterm_handler_over_a_spinning_thread_ends() {
+    run_sig("spin", false);
+    let r = run_sig("spin", true);
+    let normal = switched(&r);
+    println!("{} of 20 signals landed inside the library", 20 - normal);
+}

@@ -6,8 +6,9 @@
 //! it uses `sock`, which never names it.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, socklen_t};
@@ -18,6 +19,9 @@ use super::sock::{DdpSock, SOCKS, SOCKS_OWNER};
 use crate::shim::guard::enter;
 use crate::shim::real;
 use crate::shim::sys::{self, lock};
+
+/// [`SOCKS`]'s contents.
+type Socks = Option<HashMap<usize, Weak<DdpSock>>>;
 
 /// At exit (and `exec`, `_exit`): the bytes the process's live DDP
 /// sockets' engines hold behind full kernel send buffers, summed, and the
@@ -45,6 +49,54 @@ pub(crate) fn engine_backlogs() -> (u64, u64) {
 pub(crate) fn reset_backlogged() {
     each_own_sock(|s| {
         if s.x.engine_backlog().0 > 0 {
+            s.x.reset_now();
+        }
+    });
+}
+
+/// How long an exit tries for a lock that may never come free (a socket's,
+/// its engine's, [`SOCKS`], the send buffers' list) before it leaves what
+/// that lock guards to the kernel: the exiting thread may hold it itself
+/// (a signal handler's `exit` over a call of the library: review r25-c
+/// item 3), or another thread stopped inside a call.
+const TRY_FOR: Duration = Duration::from_millis(2);
+
+/// `f`, one try of a lock (`None`: taken), again every 100 µs until it
+/// answers, [`TRY_FOR`] at most.
+pub(crate) fn retry<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + TRY_FOR;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        sys::sleep(Duration::from_micros(100));
+    }
+}
+
+/// [`engine_backlogs`] for an exit entered inside the library
+/// (`guard::busy`: a signal handler's `exit` over a call of this thread,
+/// which may hold [`SOCKS`] or an engine's lock for good): each lock is
+/// tried ([`retry`]); a socket whose engine's lock is not had counts as
+/// holding nothing (its bytes are the kernel's, as before the exit's
+/// closes), and so does every socket if `SOCKS` is not had.
+pub(crate) fn engine_backlogs_trying() -> (u64, u64) {
+    let mut sum = (0, 0);
+    each_own_sock_trying(|s| {
+        if let Some((held, written)) = retry(|| s.x.try_engine_backlog()) {
+            sum.0 += held;
+            sum.1 += written;
+        }
+    });
+    sum
+}
+
+/// [`reset_backlogged`] as [`engine_backlogs_trying`] looks.
+pub(crate) fn reset_backlogged_trying() {
+    each_own_sock_trying(|s| {
+        if retry(|| s.x.try_engine_backlog()).is_some_and(|b| b.0 > 0) {
             s.x.reset_now();
         }
     });
@@ -169,14 +221,38 @@ impl Drop for ExitCloses {
 /// Runs `f` on each live DDP socket this process switched, under the
 /// guard (a socket whose last reference another thread dropped meanwhile
 /// is dropped here: its engine's calls are library calls).
-fn each_own_sock(mut f: impl FnMut(&DdpSock)) {
+fn each_own_sock(f: impl FnMut(&DdpSock)) {
+    each_own_sock_as(|| Some(lock(&SOCKS)), f);
+}
+
+/// [`each_own_sock`] if [`SOCKS`] is had within [`retry`]'s bound, else
+/// none.
+fn each_own_sock_trying(f: impl FnMut(&DdpSock)) {
+    each_own_sock_as(
+        || {
+            retry(|| match SOCKS.try_lock() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            })
+        },
+        f,
+    );
+}
+
+fn each_own_sock_as(
+    take: impl FnOnce() -> Option<MutexGuard<'static, Socks>>,
+    mut f: impl FnMut(&DdpSock),
+) {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     if SOCKS_OWNER.load(Ordering::Acquire) != me {
         return;
     }
     enter((), || {
-        let socks = lock(&SOCKS);
+        let Some(socks) = take() else {
+            return;
+        };
         for s in socks.iter().flat_map(|m| m.values()) {
             if let Some(s) = s.upgrade().filter(|s| s.pid == me) {
                 f(&s);

@@ -627,6 +627,9 @@ impl Kind for Ddp {
 
     fn at_exit(&self) {
         let bound = config::get().linger;
+        if crate::shim::guard::busy() {
+            return exit_interrupted(bound);
+        }
         // The sockets the program left open are closed as its `close`
         // would (`census::ExitCloses`): their bytes and end of stream
         // leave while the wait lasts.
@@ -664,6 +667,21 @@ impl Kind for Ddp {
     fn needs_hooks(&self) -> bool {
         true
     }
+}
+
+/// The exit entered inside the library (the guard set: a signal handler's
+/// `exit` over a call of this thread, which may hold a socket's lock, its
+/// engine's, [`sock::SOCKS`] or `malloc`'s, and never lets go): the
+/// exit's closes (`census::ExitCloses`, which take the socket's lock and
+/// allocate) would wait for ever, where TCP's process simply ends (review
+/// r25-c item 3). The wait for the bytes alone then, as before those
+/// closes, each lock tried a bounded while (`census::retry`): what sits
+/// behind one not had is left to the kernel. No report (`WARPSOCK_STATS`:
+/// it allocates).
+fn exit_interrupted(bound: std::time::Duration) {
+    let _ = linger::linger(bound, census::engine_backlogs_trying);
+    let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
+    census::reset_backlogged_trying();
 }
 
 /// `setsockopt(SOL_WARPSOCK)` on a socket not in DDP mode.

@@ -2,7 +2,7 @@
 //! ([`ForkList`]): `sndbuf`'s holders, the preload's exec marks.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 /// A `Mutex<Vec<T>>` allocated on first use, behind a pointer so that a
 /// forked child can start a list of its own ([`ForkList::forget`]): the
@@ -51,6 +51,26 @@ impl<T: Send + 'static> ForkList<T> {
         #[allow(unsafe_code)]
         let m: &'static Mutex<Vec<T>> = unsafe { &*p };
         m.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The list, locked, if its lock is free now, else `None` — also for
+    /// a list not made yet (empty: nothing to look at), which this does
+    /// not make: one try, allocating nothing (an exit that may have
+    /// interrupted its own thread inside a call holding the lock, or
+    /// inside `malloc`).
+    pub fn try_lock(&self) -> Option<MutexGuard<'static, Vec<T>>> {
+        let p = self.at.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: as `lock`: a published list is never freed.
+        #[allow(unsafe_code)]
+        let m: &'static Mutex<Vec<T>> = unsafe { &*p };
+        match m.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 
     /// In a child made by `fork`, from its fork handler: drops the

@@ -40,8 +40,8 @@ pub use quiet::Spun;
 pub use rio::{AioOp, Completion};
 pub use settings::{counters, Counters, Options, Readiness, RecvFlags};
 pub use sndbuf::{
-    buffered_bytes, for_each_holder, forget_after_fork, posted_bytes, reset_buffered, SNDBUF_MAX,
-    SNDBUF_MIN,
+    buffered_bytes, for_each_holder, forget_after_fork, posted_bytes, reset_buffered,
+    try_reset_buffered, SNDBUF_MAX, SNDBUF_MIN,
 };
 pub use socket::XSocket;
 pub use sys::restart_after_signal;

@@ -146,6 +146,21 @@ pub fn reset_buffered() -> usize {
     h.len()
 }
 
+/// [`reset_buffered`] if the list's lock is free now, else `None` and no
+/// reset (one try: an exit interrupted inside a call of its own thread,
+/// which may hold the lock, retries a bounded while then leaves those
+/// connections to the kernel). Allocates nothing.
+pub fn try_reset_buffered() -> Option<usize> {
+    if !ours() {
+        return Some(0);
+    }
+    let h = HOLDERS.try_lock()?;
+    for &fd in h.iter() {
+        reset(fd);
+    }
+    Some(h.len())
+}
+
 /// Calls `f` with the engine socket of each of this process's connections
 /// that hold buffered bytes now (those [`reset_buffered`] would reset),
 /// under the list's lock: a connection leaves the list (its send buffer's
@@ -244,6 +259,12 @@ impl XSocket {
     /// ([`Self::reset_now`]). Takes the engine's lock, not the socket's.
     pub fn engine_backlog(&self) -> (u64, u64) {
         (self.qp.send_backlog(), self.qp.io_stats().write_bytes)
+    }
+
+    /// [`Self::engine_backlog`] if the engine's lock is free now, else
+    /// `None` (one try, as [`try_reset_buffered`]).
+    pub fn try_engine_backlog(&self) -> Option<(u64, u64)> {
+        self.qp.try_send_backlog()
     }
 
     /// Resets the connection at once (an RST, as [`reset_buffered`] does

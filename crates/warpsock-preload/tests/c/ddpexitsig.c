@@ -1,0 +1,179 @@
+/* A signal handler that calls exit() while its thread is inside a call on
+ * a DDP-mode socket: the process must end, as over TCP (review r25-c item
+ * 3). The exit's closes of the sockets left open take each socket's lock;
+ * the interrupted call may hold that lock (or the engine's, or the list of
+ * sockets'), and a second take by the same thread waits for ever.
+ *
+ *   ddpexitsig fault [plain]
+ *     The writer's receive of 8 B that came lands in a buffer it cannot
+ *     write (PROT_NONE): in DDP mode the library's copy faults under the
+ *     socket's lock, and the program's SIGSEGV handler calls exit(7) (over
+ *     TCP the kernel returns EFAULT, and the program calls exit(7)). Every
+ *     run, the same place.
+ *   ddpexitsig spin [plain]
+ *     ROUNDS times: the writer's second thread spins in send and
+ *     recv(MSG_DONTWAIT) against an echoing peer; once it has had replies,
+ *     the test sends the writer SIGTERM (the main thread blocks it: the
+ *     spinning thread takes it, wherever it is), whose handler calls
+ *     exit(7). Where the signal lands is the scheduler's: inside the
+ *     library in many rounds, outside in others.
+ * Each writer must end within LIMIT_MS with status 7; one that does not
+ * is killed (SIGKILL, by its pid) and the run fails: exit 0 if every
+ * writer ended so. */
+#include "ddppair.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#define ROUNDS 20
+#define LIMIT_MS 20000
+
+static int plain;
+
+static void exit_7(int sig) {
+    (void)sig;
+    exit(7);
+}
+
+static void on(int sig) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = exit_7;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(sig, &sa, NULL) == 0);
+}
+
+/* The echoing (spin) or sending (fault) peer, on s; at the writer's end
+ * it waits to be killed (no exit of its own: the writer's is the only
+ * report of the run's counters, WARPSOCK_STATS). */
+static void peer(int s, int echo) {
+    if (!plain) ddp_mode(s);
+    static char b[4096];
+    if (!echo) CHECK(write(s, "8 bytes!", 8) == 8);
+    for (;;) {
+        ssize_t n = read(s, b, sizeof b);
+        if (n <= 0 || (echo && send(s, b, (size_t)n, MSG_NOSIGNAL) < 0))
+            for (;;) pause();
+    }
+}
+
+static void fault_writer(int c) {
+    if (!plain) ddp_mode(c);
+    on(SIGSEGV);
+    on(SIGBUS);
+    long page = sysconf(_SC_PAGESIZE);
+    char *b = mmap(NULL, (size_t)page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(b != MAP_FAILED);
+    struct pollfd p = {c, POLLIN, 0};
+    CHECK(poll(&p, 1, -1) == 1 && (p.revents & POLLIN));
+    ssize_t r = recv(c, b, 8, 0);
+    /* Over TCP: EFAULT, no signal. */
+    CHECK(r == -1 && errno == EFAULT);
+    exit(7);
+}
+
+static int wfd;
+static int ready_fd;
+static atomic_long replies;
+
+static void *spin(void *a) {
+    (void)a;
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    CHECK(pthread_sigmask(SIG_UNBLOCK, &term, NULL) == 0);
+    static char b[4096];
+    memset(b, 'x', 64);
+    for (;;) {
+        (void)send(wfd, b, 64, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = recv(wfd, b, sizeof b, MSG_DONTWAIT);
+        if (n > 0 && atomic_fetch_add(&replies, 1) == 100) CHECK(write(ready_fd, "r", 1) == 1);
+    }
+    return NULL;
+}
+
+/* The spin mode's writer: says on ready when its thread had 100 replies,
+ * then waits for SIGTERM (blocked here: the spinning thread takes it). */
+static void spin_writer(int c, int ready) {
+    if (!plain) ddp_mode(c);
+    on(SIGTERM);
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    CHECK(pthread_sigmask(SIG_BLOCK, &term, NULL) == 0);
+    wfd = c;
+    ready_fd = ready;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, spin, NULL) == 0);
+    for (;;) pause();
+}
+
+/* One round: a fresh pair, the peer and the writer; returns 0 if the
+ * writer ended within LIMIT_MS with status 7. */
+static int round_(int spin_mode, int i) {
+    int c, s;
+    tcp_pair(&c, &s);
+    pid_t p = fork();
+    CHECK(p >= 0);
+    if (p == 0) {
+        close(c);
+        peer(s, spin_mode);
+    }
+    close(s);
+    int alive[2], ready[2];
+    CHECK(pipe(alive) == 0 && pipe(ready) == 0);
+    pid_t w = fork();
+    CHECK(w >= 0);
+    if (w == 0) {
+        close(alive[0]);
+        close(ready[0]);
+        if (spin_mode) spin_writer(c, ready[1]);
+        fault_writer(c);
+    }
+    close(c);
+    close(alive[1]);
+    close(ready[1]);
+    if (spin_mode) {
+        char r;
+        CHECK(read(ready[0], &r, 1) == 1);
+        CHECK(kill(w, SIGTERM) == 0);
+    }
+    close(ready[0]);
+    /* The writer's end closes alive[1] (it alone holds it). */
+    struct pollfd pf = {alive[0], POLLIN, 0};
+    int n = poll(&pf, 1, LIMIT_MS);
+    CHECK(n >= 0);
+    close(alive[0]);
+    int bad = 0;
+    if (n == 0) {
+        fprintf(stderr, "ddpexitsig %s round %d: the writer did not end in %d ms (a hang)\n",
+                spin_mode ? "spin" : "fault", i, LIMIT_MS);
+        kill(w, SIGKILL);
+        bad = 1;
+    }
+    int ws;
+    CHECK(waitpid(w, &ws, 0) == w);
+    if (!bad && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 7)) {
+        fprintf(stderr, "ddpexitsig %s round %d: the writer ended with status %#x\n",
+                spin_mode ? "spin" : "fault", i, ws);
+        bad = 1;
+    }
+    kill(p, SIGKILL);
+    CHECK(waitpid(p, NULL, 0) == p);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2 || (argc == 3 && strcmp(argv[2], "plain") == 0));
+    plain = argc == 3;
+    int spin_mode = strcmp(argv[1], "spin") == 0;
+    CHECK(spin_mode || strcmp(argv[1], "fault") == 0);
+    int rounds = spin_mode ? ROUNDS : 1;
+    for (int i = 0; i < rounds; i++)
+        if (round_(spin_mode, i)) return 1;
+    printf("ddpexitsig %s%s: %d writers ended with status 7\n", argv[1], plain ? " plain" : "",
+           rounds);
+    return 0;
+}
