@@ -154,3 +154,16 @@ fn an_exit_from_a_sigterm_handler_over_a_spinning_thread_ends() {
     let normal = switched(&r);
     println!("{} of 20 signals landed inside the library", 20 - normal);
 }
+
+/// The main thread's `exit` while another thread is stopped for good
+/// inside a call that holds the socket's lock (its SIGSEGV handler, over
+/// the library's copy into a buffer it cannot write, waits for ever): the
+/// exit's close cannot have the lock and leaves the socket to the kernel
+/// (`census::retry`); the process ends with the exit's status, as over
+/// TCP. Hangs (the program's limit kills the writer: a failure) with the
+/// exit's closes taking the socket's lock as before (`unread`).
+#[test]
+fn an_exit_while_another_thread_holds_the_lock_for_good_ends() {
+    run_sig("stopped", false);
+    run_sig("stopped", true);
+}

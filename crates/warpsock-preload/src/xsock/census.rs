@@ -147,14 +147,19 @@ impl ExitCloses {
                     .into_iter()
                     .map(|s| {
                         // The program's `SO_LINGER` {1, 0} (its close
-                        // would be abortive), or bytes left unread.
+                        // would be abortive), or bytes left unread. A
+                        // socket whose lock is not had ([`retry`]: a
+                        // thread stopped inside a call holds it) is left
+                        // to the kernel, as before these closes.
                         let abortive = linger_as_set(s.x.tcp_fd())
                             .is_some_and(|l| l.l_onoff != 0 && l.l_linger == 0);
-                        let c = if abortive || s.x.unread() {
-                            s.x.reset_now();
-                            None
-                        } else {
-                            Some(s.x.close_begin(linger, now))
+                        let c = match (abortive, retry(|| s.x.try_unread())) {
+                            (true, _) | (false, Some(true)) => {
+                                s.x.reset_now();
+                                None
+                            }
+                            (false, Some(false)) => retry(|| s.x.try_close_begin(linger, now)),
+                            (false, None) => None,
                         };
                         (s, c)
                     })
@@ -164,7 +169,10 @@ impl ExitCloses {
     }
 
     /// A step of every close not done ([`warpsock_xsock::io::XSocket::close_step`]);
-    /// returns whether one still sends its bytes or end of stream.
+    /// returns whether one still sends its bytes or end of stream. A close
+    /// whose socket's lock is not had ([`retry`]) makes no step this time
+    /// and counts as not sending (a thread stopped inside a call holds it:
+    /// the wait must not last for it).
     pub(crate) fn step(&mut self) -> bool {
         if self.0.is_empty() {
             return false;
@@ -174,7 +182,7 @@ impl ExitCloses {
             let mut sending = false;
             for (s, c) in &mut self.0 {
                 if let Some(c) = c.as_mut().filter(|c| c.phase() != Phase::Done) {
-                    sending |= s.x.close_step(c, now) == Phase::Sending;
+                    sending |= retry(|| s.x.try_close_step(c, now)) == Some(Phase::Sending);
                 }
             }
             sending
@@ -183,7 +191,8 @@ impl ExitCloses {
 
     /// After the exit's wait for the bytes (and its resets of those given
     /// up on): the closes still sending give up (a reset if sends were
-    /// queued), then the exit waits for the peers' FINs — of its closes
+    /// queued; one whose socket's lock is not had, [`retry`], is left
+    /// as it is), then the exit waits for the peers' FINs — of its closes
     /// and the reaper's — up to `bound` in all, looking every 2 ms.
     pub(crate) fn linger(&mut self, bound: Duration) {
         let deadline = Instant::now() + bound;
@@ -191,7 +200,7 @@ impl ExitCloses {
             enter((), || {
                 for (s, c) in &mut self.0 {
                     if let Some(c) = c.as_mut().filter(|c| c.phase() == Phase::Sending) {
-                        s.x.close_cut(c);
+                        let _ = retry(|| s.x.try_close_cut(c).then_some(()));
                     }
                 }
             });

@@ -17,6 +17,11 @@
  *     spinning thread takes it, wherever it is), whose handler calls
  *     exit(7). Where the signal lands is the scheduler's: inside the
  *     library in many rounds, outside in others.
+ *   ddpexitsig stopped [plain]
+ *     As fault, in the writer's second thread, whose SIGSEGV handler says
+ *     so and then waits for ever (the socket's lock held for good, in DDP
+ *     mode); the main thread then calls exit(7): its exit's close of the
+ *     socket cannot have the lock, and leaves the socket to the kernel.
  * Each writer must end within LIMIT_MS with status 7; one that does not
  * is killed (SIGKILL, by its pid) and the run fails: exit 0 if every
  * writer ended so. */
@@ -31,6 +36,7 @@
 #define LIMIT_MS 20000
 
 static int plain;
+static const char *mode;
 
 static void exit_7(int sig) {
     (void)sig;
@@ -59,10 +65,18 @@ static void peer(int s, int echo) {
     }
 }
 
-static void fault_writer(int c) {
-    if (!plain) ddp_mode(c);
-    on(SIGSEGV);
-    on(SIGBUS);
+static int stopped_fd = -1;
+
+/* The stopped mode's handler: says it runs, then never returns. */
+static void stop_here(int sig) {
+    (void)sig;
+    char b = 's';
+    (void)!write(stopped_fd, &b, 1);
+    for (;;) pause();
+}
+
+/* The fault mode's receive (and the stopped mode's thread's). */
+static void fault_recv(int c) {
     long page = sysconf(_SC_PAGESIZE);
     char *b = mmap(NULL, (size_t)page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(b != MAP_FAILED);
@@ -71,6 +85,37 @@ static void fault_writer(int c) {
     ssize_t r = recv(c, b, 8, 0);
     /* Over TCP: EFAULT, no signal. */
     CHECK(r == -1 && errno == EFAULT);
+}
+
+static void *stopped_thread(void *a) {
+    fault_recv(*(int *)a);
+    stop_here(0);
+    return NULL;
+}
+
+/* The stopped mode's writer (see the top). */
+static void stopped_writer(int c) {
+    if (!plain) ddp_mode(c);
+    int told[2];
+    CHECK(pipe(told) == 0);
+    stopped_fd = told[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = stop_here;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGSEGV, &sa, NULL) == 0 && sigaction(SIGBUS, &sa, NULL) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, stopped_thread, &c) == 0);
+    char x;
+    CHECK(read(told[0], &x, 1) == 1);
+    exit(7);
+}
+
+static void fault_writer(int c) {
+    if (!plain) ddp_mode(c);
+    on(SIGSEGV);
+    on(SIGBUS);
+    fault_recv(c);
     exit(7);
 }
 
@@ -112,7 +157,7 @@ static void spin_writer(int c, int ready) {
 
 /* One round: a fresh pair, the peer and the writer; returns 0 if the
  * writer ended within LIMIT_MS with status 7. */
-static int round_(int spin_mode, int i) {
+static int round_(int spin_mode, int stopped, int i) {
     int c, s;
     tcp_pair(&c, &s);
     pid_t p = fork();
@@ -130,6 +175,7 @@ static int round_(int spin_mode, int i) {
         close(alive[0]);
         close(ready[0]);
         if (spin_mode) spin_writer(c, ready[1]);
+        if (stopped) stopped_writer(c);
         fault_writer(c);
     }
     close(c);
@@ -149,7 +195,7 @@ static int round_(int spin_mode, int i) {
     int bad = 0;
     if (n == 0) {
         fprintf(stderr, "ddpexitsig %s round %d: the writer did not end in %d ms (a hang)\n",
-                spin_mode ? "spin" : "fault", i, LIMIT_MS);
+                mode, i, LIMIT_MS);
         kill(w, SIGKILL);
         bad = 1;
     }
@@ -157,7 +203,7 @@ static int round_(int spin_mode, int i) {
     CHECK(waitpid(w, &ws, 0) == w);
     if (!bad && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 7)) {
         fprintf(stderr, "ddpexitsig %s round %d: the writer ended with status %#x\n",
-                spin_mode ? "spin" : "fault", i, ws);
+                mode, i, ws);
         bad = 1;
     }
     kill(p, SIGKILL);
@@ -168,11 +214,13 @@ static int round_(int spin_mode, int i) {
 int main(int argc, char **argv) {
     CHECK(argc == 2 || (argc == 3 && strcmp(argv[2], "plain") == 0));
     plain = argc == 3;
-    int spin_mode = strcmp(argv[1], "spin") == 0;
-    CHECK(spin_mode || strcmp(argv[1], "fault") == 0);
+    mode = argv[1];
+    int spin_mode = strcmp(mode, "spin") == 0;
+    int stopped = strcmp(mode, "stopped") == 0;
+    CHECK(spin_mode || stopped || strcmp(mode, "fault") == 0);
     int rounds = spin_mode ? ROUNDS : 1;
     for (int i = 0; i < rounds; i++)
-        if (round_(spin_mode, i)) return 1;
+        if (round_(spin_mode, stopped, i)) return 1;
     printf("ddpexitsig %s%s: %d writers ended with status 7\n", argv[1], plain ? " plain" : "",
            rounds);
     return 0;

@@ -9,6 +9,7 @@
 //! calls wait in the engine, a stepper polls [`XSocket::tcp_fd`] for
 //! [`XSocket::close_events`] up to [`Closing::deadline`].
 
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use super::sndbuf::reset;
@@ -209,9 +210,19 @@ impl XSocket {
     /// (`data_was_unread`: RST, not FIN; RFC 2525 §2.17): the peer must
     /// not take a request dropped unread for a clean end.
     pub fn unread(&self) -> bool {
-        let mut st = self.lock();
-        self.drive_now(&mut st);
+        self.unread_locked(&mut self.lock())
+    }
+
+    fn unread_locked(&self, st: &mut MutexGuard<'_, State>) -> bool {
+        self.drive_now(st);
         st.residue.len() - st.residue_off + st.s.readable() > 0
+    }
+
+    /// [`Self::unread`] if the socket's lock is free now, else `None` (one
+    /// try: the caller retries, a bounded while — an exit, whose own
+    /// thread or another stopped one may hold it for good).
+    pub fn try_unread(&self) -> Option<bool> {
+        Some(self.unread_locked(&mut self.try_lock_now()?))
     }
 
     /// Begins an orderly close made in non-blocking steps: the end of
@@ -226,17 +237,40 @@ impl XSocket {
         self.begin_locked(&mut st, linger, now)
     }
 
+    /// [`Self::close_begin`] if the socket's lock is free now, else `None`
+    /// (as [`Self::try_unread`]).
+    pub fn try_close_begin(&self, linger: Duration, now: Instant) -> Option<Closing> {
+        let mut st = self.try_lock_now()?;
+        Some(self.begin_locked(&mut st, linger, now))
+    }
+
     /// One non-blocking step of a close ([`Self::close_begin`]): a round
     /// of progress (the engine reads what its socket holds, a bounded
     /// amount, and writes what it can), then the look of the phase — the
     /// end of sending (then disconnect, and the linger begins at once) or
     /// of the linger. Returns the phase after it.
     pub fn close_step(&self, c: &mut Closing, now: Instant) -> Phase {
+        self.close_step_with(c, now, || Some(self.lock()))
+            .unwrap_or(c.phase)
+    }
+
+    /// [`Self::close_step`] if the socket's lock is free now, else `None`
+    /// and no step (as [`Self::try_unread`]).
+    pub fn try_close_step(&self, c: &mut Closing, now: Instant) -> Option<Phase> {
+        self.close_step_with(c, now, || self.try_lock_now())
+    }
+
+    fn close_step_with<'a>(
+        &'a self,
+        c: &mut Closing,
+        now: Instant,
+        lock: impl Fn() -> Option<MutexGuard<'a, State>>,
+    ) -> Option<Phase> {
         if c.phase == Phase::Sending {
-            let mut st = self.lock();
+            let mut st = lock()?;
             self.drive_now(&mut st);
             match c.look_sending(self.send_look(&st), now) {
-                Act::Wait => return c.phase,
+                Act::Wait => return Some(c.phase),
                 Act::Finish { idle, reset } => {
                     drop(st);
                     self.finish_sending(reset);
@@ -245,12 +279,13 @@ impl XSocket {
                 }
             }
         } else if c.phase == Phase::Lingering {
-            self.drive_now(&mut self.lock());
+            let mut st = lock()?;
+            self.drive_now(&mut st);
         }
         if c.phase == Phase::Lingering {
             c.look_lingering(self.qp.is_closed(), now);
         }
-        c.phase
+        Some(c.phase)
     }
 
     /// Ends a close at once (a stepper's cap on the closes it holds): one
@@ -258,6 +293,20 @@ impl XSocket {
     /// queued, then the disconnect); a lingering one stops lingering. The
     /// caller drops the socket then, which closes the engine's socket.
     pub fn close_cut(&self, c: &mut Closing) {
+        self.close_cut_with(c, || Some(self.lock()));
+    }
+
+    /// [`Self::close_cut`] if the socket's lock is free now, else `false`
+    /// and nothing done (as [`Self::try_unread`]).
+    pub fn try_close_cut(&self, c: &mut Closing) -> bool {
+        self.close_cut_with(c, || self.try_lock_now())
+    }
+
+    fn close_cut_with<'a>(
+        &'a self,
+        c: &mut Closing,
+        lock: impl FnOnce() -> Option<MutexGuard<'a, State>>,
+    ) -> bool {
         if c.phase == Phase::Sending {
             // Anything still unsent — sends queued, messages in transmit
             // slots, the engine's backlog, our end of stream — is lost as
@@ -266,13 +315,16 @@ impl XSocket {
             // FIN the peer reads as a clean end after a short stream: a
             // reset instead (review r25-a item 5; r20-xbuf S2).
             let lost = {
-                let st = self.lock();
+                let Some(st) = lock() else {
+                    return false;
+                };
                 !self.send_look(&st).idle || self.qp.send_backlog() > 0
             };
             self.finish_sending(lost);
             c.all_left = Some(false);
         }
         c.phase = Phase::Done;
+        true
     }
 
     /// The `poll` events a stepped close waits for on [`Self::tcp_fd`]:

@@ -25,7 +25,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use warpsock_engine::{
     Context, Cq, Event, Pd, Qp, QpNews, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
@@ -275,6 +275,20 @@ impl XSocket {
         self.quiet.store(false, Ordering::Relaxed);
         st.locks += 1;
         st
+    }
+
+    /// [`Self::lock`] if the lock is free now, else `None`: one try, no
+    /// wait (an exit's closes, `closing.rs`: the exiting thread may hold
+    /// it, interrupted, or another thread stopped inside a call).
+    pub(crate) fn try_lock_now(&self) -> Option<MutexGuard<'_, State>> {
+        let mut st = match self.st.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        self.quiet.store(false, Ordering::Relaxed);
+        st.locks += 1;
+        Some(st)
     }
 
     /// A take of the lock for a look that changes nothing (readiness, the
