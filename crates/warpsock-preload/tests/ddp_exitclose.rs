@@ -167,3 +167,20 @@ fn an_exit_while_another_thread_holds_the_lock_for_good_ends() {
     run_sig("stopped", false);
     run_sig("stopped", true);
 }
+
+/// A thread that waits on a connection while another thread's `exit`
+/// closes it (`recv`, `poll`, `epoll_wait`): the peer's FIN (or reset:
+/// `wake_reset`) that answers the exit's close does not end that wait
+/// (over TCP it comes after the process): the thread's "peer closed"
+/// path (`_exit(3)`) never runs, and the process ends with the exit's
+/// status (review r25-c item 4). Each wait fails with its part removed:
+/// the receive's park at 0 (`wake_recv`) or at an error (`wake_reset`),
+/// the poll's at a hang-up (`wake_poll`), the doorbell's silence
+/// (`wake_epoll`).
+#[test]
+fn an_exit_s_close_answered_by_the_peer_wakes_no_other_thread() {
+    for mode in ["wake_recv", "wake_reset", "wake_poll", "wake_epoll"] {
+        run_sig(mode, false);
+        run_sig(mode, true);
+    }
+}

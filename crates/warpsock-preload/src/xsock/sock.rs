@@ -624,9 +624,14 @@ const SIOCOUTQNSD: c_ulong = 0x894B;
 /// (older than one applied) or not applied (a `poll` round that left input
 /// readable), and the credit it saw spent again by a receive's CREDIT: a
 /// shut gate, the watch off, the `stream` C case's hang.
+///
+/// Once the exit began its closes ([`close::exit_begun`]) nothing that
+/// wakes a waiter is done — a bell, the gate's opening, a hang-up, an
+/// error: what changes then is the peers' answers to those closes, which
+/// TCP's process never sees (review r25-c item 4).
 impl super::follow::Bell for DdpSock {
     fn ring(&self, count: &mut usize) -> bool {
-        self.bell.ring(count)
+        !close::exit_begun() && self.bell.ring(count)
     }
 
     fn drain(&self, count: &mut usize) {
@@ -634,17 +639,23 @@ impl super::follow::Bell for DdpSock {
     }
 
     fn set_writable(&self, on: bool) {
-        self.bell.set_writable(on);
+        if !on || !close::exit_begun() {
+            self.bell.set_writable(on);
+        }
         if on {
             self.x.set_writable_wait(false);
         }
     }
 
     fn hang_up(&self) {
-        self.bell.hang_up();
+        if !close::exit_begun() {
+            self.bell.hang_up();
+        }
     }
 
     fn fail(&self) {
-        self.bell.fail();
+        if !close::exit_begun() {
+            self.bell.fail();
+        }
     }
 }

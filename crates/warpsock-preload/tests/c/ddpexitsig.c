@@ -22,6 +22,19 @@
  *     so and then waits for ever (the socket's lock held for good, in DDP
  *     mode); the main thread then calls exit(7): its exit's close of the
  *     socket cannot have the lock, and leaves the socket to the kernel.
+ *   ddpexitsig wake_recv|wake_reset|wake_poll|wake_epoll [plain]
+ *     The writer's second thread waits on its first connection (a blocking
+ *     recv, poll for POLLIN|POLLRDHUP, or epoll_wait for EPOLLIN|EPOLLRDHUP:
+ *     the doorbell) and ends the process with
+ *     _exit(3) if that wait ends ("the peer closed"); its main thread calls
+ *     exit(7) once that thread sleeps. Over TCP the peers' FINs come after
+ *     the process. In DDP mode the exit's close of the first connection
+ *     makes its peer read the end and close its own (a FIN back) while the
+ *     exit still waits (the second connection's peer never closes: the
+ *     exit's wait for its FIN lasts WARPSOCK_LINGER_MS): that FIN must not
+ *     end the thread's wait (review r25-c item 4). wake_reset: as
+ *     wake_recv, the first peer's close abortive (SO_LINGER {1, 0}: a
+ *     reset, the thread's recv would fail with ECONNRESET).
  * Each writer must end within LIMIT_MS with status 7; one that does not
  * is killed (SIGKILL, by its pid) and the run fails: exit 0 if every
  * writer ended so. */
@@ -29,7 +42,9 @@
 
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #define ROUNDS 20
@@ -155,6 +170,115 @@ static void spin_writer(int c, int ready) {
     for (;;) pause();
 }
 
+static int wake_fd;
+static int wake_poll;
+static int wake_reset;
+static atomic_int wake_tid;
+
+static void *wake_wait(void *a) {
+    (void)a;
+    atomic_store(&wake_tid, (int)syscall(SYS_gettid));
+    if (wake_poll == 2) {
+        int ep = epoll_create1(0);
+        CHECK(ep >= 0);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.fd = wake_fd};
+        CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, wake_fd, &ev) == 0);
+        int n = epoll_wait(ep, &ev, 1, -1);
+        fprintf(stderr, "ddpexitsig wake: epoll_wait %d events %#x during the exit\n", n,
+                ev.events);
+    } else if (wake_poll) {
+        struct pollfd p = {wake_fd, POLLIN | POLLRDHUP, 0};
+        int n = poll(&p, 1, -1);
+        fprintf(stderr, "ddpexitsig wake: poll %d revents %#x during the exit\n", n, p.revents);
+    } else {
+        char b[64];
+        ssize_t n = recv(wake_fd, b, sizeof b, 0);
+        fprintf(stderr, "ddpexitsig wake: recv %zd errno %d during the exit\n", n,
+                n < 0 ? errno : 0);
+    }
+    _exit(3);
+    return NULL;
+}
+
+/* The wake modes (see the top): returns 0 if the writer ended within
+ * LIMIT_MS with status 7. */
+static int wake(int poll_mode) {
+    int c1, s1, c2, s2;
+    tcp_pair(&c1, &s1);
+    tcp_pair(&c2, &s2);
+    /* The first peer reads to the end, then closes; the second never. */
+    pid_t p1 = fork();
+    CHECK(p1 >= 0);
+    if (p1 == 0) {
+        close(c1);
+        close(c2);
+        close(s2);
+        if (!plain) ddp_mode(s1);
+        char b[256];
+        while (read(s1, b, sizeof b) > 0) {
+        }
+        if (wake_reset) {
+            struct linger l = {1, 0};
+            CHECK(setsockopt(s1, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+        }
+        close(s1);
+        for (;;) pause();
+    }
+    pid_t p2 = fork();
+    CHECK(p2 >= 0);
+    if (p2 == 0) {
+        close(c1);
+        close(s1);
+        close(c2);
+        if (!plain) ddp_mode(s2);
+        for (;;) pause();
+    }
+    close(s1);
+    close(s2);
+    int alive[2];
+    CHECK(pipe(alive) == 0);
+    pid_t w = fork();
+    CHECK(w >= 0);
+    if (w == 0) {
+        close(alive[0]);
+        if (!plain) {
+            ddp_mode(c1);
+            ddp_mode(c2);
+        }
+        wake_fd = c1;
+        wake_poll = poll_mode;
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, wake_wait, NULL) == 0);
+        while (atomic_load(&wake_tid) == 0) sched_yield();
+        while (!thread_asleep(atomic_load(&wake_tid))) sched_yield();
+        exit(7);
+    }
+    close(c1);
+    close(c2);
+    close(alive[1]);
+    struct pollfd pf = {alive[0], POLLIN, 0};
+    int n = poll(&pf, 1, LIMIT_MS);
+    CHECK(n >= 0);
+    close(alive[0]);
+    int bad = 0;
+    if (n == 0) {
+        fprintf(stderr, "ddpexitsig %s: the writer did not end in %d ms (a hang)\n", mode,
+                LIMIT_MS);
+        kill(w, SIGKILL);
+        bad = 1;
+    }
+    int ws;
+    CHECK(waitpid(w, &ws, 0) == w);
+    if (!bad && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 7)) {
+        fprintf(stderr, "ddpexitsig %s: the writer ended with status %#x\n", mode, ws);
+        bad = 1;
+    }
+    kill(p1, SIGKILL);
+    kill(p2, SIGKILL);
+    CHECK(waitpid(p1, NULL, 0) == p1 && waitpid(p2, NULL, 0) == p2);
+    return bad;
+}
+
 /* One round: a fresh pair, the peer and the writer; returns 0 if the
  * writer ended within LIMIT_MS with status 7. */
 static int round_(int spin_mode, int stopped, int i) {
@@ -215,6 +339,14 @@ int main(int argc, char **argv) {
     CHECK(argc == 2 || (argc == 3 && strcmp(argv[2], "plain") == 0));
     plain = argc == 3;
     mode = argv[1];
+    if (strncmp(mode, "wake_", 5) == 0) {
+        int how = strcmp(mode, "wake_poll") == 0 ? 1 : strcmp(mode, "wake_epoll") == 0 ? 2 : 0;
+        wake_reset = strcmp(mode, "wake_reset") == 0;
+        CHECK(how > 0 || wake_reset || strcmp(mode, "wake_recv") == 0);
+        if (wake(how)) return 1;
+        printf("ddpexitsig %s%s: the writer ended with status 7\n", mode, plain ? " plain" : "");
+        return 0;
+    }
     int spin_mode = strcmp(mode, "spin") == 0;
     int stopped = strcmp(mode, "stopped") == 0;
     CHECK(spin_mode || stopped || strcmp(mode, "fault") == 0);

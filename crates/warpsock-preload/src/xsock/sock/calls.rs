@@ -102,6 +102,11 @@ impl DdpSock {
         match r {
             Ok((n, end)) => {
                 self.reflect(ready);
+                if n == 0 {
+                    // The end of stream: maybe the peer's answer to the
+                    // exit's close (review r25-c item 4).
+                    close::park_if_exiting();
+                }
                 *eor = end;
                 n as isize
             }
@@ -115,6 +120,12 @@ impl DdpSock {
                     self.reflect_polled();
                 } else {
                     self.reflect(ready);
+                }
+                if !matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) {
+                    // The connection's end or failure: maybe the peer's
+                    // answer to the exit's close (a reset; review r25-c
+                    // item 4).
+                    close::park_if_exiting();
                 }
                 if e.raw_os_error() != Some(libc::EAGAIN) && self.error_taken(&e) {
                     // As TCP's read once `sk_err` was reported: the end.
@@ -257,6 +268,12 @@ impl DdpSock {
     #[cold]
     #[inline(never)]
     pub(super) fn shown_hung_up(&self, r: Readiness) -> i16 {
+        // The connection finished both ways (or failed) during the exit:
+        // the peer's answer to the exit's close, which TCP's process never
+        // sees — the `poll` waits for the process's end instead (review
+        // r25-c item 4; the doorbell's waiters see nothing either: `Bell
+        // for DdpSock`).
+        close::park_if_exiting();
         self.reflect(r);
         let g = self.inner.lock();
         if g.failed && !g.error_taken {

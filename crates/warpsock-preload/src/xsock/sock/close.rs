@@ -12,14 +12,22 @@ use crate::shim::sys;
 /// left open (`census::ExitCloses`); 0 before.
 pub(crate) static EXITING: AtomicI32 = AtomicI32::new(0);
 
-/// A send failed with `EPIPE`: if the process is exiting and this is
-/// another thread than the exiting one, the failure may be the exit's
-/// close of its socket (its write side shut), which over TCP never comes —
-/// its kernel sends on after the process. Such a thread waits for the
-/// process's end (it is near: the exit waits one linger at most), rather
-/// than fail, or die of `SIGPIPE` and make the exit's status a signal's.
-/// Its bytes are not sent: the peer reads a clean end after what was sent
-/// before, as over TCP if the process had ended before the call.
+/// A send failed with `EPIPE`, or a receive met the end of stream or the
+/// connection's failure: if the process is exiting and this is another
+/// thread than the exiting one, the failure may be the exit's close of
+/// its socket (its write side shut), or the peer's answer to it (its FIN
+/// or reset, which the exit's wait takes in; review r25-c item 4), which
+/// over TCP never come while the program runs — its kernel sends on after
+/// the process, and the peer's answer finds no process. Such a thread
+/// waits for the process's end (it is near: the exit waits one linger at
+/// most), rather than fail, or die of `SIGPIPE` and make the exit's
+/// status a signal's, or run its "peer closed" path during the exit
+/// (print, close, `_exit` with a status of its own). Its bytes are not
+/// sent: the peer reads a clean end after what was sent before, as over
+/// TCP if the process had ended before the call. Every DDP socket of the
+/// process is the exit's to close (those whose lock it cannot have it
+/// leaves to the kernel, their threads stopped): a receive of any of them
+/// waits so.
 #[cold]
 pub(super) fn park_if_exiting() {
     let t = EXITING.load(Ordering::Acquire);
@@ -29,6 +37,15 @@ pub(super) fn park_if_exiting() {
             std::thread::park();
         }
     }
+}
+
+/// Whether the process's exit began its closes (`census::ExitCloses`):
+/// from then on the doorbells wake no waiter (`Bell for DdpSock`): the
+/// peers' answers to those closes (FIN, reset) come while the program's
+/// threads still run, where TCP's come after the process (review r25-c
+/// item 4).
+pub(crate) fn exit_begun() -> bool {
+    EXITING.load(Ordering::Acquire) != 0
 }
 
 /// [`DdpSock::closing`]: an orderly close, an abortive one.
