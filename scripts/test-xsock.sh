@@ -127,11 +127,12 @@ pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR 
 # here), in a last close made by dup2, in exit, _exit or exec, in a
 # sendfile waiting for its pipe, in a read watching for a late MPA Request,
 # in a switch that fails; and a residue socket's calls with per-call flags,
+# a read of a partial late MPA Request (times out, no spin),
 # sendfile of nothing or at a pipe's offset (not cancels: they return at
 # once) (tests/c/cancel.c, one case per run, under ASan/UBSan; issue 12).
-KCASES=(read waitall send poll accepted select epoll accept close stream self disabled pending jump switch switchpeer udprecv dup2 dup2abort exit exitnow exec sendfile watch watchflags switchfail sendfilezero)
+KCASES=(read waitall send poll accepted select epoll accept close stream self disabled pending jump switch switchpeer udprecv dup2 dup2abort exit exitnow exec sendfile watch watchflags watchpartial switchfail sendfilezero)
 WARPSOCK_UDP_OFFLOAD=1 c_cases cancel "${KCASES[@]}"
-pass "${#KCASES[@]} pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end, select, epoll_wait, accept, close, a flowing writer, a self-cancel, cancellation disabled, a cancel pending before a poll, a switch that completes late (both ends), an offloaded UDP recvfrom, a last close in dup2 (orderly, abortive), exit, _exit, exec, a sendfile from a pipe, a read watching for a late MPA Request, a switch that fails; a residue socket's flags, sendfile of nothing or at a pipe's offset; and a standing poll left by siglongjmp lapses)"
+pass "${#KCASES[@]} pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end, select, epoll_wait, accept, close, a flowing writer, a self-cancel, cancellation disabled, a cancel pending before a poll, a switch that completes late (both ends), an offloaded UDP recvfrom, a last close in dup2 (orderly, abortive), exit, _exit, exec, a sendfile from a pipe, a read watching for a late MPA Request, a switch that fails; a residue socket's flags, a partial late Request's read timing out, sendfile of nothing or at a pipe's offset; and a standing poll left by siglongjmp lapses)"
 
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
 # ping-pong of 2 x 2000 round trips (blocking calls, then poll before each

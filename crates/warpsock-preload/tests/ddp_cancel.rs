@@ -235,6 +235,25 @@ fn a_residue_sockets_calls_keep_tcps_flags() {
     }
 }
 
+/// Not a cancel: the watch case's socket, the peer's bytes behind its mark
+/// a prefix of an MPA Request and no more: a blocking read with
+/// `SO_RCVTIMEO` 300 ms times out (`EAGAIN`), its thread's CPU time under
+/// a quarter of the wait; after the peer's end the prefix is read as data,
+/// then the end (review r25-a item 9: the peeked prefix kept the wait
+/// returning at once, the read spun a CPU and never timed out; hangs —
+/// the case's 20 s bound fails it — without the pauses, and after the end
+/// without its check).
+#[test]
+fn a_read_watching_a_partial_late_request_times_out_without_spinning() {
+    for preload in [false, true] {
+        let r = run_case("cancel", "watchpartial", preload);
+        if preload {
+            assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
+            assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
+        }
+    }
+}
+
 /// A thread cancelled in a switch that then fails (the initiator's, its
 /// peer marking by hand and never answering the MPA Request): the
 /// `setsockopt` fails and the thread is cancelled at its next

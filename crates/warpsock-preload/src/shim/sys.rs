@@ -571,6 +571,19 @@ pub(crate) fn wait_fd(
     events: i16,
     timeout: Option<std::time::Duration>,
 ) -> Result<i16, c_int> {
+    wait_fd_part(fd, events, timeout, timeout.is_none())
+}
+
+/// [`wait_fd`] for a part of a call's wait: `timeout` bounds this part
+/// only, and `restartable` says whether the call itself has no timeout
+/// (then a signal whose handlers all asked for a restart does not end it,
+/// as in [`wait_fd`] without one). `EAGAIN` once `timeout` passed.
+pub(crate) fn wait_fd_part(
+    fd: c_int,
+    events: i16,
+    timeout: Option<std::time::Duration>,
+    restartable: bool,
+) -> Result<i16, c_int> {
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
@@ -595,7 +608,7 @@ pub(crate) fn wait_fd(
             match warpsock_xsock::cancel::after_signal() {
                 Some(true) => return Err(libc::EINTR),
                 Some(false) => {}
-                None if timeout.is_none() && warpsock_xsock::io::restart_after_signal() => {}
+                None if restartable && warpsock_xsock::io::restart_after_signal() => {}
                 None => return Err(libc::EINTR),
             }
         }

@@ -124,8 +124,24 @@ impl ResidueSock {
 
     /// Checks the bytes behind the peer's mark for a late MPA Request.
     /// Returns an errno if the call must fail now.
+    ///
+    /// A blocking call waits while the bytes are undecided: with none
+    /// queued, for the peer's bytes; with a prefix queued (only peeked, so
+    /// it stays readable and a wait for `POLLIN` would return at once: the
+    /// loop spun a CPU until the peer sent more, review r25-a item 9), in
+    /// pauses between looks (200 µs doubling to 5 ms; `handshake.rs`
+    /// pauses likewise in the same case) that the peer's end or an error
+    /// ends at once. A prefix the peer's end follows can never complete:
+    /// it is data (delivered). One `SO_RCVTIMEO` deadline for all the
+    /// waits (`EAGAIN` once it passed, as Linux's `tcp_recvmsg`), and a
+    /// signal or a pending cancel ends them as [`sys::wait_fd`] says.
     fn check_watch(&self, st: &mut State, nonblocking: bool) -> Option<c_int> {
+        const PAUSE_MIN: Duration = Duration::from_micros(200);
+        const PAUSE_MAX: Duration = Duration::from_millis(5);
         let mut buf = [0u8; warpsock_xsock::switch::MPA_HDR_LEN + 512];
+        let mut deadline = None;
+        let mut pause = PAUSE_MIN;
+        let mut ended = false;
         loop {
             // SAFETY: peeking into a local buffer.
             let n = unsafe {
@@ -136,11 +152,19 @@ impl ResidueSock {
                     libc::MSG_PEEK | libc::MSG_DONTWAIT,
                 )
             };
-            let seen = if n > 0 { &buf[..n as usize] } else { &[][..] };
             if n == 0 {
                 st.watch = false;
                 return None;
             }
+            if n < 0 {
+                let e = errno();
+                if e != libc::EAGAIN {
+                    // The socket's error (a reset, a timeout), taken by
+                    // the peek: the call's, as TCP's read reports it.
+                    return Some(e);
+                }
+            }
+            let seen = if n > 0 { &buf[..n as usize] } else { &[][..] };
             match classify_request(seen) {
                 Request::NotWarpsock => {
                     st.watch = false;
@@ -165,16 +189,29 @@ impl ResidueSock {
                     st.watch = false;
                     return Some(libc::ECONNRESET);
                 }
+                Request::Undecided { .. } if ended && n > 0 => {
+                    // Every byte the peer sent before its end (or an
+                    // error) is queued, and they are no Request.
+                    st.watch = false;
+                    return None;
+                }
                 Request::Undecided { .. } => {
                     if nonblocking {
                         return Some(libc::EAGAIN);
                     }
-                    // More of the peer's bytes, or the end: the wait's
-                    // own (raw; a pending cancel or a handler's signal
-                    // ends the call with `EINTR`, as `sys::wait_fd` says).
-                    let timeo = sys::get_timeo(self.kfd, libc::SO_RCVTIMEO);
-                    if let Err(e) = sys::wait_fd(self.kfd, libc::POLLIN, timeo) {
-                        return Some(e);
+                    let waited = if n < 0 {
+                        self.wait(libc::POLLIN, libc::SO_RCVTIMEO, &mut deadline)
+                    } else {
+                        let step = pause;
+                        pause = (pause * 2).min(PAUSE_MAX);
+                        self.pause(libc::POLLRDHUP, libc::SO_RCVTIMEO, &mut deadline, step)
+                    };
+                    match waited {
+                        Ok(ev) => {
+                            let end = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
+                            ended |= ev & end != 0;
+                        }
+                        Err(e) => return Some(e),
                     }
                 }
             }
@@ -361,6 +398,28 @@ impl ResidueSock {
             *deadline.get_or_insert_with(|| (Instant::now(), sys::get_timeo(self.kfd, name)));
         let left = timeo.map(|t| t.saturating_sub(start.elapsed()));
         sys::wait_fd(self.kfd, events, left)
+    }
+
+    /// [`Self::wait`] for at most `step` (a pause between looks): `Ok(0)`
+    /// at the pause's end, `EAGAIN` once the call's `deadline` passed.
+    fn pause(
+        &self,
+        events: i16,
+        name: c_int,
+        deadline: &mut Option<(Instant, Option<Duration>)>,
+        step: Duration,
+    ) -> Result<i16, c_int> {
+        let (start, timeo) =
+            *deadline.get_or_insert_with(|| (Instant::now(), sys::get_timeo(self.kfd, name)));
+        let left = timeo.map(|t| t.saturating_sub(start.elapsed()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return Err(libc::EAGAIN);
+        }
+        let part = left.map_or(step, |l| l.min(step));
+        match sys::wait_fd_part(self.kfd, events, Some(part), timeo.is_none()) {
+            Err(libc::EAGAIN) => Ok(0),
+            r => r,
+        }
     }
 }
 

@@ -89,6 +89,16 @@
  *             (then cancelled); a blocking 1 MiB send (SO_SNDBUF 16 KiB)
  *             returns 1 MiB once the peer reads everything, and an 8 B MSG_WAITALL recv of
  *             bytes that come in two writes returns all 8;
+ *   watchpartial  (not a cancel) the watch case's socket, whose peer
+ *             then sends 10 bytes of the MPA Request's key and nothing
+ *             more: a blocking read with SO_RCVTIMEO 300 ms fails with
+ *             EAGAIN after it, the reading thread's CPU time a small part
+ *             of the wait (review r25-a item 9: the peeked prefix stayed
+ *             readable, the wait returned at once, the loop spun a CPU
+ *             and SO_RCVTIMEO never expired); then the peer's end: the
+ *             prefix can no longer complete, a read returns its 10 bytes
+ *             and the next 0 (the loop spun for ever). Plain: no switch,
+ *             no timed read (TCP returns the bytes), the end's reads;
  *   switchfail  the switch case on the initiator (the end with the lower
  *             port), whose peer, a plain socket, sends the mark by hand
  *             and never the MPA Reply: cancelled while the switch waits,
@@ -565,6 +575,74 @@ static void cancel_watch_flags(int plain) {
     still_works(responder, other);
 }
 
+/* watchpartial: a read of the victim of at most 64 bytes, its wall and
+ * CPU time (the calling thread's) kept. */
+static atomic_long part_wall_ns, part_cpu_ns;
+static long ns_of(const struct timespec *a, const struct timespec *b) {
+    return (b->tv_sec - a->tv_sec) * 1000000000L + (b->tv_nsec - a->tv_nsec);
+}
+static void *timed_read(void *a) {
+    (void)a;
+    started();
+    static char b[64];
+    struct timespec w0, w1, c0, c1;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &w0) == 0);
+    CHECK(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0) == 0);
+    long r = recv(victim, b, sizeof b, 0);
+    int e = errno;
+    CHECK(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1) == 0);
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &w1) == 0);
+    atomic_store(&part_wall_ns, ns_of(&w0, &w1));
+    atomic_store(&part_cpu_ns, ns_of(&c0, &c1));
+    errno = e;
+    return returned(r);
+}
+
+static void watch_partial(int plain) {
+    int responder = local_port(c) > local_port(s) ? c : s;
+    int other = responder == c ? s : c;
+    victim = responder;
+    if (!plain) {
+        static const unsigned char mark = 0xD7;
+        CHECK(send(other, &mark, 1, MSG_OOB) == 1);
+        pthread_t p;
+        CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
+        CHECK(pthread_join(p, NULL) == 0);
+        CHECK(atomic_load(&switch_r) == -1);
+    }
+    static const char prefix[] = "MPA ID Req"; /* of "MPA ID Req Frame" */
+    CHECK(write(other, prefix, 10) == 10);
+    if (!plain) {
+        set_rcvtimeo(responder, 300);
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, timed_read, NULL) == 0);
+        struct timespec until;
+        CHECK(clock_gettime(CLOCK_REALTIME, &until) == 0);
+        until.tv_sec += 20;
+        void *res;
+        int j = pthread_timedjoin_np(t, &res, &until);
+        if (j != 0) fprintf(stderr, "the read of a partial Request never timed out\n");
+        CHECK(j == 0 && res == (void *)1);
+        long r = atomic_load(&ret_r), e = atomic_load(&ret_errno);
+        long wall = atomic_load(&part_wall_ns), cpu = atomic_load(&part_cpu_ns);
+        fprintf(stderr, "partial Request read: %ld (errno %ld) after %ld us, %ld us of CPU\n",
+                r, e, wall / 1000, cpu / 1000);
+        CHECK(r == -1 && e == EAGAIN);
+        CHECK(wall >= 250000000L);
+        CHECK(cpu * 4 < wall); /* a spin takes (nearly) all of it */
+    }
+    /* The peer's end behind the prefix: its bytes, then the end. */
+    set_rcvtimeo(responder, 10000);
+    CHECK(shutdown(other, SHUT_WR) == 0);
+    char b[64];
+    ssize_t n = recv(responder, b, sizeof b, 0);
+    if (n != 10) fprintf(stderr, "the read after the peer's end returned %zd (errno %d)\n", n, errno);
+    CHECK(n == 10 && memcmp(b, prefix, 10) == 0);
+    CHECK(recv(responder, b, sizeof b, 0) == 0);
+    CHECK(write(responder, "back", 4) == 4);
+    CHECK(recv(other, b, 4, MSG_WAITALL) == 4 && memcmp(b, "back", 4) == 0);
+}
+
 /* switchfail: the initiator's switch with a peer that marks by hand and
  * never answers its MPA Request: cancelled while it waits, it fails, and
  * its read is cancelled. */
@@ -958,7 +1036,7 @@ int main(int argc, char **argv) {
     tcp_pair(&c, &s);
     int switching = !strcmp(cs, "switch") || !strcmp(cs, "switchpeer") ||
                     !strcmp(cs, "watch") || !strcmp(cs, "watchflags") ||
-                    !strcmp(cs, "switchfail");
+                    !strcmp(cs, "switchfail") || !strcmp(cs, "watchpartial");
     if (!plain && !switching) {
         pthread_t p;
         CHECK(pthread_create(&p, NULL, peer_switch, NULL) == 0);
@@ -1042,6 +1120,8 @@ int main(int argc, char **argv) {
         cancel_watch();
     } else if (!strcmp(cs, "watchflags")) {
         cancel_watch_flags(plain);
+    } else if (!strcmp(cs, "watchpartial")) {
+        watch_partial(plain);
     } else if (!strcmp(cs, "switchfail")) {
         cancel_switch_fail();
     } else if (!strcmp(cs, "sendfilezero")) {
