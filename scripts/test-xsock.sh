@@ -134,6 +134,12 @@ KCASES=(read waitall send poll accepted select epoll accept close stream self di
 WARPSOCK_UDP_OFFLOAD=1 c_cases cancel "${KCASES[@]}"
 pass "${#KCASES[@]} pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end, select, epoll_wait, accept, close, a flowing writer, a self-cancel, cancellation disabled, a cancel pending before a poll, a switch that completes late (both ends), an offloaded UDP recvfrom, a last close in dup2 (orderly, abortive), exit, _exit, exec, a sendfile from a pipe, a read watching for a late MPA Request, a switch that fails; a residue socket's flags, a partial late Request's read timing out, sendfile of nothing or at a pipe's offset; and a standing poll left by siglongjmp lapses)"
 
+# A non-blocking connect asked for DDP mode waits in the call for the
+# connection: one deadline across the cancel signals it ignores
+# (cancellation disabled; review r25-a item 10), 1 s here.
+WARPSOCK_CONNECT_TIMEOUT_MS=1000 c_cases cancel connectwait
+pass "a non-blocking connect's wait for a DDP switch ends at WARPSOCK_CONNECT_TIMEOUT_MS through ignored cancel signals, EINPROGRESS"
+
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B
 # ping-pong of 2 x 2000 round trips (blocking calls, then poll before each
 # receive) runs no round on the progress thread beyond the connection's

@@ -254,6 +254,30 @@ fn a_read_watching_a_partial_late_request_times_out_without_spinning() {
     }
 }
 
+/// Not a cancel: a non-blocking connect of a socket asked for DDP mode
+/// (the preload waits in the call for the connection,
+/// `WARPSOCK_CONNECT_TIMEOUT_MS` 1 s here) whose SYN a full accept queue
+/// drops, by a thread with cancellation disabled, cancelled every 50 ms
+/// meanwhile (each the preload's signal, ignored by the wait): it returns
+/// `EINPROGRESS` after about 1 s (review r25-a item 10: each signal
+/// restarted the full timeout, and it never returned while they came; the
+/// case's 15 s of signals fail it).
+#[test]
+fn a_connect_wait_keeps_one_deadline_across_ignored_signals() {
+    for preload in [false, true] {
+        let mut args = vec!["connectwait".to_owned()];
+        if !preload {
+            args.push("plain".to_owned());
+        }
+        let child = common::command(&common::c_program("cancel"), &args, preload)
+            .env("WARPSOCK_CONNECT_TIMEOUT_MS", "1000")
+            .spawn()
+            .expect("spawn cancel");
+        let r = common::finish(child, std::time::Duration::from_secs(60));
+        r.assert_ok(&format!("cancel connectwait (preload {preload})"));
+    }
+}
+
 /// A thread cancelled in a switch that then fails (the initiator's, its
 /// peer marking by hand and never answering the MPA Request): the
 /// `setsockopt` fails and the thread is cancelled at its next

@@ -520,6 +520,13 @@ impl Kind for Ddp {
             }
             break n;
         };
+        if n == 0 {
+            // Still in progress: the non-blocking connect's own errno (an
+            // ignored signal's EINTR, left by an earlier poll, was
+            // returned instead: Linux's non-blocking connect never fails
+            // with it).
+            set_errno(libc::EINPROGRESS);
+        }
         if n <= 0 {
             return false;
         }

@@ -99,6 +99,16 @@
  *             prefix can no longer complete, a read returns its 10 bytes
  *             and the next 0 (the loop spun for ever). Plain: no switch,
  *             no timed read (TCP returns the bytes), the end's reads;
+ *   connectwait  (not a cancel) a non-blocking connect of a socket
+ *             asked for DDP mode (the preload waits for the connection in
+ *             the call, at most WARPSOCK_CONNECT_TIMEOUT_MS, 1 s here) to
+ *             a listener whose accept queue is full (its SYN dropped), by
+ *             a thread with cancellation disabled, while main cancels it
+ *             every 50 ms (each the preload's signal, which the wait
+ *             ignores): the connect returns -1 EINPROGRESS after about
+ *             1 s (review r25-a item 10: each signal restarted the full
+ *             timeout, and the connect never returned while they came).
+ *             Plain: EINPROGRESS at once;
  *   switchfail  the switch case on the initiator (the end with the lower
  *             port), whose peer, a plain socket, sends the mark by hand
  *             and never the MPA Reply: cancelled while the switch waits,
@@ -643,6 +653,67 @@ static void watch_partial(int plain) {
     CHECK(recv(other, b, 4, MSG_WAITALL) == 4 && memcmp(b, "back", 4) == 0);
 }
 
+/* connectwait: cw_fd's connect to cw_to by a thread with cancellation
+ * disabled; its result, time and end kept. */
+static int cw_fd;
+static struct sockaddr_in cw_to;
+static atomic_int cw_done;
+static atomic_long cw_ms;
+static void *connect_disabled(void *a) {
+    (void)a;
+    CHECK(pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL) == 0);
+    started();
+    struct timespec t0, t1;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
+    int r = connect(cw_fd, (struct sockaddr *)&cw_to, sizeof cw_to);
+    int e = errno;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
+    atomic_store(&cw_ms, ns_of(&t0, &t1) / 1000000);
+    atomic_store(&ret_r, r);
+    atomic_store(&ret_errno, e);
+    atomic_store(&cw_done, 1);
+    return (void *)1;
+}
+
+static void connect_wait(int plain) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    struct sockaddr_in la = lo(0);
+    CHECK(bind(l, (struct sockaddr *)&la, sizeof la) == 0);
+    CHECK(listen(l, 0) == 0);
+    socklen_t alen = sizeof cw_to;
+    CHECK(getsockname(l, (struct sockaddr *)&cw_to, &alen) == 0);
+    /* Fills the accept queue (backlog 0: one); the next SYN is dropped. */
+    int filler = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(filler >= 0);
+    CHECK(connect(filler, (struct sockaddr *)&cw_to, sizeof cw_to) == 0);
+    cw_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    CHECK(cw_fd >= 0);
+    if (!plain) {
+        static int one = 1;
+        CHECK(setsockopt(cw_fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one) == 0);
+    }
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, connect_disabled, NULL) == 0);
+    /* Cancels, each with the preload's signal, until the connect returned
+     * (15 s at most: a wait that each restarts never ends). */
+    for (int k = 0; !atomic_load(&cw_done); k++) {
+        if (k >= 300) fprintf(stderr, "the connect did not return in 15 s of signals\n");
+        CHECK(k < 300);
+        CHECK(pthread_cancel(t) == 0);
+        CHECK(poll(NULL, 0, 50) == 0);
+    }
+    void *res;
+    CHECK(pthread_join(t, &res) == 0 && res == (void *)1);
+    long r = atomic_load(&ret_r), e = atomic_load(&ret_errno), ms = atomic_load(&cw_ms);
+    fprintf(stderr, "connect: %ld (errno %ld) after %ld ms\n", r, e, ms);
+    CHECK(r == -1 && e == EINPROGRESS);
+    if (!plain) CHECK(ms >= 900 && ms < 5000);
+    close(cw_fd);
+    close(filler);
+    close(l);
+}
+
 /* switchfail: the initiator's switch with a peer that marks by hand and
  * never answers its MPA Request: cancelled while it waits, it fails, and
  * its read is cancelled. */
@@ -1036,7 +1107,8 @@ int main(int argc, char **argv) {
     tcp_pair(&c, &s);
     int switching = !strcmp(cs, "switch") || !strcmp(cs, "switchpeer") ||
                     !strcmp(cs, "watch") || !strcmp(cs, "watchflags") ||
-                    !strcmp(cs, "switchfail") || !strcmp(cs, "watchpartial");
+                    !strcmp(cs, "switchfail") || !strcmp(cs, "watchpartial") ||
+                    !strcmp(cs, "connectwait");
     if (!plain && !switching) {
         pthread_t p;
         CHECK(pthread_create(&p, NULL, peer_switch, NULL) == 0);
@@ -1122,6 +1194,8 @@ int main(int argc, char **argv) {
         cancel_watch_flags(plain);
     } else if (!strcmp(cs, "watchpartial")) {
         watch_partial(plain);
+    } else if (!strcmp(cs, "connectwait")) {
+        connect_wait(plain);
     } else if (!strcmp(cs, "switchfail")) {
         cancel_switch_fail();
     } else if (!strcmp(cs, "sendfilezero")) {
