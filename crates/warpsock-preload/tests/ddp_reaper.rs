@@ -80,7 +80,9 @@ fn run(n: usize, held: usize) -> common::Run {
 /// writer's thread count grows by at most 2 (fails with a thread per
 /// close: 200 more), its last close completes — the peer reads every
 /// byte and the end of stream — while the 200 still linger (their engine
-/// sockets still held), and none was cut short.
+/// sockets still held, each in the reaper's epoll set: fails with the
+/// poll of every held socket at each wake, review r25-a item 14), and
+/// none was cut short.
 #[test]
 fn closes_whose_peers_never_close_take_one_thread() {
     let _one = serial();

@@ -3,10 +3,14 @@
 //! `close(2)` returns at once, as TCP's). Each close is the orderly one —
 //! every byte sent, then the end of stream, then the linger for the peer's
 //! FIN ([`XSocket::linger_after_close`] says why) — made in non-blocking
-//! steps ([`XSocket::close_step`]): the thread polls the engines' sockets
-//! of every close it holds and steps each that is ready, or due (its
+//! steps ([`XSocket::close_step`]): the thread waits on an epoll set of
+//! the engines' sockets of the closes it holds (level-triggered, each
+//! added as its close begins, changed as a step changes what it waits
+//! for, removed as it drops) and steps each that is ready, or due (its
 //! phase's deadline; all of them once per [`SWEEP`]). A slow or silent
-//! peer holds up none of the others' closes.
+//! peer holds up none of the others' closes, and a wake makes no system
+//! call per close held (it rebuilt and polled all of them, up to 257:
+//! review r25-a item 14).
 //!
 //! A thread per close (before) made a server that closes many connections
 //! whose peers are slow to close hold up to `2 × WARPSOCK_LINGER_MS` of
@@ -45,7 +49,7 @@ use warpsock_xsock::io::{Closing, Phase, XSocket};
 use super::config;
 use super::linger::{spawn_reaper, CLOSING};
 use crate::shim::guard::enter;
-use crate::shim::sys;
+use crate::shim::{real, sys};
 
 /// Every close held is stepped at least this often, ready or not: a
 /// safety net (as the reactor's sweep), not relied on — input, output
@@ -70,6 +74,13 @@ struct Held {
     c: Option<Closing>,
     /// Still counted in [`CLOSING`] (until its sending phase ends).
     counted: bool,
+    /// Its token in the reaper's epoll set: the closes held are in the
+    /// order of their tokens (handed over, oldest first).
+    key: u64,
+    /// To be stepped this round (ready, or new).
+    due: bool,
+    /// The epoll set it is in (`epfd`) and the events it is there for.
+    watched: Option<(c_int, u32)>,
 }
 
 impl Held {
@@ -88,13 +99,39 @@ impl Held {
 /// A close leaves the exit's counts as it goes, however it goes — done,
 /// cut, or dropped by a panic's unwind or a reaper that could not start
 /// (review r25-a items 6, 7: a count left behind held every exit for its
-/// whole bound).
+/// whole bound). And the reaper's epoll set, before its socket closes: an
+/// entry outlives the descriptor while another refers to the socket (a
+/// forked child's copy), and, level-triggered, would wake the reaper for
+/// good with a token no close has.
 impl Drop for Held {
     fn drop(&mut self) {
+        if let Some((epfd, _)) = self.watched.take() {
+            let mut ev = libc::epoll_event { events: 0, u64: 0 };
+            // SAFETY: removing our socket from our epoll set.
+            unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, self.x.tcp_fd(), &mut ev) };
+        }
         self.uncount();
         HELD.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// The epoll events of `poll` events `ev` (those [`XSocket::close_events`]
+/// asks for).
+fn epoll_events(ev: i16) -> u32 {
+    let mut e = 0;
+    if ev & libc::POLLIN != 0 {
+        e |= libc::EPOLLIN as u32;
+    }
+    if ev & libc::POLLOUT != 0 {
+        e |= libc::EPOLLOUT as u32;
+    }
+    e
+}
+
+/// The reaper's eventfd's token in its epoll set (the closes' count up
+/// from 0), "wsreaper": tests/c/ddpreaper.c finds the set by it in
+/// `/proc/self/fdinfo` (the engines' sets use all ones).
+const WAKE_TOKEN: u64 = u64::from_be_bytes(*b"wsreaper");
 
 /// The closes handed over and not yet taken by the reaper's thread: a
 /// stack with no lock, as a hand-over may come from a signal handler's
@@ -157,10 +194,12 @@ fn victim(mut phases: impl Iterator<Item = Phase>) -> usize {
     phases.position(|p| p == Phase::Lingering).unwrap_or(0)
 }
 
-/// The process's reaper: its inbox, and the eventfd that wakes its thread.
+/// The process's reaper: its inbox, the eventfd that wakes its thread,
+/// and the epoll set its thread waits on.
 struct Reaper {
     inbox: Inbox<Held>,
     wakefd: c_int,
+    epfd: c_int,
     /// Its thread could not start: closes handed to it are dropped (their
     /// engines' sockets closed at once, as a closer thread that could not
     /// start left them), never left in the inbox for no one.
@@ -187,14 +226,31 @@ fn get() -> Option<&'static Reaper> {
         // SAFETY: a published reaper is leaked and never freed.
         return Some(unsafe { &*p });
     }
-    // SAFETY: a plain syscall creating a new descriptor.
-    let wakefd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if wakefd < 0 {
+    // SAFETY: plain syscalls creating new descriptors.
+    let (wakefd, epfd) = unsafe {
+        (
+            libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK),
+            // libc's (the interposed one records the program's sets).
+            real::epoll_create1(libc::EPOLL_CLOEXEC),
+        )
+    };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: WAKE_TOKEN,
+    };
+    let added = wakefd >= 0
+        && epfd >= 0
+        // SAFETY: our eventfd into our epoll set, with a valid event.
+        && unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, wakefd, &mut ev) } == 0;
+    if !added {
+        sys::close(wakefd);
+        sys::close(epfd);
         return None;
     }
     let raw = Box::into_raw(Box::new(Reaper {
         inbox: Inbox::new(),
         wakefd,
+        epfd,
         dead: AtomicBool::new(false),
     }));
     match REAPER.compare_exchange(
@@ -224,6 +280,7 @@ fn get() -> Option<&'static Reaper> {
             // SAFETY: we lost the race; `raw` was never shared.
             let mine = unsafe { Box::from_raw(raw) };
             sys::close(mine.wakefd);
+            sys::close(mine.epfd);
             // SAFETY: the winner's reaper is leaked and never freed.
             Some(unsafe { &*other })
         }
@@ -249,6 +306,9 @@ pub(super) fn hand_over(x: XSocket, abortive: bool) {
         x,
         c: None,
         counted: !abortive,
+        key: 0,
+        due: true,
+        watched: None,
     });
     if r.dead.load(Ordering::Acquire) {
         // Its thread could not start (marked after this push's look at
@@ -274,6 +334,27 @@ impl Reaper {
         unsafe { sys::write_raw(self.wakefd, (&one as *const u64).cast(), 8) };
     }
 
+    /// Puts `h` in the epoll set for what its close waits for now
+    /// ([`XSocket::close_events`]; errors and hang-ups whatever it asks),
+    /// or changes its entry to it. If the kernel refuses, its deadline
+    /// and the sweep step it.
+    fn watch(&self, h: &mut Held) {
+        let want = epoll_events(h.x.close_events());
+        let op = match h.watched {
+            Some((_, ev)) if ev == want => return,
+            Some(_) => libc::EPOLL_CTL_MOD,
+            None => libc::EPOLL_CTL_ADD,
+        };
+        let mut ev = libc::epoll_event {
+            events: want,
+            u64: h.key,
+        };
+        // SAFETY: our socket into our epoll set, with a valid event.
+        if unsafe { libc::epoll_ctl(self.epfd, op, h.x.tcp_fd(), &mut ev) } == 0 {
+            h.watched = Some((self.epfd, want));
+        }
+    }
+
     /// The thread: takes the closes handed over, keeps their number to
     /// `max`, steps those that are ready or due, drops those done, and
     /// waits for the next event. Every round runs under the guard (its
@@ -284,9 +365,8 @@ impl Reaper {
         // it finds must not unwind through it (`sys::no_cancel`).
         sys::no_cancel();
         let mut held: VecDeque<Held> = VecDeque::new();
-        // Whether each held close is to be stepped this round.
-        let mut due: VecDeque<bool> = VecDeque::new();
-        let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut next_key: u64 = 0;
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
         let mut swept = Instant::now();
         loop {
             enter((), || {
@@ -301,13 +381,14 @@ impl Reaper {
                     } else if h.counted {
                         h.c = Some(h.x.close_begin(linger, now));
                     }
+                    h.key = next_key;
+                    next_key += 1;
+                    h.due = true;
                     held.push_back(h);
-                    due.push_back(true);
                 }
                 while held.len() > max.max(1) {
                     let i = victim(held.iter().map(Held::phase));
                     let mut h = held.remove(i).expect("an index of the queue");
-                    due.remove(i);
                     if let Some(c) = h.c.as_mut() {
                         h.x.close_cut(c);
                         CUT.fetch_add(1, Ordering::Relaxed);
@@ -321,7 +402,7 @@ impl Reaper {
                 let mut i = 0;
                 while i < held.len() {
                     let h = &mut held[i];
-                    let step = due[i] || sweep || h.c.as_ref().is_some_and(|c| c.deadline() <= now);
+                    let step = h.due || sweep || h.c.as_ref().is_some_and(|c| c.deadline() <= now);
                     let phase = if !step {
                         h.phase()
                     } else if let Some(c) = h.c.as_mut() {
@@ -338,14 +419,18 @@ impl Reaper {
                     }
                     if phase == Phase::Done {
                         let mut h = held.remove(i).expect("an index of the queue");
-                        due.remove(i);
                         h.uncount();
-                        // The engine's socket closes as it drops (and the
-                        // close leaves the exit's counts).
+                        // The engine's socket leaves the epoll set and
+                        // closes as it drops (and the close leaves the
+                        // exit's counts).
                         drop(h);
                         continue;
                     }
-                    due[i] = false;
+                    h.due = false;
+                    if step {
+                        // What it waits for may have changed with the step.
+                        self.watch(h);
+                    }
                     i += 1;
                 }
                 let timeout = held
@@ -355,40 +440,50 @@ impl Reaper {
                     .min()
                     .filter(|_| !held.is_empty())
                     .map(|t| t.saturating_duration_since(Instant::now()));
-                fds.clear();
-                fds.push(libc::pollfd {
-                    fd: self.wakefd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-                fds.extend(held.iter().map(|h| libc::pollfd {
-                    fd: h.x.tcp_fd(),
-                    events: h.x.close_events(),
-                    revents: 0,
-                }));
                 // Rounded up: a wait rounded down woke before the
                 // deadline, and stepped nothing, in a loop.
                 let ms = timeout.map_or(-1, |d| {
                     d.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int
                 });
-                let n = sys::poll(&mut fds, ms);
+                let n = self.wait(&mut events, ms);
                 if n < 0 && sys::errno() != libc::EINTR {
-                    // Not expected (the closes held are bounded, far below
-                    // the descriptor limit): no spin meanwhile.
+                    // Not expected: no spin meanwhile.
                     sys::sleep(Duration::from_millis(1));
                 }
                 if n <= 0 {
                     return;
                 }
-                if fds[0].revents != 0 {
-                    let mut v: u64 = 0;
-                    // SAFETY: reading 8 bytes from our eventfd into `v`.
-                    unsafe { sys::read_raw(self.wakefd, (&mut v as *mut u64).cast(), 8) };
-                }
-                for (d, f) in due.iter_mut().zip(&fds[1..]) {
-                    *d = f.revents != 0;
+                for ev in &events[..n as usize] {
+                    let key = ev.u64;
+                    if key == WAKE_TOKEN {
+                        let mut v: u64 = 0;
+                        // SAFETY: reading 8 bytes from our eventfd into `v`.
+                        unsafe { sys::read_raw(self.wakefd, (&mut v as *mut u64).cast(), 8) };
+                    } else if let Ok(i) = held.binary_search_by_key(&key, |h| h.key) {
+                        held[i].due = true;
+                    }
                 }
             });
+        }
+    }
+
+    /// Waits on the epoll set at most `ms` (-1: no limit): the events'
+    /// count, or -1 with the errno. Raw `epoll_pwait` with no mask
+    /// (libc's `epoll_wait` is a cancellation point, and the preload's
+    /// own would take it for the program's).
+    fn wait(&self, events: &mut [libc::epoll_event], ms: c_int) -> c_int {
+        // SAFETY: `events` is a writable array of the given length; no
+        // mask.
+        unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait,
+                self.epfd,
+                events.as_mut_ptr(),
+                events.len() as c_int,
+                ms,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            ) as c_int
         }
     }
 }

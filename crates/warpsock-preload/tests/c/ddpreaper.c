@@ -20,7 +20,11 @@
  *     it had before its first connection (a socket inherited from the
  *     runner is none of them; review r25-a item 13b): the silent ones
  *     linger still while the last one's close completed, and never more
- *     than HELD are held.
+ *     than HELD are held;
+ *   - the reaper's epoll set (the library's set with an entry whose data
+ *     is "wsreaper", xsock/reaper.rs WAKE_TOKEN) watches those sockets, give
+ *     or take one (review r25-a item 14: it polled all of them at every
+ *     wake before; a close is added to the set as it begins).
  * exit 0 if so.
  *
  *   ddpreaper fork
@@ -66,6 +70,40 @@ static int count(const char *path, int sockets) {
     }
     closedir(d);
     return n;
+}
+
+/* The entries of the reaper's epoll set but its eventfd's: -1 if no set
+ * of the process has an entry with data "wsreaper" (big-endian). */
+static int reaper_watches(void) {
+    DIR *d = opendir("/proc/self/fdinfo");
+    CHECK(d != NULL);
+    int found = -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char p[512], line[256];
+        snprintf(p, sizeof p, "/proc/self/fdinfo/%s", e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        int n = 0, wake = 0;
+        while (fgets(line, sizeof line, f)) {
+            int tfd;
+            unsigned ev;
+            unsigned long long data;
+            if (sscanf(line, "tfd: %d events: %x data: %llx", &tfd, &ev, &data) != 3) continue;
+            if (data == 0x7773726561706572ULL)
+                wake = 1;
+            else
+                n++;
+        }
+        fclose(f);
+        if (wake) {
+            CHECK(found < 0); /* one reaper */
+            found = n;
+        }
+    }
+    closedir(d);
+    return found;
 }
 
 static unsigned char at(size_t i) {
@@ -203,14 +241,18 @@ int main(int argc, char **argv) {
     CHECK(read(told[0], &r, 1) == 1 && r == 'r');
     int threads2 = count("/proc/self/task", 0);
     int socks = count("/proc/self/fd", 1) - socks0;
+    int watched = reaper_watches();
     int want = n < held ? n : held;
-    printf("ddpreaper %d %d: threads %d -> %d -> %d, sockets held %d (%d before)\n", n, held,
-           threads0, threads1, threads2, socks, socks0);
+    printf("ddpreaper %d %d: threads %d -> %d -> %d, sockets held %d (%d before), the reaper "
+           "watches %d\n",
+           n, held, threads0, threads1, threads2, socks, socks0, watched);
     fflush(stdout);
     CHECK(threads1 <= threads0 + 2);
     CHECK(threads2 <= threads0 + 2);
     /* The silent closes linger (the last one's may be held still). */
     CHECK(socks >= want - 1 && socks <= want + 1);
+    /* Each held close is in the reaper's epoll set. */
+    CHECK(watched >= socks - 1 && watched <= socks + 1);
     close(done[1]);
     int st;
     CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0);
