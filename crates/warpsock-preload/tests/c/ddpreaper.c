@@ -3,10 +3,13 @@
  * then one more whose peer reads: the library finishes every close in one
  * thread of its own (its reaper), not one per close.
  *
- *   ddpreaper N HELD
+ *   ddpreaper N HELD [keep]
  *     N silent connections, then one the peer reads; HELD: the closes the
  *     library may hold (WARPSOCK_DDP_CLOSING_MAX, which the test sets;
- *     the linger, WARPSOCK_LINGER_MS, outlasts the run)
+ *     the linger, WARPSOCK_LINGER_MS, outlasts the run); keep: the
+ *     program holds a copy of every engine socket (the process's TCP
+ *     sockets after the switches but its own descriptors), so a close
+ *     the library drops leaves its socket open
  *
  * The writer closes the N silent ones, then writes LEN bytes into the
  * last one (most wait in its send buffer: the peer's window is smaller)
@@ -24,7 +27,9 @@
  *   - the reaper's epoll set (the library's set with an entry whose data
  *     is "wsreaper", xsock/reaper.rs WAKE_TOKEN) watches those sockets, give
  *     or take one (review r25-a item 14: it polled all of them at every
- *     wake before; a close is added to the set as it begins).
+ *     wake before; a close is added to the set as it begins) — and
+ *     with keep, the cut closes are not (a close leaves the set as it
+ *     drops: an entry stays while another descriptor names its socket).
  * exit 0 if so.
  *
  *   ddpreaper fork
@@ -104,6 +109,31 @@ static int reaper_watches(void) {
     }
     closedir(d);
     return found;
+}
+
+/* keep: a copy (close-on-exec) of every TCP socket of the process but
+ * the program's n descriptors c: the engines' sockets. Returns the count. */
+static int keep_engine_sockets(const int *c, int n) {
+    int fds[8192], k = 0;
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        int fd = atoi(e->d_name), mine = fd == dirfd(d);
+        for (int i = 0; i < n && !mine; i++) mine = fd == c[i];
+        int dom = 0, type = 0;
+        socklen_t l = sizeof dom;
+        if (mine || getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) != 0 || dom != AF_INET) continue;
+        l = sizeof type;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) != 0 || type != SOCK_STREAM) continue;
+        CHECK(k < (int)(sizeof fds / sizeof fds[0]));
+        fds[k++] = fd;
+    }
+    closedir(d);
+    for (int i = 0; i < k; i++) CHECK(fcntl(fds[i], F_DUPFD_CLOEXEC, 0) >= 0);
+    CHECK(k >= n); /* one at least per connection */
+    return k;
 }
 
 static unsigned char at(size_t i) {
@@ -186,16 +216,16 @@ static int forked(int exit_wait) {
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "fork") == 0) return forked(0);
     if (argc == 2 && strcmp(argv[1], "forkexit") == 0) return forked(1);
-    CHECK(argc == 3);
-    int n = atoi(argv[1]), held = atoi(argv[2]);
+    CHECK(argc == 3 || (argc == 4 && strcmp(argv[3], "keep") == 0));
+    int n = atoi(argv[1]), held = atoi(argv[2]), keep = argc == 4;
     CHECK(n > 0 && held > 0);
-    /* Each connection is some descriptors at each end (9 seen; the
-     * test's N fits the hard limit, tests/ddp_reaper.rs conns). */
+    /* Each connection is some descriptors at each end (9 seen, 11 with
+     * keep; the test's N fits the hard limit, tests/ddp_reaper.rs conns). */
     struct rlimit rl;
     CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
     rl.rlim_cur = rl.rlim_max;
     CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
-    rlim_t need = (rlim_t)(n + 1) * 10 + 64;
+    rlim_t need = (rlim_t)(n + 1) * 12 + 64;
     if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
         fprintf(stderr, "ddpreaper: %d connections need about %lu descriptors, RLIMIT_NOFILE's hard limit is %lu\n",
                 n, (unsigned long)need, (unsigned long)rl.rlim_max);
@@ -228,6 +258,7 @@ int main(int argc, char **argv) {
     close(done[0]);
     for (int i = 0; i <= n; i++) close(s[i]);
     for (int i = 0; i <= n; i++) ddp_mode(c[i]);
+    int kept = keep ? keep_engine_sockets(c, n + 1) : 0;
     int threads0 = count("/proc/self/task", 0);
     for (int i = 0; i < n; i++) CHECK(close(c[i]) == 0);
     int threads1 = count("/proc/self/task", 0);
@@ -240,12 +271,13 @@ int main(int argc, char **argv) {
     char r;
     CHECK(read(told[0], &r, 1) == 1 && r == 'r');
     int threads2 = count("/proc/self/task", 0);
-    int socks = count("/proc/self/fd", 1) - socks0;
+    int socks = count("/proc/self/fd", 1) - socks0 - kept;
     int watched = reaper_watches();
     int want = n < held ? n : held;
-    printf("ddpreaper %d %d: threads %d -> %d -> %d, sockets held %d (%d before), the reaper "
-           "watches %d\n",
-           n, held, threads0, threads1, threads2, socks, socks0, watched);
+    printf("ddpreaper %d %d%s: threads %d -> %d -> %d, sockets held %d (%d before, %d kept), "
+           "the reaper watches %d\n",
+           n, held, keep ? " keep" : "", threads0, threads1, threads2, socks, socks0, kept,
+           watched);
     fflush(stdout);
     CHECK(threads1 <= threads0 + 2);
     CHECK(threads2 <= threads0 + 2);
