@@ -9,6 +9,7 @@
 #![allow(unsafe_code)]
 
 use std::os::fd::RawFd;
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 /// `sendto`/`recvfrom` (`nr`: `SYS_sendto` or `SYS_recvfrom`) of `len`
@@ -130,6 +131,45 @@ pub unsafe fn ppoll(
     }
 }
 
+/// `futex(word, FUTEX_WAIT_PRIVATE, expected, timeout)`: sleeps while
+/// `word` holds `expected`, until a [`futex_wake`] of it, `timeout` or a
+/// signal's handler: 0 when woken, else -1 with `errno` — `EAGAIN` (`word`
+/// no longer held `expected`), `ETIMEDOUT`, or `EINTR`: a handler ran. A
+/// timed wait is never restarted after a handler, `SA_RESTART` or not
+/// (the kernel's `-ERESTART_RESTARTBLOCK`), where std's waits (`Condvar`,
+/// `Mutex`) go back to sleep; a signal that runs no handler (ignored, a
+/// stop and continue) restarts it inside the kernel. A spurious return is
+/// possible (a wake meant for an earlier value): callers look again.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> libc::c_int {
+    let ts = timespec(timeout);
+    // SAFETY: `word` is a live, aligned 32-bit word the kernel only reads;
+    // `ts` is a local time (relative: FUTEX_WAIT's timeout is).
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+        ) as libc::c_int
+    }
+}
+
+/// `futex(word, FUTEX_WAKE_PRIVATE, n)`: wakes up to `n` threads asleep
+/// in [`futex_wait`] on `word`: how many it woke, or -1 with `errno`.
+pub fn futex_wake(word: &AtomicU32, n: i32) -> libc::c_int {
+    // SAFETY: `word` is a live, aligned 32-bit word; only its address is
+    // used.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            n,
+        ) as libc::c_int
+    }
+}
+
 /// `d` as a `timespec`, its seconds clamped to `time_t` (the kernel
 /// saturates a timeout that long).
 pub fn timespec(d: Duration) -> libc::timespec {
@@ -148,6 +188,53 @@ mod tests {
         let t = timespec(Duration::new(3, 250));
         assert_eq!((t.tv_sec, t.tv_nsec), (3, 250));
         assert_eq!(timespec(Duration::MAX).tv_sec, libc::time_t::MAX);
+    }
+
+    fn errno() -> Option<i32> {
+        std::io::Error::last_os_error().raw_os_error()
+    }
+
+    #[test]
+    fn a_futex_wait_on_a_changed_word_returns_at_once_and_times_out() {
+        let w = AtomicU32::new(1);
+        assert_eq!(futex_wait(&w, 0, Duration::from_secs(60)), -1);
+        assert_eq!(errno(), Some(libc::EAGAIN));
+        assert_eq!(futex_wait(&w, 1, Duration::from_millis(1)), -1);
+        assert_eq!(errno(), Some(libc::ETIMEDOUT));
+        // Nobody waits: nobody woken.
+        assert_eq!(futex_wake(&w, i32::MAX), 0);
+    }
+
+    /// A waiter asleep on the word (its thread seen in the `futex` call on
+    /// the word's address, /proc/self/task/TID/syscall) is woken by the
+    /// store and wake after it; a lost wake-up is its full 30 s and
+    /// `ETIMEDOUT`.
+    #[test]
+    fn a_futex_wake_ends_a_wait() {
+        use std::sync::atomic::{AtomicI32, Ordering};
+        static W: AtomicU32 = AtomicU32::new(0);
+        static TID: AtomicI32 = AtomicI32::new(0);
+        let t = std::thread::spawn(|| {
+            // SAFETY: gettid takes nothing.
+            TID.store(unsafe { libc::gettid() }, Ordering::Release);
+            let r = futex_wait(&W, 0, Duration::from_secs(30));
+            (r, errno())
+        });
+        let asleep = format!("{} {:#x} ", libc::SYS_futex, W.as_ptr() as usize);
+        loop {
+            let tid = TID.load(Ordering::Acquire);
+            let now = (tid != 0)
+                .then(|| std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok())
+                .flatten();
+            if now.is_some_and(|s| s.starts_with(&asleep)) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        W.store(1, Ordering::Relaxed);
+        assert_eq!(futex_wake(&W, i32::MAX), 1);
+        let (r, e) = t.join().unwrap();
+        assert_eq!(r, 0, "{e:?}");
     }
 
     #[test]
