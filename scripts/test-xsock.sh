@@ -109,9 +109,9 @@ c_cases() {
 
 # 1c. Signals interrupt blocking calls on DDP-mode sockets as on TCP
 # (tests/c/eintr.c, one case per run, under ASan/UBSan; issue 12).
-ECASES=(read restart rcvtimeo waitall sink placed send poll resethand removed errqueue)
+ECASES=(read restart rcvtimeo waitall sink placed send poll resethand removed errqueue two tworestart tworcvtimeo)
 c_cases eintr "${ECASES[@]}"
-pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTART, SO_RCVTIMEO, MSG_WAITALL, sink, placed, send, poll, SA_RESETHAND, a handler removed, an error queue entry)"
+pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTART, SO_RCVTIMEO, MSG_WAITALL, sink, placed, send, poll, SA_RESETHAND, a handler removed, an error queue entry, two blocked readers)"
 
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).

@@ -95,3 +95,27 @@ fn a_send_blocked_on_credits_is_interrupted() {
 fn poll_fails_with_eintr() {
     case("poll");
 }
+
+/// Two threads blocked in a read of one socket, handler without
+/// `SA_RESTART`: the one waiting for the other (which drives the engine)
+/// and then the other fail with `EINTR`, and the socket works on (issue
+/// 12: the waiter slept on a `Condvar`, which sleeps on through a
+/// handler; fails with that wait: 200 signals land and its call goes on).
+#[test]
+fn a_second_blocked_reader_fails_with_eintr() {
+    case("two");
+}
+
+/// The two readers with `SA_RESTART`: both calls go on through the
+/// signals and return the peer's messages (Linux restarts `recv`).
+#[test]
+fn two_blocked_readers_go_on_under_sa_restart() {
+    case("tworestart");
+}
+
+/// The two readers under `SA_RESTART` with `SO_RCVTIMEO` set: both fail
+/// with `EINTR`, as TCP's.
+#[test]
+fn two_blocked_readers_with_a_timeout_fail_with_eintr_under_sa_restart() {
+    case("tworcvtimeo");
+}

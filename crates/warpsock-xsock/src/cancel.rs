@@ -24,7 +24,8 @@
 //!    target's thread id and sends it `SIGCANCEL` itself: glibc's handler
 //!    does nothing more for a thread already marked, but the signal ends
 //!    the raw sleep the thread may be in (`ppoll`, `epoll_pwait`, a read
-//!    with a timeout fail with `EINTR`, whatever `SA_RESTART` says).
+//!    with a timeout, a second reader's futex wait fail with `EINTR`,
+//!    whatever `SA_RESTART` says).
 //!    (Where glibc sent it too, this one more is as harmless.)
 //! 2. A wait that a signal ended, or whose slice ended with nothing, asks
 //!    [`pending`]: the socket call then ends as for a signal whose handler

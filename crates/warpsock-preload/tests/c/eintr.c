@@ -45,6 +45,21 @@
  *             stay in the library (sockopt.c stamps), so no entry reaches
  *             that queue here: the engine's answer to one is tested in its
  *             driver/rx.rs.
+ *   two       two threads block in an 8 B recv of the one socket, handler
+ *             without SA_RESTART: one drives the engine (asleep in its
+ *             wait), the other waits for it (asleep in futex). Each is
+ *             signalled in turn, the waiting one first (only while it sleeps
+ *             in futex with the other in the engine's wait): each fails with
+ *             EINTR; then the peer's two 8 B messages are read (the socket
+ *             works on). Before the fix the waiter's std Condvar slept on
+ *             through the handler, and 200 signals that landed did not end
+ *             its call: the check fails there, it does not hang.
+ *   tworestart the same two readers with SA_RESTART: 3 signals land in
+ *             each one's sleep (the waiter's in futex first), both calls
+ *             go on (Linux restarts recv) and return one of the peer's two
+ *             messages each.
+ *   tworcvtimeo the two case under SA_RESTART with SO_RCVTIMEO set: EINTR
+ *             for both all the same.
  *
  * Synchronised on events, no sleeps: a signaller thread sends SIGUSR1 to
  * the main thread only while it is asleep in a system call (read from
@@ -61,6 +76,7 @@
 #include <signal.h>
 #include <linux/net_tstamp.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
@@ -202,6 +218,146 @@ static void *peer_send(void *a) {
     char b = 'k';
     CHECK(write(s, &b, 1) == 1);
     return NULL;
+}
+
+/* The two-reader cases: the readers' thread ids (0: not started yet),
+ * handles, and results once done. */
+static atomic_int rtid[2];
+static pthread_t rth[2];
+static atomic_int rdone[2];
+static ssize_t rres[2];
+static int rerr[2];
+static char rbuf[2][8];
+
+/* Reader i: an 8 B recv of c with SIGUSR1 unblocked (its creator blocks
+ * it). */
+static void *reader(void *a) {
+    int i = (int)(intptr_t)a;
+    atomic_store(&rtid[i], (int)syscall(SYS_gettid));
+    sigset_t m;
+    sigemptyset(&m);
+    sigaddset(&m, SIGUSR1);
+    CHECK(pthread_sigmask(SIG_UNBLOCK, &m, NULL) == 0);
+    ssize_t r = recv(c, rbuf[i], sizeof rbuf[i], 0);
+    rerr[i] = errno;
+    rres[i] = r;
+    atomic_store(&rdone[i], 1);
+    return NULL;
+}
+
+/* Whether reader i waits for the other: asleep in futex while the other
+ * sleeps in the engine's wait (thread_asleep). */
+static int reader_waits(int i) {
+    pid_t t = atomic_load(&rtid[i]), o = atomic_load(&rtid[1 - i]);
+    return t && o && !atomic_load(&rdone[1 - i]) && thread_syscall(t) == SYS_futex &&
+           thread_asleep(o);
+}
+
+/* Whether reader i sleeps in its call: in futex or the engine's wait, the
+ * other reader asleep in one of those too, or returned. */
+static int reader_asleep(int i) {
+    pid_t t = atomic_load(&rtid[i]), o = atomic_load(&rtid[1 - i]);
+    if (!t || !o) return 0;
+    long nr = thread_syscall(t);
+    if (nr != SYS_futex && !thread_asleep(t)) return 0;
+    return atomic_load(&rdone[1 - i]) || thread_syscall(o) == SYS_futex || thread_asleep(o);
+}
+
+/* The reader that waits for the other (reader_waits), looked for until
+ * one does (bounded: 10^6 looks). */
+static int waiting_reader(void) {
+    for (long k = 0; k < 1000000; k++) {
+        for (int i = 0; i < 2; i++)
+            if (reader_waits(i)) return i;
+        sched_yield();
+    }
+    fprintf(stderr, "no reader waited for the other\n");
+    exit(1);
+}
+
+/* Sends reader i SIGUSR1 while it sleeps (`waiting`: only while it waits
+ * for the other, reader_waits; else reader_asleep), waits for the handler
+ * to have run, and repeats until its call returned, or `upto` signals
+ * landed (0: no such limit). At most 200 (then the call is taken for one
+ * that never returns: the case fails, it does not hang). A signal that
+ * lands between sleeps, or in a short wait for the socket's lock, runs
+ * its handler and the call goes on, as one just before a TCP call's
+ * sleep: hence the repeats. Returns the signals that landed. */
+static int signal_reader(int i, int waiting, int upto) {
+    int landed = 0;
+    while (!atomic_load(&rdone[i]) && (!upto || landed < upto)) {
+        if (landed == 200) {
+            fprintf(stderr, "reader %d: its call went on through %d signals\n", i, landed);
+            exit(1);
+        }
+        long k = 0;
+        while (!atomic_load(&rdone[i]) && !(waiting ? reader_waits(i) : reader_asleep(i))) {
+            if (++k == 1000000) {
+                fprintf(stderr, "reader %d: never asleep (waiting %d)\n", i, waiting);
+                exit(1);
+            }
+            sched_yield();
+        }
+        if (atomic_load(&rdone[i])) break;
+        CHECK(pthread_kill(rth[i], SIGUSR1) == 0);
+        char b;
+        CHECK(read(hpipe[0], &b, 1) == 1);
+        landed++;
+    }
+    return landed;
+}
+
+/* The peer of the two-reader cases: two 8 B messages after the go. */
+static void *peer_two(void *a) {
+    (void)a;
+    ddp_mode(s);
+    wait_go();
+    CHECK(write(s, "abcdefgh", 8) == 8);
+    CHECK(write(s, "ijklmnop", 8) == 8);
+    return NULL;
+}
+
+/* A two-reader case (see the file's comment): `restart`, the handler's
+ * SA_RESTART; `rcvtimeo`, SO_RCVTIMEO 600 s on c. */
+static void two_readers(const char *cs, int restart, int rcvtimeo) {
+    handler(restart);
+    if (rcvtimeo) set_rcvtimeo(c, 600000);
+    /* SIGUSR1 only in the readers: this thread and the peer block it. */
+    sigset_t m;
+    sigemptyset(&m);
+    sigaddset(&m, SIGUSR1);
+    CHECK(pthread_sigmask(SIG_BLOCK, &m, NULL) == 0);
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_two, NULL) == 0);
+    ddp_mode(c);
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&rth[i], NULL, reader, (void *)(intptr_t)i) == 0);
+    int w = waiting_reader(), d = 1 - w;
+    /* SA_RESTART without SO_RCVTIMEO: the calls go on. */
+    int goes_on = restart && !rcvtimeo;
+    int lw = signal_reader(w, 1, goes_on ? 3 : 0);
+    int ld = signal_reader(d, 0, goes_on ? 3 : 0);
+    fprintf(stderr, "%s: waiting reader %zd errno %d after %d signals, driving reader %zd errno %d after %d\n",
+            cs, rres[w], rerr[w], lw, rres[d], rerr[d], ld);
+    if (goes_on) {
+        /* Both calls went on: the peer's two messages, one each. */
+        CHECK(!atomic_load(&rdone[w]) && !atomic_load(&rdone[d]));
+        go_peer();
+        for (int i = 0; i < 2; i++) CHECK(pthread_join(rth[i], NULL) == 0);
+        for (int i = 0; i < 2; i++) CHECK(rres[i] == 8);
+        CHECK((!memcmp(rbuf[0], "abcdefgh", 8) && !memcmp(rbuf[1], "ijklmnop", 8)) ||
+              (!memcmp(rbuf[1], "abcdefgh", 8) && !memcmp(rbuf[0], "ijklmnop", 8)));
+    } else {
+        for (int i = 0; i < 2; i++) {
+            CHECK(pthread_join(rth[i], NULL) == 0);
+            CHECK(rres[i] == -1 && rerr[i] == EINTR);
+        }
+        go_peer();
+        char b[8];
+        CHECK(read(c, b, sizeof b) == 8 && memcmp(b, "abcdefgh", 8) == 0);
+        CHECK(read(c, b, sizeof b) == 8 && memcmp(b, "ijklmnop", 8) == 0);
+    }
+    CHECK(pthread_join(pt, NULL) == 0);
 }
 
 /* Starts the peer and the signaller, and switches; `armed`: the
@@ -387,6 +543,8 @@ int main(int argc, char **argv) {
         CHECK(read(c, &k, 1) == 1 && k == 'k');
         free(buf);
         pthread_join(pt, NULL);
+    } else if (!strcmp(cs, "two") || !strcmp(cs, "tworestart") || !strcmp(cs, "tworcvtimeo")) {
+        two_readers(cs, strcmp(cs, "two") != 0, !strcmp(cs, "tworcvtimeo"));
     } else if (!strcmp(cs, "poll")) {
         handler(0);
         start(peer_small, &pt, &st, 1);

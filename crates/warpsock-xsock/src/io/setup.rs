@@ -8,7 +8,7 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use warpsock_engine::{
     connect_stream, Access, CmError, ConnectRequest, Context, ContextOptions, Cq, Pd, Progress, Qp,
@@ -168,7 +168,7 @@ impl XSocket {
                 rto: super::settings::RtoMin::Kernel,
                 deferred: None,
             }),
-            cv: Condvar::new(),
+            wakes: AtomicU32::new(0),
             opts: opts.clone(),
             local: qp.local_addr(),
             peer: qp.peer_addr(),

@@ -4,10 +4,10 @@
 //! Each socket has its own caller-driven engine context, so a blocking
 //! receive sleeps in a blocking read of the TCP socket itself (the system
 //! calls of plain TCP), and one thread at a time drives the engine for it:
-//! the others wait on a condition variable and are woken when that thread
-//! has processed what arrived. Everything the engine completes goes
-//! through [`XSocket::process`] under the socket's lock, whichever thread
-//! polled it.
+//! the others wait on the socket's wake word ([`XSocket::wakes`], a
+//! futex) and are woken when that thread has processed what arrived.
+//! Everything the engine completes goes through [`XSocket::process`] under
+//! the socket's lock, whichever thread polled it.
 //!
 //! Memory: `slots` receive slots of `slot_size` bytes (what the peer may
 //! send into without asking) and as many transmit slots for copies. A
@@ -25,7 +25,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use warpsock_engine::{
     Context, Cq, Event, Pd, Qp, QpNews, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
@@ -67,8 +67,8 @@ pub(crate) struct State {
     /// Why the connection ended, once it did.
     pub(crate) error: Option<(i32, String)>,
     pub(crate) driving: bool,
-    /// Threads asleep on the condition variable (a wake-up is a system
-    /// call: made only when someone waits).
+    /// Threads asleep on [`XSocket::wakes`] (a wake-up is a system call:
+    /// made only when someone waits).
     pub(crate) waiters: usize,
     pub(crate) residue: Vec<u8>,
     pub(crate) residue_off: usize,
@@ -183,7 +183,14 @@ impl State {
 /// A DDP-mode socket. Shared between threads (`Arc<XSocket>`).
 pub struct XSocket {
     pub(crate) st: Mutex<State>,
-    pub(crate) cv: Condvar,
+    /// The wake sequence the threads that wait for the driving one sleep
+    /// on (`wait_inner`): bumped and woken by [`XSocket::wake`], read and
+    /// bumped under the socket's lock only. A raw futex, not a `Condvar`:
+    /// std's wait goes back to sleep after a signal's handler ran, so a
+    /// second blocked reader was never interrupted, where TCP's read
+    /// fails with `EINTR` (signal(7)); the raw wait returns it (and is no
+    /// cancellation point: `crate::cancel`).
+    pub(crate) wakes: AtomicU32,
     pub(crate) opts: Options,
     pub(crate) _ctx: Context,
     pub(crate) pd: Pd,
@@ -873,10 +880,17 @@ impl XSocket {
         self.wake(&st);
     }
 
-    /// Wakes the threads waiting for the socket's state to change.
+    /// Wakes the threads waiting for the socket's state to change
+    /// (`wait_inner`'s sleep on [`Self::wakes`]). Under the lock (`st`),
+    /// as every read of the word: a waiter counted itself in `waiters` and
+    /// read the word before it let the lock go, so this bump comes after
+    /// that read, and its sleep either sees the new value (the futex
+    /// returns at once) or is asleep when the wake comes — no wake-up is
+    /// lost (the protocol of std's futex `Condvar::notify_all`).
     pub(crate) fn wake(&self, st: &State) {
         if st.waiters > 0 {
-            self.cv.notify_all();
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            warpsock_engine::rawsys::futex_wake(&self.wakes, i32::MAX);
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Waiting for the engine: the one thread that drives a socket's engine
-//! at a time, the others waiting on the condition variable
+//! at a time, the others waiting for it on the socket's wake word
 //! ([`XSocket::wait`]), and the receive call's direct take of a message
 //! that lands while it waits ([`XSocket::wait_take`]) or in the round a
 //! non-blocking one drives ([`XSocket::drive_take`]).
@@ -149,7 +149,7 @@ impl XSocket {
     /// * the end of the stream, our end shut for reading, an error, the
     ///   peer's FIN: the call returns without waiting;
     /// * another thread driving the engine (a second reader: the wait is
-    ///   on the condition variable, with no take);
+    ///   on the wake word, with no take);
     /// * receives retargeted at another call's buffers (placement ahead of
     ///   the data: their bytes are that call's to deliver).
     #[inline(always)]
@@ -208,17 +208,36 @@ impl XSocket {
             d.saturating_duration_since(Instant::now()).min(SLICE)
         });
         if st.driving {
+            // Another thread drives the engine: sleep until it wakes us
+            // (`wake`), for a slice, or until a signal's handler runs —
+            // then the call decides as the driver's would
+            // (`stop_for_signal`): on TCP a second blocked reader's call
+            // fails with `EINTR` too (signal(7); a `Condvar`'s wait slept
+            // on through the handler). The word is read under the lock,
+            // which every bump of it holds (`wake`): a wake after this
+            // read ends the sleep, one before it is already seen.
             st.waiters += 1;
-            let mut st = self
-                .cv
-                .wait_timeout(st, slice)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-            // A take of the lock as `lock`'s: this call goes on changing
-            // the books (`io/quiet.rs`).
+            let seq = self.wakes.load(Ordering::Relaxed);
+            drop(st);
+            let r = warpsock_engine::rawsys::futex_wait(&self.wakes, seq, slice);
+            // Looked at before the lock is taken again (`Woken`).
+            let intr =
+                if r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    Woken::after_signal()
+                } else {
+                    Woken::NoSignal
+                };
+            let mut st = self.st.lock().unwrap_or_else(PoisonError::into_inner);
+            // A take of the lock as `lock`'s (not counted, as the wait's
+            // re-take never was: `state_locks`): this call goes on
+            // changing the books (`io/quiet.rs`).
             self.quiet.store(false, Ordering::Relaxed);
             st.waiters -= 1;
-            return (st, None, Woken::after_slice());
+            let intr = match intr {
+                Woken::NoSignal => Woken::after_slice(),
+                woken => woken,
+            };
+            return (st, None, intr);
         }
         st.driving = true;
         self.parked.store(true, Ordering::Release);

@@ -68,8 +68,8 @@ impl XSocket {
         self.qp.socket_reads()
     }
 
-    /// Times the socket's lock was taken so far (the condition variable's
-    /// re-takes after a wait for another thread not counted): a diagnostic
+    /// Times the socket's lock was taken so far (the re-takes after a
+    /// wait for another thread not counted): a diagnostic
     /// of the work per call — a data call and the readiness its caller
     /// reflects after it take it once between them, plus once per wait
     /// in the engine.
