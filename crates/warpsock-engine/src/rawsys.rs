@@ -43,32 +43,38 @@ pub unsafe fn socket_io(
     }
 }
 
-/// `recvfrom(fd, ptr, len, flags, NULL, NULL)` made with the `syscall`
-/// instruction itself, not libc's `syscall` (its shuffle of seven
-/// arguments and its store of `errno`, ~25 instructions a busy poller's
-/// empty spin; issue 12): the result, or the error as `-errno` (the
-/// kernel's own return; `errno` is not set). Not a cancellation point,
-/// as [`socket_io`].
+/// [`socket_io`] (`nr`: `SYS_sendto` or `SYS_recvfrom`) made with the
+/// `syscall` instruction itself, not libc's `syscall` (its shuffle of
+/// seven arguments and its store of `errno`, ~25 instructions a busy
+/// poller's empty spin, and as many every small write: issue 12): the
+/// result, or the error as `-errno` (the kernel's own return; `errno` is
+/// not set). Not a cancellation point, as [`socket_io`]. The engine's
+/// idle read (`sys::recv_dontwait_errno`) and its one-buffer write
+/// (`sys::send_one`) both go through it.
 ///
 /// # Safety
-/// `ptr` is writable for `len` bytes.
+/// `ptr` is valid for `len` bytes: readable for `sendto`, writable for
+/// `recvfrom`.
 #[cfg(target_arch = "x86_64")]
 #[inline]
-pub(crate) unsafe fn recvfrom_kernel(
+pub(crate) unsafe fn socket_io_kernel(
+    nr: libc::c_long,
     fd: RawFd,
     ptr: *mut u8,
     len: usize,
     flags: libc::c_int,
 ) -> isize {
+    debug_assert!(nr == libc::SYS_sendto || nr == libc::SYS_recvfrom);
     let r: isize;
     // SAFETY: the x86-64 Linux system call convention (number and result
     // in rax, arguments in rdi, rsi, rdx, r10, r8, r9; rcx and r11
-    // clobbered); the kernel writes at most `len` bytes at `ptr`, which
-    // the caller vouches for; the address and its length are null.
+    // clobbered); the kernel reads or writes at most `len` bytes at
+    // `ptr`, which the caller vouches for; the address and its length
+    // are null.
     unsafe {
         std::arch::asm!(
             "syscall",
-            inlateout("rax") libc::SYS_recvfrom as isize => r,
+            inlateout("rax") nr as isize => r,
             in("rdi") fd as isize,
             in("rsi") ptr,
             in("rdx") len,

@@ -281,9 +281,32 @@ pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize
 /// preload, resolves to the interposed `send` first (its guard check, then
 /// the real one) — about 60 instructions per small write (callgrind, the
 /// 8 B ping-pong) that a non-blocking write of our own socket needs none
-/// of. The engine's writes so never re-enter the interposer at all.
+/// of. The engine's writes so never re-enter the interposer at all. On
+/// x86-64 the `syscall` instruction itself
+/// ([`crate::rawsys::socket_io_kernel`], as the idle read): no libc
+/// `syscall`, no `errno` (the error is built from the kernel's `-errno`).
+#[inline]
 fn send_one(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `buf` is a live, readable slice of `buf.len()` bytes.
+        let r = unsafe {
+            crate::rawsys::socket_io_kernel(
+                libc::SYS_sendto,
+                fd,
+                buf.as_ptr().cast_mut(),
+                buf.len(),
+                flags,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::from_raw_os_error(-r as i32))
+        } else {
+            Ok(r as usize)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: `buf` is a live, readable slice of `buf.len()` bytes.
     unsafe {
         raw_socket_io(
@@ -381,14 +404,20 @@ pub(crate) fn recv_dontwait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 /// empty read (`EAGAIN`, the short idle round's usual answer) builds and
 /// drops no `io::Error` (a call to its drop, ~20 instructions an empty
 /// spin; issue 12). On x86-64 the `syscall` instruction itself
-/// ([`crate::rawsys::recvfrom_kernel`]): no `errno` at all.
+/// ([`crate::rawsys::socket_io_kernel`]): no `errno` at all.
 #[inline]
 pub(crate) fn recv_dontwait_errno(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
         let r = unsafe {
-            crate::rawsys::recvfrom_kernel(fd, buf.as_mut_ptr(), buf.len(), libc::MSG_DONTWAIT)
+            crate::rawsys::socket_io_kernel(
+                libc::SYS_recvfrom,
+                fd,
+                buf.as_mut_ptr(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
         };
         if r < 0 {
             Err(-r as i32)
@@ -669,5 +698,30 @@ mod tests {
             rx.read_exact(&mut got).unwrap();
             assert_eq!(got, want, "shape {sizes:?}");
         }
+    }
+
+    /// A one-buffer write's errors are the kernel's errno (issue 12: on
+    /// x86-64 it is the `syscall` instruction's `-errno`, no libc
+    /// `errno`): `EAGAIN` once the socket's buffer is full (the write
+    /// never blocks), `EPIPE` after our end is shut (no `SIGPIPE`:
+    /// `MSG_NOSIGNAL`); a write that went returns its length.
+    #[test]
+    fn send_one_reports_the_kernels_errno() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_rx, _) = l.accept().unwrap();
+        let fd = tx.as_raw_fd();
+        assert_eq!(send_one(fd, b"12345678").unwrap(), 8);
+        let big = vec![0u8; 1 << 16];
+        let full = loop {
+            match send_one(fd, &big) {
+                Ok(n) => assert!(n > 0),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(full.raw_os_error(), Some(libc::EAGAIN), "{full:?}");
+        tx.shutdown(std::net::Shutdown::Write).unwrap();
+        let e = send_one(fd, b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e:?}");
     }
 }
