@@ -259,8 +259,10 @@ impl XSocket {
         }
         let t = st.s.take_message(slot, payload, out.len(), st.msg_mode)?;
         super::slots::copy_short(&mut out[..t.len], &payload[t.off..t.off + t.len]);
-        st.posted.pop_front();
-        st.posted.push_back(slot);
+        // The head slot (checked above: the queue holds it) to the back,
+        // as the engine reposts it: `pop_front` and `push_back` of it, in
+        // place (`push_back` was a call of std's, ~20 instructions a take).
+        st.posted.rotate_left(1);
         st.s.post_last_freed(slot);
         Some((t.len, st.msg_mode))
     }
