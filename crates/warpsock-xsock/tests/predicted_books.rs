@@ -41,6 +41,9 @@ fn same_returns(slots: u16, n: u64, seed: u64, percent: u64) {
     let mut rng = Rng::new(seed);
     let mut usual = Stream::new(hello(slots, 256), hello(slots, 256));
     let mut predicted = Stream::new(hello(slots, 256), hello(slots, 256));
+    // The predicted books made the long way (`take_message`, then
+    // `post_last_freed`), kept step for step with `predicted`.
+    let mut reference = Stream::new(hello(slots, 256), hello(slots, 256));
     // The peer's credits, as it counts them, and the slots of our CREDITs
     // it holds, which its next DATA returns (it reads them at once).
     let mut peer = u32::from(slots);
@@ -51,23 +54,42 @@ fn same_returns(slots: u16, n: u64, seed: u64, percent: u64) {
         assert!(peer >= 2, "{at}: the peer stalled");
         peer -= 1;
         let m = data(std::mem::take(&mut ours));
-        for s in [&mut usual, &mut predicted] {
+        let take = |s: &mut Stream| {
             let t = s.take_message(slot, &m, 64, false).expect(&at);
             assert_eq!(t.len, 8, "{at}");
-        }
+        };
+        take(&mut usual);
         repost_if_due(&mut usual);
-        // A predicted take posts its slot, then the batch waiting (at once:
+        // A predicted take posts its slot (`take_message_reposted`: the
+        // take and `post_last_freed` in one, the books exactly theirs,
+        // as `reference` makes them), then the batch waiting (at once:
         // `predicted_taken`); the usual path's take asks for the batch.
         if rng.chance(percent) {
-            predicted.post_last_freed(slot);
-            assert!(!predicted.post_reposts(|_| Ok(())));
+            let t = predicted
+                .take_message_reposted(slot, &m, 64, false)
+                .expect(&at);
+            assert_eq!(t.len, 8, "{at}");
+            take(&mut reference);
+            reference.post_last_freed(slot);
+            assert_eq!(
+                format!("{predicted:?}"),
+                format!("{reference:?}"),
+                "{at}: take_message_reposted's books"
+            );
+            for s in [&mut predicted, &mut reference] {
+                assert!(!s.post_reposts(|_| Ok(())));
+            }
         } else {
-            repost_if_due(&mut predicted);
+            for s in [&mut predicted, &mut reference] {
+                take(s);
+                repost_if_due(s);
+            }
         }
         slot = (slot + 1) % u32::from(slots);
         assert_eq!(usual.owes_msg(), predicted.owes_msg(), "{at}: owed");
         if usual.owes_msg() {
             let (a, b) = (usual.poll_msg(), predicted.poll_msg());
+            assert_eq!(reference.poll_msg(), b, "{at}: the reference's CREDIT");
             let (Some(a), Some(b)) = (a, b) else {
                 panic!("{at}: a CREDIT owed and not given");
             };

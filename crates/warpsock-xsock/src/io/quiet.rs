@@ -227,7 +227,8 @@ impl XSocket {
     /// completed receive's — the books count it received and read
     /// ([`crate::stream::Stream::take_message`]) — but copied from the
     /// read straight into `out`, and its slot, which the engine posts
-    /// again in place, counted posted at once (`Stream::post_last_freed`:
+    /// again in place, counted posted at once (`Stream::take_message_reposted`,
+    /// `take_message` and `Stream::post_last_freed` in one:
     /// creditable to the peer from now on). `None`, nothing changed: the
     /// usual path (the engine services the FPDU, the receive completes).
     ///
@@ -257,13 +258,13 @@ impl XSocket {
         {
             return None;
         }
-        let t = st.s.take_message(slot, payload, out.len(), st.msg_mode)?;
+        let t =
+            st.s.take_message_reposted(slot, payload, out.len(), st.msg_mode)?;
         super::slots::copy_short(&mut out[..t.len], &payload[t.off..t.off + t.len]);
         // The head slot (checked above: the queue holds it) to the back,
         // as the engine reposts it: `pop_front` and `push_back` of it, in
         // place (`push_back` was a call of std's, ~20 instructions a take).
         st.posted.rotate_left(1);
-        st.s.post_last_freed(slot);
         Some((t.len, st.msg_mode))
     }
 
