@@ -145,6 +145,7 @@ impl XSocket {
     /// socket's buffer at every post, and watching from each post to the
     /// wait that follows it turned the watch on and off again, two
     /// `epoll_ctl` per post.
+    #[inline(always)]
     pub(crate) fn rearm(&self, st: &mut State) {
         if self.parked() {
             return;
