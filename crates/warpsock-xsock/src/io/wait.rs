@@ -439,13 +439,21 @@ impl XSocket {
     /// a sink or parks, a `MSG_WAITALL` short of its length waits again —
     /// and a credit it took in would wake no one (review r21-b item 1,
     /// r21-send item 1). Only rounds that processed something; one relaxed
-    /// load then.
-    #[inline]
+    /// load then. Always inlined as that load (a predicted answer's every
+    /// time: as `#[inline]` alone it stayed a call), the report out of
+    /// line ([`Self::report_now`]).
+    #[inline(always)]
     pub(super) fn report_for_writer(&self, st: &State) {
         if self.writable_wait.load(Ordering::Relaxed) {
-            if let Some(f) = self.on_progress.get() {
-                f(Self::readiness_of(st));
-            }
+            self.report_now(st);
+        }
+    }
+
+    /// [`Self::report_for_writer`] while the program waits to write.
+    #[inline(never)]
+    fn report_now(&self, st: &State) {
+        if let Some(f) = self.on_progress.get() {
+            f(Self::readiness_of(st));
         }
     }
 
