@@ -103,7 +103,10 @@ impl QuietRead<'_> {
     /// lock released. `take` must not call into this context. Only where
     /// the receive's completion would come to this queue, with its notify
     /// fd not maintained (`Cq::notify_fd`: a completion would signal it).
-    /// `Err`: nothing changed; [`Self::finish`] as usual.
+    /// `Err`: nothing changed; [`Self::finish`] as usual. Always inlined
+    /// (one caller, the quiet spin): the preload's build left it a call
+    /// that returned its result and the lock through memory.
+    #[inline(always)]
     pub fn predict<R>(
         mut self,
         take: impl FnOnce(u64, &[u8]) -> Option<R>,
