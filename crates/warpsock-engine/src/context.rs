@@ -285,6 +285,10 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// The context's lock, counted. Always inlined: every call into the
+    /// engine takes it (a busy poller's every spin), and the preload's
+    /// build left it a call (the xsock example's inlined it).
+    #[inline(always)]
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         st.locks += 1;
