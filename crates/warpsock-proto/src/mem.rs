@@ -296,7 +296,10 @@ impl<B: Backing> Registry<B> {
     /// Bytes `[offset, offset + len)` of the live region `stag`, or `None`
     /// if the region is gone (deregistered since it was checked) or the
     /// range does not fit. Validity and rights are not re-checked: this is
-    /// for ranges [`Self::check`] approved earlier.
+    /// for ranges [`Self::check`] approved earlier. Always inlined, as
+    /// `check`: the predicted receive asks it per Send (the preload's
+    /// build left it a call).
+    #[inline(always)]
     pub fn slice(&self, stag: Stag, offset: u64, len: usize) -> Option<&[u8]> {
         let slot = match self.slots.get((stag >> 8) as usize) {
             Some(Some(s)) if s.info.stag == stag => s,
