@@ -11,7 +11,7 @@
 //! The reactor knows nothing of any socket kind: it calls handlers.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -191,6 +191,20 @@ pub(crate) fn get() -> Option<&'static Reactor> {
             Some(unsafe { &*other })
         }
     }
+}
+
+/// The progress thread's kernel id (0: none started). Kernel ids are
+/// not reused while the thread lives, and a forked child's threads have
+/// ids of their own: no other thread matches it.
+static THREAD: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the calling thread is the progress thread: a socket's last
+/// reference may go there (`xsock::follow::Ready`), whose close must not
+/// wait (`SO_LINGER`'s: every socket's progress would wait with it).
+pub(crate) fn on_progress_thread() -> bool {
+    let t = THREAD.load(Ordering::Acquire);
+    // SAFETY: gettid has no preconditions.
+    t != 0 && t == unsafe { libc::gettid() }
 }
 
 /// The engine if one runs, without starting it.
@@ -382,6 +396,8 @@ impl Reactor {
 
     fn run(&'static self) {
         sys::no_cancel();
+        // SAFETY: gettid has no preconditions.
+        THREAD.store(unsafe { libc::gettid() }, Ordering::Release);
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         loop {
             // A deadline moved earlier while we scan is seen by the scan, or

@@ -289,23 +289,28 @@ fn get() -> Option<&'static Reaper> {
 
 /// Hands socket `x`, whose program descriptor is closed, to the reaper,
 /// which finishes its close: orderly, or only its drop if `abortive` (the
-/// caller reset it). Returns at once. Counted in [`CLOSING`] until its
-/// bytes and end of stream left (or were given up on). Without a reaper
-/// (no thread to be had) the socket is dropped now: its engine's socket
-/// closes, as a closer thread that could not start left it.
-pub(super) fn hand_over(x: XSocket, abortive: bool) {
+/// caller reset it). `begun`: the orderly close the caller began and
+/// stepped already (`SO_LINGER` N's wait in `close`: `sock/close.rs`),
+/// which the reaper steps on from where it stands — no look at unread
+/// bytes then (the caller's), no second begin. Returns at once. Counted
+/// in [`CLOSING`] until its bytes and end of stream left (or were given
+/// up on). Without a reaper (no thread to be had) the socket is dropped
+/// now: its engine's socket closes, as a closer thread that could not
+/// start left it.
+pub(super) fn hand_over(x: XSocket, abortive: bool, begun: Option<Closing>) {
     let Some(r) = get() else {
         drop(x);
         return;
     };
-    if !abortive {
+    let counted = !abortive && begun.as_ref().is_none_or(|c| c.phase() == Phase::Sending);
+    if counted {
         CLOSING.fetch_add(1, Ordering::AcqRel);
     }
     HELD.fetch_add(1, Ordering::AcqRel);
     r.inbox.push(Held {
         x,
-        c: None,
-        counted: !abortive,
+        c: begun,
+        counted,
         key: 0,
         due: true,
         watched: None,
@@ -373,7 +378,10 @@ impl Reaper {
                 let now = Instant::now();
                 let new = self.inbox.take();
                 for mut h in new {
-                    if h.counted && h.x.unread() {
+                    if h.c.is_some() {
+                        // Begun by its `close` (`SO_LINGER` N): stepped
+                        // on below.
+                    } else if h.counted && h.x.unread() {
                         // Received bytes left unread: a reset, as Linux's
                         // close (`XSocket::unread`), its socket dropped.
                         h.x.reset_now();

@@ -54,6 +54,10 @@ pub(crate) struct DdpSock {
     /// The program closed it ([`Socket::release`]): [`CLOSED`] or
     /// [`CLOSED_ABORTIVE`], made when the last reference goes.
     closing: AtomicU8,
+    /// The program's `SO_LINGER` time in seconds at its close, if it set
+    /// {1, N > 0} ([`Socket::release`]; 0: none): the last drop's close
+    /// waits for the bytes to be acknowledged, N s at most (`close.rs`).
+    linger_s: AtomicI32,
     /// The TCP socket, off the program's number (names, options).
     kfd: c_int,
     /// What the program's number becomes in a forked child or after exec:
@@ -244,6 +248,7 @@ impl DdpSock {
                 kept,
                 x: ManuallyDrop::new(x),
                 closing: AtomicU8::new(0),
+                linger_s: AtomicI32::new(0),
                 kfd,
                 bell,
                 refs: AtomicUsize::new(0),
@@ -402,8 +407,13 @@ impl Socket for DdpSock {
         // peer before the reset (its read got 0, then `ECONNRESET`). Made,
         // as the orderly close, when the last reference goes ([`Drop`]):
         // at once, or as a call of another thread's in flight returns.
-        let abortive = super::census::linger_as_set(self.x.tcp_fd())
-            .is_some_and(|l| l.l_onoff != 0 && l.l_linger == 0);
+        let linger = super::census::linger_as_set(self.x.tcp_fd())
+            .filter(|l| l.l_onoff != 0)
+            .map(|l| l.l_linger);
+        let abortive = linger == Some(0);
+        // {1, N > 0}: the close waits (`close.rs`, `linger_close`).
+        self.linger_s
+            .store(linger.filter(|&n| n > 0).unwrap_or(0), Ordering::Release);
         let how = if abortive { CLOSED_ABORTIVE } else { CLOSED };
         self.closing.store(how, Ordering::Release);
     }

@@ -2,11 +2,17 @@
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
 
+use libc::{c_int, socklen_t};
+use warpsock_xsock::io::{Closing, Phase, XSocket};
+
+use super::super::linger::CLOSING;
 use super::super::reaper;
 use super::DdpSock;
 use crate::shim::guard::{busy, enter};
-use crate::shim::sys;
+use crate::shim::{reactor, real, sys};
+use crate::xsock::config;
 
 /// The thread that makes the exit's closes of the sockets the program
 /// left open (`census::ExitCloses`); 0 before.
@@ -69,6 +75,7 @@ impl Drop for DdpSock {
         if how == 0 {
             return;
         }
+        let linger_s = self.linger_s.load(Ordering::Acquire);
         // Library calls (the reset's, the hand-over's), from wherever the
         // last reference went: under the guard.
         let close = move || {
@@ -92,7 +99,13 @@ impl Drop for DdpSock {
             // bidirectional DDP-socket failure in CI; its reset never fired
             // there — the engine's socket closed at once was the cause,
             // fixed by the linger, task xclose.)
-            reaper::hand_over(x, how == CLOSED_ABORTIVE);
+            //
+            // Unless the program set `SO_LINGER` {1, N > 0}: then the
+            // close waits here first, as Linux's ([`linger_close`]).
+            let begun = (how == CLOSED && linger_s > 0)
+                .then(|| linger_close(&x, Duration::from_secs(linger_s as u64)))
+                .flatten();
+            reaper::hand_over(x, how == CLOSED_ABORTIVE, begun);
         };
         if busy() {
             close();
@@ -100,4 +113,217 @@ impl Drop for DdpSock {
             enter((), close);
         }
     }
+}
+
+/// The longest wait between two looks at the engine's socket once its
+/// FIN is out: the peer's acknowledgement of it wakes no poll (a socket
+/// whose write side is shut polls writable for good), so it is looked at
+/// after each slice.
+const ACK_SLICE: Duration = Duration::from_millis(5);
+
+/// The longest wait while sending: input and output space wake it, the
+/// slice is a safety net (as the reaper's sweep) for a step's books that
+/// changed with no event on the engine's socket.
+const SEND_SLICE: Duration = Duration::from_millis(50);
+
+/// `close` with `SO_LINGER` {1, N > 0}, as Linux's: `inet_release` gives
+/// `tcp_close` the linger time as its timeout (unless the process is
+/// exiting: `PF_EXITING`, here [`exit_begun`]), and `tcp_close` waits in
+/// `sk_stream_wait_close` until the socket is no longer closing —
+/// `FIN_WAIT1`, `CLOSING`, `LAST_ACK`: until every byte queued and the
+/// FIN are acknowledged — or the time passes, whatever `O_NONBLOCK` says;
+/// the close then returns 0 and the rest goes on in the background.
+///
+/// Here the close begins and steps the orderly close itself (the
+/// reaper's [`Closing`] steps: [`XSocket::try_close_begin`],
+/// [`XSocket::try_close_step`]) until it is acknowledged
+/// ([`acknowledged`]) or `bound` passed, and returns it for the reaper to
+/// step on from there (the linger for the peer's FIN stays the reaper's):
+/// `None` if it could not begin — the process's exit began, the last
+/// reference went on the library's progress thread (no program call
+/// there to block, and every socket's progress would wait with it; as
+/// Linux's last `fput` outside a process's call, which a kernel worker
+/// makes), bytes received are unread (a reset, the reaper's:
+/// `XSocket::unread`), or the socket's lock is taken (a signal handler's
+/// close over a call of this thread's on it: no wait for it) — and the
+/// reaper makes the whole close as before.
+///
+/// While it waits the close is counted in `linger::CLOSING`, as the
+/// reaper's sending closes are: an exit that another thread makes
+/// meanwhile waits for its bytes too.
+///
+/// A signal ends the wait, and the close returns 0 all the same: Linux's
+/// `sk_stream_wait_close` stops at a pending signal (`signal_pending`)
+/// and returns nothing, and the descriptor is gone by then (the close
+/// cannot fail, nor be restarted). So does a `pthread_cancel` acted on
+/// (`warpsock_xsock::cancel::after_signal`): the descriptor is closed, so
+/// the close is not undone; the cancel stays pending, acted on at the
+/// thread's next cancellation point (glibc's `close` acts on one pending
+/// at its start, before the descriptor closes: the interposed `close`
+/// does too). The preload's own signal sent with a cancel this thread
+/// does not act on now does not end it. Each wait is a raw `ppoll`, never
+/// a cancellation point.
+fn linger_close(x: &XSocket, bound: Duration) -> Option<Closing> {
+    if exit_begun() || reactor::on_progress_thread() || x.try_unread() != Some(false) {
+        return None;
+    }
+    let start = Instant::now();
+    let end = start + bound;
+    // Each phase's bound (without progress) is the program's linger if
+    // longer than the library's: the close waits that long for a peer
+    // that stopped reading, as Linux's, rather than give up (and reset)
+    // at `WARPSOCK_LINGER_MS`; the reaper keeps it.
+    let mut c = x.try_close_begin(config::get().linger.max(bound), start)?;
+    let _counted = Counted::new();
+    // The program's signals blocked but in the waits (`ppoll` with the
+    // program's mask): one that comes between two waits is pending at the
+    // next, which it ends (as `signal_pending` in Linux's loop), never
+    // lost to a handler run while no wait was there to see it.
+    let mask = SignalsHeld::new();
+    loop {
+        let now = Instant::now();
+        // The lock taken (a call of another thread's on this socket has
+        // none: its reference would hold the drop back): no step this
+        // time, a slice's wait.
+        let stepped = x.try_close_step(&mut c, now);
+        if c.phase() == Phase::Done || acknowledged(x, &c) || now >= end {
+            return Some(c);
+        }
+        if warpsock_xsock::cancel::pending() {
+            // A cancel noted while no wait was there (`SIGCANCEL` is not
+            // blocked: glibc keeps it out of every mask).
+            return Some(c);
+        }
+        let slice = if stepped.is_none() || c.phase() != Phase::Sending {
+            ACK_SLICE
+        } else {
+            SEND_SLICE
+        };
+        let until = c.deadline().min(end).min(now + slice);
+        let left = until.saturating_duration_since(Instant::now());
+        let mut p = [libc::pollfd {
+            fd: x.tcp_fd(),
+            events: x.close_events(),
+            revents: 0,
+        }];
+        let ts = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one live pollfd; the program's mask, saved above.
+        let n = unsafe { sys::ppoll_raw(p.as_mut_ptr(), 1, Some(ts), &mask.0) };
+        if n < 0
+            && sys::errno() == libc::EINTR
+            && warpsock_xsock::cancel::after_signal() != Some(false)
+        {
+            // The program's signal (its handler has run), or a cancel to
+            // act on: the wait ends, the close returns 0.
+            return Some(c);
+        }
+        // Ready, or the slice or a deadline passed: a step, a look.
+    }
+}
+
+/// A close counted in `linger::CLOSING` while this lives.
+struct Counted;
+
+impl Counted {
+    fn new() -> Self {
+        CLOSING.fetch_add(1, Ordering::AcqRel);
+        Self
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        CLOSING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The calling thread's asynchronous signals blocked while this lives
+/// (faults never), its mask before kept (`.0`) for the waits and put back
+/// as it drops.
+struct SignalsHeld(libc::sigset_t);
+
+impl SignalsHeld {
+    fn new() -> Self {
+        // SAFETY: sigset_t is plain data; the sig* calls only write the
+        // sets given; pthread_sigmask changes the calling thread's mask
+        // only (and is async-signal-safe: this may run in a handler's
+        // close).
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            for s in [
+                libc::SIGSEGV,
+                libc::SIGBUS,
+                libc::SIGFPE,
+                libc::SIGILL,
+                libc::SIGTRAP,
+                libc::SIGSYS,
+                libc::SIGABRT,
+            ] {
+                libc::sigdelset(&mut all, s);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            Self(old)
+        }
+    }
+}
+
+impl Drop for SignalsHeld {
+    fn drop(&mut self) {
+        // SAFETY: the saved set; the calling thread's mask only.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
+/// Whether close `c`'s bytes and end of stream are out and acknowledged
+/// as far as the engine can tell: its sending phase is over (every byte
+/// went through the send buffer and the transmit slots to the engine, or
+/// the close gave up on them), and the engine's TCP socket is past
+/// Linux's closing states — `FIN_WAIT2`, `TIME_WAIT` or `CLOSE`. The
+/// engine shuts its socket's write side only once it has handed the
+/// kernel every byte it held (its backlog behind a full send buffer
+/// included), so `FIN_WAIT2` or `TIME_WAIT` means the peer's kernel
+/// acknowledged all of them and the FIN — what Linux's `tcp_close` waits
+/// for (`sk_stream_closing`). Not that the peer's engine or program read
+/// them: TCP's close does not wait for that either (its credits come
+/// back as the program reads, and a program may read only after the
+/// end). `CLOSE` is a connection reset or failed meanwhile: nothing more
+/// to wait for, as Linux's. (`SIOCOUTQ` 0 alone is not enough: it is 0
+/// too before the engine's FIN went, while the engine still holds bytes
+/// of its own.)
+fn acknowledged(x: &XSocket, c: &Closing) -> bool {
+    c.phase() != Phase::Sending
+        && matches!(
+            tcp_state(x.tcp_fd()),
+            Some(TCP_FIN_WAIT2 | TCP_TIME_WAIT | TCP_CLOSE)
+        )
+}
+
+/// Linux's TCP states (include/net/tcp_states.h; the libc crate lacks
+/// them).
+const TCP_FIN_WAIT2: c_int = 5;
+const TCP_TIME_WAIT: c_int = 6;
+const TCP_CLOSE: c_int = 7;
+
+/// The state of TCP socket `fd` (`TCP_INFO`'s `tcpi_state`, its first
+/// byte), or `None` if the kernel did not say.
+fn tcp_state(fd: c_int) -> Option<c_int> {
+    let mut info = [0u8; 8];
+    let mut len = info.len() as socklen_t;
+    // SAFETY: getsockopt into a buffer on the stack, its size given (the
+    // kernel copies at most that much of its `tcp_info`).
+    let r = unsafe {
+        real::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && len >= 1).then(|| c_int::from(info[0]))
 }

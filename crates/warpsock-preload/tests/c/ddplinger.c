@@ -1,0 +1,192 @@
+/* close() of a socket with SO_LINGER {1, N > 0}, as Linux's: it blocks
+ * until every queued byte and the FIN are acknowledged or N seconds pass
+ * (inet_release: the linger time as tcp_close's timeout; tcp_close then
+ * sk_stream_wait_close), whatever O_NONBLOCK says, and returns 0; a
+ * signal ends the wait, and the close still returns 0 (the descriptor is
+ * gone). In DDP mode the preload's close handed everything to its reaper
+ * thread and returned at once: a writer that `_exit`s right after its
+ * close (the kernel would have finished the close after it) killed the
+ * reaper with the stream's tail still in the library (issue 12).
+ *
+ *   ddplinger drain|stuck|signal [plain]
+ *     The writer (a child) sets SO_LINGER {1, N}, writes LEN bytes, says
+ *     so, closes and then `_exit`s at once, after reporting the close's
+ *     result and time. Its reader (the parent; a small receive buffer)
+ *     reads all but the last TAIL bytes as they come, then pauses until
+ *     the writer's close returned or sleeps (in the kernel's close, or the
+ *     library's wait, a ppoll).
+ *     drain:  N = 5; the reader then reads on: it must get every byte,
+ *             then 0, and the close must have slept (the tail was not
+ *             acknowledged yet) and returned 0 before N s (it waited for
+ *             the acknowledgement, not the bound).
+ *     stuck:  N = 2; the reader reads nothing until the close returned:
+ *             0, after N s (less than N + 5 s); then the reader reads on:
+ *             every byte then 0, or a reset (ECONNRESET), never a clean
+ *             end after a short stream.
+ *     signal: N = 30; the reader sends the writer a signal (its handler
+ *             has no SA_RESTART) while it sleeps in its close: the close
+ *             returns 0 well before N s; then as stuck.
+ *     plain: no switch, both ends TCP (the comparison).
+ * exit 0 if every check held. */
+#include "ddppair.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#define LEN (4 << 20)
+#define TAIL (64 << 10)
+
+static int plain;
+
+static unsigned char at(size_t i) {
+    return (unsigned char)((i * 131 + (i >> 12)) & 0xff);
+}
+
+/* Reads fd until *got reaches want (0: to its end); 4 KiB reads. Returns
+ * 0, or the errno of a failed read. */
+static int read_to(int fd, size_t *got, size_t want) {
+    static unsigned char buf[4096];
+    while (want == 0 || *got < want) {
+        size_t n = sizeof buf;
+        if (want && want - *got < n) n = want - *got;
+        ssize_t k = read(fd, buf, n);
+        if (k < 0) return errno;
+        if (k == 0) {
+            CHECK(want == 0);
+            return 0;
+        }
+        for (ssize_t j = 0; j < k; j++) CHECK(buf[j] == at(*got + (size_t)j));
+        *got += (size_t)k;
+    }
+    return 0;
+}
+
+static void on_usr1(int sig) {
+    (void)sig;
+}
+
+static long ms_between(const struct timespec *a, const struct timespec *b) {
+    return (b->tv_sec - a->tv_sec) * 1000 + (b->tv_nsec - a->tv_nsec) / 1000000;
+}
+
+/* The writer (see the top): its close's result, errno and time in ms go
+ * to `told` as one line, after a byte as the close begins. */
+static void writer(int c, int told, int secs) {
+    int big = 1 << 20;
+    CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
+    if (!plain) ddp_mode(c);
+    struct linger l = {1, secs};
+    CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+    static unsigned char b[LEN];
+    for (size_t i = 0; i < LEN; i++) b[i] = at(i);
+    write_every(c, b, LEN);
+    CHECK(write(told, "c", 1) == 1);
+    struct timespec t0, t1;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
+    int r = close(c);
+    int e = errno;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
+    char msg[64];
+    int n = snprintf(msg, sizeof msg, "%d %d %ld\n", r, r ? e : 0, ms_between(&t0, &t1));
+    CHECK(write(told, msg, (size_t)n) == n);
+    _exit(0);
+}
+
+/* The system call process pid's main thread sleeps in (its
+ * /proc/PID/syscall), or -1 (running, or unreadable). */
+static long syscall_of(pid_t pid) {
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *end;
+    long nr = strtol(buf, &end, 10);
+    return end == buf ? -1 : nr;
+}
+
+/* Waits until the writer w's close returned (its line is readable on
+ * `told`) or it sleeps in its close: the kernel's, or the library's wait
+ * (a ppoll). A look every millisecond, 30 s at most. Returns whether it
+ * sleeps. */
+static int until_closing(pid_t w, int told) {
+    for (int i = 0; i < 30000; i++) {
+        struct pollfd p = {told, POLLIN, 0};
+        if (poll(&p, 1, 1) == 1) return 0;
+        long nr = syscall_of(w);
+        if (nr == SYS_close || nr == SYS_ppoll) return 1;
+    }
+    CHECK(!"the writer neither sleeps in its close nor returned from it");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2 || (argc == 3 && strcmp(argv[2], "plain") == 0));
+    plain = argc == 3;
+    const char *mode = argv[1];
+    int drain = strcmp(mode, "drain") == 0, sig = strcmp(mode, "signal") == 0;
+    CHECK(drain || sig || strcmp(mode, "stuck") == 0);
+    int secs = drain ? 5 : sig ? 30 : 2;
+    int c, s, told[2];
+    CHECK(pipe(told) == 0);
+    /* The reader's receive buffer small: the tail waits in the writer. */
+    tcp_pair_small(&c, &s, 4096);
+    pid_t w = fork();
+    CHECK(w >= 0);
+    if (w == 0) {
+        close(s);
+        close(told[0]);
+        writer(c, told[1], secs);
+    }
+    close(c);
+    close(told[1]);
+    if (!plain) ddp_mode(s);
+    size_t got = 0;
+    CHECK(read_to(s, &got, LEN - TAIL) == 0);
+    char b;
+    CHECK(read(told[0], &b, 1) == 1 && b == 'c');
+    int sleeps = until_closing(w, told[0]);
+    if (sig) {
+        CHECK(sleeps);
+        CHECK(kill(w, SIGUSR1) == 0);
+    }
+    int e = 0;
+    if (drain) e = read_to(s, &got, 0);
+    char line[64];
+    ssize_t n = read(told[0], line, sizeof line - 1);
+    CHECK(n > 0);
+    line[n] = 0;
+    int r, err;
+    long ms;
+    CHECK(sscanf(line, "%d %d %ld", &r, &err, &ms) == 3);
+    if (!drain) e = read_to(s, &got, 0);
+    int ws;
+    CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    printf("ddplinger %s%s: close %d (errno %d) after %ld ms%s; the reader: %zu of %d bytes, "
+           "then %s\n",
+           mode, plain ? " plain" : "", r, err, ms, sleeps ? "" : " (no sleep seen)", got, LEN,
+           e ? strerror(e) : "0");
+    fflush(stdout);
+    CHECK(r == 0);
+    if (drain) {
+        /* The tail was unacknowledged (the reader's receive buffer is
+         * small, its engine reads only in its calls): the close waited. */
+        CHECK(sleeps);
+        CHECK(e == 0 && got == LEN);
+        CHECK(ms < secs * 1000L);
+    } else {
+        CHECK((e == 0 && got == LEN) || e == ECONNRESET);
+        if (sig)
+            CHECK(ms < secs * 1000L);
+        else
+            CHECK(ms >= secs * 1000L - 100 && ms < secs * 1000L + 5000);
+    }
+    return 0;
+}

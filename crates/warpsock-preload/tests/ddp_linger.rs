@@ -1,0 +1,57 @@
+//! `close` with `SO_LINGER` {1, N > 0} on a DDP-mode socket, as Linux's
+//! (`tests/c/ddplinger.c`): it waits until the bytes and the end of
+//! stream are acknowledged, or N s, then returns 0 — the program may
+//! `_exit` at once after it, as over TCP — and a signal ends the wait,
+//! the close still 0. Each case runs the same program over plain TCP too
+//! (the comparison), then in DDP mode.
+
+use std::time::Duration;
+
+mod common;
+
+/// Runs `ddplinger <mode>` preloaded (small windows: 32 slots of 4 KiB;
+/// `WARPSOCK_LINGER_MS=500`, shorter than every case's `SO_LINGER`), or
+/// plain TCP; the run must succeed.
+fn run(mode: &str, preload: bool) {
+    let mut args = vec![mode.to_owned()];
+    if !preload {
+        args.push("plain".to_owned());
+    }
+    let child = common::command(&common::c_program("ddplinger"), &args, preload)
+        .env("WARPSOCK_DDP_SLOTS", "32")
+        .env("WARPSOCK_DDP_SLOT_KB", "4")
+        .env("WARPSOCK_LINGER_MS", "500")
+        .env("WARPSOCK_SWITCH_TIMEOUT_MS", "5000")
+        .spawn()
+        .expect("spawn ddplinger");
+    let r = common::finish(child, Duration::from_secs(60));
+    println!("{}", r.stdout.trim());
+    r.assert_ok(&format!("ddplinger {} (preload {preload})", args.join(" ")));
+}
+
+/// The writer `_exit`s right after its close while the reader, paused
+/// until then, still has the stream's tail to read: the close waited for
+/// it to be acknowledged, so the reader reads every byte, then 0.
+#[test]
+fn a_lingering_close_sends_every_byte_before_it_returns() {
+    run("drain", false);
+    run("drain", true);
+}
+
+/// The reader reads nothing more: the close returns 0 once its linger
+/// time (2 s) passed, not before, and not much after; the reader then
+/// gets the rest or a reset, never a clean end after a short stream.
+#[test]
+fn a_lingering_close_returns_after_its_time() {
+    run("stuck", false);
+    run("stuck", true);
+}
+
+/// A signal (its handler without `SA_RESTART`) during the wait ends it:
+/// the close returns 0 at once, as Linux's (`sk_stream_wait_close` stops
+/// at a pending signal; the descriptor is gone).
+#[test]
+fn a_signal_ends_a_lingering_close_which_returns_0() {
+    run("signal", false);
+    run("signal", true);
+}
