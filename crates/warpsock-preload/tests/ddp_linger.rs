@@ -55,3 +55,13 @@ fn a_signal_ends_a_lingering_close_which_returns_0() {
     run("signal", false);
     run("signal", true);
 }
+
+/// A `pthread_cancel` of a thread in that wait ends it too: the thread
+/// ends cancelled at once — at its next cancellation point after the
+/// close returned 0 (the descriptor is gone; over TCP glibc 2.36 unwinds
+/// out of the close itself).
+#[test]
+fn a_cancel_ends_a_lingering_close() {
+    run("cancel", false);
+    run("cancel", true);
+}

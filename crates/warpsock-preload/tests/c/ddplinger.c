@@ -26,6 +26,13 @@
  *     signal: N = 30; the reader sends the writer a signal (its handler
  *             has no SA_RESTART) while it sleeps in its close: the close
  *             returns 0 well before N s; then as stuck.
+ *     cancel: N = 30; the writer closes in a second thread, which its
+ *             main thread cancels (pthread_cancel) once it sleeps in the
+ *             close: the thread ends cancelled well before N s — out of
+ *             the close (glibc 2.36's asynchronous cancel in the system
+ *             call: TCP), or at its next cancellation point after the
+ *             close returned 0 (DDP mode: the library's wait ends, the
+ *             descriptor is gone); then as stuck.
  *     plain: no switch, both ends TCP (the comparison).
  * exit 0 if every check held. */
 #include "ddppair.h"
@@ -69,9 +76,46 @@ static long ms_between(const struct timespec *a, const struct timespec *b) {
     return (b->tv_sec - a->tv_sec) * 1000 + (b->tv_nsec - a->tv_nsec) / 1000000;
 }
 
+/* The cancel mode's closing thread: closes *arg, then reaches a
+ * cancellation point. `closed` is the close's result, if it returned. */
+static volatile pid_t closer_tid;
+static volatile int closed = 99;
+
+static void *closer(void *arg) {
+    closer_tid = (pid_t)syscall(SYS_gettid);
+    closed = close(*(int *)arg);
+    pthread_testcancel();
+    return NULL;
+}
+
+/* The cancel mode's close (see the top): 0 (the thread ended cancelled)
+ * or -1, and the time from the cancel to the thread's end in *ms. */
+static int close_cancelled(int c, long *ms) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, closer, &c) == 0);
+    /* Until it sleeps in its close: the kernel's, or the library's wait
+     * (a ppoll). A look every millisecond, 30 s at most. */
+    long nr = -1;
+    for (int i = 0; i < 30000; i++) {
+        nr = closer_tid ? thread_syscall(closer_tid) : -1;
+        if (nr == SYS_close || nr == SYS_ppoll) break;
+        poll(NULL, 0, 1);
+    }
+    CHECK(nr == SYS_close || nr == SYS_ppoll);
+    struct timespec t0, t1;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
+    CHECK(pthread_cancel(t) == 0);
+    void *ret;
+    CHECK(pthread_join(t, &ret) == 0);
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
+    *ms = ms_between(&t0, &t1);
+    CHECK(closed == 99 || closed == 0);
+    return ret == PTHREAD_CANCELED ? 0 : -1;
+}
+
 /* The writer (see the top): its close's result, errno and time in ms go
  * to `told` as one line, after a byte as the close begins. */
-static void writer(int c, int told, int secs) {
+static void writer(int c, int told, int secs, int cancel) {
     int big = 1 << 20;
     CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
     if (!plain) ddp_mode(c);
@@ -86,12 +130,14 @@ static void writer(int c, int told, int secs) {
     write_every(c, b, LEN);
     CHECK(write(told, "c", 1) == 1);
     struct timespec t0, t1;
+    long ms;
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
-    int r = close(c);
+    int r = cancel ? close_cancelled(c, &ms) : close(c);
     int e = errno;
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
+    if (!cancel) ms = ms_between(&t0, &t1);
     char msg[64];
-    int n = snprintf(msg, sizeof msg, "%d %d %ld\n", r, r ? e : 0, ms_between(&t0, &t1));
+    int n = snprintf(msg, sizeof msg, "%d %d %ld\n", r, r ? e : 0, ms);
     CHECK(write(told, msg, (size_t)n) == n);
     _exit(0);
 }
@@ -132,8 +178,9 @@ int main(int argc, char **argv) {
     plain = argc == 3;
     const char *mode = argv[1];
     int drain = strcmp(mode, "drain") == 0, sig = strcmp(mode, "signal") == 0;
-    CHECK(drain || sig || strcmp(mode, "stuck") == 0);
-    int secs = drain ? 5 : sig ? 30 : 2;
+    int cancel = strcmp(mode, "cancel") == 0;
+    CHECK(drain || sig || cancel || strcmp(mode, "stuck") == 0);
+    int secs = drain ? 5 : sig || cancel ? 30 : 2;
     int c, s, told[2];
     CHECK(pipe(told) == 0);
     /* The reader's receive buffer small: the tail waits in the writer. */
@@ -143,7 +190,7 @@ int main(int argc, char **argv) {
     if (w == 0) {
         close(s);
         close(told[0]);
-        writer(c, told[1], secs);
+        writer(c, told[1], secs, cancel);
     }
     close(c);
     close(told[1]);
@@ -152,7 +199,8 @@ int main(int argc, char **argv) {
     CHECK(read_to(s, &got, LEN - TAIL) == 0);
     char b;
     CHECK(read(told[0], &b, 1) == 1 && b == 'c');
-    int sleeps = until_closing(w, told[0]);
+    /* (cancel: the writer's own thread closes; its main thread looks.) */
+    int sleeps = cancel || until_closing(w, told[0]);
     if (sig) {
         CHECK(sleeps);
         CHECK(kill(w, SIGUSR1) == 0);
@@ -183,7 +231,7 @@ int main(int argc, char **argv) {
         CHECK(ms < secs * 1000L);
     } else {
         CHECK((e == 0 && got == LEN) || e == ECONNRESET);
-        if (sig)
+        if (sig || cancel)
             CHECK(ms < secs * 1000L);
         else
             CHECK(ms >= secs * 1000L - 100 && ms < secs * 1000L + 5000);
