@@ -27,6 +27,10 @@ fn run(mode: &str, preload: bool) {
     let r = common::finish(child, Duration::from_secs(60));
     println!("{}", r.stdout.trim());
     r.assert_ok(&format!("ddplinger {} (preload {preload})", args.join(" ")));
+    if preload {
+        // The reader's count (the writer `_exit`s: no counters).
+        assert!(r.stat("ddp_switched") >= 1, "{}", r.stderr);
+    }
 }
 
 /// The writer `_exit`s right after its close while the reader, paused
