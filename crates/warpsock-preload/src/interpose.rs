@@ -59,6 +59,9 @@ mod held_calls;
 /// The receiving and sending calls.
 pub mod io;
 
+/// `fdopen`, `vdprintf`, `dprintf`: stdio on a managed socket.
+pub mod stdio;
+
 /// `pthread_cancel` and the entry points' looks at a pending cancel.
 pub mod cancel;
 pub(crate) use cancel::{cancel_first, cancel_point, cancellable, cancellable_int};

@@ -120,6 +120,8 @@ real_fns! {
     execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
     fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     pthread_cancel(th: libc::pthread_t) -> c_int;
+    fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE;
+    vdprintf(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int;
 }
 
 /// The real `_exit` and `_Exit`, resolved by [`prepare_exit`] at load time.

@@ -1,0 +1,362 @@
+//! stdio streams on a managed socket: `fdopen`, `vdprintf`, `dprintf`.
+//!
+//! glibc's stdio reads and writes a stream made by the real `fdopen` with
+//! its internal `__read`/`__write`, which no preloaded library sees: on a
+//! DDP-mode socket the bytes of `fprintf` + `fflush` went to the doorbell
+//! socketpair's program end (`shim::doorbell`), never to the peer, and
+//! `fgets` read doorbell bytes (issue 12). `fdopen` of a managed socket
+//! instead returns a stream made by glibc's `fopencookie`, whose read,
+//! write and close callbacks are the interposed `read`, `write` and
+//! `close` (the same paths a program's own calls take); every other
+//! descriptor gets the real `fdopen`. `vdprintf` and `dprintf` format into
+//! a buffer of their own and send it with the interposed `write`.
+//!
+//! A socket switched into DDP mode after its `fdopen` keeps the real
+//! stream (README, "stdio streams").
+
+#![allow(clippy::missing_safety_doc)]
+
+use libc::{c_char, c_int, c_void, size_t, ssize_t, FILE};
+
+use crate::shim::fdtable;
+use crate::shim::guard::busy;
+use crate::shim::real;
+use crate::shim::sys::set_errno;
+
+/// glibc's `cookie_io_functions_t` (`<stdio.h>`, `_GNU_SOURCE`).
+#[repr(C)]
+struct CookieIo {
+    read: Option<unsafe extern "C-unwind" fn(*mut c_void, *mut c_char, size_t) -> ssize_t>,
+    write: Option<unsafe extern "C-unwind" fn(*mut c_void, *const c_char, size_t) -> ssize_t>,
+    seek: Option<unsafe extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int>,
+    close: Option<unsafe extern "C-unwind" fn(*mut c_void) -> c_int>,
+}
+
+extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut FILE;
+    fn vasprintf(out: *mut *mut c_char, fmt: *const c_char, ap: *mut c_void) -> c_int;
+}
+
+/// The head of glibc's public `struct _IO_FILE`
+/// (`<bits/types/struct_FILE.h>`): `_flags`, then thirteen pointers
+/// (`_IO_read_ptr` ... `_chain`), then `_fileno`.
+#[repr(C)]
+struct IoFileHead {
+    flags: c_int,
+    pointers: [*mut c_void; 13],
+    fileno: c_int,
+}
+
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::offset_of!(IoFileHead, fileno) == 112);
+
+/// The descriptor a stream's cookie stands for (the cookie is the number
+/// itself: nothing to allocate or free).
+fn cookie_fd(cookie: *mut c_void) -> c_int {
+    cookie as usize as c_int
+}
+
+/// A stream's read: the interposed `read`.
+unsafe extern "C-unwind" fn cookie_read(
+    cookie: *mut c_void,
+    buf: *mut c_char,
+    len: size_t,
+) -> ssize_t {
+    // SAFETY: glibc's buffer of `len` bytes.
+    unsafe { super::io::read(cookie_fd(cookie), buf.cast(), len) }
+}
+
+/// A stream's write: the interposed `write` until every byte is taken or
+/// one fails, as glibc's `_IO_new_file_write` (libio/fileops.c) loops
+/// (its `_IO_cookie_write` marks the stream in error on a short count).
+/// The count written.
+unsafe extern "C-unwind" fn cookie_write(
+    cookie: *mut c_void,
+    buf: *const c_char,
+    len: size_t,
+) -> ssize_t {
+    let mut done = 0;
+    while done < len {
+        // SAFETY: glibc's `len` bytes at `buf`.
+        let n = unsafe { super::io::write(cookie_fd(cookie), buf.add(done).cast(), len - done) };
+        if n <= 0 {
+            break;
+        }
+        done += n as usize;
+    }
+    done as ssize_t
+}
+
+/// A stream's seek: a socket has no position (`ESPIPE`, as `lseek`).
+unsafe extern "C" fn cookie_seek(_: *mut c_void, _: *mut i64, _: c_int) -> c_int {
+    set_errno(libc::ESPIPE);
+    -1
+}
+
+/// A stream's close (`fclose`): the interposed `close`, an orderly one.
+unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
+    // SAFETY: the stream's descriptor, closed once (glibc calls this once).
+    unsafe { super::close(cookie_fd(cookie)) }
+}
+
+/// `fdopen`'s mode as glibc's `_IO_new_fdopen` (libio/iofdopen.c) reads
+/// it: `r`, `w` or `a` first (else `None`: `EINVAL`), then up to four
+/// more characters, the first `+` making it read-write (`b`, `x`, `m` and
+/// the others ignored; `\0` ends it). The mode for `fopencookie`.
+fn stream_mode(mode: &[u8]) -> Option<&'static std::ffi::CStr> {
+    let rw = mode
+        .iter()
+        .skip(1)
+        .take(4)
+        .take_while(|&&c| c != 0)
+        .any(|&c| c == b'+');
+    Some(match (mode.first()?, rw) {
+        (b'r', false) => c"r",
+        (b'r', true) => c"r+",
+        (b'w', false) => c"w",
+        (b'w', true) => c"w+",
+        (b'a', false) => c"a",
+        (b'a', true) => c"a+",
+        _ => return None,
+    })
+}
+
+/// Interposed `fdopen(3)`: a managed socket's stream reads, writes and
+/// closes through the library; any other descriptor's is the real one.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+    if busy() || fdtable::get(fd).is_none() {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::fdopen(fd, mode) };
+    }
+    // SAFETY: the caller's NUL-terminated mode; at most five bytes are
+    // looked at, none past its NUL.
+    let head = unsafe { std::slice::from_raw_parts(mode.cast::<u8>(), mode_len(mode)) };
+    let Some(m) = stream_mode(head) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // As glibc's: a descriptor opened for reading only cannot be a
+    // stream that writes, nor one opened for writing only a stream that
+    // reads (a socket is O_RDWR). Not O_APPEND for `a`: it means nothing
+    // on a socket.
+    // SAFETY: F_GETFL takes no argument.
+    let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+    if fl < 0 {
+        return std::ptr::null_mut();
+    }
+    let (reads, writes) = match m.to_bytes() {
+        b"r" => (true, false),
+        b"w" | b"a" => (false, true),
+        _ => (true, true),
+    };
+    if (fl & libc::O_ACCMODE == libc::O_RDONLY && writes)
+        || (fl & libc::O_ACCMODE == libc::O_WRONLY && reads)
+    {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    let io = CookieIo {
+        read: Some(cookie_read),
+        write: Some(cookie_write),
+        seek: Some(cookie_seek),
+        close: Some(cookie_close),
+    };
+    // SAFETY: a static mode; the callbacks take the cookie as a number.
+    let f = unsafe { fopencookie(fd as usize as *mut c_void, m.as_ptr(), io) };
+    if !f.is_null() {
+        // `fileno(f)` is the socket's descriptor, as a real stream's.
+        // glibc's `_IO_cookie_init` (libio/iofopncook.c) sets `_fileno`
+        // to -2 ("not associated with a real file, but still has to be
+        // treated as such"); the stream's vtable stays `_IO_cookie_jumps`
+        // whatever `_fileno` is, so reads, writes, seeks and the close
+        // still go to the callbacks above. What else reads `_fileno`:
+        // `fileno` (libio/fileno.c: `_IO_IS_FILEBUF` set and `_fileno`
+        // >= 0, so it returns it), `_IO_file_close_it` (closes a stream
+        // whose `_fileno` is not -1: this one, through the vtable's
+        // close) and `_IO_file_doallocate` (libio/filedoalloc.c: with
+        // `_fileno` >= 0 it asks the vtable's `stat`, the cookie one's
+        // `_IO_default_stat`, which fails: a BUFSIZ buffer, full
+        // buffering, as for -2).
+        // SAFETY: `f` is glibc's `struct _IO_FILE`, whose public head is
+        // `IoFileHead`.
+        unsafe { (*f.cast::<IoFileHead>()).fileno = fd };
+    }
+    f
+}
+
+/// The length of `mode` up to its NUL, at most 5 (all `fdopen` reads).
+fn mode_len(mode: *const c_char) -> usize {
+    let mut n = 0;
+    // SAFETY: a NUL-terminated string: no byte past its NUL is read.
+    while n < 5 && unsafe { *mode.add(n) } != 0 {
+        n += 1;
+    }
+    n
+}
+
+/// Interposed `vdprintf(3)`: on a managed socket, formatted into a buffer
+/// (`vasprintf`) and sent with the interposed `write` (glibc's formats
+/// into a stream that writes with its internal `__write`). The count
+/// written, or -1 (errno the failed call's) if a write failed before every
+/// byte was taken.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn vdprintf(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int {
+    if busy() || fdtable::get(fd).is_none() {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::vdprintf(fd, fmt, ap) };
+    }
+    let mut out: *mut c_char = std::ptr::null_mut();
+    // SAFETY: the caller's format and arguments (`ap` as the caller
+    // passed it: a va_list argument is a pointer on x86-64 and AArch64).
+    let n = unsafe { vasprintf(&mut out, fmt, ap) };
+    if n < 0 {
+        return -1;
+    }
+    let mut done = 0usize;
+    let r = loop {
+        if done == n as usize {
+            break n;
+        }
+        // SAFETY: `out` holds `n` bytes.
+        let k = unsafe { super::io::write(fd, out.add(done).cast(), n as usize - done) };
+        if k <= 0 {
+            break -1;
+        }
+        done += k as usize;
+    };
+    let e = crate::shim::sys::errno();
+    // SAFETY: vasprintf's buffer.
+    unsafe { libc::free(out.cast()) };
+    set_errno(e);
+    r
+}
+
+/// `dprintf`'s body: the naked entry's `va_list` (see [`dprintf`]).
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C-unwind" fn dprintf_list(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int {
+    // SAFETY: the entry's va_list over the caller's arguments.
+    unsafe { vdprintf(fd, fmt, ap) }
+}
+
+/// Interposed `dprintf(3)` (x86-64): `vdprintf` over its arguments.
+/// Stable Rust cannot define a C-variadic function, so this naked entry
+/// builds the `va_list` a variadic callee's prologue would (System V
+/// x86-64 ABI §3.5.7): the six integer argument registers and, if `al`
+/// (the count of vector registers used) is not 0, `xmm0`-`xmm7` go to a
+/// register save area; the `va_list`'s `gp_offset` is 16 (`fd` and `fmt`
+/// are taken), `fp_offset` 48, `overflow_arg_area` the caller's stack
+/// arguments (above the return address), `reg_save_area` the area.
+///
+/// # Safety
+/// As the libc call: a format and its arguments.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dprintf(fd: c_int, fmt: *const c_char) -> c_int {
+    // With call frame information (a cancel acted on in the write unwinds
+    // through this frame). Frame (rsp 16-aligned after the sub: 8 mod 16
+    // at entry): the
+    // va_list at [rsp] (24 bytes), the save area at [rsp+32] (176 bytes:
+    // 48 of registers, then 128 of xmm0-xmm7, 16-aligned at [rsp+80]).
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "sub rsp, 216",
+        ".cfi_adjust_cfa_offset 216",
+        "mov [rsp+32], rdi",
+        "mov [rsp+40], rsi",
+        "mov [rsp+48], rdx",
+        "mov [rsp+56], rcx",
+        "mov [rsp+64], r8",
+        "mov [rsp+72], r9",
+        "test al, al",
+        "je 2f",
+        "movaps [rsp+80], xmm0",
+        "movaps [rsp+96], xmm1",
+        "movaps [rsp+112], xmm2",
+        "movaps [rsp+128], xmm3",
+        "movaps [rsp+144], xmm4",
+        "movaps [rsp+160], xmm5",
+        "movaps [rsp+176], xmm6",
+        "movaps [rsp+192], xmm7",
+        "2:",
+        "mov dword ptr [rsp], 16",
+        "mov dword ptr [rsp+4], 48",
+        "lea rax, [rsp+224]",
+        "mov [rsp+8], rax",
+        "lea rax, [rsp+32]",
+        "mov [rsp+16], rax",
+        "mov rdx, rsp",
+        "call {body}",
+        "add rsp, 216",
+        ".cfi_adjust_cfa_offset -216",
+        "ret",
+        ".cfi_endproc",
+        body = sym dprintf_list,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// fdopen's modes as glibc's: the first letter, then a `+` among the
+    /// next four characters (before the NUL) makes it read-write.
+    #[test]
+    fn modes_read_as_glibc_fdopen_reads_them() {
+        let m = |s: &[u8]| stream_mode(s).map(|c| c.to_bytes());
+        assert_eq!(m(b"r"), Some(&b"r"[..]));
+        assert_eq!(m(b"r+"), Some(&b"r+"[..]));
+        assert_eq!(m(b"rb+"), Some(&b"r+"[..]));
+        assert_eq!(m(b"wxbm+"), Some(&b"w+"[..]));
+        assert_eq!(m(b"wxbmb+"), Some(&b"w"[..]));
+        assert_eq!(m(b"a"), Some(&b"a"[..]));
+        assert_eq!(m(b"ae"), Some(&b"a"[..]));
+        assert_eq!(m(b"a\0+"), Some(&b"a"[..]));
+        assert_eq!(m(b"x"), None);
+        assert_eq!(m(b"+r"), None);
+        assert_eq!(m(b""), None);
+    }
+
+    /// The naked `dprintf` entry hands `vdprintf` the caller's arguments:
+    /// integers in registers and on the stack, doubles (`al` set), mixed.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn dprintf_formats_every_kind_of_argument() {
+        let mut fds = [0; 2];
+        // SAFETY: a pipe into a two-int array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        type Dprintf = unsafe extern "C" fn(c_int, *const c_char, ...) -> c_int;
+        // SAFETY: the entry, called as C callers call it (variadic).
+        let dp: Dprintf = unsafe { std::mem::transmute(dprintf as *const ()) };
+        let fmt = c"%d %s %ld %d %d %d %d %.2f %.1f %d|";
+        // SAFETY: a format and its arguments.
+        let n = unsafe {
+            dp(
+                fds[1],
+                fmt.as_ptr(),
+                1,
+                c"two".as_ptr(),
+                3i64,
+                4,
+                5,
+                6,
+                7,
+                8.25f64,
+                9.5f64,
+                10,
+            )
+        };
+        let want = b"1 two 3 4 5 6 7 8.25 9.5 10|";
+        assert_eq!(n, want.len() as c_int);
+        let mut got = [0u8; 64];
+        // SAFETY: reading the pipe into `got`.
+        let k = unsafe { libc::read(fds[0], got.as_mut_ptr().cast(), got.len()) };
+        assert_eq!(&got[..k as usize], want);
+        // SAFETY: closing the pipe.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
+}

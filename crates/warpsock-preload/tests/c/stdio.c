@@ -1,0 +1,264 @@
+/* stdio streams on DDP-mode sockets (issue 12): `fdopen` of a switched
+ * socket reads, writes and closes through the library (glibc's own stdio
+ * calls its internal __read/__write, which the preload does not see: the
+ * bytes went to the doorbell, never to the peer). One case per run,
+ * `stdio CASE [plain]` (plain: neither end switches, plain TCP, the
+ * behaviour asked for). Every read is bounded (SO_RCVTIMEO 10 s): a lost
+ * byte fails a check, never hangs.
+ *   lines   fdopen "r+" on each end, fprintf + fflush one way, fgets the
+ *           other, then back; fileno(f) == fd; fseek fails with ESPIPE;
+ *   bulk    1 MiB by fwrite (one thread) read back by fread, checksummed;
+ *   order   send() and fprintf + fflush mixed keep their order;
+ *   close   fclose of a stream with unflushed bytes: the peer reads every
+ *           byte, then the end of the stream;
+ *   modes   a bad mode fails with EINVAL; an "r" stream cannot write, a
+ *           "w" stream cannot read, an "a" stream writes;
+ *   dprintf dprintf and vdprintf reach the peer;
+ *   unswitched  a socket left out of DDP mode (the other pair of the
+ *           run is switched): the real fdopen, bytes both ways. */
+#include "ddppair.h"
+
+#include <stdarg.h>
+
+static int plain;
+static int c, s;
+
+/* A connected pair, both ends switched unless plain, with SO_RCVTIMEO. */
+static void *switch_end(void *arg) {
+    ddp_mode(*(int *)arg);
+    return NULL;
+}
+
+static void pair(int *a, int *b, int do_switch) {
+    tcp_pair(a, b);
+    set_rcvtimeo(*a, 10000);
+    set_rcvtimeo(*b, 10000);
+    if (!do_switch) return;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, switch_end, b) == 0);
+    ddp_mode(*a);
+    CHECK(pthread_join(t, NULL) == 0);
+}
+
+/* fgets a line from f into buf; it must be want. */
+static void line_is(FILE *f, const char *want) {
+    char buf[256];
+    CHECK(fgets(buf, sizeof buf, f) != NULL);
+    if (strcmp(buf, want) != 0) {
+        fprintf(stderr, "read line [%s], want [%s]\n", buf, want);
+        exit(1);
+    }
+}
+
+static void case_lines(void) {
+    FILE *fc = fdopen(c, "r+");
+    FILE *fs = fdopen(s, "r+");
+    CHECK(fc && fs);
+    CHECK(fileno(fc) == c && fileno(fs) == s);
+    for (int i = 0; i < 3; i++) {
+        CHECK(fprintf(fc, "line %d from the client\n", i) > 0);
+        CHECK(fflush(fc) == 0);
+        char want[64];
+        snprintf(want, sizeof want, "line %d from the client\n", i);
+        line_is(fs, want);
+        CHECK(fprintf(fs, "answer %d\n", i) > 0);
+        CHECK(fflush(fs) == 0);
+        snprintf(want, sizeof want, "answer %d\n", i);
+        line_is(fc, want);
+    }
+    errno = 0;
+    CHECK(fseek(fc, 0, SEEK_SET) == -1 && errno == ESPIPE);
+    CHECK(fclose(fc) == 0);
+    CHECK(fgetc(fs) == EOF && feof(fs));
+    CHECK(fclose(fs) == 0);
+}
+
+#define BULK (1 << 20)
+
+static unsigned char pattern(size_t i) {
+    return (unsigned char)(i * 2654435761u >> 13);
+}
+
+static void *bulk_writer(void *arg) {
+    FILE *f = arg;
+    unsigned char *b = malloc(BULK);
+    CHECK(b);
+    for (size_t i = 0; i < BULK; i++) b[i] = pattern(i);
+    CHECK(fwrite(b, 1, BULK, f) == BULK);
+    CHECK(fflush(f) == 0);
+    free(b);
+    return NULL;
+}
+
+static void case_bulk(void) {
+    FILE *fc = fdopen(c, "w");
+    FILE *fs = fdopen(s, "r");
+    CHECK(fc && fs);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, bulk_writer, fc) == 0);
+    unsigned char *b = malloc(BULK);
+    CHECK(b);
+    CHECK(fread(b, 1, BULK, fs) == BULK);
+    CHECK(pthread_join(t, NULL) == 0);
+    unsigned long sum = 0, want = 0;
+    for (size_t i = 0; i < BULK; i++) {
+        sum = sum * 31 + b[i];
+        want = want * 31 + pattern(i);
+    }
+    CHECK(sum == want);
+    free(b);
+    CHECK(fclose(fc) == 0);
+    char x;
+    CHECK(fread(&x, 1, 1, fs) == 0 && feof(fs));
+    CHECK(fclose(fs) == 0);
+}
+
+static void case_order(void) {
+    FILE *fc = fdopen(c, "r+");
+    FILE *fs = fdopen(s, "r+");
+    CHECK(fc && fs);
+    for (int i = 0; i < 20; i++) {
+        char m[32];
+        int n = snprintf(m, sizeof m, "send %d\n", i);
+        CHECK(send(c, m, (size_t)n, 0) == n);
+        CHECK(fprintf(fc, "stream %d\n", i) > 0);
+        CHECK(fflush(fc) == 0);
+    }
+    for (int i = 0; i < 20; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "send %d\n", i);
+        line_is(fs, want);
+        snprintf(want, sizeof want, "stream %d\n", i);
+        line_is(fs, want);
+    }
+    CHECK(fclose(fc) == 0);
+    CHECK(fclose(fs) == 0);
+}
+
+static void case_close(void) {
+    FILE *fc = fdopen(c, "w");
+    CHECK(fc);
+    /* 100000 bytes: several buffers' worth written on the way, a tail
+     * left in the buffer for fclose. */
+    enum { LINES = 10000, TOTAL = LINES * 10 };
+    for (int i = 0; i < LINES; i++) CHECK(fprintf(fc, "%09d\n", i) == 10);
+    CHECK(fclose(fc) == 0);
+    char *got = malloc(TOTAL + 1);
+    CHECK(got);
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = recv(s, got + n, TOTAL + 1 - n, 0);
+        CHECK(r >= 0);
+        if (r == 0) break;
+        n += (size_t)r;
+        CHECK(n <= TOTAL);
+    }
+    CHECK(n == TOTAL);
+    for (int i = 0; i < LINES; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "%09d\n", i);
+        CHECK(memcmp(got + (size_t)i * 10, want, 10) == 0);
+    }
+    free(got);
+    close(s);
+}
+
+static void case_modes(void) {
+    errno = 0;
+    CHECK(fdopen(c, "q") == NULL && errno == EINVAL);
+    errno = 0;
+    CHECK(fdopen(c, "") == NULL && errno == EINVAL);
+    FILE *r = fdopen(c, "r");
+    CHECK(r && fileno(r) == c);
+    CHECK(fputs("x", r) == EOF && ferror(r));
+    clearerr(r);
+    /* A duplicate's "w" stream: its fclose closes the duplicate only. */
+    int s2 = dup(s);
+    CHECK(s2 >= 0);
+    FILE *w = fdopen(s2, "w");
+    CHECK(w && fileno(w) == s2);
+    CHECK(fgetc(w) == EOF && ferror(w));
+    CHECK(fclose(w) == 0);
+    FILE *a = fdopen(s, "ab");
+    CHECK(a && fileno(a) == s);
+    CHECK(fputs("appended\n", a) >= 0 && fflush(a) == 0);
+    line_is(r, "appended\n");
+    CHECK(fclose(a) == 0);
+    CHECK(fgetc(r) == EOF && feof(r));
+    CHECK(fclose(r) == 0);
+}
+
+static int vdp(int fd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vdprintf(fd, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+static void case_dprintf(void) {
+    CHECK(dprintf(c, "%s %d %.1f|", "dprintf", 42, 2.5) == 15);
+    CHECK(vdp(c, "%s %ld|", "vdprintf", 7L) == 11);
+    char want[] = "dprintf 42 2.5|vdprintf 7|";
+    char buf[64];
+    size_t got = 0;
+    while (got < sizeof want - 1) {
+        ssize_t r = recv(s, buf + got, sizeof want - 1 - got, 0);
+        CHECK(r > 0);
+        got += (size_t)r;
+    }
+    CHECK(memcmp(buf, want, sizeof want - 1) == 0);
+    close(c);
+    close(s);
+}
+
+static void case_unswitched(void) {
+    int pc, ps;
+    pair(&pc, &ps, 0);
+    FILE *fc = fdopen(pc, "r+");
+    FILE *fs = fdopen(ps, "r+");
+    CHECK(fc && fs);
+    CHECK(fileno(fc) == pc && fileno(fs) == ps);
+    CHECK(fprintf(fc, "plain %d\n", 1) > 0 && fflush(fc) == 0);
+    line_is(fs, "plain 1\n");
+    CHECK(fprintf(fs, "plain %d\n", 2) > 0 && fflush(fs) == 0);
+    line_is(fc, "plain 2\n");
+    CHECK(fclose(fc) == 0);
+    CHECK(fgetc(fs) == EOF && feof(fs));
+    CHECK(fclose(fs) == 0);
+    /* The switched pair of the run still talks. */
+    CHECK(write(c, "ok", 2) == 2);
+    char b[2];
+    CHECK(recv(s, b, 2, MSG_WAITALL) == 2 && memcmp(b, "ok", 2) == 0);
+    close(c);
+    close(s);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s CASE [plain]\n", argv[0]);
+        return 2;
+    }
+    plain = argc > 2 && !strcmp(argv[2], "plain");
+    pair(&c, &s, !plain);
+    const char *cs = argv[1];
+    if (!strcmp(cs, "lines")) {
+        case_lines();
+    } else if (!strcmp(cs, "bulk")) {
+        case_bulk();
+    } else if (!strcmp(cs, "order")) {
+        case_order();
+    } else if (!strcmp(cs, "close")) {
+        case_close();
+    } else if (!strcmp(cs, "modes")) {
+        case_modes();
+    } else if (!strcmp(cs, "dprintf")) {
+        case_dprintf();
+    } else if (!strcmp(cs, "unswitched")) {
+        case_unswitched();
+    } else {
+        fprintf(stderr, "unknown case %s\n", cs);
+        return 2;
+    }
+    return 0;
+}
