@@ -358,6 +358,9 @@ mod init {
         // child's thread is its parent's.)
         crate::shim::sys::no_cancel();
         let _ = std::panic::catch_unwind(|| {
+            // The library's stdio streams' tails, while their sockets are
+            // open (`interpose::stdio`).
+            crate::interpose::stdio::flush_at_exit();
             for k in KINDS {
                 k.at_exit();
             }

@@ -9,7 +9,9 @@
 //! write and close callbacks are the interposed `read`, `write` and
 //! `close` (the same paths a program's own calls take); every other
 //! descriptor gets the real `fdopen`. `vdprintf` and `dprintf` format into
-//! a buffer of their own and send it with the interposed `write`.
+//! a buffer of their own and send it with the interposed `write`. At
+//! `exit` the library's streams are flushed before its exit handler closes
+//! the sockets ([`flush_at_exit`]).
 //!
 //! A socket switched into DDP mode after its `fdopen` keeps the real
 //! stream (README, "stdio streams").
@@ -21,7 +23,8 @@ use libc::{c_char, c_int, c_void, size_t, ssize_t, FILE};
 use crate::shim::fdtable;
 use crate::shim::guard::busy;
 use crate::shim::real;
-use crate::shim::sys::set_errno;
+use crate::shim::sys::{self, set_errno};
+use std::sync::Mutex;
 
 /// glibc's `cookie_io_functions_t` (`<stdio.h>`, `_GNU_SOURCE`).
 #[repr(C)]
@@ -35,6 +38,8 @@ struct CookieIo {
 extern "C" {
     fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut FILE;
     fn vasprintf(out: *mut *mut c_char, fmt: *const c_char, ap: *mut c_void) -> c_int;
+    fn ftrylockfile(f: *mut FILE) -> c_int;
+    fn funlockfile(f: *mut FILE);
 }
 
 /// The head of glibc's public `struct _IO_FILE`
@@ -50,10 +55,21 @@ struct IoFileHead {
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::offset_of!(IoFileHead, fileno) == 112);
 
-/// The descriptor a stream's cookie stands for (the cookie is the number
-/// itself: nothing to allocate or free).
+/// A stream's cookie: its descriptor, and the stream (set once made).
+struct Stream {
+    fd: c_int,
+    file: *mut FILE,
+}
+
+/// The streams `fdopen` made and `fclose` has not closed, as their
+/// cookies (`Box<Stream>` pointers): flushed at exit before the sockets
+/// close ([`flush_at_exit`]).
+static STREAMS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The descriptor a stream's cookie stands for.
 fn cookie_fd(cookie: *mut c_void) -> c_int {
-    cookie as usize as c_int
+    // SAFETY: a cookie is a live `Box<Stream>` until its close.
+    unsafe { (*cookie.cast::<Stream>()).fd }
 }
 
 /// A stream's read: the interposed `read`.
@@ -93,10 +109,54 @@ unsafe extern "C" fn cookie_seek(_: *mut c_void, _: *mut i64, _: c_int) -> c_int
     -1
 }
 
-/// A stream's close (`fclose`): the interposed `close`, an orderly one.
+/// A stream's close (`fclose`): the interposed `close`, an orderly one;
+/// the cookie is freed.
 unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
-    // SAFETY: the stream's descriptor, closed once (glibc calls this once).
-    unsafe { super::close(cookie_fd(cookie)) }
+    sys::lock(&STREAMS).retain(|&c| c != cookie as usize);
+    // SAFETY: glibc calls this once per stream, the cookie's last use.
+    let stream = unsafe { Box::from_raw(cookie.cast::<Stream>()) };
+    // SAFETY: the stream's descriptor.
+    unsafe { super::close(stream.fd) }
+}
+
+/// At `exit`, before the DDP sockets close (`xsock` `at_exit`): every
+/// stream of [`STREAMS`] with bytes in its buffer is flushed. glibc
+/// flushes streams after the exit handlers (`_IO_cleanup`, libio/genops.c),
+/// when the library has closed the sockets: the tail was lost and the peer
+/// read a clean end after a short stream. A stream another thread holds
+/// locked (`ftrylockfile`) is left alone (its buffer may be a read's).
+pub(crate) fn flush_at_exit() {
+    // An exit from inside library code: the writes would not be the
+    // library's (`guard`); left to glibc.
+    if busy() {
+        return;
+    }
+    let streams = match STREAMS.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        // Held by a thread that no longer exists (a fork's child) or by a
+        // close under way.
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    for &c in streams.iter() {
+        // SAFETY: a live cookie (removed from the list, under its lock,
+        // before it is freed).
+        let f = unsafe { (*(c as *const Stream)).file };
+        // SAFETY: `f` is open (its close takes the list's lock first).
+        if unsafe { ftrylockfile(f) } != 0 {
+            continue;
+        }
+        // SAFETY: glibc's `struct _IO_FILE`; `_IO_write_base` and
+        // `_IO_write_ptr` are its 4th and 5th pointers. Flushed with the
+        // stream's (recursive) lock held.
+        unsafe {
+            let head = &*f.cast::<IoFileHead>();
+            if head.pointers[4] > head.pointers[3] {
+                libc::fflush(f);
+            }
+            funlockfile(f);
+        }
+    }
 }
 
 /// `fdopen`'s mode as glibc's `_IO_new_fdopen` (libio/iofdopen.c) reads
@@ -162,9 +222,17 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
         seek: Some(cookie_seek),
         close: Some(cookie_close),
     };
-    // SAFETY: a static mode; the callbacks take the cookie as a number.
-    let f = unsafe { fopencookie(fd as usize as *mut c_void, m.as_ptr(), io) };
-    if !f.is_null() {
+    let cookie = Box::into_raw(Box::new(Stream {
+        fd,
+        file: std::ptr::null_mut(),
+    }));
+    // SAFETY: a static mode; the callbacks take the cookie, freed by the
+    // close callback.
+    let f = unsafe { fopencookie(cookie.cast(), m.as_ptr(), io) };
+    if f.is_null() {
+        // SAFETY: not given to glibc.
+        drop(unsafe { Box::from_raw(cookie) });
+    } else {
         // `fileno(f)` is the socket's descriptor, as a real stream's.
         // glibc's `_IO_cookie_init` (libio/iofopncook.c) sets `_fileno`
         // to -2 ("not associated with a real file, but still has to be
@@ -181,6 +249,9 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
         // SAFETY: `f` is glibc's `struct _IO_FILE`, whose public head is
         // `IoFileHead`.
         unsafe { (*f.cast::<IoFileHead>()).fileno = fd };
+        // SAFETY: the cookie is not shared yet.
+        unsafe { (*cookie).file = f };
+        sys::lock(&STREAMS).push(cookie as usize);
     }
     f
 }
@@ -225,7 +296,7 @@ pub unsafe extern "C-unwind" fn vdprintf(fd: c_int, fmt: *const c_char, ap: *mut
         }
         done += k as usize;
     };
-    let e = crate::shim::sys::errno();
+    let e = sys::errno();
     // SAFETY: vasprintf's buffer.
     unsafe { libc::free(out.cast()) };
     set_errno(e);

@@ -14,11 +14,14 @@
  *   modes   a bad mode fails with EINVAL; an "r" stream cannot write, a
  *           "w" stream cannot read, an "a" stream writes;
  *   dprintf dprintf and vdprintf reach the peer;
+ *   exit    a child's stream left unflushed at exit(): the parent reads
+ *           every byte, then the end of the stream;
  *   unswitched  a socket left out of DDP mode (the other pair of the
  *           run is switched): the real fdopen, bytes both ways. */
 #include "ddppair.h"
 
 #include <stdarg.h>
+#include <sys/wait.h>
 
 static int plain;
 static int c, s;
@@ -234,14 +237,57 @@ static void case_unswitched(void) {
     close(s);
 }
 
+/* A child's stream left unflushed at exit(): glibc flushes it after the
+ * exit handlers. The parent reads every byte, then the end. */
+static void case_exit(void) {
+    int pc, ps;
+    tcp_pair(&pc, &ps);
+    set_rcvtimeo(ps, 10000);
+    enum { LINES = 1000, TOTAL = LINES * 10 };
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(ps);
+        if (!plain) ddp_mode(pc);
+        FILE *f = fdopen(pc, "w");
+        CHECK(f);
+        for (int i = 0; i < LINES; i++) CHECK(fprintf(f, "%09d\n", i) == 10);
+        exit(0);
+    }
+    close(pc);
+    if (!plain) ddp_mode(ps);
+    char *got = malloc(TOTAL + 1);
+    CHECK(got);
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = recv(ps, got + n, TOTAL + 1 - n, 0);
+        CHECK(r >= 0);
+        if (r == 0) break;
+        n += (size_t)r;
+        CHECK(n <= TOTAL);
+    }
+    if (n != TOTAL) fprintf(stderr, "read %zu bytes of %d\n", n, TOTAL);
+    CHECK(n == TOTAL);
+    for (int i = 0; i < LINES; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "%09d\n", i);
+        CHECK(memcmp(got + (size_t)i * 10, want, 10) == 0);
+    }
+    free(got);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(ps);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s CASE [plain]\n", argv[0]);
         return 2;
     }
     plain = argc > 2 && !strcmp(argv[2], "plain");
-    pair(&c, &s, !plain);
     const char *cs = argv[1];
+    /* "exit" makes a pair of its own, an end in each process. */
+    if (strcmp(cs, "exit") != 0) pair(&c, &s, !plain);
     if (!strcmp(cs, "lines")) {
         case_lines();
     } else if (!strcmp(cs, "bulk")) {
@@ -254,6 +300,8 @@ int main(int argc, char **argv) {
         case_modes();
     } else if (!strcmp(cs, "dprintf")) {
         case_dprintf();
+    } else if (!strcmp(cs, "exit")) {
+        case_exit();
     } else if (!strcmp(cs, "unswitched")) {
         case_unswitched();
     } else {
