@@ -242,6 +242,11 @@
 //!   its sockets). A vforked child
 //!   that execs re-points its own descriptors but leaves the (shared) table
 //!   and queues to the parent.
+//! * stdio: `fdopen` of a managed socket returns a `fopencookie` stream over
+//!   the interposed `read`/`write`/`close`; `vdprintf` and (x86-64)
+//!   `dprintf` send through the interposed `write` (`interpose/stdio.rs`).
+//!   A socket managed after its `fdopen`, and `stdout` `dup2`ed onto a
+//!   managed socket, keep glibc's stream, whose bytes miss the library.
 //! * With `WARPSOCK_STRIPES` > 1 datagrams to one destination are delivered
 //!   in no particular order even without loss; programs that rely on
 //!   loopback's ordering (not a UDP promise) should keep the default. The
