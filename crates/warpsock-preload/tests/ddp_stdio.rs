@@ -120,6 +120,16 @@ fn dprintf_and_vdprintf_reach_the_peer() {
     case("dprintf");
 }
 
+/// `pthread_cancel` of a thread blocked in `fgets` on a stream: the
+/// cancel unwinds from the interposed `read` through the stream's read
+/// callback and glibc's `fgets` (PTHREAD_CANCELED), which gives the
+/// stream's lock back: the main thread's `fprintf` on it goes on. Fails
+/// (times out) without the interposed `fdopen`.
+#[test]
+fn a_thread_blocked_in_fgets_is_cancelled() {
+    case("cancel");
+}
+
 /// A child's stream left unflushed at `exit`: the parent reads every
 /// byte, then the end (the library flushes its streams before its exit
 /// handler closes the sockets; glibc's flush came after: fails without it,

@@ -14,6 +14,8 @@
  *   modes   a bad mode fails with EINVAL; an "r" stream cannot write, a
  *           "w" stream cannot read, an "a" stream writes;
  *   dprintf dprintf and vdprintf reach the peer;
+ *   cancel  pthread_cancel of a thread blocked in fgets: PTHREAD_CANCELED,
+ *           the stream's lock given back;
  *   exit    a child's stream left unflushed at exit(): the parent reads
  *           every byte, then the end of the stream;
  *   unswitched  a socket left out of DDP mode (the other pair of the
@@ -21,6 +23,7 @@
 #include "ddppair.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 
 static int plain;
@@ -279,6 +282,44 @@ static void case_exit(void) {
     close(ps);
 }
 
+static atomic_int fgets_tid; /* the thread blocked in fgets */
+
+/* Its buffer in static storage: ASan does not unpoison the redzones of
+ * stack frames a cancellation unwinds (as in cancel.c). */
+static char fgets_buf[64];
+
+static void *blocked_fgets(void *arg) {
+    atomic_store(&fgets_tid, (int)syscall(SYS_gettid));
+    fgets(fgets_buf, sizeof fgets_buf, arg);
+    return NULL;
+}
+
+/* pthread_cancel of a thread blocked in fgets on a stream: it ends with
+ * PTHREAD_CANCELED, the stream's lock given back (the main thread's
+ * fprintf on it goes on). */
+static void case_cancel(void) {
+    FILE *fs = fdopen(s, "r+");
+    FILE *fc = fdopen(c, "r+");
+    CHECK(fs && fc);
+    set_rcvtimeo(s, 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, blocked_fgets, fs) == 0);
+    /* Asleep: in the library's wait, or (plain) glibc's read. */
+    for (int k = 0; atomic_load(&fgets_tid) == 0 || !(thread_asleep(atomic_load(&fgets_tid)) ||
+                                                       thread_syscall(atomic_load(&fgets_tid)) == SYS_read);
+         k++) {
+        CHECK(k < 10000000);
+        sched_yield();
+    }
+    CHECK(pthread_cancel(t) == 0);
+    void *r;
+    CHECK(pthread_join(t, &r) == 0 && r == PTHREAD_CANCELED);
+    CHECK(fprintf(fs, "after\n") > 0 && fflush(fs) == 0);
+    line_is(fc, "after\n");
+    CHECK(fclose(fc) == 0);
+    CHECK(fclose(fs) == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s CASE [plain]\n", argv[0]);
@@ -300,6 +341,8 @@ int main(int argc, char **argv) {
         case_modes();
     } else if (!strcmp(cs, "dprintf")) {
         case_dprintf();
+    } else if (!strcmp(cs, "cancel")) {
+        case_cancel();
     } else if (!strcmp(cs, "exit")) {
         case_exit();
     } else if (!strcmp(cs, "unswitched")) {
