@@ -50,6 +50,11 @@ fn program() -> &'static Path {
 /// (both ends switched, counted). Each run must succeed with no
 /// sanitizer report.
 fn case(name: &str) {
+    case_with(name, &[]);
+}
+
+/// [`case`] with `env` added.
+fn case_with(name: &str, env: &[(&str, &str)]) {
     for crc in [None, Some("1"), Some("0")] {
         let mut args = vec![name.to_owned()];
         if crc.is_none() {
@@ -63,6 +68,7 @@ fn case(name: &str) {
                 "verify_asan_link_order=0:detect_leaks=0:halt_on_error=1:exitcode=86",
             )
             .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
+            .envs(env.iter().copied())
             .spawn()
             .expect("spawn stdio");
         let r = common::finish(child, Duration::from_secs(60));
@@ -128,6 +134,19 @@ fn dprintf_and_vdprintf_reach_the_peer() {
 #[test]
 fn a_thread_blocked_in_fgets_is_cancelled() {
     case("cancel");
+}
+
+/// Policy mode (`WARPSOCK_DDP_PORTS`): an unmodified program's connect and
+/// accept switch, and its streams on both ends talk both ways (the case
+/// issue 12 names: such programs silently lost their stdio bytes). Fails
+/// (times out) without the interposed `fdopen`.
+#[test]
+fn streams_of_an_unmodified_program_in_policy_mode() {
+    let port = common::lease_port().to_string();
+    case_with(
+        "policy",
+        &[("WARPSOCK_DDP_PORTS", &port), ("STDIO_PORT", &port)],
+    );
 }
 
 /// A child's stream left unflushed at `exit`: the parent reads every

@@ -16,6 +16,8 @@
  *   dprintf dprintf and vdprintf reach the peer;
  *   cancel  pthread_cancel of a thread blocked in fgets: PTHREAD_CANCELED,
  *           the stream's lock given back;
+ *   policy  policy mode (WARPSOCK_DDP_PORTS, port in STDIO_PORT): streams
+ *           on the connected and the accepted end, both ways, then EOF;
  *   exit    a child's stream left unflushed at exit(): the parent reads
  *           every byte, then the end of the stream;
  *   unswitched  a socket left out of DDP mode (the other pair of the
@@ -320,6 +322,52 @@ static void case_cancel(void) {
     CHECK(fclose(fs) == 0);
 }
 
+static int policy_port;
+
+static void *policy_connect(void *arg) {
+    int *fd = arg;
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(*fd >= 0);
+    struct sockaddr_in a = lo(policy_port);
+    CHECK(connect(*fd, (struct sockaddr *)&a, sizeof a) == 0);
+    return NULL;
+}
+
+/* Policy mode (WARPSOCK_DDP_PORTS the port in STDIO_PORT, set by the
+ * test): an unmodified program's connect and accept switch, then its
+ * streams on both ends talk both ways and fclose ends the stream. */
+static void case_policy(void) {
+    const char *p = getenv("STDIO_PORT");
+    CHECK(p != NULL);
+    policy_port = atoi(p);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    int one = 1;
+    CHECK(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0);
+    struct sockaddr_in a = lo(policy_port);
+    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(listen(l, 1) == 0);
+    int pc = -1;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, policy_connect, &pc) == 0);
+    int ps = accept(l, NULL, NULL);
+    CHECK(ps >= 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    close(l);
+    set_rcvtimeo(pc, 10000);
+    set_rcvtimeo(ps, 10000);
+    FILE *fc = fdopen(pc, "r+");
+    FILE *fs = fdopen(ps, "r+");
+    CHECK(fc && fs);
+    CHECK(fprintf(fc, "GET %s\n", "/policy") > 0 && fflush(fc) == 0);
+    line_is(fs, "GET /policy\n");
+    CHECK(fprintf(fs, "200 %d\n", 42) > 0 && fflush(fs) == 0);
+    line_is(fc, "200 42\n");
+    CHECK(fclose(fs) == 0);
+    CHECK(fgetc(fc) == EOF && feof(fc));
+    CHECK(fclose(fc) == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s CASE [plain]\n", argv[0]);
@@ -327,8 +375,9 @@ int main(int argc, char **argv) {
     }
     plain = argc > 2 && !strcmp(argv[2], "plain");
     const char *cs = argv[1];
-    /* "exit" makes a pair of its own, an end in each process. */
-    if (strcmp(cs, "exit") != 0) pair(&c, &s, !plain);
+    /* "exit" makes a pair of its own, an end in each process; "policy"
+     * one the policy switches. */
+    if (strcmp(cs, "exit") != 0 && strcmp(cs, "policy") != 0) pair(&c, &s, !plain);
     if (!strcmp(cs, "lines")) {
         case_lines();
     } else if (!strcmp(cs, "bulk")) {
@@ -343,6 +392,8 @@ int main(int argc, char **argv) {
         case_dprintf();
     } else if (!strcmp(cs, "cancel")) {
         case_cancel();
+    } else if (!strcmp(cs, "policy")) {
+        case_policy();
     } else if (!strcmp(cs, "exit")) {
         case_exit();
     } else if (!strcmp(cs, "unswitched")) {
