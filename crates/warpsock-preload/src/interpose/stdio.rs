@@ -11,7 +11,7 @@
 //! descriptor gets the real `fdopen`. `vdprintf` and `dprintf` format into
 //! a buffer of their own and send it with the interposed `write`. At
 //! `exit` the library's streams are flushed before its exit handler closes
-//! the sockets ([`flush_at_exit`]).
+//! the sockets (`flush_at_exit`).
 //!
 //! A socket switched into DDP mode after its `fdopen` keeps the real
 //! stream (README, "stdio streams").
@@ -63,7 +63,7 @@ struct Stream {
 
 /// The streams `fdopen` made and `fclose` has not closed, as their
 /// cookies (`Box<Stream>` pointers): flushed at exit before the sockets
-/// close ([`flush_at_exit`]).
+/// close (`flush_at_exit`).
 static STREAMS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 /// The descriptor a stream's cookie stands for.
