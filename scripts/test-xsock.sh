@@ -15,8 +15,9 @@
 #   1c. tests/c/eintr.c under ASan: a signal's handler ends a blocking read,
 #      send or poll with EINTR (or a partial count) as over TCP, SA_RESTART
 #      goes on (not with SO_RCVTIMEO), a sink read is withdrawn first;
-#   1e. tests/c/cancel.c under ASan: pthread_cancel of a thread blocked in a
-#      read, recv, send or poll ends it with PTHREAD_CANCELED as over TCP;
+#   1e. tests/c/cancel.c, cancelswitch.c and cancelexit.c under ASan:
+#      pthread_cancel of a thread blocked in a read, recv, send or poll
+#      ends it with PTHREAD_CANCELED as over TCP;
 #   2. the same cases across two network namespaces joined by a veth pair
 #      (10.x addresses inside them only), CRC on and off;
 #   3. tshark decodes a captured DDP-mode connection as MPA/DDP/RDMAP with
@@ -129,15 +130,21 @@ pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR 
 # in a switch that fails; and a residue socket's calls with per-call flags,
 # a read of a partial late MPA Request (times out, no spin),
 # sendfile of nothing or at a pipe's offset (not cancels: they return at
-# once) (tests/c/cancel.c, one case per run, under ASan/UBSan; issue 12).
-KCASES=(read waitall send poll accepted select epoll accept close stream self disabled pending jump switch switchpeer udprecv dup2 dup2abort exit exitnow exec sendfile watch watchflags watchpartial switchfail sendfilezero)
+# once) (one case per run, under ASan/UBSan; issue 12): the calls blocked on
+# a switched pair (tests/c/cancel.c), the switches and residue sockets
+# (tests/c/cancelswitch.c), exit, _exit and exec (tests/c/cancelexit.c).
+KCASES=(read waitall send poll accepted select epoll accept close stream self disabled pending jump udprecv dup2 dup2abort sendfile sendfilezero)
+KSCASES=(switch switchpeer watch watchflags watchpartial switchfail)
+KXCASES=(exit exitnow exec)
 WARPSOCK_UDP_OFFLOAD=1 c_cases cancel "${KCASES[@]}"
-pass "${#KCASES[@]} pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end, select, epoll_wait, accept, close, a flowing writer, a self-cancel, cancellation disabled, a cancel pending before a poll, a switch that completes late (both ends), an offloaded UDP recvfrom, a last close in dup2 (orderly, abortive), exit, _exit, exec, a sendfile from a pipe, a read watching for a late MPA Request, a switch that fails; a residue socket's flags, a partial late Request's read timing out, sendfile of nothing or at a pipe's offset; and a standing poll left by siglongjmp lapses)"
+WARPSOCK_UDP_OFFLOAD=1 c_cases cancelswitch "${KSCASES[@]}"
+WARPSOCK_UDP_OFFLOAD=1 c_cases cancelexit "${KXCASES[@]}"
+pass "$((${#KCASES[@]} + ${#KSCASES[@]} + ${#KXCASES[@]})) pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end, select, epoll_wait, accept, close, a flowing writer, a self-cancel, cancellation disabled, a cancel pending before a poll, a switch that completes late (both ends), an offloaded UDP recvfrom, a last close in dup2 (orderly, abortive), exit, _exit, exec, a sendfile from a pipe, a read watching for a late MPA Request, a switch that fails; a residue socket's flags, a partial late Request's read timing out, sendfile of nothing or at a pipe's offset; and a standing poll left by siglongjmp lapses)"
 
 # A non-blocking connect asked for DDP mode waits in the call for the
 # connection: one deadline across the cancel signals it ignores
 # (cancellation disabled; review r25-a item 10), 1 s here.
-WARPSOCK_CONNECT_TIMEOUT_MS=1000 c_cases cancel connectwait
+WARPSOCK_CONNECT_TIMEOUT_MS=1000 c_cases cancelswitch connectwait
 pass "a non-blocking connect's wait for a DDP switch ends at WARPSOCK_CONNECT_TIMEOUT_MS through ignored cancel signals, EINPROGRESS"
 
 # 1b. Progress-thread wake-ups per round trip, counted (not timed): an 8 B

@@ -1,5 +1,8 @@
 //! `pthread_cancel` of a thread blocked in a call of a DDP-mode socket
-//! (`tests/c/cancel.c`; issue 12): the thread ends with
+//! (`tests/c/cancel.c`: the calls blocked on a switched pair;
+//! `tests/c/cancelswitch.c`: in a switch, a residue socket's wait, a
+//! connect's wait; `tests/c/cancelexit.c`: exit, `_exit`, exec; issue 12):
+//! the thread ends with
 //! `PTHREAD_CANCELED`, as over TCP, and the socket goes on working from
 //! another thread with nothing lost. Before, the process aborted ("FATAL:
 //! exception not rethrown": glibc's forced unwind started in a
@@ -11,14 +14,16 @@ mod common;
 
 use common::run_case;
 
+/// Case `name` of `tests/c/cancel.c`, plain then preloaded.
 fn case(name: &str) {
-    case_with(name, |_| {});
+    case_with("cancel", name, |_| {});
 }
 
-/// [`case`], with `check` of the preloaded run.
-fn case_with(name: &str, check: impl Fn(&common::Run)) {
+/// Case `name` of `tests/c/<prog>.c`, plain then preloaded, with `check`
+/// of the preloaded run.
+fn case_with(prog: &str, name: &str, check: impl Fn(&common::Run)) {
     for preload in [false, true] {
-        let r = run_case("cancel", name, preload);
+        let r = run_case(prog, name, preload);
         if preload {
             assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
             check(&r);
@@ -61,7 +66,7 @@ fn a_blocked_send_is_cancelled() {
 /// `wait_end` skipped on a failed wait).
 #[test]
 fn a_blocked_poll_is_cancelled_and_its_stand_in_ends() {
-    case_with("poll", |r| {
+    case_with("cancel", "poll", |r| {
         assert_eq!(r.stat("ddp_stand_lapses"), 0, "{}", r.stderr);
     });
 }
@@ -73,7 +78,7 @@ fn a_blocked_poll_is_cancelled_and_its_stand_in_ends() {
 /// and hangs with the progress thread given no timer for the lapse).
 #[test]
 fn a_standing_poll_left_by_siglongjmp_lapses() {
-    case_with("jump", |r| {
+    case_with("cancel", "jump", |r| {
         assert!(r.stat("ddp_stand_lapses") >= 1, "{}", r.stderr);
     });
 }
@@ -143,8 +148,8 @@ fn a_flowing_writer_and_a_self_cancel_are_cancelled() {
 /// `TcpStream`: libc's `recv`/`send`).
 #[test]
 fn a_thread_cancelled_in_a_switch_that_completes_late_is_cancelled_after() {
-    case("switch");
-    case("switchpeer");
+    case_with("cancelswitch", "switch", |_| {});
+    case_with("cancelswitch", "switchpeer", |_| {});
 }
 
 /// A blocking `recvfrom` of an offloaded UDP socket (the UDP kind, on
@@ -153,7 +158,7 @@ fn a_thread_cancelled_in_a_switch_that_completes_late_is_cancelled_after() {
 /// in libc's `poll` (glibc's handler unwound from it through the library).
 #[test]
 fn a_blocked_recvfrom_of_an_offloaded_udp_socket_is_cancelled() {
-    case_with("udprecv", |r| {
+    case_with("cancel", "udprecv", |r| {
         assert!(r.stat("sockets_offloaded") >= 1, "{}", r.stderr);
     });
 }
@@ -182,10 +187,10 @@ fn a_last_close_in_dup2_with_a_cancel_pending_completes() {
 /// there).
 #[test]
 fn exit_exit_now_or_exec_with_a_cancel_pending_ends_the_process() {
-    case("exit");
+    case_with("cancelexit", "exit", |_| {});
     for name in ["exitnow", "exec"] {
         for preload in [false, true] {
-            run_case("cancel", name, preload);
+            run_case("cancelexit", name, preload);
         }
     }
 }
@@ -208,7 +213,7 @@ fn a_sendfile_waiting_for_its_pipe_is_cancelled() {
 #[test]
 fn a_read_watching_for_a_late_request_is_cancelled() {
     for preload in [false, true] {
-        let r = run_case("cancel", "watch", preload);
+        let r = run_case("cancelswitch", "watch", preload);
         if preload {
             assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
             assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
@@ -227,7 +232,7 @@ fn a_read_watching_for_a_late_request_is_cancelled() {
 #[test]
 fn a_residue_sockets_calls_keep_tcps_flags() {
     for preload in [false, true] {
-        let r = run_case("cancel", "watchflags", preload);
+        let r = run_case("cancelswitch", "watchflags", preload);
         if preload {
             assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
             assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
@@ -246,7 +251,7 @@ fn a_residue_sockets_calls_keep_tcps_flags() {
 #[test]
 fn a_read_watching_a_partial_late_request_times_out_without_spinning() {
     for preload in [false, true] {
-        let r = run_case("cancel", "watchpartial", preload);
+        let r = run_case("cancelswitch", "watchpartial", preload);
         if preload {
             assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
             assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
@@ -269,12 +274,12 @@ fn a_connect_wait_keeps_one_deadline_across_ignored_signals() {
         if !preload {
             args.push("plain".to_owned());
         }
-        let child = common::command(&common::c_program("cancel"), &args, preload)
+        let child = common::command(&common::c_program("cancelswitch"), &args, preload)
             .env("WARPSOCK_CONNECT_TIMEOUT_MS", "1000")
             .spawn()
-            .expect("spawn cancel");
+            .expect("spawn cancelswitch");
         let r = common::finish(child, std::time::Duration::from_secs(60));
-        r.assert_ok(&format!("cancel connectwait (preload {preload})"));
+        r.assert_ok(&format!("cancelswitch connectwait (preload {preload})"));
     }
 }
 
@@ -287,7 +292,7 @@ fn a_connect_wait_keeps_one_deadline_across_ignored_signals() {
 #[test]
 fn a_thread_cancelled_in_a_switch_that_fails_is_cancelled_after() {
     for preload in [false, true] {
-        let r = run_case("cancel", "switchfail", preload);
+        let r = run_case("cancelswitch", "switchfail", preload);
         if preload {
             assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
         }
