@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DDP mode (extended sockets over iWARP, issue 12) under libwarpsock_preload.so:
-#   1. tests/c/xsock.c, built with AddressSanitizer + UBSan: every call and
-#      flag (switch with pre-switch bytes, options and bad values, the data
+#   1. tests/c/xsock.c and xsockswitch.c, built with AddressSanitizer +
+#      UBSan: every call and flag (switch with pre-switch bytes, options and bad values, the data
 #      calls with MSG_PEEK/DONTWAIT/WAITALL, O_NONBLOCK, SO_RCVTIMEO, poll,
 #      ppoll, select, pselect, epoll level/edge, shutdown, orderly close,
 #      dup/dup2, message mode, riomap/riowrite/rioread, asynchronous
@@ -51,19 +51,25 @@ ROOT_WHY="namespaces, capture"
 # stat FILE NAME: a counter of the WARPSOCK_STATS reports in FILE, summed.
 stat() { awk -v k="$2" '$1 == k { s += $2 } END { print s + 0 }' "$1"; }
 
-gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefined \
-    -Icrates/warpsock-preload/include crates/warpsock-preload/tests/c/xsock.c \
-    -o "$WORK/xsock" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
+# xsock.c: the extended calls and the data paths; xsockswitch.c: the switch
+# and the sockets semantics around it (their plumbing: xsockcase.h).
+for p in xsock xsockswitch; do
+    gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefined \
+        -Icrates/warpsock-preload/include "crates/warpsock-preload/tests/c/$p.c" \
+        -o "$WORK/$p" -L"$LIBDIR" -lwarpsock_preload -Wl,-rpath,"$LIBDIR"
+done
 export ASAN_OPTIONS="verify_asan_link_order=0:detect_leaks=0:halt_on_error=1:exitcode=86"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 PRE=(env LD_PRELOAD="$SO")
-CASES=(switch calls nbswitch stream msgmode rio aio kill fork plain early threads epoll epollplain)
+# PROGRAM:CASE
+CASES=(xsockswitch:switch xsockswitch:calls xsockswitch:nbswitch xsock:stream xsock:msgmode xsock:rio xsock:aio xsockswitch:kill xsockswitch:fork xsockswitch:plain xsockswitch:early xsock:threads xsockswitch:epoll xsockswitch:epollplain)
 
 # 1. Loopback.
 for crc in 1 0; do
-    for c in "${CASES[@]}"; do
+    for pc in "${CASES[@]}"; do
+        p=${pc%%:*} c=${pc#*:}
         out="$WORK/$c.$crc.out"
-        if ! XSOCK_DEBUG=1 WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/xsock" "$c" local >"$out" 2>&1 \
+        if ! XSOCK_DEBUG=1 WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 "${PRE[@]}" "$WORK/$p" "$c" local >"$out" 2>&1 \
             || grep -qE "Sanitizer|runtime error:" "$out"; then
             cat "$out" >&2
             fail "$c on loopback, CRC $crc"
@@ -173,16 +179,17 @@ ip -n "$B" addr add 10.77.0.2/24 dev "wsxb$$"
 ip -n "$A" link set "wsxa$$" up; ip -n "$A" link set lo up
 ip -n "$B" link set "wsxb$$" up; ip -n "$B" link set lo up
 for crc in 1 0; do
-    for c in switch calls stream rio aio plain; do
+    for pc in xsockswitch:switch xsockswitch:calls xsock:stream xsock:rio xsock:aio xsockswitch:plain; do
+        p=${pc%%:*} c=${pc#*:}
         pf="$WORK/port.$c.$crc"
         rm -f "$pf"
         XSOCK_DEBUG=1 WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 ip netns exec "$A" "${PRE[@]}" \
-            "$WORK/xsock" "$c" server 10.77.0.1 "$pf" >"$WORK/ns.s.out" 2>&1 &
+            "$WORK/$p" "$c" server 10.77.0.1 "$pf" >"$WORK/ns.s.out" 2>&1 &
         sp=$!; PIDS+=("$sp")
         for _ in $(seq 100); do [ -s "$pf" ] && break; sleep 0.05; done
         [ -s "$pf" ] || fail "$c: the namespace server did not start"
         if ! XSOCK_DEBUG=1 WARPSOCK_CRC=$crc WARPSOCK_SWITCH_TIMEOUT_MS=1000 timeout 120 ip netns exec "$B" "${PRE[@]}" \
-            "$WORK/xsock" "$c" client 10.77.0.1 "$(cat "$pf")" >"$WORK/ns.c.out" 2>&1; then
+            "$WORK/$p" "$c" client 10.77.0.1 "$(cat "$pf")" >"$WORK/ns.c.out" 2>&1; then
             cat "$WORK/ns.c.out" "$WORK/ns.s.out" >&2
             fail "$c across namespaces, CRC $crc (client)"
         fi
@@ -195,7 +202,7 @@ done
 
 # 3. tshark reads the DDP-mode part of a connection as MPA/DDP/RDMAP.
 pf="$WORK/port.cap"
-WARPSOCK_CRC=1 timeout 60 "${PRE[@]}" "$WORK/xsock" switch server 127.0.0.1 "$pf" >"$WORK/cap.s.out" 2>&1 &
+WARPSOCK_CRC=1 timeout 60 "${PRE[@]}" "$WORK/xsockswitch" switch server 127.0.0.1 "$pf" >"$WORK/cap.s.out" 2>&1 &
 sp=$!; PIDS+=("$sp")
 for _ in $(seq 100); do [ -s "$pf" ] && break; sleep 0.05; done
 port="$(cat "$pf")"
@@ -204,7 +211,7 @@ port="$(cat "$pf")"
 timeout 60 tcpdump -i lo -U --immediate-mode -s 0 -w "$WORK/x.pcap" "tcp port $port" 2>"$WORK/tcpdump.err" &
 tp=$!; PIDS+=("$tp")
 for _ in $(seq 100); do grep -q "listening" "$WORK/tcpdump.err" && break; sleep 0.05; done
-WARPSOCK_CRC=1 timeout 60 "${PRE[@]}" "$WORK/xsock" switch client 127.0.0.1 "$port" >"$WORK/cap.c.out" 2>&1 \
+WARPSOCK_CRC=1 timeout 60 "${PRE[@]}" "$WORK/xsockswitch" switch client 127.0.0.1 "$port" >"$WORK/cap.c.out" 2>&1 \
     || { cat "$WORK/cap.c.out" >&2; fail "capture run"; }
 wait "$sp"
 # Until the capture stops growing (at most 10 s): a loaded machine may run
@@ -232,8 +239,9 @@ pass "tshark decodes the DDP-mode connection: $fpdus DDP/RDMAP frames, $good goo
 cargo build --quiet -p warpsock-preload --features test-hooks --target-dir "$TARGET_DIR/tmp/preload-hooks"
 AUDIT_SO="$TARGET_DIR/tmp/preload-hooks/debug/libwarpsock_preload.so"
 : >"$WORK/audit.out"
-for c in stream rio aio kill fork; do
-    WARPSOCK_STATS=1 timeout 120 env LD_PRELOAD="$AUDIT_SO" "$WORK/xsock" "$c" local >>"$WORK/audit.out" 2>&1 \
+for pc in xsock:stream xsock:rio xsock:aio xsockswitch:kill xsockswitch:fork; do
+    p=${pc%%:*} c=${pc#*:}
+    WARPSOCK_STATS=1 timeout 120 env LD_PRELOAD="$AUDIT_SO" "$WORK/$p" "$c" local >>"$WORK/audit.out" 2>&1 \
         || { cat "$WORK/audit.out" >&2; fail "audit run of $c"; }
 done
 guarded=$(stat "$WORK/audit.out" reentry_guarded)
