@@ -15,35 +15,48 @@ use std::time::Duration;
 /// tests/c/stdio.c built once per run with `-fsanitize=address,undefined`.
 fn program() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wsp-stdio-asan");
-        // Built under a name of this process's own, then renamed into
-        // place (`common::c_program`).
-        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-        let st = Command::new("cc")
-            .args([
-                "-std=gnu11",
-                "-O1",
-                "-g",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-pthread",
-                "-fsanitize=address,undefined",
-                "-fno-sanitize-recover=all",
-            ])
-            .arg("-I")
-            .arg(dir.join("include"))
-            .arg("-o")
-            .arg(&tmp)
-            .arg(dir.join("tests/c/stdio.c"))
-            .status()
-            .expect("run cc");
-        assert!(st.success(), "compiling tests/c/stdio.c under ASan failed");
-        std::fs::rename(&tmp, &out).expect("move the program into place");
-        out
-    })
+    BUILT.get_or_init(|| build("wsp-stdio-asan", &[]))
+}
+
+/// The same built with `-O2 -D_FORTIFY_SOURCE=2` (as Debian's and Ubuntu's
+/// package flags build): its `dprintf`/`vdprintf` are glibc's
+/// `__dprintf_chk`/`__vdprintf_chk`.
+fn fortified() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build("wsp-stdio-asan-fortify", &["-O2", "-D_FORTIFY_SOURCE=2"]))
+}
+
+/// tests/c/stdio.c built into `name` under ASan and UBSan, `extra` after
+/// the common flags.
+fn build(name: &str, extra: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    // Built under a name of this process's own, then renamed into
+    // place (`common::c_program`).
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    let st = Command::new("cc")
+        .args([
+            "-std=gnu11",
+            "-O1",
+            "-g",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pthread",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+        ])
+        .args(extra)
+        .arg("-I")
+        .arg(dir.join("include"))
+        .arg("-o")
+        .arg(&tmp)
+        .arg(dir.join("tests/c/stdio.c"))
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "compiling tests/c/stdio.c ({name}) failed");
+    std::fs::rename(&tmp, &out).expect("move the program into place");
+    out
 }
 
 /// Runs case `name`: plain, then preloaded with `WARPSOCK_CRC` 1 and 0
@@ -55,12 +68,17 @@ fn case(name: &str) {
 
 /// [`case`] with `env` added.
 fn case_with(name: &str, env: &[(&str, &str)]) {
+    case_of(program(), name, env);
+}
+
+/// [`case_with`] of the program `prog`.
+fn case_of(prog: &Path, name: &str, env: &[(&str, &str)]) {
     for crc in [None, Some("1"), Some("0")] {
         let mut args = vec![name.to_owned()];
         if crc.is_none() {
             args.push("plain".to_owned());
         }
-        let child = common::command(program(), &args, crc.is_some())
+        let child = common::command(prog, &args, crc.is_some())
             .env("WARPSOCK_SWITCH_TIMEOUT_MS", "2000")
             .env("WARPSOCK_CRC", crc.unwrap_or("1"))
             .env(
@@ -124,6 +142,23 @@ fn fdopen_modes_are_glibcs() {
 #[test]
 fn dprintf_and_vdprintf_reach_the_peer() {
     case("dprintf");
+}
+
+/// The same in a program built with `_FORTIFY_SOURCE` (review r26-c item
+/// 1): it calls `__dprintf_chk` and `__vdprintf_chk` (checked with `nm`),
+/// interposed as `dprintf` and `vdprintf`. Fails without them (the bytes
+/// go to the doorbell: the peer's read times out).
+#[test]
+fn a_fortified_programs_dprintf_reaches_the_peer() {
+    let out = Command::new("nm")
+        .arg("-D")
+        .arg(fortified())
+        .output()
+        .expect("run nm");
+    let syms = String::from_utf8_lossy(&out.stdout);
+    assert!(syms.contains("__dprintf_chk"), "{syms}");
+    assert!(syms.contains("__vdprintf_chk"), "{syms}");
+    case_of(fortified(), "dprintf", &[]);
 }
 
 /// `pthread_cancel` of a thread blocked in `fgets` on a stream: the

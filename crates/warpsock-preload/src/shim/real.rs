@@ -122,6 +122,7 @@ real_fns! {
     pthread_cancel(th: libc::pthread_t) -> c_int;
     fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE;
     vdprintf(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int;
+    __vdprintf_chk(fd: c_int, flag: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int;
 }
 
 /// The real `_exit` and `_Exit`, resolved by [`prepare_exit`] at load time.
