@@ -25,7 +25,8 @@ use crate::shim::fdtable;
 use crate::shim::guard::busy;
 use crate::shim::real;
 use crate::shim::sys::{self, set_errno};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 /// glibc's `cookie_io_functions_t` (`<stdio.h>`, `_GNU_SOURCE`).
 #[repr(C)]
@@ -73,6 +74,28 @@ struct Stream {
 /// close (`flush_at_exit`).
 static STREAMS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
+/// [`STREAMS`]' lock, tried for about 2 ms (`sys::pause`'s 26 rounds, as
+/// `fdtable`'s fork_prepare): `None` if still held — by this thread (a
+/// signal handler's `exit` or `fork` over an `fdopen` or `fclose` of its
+/// own) or by another that holds it that long.
+fn streams_trying() -> Option<MutexGuard<'static, Vec<usize>>> {
+    for round in 0..26 {
+        match STREAMS.try_lock() {
+            Ok(g) => return Some(g),
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => sys::pause(round),
+        }
+    }
+    None
+}
+
+/// Set once the library's exit handler flushed its streams
+/// ([`flush_at_exit`]): the sockets' exit closes follow, and a stream's
+/// write after that (glibc's own flush, `_IO_cleanup`, of a stream the
+/// library left; a shared library's destructor) meets a socket whose
+/// write side is shut.
+static LATE: AtomicBool = AtomicBool::new(false);
+
 /// The descriptor a stream's cookie stands for.
 fn cookie_fd(cookie: *mut c_void) -> c_int {
     // SAFETY: a cookie is a live `Box<Stream>` until its close.
@@ -93,15 +116,30 @@ unsafe extern "C-unwind" fn cookie_read(
 /// one fails, as glibc's `_IO_new_file_write` (libio/fileops.c) loops
 /// (its `_IO_cookie_write` marks the stream in error on a short count).
 /// The count written.
+///
+/// After the exit flush ([`LATE`]) a `send` with `MSG_NOSIGNAL`: the
+/// socket's write side is shut (the exit's close), and `write`'s `EPIPE`
+/// raised `SIGPIPE`, which killed a process that called `exit(0)` (status
+/// 141, where over TCP glibc's late flush succeeds: review r26-c item 2).
+/// It fails with `EPIPE` quietly: those bytes are lost, the exit status
+/// kept.
 unsafe extern "C-unwind" fn cookie_write(
     cookie: *mut c_void,
     buf: *const c_char,
     len: size_t,
 ) -> ssize_t {
+    let late = LATE.load(Ordering::Acquire);
     let mut done = 0;
     while done < len {
+        let (fd, p) = (cookie_fd(cookie), buf.wrapping_add(done).cast());
         // SAFETY: glibc's `len` bytes at `buf`.
-        let n = unsafe { super::io::write(cookie_fd(cookie), buf.add(done).cast(), len - done) };
+        let n = unsafe {
+            if late {
+                super::io::send(fd, p, len - done, libc::MSG_NOSIGNAL)
+            } else {
+                super::io::write(fd, p, len - done)
+            }
+        };
         if n <= 0 {
             break;
         }
@@ -131,19 +169,24 @@ unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
 /// flushes streams after the exit handlers (`_IO_cleanup`, libio/genops.c),
 /// when the library has closed the sockets: the tail was lost and the peer
 /// read a clean end after a short stream. A stream another thread holds
-/// locked (`ftrylockfile`) is left alone (its buffer may be a read's).
+/// locked (`ftrylockfile`) is left alone (its buffer may be a read's), and
+/// so is every stream if the list's lock is not had within about 2 ms
+/// ([`streams_trying`]): glibc's flush of those comes after, and fails
+/// quietly ([`LATE`], [`cookie_write`]).
 pub(crate) fn flush_at_exit() {
+    flush_streams();
+    LATE.store(true, Ordering::Release);
+}
+
+/// [`flush_at_exit`]'s flushes.
+fn flush_streams() {
     // An exit from inside library code: the writes would not be the
     // library's (`guard`); left to glibc.
     if busy() {
         return;
     }
-    let streams = match STREAMS.try_lock() {
-        Ok(g) => g,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        // Held by a thread that no longer exists (a fork's child) or by a
-        // close under way.
-        Err(std::sync::TryLockError::WouldBlock) => return,
+    let Some(streams) = streams_trying() else {
+        return;
     };
     for &c in streams.iter() {
         // SAFETY: a live cookie (removed from the list, under its lock,

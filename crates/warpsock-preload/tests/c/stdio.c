@@ -20,6 +20,9 @@
  *           on the connected and the accepted end, both ways, then EOF;
  *   exit    a child's stream left unflushed at exit(): the parent reads
  *           every byte, then the end of the stream;
+ *   locked  a child's stream another thread holds locked at exit(): the
+ *           child exits 0; the parent reads its tail (plain) or nothing
+ *           (DDP: glibc's late flush fails quietly), then the end;
  *   unswitched  a socket left out of DDP mode (the other pair of the
  *           run is switched): the real fdopen, bytes both ways. */
 #include "ddppair.h"
@@ -284,6 +287,64 @@ static void case_exit(void) {
     close(ps);
 }
 
+static FILE *held_stream;
+static atomic_int held;
+
+static void *hold_stream(void *arg) {
+    (void)arg;
+    flockfile(held_stream);
+    atomic_store(&held, 1);
+    for (;;) pause();
+    return NULL;
+}
+
+/* A child's stream another thread holds locked at exit(): the library's
+ * exit flush leaves it (ftrylockfile), glibc flushes it after the exit
+ * handlers without its lock. Over DDP that is after the socket's exit
+ * close: the write must fail quietly (EPIPE, no SIGPIPE) and the child
+ * exit 0, as over TCP (where the flush succeeds); the tail is lost. */
+static void case_locked(void) {
+    static const char tail[] = "locked tail\n";
+    enum { TAIL = sizeof tail - 1 };
+    int pc, ps;
+    tcp_pair(&pc, &ps);
+    set_rcvtimeo(ps, 10000);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(ps);
+        if (!plain) ddp_mode(pc);
+        held_stream = fdopen(pc, "w");
+        CHECK(held_stream);
+        CHECK(fputs(tail, held_stream) >= 0);
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, hold_stream, NULL) == 0);
+        for (int k = 0; !atomic_load(&held); k++) {
+            CHECK(k < 10000000);
+            sched_yield();
+        }
+        exit(0);
+    }
+    close(pc);
+    if (!plain) ddp_mode(ps);
+    char got[TAIL + 1];
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = recv(ps, got + n, sizeof got - n, 0);
+        CHECK(r >= 0);
+        if (r == 0) break;
+        n += (size_t)r;
+        CHECK(n <= TAIL);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "child status %#x, read %zu\n", st, n);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(n == (plain ? TAIL : 0));
+    CHECK(memcmp(got, tail, n) == 0);
+    close(ps);
+}
+
 static atomic_int fgets_tid; /* the thread blocked in fgets */
 
 /* Its buffer in static storage: ASan does not unpoison the redzones of
@@ -376,9 +437,10 @@ int main(int argc, char **argv) {
     }
     plain = argc > 2 && !strcmp(argv[2], "plain");
     const char *cs = argv[1];
-    /* "exit" makes a pair of its own, an end in each process; "policy"
-     * one the policy switches. */
-    if (strcmp(cs, "exit") != 0 && strcmp(cs, "policy") != 0) pair(&c, &s, !plain);
+    /* "exit" and "locked" make a pair of their own, an end in each
+     * process; "policy" one the policy switches. */
+    if (strcmp(cs, "exit") != 0 && strcmp(cs, "locked") != 0 && strcmp(cs, "policy") != 0)
+        pair(&c, &s, !plain);
     if (!strcmp(cs, "lines")) {
         case_lines();
     } else if (!strcmp(cs, "bulk")) {
@@ -397,6 +459,8 @@ int main(int argc, char **argv) {
         case_policy();
     } else if (!strcmp(cs, "exit")) {
         case_exit();
+    } else if (!strcmp(cs, "locked")) {
+        case_locked();
     } else if (!strcmp(cs, "unswitched")) {
         case_unswitched();
     } else {
