@@ -332,6 +332,9 @@ mod init {
     use crate::shim::{fdtable, reactor, real};
 
     extern "C" fn fork_prepare() {
+        // The stdio streams' list first: the exit flush holds it across
+        // writes that look up the descriptor table.
+        crate::interpose::stdio::fork_prepare();
         // Before the copy of the descriptors (`Doorbell::fail`'s check).
         crate::shim::doorbell::fork_begin();
         fdtable::fork_prepare();
@@ -340,6 +343,7 @@ mod init {
     extern "C" fn fork_parent() {
         fdtable::fork_release();
         crate::shim::doorbell::fork_end();
+        crate::interpose::stdio::fork_parent();
     }
 
     extern "C" fn fork_child() {
@@ -349,6 +353,7 @@ mod init {
         reactor::forget_after_fork();
         crate::xsock::after_fork_child();
         demote_all(false);
+        crate::interpose::stdio::fork_child();
     }
 
     extern "C" fn at_exit() {

@@ -68,11 +68,13 @@ fn case(name: &str) {
 
 /// [`case`] with `env` added.
 fn case_with(name: &str, env: &[(&str, &str)]) {
-    case_of(program(), name, env);
+    case_of(program(), name, env, 2);
 }
 
-/// [`case_with`] of the program `prog`.
-fn case_of(prog: &Path, name: &str, env: &[(&str, &str)]) {
+/// [`case_with`] of the program `prog`, `switched` the sum of the
+/// processes' `ddp_switched` reports (a forked child's repeats the
+/// parent's count at the fork).
+fn case_of(prog: &Path, name: &str, env: &[(&str, &str)], switched: u64) {
     for crc in [None, Some("1"), Some("0")] {
         let mut args = vec![name.to_owned()];
         if crc.is_none() {
@@ -98,7 +100,7 @@ fn case_of(prog: &Path, name: &str, env: &[(&str, &str)]) {
             r.stderr
         );
         if crc.is_some() {
-            assert_eq!(r.stat("ddp_switched"), 2, "{what}\n{}", r.stderr);
+            assert_eq!(r.stat("ddp_switched"), switched, "{what}\n{}", r.stderr);
         }
     }
 }
@@ -158,7 +160,7 @@ fn a_fortified_programs_dprintf_reaches_the_peer() {
     let syms = String::from_utf8_lossy(&out.stdout);
     assert!(syms.contains("__dprintf_chk"), "{syms}");
     assert!(syms.contains("__vdprintf_chk"), "{syms}");
-    case_of(fortified(), "dprintf", &[]);
+    case_of(fortified(), "dprintf", &[], 2);
 }
 
 /// `pthread_cancel` of a thread blocked in `fgets` on a stream: the
@@ -191,6 +193,28 @@ fn streams_of_an_unmodified_program_in_policy_mode() {
 #[test]
 fn a_stream_left_unflushed_at_exit_sends_its_tail() {
     case("exit");
+}
+
+/// A forked child's `exit(0)` with its copy of the parent's unflushed
+/// stream: the child exits 0 (over TCP its copy's flush reaches the peer;
+/// a DDP socket's copy in a child is refused by design, and the flush
+/// fails quietly), and the parent's stream then sends its tail and more
+/// (review r26-c item 3). Fails (the child dies of `SIGPIPE`) without
+/// both the owner check in the stream's write and the quiet late write
+/// (item 2: the child's exit handler ran before glibc's flush).
+#[test]
+fn a_forked_childs_exit_leaves_the_parents_stream() {
+    // The child's report repeats the parent's 2.
+    case_of(program(), "forked", &[], 4);
+}
+
+/// The same with the child's `fflush` of its copy before the exit: over
+/// DDP it fails with `EPIPE` and no `SIGPIPE` (the socket's copy in a
+/// child is refused by design), over TCP it succeeds. Fails (the child
+/// dies of `SIGPIPE`) without the owner check in the stream's write.
+#[test]
+fn a_forked_childs_flush_of_the_parents_stream_fails_quietly() {
+    case_of(program(), "forkedflush", &[], 4);
 }
 
 /// A child's stream another thread holds locked at `exit` (the library's

@@ -63,10 +63,13 @@ struct IoFileHead {
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::offset_of!(IoFileHead, fileno) == 112);
 
-/// A stream's cookie: its descriptor, and the stream (set once made).
+/// A stream's cookie: its descriptor, the stream (set once made), and
+/// the process that made it (a forked child's copies are its parent's:
+/// [`cookie_write`], [`fork_child`]).
 struct Stream {
     fd: c_int,
     file: *mut FILE,
+    pid: libc::pid_t,
 }
 
 /// The streams `fdopen` made and `fclose` has not closed, as their
@@ -123,11 +126,24 @@ unsafe extern "C-unwind" fn cookie_read(
 /// 141, where over TCP glibc's late flush succeeds: review r26-c item 2).
 /// It fails with `EPIPE` quietly: those bytes are lost, the exit status
 /// kept.
+///
+/// A forked child's copy of its parent's stream (its `exit` flushes it,
+/// glibc's `_IO_cleanup`): the socket's copy in the child is refused by
+/// design (`demote_all`: it reads end of stream, writes fail with
+/// `EPIPE`), so is the stream's, with `EPIPE` and no `SIGPIPE`, without a
+/// call (the descriptor may be another by then): the child's `exit(0)`
+/// died of `SIGPIPE` (review r26-c item 3).
 unsafe extern "C-unwind" fn cookie_write(
     cookie: *mut c_void,
     buf: *const c_char,
     len: size_t,
 ) -> ssize_t {
+    // SAFETY: a cookie is a live `Box<Stream>` until its close; getpid
+    // has no preconditions.
+    if unsafe { (*cookie.cast::<Stream>()).pid != libc::getpid() } {
+        set_errno(libc::EPIPE);
+        return 0;
+    }
     let late = LATE.load(Ordering::Acquire);
     let mut done = 0;
     while done < len {
@@ -178,7 +194,9 @@ pub(crate) fn flush_at_exit() {
     LATE.store(true, Ordering::Release);
 }
 
-/// [`flush_at_exit`]'s flushes.
+/// [`flush_at_exit`]'s flushes: this process's streams (a forked child's
+/// list is emptied, [`fork_child`]; a child made without the atfork
+/// handlers has its parent's, skipped here).
 fn flush_streams() {
     // An exit from inside library code: the writes would not be the
     // library's (`guard`); left to glibc.
@@ -188,10 +206,15 @@ fn flush_streams() {
     let Some(streams) = streams_trying() else {
         return;
     };
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
     for &c in streams.iter() {
         // SAFETY: a live cookie (removed from the list, under its lock,
         // before it is freed).
-        let f = unsafe { (*(c as *const Stream)).file };
+        let (f, pid) = unsafe { ((*(c as *const Stream)).file, (*(c as *const Stream)).pid) };
+        if pid != me {
+            continue;
+        }
         // SAFETY: `f` is open (its close takes the list's lock first).
         if unsafe { ftrylockfile(f) } != 0 {
             continue;
@@ -207,6 +230,42 @@ fn flush_streams() {
             funlockfile(f);
         }
     }
+}
+
+thread_local! {
+    /// [`STREAMS`]' lock held across a `fork` by the forking thread.
+    static FORK_GUARD: std::cell::RefCell<Option<MutexGuard<'static, Vec<usize>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// pthread_atfork "prepare": [`STREAMS`]' lock held across the `fork`, so
+/// the child never gets it held by a thread it does not have (its first
+/// `fclose` of a stream, which takes it, blocked for ever: review r26-c
+/// item 3). Tried for about 2 ms ([`streams_trying`]): over a hold of its
+/// own thread's (a signal handler's `fork` over an `fdopen` or `fclose`)
+/// the fork goes on without it.
+pub(crate) fn fork_prepare() {
+    let g = streams_trying();
+    FORK_GUARD.with(|f| *f.borrow_mut() = g);
+}
+
+/// pthread_atfork "parent": the lock taken in [`fork_prepare`] given back.
+pub(crate) fn fork_parent() {
+    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+}
+
+/// pthread_atfork "child": the lock given back, and the list emptied: the
+/// streams are the parent's (their sockets' copies here are refused by
+/// design); the child's `exit` does not flush them ([`flush_at_exit`])
+/// and glibc's flush of them fails quietly ([`cookie_write`]). Their
+/// cookies stay (glibc's copies of the streams point at them), freed by
+/// the child's `fclose` if it makes one.
+pub(crate) fn fork_child() {
+    FORK_GUARD.with(|f| {
+        if let Some(mut g) = f.borrow_mut().take() {
+            g.clear();
+        }
+    });
 }
 
 /// `fdopen`'s mode as glibc's `_IO_new_fdopen` (libio/iofdopen.c) reads
@@ -275,6 +334,8 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     let cookie = Box::into_raw(Box::new(Stream {
         fd,
         file: std::ptr::null_mut(),
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
     }));
     // SAFETY: a static mode; the callbacks take the cookie, freed by the
     // close callback.

@@ -20,6 +20,10 @@
  *           on the connected and the accepted end, both ways, then EOF;
  *   exit    a child's stream left unflushed at exit(): the parent reads
  *           every byte, then the end of the stream;
+ *   forked  a forked child's exit() with its copy of the parent's unflushed
+ *           stream: the child exits 0, the parent's stream goes on;
+ *   forkedflush  the same, the child's fflush of the copy first: it
+ *           succeeds (plain) or fails with EPIPE, no SIGPIPE (DDP);
  *   locked  a child's stream another thread holds locked at exit(): the
  *           child exits 0; the parent reads its tail (plain) or nothing
  *           (DDP: glibc's late flush fails quietly), then the end;
@@ -287,6 +291,41 @@ static void case_exit(void) {
     close(ps);
 }
 
+/* A forked child's exit() with its copy of the parent's stream, a tail
+ * unflushed: over TCP glibc flushes the copy into the shared socket (the
+ * usual stdio duplication after fork); a DDP-mode socket's copy in the
+ * child is refused by design, and the copy's flush fails quietly. The
+ * child exits 0 either way, and the parent's stream goes on. flush: the
+ * child flushes the copy before its exit. */
+static void case_forked(int flush) {
+    FILE *fc = fdopen(c, "w");
+    FILE *fs = fdopen(s, "r");
+    CHECK(fc && fs);
+    CHECK(fputs("parent tail\n", fc) >= 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (flush) {
+            errno = 0;
+            int r = fflush(fc);
+            if (plain) CHECK(r == 0);
+            else CHECK(r == EOF && errno == EPIPE && ferror(fc));
+        }
+        exit(0);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "child status %#x\n", st);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (plain) line_is(fs, "parent tail\n"); /* the child's copy */
+    CHECK(fputs("after the fork\n", fc) >= 0 && fflush(fc) == 0);
+    line_is(fs, "parent tail\n");
+    line_is(fs, "after the fork\n");
+    CHECK(fclose(fc) == 0);
+    CHECK(fgetc(fs) == EOF && feof(fs));
+    CHECK(fclose(fs) == 0);
+}
+
 static FILE *held_stream;
 static atomic_int held;
 
@@ -459,6 +498,10 @@ int main(int argc, char **argv) {
         case_policy();
     } else if (!strcmp(cs, "exit")) {
         case_exit();
+    } else if (!strcmp(cs, "forked")) {
+        case_forked(0);
+    } else if (!strcmp(cs, "forkedflush")) {
+        case_forked(1);
     } else if (!strcmp(cs, "locked")) {
         case_locked();
     } else if (!strcmp(cs, "unswitched")) {
