@@ -163,6 +163,27 @@ fn a_fortified_programs_dprintf_reaches_the_peer() {
     case_of(fortified(), "dprintf", &[], 2);
 }
 
+/// The fortified build's streams: its `fgets`/`fread` are glibc's
+/// `__fgets_chk`/`__fread_chk`, which read through the stream (the
+/// cookie's read: nothing more to interpose), its `fprintf`
+/// `__fprintf_chk` likewise. Fails (times out) without the interposed
+/// `fdopen`, as the unfortified cases.
+#[test]
+fn a_fortified_programs_streams_cross_a_ddp_connection() {
+    let out = Command::new("nm")
+        .arg("-D")
+        .arg(fortified())
+        .output()
+        .expect("run nm");
+    let syms = String::from_utf8_lossy(&out.stdout);
+    for f in ["__fgets_chk", "__fread_chk", "__fprintf_chk"] {
+        assert!(syms.contains(f), "{f}: {syms}");
+    }
+    for name in ["lines", "bulk", "close"] {
+        case_of(fortified(), name, &[], 2);
+    }
+}
+
 /// `pthread_cancel` of a thread blocked in `fgets` on a stream: the
 /// cancel unwinds from the interposed `read` through the stream's read
 /// callback and glibc's `fgets` (PTHREAD_CANCELED), which gives the
