@@ -430,7 +430,7 @@ unsafe fn print_to(fd: c_int, flag: Option<c_int>, fmt: *const c_char, ap: *mut 
     r
 }
 
-/// Interposed `vdprintf(3)`: on a managed socket, [`print_to`].
+/// Interposed `vdprintf(3)`: on a managed socket, `print_to`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn vdprintf(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int {
     if busy() || fdtable::get(fd).is_none() {
@@ -538,7 +538,7 @@ macro_rules! variadic_entry {
 }
 
 /// Interposed `dprintf(3)` (x86-64): `vdprintf` over its arguments, by
-/// the naked entry of [`variadic_entry`] (`gp_offset` 16: `fd` and `fmt`
+/// the naked entry of `variadic_entry!` (`gp_offset` 16: `fd` and `fmt`
 /// are taken; the `va_list` in `rdx`).
 ///
 /// # Safety
@@ -552,7 +552,7 @@ pub unsafe extern "C-unwind" fn dprintf(fd: c_int, fmt: *const c_char) -> c_int 
 
 /// Interposed `__dprintf_chk` (x86-64): the `dprintf` of a program built
 /// with `_FORTIFY_SOURCE`, `__vdprintf_chk` over its arguments by the
-/// naked entry of [`variadic_entry`] (`gp_offset` 24: `fd`, `flag` and
+/// naked entry of `variadic_entry!` (`gp_offset` 24: `fd`, `flag` and
 /// `fmt` are taken; the `va_list` in `rcx`).
 ///
 /// # Safety
