@@ -235,6 +235,13 @@ mod tests {
             if now.is_some_and(|s| s.starts_with(&asleep)) {
                 break;
             }
+            // The waiter returned before a look saw it asleep (its 30 s
+            // passed on a starved machine, or the wait failed): fail with
+            // its result rather than look for ever (review r26-b item 10).
+            if t.is_finished() {
+                let (r, e) = t.join().unwrap();
+                panic!("the waiter returned unseen asleep: {r} {e:?}");
+            }
             std::thread::yield_now();
         }
         W.store(1, Ordering::Relaxed);
