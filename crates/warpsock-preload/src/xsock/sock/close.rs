@@ -115,11 +115,20 @@ impl Drop for DdpSock {
     }
 }
 
-/// The longest wait between two looks at the engine's socket once its
-/// FIN is out: the peer's acknowledgement of it wakes no poll (a socket
-/// whose write side is shut polls writable for good), so it is looked at
-/// after each slice.
+/// The first wait between two looks at the engine's socket once its FIN
+/// is out: the peer's acknowledgement of it wakes no poll (a socket whose
+/// write side is shut polls writable for good), so it is looked at after
+/// each slice. The slice doubles after each look that saw nothing change
+/// (the step's phase, `tcpi_state`, `tcpi_unacked`), up to
+/// [`ACK_SLICE_MAX`], and is back to this after a change: a peer that
+/// stopped acknowledging (its host gone, black-holed) with a linger of
+/// N s costs about N × 5 looks, not N × 200, each a `ppoll`, an engine
+/// round and a `TCP_INFO` (review r26-b item 2); Linux sleeps until the
+/// state changes (`sk_stream_wait_close`), which no poll here can show.
 const ACK_SLICE: Duration = Duration::from_millis(5);
+
+/// The longest slice the backing off reaches.
+const ACK_SLICE_MAX: Duration = Duration::from_millis(200);
 
 /// The longest wait while sending: input and output space wake it, the
 /// slice is a safety net (as the reaper's sweep) for a step's books that
@@ -180,14 +189,28 @@ fn linger_close(x: &XSocket, bound: Duration) -> Option<Closing> {
     // next, which it ends (as `signal_pending` in Linux's loop), never
     // lost to a handler run while no wait was there to see it.
     let mask = SignalsHeld::new();
+    let mut ack_slice = ACK_SLICE;
+    let mut seen = None;
     loop {
         let now = Instant::now();
         // The lock taken (a call of another thread's on this socket has
         // none: its reference would hold the drop back): no step this
         // time, a slice's wait.
         let stepped = x.try_close_step(&mut c, now);
-        if c.phase() == Phase::Done || acknowledged(x, &c) || now >= end {
+        // The engine's socket looked at once the sending is over (before,
+        // the step's books are what changes, and the send slice holds).
+        let look = (
+            c.phase(),
+            (c.phase() != Phase::Sending)
+                .then(|| tcp_look(x.tcp_fd()))
+                .flatten(),
+        );
+        if c.phase() == Phase::Done || acknowledged(&c, look.1) || now >= end {
             return Some(c);
+        }
+        if seen != Some(look) {
+            seen = Some(look);
+            ack_slice = ACK_SLICE;
         }
         if warpsock_xsock::cancel::pending() {
             // A cancel noted while no wait was there (`SIGCANCEL` is not
@@ -195,7 +218,9 @@ fn linger_close(x: &XSocket, bound: Duration) -> Option<Closing> {
             return Some(c);
         }
         let slice = if stepped.is_none() || c.phase() != Phase::Sending {
-            ACK_SLICE
+            let s = ack_slice;
+            ack_slice = (ack_slice * 2).min(ACK_SLICE_MAX);
+            s
         } else {
             SEND_SLICE
         };
@@ -295,10 +320,11 @@ impl Drop for SignalsHeld {
 /// to wait for, as Linux's. (`SIOCOUTQ` 0 alone is not enough: it is 0
 /// too before the engine's FIN went, while the engine still holds bytes
 /// of its own.)
-fn acknowledged(x: &XSocket, c: &Closing) -> bool {
+/// `look` is the engine's socket's [`tcp_look`].
+fn acknowledged(c: &Closing, look: Option<(c_int, u32)>) -> bool {
     c.phase() != Phase::Sending
         && matches!(
-            tcp_state(x.tcp_fd()),
+            look.map(|l| l.0),
             Some(TCP_FIN_WAIT2 | TCP_TIME_WAIT | TCP_CLOSE)
         )
 }
@@ -309,10 +335,13 @@ const TCP_FIN_WAIT2: c_int = 5;
 const TCP_TIME_WAIT: c_int = 6;
 const TCP_CLOSE: c_int = 7;
 
-/// The state of TCP socket `fd` (`TCP_INFO`'s `tcpi_state`, its first
-/// byte), or `None` if the kernel did not say.
-fn tcp_state(fd: c_int) -> Option<c_int> {
-    let mut info = [0u8; 8];
+/// TCP socket `fd`'s state and count of segments sent and not yet
+/// acknowledged (`TCP_INFO`'s `tcpi_state`, its first byte, and
+/// `tcpi_unacked`, the `u32` at byte 24: eight bytes of `u8` fields, then
+/// `tcpi_rto`, `tcpi_ato`, `tcpi_snd_mss`, `tcpi_rcv_mss`), or `None` if
+/// the kernel did not say (the count 0 if it gave less).
+fn tcp_look(fd: c_int) -> Option<(c_int, u32)> {
+    let mut info = [0u8; 28];
     let mut len = info.len() as socklen_t;
     // SAFETY: getsockopt into a buffer on the stack, its size given (the
     // kernel copies at most that much of its `tcp_info`).
@@ -325,5 +354,10 @@ fn tcp_state(fd: c_int) -> Option<c_int> {
             &mut len,
         )
     };
-    (r == 0 && len >= 1).then(|| c_int::from(info[0]))
+    let unacked = if len >= 28 {
+        u32::from_ne_bytes([info[24], info[25], info[26], info[27]])
+    } else {
+        0
+    };
+    (r == 0 && len >= 1).then(|| (c_int::from(info[0]), unacked))
 }
