@@ -124,7 +124,10 @@ fn past_the_bound_the_oldest_lingering_close_is_cut() {
 /// its own: the peer reads every byte and the end of stream. The parent's
 /// reaper thread is not the child's (fails without the child forgetting
 /// it: the close waits in a queue no thread takes, the child's exit gives
-/// up on the bytes after the linger and resets the connection).
+/// up on the bytes after the linger and resets the connection), and the
+/// child does not carry the parent's reaper's epoll set and eventfd
+/// (fails without their close in the fork handler: the child's check
+/// finds the set, exit 1).
 #[test]
 fn a_forked_child_closes_with_a_reaper_of_its_own() {
     let _one = serial();

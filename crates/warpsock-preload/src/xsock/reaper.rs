@@ -213,8 +213,27 @@ static REAPER: AtomicPtr<Reaper> = AtomicPtr::new(std::ptr::null_mut());
 /// closes it holds are the parent's connections. Its memory is leaked (as
 /// before, a closer thread's socket was); the child's first close starts
 /// a reaper of its own.
+///
+/// Its eventfd and epoll descriptors, inherited, are closed here: kept
+/// (both are only close-on-exec) they were 2 dead descriptors per fork
+/// generation until an exec, counted against `RLIMIT_NOFILE` (review
+/// r26-b item 6). Closing the child's copies touches nothing of the
+/// parent's: each is the same open file description as the parent's,
+/// and a close drops only the child's reference to it (`fput`; the
+/// description lives on while the parent holds its own descriptor). The
+/// epoll set is the description's, not the descriptor's, so the parent's
+/// registrations stay; the engines' sockets in it are the child's copies
+/// of the parent's, which the child's close of the epoll descriptor does
+/// not close either.
 pub(crate) fn forget_after_fork() {
-    REAPER.store(std::ptr::null_mut(), Ordering::Release);
+    let old = REAPER.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: a published reaper is leaked and never freed; the child
+        // has one thread, this one, so nobody else uses it.
+        let r = unsafe { &*old };
+        sys::close(r.wakefd);
+        sys::close(r.epfd);
+    }
     HELD.store(0, Ordering::Release);
 }
 

@@ -37,7 +37,9 @@
  *     that writes LEN bytes on a connection of its own and closes it: the
  *     child's close completes (its peer reads every byte and the end of
  *     stream) — the parent's reaper thread is not the child's, which
- *     starts its own.
+ *     starts its own; and the child holds none of the parent's reaper's
+ *     descriptors (its epoll set, its eventfd: one fewer of each than the
+ *     parent just before the fork).
  *
  *   ddpreaper forkexit
  *     the same, the child's bytes held in its engine (small kernel
@@ -136,6 +138,26 @@ static int keep_engine_sockets(const int *c, int n) {
     return k;
 }
 
+/* Descriptors of the process whose link reads name exactly
+ * ("anon_inode:[eventfd]", "anon_inode:[eventpoll]"). */
+static int count_links(const char *name) {
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char p[512], l[64];
+        snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(p, l, sizeof l - 1);
+        if (k < 0) continue;
+        l[k] = 0;
+        n += strcmp(l, name) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
 static unsigned char at(size_t i) {
     return (unsigned char)((i * 131 + (i >> 9)) & 0xff);
 }
@@ -191,11 +213,18 @@ static int forked(int exit_wait) {
     close(s0);
     close(s1);
     ddp_mode(c0);
-    /* The parent's reaper starts. */
+    /* The parent's reaper starts (its epoll set is there). */
     CHECK(close(c0) == 0);
+    CHECK(reaper_watches() >= 0);
+    int efds = count_links("anon_inode:[eventfd]"), eps = count_links("anon_inode:[eventpoll]");
     pid_t b = fork();
     CHECK(b >= 0);
     if (b == 0) {
+        /* The parent's reaper's eventfd and epoll set are not the child's:
+         * closed in its fork handler, not carried (review r26-b item 6). */
+        CHECK(reaper_watches() < 0);
+        CHECK(count_links("anon_inode:[eventfd]") == efds - 1);
+        CHECK(count_links("anon_inode:[eventpoll]") == eps - 1);
         close(closed[0]);
         ddp_mode(c1);
         write_all(c1, len);
