@@ -259,6 +259,25 @@ fn a_read_watching_a_partial_late_request_times_out_without_spinning() {
     }
 }
 
+/// Not a cancel: the watch case's socket, the peer's bytes behind its mark
+/// a prefix of an MPA Request and no more, a thread's blocking read
+/// waiting on them: another thread's `recv(MSG_DONTWAIT)`, then a `recv`
+/// of the descriptor made `O_NONBLOCK`, each returns `EAGAIN` while the
+/// read still waits; the read is then cancelled, and after the peer's end
+/// the prefix is read as data (review r26-b item 7: the non-blocking
+/// calls blocked on the socket's lock, held through the watch's waits;
+/// fails so — the case's 10 s bound — with the lock kept over the waits).
+#[test]
+fn a_non_blocking_read_beside_a_watching_one_returns_at_once() {
+    for preload in [false, true] {
+        let r = run_case("cancelswitch", "watchnb", preload);
+        if preload {
+            assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
+            assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
+        }
+    }
+}
+
 /// Not a cancel: a non-blocking connect of a socket asked for DDP mode
 /// (the preload waits in the call for the connection,
 /// `WARPSOCK_CONNECT_TIMEOUT_MS` 1 s here) whose SYN a full accept queue

@@ -10,7 +10,7 @@
 //! reset instead.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, c_void, msghdr, sockaddr, socklen_t};
@@ -135,7 +135,20 @@ impl ResidueSock {
     /// it is data (delivered). One `SO_RCVTIMEO` deadline for all the
     /// waits (`EAGAIN` once it passed, as Linux's `tcp_recvmsg`), and a
     /// signal or a pending cancel ends them as [`sys::wait_fd`] says.
-    fn check_watch(&self, st: &mut State, nonblocking: bool) -> Option<c_int> {
+    ///
+    /// The waits are made with the socket's lock (`st`, given and given
+    /// back) let go, taken again after each, where the watch may have
+    /// ended meanwhile (another reader's look decided it): so another
+    /// thread's call goes on — a non-blocking read gets `EAGAIN` at once
+    /// (its own look finds the prefix undecided), as Linux's `sk_wait_data`
+    /// releases the socket lock while a reader sleeps; they blocked on the
+    /// lock for as long as the peer stayed silent, no signal or cancel
+    /// ending it (review r26-b item 7).
+    fn check_watch<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        nonblocking: bool,
+    ) -> (MutexGuard<'a, State>, Option<c_int>) {
         const PAUSE_MIN: Duration = Duration::from_micros(200);
         const PAUSE_MAX: Duration = Duration::from_millis(5);
         let mut buf = [0u8; warpsock_xsock::switch::MPA_HDR_LEN + 512];
@@ -154,21 +167,21 @@ impl ResidueSock {
             };
             if n == 0 {
                 st.watch = false;
-                return None;
+                return (st, None);
             }
             if n < 0 {
                 let e = errno();
                 if e != libc::EAGAIN {
                     // The socket's error (a reset, a timeout), taken by
                     // the peek: the call's, as TCP's read reports it.
-                    return Some(e);
+                    return (st, Some(e));
                 }
             }
             let seen = if n > 0 { &buf[..n as usize] } else { &[][..] };
             match classify_request(seen) {
                 Request::NotWarpsock => {
                     st.watch = false;
-                    return None;
+                    return (st, None);
                 }
                 Request::Warpsock(_) | Request::BadHello(_) => {
                     let l = libc::linger {
@@ -187,18 +200,19 @@ impl ResidueSock {
                         real::shutdown(self.kfd, libc::SHUT_RDWR);
                     }
                     st.watch = false;
-                    return Some(libc::ECONNRESET);
+                    return (st, Some(libc::ECONNRESET));
                 }
                 Request::Undecided { .. } if ended && n > 0 => {
                     // Every byte the peer sent before its end (or an
                     // error) is queued, and they are no Request.
                     st.watch = false;
-                    return None;
+                    return (st, None);
                 }
                 Request::Undecided { .. } => {
                     if nonblocking {
-                        return Some(libc::EAGAIN);
+                        return (st, Some(libc::EAGAIN));
                     }
+                    drop(st);
                     let waited = if n < 0 {
                         self.wait(libc::POLLIN, libc::SO_RCVTIMEO, &mut deadline)
                     } else {
@@ -206,12 +220,17 @@ impl ResidueSock {
                         pause = (pause * 2).min(PAUSE_MAX);
                         self.pause(libc::POLLRDHUP, libc::SO_RCVTIMEO, &mut deadline, step)
                     };
+                    st = lock(&self.st);
+                    if !st.watch {
+                        // Decided by another reader meanwhile.
+                        return (st, None);
+                    }
                     match waited {
                         Ok(ev) => {
                             let end = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
                             ended |= ev & end != 0;
                         }
-                        Err(e) => return Some(e),
+                        Err(e) => return (st, Some(e)),
                     }
                 }
             }
@@ -529,7 +548,9 @@ impl Socket for ResidueSock {
             return n as isize;
         }
         if st.watch {
-            if let Some(e) = self.check_watch(&mut st, nonblocking) {
+            let (g, e) = self.check_watch(st, nonblocking);
+            st = g;
+            if let Some(e) = e {
                 set_errno(e);
                 return -1;
             }

@@ -46,6 +46,18 @@
  *             prefix can no longer complete, a read returns its 10 bytes
  *             and the next 0 (the loop spun for ever). Plain: no switch,
  *             no timed read (TCP returns the bytes), the end's reads;
+ *   watchnb   (not a cancel) the watch case's socket, whose peer then
+ *             sends 10 bytes of the MPA Request's key and nothing more:
+ *             a thread's blocking read waits watching them (until
+ *             cancelled), and meanwhile another thread's recv with
+ *             MSG_DONTWAIT, then a recv with the descriptor O_NONBLOCK,
+ *             each returns -1 EAGAIN while the first still waits (review
+ *             r26-b item 7: they blocked on the socket's lock, held by
+ *             the watching read, for as long as the peer stayed silent;
+ *             Linux's reader sleeps without the socket lock). Then the
+ *             reader is cancelled, and after the peer's end the prefix is
+ *             read as data, then the end. Plain: the same with nothing
+ *             sent before the cancel (TCP returns the bytes);
  *   connectwait  (not a cancel) a non-blocking connect of a socket
  *             asked for DDP mode (the preload waits for the connection in
  *             the call, at most WARPSOCK_CONNECT_TIMEOUT_MS, 1 s here) to
@@ -294,6 +306,70 @@ static void watch_partial(int plain) {
     CHECK(recv(other, b, 4, MSG_WAITALL) == 4 && memcmp(b, "back", 4) == 0);
 }
 
+/* watchnb: a non-blocking recv of the victim in a thread of its own
+ * (nb_flags: MSG_DONTWAIT, or none with the descriptor O_NONBLOCK). */
+static int nb_flags;
+static void *nb_recv(void *a) {
+    (void)a;
+    static char b[64];
+    return call_end(recv(victim, b, sizeof b, nb_flags));
+}
+
+/* Runs nb_recv while the watching read waits (thread w): it must return
+ * -1 EAGAIN, and w must still wait then. Bounded: 10 s for the call (it
+ * blocked for as long as the peer stayed silent: for good here). */
+static void nb_while_watched(pthread_t w, int flags) {
+    nb_flags = flags;
+    atomic_store(&call_done, 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, nb_recv, NULL) == 0);
+    struct timespec until;
+    CHECK(clock_gettime(CLOCK_REALTIME, &until) == 0);
+    until.tv_sec += 10;
+    int j = pthread_timedjoin_np(t, NULL, &until);
+    if (j != 0) fprintf(stderr, "the non-blocking recv (flags %#x) blocked\n", flags);
+    CHECK(j == 0);
+    long r = atomic_load(&call_r), e = atomic_load(&call_errno);
+    if (r != -1 || e != EAGAIN)
+        fprintf(stderr, "the non-blocking recv (flags %#x) returned %ld (errno %ld)\n", flags, r, e);
+    CHECK(r == -1 && e == EAGAIN);
+    CHECK(pthread_tryjoin_np(w, NULL) == EBUSY);
+}
+
+static void watch_nonblocking(int plain) {
+    int responder = local_port(c) > local_port(s) ? c : s;
+    int other = responder == c ? s : c;
+    victim = responder;
+    static const char prefix[] = "MPA ID Req"; /* of "MPA ID Req Frame" */
+    if (!plain) {
+        static const unsigned char mark = 0xD7;
+        CHECK(send(other, &mark, 1, MSG_OOB) == 1);
+        pthread_t p;
+        CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
+        CHECK(pthread_join(p, NULL) == 0);
+        CHECK(atomic_load(&switch_r) == -1);
+        CHECK(write(other, prefix, 10) == 10);
+    }
+    pthread_t w = start_victim(block_read, 0);
+    asleep_for_good(0);
+    nb_while_watched(w, MSG_DONTWAIT);
+    int fl = fcntl(responder, F_GETFL);
+    CHECK(fl >= 0 && fcntl(responder, F_SETFL, fl | O_NONBLOCK) == 0);
+    nb_while_watched(w, 0);
+    CHECK(fcntl(responder, F_SETFL, fl) == 0);
+    CHECK(pthread_cancel(w) == 0);
+    joined_cancelled(w, "watching read");
+    if (plain) CHECK(write(other, prefix, 10) == 10);
+    /* The peer's end behind the prefix: its bytes, then the end. */
+    set_rcvtimeo(responder, 10000);
+    CHECK(shutdown(other, SHUT_WR) == 0);
+    char b[64];
+    ssize_t n = recv(responder, b, sizeof b, 0);
+    if (n != 10) fprintf(stderr, "the read after the peer's end returned %zd (errno %d)\n", n, errno);
+    CHECK(n == 10 && memcmp(b, prefix, 10) == 0);
+    CHECK(recv(responder, b, sizeof b, 0) == 0);
+}
+
 /* connectwait: cw_fd's connect to cw_to by a thread with cancellation
  * disabled; its result, time and end kept. */
 static int cw_fd;
@@ -409,6 +485,8 @@ int main(int argc, char **argv) {
         cancel_watch_flags(plain);
     } else if (!strcmp(cs, "watchpartial")) {
         watch_partial(plain);
+    } else if (!strcmp(cs, "watchnb")) {
+        watch_nonblocking(plain);
     } else if (!strcmp(cs, "connectwait")) {
         connect_wait(plain);
     } else if (!strcmp(cs, "switchfail")) {
