@@ -262,11 +262,15 @@ fn each_own_sock_as(
         let Some(socks) = take() else {
             return;
         };
-        for s in socks.iter().flat_map(|m| m.values()) {
-            if let Some(s) = s.upgrade().filter(|s| s.pid == me) {
-                f(&s);
+        // No close made by a last reference this walk holds waits here
+        // (review r26-b item 1).
+        crate::shim::fdtable::without_close_waits(|| {
+            for s in socks.iter().flat_map(|m| m.values()) {
+                if let Some(s) = s.upgrade().filter(|s| s.pid == me) {
+                    f(&s);
+                }
             }
-        }
+        });
     });
 }
 

@@ -135,12 +135,17 @@ pub(crate) fn doorbell_wait() {
         .as_ref()
         .map(|m| m.values().filter_map(Weak::upgrade).collect())
         .unwrap_or_default();
-    for s in socks {
-        s.keep_watched();
-        // Readable bytes nobody rang for (no one could wait on the
-        // doorbell until now: see `DdpSock::reflect`).
-        s.reflect(s.x.readiness_now());
-    }
+    // A socket closed meanwhile whose last reference this walk holds
+    // closes here with no wait (review r26-b item 1: the program's
+    // `epoll_wait` stalled for another thread's lingering close).
+    fdtable::without_close_waits(|| {
+        for s in socks {
+            s.keep_watched();
+            // Readable bytes nobody rang for (no one could wait on the
+            // doorbell until now: see `DdpSock::reflect`).
+            s.reflect(s.x.readiness_now());
+        }
+    });
 }
 
 /// How a program's `poll` waits on a DDP socket ([`Socket::wait_begin`]):

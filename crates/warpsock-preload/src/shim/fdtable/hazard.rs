@@ -335,6 +335,14 @@ pub(super) fn protect(h: &Slot, at: &AtomicPtr<Node>) -> *mut Node {
     }
 }
 
+thread_local! {
+    /// The entry whose protection the calling thread's [`end`] ended, while
+    /// its reclaim runs: the one entry of what that reclaim frees that the
+    /// thread had a call on ([`Freed`]'s drop). No destructor: nothing
+    /// registered.
+    static ENDING: std::cell::Cell<*mut Node> = const { std::cell::Cell::new(null_mut()) };
+}
+
 /// Ends a look-up's protection (its call is over); frees what a writer
 /// kept for it meanwhile.
 #[inline]
@@ -342,15 +350,17 @@ pub(super) fn end(h: &Slot) {
     // A swap (`xchg`: a full barrier), not a plain store: the nudge's load
     // below must not pass it (against the writer's nudge-then-read,
     // `Retired::named`).
-    h.hazard.swap(null_mut(), Ordering::SeqCst);
+    let p = h.hazard.swap(null_mut(), Ordering::SeqCst);
+    #[cfg(test)]
+    tests::after_end();
     if h.nudge.load(Ordering::SeqCst) {
-        nudged(h);
+        nudged(h, p);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn nudged(h: &Slot) {
+fn nudged(h: &Slot, p: *mut Node) {
     // Reset before the scan: a writer that nudges again after this holds
     // the table's lock before or after the scan, and either way the entry
     // it keeps is seen by one of the two.
@@ -360,6 +370,15 @@ fn nudged(h: &Slot) {
     // `reclaim`'s write lock: the scan runs when that hold ends instead
     // (review r18-xhaz item 2).
     if !super::defer_reclaim() {
+        // (A reclaim deferred to the end of a hold knows no call's entry:
+        // whatever it frees is dropped as another thread's.)
+        struct Back(*mut Node);
+        impl Drop for Back {
+            fn drop(&mut self) {
+                ENDING.set(self.0);
+            }
+        }
+        let _back = Back(ENDING.replace(p));
         super::reclaim();
     }
 }
@@ -398,11 +417,21 @@ impl Drop for Freed {
             return;
         }
         let mut rest = Self(std::mem::replace(&mut self.0, null_mut()));
+        let own = ENDING.get();
         while !rest.0.is_null() {
+            let mine = rest.0 == own;
             // SAFETY: a node of this list, owned by it (`Retired::scan`).
             let n = unsafe { Box::from_raw(rest.0) };
             rest.0 = n.next.load(Ordering::Relaxed);
-            drop(n);
+            // Only the entry of the call this thread just ended is a drop
+            // of its own: the others were kept for other threads' calls
+            // (or for none), and their sockets' closes must not wait in
+            // this thread (`without_close_waits`, review r26-b item 1).
+            if mine {
+                drop(n);
+            } else {
+                super::without_close_waits(|| drop(n));
+            }
         }
     }
 }
@@ -518,6 +547,19 @@ pub(super) mod tests {
         /// the entry and the nudge (a staged race).
         pub(in super::super) static IN_NAMED: RefCell<Option<Box<dyn FnOnce()>>> =
             const { RefCell::new(None) };
+    }
+
+    thread_local! {
+        /// Run once in a look-up's end between the clearing of its slot
+        /// and its look at the nudge (a staged race).
+        pub(in super::super) static AFTER_END: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn after_end() {
+        if let Some(f) = AFTER_END.try_with(|b| b.borrow_mut().take()).ok().flatten() {
+            f();
+        }
     }
 
     pub(super) fn in_named() {

@@ -11,7 +11,7 @@ use super::super::linger::CLOSING;
 use super::super::reaper;
 use super::DdpSock;
 use crate::shim::guard::{busy, enter};
-use crate::shim::{reactor, real, sys};
+use crate::shim::{fdtable, reactor, real, sys};
 use crate::xsock::config;
 
 /// The thread that makes the exit's closes of the sockets the program
@@ -67,6 +67,10 @@ pub(super) const CLOSED_ABORTIVE: u8 = 2;
 /// call's as it returns.
 impl Drop for DdpSock {
     fn drop(&mut self) {
+        // Whether this thread is the closer or had a call on the socket
+        // (not a third thread's drop of another's reference: review r26-b
+        // item 1), read before anything here changes it.
+        let may_wait = fdtable::close_may_wait();
         sys::close(self.kfd);
         sys::close(self.dead);
         // SAFETY: `x` is not used again: this is the socket's drop.
@@ -101,8 +105,16 @@ impl Drop for DdpSock {
             // fixed by the linger, task xclose.)
             //
             // Unless the program set `SO_LINGER` {1, N > 0}: then the
-            // close waits here first, as Linux's ([`linger_close`]).
-            let begun = (how == CLOSED && linger_s > 0)
+            // close waits here first, as Linux's ([`linger_close`]) — if
+            // this drop is the closer's (the program's `close`, `dup2`
+            // over the descriptor) or a call's of this thread's on the
+            // socket as it returns (a call in flight held the last
+            // reference, as Linux's `fdget`). A drop made for another
+            // thread — a scan that frees entries other threads' calls
+            // kept (`fdtable::without_close_waits`), a walk of every
+            // socket — hands the close over unbegun, at once: Linux's
+            // last `fput` is never a third thread's.
+            let begun = (how == CLOSED && linger_s > 0 && may_wait)
                 .then(|| linger_close(&x, Duration::from_secs(linger_s as u64)))
                 .flatten();
             reaper::hand_over(x, how == CLOSED_ABORTIVE, begun);

@@ -202,6 +202,9 @@ fn a_reclaim_allocates_nothing() {
         DROPPED_BY.store(0, Ordering::SeqCst);
         assert!(insert(fd, Arc::new(Counted)).unwrap().is_none());
         let (c, nudged, tid) = std::thread::spawn(move || {
+            // The test-only hook's thread-local (a destructor registered:
+            // `calloc`), outside the count.
+            hazard::tests::AFTER_END.with(|_| ());
             let h = hazard::mine().expect("a slot");
             assert!(!hazard::protect(h, &LOW[fd as usize]).is_null());
             std::thread::spawn(move || drop(remove(fd))).join().unwrap();
@@ -277,6 +280,7 @@ fn a_close_over_a_hold_allocates_nothing() {
         hooks::IN_DEFER_CLOSE.with(|_| ());
         hazard::tests::BETWEEN.with(|_| ());
         hazard::tests::AFTER_PUBLISH.with(|_| ());
+        hazard::tests::AFTER_END.with(|_| ());
         let held = write_map().expect("not over a hold");
         let mut r = Ok(false);
         let n = allocations(|| r = defer_close(fd));

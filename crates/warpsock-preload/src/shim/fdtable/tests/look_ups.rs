@@ -1,7 +1,7 @@
 //! The data calls' look-up: an entry outlives its removal exactly until
 //! the call that uses it returns (review r17 of `04ca29a`).
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize};
 use std::sync::mpsc;
 
 use super::super::hazard;
@@ -580,4 +580,95 @@ fn a_fork_inside_a_claim_keeps_the_claimed_slot_in_the_child() {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "the child gave the slot being claimed back"
     );
+}
+
+/// A socket whose drop notes whether a close made there may wait
+/// ([`close_may_wait`]: 1 yes, 2 no).
+struct Probe(Arc<AtomicU8>);
+inert_socket!(Probe);
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.0
+            .store(if close_may_wait() { 1 } else { 2 }, Ordering::SeqCst);
+    }
+}
+
+/// Thread B is inside a call on the descriptor when it is removed: the
+/// entry kept for B is dropped as B's call ends, in B, a drop of its own
+/// (its close may wait, as Linux's last `fput` in the thread whose call
+/// held the file: review r26-b item 1).
+#[test]
+fn the_entry_a_call_kept_drops_in_its_thread_as_its_own() {
+    let _serial = serial();
+    let fd = 60_201;
+    let noted = Arc::new(AtomicU8::new(0));
+    let a: Arc<dyn Socket> = Arc::new(Probe(noted.clone()));
+    assert!(insert(fd, a).unwrap().is_none());
+    let (inside_tx, inside) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        with_marked(
+            fd,
+            || false,
+            |_| {
+                inside_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                true
+            },
+        )
+    });
+    inside.recv().unwrap();
+    drop(remove(fd));
+    assert_eq!(noted.load(Ordering::SeqCst), 0, "dropped under the call");
+    go.send(()).unwrap();
+    assert!(t.join().unwrap());
+    assert_eq!(noted.load(Ordering::SeqCst), 1, "not B's own drop");
+}
+
+/// The same, but another thread's scan (an unrelated `insert`: an
+/// `accept`'s, a `socket`'s) runs after B's call cleared its slot and
+/// before B's reclaim (staged), and frees the entry kept for B: dropped
+/// there, in a thread that had no call on it, with no close wait (it
+/// waited for up to the linger in that thread's `accept`: review r26-b
+/// item 1).
+#[test]
+fn an_entry_another_threads_scan_frees_drops_without_a_close_wait() {
+    let _serial = serial();
+    let (fd, other) = (60_203, 60_205);
+    let noted = Arc::new(AtomicU8::new(0));
+    let a: Arc<dyn Socket> = Arc::new(Probe(noted.clone()));
+    assert!(insert(fd, a).unwrap().is_none());
+    let (inside_tx, inside) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let (ended_tx, ended) = mpsc::channel();
+    let (scanned, scanned_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        hazard::tests::AFTER_END.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                ended_tx.send(()).unwrap();
+                scanned_rx.recv().unwrap();
+            }));
+        });
+        with_marked(
+            fd,
+            || false,
+            |_| {
+                inside_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                true
+            },
+        )
+    });
+    inside.recv().unwrap();
+    drop(remove(fd));
+    go.send(()).unwrap();
+    ended.recv().unwrap();
+    assert_eq!(noted.load(Ordering::SeqCst), 0, "dropped before B's end");
+    assert!(insert(other, dummy()).unwrap().is_none());
+    let seen = noted.load(Ordering::SeqCst);
+    scanned.send(()).unwrap();
+    assert!(t.join().unwrap());
+    drop(remove(other));
+    assert_eq!(seen, 2, "not freed by the scan, or free to wait there");
+    assert!(close_may_wait(), "the flag left set");
 }
