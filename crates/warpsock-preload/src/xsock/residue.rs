@@ -420,7 +420,14 @@ impl ResidueSock {
     }
 
     /// [`Self::wait`] for at most `step` (a pause between looks): `Ok(0)`
-    /// at the pause's end, `EAGAIN` once the call's `deadline` passed.
+    /// at the pause's end, `EAGAIN` once the call's `deadline` passed,
+    /// `EINTR` at the pause's end if this thread has a cancel to act on
+    /// (`warpsock_xsock::cancel::pending`: its signal may have come while
+    /// the thread looked between two pauses, ending no sleep; the pauses
+    /// went on for good then, a silent peer's, the cancel never acted on —
+    /// the likely cause of one watchnb run, whose reader is cancelled
+    /// while it pauses, stuck to its bound; the cancel module's rule 2: a
+    /// wait whose slice ended with nothing asks).
     fn pause(
         &self,
         events: i16,
@@ -436,6 +443,7 @@ impl ResidueSock {
         }
         let part = left.map_or(step, |l| l.min(step));
         match sys::wait_fd_part(self.kfd, events, Some(part), timeo.is_none()) {
+            Err(libc::EAGAIN) if warpsock_xsock::cancel::pending() => Err(libc::EINTR),
             Err(libc::EAGAIN) => Ok(0),
             r => r,
         }
