@@ -232,6 +232,17 @@ impl State {
         q.park(qi, rx_pool, timeout)
     }
 
+    /// A parked read that never comes back (its thread's exit in a signal
+    /// handler over the sleep: [`crate::Cq::abandon_park`]): the queue pair
+    /// (if still the same one) reads its socket in rounds again.
+    pub(crate) fn abandon_park(&mut self, qi: usize, slot_id: u64) {
+        if let Some(Some(q)) = self.qps.get_mut(qi) {
+            if q.id == slot_id {
+                q.abandon_park();
+            }
+        }
+    }
+
     /// Hands a parked read's result back to its queue pair (if that is
     /// still the same one) and services it.
     pub(crate) fn unpark(&mut self, p: ParkedRead, res: io::Result<usize>, epoll: &Epoll) {

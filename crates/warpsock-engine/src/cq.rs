@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::asleep;
 use crate::context::{Context, Progress, Shared, State};
 use crate::driver::{ParkedRead, Sleep};
 use crate::error::{Error, Result};
@@ -695,9 +696,7 @@ impl Cq {
             st.watch_all(&inner.epoll);
             drop(st);
             ready.clear();
-            let woken = inner
-                .epoll
-                .wait(&mut ready, rest)
+            let woken = asleep::unlocked(|| inner.epoll.wait(&mut ready, rest))
                 .map_err(Error::sys("epoll_wait"))?;
             inner.waits.count(Sleep::Epoll, ready.is_empty());
             if !woken && INTR {
@@ -729,9 +728,18 @@ impl Cq {
     ) -> std::result::Result<(usize, Option<QpNews>), Woke> {
         let inner = &self.sh.inner;
         drop(st);
+        // The `poll` of a patient wait is marked: an exit in a handler over
+        // it holds no lock here, and gives the park back
+        // (`asleep::abandon`). Not the blocking read (the first slice's):
+        // a signal delivered as it returns with bytes (the peer's framing,
+        // credits) would have the exit drop them, and the stream's framing
+        // with them — such an exit goes as over a locked stretch.
         let res = match poll {
             None => p.read(),
-            Some(t) => p.read_polled(t),
+            Some(t) => {
+                let park = asleep::Slept::park(self.context_key(), p.qi, p.slot_id);
+                p.read_polled(t, |f| asleep::parked(park, f))
+            }
         };
         let woke = Woke::of(&res);
         let mut st = inner.lock();
@@ -761,6 +769,35 @@ impl Cq {
     pub fn notify_fd(&self) -> BorrowedFd<'_> {
         self.sh.inner.lock().cq(self.id).arm();
         self.notify.as_fd()
+    }
+
+    /// Its context's identity: [`crate::asleep::abandon`]'s answer names
+    /// the context of the parked read it gave back.
+    pub fn context_key(&self) -> usize {
+        Arc::as_ptr(&self.sh.inner) as usize
+    }
+
+    /// A parked read of this context that its thread's exit (in a signal
+    /// handler over the sleep) abandoned ([`asleep::abandon`]'s `slept`):
+    /// its queue pair reads its socket in rounds again, for the exit's
+    /// closes. The lock is tried for 2 ms at most (another thread may hold
+    /// it for good): not had, the park stays. Whether `slept` was this
+    /// context's.
+    pub fn abandon_park(&self, slept: asleep::Slept) -> bool {
+        if !slept.is_park() || slept.key != self.context_key() {
+            return false;
+        }
+        let end = Instant::now() + Duration::from_millis(2);
+        loop {
+            if let Some(mut st) = self.sh.inner.try_lock() {
+                st.abandon_park(slept.qi, slept.slot_id);
+                return true;
+            }
+            if Instant::now() >= end {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 
     /// Completions currently queued.

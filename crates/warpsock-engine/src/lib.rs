@@ -227,6 +227,7 @@
 //! (completions), `mem` (region memory), `sys` (system calls), `error`.
 #![deny(unsafe_code)]
 
+pub mod asleep;
 mod cm;
 mod context;
 mod cq;

@@ -101,12 +101,17 @@ fn an_exit_with_so_linger_zero_resets_the_peer() {
 /// calls `exit(7)`, ended with that status within the program's limit
 /// (20 s; one that did not was killed).
 fn run_sig(mode: &str, preload: bool) -> common::Run {
+    run_sig_linger(mode, preload, 300)
+}
+
+/// [`run_sig`] with `WARPSOCK_LINGER_MS=linger_ms`.
+fn run_sig_linger(mode: &str, preload: bool, linger_ms: u32) -> common::Run {
     let mut args = vec![mode.to_owned()];
     if !preload {
         args.push("plain".to_owned());
     }
     let child = common::command(&common::c_program("ddpexitsig"), &args, preload)
-        .env("WARPSOCK_LINGER_MS", "300")
+        .env("WARPSOCK_LINGER_MS", linger_ms.to_string())
         .env("WARPSOCK_SWITCH_TIMEOUT_MS", "5000")
         .spawn()
         .expect("spawn ddpexitsig");
@@ -182,5 +187,24 @@ fn an_exit_s_close_answered_by_the_peer_wakes_no_other_thread() {
     for mode in ["wake_recv", "wake_reset", "wake_poll", "wake_epoll"] {
         run_sig(mode, false);
         run_sig(mode, true);
+    }
+}
+
+/// A SIGTERM handler's `exit` over the main thread's sleep in a blocking
+/// `recv` (`sleep_recv`: a tail written on another connection just
+/// before) or `send` (`sleep_send`: out of credits), a sleep that holds
+/// no lock: the exit closes the sockets as from outside the library
+/// (review r26-a item 1), so the tail's peer reads every byte the sends
+/// returned for, in order, then a clean end, and the slept-on
+/// connection's peer reads its end; the exit sees that peer's FIN
+/// (`WARPSOCK_LINGER_MS` longer than the program's limit: a wait for it
+/// to run out is a hang). Fails with every exit inside the library taken
+/// as over a locked stretch (ECONNRESET or a short read), and hangs with
+/// the sleep's parked read not given back (`abandon_wait`).
+#[test]
+fn an_exit_from_a_handler_over_a_lock_free_sleep_closes_every_socket() {
+    for mode in ["sleep_recv", "sleep_send"] {
+        run_sig_linger(mode, false, 30_000);
+        run_sig_linger(mode, true, 30_000);
     }
 }

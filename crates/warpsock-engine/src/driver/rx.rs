@@ -162,8 +162,15 @@ impl ParkedRead {
     /// which the read below reports, or another reader took them) does it
     /// sleep in the blocking read (its timeout the slice, set by `park`),
     /// with that read's signal race.
-    pub(crate) fn read_polled(&mut self, timeout: Duration) -> io::Result<usize> {
-        let revents = sys::poll_readable(self.fd, timeout)?;
+    /// `marked` runs the `poll` (the sleep that reads nothing: see
+    /// `crate::asleep`).
+    pub(crate) fn read_polled(
+        &mut self,
+        timeout: Duration,
+        marked: impl FnOnce(&mut dyn FnMut() -> io::Result<i16>) -> io::Result<i16>,
+    ) -> io::Result<usize> {
+        let fd = self.fd;
+        let revents = marked(&mut || sys::poll_readable(fd, timeout))?;
         if revents == 0 {
             return Err(io::ErrorKind::WouldBlock.into());
         }
@@ -232,6 +239,12 @@ impl QpSlot {
             buf,
             cap,
         })
+    }
+
+    /// A parked read abandoned ([`crate::Cq::abandon_park`]): its buffer
+    /// stays with the sleeping frame; rounds read the socket again.
+    pub(crate) fn abandon_park(&mut self) {
+        self.parked = false;
     }
 
     /// Takes back a parked read and its result: the bytes become staged
@@ -704,7 +717,7 @@ mod tests {
                     std::thread::yield_now();
                 }
             });
-            let got = pr.read_polled(Duration::from_secs(20));
+            let got = pr.read_polled(Duration::from_secs(20), |f| f());
             done.store(true, Ordering::Relaxed);
             got
         })
@@ -784,7 +797,7 @@ mod tests {
         let revents = sys::poll_readable(a.as_raw_fd(), Duration::from_secs(20)).unwrap();
         assert_eq!(revents, libc::POLLERR);
         a.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
-        let first = pr.read_polled(Duration::from_secs(20));
+        let first = pr.read_polled(Duration::from_secs(20), |f| f());
         assert_eq!(first.unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
         let left = sys::poll_readable(a.as_raw_fd(), Duration::ZERO).unwrap();
         assert_eq!(left, 0, "the error queue still holds an entry");

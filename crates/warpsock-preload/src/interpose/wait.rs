@@ -487,15 +487,17 @@ pub unsafe extern "C-unwind" fn poll(
                 tv_sec: libc::time_t::from(ms / 1000),
                 tv_nsec: libc::c_long::from(ms % 1000) * 1_000_000,
             });
+            // Marked: no lock is held over the sleep (an exit in a
+            // handler over it may close the sockets: `at_exit`).
             // SAFETY: `p` is a valid pollfd array; no mask.
-            unsafe {
+            warpsock_engine::asleep::unlocked(|| unsafe {
                 sys::ppoll_raw(
                     p.as_mut_ptr(),
                     p.len() as libc::nfds_t,
                     ts,
                     std::ptr::null(),
                 )
-            }
+            })
         })
     });
     cancel_point(r as isize);
@@ -589,15 +591,16 @@ pub unsafe extern "C-unwind" fn ppoll(
     cancel_first();
     let r = enter(-1, || {
         poll_with(fds, bound, &mut |p, left| {
+            // Marked as `poll`'s.
             // SAFETY: `p` is a valid pollfd array; the caller's mask.
-            unsafe {
+            warpsock_engine::asleep::unlocked(|| unsafe {
                 sys::ppoll_raw(
                     p.as_mut_ptr(),
                     p.len() as libc::nfds_t,
                     left.map(sys::timespec),
                     mask,
                 )
-            }
+            })
         })
     });
     cancel_point(r as isize);

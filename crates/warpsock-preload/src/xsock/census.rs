@@ -227,6 +227,19 @@ impl Drop for ExitCloses {
     }
 }
 
+/// An exit in a signal handler over a wait of this thread that holds no
+/// lock (`slept`: [`warpsock_engine::asleep::abandon`]): the socket it
+/// waited on is read and driven again
+/// ([`warpsock_xsock::io::XSocket::abandon_wait`]), for its close.
+pub(crate) fn abandon_wait(slept: warpsock_engine::asleep::Slept) {
+    let mut done = false;
+    each_own_sock_trying(|s| {
+        if !done {
+            done = s.x.abandon_wait(slept);
+        }
+    });
+}
+
 /// Runs `f` on each live DDP socket this process switched, under the
 /// guard (a socket whose last reference another thread dropped meanwhile
 /// is dropped here: its engine's calls are library calls).

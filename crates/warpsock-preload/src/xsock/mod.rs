@@ -635,7 +635,19 @@ impl Kind for Ddp {
     fn at_exit(&self) {
         let bound = config::get().linger;
         if crate::shim::guard::busy() {
-            return exit_interrupted(bound);
+            // Entered inside a call of this thread (a signal handler's
+            // `exit`): over a stretch that may hold a lock, the bytes
+            // alone; over a sleep that holds none (a blocking receive's,
+            // a send's wait for credits, `poll`, `raise(SIGPIPE)`: review
+            // r26-a item 1), the closes as from outside — the sleep's
+            // wait, which never comes back, first lets its socket be
+            // read and driven again.
+            if !warpsock_engine::asleep::asleep() {
+                return exit_interrupted(bound);
+            }
+            if let Some(slept) = warpsock_engine::asleep::abandon() {
+                census::abandon_wait(slept);
+            }
         }
         // The sockets the program left open are closed as its `close`
         // would (`census::ExitCloses`): their bytes and end of stream

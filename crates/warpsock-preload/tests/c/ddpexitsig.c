@@ -35,6 +35,20 @@
  *     end the thread's wait (review r25-c item 4). wake_reset: as
  *     wake_recv, the first peer's close abortive (SO_LINGER {1, 0}: a
  *     reset, the thread's recv would fail with ECONNRESET).
+ *   ddpexitsig sleep_recv|sleep_send [plain]
+ *     The writer's SIGTERM handler calls exit(7) over its main thread's
+ *     sleep in the library that holds no lock (review r26-a item 1):
+ *     sleep_recv: it wrote a tail on its second connection (non-blocking
+ *     sends, up to TAIL bytes) and then sleeps in a blocking recv on its
+ *     first; sleep_send: it sleeps in a blocking send on the second, out
+ *     of credits (its peer does not read yet). The second peer starts
+ *     reading once the signal is sent: it must read every byte the
+ *     writer's sends returned for (all of them and no more, sleep_recv),
+ *     in order, then a clean end (0, not ECONNRESET), and closes; the first
+ *     peer must read a clean end, then closes: the exit's close of the
+ *     connection slept on must see that FIN (its wait's parked read
+ *     given back: else the exit waits WARPSOCK_LINGER_MS, longer than
+ *     LIMIT_MS in the test).
  * Each writer must end within LIMIT_MS with status 7; one that does not
  * is killed (SIGKILL, by its pid) and the run fails: exit 0 if every
  * writer ended so. */
@@ -279,6 +293,203 @@ static int wake(int poll_mode) {
     return bad;
 }
 
+#define TAIL (256 * 1024)
+
+/* The pattern's byte at offset i of the stream. */
+static char pat(long i) { return (char)(i % 251); }
+
+/* The sleep modes' second peer: waits for the word on go, then reads s to
+ * its end and closes it; writes the bytes read in order (negative: a byte
+ * out of pattern) and the last read's errno (0: a clean end) on out. */
+static void sleep_reader(int s, int go, int out) {
+    if (!plain) ddp_mode(s);
+    char x;
+    CHECK(read(go, &x, 1) == 1);
+    static char b[65536];
+    long got = 0;
+    ssize_t n;
+    while ((n = read(s, b, sizeof b)) > 0) {
+        for (ssize_t i = 0; i < n; i++)
+            if (got >= 0 && b[i] != pat(got + i)) got = -1 - i;
+        if (got >= 0) got += n;
+    }
+    long r[2] = {got, n < 0 ? errno : 0};
+    close(s);
+    CHECK(write(out, r, sizeof r) == (ssize_t)sizeof r);
+    for (;;) pause();
+}
+
+/* The sleep modes' first peer: reads s to its end, then closes it;
+ * writes that read's result and errno on out. */
+static void sleep_closer(int s, int out) {
+    if (!plain) ddp_mode(s);
+    char b[256];
+    ssize_t n;
+    while ((n = read(s, b, sizeof b)) > 0) {
+    }
+    long r[2] = {(long)n, n < 0 ? errno : 0};
+    close(s);
+    CHECK(write(out, r, sizeof r) == (ssize_t)sizeof r);
+    for (;;) pause();
+}
+
+/* The sleep modes' writer (see the top): reports on sent the bytes its
+ * sends returned for so far, after each. */
+static void sleep_writer(int c1, int c2, int sent, int send_mode) {
+    if (!plain) {
+        ddp_mode(c1);
+        ddp_mode(c2);
+    }
+    on(SIGTERM);
+    static char b[TAIL];
+    for (long i = 0; i < TAIL; i++) b[i] = pat(i);
+    long total = 0;
+    for (;;) {
+        /* Every send starts at the stream's offset modulo the pattern. */
+        long off = total % 251;
+        ssize_t n = send(c2, b + off, 16384, send_mode ? 0 : MSG_DONTWAIT);
+        if (n < 0 && !send_mode && errno == EAGAIN) break;
+        CHECK(n > 0);
+        total += n;
+        CHECK(write(sent, &total, sizeof total) == (ssize_t)sizeof total);
+        if (!send_mode && total >= TAIL) break;
+    }
+    char r[64];
+    ssize_t n = recv(c1, r, sizeof r, 0);
+    fprintf(stderr, "ddpexitsig %s: recv %zd errno %d\n", mode, n, n < 0 ? errno : 0);
+    _exit(3);
+}
+
+/* The system call process pid's main thread sleeps in (thread_syscall's,
+ * of another process), or -1. */
+static long pid_syscall(pid_t pid) {
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *end;
+    long nr = strtol(buf, &end, 10);
+    return end == buf ? -1 : nr;
+}
+
+/* Whether pid's main thread sleeps where a blocking receive (or, if
+ * send_mode, send) does: over TCP in the call itself; in DDP mode in the
+ * library's poll or epoll, where a wait sleeps past its first slice (the
+ * first slice's blocking read is no sleep an exit may take from under it:
+ * its bytes may have come). */
+static int pid_asleep(pid_t pid, int send_mode) {
+    long nr = pid_syscall(pid);
+    if (plain) return nr == SYS_recvfrom || (send_mode && nr == SYS_sendto);
+    return nr == SYS_epoll_pwait || nr == SYS_ppoll
+#ifdef SYS_epoll_wait
+           || nr == SYS_epoll_wait
+#endif
+#ifdef SYS_poll
+           || nr == SYS_poll
+#endif
+        ;
+}
+
+/* The sleep modes (see the top): returns 0 if the writer ended within
+ * LIMIT_MS with status 7 and both peers read what they must. */
+static int sleepy(int send_mode) {
+    int c1, s1, c2, s2;
+    tcp_pair(&c1, &s1);
+    tcp_pair(&c2, &s2);
+    int go[2], out1[2], out2[2], sent[2], alive[2];
+    CHECK(pipe(go) == 0 && pipe(out1) == 0 && pipe(out2) == 0 && pipe(sent) == 0);
+    CHECK(pipe(alive) == 0);
+    pid_t p1 = fork();
+    CHECK(p1 >= 0);
+    if (p1 == 0) {
+        close(c1);
+        close(c2);
+        close(s2);
+        close(alive[1]);
+        close(sent[1]);
+        sleep_closer(s1, out1[1]);
+    }
+    pid_t p2 = fork();
+    CHECK(p2 >= 0);
+    if (p2 == 0) {
+        close(c1);
+        close(c2);
+        close(s1);
+        close(alive[1]);
+        close(sent[1]);
+        sleep_reader(s2, go[0], out2[1]);
+    }
+    close(s1);
+    close(s2);
+    pid_t w = fork();
+    CHECK(w >= 0);
+    if (w == 0) {
+        close(alive[0]);
+        close(sent[0]);
+        sleep_writer(c1, c2, sent[1], send_mode);
+    }
+    close(c1);
+    close(c2);
+    close(alive[1]);
+    close(sent[1]);
+    /* The writer's main thread (tid w) sleeps in its recv (or send),
+     * after at least one send returned. */
+    long total = 0;
+    CHECK(read(sent[0], &total, sizeof total) == (ssize_t)sizeof total);
+    while (!pid_asleep(w, send_mode)) sched_yield();
+    CHECK(kill(w, SIGTERM) == 0);
+    CHECK(write(go[1], "g", 1) == 1);
+    struct pollfd pf = {alive[0], POLLIN, 0};
+    int n = poll(&pf, 1, LIMIT_MS);
+    CHECK(n >= 0);
+    int bad = 0;
+    if (n == 0) {
+        fprintf(stderr, "ddpexitsig %s: the writer did not end in %d ms (a hang)\n", mode,
+                LIMIT_MS);
+        kill(w, SIGKILL);
+        bad = 1;
+    }
+    int ws;
+    CHECK(waitpid(w, &ws, 0) == w);
+    if (!bad && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 7)) {
+        fprintf(stderr, "ddpexitsig %s: the writer ended with status %#x\n", mode, ws);
+        bad = 1;
+    }
+    /* The last count the writer's sends reported (it is gone: the pipe
+     * ends). */
+    long t;
+    while (read(sent[0], &t, sizeof t) == (ssize_t)sizeof t) total = t;
+    long r1[2], r2[2];
+    if (!bad) {
+        CHECK(read(out2[0], r2, sizeof r2) == (ssize_t)sizeof r2);
+        CHECK(read(out1[0], r1, sizeof r1) == (ssize_t)sizeof r1);
+        int short_ = send_mode ? r2[0] < total : r2[0] != total;
+        if (short_ || r2[1] != 0) {
+            fprintf(stderr,
+                    "ddpexitsig %s: the second peer read %ld of %ld bytes in order, then "
+                    "errno %ld\n",
+                    mode, r2[0], total, r2[1]);
+            bad = 1;
+        }
+        if (r1[0] != 0) {
+            fprintf(stderr, "ddpexitsig %s: the first peer's read ended %ld errno %ld\n", mode,
+                    r1[0], r1[1]);
+            bad = 1;
+        }
+        if (!bad)
+            printf("ddpexitsig %s%s: %ld bytes sent before the signal, %ld read, then 0\n",
+                   mode, plain ? " plain" : "", total, r2[0]);
+    }
+    kill(p1, SIGKILL);
+    kill(p2, SIGKILL);
+    CHECK(waitpid(p1, NULL, 0) == p1 && waitpid(p2, NULL, 0) == p2);
+    return bad;
+}
+
 /* One round: a fresh pair, the peer and the writer; returns 0 if the
  * writer ended within LIMIT_MS with status 7. */
 static int round_(int spin_mode, int stopped, int i) {
@@ -346,6 +557,11 @@ int main(int argc, char **argv) {
         if (wake(how)) return 1;
         printf("ddpexitsig %s%s: the writer ended with status 7\n", mode, plain ? " plain" : "");
         return 0;
+    }
+    if (strncmp(mode, "sleep_", 6) == 0) {
+        int send_mode = strcmp(mode, "sleep_send") == 0;
+        CHECK(send_mode || strcmp(mode, "sleep_recv") == 0);
+        return sleepy(send_mode);
     }
     int spin_mode = strcmp(mode, "spin") == 0;
     int stopped = strcmp(mode, "stopped") == 0;

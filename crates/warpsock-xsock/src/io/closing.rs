@@ -9,6 +9,7 @@
 //! calls wait in the engine, a stepper polls [`XSocket::tcp_fd`] for
 //! [`XSocket::close_events`] up to [`Closing::deadline`].
 
+use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -223,6 +224,48 @@ impl XSocket {
     /// thread or another stopped one may hold it for good).
     pub fn try_unread(&self) -> Option<bool> {
         Some(self.unread_locked(&mut self.try_lock_now()?))
+    }
+
+    /// The low bit of a send call's wait's owner word
+    /// ([`warpsock_engine::asleep::owned`]; the rest is the socket's
+    /// address).
+    pub(crate) const OWNER_SENDING: usize = 1;
+
+    /// An exit in a signal handler over this thread's wait on this socket
+    /// (`slept`: [`warpsock_engine::asleep::abandon`]'s), which never comes
+    /// back: the engine's parked read gives the reading side back
+    /// ([`warpsock_engine::Cq::abandon_park`]), and the wait's marks go —
+    /// the socket no longer driven nor parked, a send call's no longer
+    /// counted (`sending`: else no flush or rearm but the call's) — so
+    /// that rounds, the progress thread's included, and the exit's close
+    /// read and write it again. `false`: the wait was not this socket's.
+    /// The socket's lock is tried for 2 ms at most: not had, its marks
+    /// stay (the close's steps drive it whatever they say).
+    pub fn abandon_wait(&self, slept: warpsock_engine::asleep::Slept) -> bool {
+        let me = self as *const Self as usize;
+        let named = slept.owner() & !Self::OWNER_SENDING == me;
+        if !self.cq.abandon_park(slept) && !named {
+            return false;
+        }
+        let end = Instant::now() + Duration::from_millis(2);
+        loop {
+            if let Some(mut st) = self.try_lock_now() {
+                st.driving = false;
+                self.parked.store(false, Ordering::Release);
+                if named && slept.owner() & Self::OWNER_SENDING != 0 {
+                    st.sending = st.sending.saturating_sub(1);
+                    if st.sending == 0 {
+                        self.rearm(&mut st);
+                    }
+                }
+                self.wake(&st);
+                return true;
+            }
+            if Instant::now() >= end {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 
     /// Begins an orderly close made in non-blocking steps: the end of

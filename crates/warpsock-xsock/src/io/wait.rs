@@ -250,6 +250,16 @@ impl XSocket {
         // when the interest changes, so what came meanwhile is reported).
         self.set_watching(&st, Self::WATCH_OFF);
         let posts = st.posts;
+        // A send call's wait names the socket in its sleeps' marks (not a
+        // receive's: its sleep is the parked read, which names the
+        // engine's context): an exit in a signal handler over the sleep
+        // undoes this call's marks (`driving`, `parked`, `sending`), as
+        // it never comes back (`XSocket::abandon_wait`).
+        let owner = if !reader && st.sending > 0 {
+            self as *const Self as usize | Self::OWNER_SENDING
+        } else {
+            0
+        };
         drop(st);
         let mut wcs = [Wc::default(); WCS];
         let mut intr = Woken::NoSignal;
@@ -257,7 +267,12 @@ impl XSocket {
         // engine's next waits sleep where a signal is not lost to a read's
         // timeout (`poll`, not the parked read: `warpsock_engine::Cq`'s
         // idle mark; issue 12).
-        let (n, news) = match self.cq.wait_news(&mut wcs, slice, &self.qp) {
+        let waited = if owner == 0 {
+            self.cq.wait_news(&mut wcs, slice, &self.qp)
+        } else {
+            warpsock_engine::asleep::owned(owner, || self.cq.wait_news(&mut wcs, slice, &self.qp))
+        };
+        let (n, news) = match waited {
             Ok(r) => r,
             Err(e) => {
                 if e.is_interrupted() {

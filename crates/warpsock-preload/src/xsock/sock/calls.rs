@@ -194,8 +194,12 @@ impl DdpSock {
                         self.reflect(self.x.readiness());
                     }
                     Some(libc::EPIPE) if flags & libc::MSG_NOSIGNAL == 0 => {
+                        // Marked as a sleep with no lock held: the
+                        // program's handler may call `exit`, which then
+                        // closes the sockets as from outside the library
+                        // (`at_exit`; TCP raises it outside any lock).
                         // SAFETY: raising SIGPIPE as a TCP send would.
-                        unsafe { libc::raise(libc::SIGPIPE) };
+                        warpsock_engine::asleep::unlocked(|| unsafe { libc::raise(libc::SIGPIPE) });
                     }
                     _ => {}
                 }

@@ -1,0 +1,129 @@
+//! Whether the calling thread is asleep in a system call with no lock of
+//! the library held: a caller's wait (the parked read, `epoll`) or a
+//! sleep of the engine's user ([`unlocked`]). A signal handler that calls
+//! `exit` over such a sleep interrupted no locked stretch: the exit's
+//! closes may take the locks (an exit over a locked stretch must not: the
+//! preload's `at_exit`, issue 12). And a parked read so interrupted never
+//! comes back to take its socket's reading side back: [`abandon`] and
+//! [`crate::Cq::abandon_park`] give it back, for the exit's closes to read
+//! the peer's credits and FIN.
+//!
+//! The mark is thread-local, stored before and after each sleep (not on a
+//! busy-polling path, which never sleeps). The engine's user may name what
+//! waits ([`owned`]: a word of its own), for its exit to undo that wait's
+//! marks too.
+
+use std::cell::Cell;
+
+/// A sleep, as [`abandon`] reports it: a parked read's context (its key,
+/// [`crate::Cq::context_key`]), queue pair and slot, for
+/// [`crate::Cq::abandon_park`], and the word of the user's [`owned`]
+/// around it ([`Self::owner`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slept {
+    pub(crate) key: usize,
+    pub(crate) qi: usize,
+    pub(crate) slot_id: u64,
+    owner: usize,
+}
+
+impl Slept {
+    /// The word of the innermost [`owned`] around the sleep (0: none).
+    pub fn owner(&self) -> usize {
+        self.owner
+    }
+}
+
+/// `key` 0: not asleep; 1 with no slot: a sleep that is no parked read.
+const NONE: Slept = Slept {
+    key: 0,
+    qi: 0,
+    slot_id: 0,
+    owner: 0,
+};
+const PLAIN: Slept = Slept {
+    key: 1,
+    qi: 0,
+    slot_id: 0,
+    owner: 0,
+};
+
+thread_local! {
+    static MARK: Cell<Slept> = const { Cell::new(NONE) };
+}
+
+/// Runs `f` (a sleep in a system call) marked as [`asleep`]. The caller
+/// holds no lock of the library (nor `malloc`'s) across `f`.
+#[inline]
+pub fn unlocked<R>(f: impl FnOnce() -> R) -> R {
+    mark_while(PLAIN, f)
+}
+
+/// Runs the parked read's sleep `f` marked with `park`.
+#[inline]
+pub(crate) fn parked<R>(park: Slept, f: impl FnOnce() -> R) -> R {
+    mark_while(park, f)
+}
+
+/// Runs `f`, a wait that may sleep, its sleeps' marks naming `owner` (a
+/// word of the caller's: [`Slept::owner`]). Not itself a mark of sleep.
+#[inline]
+pub fn owned<R>(owner: usize, f: impl FnOnce() -> R) -> R {
+    let prev = MARK.with(|c| {
+        let prev = c.get();
+        c.set(Slept { owner, ..prev });
+        prev
+    });
+    let r = f();
+    MARK.with(|c| c.set(prev));
+    r
+}
+
+/// `f` marked `m` (the owner kept).
+#[inline]
+fn mark_while<R>(m: Slept, f: impl FnOnce() -> R) -> R {
+    let prev = MARK.with(|c| {
+        let prev = c.get();
+        c.set(Slept {
+            owner: prev.owner,
+            ..m
+        });
+        prev
+    });
+    let r = f();
+    MARK.with(|c| c.set(prev));
+    r
+}
+
+/// Whether the calling thread is inside a sleep [`unlocked`] marks (or the
+/// engine's own: a caller's wait), holding no lock of the library: what a
+/// signal handler running now interrupted.
+pub fn asleep() -> bool {
+    MARK.with(Cell::get).key != 0
+}
+
+/// For an exit in a signal handler over this thread's sleep ([`asleep`]),
+/// which never returns: the sleep, for [`crate::Cq::abandon_park`] if it
+/// was a parked read (the bytes of a read the signal cut are the kernel's
+/// still) and its owner's undo ([`Slept::owner`]). The mark is cleared.
+pub fn abandon() -> Option<Slept> {
+    let m = MARK.with(|c| c.replace(NONE));
+    (m.key != NONE.key).then_some(m)
+}
+
+impl Slept {
+    /// A parked read's mark.
+    pub(crate) fn park(key: usize, qi: usize, slot_id: u64) -> Self {
+        Self {
+            key,
+            qi,
+            slot_id,
+            owner: 0,
+        }
+    }
+
+    /// Whether it was a parked read.
+    pub(crate) fn is_park(&self) -> bool {
+        self.key > PLAIN.key
+    }
+}
