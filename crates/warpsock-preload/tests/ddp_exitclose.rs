@@ -181,10 +181,18 @@ fn an_exit_while_another_thread_holds_the_lock_for_good_ends() {
 /// status (review r25-c item 4). Each wait fails with its part removed:
 /// the receive's park at 0 (`wake_recv`) or at an error (`wake_reset`),
 /// the poll's at a hang-up (`wake_poll`), the doorbell's silence
-/// (`wake_epoll`).
+/// (`wake_epoll`); a send out of credits whose connection's peer resets
+/// during the exit (`wake_send`) fails with `ECONNRESET` with the send's
+/// park kept to `EPIPE` (review r26-a item 4).
 #[test]
 fn an_exit_s_close_answered_by_the_peer_wakes_no_other_thread() {
-    for mode in ["wake_recv", "wake_reset", "wake_poll", "wake_epoll"] {
+    for mode in [
+        "wake_recv",
+        "wake_reset",
+        "wake_poll",
+        "wake_epoll",
+        "wake_send",
+    ] {
         run_sig(mode, false);
         run_sig(mode, true);
     }

@@ -34,7 +34,13 @@
  *     exit's wait for its FIN lasts WARPSOCK_LINGER_MS): that FIN must not
  *     end the thread's wait (review r25-c item 4). wake_reset: as
  *     wake_recv, the first peer's close abortive (SO_LINGER {1, 0}: a
- *     reset, the thread's recv would fail with ECONNRESET).
+ *     reset, the thread's recv would fail with ECONNRESET). wake_send: the
+ *     thread sends (MSG_NOSIGNAL) to a first peer that reads nothing, till
+ *     it sleeps out of credits; that peer resets its connection (SO_LINGER
+ *     {1, 0}) once the second peer read its end (the exit's close of the
+ *     second connection, in DDP mode; the process's end, over TCP): the
+ *     thread's send that meets that reset must not fail (ECONNRESET;
+ *     review r26-a item 4).
  *   ddpexitsig sleep_recv|sleep_send [plain]
  *     The writer's SIGTERM handler calls exit(7) over its main thread's
  *     sleep in the library that holds no lock (review r26-a item 1):
@@ -200,6 +206,15 @@ static void *wake_wait(void *a) {
         int n = epoll_wait(ep, &ev, 1, -1);
         fprintf(stderr, "ddpexitsig wake: epoll_wait %d events %#x during the exit\n", n,
                 ev.events);
+    } else if (wake_poll == 3) {
+        static char b[65536];
+        for (;;) {
+            ssize_t n = send(wake_fd, b, sizeof b, MSG_NOSIGNAL);
+            if (n < 0 && errno != EAGAIN) {
+                fprintf(stderr, "ddpexitsig wake: send errno %d during the exit\n", errno);
+                break;
+            }
+        }
     } else if (wake_poll) {
         struct pollfd p = {wake_fd, POLLIN | POLLRDHUP, 0};
         int n = poll(&p, 1, -1);
@@ -220,7 +235,11 @@ static int wake(int poll_mode) {
     int c1, s1, c2, s2;
     tcp_pair(&c1, &s1);
     tcp_pair(&c2, &s2);
-    /* The first peer reads to the end, then closes; the second never. */
+    /* The first peer reads to the end, then closes; the second never
+     * (wake_send: the first reads nothing, and resets once the second
+     * read its end, the exit's close of its connection). */
+    int told[2];
+    CHECK(pipe(told) == 0);
     pid_t p1 = fork();
     CHECK(p1 >= 0);
     if (p1 == 0) {
@@ -229,8 +248,11 @@ static int wake(int poll_mode) {
         close(s2);
         if (!plain) ddp_mode(s1);
         char b[256];
-        while (read(s1, b, sizeof b) > 0) {
-        }
+        if (poll_mode == 3)
+            CHECK(read(told[0], b, 1) == 1);
+        else
+            while (read(s1, b, sizeof b) > 0) {
+            }
         if (wake_reset) {
             struct linger l = {1, 0};
             CHECK(setsockopt(s1, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
@@ -245,8 +267,16 @@ static int wake(int poll_mode) {
         close(s1);
         close(c2);
         if (!plain) ddp_mode(s2);
+        if (poll_mode == 3) {
+            char b[256];
+            while (read(s2, b, sizeof b) > 0) {
+            }
+            CHECK(write(told[1], "e", 1) == 1);
+        }
         for (;;) pause();
     }
+    close(told[0]);
+    close(told[1]);
     close(s1);
     close(s2);
     int alive[2];
@@ -264,7 +294,9 @@ static int wake(int poll_mode) {
         pthread_t t;
         CHECK(pthread_create(&t, NULL, wake_wait, NULL) == 0);
         while (atomic_load(&wake_tid) == 0) sched_yield();
-        while (!thread_asleep(atomic_load(&wake_tid))) sched_yield();
+        pid_t tid = atomic_load(&wake_tid);
+        while (!thread_asleep(tid) && !(poll_mode == 3 && thread_syscall(tid) == SYS_sendto))
+            sched_yield();
         exit(7);
     }
     close(c1);
@@ -551,8 +583,11 @@ int main(int argc, char **argv) {
     plain = argc == 3;
     mode = argv[1];
     if (strncmp(mode, "wake_", 5) == 0) {
-        int how = strcmp(mode, "wake_poll") == 0 ? 1 : strcmp(mode, "wake_epoll") == 0 ? 2 : 0;
-        wake_reset = strcmp(mode, "wake_reset") == 0;
+        int how = strcmp(mode, "wake_poll") == 0    ? 1
+                  : strcmp(mode, "wake_epoll") == 0 ? 2
+                  : strcmp(mode, "wake_send") == 0  ? 3
+                                                    : 0;
+        wake_reset = strcmp(mode, "wake_reset") == 0 || how == 3;
         CHECK(how > 0 || wake_reset || strcmp(mode, "wake_recv") == 0);
         if (wake(how)) return 1;
         printf("ddpexitsig %s%s: the writer ended with status 7\n", mode, plain ? " plain" : "");

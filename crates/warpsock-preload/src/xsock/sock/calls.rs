@@ -159,12 +159,18 @@ impl DdpSock {
         match r {
             Ok(n) => n as isize,
             Err(mut e) => {
+                if !matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) {
+                    // During the exit's closes, any failure but these
+                    // (`EPIPE`, or `ECONNRESET`: the peer's answer to the
+                    // close, taken in by the exit's steps) is the exit's
+                    // doing, which over TCP no thread of the process sees:
+                    // parked before the error is taken or a signal
+                    // raised, as receives are (review r26-a item 4).
+                    close::park_if_exiting();
+                }
                 if e.raw_os_error() != Some(libc::EAGAIN) && self.error_taken(&e) {
                     // As TCP's send once `sk_err` was reported.
                     e = std::io::Error::from_raw_os_error(libc::EPIPE);
-                }
-                if e.raw_os_error() == Some(libc::EPIPE) {
-                    close::park_if_exiting();
                 }
                 match e.raw_os_error() {
                     Some(libc::EAGAIN) if nonblocking => {
