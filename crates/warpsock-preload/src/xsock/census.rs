@@ -130,8 +130,7 @@ impl ExitCloses {
         if SOCKS_OWNER.load(Ordering::Acquire) != me {
             return Self(Vec::new());
         }
-        // SAFETY: gettid has no preconditions.
-        super::sock::close::EXITING.store(unsafe { libc::gettid() }, Ordering::Release);
+        exit_begins();
         enter(Self(Vec::new()), || {
             // Taken out of the list first: each close takes its socket's
             // lock, which nothing orders against `SOCKS`.
@@ -227,6 +226,18 @@ impl Drop for ExitCloses {
     }
 }
 
+/// The exit's closes or resets begin (in the process that switched the
+/// sockets: a forked or vforked child's exit is not theirs): from now on
+/// the program's other threads' calls that meet them wait for the
+/// process's end (`close::EXITING`, `park_if_exiting`).
+pub(crate) fn exit_begins() {
+    // SAFETY: getpid and gettid have no preconditions.
+    let (me, tid) = unsafe { (libc::getpid(), libc::gettid()) };
+    if SOCKS_OWNER.load(Ordering::Acquire) == me {
+        super::sock::close::EXITING.store(tid, Ordering::Release);
+    }
+}
+
 /// An exit in a signal handler over a wait of this thread that holds no
 /// lock (`slept`: [`warpsock_engine::asleep::abandon`]): the socket it
 /// waited on is read and driven again
@@ -244,13 +255,17 @@ pub(crate) fn abandon_wait(slept: warpsock_engine::asleep::Slept) {
 /// guard (a socket whose last reference another thread dropped meanwhile
 /// is dropped here: its engine's calls are library calls).
 fn each_own_sock(f: impl FnMut(&DdpSock)) {
-    each_own_sock_as(|| Some(lock(&SOCKS)), f);
+    each_own_sock_as(false, || Some(lock(&SOCKS)), f);
 }
 
 /// [`each_own_sock`] if [`SOCKS`] is had within [`retry`]'s bound, else
-/// none.
+/// none. Each socket's reference taken is forgotten, not dropped: a socket
+/// whose last other reference went meanwhile would be closed here (its
+/// locks, allocation: what an exit interrupted inside the library must not
+/// take; review r26-a item 6). A leak at the process's end.
 fn each_own_sock_trying(f: impl FnMut(&DdpSock)) {
     each_own_sock_as(
+        true,
         || {
             retry(|| match SOCKS.try_lock() {
                 Ok(g) => Some(g),
@@ -263,6 +278,7 @@ fn each_own_sock_trying(f: impl FnMut(&DdpSock)) {
 }
 
 fn each_own_sock_as(
+    forget: bool,
     take: impl FnOnce() -> Option<MutexGuard<'static, Socks>>,
     mut f: impl FnMut(&DdpSock),
 ) {
@@ -279,8 +295,13 @@ fn each_own_sock_as(
         // (review r26-b item 1).
         crate::shim::fdtable::without_close_waits(|| {
             for s in socks.iter().flat_map(|m| m.values()) {
-                if let Some(s) = s.upgrade().filter(|s| s.pid == me) {
-                    f(&s);
+                if let Some(s) = s.upgrade() {
+                    if s.pid == me {
+                        f(&s);
+                    }
+                    if forget {
+                        std::mem::forget(s);
+                    }
                 }
             }
         });

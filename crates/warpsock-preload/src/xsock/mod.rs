@@ -698,6 +698,9 @@ impl Kind for Ddp {
 /// behind one not had is left to the kernel. No report (`WARPSOCK_STATS`:
 /// it allocates).
 fn exit_interrupted(bound: std::time::Duration) {
+    // The other threads' calls that meet the resets below wait for the
+    // process's end, as during the closes (review r26-a item 6).
+    census::exit_begins();
     let _ = linger::linger(bound, census::engine_backlogs_trying);
     let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
     census::reset_backlogged_trying();
