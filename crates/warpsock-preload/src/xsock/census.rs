@@ -63,8 +63,16 @@ const TRY_FOR: Duration = Duration::from_millis(2);
 
 /// `f`, one try of a lock (`None`: taken), again every 100 µs until it
 /// answers, [`TRY_FOR`] at most.
-pub(crate) fn retry<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let end = Instant::now() + TRY_FOR;
+pub(crate) fn retry<T>(f: impl FnMut() -> Option<T>) -> Option<T> {
+    retry_for(TRY_FOR, f)
+}
+
+/// [`retry`] for `bound`: the normal exit's (its own thread holds no
+/// lock: a holder is another thread, which a loaded machine may keep off
+/// its CPU for milliseconds, and one stopped for good costs one bound;
+/// review r26-a item 3).
+pub(crate) fn retry_for<T>(bound: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + bound;
     loop {
         if let Some(v) = f() {
             return Some(v);
@@ -119,7 +127,14 @@ pub(crate) fn reset_backlogged_trying() {
 /// reaper's closes still held ([`reaper::HELD`]), for the peers' FINs.
 /// The sockets stay the program's (its descriptors, other threads' calls
 /// in flight); their references are kept to the process's end.
-pub(crate) struct ExitCloses(Vec<(Arc<DdpSock>, Option<Closing>)>);
+pub(crate) struct ExitCloses {
+    /// Each socket, its close (`None`: none made), and since when its
+    /// steps have not had its lock (`None`: the last did).
+    socks: Vec<(Arc<DdpSock>, Option<Closing>, Option<Instant>)>,
+    /// `WARPSOCK_LINGER_MS`: the closes' bounds, and the longest a lock
+    /// is waited for ([`retry_for`]).
+    bound: Duration,
+}
 
 impl ExitCloses {
     /// Begins the close of every live DDP socket of this process (none in
@@ -127,11 +142,15 @@ impl ExitCloses {
     pub(crate) fn begin(linger: Duration) -> Self {
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() };
+        let none = || Self {
+            socks: Vec::new(),
+            bound: linger,
+        };
         if SOCKS_OWNER.load(Ordering::Acquire) != me {
-            return Self(Vec::new());
+            return none();
         }
         exit_begins();
-        enter(Self(Vec::new()), || {
+        enter(none(), || {
             // Taken out of the list first: each close takes its socket's
             // lock, which nothing orders against `SOCKS`.
             let socks: Vec<Arc<DdpSock>> = lock(&SOCKS)
@@ -140,48 +159,71 @@ impl ExitCloses {
                 .filter_map(|w| w.upgrade())
                 .filter(|s| s.pid == me)
                 .collect();
-            let now = Instant::now();
-            Self(
-                socks
-                    .into_iter()
-                    .map(|s| {
-                        // The program's `SO_LINGER` {1, 0} (its close
-                        // would be abortive), or bytes left unread. A
-                        // socket whose lock is not had ([`retry`]: a
-                        // thread stopped inside a call holds it) is left
-                        // to the kernel, as before these closes.
-                        let abortive = linger_as_set(s.x.tcp_fd())
-                            .is_some_and(|l| l.l_onoff != 0 && l.l_linger == 0);
-                        let c = match (abortive, retry(|| s.x.try_unread())) {
-                            (true, _) | (false, Some(true)) => {
+            let socks = socks
+                .into_iter()
+                .map(|s| {
+                    // The program's `SO_LINGER` {1, 0} (its close would
+                    // be abortive), or bytes left unread. A socket whose
+                    // lock is not had within the bound ([`retry_for`]: a
+                    // thread stopped inside a call holds it) is left to
+                    // the kernel, as before these closes. The unread
+                    // look only for an orderly close (review r26-a item
+                    // 7).
+                    let abortive = linger_as_set(s.x.tcp_fd())
+                        .is_some_and(|l| l.l_onoff != 0 && l.l_linger == 0);
+                    let c = if abortive {
+                        s.x.reset_now();
+                        None
+                    } else {
+                        match retry_for(linger, || s.x.try_unread()) {
+                            Some(true) => {
                                 s.x.reset_now();
                                 None
                             }
-                            (false, Some(false)) => retry(|| s.x.try_close_begin(linger, now)),
-                            (false, None) => None,
-                        };
-                        (s, c)
-                    })
-                    .collect(),
-            )
+                            Some(false) => {
+                                retry_for(linger, || s.x.try_close_begin(linger, Instant::now()))
+                            }
+                            None => None,
+                        }
+                    };
+                    (s, c, None)
+                })
+                .collect();
+            Self {
+                socks,
+                bound: linger,
+            }
         })
     }
 
     /// A step of every close not done ([`warpsock_xsock::io::XSocket::close_step`]);
     /// returns whether one still sends its bytes or end of stream. A close
-    /// whose socket's lock is not had ([`retry`]) makes no step this time
-    /// and counts as not sending (a thread stopped inside a call holds it:
-    /// the wait must not last for it).
+    /// whose socket's lock is not had ([`retry`]) makes no step this time,
+    /// and counts as sending while its steps have missed the lock for
+    /// less than the bound (another thread's call holds it, maybe off its
+    /// CPU: review r26-a item 3), as not sending after (a thread stopped
+    /// inside a call holds it: the wait must not last for it).
     pub(crate) fn step(&mut self) -> bool {
-        if self.0.is_empty() {
+        if self.socks.is_empty() {
             return false;
         }
+        let bound = self.bound;
         enter(false, || {
             let now = Instant::now();
             let mut sending = false;
-            for (s, c) in &mut self.0 {
+            for (s, c, missed) in &mut self.socks {
                 if let Some(c) = c.as_mut().filter(|c| c.phase() != Phase::Done) {
-                    sending |= retry(|| s.x.try_close_step(c, now)) == Some(Phase::Sending);
+                    match retry(|| s.x.try_close_step(c, now)) {
+                        Some(p) => {
+                            *missed = None;
+                            sending |= p == Phase::Sending;
+                        }
+                        None => {
+                            let since = *missed.get_or_insert(now);
+                            sending |= c.phase() == Phase::Sending
+                                && now.saturating_duration_since(since) < bound;
+                        }
+                    }
                 }
             }
             sending
@@ -190,16 +232,16 @@ impl ExitCloses {
 
     /// After the exit's wait for the bytes (and its resets of those given
     /// up on): the closes still sending give up (a reset if sends were
-    /// queued; one whose socket's lock is not had, [`retry`], is left
+    /// queued; one whose socket's lock is not had within `bound`, [`retry_for`], is left
     /// as it is), then the exit waits for the peers' FINs — of its closes
     /// and the reaper's — up to `bound` in all, looking every 2 ms.
     pub(crate) fn linger(&mut self, bound: Duration) {
         let deadline = Instant::now() + bound;
-        if !self.0.is_empty() {
+        if !self.socks.is_empty() {
             enter((), || {
-                for (s, c) in &mut self.0 {
+                for (s, c, _) in &mut self.socks {
                     if let Some(c) = c.as_mut().filter(|c| c.phase() == Phase::Sending) {
-                        let _ = retry(|| s.x.try_close_cut(c).then_some(()));
+                        let _ = retry_for(bound, || s.x.try_close_cut(c).then_some(()));
                     }
                 }
             });
@@ -207,9 +249,9 @@ impl ExitCloses {
         loop {
             self.step();
             let open = self
-                .0
+                .socks
                 .iter()
-                .any(|(_, c)| c.as_ref().is_some_and(|c| c.phase() != Phase::Done));
+                .any(|(_, c, _)| c.as_ref().is_some_and(|c| c.phase() != Phase::Done));
             if (!open && reaper::HELD.load(Ordering::Acquire) == 0) || Instant::now() >= deadline {
                 return;
             }
@@ -222,7 +264,7 @@ impl Drop for ExitCloses {
     /// Never dropped: a socket's last reference would close it again
     /// (`DdpSock`'s drop); the process ends with them.
     fn drop(&mut self) {
-        std::mem::forget(std::mem::take(&mut self.0));
+        std::mem::forget(std::mem::take(&mut self.socks));
     }
 }
 
