@@ -149,15 +149,25 @@ fn an_exit_from_a_handler_over_a_call_holding_the_lock_ends() {
 /// `recv(MSG_DONTWAIT)` (20 writers): wherever the signal lands, inside a
 /// call or not, the process ends with the handler's status. Those that
 /// it interrupted outside the library closed their socket (a report
-/// each); the count of the others is printed. With the interrupted
-/// exit's path removed, a writer whose signal landed under the socket's
-/// lock hangs (the program's limit kills it: a failure).
+/// each); the others landed inside (the spinning calls never sleep: no
+/// report), and at least one must have, or the run exercised nothing:
+/// the run is made again, three at most (about half land inside here).
+/// With the interrupted exit's path removed, a writer whose signal landed
+/// under the socket's lock hangs (the program's limit kills it: a
+/// failure).
 #[test]
 fn an_exit_from_a_sigterm_handler_over_a_spinning_thread_ends() {
     run_sig("spin", false);
-    let r = run_sig("spin", true);
-    let normal = switched(&r);
-    println!("{} of 20 signals landed inside the library", 20 - normal);
+    let mut inside = 0;
+    for _ in 0..3 {
+        let r = run_sig("spin", true);
+        inside = 20 - switched(&r);
+        println!("{inside} of 20 signals landed inside the library");
+        if inside > 0 {
+            break;
+        }
+    }
+    assert!(inside > 0, "no signal landed inside the library in 3 runs");
 }
 
 /// The main thread's `exit` while another thread is stopped for good

@@ -216,9 +216,10 @@ fn a_last_general_path_message_that_meets_a_reset_fails_the_send() {
 /// meets the reset: the call fails with `ECONNRESET`, as Linux's first
 /// write after a reset (checked on TCP in
 /// `a_general_path_send_after_the_peers_reset_reached_the_kernel_fails`),
-/// not `Ok` for the 256 KiB that never reached the kernel. Before (review
+/// not `Ok` for bytes that never reached the kernel. Before (review
 /// r25-c item 7), the hand-over's failure was not taken in until the wait
-/// that followed it, so the bytes counted as handed over: `Ok(262144)`.
+/// that followed it, so the bytes counted as handed over: `Ok(131072)`
+/// (checked with `check_events` removed from `XSocket::handed`).
 #[test]
 fn a_hand_over_before_a_wait_that_meets_a_reset_fails_the_send() {
     use std::os::fd::AsRawFd;

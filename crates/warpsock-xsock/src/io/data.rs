@@ -453,7 +453,7 @@ impl XSocket {
     /// an inline send took it in at once: a post from a slot, or a batch
     /// handed over before a wait, counted as handed over and the call
     /// returned `Ok` for bytes that never reached the kernel (review r25-c
-    /// item 7; `tests/loopback.rs`
+    /// item 7; `tests/send_reset.rs`
     /// `a_hand_over_before_a_wait_that_meets_a_reset_fails_the_send`).
     #[inline(always)]
     fn handed(&self, st: &mut State, off: usize, handed: &mut usize) {
