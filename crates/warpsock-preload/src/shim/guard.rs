@@ -261,6 +261,19 @@ pub(crate) fn busy() -> bool {
     flag::get().get()
 }
 
+/// Whether an exit entered now interrupted a stretch of library code that
+/// may hold a lock — a signal handler's `exit` over a call of this thread
+/// that is not asleep in one of the lock-free sleeps
+/// ([`warpsock_engine::asleep`]): the socket locks, the engines', the
+/// process's lists, or malloc's own (a library call that was allocating).
+/// Such an exit allocates nothing and takes no lock for good: each kind's
+/// exit path keeps to its bounded, allocation-free part (review r26-a item
+/// 1; the UDP kind's linger allocated, and a SIGTERM that landed in a
+/// `malloc` under the library hung the exit: `ddp_exitclose`'s spin case).
+pub(crate) fn exit_over_held_locks() -> bool {
+    busy() && !warpsock_engine::asleep::asleep()
+}
+
 /// Runs library code under the guard and the panic boundary: returns `f`'s
 /// value, or `err` with errno `EIO` if it panicked.
 pub(crate) fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {

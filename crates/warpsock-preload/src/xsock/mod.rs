@@ -642,7 +642,7 @@ impl Kind for Ddp {
             // r26-a item 1), the closes as from outside — the sleep's
             // wait, which never comes back, first lets its socket be
             // read and driven again.
-            if !warpsock_engine::asleep::asleep() {
+            if crate::shim::guard::exit_over_held_locks() {
                 return exit_interrupted(bound);
             }
             if let Some(slept) = warpsock_engine::asleep::abandon() {
