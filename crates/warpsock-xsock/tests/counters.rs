@@ -1,6 +1,7 @@
 //! The byte and message counters see every count: each socket's own
 //! ([`XSocket::stats`], plain adds under the socket's lock) and the
-//! process's ([`counters`], added to by every socket at once). The only
+//! process's ([`counters`], every socket's summed when read, a dropped
+//! socket's included). The only
 //! test of its binary, so the process's counters move by exactly what its
 //! two sockets count.
 
@@ -106,5 +107,15 @@ fn every_message_and_byte_is_counted_by_the_socket_and_the_process() {
         minus(rx(counters()), p_rx),
         plus(ra, rb),
         "the process's receives"
+    );
+    // The process's counters are summed from its sockets' when read: a
+    // dropped socket's counts stay in them.
+    let (p_tx, p_rx) = (tx(counters()), rx(counters()));
+    drop((xa, xb));
+    assert_eq!(tx(counters()), p_tx, "the process's sends, sockets dropped");
+    assert_eq!(
+        rx(counters()),
+        p_rx,
+        "the process's receives, sockets dropped"
     );
 }

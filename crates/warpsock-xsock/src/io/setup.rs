@@ -16,7 +16,7 @@ use warpsock_engine::{
 };
 
 use super::rio::Aio;
-use super::settings::{Counters, Options};
+use super::settings::Options;
 use super::slots::SlotMem;
 use super::socket::{State, XSocket};
 use crate::stream::Stream;
@@ -173,7 +173,7 @@ impl XSocket {
             local: qp.local_addr(),
             peer: qp.peer_addr(),
             tcp_fd,
-            stats: Counters::new(),
+            stats: super::settings::socket_counters(),
             on_progress: OnceLock::new(),
             parked: AtomicBool::new(false),
             watch: OnceLock::new(),

@@ -59,11 +59,14 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 /// #8: the owner stayed the parent, so a child of a parent that had
 /// buffered never counted its own bytes, and its exit neither waited for
 /// them nor reset those peers). The parent's list is left as it is (its
-/// lock may be held by a thread that does not exist here).
+/// lock may be held by a thread that does not exist here). The process's
+/// counters keep their list unless its lock was held
+/// (`settings::counters_after_fork`).
 pub fn forget_after_fork() {
     BUFFERED.store(0, Ordering::Release);
     OWNER.store(0, Ordering::Release);
     HOLDERS.forget();
+    super::settings::counters_after_fork();
 }
 
 fn pid() -> i32 {

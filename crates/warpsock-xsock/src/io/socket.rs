@@ -25,7 +25,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use warpsock_engine::{
     Context, Cq, Event, Pd, Qp, QpNews, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
@@ -38,7 +38,7 @@ use smallvec::SmallVec;
 use super::gather::Src;
 use super::placed::Retargeted;
 use super::rio::{Aio, LocalMap};
-use super::settings::{counters, Count, Counters, Options, Readiness};
+use super::settings::{Count, Counters, Options, Readiness};
 use super::slots::SlotMem;
 use crate::stream::Stream;
 use crate::wire::{Hello, Msg, MAX_CONTROL_LEN};
@@ -202,8 +202,8 @@ pub struct XSocket {
     pub(crate) peer: SocketAddr,
     /// The engine's TCP socket (for a progress thread's epoll set).
     pub(crate) tcp_fd: RawFd,
-    /// This socket's share of [`counters`].
-    pub(crate) stats: Counters,
+    /// This socket's share of [`counters`](super::counters) (which sums every socket's).
+    pub(crate) stats: Arc<Counters>,
     /// See [`XSocket::set_on_progress`].
     pub(crate) on_progress: OnceLock<Box<dyn Fn(Readiness) + Send + Sync>>,
     /// `State::driving`, readable without the lock: the progress thread
@@ -249,30 +249,29 @@ impl XSocket {
         self.lock().s.peer()
     }
 
-    /// This socket's byte counters (the process's, [`counters`], add up
+    /// This socket's byte counters (the process's, [`counters`](super::counters), add up
     /// every socket's).
     pub fn stats(&self) -> &Counters {
         &self.stats
     }
 
-    /// Counts `n` bytes in this socket's and the process's counters
+    /// Counts `n` bytes in this socket's counters (the process's sum them)
     /// (received bytes are counted as copied or placed, and in total).
     ///
     /// Under the socket's lock (`_st`: every count is made with it held),
-    /// so the socket's own counters are a plain load and store, not a
+    /// so the socket's counters are a plain load and store, not a
     /// `lock xadd`: their writers are serialised by the lock and their
-    /// readers ([`Self::stats`]) load whole values. Only the process's
-    /// counters, which every socket adds to, take the locked add (issue
-    /// 12: three locked instructions fewer per small send).
+    /// readers ([`Self::stats`], the process's sum [`counters`](super::counters)) load
+    /// whole values. The process's counters are summed from every
+    /// socket's when they are read (`settings::socket_counters`), not
+    /// added to here (issue 12: no locked instruction in a count).
     pub(crate) fn count(&self, _st: &State, what: Count, n: usize) {
         debug_assert!(self.st.try_lock().is_err(), "counted without the lock");
         let n = n as u64;
         let add = |c: &AtomicU64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
         add(what.of(&self.stats));
-        what.of(counters()).fetch_add(n, Ordering::Relaxed);
         if matches!(what, Count::RxCopied | Count::RxPlaced) {
             add(&self.stats.rx_bytes);
-            counters().rx_bytes.fetch_add(n, Ordering::Relaxed);
         }
     }
 
