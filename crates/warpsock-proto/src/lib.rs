@@ -11,6 +11,7 @@
 //!
 //! * [`mem`] — protection domains and the STag table;
 //! * [`verbs`] — work requests and completions;
+//! * [`ring`] — the posted-receive queue;
 //! * [`conn`] — one connection/queue pair: setup, receive path with the
 //!   direct-placement contract, transmit path as gather lists.
 //!
@@ -19,6 +20,7 @@
 
 pub mod conn;
 pub mod mem;
+pub mod ring;
 pub mod verbs;
 
 pub use conn::AcceptError;

@@ -22,7 +22,8 @@ use proptest::prelude::*;
 use warpsock_proto::{RecvWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 
 use util::rx::{
-    fpdu_of, recv_of, responder, script, steps, Action, Responder, KINDS, RECVS, REGIONS,
+    fpdu_of, recv_of, responder, responder_with, script, steps, Action, Responder, KINDS, RECVS,
+    REGIONS,
 };
 
 /// A responder and the books of its receives.
@@ -47,10 +48,11 @@ enum Take {
 }
 
 impl Side {
-    /// A responder (as `responder`) with no receive posted yet.
-    fn new(now: Instant, crc: bool, rtr: bool) -> Self {
+    /// A responder (as `responder`; its receive queue `rq_depth` deep,
+    /// else the default) with no receive posted yet.
+    fn new(now: Instant, crc: bool, rtr: bool, rq_depth: Option<usize>) -> Self {
         Self {
-            rx: responder(now, crc, rtr),
+            rx: responder_with(now, crc, rtr, rq_depth),
             next_wr: 0,
             posted: HashMap::new(),
             taken: Vec::new(),
@@ -134,9 +136,22 @@ fn differential(crc: bool, rtr: bool, take: Take, script: &[Action]) -> usize {
 }
 
 fn differential_with(crc: bool, rtr: bool, take: Take, repost: bool, script: &[Action]) -> usize {
+    differential_in(crc, rtr, take, repost, None, script)
+}
+
+/// [`differential_with`], both responders' receive queues `rq_depth` deep
+/// (else the default).
+fn differential_in(
+    crc: bool,
+    rtr: bool,
+    take: Take,
+    repost: bool,
+    rq_depth: Option<usize>,
+    script: &[Action],
+) -> usize {
     let now = Instant::now();
-    let mut predicted = Side::new(now, crc, rtr);
-    let mut general = Side::new(now, crc, rtr);
+    let mut predicted = Side::new(now, crc, rtr, rq_depth);
+    let mut general = Side::new(now, crc, rtr, rq_depth);
     assert_eq!(
         format!("{:?}", predicted.rx.conn),
         format!("{:?}", general.rx.conn)
@@ -233,6 +248,25 @@ fn every_kind_into_every_receive_matches_the_general_path() {
                     _ => {}
                 }
             }
+        }
+    }
+}
+
+/// A receive queue kept as deep as the connection allows (`rq_depth`,
+/// which bounds the ring's growth: 1, 3 and 5 slots, every one in use):
+/// each predicted take's repost in place moves the head alone
+/// (`Ring::rotate_one`'s full case), and the queue, in order, matches the
+/// general path's, which pops the receive and posts it again at the back.
+#[test]
+fn a_full_receive_queue_matches_the_general_path() {
+    for crc in [false, true] {
+        for depth in [1, 3, 5] {
+            let mut steps = vec![(Some(0), 0, false)];
+            steps.extend(std::iter::repeat_n((None, 0, false), 2 * depth + 2));
+            let mut s: Vec<Action> = (1..depth).map(|_| Action::Recv(recv_of(0))).collect();
+            s.extend(script(&steps, crc));
+            let took = differential_in(crc, false, Take::Yes, true, Some(depth), &s);
+            assert_eq!(took, 2 * depth + 2, "depth {depth} CRC {crc}");
         }
     }
 }

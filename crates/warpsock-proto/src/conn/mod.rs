@@ -55,6 +55,7 @@ use warpsock_wire::mpa::EnhancedParams;
 use warpsock_wire::terminate::TermCode;
 
 use crate::mem::{PdId, Range, Stag};
+use crate::ring::Ring;
 use crate::verbs::{RecvWr, SendWr, Sgl, WcOpcode, WcStatus, WorkCompletion, WorkQueue};
 
 pub use cm::AcceptError;
@@ -439,7 +440,7 @@ pub struct Connection {
     tx: tx::TxState,
 
     // Receive side.
-    rq: VecDeque<PostedRecv>,
+    rq: Ring<PostedRecv>,
     rx: rx::RxState,
     /// The responder may send only after the first FPDU arrived.
     first_fpdu_seen: bool,
@@ -471,7 +472,7 @@ impl Connection {
             irq: VecDeque::new(),
             orq: VecDeque::new(),
             tx: tx::TxState::default(),
-            rq: VecDeque::new(),
+            rq: Ring::with_limit(cfg.rq_depth),
             rx: rx::RxState::default(),
             first_fpdu_seen: false,
             close_after_flush: false,

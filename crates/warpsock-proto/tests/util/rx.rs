@@ -33,6 +33,11 @@ pub struct Responder {
 /// A responder that accepted a scripted MPA Request (CRC as `crc`; with
 /// `rtr`, peer-to-peer with a zero-length Send as the RTR message).
 pub fn responder(now: Instant, crc: bool, rtr: bool) -> Responder {
+    responder_with(now, crc, rtr, None)
+}
+
+/// [`responder`] with a receive queue of `rq_depth` (else the default).
+pub fn responder_with(now: Instant, crc: bool, rtr: bool, rq_depth: Option<usize>) -> Responder {
     let mut reg = Registry::new();
     let pd: PdId = reg.alloc_pd();
     let stags = REGIONS
@@ -41,6 +46,9 @@ pub fn responder(now: Instant, crc: bool, rtr: bool) -> Responder {
         .collect();
     let mut cfg = Config::new(Role::Responder, pd);
     cfg.ird = 4;
+    if let Some(d) = rq_depth {
+        cfg.rq_depth = d;
+    }
     let mut conn = Connection::new(cfg, now);
     let word = EnhancedParams {
         ird: 4,
