@@ -21,6 +21,7 @@ use super::slots::SlotMem;
 use super::socket::{State, XSocket};
 use crate::stream::Stream;
 use crate::wire::Hello;
+use warpsock_engine::proto::ring::Ring;
 
 struct Engine {
     ctx: Context,
@@ -152,8 +153,13 @@ impl XSocket {
                 stand_timed: false,
                 established: false,
                 sending: 0,
-                // `qp_init` posts every slot, in order.
-                posted: (0..u32::from(opts.slots)).collect(),
+                // `qp_init` posts every slot, in order: the ring is full
+                // in the steady state (`Ring::rotate_one`'s cheap case).
+                posted: {
+                    let mut p = Ring::with_limit(usize::from(opts.slots));
+                    p.extend(0..u32::from(opts.slots));
+                    p
+                },
                 retargeted: Vec::new(),
                 taken_unposted: 0,
                 news: None,

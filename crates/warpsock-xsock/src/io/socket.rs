@@ -20,7 +20,7 @@
 //! bytes that finds nothing queued offers the caller's buffer as a sink
 //! (see [`crate::stream`]).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -34,6 +34,7 @@ use warpsock_engine::{
 use warpsock_engine::proto::wire::terminate::TermCode;
 
 use smallvec::SmallVec;
+use warpsock_engine::proto::ring::Ring;
 
 use super::gather::Src;
 use super::placed::Retargeted;
@@ -105,7 +106,7 @@ pub(crate) struct State {
     pub(crate) sending: u32,
     /// Our posted receives (slots), oldest first: the order the engine
     /// fills them in. Popped as their completions are processed.
-    pub(crate) posted: VecDeque<u32>,
+    pub(crate) posted: Ring<u32>,
     /// Receives a placed read pointed at the program's buffers
     /// (`io/placed.rs`).
     pub(crate) retargeted: Vec<Retargeted>,
