@@ -270,12 +270,29 @@ impl<B: Backing> Registry<B> {
         len: u64,
         access: Access,
     ) -> Result<Range, MemError> {
+        self.check_backing(pd, stag, addr, len, access)
+            .map(|(r, _)| r)
+    }
+
+    /// [`Self::check`], and the region's backing found by the same look-up:
+    /// what [`Self::slice`] would look up again (the predicted receive
+    /// checks its buffer and copies into it per Send; issue 12).
+    #[inline(always)]
+    pub fn check_backing(
+        &self,
+        pd: PdId,
+        stag: Stag,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(Range, &B), MemError> {
         // Looked at in place, not copied out (the receive's straight path
         // checks its buffer per Send).
-        let info = match self.slots.get((stag >> 8) as usize) {
-            Some(Some(s)) if s.info.stag == stag && s.info.valid => &s.info,
+        let slot = match self.slots.get((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag && s.info.valid => s,
             _ => return Err(MemError::InvalidStag),
         };
+        let info = &slot.info;
         if info.pd != pd {
             return Err(MemError::PdMismatch);
         }
@@ -286,11 +303,14 @@ impl<B: Backing> Registry<B> {
         if addr < info.iova || end > info.iova + info.len {
             return Err(MemError::BaseBounds);
         }
-        Ok(Range {
-            stag,
-            offset: addr - info.iova,
-            len,
-        })
+        Ok((
+            Range {
+                stag,
+                offset: addr - info.iova,
+                len,
+            },
+            &slot.backing,
+        ))
     }
 
     /// Bytes `[offset, offset + len)` of the live region `stag`, or `None`

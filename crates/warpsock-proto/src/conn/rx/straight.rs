@@ -135,20 +135,27 @@ impl Connection {
         if data.len() != total || ulpdu_len < ddp::UNTAGGED_HDR_LEN {
             return None;
         }
-        let c = self.straight_checked(data, ulpdu_len, total, reg)?;
+        let (c, backing) = self.straight_checked_with(data, ulpdu_len, total, reg)?;
         let r = c.target;
         // The straight path's copy needs the range's bytes (a region
-        // gone under it declines there).
-        if c.solicited || reg.slice(r.stag, r.offset, c.payload_len).is_none() {
+        // gone under it declines there): `Registry::slice`'s test, on the
+        // backing the check found (the same slot: no second look-up).
+        let start = usize::try_from(r.offset).ok()?;
+        if c.solicited
+            || backing
+                .bytes()
+                .get(start..start.checked_add(c.payload_len)?)
+                .is_none()
+        {
             return None;
         }
         let wr_id = self.rq.front()?.wr.wr_id;
         let at = 2 + ddp::UNTAGGED_HDR_LEN;
         let got = take(wr_id, &data[at..at + c.payload_len])?;
         self.straight_step(total, ulpdu_len, c);
-        // The head receive popped and pushed at the back, in place (a
-        // swap of two slots, inlined: `Ring::rotate_one`): the queue holds
-        // it (`straight_checked` found it at the front).
+        // The head receive popped and pushed at the back, in place
+        // (inlined: `Ring::rotate_one`): the queue holds it
+        // (`straight_checked` found it at the front).
         self.rq.rotate_one();
         Some(got)
     }
@@ -164,6 +171,20 @@ impl Connection {
         total: usize,
         reg: &Registry<B>,
     ) -> Option<Checked> {
+        self.straight_checked_with(data, ulpdu_len, total, reg)
+            .map(|(c, _)| c)
+    }
+
+    /// [`Self::straight_checked`], and the backing of the head receive's
+    /// region its check found ([`Registry::check_backing`]).
+    #[inline(always)]
+    fn straight_checked_with<'r, B: Backing>(
+        &self,
+        data: &[u8],
+        ulpdu_len: usize,
+        total: usize,
+        reg: &'r Registry<B>,
+    ) -> Option<(Checked, &'r B)> {
         if data[2] & DDP_MASK != DDP_SEND_LAST || data[3] >> 6 != ddp::RDMAP_VERSION {
             return None;
         }
@@ -189,8 +210,8 @@ impl Connection {
             return None;
         };
         let payload_len = ulpdu_len - ddp::UNTAGGED_HDR_LEN;
-        let target = reg
-            .check(
+        let (target, backing) = reg
+            .check_backing(
                 self.cfg.pd,
                 s.lkey,
                 s.addr,
@@ -205,11 +226,14 @@ impl Connection {
         if self.rx.crc_on && crc::trailer(crc::crc32c(&data[..crc_end])) != data[crc_end..total] {
             return None;
         }
-        Some(Checked {
-            solicited,
-            target,
-            payload_len,
-        })
+        Some((
+            Checked {
+                solicited,
+                target,
+                payload_len,
+            },
+            backing,
+        ))
     }
 
     /// What `finish_segment` and `start_fpdu` leave after a Send's last
