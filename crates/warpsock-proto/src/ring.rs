@@ -42,6 +42,13 @@ impl<T> Ring<T> {
         }
     }
 
+    /// Changes the limit ([`Ring::with_limit`]) for the growths to come (a
+    /// connection whose configuration its accept replaced: its receive
+    /// depth).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit;
+    }
+
     /// Elements queued.
     #[inline]
     pub fn len(&self) -> usize {
@@ -113,10 +120,18 @@ impl<T> Ring<T> {
     #[cold]
     #[inline(never)]
     fn grow(&mut self) {
-        let cap = (self.buf.len() * 2)
-            .max(4)
-            .min(self.limit)
-            .max(self.buf.len() + 1);
+        // Doubling, stopped at `limit` once; past it, doubling again: a
+        // queue pushed past its limit (a responder's receive depth came
+        // with `accept_with`, after the queue was made) grew
+        // by one slot a push — a copy of the whole queue each, 16 K
+        // receives posted took seconds (engine `tests/inline.rs` timed out
+        // in its MPA exchange).
+        let n = self.buf.len();
+        let cap = if n < self.limit {
+            (n * 2).max(4).min(self.limit)
+        } else {
+            (n * 2).max(4)
+        };
         let mut buf: Vec<Option<T>> = Vec::with_capacity(cap);
         let head = self.head;
         let old = std::mem::take(&mut self.buf);
@@ -227,6 +242,26 @@ mod tests {
 
     use super::Ring;
 
+    /// A queue pushed past its limit still grows geometrically: 1 << 14
+    /// pushes into a queue limited to 4 make a few dozen growths at most
+    /// (each a copy of the queue), not one a push.
+    #[test]
+    fn a_queue_past_its_limit_doubles() {
+        let mut r = Ring::with_limit(4);
+        let mut grown = 0;
+        let mut slots = 0;
+        for i in 0..1usize << 14 {
+            r.push_back(i);
+            if r.buf.len() != slots {
+                slots = r.buf.len();
+                grown += 1;
+            }
+        }
+        assert!(grown <= 16, "{grown} growths");
+        assert_eq!(r.len(), 1 << 14);
+        assert!((0..1usize << 14).all(|i| r.get(i) == Some(&i)));
+    }
+
     /// Every operation against `VecDeque`'s, from every head position and
     /// fill (a full ring's rotation swaps a slot with itself; a growth
     /// from a wrapped head keeps the order).
@@ -280,8 +315,8 @@ mod tests {
     }
 
     /// A full ring's rotation (every slot in use: the tail is the head),
-    /// and a limited ring's growth: to its limit, then past it one slot at
-    /// a time.
+    /// and a limited ring's growth: to its limit, then past it doubling
+    /// (`a_queue_past_its_limit_doubles`).
     #[test]
     fn a_full_ring_rotates() {
         let mut r: Ring<u32> = Ring::with_limit(6);
@@ -290,7 +325,7 @@ mod tests {
         r.rotate_one();
         assert!(r.iter().copied().eq([1, 2, 3, 4, 5, 0]));
         r.push_back(6);
-        assert_eq!(r.buf.len(), 7);
+        assert_eq!(r.buf.len(), 12);
         r.rotate_one();
         assert!(r.iter().copied().eq([2, 3, 4, 5, 0, 6, 1]));
         r.pop_front();

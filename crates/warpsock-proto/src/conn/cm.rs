@@ -206,6 +206,9 @@ impl Connection {
             role: super::Role::Responder,
             ..cfg
         };
+        // The posted queue grows to the new depth, whole (its full case
+        // is the steady state's cheap rotation).
+        self.rq.set_limit(self.cfg.rq_depth);
         self.accept(private_data)
     }
 
