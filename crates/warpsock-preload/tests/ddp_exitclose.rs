@@ -170,24 +170,6 @@ fn an_exit_from_a_sigterm_handler_over_a_spinning_thread_ends() {
     assert!(inside > 0, "no signal landed inside the library in 3 runs");
 }
 
-/// The same two with the handlers calling `_exit` (its flush of the send
-/// buffers' and engines' bytes, `exit_flush`): the process ends with the
-/// handler's status. Over an interrupted call that may hold a lock the
-/// flush only tries the locks and allocates nothing (its UDP part's
-/// linger allocated: a signal that landed in `malloc` under the library
-/// hung `exit` so, 1 run in 7 of the spin case under load). The fault
-/// case's copy holds the socket's lock alone, which the flush does not
-/// take: it passes without the change too; the spin case's signals land
-/// where the scheduler puts them, so it catches a flush that blocks on a
-/// held lock only in some runs (a probabilistic check).
-#[test]
-fn an_underscore_exit_from_a_handler_over_a_call_ends() {
-    run_sig("faultnow", false);
-    run_sig("faultnow", true);
-    run_sig("spinnow", false);
-    run_sig("spinnow", true);
-}
-
 /// The main thread's `exit` while another thread is stopped for good
 /// inside a call that holds the socket's lock (its SIGSEGV handler, over
 /// the library's copy into a buffer it cannot write, waits for ever): the

@@ -139,11 +139,6 @@ impl Kind for Udp {
             stats::inc(&stats::STATS.exit_child_skips);
             return;
         }
-        // A signal handler's `_exit` over a call that may hold a lock: as
-        // `at_exit`'s, nothing that allocates or waits on a lock.
-        if crate::shim::guard::exit_over_held_locks() {
-            return;
-        }
         if reactor::linger(cfg.exit_linger.min(cfg.linger)) {
             stats::inc(&stats::STATS.exit_flushes);
         }

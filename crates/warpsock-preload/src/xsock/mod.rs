@@ -678,19 +678,7 @@ impl Kind for Ddp {
         // ones): `_exit` may run in a signal handler (their locks,
         // allocation) or a child made by `vfork`, and skips exit handlers
         // as the program asked; its connections end with the process.
-        let bound = config::get().linger;
-        if crate::shim::guard::exit_over_held_locks() {
-            // A signal handler's `_exit` over a call of this thread that
-            // may hold a lock: each lock tried a bounded while, as the
-            // interrupted `exit`'s (`exit_interrupted`; not its
-            // `exit_begins`: a vforked child's `_exit` shares the
-            // parent's memory).
-            linger::linger_buffered(bound, census::engine_backlogs_trying);
-            let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
-            census::reset_backlogged_trying();
-            return;
-        }
-        linger::linger_buffered(bound, census::engine_backlogs);
+        linger::linger_buffered(config::get().linger, census::engine_backlogs);
         warpsock_xsock::io::reset_buffered();
         census::reset_backlogged();
     }
