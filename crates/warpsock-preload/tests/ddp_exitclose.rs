@@ -170,6 +170,21 @@ fn an_exit_from_a_sigterm_handler_over_a_spinning_thread_ends() {
     assert!(inside > 0, "no signal landed inside the library in 3 runs");
 }
 
+/// The same two with the handlers calling `_exit`: the process ends with
+/// the handler's status, as over TCP. The interposed `_exit` makes its
+/// flush of the send buffers' and engines' bytes only outside the
+/// library (the guard not set), so one over an interrupted call takes no
+/// lock and allocates nothing. Fails (the writer hangs until the
+/// program's limit) with the flush made over a call too: it waits on a
+/// lock the interrupted call holds.
+#[test]
+fn an_underscore_exit_from_a_handler_over_a_call_ends() {
+    run_sig("faultnow", false);
+    run_sig("faultnow", true);
+    run_sig("spinnow", false);
+    run_sig("spinnow", true);
+}
+
 /// The main thread's `exit` while another thread is stopped for good
 /// inside a call that holds the socket's lock (its SIGSEGV handler, over
 /// the library's copy into a buffer it cannot write, waits for ever): the

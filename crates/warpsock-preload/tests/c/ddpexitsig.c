@@ -17,6 +17,10 @@
  *     spinning thread takes it, wherever it is), whose handler calls
  *     exit(7). Where the signal lands is the scheduler's: inside the
  *     library in many rounds, outside in others.
+ *   ddpexitsig faultnow|spinnow [plain]
+ *     As fault and spin, the handler calling _exit(7): an _exit over a
+ *     call of the library makes no flush (the interposed _exit looks at
+ *     the guard), so it ends as over TCP.
  *   ddpexitsig stopped [plain]
  *     As fault, in the writer's second thread, whose SIGSEGV handler says
  *     so and then waits for ever (the socket's lock held for good, in DDP
@@ -72,9 +76,12 @@
 
 static int plain;
 static const char *mode;
+/* faultnow, spinnow: the handlers call _exit, not exit. */
+static int exit_now;
 
 static void exit_7(int sig) {
     (void)sig;
+    if (exit_now) _exit(7);
     exit(7);
 }
 
@@ -598,9 +605,10 @@ int main(int argc, char **argv) {
         CHECK(send_mode || strcmp(mode, "sleep_recv") == 0);
         return sleepy(send_mode);
     }
-    int spin_mode = strcmp(mode, "spin") == 0;
+    exit_now = strcmp(mode, "faultnow") == 0 || strcmp(mode, "spinnow") == 0;
+    int spin_mode = strcmp(mode, "spin") == 0 || strcmp(mode, "spinnow") == 0;
     int stopped = strcmp(mode, "stopped") == 0;
-    CHECK(spin_mode || stopped || strcmp(mode, "fault") == 0);
+    CHECK(spin_mode || stopped || strcmp(mode, "fault") == 0 || strcmp(mode, "faultnow") == 0);
     int rounds = spin_mode ? ROUNDS : 1;
     for (int i = 0; i < rounds; i++)
         if (round_(spin_mode, stopped, i)) return 1;
