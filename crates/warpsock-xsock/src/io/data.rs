@@ -381,7 +381,7 @@ impl XSocket {
                     }
                     self.post_deferred(&mut st);
                     self.handed(&mut st, off, &mut handed);
-                    let (guard, intr) = self.wait_intr(st, deadline);
+                    let (guard, intr) = self.wait_send(st, deadline);
                     st = guard;
                     // A signal ended the wait: what was sent, or `EINTR`.
                     if Self::stop_for_signal(intr, deadline.is_some()) {
@@ -422,7 +422,7 @@ impl XSocket {
             // The caller's memory is read by the engine until its requests
             // complete: a signal does not end this wait (mark dropped).
             while Self::call_busy(&st, call) && !st.over() {
-                st = self.wait(st, None);
+                st = self.wait_send(st, None).0;
             }
             Self::end_call(&mut st, call);
         }

@@ -19,6 +19,18 @@ use warpsock_engine::{Wc, WcOpcode};
 use super::settings::{Count, RecvFlags};
 use super::socket::{State, XSocket, WCS};
 
+/// Who waits in [`XSocket::wait_inner`]: the call's own kind, not the
+/// socket's (another thread may send while this one closes).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Waiter {
+    /// A receive call: input it processes is its own.
+    Reader,
+    /// A send call, counted in `sending`.
+    Sender,
+    /// Any other call (a close, a request's wait).
+    Other,
+}
+
 /// Whether a signal ended a wait's sleep, and what the handlers ask
 /// ([`super::sys::restart_after_signal`]), decided as the wait ends,
 /// before it takes the socket's lock again: the ~65 system calls of that
@@ -82,20 +94,24 @@ impl XSocket {
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
     ) -> MutexGuard<'a, State> {
-        self.wait_inner(st, deadline, false, None).0
+        self.wait_inner(st, deadline, Waiter::Other, None).0
     }
 
-    /// [`Self::wait`], and whether a signal ended its sleep with nothing
+    /// [`Self::wait`] for a send call (one that counts itself in
+    /// `sending`), and whether a signal ended its sleep with nothing
     /// done: the waiting call's own answer, for it to pass to
     /// [`Self::stop_for_signal`] (review r22-b item 2: a mark kept in the
     /// socket's state outlived the call whose wait set it, and a later
     /// call, maybe another thread's, failed with `EINTR` with no signal).
-    pub(crate) fn wait_intr<'a>(
+    /// Its sleeps' marks say a send waits: an exit over them takes the
+    /// call's count back ([`Self::abandon_wait`]; a wait that is no send
+    /// never does, whatever other calls send: review r26-d item 2).
+    pub(crate) fn wait_send<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
     ) -> (MutexGuard<'a, State>, Woken) {
-        let (st, _, intr) = self.wait_inner(st, deadline, false, None);
+        let (st, _, intr) = self.wait_inner(st, deadline, Waiter::Sender, None);
         (st, intr)
     }
 
@@ -113,7 +129,12 @@ impl XSocket {
         deadline: Option<Instant>,
         reader: bool,
     ) -> (MutexGuard<'a, State>, Woken) {
-        let (st, _, intr) = self.wait_inner(st, deadline, reader, None);
+        let who = if reader {
+            Waiter::Reader
+        } else {
+            Waiter::Other
+        };
+        let (st, _, intr) = self.wait_inner(st, deadline, who, None);
         (st, intr)
     }
 
@@ -129,7 +150,7 @@ impl XSocket {
         deadline: Option<Instant>,
         out: &mut [u8],
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
-        self.wait_inner(st, deadline, true, Some(out))
+        self.wait_inner(st, deadline, Waiter::Reader, Some(out))
     }
 
     /// Whether a receive call (`flags`, `timeout`, a buffer of `len`
@@ -189,7 +210,7 @@ impl XSocket {
         st: MutexGuard<'a, State>,
         buf: &mut [u8],
     ) -> Result<(MutexGuard<'a, State>, (usize, bool)), (MutexGuard<'a, State>, Woken)> {
-        match self.wait_inner(st, None, true, Some(buf)) {
+        match self.wait_inner(st, None, Waiter::Reader, Some(buf)) {
             (st, Some(got), _) => Ok((st, got)),
             (st, None, intr) => Err((st, intr)),
         }
@@ -200,9 +221,10 @@ impl XSocket {
         &'a self,
         mut st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
-        reader: bool,
+        who: Waiter,
         out: Option<&mut [u8]>,
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
+        let reader = who == Waiter::Reader;
         const SLICE: Duration = Duration::from_millis(50);
         let slice = deadline.map_or(SLICE, |d| {
             d.saturating_duration_since(Instant::now()).min(SLICE)
@@ -254,8 +276,11 @@ impl XSocket {
         // receive's: its sleep is the parked read, which names the
         // engine's context): an exit in a signal handler over the sleep
         // undoes this call's marks (`driving`, `parked`, `sending`), as
-        // it never comes back (`XSocket::abandon_wait`).
-        let owner = if !reader && st.sending > 0 {
+        // it never comes back (`XSocket::abandon_wait`). The sending bit
+        // is this call's kind (`wait_send`), not `st.sending`: that counts
+        // other threads' sends too, and the undo took one of theirs (their
+        // own decrement then underflowed; review r26-d item 2).
+        let owner = if who == Waiter::Sender {
             self as *const Self as usize | Self::OWNER_SENDING
         } else {
             0
