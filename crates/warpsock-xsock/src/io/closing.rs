@@ -226,9 +226,9 @@ impl XSocket {
         Some(self.unread_locked(&mut self.try_lock_now()?))
     }
 
-    /// The low bit of a send call's wait's owner word
-    /// ([`warpsock_engine::asleep::owned`]; the rest is the socket's
-    /// address).
+    /// The low bit of a driver's wait's owner word
+    /// ([`warpsock_engine::asleep::owned`]), set for a send call's wait;
+    /// the rest is the socket's address (every driver's wait).
     pub(crate) const OWNER_SENDING: usize = 1;
 
     /// An exit in a signal handler over this thread's wait on this socket

@@ -272,19 +272,24 @@ impl XSocket {
         // when the interest changes, so what came meanwhile is reported).
         self.set_watching(&st, Self::WATCH_OFF);
         let posts = st.posts;
-        // A send call's wait names the socket in its sleeps' marks (not a
-        // receive's: its sleep is the parked read, which names the
-        // engine's context): an exit in a signal handler over the sleep
-        // undoes this call's marks (`driving`, `parked`, `sending`), as
-        // it never comes back (`XSocket::abandon_wait`). The sending bit
-        // is this call's kind (`wait_send`), not `st.sending`: that counts
-        // other threads' sends too, and the undo took one of theirs (their
-        // own decrement then underflowed; review r26-d item 2).
-        let owner = if who == Waiter::Sender {
-            self as *const Self as usize | Self::OWNER_SENDING
-        } else {
-            0
-        };
+        // Every driver's wait names the socket in its sleeps' marks: an
+        // exit in a signal handler over the sleep undoes this call's marks
+        // (`driving`, `parked`, a send's `sending`), as it never comes back
+        // (`XSocket::abandon_wait`). A receive's too: its sleep is not
+        // always the parked read (which names the engine's context) — the
+        // engine declines the park (a tx backlog, staged input, a close
+        // under way) and sleeps in `epoll_wait`, marked with no context
+        // (review r26-d item 1). The sending bit is this call's kind
+        // (`wait_send`), not `st.sending`: that counts other threads'
+        // sends too, and the undo took one of theirs (their own decrement
+        // then underflowed; review r26-d item 2). Two thread-local stores
+        // a blocking wait: none on the busy path, which never gets here.
+        let owner = self as *const Self as usize
+            | if who == Waiter::Sender {
+                Self::OWNER_SENDING
+            } else {
+                0
+            };
         drop(st);
         let mut wcs = [Wc::default(); WCS];
         let mut intr = Woken::NoSignal;
@@ -292,11 +297,8 @@ impl XSocket {
         // engine's next waits sleep where a signal is not lost to a read's
         // timeout (`poll`, not the parked read: `warpsock_engine::Cq`'s
         // idle mark; issue 12).
-        let waited = if owner == 0 {
-            self.cq.wait_news(&mut wcs, slice, &self.qp)
-        } else {
-            warpsock_engine::asleep::owned(owner, || self.cq.wait_news(&mut wcs, slice, &self.qp))
-        };
+        let waited =
+            warpsock_engine::asleep::owned(owner, || self.cq.wait_news(&mut wcs, slice, &self.qp));
         let (n, news) = match waited {
             Ok(r) => r,
             Err(e) => {
