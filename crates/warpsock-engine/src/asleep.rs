@@ -154,9 +154,9 @@ mod tests {
             owned(0x1000 | 1, || {
                 unlocked(|| {
                     assert!(asleep());
-                    panic!("in the sleep")
-                })
-            })
+                    panic!("in the sleep");
+                });
+            });
         });
         assert!(r.is_err());
         assert!(!asleep());
