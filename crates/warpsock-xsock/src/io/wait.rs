@@ -84,6 +84,20 @@ impl Woken {
 }
 
 impl XSocket {
+    /// Wakes the threads waiting for the socket's state to change
+    /// (`wait_inner`'s sleep on [`Self::wakes`]). Under the lock (`st`),
+    /// as every read of the word: a waiter counted itself in `waiters` and
+    /// read the word before it let the lock go, so this bump comes after
+    /// that read, and its sleep either sees the new value (the futex
+    /// returns at once) or is asleep when the wake comes — no wake-up is
+    /// lost (the protocol of std's futex `Condvar::notify_all`).
+    pub(crate) fn wake(&self, st: &State) {
+        if st.waiters > 0 {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            warpsock_engine::rawsys::futex_wake(&self.wakes, i32::MAX);
+        }
+    }
+
     /// Waits (until `deadline`) for something to happen: drives the engine
     /// itself if no other thread does, else waits for that thread. A wait
     /// a signal ended is not told: for waits that a signal must not end
