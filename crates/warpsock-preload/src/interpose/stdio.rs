@@ -591,17 +591,14 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn dprintf_formats_every_kind_of_argument() {
-        let mut fds = [0; 2];
-        // SAFETY: a pipe into a two-int array.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         type Dprintf = unsafe extern "C" fn(c_int, *const c_char, ...) -> c_int;
         // SAFETY: the entry, called as C callers call it (variadic).
         let dp: Dprintf = unsafe { std::mem::transmute(dprintf as *const ()) };
         let fmt = c"%d %s %ld %d %d %d %d %.2f %.1f %d|";
         // SAFETY: a format and its arguments.
-        let n = unsafe {
+        printed(b"1 two 3 4 5 6 7 8.25 9.5 10|", |fd| unsafe {
             dp(
-                fds[1],
+                fd,
                 fmt.as_ptr(),
                 1,
                 c"two".as_ptr(),
@@ -614,8 +611,16 @@ mod tests {
                 9.5f64,
                 10,
             )
-        };
-        let want = b"1 two 3 4 5 6 7 8.25 9.5 10|";
+        });
+    }
+
+    /// Calls `print` with a pipe's write end and checks that it returned
+    /// `want`'s length and wrote `want`.
+    fn printed(want: &[u8], print: impl FnOnce(c_int) -> c_int) {
+        let mut fds = [0; 2];
+        // SAFETY: a pipe into a two-int array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let n = print(fds[1]);
         assert_eq!(n, want.len() as c_int);
         let mut got = [0u8; 64];
         // SAFETY: reading the pipe into `got`.
@@ -634,17 +639,14 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn dprintf_chk_formats_every_kind_of_argument() {
-        let mut fds = [0; 2];
-        // SAFETY: a pipe into a two-int array.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         type DprintfChk = unsafe extern "C" fn(c_int, c_int, *const c_char, ...) -> c_int;
         // SAFETY: the entry, called as C callers call it (variadic).
         let dp: DprintfChk = unsafe { std::mem::transmute(__dprintf_chk as *const ()) };
         let fmt = c"%d %s %ld %d %d %d %.2f %.1f %d|";
         // SAFETY: a format and its arguments.
-        let n = unsafe {
+        printed(b"1 two 3 4 5 6 8.25 9.5 10|", |fd| unsafe {
             dp(
-                fds[1],
+                fd,
                 1,
                 fmt.as_ptr(),
                 1,
@@ -657,17 +659,6 @@ mod tests {
                 9.5f64,
                 10,
             )
-        };
-        let want = b"1 two 3 4 5 6 8.25 9.5 10|";
-        assert_eq!(n, want.len() as c_int);
-        let mut got = [0u8; 64];
-        // SAFETY: reading the pipe into `got`.
-        let k = unsafe { libc::read(fds[0], got.as_mut_ptr().cast(), got.len()) };
-        assert_eq!(&got[..k as usize], want);
-        // SAFETY: closing the pipe.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
-        }
+        });
     }
 }
