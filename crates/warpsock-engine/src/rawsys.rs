@@ -137,6 +137,27 @@ pub unsafe fn ppoll(
     }
 }
 
+/// `epoll_pwait(epfd, events, ms, no mask)`: `epoll_wait` as a raw system
+/// call — libc's `epoll_wait` is a cancellation point, and arm64 has no
+/// `epoll_wait` — filling `events` (its length the most); `ms` -1 waits
+/// with no limit. The count, or -1 with `errno` (`EINTR` after a
+/// handler).
+pub fn epoll_pwait(epfd: RawFd, events: &mut [libc::epoll_event], ms: libc::c_int) -> libc::c_int {
+    // SAFETY: `events` is writable for its length; no signal mask (the
+    // size argument is ignored with none).
+    unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait,
+            libc::c_long::from(epfd),
+            events.as_mut_ptr(),
+            events.len().min(libc::c_int::MAX as usize) as libc::c_long,
+            libc::c_long::from(ms),
+            std::ptr::null::<libc::sigset_t>(),
+            8usize,
+        ) as libc::c_int
+    }
+}
+
 /// `futex(word, FUTEX_WAIT_PRIVATE, expected, timeout)`: sleeps while
 /// `word` holds `expected`, until a [`futex_wake`] of it, `timeout` or a
 /// signal's handler: 0 when woken, else -1 with `errno` — `EAGAIN` (`word`

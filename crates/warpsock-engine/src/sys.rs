@@ -94,19 +94,7 @@ impl Epoll {
     pub(crate) fn wait(&self, out: &mut Vec<Ready>, timeout: Option<Duration>) -> io::Result<bool> {
         const MAX: usize = 256;
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
-        // SAFETY: `evs` has room for MAX events and outlives the call.
-        // `epoll_pwait` with no mask is `epoll_wait` (which arm64 lacks).
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_epoll_pwait,
-                libc::c_long::from(self.fd.as_raw_fd()),
-                evs.as_mut_ptr(),
-                MAX as libc::c_long,
-                libc::c_long::from(timeout_ms(timeout)),
-                std::ptr::null::<libc::sigset_t>(),
-                SIGSET_BYTES,
-            )
-        } as libc::c_int;
+        let r = crate::rawsys::epoll_pwait(self.fd.as_raw_fd(), &mut evs, timeout_ms(timeout));
         match cvt(r) {
             Ok(n) => {
                 out.extend(evs[..n as usize].iter().map(|e| Ready { token: e.u64 }));
@@ -206,9 +194,6 @@ pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<i16> {
     let r = unsafe { raw_poll(&mut p, 1, timeout_ms(Some(timeout))) };
     cvt(r).map(|n| if n > 0 { p.revents } else { 0 })
 }
-
-/// The kernel's sigset size (`_NSIG / 8`) for the `*_pwait`/`ppoll` calls.
-const SIGSET_BYTES: libc::size_t = 8;
 
 /// `poll(2)` as the raw `ppoll` system call (arm64 has no `poll`): `n`
 /// pollfds at `fds`, up to `ms` milliseconds (negative: no limit; as

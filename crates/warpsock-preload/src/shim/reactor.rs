@@ -362,20 +362,9 @@ impl Reactor {
         let ms = timeout.map_or(-1, |d| {
             d.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
         });
-        // SAFETY: `events` is a writable array of the given length; no
-        // mask (the raw `epoll_pwait`: libc's `epoll_wait` is a
-        // cancellation point).
-        unsafe {
-            libc::syscall(
-                libc::SYS_epoll_pwait,
-                self.epfd,
-                events.as_mut_ptr(),
-                events.len() as c_int,
-                ms,
-                std::ptr::null::<libc::sigset_t>(),
-                0usize,
-            ) as c_int
-        }
+        // The raw `epoll_pwait`: libc's `epoll_wait` is a cancellation
+        // point.
+        warpsock_engine::rawsys::epoll_pwait(self.epfd, events, ms)
     }
 
     /// Wakes the progress thread.

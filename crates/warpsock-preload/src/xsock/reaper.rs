@@ -499,19 +499,7 @@ impl Reaper {
     /// (libc's `epoll_wait` is a cancellation point, and the preload's
     /// own would take it for the program's).
     fn wait(&self, events: &mut [libc::epoll_event], ms: c_int) -> c_int {
-        // SAFETY: `events` is a writable array of the given length; no
-        // mask.
-        unsafe {
-            libc::syscall(
-                libc::SYS_epoll_pwait,
-                self.epfd,
-                events.as_mut_ptr(),
-                events.len() as c_int,
-                ms,
-                std::ptr::null::<libc::sigset_t>(),
-                0usize,
-            ) as c_int
-        }
+        warpsock_engine::rawsys::epoll_pwait(self.epfd, events, ms)
     }
 }
 
