@@ -448,6 +448,34 @@ pub(crate) fn sleep(d: std::time::Duration) {
     rawsys::nanosleep(d);
 }
 
+/// Blocks every asynchronous signal of the calling thread (added to its
+/// mask; the faults — SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS,
+/// SIGABRT — are the thread's own and never blocked) and returns the mask
+/// before, for the caller to put back. Async-signal-safe (a handler's
+/// `close` may call it).
+pub(crate) fn block_async_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; the sig* calls only write the sets
+    // given; pthread_sigmask changes the calling thread's mask only.
+    unsafe {
+        let mut all: libc::sigset_t = zeroed();
+        let mut old: libc::sigset_t = zeroed();
+        libc::sigfillset(&mut all);
+        for s in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+            libc::SIGABRT,
+        ] {
+            libc::sigdelset(&mut all, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    }
+}
+
 /// Runs `spawn` (which starts one of the library's own threads) with every
 /// asynchronous signal blocked, so the new thread starts with them blocked
 /// and keeps them so; the caller's mask is restored after. A
@@ -467,29 +495,9 @@ pub(crate) fn with_async_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
             unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
         }
     }
-    // SAFETY: sigset_t is plain data; the sig* calls only write the sets
-    // given; pthread_sigmask changes the calling thread's mask only.
-    let _restore = unsafe {
-        let mut all: libc::sigset_t = zeroed();
-        let mut old: libc::sigset_t = zeroed();
-        libc::sigfillset(&mut all);
-        // Faults are the thread's own: never blocked.
-        for s in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-            libc::SIGABRT,
-        ] {
-            libc::sigdelset(&mut all, s);
-        }
-        // Added to the caller's: a fault signal it blocked stays blocked
-        // (SIG_SETMASK unblocked it meanwhile; review r21-haz item 6b).
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-        Restore(old)
-    };
+    // Added to the caller's: a fault signal it blocked stays blocked
+    // (SIG_SETMASK unblocked it meanwhile; review r21-haz item 6b).
+    let _restore = Restore(block_async_signals());
     spawn()
 }
 

@@ -284,28 +284,7 @@ struct SignalsHeld(libc::sigset_t);
 
 impl SignalsHeld {
     fn new() -> Self {
-        // SAFETY: sigset_t is plain data; the sig* calls only write the
-        // sets given; pthread_sigmask changes the calling thread's mask
-        // only (and is async-signal-safe: this may run in a handler's
-        // close).
-        unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            for s in [
-                libc::SIGSEGV,
-                libc::SIGBUS,
-                libc::SIGFPE,
-                libc::SIGILL,
-                libc::SIGTRAP,
-                libc::SIGSYS,
-                libc::SIGABRT,
-            ] {
-                libc::sigdelset(&mut all, s);
-            }
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-            Self(old)
-        }
+        Self(sys::block_async_signals())
     }
 }
 
