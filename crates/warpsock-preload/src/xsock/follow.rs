@@ -1,7 +1,7 @@
 //! How a DDP socket's doorbell follows the socket's readiness
 //! ([`Follow::reflect`]), with the books it keeps for that under its own
 //! lock ([`Inner`]) and a lock-free answer for the commonest look — one
-//! that changes nothing ([`Follow::quiet`]).
+//! that changes nothing but the count of arrivals seen ([`Follow::quiet`]).
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,9 +84,10 @@ const NOT_QUIET: u64 = u64::MAX;
 /// nothing.
 pub(crate) struct Follow {
     inner: Mutex<Inner>,
-    /// `seen` while no bell is out and writes are not gated, else
-    /// [`NOT_QUIET`]: written as every holder of the lock lets it go
-    /// ([`Books`]), so it is the books as some holder left them.
+    /// `seen` while no bell is out, writes are not gated and no one holds
+    /// the lock, else [`NOT_QUIET`]: taken by every holder of the lock and
+    /// written as it lets go ([`Books`]), moved on by the looks that
+    /// change only `seen` ([`Follow::reflect`]).
     quiet: AtomicU64,
     /// Looks that took the lock (the tests see the skips).
     #[cfg(test)]
@@ -144,10 +145,17 @@ impl Follow {
         }
     }
 
-    /// The books, locked.
+    /// The books, locked: `quiet` taken away while they are held (the
+    /// lock-free looks go to the lock meanwhile), with the `seen` the
+    /// looks applied without it since the last holder let go.
     pub(crate) fn lock(&self) -> Books<'_> {
+        let mut g = lock(&self.inner);
+        let q = self.quiet.swap(NOT_QUIET, Ordering::Acquire);
+        if q != NOT_QUIET {
+            g.seen = g.seen.max(q);
+        }
         Books {
-            g: lock(&self.inner),
+            g,
             quiet: &self.quiet,
         }
     }
@@ -170,18 +178,27 @@ impl Follow {
     /// every queue empty). Arrivals only grow: a look older than the last
     /// one applied is stale and skipped.
     ///
-    /// A look with no new arrivals, not readable and not hung up, while no
-    /// bell is out and writes are not gated, changes nothing: it returns
-    /// without the lock (a send call's look, every time in a ping-pong).
-    /// `quiet` is stored only by holders of the lock, just before they let
-    /// it go, so its values follow the lock's order; a skipped look fits in
-    /// that order right after the holder whose store it read, where
-    /// applying it under the lock would have done nothing. It never rings,
-    /// so it cannot lose a bell, and the order of the looks that do change
-    /// something is the lock's. The value alone decides (nothing else is
-    /// read); the acquire load (a plain load on x86) also puts the doorbell
-    /// writes of that holder, made before its release store, before the
-    /// call's return.
+    /// A look not readable and not hung up, while no bell is out and
+    /// writes are not gated, changes nothing but `seen`: it is applied
+    /// without the lock (a send call's look, and a receive's that took
+    /// what it found: every call of a ping-pong). `quiet` holds `seen`
+    /// while the books are in that state and no one holds the lock, else
+    /// [`NOT_QUIET`]: a holder takes it ([`Self::lock`]: swapped for
+    /// `NOT_QUIET`, `seen` taken from it) and stores it back as it lets
+    /// go ([`Books`]). A look with no new arrivals returns on the load; one
+    /// with new arrivals moves `seen` on with a compare-exchange from the
+    /// value it read, so it fits in the books' order right after the
+    /// holder or look whose value it replaced, exactly where applying it
+    /// under the lock would have made that one change; a failed exchange
+    /// (a holder came, or another look moved `seen` first) takes the
+    /// lock. A stale look (arrivals below `seen`) goes to the lock, which
+    /// skips it. These looks never ring, so they cannot lose a bell, and
+    /// the order of the looks that do is the lock's. The value alone
+    /// decides (nothing else is read); acquire (a plain load on x86) puts
+    /// the doorbell writes of the holder that stored it, made before its
+    /// release store, before the call's return. An error is readable
+    /// ([`Readiness::readable`]); it is asked anyway, as the locked look's
+    /// first branch does.
     #[inline]
     pub(crate) fn reflect(
         &self,
@@ -189,8 +206,18 @@ impl Follow {
         bell: &impl Bell,
         heard: impl FnOnce() -> bool,
     ) -> bool {
-        if !r.readable && !r.hup && self.quiet.load(Ordering::Acquire) == r.arrivals {
-            return false;
+        if !r.readable && !r.hup && !r.error {
+            let q = self.quiet.load(Ordering::Acquire);
+            // `NOT_QUIET` is above every count of arrivals.
+            if q == r.arrivals
+                || (q < r.arrivals
+                    && self
+                        .quiet
+                        .compare_exchange(q, r.arrivals, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok())
+            {
+                return false;
+            }
         }
         self.reflect_locked(r, bell, heard)
     }
@@ -421,9 +448,27 @@ mod tests {
         f.reflect(look(false, 1), &b, || true);
         assert!(!f.lock().write_gated);
         assert_eq!(f.quiet.load(Ordering::SeqCst), 1);
-        // A new arrival already consumed (not readable) moves `seen` on.
-        f.reflect(look(false, 2), &b, || true);
+        // A new arrival already consumed (not readable) moves `seen` on,
+        // without the lock (a predicted receive's look, every answer of a
+        // ping-pong), and the next holder of the lock sees it: a look
+        // older than it is stale there.
+        let before = locked();
+        assert!(!f.reflect(look(false, 2), &b, || true));
+        assert_eq!(
+            locked(),
+            before,
+            "a look that moved `seen` on took the lock"
+        );
+        assert_eq!(f.quiet.load(Ordering::SeqCst), 2);
         assert_eq!(f.lock().seen, 2);
+        assert!(!f.reflect(look(true, 1), &b, || true), "a stale look rang");
+        assert_eq!(b.out.load(Ordering::SeqCst), 0);
+        // While a holder has the books, such a look waits for the lock.
+        {
+            let _held = f.lock();
+            assert_eq!(f.quiet.load(Ordering::SeqCst), NOT_QUIET);
+        }
+        assert_eq!(f.quiet.load(Ordering::SeqCst), 2);
         // Readable with nobody to hear a bell: none. The same look once a
         // waiter came (a `poll` begins) must ring, though nothing arrived
         // since: readable looks never take the lock-free answer.
