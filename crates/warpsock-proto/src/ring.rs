@@ -44,9 +44,16 @@ impl<T> Ring<T> {
 
     /// Changes the limit ([`Ring::with_limit`]) for the growths to come (a
     /// connection whose configuration its accept replaced: its receive
-    /// depth).
+    /// depth). Slots grown past a lowered limit that holds every element
+    /// queued are given back: a queue kept to its limit then fills its
+    /// slots at its fullest, and [`Ring::rotate_one`] moves only the head
+    /// (review r26-d item 7: receives posted before an `accept_with` with
+    /// a smaller depth left every rotation a slot's move).
     pub fn set_limit(&mut self, limit: usize) {
         self.limit = limit;
+        if self.len <= limit && limit < self.buf.len() {
+            self.relayout(limit);
+        }
     }
 
     /// Elements queued.
@@ -132,6 +139,12 @@ impl<T> Ring<T> {
         } else {
             (n * 2).max(4)
         };
+        self.relayout(cap);
+    }
+
+    /// `cap` slots (at least `len`), the elements from slot 0 in order.
+    fn relayout(&mut self, cap: usize) {
+        debug_assert!(cap >= self.len);
         let mut buf: Vec<Option<T>> = Vec::with_capacity(cap);
         let head = self.head;
         let old = std::mem::take(&mut self.buf);
@@ -141,6 +154,8 @@ impl<T> Ring<T> {
         let back: Vec<Option<T>> = old.drain(head.min(n)..).collect();
         buf.extend(back);
         buf.extend(old);
+        // The `None`s past the tail go (a shrink), or more are added.
+        buf.retain(Option::is_some);
         buf.resize_with(cap, || None);
         self.buf = buf;
         self.head = 0;
@@ -165,7 +180,10 @@ impl<T> Ring<T> {
         self.head = self.wrap(self.head, 1);
     }
 
-    /// Keeps the elements `keep` says yes to, in order.
+    /// Keeps the elements `keep` says yes to, in order. If `keep` panics,
+    /// the element it was given is dropped and the queue is left rotated
+    /// (those not yet asked ahead of those kept); every caller's `keep` is
+    /// a comparison (review r26-d item 8).
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
         let n = self.len;
         for _ in 0..n {
@@ -331,5 +349,31 @@ mod tests {
         r.pop_front();
         r.rotate_one();
         assert!(r.iter().copied().eq([4, 5, 0, 6, 1, 3]));
+    }
+
+    /// A limit lowered below the slots grown, but not below the elements
+    /// queued, gives the slots back, the order kept (from a wrapped head):
+    /// the ring is full again and a rotation moves the head alone. A limit
+    /// below the elements queued changes no slot (review r26-d item 7).
+    #[test]
+    fn a_lowered_limit_gives_slots_back() {
+        let mut r: Ring<u32> = Ring::new();
+        r.extend(0..7);
+        assert_eq!(r.buf.len(), 8);
+        r.rotate_one();
+        r.rotate_one();
+        r.set_limit(3);
+        assert_eq!(r.buf.len(), 8, "shrunk below its elements");
+        r.pop_front();
+        r.set_limit(6);
+        assert_eq!(r.buf.len(), 6);
+        assert!(r.iter().copied().eq([3, 4, 5, 6, 0, 1]));
+        let head = r.head;
+        r.rotate_one();
+        assert_eq!(r.head, (head + 1) % 6);
+        assert!(r.iter().copied().eq([4, 5, 6, 0, 1, 3]));
+        r.push_back(9);
+        assert_eq!(r.buf.len(), 12, "past the limit: doubling");
+        assert!(r.iter().copied().eq([4, 5, 6, 0, 1, 3, 9]));
     }
 }
