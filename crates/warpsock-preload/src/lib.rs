@@ -348,7 +348,7 @@ mod init {
 
     extern "C" fn fork_child() {
         // The parent holds every descriptor the child was given.
-        crate::shim::doorbell::fork_end();
+        crate::shim::doorbell::fork_end_child();
         fdtable::fork_release_child();
         reactor::forget_after_fork();
         crate::xsock::after_fork_child();

@@ -29,10 +29,27 @@ static FORKS: AtomicU64 = AtomicU64::new(0);
 /// item 5).
 static FORKING: AtomicU64 = AtomicU64::new(0);
 
+/// [`Doorbell::fail`]s between their look at the forks and their `dup3`
+/// over the library's end ([`Failing`]): a fork waits for them
+/// ([`fork_begin`]).
+static FAILING: AtomicU64 = AtomicU64::new(0);
+
 /// The atfork prepare handler: a fork begins; its copy of the descriptors
-/// is still to come.
+/// is still to come. It waits for the `fail`s that looked before it
+/// counted ([`Failing`]): none of them then holds the library's end
+/// between its look and its `dup3` when the copy is made. Those are a few
+/// non-blocking system calls, on a thread that cannot fork meanwhile (its
+/// asynchronous signals blocked), and they take no lock: no deadlock
+/// with the locks the other prepare handlers hold.
 pub(crate) fn fork_begin() {
     FORKING.fetch_add(1, Ordering::SeqCst);
+    let mut round = 0;
+    while FAILING.load(Ordering::SeqCst) > 0 {
+        #[cfg(test)]
+        tests::hook(&tests::FORK_WAITS);
+        sys::pause(round);
+        round = round.saturating_add(1);
+    }
 }
 
 /// The atfork parent and child handlers: the fork's copy is made (the
@@ -41,6 +58,41 @@ pub(crate) fn fork_begin() {
 pub(crate) fn fork_end() {
     FORKS.fetch_add(1, Ordering::SeqCst);
     FORKING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The atfork child handler: as [`fork_end`], and [`FAILING`] starts from
+/// none: a `fail` of another thread may have counted itself (and been
+/// about to back off, [`Failing::enter`]) when the copy was made; that
+/// thread is not in the child, and the child's next fork would wait for
+/// it for ever.
+pub(crate) fn fork_end_child() {
+    FAILING.store(0, Ordering::SeqCst);
+    fork_end();
+}
+
+/// A [`Doorbell::fail`]'s stretch from its look at the forks to its
+/// `dup3`, counted in [`FAILING`]. The count comes before the look and a
+/// fork's [`FORKING`] before its look at [`FAILING`] (all `SeqCst`), so
+/// of a `fail` and a fork at least one sees the other: the `fail` sees the
+/// fork under way (and hangs up only), or the fork waits for the `fail`
+/// to have made its `dup3` before it copies the descriptors (review r26-a
+/// item 5).
+struct Failing;
+
+impl Failing {
+    /// Counts a `fail`; `None` (not counted) if a fork may have copied the
+    /// pair made when [`FORKS`] was `before` ([`forked_since`]).
+    fn enter(before: u64) -> Option<Self> {
+        FAILING.fetch_add(1, Ordering::SeqCst);
+        let me = Self;
+        (!forked_since(before)).then_some(me)
+    }
+}
+
+impl Drop for Failing {
+    fn drop(&mut self) {
+        FAILING.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Whether a fork may have copied a descriptor made when [`FORKS`] was
@@ -191,31 +243,33 @@ impl Doorbell {
     /// later one, the child's exit, would set `sk_err` after the program
     /// took the error. There, the hang-up alone, as before (no `POLLERR`).
     ///
-    /// A fork racing this call (this runs on the progress thread, not
-    /// under the descriptor table's lock that `fork_prepare` takes) is
-    /// seen by the check after the `dup3`: the kernel orders a fork's copy
-    /// of the descriptor table and the `dup3` over `tx` (both take the
-    /// table's lock). A copy after the `dup3` holds the placeholder, not
-    /// the library's end: harmless. A copy before it comes after its
-    /// `fork_begin`, so the check after the `dup3` sees the fork under
-    /// way, or, once it ended, its count in [`FORKS`] (not in `forks`,
-    /// read before the pair was made, so before the copy and the count
-    /// after it). Then the release may not have happened (the child's
-    /// copy of `tx` keeps the socket), so the program's end is shut down
-    /// both ways itself: it shows HUP, IN and RDHUP whoever holds its
-    /// peer (no `POLLERR`, as the hang-up). Before, `FORKS` moved only in
-    /// the parent handler, after the copy: a `fail` between the copy and
-    /// that handler, or whose check came before the copy and its `dup3`
-    /// after, dropped the parent's reference alone and the program's
-    /// `poll` never woke (review r25-c item 5). Two loads more per
-    /// failure; none on the data path. A `vfork` or `posix_spawn` runs no
-    /// atfork handler: its child's copy, CLOEXEC, lives until its `exec`,
-    /// which only delays the `POLLERR` (as before).
+    /// A fork racing this call (this runs on the progress thread or in a
+    /// program's call, not under the descriptor table's lock that
+    /// `fork_prepare` takes) cannot copy the descriptors between the look
+    /// at the forks and the `dup3`: the stretch is counted ([`Failing`])
+    /// and the fork's prepare handler waits for it ([`fork_begin`]), or
+    /// the look sees the fork under way. So the look before the byte is
+    /// enough. Before, a second look after the `dup3` saw such a fork and
+    /// shut the program's end down itself, but the byte was sent by then:
+    /// the child's copy of the library's end, released at its exec or
+    /// exit, seconds later, set `sk_err` after the program took the
+    /// error, a `POLLERR` nothing cleared (review r26-a item 5). The
+    /// stretch runs with asynchronous signals blocked: a handler of this
+    /// thread's that forks would wait for it for ever. Two
+    /// `pthread_sigmask` calls more per failure; none on the data path. A
+    /// `vfork` or `posix_spawn` runs no atfork handler: its child's copy,
+    /// CLOEXEC, lives until its `exec`, which only delays the `POLLERR`
+    /// (as before).
     pub(crate) fn fail(&self) {
-        if forked_since(self.forks) {
+        sys::with_async_signals_blocked(|| self.fail_counted());
+    }
+
+    /// [`Self::fail`], its signals blocked.
+    fn fail_counted(&self) {
+        let Some(_failing) = Failing::enter(self.forks) else {
             self.hang_up();
             return;
-        }
+        };
         // Fails (`EAGAIN`) while a closed write gate's filler fills the
         // program end's buffer: that filler is unread too.
         // SAFETY: a one-byte write to our own nonblocking socket.
@@ -227,6 +281,8 @@ impl Doorbell {
                 libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
             )
         };
+        #[cfg(test)]
+        tests::hook(&tests::FAIL_WINDOW);
         let mut sv = [-1; 2];
         // SAFETY: socketpair writes two descriptors into `sv`; dup3 over
         // our own descriptor (the number stays ours); closing our own.
@@ -244,10 +300,6 @@ impl Doorbell {
             sys::close(sv[1]);
             if real::dup3(sv[0], self.tx, libc::O_CLOEXEC) < 0 {
                 self.hang_up();
-            } else if forked_since(self.forks) {
-                // `tx` names the placeholder now: `hang_up` would shut
-                // that one.
-                real::shutdown(self.app, libc::SHUT_RDWR);
             }
             sys::close(sv[0]);
         }
@@ -271,6 +323,29 @@ impl Drop for Doorbell {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::sync::{mpsc, Mutex, PoisonError};
+    use std::thread::LocalKey;
+
+    /// A hook: run once, on the thread that set it.
+    type Hook = RefCell<Option<Box<dyn FnOnce()>>>;
+
+    thread_local! {
+        /// Run inside a `fail`'s counted stretch, after its byte.
+        pub(super) static FAIL_WINDOW: Hook = const { RefCell::new(None) };
+        /// Run when `fork_begin` finds a `fail` to wait for.
+        pub(super) static FORK_WAITS: Hook = const { RefCell::new(None) };
+    }
+
+    /// Runs the hook `at` of this thread, if set (once).
+    pub(super) fn hook(at: &'static LocalKey<Hook>) {
+        if let Some(f) = at.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// One test at a time: the fork counts are the process's.
+    static ONE: Mutex<()> = Mutex::new(());
 
     /// Ends the fork the test began, however the test ends (the counts
     /// are the process's).
@@ -312,6 +387,7 @@ mod tests {
     /// forks under way.
     #[test]
     fn a_failure_while_a_fork_is_under_way_hangs_the_program_end_up() {
+        let _one = ONE.lock().unwrap_or_else(PoisonError::into_inner);
         let hung = libc::POLLHUP | libc::POLLIN | libc::POLLRDHUP;
         let d = Doorbell::new(true).unwrap();
         // SAFETY: a copy of our own descriptor (the child's, in effect).
@@ -327,5 +403,57 @@ mod tests {
         d.fail();
         let r = shown(d.app);
         assert_eq!(r & (hung | libc::POLLERR), hung | libc::POLLERR, "{r:#x}");
+    }
+
+    /// A fork that begins while a doorbell's `fail` is past its look at
+    /// the forks (its byte sent, its `dup3` still to come) waits for the
+    /// `dup3` before its copy: the child's copy is of the placeholder, so
+    /// the program's end shows `POLLERR` at once, and once the program
+    /// took it (`clear_error`) the child's release (its exit) raises
+    /// nothing. Before, the fork copied the library's end in between: the
+    /// program's end was shut down without `POLLERR`, and the child's
+    /// release set `sk_err` after the error was taken, a `POLLERR` that
+    /// stayed (review r26-a item 5). Fails with `fork_begin` not waiting
+    /// for [`FAILING`].
+    #[test]
+    fn a_fork_waits_for_a_failure_past_its_look() {
+        let _one = ONE.lock().unwrap_or_else(PoisonError::into_inner);
+        let d = Doorbell::new(true).unwrap();
+        let tx = d.tx;
+        let (said, heard) = mpsc::channel();
+        FAIL_WINDOW.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                let (say, hear) = mpsc::channel();
+                let waits = say.clone();
+                let forker = std::thread::spawn(move || {
+                    FORK_WAITS.with(|h| {
+                        *h.borrow_mut() = Some(Box::new(move || {
+                            let _ = waits.send("waits");
+                        }));
+                    });
+                    fork_begin();
+                    // The child's copy of the descriptors, in effect.
+                    // SAFETY: a copy of a descriptor the test holds.
+                    let child = unsafe { libc::dup(tx) };
+                    let _ = say.send("copied");
+                    child
+                });
+                // The fork waits for this `fail`, or has made its copy.
+                let first = hear.recv().unwrap();
+                said.send((first, forker)).unwrap();
+            }));
+        });
+        d.fail();
+        let (first, forker) = heard.recv().unwrap();
+        let child = forker.join().unwrap();
+        fork_end();
+        assert!(child >= 0);
+        let failed = shown(d.app);
+        d.clear_error();
+        sys::close(child);
+        let later = shown(d.app);
+        assert_eq!(first, "waits");
+        assert_eq!(failed & libc::POLLERR, libc::POLLERR, "{failed:#x}");
+        assert_eq!(later & libc::POLLERR, 0, "{later:#x}");
     }
 }
