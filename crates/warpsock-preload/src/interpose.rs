@@ -59,7 +59,7 @@ mod held_calls;
 /// The receiving and sending calls.
 pub mod io;
 
-/// `fdopen`, `vdprintf`, `dprintf`: stdio on a managed socket.
+/// `fdopen`, `freopen`, `vdprintf`, `dprintf`: stdio on a managed socket.
 pub mod stdio;
 
 /// `pthread_cancel` and the entry points' looks at a pending cancel.

@@ -245,6 +245,8 @@
 //! * stdio: `fdopen` of a managed socket returns a `fopencookie` stream over
 //!   the interposed `read`/`write`/`close`; `vdprintf` and (x86-64)
 //!   `dprintf` send through the interposed `write` (`interpose/stdio.rs`).
+//!   `freopen` of such a stream fails (`EINVAL`; `ENXIO` for a `NULL`
+//!   path), the stream closed as glibc's failed `freopen` leaves one.
 //!   A socket managed after its `fdopen`, and `stdout` `dup2`ed onto a
 //!   managed socket, keep glibc's stream, whose bytes miss the library.
 //! * With `WARPSOCK_STRIPES` > 1 datagrams to one destination are delivered

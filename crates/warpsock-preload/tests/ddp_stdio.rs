@@ -249,6 +249,19 @@ fn a_stream_locked_at_exit_keeps_the_exit_status() {
     case("locked");
 }
 
+/// `freopen` of a socket's stream with bytes buffered: the peer reads
+/// them, then the end, as over TCP; with a path over DDP it fails
+/// (`EINVAL`) and leaves the stream closed, as a failed `freopen` does
+/// (over TCP it reopens the stream on the file); `freopen(NULL)` fails
+/// with `ENXIO` in both (review r26-c item 4). Fails (glibc's `freopen`
+/// of a `fopencookie` stream dies of `SIGSEGV`) without the interposed
+/// `freopen`.
+#[test]
+fn freopen_of_a_sockets_stream_fails_cleanly() {
+    // Two pairs switched.
+    case_of(program(), "reopen", &[], 4);
+}
+
 /// A socket left out of DDP mode gets the real `fdopen` under the preload.
 #[test]
 fn an_unswitched_sockets_stream_is_the_real_one() {

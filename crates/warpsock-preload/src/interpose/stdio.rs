@@ -1,4 +1,5 @@
-//! stdio streams on a managed socket: `fdopen`, `vdprintf`, `dprintf`.
+//! stdio streams on a managed socket: `fdopen`, `freopen`, `vdprintf`,
+//! `dprintf`.
 //!
 //! glibc's stdio reads and writes a stream made by the real `fdopen` with
 //! its internal `__read`/`__write`, which no preloaded library sees: on a
@@ -12,7 +13,9 @@
 //! `_FORTIFY_SOURCE` forms, `__vdprintf_chk` and `__dprintf_chk`) format
 //! into a buffer of their own and send it with the interposed `write`. At
 //! `exit` the library's streams are flushed before its exit handler closes
-//! the sockets (`flush_at_exit`).
+//! the sockets (`flush_at_exit`). `freopen` of one of those streams fails,
+//! the stream closed (`reopen_refused`): glibc's cannot reopen a
+//! `fopencookie` stream.
 //!
 //! A socket switched into DDP mode after its `fdopen` keeps the real
 //! stream (README, "stdio streams").
@@ -48,7 +51,9 @@ extern "C" {
         ap: *mut c_void,
     ) -> c_int;
     fn ftrylockfile(f: *mut FILE) -> c_int;
+    fn flockfile(f: *mut FILE);
     fn funlockfile(f: *mut FILE);
+    fn __fpurge(f: *mut FILE);
 }
 
 /// The head of glibc's public `struct _IO_FILE`
@@ -174,13 +179,111 @@ unsafe extern "C" fn cookie_seek(_: *mut c_void, _: *mut i64, _: c_int) -> c_int
 }
 
 /// A stream's close (`fclose`): the interposed `close`, an orderly one;
-/// the cookie is freed.
+/// the cookie is freed. A stream [`reopen_refused`] closed already:
+/// `EBADF`, as glibc's `fclose` after a failed `freopen` returns `EOF`.
 unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
     sys::lock(&STREAMS).remove(&(cookie as usize));
     // SAFETY: glibc calls this once per stream, the cookie's last use.
     let stream = unsafe { Box::from_raw(cookie.cast::<Stream>()) };
+    if stream.fd < 0 {
+        set_errno(libc::EBADF);
+        return -1;
+    }
     // SAFETY: the stream's descriptor.
     unsafe { super::close(stream.fd) }
+}
+
+/// `freopen` of one of this process's socket streams ([`STREAMS`]) fails,
+/// the stream closed as glibc's failed `freopen` leaves one: its bytes
+/// flushed (errors ignored, as glibc's `_IO_SYNC` there), what is left in
+/// its buffer dropped (`__fpurge`), the socket closed (the interposed
+/// `close`, an orderly one), `fileno` -1; the `FILE` stays allocated, its
+/// reads and writes failing with `EBADF`, until an `fclose` (which returns
+/// `EOF`, as glibc's does then) frees it. `errno` is `ENXIO` for a `NULL`
+/// path (glibc's reopen of a socket: its `/proc/self/fd` link cannot be
+/// opened), else `EINVAL`. Why not glibc's: a `fopencookie` stream's
+/// `_wide_data` is `(void *)-1`, and glibc's `freopen` writes through it
+/// (a `SIGSEGV`, glibc 2.36), and after that it would `dup3` over the
+/// socket's descriptor and close it with calls the library does not see,
+/// the cookie never closed (review r26-c item 4). A stream that is not
+/// one of these (a forked child's copy of its parent's included): `false`.
+///
+/// # Safety
+/// `f` is a stream the program may use (not being closed meanwhile).
+unsafe fn reopen_refused(path: *const c_char, f: *mut FILE) -> bool {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    // SAFETY: live cookies (removed from the list, under its lock, before
+    // they are freed).
+    let found = sys::lock(&STREAMS).iter().copied().find(|&c| unsafe {
+        let st = &*(c as *const Stream);
+        st.file == f && st.pid == me
+    });
+    let Some(c) = found else {
+        return false;
+    };
+    /// The stream's lock given back, on return and on a cancel's unwind
+    /// (`fflush`'s write, `close`).
+    struct Locked(*mut FILE);
+    impl Drop for Locked {
+        fn drop(&mut self) {
+            // SAFETY: locked by this thread below.
+            unsafe { funlockfile(self.0) };
+        }
+    }
+    // SAFETY: the program's stream, open; its lock is recursive.
+    unsafe { flockfile(f) };
+    let locked = Locked(f);
+    // SAFETY: `f` is open and locked by this thread; the cookie is live
+    // until its close, which takes the stream's lock; `_fileno` is in
+    // `IoFileHead`.
+    let fd = unsafe {
+        libc::fflush(f);
+        __fpurge(f);
+        (*f.cast::<IoFileHead>()).fileno = -1;
+        std::mem::replace(&mut (*(c as *mut Stream)).fd, -1)
+    };
+    drop(locked);
+    // SAFETY: the stream's descriptor, no longer the stream's.
+    unsafe { super::close(fd) };
+    set_errno(if path.is_null() {
+        libc::ENXIO
+    } else {
+        libc::EINVAL
+    });
+    true
+}
+
+/// Interposed `freopen(3)`: on one of the library's socket streams, it
+/// fails ([`reopen_refused`]); any other stream's is glibc's.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn freopen(
+    path: *const c_char,
+    mode: *const c_char,
+    f: *mut FILE,
+) -> *mut FILE {
+    // SAFETY: the caller's stream.
+    if !busy() && unsafe { reopen_refused(path, f) } {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::freopen(path, mode, f) }
+}
+
+/// Interposed `freopen64(3)`: as [`freopen`] (glibc's is the same call
+/// with `O_LARGEFILE`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn freopen64(
+    path: *const c_char,
+    mode: *const c_char,
+    f: *mut FILE,
+) -> *mut FILE {
+    // SAFETY: the caller's stream.
+    if !busy() && unsafe { reopen_refused(path, f) } {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real::freopen64(path, mode, f) }
 }
 
 /// At `exit`, before the DDP sockets close (`xsock` `at_exit`): every

@@ -121,6 +121,8 @@ real_fns! {
     fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     pthread_cancel(th: libc::pthread_t) -> c_int;
     fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE;
+    freopen(path: *const c_char, mode: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
+    freopen64(path: *const c_char, mode: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
     vdprintf(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int;
     __vdprintf_chk(fd: c_int, flag: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int;
 }

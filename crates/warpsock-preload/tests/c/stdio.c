@@ -28,7 +28,14 @@
  *           child exits 0; the parent reads its tail (plain) or nothing
  *           (DDP: glibc's late flush fails quietly), then the end;
  *   unswitched  a socket left out of DDP mode (the other pair of the
- *           run is switched): the real fdopen, bytes both ways. */
+ *           run is switched): the real fdopen, bytes both ways;
+ *   reopen  freopen(NULL) and freopen64(path) of a socket's stream with
+ *           bytes buffered: the peer reads them, then the end; the NULL
+ *           one fails with ENXIO (glibc's, plain: a socket's /proc/self/fd
+ *           link cannot be opened), the path one succeeds (plain) or fails
+ *           with EINVAL (DDP: glibc's freopen of a fopencookie stream
+ *           crashes); a failed one leaves the stream closed (fileno -1,
+ *           fclose EOF). */
 #include "ddppair.h"
 
 #include <stdarg.h>
@@ -469,6 +476,51 @@ static void case_policy(void) {
     CHECK(fclose(fc) == 0);
 }
 
+/* Reads from fd until the end: it must be want. */
+static void reads_then_end(int fd, const char *want) {
+    char buf[64];
+    size_t n = 0, len = strlen(want);
+    for (;;) {
+        ssize_t r = recv(fd, buf + n, sizeof buf - n, 0);
+        CHECK(r >= 0);
+        if (r == 0) break;
+        n += (size_t)r;
+        CHECK(n <= len);
+    }
+    CHECK(n == len && memcmp(buf, want, len) == 0);
+}
+
+static void case_reopen(void) {
+    FILE *f = fdopen(c, "w");
+    CHECK(f);
+    CHECK(fputs("tail one\n", f) >= 0);
+    errno = 0;
+    CHECK(freopen(NULL, "w", f) == NULL && errno == ENXIO);
+    reads_then_end(s, "tail one\n");
+    errno = 0;
+    CHECK(fileno(f) == -1 && errno == EBADF);
+    CHECK(fclose(f) == EOF);
+    close(s);
+    int pc, ps;
+    pair(&pc, &ps, !plain);
+    f = fdopen(pc, "w");
+    CHECK(f);
+    CHECK(fputs("tail two\n", f) >= 0);
+    errno = 0;
+    FILE *r = freopen64("/dev/null", "w", f);
+    if (plain) {
+        CHECK(r == f && fileno(f) == pc);
+        CHECK(fputs("gone\n", f) >= 0 && fflush(f) == 0);
+        CHECK(fclose(f) == 0);
+    } else {
+        CHECK(r == NULL && errno == EINVAL);
+        CHECK(fileno(f) == -1);
+        CHECK(fclose(f) == EOF);
+    }
+    reads_then_end(ps, "tail two\n");
+    close(ps);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s CASE [plain]\n", argv[0]);
@@ -504,6 +556,8 @@ int main(int argc, char **argv) {
         case_forked(1);
     } else if (!strcmp(cs, "locked")) {
         case_locked();
+    } else if (!strcmp(cs, "reopen")) {
+        case_reopen();
     } else if (!strcmp(cs, "unswitched")) {
         case_unswitched();
     } else {
