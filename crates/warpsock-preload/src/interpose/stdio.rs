@@ -255,7 +255,8 @@ unsafe fn reopen_refused(path: *const c_char, f: *mut FILE) -> bool {
 }
 
 /// Interposed `freopen(3)`: on one of the library's socket streams, it
-/// fails ([`reopen_refused`]); any other stream's is glibc's.
+/// fails, the stream closed as a failed `freopen` leaves one
+/// (`reopen_refused`); any other stream's is glibc's.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn freopen(
     path: *const c_char,
