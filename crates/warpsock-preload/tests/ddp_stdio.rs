@@ -297,6 +297,17 @@ fn freopen_of_a_sockets_stream_fails_cleanly() {
     case_of(program(), "reopen", &[], 4);
 }
 
+/// A forked child's `freopen(NULL)` of its copy of the parent's stream
+/// fails with `ENXIO` and closes the copy, as over TCP; the child exits 0
+/// and the parent's stream goes on. Fails (the child dies of `SIGSEGV` in
+/// glibc's `freopen`) with the child's list of streams emptied at the
+/// fork, as it was.
+#[test]
+fn a_forked_childs_freopen_of_the_parents_stream_fails_cleanly() {
+    // The child's report repeats the parent's 2.
+    case_of(program(), "reopenforked", &[], 4);
+}
+
 /// A socket left out of DDP mode gets the real `fdopen` under the preload.
 #[test]
 fn an_unswitched_sockets_stream_is_the_real_one() {

@@ -193,7 +193,7 @@ unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
     unsafe { super::close(stream.fd) }
 }
 
-/// `freopen` of one of this process's socket streams ([`STREAMS`]) fails,
+/// `freopen` of one of the library's socket streams ([`STREAMS`]) fails,
 /// the stream closed as glibc's failed `freopen` leaves one: its bytes
 /// flushed (errors ignored, as glibc's `_IO_SYNC` there), what is left in
 /// its buffer dropped (`__fpurge`), the socket closed (the interposed
@@ -205,20 +205,20 @@ unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
 /// `_wide_data` is `(void *)-1`, and glibc's `freopen` writes through it
 /// (a `SIGSEGV`, glibc 2.36), and after that it would `dup3` over the
 /// socket's descriptor and close it with calls the library does not see,
-/// the cookie never closed (review r26-c item 4). A stream that is not
-/// one of these (a forked child's copy of its parent's included): `false`.
+/// the cookie never closed (review r26-c item 4). A forked child's copy
+/// of its parent's stream is one of these ([`fork_child`]): its flush
+/// fails quietly ([`cookie_write`]), and the child's copy of the socket
+/// is closed. Any other stream: `false`.
 ///
 /// # Safety
 /// `f` is a stream the program may use (not being closed meanwhile).
 unsafe fn reopen_refused(path: *const c_char, f: *mut FILE) -> bool {
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
     // SAFETY: live cookies (removed from the list, under its lock, before
     // they are freed).
-    let found = sys::lock(&STREAMS).iter().copied().find(|&c| unsafe {
-        let st = &*(c as *const Stream);
-        st.file == f && st.pid == me
-    });
+    let found = sys::lock(&STREAMS)
+        .iter()
+        .copied()
+        .find(|&c| unsafe { (*(c as *const Stream)).file == f });
     let Some(c) = found else {
         return false;
     };
@@ -302,8 +302,7 @@ pub(crate) fn flush_at_exit() {
 }
 
 /// [`flush_at_exit`]'s flushes: this process's streams (a forked child's
-/// list is emptied, [`fork_child`]; a child made without the atfork
-/// handlers has its parent's, skipped here).
+/// list holds its parent's too, [`fork_child`]: skipped here).
 fn flush_streams() {
     // An exit from inside library code: the writes would not be the
     // library's (`guard`); left to glibc.
@@ -361,18 +360,16 @@ pub(crate) fn fork_parent() {
     FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
 }
 
-/// pthread_atfork "child": the lock given back, and the list emptied: the
-/// streams are the parent's (their sockets' copies here are refused by
-/// design); the child's `exit` does not flush them ([`flush_at_exit`])
-/// and glibc's flush of them fails quietly ([`cookie_write`]). Their
-/// cookies stay (glibc's copies of the streams point at them), freed by
-/// the child's `fclose` if it makes one.
+/// pthread_atfork "child": the lock given back. The list's streams are
+/// the parent's (their `pid`; their sockets' copies here are refused by
+/// design): the child's `exit` does not flush them ([`flush_at_exit`]),
+/// glibc's flush of them fails quietly ([`cookie_write`]), and a
+/// `freopen` of one fails as one of the child's own would
+/// ([`reopen_refused`]), where glibc's crashed: so they stay listed
+/// (before, the list was emptied here), until the child's `fclose` of
+/// one removes it and frees its cookie.
 pub(crate) fn fork_child() {
-    FORK_GUARD.with(|f| {
-        if let Some(mut g) = f.borrow_mut().take() {
-            g.clear();
-        }
-    });
+    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
 }
 
 /// `fdopen`'s mode as glibc's `_IO_new_fdopen` (libio/iofdopen.c) reads

@@ -35,7 +35,10 @@
  *           link cannot be opened), the path one succeeds (plain) or fails
  *           with EINVAL (DDP: glibc's freopen of a fopencookie stream
  *           crashes); a failed one leaves the stream closed (fileno -1,
- *           fclose EOF). */
+ *           fclose EOF);
+ *   reopenforked  a forked child's freopen(NULL) of its copy of the
+ *           parent's stream: ENXIO, the copy closed, the child exits 0;
+ *           the parent's stream goes on. */
 #include "ddppair.h"
 
 #include <stdarg.h>
@@ -521,6 +524,27 @@ static void case_reopen(void) {
     close(ps);
 }
 
+static void case_reopenforked(void) {
+    FILE *f = fdopen(c, "w");
+    CHECK(f);
+    CHECK(fputs("before\n", f) >= 0 && fflush(f) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        errno = 0;
+        CHECK(freopen(NULL, "w", f) == NULL && errno == ENXIO);
+        CHECK(fileno(f) == -1 && fclose(f) == EOF);
+        exit(0);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "child status %#x\n", st);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(fputs("after\n", f) >= 0 && fclose(f) == 0);
+    reads_then_end(s, "before\nafter\n");
+    close(s);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s CASE [plain]\n", argv[0]);
@@ -558,6 +582,8 @@ int main(int argc, char **argv) {
         case_locked();
     } else if (!strcmp(cs, "reopen")) {
         case_reopen();
+    } else if (!strcmp(cs, "reopenforked")) {
+        case_reopenforked();
     } else if (!strcmp(cs, "unswitched")) {
         case_unswitched();
     } else {
