@@ -97,7 +97,8 @@ fn mark_while<R>(m: Slept, f: impl FnOnce() -> R) -> R {
 /// ends, normally or by a panic (the preload's `enter` catches one and
 /// the thread goes on: a mark left would name a sleep, and a socket, that
 /// are over; review r26-d item 3). A `siglongjmp` out of the sleep skips
-/// this drop too (no unwinding): not covered here.
+/// this drop too (no unwinding): the mark stays; [`awake`] is the
+/// library's later code's cover.
 struct Restore(Slept);
 
 impl Drop for Restore {
@@ -106,6 +107,21 @@ impl Drop for Restore {
         let prev = self.0;
         MARK.with(|c| c.set(prev));
     }
+}
+
+/// Runs `f`, code that may take the library's locks, marked as in no
+/// sleep; the mark from before is put back when it ends (normally or by a
+/// panic). For code that runs over a marked sleep of its own thread: a
+/// signal handler's call into the library (the sleep's mark still set,
+/// and an exit from a signal nested in that call would be taken for an
+/// exit over the sleep, which holds no lock), or a call after a
+/// `siglongjmp` out of a marked sleep (its mark never put back: review
+/// r26-d item 3). Not itself a mark of sleep; the owner is cleared too.
+#[inline]
+pub fn awake<R>(f: impl FnOnce() -> R) -> R {
+    let prev = MARK.with(|c| c.replace(NONE));
+    let _restore = Restore(prev);
+    f()
 }
 
 /// Whether the calling thread is inside a sleep [`unlocked`] marks (or the
@@ -165,6 +181,29 @@ mod tests {
         let m = unlocked(|| MARK.with(Cell::get));
         assert_eq!(m.owner(), 0);
         assert_eq!(m, PLAIN);
+    }
+
+    /// Code [`awake`] runs over a marked sleep sees no sleep and no
+    /// owner, and the sleep's mark is back after it (normally or by a
+    /// panic).
+    #[test]
+    fn awake_code_over_a_sleep_sees_none_and_gives_the_mark_back() {
+        owned(0x3000, || {
+            unlocked(|| {
+                let inside = awake(|| (asleep(), MARK.with(Cell::get)));
+                assert_eq!(inside, (false, NONE));
+                assert!(asleep());
+                let r = std::panic::catch_unwind(|| awake(|| panic!("awake (this test's)")));
+                assert!(r.is_err());
+                assert_eq!(
+                    MARK.with(Cell::get),
+                    Slept {
+                        owner: 0x3000,
+                        ..PLAIN
+                    }
+                );
+            });
+        });
     }
 
     /// Nested marks come back in order on normal returns.

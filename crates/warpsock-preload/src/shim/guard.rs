@@ -276,14 +276,27 @@ pub(crate) fn exit_over_held_locks() -> bool {
 
 /// Runs library code under the guard and the panic boundary: returns `f`'s
 /// value, or `err` with errno `EIO` if it panicked.
+///
+/// Nested (the guard already set: a signal handler's call over a call of
+/// its thread, or any call after a `siglongjmp` out of one, which left
+/// the guard set and, out of a sleep, that sleep's mark), `f` runs marked
+/// as in no sleep ([`warpsock_engine::asleep::awake`]): `f` may take
+/// locks, and an exit from a signal over it must be taken as over a
+/// locked stretch ([`exit_over_held_locks`]), not over the sleep the
+/// mark names (review r26-d item 3). The mark is put back after: the
+/// sleep under a handler goes on; the one a `siglongjmp` left holds no
+/// lock either (the program's code runs there now). The outermost entry
+/// costs nothing more (no mark can be set without the guard).
 pub(crate) fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
     let flag: &Cell<bool> = flag::get();
     let prev = flag.replace(true);
-    #[cfg(feature = "test-hooks")]
-    if prev {
+    let r = if prev {
+        #[cfg(feature = "test-hooks")]
         super::hooks::audit::nested();
-    }
-    let r = catch_unwind(AssertUnwindSafe(f));
+        warpsock_engine::asleep::awake(|| catch_unwind(AssertUnwindSafe(f)))
+    } else {
+        catch_unwind(AssertUnwindSafe(f))
+    };
     flag.set(prev);
     r.unwrap_or_else(|_| {
         set_errno(libc::EIO);
@@ -319,5 +332,26 @@ mod tests {
         assert_eq!(r, -1);
         assert_eq!(crate::shim::sys::errno(), libc::EIO);
         assert!(!busy(), "a panic left the guard set");
+    }
+
+    /// A call entered over a marked sleep of its thread (a handler's over
+    /// the interposed `poll`'s, or any after a `siglongjmp` out of it) is
+    /// one an exit must take as over held locks; the sleep's mark is back
+    /// once it returns, and after a panic in it (review r26-d item 3).
+    /// Fails (`false` inside) with the nested entry's mark left as found.
+    #[test]
+    fn a_call_nested_over_a_marked_sleep_counts_as_holding_locks() {
+        use warpsock_engine::asleep::unlocked;
+        let seen = enter((false, false, false), || {
+            unlocked(|| {
+                assert!(!exit_over_held_locks(), "over the sleep itself");
+                let nested = enter(false, exit_over_held_locks);
+                let after = !exit_over_held_locks();
+                let _ = enter((), || panic!("nested (this test's own panic)"));
+                (nested, after, !exit_over_held_locks())
+            })
+        });
+        assert_eq!(seen, (true, true, true));
+        assert!(!busy() && !warpsock_engine::asleep::asleep());
     }
 }
