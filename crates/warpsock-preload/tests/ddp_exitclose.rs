@@ -241,3 +241,21 @@ fn an_exit_from_a_handler_over_a_lock_free_sleep_closes_every_socket() {
         run_sig_linger(mode, true, 30_000);
     }
 }
+
+/// The same over the main thread's sleep in `poll` (`sleep_poll`): the
+/// exit over it leaves that wait's marks on the socket (its poll count,
+/// its watch; review r26-d item 4) and still closes every socket as from
+/// outside, the tail read whole and both ends clean. And after a
+/// `siglongjmp` out of that poll (`jump_poll`: the call never returns,
+/// its guard and its sleep's mark stay set), a SIGTERM handler's `exit`
+/// over the program's own `pause()` holds no lock: the same orderly
+/// closes (review r26-d item 3). Both fail (`ECONNRESET` after the tail)
+/// with every exit inside the library, or after a jump out of it, taken
+/// as over a locked stretch.
+#[test]
+fn an_exit_over_a_poll_or_after_a_jump_out_of_it_closes_every_socket() {
+    for mode in ["sleep_poll", "jump_poll"] {
+        run_sig_linger(mode, false, 30_000);
+        run_sig_linger(mode, true, 30_000);
+    }
+}

@@ -59,11 +59,22 @@
  *     connection slept on must see that FIN (its wait's parked read
  *     given back: else the exit waits WARPSOCK_LINGER_MS, longer than
  *     LIMIT_MS in the test).
+ *   ddpexitsig sleep_poll|jump_poll [plain]
+ *     As sleep_recv, the main thread sleeping in poll (POLLIN) on its
+ *     first connection (review r26-d item 4: the exit over the poll's
+ *     sleep leaves its wait's marks, the poll count and the watch, on
+ *     that socket). jump_poll: the writer is sent SIGUSR1, whose handler
+ *     siglongjmps out of the poll (the library's call never returns: its
+ *     guard and its sleep's mark stay set), and the main thread then
+ *     sleeps in pause() until the SIGTERM whose handler calls exit(7),
+ *     over no call of the library: that exit holds no lock and must close
+ *     the sockets as from outside (review r26-d item 3).
  * Each writer must end within LIMIT_MS with status 7; one that does not
  * is killed (SIGKILL, by its pid) and the run fails: exit 0 if every
  * writer ended so. */
 #include "ddppair.h"
 
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
@@ -372,9 +383,20 @@ static void sleep_closer(int s, int out) {
     for (;;) pause();
 }
 
+/* The sleep modes' ways to sleep on the first connection. */
+enum { SLEEP_RECV, SLEEP_SEND, SLEEP_POLL, JUMP_POLL };
+
+static sigjmp_buf jump_env;
+
+static void jump(int sig) {
+    (void)sig;
+    siglongjmp(jump_env, 1);
+}
+
 /* The sleep modes' writer (see the top): reports on sent the bytes its
  * sends returned for so far, after each. */
-static void sleep_writer(int c1, int c2, int sent, int send_mode) {
+static void sleep_writer(int c1, int c2, int sent, int how) {
+    int send_mode = how == SLEEP_SEND;
     if (!plain) {
         ddp_mode(c1);
         ddp_mode(c2);
@@ -392,6 +414,19 @@ static void sleep_writer(int c1, int c2, int sent, int send_mode) {
         total += n;
         CHECK(write(sent, &total, sizeof total) == (ssize_t)sizeof total);
         if (!send_mode && total >= TAIL) break;
+    }
+    if (how == SLEEP_POLL || how == JUMP_POLL) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = jump;
+        sigemptyset(&sa.sa_mask);
+        CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+        if (sigsetjmp(jump_env, 1) != 0)
+            for (;;) pause(); /* jumped out: SIGTERM's handler exits */
+        struct pollfd p = {c1, POLLIN, 0};
+        int r = poll(&p, 1, -1);
+        fprintf(stderr, "ddpexitsig %s: poll %d revents %#x\n", mode, r, p.revents);
+        _exit(3);
     }
     char r[64];
     ssize_t n = recv(c1, r, sizeof r, 0);
@@ -415,14 +450,16 @@ static long pid_syscall(pid_t pid) {
     return end == buf ? -1 : nr;
 }
 
-/* Whether pid's main thread sleeps where a blocking receive (or, if
- * send_mode, send) does: over TCP in the call itself; in DDP mode in the
+/* Whether pid's main thread sleeps where a blocking receive (or a send,
+ * a poll: how) does: over TCP in the call itself; in DDP mode in the
  * library's poll or epoll, where a wait sleeps past its first slice (the
  * first slice's blocking read is no sleep an exit may take from under it:
  * its bytes may have come). */
-static int pid_asleep(pid_t pid, int send_mode) {
+static int pid_asleep(pid_t pid, int how) {
     long nr = pid_syscall(pid);
-    if (plain) return nr == SYS_recvfrom || (send_mode && nr == SYS_sendto);
+    if (plain && how <= SLEEP_SEND)
+        return nr == SYS_recvfrom || (how == SLEEP_SEND && nr == SYS_sendto);
+    if (plain && nr == SYS_epoll_pwait) return 0;
     return nr == SYS_epoll_pwait || nr == SYS_ppoll
 #ifdef SYS_epoll_wait
            || nr == SYS_epoll_wait
@@ -435,7 +472,8 @@ static int pid_asleep(pid_t pid, int send_mode) {
 
 /* The sleep modes (see the top): returns 0 if the writer ended within
  * LIMIT_MS with status 7 and both peers read what they must. */
-static int sleepy(int send_mode) {
+static int sleepy(int how) {
+    int send_mode = how == SLEEP_SEND;
     int c1, s1, c2, s2;
     tcp_pair(&c1, &s1);
     tcp_pair(&c2, &s2);
@@ -469,7 +507,7 @@ static int sleepy(int send_mode) {
     if (w == 0) {
         close(alive[0]);
         close(sent[0]);
-        sleep_writer(c1, c2, sent[1], send_mode);
+        sleep_writer(c1, c2, sent[1], how);
     }
     close(c1);
     close(c2);
@@ -479,7 +517,12 @@ static int sleepy(int send_mode) {
      * after at least one send returned. */
     long total = 0;
     CHECK(read(sent[0], &total, sizeof total) == (ssize_t)sizeof total);
-    while (!pid_asleep(w, send_mode)) sched_yield();
+    while (!pid_asleep(w, how)) sched_yield();
+    if (how == JUMP_POLL) {
+        /* Out of the poll by the handler's siglongjmp, into pause(). */
+        CHECK(kill(w, SIGUSR1) == 0);
+        while (pid_syscall(w) != SYS_pause) sched_yield();
+    }
     CHECK(kill(w, SIGTERM) == 0);
     CHECK(write(go[1], "g", 1) == 1);
     struct pollfd pf = {alive[0], POLLIN, 0};
@@ -600,10 +643,13 @@ int main(int argc, char **argv) {
         printf("ddpexitsig %s%s: the writer ended with status 7\n", mode, plain ? " plain" : "");
         return 0;
     }
-    if (strncmp(mode, "sleep_", 6) == 0) {
-        int send_mode = strcmp(mode, "sleep_send") == 0;
-        CHECK(send_mode || strcmp(mode, "sleep_recv") == 0);
-        return sleepy(send_mode);
+    if (strncmp(mode, "sleep_", 6) == 0 || strcmp(mode, "jump_poll") == 0) {
+        int how = strcmp(mode, "sleep_send") == 0   ? SLEEP_SEND
+                  : strcmp(mode, "sleep_poll") == 0 ? SLEEP_POLL
+                  : strcmp(mode, "jump_poll") == 0  ? JUMP_POLL
+                                                    : SLEEP_RECV;
+        CHECK(how != SLEEP_RECV || strcmp(mode, "sleep_recv") == 0);
+        return sleepy(how);
     }
     exit_now = strcmp(mode, "faultnow") == 0 || strcmp(mode, "spinnow") == 0;
     int spin_mode = strcmp(mode, "spin") == 0 || strcmp(mode, "spinnow") == 0;
