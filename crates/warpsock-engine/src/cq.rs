@@ -733,7 +733,13 @@ impl Cq {
         // (`asleep::abandon`). Not the blocking read (the first slice's):
         // a signal delivered as it returns with bytes (the peer's framing,
         // credits) would have the exit drop them, and the stream's framing
-        // with them — such an exit goes as over a locked stretch.
+        // with them — such an exit goes as over a locked stretch. The
+        // handler cannot tell that return from a sleep the signal ended
+        // (the count is in a register it does not see), and a mark that
+        // could tell them apart needs a sleep that reads nothing (`poll`,
+        // then the read, as past the first slice): a system call more
+        // on every blocking ping-pong's receive, for an exit in its first
+        // 10 ms (the README says so).
         let res = match poll {
             None => p.read(),
             Some(t) => {
