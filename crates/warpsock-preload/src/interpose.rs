@@ -627,6 +627,16 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     }
 }
 
+/// Every kind's exit handler (`kinds`: [`KINDS`]), each told what the
+/// exit runs over, found once before the first runs: the same for every
+/// kind whatever their order (review r26-d item 6).
+pub(crate) fn exit_kinds(kinds: &[&dyn Kind]) {
+    let over = crate::shim::guard::ExitOver::now();
+    for k in kinds {
+        k.at_exit(over);
+    }
+}
+
 // ---- _exit ---------------------------------------------------------------------
 
 /// Every kind's `_exit` flush, with the thread's cancellation disabled

@@ -373,9 +373,7 @@ mod init {
             // The library's stdio streams' tails, while their sockets are
             // open (`interpose::stdio`).
             crate::interpose::stdio::flush_at_exit();
-            for k in KINDS {
-                k.at_exit();
-            }
+            crate::interpose::exit_kinds(KINDS);
         });
     }
 

@@ -274,6 +274,38 @@ pub(crate) fn exit_over_held_locks() -> bool {
     busy() && !warpsock_engine::asleep::asleep()
 }
 
+/// What an exit's handler ran over, found once for every kind before any
+/// of them runs ([`ExitOver::now`], `Kind::at_exit`): finding it takes the
+/// sleep's mark ([`warpsock_engine::asleep::abandon`]), so a kind that
+/// looked after another took it would see a locked stretch, and the
+/// exit's behaviour hung on the order of `interpose::KINDS` (review r26-d
+/// item 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ExitOver {
+    /// No call of the library (the guard clear): the program's own code.
+    Nothing,
+    /// A call's sleep that holds no lock (its mark, now taken): the exit
+    /// may close as from outside, the sleep's wait given back first.
+    Sleep(warpsock_engine::asleep::Slept),
+    /// A stretch of a call that may hold a lock
+    /// ([`exit_over_held_locks`]): no lock taken for good, no allocation.
+    Locks,
+}
+
+impl ExitOver {
+    /// What the calling thread's exit runs over; the sleep's mark is taken
+    /// (cleared: the sleep never comes back).
+    pub(crate) fn now() -> Self {
+        if !busy() {
+            return Self::Nothing;
+        }
+        if exit_over_held_locks() {
+            return Self::Locks;
+        }
+        warpsock_engine::asleep::abandon().map_or(Self::Locks, Self::Sleep)
+    }
+}
+
 /// Runs library code under the guard and the panic boundary: returns `f`'s
 /// value, or `err` with errno `EIO` if it panicked.
 ///
@@ -332,6 +364,62 @@ mod tests {
         assert_eq!(r, -1);
         assert_eq!(crate::shim::sys::errno(), libc::EIO);
         assert!(!busy(), "a panic left the guard set");
+    }
+
+    /// Every kind's exit handler is told the same thing the exit runs
+    /// over, in either order of the kinds: over a marked sleep, the sleep
+    /// (whose mark the first look takes), over a call's other stretch,
+    /// its locks, and outside the library, nothing (review r26-d item 6).
+    /// Fails (the second kind told `Locks` over the sleep) with the look
+    /// made by each kind in turn.
+    #[test]
+    fn every_kind_is_told_the_same_exit_whatever_their_order() {
+        use crate::shim::socket::{Adoption, Kind};
+        use std::sync::Mutex;
+        static TOLD: Mutex<Vec<(u8, ExitOver)>> = Mutex::new(Vec::new());
+        struct Rec(u8);
+        impl Kind for Rec {
+            fn enabled(&self) -> bool {
+                false
+            }
+            fn wants(&self, _: libc::c_int, _: libc::c_int, _: libc::c_int) -> bool {
+                false
+            }
+            fn bound(&self, _: libc::c_int, _: std::net::SocketAddr) {}
+            fn adopt(&self, _: libc::c_int, _: std::net::SocketAddr) -> Adoption {
+                Adoption::Never
+            }
+            fn at_exit(&self, over: ExitOver) {
+                TOLD.lock().unwrap().push((self.0, over));
+            }
+        }
+        let told = |kinds: &[&dyn Kind], run: &dyn Fn(&[&dyn Kind])| {
+            TOLD.lock().unwrap().clear();
+            run(kinds);
+            std::mem::take(&mut *TOLD.lock().unwrap())
+        };
+        let (a, b) = (Rec(1), Rec(2));
+        for kinds in [[&a as &dyn Kind, &b], [&b, &a]] {
+            let over_sleep = told(&kinds, &|k| {
+                enter((), || {
+                    warpsock_engine::asleep::unlocked(|| crate::interpose::exit_kinds(k));
+                });
+            });
+            assert_eq!(over_sleep.len(), 2);
+            for (_, over) in &over_sleep {
+                assert!(matches!(over, ExitOver::Sleep(_)), "{over_sleep:?}");
+            }
+            let over_locks = told(&kinds, &|k| enter((), || crate::interpose::exit_kinds(k)));
+            assert!(
+                over_locks.iter().all(|(_, o)| *o == ExitOver::Locks),
+                "{over_locks:?}"
+            );
+            let outside = told(&kinds, &|k| crate::interpose::exit_kinds(k));
+            assert!(
+                outside.iter().all(|(_, o)| *o == ExitOver::Nothing),
+                "{outside:?}"
+            );
+        }
     }
 
     /// A call entered over a marked sleep of its thread (a handler's over

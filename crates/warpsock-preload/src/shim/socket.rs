@@ -262,8 +262,9 @@ pub(crate) trait Kind: Sync {
     /// [`Self::before_exec`] did only for an exec that is made.
     fn exec_failed(&self) {}
 
-    /// From the `atexit` handler.
-    fn at_exit(&self) {}
+    /// From the `atexit` handler, which ran over `over` (found once for
+    /// every kind).
+    fn at_exit(&self, _over: super::guard::ExitOver) {}
 
     /// From `_exit`/`_Exit` (no exit handlers run).
     fn exit_flush(&self) {}

@@ -107,13 +107,13 @@ impl Kind for Udp {
         reactor::linger(config::get().linger);
     }
 
-    fn at_exit(&self) {
+    fn at_exit(&self, over: crate::shim::guard::ExitOver) {
         // An exit over a call of this thread that may hold a lock (a
         // signal handler's `exit`): the linger's round allocates and takes
         // the reactor's locks, the report allocates — either can wait for
         // ever on a lock the interrupted call holds (malloc's, seen). The
         // datagrams still queued are lost, as a UDP socket's at a crash.
-        if crate::shim::guard::exit_over_held_locks() {
+        if over == crate::shim::guard::ExitOver::Locks {
             return;
         }
         let cfg = config::get();

@@ -632,22 +632,19 @@ impl Kind for Ddp {
         census::exec_failed();
     }
 
-    fn at_exit(&self) {
+    fn at_exit(&self, over: crate::shim::guard::ExitOver) {
+        use crate::shim::guard::ExitOver;
         let bound = config::get().linger;
-        if crate::shim::guard::busy() {
-            // Entered inside a call of this thread (a signal handler's
-            // `exit`): over a stretch that may hold a lock, the bytes
-            // alone; over a sleep that holds none (a blocking receive's,
-            // a send's wait for credits, `poll`, `raise(SIGPIPE)`: review
-            // r26-a item 1), the closes as from outside — the sleep's
-            // wait, which never comes back, first lets its socket be
-            // read and driven again.
-            if crate::shim::guard::exit_over_held_locks() {
-                return exit_interrupted(bound);
-            }
-            if let Some(slept) = warpsock_engine::asleep::abandon() {
-                census::abandon_wait(slept);
-            }
+        // Entered inside a call of this thread (a signal handler's
+        // `exit`): over a stretch that may hold a lock, the bytes alone;
+        // over a sleep that holds none (a blocking receive's, a send's
+        // wait for credits, `poll`, `raise(SIGPIPE)`: review r26-a item
+        // 1), the closes as from outside — the sleep's wait, which never
+        // comes back, first lets its socket be read and driven again.
+        match over {
+            ExitOver::Locks => return exit_interrupted(bound),
+            ExitOver::Sleep(slept) => census::abandon_wait(slept),
+            ExitOver::Nothing => {}
         }
         // The sockets the program left open are closed as its `close`
         // would (`census::ExitCloses`): their bytes and end of stream
