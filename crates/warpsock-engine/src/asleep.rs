@@ -131,6 +131,14 @@ pub fn asleep() -> bool {
     MARK.with(Cell::get).key != 0
 }
 
+/// The sleep the calling thread is in ([`asleep`]), its mark left as it
+/// is (an `_exit`'s look: a child made by `vfork` shares its parent's
+/// thread's mark, which must stay as it was).
+pub fn slept() -> Option<Slept> {
+    let m = MARK.with(Cell::get);
+    (m.key != NONE.key).then_some(m)
+}
+
 /// For an exit in a signal handler over this thread's sleep ([`asleep`]),
 /// which never returns: the sleep, for [`crate::Cq::abandon_park`] if it
 /// was a parked read (the bytes of a read the signal cut are the kernel's

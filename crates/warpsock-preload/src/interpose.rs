@@ -645,12 +645,23 @@ pub(crate) fn exit_kinds(kinds: &[&dyn Kind]) {
 /// points, where a thread with a cancel pending and enabled was unwound
 /// through the library and the process aborted). Put back, not left
 /// disabled: a vforked child's thread is its parent's.
-fn exit_flush() {
+fn exit_flush(over: crate::shim::guard::ExitOver) {
     sys::without_cancel(|| {
         for k in KINDS {
-            k.exit_flush();
+            k.exit_flush(over);
         }
     });
+}
+
+/// Whether `_exit` flushes (`exit_flush`), and over what: not over a
+/// stretch of a call that may hold a lock (a signal handler's `_exit`
+/// there: the flush would wait on that lock); over a call's sleep that
+/// holds none, yes (review r26-d item 5; before, any `_exit` inside the
+/// library skipped it), the sleep's mark left as it is (a vforked
+/// child's is its parent's thread's).
+fn exit_flush_over() -> Option<crate::shim::guard::ExitOver> {
+    let over = crate::shim::guard::ExitOver::seen();
+    (over != crate::shim::guard::ExitOver::Locks).then_some(over)
 }
 
 /// Every kind's flush before exec, then the demotion of inherited managed
@@ -720,8 +731,8 @@ fn same_inode(a: c_int, b: c_int) -> bool {
 /// or vforked child exits at once (see `Kind::exit_flush`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    if !busy() {
-        enter((), exit_flush);
+    if let Some(over) = exit_flush_over() {
+        enter((), || exit_flush(over));
     }
     real::exit_now(false, status)
 }
@@ -730,8 +741,8 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
 #[allow(non_snake_case)]
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
-    if !busy() {
-        enter((), exit_flush);
+    if let Some(over) = exit_flush_over() {
+        enter((), || exit_flush(over));
     }
     real::exit_now(true, status)
 }

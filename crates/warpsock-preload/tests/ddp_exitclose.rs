@@ -106,11 +106,17 @@ fn run_sig(mode: &str, preload: bool) -> common::Run {
 
 /// [`run_sig`] with `WARPSOCK_LINGER_MS=linger_ms`.
 fn run_sig_linger(mode: &str, preload: bool, linger_ms: u32) -> common::Run {
+    run_sig_with(mode, preload.then(common::preload_so), linger_ms)
+}
+
+/// [`run_sig_linger`] preloading `so` (none: plain TCP).
+fn run_sig_with(mode: &str, so: Option<&std::path::Path>, linger_ms: u32) -> common::Run {
+    let preload = so.is_some();
     let mut args = vec![mode.to_owned()];
     if !preload {
         args.push("plain".to_owned());
     }
-    let child = common::command(&common::c_program("ddpexitsig"), &args, preload)
+    let child = common::command_with(&common::c_program("ddpexitsig"), &args, so)
         .env("WARPSOCK_LINGER_MS", linger_ms.to_string())
         .env("WARPSOCK_SWITCH_TIMEOUT_MS", "5000")
         .spawn()
@@ -258,4 +264,27 @@ fn an_exit_over_a_poll_or_after_a_jump_out_of_it_closes_every_socket() {
         run_sig_linger(mode, false, 30_000);
         run_sig_linger(mode, true, 30_000);
     }
+}
+
+/// A SIGTERM handler's `_exit` over the main thread's send asleep out of
+/// credits (`sleep_sendnow`), a sleep that holds no lock: `_exit`'s flush
+/// runs (before, none inside the library), the send's wait given back
+/// first, so it reads the peer's credits and ends with the send buffer's
+/// bytes gone (the test build's line), within the run's limit although
+/// `WARPSOCK_LINGER_MS` is longer (review r26-d item 5). Fails with no
+/// flush inside the library (no line), and hangs with the wait not given
+/// back (the flush's bound runs out past the limit).
+#[test]
+fn an_underscore_exit_over_a_lock_free_sleep_flushes_the_send_buffers() {
+    run_sig_linger("sleep_sendnow", false, 30_000);
+    let r = run_sig_with(
+        "sleep_sendnow",
+        Some(common::preload_so_with_hooks()),
+        30_000,
+    );
+    assert!(
+        r.stderr.contains("warpsock test: exit flush idle"),
+        "{}",
+        r.stderr
+    );
 }

@@ -296,13 +296,23 @@ impl ExitOver {
     /// What the calling thread's exit runs over; the sleep's mark is taken
     /// (cleared: the sleep never comes back).
     pub(crate) fn now() -> Self {
+        Self::of(warpsock_engine::asleep::abandon)
+    }
+
+    /// As [`Self::now`], the sleep's mark left as it is (`_exit`'s look:
+    /// a child made by `vfork` shares its parent's thread's mark).
+    pub(crate) fn seen() -> Self {
+        Self::of(warpsock_engine::asleep::slept)
+    }
+
+    fn of(sleep: fn() -> Option<warpsock_engine::asleep::Slept>) -> Self {
         if !busy() {
             return Self::Nothing;
         }
         if exit_over_held_locks() {
             return Self::Locks;
         }
-        warpsock_engine::asleep::abandon().map_or(Self::Locks, Self::Sleep)
+        sleep().map_or(Self::Locks, Self::Sleep)
     }
 }
 

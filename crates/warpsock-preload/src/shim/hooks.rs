@@ -15,6 +15,19 @@ fn ms(var: &str) -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
+/// The DDP kind's `_exit` flush ended, with its bytes gone (`idle`) or
+/// given up on: one line on stderr, written with `write` (no allocation:
+/// the flush may run in a signal handler).
+pub(crate) fn exit_flushed(idle: bool) {
+    let line: &[u8] = if idle {
+        b"warpsock test: exit flush idle\n"
+    } else {
+        b"warpsock test: exit flush gave up\n"
+    };
+    // SAFETY: a write of a static buffer to stderr.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
 /// `WARPSOCK_TEST_TIMER_DELAY_MS`: the progress thread waits this long
 /// before looking at its timers while any handler has a deadline, as if it
 /// had been descheduled between its wait and the timers, so that a set-up

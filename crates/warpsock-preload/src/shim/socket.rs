@@ -266,8 +266,10 @@ pub(crate) trait Kind: Sync {
     /// every kind).
     fn at_exit(&self, _over: super::guard::ExitOver) {}
 
-    /// From `_exit`/`_Exit` (no exit handlers run).
-    fn exit_flush(&self) {}
+    /// From `_exit`/`_Exit` (no exit handlers run), made over `over`
+    /// ([`super::guard::ExitOver::seen`]: the sleep's mark left), never
+    /// over a stretch that may hold locks.
+    fn exit_flush(&self, _over: super::guard::ExitOver) {}
 }
 
 /// A socket option call, for [`Kind::plain_sockopt`].

@@ -130,7 +130,7 @@ impl Kind for Udp {
     /// never sent, so nothing is sent twice); a vforked child shares the
     /// parent's memory and is told apart by its pid: it neither waits nor
     /// prints.
-    fn exit_flush(&self) {
+    fn exit_flush(&self, _over: crate::shim::guard::ExitOver) {
         let cfg = config::get();
         if !cfg.enabled && !cfg.stats {
             return;

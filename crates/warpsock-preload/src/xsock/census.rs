@@ -280,6 +280,13 @@ pub(crate) fn exit_begins() {
     }
 }
 
+/// Whether this process switched the sockets [`SOCKS`] lists (not a forked
+/// or vforked child of that process).
+pub(crate) fn owns_sockets() -> bool {
+    // SAFETY: getpid has no preconditions.
+    SOCKS_OWNER.load(Ordering::Acquire) == unsafe { libc::getpid() }
+}
+
 /// An exit in a signal handler over a wait of this thread that holds no
 /// lock (`slept`: [`warpsock_engine::asleep::abandon`]): the socket it
 /// waited on is read and driven again

@@ -174,8 +174,9 @@ pub(crate) fn linger_stepping(
 }
 
 /// [`linger`] for the send buffers' and engines' bytes alone (`_exit`).
-pub(crate) fn linger_buffered(bound: Duration, engines: Engines) {
-    wait_for(bound, || warpsock_xsock::io::buffered_bytes() > 0, engines);
+/// Whether it ended with them gone.
+pub(crate) fn linger_buffered(bound: Duration, engines: Engines) -> bool {
+    wait_for(bound, || warpsock_xsock::io::buffered_bytes() > 0, engines)
 }
 
 /// Starts the thread that finishes closes in the background (the

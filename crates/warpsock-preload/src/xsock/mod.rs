@@ -669,13 +669,28 @@ impl Kind for Ddp {
         }
     }
 
-    fn exit_flush(&self) {
+    fn exit_flush(&self, over: crate::shim::guard::ExitOver) {
         // `_exit`: the bytes in send buffers, as at `exit` — not the
         // closes of `at_exit` (the sockets left open, the reaper's held
         // ones): `_exit` may run in a signal handler (their locks,
         // allocation) or a child made by `vfork`, and skips exit handlers
         // as the program asked; its connections end with the process.
-        linger::linger_buffered(config::get().linger, census::engine_backlogs);
+        // Over a sleep of this thread's call (a handler's `_exit`), the
+        // sleep's wait is given back first, as at `exit`: its socket stays
+        // driving and parked otherwise, nothing reads the peer's credits,
+        // and the flush waits its whole bound before a reset (review
+        // r26-d item 5); only in the process that switched the sockets (a
+        // vforked child's memory is its parent's, whose handler may go
+        // back to that sleep; a forked child's sockets are not its own).
+        if let crate::shim::guard::ExitOver::Sleep(slept) = over {
+            if !census::owns_sockets() {
+                return;
+            }
+            census::abandon_wait(slept);
+        }
+        let _idle = linger::linger_buffered(config::get().linger, census::engine_backlogs);
+        #[cfg(feature = "test-hooks")]
+        crate::shim::hooks::exit_flushed(_idle);
         warpsock_xsock::io::reset_buffered();
         census::reset_backlogged();
     }

@@ -59,6 +59,16 @@
  *     connection slept on must see that FIN (its wait's parked read
  *     given back: else the exit waits WARPSOCK_LINGER_MS, longer than
  *     LIMIT_MS in the test).
+ *   ddpexitsig sleep_sendnow [plain]
+ *     As sleep_send, the handler calling _exit(7) (review r26-d item 5):
+ *     _exit flushes the send buffers over that sleep (it holds no lock),
+ *     its wait given back first, so the flush sees the peer's credits and
+ *     ends when the bytes are gone (the preload's test build says so on
+ *     stderr), not after WARPSOCK_LINGER_MS (longer than LIMIT_MS: a hang).
+ *     _exit closes nothing: what the peers read then is the kernels' (over
+ *     TCP every byte and 0; in DDP mode the credits the second peer
+ *     returns after the process meet a closed socket, a reset): only the
+ *     order of the bytes read is checked.
  *   ddpexitsig sleep_poll|jump_poll [plain]
  *     As sleep_recv, the main thread sleeping in poll (POLLIN) on its
  *     first connection (review r26-d item 4: the exit over the poll's
@@ -550,6 +560,7 @@ static int sleepy(int how) {
         CHECK(read(out2[0], r2, sizeof r2) == (ssize_t)sizeof r2);
         CHECK(read(out1[0], r1, sizeof r1) == (ssize_t)sizeof r1);
         int short_ = send_mode ? r2[0] < total : r2[0] != total;
+        if (exit_now) short_ = r2[0] < 0, r2[1] = 0, r1[0] = 0;
         if (short_ || r2[1] != 0) {
             fprintf(stderr,
                     "ddpexitsig %s: the second peer read %ld of %ld bytes in order, then "
@@ -644,7 +655,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strncmp(mode, "sleep_", 6) == 0 || strcmp(mode, "jump_poll") == 0) {
-        int how = strcmp(mode, "sleep_send") == 0   ? SLEEP_SEND
+        exit_now = strcmp(mode, "sleep_sendnow") == 0;
+        int how = strcmp(mode, "sleep_send") == 0 || exit_now ? SLEEP_SEND
                   : strcmp(mode, "sleep_poll") == 0 ? SLEEP_POLL
                   : strcmp(mode, "jump_poll") == 0  ? JUMP_POLL
                                                     : SLEEP_RECV;
