@@ -445,7 +445,7 @@ mod tests {
                 assert!(!exit_over_held_locks(), "over the sleep itself");
                 let nested = enter(false, exit_over_held_locks);
                 let after = !exit_over_held_locks();
-                let _ = enter((), || panic!("nested (this test's own panic)"));
+                enter((), || panic!("nested (this test's own panic)"));
                 (nested, after, !exit_over_held_locks())
             })
         });
