@@ -179,8 +179,9 @@ fn an_exit_from_a_sigterm_handler_over_a_spinning_thread_ends() {
 /// The same two with the handlers calling `_exit`: the process ends with
 /// the handler's status, as over TCP. The interposed `_exit` makes its
 /// flush of the send buffers' and engines' bytes only outside the
-/// library (the guard not set), so one over an interrupted call takes no
-/// lock and allocates nothing. Fails (the writer hangs until the
+/// library (the guard not set) or over a call's sleep that holds no lock
+/// (`sleep_sendnow` below), so one over any other stretch of a call
+/// takes no lock and allocates nothing. Fails (the writer hangs until the
 /// program's limit) with the flush made over a call too: it waits on a
 /// lock the interrupted call holds.
 #[test]
