@@ -333,9 +333,7 @@ pub(crate) fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
     let flag: &Cell<bool> = flag::get();
     let prev = flag.replace(true);
     let r = if prev {
-        #[cfg(feature = "test-hooks")]
-        super::hooks::audit::nested();
-        warpsock_engine::asleep::awake(|| catch_unwind(AssertUnwindSafe(f)))
+        nested(f)
     } else {
         catch_unwind(AssertUnwindSafe(f))
     };
@@ -344,6 +342,16 @@ pub(crate) fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
         set_errno(libc::EIO);
         err
     })
+}
+
+/// [`enter`]'s nested arm, out of line (the outermost entry's frame and
+/// code stay as they were: every data call's).
+#[cold]
+#[inline(never)]
+fn nested<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    #[cfg(feature = "test-hooks")]
+    super::hooks::audit::nested();
+    warpsock_engine::asleep::awake(|| catch_unwind(AssertUnwindSafe(f)))
 }
 
 #[cfg(test)]
