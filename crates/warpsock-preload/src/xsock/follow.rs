@@ -78,16 +78,20 @@ pub(crate) struct Inner {
 
 /// [`Follow::quiet`] when a look could change something.
 const NOT_QUIET: u64 = u64::MAX;
+/// [`Follow::quiet`]'s bit set while a holder has the books (counts of
+/// arrivals never reach it).
+const HELD: u64 = 1 << 63;
 
-/// The doorbell's books ([`Inner`]) and, outside their lock, whether a look
-/// with no new arrivals that is neither readable nor hung up would change
-/// nothing.
+/// The doorbell's books ([`Inner`]) and, outside their lock, the `seen`
+/// they stand at while a look that is neither readable nor hung up would
+/// change nothing but `seen` ([`Follow::reflect`]).
 pub(crate) struct Follow {
     inner: Mutex<Inner>,
-    /// `seen` while no bell is out, writes are not gated and no one holds
-    /// the lock, else [`NOT_QUIET`]: taken by every holder of the lock and
-    /// written as it lets go ([`Books`]), moved on by the looks that
-    /// change only `seen` ([`Follow::reflect`]).
+    /// `seen` while no bell is out and writes are not gated, else
+    /// [`NOT_QUIET`]; with [`HELD`] set while a holder has the books (set
+    /// by [`Follow::lock`], cleared by the store as it lets go,
+    /// [`Books`]); moved on without the lock by the looks that change
+    /// only `seen`, while no one holds it ([`Follow::reflect`]).
     quiet: AtomicU64,
     /// Looks that took the lock (the tests see the skips).
     #[cfg(test)]
@@ -145,13 +149,14 @@ impl Follow {
         }
     }
 
-    /// The books, locked: `quiet` taken away while they are held (the
-    /// lock-free looks go to the lock meanwhile), with the `seen` the
-    /// looks applied without it since the last holder let go.
+    /// The books, locked: `quiet` marked [`HELD`] while they are held (the
+    /// looks that would move `seen` on go to the lock meanwhile), with
+    /// the `seen` the looks applied without it since the last holder let
+    /// go.
     pub(crate) fn lock(&self) -> Books<'_> {
         let mut g = lock(&self.inner);
-        let q = self.quiet.swap(NOT_QUIET, Ordering::Acquire);
-        if q != NOT_QUIET {
+        let q = self.quiet.fetch_or(HELD, Ordering::Acquire);
+        if q & HELD == 0 {
             g.seen = g.seen.max(q);
         }
         Books {
@@ -182,17 +187,21 @@ impl Follow {
     /// writes are not gated, changes nothing but `seen`: it is applied
     /// without the lock (a send call's look, and a receive's that took
     /// what it found: every call of a ping-pong). `quiet` holds `seen`
-    /// while the books are in that state and no one holds the lock, else
-    /// [`NOT_QUIET`]: a holder takes it ([`Self::lock`]: swapped for
-    /// `NOT_QUIET`, `seen` taken from it) and stores it back as it lets
-    /// go ([`Books`]). A look with no new arrivals returns on the load; one
-    /// with new arrivals moves `seen` on with a compare-exchange from the
-    /// value it read, so it fits in the books' order right after the
-    /// holder or look whose value it replaced, exactly where applying it
-    /// under the lock would have made that one change; a failed exchange
-    /// (a holder came, or another look moved `seen` first) takes the
-    /// lock. A stale look (arrivals below `seen`) goes to the lock, which
-    /// skips it. These looks never ring, so they cannot lose a bell, and
+    /// while the books are in that state, else [`NOT_QUIET`], with
+    /// [`HELD`] set while a holder has them ([`Self::lock`] sets it and
+    /// takes `seen` from the value; the holder's store as it lets go
+    /// clears it, [`Books`]). A look with no new arrivals returns on the
+    /// load, held or not: it fits in the books' order right after the
+    /// holder or look that wrote the value it read (a holder's changes
+    /// count at its store), where applying it would change nothing. One
+    /// with new arrivals, while no one holds the books, moves `seen` on
+    /// with a compare-exchange from the value it read, so it fits right
+    /// after the holder or look whose value it replaced, exactly where
+    /// applying it under the lock would have made that one change; held
+    /// (a holder may be ringing for an older look, which must not pass
+    /// it), or a failed exchange (a holder came, or another look moved
+    /// `seen` first), it takes the lock. A stale look (arrivals below
+    /// `seen`) goes to the lock, which skips it. These looks never ring, so they cannot lose a bell, and
     /// the order of the looks that do is the lock's. The value alone
     /// decides (nothing else is read); acquire (a plain load on x86) puts
     /// the doorbell writes of the holder that stored it, made before its
@@ -208,8 +217,9 @@ impl Follow {
     ) -> bool {
         if !r.readable && !r.hup && !r.error {
             let q = self.quiet.load(Ordering::Acquire);
-            // `NOT_QUIET` is above every count of arrivals.
-            if q == r.arrivals
+            // `NOT_QUIET`, and any value with `HELD`, is above every count
+            // of arrivals.
+            if q & !HELD == r.arrivals
                 || (q < r.arrivals
                     && self
                         .quiet
@@ -463,11 +473,27 @@ mod tests {
         assert_eq!(f.lock().seen, 2);
         assert!(!f.reflect(look(true, 1), &b, || true), "a stale look rang");
         assert_eq!(b.out.load(Ordering::SeqCst), 0);
-        // While a holder has the books, such a look waits for the lock.
-        {
-            let _held = f.lock();
-            assert_eq!(f.quiet.load(Ordering::SeqCst), NOT_QUIET);
-        }
+        // While a holder has the books, a look that changes nothing still
+        // skips the lock (review r27-a item 7: it waited for the holder);
+        // one that moves `seen` on waits for it.
+        // (Another thread's look, bounded: one that waits for the lock
+        // ends once the holder lets go, and the test fails.)
+        std::thread::scope(|sc| {
+            let held = f.lock();
+            assert_eq!(f.quiet.load(Ordering::SeqCst), 2 | HELD);
+            let before = locked();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (f, b) = (&f, &b);
+            sc.spawn(move || tx.send(f.reflect(look(false, 2), b, || true)).unwrap());
+            let skipped = rx.recv_timeout(std::time::Duration::from_secs(10));
+            drop(held);
+            assert_eq!(
+                skipped,
+                Ok(false),
+                "a held look that changes nothing waited for the lock"
+            );
+            assert_eq!(locked(), before);
+        });
         assert_eq!(f.quiet.load(Ordering::SeqCst), 2);
         // Readable with nobody to hear a bell: none. The same look once a
         // waiter came (a `poll` begins) must ring, though nothing arrived
@@ -569,6 +595,9 @@ mod tests {
                 t.join().unwrap();
             }
             let s = lock(&sock);
+            // Every arrival was looked at after it, and `seen` only grows
+            // (review r27-a item 9).
+            assert_eq!(f.lock().seen, s.arrivals, "round {round}: seen");
             if s.unread > 0 {
                 assert!(
                     b.out.load(Ordering::SeqCst) > 0,
