@@ -194,8 +194,10 @@ pub(crate) fn get() -> Option<&'static Reactor> {
 }
 
 /// The progress thread's kernel id (0: none started). Kernel ids are
-/// not reused while the thread lives, and a forked child's threads have
-/// ids of their own: no other thread matches it.
+/// not reused while the thread lives: no other thread of the process
+/// matches it. A forked child clears it ([`forget_after_fork`]): the
+/// parent's thread is not the child's, and once it ends (the parent
+/// exits) the kernel may give its id to one of the child's threads.
 static THREAD: AtomicI32 = AtomicI32::new(0);
 
 /// Whether the calling thread is the progress thread: a socket's last
@@ -216,8 +218,12 @@ pub(crate) fn current() -> Option<&'static Reactor> {
 
 /// In a forked child: forget the parent's engine (its thread does not exist
 /// here). Its memory is leaked; a new one starts if the child offloads.
+/// And its thread's id: kept, a thread of the child that the kernel gave
+/// that id once the parent's thread ended passed for the progress thread,
+/// and its `SO_LINGER` closes did not wait (review r26-b item 5).
 pub(crate) fn forget_after_fork() {
     ENGINE.store(std::ptr::null_mut(), Ordering::Release);
+    THREAD.store(0, Ordering::Release);
 }
 
 impl Reactor {
@@ -516,6 +522,33 @@ pub(crate) fn linger(bound: Duration) -> bool {
 mod tests {
     use super::*;
     use std::sync::mpsc::{channel, Sender};
+
+    /// A forked child's thread whose id is the parent's progress thread's
+    /// (the kernel reuses ids once a thread ended) is not the progress
+    /// thread after the child's fork handler: staged in a child whose
+    /// only thread takes the id as the recorded one.
+    #[test]
+    fn a_forked_child_forgets_the_progress_threads_id() {
+        // SAFETY: the child only stores and loads atomics, then `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: gettid has no preconditions.
+            THREAD.store(unsafe { libc::gettid() }, Ordering::Release);
+            let before = on_progress_thread();
+            forget_after_fork();
+            let ok = before && !on_progress_thread();
+            // SAFETY: ends the child, no handler or destructor run.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut st = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "the child still took itself for the progress thread ({st:#x})"
+        );
+    }
 
     /// A timer handler whose `deadline` takes a lock of its own (as a
     /// socket's does) and says when it first tried after `skip` answers.
