@@ -67,6 +67,31 @@ pub(super) static CUT: AtomicU64 = AtomicU64::new(0);
 /// messages would meet a reset (`XSocket::linger_after_close`).
 pub(super) static HELD: AtomicUsize = AtomicUsize::new(0);
 
+/// A close counted in [`CLOSING`] while this lives: a `close` that waits
+/// for its bytes itself (`SO_LINGER` N: `sock/close.rs`) is counted from
+/// its begin, and the count goes on with the close it hands over
+/// ([`hand_over`]) — never a moment uncounted between the two.
+pub(super) struct Counted(());
+
+impl Counted {
+    pub(super) fn new() -> Self {
+        CLOSING.fetch_add(1, Ordering::AcqRel);
+        Self(())
+    }
+
+    /// The count goes on without this: the caller's (a [`Held`]'s
+    /// `counted`) from now on.
+    fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        CLOSING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A close handed over: its socket, and the close once begun (`None`: an
 /// abortive close, reset already, whose socket is only dropped).
 struct Held {
@@ -311,21 +336,37 @@ fn get() -> Option<&'static Reaper> {
 /// caller reset it). `begun`: the orderly close the caller began and
 /// stepped already (`SO_LINGER` N's wait in `close`: `sock/close.rs`),
 /// which the reaper steps on from where it stands — no look at unread
-/// bytes then (the caller's), no second begin. Returns at once. Counted
-/// in [`CLOSING`] until its bytes and end of stream left (or were given
-/// up on). Without a reaper (no thread to be had) the socket is dropped
-/// now: its engine's socket closes, as a closer thread that could not
-/// start left it.
-pub(super) fn hand_over(x: XSocket, abortive: bool, begun: Option<Closing>) {
+/// bytes then (the caller's), no second begin — with the caller's count
+/// in [`CLOSING`], which it takes over (the close stays counted while the
+/// reaper starts). Returns at once. Counted in [`CLOSING`] until its
+/// bytes and end of stream left (or were given up on), and in [`HELD`]
+/// until done. Without a reaper (no thread to be had) the socket is
+/// dropped now: its engine's socket closes, as a closer thread that
+/// could not start left it.
+pub(super) fn hand_over(x: XSocket, abortive: bool, begun: Option<(Closing, Counted)>) {
     let Some(r) = get() else {
         drop(x);
         return;
     };
-    let counted = !abortive && begun.as_ref().is_none_or(|c| c.phase() == Phase::Sending);
-    if counted {
-        CLOSING.fetch_add(1, Ordering::AcqRel);
-    }
+    // Held first, then the begun close's count kept or let go: the close
+    // is in one count or the other all along.
     HELD.fetch_add(1, Ordering::AcqRel);
+    let (begun, counted) = match begun {
+        Some((c, k)) => {
+            let sending = c.phase() == Phase::Sending;
+            if sending {
+                k.keep();
+            } else {
+                drop(k);
+            }
+            (Some(c), sending)
+        }
+        None if abortive => (None, false),
+        None => {
+            Counted::new().keep();
+            (None, true)
+        }
+    };
     r.inbox.push(Held {
         x,
         c: begun,

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 use libc::{c_int, socklen_t};
 use warpsock_xsock::io::{Closing, Phase, XSocket};
 
-use super::super::linger::CLOSING;
-use super::super::reaper;
+use super::super::reaper::{self, Counted};
 use super::DdpSock;
 use crate::shim::guard::{busy, enter};
 use crate::shim::{fdtable, reactor, real, sys};
@@ -171,7 +170,13 @@ const SEND_SLICE: Duration = Duration::from_millis(50);
 ///
 /// While it waits the close is counted in `linger::CLOSING`, as the
 /// reaper's sending closes are: an exit that another thread makes
-/// meanwhile waits for its bytes too.
+/// meanwhile waits for its bytes too. The count ([`Counted`]) is
+/// returned with the close and goes to the reaper with it
+/// ([`reaper::hand_over`]): dropped here, the close was in no count
+/// until the hand-over's — which may first start the reaper (an eventfd,
+/// an epoll set, a thread) — and an exit sampled then ended its wait
+/// early and left a close still sending to die with the process (review
+/// r26-b item 3).
 ///
 /// A signal ends the wait, and the close returns 0 all the same: Linux's
 /// `sk_stream_wait_close` stops at a pending signal (`signal_pending`)
@@ -184,7 +189,7 @@ const SEND_SLICE: Duration = Duration::from_millis(50);
 /// does too). The preload's own signal sent with a cancel this thread
 /// does not act on now does not end it. Each wait is a raw `ppoll`, never
 /// a cancellation point.
-fn linger_close(x: &XSocket, bound: Duration) -> Option<Closing> {
+fn linger_close(x: &XSocket, bound: Duration) -> Option<(Closing, Counted)> {
     if exit_begun() || reactor::on_progress_thread() || x.try_unread() != Some(false) {
         return None;
     }
@@ -195,7 +200,7 @@ fn linger_close(x: &XSocket, bound: Duration) -> Option<Closing> {
     // that stopped reading, as Linux's, rather than give up (and reset)
     // at `WARPSOCK_LINGER_MS`; the reaper keeps it.
     let mut c = x.try_close_begin(config::get().linger.max(bound), start)?;
-    let _counted = Counted::new();
+    let counted = Counted::new();
     // The program's signals blocked but in the waits (`ppoll` with the
     // program's mask): one that comes between two waits is pending at the
     // next, which it ends (as `signal_pending` in Linux's loop), never
@@ -218,7 +223,7 @@ fn linger_close(x: &XSocket, bound: Duration) -> Option<Closing> {
                 .flatten(),
         );
         if c.phase() == Phase::Done || acknowledged(&c, look.1) || now >= end {
-            return Some(c);
+            return Some((c, counted));
         }
         if seen != Some(look) {
             seen = Some(look);
@@ -227,7 +232,7 @@ fn linger_close(x: &XSocket, bound: Duration) -> Option<Closing> {
         if warpsock_xsock::cancel::pending() {
             // A cancel noted while no wait was there (`SIGCANCEL` is not
             // blocked: glibc keeps it out of every mask).
-            return Some(c);
+            return Some((c, counted));
         }
         let slice = if stepped.is_none() || c.phase() != Phase::Sending {
             let s = ack_slice;
@@ -255,25 +260,9 @@ fn linger_close(x: &XSocket, bound: Duration) -> Option<Closing> {
         {
             // The program's signal (its handler has run), or a cancel to
             // act on: the wait ends, the close returns 0.
-            return Some(c);
+            return Some((c, counted));
         }
         // Ready, or the slice or a deadline passed: a step, a look.
-    }
-}
-
-/// A close counted in `linger::CLOSING` while this lives.
-struct Counted;
-
-impl Counted {
-    fn new() -> Self {
-        CLOSING.fetch_add(1, Ordering::AcqRel);
-        Self
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        CLOSING.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
