@@ -13,11 +13,18 @@ mod common;
 /// `WARPSOCK_LINGER_MS=500`, shorter than every case's `SO_LINGER`), or
 /// plain TCP; the run must succeed.
 fn run(mode: &str, preload: bool) {
+    run_with(mode, preload.then(common::preload_so), &[]);
+}
+
+/// [`run`] preloading `so` if given (else plain TCP), with `env` too.
+fn run_with(mode: &str, so: Option<&'static std::path::Path>, env: &[(&str, &str)]) {
+    let preload = so.is_some();
     let mut args = vec![mode.to_owned()];
     if !preload {
         args.push("plain".to_owned());
     }
-    let child = common::command(&common::c_program("ddplinger"), &args, preload)
+    let child = common::command_with(&common::c_program("ddplinger"), &args, so)
+        .envs(env.iter().copied())
         .env("WARPSOCK_DDP_SLOTS", "32")
         .env("WARPSOCK_DDP_SLOT_KB", "4")
         .env("WARPSOCK_LINGER_MS", "500")
@@ -68,4 +75,19 @@ fn a_signal_ends_a_lingering_close_which_returns_0() {
 fn a_cancel_ends_a_lingering_close() {
     run("cancel", false);
     run("cancel", true);
+}
+
+/// A signal that comes inside the close before its wait began (the
+/// library built with test-hooks sends it after the close's begin,
+/// `WARPSOCK_TEST_LINGER_SIGNAL`) ends the wait at once too, as Linux's:
+/// the close blocks signals before its work (review r26-b item 4).
+#[test]
+fn a_signal_before_a_lingering_closes_wait_ends_it() {
+    run("early", false);
+    let usr1 = libc::SIGUSR1.to_string();
+    run_with(
+        "early",
+        Some(common::preload_so_with_hooks()),
+        &[("WARPSOCK_TEST_LINGER_SIGNAL", &usr1)],
+    );
 }

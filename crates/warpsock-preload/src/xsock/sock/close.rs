@@ -70,15 +70,27 @@ impl Drop for DdpSock {
         // (not a third thread's drop of another's reference: review r26-b
         // item 1), read before anything here changes it.
         let may_wait = fdtable::close_may_wait();
+        let how = self.closing.load(Ordering::Acquire);
+        let linger_s = self.linger_s.load(Ordering::Acquire);
+        // A close that may wait (`SO_LINGER` {1, N > 0}, [`linger_close`])
+        // blocks the program's signals first, before any of its work: one
+        // that comes from here on stays pending and ends the wait at its
+        // first `ppoll`, as a signal anywhere in Linux's `close(2)` makes
+        // `sk_stream_wait_close` return at once. Blocked only from the
+        // wait's start, one during the work before it (the closes below,
+        // the look at unread bytes, the close's begin) ran its handler
+        // then, and the close waited its whole N s (review r26-b item 4).
+        // (One earlier in the interposed `close`, as the descriptor leaves
+        // the table, before this drop, still runs its handler there: the
+        // README says so.)
+        let mask = (how == CLOSED && linger_s > 0 && may_wait).then(SignalsHeld::new);
         sys::close(self.kfd);
         sys::close(self.dead);
         // SAFETY: `x` is not used again: this is the socket's drop.
         let x = unsafe { ManuallyDrop::take(&mut self.x) };
-        let how = self.closing.load(Ordering::Acquire);
         if how == 0 {
             return;
         }
-        let linger_s = self.linger_s.load(Ordering::Acquire);
         // Library calls (the reset's, the hand-over's), from wherever the
         // last reference went: under the guard.
         let close = move || {
@@ -113,9 +125,12 @@ impl Drop for DdpSock {
             // kept (`fdtable::without_close_waits`), a walk of every
             // socket — hands the close over unbegun, at once: Linux's
             // last `fput` is never a third thread's.
-            let begun = (how == CLOSED && linger_s > 0 && may_wait)
-                .then(|| linger_close(&x, Duration::from_secs(linger_s as u64)))
-                .flatten();
+            let begun = mask
+                .as_ref()
+                .and_then(|m| linger_close(&x, Duration::from_secs(linger_s as u64), m));
+            // The program's mask back (a signal that came meanwhile and
+            // did not end a wait is delivered now).
+            drop(mask);
             reaper::hand_over(x, how == CLOSED_ABORTIVE, begun);
         };
         if busy() {
@@ -189,7 +204,10 @@ const SEND_SLICE: Duration = Duration::from_millis(50);
 /// does too). The preload's own signal sent with a cancel this thread
 /// does not act on now does not end it. Each wait is a raw `ppoll`, never
 /// a cancellation point.
-fn linger_close(x: &XSocket, bound: Duration) -> Option<(Closing, Counted)> {
+///
+/// `mask`: the program's signals, blocked by the caller before the
+/// close's work began; each wait is made with the program's own mask.
+fn linger_close(x: &XSocket, bound: Duration, mask: &SignalsHeld) -> Option<(Closing, Counted)> {
     if exit_begun() || reactor::on_progress_thread() || x.try_unread() != Some(false) {
         return None;
     }
@@ -202,10 +220,12 @@ fn linger_close(x: &XSocket, bound: Duration) -> Option<(Closing, Counted)> {
     let mut c = x.try_close_begin(config::get().linger.max(bound), start)?;
     let counted = Counted::new();
     // The program's signals blocked but in the waits (`ppoll` with the
-    // program's mask): one that comes between two waits is pending at the
-    // next, which it ends (as `signal_pending` in Linux's loop), never
-    // lost to a handler run while no wait was there to see it.
-    let mask = SignalsHeld::new();
+    // program's mask, `mask`): one that comes before the first wait or
+    // between two is pending at the next, which it ends (as
+    // `signal_pending` in Linux's loop), never lost to a handler run
+    // while no wait was there to see it.
+    #[cfg(feature = "test-hooks")]
+    signal_before_the_wait();
     let mut ack_slice = ACK_SLICE;
     let mut seen = None;
     loop {
@@ -263,6 +283,22 @@ fn linger_close(x: &XSocket, bound: Duration) -> Option<(Closing, Counted)> {
             return Some((c, counted));
         }
         // Ready, or the slice or a deadline passed: a step, a look.
+    }
+}
+
+/// `WARPSOCK_TEST_LINGER_SIGNAL`: the number of a signal the closing
+/// thread sends itself after its lingering close began, before its first
+/// wait: one that comes during the close's work (`tests/ddp_linger.rs`'s
+/// early case; it must end the wait, not run its handler there and leave
+/// the close waiting).
+#[cfg(feature = "test-hooks")]
+fn signal_before_the_wait() {
+    let sig = std::env::var("WARPSOCK_TEST_LINGER_SIGNAL")
+        .ok()
+        .and_then(|v| v.trim().parse::<c_int>().ok());
+    if let Some(sig) = sig {
+        // SAFETY: a signal to the calling thread.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), sig) };
     }
 }
 
