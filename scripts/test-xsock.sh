@@ -140,12 +140,12 @@ pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR 
 # a switched pair (tests/c/cancel.c), the switches and residue sockets
 # (tests/c/cancelswitch.c), exit, _exit and exec (tests/c/cancelexit.c).
 KCASES=(read waitall send poll accepted select epoll accept close stream self disabled pending jump udprecv dup2 dup2abort sendfile sendfilezero)
-KSCASES=(switch switchpeer watch watchflags watchpartial watchnb switchfail)
+KSCASES=(switch switchpeer watch watchflags watchpartial watchnb watchreq switchfail)
 KXCASES=(exit exitnow exec)
 WARPSOCK_UDP_OFFLOAD=1 c_cases cancel "${KCASES[@]}"
 WARPSOCK_UDP_OFFLOAD=1 c_cases cancelswitch "${KSCASES[@]}"
 WARPSOCK_UDP_OFFLOAD=1 c_cases cancelexit "${KXCASES[@]}"
-pass "$((${#KCASES[@]} + ${#KSCASES[@]} + ${#KXCASES[@]})) pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end, select, epoll_wait, accept, close, a flowing writer, a self-cancel, cancellation disabled, a cancel pending before a poll, a switch that completes late (both ends), an offloaded UDP recvfrom, a last close in dup2 (orderly, abortive), exit, _exit, exec, a sendfile from a pipe, a read watching for a late MPA Request, a switch that fails; a residue socket's flags, a partial late Request's read timing out, a non-blocking read beside a watching one, sendfile of nothing or at a pipe's offset; and a standing poll left by siglongjmp lapses)"
+pass "$((${#KCASES[@]} + ${#KSCASES[@]} + ${#KXCASES[@]})) pthread_cancel cases under ASan/UBSan (read, MSG_WAITALL, send, poll, accepted end, select, epoll_wait, accept, close, a flowing writer, a self-cancel, cancellation disabled, a cancel pending before a poll, a switch that completes late (both ends), an offloaded UDP recvfrom, a last close in dup2 (orderly, abortive), exit, _exit, exec, a sendfile from a pipe, a read watching for a late MPA Request, a switch that fails; a residue socket's flags, a partial late Request's read timing out, a non-blocking read beside a watching one, a late MPA Request's reset, sendfile of nothing or at a pipe's offset; and a standing poll left by siglongjmp lapses)"
 
 # A non-blocking connect asked for DDP mode waits in the call for the
 # connection: one deadline across the cancel signals it ignores

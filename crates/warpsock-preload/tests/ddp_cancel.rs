@@ -278,6 +278,24 @@ fn a_non_blocking_read_beside_a_watching_one_returns_at_once() {
     }
 }
 
+/// Not a cancel: the watch case's socket, whose peer then sends a whole
+/// warpsock MPA Request: the responder's read fails with `ECONNRESET`,
+/// its next read returns 0 (the Request is never data) and a send
+/// `EPIPE`, and the peer's read fails with `ECONNRESET`, as after an
+/// abortive close (the plain run's). Before, the watch's `SO_LINGER`
+/// {1, 0} and `shutdown` sent a FIN: the peer read 0, and the Request's
+/// bytes stayed queued for the responder's next read.
+#[test]
+fn a_late_request_resets_the_connection() {
+    for preload in [false, true] {
+        let r = run_case("cancelswitch", "watchreq", preload);
+        if preload {
+            assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
+            assert_eq!(r.stat("ddp_switched"), 0, "{}", r.stderr);
+        }
+    }
+}
+
 /// Not a cancel: a non-blocking connect of a socket asked for DDP mode
 /// (the preload waits in the call for the connection,
 /// `WARPSOCK_CONNECT_TIMEOUT_MS` 1 s here) whose SYN a full accept queue

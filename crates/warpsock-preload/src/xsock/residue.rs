@@ -122,6 +122,44 @@ impl ResidueSock {
         }
     }
 
+    /// Resets the connection (a late MPA Request came: module docs): the
+    /// peer gets a reset (`ECONNRESET` to its reads), the Request's bytes
+    /// queued here are dropped, never read, and from then on this end's
+    /// reads return 0 and its sends fail with `EPIPE`, as after a reset
+    /// the peer sent (Linux's `tcp_reset`: the error, reported once — the
+    /// caller's call does — then `tcp_done`'s shutdown of both sides).
+    ///
+    /// How: `connect` to `AF_UNSPEC`, Linux's `tcp_disconnect` (RFC 793's
+    /// ABORT: a reset sent in every synchronised state, the receive queue
+    /// purged, the socket's error `ECONNRESET`), then the error taken
+    /// (`SO_ERROR`: the caller's call reports it) and both sides shut,
+    /// which marks the closed socket so (its `ENOTCONN` is expected). The
+    /// program's descriptor keeps the socket (no close here: the
+    /// program's). Before, `SO_LINGER` {1, 0} and `shutdown`: `SO_LINGER`
+    /// acts only at the last close, so the shutdown sent a FIN — the peer
+    /// read a clean end, not a reset — and the Request's bytes stayed
+    /// queued, the next read's data.
+    fn reset(&self) {
+        let unspec = sockaddr {
+            sa_family: libc::AF_UNSPEC as libc::sa_family_t,
+            sa_data: [0; 14],
+        };
+        let mut err: c_int = 0;
+        let mut len = size_of::<c_int>() as socklen_t;
+        // SAFETY: a sockaddr and an int on the stack, their sizes given.
+        unsafe {
+            sys::connect_raw(self.kfd, &unspec, size_of::<sockaddr>() as socklen_t);
+            real::getsockopt(
+                self.kfd,
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut c_int).cast(),
+                &mut len,
+            );
+            real::shutdown(self.kfd, libc::SHUT_RDWR);
+        }
+    }
+
     /// Checks the bytes behind the peer's mark for a late MPA Request.
     /// Returns an errno if the call must fail now.
     ///
@@ -184,21 +222,7 @@ impl ResidueSock {
                     return (st, None);
                 }
                 Request::Warpsock(_) | Request::BadHello(_) => {
-                    let l = libc::linger {
-                        l_onoff: 1,
-                        l_linger: 0,
-                    };
-                    // SAFETY: SO_LINGER from the stack, then shutdown: resets.
-                    unsafe {
-                        real::setsockopt(
-                            self.kfd,
-                            libc::SOL_SOCKET,
-                            libc::SO_LINGER,
-                            (&l as *const libc::linger).cast(),
-                            size_of::<libc::linger>() as socklen_t,
-                        );
-                        real::shutdown(self.kfd, libc::SHUT_RDWR);
-                    }
+                    self.reset();
                     st.watch = false;
                     return (st, Some(libc::ECONNRESET));
                 }

@@ -58,6 +58,17 @@
  *             reader is cancelled, and after the peer's end the prefix is
  *             read as data, then the end. Plain: the same with nothing
  *             sent before the cancel (TCP returns the bytes);
+ *   watchreq  (not a cancel) the watch case's socket, whose peer then
+ *             sends a whole warpsock MPA Request (its hello's version
+ *             unknown: one the watch must not deliver as data): the
+ *             responder's read fails with ECONNRESET, its next read
+ *             returns 0 and a send fails with EPIPE, and the peer's read
+ *             fails with ECONNRESET — a reset, not a clean end (the watch
+ *             set SO_LINGER {1, 0} and called shutdown: a FIN, the peer
+ *             read 0, and the Request's bytes stayed queued for the
+ *             responder's next read). Plain: the responder's abortive
+ *             close (SO_LINGER {1, 0}, close) after the same bytes: the
+ *             peer's read fails with ECONNRESET;
  *   connectwait  (not a cancel) a non-blocking connect of a socket
  *             asked for DDP mode (the preload waits for the connection in
  *             the call, at most WARPSOCK_CONNECT_TIMEOUT_MS, 1 s here) to
@@ -370,6 +381,55 @@ static void watch_nonblocking(int plain) {
     CHECK(recv(responder, b, sizeof b, 0) == 0);
 }
 
+/* watchreq: a late MPA Request (see the top) resets the connection. */
+static void watch_request(int plain) {
+    int responder = local_port(c) > local_port(s) ? c : s;
+    int other = responder == c ? s : c;
+    /* "MPA ID Req Frame", flags 0, revision 1, private data 16 bytes: a
+     * warpsock hello ("WSXS") of version 99. */
+    static const unsigned char req[36] = {'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R', 'e', 'q',
+                                          ' ', 'F', 'r', 'a', 'm', 'e', 0, 1, 0, 16,
+                                          'W', 'S', 'X', 'S', 99};
+    if (!plain) {
+        static const unsigned char mark = 0xD7;
+        CHECK(send(other, &mark, 1, MSG_OOB) == 1);
+        victim = responder;
+        pthread_t p;
+        CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
+        CHECK(pthread_join(p, NULL) == 0);
+        CHECK(atomic_load(&switch_r) == -1);
+    }
+    CHECK(write(other, req, sizeof req) == (ssize_t)sizeof req);
+    set_rcvtimeo(responder, 10000);
+    set_rcvtimeo(other, 10000);
+    char b[64];
+    if (plain) {
+        /* The bytes arrive before the close (a close with them unread
+         * resets whatever SO_LINGER says; the linger makes sure). */
+        CHECK(recv(responder, b, 1, MSG_PEEK) == 1);
+        struct linger l = {1, 0};
+        CHECK(setsockopt(responder, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+        CHECK(close(responder) == 0);
+    } else {
+        ssize_t n = recv(responder, b, sizeof b, 0);
+        if (n != -1 || errno != ECONNRESET)
+            fprintf(stderr, "the responder's read of the Request returned %zd (errno %d)\n", n, errno);
+        CHECK(n == -1 && errno == ECONNRESET);
+        n = recv(responder, b, sizeof b, 0);
+        if (n != 0) fprintf(stderr, "the responder's next read returned %zd (errno %d)\n", n, errno);
+        CHECK(n == 0);
+        CHECK(send(responder, "x", 1, MSG_NOSIGNAL) == -1 && errno == EPIPE);
+    }
+    ssize_t n = recv(other, b, sizeof b, 0);
+    if (n != -1 || errno != ECONNRESET)
+        fprintf(stderr, "the peer's read returned %zd (errno %d)\n", n, errno);
+    CHECK(n == -1 && errno == ECONNRESET);
+    if (plain) {
+        /* main closes both: a descriptor in the closed one's place. */
+        CHECK(dup2(other, responder) == responder);
+    }
+}
+
 /* connectwait: cw_fd's connect to cw_to by a thread with cancellation
  * disabled; its result, time and end kept. */
 static int cw_fd;
@@ -487,6 +547,8 @@ int main(int argc, char **argv) {
         watch_partial(plain);
     } else if (!strcmp(cs, "watchnb")) {
         watch_nonblocking(plain);
+    } else if (!strcmp(cs, "watchreq")) {
+        watch_request(plain);
     } else if (!strcmp(cs, "connectwait")) {
         connect_wait(plain);
     } else if (!strcmp(cs, "switchfail")) {
