@@ -242,12 +242,14 @@ fn a_residue_sockets_calls_keep_tcps_flags() {
 
 /// Not a cancel: the watch case's socket, the peer's bytes behind its mark
 /// a prefix of an MPA Request and no more: a blocking read with
-/// `SO_RCVTIMEO` 300 ms times out (`EAGAIN`), its thread's CPU time under
-/// a quarter of the wait; after the peer's end the prefix is read as data,
-/// then the end (review r25-a item 9: the peeked prefix kept the wait
-/// returning at once, the read spun a CPU and never timed out; hangs —
-/// the case's 20 s bound fails it — without the pauses, and after the end
-/// without its check).
+/// `SO_RCVTIMEO` 1 s times out (`EAGAIN`), its thread's CPU time under
+/// a quarter of the wait and its sleeps (voluntary context switches)
+/// under 60; after the peer's end the prefix is read as data, then the
+/// end (review r25-a item 9: the peeked prefix kept the wait returning at
+/// once, the read spun a CPU and never timed out; hangs — the case's 20 s
+/// bound fails it — without the pauses, and after the end without its
+/// check; review r26-b item 9: pauses capped at 5 ms slept about 200
+/// times a second).
 #[test]
 fn a_read_watching_a_partial_late_request_times_out_without_spinning() {
     for preload in [false, true] {

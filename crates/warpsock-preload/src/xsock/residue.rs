@@ -167,12 +167,24 @@ impl ResidueSock {
     /// queued, for the peer's bytes; with a prefix queued (only peeked, so
     /// it stays readable and a wait for `POLLIN` would return at once: the
     /// loop spun a CPU until the peer sent more, review r25-a item 9), in
-    /// pauses between looks (200 µs doubling to 5 ms; `handshake.rs`
-    /// pauses likewise in the same case) that the peer's end or an error
-    /// ends at once. A prefix the peer's end follows can never complete:
-    /// it is data (delivered). One `SO_RCVTIMEO` deadline for all the
-    /// waits (`EAGAIN` once it passed, as Linux's `tcp_recvmsg`), and a
-    /// signal or a pending cancel ends them as [`sys::wait_fd`] says.
+    /// pauses between looks that the peer's end or an error ends at once:
+    /// 200 µs doubling to 100 ms while the prefix stays as it was, back to
+    /// 200 µs when a look sees more of it (a peer that stopped after a
+    /// prefix costs a blocked reader about 10 looks a second, not 200 as
+    /// with a 5 ms cap, review r26-b item 9; new bytes wake no pause —
+    /// `POLLIN` holds already — so one that completes the prefix is seen
+    /// up to a pause late, 100 ms at most, and only after the peer was
+    /// silent about as long). A prefix the peer's end follows can never
+    /// complete: it is data (delivered). One `SO_RCVTIMEO` deadline for
+    /// all the waits, and a signal or a pending cancel ends them as
+    /// [`sys::wait_fd`] says.
+    ///
+    /// The deadline's `EAGAIN` is a deliberate divergence from TCP (review
+    /// r26-b item 8): Linux's `tcp_recvmsg` times out with `EAGAIN` only
+    /// when nothing is queued, and here the prefix is queued — a TCP read
+    /// would return it. It is withheld because it may yet be a Request's
+    /// start, which must never be delivered as data (module docs); the
+    /// README says so.
     ///
     /// The waits are made with the socket's lock (`st`, given and given
     /// back) let go, taken again after each, where the watch may have
@@ -188,10 +200,11 @@ impl ResidueSock {
         nonblocking: bool,
     ) -> (MutexGuard<'a, State>, Option<c_int>) {
         const PAUSE_MIN: Duration = Duration::from_micros(200);
-        const PAUSE_MAX: Duration = Duration::from_millis(5);
+        const PAUSE_MAX: Duration = Duration::from_millis(100);
         let mut buf = [0u8; warpsock_xsock::switch::MPA_HDR_LEN + 512];
         let mut deadline = None;
         let mut pause = PAUSE_MIN;
+        let mut looked = 0;
         let mut ended = false;
         loop {
             // SAFETY: peeking into a local buffer.
@@ -240,6 +253,12 @@ impl ResidueSock {
                     let waited = if n < 0 {
                         self.wait(libc::POLLIN, libc::SO_RCVTIMEO, &mut deadline)
                     } else {
+                        if n != looked {
+                            // More of the prefix came: the peer is
+                            // sending, looks come quickly again.
+                            looked = n;
+                            pause = PAUSE_MIN;
+                        }
                         let step = pause;
                         pause = (pause * 2).min(PAUSE_MAX);
                         self.pause(libc::POLLRDHUP, libc::SO_RCVTIMEO, &mut deadline, step)
