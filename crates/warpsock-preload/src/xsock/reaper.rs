@@ -344,6 +344,10 @@ fn get() -> Option<&'static Reaper> {
 /// dropped now: its engine's socket closes, as a closer thread that
 /// could not start left it.
 pub(super) fn hand_over(x: XSocket, abortive: bool, begun: Option<(Closing, Counted)>) {
+    #[cfg(feature = "test-hooks")]
+    if begun.is_some() {
+        handover_gap();
+    }
     let Some(r) = get() else {
         drop(x);
         return;
@@ -381,6 +385,23 @@ pub(super) fn hand_over(x: XSocket, abortive: bool, begun: Option<(Closing, Coun
         r.drop_inbox();
     } else {
         r.wake();
+    }
+}
+
+/// `WARPSOCK_TEST_HANDOVER_GAP_FD`: a lingering close's hand-over (its
+/// `close` waited) writes a byte to this descriptor, then waits 1 s before
+/// it goes on, as a reaper slow to start: an exit another thread makes
+/// meanwhile must still count the close (`tests/ddp_linger.rs`'s gap
+/// case).
+#[cfg(feature = "test-hooks")]
+fn handover_gap() {
+    let fd = std::env::var("WARPSOCK_TEST_HANDOVER_GAP_FD")
+        .ok()
+        .and_then(|v| v.trim().parse::<c_int>().ok());
+    if let Some(fd) = fd {
+        // SAFETY: one byte from the stack to the test's descriptor.
+        unsafe { sys::write_raw(fd, b"g".as_ptr().cast(), 1) };
+        sys::sleep(Duration::from_secs(1));
     }
 }
 

@@ -8,7 +8,7 @@
  * close (the kernel would have finished the close after it) killed the
  * reaper with the stream's tail still in the library (issue 12).
  *
- *   ddplinger drain|stuck|signal|cancel|early [plain]
+ *   ddplinger drain|stuck|signal|cancel|early|gap [plain]
  *     The writer (a child) sets SO_LINGER {1, N}, writes LEN bytes, says
  *     so, closes and then `_exit`s at once, after reporting the close's
  *     result and time. Its reader (the parent; a small receive buffer)
@@ -42,6 +42,19 @@
  *             anywhere in close(2) is pending when sk_stream_wait_close
  *             looks. Then as stuck. Plain: as signal (a signal in the
  *             kernel's close ends it).
+ *     gap:    N = 30; the writer closes in a second thread, and its
+ *             main thread, once that sleeps in the close, signals it (the
+ *             wait ends, the close not acknowledged), then calls exit(0)
+ *             while the close hands itself to the reaper: the library
+ *             built with test-hooks writes a byte to
+ *             WARPSOCK_TEST_HANDOVER_GAP_FD there and waits 1 s, as a
+ *             reaper slow to start. The exit must wait for that close:
+ *             the writer ends 500 ms or more after its line (review r26-b
+ *             item 3: the close was in no count then, the exit did not
+ *             wait, and the process ended under it, the end of stream
+ *             never sent). The reader, which reads on only once the exit
+ *             began, must get every byte, then 0. Plain: the same, the
+ *             exit once the close returned, no time checked.
  *     plain: no switch, both ends TCP (the comparison).
  * exit 0 if every check held. */
 #include "ddppair.h"
@@ -122,9 +135,35 @@ static int close_cancelled(int c, long *ms) {
     return ret == PTHREAD_CANCELED ? 0 : -1;
 }
 
+/* The gap mode's close (see the top): a thread closes c; once it sleeps
+ * there it is signalled; then, once its hand-over began (the hook's byte
+ * on `gap`; plain: once the close returned), "0 0 0" goes to `told` and
+ * the process exits. */
+static void close_then_exit(int c, int told, int gap) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, closer, &c) == 0);
+    long nr = -1;
+    for (int i = 0; i < 30000; i++) {
+        nr = closer_tid ? thread_syscall(closer_tid) : -1;
+        if (nr == SYS_close || nr == SYS_ppoll) break;
+        poll(NULL, 0, 1);
+    }
+    CHECK(nr == SYS_close || nr == SYS_ppoll);
+    CHECK(pthread_kill(t, SIGUSR1) == 0);
+    if (plain) {
+        CHECK(pthread_join(t, NULL) == 0);
+        CHECK(closed == 0);
+    } else {
+        char g;
+        CHECK(read(gap, &g, 1) == 1 && g == 'g');
+    }
+    CHECK(write(told, "0 0 0\n", 6) == 6);
+    exit(0);
+}
+
 /* The writer (see the top): its close's result, errno and time in ms go
  * to `told` as one line, after a byte as the close begins. */
-static void writer(int c, int told, int secs, int cancel) {
+static void writer(int c, int told, int secs, int cancel, int gap) {
     int big = 1 << 20;
     CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
     if (!plain) ddp_mode(c);
@@ -138,6 +177,7 @@ static void writer(int c, int told, int secs, int cancel) {
     for (size_t i = 0; i < LEN; i++) b[i] = at(i);
     write_every(c, b, LEN);
     CHECK(write(told, "c", 1) == 1);
+    if (gap >= 0) close_then_exit(c, told, gap);
     struct timespec t0, t1;
     long ms;
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
@@ -188,8 +228,17 @@ int main(int argc, char **argv) {
     const char *mode = argv[1];
     int drain = strcmp(mode, "drain") == 0, sig = strcmp(mode, "signal") == 0;
     int cancel = strcmp(mode, "cancel") == 0, early = strcmp(mode, "early") == 0;
-    CHECK(drain || sig || cancel || early || strcmp(mode, "stuck") == 0);
-    int secs = drain ? 5 : sig || cancel || early ? 30 : 2;
+    int gap = strcmp(mode, "gap") == 0;
+    CHECK(drain || sig || cancel || early || gap || strcmp(mode, "stuck") == 0);
+    int secs = drain ? 5 : sig || cancel || early || gap ? 30 : 2;
+    /* gap: the hook's pipe, its write end named to the library. */
+    int gp[2] = {-1, -1};
+    if (gap) {
+        CHECK(pipe(gp) == 0);
+        char v[16];
+        snprintf(v, sizeof v, "%d", gp[1]);
+        CHECK(setenv("WARPSOCK_TEST_HANDOVER_GAP_FD", v, 1) == 0);
+    }
     int c, s, told[2];
     CHECK(pipe(told) == 0);
     /* The reader's receive buffer small: the tail waits in the writer. */
@@ -199,7 +248,7 @@ int main(int argc, char **argv) {
     if (w == 0) {
         close(s);
         close(told[0]);
-        writer(c, told[1], secs, cancel);
+        writer(c, told[1], secs, cancel, gap ? gp[0] : -1);
     }
     close(c);
     close(told[1]);
@@ -208,14 +257,16 @@ int main(int argc, char **argv) {
     CHECK(read_to(s, &got, LEN - TAIL) == 0);
     char b;
     CHECK(read(told[0], &b, 1) == 1 && b == 'c');
-    /* (cancel: the writer's own thread closes; its main thread looks.) */
-    int sleeps = cancel || until_closing(w, told[0]);
+    /* (cancel, gap: the writer's own thread closes; its main thread
+     * looks.) */
+    int sleeps = cancel || gap || until_closing(w, told[0]);
     if (sig || (early && plain)) {
         CHECK(sleeps);
         CHECK(kill(w, SIGUSR1) == 0);
     }
     int e = 0;
     if (drain) e = read_to(s, &got, 0);
+    if (gap) unsetenv("WARPSOCK_TEST_HANDOVER_GAP_FD");
     char line[64];
     ssize_t n = read(told[0], line, sizeof line - 1);
     CHECK(n > 0);
@@ -223,16 +274,25 @@ int main(int argc, char **argv) {
     int r, err;
     long ms;
     CHECK(sscanf(line, "%d %d %ld", &r, &err, &ms) == 3);
+    struct timespec t0, t1;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
     if (!drain) e = read_to(s, &got, 0);
     int ws;
     CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
+    long exit_ms = ms_between(&t0, &t1);
     printf("ddplinger %s%s: close %d (errno %d) after %ld ms%s; the reader: %zu of %d bytes, "
            "then %s\n",
            mode, plain ? " plain" : "", r, err, ms, sleeps ? "" : " (no sleep seen)", got, LEN,
            e ? strerror(e) : "0");
     fflush(stdout);
     CHECK(r == 0);
-    if (drain) {
+    if (gap) {
+        /* The exit waited for the close handed over: every byte, then 0. */
+        if (!plain) fprintf(stderr, "the writer ended %ld ms after its line\n", exit_ms);
+        CHECK(e == 0 && got == LEN);
+        if (!plain) CHECK(exit_ms >= 500);
+    } else if (drain) {
         /* The tail was unacknowledged (the reader's receive buffer is
          * small, its engine reads only in its calls): the close waited. */
         CHECK(sleeps);
