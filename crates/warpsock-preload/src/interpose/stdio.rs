@@ -179,14 +179,15 @@ unsafe extern "C" fn cookie_seek(_: *mut c_void, _: *mut i64, _: c_int) -> c_int
 }
 
 /// A stream's close (`fclose`): the interposed `close`, an orderly one;
-/// the cookie is freed. A stream [`reopen_refused`] closed already:
-/// `EBADF`, as glibc's `fclose` after a failed `freopen` returns `EOF`.
+/// the cookie is unlisted and freed. A stream [`reopen_refused`] closed
+/// already: -1 (`fclose` returns `EOF`), `errno` left alone, as glibc's
+/// `fclose` after a failed `freopen` of a socket's real stream (its
+/// `_IO_file_close_it` returns `EOF` at once there).
 unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
     sys::lock(&STREAMS).remove(&(cookie as usize));
     // SAFETY: glibc calls this once per stream, the cookie's last use.
     let stream = unsafe { Box::from_raw(cookie.cast::<Stream>()) };
     if stream.fd < 0 {
-        set_errno(libc::EBADF);
         return -1;
     }
     // SAFETY: the stream's descriptor.
@@ -197,9 +198,18 @@ unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
 /// the stream closed as glibc's failed `freopen` leaves one: its bytes
 /// flushed (errors ignored, as glibc's `_IO_SYNC` there), what is left in
 /// its buffer dropped (`__fpurge`), the socket closed (the interposed
-/// `close`, an orderly one), `fileno` -1; the `FILE` stays allocated, its
-/// reads and writes failing with `EBADF`, until an `fclose` (which returns
-/// `EOF`, as glibc's does then) frees it. `errno` is `ENXIO` for a `NULL`
+/// `close`, an orderly one), `fileno` -1 (`EBADF`); the `FILE` stays
+/// allocated, its reads and writes failing with `EBADF`, until an `fclose`
+/// (which returns `EOF`, as glibc's does then) frees it and, through
+/// [`cookie_close`], unlists and frees the cookie. Its `_fileno` is -2,
+/// glibc's own for a cookie stream (`_IO_cookie_init`), not -1: glibc's
+/// `fclose` and `_IO_new_file_finish` skip the close callback of a
+/// stream whose `_fileno` is -1 (`_IO_file_is_open`), and the cookie
+/// stayed listed, pointing at the `FILE` `fclose` freed: the exit flush
+/// ([`flush_streams`]) then locked whatever the memory held next (a
+/// `SIGSEGV`), and a later stream at that address matched the stale
+/// cookie here (review r27-a item 1); `fileno` returns -1 for either
+/// (libio/fileno.c: `_fileno < 0`). `errno` is `ENXIO` for a `NULL`
 /// path (glibc's reopen of a socket: its `/proc/self/fd` link cannot be
 /// opened), else `EINVAL`. Why not glibc's: a `fopencookie` stream's
 /// `_wide_data` is `(void *)-1`, and glibc's `freopen` writes through it
@@ -240,7 +250,7 @@ unsafe fn reopen_refused(path: *const c_char, f: *mut FILE) -> bool {
     let fd = unsafe {
         libc::fflush(f);
         __fpurge(f);
-        (*f.cast::<IoFileHead>()).fileno = -1;
+        (*f.cast::<IoFileHead>()).fileno = -2;
         std::mem::replace(&mut (*(c as *mut Stream)).fd, -1)
     };
     drop(locked);
