@@ -58,16 +58,42 @@ extern "C" {
 
 /// The head of glibc's public `struct _IO_FILE`
 /// (`<bits/types/struct_FILE.h>`): `_flags`, then thirteen pointers
-/// (`_IO_read_ptr` ... `_chain`), then `_fileno`.
+/// (`_IO_read_ptr` ... `_chain`), then `_fileno`, and on to `_wide_data`.
 #[repr(C)]
 struct IoFileHead {
     flags: c_int,
     pointers: [*mut c_void; 13],
     fileno: c_int,
+    _flags2: c_int,
+    _old_offset: libc::c_long,
+    _cur_column: u16,
+    _vtable_offset: i8,
+    _shortbuf: [c_char; 1],
+    _lock: *mut c_void,
+    _offset: i64,
+    _codecvt: *mut c_void,
+    /// `(void *)-1` in a stream made with no wide orientation (glibc's
+    /// `_IO_no_init` with orientation -1): `fopencookie`'s (hence every
+    /// stream of [`STREAMS`]), `fmemopen`'s, `open_memstream`'s; a real
+    /// file's (`fopen`, `fdopen`, `stdout`) points at its wide buffers.
+    wide_data: *mut c_void,
 }
 
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::offset_of!(IoFileHead, fileno) == 112);
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::offset_of!(IoFileHead, wide_data) == 160);
+
+/// Whether `f` may be a cookie stream, one of [`STREAMS`]' (its
+/// `_wide_data` is `(void *)-1`): a look at the stream alone, without
+/// the list's lock.
+///
+/// # Safety
+/// `f` is null or a stream the program may use.
+unsafe fn maybe_cookie(f: *mut FILE) -> bool {
+    // SAFETY: the caller's stream, glibc's `struct _IO_FILE`.
+    !f.is_null() && unsafe { (*f.cast::<IoFileHead>()).wide_data } as isize == -1
+}
 
 /// A stream's cookie: its descriptor, the stream (set once made), and
 /// the process that made it (a forked child's copies are its parent's:
@@ -218,11 +244,21 @@ unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
 /// the cookie never closed (review r26-c item 4). A forked child's copy
 /// of its parent's stream is one of these ([`fork_child`]): its flush
 /// fails quietly ([`cookie_write`]), and the child's copy of the socket
-/// is closed. Any other stream: `false`.
+/// is closed. Any other stream: `false`, and a stream that cannot be a
+/// cookie stream ([`maybe_cookie`]: `stdout`, any `fopen`'s) without
+/// taking [`STREAMS`]' lock: a forked child may have it held for ever by
+/// a thread it lacks (`fork_prepare` forks without it past 2 ms, and the
+/// exit flush holds it across blocking sends), and a daemon's
+/// `freopen("/dev/null", "w", stdout)` there hung (review r27-a item 2).
 ///
 /// # Safety
-/// `f` is a stream the program may use (not being closed meanwhile).
+/// `f` is null or a stream the program may use (not being closed
+/// meanwhile).
 unsafe fn reopen_refused(path: *const c_char, f: *mut FILE) -> bool {
+    // SAFETY: the caller's stream.
+    if !unsafe { maybe_cookie(f) } {
+        return false;
+    }
     // SAFETY: live cookies (removed from the list, under its lock, before
     // they are freed).
     let found = sys::lock(&STREAMS)
@@ -678,6 +714,49 @@ pub unsafe extern "C-unwind" fn __dprintf_chk(fd: c_int, flag: c_int, fmt: *cons
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// `freopen` of a real file's stream (a `tmpfile`, as `stdout`) does
+    /// not take [`STREAMS`]' lock: with the lock held elsewhere (as a
+    /// forked child may inherit it) `reopen_refused` still answers,
+    /// `false`; a `fmemopen` stream (a cookie stream, not the library's)
+    /// is looked for in the list once the lock is free, `false` too.
+    /// Fails (the first look waits for the lock, 10 s) with every stream
+    /// looked for in the list (review r27-a item 2).
+    #[test]
+    fn a_real_files_freopen_does_not_take_the_streams_lock() {
+        let held = sys::lock(&STREAMS);
+        // SAFETY: tmpfile has no preconditions.
+        let file = unsafe { libc::tmpfile() };
+        assert!(!file.is_null());
+        let mut buf = [0u8; 16];
+        // SAFETY: a memory stream over `buf`, closed below.
+        let mem = unsafe { libc::fmemopen(buf.as_mut_ptr().cast(), buf.len(), c"w".as_ptr()) };
+        assert!(!mem.is_null());
+        // SAFETY: both are open streams.
+        assert!(unsafe { !maybe_cookie(file) && maybe_cookie(mem) });
+        let (file, mem) = (file as usize, mem as usize);
+        let (say, hear) = mpsc::channel();
+        let looker = std::thread::spawn(move || {
+            for f in [file, mem] {
+                // SAFETY: an open stream, not closed meanwhile.
+                let refused = unsafe { reopen_refused(std::ptr::null(), f as *mut FILE) };
+                let _ = say.send(refused);
+            }
+        });
+        let first = hear.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        let second = hear.recv_timeout(Duration::from_secs(10));
+        looker.join().unwrap();
+        // SAFETY: closing the two streams.
+        unsafe {
+            libc::fclose(file as *mut FILE);
+            libc::fclose(mem as *mut FILE);
+        }
+        assert_eq!(first, Ok(false), "the real file's look waited for the lock");
+        assert_eq!(second, Ok(false));
+    }
 
     /// fdopen's modes as glibc's: the first letter, then a `+` among the
     /// next four characters (before the NUL) makes it read-write.
