@@ -11,7 +11,9 @@
 //! the lock that also guards what the bells announce, so that a drain never
 //! races a ring.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use libc::c_int;
 
@@ -34,40 +36,80 @@ static FORKING: AtomicU64 = AtomicU64::new(0);
 /// ([`fork_begin`]).
 static FAILING: AtomicU64 = AtomicU64::new(0);
 
+/// Forks that went on with a `fail` possibly in its stretch, not waited
+/// for ([`fork_begin`]: its own thread's, or past [`FORK_WAIT_BOUND`]):
+/// such a `fail` sees the count move by its `dup3` and falls back to
+/// shutting the program's end down ([`Doorbell::fail`]).
+static UNWAITED: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's [`Failing`] stretches under way: more than one if a
+    /// signal handler's `fail` runs over one (a fault signal is not
+    /// blocked there). A fork from this thread (a handler's) does not
+    /// wait for them: they cannot go on until it returns.
+    static STRETCHES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How long a fork waits at most for the `fail`s in their stretch: a few
+/// non-blocking system calls each, unless their thread is stopped or
+/// left the stretch without its drop (a fault handler's `siglongjmp` or
+/// `pthread_exit`, a seccomp kill of the thread; review r27-a item 3).
+const FORK_WAIT_BOUND: Duration = Duration::from_millis(100);
+
 /// The atfork prepare handler: a fork begins; its copy of the descriptors
 /// is still to come. It waits for the `fail`s that looked before it
-/// counted ([`Failing`]): none of them then holds the library's end
-/// between its look and its `dup3` when the copy is made. Those are a few
-/// non-blocking system calls, on a thread that cannot fork meanwhile (its
-/// asynchronous signals blocked), and they take no lock: no deadlock
-/// with the locks the other prepare handlers hold.
+/// counted ([`Failing`]), other than its own thread's ([`STRETCHES`]):
+/// none of them then holds the library's end between its look and its
+/// `dup3` when the copy is made. Those are a few non-blocking system
+/// calls, on a thread whose asynchronous signals are blocked, and they
+/// take no lock: no deadlock with the locks the other prepare handlers
+/// hold. The wait is bounded ([`FORK_WAIT_BOUND`]): a fault signal's
+/// handler can fork over its own thread's stretch, or leave it without
+/// its count given back. A fork that goes on with a `fail` possibly in
+/// its stretch is counted ([`UNWAITED`]): that `fail` falls back to
+/// shutting the program's end down.
 pub(crate) fn fork_begin() {
     FORKING.fetch_add(1, Ordering::SeqCst);
+    let mine = STRETCHES.with(Cell::get);
+    let mut since = None;
     let mut round = 0;
-    while FAILING.load(Ordering::SeqCst) > 0 {
+    while FAILING.load(Ordering::SeqCst) > mine {
         #[cfg(test)]
         tests::hook(&tests::FORK_WAITS);
+        if since.get_or_insert_with(Instant::now).elapsed() >= FORK_WAIT_BOUND {
+            break;
+        }
         sys::pause(round);
         round = round.saturating_add(1);
     }
+    if FAILING.load(Ordering::SeqCst) > 0 {
+        UNWAITED.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
-/// The atfork parent and child handlers: the fork's copy is made (the
-/// child holds every descriptor made before it, the parent every one the
-/// child holds). Counted before the fork stops counting as under way.
+/// The atfork parent handler: the fork's copy is made (the child holds
+/// every descriptor made before it, the parent every one the child
+/// holds). Counted before the fork stops counting as under way.
 pub(crate) fn fork_end() {
     FORKS.fetch_add(1, Ordering::SeqCst);
     FORKING.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// The atfork child handler: as [`fork_end`], and [`FAILING`] starts from
-/// none: a `fail` of another thread may have counted itself (and been
-/// about to back off, [`Failing::enter`]) when the copy was made; that
-/// thread is not in the child, and the child's next fork would wait for
-/// it for ever.
+/// The atfork child handler: as [`fork_end`], the child's only thread the
+/// one that forked. [`FAILING`] starts from that thread's own stretches
+/// ([`STRETCHES`]: a handler's fork over one, whose drop comes after the
+/// handler returns): a `fail` of another thread may have counted itself
+/// (and been about to back off, [`Failing::enter`]) when the copy was
+/// made; that thread is not in the child, and the child's next fork would
+/// wait for it. [`FORKING`] starts from none: glibc 2.36 runs the prepare
+/// handlers with its `atfork_lock` released, so another thread's fork
+/// may have counted itself before this one's copy, and the child saw a
+/// fork under way for ever (every failure a hang-up only, without
+/// `POLLERR`; review r27-a item 5).
 pub(crate) fn fork_end_child() {
-    FAILING.store(0, Ordering::SeqCst);
-    fork_end();
+    FAILING.store(STRETCHES.with(Cell::get), Ordering::SeqCst);
+    FORKS.fetch_add(1, Ordering::SeqCst);
+    FORKING.store(0, Ordering::SeqCst);
 }
 
 /// A [`Doorbell::fail`]'s stretch from its look at the forks to its
@@ -77,20 +119,45 @@ pub(crate) fn fork_end_child() {
 /// fork under way (and hangs up only), or the fork waits for the `fail`
 /// to have made its `dup3` before it copies the descriptors (review r26-a
 /// item 5).
-struct Failing;
+///
+/// Counted in [`FAILING`] first, then in this thread's [`STRETCHES`],
+/// and given back in the other order: a fork from a signal handler of
+/// this thread between the two counts (or the two drops) waits for this
+/// `fail` as another thread's, up to the bound, and never sees a stretch
+/// of its own thread that [`FAILING`] does not count (it would then wait
+/// for one `fail` of another thread too few).
+struct Failing {
+    /// [`UNWAITED`] at the count.
+    unwaited: u64,
+}
 
 impl Failing {
     /// Counts a `fail`; `None` (not counted) if a fork may have copied the
     /// pair made when [`FORKS`] was `before` ([`forked_since`]).
     fn enter(before: u64) -> Option<Self> {
         FAILING.fetch_add(1, Ordering::SeqCst);
-        let me = Self;
+        STRETCHES.with(|n| n.set(n.get() + 1));
+        let me = Self {
+            unwaited: UNWAITED.load(Ordering::SeqCst),
+        };
         (!forked_since(before)).then_some(me)
+    }
+
+    /// Whether a fork went on since the count without waiting for this
+    /// stretch ([`UNWAITED`] moved): its child may hold the library's
+    /// end with the byte. A fork that moved it before the count's load of
+    /// [`UNWAITED`] was under way before the look at the forks that
+    /// follows (it counts itself first), so that look saw it and there is
+    /// no stretch; one that moves it after this call's load copies the
+    /// descriptors after the `dup3`.
+    fn unwaited_since(&self) -> bool {
+        UNWAITED.load(Ordering::SeqCst) != self.unwaited
     }
 }
 
 impl Drop for Failing {
     fn drop(&mut self) {
+        STRETCHES.with(|n| n.set(n.get().saturating_sub(1)));
         FAILING.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -245,28 +312,41 @@ impl Doorbell {
     ///
     /// A fork racing this call (this runs on the progress thread or in a
     /// program's call, not under the descriptor table's lock that
-    /// `fork_prepare` takes) cannot copy the descriptors between the look
-    /// at the forks and the `dup3`: the stretch is counted ([`Failing`])
-    /// and the fork's prepare handler waits for it ([`fork_begin`]), or
-    /// the look sees the fork under way. So the look before the byte is
-    /// enough. Before, a second look after the `dup3` saw such a fork and
-    /// shut the program's end down itself, but the byte was sent by then:
-    /// the child's copy of the library's end, released at its exec or
-    /// exit, seconds later, set `sk_err` after the program took the
-    /// error, a `POLLERR` nothing cleared (review r26-a item 5). The
-    /// stretch runs with asynchronous signals blocked: a handler of this
-    /// thread's that forks would wait for it for ever. Two
-    /// `pthread_sigmask` calls more per failure; none on the data path. A
-    /// `vfork` or `posix_spawn` runs no atfork handler: its child's copy,
-    /// CLOEXEC, lives until its `exec`, which only delays the `POLLERR`
-    /// (as before).
+    /// `fork_prepare` takes) does not copy the descriptors between the
+    /// look at the forks and the `dup3`: the stretch is counted
+    /// ([`Failing`]) and the fork's prepare handler waits for it
+    /// ([`fork_begin`]), or the look sees the fork under way. Before, a
+    /// second look after the `dup3` saw such a fork and shut the program's
+    /// end down itself, but the byte was sent by then: the child's copy of
+    /// the library's end, released at its exec or exit, seconds later, set
+    /// `sk_err` after the program took the error, a `POLLERR` nothing
+    /// cleared (review r26-a item 5). The stretch runs with asynchronous
+    /// signals blocked (two `pthread_sigmask` calls more per failure;
+    /// none on the data path), so few forks come from it; a fault signal's
+    /// handler that forks (a crash reporter) does not wait for its own
+    /// thread's stretch, and no fork waits past [`FORK_WAIT_BOUND`]
+    /// (review r27-a item 3). Such a fork may copy the library's end with
+    /// the byte: it is counted ([`UNWAITED`]), and this call, seeing the
+    /// count move by its `dup3`, shuts the program's end down as before
+    /// (the hang-up now; the `POLLERR` may still come, and stay, at the
+    /// child's exec or exit).
+    ///
+    /// `vfork`, `posix_spawn`, `_Fork`, `clone` and `syscall(SYS_fork)` run
+    /// no atfork handler: a child of theirs alive across this call holds
+    /// a copy of the library's end (`CLOEXEC`: until its `exec`), so the
+    /// `dup3` releases nothing and the program's end shows nothing yet.
+    /// If the program meets the error meanwhile (a receive or send takes
+    /// it, [`Self::clear_error`] reading an `SO_ERROR` of 0), the child's
+    /// `exec` or exit then releases the byte and sets `sk_err`: a
+    /// `POLLERR` nothing clears, as r26-a item 5's; not fixed here
+    /// (review r27-a item 4: Python's `subprocess` forks with `vfork`).
     pub(crate) fn fail(&self) {
         sys::with_async_signals_blocked(|| self.fail_counted());
     }
 
     /// [`Self::fail`], its signals blocked.
     fn fail_counted(&self) {
-        let Some(_failing) = Failing::enter(self.forks) else {
+        let Some(failing) = Failing::enter(self.forks) else {
             self.hang_up();
             return;
         };
@@ -300,6 +380,11 @@ impl Doorbell {
             sys::close(sv[1]);
             if real::dup3(sv[0], self.tx, libc::O_CLOEXEC) < 0 {
                 self.hang_up();
+            } else if failing.unwaited_since() {
+                // A fork that did not wait may hold the library's end:
+                // the release may not have happened. `tx` names the
+                // placeholder now: `hang_up` would shut that one.
+                real::shutdown(self.app, libc::SHUT_RDWR);
             }
             sys::close(sv[0]);
         }
@@ -326,6 +411,7 @@ mod tests {
     use std::cell::RefCell;
     use std::sync::{mpsc, Mutex, PoisonError};
     use std::thread::LocalKey;
+    use std::time::Duration;
 
     /// A hook: run once, on the thread that set it.
     type Hook = RefCell<Option<Box<dyn FnOnce()>>>;
@@ -455,5 +541,113 @@ mod tests {
         assert_eq!(first, "waits");
         assert_eq!(failed & libc::POLLERR, libc::POLLERR, "{failed:#x}");
         assert_eq!(later & libc::POLLERR, 0, "{later:#x}");
+    }
+
+    /// A fork from the failing thread itself, inside its stretch (a fault
+    /// signal's handler that forks: the stretch blocks only asynchronous
+    /// signals) goes on at once, not waiting for that stretch, which
+    /// cannot go on until it returns: before, it waited for ever (review
+    /// r27-a item 3). Its child may hold the library's end with the byte
+    /// (a copy here), so the `fail` falls back to shutting the program's
+    /// end down (HUP, IN, RDHUP; no `POLLERR` while the copy lives).
+    /// Fails with the fork waiting for its own thread's stretch ("waited",
+    /// after the bound) or without the fallback (the program's end shows
+    /// nothing: 0x0).
+    #[test]
+    fn a_fork_from_the_failing_threads_own_stretch_goes_on() {
+        let _one = ONE.lock().unwrap_or_else(PoisonError::into_inner);
+        let hung = libc::POLLHUP | libc::POLLIN | libc::POLLRDHUP;
+        let d = Doorbell::new(true).unwrap();
+        let tx = d.tx;
+        let waited = std::rc::Rc::new(Cell::new(false));
+        let child = std::rc::Rc::new(Cell::new(-1));
+        let (w, c) = (waited.clone(), child.clone());
+        FAIL_WINDOW.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                FORK_WAITS.with(|h| *h.borrow_mut() = Some(Box::new(move || w.set(true))));
+                fork_begin();
+                // The child's copy of the descriptors, in effect.
+                // SAFETY: a copy of a descriptor the test holds.
+                c.set(unsafe { libc::dup(tx) });
+                fork_end();
+            }));
+        });
+        d.fail();
+        FORK_WAITS.with(|h| h.borrow_mut().take());
+        let r = shown(d.app);
+        sys::close(child.get());
+        assert!(child.get() >= 0);
+        assert!(
+            !waited.get(),
+            "the fork waited for its own thread's stretch"
+        );
+        assert_eq!(r & (hung | libc::POLLERR), hung, "{r:#x}");
+    }
+
+    /// A `fail` that never gives its count back (its thread left the
+    /// stretch by a fault handler's `siglongjmp`, or is stopped) holds a
+    /// fork up for [`FORK_WAIT_BOUND`] at most; the fork is counted as
+    /// not having waited ([`UNWAITED`]). Before, every later fork of the
+    /// process hung in its prepare handler (review r27-a item 3). Fails
+    /// (no answer within 10 s) without the bound.
+    #[test]
+    fn a_fork_waits_for_a_stretch_left_unended_a_bounded_time() {
+        let _one = ONE.lock().unwrap_or_else(PoisonError::into_inner);
+        // A stretch of a thread that left it, counted for ever.
+        FAILING.fetch_add(1, Ordering::SeqCst);
+        let unwaited = UNWAITED.load(Ordering::SeqCst);
+        let (say, hear) = mpsc::channel();
+        let forker = std::thread::spawn(move || {
+            fork_begin();
+            let _ = say.send(());
+            fork_end();
+        });
+        let r = hear.recv_timeout(Duration::from_secs(10));
+        FAILING.fetch_sub(1, Ordering::SeqCst);
+        forker.join().unwrap();
+        assert_eq!(r, Ok(()), "the fork still waits");
+        assert_ne!(UNWAITED.load(Ordering::SeqCst), unwaited);
+    }
+
+    /// A real fork's child starts with no fork under way and, of the
+    /// `fail`s counted, only its own thread's stretch (here: the fork
+    /// made over it, as a fault handler's), which it then ends: its counts
+    /// are all 0. Another thread's fork counted before the copy (glibc
+    /// 2.36 runs the prepare handlers unlocked) and another thread's
+    /// counted `fail` are in the parent's counts at the copy. Fails
+    /// (exit status 2) with the child's [`FORKING`] only decremented
+    /// (review r27-a item 5), and (status 1: [`FAILING`] wrapped below
+    /// 0) with [`FAILING`] zeroed instead of set to the thread's own
+    /// stretches (review r27-a item 6).
+    #[test]
+    fn a_forked_child_counts_no_fork_and_no_other_threads_failure() {
+        let _one = ONE.lock().unwrap_or_else(PoisonError::into_inner);
+        let own = Failing::enter(FORKS.load(Ordering::SeqCst));
+        assert!(own.is_some(), "a fork under way");
+        fork_begin();
+        // Another thread's counted fail, another thread's fork.
+        FAILING.fetch_add(1, Ordering::SeqCst);
+        FORKING.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: the child makes no call but _exit (atomics, a
+        // thread-local of this thread, no lock, no allocation).
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            fork_end_child();
+            drop(own);
+            let failing = FAILING.load(Ordering::SeqCst) != 0;
+            let forking = FORKING.load(Ordering::SeqCst) != 0;
+            // SAFETY: ends the child.
+            unsafe { libc::_exit(i32::from(failing) | i32::from(forking) << 1) };
+        }
+        FORKING.fetch_sub(1, Ordering::SeqCst);
+        FAILING.fetch_sub(1, Ordering::SeqCst);
+        fork_end();
+        drop(own);
+        assert!(pid > 0);
+        let mut st = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(libc::WIFEXITED(st), "{st:#x}");
+        assert_eq!(libc::WEXITSTATUS(st), 0, "1: FAILING, 2: FORKING not 0");
     }
 }
