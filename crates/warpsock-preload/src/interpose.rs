@@ -627,11 +627,27 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     }
 }
 
-/// Every kind's exit handler (`kinds`: [`KINDS`]), each told what the
-/// exit runs over, found once before the first runs: the same for every
-/// kind whatever their order (review r26-d item 6).
-pub(crate) fn exit_kinds(kinds: &[&dyn Kind]) {
+/// What `exit` runs over ([`crate::shim::guard::ExitOver::now`]), found
+/// once, before the stdio flush and every kind's exit handler; over a
+/// call's sleep that holds no lock, that sleep's wait (it never comes
+/// back) given back first (`xsock::census::abandon_wait`: its socket
+/// read and driven again), once, so that the stdio streams' flush
+/// ([`stdio::flush_at_exit`]) and the kinds' closes may use it (review
+/// r27-b item 1: the stdio flush kept its own test, the guard, and
+/// skipped every stream over such a sleep).
+pub(crate) fn exit_over() -> crate::shim::guard::ExitOver {
     let over = crate::shim::guard::ExitOver::now();
+    if let crate::shim::guard::ExitOver::Sleep(slept) = over {
+        crate::xsock::abandon_wait_at_exit(slept);
+    }
+    over
+}
+
+/// Every kind's exit handler (`kinds`: [`KINDS`]), each told what the
+/// exit runs over (`over`: [`exit_over`]), found once before the first
+/// runs: the same for every kind whatever their order (review r26-d item
+/// 6).
+pub(crate) fn exit_kinds(kinds: &[&dyn Kind], over: crate::shim::guard::ExitOver) {
     for k in kinds {
         k.at_exit(over);
     }

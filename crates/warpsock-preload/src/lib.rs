@@ -370,10 +370,13 @@ mod init {
         // child's thread is its parent's.)
         crate::shim::sys::no_cancel();
         let _ = std::panic::catch_unwind(|| {
-            // The library's stdio streams' tails, while their sockets are
-            // open (`interpose::stdio`).
-            crate::interpose::stdio::flush_at_exit();
-            crate::interpose::exit_kinds(KINDS);
+            // What the exit runs over, once for the stdio flush and every
+            // kind (a sleep's wait given back first); then the library's
+            // stdio streams' tails, while their sockets are open
+            // (`interpose::stdio`).
+            let over = crate::interpose::exit_over();
+            crate::interpose::stdio::flush_at_exit(over);
+            crate::interpose::exit_kinds(KINDS, over);
         });
     }
 

@@ -267,6 +267,18 @@ fn an_exit_over_a_poll_or_after_a_jump_out_of_it_closes_every_socket() {
     }
 }
 
+/// A SIGTERM handler's `exit` over the main thread's `poll` while a stdio
+/// stream (`fdopen` of a DDP socket) holds the whole tail in its buffer
+/// (`sleep_stdio`): the exit flushes the stream before the sockets
+/// close, and the peer reads the whole tail, then 0, as over TCP (review
+/// r27-b item 1). Fails (the peer reads 0 bytes, then 0) with the stdio
+/// exit flush skipping every stream inside the library.
+#[test]
+fn an_exit_over_a_poll_flushes_the_librarys_stdio_streams() {
+    run_sig_linger("sleep_stdio", false, 30_000);
+    run_sig_linger("sleep_stdio", true, 30_000);
+}
+
 /// A SIGTERM handler's `_exit` over the main thread's send asleep out of
 /// credits (`sleep_sendnow`), a sleep that holds no lock: `_exit`'s flush
 /// runs (before, none inside the library), the send's wait given back

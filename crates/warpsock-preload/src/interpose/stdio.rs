@@ -25,7 +25,7 @@
 use libc::{c_char, c_int, c_void, size_t, ssize_t, FILE};
 
 use crate::shim::fdtable;
-use crate::shim::guard::busy;
+use crate::shim::guard::{self, busy, ExitOver};
 use crate::shim::real;
 use crate::shim::sys::{self, set_errno};
 use std::collections::BTreeSet;
@@ -139,6 +139,25 @@ fn cookie_fd(cookie: *mut c_void) -> c_int {
     unsafe { (*cookie.cast::<Stream>()).fd }
 }
 
+thread_local! {
+    /// The cookie whose read or write callback this thread is inside (0:
+    /// none): the exit flush ([`flush_streams`]) skips that stream — its
+    /// lock is this thread's (`ftrylockfile` succeeds again), and a flush
+    /// of its half-written buffer would send its prefix twice (review r27-b
+    /// item 1). A `const` `Cell`: a signal handler's access allocates
+    /// nothing.
+    static IN_COOKIE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` marked as inside `cookie`'s callback ([`IN_COOKIE`]), the
+/// previous mark put back after.
+fn in_cookie<R>(cookie: *mut c_void, f: impl FnOnce() -> R) -> R {
+    let prev = IN_COOKIE.with(|c| c.replace(cookie as usize));
+    let r = f();
+    IN_COOKIE.with(|c| c.set(prev));
+    r
+}
+
 /// A stream's read: the interposed `read`.
 unsafe extern "C-unwind" fn cookie_read(
     cookie: *mut c_void,
@@ -146,7 +165,9 @@ unsafe extern "C-unwind" fn cookie_read(
     len: size_t,
 ) -> ssize_t {
     // SAFETY: glibc's buffer of `len` bytes.
-    unsafe { super::io::read(cookie_fd(cookie), buf.cast(), len) }
+    in_cookie(cookie, || unsafe {
+        super::io::read(cookie_fd(cookie), buf.cast(), len)
+    })
 }
 
 /// A stream's write: the interposed `write` until every byte is taken or
@@ -179,6 +200,17 @@ unsafe extern "C-unwind" fn cookie_write(
         return 0;
     }
     let late = LATE.load(Ordering::Acquire);
+    in_cookie(cookie, || {
+        // SAFETY: as the caller's.
+        unsafe { write_all(cookie, buf, len, late) }
+    })
+}
+
+/// [`cookie_write`]'s loop: `len` bytes at `buf` to `cookie`'s socket.
+///
+/// # Safety
+/// `cookie` is a live cookie; `buf` holds `len` bytes.
+unsafe fn write_all(cookie: *mut c_void, buf: *const c_char, len: size_t, late: bool) -> ssize_t {
     let mut done = 0;
     while done < len {
         let (fd, p) = (cookie_fd(cookie), buf.wrapping_add(done).cast());
@@ -342,19 +374,32 @@ pub unsafe extern "C-unwind" fn freopen64(
 /// so is every stream if the list's lock is not had within about 2 ms
 /// ([`streams_trying`]): glibc's flush of those comes after, and fails
 /// quietly ([`LATE`], [`cookie_write`]).
-pub(crate) fn flush_at_exit() {
-    flush_streams();
+///
+/// `over`: what the exit runs over (`interpose::exit_over`, found before
+/// this flush). Over a stretch of a call that may hold a lock, nothing
+/// (the flush's writes would wait on it; left to glibc). Over a call's
+/// sleep that holds none (a signal handler's `exit` over a `poll`, a
+/// blocking receive past its first slice, a send's wait for credits; its
+/// wait given back), the streams are flushed with the guard cleared
+/// ([`guard::outside`]), so that their writes reach the library: before,
+/// this flush skipped every stream there while the kinds closed the
+/// sockets as from outside, and glibc's late flush lost the tails (review
+/// r27-b item 1). A stream whose callback this thread is inside
+/// ([`IN_COOKIE`]) is skipped.
+pub(crate) fn flush_at_exit(over: ExitOver) {
+    match over {
+        ExitOver::Locks => {}
+        ExitOver::Nothing => flush_streams(),
+        ExitOver::Sleep(_) => guard::outside(flush_streams),
+    }
     LATE.store(true, Ordering::Release);
 }
 
 /// [`flush_at_exit`]'s flushes: this process's streams (a forked child's
-/// list holds its parent's too, [`fork_child`]: skipped here).
+/// list holds its parent's too, [`fork_child`]: skipped here), but the
+/// one whose callback this thread is inside ([`IN_COOKIE`]).
 fn flush_streams() {
-    // An exit from inside library code: the writes would not be the
-    // library's (`guard`); left to glibc.
-    if busy() {
-        return;
-    }
+    let inside = IN_COOKIE.with(|c| c.get());
     let Some(streams) = streams_trying() else {
         return;
     };
@@ -364,7 +409,7 @@ fn flush_streams() {
         // SAFETY: a live cookie (removed from the list, under its lock,
         // before it is freed).
         let (f, pid) = unsafe { ((*(c as *const Stream)).file, (*(c as *const Stream)).pid) };
-        if pid != me {
+        if pid != me || c == inside {
             continue;
         }
         // SAFETY: `f` is open (its close takes the list's lock first).

@@ -274,6 +274,23 @@ pub(crate) fn exit_over_held_locks() -> bool {
     busy() && !warpsock_engine::asleep::asleep()
 }
 
+/// Runs `f` with the guard cleared, set again after (also if `f`
+/// panics): `f`'s calls of interposed functions reach the library as the
+/// program's would. For an exit over a call's sleep that holds no lock
+/// ([`ExitOver::Sleep`], its wait given back): the stdio exit flush's
+/// writes (`interpose::stdio::flush_at_exit`; review r27-b item 1).
+pub(crate) fn outside<R>(f: impl FnOnce() -> R) -> R {
+    struct Set<'a>(&'a Cell<bool>, bool);
+    impl Drop for Set<'_> {
+        fn drop(&mut self) {
+            self.0.set(self.1);
+        }
+    }
+    let flag: &Cell<bool> = flag::get();
+    let _set = Set(flag, flag.replace(false));
+    f()
+}
+
 /// What an exit's handler ran over, found once for every kind before any
 /// of them runs ([`ExitOver::now`], `Kind::at_exit`): finding it takes the
 /// sleep's mark ([`warpsock_engine::asleep::abandon`]), so a kind that
@@ -420,19 +437,25 @@ mod tests {
         for kinds in [[&a as &dyn Kind, &b], [&b, &a]] {
             let over_sleep = told(&kinds, &|k| {
                 enter((), || {
-                    warpsock_engine::asleep::unlocked(|| crate::interpose::exit_kinds(k));
+                    warpsock_engine::asleep::unlocked(|| {
+                        crate::interpose::exit_kinds(k, ExitOver::now())
+                    });
                 });
             });
             assert_eq!(over_sleep.len(), 2);
             for (_, over) in &over_sleep {
                 assert!(matches!(over, ExitOver::Sleep(_)), "{over_sleep:?}");
             }
-            let over_locks = told(&kinds, &|k| enter((), || crate::interpose::exit_kinds(k)));
+            let over_locks = told(&kinds, &|k| {
+                enter((), || crate::interpose::exit_kinds(k, ExitOver::now()))
+            });
             assert!(
                 over_locks.iter().all(|(_, o)| *o == ExitOver::Locks),
                 "{over_locks:?}"
             );
-            let outside = told(&kinds, &|k| crate::interpose::exit_kinds(k));
+            let outside = told(&kinds, &|k| {
+                crate::interpose::exit_kinds(k, ExitOver::now())
+            });
             assert!(
                 outside.iter().all(|(_, o)| *o == ExitOver::Nothing),
                 "{outside:?}"

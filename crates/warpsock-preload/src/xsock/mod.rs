@@ -640,11 +640,10 @@ impl Kind for Ddp {
         // over a sleep that holds none (a blocking receive's, a send's
         // wait for credits, `poll`, `raise(SIGPIPE)`: review r26-a item
         // 1), the closes as from outside — the sleep's wait, which never
-        // comes back, first lets its socket be read and driven again.
-        match over {
-            ExitOver::Locks => return exit_interrupted(bound),
-            ExitOver::Sleep(slept) => census::abandon_wait(slept),
-            ExitOver::Nothing => {}
+        // comes back, first lets its socket be read and driven again
+        // (`interpose::exit_over`, before the stdio flush).
+        if over == ExitOver::Locks {
+            return exit_interrupted(bound);
         }
         // The sockets the program left open are closed as its `close`
         // would (`census::ExitCloses`): their bytes and end of stream
@@ -698,6 +697,14 @@ impl Kind for Ddp {
     fn needs_hooks(&self) -> bool {
         true
     }
+}
+
+/// An `exit` over a sleep of this thread's call that holds no lock
+/// (`interpose::exit_over`): the socket it waited on is read and driven
+/// again ([`census::abandon_wait`]), before the stdio flush and the
+/// closes.
+pub(crate) fn abandon_wait_at_exit(slept: warpsock_engine::asleep::Slept) {
+    census::abandon_wait(slept);
 }
 
 /// The exit entered inside the library (the guard set: a signal handler's

@@ -80,6 +80,14 @@
  *     sleeps in pause() until the SIGTERM whose handler calls exit(7),
  *     over no call of the library: that exit holds no lock and must close
  *     the sockets as from outside (review r26-d item 3).
+ *   ddpexitsig sleep_stdio [plain]
+ *     As sleep_poll, the tail written to the second connection through a
+ *     stdio stream (fdopen, a buffer larger than the tail, no fflush):
+ *     the SIGTERM handler's exit over the poll must flush that stream
+ *     before the sockets close, as glibc's exit does over TCP; the second
+ *     peer reads the whole tail, then 0 (review r27-b item 1: the
+ *     library's stdio flush skipped every stream over a sleep, and the
+ *     tail was lost, a clean end after nothing).
  * Each writer must end within LIMIT_MS with status 7; one that does not
  * is killed (SIGKILL, by its pid) and the run fails: exit 0 if every
  * writer ended so. */
@@ -100,6 +108,8 @@ static int plain;
 static const char *mode;
 /* faultnow, spinnow: the handlers call _exit, not exit. */
 static int exit_now;
+/* sleep_stdio: the tail goes through a stdio stream. */
+static int stdio_mode;
 
 static void exit_7(int sig) {
     (void)sig;
@@ -416,7 +426,17 @@ static void sleep_writer(int c1, int c2, int sent, int how) {
     static char b[TAIL];
     for (long i = 0; i < TAIL; i++) b[i] = pat(i);
     long total = 0;
-    for (;;) {
+    if (stdio_mode) {
+        /* The whole tail in the stream's buffer, none of it sent. */
+        FILE *f = fdopen(c2, "w");
+        CHECK(f != NULL);
+        static char fb[2 * TAIL];
+        CHECK(setvbuf(f, fb, _IOFBF, sizeof fb) == 0);
+        CHECK(fwrite(b, 1, TAIL, f) == TAIL);
+        total = TAIL;
+        CHECK(write(sent, &total, sizeof total) == (ssize_t)sizeof total);
+    }
+    while (!stdio_mode) {
         /* Every send starts at the stream's offset modulo the pattern. */
         long off = total % 251;
         ssize_t n = send(c2, b + off, 16384, send_mode ? 0 : MSG_DONTWAIT);
@@ -657,8 +677,9 @@ int main(int argc, char **argv) {
     }
     if (strncmp(mode, "sleep_", 6) == 0 || strcmp(mode, "jump_poll") == 0) {
         exit_now = strcmp(mode, "sleep_sendnow") == 0;
+        stdio_mode = strcmp(mode, "sleep_stdio") == 0;
         int how = strcmp(mode, "sleep_send") == 0 || exit_now ? SLEEP_SEND
-                  : strcmp(mode, "sleep_poll") == 0 ? SLEEP_POLL
+                  : strcmp(mode, "sleep_poll") == 0 || stdio_mode ? SLEEP_POLL
                   : strcmp(mode, "jump_poll") == 0  ? JUMP_POLL
                                                     : SLEEP_RECV;
         CHECK(how != SLEEP_RECV || strcmp(mode, "sleep_recv") == 0);
