@@ -284,9 +284,13 @@ fn an_exit_over_a_poll_flushes_the_librarys_stdio_streams() {
 /// runs (before, none inside the library), the send's wait given back
 /// first, so it reads the peer's credits and ends with the send buffer's
 /// bytes gone (the test build's line), within the run's limit although
-/// `WARPSOCK_LINGER_MS` is longer (review r26-d item 5). Fails with no
-/// flush inside the library (no line), and hangs with the wait not given
-/// back (the flush's bound runs out past the limit).
+/// `WARPSOCK_LINGER_MS` is longer (review r26-d item 5); the peer reads,
+/// in order, at least every byte the sends returned for, then 0 (or, in
+/// DDP mode, `ECONNRESET`: the kernel's answer to credits that meet the
+/// closed socket; review r27-b item 3). Fails with no flush inside the
+/// library (no line), hangs with the wait not given back (the flush's
+/// bound runs out past the limit), and fails with a flush that gives up
+/// at once (the peer reads a short stream).
 #[test]
 fn an_underscore_exit_over_a_lock_free_sleep_flushes_the_send_buffers() {
     run_sig_linger("sleep_sendnow", false, 30_000);
