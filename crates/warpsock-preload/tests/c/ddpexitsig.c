@@ -482,6 +482,16 @@ static long pid_syscall(pid_t pid) {
     return end == buf ? -1 : nr;
 }
 
+/* Whether nr is the system call pause() sleeps in: pause on x86-64;
+ * rt_sigsuspend where the kernel has no pause (asm-generic: aarch64),
+ * glibc's pause there. */
+static int is_pause(long nr) {
+#ifdef SYS_pause
+    if (nr == SYS_pause) return 1;
+#endif
+    return nr == SYS_rt_sigsuspend;
+}
+
 /* Whether pid's main thread sleeps where a blocking receive (or a send,
  * a poll: how) does: over TCP in the call itself; in DDP mode in the
  * library's poll or epoll, where a wait sleeps past its first slice (the
@@ -549,11 +559,14 @@ static int sleepy(int how) {
      * after at least one send returned. */
     long total = 0;
     CHECK(read(sent[0], &total, sizeof total) == (ssize_t)sizeof total);
-    while (!pid_asleep(w, how)) sched_yield();
+    /* Each wait bounded by LIMIT_MS (a writer that died reads -1 for
+     * ever): past it the run goes on, and fails below. */
+    long end = now_ms() + LIMIT_MS;
+    while (!pid_asleep(w, how) && now_ms() < end) sched_yield();
     if (how == JUMP_POLL) {
         /* Out of the poll by the handler's siglongjmp, into pause(). */
         CHECK(kill(w, SIGUSR1) == 0);
-        while (pid_syscall(w) != SYS_pause) sched_yield();
+        while (!is_pause(pid_syscall(w)) && now_ms() < end) sched_yield();
     }
     CHECK(kill(w, SIGTERM) == 0);
     CHECK(write(go[1], "g", 1) == 1);
