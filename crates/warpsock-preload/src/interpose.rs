@@ -669,15 +669,17 @@ fn exit_flush(over: crate::shim::guard::ExitOver) {
     });
 }
 
-/// Whether `_exit` flushes (`exit_flush`), and over what: not over a
-/// stretch of a call that may hold a lock (a signal handler's `_exit`
-/// there: the flush would wait on that lock); over a call's sleep that
-/// holds none, yes (review r26-d item 5; before, any `_exit` inside the
-/// library skipped it), the sleep's mark left as it is (a vforked
-/// child's is its parent's thread's).
-fn exit_flush_over() -> Option<crate::shim::guard::ExitOver> {
-    let over = crate::shim::guard::ExitOver::seen();
-    (over != crate::shim::guard::ExitOver::Locks).then_some(over)
+/// What `_exit`'s flush (`exit_flush`) runs over, the sleep's mark left
+/// as it is (a vforked child's is its parent's thread's). Each kind's
+/// flush keeps to what is safe there: over a call's sleep that holds no
+/// lock, as from outside (review r26-d item 5); over a stretch of a call
+/// that may hold a lock (a signal handler's `_exit` there, including the
+/// first slice of every blocking receive), only a wait with every lock
+/// tried and nothing allocated, or nothing (review r27-b item 2: before,
+/// no kind flushed there, and the bytes a send had returned for were
+/// lost or not by the timing of the signal).
+fn exit_flush_over() -> crate::shim::guard::ExitOver {
+    crate::shim::guard::ExitOver::seen()
 }
 
 /// Every kind's flush before exec, then the demotion of inherited managed
@@ -747,9 +749,8 @@ fn same_inode(a: c_int, b: c_int) -> bool {
 /// or vforked child exits at once (see `Kind::exit_flush`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    if let Some(over) = exit_flush_over() {
-        enter((), || exit_flush(over));
-    }
+    let over = exit_flush_over();
+    enter((), || exit_flush(over));
     real::exit_now(false, status)
 }
 
@@ -757,9 +758,8 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
 #[allow(non_snake_case)]
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
-    if let Some(over) = exit_flush_over() {
-        enter((), || exit_flush(over));
-    }
+    let over = exit_flush_over();
+    enter((), || exit_flush(over));
     real::exit_now(true, status)
 }
 

@@ -279,6 +279,19 @@ fn an_exit_over_a_poll_flushes_the_librarys_stdio_streams() {
     run_sig_linger("sleep_stdio", true, 30_000);
 }
 
+/// A SIGSEGV handler's `_exit` over a receive's copy that faulted under
+/// the socket's lock (`faultnow_tail`), a stretch that may hold a lock as
+/// the first 10 ms slice of every blocking receive is, with a tail
+/// buffered on a second connection: `_exit` waits for those bytes with
+/// every lock only tried, and the peer reads, in order, at least every
+/// byte the sends returned for (review r27-b item 2). Fails with no
+/// flush over such a stretch (the peer reads the credits' worth only).
+#[test]
+fn an_underscore_exit_over_a_locked_stretch_flushes_the_send_buffers() {
+    run_sig_linger("faultnow_tail", false, 30_000);
+    run_sig_linger("faultnow_tail", true, 30_000);
+}
+
 /// A SIGTERM handler's `_exit` over the main thread's send asleep out of
 /// credits (`sleep_sendnow`), a sleep that holds no lock: `_exit`'s flush
 /// runs (before, none inside the library), the send's wait given back

@@ -267,8 +267,9 @@ pub(crate) trait Kind: Sync {
     fn at_exit(&self, _over: super::guard::ExitOver) {}
 
     /// From `_exit`/`_Exit` (no exit handlers run), made over `over`
-    /// ([`super::guard::ExitOver::seen`]: the sleep's mark left), never
-    /// over a stretch that may hold locks.
+    /// ([`super::guard::ExitOver::seen`]: the sleep's mark left). Over a
+    /// stretch that may hold locks ([`super::guard::ExitOver::Locks`])
+    /// every lock only tried and nothing allocated, or nothing.
     fn exit_flush(&self, _over: super::guard::ExitOver) {}
 }
 

@@ -130,7 +130,12 @@ impl Kind for Udp {
     /// never sent, so nothing is sent twice); a vforked child shares the
     /// parent's memory and is told apart by its pid: it neither waits nor
     /// prints.
-    fn exit_flush(&self, _over: crate::shim::guard::ExitOver) {
+    fn exit_flush(&self, over: crate::shim::guard::ExitOver) {
+        // Over a stretch that may hold a lock: nothing (the linger takes
+        // the reactor's locks and allocates, as at `exit`).
+        if over == crate::shim::guard::ExitOver::Locks {
+            return;
+        }
         let cfg = config::get();
         if !cfg.enabled && !cfg.stats {
             return;

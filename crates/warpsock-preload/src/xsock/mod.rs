@@ -681,11 +681,31 @@ impl Kind for Ddp {
         // r26-d item 5); only in the process that switched the sockets (a
         // vforked child's memory is its parent's, whose handler may go
         // back to that sleep; a forked child's sockets are not its own).
-        if let crate::shim::guard::ExitOver::Sleep(slept) = over {
-            if !census::owns_sockets() {
+        //
+        // Over a stretch that may hold a lock (a handler's `_exit` there,
+        // among them the first 10 ms slice of every blocking receive), the
+        // bytes-only wait of `exit_interrupted`, every lock tried and
+        // nothing allocated, but without its `exit_begins` (`_exit` closes
+        // nothing): before, nothing, and a response's tail a send had
+        // returned for was lost if the signal came within those 10 ms
+        // (review r27-b item 2). Only in the process that switched the
+        // sockets, as below.
+        use crate::shim::guard::ExitOver;
+        if over != ExitOver::Nothing && !census::owns_sockets() {
+            return;
+        }
+        match over {
+            ExitOver::Locks => {
+                let _idle =
+                    linger::linger_buffered(config::get().linger, census::engine_backlogs_trying);
+                #[cfg(feature = "test-hooks")]
+                crate::shim::hooks::exit_flushed(_idle);
+                let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
+                census::reset_backlogged_trying();
                 return;
             }
-            census::abandon_wait(slept);
+            ExitOver::Sleep(slept) => census::abandon_wait(slept),
+            ExitOver::Nothing => {}
         }
         let _idle = linger::linger_buffered(config::get().linger, census::engine_backlogs);
         #[cfg(feature = "test-hooks")]

@@ -89,6 +89,16 @@
  *     peer reads the whole tail, then 0 (review r27-b item 1: the
  *     library's stdio flush skipped every stream over a sleep, and the
  *     tail was lost, a clean end after nothing).
+ *   ddpexitsig faultnow_tail [plain]
+ *     As sleep_recv, the writer's receive on its first connection the
+ *     fault mode's (the first peer sends 8 B first), its SIGSEGV handler
+ *     saying so on a pipe and calling _exit(7): in DDP mode an _exit over
+ *     a stretch that holds a lock (the socket's, the copy's), as a
+ *     handler's over the first 10 ms of a blocking receive. The second
+ *     peer starts reading once the handler said so: it must read at least
+ *     every byte the writer's sends returned for, in order, then 0 (or,
+ *     in DDP mode, ECONNRESET: see sleep_sendnow) (review r27-b item 2:
+ *     the _exit flushed nothing there, the buffered tail lost).
  * Each writer must end within LIMIT_MS with status 7; one that does not
  * is killed (SIGKILL, by its pid) and the run fails: exit 0 if every
  * writer ended so. */
@@ -111,9 +121,12 @@ static const char *mode;
 static int exit_now;
 /* sleep_stdio: the tail goes through a stdio stream. */
 static int stdio_mode;
+/* faultnow_tail: the handler writes a byte here before its _exit. */
+static int fault_told = -1;
 
 static void exit_7(int sig) {
     (void)sig;
+    if (fault_told >= 0) CHECK(write(fault_told, "f", 1) == 1);
     if (exit_now) _exit(7);
     exit(7);
 }
@@ -367,6 +380,9 @@ static int wake(int poll_mode) {
 
 #define TAIL (256 * 1024)
 
+/* The sleep modes' ways to sleep on the first connection. */
+enum { SLEEP_RECV, SLEEP_SEND, SLEEP_POLL, JUMP_POLL, FAULT_RECV };
+
 /* The pattern's byte at offset i of the stream. */
 static char pat(long i) { return (char)(i % 251); }
 
@@ -393,8 +409,9 @@ static void sleep_reader(int s, int go, int out) {
 
 /* The sleep modes' first peer: reads s to its end, then closes it;
  * writes that read's result and errno on out. */
-static void sleep_closer(int s, int out) {
+static void sleep_closer(int s, int out, int how) {
     if (!plain) ddp_mode(s);
+    if (how == FAULT_RECV) CHECK(write(s, "8 bytes!", 8) == 8);
     char b[256];
     ssize_t n;
     while ((n = read(s, b, sizeof b)) > 0) {
@@ -404,9 +421,6 @@ static void sleep_closer(int s, int out) {
     CHECK(write(out, r, sizeof r) == (ssize_t)sizeof r);
     for (;;) pause();
 }
-
-/* The sleep modes' ways to sleep on the first connection. */
-enum { SLEEP_RECV, SLEEP_SEND, SLEEP_POLL, JUMP_POLL };
 
 static sigjmp_buf jump_env;
 
@@ -446,6 +460,12 @@ static void sleep_writer(int c1, int c2, int sent, int how) {
         total += n;
         CHECK(write(sent, &total, sizeof total) == (ssize_t)sizeof total);
         if (!send_mode && total >= TAIL) break;
+    }
+    if (how == FAULT_RECV) {
+        on(SIGSEGV);
+        on(SIGBUS);
+        fault_recv(c1);
+        exit_7(0); /* over TCP: EFAULT, no signal */
     }
     if (how == SLEEP_POLL || how == JUMP_POLL) {
         struct sigaction sa;
@@ -530,7 +550,7 @@ static int sleepy(int how) {
         close(s2);
         close(alive[1]);
         close(sent[1]);
-        sleep_closer(s1, out1[1]);
+        sleep_closer(s1, out1[1], how);
     }
     pid_t p2 = fork();
     CHECK(p2 >= 0);
@@ -544,17 +564,22 @@ static int sleepy(int how) {
     }
     close(s1);
     close(s2);
+    int faulted[2];
+    CHECK(pipe(faulted) == 0);
     pid_t w = fork();
     CHECK(w >= 0);
     if (w == 0) {
         close(alive[0]);
         close(sent[0]);
+        close(faulted[0]);
+        if (how == FAULT_RECV) fault_told = faulted[1];
         sleep_writer(c1, c2, sent[1], how);
     }
     close(c1);
     close(c2);
     close(alive[1]);
     close(sent[1]);
+    close(faulted[1]);
     /* The writer's main thread (tid w) sleeps in its recv (or send),
      * after at least one send returned. */
     long total = 0;
@@ -562,13 +587,18 @@ static int sleepy(int how) {
     /* Each wait bounded by LIMIT_MS (a writer that died reads -1 for
      * ever): past it the run goes on, and fails below. */
     long end = now_ms() + LIMIT_MS;
-    while (!pid_asleep(w, how) && now_ms() < end) sched_yield();
+    if (how == FAULT_RECV) {
+        /* The writer's SIGSEGV handler said so (or the writer ended). */
+        struct pollfd fp = {faulted[0], POLLIN, 0};
+        CHECK(poll(&fp, 1, LIMIT_MS) >= 0);
+    }
+    while (how != FAULT_RECV && !pid_asleep(w, how) && now_ms() < end) sched_yield();
     if (how == JUMP_POLL) {
         /* Out of the poll by the handler's siglongjmp, into pause(). */
         CHECK(kill(w, SIGUSR1) == 0);
         while (!is_pause(pid_syscall(w)) && now_ms() < end) sched_yield();
     }
-    CHECK(kill(w, SIGTERM) == 0);
+    if (how != FAULT_RECV) CHECK(kill(w, SIGTERM) == 0);
     CHECK(write(go[1], "g", 1) == 1);
     struct pollfd pf = {alive[0], POLLIN, 0};
     int n = poll(&pf, 1, LIMIT_MS);
@@ -622,6 +652,7 @@ static int sleepy(int how) {
             printf("ddpexitsig %s%s: %ld bytes sent before the signal, %ld read, then 0\n",
                    mode, plain ? " plain" : "", total, r2[0]);
     }
+    close(faulted[0]);
     kill(p1, SIGKILL);
     kill(p2, SIGKILL);
     CHECK(waitpid(p1, NULL, 0) == p1 && waitpid(p2, NULL, 0) == p2);
@@ -708,6 +739,10 @@ int main(int argc, char **argv) {
                                                     : SLEEP_RECV;
         CHECK(how != SLEEP_RECV || strcmp(mode, "sleep_recv") == 0);
         return sleepy(how);
+    }
+    if (strcmp(mode, "faultnow_tail") == 0) {
+        exit_now = 1;
+        return sleepy(FAULT_RECV);
     }
     exit_now = strcmp(mode, "faultnow") == 0 || strcmp(mode, "spinnow") == 0;
     int spin_mode = strcmp(mode, "spin") == 0 || strcmp(mode, "spinnow") == 0;
