@@ -111,12 +111,17 @@ impl Drop for Restore {
 
 /// Runs `f`, code that may take the library's locks, marked as in no
 /// sleep; the mark from before is put back when it ends (normally or by a
-/// panic). For code that runs over a marked sleep of its own thread: a
-/// signal handler's call into the library (the sleep's mark still set,
-/// and an exit from a signal nested in that call would be taken for an
-/// exit over the sleep, which holds no lock), or a call after a
-/// `siglongjmp` out of a marked sleep (its mark never put back: review
-/// r26-d item 3). Not itself a mark of sleep; the owner is cleared too.
+/// panic). For library code that runs over a marked sleep of its own
+/// thread: an exit's flush or closes from a signal handler over that
+/// sleep (the sleep's mark still set, and an exit from a signal nested in
+/// that code would be taken for an exit over the sleep, which holds no
+/// lock), or after a `siglongjmp` out of a marked sleep (its mark never
+/// put back: review r26-d item 3); the program's own calls there reach
+/// no library code (the preload passes a call made inside the library to
+/// the real function). Not itself a mark of sleep; the owner is cleared
+/// too: a sleep inside `f` marks itself alone, and an exit over it gives
+/// back only that sleep's wait, not the outer one's (review r27-b item
+/// 5).
 #[inline]
 pub fn awake<R>(f: impl FnOnce() -> R) -> R {
     let prev = MARK.with(|c| c.replace(NONE));

@@ -336,15 +336,20 @@ impl ExitOver {
 /// Runs library code under the guard and the panic boundary: returns `f`'s
 /// value, or `err` with errno `EIO` if it panicked.
 ///
-/// Nested (the guard already set: a signal handler's call over a call of
-/// its thread, or any call after a `siglongjmp` out of one, which left
-/// the guard set and, out of a sleep, that sleep's mark), `f` runs marked
-/// as in no sleep ([`warpsock_engine::asleep::awake`]): `f` may take
-/// locks, and an exit from a signal over it must be taken as over a
-/// locked stretch ([`exit_over_held_locks`]), not over the sleep the
-/// mark names (review r26-d item 3). The mark is put back after: the
-/// sleep under a handler goes on; the one a `siglongjmp` left holds no
-/// lock either (the program's code runs there now). The outermost entry
+/// Nested (the guard already set), `f` runs marked as in no sleep
+/// ([`warpsock_engine::asleep::awake`]): `f` may take locks, and an exit
+/// from a signal over it must be taken as over a locked stretch
+/// ([`exit_over_held_locks`]), not over the sleep the mark names (review
+/// r26-d item 3). Only the library's own entries nest so — an exit's
+/// flush or closes from a signal handler over a call of the thread
+/// (`_exit`'s flush, `each_own_sock_as`), or after a `siglongjmp` out of
+/// one, which left the guard set and, out of a sleep, that sleep's mark;
+/// a drop of a socket's last reference there: the interposed functions
+/// themselves pass a call made while the guard is set to the real ones
+/// (`busy`), so neither a handler's call nor a call after a jump comes
+/// here (review r27-b item 6). The mark is put back after: the sleep
+/// under a handler goes on; the one a `siglongjmp` left holds no lock
+/// either (the program's code runs there now). The outermost entry
 /// costs nothing more (no mark can be set without the guard).
 pub(crate) fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
     let flag: &Cell<bool> = flag::get();
@@ -463,9 +468,11 @@ mod tests {
         }
     }
 
-    /// A call entered over a marked sleep of its thread (a handler's over
-    /// the interposed `poll`'s, or any after a `siglongjmp` out of it) is
-    /// one an exit must take as over held locks; the sleep's mark is back
+    /// Library code entered over a marked sleep of its thread (an exit's
+    /// flush or closes from a handler over the interposed `poll`'s, or
+    /// after a `siglongjmp` out of it; the interposed functions pass a
+    /// program's call there to the real ones) is code an exit must take
+    /// as over held locks; the sleep's mark is back
     /// once it returns, and after a panic in it (review r26-d item 3).
     /// Fails (`false` inside) with the nested entry's mark left as found.
     #[test]
