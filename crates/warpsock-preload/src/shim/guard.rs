@@ -443,7 +443,7 @@ mod tests {
             let over_sleep = told(&kinds, &|k| {
                 enter((), || {
                     warpsock_engine::asleep::unlocked(|| {
-                        crate::interpose::exit_kinds(k, ExitOver::now())
+                        crate::interpose::exit_kinds(k, ExitOver::now());
                     });
                 });
             });
@@ -452,14 +452,14 @@ mod tests {
                 assert!(matches!(over, ExitOver::Sleep(_)), "{over_sleep:?}");
             }
             let over_locks = told(&kinds, &|k| {
-                enter((), || crate::interpose::exit_kinds(k, ExitOver::now()))
+                enter((), || crate::interpose::exit_kinds(k, ExitOver::now()));
             });
             assert!(
                 over_locks.iter().all(|(_, o)| *o == ExitOver::Locks),
                 "{over_locks:?}"
             );
             let outside = told(&kinds, &|k| {
-                crate::interpose::exit_kinds(k, ExitOver::now())
+                crate::interpose::exit_kinds(k, ExitOver::now());
             });
             assert!(
                 outside.iter().all(|(_, o)| *o == ExitOver::Nothing),
