@@ -279,6 +279,18 @@ fn an_exit_over_a_poll_flushes_the_librarys_stdio_streams() {
     run_sig_linger("sleep_stdio", true, 30_000);
 }
 
+/// A SIGTERM handler's `exit` over a stdio stream's `fflush` asleep in
+/// the library's send out of credits (`sleep_stdio_send`, DDP mode only):
+/// the exit's stdio flush leaves alone the stream whose write callback
+/// the thread is inside (its lock is the thread's, and a second flush of
+/// its buffer would send the prefix again); the peer reads a prefix of
+/// the stream in order, then its end (review r27-b item 1). Fails
+/// (bytes out of order) with that stream flushed.
+#[test]
+fn an_exit_inside_a_streams_write_does_not_flush_it_again() {
+    run_sig_linger("sleep_stdio_send", true, 30_000);
+}
+
 /// A SIGSEGV handler's `_exit` over a receive's copy that faulted under
 /// the socket's lock (`faultnow_tail`), a stretch that may hold a lock as
 /// the first 10 ms slice of every blocking receive is, with a tail

@@ -188,6 +188,15 @@ unsafe extern "C-unwind" fn cookie_read(
 /// `EPIPE`), so is the stream's, with `EPIPE` and no `SIGPIPE`, without a
 /// call (the descriptor may be another by then): the child's `exit(0)`
 /// died of `SIGPIPE` (review r26-c item 3).
+///
+/// Also refused so (`EPIPE`, no call): a write of a stream whose write
+/// this thread is inside ([`IN_COOKIE`]: a signal handler's `exit` over
+/// that write, whose stream glibc's own exit flush, `_IO_cleanup`,
+/// flushes again without its lock) — its buffer's prefix would go out
+/// twice — and a late write made inside the library (the guard set: the
+/// exit ran over a call of this thread), which the library's `send`
+/// would pass to the real one, raw bytes on the DDP connection's TCP
+/// socket; a blocking one there hung the exit (review r27-b item 1).
 unsafe extern "C-unwind" fn cookie_write(
     cookie: *mut c_void,
     buf: *const c_char,
@@ -200,6 +209,10 @@ unsafe extern "C-unwind" fn cookie_write(
         return 0;
     }
     let late = LATE.load(Ordering::Acquire);
+    if IN_COOKIE.with(|c| c.get()) == cookie as usize || (late && busy()) {
+        set_errno(libc::EPIPE);
+        return 0;
+    }
     in_cookie(cookie, || {
         // SAFETY: as the caller's.
         unsafe { write_all(cookie, buf, len, late) }

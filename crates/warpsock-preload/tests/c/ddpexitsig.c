@@ -89,6 +89,15 @@
  *     peer reads the whole tail, then 0 (review r27-b item 1: the
  *     library's stdio flush skipped every stream over a sleep, and the
  *     tail was lost, a clean end after nothing).
+ *   ddpexitsig sleep_stdio_send
+ *     As sleep_send, the sends a stdio stream's (fdopen, an 8 MiB buffer,
+ *     fflush of 4 MiB): the SIGTERM handler's exit lands in the stream's
+ *     write (the library's send asleep out of credits, inside the
+ *     stream's write callback, the stream's lock held by this thread):
+ *     the exit flush must leave that stream alone (a second flush of its
+ *     buffer would send its prefix again); the second peer reads a prefix
+ *     of the stream, in order, then its end (DDP mode only: over TCP the
+ *     kernel may take 4 MiB without a sleep).
  *   ddpexitsig faultnow_tail [plain]
  *     As sleep_recv, the writer's receive on its first connection the
  *     fault mode's (the first peer sends 8 B first), its SIGSEGV handler
@@ -441,6 +450,18 @@ static void sleep_writer(int c1, int c2, int sent, int how) {
     static char b[TAIL];
     for (long i = 0; i < TAIL; i++) b[i] = pat(i);
     long total = 0;
+    if (stdio_mode == 2) {
+        /* 4 MiB in the stream's buffer, then its flush, which sleeps. */
+        FILE *f = fdopen(c2, "w");
+        CHECK(f != NULL);
+        static char fb[8 << 20];
+        CHECK(setvbuf(f, fb, _IOFBF, sizeof fb) == 0);
+        for (long t = 0; t < (4 << 20); t += 16384) CHECK(fwrite(b + t % 251, 1, 16384, f) == 16384);
+        CHECK(write(sent, &total, sizeof total) == (ssize_t)sizeof total);
+        fflush(f);
+        fprintf(stderr, "ddpexitsig %s: fflush returned\n", mode);
+        _exit(3);
+    }
     if (stdio_mode) {
         /* The whole tail in the stream's buffer, none of it sent. */
         FILE *f = fdopen(c2, "w");
@@ -625,6 +646,9 @@ static int sleepy(int how) {
         CHECK(read(out2[0], r2, sizeof r2) == (ssize_t)sizeof r2);
         CHECK(read(out1[0], r1, sizeof r1) == (ssize_t)sizeof r1);
         int short_ = send_mode ? r2[0] < total : r2[0] != total;
+        /* sleep_stdio_send: a prefix, not empty (the sleep began past
+         * the credits). */
+        if (stdio_mode == 2) short_ = r2[0] <= 0;
         if (exit_now) {
             /* _exit closes nothing: every byte the sends returned for,
              * in order, then over TCP the end (0); in DDP mode the
@@ -732,9 +756,11 @@ int main(int argc, char **argv) {
     }
     if (strncmp(mode, "sleep_", 6) == 0 || strcmp(mode, "jump_poll") == 0) {
         exit_now = strcmp(mode, "sleep_sendnow") == 0;
-        stdio_mode = strcmp(mode, "sleep_stdio") == 0;
-        int how = strcmp(mode, "sleep_send") == 0 || exit_now ? SLEEP_SEND
-                  : strcmp(mode, "sleep_poll") == 0 || stdio_mode ? SLEEP_POLL
+        stdio_mode = strcmp(mode, "sleep_stdio") == 0           ? 1
+                     : strcmp(mode, "sleep_stdio_send") == 0 ? 2
+                                                             : 0;
+        int how = strcmp(mode, "sleep_send") == 0 || exit_now || stdio_mode == 2 ? SLEEP_SEND
+                  : strcmp(mode, "sleep_poll") == 0 || stdio_mode == 1 ? SLEEP_POLL
                   : strcmp(mode, "jump_poll") == 0  ? JUMP_POLL
                                                     : SLEEP_RECV;
         CHECK(how != SLEEP_RECV || strcmp(mode, "sleep_recv") == 0);
