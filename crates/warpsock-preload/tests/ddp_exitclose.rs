@@ -178,12 +178,13 @@ fn an_exit_from_a_sigterm_handler_over_a_spinning_thread_ends() {
 
 /// The same two with the handlers calling `_exit`: the process ends with
 /// the handler's status, as over TCP. The interposed `_exit` makes its
-/// flush of the send buffers' and engines' bytes only outside the
-/// library (the guard not set) or over a call's sleep that holds no lock
-/// (`sleep_sendnow` below), so one over any other stretch of a call
-/// takes no lock and allocates nothing. Fails (the writer hangs until the
-/// program's limit) with the flush made over a call too: it waits on a
-/// lock the interrupted call holds.
+/// blocking flush of the send buffers' and engines' bytes only outside
+/// the library (the guard not set) or over a call's sleep that holds no
+/// lock (`sleep_sendnow` below); over any other stretch of a call its
+/// flush only tries each lock and allocates nothing (`faultnow_tail`
+/// below). Fails (the writer hangs until the program's limit) with the
+/// blocking flush made over such a stretch too: it waits on a lock the
+/// interrupted call holds.
 #[test]
 fn an_underscore_exit_from_a_handler_over_a_call_ends() {
     run_sig("faultnow", false);

@@ -19,9 +19,10 @@
  *     library in many rounds, outside in others.
  *   ddpexitsig faultnow|spinnow [plain]
  *     As fault and spin, the handler calling _exit(7): an _exit over a
- *     call of the library makes no flush (the interposed _exit looks at
- *     the guard; only over a sleep that holds no lock, sleep_sendnow,
- *     does it flush), so it ends as over TCP.
+ *     stretch of a call of the library that may hold a lock flushes with
+ *     every lock only tried and nothing allocated (faultnow_tail; over a
+ *     sleep that holds no lock, sleep_sendnow, as from outside), so it
+ *     ends as over TCP.
  *   ddpexitsig stopped [plain]
  *     As fault, in the writer's second thread, whose SIGSEGV handler says
  *     so and then waits for ever (the socket's lock held for good, in DDP
