@@ -111,3 +111,27 @@ fn an_exit_during_a_lingering_closes_hand_over_waits_for_it() {
         &[("WARPSOCK_LINGER_MS", "5000")],
     );
 }
+
+/// A signal handler that calls `exit(0)` and runs as a lingering close
+/// ends — its wait ended by another signal with bytes still in the send
+/// buffer; the test-hooks build sends the handler's signal
+/// (`WARPSOCK_TEST_LINGER_SIGNAL_AFTER`) before the close's mask is put
+/// back, where it runs — finds the close handed to the reaper, which
+/// sends on while the exit waits: the reader gets every byte, then 0,
+/// and the writer ends well within the exit's bound (`WARPSOCK_LINGER_MS`
+/// 20 s here; review r27-c item 1: the close was still the handler's
+/// thread's, and the exit waited that bound for it with nothing stepping
+/// it).
+#[test]
+fn an_exit_from_a_handler_as_a_lingering_close_ends_waits_for_the_reaper() {
+    run("sigexit", false);
+    let usr2 = libc::SIGUSR2.to_string();
+    run_with(
+        "sigexit",
+        Some(common::preload_so_with_hooks()),
+        &[
+            ("WARPSOCK_TEST_LINGER_SIGNAL_AFTER", &usr2),
+            ("WARPSOCK_LINGER_MS", "20000"),
+        ],
+    );
+}

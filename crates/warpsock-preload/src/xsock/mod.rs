@@ -743,6 +743,17 @@ fn exit_interrupted(bound: std::time::Duration) {
     let _ = linger::linger(bound, census::engine_backlogs_trying);
     let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
     census::reset_backlogged_trying();
+    // Then the reaper's closes still held, for the peers' FINs, one bound
+    // at most, as at an exit from outside (`ExitCloses::linger`): its
+    // thread needs no lock this one may hold. Ended under them, the
+    // engines' sockets closed with the peers' credits unread in their
+    // kernel's queue, which sends a reset (`tcp_close`'s
+    // `data_was_unread`): the peer lost the stream's tail (a handler's
+    // exit as a lingering close ends; review r27-c item 1).
+    let deadline = std::time::Instant::now() + bound;
+    while reaper::HELD.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+        sys::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 /// `setsockopt(SOL_WARPSOCK)` on a socket not in DDP mode.

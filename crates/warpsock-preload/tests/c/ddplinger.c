@@ -8,7 +8,7 @@
  * close (the kernel would have finished the close after it) killed the
  * reaper with the stream's tail still in the library (issue 12).
  *
- *   ddplinger drain|stuck|signal|cancel|early|gap [plain]
+ *   ddplinger drain|stuck|signal|cancel|early|gap|sigexit [plain]
  *     The writer (a child) sets SO_LINGER {1, N}, writes LEN bytes, says
  *     so, closes and then `_exit`s at once, after reporting the close's
  *     result and time. Its reader (the parent; a small receive buffer)
@@ -55,6 +55,21 @@
  *             never sent). The reader, which reads on only once the exit
  *             began, must get every byte, then 0. Plain: the same, the
  *             exit once the close returned, no time checked.
+ *     sigexit: as signal, with a TAIL of 96 KiB (bytes the close has
+ *             still to send when its wait ends), and a SIGUSR2
+ *             handler that writes "0 0 0" to the line and calls exit(0):
+ *             the library built with test-hooks sends the closing thread
+ *             WARPSOCK_TEST_LINGER_SIGNAL_AFTER (SIGUSR2) once the wait
+ *             ended, before the close's mask is put back, where the
+ *             handler runs (review r27-c item 1: the close was still this
+ *             thread's there, the exit waited for it with nothing stepping
+ *             it, then reset the peer). The reader, reading on, must get
+ *             every byte, then 0, then closes (the FIN the exit waits
+ *             for), and the writer must end within 10 s of its line
+ *             (WARPSOCK_LINGER_MS is 20 s: the exit waited that long
+ *             with nothing stepping its own close). Plain: the signal
+ *             after the close returned (the kernel sends the tail after
+ *             the exit).
  *     plain: no switch, both ends TCP (the comparison).
  * exit 0 if every check held. */
 #include "ddppair.h"
@@ -92,6 +107,16 @@ static int read_to(int fd, size_t *got, size_t want) {
 
 static void on_usr1(int sig) {
     (void)sig;
+}
+
+/* sigexit: the writer's line, then the exit, from a handler. */
+static int told_fd = -1;
+
+static void on_usr2_exit(int sig) {
+    (void)sig;
+    ssize_t k = write(told_fd, "0 0 0\n", 6);
+    (void)k;
+    exit(0);
 }
 
 static long ms_between(const struct timespec *a, const struct timespec *b) {
@@ -163,7 +188,7 @@ static void close_then_exit(int c, int told, int gap) {
 
 /* The writer (see the top): its close's result, errno and time in ms go
  * to `told` as one line, after a byte as the close begins. */
-static void writer(int c, int told, int secs, int cancel, int gap) {
+static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) {
     int big = 1 << 20;
     CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
     if (!plain) ddp_mode(c);
@@ -173,16 +198,22 @@ static void writer(int c, int told, int secs, int cancel, int gap) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_usr1;
     CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+    if (sigexit) {
+        told_fd = told;
+        sa.sa_handler = on_usr2_exit;
+        CHECK(sigaction(SIGUSR2, &sa, NULL) == 0);
+    }
     static unsigned char b[LEN];
     for (size_t i = 0; i < LEN; i++) b[i] = at(i);
     write_every(c, b, LEN);
     CHECK(write(told, "c", 1) == 1);
     if (gap >= 0) close_then_exit(c, told, gap);
     struct timespec t0, t1;
-    long ms;
+    long ms = 0;
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
     int r = cancel ? close_cancelled(c, &ms) : close(c);
     int e = errno;
+    if (sigexit && plain) raise(SIGUSR2);
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
     if (!cancel) ms = ms_between(&t0, &t1);
     char msg[64];
@@ -228,9 +259,10 @@ int main(int argc, char **argv) {
     const char *mode = argv[1];
     int drain = strcmp(mode, "drain") == 0, sig = strcmp(mode, "signal") == 0;
     int cancel = strcmp(mode, "cancel") == 0, early = strcmp(mode, "early") == 0;
-    int gap = strcmp(mode, "gap") == 0;
-    CHECK(drain || sig || cancel || early || gap || strcmp(mode, "stuck") == 0);
-    int secs = drain ? 5 : sig || cancel || early || gap ? 30 : 2;
+    int gap = strcmp(mode, "gap") == 0, sigexit = strcmp(mode, "sigexit") == 0;
+    CHECK(drain || sig || cancel || early || gap || sigexit || strcmp(mode, "stuck") == 0);
+    int secs = drain ? 5 : sig || cancel || early || gap || sigexit ? 30 : 2;
+    size_t tail = sigexit ? (size_t)96 << 10 : TAIL;
     /* gap: the hook's pipe, its write end named to the library. */
     int gp[2] = {-1, -1};
     if (gap) {
@@ -248,19 +280,19 @@ int main(int argc, char **argv) {
     if (w == 0) {
         close(s);
         close(told[0]);
-        writer(c, told[1], secs, cancel, gap ? gp[0] : -1);
+        writer(c, told[1], secs, cancel, gap ? gp[0] : -1, sigexit);
     }
     close(c);
     close(told[1]);
     if (!plain) ddp_mode(s);
     size_t got = 0;
-    CHECK(read_to(s, &got, LEN - TAIL) == 0);
+    CHECK(read_to(s, &got, LEN - tail) == 0);
     char b;
     CHECK(read(told[0], &b, 1) == 1 && b == 'c');
     /* (cancel, gap: the writer's own thread closes; its main thread
      * looks.) */
     int sleeps = cancel || gap || until_closing(w, told[0]);
-    if (sig || (early && plain)) {
+    if (sig || sigexit || (early && plain)) {
         CHECK(sleeps);
         CHECK(kill(w, SIGUSR1) == 0);
     }
@@ -272,11 +304,13 @@ int main(int argc, char **argv) {
     CHECK(n > 0);
     line[n] = 0;
     int r, err;
-    long ms;
+    long ms = 0;
     CHECK(sscanf(line, "%d %d %ld", &r, &err, &ms) == 3);
     struct timespec t0, t1;
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
     if (!drain) e = read_to(s, &got, 0);
+    /* sigexit: the reader's FIN, which the writer's exit waits for. */
+    if (sigexit) CHECK(close(s) == 0);
     int ws;
     CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
@@ -287,7 +321,13 @@ int main(int argc, char **argv) {
            e ? strerror(e) : "0");
     fflush(stdout);
     CHECK(r == 0);
-    if (gap) {
+    if (sigexit) {
+        /* The exit went on with the close handed over: every byte, 0,
+         * and the writer ended well within its bound (20 s). */
+        if (!plain) fprintf(stderr, "the writer ended %ld ms after its line\n", exit_ms);
+        CHECK(e == 0 && got == LEN);
+        CHECK(exit_ms < 10000);
+    } else if (gap) {
         /* The exit waited for the close handed over: every byte, then 0. */
         if (!plain) fprintf(stderr, "the writer ended %ld ms after its line\n", exit_ms);
         CHECK(e == 0 && got == LEN);

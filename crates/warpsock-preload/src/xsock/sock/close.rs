@@ -128,10 +128,20 @@ impl Drop for DdpSock {
             let begun = mask
                 .as_ref()
                 .and_then(|m| linger_close(&x, Duration::from_secs(linger_s as u64), m));
-            // The program's mask back (a signal that came meanwhile and
-            // did not end a wait is delivered now).
-            drop(mask);
+            #[cfg(feature = "test-hooks")]
+            if begun.is_some() {
+                signal_after_the_wait();
+            }
+            // Handed over before the program's mask is back: a signal that
+            // came meanwhile and did not end a wait is delivered at the
+            // mask's restore, and its handler may `exit` (or leave with
+            // `siglongjmp`). The close is the reaper's by then, stepped on
+            // while that exit waits for it; held by this frame, nothing
+            // stepped it, the exit waited its whole bound for this
+            // thread's own count, then reset the peer (and a `siglongjmp`
+            // left the count raised for good; review r27-c item 1).
             reaper::hand_over(x, how == CLOSED_ABORTIVE, begun);
+            drop(mask);
         };
         if busy() {
             close();
@@ -294,6 +304,22 @@ fn linger_close(x: &XSocket, bound: Duration, mask: &SignalsHeld) -> Option<(Clo
 #[cfg(feature = "test-hooks")]
 fn signal_before_the_wait() {
     let sig = std::env::var("WARPSOCK_TEST_LINGER_SIGNAL")
+        .ok()
+        .and_then(|v| v.trim().parse::<c_int>().ok());
+    if let Some(sig) = sig {
+        // SAFETY: a signal to the calling thread.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), sig) };
+    }
+}
+
+/// `WARPSOCK_TEST_LINGER_SIGNAL_AFTER`: the number of a signal the
+/// closing thread sends itself once its lingering close's wait ended,
+/// before the close is handed over and the program's mask put back: its
+/// handler runs at the mask's restore (`tests/ddp_linger.rs`'s sigexit
+/// case, whose handler calls `exit`).
+#[cfg(feature = "test-hooks")]
+fn signal_after_the_wait() {
+    let sig = std::env::var("WARPSOCK_TEST_LINGER_SIGNAL_AFTER")
         .ok()
         .and_then(|v| v.trim().parse::<c_int>().ok());
     if let Some(sig) = sig {
