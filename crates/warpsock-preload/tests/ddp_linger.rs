@@ -95,13 +95,15 @@ fn a_signal_before_a_lingering_closes_wait_ends_it() {
 
 /// A lingering close whose wait a signal ended before it was acknowledged
 /// stays counted while it hands itself to the reaper: an exit made then
-/// by another thread waits for it (the writer ends 500 ms or more after
-/// the exit began), and the reader gets every byte, then 0 (review r26-b
-/// item 3: the count dropped before the hand-over's, which may first
-/// start the reaper; the exit then did not wait, the process ended 1 ms
-/// after, and the reader got `ECONNRESET`). The test-hooks build holds
-/// the hand-over 1 s (`WARPSOCK_TEST_HANDOVER_GAP_FD`, set by the
-/// program), within the exit's bound (`WARPSOCK_LINGER_MS` 5 s here).
+/// by another thread waits for it (the process lives through the
+/// hand-over's hold: its second byte comes), and the reader gets every
+/// byte, then 0 (review r26-b item 3: the count dropped before the
+/// hand-over's, which may first start the reaper; the exit then did not
+/// wait, the process ended 1 ms after, and the reader got `ECONNRESET`).
+/// The test-hooks build holds the hand-over 1 s
+/// (`WARPSOCK_TEST_HANDOVER_GAP_FD`, set by the program: a byte before
+/// the hold, one after), within the exit's bound (`WARPSOCK_LINGER_MS`
+/// 5 s here).
 #[test]
 fn an_exit_during_a_lingering_closes_hand_over_waits_for_it() {
     run("gap", false);

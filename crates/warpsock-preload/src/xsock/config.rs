@@ -30,6 +30,23 @@ pub(crate) struct Config {
     pub(crate) closing_max: usize,
     /// Longest wait for a non-blocking connect the policy finishes.
     pub(crate) connect_timeout: Duration,
+    /// The test hooks' settings, read here once: a lingering close's
+    /// hooks run in a `close` that may be a signal handler's, where
+    /// `std::env::var` (allocation, the environment's lock) must not.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) hooks: Hooks,
+}
+
+/// `WARPSOCK_TEST_*` settings of the lingering close's hooks (the
+/// test-hooks build only; `sock/close.rs`, `reaper.rs`).
+#[cfg(feature = "test-hooks")]
+pub(crate) struct Hooks {
+    /// `WARPSOCK_TEST_LINGER_SIGNAL`.
+    pub(crate) linger_signal: Option<libc::c_int>,
+    /// `WARPSOCK_TEST_LINGER_SIGNAL_AFTER`.
+    pub(crate) linger_signal_after: Option<libc::c_int>,
+    /// `WARPSOCK_TEST_HANDOVER_GAP_FD`.
+    pub(crate) handover_gap_fd: Option<libc::c_int>,
 }
 
 fn env_ms(name: &str, default: u64) -> Duration {
@@ -99,6 +116,19 @@ impl Config {
             linger: env_ms("WARPSOCK_LINGER_MS", 2000),
             closing_max: env_num("WARPSOCK_DDP_CLOSING_MAX", 256).max(1) as usize,
             connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),
+            #[cfg(feature = "test-hooks")]
+            hooks: {
+                let int = |name| {
+                    std::env::var(name)
+                        .ok()
+                        .and_then(|v| v.trim().parse::<libc::c_int>().ok())
+                };
+                Hooks {
+                    linger_signal: int("WARPSOCK_TEST_LINGER_SIGNAL"),
+                    linger_signal_after: int("WARPSOCK_TEST_LINGER_SIGNAL_AFTER"),
+                    handover_gap_fd: int("WARPSOCK_TEST_HANDOVER_GAP_FD"),
+                }
+            },
         }
     }
 

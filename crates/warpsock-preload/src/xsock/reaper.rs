@@ -389,19 +389,19 @@ pub(super) fn hand_over(x: XSocket, abortive: bool, begun: Option<(Closing, Coun
 }
 
 /// `WARPSOCK_TEST_HANDOVER_GAP_FD`: a lingering close's hand-over (its
-/// `close` waited) writes a byte to this descriptor, then waits 1 s before
-/// it goes on, as a reaper slow to start: an exit another thread makes
-/// meanwhile must still count the close (`tests/ddp_linger.rs`'s gap
+/// `close` waited) writes a byte (`g`) to this descriptor, then waits 1 s
+/// before it goes on, as a reaper slow to start, then writes a second
+/// (`h`): an exit another thread makes meanwhile must still count the
+/// close, the process alive until then (`tests/ddp_linger.rs`'s gap
 /// case).
 #[cfg(feature = "test-hooks")]
 fn handover_gap() {
-    let fd = std::env::var("WARPSOCK_TEST_HANDOVER_GAP_FD")
-        .ok()
-        .and_then(|v| v.trim().parse::<c_int>().ok());
-    if let Some(fd) = fd {
+    if let Some(fd) = config::get().hooks.handover_gap_fd {
         // SAFETY: one byte from the stack to the test's descriptor.
         unsafe { sys::write_raw(fd, b"g".as_ptr().cast(), 1) };
         sys::sleep(Duration::from_secs(1));
+        // SAFETY: as above.
+        unsafe { sys::write_raw(fd, b"h".as_ptr().cast(), 1) };
     }
 }
 

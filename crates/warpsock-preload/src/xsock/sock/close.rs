@@ -303,10 +303,7 @@ fn linger_close(x: &XSocket, bound: Duration, mask: &SignalsHeld) -> Option<(Clo
 /// the close waiting).
 #[cfg(feature = "test-hooks")]
 fn signal_before_the_wait() {
-    let sig = std::env::var("WARPSOCK_TEST_LINGER_SIGNAL")
-        .ok()
-        .and_then(|v| v.trim().parse::<c_int>().ok());
-    if let Some(sig) = sig {
+    if let Some(sig) = config::get().hooks.linger_signal {
         // SAFETY: a signal to the calling thread.
         unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), sig) };
     }
@@ -319,10 +316,7 @@ fn signal_before_the_wait() {
 /// case, whose handler calls `exit`).
 #[cfg(feature = "test-hooks")]
 fn signal_after_the_wait() {
-    let sig = std::env::var("WARPSOCK_TEST_LINGER_SIGNAL_AFTER")
-        .ok()
-        .and_then(|v| v.trim().parse::<c_int>().ok());
-    if let Some(sig) = sig {
+    if let Some(sig) = config::get().hooks.linger_signal_after {
         // SAFETY: a signal to the calling thread.
         unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), sig) };
     }
