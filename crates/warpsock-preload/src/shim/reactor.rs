@@ -203,10 +203,14 @@ static THREAD: AtomicI32 = AtomicI32::new(0);
 /// Whether the calling thread is the progress thread: a socket's last
 /// reference may go there (`xsock::follow::Ready`), whose close must not
 /// wait (`SO_LINGER`'s: every socket's progress would wait with it).
+/// The engine must be this process's too ([`Reactor::is_owner`]): a child
+/// made without the fork handlers (`_Fork`, `clone`, `syscall(SYS_fork)`)
+/// keeps the parent's engine and thread id, which the kernel may give one
+/// of its threads once the parent's thread ended (review r27-c item 6).
 pub(crate) fn on_progress_thread() -> bool {
     let t = THREAD.load(Ordering::Acquire);
     // SAFETY: gettid has no preconditions.
-    t != 0 && t == unsafe { libc::gettid() }
+    t != 0 && t == unsafe { libc::gettid() } && current().is_some_and(Reactor::is_owner)
 }
 
 /// The engine if one runs, without starting it.
@@ -535,9 +539,11 @@ mod tests {
         if pid == 0 {
             // SAFETY: gettid has no preconditions.
             THREAD.store(unsafe { libc::gettid() }, Ordering::Release);
-            let before = on_progress_thread();
+            // (The id alone: the engine, if any, is the parent's, which
+            // `on_progress_thread` also looks at since review r27-c item
+            // 6.)
             forget_after_fork();
-            let ok = before && !on_progress_thread();
+            let ok = THREAD.load(Ordering::Acquire) == 0 && !on_progress_thread();
             // SAFETY: ends the child, no handler or destructor run.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
@@ -547,6 +553,36 @@ mod tests {
         assert!(
             libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
             "the child still took itself for the progress thread ({st:#x})"
+        );
+    }
+
+    /// A child made without the fork handlers (as by `_Fork`) keeps the
+    /// parent's engine and progress thread's id: one of its threads that
+    /// the kernel gave that id is still not the progress thread (the
+    /// engine is not the child's). Staged in a forked child whose only
+    /// thread takes the id as the recorded one, with no
+    /// `forget_after_fork`.
+    #[test]
+    fn a_child_without_fork_handlers_is_not_the_progress_thread() {
+        let eng = get().expect("the progress thread");
+        assert!(eng.is_owner());
+        // SAFETY: the child only stores and loads atomics and calls
+        // getpid/gettid, then `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: gettid has no preconditions.
+            THREAD.store(unsafe { libc::gettid() }, Ordering::Release);
+            let ok = current().is_some() && !on_progress_thread();
+            // SAFETY: ends the child, no handler or destructor run.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut st = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "the child took itself for the progress thread ({st:#x})"
         );
     }
 
