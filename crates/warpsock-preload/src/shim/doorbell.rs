@@ -54,6 +54,9 @@ thread_local! {
 /// non-blocking system calls each, unless their thread is stopped or
 /// left the stretch without its drop (a fault handler's `siglongjmp` or
 /// `pthread_exit`, a seccomp kill of the thread; review r27-a item 3).
+/// Such a stretch left unended stays counted in [`FAILING`] for the
+/// process's life: every later fork of any thread but its own waits this
+/// bound, 100 ms each (review r27-c item 7).
 const FORK_WAIT_BOUND: Duration = Duration::from_millis(100);
 
 /// The atfork prepare handler: a fork begins; its copy of the descriptors
@@ -156,9 +159,17 @@ impl Failing {
 }
 
 impl Drop for Failing {
+    /// Saturating, as [`STRETCHES`]: a fault handler's fork between the
+    /// two counts in [`Self::enter`], or between the two drops here,
+    /// starts its child with [`FAILING`] at this thread's stretches and
+    /// one decrement still to come; a plain `fetch_sub` wrapped it to
+    /// `u64::MAX`, and every fork of that child waited its whole bound
+    /// (review r27-c item 7).
     fn drop(&mut self) {
         STRETCHES.with(|n| n.set(n.get().saturating_sub(1)));
-        FAILING.fetch_sub(1, Ordering::SeqCst);
+        let _ = FAILING.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+            Some(v.saturating_sub(1))
+        });
     }
 }
 
@@ -421,6 +432,34 @@ mod tests {
         pub(super) static FAIL_WINDOW: Hook = const { RefCell::new(None) };
         /// Run when `fork_begin` finds a `fail` to wait for.
         pub(super) static FORK_WAITS: Hook = const { RefCell::new(None) };
+    }
+
+    /// A child forked between a stretch's two drops (its `FAILING` reset
+    /// to the thread's stretches, 0 here, with the `FAILING` decrement
+    /// still to come) does not wrap `FAILING`: it stays 0. Staged in a
+    /// forked child, whose atomics are its own.
+    #[test]
+    fn a_stretchs_drop_after_the_childs_reset_does_not_wrap() {
+        // SAFETY: the child only touches atomics and a thread-local
+        // `Cell`, then `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            STRETCHES.with(|n| n.set(1));
+            let f = Failing { unwaited: 0 };
+            FAILING.store(0, Ordering::SeqCst);
+            drop(f);
+            let ok = FAILING.load(Ordering::SeqCst) == 0 && STRETCHES.with(Cell::get) == 0;
+            // SAFETY: ends the child, no handler or destructor run.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut st = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "FAILING wrapped in the child ({st:#x})"
+        );
     }
 
     /// Runs the hook `at` of this thread, if set (once).
