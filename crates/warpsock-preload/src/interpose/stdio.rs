@@ -335,8 +335,12 @@ unsafe fn reopen_refused(path: *const c_char, f: *mut FILE) -> bool {
         std::mem::replace(&mut (*(c as *mut Stream)).fd, -1)
     };
     drop(locked);
-    // SAFETY: the stream's descriptor, no longer the stream's.
-    unsafe { super::close(fd) };
+    // -1 on a second `freopen` of a stream refused before: none to close
+    // (review r27-c item 8).
+    if fd >= 0 {
+        // SAFETY: the stream's descriptor, no longer the stream's.
+        unsafe { super::close(fd) };
+    }
     set_errno(if path.is_null() {
         libc::ENXIO
     } else {
