@@ -137,3 +137,18 @@ fn an_exit_from_a_handler_as_a_lingering_close_ends_waits_for_the_reaper() {
         ],
     );
 }
+
+/// An ordinary close (no `SO_LINGER`) is counted from the program's
+/// close: an exit made by another thread while the close hands itself
+/// over (held 1 s by the test-hooks build) waits for it, and the reader
+/// gets every byte, then 0 (review r27-c item 2: such a close was in no
+/// count until the hand-over's, and the exit ended under it).
+#[test]
+fn an_exit_during_an_ordinary_closes_hand_over_waits_for_it() {
+    run("gap0", false);
+    run_with(
+        "gap0",
+        Some(common::preload_so_with_hooks()),
+        &[("WARPSOCK_LINGER_MS", "5000")],
+    );
+}

@@ -67,20 +67,52 @@ pub(super) static CUT: AtomicU64 = AtomicU64::new(0);
 /// messages would meet a reset (`XSocket::linger_after_close`).
 pub(super) static HELD: AtomicUsize = AtomicUsize::new(0);
 
-/// A close counted in [`CLOSING`] while this lives: a `close` that waits
-/// for its bytes itself (`SO_LINGER` N: `sock/close.rs`) is counted from
-/// its begin, and the count goes on with the close it hands over
-/// ([`hand_over`]) — never a moment uncounted between the two.
-pub(super) struct Counted(());
+/// A close counted in [`CLOSING`] while this lives, or in [`HELD`] once
+/// its sending ended ([`Self::sent`]): an orderly close is counted from
+/// the program's close (`DdpSock::release`, [`Self::release`]), before
+/// its socket leaves the census, and the count goes with the close
+/// through its last drop, its wait (`SO_LINGER` N: `sock/close.rs`) and
+/// its hand-over ([`hand_over`]) — never a moment uncounted between the
+/// two (review r27-c item 2: uncounted until the hand-over, an exit in
+/// between — while another thread's call held the last reference, or
+/// while the first hand-over started the reaper — ignored its bytes).
+pub(super) struct Counted {
+    held: bool,
+}
 
 impl Counted {
     pub(super) fn new() -> Self {
         CLOSING.fetch_add(1, Ordering::AcqRel);
-        Self(())
+        Self { held: false }
+    }
+
+    /// A count in [`CLOSING`] made at the program's close and left there
+    /// ([`Self::keep`]) until the socket's last drop, which takes it back
+    /// with [`Self::adopt`].
+    pub(super) fn release() {
+        Self::new().keep();
+    }
+
+    /// The count [`Self::release`] left.
+    pub(super) fn adopt() -> Self {
+        Self { held: false }
+    }
+
+    /// The close's sending ended: its count moves to [`HELD`] (first
+    /// there, then out of [`CLOSING`]: always in one), as the reaper's
+    /// closes leave [`CLOSING`] at that point (`Held::uncount`). An exit
+    /// no longer waits for its bytes, only, one bound at most, for its
+    /// peer's FIN (review r27-c item 3).
+    pub(super) fn sent(&mut self) {
+        if !self.held {
+            HELD.fetch_add(1, Ordering::AcqRel);
+            sub(&CLOSING);
+            self.held = true;
+        }
     }
 
     /// The count goes on without this: the caller's (a [`Held`]'s
-    /// `counted`) from now on.
+    /// `counted`, or its [`HELD`] count) from now on.
     fn keep(self) {
         std::mem::forget(self);
     }
@@ -88,8 +120,16 @@ impl Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        CLOSING.fetch_sub(1, Ordering::AcqRel);
+        sub(if self.held { &HELD } else { &CLOSING });
     }
+}
+
+/// One less in `n`, never below 0: a forked child's counts start again
+/// from 0 (`linger::forget_closing_after_fork`, [`forget_after_fork`]).
+fn sub(n: &AtomicUsize) {
+    let _ = n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+        Some(v.saturating_sub(1))
+    });
 }
 
 /// A close handed over: its socket, and the close once begun (`None`: an
@@ -336,40 +376,49 @@ fn get() -> Option<&'static Reaper> {
 /// caller reset it). `begun`: the orderly close the caller began and
 /// stepped already (`SO_LINGER` N's wait in `close`: `sock/close.rs`),
 /// which the reaper steps on from where it stands — no look at unread
-/// bytes then (the caller's), no second begin — with the caller's count
-/// in [`CLOSING`], which it takes over (the close stays counted while the
-/// reaper starts). Returns at once. Counted in [`CLOSING`] until its
+/// bytes then (the caller's), no second begin. `counted`: the close's
+/// count since the program's close ([`Counted`]), which the reaper
+/// takes over (the close stays counted while the reaper starts; given
+/// back if none can). Returns at once. Counted in [`CLOSING`] until its
 /// bytes and end of stream left (or were given up on), and in [`HELD`]
 /// until done. Without a reaper (no thread to be had) the socket is
 /// dropped now: its engine's socket closes, as a closer thread that
 /// could not start left it.
-pub(super) fn hand_over(x: XSocket, abortive: bool, begun: Option<(Closing, Counted)>) {
+pub(super) fn hand_over(
+    x: XSocket,
+    abortive: bool,
+    begun: Option<Closing>,
+    counted: Option<Counted>,
+) {
     #[cfg(feature = "test-hooks")]
-    if begun.is_some() {
+    if !abortive {
         handover_gap();
     }
+    // (Without a reaper the close's count goes with `counted`'s drop.)
     let Some(r) = get() else {
         drop(x);
         return;
     };
-    // Held first, then the begun close's count kept or let go: the close
-    // is in one count or the other all along.
-    HELD.fetch_add(1, Ordering::AcqRel);
-    let (begun, counted) = match begun {
-        Some((c, k)) => {
-            let sending = c.phase() == Phase::Sending;
-            if sending {
-                k.keep();
-            } else {
-                drop(k);
-            }
-            (Some(c), sending)
+    let sending = match &begun {
+        Some(c) => c.phase() == Phase::Sending,
+        None => !abortive,
+    };
+    let k = counted.unwrap_or_else(Counted::new);
+    let counted = if k.held {
+        // In HELD already (its sending ended in the caller's wait): the
+        // Held's drop gives it back.
+        k.keep();
+        false
+    } else {
+        // Held first, then the count kept or let go: the close is in one
+        // count or the other all along.
+        HELD.fetch_add(1, Ordering::AcqRel);
+        if sending {
+            k.keep();
+        } else {
+            drop(k);
         }
-        None if abortive => (None, false),
-        None => {
-            Counted::new().keep();
-            (None, true)
-        }
+        sending
     };
     r.inbox.push(Held {
         x,
@@ -388,8 +437,8 @@ pub(super) fn hand_over(x: XSocket, abortive: bool, begun: Option<(Closing, Coun
     }
 }
 
-/// `WARPSOCK_TEST_HANDOVER_GAP_FD`: a lingering close's hand-over (its
-/// `close` waited) writes a byte (`g`) to this descriptor, then waits 1 s
+/// `WARPSOCK_TEST_HANDOVER_GAP_FD`: an orderly close's hand-over (a
+/// lingering one's, its `close` waited, or an ordinary one's) writes a byte (`g`) to this descriptor, then waits 1 s
 /// before it goes on, as a reaper slow to start, then writes a second
 /// (`h`): an exit another thread makes meanwhile must still count the
 /// close, the process alive until then (`tests/ddp_linger.rs`'s gap

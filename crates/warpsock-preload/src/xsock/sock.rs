@@ -54,6 +54,9 @@ pub(crate) struct DdpSock {
     /// The program closed it ([`Socket::release`]): [`CLOSED`] or
     /// [`CLOSED_ABORTIVE`], made when the last reference goes.
     closing: AtomicU8,
+    /// The close is counted in `linger::CLOSING` since the program's close
+    /// (`reaper::Counted::release`): the last drop takes the count over.
+    counted: AtomicBool,
     /// The program's `SO_LINGER` time in seconds at its close, if it set
     /// {1, N > 0} ([`Socket::release`]; 0: none): the last drop's close
     /// waits for the bytes to be acknowledged, N s at most (`close.rs`).
@@ -253,6 +256,7 @@ impl DdpSock {
                 kept,
                 x: ManuallyDrop::new(x),
                 closing: AtomicU8::new(0),
+                counted: AtomicBool::new(false),
                 linger_s: AtomicI32::new(0),
                 kfd,
                 bell,
@@ -396,6 +400,15 @@ impl Socket for DdpSock {
     fn release(&self) {
         if self.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
+        }
+        // Counted before the socket leaves the census (`SOCKS`): an exit
+        // from here to the hand-over (a call of another thread's may hold
+        // the last reference for as long as it lasts) waits for its bytes
+        // (review r27-c item 2). Not in a forked child (below).
+        if !reactor::current().is_some_and(|e| !e.is_owner())
+            && !self.counted.swap(true, Ordering::AcqRel)
+        {
+            super::reaper::Counted::release();
         }
         if let Some(eng) = reactor::current() {
             eng.deregister(self.id, Some(self.x.tcp_fd()));

@@ -8,7 +8,7 @@
  * close (the kernel would have finished the close after it) killed the
  * reaper with the stream's tail still in the library (issue 12).
  *
- *   ddplinger drain|stuck|signal|cancel|early|gap|sigexit [plain]
+ *   ddplinger drain|stuck|signal|cancel|early|gap|gap0|sigexit [plain]
  *     The writer (a child) sets SO_LINGER {1, N}, writes LEN bytes, says
  *     so, closes and then `_exit`s at once, after reporting the close's
  *     result and time. Its reader (the parent; a small receive buffer)
@@ -56,6 +56,10 @@
  *             never sent). The reader, which reads on only once the exit
  *             began, must get every byte, then 0. Plain: the same, the
  *             exit once the close returned, no hook.
+ *     gap0:   as gap, without SO_LINGER (an ordinary close, which does
+ *             not wait) and no signal: the hook holds its hand-over the
+ *             same; the exit must wait for it (review r27-c item 2: such
+ *             a close was in no count until the hand-over's).
  *     sigexit: as signal, with a TAIL of 96 KiB (bytes the close has
  *             still to send when its wait ends), and a SIGUSR2
  *             handler that writes "0 0 0" to the line and calls exit(0):
@@ -165,9 +169,10 @@ static int close_cancelled(int c, long *ms) {
  * there it is signalled; then, once its hand-over began (the hook's byte
  * on `gap`; plain: once the close returned), "0 0 0" goes to `told` and
  * the process exits. */
-static void close_then_exit(int c, int told, int gap) {
+static void close_then_exit(int c, int told, int gap, int lingers) {
     pthread_t t;
     CHECK(pthread_create(&t, NULL, closer, &c) == 0);
+    if (!lingers) goto signalled;
     long nr = -1;
     for (int i = 0; i < 30000; i++) {
         nr = closer_tid ? thread_syscall(closer_tid) : -1;
@@ -178,6 +183,7 @@ static void close_then_exit(int c, int told, int gap) {
     }
     CHECK(nr == SYS_ppoll || (plain && nr == SYS_close));
     CHECK(pthread_kill(t, SIGUSR1) == 0);
+signalled:
     if (plain) {
         CHECK(pthread_join(t, NULL) == 0);
         CHECK(closed == 0);
@@ -196,7 +202,7 @@ static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) 
     CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
     if (!plain) ddp_mode(c);
     struct linger l = {1, secs};
-    CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+    if (secs) CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_usr1;
@@ -210,7 +216,7 @@ static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) 
     for (size_t i = 0; i < LEN; i++) b[i] = at(i);
     write_every(c, b, LEN);
     CHECK(write(told, "c", 1) == 1);
-    if (gap >= 0) close_then_exit(c, told, gap);
+    if (gap >= 0) close_then_exit(c, told, gap, secs > 0);
     struct timespec t0, t1;
     long ms = 0;
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
@@ -263,8 +269,10 @@ int main(int argc, char **argv) {
     int drain = strcmp(mode, "drain") == 0, sig = strcmp(mode, "signal") == 0;
     int cancel = strcmp(mode, "cancel") == 0, early = strcmp(mode, "early") == 0;
     int gap = strcmp(mode, "gap") == 0, sigexit = strcmp(mode, "sigexit") == 0;
-    CHECK(drain || sig || cancel || early || gap || sigexit || strcmp(mode, "stuck") == 0);
-    int secs = drain ? 5 : sig || cancel || early || gap || sigexit ? 30 : 2;
+    int gap0 = strcmp(mode, "gap0") == 0;
+    CHECK(drain || sig || cancel || early || gap || gap0 || sigexit || strcmp(mode, "stuck") == 0);
+    int secs = gap0 ? 0 : drain ? 5 : sig || cancel || early || gap || sigexit ? 30 : 2;
+    gap |= gap0;
     size_t tail = sigexit ? (size_t)96 << 10 : TAIL;
     /* gap: the hook's pipe, its write end named to the library. */
     int gp[2] = {-1, -1};

@@ -72,6 +72,11 @@ impl Drop for DdpSock {
         let may_wait = fdtable::close_may_wait();
         let how = self.closing.load(Ordering::Acquire);
         let linger_s = self.linger_s.load(Ordering::Acquire);
+        // The close's count since the program's close (`release`).
+        let counted = self
+            .counted
+            .swap(false, Ordering::AcqRel)
+            .then(Counted::adopt);
         // A close that may wait (`SO_LINGER` {1, N > 0}, [`linger_close`])
         // blocks the program's signals first, before any of its work: one
         // that comes from here on stays pending and ends the wait at its
@@ -125,9 +130,11 @@ impl Drop for DdpSock {
             // kept (`fdtable::without_close_waits`), a walk of every
             // socket — hands the close over unbegun, at once: Linux's
             // last `fput` is never a third thread's.
+            let mut counted = counted;
             let begun = mask
                 .as_ref()
-                .and_then(|m| linger_close(&x, Duration::from_secs(linger_s as u64), m));
+                .zip(counted.as_mut())
+                .and_then(|(m, k)| linger_close(&x, Duration::from_secs(linger_s as u64), m, k));
             #[cfg(feature = "test-hooks")]
             if begun.is_some() {
                 signal_after_the_wait();
@@ -140,7 +147,7 @@ impl Drop for DdpSock {
             // stepped it, the exit waited its whole bound for this
             // thread's own count, then reset the peer (and a `siglongjmp`
             // left the count raised for good; review r27-c item 1).
-            reaper::hand_over(x, how == CLOSED_ABORTIVE, begun);
+            reaper::hand_over(x, how == CLOSED_ABORTIVE, begun, counted);
             drop(mask);
         };
         if busy() {
@@ -193,10 +200,13 @@ const SEND_SLICE: Duration = Duration::from_millis(50);
 /// close over a call of this thread's on it: no wait for it) — and the
 /// reaper makes the whole close as before.
 ///
-/// While it waits the close is counted in `linger::CLOSING`, as the
+/// While it sends the close is counted in `linger::CLOSING`, as the
 /// reaper's sending closes are: an exit that another thread makes
-/// meanwhile waits for its bytes too. The count ([`Counted`]) is
-/// returned with the close and goes to the reaper with it
+/// meanwhile waits for its bytes too. Once its sending ended the count
+/// moves to the reaper's `HELD` ([`Counted::sent`]), as the reaper's
+/// closes' do: an exit then waits for the acknowledgement no longer than
+/// for the peer's FIN (review r27-c item 3). The count (`counted`, made
+/// at the program's close) goes to the reaper with the close
 /// ([`reaper::hand_over`]): dropped here, the close was in no count
 /// until the hand-over's — which may first start the reaper (an eventfd,
 /// an epoll set, a thread) — and an exit sampled then ended its wait
@@ -217,7 +227,12 @@ const SEND_SLICE: Duration = Duration::from_millis(50);
 ///
 /// `mask`: the program's signals, blocked by the caller before the
 /// close's work began; each wait is made with the program's own mask.
-fn linger_close(x: &XSocket, bound: Duration, mask: &SignalsHeld) -> Option<(Closing, Counted)> {
+fn linger_close(
+    x: &XSocket,
+    bound: Duration,
+    mask: &SignalsHeld,
+    counted: &mut Counted,
+) -> Option<Closing> {
     if exit_begun() || reactor::on_progress_thread() || x.try_unread() != Some(false) {
         return None;
     }
@@ -228,7 +243,6 @@ fn linger_close(x: &XSocket, bound: Duration, mask: &SignalsHeld) -> Option<(Clo
     // that stopped reading, as Linux's, rather than give up (and reset)
     // at `WARPSOCK_LINGER_MS`; the reaper keeps it.
     let mut c = x.try_close_begin(config::get().linger.max(bound), start)?;
-    let counted = Counted::new();
     // The program's signals blocked but in the waits (`ppoll` with the
     // program's mask, `mask`): one that comes before the first wait or
     // between two is pending at the next, which it ends (as
@@ -252,8 +266,11 @@ fn linger_close(x: &XSocket, bound: Duration, mask: &SignalsHeld) -> Option<(Clo
                 .then(|| tcp_look(x.tcp_fd()))
                 .flatten(),
         );
+        if c.phase() != Phase::Sending {
+            counted.sent();
+        }
         if c.phase() == Phase::Done || acknowledged(&c, look.1) || now >= end {
-            return Some((c, counted));
+            return Some(c);
         }
         if seen != Some(look) {
             seen = Some(look);
@@ -262,7 +279,7 @@ fn linger_close(x: &XSocket, bound: Duration, mask: &SignalsHeld) -> Option<(Clo
         if warpsock_xsock::cancel::pending() {
             // A cancel noted while no wait was there (`SIGCANCEL` is not
             // blocked: glibc keeps it out of every mask).
-            return Some((c, counted));
+            return Some(c);
         }
         let slice = if stepped.is_none() || c.phase() != Phase::Sending {
             let s = ack_slice;
@@ -290,7 +307,7 @@ fn linger_close(x: &XSocket, bound: Duration, mask: &SignalsHeld) -> Option<(Clo
         {
             // The program's signal (its handler has run), or a cancel to
             // act on: the wait ends, the close returns 0.
-            return Some((c, counted));
+            return Some(c);
         }
         // Ready, or the slice or a deadline passed: a step, a look.
     }
