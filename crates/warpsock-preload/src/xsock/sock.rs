@@ -405,7 +405,7 @@ impl Socket for DdpSock {
         // from here to the hand-over (a call of another thread's may hold
         // the last reference for as long as it lasts) waits for its bytes
         // (review r27-c item 2). Not in a forked child (below).
-        if !reactor::current().is_some_and(|e| !e.is_owner())
+        if reactor::current().is_none_or(reactor::Reactor::is_owner)
             && !self.counted.swap(true, Ordering::AcqRel)
         {
             super::reaper::Counted::release();
