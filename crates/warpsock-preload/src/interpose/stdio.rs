@@ -352,12 +352,8 @@ pub unsafe extern "C-unwind" fn freopen(
     mode: *const c_char,
     f: *mut FILE,
 ) -> *mut FILE {
-    // SAFETY: the caller's stream.
-    if !busy() && unsafe { reopen_refused(path, f) } {
-        return std::ptr::null_mut();
-    }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real::freopen(path, mode, f) }
+    // SAFETY: the caller's arguments.
+    unsafe { reopen(path, f, || real::freopen(path, mode, f)) }
 }
 
 /// Interposed `freopen64(3)`: as [`freopen`] (glibc's is the same call
@@ -368,12 +364,19 @@ pub unsafe extern "C-unwind" fn freopen64(
     mode: *const c_char,
     f: *mut FILE,
 ) -> *mut FILE {
+    // SAFETY: the caller's arguments.
+    unsafe { reopen(path, f, || real::freopen64(path, mode, f)) }
+}
+
+/// [`freopen`]'s and [`freopen64`]'s body: null if `f` is one of the
+/// library's socket streams (refused), else glibc's call (`real`, which
+/// forwards the caller's arguments).
+unsafe fn reopen(path: *const c_char, f: *mut FILE, real: impl FnOnce() -> *mut FILE) -> *mut FILE {
     // SAFETY: the caller's stream.
     if !busy() && unsafe { reopen_refused(path, f) } {
         return std::ptr::null_mut();
     }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real::freopen64(path, mode, f) }
+    real()
 }
 
 /// At `exit`, before the DDP sockets close (`xsock` `at_exit`): every

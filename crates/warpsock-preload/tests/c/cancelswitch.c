@@ -128,9 +128,9 @@ static int local_port(int fd) {
     return ntohs(a.sin_port);
 }
 
-static void cancel_watch(void) {
-    int responder = local_port(c) > local_port(s) ? c : s;
-    int other = responder == c ? s : c;
+/* The responder switches (switch_victim) while `other`, a plain socket,
+ * has sent the mark and nothing more: the switch fails (-1). */
+static void failed_switch(int responder, int other) {
     static const unsigned char mark = 0xD7;
     CHECK(send(other, &mark, 1, MSG_OOB) == 1);
     victim = responder;
@@ -138,6 +138,12 @@ static void cancel_watch(void) {
     CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
     CHECK(pthread_join(p, NULL) == 0);
     CHECK(atomic_load(&switch_r) == -1);
+}
+
+static void cancel_watch(void) {
+    int responder = local_port(c) > local_port(s) ? c : s;
+    int other = responder == c ? s : c;
+    failed_switch(responder, other);
     cancel_blocked(block_read);
     CHECK(write(other, "notmpa!!", 8) == 8);
     char b[8];
@@ -210,12 +216,7 @@ static void cancel_watch_flags(int plain) {
     int other = responder == c ? s : c;
     victim = responder;
     if (!plain) {
-        static const unsigned char mark = 0xD7;
-        CHECK(send(other, &mark, 1, MSG_OOB) == 1);
-        pthread_t p;
-        CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
-        CHECK(pthread_join(p, NULL) == 0);
-        CHECK(atomic_load(&switch_r) == -1);
+        failed_switch(responder, other);
     }
     /* A small send buffer: the 1 MiB send below goes in many parts. */
     int sndbuf = 16 << 10;
@@ -285,12 +286,7 @@ static void watch_partial(int plain) {
     int other = responder == c ? s : c;
     victim = responder;
     if (!plain) {
-        static const unsigned char mark = 0xD7;
-        CHECK(send(other, &mark, 1, MSG_OOB) == 1);
-        pthread_t p;
-        CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
-        CHECK(pthread_join(p, NULL) == 0);
-        CHECK(atomic_load(&switch_r) == -1);
+        failed_switch(responder, other);
     }
     static const char prefix[] = "MPA ID Req"; /* of "MPA ID Req Frame" */
     CHECK(write(other, prefix, 10) == 10);
@@ -366,12 +362,7 @@ static void watch_nonblocking(int plain) {
     victim = responder;
     static const char prefix[] = "MPA ID Req"; /* of "MPA ID Req Frame" */
     if (!plain) {
-        static const unsigned char mark = 0xD7;
-        CHECK(send(other, &mark, 1, MSG_OOB) == 1);
-        pthread_t p;
-        CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
-        CHECK(pthread_join(p, NULL) == 0);
-        CHECK(atomic_load(&switch_r) == -1);
+        failed_switch(responder, other);
         CHECK(write(other, prefix, 10) == 10);
     }
     pthread_t w = start_victim(block_read, 0);
@@ -404,13 +395,7 @@ static void watch_request(int plain) {
                                           ' ', 'F', 'r', 'a', 'm', 'e', 0, 1, 0, 16,
                                           'W', 'S', 'X', 'S', 99};
     if (!plain) {
-        static const unsigned char mark = 0xD7;
-        CHECK(send(other, &mark, 1, MSG_OOB) == 1);
-        victim = responder;
-        pthread_t p;
-        CHECK(pthread_create(&p, NULL, switch_victim, NULL) == 0);
-        CHECK(pthread_join(p, NULL) == 0);
-        CHECK(atomic_load(&switch_r) == -1);
+        failed_switch(responder, other);
     }
     CHECK(write(other, req, sizeof req) == (ssize_t)sizeof req);
     set_rcvtimeo(responder, 10000);
