@@ -270,8 +270,18 @@ mod tests {
         assert!(!other, "another thread's look");
         assert_eq!(after_signal(), Some(true), "enabled: a cancel");
         free(mine().unwrap());
-        // A thread that exits with its note untaken.
+        // A thread that exits with its note untaken. Its join returns once
+        // the kernel cleared its tid word, a little before the task is
+        // released; until then `tgkill` still finds it (a CI pre-check on
+        // a loaded host failed so: "the gone one freed", 2 slots for 1):
+        // the test waits for the task to go, bounded.
         let (th, tid) = std::thread::spawn(|| (me(), gettid())).join().unwrap();
+        let t0 = std::time::Instant::now();
+        // SAFETY: signal 0 to a thread of this process: a look, no signal.
+        while unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) } == 0 {
+            assert!(t0.elapsed().as_secs() < 10, "thread {tid} not released");
+            std::thread::yield_now();
+        }
         note(th, tid, true);
         assert_eq!(TAKEN.load(Ordering::Relaxed).count_ones(), 1);
         // Its handle, another id: not this thread's.
