@@ -273,6 +273,7 @@ SC_CAP=12000000
 SC_VALIDATE=$ROOT/scripts/siw/validate_send_check.py
 SC_TCPDUMP=
 SC_BYTES=0
+SC_NOTE=
 cap_prefix_start() {  # cap_prefix_start FILE PORT BYTES
     rm -f "$1" "$1.pid"
     { tcpdump -i lo -U --immediate-mode -B 131072 -s 0 -w - "tcp port $2" 2>"$1.log" &
@@ -321,7 +322,7 @@ sc_check() {  # sc_check NAME N S CRC RTR PORT RC_WARPSOCK WARPSOCK_OUT VM_OUT
     [ -s "$WORK/$name.dmesg" ] && why+=("siw kernel log: $(head -5 "$WORK/$name.dmesg")")
     local rate; rate=$(sed -n 's/.* seconds \([0-9.]*\) MBps \([0-9.]*\).*/\1 s, \2 MB\/s/p' <<<"$srv")
     if [ ${#why[@]} -eq 0 ]; then
-        record PASS "$name" "N=$n S=$s CRC=$crc RTR=$rtr: $bytes bytes sent and verified ($rate), checksum $sck both ends; ${v#ok   }"
+        record PASS "$name" "N=$n S=$s CRC=$crc RTR=$rtr: $bytes bytes sent and verified ($rate), checksum $sck both ends; ${v#ok   }${SC_NOTE:+; $SC_NOTE}"
         SC_BYTES=$((SC_BYTES + bytes))
     else
         record FAIL "$name" "N=$n S=$s CRC=$crc RTR=$rtr (verified Sends)"
@@ -388,7 +389,38 @@ sc_siw_trailer_case() {  # sc_siw_trailer_case NAME N S
     fi
 }
 # send_check client on siw in the VM -> warpsock-perftest send-check server.
+# siw -> warpsock: a run that ended because siw sent an FPDU whose MPA CRC
+# is wrong — warpsock's Terminate says so (MPA CRC error) and tshark finds a
+# Bad CRC32 in an FPDU siw sent — is made again once. warpsock detected and
+# reported the peer's error as it must; the case is about interop, and the
+# siw in the VM (6.1) now and then sends such an FPDU (CI pre-check of
+# 9c5ba5c: FPDU MSN 2 MO 21480, every payload byte the expected pattern, the
+# CRC field wrong). The first run's files are kept (*.try1) and the PASS line
+# names it; any other failure, or the same one twice, fails.
 sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR [SERVER ARGS...]
+    local name=$1 attempt f
+    SC_NOTE=
+    for attempt in 1 2; do
+        sc_server_run "$@"
+        [ "$attempt" = 1 ] && siw_sent_bad_crc "$name" "$SC_RUN_PORT" || break
+        # The first run's siw kernel news (its Terminate) stay with it.
+        siw_kernel_news "$WORK/$name.dmesg"
+        for f in "$WORK/$name".*; do
+            case $f in *.try1) ;; *) mv "$f" "$f.try1" ;; esac
+        done
+        SC_NOTE="run again: in the first run siw sent an FPDU with a bad MPA CRC ($WORK/$name.pcap.try1)"
+        echo "    $name: $SC_NOTE" >&2
+    done
+    sc_check "$name" "$2" "$3" "$5" "$6" "$SC_RUN_PORT" "$SC_RUN_RC" "$WORK/$name.out" "$WORK/$name.vm"
+    SC_NOTE=
+}
+siw_sent_bad_crc() {  # siw_sent_bad_crc NAME PORT (our server's port)
+    grep -q "received MPA CRC does not match" "$WORK/$1.out" || return 1
+    local bad
+    bad=$(tshark -r "$WORK/$1.pcap" -Y "tcp.dstport == $2" -V 2>/dev/null | grep -c "Bad CRC32" || true)
+    [ "${bad:-0}" -gt 0 ]
+}
+sc_server_run() {  # the arguments of sc_server_case; sets SC_RUN_PORT, SC_RUN_RC
     local name=$1 n=$2 s=$3 crc=$4 ecrc=$5 rtr=$6 rc=0 port i
     shift 6
     "$PT" send-check server -p 0 -n "$n" -s "$s" $([ "$crc" = 1 ] && echo --crc) --timeout 280 "$@" \
@@ -415,7 +447,7 @@ sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR [S
     SRV_PID=
     cap_prefix_stop
     grep -q "send_check-rc=0" "$WORK/$name.vm" || echo "send_check client in the VM: $(grep send_check-rc "$WORK/$name.vm")" >>"$WORK/$name.vm"
-    sc_check "$name" "$n" "$s" "$ecrc" "$rtr" "$port" $rc "$WORK/$name.out" "$WORK/$name.vm"
+    SC_RUN_PORT=$port SC_RUN_RC=$rc
 }
 
 # --- The siw CRC anomaly (docs/protocol-notes.md §9) ----------------------
