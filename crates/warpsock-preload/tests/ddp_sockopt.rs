@@ -174,6 +174,33 @@ fn stamp_options_set_before_the_switch_read_back_as_tcps() {
     assert_eq!(tcp.stdout, ddp.stdout);
 }
 
+/// `SO_TIMESTAMPING` as Linux 5.15 on takes it (`sock_set_timestamping`):
+/// an int or a `struct so_timestamping` (flags, `bind_phc`; read back as
+/// 8 bytes), refused with `EINVAL` for a bit beyond the running kernel's
+/// mask, `OPT_ID_TCP` without `OPT_ID`, `OPT_STATS` without `OPT_TSONLY`,
+/// and `OPT_ID` turned on once the connection is reset (`TCP_CLOSE`),
+/// `EOPNOTSUPP` for `BIND_PHC` on an unbound socket: the same calls print
+/// the same lines over DDP as over TCP. Fails with the former checks (the
+/// int alone: every refusal accepted, the struct read back as 4 bytes).
+#[test]
+fn so_timestamping_takes_the_struct_and_refuses_as_linux() {
+    let tcp = case("stampstruct", false);
+    let ddp = case("stampstruct", true);
+    assert_eq!(tcp.stdout, ddp.stdout);
+}
+
+/// `SOF_TIMESTAMPING_OPT_ID`'s key, set before a switch that fails, is
+/// the program's after it: the stamps count bytes from the set on, as
+/// TCP's (keys 7 then 15). Fails with the options all turned off at the
+/// switch (the put-back's set started the key again: 7 then 7).
+#[test]
+fn a_failed_switch_keeps_the_stamp_key() {
+    let tcp = run_case("sockopt", "stampkey", false);
+    let ddp = run_case("sockopt", "stampkey", true);
+    assert_eq!(tcp.stdout, ddp.stdout);
+    assert_eq!(ddp.stat("ddp_switched"), 0, "{}", ddp.stderr);
+}
+
 /// A reset taken by a read: poll then shows `POLLIN|POLLHUP|POLLRDHUP`
 /// without `POLLERR`, as Linux's TCP once `sk_err` was taken (review r22-e
 /// item 6: an event loop whose `POLLERR` branch only reads `SO_ERROR` would

@@ -126,6 +126,21 @@
  *               must be plain TCP's (review r23-a item 5: a
  *               SO_TIMESTAMPING_NEW alone read 0 after the switch, and a
  *               failed switch turned the _NEW forms into the old ones).
+ *   stampstruct SO_TIMESTAMPING(_NEW) sets after the switch as an int and
+ *               as struct so_timestamping (8 bytes: flags, bind_phc), with
+ *               flags Linux refuses (EINVAL: a bit beyond its mask,
+ *               OPT_ID_TCP without OPT_ID, OPT_STATS without OPT_TSONLY, a
+ *               length under 4; BIND_PHC unbound: EOPNOTSUPP), then OPT_ID
+ *               turned on after the peer reset the connection (EINVAL: the
+ *               socket is TCP_CLOSE; kept on, accepted), each followed by
+ *               both names' read-backs at lengths 4, 8 and 12: the lines
+ *               must be plain TCP's.
+ *   stampkey    on the responder (the higher port), SO_TIMESTAMPING with
+ *               OPT_ID|TX_ACK before any byte; 8 B sent and acknowledged
+ *               (their stamp's key 7), then a switch the peer does not
+ *               make (it ends its stream: the switch fails, the options
+ *               are put back), then 8 B more: their key must be 15, as
+ *               over TCP (the key was not started again at the put-back).
  *   zerocopy    SO_ZEROCOPY after the switch: TCP takes it and each of 3
  *               MSG_ZEROCOPY sends gets its notice (ids 0..2, POLLERR
  *               first); a DDP-mode socket, which would never give one,
@@ -775,6 +790,10 @@ int main(int argc, char **argv) {
         case_emfile();
     } else if (!strcmp(cs, "latestamps")) {
         case_latestamps();
+    } else if (!strcmp(cs, "stampstruct")) {
+        case_stampstruct();
+    } else if (!strcmp(cs, "stampkey")) {
+        case_stampkey();
     } else if (!strcmp(cs, "stampsbefore")) {
         case_stampsbefore();
     } else if (!strcmp(cs, "zerocopy")) {

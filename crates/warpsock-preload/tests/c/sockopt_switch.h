@@ -55,10 +55,11 @@ static int late_x; /* latestamps' stamping end */
 static void *peer_late(void *a) {
     int y = *(int *)a;
     /* Only once the other end's switch has taken its options off its
-     * kernel socket (still the program's descriptor until the switch
+     * kernel socket (all but OPT_ID, which makes no entry) (still the program's descriptor until the switch
      * ends): a switch made before that took the bytes in, and their stamps
      * were all dropped at its start. */
-    for (long k = 0; !plain && opt_int(late_x, SOL_SOCKET, SO_TIMESTAMPING) != 0; k++) {
+    for (long k = 0;
+         !plain && opt_int(late_x, SOL_SOCKET, SO_TIMESTAMPING) != SOF_TIMESTAMPING_OPT_ID; k++) {
         CHECK(k < 10000000);
         sched_yield();
     }
@@ -90,7 +91,8 @@ static void case_latestamps(void) {
         int under = errqueue_entry(k);
         fprintf(stderr, "latestamps: the engine's error queue entry %d\n", under);
         CHECK(under == 0);
-        CHECK(opt_int(k, SOL_SOCKET, SO_TIMESTAMPING) == 0);
+        /* OPT_ID stays on (its key is the program's): it makes no entry. */
+        CHECK(opt_int(k, SOL_SOCKET, SO_TIMESTAMPING) == SOF_TIMESTAMPING_OPT_ID);
         CHECK(sol_int(x, SO_TIMESTAMPING) == f);
     }
     CHECK(pthread_join(pt, NULL) == 0);
@@ -322,6 +324,130 @@ static void case_stampsbefore(void) {
         CHECK(pthread_join(pt, NULL) == 0);
         show_opts(cfg[i].what, 1, 0);
     }
+}
+
+/* SOF_TIMESTAMPING_OPT_ID_TCP (Linux 6.11; older headers lack it). */
+#define STAMP_OPT_ID_TCP (1 << 16)
+
+/* SO_TIMESTAMPING's and SO_TIMESTAMPING_NEW's read-backs at lengths 4, 8
+ * and 12 (struct so_timestamping: flags, bind_phc), on stdout. */
+static void show_stamping(const char *what, int r) {
+    printf("%s -> %d:", what, r < 0 ? -errno : r);
+    static const int names[] = {SO_TIMESTAMPING, SO_TIMESTAMPING_NEW};
+    for (unsigned n = 0; n < 2; n++) {
+        for (socklen_t want = 4; want <= 12; want += 4) {
+            int x[3] = {-1, -1, -1};
+            socklen_t l = want;
+            int g = getsockopt(c, SOL_SOCKET, names[n], x, &l);
+            printf(" %d/%u:%x,%x,%x", g < 0 ? -errno : g, (unsigned)l, x[0], x[1], x[2]);
+        }
+    }
+    printf("\n");
+}
+
+/* setsockopt(c, SO_TIMESTAMPING or _NEW) of flags f (and bind_phc p) in
+ * `len` bytes: 8 the struct form, other lengths an int (and padding). */
+static void set_stamping(const char *what, int name, int f, int p, socklen_t len) {
+    int v[3] = {f, p, 0};
+    show_stamping(what, setsockopt(c, SOL_SOCKET, name, v, len));
+}
+
+static void *peer_reset(void *a) {
+    (void)a;
+    switch_end(s);
+    char b[8];
+    read8(s, b);
+    struct linger l = {1, 0};
+    CHECK(setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+    CHECK(close(s) == 0);
+    return NULL;
+}
+
+static void case_stampstruct(void) {
+    const int sw = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE;
+    const int id = SOF_TIMESTAMPING_OPT_ID;
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_reset, NULL) == 0);
+    switch_end(c);
+    show_stamping("start", 0);
+    set_stamping("int", SO_TIMESTAMPING, sw, 0, 4);
+    set_stamping("struct", SO_TIMESTAMPING, sw | SOF_TIMESTAMPING_RX_SOFTWARE, 7, 8);
+    set_stamping("int len 6", SO_TIMESTAMPING, sw, 9, 6);
+    set_stamping("int len 12", SO_TIMESTAMPING, SOF_TIMESTAMPING_SOFTWARE, 9, 12);
+    set_stamping("len 3", SO_TIMESTAMPING, 0, 0, 3);
+    set_stamping("bit 30", SO_TIMESTAMPING, sw | 1 << 30, 0, 4);
+    set_stamping("bit 19", SO_TIMESTAMPING, sw | 1 << 19, 0, 8);
+    set_stamping("bind_phc unbound", SO_TIMESTAMPING, sw | SOF_TIMESTAMPING_BIND_PHC, 0, 8);
+    set_stamping("bind_phc int", SO_TIMESTAMPING, sw | SOF_TIMESTAMPING_BIND_PHC, 0, 4);
+    set_stamping("id_tcp alone", SO_TIMESTAMPING, sw | STAMP_OPT_ID_TCP, 0, 4);
+    set_stamping("stats alone", SO_TIMESTAMPING, sw | SOF_TIMESTAMPING_OPT_STATS, 0, 4);
+    set_stamping("stats tsonly", SO_TIMESTAMPING,
+                 sw | SOF_TIMESTAMPING_OPT_STATS | SOF_TIMESTAMPING_OPT_TSONLY, 0, 4);
+    set_stamping("id new", SO_TIMESTAMPING_NEW, sw | id | STAMP_OPT_ID_TCP, 3, 8);
+    set_stamping("id again", SO_TIMESTAMPING, sw | id, 0, 4);
+    /* The peer resets the connection: Linux's socket is TCP_CLOSE once the
+     * reset is in (poll says so). */
+    CHECK(write(c, "12345678", 8) == 8);
+    CHECK(pthread_join(pt, NULL) == 0);
+    s = -1;
+    struct pollfd p = {c, POLLIN, 0};
+    CHECK(poll(&p, 1, -1) == 1 && (p.revents & (POLLHUP | POLLERR)));
+    set_stamping("closed, id on", SO_TIMESTAMPING, sw | id, 0, 4);
+    set_stamping("closed, off", SO_TIMESTAMPING, 0, 0, 4);
+    set_stamping("closed, id", SO_TIMESTAMPING, sw | id, 0, 4);
+    set_stamping("closed, id struct", SO_TIMESTAMPING_NEW, id, 0, 8);
+    set_stamping("closed, sw", SO_TIMESTAMPING_NEW, sw, 0, 8);
+}
+
+/* The next error queue entry of fd (waited for with poll's POLLERR): its
+ * ee_data (OPT_ID's key: the last byte's offset). */
+static unsigned next_stamp_key(int fd) {
+    struct pollfd p = {fd, 0, 0};
+    CHECK(poll(&p, 1, 10000) == 1 && (p.revents & POLLERR));
+    char ctl[512];
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    CHECK(recvmsg(fd, &m, MSG_ERRQUEUE) == 0);
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+        if (cm->cmsg_level == SOL_IP && cm->cmsg_type == IP_RECVERR) {
+            struct sock_extended_err e;
+            memcpy(&e, CMSG_DATA(cm), sizeof e);
+            CHECK(e.ee_origin == SO_EE_ORIGIN_TIMESTAMPING);
+            return e.ee_data;
+        }
+    }
+    CHECK(0);
+    return 0;
+}
+
+/* stampkey: OPT_ID's key across a failed switch. */
+static void case_stampkey(void) {
+    /* x: the responder (the higher port), which marks only after the
+     * initiator's mark: its failed switch sends nothing. */
+    int x = port_of(c, 0) > port_of(c, 1) ? c : s, y = x == c ? s : c;
+    int f = SOF_TIMESTAMPING_TX_ACK | SOF_TIMESTAMPING_SOFTWARE | SOF_TIMESTAMPING_OPT_ID |
+            SOF_TIMESTAMPING_OPT_TSONLY;
+    CHECK(setsockopt(x, SOL_SOCKET, SO_TIMESTAMPING, &f, sizeof f) == 0);
+    char b[8];
+    CHECK(write(x, "before!!", 8) == 8);
+    read8(y, b);
+    /* Acknowledged (snd_una past them): a set of OPT_ID now would start
+     * the key there. */
+    unsigned k1 = next_stamp_key(x);
+    CHECK(shutdown(y, SHUT_WR) == 0);
+    if (!plain) {
+        int one = 1;
+        CHECK(setsockopt(x, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one) == -1);
+    }
+    CHECK(sol_int(x, SO_TIMESTAMPING) == f);
+    CHECK(write(x, "after!!!", 8) == 8);
+    read8(y, b);
+    unsigned k2 = next_stamp_key(x);
+    printf("stampkey: keys %u %u\n", k1, k2);
+    fprintf(stderr, "stampkey: keys %u %u\n", k1, k2);
+    CHECK(k1 == 7 && k2 == 15);
 }
 
 #endif

@@ -68,7 +68,7 @@ impl DdpSock {
             }
             return 0;
         }
-        if let Some(r) = self.kept.set(level, name, val, len) {
+        if let Some(r) = self.kept.set(self.kfd, level, name, val, len) {
             return r;
         }
         // SAFETY: forwarding the program's arguments to the TCP socket.
@@ -118,6 +118,11 @@ impl DdpSock {
                 self.x.sndbuf().min(c_int::MAX as usize) as c_int
             }
             (libc::SOL_SOCKET, libc::SO_ERROR) => self.so_error(),
+            // `struct so_timestamping` (`sk_getsockopt`: 8 bytes, flags
+            // then `bind_phc`; a shorter length truncates).
+            (libc::SOL_SOCKET, libc::SO_TIMESTAMPING | libc::SO_TIMESTAMPING_NEW) => {
+                return put_bytes(val, len, &self.kept.stamping_bytes(name));
+            }
             _ => match self.kept.get(level, name) {
                 Some(v) => v,
                 // SAFETY: forwarding the program's arguments to the TCP
@@ -183,15 +188,18 @@ const STAMP_NEW: u8 = 4;
 /// a `POLLERR` the library can raise and clear on the doorbell, a socket
 /// pair, and the interposed waits to report it: far more for a program
 /// that gains nothing from zero copy's name here (every send copies).
-/// The values are checked as Linux's `sock_setsockopt` checks them, no
-/// more (`SO_TIMESTAMPING`'s flags are not held to the running kernel's
-/// mask).
+/// The values are checked as Linux's `sk_setsockopt` checks them:
+/// `SO_TIMESTAMPING` as `sock_set_timestamping` (Linux 5.15 on: an int or
+/// a `struct so_timestamping`, see [`check_stamping`]).
 pub(crate) struct Kept {
     rcvlowat: AtomicI32,
     /// `STAMP`, `STAMP_NS`, `STAMP_NEW`.
     stamp: AtomicU8,
     /// `SO_TIMESTAMPING`'s flags.
     stamping: AtomicI32,
+    /// `SO_TIMESTAMPING`'s `bind_phc` (`sk_bind_phc`: set with
+    /// `SOF_TIMESTAMPING_BIND_PHC`, kept otherwise).
+    bind_phc: AtomicI32,
     recverr: AtomicBool,
     recverr6: AtomicBool,
     /// An IPv6 socket (`IPV6_RECVERR` is kept; an IPv4 one's kernel
@@ -210,7 +218,8 @@ const STAMPS: [(c_int, bool, bool); 4] = [
 
 impl Kept {
     /// Takes the options the program set on TCP socket `fd` before the
-    /// switch, and turns them off there (the mark back to 1); the stamps
+    /// switch, and turns them off there (the mark back to 1;
+    /// `SOF_TIMESTAMPING_OPT_ID` stays, see [`Self::apply`]); the stamps
     /// and errors already queued are dropped (charged to its receive
     /// space, and the engine reads that socket from now on). [`Self::put_back`]
     /// undoes it if the switch fails. A dozen system calls, at a switch.
@@ -226,7 +235,7 @@ impl Kept {
                 stamp = STAMP | if ns { STAMP_NS } else { 0 } | if new { STAMP_NEW } else { 0 };
             }
         }
-        let stamping = get(libc::SOL_SOCKET, libc::SO_TIMESTAMPING);
+        let [stamping, bind_phc] = get_stamping(fd);
         // `SOCK_TSTAMP_NEW` set through `SO_TIMESTAMPING_NEW`, which reads
         // the flags only then (review r23-a item 5: a 32-bit program with
         // 64-bit times read 0 after the switch).
@@ -237,6 +246,7 @@ impl Kept {
             rcvlowat: AtomicI32::new(rcvlowat),
             stamp: AtomicU8::new(stamp),
             stamping: AtomicI32::new(stamping),
+            bind_phc: AtomicI32::new(bind_phc),
             recverr: AtomicBool::new(get(libc::IPPROTO_IP, libc::IP_RECVERR) != 0),
             recverr6: AtomicBool::new(get(libc::IPPROTO_IPV6, libc::IPV6_RECVERR) != 0),
             v6: get(libc::SOL_SOCKET, libc::SO_DOMAIN) == libc::AF_INET6,
@@ -253,13 +263,21 @@ impl Kept {
 
     /// `setsockopt` of a kept option (`None`: not one of them): kept, as
     /// Linux's `sock_setsockopt`/`ip_setsockopt` would set it.
+    /// `kfd`: the TCP socket under it (its state and bound device, which
+    /// `SO_TIMESTAMPING`'s checks look at).
     pub(super) fn set(
         &self,
+        kfd: c_int,
         level: c_int,
         name: c_int,
         val: *const c_void,
         len: socklen_t,
     ) -> Option<c_int> {
+        if level == libc::SOL_SOCKET
+            && matches!(name, libc::SO_TIMESTAMPING | libc::SO_TIMESTAMPING_NEW)
+        {
+            return Some(self.set_stamping(kfd, name, val, len));
+        }
         let kept = match (level, name) {
             (libc::SOL_SOCKET, _) | (libc::IPPROTO_IPV6, libc::IPV6_RECVERR) => {
                 if !self.kept_name(level, name) {
@@ -290,15 +308,6 @@ impl Kept {
                 let v = if v < 0 { c_int::MAX } else { v.max(1) };
                 self.rcvlowat.store(v, Ordering::Relaxed);
             }
-            (libc::SOL_SOCKET, libc::SO_TIMESTAMPING | libc::SO_TIMESTAMPING_NEW) => {
-                // `sock_set_timestamping`: the flags, and which name set
-                // them.
-                self.stamping.store(v, Ordering::Relaxed);
-                let new = name == libc::SO_TIMESTAMPING_NEW;
-                let old = self.stamp.load(Ordering::Relaxed) & !STAMP_NEW;
-                self.stamp
-                    .store(old | if new { STAMP_NEW } else { 0 }, Ordering::Relaxed);
-            }
             (libc::SOL_SOCKET, libc::SO_ZEROCOPY) => {
                 // Refused as on a socket that cannot do zero copy (see
                 // `Kept`), whatever the value.
@@ -321,6 +330,51 @@ impl Kept {
             _ => self.recverr6.store(on, Ordering::Relaxed),
         }
         Some(0)
+    }
+
+    /// `setsockopt(SO_TIMESTAMPING(_NEW))`, as `sk_setsockopt` then
+    /// `sock_set_timestamping` (Linux 6.18): shorter than an int is
+    /// `EINVAL`; exactly a `struct so_timestamping` (8 bytes) is flags and
+    /// `bind_phc`, any other length an int of flags. Kept: the flags, which
+    /// name set them (`SOCK_TSTAMP_NEW`), and `bind_phc` when
+    /// `SOF_TIMESTAMPING_BIND_PHC` is among them.
+    fn set_stamping(&self, kfd: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+        let Some(flags) = int_arg(val, len) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        let phc = if len as usize == 2 * size_of::<c_int>() {
+            // SAFETY: 8 bytes at `val` (its length), the second int.
+            unsafe { val.cast::<c_int>().add(1).read_unaligned() }
+        } else {
+            0
+        };
+        let had = self.stamping.load(Ordering::Relaxed);
+        if let Err(e) = check_stamping(kfd, had, flags, phc) {
+            set_errno(e);
+            return -1;
+        }
+        if flags & SOF_BIND_PHC != 0 {
+            self.bind_phc.store(phc, Ordering::Relaxed);
+        }
+        self.stamping.store(flags, Ordering::Relaxed);
+        let new = name == libc::SO_TIMESTAMPING_NEW;
+        let old = self.stamp.load(Ordering::Relaxed) & !STAMP_NEW;
+        self.stamp
+            .store(old | if new { STAMP_NEW } else { 0 }, Ordering::Relaxed);
+        0
+    }
+
+    /// `getsockopt(SO_TIMESTAMPING(_NEW))`'s `struct so_timestamping`:
+    /// `_NEW` reads the flags only when set through it (zeros otherwise).
+    pub(super) fn stamping_bytes(&self, name: c_int) -> [u8; 8] {
+        let new = self.stamp.load(Ordering::Relaxed) & STAMP_NEW != 0;
+        let mut b = [0u8; 8];
+        if name == libc::SO_TIMESTAMPING || new {
+            b[..4].copy_from_slice(&self.stamping.load(Ordering::Relaxed).to_ne_bytes());
+            b[4..].copy_from_slice(&self.bind_phc.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        b
     }
 
     /// Whether `(level, name)` is kept (`SOL_SOCKET`, `IPV6_RECVERR`;
@@ -388,12 +442,33 @@ impl Kept {
         let stamp = self.stamp.load(Ordering::Relaxed);
         let stamping = self.stamping.load(Ordering::Relaxed);
         if stamping != 0 {
+            // Off, `SOF_TIMESTAMPING_OPT_ID` (and `_OPT_ID_TCP`) stay on:
+            // they make no entry by themselves, and a set that turns
+            // `OPT_ID` on starts its key again at `snd_una`, so a failed
+            // switch's put-back (`OPT_ID` on all along) keeps the key the
+            // program's set gave it, as Linux's socket would. On, the
+            // struct form when `bind_phc` is in use (the int form would
+            // bind clock 0).
             let (name, v) = match on {
                 true if stamp & STAMP_NEW != 0 => (libc::SO_TIMESTAMPING_NEW, stamping),
                 true => (libc::SO_TIMESTAMPING, stamping),
-                false => (libc::SO_TIMESTAMPING, 0),
+                false => (
+                    libc::SO_TIMESTAMPING,
+                    stamping & (SOF_OPT_ID | SOF_OPT_ID_TCP),
+                ),
             };
-            sys::set_int(fd, libc::SOL_SOCKET, name, v);
+            let st = [v, self.bind_phc.load(Ordering::Relaxed)];
+            let n = if v & SOF_BIND_PHC != 0 { 2 } else { 1 };
+            // SAFETY: `n` ints at `st`, the length given.
+            unsafe {
+                real::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    name,
+                    st.as_ptr().cast(),
+                    (n * size_of::<c_int>()) as socklen_t,
+                )
+            };
         }
         if stamp & STAMP != 0 {
             let name = STAMPS
@@ -411,6 +486,162 @@ impl Kept {
             }
         }
     }
+}
+
+/// `SOF_TIMESTAMPING_OPT_ID`, `_OPT_ID_TCP`, `_OPT_STATS`, `_OPT_TSONLY`,
+/// `_BIND_PHC` (`linux/net_tstamp.h`).
+const SOF_OPT_ID: c_int = 1 << 7;
+const SOF_OPT_TSONLY: c_int = 1 << 11;
+const SOF_OPT_STATS: c_int = 1 << 12;
+const SOF_BIND_PHC: c_int = 1 << 15;
+const SOF_OPT_ID_TCP: c_int = 1 << 16;
+
+/// `SOF_TIMESTAMPING_MASK` of Linux 6.18 (`..._TX_COMPLETION`, bit 18,
+/// the last): the mask when the running kernel's cannot be read.
+const SOF_MASK_6_18: c_int = (1 << 19) - 1;
+
+/// `SOF_TIMESTAMPING_MASK` of the running kernel (0: not read yet).
+static SOF_MASK: AtomicI32 = AtomicI32::new(0);
+
+/// The running kernel's `SOF_TIMESTAMPING_MASK`: each flag alone (with
+/// the one it needs) set on a UDP socket of its own, once per process —
+/// `EINVAL` for a bit beyond the mask; `SOF_TIMESTAMPING_BIND_PHC` on that
+/// unbound socket is `EOPNOTSUPP`, a known bit. Linux 6.18's mask if no
+/// socket can be had (not kept: the next call asks again).
+fn sof_mask() -> c_int {
+    let m = SOF_MASK.load(Ordering::Relaxed);
+    if m != 0 {
+        return m;
+    }
+    // SAFETY: plain socket creation.
+    let u = unsafe { real::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if u < 0 {
+        return SOF_MASK_6_18;
+    }
+    let mut mask = 0;
+    for bit in 0..31 {
+        let f = 1 << bit;
+        let with = match f {
+            SOF_OPT_ID_TCP => SOF_OPT_ID,
+            SOF_OPT_STATS => SOF_OPT_TSONLY,
+            _ => 0,
+        };
+        let ok = sys::set_int(u, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, f | with);
+        if ok || sys::errno() != libc::EINVAL {
+            mask |= f;
+        }
+    }
+    sys::close(u);
+    SOF_MASK.store(mask, Ordering::Relaxed);
+    mask
+}
+
+/// `sock_set_timestamping`'s checks of `flags` (and `phc`) on a DDP-mode
+/// socket whose kept flags are `had`, in its order: a bit beyond the
+/// running kernel's mask, `OPT_ID_TCP` without `OPT_ID`, `OPT_ID` turned
+/// on while the TCP socket under it (`kfd`) is closed or listening (a
+/// reset or ended connection: `tcp_done` leaves it `TCP_CLOSE`), and
+/// `OPT_STATS` without `OPT_TSONLY` are `EINVAL`; `BIND_PHC` needs a
+/// bound device (`EOPNOTSUPP`) that has PTP virtual clock `phc`, which a
+/// UDP socket of its own bound to that device is asked (what Linux
+/// answers there; `EINVAL` if none can be had: a device without virtual
+/// clocks, nearly all).
+fn check_stamping(kfd: c_int, had: c_int, flags: c_int, phc: c_int) -> Result<(), c_int> {
+    if flags & !sof_mask() != 0 || flags & SOF_OPT_ID_TCP != 0 && flags & SOF_OPT_ID == 0 {
+        return Err(libc::EINVAL);
+    }
+    if flags & SOF_OPT_ID != 0 && had & SOF_OPT_ID == 0 {
+        let state = tcp_state(kfd);
+        if state == Some(TCP_CLOSE) || state == Some(TCP_LISTEN) {
+            return Err(libc::EINVAL);
+        }
+    }
+    if flags & SOF_OPT_STATS != 0 && flags & SOF_OPT_TSONLY == 0 {
+        return Err(libc::EINVAL);
+    }
+    if flags & SOF_BIND_PHC != 0 {
+        let dev = sys::get_int(kfd, libc::SOL_SOCKET, libc::SO_BINDTOIFINDEX).unwrap_or(0);
+        if dev == 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        return bind_phc_answer(dev, phc);
+    }
+    Ok(())
+}
+
+/// `TCP_CLOSE`, `TCP_LISTEN` (`include/net/tcp_states.h`).
+const TCP_CLOSE: u8 = 7;
+const TCP_LISTEN: u8 = 10;
+
+/// The TCP state of `fd` (`tcpi_state`), if it can be read.
+fn tcp_state(fd: c_int) -> Option<u8> {
+    let mut info = [0u8; 8];
+    let mut len = info.len() as socklen_t;
+    // SAFETY: `len` writable bytes at `info`.
+    let r = unsafe {
+        real::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && len > 0).then_some(info[0])
+}
+
+/// What Linux answers `SOF_TIMESTAMPING_BIND_PHC` with clock `phc` on a
+/// socket bound to device `dev`: asked of a UDP socket of its own bound
+/// there (an unbound socket may bind without privilege).
+fn bind_phc_answer(dev: c_int, phc: c_int) -> Result<(), c_int> {
+    // SAFETY: plain socket creation.
+    let u = unsafe { real::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if u < 0 {
+        return Err(libc::EINVAL);
+    }
+    let st = [SOF_BIND_PHC, phc];
+    let r = if sys::set_int(u, libc::SOL_SOCKET, libc::SO_BINDTOIFINDEX, dev) {
+        // SAFETY: two ints at `st`, the length given.
+        let r = unsafe {
+            real::setsockopt(
+                u,
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPING,
+                st.as_ptr().cast(),
+                8,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(sys::errno())
+        }
+    } else {
+        Err(libc::EINVAL)
+    };
+    sys::close(u);
+    r
+}
+
+/// `SO_TIMESTAMPING`'s flags and `bind_phc` on TCP socket `fd` (zeros if
+/// unread).
+fn get_stamping(fd: c_int) -> [c_int; 2] {
+    let mut st = [0 as c_int; 2];
+    let mut len = size_of_val(&st) as socklen_t;
+    // SAFETY: `len` writable bytes at `st`.
+    let r = unsafe {
+        real::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPING,
+            st.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return [0, 0];
+    }
+    st
 }
 
 /// Drops what TCP socket `fd`'s error queue holds, until `EAGAIN`: each
