@@ -186,7 +186,7 @@ fn private_data_both_ways_and_reject() {
     init.options.crc = true;
     let err = connect(addr, &init).unwrap_err();
     match &err {
-        CmError::Rejected { private_data } => assert_eq!(private_data, b"go away"),
+        CmError::Rejected { private_data, .. } => assert_eq!(private_data, b"go away"),
         e => panic!("{e:?}"),
     }
     assert!(err.to_string().contains("rejected"));

@@ -266,7 +266,7 @@ fn persistent_server_caps_its_sessions_and_refuses_the_excess() {
     // Two idle sessions: MPA done, no rping message yet.
     let idle: Vec<_> = (0..2).map(|_| connect_retrying().unwrap()).collect();
     match connect_retrying() {
-        Err(warpsock_engine::CmError::Rejected { private_data }) => {
+        Err(warpsock_engine::CmError::Rejected { private_data, .. }) => {
             assert_eq!(private_data, b"busy");
         }
         other => panic!("the third connection was not refused: {other:?}"),

@@ -68,6 +68,13 @@
 //!   which after giving up watches the position behind the initiator's
 //!   mark ([`classify_request`]), resets rather than deliver a late
 //!   Request as data.
+//! * A responder that cannot serve the initiator's hello (another version)
+//!   reads the Request and answers with an MPA Reject, then stops: the
+//!   initiator reads that Reply and stops too. Each frame was consumed by
+//!   its reader, and neither side sent anything else: the connection goes
+//!   on as TCP, the bytes written after the Reply (read with it, by the
+//!   engine) delivered first ([`SwitchError::Rejected`],
+//!   [`SwitchError::Incompatible`]).
 //! * The residue (the peer's bytes before its mark) is bounded: the peer
 //!   wrote them before it switched, so they are at most its send buffer
 //!   plus our receive buffer; `residue_max` caps it anyway.
@@ -185,7 +192,9 @@ pub enum Step {
     Accept(Hello),
     /// Responder: a warpsock MPA Request we cannot serve is next in the
     /// stream. The initiator has committed, so it must be read and
-    /// rejected; the connection then ends (`EPROTO` on both sides).
+    /// answered with an MPA Reject; the connection then goes on as TCP
+    /// ([`SwitchError::Incompatible`] here, [`SwitchError::Rejected`] at
+    /// the initiator).
     Reject(WireError),
     /// The switch failed; the connection is an intact TCP connection (the
     /// residue is read first).
@@ -225,6 +234,16 @@ pub enum SwitchError {
     PeerClosed,
     /// A connection to itself has no peer to switch with (`EINVAL`).
     SelfConnected,
+    /// Initiator: the peer's warpsock answered our MPA Request with a
+    /// Reject (it cannot serve our hello: another version, or limits it
+    /// does not take) (`ECONNREFUSED`). The exchange's two frames are
+    /// consumed, each by its reader: the connection goes on as TCP, the
+    /// peer's bytes behind its Reply first in the residue.
+    Rejected,
+    /// Responder: the initiator's warpsock Request carries a hello we
+    /// cannot serve; it was answered with a Reject (`EPROTO`) and the
+    /// connection goes on as TCP.
+    Incompatible(WireError),
 }
 
 impl SwitchError {
@@ -232,6 +251,7 @@ impl SwitchError {
     pub fn errno(&self) -> i32 {
         match self {
             Self::SelfConnected => libc::EINVAL,
+            Self::Incompatible(_) => libc::EPROTO,
             _ => libc::ECONNREFUSED,
         }
     }
@@ -264,6 +284,10 @@ impl fmt::Display for SwitchError {
             ),
             Self::PeerClosed => f.write_str("the peer closed the connection during the switch"),
             Self::SelfConnected => f.write_str("a connection to itself cannot switch to DDP mode"),
+            Self::Rejected => {
+                f.write_str("the peer's warpsock rejected our MPA Request (an incompatible DDP mode)")
+            }
+            Self::Incompatible(e) => write!(f, "the peer's DDP mode is incompatible: {e}"),
         }
     }
 }

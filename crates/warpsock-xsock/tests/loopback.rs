@@ -88,6 +88,127 @@ fn a_plain_peer_refuses_and_the_connection_stays_intact() {
     assert_eq!(got, b"after");
 }
 
+/// One switch mark (the urgent byte) sent on `s`, as a peer's warpsock
+/// sends it.
+fn send_mark(s: &std::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let m = warpsock_xsock::switch::MARK;
+    // SAFETY: one byte from the stack.
+    let n = unsafe { libc::send(s.as_raw_fd(), (&m as *const u8).cast(), 1, libc::MSG_OOB) };
+    assert_eq!(n, 1);
+}
+
+/// Reads one MPA frame (header and private data) from `s`: its bytes.
+fn read_mpa_frame(mut s: &std::net::TcpStream) -> Vec<u8> {
+    let mut f = vec![0u8; 20];
+    s.read_exact(&mut f).unwrap();
+    let n = usize::from(u16::from_be_bytes([f[18], f[19]]));
+    f.resize(20 + n, 0);
+    s.read_exact(&mut f[20..]).unwrap();
+    f
+}
+
+/// A peer whose warpsock cannot serve our hello (another version) answers
+/// the MPA Request with a Reject and writes on at once: the switch fails
+/// with `ECONNREFUSED` and the connection stays TCP in both directions,
+/// no byte lost or reordered — the peer's bytes before its mark, then
+/// those behind its Reply (written with it, so read with it by the
+/// engine), in the residue; later ones in the socket. Fails with the
+/// former handling (the connection reset: `Failure::Broken`) and with the
+/// bytes read behind the Reply dropped (the residue without them).
+#[test]
+fn a_rejected_switch_leaves_the_initiators_connection_intact() {
+    let (a, b) = tcp_pair();
+    let mut o = opts();
+    o.limits = Limits::with_timeout(Duration::from_secs(5));
+    std::thread::scope(|sc| {
+        let peer = sc.spawn(|| {
+            let mut b = &b;
+            b.write_all(b"before ").unwrap();
+            send_mark(b);
+            // The Request (the initiator's mark skipped by the reads).
+            let req = read_mpa_frame(b);
+            assert_eq!(&req[..16], warpsock_xsock::switch::MPA_REQ_KEY);
+            // The Reject as Linux's siw or our engine sends it (Enhanced
+            // MPA: IRD/ORD zero), and bytes right behind it.
+            let enhanced = req[16] & 0x10;
+            let pd: &[u8] = if enhanced != 0 { &[0; 4] } else { &[] };
+            let mut r = b"MPA ID Rep Frame".to_vec();
+            r.extend_from_slice(&[0x20 | enhanced, req[17], 0, pd.len() as u8]);
+            r.extend_from_slice(pd);
+            r.extend_from_slice(b"after the reject");
+            b.write_all(&r).unwrap();
+        });
+        let err = switch_fd_as(a.as_fd(), &o, Some(Role::Initiator)).unwrap_err();
+        peer.join().unwrap();
+        let Failure::Refused { error, residue, .. } = &err else {
+            panic!("{err}")
+        };
+        assert!(matches!(error, SwitchError::Rejected), "{error}");
+        assert_eq!(err.errno(), libc::ECONNREFUSED);
+        assert_eq!(residue, b"before after the reject");
+    });
+    let (mut a, mut b) = (a, b);
+    b.write_all(b"more").unwrap();
+    let mut got = [0u8; 4];
+    a.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"more");
+    a.write_all(b"back").unwrap();
+    b.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"back");
+}
+
+/// The other end: an initiator whose hello we cannot serve (version 9)
+/// gets an MPA Reject, and the connection goes on as TCP: the switch
+/// fails with `EPROTO` (the initiator's bytes before its mark in the
+/// residue), and the bytes the initiator writes after reading the Reject,
+/// and ours after the failure, arrive. Fails with the former handling
+/// (the Reject followed by `shutdown(SHUT_WR)`: `Failure::Broken`).
+#[test]
+fn a_refused_request_leaves_the_responders_connection_intact() {
+    let (a, b) = tcp_pair();
+    let mut o = opts();
+    o.limits = Limits::with_timeout(Duration::from_secs(5));
+    std::thread::scope(|sc| {
+        let peer = sc.spawn(|| {
+            let mut a = &a;
+            a.write_all(b"before ").unwrap();
+            send_mark(a);
+            let mut hello = warpsock_xsock::Hello {
+                slots: 16,
+                slot_size: 65536,
+            }
+            .encode();
+            hello[4] = 9;
+            let mut req = warpsock_xsock::switch::MPA_REQ_KEY.to_vec();
+            req.extend_from_slice(&[0x50, 2, 0, 4 + hello.len() as u8, 0, 16, 0, 16]);
+            req.extend_from_slice(&hello);
+            a.write_all(&req).unwrap();
+            // The Reply (the responder's mark skipped): a Reject.
+            let rep = read_mpa_frame(a);
+            assert_eq!(&rep[..16], b"MPA ID Rep Frame");
+            assert_ne!(rep[16] & 0x20, 0, "the Reject bit");
+            a.write_all(b"after the reject").unwrap();
+        });
+        let err = switch_fd_as(b.as_fd(), &o, Some(Role::Responder)).unwrap_err();
+        peer.join().unwrap();
+        let Failure::Refused { error, residue, .. } = &err else {
+            panic!("{err}")
+        };
+        assert!(matches!(error, SwitchError::Incompatible(_)), "{error}");
+        assert_eq!(err.errno(), libc::EPROTO);
+        assert_eq!(residue, b"before ");
+    });
+    let (mut a, mut b) = (a, b);
+    let mut got = [0u8; 16];
+    b.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"after the reject");
+    b.write_all(b"back").unwrap();
+    let mut got = [0u8; 4];
+    a.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"back");
+}
+
 /// Policy mode at accept time: the accepting end responds whatever the
 /// addresses say, so a client without warpsock never gets an urgent byte —
 /// not in its reads, and not as `POLLPRI` either (curl fails a connect that

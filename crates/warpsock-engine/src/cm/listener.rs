@@ -414,6 +414,20 @@ impl ConnectRequest {
         let _ = self.sock.shutdown(Shutdown::Write);
         Ok(())
     }
+
+    /// Rejects as [`Self::reject`], without closing: returns the
+    /// connection, whose next bytes out are whatever the caller writes
+    /// after the Reply, and the bytes read behind the Request (an
+    /// initiator sends none before the Reply). For an exchange made in
+    /// band on a connection that goes on as a byte stream when refused
+    /// (`warpsock_xsock`'s switch).
+    pub fn refuse(self, private_data: &[u8]) -> Result<(TcpStream, Vec<u8>), CmError> {
+        check_private_data(private_data)?;
+        let mut conn = self.conn;
+        conn.reject(private_data).map_err(accept_error)?;
+        send_reply(&self.sock, self.peer, &mut conn)?;
+        Ok((self.sock, self.early))
+    }
 }
 
 /// Writes what the core queued (the MPA Reply) to the blocking socket

@@ -103,7 +103,10 @@ impl MpaExchange {
                     }
                     Event::ConnectRequest(r) => return Ok(Some(MpaDone::Request(r))),
                     Event::Rejected(private_data) => {
-                        return Err(CmError::Rejected { private_data })
+                        return Err(CmError::Rejected {
+                            private_data,
+                            early: self.early(),
+                        })
                     }
                     Event::ConnectFailed(e) => return Err(self.failed(sock, e)),
                     other => self.events.push(other),

@@ -56,6 +56,10 @@ pub enum CmError {
     Rejected {
         /// The responder's private data.
         private_data: Vec<u8>,
+        /// Stream bytes read behind the Reply: after a Reject the
+        /// connection is the peer's byte stream again (a switch made in
+        /// band, `warpsock_xsock`), and these come first in it.
+        early: Vec<u8>,
     },
     /// MPA negotiation failed (malformed frame, incompatible options).
     #[error("MPA setup failed: {0}")]
@@ -178,7 +182,8 @@ mod retry_tests {
         assert!(CmError::Refused { addr }.is_retryable());
         assert!(CmError::Mpa(ConnectError::Eof).is_retryable());
         assert!(!CmError::Rejected {
-            private_data: vec![]
+            private_data: vec![],
+            early: vec![]
         }
         .is_retryable());
         assert!(!closed(CloseReason::Terminated {

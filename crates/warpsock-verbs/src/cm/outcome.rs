@@ -35,7 +35,7 @@ pub fn connect_failed(e: &CmError) -> (c_uint, c_int, Vec<u8>) {
     let rejected = |status| (RDMA_CM_EVENT_REJECTED, status, Vec::new());
     let unreachable = |status| (RDMA_CM_EVENT_UNREACHABLE, status, Vec::new());
     match e {
-        CmError::Rejected { private_data } => (
+        CmError::Rejected { private_data, .. } => (
             RDMA_CM_EVENT_REJECTED,
             -libc::ECONNRESET,
             private_data.clone(),
@@ -157,7 +157,8 @@ mod tests {
             reason: CloseReason::Transport(TransportError::Reset),
         }));
         assert!(!ended_before_reply(&CmError::Rejected {
-            private_data: Vec::new()
+            private_data: Vec::new(),
+            early: Vec::new(),
         }));
         assert!(!ended_before_reply(&CmError::Mpa(ConnectError::Timeout)));
         assert!(!ended_before_reply(&CmError::Refused {
@@ -191,6 +192,7 @@ mod tests {
         );
         let (k, s, pd) = connect_failed(&CmError::Rejected {
             private_data: b"no".to_vec(),
+            early: Vec::new(),
         });
         assert_eq!(
             (k, s, pd),

@@ -213,14 +213,29 @@ pub fn switch_fd_as(
             Step::Connect => {
                 let rto = rto_plan(raw, opts.rto_min);
                 let sock = stream.try_clone().map_err(|e| committed(&stream, e))?;
-                return XSocket::connect(sock, opts, residue)
+                // The residue stays here unless the queue pair is made
+                // (the peer may reject).
+                return XSocket::connect(sock, opts, &mut residue)
                     .inspect(|x| {
                         x.lock().rto = rto;
                         last_entries(raw);
                     })
-                    .map_err(|e| {
-                        reset(&stream);
-                        Failure::cm(e)
+                    .map_err(|e| match e {
+                        // The peer's Reply was its last frame, read: the
+                        // stream goes on as TCP, its bytes behind the
+                        // Reply (read with it) after the residue.
+                        CmError::Rejected { early, .. } => {
+                            residue.extend_from_slice(&early);
+                            Failure::Refused {
+                                error: SwitchError::Rejected,
+                                residue,
+                                watch: false,
+                            }
+                        }
+                        e => {
+                            reset(&stream);
+                            Failure::cm(e)
+                        }
                     });
             }
             Step::Accept(peer_hello) => {
@@ -239,13 +254,25 @@ pub fn switch_fd_as(
                 });
             }
             Step::Reject(e) => {
+                // Read the Request (the initiator sends nothing behind it
+                // before the Reply) and answer with a Reject: both frames
+                // consumed, the connection goes on as TCP.
                 let sock = stream.try_clone().map_err(broken)?;
-                if let Ok(req) = ConnectRequest::read(sock, opts.limits.request_timeout) {
-                    let _ = req.reject(&[]);
-                }
-                return Err(Failure::Broken {
-                    errno: libc::EPROTO,
-                    what: format!("the peer's DDP mode is incompatible: {e}"),
+                let refused = ConnectRequest::read(sock, opts.limits.request_timeout)
+                    .and_then(|req| req.refuse(&[]));
+                return Err(match refused {
+                    Ok((_, early)) => {
+                        residue.extend_from_slice(&early);
+                        Failure::Refused {
+                            error: SwitchError::Incompatible(e),
+                            residue,
+                            watch: false,
+                        }
+                    }
+                    Err(c) => Failure::Broken {
+                        errno: libc::EPROTO,
+                        what: format!("the peer's DDP mode is incompatible: {e}; {c}"),
+                    },
                 });
             }
             Step::Failed(error) => {

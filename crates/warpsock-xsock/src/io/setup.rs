@@ -85,11 +85,12 @@ fn proto_error(what: impl std::fmt::Display) -> CmError {
 
 impl XSocket {
     /// Initiator: MPA on `sock` (whose next bytes are ours to send), with
-    /// `residue` the peer's bytes read before its mark.
+    /// `residue` the peer's bytes read before its mark (taken only if the
+    /// queue pair is made: a rejected switch delivers it as TCP's).
     pub(crate) fn connect(
         sock: TcpStream,
         opts: &Options,
-        residue: Vec<u8>,
+        residue: &mut Vec<u8>,
     ) -> Result<Self, CmError> {
         let e = engine(opts, opts.slots.saturating_add(4))?;
         let mut init = qp_init(&e, opts);
@@ -100,7 +101,14 @@ impl XSocket {
             .negotiated()
             .ok_or_else(|| proto_error("no MPA negotiation"))?;
         let peer = Hello::parse(&n.peer_private_data).map_err(proto_error)?;
-        Ok(Self::new(e, qp, opts, peer, residue, tcp_fd))
+        Ok(Self::new(
+            e,
+            qp,
+            opts,
+            peer,
+            std::mem::take(residue),
+            tcp_fd,
+        ))
     }
 
     /// Responder: answer the MPA Request `req` whose hello was `peer`.
