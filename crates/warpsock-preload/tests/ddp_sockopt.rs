@@ -201,6 +201,21 @@ fn a_failed_switch_keeps_the_stamp_key() {
     assert_eq!(ddp.stat("ddp_switched"), 0, "{}", ddp.stderr);
 }
 
+/// The error queue with `IP_RECVERR` and receive-only `SO_TIMESTAMPING`
+/// on: `recvmsg(MSG_ERRQUEUE)` answers `EAGAIN` with the peer's bytes
+/// waiting, and `poll` shows `POLLIN` alone, as TCP's (which queues no
+/// ICMP error on an established connection and made no stamp); the
+/// engine's socket's queue is empty. No entry of the program's exists to
+/// pass through (the engine's `read_polled` says why). Fails with
+/// `MSG_ERRQUEUE` read as a plain read (the 8 bytes: review r22-e item
+/// 2's former behaviour).
+#[test]
+fn the_error_queue_answers_as_tcps_with_recverr_and_receive_stamps_on() {
+    let tcp = case("errqueueopts", false);
+    let ddp = case("errqueueopts", true);
+    assert_eq!(tcp.stdout, ddp.stdout);
+}
+
 /// A reset taken by a read: poll then shows `POLLIN|POLLHUP|POLLRDHUP`
 /// without `POLLERR`, as Linux's TCP once `sk_err` was taken (review r22-e
 /// item 6: an event loop whose `POLLERR` branch only reads `SO_ERROR` would

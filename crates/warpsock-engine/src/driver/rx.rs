@@ -162,6 +162,25 @@ impl ParkedRead {
     /// which the read below reports, or another reader took them) does it
     /// sleep in the blocking read (its timeout the slice, set by `park`),
     /// with that read's signal race.
+    ///
+    /// On a socket switched in band (`warpsock_xsock`, the preload's
+    /// DDP-mode sockets, whose progress thread runs this) the drop finds
+    /// nothing, and takes nothing the program could have read: the
+    /// entries that socket's program would see over TCP cannot exist.
+    /// Its options that make them are kept off the socket from the
+    /// switch's start (`SO_TIMESTAMPING`'s transmit flags, the
+    /// `SO_TIMESTAMP(NS)` forms, `IP_RECVERR`, `IPV6_RECVERR`; a socket
+    /// with `SO_ZEROCOPY` on is not switched; the preload's `Kept`), the
+    /// engine sets none itself and sends without control messages or
+    /// `MSG_ZEROCOPY`, and TCP queues ICMP errors only while it connects
+    /// (`tcp_v4_err`/`tcp_v6_err` call `ip(v6)_icmp_error` in `SYN_SENT`
+    /// and `SYN_RECV` alone). Stamps of bytes the program sent before the
+    /// switch with the options on all come before the switch's last read
+    /// (the peer's last frame acknowledges them) and the switch drops them
+    /// (`warpsock_xsock`'s `last_entries`): what the program reads with
+    /// `MSG_ERRQUEUE` is `EAGAIN` (preload: `DdpSock::recv_full`), as over
+    /// a path that makes no stamps. The drop stays for sockets handed over
+    /// otherwise (`connect_stream` on a socket with such options on).
     /// `marked` runs the `poll` (the sleep that reads nothing: see
     /// `crate::asleep`).
     pub(crate) fn read_polled(

@@ -141,6 +141,12 @@
  *               make (it ends its stream: the switch fails, the options
  *               are put back), then 8 B more: their key must be 15, as
  *               over TCP (the key was not started again at the put-back).
+ *   errqueueopts  IP_RECVERR and SO_TIMESTAMPING without transmit flags
+ *               on, round trips, then the peer's 8 B unread:
+ *               recvmsg(MSG_ERRQUEUE) answers EAGAIN and poll shows POLLIN
+ *               without POLLERR, as TCP's (no entry of the program's can
+ *               reach the engine's socket: see read_polled in
+ *               warpsock-engine's driver/rx.rs); the lines must be TCP's.
  *   zerocopy    SO_ZEROCOPY after the switch: TCP takes it and each of 3
  *               MSG_ZEROCOPY sends gets its notice (ids 0..2, POLLERR
  *               first); a DDP-mode socket, which would never give one,
@@ -792,6 +798,8 @@ int main(int argc, char **argv) {
         case_latestamps();
     } else if (!strcmp(cs, "stampstruct")) {
         case_stampstruct();
+    } else if (!strcmp(cs, "errqueueopts")) {
+        case_errqueueopts();
     } else if (!strcmp(cs, "stampkey")) {
         case_stampkey();
     } else if (!strcmp(cs, "stampsbefore")) {

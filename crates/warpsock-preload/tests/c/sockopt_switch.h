@@ -450,4 +450,47 @@ static void case_stampkey(void) {
     CHECK(k1 == 7 && k2 == 15);
 }
 
+static void *peer_echo_extra(void *a) {
+    (void)a;
+    switch_end(s);
+    char b[8];
+    for (int i = 0; i < ROUNDS; i++) {
+        read8(s, b);
+        CHECK(write(s, b, 8) == 8);
+    }
+    CHECK(write(s, "extra!!!", 8) == 8);
+    return NULL;
+}
+
+/* errqueueopts: IP_RECVERR and SO_TIMESTAMPING without transmit flags
+ * (RX_SOFTWARE|SOFTWARE|OPT_ID) before the switch, SO_TIMESTAMPNS after
+ * it; 100 echoed round trips, then the peer's 8 B unread: the error queue
+ * answers EAGAIN (over TCP: an established connection queues no ICMP
+ * error, and no stamp was asked), poll shows POLLIN without POLLERR, and
+ * the 8 B are read after. The lines must be plain TCP's. */
+static void case_errqueueopts(void) {
+    int f = SOF_TIMESTAMPING_RX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE | SOF_TIMESTAMPING_OPT_ID,
+        on = 1;
+    CHECK(setsockopt(c, SOL_SOCKET, SO_TIMESTAMPING, &f, sizeof f) == 0);
+    CHECK(setsockopt(c, IPPROTO_IP, IP_RECVERR, &on, sizeof on) == 0);
+    pthread_t pt;
+    CHECK(pthread_create(&pt, NULL, peer_echo_extra, NULL) == 0);
+    switch_end(c);
+    set_sol_int(c, SO_TIMESTAMPNS, 1);
+    char b[8];
+    for (int i = 0; i < ROUNDS; i++) {
+        CHECK(write(c, "roundtr!", 8) == 8);
+        read8(c, b);
+    }
+    CHECK(pthread_join(pt, NULL) == 0);
+    struct pollfd p = {c, POLLIN, 0};
+    CHECK(poll(&p, 1, -1) == 1);
+    ssize_t r = recv_errqueue(c, MSG_DONTWAIT);
+    printf("errqueue %zd errno %d, poll 0x%x\n", r, r < 0 ? errno : 0, p.revents);
+    read8(c, b);
+    CHECK(memcmp(b, "extra!!!", 8) == 0);
+    int k = tcp_under(c);
+    CHECK((k < 0) == plain);
+    if (k >= 0) CHECK(errqueue_entry(k) == 0);
+}
 #endif

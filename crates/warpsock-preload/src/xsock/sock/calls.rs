@@ -74,7 +74,15 @@ impl DdpSock {
             // `MSG_ERRQUEUE`: a DDP-mode socket's error queue is always
             // empty to the program (the engine socket's is the library's),
             // so `EAGAIN` as TCP's empty one — not the stream's bytes, which
-            // the flag used to read (review r22-e item 2).
+            // the flag used to read (review r22-e item 2). Nothing is held
+            // back: the engine socket's queue gets no entry of the
+            // program's once the switch ended (the options that make them
+            // are kept off it, `Kept`; the engine's polled reads drop
+            // nothing there, `warpsock_engine`'s `read_polled` says why),
+            // and `IP_RECVERR` gives an established TCP connection none
+            // either (ICMP errors are queued only while it connects). A
+            // program with transmit stamps on sees none, as over a device
+            // without them (`Kept`).
             let oob = flags & libc::MSG_OOB != 0;
             set_errno(if oob { libc::EINVAL } else { libc::EAGAIN });
             return -1;
