@@ -114,8 +114,9 @@ fn read_mpa_frame(mut s: &std::net::TcpStream) -> Vec<u8> {
 /// no byte lost or reordered — the peer's bytes before its mark, then
 /// those behind its Reply (written with it, so read with it by the
 /// engine), in the residue; later ones in the socket. Fails with the
-/// former handling (the connection reset: `Failure::Broken`) and with the
-/// bytes read behind the Reply dropped (the residue without them).
+/// former handling (the connection reset: `Failure::Broken`), with the
+/// bytes read behind the Reply dropped (the residue without them), and
+/// with the exchange's `TCP_NODELAY` left on the socket.
 #[test]
 fn a_rejected_switch_leaves_the_initiators_connection_intact() {
     let (a, b) = tcp_pair();
@@ -148,6 +149,10 @@ fn a_rejected_switch_leaves_the_initiators_connection_intact() {
         assert_eq!(err.errno(), libc::ECONNREFUSED);
         assert_eq!(residue, b"before after the reject");
     });
+    assert!(
+        !a.nodelay().unwrap(),
+        "the exchange's TCP_NODELAY is undone"
+    );
     let (mut a, mut b) = (a, b);
     b.write_all(b"more").unwrap();
     let mut got = [0u8; 4];

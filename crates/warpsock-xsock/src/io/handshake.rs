@@ -214,7 +214,10 @@ pub fn switch_fd_as(
                 let rto = rto_plan(raw, opts.rto_min);
                 let sock = stream.try_clone().map_err(|e| committed(&stream, e))?;
                 // The residue stays here unless the queue pair is made
-                // (the peer may reject).
+                // (the peer may reject), and the program's `TCP_NODELAY`
+                // is put back then (the exchange sets it: the engine's
+                // `TcpOptions`).
+                let nodelay = stream.nodelay().ok();
                 return XSocket::connect(sock, opts, &mut residue)
                     .inspect(|x| {
                         x.lock().rto = rto;
@@ -225,6 +228,9 @@ pub fn switch_fd_as(
                         // stream goes on as TCP, its bytes behind the
                         // Reply (read with it) after the residue.
                         CmError::Rejected { early, .. } => {
+                            if let Some(v) = nodelay {
+                                let _ = stream.set_nodelay(v);
+                            }
                             residue.extend_from_slice(&early);
                             Failure::Refused {
                                 error: SwitchError::Rejected,
