@@ -20,47 +20,10 @@ usage: trailer_split.py PCAP PORT DMESG
 """
 import re
 import struct
-import subprocess
 import sys
 
-TABLE = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    TABLE.append(c)
-
-
-def crc32c(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c = TABLE[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def stream_to(pcap, port):
-    """The TCP payload sent to PORT, reassembled by sequence number."""
-    rows = subprocess.run(
-        ["tshark", "-r", pcap, "-T", "fields", "-e", "tcp.dstport", "-e", "tcp.seq",
-         "-e", "tcp.payload"],
-        # A prefix capture ends mid-packet: tshark reads it and exits 2.
-        capture_output=True, text=True, check=False).stdout.splitlines()
-    segments = []
-    for r in rows:
-        p = r.split("\t")
-        if len(p) < 3 or not p[2] or int(p[0]) != port:
-            continue
-        segments.append((int(p[1]) - 1, bytes.fromhex(p[2].replace(":", ""))))
-    # By sequence number, not capture order: a retransmitted segment (qemu's
-    # socket dropped a 64 KiB loopback segment) is captured after the ones
-    # sent behind it.
-    segments.sort(key=lambda s: s[0])
-    data = bytearray()
-    for off, b in segments:
-        if off > len(data):
-            break  # a gap: the prefix ends here
-        data[off:off + len(b)] = b
-    return bytes(data)
+sys.dont_write_bytecode = True  # no __pycache__ left next to the scripts
+from mpa_stream import crc32c, fpdus, stream_to  # noqa: E402 (scripts/siw/, next to this file)
 
 
 def main():
@@ -72,14 +35,8 @@ def main():
     inb = struct.pack("<I", int(m.group(1), 16))
     own = int(m.group(2), 16)
     data = stream_to(pcap, port)
-    pd = struct.unpack(">H", data[18:20])[0]
-    at, n, prev_crc = 20 + pd, 0, b"\0\0\0\0"
-    while at + 2 <= len(data):
-        ul = struct.unpack(">H", data[at:at + 2])[0]
-        pad = (4 - (2 + ul) % 4) % 4
-        tot = 2 + ul + pad + 4
-        if at + tot > len(data):
-            break
+    n, prev_crc = 0, b"\0\0\0\0"
+    for at, ul, pad, tot in fpdus(data):
         trailer = data[at + tot - 4 - pad:at + tot]
         for split in range(1, len(trailer)):
             rest = len(trailer) - split
@@ -99,7 +56,6 @@ def main():
                       f"the CRC we sent is {'good' if good else 'BAD'}")
                 return 0 if good else 1
         prev_crc = trailer[-4:]
-        at += tot
         n += 1
     print(f"no FPDU of the {n} captured ({len(data)} stream bytes) explains "
           f"in {m.group(1)} / own {m.group(2)}")
