@@ -70,6 +70,9 @@ trap 'exit 130' INT TERM
 
 echo "--- tools"
 scripts/ensure-pkgs.sh tshark tcpdump python3 qemu-system-x86 iproute2 gcc libc6-dev librdmacm-dev libibverbs-dev
+# The capture checkers' own synthetic checks (no VM): a broken one fails here.
+python3 scripts/siw/double_hash_crc.py --self-test \
+    || loud_fail "scripts/siw/double_hash_crc.py --self-test failed"
 cargo build -q -p warpsock-rping
 cargo build -q --release -p warpsock-perftest
 TARGET=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
@@ -274,6 +277,7 @@ SC_VALIDATE=$ROOT/scripts/siw/validate_send_check.py
 SC_TCPDUMP=
 SC_BYTES=0
 SC_NOTE=
+SC_BADCRC=
 cap_prefix_start() {  # cap_prefix_start FILE PORT BYTES
     rm -f "$1" "$1.pid"
     { tcpdump -i lo -U --immediate-mode -B 131072 -s 0 -w - "tcp port $2" 2>"$1.log" &
@@ -389,36 +393,43 @@ sc_siw_trailer_case() {  # sc_siw_trailer_case NAME N S
     fi
 }
 # send_check client on siw in the VM -> warpsock-perftest send-check server.
-# siw -> warpsock: a run that ended because siw sent an FPDU whose MPA CRC
-# is wrong — warpsock's Terminate says so (MPA CRC error) and tshark finds a
-# Bad CRC32 in an FPDU siw sent — is made again once. warpsock detected and
-# reported the peer's error as it must; the case is about interop, and the
-# siw in the VM (6.1) now and then sends such an FPDU (CI pre-check of
-# 9c5ba5c: FPDU MSN 2 MO 21480, every payload byte the expected pattern, the
-# CRC field wrong). The first run's files are kept (*.try1) and the PASS line
-# names it; any other failure, or the same one twice, fails.
+# siw -> warpsock: a run that ended because siw sent an FPDU with siw 6.1's
+# double-hashed MPA CRC (docs/protocol-notes.md §7.13: CRC32c(header ||
+# payload || payload), two contexts in siw_tx_hdt on one FPDU) is made again
+# once, and only that: warpsock's Terminate says MPA CRC error and every
+# FPDU with a bad CRC that siw sent in the capture has exactly that CRC
+# (scripts/siw/double_hash_crc.py). warpsock detected and reported the
+# peer's error as it must; the case is about interop (CI pre-check of
+# 9c5ba5c: FPDU MSN 2 MO 21480, every payload byte the expected pattern).
+# The first run's files are kept (*.try1) and the PASS line names the FPDU;
+# any other failure (any other bad CRC from siw included), or the same one
+# twice, fails.
 sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR [SERVER ARGS...]
     local name=$1 attempt f
     SC_NOTE=
     for attempt in 1 2; do
         sc_server_run "$@"
-        [ "$attempt" = 1 ] && siw_sent_bad_crc "$name" "$SC_RUN_PORT" || break
+        [ "$attempt" = 1 ] && siw_sent_double_hash_crc "$name" "$SC_RUN_PORT" || break
         # The first run's siw kernel news (its Terminate) stay with it.
         siw_kernel_news "$WORK/$name.dmesg"
         for f in "$WORK/$name".*; do
             case $f in *.try1) ;; *) mv "$f" "$f.try1" ;; esac
         done
-        SC_NOTE="run again: in the first run siw sent an FPDU with a bad MPA CRC ($WORK/$name.pcap.try1)"
+        SC_NOTE="run again: in the first run siw sent its double-hashed MPA CRC: $SC_BADCRC ($WORK/$name.pcap.try1)"
         echo "    $name: $SC_NOTE" >&2
     done
     sc_check "$name" "$2" "$3" "$5" "$6" "$SC_RUN_PORT" "$SC_RUN_RC" "$WORK/$name.out" "$WORK/$name.vm"
     SC_NOTE=
 }
-siw_sent_bad_crc() {  # siw_sent_bad_crc NAME PORT (our server's port)
+# Whether warpsock's Terminate says MPA CRC error and every bad CRC siw sent
+# in the capture is its double hash; sets SC_BADCRC to the checker's line.
+siw_sent_double_hash_crc() {  # siw_sent_double_hash_crc NAME PORT (our server's port)
+    SC_BADCRC=
     grep -q "received MPA CRC does not match" "$WORK/$1.out" || return 1
-    local bad
-    bad=$(tshark -r "$WORK/$1.pcap" -Y "tcp.dstport == $2" -V 2>/dev/null | grep -c "Bad CRC32" || true)
-    [ "${bad:-0}" -gt 0 ]
+    local rc=0
+    SC_BADCRC=$(python3 "$ROOT/scripts/siw/double_hash_crc.py" "$WORK/$1.pcap" "$2" 2>&1) || rc=$?
+    [ "$rc" = 0 ] || echo "    $1: not run again (not siw's double-hashed CRC): $SC_BADCRC" >&2
+    return "$rc"
 }
 sc_server_run() {  # the arguments of sc_server_case; sets SC_RUN_PORT, SC_RUN_RC
     local name=$1 n=$2 s=$3 crc=$4 ecrc=$5 rtr=$6 rc=0 port i

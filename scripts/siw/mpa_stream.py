@@ -1,6 +1,6 @@
 """One direction of a captured MPA connection, and the FPDUs in it (RFC 5044).
 
-Shared by the capture checkers here (trailer_split.py; imported: they run
+Shared by trailer_split.py and double_hash_crc.py (imported: both run
 from this directory). Captures are ours, on lo, from the SYN; without MPA
 markers (siw implements none), the stream is the MPA Request or Reply, then
 FPDUs back to back: MPA length (2 bytes, big-endian, the ULPDU's length), the
