@@ -228,8 +228,18 @@ impl XSocket {
 
     /// The low bit of a driver's wait's owner word
     /// ([`warpsock_engine::asleep::owned`]), set for a send call's wait;
-    /// the rest is the socket's address (every driver's wait).
+    /// the rest is the socket's [`Self::wait_word`] (every driver's wait).
     pub(crate) const OWNER_SENDING: usize = 1;
+
+    /// The word every wait of this socket's calls names in its sleeps'
+    /// marks ([`warpsock_engine::asleep::Slept::owner`], its low bit
+    /// cleared: set, a send's). Even, non-zero and the process's only
+    /// socket's: not its address, which a later socket may take once this
+    /// one is gone (a mark left by a `siglongjmp` out of a sleep would then
+    /// name that socket: review r27-b item 4).
+    pub fn wait_word(&self) -> usize {
+        self.word
+    }
 
     /// An exit in a signal handler over this thread's wait on this socket
     /// (`slept`: [`warpsock_engine::asleep::abandon`]'s), which never comes
@@ -240,19 +250,24 @@ impl XSocket {
     /// that rounds, the progress thread's included, and the exit's close
     /// read and write it again. `false`: the wait was not this socket's.
     /// The socket's lock is tried for 2 ms at most: not had, its marks
-    /// stay (the close's steps drive it whatever they say).
+    /// stay (the close's steps drive it whatever they say). A wait is
+    /// this socket's only if its owner word is this socket's
+    /// ([`Self::wait_word`]): every driver's wait names its socket, a
+    /// parked read's too; a stale mark (a `siglongjmp` out of the sleep
+    /// left it) of a socket gone since names none (review r27-b item 4:
+    /// with the address as the word, and the park's context key, also an
+    /// address, the undo took a live socket's marks at that address).
     pub fn abandon_wait(&self, slept: warpsock_engine::asleep::Slept) -> bool {
-        let me = self as *const Self as usize;
-        let named = slept.owner() & !Self::OWNER_SENDING == me;
-        if !self.cq.abandon_park(slept) && !named {
+        if slept.owner() & !Self::OWNER_SENDING != self.word {
             return false;
         }
+        self.cq.abandon_park(slept);
         let end = Instant::now() + Duration::from_millis(2);
         loop {
             if let Some(mut st) = self.try_lock_now() {
                 st.driving = false;
                 self.parked.store(false, Ordering::Release);
-                if named && slept.owner() & Self::OWNER_SENDING != 0 {
+                if slept.owner() & Self::OWNER_SENDING != 0 {
                     st.sending = st.sending.saturating_sub(1);
                     if st.sending == 0 {
                         self.rearm(&mut st);
@@ -486,6 +501,44 @@ mod tests {
                 reset: false
             }
         );
+    }
+
+    /// A mark left by a wait on a socket gone since (a `siglongjmp` out of
+    /// the sleep) names no later socket, not even one at the gone one's
+    /// address: an exit's undo over it leaves that socket's marks — another
+    /// thread's send asleep on it, its driving — alone (review r27-b item
+    /// 4). The socket's own wait's mark still undoes them.
+    #[test]
+    fn a_gone_sockets_wait_names_no_later_socket_at_its_address() {
+        use warpsock_engine::asleep;
+        let mark = |word: usize| {
+            asleep::owned(word | XSocket::OWNER_SENDING, || {
+                asleep::unlocked(|| asleep::slept().expect("marked"))
+            })
+        };
+        let (a, _a_peer) = crate::io::test_pair::pair();
+        let (b, _b_peer) = crate::io::test_pair::pair();
+        let mut home = Box::new(a);
+        let at = &*home as *const XSocket;
+        let stale = mark(home.wait_word());
+        // `a` is dropped, `b` takes its place: the same address.
+        *home = b;
+        assert_eq!(&*home as *const XSocket, at);
+        let set = |x: &XSocket| {
+            let mut st = x.lock();
+            st.sending = 1;
+            st.driving = true;
+            x.parked.store(true, Ordering::Release);
+        };
+        let marks = |x: &XSocket| {
+            let st = x.lock();
+            (st.sending, st.driving, x.parked.load(Ordering::Acquire))
+        };
+        set(&home);
+        assert!(!home.abandon_wait(stale), "the gone socket's wait");
+        assert_eq!(marks(&home), (1, true, true), "left alone");
+        assert!(home.abandon_wait(mark(home.wait_word())));
+        assert_eq!(marks(&home), (0, false, false), "its own wait's undone");
     }
 
     /// The linger has a bound of its own from the end of sending, and ends

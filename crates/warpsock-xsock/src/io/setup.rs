@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use warpsock_engine::{
@@ -22,6 +22,10 @@ use super::socket::{State, XSocket};
 use crate::stream::Stream;
 use crate::wire::Hello;
 use warpsock_engine::proto::ring::Ring;
+
+/// Source of [`XSocket::wait_word`]s: even (the low bit is a send's
+/// mark), from 2 (0 is no owner), never reused — 2^63 sockets a process.
+static NEXT_WORD: AtomicUsize = AtomicUsize::new(2);
 
 struct Engine {
     ctx: Context,
@@ -194,6 +198,7 @@ impl XSocket {
             watching: AtomicU32::new(Self::WATCH_OFF),
             writable_wait: AtomicBool::new(false),
             quiet: AtomicBool::new(false),
+            word: NEXT_WORD.fetch_add(2, Ordering::Relaxed),
             _ctx: e.ctx,
             pd: e.pd,
             cq: e.cq,

@@ -226,6 +226,10 @@ pub struct XSocket {
     /// returns (`io/quiet.rs`). Set under the lock (an empty round's end,
     /// a straight send's), cleared by every take of it.
     pub(crate) quiet: AtomicBool,
+    /// The word its waits' sleep marks name ([`XSocket::wait_word`]):
+    /// even, and never another socket's of the process, not even one at
+    /// the same address after this one is gone.
+    pub(crate) word: usize,
 }
 
 /// The Terminate we send when the peer breaks the sockets protocol (a

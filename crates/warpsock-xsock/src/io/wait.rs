@@ -286,7 +286,9 @@ impl XSocket {
         // when the interest changes, so what came meanwhile is reported).
         self.set_watching(&st, Self::WATCH_OFF);
         let posts = st.posts;
-        // Every driver's wait names the socket in its sleeps' marks: an
+        // Every driver's wait names the socket in its sleeps' marks (its
+        // `word`, which no later socket reuses, as one at the same
+        // address would its address: review r27-b item 4): an
         // exit in a signal handler over the sleep undoes this call's marks
         // (`driving`, `parked`, a send's `sending`), as it never comes back
         // (`XSocket::abandon_wait`). A receive's too: its sleep is not
@@ -298,7 +300,7 @@ impl XSocket {
         // sends too, and the undo took one of theirs (their own decrement
         // then underflowed; review r26-d item 2). Two thread-local stores
         // a blocking wait: none on the busy path, which never gets here.
-        let owner = self as *const Self as usize
+        let owner = self.word
             | if who == Waiter::Sender {
                 Self::OWNER_SENDING
             } else {
