@@ -270,8 +270,42 @@ pub(crate) fn busy() -> bool {
 /// exit path keeps to its bounded, allocation-free part (review r26-a item
 /// 1; the UDP kind's linger allocated, and a SIGTERM that landed in a
 /// `malloc` under the library hung the exit: `ddp_exitclose`'s spin case).
+/// A marked sleep inside library code nested over a locked stretch
+/// ([`enter`]'s nested arm, [`LOCKED_BELOW`]) is such a stretch too: the
+/// sleep holds no lock, the frame under it may.
 pub(crate) fn exit_over_held_locks() -> bool {
-    busy() && !warpsock_engine::asleep::asleep()
+    busy() && (!warpsock_engine::asleep::asleep() || LOCKED_BELOW.with(Cell::get) > 0)
+}
+
+thread_local! {
+    /// How many of the calling thread's nested [`enter`]s run over a
+    /// stretch that may hold a lock (no sleep marked under them): while
+    /// any does, a marked sleep of the code nested there is no lock-free
+    /// sleep for an exit ([`exit_over_held_locks`]). A handler's `exit`
+    /// over a locked stretch runs its bytes-only wait nested
+    /// (`each_own_sock_trying`, a drop); a further signal's exit over a
+    /// marked engine sleep in there was taken as one over a sleep, and
+    /// closed or flushed with blocking locks over the interrupted frame,
+    /// which may hold them (review r27-b item 5). A `const` thread-local
+    /// of a `Copy` type: a handler's first access allocates nothing.
+    static LOCKED_BELOW: Cell<u32> = const { Cell::new(0) };
+}
+
+/// One count of [`LOCKED_BELOW`], given back at its drop (also by a
+/// panic's unwinding).
+struct LockedBelow;
+
+impl LockedBelow {
+    fn raise() -> Self {
+        LOCKED_BELOW.with(|c| c.set(c.get() + 1));
+        Self
+    }
+}
+
+impl Drop for LockedBelow {
+    fn drop(&mut self) {
+        LOCKED_BELOW.with(|c| c.set(c.get() - 1));
+    }
 }
 
 /// Runs `f` with the guard cleared, set again after (also if `f`
@@ -349,8 +383,11 @@ impl ExitOver {
 /// (`busy`), so neither a handler's call nor a call after a jump comes
 /// here (review r27-b item 6). The mark is put back after: the sleep
 /// under a handler goes on; the one a `siglongjmp` left holds no lock
-/// either (the program's code runs there now). The outermost entry
-/// costs nothing more (no mark can be set without the guard).
+/// either (the program's code runs there now). Nested over a stretch
+/// that may hold a lock (no sleep marked under it), `f`'s own marked
+/// sleeps count as such a stretch too ([`LOCKED_BELOW`]: review r27-b
+/// item 5). The outermost entry costs nothing more (no mark can be set
+/// without the guard).
 pub(crate) fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
     let flag: &Cell<bool> = flag::get();
     let prev = flag.replace(true);
@@ -373,6 +410,10 @@ pub(crate) fn enter<T>(err: T, f: impl FnOnce() -> T) -> T {
 fn nested<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
     #[cfg(feature = "test-hooks")]
     super::hooks::audit::nested();
+    // Over a stretch that may hold a lock (no sleep marked under this
+    // entry, or one nested over such a stretch already), the code nested
+    // here counts as one, its sleeps included (review r27-b item 5).
+    let _below = exit_over_held_locks().then(LockedBelow::raise);
     warpsock_engine::asleep::awake(|| catch_unwind(AssertUnwindSafe(f)))
 }
 
@@ -489,5 +530,32 @@ mod tests {
         });
         assert_eq!(seen, (true, true, true));
         assert!(!busy() && !warpsock_engine::asleep::asleep());
+    }
+
+    /// A marked sleep of library code nested over a stretch that may hold
+    /// a lock (an exit's bytes-only wait from a handler over a call's
+    /// locked stretch) is no lock-free sleep: an exit over it is told
+    /// `Locks`, not `Sleep`; the count is given back when the nested code
+    /// ends, normally or by a panic, and a nested entry over a real sleep
+    /// still sees its own sleeps as such (review r27-b item 5). Fails
+    /// (`Sleep` over the nested sleep) without the count.
+    #[test]
+    fn a_sleep_nested_over_a_locked_stretch_counts_as_holding_locks() {
+        use warpsock_engine::asleep::unlocked;
+        let sleeping = |o: &ExitOver| matches!(o, ExitOver::Sleep(_));
+        let (over_locked, after) = enter((None, false), || {
+            let inner = enter(None, || unlocked(|| Some(ExitOver::now())));
+            enter((), || unlocked(|| panic!("nested (this test's own panic)")));
+            let after = enter(false, || unlocked(exit_over_held_locks));
+            (inner, after)
+        });
+        assert_eq!(over_locked, Some(ExitOver::Locks), "over the nested sleep");
+        assert!(after, "after a panic: still over the locked stretch");
+        assert_eq!(LOCKED_BELOW.with(Cell::get), 0, "given back");
+        let over_sleep = enter(None, || {
+            unlocked(|| enter(None, || unlocked(|| Some(ExitOver::now()))))
+        });
+        assert!(over_sleep.is_some_and(|o| sleeping(&o)), "{over_sleep:?}");
+        assert_eq!(LOCKED_BELOW.with(Cell::get), 0);
     }
 }
