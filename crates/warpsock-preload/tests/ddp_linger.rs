@@ -138,6 +138,25 @@ fn an_exit_from_a_handler_as_a_lingering_close_ends_waits_for_the_reaper() {
     );
 }
 
+/// A signal handler that calls `exit(0)` and runs inside a lingering
+/// close's wait (the reader's signal while the writer sleeps there, its
+/// tail unsent: no hook) steps that close itself while it waits, and does
+/// not wait for its count, its own thread's: the reader gets every byte,
+/// then 0, and the writer ends well within the exit's bound
+/// (`WARPSOCK_LINGER_MS` 20 s here; review r27-c item 1(b): the exit
+/// waited that bound for the close's count with nothing stepping the
+/// close, then reset the peer). Plain: the kernel's close ends at the
+/// signal, and its handler's exit leaves the rest to the kernel.
+#[test]
+fn an_exit_from_a_handler_inside_a_lingering_closes_wait_steps_it() {
+    run("sigin", false);
+    run_with(
+        "sigin",
+        Some(common::preload_so()),
+        &[("WARPSOCK_LINGER_MS", "20000")],
+    );
+}
+
 /// An ordinary close (no `SO_LINGER`) is counted from the program's
 /// close: an exit made by another thread while the close hands itself
 /// over (held 1 s by the test-hooks build) waits for it, and the reader

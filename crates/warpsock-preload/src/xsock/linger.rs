@@ -154,6 +154,18 @@ pub(crate) fn linger(bound: Duration, engines: Engines) -> bool {
 pub(crate) fn linger_stepping(
     bound: Duration,
     engines: Engines,
+    step: impl FnMut() -> bool,
+) -> bool {
+    linger_stepping_but(bound, engines, || 0, step)
+}
+
+/// [`linger_stepping`], `mine` of the closes counted in [`CLOSING`] not
+/// waited for: they are among those `step` steps (an exit over its own
+/// thread's lingering close, `exit_interrupted`).
+pub(crate) fn linger_stepping_but(
+    bound: Duration,
+    engines: Engines,
+    mine: impl Fn() -> usize,
     mut step: impl FnMut() -> bool,
 ) -> bool {
     let sending = Cell::new(step());
@@ -161,7 +173,7 @@ pub(crate) fn linger_stepping(
     let p = Exit::new(
         || {
             sending.get()
-                || CLOSING.load(Ordering::Acquire) > 0
+                || CLOSING.load(Ordering::Acquire) > mine()
                 || warpsock_xsock::io::buffered_bytes() > 0
         },
         engines,

@@ -740,7 +740,30 @@ fn exit_interrupted(bound: std::time::Duration) {
     // The other threads' calls that meet the resets below wait for the
     // process's end, as during the closes (review r26-a item 6).
     census::exit_begins();
-    let _ = linger::linger(bound, census::engine_backlogs_trying);
+    // Inside this thread's own lingering close (a handler's exit in its
+    // wait, or after a `siglongjmp` out of one): no other thread steps
+    // that close, nor will its frame, and its count is this exit's own;
+    // the exit steps it while it waits, and waits for its count no more
+    // (review r27-c item 1(b): it waited its whole bound for it, then
+    // reset the peer, where Linux's close, ended by the signal, leaves
+    // the rest to the kernel after the exit). The steps may allocate
+    // (the engine's round): the frame under this exit is the close's
+    // `ppoll`, which holds no lock, `malloc`'s neither.
+    let own = std::cell::RefCell::new(sock::close::own_close());
+    let _ = linger::linger_stepping_but(
+        bound,
+        census::engine_backlogs_trying,
+        || {
+            own.borrow()
+                .as_ref()
+                .map_or(0, sock::close::OwnClose::closing)
+        },
+        || {
+            own.borrow_mut()
+                .as_mut()
+                .is_some_and(sock::close::OwnClose::step)
+        },
+    );
     let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
     census::reset_backlogged_trying();
     // Then the reaper's closes still held, for the peers' FINs, one bound
@@ -750,8 +773,17 @@ fn exit_interrupted(bound: std::time::Duration) {
     // kernel's queue, which sends a reset (`tcp_close`'s
     // `data_was_unread`): the peer lost the stream's tail (a handler's
     // exit as a lingering close ends; review r27-c item 1).
+    // Its own close among them, stepped here until acknowledged.
+    let mut own = own.into_inner();
     let deadline = std::time::Instant::now() + bound;
-    while reaper::HELD.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+    loop {
+        let mine = own.as_ref().map_or(0, sock::close::OwnClose::held);
+        let waits = own.as_mut().is_some_and(sock::close::OwnClose::waits);
+        if !waits && reaper::HELD.load(Ordering::Acquire) <= mine
+            || std::time::Instant::now() >= deadline
+        {
+            return;
+        }
         sys::sleep(std::time::Duration::from_millis(2));
     }
 }

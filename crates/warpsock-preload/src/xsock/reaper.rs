@@ -111,6 +111,11 @@ impl Counted {
         }
     }
 
+    /// Whether it is in [`HELD`] ([`Self::sent`]), not [`CLOSING`].
+    pub(super) fn is_held(&self) -> bool {
+        self.held
+    }
+
     /// The count goes on without this: the caller's (a [`Held`]'s
     /// `counted`, or its [`HELD`] count) from now on.
     fn keep(self) {

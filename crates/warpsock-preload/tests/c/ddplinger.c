@@ -8,7 +8,7 @@
  * close (the kernel would have finished the close after it) killed the
  * reaper with the stream's tail still in the library (issue 12).
  *
- *   ddplinger drain|stuck|signal|cancel|early|gap|gap0|sigexit [plain]
+ *   ddplinger drain|stuck|signal|cancel|early|gap|gap0|sigexit|sigin [plain]
  *     The writer (a child) sets SO_LINGER {1, N}, writes LEN bytes, says
  *     so, closes and then `_exit`s at once, after reporting the close's
  *     result and time. Its reader (the parent; a small receive buffer)
@@ -75,6 +75,14 @@
  *             with nothing stepping its own close). Plain: the signal
  *             after the close returned (the kernel sends the tail after
  *             the exit).
+ *     sigin:  as sigexit, but the reader sends the SIGUSR2 itself while
+ *             the writer sleeps in its close's wait (DDP mode: the
+ *             library's ppoll; plain: the kernel's close), with no hook:
+ *             the handler's exit runs inside the close (review r27-c item
+ *             1(b): the exit waited its whole bound, WARPSOCK_LINGER_MS,
+ *             for the close's count, its own thread's, nothing stepping
+ *             the close, then reset the peer). The same checks: every
+ *             byte, then 0, the writer ended within 10 s of its line.
  *     plain: no switch, both ends TCP (the comparison).
  * exit 0 if every check held. */
 #include "ddppair.h"
@@ -222,7 +230,7 @@ static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) 
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
     int r = cancel ? close_cancelled(c, &ms) : close(c);
     int e = errno;
-    if (sigexit && plain) raise(SIGUSR2);
+    if (sigexit == 1 && plain) raise(SIGUSR2);
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
     if (!cancel) ms = ms_between(&t0, &t1);
     char msg[64];
@@ -251,12 +259,14 @@ static long syscall_of(pid_t pid) {
  * `told`) or it sleeps in its close: the kernel's, or the library's wait
  * (a ppoll). A look every millisecond, 30 s at most. Returns whether it
  * sleeps. */
-static int until_closing(pid_t w, int told) {
+static int until_closing(pid_t w, int told, int waits_only) {
     for (int i = 0; i < 30000; i++) {
         struct pollfd p = {told, POLLIN, 0};
         if (poll(&p, 1, 1) == 1) return 0;
         long nr = syscall_of(w);
-        if (nr == SYS_close || nr == SYS_ppoll) return 1;
+        /* waits_only, DDP mode: the library's wait alone (a signal in the
+         * interposed close before it runs its handler there). */
+        if (nr == SYS_ppoll || (nr == SYS_close && (plain || !waits_only))) return 1;
     }
     CHECK(!"the writer neither sleeps in its close nor returned from it");
     return 0;
@@ -269,8 +279,11 @@ int main(int argc, char **argv) {
     int drain = strcmp(mode, "drain") == 0, sig = strcmp(mode, "signal") == 0;
     int cancel = strcmp(mode, "cancel") == 0, early = strcmp(mode, "early") == 0;
     int gap = strcmp(mode, "gap") == 0, sigexit = strcmp(mode, "sigexit") == 0;
-    int gap0 = strcmp(mode, "gap0") == 0;
-    CHECK(drain || sig || cancel || early || gap || gap0 || sigexit || strcmp(mode, "stuck") == 0);
+    int gap0 = strcmp(mode, "gap0") == 0, sigin = strcmp(mode, "sigin") == 0;
+    CHECK(drain || sig || cancel || early || gap || gap0 || sigexit || sigin ||
+          strcmp(mode, "stuck") == 0);
+    /* sigin is a sigexit (2: the reader's signal) in all but its signal. */
+    if (sigin) sigexit = 2;
     int secs = gap0 ? 0 : drain ? 5 : sig || cancel || early || gap || sigexit ? 30 : 2;
     gap |= gap0;
     size_t tail = sigexit ? (size_t)96 << 10 : TAIL;
@@ -304,10 +317,10 @@ int main(int argc, char **argv) {
     CHECK(read(told[0], &b, 1) == 1 && b == 'c');
     /* (cancel, gap: the writer's own thread closes; its main thread
      * looks.) */
-    int sleeps = cancel || gap || until_closing(w, told[0]);
+    int sleeps = cancel || gap || until_closing(w, told[0], sigin);
     if (sig || sigexit || (early && plain)) {
         CHECK(sleeps);
-        CHECK(kill(w, SIGUSR1) == 0);
+        CHECK(kill(w, sigin ? SIGUSR2 : SIGUSR1) == 0);
     }
     int e = 0;
     if (drain) e = read_to(s, &got, 0);

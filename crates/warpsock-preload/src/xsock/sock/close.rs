@@ -1,5 +1,6 @@
 //! A DDP-mode socket's close, made as its last reference goes.
 
+use std::cell::Cell;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
@@ -130,11 +131,13 @@ impl Drop for DdpSock {
             // kept (`fdtable::without_close_waits`), a walk of every
             // socket — hands the close over unbegun, at once: Linux's
             // last `fput` is never a third thread's.
-            let mut counted = counted;
-            let begun = mask
-                .as_ref()
-                .zip(counted.as_mut())
-                .and_then(|(m, k)| linger_close(&x, Duration::from_secs(linger_s as u64), m, k));
+            let (x, begun, counted) = match (mask.as_ref(), counted) {
+                (Some(m), Some(k)) => {
+                    let (x, begun, k) = linger_close(x, Duration::from_secs(linger_s as u64), m, k);
+                    (x, begun, Some(k))
+                }
+                (_, k) => (x, None, k),
+            };
             #[cfg(feature = "test-hooks")]
             if begun.is_some() {
                 signal_after_the_wait();
@@ -227,22 +230,142 @@ const SEND_SLICE: Duration = Duration::from_millis(50);
 ///
 /// `mask`: the program's signals, blocked by the caller before the
 /// close's work began; each wait is made with the program's own mask.
+///
+/// The socket, its close and its count live on the heap ([`Lingering`])
+/// while the close waits, and the wait's `ppoll` names them to the
+/// thread's exit ([`OWN`]): a program's signal is delivered there, and
+/// its handler's `exit` steps this close itself and does not wait for its
+/// count, its own ([`own_close`]; review r27-c item 1(b): it waited its
+/// whole bound for that count, nothing stepping the close, then reset the
+/// peer). Returns the socket and count with the close begun, for the
+/// hand-over.
 fn linger_close(
-    x: &XSocket,
+    x: XSocket,
     bound: Duration,
     mask: &SignalsHeld,
-    counted: &mut Counted,
-) -> Option<Closing> {
+    counted: Counted,
+) -> (XSocket, Option<Closing>, Counted) {
+    // No wait of this thread's is under way: one named still was left by
+    // a `siglongjmp` out of its handler. The reaper takes it on.
+    let left = OWN.with(|o| o.replace(std::ptr::null_mut()));
+    if !left.is_null() {
+        // SAFETY: `OWN` names a live `Lingering` boxed below, whose frame
+        // a jump abandoned (never given back: no drop ran).
+        let l = unsafe { Box::from_raw(left) };
+        reaper::hand_over(l.x, false, Some(l.c), Some(l.counted));
+    }
     if exit_begun() || reactor::on_progress_thread() || x.try_unread() != Some(false) {
-        return None;
+        return (x, None, counted);
     }
     let start = Instant::now();
-    let end = start + bound;
     // Each phase's bound (without progress) is the program's linger if
     // longer than the library's: the close waits that long for a peer
     // that stopped reading, as Linux's, rather than give up (and reset)
     // at `WARPSOCK_LINGER_MS`; the reaper keeps it.
-    let mut c = x.try_close_begin(config::get().linger.max(bound), start)?;
+    let Some(c) = x.try_close_begin(config::get().linger.max(bound), start) else {
+        return (x, None, counted);
+    };
+    let own = Boxed(Box::into_raw(Box::new(Lingering { x, c, counted })));
+    linger_wait(own.0, start + bound, mask);
+    let Lingering { x, c, counted } = own.take();
+    (x, Some(c), counted)
+}
+
+/// A lingering close under way ([`linger_close`]): its socket, its close
+/// and its exit count.
+struct Lingering {
+    x: XSocket,
+    c: Closing,
+    counted: Counted,
+}
+
+thread_local! {
+    /// The calling thread's [`Lingering`] while its wait sleeps in its
+    /// `ppoll` (null else): what an exit made by a signal handler there
+    /// finds ([`own_close`]). Left set by a `siglongjmp` out of the
+    /// handler, the close whole on the heap (its frame gone): the thread's
+    /// later exit steps it, and its next lingering close hands it to the
+    /// reaper. A `const` thread-local of a `Copy` type: a handler's first
+    /// access allocates nothing.
+    static OWN: Cell<*mut Lingering> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// The boxed [`Lingering`] of [`linger_close`], freed (its count given
+/// back) if a panic ends the wait; [`Self::take`] on the way out.
+struct Boxed(*mut Lingering);
+
+impl Boxed {
+    fn take(self) -> Lingering {
+        let p = self.0;
+        std::mem::forget(self);
+        // SAFETY: `p` came from `Box::into_raw` and is taken back once.
+        *unsafe { Box::from_raw(p) }
+    }
+}
+
+impl Drop for Boxed {
+    fn drop(&mut self) {
+        OWN.with(|o| {
+            if o.get() == self.0 {
+                o.set(std::ptr::null_mut());
+            }
+        });
+        // SAFETY: as in `take` (a panic's unwinding: not taken).
+        drop(unsafe { Box::from_raw(self.0) });
+    }
+}
+
+/// The lingering close the calling thread's exit runs over — a signal
+/// handler's `exit` inside that close's wait, or any after a `siglongjmp`
+/// out of such a handler — taken (a nested signal's exit finds none), or
+/// `None`. Not a close of another thread's, nor one this thread's frame
+/// is stepping (outside the wait's `ppoll` the program's signals are
+/// blocked).
+pub(crate) fn own_close() -> Option<OwnClose> {
+    let p = OWN.with(|o| o.replace(std::ptr::null_mut()));
+    // SAFETY: `OWN` names a live `Lingering` (`linger_wait` names it only
+    // across its `ppoll`, where its frame does not touch it, and a jump
+    // leaves it allocated); the exit never returns to that frame.
+    (!p.is_null()).then(|| OwnClose(unsafe { &mut *p }))
+}
+
+/// This thread's lingering close, for its exit ([`own_close`]).
+pub(crate) struct OwnClose(&'static mut Lingering);
+
+impl OwnClose {
+    /// Its count in `linger::CLOSING`: 1 while it sends, else 0 (then in
+    /// `reaper::HELD`).
+    pub(crate) fn closing(&self) -> usize {
+        usize::from(!self.0.counted.is_held())
+    }
+
+    /// Its count in `reaper::HELD`: 1 once its sending ended.
+    pub(crate) fn held(&self) -> usize {
+        usize::from(self.0.counted.is_held())
+    }
+
+    /// A step, as [`linger_close`]'s (the socket's lock tried: another
+    /// thread's call may hold it); whether it still sends.
+    pub(crate) fn step(&mut self) -> bool {
+        let l = &mut *self.0;
+        let _ = l.x.try_close_step(&mut l.c, Instant::now());
+        if l.c.phase() != Phase::Sending {
+            l.counted.sent();
+        }
+        l.c.phase() == Phase::Sending
+    }
+
+    /// Whether it still waits for the peer's acknowledgement (as
+    /// [`linger_close`]), a step made first.
+    pub(crate) fn waits(&mut self) -> bool {
+        self.step();
+        let c = &self.0.c;
+        c.phase() != Phase::Done && !acknowledged(c, tcp_look(self.0.x.tcp_fd()))
+    }
+}
+
+/// [`linger_close`]'s wait, until `end` at most, for the close `own`.
+fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld) {
     // The program's signals blocked but in the waits (`ppoll` with the
     // program's mask, `mask`): one that comes before the first wait or
     // between two is pending at the next, which it ends (as
@@ -253,11 +376,15 @@ fn linger_close(
     let mut ack_slice = ACK_SLICE;
     let mut seen = None;
     loop {
+        // SAFETY: `own` is `linger_close`'s box, alive across this call;
+        // only this frame uses it here (`OWN` names it only across the
+        // `ppoll` below, where this reference is not used).
+        let Lingering { x, c, counted } = unsafe { &mut *own };
         let now = Instant::now();
         // The lock taken (a call of another thread's on this socket has
         // none: its reference would hold the drop back): no step this
         // time, a slice's wait.
-        let stepped = x.try_close_step(&mut c, now);
+        let stepped = x.try_close_step(c, now);
         // The engine's socket looked at once the sending is over (before,
         // the step's books are what changes, and the send slice holds).
         let look = (
@@ -269,8 +396,8 @@ fn linger_close(
         if c.phase() != Phase::Sending {
             counted.sent();
         }
-        if c.phase() == Phase::Done || acknowledged(&c, look.1) || now >= end {
-            return Some(c);
+        if c.phase() == Phase::Done || acknowledged(c, look.1) || now >= end {
+            return;
         }
         if seen != Some(look) {
             seen = Some(look);
@@ -279,7 +406,7 @@ fn linger_close(
         if warpsock_xsock::cancel::pending() {
             // A cancel noted while no wait was there (`SIGCANCEL` is not
             // blocked: glibc keeps it out of every mask).
-            return Some(c);
+            return;
         }
         let slice = if stepped.is_none() || c.phase() != Phase::Sending {
             let s = ack_slice;
@@ -299,15 +426,19 @@ fn linger_close(
             tv_sec: left.as_secs() as libc::time_t,
             tv_nsec: left.subsec_nanos() as libc::c_long,
         };
+        // The program's signals are delivered in this `ppoll` alone:
+        // their handlers' exits find the close there (`own_close`).
+        OWN.with(|o| o.set(own));
         // SAFETY: one live pollfd; the program's mask, saved above.
         let n = unsafe { sys::ppoll_raw(p.as_mut_ptr(), 1, Some(ts), &mask.0) };
+        OWN.with(|o| o.set(std::ptr::null_mut()));
         if n < 0
             && sys::errno() == libc::EINTR
             && warpsock_xsock::cancel::after_signal() != Some(false)
         {
             // The program's signal (its handler has run), or a cancel to
             // act on: the wait ends, the close returns 0.
-            return Some(c);
+            return;
         }
         // Ready, or the slice or a deadline passed: a step, a look.
     }
