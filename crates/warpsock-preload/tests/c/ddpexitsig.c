@@ -646,6 +646,9 @@ static int sleepy(int how) {
     if (!bad) {
         CHECK(read(out2[0], r2, sizeof r2) == (ssize_t)sizeof r2);
         CHECK(read(out1[0], r1, sizeof r1) == (ssize_t)sizeof r1);
+        /* The second peer's last errno as it was, for the messages (the
+         * _exit modes' check below takes a DDP ECONNRESET as an end). */
+        long seen = r2[1];
         int short_ = send_mode ? r2[0] < total : r2[0] != total;
         /* sleep_stdio_send: a prefix, not empty (the sleep began past
          * the credits). */
@@ -665,7 +668,7 @@ static int sleepy(int how) {
             fprintf(stderr,
                     "ddpexitsig %s: the second peer read %ld of %ld bytes in order, then "
                     "errno %ld\n",
-                    mode, r2[0], total, r2[1]);
+                    mode, r2[0], total, seen);
             bad = 1;
         }
         if (r1[0] != 0) {
@@ -674,8 +677,8 @@ static int sleepy(int how) {
             bad = 1;
         }
         if (!bad)
-            printf("ddpexitsig %s%s: %ld bytes sent before the signal, %ld read, then 0\n",
-                   mode, plain ? " plain" : "", total, r2[0]);
+            printf("ddpexitsig %s%s: %ld bytes sent before the signal, %ld read, then %s\n",
+                   mode, plain ? " plain" : "", total, r2[0], seen ? strerror((int)seen) : "0");
     }
     close(faulted[0]);
     kill(p1, SIGKILL);
