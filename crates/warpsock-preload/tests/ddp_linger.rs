@@ -157,6 +157,21 @@ fn an_exit_from_a_handler_inside_a_lingering_closes_wait_steps_it() {
     );
 }
 
+/// The same with a handler that calls `_exit(0)`: its flush steps the
+/// close's sending out itself, not after its whole bound
+/// (`WARPSOCK_LINGER_MS` 20 s); the reader gets every byte, then 0 (or,
+/// in DDP mode, `ECONNRESET`: `_exit` does not wait for the peer's
+/// credits, which may then meet the closed socket).
+#[test]
+fn an_underscore_exit_from_a_handler_inside_a_lingering_closes_wait_steps_it() {
+    run("siginnow", false);
+    run_with(
+        "siginnow",
+        Some(common::preload_so()),
+        &[("WARPSOCK_LINGER_MS", "20000")],
+    );
+}
+
 /// An ordinary close (no `SO_LINGER`) is counted from the program's
 /// close: an exit made by another thread while the close hands itself
 /// over (held 1 s by the test-hooks build) waits for it, and the reader

@@ -696,8 +696,24 @@ impl Kind for Ddp {
         }
         match over {
             ExitOver::Locks => {
-                let _idle =
-                    linger::linger_buffered(config::get().linger, census::engine_backlogs_trying);
+                // Inside this thread's own lingering close (a handler's
+                // `_exit` in its wait): its bytes are stepped out here, as
+                // at `exit` (`exit_interrupted`), not waited for a whole
+                // bound with nothing stepping them, then reset; `_exit`
+                // waits for its sending only, not its peer's FIN.
+                let own = std::cell::RefCell::new(sock::close::own_close());
+                let _idle = linger::linger_stepping_but(
+                    config::get().linger,
+                    census::engine_backlogs_trying,
+                    // No close's count is waited for (`_exit` closes
+                    // nothing), only the own close's sending.
+                    || usize::MAX,
+                    || {
+                        own.borrow_mut()
+                            .as_mut()
+                            .is_some_and(sock::close::OwnClose::step)
+                    },
+                );
                 #[cfg(feature = "test-hooks")]
                 crate::shim::hooks::exit_flushed(_idle);
                 let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
