@@ -88,6 +88,15 @@ fn a_plain_peer_refuses_and_the_connection_stays_intact() {
     assert_eq!(got, b"after");
 }
 
+/// Whether `s` has `O_NONBLOCK` (on its open file description).
+fn nonblocking(s: &std::net::TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_GETFL on the test's socket.
+    let fl = unsafe { libc::fcntl(s.as_raw_fd(), libc::F_GETFL) };
+    assert!(fl >= 0);
+    fl & libc::O_NONBLOCK != 0
+}
+
 /// One switch mark (the urgent byte) sent on `s`, as a peer's warpsock
 /// sends it.
 fn send_mark(s: &std::net::TcpStream) {
@@ -116,10 +125,13 @@ fn read_mpa_frame(mut s: &std::net::TcpStream) -> Vec<u8> {
 /// engine), in the residue; later ones in the socket. Fails with the
 /// former handling (the connection reset: `Failure::Broken`), with the
 /// bytes read behind the Reply dropped (the residue without them), and
-/// with the exchange's `TCP_NODELAY` left on the socket.
+/// with the exchange's `TCP_NODELAY` left on the socket, and with the
+/// program's `O_NONBLOCK` (an event loop's socket) left cleared by the
+/// engine's blocking mode (review r28-a item 1).
 #[test]
 fn a_rejected_switch_leaves_the_initiators_connection_intact() {
     let (a, b) = tcp_pair();
+    a.set_nonblocking(true).unwrap();
     let mut o = opts();
     o.limits = Limits::with_timeout(Duration::from_secs(5));
     std::thread::scope(|sc| {
@@ -153,6 +165,8 @@ fn a_rejected_switch_leaves_the_initiators_connection_intact() {
         !a.nodelay().unwrap(),
         "the exchange's TCP_NODELAY is undone"
     );
+    assert!(nonblocking(&a), "the program's O_NONBLOCK is put back");
+    a.set_nonblocking(false).unwrap();
     let (mut a, mut b) = (a, b);
     b.write_all(b"more").unwrap();
     let mut got = [0u8; 4];
@@ -168,10 +182,12 @@ fn a_rejected_switch_leaves_the_initiators_connection_intact() {
 /// fails with `EPROTO` (the initiator's bytes before its mark in the
 /// residue), and the bytes the initiator writes after reading the Reject,
 /// and ours after the failure, arrive. Fails with the former handling
-/// (the Reject followed by `shutdown(SHUT_WR)`: `Failure::Broken`).
+/// (the Reject followed by `shutdown(SHUT_WR)`: `Failure::Broken`), and
+/// with the program's `O_NONBLOCK` left cleared (review r28-a item 1).
 #[test]
 fn a_refused_request_leaves_the_responders_connection_intact() {
     let (a, b) = tcp_pair();
+    b.set_nonblocking(true).unwrap();
     let mut o = opts();
     o.limits = Limits::with_timeout(Duration::from_secs(5));
     std::thread::scope(|sc| {
@@ -204,6 +220,8 @@ fn a_refused_request_leaves_the_responders_connection_intact() {
         assert_eq!(err.errno(), libc::EPROTO);
         assert_eq!(residue, b"before ");
     });
+    assert!(nonblocking(&b), "the program's O_NONBLOCK is put back");
+    b.set_nonblocking(false).unwrap();
     let (mut a, mut b) = (a, b);
     let mut got = [0u8; 16];
     b.read_exact(&mut got).unwrap();

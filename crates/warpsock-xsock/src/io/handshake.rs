@@ -118,6 +118,12 @@ pub fn switch_fd_as(
             watch: false,
         });
     };
+    // The caller's file status flags: the engine puts its duplicate of the
+    // socket in blocking mode (`FIONBIO`), which clears `O_NONBLOCK` on the
+    // open file description the caller's descriptor shares; a switch that
+    // leaves the connection TCP ([`Failure::Refused`]) puts them back
+    // (review r28-a item 1: an event loop's next read blocked).
+    let flags = sys::file_flags(raw).ok();
     let mut sw = Switch::new(role_given.unwrap_or(by_addr), opts.limits, Instant::now());
     let mut residue = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
@@ -231,6 +237,9 @@ pub fn switch_fd_as(
                             if let Some(v) = nodelay {
                                 let _ = stream.set_nodelay(v);
                             }
+                            if let Some(fl) = flags {
+                                sys::set_file_flags(raw, fl);
+                            }
                             residue.extend_from_slice(&early);
                             Failure::Refused {
                                 error: SwitchError::Rejected,
@@ -268,6 +277,9 @@ pub fn switch_fd_as(
                     .and_then(|req| req.refuse(&[]));
                 return Err(match refused {
                     Ok((_, early)) => {
+                        if let Some(fl) = flags {
+                            sys::set_file_flags(raw, fl);
+                        }
                         residue.extend_from_slice(&early);
                         Failure::Refused {
                             error: SwitchError::Incompatible(e),

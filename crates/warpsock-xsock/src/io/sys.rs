@@ -50,6 +50,27 @@ pub(crate) fn send_urgent(fd: RawFd, b: u8) -> io::Result<()> {
     }
 }
 
+/// The file status flags of `fd` (`F_GETFL`), as the raw system call (the
+/// preload interposes libc's `fcntl`).
+pub(crate) fn file_flags(fd: RawFd) -> io::Result<libc::c_int> {
+    // SAFETY: F_GETFL takes no argument and writes no memory.
+    let r = unsafe { libc::syscall(libc::SYS_fcntl, libc::c_long::from(fd), libc::F_GETFL) };
+    check(r as isize).map(|v| v as libc::c_int)
+}
+
+/// Sets the file status flags of `fd` (`F_SETFL`), as the raw system call.
+pub(crate) fn set_file_flags(fd: RawFd, fl: libc::c_int) {
+    // SAFETY: F_SETFL takes an int by value and writes no memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_fcntl,
+            libc::c_long::from(fd),
+            libc::F_SETFL,
+            libc::c_long::from(fl),
+        )
+    };
+}
+
 /// Sleeps for `d` (a pause between looks), as the raw `nanosleep` system
 /// call: `std::thread::sleep` is libc's `nanosleep`, a cancellation point.
 /// A signal ends it early.
