@@ -232,6 +232,57 @@ fn a_refused_request_leaves_the_responders_connection_intact() {
     assert_eq!(&got, b"back");
 }
 
+/// A Request whose hello we cannot serve (version 9) and that the engine
+/// cannot take either (MPA revision 7, RFC 5044 7.1: only 1 and 2 exist):
+/// the Reject cannot be made, the switch fails as `Failure::Broken`, and
+/// the connection is reset, as `Broken` promises — the initiator, waiting
+/// for its Reply, sees `ECONNRESET` at once. Fails without the reset
+/// (review r28-a item 2): the initiator's read then waits out its
+/// 5 s bound.
+#[test]
+fn a_request_that_cannot_be_refused_resets_the_connection() {
+    let (a, b) = tcp_pair();
+    let mut o = opts();
+    o.limits = Limits::with_timeout(Duration::from_secs(5));
+    std::thread::scope(|sc| {
+        let peer = sc.spawn(|| {
+            let mut a = &a;
+            a.write_all(b"before ").unwrap();
+            send_mark(a);
+            let mut hello = warpsock_xsock::Hello {
+                slots: 16,
+                slot_size: 65536,
+            }
+            .encode();
+            hello[4] = 9;
+            let mut req = warpsock_xsock::switch::MPA_REQ_KEY.to_vec();
+            req.extend_from_slice(&[0x50, 7, 0, 4 + hello.len() as u8, 0, 16, 0, 16]);
+            req.extend_from_slice(&hello);
+            a.write_all(&req).unwrap();
+            a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = [0u8; 256];
+            loop {
+                match a.read(&mut buf) {
+                    Ok(0) => panic!("end of stream, not a reset"),
+                    Ok(_) => {} // a Reply the core sent before failing
+                    Err(e) => return e,
+                }
+            }
+        });
+        let err = switch_fd_as(b.as_fd(), &o, Some(Role::Responder)).unwrap_err();
+        let Failure::Broken { errno, .. } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(*errno, libc::EPROTO, "{err}");
+        let e = peer.join().unwrap();
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "the initiator sees a reset: {e}"
+        );
+    });
+}
+
 /// Policy mode at accept time: the accepting end responds whatever the
 /// addresses say, so a client without warpsock never gets an urgent byte —
 /// not in its reads, and not as `POLLPRI` either (curl fails a connect that

@@ -272,7 +272,13 @@ pub fn switch_fd_as(
                 // Read the Request (the initiator sends nothing behind it
                 // before the Reply) and answer with a Reject: both frames
                 // consumed, the connection goes on as TCP.
-                let sock = stream.try_clone().map_err(broken)?;
+                // A failure here (no descriptor for the engine: `EMFILE`;
+                // a Request the core turns down; the Reply's send) leaves
+                // the peer waiting in MPA with its Request consumed: the
+                // connection is reset, as [`Failure::Broken`] says and the
+                // Accept arm does (review r28-a item 2: left, the program
+                // read on with the peer's bytes before its mark lost).
+                let sock = stream.try_clone().map_err(|e| committed(&stream, e))?;
                 let refused = ConnectRequest::read(sock, opts.limits.request_timeout)
                     .and_then(|req| req.refuse(&[]));
                 return Err(match refused {
@@ -287,10 +293,13 @@ pub fn switch_fd_as(
                             watch: false,
                         }
                     }
-                    Err(c) => Failure::Broken {
-                        errno: libc::EPROTO,
-                        what: format!("the peer's DDP mode is incompatible: {e}; {c}"),
-                    },
+                    Err(c) => {
+                        reset(&stream);
+                        Failure::Broken {
+                            errno: libc::EPROTO,
+                            what: format!("the peer's DDP mode is incompatible: {e}; {c}"),
+                        }
+                    }
                 });
             }
             Step::Failed(error) => {
