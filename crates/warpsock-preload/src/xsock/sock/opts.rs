@@ -500,14 +500,21 @@ const SOF_OPT_ID_TCP: c_int = 1 << 16;
 /// the last): the mask when the running kernel's cannot be read.
 const SOF_MASK_6_18: c_int = (1 << 19) - 1;
 
+/// The flags every kernel this runs on has, not probed: bits 0..=14,
+/// `SOF_TIMESTAMPING_TX_HARDWARE` to `_OPT_TX_SWHW` (Linux 4.13; 5.10 has
+/// them all). Bit 15 (`_BIND_PHC`) came in 5.18, 16 (`_OPT_ID_TCP`) in
+/// 6.2, 17 (`_OPT_RX_FILTER`) and 18 (`_TX_COMPLETION`) later (6.18 has
+/// both).
+/// The mask is contiguous (`(..._LAST << 1) - 1`).
+const SOF_FLOOR: c_int = (1 << 15) - 1;
+
 /// `SOF_TIMESTAMPING_MASK` of the running kernel (0: not read yet).
 static SOF_MASK: AtomicI32 = AtomicI32::new(0);
 
-/// The running kernel's `SOF_TIMESTAMPING_MASK`: each flag alone (with
-/// the one it needs) set on a UDP socket of its own, once per process —
-/// `EINVAL` for a bit beyond the mask; `SOF_TIMESTAMPING_BIND_PHC` on that
-/// unbound socket is `EOPNOTSUPP`, a known bit. Linux 6.18's mask if no
-/// socket can be had (not kept: the next call asks again).
+/// The running kernel's `SOF_TIMESTAMPING_MASK`, learned once per process
+/// ([`learn_sof_mask`]) on a UDP socket of its own. Linux 6.18's mask if
+/// no socket can be had (`socket()` refused: seccomp, an LSM, `EMFILE`),
+/// kept as well: not asked again on every set (review r28-a item 5).
 fn sof_mask() -> c_int {
     let m = SOF_MASK.load(Ordering::Relaxed);
     if m != 0 {
@@ -515,24 +522,43 @@ fn sof_mask() -> c_int {
     }
     // SAFETY: plain socket creation.
     let u = unsafe { real::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if u < 0 {
-        return SOF_MASK_6_18;
-    }
-    let mut mask = 0;
-    for bit in 0..31 {
+    let mask = if u < 0 {
+        SOF_MASK_6_18
+    } else {
+        let m = learn_sof_mask(|f| {
+            if sys::set_int(u, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, f) {
+                Ok(())
+            } else {
+                Err(sys::errno())
+            }
+        });
+        sys::close(u);
+        m
+    };
+    SOF_MASK.store(mask, Ordering::Relaxed);
+    mask
+}
+
+/// The kernel's mask from `set`'s answers to `SO_TIMESTAMPING` with one
+/// flag above [`SOF_FLOOR`] at a time (with `OPT_ID` for `OPT_ID_TCP`,
+/// which needs it), lowest first: taken (or `EOPNOTSUPP`, `BIND_PHC` on
+/// an unbound socket) is a known flag; the first `EINVAL` ends the mask
+/// (it is contiguous); any other answer (seccomp's `EPERM`, `ENOSYS`)
+/// says nothing of the mask: Linux 6.18's is used (review r28-a item 5;
+/// before, every such bit counted as known). The floor's flags are never
+/// set: `RX_SOFTWARE` (bit 3) turns on the host-wide receive-stamp static
+/// key, flipped on and off for nothing (review r28-a item 4).
+fn learn_sof_mask(mut set: impl FnMut(c_int) -> Result<(), c_int>) -> c_int {
+    let mut mask = SOF_FLOOR;
+    for bit in 15..31 {
         let f = 1 << bit;
-        let with = match f {
-            SOF_OPT_ID_TCP => SOF_OPT_ID,
-            SOF_OPT_STATS => SOF_OPT_TSONLY,
-            _ => 0,
-        };
-        let ok = sys::set_int(u, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, f | with);
-        if ok || sys::errno() != libc::EINVAL {
-            mask |= f;
+        let with = if f == SOF_OPT_ID_TCP { SOF_OPT_ID } else { 0 };
+        match set(f | with) {
+            Ok(()) | Err(libc::EOPNOTSUPP) => mask |= f,
+            Err(libc::EINVAL) => return mask,
+            Err(_) => return SOF_MASK_6_18,
         }
     }
-    sys::close(u);
-    SOF_MASK.store(mask, Ordering::Relaxed);
     mask
 }
 
@@ -702,4 +728,95 @@ fn timeval_arg(val: *const c_void, len: socklen_t) -> Option<Option<Duration>> {
         return None;
     }
     Some(sys::timeval_to_dur(0, &tv))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel answering `EINVAL` from bit `first_bad` up, `other` for
+    /// bit `odd` (if any): the flags `learn_sof_mask` set.
+    fn fake(first_bad: u32, odd: Option<(u32, c_int)>) -> (c_int, Vec<c_int>) {
+        let mut asked = Vec::new();
+        let m = learn_sof_mask(|f| {
+            asked.push(f);
+            let bit = (f & !SOF_OPT_ID).trailing_zeros();
+            match odd {
+                Some((b, e)) if b == bit => Err(e),
+                _ if bit == 15 && bit < first_bad => Err(libc::EOPNOTSUPP),
+                _ if bit >= first_bad => Err(libc::EINVAL),
+                _ => Ok(()),
+            }
+        });
+        (m, asked)
+    }
+
+    #[test]
+    fn the_mask_ends_at_the_first_refused_flag() {
+        assert_eq!(fake(19, None).0, SOF_MASK_6_18, "6.18");
+        let (m, asked) = fake(15, None);
+        assert_eq!(m, SOF_FLOOR, "5.10: nothing above the floor");
+        assert_eq!(asked, [1 << 15], "stops at the first EINVAL");
+        assert_eq!(fake(17, None).0, (1 << 17) - 1, "6.2: BIND_PHC, OPT_ID_TCP");
+        let (_, asked) = fake(19, None);
+        assert!(asked.iter().all(|f| f & SOF_FLOOR & !SOF_OPT_ID == 0));
+        assert!(asked.contains(&(SOF_OPT_ID_TCP | SOF_OPT_ID)));
+        assert_eq!(asked.len(), 5, "bits 15..=19");
+    }
+
+    #[test]
+    fn an_answer_other_than_einval_gives_the_compiled_in_mask() {
+        assert_eq!(fake(17, Some((16, libc::EPERM))).0, SOF_MASK_6_18);
+        assert_eq!(fake(31, Some((15, libc::ENOSYS))).0, SOF_MASK_6_18);
+    }
+
+    /// The probe on the running kernel, on a UDP socket of the test's:
+    /// every flag it sets is above the floor, and on Linux 6.18 (this
+    /// project's test hosts) it asks bits 15..=19, the last refused
+    /// (`EINVAL`), and learns the compiled-in mask.
+    #[test]
+    fn the_running_kernels_mask_is_learned() {
+        // SAFETY: plain socket creation.
+        let u = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        assert!(u >= 0);
+        let mut answers = Vec::new();
+        let m = learn_sof_mask(|f| {
+            // SAFETY: one int from the stack.
+            let r = unsafe {
+                libc::setsockopt(
+                    u,
+                    libc::SOL_SOCKET,
+                    libc::SO_TIMESTAMPING,
+                    (&f as *const c_int).cast(),
+                    size_of::<c_int>() as socklen_t,
+                )
+            };
+            let a = if r == 0 { Ok(()) } else { Err(sys::errno()) };
+            answers.push((f, a));
+            a
+        });
+        sys::close(u);
+        assert_eq!(m & SOF_FLOOR, SOF_FLOOR);
+        assert!(answers
+            .iter()
+            .all(|(f, _)| f & SOF_FLOOR & !SOF_OPT_ID == 0));
+        let release = kernel_release();
+        if release.starts_with("6.18.") {
+            assert_eq!(m, SOF_MASK_6_18, "{release}");
+            assert_eq!(answers.len(), 5, "{answers:?}");
+            assert_eq!(answers[4], (1 << 19, Err(libc::EINVAL)));
+        }
+        assert_eq!(sof_mask(), m, "the preload's own probe agrees");
+    }
+
+    fn kernel_release() -> String {
+        // SAFETY: utsname is plain data; uname fills it.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: a utsname on the stack.
+        assert_eq!(unsafe { libc::uname(&mut u) }, 0);
+        // SAFETY: uname NUL-terminates the release.
+        unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
 }
