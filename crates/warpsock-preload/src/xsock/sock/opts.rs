@@ -445,8 +445,15 @@ impl Kept {
             // Off, `SOF_TIMESTAMPING_OPT_ID` (and `_OPT_ID_TCP`) stay on:
             // they make no entry by themselves, and a set that turns
             // `OPT_ID` on starts its key again at `snd_una`, so a failed
-            // switch's put-back (`OPT_ID` on all along) keeps the key the
-            // program's set gave it, as Linux's socket would. On, the
+            // switch's put-back (`OPT_ID` on all along) keeps the base the
+            // program's set gave the key. The key counts sequence space
+            // (`seq - sk_tskey`), which the switch's own bytes use too:
+            // after a failed switch that sent its urgent mark (1 byte) and
+            // MPA frames (a rejected initiator's Request, a refusing
+            // responder's Reject), later keys run ahead of TCP's by the
+            // bytes it sent; equal only if this end sent none (a responder
+            // that failed before marking). The kernel has no way to move
+            // `sk_tskey` back (review r28-a item 3; README). On, the
             // struct form when `bind_phc` is in use (the int form would
             // bind clock 0).
             let (name, v) = match on {
