@@ -79,8 +79,10 @@ impl DdpSock {
             // program's once the switch ended (the options that make them
             // are kept off it, `Kept`; the engine's polled reads drop
             // nothing there, `warpsock_engine`'s `read_polled` says why),
-            // and `IP_RECVERR` gives an established TCP connection none
-            // either (ICMP errors are queued only while it connects). A
+            // and `IP_RECVERR` queues none for an established TCP
+            // connection either (ICMP errors are queued only while it
+            // connects; what its absence there changes is when a hard
+            // ICMP error fails the connection, `Kept`). A
             // program with transmit stamps on sees none, as over a device
             // without them (`Kept`).
             let oob = flags & libc::MSG_OOB != 0;

@@ -143,9 +143,12 @@ const STAMP_NS: u8 = 2;
 const STAMP_NEW: u8 = 4;
 
 /// Options of the program's that a DDP-mode socket keeps and reads back
-/// but does not apply, never set on the engine's TCP socket (the same
-/// kernel socket): there they changed what the engine's reads and
-/// readiness checks see.
+/// but does not apply, kept off the engine's TCP socket (the same kernel
+/// socket): there they changed what the engine's reads and readiness
+/// checks see. The exception is `SOF_TIMESTAMPING_OPT_ID` (and
+/// `_OPT_ID_TCP`), left on there when the program had it: it makes no
+/// entry by itself, and it keeps the stamp key's base (see
+/// [`Self::apply`]).
 ///
 /// * `SO_RCVLOWAT` (review r22-c item 1): its blocking reads waited for
 ///   the mark and its readiness checks reported nothing below it. A
@@ -160,6 +163,15 @@ const STAMP_NEW: u8 = 4;
 ///   library makes no stamps, ICMP reports or notices for the program:
 ///   its error queue is always empty (`MSG_ERRQUEUE` gets `EAGAIN`) and
 ///   its reads carry no control messages.
+/// * What `IP_RECVERR`/`IPV6_RECVERR` off on the engine socket changes
+///   (review r28-a item 6): not its error queue — on an established
+///   connection `tcp_v4_err`/`tcp_v6_err` queue nothing — but when a hard
+///   ICMP error (port or protocol unreachable, ...) fails the connection.
+///   With the option on, Linux sets `sk_err` at once; off, only
+///   `sk_err_soft`, reported when the retransmissions give up
+///   (`tcp_retries2`: about 15 minutes by default). A program that set
+///   it to fail fast gets `EHOSTUNREACH`/`ECONNREFUSED` at once over TCP,
+///   and over DDP only at the retransmission timeout.
 ///
 /// Kept rather than refused with `ENOPROTOOPT`: a value set before the
 /// switch (policy mode switches at `connect`, after the program's
@@ -625,7 +637,12 @@ fn tcp_state(fd: c_int) -> Option<u8> {
 
 /// What Linux answers `SOF_TIMESTAMPING_BIND_PHC` with clock `phc` on a
 /// socket bound to device `dev`: asked of a UDP socket of its own bound
-/// there (an unbound socket may bind without privilege).
+/// there (an unbound socket may bind without privilege). Two rare
+/// differences (review r28-a item 14): a device gone since the bind
+/// (`SO_BINDTOIFINDEX`: `ENODEV`) answers `EINVAL`, where Linux's
+/// `dev_get_by_index` failing gives `EOPNOTSUPP`; and the UDP socket is
+/// made in the calling thread's network namespace, which after a
+/// `setns()` is not the TCP socket's, so `dev` may name another device.
 fn bind_phc_answer(dev: c_int, phc: c_int) -> Result<(), c_int> {
     // SAFETY: plain socket creation.
     let u = unsafe { real::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
