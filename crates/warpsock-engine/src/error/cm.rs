@@ -8,8 +8,10 @@ use warpsock_proto::{CloseReason, ConnectError, PostError, TransportError};
 
 use super::transport_error;
 
-/// Why connection setup failed.
-#[derive(Debug, thiserror::Error)]
+/// Why connection setup failed. Its `Debug` prints the length of
+/// [`CmError::Rejected`]'s `early` bytes, not the bytes (the peer's
+/// application data).
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum CmError {
     /// The address did not resolve.
@@ -51,7 +53,9 @@ pub enum CmError {
         /// How it ended.
         reason: CloseReason,
     },
-    /// The responder rejected the connection with this private data.
+    /// The responder rejected the connection with this private data
+    /// ([`CmError::rejected`] makes one; fields may be added).
+    #[non_exhaustive]
     #[error("the peer rejected the connection ({} bytes of private data)", .private_data.len())]
     Rejected {
         /// The responder's private data.
@@ -94,11 +98,75 @@ pub enum CmError {
     Io(#[source] io::Error),
 }
 
+impl std::fmt::Debug for CmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Resolve(e) => f.debug_tuple("Resolve").field(e).finish(),
+            Self::Refused { addr } => f.debug_struct("Refused").field("addr", addr).finish(),
+            Self::Unreachable { addr, source } => f
+                .debug_struct("Unreachable")
+                .field("addr", addr)
+                .field("source", source)
+                .finish(),
+            Self::Timeout { addr, stage, after } => f
+                .debug_struct("Timeout")
+                .field("addr", addr)
+                .field("stage", stage)
+                .field("after", after)
+                .finish(),
+            Self::Closed {
+                addr,
+                stage,
+                reason,
+            } => f
+                .debug_struct("Closed")
+                .field("addr", addr)
+                .field("stage", stage)
+                .field("reason", reason)
+                .finish(),
+            // The peer's stream bytes (up to about 530) by their count:
+            // they are its application's data, and errors get logged.
+            Self::Rejected {
+                private_data,
+                early,
+            } => f
+                .debug_struct("Rejected")
+                .field("private_data", private_data)
+                .field("early_len", &early.len())
+                .finish(),
+            Self::Mpa(e) => f.debug_tuple("Mpa").field(e).finish(),
+            Self::PrivateDataTooLong { len, max } => f
+                .debug_struct("PrivateDataTooLong")
+                .field("len", len)
+                .field("max", max)
+                .finish(),
+            Self::ContextMismatch => f.write_str("ContextMismatch"),
+            Self::Post(e) => f.debug_tuple("Post").field(e).finish(),
+            Self::Evicted { addr, max } => f
+                .debug_struct("Evicted")
+                .field("addr", addr)
+                .field("max", max)
+                .finish(),
+            Self::Io(e) => f.debug_tuple("Io").field(e).finish(),
+        }
+    }
+}
+
 fn peer_suffix(addr: Option<SocketAddr>) -> String {
     addr.map(|a| format!(" (peer {a})")).unwrap_or_default()
 }
 
 impl CmError {
+    /// A [`CmError::Rejected`] with the responder's `private_data` and no
+    /// stream bytes behind the Reply (the variant is `#[non_exhaustive]`:
+    /// for tests and adapters outside this crate).
+    pub fn rejected(private_data: Vec<u8>) -> Self {
+        Self::Rejected {
+            private_data,
+            early: Vec::new(),
+        }
+    }
+
     /// Whether another attempt may succeed because the peer was not there
     /// yet: nothing listened, or the stream was closed or reset (or went
     /// silent) before the MPA exchange finished. A VM's slirp port forward
@@ -186,6 +254,7 @@ mod retry_tests {
             early: vec![]
         }
         .is_retryable());
+        assert!(!CmError::rejected(vec![1]).is_retryable());
         assert!(!closed(CloseReason::Terminated {
             code: TermCode::ALL[0],
             by_peer: true
@@ -193,5 +262,24 @@ mod retry_tests {
         .is_retryable());
         assert!(!closed(CloseReason::Local).is_retryable());
         assert!(!CmError::Io(io::Error::from(io::ErrorKind::PermissionDenied)).is_retryable());
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    /// The peer's early stream bytes are not printed by `{:?}`, their
+    /// count is (review r28-a item 10).
+    #[test]
+    fn debug_prints_the_early_bytes_length_not_the_bytes() {
+        let e = CmError::Rejected {
+            private_data: b"no".to_vec(),
+            early: b"secret".to_vec(),
+        };
+        let d = format!("{e:?}");
+        assert!(!d.contains("115"), "{d}"); // b's'
+        assert!(d.contains("early_len: 6"), "{d}");
+        assert_eq!(format!("{:?}", CmError::ContextMismatch), "ContextMismatch");
     }
 }

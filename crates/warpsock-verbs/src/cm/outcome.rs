@@ -156,10 +156,7 @@ mod tests {
             stage: "MPA reply",
             reason: CloseReason::Transport(TransportError::Reset),
         }));
-        assert!(!ended_before_reply(&CmError::Rejected {
-            private_data: Vec::new(),
-            early: Vec::new(),
-        }));
+        assert!(!ended_before_reply(&CmError::rejected(Vec::new())));
         assert!(!ended_before_reply(&CmError::Mpa(ConnectError::Timeout)));
         assert!(!ended_before_reply(&CmError::Refused {
             addr: "127.0.0.1:1".parse().unwrap()
@@ -190,10 +187,7 @@ mod tests {
             ))),
             (RDMA_CM_EVENT_CONNECT_ERROR, -libc::EPROTO)
         );
-        let (k, s, pd) = connect_failed(&CmError::Rejected {
-            private_data: b"no".to_vec(),
-            early: Vec::new(),
-        });
+        let (k, s, pd) = connect_failed(&CmError::rejected(b"no".to_vec()));
         assert_eq!(
             (k, s, pd),
             (RDMA_CM_EVENT_REJECTED, -libc::ECONNRESET, b"no".to_vec())
