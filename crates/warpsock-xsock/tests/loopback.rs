@@ -300,6 +300,78 @@ fn a_request_that_cannot_be_refused_resets_the_connection() {
     });
 }
 
+/// As above, the Reject made impossible earlier: no descriptor is left
+/// for the engine's duplicate of the socket (`EMFILE`, `RLIMIT_NOFILE` in
+/// a child process of this test's, every lower number taken). The switch
+/// fails as `Broken` and resets, as the Accept arm does (review r28-a
+/// item 2); fails without the reset (the initiator's read waits out its
+/// 5 s bound).
+#[test]
+fn a_reject_without_a_descriptor_resets_the_connection() {
+    const CHILD: &str = "XSOCK_TEST_EMFILE_CHILD";
+    let name = "a_reject_without_a_descriptor_resets_the_connection";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("1 passed"), "{text}");
+        return;
+    }
+    let (a, b) = tcp_pair();
+    let mut o = opts();
+    o.limits = Limits::with_timeout(Duration::from_secs(5));
+    std::thread::scope(|sc| {
+        let peer = sc.spawn(|| {
+            let mut a = &a;
+            a.write_all(b"before ").unwrap();
+            send_mark(a);
+            let mut hello = warpsock_xsock::Hello {
+                slots: 16,
+                slot_size: 65536,
+            }
+            .encode();
+            hello[4] = 9;
+            let mut req = warpsock_xsock::switch::MPA_REQ_KEY.to_vec();
+            req.extend_from_slice(&[0x50, 2, 0, 4 + hello.len() as u8, 0, 16, 0, 16]);
+            req.extend_from_slice(&hello);
+            a.write_all(&req).unwrap();
+            a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = [0u8; 256];
+            match a.read(&mut buf) {
+                Ok(n) => panic!("{n} bytes (0: end of stream), not a reset"),
+                Err(e) => e,
+            }
+        });
+        // Every descriptor number below a limit taken: the switch's
+        // duplicate of `b` gets EMFILE.
+        let lim = libc::rlimit {
+            rlim_cur: 256,
+            rlim_max: 256,
+        };
+        // SAFETY: setrlimit reads the struct; open takes a C string.
+        unsafe {
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+            while libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) >= 0 {}
+        }
+        let err = switch_fd_as(b.as_fd(), &o, Some(Role::Responder)).unwrap_err();
+        let Failure::Broken { errno, .. } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(*errno, libc::EMFILE, "{err}");
+        let e = peer.join().unwrap();
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "the initiator sees a reset: {e}"
+        );
+    });
+}
+
 /// Policy mode at accept time: the accepting end responds whatever the
 /// addresses say, so a client without warpsock never gets an urgent byte —
 /// not in its reads, and not as `POLLPRI` either (curl fails a connect that
