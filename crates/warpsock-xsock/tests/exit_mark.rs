@@ -1,5 +1,5 @@
-//! What a signal handler's exit learns of the wait it interrupted
-//! (`warpsock_engine::asleep::abandon`, the preload's `at_exit`): every
+//! What a signal handler's exit learns of the wait it interrupted (the
+//! mark of `warpsock_engine::asleep`, read here with `slept`): every
 //! driver's wait names its socket, a receive's as well as a send's (review
 //! r26-d item 1: a receive asleep in the engine's `epoll_wait`, its park
 //! declined, was marked with no owner, and the exit's undo matched no
@@ -23,8 +23,12 @@ static OWNER: AtomicUsize = AtomicUsize::new(0);
 
 extern "C" fn on_signal(_: libc::c_int) {
     // Async-signal-safe: a const thread-local with no destructor, and
-    // atomics.
-    match warpsock_engine::asleep::abandon() {
+    // atomics. `slept`, not `abandon`: the call goes on after this
+    // handler, and `abandon` clears the mark, owner and all — a signal
+    // that landed inside the wait's `owned` but before its sleep wiped
+    // the owner, and the sleep that followed was marked with none (CI
+    // pre-check of 5f6a6c4, on a loaded host: 'names its socket' 0).
+    match warpsock_engine::asleep::slept() {
         Some(s) => {
             OWNER.store(s.owner(), Ordering::SeqCst);
             SEEN.store(1, Ordering::SeqCst);
