@@ -186,3 +186,25 @@ fn an_exit_during_an_ordinary_closes_hand_over_waits_for_it() {
         &[("WARPSOCK_LINGER_MS", "5000")],
     );
 }
+
+/// A lingering close made while the library's progress thread drives the
+/// socket (a small send buffer, `SO_SNDBUF` 4096, keeps it at it) waits
+/// as any: that pass's reference goes before the program's (the close
+/// waits for it), so the program's is the last and its close waits for
+/// the bytes; the reader gets every byte, then 0. The test-hooks build
+/// makes the close meet such a pass every time
+/// (`WARPSOCK_TEST_PASS_HOLD_FD`, set by the program; the pass holds its
+/// reference 300 ms). Before (task xstall), that pass's reference went
+/// last, the close was handed to the background unbegun, the program's
+/// `close` returned at once and its `_exit` lost the unsent bytes: a
+/// clean end after a short stream (1 run in 10 without the hook).
+#[test]
+fn a_lingering_close_waits_while_the_progress_thread_drives_the_socket() {
+    run("busy", false);
+    run("busy", true);
+    run_with(
+        "busy",
+        Some(common::preload_so_with_hooks()),
+        &[("DDPLINGER_PASS_HOLD", "1")],
+    );
+}

@@ -47,6 +47,8 @@ pub(crate) struct Hooks {
     pub(crate) linger_signal_after: Option<libc::c_int>,
     /// `WARPSOCK_TEST_HANDOVER_GAP_FD`.
     pub(crate) handover_gap_fd: Option<libc::c_int>,
+    /// `WARPSOCK_TEST_PASS_HOLD_FD`.
+    pub(crate) pass_hold_fd: Option<libc::c_int>,
 }
 
 fn env_ms(name: &str, default: u64) -> Duration {
@@ -127,6 +129,7 @@ impl Config {
                     linger_signal: int("WARPSOCK_TEST_LINGER_SIGNAL"),
                     linger_signal_after: int("WARPSOCK_TEST_LINGER_SIGNAL_AFTER"),
                     handover_gap_fd: int("WARPSOCK_TEST_HANDOVER_GAP_FD"),
+                    pass_hold_fd: int("WARPSOCK_TEST_PASS_HOLD_FD"),
                 }
             },
         }

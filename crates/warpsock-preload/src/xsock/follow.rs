@@ -4,9 +4,9 @@
 //! that changes nothing but the count of arrivals seen ([`Follow::quiet`]).
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, Weak};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use warpsock_xsock::io::{Readiness, XSocket};
 
@@ -283,20 +283,134 @@ impl Follow {
     }
 }
 
+/// The references the progress thread takes to a socket ([`Ready`]),
+/// shared with the socket: a lingering close waits for them to go
+/// ([`Pins::close`]), and none is taken after it.
+///
+/// The last reference makes the close (`sock/close.rs`), and a lingering
+/// one (`SO_LINGER` {1, N > 0}) waits only where that reference is the
+/// closer's: one the progress thread held through the program's `close`
+/// — a pass over the socket, which a send buffer's bytes (set small with
+/// `SO_SNDBUF`) keep it making — made the close there, handed to the
+/// background unbegun, and the program's `close` returned at once with
+/// the bytes still unsent: a writer that `_exit`s then (as Linux allows
+/// once the lingering close returned) lost them, its peer reading a
+/// clean end after a short stream (task xstall; `tests/ddp_linger.rs`
+/// `a_lingering_close_waits_while_the_progress_thread_drives_the_socket`).
+#[derive(Default)]
+pub(super) struct Pins {
+    /// Passes of the progress thread holding a reference now.
+    held: AtomicU32,
+    /// The program closed the socket with a lingering close: no more.
+    closed: AtomicBool,
+    /// The test hook's request: the next pass holds its reference
+    /// ([`Self::hold_a_pass`]).
+    #[cfg(feature = "test-hooks")]
+    hold: AtomicBool,
+    /// A pass holds it for the hook now.
+    #[cfg(feature = "test-hooks")]
+    holding: AtomicBool,
+}
+
+/// The longest a lingering close waits for a pass of the progress thread
+/// over its socket to end (a round of the engine; a bound, not a
+/// synchronisation: past it the close goes to the background as before).
+const PASS_WAIT: Duration = Duration::from_secs(1);
+
+impl Pins {
+    /// A pass of the progress thread may take a reference: `None` once a
+    /// lingering close began ([`Self::close`]).
+    fn pin(&self) -> Option<Pinned<'_>> {
+        // SeqCst with `close`'s (a store, then a load of the other's):
+        // either the pass sees `closed`, or the close sees it held.
+        self.held.fetch_add(1, Ordering::SeqCst);
+        if self.closed.load(Ordering::SeqCst) {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Pinned(self))
+    }
+
+    /// The program's lingering close (its release, before its own
+    /// reference goes): no pass takes a reference from now on, and the
+    /// passes under way end (their references go) before this returns,
+    /// [`PASS_WAIT`] at most — so the program's reference is the last
+    /// unless a call of another thread's holds one (whose return makes
+    /// the close then, as Linux's `fdget`).
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let end = Instant::now() + PASS_WAIT;
+        while self.held.load(Ordering::SeqCst) != 0 && Instant::now() < end {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(feature = "test-hooks")]
+impl Pins {
+    /// `WARPSOCK_TEST_PASS_HOLD_FD`, from the program's lingering close
+    /// (`DdpSock::hold_a_pass`, which `ask`s the progress thread for a
+    /// pass): writes a byte (`w`) to that descriptor, then waits (2 s at
+    /// most) until a pass over the socket holds its reference, which it
+    /// does for 300 ms between two bytes written there (`p`, `q`).
+    pub(super) fn hold_a_pass(&self, ask: impl FnOnce()) {
+        let Some(fd) = super::config::get().hooks.pass_hold_fd else {
+            return;
+        };
+        self.hold.store(true, Ordering::SeqCst);
+        // SAFETY: one byte from the stack to the test's descriptor.
+        unsafe { crate::shim::sys::write_raw(fd, b"w".as_ptr().cast(), 1) };
+        ask();
+        let end = Instant::now() + Duration::from_secs(2);
+        while !self.holding.load(Ordering::SeqCst) && Instant::now() < end {
+            crate::shim::sys::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// In a pass holding its reference: the hold, if asked for.
+    fn held_pass(&self) {
+        let Some(fd) = super::config::get().hooks.pass_hold_fd else {
+            return;
+        };
+        if self.hold.swap(false, Ordering::SeqCst) {
+            // SAFETY: one byte from the stack to the test's descriptor.
+            unsafe { crate::shim::sys::write_raw(fd, b"p".as_ptr().cast(), 1) };
+            self.holding.store(true, Ordering::SeqCst);
+            crate::shim::sys::sleep(Duration::from_millis(300));
+            // SAFETY: as above.
+            unsafe { crate::shim::sys::write_raw(fd, b"q".as_ptr().cast(), 1) };
+        }
+    }
+}
+
+/// A pass's pin ([`Pins::pin`]), let go after its reference.
+struct Pinned<'a>(&'a Pins);
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The socket's handler on the progress thread: its watch's events, and
-/// the lapse of its stand-ins while a `poll` stands in.
-pub(super) struct Ready(pub(super) Weak<DdpSock>);
+/// the lapse of its stand-ins while a `poll` stands in. Each pass holds
+/// a reference only under a pin ([`Pins`]).
+pub(super) struct Ready(pub(super) Weak<DdpSock>, pub(super) Arc<Pins>);
 
 impl Handler for Ready {
     fn on_ready(&self, _: &'static Reactor, _events: u32) {
         // The engine's calls made from here must not re-enter the
         // interposed entry points — including those of the last drop of
-        // the socket, which may happen here (its close finished meanwhile).
+        // the socket, which may happen here (its close finished meanwhile:
+        // not a lingering one, which waits for the pin to go).
         enter((), || {
+            let Some(_pin) = self.1.pin() else { return };
             if let Some(s) = self.0.upgrade() {
                 if let Some(r) = s.x.progress_if_idle() {
                     s.reflect(r);
                 }
+                #[cfg(feature = "test-hooks")]
+                self.1.held_pass();
             }
         });
     }
@@ -304,11 +418,17 @@ impl Handler for Ready {
     /// On the timer list while a `poll` stands in (`DdpSock::stand_in`):
     /// when the stand-ins lapse.
     fn deadline(&self) -> Option<Instant> {
-        enter(None, || self.0.upgrade().and_then(|s| s.x.stand_expiry()))
+        enter(None, || {
+            let _pin = self.1.pin()?;
+            self.0.upgrade().and_then(|s| s.x.stand_expiry())
+        })
     }
 
     fn on_timer(&self, _: &'static Reactor, now: Instant) -> bool {
         enter(true, || {
+            let Some(_pin) = self.1.pin() else {
+                return true;
+            };
             self.0.upgrade().is_none_or(|s| s.x.stand_lapse(now))
         })
     }
@@ -485,7 +605,7 @@ mod tests {
             let (tx, rx) = std::sync::mpsc::channel();
             let (f, b) = (&f, &b);
             sc.spawn(move || tx.send(f.reflect(look(false, 2), b, || true)).unwrap());
-            let skipped = rx.recv_timeout(std::time::Duration::from_secs(10));
+            let skipped = rx.recv_timeout(Duration::from_secs(10));
             drop(held);
             assert_eq!(
                 skipped,

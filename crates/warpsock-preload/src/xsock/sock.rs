@@ -70,6 +70,8 @@ pub(crate) struct DdpSock {
     dead: c_int,
     bell: Doorbell,
     pub(super) id: u64,
+    /// The progress thread's references ([`super::follow::Pins`]).
+    pins: Arc<super::follow::Pins>,
     refs: AtomicUsize,
     nonblocking: AtomicBool,
     /// The progress thread watches this socket for good
@@ -194,6 +196,26 @@ fn dead_end() -> c_int {
 }
 
 impl DdpSock {
+    /// `WARPSOCK_TEST_PASS_HOLD_FD` (test-hooks): the program's lingering
+    /// close (its release, before the socket leaves the progress thread's
+    /// watch) asks for a pass of the progress thread over the socket (an
+    /// output event, always there) and waits until it holds its reference
+    /// ([`super::follow::Pins::hold_a_pass`]): the close meets a pass
+    /// under way every time (`tests/ddp_linger.rs`'s busy case).
+    #[cfg(feature = "test-hooks")]
+    fn hold_a_pass(&self) {
+        let lingers = super::census::linger_as_set(self.x.tcp_fd())
+            .is_some_and(|l| l.l_onoff != 0 && l.l_linger > 0);
+        let Some(eng) = reactor::current().filter(|e| e.is_owner()) else {
+            return;
+        };
+        if !lingers || !fdtable::close_may_wait() || reactor::on_progress_thread() {
+            return;
+        }
+        self.pins
+            .hold_a_pass(|| eng.modify(self.x.tcp_fd(), self.id, libc::EPOLLOUT as u32));
+    }
+
     /// Makes the program's descriptor `fd` (a connected TCP socket that
     /// `x` now carries) a DDP-mode socket. `connect_pending`: adopted by a
     /// `connect` call that is still to return. `nonblocking`: the
@@ -260,6 +282,7 @@ impl DdpSock {
                 linger_s: AtomicI32::new(0),
                 kfd,
                 bell,
+                pins: Arc::default(),
                 refs: AtomicUsize::new(0),
                 nonblocking: AtomicBool::new(nonblocking),
                 background: AtomicBool::new(false),
@@ -279,7 +302,7 @@ impl DdpSock {
                 s.x.tcp_fd(),
                 s.id,
                 s.x.watching(),
-                Arc::new(super::follow::Ready(Arc::downgrade(&s))),
+                Arc::new(super::follow::Ready(Arc::downgrade(&s), s.pins.clone())),
             ) {
                 return Err(forget(errno()));
             }
@@ -401,6 +424,8 @@ impl Socket for DdpSock {
         if self.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
+        #[cfg(feature = "test-hooks")]
+        self.hold_a_pass();
         // Counted before the socket leaves the census (`SOCKS`): an exit
         // from here to the hand-over (a call of another thread's may hold
         // the last reference for as long as it lasts) waits for its bytes
@@ -430,10 +455,17 @@ impl Socket for DdpSock {
             .map(|l| l.l_linger);
         let abortive = linger == Some(0);
         // {1, N > 0}: the close waits (`close.rs`, `linger_close`).
-        self.linger_s
-            .store(linger.filter(|&n| n > 0).unwrap_or(0), Ordering::Release);
+        let linger_s = linger.filter(|&n| n > 0).unwrap_or(0);
+        self.linger_s.store(linger_s, Ordering::Release);
         let how = if abortive { CLOSED_ABORTIVE } else { CLOSED };
         self.closing.store(how, Ordering::Release);
+        // A close that may wait: the progress thread's references go
+        // first, so that the last one is this thread's (or a call's), not
+        // a pass's on the progress thread, whose close waits for nothing
+        // (`follow::Pins`; task xstall).
+        if linger_s > 0 && fdtable::close_may_wait() && !reactor::on_progress_thread() {
+            self.pins.close();
+        }
     }
 
     fn nonblocking(&self) -> bool {

@@ -88,6 +88,26 @@
  *             reader must get every byte, then 0 or ECONNRESET (the
  *             credits it returns after the process may meet the closed
  *             socket: review r27-b item 3), the writer end within 10 s.
+ *     busy:   N = 5, the writer's SO_SNDBUF 4096 (its send buffer and
+ *             its kernel socket's small: the library's progress thread
+ *             keeps driving the socket) and 16 KiB writes; the reader
+ *             reads all but the last 32 KiB, then the rest as soon as the
+ *             writer wrote everything: every byte, then 0, the close 0
+ *             (plain: no pause, TCP's buffers of 4096 do not hold 32 KiB
+ *             — the writer would wait for a reader waiting for it; in DDP
+ *             mode the peer's credits, 128 KiB here, hold it). The library built with test-hooks
+ *             (WARPSOCK_TEST_PASS_HOLD_FD, set by the program) makes the
+ *             close meet a pass of the progress thread holding the socket:
+ *             the close writes 'w' to the writer's line, asks the progress
+ *             thread for a pass and waits until it holds the socket, which
+ *             it does for 300 ms between a 'p' and a 'q' written there;
+ *             the reader reads the rest after the 'w' and must find the
+ *             'p' and 'q' before the close's result (if
+ *             DDPLINGER_PASS_HOLD is set). That reference went last, the close was made there
+ *             and handed to the background without waiting, and the
+ *             writer's _exit lost the unsent bytes — the reader got a
+ *             clean end after a short stream, or a reset (task xstall;
+ *             about 1 run in 10 without the hook).
  *     plain: no switch, both ends TCP (the comparison).
  * exit 0 if every check held. */
 #include "ddppair.h"
@@ -99,6 +119,8 @@
 #define TAIL (64 << 10)
 
 static int plain;
+/* The busy mode (see the top). */
+static int busy;
 
 static unsigned char at(size_t i) {
     return (unsigned char)((i * 131 + (i >> 12)) & 0xff);
@@ -218,7 +240,7 @@ signalled:
 /* The writer (see the top): its close's result, errno and time in ms go
  * to `told` as one line, after a byte as the close begins. */
 static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) {
-    int big = 1 << 20;
+    int big = busy ? 4096 : 1 << 20;
     CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
     if (!plain) ddp_mode(c);
     struct linger l = {1, secs};
@@ -234,7 +256,8 @@ static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) 
     }
     static unsigned char b[LEN];
     for (size_t i = 0; i < LEN; i++) b[i] = at(i);
-    write_every(c, b, LEN);
+    for (size_t o = 0, step = busy ? 16 << 10 : LEN; o < LEN; o += step)
+        write_every(c, b + o, step);
     CHECK(write(told, "c", 1) == 1);
     if (gap >= 0) close_then_exit(c, told, gap, secs > 0);
     struct timespec t0, t1;
@@ -293,13 +316,14 @@ int main(int argc, char **argv) {
     int gap = strcmp(mode, "gap") == 0, sigexit = strcmp(mode, "sigexit") == 0;
     int gap0 = strcmp(mode, "gap0") == 0, sigin = strcmp(mode, "sigin") == 0;
     int siginnow = strcmp(mode, "siginnow") == 0;
-    CHECK(drain || sig || cancel || early || gap || gap0 || sigexit || sigin || siginnow ||
+    busy = strcmp(mode, "busy") == 0;
+    CHECK(drain || sig || cancel || early || gap || gap0 || sigexit || sigin || siginnow || busy ||
           strcmp(mode, "stuck") == 0);
     /* sigin is a sigexit (2: the reader's signal) in all but its signal;
      * siginnow (3) a sigin whose handler calls _exit. */
     if (sigin) sigexit = 2;
     if (siginnow) sigexit = 3, sigin = 1;
-    int secs = gap0 ? 0 : drain ? 5 : sig || cancel || early || gap || sigexit ? 30 : 2;
+    int secs = gap0 ? 0 : drain || busy ? 5 : sig || cancel || early || gap || sigexit ? 30 : 2;
     gap |= gap0;
     size_t tail = sigexit ? (size_t)96 << 10 : TAIL;
     /* gap: the hook's pipe, its write end named to the library. */
@@ -312,6 +336,12 @@ int main(int argc, char **argv) {
     }
     int c, s, told[2];
     CHECK(pipe(told) == 0);
+    /* busy: the pass hook writes to the writer's line too. */
+    if (busy) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", told[1]);
+        CHECK(setenv("WARPSOCK_TEST_PASS_HOLD_FD", v, 1) == 0);
+    }
     /* The reader's receive buffer small: the tail waits in the writer. */
     tcp_pair_small(&c, &s, 4096);
     pid_t w = fork();
@@ -327,6 +357,43 @@ int main(int argc, char **argv) {
     if (gap) close(gp[1]);
     if (!plain) ddp_mode(s);
     size_t got = 0;
+    if (busy) {
+        /* All but the last 32 KiB, then (the writer wrote everything, and
+         * with the hook its close began: 'w') the rest, then 0; then the
+         * writer's line, after the hook's 'p' and 'q' (the pass's hold)
+         * if DDPLINGER_PASS_HOLD is set: the close returned only once the
+         * pass let the socket go. */
+        int hold = getenv("DDPLINGER_PASS_HOLD") != NULL;
+        CHECK(read_to(s, &got, LEN - (plain ? 0 : 32 << 10)) == 0);
+        char b;
+        CHECK(read(told[0], &b, 1) == 1 && b == 'c');
+        if (hold) CHECK(read(told[0], &b, 1) == 1 && b == 'w');
+        int e = read_to(s, &got, 0);
+        char line[64];
+        size_t n = 0;
+        ssize_t k;
+        while (n < sizeof line - 1 && (k = read(told[0], line + n, sizeof line - 1 - n)) > 0)
+            n += (size_t)k;
+        line[n] = 0;
+        int ws;
+        CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+        printf("ddplinger busy%s: the writer's line after its writes: \"%.*s\"; the reader: %zu "
+               "of %d bytes, then %s\n",
+               plain ? " plain" : "", (int)strcspn(line, "\n"), line, got, LEN,
+               e ? strerror(e) : "0");
+        fflush(stdout);
+        const char *at = line;
+        if (hold) {
+            CHECK(strncmp(line, "pq", 2) == 0);
+            at += 2;
+        }
+        int r, err;
+        long ms = 0;
+        CHECK(sscanf(at, "%d %d %ld", &r, &err, &ms) == 3);
+        CHECK(r == 0);
+        CHECK(e == 0 && got == LEN);
+        return 0;
+    }
     CHECK(read_to(s, &got, LEN - tail) == 0);
     char b;
     CHECK(read(told[0], &b, 1) == 1 && b == 'c');
