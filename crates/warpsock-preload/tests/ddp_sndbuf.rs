@@ -69,3 +69,16 @@ fn so_sndbuf_of_a_plain_listener_is_the_bound_of_its_switched_connection() {
 fn sendfile_with_no_offset_keeps_the_file_position_when_the_send_fails() {
     run("sendfile", "65536");
 }
+
+/// A blocking send of at least `WARPSOCK_ZCOPY_MIN` (64 KiB) goes from
+/// the program's buffer and never into the send buffer: with a peer that
+/// does not read it takes the credit window alone (`SO_SNDTIMEO` ends its
+/// wait with a partial count of at most the window), where TCP's send
+/// would return once the rest fit its socket buffer — the bound the
+/// README states, not a stall (task xstall: a 4 MiB `write` with 1 MiB of
+/// `SO_SNDBUF` and a 128 KiB window blocked behind a paused reader).
+/// Copied sends after it take the send buffer past the window.
+#[test]
+fn a_zero_copy_send_takes_the_credit_window_not_the_send_buffer() {
+    run("zcopy", "65536");
+}

@@ -115,6 +115,14 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+/* The writer's one 4 MiB write (busy's are 16 KiB, copied) goes from its
+ * buffer (WARPSOCK_ZCOPY_MIN): it returns once its bytes went into the
+ * reader's credit window (32 slots of 4 KiB here) and the kernel took
+ * them — never through the send
+ * buffer, whatever SO_SNDBUF says. So every tail the reader leaves unread
+ * until the write returned (64 KiB, sigexit's 96 KiB) stays within that
+ * window: past it (about 128 KiB) the write waits for the paused reader,
+ * which waits for it (task xstall; the README's WARPSOCK_ZCOPY_MIN). */
 #define LEN (4 << 20)
 #define TAIL (64 << 10)
 

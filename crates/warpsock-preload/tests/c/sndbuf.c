@@ -36,6 +36,15 @@
  *                on a non-blocking socket whose peer reads only after
  *                EAGAIN: the file position moves by the bytes sent only
  *                (unchanged at EAGAIN), and the peer gets the file whole.
+ *   sndbuf zcopy WARPSOCK_DDP_SNDBUF=65536: a blocking send of 64 KiB or
+ *                more (WARPSOCK_ZCOPY_MIN) goes from the program's buffer
+ *                and never into the send buffer: with a peer that does
+ *                not read it returns (SO_SNDTIMEO, 300 ms) with the credit
+ *                window's bytes at most, where TCP's would return once the
+ *                rest fit its socket buffer — a documented bound, not a
+ *                stall (task xstall); copied sends after it still take the
+ *                send buffer's bytes past the window, and the reader gets
+ *                everything.
  *
  * Exit 0 if every check holds. */
 #include "ddppair.h"
@@ -210,6 +219,27 @@ static int plain(void) {
     return 0;
 }
 
+/* The zcopy case (see the top). */
+static int zcopy(void) {
+    struct timeval tv = {0, 300 * 1000};
+    CHECK(setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0);
+    /* 256 KiB from the program's buffer: the window (4 slots of 1 KiB),
+     * then the timeout; nothing went into the send buffer. */
+    ssize_t r = send(c, stream, 256 << 10, MSG_NOSIGNAL);
+    CHECK(r > 0 && r <= 4096);
+    sent = (size_t)r;
+    /* Copied sends take the send buffer, past the window. */
+    size_t before = sent;
+    while (send_next(1000) > 0) CHECK(sent < 200000);
+    CHECK(sent - before > 32768);
+    read_all();
+    drains();
+    printf("sndbuf zcopy: ok (the zero-copy send returned %zd of 262144 bytes, the copied "
+           "ones %zu)\n",
+           r, sent - before);
+    return 0;
+}
+
 /* The stream's first 256 KiB from a file, by sendfile with no offset,
  * the peer reading only when the writer met EAGAIN. */
 static int sendfile_whole(void) {
@@ -258,6 +288,7 @@ int main(int argc, char **argv) {
     set_rcvtimeo(s, 10000);
     for (size_t i = 0; i < sizeof stream; i++) stream[i] = (unsigned char)(i * 131 + (i >> 9));
     if (strcmp(argv[1], "sendfile") == 0) return sendfile_whole();
+    if (strcmp(argv[1], "zcopy") == 0) return zcopy();
 
     if (!on) {
         /* No buffer: the credit window is reported (4 slots of 1 KiB),
