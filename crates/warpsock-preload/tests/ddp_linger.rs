@@ -208,3 +208,16 @@ fn a_lingering_close_waits_while_the_progress_thread_drives_the_socket() {
         &[("DDPLINGER_PASS_HOLD", "1")],
     );
 }
+
+/// A writer with `SO_SNDBUF` 4096 (its kernel socket's too) whose one
+/// 4 MiB write leaves a 64 KiB tail behind a paused reader (receive
+/// buffer 4096) sleeps in that write, in DDP mode as over TCP — the
+/// zero-copy write waits until the engine handed its bytes to that small
+/// kernel socket — and the reader's reads wake it: the write and the
+/// lingering close return, and the reader gets every byte, then 0 (task
+/// xstall (a): "sat in `epoll_pwait`" is TCP's behaviour, not a stall).
+#[test]
+fn a_small_send_buffer_sleeps_in_the_write_until_the_reader_reads_as_tcp() {
+    run("small", false);
+    run("small", true);
+}

@@ -108,11 +108,24 @@
  *             writer's _exit lost the unsent bytes — the reader got a
  *             clean end after a short stream, or a reset (task xstall;
  *             about 1 run in 10 without the hook).
+ *     small:  N = 5, the writer's SO_SNDBUF 4096 (set before the switch:
+ *             its kernel socket's too) and the reader's receive buffer
+ *             4096: the writer's one 4 MiB write cannot leave a 64 KiB
+ *             tail anywhere while the reader pauses — over TCP the
+ *             kernel's buffers are full; in DDP mode the write (zero-copy)
+ *             waits until the engine handed its bytes to that same
+ *             kernel socket. The reader waits until the writer sleeps in
+ *             its write (it must not return: no 'c'), then reads on: the
+ *             write returns, the close too (0), and the reader gets every
+ *             byte, then 0 (task xstall (a): "a DDP writer with SO_SNDBUF
+ *             4096 and a 16-64 KiB tail sat in epoll_pwait" — as TCP's
+ *             sits in write, woken by the reads; no stall).
  *     plain: no switch, both ends TCP (the comparison).
  * exit 0 if every check held. */
 #include "ddppair.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 /* The writer's one 4 MiB write (busy's are 16 KiB, copied) goes from its
@@ -127,8 +140,8 @@
 #define TAIL (64 << 10)
 
 static int plain;
-/* The busy mode (see the top). */
-static int busy;
+/* The busy and small modes (see the top). */
+static int busy, small;
 
 static unsigned char at(size_t i) {
     return (unsigned char)((i * 131 + (i >> 12)) & 0xff);
@@ -248,7 +261,7 @@ signalled:
 /* The writer (see the top): its close's result, errno and time in ms go
  * to `told` as one line, after a byte as the close begins. */
 static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) {
-    int big = busy ? 4096 : 1 << 20;
+    int big = busy || small ? 4096 : 1 << 20;
     CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
     if (!plain) ddp_mode(c);
     struct linger l = {1, secs};
@@ -315,6 +328,21 @@ static int until_closing(pid_t w, int told, int waits_only) {
     return 0;
 }
 
+/* The small mode: whether the writer w sleeps in its write (TCP's
+ * write, or the library's wait in it: epoll_pwait, ppoll) before it
+ * returned (its 'c' is readable on `told`). A look every millisecond,
+ * 30 s at most. */
+static int until_writing(pid_t w, int told) {
+    for (int i = 0; i < 30000; i++) {
+        struct pollfd p = {told, POLLIN, 0};
+        if (poll(&p, 1, 1) == 1) return 0;
+        long nr = syscall_of(w);
+        if (nr == SYS_write || nr == SYS_epoll_pwait || nr == SYS_ppoll) return 1;
+    }
+    CHECK(!"the writer neither sleeps in its write nor returned from it");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2 || (argc == 3 && strcmp(argv[2], "plain") == 0));
     plain = argc == 3;
@@ -325,13 +353,15 @@ int main(int argc, char **argv) {
     int gap0 = strcmp(mode, "gap0") == 0, sigin = strcmp(mode, "sigin") == 0;
     int siginnow = strcmp(mode, "siginnow") == 0;
     busy = strcmp(mode, "busy") == 0;
+    small = strcmp(mode, "small") == 0;
     CHECK(drain || sig || cancel || early || gap || gap0 || sigexit || sigin || siginnow || busy ||
-          strcmp(mode, "stuck") == 0);
+          small || strcmp(mode, "stuck") == 0);
     /* sigin is a sigexit (2: the reader's signal) in all but its signal;
      * siginnow (3) a sigin whose handler calls _exit. */
     if (sigin) sigexit = 2;
     if (siginnow) sigexit = 3, sigin = 1;
-    int secs = gap0 ? 0 : drain || busy ? 5 : sig || cancel || early || gap || sigexit ? 30 : 2;
+    int five = drain || busy || small;
+    int secs = gap0 ? 0 : five ? 5 : sig || cancel || early || gap || sigexit ? 30 : 2;
     gap |= gap0;
     size_t tail = sigexit ? (size_t)96 << 10 : TAIL;
     /* gap: the hook's pipe, its write end named to the library. */
@@ -352,9 +382,14 @@ int main(int argc, char **argv) {
     }
     /* The reader's receive buffer small: the tail waits in the writer. */
     tcp_pair_small(&c, &s, 4096);
+    pid_t parent = getpid();
     pid_t w = fork();
     CHECK(w >= 0);
     if (w == 0) {
+        /* Killed with the reader: a writer stuck for good (a stall) must
+         * not outlive the test's bound, holding its output open. */
+        CHECK(prctl(PR_SET_PDEATHSIG, SIGKILL) == 0);
+        if (getppid() != parent) _exit(1);
         close(s);
         close(told[0]);
         writer(c, told[1], secs, cancel, gap ? gp[0] : -1, sigexit);
@@ -404,6 +439,29 @@ int main(int argc, char **argv) {
     }
     CHECK(read_to(s, &got, LEN - tail) == 0);
     char b;
+    if (small) {
+        /* The writer sleeps in its write, which has not returned; then
+         * the reads wake it: the write, the close, every byte then 0. */
+        CHECK(until_writing(w, told[0]));
+        int e = read_to(s, &got, 0);
+        CHECK(read(told[0], &b, 1) == 1 && b == 'c');
+        char line[64];
+        ssize_t n = read(told[0], line, sizeof line - 1);
+        CHECK(n > 0);
+        line[n] = 0;
+        int r, err;
+        long ms = 0;
+        CHECK(sscanf(line, "%d %d %ld", &r, &err, &ms) == 3);
+        int ws;
+        CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+        printf("ddplinger small%s: the write slept until the reader read on; close %d after "
+               "%ld ms; the reader: %zu of %d bytes, then %s\n",
+               plain ? " plain" : "", r, ms, got, LEN, e ? strerror(e) : "0");
+        fflush(stdout);
+        CHECK(r == 0);
+        CHECK(e == 0 && got == LEN);
+        return 0;
+    }
     CHECK(read(told[0], &b, 1) == 1 && b == 'c');
     /* (cancel, gap: the writer's own thread closes; its main thread
      * looks.) */
