@@ -826,3 +826,135 @@ fn declined_sinks_are_offered_less_often_until_one_is_filled() {
     );
     assert!(r.sink_due() && r.sink_due(), "filled: every read again");
 }
+
+/// After the peer's EOF our reads return no credit to it (issue 12): the
+/// peer sends no DATA after its EOF, so a CREDIT is of no use to it, and
+/// it may have exited since — its kernel's orphaned socket answers any
+/// segment with a reset, which drops what that kernel had not sent yet
+/// (a writer's `write; close; _exit(0)` left the reader 2 MiB of 4, then
+/// `ECONNRESET`). The same reads before the EOF return them.
+#[test]
+fn reads_after_the_peers_eof_return_no_credit() {
+    let data = |eom| {
+        let mut d = encode(Msg {
+            credits: 0,
+            body: Body::Data { eom },
+        });
+        d.extend_from_slice(&[7; 10]);
+        d
+    };
+    let eof = encode(Msg {
+        credits: 0,
+        body: Body::Eof,
+    });
+    for with_eof in [false, true] {
+        let mut s = Stream::new(hello(16, 256), hello(16, 256));
+        // The peer's window filled but for its last credit (the EOF needs
+        // two, and leaves it one).
+        for slot in 0..14 {
+            s.on_message(slot, &data(slot == 13)).unwrap();
+        }
+        if with_eof {
+            s.on_message(14, &eof).unwrap();
+            assert!(s.eof());
+        }
+        // Read everything, message by message, counting the CREDITs.
+        let mut credits = 0;
+        for _ in 0..14 {
+            s.consume(10);
+            repost_all(&mut s);
+            let owes = s.owes_msg();
+            while let Some(m) = s.poll_msg() {
+                assert!(owes, "owes_msg said none");
+                assert!(m.body == Body::Credit && m.credits > 0, "{m:?}");
+                credits += 1;
+            }
+        }
+        if with_eof {
+            assert_eq!(credits, 0, "CREDITs sent after the peer's EOF");
+        } else {
+            assert!(credits > 0, "the reads before an EOF returned no credit");
+        }
+    }
+}
+
+/// A one-way stream read slowly after the writer's EOF has arrived: the
+/// reader sends nothing from then on (no CREDIT: see
+/// `reads_after_the_peers_eof_return_no_credit`), through tiny slots and
+/// large ones, and reads every byte then the end.
+#[test]
+fn a_reader_sends_nothing_after_the_writers_eof() {
+    for seed in seeds(20) {
+        for (slots, size) in [(3u16, 256u32), (16, 256), (64, 1024)] {
+            let mut rng = Rng::new(900 + seed);
+            let mut a = Plan::idle();
+            a.sends = sizes(&mut rng, 40, 1, 3000);
+            let mut b = Plan::idle();
+            b.shutdown = false;
+            b.read_max = 300;
+            b.stall_percent = 50;
+            let mut p = Pair::new(seed, (hello(4, 256), a), (hello(slots, size), b), 3);
+            let mut at_eof = None;
+            while !p.b.saw_eof {
+                assert!(
+                    p.now < 500_000,
+                    "no progress: b received {}",
+                    p.b.received.len()
+                );
+                p.step();
+                if at_eof.is_none() && p.b.s.eof() {
+                    at_eof = Some(p.b.msgs_sent);
+                }
+            }
+            assert_eq!(p.b.received.len() as u64, p.a.sent(), "b received all of a");
+            assert!(p.b.received == p.a.expected(p.a.sent()), "in order");
+            assert_eq!(
+                Some(p.b.msgs_sent),
+                at_eof,
+                "messages b sent after a's EOF (seed {seed}, {slots} slots)"
+            );
+        }
+    }
+}
+
+/// What the peer may still need a return for after its EOF goes on
+/// getting one: with no credit left (it spent its last on CREDITs, as a
+/// half-closed peer reading our stream does), or owing us the SINK_DONE
+/// of a sink we offered (its EOF declined it; the answer needs two
+/// credits and ends the peer's own close).
+#[test]
+fn after_the_peers_eof_a_peer_with_no_credit_or_a_sink_answer_owed_gets_its_return() {
+    let msg = |body| encode(Msg { credits: 0, body });
+    // No credit left: DATA, the EOF, then two CREDITs (4 slots).
+    let mut s = Stream::new(hello(4, 256), hello(4, 256));
+    let mut d = msg(Body::Data { eom: true });
+    d.push(7);
+    s.on_message(0, &d).unwrap();
+    s.on_message(1, &msg(Body::Eof)).unwrap();
+    s.on_message(2, &msg(Body::Credit)).unwrap();
+    s.on_message(3, &msg(Body::Credit)).unwrap();
+    s.consume(1);
+    repost_all(&mut s);
+    assert!(
+        matches!(s.poll_msg(), Some(m) if m.body == Body::Credit && m.credits == 4),
+        "a peer with no credit after its EOF got no return"
+    );
+    // A sink's answer owed: our sink offered, declined by the peer's DATA
+    // and EOF (15 of 16 slots: the peer holds one credit), then read.
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    let id = s.post_sink(1, 0, 4096, false);
+    assert!(matches!(s.poll_msg(), Some(m) if matches!(m.body, Body::Sink(_))));
+    let mut d = msg(Body::Data { eom: true });
+    d.extend_from_slice(&[7; 10]);
+    for slot in 0..14 {
+        s.on_message(slot, &d).unwrap();
+    }
+    s.on_message(14, &msg(Body::Eof)).unwrap();
+    assert_eq!(s.sink_state(id), SinkState::Declined);
+    s.consume(140);
+    repost_all(&mut s);
+    assert!(
+        matches!(s.poll_msg(), Some(m) if m.body == Body::Credit && m.credits == 15),
+        "a peer owing a SINK_DONE after its EOF got no return"
+    );
+}

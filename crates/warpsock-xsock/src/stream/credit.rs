@@ -269,12 +269,34 @@ impl Stream {
 
     /// [`Self::credit_due`] with `unreturned` slots returnable, `trigger`
     /// of them from messages other than CREDIT.
+    ///
+    /// After the peer's end of stream ([`Self::eof`]) a return is due only
+    /// if the peer holds no credit at all, or still owes us a SINK_DONE
+    /// ([`Self::after_eof_return_due`]): the peer sends no DATA after its
+    /// EOF, so a CREDIT only lets it send what it may still owe, and it
+    /// may have exited since — its kernel's orphaned socket answers any
+    /// segment with a reset, which drops what it had not sent yet (issue
+    /// 12: a writer's `write; close; _exit(0)` left the reader 2 MiB of
+    /// 4, then `ECONNRESET`, where TCP's reader only acknowledges).
     #[inline]
     fn credit_due_with(&self, unreturned: u32, trigger: u32) -> bool {
         let peer_has = u32::from(self.local.slots) - self.used;
         let due = (unreturned > 0 && peer_has <= 1 && peer_has + unreturned >= 2)
             || (trigger > 0 && (peer_has == 0 || unreturned >= self.return_every()));
-        due && self.credits >= 1
+        due && self.credits >= 1 && (!self.eof || self.after_eof_return_due(peer_has))
+    }
+
+    /// Whether a return [`Self::credit_due_with`] finds due may go after
+    /// the peer's EOF: the peer holds no credit (`peer_has` 0: it spent
+    /// its last on a CREDIT for our DATA, which a half-closed peer still
+    /// reads; with one it can send that CREDIT, its only need for our
+    /// stream, and our DATA returns its slots as ever), or it still owes
+    /// the SINK_DONE of a sink we offered (its EOF declined the sink, but
+    /// the answer, queued behind the EOF, needs two credits and ends the
+    /// peer's own close). Cold: asked only after the EOF.
+    #[cold]
+    fn after_eof_return_due(&self, peer_has: u32) -> bool {
+        peer_has == 0 || self.sinks.iter().any(|s| s.done_pending)
     }
 
     /// Whether the peer cannot send more stream bytes until some are read:
