@@ -331,3 +331,35 @@ fn an_underscore_exit_over_a_lock_free_sleep_flushes_the_send_buffers() {
         r.stderr
     );
 }
+
+/// `write; close; _exit(0)` (`tests/c/ddpclosenow.c`): the close, an
+/// ordinary one, goes to the reaper, and `_exit` waits for it — its
+/// bytes and end of stream handed to the kernel, then acknowledged by
+/// the peer's kernel — so the reader, reading steadily, gets every byte,
+/// then 0, as over TCP (the plain run), whose kernel sends them after the
+/// process. Fails with `_exit` waiting for the send buffers alone, as
+/// before (issue 12: 2097152 of 4194304 bytes, then `ECONNRESET`).
+#[test]
+fn write_close_underscore_exit_sends_every_byte() {
+    for preload in [false, true] {
+        let args: Vec<String> = if preload {
+            Vec::new()
+        } else {
+            vec!["plain".to_owned()]
+        };
+        let child = common::command(&common::c_program("ddpclosenow"), &args, preload)
+            .env("WARPSOCK_DDP_SLOTS", "32")
+            .env("WARPSOCK_DDP_SLOT_KB", "4")
+            .env("WARPSOCK_LINGER_MS", "2000")
+            .env("WARPSOCK_SWITCH_TIMEOUT_MS", "5000")
+            .spawn()
+            .expect("spawn ddpclosenow");
+        let r = common::finish(child, Duration::from_secs(60));
+        println!("{}", r.stdout.trim());
+        r.assert_ok(&format!("ddpclosenow (preload {preload})"));
+        if preload {
+            // The reader's count (the writer `_exit`s: no counters).
+            assert!(r.stat("ddp_switched") >= 1, "{}", r.stderr);
+        }
+    }
+}

@@ -670,10 +670,14 @@ impl Kind for Ddp {
 
     fn exit_flush(&self, over: crate::shim::guard::ExitOver) {
         // `_exit`: the bytes in send buffers, as at `exit` — not the
-        // closes of `at_exit` (the sockets left open, the reaper's held
-        // ones): `_exit` may run in a signal handler (their locks,
-        // allocation) or a child made by `vfork`, and skips exit handlers
-        // as the program asked; its connections end with the process.
+        // closes of `at_exit` (the sockets left open): `_exit` may run in
+        // a signal handler (their locks, allocation) or a child made by
+        // `vfork`, and skips exit handlers as the program asked; its
+        // connections end with the process. Outside a locked stretch, the
+        // closes the program made before (the reaper's) are waited for
+        // too, their sending and then the acknowledgement of their bytes
+        // (below): the reaper's thread steps them, and this one holds no
+        // lock.
         // Over a sleep of this thread's call (a handler's `_exit`), the
         // sleep's wait is given back first, as at `exit`: its socket stays
         // driving and parked otherwise, nothing reads the peer's credits,
@@ -723,15 +727,56 @@ impl Kind for Ddp {
             ExitOver::Sleep(slept) => census::abandon_wait(slept),
             ExitOver::Nothing => {}
         }
-        let _idle = linger::linger_buffered(config::get().linger, census::engine_backlogs);
+        let bound = config::get().linger;
+        if !census::owns_sockets() {
+            // A vforked child (its memory, the reaper's counts, are its
+            // parent's): the send buffers alone, as before.
+            let _idle = linger::linger_buffered(bound, census::engine_backlogs);
+            #[cfg(feature = "test-hooks")]
+            crate::shim::hooks::exit_flushed(_idle);
+            warpsock_xsock::io::reset_buffered();
+            census::reset_backlogged();
+            return;
+        }
+        // The closes the program made before, which the reaper holds, are
+        // waited for too (issue 12: `write; close; _exit(0)` lost the
+        // bytes they still held, the reader got 2 MiB of 4 then
+        // `ECONNRESET`; over TCP the kernel sends them after the
+        // process): their sending (`linger::CLOSING`), as `exit` and
+        // `exec` do, the bound started again while bytes leave; then,
+        // one bound at most, the peer's kernel's acknowledgement of their
+        // bytes and end of stream (`reaper::exit_look`), after which the
+        // peer sends no credit that a closed socket would answer with a
+        // reset dropping what its kernel had not sent. Not the peer's FIN
+        // (`_exit` closes nothing). Closes still sending past the bound
+        // are reset, as the send buffers' connections: the peer reads
+        // `ECONNRESET`, never a clean end after a short stream.
+        let idle = linger::linger(bound, census::engine_backlogs);
         #[cfg(feature = "test-hooks")]
-        crate::shim::hooks::exit_flushed(_idle);
+        crate::shim::hooks::exit_flushed(idle);
+        if !idle || !exit_acknowledged(bound) {
+            let _ = reaper::exit_look(true);
+        }
         warpsock_xsock::io::reset_buffered();
         census::reset_backlogged();
     }
 
     fn needs_hooks(&self) -> bool {
         true
+    }
+}
+
+/// `_exit`'s wait for the closes the reaper holds to be acknowledged
+/// ([`reaper::exit_look`]), looking every 2 ms, `bound` at most. Whether
+/// they were (or no reaper answers: nothing known to wait for).
+fn exit_acknowledged(bound: std::time::Duration) -> bool {
+    let end = std::time::Instant::now() + bound;
+    loop {
+        match reaper::exit_look(false) {
+            None | Some(0) => return true,
+            Some(_) if std::time::Instant::now() >= end => return false,
+            Some(_) => sys::sleep(std::time::Duration::from_millis(2)),
+        }
     }
 }
 

@@ -67,6 +67,63 @@ pub(super) static CUT: AtomicU64 = AtomicU64::new(0);
 /// messages would meet a reset (`XSocket::linger_after_close`).
 pub(super) static HELD: AtomicUsize = AtomicUsize::new(0);
 
+/// An `_exit`'s looks at the closes held ([`exit_look`]): the last look
+/// asked (`ASKED`), the last answered (`LOOKED`), the answer (`UNACKED`),
+/// and whether the look is to reset the closes still sending
+/// (`RESET_SENDING`).
+static ASKED: AtomicU64 = AtomicU64::new(0);
+static LOOKED: AtomicU64 = AtomicU64::new(0);
+static UNACKED: AtomicUsize = AtomicUsize::new(0);
+static RESET_SENDING: AtomicBool = AtomicBool::new(false);
+
+/// How long [`exit_look`] waits for the reaper's answer: a round steps
+/// every close held, each a bounded engine round.
+const LOOK_WAIT: Duration = Duration::from_secs(1);
+
+/// For `_exit` (`DdpKind::exit_flush`, from outside any call of the
+/// library): the reaper's thread steps every close it holds now and
+/// answers how many are not yet acknowledged — still sending, or their
+/// bytes and end of stream not all acknowledged by the peer's kernel
+/// (`sock::close::acknowledged`, the lingering close's test). With
+/// `reset`, it first resets those still sending (an RST: the peer reads
+/// `ECONNRESET`, not a clean end after a short stream) and counts them
+/// acknowledged. `None`: no reaper in this process (none started, or a
+/// forked child's), or no answer within [`LOOK_WAIT`].
+///
+/// `_exit` closes nothing, but the closes the program made before are the
+/// reaper's, and the process's end closes their engines' sockets: bytes
+/// the library still held were never sent, and bytes in the kernel's
+/// queue met the reset the peer's credits then draw from the closed
+/// socket (issue 12: `write; close; _exit(0)` left the reader 2 MiB of 4,
+/// then `ECONNRESET`). Once acknowledged, the peer has every byte and the
+/// end of stream, after which it returns no credit (`Stream::credit_due`).
+pub(super) fn exit_look(reset: bool) -> Option<usize> {
+    let p = REAPER.load(Ordering::Acquire);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a published reaper is leaked and never freed.
+    let r: &'static Reaper = unsafe { &*p };
+    if r.dead.load(Ordering::Acquire) {
+        return None;
+    }
+    if reset {
+        RESET_SENDING.store(true, Ordering::Release);
+    }
+    let n = ASKED.fetch_add(1, Ordering::AcqRel) + 1;
+    r.wake();
+    let end = Instant::now() + LOOK_WAIT;
+    loop {
+        if LOOKED.load(Ordering::Acquire) >= n {
+            return Some(UNACKED.load(Ordering::Acquire));
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        sys::sleep(Duration::from_micros(200));
+    }
+}
+
 /// A close counted in [`CLOSING`] while this lives, or in [`HELD`] once
 /// its sending ended ([`Self::sent`]): an orderly close is counted from
 /// the program's close (`DdpSock::release`, [`Self::release`]), before
@@ -156,6 +213,18 @@ struct Held {
 impl Held {
     fn phase(&self) -> Phase {
         self.c.as_ref().map_or(Phase::Done, Closing::phase)
+    }
+
+    /// Whether its bytes and end of stream are out and acknowledged by the
+    /// peer's kernel, or it is over ([`exit_look`]).
+    fn acknowledged(&self) -> bool {
+        self.c.as_ref().is_none_or(|c| {
+            c.phase() == Phase::Done
+                || super::sock::close::acknowledged(
+                    c,
+                    super::sock::close::tcp_look(self.x.tcp_fd()),
+                )
+        })
     }
 
     /// Its bytes are out of the exit's concern from now on.
@@ -538,7 +607,20 @@ impl Reaper {
                     }
                     h.uncount();
                 }
-                let sweep = now >= swept + SWEEP;
+                // An `_exit`'s look: every close stepped now, then the answer.
+                let asked = ASKED.load(Ordering::Acquire);
+                let look = asked != LOOKED.load(Ordering::Acquire);
+                if look && RESET_SENDING.swap(false, Ordering::AcqRel) {
+                    for h in held.iter_mut().filter(|h| h.phase() == Phase::Sending) {
+                        // Given up (the `_exit`'s bound passed): the peer
+                        // reads a reset, never a clean end after a short
+                        // stream. Over: dropped below.
+                        h.x.reset_now();
+                        h.c = None;
+                        h.uncount();
+                    }
+                }
+                let sweep = look || now >= swept + SWEEP;
                 if sweep {
                     swept = now;
                 }
@@ -575,6 +657,11 @@ impl Reaper {
                         self.watch(h);
                     }
                     i += 1;
+                }
+                if look {
+                    let n = held.iter().filter(|h| !h.acknowledged()).count();
+                    UNACKED.store(n, Ordering::Release);
+                    LOOKED.store(asked, Ordering::Release);
                 }
                 let timeout = held
                     .iter()

@@ -505,7 +505,7 @@ impl Drop for SignalsHeld {
 /// too before the engine's FIN went, while the engine still holds bytes
 /// of its own.)
 /// `look` is the engine's socket's [`tcp_look`].
-fn acknowledged(c: &Closing, look: Option<(c_int, u32)>) -> bool {
+pub(crate) fn acknowledged(c: &Closing, look: Option<(c_int, u32)>) -> bool {
     c.phase() != Phase::Sending
         && matches!(
             look.map(|l| l.0),
@@ -524,7 +524,7 @@ const TCP_CLOSE: c_int = 7;
 /// `tcpi_unacked`, the `u32` at byte 24: eight bytes of `u8` fields, then
 /// `tcpi_rto`, `tcpi_ato`, `tcpi_snd_mss`, `tcpi_rcv_mss`), or `None` if
 /// the kernel did not say (the count 0 if it gave less).
-fn tcp_look(fd: c_int) -> Option<(c_int, u32)> {
+pub(crate) fn tcp_look(fd: c_int) -> Option<(c_int, u32)> {
     let mut info = [0u8; 28];
     let mut len = info.len() as socklen_t;
     // SAFETY: getsockopt into a buffer on the stack, its size given (the
