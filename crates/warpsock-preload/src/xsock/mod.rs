@@ -720,6 +720,19 @@ impl Kind for Ddp {
                 );
                 #[cfg(feature = "test-hooks")]
                 crate::shim::hooks::exit_flushed(_idle);
+                // Then, one bound at most, the peer's kernel's
+                // acknowledgement of that close's bytes and end of stream
+                // (`OwnClose::waits`, as `exit_interrupted`'s): ended
+                // before it, the process's end left the kernel's queue to
+                // a socket the reader's credit returns then reset (issue
+                // 12). As for the reaper's closes below.
+                let end = std::time::Instant::now() + config::get().linger;
+                let mut own = own.into_inner();
+                while own.as_mut().is_some_and(sock::close::OwnClose::waits)
+                    && std::time::Instant::now() < end
+                {
+                    sys::sleep(std::time::Duration::from_millis(2));
+                }
                 let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
                 census::reset_backlogged_trying();
                 return;
