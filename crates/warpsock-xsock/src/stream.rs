@@ -201,6 +201,11 @@ pub struct Stream {
     /// CREDITs that only return each other's CREDITs.
     trigger: u32,
     eof: bool,
+    /// A message other than CREDIT or SINK_DONE (a SINK, SINK_CANCEL,
+    /// IOMAP or IOUNMAP) arrived after the peer's EOF: the peer is alive
+    /// and still reading, so it gets its returns after the EOF as before
+    /// it (see `Stream::after_eof_return_due`).
+    rx_after_eof: bool,
     sinks: VecDeque<MySink>,
     next_sink: u32,
     peer_maps: BTreeMap<u64, IoMapAd>,
@@ -247,6 +252,7 @@ impl Stream {
             unreturned: 0,
             trigger: 0,
             eof: false,
+            rx_after_eof: false,
             sinks: VecDeque::new(),
             next_sink: 1,
             peer_maps: BTreeMap::new(),
@@ -315,6 +321,7 @@ impl Stream {
                 return Ok(());
             }
             Body::Sink(ad) => {
+                self.rx_after_eof |= self.eof;
                 let answers = self
                     .out
                     .iter()
@@ -336,6 +343,7 @@ impl Stream {
             }
             Body::SinkDone { id, len, eom } => self.on_sink_done(id, len, eom)?,
             Body::SinkCancel { id } => {
+                self.rx_after_eof |= self.eof;
                 if let Some(i) = self.peer_sinks.iter().position(|s| s.ad.id == id) {
                     let s = self.peer_sinks.remove(i).expect("index just found");
                     self.out.push_back(Body::SinkDone {
@@ -348,6 +356,7 @@ impl Stream {
                 // Otherwise its SINK_DONE is already on the way.
             }
             Body::IoMap(ad) => {
+                self.rx_after_eof |= self.eof;
                 if self.peer_maps.len() >= PEER_MAPS_MAX && !self.peer_maps.contains_key(&ad.offset)
                 {
                     return Err(StreamError::TooMany {
@@ -358,6 +367,7 @@ impl Stream {
                 self.peer_maps.insert(ad.offset, ad);
             }
             Body::IoUnmap { offset } => {
+                self.rx_after_eof |= self.eof;
                 self.peer_maps.remove(&offset);
             }
             Body::Eof => {

@@ -958,3 +958,142 @@ fn after_the_peers_eof_a_peer_with_no_credit_or_a_sink_answer_owed_gets_its_retu
         "a peer owing a SINK_DONE after its EOF got no return"
     );
 }
+
+/// A half-closed peer that still reads and acts on our stream gets its
+/// returns after its EOF as before it (review r28-c, item 1): DATA and the
+/// EOF leave it two credits (4 slots), none returned (a writer that only
+/// wrote needs none); its SINK, SINK_CANCEL, IOMAP or IOUNMAP then leaves
+/// it one, and the next such message needs two, so the return is due now.
+/// (Held, its read's SINK_CANCEL never left, and the read failed the
+/// connection with `ETIMEDOUT` after `sink_cancel_timeout`.)
+#[test]
+fn a_half_closed_peer_that_still_sends_gets_its_return() {
+    use warpsock_xsock::wire::{IoMapAd, SinkAd, ACCESS_WRITE};
+    let msg = |body| encode(Msg { credits: 0, body });
+    let sink = SinkAd {
+        id: 1,
+        len: 4096,
+        rx_seq: 0,
+        stag: 9,
+        to: 0,
+        waitall: false,
+    };
+    let map = IoMapAd {
+        offset: 0,
+        len: 4096,
+        to: 0,
+        stag: 9,
+        access: ACCESS_WRITE,
+    };
+    let bodies = [
+        Body::Sink(sink),
+        Body::SinkCancel { id: 1 },
+        Body::IoMap(map),
+        Body::IoUnmap { offset: 0 },
+    ];
+    for body in bodies {
+        let mut s = Stream::new(hello(4, 256), hello(4, 256));
+        let mut d = msg(Body::Data { eom: true });
+        d.push(7);
+        s.on_message(0, &d).unwrap();
+        s.on_message(1, &msg(Body::Eof)).unwrap();
+        s.consume(1);
+        repost_all(&mut s);
+        assert!(
+            s.poll_msg().is_none(),
+            "a return to a peer with two credits"
+        );
+        s.on_message(2, &msg(body)).unwrap();
+        repost_all(&mut s);
+        assert!(
+            matches!(s.poll_msg(), Some(m) if m.body == Body::Credit && m.credits == 3),
+            "a half-closed peer left at one credit after its {body:?} got no return"
+        );
+    }
+}
+
+/// A half-closed reader (review r28-c, items 1 and 3): `a` sends a
+/// request, shuts its end, then reads `b`'s answer, every read on an empty
+/// queue offering a sink that it cancels after a while, in stream and
+/// message mode, through 3, 4 and 16 slots. `b` first works on the answer
+/// (sends nothing for 200 steps): no control message of `a`'s waits more
+/// than 20 steps for credits meanwhile (before the fix its SINK_CANCEL
+/// waited for `b`'s next DATA, for ever here, which the socket ends with
+/// `ETIMEDOUT`). Then `b` answers, and each side reads all of the other.
+#[test]
+fn a_half_closed_reader_with_sinks_is_not_starved_while_the_other_side_is_idle() {
+    let mut exercised = 0;
+    for seed in seeds(10) {
+        for msg_mode in [false, true] {
+            for slots in [3u16, 4, 16] {
+                let mut rng = Rng::new(950 + seed);
+                let mut a = Plan::idle();
+                a.sends = sizes(&mut rng, 6, 1, 600);
+                a.zcopy_min = 1;
+                a.read_max = 2000;
+                a.cancel_percent = 100;
+                a.msg_mode = msg_mode;
+                let mut b = Plan::idle();
+                b.shutdown = false;
+                b.msg_mode = msg_mode;
+                let mut p = Pair::new(seed, (hello(slots, 256), a), (hello(slots, 256), b), 3);
+                while !p.b.saw_eof {
+                    assert!(p.now < 100_000, "b never read a's request");
+                    p.step();
+                }
+                let mut held = 0;
+                let mut waited = 0;
+                for _ in 0..200 {
+                    p.step();
+                    if p.a.s.has_output() {
+                        waited += 1;
+                        held += 1;
+                        assert!(
+                            waited <= 20,
+                            "a's control message waited {waited} steps for credits \
+                             (seed {seed}, {slots} slots, message mode {msg_mode}, a holds {})",
+                            p.a.s.credits()
+                        );
+                    } else {
+                        waited = 0;
+                    }
+                }
+                if held > 0 {
+                    exercised += 1;
+                }
+                p.b.plan.sends = sizes(&mut rng, 30, 1, 3000);
+                p.b.plan.shutdown = true;
+                p.run_to_end(500_000);
+                check(&p);
+            }
+        }
+    }
+    assert!(exercised > 0, "no message of a's ever waited for credits");
+    eprintln!("{exercised} cases where a's messages waited for credits");
+}
+
+/// Our own EOF sent and one credit left, a SINK queued (a half-closed
+/// reader's read; it needs two): the last credit goes on a CREDIT, empty
+/// here, so the peer, which returns nothing after our EOF to a peer at one
+/// credit that has sent it only CREDITs, sees us at none and returns
+/// (review r28-c, item 1). Nothing else is sent on that credit.
+#[test]
+fn a_half_closed_reader_at_one_credit_spends_it_on_a_credit() {
+    let mut s = Stream::new(hello(4, 256), hello(4, 256));
+    for _ in 0..2 {
+        assert!(matches!(s.tx_data(10, true), TxStep::Data { .. }));
+        s.tx_end_call();
+    }
+    s.shutdown_write();
+    assert!(matches!(s.poll_msg(), Some(m) if m.body == Body::Eof));
+    assert_eq!(s.credits(), 1);
+    assert!(s.poll_msg().is_none(), "a CREDIT with nothing queued");
+    s.post_sink(1, 0, 4096, false);
+    assert!(s.owes_msg());
+    assert!(
+        matches!(s.poll_msg(), Some(m) if m.body == Body::Credit && m.credits == 0),
+        "the last credit was kept with a SINK queued behind our EOF"
+    );
+    assert_eq!(s.credits(), 0);
+    assert!(s.poll_msg().is_none());
+}

@@ -106,7 +106,18 @@ impl Stream {
     /// sent meanwhile returns the slots posted before it. When this is `false`
     /// for slots of DATA (what the socket leaves: a reader's takes), the
     /// peer holds at least two credits (such a slot makes a CREDIT due
-    /// when it holds fewer), so nothing it sends waits for them.
+    /// when it holds fewer), so nothing it sends waits for them — with one
+    /// exception, after the peer's EOF ([`Self::eof`]): a peer holding one
+    /// credit that has sent nothing but CREDITs since its EOF gets no
+    /// return (`Stream::after_eof_return_due`), so the slots stay
+    /// unposted while it holds one. What it may send then is a CREDIT,
+    /// which one credit allows, and a peer of this build with anything
+    /// else queued sends one (`credit_due`'s case after our own
+    /// EOF), after which it holds none and gets the return; once it sends
+    /// anything else (a SINK, SINK_CANCEL, IOMAP, IOUNMAP: a half-closed
+    /// peer still reading) the returns, and this rule, are as before its
+    /// EOF. (An older half-closed peer at one credit whose first such
+    /// message waits gets the slots with our next DATA.)
     #[inline]
     pub fn repost_due(&self) -> bool {
         let n = self.reposts.len() as u32;
@@ -261,23 +272,49 @@ impl Stream {
     /// others need `trigger` — and is left out of [`Self::repost_due`]'s
     /// ask, where it changes nothing: the slots left unposted there are
     /// reads', of DATA; CREDITs' slots are posted as they arrive.)
+    ///
+    /// One more case, after our own EOF has gone: holding one credit with
+    /// a message queued (a SINK, SINK_CANCEL, IOMAP or IOUNMAP of a
+    /// half-closed reader; it needs two), we spend the last on a CREDIT,
+    /// empty if nothing is unreturned ([`Self::asks_after_own_eof`]).
     #[inline]
     pub(super) fn credit_due(&self) -> bool {
-        self.credit_due_with(self.unreturned, self.trigger)
-            && (self.trigger > 0 || self.used == self.unreturned || !self.send_waits())
+        (self.credit_due_with(self.unreturned, self.trigger)
+            && (self.trigger > 0 || self.used == self.unreturned || !self.send_waits()))
+            || (self.credits == 1 && !self.out.is_empty() && self.asks_after_own_eof())
+    }
+
+    /// Whether our EOF has gone (queued, and no longer in `out`): at one
+    /// credit with a message queued behind it, [`Self::credit_due`] then
+    /// spends that credit on a CREDIT. After our EOF the peer returns
+    /// nothing to a peer holding one credit that has sent it nothing but
+    /// CREDITs since ([`Self::after_eof_return_due`]: so that a writer
+    /// that wrote, closed and exited draws no segment to its orphaned
+    /// socket), which is how our first SINK, SINK_CANCEL, IOMAP or
+    /// IOUNMAP after the EOF would wait for the peer's next DATA — for
+    /// ever if it waits for that map, or until `sink_cancel_timeout`
+    /// fails the connection (review r28-c, item 1). Holding none, we get
+    /// the peer's next return (a peer holding no credit is returned to
+    /// after its EOF too); an older peer returns at one credit anyway.
+    /// Cold: asked only at one credit with a message queued.
+    #[cold]
+    fn asks_after_own_eof(&self) -> bool {
+        self.tx_flags & Self::EOF_QUEUED != 0 && !self.out.iter().any(|b| *b == Body::Eof)
     }
 
     /// [`Self::credit_due`] with `unreturned` slots returnable, `trigger`
     /// of them from messages other than CREDIT.
     ///
     /// After the peer's end of stream ([`Self::eof`]) a return is due only
-    /// if the peer holds no credit at all, or still owes us a SINK_DONE
-    /// ([`Self::after_eof_return_due`]): the peer sends no DATA after its
-    /// EOF, so a CREDIT only lets it send what it may still owe, and it
-    /// may have exited since — its kernel's orphaned socket answers any
-    /// segment with a reset, which drops what it had not sent yet (issue
-    /// 12: a writer's `write; close; _exit(0)` left the reader 2 MiB of
-    /// 4, then `ECONNRESET`, where TCP's reader only acknowledges).
+    /// if the peer holds no credit at all, has sent us messages other
+    /// than CREDIT since (and holds one credit at most), or still owes us
+    /// a SINK_DONE ([`Self::after_eof_return_due`]): a writer that only
+    /// wrote sends no DATA after its EOF, so a CREDIT is of no use to it,
+    /// and it may have exited since — its kernel's orphaned socket
+    /// answers any segment with a reset, which drops what it had not sent
+    /// yet (issue 12: a writer's `write; close; _exit(0)` left the reader
+    /// 2 MiB of 4, then `ECONNRESET`, where TCP's reader only
+    /// acknowledges).
     #[inline]
     fn credit_due_with(&self, unreturned: u32, trigger: u32) -> bool {
         let peer_has = u32::from(self.local.slots) - self.used;
@@ -287,16 +324,29 @@ impl Stream {
     }
 
     /// Whether a return [`Self::credit_due_with`] finds due may go after
-    /// the peer's EOF: the peer holds no credit (`peer_has` 0: it spent
-    /// its last on a CREDIT for our DATA, which a half-closed peer still
-    /// reads; with one it can send that CREDIT, its only need for our
-    /// stream, and our DATA returns its slots as ever), or it still owes
-    /// the SINK_DONE of a sink we offered (its EOF declined the sink, but
-    /// the answer, queued behind the EOF, needs two credits and ends the
-    /// peer's own close). Cold: asked only after the EOF.
+    /// the peer's EOF:
+    /// - the peer holds no credit (`peer_has` 0: it spent its last on a
+    ///   CREDIT for our DATA, which a half-closed peer still reads);
+    /// - it holds one at most and has sent a SINK, SINK_CANCEL, IOMAP or
+    ///   IOUNMAP since its EOF (`rx_after_eof`): a half-closed peer still
+    ///   reading and acting on our stream, whose next such message needs
+    ///   two credits — held at one, its SINK_CANCEL never left and its
+    ///   interrupted read failed the connection with `ETIMEDOUT` after
+    ///   `sink_cancel_timeout` (review r28-c, item 1); its returns are
+    ///   then as before the EOF rule, at one credit or none. A writer
+    ///   that only wrote sends none of these after its EOF (its one
+    ///   credit would do for a CREDIT, and our DATA returns its slots as
+    ///   ever), so it still gets no return;
+    /// - or it still owes the SINK_DONE of a sink we offered (its EOF
+    ///   declined the sink, but the answer, queued behind the EOF, needs
+    ///   two credits and ends the peer's own close).
+    ///
+    /// Cold: asked only after the EOF.
     #[cold]
     fn after_eof_return_due(&self, peer_has: u32) -> bool {
-        peer_has == 0 || self.sinks.iter().any(|s| s.done_pending)
+        peer_has == 0
+            || (self.rx_after_eof && peer_has <= 1)
+            || self.sinks.iter().any(|s| s.done_pending)
     }
 
     /// Whether the peer cannot send more stream bytes until some are read:
