@@ -267,6 +267,7 @@ pub(crate) fn after_fork_child() {
     // exiting (its sends must not park for good; review r25-c item 2).
     sock::close::EXITING.store(0, Ordering::Release);
     linger::forget_closing_after_fork();
+    sock::close::forget_own_after_fork();
     reaper::forget_after_fork();
     warpsock_xsock::io::forget_after_fork();
     census::forget_armed_after_fork();

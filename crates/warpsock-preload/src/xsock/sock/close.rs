@@ -285,8 +285,9 @@ thread_local! {
     /// finds ([`own_close`]). Left set by a `siglongjmp` out of the
     /// handler, the close whole on the heap (its frame gone): the thread's
     /// later exit steps it, and its next lingering close hands it to the
-    /// reaper. A `const` thread-local of a `Copy` type: a handler's first
-    /// access allocates nothing.
+    /// reaper. Cleared in a child made by `fork` ([`forget_own_after_fork`]).
+    /// A `const` thread-local of a `Copy` type: a handler's first access
+    /// allocates nothing.
     static OWN: Cell<*mut Lingering> = const { Cell::new(std::ptr::null_mut()) };
 }
 
@@ -322,11 +323,29 @@ impl Drop for Boxed {
 /// is stepping (outside the wait's `ppoll` the program's signals are
 /// blocked).
 pub(crate) fn own_close() -> Option<OwnClose> {
+    // A vforked child runs on its parent's thread (its `OWN`): the close
+    // is the parent's, which its handler's exit may still want; left
+    // named (review r28-b item 1).
+    if !crate::xsock::census::owns_sockets() {
+        return None;
+    }
     let p = OWN.with(|o| o.replace(std::ptr::null_mut()));
     // SAFETY: `OWN` names a live `Lingering` (`linger_wait` names it only
     // across its `ppoll`, where its frame does not touch it, and a jump
     // leaves it allocated); the exit never returns to that frame.
     (!p.is_null()).then(|| OwnClose(unsafe { &mut *p }))
+}
+
+/// In a child made by `fork` (its fork handler; its only thread, a copy
+/// of the forking one): a lingering close the copied [`OWN`] names is the
+/// parent's — its socket's engine and kernel socket shared with the
+/// parent — and is forgotten, its box leaked (dropped, it would close
+/// descriptors the parent still uses). Before, a handler's `fork` inside
+/// the close's wait left the child's `exit` stepping the parent's close
+/// on the shared engine socket: reading the parent's credit returns,
+/// writing frames into its stream (review r28-b item 1).
+pub(crate) fn forget_own_after_fork() {
+    OWN.with(|o| o.set(std::ptr::null_mut()));
 }
 
 /// This thread's lingering close, for its exit ([`own_close`]).
@@ -544,4 +563,49 @@ pub(crate) fn tcp_look(fd: c_int) -> Option<(c_int, u32)> {
         0
     };
     (r == 0 && len >= 1).then(|| (c_int::from(info[0]), unacked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Forks, runs `child` in the child, which ends with its answer (an
+    /// exit status of 0 if `true`); the child's state is its own.
+    fn in_child(child: impl FnOnce() -> bool) -> bool {
+        // SAFETY: the child touches only atomics, thread-locals and
+        // descriptors (the fork handler's work), then `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let ok = child();
+            // SAFETY: ends the child, no unwinding into the harness.
+            unsafe { libc::_exit(i32::from(!ok)) };
+        }
+        let mut status = 0;
+        // SAFETY: the child just made.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+
+    /// A thread whose `OWN` names a lingering close (a handler inside its
+    /// wait) forks: the child's exit must not find the parent's close,
+    /// even once the child switched a socket of its own; a vforked child
+    /// (not the sockets' owner, no fork handler) leaves it named for the
+    /// parent. The pointer is never dereferenced (a dangling one).
+    #[test]
+    fn a_forked_child_forgets_the_parents_lingering_close() {
+        let fake = std::ptr::NonNull::<Lingering>::dangling().as_ptr();
+        OWN.with(|o| o.set(fake));
+        let forked = in_child(|| {
+            // SAFETY: getpid has no preconditions.
+            super::super::SOCKS_OWNER.store(unsafe { libc::getpid() }, Ordering::Release);
+            crate::xsock::after_fork_child();
+            OWN.with(Cell::get).is_null() && own_close().is_none()
+        });
+        let vforked = in_child(|| own_close().is_none() && OWN.with(Cell::get) == fake);
+        OWN.with(|o| o.set(std::ptr::null_mut()));
+        assert!(forked, "a forked child's exit found the parent's close");
+        assert!(vforked, "a child not owning the sockets took the close");
+    }
 }
