@@ -337,8 +337,11 @@ fn an_underscore_exit_over_a_lock_free_sleep_flushes_the_send_buffers() {
 /// bytes and end of stream handed to the kernel, then acknowledged by
 /// the peer's kernel — so the reader, reading steadily, gets every byte,
 /// then 0, as over TCP (the plain run), whose kernel sends them after the
-/// process. Fails with `_exit` waiting for the send buffers alone, as
-/// before (issue 12: 2097152 of 4194304 bytes, then `ECONNRESET`).
+/// process; in DDP mode 0 or `ECONNRESET` after every byte (a credit the
+/// reader returns before its library reads the end meets the closed
+/// socket: the reset comes after every byte arrived; review r28-c item
+/// 10). Fails with `_exit` waiting for the send buffers alone, as before
+/// (issue 12: 2097152 of 4194304 bytes, then `ECONNRESET`).
 #[test]
 fn write_close_underscore_exit_sends_every_byte() {
     for preload in [false, true] {

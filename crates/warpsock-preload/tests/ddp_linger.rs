@@ -142,7 +142,8 @@ fn an_exit_from_a_handler_as_a_lingering_close_ends_waits_for_the_reaper() {
 /// close's wait (the reader's signal while the writer sleeps there, its
 /// tail unsent: no hook) steps that close itself while it waits, and does
 /// not wait for its count, its own thread's: the reader gets every byte,
-/// then 0, and the writer ends well within the exit's bound
+/// then 0 (in DDP mode or `ECONNRESET` after every byte, as in the
+/// `_exit` case below), and the writer ends well within the exit's bound
 /// (`WARPSOCK_LINGER_MS` 20 s here; review r27-c item 1(b): the exit
 /// waited that bound for the close's count with nothing stepping the
 /// close, then reset the peer). Plain: the kernel's close ends at the
@@ -159,9 +160,12 @@ fn an_exit_from_a_handler_inside_a_lingering_closes_wait_steps_it() {
 
 /// The same with a handler that calls `_exit(0)`: its flush steps the
 /// close's sending out itself, not after its whole bound
-/// (`WARPSOCK_LINGER_MS` 20 s); the reader gets every byte, then 0 (or,
-/// in DDP mode, `ECONNRESET`: `_exit` does not wait for the peer's
-/// credits, which may then meet the closed socket).
+/// (`WARPSOCK_LINGER_MS` 20 s), then waits for the peer's kernel's
+/// acknowledgement of its bytes and end of stream; the reader gets every
+/// byte, then 0 (or, in DDP mode, `ECONNRESET` after every byte: the
+/// acknowledgement is the peer's kernel's, not its library's having read
+/// the end, and a credit the reader returns in between meets the closed
+/// socket, whose reset comes after every byte arrived).
 #[test]
 fn an_underscore_exit_from_a_handler_inside_a_lingering_closes_wait_steps_it() {
     run("siginnow", false);

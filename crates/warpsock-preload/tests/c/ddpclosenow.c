@@ -10,8 +10,9 @@
  *     The writer (a child; SO_SNDBUF 1 MiB) writes LEN bytes, closes
  *     (no SO_LINGER: the close returns at once) and calls _exit(0). The
  *     reader (the parent; receive buffer 4096) reads 4 KiB at a time from
- *     the start: it must get every byte, in order, then 0.
- *     plain: no switch, both ends TCP (the comparison).
+ *     the start: it must get every byte, in order, then 0 (DDP mode: or
+ *     ECONNRESET after every byte, see the check).
+ *     plain: no switch, both ends TCP (the comparison): every byte, 0.
  * exit 0 if every check held. */
 #include "ddppair.h"
 
@@ -67,6 +68,17 @@ int main(int argc, char **argv) {
     printf("ddpclosenow%s: the reader: %zu of %d bytes, then %s\n", plain ? " plain" : "", got,
            LEN, e ? strerror(e) : "0");
     fflush(stdout);
-    CHECK(e == 0 && got == LEN);
+    /* Every byte, then 0; in DDP mode 0 or ECONNRESET. The writer's
+     * _exit waits for the peer's kernel's acknowledgement of its bytes
+     * and end of stream, not for the reader's library to have parsed
+     * that end: a CREDIT the reader returns in between (a read freeing a
+     * slot before the EOF message is read), or one that arrived after the
+     * writer's last step and lies unread in its engine socket's queue,
+     * draws Linux's reset from the socket the exit closed (data arriving
+     * at a closed socket: tcp_rcv_state_process after RCV_SHUTDOWN;
+     * tcp_close's data_was_unread). That reset comes after every byte is
+     * in the reader's kernel, so it loses none; only the end reads as
+     * ECONNRESET (reviews r28-b item 2, r28-c items 10/11). */
+    CHECK(got == LEN && (e == 0 || (!plain && e == ECONNRESET)));
     return 0;
 }
