@@ -176,6 +176,27 @@ fn an_underscore_exit_from_a_handler_inside_a_lingering_closes_wait_steps_it() {
     );
 }
 
+/// A handler's `_exit(0)` inside a lingering close whose peer stopped
+/// reading (`siginstuck`: a 512 KiB tail read only after the writer
+/// ended, the close still sending, no progress): the `_exit` waits one
+/// bound (`WARPSOCK_LINGER_MS` 3 s) without progress in all, under 1.5
+/// bounds, then resets the close still sending: the reader gets every
+/// byte and 0, or `ECONNRESET`, never a clean end after a short stream.
+/// Fails with the sending's bound followed by the acknowledgement's
+/// (review r28-b item 5: 6004 ms).
+#[test]
+fn an_underscore_exit_inside_a_stuck_lingering_close_waits_one_bound() {
+    run("siginstuck", false);
+    run_with(
+        "siginstuck",
+        Some(common::preload_so()),
+        &[
+            ("WARPSOCK_LINGER_MS", "3000"),
+            ("WARPSOCK_ZCOPY_MIN", "67108864"),
+        ],
+    );
+}
+
 /// An ordinary close (no `SO_LINGER`) is counted from the program's
 /// close: an exit made by another thread while the close hands itself
 /// over (held 1 s by the test-hooks build) waits for it, and the reader

@@ -133,6 +133,12 @@ pub(crate) fn forget_closing_after_fork() {
     CLOSING.store(0, Ordering::Release);
 }
 
+/// Whether closes are still sending, or send calls left bytes in send
+/// buffers (what [`linger`] waits for, the engines' backlogs aside).
+pub(crate) fn closing() -> bool {
+    CLOSING.load(Ordering::Acquire) > 0 || warpsock_xsock::io::buffered_bytes() > 0
+}
+
 /// Waits for closing sockets (exit, exec) — `bound` without progress,
 /// restarted while bytes leave (this module) — and for the bytes send
 /// calls left in the send buffers of sockets not closed or posted into
@@ -141,11 +147,7 @@ pub(crate) fn forget_closing_after_fork() {
 /// the process). `engines`: `census::engine_backlogs`. Returns whether it
 /// ended idle (`false`: it gave up on some bytes).
 pub(crate) fn linger(bound: Duration, engines: Engines) -> bool {
-    wait_for(
-        bound,
-        || CLOSING.load(Ordering::Acquire) > 0 || warpsock_xsock::io::buffered_bytes() > 0,
-        engines,
-    )
+    wait_for(bound, closing, engines)
 }
 
 /// [`linger`] at exit, which makes closes of its own

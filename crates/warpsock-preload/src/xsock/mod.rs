@@ -705,35 +705,34 @@ impl Kind for Ddp {
                 // `_exit` in its wait): its bytes are stepped out here, as
                 // at `exit` (`exit_interrupted`), not waited for a whole
                 // bound with nothing stepping them, then reset; `_exit`
-                // waits for its sending only, not its peer's FIN.
+                // does not wait for its peer's FIN, but for the peer's
+                // kernel's acknowledgement of its bytes and end of stream
+                // (`OwnClose::waits`): ended before it, the process's end
+                // left the kernel's queue to a socket the reader's credit
+                // returns then reset (issue 12). One wait, one bound
+                // without progress (review r28-b item 5: the sending's
+                // bound then the acknowledgement's, twice the bound for a
+                // close still sending to a peer that stopped reading).
                 let own = std::cell::RefCell::new(sock::close::own_close());
                 let _idle = linger::linger_stepping_but(
                     config::get().linger,
                     census::engine_backlogs_trying,
                     // No close's count is waited for (`_exit` closes
-                    // nothing), only the own close's sending.
+                    // nothing), only the own close.
                     || usize::MAX,
                     || {
                         own.borrow_mut()
                             .as_mut()
-                            .is_some_and(sock::close::OwnClose::step)
+                            .is_some_and(sock::close::OwnClose::waits)
                     },
                 );
                 #[cfg(feature = "test-hooks")]
                 crate::shim::hooks::exit_flushed(_idle);
-                // Then, one bound at most, the peer's kernel's
-                // acknowledgement of that close's bytes and end of stream
-                // (`OwnClose::waits`, as `exit_interrupted`'s): ended
-                // before it, the process's end left the kernel's queue to
-                // a socket the reader's credit returns then reset (issue
-                // 12). As for the reaper's closes below.
-                let end = std::time::Instant::now() + config::get().linger;
-                let mut own = own.into_inner();
-                while own.as_mut().is_some_and(sock::close::OwnClose::waits)
-                    && std::time::Instant::now() < end
-                {
-                    sys::sleep(std::time::Duration::from_millis(2));
-                }
+                // Still sending past the bound: reset, as the reaper's.
+                let _ = own
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(sock::close::OwnClose::reset_if_sending);
                 let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
                 census::reset_backlogged_trying();
                 return;
@@ -765,10 +764,18 @@ impl Kind for Ddp {
         // (`_exit` closes nothing). Closes still sending past the bound
         // are reset, as the send buffers' connections: the peer reads
         // `ECONNRESET`, never a clean end after a short stream.
-        let idle = linger::linger(bound, census::engine_backlogs);
+        // One wait, one bound without progress, for both (review r28-b
+        // item 5, r28-c item 6: a bound for the sending, then another
+        // for the acknowledgement). Closes whose sending gave up are not
+        // waited for (`Held::acknowledged`).
+        let idle = linger::wait_for(
+            bound,
+            || linger::closing() || exit_unacknowledged(),
+            census::engine_backlogs,
+        );
         #[cfg(feature = "test-hooks")]
         crate::shim::hooks::exit_flushed(idle);
-        if !idle || !exit_acknowledged(bound) {
+        if !idle {
             let _ = reaper::exit_look(true);
         }
         warpsock_xsock::io::reset_buffered();
@@ -780,18 +787,11 @@ impl Kind for Ddp {
     }
 }
 
-/// `_exit`'s wait for the closes the reaper holds to be acknowledged
-/// ([`reaper::exit_look`]), looking every 2 ms, `bound` at most. Whether
-/// they were (or no reaper answers: nothing known to wait for).
-fn exit_acknowledged(bound: std::time::Duration) -> bool {
-    let end = std::time::Instant::now() + bound;
-    loop {
-        match reaper::exit_look(false) {
-            None | Some(0) => return true,
-            Some(_) if std::time::Instant::now() >= end => return false,
-            Some(_) => sys::sleep(std::time::Duration::from_millis(2)),
-        }
-    }
+/// Whether closes the reaper holds are not yet acknowledged
+/// ([`reaper::exit_look`]; `false` if no reaper answers: nothing known to
+/// wait for).
+fn exit_unacknowledged() -> bool {
+    reaper::exit_look(false).is_some_and(|n| n > 0)
 }
 
 /// An `exit` over a sleep of this thread's call that holds no lock
@@ -853,7 +853,10 @@ fn exit_interrupted(bound: std::time::Duration) {
     let deadline = std::time::Instant::now() + bound;
     loop {
         let mine = own.as_ref().map_or(0, sock::close::OwnClose::held);
-        let waits = own.as_mut().is_some_and(sock::close::OwnClose::waits);
+        // Its acknowledgement only once its sending ended: still sending
+        // past the wait above, it made no progress for a bound, and a
+        // second bound brings nothing (review r28-b item 5).
+        let waits = mine == 1 && own.as_mut().is_some_and(sock::close::OwnClose::waits);
         if !waits && reaper::HELD.load(Ordering::Acquire) <= mine
             || std::time::Instant::now() >= deadline
         {

@@ -216,10 +216,14 @@ impl Held {
     }
 
     /// Whether its bytes and end of stream are out and acknowledged by the
-    /// peer's kernel, or it is over ([`exit_look`]).
+    /// peer's kernel, or it is over, or its sending gave up (its end of
+    /// stream behind bytes a peer not reading never takes, or reset:
+    /// nothing `_exit`'s wait can bring; review r28-c item 6)
+    /// ([`exit_look`]).
     fn acknowledged(&self) -> bool {
         self.c.as_ref().is_none_or(|c| {
             c.phase() == Phase::Done
+                || c.all_left() == Some(false)
                 || super::sock::close::acknowledged(
                     c,
                     super::sock::close::tcp_look(self.x.tcp_fd()),

@@ -8,7 +8,8 @@
  * close (the kernel would have finished the close after it) killed the
  * reaper with the stream's tail still in the library (issue 12).
  *
- *   ddplinger drain|stuck|signal|cancel|early|gap|gap0|sigexit|sigin|siginnow [plain]
+ *   ddplinger drain|stuck|signal|cancel|early|gap|gap0|sigexit|sigin|siginnow|siginstuck
+ *             [plain]
  *     The writer (a child) sets SO_LINGER {1, N}, writes LEN bytes, says
  *     so, closes and then `_exit`s at once, after reporting the close's
  *     result and time. Its reader (the parent; a small receive buffer)
@@ -92,6 +93,14 @@
  *             and end of stream; the reader must get every byte, then 0
  *             (DDP mode: or ECONNRESET, as sigin: see the check), the
  *             writer end within 10 s.
+ *     siginstuck: as siginnow, with a 512 KiB tail (its writes copied:
+ *             WARPSOCK_ZCOPY_MIN past LEN) that the reader reads only
+ *             once the writer ended: the close still sends, with no
+ *             progress; the _exit must end within 1.5 bounds
+ *             (WARPSOCK_LINGER_MS; review r28-b item 5: a bound for the
+ *             sending, then another for the acknowledgement); then every
+ *             byte and 0, or (DDP mode) ECONNRESET, the close still
+ *             sending reset, never a clean end after a short stream.
  *     busy:   N = 5, the writer's SO_SNDBUF 4096 (its send buffer and
  *             its kernel socket's small: the library's progress thread
  *             keeps driving the socket) and 16 KiB writes; the reader
@@ -142,6 +151,10 @@
  * which waits for it (task xstall; the README's WARPSOCK_ZCOPY_MIN). */
 #define LEN (4 << 20)
 #define TAIL (64 << 10)
+/* siginstuck's tail: more than the credit window (32 slots of 4 KiB
+ * here), the writes copied into the send buffer (WARPSOCK_ZCOPY_MIN set
+ * past LEN by the test), so its close still sends. */
+#define STUCK_TAIL (512 << 10)
 
 static int plain;
 /* The busy and small modes (see the top). */
@@ -356,6 +369,8 @@ int main(int argc, char **argv) {
     int gap = strcmp(mode, "gap") == 0, sigexit = strcmp(mode, "sigexit") == 0;
     int gap0 = strcmp(mode, "gap0") == 0, sigin = strcmp(mode, "sigin") == 0;
     int siginnow = strcmp(mode, "siginnow") == 0;
+    int siginstuck = strcmp(mode, "siginstuck") == 0;
+    siginnow |= siginstuck;
     busy = strcmp(mode, "busy") == 0;
     small = strcmp(mode, "small") == 0;
     CHECK(drain || sig || cancel || early || gap || gap0 || sigexit || sigin || siginnow || busy ||
@@ -367,7 +382,7 @@ int main(int argc, char **argv) {
     int five = drain || busy || small;
     int secs = gap0 ? 0 : five ? 5 : sig || cancel || early || gap || sigexit ? 30 : 2;
     gap |= gap0;
-    size_t tail = sigexit ? (size_t)96 << 10 : TAIL;
+    size_t tail = siginstuck ? (size_t)STUCK_TAIL : sigexit ? (size_t)96 << 10 : TAIL;
     /* gap: the hook's pipe, its write end named to the library. */
     int gp[2] = {-1, -1};
     if (gap) {
@@ -490,6 +505,29 @@ int main(int argc, char **argv) {
     if (gap && !plain) CHECK(read(gp[0], &h, 1) >= 0);
     struct timespec t0, t1;
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
+    if (siginstuck) {
+        /* The writer's end first, the tail unread until then. */
+        int ws;
+        CHECK(waitpid(w, &ws, 0) == w && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+        struct timespec t1;
+        CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
+        long exit_ms = ms_between(&t0, &t1);
+        e = read_to(s, &got, 0);
+        const char *lm = getenv("WARPSOCK_LINGER_MS");
+        long bound = lm ? atol(lm) : 2000;
+        printf("ddplinger siginstuck%s: the writer ended %ld ms after its line (bound %ld ms); "
+               "the reader: %zu of %d bytes, then %s\n",
+               plain ? " plain" : "", exit_ms, bound, got, LEN, e ? strerror(e) : "0");
+        fflush(stdout);
+        CHECK(r == 0);
+        /* One bound at most (review r28-b item 5: the sending's bound,
+         * then the acknowledgement's, 2 bounds), then every byte and 0,
+         * or a reset (DDP mode: the close still sending is reset), never
+         * a clean end after a short stream. */
+        CHECK(exit_ms < bound * 3 / 2);
+        CHECK((e == 0 && got == LEN) || (!plain && e == ECONNRESET));
+        return 0;
+    }
     if (!drain) e = read_to(s, &got, 0);
     /* sigexit: the reader's FIN, which the writer's exit waits for (the
      * close handed to the reaper; sigin's and siginnow's exits wait for

@@ -375,11 +375,29 @@ impl OwnClose {
     }
 
     /// Whether it still waits for the peer's acknowledgement (as
-    /// [`linger_close`]), a step made first.
+    /// [`linger_close`]), a step made first: not once its sending gave up
+    /// (its end of stream sits behind bytes a peer not reading never
+    /// takes, or it was reset: nothing an exit's wait can bring; review
+    /// r28-c item 6).
     pub(crate) fn waits(&mut self) -> bool {
         self.step();
         let c = &self.0.c;
-        c.phase() != Phase::Done && !acknowledged(c, tcp_look(self.0.x.tcp_fd()))
+        c.phase() != Phase::Done
+            && c.all_left() != Some(false)
+            && !acknowledged(c, tcp_look(self.0.x.tcp_fd()))
+    }
+
+    /// Whether it still sends; if so, its connection is reset (as the
+    /// reaper's closes still sending at `_exit`'s end, `reaper::exit_look`):
+    /// the process's end would close its engine's socket with bytes the
+    /// library still holds unsent, and the peer read a clean end after a
+    /// short stream.
+    pub(crate) fn reset_if_sending(&self) -> bool {
+        let sending = self.0.c.phase() == Phase::Sending;
+        if sending {
+            self.0.x.reset_now();
+        }
+        sending
     }
 }
 
