@@ -775,8 +775,10 @@ impl Kind for Ddp {
         );
         #[cfg(feature = "test-hooks")]
         crate::shim::hooks::exit_flushed(idle);
-        if !idle {
-            let _ = reaper::exit_look(true);
+        if !idle && reaper::exit_look(true).is_none() {
+            // The reaper did not answer (review r28-c item 7): its closes
+            // still sending reset from here.
+            let _ = reaper::reset_sending_unanswered();
         }
         warpsock_xsock::io::reset_buffered();
         census::reset_backlogged();

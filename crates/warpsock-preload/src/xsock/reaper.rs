@@ -40,7 +40,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
@@ -79,6 +79,108 @@ static RESET_SENDING: AtomicBool = AtomicBool::new(false);
 /// How long [`exit_look`] waits for the reaper's answer: a round steps
 /// every close held, each a bounded engine round.
 const LOOK_WAIT: Duration = Duration::from_secs(1);
+
+/// The engines' sockets of the closes held that still send (a [`Held`]
+/// counted in [`CLOSING`]): what an `_exit` whose reaper does not answer
+/// resets itself ([`reset_sending_unanswered`]).
+static SENDING: FdTable<256> = FdTable::new();
+
+/// Descriptors with their inodes, -1 in the free places: a table with no
+/// lock (a hand-over may come from a signal handler's `close`). One met
+/// when it is full is not in it (nor reset so). The inode is checked
+/// before a reset: a number closed and reused since is not touched.
+struct FdTable<const N: usize> {
+    fds: [AtomicI32; N],
+    inos: [AtomicU64; N],
+}
+
+impl<const N: usize> FdTable<N> {
+    const fn new() -> Self {
+        Self {
+            fds: [const { AtomicI32::new(-1) }; N],
+            inos: [const { AtomicU64::new(0) }; N],
+        }
+    }
+
+    /// `fd` in the table (if a place is free).
+    fn note(&self, fd: c_int) {
+        let ino = super::inode(fd);
+        for (s, i) in self.fds.iter().zip(&self.inos) {
+            if s.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                i.store(ino, Ordering::Release);
+                return;
+            }
+        }
+    }
+
+    /// `fd` out of the table (before its socket closes).
+    fn forget(&self, fd: c_int) {
+        for (s, i) in self.fds.iter().zip(&self.inos) {
+            if s.load(Ordering::Acquire) == fd {
+                i.store(0, Ordering::Release);
+                if s.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Every place freed (a forked child: the parent's sockets).
+    fn clear(&self) {
+        for (s, i) in self.fds.iter().zip(&self.inos) {
+            s.store(-1, Ordering::Release);
+            i.store(0, Ordering::Release);
+        }
+    }
+
+    /// `SO_LINGER` {1, 0} set on each socket still named by its number
+    /// (the inode noted); how many.
+    fn reset(&self) -> usize {
+        let zero = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        let mut n = 0;
+        for (s, i) in self.fds.iter().zip(&self.inos) {
+            let fd = s.load(Ordering::Acquire);
+            let ino = i.load(Ordering::Acquire);
+            if fd >= 0 && ino != 0 && super::inode(fd) == ino {
+                // SAFETY: a `linger` from the stack, of the declared size.
+                let r = unsafe {
+                    real::setsockopt(
+                        fd,
+                        libc::SOL_SOCKET,
+                        libc::SO_LINGER,
+                        (&zero as *const libc::linger).cast(),
+                        size_of::<libc::linger>() as libc::socklen_t,
+                    )
+                };
+                n += usize::from(r == 0);
+            }
+        }
+        n
+    }
+}
+
+/// For `_exit` when the reaper did not answer its look ([`exit_look`]
+/// `None`: its thread stuck, in an allocation behind an arena lock the
+/// interrupted program holds, or a slow step): the closes it holds that
+/// still send are reset by this thread (`SO_LINGER` {1, 0}, set on their
+/// engines' sockets, which the process's end then closes with an RST), as
+/// the reaper's reset look would. Left alone, the process's end closed
+/// them with a FIN, and their peers, whose library reads a FIN without an
+/// end-of-stream message as the end, could read a clean end after a short
+/// stream (review r28-c item 7). Each descriptor's inode is checked
+/// first (one the reaper closed meanwhile, its number taken by another
+/// socket, is left alone; a reaper not answering is not dropping closes
+/// then). Returns how many were reset.
+pub(super) fn reset_sending_unanswered() -> usize {
+    SENDING.reset()
+}
 
 /// For `_exit` (`DdpKind::exit_flush`, from outside any call of the
 /// library): the reaper's thread steps every close it holds now and
@@ -234,6 +336,7 @@ impl Held {
     /// Its bytes are out of the exit's concern from now on.
     fn uncount(&mut self) {
         if std::mem::take(&mut self.counted) {
+            SENDING.forget(self.x.tcp_fd());
             CLOSING.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -378,6 +481,9 @@ pub(crate) fn forget_after_fork() {
         sys::close(r.epfd);
     }
     HELD.store(0, Ordering::Release);
+    // The parent's closes (their sockets shared): never the child's to
+    // reset.
+    SENDING.clear();
 }
 
 /// The process's reaper, started (with its thread) on first use; `None`
@@ -498,6 +604,9 @@ pub(super) fn hand_over(
         }
         sending
     };
+    if counted {
+        SENDING.note(x.tcp_fd());
+    }
     r.inbox.push(Held {
         x,
         c: begun,
@@ -713,6 +822,66 @@ impl Reaper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `fd`'s `SO_LINGER` as {on, seconds}.
+    fn linger_of(fd: c_int) -> (c_int, c_int) {
+        let mut l = libc::linger {
+            l_onoff: 0,
+            l_linger: 0,
+        };
+        let mut len = size_of::<libc::linger>() as libc::socklen_t;
+        // SAFETY: a `linger` out of the stack, of the declared size.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&mut l as *mut libc::linger).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        (l.l_onoff, l.l_linger)
+    }
+
+    fn tcp_socket() -> c_int {
+        // SAFETY: a new socket.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+        fd
+    }
+
+    /// review r28-c item 7: an `_exit` whose reaper does not answer
+    /// resets the closes still sending from its own thread, through the
+    /// table their hand-over filled: the sockets noted get `SO_LINGER`
+    /// {1, 0} (the process's end sends an RST, not a FIN after a short
+    /// stream); one forgotten (its sending over, or dropped), or whose
+    /// number now names another socket, is left alone.
+    #[test]
+    fn an_unanswered_exit_resets_the_closes_noted_as_sending() {
+        let table: FdTable<4> = FdTable::new();
+        let (a, b, c) = (tcp_socket(), tcp_socket(), tcp_socket());
+        table.note(a);
+        table.note(b);
+        table.note(c);
+        table.forget(b);
+        // c's number taken by another socket since it was noted.
+        let other = tcp_socket();
+        // SAFETY: our own descriptors; `dup2` replaces c's socket.
+        assert_eq!(unsafe { libc::dup2(other, c) }, c);
+        assert_eq!(table.reset(), 1);
+        assert_eq!(linger_of(a), (1, 0), "the close noted is not reset");
+        assert_eq!(linger_of(b).0, 0, "a close forgotten was reset");
+        assert_eq!(
+            linger_of(c).0,
+            0,
+            "another socket on a reused number was reset"
+        );
+        table.clear();
+        for fd in [a, b, c, other] {
+            sys::close(fd);
+        }
+    }
 
     /// Items come out in the order they went in, once.
     #[test]
