@@ -743,6 +743,18 @@ fn same_inode(a: c_int, b: c_int) -> bool {
     st(a).is_some_and(|x| Some(x) == st(b))
 }
 
+/// `_exit`'s asynchronous signals blocked for good before its flush (which
+/// may wait seconds for the closes' bytes), never put back: Linux's
+/// `_exit` runs no more of the program's code, and a handler run in the
+/// wait could `exit()` (running the exit handlers and stdio flush the
+/// program skipped, with another status) or `siglongjmp` back into the
+/// program out of its `_exit` (review r28-c item 5). A signal that comes
+/// meanwhile stays pending and ends with the process. The faults are
+/// never blocked; in a vforked child the mask is the child's own.
+fn exit_signals_blocked() {
+    let _ = sys::block_async_signals();
+}
+
 /// Interposed `_exit(2)`: the exit handlers are skipped, so datagrams still
 /// queued on connections would be lost. The process that owns the
 /// connections waits for them briefly (`WARPSOCK_EXIT_LINGER_MS`); a forked
@@ -750,6 +762,7 @@ fn same_inode(a: c_int, b: c_int) -> bool {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     let over = exit_flush_over();
+    exit_signals_blocked();
     enter((), || exit_flush(over));
     real::exit_now(false, status)
 }
@@ -759,6 +772,7 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
     let over = exit_flush_over();
+    exit_signals_blocked();
     enter((), || exit_flush(over));
     real::exit_now(true, status)
 }

@@ -366,3 +366,30 @@ fn write_close_underscore_exit_sends_every_byte() {
         }
     }
 }
+
+/// A signal while `_exit` waits for a close's bytes (`tests/c/ddpexitmask.c`:
+/// a reader that reads nothing, the writer asleep in its `_exit`'s wait)
+/// runs no handler there: the handler's `exit(3)` would run the exit
+/// handlers the program skipped and change its status (review r28-c item
+/// 5); the writer ends with `_exit`'s 0, as over TCP (the plain run).
+/// Fails with the flush's signals not blocked (status 3).
+#[test]
+fn a_signal_during_an_underscore_exits_wait_runs_no_handler() {
+    for preload in [false, true] {
+        let args: Vec<String> = if preload {
+            Vec::new()
+        } else {
+            vec!["plain".to_owned()]
+        };
+        let child = common::command(&common::c_program("ddpexitmask"), &args, preload)
+            .env("WARPSOCK_DDP_SLOTS", "32")
+            .env("WARPSOCK_DDP_SLOT_KB", "4")
+            .env("WARPSOCK_LINGER_MS", "2000")
+            .env("WARPSOCK_SWITCH_TIMEOUT_MS", "5000")
+            .spawn()
+            .expect("spawn ddpexitmask");
+        let r = common::finish(child, Duration::from_secs(60));
+        println!("{}", r.stdout.trim());
+        r.assert_ok(&format!("ddpexitmask (preload {preload})"));
+    }
+}
