@@ -279,7 +279,10 @@ pub(crate) fn exit_over_held_locks() -> bool {
 
 thread_local! {
     /// How many of the calling thread's nested [`enter`]s run over a
-    /// stretch that may hold a lock (no sleep marked under them): while
+    /// stretch that may hold a lock (no sleep marked under them, or its
+    /// mark taken by an exit: `ExitOver::now` clears it, so the closes of
+    /// an exit over a sleep count here too — safe, a further signal's
+    /// exit in them is told `Locks`; review r28-b item 8): while
     /// any does, a marked sleep of the code nested there is no lock-free
     /// sleep for an exit ([`exit_over_held_locks`]). A handler's `exit`
     /// over a locked stretch runs its bytes-only wait nested
@@ -384,7 +387,8 @@ impl ExitOver {
 /// here (review r27-b item 6). The mark is put back after: the sleep
 /// under a handler goes on; the one a `siglongjmp` left holds no lock
 /// either (the program's code runs there now). Nested over a stretch
-/// that may hold a lock (no sleep marked under it), `f`'s own marked
+/// that may hold a lock (no sleep marked under it, or its mark taken by
+/// an exit), `f`'s own marked
 /// sleeps count as such a stretch too ([`LOCKED_BELOW`]: review r27-b
 /// item 5). The outermost entry costs nothing more (no mark can be set
 /// without the guard).

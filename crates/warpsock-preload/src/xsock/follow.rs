@@ -337,11 +337,21 @@ impl Pins {
     /// [`PASS_WAIT`] at most — so the program's reference is the last
     /// unless a call of another thread's holds one (whose return makes
     /// the close then, as Linux's `fdget`).
+    ///
+    /// A few yields (a pass is normally µs), then 200 µs sleeps: a pass
+    /// that lasts does not cost the closer a core of the two this may
+    /// run on (review r28-b item 6(a)).
     pub(super) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         let end = Instant::now() + PASS_WAIT;
+        let mut yields = 0u32;
         while self.held.load(Ordering::SeqCst) != 0 && Instant::now() < end {
-            std::thread::yield_now();
+            if yields < 64 {
+                yields += 1;
+                std::thread::yield_now();
+            } else {
+                crate::shim::sys::sleep(Duration::from_micros(200));
+            }
         }
     }
 }

@@ -743,7 +743,10 @@ impl Kind for Ddp {
         let bound = config::get().linger;
         if !census::owns_sockets() {
             // A vforked child (its memory, the reaper's counts, are its
-            // parent's): the send buffers alone, as before.
+            // parent's), or a forked child that switched no socket of its
+            // own (its `REAPER` nulled and its counts reset at the fork:
+            // `after_fork_child`; review r28-b item 12): the send buffers
+            // alone, as before.
             let _idle = linger::linger_buffered(bound, census::engine_backlogs);
             #[cfg(feature = "test-hooks")]
             crate::shim::hooks::exit_flushed(_idle);

@@ -282,10 +282,25 @@ struct Lingering {
 thread_local! {
     /// The calling thread's [`Lingering`] while its wait sleeps in its
     /// `ppoll` (null else): what an exit made by a signal handler there
-    /// finds ([`own_close`]). Left set by a `siglongjmp` out of the
-    /// handler, the close whole on the heap (its frame gone): the thread's
-    /// later exit steps it, and its next lingering close hands it to the
-    /// reaper. Cleared in a child made by `fork` ([`forget_own_after_fork`]).
+    /// finds ([`own_close`]). Cleared in a child made by `fork`
+    /// ([`forget_own_after_fork`]).
+    ///
+    /// A `siglongjmp` out of that handler leaves it set, the close whole
+    /// on the heap (its frame gone), and skips [`enter`]'s restore of the
+    /// guard, which stays set on this thread for good: the thread's later
+    /// calls go straight to libc (`busy`), so its later `close` never
+    /// reaches [`linger_close`] (whose hand-over of a close left here is
+    /// for a guard put back otherwise) and the close is stepped by no one
+    /// — its socket, engine memory and `linger::CLOSING` count kept until
+    /// the thread's exit (or the process's, the thread ended first: no
+    /// destructor), every other thread's `exit` waiting a whole
+    /// `WARPSOCK_LINGER_MS` for that count, the peer getting no end of
+    /// stream until the process ends (review r28-b item 4). Any later
+    /// exit of this thread is told `Locks` and steps the close
+    /// ([`own_close`]), which allocates (an engine round): from a handler
+    /// over the program's `malloc` (SIGTERM there) it may then block on
+    /// the arena's lock for good (review r28-b item 3; not fixed: telling
+    /// the ppoll's frame from a jump's needs the stack address).
     /// A `const` thread-local of a `Copy` type: a handler's first access
     /// allocates nothing.
     static OWN: Cell<*mut Lingering> = const { Cell::new(std::ptr::null_mut()) };
