@@ -339,8 +339,8 @@ fn an_underscore_exit_over_a_lock_free_sleep_flushes_the_send_buffers() {
 /// then 0, as over TCP (the plain run), whose kernel sends them after the
 /// process; in DDP mode 0 or `ECONNRESET` after every byte (a credit the
 /// reader returns before its library reads the end meets the closed
-/// socket: the reset comes after every byte arrived; review r28-c item
-/// 10). Fails with `_exit` waiting for the send buffers alone, as before
+/// socket, whose reset ends the stream; every byte is still required;
+/// review r28-c item 10). Fails with `_exit` waiting for the send buffers alone, as before
 /// (issue 12: 2097152 of 4194304 bytes, then `ECONNRESET`).
 #[test]
 fn write_close_underscore_exit_sends_every_byte() {

@@ -165,7 +165,7 @@ fn an_exit_from_a_handler_inside_a_lingering_closes_wait_steps_it() {
 /// byte, then 0 (or, in DDP mode, `ECONNRESET` after every byte: the
 /// acknowledgement is the peer's kernel's, not its library's having read
 /// the end, and a credit the reader returns in between meets the closed
-/// socket, whose reset comes after every byte arrived).
+/// socket, whose reset ends the stream; every byte is still required).
 #[test]
 fn an_underscore_exit_from_a_handler_inside_a_lingering_closes_wait_steps_it() {
     run("siginnow", false);
