@@ -631,21 +631,10 @@ fn check_stamping(kfd: c_int, had: c_int, flags: c_int, phc: c_int) -> Result<()
 const TCP_CLOSE: u8 = 7;
 const TCP_LISTEN: u8 = 10;
 
-/// The TCP state of `fd` (`tcpi_state`), if it can be read.
+/// The TCP state of `fd` (`tcpi_state`), if it can be read: the close's
+/// `TCP_INFO` look.
 fn tcp_state(fd: c_int) -> Option<u8> {
-    let mut info = [0u8; 8];
-    let mut len = info.len() as socklen_t;
-    // SAFETY: `len` writable bytes at `info`.
-    let r = unsafe {
-        real::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    (r == 0 && len > 0).then_some(info[0])
+    super::close::tcp_look(fd).and_then(|(state, _)| u8::try_from(state).ok())
 }
 
 /// What Linux answers `SOF_TIMESTAMPING_BIND_PHC` with clock `phc` on a
