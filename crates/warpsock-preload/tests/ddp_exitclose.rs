@@ -393,3 +393,40 @@ fn a_signal_during_an_underscore_exits_wait_runs_no_handler() {
         r.assert_ok(&format!("ddpexitmask (preload {preload})"));
     }
 }
+
+/// Runs `ddplateread <mode>` preloaded (32 slots of 4 KiB), or plain TCP.
+fn run_late(mode: &str, preload: bool) -> common::Run {
+    let mut args = vec![mode.to_owned()];
+    if !preload {
+        args.push("plain".to_owned());
+    }
+    let child = common::command(&common::c_program("ddplateread"), &args, preload)
+        .env("WARPSOCK_DDP_SLOTS", "32")
+        .env("WARPSOCK_DDP_SLOT_KB", "4")
+        .env("WARPSOCK_SWITCH_TIMEOUT_MS", "5000")
+        .spawn()
+        .expect("spawn ddplateread");
+    let r = common::finish(child, Duration::from_secs(60));
+    println!("{}", r.stdout.trim());
+    r.assert_ok(&format!(
+        "ddplateread {} (preload {preload})",
+        args.join(" ")
+    ));
+    r
+}
+
+/// A writer writes 96 KiB and is gone — it closes and `_exit`s, or is
+/// killed (no close: no end-of-stream message, only its kernel's FIN) —
+/// before its reader reads: the reader, once the writer is reaped, reads
+/// every byte, then 0, as over TCP (the plain runs). The killed writer's
+/// case fails without the reader's look at the carrier's FIN before a
+/// CREDIT (xsock `Stream::set_peer_fin`): its CREDITs met the dead
+/// writer's closed socket, whose reset ended the reads with ECONNRESET
+/// (14 runs of 30, after every byte: its engine had read them all).
+#[test]
+fn a_reader_that_reads_after_its_writer_is_gone_gets_every_byte() {
+    for mode in ["exit", "kill"] {
+        run_late(mode, false);
+        run_late(mode, true);
+    }
+}

@@ -206,6 +206,10 @@ pub struct Stream {
     /// and still reading, so it gets its returns after the EOF as before
     /// it (see `Stream::after_eof_return_due`).
     rx_after_eof: bool,
+    /// The carrier's TCP connection has the peer's FIN (the I/O layer saw
+    /// it, [`Self::set_peer_fin`]): the peer can send nothing more, so no
+    /// CREDIT goes to it (see `Stream::credit_due`).
+    peer_fin: bool,
     sinks: VecDeque<MySink>,
     next_sink: u32,
     peer_maps: BTreeMap<u64, IoMapAd>,
@@ -253,6 +257,7 @@ impl Stream {
             trigger: 0,
             eof: false,
             rx_after_eof: false,
+            peer_fin: false,
             sinks: VecDeque::new(),
             next_sink: 1,
             peer_maps: BTreeMap::new(),
@@ -659,6 +664,32 @@ impl Stream {
     /// Unread stream bytes in our slots.
     pub fn readable(&self) -> usize {
         self.readable_bytes
+    }
+
+    /// Whether [`Self::poll_msg`] would give a CREDIT now, alone (no
+    /// queued message may go ahead of it): the I/O layer then asks its
+    /// carrier whether the peer's FIN has arrived ([`Self::set_peer_fin`]).
+    pub fn credit_next(&self) -> bool {
+        !self.peer_fin && (self.out.is_empty() || !self.may_send()) && self.credit_due()
+    }
+
+    /// The carrier's TCP connection has received the peer's FIN (Linux's
+    /// `POLLRDHUP`, shown while bytes are still queued before it): the
+    /// peer's TCP can send nothing more, so credits are of no use to it,
+    /// and it may have exited — its kernel answers a segment to the
+    /// closed socket with a reset (`tcp_rcv_state_process`: data after
+    /// `RCV_SHUTDOWN`), which drops what we had not read yet (issue 12:
+    /// a reader that reads only after the writer's `_exit` got 36 KiB of
+    /// 96, then `ECONNRESET`). From now on no CREDIT is sent; a return
+    /// still rides on our DATA, which the peer cannot read either (it
+    /// then fails as TCP's send to a closed peer).
+    pub fn set_peer_fin(&mut self) {
+        self.peer_fin = true;
+    }
+
+    /// Whether [`Self::set_peer_fin`] was called.
+    pub fn peer_fin(&self) -> bool {
+        self.peer_fin
     }
 
     /// Whether the peer ended its stream (and, with nothing left to read,

@@ -277,3 +277,85 @@ fn a_close_cut_with_bytes_unsent_resets() {
     assert!(got < m.len(), "the cut lost bytes ({got})");
     assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
 }
+
+/// A writer (32 slots of 4 KiB, as the preload's tests) sends 96 KiB in
+/// 4 KiB messages, then (if `close`) closes, and is gone before its
+/// reader reads anything (issue 12, task xlate): its engine's socket
+/// closed, the kernel's FIN sent behind the bytes. B reads only once its
+/// kernel has that FIN, 4 KiB at a time: every byte, then 0, as TCP's
+/// reader.
+fn read_after_the_writer_is_gone(close: bool) {
+    const PART: usize = 4 << 10;
+    const LEN: usize = 24 * PART;
+    let o = Options {
+        slots: 32,
+        slot_size: Options::slot_size_for(PART as u32),
+        zcopy_min: 1 << 20,
+        ..unbuffered()
+    };
+    let (a, b) = tcp_pair();
+    // B's kernel takes every message and A's FIN behind them.
+    set_buf(&b, libc::SO_RCVBUF, 1 << 20);
+    set_buf(&a, libc::SO_SNDBUF, 1 << 20);
+    let (xa, xb) = switch_both(&a, &b, &o);
+    drop((a, b));
+    let ma = pattern(LEN, 9);
+    for c in ma.chunks(PART) {
+        assert_eq!(xa.send(c, false, SHORT).unwrap(), PART);
+    }
+    if close {
+        assert!(xa.close(LIMIT), "A's bytes all left");
+    }
+    drop(xa);
+    // B's kernel has A's FIN (behind the bytes) before B reads.
+    let fd = xb.tcp_fd();
+    let t = std::time::Instant::now();
+    loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one pollfd.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::poll(&mut p, 1, 1000) };
+        if r > 0 && p.revents & libc::POLLRDHUP != 0 {
+            break;
+        }
+        assert!(t.elapsed() < LIMIT, "B's kernel never got A's FIN");
+    }
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; PART];
+    loop {
+        let (k, _) = xb
+            .recv(&mut buf, RecvFlags::default(), SHORT)
+            .unwrap_or_else(|e| panic!("B's read after {}/{LEN}: {e}", got.len()));
+        if k == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..k]);
+    }
+    assert!(got == ma, "B read {} of {LEN} bytes, or others", got.len());
+    let (n, _) = xb.recv(&mut buf, RecvFlags::default(), SHORT).unwrap();
+    assert_eq!(n, 0, "B reads 0 again");
+}
+
+/// [`read_after_the_writer_is_gone`], the writer gone without its close
+/// (killed, or ended outside the library: no EOF message, only the
+/// kernel's FIN): B's reads free slots and would return them in CREDITs,
+/// which reach the closed socket and draw its reset. B sends none once
+/// its kernel has the FIN (`Stream::set_peer_fin`, looked at in `flush`
+/// before a CREDIT): it reads every byte, then 0, as TCP's reader. Fails
+/// without that look: B's read after 96 KiB fails with `ECONNRESET`.
+#[test]
+fn a_reader_that_reads_after_its_writer_was_killed_gets_every_byte() {
+    read_after_the_writer_is_gone(false);
+}
+
+/// [`read_after_the_writer_is_gone`], the writer having closed (`write;
+/// close; _exit`): every byte, then 0 (B's returns after A's EOF message
+/// were already none).
+#[test]
+fn a_reader_that_reads_after_its_writer_exited_gets_every_byte() {
+    read_after_the_writer_is_gone(true);
+}

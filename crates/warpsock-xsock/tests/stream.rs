@@ -1097,3 +1097,39 @@ fn a_half_closed_reader_at_one_credit_spends_it_on_a_credit() {
     assert_eq!(s.credits(), 0);
     assert!(s.poll_msg().is_none());
 }
+
+/// No CREDIT once the carrier has the peer's FIN (`Stream::set_peer_fin`,
+/// told by the I/O layer: issue 12, task xlate): a peer whose TCP sent
+/// its FIN can never send again, and may have exited — a CREDIT reaching
+/// its closed socket draws a reset. Before its EOF message is read (here
+/// never: a writer gone without its library's close), three of four slots
+/// read make a CREDIT of 3 due; with the FIN seen, none goes, and
+/// `credit_next` says none is next.
+#[test]
+fn no_credit_goes_after_the_carriers_fin() {
+    for fin in [false, true] {
+        let mut s = Stream::new(hello(4, 256), hello(4, 256));
+        for slot in 0..3 {
+            let mut d = encode(Msg {
+                credits: 0,
+                body: Body::Data { eom: true },
+            });
+            d.push(7);
+            s.on_message(slot, &d).unwrap();
+        }
+        s.consume(3);
+        repost_all(&mut s);
+        assert!(s.credit_next(), "three of four slots read: a CREDIT next");
+        if fin {
+            s.set_peer_fin();
+            assert!(!s.credit_next(), "a CREDIT next after the FIN");
+            assert!(s.poll_msg().is_none(), "a CREDIT after the carrier's FIN");
+            assert!(!s.owes_msg(), "a message owed after the carrier's FIN");
+        } else {
+            assert!(
+                matches!(s.poll_msg(), Some(m) if m.body == Body::Credit && m.credits == 3),
+                "no CREDIT of 3 before the FIN"
+            );
+        }
+    }
+}

@@ -585,6 +585,11 @@ impl XSocket {
     fn flush_owed(&self, st: &mut State) {
         let mut posted = false;
         while !st.tx_free.is_empty() {
+            // A CREDIT alone (not a return riding on DATA): none to a peer
+            // whose FIN our kernel has (`Stream::set_peer_fin`).
+            if st.s.credit_next() && super::sys::fin_received(self.tcp_fd) {
+                st.s.set_peer_fin();
+            }
             let Some(m) = st.s.poll_msg() else {
                 // A queued message (EOF, SINK, SINK_DONE) behind our last
                 // credit, which may go only with a return.

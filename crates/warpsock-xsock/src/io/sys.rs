@@ -134,6 +134,21 @@ pub(crate) fn readable(fd: RawFd) -> io::Result<usize> {
     check(r as isize).map(|_| v.max(0) as usize)
 }
 
+/// Whether the TCP socket `fd` has received its peer's FIN: `POLLRDHUP`,
+/// which Linux shows as soon as the FIN arrives, bytes still queued before
+/// it (`tcp_poll`: `RCV_SHUTDOWN`), or a reset (`POLLHUP`/`POLLERR`, the
+/// peer cannot send either). False if the socket cannot say.
+pub(crate) fn fin_received(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, timeout 0.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
 /// `SIOCOUTQNSD` (linux/sockios.h; the libc crate lacks it).
 const SIOCOUTQNSD: libc::c_ulong = 0x894B;
 

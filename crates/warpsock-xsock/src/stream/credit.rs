@@ -277,8 +277,18 @@ impl Stream {
     /// a message queued (a SINK, SINK_CANCEL, IOMAP or IOUNMAP of a
     /// half-closed reader; it needs two), we spend the last on a CREDIT,
     /// empty if nothing is unreturned ([`Self::asks_after_own_eof`]).
+    ///
+    /// None once the carrier has the peer's FIN ([`Self::set_peer_fin`]):
+    /// its TCP can send nothing more, and a CREDIT reaching its closed
+    /// socket draws a reset.
     #[inline]
     pub(super) fn credit_due(&self) -> bool {
+        !self.peer_fin && self.credit_due_any()
+    }
+
+    /// [`Self::credit_due`] whether or not the peer's FIN has arrived.
+    #[inline]
+    fn credit_due_any(&self) -> bool {
         (self.credit_due_with(self.unreturned, self.trigger)
             && (self.trigger > 0 || self.used == self.unreturned || !self.send_waits()))
             || (self.credits == 1 && !self.out.is_empty() && self.asks_after_own_eof())
