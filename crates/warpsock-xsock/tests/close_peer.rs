@@ -12,6 +12,7 @@
 //! `XSocket::linger_after_close` keeps the socket open until the peer's
 //! FIN.
 
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use warpsock_xsock::io::{Options, RecvFlags};
@@ -358,4 +359,88 @@ fn a_reader_that_reads_after_its_writer_was_killed_gets_every_byte() {
 #[test]
 fn a_reader_that_reads_after_its_writer_exited_gets_every_byte() {
     read_after_the_writer_is_gone(true);
+}
+
+/// A writer (32 slots of 4 KiB) sends 96 KiB in 4 KiB messages, and its
+/// connection is reset (`SO_LINGER` {1, 0} and its close) before its
+/// reader reads anything (issue 12, task xlate). B reads only once its
+/// kernel has the reset, and its engine has placed every byte and seen
+/// the reset: as Linux's reader, whose receive queue stays readable after
+/// a reset (`tcp_recvmsg` reads the queue before it looks at `sk_err`), B
+/// reads every byte, then fails with `ECONNRESET`. Fails with the
+/// receive's look at the connection's error moved before its look at the
+/// books (`recv_call`): the first read fails.
+#[test]
+fn a_reader_gets_every_byte_received_before_a_reset_then_the_reset() {
+    const PART: usize = 4 << 10;
+    const LEN: usize = 24 * PART;
+    let o = Options {
+        slots: 32,
+        slot_size: Options::slot_size_for(PART as u32),
+        zcopy_min: 1 << 20,
+        ..unbuffered()
+    };
+    let (a, b) = tcp_pair();
+    set_buf(&b, libc::SO_RCVBUF, 1 << 20);
+    set_buf(&a, libc::SO_SNDBUF, 1 << 20);
+    let (xa, xb) = switch_both(&a, &b, &o);
+    drop(b);
+    let ma = pattern(LEN, 11);
+    for c in ma.chunks(PART) {
+        assert_eq!(xa.send(c, false, SHORT).unwrap(), PART);
+    }
+    // Every byte in B's kernel (A's has none unacknowledged), then the reset.
+    let t = std::time::Instant::now();
+    while unacked(a.as_raw_fd()) > 0 {
+        assert!(t.elapsed() < LIMIT, "A's bytes never reached B's kernel");
+        std::thread::yield_now();
+    }
+    net::reset(a, &xa);
+    let fd = xb.tcp_fd();
+    loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one pollfd.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::poll(&mut p, 1, 1000) };
+        if r > 0 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+            break;
+        }
+        assert!(t.elapsed() < LIMIT, "B's kernel never got A's reset");
+    }
+    // B's engine reads the bytes and the reset before B reads: the
+    // connection has failed with every byte placed and unread.
+    while xb.error().is_none() {
+        xb.progress();
+        assert!(t.elapsed() < LIMIT, "B's engine never saw the reset");
+    }
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; PART];
+    let e = loop {
+        match xb.recv(&mut buf, RecvFlags::default(), SHORT) {
+            Ok((0, _)) => panic!("B's read after {}/{LEN}: 0, not the reset", got.len()),
+            Ok((k, _)) => got.extend_from_slice(&buf[..k]),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        got == ma,
+        "B read {} of {LEN} bytes, or others, then {e}",
+        got.len()
+    );
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+    drop(xa);
+}
+
+/// `TIOCOUTQ`: bytes of `fd`'s send queue not yet acknowledged.
+fn unacked(fd: std::os::fd::RawFd) -> libc::c_int {
+    let mut v: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ writes one int.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut v) };
+    assert_eq!(r, 0);
+    v
 }
