@@ -210,6 +210,12 @@ pub struct Stream {
     /// it, [`Self::set_peer_fin`]): the peer can send nothing more, so no
     /// CREDIT goes to it (see `Stream::credit_due`).
     peer_fin: bool,
+    /// Our last credit went on a CREDIT with a message of ours queued
+    /// behind our EOF (`credit_due`'s ask, `stream/credit.rs`): not again
+    /// until that message has gone. Two half-closed ends, each holding
+    /// one credit with such a message queued and neither reading, traded
+    /// one-slot CREDITs for ever (review r28-d item 1).
+    asked_after_eof: bool,
     sinks: VecDeque<MySink>,
     next_sink: u32,
     peer_maps: BTreeMap<u64, IoMapAd>,
@@ -258,6 +264,7 @@ impl Stream {
             eof: false,
             rx_after_eof: false,
             peer_fin: false,
+            asked_after_eof: false,
             sinks: VecDeque::new(),
             next_sink: 1,
             peer_maps: BTreeMap::new(),
@@ -485,6 +492,7 @@ impl Stream {
         // still carries a return due, ahead of it.
         if !self.out.is_empty() && self.may_send() {
             let body = self.out.pop_front().expect("not empty");
+            self.asked_after_eof = false;
             if let Body::Sink(ad) = body {
                 if let Some(s) = self.sinks.iter_mut().find(|s| s.ad.id == ad.id) {
                     s.state = SinkState::Offered;
@@ -493,6 +501,9 @@ impl Stream {
             return Some(self.stamp(body));
         }
         if self.credit_due() {
+            if self.credits == 1 && !self.out.is_empty() {
+                self.asked_after_eof = true;
+            }
             return Some(self.stamp(Body::Credit));
         }
         None

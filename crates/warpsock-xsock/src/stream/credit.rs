@@ -276,7 +276,8 @@ impl Stream {
     /// One more case, after our own EOF has gone: holding one credit with
     /// a message queued (a SINK, SINK_CANCEL, IOMAP or IOUNMAP of a
     /// half-closed reader; it needs two), we spend the last on a CREDIT,
-    /// empty if nothing is unreturned ([`Self::asks_after_own_eof`]).
+    /// empty if nothing is unreturned ([`Self::asks_after_own_eof`]) —
+    /// once, until that message has gone (`asked_after_eof`).
     ///
     /// None once the carrier has the peer's FIN ([`Self::set_peer_fin`]):
     /// its TCP can send nothing more, and a CREDIT reaching its closed
@@ -291,7 +292,10 @@ impl Stream {
     fn credit_due_any(&self) -> bool {
         (self.credit_due_with(self.unreturned, self.trigger)
             && (self.trigger > 0 || self.used == self.unreturned || !self.send_waits()))
-            || (self.credits == 1 && !self.out.is_empty() && self.asks_after_own_eof())
+            || (self.credits == 1
+                && !self.out.is_empty()
+                && !self.asked_after_eof
+                && self.asks_after_own_eof())
     }
 
     /// Whether our EOF has gone (queued, and no longer in `out`): at one
