@@ -136,7 +136,7 @@ pub(crate) fn readable(fd: RawFd) -> io::Result<usize> {
 
 /// Whether the TCP socket `fd` has received its peer's FIN: `POLLRDHUP`,
 /// which Linux shows as soon as the FIN arrives, bytes still queued before
-/// it (`tcp_poll`: `RCV_SHUTDOWN`), or a reset (`POLLHUP`/`POLLERR`, the
+/// it (`tcp_poll`: `RCV_SHUTDOWN`), or a reset (`POLLHUP`: the
 /// peer cannot send either). False if the socket cannot say.
 pub(crate) fn fin_received(fd: RawFd) -> bool {
     let mut p = libc::pollfd {
@@ -146,7 +146,10 @@ pub(crate) fn fin_received(fd: RawFd) -> bool {
     };
     // SAFETY: one pollfd, timeout 0.
     let r = unsafe { libc::poll(&mut p, 1, 0) };
-    r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+    // Not POLLERR: poll reports it for an error-queue entry as well, and
+    // the Stream's mark stays for good (review r28-d item 2); a reset
+    // shows POLLHUP.
+    r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
 }
 
 /// `SIOCOUTQNSD` (linux/sockios.h; the libc crate lacks it).
