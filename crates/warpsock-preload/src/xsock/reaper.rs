@@ -38,9 +38,11 @@
 //! forked child starts a reaper of its own ([`forget_after_fork`]): the
 //! parent's thread is not there, and the parent's closes are the parent's.
 
+mod fd_table;
+
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
@@ -83,88 +85,7 @@ const LOOK_WAIT: Duration = Duration::from_secs(1);
 /// The engines' sockets of the closes held that still send (a [`Held`]
 /// counted in [`CLOSING`]): what an `_exit` whose reaper does not answer
 /// resets itself ([`reset_sending_unanswered`]).
-static SENDING: FdTable<256> = FdTable::new();
-
-/// Descriptors with their inodes, -1 in the free places: a table with no
-/// lock (a hand-over may come from a signal handler's `close`). One met
-/// when it is full is not in it (nor reset so). The inode is checked
-/// before a reset: a number closed and reused since is not touched.
-struct FdTable<const N: usize> {
-    fds: [AtomicI32; N],
-    inos: [AtomicU64; N],
-}
-
-impl<const N: usize> FdTable<N> {
-    const fn new() -> Self {
-        Self {
-            fds: [const { AtomicI32::new(-1) }; N],
-            inos: [const { AtomicU64::new(0) }; N],
-        }
-    }
-
-    /// `fd` in the table (if a place is free).
-    fn note(&self, fd: c_int) {
-        let ino = super::inode(fd);
-        for (s, i) in self.fds.iter().zip(&self.inos) {
-            if s.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                i.store(ino, Ordering::Release);
-                return;
-            }
-        }
-    }
-
-    /// `fd` out of the table (before its socket closes).
-    fn forget(&self, fd: c_int) {
-        for (s, i) in self.fds.iter().zip(&self.inos) {
-            if s.load(Ordering::Acquire) == fd {
-                i.store(0, Ordering::Release);
-                if s.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Every place freed (a forked child: the parent's sockets).
-    fn clear(&self) {
-        for (s, i) in self.fds.iter().zip(&self.inos) {
-            s.store(-1, Ordering::Release);
-            i.store(0, Ordering::Release);
-        }
-    }
-
-    /// `SO_LINGER` {1, 0} set on each socket still named by its number
-    /// (the inode noted); how many.
-    fn reset(&self) -> usize {
-        let zero = libc::linger {
-            l_onoff: 1,
-            l_linger: 0,
-        };
-        let mut n = 0;
-        for (s, i) in self.fds.iter().zip(&self.inos) {
-            let fd = s.load(Ordering::Acquire);
-            let ino = i.load(Ordering::Acquire);
-            if fd >= 0 && ino != 0 && super::inode(fd) == ino {
-                // SAFETY: a `linger` from the stack, of the declared size.
-                let r = unsafe {
-                    real::setsockopt(
-                        fd,
-                        libc::SOL_SOCKET,
-                        libc::SO_LINGER,
-                        (&zero as *const libc::linger).cast(),
-                        size_of::<libc::linger>() as libc::socklen_t,
-                    )
-                };
-                n += usize::from(r == 0);
-            }
-        }
-        n
-    }
-}
+static SENDING: fd_table::FdTable<256> = fd_table::FdTable::new();
 
 /// For `_exit` when the reaper did not answer its look ([`exit_look`]
 /// `None`: its thread stuck, in an allocation behind an arena lock the
@@ -859,7 +780,7 @@ mod tests {
     /// number now names another socket, is left alone.
     #[test]
     fn an_unanswered_exit_resets_the_closes_noted_as_sending() {
-        let table: FdTable<4> = FdTable::new();
+        let table: fd_table::FdTable<4> = fd_table::FdTable::new();
         let (a, b, c) = (tcp_socket(), tcp_socket(), tcp_socket());
         table.note(a);
         table.note(b);
