@@ -95,10 +95,12 @@ static SENDING: fd_table::FdTable<256> = fd_table::FdTable::new();
 /// the reaper's reset look would. Left alone, the process's end closed
 /// them with a FIN, and their peers, whose library reads a FIN without an
 /// end-of-stream message as the end, could read a clean end after a short
-/// stream (review r28-c item 7). Each descriptor's inode is checked
-/// first (one the reaper closed meanwhile, its number taken by another
-/// socket, is left alone; a reaper not answering is not dropping closes
-/// then). Returns how many were reset.
+/// stream (review r28-c item 7). Each place is claimed for its check and
+/// reset (`fd_table`'s doc): the reaper, slow rather than stuck, forgets a
+/// close before it closes its socket, and its forget waits for a reset
+/// under way, so the number cannot name another socket (another thread's
+/// `accept`) between the inode check and the `setsockopt` (review r28-e
+/// item 1). Returns how many were reset.
 pub(super) fn reset_sending_unanswered() -> usize {
     SENDING.reset()
 }
@@ -800,6 +802,58 @@ mod tests {
         );
         table.clear();
         for fd in [a, b, c, other] {
+            sys::close(fd);
+        }
+    }
+
+    /// review r28-e item 1: the reaper (slow, not stuck) forgets and
+    /// closes a noted socket while an unanswered `_exit` resets it, and
+    /// another socket takes the number: the reset must reach the noted
+    /// socket, never the one now on its number. The reaper's forget comes
+    /// between the exiter's inode check and its `setsockopt` (the table's
+    /// test hook); the exiter goes on once that forget is done, or held
+    /// off by the exiter's claim on the place.
+    #[test]
+    fn a_reset_under_way_holds_off_the_close_of_its_socket() {
+        use std::sync::{Arc, Mutex};
+        let table: &'static fd_table::FdTable<4> = Box::leak(Box::new(fd_table::FdTable::new()));
+        let a = tcp_socket();
+        // a's socket, looked at after its number went to another.
+        // SAFETY: our own descriptor.
+        let keep = unsafe { libc::dup(a) };
+        assert!(keep >= 0);
+        let other = tcp_socket();
+        table.note(a);
+        let done = Arc::new(AtomicBool::new(false));
+        let reaper: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+        let (d, r) = (done.clone(), reaper.clone());
+        let hook: Box<dyn Fn(c_int) + Send + Sync> = Box::new(move |fd| {
+            let d2 = d.clone();
+            // The reaper's end of the close: its forget, then its close,
+            // and another socket on the number (`dup2`: both at once).
+            let t = std::thread::spawn(move || {
+                table.forget(fd);
+                // SAFETY: our own descriptors.
+                assert_eq!(unsafe { libc::dup2(other, fd) }, fd);
+                d2.store(true, Ordering::Release);
+            });
+            *r.lock().unwrap() = Some(t);
+            while !d.load(Ordering::Acquire) && table.waited.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+        });
+        assert!(table.between.set(hook).is_ok());
+        assert_eq!(table.reset(), 1);
+        let t = reaper.lock().unwrap().take().expect("the hook ran");
+        t.join().expect("the reaper's forget and close");
+        assert!(done.load(Ordering::Acquire));
+        assert_eq!(
+            linger_of(a).0,
+            0,
+            "the socket that took the noted number was reset"
+        );
+        assert_eq!(linger_of(keep), (1, 0), "the noted socket was not reset");
+        for fd in [a, keep, other] {
             sys::close(fd);
         }
     }

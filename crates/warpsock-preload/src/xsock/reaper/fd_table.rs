@@ -2,20 +2,58 @@
 //! send: what an `_exit` whose reaper does not answer resets itself
 //! (`super::reset_sending_unanswered`). No lock: a hand-over may come from
 //! a signal handler's `close`.
+//!
+//! The reset is made by descriptor number, from the exiting thread, while
+//! the reaper (slow, not stuck) may close that descriptor, and another
+//! thread's `accept` or `socket` take the number (review r28-e item 1):
+//! between the exiter's inode check and its `setsockopt`, that would reset
+//! an unrelated socket. So each place has a claim word:
+//!
+//! * the exiter claims a place (`OPEN` → `RESETTING`, compare-exchange)
+//!   before its check and reset, and gives it back (`OPEN`) after; a place
+//!   it cannot claim it skips (being forgotten: that close stops sending);
+//! * [`FdTable::forget`] — called before the close's socket is closed (the
+//!   `Held`'s count given up, `reaper.rs`) — claims the place for itself
+//!   (`OPEN` → `FORGETTING`), waiting out a reset under way, then frees it.
+//!
+//! A noted descriptor is closed only after its `forget` returned, and
+//! `forget` cannot return while a reset holds its place: the number still
+//! names the noted socket from the exiter's check to its reset. The wait
+//! is for two system calls of another thread (`fstat`, `setsockopt`),
+//! never for this thread's own: the exiting thread has its asynchronous
+//! signals blocked for good before its flush (`interpose`), so no handler
+//! of its own (whose `close` might hand over and forget) runs over its
+//! claim. Nothing blocks on a lock: each side spins on one word, and the
+//! exiter never waits.
 
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
 
 use libc::c_int;
 
-use crate::shim::real;
+use crate::shim::{real, sys};
 
-/// Descriptors with their inodes, -1 in the free places: a table with no
-/// lock (a hand-over may come from a signal handler's `close`). One met
-/// when it is full is not in it (nor reset so). The inode is checked
-/// before a reset: a number closed and reused since is not touched.
+/// A place's claim: nobody's.
+const OPEN: u8 = 0;
+/// An exiter's check and reset of the place's socket are under way.
+const RESETTING: u8 = 1;
+/// [`FdTable::forget`] is emptying the place.
+const FORGETTING: u8 = 2;
+
+/// Descriptors with their inodes, -1 in the free places, and each place's
+/// claim (the module's doc): a table with no lock (a hand-over may come
+/// from a signal handler's `close`). One met when it is full is not in it
+/// (nor reset so). The inode is checked before a reset: a number closed
+/// and reused without its `forget` (none should be) is not touched.
 pub(super) struct FdTable<const N: usize> {
     fds: [AtomicI32; N],
     inos: [AtomicU64; N],
+    claims: [AtomicU8; N],
+    /// Test: run between a reset's inode check and its `setsockopt`.
+    #[cfg(test)]
+    pub(super) between: std::sync::OnceLock<Box<dyn Fn(c_int) + Send + Sync>>,
+    /// Test: `forget` calls that met a reset under way.
+    #[cfg(test)]
+    pub(super) waited: std::sync::atomic::AtomicUsize,
 }
 
 impl<const N: usize> FdTable<N> {
@@ -23,56 +61,96 @@ impl<const N: usize> FdTable<N> {
         Self {
             fds: [const { AtomicI32::new(-1) }; N],
             inos: [const { AtomicU64::new(0) }; N],
+            claims: [const { AtomicU8::new(OPEN) }; N],
+            #[cfg(test)]
+            between: std::sync::OnceLock::new(),
+            #[cfg(test)]
+            waited: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
-    /// `fd` in the table (if a place is free).
-    pub(super) fn note(&self, fd: c_int) {
+    /// `fd` in the table, if a place is free; whether it is.
+    pub(super) fn note(&self, fd: c_int) -> bool {
         let ino = super::super::inode(fd);
         for (s, i) in self.fds.iter().zip(&self.inos) {
             if s.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
                 i.store(ino, Ordering::Release);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// `fd` out of the table: before its socket closes, and it returns only
+    /// once no reset of it is under way (the module's doc).
+    pub(super) fn forget(&self, fd: c_int) {
+        for ((s, i), c) in self.fds.iter().zip(&self.inos).zip(&self.claims) {
+            if s.load(Ordering::Acquire) != fd {
+                continue;
+            }
+            let mut round = 0;
+            while c
+                .compare_exchange(OPEN, FORGETTING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                #[cfg(test)]
+                if round == 0 {
+                    self.waited.fetch_add(1, Ordering::AcqRel);
+                }
+                sys::pause(round);
+                round = round.saturating_add(1);
+            }
+            // Only a `forget` frees a place, and one close forgets once:
+            // still ours. The inode first: a `note` taking the place once
+            // it is free stores its own after its number.
+            let ours = s.load(Ordering::Acquire) == fd;
+            if ours {
+                i.store(0, Ordering::Release);
+                s.store(-1, Ordering::Release);
+            }
+            c.store(OPEN, Ordering::Release);
+            if ours {
                 return;
             }
         }
     }
 
-    /// `fd` out of the table (before its socket closes).
-    pub(super) fn forget(&self, fd: c_int) {
-        for (s, i) in self.fds.iter().zip(&self.inos) {
-            if s.load(Ordering::Acquire) == fd {
-                i.store(0, Ordering::Release);
-                if s.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Every place freed (a forked child: the parent's sockets).
+    /// Every place freed (a forked child, its only thread: the parent's
+    /// sockets).
     pub(super) fn clear(&self) {
-        for (s, i) in self.fds.iter().zip(&self.inos) {
+        for ((s, i), c) in self.fds.iter().zip(&self.inos).zip(&self.claims) {
             s.store(-1, Ordering::Release);
             i.store(0, Ordering::Release);
+            c.store(OPEN, Ordering::Release);
         }
     }
 
     /// `SO_LINGER` {1, 0} set on each socket still named by its number
-    /// (the inode noted); how many.
+    /// (the inode noted), each under its place's claim; how many.
     pub(super) fn reset(&self) -> usize {
         let zero = libc::linger {
             l_onoff: 1,
             l_linger: 0,
         };
         let mut n = 0;
-        for (s, i) in self.fds.iter().zip(&self.inos) {
+        for ((s, i), c) in self.fds.iter().zip(&self.inos).zip(&self.claims) {
+            if s.load(Ordering::Acquire) < 0
+                || c.compare_exchange(OPEN, RESETTING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
+                // Free, or being forgotten (its close no longer sends) or
+                // reset by another exiting thread.
+                continue;
+            }
             let fd = s.load(Ordering::Acquire);
             let ino = i.load(Ordering::Acquire);
             if fd >= 0 && ino != 0 && super::super::inode(fd) == ino {
+                #[cfg(test)]
+                if let Some(f) = self.between.get() {
+                    f(fd);
+                }
                 // SAFETY: a `linger` from the stack, of the declared size.
                 let r = unsafe {
                     real::setsockopt(
@@ -85,6 +163,7 @@ impl<const N: usize> FdTable<N> {
                 };
                 n += usize::from(r == 0);
             }
+            c.store(OPEN, Ordering::Release);
         }
         n
     }
