@@ -26,7 +26,7 @@ pub(crate) struct Config {
     /// time (`reaper`: past it the oldest lingering one is cut short).
     /// Each keeps its engine's socket and context (descriptors, slot
     /// memory) until its peer's FIN or the linger; 256 by default, at
-    /// least 1.
+    /// least 1 and at most 256 ([`closing_max`]).
     pub(crate) closing_max: usize,
     /// Longest wait for a non-blocking connect the policy finishes.
     pub(crate) connect_timeout: Duration,
@@ -116,7 +116,7 @@ impl Config {
             request: base,
             policy,
             linger: env_ms("WARPSOCK_LINGER_MS", 2000),
-            closing_max: env_num("WARPSOCK_DDP_CLOSING_MAX", 256).max(1) as usize,
+            closing_max: closing_max(env_num("WARPSOCK_DDP_CLOSING_MAX", 256)),
             connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),
             #[cfg(feature = "test-hooks")]
             hooks: {
@@ -154,8 +154,43 @@ impl Config {
     }
 }
 
+/// `WARPSOCK_DDP_CLOSING_MAX` as used: at least 1, and at most the places
+/// of the reaper's table of closes still sending
+/// (`reaper::SENDING_PLACES`, 256), which an `_exit` whose reaper does not
+/// answer resets itself: a close held past the table would end with a
+/// FIN there, read by its peer as a clean end after a short stream
+/// (review r28-e item 2).
+fn closing_max(v: u64) -> usize {
+    v.clamp(1, super::reaper::SENDING_PLACES as u64) as usize
+}
+
 /// The process's configuration (read once).
 pub(crate) fn get() -> &'static Config {
     static C: OnceLock<Config> = OnceLock::new();
     C.get_or_init(Config::from_env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// review r28-e item 2: the bound on the closes held never exceeds the
+    /// table an unanswered `_exit` resets from.
+    #[test]
+    fn the_closes_held_are_bounded_by_the_reapers_table() {
+        let places = super::super::reaper::SENDING_PLACES;
+        assert_eq!(
+            closing_max(100_000),
+            places,
+            "a bound past the table's places"
+        );
+        assert_eq!(
+            closing_max(places as u64 + 1),
+            places,
+            "a bound past the table's places"
+        );
+        assert_eq!(closing_max(0), 1);
+        assert_eq!(closing_max(10), 10);
+        assert_eq!(closing_max(256), 256, "the default");
+    }
 }

@@ -16,10 +16,11 @@
 //! whose peers are slow to close hold up to `2 × WARPSOCK_LINGER_MS` of
 //! threads, unbounded: a peer that never sends its FIN kept its thread for
 //! the whole linger. Here the closes held are bounded too
-//! (`WARPSOCK_DDP_CLOSING_MAX`, [`config::Config::closing_max`]): past the
-//! bound the oldest lingering close is cut — its engine's socket closed at
-//! once, plainly (a FIN, no reset: our FIN went already, so the kernel's
-//! close only ends the linger early, as its bound would; the peer loses
+//! (`WARPSOCK_DDP_CLOSING_MAX`, [`config::Config::closing_max`], at most
+//! [`SENDING_PLACES`]): past the bound the oldest lingering close is cut
+//! — its engine's socket closed at once, plainly (a FIN, no reset: our
+//! FIN went already, so the kernel's close only ends the linger early, as
+//! its bound would; the peer loses
 //! nothing it has not read unless it sends more, which then meets a
 //! reset — what a reset now would do to it for sure). With none lingering,
 //! the oldest still sending is given up as at its bound: reset if sends
@@ -82,10 +83,37 @@ static RESET_SENDING: AtomicBool = AtomicBool::new(false);
 /// every close held, each a bounded engine round.
 const LOOK_WAIT: Duration = Duration::from_secs(1);
 
+/// The places of [`SENDING`], and so the most closes the reaper holds
+/// (`WARPSOCK_DDP_CLOSING_MAX` is clamped to it: `config::closing_max`):
+/// every close it holds that still sends has a place once a round has
+/// trimmed the closes to that bound ([`note_missed`]), however many were
+/// handed over at once (review r28-e item 2: with the bound set higher,
+/// the closes past the table's size were never noted, and ended with a
+/// FIN at an `_exit` whose reaper did not answer). A fixed table, not one
+/// sized from the setting: a hand-over may come from a signal handler's
+/// `close`, and each close's end looks through the places.
+pub(super) const SENDING_PLACES: usize = 256;
+
 /// The engines' sockets of the closes held that still send (a [`Held`]
 /// counted in [`CLOSING`]): what an `_exit` whose reaper does not answer
 /// resets itself ([`reset_sending_unanswered`]).
-static SENDING: fd_table::FdTable<256> = fd_table::FdTable::new();
+static SENDING: fd_table::FdTable<SENDING_PLACES> = fd_table::FdTable::new();
+
+/// The closes still sending that found no place at their hand-over (more
+/// handed over at once than the table holds) noted now, as places are
+/// free again: each item is a close's `noted` flag and its engine's
+/// socket. After a round's trim the closes held are at most
+/// [`SENDING_PLACES`], so each of them gets one.
+fn note_missed<'a, const N: usize>(
+    table: &fd_table::FdTable<N>,
+    missed: impl Iterator<Item = (&'a mut bool, c_int)>,
+) {
+    for (noted, fd) in missed {
+        if !*noted {
+            *noted = table.note(fd);
+        }
+    }
+}
 
 /// For `_exit` when the reaper did not answer its look ([`exit_look`]
 /// `None`: its thread stuck, in an allocation behind an arena lock the
@@ -226,6 +254,9 @@ struct Held {
     c: Option<Closing>,
     /// Still counted in [`CLOSING`] (until its sending phase ends).
     counted: bool,
+    /// In [`SENDING`] (while `counted`; a hand-over that found the table
+    /// full notes it later: [`note_missed`]).
+    noted: bool,
     /// Its token in the reaper's epoll set: the closes held are in the
     /// order of their tokens (handed over, oldest first).
     key: u64,
@@ -259,7 +290,10 @@ impl Held {
     /// Its bytes are out of the exit's concern from now on.
     fn uncount(&mut self) {
         if std::mem::take(&mut self.counted) {
-            SENDING.forget(self.x.tcp_fd());
+            if std::mem::take(&mut self.noted) {
+                // Before its socket closes (`fd_table`'s claims).
+                SENDING.forget(self.x.tcp_fd());
+            }
             CLOSING.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -527,13 +561,14 @@ pub(super) fn hand_over(
         }
         sending
     };
-    if counted {
-        SENDING.note(x.tcp_fd());
-    }
+    // Table full (a burst of hand-overs the reaper has not taken yet):
+    // noted by the reaper once its round trimmed the closes held.
+    let noted = counted && SENDING.note(x.tcp_fd());
     r.inbox.push(Held {
         x,
         c: begun,
         counted,
+        noted,
         key: 0,
         due: true,
         watched: None,
@@ -643,6 +678,13 @@ impl Reaper {
                     }
                     h.uncount();
                 }
+                // At most `max` held, `max` at most the table's places.
+                note_missed(
+                    &SENDING,
+                    held.iter_mut()
+                        .filter(|h| h.counted)
+                        .map(|h| (&mut h.noted, h.x.tcp_fd())),
+                );
                 // An `_exit`'s look: every close stepped now, then the answer.
                 let asked = ASKED.load(Ordering::Acquire);
                 let look = asked != LOOKED.load(Ordering::Acquire);
@@ -854,6 +896,38 @@ mod tests {
         );
         assert_eq!(linger_of(keep), (1, 0), "the noted socket was not reset");
         for fd in [a, keep, other] {
+            sys::close(fd);
+        }
+    }
+
+    /// review r28-e item 2: closes handed over while the table was full
+    /// (more at once than its places: the reaper had not taken them yet)
+    /// get a place once the reaper's round has trimmed the closes held to
+    /// the bound, so an unanswered `_exit` resets them too.
+    #[test]
+    fn a_close_met_when_the_table_was_full_is_noted_once_places_free() {
+        let table: fd_table::FdTable<2> = fd_table::FdTable::new();
+        let (a, b, c) = (tcp_socket(), tcp_socket(), tcp_socket());
+        // Three hand-overs before the reaper's round.
+        let mut noted = [table.note(a), table.note(b), table.note(c)];
+        assert_eq!(noted, [true, true, false], "the third found the table full");
+        // The round: a cut (the bound 2), its place forgotten; then the
+        // closes held that still send noted.
+        table.forget(a);
+        noted[0] = false;
+        let [_, nb, nc] = &mut noted;
+        note_missed(&table, [(nb, b), (nc, c)].into_iter());
+        let n = table.reset();
+        assert_eq!(
+            linger_of(c),
+            (1, 0),
+            "the close met when the table was full is not reset"
+        );
+        assert_eq!(linger_of(b), (1, 0));
+        assert_eq!(linger_of(a).0, 0, "a close cut was reset");
+        assert_eq!(n, 2, "the closes reset");
+        table.clear();
+        for fd in [a, b, c] {
             sys::close(fd);
         }
     }

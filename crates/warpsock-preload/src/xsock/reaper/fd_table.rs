@@ -42,8 +42,10 @@ const FORGETTING: u8 = 2;
 /// Descriptors with their inodes, -1 in the free places, and each place's
 /// claim (the module's doc): a table with no lock (a hand-over may come
 /// from a signal handler's `close`). One met when it is full is not in it
-/// (nor reset so). The inode is checked before a reset: a number closed
-/// and reused without its `forget` (none should be) is not touched.
+/// ([`Self::note`] says so; the reaper notes it once places are free:
+/// `super::note_missed`). The inode is checked before a reset: a number
+/// closed and reused without its `forget` (none should be) is not
+/// touched.
 pub(super) struct FdTable<const N: usize> {
     fds: [AtomicI32; N],
     inos: [AtomicU64; N],
