@@ -19,7 +19,9 @@
 //! wait gives up, the exit resets the connections whose engines still
 //! hold bytes, as those with buffered bytes (`census::reset_backlogged`).
 //! Bytes in the kernel's own send queue are the kernel's to send, as for
-//! TCP.
+//! TCP — but for the closes `_exit` waits for, whose engines' sockets the
+//! process's end closes: their bytes the peers' kernels acknowledge, as
+//! the exit's looks see them, are progress too ([`moved`]).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -75,9 +77,10 @@ pub(crate) fn wait(
 pub(crate) type Engines = fn() -> (u64, u64);
 
 /// What an exit waits for: `busy` (the send buffers, closes under way) or
-/// bytes in the engines' backlogs; progress is the bytes posted out of the
-/// send buffers plus the growth of the bytes the kernels accepted from the
-/// engines. That sum drops when a socket leaves the set (closed meanwhile):
+/// bytes in the engines' backlogs; progress is `posted` ([`moved`]: the
+/// bytes posted out of the send buffers, and the closes' bytes
+/// acknowledged) plus the growth of the bytes the kernels accepted from
+/// the engines. That sum drops when a socket leaves the set (closed meanwhile):
 /// only growth counts, so a drop is no progress and hides none after it.
 struct Exit<B, E> {
     busy: B,
@@ -114,10 +117,21 @@ impl<B: Fn() -> bool, E: Fn() -> (u64, u64)> Pending for Exit<B, E> {
     }
 }
 
+/// The exit's progress that only grows, besides the engines' writes: the
+/// bytes posted out of the send buffers, and the bytes of the closes
+/// waited for that their peers' kernels acknowledged, as the exit's looks
+/// see them (`sock::close::acked`). Without the latter, a close's tail
+/// acknowledged at a steady pace on a slow link, every byte out of the
+/// library, was no progress: `_exit`'s bound ran out and the tail was
+/// reset (review r28-e item 3).
+pub(crate) fn moved() -> u64 {
+    warpsock_xsock::io::posted_bytes() + super::sock::close::acked()
+}
+
 /// [`wait`] while `busy` or the engines hold bytes ([`Exit`]), on the real
 /// clock, looking every 2 ms.
 pub(crate) fn wait_for(bound: Duration, busy: impl Fn() -> bool, engines: Engines) -> bool {
-    let p = Exit::new(busy, engines, warpsock_xsock::io::posted_bytes);
+    let p = Exit::new(busy, engines, moved);
     wait(&p, bound, Instant::now, || {
         sys::sleep(Duration::from_millis(2));
     })
@@ -179,7 +193,7 @@ pub(crate) fn linger_stepping_but(
                 || warpsock_xsock::io::buffered_bytes() > 0
         },
         engines,
-        warpsock_xsock::io::posted_bytes,
+        moved,
     );
     wait(&p, bound, Instant::now, || {
         sys::sleep(Duration::from_millis(2));

@@ -718,9 +718,13 @@ impl Kind for Ddp {
         // item 5, r28-c item 6: a bound for the sending, then another
         // for the acknowledgement). Closes whose sending gave up are not
         // waited for (`Held::acknowledged`).
+        // The reaper's look made while closes still send too: its looks
+        // count the bytes their peers' kernels acknowledge, progress for
+        // the wait (`linger::moved`; review r28-e item 3), the tail of a
+        // close's sending included.
         let idle = linger::wait_for(
             bound,
-            || linger::closing() || exit_unacknowledged(),
+            || exit_unacknowledged() | linger::closing(),
             census::engine_backlogs,
         );
         #[cfg(feature = "test-hooks")]

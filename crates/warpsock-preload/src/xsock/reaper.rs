@@ -262,6 +262,9 @@ struct Held {
     key: u64,
     /// To be stepped this round (ready, or new).
     due: bool,
+    /// Its engine's socket's bytes acknowledged at the last exit's look
+    /// (`sock::close::exit_acknowledged`).
+    acked: Option<u64>,
     /// The epoll set it is in (`epfd`) and the events it is there for.
     watched: Option<(c_int, u32)>,
 }
@@ -276,14 +279,12 @@ impl Held {
     /// stream behind bytes a peer not reading never takes, or reset:
     /// nothing `_exit`'s wait can bring; review r28-c item 6)
     /// ([`exit_look`]).
-    fn acknowledged(&self) -> bool {
+    fn acknowledged(&mut self) -> bool {
+        let fd = self.x.tcp_fd();
         self.c.as_ref().is_none_or(|c| {
             c.phase() == Phase::Done
                 || c.all_left() == Some(false)
-                || super::sock::close::acknowledged(
-                    c,
-                    super::sock::close::tcp_look(self.x.tcp_fd()),
-                )
+                || super::sock::close::exit_acknowledged(c, fd, &mut self.acked)
         })
     }
 
@@ -571,6 +572,7 @@ pub(super) fn hand_over(
         noted,
         key: 0,
         due: true,
+        acked: None,
         watched: None,
     });
     if r.dead.load(Ordering::Acquire) {
@@ -737,7 +739,11 @@ impl Reaper {
                     i += 1;
                 }
                 if look {
-                    let n = held.iter().filter(|h| !h.acknowledged()).count();
+                    let n = held
+                        .iter_mut()
+                        .map(|h| !h.acknowledged())
+                        .filter(|&u| u)
+                        .count();
                     UNACKED.store(n, Ordering::Release);
                     LOOKED.store(asked, Ordering::Release);
                 }

@@ -2,7 +2,7 @@
 
 use std::cell::Cell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, socklen_t};
@@ -265,9 +265,14 @@ fn linger_close(
     let Some(c) = x.try_close_begin(config::get().linger.max(bound), start) else {
         return (x, None, counted);
     };
-    let own = Boxed(Box::into_raw(Box::new(Lingering { x, c, counted })));
+    let own = Boxed(Box::into_raw(Box::new(Lingering {
+        x,
+        c,
+        counted,
+        acked: None,
+    })));
     linger_wait(own.0, start + bound, mask);
-    let Lingering { x, c, counted } = own.take();
+    let Lingering { x, c, counted, .. } = own.take();
     (x, Some(c), counted)
 }
 
@@ -277,6 +282,9 @@ struct Lingering {
     x: XSocket,
     c: Closing,
     counted: Counted,
+    /// Its engine's socket's bytes acknowledged at an exit's last look
+    /// ([`exit_acknowledged`]).
+    acked: Option<u64>,
 }
 
 thread_local! {
@@ -396,10 +404,10 @@ impl OwnClose {
     /// r28-c item 6).
     pub(crate) fn waits(&mut self) -> bool {
         self.step();
-        let c = &self.0.c;
-        c.phase() != Phase::Done
-            && c.all_left() != Some(false)
-            && !acknowledged(c, tcp_look(self.0.x.tcp_fd()))
+        let l = &mut *self.0;
+        l.c.phase() != Phase::Done
+            && l.c.all_left() != Some(false)
+            && !exit_acknowledged(&l.c, l.x.tcp_fd(), &mut l.acked)
     }
 
     /// Whether it still sends; if so, its connection is reset (as the
@@ -431,7 +439,7 @@ fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld) {
         // SAFETY: `own` is `linger_close`'s box, alive across this call;
         // only this frame uses it here (`OWN` names it only across the
         // `ppoll` below, where this reference is not used).
-        let Lingering { x, c, counted } = unsafe { &mut *own };
+        let Lingering { x, c, counted, .. } = unsafe { &mut *own };
         let now = Instant::now();
         // The lock taken (a call of another thread's on this socket has
         // none: its reference would hold the drop back): no step this
@@ -565,6 +573,38 @@ pub(crate) fn acknowledged(c: &Closing, look: Option<(c_int, u32)>) -> bool {
         )
 }
 
+/// Bytes of the closes an exit waits for that their peers' kernels
+/// acknowledged, counted as the exit's looks see them
+/// ([`exit_acknowledged`]): only grows. Progress for the exit's wait
+/// (`linger::moved`), as bytes leaving the library are: on a slow link a
+/// close's tail is acknowledged at a steady pace after every byte left
+/// the library, and a wait that counted only the latter ended after one
+/// bound with the tail still being acknowledged, and reset it (review
+/// r28-e item 3).
+static ACKED: AtomicU64 = AtomicU64::new(0);
+
+/// [`ACKED`]'s count.
+pub(crate) fn acked() -> u64 {
+    ACKED.load(Ordering::Acquire)
+}
+
+/// [`acknowledged`] for an exit's look at close `c` (its engine's socket
+/// `fd`), the bytes the peer's kernel acknowledged since the close's last
+/// look (`seen`, updated; none counted at the first) added to [`ACKED`].
+pub(crate) fn exit_acknowledged(c: &Closing, fd: c_int, seen: &mut Option<u64>) -> bool {
+    acknowledged(c, count_acked(fd, seen))
+}
+
+/// [`tcp_look`] of `fd`, counting the growth of its bytes acknowledged
+/// since `seen` in [`ACKED`] ([`exit_acknowledged`]).
+fn count_acked(fd: c_int, seen: &mut Option<u64>) -> Option<(c_int, u32)> {
+    let (look, bytes) = tcp_info(fd)?;
+    if let Some(before) = seen.replace(bytes) {
+        ACKED.fetch_add(bytes.saturating_sub(before), Ordering::AcqRel);
+    }
+    Some(look)
+}
+
 /// Linux's TCP states (include/net/tcp_states.h; the libc crate lacks
 /// them).
 const TCP_FIN_WAIT2: c_int = 5;
@@ -577,7 +617,14 @@ const TCP_CLOSE: c_int = 7;
 /// `tcpi_rto`, `tcpi_ato`, `tcpi_snd_mss`, `tcpi_rcv_mss`), or `None` if
 /// the kernel did not say (the count 0 if it gave less).
 pub(crate) fn tcp_look(fd: c_int) -> Option<(c_int, u32)> {
-    let mut info = [0u8; 28];
+    tcp_info(fd).map(|(look, _)| look)
+}
+
+/// [`tcp_look`], and `tcpi_bytes_acked` (the `u64` at byte 120, Linux 4.1;
+/// 0 if the kernel gave less): the bytes of the stream the peer's kernel
+/// acknowledged, which only grows.
+fn tcp_info(fd: c_int) -> Option<((c_int, u32), u64)> {
+    let mut info = [0u8; 128];
     let mut len = info.len() as socklen_t;
     // SAFETY: getsockopt into a buffer on the stack, its size given (the
     // kernel copies at most that much of its `tcp_info`).
@@ -595,7 +642,12 @@ pub(crate) fn tcp_look(fd: c_int) -> Option<(c_int, u32)> {
     } else {
         0
     };
-    (r == 0 && len >= 1).then(|| (c_int::from(info[0]), unacked))
+    let acked = if len >= 128 {
+        u64::from_ne_bytes(info[120..128].try_into().expect("8 bytes"))
+    } else {
+        0
+    };
+    (r == 0 && len >= 1).then(|| ((c_int::from(info[0]), unacked), acked))
 }
 
 #[cfg(test)]
@@ -619,6 +671,47 @@ mod tests {
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+
+    /// review r28-e item 3: bytes the peer's kernel acknowledges on a
+    /// close an exit looks at are progress for the exit's wait
+    /// (`linger::moved`), counted from the close's first look on. A
+    /// loopback TCP pair: 64 KiB written after a first look, every byte
+    /// acknowledged (the send queue empty: `SIOCOUTQ` 0), a second look.
+    #[test]
+    fn bytes_acknowledged_on_a_close_an_exit_looks_at_are_progress() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let mut w = std::net::TcpStream::connect(l.local_addr().expect("its address"))
+            .expect("a connection");
+        let (_r, _) = l.accept().expect("its peer");
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&w);
+        let mut seen = None;
+        assert!(count_acked(fd, &mut seen).is_some(), "TCP_INFO");
+        let (acked0, moved0) = (acked(), crate::xsock::linger::moved());
+        w.write_all(&[7u8; 64 << 10])
+            .expect("64 KiB into the send buffer");
+        loop {
+            let mut q: c_int = 0;
+            // SAFETY: SIOCOUTQ into an int on the stack.
+            assert_eq!(unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut q) }, 0);
+            if q == 0 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert!(count_acked(fd, &mut seen).is_some());
+        // Other tests may add to the counts meanwhile, never take away.
+        let grown = acked() - acked0;
+        assert!(
+            grown >= 64 << 10,
+            "{grown} bytes acknowledged counted, of 65536"
+        );
+        let moved = crate::xsock::linger::moved() - moved0;
+        assert!(
+            moved >= 64 << 10,
+            "the exit's progress grew {moved} bytes, of 65536 acknowledged"
+        );
     }
 
     /// A thread whose `OWN` names a lingering close (a handler inside its
