@@ -643,7 +643,9 @@ fn tcp_info(fd: c_int) -> Option<((c_int, u32), u64)> {
         0
     };
     let acked = if len >= 128 {
-        u64::from_ne_bytes(info[120..128].try_into().expect("8 bytes"))
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&info[120..128]);
+        u64::from_ne_bytes(b)
     } else {
         0
     };
