@@ -20,12 +20,12 @@
 //! [`SENDING_PLACES`]): past the bound the oldest lingering close is cut
 //! — its engine's socket closed at once, plainly (a FIN, no reset: our
 //! FIN went already, so the kernel's close only ends the linger early, as
-//! its bound would; the peer loses
-//! nothing it has not read unless it sends more, which then meets a
-//! reset — what a reset now would do to it for sure). With none lingering,
-//! the oldest still sending is given up as at its bound: reset if sends
-//! were still queued (the peer must not read a clean end after a short
-//! stream), else disconnected. Counted: `ddp_closes_cut`.
+//! its bound would; the peer loses nothing it has not read unless it
+//! sends more, which then meets a reset — what a reset now would do to it
+//! for sure). With none lingering, the oldest still sending is given up
+//! as at its bound: reset if sends were still queued (the peer must not
+//! read a clean end after a short stream), else disconnected. Counted:
+//! `ddp_closes_cut`.
 //!
 //! A close whose socket holds received bytes no read took is a reset
 //! instead, as Linux's (`XSocket::unread`, looked at as the reaper takes
