@@ -305,6 +305,21 @@ fn an_underscore_exit_over_a_locked_stretch_flushes_the_send_buffers() {
     run_sig_linger("faultnow_tail", true, 30_000);
 }
 
+/// The same `_exit` over a locked stretch with a close the program made
+/// before (`faultnow_close`: the second connection closed after its tail,
+/// small kernel buffers at both ends, so its engine still holds most of
+/// the tail): the `_exit` waits for that close — its sending, then its
+/// peer's kernel's acknowledgement — as from outside, and the peer reads
+/// every byte the sends returned for, in order, then 0 (or, in DDP mode,
+/// `ECONNRESET`). Fails with that `_exit` waiting for the send buffers
+/// and the live sockets' engines alone (review r28-c item 9: the close's
+/// bytes lost).
+#[test]
+fn an_underscore_exit_over_a_locked_stretch_waits_for_the_closes_made_before() {
+    run_sig_linger("faultnow_close", false, 30_000);
+    run_sig_linger("faultnow_close", true, 30_000);
+}
+
 /// A SIGTERM handler's `_exit` over the main thread's send asleep out of
 /// credits (`sleep_sendnow`), a sleep that holds no lock: `_exit`'s flush
 /// runs (before, none inside the library), the send's wait given back

@@ -68,6 +68,20 @@ fn a_signal_ends_a_lingering_close_which_returns_0() {
     run("signal", true);
 }
 
+/// A signal handler that forks inside that wait, its child returning from
+/// the handler into the close (review r28-e item 4): the child's close
+/// returns 0 as a plain close, neither stepping nor handing over the
+/// parent's close on the shared engine socket — the child runs one
+/// thread, no reaper of its own — and the parent's close goes on: the
+/// reader gets every byte, then 0 (or a reset, as `signal`). Fails
+/// ("ended with 2": the child's reaper thread) with the child going on
+/// with the parent's close as its own.
+#[test]
+fn a_child_forked_in_a_lingering_closes_wait_leaves_the_parents_close() {
+    run("sigfork", false);
+    run("sigfork", true);
+}
+
 /// A `pthread_cancel` of a thread in that wait ends it too: the thread
 /// ends cancelled at once — at its next cancellation point after the
 /// close returned 0 (the descriptor is gone; over TCP glibc 2.36 unwinds

@@ -621,11 +621,11 @@ impl Kind for Ddp {
         // closes of `at_exit` (the sockets left open): `_exit` may run in
         // a signal handler (their locks, allocation) or a child made by
         // `vfork`, and skips exit handlers as the program asked; its
-        // connections end with the process. Outside a locked stretch, the
-        // closes the program made before (the reaper's) are waited for
-        // too, their sending and then the acknowledgement of their bytes
-        // (below): the reaper's thread steps them, and this one holds no
-        // lock.
+        // connections end with the process. The closes the program made
+        // before (the reaper's) are waited for too, their sending and then
+        // the acknowledgement of their bytes (below): the reaper's thread
+        // steps them — over a locked stretch as well, within the limits
+        // the `Locks` arm states.
         // Over a sleep of this thread's call (a handler's `_exit`), the
         // sleep's wait is given back first, as at `exit`: its socket stays
         // driving and parked otherwise, nothing reads the peer's credits,
@@ -641,7 +641,8 @@ impl Kind for Ddp {
         // nothing): before, nothing, and a response's tail a send had
         // returned for was lost if the signal came within those 10 ms
         // (review r27-b item 2). Only in the process that switched the
-        // sockets, as below.
+        // sockets, as below. The reaper's closes are waited for there too
+        // (review r28-c item 9).
         use crate::shim::guard::ExitOver;
         if over != ExitOver::Nothing && !census::owns_sockets() {
             return;
@@ -660,26 +661,69 @@ impl Kind for Ddp {
                 // without progress (review r28-b item 5: the sending's
                 // bound then the acknowledgement's, twice the bound for a
                 // close still sending to a peer that stopped reading).
+                //
+                // And the closes the program made before, which the
+                // reaper holds, as from outside (below): while they send
+                // (`linger::CLOSING`, the own close's count aside: it is
+                // stepped here), then until their peers' kernels
+                // acknowledged them (`exit_look`), in the same wait.
+                // Before (review r28-c item 9), none was waited for here,
+                // and a close's bytes still in its engine were lost, the
+                // peer reading a clean end after a short stream. Safe over
+                // held locks: the look takes no lock and allocates nothing
+                // (atomics, an eventfd write, raw sleeps), and the reaper
+                // is another thread, whose closes have no call left (their
+                // last reference went), each with an engine of its own —
+                // never the interrupted call's socket's. Its round does
+                // take process-wide locks the interrupted stretch may
+                // hold: the list of the send buffers holding bytes
+                // (`sndbuf`'s holders: a close's buffer emptying; held by
+                // a send whose buffer fills or empties) and malloc's
+                // arenas (its allocations, its frees of memory other
+                // threads allocated). Then the round waits
+                // for good, its looks go unanswered (`exit_look` None
+                // after 1 s each), its closes make no progress, the wait
+                // ends after one bound without progress (plus those
+                // looks), and the closes still sending are reset from
+                // here (`reaper::reset_sending_unanswered`, lock-free):
+                // their bytes lost, their peers reading `ECONNRESET`,
+                // never a clean end. A close whose last reference is the
+                // interrupted call's own is made only when that call
+                // returns, never: its count costs the wait its bound, as
+                // the bytes in that socket's send buffer did before.
                 let own = std::cell::RefCell::new(sock::close::own_close());
-                let _idle = linger::linger_stepping_but(
+                let own_count = || {
+                    own.borrow()
+                        .as_ref()
+                        .map_or(0, sock::close::OwnClose::closing)
+                };
+                let idle = linger::linger_stepping_but(
                     config::get().linger,
                     census::engine_backlogs_trying,
-                    // No close's count is waited for (`_exit` closes
-                    // nothing), only the own close.
-                    || usize::MAX,
+                    own_count,
                     || {
-                        own.borrow_mut()
+                        let mine = own
+                            .borrow_mut()
                             .as_mut()
-                            .is_some_and(sock::close::OwnClose::waits)
+                            .is_some_and(sock::close::OwnClose::waits);
+                        // The reaper's look once no close sends (as from
+                        // outside: `closing() || exit_unacknowledged()`).
+                        mine || linger::CLOSING.load(Ordering::Acquire) <= own_count()
+                            && exit_unacknowledged()
                     },
                 );
                 #[cfg(feature = "test-hooks")]
-                crate::shim::hooks::exit_flushed(_idle);
+                crate::shim::hooks::exit_flushed(idle);
                 // Still sending past the bound: reset, as the reaper's.
                 let _ = own
                     .borrow()
                     .as_ref()
                     .is_some_and(sock::close::OwnClose::reset_if_sending);
+                if !idle && reaper::exit_look(true).is_none() {
+                    // The reaper did not answer: its closes still sending
+                    // reset from here, as from outside.
+                    let _ = reaper::reset_sending_unanswered();
+                }
                 let _ = census::retry(warpsock_xsock::io::try_reset_buffered);
                 census::reset_backlogged_trying();
                 return;

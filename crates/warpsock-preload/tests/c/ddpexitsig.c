@@ -109,6 +109,19 @@
  *     every byte the writer's sends returned for, in order, then 0 (or,
  *     in DDP mode, ECONNRESET: see sleep_sendnow) (review r27-b item 2:
  *     the _exit flushed nothing there, the buffered tail lost).
+ *   ddpexitsig faultnow_close [plain]
+ *     As faultnow_tail, the second connection closed (an ordinary close,
+ *     handed to the library's background) once its tail was sent, before
+ *     the faulting receive, and both its ends' kernel buffers small
+ *     (SO_SNDBUF 4096 on the writer's end before the switch, SO_RCVBUF
+ *     4096 at both), so the close still holds most of the tail in its
+ *     engine when the _exit comes: the _exit over the locked stretch must
+ *     wait for that close, its sending and its peer's kernel's
+ *     acknowledgement, as from outside; the second peer must read every
+ *     byte the sends returned for, in order, then 0 (or, in DDP mode,
+ *     ECONNRESET) (review r28-c item 9: that _exit waited for the send
+ *     buffers and the live sockets' engines alone, and the close's bytes
+ *     were lost).
  * Each writer must end within LIMIT_MS with status 7; one that does not
  * is killed (SIGKILL, by its pid) and the run fails: exit 0 if every
  * writer ended so. */
@@ -133,6 +146,8 @@ static int exit_now;
 static int stdio_mode;
 /* faultnow_tail: the handler writes a byte here before its _exit. */
 static int fault_told = -1;
+/* faultnow_close: the second connection is closed after its tail. */
+static int close_tail;
 
 static void exit_7(int sig) {
     (void)sig;
@@ -443,6 +458,9 @@ static void jump(int sig) {
  * sends returned for so far, after each. */
 static void sleep_writer(int c1, int c2, int sent, int how) {
     int send_mode = how == SLEEP_SEND;
+    /* faultnow_close: the kernel's send buffer small (carried into the
+     * library's at the switch): the engine holds the tail. */
+    if (close_tail) set_sol_int(c2, SO_SNDBUF, 4096);
     if (!plain) {
         ddp_mode(c1);
         ddp_mode(c2);
@@ -483,6 +501,7 @@ static void sleep_writer(int c1, int c2, int sent, int how) {
         CHECK(write(sent, &total, sizeof total) == (ssize_t)sizeof total);
         if (!send_mode && total >= TAIL) break;
     }
+    if (close_tail) CHECK(close(c2) == 0);
     if (how == FAULT_RECV) {
         on(SIGSEGV);
         on(SIGBUS);
@@ -560,7 +579,7 @@ static int sleepy(int how) {
     int send_mode = how == SLEEP_SEND;
     int c1, s1, c2, s2;
     tcp_pair(&c1, &s1);
-    tcp_pair(&c2, &s2);
+    tcp_pair_small(&c2, &s2, close_tail ? 4096 : 0);
     int go[2], out1[2], out2[2], sent[2], alive[2];
     CHECK(pipe(go) == 0 && pipe(out1) == 0 && pipe(out2) == 0 && pipe(sent) == 0);
     CHECK(pipe(alive) == 0);
@@ -770,8 +789,9 @@ int main(int argc, char **argv) {
         CHECK(how != SLEEP_RECV || strcmp(mode, "sleep_recv") == 0);
         return sleepy(how);
     }
-    if (strcmp(mode, "faultnow_tail") == 0) {
+    if (strcmp(mode, "faultnow_tail") == 0 || strcmp(mode, "faultnow_close") == 0) {
         exit_now = 1;
+        close_tail = strcmp(mode, "faultnow_close") == 0;
         return sleepy(FAULT_RECV);
     }
     exit_now = strcmp(mode, "faultnow") == 0 || strcmp(mode, "spinnow") == 0;

@@ -8,7 +8,7 @@
  * close (the kernel would have finished the close after it) killed the
  * reaper with the stream's tail still in the library (issue 12).
  *
- *   ddplinger drain|stuck|signal|cancel|early|gap|gap0|sigexit|sigin|siginnow|siginstuck
+ *   ddplinger drain|stuck|signal|sigfork|cancel|early|gap|gap0|sigexit|sigin|siginnow|siginstuck
  *             [plain]
  *     The writer (a child) sets SO_LINGER {1, N}, writes LEN bytes, says
  *     so, closes and then `_exit`s at once, after reporting the close's
@@ -27,6 +27,18 @@
  *     signal: N = 30; the reader sends the writer a signal (its handler
  *             has no SA_RESTART) while it sleeps in its close: the close
  *             returns 0 well before N s; then as stuck.
+ *     sigfork: as signal, the writer's handler calling fork(), the
+ *             reader's signal sent once the writer sleeps in its close's
+ *             wait (DDP mode: the library's ppoll; plain: the kernel's
+ *             close); the child returns from the handler into that close
+ *             (review r28-e item 4: it then handed the parent's close to
+ *             a reaper thread of its own, which stepped it on the shared
+ *             engine socket, reading the parent's credits and writing
+ *             frames into its stream). The child's close must return 0
+ *             as a plain close and leave the connection alone: the child
+ *             runs one thread (no reaper of its own), and ends with that
+ *             count as its status, which the writer, once its own close
+ *             returned 0, waits for and adds to its line; then as signal.
  *     cancel: N = 30; the writer closes in a second thread, which its
  *             main thread cancels (pthread_cancel) once it sleeps in the
  *             close: the thread ends cancelled well before N s — out of
@@ -187,6 +199,26 @@ static void on_usr1(int sig) {
     (void)sig;
 }
 
+/* sigfork: the child's pid in the parent, 0 in the child (-1: none). */
+static volatile pid_t forked = -1;
+
+static void on_usr1_fork(int sig) {
+    (void)sig;
+    forked = fork();
+}
+
+/* The calling process's count of threads (its /proc/self/status). */
+static int threads_now(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    CHECK(f != NULL);
+    char line[256];
+    int n = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
 /* sigexit: the writer's line, then the exit, from a handler. */
 static int told_fd = -1;
 
@@ -277,7 +309,7 @@ signalled:
 
 /* The writer (see the top): its close's result, errno and time in ms go
  * to `told` as one line, after a byte as the close begins. */
-static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) {
+static void writer(int c, int told, int secs, int cancel, int gap, int sigexit, int sigfork) {
     int big = busy || small ? 4096 : 1 << 20;
     CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
     if (!plain) ddp_mode(c);
@@ -285,7 +317,7 @@ static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) 
     if (secs) CHECK(setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_usr1;
+    sa.sa_handler = sigfork ? on_usr1_fork : on_usr1;
     CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
     if (sigexit) {
         told_fd = told;
@@ -306,8 +338,21 @@ static void writer(int c, int told, int secs, int cancel, int gap, int sigexit) 
     if (sigexit == 1 && plain) raise(SIGUSR2);
     CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
     if (!cancel) ms = ms_between(&t0, &t1);
+    /* sigfork: the child's status, its count of threads (-1: no fork). */
+    int child = -1;
+    if (sigfork && forked == 0) {
+        int n = threads_now();
+        fprintf(stderr, "ddplinger sigfork: the forked child's close returned %d (errno %d); "
+                "it runs %d threads\n", r, r ? e : 0, n);
+        _exit(r == 0 && n > 0 && n < 100 ? n : 100);
+    }
+    if (sigfork && forked > 0) {
+        int cs;
+        CHECK(waitpid(forked, &cs, 0) == forked);
+        child = WIFEXITED(cs) ? WEXITSTATUS(cs) : 200;
+    }
     char msg[64];
-    int n = snprintf(msg, sizeof msg, "%d %d %ld\n", r, r ? e : 0, ms);
+    int n = snprintf(msg, sizeof msg, "%d %d %ld %d\n", r, r ? e : 0, ms, child);
     CHECK(write(told, msg, (size_t)n) == n);
     _exit(0);
 }
@@ -370,11 +415,14 @@ int main(int argc, char **argv) {
     int gap0 = strcmp(mode, "gap0") == 0, sigin = strcmp(mode, "sigin") == 0;
     int siginnow = strcmp(mode, "siginnow") == 0;
     int siginstuck = strcmp(mode, "siginstuck") == 0;
+    int sigfork = strcmp(mode, "sigfork") == 0;
     siginnow |= siginstuck;
     busy = strcmp(mode, "busy") == 0;
     small = strcmp(mode, "small") == 0;
     CHECK(drain || sig || cancel || early || gap || gap0 || sigexit || sigin || siginnow || busy ||
-          small || strcmp(mode, "stuck") == 0);
+          small || sigfork || strcmp(mode, "stuck") == 0);
+    /* sigfork is a signal case (its handler forks). */
+    sig |= sigfork;
     /* sigin is a sigexit (2: the reader's signal) in all but its signal;
      * siginnow (3) a sigin whose handler calls _exit. */
     if (sigin) sigexit = 2;
@@ -411,7 +459,7 @@ int main(int argc, char **argv) {
         if (getppid() != parent) _exit(1);
         close(s);
         close(told[0]);
-        writer(c, told[1], secs, cancel, gap ? gp[0] : -1, sigexit);
+        writer(c, told[1], secs, cancel, gap ? gp[0] : -1, sigexit, sigfork);
     }
     close(c);
     close(told[1]);
@@ -484,7 +532,7 @@ int main(int argc, char **argv) {
     CHECK(read(told[0], &b, 1) == 1 && b == 'c');
     /* (cancel, gap: the writer's own thread closes; its main thread
      * looks.) */
-    int sleeps = cancel || gap || until_closing(w, told[0], sigin);
+    int sleeps = cancel || gap || until_closing(w, told[0], sigin || sigfork);
     if (sig || sigexit || (early && plain)) {
         CHECK(sleeps);
         CHECK(kill(w, sigin ? SIGUSR2 : SIGUSR1) == 0);
@@ -496,9 +544,19 @@ int main(int argc, char **argv) {
     ssize_t n = read(told[0], line, sizeof line - 1);
     CHECK(n > 0);
     line[n] = 0;
-    int r, err;
+    int r, err, child = -1;
     long ms = 0;
-    CHECK(sscanf(line, "%d %d %ld", &r, &err, &ms) == 3);
+    CHECK(sscanf(line, "%d %d %ld %d", &r, &err, &ms, &child) >= 3);
+    if (sigfork) {
+        /* The child's close was a plain one: one thread, no reaper. */
+        if (child != 1)
+            fprintf(stderr,
+                    "ddplinger sigfork%s: the child forked in the close's wait ended with %d "
+                    "(its count of threads, 1 wanted: 2 or more, it handed its parent's close "
+                    "to a reaper of its own; 100: its close failed; -1: no fork)\n",
+                    plain ? " plain" : "", child);
+        CHECK(child == 1);
+    }
     /* gap: 'h' if the writer lived through the hand-over's hold (the
      * exit waited for the close), its end if it ended under it. */
     char h = 0;

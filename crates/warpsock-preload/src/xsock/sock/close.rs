@@ -97,9 +97,21 @@ impl Drop for DdpSock {
         if how == 0 {
             return;
         }
+        let pid = self.pid;
         // Library calls (the reset's, the hand-over's), from wherever the
         // last reference went: under the guard.
         let close = move || {
+            if forked_copy(pid) {
+                // A child made by a handler's `fork` over the program's
+                // close, before this drop's work, and returned from the
+                // handler into it: the connection is the parent's
+                // ([`forget_forked_copy`]). Its count, if any, was made
+                // in the child (`release` after the fork) or is a
+                // parent's the fork reset to 0: given back, saturating.
+                forget_forked_copy(x, None, None);
+                drop(counted);
+                return;
+            }
             if how == CLOSED_ABORTIVE {
                 x.reset_now();
             }
@@ -133,11 +145,21 @@ impl Drop for DdpSock {
             // last `fput` is never a third thread's.
             let (x, begun, counted) = match (mask.as_ref(), counted) {
                 (Some(m), Some(k)) => {
-                    let (x, begun, k) = linger_close(x, Duration::from_secs(linger_s as u64), m, k);
+                    let bound = Duration::from_secs(linger_s as u64);
+                    let (x, begun, k) = linger_close(x, bound, m, k, pid);
                     (x, begun, Some(k))
                 }
                 (_, k) => (x, None, k),
             };
+            if forked_copy(pid) {
+                // A child made by a handler's `fork` inside the wait,
+                // returned from the handler (review r28-e item 4): the
+                // close, its count and its socket are the parent's, which
+                // steps them on; the child neither steps nor hands them
+                // over ([`forget_forked_copy`]). Its `close` returns 0.
+                forget_forked_copy(x, begun, counted);
+                return;
+            }
             #[cfg(feature = "test-hooks")]
             if begun.is_some() {
                 signal_after_the_wait();
@@ -159,6 +181,39 @@ impl Drop for DdpSock {
             enter((), close);
         }
     }
+}
+
+/// Whether this process is not `pid`, the one that switched the socket
+/// being closed: a child made by `fork` in a signal handler that ran
+/// over the close (in the interposed `close` before the socket's drop,
+/// or in the lingering close's wait, [`linger_wait`]'s `ppoll`), whose
+/// handler returned into the close's code: the child's copy of a close
+/// of its parent's. (The fork handlers forget the parent's sockets the
+/// descriptor table holds, `interpose::demote_all`; this one had left it
+/// already.)
+fn forked_copy(pid: i32) -> bool {
+    // SAFETY: getpid has no preconditions (not cached by glibc >= 2.25).
+    unsafe { libc::getpid() != pid }
+}
+
+/// A forked child's copy of its parent's close ([`forked_copy`]) ends as
+/// a plain close of the child's descriptor, which the interposed `close`
+/// made already: the connection is not touched. Its socket, close and
+/// count are forgotten, never stepped, handed over nor dropped (review
+/// r28-e item 4): the engine's socket is shared with the parent, whose
+/// own close goes on there — a step of the child's read the parent's
+/// credit returns and wrote frames into its stream, a hand-over started
+/// a reaper of the child's that went on doing so, and a drop
+/// (`Qp::drop`) would send an end of stream. Their memory is leaked and
+/// the child's copies of the engine's descriptors stay open, as for every
+/// socket of the parent's a child inherits (`interpose::demote_all`).
+/// The child's `close` returns 0, as the parent's, and as Linux's close
+/// of a descriptor whose file another process still holds.
+/// (The close, `_begun`, is books alone: its drop touches nothing.)
+fn forget_forked_copy(x: XSocket, _begun: Option<Closing>, counted: Option<Counted>) {
+    std::mem::forget(x);
+    // The count is the parent's (a child's counts start at 0).
+    std::mem::forget(counted);
 }
 
 /// The first wait between two looks at the engine's socket once its FIN
@@ -244,6 +299,7 @@ fn linger_close(
     bound: Duration,
     mask: &SignalsHeld,
     counted: Counted,
+    pid: i32,
 ) -> (XSocket, Option<Closing>, Counted) {
     // No wait of this thread's is under way: one named still was left by
     // a `siglongjmp` out of its handler. The reaper takes it on.
@@ -271,7 +327,7 @@ fn linger_close(
         counted,
         acked: None,
     })));
-    linger_wait(own.0, start + bound, mask);
+    linger_wait(own.0, start + bound, mask, pid);
     let Lingering { x, c, counted, .. } = own.take();
     (x, Some(c), counted)
 }
@@ -291,7 +347,8 @@ thread_local! {
     /// The calling thread's [`Lingering`] while its wait sleeps in its
     /// `ppoll` (null else): what an exit made by a signal handler there
     /// finds ([`own_close`]). Cleared in a child made by `fork`
-    /// ([`forget_own_after_fork`]).
+    /// ([`forget_own_after_fork`]); a child whose handler returns into the
+    /// wait forgets the close there too ([`forget_forked_copy`]).
     ///
     /// A `siglongjmp` out of that handler leaves it set, the close whole
     /// on the heap (its frame gone), and skips [`enter`]'s restore of the
@@ -366,7 +423,9 @@ pub(crate) fn own_close() -> Option<OwnClose> {
 /// descriptors the parent still uses). Before, a handler's `fork` inside
 /// the close's wait left the child's `exit` stepping the parent's close
 /// on the shared engine socket: reading the parent's credit returns,
-/// writing frames into its stream (review r28-b item 1).
+/// writing frames into its stream (review r28-b item 1). A child whose
+/// handler returns, back in the wait's frame, forgets the close there
+/// ([`linger_wait`], [`forget_forked_copy`]; review r28-e item 4).
 pub(crate) fn forget_own_after_fork() {
     OWN.with(|o| o.set(std::ptr::null_mut()));
 }
@@ -424,8 +483,9 @@ impl OwnClose {
     }
 }
 
-/// [`linger_close`]'s wait, until `end` at most, for the close `own`.
-fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld) {
+/// [`linger_close`]'s wait, until `end` at most, for the close `own` of
+/// a socket process `pid` switched.
+fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld, pid: i32) {
     // The program's signals blocked but in the waits (`ppoll` with the
     // program's mask, `mask`): one that comes before the first wait or
     // between two is pending at the next, which it ends (as
@@ -492,6 +552,13 @@ fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld) {
         // SAFETY: one live pollfd; the program's mask, saved above.
         let n = unsafe { sys::ppoll_raw(p.as_mut_ptr(), 1, Some(ts), &mask.0) };
         OWN.with(|o| o.set(std::ptr::null_mut()));
+        if forked_copy(pid) {
+            // A handler's `fork` in the `ppoll`, and this is the child,
+            // returned from the handler: no step of the parent's close
+            // here (the caller forgets it: `forget_forked_copy`), whatever
+            // the signal was (review r28-e item 4).
+            return;
+        }
         if n < 0
             && sys::errno() == libc::EINTR
             && warpsock_xsock::cancel::after_signal() != Some(false)
