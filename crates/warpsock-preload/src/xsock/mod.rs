@@ -706,10 +706,11 @@ impl Kind for Ddp {
                             .borrow_mut()
                             .as_mut()
                             .is_some_and(sock::close::OwnClose::waits);
-                        // The reaper's look once no close sends (as from
-                        // outside: `closing() || exit_unacknowledged()`).
-                        mine || linger::CLOSING.load(Ordering::Acquire) <= own_count()
-                            && exit_unacknowledged()
+                        // The reaper's look, as from outside: made while
+                        // closes still send too, so the bytes their peers'
+                        // kernels acknowledge count as progress
+                        // (`linger::moved`; review r28-e item 3).
+                        mine | exit_unacknowledged()
                     },
                 );
                 #[cfg(feature = "test-hooks")]
