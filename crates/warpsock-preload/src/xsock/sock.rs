@@ -424,6 +424,25 @@ impl Socket for DdpSock {
         if self.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
+        if close::forked_child(self.pid) {
+            // A child made by `fork` (its fork handlers ran) whose signal
+            // handler forked inside the program's `close` (or `dup2`) of
+            // this socket, after the table let it go and before this
+            // release, and returned into it (issue 12): the socket and its
+            // connection are the parent's, which closes them. Nothing of
+            // the parent's here: no count in `linger::CLOSING` (the
+            // child's exit waited for a close it never makes), no
+            // lingering close's wait in `pins.close()` for passes of a
+            // progress thread the child does not have (one under way at
+            // the fork stays counted in the child's copy: 1 s), no lock of
+            // `SOCKS` (a thread of the parent's may have held it at the
+            // fork: the child blocked for good), and no close made at the
+            // last reference: its drop forgets the socket
+            // (`close::forget_forked_copy`). The engine checks below miss
+            // it: the fork handlers forget the parent's engine, so
+            // `reactor::current()` is none (or the child's own).
+            return;
+        }
         #[cfg(feature = "test-hooks")]
         self.hold_a_pass();
         // Counted before the socket leaves the census (`SOCKS`): an exit

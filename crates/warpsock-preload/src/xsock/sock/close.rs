@@ -95,6 +95,18 @@ impl Drop for DdpSock {
         // SAFETY: `x` is not used again: this is the socket's drop.
         let x = unsafe { ManuallyDrop::take(&mut self.x) };
         if how == 0 {
+            if forked_child(self.pid) {
+                // A forked child's last reference to its parent's socket,
+                // never closed in the child: its release made nothing
+                // (`Socket::release`: a handler's fork inside the
+                // program's close, before the release). Dropped, the
+                // socket's `Qp::drop` shut the connection the parent
+                // still uses: the peer read a clean end after the bytes
+                // so far, and the parent's next send failed with
+                // `ECONNRESET`. Forgotten, as every copy of the parent's
+                // sockets the fork handlers find.
+                forget_forked_copy(x, None, None);
+            }
             return;
         }
         let pid = self.pid;
@@ -194,6 +206,19 @@ impl Drop for DdpSock {
 fn forked_copy(pid: i32) -> bool {
     // SAFETY: getpid has no preconditions (not cached by glibc >= 2.25).
     unsafe { libc::getpid() != pid }
+}
+
+/// Whether this process is a child made by `fork`, its fork handlers run
+/// (the parent's engine forgotten: `reactor::current()` none, or the
+/// child's own), of process `pid`, which switched the socket: the child's
+/// copy of that socket is the parent's, and nothing the child does to it
+/// may touch the connection ([`forget_forked_copy`]). Not a vforked child
+/// (nor one made without the handlers: `_Fork`, `clone`), which still
+/// sees the parent's engine, not its own: a vforked child's close acts on
+/// the parent's memory (its table, the socket itself), whose close it
+/// makes as before.
+pub(super) fn forked_child(pid: i32) -> bool {
+    forked_copy(pid) && reactor::current().is_none_or(reactor::Reactor::is_owner)
 }
 
 /// A forked child's copy of its parent's close ([`forked_copy`]) ends as
@@ -722,24 +747,138 @@ fn tcp_info(fd: c_int) -> Option<((c_int, u32), u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use warpsock_xsock::io::RecvFlags;
 
     /// Forks, runs `child` in the child, which ends with its answer (an
     /// exit status of 0 if `true`); the child's state is its own.
     fn in_child(child: impl FnOnce() -> bool) -> bool {
+        child_status(|| i32::from(!child())) == 0
+    }
+
+    /// Forks, runs `child` in the child, which `_exit`s with the status
+    /// it returns; that status (-1: the child did not exit, a signal
+    /// ended it).
+    fn child_status(child: impl FnOnce() -> i32) -> i32 {
         // SAFETY: the child touches only atomics, thread-locals and
-        // descriptors (the fork handler's work), then `_exit`s.
+        // descriptors (the fork handler's work), and frees memory (glibc's
+        // fork leaves malloc usable in the child), then `_exit`s.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
         if pid == 0 {
-            let ok = child();
+            let status = child();
             // SAFETY: ends the child, no unwinding into the harness.
-            unsafe { libc::_exit(i32::from(!ok)) };
+            unsafe { libc::_exit(status) };
         }
         let mut status = 0;
         // SAFETY: the child just made.
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+        if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            -1
+        }
+    }
+
+    /// A loopback connection switched at both ends: the program's end a
+    /// DDP socket on its descriptor (returned; in the table, as a switch
+    /// leaves it), and the peer's end.
+    fn switched_pair() -> (c_int, Arc<DdpSock>, XSocket) {
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::{AsFd, IntoRawFd};
+        use warpsock_xsock::io::{switch_fd, Options};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (p, _) = l.accept().unwrap();
+        let o = Options::default();
+        let (x, peer) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| switch_fd(c.as_fd(), &o).map_err(|e| e.to_string()));
+            let b = sc.spawn(|| switch_fd(p.as_fd(), &o).map_err(|e| e.to_string()));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (x, peer) = (x.expect("the switch"), peer.expect("the peer's switch"));
+        let fd = c.into_raw_fd();
+        let kept = super::super::Kept::take(fd);
+        let s = DdpSock::transpose(fd, x, false, false, (None, None), kept, false)
+            .unwrap_or_else(|e| panic!("transpose: errno {e}"));
+        (fd, s, peer)
+    }
+
+    /// A signal handler's `fork` inside the program's `close` of a DDP
+    /// socket, after the table let it go and before its release, the child
+    /// returning into the close (issue 12): the child's release and its
+    /// last reference's drop leave the parent's socket alone — no count in
+    /// `linger::CLOSING`, the socket not marked closed (its close is the
+    /// parent's), and no end of stream on the shared connection (a drop
+    /// of the socket's `XSocket` shut it: the peer read a clean end) —
+    /// and the parent's close then goes on: the peer reads what the parent
+    /// sends after the child ended, then the end of the parent's close.
+    #[test]
+    fn a_forked_childs_close_leaves_the_parents_socket() {
+        let _serial = fdtable::tests::support::serial();
+        let (fd, s, peer) = switched_pair();
+        // No pass of the progress thread holds a reference from here on
+        // (as a lingering close's release makes sure): the child's copies
+        // of `s` and `t` are the last references there.
+        s.pins.close();
+        // The interposed `close` up to the release: the descriptor out of
+        // the table, then closed; the handler's fork comes here.
+        let t = fdtable::remove(fd)
+            .expect("not over a hold")
+            .expect("the socket in the table");
+        sys::close(fd);
+        let mut refs = Some((t, s));
+        let status = child_status(|| {
+            // The fork handlers' work on what the socket's close uses.
+            reactor::forget_after_fork();
+            crate::xsock::after_fork_child();
+            let (t, s) = refs.take().expect("the references");
+            t.release();
+            let mut found = 0;
+            if s.counted.load(Ordering::Acquire) {
+                found |= 1;
+            }
+            if s.closing.load(Ordering::Acquire) != 0 {
+                found |= 2;
+            }
+            if crate::xsock::linger::CLOSING.load(Ordering::Acquire) != 0 {
+                found |= 4;
+            }
+            // The last references: the socket's drop, in the child.
+            drop((t, s));
+            found
+        });
+        let (t, s) = refs.take().expect("the parent's references");
+        assert_eq!(
+            status, 0,
+            "the forked child's release of its parent's socket (1: it counted the close, 2: it \
+             marked the socket closed, 4: linger::CLOSING not 0, -1: killed)"
+        );
+        let sent = s.x.send(b"after", false, None);
+        let mut buf = [0u8; 5];
+        let flags = RecvFlags {
+            waitall: true,
+            ..RecvFlags::default()
+        };
+        // (A bound for a broken run, not a measure: the bytes are there.)
+        let bound = Some(Duration::from_secs(30));
+        let got = peer.recv(&mut buf, flags, bound);
+        assert!(
+            matches!(got, Ok((5, _))) && &buf == b"after",
+            "the peer read {got:?} ({:?}) where the parent sent 'after' ({sent:?}) once the \
+             forked child dropped its copy of the socket: the child's drop ended the parent's \
+             stream",
+            String::from_utf8_lossy(&buf)
+        );
+        // The parent's own close: the reaper sends its end after the bytes.
+        t.release();
+        drop((t, s));
+        let end = peer.recv(&mut buf, RecvFlags::default(), bound);
+        assert!(
+            matches!(end, Ok((0, _))),
+            "after the parent's close: {end:?}"
+        );
     }
 
     /// review r28-e item 3: bytes the peer's kernel acknowledges on a
