@@ -101,3 +101,21 @@ fn a_poll_of_a_ddp_socket_answers_from_its_own_round() {
     );
     assert!(r.stat("ddp_poll_rounds") >= 2_000, "{}", r.stderr);
 }
+
+/// The benchmark's busy mode: `readv` and `writev` of one iovec on an
+/// `O_NONBLOCK` socket (`vbusy`). One iovec takes the one-buffer calls
+/// (`recv_one`, `send_one`: no message header built; issue 12); the
+/// exchange is the program's check, and its empty spins are the quiet
+/// socket's (`ddp_quiet_eagains`: every round trip of 1,200 spins at least
+/// once on each side before its answer comes, unless the answer was always
+/// there first — the bound: one spin in every other round trip).
+#[test]
+fn one_iovec_reads_and_writes_spin_on_the_quiet_socket() {
+    let r = pingpong(1_000, "vbusy");
+    let spins = r.stat("ddp_quiet_eagains");
+    assert!(
+        spins >= 500,
+        "{spins} quiet empty spins in 1,200 round trips of readv/writev: {}",
+        r.stderr
+    );
+}

@@ -3,7 +3,9 @@
 // BENCHMARKS.md section 6 counts with callgrind (session 11), at two round
 // counts so that the difference excludes the set-up; tests/ddp_latency.rs
 // counts its heap allocations the same way.
-// Usage: ddp_pingpong ROUNDS DDP(0|1) block|poll|busy
+// Usage: ddp_pingpong ROUNDS DDP(0|1) block|poll|busy|vbusy
+// (vbusy: busy with `readv`/`writev` of one iovec on an O_NONBLOCK socket, as
+// the benchmark's busy mode calls them.)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -21,22 +24,26 @@
 #define SOL_WARPSOCK 0x57530000
 #define WARPSOCK_DDP_MODE 1
 #define CHECK(x) do { if (!(x)) { fprintf(stderr, "%s:%d: %s (%s)\n", __FILE__, __LINE__, #x, strerror(errno)); exit(1);} } while (0)
-static int mode; // 0 block 1 poll 2 busy
-static void xsend(int fd, void *b, int n) { CHECK(write(fd, b, n) == n); }
+static int mode; // 0 block 1 poll 2 busy 3 vbusy
+static void xsend(int fd, void *b, int n) {
+  if (mode == 3) { struct iovec v = {b, n}; CHECK(writev(fd, &v, 1) == n); return; }
+  CHECK(write(fd, b, n) == n);
+}
 static void xrecv(int fd, void *b, int n) {
   int got = 0;
   while (got < n) {
     if (mode == 1) { struct pollfd p = {.fd = fd, .events = POLLIN}; CHECK(poll(&p, 1, 20000) == 1); }
-    ssize_t r = mode == 2 ? recv(fd, (char*)b + got, n - got, MSG_DONTWAIT) : read(fd, (char*)b + got, n - got);
-    if (r < 0 && errno == EAGAIN && mode == 2) continue;
+    struct iovec v = {(char*)b + got, n - got};
+    ssize_t r = mode == 3 ? readv(fd, &v, 1) : mode == 2 ? recv(fd, (char*)b + got, n - got, MSG_DONTWAIT) : read(fd, (char*)b + got, n - got);
+    if (r < 0 && errno == EAGAIN && mode >= 2) continue;
     CHECK(r > 0);
     got += r;
   }
 }
 int main(int argc, char **argv) {
-  if (argc != 4) { fprintf(stderr, "usage: %s ROUNDS DDP(0|1) block|poll|busy\n", argv[0]); return 2; }
+  if (argc != 4) { fprintf(stderr, "usage: %s ROUNDS DDP(0|1) block|poll|busy|vbusy\n", argv[0]); return 2; }
   long rounds = atol(argv[1]); int ddp = atoi(argv[2]);
-  mode = !strcmp(argv[3], "poll") ? 1 : !strcmp(argv[3], "busy") ? 2 : 0;
+  mode = !strcmp(argv[3], "poll") ? 1 : !strcmp(argv[3], "busy") ? 2 : !strcmp(argv[3], "vbusy") ? 3 : 0;
   int l = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
   socklen_t len = sizeof a;
@@ -49,6 +56,7 @@ int main(int argc, char **argv) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (ddp) CHECK(setsockopt(fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one) == 0);
+  if (mode == 3) CHECK(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0);
   uint64_t m, got;
   // warm-up
   for (long i = 0; i < 200; i++) { m = i; if (!server) xsend(fd, &m, 8); xrecv(fd, &got, 8); CHECK(got == (uint64_t)i); if (server) xsend(fd, &got, 8); }
