@@ -273,6 +273,7 @@ pub(crate) fn after_fork_child() {
     reaper::forget_after_fork();
     warpsock_xsock::io::forget_after_fork();
     census::forget_armed_after_fork();
+    sock::forget_after_fork();
 }
 
 fn is_tcp(fd: c_int) -> bool {

@@ -745,7 +745,7 @@ fn tcp_info(fd: c_int) -> Option<((c_int, u32), u64)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::sync::Arc;
     use warpsock_xsock::io::RecvFlags;
@@ -784,7 +784,7 @@ mod tests {
     /// A loopback connection switched at both ends: the program's end a
     /// DDP socket on its descriptor (returned; in the table, as a switch
     /// leaves it), and the peer's end.
-    fn switched_pair() -> (c_int, Arc<DdpSock>, XSocket) {
+    pub(in crate::xsock::sock) fn switched_pair() -> (c_int, Arc<DdpSock>, XSocket) {
         use std::net::{TcpListener, TcpStream};
         use std::os::fd::{AsFd, IntoRawFd};
         use warpsock_xsock::io::{switch_fd, Options};
@@ -932,9 +932,10 @@ mod tests {
         let fake = std::ptr::NonNull::<Lingering>::dangling().as_ptr();
         OWN.with(|o| o.set(fake));
         let forked = in_child(|| {
+            crate::xsock::after_fork_child();
+            // (A switch of the child's own, after its fork handler.)
             // SAFETY: getpid has no preconditions.
             super::super::SOCKS_OWNER.store(unsafe { libc::getpid() }, Ordering::Release);
-            crate::xsock::after_fork_child();
             OWN.with(Cell::get).is_null() && own_close().is_none()
         });
         let vforked = in_child(|| own_close().is_none() && OWN.with(Cell::get) == fake);

@@ -1,0 +1,213 @@
+//! Tests: a forked child's first `select`/`epoll_wait` ([`doorbell_wait`])
+//! and its parent's DDP sockets (issue 12).
+
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use libc::c_int;
+use warpsock_xsock::io::RecvFlags;
+
+use super::close::tests::switched_pair;
+use super::{doorbell_wait, DOORBELL_WAITS, SOCKS};
+use crate::shim::{fdtable, reactor, sys};
+
+/// How long a child may take before it counts as hung: a bound for a
+/// broken run (the child is killed and the test fails), not a measure —
+/// a child that does not hang ends in microseconds.
+const HUNG: Duration = Duration::from_secs(30);
+
+/// Forks; the child runs `child` and `_exit`s with the status it returns.
+/// The child's exit status, -1 if a signal ended it, or `None` if it was
+/// still running after [`HUNG`] (then killed). Waits on a pidfd: the end
+/// of the child is the event, the bound only ends a hang.
+fn child_within(child: impl FnOnce() -> i32) -> Option<i32> {
+    // SAFETY: the child runs the test's closure (the fork handlers' work,
+    // the library's calls under test) and `_exit`s, never returning into
+    // the harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let status = child();
+        // SAFETY: ends the child, no unwinding into the harness.
+        unsafe { libc::_exit(status) };
+    }
+    // SAFETY: pidfd_open of our own child, no pointers.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as c_int;
+    assert!(
+        pidfd >= 0,
+        "pidfd_open: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut p = [libc::pollfd {
+        fd: pidfd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let ended = loop {
+        let n = sys::poll(&mut p, HUNG.as_millis() as c_int);
+        if n < 0 && sys::errno() == libc::EINTR {
+            continue;
+        }
+        break n > 0;
+    };
+    sys::close(pidfd);
+    if !ended {
+        // SAFETY: our own child, not reaped yet.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let mut status = 0;
+    // SAFETY: our own child.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
+    if !ended {
+        return None;
+    }
+    Some(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    })
+}
+
+/// What a `poll` of `fd` shows now (input asked).
+fn shown(fd: c_int) -> i16 {
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    assert!(sys::poll(&mut p, 0) >= 0);
+    p[0].revents
+}
+
+/// What a thread of the parent holds locked when the process forks.
+#[derive(Clone, Copy, Debug)]
+enum Held {
+    /// Nothing.
+    Nothing,
+    /// The table of DDP sockets ([`SOCKS`]).
+    Table,
+    /// The socket's doorbell books ([`super::Follow`]).
+    Books,
+}
+
+/// A process with a DDP socket (readable: a byte arrived, processed, no
+/// bell rung — nobody waits in `select` or `epoll_wait`) forks while a
+/// thread of its holds `held`; the child runs the fork handlers' work on
+/// the sockets, then its first `select` (or `epoll_wait`: the same
+/// [`doorbell_wait`]). Returns the child's status (`None`: hung, killed)
+/// and whether the parent's doorbell shows input after the child ended.
+fn first_wait_in_a_child(held: Held) -> (Option<i32>, bool) {
+    let (fd, s, peer) = switched_pair();
+    assert!(
+        !DOORBELL_WAITS.load(Ordering::SeqCst),
+        "a doorbell wait ran in the test process: the child's would be no first"
+    );
+    let sent = peer.send(b"x", false, None);
+    assert!(matches!(sent, Ok(1)), "the peer's send: {sent:?}");
+    let mut b = [0u8; 1];
+    let peek = RecvFlags {
+        peek: true,
+        ..RecvFlags::default()
+    };
+    assert!(
+        matches!(s.x.recv(&mut b, peek, Some(HUNG)), Ok((1, _))),
+        "the peer's byte"
+    );
+    assert!(s.x.readiness_now().readable);
+    assert_eq!(
+        shown(s.bell.app) & libc::POLLIN,
+        0,
+        "a bell before the fork"
+    );
+    let (say, heard) = mpsc::channel();
+    let (go, gone) = mpsc::channel::<()>();
+    let holder = {
+        let s = Arc::clone(&s);
+        std::thread::spawn(move || {
+            let table = matches!(held, Held::Table).then(|| SOCKS.lock());
+            let books = matches!(held, Held::Books).then(|| s.inner.lock());
+            say.send(()).expect("the test waits");
+            let _ = gone.recv();
+            drop((table, books));
+        })
+    };
+    heard.recv().expect("the holder holds");
+    let status = child_within(|| {
+        // The fork handlers' work on the sockets (`init::fork_child`;
+        // `demote_all` aside: the table is the test process's).
+        reactor::forget_after_fork();
+        crate::xsock::after_fork_child();
+        doorbell_wait();
+        0
+    });
+    go.send(()).expect("the holder waits");
+    holder.join().expect("the holder");
+    let rung = shown(s.bell.app) & libc::POLLIN != 0;
+    let t = fdtable::remove(fd)
+        .expect("not over a hold")
+        .expect("the socket in the table");
+    sys::close(fd);
+    t.release();
+    drop((t, s, peer));
+    (status, rung)
+}
+
+/// The test's message for a child's status.
+fn said(status: Option<i32>) -> &'static str {
+    match status {
+        Some(0) => "ended",
+        None => "hung in its first select (killed)",
+        Some(_) => "failed",
+    }
+}
+
+/// A forked child's first `select` while a thread of the parent held the
+/// table of DDP sockets at the fork (that thread is not in the child):
+/// the child neither walks nor locks the parent's table. Before, it
+/// locked its copy, held for good: the child hung.
+#[test]
+fn a_forked_childs_first_select_never_locks_the_parents_table() {
+    let _serial = fdtable::tests::support::serial();
+    let (status, _) = first_wait_in_a_child(Held::Table);
+    assert_eq!(
+        status,
+        Some(0),
+        "the forked child {} (the parent's thread held SOCKS at the fork)",
+        said(status)
+    );
+}
+
+/// As above, a thread of the parent holding one of its sockets' doorbell
+/// books: the child never locks a socket of its parent's. Before, its
+/// walk reflected the socket's readiness under that lock: hung.
+#[test]
+fn a_forked_childs_first_select_never_locks_a_parents_socket() {
+    let _serial = fdtable::tests::support::serial();
+    let (status, _) = first_wait_in_a_child(Held::Books);
+    assert_eq!(
+        status,
+        Some(0),
+        "the forked child {} (the parent's thread held a socket's books at the fork)",
+        said(status)
+    );
+}
+
+/// A forked child's first `select`, no lock held at the fork, rings no
+/// bell of its parent's socket (whose doorbell pair the child's copy of
+/// the descriptors shares): before, its walk found the parent's readable
+/// socket with no bell out and rang one — the parent's doorbell showed
+/// input its books did not count (never drained: a level-triggered
+/// `epoll` of the parent's woke for it for good once the byte was read).
+#[test]
+fn a_forked_childs_first_select_rings_no_parent_bell() {
+    let _serial = fdtable::tests::support::serial();
+    let (status, rung) = first_wait_in_a_child(Held::Nothing);
+    assert_eq!(status, Some(0), "the forked child {}", said(status));
+    assert!(
+        !rung,
+        "the parent's doorbell shows input after the forked child's first select: the child \
+         rang its parent's bell"
+    );
+}
