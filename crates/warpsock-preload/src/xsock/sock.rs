@@ -42,7 +42,7 @@ use crate::shim::{fdtable, real};
 mod calls;
 pub(super) mod close;
 #[cfg(test)]
-mod forked;
+pub(super) mod forked;
 mod opts;
 
 use close::{CLOSED, CLOSED_ABORTIVE};
@@ -195,6 +195,42 @@ thread_local! {
     /// a DDP socket allocates nothing once warm (it allocated the list
     /// and its claim at every call: 2 allocations per 8 B round trip).
     static SPARE_FDS: std::cell::Cell<Vec<c_int>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A switch a signal handler's `fork` split (`xsock::switch`), in the
+/// child, which returned into it: `r`, the handshake's outcome, and the
+/// connection are the parent's, whose own switch goes on. Nothing of it
+/// is made here: `r` is forgotten, never dropped (an `XSocket`'s drop,
+/// `Qp::drop`, shuts the connection; a failure's residue is the
+/// parent's to deliver), and the program's descriptor `fd` becomes a
+/// dead end, as the fork handlers make the child's copies of its
+/// parent's DDP sockets (`interpose::demote_all`: end of stream, `EPIPE`;
+/// `O_NONBLOCK` if `nonblocking`, the program's flag before the switch,
+/// and its close-on-exec flag kept). Returns the errno of the child's
+/// call: `ECONNRESET`, a connection ended under it.
+pub(super) fn refuse_forked_switch(
+    fd: c_int,
+    r: Result<XSocket, warpsock_xsock::io::Failure>,
+    nonblocking: bool,
+) -> c_int {
+    std::mem::forget(r);
+    let dead = dead_end();
+    if dead >= 0 {
+        sys::set_nonblocking(dead, nonblocking);
+        // SAFETY: fcntl and dup3 on the program's descriptor and our own
+        // new one, closed after (no pointers).
+        unsafe {
+            let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
+            let cloexec = if fdfl >= 0 && fdfl & libc::FD_CLOEXEC != 0 {
+                libc::O_CLOEXEC
+            } else {
+                0
+            };
+            real::dup3(dead, fd, cloexec);
+        }
+        sys::close(dead);
+    }
+    libc::ECONNRESET
 }
 
 fn dead_end() -> c_int {

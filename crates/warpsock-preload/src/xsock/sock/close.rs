@@ -216,8 +216,9 @@ fn forked_copy(pid: i32) -> bool {
 /// (nor one made without the handlers: `_Fork`, `clone`), which still
 /// sees the parent's engine, not its own: a vforked child's close acts on
 /// the parent's memory (its table, the socket itself), whose close it
-/// makes as before.
-pub(super) fn forked_child(pid: i32) -> bool {
+/// makes as before. (`xsock::switch` asks it too, `pid` the process that
+/// began the switch: a child of a handler's `fork` inside it.)
+pub(in crate::xsock) fn forked_child(pid: i32) -> bool {
     forked_copy(pid) && reactor::current().is_none_or(reactor::Reactor::is_owner)
 }
 

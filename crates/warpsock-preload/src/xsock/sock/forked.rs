@@ -1,8 +1,10 @@
 //! Tests: a forked child's first `select`/`epoll_wait` ([`doorbell_wait`])
 //! and its parent's DDP sockets (issue 12).
 
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
+use std::thread::LocalKey;
 use std::time::Duration;
 
 use libc::c_int;
@@ -18,9 +20,8 @@ use crate::shim::{fdtable, reactor, sys};
 const HUNG: Duration = Duration::from_secs(30);
 
 /// Forks; the child runs `child` and `_exit`s with the status it returns.
-/// The child's exit status, -1 if a signal ended it, or `None` if it was
-/// still running after [`HUNG`] (then killed). Waits on a pidfd: the end
-/// of the child is the event, the bound only ends a hang.
+/// The child's status as [`within`] waits for it: on a pidfd (the end of
+/// the child is the event, the bound only ends a hang).
 fn child_within(child: impl FnOnce() -> i32) -> Option<i32> {
     // SAFETY: the child runs the test's closure (the fork handlers' work,
     // the library's calls under test) and `_exit`s, never returning into
@@ -32,6 +33,12 @@ fn child_within(child: impl FnOnce() -> i32) -> Option<i32> {
         // SAFETY: ends the child, no unwinding into the harness.
         unsafe { libc::_exit(status) };
     }
+    within(pid)
+}
+
+/// Child `pid`'s exit status, -1 if a signal ended it, or `None` if it
+/// was still running after [`HUNG`] (then killed).
+fn within(pid: libc::pid_t) -> Option<i32> {
     // SAFETY: pidfd_open of our own child, no pointers.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as c_int;
     assert!(
@@ -210,4 +217,148 @@ fn a_forked_childs_first_select_rings_no_parent_bell() {
         "the parent's doorbell shows input after the forked child's first select: the child \
          rang its parent's bell"
     );
+}
+
+/// A hook: run once, on the thread that set it.
+type Hook = RefCell<Option<Box<dyn FnOnce()>>>;
+
+thread_local! {
+    /// Run in `xsock::switch` once the handshake returned, before the
+    /// commit: where a signal handler's `fork` in the handshake's waits
+    /// returns.
+    pub(in crate::xsock) static AFTER_HANDSHAKE: Hook = const { RefCell::new(None) };
+    /// Run in `xsock::switch`'s commit stretch, first.
+    pub(in crate::xsock) static IN_COMMIT: Hook = const { RefCell::new(None) };
+}
+
+/// Runs the hook `at` of this thread, if set (once).
+pub(in crate::xsock) fn hook(at: &'static LocalKey<Hook>) {
+    if let Some(f) = at.with(|h| h.borrow_mut().take()) {
+        f();
+    }
+}
+
+/// A signal handler's `fork` in a switch's handshake (its waits), the
+/// child returning into the switch (issue 12): the child commits nothing
+/// to its parent's connection — its call fails, no DDP socket of its own
+/// on it, its descriptor a dead end (as the fork handlers make its copies
+/// of the parent's DDP sockets) — and the parent's switch, made, carries
+/// its stream both ways once the child ended. Before, the child made the
+/// switch too (a DDP socket of the child's, with an engine of its own, on
+/// the parent's connection). And the commit runs with asynchronous
+/// signals blocked: no handler, and so no handler's `fork`, between the
+/// child's check and the commit (the child of one there registered the
+/// connection in the parent's epoll set, shared: the second registration
+/// failed, and its process reset the connection).
+#[test]
+fn a_forked_child_of_a_switch_commits_nothing_to_its_parents_connection() {
+    use std::cell::Cell;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::{AsFd, IntoRawFd};
+    use std::rc::Rc;
+    use warpsock_xsock::io::{switch_fd, Options};
+    let _serial = fdtable::tests::support::serial();
+    let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
+    let (p, _) = l.accept().expect("its peer");
+    let peer = std::thread::spawn(move || {
+        let x = switch_fd(p.as_fd(), &Options::default()).map_err(|e| e.to_string());
+        (x, p)
+    });
+    let fd = c.into_raw_fd();
+    // 0 in the child, the child's pid in the parent.
+    let forked = Rc::new(Cell::new(-1));
+    let blocked = Rc::new(Cell::new(None));
+    let (f, b) = (forked.clone(), blocked.clone());
+    AFTER_HANDSHAKE.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move || {
+            // SAFETY: the child runs the fork handlers' work on the
+            // sockets, returns into the switch and `_exit`s below.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                reactor::forget_after_fork();
+                crate::xsock::after_fork_child();
+            }
+            f.set(pid);
+        }));
+    });
+    IN_COMMIT.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move || {
+            // SAFETY: reads the thread's mask into a set on the stack.
+            b.set(Some(unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+                libc::sigismember(&set, libc::SIGTERM) == 1
+            }));
+        }));
+    });
+    let r = crate::xsock::switch(fd, &Options::default(), false, None, None);
+    if forked.get() == 0 {
+        let mut bad = 0;
+        if r.is_ok() {
+            bad |= 1;
+        }
+        if fdtable::get(fd).is_some() {
+            bad |= 2;
+        }
+        // A dead end reads end of stream at once (a TCP socket or a
+        // doorbell: `EAGAIN`).
+        let mut one = 0u8;
+        // SAFETY: a one-byte read into a local.
+        let end = unsafe { libc::recv(fd, (&mut one as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
+        if end != 0 {
+            bad |= 4;
+        }
+        // SAFETY: ends the child, no unwinding into the harness.
+        unsafe { libc::_exit(bad) };
+    }
+    assert!(forked.get() > 0, "fork: {}", forked.get());
+    let status = within(forked.get());
+    let (x, _p) = peer.join().expect("the peer's thread");
+    let peer = x.expect("the peer's switch");
+    assert_eq!(r, Ok(()), "the parent's switch");
+    assert_eq!(
+        status,
+        Some(0),
+        "the forked child's return into the switch (1: its switch succeeded, 2: its table holds a \
+         DDP socket on the parent's connection, 4: its descriptor is not a dead end; None: hung, \
+         killed)"
+    );
+    assert_eq!(
+        blocked.get(),
+        Some(true),
+        "the switch's commit ran with SIGTERM not blocked (None: not reached)"
+    );
+    let s = fdtable::get(fd).expect("the parent's DDP socket");
+    // SAFETY: a buffer of the test's, its length given.
+    let sent = unsafe { s.send_one(b"after".as_ptr().cast(), 5, 0) };
+    let mut buf = [0u8; 5];
+    let flags = RecvFlags {
+        waitall: true,
+        ..RecvFlags::default()
+    };
+    let got = peer.recv(&mut buf, flags, Some(HUNG));
+    assert!(
+        matches!(got, Ok((5, _))) && &buf == b"after",
+        "the peer read {got:?} ({:?}) where the parent sent 'after' ({sent}) once the forked \
+         child ended",
+        String::from_utf8_lossy(&buf)
+    );
+    let back = peer.send(b"back", false, None);
+    assert!(matches!(back, Ok(4)), "the peer's send: {back:?}");
+    let mut buf = [0u8; 4];
+    // SAFETY: a buffer of the test's, its length given.
+    let n = unsafe { s.recv_one(buf.as_mut_ptr().cast(), 4, libc::MSG_WAITALL) };
+    assert!(
+        n == 4 && &buf == b"back",
+        "the parent read {n} ({:?}) where the peer sent 'back'",
+        String::from_utf8_lossy(&buf)
+    );
+    drop(s);
+    let t = fdtable::remove(fd)
+        .expect("not over a hold")
+        .expect("the socket in the table");
+    sys::close(fd);
+    t.release();
+    drop((t, peer));
 }
