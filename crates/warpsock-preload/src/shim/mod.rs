@@ -24,6 +24,8 @@ pub(crate) mod doorbell;
 pub(crate) mod epollcarry;
 pub(crate) mod fdtable;
 pub(crate) mod forklock;
+#[cfg(test)]
+pub(crate) mod forktest;
 pub(crate) mod guard;
 #[cfg(feature = "test-hooks")]
 pub(crate) mod hooks;
