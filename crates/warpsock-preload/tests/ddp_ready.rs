@@ -25,3 +25,20 @@ fn a_held_part_no_read_would_return_is_not_readable() {
     r.assert_ok("heldpart");
     assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
 }
+
+/// A forked child's first `select` leaves the parent's DDP sockets alone
+/// (issue 12, `tests/c/forkselect.c`): the parent, which never waited in
+/// `select` or `epoll_wait`, holds a byte processed and unread when it
+/// forks; once the child's first `select` ended and the parent read the
+/// byte, the parent's `select` finds nothing readable. Fails without the
+/// child's own table of DDP sockets (`xsock::sock::forget_after_fork`):
+/// the child's first doorbell wait rang the parent's bell, which stayed.
+#[test]
+fn a_forked_childs_first_select_leaves_the_parents_readiness() {
+    let child = command(&c_program("forkselect"), &[], true)
+        .spawn()
+        .expect("spawn forkselect");
+    let r = finish(child, std::time::Duration::from_secs(60));
+    r.assert_ok("forkselect");
+    assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+}

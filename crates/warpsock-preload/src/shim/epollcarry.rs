@@ -29,8 +29,9 @@
 //! without `/proc` nothing is carried; a swap costs one read of each known
 //! set's fdinfo, so it is linear in the registrations of those sets.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use libc::c_int;
 
@@ -40,6 +41,50 @@ use super::sys::lock;
 /// The epoll sets the program made (numbers; a stale one is harmless: its
 /// fdinfo then lists nothing of ours, or it is no longer there).
 static SETS: Mutex<BTreeSet<c_int>> = Mutex::new(BTreeSet::new());
+
+thread_local! {
+    /// [`SETS`], held by this thread's fork from [`fork_prepare`] to the
+    /// parent's or the child's handler.
+    static FORK_GUARD: RefCell<Option<MutexGuard<'static, BTreeSet<c_int>>>> =
+        const { RefCell::new(None) };
+}
+
+/// The atfork prepare handler's part: [`SETS`] held across the fork, so
+/// that the child's copy is free and whole. The sets stay the child's (it
+/// holds the same epoll instances), unlike the parent's DDP sockets, so
+/// the child cannot start an empty list of its own: a thread of the
+/// parent's that held the lock at the fork (inside `epoll_create`'s
+/// record, or a swap's copy of the list) left the child's copy held for
+/// good, and the child's first `epoll_create`, switch or demotion hung
+/// (issue 12). Tried, as `fdtable::fork_prepare` (the same bound, about
+/// 2 ms): a signal handler's fork over its own thread's hold would wait
+/// for ever; after the bound the fork goes on holding nothing, as before.
+/// The holds are a few instructions, with no lock taken inside: taken
+/// after the descriptor table's (which a swap holds no more when it
+/// copies the list), no order is reversed.
+pub(crate) fn fork_prepare() {
+    for round in 0..FORK_TRIES {
+        match SETS.try_lock() {
+            Ok(g) => return FORK_GUARD.with(|f| *f.borrow_mut() = Some(g)),
+            Err(TryLockError::Poisoned(p)) => {
+                return FORK_GUARD.with(|f| *f.borrow_mut() = Some(p.into_inner()));
+            }
+            Err(TryLockError::WouldBlock) => {}
+        }
+        #[cfg(test)]
+        tests::contended();
+        super::sys::pause(round);
+    }
+}
+
+/// [`fork_prepare`]'s tries (`fdtable`'s bound).
+const FORK_TRIES: u32 = 26;
+
+/// The atfork parent and child handlers' part: [`SETS`] let go (in the
+/// child, its copy, which the forking thread, the child's, held).
+pub(crate) fn fork_release() {
+    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+}
 
 /// Records an epoll set the program made (`epfd` < 0: a failed call).
 pub(crate) fn created(epfd: c_int) {
@@ -150,6 +195,71 @@ pub(crate) fn dup3_carrying(target: c_int, fd: c_int, flags: c_int) -> c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::sync::mpsc;
+
+    thread_local! {
+        /// Run when `fork_prepare` finds [`SETS`] held (once).
+        static CONTENDED: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    /// `fork_prepare` found [`SETS`] held: this thread's hook, if set.
+    pub(super) fn contended() {
+        if let Some(f) = CONTENDED.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// A fork while another thread of the process holds [`SETS`] (inside
+    /// `epoll_create`'s record, or a swap's copy of the list): the fork's
+    /// prepare handler waits for it, and the child's first record (its
+    /// `epoll_create`; a switch's or demotion's copy likewise) takes the
+    /// lock and finds the parent's sets. Before, the fork copied the lock
+    /// held by a thread the child does not have: the child hung. The
+    /// holder lets go once the prepare handler found the lock held (or,
+    /// without the handler's part, after the fork). Fails ("hung") with
+    /// `fork_prepare` taking nothing.
+    #[test]
+    fn a_forked_child_records_a_set_while_a_parents_thread_held_the_list() {
+        let _serial = super::super::fdtable::tests::support::serial();
+        created(1 << 20);
+        let (say, heard) = mpsc::channel();
+        let (go, gone) = mpsc::channel::<()>();
+        let (done, released) = mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let g = lock(&SETS);
+            say.send(()).expect("the test waits");
+            let _ = gone.recv();
+            drop(g);
+            let _ = done.send(());
+        });
+        heard.recv().expect("the holder holds");
+        let let_go = go.clone();
+        CONTENDED.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                let _ = let_go.send(());
+                let _ = released.recv();
+            }));
+        });
+        // The atfork handlers' parts, around the fork.
+        fork_prepare();
+        let status = crate::shim::forktest::child_within(|| {
+            fork_release();
+            created((1 << 20) + 1);
+            i32::from(!lock(&SETS).contains(&(1 << 20)))
+        });
+        fork_release();
+        CONTENDED.with(|h| h.borrow_mut().take());
+        let _ = go.send(());
+        holder.join().expect("the holder");
+        lock(&SETS).remove(&(1 << 20));
+        assert_eq!(
+            status,
+            Some(0),
+            "the forked child's first epoll set record (None: hung, killed: the list's lock \
+             held by a thread of the parent's at the fork; 1: the parent's set not listed)"
+        );
+    }
 
     /// The format of fs/eventpoll.c `ep_show_fdinfo` (Linux 4.x–6.x).
     const FDINFO: &str = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\n\

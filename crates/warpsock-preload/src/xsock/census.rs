@@ -8,7 +8,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, MutexGuard, TryLockError, Weak};
+use std::sync::{Arc, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, socklen_t};
@@ -18,10 +18,10 @@ use super::reaper;
 use super::sock::{DdpSock, SOCKS, SOCKS_OWNER};
 use crate::shim::guard::enter;
 use crate::shim::real;
-use crate::shim::sys::{self, lock};
+use crate::shim::sys;
 
 /// [`SOCKS`]'s contents.
-type Socks = Option<HashMap<usize, Weak<DdpSock>>>;
+type Socks = HashMap<usize, Weak<DdpSock>>;
 
 /// At exit (and `exec`, `_exit`): the bytes the process's live DDP
 /// sockets' engines hold behind full kernel send buffers, summed, and the
@@ -153,10 +153,10 @@ impl ExitCloses {
         enter(none(), || {
             // Taken out of the list first: each close takes its socket's
             // lock, which nothing orders against `SOCKS`.
-            let socks: Vec<Arc<DdpSock>> = lock(&SOCKS)
-                .iter()
-                .flat_map(|m| m.values())
-                .filter_map(|w| w.upgrade())
+            let socks: Vec<Arc<DdpSock>> = SOCKS
+                .lock()
+                .values()
+                .filter_map(Weak::upgrade)
                 .filter(|s| s.pid == me)
                 .collect();
             let socks = socks
@@ -304,7 +304,7 @@ pub(crate) fn abandon_wait(slept: warpsock_engine::asleep::Slept) {
 /// guard (a socket whose last reference another thread dropped meanwhile
 /// is dropped here: its engine's calls are library calls).
 fn each_own_sock(f: impl FnMut(&DdpSock)) {
-    each_own_sock_as(false, || Some(lock(&SOCKS)), f);
+    each_own_sock_as(false, || Some(SOCKS.lock()), f);
 }
 
 /// [`each_own_sock`] if [`SOCKS`] is had within [`retry`]'s bound, else
@@ -313,17 +313,7 @@ fn each_own_sock(f: impl FnMut(&DdpSock)) {
 /// locks, allocation: what an exit interrupted inside the library must not
 /// take; review r26-a item 6). A leak at the process's end.
 fn each_own_sock_trying(f: impl FnMut(&DdpSock)) {
-    each_own_sock_as(
-        true,
-        || {
-            retry(|| match SOCKS.try_lock() {
-                Ok(g) => Some(g),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            })
-        },
-        f,
-    );
+    each_own_sock_as(true, || retry(|| SOCKS.try_lock()), f);
 }
 
 fn each_own_sock_as(
@@ -343,7 +333,7 @@ fn each_own_sock_as(
         // No close made by a last reference this walk holds waits here
         // (review r26-b item 1).
         crate::shim::fdtable::without_close_waits(|| {
-            for s in socks.iter().flat_map(|m| m.values()) {
+            for s in socks.values() {
                 if let Some(s) = s.upgrade() {
                     if s.pid == me {
                         f(&s);

@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use libc::{c_int, c_void, socklen_t};
-use warpsock_xsock::io::{switch_fd_as, Failure, Options};
+use warpsock_xsock::io::{switch_fd_as, Failure, Options, XSocket};
 use warpsock_xsock::Role;
 
 use crate::shim::socket::{Adoption, Kind, SockOpt};
@@ -273,6 +273,7 @@ pub(crate) fn after_fork_child() {
     reaper::forget_after_fork();
     warpsock_xsock::io::forget_after_fork();
     census::forget_armed_after_fork();
+    sock::forget_after_fork();
 }
 
 fn is_tcp(fd: c_int) -> bool {
@@ -328,6 +329,10 @@ fn switch(
     // library and the process aborted ("FATAL: exception not rethrown";
     // review r25-a item 3).
     let _cancel_off = sys::CancelOff::new();
+    // The process that makes the switch: a signal handler's `fork` during
+    // it makes a child that returns into it (below).
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
     let mut p = pending(fd);
     if p.tried {
         return Err(libc::EALREADY);
@@ -371,7 +376,56 @@ fn switch(
     let kept = Kept::take(fd);
     // SAFETY: `fd` is the program's open socket for the whole call.
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
-    match switch_fd_as(b, opts, role) {
+    let r = switch_fd_as(b, opts, role);
+    #[cfg(test)]
+    sock::forked::hook(&sock::forked::AFTER_HANDSHAKE);
+    // What follows commits the switch (or its failure) to the connection,
+    // with asynchronous signals blocked: a handler's `fork` comes before
+    // it or after. One that came before (in the handshake's waits: the
+    // child returns into them) makes a child whose connection is its
+    // parent's, which commits the switch — a DDP socket of the child's on
+    // it (its calls and its own engine's progress thread took the parent's
+    // frames from the shared socket), or, on a failure, a reset, a
+    // shutdown and a change of the shared file's flags (the parent's
+    // connection broken; issue 12). Such a child makes nothing of it: its
+    // descriptor is refused as the fork handlers refuse its copies of
+    // the parent's DDP sockets ([`sock::refuse_forked_switch`]). A
+    // vforked child (no fork handler; the parent's engine) is not one.
+    // Before, a fork inside `DdpSock::transpose` also made the child
+    // register the connection in the parent's epoll set (shared with the
+    // child): the second registration failed (`EEXIST`), and whichever
+    // process's it was reset the connection.
+    sys::with_async_signals_blocked(|| {
+        #[cfg(test)]
+        sock::forked::hook(&sock::forked::IN_COMMIT);
+        if sock::close::forked_child(pid) {
+            return Err(sock::refuse_forked_switch(
+                fd,
+                r,
+                fl & libc::O_NONBLOCK != 0,
+            ));
+        }
+        commit(fd, r, (sndbuf, msg_mode, connect, timeouts, kept, fl))
+    })
+}
+
+/// The program's state [`switch`] commits with: the noted `SO_SNDBUF`,
+/// the message mode, the adopting `connect`'s errno, the timeouts, the
+/// options kept, the file status flags before the switch.
+type Noted = (
+    Option<usize>,
+    bool,
+    Option<c_int>,
+    (Option<std::time::Duration>, Option<std::time::Duration>),
+    Kept,
+    c_int,
+);
+
+/// [`switch`]'s outcome `r` committed to the program's socket `fd`: the
+/// DDP socket, or the failure's.
+fn commit(fd: c_int, r: Result<XSocket, Failure>, noted: Noted) -> Result<(), c_int> {
+    let (sndbuf, msg_mode, connect, timeouts, kept, fl) = noted;
+    match r {
         Ok(x) => {
             if let Some(b) = sndbuf {
                 x.set_sndbuf(b);

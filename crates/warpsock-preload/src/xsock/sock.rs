@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
@@ -33,13 +33,16 @@ use warpsock_xsock::io::{Readiness, XSocket};
 
 use super::follow::Follow;
 use crate::shim::doorbell::Doorbell;
+use crate::shim::forklock::ForkLock;
 use crate::shim::reactor;
 use crate::shim::socket::{Socket, Wait};
-use crate::shim::sys::{self, errno, lock, set_errno};
+use crate::shim::sys::{self, errno, set_errno};
 use crate::shim::{fdtable, real};
 
 mod calls;
 pub(super) mod close;
+#[cfg(test)]
+pub(super) mod forked;
 mod opts;
 
 use close::{CLOSED, CLOSED_ABORTIVE};
@@ -93,8 +96,9 @@ pub(crate) struct DdpSock {
 }
 
 /// Every live DDP socket by the address of its object (the extended calls
-/// find theirs from the descriptor table's `dyn Socket`).
-pub(super) static SOCKS: Mutex<Option<HashMap<usize, Weak<DdpSock>>>> = Mutex::new(None);
+/// find theirs from the descriptor table's `dyn Socket`). A forked child
+/// starts a table of its own ([`forget_after_fork`]).
+pub(super) static SOCKS: ForkLock<HashMap<usize, Weak<DdpSock>>> = ForkLock::new();
 
 /// The process that switched the latest socket (0: none): a process that
 /// switched none (a forked or vforked child of one that did) has no
@@ -102,11 +106,30 @@ pub(super) static SOCKS: Mutex<Option<HashMap<usize, Weak<DdpSock>>>> = Mutex::n
 /// (a parent's thread may have held it at the fork; `census`).
 pub(super) static SOCKS_OWNER: AtomicI32 = AtomicI32::new(0);
 
+/// In a child made by `fork` (its fork handler, the only thread): the
+/// table of DDP sockets and its owner are the parent's. The child's first
+/// `select` or `epoll_wait` ([`doorbell_wait`], whose first run walks
+/// the table) found its copy there when the parent had never waited in
+/// one: it locked the table and each socket's books — a lock a thread of
+/// the parent's held at the fork stays held for good, the child hung —
+/// and rang the bell of a readable socket of the parent's, on the
+/// doorbell pair the child's descriptors share with the parent (a byte
+/// the parent's books did not count, never drained; issue 12). The
+/// child's first switch locked the table too. The child starts a table of
+/// its own (the parent's is left, not locked: the sockets are the
+/// parent's, never dropped here, as `interpose::demote_all` leaves the
+/// descriptor table's); its exit, `exec` and census see none but its own,
+/// as with `SOCKS_OWNER`'s pid check, which now starts from none too.
+pub(crate) fn forget_after_fork() {
+    SOCKS.forget();
+    SOCKS_OWNER.store(0, Ordering::Release);
+}
+
 /// The DDP socket behind the program's descriptor `fd`.
 pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
     let s = fdtable::get(fd)?;
     let key = Arc::as_ptr(&s).cast::<()>() as usize;
-    lock(&SOCKS).as_ref()?.get(&key)?.upgrade()
+    SOCKS.lock().get(&key)?.upgrade()
 }
 
 /// Lock-free `EAGAIN`s of quiet sockets ([`DdpSock::recv_spin`]),
@@ -136,10 +159,7 @@ pub(crate) fn doorbell_wait() {
     if DOORBELL_WAITS.load(Ordering::Relaxed) || DOORBELL_WAITS.swap(true, Ordering::SeqCst) {
         return;
     }
-    let socks: Vec<Arc<DdpSock>> = lock(&SOCKS)
-        .as_ref()
-        .map(|m| m.values().filter_map(Weak::upgrade).collect())
-        .unwrap_or_default();
+    let socks: Vec<Arc<DdpSock>> = SOCKS.lock().values().filter_map(Weak::upgrade).collect();
     // A socket closed meanwhile whose last reference this walk holds
     // closes here with no wait (review r26-b item 1: the program's
     // `epoll_wait` stalled for another thread's lingering close).
@@ -175,6 +195,42 @@ thread_local! {
     /// a DDP socket allocates nothing once warm (it allocated the list
     /// and its claim at every call: 2 allocations per 8 B round trip).
     static SPARE_FDS: std::cell::Cell<Vec<c_int>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A switch a signal handler's `fork` split (`xsock::switch`), in the
+/// child, which returned into it: `r`, the handshake's outcome, and the
+/// connection are the parent's, whose own switch goes on. Nothing of it
+/// is made here: `r` is forgotten, never dropped (an `XSocket`'s drop,
+/// `Qp::drop`, shuts the connection; a failure's residue is the
+/// parent's to deliver), and the program's descriptor `fd` becomes a
+/// dead end, as the fork handlers make the child's copies of its
+/// parent's DDP sockets (`interpose::demote_all`: end of stream, `EPIPE`;
+/// `O_NONBLOCK` if `nonblocking`, the program's flag before the switch,
+/// and its close-on-exec flag kept). Returns the errno of the child's
+/// call: `ECONNRESET`, a connection ended under it.
+pub(super) fn refuse_forked_switch(
+    fd: c_int,
+    r: Result<XSocket, warpsock_xsock::io::Failure>,
+    nonblocking: bool,
+) -> c_int {
+    std::mem::forget(r);
+    let dead = dead_end();
+    if dead >= 0 {
+        sys::set_nonblocking(dead, nonblocking);
+        // SAFETY: fcntl and dup3 on the program's descriptor and our own
+        // new one, closed after (no pointers).
+        unsafe {
+            let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
+            let cloexec = if fdfl >= 0 && fdfl & libc::FD_CLOEXEC != 0 {
+                libc::O_CLOEXEC
+            } else {
+                0
+            };
+            real::dup3(dead, fd, cloexec);
+        }
+        sys::close(dead);
+    }
+    libc::ECONNRESET
 }
 
 fn dead_end() -> c_int {
@@ -291,11 +347,9 @@ impl DdpSock {
             });
             SOCKS_OWNER.store(s.pid, Ordering::Release);
             let key = Arc::as_ptr(&s).cast::<()>() as usize;
-            lock(&SOCKS)
-                .get_or_insert_with(HashMap::new)
-                .insert(key, Arc::downgrade(&s));
+            SOCKS.lock().insert(key, Arc::downgrade(&s));
             let forget = |e| {
-                lock(&SOCKS).as_mut().map(|m| m.remove(&key));
+                SOCKS.lock().remove(&key);
                 undo(&s.x, &s.kept, e)
             };
             if !eng.register(
@@ -458,7 +512,7 @@ impl Socket for DdpSock {
             eng.deregister(self.id, Some(self.x.tcp_fd()));
         }
         let key = self as *const Self as *const () as usize;
-        lock(&SOCKS).as_mut().map(|m| m.remove(&key));
+        SOCKS.lock().remove(&key);
         if reactor::current().is_some_and(|e| !e.is_owner()) {
             // A forked child: the connection is the parent's.
             return;

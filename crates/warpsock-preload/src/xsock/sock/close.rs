@@ -216,8 +216,9 @@ fn forked_copy(pid: i32) -> bool {
 /// (nor one made without the handlers: `_Fork`, `clone`), which still
 /// sees the parent's engine, not its own: a vforked child's close acts on
 /// the parent's memory (its table, the socket itself), whose close it
-/// makes as before.
-pub(super) fn forked_child(pid: i32) -> bool {
+/// makes as before. (`xsock::switch` asks it too, `pid` the process that
+/// began the switch: a child of a handler's `fork` inside it.)
+pub(in crate::xsock) fn forked_child(pid: i32) -> bool {
     forked_copy(pid) && reactor::current().is_none_or(reactor::Reactor::is_owner)
 }
 
@@ -745,7 +746,7 @@ fn tcp_info(fd: c_int) -> Option<((c_int, u32), u64)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::sync::Arc;
     use warpsock_xsock::io::RecvFlags;
@@ -784,7 +785,7 @@ mod tests {
     /// A loopback connection switched at both ends: the program's end a
     /// DDP socket on its descriptor (returned; in the table, as a switch
     /// leaves it), and the peer's end.
-    fn switched_pair() -> (c_int, Arc<DdpSock>, XSocket) {
+    pub(in crate::xsock::sock) fn switched_pair() -> (c_int, Arc<DdpSock>, XSocket) {
         use std::net::{TcpListener, TcpStream};
         use std::os::fd::{AsFd, IntoRawFd};
         use warpsock_xsock::io::{switch_fd, Options};
@@ -932,9 +933,10 @@ mod tests {
         let fake = std::ptr::NonNull::<Lingering>::dangling().as_ptr();
         OWN.with(|o| o.set(fake));
         let forked = in_child(|| {
+            crate::xsock::after_fork_child();
+            // (A switch of the child's own, after its fork handler.)
             // SAFETY: getpid has no preconditions.
             super::super::SOCKS_OWNER.store(unsafe { libc::getpid() }, Ordering::Release);
-            crate::xsock::after_fork_child();
             OWN.with(Cell::get).is_null() && own_close().is_none()
         });
         let vforked = in_child(|| own_close().is_none() && OWN.with(Cell::get) == fake);
