@@ -16,8 +16,8 @@
 //! whose peers are slow to close hold up to `2 × WARPSOCK_LINGER_MS` of
 //! threads, unbounded: a peer that never sends its FIN kept its thread for
 //! the whole linger. Here the closes held are bounded too
-//! (`WARPSOCK_DDP_CLOSING_MAX`, [`config::Config::closing_max`], at most
-//! [`SENDING_PLACES`]): past the bound the oldest lingering close is cut
+//! (`WARPSOCK_DDP_CLOSING_MAX`, [`config::Config::closing_max`]): past the
+//! bound the oldest lingering close is cut
 //! — its engine's socket closed at once, plainly (a FIN, no reset: our
 //! FIN went already, so the kernel's close only ends the linger early, as
 //! its bound would; the peer loses nothing it has not read unless it
@@ -83,34 +83,17 @@ static RESET_SENDING: AtomicBool = AtomicBool::new(false);
 /// every close held, each a bounded engine round.
 const LOOK_WAIT: Duration = Duration::from_secs(1);
 
-/// The places of [`SENDING`], and so the most closes the reaper holds
-/// (`WARPSOCK_DDP_CLOSING_MAX` is clamped to it: `config::closing_max`):
-/// every close it holds that still sends has a place once a round has
-/// trimmed the closes to that bound ([`note_missed`]), however many were
-/// handed over at once (review r28-e item 2: with the bound set higher,
-/// the closes past the table's size were never noted, and ended with a
-/// FIN at an `_exit` whose reaper did not answer). A fixed table, not one
-/// sized from the setting: a hand-over may come from a signal handler's
-/// `close`, and each close's end looks through the places.
-pub(super) const SENDING_PLACES: usize = 256;
-
-/// The engines' sockets of the closes held that still send (a [`Held`]
-/// counted in [`CLOSING`]): what an `_exit` whose reaper does not answer
-/// resets itself ([`reset_sending_unanswered`]).
-static SENDING: fd_table::FdTable<SENDING_PLACES> = fd_table::FdTable::new();
-
-/// The closes still sending that found no place at their hand-over (more
-/// handed over at once than the table holds) noted now, as places are
-/// free again: each item is a close's `noted` flag and its engine's
-/// socket. After a round's trim the closes held are at most
-/// [`SENDING_PLACES`], so each of them gets one.
-fn note_missed<'a, const N: usize>(
-    table: &fd_table::FdTable<N>,
-    missed: impl Iterator<Item = (&'a mut bool, c_int)>,
+/// The closes still sending that found no place in the reaper's table
+/// ([`Reaper::sending`]) at their hand-over (more handed over at once
+/// than its places) noted now, as places are free again: each item is a
+/// close's place (`None`: none yet) and its engine's socket.
+fn note_missed<'a>(
+    table: &'static fd_table::FdTable,
+    missed: impl Iterator<Item = (&'a mut Option<(&'static fd_table::FdTable, usize)>, c_int)>,
 ) {
-    for (noted, fd) in missed {
-        if !*noted {
-            *noted = table.note(fd);
+    for (place, fd) in missed {
+        if place.is_none() {
+            *place = table.note(fd).map(|i| (table, i));
         }
     }
 }
@@ -130,7 +113,12 @@ fn note_missed<'a, const N: usize>(
 /// `accept`) between the inode check and the `setsockopt` (review r28-e
 /// item 1). Returns how many were reset.
 pub(super) fn reset_sending_unanswered() -> usize {
-    SENDING.reset()
+    let p = REAPER.load(Ordering::Acquire);
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: a published reaper is leaked and never freed.
+    unsafe { &*p }.sending.reset()
 }
 
 /// For `_exit` (`DdpKind::exit_flush`, from outside any call of the
@@ -254,9 +242,11 @@ struct Held {
     c: Option<Closing>,
     /// Still counted in [`CLOSING`] (until its sending phase ends).
     counted: bool,
-    /// In [`SENDING`] (while `counted`; a hand-over that found the table
-    /// full notes it later: [`note_missed`]).
-    noted: bool,
+    /// Its place in the reaper's table of closes still sending
+    /// ([`Reaper::sending`], while `counted`; a hand-over that found the
+    /// table full notes it later: [`note_missed`]), the table with it:
+    /// its `forget` takes the place, no scan.
+    noted: Option<(&'static fd_table::FdTable, usize)>,
     /// Its token in the reaper's epoll set: the closes held are in the
     /// order of their tokens (handed over, oldest first).
     key: u64,
@@ -291,9 +281,9 @@ impl Held {
     /// Its bytes are out of the exit's concern from now on.
     fn uncount(&mut self) {
         if std::mem::take(&mut self.counted) {
-            if std::mem::take(&mut self.noted) {
+            if let Some((table, i)) = self.noted.take() {
                 // Before its socket closes (`fd_table`'s claims).
-                SENDING.forget(self.x.tcp_fd());
+                table.forget(i);
             }
             CLOSING.fetch_sub(1, Ordering::AcqRel);
         }
@@ -408,6 +398,16 @@ struct Reaper {
     /// engines' sockets closed at once, as a closer thread that could not
     /// start left them), never left in the inbox for no one.
     dead: AtomicBool,
+    /// The engines' sockets of the closes held that still send (a
+    /// [`Held`] counted in [`CLOSING`]): what an `_exit` whose reaper does
+    /// not answer resets itself ([`reset_sending_unanswered`]). As many
+    /// places as the closes held (`WARPSOCK_DDP_CLOSING_MAX`), allocated
+    /// here, before the reaper is published, and leaked with it: a bound
+    /// clamped to a fixed table's 256 places gave up (or reset) every
+    /// close past them in normal running, a server's closes to slow
+    /// clients among them (review r29-a item 1). A hand-over allocates
+    /// anyway (its inbox node; the first one this reaper and its thread).
+    sending: fd_table::FdTable,
 }
 
 static REAPER: AtomicPtr<Reaper> = AtomicPtr::new(std::ptr::null_mut());
@@ -439,19 +439,20 @@ pub(crate) fn forget_after_fork() {
         sys::close(r.epfd);
     }
     HELD.store(0, Ordering::Release);
-    // The parent's closes (their sockets shared): never the child's to
-    // reset.
-    SENDING.clear();
+    if !old.is_null() {
+        // The parent's closes (their sockets shared): never the child's
+        // to reset (the table goes with the parent's reaper, unpublished
+        // here; cleared all the same).
+        // SAFETY: as above.
+        unsafe { &*old }.sending.clear();
+    }
 }
 
-/// The process's reaper, started (with its thread) on first use; `None`
-/// if the kernel refused the eventfd or the thread.
-fn get() -> Option<&'static Reaper> {
-    let p = REAPER.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: a published reaper is leaked and never freed.
-        return Some(unsafe { &*p });
-    }
+/// A reaper for `max` closes held (its table of closes still sending as
+/// many places: [`Reaper::sending`]), its thread not started; `None` if
+/// the kernel refused the eventfd or epoll set, or the table's memory
+/// could not be had.
+fn new_reaper(max: usize) -> Option<Reaper> {
     // SAFETY: plain syscalls creating new descriptors.
     let (wakefd, epfd) = unsafe {
         (
@@ -473,12 +474,30 @@ fn get() -> Option<&'static Reaper> {
         sys::close(epfd);
         return None;
     }
-    let raw = Box::into_raw(Box::new(Reaper {
+    let Some(sending) = fd_table::FdTable::new(max) else {
+        sys::close(wakefd);
+        sys::close(epfd);
+        return None;
+    };
+    Some(Reaper {
         inbox: Inbox::new(),
         wakefd,
         epfd,
         dead: AtomicBool::new(false),
-    }));
+        sending,
+    })
+}
+
+/// The process's reaper, started (with its thread) on first use; `None`
+/// if the kernel refused the eventfd or the thread.
+fn get() -> Option<&'static Reaper> {
+    let p = REAPER.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a published reaper is leaked and never freed.
+        return Some(unsafe { &*p });
+    }
+    let cfg = config::get();
+    let raw = Box::into_raw(Box::new(new_reaper(cfg.closing_max)?));
     match REAPER.compare_exchange(
         std::ptr::null_mut(),
         raw,
@@ -488,7 +507,6 @@ fn get() -> Option<&'static Reaper> {
         Ok(_) => {
             // SAFETY: `raw` is published now and lives for the process.
             let r: &'static Reaper = unsafe { &*raw };
-            let cfg = config::get();
             let (linger, max) = (cfg.linger, cfg.closing_max);
             // With every asynchronous signal blocked (`spawn_reaper`), as
             // the closer threads had.
@@ -564,7 +582,10 @@ pub(super) fn hand_over(
     };
     // Table full (a burst of hand-overs the reaper has not taken yet):
     // noted by the reaper once its round trimmed the closes held.
-    let noted = counted && SENDING.note(x.tcp_fd());
+    let table = &r.sending;
+    let noted = counted
+        .then(|| table.note(x.tcp_fd()).map(|i| (table, i)))
+        .flatten();
     r.inbox.push(Held {
         x,
         c: begun,
@@ -680,9 +701,9 @@ impl Reaper {
                     }
                     h.uncount();
                 }
-                // At most `max` held, `max` at most the table's places.
+                // At most `max` held, the table's places.
                 note_missed(
-                    &SENDING,
+                    &self.sending,
                     held.iter_mut()
                         .filter(|h| h.counted)
                         .map(|h| (&mut h.noted, h.x.tcp_fd())),
@@ -830,12 +851,12 @@ mod tests {
     /// number now names another socket, is left alone.
     #[test]
     fn an_unanswered_exit_resets_the_closes_noted_as_sending() {
-        let table: fd_table::FdTable<4> = fd_table::FdTable::new();
+        let table = fd_table::FdTable::new(4).expect("a table");
         let (a, b, c) = (tcp_socket(), tcp_socket(), tcp_socket());
         table.note(a);
-        table.note(b);
+        let ib = table.note(b).expect("a place");
         table.note(c);
-        table.forget(b);
+        table.forget(ib);
         // c's number taken by another socket since it was noted.
         let other = tcp_socket();
         // SAFETY: our own descriptors; `dup2` replaces c's socket.
@@ -864,14 +885,15 @@ mod tests {
     #[test]
     fn a_reset_under_way_holds_off_the_close_of_its_socket() {
         use std::sync::{Arc, Mutex};
-        let table: &'static fd_table::FdTable<4> = Box::leak(Box::new(fd_table::FdTable::new()));
+        let table: &'static fd_table::FdTable =
+            Box::leak(Box::new(fd_table::FdTable::new(4).expect("a table")));
         let a = tcp_socket();
         // a's socket, looked at after its number went to another.
         // SAFETY: our own descriptor.
         let keep = unsafe { libc::dup(a) };
         assert!(keep >= 0);
         let other = tcp_socket();
-        table.note(a);
+        let ia = table.note(a).expect("a place");
         let done = Arc::new(AtomicBool::new(false));
         let reaper: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
         let (d, r) = (done.clone(), reaper.clone());
@@ -880,7 +902,7 @@ mod tests {
             // The reaper's end of the close: its forget, then its close,
             // and another socket on the number (`dup2`: both at once).
             let t = std::thread::spawn(move || {
-                table.forget(fd);
+                table.forget(ia);
                 // SAFETY: our own descriptors.
                 assert_eq!(unsafe { libc::dup2(other, fd) }, fd);
                 d2.store(true, Ordering::Release);
@@ -912,17 +934,21 @@ mod tests {
     /// the bound, so an unanswered `_exit` resets them too.
     #[test]
     fn a_close_met_when_the_table_was_full_is_noted_once_places_free() {
-        let table: fd_table::FdTable<2> = fd_table::FdTable::new();
+        let table: &'static fd_table::FdTable =
+            Box::leak(Box::new(fd_table::FdTable::new(2).expect("a table")));
         let (a, b, c) = (tcp_socket(), tcp_socket(), tcp_socket());
         // Three hand-overs before the reaper's round.
-        let mut noted = [table.note(a), table.note(b), table.note(c)];
-        assert_eq!(noted, [true, true, false], "the third found the table full");
+        let mut noted = [a, b, c].map(|fd| table.note(fd).map(|i| (table, i)));
+        assert!(
+            noted[0].is_some() && noted[1].is_some() && noted[2].is_none(),
+            "the third found the table full"
+        );
         // The round: a cut (the bound 2), its place forgotten; then the
         // closes held that still send noted.
-        table.forget(a);
-        noted[0] = false;
+        let (t, ia) = noted[0].take().expect("a's place");
+        t.forget(ia);
         let [_, nb, nc] = &mut noted;
-        note_missed(&table, [(nb, b), (nc, c)].into_iter());
+        note_missed(table, [(nb, b), (nc, c)].into_iter());
         let n = table.reset();
         assert_eq!(
             linger_of(c),
@@ -934,6 +960,26 @@ mod tests {
         assert_eq!(n, 2, "the closes reset");
         table.clear();
         for fd in [a, b, c] {
+            sys::close(fd);
+        }
+    }
+
+    /// review r29-a item 1: the reaper's table of closes still sending
+    /// has as many places as the closes it holds, a bound past 256
+    /// included (it was a fixed table of 256, and the bound clamped to
+    /// it: past it a server's closes to slow clients were given up).
+    #[test]
+    fn the_reapers_table_has_a_place_for_every_close_held() {
+        let max = 300;
+        let r = new_reaper(max).expect("a reaper");
+        let fd = tcp_socket();
+        let places = (0..max + 1).map_while(|_| r.sending.note(fd)).count();
+        assert_eq!(
+            places, max,
+            "places in the table of a reaper holding up to {max} closes"
+        );
+        r.sending.clear();
+        for fd in [fd, r.wakefd, r.epfd] {
             sys::close(fd);
         }
     }

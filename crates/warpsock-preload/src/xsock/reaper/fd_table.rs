@@ -13,8 +13,9 @@
 //!   before its check and reset, and gives it back (`OPEN`) after; a place
 //!   it cannot claim it skips (being forgotten: that close stops sending);
 //! * [`FdTable::forget`] — called before the close's socket is closed (the
-//!   `Held`'s count given up, `reaper.rs`) — claims the place for itself
-//!   (`OPEN` → `FORGETTING`), waiting out a reset under way, then frees it.
+//!   `Held`'s count given up, `reaper.rs`), with the place its `note`
+//!   gave — claims the place for itself (`OPEN` → `FORGETTING`), waiting
+//!   out a reset under way, then frees it.
 //!
 //! A noted descriptor is closed only after its `forget` returned, and
 //! `forget` cannot return while a reset holds its place: the number still
@@ -39,17 +40,25 @@ const RESETTING: u8 = 1;
 /// [`FdTable::forget`] is emptying the place.
 const FORGETTING: u8 = 2;
 
+/// One place: a descriptor (-1 when free), its inode, its claim (the
+/// module's doc).
+struct Place {
+    fd: AtomicI32,
+    ino: AtomicU64,
+    claim: AtomicU8,
+}
+
 /// Descriptors with their inodes, -1 in the free places, and each place's
 /// claim (the module's doc): a table with no lock (a hand-over may come
-/// from a signal handler's `close`). One met when it is full is not in it
+/// from a signal handler's `close`). Its places are allocated once, with
+/// the reaper (`super::get`), as many as `WARPSOCK_DDP_CLOSING_MAX`
+/// (review r29-a item 1). One met when it is full is not in it
 /// ([`Self::note`] says so; the reaper notes it once places are free:
 /// `super::note_missed`). The inode is checked before a reset: a number
 /// closed and reused without its `forget` (none should be) is not
 /// touched.
-pub(super) struct FdTable<const N: usize> {
-    fds: [AtomicI32; N],
-    inos: [AtomicU64; N],
-    claims: [AtomicU8; N],
+pub(super) struct FdTable {
+    places: Box<[Place]>,
     /// Test: run between a reset's inode check and its `setsockopt`.
     #[cfg(test)]
     pub(super) between: std::sync::OnceLock<Box<dyn Fn(c_int) + Send + Sync>>,
@@ -58,96 +67,98 @@ pub(super) struct FdTable<const N: usize> {
     pub(super) waited: std::sync::atomic::AtomicUsize,
 }
 
-impl<const N: usize> FdTable<N> {
-    pub(super) const fn new() -> Self {
-        Self {
-            fds: [const { AtomicI32::new(-1) }; N],
-            inos: [const { AtomicU64::new(0) }; N],
-            claims: [const { AtomicU8::new(OPEN) }; N],
+impl FdTable {
+    /// A table of `n` places (at least 1), or `None` if the memory could
+    /// not be had.
+    pub(super) fn new(n: usize) -> Option<Self> {
+        let mut places = Vec::new();
+        places.try_reserve_exact(n.max(1)).ok()?;
+        places.extend((0..n.max(1)).map(|_| Place {
+            fd: AtomicI32::new(-1),
+            ino: AtomicU64::new(0),
+            claim: AtomicU8::new(OPEN),
+        }));
+        Some(Self {
+            places: places.into_boxed_slice(),
             #[cfg(test)]
             between: std::sync::OnceLock::new(),
             #[cfg(test)]
             waited: std::sync::atomic::AtomicUsize::new(0),
-        }
+        })
     }
 
-    /// `fd` in the table, if a place is free; whether it is.
-    pub(super) fn note(&self, fd: c_int) -> bool {
+    /// `fd` in the table, if a place is free: the place's index, which
+    /// its [`Self::forget`] takes.
+    pub(super) fn note(&self, fd: c_int) -> Option<usize> {
         let ino = super::super::inode(fd);
-        for (s, i) in self.fds.iter().zip(&self.inos) {
-            if s.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+        for (i, p) in self.places.iter().enumerate() {
+            if p.fd
+                .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                i.store(ino, Ordering::Release);
-                return true;
+                p.ino.store(ino, Ordering::Release);
+                return Some(i);
             }
         }
-        false
+        None
     }
 
-    /// `fd` out of the table: before its socket closes, and it returns only
-    /// once no reset of it is under way (the module's doc).
-    pub(super) fn forget(&self, fd: c_int) {
-        for ((s, i), c) in self.fds.iter().zip(&self.inos).zip(&self.claims) {
-            if s.load(Ordering::Acquire) != fd {
-                continue;
+    /// Place `i` (its [`Self::note`]'s) freed: before its socket closes,
+    /// and it returns only once no reset of it is under way (the module's
+    /// doc). No scan: the place is the close's.
+    pub(super) fn forget(&self, i: usize) {
+        let p = &self.places[i];
+        let mut round = 0;
+        while p
+            .claim
+            .compare_exchange(OPEN, FORGETTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            #[cfg(test)]
+            if round == 0 {
+                self.waited.fetch_add(1, Ordering::AcqRel);
             }
-            let mut round = 0;
-            while c
-                .compare_exchange(OPEN, FORGETTING, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                #[cfg(test)]
-                if round == 0 {
-                    self.waited.fetch_add(1, Ordering::AcqRel);
-                }
-                sys::pause(round);
-                round = round.saturating_add(1);
-            }
-            // Only a `forget` frees a place, and one close forgets once:
-            // still ours. The inode first: a `note` taking the place once
-            // it is free stores its own after its number.
-            let ours = s.load(Ordering::Acquire) == fd;
-            if ours {
-                i.store(0, Ordering::Release);
-                s.store(-1, Ordering::Release);
-            }
-            c.store(OPEN, Ordering::Release);
-            if ours {
-                return;
-            }
+            sys::pause(round);
+            round = round.saturating_add(1);
         }
+        // The inode first: a `note` taking the place once it is free
+        // stores its own after its number.
+        p.ino.store(0, Ordering::Release);
+        p.fd.store(-1, Ordering::Release);
+        p.claim.store(OPEN, Ordering::Release);
     }
 
     /// Every place freed (a forked child, its only thread: the parent's
     /// sockets).
     pub(super) fn clear(&self) {
-        for ((s, i), c) in self.fds.iter().zip(&self.inos).zip(&self.claims) {
-            s.store(-1, Ordering::Release);
-            i.store(0, Ordering::Release);
-            c.store(OPEN, Ordering::Release);
+        for p in self.places.iter() {
+            p.fd.store(-1, Ordering::Release);
+            p.ino.store(0, Ordering::Release);
+            p.claim.store(OPEN, Ordering::Release);
         }
     }
 
     /// `SO_LINGER` {1, 0} set on each socket still named by its number
-    /// (the inode noted), each under its place's claim; how many.
+    /// (the inode noted), each under its place's claim; how many. Every
+    /// place is looked at: an `_exit`'s, once.
     pub(super) fn reset(&self) -> usize {
         let zero = libc::linger {
             l_onoff: 1,
             l_linger: 0,
         };
         let mut n = 0;
-        for ((s, i), c) in self.fds.iter().zip(&self.inos).zip(&self.claims) {
-            if s.load(Ordering::Acquire) < 0
-                || c.compare_exchange(OPEN, RESETTING, Ordering::AcqRel, Ordering::Acquire)
+        for p in self.places.iter() {
+            if p.fd.load(Ordering::Acquire) < 0
+                || p.claim
+                    .compare_exchange(OPEN, RESETTING, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
             {
                 // Free, or being forgotten (its close no longer sends) or
                 // reset by another exiting thread.
                 continue;
             }
-            let fd = s.load(Ordering::Acquire);
-            let ino = i.load(Ordering::Acquire);
+            let fd = p.fd.load(Ordering::Acquire);
+            let ino = p.ino.load(Ordering::Acquire);
             if fd >= 0 && ino != 0 && super::super::inode(fd) == ino {
                 #[cfg(test)]
                 if let Some(f) = self.between.get() {
@@ -165,7 +176,7 @@ impl<const N: usize> FdTable<N> {
                 };
                 n += usize::from(r == 0);
             }
-            c.store(OPEN, Ordering::Release);
+            p.claim.store(OPEN, Ordering::Release);
         }
         n
     }
