@@ -928,6 +928,40 @@ mod tests {
         }
     }
 
+    /// review r29-a item 2: a close noted while another's `forget` is
+    /// under way (the table's test hook runs before forget's last store)
+    /// is reset by an exit then, and the forgotten one is not. `forget`
+    /// freed the number while its claim was still held: the note landed
+    /// in that place, and the reset skipped it as "being forgotten".
+    #[test]
+    fn a_close_noted_during_anothers_forget_is_reset() {
+        use std::sync::Mutex;
+        let table: &'static fd_table::FdTable =
+            Box::leak(Box::new(fd_table::FdTable::new(2).expect("a table")));
+        let (a, b) = (tcp_socket(), tcp_socket());
+        let ia = table.note(a).expect("a place");
+        let reset: &'static Mutex<Option<usize>> = Box::leak(Box::default());
+        let hook: Box<dyn Fn() + Send + Sync> = Box::new(move || {
+            // Another thread's hand-over, then an unanswered `_exit`.
+            assert!(table.note(b).is_some(), "b found no place");
+            *reset.lock().unwrap() = Some(table.reset());
+        });
+        assert!(table.freeing.set(hook).is_ok());
+        table.forget(ia);
+        let n = reset.lock().unwrap().take().expect("the hook ran");
+        assert_eq!(
+            linger_of(b),
+            (1, 0),
+            "the close noted during another's forget was not reset ({n} reset)"
+        );
+        assert_eq!(linger_of(a).0, 0, "the close forgotten was reset");
+        assert_eq!(n, 1);
+        table.clear();
+        for fd in [a, b] {
+            sys::close(fd);
+        }
+    }
+
     /// review r28-e item 2: closes handed over while the table was full
     /// (more at once than its places: the reaper had not taken them yet)
     /// get a place once the reaper's round has trimmed the closes held to

@@ -11,11 +11,19 @@
 //!
 //! * the exiter claims a place (`OPEN` → `RESETTING`, compare-exchange)
 //!   before its check and reset, and gives it back (`OPEN`) after; a place
-//!   it cannot claim it skips (being forgotten: that close stops sending);
+//!   it cannot claim it skips (being forgotten: that close stops sending),
+//!   and one it claims whose inode is 0 (being forgotten, or being noted:
+//!   its inode not stored yet) it leaves alone;
 //! * [`FdTable::forget`] — called before the close's socket is closed (the
 //!   `Held`'s count given up, `reaper.rs`), with the place its `note`
 //!   gave — claims the place for itself (`OPEN` → `FORGETTING`), waiting
-//!   out a reset under way, then frees it.
+//!   out a reset under way, zeroes its inode, gives the claim back, and
+//!   only then frees the place (its number -1). In that order no `note`
+//!   can take the place while its claim is held: freed under the claim, a
+//!   `note` of another close landed there and a concurrent reset skipped
+//!   that close as "being forgotten" (review r29-a item 2). A reset that
+//!   claims the place between the claim's release and the free finds the
+//!   inode 0 and leaves it.
 //!
 //! A noted descriptor is closed only after its `forget` returned, and
 //! `forget` cannot return while a reset holds its place: the number still
@@ -65,6 +73,9 @@ pub(super) struct FdTable {
     /// Test: `forget` calls that met a reset under way.
     #[cfg(test)]
     pub(super) waited: std::sync::atomic::AtomicUsize,
+    /// Test: run in `forget` before its last store.
+    #[cfg(test)]
+    pub(super) freeing: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl FdTable {
@@ -84,6 +95,8 @@ impl FdTable {
             between: std::sync::OnceLock::new(),
             #[cfg(test)]
             waited: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            freeing: std::sync::OnceLock::new(),
         })
     }
 
@@ -121,11 +134,17 @@ impl FdTable {
             sys::pause(round);
             round = round.saturating_add(1);
         }
-        // The inode first: a `note` taking the place once it is free
-        // stores its own after its number.
+        // The inode first (a reset from now on leaves the place alone),
+        // the claim given back, then the number freed: a `note` can take
+        // the place only once no claim of ours is on it (the module's
+        // doc; a `note` stores its inode after its number).
         p.ino.store(0, Ordering::Release);
-        p.fd.store(-1, Ordering::Release);
         p.claim.store(OPEN, Ordering::Release);
+        #[cfg(test)]
+        if let Some(f) = self.freeing.get() {
+            f();
+        }
+        p.fd.store(-1, Ordering::Release);
     }
 
     /// Every place freed (a forked child, its only thread: the parent's
@@ -159,6 +178,8 @@ impl FdTable {
             }
             let fd = p.fd.load(Ordering::Acquire);
             let ino = p.ino.load(Ordering::Acquire);
+            // Inode 0: being forgotten (its claim given back before its
+            // number is freed) or noted (its inode not stored yet).
             if fd >= 0 && ino != 0 && super::super::inode(fd) == ino {
                 #[cfg(test)]
                 if let Some(f) = self.between.get() {
