@@ -83,21 +83,6 @@ static RESET_SENDING: AtomicBool = AtomicBool::new(false);
 /// every close held, each a bounded engine round.
 const LOOK_WAIT: Duration = Duration::from_secs(1);
 
-/// The closes still sending that found no place in the reaper's table
-/// ([`Reaper::sending`]) at their hand-over (more handed over at once
-/// than its places) noted now, as places are free again: each item is a
-/// close's place (`None`: none yet) and its engine's socket.
-fn note_missed<'a>(
-    table: &'static fd_table::FdTable,
-    missed: impl Iterator<Item = (&'a mut Option<(&'static fd_table::FdTable, usize)>, c_int)>,
-) {
-    for (place, fd) in missed {
-        if place.is_none() {
-            *place = table.note(fd).map(|i| (table, i));
-        }
-    }
-}
-
 /// For `_exit` when the reaper did not answer its look ([`exit_look`]
 /// `None`: its thread stuck, in an allocation behind an arena lock the
 /// interrupted program holds, or a slow step): the closes it holds that
@@ -243,9 +228,9 @@ struct Held {
     /// Still counted in [`CLOSING`] (until its sending phase ends).
     counted: bool,
     /// Its place in the reaper's table of closes still sending
-    /// ([`Reaper::sending`], while `counted`; a hand-over that found the
-    /// table full notes it later: [`note_missed`]), the table with it:
-    /// its `forget` takes the place, no scan.
+    /// ([`Reaper::sending`], or one grown after it), noted at the
+    /// hand-over while `counted`, the table with it: its `forget` takes
+    /// the place, no scan.
     noted: Option<(&'static fd_table::FdTable, usize)>,
     /// Its token in the reaper's epoll set: the closes held are in the
     /// order of their tokens (handed over, oldest first).
@@ -401,8 +386,10 @@ struct Reaper {
     /// The engines' sockets of the closes held that still send (a
     /// [`Held`] counted in [`CLOSING`]): what an `_exit` whose reaper does
     /// not answer resets itself ([`reset_sending_unanswered`]). As many
-    /// places as the closes held (`WARPSOCK_DDP_CLOSING_MAX`), allocated
-    /// here, before the reaper is published, and leaked with it: a bound
+    /// places as the closes held (`WARPSOCK_DDP_CLOSING_MAX`, up to
+    /// `fd_table::FIRST_MAX`; grown past them as closes need them: a
+    /// burst of hand-overs the reaper has not taken yet), allocated here,
+    /// before the reaper is published, and leaked with it: a bound
     /// clamped to a fixed table's 256 places gave up (or reset) every
     /// close past them in normal running, a server's closes to slow
     /// clients among them (review r29-a item 1). A hand-over allocates
@@ -474,7 +461,7 @@ fn new_reaper(max: usize) -> Option<Reaper> {
         sys::close(epfd);
         return None;
     }
-    let Some(sending) = fd_table::FdTable::new(max) else {
+    let Some(sending) = fd_table::FdTable::new(max.min(fd_table::FIRST_MAX)) else {
         sys::close(wakefd);
         sys::close(epfd);
         return None;
@@ -580,12 +567,9 @@ pub(super) fn hand_over(
         }
         sending
     };
-    // Table full (a burst of hand-overs the reaper has not taken yet):
-    // noted by the reaper once its round trimmed the closes held.
-    let table = &r.sending;
-    let noted = counted
-        .then(|| table.note(x.tcp_fd()).map(|i| (table, i)))
-        .flatten();
+    // Every place taken (a burst of hand-overs the reaper has not taken
+    // yet): the table grows (`fd_table::FdTable::note`).
+    let noted = counted.then(|| r.sending.note(x.tcp_fd()));
     r.inbox.push(Held {
         x,
         c: begun,
@@ -701,13 +685,6 @@ impl Reaper {
                     }
                     h.uncount();
                 }
-                // At most `max` held, the table's places.
-                note_missed(
-                    &self.sending,
-                    held.iter_mut()
-                        .filter(|h| h.counted)
-                        .map(|h| (&mut h.noted, h.x.tcp_fd())),
-                );
                 // An `_exit`'s look: every close stepped now, then the answer.
                 let asked = ASKED.load(Ordering::Acquire);
                 let look = asked != LOOKED.load(Ordering::Acquire);
@@ -851,12 +828,13 @@ mod tests {
     /// number now names another socket, is left alone.
     #[test]
     fn an_unanswered_exit_resets_the_closes_noted_as_sending() {
-        let table = fd_table::FdTable::new(4).expect("a table");
+        let table: &'static fd_table::FdTable =
+            Box::leak(Box::new(fd_table::FdTable::new(4).expect("a table")));
         let (a, b, c) = (tcp_socket(), tcp_socket(), tcp_socket());
         table.note(a);
-        let ib = table.note(b).expect("a place");
+        let (tb, ib) = table.note(b);
         table.note(c);
-        table.forget(ib);
+        tb.forget(ib);
         // c's number taken by another socket since it was noted.
         let other = tcp_socket();
         // SAFETY: our own descriptors; `dup2` replaces c's socket.
@@ -893,7 +871,7 @@ mod tests {
         let keep = unsafe { libc::dup(a) };
         assert!(keep >= 0);
         let other = tcp_socket();
-        let ia = table.note(a).expect("a place");
+        let (_, ia) = table.note(a);
         let done = Arc::new(AtomicBool::new(false));
         let reaper: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
         let (d, r) = (done.clone(), reaper.clone());
@@ -939,11 +917,11 @@ mod tests {
         let table: &'static fd_table::FdTable =
             Box::leak(Box::new(fd_table::FdTable::new(2).expect("a table")));
         let (a, b) = (tcp_socket(), tcp_socket());
-        let ia = table.note(a).expect("a place");
+        let (_, ia) = table.note(a);
         let reset: &'static Mutex<Option<usize>> = Box::leak(Box::default());
         let hook: Box<dyn Fn() + Send + Sync> = Box::new(move || {
             // Another thread's hand-over, then an unanswered `_exit`.
-            assert!(table.note(b).is_some(), "b found no place");
+            table.note(b);
             *reset.lock().unwrap() = Some(table.reset());
         });
         assert!(table.freeing.set(hook).is_ok());
@@ -962,38 +940,30 @@ mod tests {
         }
     }
 
-    /// review r28-e item 2: closes handed over while the table was full
-    /// (more at once than its places: the reaper had not taken them yet)
-    /// get a place once the reaper's round has trimmed the closes held to
-    /// the bound, so an unanswered `_exit` resets them too.
+    /// review r28-e item 2, r29-a item 3: closes handed over past the
+    /// table's places (a burst the reaper has not taken yet) are noted at
+    /// once, in a table grown after it, so an unanswered `_exit` resets
+    /// them too; each is forgotten from its place.
     #[test]
-    fn a_close_met_when_the_table_was_full_is_noted_once_places_free() {
+    fn a_burst_past_the_tables_places_is_noted_whole() {
         let table: &'static fd_table::FdTable =
             Box::leak(Box::new(fd_table::FdTable::new(2).expect("a table")));
-        let (a, b, c) = (tcp_socket(), tcp_socket(), tcp_socket());
-        // Three hand-overs before the reaper's round.
-        let mut noted = [a, b, c].map(|fd| table.note(fd).map(|i| (table, i)));
-        assert!(
-            noted[0].is_some() && noted[1].is_some() && noted[2].is_none(),
-            "the third found the table full"
-        );
-        // The round: a cut (the bound 2), its place forgotten; then the
-        // closes held that still send noted.
-        let (t, ia) = noted[0].take().expect("a's place");
-        t.forget(ia);
-        let [_, nb, nc] = &mut noted;
-        note_missed(table, [(nb, b), (nc, c)].into_iter());
+        let fds: Vec<c_int> = (0..5).map(|_| tcp_socket()).collect();
+        let places: Vec<_> = fds.iter().map(|&fd| table.note(fd)).collect();
         let n = table.reset();
-        assert_eq!(
-            linger_of(c),
-            (1, 0),
-            "the close met when the table was full is not reset"
-        );
-        assert_eq!(linger_of(b), (1, 0));
-        assert_eq!(linger_of(a).0, 0, "a close cut was reset");
-        assert_eq!(n, 2, "the closes reset");
-        table.clear();
-        for fd in [a, b, c] {
+        for (i, &fd) in fds.iter().enumerate() {
+            assert_eq!(
+                linger_of(fd),
+                (1, 0),
+                "close {i} of 5 handed over to a table of 2 places is not reset"
+            );
+        }
+        assert_eq!(n, 5, "the closes reset");
+        for (t, i) in places {
+            t.forget(i);
+        }
+        assert_eq!(table.reset(), 0, "a close forgotten was reset");
+        for fd in fds {
             sys::close(fd);
         }
     }
@@ -1004,17 +974,16 @@ mod tests {
     /// it: past it a server's closes to slow clients were given up).
     #[test]
     fn the_reapers_table_has_a_place_for_every_close_held() {
-        let max = 300;
-        let r = new_reaper(max).expect("a reaper");
-        let fd = tcp_socket();
-        let places = (0..max + 1).map_while(|_| r.sending.note(fd)).count();
-        assert_eq!(
-            places, max,
-            "places in the table of a reaper holding up to {max} closes"
-        );
-        r.sending.clear();
-        for fd in [fd, r.wakefd, r.epfd] {
-            sys::close(fd);
+        for (max, places) in [(300, 300), (1 << 20, fd_table::FIRST_MAX)] {
+            let r = new_reaper(max).expect("a reaper");
+            assert_eq!(
+                r.sending.len(),
+                places,
+                "places in the table of a reaper holding up to {max} closes"
+            );
+            for fd in [r.wakefd, r.epfd] {
+                sys::close(fd);
+            }
         }
     }
 

@@ -35,7 +35,7 @@
 //! claim. Nothing blocks on a lock: each side spins on one word, and the
 //! exiter never waits.
 
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use libc::c_int;
 
@@ -56,17 +56,43 @@ struct Place {
     claim: AtomicU8,
 }
 
+impl Place {
+    fn free() -> Self {
+        Self {
+            fd: AtomicI32::new(-1),
+            ino: AtomicU64::new(0),
+            claim: AtomicU8::new(OPEN),
+        }
+    }
+}
+
+/// The places of a table grown by a `note` that found every place taken
+/// ([`FdTable::note`]).
+const SPILL: usize = 64;
+
+/// The most places a reaper's first table has (16 bytes each): a setting
+/// past it is met by the tables a full one grows, as closes need them,
+/// not by memory taken up front.
+pub(super) const FIRST_MAX: usize = 1 << 16;
+
 /// Descriptors with their inodes, -1 in the free places, and each place's
 /// claim (the module's doc): a table with no lock (a hand-over may come
-/// from a signal handler's `close`). Its places are allocated once, with
-/// the reaper (`super::get`), as many as `WARPSOCK_DDP_CLOSING_MAX`
-/// (review r29-a item 1). One met when it is full is not in it
-/// ([`Self::note`] says so; the reaper notes it once places are free:
-/// `super::note_missed`). The inode is checked before a reset: a number
-/// closed and reused without its `forget` (none should be) is not
-/// touched.
+/// from a signal handler's `close`). The reaper's first is allocated with
+/// it (`super::new_reaper`), as many places as `WARPSOCK_DDP_CLOSING_MAX`
+/// (review r29-a item 1; at most [`FIRST_MAX`]). One every place of which
+/// is taken when a close is noted — a burst of hand-overs the reaper has
+/// not taken (and trimmed to its bound) yet — grows a table of [`SPILL`]
+/// places after it ([`Self::note`]; a hand-over allocates anyway: its
+/// inbox node), never freed: every close still sending is noted from its
+/// hand-over to its sending's end (review r29-a item 3: a close met when
+/// the table was full was noted by a later round of the reaper, whose
+/// freed places the hand-overs after its take could fill first). The
+/// inode is checked before a reset: a number closed and reused without
+/// its `forget` (none should be) is not touched.
 pub(super) struct FdTable {
     places: Box<[Place]>,
+    /// The table grown after this one (null: none yet), leaked with it.
+    next: AtomicPtr<Self>,
     /// Test: run between a reset's inode check and its `setsockopt`.
     #[cfg(test)]
     pub(super) between: std::sync::OnceLock<Box<dyn Fn(c_int) + Send + Sync>>,
@@ -84,30 +110,83 @@ impl FdTable {
     pub(super) fn new(n: usize) -> Option<Self> {
         let mut places = Vec::new();
         places.try_reserve_exact(n.max(1)).ok()?;
-        places.extend((0..n.max(1)).map(|_| Place {
-            fd: AtomicI32::new(-1),
-            ino: AtomicU64::new(0),
-            claim: AtomicU8::new(OPEN),
-        }));
-        Some(Self {
-            places: places.into_boxed_slice(),
+        places.extend((0..n.max(1)).map(|_| Place::free()));
+        Some(Self::of(places.into_boxed_slice()))
+    }
+
+    /// A table of `places`.
+    fn of(places: Box<[Place]>) -> Self {
+        Self {
+            places,
+            next: AtomicPtr::new(std::ptr::null_mut()),
             #[cfg(test)]
             between: std::sync::OnceLock::new(),
             #[cfg(test)]
             waited: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(test)]
             freeing: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// This table's places.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.places.len()
+    }
+
+    /// The tables grown after this one, this one first.
+    fn chain(&self) -> impl Iterator<Item = &Self> {
+        std::iter::successors(Some(self), |t| {
+            // SAFETY: a linked table is published whole and never freed.
+            unsafe { t.next.load(Ordering::Acquire).as_ref() }
         })
     }
 
-    /// `fd` in the table, if a place is free: the place's index, which
-    /// its [`Self::forget`] takes.
-    pub(super) fn note(&self, fd: c_int) -> Option<usize> {
+    /// `fd` in the table: the table (this one or one grown after it) and
+    /// the index of its place, which its [`Self::forget`] takes. Every
+    /// place taken, it grows a table of [`SPILL`] places (the type's
+    /// doc).
+    pub(super) fn note(&'static self, fd: c_int) -> (&'static Self, usize) {
         let ino = super::super::inode(fd);
+        let mut t = self;
+        loop {
+            if let Some(i) = t.note_here(fd, ino) {
+                return (t, i);
+            }
+            let mut next = t.next.load(Ordering::Acquire);
+            if next.is_null() {
+                // (Out of memory, this aborts, as the hand-over's inbox
+                // node does.)
+                let places = (0..SPILL).map(|_| Place::free()).collect();
+                let grown = Box::into_raw(Box::new(Self::of(places)));
+                next = match t.next.compare_exchange(
+                    std::ptr::null_mut(),
+                    grown,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => grown,
+                    Err(other) => {
+                        // SAFETY: ours, never published: another `note`
+                        // linked its table first.
+                        drop(unsafe { Box::from_raw(grown) });
+                        other
+                    }
+                };
+            }
+            // SAFETY: a linked table is published whole and never freed.
+            t = unsafe { &*next };
+        }
+    }
+
+    /// `fd` (inode `ino`) in a free place of this table: its index.
+    fn note_here(&self, fd: c_int, ino: u64) -> Option<usize> {
         for (i, p) in self.places.iter().enumerate() {
-            if p.fd
-                .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+            // A load before the exchange: a taken place costs no write.
+            if p.fd.load(Ordering::Relaxed) == -1
+                && p.fd
+                    .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
             {
                 p.ino.store(ino, Ordering::Release);
                 return Some(i);
@@ -150,7 +229,7 @@ impl FdTable {
     /// Every place freed (a forked child, its only thread: the parent's
     /// sockets).
     pub(super) fn clear(&self) {
-        for p in self.places.iter() {
+        for p in self.chain().flat_map(|t| t.places.iter()) {
             p.fd.store(-1, Ordering::Release);
             p.ino.store(0, Ordering::Release);
             p.claim.store(OPEN, Ordering::Release);
@@ -166,7 +245,7 @@ impl FdTable {
             l_linger: 0,
         };
         let mut n = 0;
-        for p in self.places.iter() {
+        for p in self.chain().flat_map(|t| t.places.iter()) {
             if p.fd.load(Ordering::Acquire) < 0
                 || p.claim
                     .compare_exchange(OPEN, RESETTING, Ordering::AcqRel, Ordering::Acquire)
