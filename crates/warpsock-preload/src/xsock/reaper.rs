@@ -232,6 +232,13 @@ struct Held {
     /// hand-over while `counted`, the table with it: its `forget` takes
     /// the place, no scan.
     noted: Option<(&'static fd_table::FdTable, usize)>,
+    /// The process that switched its socket (`DdpSock::pid`): a close
+    /// handed over in another — a child forked between its `close`'s
+    /// look at that (`sock/close.rs`'s `forked_copy`) and the hand-over,
+    /// whose first hand-over started a reaper of its own — is the
+    /// parent's, on the engine socket the two share: the reaper forgets
+    /// it ([`forget_foreign`]; review r29-a item 5).
+    pid: i32,
     /// Its token in the reaper's epoll set: the closes held are in the
     /// order of their tokens (handed over, oldest first).
     key: u64,
@@ -292,6 +299,27 @@ impl Drop for Held {
         self.uncount();
         HELD.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// A close handed over in a process other than the one that switched
+/// its socket ([`Held::pid`]): a forked child's copy of its parent's
+/// close, on the engine socket the parent still uses. Forgotten, as
+/// `sock/close.rs`'s `forget_forked_copy` forgets one: never stepped (a
+/// step of the child's read the parent's credit returns and wrote frames
+/// into its stream), never reset, never dropped (`Qp::drop` would send an
+/// end of stream); its memory leaked, the child's copies of its
+/// descriptors left open. Its place in this process's table is freed (an
+/// unanswered `_exit` here must not reset the parent's socket), and the
+/// hand-over's count in [`HELD`] given back (saturating: made in this
+/// process, or a parent's the fork reset to 0); its [`CLOSING`] count is
+/// the parent's, made before the fork (whose handler set this process's
+/// to 0), and left.
+fn forget_foreign(mut h: Held) {
+    if let Some((table, i)) = h.noted.take() {
+        table.forget(i);
+    }
+    sub(&HELD);
+    std::mem::forget(h);
 }
 
 /// The epoll events of `poll` events `ev` (those [`XSocket::close_events`]
@@ -426,6 +454,10 @@ pub(crate) fn forget_after_fork() {
         sys::close(r.epfd);
     }
     HELD.store(0, Ordering::Release);
+    // A look the parent's `_exit` asked to reset with: never the child's
+    // (its reaper's first look, a plain one, reset the child's closes
+    // still sending; review r29-a item 5).
+    RESET_SENDING.store(false, Ordering::Release);
     if !old.is_null() {
         // The parent's closes (their sockets shared): never the child's
         // to reset (the table goes with the parent's reaper, unpublished
@@ -530,12 +562,15 @@ fn get() -> Option<&'static Reaper> {
 /// bytes and end of stream left (or were given up on), and in [`HELD`]
 /// until done. Without a reaper (no thread to be had) the socket is
 /// dropped now: its engine's socket closes, as a closer thread that
-/// could not start left it.
+/// could not start left it. `pid`: the process that switched the socket
+/// (`DdpSock::pid`, [`Held::pid`]): the reaper forgets a close handed
+/// over in another ([`forget_foreign`]).
 pub(super) fn hand_over(
     x: XSocket,
     abortive: bool,
     begun: Option<Closing>,
     counted: Option<Counted>,
+    pid: i32,
 ) {
     #[cfg(feature = "test-hooks")]
     if !abortive {
@@ -575,6 +610,7 @@ pub(super) fn hand_over(
         c: begun,
         counted,
         noted,
+        pid,
         key: 0,
         due: true,
         acked: None,
@@ -607,9 +643,18 @@ fn handover_gap() {
 }
 
 impl Reaper {
-    /// A dead reaper's closes: dropped, each leaving the exit's counts.
+    /// A dead reaper's closes: dropped, each leaving the exit's counts
+    /// (one of another process's forgotten: [`forget_foreign`]).
     fn drop_inbox(&self) {
-        drop(self.inbox.take());
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        for h in self.inbox.take() {
+            if h.pid == me {
+                drop(h);
+            } else {
+                forget_foreign(h);
+            }
+        }
     }
 
     fn wake(&self) {
@@ -651,6 +696,10 @@ impl Reaper {
         // A library thread for good: a program that cancels every thread
         // it finds must not unwind through it (`sys::no_cancel`).
         sys::no_cancel();
+        // The process this reaper runs in, for good (a forked child's
+        // first hand-over starts its own: `forget_after_fork`).
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
         let mut held: VecDeque<Held> = VecDeque::new();
         let mut next_key: u64 = 0;
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
@@ -660,6 +709,12 @@ impl Reaper {
                 let now = Instant::now();
                 let new = self.inbox.take();
                 for mut h in new {
+                    if h.pid != me {
+                        // Another process's close (a forked child's copy
+                        // of its parent's): never stepped nor dropped.
+                        forget_foreign(h);
+                        continue;
+                    }
                     if h.c.is_some() {
                         // Begun by its `close` (`SO_LINGER` N): stepped
                         // on below.
@@ -985,6 +1040,117 @@ mod tests {
                 sys::close(fd);
             }
         }
+    }
+
+    /// The process's reaper has made a round that took every close handed
+    /// over before this call: two `_exit` looks answered (the round that
+    /// answers the first may have taken its inbox before the call; the
+    /// one that answers the second began after it).
+    fn a_round_after_the_hand_overs() {
+        let end = Instant::now() + Duration::from_secs(30);
+        let mut answered = 0;
+        while answered < 2 {
+            assert!(Instant::now() < end, "the reaper answered no look in 30 s");
+            answered += usize::from(exit_look(false).is_some());
+        }
+    }
+
+    /// review r29-a item 5: a close handed over in a process other than
+    /// the one that switched its socket (a child forked between its
+    /// close's look and its hand-over, whose reaper is its own) is the
+    /// parent's: the reaper forgets it — no step (its end of stream would
+    /// reach the peer), no reset, no drop (its engine's socket closed or
+    /// shut). A loopback pair switched at both ends; the close handed over
+    /// as another process's (its pid not ours), then two rounds of the
+    /// reaper: the peer must read nothing, the engine's socket be open,
+    /// without `SO_LINGER`.
+    #[test]
+    fn a_close_handed_over_in_another_process_is_left_alone() {
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsFd;
+        use warpsock_xsock::io::{switch_fd, Options, RecvFlags};
+        let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
+        let (p, _) = l.accept().expect("its peer");
+        let o = Options::default();
+        let (x, peer) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| switch_fd(c.as_fd(), &o).map_err(|e| e.to_string()));
+            let b = sc.spawn(|| switch_fd(p.as_fd(), &o).map_err(|e| e.to_string()));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (x, peer) = (x.expect("the switch"), peer.expect("the peer's switch"));
+        // The engine's socket alone holds our end (`switch_fd` dups it).
+        drop(c);
+        let tfd = x.tcp_fd();
+        let quiet = RecvFlags {
+            nonblocking: true,
+            ..RecvFlags::default()
+        };
+        let mut buf = [0u8; 16];
+        let before = peer.recv(&mut buf, quiet, None);
+        assert!(
+            before
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the peer read {before:?} before the hand-over"
+        );
+        // SAFETY: getpid has no preconditions.
+        let other = unsafe { libc::getpid() } + 1;
+        let held = HELD.load(Ordering::Acquire);
+        // As a close's hand-over: orderly, its count made (the parent's).
+        hand_over(x, false, None, Some(Counted::new()), other);
+        a_round_after_the_hand_overs();
+        let after = peer.recv(&mut buf, quiet, None);
+        // SAFETY: F_GETFD on a number, open or not.
+        let open = unsafe { libc::fcntl(tfd, libc::F_GETFD) } >= 0;
+        let lingering = if open { linger_of(tfd) } else { (-1, -1) };
+        // The count the test made stands for the parent's: given back.
+        sub(&CLOSING);
+        assert!(
+            after
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the peer read {after:?} once another process's close was handed over: the \
+             reaper stepped (or dropped) it"
+        );
+        assert!(
+            open,
+            "the engine's socket of another process's close was closed"
+        );
+        assert_eq!(lingering, (0, 0), "another process's close was reset");
+        assert!(
+            HELD.load(Ordering::Acquire) <= held,
+            "the forgotten close left its count in HELD"
+        );
+    }
+
+    /// review r29-a item 5: a forked child's fork handler clears a look's
+    /// request to reset (an `_exit`'s in the parent): the child's
+    /// reaper's first look, a plain one, must not reset the child's
+    /// closes still sending.
+    #[test]
+    fn a_forked_child_forgets_the_parents_reset_request() {
+        // SAFETY: the child touches atomics and closes descriptors (the
+        // fork handler's work), then `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // The parent's `_exit` asked its reaper to reset, at the fork.
+            RESET_SENDING.store(true, Ordering::Release);
+            forget_after_fork();
+            let left = RESET_SENDING.load(Ordering::Acquire);
+            // SAFETY: ends the child, no unwinding into the harness.
+            unsafe { libc::_exit(i32::from(left)) };
+        }
+        let mut status = 0;
+        // SAFETY: the child just made.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "the child: status {status:#x}");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "RESET_SENDING still set in the forked child after its fork handler"
+        );
     }
 
     /// Items come out in the order they went in, once.

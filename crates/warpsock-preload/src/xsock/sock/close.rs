@@ -184,7 +184,7 @@ impl Drop for DdpSock {
             // stepped it, the exit waited its whole bound for this
             // thread's own count, then reset the peer (and a `siglongjmp`
             // left the count raised for good; review r27-c item 1).
-            reaper::hand_over(x, how == CLOSED_ABORTIVE, begun, counted);
+            reaper::hand_over(x, how == CLOSED_ABORTIVE, begun, counted, pid);
             drop(mask);
         };
         if busy() {
@@ -333,7 +333,7 @@ fn linger_close(
         // SAFETY: `OWN` names a live `Lingering` boxed below, whose frame
         // a jump abandoned (never given back: no drop ran).
         let l = unsafe { Box::from_raw(left) };
-        reaper::hand_over(l.x, false, Some(l.c), Some(l.counted));
+        reaper::hand_over(l.x, false, Some(l.c), Some(l.counted), pid);
     }
     if exit_begun() || reactor::on_progress_thread() || x.try_unread() != Some(false) {
         return (x, None, counted);
