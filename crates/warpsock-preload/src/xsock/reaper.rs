@@ -16,8 +16,8 @@
 //! whose peers are slow to close hold up to `2 × WARPSOCK_LINGER_MS` of
 //! threads, unbounded: a peer that never sends its FIN kept its thread for
 //! the whole linger. Here the closes held are bounded too
-//! (`WARPSOCK_DDP_CLOSING_MAX`, [`config::Config::closing_max`], at most
-//! [`SENDING_PLACES`]): past the bound the oldest lingering close is cut
+//! (`WARPSOCK_DDP_CLOSING_MAX`, [`config::Config::closing_max`]): past the
+//! bound the oldest lingering close is cut
 //! — its engine's socket closed at once, plainly (a FIN, no reset: our
 //! FIN went already, so the kernel's close only ends the linger early, as
 //! its bound would; the peer loses nothing it has not read unless it
@@ -83,38 +83,6 @@ static RESET_SENDING: AtomicBool = AtomicBool::new(false);
 /// every close held, each a bounded engine round.
 const LOOK_WAIT: Duration = Duration::from_secs(1);
 
-/// The places of [`SENDING`], and so the most closes the reaper holds
-/// (`WARPSOCK_DDP_CLOSING_MAX` is clamped to it: `config::closing_max`):
-/// every close it holds that still sends has a place once a round has
-/// trimmed the closes to that bound ([`note_missed`]), however many were
-/// handed over at once (review r28-e item 2: with the bound set higher,
-/// the closes past the table's size were never noted, and ended with a
-/// FIN at an `_exit` whose reaper did not answer). A fixed table, not one
-/// sized from the setting: a hand-over may come from a signal handler's
-/// `close`, and each close's end looks through the places.
-pub(super) const SENDING_PLACES: usize = 256;
-
-/// The engines' sockets of the closes held that still send (a [`Held`]
-/// counted in [`CLOSING`]): what an `_exit` whose reaper does not answer
-/// resets itself ([`reset_sending_unanswered`]).
-static SENDING: fd_table::FdTable<SENDING_PLACES> = fd_table::FdTable::new();
-
-/// The closes still sending that found no place at their hand-over (more
-/// handed over at once than the table holds) noted now, as places are
-/// free again: each item is a close's `noted` flag and its engine's
-/// socket. After a round's trim the closes held are at most
-/// [`SENDING_PLACES`], so each of them gets one.
-fn note_missed<'a, const N: usize>(
-    table: &fd_table::FdTable<N>,
-    missed: impl Iterator<Item = (&'a mut bool, c_int)>,
-) {
-    for (noted, fd) in missed {
-        if !*noted {
-            *noted = table.note(fd);
-        }
-    }
-}
-
 /// For `_exit` when the reaper did not answer its look ([`exit_look`]
 /// `None`: its thread stuck, in an allocation behind an arena lock the
 /// interrupted program holds, or a slow step): the closes it holds that
@@ -130,7 +98,12 @@ fn note_missed<'a, const N: usize>(
 /// `accept`) between the inode check and the `setsockopt` (review r28-e
 /// item 1). Returns how many were reset.
 pub(super) fn reset_sending_unanswered() -> usize {
-    SENDING.reset()
+    let p = REAPER.load(Ordering::Acquire);
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: a published reaper is leaked and never freed.
+    unsafe { &*p }.sending.reset()
 }
 
 /// For `_exit` (`DdpKind::exit_flush`, from outside any call of the
@@ -254,9 +227,18 @@ struct Held {
     c: Option<Closing>,
     /// Still counted in [`CLOSING`] (until its sending phase ends).
     counted: bool,
-    /// In [`SENDING`] (while `counted`; a hand-over that found the table
-    /// full notes it later: [`note_missed`]).
-    noted: bool,
+    /// Its place in the reaper's table of closes still sending
+    /// ([`Reaper::sending`], or one grown after it), noted at the
+    /// hand-over while `counted`, the table with it: its `forget` takes
+    /// the place, no scan.
+    noted: Option<(&'static fd_table::FdTable, usize)>,
+    /// The process that switched its socket (`DdpSock::pid`): a close
+    /// handed over in another — a child forked between its `close`'s
+    /// look at that (`sock/close.rs`'s `forked_copy`) and the hand-over,
+    /// whose first hand-over started a reaper of its own — is the
+    /// parent's, on the engine socket the two share: the reaper forgets
+    /// it ([`forget_foreign`]; review r29-a item 5).
+    pid: i32,
     /// Its token in the reaper's epoll set: the closes held are in the
     /// order of their tokens (handed over, oldest first).
     key: u64,
@@ -291,9 +273,9 @@ impl Held {
     /// Its bytes are out of the exit's concern from now on.
     fn uncount(&mut self) {
         if std::mem::take(&mut self.counted) {
-            if std::mem::take(&mut self.noted) {
+            if let Some((table, i)) = self.noted.take() {
                 // Before its socket closes (`fd_table`'s claims).
-                SENDING.forget(self.x.tcp_fd());
+                table.forget(i);
             }
             CLOSING.fetch_sub(1, Ordering::AcqRel);
         }
@@ -317,6 +299,27 @@ impl Drop for Held {
         self.uncount();
         HELD.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// A close handed over in a process other than the one that switched
+/// its socket ([`Held::pid`]): a forked child's copy of its parent's
+/// close, on the engine socket the parent still uses. Forgotten, as
+/// `sock/close.rs`'s `forget_forked_copy` forgets one: never stepped (a
+/// step of the child's read the parent's credit returns and wrote frames
+/// into its stream), never reset, never dropped (`Qp::drop` would send an
+/// end of stream); its memory leaked, the child's copies of its
+/// descriptors left open. Its place in this process's table is freed (an
+/// unanswered `_exit` here must not reset the parent's socket), and the
+/// hand-over's count in [`HELD`] given back (saturating: made in this
+/// process, or a parent's the fork reset to 0); its [`CLOSING`] count is
+/// the parent's, made before the fork (whose handler set this process's
+/// to 0), and left.
+fn forget_foreign(mut h: Held) {
+    if let Some((table, i)) = h.noted.take() {
+        table.forget(i);
+    }
+    sub(&HELD);
+    std::mem::forget(h);
 }
 
 /// The epoll events of `poll` events `ev` (those [`XSocket::close_events`]
@@ -408,6 +411,18 @@ struct Reaper {
     /// engines' sockets closed at once, as a closer thread that could not
     /// start left them), never left in the inbox for no one.
     dead: AtomicBool,
+    /// The engines' sockets of the closes held that still send (a
+    /// [`Held`] counted in [`CLOSING`]): what an `_exit` whose reaper does
+    /// not answer resets itself ([`reset_sending_unanswered`]). As many
+    /// places as the closes held (`WARPSOCK_DDP_CLOSING_MAX`, up to
+    /// `fd_table::FIRST_MAX`; grown past them as closes need them: a
+    /// burst of hand-overs the reaper has not taken yet), allocated here,
+    /// before the reaper is published, and leaked with it: a bound
+    /// clamped to a fixed table's 256 places gave up (or reset) every
+    /// close past them in normal running, a server's closes to slow
+    /// clients among them (review r29-a item 1). A hand-over allocates
+    /// anyway (its inbox node; the first one this reaper and its thread).
+    sending: fd_table::FdTable,
 }
 
 static REAPER: AtomicPtr<Reaper> = AtomicPtr::new(std::ptr::null_mut());
@@ -439,19 +454,24 @@ pub(crate) fn forget_after_fork() {
         sys::close(r.epfd);
     }
     HELD.store(0, Ordering::Release);
-    // The parent's closes (their sockets shared): never the child's to
-    // reset.
-    SENDING.clear();
+    // A look the parent's `_exit` asked to reset with: never the child's
+    // (its reaper's first look, a plain one, reset the child's closes
+    // still sending; review r29-a item 5).
+    RESET_SENDING.store(false, Ordering::Release);
+    if !old.is_null() {
+        // The parent's closes (their sockets shared): never the child's
+        // to reset (the table goes with the parent's reaper, unpublished
+        // here; cleared all the same).
+        // SAFETY: as above.
+        unsafe { &*old }.sending.clear();
+    }
 }
 
-/// The process's reaper, started (with its thread) on first use; `None`
-/// if the kernel refused the eventfd or the thread.
-fn get() -> Option<&'static Reaper> {
-    let p = REAPER.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: a published reaper is leaked and never freed.
-        return Some(unsafe { &*p });
-    }
+/// A reaper for `max` closes held (its table of closes still sending as
+/// many places: [`Reaper::sending`]), its thread not started; `None` if
+/// the kernel refused the eventfd or epoll set, or the table's memory
+/// could not be had.
+fn new_reaper(max: usize) -> Option<Reaper> {
     // SAFETY: plain syscalls creating new descriptors.
     let (wakefd, epfd) = unsafe {
         (
@@ -473,12 +493,30 @@ fn get() -> Option<&'static Reaper> {
         sys::close(epfd);
         return None;
     }
-    let raw = Box::into_raw(Box::new(Reaper {
+    let Some(sending) = fd_table::FdTable::new(max.min(fd_table::FIRST_MAX)) else {
+        sys::close(wakefd);
+        sys::close(epfd);
+        return None;
+    };
+    Some(Reaper {
         inbox: Inbox::new(),
         wakefd,
         epfd,
         dead: AtomicBool::new(false),
-    }));
+        sending,
+    })
+}
+
+/// The process's reaper, started (with its thread) on first use; `None`
+/// if the kernel refused the eventfd or the thread.
+fn get() -> Option<&'static Reaper> {
+    let p = REAPER.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a published reaper is leaked and never freed.
+        return Some(unsafe { &*p });
+    }
+    let cfg = config::get();
+    let raw = Box::into_raw(Box::new(new_reaper(cfg.closing_max)?));
     match REAPER.compare_exchange(
         std::ptr::null_mut(),
         raw,
@@ -488,7 +526,6 @@ fn get() -> Option<&'static Reaper> {
         Ok(_) => {
             // SAFETY: `raw` is published now and lives for the process.
             let r: &'static Reaper = unsafe { &*raw };
-            let cfg = config::get();
             let (linger, max) = (cfg.linger, cfg.closing_max);
             // With every asynchronous signal blocked (`spawn_reaper`), as
             // the closer threads had.
@@ -525,12 +562,15 @@ fn get() -> Option<&'static Reaper> {
 /// bytes and end of stream left (or were given up on), and in [`HELD`]
 /// until done. Without a reaper (no thread to be had) the socket is
 /// dropped now: its engine's socket closes, as a closer thread that
-/// could not start left it.
+/// could not start left it. `pid`: the process that switched the socket
+/// (`DdpSock::pid`, [`Held::pid`]): the reaper forgets a close handed
+/// over in another ([`forget_foreign`]).
 pub(super) fn hand_over(
     x: XSocket,
     abortive: bool,
     begun: Option<Closing>,
     counted: Option<Counted>,
+    pid: i32,
 ) {
     #[cfg(feature = "test-hooks")]
     if !abortive {
@@ -562,14 +602,15 @@ pub(super) fn hand_over(
         }
         sending
     };
-    // Table full (a burst of hand-overs the reaper has not taken yet):
-    // noted by the reaper once its round trimmed the closes held.
-    let noted = counted && SENDING.note(x.tcp_fd());
+    // Every place taken (a burst of hand-overs the reaper has not taken
+    // yet): the table grows (`fd_table::FdTable::note`).
+    let noted = counted.then(|| r.sending.note(x.tcp_fd()));
     r.inbox.push(Held {
         x,
         c: begun,
         counted,
         noted,
+        pid,
         key: 0,
         due: true,
         acked: None,
@@ -602,9 +643,18 @@ fn handover_gap() {
 }
 
 impl Reaper {
-    /// A dead reaper's closes: dropped, each leaving the exit's counts.
+    /// A dead reaper's closes: dropped, each leaving the exit's counts
+    /// (one of another process's forgotten: [`forget_foreign`]).
     fn drop_inbox(&self) {
-        drop(self.inbox.take());
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        for h in self.inbox.take() {
+            if h.pid == me {
+                drop(h);
+            } else {
+                forget_foreign(h);
+            }
+        }
     }
 
     fn wake(&self) {
@@ -646,6 +696,10 @@ impl Reaper {
         // A library thread for good: a program that cancels every thread
         // it finds must not unwind through it (`sys::no_cancel`).
         sys::no_cancel();
+        // The process this reaper runs in, for good (a forked child's
+        // first hand-over starts its own: `forget_after_fork`).
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
         let mut held: VecDeque<Held> = VecDeque::new();
         let mut next_key: u64 = 0;
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
@@ -655,6 +709,12 @@ impl Reaper {
                 let now = Instant::now();
                 let new = self.inbox.take();
                 for mut h in new {
+                    if h.pid != me {
+                        // Another process's close (a forked child's copy
+                        // of its parent's): never stepped nor dropped.
+                        forget_foreign(h);
+                        continue;
+                    }
                     if h.c.is_some() {
                         // Begun by its `close` (`SO_LINGER` N): stepped
                         // on below.
@@ -680,13 +740,6 @@ impl Reaper {
                     }
                     h.uncount();
                 }
-                // At most `max` held, `max` at most the table's places.
-                note_missed(
-                    &SENDING,
-                    held.iter_mut()
-                        .filter(|h| h.counted)
-                        .map(|h| (&mut h.noted, h.x.tcp_fd())),
-                );
                 // An `_exit`'s look: every close stepped now, then the answer.
                 let asked = ASKED.load(Ordering::Acquire);
                 let look = asked != LOOKED.load(Ordering::Acquire);
@@ -830,12 +883,13 @@ mod tests {
     /// number now names another socket, is left alone.
     #[test]
     fn an_unanswered_exit_resets_the_closes_noted_as_sending() {
-        let table: fd_table::FdTable<4> = fd_table::FdTable::new();
+        let table: &'static fd_table::FdTable =
+            Box::leak(Box::new(fd_table::FdTable::new(4).expect("a table")));
         let (a, b, c) = (tcp_socket(), tcp_socket(), tcp_socket());
         table.note(a);
-        table.note(b);
+        let (tb, ib) = table.note(b);
         table.note(c);
-        table.forget(b);
+        tb.forget(ib);
         // c's number taken by another socket since it was noted.
         let other = tcp_socket();
         // SAFETY: our own descriptors; `dup2` replaces c's socket.
@@ -864,14 +918,15 @@ mod tests {
     #[test]
     fn a_reset_under_way_holds_off_the_close_of_its_socket() {
         use std::sync::{Arc, Mutex};
-        let table: &'static fd_table::FdTable<4> = Box::leak(Box::new(fd_table::FdTable::new()));
+        let table: &'static fd_table::FdTable =
+            Box::leak(Box::new(fd_table::FdTable::new(4).expect("a table")));
         let a = tcp_socket();
         // a's socket, looked at after its number went to another.
         // SAFETY: our own descriptor.
         let keep = unsafe { libc::dup(a) };
         assert!(keep >= 0);
         let other = tcp_socket();
-        table.note(a);
+        let (_, ia) = table.note(a);
         let done = Arc::new(AtomicBool::new(false));
         let reaper: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
         let (d, r) = (done.clone(), reaper.clone());
@@ -880,7 +935,7 @@ mod tests {
             // The reaper's end of the close: its forget, then its close,
             // and another socket on the number (`dup2`: both at once).
             let t = std::thread::spawn(move || {
-                table.forget(fd);
+                table.forget(ia);
                 // SAFETY: our own descriptors.
                 assert_eq!(unsafe { libc::dup2(other, fd) }, fd);
                 d2.store(true, Ordering::Release);
@@ -906,36 +961,196 @@ mod tests {
         }
     }
 
-    /// review r28-e item 2: closes handed over while the table was full
-    /// (more at once than its places: the reaper had not taken them yet)
-    /// get a place once the reaper's round has trimmed the closes held to
-    /// the bound, so an unanswered `_exit` resets them too.
+    /// review r29-a item 2: a close noted while another's `forget` is
+    /// under way (the table's test hook runs before forget's last store)
+    /// is reset by an exit then, and the forgotten one is not. `forget`
+    /// freed the number while its claim was still held: the note landed
+    /// in that place, and the reset skipped it as "being forgotten".
     #[test]
-    fn a_close_met_when_the_table_was_full_is_noted_once_places_free() {
-        let table: fd_table::FdTable<2> = fd_table::FdTable::new();
-        let (a, b, c) = (tcp_socket(), tcp_socket(), tcp_socket());
-        // Three hand-overs before the reaper's round.
-        let mut noted = [table.note(a), table.note(b), table.note(c)];
-        assert_eq!(noted, [true, true, false], "the third found the table full");
-        // The round: a cut (the bound 2), its place forgotten; then the
-        // closes held that still send noted.
-        table.forget(a);
-        noted[0] = false;
-        let [_, nb, nc] = &mut noted;
-        note_missed(&table, [(nb, b), (nc, c)].into_iter());
-        let n = table.reset();
+    fn a_close_noted_during_anothers_forget_is_reset() {
+        use std::sync::Mutex;
+        let table: &'static fd_table::FdTable =
+            Box::leak(Box::new(fd_table::FdTable::new(2).expect("a table")));
+        let (a, b) = (tcp_socket(), tcp_socket());
+        let (_, ia) = table.note(a);
+        let reset: &'static Mutex<Option<usize>> = Box::leak(Box::default());
+        let hook: Box<dyn Fn() + Send + Sync> = Box::new(move || {
+            // Another thread's hand-over, then an unanswered `_exit`.
+            table.note(b);
+            *reset.lock().unwrap() = Some(table.reset());
+        });
+        assert!(table.freeing.set(hook).is_ok());
+        table.forget(ia);
+        let n = reset.lock().unwrap().take().expect("the hook ran");
         assert_eq!(
-            linger_of(c),
+            linger_of(b),
             (1, 0),
-            "the close met when the table was full is not reset"
+            "the close noted during another's forget was not reset ({n} reset)"
         );
-        assert_eq!(linger_of(b), (1, 0));
-        assert_eq!(linger_of(a).0, 0, "a close cut was reset");
-        assert_eq!(n, 2, "the closes reset");
+        assert_eq!(linger_of(a).0, 0, "the close forgotten was reset");
+        assert_eq!(n, 1);
         table.clear();
-        for fd in [a, b, c] {
+        for fd in [a, b] {
             sys::close(fd);
         }
+    }
+
+    /// review r28-e item 2, r29-a item 3: closes handed over past the
+    /// table's places (a burst the reaper has not taken yet) are noted at
+    /// once, in a table grown after it, so an unanswered `_exit` resets
+    /// them too; each is forgotten from its place.
+    #[test]
+    fn a_burst_past_the_tables_places_is_noted_whole() {
+        let table: &'static fd_table::FdTable =
+            Box::leak(Box::new(fd_table::FdTable::new(2).expect("a table")));
+        let fds: Vec<c_int> = (0..5).map(|_| tcp_socket()).collect();
+        let places: Vec<_> = fds.iter().map(|&fd| table.note(fd)).collect();
+        let n = table.reset();
+        for (i, &fd) in fds.iter().enumerate() {
+            assert_eq!(
+                linger_of(fd),
+                (1, 0),
+                "close {i} of 5 handed over to a table of 2 places is not reset"
+            );
+        }
+        assert_eq!(n, 5, "the closes reset");
+        for (t, i) in places {
+            t.forget(i);
+        }
+        assert_eq!(table.reset(), 0, "a close forgotten was reset");
+        for fd in fds {
+            sys::close(fd);
+        }
+    }
+
+    /// review r29-a item 1: the reaper's table of closes still sending
+    /// has as many places as the closes it holds, a bound past 256
+    /// included (it was a fixed table of 256, and the bound clamped to
+    /// it: past it a server's closes to slow clients were given up).
+    #[test]
+    fn the_reapers_table_has_a_place_for_every_close_held() {
+        for (max, places) in [(300, 300), (1 << 20, fd_table::FIRST_MAX)] {
+            let r = new_reaper(max).expect("a reaper");
+            assert_eq!(
+                r.sending.len(),
+                places,
+                "places in the table of a reaper holding up to {max} closes"
+            );
+            for fd in [r.wakefd, r.epfd] {
+                sys::close(fd);
+            }
+        }
+    }
+
+    /// The process's reaper has made a round that took every close handed
+    /// over before this call: two `_exit` looks answered (the round that
+    /// answers the first may have taken its inbox before the call; the
+    /// one that answers the second began after it).
+    fn a_round_after_the_hand_overs() {
+        let end = Instant::now() + Duration::from_secs(30);
+        let mut answered = 0;
+        while answered < 2 {
+            assert!(Instant::now() < end, "the reaper answered no look in 30 s");
+            answered += usize::from(exit_look(false).is_some());
+        }
+    }
+
+    /// review r29-a item 5: a close handed over in a process other than
+    /// the one that switched its socket (a child forked between its
+    /// close's look and its hand-over, whose reaper is its own) is the
+    /// parent's: the reaper forgets it — no step (its end of stream would
+    /// reach the peer), no reset, no drop (its engine's socket closed or
+    /// shut). A loopback pair switched at both ends; the close handed over
+    /// as another process's (its pid not ours), then two rounds of the
+    /// reaper: the peer must read nothing, the engine's socket be open,
+    /// without `SO_LINGER`.
+    #[test]
+    fn a_close_handed_over_in_another_process_is_left_alone() {
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsFd;
+        use warpsock_xsock::io::{switch_fd, Options, RecvFlags};
+        let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
+        let (p, _) = l.accept().expect("its peer");
+        let o = Options::default();
+        let (x, peer) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| switch_fd(c.as_fd(), &o).map_err(|e| e.to_string()));
+            let b = sc.spawn(|| switch_fd(p.as_fd(), &o).map_err(|e| e.to_string()));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (x, peer) = (x.expect("the switch"), peer.expect("the peer's switch"));
+        // The engine's socket alone holds our end (`switch_fd` dups it).
+        drop(c);
+        let tfd = x.tcp_fd();
+        let quiet = RecvFlags {
+            nonblocking: true,
+            ..RecvFlags::default()
+        };
+        let mut buf = [0u8; 16];
+        let before = peer.recv(&mut buf, quiet, None);
+        assert!(
+            before
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the peer read {before:?} before the hand-over"
+        );
+        // SAFETY: getpid has no preconditions.
+        let other = unsafe { libc::getpid() } + 1;
+        let held = HELD.load(Ordering::Acquire);
+        // As a close's hand-over: orderly, its count made (the parent's).
+        hand_over(x, false, None, Some(Counted::new()), other);
+        a_round_after_the_hand_overs();
+        let after = peer.recv(&mut buf, quiet, None);
+        // SAFETY: F_GETFD on a number, open or not.
+        let open = unsafe { libc::fcntl(tfd, libc::F_GETFD) } >= 0;
+        let lingering = if open { linger_of(tfd) } else { (-1, -1) };
+        // The count the test made stands for the parent's: given back.
+        sub(&CLOSING);
+        assert!(
+            after
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the peer read {after:?} once another process's close was handed over: the \
+             reaper stepped (or dropped) it"
+        );
+        assert!(
+            open,
+            "the engine's socket of another process's close was closed"
+        );
+        assert_eq!(lingering, (0, 0), "another process's close was reset");
+        assert!(
+            HELD.load(Ordering::Acquire) <= held,
+            "the forgotten close left its count in HELD"
+        );
+    }
+
+    /// review r29-a item 5: a forked child's fork handler clears a look's
+    /// request to reset (an `_exit`'s in the parent): the child's
+    /// reaper's first look, a plain one, must not reset the child's
+    /// closes still sending.
+    #[test]
+    fn a_forked_child_forgets_the_parents_reset_request() {
+        // SAFETY: the child touches atomics and closes descriptors (the
+        // fork handler's work), then `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // The parent's `_exit` asked its reaper to reset, at the fork.
+            RESET_SENDING.store(true, Ordering::Release);
+            forget_after_fork();
+            let left = RESET_SENDING.load(Ordering::Acquire);
+            // SAFETY: ends the child, no unwinding into the harness.
+            unsafe { libc::_exit(i32::from(left)) };
+        }
+        let mut status = 0;
+        // SAFETY: the child just made.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "the child: status {status:#x}");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "RESET_SENDING still set in the forked child after its fork handler"
+        );
     }
 
     /// Items come out in the order they went in, once.

@@ -11,10 +11,19 @@
 //!
 //! * the exiter claims a place (`OPEN` → `RESETTING`, compare-exchange)
 //!   before its check and reset, and gives it back (`OPEN`) after; a place
-//!   it cannot claim it skips (being forgotten: that close stops sending);
+//!   it cannot claim it skips (being forgotten: that close stops sending),
+//!   and one it claims whose inode is 0 (being forgotten, or being noted:
+//!   its inode not stored yet) it leaves alone;
 //! * [`FdTable::forget`] — called before the close's socket is closed (the
-//!   `Held`'s count given up, `reaper.rs`) — claims the place for itself
-//!   (`OPEN` → `FORGETTING`), waiting out a reset under way, then frees it.
+//!   `Held`'s count given up, `reaper.rs`), with the place its `note`
+//!   gave — claims the place for itself (`OPEN` → `FORGETTING`), waiting
+//!   out a reset under way, zeroes its inode, gives the claim back, and
+//!   only then frees the place (its number -1). In that order no `note`
+//!   can take the place while its claim is held: freed under the claim, a
+//!   `note` of another close landed there and a concurrent reset skipped
+//!   that close as "being forgotten" (review r29-a item 2). A reset that
+//!   claims the place between the claim's release and the free finds the
+//!   inode 0 and leaves it.
 //!
 //! A noted descriptor is closed only after its `forget` returned, and
 //! `forget` cannot return while a reset holds its place: the number still
@@ -26,7 +35,7 @@
 //! claim. Nothing blocks on a lock: each side spins on one word, and the
 //! exiter never waits.
 
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use libc::c_int;
 
@@ -39,115 +48,217 @@ const RESETTING: u8 = 1;
 /// [`FdTable::forget`] is emptying the place.
 const FORGETTING: u8 = 2;
 
+/// One place: a descriptor (-1 when free), its inode, its claim (the
+/// module's doc).
+struct Place {
+    fd: AtomicI32,
+    ino: AtomicU64,
+    claim: AtomicU8,
+}
+
+impl Place {
+    fn free() -> Self {
+        Self {
+            fd: AtomicI32::new(-1),
+            ino: AtomicU64::new(0),
+            claim: AtomicU8::new(OPEN),
+        }
+    }
+}
+
+/// The places of a table grown by a `note` that found every place taken
+/// ([`FdTable::note`]).
+const SPILL: usize = 64;
+
+/// The most places a reaper's first table has (16 bytes each): a setting
+/// past it is met by the tables a full one grows, as closes need them,
+/// not by memory taken up front.
+pub(super) const FIRST_MAX: usize = 1 << 16;
+
 /// Descriptors with their inodes, -1 in the free places, and each place's
 /// claim (the module's doc): a table with no lock (a hand-over may come
-/// from a signal handler's `close`). One met when it is full is not in it
-/// ([`Self::note`] says so; the reaper notes it once places are free:
-/// `super::note_missed`). The inode is checked before a reset: a number
-/// closed and reused without its `forget` (none should be) is not
-/// touched.
-pub(super) struct FdTable<const N: usize> {
-    fds: [AtomicI32; N],
-    inos: [AtomicU64; N],
-    claims: [AtomicU8; N],
+/// from a signal handler's `close`). The reaper's first is allocated with
+/// it (`super::new_reaper`), as many places as `WARPSOCK_DDP_CLOSING_MAX`
+/// (review r29-a item 1; at most [`FIRST_MAX`]). One every place of which
+/// is taken when a close is noted — a burst of hand-overs the reaper has
+/// not taken (and trimmed to its bound) yet — grows a table of [`SPILL`]
+/// places after it ([`Self::note`]; a hand-over allocates anyway: its
+/// inbox node), never freed: every close still sending is noted from its
+/// hand-over to its sending's end (review r29-a item 3: a close met when
+/// the table was full was noted by a later round of the reaper, whose
+/// freed places the hand-overs after its take could fill first). The
+/// inode is checked before a reset: a number closed and reused without
+/// its `forget` (none should be) is not touched.
+pub(super) struct FdTable {
+    places: Box<[Place]>,
+    /// The table grown after this one (null: none yet), leaked with it.
+    next: AtomicPtr<Self>,
     /// Test: run between a reset's inode check and its `setsockopt`.
     #[cfg(test)]
     pub(super) between: std::sync::OnceLock<Box<dyn Fn(c_int) + Send + Sync>>,
     /// Test: `forget` calls that met a reset under way.
     #[cfg(test)]
     pub(super) waited: std::sync::atomic::AtomicUsize,
+    /// Test: run in `forget` before its last store.
+    #[cfg(test)]
+    pub(super) freeing: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
-impl<const N: usize> FdTable<N> {
-    pub(super) const fn new() -> Self {
+impl FdTable {
+    /// A table of `n` places (at least 1), or `None` if the memory could
+    /// not be had.
+    pub(super) fn new(n: usize) -> Option<Self> {
+        let mut places = Vec::new();
+        places.try_reserve_exact(n.max(1)).ok()?;
+        places.extend((0..n.max(1)).map(|_| Place::free()));
+        Some(Self::of(places.into_boxed_slice()))
+    }
+
+    /// A table of `places`.
+    fn of(places: Box<[Place]>) -> Self {
         Self {
-            fds: [const { AtomicI32::new(-1) }; N],
-            inos: [const { AtomicU64::new(0) }; N],
-            claims: [const { AtomicU8::new(OPEN) }; N],
+            places,
+            next: AtomicPtr::new(std::ptr::null_mut()),
             #[cfg(test)]
             between: std::sync::OnceLock::new(),
             #[cfg(test)]
             waited: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            freeing: std::sync::OnceLock::new(),
         }
     }
 
-    /// `fd` in the table, if a place is free; whether it is.
-    pub(super) fn note(&self, fd: c_int) -> bool {
+    /// This table's places.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.places.len()
+    }
+
+    /// The tables grown after this one, this one first.
+    fn chain(&self) -> impl Iterator<Item = &Self> {
+        std::iter::successors(Some(self), |t| {
+            // SAFETY: a linked table is published whole and never freed.
+            unsafe { t.next.load(Ordering::Acquire).as_ref() }
+        })
+    }
+
+    /// `fd` in the table: the table (this one or one grown after it) and
+    /// the index of its place, which its [`Self::forget`] takes. Every
+    /// place taken, it grows a table of [`SPILL`] places (the type's
+    /// doc).
+    pub(super) fn note(&'static self, fd: c_int) -> (&'static Self, usize) {
         let ino = super::super::inode(fd);
-        for (s, i) in self.fds.iter().zip(&self.inos) {
-            if s.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                i.store(ino, Ordering::Release);
-                return true;
+        let mut t = self;
+        loop {
+            if let Some(i) = t.note_here(fd, ino) {
+                return (t, i);
             }
+            let mut next = t.next.load(Ordering::Acquire);
+            if next.is_null() {
+                // (Out of memory, this aborts, as the hand-over's inbox
+                // node does.)
+                let places = (0..SPILL).map(|_| Place::free()).collect();
+                let grown = Box::into_raw(Box::new(Self::of(places)));
+                next = match t.next.compare_exchange(
+                    std::ptr::null_mut(),
+                    grown,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => grown,
+                    Err(other) => {
+                        // SAFETY: ours, never published: another `note`
+                        // linked its table first.
+                        drop(unsafe { Box::from_raw(grown) });
+                        other
+                    }
+                };
+            }
+            // SAFETY: a linked table is published whole and never freed.
+            t = unsafe { &*next };
         }
-        false
     }
 
-    /// `fd` out of the table: before its socket closes, and it returns only
-    /// once no reset of it is under way (the module's doc).
-    pub(super) fn forget(&self, fd: c_int) {
-        for ((s, i), c) in self.fds.iter().zip(&self.inos).zip(&self.claims) {
-            if s.load(Ordering::Acquire) != fd {
-                continue;
-            }
-            let mut round = 0;
-            while c
-                .compare_exchange(OPEN, FORGETTING, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
+    /// `fd` (inode `ino`) in a free place of this table: its index.
+    fn note_here(&self, fd: c_int, ino: u64) -> Option<usize> {
+        for (i, p) in self.places.iter().enumerate() {
+            // A load before the exchange: a taken place costs no write.
+            if p.fd.load(Ordering::Relaxed) == -1
+                && p.fd
+                    .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
             {
-                #[cfg(test)]
-                if round == 0 {
-                    self.waited.fetch_add(1, Ordering::AcqRel);
-                }
-                sys::pause(round);
-                round = round.saturating_add(1);
-            }
-            // Only a `forget` frees a place, and one close forgets once:
-            // still ours. The inode first: a `note` taking the place once
-            // it is free stores its own after its number.
-            let ours = s.load(Ordering::Acquire) == fd;
-            if ours {
-                i.store(0, Ordering::Release);
-                s.store(-1, Ordering::Release);
-            }
-            c.store(OPEN, Ordering::Release);
-            if ours {
-                return;
+                p.ino.store(ino, Ordering::Release);
+                return Some(i);
             }
         }
+        None
+    }
+
+    /// Place `i` (its [`Self::note`]'s) freed: before its socket closes,
+    /// and it returns only once no reset of it is under way (the module's
+    /// doc). No scan: the place is the close's.
+    pub(super) fn forget(&self, i: usize) {
+        let p = &self.places[i];
+        let mut round = 0;
+        while p
+            .claim
+            .compare_exchange(OPEN, FORGETTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            #[cfg(test)]
+            if round == 0 {
+                self.waited.fetch_add(1, Ordering::AcqRel);
+            }
+            sys::pause(round);
+            round = round.saturating_add(1);
+        }
+        // The inode first (a reset from now on leaves the place alone),
+        // the claim given back, then the number freed: a `note` can take
+        // the place only once no claim of ours is on it (the module's
+        // doc; a `note` stores its inode after its number).
+        p.ino.store(0, Ordering::Release);
+        p.claim.store(OPEN, Ordering::Release);
+        #[cfg(test)]
+        if let Some(f) = self.freeing.get() {
+            f();
+        }
+        p.fd.store(-1, Ordering::Release);
     }
 
     /// Every place freed (a forked child, its only thread: the parent's
     /// sockets).
     pub(super) fn clear(&self) {
-        for ((s, i), c) in self.fds.iter().zip(&self.inos).zip(&self.claims) {
-            s.store(-1, Ordering::Release);
-            i.store(0, Ordering::Release);
-            c.store(OPEN, Ordering::Release);
+        for p in self.chain().flat_map(|t| t.places.iter()) {
+            p.fd.store(-1, Ordering::Release);
+            p.ino.store(0, Ordering::Release);
+            p.claim.store(OPEN, Ordering::Release);
         }
     }
 
     /// `SO_LINGER` {1, 0} set on each socket still named by its number
-    /// (the inode noted), each under its place's claim; how many.
+    /// (the inode noted), each under its place's claim; how many. Every
+    /// place is looked at: an `_exit`'s, once.
     pub(super) fn reset(&self) -> usize {
         let zero = libc::linger {
             l_onoff: 1,
             l_linger: 0,
         };
         let mut n = 0;
-        for ((s, i), c) in self.fds.iter().zip(&self.inos).zip(&self.claims) {
-            if s.load(Ordering::Acquire) < 0
-                || c.compare_exchange(OPEN, RESETTING, Ordering::AcqRel, Ordering::Acquire)
+        for p in self.chain().flat_map(|t| t.places.iter()) {
+            if p.fd.load(Ordering::Acquire) < 0
+                || p.claim
+                    .compare_exchange(OPEN, RESETTING, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
             {
                 // Free, or being forgotten (its close no longer sends) or
                 // reset by another exiting thread.
                 continue;
             }
-            let fd = s.load(Ordering::Acquire);
-            let ino = i.load(Ordering::Acquire);
+            let fd = p.fd.load(Ordering::Acquire);
+            let ino = p.ino.load(Ordering::Acquire);
+            // Inode 0: being forgotten (its claim given back before its
+            // number is freed) or noted (its inode not stored yet).
             if fd >= 0 && ino != 0 && super::super::inode(fd) == ino {
                 #[cfg(test)]
                 if let Some(f) = self.between.get() {
@@ -165,7 +276,7 @@ impl<const N: usize> FdTable<N> {
                 };
                 n += usize::from(r == 0);
             }
-            c.store(OPEN, Ordering::Release);
+            p.claim.store(OPEN, Ordering::Release);
         }
         n
     }

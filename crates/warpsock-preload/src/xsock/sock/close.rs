@@ -184,7 +184,7 @@ impl Drop for DdpSock {
             // stepped it, the exit waited its whole bound for this
             // thread's own count, then reset the peer (and a `siglongjmp`
             // left the count raised for good; review r27-c item 1).
-            reaper::hand_over(x, how == CLOSED_ABORTIVE, begun, counted);
+            reaper::hand_over(x, how == CLOSED_ABORTIVE, begun, counted, pid);
             drop(mask);
         };
         if busy() {
@@ -334,7 +334,7 @@ fn linger_close(
         // SAFETY: `OWN` names a live `Lingering` boxed below, whose frame
         // a jump abandoned (never given back: no drop ran).
         let l = unsafe { Box::from_raw(left) };
-        reaper::hand_over(l.x, false, Some(l.c), Some(l.counted));
+        reaper::hand_over(l.x, false, Some(l.c), Some(l.counted), pid);
     }
     if exit_begun() || reactor::on_progress_thread() || x.try_unread() != Some(false) {
         return (x, None, counted);
@@ -887,19 +887,49 @@ pub(super) mod tests {
     /// (`linger::moved`), counted from the close's first look on. A
     /// loopback TCP pair: 64 KiB written after a first look, every byte
     /// acknowledged (the send queue empty: `SIOCOUTQ` 0), a second look.
+    /// The peer reads them all (a thread): 64 KiB are acknowledged only
+    /// as its receive window takes them, and the window of a peer that
+    /// never read was smaller than that on hosts whose `tcp_rmem` default
+    /// is Linux's older 87380 (about 43 KiB): the wait spun for good
+    /// (review r29-a item 4). The listener's receive buffer is set to
+    /// that default here, so the test does not depend on the host's; each
+    /// wait has a deadline that fails.
     #[test]
     fn bytes_acknowledged_on_a_close_an_exit_looks_at_are_progress() {
-        use std::io::Write;
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        const N: usize = 64 << 10;
+        // (Bounds for a broken run, not measures.)
+        const BOUND: Duration = Duration::from_secs(30);
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        // The older default's window: the accepted socket inherits it.
+        let rcvbuf: c_int = 87380 / 2;
+        // SAFETY: an int from the stack, of the declared size.
+        let r = unsafe {
+            libc::setsockopt(
+                l.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&rcvbuf as *const c_int).cast(),
+                size_of::<c_int>() as socklen_t,
+            )
+        };
+        assert_eq!(r, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
         let mut w = std::net::TcpStream::connect(l.local_addr().expect("its address"))
             .expect("a connection");
-        let (_r, _) = l.accept().expect("its peer");
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&w);
+        w.set_write_timeout(Some(BOUND)).expect("a write timeout");
+        let (mut r, _) = l.accept().expect("its peer");
+        r.set_read_timeout(Some(BOUND)).expect("a read timeout");
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; N];
+            r.read_exact(&mut buf).map(|()| r)
+        });
+        let fd = w.as_raw_fd();
         let mut seen = None;
         assert!(count_acked(fd, &mut seen).is_some(), "TCP_INFO");
         let (acked0, moved0) = (acked(), crate::xsock::linger::moved());
-        w.write_all(&[7u8; 64 << 10])
-            .expect("64 KiB into the send buffer");
+        w.write_all(&[7u8; N]).expect("64 KiB into the send buffer");
+        let end = Instant::now() + BOUND;
         loop {
             let mut q: c_int = 0;
             // SAFETY: SIOCOUTQ into an int on the stack.
@@ -907,18 +937,27 @@ pub(super) mod tests {
             if q == 0 {
                 break;
             }
+            assert!(
+                Instant::now() < end,
+                "{q} of 65536 bytes still unacknowledged after {BOUND:?}: the peer's window \
+                 does not take them"
+            );
             std::thread::yield_now();
         }
+        let _r = reader
+            .join()
+            .expect("the reader")
+            .expect("the peer read the 64 KiB");
         assert!(count_acked(fd, &mut seen).is_some());
         // Other tests may add to the counts meanwhile, never take away.
         let grown = acked() - acked0;
         assert!(
-            grown >= 64 << 10,
+            grown >= N as u64,
             "{grown} bytes acknowledged counted, of 65536"
         );
         let moved = crate::xsock::linger::moved() - moved0;
         assert!(
-            moved >= 64 << 10,
+            moved >= N as u64,
             "the exit's progress grew {moved} bytes, of 65536 acknowledged"
         );
     }
