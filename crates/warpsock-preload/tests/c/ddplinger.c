@@ -396,13 +396,19 @@ static int until_closing(pid_t w, int told, int waits_only) {
 /* The small mode: whether the writer w sleeps in its write (TCP's
  * write, or the library's wait in it: epoll_pwait, ppoll) before it
  * returned (its 'c' is readable on `told`). A look every millisecond,
- * 30 s at most. */
+ * 30 s at most — a bound on a condition, not a time window: the write
+ * cannot return before the reader reads on. The sleep is looked at
+ * first, then the line: no 'c' after the look means the writer had not
+ * left its write when it slept there. The other order took a sleep in
+ * the lingering close (DDP mode: the same ppoll), begun between the two
+ * looks, for one in the write: a write returning early could pass. */
 static int until_writing(pid_t w, int told) {
     for (int i = 0; i < 30000; i++) {
-        struct pollfd p = {told, POLLIN, 0};
-        if (poll(&p, 1, 1) == 1) return 0;
         long nr = syscall_of(w);
+        struct pollfd p = {told, POLLIN, 0};
+        if (poll(&p, 1, 0) == 1) return 0;
         if (nr == SYS_write || nr == SYS_epoll_pwait || nr == SYS_ppoll) return 1;
+        poll(NULL, 0, 1);
     }
     CHECK(!"the writer neither sleeps in its write nor returned from it");
     return 0;
