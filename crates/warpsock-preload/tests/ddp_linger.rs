@@ -234,11 +234,14 @@ fn an_exit_during_an_ordinary_closes_hand_over_waits_for_it() {
 /// waits for it), so the program's is the last and its close waits for
 /// the bytes; the reader gets every byte, then 0. The test-hooks build
 /// makes the close meet such a pass every time
-/// (`WARPSOCK_TEST_PASS_HOLD_FD`, set by the program; the pass holds its
-/// reference 300 ms). Before (task xstall), that pass's reference went
-/// last, the close was handed to the background unbegun, the program's
-/// `close` returned at once and its `_exit` lost the unsent bytes: a
-/// clean end after a short stream (1 run in 10 without the hook).
+/// (`WARPSOCK_TEST_PASS_HOLD_FD`, set by the program for
+/// `DDPLINGER_PASS_HOLD` alone, so the second run passes with a library
+/// built with test-hooks too; the pass holds its reference until the
+/// close waits for it: events, no time window). Before (task xstall),
+/// that pass's reference went last, the close was handed to the
+/// background unbegun, the program's `close` returned at once and its
+/// `_exit` lost the unsent bytes: a clean end after a short stream (1 run
+/// in 10 without the hook).
 #[test]
 fn a_lingering_close_waits_while_the_progress_thread_drives_the_socket() {
     run("busy", false);

@@ -310,6 +310,10 @@ pub(super) struct Pins {
     /// A pass holds it for the hook now.
     #[cfg(feature = "test-hooks")]
     holding: AtomicBool,
+    /// The lingering close waits for the passes ([`Self::close`]): the
+    /// hook's pass lets go.
+    #[cfg(feature = "test-hooks")]
+    waiting: AtomicBool,
 }
 
 /// The longest a lingering close waits for a pass of the progress thread
@@ -346,6 +350,8 @@ impl Pins {
         let end = Instant::now() + PASS_WAIT;
         let mut yields = 0u32;
         while self.held.load(Ordering::SeqCst) != 0 && Instant::now() < end {
+            #[cfg(feature = "test-hooks")]
+            self.waiting.store(true, Ordering::SeqCst);
             if yields < 64 {
                 yields += 1;
                 std::thread::yield_now();
@@ -360,9 +366,14 @@ impl Pins {
 impl Pins {
     /// `WARPSOCK_TEST_PASS_HOLD_FD`, from the program's lingering close
     /// (`DdpSock::hold_a_pass`, which `ask`s the progress thread for a
-    /// pass): writes a byte (`w`) to that descriptor, then waits (2 s at
-    /// most) until a pass over the socket holds its reference, which it
-    /// does for 300 ms between two bytes written there (`p`, `q`).
+    /// pass): writes a byte (`w`) to that descriptor, then waits until a
+    /// pass over the socket holds its reference, which it does between two
+    /// bytes written there (`p`, `q`) until the close waits for it in
+    /// [`Self::close`] — events, not times: a loaded host's delays change
+    /// nothing (issue 12). The bounds (20 s for the pass, 2 s for the
+    /// close's wait) only end a broken run: the close never waiting
+    /// (a close that does not wait for the passes) leaves the pass holding
+    /// its reference past the close's drop.
     pub(super) fn hold_a_pass(&self, ask: impl FnOnce()) {
         let Some(fd) = super::config::get().hooks.pass_hold_fd else {
             return;
@@ -371,7 +382,7 @@ impl Pins {
         // SAFETY: one byte from the stack to the test's descriptor.
         unsafe { crate::shim::sys::write_raw(fd, b"w".as_ptr().cast(), 1) };
         ask();
-        let end = Instant::now() + Duration::from_secs(2);
+        let end = Instant::now() + Duration::from_secs(20);
         while !self.holding.load(Ordering::SeqCst) && Instant::now() < end {
             crate::shim::sys::sleep(Duration::from_millis(1));
         }
@@ -386,7 +397,10 @@ impl Pins {
             // SAFETY: one byte from the stack to the test's descriptor.
             unsafe { crate::shim::sys::write_raw(fd, b"p".as_ptr().cast(), 1) };
             self.holding.store(true, Ordering::SeqCst);
-            crate::shim::sys::sleep(Duration::from_millis(300));
+            let end = Instant::now() + Duration::from_secs(2);
+            while !self.waiting.load(Ordering::SeqCst) && Instant::now() < end {
+                crate::shim::sys::sleep(Duration::from_millis(1));
+            }
             // SAFETY: as above.
             unsafe { crate::shim::sys::write_raw(fd, b"q".as_ptr().cast(), 1) };
         }

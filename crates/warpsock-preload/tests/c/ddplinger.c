@@ -120,15 +120,18 @@
  *             writer wrote everything: every byte, then 0, the close 0
  *             (plain: no pause, TCP's buffers of 4096 do not hold 32 KiB
  *             — the writer would wait for a reader waiting for it; in DDP
- *             mode the peer's credits, 128 KiB here, hold it). The library built with test-hooks
- *             (WARPSOCK_TEST_PASS_HOLD_FD, set by the program) makes the
- *             close meet a pass of the progress thread holding the socket:
- *             the close writes 'w' to the writer's line, asks the progress
- *             thread for a pass and waits until it holds the socket, which
- *             it does for 300 ms between a 'p' and a 'q' written there;
- *             the reader reads the rest after the 'w' and must find the
- *             'p' and 'q' before the close's result (if
- *             DDPLINGER_PASS_HOLD is set). That reference went last, the close was made there
+ *             mode the peer's credits, 128 KiB here, hold it). With
+ *             DDPLINGER_PASS_HOLD set, the library built with test-hooks
+ *             (WARPSOCK_TEST_PASS_HOLD_FD, set by the program then only:
+ *             a test-hooks build runs the case without it as any library)
+ *             makes the close meet a pass of the progress thread holding
+ *             the socket: the close writes 'w' to the writer's line, asks
+ *             the progress thread for a pass and waits until it holds the
+ *             socket, which it does between a 'p' and a 'q' written there
+ *             until the close waits for it (2 s at most: a close that
+ *             does not wait); the reader reads the rest after the 'w' and
+ *             must find the 'p' and 'q' before the close's result. That
+ *             reference went last, the close was made there
  *             and handed to the background without waiting, and the
  *             writer's _exit lost the unsent bytes — the reader got a
  *             clean end after a short stream, or a reset (task xstall;
@@ -393,13 +396,19 @@ static int until_closing(pid_t w, int told, int waits_only) {
 /* The small mode: whether the writer w sleeps in its write (TCP's
  * write, or the library's wait in it: epoll_pwait, ppoll) before it
  * returned (its 'c' is readable on `told`). A look every millisecond,
- * 30 s at most. */
+ * 30 s at most — a bound on a condition, not a time window: the write
+ * cannot return before the reader reads on. The sleep is looked at
+ * first, then the line: no 'c' after the look means the writer had not
+ * left its write when it slept there. The other order took a sleep in
+ * the lingering close (DDP mode: the same ppoll), begun between the two
+ * looks, for one in the write: a write returning early could pass. */
 static int until_writing(pid_t w, int told) {
     for (int i = 0; i < 30000; i++) {
-        struct pollfd p = {told, POLLIN, 0};
-        if (poll(&p, 1, 1) == 1) return 0;
         long nr = syscall_of(w);
+        struct pollfd p = {told, POLLIN, 0};
+        if (poll(&p, 1, 0) == 1) return 0;
         if (nr == SYS_write || nr == SYS_epoll_pwait || nr == SYS_ppoll) return 1;
+        poll(NULL, 0, 1);
     }
     CHECK(!"the writer neither sleeps in its write nor returned from it");
     return 0;
@@ -441,8 +450,10 @@ int main(int argc, char **argv) {
     }
     int c, s, told[2];
     CHECK(pipe(told) == 0);
-    /* busy: the pass hook writes to the writer's line too. */
-    if (busy) {
+    /* busy: the pass hook writes to the writer's line too, when the test
+     * asks for the hold (DDPLINGER_PASS_HOLD: a library built with
+     * test-hooks; without it such a library runs as one without). */
+    if (busy && getenv("DDPLINGER_PASS_HOLD")) {
         char v[16];
         snprintf(v, sizeof v, "%d", told[1]);
         CHECK(setenv("WARPSOCK_TEST_PASS_HOLD_FD", v, 1) == 0);
