@@ -214,9 +214,10 @@ fn forked_copy(pid: i32) -> bool {
 /// copy of that socket is the parent's, and nothing the child does to it
 /// may touch the connection ([`forget_forked_copy`]). Not a vforked child
 /// (nor one made without the handlers: `_Fork`, `clone`), which still
-/// sees the parent's engine, not its own: a vforked child's close acts on
-/// the parent's memory (its table, the socket itself), whose close it
-/// makes as before. (`xsock::switch` asks it too, `pid` the process that
+/// sees the parent's engine, not its own: its close of the parent's
+/// socket never gets here (`interpose::close` and the `dup`s make the
+/// system calls alone there: `sock::not_the_owner`, review r29-a item
+/// 1). (`xsock::switch` asks it too, `pid` the process that
 /// began the switch: a child of a handler's `fork` inside it.)
 pub(in crate::xsock) fn forked_child(pid: i32) -> bool {
     forked_copy(pid) && reactor::current().is_none_or(reactor::Reactor::is_owner)
