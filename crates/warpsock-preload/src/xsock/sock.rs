@@ -125,27 +125,6 @@ pub(crate) fn forget_after_fork() {
     SOCKS_OWNER.store(0, Ordering::Release);
 }
 
-/// Whether this process sees, in its memory, DDP sockets another process
-/// switched: [`SOCKS_OWNER`] is neither none nor this process. A child
-/// made by `vfork` (or by `clone` or `_Fork`, which run no fork handler)
-/// of the process that switched them: it shares (`vfork`) or copied its
-/// parent's memory — the descriptor table's entries, the sockets, the
-/// engine — but its descriptors are its own. Whatever it does with the
-/// library's state acts on the parent's connections (review r29-a item
-/// 1: its `close` of an inherited DDP descriptor removed the parent's
-/// table entry, deregistered the socket from the parent's engine and
-/// dropped it, `Qp::drop` ending the connection the parent still uses),
-/// so its `close` and `dup`s of managed descriptors are the system
-/// calls alone (`interpose::close`, `interpose::propagate`). A child
-/// made by `fork` is not one: its fork handlers gave it a table of its
-/// own, its owner none until it switches a socket
-/// ([`forget_after_fork`]). One `getpid`, none while no socket was ever
-/// switched (no plain descriptor's close asks).
-pub(crate) fn not_the_owner() -> bool {
-    let owner = SOCKS_OWNER.load(Ordering::Acquire);
-    owner != 0 && owner != sys::getpid()
-}
-
 /// The DDP socket behind the program's descriptor `fd`.
 pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
     let s = fdtable::get(fd)?;
@@ -522,7 +501,7 @@ impl Socket for DdpSock {
         // child made without the fork handlers (`vfork`, `_Fork`,
         // `clone`) never releases its parent's sockets (its `close` and
         // `dup`s of them are the system calls alone:
-        // `sock::not_the_owner`), so the engine-owner checks here, a
+        // `fdtable::borrowed`), so the engine-owner checks here, a
         // `getpid` each, are gone (review r29-a item 3).
         #[cfg(feature = "test-hooks")]
         self.hold_a_pass();

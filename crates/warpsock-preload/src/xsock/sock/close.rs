@@ -218,7 +218,7 @@ fn forked_copy(pid: i32) -> bool {
 /// (`sock::forget_after_fork`) and sets to itself when it switches one
 /// of its own. A child made without the handlers (`vfork`, `_Fork`,
 /// `clone`) sees its parent's: it is not told here (its `close` and `dup`s
-/// of managed descriptors never get here: `sock::not_the_owner`, whose
+/// of managed descriptors never get here: `fdtable::borrowed`, whose
 /// `getpid` is the close's one), nor is a child of a handler's `_Fork`
 /// (no handler runs) returning into a close outside the lingering wait's
 /// `ppoll`, which asks the system ([`linger_wait`]).
@@ -234,7 +234,7 @@ pub(super) fn forked_away(pid: i32) -> bool {
 /// (nor one made without the handlers: `_Fork`, `clone`), which still
 /// sees the parent's engine, not its own: its close of the parent's
 /// socket never gets here (`interpose::close` and the `dup`s make the
-/// system calls alone there: `sock::not_the_owner`, review r29-a item
+/// system calls alone there: `fdtable::borrowed`, review r29-a item
 /// 1). Asked by `xsock::switch` (`pid` the process that began the
 /// switch: a child of a handler's `fork` inside it), a `getpid` there;
 /// a socket's release and drop ask [`forked_away`], none.

@@ -302,7 +302,7 @@ fn a_forked_child_of_a_switch_commits_nothing_to_its_parents_connection() {
 
 /// review r29-a item 3: the close of a DDP socket in the process that
 /// switched it makes one `getpid` in all (the interposed `close`'s
-/// `sock::not_the_owner`, for a vforked child): its release and drop
+/// `fdtable::borrowed`, for a vforked child): its release and drop
 /// compare with the pid the fork handlers leave (`SOCKS_OWNER`), and a
 /// lingering close's wait asks the system only after a signal's handler
 /// ran in its `ppoll`. Before: the release's `forked_child` and its two
