@@ -170,6 +170,16 @@ fn propagate(old: c_int, new: c_int) {
     if old == new || busy() {
         return;
     }
+    // A vforked child's `dup`s of, or over, a managed descriptor (one made
+    // without the fork handlers: `fdtable::borrowed`) change its own
+    // descriptors alone: the table is its parent's, whose socket a `dup2`
+    // over its number released, and whose entry a copy made for a number
+    // the parent may use for something else (review r29-a item 1). The
+    // child's copy of a DDP descriptor stays its doorbell's end: an exec
+    // makes a dead end only of the numbers the table holds.
+    if (fdtable::mark(old) | fdtable::mark(new)) & MANAGED != 0 && fdtable::borrowed() {
+        return;
+    }
     // Not over the thread's hold of the table's lock (`dup_refused`):
     // not refused. One change (`copy`: a handler's close of `new` over it
     // closes the duplicate, not the socket `new` named before).
@@ -387,6 +397,13 @@ pub(crate) fn plain_sockopt(fd: c_int, level: c_int, op: SockOpt) -> Option<c_in
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
     if fdtable::maybe_managed(fd) && !busy() {
+        if fdtable::borrowed() {
+            // A vforked child (or one made without the fork handlers):
+            // the table and its sockets are its parent's, the descriptor
+            // number alone is its own (review r29-a item 1).
+            // SAFETY: closing the caller's descriptor.
+            return unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) } as c_int;
+        }
         // `close` is a cancellation point: a pending cancel is acted on
         // before the table changes, as glibc's acts before its system call
         // (the descriptor stays open and managed), and the close below is

@@ -358,6 +358,7 @@ mod init {
         fdtable::fork_release_child();
         reactor::forget_after_fork();
         crate::xsock::after_fork_child();
+        crate::udp::after_fork_child();
         demote_all(false);
         crate::interpose::stdio::fork_child();
     }

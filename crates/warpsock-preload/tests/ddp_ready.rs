@@ -42,3 +42,22 @@ fn a_forked_childs_first_select_leaves_the_parents_readiness() {
     r.assert_ok("forkselect");
     assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
 }
+
+/// A vforked child's close of an inherited DDP-mode descriptor, and its
+/// `dup2` over another, close its own descriptor numbers alone (review
+/// r29-a item 1, `tests/c/vforkclose.c`): the child shares the parent's
+/// memory, and its close removed the parent's table entry, deregistered
+/// the socket from the parent's engine and dropped it (an end of stream
+/// on the parent's connection). The parent's pair must then carry a byte
+/// each way and close cleanly; the child `_exit`s, or execs `/bin/true`.
+#[test]
+fn a_vforked_childs_close_leaves_the_parents_connection() {
+    for mode in ["exit", "exec"] {
+        let child = command(&c_program("vforkclose"), &[mode.to_owned()], true)
+            .spawn()
+            .expect("spawn vforkclose");
+        let r = finish(child, std::time::Duration::from_secs(60));
+        r.assert_ok(&format!("vforkclose {mode}"));
+        assert_eq!(r.stat("ddp_switched"), 2, "{mode}: {}", r.stderr);
+    }
+}

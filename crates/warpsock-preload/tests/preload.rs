@@ -737,3 +737,14 @@ fn threads_sending_on_one_socket() {
         }
     }
 }
+
+/// A vforked child's close of inherited offloaded UDP sockets, and its
+/// `dup2` over one, close its own descriptor numbers alone (review r29-a
+/// item 1, the UDP kind; `tests/c/vforkudp.c`): the parent's connected
+/// pair then carries a datagram each way.
+#[test]
+fn a_vforked_childs_close_leaves_the_parents_udp_sockets() {
+    let r = both("vforkudp", 2);
+    assert!(r.stat("sockets_offloaded") >= 2, "{}", r.stderr);
+    assert!(r.stat("rx_tcp_dgrams") >= 4, "{}", r.stderr);
+}

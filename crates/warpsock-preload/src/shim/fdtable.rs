@@ -29,7 +29,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::ptr::null_mut;
-use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    compiler_fence, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use libc::c_int;
@@ -543,11 +545,46 @@ fn reclaim() {
     super::sys::set_errno(errno);
 }
 
+/// The process whose sockets the table holds: the first to put one in
+/// ([`insert`]; 0: none yet). A child made by `fork` starts at none
+/// (its fork handler: [`fork_release_child`], before `demote_all` forgets
+/// the parent's entries); one made by `vfork` (or `_Fork`, `clone`: no
+/// handler runs) sees its parent's ([`borrowed`]).
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the table, and the sockets in it, are another process's while
+/// this one sees them: a child made by `vfork` (or by `clone` or `_Fork`,
+/// which run no fork handler) of the process that put them there. It
+/// shares (`vfork`) or copied its parent's memory — the table, the
+/// sockets, the engine — but its descriptors are its own, and whatever it
+/// does with the library's state acts on the parent's connections
+/// (review r29-a item 1: its `close` of an inherited DDP descriptor
+/// removed the parent's entry, deregistered the socket from the parent's
+/// engine and dropped it, `Qp::drop` ending the connection the parent
+/// still uses; an offloaded UDP socket's close marked the parent's socket
+/// closed, dropped its queues and closed its connections). Its `close`
+/// and `dup`s of managed descriptors are the system calls alone
+/// (`interpose::close`, `interpose::propagate`). One `getpid`, none while
+/// no socket was ever put in (the callers ask for managed descriptors
+/// only).
+pub(crate) fn borrowed() -> bool {
+    let owner = OWNER.load(Ordering::Acquire);
+    owner != 0 && owner != super::sys::getpid()
+}
+
 /// Records that `fd` refers to `sock`; returns the object `fd` referred to
 /// before (whose reference the caller releases). Over the thread's hold
 /// of the table's lock, fails with `EDEADLK` ([`held`]) and changes
 /// nothing.
 pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Result<Option<Arc<dyn Socket>>, c_int> {
+    // The first socket put in (a switch's, an adoption's: never per
+    // call) names the owner; not over another's, which only a child made
+    // without the fork handlers sees (a vforked child's store would make
+    // the parent's own closes look borrowed).
+    if OWNER.load(Ordering::Acquire) == 0 {
+        let _ =
+            OWNER.compare_exchange(0, super::sys::getpid(), Ordering::AcqRel, Ordering::Acquire);
+    }
     let mut m = write_map()?;
     // (An atomic count of the kind's: nothing that takes a lock.)
     sock.add_ref();

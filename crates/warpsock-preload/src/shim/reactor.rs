@@ -236,8 +236,7 @@ impl Reactor {
     /// published there, but its thread and connections are the parent's)
     /// and in any child made without the fork handlers.
     pub(crate) fn is_owner(&self) -> bool {
-        // SAFETY: getpid has no preconditions (not cached by glibc >= 2.25).
-        unsafe { libc::getpid() == self.pid }
+        sys::getpid() == self.pid
     }
 
     /// A fresh token.

@@ -14,6 +14,28 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `getpid(2)`: a system call each time (glibc >= 2.25 caches nothing).
+/// Counted per thread in unit tests ([`getpids`]): the close path's cost
+/// (review r29-a item 3).
+#[inline]
+pub(crate) fn getpid() -> libc::pid_t {
+    #[cfg(test)]
+    GETPIDS.with(|n| n.set(n.get() + 1));
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+#[cfg(test)]
+thread_local! {
+    static GETPIDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The calling thread's [`getpid`] calls so far (unit tests).
+#[cfg(test)]
+pub(crate) fn getpids() -> u64 {
+    GETPIDS.with(std::cell::Cell::get)
+}
+
 /// The calling thread's errno (read as `set_errno` writes it: no
 /// `io::Error` to build and drop per failed call).
 pub(crate) fn errno() -> c_int {

@@ -21,6 +21,8 @@ pub(crate) mod config;
 mod conn;
 pub(crate) mod core;
 mod events;
+#[cfg(test)]
+mod forked;
 mod gso;
 mod listen;
 mod park;
@@ -38,6 +40,15 @@ use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 use crate::shim::socket::{Adoption, Kind, Socket, Wait};
 use crate::shim::{reactor, sys};
 use sock::Sock;
+
+/// In a child made by `fork` (its fork handler, the only thread): the
+/// lists of parked connections and of sockets holding datagrams are the
+/// parent's; the child starts its own ([`park::forget_after_fork`],
+/// `recv::held::forget_after_fork`).
+pub(crate) fn after_fork_child() {
+    park::forget_after_fork();
+    recv::held::forget_after_fork();
+}
 
 /// The UDP offload kind.
 pub(crate) struct Udp;

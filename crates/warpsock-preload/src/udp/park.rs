@@ -48,13 +48,13 @@
 //! latest after its one-second safety sleep).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::conn::Conn;
 use super::stats::{self, STATS};
+use crate::shim::forklock::ForkLock;
 use crate::shim::reactor;
-use crate::shim::sys::lock;
 
 /// How long a connection may stay parked before its timer gives it back.
 const GRACE: Duration = Duration::from_millis(10);
@@ -69,11 +69,12 @@ pub(super) fn grace() -> Duration {
 }
 
 /// Connections parked now (all sockets).
-static PARKED: AtomicUsize = AtomicUsize::new(0);
+pub(super) static PARKED: AtomicUsize = AtomicUsize::new(0);
 
 /// Connections parked since the last [`release_all`] (some may have been
-/// taken over or given back since: looked at then).
-static LIST: Mutex<Vec<Weak<Conn>>> = Mutex::new(Vec::new());
+/// taken over or given back since: looked at then). A child made by
+/// `fork` starts a list of its own ([`forget_after_fork`]).
+pub(super) static LIST: ForkLock<Vec<Weak<Conn>>> = ForkLock::new();
 
 /// Whether any connection is parked.
 pub(super) fn any() -> bool {
@@ -90,7 +91,7 @@ pub(super) fn parked(conn: &Arc<Conn>, listed: &mut bool) {
         // `release_all` takes connections off it).
         return;
     }
-    let mut l = lock(&LIST);
+    let mut l = LIST.lock();
     if l.len() >= 64 {
         // Bounded: connections closed since are forgotten.
         l.retain(|w| w.strong_count() > 0);
@@ -115,8 +116,23 @@ pub(crate) fn release_all() {
     let Some(eng) = reactor::current() else {
         return;
     };
-    let conns: Vec<Weak<Conn>> = std::mem::take(&mut *lock(&LIST));
+    let conns: Vec<Weak<Conn>> = std::mem::take(&mut *LIST.lock());
     for c in conns.iter().filter_map(Weak::upgrade) {
         c.released(eng);
     }
+}
+
+/// In a child made by `fork` (its fork handler, the only thread): the
+/// parked connections and their list are the parent's (UDP kind, issue
+/// 12; as the DDP sockets' table, 3d7d251). A child that started an
+/// engine of its own (its first offload or switch) gave them back in its
+/// first `select` or `epoll_wait` ([`release_all`]): it locked its copy of
+/// the list — held for good if a thread of the parent's held it at the
+/// fork: the child hung — then each connection's interest (the same) and
+/// made its own engine watch the parent's connection. The child starts
+/// with none parked and a list of its own (the parent's leaked, never
+/// locked: its connections are the parent's).
+pub(crate) fn forget_after_fork() {
+    LIST.forget();
+    PARKED.store(0, Ordering::Relaxed);
 }

@@ -779,19 +779,35 @@ fn poll_among(
 /// Sockets whose poll held a datagram (`hold_frame`): a wait that sees
 /// them through their doorbells only (`select`, `epoll_wait`) announces
 /// what they hold first ([`announce_held`]).
-mod held {
+pub(super) mod held {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex, Weak};
+    use std::sync::{Arc, Weak};
 
     use super::{Conn, Sock, EPOLLIN};
+    use crate::shim::forklock::ForkLock;
     use crate::shim::reactor;
     use crate::shim::sys::lock;
 
     /// Listed sockets (each once: `Sock::holding_listed`), until the next
-    /// wait takes the list.
-    static LIST: Mutex<Vec<Weak<Sock>>> = Mutex::new(Vec::new());
+    /// wait takes the list. A child made by `fork` starts a list of its
+    /// own ([`forget_after_fork`]).
+    pub(in crate::udp) static LIST: ForkLock<Vec<Weak<Sock>>> = ForkLock::new();
     /// Whether `LIST` may hold any (one load per wait when none does).
-    static ANY: AtomicBool = AtomicBool::new(false);
+    pub(in crate::udp) static ANY: AtomicBool = AtomicBool::new(false);
+
+    /// In a child made by `fork` (its fork handler, the only thread): the
+    /// listed sockets are the parent's (UDP kind, issue 12; as
+    /// `park::forget_after_fork`). A child with an engine of its own
+    /// announced them in its first `select` or `epoll_wait`
+    /// ([`announce`]): it locked its copy of the list and each socket's
+    /// state (held for good if a thread of the parent's held one at the
+    /// fork: the child hung) and rang the doorbells of the parent's
+    /// connections, which the two processes share (bytes the parent's
+    /// books do not count). The child starts with none listed.
+    pub(in crate::udp) fn forget_after_fork() {
+        LIST.forget();
+        ANY.store(false, Ordering::Release);
+    }
 
     /// `sock`'s poll held a datagram and the socket is not listed: lists
     /// it (once per wait that took the list, not per poll).
@@ -799,7 +815,7 @@ mod held {
         if sock.holding_listed.swap(true, Ordering::Relaxed) {
             return;
         }
-        lock(&LIST).push(sock.weak());
+        LIST.lock().push(sock.weak());
         ANY.store(true, Ordering::Release);
     }
 
@@ -812,7 +828,7 @@ mod held {
         let Some(eng) = reactor::current() else {
             return;
         };
-        let socks = std::mem::take(&mut *lock(&LIST));
+        let socks = std::mem::take(&mut *LIST.lock());
         for s in socks.iter().filter_map(Weak::upgrade) {
             s.holding_listed.store(false, Ordering::Relaxed);
             let conns: Vec<Arc<Conn>> = lock(&s.inner)

@@ -743,8 +743,22 @@ impl Kind for Ddp {
                 // their bytes lost, their peers reading `ECONNRESET`,
                 // never a clean end. A close whose last reference is the
                 // interrupted call's own is made only when that call
-                // returns, never: its count costs the wait its bound, as
-                // the bytes in that socket's send buffer did before.
+                // returns, never (review r29-a item 2). Its `release` took
+                // the socket out of `SOCKS`, which `census`'s backlog sums
+                // and resets go through: the bytes its engine still holds
+                // are neither waited for nor reset (its send buffer's are,
+                // `try_reset_buffered`), and the process's end closes the
+                // kernel socket with a FIN — the peer may read a clean end
+                // after a short stream. Its count in `linger::CLOSING`
+                // never drops, and progress (`linger::moved`) is the whole
+                // process's: the wait ends after a bound without any, but
+                // other threads still sending keep it going, up to the 15
+                // bounds. (The same for a close whose last reference
+                // another thread's call holds, at an exit from outside,
+                // if that call does not return meanwhile.) Not fixed: the
+                // interrupted call's socket is not known here, and a
+                // released socket kept in `SOCKS` until its drop would be
+                // closed again by `exit`'s census (`ExitCloses`).
                 let own = std::cell::RefCell::new(sock::close::own_close());
                 let own_count = || {
                     own.borrow()

@@ -478,7 +478,7 @@ impl Socket for DdpSock {
         if self.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        if close::forked_child(self.pid) {
+        if close::forked_away(self.pid) {
             // A child made by `fork` (its fork handlers ran) whose signal
             // handler forked inside the program's `close` (or `dup2`) of
             // this socket, after the table let it go and before this
@@ -492,20 +492,24 @@ impl Socket for DdpSock {
             // `SOCKS` (a thread of the parent's may have held it at the
             // fork: the child blocked for good), and no close made at the
             // last reference: its drop forgets the socket
-            // (`close::forget_forked_copy`). The engine checks below miss
-            // it: the fork handlers forget the parent's engine, so
-            // `reactor::current()` is none (or the child's own).
+            // (`close::forget_forked_copy`). Told without a system call
+            // (`close::forked_away`: the owner the fork handlers leave;
+            // review r29-a item 3).
             return;
         }
+        // From here on this is the process that switched the socket: a
+        // child made without the fork handlers (`vfork`, `_Fork`,
+        // `clone`) never releases its parent's sockets (its `close` and
+        // `dup`s of them are the system calls alone:
+        // `fdtable::borrowed`), so the engine-owner checks here, a
+        // `getpid` each, are gone (review r29-a item 3).
         #[cfg(feature = "test-hooks")]
         self.hold_a_pass();
         // Counted before the socket leaves the census (`SOCKS`): an exit
         // from here to the hand-over (a call of another thread's may hold
         // the last reference for as long as it lasts) waits for its bytes
-        // (review r27-c item 2). Not in a forked child (below).
-        if reactor::current().is_none_or(reactor::Reactor::is_owner)
-            && !self.counted.swap(true, Ordering::AcqRel)
-        {
+        // (review r27-c item 2).
+        if !self.counted.swap(true, Ordering::AcqRel) {
             super::reaper::Counted::release();
         }
         if let Some(eng) = reactor::current() {
@@ -513,10 +517,6 @@ impl Socket for DdpSock {
         }
         let key = self as *const Self as *const () as usize;
         SOCKS.lock().remove(&key);
-        if reactor::current().is_some_and(|e| !e.is_owner()) {
-            // A forked child: the connection is the parent's.
-            return;
-        }
         // An abortive close (`SO_LINGER` {1, 0}, which the program set on
         // the TCP socket): a reset, as TCP's close, without the orderly
         // part — its end of stream, then the engine's FIN, reached the

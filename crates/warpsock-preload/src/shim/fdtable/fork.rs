@@ -52,6 +52,9 @@ pub(crate) fn fork_release() {
 /// objects of the closes the thread left to a hold's end (forgotten, not
 /// released; [`held::closes_forget`]).
 pub(crate) fn fork_release_child() {
+    // The parent's entries are forgotten next (`demote_all`): the table is
+    // the child's, none of its own yet ([`super::borrowed`]).
+    super::OWNER.store(0, std::sync::atomic::Ordering::Release);
     held::closes_forget();
     // The parent's other waiters are not in the child: its thread's own
     // waits only (before the hold's end below looks).

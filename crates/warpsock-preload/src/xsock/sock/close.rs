@@ -95,7 +95,7 @@ impl Drop for DdpSock {
         // SAFETY: `x` is not used again: this is the socket's drop.
         let x = unsafe { ManuallyDrop::take(&mut self.x) };
         if how == 0 {
-            if forked_child(self.pid) {
+            if forked_away(self.pid) {
                 // A forked child's last reference to its parent's socket,
                 // never closed in the child: its release made nothing
                 // (`Socket::release`: a handler's fork inside the
@@ -113,7 +113,7 @@ impl Drop for DdpSock {
         // Library calls (the reset's, the hand-over's), from wherever the
         // last reference went: under the guard.
         let close = move || {
-            if forked_copy(pid) {
+            if forked_away(pid) {
                 // A child made by a handler's `fork` over the program's
                 // close, before this drop's work, and returned from the
                 // handler into it: the connection is the parent's
@@ -155,15 +155,15 @@ impl Drop for DdpSock {
             // kept (`fdtable::without_close_waits`), a walk of every
             // socket — hands the close over unbegun, at once: Linux's
             // last `fput` is never a third thread's.
-            let (x, begun, counted) = match (mask.as_ref(), counted) {
+            let (x, begun, counted, forked) = match (mask.as_ref(), counted) {
                 (Some(m), Some(k)) => {
                     let bound = Duration::from_secs(linger_s as u64);
-                    let (x, begun, k) = linger_close(x, bound, m, k, pid);
-                    (x, begun, Some(k))
+                    let (x, begun, k, forked) = linger_close(x, bound, m, k, pid);
+                    (x, begun, Some(k), forked)
                 }
-                (_, k) => (x, None, k),
+                (_, k) => (x, None, k, false),
             };
-            if forked_copy(pid) {
+            if forked || forked_away(pid) {
                 // A child made by a handler's `fork` inside the wait,
                 // returned from the handler (review r28-e item 4): the
                 // close, its count and its socket are the parent's, which
@@ -203,9 +203,27 @@ impl Drop for DdpSock {
 /// of its parent's. (The fork handlers forget the parent's sockets the
 /// descriptor table holds, `interpose::demote_all`; this one had left it
 /// already.)
+///
+/// A system call (`getpid`): asked where a fork may just have been made
+/// (after a signal's handler ran in the lingering close's wait, a switch
+/// after its handshake), never on every close: there [`forked_away`].
 fn forked_copy(pid: i32) -> bool {
-    // SAFETY: getpid has no preconditions (not cached by glibc >= 2.25).
-    unsafe { libc::getpid() != pid }
+    sys::getpid() != pid
+}
+
+/// [`forked_copy`] without the system call (review r29-a item 3: every
+/// close made up to six `getpid`s): this process is not `pid` as the fork
+/// handlers leave it — `SOCKS_OWNER`, the process that switched the
+/// sockets, which a child made by `fork` starts at none
+/// (`sock::forget_after_fork`) and sets to itself when it switches one
+/// of its own. A child made without the handlers (`vfork`, `_Fork`,
+/// `clone`) sees its parent's: it is not told here (its `close` and `dup`s
+/// of managed descriptors never get here: `fdtable::borrowed`, whose
+/// `getpid` is the close's one), nor is a child of a handler's `_Fork`
+/// (no handler runs) returning into a close outside the lingering wait's
+/// `ppoll`, which asks the system ([`linger_wait`]).
+pub(super) fn forked_away(pid: i32) -> bool {
+    super::SOCKS_OWNER.load(Ordering::Acquire) != pid
 }
 
 /// Whether this process is a child made by `fork`, its fork handlers run
@@ -214,10 +232,12 @@ fn forked_copy(pid: i32) -> bool {
 /// copy of that socket is the parent's, and nothing the child does to it
 /// may touch the connection ([`forget_forked_copy`]). Not a vforked child
 /// (nor one made without the handlers: `_Fork`, `clone`), which still
-/// sees the parent's engine, not its own: a vforked child's close acts on
-/// the parent's memory (its table, the socket itself), whose close it
-/// makes as before. (`xsock::switch` asks it too, `pid` the process that
-/// began the switch: a child of a handler's `fork` inside it.)
+/// sees the parent's engine, not its own: its close of the parent's
+/// socket never gets here (`interpose::close` and the `dup`s make the
+/// system calls alone there: `fdtable::borrowed`, review r29-a item
+/// 1). Asked by `xsock::switch` (`pid` the process that began the
+/// switch: a child of a handler's `fork` inside it), a `getpid` there;
+/// a socket's release and drop ask [`forked_away`], none.
 pub(in crate::xsock) fn forked_child(pid: i32) -> bool {
     forked_copy(pid) && reactor::current().is_none_or(reactor::Reactor::is_owner)
 }
@@ -326,7 +346,7 @@ fn linger_close(
     mask: &SignalsHeld,
     counted: Counted,
     pid: i32,
-) -> (XSocket, Option<Closing>, Counted) {
+) -> (XSocket, Option<Closing>, Counted, bool) {
     // No wait of this thread's is under way: one named still was left by
     // a `siglongjmp` out of its handler. The reaper takes it on.
     let left = OWN.with(|o| o.replace(std::ptr::null_mut()));
@@ -337,7 +357,7 @@ fn linger_close(
         reaper::hand_over(l.x, false, Some(l.c), Some(l.counted), pid);
     }
     if exit_begun() || reactor::on_progress_thread() || x.try_unread() != Some(false) {
-        return (x, None, counted);
+        return (x, None, counted, false);
     }
     let start = Instant::now();
     // Each phase's bound (without progress) is the program's linger if
@@ -345,7 +365,7 @@ fn linger_close(
     // that stopped reading, as Linux's, rather than give up (and reset)
     // at `WARPSOCK_LINGER_MS`; the reaper keeps it.
     let Some(c) = x.try_close_begin(config::get().linger.max(bound), start) else {
-        return (x, None, counted);
+        return (x, None, counted, false);
     };
     let own = Boxed(Box::into_raw(Box::new(Lingering {
         x,
@@ -353,9 +373,9 @@ fn linger_close(
         counted,
         acked: None,
     })));
-    linger_wait(own.0, start + bound, mask, pid);
+    let forked = linger_wait(own.0, start + bound, mask, pid);
     let Lingering { x, c, counted, .. } = own.take();
-    (x, Some(c), counted)
+    (x, Some(c), counted, forked)
 }
 
 /// A lingering close under way ([`linger_close`]): its socket, its close
@@ -510,8 +530,9 @@ impl OwnClose {
 }
 
 /// [`linger_close`]'s wait, until `end` at most, for the close `own` of
-/// a socket process `pid` switched.
-fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld, pid: i32) {
+/// a socket process `pid` switched. Returns whether this is a child a
+/// signal handler's fork made in the wait ([`forked_copy`]).
+fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld, pid: i32) -> bool {
     // The program's signals blocked but in the waits (`ppoll` with the
     // program's mask, `mask`): one that comes before the first wait or
     // between two is pending at the next, which it ends (as
@@ -543,7 +564,7 @@ fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld, pid: i32) 
             counted.sent();
         }
         if c.phase() == Phase::Done || acknowledged(c, look.1) || now >= end {
-            return;
+            return false;
         }
         if seen != Some(look) {
             seen = Some(look);
@@ -552,7 +573,7 @@ fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld, pid: i32) 
         if warpsock_xsock::cancel::pending() {
             // A cancel noted while no wait was there (`SIGCANCEL` is not
             // blocked: glibc keeps it out of every mask).
-            return;
+            return false;
         }
         let slice = if stepped.is_none() || c.phase() != Phase::Sending {
             let s = ack_slice;
@@ -578,20 +599,22 @@ fn linger_wait(own: *mut Lingering, end: Instant, mask: &SignalsHeld, pid: i32) 
         // SAFETY: one live pollfd; the program's mask, saved above.
         let n = unsafe { sys::ppoll_raw(p.as_mut_ptr(), 1, Some(ts), &mask.0) };
         OWN.with(|o| o.set(std::ptr::null_mut()));
-        if forked_copy(pid) {
-            // A handler's `fork` in the `ppoll`, and this is the child,
-            // returned from the handler: no step of the parent's close
-            // here (the caller forgets it: `forget_forked_copy`), whatever
-            // the signal was (review r28-e item 4).
-            return;
-        }
-        if n < 0
-            && sys::errno() == libc::EINTR
-            && warpsock_xsock::cancel::after_signal() != Some(false)
-        {
-            // The program's signal (its handler has run), or a cancel to
-            // act on: the wait ends, the close returns 0.
-            return;
+        if n < 0 && sys::errno() == libc::EINTR {
+            if forked_copy(pid) {
+                // A handler's `fork` in the `ppoll` (a handler ran: the
+                // `ppoll` fails with `EINTR`, never restarted), and this
+                // is the child, returned from the handler: no step of the
+                // parent's close here (the caller forgets it:
+                // `forget_forked_copy`), whatever the signal was (review
+                // r28-e item 4). Asked of the system only here: a child
+                // of `_Fork`, which runs no fork handler, is told too.
+                return true;
+            }
+            if warpsock_xsock::cancel::after_signal() != Some(false) {
+                // The program's signal (its handler has run), or a cancel
+                // to act on: the wait ends, the close returns 0.
+                return false;
+            }
         }
         // Ready, or the slice or a deadline passed: a step, a look.
     }

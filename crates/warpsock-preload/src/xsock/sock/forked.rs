@@ -299,3 +299,57 @@ fn a_forked_child_of_a_switch_commits_nothing_to_its_parents_connection() {
     t.release();
     drop((t, peer));
 }
+
+/// review r29-a item 3: the close of a DDP socket in the process that
+/// switched it makes one `getpid` in all (the interposed `close`'s
+/// `fdtable::borrowed`, for a vforked child): its release and drop
+/// compare with the pid the fork handlers leave (`SOCKS_OWNER`), and a
+/// lingering close's wait asks the system only after a signal's handler
+/// ran in its `ppoll`. Before: the release's `forked_child` and its two
+/// engine-owner checks, the drop's two `forked_copy`, and one per `ppoll`.
+/// An ordinary close and a lingering one (`SO_LINGER` {1, 5}); the peer
+/// then reads the end of stream.
+#[test]
+fn a_close_in_the_switching_process_makes_one_getpid() {
+    let _serial = fdtable::tests::support::serial();
+    for linger in [0, 5] {
+        let (fd, s, peer) = switched_pair();
+        if linger > 0 {
+            let l = libc::linger {
+                l_onoff: 1,
+                l_linger: linger,
+            };
+            // SAFETY: a linger struct of the test's, its size given.
+            let r = unsafe {
+                libc::setsockopt(
+                    s.x.tcp_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_LINGER,
+                    (&l as *const libc::linger).cast(),
+                    size_of::<libc::linger>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(r, 0, "SO_LINGER");
+        }
+        // No pass of the progress thread holds a reference from here on:
+        // the close's last reference is the table's, dropped in the call.
+        s.pins.close();
+        drop(s);
+        let before = sys::getpids();
+        // SAFETY: the interposed close of the test's descriptor.
+        let r = unsafe { crate::interpose::close(fd) };
+        let made = sys::getpids() - before;
+        assert_eq!(r, 0, "the close (SO_LINGER {linger} s)");
+        assert!(
+            made <= 1,
+            "the close of a DDP socket (SO_LINGER {linger} s) in the process that switched it \
+             made {made} getpid calls, 1 at most wanted"
+        );
+        let mut buf = [0u8; 1];
+        let end = peer.recv(&mut buf, RecvFlags::default(), Some(HUNG));
+        assert!(
+            matches!(end, Ok((0, _))),
+            "the peer after the close (SO_LINGER {linger} s): {end:?}"
+        );
+    }
+}

@@ -111,7 +111,7 @@ fn a_look_up_over_the_threads_read_hold_reads_too() {
 /// The low descriptor of the fork-in-a-wait test (its handler's look-up).
 const WAIT_FD: c_int = 60_101;
 /// The handler's fork's child, in the parent (0: the handler did not run).
-static WAIT_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static WAIT_PID: AtomicI32 = AtomicI32::new(0);
 /// In the handler: whether its thread's word counted one wait (the
 /// signal was handled inside the wait, not over a hold).
 static WAIT_OVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
