@@ -18,3 +18,14 @@ cargo test --quiet -p warpsock-cli --test cli --test suite --test netns_peers
 # The carrier's floor tool (scripts/bench-carrier-floor.sh) compiles with
 # -Werror and runs every shape briefly, its echoes checked (no timing).
 bash scripts/bench-carrier-floor.sh --check
+# The A/B timing script (scripts/bench-ddp-ab.sh) runs one short round of the
+# debug build against itself: its runs under WARPSOCK_PRELOAD_LIB, its reading
+# of the bench's JSON and its medians are exercised (no timing).
+ab=$(WARPSOCK=target/debug/warpsock bash scripts/bench-ddp-ab.sh \
+    target/debug/libwarpsock_preload.so target/debug/libwarpsock_preload.so 1 \
+    --tests lat --sizes 8 --transports tcp,ddp-socket --crc off --iters 200)
+if ! grep -Eq '^ddp-socket lat 8 B / tcp: A median [0-9.]+x \(.*1 rounds\); B median [0-9.]+x' <<<"$ab"; then
+    printf '%s\n' "$ab" >&2
+    echo "test-bench: scripts/bench-ddp-ab.sh printed no A/B medians" >&2
+    exit 1
+fi
