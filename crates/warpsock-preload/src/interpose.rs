@@ -177,7 +177,7 @@ fn propagate(old: c_int, new: c_int) {
     // the parent may use for something else (review r29-a item 1). The
     // child's copy of a DDP descriptor stays its doorbell's end: an exec
     // makes a dead end only of the numbers the table holds.
-    if (fdtable::mark(old) | fdtable::mark(new)) & MANAGED != 0 && fdtable::borrowed() {
+    if (fdtable::mark(old) | fdtable::mark(new)) & MANAGED != 0 && fdtable::borrowed(old, new) {
         return;
     }
     // Not over the thread's hold of the table's lock (`dup_refused`):
@@ -397,7 +397,7 @@ pub(crate) fn plain_sockopt(fd: c_int, level: c_int, op: SockOpt) -> Option<c_in
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
     if fdtable::maybe_managed(fd) && !busy() {
-        if fdtable::borrowed() {
+        if fdtable::borrowed(fd, -1) {
             // A vforked child (or one made without the fork handlers):
             // the table and its sockets are its parent's, the descriptor
             // number alone is its own (review r29-a item 1).

@@ -61,3 +61,19 @@ fn a_vforked_childs_close_leaves_the_parents_connection() {
         assert_eq!(r.stat("ddp_switched"), 2, "{mode}: {}", r.stderr);
     }
 }
+
+/// A child made by `syscall(SYS_fork)` (no fork handler: it keeps its
+/// parent's descriptor table owner) that switches a pair of its own and
+/// closes one end ends its own stream (review r29-c item 1,
+/// `tests/c/sysforkclose.c`): the close of the child's own DDP socket was
+/// the raw system call of a borrowed entry (the socket stayed in the
+/// table, the engine kept the connection open, the peer's poll timed
+/// out). The parent's own pair is left alone.
+#[test]
+fn a_sys_fork_childs_close_of_its_own_socket_ends_its_stream() {
+    let child = command(&c_program("sysforkclose"), &[], true)
+        .spawn()
+        .expect("spawn sysforkclose");
+    let r = finish(child, std::time::Duration::from_secs(60));
+    r.assert_ok("sysforkclose");
+}

@@ -545,31 +545,54 @@ fn reclaim() {
     super::sys::set_errno(errno);
 }
 
-/// The process whose sockets the table holds: the first to put one in
-/// ([`insert`]; 0: none yet). A child made by `fork` starts at none
-/// (its fork handler: [`fork_release_child`], before `demote_all` forgets
-/// the parent's entries); one made by `vfork` (or `_Fork`, `clone`: no
-/// handler runs) sees its parent's ([`borrowed`]).
+/// Whether any socket was ever put in the table by this process or the
+/// one whose memory it copied or shares ([`insert`]: the first one's
+/// pid; 0: none yet). [`borrowed`]'s fast path alone: while it is 0 no
+/// entry can be borrowed and no `getpid` is made. A child made by `fork`
+/// starts at none (its fork handler: [`fork_release_child`], before
+/// `demote_all` forgets the parent's entries).
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
-/// Whether the table, and the sockets in it, are another process's while
-/// this one sees them: a child made by `vfork` (or by `clone` or `_Fork`,
-/// which run no fork handler) of the process that put them there. It
-/// shares (`vfork`) or copied its parent's memory — the table, the
-/// sockets, the engine — but its descriptors are its own, and whatever it
-/// does with the library's state acts on the parent's connections
-/// (review r29-a item 1: its `close` of an inherited DDP descriptor
-/// removed the parent's entry, deregistered the socket from the parent's
-/// engine and dropped it, `Qp::drop` ending the connection the parent
-/// still uses; an offloaded UDP socket's close marked the parent's socket
-/// closed, dropped its queues and closed its connections). Its `close`
-/// and `dup`s of managed descriptors are the system calls alone
-/// (`interpose::close`, `interpose::propagate`). One `getpid`, none while
-/// no socket was ever put in (the callers ask for managed descriptors
-/// only).
-pub(crate) fn borrowed() -> bool {
-    let owner = OWNER.load(Ordering::Acquire);
-    owner != 0 && owner != super::sys::getpid()
+/// The process that made `fd`'s socket managed ([`Socket::owner_pid`];
+/// 0: `fd` is not managed, or its kind names none).
+fn owner_of(fd: c_int) -> i32 {
+    if fd < 0 || !maybe_managed(fd) {
+        return 0;
+    }
+    with_marked(fd, || 0, |s| s.owner_pid())
+}
+
+/// Whether the entry of `a` or of `b` (-1: none) is another process's
+/// while this one sees it: a child made by `vfork` (or by `clone` or
+/// `_Fork`, which run no fork handler) of the process that made that
+/// socket managed. It shares (`vfork`) or copied its parent's memory —
+/// the table, the sockets, the engine — but its descriptors are its own,
+/// and whatever it does with the library's state acts on the parent's
+/// connections (review r29-a item 1: its `close` of an inherited DDP
+/// descriptor removed the parent's entry, deregistered the socket from
+/// the parent's engine and dropped it, `Qp::drop` ending the connection
+/// the parent still uses; an offloaded UDP socket's close marked the
+/// parent's socket closed, dropped its queues and closed its
+/// connections). Its `close` and `dup`s of such descriptors are the
+/// system calls alone (`interpose::close`, `interpose::propagate`).
+/// Decided per entry, by the entry's own owner ([`Socket::owner_pid`]):
+/// such a child's own sockets (a switch or adoption of its own) are its
+/// own, and their closes the library's (review r29-c item 1: a global
+/// owner, the table's first, made a `_Fork` child's close of its own DDP
+/// socket the raw system call: the socket stayed in the table, the
+/// engine kept the connection open, the peer never read the end of
+/// stream). One `getpid` per call on a managed descriptor, none while no
+/// socket was ever put in ([`OWNER`]) and none for plain ones.
+pub(crate) fn borrowed(a: c_int, b: c_int) -> bool {
+    if OWNER.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    let (pa, pb) = (owner_of(a), owner_of(b));
+    if pa == 0 && pb == 0 {
+        return false;
+    }
+    let me = super::sys::getpid();
+    (pa != 0 && pa != me) || (pb != 0 && pb != me)
 }
 
 /// Records that `fd` refers to `sock`; returns the object `fd` referred to
@@ -578,9 +601,8 @@ pub(crate) fn borrowed() -> bool {
 /// nothing.
 pub(crate) fn insert(fd: c_int, sock: Arc<dyn Socket>) -> Result<Option<Arc<dyn Socket>>, c_int> {
     // The first socket put in (a switch's, an adoption's: never per
-    // call) names the owner; not over another's, which only a child made
-    // without the fork handlers sees (a vforked child's store would make
-    // the parent's own closes look borrowed).
+    // call) sets [`OWNER`], [`borrowed`]'s fast path: the owner of each
+    // entry is the entry's own.
     if OWNER.load(Ordering::Acquire) == 0 {
         let _ =
             OWNER.compare_exchange(0, super::sys::getpid(), Ordering::AcqRel, Ordering::Acquire);

@@ -195,6 +195,15 @@ pub(crate) trait Socket: Send + Sync {
         self.kernel_fd()
     }
 
+    /// The process that made this socket managed (its switch's or
+    /// adoption's `getpid`; 0: any). A process other than it that finds
+    /// the socket in its table borrows the entry: a child made without
+    /// the fork handlers (`vfork`, `_Fork`, `clone`), whose `close` and
+    /// `dup`s of it are the system calls alone ([`super::fdtable::borrowed`]).
+    fn owner_pid(&self) -> i32 {
+        0
+    }
+
     /// The descriptor the program's number names while this socket is
     /// managed (what the switch put there), for an exec that failed after
     /// its demotion: the number is put back on it and the socket managed

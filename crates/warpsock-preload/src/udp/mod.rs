@@ -167,6 +167,10 @@ impl Kind for Udp {
 }
 
 impl Socket for Sock {
+    fn owner_pid(&self) -> i32 {
+        self.pid
+    }
+
     fn kernel_fd(&self) -> c_int {
         self.udp
     }

@@ -64,6 +64,9 @@ pub(super) struct Dgram {
 pub(crate) struct Sock {
     /// This socket, for registering handlers from `&self` methods.
     me: Weak<Self>,
+    /// The process that adopted it (`Socket::owner_pid`): a child made
+    /// without the fork handlers borrows its parent's entry.
+    pub(crate) pid: i32,
     /// Epoll token of the hidden UDP socket.
     pub(crate) id: u64,
     /// AF_INET or AF_INET6.
@@ -269,6 +272,7 @@ impl Sock {
                 gso: Mutex::new(Gso::default()),
                 gro: (config::get().mode == Mode::Gso && enable_gro(udp))
                     .then(|| Mutex::new(Gro::new())),
+                pid: sys::getpid(),
             });
             if !eng.register(udp, s.id, EPOLLIN | EPOLLET, Arc::new(UdpReady(s.clone()))) {
                 return Err(errno());

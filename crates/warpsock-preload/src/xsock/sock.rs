@@ -470,6 +470,10 @@ impl Socket for DdpSock {
         Some(self.bell.app)
     }
 
+    fn owner_pid(&self) -> i32 {
+        self.pid
+    }
+
     fn add_ref(&self) {
         self.refs.fetch_add(1, Ordering::AcqRel);
     }
