@@ -95,6 +95,11 @@ fn dispatch_managed<R>(
     // before the call (nothing of the library is live yet; a plain
     // descriptor's call is glibc's, which acts itself; review r23-c item 2).
     cancel_first();
+    // A number a borrower (a vforked child) closed raw and reused: its
+    // own, not the parent's socket (review r29-c item 2).
+    if fdtable::borrowed_here(fd) {
+        return real();
+    }
     fdtable::with_marked(fd, real, offload)
 }
 

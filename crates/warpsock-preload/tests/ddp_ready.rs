@@ -50,9 +50,11 @@ fn a_forked_childs_first_select_leaves_the_parents_readiness() {
 /// the socket from the parent's engine and dropped it (an end of stream
 /// on the parent's connection). The parent's pair must then carry a byte
 /// each way and close cleanly; the child `_exit`s, or execs `/bin/true`.
+/// "reuse" (review r29-c item 2): the child opens `/dev/null` under the
+/// number it closed and writes to it; the parent's peer must not read it.
 #[test]
 fn a_vforked_childs_close_leaves_the_parents_connection() {
-    for mode in ["exit", "exec"] {
+    for mode in ["exit", "exec", "reuse"] {
         let child = command(&c_program("vforkclose"), &[mode.to_owned()], true)
             .spawn()
             .expect("spawn vforkclose");

@@ -466,7 +466,7 @@ pub(crate) fn set_candidate(fd: c_int, kind: usize) {
 
 /// The object of managed descriptor `fd`.
 pub(crate) fn get(fd: c_int) -> Option<Arc<dyn Socket>> {
-    if !maybe_managed(fd) {
+    if !maybe_managed(fd) || borrowed_here(fd) {
         return None;
     }
     get_marked(fd)
@@ -592,7 +592,57 @@ pub(crate) fn borrowed(a: c_int, b: c_int) -> bool {
         return false;
     }
     let me = super::sys::getpid();
-    (pa != 0 && pa != me) || (pb != 0 && pb != me)
+    let borrowed = (pa != 0 && pa != me) || (pb != 0 && pb != me);
+    if borrowed {
+        // Its raw close leaves the number's mark and entry (the parent's):
+        // the calls on the number from now on are plain in this process
+        // ([`borrowed_here`]; review r29-c item 2).
+        BORROWER.store(me, Ordering::Release);
+    }
+    borrowed
+}
+
+/// A process that made a raw close or `dup` of a borrowed entry
+/// ([`borrowed`]; 0: none): its descriptor numbers may name something
+/// else now (an `open`, `socket`, `accept` or `dup2` reusing the number)
+/// while the mark and entry, the parent's, stay (review r29-c item 2: a
+/// vforked child's `close(s); open("/dev/null")` then `write` went to the
+/// parent's DDP socket, and the parent's peer read the child's bytes).
+/// Shared with the parent by a `vfork` child: the parent, when it runs
+/// again (the child exited or exec'd), finds another pid here and clears
+/// it ([`borrowed_here`]).
+static BORROWER: AtomicI32 = AtomicI32::new(0);
+
+/// Whether a call on managed descriptor `fd` is the plain call in this
+/// process: it is the [`BORROWER`] and `fd`'s entry is another
+/// process's. One relaxed load while no process borrowed the table; a
+/// `getpid` (and, in the borrower, a look-up of the entry's owner) only
+/// after one did. Another pid there is a borrower gone (a `vfork`
+/// suspends its parent's thread until the child execs or exits): cleared,
+/// and the call is managed. Not covered: a thread of a multi-threaded
+/// parent calling on a managed descriptor while the vforked child runs
+/// clears it too, and the child's later calls on a reused number reach
+/// the parent's socket again.
+#[inline]
+pub(crate) fn borrowed_here(fd: c_int) -> bool {
+    BORROWER.load(Ordering::Relaxed) != 0 && borrowed_here_slow(fd)
+}
+
+/// [`borrowed_here`] once a process borrowed the table.
+#[cold]
+#[inline(never)]
+fn borrowed_here_slow(fd: c_int) -> bool {
+    let b = BORROWER.load(Ordering::Acquire);
+    if b == 0 {
+        return false;
+    }
+    let me = super::sys::getpid();
+    if b == me {
+        let o = owner_of(fd);
+        return o != 0 && o != me;
+    }
+    let _ = BORROWER.compare_exchange(b, 0, Ordering::AcqRel, Ordering::Relaxed);
+    false
 }
 
 /// Records that `fd` refers to `sock`; returns the object `fd` referred to

@@ -6,7 +6,11 @@
  * deregistered the socket from the parent's engine and ran its drop
  * (Qp::drop: an end of stream on the connection the parent still uses),
  * and the dup2 released the parent's socket the same way.
- * argv[1]: "exit" (the child _exits) or "exec" (it execs /bin/true).
+ * argv[1]: "exit" (the child _exits) or "exec" (it execs /bin/true),
+ * or "reuse" (review r29-c item 2: the child's close(s) leaves the
+ * number's mark and entry, the parent's; it opens /dev/null, given the
+ * same number, writes "zz" to it and _exits: the parent's peer must not
+ * read the child's bytes, which went to the parent's DDP socket).
  * The parent then sends both ways on the pair and closes it cleanly.
  * Exits 0 if every check holds. */
 #include "ddppair.h"
@@ -31,6 +35,7 @@ static int recv1(int fd) {
 int main(int argc, char **argv) {
     CHECK(argc == 2);
     int exec = strcmp(argv[1], "exec") == 0;
+    int reuse = strcmp(argv[1], "reuse") == 0;
     int c, s;
     tcp_pair(&c, &s);
     pthread_t t;
@@ -51,6 +56,12 @@ int main(int argc, char **argv) {
         /* The child: its copies of the two DDP descriptors go, one by
          * close, one by dup2 over it (a shell's redirection). */
         if (close(s) != 0) _exit(2);
+        if (reuse) {
+            int fd = open("/dev/null", O_WRONLY);
+            if (fd != s) _exit(5);
+            if (write(fd, "zz", 2) != 2) _exit(6);
+            if (close(fd) != 0) _exit(7);
+        }
         if (dup2(null, c) != c) _exit(3);
         if (exec) {
             execl("/bin/true", "true", (char *)NULL);
@@ -75,7 +86,18 @@ int main(int argc, char **argv) {
                 errno);
         return 1;
     }
-    if (send(s, "d", 1, MSG_NOSIGNAL) != 1 || recv1(c) != 'd') {
+    if (send(s, "d", 1, MSG_NOSIGNAL) != 1) {
+        fprintf(stderr, "vforkclose: the parent's send of 'd' failed (errno %d)\n", errno);
+        return 1;
+    }
+    int got = recv1(c);
+    if (got == 'z') {
+        fprintf(stderr,
+                "vforkclose: the parent's peer read 'z', the vforked child's write to its "
+                "own /dev/null under the number it closed (the parent's DDP socket took it)\n");
+        return 1;
+    }
+    if (got != 'd') {
         fprintf(stderr,
                 "vforkclose: after the vforked child's close, the parent's 'd' from s to c "
                 "did not arrive (10 s at most; errno %d: the child's close ended the parent's connection)\n",

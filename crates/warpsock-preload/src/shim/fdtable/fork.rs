@@ -55,6 +55,7 @@ pub(crate) fn fork_release_child() {
     // The parent's entries are forgotten next (`demote_all`): the table is
     // the child's, none of its own yet ([`super::borrowed`]).
     super::OWNER.store(0, std::sync::atomic::Ordering::Release);
+    super::BORROWER.store(0, std::sync::atomic::Ordering::Release);
     held::closes_forget();
     // The parent's other waiters are not in the child: its thread's own
     // waits only (before the hold's end below looks).
