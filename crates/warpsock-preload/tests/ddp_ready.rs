@@ -79,3 +79,17 @@ fn a_sys_fork_childs_close_of_its_own_socket_ends_its_stream() {
     let r = finish(child, std::time::Duration::from_secs(60));
     r.assert_ok("sysforkclose");
 }
+
+/// A vforked child's switch of a plain connected socket of its own is
+/// refused with `EOPNOTSUPP` (review r29-c item 3, `tests/c/vforkswitch.c`):
+/// it wrote the census's owner in the memory it shares with its parent,
+/// whose own DDP closes were then leaked with no end of stream. The
+/// parent's close must then read as 0 at its peer.
+#[test]
+fn a_vforked_childs_switch_is_refused_and_the_parents_close_ends_its_stream() {
+    let child = command(&c_program("vforkswitch"), &[], true)
+        .spawn()
+        .expect("spawn vforkswitch");
+    let r = finish(child, std::time::Duration::from_secs(60));
+    r.assert_ok("vforkswitch");
+}

@@ -553,6 +553,12 @@ fn reclaim() {
 /// `demote_all` forgets the parent's entries).
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
+/// The first process that put a socket in the table ([`OWNER`]; 0:
+/// none yet): a child made without the fork handlers sees its parent's.
+pub(crate) fn first_owner() -> i32 {
+    OWNER.load(Ordering::Acquire)
+}
+
 /// The process that made `fd`'s socket managed ([`Socket::owner_pid`];
 /// 0: `fd` is not managed, or its kind names none).
 fn owner_of(fd: c_int) -> i32 {

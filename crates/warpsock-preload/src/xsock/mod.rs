@@ -333,6 +333,14 @@ fn switch(
     // it makes a child that returns into it (below).
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
+    // A vforked child (a `clone(CLONE_VM)` task) of a process whose
+    // sockets it sees: its switch would change its parent's memory (the
+    // census's owner: the parent's own closes were then leaked with no
+    // end of stream; the table; the engine). Refused before anything is
+    // noted or sent: the socket stays plain TCP (review r29-c item 3).
+    if sock::borrows_memory(pid) {
+        return Err(libc::EOPNOTSUPP);
+    }
     let mut p = pending(fd);
     if p.tried {
         return Err(libc::EALREADY);

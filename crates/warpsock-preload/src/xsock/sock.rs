@@ -125,6 +125,39 @@ pub(crate) fn forget_after_fork() {
     SOCKS_OWNER.store(0, Ordering::Release);
 }
 
+/// Whether process `me` (the caller, `getpid()`) shares its memory with
+/// process `other`: `kcmp(KCMP_VM)` says so (0), or cannot say (a
+/// seccomp filter, no `kcmp`: taken as shared, the safe answer). A gone
+/// `other` (`ESRCH`) shares nothing. Asked only by a switch in a process
+/// that sees another's pid as an owner (a child made without the fork
+/// handlers), never per call.
+pub(crate) fn shares_memory(me: i32, other: i32) -> bool {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp compares two processes' resources; no pointers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            libc::c_long::from(me),
+            libc::c_long::from(other),
+            KCMP_VM,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    r == 0 || (r < 0 && errno() != libc::ESRCH)
+}
+
+/// Whether process `me`, about to switch a socket, shares the memory of
+/// the process whose sockets (DDP, or any the descriptor table holds) it
+/// sees: a child made by `vfork` (or a `clone(CLONE_VM)` task) of such a
+/// process. Its switch would write the census's owner, the table and
+/// the engine of its parent's memory (review r29-c item 3): refused.
+pub(crate) fn borrows_memory(me: i32) -> bool {
+    [SOCKS_OWNER.load(Ordering::Acquire), fdtable::first_owner()]
+        .into_iter()
+        .any(|o| o != 0 && o != me && shares_memory(me, o))
+}
+
 /// The DDP socket behind the program's descriptor `fd`.
 pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
     let s = fdtable::get(fd)?;
@@ -345,7 +378,19 @@ impl DdpSock {
                 polls: AtomicUsize::new(0),
                 pid: libc::getpid(),
             });
-            SOCKS_OWNER.store(s.pid, Ordering::Release);
+            // The census's owner: set when none is (compare-exchange), or
+            // over a process whose memory this one does not share (a
+            // child made by `_Fork` or `clone` without `CLONE_VM`, its
+            // copy of the parent's); never in memory shared with another
+            // process (a vforked child's switch is refused before its
+            // handshake: `shares_memory`), where the store made every
+            // close of the parent's own sockets look forked away, leaked
+            // with no end of stream (review r29-c item 3).
+            let cur = SOCKS_OWNER.load(Ordering::Acquire);
+            if cur != s.pid && (cur == 0 || !shares_memory(s.pid, cur)) {
+                let _ =
+                    SOCKS_OWNER.compare_exchange(cur, s.pid, Ordering::AcqRel, Ordering::Acquire);
+            }
             let key = Arc::as_ptr(&s).cast::<()>() as usize;
             SOCKS.lock().insert(key, Arc::downgrade(&s));
             let forget = |e| {
