@@ -572,6 +572,36 @@ pub(super) fn hand_over(
     counted: Option<Counted>,
     pid: i32,
 ) {
+    // A close of the parent's handed over in a child made by `fork` (a
+    // signal handler's, between the close's look and here: its handlers
+    // left the census's owner none or the child's own): forgotten at
+    // once, as [`forget_foreign`] forgets one, with no system call — no
+    // reaper started for it, no place noted in the child's table (an
+    // unanswered `_exit` there set `SO_LINGER` {1, 0} on the engine
+    // socket the two share, and the parent's orderly close ended in a
+    // reset), no count taken: the close's count is the parent's, made
+    // before the fork (review r29-c item 4). A child of `_Fork` (no
+    // handler: the owner is still the parent's) is told by its reaper's
+    // pid check.
+    if super::sock::close::forked_away(pid) {
+        std::mem::forget(x);
+        // (`begun`, a `Closing`, has no drop of its own: its socket is `x`.)
+        let _ = begun;
+        std::mem::forget(counted);
+        return;
+    }
+    hand_over_to_reaper(x, abortive, begun, counted, pid);
+}
+
+/// [`hand_over`] past its forked child's check: to the reaper (whose
+/// thread forgets a close of another process's: [`forget_foreign`]).
+fn hand_over_to_reaper(
+    x: XSocket,
+    abortive: bool,
+    begun: Option<Closing>,
+    counted: Option<Counted>,
+    pid: i32,
+) {
     #[cfg(feature = "test-hooks")]
     if !abortive {
         handover_gap();
@@ -1098,7 +1128,9 @@ mod tests {
         let other = unsafe { libc::getpid() } + 1;
         let held = HELD.load(Ordering::Acquire);
         // As a close's hand-over: orderly, its count made (the parent's).
-        hand_over(x, false, None, Some(Counted::new()), other);
+        // Past `hand_over`'s check (a child of `_Fork`, the census's
+        // owner still the parent's): the reaper's pid check.
+        hand_over_to_reaper(x, false, None, Some(Counted::new()), other);
         a_round_after_the_hand_overs();
         let after = peer.recv(&mut buf, quiet, None);
         // SAFETY: F_GETFD on a number, open or not.
@@ -1121,6 +1153,110 @@ mod tests {
         assert!(
             HELD.load(Ordering::Acquire) <= held,
             "the forgotten close left its count in HELD"
+        );
+    }
+
+    /// review r29-c item 4: a close of the parent's handed over in a
+    /// child made by `fork` (its handlers run: the census's owner none) is
+    /// forgotten at once: no reaper started, nothing noted in the child's
+    /// table, so the child's unanswered `_exit` look resets nothing of
+    /// the engine socket the two share (before: the child started a
+    /// reaper and noted the close, and a look before the reaper forgot it
+    /// set `SO_LINGER` {1, 0}: the parent's orderly close ended in a
+    /// reset). A loopback pair switched at both ends; a fork whose child
+    /// runs the fork handlers' parts (the reaper's and the census's),
+    /// hands the parent's end over as the parent's close and makes an
+    /// unanswered exit's reset; then the parent's own close must read as
+    /// 0 at the peer.
+    #[test]
+    fn a_forked_childs_hand_over_of_its_parents_close_is_forgotten_at_once() {
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsFd;
+        use warpsock_xsock::io::{switch_fd, Options, RecvFlags};
+        let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
+        let (p, _) = l.accept().expect("its peer");
+        let o = Options::default();
+        let (x, peer) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| switch_fd(c.as_fd(), &o).map_err(|e| e.to_string()));
+            let b = sc.spawn(|| switch_fd(p.as_fd(), &o).map_err(|e| e.to_string()));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (x, peer) = (x.expect("the switch"), peer.expect("the peer's switch"));
+        drop(c);
+        let tfd = x.tcp_fd();
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        // SAFETY: the child runs the fork handlers' parts and the
+        // hand-over, then `_exit`s, never returning into the harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            forget_after_fork();
+            super::super::sock::forget_after_fork();
+            hand_over(x, false, None, Some(Counted::new()), me);
+            let mut bits = 0;
+            if !REAPER.load(Ordering::Acquire).is_null() {
+                bits |= 1;
+            }
+            if reset_sending_unanswered() != 0 {
+                bits |= 2;
+            }
+            if linger_of(tfd) != (0, 0) {
+                bits |= 4;
+            }
+            // SAFETY: ends the child, no unwinding into the harness.
+            unsafe { libc::_exit(bits) };
+        }
+        let status = crate::shim::forktest::within(pid);
+        let lingering = linger_of(tfd);
+        assert_eq!(
+            status,
+            Some(0),
+            "the forked child's hand-over of its parent's close (1: it started a reaper, 2: an \
+             unanswered exit's look reset a close, 4: the shared engine socket has SO_LINGER \
+             set; None: hung, killed)"
+        );
+        assert_eq!(
+            lingering,
+            (0, 0),
+            "the parent's engine socket was reset by the child"
+        );
+        // The parent's own orderly close: the peer reads its end, no reset.
+        drop(x);
+        let mut buf = [0u8; 16];
+        let quiet = RecvFlags {
+            nonblocking: true,
+            ..RecvFlags::default()
+        };
+        // The engine socket's readiness may be a frame before the end
+        // (its close's): read until something other than WouldBlock,
+        // each wait on the socket, 10 s in all.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let r = loop {
+            let r = peer.recv(&mut buf, quiet, None);
+            if !r
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock)
+            {
+                break r;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "the peer read nothing of the parent's close within 10 s"
+            );
+            let mut pfd = libc::pollfd {
+                fd: peer.tcp_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd on the stack; bounded by the deadline.
+            unsafe { libc::poll(&mut pfd, 1, left.as_millis().max(1) as c_int) };
+        };
+        assert!(
+            matches!(r, Ok((0, _))),
+            "the peer read {r:?} at the parent's orderly close, not its end of stream"
         );
     }
 

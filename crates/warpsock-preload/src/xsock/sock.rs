@@ -40,7 +40,7 @@ use crate::shim::sys::{self, errno, set_errno};
 use crate::shim::{fdtable, real};
 
 mod calls;
-pub(super) mod close;
+pub(in crate::xsock) mod close;
 #[cfg(test)]
 pub(super) mod forked;
 mod opts;

@@ -222,7 +222,7 @@ fn forked_copy(pid: i32) -> bool {
 /// `getpid` is the close's one), nor is a child of a handler's `_Fork`
 /// (no handler runs) returning into a close outside the lingering wait's
 /// `ppoll`, which asks the system ([`linger_wait`]).
-pub(super) fn forked_away(pid: i32) -> bool {
+pub(in crate::xsock) fn forked_away(pid: i32) -> bool {
     super::SOCKS_OWNER.load(Ordering::Acquire) != pid
 }
 
