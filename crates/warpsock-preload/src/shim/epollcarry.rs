@@ -64,16 +64,24 @@ thread_local! {
 /// copies the list), no order is reversed.
 pub(crate) fn fork_prepare() {
     for round in 0..FORK_TRIES {
-        match SETS.try_lock() {
-            Ok(g) => return FORK_GUARD.with(|f| *f.borrow_mut() = Some(g)),
-            Err(TryLockError::Poisoned(p)) => {
-                return FORK_GUARD.with(|f| *f.borrow_mut() = Some(p.into_inner()));
+        let g = match SETS.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                #[cfg(test)]
+                tests::contended();
+                super::sys::pause(round);
+                continue;
             }
-            Err(TryLockError::WouldBlock) => {}
-        }
-        #[cfg(test)]
-        tests::contended();
-        super::sys::pause(round);
+        };
+        // A fork from a thread-local destructor (this thread's slot gone):
+        // the fork goes on holding nothing, as after the bound, never a
+        // panic in the atfork handler, an `extern "C"` frame (review
+        // r29-c item 5).
+        let mut g = Some(g);
+        let _ = FORK_GUARD.try_with(|f| *f.borrow_mut() = g.take());
+        drop(g);
+        return;
     }
 }
 
@@ -83,7 +91,8 @@ const FORK_TRIES: u32 = 26;
 /// The atfork parent and child handlers' part: [`SETS`] let go (in the
 /// child, its copy, which the forking thread, the child's, held).
 pub(crate) fn fork_release() {
-    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+    // (None held if this thread's slot is gone: [`fork_prepare`].)
+    let _ = FORK_GUARD.try_with(|f| drop(f.borrow_mut().take()));
 }
 
 /// Records an epoll set the program made (`epfd` < 0: a failed call).
@@ -197,6 +206,42 @@ mod tests {
     use super::*;
     use std::cell::RefCell;
     use std::sync::mpsc;
+
+    /// review r29-c item 5: the atfork handlers' part run from a
+    /// thread-local destructor after [`FORK_GUARD`]'s slot is gone (a
+    /// fork made there) does not panic: a panic in an `extern "C"`
+    /// handler (and in a destructor) aborts the process. In a forked
+    /// child (an abort there is its status): a thread touches `LATE`,
+    /// then the handlers (`FORK_GUARD`'s destructor registered after
+    /// `LATE`'s: run before it), and exits; `LATE`'s destructor runs the
+    /// handlers again.
+    #[test]
+    fn the_fork_handlers_from_a_thread_local_destructor_do_not_panic() {
+        struct Late;
+        impl Drop for Late {
+            fn drop(&mut self) {
+                fork_prepare();
+                fork_release();
+            }
+        }
+        thread_local! {
+            static LATE: RefCell<Option<Late>> = const { RefCell::new(None) };
+        }
+        let status = crate::shim::forktest::child_within(|| {
+            let t = std::thread::spawn(|| {
+                LATE.with(|l| *l.borrow_mut() = Some(Late));
+                fork_prepare();
+                fork_release();
+            });
+            i32::from(t.join().is_err())
+        });
+        assert_eq!(
+            status,
+            Some(0),
+            "the fork handlers run from a thread-local destructor after FORK_GUARD's \
+             (-1: the child aborted: a panic in the handler; 1: the thread panicked; None: hung)"
+        );
+    }
 
     thread_local! {
         /// Run when `fork_prepare` finds [`SETS`] held (once).
