@@ -93,3 +93,25 @@ fn a_forked_childs_first_select_never_locks_the_parents_holding_list() {
          no engine)"
     );
 }
+
+/// review r29-c item 5: an unpark in a forked child of a connection the
+/// parent parked (its mark copied, the child's count at 0 after its fork
+/// handler) leaves the count at 0: it wrapped to `usize::MAX`, and every
+/// wait of the child's walked the list for good. In a forked child,
+/// bounded by `forktest::child_within`.
+#[test]
+fn an_unpark_in_a_forked_child_never_takes_its_count_below_zero() {
+    let _serial = crate::shim::fdtable::tests::support::serial();
+    let status = crate::shim::forktest::child_within(|| {
+        park::forget_after_fork();
+        let mut mark = Some(std::time::Instant::now());
+        park::clear(&mut mark);
+        i32::from(park::PARKED.load(Ordering::Relaxed) != 0 || mark.is_some())
+    });
+    assert_eq!(
+        status,
+        Some(0),
+        "the forked child's unpark of a connection its parent parked took its count of \
+         parked connections below 0 (1; -1: the child died; None: hung)"
+    );
+}

@@ -103,7 +103,14 @@ pub(super) fn parked(conn: &Arc<Conn>, listed: &mut bool) {
 /// Unparks the interest's mark (the caller re-computes the epoll mask).
 pub(super) fn clear(mark: &mut Option<Instant>) {
     if mark.take().is_some() {
-        PARKED.fetch_sub(1, Ordering::Relaxed);
+        // Never below 0: a forked child starts its count at 0
+        // ([`forget_after_fork`]) while a connection it reaches may be
+        // marked parked in the parent's memory (review r29-c item 5: the
+        // count wrapped, [`any`] was true for good and every wait walked
+        // the list).
+        let _ = PARKED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(1))
+        });
     }
 }
 
