@@ -227,6 +227,10 @@ struct Held {
     c: Option<Closing>,
     /// Still counted in [`CLOSING`] (until its sending phase ends).
     counted: bool,
+    /// Its count in [`HELD`] was made by the hand-over (the close's own,
+    /// `Counted::sent`'s, was not: [`forget_foreign`] gives back only
+    /// this one).
+    added: bool,
     /// Its place in the reaper's table of closes still sending
     /// ([`Reaper::sending`], or one grown after it), noted at the
     /// hand-over while `counted`, the table with it: its `forget` takes
@@ -277,7 +281,7 @@ impl Held {
                 // Before its socket closes (`fd_table`'s claims).
                 table.forget(i);
             }
-            CLOSING.fetch_sub(1, Ordering::AcqRel);
+            sub(&CLOSING);
         }
     }
 }
@@ -297,7 +301,7 @@ impl Drop for Held {
             unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, self.x.tcp_fd(), &mut ev) };
         }
         self.uncount();
-        HELD.fetch_sub(1, Ordering::AcqRel);
+        sub(&HELD);
     }
 }
 
@@ -310,15 +314,19 @@ impl Drop for Held {
 /// end of stream); its memory leaked, the child's copies of its
 /// descriptors left open. Its place in this process's table is freed (an
 /// unanswered `_exit` here must not reset the parent's socket), and the
-/// hand-over's count in [`HELD`] given back (saturating: made in this
-/// process, or a parent's the fork reset to 0); its [`CLOSING`] count is
+/// hand-over's count in [`HELD`] given back if the hand-over made it
+/// ([`Held::added`]; saturating: made in this process, or a parent's the
+/// fork reset to 0), not a close's own (`Counted::sent`'s, the
+/// parent's; review r29-c item 5); its [`CLOSING`] count is
 /// the parent's, made before the fork (whose handler set this process's
 /// to 0), and left.
 fn forget_foreign(mut h: Held) {
     if let Some((table, i)) = h.noted.take() {
         table.forget(i);
     }
-    sub(&HELD);
+    if h.added {
+        sub(&HELD);
+    }
     std::mem::forget(h);
 }
 
@@ -616,6 +624,7 @@ fn hand_over_to_reaper(
         None => !abortive,
     };
     let k = counted.unwrap_or_else(Counted::new);
+    let added = !k.held;
     let counted = if k.held {
         // In HELD already (its sending ended in the caller's wait): the
         // Held's drop gives it back.
@@ -639,6 +648,7 @@ fn hand_over_to_reaper(
         x,
         c: begun,
         counted,
+        added,
         noted,
         pid,
         key: 0,
@@ -1257,6 +1267,68 @@ mod tests {
         assert!(
             matches!(r, Ok((0, _))),
             "the peer read {r:?} at the parent's orderly close, not its end of stream"
+        );
+    }
+
+    /// review r29-c item 5: a close of another process's forgotten by
+    /// the reaper gives back a count in [`HELD`] only if the hand-over
+    /// made it ([`Held::added`]), not the close's own (`Counted::sent`'s,
+    /// the other process's). In a forked child (HELD its own), bounded by
+    /// `forktest::child_within`: HELD at 5, a `Held` not added forgotten,
+    /// HELD must stay 5; one added, 4; then a `Held`'s drop with HELD and
+    /// CLOSING at 0 (a fork handler's) leaves both at 0 (saturating).
+    #[test]
+    fn a_forgotten_close_gives_back_only_the_count_its_hand_over_made() {
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsFd;
+        use warpsock_xsock::io::{switch_fd, Options};
+        let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
+        let (p, _) = l.accept().expect("its peer");
+        let o = Options::default();
+        let (x, peer) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| switch_fd(c.as_fd(), &o).map_err(|e| e.to_string()));
+            let b = sc.spawn(|| switch_fd(p.as_fd(), &o).map_err(|e| e.to_string()));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (x, peer) = (x.expect("the switch"), peer.expect("the peer's switch"));
+        let status = crate::shim::forktest::child_within(move || {
+            let held = |x, added| Held {
+                x,
+                c: None,
+                counted: added,
+                added,
+                noted: None,
+                pid: 0,
+                key: 0,
+                due: false,
+                acked: None,
+                watched: None,
+            };
+            HELD.store(5, Ordering::Release);
+            // The same socket three times: two copies forgotten, never
+            // dropped; `x` itself dropped last.
+            // SAFETY: bitwise copies of `x`, never dropped (forgotten by
+            // `forget_foreign`).
+            let (one, two) = unsafe { (std::ptr::read(&x), std::ptr::read(&x)) };
+            forget_foreign(held(one, false));
+            let not_added = HELD.load(Ordering::Acquire);
+            forget_foreign(held(two, true));
+            let added = HELD.load(Ordering::Acquire);
+            // A drop with both counts at 0 (a fork handler's): never below.
+            HELD.store(0, Ordering::Release);
+            CLOSING.store(0, Ordering::Release);
+            drop(held(x, true));
+            let below = HELD.load(Ordering::Acquire) != 0 || CLOSING.load(Ordering::Acquire) != 0;
+            i32::from(not_added != 5) | i32::from(added != 4) << 1 | i32::from(below) << 2
+        });
+        drop(peer);
+        assert_eq!(
+            status,
+            Some(0),
+            "forget_foreign's count in HELD (1: it gave back a count its hand-over did not \
+             make; 2: not the one it made; 4: a Held's drop took HELD or CLOSING below 0; \
+             -1: the child died; None: hung)"
         );
     }
 
