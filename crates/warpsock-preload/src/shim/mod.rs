@@ -10,7 +10,6 @@
 //! | [`socket`] | the two traits a kind implements: [`socket::Socket`] (one managed descriptor) and [`socket::Kind`] (adoption and process life-cycle hooks) |
 //! | [`reactor`] | the progress thread: one epoll set plus timers, driving [`reactor::Handler`]s |
 //! | [`doorbell`] | the AF_UNIX pair whose one end the program holds, so its own poll/select/epoll report readiness |
-//! | [`forklock`] | a process-wide lock a forked child starts afresh (the parent's may be held by a thread the child does not have) |
 //! | [`epollcarry`] | the program's epoll registrations follow its descriptor number when a swap makes it name another file |
 //! | [`iov`] | the program's scatter/gather buffers |
 //! | [`sys`] | small safe wrappers (errno, socket addresses, options, poll) |
@@ -23,7 +22,6 @@
 pub(crate) mod doorbell;
 pub(crate) mod epollcarry;
 pub(crate) mod fdtable;
-pub(crate) mod forklock;
 #[cfg(test)]
 pub(crate) mod forktest;
 pub(crate) mod guard;

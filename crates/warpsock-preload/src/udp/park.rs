@@ -53,8 +53,8 @@ use std::time::{Duration, Instant};
 
 use super::conn::Conn;
 use super::stats::{self, STATS};
-use crate::shim::forklock::ForkLock;
 use crate::shim::reactor;
+use warpsock_xsock::io::ForkLock;
 
 /// How long a connection may stay parked before its timer gives it back.
 const GRACE: Duration = Duration::from_millis(10);

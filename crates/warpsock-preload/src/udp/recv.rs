@@ -784,9 +784,9 @@ pub(super) mod held {
     use std::sync::{Arc, Weak};
 
     use super::{Conn, Sock, EPOLLIN};
-    use crate::shim::forklock::ForkLock;
     use crate::shim::reactor;
     use crate::shim::sys::lock;
+    use warpsock_xsock::io::ForkLock;
 
     /// Listed sockets (each once: `Sock::holding_listed`), until the next
     /// wait takes the list. A child made by `fork` starts a list of its

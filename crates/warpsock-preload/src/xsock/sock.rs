@@ -33,11 +33,11 @@ use warpsock_xsock::io::{Readiness, XSocket};
 
 use super::follow::Follow;
 use crate::shim::doorbell::Doorbell;
-use crate::shim::forklock::ForkLock;
 use crate::shim::reactor;
 use crate::shim::socket::{Socket, Wait};
 use crate::shim::sys::{self, errno, set_errno};
 use crate::shim::{fdtable, real};
+use warpsock_xsock::io::ForkLock;
 
 mod calls;
 pub(in crate::xsock) mod close;

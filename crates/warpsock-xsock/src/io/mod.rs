@@ -10,7 +10,7 @@
 //! queue pair); `wait` drives the engine for a waiting call; `watch` says
 //! when the socket needs a progress thread; `closing` is the orderly close,
 //! blocking or in non-blocking steps; `forklist` (a leaf) is the
-//! process-wide list a forked child starts afresh.
+//! process-wide lock (or list) a forked child starts afresh.
 
 mod closing;
 mod data;
@@ -34,7 +34,7 @@ mod wait;
 mod watch;
 
 pub use closing::{Closing, Phase};
-pub use forklist::ForkList;
+pub use forklist::{ForkList, ForkLock};
 pub use handshake::{switch_fd, switch_fd_as, Failure};
 pub use quiet::Spun;
 pub use rio::{AioOp, Completion};
