@@ -40,6 +40,8 @@ mod linger;
 mod reaper;
 mod residue;
 pub(crate) mod sock;
+#[cfg(test)]
+mod test_pair;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

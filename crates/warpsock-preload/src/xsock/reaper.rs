@@ -1106,19 +1106,8 @@ mod tests {
     /// without `SO_LINGER`.
     #[test]
     fn a_close_handed_over_in_another_process_is_left_alone() {
-        use std::net::{TcpListener, TcpStream};
-        use std::os::fd::AsFd;
-        use warpsock_xsock::io::{switch_fd, Options, RecvFlags};
-        let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
-        let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
-        let (p, _) = l.accept().expect("its peer");
-        let o = Options::default();
-        let (x, peer) = std::thread::scope(|sc| {
-            let a = sc.spawn(|| switch_fd(c.as_fd(), &o).map_err(|e| e.to_string()));
-            let b = sc.spawn(|| switch_fd(p.as_fd(), &o).map_err(|e| e.to_string()));
-            (a.join().unwrap(), b.join().unwrap())
-        });
-        let (x, peer) = (x.expect("the switch"), peer.expect("the peer's switch"));
+        use warpsock_xsock::io::RecvFlags;
+        let (x, c, peer) = crate::xsock::test_pair::switched();
         // The engine's socket alone holds our end (`switch_fd` dups it).
         drop(c);
         let tfd = x.tcp_fd();
@@ -1180,19 +1169,8 @@ mod tests {
     /// 0 at the peer.
     #[test]
     fn a_forked_childs_hand_over_of_its_parents_close_is_forgotten_at_once() {
-        use std::net::{TcpListener, TcpStream};
-        use std::os::fd::AsFd;
-        use warpsock_xsock::io::{switch_fd, Options, RecvFlags};
-        let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
-        let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
-        let (p, _) = l.accept().expect("its peer");
-        let o = Options::default();
-        let (x, peer) = std::thread::scope(|sc| {
-            let a = sc.spawn(|| switch_fd(c.as_fd(), &o).map_err(|e| e.to_string()));
-            let b = sc.spawn(|| switch_fd(p.as_fd(), &o).map_err(|e| e.to_string()));
-            (a.join().unwrap(), b.join().unwrap())
-        });
-        let (x, peer) = (x.expect("the switch"), peer.expect("the peer's switch"));
+        use warpsock_xsock::io::RecvFlags;
+        let (x, c, peer) = crate::xsock::test_pair::switched();
         drop(c);
         let tfd = x.tcp_fd();
         // SAFETY: getpid has no preconditions.
@@ -1279,19 +1257,7 @@ mod tests {
     /// CLOSING at 0 (a fork handler's) leaves both at 0 (saturating).
     #[test]
     fn a_forgotten_close_gives_back_only_the_count_its_hand_over_made() {
-        use std::net::{TcpListener, TcpStream};
-        use std::os::fd::AsFd;
-        use warpsock_xsock::io::{switch_fd, Options};
-        let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
-        let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
-        let (p, _) = l.accept().expect("its peer");
-        let o = Options::default();
-        let (x, peer) = std::thread::scope(|sc| {
-            let a = sc.spawn(|| switch_fd(c.as_fd(), &o).map_err(|e| e.to_string()));
-            let b = sc.spawn(|| switch_fd(p.as_fd(), &o).map_err(|e| e.to_string()));
-            (a.join().unwrap(), b.join().unwrap())
-        });
-        let (x, peer) = (x.expect("the switch"), peer.expect("the peer's switch"));
+        let (x, _c, peer) = crate::xsock::test_pair::switched();
         let status = crate::shim::forktest::child_within(move || {
             let held = |x, added| Held {
                 x,

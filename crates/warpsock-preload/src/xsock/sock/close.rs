@@ -809,19 +809,8 @@ pub(super) mod tests {
     /// DDP socket on its descriptor (returned; in the table, as a switch
     /// leaves it), and the peer's end.
     pub(in crate::xsock::sock) fn switched_pair() -> (c_int, Arc<DdpSock>, XSocket) {
-        use std::net::{TcpListener, TcpStream};
-        use std::os::fd::{AsFd, IntoRawFd};
-        use warpsock_xsock::io::{switch_fd, Options};
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (p, _) = l.accept().unwrap();
-        let o = Options::default();
-        let (x, peer) = std::thread::scope(|sc| {
-            let a = sc.spawn(|| switch_fd(c.as_fd(), &o).map_err(|e| e.to_string()));
-            let b = sc.spawn(|| switch_fd(p.as_fd(), &o).map_err(|e| e.to_string()));
-            (a.join().unwrap(), b.join().unwrap())
-        });
-        let (x, peer) = (x.expect("the switch"), peer.expect("the peer's switch"));
+        use std::os::fd::IntoRawFd;
+        let (x, c, peer) = crate::xsock::test_pair::switched();
         let fd = c.into_raw_fd();
         let kept = super::super::Kept::take(fd);
         let s = DdpSock::transpose(fd, x, false, false, (None, None), kept, false)
