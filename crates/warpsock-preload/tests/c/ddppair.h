@@ -41,6 +41,22 @@ static void tcp_pair(int *c, int *s) {
     tcp_pair_small(c, s, 0);
 }
 
+/* ddp_mode of the int at arg: the peer end's switch, in a thread. */
+static inline void *ddp_mode_thread(void *arg) {
+    ddp_mode(*(int *)arg);
+    return NULL;
+}
+
+/* tcp_pair switched at both ends: *c's switch in a thread of its own (the
+ * handshake needs both ends at once), *s's in this one. */
+static inline void ddp_pair(int *c, int *s) {
+    tcp_pair(c, s);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, ddp_mode_thread, c) == 0);
+    ddp_mode(*s);
+    CHECK(pthread_join(t, NULL) == 0);
+}
+
 /* A non-blocking send of n bytes at b: the count, or -1 with EAGAIN (any
  * other error fails the check). */
 static inline ssize_t send_nb(int fd, const void *b, size_t n) {

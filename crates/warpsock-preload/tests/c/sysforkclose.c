@@ -12,23 +12,10 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-static void *switch_peer(void *arg) {
-    ddp_mode(*(int *)arg);
-    return NULL;
-}
-
-static void switched_pair(int *c, int *s) {
-    tcp_pair(c, s);
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, switch_peer, c) == 0);
-    ddp_mode(*s);
-    CHECK(pthread_join(t, NULL) == 0);
-}
-
 /* The child: 0 if its own close ended its own stream, else a code. */
 static int child(void) {
     int c, s;
-    switched_pair(&c, &s);
+    ddp_pair(&c, &s);
     if (send(c, "x", 1, MSG_NOSIGNAL) != 1) return 10;
     struct pollfd p = {s, POLLIN, 0};
     if (poll(&p, 1, 10000) != 1) return 11;
@@ -45,7 +32,7 @@ static int child(void) {
 
 int main(void) {
     int c, s;
-    switched_pair(&c, &s);
+    ddp_pair(&c, &s);
     char b;
     CHECK(send(c, "a", 1, 0) == 1);
     CHECK(recv(s, &b, 1, 0) == 1 && b == 'a');
