@@ -57,6 +57,31 @@ static inline void ddp_pair(int *c, int *s) {
     CHECK(pthread_join(t, NULL) == 0);
 }
 
+/* After a child's work: s still carries a byte to c, and s's close reads
+ * as end of stream (0) at c, within 10 s each (deadlines, not sleeps); c
+ * is closed. 0, or 1 with a message naming `who`. */
+static inline int parent_pair_ends_cleanly(int c, int s, const char *who) {
+    char b;
+    CHECK(send(s, "d", 1, MSG_NOSIGNAL) == 1);
+    struct pollfd p = {c, POLLIN, 0};
+    CHECK(poll(&p, 1, 10000) == 1);
+    CHECK(recv(c, &b, 1, 0) == 1 && b == 'd');
+    CHECK(close(s) == 0);
+    if (poll(&p, 1, 10000) != 1) {
+        fprintf(stderr, "%s: the parent's close of its DDP socket read no end of stream at "
+                        "the peer within 10 s\n", who);
+        return 1;
+    }
+    ssize_t r = recv(c, &b, 1, 0);
+    if (r != 0) {
+        fprintf(stderr, "%s: the parent's close read %zd (errno %d) at the peer, not 0\n", who,
+                r, errno);
+        return 1;
+    }
+    CHECK(close(c) == 0);
+    return 0;
+}
+
 /* A non-blocking send of n bytes at b: the count, or -1 with EAGAIN (any
  * other error fails the check). */
 static inline ssize_t send_nb(int fd, const void *b, size_t n) {

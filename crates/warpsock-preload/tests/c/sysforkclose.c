@@ -50,17 +50,6 @@ int main(void) {
                 st);
         return 1;
     }
-    /* The parent's pair carries a byte each way and closes cleanly. */
-    CHECK(send(s, "d", 1, MSG_NOSIGNAL) == 1);
-    struct pollfd p = {c, POLLIN, 0};
-    CHECK(poll(&p, 1, 10000) == 1);
-    CHECK(recv(c, &b, 1, 0) == 1 && b == 'd');
-    CHECK(close(s) == 0);
-    CHECK(poll(&p, 1, 10000) == 1);
-    if (recv(c, &b, 1, 0) != 0) {
-        fprintf(stderr, "sysforkclose: the parent's close did not read as 0 at the peer\n");
-        return 1;
-    }
-    CHECK(close(c) == 0);
-    return 0;
+    /* The parent's pair carries a byte and closes cleanly. */
+    return parent_pair_ends_cleanly(c, s, "sysforkclose");
 }
