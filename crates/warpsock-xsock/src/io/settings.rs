@@ -94,21 +94,30 @@ impl Default for Options {
         Self {
             crc: true,
             slots: 16,
-            // 512 KiB: every message costs a Send, a completion, a credit
+            // 256 KiB: every message costs a Send, a completion, a credit
             // and a socket read per side whatever its size, so larger
             // slots carry a stream with fewer of them (1 MiB messages:
             // about 20-35 % less CPU per GB than 64 KiB slots in
-            // interleaved runs; 512 KiB against 256 KiB: about 8 % less,
-            // and 1 % loss on the veth pair 0.87x -> 1.10x of host TCP,
-            // BENCHMARKS.md section 6, session 14). Memory: the receive
-            // slots are `slots * slot_size` = 8 MiB per socket, the
-            // transmit slots (`slots + 4` of them) as much again, but a
-            // page is faulted in only when bytes land in it: a socket of
-            // small messages touches a page or two per slot, and only a
-            // stream that keeps the whole window in flight holds it all
-            // (host TCP autotunes to 6 MiB receive + 4 MiB send buffer
-            // for the same stream).
-            slot_size: Self::slot_size_for(512 << 10),
+            // interleaved runs, session 14). Past 256 KiB the writer's
+            // kernel time grew instead: on a 2 vCPU KVM host (session 30,
+            // `BENCHMARKS.md` section 6) the loopback 1 MiB stream was
+            // 0.79-0.82x host TCP with 512 KiB slots whatever their count
+            // (8, 16 or 32) and 0.78x with 1 MiB, against 0.995-1.03x
+            // with 16 x 256 KiB and 0.93-0.97x with 128 KiB (16 or 32),
+            // the writer's system time ~0.22 s/GB against ~0.17 (host
+            // TCP's ~0.19); with 512 KiB its socket sat at the 4 MiB send
+            // buffer with megabytes unsent. 64 KiB was 0.84x. What 512
+            // KiB had for it: 1 % loss on the veth pair, 1.23x against
+            // 1.07x with 256 KiB in the same session (session 14: 0.87x
+            // -> 1.10x against 256 KiB), both above that row's target.
+            // Memory: the receive slots are `slots * slot_size` = 4 MiB
+            // per socket, the transmit slots (`slots + 4` of them) as
+            // much again, but a page is faulted in only when bytes land
+            // in it: a socket of small messages touches a page or two per
+            // slot, and only a stream that keeps the whole window in
+            // flight holds it all (host TCP autotunes to 6 MiB receive +
+            // 4 MiB send buffer for the same stream).
+            slot_size: Self::slot_size_for(256 << 10),
             zcopy_min: 64 << 10,
             // A client's pipelined requests or a server's answers (issue
             // 12: 8 B each took a whole slot of the peer's), not a bulk
@@ -441,6 +450,20 @@ mod tests {
     use super::*;
 
     const MS5: Option<Duration> = Some(Duration::from_millis(5));
+
+    /// The default slot carries 256 KiB of payload, the header on top
+    /// (a 1 MiB write is four full DATA messages), 16 of them: a 4 MiB
+    /// window. 512 KiB slots made the loopback 1 MiB stream 0.79-0.82x
+    /// host TCP, 256 KiB 0.995-1.03x (session 30, see `Options::default`).
+    #[test]
+    fn default_slots_carry_256_kib_of_payload_each_16_of_them() {
+        let o = Options::default();
+        assert_eq!(o.slot_size, Options::slot_size_for(256 << 10));
+        assert_eq!(o.slot_size as usize - HDR_LEN, 256 << 10);
+        assert_eq!((1usize << 20) % (o.slot_size as usize - HDR_LEN), 0);
+        assert_eq!(o.slots, 16);
+        assert_eq!(o.slots as usize * (o.slot_size as usize - HDR_LEN), 4 << 20);
+    }
 
     #[test]
     fn a_reader_is_lowered_at_its_first_received_bytes_and_restored_at_its_first_sent() {
