@@ -99,7 +99,7 @@ impl Default for Options {
             // slots carry a stream with fewer of them (1 MiB messages:
             // about 20-35 % less CPU per GB than 64 KiB slots in
             // interleaved runs, session 14). Past 256 KiB the writer's
-            // kernel time grew instead: on a 2 vCPU KVM host (session 30,
+            // kernel time grew instead: on a 2 vCPU KVM host (session 29,
             // `BENCHMARKS.md` section 6) the loopback 1 MiB stream was
             // 0.79-0.82x host TCP with 512 KiB slots whatever their count
             // (8, 16 or 32) and 0.78x with 1 MiB, against 0.995-1.03x
@@ -454,7 +454,7 @@ mod tests {
     /// The default slot carries 256 KiB of payload, the header on top
     /// (a 1 MiB write is four full DATA messages), 16 of them: a 4 MiB
     /// window. 512 KiB slots made the loopback 1 MiB stream 0.79-0.82x
-    /// host TCP, 256 KiB 0.995-1.03x (session 30, see `Options::default`).
+    /// host TCP, 256 KiB 0.995-1.03x (session 29, see `Options::default`).
     #[test]
     fn default_slots_carry_256_kib_of_payload_each_16_of_them() {
         let o = Options::default();
