@@ -54,8 +54,8 @@ pub(crate) fn fork_release() {
 pub(crate) fn fork_release_child() {
     // The parent's entries are forgotten next (`demote_all`): the table is
     // the child's, none of its own yet ([`super::borrowed`]).
-    super::OWNER.store(0, std::sync::atomic::Ordering::Release);
-    super::BORROWER.store(0, std::sync::atomic::Ordering::Release);
+    super::owner::OWNER.store(0, std::sync::atomic::Ordering::Release);
+    super::owner::BORROWER.store(0, std::sync::atomic::Ordering::Release);
     held::closes_forget();
     // The parent's other waiters are not in the child: its thread's own
     // waits only (before the hold's end below looks).

@@ -10,6 +10,7 @@ use super::look_ups::serial;
 use super::*;
 use crate::shim::guard;
 use crate::shim::sys::{errno, set_errno};
+use std::sync::atomic::AtomicI32;
 
 /// The errno a call left, cleared first.
 fn errno_of<T>(f: impl FnOnce() -> T) -> (T, c_int) {
