@@ -327,11 +327,21 @@ mod shim;
 mod udp;
 pub mod xsock;
 
+/// In a child made by `fork`, from its fork handler: the reactor and the
+/// two kinds forget the parent's state (its engine, sockets, closes,
+/// lists). One place for the fork handler and the tests that stand in for
+/// it, so no kind reaches into the other to do so.
+pub(crate) fn kinds_after_fork_child() {
+    shim::reactor::forget_after_fork();
+    xsock::after_fork_child();
+    udp::after_fork_child();
+}
+
 // The handlers are only referenced from `.init_array`, which unit tests lack.
 #[cfg_attr(test, allow(dead_code))]
 mod init {
     use crate::interpose::{demote_all, KINDS};
-    use crate::shim::{fdtable, reactor, real};
+    use crate::shim::{fdtable, real};
 
     extern "C" fn fork_prepare() {
         // The stdio streams' list first: the exit flush holds it across
@@ -356,9 +366,7 @@ mod init {
         crate::shim::doorbell::fork_end_child();
         crate::shim::epollcarry::fork_release();
         fdtable::fork_release_child();
-        reactor::forget_after_fork();
-        crate::xsock::after_fork_child();
-        crate::udp::after_fork_child();
+        crate::kinds_after_fork_child();
         demote_all(false);
         crate::interpose::stdio::fork_child();
     }

@@ -49,9 +49,7 @@ fn first_wait_in_a_child(held: Held) -> Option<i32> {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     if pid == 0 {
-        reactor::forget_after_fork();
-        crate::xsock::after_fork_child();
-        super::after_fork_child();
+        crate::kinds_after_fork_child();
         let own = reactor::get().is_some();
         park::release_all();
         recv::announce_held();
