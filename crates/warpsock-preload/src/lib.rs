@@ -350,12 +350,9 @@ mod init {
         // Before the copy of the descriptors (`Doorbell::fail`'s check).
         crate::shim::doorbell::fork_begin();
         fdtable::fork_prepare();
-        // After the table's (see there).
-        crate::shim::epollcarry::fork_prepare();
     }
 
     extern "C" fn fork_parent() {
-        crate::shim::epollcarry::fork_release();
         fdtable::fork_release();
         crate::shim::doorbell::fork_end();
         crate::interpose::stdio::fork_parent();
@@ -364,7 +361,8 @@ mod init {
     extern "C" fn fork_child() {
         // The parent holds every descriptor the child was given.
         crate::shim::doorbell::fork_end_child();
-        crate::shim::epollcarry::fork_release();
+        // The epoll sets' list is kept, its lock starts afresh.
+        crate::shim::epollcarry::fork_child();
         fdtable::fork_release_child();
         crate::kinds_after_fork_child();
         demote_all(false);

@@ -28,77 +28,97 @@
 //! `syscall(SYS_epoll_create1)` or inherited across `exec` is not known, and
 //! without `/proc` nothing is carried; a swap costs one read of each known
 //! set's fdinfo, so it is linear in the registrations of those sets.
+//! A forked child keeps the list of sets whole and usable, whatever a
+//! thread of the parent's was doing with it at the fork ([`SETS`]).
 
-use std::cell::RefCell;
-use std::collections::BTreeSet;
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use libc::c_int;
+use warpsock_xsock::io::ForkLock;
 
 use super::real;
-use super::sys::lock;
 
 /// The epoll sets the program made (numbers; a stale one is harmless: its
 /// fdinfo then lists nothing of ours, or it is no longer there).
-static SETS: Mutex<BTreeSet<c_int>> = Mutex::new(BTreeSet::new());
+///
+/// A forked child keeps the list (it holds the same epoll instances: a
+/// pre-fork server's workers switch connections registered in them),
+/// unlike the parent's DDP sockets, so it cannot start an empty one; and
+/// a thread of the parent's may hold the list's lock at the fork for any
+/// time (preempted inside `epoll_create`'s record or a swap's copy of
+/// the list), which the child must neither wait for (that thread is not
+/// the child's: it hung, issue 12, review r29-c item 7) nor read a list
+/// half changed. So a list is never changed in place: a record makes a
+/// new one and publishes it with one atomic swap of [`Sets::list`], under
+/// a [`ForkLock`] that the child's fork handler forgets ([`fork_child`]).
+/// The child's copy of the pointer names a whole list (the one before a
+/// record under way at the fork, or the one after it), and its next lock
+/// is a new one. The fork handlers take no lock for it, so a signal
+/// handler's fork over its own thread's hold waits for nothing.
+static SETS: Sets = Sets {
+    lock: ForkLock::new(),
+    list: AtomicPtr::new(null_mut()),
+};
 
-thread_local! {
-    /// [`SETS`], held by this thread's fork from [`fork_prepare`] to the
-    /// parent's or the child's handler.
-    static FORK_GUARD: RefCell<Option<MutexGuard<'static, BTreeSet<c_int>>>> =
-        const { RefCell::new(None) };
+/// [`SETS`]: a list replaced whole, and the lock of its replacements.
+struct Sets {
+    /// Held by a record across its replacement of [`Sets::list`], and by
+    /// a reader across its copy (a record frees the list it replaced).
+    lock: ForkLock<()>,
+    /// Null (none recorded), or a `Box` of the sets (`Box::into_raw`),
+    /// sorted and without duplicates, never changed once published.
+    list: AtomicPtr<Vec<c_int>>,
 }
 
-/// The atfork prepare handler's part: [`SETS`] held across the fork, so
-/// that the child's copy is free and whole. The sets stay the child's (it
-/// holds the same epoll instances), unlike the parent's DDP sockets, so
-/// the child cannot start an empty list of its own: a thread of the
-/// parent's that held the lock at the fork (inside `epoll_create`'s
-/// record, or a swap's copy of the list) left the child's copy held for
-/// good, and the child's first `epoll_create`, switch or demotion hung
-/// (issue 12). Tried, as `fdtable::fork_prepare` (the same bound, about
-/// 2 ms): a signal handler's fork over its own thread's hold would wait
-/// for ever; after the bound the fork goes on holding nothing, as before.
-/// The holds are a few instructions, with no lock taken inside: taken
-/// after the descriptor table's (which a swap holds no more when it
-/// copies the list), no order is reversed.
-pub(crate) fn fork_prepare() {
-    for round in 0..FORK_TRIES {
-        let g = match SETS.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                #[cfg(test)]
-                tests::contended();
-                super::sys::pause(round);
-                continue;
-            }
+impl Sets {
+    /// Adds `epfd` (a new list, published; the old one freed).
+    fn insert(&self, epfd: c_int) {
+        let _g = self.lock.lock();
+        let old = self.list.load(Ordering::Acquire);
+        // SAFETY: a published list is a `Box`'s raw pointer, freed only
+        // by a record's replacement, which the lock held keeps out.
+        let mut sets = unsafe { old.as_ref() }.cloned().unwrap_or_default();
+        let Err(at) = sets.binary_search(&epfd) else {
+            return;
         };
-        // A fork from a thread-local destructor (this thread's slot gone):
-        // the fork goes on holding nothing, as after the bound, never a
-        // panic in the atfork handler, an `extern "C"` frame (review
-        // r29-c item 5).
-        let mut g = Some(g);
-        let _ = FORK_GUARD.try_with(|f| *f.borrow_mut() = g.take());
-        drop(g);
-        return;
+        sets.insert(at, epfd);
+        #[cfg(test)]
+        tests::before_publish();
+        // Complete before it is published (release); the free below
+        // not before the publication (acquire): a fork between them
+        // leaves the child the old list whole, or the new one.
+        let old = self
+            .list
+            .swap(Box::into_raw(Box::new(sets)), Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: the list replaced, a `Box`'s raw pointer no longer
+            // published; a reader reads it only under the lock held here.
+            drop(unsafe { Box::from_raw(old) });
+        }
+    }
+
+    /// A copy of the sets.
+    fn listed(&self) -> Vec<c_int> {
+        let _g = self.lock.lock();
+        // SAFETY: as in `insert`: not freed while the lock is held.
+        unsafe { self.list.load(Ordering::Acquire).as_ref() }
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
-/// [`fork_prepare`]'s tries (`fdtable`'s bound).
-const FORK_TRIES: u32 = 26;
-
-/// The atfork parent and child handlers' part: [`SETS`] let go (in the
-/// child, its copy, which the forking thread, the child's, held).
-pub(crate) fn fork_release() {
-    // (None held if this thread's slot is gone: [`fork_prepare`].)
-    let _ = FORK_GUARD.try_with(|f| drop(f.borrow_mut().take()));
+/// The atfork child handler's part: the list's lock, which a thread of
+/// the parent's may have held at the fork, starts afresh; the list is
+/// kept ([`SETS`]). One store: no lock, no allocation.
+pub(crate) fn fork_child() {
+    SETS.lock.forget();
 }
 
 /// Records an epoll set the program made (`epfd` < 0: a failed call).
 pub(crate) fn created(epfd: c_int) {
     if epfd >= 0 {
-        lock(&SETS).insert(epfd);
+        SETS.insert(epfd);
     }
 }
 
@@ -150,7 +170,7 @@ fn inode(fd: c_int) -> Option<u64> {
 
 /// The registrations of `fd` (as the file it names now) in the known sets.
 fn registrations(fd: c_int) -> Vec<Registration> {
-    let sets: Vec<c_int> = lock(&SETS).iter().copied().collect();
+    let sets = SETS.listed();
     if sets.is_empty() {
         return Vec::new();
     }
@@ -179,9 +199,7 @@ pub(crate) fn dup3_carrying(target: c_int, fd: c_int, flags: c_int) -> c_int {
     let regs: Vec<Registration> = registrations(fd)
         .into_iter()
         // SAFETY: EPOLL_CTL_DEL ignores the event argument.
-        .filter(|r| unsafe {
-            libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) == 0
-        })
+        .filter(|r| unsafe { libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_DEL, fd, null_mut()) == 0 })
         .collect();
     // SAFETY: dup3 on descriptors the caller owns (the program's number and
     // one of ours).
@@ -204,106 +222,189 @@ pub(crate) fn dup3_carrying(target: c_int, fd: c_int, flags: c_int) -> c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shim::forktest::child_within;
     use std::cell::RefCell;
     use std::sync::mpsc;
 
-    /// review r29-c item 5: the atfork handlers' part run from a
-    /// thread-local destructor after [`FORK_GUARD`]'s slot is gone (a
-    /// fork made there) does not panic: a panic in an `extern "C"`
-    /// handler (and in a destructor) aborts the process. In a forked
-    /// child (an abort there is its status): a thread touches `LATE`,
-    /// then the handlers (`FORK_GUARD`'s destructor registered after
-    /// `LATE`'s: run before it), and exits; `LATE`'s destructor runs the
-    /// handlers again.
+    /// review r29-c item 5: the atfork handler's part run from a
+    /// thread-local destructor (a fork made there) does not panic: a
+    /// panic in an `extern "C"` handler (and in a destructor) aborts the
+    /// process. (The part reaches no thread-local now; before, a guard
+    /// slot's `with` panicked once the slot was gone.) In a forked child
+    /// (an abort there is its status): a thread touches `LATE`, runs the
+    /// part, and exits; `LATE`'s destructor runs the part again.
     #[test]
-    fn the_fork_handlers_from_a_thread_local_destructor_do_not_panic() {
+    fn the_fork_handler_from_a_thread_local_destructor_does_not_panic() {
         struct Late;
         impl Drop for Late {
             fn drop(&mut self) {
-                fork_prepare();
-                fork_release();
+                fork_child();
             }
         }
         thread_local! {
             static LATE: RefCell<Option<Late>> = const { RefCell::new(None) };
         }
-        let status = crate::shim::forktest::child_within(|| {
+        let status = child_within(|| {
             let t = std::thread::spawn(|| {
                 LATE.with(|l| *l.borrow_mut() = Some(Late));
-                fork_prepare();
-                fork_release();
+                fork_child();
             });
             i32::from(t.join().is_err())
         });
         assert_eq!(
             status,
             Some(0),
-            "the fork handlers run from a thread-local destructor after FORK_GUARD's \
+            "the fork handler run from a thread-local destructor \
              (-1: the child aborted: a panic in the handler; 1: the thread panicked; None: hung)"
         );
     }
 
     thread_local! {
-        /// Run when `fork_prepare` finds [`SETS`] held (once).
-        static CONTENDED: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+        /// Run by this thread's next record between its new list and
+        /// the list's publication (once).
+        static BEFORE_PUBLISH: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
     }
 
-    /// `fork_prepare` found [`SETS`] held: this thread's hook, if set.
-    pub(super) fn contended() {
-        if let Some(f) = CONTENDED.with(|h| h.borrow_mut().take()) {
+    /// A record has its new list, not published yet: this thread's
+    /// hook, if set.
+    pub(super) fn before_publish() {
+        if let Some(f) = BEFORE_PUBLISH.with(|h| h.borrow_mut().take()) {
             f();
         }
     }
 
-    /// A fork while another thread of the process holds [`SETS`] (inside
-    /// `epoll_create`'s record, or a swap's copy of the list): the fork's
-    /// prepare handler waits for it, and the child's first record (its
-    /// `epoll_create`; a switch's or demotion's copy likewise) takes the
-    /// lock and finds the parent's sets. Before, the fork copied the lock
-    /// held by a thread the child does not have: the child hung. The
-    /// holder lets go once the prepare handler found the lock held (or,
-    /// without the handler's part, after the fork). Fails ("hung") with
-    /// `fork_prepare` taking nothing.
-    #[test]
-    fn a_forked_child_records_a_set_while_a_parents_thread_held_the_list() {
-        let _serial = super::super::fdtable::tests::support::serial();
-        created(1 << 20);
+    /// What a thread of the parent's holds when the process forks.
+    #[derive(Clone, Copy, Debug)]
+    enum Held {
+        /// The list's lock, as a swap's copy of the list holds it.
+        Lock,
+        /// A record of [`RECORDED`] between its new list and the list's
+        /// publication (the lock held).
+        Record,
+    }
+
+    /// The set the [`Held::Record`] holder records: a number no
+    /// descriptor has (above the largest `RLIMIT_NOFILE`), harmless
+    /// left listed.
+    const RECORDED: c_int = 1 << 20;
+
+    /// A process with an epoll set watching a pipe forks while a thread
+    /// of its holds `held`, from before the fork until the child ended —
+    /// far past the 2 ms the prepare handler once waited for the lock;
+    /// the child runs the fork handler's part, then its first epoll set
+    /// record (its `epoll_create`) and its first swap, which reads the
+    /// list to carry the pipe's registration, and waits on the set. The
+    /// child's status: 0, 1 (the registration did not follow the swap),
+    /// 2 (the swap failed), or `None` (hung, killed after `HUNG`).
+    fn first_epoll_calls_in_a_child(held: Held) -> Option<i32> {
+        let (ep, a, b) = watched_pipe();
         let (say, heard) = mpsc::channel();
         let (go, gone) = mpsc::channel::<()>();
-        let (done, released) = mpsc::channel();
-        let holder = std::thread::spawn(move || {
-            let g = lock(&SETS);
-            say.send(()).expect("the test waits");
-            let _ = gone.recv();
-            drop(g);
-            let _ = done.send(());
+        let holder = std::thread::spawn(move || match held {
+            Held::Lock => {
+                let g = SETS.lock.lock();
+                say.send(()).expect("the test waits");
+                let _ = gone.recv();
+                drop(g);
+            }
+            Held::Record => {
+                BEFORE_PUBLISH.with(|h| {
+                    *h.borrow_mut() = Some(Box::new(move || {
+                        say.send(()).expect("the test waits");
+                        let _ = gone.recv();
+                    }));
+                });
+                created(RECORDED);
+            }
         });
         heard.recv().expect("the holder holds");
-        let let_go = go.clone();
-        CONTENDED.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move || {
-                let _ = let_go.send(());
-                let _ = released.recv();
-            }));
+        let status = child_within(|| {
+            fork_child();
+            // SAFETY: an epoll set of the child's own.
+            created(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) });
+            if dup3_carrying(b[0], a[0], 0) != a[0] {
+                return 2;
+            }
+            i32::from(waited(ep) != Some(42))
         });
-        // The atfork handlers' parts, around the fork.
-        fork_prepare();
-        let status = crate::shim::forktest::child_within(|| {
-            fork_release();
-            created((1 << 20) + 1);
-            i32::from(!lock(&SETS).contains(&(1 << 20)))
-        });
-        fork_release();
-        CONTENDED.with(|h| h.borrow_mut().take());
         let _ = go.send(());
         holder.join().expect("the holder");
-        lock(&SETS).remove(&(1 << 20));
+        for fd in [ep, a[0], a[1], b[0], b[1]] {
+            crate::shim::sys::close(fd);
+        }
+        status
+    }
+
+    /// review r29-c item 7: a fork while another thread of the process
+    /// holds the list's lock for any time (preempted inside a swap's copy
+    /// of the list): the child's first epoll set record and swap
+    /// complete, and the swap finds the parent's set. Before, the prepare
+    /// handler tried the lock about 2 ms, then forked without it: the
+    /// child's copy stayed held by a thread the child does not have, and
+    /// the child hung.
+    #[test]
+    fn a_forked_child_uses_the_list_a_parents_thread_holds_across_the_fork() {
+        let _serial = super::super::fdtable::tests::support::serial();
         assert_eq!(
-            status,
+            first_epoll_calls_in_a_child(Held::Lock),
             Some(0),
-            "the forked child's first epoll set record (None: hung, killed: the list's lock \
-             held by a thread of the parent's at the fork; 1: the parent's set not listed)"
+            "a forked child's epoll set record and swap while a thread of the parent's held \
+             the list's lock across the fork (None: hung, killed; 1: the registration did not \
+             follow the swap; 2: the swap failed)"
         );
+    }
+
+    /// As above, the parent's thread inside a record, its new list made
+    /// and not published at the fork: the child has the list before the
+    /// record, whole (its swap finds the parent's set); the parent's
+    /// record then completes.
+    #[test]
+    fn a_forked_child_has_a_whole_list_when_a_parents_record_was_under_way() {
+        let _serial = super::super::fdtable::tests::support::serial();
+        assert_eq!(
+            first_epoll_calls_in_a_child(Held::Record),
+            Some(0),
+            "a forked child's epoll set record and swap while a thread of the parent's was \
+             inside a record at the fork (None: hung, killed; 1: the registration did not \
+             follow the swap; 2: the swap failed)"
+        );
+        assert!(
+            SETS.listed().contains(&RECORDED),
+            "the parent's record under way at the fork"
+        );
+    }
+
+    /// An epoll set (recorded, as the interposed `epoll_create` records
+    /// one) watching pipe `a`'s read end for input with data 42, and pipe
+    /// `b`, whose read end has a byte waiting.
+    fn watched_pipe() -> (c_int, [c_int; 2], [c_int; 2]) {
+        // SAFETY: plain descriptor calls on pipes and an epoll set of our own.
+        unsafe {
+            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            assert!(ep >= 0);
+            created(ep);
+            let mut a = [0; 2];
+            let mut b = [0; 2];
+            assert_eq!(libc::pipe(a.as_mut_ptr()), 0);
+            assert_eq!(libc::pipe(b.as_mut_ptr()), 0);
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: 42,
+            };
+            assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, a[0], &mut ev), 0);
+            assert_eq!(libc::write(b[1], b"x".as_ptr().cast(), 1), 1);
+            (ep, a, b)
+        }
+    }
+
+    /// The data of the one event `epoll_wait` on `ep` returns (at most
+    /// 5 s: a bound for a broken run), `None` if not one.
+    fn waited(ep: c_int) -> Option<u64> {
+        let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        // SAFETY: a buffer of 4 events, its length given.
+        let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), 4, 5000) };
+        let got = out[0];
+        (n == 1).then_some(got.u64)
     }
 
     /// The format of fs/eventpoll.c `ep_show_fdinfo` (Linux 4.x–6.x).
@@ -337,31 +438,16 @@ tfd:        8 events:        1 data:                2  pos:0 ino:77 sdev:8\n";
 
     #[test]
     fn a_level_triggered_registration_follows_the_swap() {
-        // SAFETY: plain descriptor calls on pipes and an epoll set of our own.
-        unsafe {
-            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
-            assert!(ep >= 0);
-            created(ep);
-            let mut a = [0; 2];
-            let mut b = [0; 2];
-            assert_eq!(libc::pipe(a.as_mut_ptr()), 0);
-            assert_eq!(libc::pipe(b.as_mut_ptr()), 0);
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: 42,
-            };
-            assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, a[0], &mut ev), 0);
-            // a[0] comes to name b's read end, which has a byte waiting.
-            assert_eq!(libc::write(b[1], b"x".as_ptr().cast(), 1), 1);
-            assert_eq!(dup3_carrying(b[0], a[0], 0), a[0]);
-            let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
-            let n = libc::epoll_wait(ep, out.as_mut_ptr(), 4, 5000);
-            assert_eq!(n, 1, "the registration did not follow the swap");
-            let got = out[0];
-            assert_eq!({ got.u64 }, 42);
-            for fd in [ep, a[0], a[1], b[0], b[1]] {
-                libc::close(fd);
-            }
+        let (ep, a, b) = watched_pipe();
+        // a[0] comes to name b's read end, which has a byte waiting.
+        assert_eq!(dup3_carrying(b[0], a[0], 0), a[0]);
+        assert_eq!(
+            waited(ep),
+            Some(42),
+            "the registration did not follow the swap"
+        );
+        for fd in [ep, a[0], a[1], b[0], b[1]] {
+            crate::shim::sys::close(fd);
         }
     }
 }
