@@ -630,6 +630,19 @@ mod tests {
             assert!(Instant::now() < idle, "the progress thread never slept");
             std::thread::yield_now();
         }
+        // No sweep while the test runs: a sweep calls `on_timer` unasked,
+        // which waits for `held` (the thread would wait there, never
+        // asking the deadline), and one is due whenever the thread has
+        // run a `SWEEP` since its last (started by an earlier test). Put
+        // back when the test ends, failed or not.
+        struct Unswept(&'static Reactor, u64);
+        impl Drop for Unswept {
+            fn drop(&mut self) {
+                self.0.swept.store(self.1, Ordering::Relaxed);
+            }
+        }
+        let later = eng.ns(Instant::now() + Duration::from_secs(3600));
+        let _unswept = Unswept(eng, eng.swept.swap(later, Ordering::Relaxed));
         let held = Arc::new(Mutex::new(()));
         let (asked_tx, asked) = channel();
         let g = lock(&held);
