@@ -56,6 +56,10 @@ pub mod wait;
 #[cfg(test)]
 mod held_calls;
 
+/// The entry points over a kind's socket.
+#[cfg(test)]
+mod tests;
+
 /// The receiving and sending calls.
 pub mod io;
 

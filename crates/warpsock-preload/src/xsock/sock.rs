@@ -44,6 +44,9 @@ pub(in crate::xsock) mod close;
 #[cfg(test)]
 pub(super) mod forked;
 mod opts;
+/// The interposer's tests' fixture (the kinds name no `interpose`).
+#[cfg(test)]
+pub(crate) use close::tests::as_a_close_finds_it;
 
 use close::{CLOSED, CLOSED_ABORTIVE};
 

@@ -46,6 +46,35 @@ pub(in crate::xsock::sock) fn switched_pair() -> (c_int, Arc<DdpSock>, XSocket) 
     (fd, s, peer)
 }
 
+/// A DDP socket as the program's `close` finds it (the interposer's
+/// test of the close, which reaches the socket through the table): a
+/// [`switched_pair`]'s, `SO_LINGER` {1, `linger_s`} if `linger_s` > 0,
+/// its only reference the table's (no pass of the progress thread holds
+/// one from here on: the close's last reference is dropped in the
+/// call); its descriptor, and the peer's end.
+pub(crate) fn as_a_close_finds_it(linger_s: c_int) -> (c_int, XSocket) {
+    let (fd, s, peer) = switched_pair();
+    if linger_s > 0 {
+        let l = libc::linger {
+            l_onoff: 1,
+            l_linger: linger_s,
+        };
+        // SAFETY: a linger struct of the test's, its size given.
+        let r = unsafe {
+            libc::setsockopt(
+                s.x.tcp_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&l as *const libc::linger).cast(),
+                size_of::<libc::linger>() as socklen_t,
+            )
+        };
+        assert_eq!(r, 0, "SO_LINGER");
+    }
+    s.pins.close();
+    (fd, peer)
+}
+
 /// A signal handler's `fork` inside the program's `close` of a DDP
 /// socket, after the table let it go and before its release, the child
 /// returning into the close (issue 12): the child's release and its
