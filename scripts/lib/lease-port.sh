@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lease_port, for the scripts that start servers on a port they pick
 # (scripts/lib/preload-suite.sh, scripts/bench-passthrough.sh); the caller
 # defines fail MESSAGE. Moved as is from scripts/lib/preload-suite.sh.
