@@ -29,3 +29,18 @@ if ! grep -Eq '^ddp-socket lat 8 B / tcp: A median [0-9.]+x \(.*1 rounds\); B me
     echo "test-bench: scripts/bench-ddp-ab.sh printed no A/B medians" >&2
     exit 1
 fi
+# The pass-through timing script (scripts/bench-passthrough.sh) runs one
+# round of 1 s runs of the debug build (about 10 s): its plain iperf3 and
+# sockperf servers, its preloaded and plain clients, its reading of iperf3's
+# JSON and of sockperf's p50, and its medians are exercised (no timing).
+pt=$(timeout 120 bash scripts/bench-passthrough.sh target/debug/libwarpsock_preload.so 1 1) || {
+    printf '%s\n' "$pt" >&2
+    echo "test-bench: scripts/bench-passthrough.sh failed" >&2
+    exit 1
+}
+if ! grep -Eq '^iperf3 TCP preloaded / plain: median [0-9.]+x \(.*1 rounds\)' <<<"$pt" \
+    || ! grep -Eq '^sockperf TCP 64 B p50 preloaded / plain: median [0-9.]+x \(.*1 rounds\)' <<<"$pt"; then
+    printf '%s\n' "$pt" >&2
+    echo "test-bench: scripts/bench-passthrough.sh printed no iperf3 and sockperf medians" >&2
+    exit 1
+fi
