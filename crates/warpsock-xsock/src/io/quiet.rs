@@ -243,7 +243,7 @@ impl XSocket {
     /// CREDIT is due exactly when the usual path's would be
     /// (`Stream::repost_due` posts the batch for it), and the `settle`
     /// that follows sends it (`tests/predicted_books.rs`).
-    fn take_predicted(
+    pub(super) fn take_predicted(
         &self,
         st: &mut State,
         wr_id: u64,

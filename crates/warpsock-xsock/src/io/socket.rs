@@ -146,6 +146,9 @@ pub(crate) struct State {
     /// Of them, those the predicted receive took
     /// ([`XSocket::predicted_answers`]; `io/quiet.rs`).
     pub(crate) predicted_answers: u64,
+    /// Blocking receives whose parked read the predicted take took
+    /// ([`XSocket::parked_predictions`]; `io/wait/predicted.rs`).
+    pub(crate) parked_predicted: u64,
     /// The last one-buffer receive (`recv_guarded`) could block: a
     /// blocking reader, whose receives never spin, so a straight send
     /// leaves the flag down (`XSocket::set_quiet_sent` not asked: its
