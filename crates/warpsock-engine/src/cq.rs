@@ -271,7 +271,9 @@ impl Cq {
     /// The predicted take of [`QuietRead::predict`], after its short
     /// round's read took bytes in (`idle_round`'s `Some(false)`: `qp` is
     /// this context's only queue pair, nothing borrowed, this queue
-    /// drained). `None`: nothing changed.
+    /// drained), and of [`Unparked::take`], after a first park's read
+    /// took bytes in (the same terms, and `rx_idle`'s, asked again after
+    /// the sleep). `None`: nothing changed.
     #[inline(always)]
     fn predicted<R>(
         &self,
@@ -846,7 +848,7 @@ impl Drop for Cq {
 }
 
 mod first;
-pub use first::{First, Park, Parked, Slept};
+pub use first::{First, Park, Parked, Resume, Unparked};
 
 #[cfg(test)]
 mod tests;

@@ -10,19 +10,30 @@
 //! declines a timed one). A peer thread that fails drops its socket, which
 //! ends the reader's wait (the end of the stream): no hang.
 
-use std::sync::mpsc;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use warpsock_xsock::io::{Options, RecvFlags, XSocket};
+use warpsock_xsock::io::{switch_fd_as, Options, RecvFlags, XSocket};
+use warpsock_xsock::Role;
 
 mod net;
 
 use net::{opts, pattern, switch_both, tcp_pair, LIMIT};
 
-/// A blocking receive with no flag and no timeout: the straight path's.
-fn recv_blocking(x: &XSocket, buf: &mut [u8]) -> (usize, bool) {
-    x.recv(buf, RecvFlags::default(), None)
+/// A blocking receive with no flag, with `SO_RCVTIMEO` [`LIMIT`] if
+/// `TIMED` (the benchmark's reads carry one): the straight path's.
+fn recv_blocking_as<const TIMED: bool>(x: &XSocket, buf: &mut [u8]) -> (usize, bool) {
+    x.recv(buf, RecvFlags::default(), TIMED.then_some(LIMIT))
         .expect("blocking receive")
+}
+
+/// A blocking receive with no flag and no timeout.
+fn recv_blocking(x: &XSocket, buf: &mut [u8]) -> (usize, bool) {
+    recv_blocking_as::<false>(x, buf)
 }
 
 /// Waits (bounded by [`LIMIT`]) until `x`'s receive drives the engine,
@@ -39,7 +50,7 @@ fn until_parked(x: &XSocket, what: &str) {
 /// one before and its next blocking receive is parked (so its read brings
 /// that one FPDU alone), in stream or message mode: every byte and
 /// boundary, and how many `xa` took through the predicted take.
-fn lone_messages(o: &Options, msg_mode: bool, rounds: u64) -> u64 {
+fn lone_messages<const TIMED: bool>(o: &Options, msg_mode: bool, rounds: u64) -> u64 {
     let (a, b) = tcp_pair();
     let (xa, xb) = switch_both(&a, &b, o);
     xa.set_msg_mode(msg_mode);
@@ -60,8 +71,8 @@ fn lone_messages(o: &Options, msg_mode: bool, rounds: u64) -> u64 {
         });
         for i in 0..rounds {
             let mut buf = [0; 64];
-            let (n, eor) = recv_blocking(xa, &mut buf);
-            let at = format!("message {i}, message mode {msg_mode}");
+            let (n, eor) = recv_blocking_as::<TIMED>(xa, &mut buf);
+            let at = format!("message {i}, message mode {msg_mode}, timed {TIMED}");
             assert_eq!(buf[..n], pattern(8, i)[..], "{at}");
             assert_eq!(eor, msg_mode, "{at}: the message's end");
             // The writer is gone after the last (its failure shows as
@@ -75,7 +86,8 @@ fn lone_messages(o: &Options, msg_mode: bool, rounds: u64) -> u64 {
 
 /// A lone 8 B message that lands in a parked blocking receive is taken
 /// through the predicted take, CRC off and on, in stream and message
-/// mode: every message, and all but the first few predicted (the first
+/// mode, with and without `SO_RCVTIMEO`: every message, and all but the
+/// first few predicted (the first
 /// FPDU of an end is the core's general path's: it makes the connection
 /// established; a credit's return may share a read with a message).
 /// Fails with the take never made (`parked_predictions` 0), or its books
@@ -86,11 +98,15 @@ fn a_parked_receive_takes_a_lone_message_where_the_read_put_it() {
     for crc in [false, true] {
         for msg_mode in [false, true] {
             let o = Options { crc, ..opts() };
-            let taken = lone_messages(&o, msg_mode, 40);
-            assert!(
-                taken >= 30,
-                "CRC {crc}, message mode {msg_mode}: {taken} of 40 predicted"
-            );
+            for (timed, taken) in [
+                (false, lone_messages::<false>(&o, msg_mode, 40)),
+                (true, lone_messages::<true>(&o, msg_mode, 40)),
+            ] {
+                assert!(
+                    taken >= 30,
+                    "CRC {crc}, message mode {msg_mode}, timed {timed}: {taken} of 40 predicted"
+                );
+            }
         }
     }
 }
@@ -150,4 +166,149 @@ fn a_parked_read_it_cannot_take_alone_is_received_as_usual() {
             "two FPDUs or a short buffer predicted"
         );
     });
+}
+
+/// Forwards `from` to `to` until EOF, the switch's urgent mark passed on
+/// as urgent. With `split` set (a byte count, taken once), a read longer
+/// than it goes on in two writes: its first `split` bytes, then — once
+/// the reader's socket `drained` holds nothing (its parked read took
+/// them) — the rest.
+fn forward(from: TcpStream, mut to: TcpStream, split: Option<(Arc<AtomicUsize>, RawFd)>) {
+    let (rf, wf) = (from.as_raw_fd(), to.as_raw_fd());
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let mut at: libc::c_int = 0;
+        // SAFETY: SIOCATMARK (0x8905, linux/sockios.h) writes one int.
+        unsafe { libc::ioctl(rf, 0x8905, &mut at) };
+        if at != 0 {
+            let mut b = [0u8; 1];
+            // SAFETY: one byte into `b`.
+            let n = unsafe { libc::recv(rf, b.as_mut_ptr().cast(), 1, libc::MSG_OOB) };
+            if n == 1 {
+                // SAFETY: one byte from `b`.
+                unsafe { libc::send(wf, b.as_ptr().cast(), 1, libc::MSG_OOB) };
+                continue;
+            }
+        }
+        let mut p = libc::pollfd {
+            fd: rf,
+            events: libc::POLLIN | libc::POLLPRI,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack.
+        unsafe { libc::poll(&mut p, 1, LIMIT.as_millis() as i32) };
+        if p.revents & libc::POLLPRI != 0 && p.revents & libc::POLLIN == 0 {
+            continue;
+        }
+        // SAFETY: into `buf`, its length.
+        let n = unsafe { libc::recv(rf, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n <= 0 {
+            let e = std::io::Error::last_os_error();
+            if n < 0
+                && matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                )
+            {
+                continue;
+            }
+            break;
+        }
+        let n = n as usize;
+        let cut = split
+            .as_ref()
+            .map_or(0, |(k, _)| k.swap(0, Ordering::SeqCst));
+        let sent = if cut > 0 && cut < n {
+            let drained = split.as_ref().map_or(-1, |(_, fd)| *fd);
+            to.write_all(&buf[..cut]).is_ok() && {
+                until_drained(drained);
+                to.write_all(&buf[cut..n]).is_ok()
+            }
+        } else {
+            to.write_all(&buf[..n]).is_ok()
+        };
+        if !sent {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// Waits (bounded by [`LIMIT`]) until socket `fd`'s receive queue is
+/// empty (`SIOCINQ`).
+fn until_drained(fd: RawFd) {
+    let t = Instant::now();
+    loop {
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCINQ writes one int.
+        let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+        if r != 0 || n == 0 || t.elapsed() > LIMIT {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// A message whose FPDU comes in two parts, the first in a parked read
+/// of its own (it completes nothing), is still one wait of the receive:
+/// the engine's wait goes on in its rounds (`Parked::Nothing`, review
+/// r30-a item 1), as the wait before the predicted take did — not a
+/// second wait whose first park is the unmarked blocking read again.
+/// `a` <-> a forwarder <-> `b`, which splits one of `b`'s FPDUs.
+#[test]
+fn a_split_fpdu_is_one_wait_of_the_receive() {
+    let split = Arc::new(AtomicUsize::new(0));
+    let l1 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l1.local_addr().unwrap()).unwrap();
+    let (p1, _) = l1.accept().unwrap();
+    let l2 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let p2 = TcpStream::connect(l2.local_addr().unwrap()).unwrap();
+    let (b, _) = l2.accept().unwrap();
+    for s in [&p1, &p2] {
+        s.set_nodelay(true).unwrap();
+    }
+    let (p1r, p2r) = (p1.try_clone().unwrap(), p2.try_clone().unwrap());
+    let to_a = Some((Arc::clone(&split), a.as_raw_fd()));
+    let fwd = [
+        std::thread::spawn(move || forward(p1r, p2, None)),
+        std::thread::spawn(move || forward(p2r, p1, to_a)),
+    ];
+    let o = opts();
+    let (xa, xb) = std::thread::scope(|sc| {
+        let ta = sc.spawn(|| switch_fd_as(a.as_fd(), &o, Some(Role::Initiator)));
+        let tb = sc.spawn(|| switch_fd_as(b.as_fd(), &o, Some(Role::Responder)));
+        match (ta.join().unwrap(), tb.join().unwrap()) {
+            (Ok(x), Ok(y)) => (x, y),
+            (ra, rb) => panic!("switch: {:?} / {:?}", ra.err(), rb.err()),
+        }
+    });
+    let (go, next) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let xa = &xa;
+        let split = &split;
+        s.spawn(move || {
+            for i in 0..5u64 {
+                next.recv_timeout(LIMIT).expect("the reader stopped");
+                until_parked(xa, &format!("message {i}"));
+                if i == 4 {
+                    split.store(10, Ordering::SeqCst);
+                }
+                xb.send(&pattern(8, i), false, Some(LIMIT)).expect("send");
+            }
+        });
+        for i in 0..5u64 {
+            let before = xa.stats().waits.load(Ordering::Relaxed);
+            go.send(()).expect("the writer stopped");
+            let mut buf = [0u8; 64];
+            let (n, _) = recv_blocking(xa, &mut buf);
+            assert_eq!(buf[..n], pattern(8, i)[..], "message {i}");
+            let waits = xa.stats().waits.load(Ordering::Relaxed) - before;
+            assert_eq!(waits, 1, "message {i}'s receive waited {waits} times");
+        }
+        assert_eq!(split.load(Ordering::SeqCst), 0, "the FPDU was not split");
+    });
+    drop((xa, a, b));
+    for f in fwd {
+        f.join().unwrap();
+    }
 }

@@ -18,14 +18,17 @@
 //! [`Cq::wait_news`]'s first round would (the same terms: caller-driven,
 //! no busy polling, not an idle queue's wait, no region borrowed, this
 //! queue empty), and returns with no lock held; [`Park::sleep`] is the
-//! parked read; then either [`Slept::take`], with the caller's own lock
+//! parked read; then either [`Unparked::take`], with the caller's own lock
 //! taken again first — the context's lock, the bytes staged, and the
 //! prediction tried where the quiet spin's applies (`qp` alone in its
 //! context, nothing else due: `QpSlot::rx_alone`, asked again because
 //! other threads may post while the read sleeps), else the usual service
-//! and drain — or [`Slept::into_wait`] with no lock of the caller's (a
-//! read that brought no bytes: the wait goes on exactly as
-//! [`Cq::wait_news`]'s would, its rounds and the signal's report).
+//! and drain (and where that completed nothing — part of an FPDU, a
+//! placed Write — [`Resume::into_wait`] with the caller's lock let go:
+//! the wait's rounds, as [`Cq::wait_news`]'s go on after such a park) —
+//! or [`Unparked::into_wait`] with no lock of the caller's (a read that
+//! brought no bytes: the wait goes on exactly as [`Cq::wait_news`]'s
+//! would, its rounds and the signal's report).
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -48,41 +51,60 @@ pub enum First<'a> {
     /// Completions were queued: this many drained into `out`, and the
     /// queue pair's news (as [`Cq::wait_news`] returns them).
     Drained(usize, QpNews),
-    /// No park here: wait with [`Cq::wait_news`].
+    /// No park here (or not at once: [`Cq::wait_news`] may still park,
+    /// e.g. a context with a dropped queue pair lingering): wait with
+    /// [`Cq::wait_news`].
     Usual,
 }
 
-/// A first park, not slept yet ([`Cq::park_first`]). Drop it only through
-/// [`Self::sleep`] and what follows: dropped, the queue pair stays parked
-/// and no round reads its socket again.
+/// A first park, not slept yet ([`Cq::park_first`]). Dropped without
+/// [`Self::sleep`], it hands the read back unmade (the queue pair's
+/// rounds read its socket again).
 #[derive(Debug)]
 #[must_use]
 pub struct Park<'a> {
     cq: &'a Cq,
     qp: &'a Qp,
     timeout: Duration,
-    read: ParkedRead,
+    read: Option<ParkedRead>,
 }
 
 /// A first park that slept ([`Park::sleep`]): its read's result, not yet
-/// handed back to the queue pair. Drop it only through [`Self::take`] or
-/// [`Self::into_wait`].
+/// handed back to the queue pair. Go on with [`Self::take`] or
+/// [`Self::into_wait`]; dropped, the result is handed back and serviced
+/// (the completions stay queued for the next wait).
 #[derive(Debug)]
 #[must_use]
-pub struct Slept<'a> {
-    park: Park<'a>,
-    res: io::Result<usize>,
+pub struct Unparked<'a> {
+    cq: &'a Cq,
+    qp: &'a Qp,
+    timeout: Duration,
+    read: Option<(ParkedRead, io::Result<usize>)>,
 }
 
-/// What [`Slept::take`] did with a read that brought bytes.
+/// The rest of a first park's wait, whose read brought bytes that
+/// completed nothing ([`Parked::Nothing`]).
 #[derive(Debug)]
-pub enum Parked<R> {
+#[must_use]
+pub struct Resume<'a> {
+    cq: &'a Cq,
+    qp: &'a Qp,
+    timeout: Duration,
+}
+
+/// What [`Unparked::take`] did with a read that brought bytes.
+#[derive(Debug)]
+pub enum Parked<'a, R> {
     /// The prediction's take took the FPDU: its answer and the queue
     /// pair's news.
     Taken(R, QpNews),
-    /// Serviced as usual: this many completions drained into `out` (maybe
-    /// none: part of an FPDU, a placed Write), and the news.
+    /// Serviced as usual: this many completions (at least one) drained
+    /// into `out`, and the news.
     Completed(usize, QpNews),
+    /// Serviced as usual, and nothing completed (part of an FPDU, a
+    /// placed Write): the wait goes on ([`Resume::into_wait`], with the
+    /// caller's lock let go).
+    Nothing(Resume<'a>),
 }
 
 impl Cq {
@@ -91,12 +113,11 @@ impl Cq {
     /// the read is serviced (see the module's docs): [`First::Drained`]
     /// when completions are queued, [`First::Parked`] when the round parks
     /// in a read of `qp`'s socket (`qp` alone in this context), and
-    /// [`First::Usual`] where [`Self::wait_news`] would not park at once
-    /// (progress-thread mode, busy polling, a timeout under one park
-    /// slice, an interruptible wait that sleeps in `poll` from its first
-    /// park after an idle one, a region borrowed, another queue pair, or
-    /// the queue pair's own terms: `QpSlot::park`). The lock is released
-    /// on return.
+    /// [`First::Usual`] otherwise (progress-thread mode, busy polling, a
+    /// timeout under one park slice, an interruptible wait that sleeps in
+    /// `poll` from its first park after an idle one, a region borrowed,
+    /// another queue pair in the context, or the queue pair's own terms:
+    /// `QpSlot::park`). The lock is released on return.
     pub fn park_first<'a>(&'a self, out: &mut [Wc], timeout: Duration, qp: &'a Qp) -> First<'a> {
         let inner = &self.sh.inner;
         if inner.progress != Progress::Caller
@@ -127,7 +148,7 @@ impl Cq {
                     cq: self,
                     qp,
                     timeout,
-                    read,
+                    read: Some(read),
                 })
             }
             None => First::Usual,
@@ -139,17 +160,34 @@ impl<'a> Park<'a> {
     /// The parked read: sleeps until bytes, EOF, an error, a signal or the
     /// park's slice (`Cq::sleep_parked`'s blocking read; the caller marks
     /// the sleep for an exit in a signal handler, as it marks its wait).
-    pub fn sleep(mut self) -> Slept<'a> {
-        let res = self.read.read();
-        Slept { park: self, res }
+    pub fn sleep(mut self) -> Unparked<'a> {
+        let mut read = self.read.take().expect("a park not slept has its read");
+        let res = read.read();
+        Unparked {
+            cq: self.cq,
+            qp: self.qp,
+            timeout: self.timeout,
+            read: Some((read, res)),
+        }
     }
 }
 
-impl<'a> Slept<'a> {
+impl Drop for Park<'_> {
+    /// A park never slept: its read handed back unmade.
+    fn drop(&mut self) {
+        if let Some(read) = self.read.take() {
+            let inner = &self.cq.sh.inner;
+            let res = Err(io::ErrorKind::WouldBlock.into());
+            inner.lock().unpark(read, res, &inner.epoll);
+        }
+    }
+}
+
+impl<'a> Unparked<'a> {
     /// Whether the read brought bytes: then [`Self::take`] (under the
     /// caller's lock), else [`Self::into_wait`] (with none).
     pub fn brought_bytes(&self) -> bool {
-        matches!(self.res, Ok(n) if n > 0)
+        matches!(self.read, Some((_, Ok(n))) if n > 0)
     }
 
     /// The read's bytes taken in under the context's lock, which the
@@ -160,41 +198,48 @@ impl<'a> Slept<'a> {
     /// nothing held, reported, queued or owed: `QpSlot::rx_alone`) —
     /// `take` gets the head receive's `wr_id` and the payload
     /// ([`Parked::Taken`]; `take` must not call into this context), else
-    /// the usual service and drain ([`Parked::Completed`]). `Err(self)`:
-    /// the read brought no bytes (nothing done; [`Self::into_wait`] with
-    /// the caller's lock released).
+    /// the usual service and drain ([`Parked::Completed`], or
+    /// [`Parked::Nothing`] to wait on). `Err(self)`: the read brought no
+    /// bytes (nothing done; [`Self::into_wait`] with the caller's lock
+    /// let go).
     pub fn take<R>(
-        self,
+        mut self,
         out: &mut [Wc],
         take: impl FnOnce(u64, &[u8]) -> Option<R>,
-    ) -> std::result::Result<Parked<R>, Self> {
+    ) -> std::result::Result<Parked<'a, R>, Self> {
         if !self.brought_bytes() {
             return Err(self);
         }
-        let Park { cq, qp, read, .. } = self.park;
+        let (read, res) = self.read.take().expect("an unparked read not taken yet");
+        let (cq, qp) = (self.cq, self.qp);
         let inner = &cq.sh.inner;
         let mut st = inner.lock();
         st.parked_sleeps.count(false);
-        let Some(qi) = st.unpark_staged(read, self.res) else {
-            let n = st.cq(cq.id).drain_into(out);
-            return Ok(Parked::Completed(n, cq.news_of(&st, qp)));
-        };
-        let alone = st.qps.len() == 1
-            && st.detached == 0
-            && st.readers + st.writers == 0
-            && st
-                .cqs
-                .get(cq.id)
-                .is_some_and(|c| c.as_ref().is_some_and(|c| c.is_drained()))
-            && st.qps[qi].as_ref().is_some_and(|q| q.rx_alone());
-        if alone {
-            if let Some(got) = cq.predicted(&mut st, qp, take) {
-                return Ok(Parked::Taken(got, st.news(qi)));
+        if let Some(qi) = st.unpark_staged(read, res) {
+            let alone = st.qps.len() == 1
+                && st.detached == 0
+                && st.readers + st.writers == 0
+                && st
+                    .cqs
+                    .get(cq.id)
+                    .is_some_and(|c| c.as_ref().is_some_and(|c| c.is_drained()))
+                && st.qps[qi].as_ref().is_some_and(|q| q.rx_alone());
+            if alone {
+                if let Some(got) = cq.predicted(&mut st, qp, take) {
+                    return Ok(Parked::Taken(got, st.news(qi)));
+                }
             }
+            st.service_unparked(qi, &inner.epoll);
         }
-        st.service_unparked(qi, &inner.epoll);
         let n = st.cq(cq.id).drain_into(out);
-        Ok(Parked::Completed(n, cq.news_of(&st, qp)))
+        if n > 0 {
+            return Ok(Parked::Completed(n, cq.news_of(&st, qp)));
+        }
+        Ok(Parked::Nothing(Resume {
+            cq,
+            qp,
+            timeout: self.timeout,
+        }))
     }
 
     /// The wait goes on as [`Cq::wait_news`]'s after its first park (the
@@ -203,20 +248,38 @@ impl<'a> Slept<'a> {
     /// with `EINTR` ([`crate::Error::is_interrupted`]); one that brought
     /// nothing goes on in the wait's rounds until `timeout` (counted from
     /// the park).
-    pub fn into_wait(self, out: &mut [Wc]) -> Result<(usize, Option<QpNews>)> {
-        let Park {
-            cq,
-            qp,
-            timeout,
-            read,
-        } = self.park;
-        match cq.unparked(read, self.res, out, Some(qp), false) {
+    pub fn into_wait(mut self, out: &mut [Wc]) -> Result<(usize, Option<QpNews>)> {
+        let (read, res) = self.read.take().expect("an unparked read not taken yet");
+        let (cq, qp) = (self.cq, self.qp);
+        match cq.unparked(read, res, out, Some(qp), false) {
             Ok(r) => Ok(r),
             Err(Woke::Interrupted) => Err(interrupted()),
             Err(woke) => {
                 let start = Start::Slept(Instant::now(), woke);
-                cq.wait_rounds::<true>(out, timeout, Some(qp), start)
+                cq.wait_rounds::<true>(out, self.timeout, Some(qp), start)
             }
         }
+    }
+}
+
+impl Drop for Unparked<'_> {
+    /// A result neither taken nor waited on: handed back and serviced, its
+    /// completions left queued.
+    fn drop(&mut self) {
+        if let Some((read, res)) = self.read.take() {
+            let inner = &self.cq.sh.inner;
+            inner.lock().unpark(read, res, &inner.epoll);
+        }
+    }
+}
+
+impl Resume<'_> {
+    /// [`Unparked::into_wait`] after a read that brought bytes which
+    /// completed nothing: the wait's rounds, as [`Cq::wait_news`]'s go on
+    /// after such a first park (a patient sleep: `poll`, then the read).
+    pub fn into_wait(self, out: &mut [Wc]) -> Result<(usize, Option<QpNews>)> {
+        let start = Start::Slept(Instant::now(), Woke::Read);
+        self.cq
+            .wait_rounds::<true>(out, self.timeout, Some(self.qp), start)
     }
 }

@@ -342,7 +342,10 @@ impl QpSlot {
     }
 
     /// The predicted receive (issue 12), right after [`Self::rx_idle`]'s
-    /// read took bytes in (`Some(false)`): when that read came back short
+    /// read took bytes in (`Some(false)`), or a first park's
+    /// (`Cq::park_first`: [`Self::rx_alone`] asked again after the sleep,
+    /// with `rx_idle`'s other terms — the connection's, as below, are
+    /// those): when that read came back short
     /// (the socket drained) with exactly one whole FPDU that the core
     /// predicts ([`Connection::rx_send_predicted`]: a one-FPDU Send into
     /// the head receive), `take` gets the receive's `wr_id` and the

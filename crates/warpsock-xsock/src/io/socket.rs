@@ -188,7 +188,7 @@ impl State {
 pub struct XSocket {
     pub(crate) st: Mutex<State>,
     /// The wake sequence the threads that wait for the driving one sleep
-    /// on (`wait_inner`): bumped and woken by [`XSocket::wake`], read and
+    /// on (`wait_for_driver`): bumped and woken by [`XSocket::wake`], read and
     /// bumped under the socket's lock only. A raw futex, not a `Condvar`:
     /// std's wait goes back to sleep after a signal's handler ran, so a
     /// second blocked reader was never interrupted, where TCP's read

@@ -1,8 +1,9 @@
 //! Waiting for the engine: the one thread that drives a socket's engine
 //! at a time, the others waiting for it on the socket's wake word
 //! ([`XSocket::wait`]), and the receive call's direct take of a message
-//! that lands while it waits ([`XSocket::wait_take`]) or in the round a
-//! non-blocking one drives ([`XSocket::drive_take`]).
+//! that lands while it waits ([`XSocket::wait_take`], whose wait tries
+//! the predicted take of a lone message first: `wait/predicted.rs`) or
+//! in the round a non-blocking one drives ([`XSocket::drive_take`]).
 //!
 //! A busy-polling receive's empty round is short (issue 12): the engine's
 //! round is its socket read alone when nothing else can be due
@@ -19,7 +20,7 @@ use warpsock_engine::{QpNews, Wc, WcOpcode};
 use super::settings::{Count, RecvFlags};
 use super::socket::{State, XSocket, WCS};
 
-/// Who waits in [`XSocket::wait_inner`]: the call's own kind, not the
+/// Who waits in [`XSocket::wait_inner`] (and `wait/predicted.rs`): the call's own kind, not the
 /// socket's (another thread may send while this one closes).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Waiter {
@@ -89,7 +90,7 @@ const SLICE: Duration = Duration::from_millis(50);
 
 impl XSocket {
     /// Wakes the threads waiting for the socket's state to change
-    /// (`wait_inner`'s sleep on [`Self::wakes`]). Under the lock (`st`),
+    /// (`wait_for_driver`'s sleep on [`Self::wakes`]). Under the lock (`st`),
     /// as every read of the word: a waiter counted itself in `waiters` and
     /// read the word before it let the lock go, so this bump comes after
     /// that read, and its sleep either sees the new value (the futex
@@ -162,13 +163,29 @@ impl XSocket {
     /// (see [`Self::take_direct`]). Returns the bytes taken and whether
     /// they end a message (as [`Self::read_now`] would), if any were, and
     /// whether a signal ended its sleep with nothing done.
+    /// Its wait tries the predicted take first (`io/wait/predicted.rs`):
+    /// a lone DATA message the parked read brings is taken where the
+    /// read put it.
     pub(crate) fn wait_take<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
         out: &mut [u8],
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
-        self.wait_inner(st, deadline, Waiter::Reader, Some(out))
+        let slice = Self::slice(deadline);
+        if st.driving {
+            return self.wait_for_driver(st, slice);
+        }
+        self.wait_predicted(st, slice, out)
+    }
+
+    /// A wait's sleep: [`SLICE`], or the rest until `deadline` if
+    /// shorter.
+    #[inline(always)]
+    fn slice(deadline: Option<Instant>) -> Duration {
+        deadline.map_or(SLICE, |d| {
+            d.saturating_duration_since(Instant::now()).min(SLICE)
+        })
     }
 
     /// Whether a receive call (`flags`, `timeout`, a buffer of `len`
@@ -178,8 +195,6 @@ impl XSocket {
     ///
     /// * a flag: a peek leaves the bytes queued, a non-blocking call never
     ///   waits, `MSG_WAITALL` loops until the buffer is full;
-    /// * a timeout (`SO_RCVTIMEO`): the wait's slice is bounded by it and
-    ///   the call may expire;
     /// * an empty buffer (the call returns at once), or one of `zcopy_min`
     ///   bytes or more (a sink offer, or a placed read: `io/placed.rs`);
     /// * anything unread (the pre-switch residue, queued bytes): the
@@ -192,15 +207,8 @@ impl XSocket {
     /// * receives retargeted at another call's buffers (placement ahead of
     ///   the data: their bytes are that call's to deliver).
     #[inline(always)]
-    pub(crate) fn recv_straight_fits(
-        &self,
-        st: &State,
-        flags: RecvFlags,
-        timeout: Option<Duration>,
-        len: usize,
-    ) -> bool {
+    pub(crate) fn recv_straight_fits(&self, st: &State, flags: RecvFlags, len: usize) -> bool {
         flags == RecvFlags::default()
-            && timeout.is_none()
             && len != 0
             && len < self.opts.zcopy_min
             && st.residue_off >= st.residue.len()
@@ -215,25 +223,25 @@ impl XSocket {
 
     /// The blocking receive's straight path, for a call
     /// [`Self::recv_straight_fits`] admits: what the general loop would do
-    /// for it, in the caller's frame — one wait that takes the DATA message
-    /// landing in it straight into `buf` ([`Self::wait_take`], with no
-    /// deadline). Returns the bytes taken and whether they end a message,
-    /// or, when the wait took nothing (the loop would go round again), the
-    /// lock for the general loop to go on with and whether a signal ended
-    /// the wait's sleep.
+    /// for it, in the caller's frame — one wait (up to `deadline`, the
+    /// call's `SO_RCVTIMEO`, or a slice) that takes the DATA message
+    /// landing in it straight into `buf` ([`Self::wait_take`]'s, whose
+    /// predicted take takes a lone one where the engine's read put it).
+    /// Returns the bytes taken and whether they end a message, or, when
+    /// the wait took nothing (the loop would go round again, and looks at
+    /// the deadline), the lock for the general loop to go on with and
+    /// whether a signal ended the wait's sleep.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
     pub(crate) fn recv_straight<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         buf: &mut [u8],
+        deadline: Option<Instant>,
     ) -> Result<(MutexGuard<'a, State>, (usize, bool)), (MutexGuard<'a, State>, Woken)> {
-        let r = if st.driving {
-            self.wait_inner(st, None, Waiter::Reader, Some(buf))
-        } else {
-            self.wait_predicted(st, buf)
-        };
-        match r {
+        // `recv_straight_fits`: no other thread drives the engine.
+        debug_assert!(!st.driving);
+        match self.wait_predicted(st, Self::slice(deadline), buf) {
             (st, Some(got), _) => Ok((st, got)),
             (st, None, intr) => Err((st, intr)),
         }
@@ -247,9 +255,7 @@ impl XSocket {
         who: Waiter,
         out: Option<&mut [u8]>,
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
-        let slice = deadline.map_or(SLICE, |d| {
-            d.saturating_duration_since(Instant::now()).min(SLICE)
-        });
+        let slice = Self::slice(deadline);
         if st.driving {
             return self.wait_for_driver(st, slice);
         }

@@ -16,19 +16,36 @@
 //! a part of an FPDU, two FPDUs, a CREDIT, another kind of FPDU, a buffer
 //! too small, a message-mode part, other work due in the engine (another
 //! thread's post while the read slept: `QpSlot::rx_alone`) — goes the way
-//! [`XSocket::wait_take`] goes (`drive_end`), with the same result. The
-//! socket's lock is held while the engine services the read in those
-//! cases (as the quiet spin holds it): the lock order is the socket's,
-//! then the engine's, as everywhere.
+//! the engine's wait ([`warpsock_engine::Cq::wait_news`]) and `drive_end`
+//! took it before, with the same result: a read that completed nothing
+//! goes on in the engine's rounds (`Resume`), with the socket's lock let
+//! go again. The socket's lock is held while the engine services bytes
+//! the take declined (as the quiet spin holds it): the lock order is the
+//! socket's, then the engine's, as everywhere.
+//!
+//! Every waiting receive with a buffer takes this path
+//! ([`XSocket::wait_take`]): the straight path's, and the general loop's
+//! (a timed call, `MSG_WAITALL`'s rest, a message's part) — the
+//! benchmark's blocking reads carry an `SO_RCVTIMEO`.
 
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
+use std::time::Duration;
 
-use warpsock_engine::{asleep, First, Parked, QpNews, Wc};
+use warpsock_engine::{asleep, First, Parked, QpNews, Resume, Unparked, Wc};
 
-use super::{Waiter, Woken, SLICE};
+use super::{Waiter, Woken};
 use crate::io::settings::Count;
 use crate::io::socket::{State, XSocket, WCS};
+
+/// The rest of a first park's wait, made with the socket's lock let go.
+enum Wait<'a> {
+    /// The read brought no bytes (a slice's timeout, a signal, EOF or an
+    /// error are `Unparked::into_wait`'s to report).
+    Unparked(Unparked<'a>),
+    /// Its bytes completed nothing.
+    Resume(Resume<'a>),
+}
 
 /// How the first park's wait ended, for `drive_end`.
 enum Ended<'a> {
@@ -39,43 +56,57 @@ enum Ended<'a> {
 }
 
 impl XSocket {
-    /// [`XSocket::wait_take`] with no deadline, for a receive that drives
-    /// the engine (`st.driving` down), whose wait tries the predicted take
-    /// first (see the module's docs).
+    /// The wait of [`XSocket::wait_take`] (up to `slice`) for a receive
+    /// that drives the engine (`st.driving` down), which tries the
+    /// predicted take first (see the module's docs).
     #[inline(always)]
     pub(super) fn wait_predicted<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
+        slice: Duration,
         buf: &mut [u8],
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
         let (owner, posts) = self.drive_begin(&mut st, Waiter::Reader);
         drop(st);
         let mut wcs = [Wc::default(); WCS];
-        let ended = match self.cq.park_first(&mut wcs, SLICE, &self.qp) {
+        let ended = match self.cq.park_first(&mut wcs, slice, &self.qp) {
             First::Parked(park) => {
-                let slept = asleep::owned(owner, || park.sleep());
-                if slept.brought_bytes() {
+                let woke = asleep::owned(owner, || park.sleep());
+                let woke = if woke.brought_bytes() {
                     let mut st = self.lock();
                     let take = |wr_id, payload: &[u8]| {
                         self.take_predicted(&mut st, wr_id, payload, &mut buf[..])
                     };
-                    match slept.take(&mut wcs, take) {
+                    match woke.take(&mut wcs, take) {
                         Ok(Parked::Taken(got, news)) => {
                             return self.parked_taken(st, got, news, posts);
                         }
-                        Ok(Parked::Completed(n, news)) => Ended::Locked(st, n, news),
-                        Err(slept) => {
+                        Ok(Parked::Completed(n, news)) => Ok(Ended::Locked(st, n, news)),
+                        // Bytes that completed nothing: the wait goes on
+                        // as the engine's would, the socket's lock let go.
+                        Ok(Parked::Nothing(resume)) => {
                             drop(st);
-                            Ended::Waited(asleep::owned(owner, || slept.into_wait(&mut wcs)))
+                            Err(Wait::Resume(resume))
+                        }
+                        Err(woke) => {
+                            drop(st);
+                            Err(Wait::Unparked(woke))
                         }
                     }
                 } else {
-                    Ended::Waited(asleep::owned(owner, || slept.into_wait(&mut wcs)))
+                    Err(Wait::Unparked(woke))
+                };
+                match woke {
+                    Ok(ended) => ended,
+                    Err(wait) => Ended::Waited(asleep::owned(owner, || match wait {
+                        Wait::Resume(resume) => resume.into_wait(&mut wcs),
+                        Wait::Unparked(woke) => woke.into_wait(&mut wcs),
+                    })),
                 }
             }
             First::Drained(n, news) => Ended::Waited(Ok((n, Some(news)))),
             First::Usual => Ended::Waited(asleep::owned(owner, || {
-                self.cq.wait_news(&mut wcs, SLICE, &self.qp)
+                self.cq.wait_news(&mut wcs, slice, &self.qp)
             })),
         };
         let (st, n, news, intr) = match ended {
