@@ -43,7 +43,7 @@ impl XSocket {
         if !self.recv_straight_fits(&st, flags, buf.len()) {
             return self.recv_locked(st, buf, flags, deadline);
         }
-        match self.recv_straight(st, buf, deadline) {
+        match self.recv_straight(st, buf, timeout) {
             Ok((st, got)) => (st, Ok(got)),
             Err((st, intr)) => self.recv_locked_after(st, buf, flags, deadline, intr),
         }
