@@ -246,17 +246,39 @@ impl State {
     /// Hands a parked read's result back to its queue pair (if that is
     /// still the same one) and services it.
     pub(crate) fn unpark(&mut self, p: ParkedRead, res: io::Result<usize>, epoll: &Epoll) {
+        if let Some(qi) = self.unpark_staged(p, res) {
+            self.service_unparked(qi, epoll);
+        }
+    }
+
+    /// [`Self::unpark`]'s first half: the read's result handed back to its
+    /// queue pair (its bytes staged, EOF or an error taken), not serviced.
+    /// `Some`: the queue pair's index, for [`Self::service_unparked`]
+    /// (which must follow unless the staged bytes are taken otherwise:
+    /// `Cq::park_first`'s prediction); `None`: the slot went away, the
+    /// read's buffer is given back.
+    #[inline(always)]
+    pub(crate) fn unpark_staged(&mut self, p: ParkedRead, res: io::Result<usize>) -> Option<usize> {
         let qi = p.qi;
         match self.qps.get_mut(qi) {
             Some(Some(q)) if q.id == p.slot_id => {
                 q.unpark(p, res);
-                // The caller drains its queue next: whether the round
-                // produced anything is not asked.
-                self.round(qi, epoll, QpSlot::service_round);
-                self.reap(epoll);
+                Some(qi)
             }
-            _ => p.discard(&mut self.rx_pool),
+            _ => {
+                p.discard(&mut self.rx_pool);
+                None
+            }
         }
+    }
+
+    /// [`Self::unpark`]'s second half: queue pair `qi`'s service round
+    /// over what its parked read staged, and the reap.
+    pub(crate) fn service_unparked(&mut self, qi: usize, epoll: &Epoll) {
+        // The caller drains its queue next: whether the round produced
+        // anything is not asked.
+        self.round(qi, epoll, QpSlot::service_round);
+        self.reap(epoll);
     }
 
     pub(crate) fn qp(&mut self, qi: usize) -> &mut QpSlot {

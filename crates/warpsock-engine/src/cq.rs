@@ -271,7 +271,9 @@ impl Cq {
     /// The predicted take of [`QuietRead::predict`], after its short
     /// round's read took bytes in (`idle_round`'s `Some(false)`: `qp` is
     /// this context's only queue pair, nothing borrowed, this queue
-    /// drained). `None`: nothing changed.
+    /// drained), and of [`Unparked::take`], after a first park's read
+    /// took bytes in (the same terms, and `rx_idle`'s, asked again after
+    /// the sleep). `None`: nothing changed.
     #[inline(always)]
     fn predicted<R>(
         &self,
@@ -726,7 +728,6 @@ impl Cq {
         qp: Option<&Qp>,
         poll: Option<Duration>,
     ) -> std::result::Result<(usize, Option<QpNews>), Woke> {
-        let inner = &self.sh.inner;
         drop(st);
         // The `poll` of a patient wait is marked: an exit in a handler over
         // it holds no lock here, and gives the park back
@@ -747,12 +748,28 @@ impl Cq {
                 p.read_polled(t, |f| asleep::parked(park, f))
             }
         };
+        self.unparked(p, res, out, qp, poll.is_some())
+    }
+
+    /// The end of a parked sleep whose read `p` returned `res` (`polled`:
+    /// a patient wait's `poll`-then-read): the read's result serviced and
+    /// this queue drained into `out` under the lock, as in
+    /// [`Self::sleep_parked`].
+    fn unparked(
+        &self,
+        p: ParkedRead,
+        res: io::Result<usize>,
+        out: &mut [Wc],
+        qp: Option<&Qp>,
+        polled: bool,
+    ) -> std::result::Result<(usize, Option<QpNews>), Woke> {
+        let inner = &self.sh.inner;
         let woke = Woke::of(&res);
         let mut st = inner.lock();
         // A timeout (the socket's SO_RCVTIMEO, or poll's) or a signal
         // brought nothing.
         st.parked_sleeps.count(woke != Woke::Read);
-        if poll.is_some() {
+        if polled {
             st.parked_sleeps.count_polled();
         }
         st.unpark(p, res, &inner.epoll);
@@ -829,6 +846,9 @@ impl Drop for Cq {
         self.sh.inner.lock().cqs[self.id] = None;
     }
 }
+
+mod first;
+pub use first::{First, Park, Parked, Resume, Unparked};
 
 #[cfg(test)]
 mod tests;

@@ -246,7 +246,7 @@ pub use cm::{
     DEFAULT_MAX_PENDING, DEFAULT_MPA_REQUEST_TIMEOUT, MAX_PRIVATE_DATA,
 };
 pub use context::{Context, ContextOptions, Progress, DEFAULT_LINGER};
-pub use cq::{Cq, QuietRead};
+pub use cq::{Cq, First, Park, Parked, QuietRead, Resume, Unparked};
 pub use driver::{IoStats, WaitStats, CONTROL_MAX};
 pub use error::{BatchPostError, Error, Result};
 pub use mr::Mr;

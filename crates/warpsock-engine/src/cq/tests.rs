@@ -1,4 +1,5 @@
 use super::*;
+use crate::cq::first::{First, Parked};
 use crate::{connect, Access, Listener, QpInit, RecvWr, SendOp, SendWr, Sge};
 
 /// Only `EAGAIN` is a parked read's timeout (a slice slept); a signal
@@ -231,4 +232,90 @@ fn caller_driven_sockets_join_epoll_only_to_sleep() {
     go_tx.send(()).unwrap();
     drop((q1, q2));
     peer.join().unwrap();
+}
+
+/// A first park in the caller's hands (`Cq::park_first`, issue 12): a
+/// lone Send its read brings is taken where the read put it (the take
+/// gets the head receive's `wr_id` and the payload); with the queue's
+/// notify fd armed since the park (`Cq::notify_fd`: a completion must
+/// signal it), the take is declined and the receive completes as usual;
+/// and a park dropped unslept gives its read back, so the next wait
+/// reads the socket again.
+#[test]
+fn a_first_parks_take_predicts_a_lone_send_and_declines_an_armed_queue() {
+    let limit = Duration::from_secs(20);
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
+    let peer = std::thread::spawn(move || {
+        let ctx = Context::new(Progress::Thread).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+        let buf = pd.alloc(64, Access::LOCAL_WRITE);
+        let qp = l
+            .accept_qp(&QpInit::new(&pd, &cq), b"", Some(limit))
+            .unwrap();
+        let mut wc = [Wc::default(); 4];
+        while go_rx.recv().unwrap() {
+            qp.post_send(send(9, buf.sge(0, 8))).unwrap();
+            assert_eq!(cq.wait(&mut wc, limit).unwrap(), 1);
+        }
+    });
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+    let buf = pd.alloc(64, Access::LOCAL_WRITE);
+    let mut init = QpInit::new(&pd, &cq);
+    let recv = |wr_id| RecvWr {
+        wr_id,
+        sgl: buf.sge(0, 64).into(),
+    };
+    init.recvs = (0..64).map(recv).collect();
+    let qp = connect(addr, &init).unwrap();
+    let mut wc = [Wc::default(); 4];
+    // The first FPDU makes the connection established: the core's
+    // general path.
+    go_tx.send(true).unwrap();
+    assert_eq!(cq.wait_news(&mut wc, limit, &qp).unwrap().0, 1);
+    // One message into a first park, through `take`: what it did (a
+    // read that timed out first, on a loaded machine, goes on waiting).
+    let one = |wc: &mut [Wc]| -> Option<(u64, usize)> {
+        let First::Parked(park) = cq.park_first(wc, limit, &qp) else {
+            panic!("no first park: {:?}", ctx.wait_stats());
+        };
+        go_tx.send(true).unwrap();
+        let woke = park.sleep();
+        match woke.take(wc, |wr_id, payload: &[u8]| Some((wr_id, payload.len()))) {
+            Ok(Parked::Taken(got, _)) => Some(got),
+            Ok(Parked::Completed(n, _)) => {
+                assert_eq!((n, wc[0].byte_len), (1, 8), "{:?}", wc[0]);
+                None
+            }
+            Ok(Parked::Nothing(resume)) => {
+                assert_eq!(resume.into_wait(wc).unwrap().0, 1);
+                None
+            }
+            Err(woke) => {
+                assert_eq!(woke.into_wait(wc).unwrap().0, 1);
+                None
+            }
+        }
+    };
+    let taken = (0..20).find_map(|_| one(&mut wc));
+    let (wr_id, len) = taken.expect("no lone Send predicted in 20 tries");
+    assert_eq!(len, 8);
+    assert!(wr_id < 64, "not a receive's wr_id: {wr_id}");
+    // Dropped unslept: the next wait still reads the socket.
+    let First::Parked(park) = cq.park_first(&mut wc, limit, &qp) else {
+        panic!("no first park");
+    };
+    drop(park);
+    go_tx.send(true).unwrap();
+    assert_eq!(cq.wait_news(&mut wc, limit, &qp).unwrap().0, 1);
+    // Armed: never predicted.
+    let _ = cq.notify_fd();
+    for i in 0..5 {
+        assert_eq!(one(&mut wc), None, "predicted with the queue armed ({i})");
+    }
+    go_tx.send(false).unwrap();
+    peer.join().unwrap();
+    drop(qp);
 }

@@ -288,17 +288,7 @@ impl QpSlot {
     /// `None`: the fast path does not apply (nothing read).
     #[inline(always)]
     pub(super) fn rx_idle(&mut self, pool: &mut RxPool) -> Option<bool> {
-        if self.parked
-            || self.dead
-            || self.rd_closed
-            || self.rx.has_staged()
-            || !self.held.is_empty()
-            || !self.txq.is_empty()
-            || self.conn.has_reports()
-            || self.conn.wants_close()
-            || self.conn.has_pending_output()
-            || !self.conn.rx_wants_bytes()
-        {
+        if self.parked || self.rx.has_staged() || !self.rx_alone() {
             return None;
         }
         if std::mem::take(&mut self.drained_hint) {
@@ -333,8 +323,29 @@ impl QpSlot {
         Some(false)
     }
 
+    /// The terms of [`Self::rx_idle`] that are the connection's own, not
+    /// the read's: nothing held, reported, queued for the socket, closing
+    /// or owed to it, and the next input framing (no payload to place) —
+    /// so a round's only work can be the input a read brings. Also asked
+    /// of a parked read's bytes before they are predicted
+    /// (`Cq::park_first`: other threads may have posted while it slept).
+    #[inline(always)]
+    pub(crate) fn rx_alone(&self) -> bool {
+        !(self.dead
+            || self.rd_closed
+            || !self.held.is_empty()
+            || !self.txq.is_empty()
+            || self.conn.has_reports()
+            || self.conn.wants_close()
+            || self.conn.has_pending_output()
+            || !self.conn.rx_wants_bytes())
+    }
+
     /// The predicted receive (issue 12), right after [`Self::rx_idle`]'s
-    /// read took bytes in (`Some(false)`): when that read came back short
+    /// read took bytes in (`Some(false)`), or a first park's
+    /// (`Cq::park_first`: [`Self::rx_alone`] asked again after the sleep,
+    /// with `rx_idle`'s other terms — the connection's, as below, are
+    /// those): when that read came back short
     /// (the socket drained) with exactly one whole FPDU that the core
     /// predicts ([`Connection::rx_send_predicted`]: a one-FPDU Send into
     /// the head receive), `take` gets the receive's `wr_id` and the

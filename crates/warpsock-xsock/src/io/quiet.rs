@@ -28,7 +28,7 @@
 //! and the books hold nothing for a reader, nor an end, an error or a
 //! shut reading side, with no other thread in the engine (`driving`). It
 //! is cleared by every take of the lock (`XSocket::lock`, and the
-//! waiting thread's re-take in `wait_inner`): every writer of what it
+//! waiting thread's re-take in `wait_for_driver`): every writer of what it
 //! sums up — a send, a post, a shutdown, a round of the progress thread,
 //! a waiting call's engine round — takes the lock first, so no change can
 //! happen while it is set. Looks that write nothing (a vectored receive's
@@ -243,7 +243,7 @@ impl XSocket {
     /// CREDIT is due exactly when the usual path's would be
     /// (`Stream::repost_due` posts the batch for it), and the `settle`
     /// that follows sends it (`tests/predicted_books.rs`).
-    fn take_predicted(
+    pub(super) fn take_predicted(
         &self,
         st: &mut State,
         wr_id: u64,

@@ -182,6 +182,7 @@ impl XSocket {
                 locks: 0,
                 quiet_answers: 0,
                 predicted_answers: 0,
+                parked_predicted: 0,
                 rx_blocks: false,
                 rto: super::settings::RtoMin::Kernel,
                 deferred: None,

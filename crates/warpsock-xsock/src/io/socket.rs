@@ -146,6 +146,9 @@ pub(crate) struct State {
     /// Of them, those the predicted receive took
     /// ([`XSocket::predicted_answers`]; `io/quiet.rs`).
     pub(crate) predicted_answers: u64,
+    /// Blocking receives whose parked read the predicted take took
+    /// ([`XSocket::parked_predictions`]; `io/wait/predicted.rs`).
+    pub(crate) parked_predicted: u64,
     /// The last one-buffer receive (`recv_guarded`) could block: a
     /// blocking reader, whose receives never spin, so a straight send
     /// leaves the flag down (`XSocket::set_quiet_sent` not asked: its
@@ -185,7 +188,7 @@ impl State {
 pub struct XSocket {
     pub(crate) st: Mutex<State>,
     /// The wake sequence the threads that wait for the driving one sleep
-    /// on (`wait_inner`): bumped and woken by [`XSocket::wake`], read and
+    /// on (`wait_for_driver`): bumped and woken by [`XSocket::wake`], read and
     /// bumped under the socket's lock only. A raw futex, not a `Condvar`:
     /// std's wait goes back to sleep after a signal's handler ran, so a
     /// second blocked reader was never interrupted, where TCP's read

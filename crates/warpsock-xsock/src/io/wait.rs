@@ -1,8 +1,9 @@
 //! Waiting for the engine: the one thread that drives a socket's engine
 //! at a time, the others waiting for it on the socket's wake word
 //! ([`XSocket::wait`]), and the receive call's direct take of a message
-//! that lands while it waits ([`XSocket::wait_take`]) or in the round a
-//! non-blocking one drives ([`XSocket::drive_take`]).
+//! that lands while it waits ([`XSocket::wait_take`], whose wait tries
+//! the predicted take of a lone message first: `wait/predicted.rs`) or
+//! in the round a non-blocking one drives ([`XSocket::drive_take`]).
 //!
 //! A busy-polling receive's empty round is short (issue 12): the engine's
 //! round is its socket read alone when nothing else can be due
@@ -14,12 +15,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use warpsock_engine::{Wc, WcOpcode};
+use warpsock_engine::{QpNews, Wc, WcOpcode};
 
 use super::settings::{Count, RecvFlags};
 use super::socket::{State, XSocket, WCS};
 
-/// Who waits in [`XSocket::wait_inner`]: the call's own kind, not the
+/// Who waits in [`XSocket::wait_inner`] (and `wait/predicted.rs`): the call's own kind, not the
 /// socket's (another thread may send while this one closes).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Waiter {
@@ -83,9 +84,13 @@ impl Woken {
     }
 }
 
+/// A wait's longest sleep before its call looks again (a deadline's
+/// rest, if shorter).
+const SLICE: Duration = Duration::from_millis(50);
+
 impl XSocket {
     /// Wakes the threads waiting for the socket's state to change
-    /// (`wait_inner`'s sleep on [`Self::wakes`]). Under the lock (`st`),
+    /// (`wait_for_driver`'s sleep on [`Self::wakes`]). Under the lock (`st`),
     /// as every read of the word: a waiter counted itself in `waiters` and
     /// read the word before it let the lock go, so this bump comes after
     /// that read, and its sleep either sees the new value (the futex
@@ -158,13 +163,29 @@ impl XSocket {
     /// (see [`Self::take_direct`]). Returns the bytes taken and whether
     /// they end a message (as [`Self::read_now`] would), if any were, and
     /// whether a signal ended its sleep with nothing done.
+    /// Its wait tries the predicted take first (`io/wait/predicted.rs`):
+    /// a lone DATA message the parked read brings is taken where the
+    /// read put it.
     pub(crate) fn wait_take<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
         out: &mut [u8],
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
-        self.wait_inner(st, deadline, Waiter::Reader, Some(out))
+        let slice = Self::slice(deadline);
+        if st.driving {
+            return self.wait_for_driver(st, slice);
+        }
+        self.wait_predicted(st, slice, out)
+    }
+
+    /// A wait's sleep: [`SLICE`], or the rest until `deadline` if
+    /// shorter.
+    #[inline(always)]
+    fn slice(deadline: Option<Instant>) -> Duration {
+        deadline.map_or(SLICE, |d| {
+            d.saturating_duration_since(Instant::now()).min(SLICE)
+        })
     }
 
     /// Whether a receive call (`flags`, `timeout`, a buffer of `len`
@@ -174,8 +195,6 @@ impl XSocket {
     ///
     /// * a flag: a peek leaves the bytes queued, a non-blocking call never
     ///   waits, `MSG_WAITALL` loops until the buffer is full;
-    /// * a timeout (`SO_RCVTIMEO`): the wait's slice is bounded by it and
-    ///   the call may expire;
     /// * an empty buffer (the call returns at once), or one of `zcopy_min`
     ///   bytes or more (a sink offer, or a placed read: `io/placed.rs`);
     /// * anything unread (the pre-switch residue, queued bytes): the
@@ -188,15 +207,8 @@ impl XSocket {
     /// * receives retargeted at another call's buffers (placement ahead of
     ///   the data: their bytes are that call's to deliver).
     #[inline(always)]
-    pub(crate) fn recv_straight_fits(
-        &self,
-        st: &State,
-        flags: RecvFlags,
-        timeout: Option<Duration>,
-        len: usize,
-    ) -> bool {
+    pub(crate) fn recv_straight_fits(&self, st: &State, flags: RecvFlags, len: usize) -> bool {
         flags == RecvFlags::default()
-            && timeout.is_none()
             && len != 0
             && len < self.opts.zcopy_min
             && st.residue_off >= st.residue.len()
@@ -211,20 +223,29 @@ impl XSocket {
 
     /// The blocking receive's straight path, for a call
     /// [`Self::recv_straight_fits`] admits: what the general loop would do
-    /// for it, in the caller's frame — one wait that takes the DATA message
-    /// landing in it straight into `buf` ([`Self::wait_take`], with no
-    /// deadline). Returns the bytes taken and whether they end a message,
-    /// or, when the wait took nothing (the loop would go round again), the
-    /// lock for the general loop to go on with and whether a signal ended
-    /// the wait's sleep.
+    /// for it, in the caller's frame — one wait (up to `timeout`, the
+    /// call's `SO_RCVTIMEO`, or a slice, if shorter: the call's deadline,
+    /// read from the clock as the call began, is as far, and a second
+    /// clock read here cost ~60 instructions a timed receive) that takes
+    /// the DATA message
+    /// landing in it straight into `buf` ([`Self::wait_take`]'s, whose
+    /// predicted take takes a lone one where the engine's read put it).
+    /// Returns the bytes taken and whether they end a message, or, when
+    /// the wait took nothing (the loop would go round again, and looks at
+    /// the deadline), the lock for the general loop to go on with and
+    /// whether a signal ended the wait's sleep.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
     pub(crate) fn recv_straight<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
         buf: &mut [u8],
+        timeout: Option<Duration>,
     ) -> Result<(MutexGuard<'a, State>, (usize, bool)), (MutexGuard<'a, State>, Woken)> {
-        match self.wait_inner(st, None, Waiter::Reader, Some(buf)) {
+        // `recv_straight_fits`: no other thread drives the engine.
+        debug_assert!(!st.driving);
+        let slice = timeout.map_or(SLICE, |t| t.min(SLICE));
+        match self.wait_predicted(st, slice, buf) {
             (st, Some(got), _) => Ok((st, got)),
             (st, None, intr) => Err((st, intr)),
         }
@@ -238,54 +259,81 @@ impl XSocket {
         who: Waiter,
         out: Option<&mut [u8]>,
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
-        let reader = who == Waiter::Reader;
-        const SLICE: Duration = Duration::from_millis(50);
-        let slice = deadline.map_or(SLICE, |d| {
-            d.saturating_duration_since(Instant::now()).min(SLICE)
-        });
+        let slice = Self::slice(deadline);
         if st.driving {
-            // Another thread drives the engine: sleep until it wakes us
-            // (`wake`), for a slice, or until a signal's handler runs —
-            // then the call decides as the driver's would
-            // (`stop_for_signal`): on TCP a second blocked reader's call
-            // fails with `EINTR` too (signal(7); a `Condvar`'s wait slept
-            // on through the handler). The word is read under the lock,
-            // which every bump of it holds (`wake`): a wake after this
-            // read ends the sleep, one before it is already seen.
-            st.waiters += 1;
-            let seq = self.wakes.load(Ordering::Relaxed);
-            drop(st);
-            let r = warpsock_engine::rawsys::futex_wait(&self.wakes, seq, slice);
-            // Looked at before the lock is taken again (`Woken`).
-            let intr =
-                if r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                    Woken::after_signal()
-                } else {
-                    Woken::NoSignal
-                };
-            let mut st = self.st.lock().unwrap_or_else(PoisonError::into_inner);
-            // A take of the lock as `lock`'s (not counted, as the wait's
-            // re-take never was: `state_locks`): this call goes on
-            // changing the books (`io/quiet.rs`).
-            self.quiet.store(false, Ordering::Relaxed);
-            st.waiters -= 1;
-            let intr = match intr {
-                Woken::NoSignal => Woken::after_slice(),
-                woken => woken,
-            };
-            return (st, None, intr);
+            return self.wait_for_driver(st, slice);
         }
+        let (owner, posts) = self.drive_begin(&mut st, who);
+        drop(st);
+        let mut wcs = [Wc::default(); WCS];
+        // Each slice is one engine wait: after one that found nothing, the
+        // engine's next waits sleep where a signal is not lost to a read's
+        // timeout (`poll`, not the parked read: `warpsock_engine::Cq`'s
+        // idle mark; issue 12).
+        let waited =
+            warpsock_engine::asleep::owned(owner, || self.cq.wait_news(&mut wcs, slice, &self.qp));
+        let (n, news, intr) = Self::waited(waited);
+        let st = self.lock();
+        self.drive_end(st, &wcs[..n], news, posts, intr, who, out)
+    }
+
+    /// A wait while another thread drives the engine: sleeps until it
+    /// wakes us (`wake`), for `slice`, or until a signal's handler runs —
+    /// then the call decides as the driver's would (`stop_for_signal`): on
+    /// TCP a second blocked reader's call fails with `EINTR` too
+    /// (signal(7); a `Condvar`'s wait slept on through the handler). The
+    /// word is read under the lock, which every bump of it holds
+    /// (`wake`): a wake after this read ends the sleep, one before it is
+    /// already seen.
+    #[inline(never)]
+    fn wait_for_driver<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        slice: Duration,
+    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
+        st.waiters += 1;
+        let seq = self.wakes.load(Ordering::Relaxed);
+        drop(st);
+        let r = warpsock_engine::rawsys::futex_wait(&self.wakes, seq, slice);
+        // Looked at before the lock is taken again (`Woken`).
+        let intr = if r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {
+            Woken::after_signal()
+        } else {
+            Woken::NoSignal
+        };
+        let mut st = self.st.lock().unwrap_or_else(PoisonError::into_inner);
+        // A take of the lock as `lock`'s (not counted, as the wait's
+        // re-take never was: `state_locks`): this call goes on changing
+        // the books (`io/quiet.rs`).
+        self.quiet.store(false, Ordering::Relaxed);
+        st.waiters -= 1;
+        let intr = match intr {
+            Woken::NoSignal => Woken::after_slice(),
+            woken => woken,
+        };
+        (st, None, intr)
+    }
+
+    /// The start of a wait that drives the engine itself (no other thread
+    /// does: `st.driving` was down), under the lock `st`, which the caller
+    /// then lets go for the sleep: the socket marked driven, the progress
+    /// thread's watch off. Returns the word that names the wait in its
+    /// sleeps' marks (`asleep::owned`) and the count of posts, whose
+    /// change at the end says another thread posted meanwhile.
+    #[inline(always)]
+    fn drive_begin(&self, st: &mut State, who: Waiter) -> (usize, u64) {
         st.driving = true;
         self.parked.store(true, Ordering::Release);
-        self.count(&st, Count::Waits, 1);
+        self.count(st, Count::Waits, 1);
         // The call reads the socket itself now (and the engine's wait
         // watches for output space while it holds a backlog): the progress
         // thread would only wake for what the call reads anyway — one more
         // context switch per message. Re-armed, if still wanted, when the
-        // call takes over again (`settle` below; epoll checks readiness
-        // when the interest changes, so what came meanwhile is reported).
-        self.set_watching(&st, Self::WATCH_OFF);
-        let posts = st.posts;
+        // call takes over again (`settle` in `drive_end`; epoll checks
+        // readiness when the interest changes, so what came meanwhile is
+        // reported).
+        self.set_watching(st, Self::WATCH_OFF);
         // Every driver's wait names the socket in its sleeps' marks (its
         // `word`, which no later socket reuses, as one at the same
         // address would its address: review r27-b item 4): an
@@ -306,25 +354,43 @@ impl XSocket {
             } else {
                 0
             };
-        drop(st);
-        let mut wcs = [Wc::default(); WCS];
-        let mut intr = Woken::NoSignal;
-        // Each slice is one engine wait: after one that found nothing, the
-        // engine's next waits sleep where a signal is not lost to a read's
-        // timeout (`poll`, not the parked read: `warpsock_engine::Cq`'s
-        // idle mark; issue 12).
-        let waited =
-            warpsock_engine::asleep::owned(owner, || self.cq.wait_news(&mut wcs, slice, &self.qp));
-        let (n, news) = match waited {
-            Ok(r) => r,
-            Err(e) => {
-                if e.is_interrupted() {
-                    intr = Woken::after_signal();
-                }
-                (0, None)
-            }
-        };
-        let mut st = self.lock();
+        (owner, st.posts)
+    }
+
+    /// An engine wait's result as `drive_end` takes it: the completions,
+    /// the news, and whether a signal ended its sleep with nothing done —
+    /// decided before the socket's lock is taken again (`Woken`).
+    #[inline(always)]
+    fn waited(
+        waited: warpsock_engine::Result<(usize, Option<QpNews>)>,
+    ) -> (usize, Option<QpNews>, Woken) {
+        match waited {
+            Ok((n, news)) => (n, news, Woken::NoSignal),
+            Err(e) if e.is_interrupted() => (0, None, Woken::after_signal()),
+            Err(_) => (0, None, Woken::NoSignal),
+        }
+    }
+
+    /// The end of a wait that drove the engine (`drive_begin`), under the
+    /// socket's lock taken again: the completions `wcs` it brought (their
+    /// news `news`; `posts` the count at its start) processed — the first
+    /// copied straight into `out` if it is DATA that fits
+    /// ([`Self::take_direct`]) — and the books settled; or, with none, a
+    /// round. Other threads are told.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn drive_end<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        wcs: &[Wc],
+        news: Option<QpNews>,
+        posts: u64,
+        mut intr: Woken,
+        who: Waiter,
+        out: Option<&mut [u8]>,
+    ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
+        let reader = who == Waiter::Reader;
+        let n = wcs.len();
         st.driving = false;
         self.parked.store(false, Ordering::Release);
         let seen = st.arrivals;
@@ -348,7 +414,7 @@ impl XSocket {
             // message) — and without another look when the wait drained
             // the queue (fewer than it could take) and nothing was posted
             // since: the news it returned says what else there is.
-            let mut wcs = &wcs[..n];
+            let mut wcs = wcs;
             if let (Some(out), [first, rest @ ..]) = (out, wcs) {
                 taken = self.take_direct(&mut st, first, out);
                 if taken.is_some() {
@@ -596,6 +662,8 @@ impl XSocket {
         Some((t.len, st.msg_mode))
     }
 }
+
+mod predicted;
 
 #[cfg(test)]
 mod tests;

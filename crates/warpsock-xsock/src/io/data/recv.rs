@@ -23,8 +23,8 @@ impl XSocket {
     }
 
     /// The body of [`Self::recv`]: the socket's lock as the call left it,
-    /// and the result. A blocking call of one small buffer, no flag and no
-    /// timeout (a ping-pong's every receive) that finds nothing unread goes
+    /// and the result. A blocking call of one small buffer and no flag (a
+    /// ping-pong's every receive) that finds nothing unread goes
     /// the straight path ([`Self::recv_straight`]); the general loop
     /// ([`Self::recv_locked`]) takes everything else, and what the straight
     /// path declines. Always inlined (into `recv` and
@@ -40,10 +40,10 @@ impl XSocket {
         let deadline = Self::deadline(timeout);
         let mut st = self.lock();
         st.rx_blocks = !flags.nonblocking;
-        if !self.recv_straight_fits(&st, flags, timeout, buf.len()) {
+        if !self.recv_straight_fits(&st, flags, buf.len()) {
             return self.recv_locked(st, buf, flags, deadline);
         }
-        match self.recv_straight(st, buf) {
+        match self.recv_straight(st, buf, timeout) {
             Ok((st, got)) => (st, Ok(got)),
             Err((st, intr)) => self.recv_locked_after(st, buf, flags, deadline, intr),
         }

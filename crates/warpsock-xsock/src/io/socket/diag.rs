@@ -102,6 +102,17 @@ impl XSocket {
             .predicted_answers
     }
 
+    /// Blocking receives that took their message where the parked read
+    /// put it, with no completion (the predicted take of a blocking wait,
+    /// `io/wait/predicted.rs`): a diagnostic of the blocking path (takes
+    /// the lock).
+    pub fn parked_predictions(&self) -> u64 {
+        self.st
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .parked_predicted
+    }
+
     /// The engine's transmit passes on this socket's queue pair
     /// ([`warpsock_engine::IoStats::tx_passes`]): a diagnostic of the
     /// work per call.

@@ -35,12 +35,12 @@ fn the_straight_receive_declines_each_case_of_the_general_loop() {
 
     let min = xb.opts.zcopy_min;
     let none = RecvFlags::default();
-    let fits = |f: RecvFlags, t: Option<Duration>, len: usize| {
+    let fits = |f: RecvFlags, len: usize| {
         let st = xb.lock();
-        xb.recv_straight_fits(&st, f, t, len)
+        xb.recv_straight_fits(&st, f, len)
     };
-    assert!(fits(none, None, 8), "a plain small blocking receive fits");
-    assert!(fits(none, None, min - 1));
+    assert!(fits(none, 8), "a plain small blocking receive fits");
+    assert!(fits(none, min - 1));
     // The call's own terms.
     for f in [
         RecvFlags { peek: true, ..none },
@@ -53,17 +53,10 @@ fn the_straight_receive_declines_each_case_of_the_general_loop() {
             ..none
         },
     ] {
-        assert!(!fits(f, None, 8), "{f:?} taken");
+        assert!(!fits(f, 8), "{f:?} taken");
     }
-    assert!(
-        !fits(none, Some(Duration::from_secs(3600)), 8),
-        "a timeout taken"
-    );
-    assert!(!fits(none, None, 0), "an empty buffer taken");
-    assert!(
-        !fits(none, None, min),
-        "a sink's or placed read's buffer taken"
-    );
+    assert!(!fits(none, 0), "an empty buffer taken");
+    assert!(!fits(none, min), "a sink's or placed read's buffer taken");
     // The socket's: each set alone, then put back.
     let with = |set: &dyn Fn(&mut super::State), what: &str| {
         let mut st = xb.lock();
@@ -75,13 +68,10 @@ fn the_straight_receive_declines_each_case_of_the_general_loop() {
             st.driving,
         );
         set(&mut st);
-        assert!(!xb.recv_straight_fits(&st, none, None, 8), "{what} taken");
+        assert!(!xb.recv_straight_fits(&st, none, 8), "{what} taken");
         (st.residue, st.shut_rd, st.error, st.peer_closed, st.driving) = saved;
         st.retargeted.clear();
-        assert!(
-            xb.recv_straight_fits(&st, none, None, 8),
-            "{what} not put back"
-        );
+        assert!(xb.recv_straight_fits(&st, none, 8), "{what} not put back");
     };
     with(&|st| st.residue = vec![7; 3], "unread residue");
     with(&|st| st.shut_rd = true, "a socket shut for reading");
@@ -106,14 +96,14 @@ fn the_straight_receive_declines_each_case_of_the_general_loop() {
     until("queued", || {
         xb.readable_bytes() > 0 || xb.readiness().readable
     });
-    assert!(!fits(none, None, 8), "queued bytes taken");
+    assert!(!fits(none, 8), "queued bytes taken");
     assert_eq!(xb.recv(&mut buf, none, T).unwrap(), (8, false));
     assert_eq!(buf, [3; 8]);
-    assert!(fits(none, None, 8));
+    assert!(fits(none, 8));
     // The end of the stream.
     xa.shutdown(false, true);
     until("end of stream", || xb.readiness().rdhup);
-    assert!(!fits(none, None, 8), "the end of the stream taken");
+    assert!(!fits(none, 8), "the end of the stream taken");
     assert_eq!(xb.recv(&mut buf, none, T).unwrap(), (0, false));
 }
 
@@ -139,5 +129,37 @@ fn a_straight_receive_goes_on_after_an_empty_wait() {
         });
         xa.send(&[5; 8], false, T).unwrap();
         assert_eq!(r.join().unwrap(), ((8, false), [5; 8]));
+    });
+}
+
+/// A timed straight receive (`SO_RCVTIMEO`: the straight path takes it
+/// since its wait got the call's deadline) on an idle socket ends at its
+/// deadline with `EAGAIN`, not after a whole wait's slice of its own;
+/// and a message sent before a later deadline is the call's.
+#[test]
+fn a_timed_straight_receive_keeps_its_deadline() {
+    let (xa, xb) = pair();
+    let mut buf = [0u8; 8];
+    xa.send(&[1; 8], false, T).unwrap();
+    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), T).unwrap().0, 8);
+    let t = Duration::from_millis(30);
+    let start = Instant::now();
+    let e = xb
+        .recv(&mut buf, RecvFlags::default(), Some(t))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+    assert!(start.elapsed() >= t, "returned before its deadline");
+    std::thread::scope(|sc| {
+        let waits = xb.stats().waits.load(Ordering::Relaxed);
+        let r = sc.spawn(|| {
+            let mut buf = [0u8; 8];
+            let r = xb.recv(&mut buf, RecvFlags::default(), T);
+            (r.unwrap(), buf)
+        });
+        until("the timed receive waits", || {
+            xb.stats().waits.load(Ordering::Relaxed) > waits
+        });
+        xa.send(&[6; 8], false, T).unwrap();
+        assert_eq!(r.join().unwrap(), ((8, false), [6; 8]));
     });
 }
