@@ -30,20 +30,19 @@ LIB=$(realpath "$1")
 ROUNDS=$2
 SECS=${3:-5}
 [ -f "$LIB" ] || { echo "bench-passthrough: $1: no such library" >&2; exit 2; }
-case "$ROUNDS" in
-    '' | *[!0-9]*) echo "bench-passthrough: ROUNDS must be a number, not '$ROUNDS'" >&2; exit 2 ;;
-esac
-if [ "$ROUNDS" -lt 1 ] || [ "$ROUNDS" -gt 100 ]; then
-    echo "bench-passthrough: ROUNDS must be 1 to 100" >&2
-    exit 2
-fi
-case "$SECS" in
-    '' | *[!0-9]*) echo "bench-passthrough: SECONDS must be a whole number, not '$SECS'" >&2; exit 2 ;;
-esac
-if [ "$SECS" -lt 1 ] || [ "$SECS" -gt 60 ]; then
-    echo "bench-passthrough: SECONDS must be 1 to 60" >&2
-    exit 2
-fi
+# bounded NAME VALUE MIN MAX: VALUE is a whole number from MIN to MAX, or
+# the script stops with a message naming NAME.
+bounded() {
+    case "$2" in
+        '' | *[!0-9]*) echo "bench-passthrough: $1 must be a whole number, not '$2'" >&2; exit 2 ;;
+    esac
+    if [ "$2" -lt "$3" ] || [ "$2" -gt "$4" ]; then
+        echo "bench-passthrough: $1 must be $3 to $4" >&2
+        exit 2
+    fi
+}
+bounded ROUNDS "$ROUNDS" 1 100
+bounded SECONDS "$SECS" 1 60
 
 fail() { echo "bench-passthrough: $*" >&2; exit 1; }
 

@@ -84,34 +84,8 @@ fn an_interruptible_wait_past_its_first_empty_slice_sleeps_in_poll() {
 #[test]
 fn the_idle_mark_is_cleared_only_by_a_completion_within_a_first_park() {
     let limit = Duration::from_secs(20);
-    let l = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
-    let peer = std::thread::spawn(move || {
-        let ctx = Context::new(Progress::Thread).unwrap();
-        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
-        let buf = pd.alloc(64, Access::LOCAL_WRITE);
-        let qp = l
-            .accept_qp(&QpInit::new(&pd, &cq), b"", Some(limit))
-            .unwrap();
-        // Sends one message per `true`, each written out before the
-        // next go (its completion); ends at `false`.
-        let mut wc = [Wc::default(); 4];
-        while go_rx.recv().unwrap() {
-            qp.post_send(send(9, buf.sge(0, 8))).unwrap();
-            assert_eq!(cq.wait(&mut wc, limit).unwrap(), 1);
-        }
-    });
-    let ctx = Context::new(Progress::Caller).unwrap();
-    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
-    let buf = pd.alloc(64, Access::LOCAL_WRITE);
-    let mut init = QpInit::new(&pd, &cq);
-    let recv = |wr_id| RecvWr {
-        wr_id,
-        sgl: buf.sge(0, 64).into(),
-    };
-    init.recvs = (0..32).map(recv).collect();
-    let qp = connect(addr, &init).unwrap();
+    let pair = SenderPair::new(32, limit);
+    let (ctx, cq, qp, go_tx) = (&pair.ctx, &pair.cq, &pair.qp, &pair.go);
     let mut wc = [Wc::default(); 4];
     assert!(!cq.idle.load(Ordering::Relaxed));
     // The message is sent once the wait has slept a slice with
@@ -126,7 +100,7 @@ fn the_idle_mark_is_cleared_only_by_a_completion_within_a_first_park() {
             }
             go_tx.send(true).unwrap();
         });
-        cq.wait_news(&mut wc, limit, &qp).unwrap().0
+        cq.wait_news(&mut wc, limit, qp).unwrap().0
     });
     assert_eq!(n, 1);
     assert!(
@@ -138,13 +112,71 @@ fn the_idle_mark_is_cleared_only_by_a_completion_within_a_first_park() {
     // that timed out on a loaded machine sets it again).
     let cleared = (0..20).any(|_| {
         go_tx.send(true).unwrap();
-        assert_eq!(cq.wait_news(&mut wc, limit, &qp).unwrap().0, 1);
+        assert_eq!(cq.wait_news(&mut wc, limit, qp).unwrap().0, 1);
         !cq.idle.load(Ordering::Relaxed)
     });
     assert!(cleared, "never cleared: {:?}", ctx.wait_stats());
-    go_tx.send(false).unwrap();
-    peer.join().unwrap();
-    drop(qp);
+    pair.end();
+}
+
+/// A caller-driven context whose one queue pair (`recvs` receives of 64
+/// B posted) is connected to a peer thread that sends one 8 B Send per
+/// `true` on `go`, each written out before the next go (its
+/// completion), and ends at `false` ([`Self::end`]).
+struct SenderPair {
+    qp: Qp,
+    cq: Cq,
+    go: std::sync::mpsc::Sender<bool>,
+    peer: std::thread::JoinHandle<()>,
+    _buf: crate::Mr,
+    ctx: Context,
+}
+
+impl SenderPair {
+    fn new(recvs: u64, limit: Duration) -> Self {
+        let l = Listener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (go, go_rx) = std::sync::mpsc::channel::<bool>();
+        let peer = std::thread::spawn(move || {
+            let ctx = Context::new(Progress::Thread).unwrap();
+            let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+            let buf = pd.alloc(64, Access::LOCAL_WRITE);
+            let qp = l
+                .accept_qp(&QpInit::new(&pd, &cq), b"", Some(limit))
+                .unwrap();
+            let mut wc = [Wc::default(); 4];
+            while go_rx.recv().unwrap() {
+                qp.post_send(send(9, buf.sge(0, 8))).unwrap();
+                assert_eq!(cq.wait(&mut wc, limit).unwrap(), 1);
+            }
+        });
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
+        let buf = pd.alloc(64, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        let recv = |wr_id| RecvWr {
+            wr_id,
+            sgl: buf.sge(0, 64).into(),
+        };
+        init.recvs = (0..recvs).map(recv).collect();
+        let qp = connect(addr, &init).unwrap();
+        Self {
+            qp,
+            cq,
+            go,
+            peer,
+            _buf: buf,
+            ctx,
+        }
+    }
+
+    /// The peer told to end, and joined (its failure fails the test).
+    fn end(self) {
+        self.go.send(false).unwrap();
+        let Self { peer, qp, .. } = self;
+        peer.join().unwrap();
+        drop(qp);
+    }
 }
 
 fn watched(ctx: &Context) -> usize {
@@ -244,41 +276,17 @@ fn caller_driven_sockets_join_epoll_only_to_sleep() {
 #[test]
 fn a_first_parks_take_predicts_a_lone_send_and_declines_an_armed_queue() {
     let limit = Duration::from_secs(20);
-    let l = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
-    let peer = std::thread::spawn(move || {
-        let ctx = Context::new(Progress::Thread).unwrap();
-        let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
-        let buf = pd.alloc(64, Access::LOCAL_WRITE);
-        let qp = l
-            .accept_qp(&QpInit::new(&pd, &cq), b"", Some(limit))
-            .unwrap();
-        let mut wc = [Wc::default(); 4];
-        while go_rx.recv().unwrap() {
-            qp.post_send(send(9, buf.sge(0, 8))).unwrap();
-            assert_eq!(cq.wait(&mut wc, limit).unwrap(), 1);
-        }
-    });
-    let ctx = Context::new(Progress::Caller).unwrap();
-    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64).unwrap());
-    let buf = pd.alloc(64, Access::LOCAL_WRITE);
-    let mut init = QpInit::new(&pd, &cq);
-    let recv = |wr_id| RecvWr {
-        wr_id,
-        sgl: buf.sge(0, 64).into(),
-    };
-    init.recvs = (0..64).map(recv).collect();
-    let qp = connect(addr, &init).unwrap();
+    let pair = SenderPair::new(64, limit);
+    let (ctx, cq, qp, go_tx) = (&pair.ctx, &pair.cq, &pair.qp, &pair.go);
     let mut wc = [Wc::default(); 4];
     // The first FPDU makes the connection established: the core's
     // general path.
     go_tx.send(true).unwrap();
-    assert_eq!(cq.wait_news(&mut wc, limit, &qp).unwrap().0, 1);
+    assert_eq!(cq.wait_news(&mut wc, limit, qp).unwrap().0, 1);
     // One message into a first park, through `take`: what it did (a
     // read that timed out first, on a loaded machine, goes on waiting).
     let one = |wc: &mut [Wc]| -> Option<(u64, usize)> {
-        let First::Parked(park) = cq.park_first(wc, limit, &qp) else {
+        let First::Parked(park) = cq.park_first(wc, limit, qp) else {
             panic!("no first park: {:?}", ctx.wait_stats());
         };
         go_tx.send(true).unwrap();
@@ -304,18 +312,16 @@ fn a_first_parks_take_predicts_a_lone_send_and_declines_an_armed_queue() {
     assert_eq!(len, 8);
     assert!(wr_id < 64, "not a receive's wr_id: {wr_id}");
     // Dropped unslept: the next wait still reads the socket.
-    let First::Parked(park) = cq.park_first(&mut wc, limit, &qp) else {
+    let First::Parked(park) = cq.park_first(&mut wc, limit, qp) else {
         panic!("no first park");
     };
     drop(park);
     go_tx.send(true).unwrap();
-    assert_eq!(cq.wait_news(&mut wc, limit, &qp).unwrap().0, 1);
+    assert_eq!(cq.wait_news(&mut wc, limit, qp).unwrap().0, 1);
     // Armed: never predicted.
     let _ = cq.notify_fd();
     for i in 0..5 {
         assert_eq!(one(&mut wc), None, "predicted with the queue armed ({i})");
     }
-    go_tx.send(false).unwrap();
-    peer.join().unwrap();
-    drop(qp);
+    pair.end();
 }

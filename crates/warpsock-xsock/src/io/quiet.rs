@@ -290,25 +290,33 @@ impl XSocket {
         st.quiet_answers += 1;
         st.predicted_answers += 1;
         st.news = Some(news);
-        st.arrivals += 1;
-        self.count(&st, Count::RxCopied, got.0);
-        self.count(&st, Count::RxTaken, 1);
-        // `processed`: a receive-only end's RTO, and the freed slots. A
-        // batch the usual path's takes left (an answer a spin met while
-        // not quiet) is posted now, not left for more takes to fill: every
-        // predicted take posts its own slot, so the batch would never grow
-        // and each take would ask `repost_due` for it (~30 instructions an
-        // answer). Posted early, it changes no CREDIT: a CREDIT's due-ness
-        // is computed over `unreturned` + the batch either way.
-        self.lower_rto(&mut st);
-        if st.s.unposted() > 0 {
-            self.repost_now(&mut st);
-        }
+        self.predicted_books(&mut st, got.0);
         st.idle_spins = 0;
         st.idle_round = false;
         self.settle(&mut st);
         self.report_for_writer(&st);
         Spun::Done(Ok(got), Self::readiness_of(&st))
+    }
+
+    /// The books after a predicted take of `len` bytes (the busy spin's,
+    /// `predicted_taken`, and the parked read's, `io/wait/predicted.rs`):
+    /// the arrival and the take counted, then what `processed` does — a
+    /// receive-only end's RTO, and the freed slots. A batch the usual
+    /// path's takes left (an answer met while not quiet, a wait's
+    /// `take_direct`) is posted now, not left for more takes to fill:
+    /// every predicted take posts its own slot, so the batch would never
+    /// grow and each take would ask `repost_due` for it (~30 instructions
+    /// an answer). Posted early, it changes no CREDIT: a CREDIT's
+    /// due-ness is computed over `unreturned` + the batch either way.
+    #[inline(always)]
+    pub(super) fn predicted_books(&self, st: &mut State, len: usize) {
+        st.arrivals += 1;
+        self.count(st, Count::RxCopied, len);
+        self.count(st, Count::RxTaken, 1);
+        self.lower_rto(st);
+        if st.s.unposted() > 0 {
+            self.repost_now(st);
+        }
     }
 
     /// At the end of an empty round (the call holds the lock `st`, has

@@ -35,7 +35,6 @@ use std::time::Duration;
 use warpsock_engine::{asleep, First, Parked, QpNews, Resume, Unparked, Wc};
 
 use super::{Waiter, Woken};
-use crate::io::settings::Count;
 use crate::io::socket::{State, XSocket, WCS};
 
 /// The rest of a first park's wait, made with the socket's lock let go.
@@ -141,13 +140,7 @@ impl XSocket {
         // Another thread's post meanwhile may have left newer news.
         st.news = (st.posts == posts).then_some(news);
         st.parked_predicted += 1;
-        st.arrivals += 1;
-        self.count(&st, Count::RxCopied, got.0);
-        self.count(&st, Count::RxTaken, 1);
-        self.lower_rto(&mut st);
-        if st.s.unposted() > 0 {
-            self.repost_now(&mut st);
-        }
+        self.predicted_books(&mut st, got.0);
         if st.news.is_none() {
             self.reap(&mut st);
         }

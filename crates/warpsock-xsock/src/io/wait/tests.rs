@@ -20,16 +20,24 @@ fn until(what: &str, mut f: impl FnMut() -> bool) {
 
 const T: Option<Duration> = Some(Duration::from_secs(20));
 
+/// A connected pair whose `xb` received one message from `xa` (the
+/// first FPDU, which makes `xb`'s end established, is behind it).
+fn pair_past_a_message() -> (crate::io::XSocket, crate::io::XSocket) {
+    let (xa, xb) = pair();
+    let mut buf = [0u8; 8];
+    xa.send(&[1; 8], false, T).unwrap();
+    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), T).unwrap().0, 8);
+    (xa, xb)
+}
+
 /// Every case the general loop handles otherwise is declined: each term
 /// of `recv_straight_fits` made true alone, on an idle established
 /// socket that fits otherwise (dropping any term fails this).
 #[test]
 fn the_straight_receive_declines_each_case_of_the_general_loop() {
-    let (xa, xb) = pair();
     // Established both ways: one round trip.
+    let (xa, xb) = pair_past_a_message();
     let mut buf = [0u8; 8];
-    xa.send(&[1; 8], false, T).unwrap();
-    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), T).unwrap().0, 8);
     xb.send(&[2; 8], false, T).unwrap();
     assert_eq!(xa.recv(&mut buf, RecvFlags::default(), T).unwrap().0, 8);
 
@@ -112,10 +120,7 @@ fn the_straight_receive_declines_each_case_of_the_general_loop() {
 /// is the call's, not an early empty return.
 #[test]
 fn a_straight_receive_goes_on_after_an_empty_wait() {
-    let (xa, xb) = pair();
-    let mut buf = [0u8; 8];
-    xa.send(&[1; 8], false, T).unwrap();
-    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), T).unwrap().0, 8);
+    let (xa, xb) = pair_past_a_message();
     std::thread::scope(|sc| {
         let waits = xb.stats().waits.load(Ordering::Relaxed);
         let r = sc.spawn(|| {
@@ -132,16 +137,14 @@ fn a_straight_receive_goes_on_after_an_empty_wait() {
     });
 }
 
-/// A timed straight receive (`SO_RCVTIMEO`: the straight path takes it
-/// since its wait got the call's deadline) on an idle socket ends at its
+/// A timed straight receive (`SO_RCVTIMEO`: the straight path takes it,
+/// its wait bounded by the timeout) on an idle socket ends at its
 /// deadline with `EAGAIN`, not after a whole wait's slice of its own;
 /// and a message sent before a later deadline is the call's.
 #[test]
 fn a_timed_straight_receive_keeps_its_deadline() {
-    let (xa, xb) = pair();
+    let (xa, xb) = pair_past_a_message();
     let mut buf = [0u8; 8];
-    xa.send(&[1; 8], false, T).unwrap();
-    assert_eq!(xb.recv(&mut buf, RecvFlags::default(), T).unwrap().0, 8);
     let t = Duration::from_millis(30);
     let start = Instant::now();
     let e = xb
