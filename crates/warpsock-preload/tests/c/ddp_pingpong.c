@@ -5,7 +5,9 @@
 // counts its heap allocations the same way.
 // Usage: ddp_pingpong ROUNDS DDP(0|1) block|poll|busy|vbusy
 // (vbusy: busy with `readv`/`writev` of one iovec on an O_NONBLOCK socket, as
-// the benchmark's busy mode calls them.)
+// the benchmark's busy mode calls them.) TIMEO=1 in the environment sets
+// SO_RCVTIMEO and SO_SNDTIMEO of 5 s on both ends, as the benchmark's blocking
+// sockets carry (BENCHMARKS.md section 6, session 30).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <errno.h>
@@ -55,6 +58,11 @@ int main(int argc, char **argv) {
   CHECK(fd >= 0);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (getenv("TIMEO") && atoi(getenv("TIMEO"))) {
+    struct timeval tv = {5, 0};
+    CHECK(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+    CHECK(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0);
+  }
   if (ddp) CHECK(setsockopt(fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one) == 0);
   if (mode == 3) CHECK(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0);
   uint64_t m, got;
