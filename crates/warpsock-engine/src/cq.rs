@@ -32,8 +32,10 @@ enum Start<'a> {
     /// After a first round that found the queue empty and no park (this
     /// lock found it).
     Drained(MutexGuard<'a, State>),
-    /// After a first round's parked read that brought nothing, woken at
-    /// this instant, the way it says.
+    /// After a first round's parked read that brought nothing (or bytes
+    /// that completed nothing: `first::Resume`), woken at this instant,
+    /// the way it says (`wait_for`'s, or a first park in the caller's
+    /// hands: `cq/first.rs`).
     Slept(Instant, Woke),
 }
 
@@ -546,7 +548,7 @@ impl Cq {
         let inner = &self.sh.inner;
         let mut patient =
             INTR && (matches!(start, Start::Slept(..)) || self.idle.load(Ordering::Relaxed));
-        // No park yet (`wait_for`'s is `Start::Slept`; the mark is set
+        // No park yet (`wait_for`'s, `Unparked::into_wait`'s and `Resume::into_wait`'s is `Start::Slept`; the mark is set
         // here if it slept its slice with nothing: off the 8 B path).
         let mut first_park = !matches!(start, Start::Slept(..));
         if INTR && matches!(start, Start::Slept(_, Woke::TimedOut)) {

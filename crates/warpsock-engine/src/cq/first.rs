@@ -258,7 +258,8 @@ impl<'a> Unparked<'a> {
     /// queue drained; a sleep a signal ended with nothing ends the wait
     /// with `EINTR` ([`crate::Error::is_interrupted`]); one that brought
     /// nothing goes on in the wait's rounds until `timeout` (counted from
-    /// the park).
+    /// the park if the read timed out, else from its end, as
+    /// [`Cq::wait_news`] counts after its first park).
     pub fn into_wait(mut self, out: &mut [Wc]) -> Result<(usize, Option<QpNews>)> {
         let (read, res) = self.read.take().expect("an unparked read not taken yet");
         let (cq, qp) = (self.cq, self.qp);
@@ -287,7 +288,9 @@ impl Drop for Unparked<'_> {
 impl Resume<'_> {
     /// [`Unparked::into_wait`] after a read that brought bytes which
     /// completed nothing: the wait's rounds, as [`Cq::wait_news`]'s go on
-    /// after such a first park (a patient sleep: `poll`, then the read).
+    /// after such a first park (a patient sleep: `poll`, then the read),
+    /// `timeout` counted from now (after the take's service: late by that
+    /// and under a park slice at most, as there).
     pub fn into_wait(self, out: &mut [Wc]) -> Result<(usize, Option<QpNews>)> {
         let start = Start::Slept(Instant::now(), Woke::Read);
         self.cq

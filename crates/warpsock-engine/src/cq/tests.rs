@@ -272,7 +272,8 @@ fn caller_driven_sockets_join_epoll_only_to_sleep() {
 /// notify fd armed since the park (`Cq::notify_fd`: a completion must
 /// signal it), the take is declined and the receive completes as usual;
 /// and a park dropped unslept gives its read back, so the next wait
-/// reads the socket again.
+/// reads the socket again, as one dropped after its sleep gives back
+/// what the read brought.
 #[test]
 fn a_first_parks_take_predicts_a_lone_send_and_declines_an_armed_queue() {
     let limit = Duration::from_secs(20);
@@ -318,6 +319,15 @@ fn a_first_parks_take_predicts_a_lone_send_and_declines_an_armed_queue() {
     drop(park);
     go_tx.send(true).unwrap();
     assert_eq!(cq.wait_news(&mut wc, limit, qp).unwrap().0, 1);
+    // Dropped after its sleep: what its read brought is serviced, and
+    // the completion waits for the next wait.
+    let First::Parked(park) = cq.park_first(&mut wc, limit, qp) else {
+        panic!("no first park");
+    };
+    go_tx.send(true).unwrap();
+    drop(park.sleep());
+    assert_eq!(cq.wait_news(&mut wc, limit, qp).unwrap().0, 1);
+    assert_eq!(wc[0].byte_len, 8, "{:?}", wc[0]);
     // Armed: never predicted.
     let _ = cq.notify_fd();
     for i in 0..5 {

@@ -219,7 +219,8 @@ impl XSocket {
     }
 
     /// The predicted receive's take (issue 12), under the engine's lock
-    /// (no call into the engine here): the quiet spin's read brought
+    /// (no call into the engine here): the quiet spin's read (or a
+    /// blocking wait's first park, `io/wait/predicted.rs`) brought
     /// exactly one whole FPDU, a one-FPDU Send into the head receive
     /// (`wr_id`, our oldest posted slot), its `payload` where the engine's
     /// read put it. Taken when it is one DATA message that fits `out` (in
@@ -237,7 +238,7 @@ impl XSocket {
     /// (`XSocket::repost`, the usual path's takes) are not this one's:
     /// it is posted alone ahead of them, in the order the engine has it
     /// (`posted` follows), and they are posted once the engine's lock is
-    /// let go (`predicted_taken`). The credit returns are the usual
+    /// let go (`predicted_books`). The credit returns are the usual
     /// path's: the sums a CREDIT's due-ness is computed over (`unreturned`
     /// and the batch) are those of the slot joining the batch, so a
     /// CREDIT is due exactly when the usual path's would be

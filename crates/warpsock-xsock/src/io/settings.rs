@@ -169,9 +169,10 @@ pub struct Counters {
     /// engine, through a retargeted receive or a sink).
     pub rx_placed: AtomicU64,
     /// DATA messages a waiting receive call took as they landed, copied
-    /// from the slot into its buffer at once (no unread bytes queued and
-    /// read back: see `XSocket::wait_take`). A blocking 8-byte ping-pong
-    /// takes every message this way.
+    /// into its buffer at once — from the slot, or, taken by the
+    /// predicted receive, from where the engine's read put them (no
+    /// unread bytes queued and read back: see `XSocket::wait_take`). A
+    /// blocking 8-byte ping-pong takes every message this way.
     pub rx_taken: AtomicU64,
     /// Stream bytes sent.
     pub tx_bytes: AtomicU64,

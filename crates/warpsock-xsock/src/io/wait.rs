@@ -188,10 +188,11 @@ impl XSocket {
         })
     }
 
-    /// Whether a receive call (`flags`, `timeout`, a buffer of `len`
-    /// bytes) may go the straight path ([`Self::recv_straight`]). Each
-    /// term is a case the general loop (`recv_locked`, `io/data.rs`)
-    /// handles otherwise, declined here:
+    /// Whether a receive call (`flags`, a buffer of `len` bytes) may go
+    /// the straight path ([`Self::recv_straight`]; a timed call may: its
+    /// wait ends by the call's deadline). Each term is a case the general
+    /// loop (`recv_locked`, `io/data/recv.rs`) handles otherwise, declined
+    /// here:
     ///
     /// * a flag: a peek leaves the bytes queued, a non-blocking call never
     ///   waits, `MSG_WAITALL` loops until the buffer is full;
@@ -225,11 +226,11 @@ impl XSocket {
     /// [`Self::recv_straight_fits`] admits: what the general loop would do
     /// for it, in the caller's frame — one wait (up to `timeout`, the
     /// call's `SO_RCVTIMEO`, or a slice, if shorter: the call's deadline,
-    /// read from the clock as the call began, is as far, and a second
-    /// clock read here cost ~60 instructions a timed receive) that takes
-    /// the DATA message
-    /// landing in it straight into `buf` ([`Self::wait_take`]'s, whose
-    /// predicted take takes a lone one where the engine's read put it).
+    /// read from the clock under this lock, is as far; a second clock
+    /// read here cost ~60 instructions a timed receive) that takes the
+    /// DATA message landing in it straight into `buf` ([`Self::wait_take`]'s,
+    /// whose predicted take takes a lone one where the engine's read put
+    /// it).
     /// Returns the bytes taken and whether they end a message, or, when
     /// the wait took nothing (the loop would go round again, and looks at
     /// the deadline), the lock for the general loop to go on with and

@@ -37,10 +37,17 @@ impl XSocket {
         flags: RecvFlags,
         timeout: Option<Duration>,
     ) -> (MutexGuard<'_, State>, io::Result<(usize, bool)>) {
-        let deadline = Self::deadline(timeout);
         let mut st = self.lock();
+        // The deadline (`SO_RCVTIMEO`) counts from the lock taken, as
+        // Linux's `tcp_recvmsg` reads its timeout under the socket's lock:
+        // the straight wait's slice, the timeout itself, then ends by it
+        // with no second clock read (review r30-b item 1).
+        let deadline = Self::deadline(timeout);
         st.rx_blocks = !flags.nonblocking;
-        if !self.recv_straight_fits(&st, flags, buf.len()) {
+        // A zero timeout is a call that expires at once (the library's
+        // API; the preload maps `SO_RCVTIMEO` 0 to none, as Linux): the
+        // general loop's one round, no wait (review r30-b item 2).
+        if !self.recv_straight_fits(&st, flags, buf.len()) || timeout.is_some_and(|t| t.is_zero()) {
             return self.recv_locked(st, buf, flags, deadline);
         }
         match self.recv_straight(st, buf, timeout) {

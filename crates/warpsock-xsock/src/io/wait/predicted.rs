@@ -1,5 +1,5 @@
-//! The blocking receive's predicted take (issue 12): the straight path's
-//! wait ([`XSocket::recv_straight`]) parks in the engine's read as any
+//! The blocking receive's predicted take (issue 12): a receive's wait
+//! ([`XSocket::recv_straight`], [`XSocket::wait_take`]) parks in the engine's read as any
 //! driving wait does, but through [`warpsock_engine::Cq::park_first`], so
 //! that when the read brings bytes the socket's lock is taken again
 //! *before* the engine services them. Then, when they are exactly one
@@ -23,10 +23,13 @@
 //! the take declined (as the quiet spin holds it): the lock order is the
 //! socket's, then the engine's, as everywhere.
 //!
-//! Every waiting receive with a buffer takes this path
-//! ([`XSocket::wait_take`]): the straight path's, and the general loop's
-//! (a timed call, `MSG_WAITALL`'s rest, a message's part) — the
-//! benchmark's blocking reads carry an `SO_RCVTIMEO`.
+//! Every receive that drives the engine's wait with its buffer takes
+//! this path ([`XSocket::wait_take`]): the straight path's (timed or not:
+//! the benchmark's blocking reads carry an `SO_RCVTIMEO`), and the
+//! general loop's (`MSG_WAITALL`'s rest; a message's part too, where the
+//! take always declines: the books hold bytes unread). Not a second
+//! reader's (it waits on the driver), a peek's, nor a sink's or placed
+//! read's (`io/sink.rs`, `io/placed.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;

@@ -166,3 +166,18 @@ fn a_timed_straight_receive_keeps_its_deadline() {
         assert_eq!(r.join().unwrap(), ((8, false), [6; 8]));
     });
 }
+
+/// A zero timeout (the library's API: the preload maps `SO_RCVTIMEO` 0 to
+/// none, as Linux) is a call that expires at once: `EAGAIN` with no wait
+/// of the engine's — not the straight path's wait, whose zero-length
+/// sleep marked the engine's queue idle (review r30-b item 2).
+#[test]
+fn a_zero_timeout_receive_makes_no_wait() {
+    let (_xa, xb) = pair_past_a_message();
+    let waits = xb.stats().waits.load(Ordering::Relaxed);
+    let e = xb
+        .recv(&mut [0u8; 8], RecvFlags::default(), Some(Duration::ZERO))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+    assert_eq!(xb.stats().waits.load(Ordering::Relaxed), waits, "it waited");
+}
