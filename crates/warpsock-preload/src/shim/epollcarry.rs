@@ -56,6 +56,14 @@ use super::real;
 /// record under way at the fork, or the one after it), and its next lock
 /// is a new one. The fork handlers take no lock for it, so a signal
 /// handler's fork over its own thread's hold waits for nothing.
+///
+/// Not supported (review r30-c items 1, 2): a child forked by a signal
+/// handler over its own thread's record or copy that records a set
+/// while still in that handler (`epoll_create` is not async-signal-safe):
+/// the new lock lets it free the list the interrupted copy still reads;
+/// and another library's child fork handler registered before ours that
+/// creates an epoll set while a parent's thread held the lock at the fork
+/// waits for that lock (ours has not forgotten it yet).
 static SETS: Sets = Sets {
     lock: ForkLock::new(),
     list: AtomicPtr::new(null_mut()),
@@ -85,9 +93,10 @@ impl Sets {
         sets.insert(at, epfd);
         #[cfg(test)]
         tests::before_publish();
-        // Complete before it is published (release); the free below
-        // not before the publication (acquire): a fork between them
-        // leaves the child the old list whole, or the new one.
+        // Complete before it is published (the swap's release half); the
+        // free below uses the swap's result, so it comes after the
+        // publication in program order: a fork between them leaves the
+        // child the old list whole, or the new one.
         let old = self
             .list
             .swap(Box::into_raw(Box::new(sets)), Ordering::AcqRel);
@@ -349,7 +358,8 @@ mod tests {
             first_epoll_calls_in_a_child(Held::Lock),
             Some(0),
             "a forked child's epoll set record and swap while a thread of the parent's held \
-             the list's lock across the fork (None: hung, killed; 1: the registration did not \
+             the list's lock across the fork (None: hung, killed; -1: the child died of a \
+             signal, a freed or torn list read; 1: the registration did not \
              follow the swap; 2: the swap failed)"
         );
     }
@@ -365,7 +375,8 @@ mod tests {
             first_epoll_calls_in_a_child(Held::Record),
             Some(0),
             "a forked child's epoll set record and swap while a thread of the parent's was \
-             inside a record at the fork (None: hung, killed; 1: the registration did not \
+             inside a record at the fork (None: hung, killed; -1: the child died of a signal, \
+             a freed or torn list read; 1: the registration did not \
              follow the swap; 2: the swap failed)"
         );
         assert!(

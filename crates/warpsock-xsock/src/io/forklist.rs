@@ -1,7 +1,8 @@
 //! A process-wide lock that a child made by `fork` starts afresh
 //! ([`ForkLock`], and [`ForkList`], one holding a list): `sndbuf`'s
-//! holders, the preload's exec marks, its table of DDP sockets and the
-//! UDP kind's lists.
+//! holders, the preload's exec marks, its table of DDP sockets, the
+//! UDP kind's lists, and (a `ForkLock<()>` guarding a list kept outside
+//! it, replaced whole) the preload's list of epoll sets.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
