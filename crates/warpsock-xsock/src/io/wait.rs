@@ -88,6 +88,38 @@ impl Woken {
 /// rest, if shorter).
 const SLICE: Duration = Duration::from_millis(50);
 
+/// A wait that drives the engine (`XSocket::drive_begin`): the word that
+/// names it in its sleeps' marks and the count of posts at its start,
+/// taken back by its end (`drive_end`, `parked_taken`: [`Drive::end`]).
+/// Dropped before that — the wait unwound: a panic, which the preload
+/// catches and fails the call with — it undoes the wait's marks
+/// (`XSocket::undo_drive`): else `driving` stayed set and every later
+/// receive waited for a driver that never comes back (review r30-b
+/// item 3; the engine's read is handed back by its own drops,
+/// `warpsock_engine::Park`).
+#[must_use]
+struct Drive<'a> {
+    x: &'a XSocket,
+    owner: usize,
+    posts: u64,
+}
+
+impl Drive<'_> {
+    /// The wait ended as it should: its count of posts, and no undo.
+    #[inline(always)]
+    fn end(self) -> u64 {
+        let posts = self.posts;
+        std::mem::forget(self);
+        posts
+    }
+}
+
+impl Drop for Drive<'_> {
+    fn drop(&mut self) {
+        self.x.undo_drive();
+    }
+}
+
 impl XSocket {
     /// Wakes the threads waiting for the socket's state to change
     /// (`wait_for_driver`'s sleep on [`Self::wakes`]). Under the lock (`st`),
@@ -264,7 +296,8 @@ impl XSocket {
         if st.driving {
             return self.wait_for_driver(st, slice);
         }
-        let (owner, posts) = self.drive_begin(&mut st, who);
+        let drive = self.drive_begin(&mut st, who);
+        let owner = drive.owner;
         drop(st);
         let mut wcs = [Wc::default(); WCS];
         // Each slice is one engine wait: after one that found nothing, the
@@ -275,7 +308,7 @@ impl XSocket {
             warpsock_engine::asleep::owned(owner, || self.cq.wait_news(&mut wcs, slice, &self.qp));
         let (n, news, intr) = Self::waited(waited);
         let st = self.lock();
-        self.drive_end(st, &wcs[..n], news, posts, intr, who, out)
+        self.drive_end(st, &wcs[..n], news, drive, intr, who, out)
     }
 
     /// A wait while another thread drives the engine: sleeps until it
@@ -319,11 +352,12 @@ impl XSocket {
     /// The start of a wait that drives the engine itself (no other thread
     /// does: `st.driving` was down), under the lock `st`, which the caller
     /// then lets go for the sleep: the socket marked driven, the progress
-    /// thread's watch off. Returns the word that names the wait in its
-    /// sleeps' marks (`asleep::owned`) and the count of posts, whose
-    /// change at the end says another thread posted meanwhile.
+    /// thread's watch off. Returns the wait's [`Drive`]: the word that
+    /// names it in its sleeps' marks (`asleep::owned`), the count of
+    /// posts, whose change at the end says another thread posted
+    /// meanwhile, and the undo of the marks if the wait unwinds.
     #[inline(always)]
-    fn drive_begin(&self, st: &mut State, who: Waiter) -> (usize, u64) {
+    fn drive_begin(&self, st: &mut State, who: Waiter) -> Drive<'_> {
         st.driving = true;
         self.parked.store(true, Ordering::Release);
         self.count(st, Count::Waits, 1);
@@ -355,7 +389,26 @@ impl XSocket {
             } else {
                 0
             };
-        (owner, st.posts)
+        Drive {
+            x: self,
+            owner,
+            posts: st.posts,
+        }
+    }
+
+    /// A driving wait's marks undone after it unwound ([`Drive`]'s drop):
+    /// the lock taken whatever a panic left it (poisoned), the engine no
+    /// longer driven, the progress thread's watch rearmed, and the waiting
+    /// threads woken to drive it themselves.
+    #[cold]
+    #[inline(never)]
+    fn undo_drive(&self) {
+        let mut st = self.st.lock().unwrap_or_else(PoisonError::into_inner);
+        self.quiet.store(false, Ordering::Relaxed);
+        st.driving = false;
+        self.parked.store(false, Ordering::Release);
+        self.rearm(&mut st);
+        self.wake(&st);
     }
 
     /// An engine wait's result as `drive_end` takes it: the completions,
@@ -374,7 +427,7 @@ impl XSocket {
 
     /// The end of a wait that drove the engine (`drive_begin`), under the
     /// socket's lock taken again: the completions `wcs` it brought (their
-    /// news `news`; `posts` the count at its start) processed — the first
+    /// news `news`; `drive` its start) processed — the first
     /// copied straight into `out` if it is DATA that fits
     /// ([`Self::take_direct`]) — and the books settled; or, with none, a
     /// round. Other threads are told.
@@ -385,11 +438,12 @@ impl XSocket {
         mut st: MutexGuard<'a, State>,
         wcs: &[Wc],
         news: Option<QpNews>,
-        posts: u64,
+        drive: Drive<'_>,
         mut intr: Woken,
         who: Waiter,
         out: Option<&mut [u8]>,
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
+        let posts = drive.end();
         let reader = who == Waiter::Reader;
         let n = wcs.len();
         st.driving = false;

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use warpsock_engine::{asleep, First, Parked, QpNews, Resume, Unparked, Wc};
 
-use super::{Waiter, Woken};
+use super::{Drive, Waiter, Woken};
 use crate::io::socket::{State, XSocket, WCS};
 
 /// The rest of a first park's wait, made with the socket's lock let go.
@@ -68,7 +68,8 @@ impl XSocket {
         slice: Duration,
         buf: &mut [u8],
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
-        let (owner, posts) = self.drive_begin(&mut st, Waiter::Reader);
+        let drive = self.drive_begin(&mut st, Waiter::Reader);
+        let owner = drive.owner;
         drop(st);
         let mut wcs = [Wc::default(); WCS];
         let ended = match self.cq.park_first(&mut wcs, slice, &self.qp) {
@@ -77,11 +78,13 @@ impl XSocket {
                 let woke = if woke.brought_bytes() {
                     let mut st = self.lock();
                     let take = |wr_id, payload: &[u8]| {
+                        #[cfg(test)]
+                        super::tests::maybe_panic_in_take();
                         self.take_predicted(&mut st, wr_id, payload, &mut buf[..])
                     };
                     match woke.take(&mut wcs, take) {
                         Ok(Parked::Taken(got, news)) => {
-                            return self.parked_taken(st, got, news, posts);
+                            return self.parked_taken(st, got, news, drive);
                         }
                         Ok(Parked::Completed(n, news)) => Ok(Ended::Locked(st, n, news)),
                         // Bytes that completed nothing: the wait goes on
@@ -118,12 +121,12 @@ impl XSocket {
             }
             Ended::Locked(st, n, news) => (st, n, Some(news), Woken::NoSignal),
         };
-        self.drive_end(st, &wcs[..n], news, posts, intr, Waiter::Reader, Some(buf))
+        self.drive_end(st, &wcs[..n], news, drive, intr, Waiter::Reader, Some(buf))
     }
 
     /// The end of a wait whose read the predicted take took (`got`: the
-    /// receive's result; `news`: the engine's after it; `posts` the count
-    /// at the wait's start): what `drive_end` does after `take_direct` of
+    /// receive's result; `news`: the engine's after it; `drive` the
+    /// wait's start): what `drive_end` does after `take_direct` of
     /// the only completion — the driving marks down, the counts of the
     /// take, `processed` (a receive-only end's RTO lowered; a batch of
     /// freed slots the usual path's takes left posted now, as
@@ -136,8 +139,9 @@ impl XSocket {
         mut st: MutexGuard<'a, State>,
         got: (usize, bool),
         news: QpNews,
-        posts: u64,
+        drive: Drive<'_>,
     ) -> (MutexGuard<'a, State>, Option<(usize, bool)>, Woken) {
+        let posts = drive.end();
         st.driving = false;
         self.parked.store(false, Ordering::Release);
         // Another thread's post meanwhile may have left newer news.

@@ -181,3 +181,68 @@ fn a_zero_timeout_receive_makes_no_wait() {
     assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
     assert_eq!(xb.stats().waits.load(Ordering::Relaxed), waits, "it waited");
 }
+
+thread_local! {
+    /// The next predicted take of this thread panics (`wait/predicted.rs`
+    /// calls [`maybe_panic_in_take`] in its take, in tests only).
+    static PANIC_IN_TAKE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A panic in the predicted take, once, if this thread asked for it.
+pub(super) fn maybe_panic_in_take() {
+    if PANIC_IN_TAKE.with(|c| c.replace(false)) {
+        panic!("test: a panic in the predicted take");
+    }
+}
+
+/// A receive whose driving wait unwinds (a panic, which the preload
+/// catches and fails the call with) leaves the socket to the next
+/// receive, which drives the engine itself and gets the message whose
+/// take panicked (the engine kept it staged): not a socket whose
+/// `driving` stays set, where every later receive waits for a driver
+/// that never comes back (review r30-b item 3; without the undo the
+/// second receive fails with `EAGAIN` at its 20 s timeout).
+#[test]
+fn a_driving_wait_that_unwinds_leaves_the_socket_to_the_next_receive() {
+    let (xa, xb) = pair_past_a_message();
+    // A few lone messages until one take panics (a read that brings more
+    // than one FPDU is not predicted: the take is not called).
+    let panicked = (0..20u8).find(|&i| {
+        std::thread::scope(|sc| {
+            let r = sc.spawn(|| {
+                PANIC_IN_TAKE.with(|c| c.set(true));
+                let mut buf = [0u8; 8];
+                let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    xb.recv(&mut buf, RecvFlags::default(), T)
+                }));
+                PANIC_IN_TAKE.with(|c| c.set(false));
+                match res {
+                    Ok(r) => {
+                        assert_eq!((r.unwrap(), buf), ((8, false), [i; 8]), "message {i}");
+                        false
+                    }
+                    Err(_) => true,
+                }
+            });
+            until("the receive drives", || xb.parked());
+            xa.send(&[i; 8], false, T).unwrap();
+            r.join().unwrap()
+        })
+    });
+    let i = panicked.expect("no take panicked in 20 messages");
+    assert!(!xb.parked(), "the unwound wait left the socket parked");
+    let mut buf = [0u8; 8];
+    let got = xb.recv(&mut buf, RecvFlags::default(), T);
+    assert_eq!(
+        (got.unwrap(), buf),
+        ((8, false), [i; 8]),
+        "the message whose take panicked"
+    );
+    // And the stream goes on.
+    xa.send(&[99; 8], false, T).unwrap();
+    assert_eq!(
+        xb.recv(&mut buf, RecvFlags::default(), T).unwrap(),
+        (8, false)
+    );
+    assert_eq!(buf, [99; 8]);
+}
