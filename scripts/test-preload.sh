@@ -212,14 +212,18 @@ pass "socat UDP relay preloaded: $N datagrams in and out over TCP"
 iperf3_json() { # file key: a number from iperf3's JSON end.sum
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum"][sys.argv[2]])' "$1" "$2"
 }
+# Both ends run the preload: the offload's set-up has no reason to fall back
+# but time, so its timeouts are long here (a loaded CI machine once made the
+# reverse case's sender miss the 500 ms hello default).
+I3=("${PRE[@]}" WARPSOCK_HELLO_TIMEOUT_MS=10000 WARPSOCK_CONNECT_TIMEOUT_MS=10000)
 for dir in fwd rev; do
     lease_port; P=$PORT; lease_port; Q=$PORT
     OFF=$(( (Q - P + 65536) % 65536 ))
     R=(); [ "$dir" = rev ] && R=(-R)
-    start "${PRE[@]}" WARPSOCK_TCP_PORT_OFFSET=$OFF iperf3 -s -1 -B 127.0.0.1 -p "$P" \
+    start "${I3[@]}" WARPSOCK_TCP_PORT_OFFSET=$OFF iperf3 -s -1 -B 127.0.0.1 -p "$P" \
         >"$WORK/i3s-$dir.out" 2>"$WORK/i3s-$dir.err"
     wait_tcp_port "$P"
-    timeout 40 "${PRE[@]}" WARPSOCK_TCP_PORT_OFFSET=$OFF \
+    timeout 40 "${I3[@]}" WARPSOCK_TCP_PORT_OFFSET=$OFF \
         iperf3 -c 127.0.0.1 -p "$P" -u -b 200M -l 1200 -t 2 "${R[@]}" -J \
         >"$WORK/i3c-$dir.json" 2>"$WORK/i3c-$dir.err" \
         || { cat "$WORK/i3c-$dir.json" "$WORK/i3c-$dir.err" >&2; fail "iperf3 -u $dir exited $?"; }
@@ -230,7 +234,12 @@ for dir in fwd rev; do
     [ "$lp" -eq 0 ] || fail "iperf3 -u $dir: $lp of $pk packets lost"
     if [ "$dir" = fwd ]; then snd="$WORK/i3c-$dir.err"; rcv="$WORK/i3s-$dir.err"
     else snd="$WORK/i3s-$dir.err"; rcv="$WORK/i3c-$dir.err"; fi
-    [ "$(stat "$snd" tx_tcp_dgrams)" -ge "$pk" ] || fail "iperf3 -u $dir: sender did not send over TCP"
+    [ "$(stat "$snd" tx_tcp_dgrams)" -ge "$pk" ] || {
+        cat "$snd" >&2
+        fail "iperf3 -u $dir: sender did not send over TCP ($(stat "$snd" tx_tcp_dgrams) of $pk;" \
+            "fallbacks $(stat "$snd" fallbacks), kernel fallback sends $(stat "$snd" tx_kernel_fallback);" \
+            "no counters at all: the sender died before its exit report)"
+    }
     # The sender's last batch may still be on its way (at most
     # WARPSOCK_TX_DELAY_US) when iperf3's control connection ends the test
     # and the receiver stops reading: iperf3 counts those as neither lost nor
