@@ -106,8 +106,9 @@ struct Stream {
 /// The streams `fdopen` made and `fclose` has not closed, as their
 /// cookies (`Box<Stream>` pointers): flushed at exit before the sockets
 /// close (`flush_at_exit`). A set: `fclose`'s removal is O(log n) under
-/// the lock (a `Vec`'s `retain` made a server's thousands of streams
-/// quadratic: review r26-c item 9). A forked child keeps it whole and
+/// the lock, twice (both copies: [`streams`]; a `Vec`'s `retain` made a
+/// server's thousands of streams quadratic: review r26-c item 9), and a
+/// forked child's first change copies it once. A forked child keeps it whole and
 /// its lock starts afresh, whatever a thread of the parent's was doing
 /// with it at the fork ([`streams`], [`fork_child`]).
 static STREAMS: streams::Streams = streams::Streams::new();

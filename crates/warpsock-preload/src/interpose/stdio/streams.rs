@@ -34,7 +34,17 @@
 //! and another library's child fork handler registered before ours that
 //! takes the list (its `fclose` of one of the library's streams) while a
 //! parent's thread held the lock at the fork: it waits for that lock
-//! (ours has not forgotten it yet).
+//! (ours has not forgotten it yet); and a child forked by a signal
+//! handler over its own thread's *read* (`reopen_refused`'s look, the
+//! exit flush's loop) that changes the list while still in that handler:
+//! the change (under the new lock) mutates the set the interrupted read
+//! still borrows (review r30-d item 2; before, that child hung on the
+//! inherited lock).
+//!
+//! Cost: a change is two O(log n) changes, a release store and a fence;
+//! a forked child's first change clones the whole set once (O(n), its
+//! spare made again), and leaves the old spare leaked (copy-on-write
+//! memory of the parent's).
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeSet;
@@ -173,7 +183,10 @@ impl Streams {
         let (whole, spare) =
             unsafe { (&mut *self.sets[cur].get(), &mut *self.sets[1 - cur].get()) };
         if self.stale.swap(true, Ordering::Relaxed) {
-            // Leaked, not dropped: it may be half changed.
+            // Leaked, not dropped: it may be half changed. (Written over
+            // whatever its header holds: any bit pattern of a `BTreeSet`'s
+            // fields is valid to overwrite, and `ManuallyDrop` drops
+            // nothing.)
             *spare = ManuallyDrop::new(BTreeSet::clone(whole));
         }
         op(spare);

@@ -211,3 +211,77 @@ fn a_forked_child_keeps_a_parents_record_published_at_the_fork() {
          record, published, at the fork ({STATUS})"
     );
 }
+
+/// A change that unwinds (a panic, which the preload catches at its
+/// boundary) leaves the list whole and usable (review r30-d item 1): a
+/// record that panicked before its publication is not listed, one that
+/// panicked after it is, and the next change makes the spare again from
+/// the published set (its `stale` mark, set across the change), so both
+/// sets are alike after it.
+#[test]
+fn a_change_that_unwinds_leaves_the_list_whole() {
+    for (point, listed) in [(Point::BeforePublish, false), (Point::AfterPublish, true)] {
+        let (a, b) = (cookie(std::ptr::null_mut()), cookie(std::ptr::null_mut()));
+        let boom: Box<dyn FnOnce()> = Box::new(|| panic!("test: a change unwinds"));
+        HOOK.with(|h| *h.borrow_mut() = Some((point, boom)));
+        let r = std::panic::catch_unwind(|| STREAMS.insert(a));
+        assert!(r.is_err(), "{point:?}: the hook did not run");
+        assert_eq!(
+            STREAMS.locked().contains(&a),
+            listed,
+            "{point:?}: the record"
+        );
+        STREAMS.insert(b);
+        {
+            let list = STREAMS.locked();
+            assert!(list.contains(&b), "{point:?}: the next record");
+            assert_eq!(
+                list.contains(&a),
+                listed,
+                "{point:?}: after the next record"
+            );
+        }
+        assert!(alike(), "{point:?}: the sets after the next record");
+        for c in [a, b] {
+            STREAMS.remove(c);
+            // SAFETY: made by `cookie`, no longer listed.
+            drop(unsafe { Box::from_raw(c as *mut Stream) });
+        }
+    }
+}
+
+/// `own` (the exit flush looks for streams only in a process that made
+/// one): set by a record, kept by the parent across a fork, cleared in
+/// the child by the fork handler and set again by the child's own record.
+/// Read directly: `trying` would try the lock, which the fork tests hold
+/// in parallel.
+#[test]
+fn own_streams_are_counted_per_process() {
+    let c = cookie(std::ptr::null_mut());
+    STREAMS.insert(c);
+    assert!(STREAMS.own.load(std::sync::atomic::Ordering::Acquire));
+    let status = child_within(|| {
+        fork_child();
+        if STREAMS.own.load(std::sync::atomic::Ordering::Acquire) {
+            return 1;
+        }
+        let mine = cookie(std::ptr::null_mut());
+        STREAMS.insert(mine);
+        if !STREAMS.own.load(std::sync::atomic::Ordering::Acquire) {
+            return 2;
+        }
+        0
+    });
+    assert_eq!(
+        status,
+        Some(0),
+        "1: the child's own set after the fork handler; 2: not set by its record"
+    );
+    assert!(
+        STREAMS.own.load(std::sync::atomic::Ordering::Acquire),
+        "the parent's own cleared"
+    );
+    STREAMS.remove(c);
+    // SAFETY: made by `cookie`, no longer listed.
+    drop(unsafe { Box::from_raw(c as *mut Stream) });
+}
