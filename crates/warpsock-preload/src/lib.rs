@@ -344,9 +344,6 @@ mod init {
     use crate::shim::{fdtable, real};
 
     extern "C" fn fork_prepare() {
-        // The stdio streams' list first: the exit flush holds it across
-        // writes that look up the descriptor table.
-        crate::interpose::stdio::fork_prepare();
         // Before the copy of the descriptors (`Doorbell::fail`'s check).
         crate::shim::doorbell::fork_begin();
         fdtable::fork_prepare();
@@ -355,18 +352,18 @@ mod init {
     extern "C" fn fork_parent() {
         fdtable::fork_release();
         crate::shim::doorbell::fork_end();
-        crate::interpose::stdio::fork_parent();
     }
 
     extern "C" fn fork_child() {
         // The parent holds every descriptor the child was given.
         crate::shim::doorbell::fork_end_child();
-        // The epoll sets' list is kept, its lock starts afresh.
+        // The epoll sets' and the stdio streams' lists are kept, their
+        // locks start afresh (neither is held across the fork).
         crate::shim::epollcarry::fork_child();
+        crate::interpose::stdio::fork_child();
         fdtable::fork_release_child();
         crate::kinds_after_fork_child();
         demote_all(false);
-        crate::interpose::stdio::fork_child();
     }
 
     extern "C" fn at_exit() {

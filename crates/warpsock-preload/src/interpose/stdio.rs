@@ -16,6 +16,12 @@
 //! the stream closed (`reopen_refused`): glibc's cannot reopen a
 //! `fopencookie` stream.
 //!
+//! A forked child keeps the list of the streams (`STREAMS`; its copies
+//! of the parent's are refused as its copies of their sockets are) whole
+//! and usable, its lock started afresh by the child's fork handler
+//! (`fork_child`), whatever a thread of the parent's was doing with it
+//! at the fork; the list is not held across the fork.
+//!
 //! A socket switched into DDP mode after its `fdopen` keeps the real
 //! stream (README, "stdio streams").
 
@@ -26,12 +32,11 @@ use libc::{c_char, c_int, c_void, size_t, ssize_t, FILE};
 use crate::shim::fdtable;
 use crate::shim::guard::{self, busy, ExitOver};
 use crate::shim::real;
-use crate::shim::sys::{self, set_errno};
-use std::collections::BTreeSet;
+use crate::shim::sys::set_errno;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
 
 pub mod print;
+mod streams;
 
 /// glibc's `cookie_io_functions_t` (`<stdio.h>`, `_GNU_SOURCE`).
 #[repr(C)]
@@ -101,24 +106,12 @@ struct Stream {
 /// The streams `fdopen` made and `fclose` has not closed, as their
 /// cookies (`Box<Stream>` pointers): flushed at exit before the sockets
 /// close (`flush_at_exit`). A set: `fclose`'s removal is O(log n) under
-/// the lock (a `Vec`'s `retain` made a server's thousands of streams
-/// quadratic: review r26-c item 9).
-static STREAMS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
-
-/// [`STREAMS`]' lock, tried for about 2 ms (`sys::pause`'s 26 rounds, as
-/// `fdtable`'s fork_prepare): `None` if still held — by this thread (a
-/// signal handler's `exit` or `fork` over an `fdopen` or `fclose` of its
-/// own) or by another that holds it that long.
-fn streams_trying() -> Option<MutexGuard<'static, BTreeSet<usize>>> {
-    for round in 0..26 {
-        match STREAMS.try_lock() {
-            Ok(g) => return Some(g),
-            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => sys::pause(round),
-        }
-    }
-    None
-}
+/// the lock, twice (both copies: [`streams`]; a `Vec`'s `retain` made a
+/// server's thousands of streams quadratic: review r26-c item 9), and a
+/// forked child's first change copies it once. A forked child keeps it whole and
+/// its lock starts afresh, whatever a thread of the parent's was doing
+/// with it at the fork ([`streams`], [`fork_child`]).
+static STREAMS: streams::Streams = streams::Streams::new();
 
 /// Set once the library's exit handler flushed its streams
 /// ([`flush_at_exit`]): the sockets' exit closes follow, and a stream's
@@ -249,7 +242,7 @@ unsafe extern "C" fn cookie_seek(_: *mut c_void, _: *mut i64, _: c_int) -> c_int
 /// `fclose` after a failed `freopen` of a socket's real stream (its
 /// `_IO_file_close_it` returns `EOF` at once there).
 unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
-    sys::lock(&STREAMS).remove(&(cookie as usize));
+    STREAMS.remove(cookie as usize);
     // SAFETY: glibc calls this once per stream, the cookie's last use.
     let stream = unsafe { Box::from_raw(cookie.cast::<Stream>()) };
     if stream.fd < 0 {
@@ -285,10 +278,11 @@ unsafe extern "C-unwind" fn cookie_close(cookie: *mut c_void) -> c_int {
 /// fails quietly ([`cookie_write`]), and the child's copy of the socket
 /// is closed. Any other stream: `false`, and a stream that cannot be a
 /// cookie stream ([`maybe_cookie`]: `stdout`, any `fopen`'s) without
-/// taking [`STREAMS`]' lock: a forked child may have it held for ever by
-/// a thread it lacks (`fork_prepare` forks without it past 2 ms, and the
-/// exit flush holds it across blocking sends), and a daemon's
-/// `freopen("/dev/null", "w", stdout)` there hung (review r27-a item 2).
+/// taking [`STREAMS`]' lock: the exit flush holds it across blocking
+/// sends, and before a forked child's handler started it afresh
+/// ([`fork_child`]) the child could have it held for ever by a thread it
+/// lacks, where a daemon's `freopen("/dev/null", "w", stdout)` hung
+/// (review r27-a item 2).
 ///
 /// # Safety
 /// `f` is null or a stream the program may use (not being closed
@@ -300,7 +294,8 @@ unsafe fn reopen_refused(path: *const c_char, f: *mut FILE) -> bool {
     }
     // SAFETY: live cookies (removed from the list, under its lock, before
     // they are freed).
-    let found = sys::lock(&STREAMS)
+    let found = STREAMS
+        .locked()
         .iter()
         .copied()
         .find(|&c| unsafe { (*(c as *const Stream)).file == f });
@@ -386,8 +381,9 @@ unsafe fn reopen(path: *const c_char, f: *mut FILE, real: impl FnOnce() -> *mut 
 /// read a clean end after a short stream. A stream another thread holds
 /// locked (`ftrylockfile`) is left alone (its buffer may be a read's), and
 /// so is every stream if the list's lock is not had within about 2 ms
-/// ([`streams_trying`]): glibc's flush of those comes after, and fails
-/// quietly ([`LATE`], [`cookie_write`]).
+/// (`Streams::trying`: held by this thread, a signal handler's `exit`
+/// over its `fdopen` or `fclose`, or by another that long): glibc's flush
+/// of those comes after, and fails quietly ([`LATE`], [`cookie_write`]).
 ///
 /// `over`: what the exit runs over (`interpose::exit_over`, found before
 /// this flush). Over a stretch of a call that may hold a lock, nothing
@@ -414,7 +410,7 @@ pub(crate) fn flush_at_exit(over: ExitOver) {
 /// one whose callback this thread is inside ([`IN_COOKIE`]).
 fn flush_streams() {
     let inside = IN_COOKIE.with(|c| c.get());
-    let Some(streams) = streams_trying() else {
+    let Some(streams) = STREAMS.trying() else {
         return;
     };
     // SAFETY: getpid has no preconditions.
@@ -443,38 +439,27 @@ fn flush_streams() {
     }
 }
 
-thread_local! {
-    /// [`STREAMS`]' lock held across a `fork` by the forking thread.
-    static FORK_GUARD: std::cell::RefCell<Option<MutexGuard<'static, BTreeSet<usize>>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// pthread_atfork "prepare": [`STREAMS`]' lock held across the `fork`, so
-/// the child never gets it held by a thread it does not have (its first
-/// `fclose` of a stream, which takes it, blocked for ever: review r26-c
-/// item 3). Tried for about 2 ms ([`streams_trying`]): over a hold of its
-/// own thread's (a signal handler's `fork` over an `fdopen` or `fclose`)
-/// the fork goes on without it.
-pub(crate) fn fork_prepare() {
-    let g = streams_trying();
-    FORK_GUARD.with(|f| *f.borrow_mut() = g);
-}
-
-/// pthread_atfork "parent": the lock taken in [`fork_prepare`] given back.
-pub(crate) fn fork_parent() {
-    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
-}
-
-/// pthread_atfork "child": the lock given back. The list's streams are
-/// the parent's (their `pid`; their sockets' copies here are refused by
-/// design): the child's `exit` does not flush them ([`flush_at_exit`]),
-/// glibc's flush of them fails quietly ([`cookie_write`]), and a
-/// `freopen` of one fails as one of the child's own would
-/// ([`reopen_refused`]), where glibc's crashed: so they stay listed
-/// (before, the list was emptied here), until the child's `fclose` of
-/// one removes it and frees its cookie.
+/// The atfork child handler's part: [`STREAMS`]' lock, which a thread of
+/// the parent's may have held at the fork for any time (inside an
+/// `fdopen`'s record or an `fclose`'s removal, preempted; the exit
+/// flush), starts afresh, so the child never waits for a thread it does
+/// not have (its first `fclose` of a stream blocked for ever: review
+/// r26-c item 3, and again with the prepare handler's bounded try of the
+/// lock, about 2 ms, before it forked without it: issue 12, as review
+/// r29-c item 7 for the epoll sets' list). The list is kept, whole (the
+/// one before a record or removal under way at the fork, or the one
+/// after it: [`streams`]). Its streams are the parent's (their `pid`;
+/// their sockets' copies here are refused by design): the child's `exit`
+/// does not flush them ([`flush_at_exit`]), glibc's flush of them fails
+/// quietly ([`cookie_write`]), and a `freopen` of one fails as one of the
+/// child's own would ([`reopen_refused`], which finds it in the list),
+/// where glibc's crashed: so they stay listed (before, the list was
+/// emptied here: review r26-c item 4), until the child's `fclose` of one
+/// removes it and frees its cookie. No lock, no allocation; the prepare
+/// and parent handlers do nothing for the list (a signal handler's
+/// `fork` over its own thread's `fdopen` or `fclose` waits for nothing).
 pub(crate) fn fork_child() {
-    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+    STREAMS.fork_child();
 }
 
 /// `fdopen`'s mode as glibc's `_IO_new_fdopen` (libio/iofdopen.c) reads
@@ -571,7 +556,7 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
         unsafe { (*f.cast::<IoFileHead>()).fileno = fd };
         // SAFETY: the cookie is not shared yet.
         unsafe { (*cookie).file = f };
-        sys::lock(&STREAMS).insert(cookie as usize);
+        STREAMS.insert(cookie as usize);
     }
     f
 }
@@ -601,7 +586,7 @@ mod tests {
     /// looked for in the list (review r27-a item 2).
     #[test]
     fn a_real_files_freopen_does_not_take_the_streams_lock() {
-        let held = sys::lock(&STREAMS);
+        let held = STREAMS.locked();
         // SAFETY: tmpfile has no preconditions.
         let file = unsafe { libc::tmpfile() };
         assert!(!file.is_null());

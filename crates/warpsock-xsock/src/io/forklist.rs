@@ -2,7 +2,8 @@
 //! ([`ForkLock`], and [`ForkList`], one holding a list): `sndbuf`'s
 //! holders, the preload's exec marks, its table of DDP sockets, the
 //! UDP kind's lists, and (a `ForkLock<()>` guarding a list kept outside
-//! it, replaced whole) the preload's list of epoll sets.
+//! it, published whole) the preload's list of epoll sets and of its stdio
+//! streams.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
