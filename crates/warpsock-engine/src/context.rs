@@ -213,6 +213,16 @@ impl State {
         }
     }
 
+    /// The context's terms for a queue pair's short round or predicted
+    /// take (`Cq::idle_round`, `Unparked::take`): one queue pair slot and
+    /// no dropped one lingering (so a round services that one alone), and
+    /// no region borrowed (a round receives and transmits, deferring
+    /// nothing).
+    #[inline(always)]
+    pub(crate) fn one_qp_unborrowed(&self) -> bool {
+        self.qps.len() == 1 && self.detached == 0 && self.readers + self.writers == 0
+    }
+
     /// With exactly one connection in the context, prepares a blocking read
     /// of it for a caller about to sleep (see [`crate::Cq::wait`]).
     pub(crate) fn park(&mut self, timeout: Duration) -> Option<ParkedRead> {

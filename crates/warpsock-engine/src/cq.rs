@@ -355,11 +355,7 @@ impl Cq {
     /// out of line, ~6 instructions more per poll (callgrind).
     #[inline(always)]
     fn idle_round(&self, st: &mut State, qp: &Qp) -> Option<bool> {
-        if !Arc::ptr_eq(&self.sh, &qp.sh)
-            || st.detached != 0
-            || st.qps.len() != 1
-            || st.readers + st.writers != 0
-        {
+        if !Arc::ptr_eq(&self.sh, &qp.sh) || !st.one_qp_unborrowed() {
             return None;
         }
         let State {

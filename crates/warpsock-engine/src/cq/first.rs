@@ -137,8 +137,8 @@ impl Cq {
             return First::Drained(n, st.news(qp.qi));
         }
         // `qp` the context's only slot, so the park (of the one live queue
-        // pair) is `qp`'s.
-        if st.qps.len() != 1 || st.detached != 0 {
+        // pair) is `qp`'s (nothing borrowed: looked at above).
+        if !st.one_qp_unborrowed() {
             return First::Usual;
         }
         match st.park(PARK_SLICE) {
@@ -227,9 +227,7 @@ impl<'a> Unparked<'a> {
         let mut st = inner.lock();
         st.parked_sleeps.count(false);
         if let Some(qi) = st.unpark_staged(read, res) {
-            let alone = st.qps.len() == 1
-                && st.detached == 0
-                && st.readers + st.writers == 0
+            let alone = st.one_qp_unborrowed()
                 && st
                     .cqs
                     .get(cq.id)
