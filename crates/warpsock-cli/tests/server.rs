@@ -4,10 +4,10 @@
 //! runs, a client busy testing, and the shared token. Every wait is
 //! bounded; the server is killed by pid.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 
@@ -39,13 +39,48 @@ fn assert_ok(out: &common::Output, what: &str) {
     );
 }
 
-/// One line from the server on `s` (bounded: 10 s).
-fn line_from(s: &TcpStream) -> String {
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut line = String::new();
-    let _ = BufReader::new(s).read_line(&mut line);
-    line
+/// One line from the server on `s`, its newline included; what ended the
+/// read instead is given in brackets (`[eof]`, `[timed out …]`).
+///
+/// Read a byte at a time: a buffered reader dropped with the server's next
+/// line in it would lose that line (a loaded client can be late enough for
+/// two lines to be waiting). Bounded by [`LINE_WAIT`], well past the
+/// server's own longest wait (a test's 10 s for its data connections), so
+/// that a slow server is not mistaken for a silent one.
+fn line_from(mut s: &TcpStream) -> String {
+    let deadline = Instant::now() + LINE_WAIT;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            line.extend_from_slice(b"[timed out]");
+            break;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut byte) {
+            Ok(0) => {
+                line.extend_from_slice(b"[eof]");
+                break;
+            }
+            Ok(_) => {
+                line.push(byte[0]);
+                if byte[0] == b'\n' {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                line.extend_from_slice(format!("[{e}]").as_bytes());
+                break;
+            }
+        }
+    }
+    String::from_utf8_lossy(&line).into_owned()
 }
+
+/// How long [`line_from`] waits for a line.
+const LINE_WAIT: Duration = Duration::from_secs(30);
 
 fn connect(port: u16) -> TcpStream {
     TcpStream::connect(("127.0.0.1", port)).unwrap()
