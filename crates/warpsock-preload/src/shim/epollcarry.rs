@@ -86,11 +86,17 @@ impl Sets {
         let old = self.list.load(Ordering::Acquire);
         // SAFETY: a published list is a `Box`'s raw pointer, freed only
         // by a record's replacement, which the lock held keeps out.
-        let mut sets = unsafe { old.as_ref() }.cloned().unwrap_or_default();
-        let Err(at) = sets.binary_search(&epfd) else {
+        let old_sets = unsafe { old.as_ref() }.map_or(&[][..], Vec::as_slice);
+        // A number listed already (a set closed and its number reused)
+        // needs no new list: looked up before the copy (review r30-c
+        // item 5).
+        let Err(at) = old_sets.binary_search(&epfd) else {
             return;
         };
-        sets.insert(at, epfd);
+        let mut sets = Vec::with_capacity(old_sets.len() + 1);
+        sets.extend_from_slice(&old_sets[..at]);
+        sets.push(epfd);
+        sets.extend_from_slice(&old_sets[at..]);
         #[cfg(test)]
         tests::before_publish();
         // Complete before it is published (the swap's release half); the
@@ -306,6 +312,12 @@ mod tests {
     /// child's status: 0, 1 (the registration did not follow the swap),
     /// 2 (the swap failed), or `None` (hung, killed after `HUNG`).
     fn first_epoll_calls_in_a_child(held: Held) -> Option<i32> {
+        // A number listed already makes no new list, so the record would
+        // never reach its hook (review r30-c item 3).
+        assert!(
+            !matches!(held, Held::Record) || !SETS.listed().contains(&RECORDED),
+            "RECORDED is listed already: the record under way would make no new list"
+        );
         let (ep, a, b) = watched_pipe();
         let (say, heard) = mpsc::channel();
         let (go, gone) = mpsc::channel::<()>();
