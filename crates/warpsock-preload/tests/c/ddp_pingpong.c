@@ -3,8 +3,9 @@
 // BENCHMARKS.md section 6 counts with callgrind (session 11), at two round
 // counts so that the difference excludes the set-up; tests/ddp_latency.rs
 // counts its heap allocations the same way.
-// Usage: ddp_pingpong ROUNDS DDP(0|1) block|poll|busy|vbusy
-// (vbusy: busy with `readv`/`writev` of one iovec on an O_NONBLOCK socket, as
+// Usage: ddp_pingpong ROUNDS DDP(0|1) block|poll|busy|vbusy|vblock
+// (vblock: blocking `readv`/`writev` of one iovec, as the benchmark's event
+// mode calls them; vbusy: busy with `readv`/`writev` of one iovec on an O_NONBLOCK socket, as
 // the benchmark's busy mode calls them.) TIMEO=1 in the environment sets
 // SO_RCVTIMEO and SO_SNDTIMEO of 5 s on both ends, as the benchmark's blocking
 // sockets carry (BENCHMARKS.md section 6, session 30).
@@ -27,9 +28,9 @@
 #define SOL_WARPSOCK 0x57530000
 #define WARPSOCK_DDP_MODE 1
 #define CHECK(x) do { if (!(x)) { fprintf(stderr, "%s:%d: %s (%s)\n", __FILE__, __LINE__, #x, strerror(errno)); exit(1);} } while (0)
-static int mode; // 0 block 1 poll 2 busy 3 vbusy
+static int mode; // 0 block 1 poll 2 busy 3 vbusy 4 vblock
 static void xsend(int fd, void *b, int n) {
-  if (mode == 3) { struct iovec v = {b, n}; CHECK(writev(fd, &v, 1) == n); return; }
+  if (mode >= 3) { struct iovec v = {b, n}; CHECK(writev(fd, &v, 1) == n); return; }
   CHECK(write(fd, b, n) == n);
 }
 static void xrecv(int fd, void *b, int n) {
@@ -37,16 +38,16 @@ static void xrecv(int fd, void *b, int n) {
   while (got < n) {
     if (mode == 1) { struct pollfd p = {.fd = fd, .events = POLLIN}; CHECK(poll(&p, 1, 20000) == 1); }
     struct iovec v = {(char*)b + got, n - got};
-    ssize_t r = mode == 3 ? readv(fd, &v, 1) : mode == 2 ? recv(fd, (char*)b + got, n - got, MSG_DONTWAIT) : read(fd, (char*)b + got, n - got);
-    if (r < 0 && errno == EAGAIN && mode >= 2) continue;
+    ssize_t r = mode >= 3 ? readv(fd, &v, 1) : mode == 2 ? recv(fd, (char*)b + got, n - got, MSG_DONTWAIT) : read(fd, (char*)b + got, n - got);
+    if (r < 0 && errno == EAGAIN && (mode == 2 || mode == 3)) continue;
     CHECK(r > 0);
     got += r;
   }
 }
 int main(int argc, char **argv) {
-  if (argc != 4) { fprintf(stderr, "usage: %s ROUNDS DDP(0|1) block|poll|busy|vbusy\n", argv[0]); return 2; }
+  if (argc != 4) { fprintf(stderr, "usage: %s ROUNDS DDP(0|1) block|poll|busy|vbusy|vblock\n", argv[0]); return 2; }
   long rounds = atol(argv[1]); int ddp = atoi(argv[2]);
-  mode = !strcmp(argv[3], "poll") ? 1 : !strcmp(argv[3], "busy") ? 2 : !strcmp(argv[3], "vbusy") ? 3 : 0;
+  mode = !strcmp(argv[3], "poll") ? 1 : !strcmp(argv[3], "busy") ? 2 : !strcmp(argv[3], "vbusy") ? 3 : !strcmp(argv[3], "vblock") ? 4 : 0;
   int l = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
   socklen_t len = sizeof a;
