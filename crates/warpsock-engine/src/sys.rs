@@ -433,9 +433,30 @@ pub(crate) fn recv_dontwait_errno(fd: RawFd, buf: &mut [u8]) -> Result<usize, i3
 
 /// `recv(fd, buf, 0)` on a blocking socket: sleeps until bytes, EOF, an
 /// error or the socket's `SO_RCVTIMEO` (then `WouldBlock`).
+///
+/// The parked read of every blocking receive (issue 12): on x86-64 the
+/// `syscall` instruction itself ([`crate::rawsys::socket_io_kernel`], as
+/// [`recv_dontwait_errno`]), not libc's `syscall` — its argument shuffle
+/// and `errno` store, and a page of libc's code, on every event-mode round
+/// trip.
 pub(crate) fn recv_wait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+        let r = unsafe {
+            crate::rawsys::socket_io_kernel(libc::SYS_recvfrom, fd, buf.as_mut_ptr(), buf.len(), 0)
+        };
+        if r < 0 {
+            Err(io::Error::from_raw_os_error(-r as i32))
+        } else {
+            Ok(r as usize)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
-    unsafe { raw_socket_io(libc::SYS_recvfrom, fd, buf.as_mut_ptr(), buf.len(), 0) }
+    unsafe {
+        raw_socket_io(libc::SYS_recvfrom, fd, buf.as_mut_ptr(), buf.len(), 0)
+    }
 }
 
 /// `recvmsg(fd, iov, MSG_DONTWAIT)`: a scattered read that never blocks.
