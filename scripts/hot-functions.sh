@@ -4,21 +4,25 @@
 # places together at the front of the library's code (build.rs passes the
 # script). Why: with both ends of an event-mode ping-pong on one CPU (as the
 # benchmark pins them), every round trip runs both libraries' data paths
-# after a context switch; those ~50 functions lay scattered over ~42 pages
-# of a 1 MiB text and now share ~15 (BENCHMARKS.md section 6, session 31).
+# after a context switch; the event path's ~35 functions lay scattered over
+# ~35 pages of a 1 MiB text and now share ~8 (BENCHMARKS.md section 6,
+# session 31).
 #
 #   scripts/hot-functions.sh            rewrites crates/warpsock-preload/hot.ld
 #
 # How: callgrind (release library, CRC off) counts the library's functions
-# in ddp_pingpong.c's round trips at two round counts; a function whose
-# count grows with the rounds runs in the steady state. Modes: blocking
-# read/write with and without the benchmark's SO_RCVTIMEO/SO_SNDTIMEO,
-# blocking readv/writev (the benchmark's event mode), poll + read, and the
-# O_NONBLOCK readv/writev spin (busy poll). A function's pattern keeps its
-# path and name and drops the hash (`17h…E`) and LTO's `.llvm.N` suffix,
-# which change between builds. `tests/hot_layout.rs` fails when a pattern
-# no longer names a function (one renamed or moved): run this script then.
-# Needs valgrind, python3, nm and a C compiler; takes ~1 minute; loopback only.
+# in ddp_pingpong.c's round trips at three round counts; a function whose
+# count grows by at least one instruction a round trip in both steps runs
+# in the steady state. Modes, in this priority: blocking readv/writev with
+# SO_RCVTIMEO/SO_SNDTIMEO (the benchmark's event mode), the O_NONBLOCK
+# readv/writev spin (its busy poll), blocking read/write with and without
+# the timeouts, poll + read. A function's pattern keeps its path and name
+# and drops the hash (`17h…E`) and LTO's `.llvm.N` suffix, which another
+# build's metadata changes; an instance of a generic function keeps its
+# hash (scripts/lib/hot_functions.py). `tests/hot_layout.rs` fails when a
+# pattern without a hash no longer names a function (one renamed or
+# moved): run this script then, and after changing the data path.
+# Needs valgrind, python3, nm and a C compiler; takes ~30 s; loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,5 +58,5 @@ count 2-vbusy vbusy TIMEO=0
 count 3-block-timeo block TIMEO=1
 count 4-block block TIMEO=0
 count 5-poll poll TIMEO=0
-nm --defined-only "$LIB" | awk '{print $3}' >"$WORK/symbols"
+nm --defined-only "$LIB" >"$WORK/symbols"
 python3 scripts/lib/hot_functions.py "$WORK" "$LIB" crates/warpsock-preload/hot.ld

@@ -4,10 +4,10 @@
 //!
 //! And with `hot.ld`, a linker script fragment (`INSERT BEFORE .text`, which
 //! GNU ld and LLD both take) that places the small-message data path's
-//! functions together at the front of the code: a DDP-mode round trip then
-//! runs through ~15 pages of code instead of ~42 (`scripts/hot-functions.sh`
-//! regenerates it; `tests/hot_layout.rs` checks that it still names the
-//! functions).
+//! functions together at the front of the code: an event-mode DDP round
+//! trip then runs through ~9 pages of the library's code, not ~35
+//! (`scripts/hot-functions.sh` regenerates it; `tests/hot_layout.rs` checks
+//! that it still names the functions; BENCHMARKS.md section 6, session 31).
 
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
