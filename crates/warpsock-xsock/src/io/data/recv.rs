@@ -9,6 +9,11 @@ use std::time::{Duration, Instant};
 use super::super::settings::{Count, Readiness, RecvFlags};
 use super::super::socket::{State, XSocket};
 
+/// A receive timeout this long or longer has its deadline read only once
+/// the straight path's wait ended without the call's bytes
+/// ([`XSocket::recv_guarded`]).
+const LAZY_DEADLINE: Duration = Duration::from_secs(1);
+
 impl XSocket {
     /// Receives into `buf`. Returns the length and, in message mode,
     /// whether it ends a message (`MSG_EOR`). `Ok((0, _))` is the end of
@@ -38,21 +43,37 @@ impl XSocket {
         timeout: Option<Duration>,
     ) -> (MutexGuard<'_, State>, io::Result<(usize, bool)>) {
         let mut st = self.lock();
-        // The deadline (`SO_RCVTIMEO`) counts from the lock taken, as
-        // Linux's `tcp_recvmsg` reads its timeout under the socket's lock:
-        // the straight wait's slice, the timeout itself, then ends by it
-        // with no second clock read (review r30-b item 1).
-        let deadline = Self::deadline(timeout);
         st.rx_blocks = !flags.nonblocking;
         // A zero timeout is a call that expires at once (the library's
         // API; the preload maps `SO_RCVTIMEO` 0 to none, as Linux): the
         // general loop's one round, no wait (review r30-b item 2).
         if !self.recv_straight_fits(&st, flags, buf.len()) || timeout.is_some_and(|t| t.is_zero()) {
-            return self.recv_locked(st, buf, flags, deadline);
+            // The deadline (`SO_RCVTIMEO`) counts from the lock taken, as
+            // Linux's `tcp_recvmsg` reads its timeout under the socket's
+            // lock (review r30-b item 1).
+            return self.recv_locked(st, buf, flags, Self::deadline(timeout));
         }
+        // The straight wait's slice is the timeout itself, or less: the
+        // call's deadline is needed only if that wait ends without the
+        // bytes. A short timeout's is read now, from the lock; a long
+        // one's (`LAZY_DEADLINE` or more, as a program's idle guard: the
+        // benchmark's blocking sockets carry 30 s) only then — late by
+        // that wait at most (a slice: 50 ms, ≤ 5 % of it), and the
+        // call that gets its bytes in the wait, every receive of a
+        // ping-pong, reads no clock (~90 instructions and a clock read a
+        // receive; issue 12).
+        let long = timeout.is_some_and(|t| t >= LAZY_DEADLINE);
+        let deadline = if long { None } else { Self::deadline(timeout) };
         match self.recv_straight(st, buf, timeout) {
             Ok((st, got)) => (st, Ok(got)),
-            Err((st, intr)) => self.recv_locked_after(st, buf, flags, deadline, intr),
+            Err((st, intr)) => {
+                let deadline = if long {
+                    Self::deadline(timeout)
+                } else {
+                    deadline
+                };
+                self.recv_locked_after(st, buf, flags, deadline, intr)
+            }
         }
     }
 

@@ -167,6 +167,29 @@ fn a_timed_straight_receive_keeps_its_deadline() {
     });
 }
 
+/// A long timeout (1 s or more: the straight path reads its deadline only
+/// once its wait came back without the bytes) still ends the call: on an
+/// idle socket, `EAGAIN` no sooner than the timeout, and (bounded here
+/// far above the 50 ms it may be late by) not never.
+#[test]
+fn a_long_timeout_ends_the_call_after_an_empty_straight_wait() {
+    let (_xa, xb) = pair_past_a_message();
+    let t = Duration::from_secs(1);
+    let (done, result) = std::sync::mpsc::channel();
+    // Not scoped: a call that never ends must fail the test, not hang it.
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let r = xb.recv(&mut [0u8; 8], RecvFlags::default(), Some(t));
+        let _ = done.send((r.map(|(n, _)| n), start.elapsed()));
+    });
+    let (r, took) = result
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a 1 s receive timeout never ended the call");
+    let e = r.unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+    assert!(took >= t, "returned before its deadline: {took:?}");
+}
+
 /// A zero timeout (the library's API: the preload maps `SO_RCVTIMEO` 0 to
 /// none, as Linux) is a call that expires at once: `EAGAIN` with no wait
 /// of the engine's — not the straight path's wait, whose zero-length
