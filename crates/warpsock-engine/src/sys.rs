@@ -267,34 +267,13 @@ pub(crate) fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize
 /// the real one) — about 60 instructions per small write (callgrind, the
 /// 8 B ping-pong) that a non-blocking write of our own socket needs none
 /// of. The engine's writes so never re-enter the interposer at all. On
-/// x86-64 the `syscall` instruction itself
-/// ([`crate::rawsys::socket_io_kernel`], as the idle read): no libc
-/// `syscall`, no `errno` (the error is built from the kernel's `-errno`).
+/// x86-64 the `syscall` instruction itself ([`kernel_socket_io`]).
 #[inline]
 fn send_one(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: `buf` is a live, readable slice of `buf.len()` bytes.
-        let r = unsafe {
-            crate::rawsys::socket_io_kernel(
-                libc::SYS_sendto,
-                fd,
-                buf.as_ptr().cast_mut(),
-                buf.len(),
-                flags,
-            )
-        };
-        if r < 0 {
-            Err(io::Error::from_raw_os_error(-r as i32))
-        } else {
-            Ok(r as usize)
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: `buf` is a live, readable slice of `buf.len()` bytes.
     unsafe {
-        raw_socket_io(
+        kernel_socket_io(
             libc::SYS_sendto,
             fd,
             buf.as_ptr().cast_mut(),
@@ -360,6 +339,39 @@ unsafe fn raw_socket_io(
         Err(io::Error::last_os_error())
     } else {
         Ok(r as usize)
+    }
+}
+
+/// [`raw_socket_io`] made, on x86-64, with the `syscall` instruction itself
+/// ([`crate::rawsys::socket_io_kernel`]): no libc `syscall` (its argument
+/// shuffle, its `errno` store, its page of code), the error built from the
+/// kernel's `-errno`. The small write ([`send_one`]) and the parked read
+/// ([`recv_wait`]), on every round trip (issue 12).
+///
+/// # Safety
+/// As [`raw_socket_io`].
+#[inline]
+unsafe fn kernel_socket_io(
+    nr: libc::c_long,
+    fd: RawFd,
+    ptr: *mut u8,
+    len: usize,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the caller vouches for `ptr`/`len`.
+        let r = unsafe { crate::rawsys::socket_io_kernel(nr, fd, ptr, len, flags) };
+        if r < 0 {
+            Err(io::Error::from_raw_os_error(-r as i32))
+        } else {
+            Ok(r as usize)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the caller vouches for `ptr`/`len`.
+    unsafe {
+        raw_socket_io(nr, fd, ptr, len, flags)
     }
 }
 
@@ -435,28 +447,10 @@ pub(crate) fn recv_dontwait_errno(fd: RawFd, buf: &mut [u8]) -> Result<usize, i3
 /// error or the socket's `SO_RCVTIMEO` (then `WouldBlock`).
 ///
 /// The parked read of every blocking receive (issue 12): on x86-64 the
-/// `syscall` instruction itself ([`crate::rawsys::socket_io_kernel`], as
-/// [`recv_dontwait_errno`]), not libc's `syscall` — its argument shuffle
-/// and `errno` store, and a page of libc's code, on every event-mode round
-/// trip.
+/// `syscall` instruction itself ([`kernel_socket_io`]).
 pub(crate) fn recv_wait(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
-        let r = unsafe {
-            crate::rawsys::socket_io_kernel(libc::SYS_recvfrom, fd, buf.as_mut_ptr(), buf.len(), 0)
-        };
-        if r < 0 {
-            Err(io::Error::from_raw_os_error(-r as i32))
-        } else {
-            Ok(r as usize)
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
-    unsafe {
-        raw_socket_io(libc::SYS_recvfrom, fd, buf.as_mut_ptr(), buf.len(), 0)
-    }
+    unsafe { kernel_socket_io(libc::SYS_recvfrom, fd, buf.as_mut_ptr(), buf.len(), 0) }
 }
 
 /// `recvmsg(fd, iov, MSG_DONTWAIT)`: a scattered read that never blocks.
