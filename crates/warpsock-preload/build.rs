@@ -2,17 +2,31 @@
 //! destructor in it runs at every thread's exit, so it must never be
 //! unmapped by a `dlclose` (tests/nodelete.rs).
 //!
-//! And with `hot.ld`, a linker script fragment (`INSERT BEFORE .text`, which
-//! GNU ld and LLD both take) that places the small-message data path's
-//! functions together at the front of the code: an event-mode DDP round
-//! trip then runs through ~9 pages of the library's code, not ~35
-//! (`scripts/hot-functions.sh` regenerates it; `tests/hot_layout.rs` checks
-//! that it still names the functions; BENCHMARKS.md section 6, session 31).
+//! And with `hot.ld`, a linker script fragment (a `.text` whose first
+//! input sections are the small-message data path's functions, `INSERT
+//! AFTER .init`; LLD, the toolchain's linker, and GNU ld both take it): an
+//! event-mode DDP round trip then runs through ~9 pages of the library's
+//! code, not ~35 (`scripts/hot-functions.sh` regenerates it;
+//! `tests/hot_layout.rs` checks that it still names the functions, given
+//! the compiler's version this script passes on; BENCHMARKS.md section 6,
+//! session 31). Given to the compiler driver as `-T` (not `-Wl,-T,…`,
+//! which a comma in the path would split).
+
+use std::process::Command;
 
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-T,{dir}/hot.ld");
+    println!("cargo:rustc-cdylib-link-arg=-T{dir}/hot.ld");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let version = Command::new(rustc)
+        .arg("-V")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    println!("cargo:rustc-env=WARPSOCK_RUSTC_VERSION={version}");
     println!("cargo:rerun-if-changed=hot.ld");
     println!("cargo:rerun-if-changed=build.rs");
 }

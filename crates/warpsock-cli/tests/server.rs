@@ -40,7 +40,8 @@ fn assert_ok(out: &common::Output, what: &str) {
 }
 
 /// One line from the server on `s`, its newline included; what ended the
-/// read instead is given in brackets (`[eof]`, `[timed out …]`).
+/// read instead is given in brackets (`[eof]`, `[timed out]`, or the
+/// error).
 ///
 /// Read a byte at a time: a buffered reader dropped with the server's next
 /// line in it would lose that line (a loaded client can be late enough for
@@ -70,6 +71,15 @@ fn line_from(mut s: &TcpStream) -> String {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                line.extend_from_slice(b"[timed out]");
+                break;
+            }
             Err(e) => {
                 line.extend_from_slice(format!("[{e}]").as_bytes());
                 break;

@@ -257,9 +257,10 @@ impl XSocket {
     /// The blocking receive's straight path, for a call
     /// [`Self::recv_straight_fits`] admits: what the general loop would do
     /// for it, in the caller's frame — one wait (up to `timeout`, the
-    /// call's `SO_RCVTIMEO`, or a slice, if shorter: the call's deadline,
-    /// read from the clock under this lock, is as far; a second clock
-    /// read here cost ~60 instructions a timed receive) that takes the
+    /// call's `SO_RCVTIMEO`, or a slice, if shorter: no clock is read
+    /// here; the caller reads the call's deadline under this lock, or for
+    /// a timeout of a second or more only if this wait takes nothing,
+    /// `recv_guarded`) that takes the
     /// DATA message landing in it straight into `buf` ([`Self::wait_take`]'s,
     /// whose predicted take takes a lone one where the engine's read put
     /// it).
