@@ -62,16 +62,13 @@ impl XSocket {
         // call that gets its bytes in the wait, every receive of a
         // ping-pong, reads no clock (~90 instructions and a clock read a
         // receive; issue 12).
-        let long = timeout.is_some_and(|t| t >= LAZY_DEADLINE);
-        let deadline = if long { None } else { Self::deadline(timeout) };
+        let read_now = timeout
+            .is_none_or(|t| t < LAZY_DEADLINE)
+            .then(|| Self::deadline(timeout));
         match self.recv_straight(st, buf, timeout) {
             Ok((st, got)) => (st, Ok(got)),
             Err((st, intr)) => {
-                let deadline = if long {
-                    Self::deadline(timeout)
-                } else {
-                    deadline
-                };
+                let deadline = read_now.unwrap_or_else(|| Self::deadline(timeout));
                 self.recv_locked_after(st, buf, flags, deadline, intr)
             }
         }
