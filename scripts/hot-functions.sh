@@ -16,11 +16,14 @@
 # in the steady state. Modes, in this priority: blocking readv/writev with
 # SO_RCVTIMEO/SO_SNDTIMEO (the benchmark's event mode), the O_NONBLOCK
 # readv/writev spin (its busy poll), blocking read/write with and without
-# the timeouts, poll + read. A function's pattern keeps its path and name
-# and drops the hash (`17h…E`) and LTO's `.llvm.N` suffix, which another
-# build's metadata changes; an instance of a generic function keeps its
-# hash (scripts/lib/hot_functions.py). `tests/hot_layout.rs` fails when a
-# pattern without a hash no longer names a function (one renamed or
+# the timeouts, poll + read. A function's pattern is its v0 name (the
+# workspace mangles with v0: .cargo/config.toml), which says which instance
+# of a generic function it is, with the crate hashes, back-references, the
+# instantiating crate and LTO's `.llvm.N` suffix left open: another build
+# command's crate metadata (`-p warpsock-preload` alone, or with the CLI, as
+# scripts/bench.sh builds it) changes those, not the names
+# (scripts/lib/hot_functions.py). `tests/hot_layout.rs` fails when a
+# pattern no longer names a function placed first (one renamed or
 # moved): run this script then, and after changing the data path.
 # Needs valgrind, python3, nm and a C compiler; takes ~30 s; loopback only.
 set -euo pipefail

@@ -19,13 +19,29 @@ import subprocess
 import sys
 
 ROUNDS = (2000, 4000, 6000)
-HASH = re.compile(r"17h[0-9a-f]{16}E(\.llvm\.\d+)?$")
 # A crate's disambiguator in a v0 name (std's, which changes with the
 # toolchain; ours, when the toolchain mangles with v0).
 CRATE = re.compile(r"Cs[0-9A-Za-z]+_")
+# A v0 back-reference (`B<offset>_`): an offset into the name, which moves
+# when a crate hash before it is shorter (a base-62 number: one in ~20
+# is); left open too (an identifier's `B…_` matched by mistake only makes
+# the pattern looser).
+BACKREF = re.compile(r"B[0-9A-Za-z]{0,3}_")
 # The header line naming the compiler whose symbol names the script holds
 # (tests/hot_layout.rs reads it).
 GENERATED_BY = "generated with: "
+
+
+def v0_pattern(name):
+    """A v0 name as a linker pattern that another build's crate hashes do
+    not change: the hashes and back-references left open, the crate that
+    instantiated it (a debug build shares an upstream crate's instance)
+    and LTO's `.llvm.N` suffix."""
+    p = BACKREF.sub("*", CRATE.sub("Cs*_", name)) + "*"
+    # The instantiating crate at the end (`_R <path> [<crate>]`) depends
+    # on the build: a debug build shares an upstream crate's instance.
+    p = re.sub(r"Cs\*_\d+[0-9A-Za-z_]*\*$", "*", p)
+    return re.sub(r"\*+", "*", p)
 
 
 def costs(path, libname, symbols):
@@ -87,23 +103,27 @@ def main():
                 at[parts[2]] = parts[0]
                 aliases[parts[0]].append(parts[2])
     symbols = set(at)
-    by_name = collections.Counter(HASH.sub("17h*", s) for s in symbols)
+    if not any(s.startswith("_R") for s in symbols):
+        sys.exit(
+            "hot-functions: the library's names are not v0-mangled (.cargo/config.toml asks "
+            "for symbol-mangling-version=v0; a RUSTFLAGS in the environment overrides it): "
+            "unset RUSTFLAGS and run again"
+        )
 
     def patterns(sym):
-        """The name without its hash when one function has it; else this
-        instance of a generic function, by its hash and those of the
-        instances merged with it at the same address (another crate's copy
-        of the same code, which may be the one kept when the code
-        changes); LTO's suffix left open, v0 names' crate disambiguators
-        too."""
-        if sym.startswith("_R"):
-            return [".text." + CRATE.sub("Cs*_", re.sub(r"\.llvm\.\d+$", "", sym))]
-        bare = re.sub(r"\.llvm\.\d+$", "", sym)
-        wild = HASH.sub("17h*", bare)
-        if wild == bare or by_name[wild] == 1:
-            return [".text." + wild]
-        names = sorted({re.sub(r"\.llvm\.\d+$", "", a) for a in aliases[at[sym]]})
-        return [".text." + n + "*" for n in names if HASH.sub("17h*", n) == wild]
+        """The function's name, and those of the functions merged with it
+        at the same address (LTO keeps one body, under one of their
+        sections), each with its crates' hashes (`Cs…_`: the crate
+        metadata, which the packages a build selects change), its
+        back-references and LTO's `.llvm.N` suffix left open
+        ([`v0_pattern`]). v0 names say which instance of a
+        generic function they are, so no hash pins one. A legacy name
+        (`readv` and the other `no_mangle` entry points) is taken as it
+        is."""
+        if not sym.startswith("_R"):
+            return [".text." + sym]
+        names = {re.sub(r"\.llvm\.\d+$", "", a) for a in aliases[at[sym]]}
+        return [".text." + v0_pattern(n) for n in sorted(names) if n.startswith("_R")]
 
     runs = sorted({os.path.basename(p).split(".")[1] for p in glob.glob(f"{work}/cg.*")})
     pats = []
@@ -126,11 +146,11 @@ def main():
             " * (the benchmark's event mode, its busy mode, then blocking read/write\n"
             " * and poll; by name within each), then everything else (`.text` stays\n"
             " * one section: valgrind names only `.text`'s functions' objects and\n"
-            " * lines). A name without its hash (`17h*`) is one function;\n"
-            " * tests/hot_layout.rs checks that each of ours still names one placed\n"
-            " * first. A name with its hash is one instance of a generic function: a\n"
-            " * build with other crate metadata (features, toolchain) names it\n"
-            " * otherwise, and it then stays where it is. Do not edit: regenerate.\n"
+            " * lines). Names are v0-mangled (.cargo/config.toml), so each says\n"
+            " * which instance of a generic function it is; crate hashes (`Cs*_`)\n"
+            " * and LTO's suffix are left open. tests/hot_layout.rs checks that\n"
+            " * each name still names a function placed first. Do not edit:\n"
+            " * regenerate.\n"
             f" * {GENERATED_BY}{rustc.stdout.strip()} */\n"
             "SECTIONS\n{\n  .text :\n  {\n"
         )
