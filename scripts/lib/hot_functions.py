@@ -12,6 +12,7 @@ OUT the linker script written.
 """
 
 import collections
+import fnmatch
 import glob
 import os
 import re
@@ -19,8 +20,8 @@ import subprocess
 import sys
 
 ROUNDS = (2000, 4000, 6000)
-# A crate's disambiguator in a v0 name (std's, which changes with the
-# toolchain; ours, when the toolchain mangles with v0).
+# A crate's disambiguator in a v0 name (a hash of its metadata: the
+# toolchain's, and the features the build command unifies).
 CRATE = re.compile(r"Cs[0-9A-Za-z]+_")
 # A v0 back-reference (`B<offset>_`): an offset into the name, which moves
 # when a crate hash before it is shorter (a base-62 number: one in ~20
@@ -30,17 +31,32 @@ BACKREF = re.compile(r"B[0-9A-Za-z]{0,3}_")
 # The header line naming the compiler whose symbol names the script holds
 # (tests/hot_layout.rs reads it).
 GENERATED_BY = "generated with: "
+# The most functions one pattern may name (tests/hot_layout.rs holds the
+# same bound).
+MAX_MATCHES = 8
+
+
+def instantiating_crate_at(name):
+    """Where the instantiating crate at the end of a v0 name starts (`_R
+    <path> [<crate>]`: `C`, a hash `s…_`, and an identifier that ends the
+    name, its length prefix exact), or None when the name has none. The
+    crate depends on the build: a debug build shares an upstream crate's
+    instance."""
+    for m in re.finditer(r"C(?:s[0-9A-Za-z]*_)?(\d+)", name):
+        if m.end() + int(m.group(1)) == len(name):
+            return m.start()
+    return None
 
 
 def v0_pattern(name):
     """A v0 name as a linker pattern that another build's crate hashes do
     not change: the hashes and back-references left open, the crate that
-    instantiated it (a debug build shares an upstream crate's instance)
-    and LTO's `.llvm.N` suffix."""
+    instantiated it ([`instantiating_crate_at`]) and LTO's `.llvm.N`
+    suffix."""
+    at = instantiating_crate_at(name)
+    if at is not None:
+        name = name[:at]
     p = BACKREF.sub("*", CRATE.sub("Cs*_", name)) + "*"
-    # The instantiating crate at the end (`_R <path> [<crate>]`) depends
-    # on the build: a debug build shares an upstream crate's instance.
-    p = re.sub(r"Cs\*_\d+[0-9A-Za-z_]*\*$", "*", p)
     return re.sub(r"\*+", "*", p)
 
 
@@ -137,6 +153,14 @@ def main():
                     pats.append(p)
     if not pats:
         sys.exit("hot-functions: no steady-state function found")
+    # A pattern left so open that it names other functions too would pull
+    # them into the hot pages: each names its function, its merged copies
+    # and its instances of other crates, a few at most.
+    sections = [".text." + s for s in symbols]
+    for p in pats:
+        hits = sum(1 for s in sections if fnmatch.fnmatchcase(s, p))
+        if hits > MAX_MATCHES:
+            sys.exit(f"hot-functions: {p} names {hits} functions (at most {MAX_MATCHES})")
     rustc = subprocess.run(["rustc", "-V"], capture_output=True, text=True, check=True)
     with open(out, "w") as f:
         f.write(
@@ -147,9 +171,10 @@ def main():
             " * and poll; by name within each), then everything else (`.text` stays\n"
             " * one section: valgrind names only `.text`'s functions' objects and\n"
             " * lines). Names are v0-mangled (.cargo/config.toml), so each says\n"
-            " * which instance of a generic function it is; crate hashes (`Cs*_`)\n"
-            " * and LTO's suffix are left open. tests/hot_layout.rs checks that\n"
-            " * each name still names a function placed first. Do not edit:\n"
+            " * which instance of a generic function it is; crate hashes (`Cs*_`),\n"
+            " * back-references, the instantiating crate and LTO's suffix are\n"
+            " * left open. tests/hot_layout.rs checks that each name still names\n"
+            " * a function placed first, and a few at most. Do not edit:\n"
             " * regenerate.\n"
             f" * {GENERATED_BY}{rustc.stdout.strip()} */\n"
             "SECTIONS\n{\n  .text :\n  {\n"
