@@ -29,10 +29,6 @@ step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "rustdoc (library crates; broken or private links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --lib --no-deps --quiet
-step "preload library (the CLI tests run their preload transports with it)"
-# `cargo test` builds no cdylib: without this a stale or missing
-# target/debug/libwarpsock_preload.so decides what the CLI tests exercise.
-cargo build --quiet -p warpsock-preload
 step "cargo test (workspace)"
 LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT

@@ -34,6 +34,15 @@ impl Status {
     }
 }
 
+/// Builds the preload library next to [`EXE`] (once per test process):
+/// the preloaded transports (`ddp-socket`, `riowrite`, `udp-offload`) load
+/// the one beside the binary, and `cargo test` builds no cdylib, so a
+/// plain `cargo test` would otherwise run them with whatever an older
+/// build left there, or skip them.
+pub fn with_preload() {
+    warpsock_testkit::cdylib("warpsock-preload", "warpsock_preload");
+}
+
 /// Runs `warpsock ARGS` to completion within [`LIMIT`].
 pub fn run(args: &[&str]) -> Output {
     run_with_pid(args).1
@@ -42,6 +51,7 @@ pub fn run(args: &[&str]) -> Output {
 /// [`run`], also giving the process id the command ran as (names it made
 /// from its pid, such as `--netns`'s namespaces, can be checked after).
 pub fn run_with_pid(args: &[&str]) -> (u32, Output) {
+    with_preload();
     let child = Command::new(EXE)
         .args(args)
         .stdin(Stdio::null())
@@ -94,6 +104,7 @@ pub fn server_logged(once: bool, extra: &[&str], stderr: Stdio) -> (Guard, u16) 
         args.push("--once");
     }
     args.extend_from_slice(extra);
+    with_preload();
     let mut child = Command::new(EXE)
         .args(&args)
         .stdin(Stdio::null())

@@ -12,39 +12,11 @@ use std::time::Duration;
 
 /// The library under test: `cargo build -p warpsock-preload` of this test
 /// run's profile, into this run's target directory (a no-op when it is
-/// fresh). The package is a cdylib only — an rlib beside it made fat LTO
-/// keep every public function exported, called through the GOT
-/// (BENCHMARKS §6 session 32) — so `cargo test` does not build it before
-/// the integration tests itself: a library left from an older build would
-/// be tested instead.
+/// fresh). The package is a cdylib only (BENCHMARKS §6 session 32), so
+/// `cargo test` does not build it: [`warpsock_testkit::cdylib`] does.
 pub fn preload_so() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
-    SO.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/preload-xxxx
-        let dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let profile = dir
-            .file_name()
-            .and_then(|p| p.to_str())
-            .expect("the profile's directory name");
-        let target = dir.parent().expect("the target directory");
-        let profile = if profile == "debug" { "dev" } else { profile };
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "warpsock-preload", "--profile"])
-            .arg(profile)
-            .arg("--target-dir")
-            .arg(target)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo build");
-        assert!(st.success(), "cargo build -p warpsock-preload failed");
-        let so = dir.join("libwarpsock_preload.so");
-        assert!(so.exists(), "{} not found", so.display());
-        so
-    })
+    SO.get_or_init(|| warpsock_testkit::cdylib("warpsock-preload", "warpsock_preload"))
 }
 
 /// A copy of the library built with the `test-hooks` feature (delays that
