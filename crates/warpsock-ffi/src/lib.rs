@@ -85,4 +85,6 @@ pub extern "C" fn warpsock_version() -> *const std::ffi::c_char {
 }
 
 #[cfg(test)]
+mod end_to_end;
+#[cfg(test)]
 mod tests;

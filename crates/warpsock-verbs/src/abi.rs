@@ -3,9 +3,9 @@
 //!
 //! Only what the interposer touches is spelled out field by field; unions
 //! and trailing parts nobody reads here are kept as opaque bytes of the
-//! right size. `tests/abi.rs` compiles a C program against the installed
-//! `<infiniband/verbs.h>` and compares every size, offset and constant
-//! with these definitions.
+//! right size. The unit test `abi_layout.rs` compiles a C program against
+//! the installed `<infiniband/verbs.h>` and compares every size, offset
+//! and constant with these definitions.
 #![allow(non_camel_case_types, missing_docs, clippy::use_self)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};

@@ -1,7 +1,7 @@
 //! The librdmacm ABI (rdma-core `librdmacm/rdma_cma.h`, x86-64 Linux),
 //! plus the two private fields of rdma-core's `struct cma_id_private` that
 //! rdma-core's own rsockets code reads from an id (see [`CmaIdPrivate`]).
-//! Checked against the installed header by `tests/abi.rs`.
+//! Checked against the installed header by the unit test in `abi_layout.rs`.
 #![allow(non_camel_case_types, missing_docs, clippy::use_self)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};

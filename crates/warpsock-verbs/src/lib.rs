@@ -57,6 +57,8 @@
 
 pub mod abi;
 pub mod abi_cm;
+#[cfg(test)]
+mod abi_layout;
 pub mod cm;
 pub mod config;
 pub mod cq;

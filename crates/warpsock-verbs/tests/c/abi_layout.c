@@ -1,6 +1,6 @@
 /* Prints the layout of the libibverbs/librdmacm structures and the values
  * of the constants warpsock-verbs defines by hand, from the installed
- * headers, one "name value" per line; tests/abi.rs compares them with the
+ * headers, one "name value" per line; src/abi_layout.rs compares them with the
  * Rust definitions. */
 #include <stddef.h>
 #include <stdio.h>

@@ -1,11 +1,13 @@
 //! The C ABI end to end, called from Rust as a C program would: connect and
 //! accept between two threads, Send, RDMA Write, RDMA Read, events, posting
-//! errors and the flush on disconnect.
+//! errors and the flush on disconnect. A unit test: the crate builds no
+//! rlib (see `Cargo.toml`); `scripts/test-ffi.sh` runs the same calls from
+//! C against the built libraries.
 
 use std::ffi::{c_char, CStr, CString};
 use std::ptr::{null, null_mut};
 
-use warpsock::*;
+use crate::*;
 
 const LIMIT_US: u64 = 10_000_000;
 

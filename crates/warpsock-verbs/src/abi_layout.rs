@@ -1,4 +1,4 @@
-//! The hand-written ABI (`warpsock_verbs::abi`, `abi_cm`) against the
+//! The hand-written ABI ([`crate::abi`], [`crate::abi_cm`]) against the
 //! installed rdma-core headers: a C program (tests/c/abi_layout.c) prints
 //! every size, offset and constant the interposer relies on, compiled
 //! against `<infiniband/verbs.h>` and `<rdma/rdma_cma.h>`; each must equal
@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
-use warpsock_verbs::abi::*;
-use warpsock_verbs::abi_cm::*;
+use crate::abi::*;
+use crate::abi_cm::*;
 
 fn c_layout() -> Option<BTreeMap<String, i64>> {
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/abi_layout.c");
