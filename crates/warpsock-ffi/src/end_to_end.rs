@@ -86,13 +86,19 @@ fn read(mr: *const warpsock_mr, offset: usize, len: usize) -> Vec<u8> {
     v
 }
 
-#[test]
-fn send_write_read_through_the_c_abi() {
+/// A listener on a free port of 127.0.0.1 (bound to port 0, never a
+/// port picked in advance), handed to the accepting thread, and its port.
+fn loopback_listener() -> (Send<*mut warpsock_listener>, u16) {
     let mut l = null_mut();
     ok(warpsock_listener_bind(c"127.0.0.1:0".as_ptr(), &mut l));
     let mut port = 0;
     ok(warpsock_listener_port(l, &mut port));
-    let l = Send(l);
+    (Send(l), port)
+}
+
+#[test]
+fn send_write_read_through_the_c_abi() {
+    let (l, port) = loopback_listener();
 
     let server = std::thread::spawn(move || {
         let l = l;
@@ -371,11 +377,7 @@ fn send_write_read_through_the_c_abi() {
 
 #[test]
 fn reject_reaches_the_initiator_and_queue_depth_is_enforced() {
-    let mut l = null_mut();
-    ok(warpsock_listener_bind(c"127.0.0.1:0".as_ptr(), &mut l));
-    let mut port = 0;
-    ok(warpsock_listener_port(l, &mut port));
-    let l = Send(l);
+    let (l, port) = loopback_listener();
     let server = std::thread::spawn(move || {
         let l = l;
         let s = Side::new(warpsock_progress::Caller);
