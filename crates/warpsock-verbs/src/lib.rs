@@ -67,6 +67,7 @@ pub mod device;
 pub mod kick;
 pub mod mem;
 pub mod open;
+pub mod poke;
 pub mod qp;
 mod real;
 pub mod sock;
