@@ -13,7 +13,7 @@
 //!   builders;
 //! - [`child`]: child processes with a time limit, killed by pid when the
 //!   limit passes or the guard drops;
-//! - [`cdylib`]: a workspace package's shared library, built for the test
+//! - [`cdylib()`]: a workspace package's shared library, built for the test
 //!   run's profile before a test loads it (`cargo test` builds none).
 //!
 //! Every wait here is bounded ([`LIMIT`] unless the caller gives another)
