@@ -104,6 +104,23 @@ wait_listen() {
 # try_pair NAME PORT "SERVER CMD" "CLIENT CMD" [NETNS_S NETNS_C]: runs a
 # server and its client (each a full command line); returns 0 when both exit
 # 0, else 1 with the reason in PAIR_WHY (the server stopped, logs kept).
+# rping_exit_race RC LOG: whether an rping server's exit status RC, after a
+# client that succeeded, is rping's own exit race and not a failure. rping
+# never joins its CM thread: once the test is done, `main` destroys the
+# event channel and returns while that thread loops back into
+# rdma_get_cm_event. If the thread gets there first, the call fails with
+# EBADF (as librdmacm's write to the closed descriptor does; ours answers
+# the same since the channel's memory is kept, crates/warpsock-verbs/src/cm/mod.rs)
+# and rping exits through perror("rdma_get_cm_event") with status 255.
+# Seen 2 runs in 160 against siw under load. Counted at the end.
+RPING_RACES=0
+rping_exit_race() {
+    [ "$1" = 255 ] || return 1
+    tail -1 "$2" | grep -qx "rdma_get_cm_event: Bad file descriptor" || return 1
+    grep -q "DISCONNECT EVENT" "$2" || return 1
+    RPING_RACES=$((RPING_RACES + 1))
+}
+
 try_pair() {
     local name=$1 port=$2 scmd=$3 ccmd=$4 nss=${5:-} nsc=${6:-}
     local sin=() cin=()
@@ -123,7 +140,9 @@ try_pair() {
         PAIR_WHY="client failed"
         return 1
     fi
-    if ! wait "$spid"; then
+    local src=0
+    wait "$spid" || src=$?
+    if [ "$src" != 0 ] && ! rping_exit_race "$src" "$log.server"; then
         PAIR_WHY="server failed"
         return 1
     fi
@@ -365,7 +384,12 @@ host_pair() {
     wait_listen "$HOSTP" || fail "$name: our server did not listen on $HOSTP"
     vm_exec "$ccmd; echo rc=\$?" >"$WORK/$name.client" 2>&1
     grep -q "rc=0" "$WORK/$name.client" || { cat "$WORK/$name.client" >&2; fail "$name: siw's client failed"; }
-    wait "$spid" || { cat "$WORK/$name.server" >&2; fail "$name: our server failed"; }
+    local src=0
+    wait "$spid" || src=$?
+    if [ "$src" != 0 ] && ! rping_exit_race "$src" "$WORK/$name.server"; then
+        cat "$WORK/$name.server" >&2
+        fail "$name: our server failed"
+    fi
     PASS=$((PASS + 1))
 }
 for crc in off on; do
@@ -395,6 +419,6 @@ VM_UP=0
 KICKS=$(cat "$WORK"/siw-*.client "$WORK"/siw-*.server 2>/dev/null | grep -c "siw accept race" || true)
 RETRIES=$(cat "$WORK"/siw-*.client 2>/dev/null | grep -c "trying again in" || true)
 POKES=$(cat "$WORK"/siw-*.client 2>/dev/null | grep -c "siw listen race" || true)
-echo "    siw accept race kicks: $KICKS; connect retries (reset before the MPA Reply): $RETRIES; listen race pokes: $POKES"
+echo "    siw accept race kicks: $KICKS; connect retries (reset before the MPA Reply): $RETRIES; listen race pokes: $POKES; rping exit races: $RPING_RACES"
 
 echo "test-verbs: $PASS cases passed in $((SECONDS - T0)) s (siw section $((SECONDS - T_SIW)) s)"

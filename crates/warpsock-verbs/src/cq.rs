@@ -500,7 +500,12 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     if unsafe { channel_is_ours(ch) } {
         // SAFETY: ours.
         let o = unsafe { &*ch.cast::<ChannelObj>() };
-        return match o.sh.q.pop() {
+        // A hold of our own for the wait: a thread may destroy the CQs and
+        // then the channel while this call blocks (as a `read` of
+        // libibverbs' descriptor blocks on after a close), which freed the
+        // queue under it.
+        let sh = Arc::clone(&o.sh);
+        return match sh.q.pop() {
             Ok(CqRef(c)) => {
                 // SAFETY: out-pointers from the program; `c` is live until
                 // this event is acked.

@@ -51,10 +51,10 @@ pub use addr::{rdma_freeaddrinfo, rdma_getaddrinfo, route_source};
 pub use id::*;
 
 use std::ffi::{c_char, c_int, c_uint};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::abi_cm::*;
-use crate::util::{null, set_errno, EventQueue};
+use crate::util::{lock, null, set_errno, EventQueue};
 
 /// Longest private data accepted (siw's limit with the MPA v2 IRD/ORD word).
 pub const MAX_PRIVATE_DATA: usize = warpsock_engine::MAX_PRIVATE_DATA;
@@ -68,13 +68,31 @@ pub struct EventPtr(pub *mut EventObj);
 unsafe impl Send for EventPtr {}
 
 /// `struct rdma_event_channel` plus its queue.
+///
+/// The allocation outlives [`rdma_destroy_event_channel`]: it becomes a
+/// husk (no queue, `fd` -1) kept for the next [`new_channel`]. Programs
+/// call the channel after destroying it — rping's CM thread is still in
+/// its `rdma_get_cm_event` loop while `main` destroys the channel and
+/// returns (the `siw-rping-s-on` crash: 2 runs in 120 under load) — and
+/// librdmacm's channel is a descriptor, whose stale use is `EBADF`, not a
+/// crash. A stale pointer to a reused husk is the new channel, as a
+/// reused descriptor number is. The husks are bounded by the most channels
+/// live at once.
 #[repr(C)]
 pub struct ChannelObj {
-    /// The ABI part (`fd` = the queue's eventfd).
+    /// The ABI part (`fd` = the queue's eventfd; -1 once destroyed).
     pub ibv: rdma_event_channel,
-    /// Events not yet delivered.
-    pub q: Arc<EventQueue<EventPtr>>,
+    /// Events not yet delivered; `None` once destroyed.
+    q: Mutex<Option<Arc<EventQueue<EventPtr>>>>,
 }
+
+/// A destroyed channel's allocation, for reuse.
+struct Husk(*mut ChannelObj);
+// SAFETY: a pointer to a Box nobody owns but this list.
+unsafe impl Send for Husk {}
+
+/// Destroyed channels, reused by [`new_channel`] (never freed).
+static HUSKS: Mutex<Vec<Husk>> = Mutex::new(Vec::new());
 
 /// `struct rdma_cm_event` plus its private data and the id it counts
 /// against (acknowledging it releases that id's hold).
@@ -97,38 +115,57 @@ pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel 
     }
 }
 
-/// Makes a channel.
+/// Makes a channel (in a destroyed channel's husk if there is one).
 pub fn new_channel() -> Result<*mut rdma_event_channel, c_int> {
     let q = EventQueue::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+    let fd = q.fd();
+    let q = Some(Arc::new(q));
+    if let Some(Husk(h)) = lock(&HUSKS).pop() {
+        // SAFETY: a husk is a live allocation of ours that no channel uses.
+        unsafe {
+            *lock(&(*h).q) = q;
+            (*h).ibv.fd = fd;
+        }
+        return Ok(h.cast());
+    }
     let obj = Box::new(ChannelObj {
-        ibv: rdma_event_channel { fd: q.fd() },
-        q: Arc::new(q),
+        ibv: rdma_event_channel { fd },
+        q: Mutex::new(q),
     });
     Ok(Box::into_raw(obj).cast())
 }
 
-/// The queue behind a channel.
+/// The queue behind a channel; `None` once the program destroyed it.
 ///
 /// # Safety
-/// `ch` comes from [`new_channel`] and is live.
-pub unsafe fn channel_queue(ch: *mut rdma_event_channel) -> Arc<EventQueue<EventPtr>> {
-    // SAFETY: `ibv` is the first field of ChannelObj.
-    Arc::clone(unsafe { &(*ch.cast::<ChannelObj>()).q })
+/// `ch` comes from [`new_channel`] (live or destroyed: the allocation stays).
+pub unsafe fn channel_queue(ch: *mut rdma_event_channel) -> Option<Arc<EventQueue<EventPtr>>> {
+    // SAFETY: `ibv` is the first field of ChannelObj, which is never freed.
+    lock(unsafe { &(*ch.cast::<ChannelObj>()).q }).clone()
 }
 
-/// `rdma_destroy_event_channel`: undelivered events go with it.
+/// `rdma_destroy_event_channel`: undelivered events go with it. A call
+/// blocked in `rdma_get_cm_event` on it stays blocked, as a `read` of a
+/// closed descriptor's file does; later calls fail with `EBADF`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
     if ch.is_null() {
         return;
     }
-    // SAFETY: reclaims the Box made in new_channel.
-    let o = unsafe { Box::from_raw(ch.cast::<ChannelObj>()) };
-    o.q.remove_if(|e| {
+    // SAFETY: a channel of ours (its allocation is never freed).
+    let o = unsafe { &*ch.cast::<ChannelObj>() };
+    let Some(q) = lock(&o.q).take() else {
+        return; // destroyed before
+    };
+    // SAFETY: as above; the program's own `fd` field.
+    unsafe { (*ch).fd = -1 };
+    q.remove_if(|e| {
         // SAFETY: undelivered events are Boxes owned by the queue.
         drop(unsafe { Box::from_raw(e.0) });
         true
     });
+    drop(q);
+    lock(&HUSKS).push(Husk(ch.cast()));
 }
 
 /// `rdma_get_cm_event`: the next event (blocking unless the channel's fd
@@ -142,8 +179,11 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: a live channel of ours.
-    let q = unsafe { channel_queue(ch) };
+    // SAFETY: a channel of ours, live or destroyed.
+    let Some(q) = (unsafe { channel_queue(ch) }) else {
+        set_errno(libc::EBADF);
+        return -1;
+    };
     match q.pop() {
         Ok(EventPtr(e)) => {
             // SAFETY: a live event Box; the program's out-pointer.
@@ -196,4 +236,70 @@ pub unsafe extern "C" fn rdma_event_str(event: c_uint) -> *const c_char {
         _ => c"UNKNOWN EVENT",
     };
     s.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr::null_mut;
+
+    fn errno() -> c_int {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    /// rping's CM thread calls `rdma_get_cm_event` on the channel `main`
+    /// destroyed as it returns: `EBADF`, as librdmacm's closed descriptor
+    /// gives, not a read of freed memory (it crashed our rping server 2
+    /// runs in 120 against siw under load).
+    #[test]
+    fn a_destroyed_channel_answers_ebadf() {
+        // SAFETY: the C calls on a channel of ours, used after its
+        // destruction on purpose (the allocation stays).
+        unsafe {
+            let ch = rdma_create_event_channel();
+            assert!(!ch.is_null());
+            assert!((*ch).fd >= 0);
+            rdma_destroy_event_channel(ch);
+            assert_eq!((*ch).fd, -1);
+            let mut ev = null_mut();
+            assert_eq!(rdma_get_cm_event(ch, &mut ev), -1);
+            assert_eq!(errno(), libc::EBADF);
+            assert!(ev.is_null());
+            // Destroyed twice: nothing happens.
+            rdma_destroy_event_channel(ch);
+            // A new channel (in this husk or another) works.
+            let ch2 = rdma_create_event_channel();
+            assert!((*ch2).fd >= 0);
+            let fl = libc::fcntl((*ch2).fd, libc::F_GETFL);
+            assert_eq!(
+                libc::fcntl((*ch2).fd, libc::F_SETFL, fl | libc::O_NONBLOCK),
+                0
+            );
+            assert_eq!(rdma_get_cm_event(ch2, &mut ev), -1);
+            assert_eq!(errno(), libc::EAGAIN);
+            rdma_destroy_event_channel(ch2);
+        }
+    }
+
+    /// An id outlives the channel the program destroyed under it: its
+    /// destruction and a migration to the dead channel do not touch freed
+    /// memory.
+    #[test]
+    fn an_id_outlives_its_destroyed_channel() {
+        // SAFETY: as above.
+        unsafe {
+            let ch = rdma_create_event_channel();
+            let mut id = null_mut();
+            assert_eq!(rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP), 0);
+            let mut other = null_mut();
+            assert_eq!(rdma_create_id(ch, &mut other, null_mut(), RDMA_PS_TCP), 0);
+            rdma_destroy_event_channel(ch);
+            assert_eq!(rdma_migrate_id(other, ch), -1);
+            assert_eq!(errno(), libc::EBADF);
+            // Onto a channel of its own: its events come again.
+            assert_eq!(rdma_migrate_id(other, null_mut()), 0);
+            assert_eq!(rdma_destroy_id(other), 0);
+            assert_eq!(rdma_destroy_id(id), 0);
+        }
+    }
 }

@@ -167,10 +167,15 @@ fn push(owner: &Arc<IdShared>, about: *mut rdma_cm_id, kind: c_uint, ev: Ev<'_>)
         return;
     }
     let me = owner.id_ptr();
-    // SAFETY: the owner is alive (checked under its lock): its id and
-    // channel are live.
+    // SAFETY: the owner is alive (checked under its lock): its id is
+    // live, and its channel's allocation always is.
     let q = unsafe { channel_queue((*me).channel) };
     drop(st);
+    // The program destroyed the channel under a live id: nobody can
+    // receive the event (librdmacm's closed descriptor loses it too).
+    let Some(q) = q else {
+        return;
+    };
     let mut e: Box<EventObj> = Box::new(EventObj {
         // SAFETY: all-zero is valid for the event's plain C parts.
         ibv: unsafe { std::mem::zeroed() },
@@ -358,17 +363,19 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     if let Some(mut l) = listen {
         stop_listen(&mut l);
     }
-    // SAFETY: the id's channel is live.
-    let q = unsafe { channel_queue((*id).channel) };
-    q.remove_if(|e| {
-        // SAFETY: undelivered events are Boxes owned by the queue.
-        let mine = unsafe { Arc::ptr_eq(&(*e.0).owner, &sh) };
-        if mine {
-            // SAFETY: as above; removed from the queue now.
-            drop(unsafe { Box::from_raw(e.0) });
-        }
-        mine
-    });
+    // SAFETY: the id's channel is ours (its allocation is never freed);
+    // a destroyed one holds no events.
+    if let Some(q) = unsafe { channel_queue((*id).channel) } {
+        q.remove_if(|e| {
+            // SAFETY: undelivered events are Boxes owned by the queue.
+            let mine = unsafe { Arc::ptr_eq(&(*e.0).owner, &sh) };
+            if mine {
+                // SAFETY: as above; removed from the queue now.
+                drop(unsafe { Box::from_raw(e.0) });
+            }
+            mine
+        });
+    }
     let own = {
         let mut st = lock(&sh.st);
         while st.unacked > 0 {
@@ -593,6 +600,11 @@ pub unsafe extern "C" fn rdma_migrate_id(
     } else {
         (channel, false)
     };
+    // SAFETY: channels of ours (their allocations are never freed).
+    let Some(nq) = (unsafe { channel_queue(new) }) else {
+        // The program's channel, destroyed already.
+        return fail(libc::EBADF);
+    };
     // SAFETY: live channels and id.
     unsafe {
         // A synchronous id's last event is its own (librdmacm acks it).
@@ -601,16 +613,17 @@ pub unsafe extern "C" fn rdma_migrate_id(
             (*id).event = std::ptr::null_mut();
         }
         let old = (*id).channel;
-        let oq = channel_queue(old);
-        let nq = channel_queue(new);
         let mut moved = Vec::new();
-        oq.remove_if(|e| {
-            let mine = Arc::ptr_eq(&(*e.0).owner, &sh);
-            if mine {
-                moved.push(EventPtr(e.0));
-            }
-            mine
-        });
+        // A destroyed old channel holds no events.
+        if let Some(oq) = channel_queue(old) {
+            oq.remove_if(|e| {
+                let mine = Arc::ptr_eq(&(*e.0).owner, &sh);
+                if mine {
+                    moved.push(EventPtr(e.0));
+                }
+                mine
+            });
+        }
         {
             let mut st = lock(&sh.st);
             while st.unacked > 0 {
