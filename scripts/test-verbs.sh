@@ -271,7 +271,7 @@ echo "--- against Linux siw in a qemu VM"
 # made just as siw starts listening stays unaccepted: perftest's second
 # connection, once in ~10 CI runs) is handled there too: an initiator whose
 # MPA Reply is 2 s late opens a second, idle connection
-# (crates/warpsock-verbs/src/poke.rs). Skipped only where the VM tool is
+# (crates/warpsock-verbs/src/cm/poke.rs). Skipped only where the VM tool is
 # missing, and never in CI (CI or WARPSOCK_REQUIRE_SIW set: that fails).
 if [ ! -x "$VMTOOL" ]; then
     if [ -n "${CI:-}" ] || [ "${WARPSOCK_REQUIRE_SIW:-0}" = 1 ]; then

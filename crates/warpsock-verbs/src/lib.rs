@@ -67,7 +67,6 @@ pub mod device;
 pub mod kick;
 pub mod mem;
 pub mod open;
-pub mod poke;
 pub mod qp;
 mod real;
 pub mod sock;

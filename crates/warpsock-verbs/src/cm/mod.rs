@@ -46,6 +46,7 @@
 mod addr;
 mod id;
 pub mod outcome;
+pub mod poke;
 
 pub use addr::{rdma_freeaddrinfo, rdma_getaddrinfo, route_source};
 pub use id::*;

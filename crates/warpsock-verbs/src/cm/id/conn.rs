@@ -3,7 +3,7 @@
 //! `rdma_init_qp_attr`, and ESTABLISHED/DISCONNECTED on the id.
 
 use super::*;
-use crate::poke::POKE_AFTER;
+use crate::cm::poke::{self, POKE_AFTER};
 
 /// Resolves `RDMA_MAX_*` (255) to the device maximum; larger is EINVAL.
 fn depth(v: u8) -> Result<u8, c_int> {
@@ -143,7 +143,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
             let attempt = || {
                 crate::sock::tcp_connect(dst, TCP_CONNECT_TIMEOUT)
                     .map_err(|e| tcp_error(dst, e))
-                    .and_then(|sock| crate::poke::exchange(sock, dst, &init, POKE_AFTER))
+                    .and_then(|sock| poke::exchange(sock, dst, &init, POKE_AFTER))
             };
             let mut backoff = Backoff::default();
             let res = loop {

@@ -14,7 +14,7 @@
 //! connection arrives: no Reply, no reset, until our MPA timeout (10 s).
 //! perftest `-R` servers listen again for the test's connection right after
 //! the handshake connection, and our client's connect (retried every 100 ms
-//! or so while nothing listens, see [`crate::cm::outcome`]) can land in that
+//! or so while nothing listens, see [`super::outcome`]) can land in that
 //! window: about 2 CI runs in 20 (`siw-ib_read_bw`, under load), every time
 //! with the window widened by a `msleep()` in siw (the seen signature:
 //! three kicks on the handshake connection, then the MPA timeout).
