@@ -13,18 +13,24 @@
 //   cc -O2 -Wall -Wextra -Werror -o /tmp/cp scripts/critical-path.c
 //   /tmp/cp [-n SAMPLES] [-s SKIP] [-w] [-v] [-P] [-d FILE] [-e NAME=VALUE]... -- PROGRAM ARGS...
 //
-//   -n N   samples kept per task (default 500); then the task runs untraced
-//          but followed (fork, exit)
+//   -n N   samples kept per task (default 500); then the task runs traced
+//          for fork, exec and exit only
 //   -s N   warm-up samples discarded per task first (default 50)
 //   -w     post-send mode: from each write-class call's return to the next
 //          system call (tallied by the call that ends it)
 //   -e N=V an environment variable for the traced program only (LD_PRELOAD
 //          must not apply to this tracer)
 //   -d F   writes sample number 100 (after the warm-up) of the first task
-//          that reaches it to F, one line per counted instruction, in order:
-//          "OBJECT-PATH FILE-OFFSET" (hex; scripts/lib/critical_path.py
-//          turns it into source files)
+//          that records it to F, one line per counted instruction, in order:
+//          "OBJECT-PATH FILE-OFFSET" (hex; "?" for an address in no named
+//          mapping; scripts/lib/critical_path.py turns it into source files);
+//          -n must be above 100
 //   -v     per-object breakdown, the calls that opened and closed intervals
+//
+// Output: per task a summary line, and a line for scripts: "task pid= tgid=
+// comm= samples= given_up= opened=NR:COUNT,... returned=VALUE:COUNT,...
+// closed=NR:COUNT,..." (the calls that opened and closed its samples, and
+// what the openers returned); then medians over every task's samples.
 //   -P     no parking (below)
 //
 // System calls are told by number at the kernel's entry stop, whatever
@@ -38,8 +44,13 @@
 // busy poller) is held at that return, else it would spin through two
 // ptrace stops per poll; it is let go when no task is stepped, or when an
 // interval passes 20000 steps (a stepped task that waits on it in user
-// space cannot deadlock). Only instructions after a read that brought data
-// are counted, so parking changes how often the peer polls, not the path.
+// space cannot deadlock). It changes how often the peer polls, and it can
+// change which hops become samples: a hop whose path meets a system call
+// before its send (a lock held by a parked thread of the library: a futex
+// wait) is no sample, so the medians are those of the hops that went
+// straight, which in a busy ping-pong is nearly all (-v prints the
+// intervals discarded, by the call that ended them). An interval that
+// meets no system call within 10^7 steps is given up.
 // Exit status: the traced program's (128 + signal if killed).
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,30 +67,37 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef PTRACE_EVENT_STOP
-#define PTRACE_EVENT_STOP 128
-#endif
-
 enum { S_SYS, S_STEP, S_WAITENTRY, S_DONE };
 
 #define MAXOBJ 64
+// An executable mapping; `name` indexes the task's names[].
 struct obj { uint64_t lo, hi, pgoff; int is_exe, name; };
-static FILE *dumpf;           // -d: one sample's instructions
-#define DUMP_SAMPLE 100
-static pid_t dump_pid;   // executable mapping; name = index into names[]
 struct oname { char name[96], path[512]; int is_exe; long insns; };
+// -d: the instructions of sample number DUMP_SAMPLE (after the warm-up) of
+// the first task that records it, kept while its interval runs and written
+// only if the interval becomes that sample (a discarded one is dropped).
+#define DUMP_SAMPLE 100
+static FILE *dumpf;
+static pid_t dump_pid;
+static char *dump_buf; static size_t dump_len, dump_cap;
+// An interval that reaches no system call within this many steps is given
+// up (tallied, not a sample): a program that computes for ever between a
+// read and its answer is not a ping-pong.
+#define STEP_LIMIT 10000000L
 
 #define MAXTALLY 32
 struct tally { long nr; long count; };
 
 struct task {
-  pid_t pid;
-  int used, alive, seen_first_stop;
+  pid_t pid, tgid;            // tgid and comm read with the maps (at each exec)
+  char comm[32];
+  int alive, seen_first_stop;
   int state;
   int parked;                 // held at an EAGAIN read exit while another task is being stepped
   int resume;                 // ptrace request used to resume in current state
   // current stepping interval
   long steps, insns, exe_insns;
+  long opener, opener_rval;   // the read that opened it, and what it returned
   uint64_t prev_rip;
   long cur_obj_insns[MAXOBJ], unattributed;
   int reloaded_this_interval;
@@ -90,11 +108,13 @@ struct task {
   // samples
   long skipped, n, cap;
   long *cnt, *exe, *raw;
-  struct tally disc[MAXTALLY]; int ndisc;     // default mode: discarded by ending nr
-  long stray_traps, sigs_passed, intervals, stops_sys, stops_step;
-  struct tally opened[MAXTALLY]; int nopened;
-  struct tally rvals[MAXTALLY]; int nrvals;    // return values of the syscalls opening intervals  // intervals opened by syscall nr
-  struct tally closed[MAXTALLY]; int nclosed;  // samples closed by syscall nr
+  struct tally discarded[MAXTALLY]; int ndiscarded;  // intervals ended by another call, by its number
+  long stray_traps, sigs_passed, intervals, stops_sys, stops_step, given_up;
+  struct tally opened[MAXTALLY]; int nopened;        // every interval, by the call that opened it
+  struct tally returned[MAXTALLY]; int nreturned;    // ... and by what that call returned
+  struct tally closed[MAXTALLY]; int nclosed;        // samples, by the call that closed them
+  struct tally sample_opened[MAXTALLY]; int nsample_opened;      // samples, by their opener
+  struct tally sample_returned[MAXTALLY]; int nsample_returned;  // ... and its return value
 };
 
 static struct task *tasks; static int ntasks, captasks;
@@ -117,7 +137,7 @@ static struct task *find(pid_t pid, int create) {
   }
   struct task *t = &tasks[ntasks++];
   memset(t, 0, sizeof *t);
-  t->pid = pid; t->used = 1; t->alive = 1; t->state = S_SYS; t->resume = PTRACE_SYSCALL;
+  t->pid = pid; t->alive = 1; t->state = S_SYS; t->resume = PTRACE_SYSCALL;
   return t;
 }
 
@@ -129,6 +149,15 @@ static void tally_add(struct tally *a, int *n, long nr) {
 static void load_maps(struct task *t) {
   char path[64], exe[PATH_MAX], line[PATH_MAX + 128];
   t->maps_loaded = 1; t->nobj = 0;
+  snprintf(path, sizeof path, "/proc/%d/status", t->pid);
+  FILE *status = fopen(path, "r");
+  if (status) {
+    while (fgets(line, sizeof line, status)) {
+      (void)sscanf(line, "Name: %31s", t->comm);
+      (void)sscanf(line, "Tgid: %d", &t->tgid);
+    }
+    fclose(status);
+  }
   snprintf(path, sizeof path, "/proc/%d/exe", t->pid);
   ssize_t el = readlink(path, exe, sizeof exe - 1);
   if (el < 0) el = 0;
@@ -192,9 +221,36 @@ static int at_syscall_insn(pid_t pid, uint64_t rip) {
   return (c0 == 0x0f && (c1 == 0x05 || c1 == 0x34)) || (c0 == 0xcd && c1 == 0x80);
 }
 
+// The dump of the interval now running, if it may become sample DUMP_SAMPLE.
+static int dumping(const struct task *t) {
+  return dumpf && t->skipped >= skip && t->n == DUMP_SAMPLE && (!dump_pid || dump_pid == t->pid);
+}
+
+static void dump_line(const char *path, unsigned long off) {
+  char line[600];
+  int k = snprintf(line, sizeof line, "%s %lx\n", path, off);
+  if (k < 0 || (size_t)k >= sizeof line) return;
+  if (dump_len + (size_t)k > dump_cap) {
+    dump_cap = dump_cap ? dump_cap * 2 : 1 << 16;
+    if (!(dump_buf = realloc(dump_buf, dump_cap))) { perror("realloc"); exit(1); }
+  }
+  memcpy(dump_buf + dump_len, line, (size_t)k);
+  dump_len += (size_t)k;
+}
+
+// The interval just ended at a write-class call (any call with -w): a
+// sample, unless still in the warm-up.
 static void record(struct task *t) {
   t->intervals++;
   if (t->skipped < skip) { t->skipped++; return; }
+  if (dumping(t)) {
+    dump_pid = t->pid;
+    fwrite(dump_buf, 1, dump_len, dumpf);
+    fclose(dumpf);
+    dumpf = NULL;
+  }
+  tally_add(t->sample_opened, &t->nsample_opened, t->opener);
+  tally_add(t->sample_returned, &t->nsample_returned, t->opener_rval);
   if (t->n == t->cap) {
     t->cap = t->cap ? t->cap * 2 : 256;
     t->cnt = realloc(t->cnt, t->cap * sizeof(long));
@@ -206,8 +262,11 @@ static void record(struct task *t) {
   for (int i = 0; i < t->nnames; i++) t->names[i].insns += t->cur_obj_insns[i];
 }
 
-// Called at a syscall-exit stop that opens an interval, or after a single step.
-// Returns the ptrace request with which to resume.
+// Whether the instruction at rip is a system call instruction, remembered
+// by address: every traced process here runs the same program and
+// libraries from the same addresses (forked, not re-executed; the cache is
+// cleared at every exec). A program that maps other code at an address
+// another process used would need the cache keyed by process as well.
 static int is_syscall_cached(pid_t pid, uint64_t rip) {
   unsigned h = (unsigned)((rip * 0x9E3779B97F4A7C15ULL) >> (64 - CACHE_BITS));
   if (scache[h].rip == rip && scache[h].v) return scache[h].v > 0;
@@ -216,14 +275,18 @@ static int is_syscall_cached(pid_t pid, uint64_t rip) {
   return v;
 }
 
+// The request that goes on from rip: a single step, or, at a system call
+// instruction, running up to that call's entry stop (which ends the interval).
 static int step_or_stop(struct task *t, uint64_t rip) {
   if (is_syscall_cached(t->pid, rip)) { t->state = S_WAITENTRY; return PTRACE_SYSCALL; }
   t->state = S_STEP; return PTRACE_SINGLESTEP;
 }
 
-static void start_interval(struct task *t) {
+static void start_interval(struct task *t, long opener, long rval) {
   struct user_regs_struct r;
   if (!t->maps_loaded) load_maps(t);
+  t->opener = opener; t->opener_rval = rval;
+  if (dumping(t)) dump_len = 0;
   t->steps = t->insns = t->exe_insns = 0; t->reloaded_this_interval = 0;
   memset(t->cur_obj_insns, 0, sizeof t->cur_obj_insns);
   if (ptrace(PTRACE_GETREGS, t->pid, 0, &r) < 0) { t->resume = PTRACE_SYSCALL; return; }
@@ -241,18 +304,20 @@ static void on_step(struct task *t) {
     t->insns++;
     int o = obj_of(t, t->prev_rip);
     if (o < 0 && !t->reloaded_this_interval) { t->reloaded_this_interval = 1; load_maps(t); o = obj_of(t, t->prev_rip); }
-    if (dumpf && t->skipped >= skip && t->n == DUMP_SAMPLE && (!dump_pid || dump_pid == t->pid)) {
-      dump_pid = t->pid;
-      if (o >= 0)
-        fprintf(dumpf, "%s %lx\n", t->names[t->objs[o].name].path,
-                (unsigned long)(t->prev_rip - t->objs[o].lo + t->objs[o].pgoff));
-      else
-        fprintf(dumpf, "? %lx\n", (unsigned long)t->prev_rip);
+    if (dumping(t)) {
+      const char *path = o >= 0 ? t->names[t->objs[o].name].path : "";
+      dump_line(*path ? path : "?", o >= 0 ? (unsigned long)(t->prev_rip - t->objs[o].lo + t->objs[o].pgoff)
+                                           : (unsigned long)t->prev_rip);
     }
     if (o >= 0) { t->cur_obj_insns[t->objs[o].name]++; if (t->objs[o].is_exe) t->exe_insns++; }
     else t->unattributed++;
   }
   t->prev_rip = r.rip;
+  if (t->steps > STEP_LIMIT) {
+    // Given up: no system call in sight; the task runs on traced at calls only.
+    t->given_up++; t->state = S_SYS; t->resume = PTRACE_SYSCALL;
+    return;
+  }
   t->resume = step_or_stop(t, r.rip);
   if (t->steps > park_limit && !park_suspended) { park_suspended = 1; unpark_all(); }
 }
@@ -302,6 +367,10 @@ int main(int argc, char **argv) {
     else usage();
   }
   if (i >= argc || maxsamples <= 0 || skip < 0) usage();
+  if (dumpf && maxsamples <= DUMP_SAMPLE) {
+    fprintf(stderr, "critical-path: -d writes sample %d: -n must be above it\n", DUMP_SAMPLE);
+    return 2;
+  }
   char **prog = argv + i;
 
   pid_t child = fork();
@@ -335,7 +404,7 @@ int main(int argc, char **argv) {
       continue;
     }
     if (!WIFSTOPPED(st)) continue;
-    int sig = WSTOPSIG(st), event = st >> 16, inject = 0;
+    int sig = WSTOPSIG(st), event = st >> 16;
 
     if (!t->seen_first_stop) {
       t->seen_first_stop = 1;
@@ -346,7 +415,7 @@ int main(int argc, char **argv) {
       }
     }
     if (event) {
-      // fork/vfork/clone/exec/exit event stops: resume as before
+      // fork, vfork, clone and exec event stops: resume as before
       if (event == PTRACE_EVENT_EXEC) { t->maps_loaded = 0; t->nnames = 0; scache_clear(); }
       ptrace(t->resume, pid, 0, 0);
       continue;
@@ -360,7 +429,7 @@ int main(int argc, char **argv) {
         long nr = (long)si.entry.nr;
         if (t->state == S_WAITENTRY) {
           if (wmode || is_write(nr)) { if (t->skipped >= skip) tally_add(t->closed, &t->nclosed, nr); record(t); }
-          else tally_add(t->disc, &t->ndisc, nr);
+          else tally_add(t->discarded, &t->ndiscarded, nr);
           if (t->n >= maxsamples) { t->state = S_DONE; t->resume = PTRACE_CONT; }
           else { t->state = S_SYS; t->resume = PTRACE_SYSCALL; }
         }
@@ -368,8 +437,12 @@ int main(int argc, char **argv) {
         long nr = -1;
         struct user_regs_struct r;
         if (ptrace(PTRACE_GETREGS, pid, 0, &r) == 0) nr = (long)r.orig_rax;
-        int trig = wmode ? is_write(nr) : (is_read(nr) && !si.exit.is_error && si.exit.rval > 0);
-        if (trig) { tally_add(t->opened, &t->nopened, nr); tally_add(t->rvals, &t->nrvals, (long)si.exit.rval); start_interval(t); }
+        int opens = wmode ? is_write(nr) : (is_read(nr) && !si.exit.is_error && si.exit.rval > 0);
+        if (opens) {
+          tally_add(t->opened, &t->nopened, nr);
+          tally_add(t->returned, &t->nreturned, (long)si.exit.rval);
+          start_interval(t, nr, (long)si.exit.rval);
+        }
         else if (!noparking && !park_suspended && is_read(nr) && si.exit.is_error && si.exit.rval == -EAGAIN &&
                  any_interval()) {
           // a busy-polling reader that found nothing while another task is single-stepped:
@@ -383,19 +456,20 @@ int main(int argc, char **argv) {
       continue;
     }
     if (sig == SIGTRAP) {
-      if (t->state == S_STEP) { t->stops_step++; on_step(t); ptrace(t->resume, pid, 0, 0); continue; }
       siginfo_t info; memset(&info, 0, sizeof info);
       ptrace(PTRACE_GETSIGINFO, pid, 0, &info);
-      if (info.si_code > 0) {                // kernel-generated trap outside stepping: swallow
-        t->stray_traps++;
+      // A kernel-made trap (si_code > 0) is a step's, or stray outside a
+      // step (swallowed); one sent by a process (kill) is the program's.
+      if (info.si_code > 0) {
+        if (t->state == S_STEP) { t->stops_step++; on_step(t); }
+        else t->stray_traps++;
         ptrace(t->resume, pid, 0, 0);
         continue;
       }
     }
-    // signal-delivery stop: pass the signal through
-    inject = sig;
+    // A signal-delivery stop: the signal goes on to the program.
     t->sigs_passed++;
-    ptrace(t->resume, pid, 0, (void *)(long)inject);
+    ptrace(t->resume, pid, 0, (void *)(long)sig);
   }
 
   // report
@@ -407,7 +481,7 @@ int main(int argc, char **argv) {
   printf("critical-path: mode=%s maxsamples=%ld skip=%ld\n", wmode ? "post-send(-w)" : "read-return->send", maxsamples, skip);
   for (int k = 0; k < ntasks; k++) {
     struct task *t = &tasks[k];
-    if (!t->n && !t->intervals && !t->ndisc) {
+    if (!t->n && !t->intervals && !t->ndiscarded) {
       if (verbose) printf("pid %d: no intervals (syscall stops=%ld)\n", t->pid, t->stops_sys);
       continue;
     }
@@ -427,9 +501,18 @@ int main(int argc, char **argv) {
            t->pid, t->n, mn, median(t->cnt, t->n), t->n ? sum / t->n : 0.0, mx, median(t->exe, t->n), median(tmp, t->n));
     printf(" | raw_steps_median=%ld (extra traps: %ld total)", median(t->raw, t->n), reps);
     printf(" | warmup_skipped=%ld\n", t->skipped);
-    if (t->ndisc) {
+    // One line per task for scripts: which process, and what opened and
+    // closed its samples (call number:count, return value:count).
+    printf("task pid=%d tgid=%d comm=%s samples=%ld given_up=%ld opened=", t->pid, t->tgid, t->comm, t->n, t->given_up);
+    for (int d = 0; d < t->nsample_opened; d++) printf("%s%ld:%ld", d ? "," : "", t->sample_opened[d].nr, t->sample_opened[d].count);
+    printf(" returned=");
+    for (int d = 0; d < t->nsample_returned; d++) printf("%s%ld:%ld", d ? "," : "", t->sample_returned[d].nr, t->sample_returned[d].count);
+    printf(" closed=");
+    for (int d = 0; d < t->nclosed; d++) printf("%s%ld:%ld", d ? "," : "", t->closed[d].nr, t->closed[d].count);
+    printf("\n");
+    if (t->ndiscarded) {
       printf("  discarded (next syscall not write-class):");
-      for (int d = 0; d < t->ndisc; d++) printf(" other:%ld x%ld", t->disc[d].nr, t->disc[d].count);
+      for (int d = 0; d < t->ndiscarded; d++) printf(" other:%ld x%ld", t->discarded[d].nr, t->discarded[d].count);
       printf("\n");
     }
     if (wmode && !verbose) {
@@ -444,7 +527,7 @@ int main(int argc, char **argv) {
       for (int d = 0; d < t->nclosed; d++) printf(" %ld x%ld", t->closed[d].nr, t->closed[d].count);
       printf("; stops: syscall=%ld step=%ld\n", t->stops_sys, t->stops_step);
       printf("  return values of opening syscalls:");
-      for (int d = 0; d < t->nrvals; d++) printf(" %ld x%ld", t->rvals[d].nr, t->rvals[d].count);
+      for (int d = 0; d < t->nreturned; d++) printf(" %ld x%ld", t->returned[d].nr, t->returned[d].count);
       printf("\n");
     }
     if (t->stray_traps || t->sigs_passed) printf("  stray_traps=%ld signals_passed=%ld\n", t->stray_traps, t->sigs_passed);

@@ -11,11 +11,10 @@ it; std's, core's and the dependencies' are counted as one line.
 
 import collections
 import os
-import re
 import subprocess
 import sys
 
-WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 
 def loads(path):
@@ -33,7 +32,7 @@ def vaddr(segs, off):
     for foff, va, size in segs:
         if foff <= off < foff + size:
             return va + off - foff
-    return off
+    sys.exit(f"critical_path: file offset {off:#x} is in no LOAD segment")
 
 
 def source_files(path, offsets):
@@ -44,8 +43,8 @@ def source_files(path, offsets):
     files = []
     for line in out.stdout.splitlines()[: len(addrs)]:
         f = line.rsplit(":", 1)[0]
-        if f.startswith(WORKSPACE + "/"):
-            f = os.path.relpath(f, WORKSPACE)
+        if os.path.realpath(f).startswith(WORKSPACE + "/"):
+            f = os.path.relpath(os.path.realpath(f), WORKSPACE)
         elif f.startswith("??"):
             f = "(no line information)"
         else:
@@ -57,7 +56,8 @@ def source_files(path, offsets):
 def main():
     runs = []
     for line in open(sys.argv[1]):
-        obj, off = line.split()
+        # The path may hold spaces; the offset never does.
+        obj, off = line.rstrip("\n").rsplit(" ", 1)
         if not runs or runs[-1][0] != obj:
             runs.append((obj, []))
         runs[-1][1].append(int(off, 16))
@@ -66,8 +66,8 @@ def main():
     for obj, offs in runs:
         name = os.path.basename(obj)
         print(f"  {len(offs):5d}  {name}")
-        if obj == "?" or not re.search(r"\.so", name):
-            continue
+        # The workspace's libraries only: the program and libc are a few
+        # instructions, told apart by the object alone.
         if not name.startswith("libwarpsock"):
             continue
         for f, n in collections.Counter(source_files(obj, offs)).most_common():
