@@ -236,8 +236,15 @@ impl Config {
     }
 }
 
+static CFG: OnceLock<Config> = OnceLock::new();
+
 /// The process-wide configuration.
 pub(crate) fn get() -> &'static Config {
-    static CFG: OnceLock<Config> = OnceLock::new();
     CFG.get_or_init(Config::from_env)
+}
+
+/// The configuration if it was read already: no allocation, no lock (an
+/// exit over a stretch that may hold one must not read the environment).
+pub(crate) fn get_if_read() -> Option<&'static Config> {
+    CFG.get()
 }

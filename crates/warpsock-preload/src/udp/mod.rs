@@ -120,17 +120,21 @@ impl Kind for Udp {
 
     fn at_exit(&self, over: crate::shim::guard::ExitOver) {
         // An exit over a call of this thread that may hold a lock (a
-        // signal handler's `exit`): the linger's round allocates and takes
-        // the reactor's locks, the report allocates — either can wait for
-        // ever on a lock the interrupted call holds (malloc's, seen). The
+        // signal handler's `exit`): no linger — its round allocates and
+        // takes the reactor's locks, either of which can wait for ever on
+        // a lock the interrupted call holds (malloc's, seen). The
         // datagrams still queued are lost, as a UDP socket's at a crash.
+        // The report takes neither (`stats::print_report`).
         if over == crate::shim::guard::ExitOver::Locks {
+            if config::get_if_read().is_some_and(|c| c.stats) {
+                stats::print_report();
+            }
             return;
         }
         let cfg = config::get();
         reactor::linger(cfg.linger);
         if cfg.stats {
-            eprint!("{}", stats::report());
+            stats::print_report();
         }
     }
 
@@ -142,9 +146,14 @@ impl Kind for Udp {
     /// parent's memory and is told apart by its pid: it neither waits nor
     /// prints.
     fn exit_flush(&self, over: crate::shim::guard::ExitOver) {
-        // Over a stretch that may hold a lock: nothing (the linger takes
-        // the reactor's locks and allocates, as at `exit`).
+        // SAFETY: getpid has no preconditions.
+        let main = MAIN_PID.load(Ordering::Relaxed) == unsafe { libc::getpid() };
+        // Over a stretch that may hold a lock: the counters alone (the
+        // linger takes the reactor's locks and allocates, as at `exit`).
         if over == crate::shim::guard::ExitOver::Locks {
+            if main && config::get_if_read().is_some_and(|c| c.stats) {
+                stats::print_report();
+            }
             return;
         }
         let cfg = config::get();
@@ -158,10 +167,8 @@ impl Kind for Udp {
         if reactor::linger(cfg.exit_linger.min(cfg.linger)) {
             stats::inc(&stats::STATS.exit_flushes);
         }
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() };
-        if cfg.stats && MAIN_PID.load(Ordering::Relaxed) == me {
-            eprint!("{}", stats::report());
+        if cfg.stats && main {
+            stats::print_report();
         }
     }
 }

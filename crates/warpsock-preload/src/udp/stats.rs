@@ -1,6 +1,7 @@
 //! Process-wide counters for every path a datagram can take, printed on
 //! stderr at exit when `WARPSOCK_STATS=1`.
 
+use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
@@ -15,8 +16,8 @@ macro_rules! counters {
 
         impl Stats {
             /// `(name, value)` for every counter, in declaration order.
-            pub(crate) fn snapshot(&self) -> Vec<(&'static str, u64)> {
-                vec![$( (stringify!($name), self.$name.load(Ordering::Relaxed)), )*]
+            pub(crate) fn for_each(&self, mut f: impl FnMut(&'static str, u64)) {
+                $( f(stringify!($name), self.$name.load(Ordering::Relaxed)); )*
             }
         }
     };
@@ -304,35 +305,137 @@ mod counting {
 #[cfg(feature = "test-hooks")]
 pub(crate) static CLAIMS: AtomicU64 = AtomicU64::new(0);
 
-/// The report printed at exit.
-pub(crate) fn report() -> String {
-    let mut s = format!("warpsock udp-offload stats (pid {}):\n", std::process::id());
+/// The report printed at exit, on stderr. Formatted on the stack and
+/// written with the raw system call: no allocation and no lock, so that an
+/// exit over a stretch of the library that may hold one (a signal
+/// handler's `exit` over a busy send, `ExitOver::Locks`: the linger is
+/// skipped there, not the report) prints it as any exit does. A loaded
+/// pre-check's `iperf3 -u -R` server, stopped by SIGTERM in one of its
+/// sends, printed none (session 34). Whole lines, a few at a time: the
+/// handler may run on a small alternate signal stack.
+pub(crate) fn print_report() {
+    let mut out = ReportOut {
+        text: StackText::new(),
+    };
+    let _ = write_report(&mut out);
+    out.flush();
+}
+
+/// The report's lines, gathered into whole-line writes of stderr.
+struct ReportOut {
+    text: StackText<1024>,
+}
+
+impl ReportOut {
+    /// Appends one line (`text` must be a whole line), writing out what is
+    /// gathered first when it does not fit.
+    fn line(&mut self, line: &str) {
+        if self.text.write_str(line).is_err() {
+            self.flush();
+            // A line longer than the buffer: written alone.
+            if self.text.write_str(line).is_err() {
+                write_stderr(line.as_bytes());
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        write_stderr(self.text.as_bytes());
+        self.text.len = 0;
+    }
+}
+
+/// Writes `bytes` whole to stderr by the raw system call (EINTR retried; a
+/// failing stderr drops the rest, as `eprint!` would report nothing).
+fn write_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a live slice of its length.
+        let n = unsafe {
+            crate::shim::sys::write_raw(libc::STDERR_FILENO, bytes.as_ptr(), bytes.len())
+        };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+/// The report's text (see [`print_report`]), a line at a time.
+fn write_report(out: &mut ReportOut) -> std::fmt::Result {
+    let mut one = StackText::<128>::new();
+    writeln!(
+        one,
+        "warpsock udp-offload stats (pid {}):",
+        std::process::id()
+    )?;
+    out.line(one.as_str());
+    let mut line = |name: &str, v: u64| {
+        let mut one = StackText::<128>::new();
+        if writeln!(one, "  {name:<20} {v}").is_ok() {
+            out.line(one.as_str());
+        }
+    };
     // The progress thread's own (`shim::reactor`), after the offload's.
-    for (name, v) in STATS
-        .snapshot()
-        .into_iter()
-        .chain(crate::shim::reactor::counters())
-    {
-        s.push_str(&format!("  {name:<20} {v}\n"));
+    STATS.for_each(&mut line);
+    for (name, v) in crate::shim::reactor::counters() {
+        line(name, v);
     }
     #[cfg(feature = "test-hooks")]
     {
-        let v = counting::ALLOCS.load(Ordering::Relaxed);
-        s.push_str(&format!("  {:<20} {v}\n", "heap_allocs"));
-        let v = crate::shim::hooks::audit::managed_looks();
-        s.push_str(&format!("  {:<20} {v}\n", "managed_looks"));
-        let v = CLAIMS.load(Ordering::Relaxed);
-        s.push_str(&format!("  {:<20} {v}\n", "conn_claims"));
+        line("heap_allocs", counting::ALLOCS.load(Ordering::Relaxed));
+        line("managed_looks", crate::shim::hooks::audit::managed_looks());
+        line("conn_claims", CLAIMS.load(Ordering::Relaxed));
     }
     // Per stripe: only stripes that carried something.
     for (dir, a) in [("tx", &STRIPES.tx), ("rx", &STRIPES.rx)] {
         for (i, c) in a.iter().enumerate() {
             let v = c.load(Ordering::Relaxed);
             if v > 0 {
-                let name = format!("{dir}_stripe{i}_dgrams");
-                s.push_str(&format!("  {name:<20} {v}\n"));
+                let mut name = StackText::<32>::new();
+                write!(name, "{dir}_stripe{i}_dgrams")?;
+                line(name.as_str(), v);
             }
         }
     }
-    s
+    Ok(())
+}
+
+/// Text formatted into a fixed buffer (no allocation); a write that does
+/// not fit fails and leaves the text as it was.
+struct StackText<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> StackText<N> {
+    fn new() -> Self {
+        Self {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    fn as_str(&self) -> &str {
+        // Only whole `str`s are ever appended (`write_str`).
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+}
+
+impl<const N: usize> Write for StackText<N> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = N - self.len;
+        if s.len() > room {
+            return Err(std::fmt::Error);
+        }
+        self.buf[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+        self.len += s.len();
+        Ok(())
+    }
 }
