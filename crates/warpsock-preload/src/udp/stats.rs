@@ -327,7 +327,7 @@ struct ReportOut {
 }
 
 impl ReportOut {
-    /// Appends one line (`text` must be a whole line), writing out what is
+    /// Appends `line` (a whole line, ending in a newline), writing out what is
     /// gathered first when it does not fit.
     fn line(&mut self, line: &str) {
         if self.text.write_str(line).is_err() {
