@@ -5,7 +5,17 @@
 // is library time; what the second costs above the first is the carrier's.
 //
 //   cc -O2 -Wall -Wextra -Werror -pthread -o /tmp/cf scripts/carrier-floor.c
-//   /tmp/cf SHAPE ROUND_TRIPS      (prints "SHAPE <us per round trip> <round trips>")
+//   /tmp/cf SHAPE ROUND_TRIPS [PAD_NS]
+//                     (prints "SHAPE <us per round trip> <round trips>")
+//
+// PAD_NS (carried shapes only; default 0): each side spins PAD_NS
+// nanoseconds between reading a whole message and sending the next one,
+// where the library's answer runs (the read's tail and the send's head: the
+// critical path scripts/bench-critical-path.sh counts). The largest pad
+// whose ratio still meets the row's target is the library's time budget
+// per hop on this machine (bench-carrier-floor.sh --budget). The spin reads
+// the time-stamp counter (x86-64; calibrated against CLOCK_MONOTONIC) or
+// the clock elsewhere, and holds the CPU as library code would.
 //
 // scripts/bench-carrier-floor.sh runs every shape in interleaved rounds and
 // prints medians and ratios. Each shape copies the calls `strace -f` shows
@@ -120,6 +130,39 @@ static long long now_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
+
+/* The pad (PAD_NS): nanoseconds per hop, and the time-stamp counter's ticks
+ * per nanosecond (0: spin on the clock). */
+static long pad_ns;
+static double ticks_per_ns;
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+/* Ticks per nanosecond over 20 ms of the clock (before the fork: both sides
+ * use the same figure). */
+static void calibrate(void) {
+    long long t0 = now_ns();
+    unsigned long long c0 = __rdtsc();
+    long long t;
+    while ((t = now_ns()) - t0 < 20000000LL) {
+    }
+    ticks_per_ns = (double)(__rdtsc() - c0) / (double)(t - t0);
+}
+
+static void pad(void) {
+    unsigned long long end = __rdtsc() + (unsigned long long)((double)pad_ns * ticks_per_ns);
+    while (__rdtsc() < end) {
+    }
+}
+#else
+static void calibrate(void) {}
+
+static void pad(void) {
+    long long end = now_ns() + pad_ns;
+    while (now_ns() < end) {
+    }
+}
+#endif
 
 static void pin(int cpu) {
     cpu_set_t c;
@@ -345,6 +388,7 @@ static void wait_msg(struct side *x) {
     if (x->sh->fam == STREAM && !x->sh->busy) {
         while (read_msg(x, 0) == 0) {
         }
+        if (x->sh->carried && pad_ns > 0) pad();
         return;
     }
     struct pollfd p[3];
@@ -365,6 +409,7 @@ static void wait_msg(struct side *x) {
         got = x->sh->fam == DGRAM ? pass(x) : read_msg(x, 1) > 0;
     }
     if (got > 1) fail("more than one message in flight");
+    if (x->sh->carried && pad_ns > 0) pad();
 }
 
 static int cpus(void) {
@@ -374,8 +419,8 @@ static int cpus(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s SHAPE ROUND_TRIPS\nshapes:", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s SHAPE ROUND_TRIPS [PAD_NS]\nshapes:", argv[0]);
         for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
             fprintf(stderr, " %s", SHAPES[i].name);
         fputc('\n', stderr);
@@ -386,6 +431,14 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], SHAPES[i].name)) sh = &SHAPES[i];
     long rounds = strtol(argv[2], NULL, 10);
     if (!sh || rounds < 1 || rounds > 100000000) fail("unknown shape or bad round count");
+    if (argc == 4) {
+        char *end;
+        pad_ns = strtol(argv[3], &end, 10);
+        if (*argv[3] == '\0' || *end != '\0' || pad_ns < 0 || pad_ns > 1000000)
+            fail("the pad is a number of nanoseconds, 0 to 1000000");
+        if (pad_ns > 0 && !sh->carried) fail("a pad is for a carried shape");
+        calibrate();
+    }
     long warm = rounds / 10 < 1000 ? rounds / 10 : 1000;
     int n = cpus(), server_cpu = n - 1, client_cpu = sh->busy && n > 1 ? n - 2 : n - 1;
 
