@@ -56,7 +56,8 @@ pub struct ContextOptions {
     pub progress: Progress,
     /// Caller-driven mode: how long [`crate::Cq::wait`] spins polling the
     /// sockets before it sleeps in the kernel (zero: sleep at once).
-    /// Spinning trades a CPU for latency.
+    /// Spinning trades a CPU for latency. None inside
+    /// [`crate::spun::after_spin`] (its caller spun already).
     pub busy_poll: Duration,
     /// How long a dropped queue pair keeps its socket open, discarding
     /// input, waiting for the peer's FIN (default 2 s; see

@@ -457,7 +457,9 @@ impl Cq {
         qp: Option<&Qp>,
     ) -> Result<(usize, Option<QpNews>)> {
         let inner = &self.sh.inner;
-        if inner.progress == Progress::Caller && inner.busy_poll.is_zero() && timeout >= PARK_SLICE
+        if inner.progress == Progress::Caller
+            && crate::spun::busy_poll(inner.busy_poll).is_zero()
+            && timeout >= PARK_SLICE
         {
             // A blocking wait's first round (a blocking ping-pong's every
             // receive): what `wait_rounds`' first round does, with its
@@ -581,7 +583,8 @@ impl Cq {
         // Without busy polling, ask epoll first: every service round leaves
         // nothing behind that epoll would not report (unread input, queued
         // output), so a round now would only cost a futile read.
-        let mut drive = !inner.busy_poll.is_zero();
+        let busy_poll = crate::spun::busy_poll(inner.busy_poll);
+        let mut drive = !busy_poll.is_zero();
         // The clock is read only once a round has come up empty: a wait
         // that finds its completion at once (the common case in a
         // ping-pong) costs no clock read. The timeout and the spin then
@@ -639,7 +642,7 @@ impl Cq {
             drive = true;
             let now = Instant::now();
             let (deadline, spin_until) =
-                *clock.get_or_insert_with(|| (now.checked_add(timeout), now + inner.busy_poll));
+                *clock.get_or_insert_with(|| (now.checked_add(timeout), now + busy_poll));
             let rest = deadline.map(|d| d.saturating_duration_since(now));
             if rest.is_some_and(|d| d.is_zero()) {
                 if INTR && !self.idle.load(Ordering::Relaxed) {

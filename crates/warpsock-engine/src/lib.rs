@@ -238,6 +238,7 @@ mod mr;
 mod pd;
 mod qp;
 pub mod rawsys;
+pub mod spun;
 mod sys;
 mod wc;
 

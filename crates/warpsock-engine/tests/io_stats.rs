@@ -501,6 +501,37 @@ fn a_busy_polling_waits_spins_are_short_rounds_and_miss_nothing() {
     assert_eq!(p.answer_ping(&wc[0]), b"pong-456");
 }
 
+/// A busy-polling wait inside `spun::after_spin` (its caller spun its own
+/// way already: a DDP socket's blocking receive, `XSocket::recv_busy`)
+/// sleeps at once, as a wait without busy polling does: a 200 ms wait
+/// that nothing ends makes no spin of short rounds; the peer's message,
+/// sent after it, ends the next such wait from its sleep. Fails with the
+/// mark ignored (the wait spins its 200 ms out in short rounds: thousands,
+/// with a yield each, even on a loaded machine hundreds).
+#[test]
+fn a_busy_polling_wait_after_its_callers_spin_sleeps_at_once() {
+    let p = PingPair::spinning(LIMIT);
+    let (cq, qp, go) = (&p.cq, &p.qp, &p.go);
+    let mut wc = [warpsock_engine::Wc::default()];
+    assert_eq!(cq.poll_news(&mut wc, qp).0, 0);
+    while qp.poll_event().is_some() {}
+    let before = qp.io_stats().short_rounds;
+    let short = Duration::from_millis(200);
+    let waited = warpsock_engine::spun::after_spin(|| cq.wait_news(&mut wc, short, qp));
+    assert_eq!(waited.unwrap().0, 0);
+    let spun = qp.io_stats().short_rounds - before;
+    assert!(
+        spun <= 3,
+        "{spun} short rounds spun by a wait whose spin was spent"
+    );
+    go.send(()).unwrap();
+    let n = warpsock_engine::spun::after_spin(|| cq.wait_news(&mut wc, LIMIT, qp))
+        .unwrap()
+        .0;
+    assert_eq!(n, 1, "{:?}", qp.io_stats());
+    assert_eq!(p.answer_ping(&wc[0]), b"pong-456");
+}
+
 /// With two queue pairs in a caller-driven context, a poll for one of them
 /// makes progress on both: a message to the second is found by busy
 /// polling with the first one's news (no round is the first one's alone).

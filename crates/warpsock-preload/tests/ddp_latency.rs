@@ -12,6 +12,11 @@ use std::time::Duration;
 use common::{c_program, command_with, finish, preload_so_with_hooks, Run};
 
 fn pingpong(rounds: u64, mode: &str) -> Run {
+    pingpong_with(rounds, mode, &[])
+}
+
+/// [`pingpong`] with more environment variables for both processes.
+fn pingpong_with(rounds: u64, mode: &str, env: &[(&str, &str)]) -> Run {
     let args = [rounds.to_string(), "1".to_owned(), mode.to_owned()];
     let mut c = command_with(
         &c_program("ddp_pingpong"),
@@ -19,6 +24,7 @@ fn pingpong(rounds: u64, mode: &str) -> Run {
         Some(preload_so_with_hooks()),
     );
     c.env("WARPSOCK_CRC", "0");
+    c.envs(env.iter().copied());
     let r = finish(
         c.spawn().expect("spawn ddp_pingpong"),
         Duration::from_secs(120),
@@ -118,4 +124,26 @@ fn one_iovec_reads_and_writes_spin_on_the_quiet_socket() {
         "{spins} quiet empty spins in 1,200 round trips of readv/writev: {}",
         r.stderr
     );
+}
+
+/// Blocking calls with `WARPSOCK_BUSY_POLL_US` (`block`, both processes):
+/// each receive after a send finds the socket quiet and spins on the
+/// engine's read first (`XSocket::recv_busy`; `ddp_busy_quiet`: a quarter
+/// of the 2,400 receives of 1,200 round trips at least — a receive may
+/// find the socket busy after a round of the progress thread's). Without the setting a
+/// blocking reader's sends leave the flag down (`State::rx_blocks`): no
+/// receive goes that way. The exchange is the program's check. Fails with
+/// the preload's blocking receive not routed there, or with a busy-polling
+/// blocking reader's sends leaving the flag down (0 both ways).
+#[test]
+fn a_busy_polling_blocking_receive_spins_on_the_quiet_socket() {
+    let r = pingpong_with(1_000, "block", &[("WARPSOCK_BUSY_POLL_US", "200")]);
+    let spun = r.stat("ddp_busy_quiet");
+    assert!(
+        spun >= 600,
+        "{spun} of 2,400 blocking receives spun on the quiet socket: {}",
+        r.stderr
+    );
+    let plain = pingpong(100, "block");
+    assert_eq!(plain.stat("ddp_busy_quiet"), 0, "{}", plain.stderr);
 }

@@ -121,7 +121,7 @@ impl Cq {
     pub fn park_first<'a>(&'a self, out: &mut [Wc], timeout: Duration, qp: &'a Qp) -> First<'a> {
         let inner = &self.sh.inner;
         if inner.progress != Progress::Caller
-            || !inner.busy_poll.is_zero()
+            || !crate::spun::busy_poll(inner.busy_poll).is_zero()
             || timeout < PARK_SLICE
             || self.idle.load(Ordering::Relaxed)
             || !Arc::ptr_eq(&self.sh, &qp.sh)

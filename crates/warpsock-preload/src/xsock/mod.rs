@@ -139,7 +139,11 @@ fn report() -> String {
         v(&reaper::CUT),
     );
     #[cfg(feature = "test-hooks")]
-    let s = s + &format!("ddp_quiet_eagains {}\n", v(&sock::QUIET_EAGAINS));
+    let s = s + &format!(
+        "ddp_quiet_eagains {}\nddp_busy_quiet {}\n",
+        v(&sock::QUIET_EAGAINS),
+        v(&sock::BUSY_QUIET)
+    );
     s
 }
 

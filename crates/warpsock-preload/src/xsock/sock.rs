@@ -174,6 +174,12 @@ pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
 #[cfg(feature = "test-hooks")]
 pub(super) static QUIET_EAGAINS: AtomicU64 = AtomicU64::new(0);
 
+/// Blocking receives of quiet sockets, which spin on the engine's read
+/// first when `WARPSOCK_BUSY_POLL_US` is set (`XSocket::recv_busy`),
+/// counted in builds with the test hooks only (`ddp_busy_quiet`).
+#[cfg(feature = "test-hooks")]
+pub(super) static BUSY_QUIET: AtomicU64 = AtomicU64::new(0);
+
 /// The program has waited in a call that sees DDP sockets only through
 /// their doorbells (`select`, `pselect`, the `epoll_wait` family).
 static DOORBELL_WAITS: AtomicBool = AtomicBool::new(false);

@@ -62,7 +62,10 @@
 //! `State::rx_blocks`) leaves it down too: that reader's next receive
 //! blocks and never spins, and the flag only cost its send the terms and
 //! the preload's receive a frame (~55 instructions a blocking 8 B round
-//! trip and process); a non-blocking receive puts it back.
+//! trip and process); a non-blocking receive puts it back. Unless the
+//! socket busy-polls (`Options::busy_poll`): a blocking reader's receive
+//! then spins on the same read first ([`XSocket::recv_busy`]), so its
+//! send sets the flag as a non-blocking reader's does.
 //! `tests/quiet_send.rs`.
 //!
 //! A receive that sees it set tries the lock (a thread that holds it is
@@ -106,6 +109,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
 
 use warpsock_engine::{QpNews, Wc};
 
@@ -138,6 +142,64 @@ impl XSocket {
             return Spun::Usual;
         }
         self.recv_quiet_locked(bufs, flags)
+    }
+
+    /// A blocking receive with busy polling ([`super::Options::busy_poll`],
+    /// the preload's `WARPSOCK_BUSY_POLL_US`), `timeout` as
+    /// [`Self::recv_vectored_ready`]'s: a quiet socket's spin is the
+    /// engine's read alone ([`Self::recv_quiet`], as a busy-polling
+    /// program's own non-blocking spin is), for up to the busy poll; if
+    /// nothing came, the usual blocking receive follows, whose wait sleeps
+    /// without spinning again ([`warpsock_engine::spun::after_spin`]).
+    /// The engine's own spin (its wait's rounds: the lock, a round, the
+    /// drain, the clock and a `sched_yield` per spin) made a blocking
+    /// 8 B ping-pong with `WARPSOCK_BUSY_POLL_US=50` ~4 % slower per round
+    /// trip than the same program spinning on non-blocking reads (BENCHMARKS
+    /// §6, sessions 33 and 35).
+    ///
+    /// Anything else is the usual blocking receive at once, its wait
+    /// spinning as the engine's does: no busy poll, `MSG_WAITALL` (the
+    /// quiet read returns what came, not a full buffer), a socket not
+    /// quiet, or made busy by what the read brought without a message for
+    /// the call (a credit return: `EAGAIN` from the quiet read) — such a
+    /// call may spin up to twice the busy poll in all.
+    ///
+    /// The timeout (`SO_RCVTIMEO`) counts from the spin's end, as Linux's
+    /// busy poll (`SO_BUSY_POLL`) runs before the receive's wait and its
+    /// timeout. A signal whose handler runs during the spin does not end
+    /// the call, as in the engine's spin (`warpsock_engine::Cq::wait_news`).
+    pub fn recv_busy(
+        &self,
+        bufs: &mut [&mut [u8]],
+        flags: RecvFlags,
+        timeout: Option<Duration>,
+    ) -> (std::io::Result<(usize, bool)>, Readiness) {
+        debug_assert!(!flags.nonblocking);
+        let spin = self.opts.busy_poll;
+        if !spin.is_zero() && !flags.waitall && !bufs.is_empty() {
+            let quiet = RecvFlags {
+                nonblocking: true,
+                ..flags
+            };
+            // The clock is read once the first read came up empty (an
+            // answer found at once reads none), as the engine's spin does.
+            let mut until = None;
+            loop {
+                match self.recv_quiet(bufs, quiet) {
+                    Spun::Empty => {}
+                    Spun::Done(Err(e), _) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Spun::Done(r, ready) => return (r, ready),
+                    Spun::Usual => break,
+                }
+                let now = Instant::now();
+                if now >= *until.get_or_insert(now + spin) {
+                    return warpsock_engine::spun::after_spin(|| {
+                        self.recv_vectored_ready(bufs, flags, timeout)
+                    });
+                }
+            }
+        }
+        self.recv_vectored_ready(bufs, flags, timeout)
     }
 
     /// Whether the socket was quiet at this look (one relaxed load): a

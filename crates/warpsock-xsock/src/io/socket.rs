@@ -154,7 +154,9 @@ pub(crate) struct State {
     /// leaves the flag down (`XSocket::set_quiet_sent` not asked: its
     /// terms were ~35 instructions of a blocking ping-pong's send, and the
     /// flag sent the next receive through the preload's spin frame only
-    /// to go on). A non-blocking receive puts it back (issue 12).
+    /// to go on). A non-blocking receive puts it back (issue 12), and a
+    /// busy-polling socket's blocking one never sets it: that reader spins
+    /// first (`XSocket::recv_busy`).
     pub(crate) rx_blocks: bool,
 }
 

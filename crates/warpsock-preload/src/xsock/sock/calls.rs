@@ -95,8 +95,18 @@ impl DdpSock {
             waitall: flags & libc::MSG_WAITALL != 0,
         };
         let timeo = self.rcvtimeo.get();
-        // Readiness as the call left it, taken under its lock.
-        let (r, ready) = self.x.recv_vectored_ready(bufs, f, timeo);
+        // Readiness as the call left it, taken under its lock. A blocking
+        // receive of a quiet socket spins on the engine's read first when
+        // WARPSOCK_BUSY_POLL_US is set (`XSocket::recv_busy`; without it the
+        // socket is not quiet here: a blocking reader's sends leave the
+        // flag down).
+        let (r, ready) = if !f.nonblocking && self.x.quiet_now() {
+            #[cfg(feature = "test-hooks")]
+            super::BUSY_QUIET.fetch_add(1, Ordering::Relaxed);
+            self.x.recv_busy(bufs, f, timeo)
+        } else {
+            self.x.recv_vectored_ready(bufs, f, timeo)
+        };
         self.recv_done(r, ready, eor)
     }
 

@@ -43,7 +43,9 @@ impl XSocket {
         timeout: Option<Duration>,
     ) -> (MutexGuard<'_, State>, io::Result<(usize, bool)>) {
         let mut st = self.lock();
-        st.rx_blocks = !flags.nonblocking;
+        // A busy-polling socket's blocking reader spins first
+        // (`XSocket::recv_busy`): its send sets the quiet flag.
+        st.rx_blocks = !flags.nonblocking && self.opts.busy_poll.is_zero();
         // A zero timeout is a call that expires at once (the library's
         // API; the preload maps `SO_RCVTIMEO` 0 to none, as Linux): the
         // general loop's one round, no wait (review r30-b item 2).
