@@ -17,7 +17,8 @@ use warpsock_xsock::{Role, SwitchError};
 mod net;
 
 use net::{
-    opts, pattern, reads_posted_ahead, recv_exact, rto_min_us, switch_both, tcp_pair, LIMIT,
+    opts, pattern, reads_posted_ahead, recv_exact, rto_min_us, send_mark, switch_both, tcp_pair,
+    LIMIT,
 };
 
 /// Large reads offer sinks (SDP ZCopy) instead of retargeting receives
@@ -95,16 +96,6 @@ fn nonblocking(s: &std::net::TcpStream) -> bool {
     let fl = unsafe { libc::fcntl(s.as_raw_fd(), libc::F_GETFL) };
     assert!(fl >= 0);
     fl & libc::O_NONBLOCK != 0
-}
-
-/// One switch mark (the urgent byte) sent on `s`, as a peer's warpsock
-/// sends it.
-fn send_mark(s: &std::net::TcpStream) {
-    use std::os::fd::AsRawFd;
-    let m = warpsock_xsock::switch::MARK;
-    // SAFETY: one byte from the stack.
-    let n = unsafe { libc::send(s.as_raw_fd(), (&m as *const u8).cast(), 1, libc::MSG_OOB) };
-    assert_eq!(n, 1);
 }
 
 /// Reads one MPA frame (header and private data) from `s`: its bytes.

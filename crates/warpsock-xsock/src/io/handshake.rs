@@ -127,6 +127,9 @@ pub fn switch_fd_as(
     let mut sw = Switch::new(role_given.unwrap_or(by_addr), opts.limits, Instant::now());
     let mut residue = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
+    // The peer ended its side while the Request was undecided: the next
+    // peek sees every byte it sent.
+    let mut peer_ended = false;
     loop {
         match sw.step() {
             Step::SendMark => {
@@ -196,16 +199,24 @@ pub fn switch_fd_as(
                     Ok(0) => sw.on_eof(),
                     Ok(n) => {
                         sw.on_peek(&buf[..n]);
-                        if matches!(sw.step(), Step::AwaitRequest { .. }) {
-                            // Same bytes, still undecided: wait for more.
-                            if wait(raw, libc::POLLIN, deadline).map_err(broken)? == 0 {
-                                sw.on_timeout(Instant::now());
-                            } else if n >= want {
+                        if let Step::AwaitRequest { want: more, .. } = sw.step() {
+                            // Still undecided. After the peer's end, these
+                            // are all the bytes there will be.
+                            if peer_ended {
+                                sw.on_eof();
                                 continue;
                             }
-                            // Avoid spinning on an unchanged prefix (raw:
-                            // no cancellation point in a switch).
-                            sys::pause(Duration::from_micros(200));
+                            // Wait for `more` bytes: a prefix already
+                            // queued makes `POLLIN` true at once, and the
+                            // wait would spin on it (a peer that marked and
+                            // sent half a Request held ~13 % of a CPU for
+                            // the whole wait with 200 µs pauses; session 35).
+                            let ev = wait_for_bytes(raw, more, deadline).map_err(broken)?;
+                            if ev == 0 {
+                                sw.on_timeout(Instant::now());
+                            } else if ev & (libc::POLLRDHUP | libc::POLLHUP) != 0 {
+                                peer_ended = true;
+                            }
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -342,6 +353,63 @@ fn wait(fd: RawFd, events: i16, deadline: Instant) -> io::Result<i16> {
         }
     }
     sys::wait(fd, events, Some(deadline))
+}
+
+/// [`wait`] for input until `want` bytes are queued on `fd` (or its end,
+/// an error, the deadline): the socket's low-water mark (`SO_RCVLOWAT`,
+/// which `poll` honours for TCP) is `want` for the wait and put back after
+/// it. Where it cannot be set, a 200 µs pause after the wait keeps the
+/// caller's loop from spinning on the bytes already queued (raw: no
+/// cancellation point in a switch).
+fn wait_for_bytes(fd: RawFd, want: usize, deadline: Instant) -> io::Result<i16> {
+    let events = libc::POLLIN | libc::POLLRDHUP;
+    let want = libc::c_int::try_from(want).unwrap_or(libc::c_int::MAX);
+    match rcvlowat(fd) {
+        Some(old) if set_rcvlowat(fd, want) => {
+            let r = wait(fd, events, deadline);
+            set_rcvlowat(fd, old);
+            r
+        }
+        _ => {
+            let r = wait(fd, events, deadline);
+            sys::pause(Duration::from_micros(200));
+            r
+        }
+    }
+}
+
+/// `getsockopt(SO_RCVLOWAT)`.
+fn rcvlowat(fd: RawFd) -> Option<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut n = size_of::<libc::c_int>() as libc::socklen_t;
+    #[allow(unsafe_code)]
+    // SAFETY: getsockopt writes at most `n` bytes into one int on the stack.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut n,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
+/// `setsockopt(SO_RCVLOWAT)`; whether the kernel took it.
+fn set_rcvlowat(fd: RawFd, v: libc::c_int) -> bool {
+    #[allow(unsafe_code)]
+    // SAFETY: setsockopt reads one int from the stack.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    r == 0
 }
 
 /// After the switch: drops the last error-queue entries of bytes sent

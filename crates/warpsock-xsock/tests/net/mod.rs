@@ -78,6 +78,16 @@ pub(crate) fn unbuffered() -> Options {
     }
 }
 
+/// One switch mark (the urgent byte) sent on `s`, as a peer's warpsock
+/// sends it.
+pub(crate) fn send_mark(s: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let m = warpsock_xsock::switch::MARK;
+    // SAFETY: one byte from the stack.
+    let n = unsafe { libc::send(s.as_raw_fd(), (&m as *const u8).cast(), 1, libc::MSG_OOB) };
+    assert_eq!(n, 1);
+}
+
 pub(crate) fn tcp_pair() -> (TcpStream, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
