@@ -312,6 +312,19 @@ impl PingPair {
         Self::with(false, busy_poll)
     }
 
+    /// [`Self::spinning`] for `LIMIT`, settled: whatever the connection's
+    /// setup left taken by a first round, its events (established) by the
+    /// caller. With a completion array for the waits, and the short rounds
+    /// so far.
+    fn spinning_settled() -> (Self, [warpsock_engine::Wc; 1], u64) {
+        let p = Self::spinning(LIMIT);
+        let mut wc = [warpsock_engine::Wc::default()];
+        assert_eq!(p.cq.poll_news(&mut wc, &p.qp).0, 0);
+        while p.qp.poll_event().is_some() {}
+        let before = p.qp.io_stats().short_rounds;
+        (p, wc, before)
+    }
+
     fn with(abort: bool, busy_poll: Duration) -> Self {
         let l = Listener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
@@ -478,14 +491,8 @@ fn a_lone_queue_pairs_empty_poll_is_its_read_alone_and_misses_nothing() {
 /// wait's rounds full ones (the count never comes, nothing is sent).
 #[test]
 fn a_busy_polling_waits_spins_are_short_rounds_and_miss_nothing() {
-    let p = PingPair::spinning(LIMIT);
+    let (p, mut wc, before) = PingPair::spinning_settled();
     let (cq, qp, go) = (&p.cq, &p.qp, &p.go);
-    let mut wc = [warpsock_engine::Wc::default()];
-    // Whatever the connection's setup left is taken by a first round, its
-    // events (established) by the caller.
-    assert_eq!(cq.poll_news(&mut wc, qp).0, 0);
-    while qp.poll_event().is_some() {}
-    let before = qp.io_stats().short_rounds;
     let n = std::thread::scope(|sc| {
         sc.spawn(|| {
             let deadline = std::time::Instant::now() + LIMIT;
@@ -510,12 +517,8 @@ fn a_busy_polling_waits_spins_are_short_rounds_and_miss_nothing() {
 /// with a yield each, even on a loaded machine hundreds).
 #[test]
 fn a_busy_polling_wait_after_its_callers_spin_sleeps_at_once() {
-    let p = PingPair::spinning(LIMIT);
+    let (p, mut wc, before) = PingPair::spinning_settled();
     let (cq, qp, go) = (&p.cq, &p.qp, &p.go);
-    let mut wc = [warpsock_engine::Wc::default()];
-    assert_eq!(cq.poll_news(&mut wc, qp).0, 0);
-    while qp.poll_event().is_some() {}
-    let before = qp.io_stats().short_rounds;
     let short = Duration::from_millis(200);
     let waited = warpsock_engine::spun::after_spin(|| cq.wait_news(&mut wc, short, qp));
     assert_eq!(waited.unwrap().0, 0);

@@ -364,10 +364,11 @@ fn wait(fd: RawFd, events: i16, deadline: Instant) -> io::Result<i16> {
 fn wait_for_bytes(fd: RawFd, want: usize, deadline: Instant) -> io::Result<i16> {
     let events = libc::POLLIN | libc::POLLRDHUP;
     let want = libc::c_int::try_from(want).unwrap_or(libc::c_int::MAX);
-    match rcvlowat(fd) {
-        Some(old) if set_rcvlowat(fd, want) => {
+    let lowat = |v| set_int_option(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v);
+    match int_option(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT) {
+        Some(old) if lowat(want) => {
             let r = wait(fd, events, deadline);
-            set_rcvlowat(fd, old);
+            lowat(old);
             r
         }
         _ => {
@@ -378,33 +379,26 @@ fn wait_for_bytes(fd: RawFd, want: usize, deadline: Instant) -> io::Result<i16> 
     }
 }
 
-/// `getsockopt(SO_RCVLOWAT)`.
-fn rcvlowat(fd: RawFd) -> Option<libc::c_int> {
+/// `getsockopt` of one int option.
+fn int_option(fd: RawFd, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
     let mut v: libc::c_int = 0;
     let mut n = size_of::<libc::c_int>() as libc::socklen_t;
     #[allow(unsafe_code)]
     // SAFETY: getsockopt writes at most `n` bytes into one int on the stack.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut n,
-        )
-    };
+    let r =
+        unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut libc::c_int).cast(), &mut n) };
     (r == 0).then_some(v)
 }
 
-/// `setsockopt(SO_RCVLOWAT)`; whether the kernel took it.
-fn set_rcvlowat(fd: RawFd, v: libc::c_int) -> bool {
+/// `setsockopt` of one int option; whether the kernel took it.
+fn set_int_option(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> bool {
     #[allow(unsafe_code)]
     // SAFETY: setsockopt reads one int from the stack.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
+            level,
+            name,
             (&v as *const libc::c_int).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -439,36 +433,12 @@ fn rto_plan(fd: RawFd, rto_min: Option<Duration>) -> RtoMin {
     if rto_min.is_none() {
         return RtoMin::Kernel;
     }
-    let mut old: libc::c_int = 0;
-    let mut n = size_of::<libc::c_int>() as libc::socklen_t;
-    #[allow(unsafe_code)]
-    // SAFETY: getsockopt writes at most `n` bytes into `old`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            TCP_RTO_MIN_US,
-            (&mut old as *mut libc::c_int).cast(),
-            &mut n,
-        )
-    };
-    RtoMin::new(rto_min, (r == 0).then_some(old))
+    RtoMin::new(rto_min, int_option(fd, libc::IPPROTO_TCP, TCP_RTO_MIN_US))
 }
 
 /// `setsockopt(TCP_RTO_MIN_US)`; whether the kernel took it.
 pub(super) fn set_rto_min_us(fd: RawFd, us: i32) -> bool {
-    #[allow(unsafe_code)]
-    // SAFETY: setsockopt reads one int from the stack.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            TCP_RTO_MIN_US,
-            (&us as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    r == 0
+    set_int_option(fd, libc::IPPROTO_TCP, TCP_RTO_MIN_US, us)
 }
 
 /// The caller's socket as a `TcpStream` that never closes it.
