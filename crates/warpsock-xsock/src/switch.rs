@@ -75,9 +75,14 @@
 //!   on as TCP, the bytes written after the Reply (read with it, by the
 //!   engine) delivered first ([`SwitchError::Rejected`],
 //!   [`SwitchError::Incompatible`]).
-//! * The residue (the peer's bytes before its mark) is bounded: the peer
-//!   wrote them before it switched, so they are at most its send buffer
-//!   plus our receive buffer; `residue_max` caps it anyway.
+//! * The residue (the peer's bytes before its mark) is bounded: an honest
+//!   peer wrote them before it switched, so they are at most its send
+//!   buffer plus our receive buffer; a peer that writes on without marking
+//!   is read until `residue_max` (64 MiB by default) and the switch then
+//!   fails (`SwitchError::ResidueFull`), the residue held for the program
+//!   — about ten times what the kernel's receive buffer would hold for an
+//!   unread TCP connection (helper 31's review, session 35: a bound nearer
+//!   the kernel's is open).
 //!
 //! Each side marks at most once per connection: a second urgent byte
 //! before the peer has read past the first would turn the first into
