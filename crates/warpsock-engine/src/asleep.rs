@@ -121,12 +121,16 @@ impl Drop for Restore {
 /// the real function). Not itself a mark of sleep; the owner is cleared
 /// too: a sleep inside `f` marks itself alone, and an exit over it gives
 /// back only that sleep's wait, not the outer one's (review r27-b item
-/// 5).
+/// 5). The busy poll a wait around it spent ([`crate::spun::after_spin`])
+/// is not spent for `f` either.
 #[inline]
 pub fn awake<R>(f: impl FnOnce() -> R) -> R {
     let prev = MARK.with(|c| c.replace(NONE));
     let _restore = Restore(prev);
-    f()
+    // Nor over a spent busy poll: `f`'s waits spin as configured (a
+    // `siglongjmp` out of a wait inside `spun::after_spin` left its mark
+    // set too).
+    crate::spun::unspent(f)
 }
 
 /// Whether the calling thread is inside a sleep [`unlocked`] marks (or the

@@ -22,13 +22,29 @@ thread_local! {
 /// poll spent.
 #[inline]
 pub fn after_spin<R>(f: impl FnOnce() -> R) -> R {
+    with_spent(true, f)
+}
+
+/// Runs `f` with the calling thread's busy poll not spent, whatever
+/// [`after_spin`] around it (library code nested over a wait:
+/// [`crate::asleep::awake`], also after a `siglongjmp` out of such a wait
+/// left the mark set).
+#[inline]
+pub(crate) fn unspent<R>(f: impl FnOnce() -> R) -> R {
+    with_spent(false, f)
+}
+
+/// Runs `f` with the mark `spent`, the mark from before put back after
+/// (also when `f` unwinds).
+#[inline]
+fn with_spent<R>(spent: bool, f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             SPENT.set(self.0);
         }
     }
-    let _restore = Restore(SPENT.replace(true));
+    let _restore = Restore(SPENT.replace(spent));
     f()
 }
 
@@ -60,5 +76,10 @@ mod tests {
         let r = std::panic::catch_unwind(|| after_spin(|| panic!("unwinds")));
         assert!(r.is_err());
         assert_eq!(busy_poll(d), d, "the mark outlived an unwinding closure");
+        // Library code nested over such a wait spins as configured.
+        after_spin(|| {
+            crate::asleep::awake(|| assert_eq!(busy_poll(d), d));
+            assert_eq!(busy_poll(d), Duration::ZERO);
+        });
     }
 }

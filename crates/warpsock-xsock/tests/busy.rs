@@ -110,3 +110,20 @@ fn a_spent_spin_goes_on_to_the_usual_blocking_receive() {
         });
     }
 }
+
+/// A zero timeout expires at once: no spin, even with a busy poll of 20 s
+/// on a quiet, idle socket — the call fails at once as without one.
+/// Fails with the spin made first (the call returns after 20 s).
+#[test]
+fn a_zero_timeout_makes_no_spin() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &busy(LIMIT));
+    // A first round trip: the reader's send leaves its socket quiet.
+    ping_pong(&xa, &xb, 1);
+    xa.send(&pattern(8, 1), false, Some(LIMIT)).unwrap();
+    let t = Instant::now();
+    let mut buf = [0; 8];
+    let (r, _) = xa.recv_busy(&mut [&mut buf[..]], BLOCKING, Some(Duration::ZERO));
+    assert!(r.is_err(), "{r:?}");
+    assert!(t.elapsed() < LIMIT / 2, "returned after {:?}", t.elapsed());
+}

@@ -6,7 +6,8 @@
 
 use std::io::Write;
 use std::net::Shutdown;
-use std::os::fd::AsFd;
+use std::net::TcpStream;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use warpsock_xsock::io::{switch_fd_as, Failure};
@@ -36,10 +37,41 @@ fn thread_usage() -> (Duration, i64) {
     (cpu, ru.ru_nvcsw)
 }
 
-/// The responder's switch against a peer that marks and sends 7 bytes of
-/// a Request's key, then ends its side if `end`: the failure, how long the
-/// switch took, and the responder thread's CPU time and sleeps meanwhile.
-fn against_a_partial_request(end: bool, wait: Duration) -> (Failure, Duration, Duration, i64) {
+/// What the peer sends after its mark.
+#[derive(Clone, Copy)]
+enum After {
+    /// 7 bytes of a Request's key, then nothing.
+    Prefix,
+    /// 7 bytes of a Request's key, then its end.
+    PrefixThenEnd,
+    /// 10 bytes of a Request's key, an urgent byte, then 20 more bytes
+    /// (sent once the responder's own mark came: a second urgent byte
+    /// before the first was read would make the first ordinary data). A
+    /// peek stops at the urgent byte while `poll` counts the bytes past
+    /// it.
+    UrgentInside,
+}
+
+/// Waits (bounded) for the responder's mark on `a` and reads it.
+fn take_mark(a: &TcpStream) {
+    let mut p = libc::pollfd {
+        fd: a.as_raw_fd(),
+        events: libc::POLLPRI,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack.
+    let r = unsafe { libc::poll(&mut p, 1, 20_000) };
+    assert_eq!(r, 1, "the responder's mark never came");
+    let mut m = 0u8;
+    // SAFETY: one byte on the stack.
+    let n = unsafe { libc::recv(a.as_raw_fd(), (&mut m as *mut u8).cast(), 1, libc::MSG_OOB) };
+    assert_eq!(n, 1);
+}
+
+/// The responder's switch against a peer that marks and sends `after`:
+/// the failure, how long the switch took, and the responder thread's CPU
+/// time and sleeps meanwhile.
+fn against_a_partial_request(after: After, wait: Duration) -> (Failure, Duration, Duration, i64) {
     let (a, b) = tcp_pair();
     let mut o = opts();
     o.limits = Limits::with_timeout(wait);
@@ -47,9 +79,18 @@ fn against_a_partial_request(end: bool, wait: Duration) -> (Failure, Duration, D
         sc.spawn(|| {
             let mut a = &a;
             send_mark(a);
-            a.write_all(&MPA_REQ_KEY[..7]).unwrap();
-            if end {
-                a.shutdown(Shutdown::Write).unwrap();
+            match after {
+                After::Prefix => a.write_all(&MPA_REQ_KEY[..7]).unwrap(),
+                After::PrefixThenEnd => {
+                    a.write_all(&MPA_REQ_KEY[..7]).unwrap();
+                    a.shutdown(Shutdown::Write).unwrap();
+                }
+                After::UrgentInside => {
+                    take_mark(a);
+                    a.write_all(&MPA_REQ_KEY[..10]).unwrap();
+                    send_mark(a);
+                    a.write_all(&[0u8; 20]).unwrap();
+                }
             }
         });
         let (cpu0, sleeps0) = thread_usage();
@@ -69,7 +110,7 @@ fn against_a_partial_request(end: bool, wait: Duration) -> (Failure, Duration, D
 /// on a loaded machine, but far above this bound's 60 sleeps).
 #[test]
 fn a_partial_request_is_waited_for_asleep() {
-    let (err, took, cpu, sleeps) = against_a_partial_request(false, Duration::from_secs(1));
+    let (err, took, cpu, sleeps) = against_a_partial_request(After::Prefix, Duration::from_secs(1));
     // The Request's wait is the limits' `request_timeout`.
     let Failure::Refused { error, .. } = &err else {
         panic!("{err}")
@@ -92,12 +133,33 @@ fn a_partial_request_is_waited_for_asleep() {
 /// prefix, until the deadline).
 #[test]
 fn a_peer_that_ends_after_a_partial_request_ends_the_switch() {
-    let (err, took, _, _) = against_a_partial_request(true, Duration::from_secs(20));
+    let (err, took, _, _) =
+        against_a_partial_request(After::PrefixThenEnd, Duration::from_secs(20));
     let Failure::Refused { error, .. } = &err else {
         panic!("{err}")
     };
     assert!(
         matches!(error, SwitchError::PeerClosed),
         "{err} after {took:?}"
+    );
+}
+
+/// A lying peer puts an urgent byte inside its Request: the peek stops at
+/// it (10 bytes) while `poll` counts the bytes past it as queued, so every
+/// wait for the rest returns at once. The switch pauses between such
+/// looks (doubling to 100 ms) and times out (`NoRequest`) with fewer than
+/// 60 sleeps. Fails with the waits unpaused: a full CPU for the whole
+/// 2 s wait, hundreds of thousands of looks (helper 32's review).
+#[test]
+fn an_urgent_byte_inside_the_request_does_not_spin_the_wait() {
+    let (err, took, cpu, sleeps) =
+        against_a_partial_request(After::UrgentInside, Duration::from_secs(1));
+    let Failure::Refused { error, .. } = &err else {
+        panic!("{err}")
+    };
+    assert!(matches!(error, SwitchError::NoRequest { .. }), "{err}");
+    assert!(
+        sleeps < 60 && cpu < Duration::from_millis(500),
+        "{sleeps} sleeps and {cpu:?} of CPU in a {took:?} wait for a Request with an urgent byte inside"
     );
 }

@@ -255,8 +255,9 @@ impl XSocket {
         self.rearm(st);
         // The lock's take cleared the flag; an inline send that left
         // nothing behind sets it again (`io/quiet.rs`): the spin after it
-        // is the engine's read alone. Not for a blocking reader
-        // (`State::rx_blocks`): its next receive would not spin.
+        // is the engine's read alone. Not for a blocking reader of a
+        // socket that does not busy-poll (`State::rx_blocks`): its next
+        // receive would not spin.
         if inline && !st.rx_blocks {
             self.set_quiet_sent(st);
         }

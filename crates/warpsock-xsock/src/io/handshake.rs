@@ -130,6 +130,10 @@ pub fn switch_fd_as(
     // The peer ended its side while the Request was undecided: the next
     // peek sees every byte it sent.
     let mut peer_ended = false;
+    // The undecided Request's last peek, and the pause after the next one
+    // if it finds the same bytes.
+    let mut peeked = None;
+    let mut pause = PAUSE_MIN;
     loop {
         match sw.step() {
             Step::SendMark => {
@@ -206,6 +210,21 @@ pub fn switch_fd_as(
                                 sw.on_eof();
                                 continue;
                             }
+                            // The same prefix after a wait that said
+                            // readable: the kernel reports input the peek
+                            // cannot reach (an urgent byte inside the
+                            // Request, which stops the peek; memory
+                            // pressure, which reports any byte): pause,
+                            // doubling up to 100 ms, as the watch does
+                            // (helper 32's review).
+                            if peeked == Some(n) {
+                                let left = deadline.saturating_duration_since(Instant::now());
+                                sys::pause(pause.min(left));
+                                pause = (pause * 2).min(PAUSE_MAX);
+                            } else {
+                                pause = PAUSE_MIN;
+                            }
+                            peeked = Some(n);
                             // Wait for `more` bytes: a prefix already
                             // queued makes `POLLIN` true at once, and the
                             // wait would spin on it (a peer that marked and
@@ -355,12 +374,16 @@ fn wait(fd: RawFd, events: i16, deadline: Instant) -> io::Result<i16> {
     sys::wait(fd, events, Some(deadline))
 }
 
+/// The first and the longest pause of a switch waiting for the rest of a
+/// Request whose bytes did not change across a wait that said readable.
+const PAUSE_MIN: Duration = Duration::from_micros(200);
+const PAUSE_MAX: Duration = Duration::from_millis(100);
+
 /// [`wait`] for input until `want` bytes are queued on `fd` (or its end,
 /// an error, the deadline): the socket's low-water mark (`SO_RCVLOWAT`,
 /// which `poll` honours for TCP) is `want` for the wait and put back after
-/// it. Where it cannot be set, a 200 µs pause after the wait keeps the
-/// caller's loop from spinning on the bytes already queued (raw: no
-/// cancellation point in a switch).
+/// it (where it cannot be set, the wait returns at once for the bytes
+/// queued, and the caller's pauses keep its loop from spinning).
 fn wait_for_bytes(fd: RawFd, want: usize, deadline: Instant) -> io::Result<i16> {
     let events = libc::POLLIN | libc::POLLRDHUP;
     let want = libc::c_int::try_from(want).unwrap_or(libc::c_int::MAX);
@@ -371,11 +394,7 @@ fn wait_for_bytes(fd: RawFd, want: usize, deadline: Instant) -> io::Result<i16> 
             lowat(old);
             r
         }
-        _ => {
-            let r = wait(fd, events, deadline);
-            sys::pause(Duration::from_micros(200));
-            r
-        }
+        _ => wait(fd, events, deadline),
     }
 }
 

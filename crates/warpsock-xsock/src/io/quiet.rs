@@ -116,6 +116,10 @@ use warpsock_engine::{QpNews, Wc};
 use super::settings::{Count, Readiness, RecvFlags};
 use super::socket::{State, XSocket, WCS};
 
+/// Empty reads of [`XSocket::recv_busy`]'s spin between two yields of the
+/// CPU.
+const YIELD_EVERY: u32 = 16;
+
 /// What [`XSocket::recv_quiet`] did.
 #[derive(Debug)]
 pub enum Spun {
@@ -158,7 +162,8 @@ impl XSocket {
     /// §6, sessions 33 and 35).
     ///
     /// Anything else is the usual blocking receive at once, its wait
-    /// spinning as the engine's does: no busy poll, `MSG_WAITALL` (the
+    /// spinning as the engine's does: no busy poll, a zero timeout (one
+    /// that expires at once), `MSG_WAITALL` (the
     /// quiet read returns what came, not a full buffer), a socket not
     /// quiet, or made busy by what the read brought without a message for
     /// the call (a credit return: `EAGAIN` from the quiet read) — such a
@@ -176,7 +181,9 @@ impl XSocket {
     ) -> (std::io::Result<(usize, bool)>, Readiness) {
         debug_assert!(!flags.nonblocking);
         let spin = self.opts.busy_poll;
-        if !spin.is_zero() && !flags.waitall && !bufs.is_empty() {
+        // A zero timeout expires at once: no spin.
+        let expires_now = timeout.is_some_and(|t| t.is_zero());
+        if !spin.is_zero() && !flags.waitall && !bufs.is_empty() && !expires_now {
             let quiet = RecvFlags {
                 nonblocking: true,
                 ..flags
@@ -184,6 +191,7 @@ impl XSocket {
             // The clock is read once the first read came up empty (an
             // answer found at once reads none), as the engine's spin does.
             let mut until = None;
+            let mut empty = 0u32;
             loop {
                 match self.recv_quiet(bufs, quiet) {
                     Spun::Empty => {}
@@ -196,6 +204,16 @@ impl XSocket {
                     return warpsock_engine::spun::after_spin(|| {
                         self.recv_vectored_ready(bufs, flags, timeout)
                     });
+                }
+                // A yield now and then: free when this CPU has nothing
+                // else to run, and lets a peer (or the thread that would
+                // send the answer) sharing the CPU run before the spin
+                // ends, as the engine's spin yields every round (a
+                // ping-pong's answer comes within the first few reads,
+                // which yield never; helper 32's review).
+                empty += 1;
+                if empty % YIELD_EVERY == 0 {
+                    std::thread::yield_now();
                 }
             }
         }
