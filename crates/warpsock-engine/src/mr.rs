@@ -129,6 +129,21 @@ impl Mr {
         self.addr
     }
 
+    /// The prefix of the region the peer's RDMA Writes have placed, in
+    /// order from its start: what a peer that says it wrote `n` bytes
+    /// from the region's start must have written (`warpsock_proto`'s
+    /// `Registry::note_remote_write`). Bytes of a Write whose FPDU was
+    /// taken in are counted (its payload is placed before any later FPDU
+    /// is delivered).
+    pub fn remote_written(&self) -> u64 {
+        self.sh
+            .inner
+            .lock()
+            .reg
+            .remote_written(self.stag)
+            .unwrap_or(0)
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -122,6 +122,9 @@ pub struct RegionInfo {
 struct Slot<B> {
     info: RegionInfo,
     backing: B,
+    /// The region's prefix the peer's RDMA Writes have placed, in order
+    /// from its start ([`Registry::note_remote_write`]).
+    written: u64,
 }
 
 /// The STag table with protection domains.
@@ -203,6 +206,7 @@ impl<B: Backing> Registry<B> {
                 valid: true,
             },
             backing,
+            written: 0,
         });
         stag
     }
@@ -223,6 +227,30 @@ impl<B: Backing> Registry<B> {
     pub fn info(&self, stag: Stag) -> Option<RegionInfo> {
         match self.slots.get((stag >> 8) as usize) {
             Some(Some(s)) if s.info.stag == stag => Some(s.info),
+            _ => None,
+        }
+    }
+
+    /// Notes a peer's RDMA Write about to be placed at `r` (checked by
+    /// [`Self::check`]): the region's written prefix grows when the Write
+    /// starts at or before its end. A sender that writes a buffer in order
+    /// from its start (as a sink's writer must) keeps the prefix equal to
+    /// what it wrote; one that skips bytes leaves the prefix at the gap.
+    /// For a consumer that must not take a peer's word for how much it
+    /// wrote (a sink's SINK_DONE; issue 12, session 35's review).
+    pub fn note_remote_write(&mut self, r: &Range) {
+        if let Some(Some(s)) = self.slots.get_mut((r.stag >> 8) as usize) {
+            if s.info.stag == r.stag && r.offset <= s.written {
+                s.written = s.written.max(r.offset.saturating_add(r.len));
+            }
+        }
+    }
+
+    /// The prefix of a live region the peer's RDMA Writes have placed in
+    /// order from its start ([`Self::note_remote_write`]).
+    pub fn remote_written(&self, stag: Stag) -> Option<u64> {
+        match self.slots.get((stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == stag => Some(s.written),
             _ => None,
         }
     }
@@ -415,5 +443,33 @@ mod tests {
             r.check(pd, s, 0, 1, Access::LOCAL_READ),
             Err(MemError::InvalidStag)
         );
+    }
+
+    #[test]
+    fn the_written_prefix_grows_only_with_writes_in_order() {
+        let mut r: Registry<Vec<u8>> = Registry::new();
+        let pd = r.alloc_pd();
+        let s = r.register(pd, 0x1000, vec![0; 100], Access::REMOTE_WRITE, 1);
+        let w = |r: &mut Registry<Vec<u8>>, at: u64, len: u64| {
+            let range = r
+                .check(pd, s, 0x1000 + at, len, Access::REMOTE_WRITE)
+                .unwrap();
+            r.note_remote_write(&range);
+            r.remote_written(s).unwrap()
+        };
+        assert_eq!(r.remote_written(s), Some(0));
+        // A gap: nothing placed from the start.
+        assert_eq!(w(&mut r, 10, 10), 0);
+        assert_eq!(w(&mut r, 0, 10), 10);
+        // In order, then a rewrite of placed bytes, then past a gap.
+        assert_eq!(w(&mut r, 10, 20), 30);
+        assert_eq!(w(&mut r, 5, 10), 30);
+        assert_eq!(w(&mut r, 40, 10), 30);
+        assert_eq!(w(&mut r, 25, 75), 100);
+        // Another registration in the same slot starts at 0.
+        r.deregister(s);
+        let t = r.register(pd, 0x1000, vec![0; 100], Access::REMOTE_WRITE, 2);
+        assert_eq!(r.remote_written(t), Some(0));
+        assert_eq!(r.remote_written(s), None);
     }
 }

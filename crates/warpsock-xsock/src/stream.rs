@@ -564,7 +564,10 @@ impl Stream {
                 let room = (s.ad.len - s.written) as usize;
                 return TxStep::Write {
                     stag: s.ad.stag,
-                    to: s.ad.to + u64::from(s.written),
+                    // The peer's tagged offset: wrapping, as the engine's
+                    // own sums over it (a peer's `to` near the top of the
+                    // range panicked a debug build here, under the lock).
+                    to: s.ad.to.wrapping_add(u64::from(s.written)),
                     len: avail.min(room),
                 };
             }

@@ -162,3 +162,49 @@ fn sinks_declined_by_the_stream_still_count_until_answered() {
     reader.on_message(0, &done).unwrap();
     assert!(reader.sink_room());
 }
+
+/// A peer's tagged offsets are its own to choose: near the top of the
+/// range our sums over them wrap, as the engine's do, and the Write goes
+/// (the peer's engine then refuses it, or not: its memory) — never a
+/// panic under the socket's lock. Fails in a debug build with the plain
+/// additions (helper 33's review, session 35): an IOMAP whose `to` is the
+/// last byte's, then a write one byte in; a SINK ending at the top, then
+/// its second Write.
+#[test]
+fn a_peers_tagged_offsets_near_the_top_wrap() {
+    use warpsock_xsock::TxStep;
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    let map = Body::IoMap(IoMapAd {
+        offset: 0,
+        len: u64::MAX,
+        to: u64::MAX,
+        stag: 7,
+        access: 3,
+    });
+    assert_eq!(feed(&mut s, [map].into_iter()), None);
+    assert_eq!(s.peer_map(1, 1, true), Ok((7, 0)));
+
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    let sink = Body::Sink(SinkAd {
+        id: 1,
+        len: 1 << 20,
+        rx_seq: 0,
+        stag: 9,
+        to: u64::MAX - 10,
+        waitall: false,
+    });
+    assert_eq!(feed(&mut s, [sink].into_iter()), None);
+    assert!(matches!(
+        s.tx_data(100, true),
+        TxStep::Write { to, len: 100, .. } if to == u64::MAX - 10
+    ));
+    s.tx_wrote(100);
+    assert!(matches!(
+        s.tx_data(100, true),
+        TxStep::Write {
+            to: 89,
+            len: 100,
+            ..
+        }
+    ));
+}

@@ -467,6 +467,12 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
     while let Some(mut r) = st.aio.recvs.pop_front() {
         if let Some((id, mr)) = r.sink.take() {
             match st.s.sink_state(id) {
+                // Not placed as the peer says: the connection failed (the
+                // request completes with its error below).
+                SinkState::Filled { len, .. } if !x.sink_truly_filled(st, &mr, len) => {
+                    st.s.release_sink(id);
+                    drop(mr);
+                }
                 SinkState::Filled { len, .. } => {
                     st.s.release_sink(id);
                     drop(mr);

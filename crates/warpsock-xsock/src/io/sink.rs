@@ -9,13 +9,38 @@ use std::io;
 use std::sync::MutexGuard;
 use std::time::Instant;
 
-use warpsock_engine::Access;
+use warpsock_engine::{Access, Mr};
 
 use super::settings::Count;
 use super::socket::{State, XSocket};
 use crate::stream::SinkState;
 
 impl XSocket {
+    /// Whether the peer's RDMA Writes placed the `len` bytes its
+    /// SINK_DONE says it wrote into the sink `mr`, in order from its start
+    /// ([`warpsock_engine::Mr::remote_written`]). A peer that claims more
+    /// would make the read return bytes it never sent — the buffer's old
+    /// contents, which the program may well send back (an echo, a proxy):
+    /// the connection fails with `EPROTO` and a Terminate instead
+    /// (helper 33's review, session 35). An honest writer writes the sink
+    /// in order from its start, and its SINK_DONE follows its Writes in
+    /// the stream: they were placed before it was delivered.
+    pub(super) fn sink_truly_filled(&self, st: &mut State, mr: &Mr, len: u32) -> bool {
+        let placed = mr.remote_written();
+        if placed >= u64::from(len) {
+            return true;
+        }
+        self.fail(
+            st,
+            libc::EPROTO,
+            format!(
+                "the peer broke the protocol: its SINK_DONE says {len} bytes, its Writes placed {placed}"
+            ),
+        );
+        self.qp.terminate(super::socket::TERMINATE_CODE);
+        false
+    }
+
     /// The start of a vectored read (blocking, stream mode) whose buffers
     /// open with small ones followed by one of at least `zcopy_min` bytes:
     /// if nothing is queued, the large buffer is offered as a sink for the
@@ -175,8 +200,16 @@ impl XSocket {
         let placed = loop {
             copied = self.fill_head(&mut st, head, copied);
             match st.s.sink_state(id) {
-                // Its bytes follow the head's, which came before its end.
-                SinkState::Filled { len, .. } => break len as usize,
+                // Its bytes follow the head's, which came before its end
+                // — if the peer's Writes placed them (else the connection
+                // failed: nothing placed).
+                SinkState::Filled { len, .. } => {
+                    break if self.sink_truly_filled(&mut st, &mr, len) {
+                        len as usize
+                    } else {
+                        0
+                    };
+                }
                 SinkState::Declined => break 0,
                 _ => {}
             }

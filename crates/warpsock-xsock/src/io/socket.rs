@@ -241,7 +241,7 @@ pub struct XSocket {
 /// malformed message, a credit overrun, a misused sink): RDMAP layer,
 /// remote operation error, unspecified — the message was a valid RDMAP
 /// Send whose contents our upper layer rejects.
-const TERMINATE_CODE: TermCode = TermCode::RDMAP_OPERATION_UNSPECIFIED;
+pub(crate) const TERMINATE_CODE: TermCode = TermCode::RDMAP_OPERATION_UNSPECIFIED;
 
 impl XSocket {
     /// Local address.

@@ -33,6 +33,7 @@ impl Stream {
         if m.access & need == 0 {
             return Err(MapError::Access);
         }
-        Ok((m.stag, m.to + (offset - m.offset)))
+        // The peer's tagged offset: wrapping, as the engine's sums over it.
+        Ok((m.stag, m.to.wrapping_add(offset - m.offset)))
     }
 }

@@ -233,7 +233,10 @@ impl Connection {
                 if hdr.opcode == Opcode::RdmaWrite {
                     if payload_len > 0 {
                         match reg.check(pd, stag, to, payload_len as u64, Access::REMOTE_WRITE) {
-                            Ok(r) => self.rx.targets.push(r),
+                            Ok(r) => {
+                                reg.note_remote_write(&r);
+                                self.rx.targets.push(r);
+                            }
                             Err(e) => return self.terminate_ddp(tagged_code(e)),
                         }
                     }
