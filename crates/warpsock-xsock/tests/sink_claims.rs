@@ -1,8 +1,10 @@
-//! A peer's SINK_DONE is not taken at its word (issue 12; session 35's
-//! review): the bytes it says it wrote into a reader's sink must have been
-//! placed there by its RDMA Writes, else the read would return the
-//! buffer's old contents as the peer's bytes — memory of the program's
-//! that an echo or a proxy then sends to that peer.
+//! What a peer learns of our memory, and what it can claim about it
+//! (issue 12; session 35's review): a SINK_DONE is not taken at its word —
+//! the bytes it says it wrote into a reader's sink must have been placed
+//! there by its RDMA Writes, else the read would return the buffer's old
+//! contents as the peer's bytes (memory of the program's that an echo or
+//! a proxy then sends to that peer); and the tagged offsets we announce
+//! (a sink's, a mapping's) are not addresses of our memory.
 
 use std::time::Instant;
 
@@ -11,7 +13,7 @@ use warpsock_xsock::wire::{Body, Msg, MAX_CONTROL_LEN};
 
 mod net;
 
-use net::{opts, switch_both, tcp_pair, LIMIT};
+use net::{opts, pattern, switch_both, tcp_pair, LIMIT};
 
 /// A blocking receive that is not a peek.
 const BLOCKING: RecvFlags = RecvFlags {
@@ -58,4 +60,55 @@ fn a_sink_done_for_bytes_never_written_fails_the_read() {
         let e = r.expect_err("the read returned bytes the peer never wrote");
         assert_eq!(e.raw_os_error(), Some(libc::EPROTO), "{e}");
     });
+}
+
+/// An honest peer fills a 1 MiB read's sink and the read returns its
+/// bytes (the written prefix it placed is the MiB it says); the offer and
+/// a mapping told it tagged offset 0, not where our buffers are. Fails
+/// with the buffers' addresses announced (`to` = the pointer).
+#[test]
+fn our_sinks_and_mappings_tell_the_peer_no_address() {
+    let (a, b) = tcp_pair();
+    let o = Options {
+        sinks: true,
+        ..opts()
+    };
+    let (xa, xb) = switch_both(&a, &b, &o);
+    let src = pattern(1 << 20, 3);
+    std::thread::scope(|sc| {
+        let reader = sc.spawn(|| {
+            let mut buf = vec![0xAAu8; 1 << 20];
+            let all = RecvFlags {
+                waitall: true,
+                ..BLOCKING
+            };
+            let (n, _) = xb.recv(&mut buf, all, Some(LIMIT)).unwrap();
+            assert_eq!(n, 1 << 20);
+            buf
+        });
+        let t = Instant::now();
+        while !xa.peer_sink_offered() {
+            assert!(t.elapsed() < LIMIT, "the reader offered no sink");
+            std::thread::yield_now();
+        }
+        assert_eq!(xa.peer_tagged_offsets(), vec![0], "the sink's offset");
+        assert_eq!(xa.send(&src, false, Some(LIMIT)).unwrap(), src.len());
+        assert!(
+            reader.join().unwrap() == src,
+            "the read's bytes are the peer's"
+        );
+    });
+    let mut target = vec![0u8; 8192];
+    #[allow(unsafe_code)]
+    // SAFETY: `target` outlives the mapping (the sockets are dropped first).
+    let off = unsafe { xb.riomap(target.as_mut_ptr(), target.len(), true, true, Some(4096)) };
+    assert_eq!(off.unwrap(), 4096);
+    // The mapping reaches the peer with the stream.
+    xb.send(b"mapped", false, None).unwrap();
+    let mut m = [0u8; 6];
+    xa.recv(&mut m, BLOCKING, Some(LIMIT)).unwrap();
+    assert_eq!(&m, b"mapped");
+    assert_eq!(xa.peer_tagged_offsets(), vec![0], "the mapping's offset");
+    drop((xa, xb));
+    drop(target);
 }

@@ -83,6 +83,9 @@ use crate::wire::{IoMapAd, ACCESS_READ, ACCESS_WRITE};
 #[derive(Debug)]
 pub(crate) struct LocalMap {
     mr: Mr,
+    /// The buffer's address, which `riounmap` names (the registration's
+    /// tagged offsets start at 0, not there).
+    ptr: usize,
 }
 
 /// Kind of an asynchronous operation.
@@ -517,7 +520,12 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
                 // SAFETY: as above; the registration is dropped once the
                 // sink is final.
                 let mr = unsafe {
-                    x.pd.register_raw(r.ptr, r.len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                    x.pd.register_raw_iova(
+                        r.ptr,
+                        r.len,
+                        0,
+                        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                    )
                 };
                 let id = st.s.post_sink(
                     mr.rkey(),
@@ -588,8 +596,10 @@ impl XSocket {
         if overlaps {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
         }
-        // SAFETY: forwarded from this function's contract.
-        let mr = unsafe { self.pd.register_raw(ptr, len, access) };
+        // SAFETY: forwarded from this function's contract. Tagged offset
+        // 0 at the buffer's start: the announcement tells the peer no
+        // address of ours (helper 33's review, session 35).
+        let mr = unsafe { self.pd.register_raw_iova(ptr, len, 0, access) };
         let ad = IoMapAd {
             offset,
             len: len as u64,
@@ -598,7 +608,13 @@ impl XSocket {
             access: if writable { ACCESS_WRITE } else { 0 }
                 | if readable { ACCESS_READ } else { 0 },
         };
-        st.maps.insert(offset, LocalMap { mr });
+        st.maps.insert(
+            offset,
+            LocalMap {
+                mr,
+                ptr: ptr as usize,
+            },
+        );
         st.s.announce_map(ad);
         self.flush(&mut st);
         Ok(offset)
@@ -613,7 +629,7 @@ impl XSocket {
         let key = st
             .maps
             .iter()
-            .find(|(_, m)| m.mr.addr() == ptr as u64)
+            .find(|(_, m)| m.ptr == ptr as usize)
             .map(|(o, _)| *o)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
         st.maps.remove(&key);

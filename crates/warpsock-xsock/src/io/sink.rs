@@ -183,10 +183,13 @@ impl XSocket {
         // sink is final (the peer can no longer write into it) or the
         // connection is dead (no more placement); the engine writes it only
         // through the registration dropped before returning.
+        // Tagged offset 0 at the buffer's start: the offer tells the peer
+        // no address of ours (helper 33's review, session 35).
         let mr = unsafe {
-            self.pd.register_raw(
+            self.pd.register_raw_iova(
                 buf.as_mut_ptr(),
                 len,
+                0,
                 Access::LOCAL_WRITE | Access::REMOTE_WRITE,
             )
         };

@@ -13,6 +13,15 @@ impl Stream {
         !self.peer_sinks.is_empty()
     }
 
+    /// The tagged offsets (`to`) of the sinks and mappings the peer has
+    /// announced and the books hold: a diagnostic (tests check that ours
+    /// are not addresses of our memory).
+    #[doc(hidden)]
+    pub fn peer_tagged_offsets(&self) -> Vec<u64> {
+        let sinks = self.peer_sinks.iter().map(|s| s.ad.to);
+        sinks.chain(self.peer_maps.values().map(|m| m.to)).collect()
+    }
+
     /// Whether a sink the peer offered is in use: the next bytes of a send
     /// call go straight into the reader's buffer.
     pub fn sink_ready(&self) -> bool {

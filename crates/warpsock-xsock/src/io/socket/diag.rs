@@ -32,6 +32,15 @@ impl XSocket {
         st.s.sink_offered()
     }
 
+    /// The tagged offsets of the sinks and mappings the peer announced
+    /// (after a round of progress): what the peer's Writes and Reads name.
+    #[doc(hidden)]
+    pub fn peer_tagged_offsets(&self) -> Vec<u64> {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        st.s.peer_tagged_offsets()
+    }
+
     /// Sends `bytes` as one message, bypassing the books: for tests of a
     /// peer that breaks the protocol (and what it is told).
     #[doc(hidden)]
