@@ -52,7 +52,8 @@ extern "C" {
  * them under offset (-1: the buffer's address). prot: PROT_WRITE (the peer
  * may warpsock_riowrite) and/or PROT_READ (the peer may warpsock_rioread).
  * flags must be 0. The peer knows the mapping once it has read anything
- * sent after this call. Returns the offset, or -1 (errno). */
+ * sent after this call. Returns the offset, or -1 (errno; ENOBUFS: 4096
+ * mappings of the socket live already, the most a peer holds). */
 off_t warpsock_riomap(int fd, void *buf, size_t len, int prot, int flags, off_t offset);
 /* Ends the mapping of buf (the peer must have stopped using it). */
 int warpsock_riounmap(int fd, void *buf, size_t len);

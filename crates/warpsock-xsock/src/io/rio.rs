@@ -558,7 +558,10 @@ fn map_errno(e: MapError) -> io::Error {
 impl XSocket {
     /// Registers `len` bytes at `ptr` for the peer's one-sided access
     /// (`writable`: `riowrite`, `readable`: `rioread`) and announces it
-    /// under `offset` (`None`: the buffer's address). Returns the offset.
+    /// under `offset` (`None`: the buffer's address). Returns the offset;
+    /// `EEXIST` for an offset range another mapping holds, `ENOBUFS` with
+    /// [`crate::stream::PEER_MAPS_MAX`] mappings live (the most a peer
+    /// holds).
     ///
     /// # Safety
     /// The memory must stay valid until [`Self::riounmap`] (or the
@@ -595,6 +598,12 @@ impl XSocket {
             .is_some_and(|(o, m)| o + m.mr.len() as u64 > offset);
         if overlaps {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        // The peer holds at most this many of ours (a peer of this build
+        // fails the connection past it: `StreamError::TooMany`): the call
+        // fails here instead (helper 33's review, session 35).
+        if st.maps.len() >= crate::stream::PEER_MAPS_MAX {
+            return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
         }
         // SAFETY: forwarded from this function's contract. Tagged offset
         // 0 at the buffer's start: the announcement tells the peer no

@@ -385,7 +385,18 @@ impl XSocket {
                     // SAFETY: the receive in `slot` completed and the slot is
                     // reposted only after the books free it.
                     let bytes = unsafe { self.rx.bytes(at, wc.byte_len as usize) };
-                    let r = st.s.on_message(slot, bytes);
+                    // After a failure (a protocol error before it in this
+                    // batch, a reset) the connection is going down: nothing
+                    // the peer sent after it reaches the books — no DATA
+                    // behind a bad message, no end of stream that a read
+                    // would take for a clean end before the error (Linux's
+                    // `tcp_recvmsg` reports the socket's error first;
+                    // helper 33's review, session 35).
+                    let r = if st.error.is_some() {
+                        Ok(())
+                    } else {
+                        st.s.on_message(slot, bytes)
+                    };
                     if let Err(e) = r {
                         self.fail(
                             st,
