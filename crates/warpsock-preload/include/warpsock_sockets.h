@@ -61,13 +61,16 @@ int warpsock_riounmap(int fd, void *buf, size_t len);
  * when sent. The peer is not notified: bytes sent after it arrive after it
  * is placed, and it is placed after every byte sent before it. Bytes sent
  * before it that still wait in the send buffer (the peer not reading) go
- * first: the call waits for them — for the peer to read — with no bound,
- * or on a non-blocking socket fails at once with EAGAIN (an asynchronous
- * write is queued behind them). flags must be 0. Returns count, or -1
- * (EINVAL: not mapped; EACCES: not writable; EAGAIN). */
+ * first: the call waits for them — for the peer to read — or on a
+ * non-blocking socket fails at once with EAGAIN (an asynchronous write is
+ * queued behind them). The wait has no bound unless SO_SNDTIMEO is set:
+ * past it the connection fails with ETIMEDOUT (a one-sided request cannot
+ * be withdrawn). flags must be 0. Returns count, or -1 (EINVAL: not
+ * mapped; EACCES: not writable; EAGAIN; ETIMEDOUT). */
 ssize_t warpsock_riowrite(int fd, const void *buf, size_t count, off_t offset, int flags);
 /* One-sided read of count bytes from the peer's mapping at offset; after
- * the bytes sent before it, as warpsock_riowrite (EAGAIN likewise). */
+ * the bytes sent before it, as warpsock_riowrite (EAGAIN likewise; bounded
+ * by SO_RCVTIMEO, ETIMEDOUT likewise). */
 ssize_t warpsock_rioread(int fd, void *buf, size_t count, off_t offset, int flags);
 
 /* Asynchronous operations: return at once (0, or -1 and errno); the buffer

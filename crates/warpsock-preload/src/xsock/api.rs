@@ -140,7 +140,9 @@ pub unsafe extern "C" fn warpsock_riounmap(fd: c_int, buf: *mut c_void, _len: si
 /// One-sided write of `count` bytes into the peer's mapping at `offset`;
 /// returns once sent (the peer is not notified: send a message after it),
 /// after the bytes of earlier sends — on a non-blocking socket `EAGAIN`
-/// while some of those still wait in the send buffer.
+/// while some of those still wait in the send buffer. `SO_SNDTIMEO`
+/// bounds it: past it the connection fails with `ETIMEDOUT` (a Write
+/// cannot be withdrawn).
 #[no_mangle]
 pub unsafe extern "C" fn warpsock_riowrite(
     fd: c_int,
@@ -161,11 +163,14 @@ pub unsafe extern "C" fn warpsock_riowrite(
     // Non-blocking (`O_NONBLOCK`): `EAGAIN` rather than wait behind bytes
     // of earlier sends that are still in the send buffer.
     io_call(fd, -1, |s| {
-        Ok(s.x.riowrite_as(b, offset as u64, s.nonblocking())? as ssize_t)
+        let timeout = s.timeouts().1;
+        Ok(s.x.riowrite_as(b, offset as u64, s.nonblocking(), timeout)? as ssize_t)
     })
 }
 
 /// One-sided read of `count` bytes from the peer's mapping at `offset`.
+/// `SO_RCVTIMEO` bounds it: past it the connection fails with `ETIMEDOUT`
+/// (a Read cannot be withdrawn: its Response would land later).
 #[no_mangle]
 pub unsafe extern "C" fn warpsock_rioread(
     fd: c_int,
@@ -184,7 +189,8 @@ pub unsafe extern "C" fn warpsock_rioread(
         unsafe { std::slice::from_raw_parts_mut(buf.cast(), count) }
     };
     io_call(fd, -1, |s| {
-        Ok(s.x.rioread_as(b, offset as u64, s.nonblocking())? as ssize_t)
+        let timeout = s.timeouts().0;
+        Ok(s.x.rioread_as(b, offset as u64, s.nonblocking(), timeout)? as ssize_t)
     })
 }
 

@@ -294,6 +294,13 @@ fn dead_end() -> c_int {
 }
 
 impl DdpSock {
+    /// The socket's `SO_RCVTIMEO` and `SO_SNDTIMEO` (`None`: none set),
+    /// for the extended calls that wait (`warpsock_rioread`,
+    /// `warpsock_riowrite`).
+    pub(crate) fn timeouts(&self) -> (Option<Duration>, Option<Duration>) {
+        (self.rcvtimeo.get(), self.sndtimeo.get())
+    }
+
     /// `WARPSOCK_TEST_PASS_HOLD_FD` (test-hooks): the program's lingering
     /// close (its release, before the socket leaves the progress thread's
     /// watch) asks for a pass of the progress thread over the socket (an

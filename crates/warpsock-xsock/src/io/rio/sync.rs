@@ -4,16 +4,30 @@
 //! and waited for.
 
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::super::socket::XSocket;
 use super::sends_ahead;
 
 impl XSocket {
-    fn wait_rio(&self, id: u64) -> io::Result<usize> {
+    /// Waits for the request `id`, up to `timeout` (`None`: for good, as a
+    /// blocking socket call without a timeout). An iWARP request cannot
+    /// be withdrawn — a Read's Response, a Write's bytes still to go, may
+    /// reach the caller's buffer later — so at the timeout the connection
+    /// fails (`ETIMEDOUT`, disconnected: the engine flushes the request,
+    /// and no late Response is placed) and the call returns once the
+    /// request is flushed (a peer that never answers a Read, or holds a
+    /// Write behind a zero window, held the call for good; helper 33's
+    /// review, session 35).
+    fn wait_rio(&self, id: u64, timeout: Option<Duration>, write: bool) -> io::Result<usize> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut timed_out = false;
         let mut st = self.lock();
         loop {
             if let Some(r) = st.aio.sync_done.remove(&id) {
+                if timed_out {
+                    return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+                }
                 return r.map_err(io::Error::from_raw_os_error);
             }
             if let Some((errno, _)) = st.error {
@@ -21,9 +35,20 @@ impl XSocket {
                     return Err(io::Error::from_raw_os_error(errno));
                 }
             }
+            if !timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
+                timed_out = true;
+                let what = if write { "write" } else { "read" };
+                self.fail(
+                    &mut st,
+                    libc::ETIMEDOUT,
+                    format!("a one-sided {what} was not done within {timeout:?}"),
+                );
+                self.qp.disconnect();
+            }
             // The request reads or writes the caller's buffer until it
             // completes: a signal does not end this wait (issue 12).
-            st = self.wait(st, None::<Instant>);
+            let until = if timed_out { None } else { deadline };
+            st = self.wait(st, until);
         }
     }
 
@@ -38,6 +63,7 @@ impl XSocket {
         offset: u64,
         write: bool,
         nonblocking: bool,
+        timeout: Option<Duration>,
     ) -> io::Result<usize> {
         if len == 0 {
             return Ok(0);
@@ -54,7 +80,7 @@ impl XSocket {
                 self.post_rio(&mut st, &[(ptr, len)], offset, write, None)?
             }
         };
-        self.wait_rio(id)
+        self.wait_rio(id, timeout, write)
     }
 
     /// One-sided write of `buf` into the peer's mapping at `offset`
@@ -62,26 +88,41 @@ impl XSocket {
     /// of earlier send calls (see the module's docs), so possibly once the
     /// peer has read enough of them.
     pub fn riowrite(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        self.riowrite_as(buf, offset, false)
+        self.riowrite_as(buf, offset, false, None)
     }
 
     /// [`Self::riowrite`] of a non-blocking socket (`nonblocking`):
     /// `EAGAIN` at once while bytes of earlier send calls wait to be
-    /// posted (the engine only reads `buf`).
-    pub fn riowrite_as(&self, buf: &[u8], offset: u64, nonblocking: bool) -> io::Result<usize> {
+    /// posted (the engine only reads `buf`); and bounded by `timeout`
+    /// (the socket's `SO_SNDTIMEO`): past it the connection fails with
+    /// `ETIMEDOUT` (see `wait_rio`).
+    pub fn riowrite_as(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        nonblocking: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
         let seg = (buf.as_ptr().cast_mut(), buf.len());
-        self.rio_sync(seg, offset, true, nonblocking)
+        self.rio_sync(seg, offset, true, nonblocking, timeout)
     }
 
     /// One-sided read of `buf.len()` bytes from the peer's mapping at
     /// `offset` (`rioread`); returns when they are in `buf`.
     pub fn rioread(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.rioread_as(buf, offset, false)
+        self.rioread_as(buf, offset, false, None)
     }
 
-    /// [`Self::rioread`] of a non-blocking socket, as
-    /// [`Self::riowrite_as`].
-    pub fn rioread_as(&self, buf: &mut [u8], offset: u64, nonblocking: bool) -> io::Result<usize> {
-        self.rio_sync((buf.as_mut_ptr(), buf.len()), offset, false, nonblocking)
+    /// [`Self::rioread`] of a non-blocking socket, bounded by `timeout`
+    /// (the socket's `SO_RCVTIMEO`), as [`Self::riowrite_as`].
+    pub fn rioread_as(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        nonblocking: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let seg = (buf.as_mut_ptr(), buf.len());
+        self.rio_sync(seg, offset, false, nonblocking, timeout)
     }
 }

@@ -256,7 +256,7 @@ fn a_nonblocking_riowrite_behind_buffered_bytes_gets_eagain() {
     let (tx, rx) = std::sync::mpsc::channel();
     let x = std::sync::Arc::clone(&xa);
     std::thread::spawn(move || {
-        let r = x.riowrite_as(&[2u8; 64], off, true);
+        let r = x.riowrite_as(&[2u8; 64], off, true, None);
         let _ = tx.send(r.map_err(|e| e.raw_os_error()));
     });
     let r = rx
@@ -287,7 +287,7 @@ fn a_nonblocking_riowrite_behind_buffered_bytes_gets_eagain() {
         xa.progress();
     }
     assert!(got == stream);
-    assert_eq!(xa.riowrite_as(&[2u8; 64], off, true).unwrap(), 64);
+    assert_eq!(xa.riowrite_as(&[2u8; 64], off, true, None).unwrap(), 64);
     #[allow(unsafe_code)]
     // SAFETY: `region` is live; a volatile read sees what the Write placed.
     while unsafe { std::ptr::read_volatile(region.as_ptr().add(63)) } != 2 {
