@@ -208,3 +208,33 @@ fn a_peers_tagged_offsets_near_the_top_wrap() {
         }
     ));
 }
+
+/// Our own announcements are bounded too: a map and its unmap while the
+/// map is still queued send neither (the peer never knew it), and an
+/// unmap still queued when its offset is mapped again is dropped (the
+/// IOMAP replaces): a thousand map/unmap cycles queue nothing, and an
+/// unmap-then-map of a mapping the peer knows sends the one IOMAP.
+/// Fails with every announcement queued (the first message polled is the
+/// first cycle's IOMAP).
+#[test]
+fn our_map_and_unmap_announcements_cancel_while_queued() {
+    let ad = |offset: u64| IoMapAd {
+        offset,
+        len: 4096,
+        to: 0,
+        stag: 7,
+        access: 3,
+    };
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    for _ in 0..1000 {
+        s.announce_map(ad(1 << 20));
+        s.announce_unmap(1 << 20);
+    }
+    assert!(s.poll_msg().is_none(), "cancelled announcements were sent");
+    s.announce_map(ad(2 << 20));
+    assert!(matches!(s.poll_msg().map(|m| m.body), Some(Body::IoMap(_))));
+    s.announce_unmap(2 << 20);
+    s.announce_map(ad(2 << 20));
+    assert!(matches!(s.poll_msg().map(|m| m.body), Some(Body::IoMap(_))));
+    assert!(s.poll_msg().is_none(), "the replaced unmap was sent");
+}

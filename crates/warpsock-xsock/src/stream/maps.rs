@@ -6,14 +6,27 @@ use super::{MapError, Stream};
 use crate::wire::{Body, IoMapAd, ACCESS_READ, ACCESS_WRITE};
 
 impl Stream {
-    /// Tells the peer about a local buffer it may access (`riomap`).
+    /// Tells the peer about a local buffer it may access (`riomap`). An
+    /// unmap of the same offset still queued goes no more: the peer takes
+    /// a repeated IOMAP for a replacement. So a program that maps and
+    /// unmaps in a loop while the peer returns no credits queues at most
+    /// one message an offset (helper 33's review, session 35).
     pub fn announce_map(&mut self, ad: IoMapAd) {
+        self.out
+            .retain(|b| !matches!(b, Body::IoUnmap { offset } if *offset == ad.offset));
         self.out.push_back(Body::IoMap(ad));
     }
 
-    /// Tells the peer a mapping is gone (`riounmap`).
+    /// Tells the peer a mapping is gone (`riounmap`) — unless its
+    /// announcement is still queued: then neither goes, the peer never
+    /// having known it.
     pub fn announce_unmap(&mut self, offset: u64) {
-        self.out.push_back(Body::IoUnmap { offset });
+        let queued = self.out.len();
+        self.out
+            .retain(|b| !matches!(b, Body::IoMap(ad) if ad.offset == offset));
+        if self.out.len() == queued {
+            self.out.push_back(Body::IoUnmap { offset });
+        }
     }
 
     /// Where `len` bytes at `offset` of the peer's mappings are: (STag,
