@@ -132,9 +132,9 @@ impl Mr {
     /// The prefix of the region the peer's RDMA Writes have placed, in
     /// order from its start: what a peer that says it wrote `n` bytes
     /// from the region's start must have written (`warpsock_proto`'s
-    /// `Registry::note_remote_write`). Bytes of a Write whose FPDU was
-    /// taken in are counted (its payload is placed before any later FPDU
-    /// is delivered).
+    /// `Registry::note_remote_write`). A Write's bytes count once its
+    /// whole FPDU is in (payload placed, CRC checked): a claim looked at
+    /// after a later message was delivered sees every Write before it.
     pub fn remote_written(&self) -> u64 {
         self.sh
             .inner

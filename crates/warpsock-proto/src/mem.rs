@@ -231,9 +231,9 @@ impl<B: Backing> Registry<B> {
         }
     }
 
-    /// Notes a peer's RDMA Write about to be placed at `r` (checked by
-    /// [`Self::check`]): the region's written prefix grows when the Write
-    /// starts at or before its end. A sender that writes a buffer in order
+    /// Notes a peer's RDMA Write placed at `r` (checked by [`Self::check`],
+    /// its payload in and its CRC good): the region's written prefix grows
+    /// when the Write starts at or before its end. A sender that writes a buffer in order
     /// from its start (as a sink's writer must) keeps the prefix equal to
     /// what it wrote; one that skips bytes leaves the prefix at the gap.
     /// For a consumer that must not take a peer's word for how much it

@@ -29,6 +29,19 @@ const BLOCKING: RecvFlags = RecvFlags {
 /// trusted (`Ok(1048576)`).
 #[test]
 fn a_sink_done_for_bytes_never_written_fails_the_read() {
+    lie_about_a_sink(false);
+}
+
+/// The same lie with the end of stream right behind it (one burst): the
+/// read fails with `EPROTO`, not a clean end (`Ok(0)`: the end was in the
+/// books before the claim was checked; helper 34's review).
+#[test]
+fn a_lying_sink_done_with_the_end_behind_it_is_no_clean_end() {
+    lie_about_a_sink(true);
+}
+
+/// The lie, and the end of stream behind it if `end`.
+fn lie_about_a_sink(end: bool) {
     let (a, b) = tcp_pair();
     let o = Options {
         sinks: true,
@@ -56,6 +69,9 @@ fn a_sink_done_for_bytes_never_written_fails_the_read() {
         };
         let n = lie.encode(&mut out);
         xa.inject_raw_message(&out[..n]);
+        if end {
+            xa.shutdown(false, true);
+        }
         let r = reader.join().unwrap();
         let e = r.expect_err("the read returned bytes the peer never wrote");
         assert_eq!(e.raw_os_error(), Some(libc::EPROTO), "{e}");
@@ -63,9 +79,11 @@ fn a_sink_done_for_bytes_never_written_fails_the_read() {
 }
 
 /// An honest peer fills a 1 MiB read's sink and the read returns its
-/// bytes (the written prefix it placed is the MiB it says); the offer and
-/// a mapping told it tagged offset 0, not where our buffers are. Fails
-/// with the buffers' addresses announced (`to` = the pointer).
+/// bytes (the written prefix it placed is the MiB it says). The offsets
+/// the offer and a mapping told it are not where our buffers are, and the
+/// two ranges do not overlap (a stale STag's offset fails the bounds
+/// check). Fails with the buffers' addresses announced (`to` = the
+/// pointer), or with every registration at one offset.
 #[test]
 fn our_sinks_and_mappings_tell_the_peer_no_address() {
     let (a, b) = tcp_pair();
@@ -75,9 +93,11 @@ fn our_sinks_and_mappings_tell_the_peer_no_address() {
     };
     let (xa, xb) = switch_both(&a, &b, &o);
     let src = pattern(1 << 20, 3);
-    std::thread::scope(|sc| {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink_to = std::thread::scope(|sc| {
         let reader = sc.spawn(|| {
             let mut buf = vec![0xAAu8; 1 << 20];
+            tx.send(buf.as_ptr() as u64).unwrap();
             let all = RecvFlags {
                 waitall: true,
                 ..BLOCKING
@@ -86,17 +106,24 @@ fn our_sinks_and_mappings_tell_the_peer_no_address() {
             assert_eq!(n, 1 << 20);
             buf
         });
+        let buf_at = rx.recv().unwrap();
         let t = Instant::now();
         while !xa.peer_sink_offered() {
             assert!(t.elapsed() < LIMIT, "the reader offered no sink");
             std::thread::yield_now();
         }
-        assert_eq!(xa.peer_tagged_offsets(), vec![0], "the sink's offset");
+        let offsets = xa.peer_tagged_offsets();
+        assert_eq!(offsets.len(), 1);
+        assert_ne!(
+            offsets[0], buf_at,
+            "the sink's offset is the buffer's address"
+        );
         assert_eq!(xa.send(&src, false, Some(LIMIT)).unwrap(), src.len());
         assert!(
             reader.join().unwrap() == src,
             "the read's bytes are the peer's"
         );
+        offsets[0]
     });
     let mut target = vec![0u8; 8192];
     #[allow(unsafe_code)]
@@ -108,7 +135,19 @@ fn our_sinks_and_mappings_tell_the_peer_no_address() {
     let mut m = [0u8; 6];
     xa.recv(&mut m, BLOCKING, Some(LIMIT)).unwrap();
     assert_eq!(&m, b"mapped");
-    assert_eq!(xa.peer_tagged_offsets(), vec![0], "the mapping's offset");
+    let offsets = xa.peer_tagged_offsets();
+    assert_eq!(offsets.len(), 1);
+    let map_to = offsets[0];
+    assert_ne!(
+        map_to,
+        target.as_ptr() as u64,
+        "the mapping's offset is the buffer's address"
+    );
+    let disjoint = map_to >= sink_to + (1 << 20) || map_to + 8192 <= sink_to;
+    assert!(
+        disjoint,
+        "the sink at {sink_to:#x} and the mapping at {map_to:#x} overlap"
+    );
     drop((xa, xb));
     drop(target);
 }

@@ -33,10 +33,27 @@ impl XSocket {
         // thread's between the two could show an end it took in after the
         // batch was written — `send_call` counts a batch whose own news
         // shows the connection's end as not handed over).
+        // The ids, for a one-sided request a failure leaves unposted
+        // (below): collected only for a batch that holds one (a bulk
+        // send's batches allocate nothing more).
+        let is_rio = |id: u64| id & super::socket::WR_KIND == super::socket::WR_RIO;
+        let ids: Vec<u64> = if wrs.iter().any(|w| is_rio(w.wr_id)) {
+            wrs.iter().map(|w| w.wr_id).collect()
+        } else {
+            Vec::new()
+        };
         let (r, news) = self.qp.post_send_batch_news(wrs.drain(..));
         match r {
             Ok(_) => st.news = Some(news),
-            Err(e) => self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}")),
+            Err(e) => {
+                self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}"));
+                // Those not posted never complete: a one-sided one among
+                // them completes now (`rio::post_failed`); those posted
+                // before the failure complete as the connection ends.
+                for &id in ids.iter().skip(e.posted).filter(|&&id| is_rio(id)) {
+                    super::rio::post_failed(st, id, libc::ENOBUFS);
+                }
+            }
         }
         if st.sending == 0 {
             self.rearm(st);

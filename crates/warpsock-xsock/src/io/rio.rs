@@ -248,14 +248,30 @@ impl Aio {
 
 /// A one-sided request finished (`wc` has a `WR_RIO` id).
 pub(crate) fn on_completion(st: &mut State, wc: &Wc) {
-    let id = wc.wr_id & !(0xF << 60);
+    complete(
+        st,
+        wc.wr_id,
+        if wc.is_ok() { None } else { Some(libc::EIO) },
+    );
+}
+
+/// A one-sided request whose post failed (the connection failed with it):
+/// it completes now with `errno`, as no completion will ever come for it —
+/// a synchronous call waiting for it waited for good (helper 34's review,
+/// session 35).
+pub(crate) fn post_failed(st: &mut State, wr_id: u64, errno: i32) {
+    complete(st, wr_id, Some(errno));
+}
+
+/// Completes the one-sided request `wr_id`: its length, or `errno`.
+fn complete(st: &mut State, wr_id: u64, errno: Option<i32>) {
+    let id = wr_id & !(0xF << 60);
     let Some(op) = st.aio.rio.remove(&id) else {
         return;
     };
-    let result = if wc.is_ok() {
-        Ok(op.len)
-    } else {
-        Err(libc::EIO)
+    let result = match errno {
+        None => Ok(op.len),
+        Some(e) => Err(e),
     };
     match op.cookie {
         Some(cookie) => st.aio.done.push_back(Completion {
@@ -507,8 +523,16 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
         // SAFETY: `aio_recv`'s caller keeps `ptr..ptr+len` valid and
         // untouched until the operation completes.
         let out = unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) };
+        let broke = st
+            .error
+            .as_ref()
+            .filter(|_| st.peer_broke)
+            .map(|(errno, _)| *errno);
         let (result, eor) = if let Some((n, eor)) = x.read_now(st, out, false, false) {
             (Ok(n), eor)
+        } else if let Some(errno) = broke {
+            // Its end of stream, behind the breach, is no clean end.
+            (Err(errno), false)
         } else if st.s.eof() {
             (Ok(0), false)
         } else if let Some((errno, _)) = st.error {
@@ -523,7 +547,7 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
                     x.pd.register_raw_iova(
                         r.ptr,
                         r.len,
-                        0,
+                        super::sink::private_iova(r.len),
                         Access::LOCAL_WRITE | Access::REMOTE_WRITE,
                     )
                 };
@@ -605,10 +629,11 @@ impl XSocket {
         if st.maps.len() >= crate::stream::PEER_MAPS_MAX {
             return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
         }
-        // SAFETY: forwarded from this function's contract. Tagged offset
-        // 0 at the buffer's start: the announcement tells the peer no
-        // address of ours (helper 33's review, session 35).
-        let mr = unsafe { self.pd.register_raw_iova(ptr, len, 0, access) };
+        let iova = super::sink::private_iova(len);
+        // SAFETY: forwarded from this function's contract. At a private
+        // tagged offset: the announcement tells the peer no address of ours
+        // (`private_iova`).
+        let mr = unsafe { self.pd.register_raw_iova(ptr, len, iova, access) };
         let ad = IoMapAd {
             offset,
             len: len as u64,

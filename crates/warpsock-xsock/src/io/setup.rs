@@ -155,6 +155,7 @@ impl XSocket {
                 msg_mode: false,
                 shut_rd: false,
                 peer_closed: false,
+                peer_broke: false,
                 aio: Aio::new(opts.sndbuf),
                 maps: BTreeMap::new(),
                 arrivals: 0,

@@ -15,6 +15,35 @@ use super::settings::Count;
 use super::socket::{State, XSocket};
 use crate::stream::SinkState;
 
+/// The tagged offset a sink or mapping of `len` bytes is registered at:
+/// not the buffer's address (a SINK or IOMAP would tell the peer where
+/// our memory is), and never a range an earlier registration of this
+/// process used — each takes the next stretch of a space that starts at a
+/// random page, a guard page after it — so a Write or Read that names a
+/// stale STag (its slot reused, its 8-bit key drawn again) with an offset
+/// of the old range fails the bounds check rather than landing in the new
+/// region (helper 33's and 34's reviews, session 35).
+pub(super) fn private_iova(len: usize) -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    const PAGE: u64 = 4096;
+    /// Where the space starts: 2^44 up to 2^46, a random page.
+    static START: OnceLock<u64> = OnceLock::new();
+    static USED: AtomicU64 = AtomicU64::new(0);
+    let start = *START.get_or_init(|| {
+        let r = RandomState::new().hash_one(std::process::id());
+        (1 << 44) + (r & ((1 << 45) - 1) & !(PAGE - 1))
+    });
+    let span = (len as u64)
+        .div_ceil(PAGE)
+        .saturating_add(1)
+        .saturating_mul(PAGE);
+    // 2^47 bytes of registrations before the space wraps to its start.
+    let at = USED.fetch_add(span, Ordering::Relaxed) % (1 << 47);
+    start + at
+}
+
 impl XSocket {
     /// Whether the peer's RDMA Writes placed the `len` bytes its
     /// SINK_DONE says it wrote into the sink `mr`, in order from its start
@@ -30,6 +59,7 @@ impl XSocket {
         if placed >= u64::from(len) {
             return true;
         }
+        st.peer_broke = true;
         self.fail(
             st,
             libc::EPROTO,
@@ -183,13 +213,13 @@ impl XSocket {
         // sink is final (the peer can no longer write into it) or the
         // connection is dead (no more placement); the engine writes it only
         // through the registration dropped before returning.
-        // Tagged offset 0 at the buffer's start: the offer tells the peer
-        // no address of ours (helper 33's review, session 35).
+        // At a private tagged offset: the offer tells the peer no address
+        // of ours (`private_iova`).
         let mr = unsafe {
             self.pd.register_raw_iova(
                 buf.as_mut_ptr(),
                 len,
-                0,
+                private_iova(len),
                 Access::LOCAL_WRITE | Access::REMOTE_WRITE,
             )
         };

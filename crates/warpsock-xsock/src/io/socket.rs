@@ -51,7 +51,7 @@ use crate::wire::{Hello, Msg, MAX_CONTROL_LEN};
 pub(crate) const WR_SLOT: u64 = 1 << 60;
 pub(crate) const WR_CALL: u64 = 2 << 60;
 pub(crate) const WR_RIO: u64 = 3 << 60;
-const WR_KIND: u64 = 0xF << 60;
+pub(crate) const WR_KIND: u64 = 0xF << 60;
 pub(crate) const CALL_BITS: u32 = 36;
 /// Completions taken from the engine per look. Small: the array is
 /// initialised at every look (a ping-pong's takes one or two; sixteen cost
@@ -76,6 +76,12 @@ pub(crate) struct State {
     pub(crate) msg_mode: bool,
     pub(crate) shut_rd: bool,
     pub(crate) peer_closed: bool,
+    /// The peer broke the protocol (a message the books refused, a sink
+    /// claim its Writes do not back): the connection failed, and nothing it
+    /// sent after that reaches the books, nor does a read take an end of
+    /// stream behind it for a clean end (`EPROTO` instead). A failure of
+    /// our own (a timeout, a reset) leaves what came before it readable.
+    pub(crate) peer_broke: bool,
     pub(crate) aio: Aio,
     pub(crate) maps: BTreeMap<u64, LocalMap>,
     /// Completions processed ([`Readiness::arrivals`]).
@@ -385,19 +391,20 @@ impl XSocket {
                     // SAFETY: the receive in `slot` completed and the slot is
                     // reposted only after the books free it.
                     let bytes = unsafe { self.rx.bytes(at, wc.byte_len as usize) };
-                    // After a failure (a protocol error before it in this
-                    // batch, a reset) the connection is going down: nothing
-                    // the peer sent after it reaches the books — no DATA
-                    // behind a bad message, no end of stream that a read
-                    // would take for a clean end before the error (Linux's
-                    // `tcp_recvmsg` reports the socket's error first;
-                    // helper 33's review, session 35).
-                    let r = if st.error.is_some() {
+                    // After the peer broke the protocol (earlier in this
+                    // batch, or before) nothing it sent reaches the books —
+                    // no DATA behind a bad message, no end of stream a read
+                    // would take for a clean end (helper 33's review,
+                    // session 35). Messages before a failure of our own
+                    // (a timeout) still do: they came before it (helper
+                    // 34's).
+                    let r = if st.peer_broke {
                         Ok(())
                     } else {
                         st.s.on_message(slot, bytes)
                     };
                     if let Err(e) = r {
+                        st.peer_broke = true;
                         self.fail(
                             st,
                             libc::EPROTO,
@@ -721,9 +728,15 @@ impl XSocket {
         if let Some(d) = st.deferred.as_mut() {
             return d.push(wr);
         }
+        let wr_id = wr.wr_id;
         match self.qp.post_send_news(wr) {
             Ok(n) => st.news = Some(n),
-            Err(e) => self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}")),
+            Err(e) => {
+                self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}"));
+                if wr_id & WR_KIND == WR_RIO {
+                    super::rio::post_failed(st, wr_id, libc::ENOBUFS);
+                }
+            }
         }
         // A send call rearms the watch as it returns, and its waits on the
         // way (`settle`): a rearm after each of its posts would only work

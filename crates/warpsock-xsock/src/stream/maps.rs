@@ -6,25 +6,29 @@ use super::{MapError, Stream};
 use crate::wire::{Body, IoMapAd, ACCESS_READ, ACCESS_WRITE};
 
 impl Stream {
-    /// Tells the peer about a local buffer it may access (`riomap`). An
-    /// unmap of the same offset still queued goes no more: the peer takes
-    /// a repeated IOMAP for a replacement. So a program that maps and
-    /// unmaps in a loop while the peer returns no credits queues at most
-    /// one message an offset (helper 33's review, session 35).
+    /// Tells the peer about a local buffer it may access (`riomap`).
     pub fn announce_map(&mut self, ad: IoMapAd) {
-        self.out
-            .retain(|b| !matches!(b, Body::IoUnmap { offset } if *offset == ad.offset));
         self.out.push_back(Body::IoMap(ad));
     }
 
-    /// Tells the peer a mapping is gone (`riounmap`) — unless its
-    /// announcement is still queued: then neither goes, the peer never
-    /// having known it.
+    /// Tells the peer a mapping is gone (`riounmap`). Its announcement,
+    /// if still queued, goes no more; the unmap goes unless one of the
+    /// offset is queued already. (A queued IOMAP with no unmap of its
+    /// offset ahead of it names a mapping the peer does not know: `riomap`
+    /// refuses an offset mapped. An unmap of an offset the peer does not
+    /// know does nothing there.) So a program that maps and unmaps in a
+    /// loop while the peer returns no credits queues at most one unmap an
+    /// offset — it queued two messages a cycle (helper 33's review; a
+    /// queued unmap must never be dropped, though: after map, unmap, map,
+    /// unmap the peer kept the first mapping for good, helper 34's).
     pub fn announce_unmap(&mut self, offset: u64) {
-        let queued = self.out.len();
         self.out
             .retain(|b| !matches!(b, Body::IoMap(ad) if ad.offset == offset));
-        if self.out.len() == queued {
+        let queued = self
+            .out
+            .iter()
+            .any(|b| matches!(b, Body::IoUnmap { offset: o } if *o == offset));
+        if !queued {
             self.out.push_back(Body::IoUnmap { offset });
         }
     }

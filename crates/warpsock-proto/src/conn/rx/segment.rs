@@ -233,10 +233,7 @@ impl Connection {
                 if hdr.opcode == Opcode::RdmaWrite {
                     if payload_len > 0 {
                         match reg.check(pd, stag, to, payload_len as u64, Access::REMOTE_WRITE) {
-                            Ok(r) => {
-                                reg.note_remote_write(&r);
-                                self.rx.targets.push(r);
-                            }
+                            Ok(r) => self.rx.targets.push(r),
                             Err(e) => return self.terminate_ddp(tagged_code(e)),
                         }
                     }
@@ -324,7 +321,17 @@ impl Connection {
         }
         let payload = self.rx.payload_len as u64;
         match self.rx.effect {
-            Effect::None | Effect::WriteDone => {}
+            Effect::None => {}
+            // The Write's payload is placed and its CRC good: its ranges
+            // count into the regions' written prefixes now — not at its
+            // header, which a lying peer can send behind a SINK_DONE with
+            // the payload withheld, the prefix then covering bytes never
+            // placed when the SINK_DONE is looked at (helper 34's review).
+            Effect::WriteDone => {
+                for r in &self.rx.targets {
+                    reg.note_remote_write(r);
+                }
+            }
             Effect::RtrSend => self.rx.expected_msn[0] = self.rx.expected_msn[0].wrapping_add(1),
             Effect::Send => {
                 let msg = self.rx.send.as_mut().expect("send in progress");

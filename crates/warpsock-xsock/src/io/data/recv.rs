@@ -154,6 +154,13 @@ impl XSocket {
                 }
                 continue;
             }
+            // A peer that broke the protocol: its end of stream, behind
+            // the breach, is no clean end (helper 34's review).
+            if st.peer_broke && got == 0 {
+                if let Some(e) = Self::dead(&st) {
+                    return (st, Err(e));
+                }
+            }
             if st.s.eof() || st.shut_rd {
                 return (st, Ok((got, false)));
             }
