@@ -1,11 +1,43 @@
-//! A send call's bookkeeping around its posts: the batch it hands the
+//! A send call's bookkeeping around its posts: a post ([`XSocket::post`];
+//! moved from `io/socket.rs` past 900 lines), the batch it hands the
 //! engine at once ([`XSocket::post_deferred`]), the retransmission timeout
 //! of a receive-only end, and the zero-copy calls still read by the
 //! engine. (Moved from `io/data.rs`, which passed 900 lines.)
 
-use super::socket::{State, XSocket};
+use warpsock_engine::proto::SendWr;
+
+use super::socket::{State, XSocket, WR_KIND, WR_RIO};
 
 impl XSocket {
+    /// Posts `wr` to the engine, or into the batch a send call collects
+    /// ([`Self::post_deferred`]). A post that fails fails the connection
+    /// (`ENOBUFS`); a one-sided request it was completes at once
+    /// (`rio::post_failed`: no completion will come for it).
+    pub(crate) fn post(&self, st: &mut State, wr: SendWr) {
+        st.posts += 1;
+        st.unreaped = true;
+        if let Some(d) = st.deferred.as_mut() {
+            return d.push(wr);
+        }
+        let wr_id = wr.wr_id;
+        match self.qp.post_send_news(wr) {
+            Ok(n) => st.news = Some(n),
+            Err(e) => {
+                self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}"));
+                if wr_id & WR_KIND == WR_RIO {
+                    super::rio::post_failed(st, wr_id, libc::ENOBUFS);
+                }
+            }
+        }
+        // A send call rearms the watch as it returns, and its waits on the
+        // way (`settle`): a rearm after each of its posts would only work
+        // out the same watch once more (while a call sends, the backlog
+        // is its own to flush: see `rearm`).
+        if st.sending == 0 {
+            self.rearm(st);
+        }
+    }
+
     /// Hands the posts a send call held back (`State::deferred`: a call
     /// of several messages collects them until its end or its next wait)
     /// to the engine in one batch, and posts at once again. One transmit
@@ -36,7 +68,7 @@ impl XSocket {
         // The ids, for a one-sided request a failure leaves unposted
         // (below): collected only for a batch that holds one (a bulk
         // send's batches allocate nothing more).
-        let is_rio = |id: u64| id & super::socket::WR_KIND == super::socket::WR_RIO;
+        let is_rio = |id: u64| id & WR_KIND == WR_RIO;
         let ids: Vec<u64> = if wrs.iter().any(|w| is_rio(w.wr_id)) {
             wrs.iter().map(|w| w.wr_id).collect()
         } else {

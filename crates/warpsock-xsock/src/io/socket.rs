@@ -76,11 +76,9 @@ pub(crate) struct State {
     pub(crate) msg_mode: bool,
     pub(crate) shut_rd: bool,
     pub(crate) peer_closed: bool,
-    /// The peer broke the protocol (a message the books refused, a sink
-    /// claim its Writes do not back): the connection failed, and nothing it
-    /// sent after that reaches the books, nor does a read take an end of
-    /// stream behind it for a clean end (`EPROTO` instead). A failure of
-    /// our own (a timeout, a reset) leaves what came before it readable.
+    /// The peer broke the protocol (a message refused, a sink claim its
+    /// Writes do not back): nothing it sent after reaches the books, and a
+    /// read does not take an end of stream behind it for a clean end.
     pub(crate) peer_broke: bool,
     pub(crate) aio: Aio,
     pub(crate) maps: BTreeMap<u64, LocalMap>,
@@ -720,31 +718,6 @@ impl XSocket {
             self.rearm(st);
         }
         true
-    }
-
-    pub(crate) fn post(&self, st: &mut State, wr: SendWr) {
-        st.posts += 1;
-        st.unreaped = true;
-        if let Some(d) = st.deferred.as_mut() {
-            return d.push(wr);
-        }
-        let wr_id = wr.wr_id;
-        match self.qp.post_send_news(wr) {
-            Ok(n) => st.news = Some(n),
-            Err(e) => {
-                self.fail(st, libc::ENOBUFS, format!("cannot post: {e:?}"));
-                if wr_id & WR_KIND == WR_RIO {
-                    super::rio::post_failed(st, wr_id, libc::ENOBUFS);
-                }
-            }
-        }
-        // A send call rearms the watch as it returns, and its waits on the
-        // way (`settle`): a rearm after each of its posts would only work
-        // out the same watch once more (while a call sends, the backlog
-        // is its own to flush: see `rearm`).
-        if st.sending == 0 {
-            self.rearm(st);
-        }
     }
 
     /// Processes the completions the engine queued already, with no round
