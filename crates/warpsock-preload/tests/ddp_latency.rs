@@ -130,11 +130,13 @@ fn one_iovec_reads_and_writes_spin_on_the_quiet_socket() {
 /// each receive after a send finds the socket quiet and spins on the
 /// engine's read first (`XSocket::recv_busy`; `ddp_busy_quiet`: a quarter
 /// of the 2,400 receives of 1,200 round trips at least — a receive may
-/// find the socket busy after a round of the progress thread's). Without the setting a
-/// blocking reader's sends leave the flag down (`State::rx_blocks`): no
-/// receive goes that way. The exchange is the program's check. Fails with
+/// find the socket busy after a round of the progress thread's). Without the setting none
+/// goes that way (an empty round can leave a blocking reader's socket
+/// quiet: nothing spins for it; CI saw such receives counted when the
+/// routing looked at the flag alone). The exchange is the program's check. Fails with
 /// the preload's blocking receive not routed there, or with a busy-polling
-/// blocking reader's sends leaving the flag down (0 both ways).
+/// blocking reader's sends leaving the flag down (`State::rx_blocks`; 0
+/// both ways).
 #[test]
 fn a_busy_polling_blocking_receive_spins_on_the_quiet_socket() {
     let r = pingpong_with(1_000, "block", &[("WARPSOCK_BUSY_POLL_US", "200")]);

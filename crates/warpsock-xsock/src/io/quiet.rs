@@ -220,6 +220,13 @@ impl XSocket {
         self.recv_vectored_ready(bufs, flags, timeout)
     }
 
+    /// Whether blocking receives busy-poll ([`super::Options::busy_poll`]):
+    /// [`Self::recv_busy`] spins for them.
+    #[inline]
+    pub fn busy_polls(&self) -> bool {
+        !self.opts.busy_poll.is_zero()
+    }
+
     /// Whether the socket was quiet at this look (one relaxed load): a
     /// caller's hint that [`Self::recv_quiet`] may apply, to keep every
     /// other receive's path as it was.

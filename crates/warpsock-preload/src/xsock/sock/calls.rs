@@ -97,10 +97,8 @@ impl DdpSock {
         let timeo = self.rcvtimeo.get();
         // Readiness as the call left it, taken under its lock. A blocking
         // receive of a quiet socket spins on the engine's read first when
-        // WARPSOCK_BUSY_POLL_US is set (`XSocket::recv_busy`; without it the
-        // socket is not quiet here: a blocking reader's sends leave the
-        // flag down).
-        let (r, ready) = if !f.nonblocking && self.x.quiet_now() {
+        // WARPSOCK_BUSY_POLL_US is set (`XSocket::recv_busy`).
+        let (r, ready) = if !f.nonblocking && self.x.busy_polls() && self.x.quiet_now() {
             #[cfg(feature = "test-hooks")]
             super::BUSY_QUIET.fetch_add(1, Ordering::Relaxed);
             self.x.recv_busy(bufs, f, timeo)
