@@ -8,8 +8,11 @@
 // mode calls them; vbusy: busy with `readv`/`writev` of one iovec on an O_NONBLOCK socket, as
 // the benchmark's busy mode calls them.) TIMEO=1 in the environment sets
 // SO_RCVTIMEO and SO_SNDTIMEO of 5 s on both ends, as the benchmark's blocking
-// sockets carry (BENCHMARKS.md section 6, session 30).
+// sockets carry (BENCHMARKS.md section 6, session 30). PIN=1 puts the client
+// on CPU 0 and the server on CPU 1 (session 35).
+#define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -54,6 +57,14 @@ int main(int argc, char **argv) {
   CHECK(bind(l, (void*)&a, len) == 0 && listen(l, 1) == 0 && getsockname(l, (void*)&a, &len) == 0);
   pid_t pid = fork();
   int server = pid == 0;
+  if (getenv("PIN")) {
+    // PIN=1: the client on CPU 0, the server on CPU 1 (a busy-polling
+    // pair on CPUs of their own, as the benchmark's busy row places them).
+    cpu_set_t c;
+    CPU_ZERO(&c);
+    CPU_SET(server ? 1 : 0, &c);
+    CHECK(sched_setaffinity(0, sizeof c, &c) == 0);
+  }
   int fd;
   if (server) { fd = accept(l, 0, 0); } else { fd = socket(AF_INET, SOCK_STREAM, 0); CHECK(connect(fd, (void*)&a, len) == 0); }
   CHECK(fd >= 0);
