@@ -223,6 +223,17 @@ mod tests {
         });
     }
 
+    /// Library code run awake over a wait whose busy poll was spent
+    /// (`spun::after_spin`) spins as configured; the mark is back after.
+    #[test]
+    fn awake_code_over_a_spent_busy_poll_spins_as_configured() {
+        let d = std::time::Duration::from_micros(50);
+        crate::spun::after_spin(|| {
+            awake(|| assert_eq!(crate::spun::busy_poll(d), d));
+            assert!(crate::spun::busy_poll(d).is_zero());
+        });
+    }
+
     /// Nested marks come back in order on normal returns.
     #[test]
     fn nested_marks_are_restored_in_order() {

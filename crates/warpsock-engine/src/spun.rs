@@ -1,7 +1,7 @@
 //! A wait whose busy poll its caller made already (issue 12): inside
-//! [`after_spin`], the calling thread's waits on a queue ([`crate::Cq`])
+//! [`after_spin`], the calling thread's waits on a queue (`Cq`)
 //! spin no more for the context's `busy_poll`
-//! ([`crate::ContextOptions::busy_poll`]) — they sleep at once, as a wait
+//! (`ContextOptions::busy_poll`) — they sleep at once, as a wait
 //! without busy polling does. For a caller that spun its own way first
 //! (a DDP socket's blocking receive spins on the engine's quiet read, much
 //! shorter per spin than the wait's rounds): without the mark the wait
@@ -26,9 +26,9 @@ pub fn after_spin<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Runs `f` with the calling thread's busy poll not spent, whatever
-/// [`after_spin`] around it (library code nested over a wait:
-/// [`crate::asleep::awake`], also after a `siglongjmp` out of such a wait
-/// left the mark set).
+/// [`after_spin`] around it (library code nested over a wait — the
+/// engine's `awake` — also after a `siglongjmp` out of such a wait left
+/// the mark set).
 #[inline]
 pub(crate) fn unspent<R>(f: impl FnOnce() -> R) -> R {
     with_spent(false, f)
@@ -78,7 +78,7 @@ mod tests {
         assert_eq!(busy_poll(d), d, "the mark outlived an unwinding closure");
         // Library code nested over such a wait spins as configured.
         after_spin(|| {
-            crate::asleep::awake(|| assert_eq!(busy_poll(d), d));
+            unspent(|| assert_eq!(busy_poll(d), d));
             assert_eq!(busy_poll(d), Duration::ZERO);
         });
     }

@@ -721,7 +721,7 @@ impl XSocket {
     }
 
     /// Processes the completions the engine queued already, with no round
-    /// of progress (no system call): a Send that [`Self::post`] wrote out
+    /// of progress (no system call): a Send that `post` wrote out
     /// at once completes then, so its transmit slot is free before the
     /// call returns and the next receive's wait is not spent on it (a
     /// ping-pong receive waited twice before: once returning the reply's
