@@ -213,6 +213,46 @@ fn a_huge_test_is_refused_naming_the_limit() {
     let _ = wait_exit(&mut srv, Duration::from_secs(10));
 }
 
+/// A client that starts the moment the last one got its answer waits as
+/// the next client; it is never told the server is busy. The refused test
+/// is the shortest answer there is, so the server's window between
+/// answering and showing itself idle is the widest the client can race
+/// (CI once lost this race: `error busy: this server is serving … (for
+/// 0 s)`). Chained, each session hands over to the next.
+#[test]
+fn the_next_client_after_an_answer_is_not_told_busy() {
+    const ROUNDS: usize = 100;
+    let (mut srv, port) = server_with(false, &["--max-test-memory", "64"]);
+    let mut cur = connect(port);
+    cur.write_all(b"hello warpsock-bench=2\n").unwrap();
+    assert!(line_from(&cur).starts_with("hello "));
+    for round in 0..ROUNDS {
+        cur.write_all(
+            b"test kind=bw transport=write crc=0 size=67108864 window=8 conns=64 progress=caller \
+              busy-poll-us=0 pin=- verify=0 budget=n:1 rate=0\n",
+        )
+        .unwrap();
+        let refused = line_from(&cur);
+        assert!(refused.contains("--max-test-memory"), "{refused:?}");
+        let mut next = connect(port);
+        next.write_all(b"hello warpsock-bench=2\n").unwrap();
+        // Sorted before the bye ends the session, the hello waits as the
+        // next client; sorted after, it claims the free server. Either way
+        // it is greeted: a busy answer can only mean the server showed a
+        // test running.
+        cur.write_all(b"bye\n").unwrap();
+        let greeting = line_from(&next);
+        assert!(
+            greeting.starts_with("hello "),
+            "round {round}: {greeting:?}"
+        );
+        cur = next;
+    }
+    cur.write_all(b"bye\n").unwrap();
+    let _ = srv.0.kill();
+    let _ = wait_exit(&mut srv, Duration::from_secs(10));
+}
+
 /// A connection that sends nothing, and another that said hello and then
 /// nothing, do not hold up a good client: the silent one is never a
 /// session, and the idle session yields to the client that waits.

@@ -216,10 +216,7 @@ fn session(
         };
         match line.verb.as_str() {
             "bye" => return Ok(()),
-            "test" => {
-                port.testing(peer);
-                serve_test(ctl, &line, port, data_l, token, opts.max_test_memory)?;
-            }
+            "test" => serve_test(ctl, &line, port, peer, data_l, token, opts.max_test_memory)?,
             "error" => {
                 return Err(Error::msg(format!(
                     "the client reports: {}",
@@ -250,10 +247,17 @@ pub(crate) fn test_memory(spec: &Spec) -> u64 {
 }
 
 /// Runs one test; its failure is reported to the client, which decides.
+///
+/// The port shows `peer` as testing only while the test runs: a test
+/// refused at once, and one whose answer is on its way, leave the session
+/// idle, so that a client starting right after the answer (the same user's
+/// next run) waits as the next client instead of being told the server is
+/// busy.
 fn serve_test(
     ctl: &mut Ctl,
     line: &Line,
     port: &ControlPort,
+    peer: SocketAddr,
     data_l: &Listener,
     token: u64,
     max_mib: u64,
@@ -273,9 +277,11 @@ fn serve_test(
     if let Err(e) = pin::pin(spec.pin) {
         return ctl.send(&format!("error server: {e}"));
     }
+    port.testing(peer);
     let cpu0 = Cpu::now();
     let res = run_test(ctl, &spec, port, data_l, token);
     let cpu = Cpu::now().since(cpu0);
+    port.idle(peer);
     match res {
         Ok(st) => ctl.send(&SideReport::new(&st, cpu).encode()),
         Err(e) => ctl.send(&format!("error {}: {e}", spec.label())),
