@@ -344,6 +344,9 @@ mod init {
     use crate::shim::{fdtable, real};
 
     extern "C" fn fork_prepare() {
+        // Before anything is counted or held: the switches under way end
+        // (they take the table's lock to commit).
+        crate::xsock::settle_switches_before_fork();
         // Before the copy of the descriptors (`Doorbell::fail`'s check).
         crate::shim::doorbell::fork_begin();
         fdtable::fork_prepare();

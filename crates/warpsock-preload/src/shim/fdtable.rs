@@ -51,8 +51,10 @@ use wait::wait;
 
 mod close_wait;
 mod owner;
+mod replace;
 pub(crate) use close_wait::{close_may_wait, without_close_waits};
 pub(crate) use owner::{borrowed, borrowed_here, first_owner};
+pub(crate) use replace::replace_if;
 
 /// A managed descriptor's object as the table holds it (in a boxed
 /// [`hazard::Node`]: one thin pointer per descriptor, swapped atomically).

@@ -10,6 +10,7 @@
 //! | `config` | `WARPSOCK_DDP_PORTS`/`ADDRS` (policy mode), `WARPSOCK_CRC`, timeouts, sizes |
 //! | `sock` | a DDP-mode socket: doorbell readiness, the data calls, options, orderly close |
 //! | `residue` | a TCP socket whose switch failed after reading the peer's pre-switch bytes |
+//! | `switching` | an accepted connection switching on a thread of its own, so `accept` never waits on the peer |
 //! | `linger` | how long an exit waits for the bytes sockets still hold (restarted while they leave) |
 //! | `reaper` | the one thread that finishes every close (bytes, end of stream, linger), bounded |
 //! | `census` | the exit's closes of the sockets left open, its look at the live sockets' engine backlogs, and their reset |
@@ -41,6 +42,7 @@ mod linger;
 mod reaper;
 mod residue;
 pub(crate) mod sock;
+mod switching;
 #[cfg(test)]
 mod test_pair;
 
@@ -48,13 +50,13 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use libc::{c_int, c_void, socklen_t};
 use warpsock_xsock::io::{switch_fd_as, Failure, Options, XSocket};
 use warpsock_xsock::Role;
 
-use crate::shim::socket::{Adoption, Kind, SockOpt};
+use crate::shim::socket::{Adoption, Kind, SockOpt, Socket};
 use crate::shim::sys::{self, lock, set_errno};
 use crate::shim::{fdtable, real};
 use residue::ResidueSock;
@@ -120,7 +122,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let s = format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -137,6 +139,8 @@ fn report() -> String {
         v(&c.sink_offers),
         v(&c.stand_lapses),
         v(&reaper::CUT),
+        v(&switching::STARTED),
+        v(&switching::OVER),
     );
     #[cfg(feature = "test-hooks")]
     let s = s + &format!(
@@ -281,6 +285,24 @@ pub(crate) fn after_fork_child() {
     warpsock_xsock::io::forget_after_fork();
     census::forget_armed_after_fork();
     sock::forget_after_fork();
+    switching::forget_after_fork();
+}
+
+/// Before a `fork`: the background switches end first
+/// ([`switching::settle_before_fork`]), for at most the longest a switch
+/// waits on its peer, and a second for its engine's exchange.
+pub(crate) fn settle_switches_before_fork() {
+    // Nothing read (no allocation: a signal handler's fork) with none.
+    if !switching::under_way() {
+        return;
+    }
+    let cfg = config::get();
+    let longest = [&cfg.request, &cfg.policy]
+        .iter()
+        .map(|o| o.limits.mark_timeout + o.limits.request_timeout)
+        .max()
+        .unwrap_or_default();
+    switching::settle_before_fork(longest + std::time::Duration::from_secs(1));
 }
 
 fn is_tcp(fd: c_int) -> bool {
@@ -315,6 +337,51 @@ fn unsafe_zeroed() -> libc::sockaddr_storage {
     unsafe { std::mem::zeroed() }
 }
 
+/// Where a switch's outcome goes: the program's descriptor number and the
+/// kernel socket the switch runs on — `fd` itself for a switch made inside
+/// the program's call, or the private duplicate of a connection switching
+/// in the background ([`switching`]), whose numbers take the outcome.
+#[derive(Clone, Copy)]
+pub(crate) struct At<'a> {
+    /// The program's descriptor number.
+    pub(crate) fd: c_int,
+    /// The connection's kernel socket.
+    pub(crate) kernel: c_int,
+    /// The switching socket whose numbers take the outcome.
+    from: Option<&'a switching::SwitchingSock>,
+}
+
+impl At<'_> {
+    /// The program's own socket `fd`, switched inside its call.
+    pub(crate) fn own(fd: c_int) -> Self {
+        Self {
+            fd,
+            kernel: fd,
+            from: None,
+        }
+    }
+
+    /// Makes the program's descriptor number(s) name `target` (an end of
+    /// ours) and `sock`, keeping close-on-exec and epoll registrations.
+    pub(crate) fn install(&self, target: c_int, sock: Arc<dyn Socket>) -> Result<(), c_int> {
+        match self.from {
+            None => fdtable::swap_in(self.fd, target, sock),
+            Some(sw) => sw.install(target, Some(sock)),
+        }
+    }
+
+    /// The program's file status flags for the outcome: `fl`, read from
+    /// the kernel socket before the switch, with the `O_NONBLOCK` the
+    /// program set on a switching socket meanwhile.
+    fn file_flags(&self, fl: c_int) -> c_int {
+        match self.from {
+            Some(sw) if sw.nonblocking() => fl | libc::O_NONBLOCK,
+            Some(_) => fl & !libc::O_NONBLOCK,
+            None => fl,
+        }
+    }
+}
+
 /// Switches connected socket `fd` with `opts`; on success it is a managed
 /// DDP socket, on failure it stays (or is made, to deliver the residue) a
 /// TCP socket. `connect`: the adopting `connect` is still to return
@@ -326,18 +393,15 @@ fn switch(
     connect: Option<c_int>,
     role: Option<Role>,
 ) -> Result<(), c_int> {
-    // The whole switch with this thread's cancellation disabled (put back
-    // as it returns): a cancel that comes meanwhile stays pending, acted
-    // on by the entry point if its call fails, else at the thread's next
-    // cancellation point (README: the switch is none). Its waits and
-    // system calls are raw, but the failure paths drop std's and the
-    // engine's descriptors (`TcpStream`, `OwnedFd`: libc's `close`, a
-    // cancellation point), where a pending cancel unwound from inside the
-    // library and the process aborted ("FATAL: exception not rethrown";
-    // review r25-a item 3).
-    let _cancel_off = sys::CancelOff::new();
-    // The process that makes the switch: a signal handler's `fork` during
-    // it makes a child that returns into it (below).
+    let sndbuf = prepare(fd)?;
+    switch_at(At::own(fd), opts, (msg_mode, connect, role, sndbuf))
+}
+
+/// What a switch is about to begin on `fd` checks and notes (its one try):
+/// refused here, the connection stays plain TCP with nothing sent.
+/// Returns the `SO_SNDBUF` noted for it.
+fn prepare(fd: c_int) -> Result<Option<usize>, c_int> {
+    // The process that makes the switch.
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     // A vforked child (a `clone(CLONE_VM)` task) of a process whose
@@ -360,10 +424,34 @@ fn switch(
         REFUSED.fetch_add(1, Ordering::Relaxed);
         return Err(libc::EOPNOTSUPP);
     }
-    let sndbuf = p.sndbuf;
     p.tried = true;
     p.ddp = false;
     set_pending(fd, p);
+    Ok(p.sndbuf)
+}
+
+/// What the program asked of a switch: the message mode, the adopting
+/// `connect`'s errno, the role, the noted `SO_SNDBUF`.
+type Asked = (bool, Option<c_int>, Option<Role>, Option<usize>);
+
+/// The switch of the connection at `at`, [`prepare`]d.
+fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
+    let (msg_mode, connect, role, sndbuf) = asked;
+    let fd = at.kernel;
+    // The whole switch with this thread's cancellation disabled (put back
+    // as it returns): a cancel that comes meanwhile stays pending, acted
+    // on by the entry point if its call fails, else at the thread's next
+    // cancellation point (README: the switch is none). Its waits and
+    // system calls are raw, but the failure paths drop std's and the
+    // engine's descriptors (`TcpStream`, `OwnedFd`: libc's `close`, a
+    // cancellation point), where a pending cancel unwound from inside the
+    // library and the process aborted ("FATAL: exception not rethrown";
+    // review r25-a item 3).
+    let _cancel_off = sys::CancelOff::new();
+    // The process that makes the switch: a signal handler's `fork` during
+    // it makes a child that returns into it (below).
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
     let timeouts = (
         sys::get_timeo(fd, libc::SO_RCVTIMEO),
         sys::get_timeo(fd, libc::SO_SNDTIMEO),
@@ -389,7 +477,8 @@ fn switch(
     // after the last early return (r22-e item 8: one before it left the
     // mark at 1).
     let kept = Kept::take(fd);
-    // SAFETY: `fd` is the program's open socket for the whole call.
+    // SAFETY: `fd` is open for the whole call: the program's socket in
+    // its call, or a switching socket's own duplicate.
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
     let r = switch_fd_as(b, opts, role);
     #[cfg(test)]
@@ -415,12 +504,12 @@ fn switch(
         sock::forked::hook(&sock::forked::IN_COMMIT);
         if sock::close::forked_child(pid) {
             return Err(sock::refuse_forked_switch(
-                fd,
+                at.fd,
                 r,
                 fl & libc::O_NONBLOCK != 0,
             ));
         }
-        commit(fd, r, (sndbuf, msg_mode, connect, timeouts, kept, fl))
+        commit(at, r, (sndbuf, msg_mode, connect, timeouts, kept, fl))
     })
 }
 
@@ -436,10 +525,12 @@ type Noted = (
     c_int,
 );
 
-/// [`switch`]'s outcome `r` committed to the program's socket `fd`: the
-/// DDP socket, or the failure's.
-fn commit(fd: c_int, r: Result<XSocket, Failure>, noted: Noted) -> Result<(), c_int> {
+/// [`switch`]'s outcome `r` committed to the program's socket at `at`:
+/// the DDP socket, or the failure's.
+fn commit(at: At<'_>, r: Result<XSocket, Failure>, noted: Noted) -> Result<(), c_int> {
     let (sndbuf, msg_mode, connect, timeouts, kept, fl) = noted;
+    let fl = at.file_flags(fl);
+    let fd = at.kernel;
     match r {
         Ok(x) => {
             if let Some(b) = sndbuf {
@@ -447,7 +538,7 @@ fn commit(fd: c_int, r: Result<XSocket, Failure>, noted: Noted) -> Result<(), c_
             }
             let nonblocking = fl & libc::O_NONBLOCK != 0;
             let pending = connect.is_some();
-            match DdpSock::transpose(fd, x, msg_mode, pending, timeouts, kept, nonblocking) {
+            match DdpSock::transpose(at, x, msg_mode, pending, timeouts, kept, nonblocking) {
                 Ok(_) => {
                     SWITCHED.fetch_add(1, Ordering::Relaxed);
                     Ok(())
@@ -485,7 +576,7 @@ fn commit(fd: c_int, r: Result<XSocket, Failure>, noted: Noted) -> Result<(), c_
             };
             counter.fetch_add(1, Ordering::Relaxed);
             if let Failure::Refused { residue, watch, .. } = f {
-                ResidueSock::transpose(fd, residue, watch, connect)?;
+                ResidueSock::transpose(at, residue, watch, connect)?;
             }
             Err(errno)
         }
@@ -608,7 +699,16 @@ impl Kind for Ddp {
             // warpsock never gets an urgent byte from us.
             (&cfg.policy, Some(Role::Responder))
         };
-        let _ = switch(fd, opts, p.msg_mode, None, role);
+        // In the background (`switching`): the switch waits on the peer,
+        // and `accept` must not. With no room for it, the connection stays
+        // plain TCP (the peer falls back), its switch not tried.
+        if !switching::room() {
+            switching::OVER.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if let Ok(sndbuf) = prepare(fd) {
+            let _ = switching::start(fd, opts, (p.msg_mode, None, role, sndbuf));
+        }
     }
 
     fn plain_sockopt(&self, fd: c_int, level: c_int, op: SockOpt) -> Option<c_int> {

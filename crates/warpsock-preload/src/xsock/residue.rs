@@ -41,11 +41,12 @@ pub(crate) struct ResidueSock {
 }
 
 impl ResidueSock {
-    /// Wraps the program's descriptor `fd` (the TCP socket) if there is
-    /// anything to deliver or watch; else leaves it alone. `connect`: the
-    /// result the adopting `connect` returns. Returns whether it wrapped.
+    /// Wraps the program's descriptor at `at` (the TCP socket,
+    /// `at.kernel`) if there is anything to deliver or watch; else leaves
+    /// it alone. `connect`: the result the adopting `connect` returns.
+    /// Returns whether it wrapped.
     pub(crate) fn transpose(
-        fd: c_int,
+        at: super::At<'_>,
         residue: Vec<u8>,
         watch: bool,
         connect: Option<c_int>,
@@ -55,8 +56,8 @@ impl ResidueSock {
         }
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
         unsafe {
-            let fl = real::fcntl(fd, libc::F_GETFL, 0);
-            let kfd = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
+            let fl = real::fcntl(at.kernel, libc::F_GETFL, 0);
+            let kfd = real::fcntl(at.kernel, libc::F_DUPFD_CLOEXEC, 0);
             if fl < 0 || kfd < 0 {
                 return Err(errno());
             }
@@ -76,7 +77,7 @@ impl ResidueSock {
                     bells: 0,
                 }),
             });
-            fdtable::swap_in(fd, app_end, s.clone())?;
+            at.install(app_end, s.clone())?;
             let mut g = lock(&s.st);
             s.bell.ring(&mut g.bells);
             drop(g);
@@ -707,7 +708,7 @@ mod tests {
         };
         assert_eq!(made, 0);
         let [fd, peer] = sp;
-        let s = ResidueSock::transpose(fd, b"x".to_vec(), false, None)
+        let s = ResidueSock::transpose(super::super::At::own(fd), b"x".to_vec(), false, None)
             .unwrap()
             .expect("wrapped");
         // A number no test opens (near the top of the descriptor limit:

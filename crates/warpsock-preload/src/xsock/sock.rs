@@ -275,7 +275,7 @@ pub(super) fn refuse_forked_switch(
     libc::ECONNRESET
 }
 
-fn dead_end() -> c_int {
+pub(super) fn dead_end() -> c_int {
     let mut sv = [-1; 2];
     // SAFETY: socketpair writes two descriptors into `sv`.
     let r = unsafe {
@@ -321,8 +321,8 @@ impl DdpSock {
             .hold_a_pass(|| eng.modify(self.x.tcp_fd(), self.id, libc::EPOLLOUT as u32));
     }
 
-    /// Makes the program's descriptor `fd` (a connected TCP socket that
-    /// `x` now carries) a DDP-mode socket. `connect_pending`: adopted by a
+    /// Makes the program's descriptor at `at` (a connected TCP socket,
+    /// `at.kernel`, that `x` now carries) a DDP-mode socket. `connect_pending`: adopted by a
     /// `connect` call that is still to return. `nonblocking`: the
     /// program's `O_NONBLOCK` as it was before the switch (the engine puts
     /// the kernel socket, whose open file description `fd` shares, in
@@ -336,7 +336,7 @@ impl DdpSock {
     /// connection is reset ([`XSocket::reset_now`]) and the program's
     /// options put back: the caller reports the reset.
     pub(crate) fn transpose(
-        fd: c_int,
+        at: super::At<'_>,
         x: XSocket,
         msg_mode: bool,
         connect_pending: bool,
@@ -346,7 +346,7 @@ impl DdpSock {
     ) -> Result<Arc<Self>, c_int> {
         let undo = |x: &XSocket, kept: &Kept, e: c_int| {
             x.reset_now();
-            kept.put_back(fd);
+            kept.put_back(at.kernel);
             e
         };
         let Some(eng) = reactor::get() else {
@@ -355,7 +355,7 @@ impl DdpSock {
         x.set_msg_mode(msg_mode);
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
         unsafe {
-            let kfd = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
+            let kfd = real::fcntl(at.kernel, libc::F_DUPFD_CLOEXEC, 0);
             if kfd < 0 {
                 return Err(undo(&x, &kept, errno()));
             }
@@ -441,7 +441,7 @@ impl DdpSock {
             if DOORBELL_WAITS.load(Ordering::SeqCst) {
                 s.keep_watched();
             }
-            if let Err(e) = fdtable::swap_in(fd, app_end, s.clone()) {
+            if let Err(e) = at.install(app_end, s.clone()) {
                 // (A swap undone released the socket: its close is a
                 // reset now, or the engine's end of stream before it.)
                 eng.deregister(s.id, Some(s.x.tcp_fd()));

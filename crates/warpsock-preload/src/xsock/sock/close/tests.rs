@@ -41,8 +41,16 @@ pub(in crate::xsock::sock) fn switched_pair() -> (c_int, Arc<DdpSock>, XSocket) 
     let (x, c, peer) = crate::xsock::test_pair::switched();
     let fd = c.into_raw_fd();
     let kept = super::super::Kept::take(fd);
-    let s = DdpSock::transpose(fd, x, false, false, (None, None), kept, false)
-        .unwrap_or_else(|e| panic!("transpose: errno {e}"));
+    let s = DdpSock::transpose(
+        crate::xsock::At::own(fd),
+        x,
+        false,
+        false,
+        (None, None),
+        kept,
+        false,
+    )
+    .unwrap_or_else(|e| panic!("transpose: errno {e}"));
     (fd, s, peer)
 }
 

@@ -1,0 +1,58 @@
+//! A switching socket's descriptor numbers take its outcome
+//! (`xsock::switching`): each number that still names the switching
+//! socket comes to name the outcome's open file and object, under one
+//! write hold of the table's lock, so that a program's `close` of the
+//! number (which takes the entry out under that lock before its system
+//! call) comes wholly before the change (the number is skipped: it may
+//! be another file by now) or wholly after it (it closes the outcome).
+
+use std::sync::Arc;
+
+use libc::c_int;
+
+use super::{address, drop_freed, write_map, Socket};
+
+/// If `fd` names the object at address `only`, makes it name the open
+/// file `target` (`dup3`, carrying its close-on-exec flag and the
+/// program's epoll registrations) and the object `sock` (`None`: no
+/// object, an unmanaged descriptor); the object it named loses the
+/// number's reference. Returns whether it did. Over the thread's hold of
+/// the table's lock, fails with `EDEADLK` and changes nothing.
+pub(crate) fn replace_if(
+    fd: c_int,
+    only: usize,
+    target: c_int,
+    sock: Option<Arc<dyn Socket>>,
+) -> Result<bool, c_int> {
+    let mut m = write_map()?;
+    if m.get(fd).map(|s| address(&s)) != Some(only) {
+        return Ok(false);
+    }
+    // SAFETY: a query of the program's descriptor.
+    let fdfl = unsafe { super::super::real::fcntl(fd, libc::F_GETFD, 0) };
+    if fdfl < 0 {
+        // Closed behind the table (a signal handler's raw close): not
+        // opened again.
+        return Ok(false);
+    }
+    let cloexec = if fdfl & libc::FD_CLOEXEC != 0 {
+        libc::O_CLOEXEC
+    } else {
+        0
+    };
+    // epoll's sets and `/proc` only: nothing in the carry takes the
+    // table's lock.
+    if super::super::epollcarry::dup3_carrying(target, fd, cloexec) < 0 {
+        return Err(super::super::sys::errno());
+    }
+    if let Some(s) = &sock {
+        s.add_ref();
+    }
+    let (old, free) = m.put(fd, sock);
+    drop(m);
+    drop_freed(free);
+    if let Some(old) = old {
+        old.release();
+    }
+    Ok(true)
+}

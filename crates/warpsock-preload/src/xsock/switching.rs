@@ -1,0 +1,599 @@
+//! Accepted connections switch in the background: `accept` never waits on
+//! the peer.
+//!
+//! A connection a policy-mode listener (or one set to DDP mode) accepts
+//! must switch as the responder: wait for the client's mark (up to
+//! `WARPSOCK_DDP_FALLBACK_MS`), then for its MPA Request (the request
+//! timeout), then answer. Made inside the program's `accept`, as before,
+//! every later client waited behind a silent or slow one — 1 s for each
+//! that said nothing, 2 s for each that marked and stalled, even on a
+//! non-blocking listener (helper 31; `tests/ddp_accept_stall.rs`). As
+//! rsockets does its accept's exchange, the switch now runs on a library
+//! thread of its own, and `accept` returns at once with a *switching*
+//! socket:
+//!
+//! * Its descriptor is a doorbell from the start ([`Doorbell`]), readable
+//!   and writable only when the switch is over, so the program's poll,
+//!   select and epoll registrations wait on something the library
+//!   controls; at the end the number names the outcome — the DDP socket,
+//!   the plain TCP socket, or one delivering the peer's pre-switch bytes
+//!   (`residue`) — its epoll registrations carried, and the old doorbell
+//!   rung for a `poll` or `select` still waiting on it.
+//! * Calls: a blocking receive or send waits for the end and goes on in
+//!   the outcome (so does `shutdown`, and any `SOL_WARPSOCK` option: the
+//!   mode is known only then); a non-blocking one fails with `EAGAIN`;
+//!   `FIONREAD` reads 0. Socket options an event loop sets right after
+//!   `accept` (`TCP_NODELAY`, keep-alives) reach the TCP socket at once
+//!   and the outcome after; those the switch moves off the TCP socket
+//!   (`SO_RCVLOWAT`, the timeouts, stamps, error queues, `SO_ZEROCOPY`)
+//!   are kept here and set on the outcome.
+//! * At most [`SWITCHING_MAX`] switches are under way at once: a
+//!   connection accepted beyond them stays plain TCP (the client falls
+//!   back within its own fallback time, nothing lost), so a flood of
+//!   silent clients holds no more than that many threads, each for at
+//!   most the fallback and request timeouts.
+//! * A `close` of every descriptor while the switch runs lets the thread
+//!   finish: the connection is then closed (plain) or reset (switched).
+//! * A forked child's copy, and the descriptor an `exec` keeps, is a
+//!   dead end, as a DDP socket's (the connection is the parent's, its
+//!   handshake half made).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use libc::{c_int, c_ulong, c_void, msghdr, socklen_t};
+use warpsock_xsock::io::Options;
+
+use super::{
+    switch_at, Asked, At, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_MODE,
+};
+use crate::shim::doorbell::Doorbell;
+use crate::shim::guard::enter;
+use crate::shim::socket::Socket;
+use crate::shim::sys::{self, errno, lock, set_errno};
+use crate::shim::{fdtable, real};
+
+/// The most switches under way at once ([`start`]).
+pub(crate) const SWITCHING_MAX: usize = 64;
+
+/// The most socket options a switching socket keeps (distinct level and
+/// name pairs; a program sets a handful).
+const OPTS_MAX: usize = 32;
+
+/// The longest option value kept.
+const OPT_LEN_MAX: usize = 64;
+
+/// Switches under way (threads running).
+static UNDER_WAY: AtomicUsize = AtomicUsize::new(0);
+/// Accepted connections switched in the background (`ddp_switch_bg`).
+pub(crate) static STARTED: AtomicU64 = AtomicU64::new(0);
+/// Accepted connections left plain TCP: [`SWITCHING_MAX`] were under way
+/// (`ddp_switch_over`).
+pub(crate) static OVER: AtomicU64 = AtomicU64::new(0);
+
+/// What the connection became.
+#[derive(Clone)]
+enum Outcome {
+    /// A managed socket: DDP mode, or the residue's.
+    Managed(Arc<dyn Socket>),
+    /// The plain TCP socket.
+    Plain,
+}
+
+/// A socket option set while switching.
+struct Kept {
+    level: c_int,
+    name: c_int,
+    val: Vec<u8>,
+    /// Set on the TCP socket already (not one the switch moves).
+    forwarded: bool,
+}
+
+struct State {
+    outcome: Option<Outcome>,
+    opts: Vec<Kept>,
+    bells: usize,
+}
+
+/// An accepted connection whose switch is under way (module docs).
+pub(crate) struct SwitchingSock {
+    /// Our duplicate of the TCP socket: the switch runs on it.
+    kfd: c_int,
+    bell: Doorbell,
+    /// What a forked child's copy and an exec's become.
+    dead: c_int,
+    refs: AtomicUsize,
+    nonblocking: AtomicBool,
+    pid: i32,
+    st: Mutex<State>,
+    settled: Condvar,
+}
+
+/// One slot of [`UNDER_WAY`], given back when dropped.
+struct Slot;
+
+impl Slot {
+    fn take() -> Option<Self> {
+        if UNDER_WAY.fetch_add(1, Ordering::AcqRel) >= SWITCHING_MAX {
+            UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Self)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether a switch can start now (a slot is free): checked before the
+/// connection's one try is noted, so that one left plain for the bound
+/// can still be switched by the program.
+pub(super) fn room() -> bool {
+    UNDER_WAY.load(Ordering::Acquire) < SWITCHING_MAX
+}
+
+/// Whether any switch is under way.
+pub(super) fn under_way() -> bool {
+    UNDER_WAY.load(Ordering::Acquire) > 0
+}
+
+/// In a forked child: the parent's switching threads are not its own.
+pub(super) fn forget_after_fork() {
+    UNDER_WAY.store(0, Ordering::Release);
+}
+
+/// Before a `fork` (the atfork prepare handler, before any lock of the
+/// library is taken for the copy): the switches under way end first,
+/// within their own deadlines, so that the child's copy of each such
+/// connection is what it became — a plain one works in the child (a
+/// forking server's child serves a client without warpsock), a DDP
+/// socket's copy is refused as always — rather than a dead end. A
+/// forking server pays the wait its `accept` paid before the switches
+/// moved here; threaded and event-loop servers pay nothing. No lock is
+/// taken (a polled count, yields and short sleeps): a handler's fork over
+/// a thread that holds a lock a switch needs waits out the bound.
+pub(super) fn settle_before_fork(bound: std::time::Duration) {
+    let deadline = std::time::Instant::now() + bound;
+    let mut round = 0;
+    while UNDER_WAY.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+        sys::pause(round);
+        round = round.saturating_add(1);
+    }
+}
+
+/// Starts the switch of the program's accepted connection `fd` (its one
+/// try noted by `prepare`) on a thread of its own, `fd` a switching
+/// socket meanwhile. On failure (no slot, no descriptor, no thread) `fd`
+/// is left, or made again, the plain TCP socket, and the errno returned.
+pub(super) fn start(fd: c_int, opts: &'static Options, asked: Asked) -> Result<(), c_int> {
+    let Some(slot) = Slot::take() else {
+        OVER.fetch_add(1, Ordering::Relaxed);
+        return Err(libc::EAGAIN);
+    };
+    // SAFETY: fcntl on the program's new socket.
+    let (fl, kfd) = unsafe {
+        (
+            real::fcntl(fd, libc::F_GETFL, 0),
+            real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0),
+        )
+    };
+    if fl < 0 || kfd < 0 {
+        let e = errno();
+        if kfd >= 0 {
+            sys::close(kfd);
+        }
+        return Err(e);
+    }
+    let nonblocking = fl & libc::O_NONBLOCK != 0;
+    let bell = match Doorbell::new(nonblocking) {
+        Ok(b) => b,
+        Err(e) => {
+            sys::close(kfd);
+            return Err(e);
+        }
+    };
+    let dead = super::sock::dead_end();
+    if dead < 0 {
+        let e = errno();
+        sys::close(kfd);
+        return Err(e);
+    }
+    // Writable only at the end: a send would fail with `EAGAIN` until then.
+    bell.set_writable(false);
+    let app = bell.app;
+    let s = Arc::new(SwitchingSock {
+        kfd,
+        bell,
+        dead,
+        refs: AtomicUsize::new(0),
+        nonblocking: AtomicBool::new(nonblocking),
+        pid: sys::getpid(),
+        st: Mutex::new(State {
+            outcome: None,
+            opts: Vec::new(),
+            bells: 0,
+        }),
+        settled: Condvar::new(),
+    });
+    fdtable::swap_in(fd, app, s.clone())?;
+    let t = Arc::clone(&s);
+    let spawned = sys::with_async_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("warpsock-switch".into())
+            .spawn(move || {
+                let _slot = slot;
+                enter((), || t.run(fd, opts, asked));
+            })
+    });
+    if spawned.is_err() {
+        // The number back on the TCP socket, the switch not begun.
+        s.settle(Outcome::Plain);
+        let _ = s.install(kfd, None);
+        s.wake_waiters();
+        return Err(libc::EAGAIN);
+    }
+    STARTED.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+impl SwitchingSock {
+    /// The thread's work: the switch, committed to the numbers naming
+    /// this socket (an outcome that wrapped none of them is the plain
+    /// socket), then the old doorbell rung.
+    fn run(&self, fd: c_int, opts: &Options, asked: Asked) {
+        let at = At {
+            fd,
+            kernel: self.kfd,
+            from: Some(self),
+        };
+        let _ = switch_at(at, opts, asked);
+        if lock(&self.st).outcome.is_none() {
+            let _ = self.install(self.kfd, None);
+        }
+        self.wake_waiters();
+    }
+
+    /// The numbers naming this socket come to name `target` and `sock`
+    /// (`None`: the TCP socket, plain), after the options kept here are
+    /// set on it and the outcome is known to calls under way. `EBADF`: no
+    /// number names it any more (all closed).
+    pub(super) fn install(
+        &self,
+        target: c_int,
+        sock: Option<Arc<dyn Socket>>,
+    ) -> Result<(), c_int> {
+        self.replay(sock.as_deref());
+        self.settle(sock.clone().map_or(Outcome::Plain, Outcome::Managed));
+        let me = self as *const Self as *const () as usize;
+        let mut any = false;
+        for (n, s) in fdtable::all() {
+            if Arc::as_ptr(&s).cast::<()>() as usize != me {
+                continue;
+            }
+            drop(s);
+            if fdtable::replace_if(n, me, target, sock.clone())? {
+                any = true;
+            }
+        }
+        if any {
+            Ok(())
+        } else {
+            Err(libc::EBADF)
+        }
+    }
+
+    /// Sets the options kept here on the outcome: every one on a managed
+    /// socket (its own handling of each), those not forwarded on the
+    /// plain TCP socket.
+    fn replay(&self, sock: Option<&dyn Socket>) {
+        let kept = std::mem::take(&mut lock(&self.st).opts);
+        for k in &kept {
+            let (val, len) = (k.val.as_ptr().cast::<c_void>(), k.val.len() as socklen_t);
+            match sock {
+                Some(s) => {
+                    s.setsockopt(k.level, k.name, val, len);
+                }
+                None if !k.forwarded => {
+                    // SAFETY: the kept value, `len` bytes.
+                    unsafe { real::setsockopt(self.kfd, k.level, k.name, val, len) };
+                }
+                None => {}
+            }
+        }
+    }
+
+    fn settle(&self, outcome: Outcome) {
+        lock(&self.st).outcome = Some(outcome);
+        self.settled.notify_all();
+    }
+
+    /// A `poll` or `select` that waits on the old doorbell (its number
+    /// names the outcome now) wakes: readable and writable.
+    fn wake_waiters(&self) {
+        let mut g = lock(&self.st);
+        self.bell.set_writable(true);
+        self.bell.ring(&mut g.bells);
+    }
+
+    /// The outcome, once the switch is over.
+    fn outcome(&self) -> Option<Outcome> {
+        lock(&self.st).outcome.clone()
+    }
+
+    /// The outcome, waited for (the switch ends within its deadlines).
+    fn wait(&self) -> Outcome {
+        let mut g = lock(&self.st);
+        loop {
+            if let Some(o) = &g.outcome {
+                return o.clone();
+            }
+            g = self
+                .settled
+                .wait(g)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// The outcome for a data call: now, or waited for if the call
+    /// blocks; `None`: the call fails with `EAGAIN`.
+    fn for_data(&self, flags: c_int) -> Option<Outcome> {
+        self.outcome().or_else(|| {
+            (!self.nonblocking.load(Ordering::Relaxed) && flags & libc::MSG_DONTWAIT == 0)
+                .then(|| self.wait())
+        })
+    }
+
+    /// Whether the switch moves option `(level, name)` off the TCP socket
+    /// (`sock::Kept`, the timeouts, `SO_ZEROCOPY`): kept here, not set there.
+    fn moved(level: c_int, name: c_int) -> bool {
+        match level {
+            libc::SOL_SOCKET => matches!(
+                name,
+                libc::SO_RCVLOWAT
+                    | libc::SO_RCVTIMEO
+                    | libc::SO_SNDTIMEO
+                    | libc::SO_TIMESTAMP
+                    | libc::SO_TIMESTAMPNS
+                    | libc::SO_TIMESTAMP_NEW
+                    | libc::SO_TIMESTAMPNS_NEW
+                    | libc::SO_TIMESTAMPING
+                    | libc::SO_TIMESTAMPING_NEW
+                    | libc::SO_ZEROCOPY
+            ),
+            libc::IPPROTO_IP => name == libc::IP_RECVERR,
+            libc::IPPROTO_IPV6 => name == libc::IPV6_RECVERR,
+            _ => false,
+        }
+    }
+}
+
+/// `setsockopt(SOL_WARPSOCK)` on the plain socket a tried switch left:
+/// a switch cannot be asked again (`EALREADY`, as on any connection whose
+/// switch was tried); the message mode means nothing on it.
+fn plain_set(name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+    let fail = |e| {
+        set_errno(e);
+        -1
+    };
+    match (name, super::int_arg(val, len)) {
+        (WARPSOCK_DDP_MODE, Some(0)) | (WARPSOCK_MSG_MODE, Some(0 | 1)) => 0,
+        (WARPSOCK_DDP_MODE, Some(1)) => fail(libc::EALREADY),
+        (WARPSOCK_DDP_MODE | WARPSOCK_MSG_MODE, _) => fail(libc::EINVAL),
+        _ => fail(libc::ENOPROTOOPT),
+    }
+}
+
+/// `getsockopt(SOL_WARPSOCK)` on that plain socket: every mode reads 0.
+fn plain_get(name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int {
+    match name {
+        WARPSOCK_DDP_MODE | WARPSOCK_CRC | WARPSOCK_MSG_MODE => super::put_int(val, len, 0),
+        _ => {
+            set_errno(libc::ENOPROTOOPT);
+            -1
+        }
+    }
+}
+
+impl Socket for SwitchingSock {
+    fn kernel_fd(&self) -> c_int {
+        self.kfd
+    }
+
+    fn demote_fd(&self) -> c_int {
+        self.dead
+    }
+
+    fn managed_target(&self) -> Option<c_int> {
+        Some(self.bell.app)
+    }
+
+    fn owner_pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn add_ref(&self) {
+        self.refs.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn release(&self) {
+        // The last one: the thread finds no number to install on, and the
+        // connection ends with the thread's references.
+        self.refs.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
+    }
+
+    fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
+        match self.for_data(flags) {
+            // SAFETY: the caller's contract, passed on.
+            Some(Outcome::Managed(s)) => unsafe { s.recvmsg(msg, flags) },
+            // SAFETY: as above, on the TCP socket.
+            Some(Outcome::Plain) => unsafe { sys::recvmsg_raw(self.kfd, msg, flags) },
+            None => {
+                set_errno(libc::EAGAIN);
+                -1
+            }
+        }
+    }
+
+    unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize {
+        match self.for_data(flags) {
+            // SAFETY: the caller's contract, passed on.
+            Some(Outcome::Managed(s)) => unsafe { s.sendmsg(msg, flags) },
+            // SAFETY: as above, on the TCP socket.
+            Some(Outcome::Plain) => unsafe { sys::sendmsg_raw(self.kfd, msg, flags) },
+            None => {
+                set_errno(libc::EAGAIN);
+                -1
+            }
+        }
+    }
+
+    fn setsockopt(&self, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+        if level == SOL_WARPSOCK {
+            return match self.wait() {
+                Outcome::Managed(s) => s.setsockopt(level, name, val, len),
+                Outcome::Plain => plain_set(name, val, len),
+            };
+        }
+        let moved = Self::moved(level, name);
+        let mut g = lock(&self.st);
+        match &g.outcome {
+            Some(Outcome::Managed(s)) => {
+                let s = s.clone();
+                drop(g);
+                return s.setsockopt(level, name, val, len);
+            }
+            Some(Outcome::Plain) => {
+                drop(g);
+                // SAFETY: forwarding the program's arguments.
+                return unsafe { real::setsockopt(self.kfd, level, name, val, len) };
+            }
+            None => {}
+        }
+        let n = len as usize;
+        if n > OPT_LEN_MAX || (n > 0 && val.is_null()) {
+            // Nothing the switch moves is this long: the TCP socket's own
+            // answer for the others.
+            drop(g);
+            // SAFETY: forwarding the program's arguments.
+            return unsafe { real::setsockopt(self.kfd, level, name, val, len) };
+        }
+        if moved && n < size_of::<c_int>() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        if !moved {
+            // SAFETY: forwarding the program's arguments.
+            let r = unsafe { real::setsockopt(self.kfd, level, name, val, len) };
+            if r != 0 {
+                return r;
+            }
+        }
+        // SAFETY: the program's value is readable for `len` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(val.cast::<u8>(), n) }.to_vec();
+        if let Some(k) = g
+            .opts
+            .iter_mut()
+            .find(|k| (k.level, k.name) == (level, name))
+        {
+            k.val = bytes;
+            k.forwarded = !moved;
+            return 0;
+        }
+        if g.opts.len() >= OPTS_MAX {
+            drop(g);
+            set_errno(libc::ENOBUFS);
+            return -1;
+        }
+        g.opts.push(Kept {
+            level,
+            name,
+            val: bytes,
+            forwarded: !moved,
+        });
+        0
+    }
+
+    fn getsockopt(
+        &self,
+        level: c_int,
+        name: c_int,
+        val: *mut c_void,
+        len: *mut socklen_t,
+    ) -> c_int {
+        if level == SOL_WARPSOCK {
+            return match self.wait() {
+                Outcome::Managed(s) => s.getsockopt(level, name, val, len),
+                Outcome::Plain => plain_get(name, val, len),
+            };
+        }
+        let g = lock(&self.st);
+        match &g.outcome {
+            Some(Outcome::Managed(s)) => {
+                let s = s.clone();
+                drop(g);
+                return s.getsockopt(level, name, val, len);
+            }
+            Some(Outcome::Plain) => {}
+            None => {
+                let set = g
+                    .opts
+                    .iter()
+                    .find(|k| !k.forwarded && (k.level, k.name) == (level, name));
+                if let Some(k) = set {
+                    return super::put_bytes(val, len, &k.val);
+                }
+            }
+        }
+        drop(g);
+        // SAFETY: forwarding the program's arguments.
+        unsafe { real::getsockopt(self.kfd, level, name, val, len) }
+    }
+
+    fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {
+        match self.outcome() {
+            Some(Outcome::Managed(s)) => s.ioctl(req, arg),
+            // The bytes queued on the TCP socket are the switch's, not the
+            // program's: nothing to read yet.
+            None if req == libc::FIONREAD as c_ulong => {
+                if arg == 0 {
+                    set_errno(libc::EFAULT);
+                    return -1;
+                }
+                // SAFETY: FIONREAD's argument is the program's int.
+                unsafe { (arg as *mut c_int).write_unaligned(0) };
+                0
+            }
+            // SAFETY: forwarding the program's arguments.
+            _ => unsafe { real::ioctl(self.kfd, req, arg) },
+        }
+    }
+
+    fn shutdown(&self, how: c_int) -> c_int {
+        match self.wait() {
+            Outcome::Managed(s) => s.shutdown(how),
+            // SAFETY: forwarding the program's argument.
+            Outcome::Plain => unsafe { real::shutdown(self.kfd, how) },
+        }
+    }
+}
+
+impl Drop for SwitchingSock {
+    fn drop(&mut self) {
+        sys::close(self.kfd);
+        sys::close(self.dead);
+    }
+}
+
+#[cfg(test)]
+mod tests;

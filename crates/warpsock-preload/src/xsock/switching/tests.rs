@@ -1,0 +1,247 @@
+//! A connection switching in the background, on loopback: the program's
+//! side through the descriptor table (as the interposer reaches it), the
+//! peer's through the xsock crate (no preload).
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsFd, IntoRawFd};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use warpsock_xsock::io::{switch_fd_as, Options, XSocket};
+use warpsock_xsock::switch::Limits;
+use warpsock_xsock::Role;
+
+use super::super::{prepare, SOL_WARPSOCK, WARPSOCK_DDP_MODE};
+use super::*;
+
+/// The tests share [`UNDER_WAY`]: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Far past any wait of these tests' switches.
+const HUNG: Duration = Duration::from_secs(20);
+
+/// Options whose waits for the peer are `t` (mark) and `2 t` (Request).
+fn options(t: Duration) -> &'static Options {
+    Box::leak(Box::new(Options {
+        limits: Limits::with_timeout(t),
+        ..Options::default()
+    }))
+}
+
+/// A loopback connection: the program's accepted descriptor and the
+/// peer's stream.
+fn accepted() -> (c_int, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
+    let (p, _) = l.accept().expect("its peer");
+    (p.into_raw_fd(), c)
+}
+
+/// Starts the background switch of `fd` as the responder.
+fn start_responder(fd: c_int, opts: &'static Options) {
+    let sndbuf = prepare(fd).unwrap_or_else(|e| panic!("prepare: errno {e}"));
+    start(fd, opts, (false, None, Some(Role::Responder), sndbuf))
+        .unwrap_or_else(|e| panic!("start: errno {e}"));
+}
+
+fn table(fd: c_int) -> Arc<dyn Socket> {
+    fdtable::get(fd).expect("the descriptor is managed")
+}
+
+fn recv(s: &dyn Socket, buf: &mut [u8], flags: c_int) -> isize {
+    // SAFETY: `buf` is ours and writable.
+    unsafe { s.recv_one(buf.as_mut_ptr().cast(), buf.len(), flags) }
+}
+
+fn set_rcvtimeo(s: &dyn Socket, t: Duration) -> c_int {
+    let tv = libc::timeval {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
+    };
+    s.setsockopt(
+        libc::SOL_SOCKET,
+        libc::SO_RCVTIMEO,
+        (&tv as *const libc::timeval).cast(),
+        size_of::<libc::timeval>() as socklen_t,
+    )
+}
+
+fn rcvtimeo_on_kernel(fd: c_int) -> Duration {
+    sys::get_timeo(fd, libc::SO_RCVTIMEO).unwrap_or_default()
+}
+
+fn int_opt(s: &dyn Socket, level: c_int, name: c_int) -> c_int {
+    let mut v: c_int = -1;
+    let mut n = size_of::<c_int>() as socklen_t;
+    let r = s.getsockopt(level, name, (&mut v as *mut c_int).cast(), &mut n);
+    assert_eq!(r, 0, "getsockopt({level}, {name}): {}", errno());
+    v
+}
+
+/// Forgets `fd` as the program's `close` does (the table first, then the
+/// number, then the reference).
+fn close_as_the_program(fd: c_int) {
+    if let Ok(Some(s)) = fdtable::remove(fd) {
+        sys::close(fd);
+        s.release();
+    }
+}
+
+/// `start` returns at once; meanwhile a non-blocking receive fails with
+/// `EAGAIN` and an option the switch moves is kept off the TCP socket. A
+/// blocking receive made during the switch waits for it and takes the
+/// peer's first bytes from the DDP socket that then names the descriptor,
+/// which has the option.
+#[test]
+fn a_switch_in_the_background_ends_in_a_ddp_socket_with_the_options_set_meanwhile() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, c) = accepted();
+    let opts = options(Duration::from_secs(5));
+    let t0 = Instant::now();
+    start_responder(fd, opts);
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "start waited on the peer"
+    );
+    let sw = table(fd);
+    let mut b = [0u8; 8];
+    assert_eq!(recv(&*sw, &mut b, libc::MSG_DONTWAIT), -1);
+    assert_eq!(errno(), libc::EAGAIN);
+    assert_eq!(set_rcvtimeo(&*sw, Duration::from_millis(1500)), 0);
+    assert_eq!(
+        rcvtimeo_on_kernel(sw.kernel_fd()),
+        Duration::ZERO,
+        "a moved option reached the TCP socket during the switch"
+    );
+    let peer = std::thread::spawn(move || {
+        let x: XSocket = switch_fd_as(c.as_fd(), opts, Some(Role::Initiator))
+            .unwrap_or_else(|e| panic!("the peer's switch: {e}"));
+        assert!(matches!(x.send(b"hi", false, Some(HUNG)), Ok(2)));
+        (x, c)
+    });
+    // Blocking: waits for the switch, then reads in its outcome.
+    assert_eq!(recv(&*sw, &mut b, 0), 2);
+    assert_eq!(&b[..2], b"hi");
+    // The outcome is known to calls before the numbers name it.
+    let deadline = Instant::now() + HUNG;
+    let now = loop {
+        let now = table(fd);
+        if !Arc::ptr_eq(&now, &sw) {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the descriptor still names the switching socket"
+        );
+        std::thread::yield_now();
+    };
+    assert_eq!(int_opt(&*now, SOL_WARPSOCK, WARPSOCK_DDP_MODE), 1);
+    let (_x, _c) = peer.join().expect("the peer");
+    // The option set during the switch: the DDP socket's receive times
+    // out after it (on a thread: without it, the receive never returns).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = Arc::clone(&now);
+    std::thread::spawn(move || {
+        let mut b = [0u8; 8];
+        let t1 = Instant::now();
+        let r = recv(&*reader, &mut b, 0);
+        let _ = tx.send((r, errno(), t1.elapsed()));
+    });
+    let (r, e, waited) = rx
+        .recv_timeout(HUNG)
+        .expect("the receive has no timeout: the option was lost");
+    assert_eq!((r, e), (-1, libc::EAGAIN), "a timed-out receive");
+    assert!(waited >= Duration::from_millis(1400), "{waited:?}");
+    drop((sw, now));
+    close_as_the_program(fd);
+}
+
+/// A peer without warpsock that sends first: the switch ends at once, the
+/// descriptor delivers its bytes. A plain one that sends nothing: after
+/// the wait for its mark the descriptor is the TCP socket again, with the
+/// option set during the switch on it.
+#[test]
+fn a_peer_that_does_not_switch_leaves_its_bytes_and_then_the_tcp_socket() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let opts = options(Duration::from_millis(300));
+    // Sends first.
+    let (fd, mut c) = accepted();
+    start_responder(fd, opts);
+    std::io::Write::write_all(&mut c, b"GET /").unwrap();
+    let sw = table(fd);
+    let mut b = [0u8; 8];
+    assert_eq!(recv(&*sw, &mut b, 0), 5);
+    assert_eq!(&b[..5], b"GET /");
+    drop(sw);
+    close_as_the_program(fd);
+    // Silent.
+    let (fd, _c) = accepted();
+    start_responder(fd, opts);
+    let sw = table(fd);
+    assert_eq!(set_rcvtimeo(&*sw, Duration::from_millis(700)), 0);
+    // Waits for the end: plain.
+    assert_eq!(int_opt(&*sw, SOL_WARPSOCK, WARPSOCK_DDP_MODE), 0);
+    drop(sw);
+    let deadline = Instant::now() + HUNG;
+    while fdtable::get(fd).is_some() {
+        assert!(Instant::now() < deadline, "the number is still managed");
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        sys::get_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN),
+        Some(libc::AF_INET),
+        "the number is not the TCP socket"
+    );
+    assert_eq!(rcvtimeo_on_kernel(fd), Duration::from_millis(700));
+    sys::close(fd);
+}
+
+/// Every descriptor closed while the switch waits: the thread ends it, and
+/// the peer reads the end of the stream (no connection left behind).
+#[test]
+fn a_connection_closed_while_switching_is_closed_when_the_switch_ends() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, mut c) = accepted();
+    start_responder(fd, options(Duration::from_millis(300)));
+    close_as_the_program(fd);
+    c.set_read_timeout(Some(HUNG)).unwrap();
+    let mut b = [0u8; 8];
+    assert_eq!(c.read(&mut b).expect("the end of stream"), 0);
+}
+
+/// [`SWITCHING_MAX`] switches under way: the next connection stays plain
+/// TCP (counted), nothing swapped; once they end, there is room again.
+#[test]
+fn switches_beyond_the_bound_leave_the_connection_plain() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let opts = options(Duration::from_millis(500));
+    let mut held = Vec::new();
+    for _ in 0..SWITCHING_MAX {
+        let (fd, c) = accepted();
+        start_responder(fd, opts);
+        held.push((fd, c));
+    }
+    assert!(!room());
+    let (fd, _c) = accepted();
+    let over = OVER.load(Ordering::Relaxed);
+    assert_eq!(
+        start(fd, opts, (false, None, Some(Role::Responder), None)),
+        Err(libc::EAGAIN)
+    );
+    assert_eq!(OVER.load(Ordering::Relaxed), over + 1);
+    assert!(
+        fdtable::get(fd).is_none(),
+        "the connection over the bound is managed"
+    );
+    let deadline = Instant::now() + HUNG;
+    while !room() {
+        assert!(Instant::now() < deadline, "the switches did not end");
+        std::thread::yield_now();
+    }
+    for (n, _) in held {
+        close_as_the_program(n);
+        sys::close(n);
+    }
+    sys::close(fd);
+}

@@ -1,0 +1,44 @@
+/* A forking server, as inetd-style and pre-fork-per-connection servers
+ * are: it binds 127.0.0.1 port 0 itself (a policy-mode candidate must be
+ * the preloaded process's own socket), prints "ready PORT", accepts one
+ * connection and forks; the child greets the client first ("hello\n"),
+ * echoes the 4 bytes it answers and exits 0; the parent closes its copy,
+ * waits for the child and prints "child N" (its exit status). Bounded: the
+ * child's reads time out after 30 s (status 1). */
+#include "common.h"
+#include <sys/wait.h>
+
+int main(void) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    struct sockaddr_in a = lo(0);
+    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(listen(l, 8) == 0);
+    socklen_t al = sizeof a;
+    CHECK(getsockname(l, (struct sockaddr *)&a, &al) == 0);
+    printf("ready %d\n", ntohs(a.sin_port));
+    fflush(stdout);
+    int c = accept(l, NULL, NULL);
+    CHECK(c >= 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        set_rcvtimeo(c, 30000);
+        CHECK(write(c, "hello\n", 6) == 6);
+        char buf[4];
+        size_t got = 0;
+        while (got < sizeof buf) {
+            ssize_t r = read(c, buf + got, sizeof buf - got);
+            CHECK(r > 0);
+            got += (size_t)r;
+        }
+        CHECK(write(c, buf, sizeof buf) == (ssize_t)sizeof buf);
+        _exit(0);
+    }
+    close(c);
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    printf("child %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    fflush(stdout);
+    return 0;
+}

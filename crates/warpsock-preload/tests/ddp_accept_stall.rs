@@ -1,0 +1,182 @@
+//! Hostile peers against a preloaded server in policy mode: a client that
+//! connects and says nothing, or marks its switch and then says nothing
+//! (or half an MPA Request), must not stall the server's other clients
+//! (the project rule: "a silent, slow, lying or flooding peer must not
+//! stall other peers").
+//!
+//! The policy switch of an accepted connection used to run inside the
+//! program's `accept` (`xsock::Ddp::accepted`), which waited for the peer:
+//! up to `WARPSOCK_DDP_FALLBACK_MS` for its mark, then twice that for its
+//! MPA Request. An event-loop server's `accept` on a non-blocking listener
+//! blocked that long for each such client, one after another: `n` of them
+//! held every other client off for `n` seconds or `2 n` (measured on main
+//! 7d3c5cf: 6 silent clients, a plain client's echo after 6.07 s; 6 that
+//! marked and sent half a Request, 12.09 s). The switch now runs in the
+//! background (`xsock::switching`).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Hostile connections opened before the legitimate client.
+const HOSTILE: usize = 6;
+
+/// A legitimate client's round trip must come within this of its connect,
+/// whatever the hostile ones do: far below `HOSTILE` fallbacks (6 s, or
+/// 12 s for the marked ones), far above a loaded machine's accept.
+const BOUND: Duration = Duration::from_secs(2);
+
+/// A non-blocking listener's `accept` must not wait for a peer; this much
+/// is room for a loaded machine, far below one fallback (1 s).
+const ACCEPT_MAX_MS: u64 = 300;
+
+struct Server {
+    child: Child,
+    port: u16,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Server {
+    fn start() -> Self {
+        let mut cmd = command(&c_program("acceptstall"), &[], true);
+        cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+            .env("WARPSOCK_DDP_FALLBACK_MS", "1000");
+        let mut child = cmd.spawn().expect("spawn acceptstall");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        let port = first
+            .strip_prefix("ready ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("acceptstall did not start: {first:?}"));
+        Self { child, port, out }
+    }
+
+    /// Asks the server to quit (on a connection of its own, which waits its
+    /// turn like any other) and returns the longest accept it saw.
+    fn quit(mut self) -> u64 {
+        let mut q = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        q.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+        q.write_all(b"quit").unwrap();
+        let mut line = String::new();
+        // Bounded by the server's own 120 s limit (it exits, EOF).
+        let _ = self.out.read_line(&mut line);
+        let _ = self.child.wait();
+        line.strip_prefix("accept_max_ms ")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no accept_max_ms from the server: {line:?}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends one urgent byte: a warpsock switch mark.
+fn mark(t: &TcpStream) {
+    let b = [0xD7u8];
+    // SAFETY: send of one byte from the stack on an open socket.
+    let r = unsafe { libc::send(t.as_raw_fd(), b.as_ptr().cast(), 1, libc::MSG_OOB) };
+    assert_eq!(r, 1, "send(MSG_OOB)");
+}
+
+/// A plain client's echo round trip, timed from its connect.
+fn legit_round_trip(port: u16) -> Duration {
+    let started = Instant::now();
+    let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    t.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    t.read_exact(&mut buf).expect("the echo");
+    assert_eq!(&buf, b"ping");
+    started.elapsed()
+}
+
+fn hostile_clients_do_not_stall_others(what: &str, open: impl Fn(u16) -> TcpStream) {
+    let s = Server::start();
+    // Connected (the kernel queued them) before the legitimate client: its
+    // connection is behind theirs in the listener's queue.
+    let hostile: Vec<TcpStream> = (0..HOSTILE).map(|_| open(s.port)).collect();
+    let took = legit_round_trip(s.port);
+    drop(hostile);
+    let worst = s.quit();
+    eprintln!("{what}: the legitimate round trip took {took:?}; the longest accept {worst} ms");
+    assert!(
+        took < BOUND && worst <= ACCEPT_MAX_MS,
+        "{what}: {HOSTILE} hostile clients held a legitimate one off for {took:?} \
+         (bound {BOUND:?}); the server's longest accept took {worst} ms \
+         (a non-blocking listener's, bound {ACCEPT_MAX_MS} ms)"
+    );
+}
+
+/// Clients that connect and send nothing.
+#[test]
+fn silent_clients_do_not_stall_a_policy_servers_accepts() {
+    hostile_clients_do_not_stall_others("silent clients", |port| {
+        TcpStream::connect(("127.0.0.1", port)).unwrap()
+    });
+}
+
+/// Clients that mark their switch and then send nothing, or half an MPA
+/// Request's key.
+#[test]
+fn marked_then_silent_clients_do_not_stall_a_policy_servers_accepts() {
+    hostile_clients_do_not_stall_others("marked, then half a Request", |port| {
+        let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        mark(&t);
+        t.write_all(b"MPA ID Req Fr").unwrap();
+        t
+    });
+}
+
+/// A forking server's child serves a client without warpsock that waits
+/// for the server to speak first: the fork waits for the connection's
+/// switch to fall back (`xsock::switching::settle_before_fork`), so the
+/// child's copy is the plain TCP socket, not a dead end (which a copy of a
+/// connection still switching is).
+#[test]
+fn a_forking_servers_child_serves_a_plain_client_that_waits_for_it() {
+    let mut cmd = command(&c_program("forkserve"), &[], true);
+    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+        .env("WARPSOCK_DDP_FALLBACK_MS", "300");
+    let mut child = cmd.spawn().expect("spawn forkserve");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let port: u16 = first
+        .strip_prefix("ready ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("forkserve did not start: {first:?}"));
+    let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut hello = [0u8; 6];
+    let greeted = t.read_exact(&mut hello);
+    let echoed = greeted.as_ref().ok().map(|()| {
+        t.write_all(b"ping").unwrap();
+        let mut b = [0u8; 4];
+        t.read_exact(&mut b).map(|()| b)
+    });
+    let mut last = String::new();
+    let _ = out.read_line(&mut last);
+    let run = finish(child, Duration::from_secs(60));
+    assert!(
+        greeted.is_ok() && &hello == b"hello\n",
+        "no greeting from the child: {greeted:?} {hello:?}; server: {last:?} {}",
+        run.stderr
+    );
+    assert!(
+        matches!(echoed, Some(Ok(b)) if &b == b"ping"),
+        "no echo: {echoed:?}; server: {last:?} {}",
+        run.stderr
+    );
+    assert_eq!(last.trim(), "child 0", "{}", run.stderr);
+}
