@@ -10,6 +10,16 @@ use warpsock_xsock::switch::Limits;
 use crate::udp::core::policy::{parse_ports, Cidr};
 
 /// What the environment asked for.
+/// The most bytes an accepted connection's background switch reads
+/// before the peer's mark (`xsock::switching`): with up to
+/// `SWITCHING_MAX` (64) switches under way, a flood of clients that write
+/// without marking holds at most 64 MiB in all — what one connection
+/// could hold when the switch ran inside `accept` — where each could
+/// hold `Limits::residue_max` (64 MiB). An honest client's bytes before
+/// its switch beyond this fail the switch (`ResidueFull`): the connection
+/// stays plain TCP, every byte delivered.
+pub(crate) const ACCEPTED_RESIDUE_MAX: usize = 1 << 20;
+
 pub(crate) struct Config {
     /// `WARPSOCK_DDP_PORTS`: connections to (connect) or on (accept) these
     /// ports switch at once.
@@ -20,6 +30,10 @@ pub(crate) struct Config {
     pub(crate) request: Options,
     /// Sockets switched by the policy, at connect/accept time.
     pub(crate) policy: Options,
+    /// Accepted connections of a listener set to DDP mode, switched in
+    /// the background: [`Config::request`] with the residue bounded to
+    /// [`ACCEPTED_RESIDUE_MAX`].
+    pub(crate) accepted: Options,
     /// How long `close` lets queued bytes and the end of stream leave.
     pub(crate) linger: Duration,
     /// `WARPSOCK_DDP_CLOSING_MAX`: the most closes the reaper holds at a
@@ -112,11 +126,14 @@ impl Config {
         let mut policy = base.clone();
         policy.limits = Limits::with_timeout(env_ms("WARPSOCK_DDP_FALLBACK_MS", 1000));
         policy.limits.at_start = true;
+        let mut accepted = base.clone();
+        accepted.limits.residue_max = accepted.limits.residue_max.min(ACCEPTED_RESIDUE_MAX);
         Self {
             ports,
             addrs,
             request: base,
             policy,
+            accepted,
             linger: env_ms("WARPSOCK_LINGER_MS", 2000),
             closing_max: closing_max(env_num("WARPSOCK_DDP_CLOSING_MAX", 256)),
             connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),

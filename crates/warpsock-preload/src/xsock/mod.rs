@@ -687,7 +687,7 @@ impl Kind for Ddp {
         }
         let cfg = config::get();
         let (opts, role) = if p.ddp {
-            (&cfg.request, None)
+            (&cfg.accepted, None)
         } else {
             let (Some(local), Some(peer)) = (sys::local_addr(fd), peer_addr(fd)) else {
                 return;

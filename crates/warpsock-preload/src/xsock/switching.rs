@@ -31,7 +31,9 @@
 //!   connection accepted beyond them stays plain TCP (the client falls
 //!   back within its own fallback time, nothing lost), so a flood of
 //!   silent clients holds no more than that many threads, each for at
-//!   most the fallback and request timeouts.
+//!   most the fallback and request timeouts; and each reads at most
+//!   `config::ACCEPTED_RESIDUE_MAX` of its client's bytes before the mark
+//!   (policy mode's switch ends at the first such byte anyway).
 //! * A `close` of every descriptor while the switch runs lets the thread
 //!   finish: the connection is then closed (plain) or reset (switched).
 //! * A forked child's copy, and the descriptor an `exec` keeps, is a

@@ -245,3 +245,51 @@ fn switches_beyond_the_bound_leave_the_connection_plain() {
     }
     sys::close(fd);
 }
+
+/// A listener set to DDP mode switches its accepted connections with the
+/// residue bounded ([`super::super::config::ACCEPTED_RESIDUE_MAX`]): a
+/// client that writes past it without marking ends the switch there,
+/// long before the wait for its mark would (here 30 s), and every byte is
+/// delivered in order, the residue's first.
+#[test]
+fn a_client_writing_without_marking_ends_the_switch_at_the_residue_bound() {
+    use super::super::config::{self, ACCEPTED_RESIDUE_MAX};
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    assert!(config::get().accepted.limits.residue_max <= ACCEPTED_RESIDUE_MAX);
+    let mut o = options(Duration::from_secs(30)).clone();
+    o.limits.residue_max = ACCEPTED_RESIDUE_MAX;
+    let opts: &'static Options = Box::leak(Box::new(o));
+    let (fd, mut c) = accepted();
+    let sndbuf = prepare(fd).unwrap_or_else(|e| panic!("prepare: errno {e}"));
+    start(fd, opts, (false, None, None, sndbuf)).unwrap_or_else(|e| panic!("start: errno {e}"));
+    let total = 3 * ACCEPTED_RESIDUE_MAX;
+    let writer = std::thread::spawn(move || {
+        let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
+        std::io::Write::write_all(&mut c, &data).expect("the client's bytes");
+        c
+    });
+    let sw = table(fd);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Arc::ptr_eq(&table(fd), &sw) {
+        assert!(
+            Instant::now() < deadline,
+            "the switch waits for the mark past the residue bound"
+        );
+        std::thread::yield_now();
+    }
+    let now = table(fd);
+    let mut got = vec![0u8; total];
+    let mut at = 0;
+    while at < total {
+        let n = recv(&*now, &mut got[at..], 0);
+        assert!(n > 0, "receive: {n}, errno {}", errno());
+        at += n as usize;
+    }
+    assert!(
+        got.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
+        "the bytes out of order"
+    );
+    let _c = writer.join().expect("the writer");
+    drop((sw, now));
+    close_as_the_program(fd);
+}
