@@ -180,3 +180,70 @@ fn a_forking_servers_child_serves_a_plain_client_that_waits_for_it() {
     );
     assert_eq!(last.trim(), "child 0", "{}", run.stderr);
 }
+
+/// A policy-mode event loop serves clients that switch: the loop's wait
+/// (with no timeout), begun on the accepted connection while it switched,
+/// wakes when the connection's descriptor becomes the DDP socket and goes
+/// on there (a `poll` through the switch's own descriptor, a `select` in
+/// slices). Before, the wait stayed queued on the old descriptor's file
+/// alone: the connection's first bytes woke nothing, and the client waited
+/// for good (with the loop's 1 s timeout, 20 connections took 20 s by
+/// poll, 7 s by select).
+fn switching_clients_are_served_by(wait: &str) {
+    const CONNS: u32 = 20;
+    let policy = |c: &mut std::process::Command| {
+        c.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+            .env("WARPSOCK_DDP_FALLBACK_MS", "1000");
+    };
+    let mut cmd = command(
+        &c_program("acceptstall"),
+        &[wait.to_string(), "-1".into()],
+        true,
+    );
+    policy(&mut cmd);
+    let mut child = cmd.spawn().expect("spawn acceptstall");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let port: u16 = first
+        .strip_prefix("ready ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("acceptstall did not start: {first:?}"));
+    let mut cl = command(
+        &c_program("connrate"),
+        &[port.to_string(), CONNS.to_string(), "60".into()],
+        true,
+    );
+    policy(&mut cl);
+    // Killed by pid if it hangs.
+    let client = finish(cl.spawn().expect("spawn connrate"), Duration::from_secs(60));
+    let mut q = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    q.write_all(b"quit").unwrap();
+    // Its last line read (a closed pipe would end it before its report).
+    let mut last = String::new();
+    let _ = out.read_line(&mut last);
+    let server = finish(child, Duration::from_secs(30));
+    assert!(
+        client.code == Some(0) && client.stdout.starts_with(&format!("conns {CONNS} ")),
+        "a {wait} loop did not serve {CONNS} switching clients: {:?} {} {}",
+        client.code,
+        client.stdout,
+        client.stderr
+    );
+    assert!(
+        server.stat("ddp_switched") >= u64::from(CONNS)
+            && server.stat("ddp_switch_bg") >= u64::from(CONNS),
+        "the connections did not switch in the background: {}",
+        server.stderr
+    );
+}
+
+#[test]
+fn a_poll_loop_serves_switching_clients() {
+    switching_clients_are_served_by("poll");
+}
+
+#[test]
+fn a_select_loop_serves_switching_clients() {
+    switching_clients_are_served_by("select");
+}

@@ -28,7 +28,8 @@ fn before_doorbell_wait() {
 /// Interposed `select(2)`: see `before_doorbell_wait`. These waits are
 /// the real ones, libc's cancellation points: a `pthread_cancel` of the
 /// thread unwinds from them through this frame (`extern "C-unwind"`,
-/// nothing to drop), as without the library.
+/// nothing to drop), as without the library. While accepted connections
+/// switch in the background, in slices ([`sliced`]).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn select(
     n: c_int,
@@ -38,11 +39,41 @@ pub unsafe extern "C-unwind" fn select(
     timeout: *mut libc::timeval,
 ) -> c_int {
     before_doorbell_wait();
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real::select(n, r, w, e, timeout) }
+    if !crate::xsock::switches_under_way() {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::select(n, r, w, e, timeout) };
+    }
+    // SAFETY: the caller's timeval, if any, is readable.
+    let bound = unsafe { timeout.as_ref() }.map(|t| {
+        std::time::Duration::new(
+            t.tv_sec.max(0) as u64,
+            (t.tv_usec.clamp(0, 999_999) * 1000) as u32,
+        )
+    });
+    let start = std::time::Instant::now();
+    let got = sliced([r, w, e], bound, |slice| {
+        let mut tv = slice.map(|d| libc::timeval {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_usec: d.subsec_micros() as libc::suseconds_t,
+        });
+        let at = tv
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |t| t as *mut libc::timeval);
+        // SAFETY: the caller's sets, a timeval of ours.
+        unsafe { real::select(n, r, w, e, at) }
+    });
+    // SAFETY: the caller's timeval, if any, is writable (select's own
+    // contract: Linux writes the time left into it).
+    if let (Some(t), Some(b)) = (unsafe { timeout.as_mut() }, bound) {
+        // Linux writes back the time not slept.
+        let left = b.saturating_sub(start.elapsed());
+        t.tv_sec = left.as_secs() as libc::time_t;
+        t.tv_usec = left.subsec_micros() as libc::suseconds_t;
+    }
+    got
 }
 
-/// Interposed `pselect(2)`: see `before_doorbell_wait`.
+/// Interposed `pselect(2)`: as `select`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pselect(
     n: c_int,
@@ -53,8 +84,69 @@ pub unsafe extern "C-unwind" fn pselect(
     mask: *const libc::sigset_t,
 ) -> c_int {
     before_doorbell_wait();
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real::pselect(n, r, w, e, timeout, mask) }
+    if !crate::xsock::switches_under_way() {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { real::pselect(n, r, w, e, timeout, mask) };
+    }
+    // SAFETY: the caller's timespec, if any, is readable.
+    let bound = unsafe { timeout.as_ref() }.map(|t| {
+        std::time::Duration::new(
+            t.tv_sec.max(0) as u64,
+            t.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
+    });
+    sliced([r, w, e], bound, |slice| {
+        let ts = slice.map(|d| libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        });
+        let at = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: the caller's sets and mask, a timespec of ours.
+        unsafe { real::pselect(n, r, w, e, at, mask) }
+    })
+}
+
+/// The longest slice of a `select`/`pselect` while accepted connections
+/// switch in the background.
+const SWITCH_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A `select`-like wait over the caller's `sets` (null: none) for at most
+/// `bound` (`None`: no bound), made of waits of at most [`SWITCH_SLICE`]
+/// while connections switch in the background (`xsock::switching`): a
+/// switch's end gives the program's descriptor another open file, and the
+/// kernel's select, which looks each number up again when woken but stays
+/// queued only on the files it first found, would not hear of input on
+/// the new one (a poll is woken through the switch's own descriptor
+/// instead: `Socket::wait_begin`). Each slice starts from the caller's
+/// sets; a slice that finds something, or fails, is the answer.
+fn sliced(
+    sets: [*mut libc::fd_set; 3],
+    bound: Option<std::time::Duration>,
+    mut once: impl FnMut(Option<std::time::Duration>) -> c_int,
+) -> c_int {
+    // SAFETY: the caller's sets, if given, are readable (fd_set is plain
+    // data).
+    let saved = sets.map(|p| unsafe { p.as_ref() }.copied());
+    let start = std::time::Instant::now();
+    loop {
+        let left = bound.map(|b| b.saturating_sub(start.elapsed()));
+        let last = !crate::xsock::switches_under_way() || left.is_some_and(|l| l <= SWITCH_SLICE);
+        for (p, s) in sets.iter().zip(&saved) {
+            if let Some(s) = s {
+                // SAFETY: the caller's set, writable.
+                unsafe { p.write(*s) };
+            }
+        }
+        if last {
+            return once(left);
+        }
+        let got = once(Some(SWITCH_SLICE));
+        if got != 0 {
+            return got;
+        }
+    }
 }
 
 /// Interposed `epoll_create(2)`: the set is recorded so that a managed

@@ -305,6 +305,12 @@ pub(crate) fn settle_switches_before_fork() {
     switching::settle_before_fork(longest + std::time::Duration::from_secs(1));
 }
 
+/// Whether accepted connections are switching in the background now (a
+/// `select` then waits in slices: `interpose::wait`).
+pub(crate) fn switches_under_way() -> bool {
+    switching::under_way()
+}
+
 fn is_tcp(fd: c_int) -> bool {
     let dom = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN);
     let ty = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_TYPE);

@@ -51,7 +51,7 @@ use super::{
 };
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
-use crate::shim::socket::Socket;
+use crate::shim::socket::{Socket, Wait};
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{fdtable, real};
 
@@ -104,6 +104,14 @@ pub(crate) struct SwitchingSock {
     bell: Doorbell,
     /// What a forked child's copy and an exec's become.
     dead: c_int,
+    /// An eventfd made readable when the switch is over: a `poll` begun
+    /// on this socket watches it ([`Socket::wait_begin`]) and goes on
+    /// through the outcome. The doorbell cannot wake it: the kernel's
+    /// poll looks the program's number up again at each pass, finds the
+    /// outcome's file there, and stays queued on the doorbell's alone.
+    done: c_int,
+    /// [`Self::done`] was written: the outcome names every number it could.
+    woken: AtomicBool,
     refs: AtomicUsize,
     nonblocking: AtomicBool,
     pid: i32,
@@ -198,9 +206,15 @@ pub(super) fn start(fd: c_int, opts: &'static Options, asked: Asked) -> Result<(
         }
     };
     let dead = super::sock::dead_end();
-    if dead < 0 {
+    // SAFETY: a new eventfd of ours.
+    let done = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if dead < 0 || done < 0 {
         let e = errno();
-        sys::close(kfd);
+        for f in [kfd, dead, done] {
+            if f >= 0 {
+                sys::close(f);
+            }
+        }
         return Err(e);
     }
     // Writable only at the end: a send would fail with `EAGAIN` until then.
@@ -210,6 +224,8 @@ pub(super) fn start(fd: c_int, opts: &'static Options, asked: Asked) -> Result<(
         kfd,
         bell,
         dead,
+        done,
+        woken: AtomicBool::new(false),
         refs: AtomicUsize::new(0),
         nonblocking: AtomicBool::new(nonblocking),
         pid: sys::getpid(),
@@ -312,9 +328,16 @@ impl SwitchingSock {
         self.settled.notify_all();
     }
 
-    /// A `poll` or `select` that waits on the old doorbell (its number
-    /// names the outcome now) wakes: readable and writable.
+    /// The waits begun on this socket end: a `poll` through [`Self::done`]
+    /// (the interposer's poll then waits again through the outcome), and a
+    /// wait on the doorbell itself (a number installation missed, or a
+    /// `select`: `interpose::wait` waits in slices while switches are under
+    /// way) finds it readable and writable.
     fn wake_waiters(&self) {
+        let one: u64 = 1;
+        // SAFETY: an 8-byte write to our own eventfd.
+        unsafe { libc::write(self.done, (&one as *const u64).cast(), 8) };
+        self.woken.store(true, Ordering::Release);
         let mut g = lock(&self.st);
         self.bell.set_writable(true);
         self.bell.ring(&mut g.bells);
@@ -562,6 +585,22 @@ impl Socket for SwitchingSock {
         unsafe { real::getsockopt(self.kfd, level, name, val, len) }
     }
 
+    fn wait_begin(&self) -> Option<Wait> {
+        // Over (the numbers name the outcome; one whose installation
+        // failed names the doorbell, rung): the program's number alone.
+        (!self.woken.load(Ordering::Acquire)).then(|| Wait {
+            fds: vec![self.done],
+            claim: Box::new(()),
+            chunked: false,
+        })
+    }
+
+    fn wait_end(&self, _wait: Wait, _revents: &[i16]) -> i16 {
+        // Nothing of its own to show: a wake-up by `done` is one for
+        // nothing here, and the poll waits again through the outcome.
+        0
+    }
+
     fn ioctl(&self, req: c_ulong, arg: usize) -> c_int {
         match self.outcome() {
             Some(Outcome::Managed(s)) => s.ioctl(req, arg),
@@ -594,6 +633,7 @@ impl Drop for SwitchingSock {
     fn drop(&mut self) {
         sys::close(self.kfd);
         sys::close(self.dead);
+        sys::close(self.done);
     }
 }
 

@@ -1,14 +1,39 @@
-/* A one-thread TCP echo server on a non-blocking listener (poll loop), as
- * event-loop servers are: it binds 127.0.0.1 port 0 itself (a policy-mode
- * candidate must be the preloaded process's own socket), prints
- * "ready PORT", echoes every connection's bytes and, on "quit", prints the
- * longest any one accept4 call took ("accept_max_ms N") and exits 0.
- * Bounded: it exits 1 after 120 s. */
+/* A one-thread TCP echo server on a non-blocking listener (an event loop
+ * over poll, or over select with "select" as its first argument; its
+ * waits' timeout in ms the second, default 1000, -1 for none), as
+ * event-loop servers are: it binds 127.0.0.1 port 0 itself (a policy-mode candidate
+ * must be the preloaded process's own socket), prints "ready PORT", echoes
+ * every connection's bytes and, on "quit", prints the longest any one
+ * accept4 call took ("accept_max_ms N") and exits 0. Bounded: it exits 1
+ * after 120 s. */
 #include "common.h"
 
 #define MAXC 256
 
-int main(void) {
+/* poll(2) over p[0..n), or select(2) over the same descriptors (the
+ * revents set as poll's would be, for input). */
+static int wait_for(struct pollfd *p, int n, int ms, int use_select) {
+    if (!use_select)
+        return poll(p, (nfds_t)n, ms);
+    fd_set r;
+    FD_ZERO(&r);
+    int top = -1;
+    for (int i = 0; i < n; i++) {
+        CHECK(p[i].fd < FD_SETSIZE);
+        FD_SET(p[i].fd, &r);
+        if (p[i].fd > top)
+            top = p[i].fd;
+    }
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    int k = select(top + 1, &r, NULL, NULL, ms < 0 ? NULL : &tv);
+    for (int i = 0; i < n; i++)
+        p[i].revents = k > 0 && FD_ISSET(p[i].fd, &r) ? POLLIN : 0;
+    return k;
+}
+
+int main(int argc, char **argv) {
+    int use_select = argc > 1 && strcmp(argv[1], "select") == 0;
+    int wait_ms = argc > 2 ? atoi(argv[2]) : 1000;
     int l = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(l >= 0);
     int one = 1;
@@ -26,7 +51,7 @@ int main(void) {
     long worst = 0, end = now_ms() + 120000;
     p[n++] = (struct pollfd){.fd = l, .events = POLLIN};
     while (now_ms() < end) {
-        CHECK(poll(p, (nfds_t)n, 1000) >= 0);
+        CHECK(wait_for(p, n, wait_ms, use_select) >= 0);
         for (int i = n - 1; i >= 0; i--) {
             if (!p[i].revents)
                 continue;
