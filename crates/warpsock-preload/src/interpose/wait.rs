@@ -29,7 +29,7 @@ fn before_doorbell_wait() {
 /// the real ones, libc's cancellation points: a `pthread_cancel` of the
 /// thread unwinds from them through this frame (`extern "C-unwind"`,
 /// nothing to drop), as without the library. While accepted connections
-/// switch in the background, in slices ([`sliced`]).
+/// switch in the background, in slices (`sliced`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn select(
     n: c_int,

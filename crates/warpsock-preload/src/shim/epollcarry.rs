@@ -175,7 +175,7 @@ pub(crate) fn parse_fdinfo(text: &str, epfd: c_int, fd: c_int, ino: u64) -> Vec<
 }
 
 /// The inode of the file descriptor `fd` names, if it names one.
-fn inode(fd: c_int) -> Option<u64> {
+pub(crate) fn inode(fd: c_int) -> Option<u64> {
     // SAFETY: fstat writes into a zeroed local struct.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -185,13 +185,41 @@ fn inode(fd: c_int) -> Option<u64> {
 
 /// The registrations of `fd` (as the file it names now) in the known sets.
 fn registrations(fd: c_int) -> Vec<Registration> {
+    match inode(fd) {
+        Some(ino) => registrations_of(fd, ino),
+        None => Vec::new(),
+    }
+}
+
+/// After a [`dup3_carrying`] onto `fd` from the file of inode `old` that
+/// another thread of the program may have used meanwhile (a switching
+/// socket's end, `xsock::switching`): registrations of `fd` as that old
+/// file, made or changed between the carry's look and its `dup3`, are
+/// made for the file `fd` names now too (added, or changed if the carry
+/// added it); the old ones go with the old file's last close.
+pub(crate) fn carry_late(fd: c_int, old: u64) {
+    for r in registrations_of(fd, old) {
+        let mut ev = libc::epoll_event {
+            events: r.events,
+            u64: r.data,
+        };
+        // SAFETY: ADD/MOD with a valid event on the program's epoll set.
+        unsafe {
+            if libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) != 0
+                && super::sys::errno() == libc::EEXIST
+            {
+                libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_MOD, fd, &mut ev);
+            }
+        }
+    }
+}
+
+/// The registrations of `fd` as the file of inode `ino` in the known sets.
+fn registrations_of(fd: c_int, ino: u64) -> Vec<Registration> {
     let sets = SETS.listed();
     if sets.is_empty() {
         return Vec::new();
     }
-    let Some(ino) = inode(fd) else {
-        return Vec::new();
-    };
     let mut out = Vec::new();
     for epfd in sets {
         if epfd == fd {

@@ -204,6 +204,12 @@ pub(crate) trait Socket: Send + Sync {
         0
     }
 
+    /// Waits until the socket is what it will be: a kind whose sockets
+    /// change under the program's number by themselves (a connection
+    /// switching in the background, `xsock::switching`) returns once the
+    /// number names the outcome (default: at once).
+    fn settle_wait(&self) {}
+
     /// The descriptor the program's number names while this socket is
     /// managed (what the switch put there), for an exec that failed after
     /// its demotion: the number is put back on it and the socket managed

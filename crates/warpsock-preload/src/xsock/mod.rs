@@ -708,13 +708,7 @@ impl Kind for Ddp {
         // In the background (`switching`): the switch waits on the peer,
         // and `accept` must not. With no room for it, the connection stays
         // plain TCP (the peer falls back), its switch not tried.
-        if !switching::room() {
-            switching::OVER.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if let Ok(sndbuf) = prepare(fd) {
-            let _ = switching::start(fd, opts, (p.msg_mode, None, role, sndbuf));
-        }
+        let _ = switching::start(fd, opts, p.msg_mode, role, prepare);
     }
 
     fn plain_sockopt(&self, fd: c_int, level: c_int, op: SockOpt) -> Option<c_int> {

@@ -163,9 +163,17 @@ pub(crate) fn borrows_memory(me: i32) -> bool {
 
 /// The DDP socket behind the program's descriptor `fd`.
 pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
+    let ddp = |s: &Arc<dyn Socket>| {
+        let key = Arc::as_ptr(s).cast::<()>() as usize;
+        SOCKS.lock().get(&key).and_then(Weak::upgrade)
+    };
     let s = fdtable::get(fd)?;
-    let key = Arc::as_ptr(&s).cast::<()>() as usize;
-    SOCKS.lock().get(&key)?.upgrade()
+    ddp(&s).or_else(|| {
+        // A connection switching in the background: its outcome (the
+        // extended calls right after `accept`).
+        s.settle_wait();
+        ddp(&fdtable::get(fd)?)
+    })
 }
 
 /// Lock-free `EAGAIN`s of quiet sockets ([`DdpSock::recv_spin`]),

@@ -20,13 +20,19 @@
 //!   (`residue`) — its epoll registrations carried, and the old doorbell
 //!   rung for a `poll` or `select` still waiting on it.
 //! * Calls: a blocking receive or send waits for the end and goes on in
-//!   the outcome (so does `shutdown`, and any `SOL_WARPSOCK` option: the
-//!   mode is known only then); a non-blocking one fails with `EAGAIN`;
-//!   `FIONREAD` reads 0. Socket options an event loop sets right after
-//!   `accept` (`TCP_NODELAY`, keep-alives) reach the TCP socket at once
-//!   and the outcome after; those the switch moves off the TCP socket
-//!   (`SO_RCVLOWAT`, the timeouts, stamps, error queues, `SO_ZEROCOPY`)
-//!   are kept here and set on the outcome.
+//!   the outcome (so do `WARPSOCK_DDP_MODE`, `WARPSOCK_CRC` and the
+//!   extended calls' look-up, `sock::lookup`: the mode is known only
+//!   then); a non-blocking one fails with `EAGAIN`; `FIONREAD` reads 0.
+//!   Socket options an event loop sets right after `accept`
+//!   (`TCP_NODELAY`, keep-alives) reach the TCP socket at once and the
+//!   outcome after; those the switch moves off the TCP socket
+//!   (`SO_RCVLOWAT`, the timeouts, stamps, error queues, `SO_ZEROCOPY`),
+//!   `WARPSOCK_MSG_MODE` and `shutdown` are kept here and made on the
+//!   outcome — none of them waits for a slow peer.
+//! * Waits: a `poll` begun here also watches [`SwitchingSock::done`] and
+//!   then waits again through the outcome; a `select` waits in slices
+//!   while switches are under way (`interpose::wait`); epoll registrations
+//!   are carried to the outcome's file.
 //! * At most [`SWITCHING_MAX`] switches are under way at once: a
 //!   connection accepted beyond them stays plain TCP (the client falls
 //!   back within its own fallback time, nothing lost), so a flood of
@@ -38,7 +44,11 @@
 //!   finish: the connection is then closed (plain) or reset (switched).
 //! * A forked child's copy, and the descriptor an `exec` keeps, is a
 //!   dead end, as a DDP socket's (the connection is the parent's, its
-//!   handshake half made).
+//!   handshake half made); a `fork` first waits for the switch of the
+//!   connection its thread accepted last ([`settle_before_fork`]).
+//! * Known limit: a `dup` made in the instant the switch ends (its system
+//!   call before the outcome's installation, its table entry after) may
+//!   leave the copy on the old doorbell.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -94,6 +104,11 @@ struct Kept {
 struct State {
     outcome: Option<Outcome>,
     opts: Vec<Kept>,
+    /// `shutdown`s asked meanwhile (`SHUT_RD` 1, `SHUT_WR` 2, both 3),
+    /// made on the outcome.
+    shut: c_int,
+    /// The message mode asked (the listener's, or set meanwhile).
+    msg_mode: bool,
     bells: usize,
 }
 
@@ -138,14 +153,13 @@ impl Drop for Slot {
     }
 }
 
-/// Whether a switch can start now (a slot is free): checked before the
-/// connection's one try is noted, so that one left plain for the bound
-/// can still be switched by the program.
-pub(super) fn room() -> bool {
+/// Whether a switch can start now (a slot is free).
+#[cfg(test)]
+fn room() -> bool {
     UNDER_WAY.load(Ordering::Acquire) < SWITCHING_MAX
 }
 
-/// Whether any switch is under way.
+/// Whether any switch is under way (`select` waits in slices meanwhile).
 pub(super) fn under_way() -> bool {
     UNDER_WAY.load(Ordering::Acquire) > 0
 }
@@ -166,23 +180,48 @@ pub(super) fn forget_after_fork() {
 /// taken (a polled count, yields and short sleeps): a handler's fork over
 /// a thread that holds a lock a switch needs waits out the bound.
 pub(super) fn settle_before_fork(bound: std::time::Duration) {
+    // Only the connection this thread accepted last: a forking server
+    // forks for it, and one connection a hostile peer holds in its switch
+    // holds up no fork but its own accepter's (redis's BGSAVE is made by
+    // the thread that accepts: it waits at most for its last client).
+    let Some(s) = LAST
+        .try_with(|l| l.try_borrow().ok().and_then(|w| w.upgrade()))
+        .ok()
+        .flatten()
+    else {
+        return;
+    };
     let deadline = std::time::Instant::now() + bound;
     let mut round = 0;
-    while UNDER_WAY.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+    while !s.woken.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
         sys::pause(round);
         round = round.saturating_add(1);
     }
 }
 
-/// Starts the switch of the program's accepted connection `fd` (its one
-/// try noted by `prepare`) on a thread of its own, `fd` a switching
-/// socket meanwhile. On failure (no slot, no descriptor, no thread) `fd`
+thread_local! {
+    /// The switching socket this thread accepted last ([`settle_before_fork`]).
+    static LAST: std::cell::RefCell<std::sync::Weak<SwitchingSock>> =
+        const { std::cell::RefCell::new(std::sync::Weak::new()) };
+}
+
+/// Starts the switch of the program's accepted connection `fd` on a
+/// thread of its own, `fd` a switching socket meanwhile: `prepare` notes
+/// its one try (and gives the noted `SO_SNDBUF`, or refuses) once a slot
+/// is taken. On failure (no slot, refused, no descriptor, no thread) `fd`
 /// is left, or made again, the plain TCP socket, and the errno returned.
-pub(super) fn start(fd: c_int, opts: &'static Options, asked: Asked) -> Result<(), c_int> {
+pub(super) fn start(
+    fd: c_int,
+    opts: &'static Options,
+    msg_mode: bool,
+    role: Option<warpsock_xsock::Role>,
+    prepare: impl FnOnce(c_int) -> Result<Option<usize>, c_int>,
+) -> Result<(), c_int> {
     let Some(slot) = Slot::take() else {
         OVER.fetch_add(1, Ordering::Relaxed);
         return Err(libc::EAGAIN);
     };
+    let asked: Asked = (msg_mode, None, role, prepare(fd)?);
     // SAFETY: fcntl on the program's new socket.
     let (fl, kfd) = unsafe {
         (
@@ -232,11 +271,18 @@ pub(super) fn start(fd: c_int, opts: &'static Options, asked: Asked) -> Result<(
         st: Mutex::new(State {
             outcome: None,
             opts: Vec::new(),
+            shut: 0,
+            msg_mode,
             bells: 0,
         }),
         settled: Condvar::new(),
     });
     fdtable::swap_in(fd, app, s.clone())?;
+    let _ = LAST.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            *l = Arc::downgrade(&s);
+        }
+    });
     let t = Arc::clone(&s);
     let spawned = sys::with_async_signals_blocked(|| {
         std::thread::Builder::new()
@@ -248,7 +294,6 @@ pub(super) fn start(fd: c_int, opts: &'static Options, asked: Asked) -> Result<(
     });
     if spawned.is_err() {
         // The number back on the TCP socket, the switch not begun.
-        s.settle(Outcome::Plain);
         let _ = s.install(kfd, None);
         s.wake_waiters();
         return Err(libc::EAGAIN);
@@ -260,31 +305,45 @@ pub(super) fn start(fd: c_int, opts: &'static Options, asked: Asked) -> Result<(
 impl SwitchingSock {
     /// The thread's work: the switch, committed to the numbers naming
     /// this socket (an outcome that wrapped none of them is the plain
-    /// socket), then the old doorbell rung.
+    /// socket), then the waits begun on it woken — also if the switch
+    /// panicked (caught by the guard's `enter`): its blocked callers wait
+    /// for the outcome.
     fn run(&self, fd: c_int, opts: &Options, asked: Asked) {
+        struct Finish<'a>(&'a SwitchingSock);
+        impl Drop for Finish<'_> {
+            fn drop(&mut self) {
+                if lock(&self.0.st).outcome.is_none() {
+                    let _ = self.0.install(self.0.kfd, None);
+                }
+                self.0.wake_waiters();
+            }
+        }
+        let _finish = Finish(self);
         let at = At {
             fd,
             kernel: self.kfd,
             from: Some(self),
         };
         let _ = switch_at(at, opts, asked);
-        if lock(&self.st).outcome.is_none() {
-            let _ = self.install(self.kfd, None);
-        }
-        self.wake_waiters();
     }
 
     /// The numbers naming this socket come to name `target` and `sock`
-    /// (`None`: the TCP socket, plain), after the options kept here are
-    /// set on it and the outcome is known to calls under way. `EBADF`: no
-    /// number names it any more (all closed).
+    /// (`None`: the TCP socket, plain), after the options and shutdowns
+    /// asked meanwhile are made on it and the outcome is known to calls
+    /// under way (one step: an option set meanwhile is kept or made), and
+    /// with the `O_NONBLOCK` the program set last. `EBADF`: no number
+    /// names it any more (all closed).
     pub(super) fn install(
         &self,
         target: c_int,
         sock: Option<Arc<dyn Socket>>,
     ) -> Result<(), c_int> {
-        self.replay(sock.as_deref());
-        self.settle(sock.clone().map_or(Outcome::Plain, Outcome::Managed));
+        {
+            let mut g = lock(&self.st);
+            self.replay(&mut g, sock.as_deref());
+            g.outcome = Some(sock.clone().map_or(Outcome::Plain, Outcome::Managed));
+            self.settled.notify_all();
+        }
         let me = self as *const Self as *const () as usize;
         let mut any = false;
         for (n, s) in fdtable::all() {
@@ -292,9 +351,15 @@ impl SwitchingSock {
                 continue;
             }
             drop(s);
-            if fdtable::replace_if(n, me, target, sock.clone())? {
+            if fdtable::replace_if(n, me, self.bell.app, target, sock.clone())? {
                 any = true;
             }
+        }
+        // A change of the flag that landed on the doorbell meanwhile.
+        let nonblocking = self.nonblocking();
+        sys::set_nonblocking(target, nonblocking);
+        if let Some(s) = &sock {
+            s.set_nonblocking(nonblocking);
         }
         if any {
             Ok(())
@@ -303,29 +368,39 @@ impl SwitchingSock {
         }
     }
 
-    /// Sets the options kept here on the outcome: every one on a managed
-    /// socket (its own handling of each), those not forwarded on the
-    /// plain TCP socket.
-    fn replay(&self, sock: Option<&dyn Socket>) {
-        let kept = std::mem::take(&mut lock(&self.st).opts);
-        for k in &kept {
+    /// Makes on the outcome what was asked meanwhile (under the state's
+    /// lock `g`): every option kept on a managed socket (its own handling
+    /// of each), those not forwarded on the plain TCP socket; the
+    /// shutdowns.
+    fn replay(&self, g: &mut State, sock: Option<&dyn Socket>) {
+        for k in std::mem::take(&mut g.opts) {
             let (val, len) = (k.val.as_ptr().cast::<c_void>(), k.val.len() as socklen_t);
             match sock {
                 Some(s) => {
                     s.setsockopt(k.level, k.name, val, len);
                 }
-                None if !k.forwarded => {
+                None if !k.forwarded && k.level != SOL_WARPSOCK => {
                     // SAFETY: the kept value, `len` bytes.
                     unsafe { real::setsockopt(self.kfd, k.level, k.name, val, len) };
                 }
                 None => {}
             }
         }
-    }
-
-    fn settle(&self, outcome: Outcome) {
-        lock(&self.st).outcome = Some(outcome);
-        self.settled.notify_all();
+        let how = match std::mem::take(&mut g.shut) {
+            1 => libc::SHUT_RD,
+            2 => libc::SHUT_WR,
+            3 => libc::SHUT_RDWR,
+            _ => return,
+        };
+        match sock {
+            Some(s) => {
+                s.shutdown(how);
+            }
+            // SAFETY: shutdown of our own duplicate.
+            None => unsafe {
+                real::shutdown(self.kfd, how);
+            },
+        }
     }
 
     /// The waits begun on this socket end: a `poll` through [`Self::done`]
@@ -341,6 +416,20 @@ impl SwitchingSock {
         let mut g = lock(&self.st);
         self.bell.set_writable(true);
         self.bell.ring(&mut g.bells);
+        drop(g);
+        self.settled.notify_all();
+    }
+
+    /// Waits until the switch is over and its outcome names the numbers
+    /// (the extended calls look the DDP socket up by its number).
+    pub(super) fn wait_installed(&self) {
+        let mut g = lock(&self.st);
+        while !self.woken.load(Ordering::Acquire) {
+            g = self
+                .settled
+                .wait(g)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
     }
 
     /// The outcome, once the switch is over.
@@ -484,19 +573,33 @@ impl Socket for SwitchingSock {
     }
 
     fn setsockopt(&self, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
-        if level == SOL_WARPSOCK {
+        let msg_mode = (level, name) == (SOL_WARPSOCK, WARPSOCK_MSG_MODE);
+        if level == SOL_WARPSOCK && !msg_mode {
             return match self.wait() {
                 Outcome::Managed(s) => s.setsockopt(level, name, val, len),
                 Outcome::Plain => plain_set(name, val, len),
             };
         }
-        let moved = Self::moved(level, name);
+        if msg_mode && self.outcome().is_none() {
+            // Kept and set on the outcome: an event loop that sets it
+            // right after `accept` does not wait for a slow peer.
+            let Some(v @ (0 | 1)) = super::int_arg(val, len) else {
+                set_errno(libc::EINVAL);
+                return -1;
+            };
+            lock(&self.st).msg_mode = v == 1;
+        }
+        let moved = msg_mode || Self::moved(level, name);
         let mut g = lock(&self.st);
         match &g.outcome {
             Some(Outcome::Managed(s)) => {
                 let s = s.clone();
                 drop(g);
                 return s.setsockopt(level, name, val, len);
+            }
+            Some(Outcome::Plain) if msg_mode => {
+                drop(g);
+                return plain_set(name, val, len);
             }
             Some(Outcome::Plain) => {
                 drop(g);
@@ -524,8 +627,13 @@ impl Socket for SwitchingSock {
                 return r;
             }
         }
-        // SAFETY: the program's value is readable for `len` bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(val.cast::<u8>(), n) }.to_vec();
+        let bytes = if n == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the program's value is readable for `len` bytes (not
+            // null: checked above).
+            unsafe { std::slice::from_raw_parts(val.cast::<u8>(), n) }.to_vec()
+        };
         if let Some(k) = g
             .opts
             .iter_mut()
@@ -556,6 +664,12 @@ impl Socket for SwitchingSock {
         val: *mut c_void,
         len: *mut socklen_t,
     ) -> c_int {
+        if (level, name) == (SOL_WARPSOCK, WARPSOCK_MSG_MODE) {
+            let g = lock(&self.st);
+            if g.outcome.is_none() {
+                return super::put_int(val, len, c_int::from(g.msg_mode));
+            }
+        }
         if level == SOL_WARPSOCK {
             return match self.wait() {
                 Outcome::Managed(s) => s.getsockopt(level, name, val, len),
@@ -621,11 +735,35 @@ impl Socket for SwitchingSock {
     }
 
     fn shutdown(&self, how: c_int) -> c_int {
-        match self.wait() {
-            Outcome::Managed(s) => s.shutdown(how),
+        let bits = match how {
+            libc::SHUT_RD => 1,
+            libc::SHUT_WR => 2,
+            libc::SHUT_RDWR => 3,
+            _ => {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
+        };
+        let mut g = lock(&self.st);
+        match &g.outcome {
+            Some(Outcome::Managed(s)) => {
+                let s = s.clone();
+                drop(g);
+                s.shutdown(how)
+            }
             // SAFETY: forwarding the program's argument.
-            Outcome::Plain => unsafe { real::shutdown(self.kfd, how) },
+            Some(Outcome::Plain) => unsafe { real::shutdown(self.kfd, how) },
+            None => {
+                // Made on the outcome (`replay`): a shutdown does not wait
+                // for a slow peer's switch.
+                g.shut |= bits;
+                0
+            }
         }
+    }
+
+    fn settle_wait(&self) {
+        self.wait_installed();
     }
 }
 

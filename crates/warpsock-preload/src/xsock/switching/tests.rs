@@ -40,8 +40,7 @@ fn accepted() -> (c_int, TcpStream) {
 
 /// Starts the background switch of `fd` as the responder.
 fn start_responder(fd: c_int, opts: &'static Options) {
-    let sndbuf = prepare(fd).unwrap_or_else(|e| panic!("prepare: errno {e}"));
-    start(fd, opts, (false, None, Some(Role::Responder), sndbuf))
+    start(fd, opts, false, Some(Role::Responder), prepare)
         .unwrap_or_else(|e| panic!("start: errno {e}"));
 }
 
@@ -114,12 +113,33 @@ fn a_switch_in_the_background_ends_in_a_ddp_socket_with_the_options_set_meanwhil
         Duration::ZERO,
         "a moved option reached the TCP socket during the switch"
     );
+    // Message mode and a shutdown of the sending side, asked meanwhile:
+    // at once, made on the outcome.
+    let one: c_int = 1;
+    let t1 = Instant::now();
+    assert_eq!(
+        sw.setsockopt(
+            SOL_WARPSOCK,
+            WARPSOCK_MSG_MODE,
+            (&one as *const c_int).cast(),
+            size_of::<c_int>() as socklen_t
+        ),
+        0
+    );
+    assert_eq!(int_opt(&*sw, SOL_WARPSOCK, WARPSOCK_MSG_MODE), 1);
+    assert_eq!(sw.shutdown(libc::SHUT_WR), 0);
+    assert!(t1.elapsed() < Duration::from_secs(1), "waited for the peer");
     let peer = std::thread::spawn(move || {
         let x: XSocket = switch_fd_as(c.as_fd(), opts, Some(Role::Initiator))
             .unwrap_or_else(|e| panic!("the peer's switch: {e}"));
         assert!(matches!(x.send(b"hi", false, Some(HUNG)), Ok(2)));
         (x, c)
     });
+    // The extended calls' look-up waits for the outcome.
+    assert!(
+        super::super::sock::lookup(fd).is_some(),
+        "no DDP socket by its number"
+    );
     // Blocking: waits for the switch, then reads in its outcome.
     assert_eq!(recv(&*sw, &mut b, 0), 2);
     assert_eq!(&b[..2], b"hi");
@@ -137,7 +157,12 @@ fn a_switch_in_the_background_ends_in_a_ddp_socket_with_the_options_set_meanwhil
         std::thread::yield_now();
     };
     assert_eq!(int_opt(&*now, SOL_WARPSOCK, WARPSOCK_DDP_MODE), 1);
-    let (_x, _c) = peer.join().expect("the peer");
+    assert_eq!(int_opt(&*now, SOL_WARPSOCK, WARPSOCK_MSG_MODE), 1);
+    let (x, _c) = peer.join().expect("the peer");
+    // The shutdown: the peer reads the end of the stream.
+    let mut e = [0u8; 4];
+    let end = x.recv(&mut e, warpsock_xsock::io::RecvFlags::default(), Some(HUNG));
+    assert!(matches!(end, Ok((0, _))), "the peer read {end:?}");
     // The option set during the switch: the DDP socket's receive times
     // out after it (on a thread: without it, the receive never returns).
     let (tx, rx) = std::sync::mpsc::channel();
@@ -215,7 +240,8 @@ fn a_connection_closed_while_switching_is_closed_when_the_switch_ends() {
 #[test]
 fn switches_beyond_the_bound_leave_the_connection_plain() {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    let opts = options(Duration::from_millis(500));
+    // Long enough for 64 starts on a loaded machine.
+    let opts = options(Duration::from_secs(3));
     let mut held = Vec::new();
     for _ in 0..SWITCHING_MAX {
         let (fd, c) = accepted();
@@ -225,10 +251,15 @@ fn switches_beyond_the_bound_leave_the_connection_plain() {
     assert!(!room());
     let (fd, _c) = accepted();
     let over = OVER.load(Ordering::Relaxed);
+    let mut tried = false;
     assert_eq!(
-        start(fd, opts, (false, None, Some(Role::Responder), None)),
+        start(fd, opts, false, Some(Role::Responder), |_| {
+            tried = true;
+            Ok(None)
+        }),
         Err(libc::EAGAIN)
     );
+    assert!(!tried, "the switch was tried over the bound");
     assert_eq!(OVER.load(Ordering::Relaxed), over + 1);
     assert!(
         fdtable::get(fd).is_none(),
@@ -260,8 +291,7 @@ fn a_client_writing_without_marking_ends_the_switch_at_the_residue_bound() {
     o.limits.residue_max = ACCEPTED_RESIDUE_MAX;
     let opts: &'static Options = Box::leak(Box::new(o));
     let (fd, mut c) = accepted();
-    let sndbuf = prepare(fd).unwrap_or_else(|e| panic!("prepare: errno {e}"));
-    start(fd, opts, (false, None, None, sndbuf)).unwrap_or_else(|e| panic!("start: errno {e}"));
+    start(fd, opts, false, None, prepare).unwrap_or_else(|e| panic!("start: errno {e}"));
     let total = 3 * ACCEPTED_RESIDUE_MAX;
     let writer = std::thread::spawn(move || {
         let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
@@ -292,4 +322,42 @@ fn a_client_writing_without_marking_ends_the_switch_at_the_residue_bound() {
     let _c = writer.join().expect("the writer");
     drop((sw, now));
     close_as_the_program(fd);
+}
+
+/// A number the program closed behind the table (`close_range`, a raw
+/// `close`) and opened again while its connection switched is the
+/// program's new file: the switch's end does not take it.
+#[test]
+fn a_number_closed_behind_the_table_and_opened_again_is_left_alone() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, _c) = accepted();
+    start_responder(fd, options(Duration::from_millis(300)));
+    let sw = table(fd);
+    let mut p = [-1; 2];
+    // SAFETY: a pipe of the test's, put on the number by the raw calls.
+    unsafe {
+        assert_eq!(libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        libc::close(fd);
+        assert_eq!(libc::dup2(p[0], fd), fd);
+    }
+    sw.settle_wait();
+    let mut st: libc::stat = unsafe_zeroed_stat();
+    // SAFETY: fstat into a local.
+    assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+    assert_eq!(
+        st.st_mode & libc::S_IFMT,
+        libc::S_IFIFO,
+        "the program's pipe was replaced"
+    );
+    if let Ok(Some(s)) = fdtable::remove(fd) {
+        s.release();
+    }
+    for f in [fd, p[0], p[1]] {
+        sys::close(f);
+    }
+}
+
+fn unsafe_zeroed_stat() -> libc::stat {
+    // SAFETY: plain data.
+    unsafe { std::mem::zeroed() }
 }
