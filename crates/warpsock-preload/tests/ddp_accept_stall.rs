@@ -36,6 +36,28 @@ const BOUND: Duration = Duration::from_secs(2);
 /// is room for a loaded machine, far below one fallback (1 s).
 const ACCEPT_MAX_MS: u64 = 300;
 
+/// Starts a test server program preloaded in policy mode for every port
+/// of 127.0.0.1 (its fallback `fallback_ms`) and reads its
+/// "ready PORT" line: the child, its stdout, the port.
+fn policy_server(
+    name: &str,
+    args: &[String],
+    fallback_ms: u32,
+) -> (Child, BufReader<std::process::ChildStdout>, u16) {
+    let mut cmd = command(&c_program(name), args, true);
+    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+        .env("WARPSOCK_DDP_FALLBACK_MS", fallback_ms.to_string());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let port = first
+        .strip_prefix("ready ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} did not start: {first:?}"));
+    (child, out, port)
+}
+
 struct Server {
     child: Child,
     port: u16,
@@ -44,17 +66,7 @@ struct Server {
 
 impl Server {
     fn start() -> Self {
-        let mut cmd = command(&c_program("acceptstall"), &[], true);
-        cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-            .env("WARPSOCK_DDP_FALLBACK_MS", "1000");
-        let mut child = cmd.spawn().expect("spawn acceptstall");
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
-        let port = first
-            .strip_prefix("ready ")
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("acceptstall did not start: {first:?}"));
+        let (child, out, port) = policy_server("acceptstall", &[], 1000);
         Self { child, port, out }
     }
 
@@ -67,10 +79,16 @@ impl Server {
         let mut line = String::new();
         // Bounded by the server's own 120 s limit (it exits, EOF).
         let _ = self.out.read_line(&mut line);
-        let _ = self.child.wait();
+        let status = self.child.wait();
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
         line.strip_prefix("accept_max_ms ")
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no accept_max_ms from the server: {line:?}"))
+            .unwrap_or_else(|| {
+                panic!("no accept_max_ms from the server: {line:?}; {status:?}; {err}")
+            })
     }
 }
 
@@ -145,17 +163,7 @@ fn marked_then_silent_clients_do_not_stall_a_policy_servers_accepts() {
 /// connection still switching is).
 #[test]
 fn a_forking_servers_child_serves_a_plain_client_that_waits_for_it() {
-    let mut cmd = command(&c_program("forkserve"), &[], true);
-    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-        .env("WARPSOCK_DDP_FALLBACK_MS", "300");
-    let mut child = cmd.spawn().expect("spawn forkserve");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let port: u16 = first
-        .strip_prefix("ready ")
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("forkserve did not start: {first:?}"));
+    let (child, mut out, port) = policy_server("forkserve", &[], 300);
     let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut hello = [0u8; 6];
@@ -195,20 +203,8 @@ fn switching_clients_are_served_by(wait: &str) {
         c.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
             .env("WARPSOCK_DDP_FALLBACK_MS", "1000");
     };
-    let mut cmd = command(
-        &c_program("acceptstall"),
-        &[wait.to_string(), "-1".into()],
-        true,
-    );
-    policy(&mut cmd);
-    let mut child = cmd.spawn().expect("spawn acceptstall");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let port: u16 = first
-        .strip_prefix("ready ")
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("acceptstall did not start: {first:?}"));
+    let (child, mut out, port) =
+        policy_server("acceptstall", &[wait.to_string(), "-1".into()], 1000);
     let mut cl = command(
         &c_program("connrate"),
         &[port.to_string(), CONNS.to_string(), "60".into()],
