@@ -458,18 +458,38 @@ fn dup_refused(old: c_int, new: c_int) -> bool {
     false
 }
 
+/// `f`, a `dup` of `old` and its table entry, with the socket `old`
+/// names holding off its own change of the number (`Socket::dup_begin`:
+/// a connection switching in the background; review 36 item 2: the copy
+/// was left on the old doorbell when the switch ended between the two).
+fn dup_held<R>(old: c_int, f: impl FnOnce() -> R) -> R {
+    let s = if fdtable::mark(old) & MANAGED != 0 && !busy() {
+        fdtable::get(old)
+    } else {
+        None
+    };
+    let held = s.as_ref().filter(|s| s.dup_begin());
+    let r = f();
+    if let Some(s) = held {
+        s.dup_end();
+    }
+    r
+}
+
 /// Interposed `dup(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     if dup_refused(fd, -1) {
         return -1;
     }
-    // SAFETY: forwarding the caller's argument.
-    let n = unsafe { real::dup(fd) };
-    if n >= 0 && (fdtable::mark(fd) != 0 || fdtable::mark(n) != 0) {
-        propagate(fd, n);
-    }
-    n
+    dup_held(fd, || {
+        // SAFETY: forwarding the caller's argument.
+        let n = unsafe { real::dup(fd) };
+        if n >= 0 && (fdtable::mark(fd) != 0 || fdtable::mark(n) != 0) {
+            propagate(fd, n);
+        }
+        n
+    })
 }
 
 /// Interposed `dup2(2)`.
@@ -478,12 +498,14 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if dup_refused(old, new) {
         return -1;
     }
-    // SAFETY: forwarding the caller's arguments.
-    let n = unsafe { real::dup2(old, new) };
-    if n >= 0 {
-        propagate(old, new);
-    }
-    n
+    dup_held(old, || {
+        // SAFETY: forwarding the caller's arguments.
+        let n = unsafe { real::dup2(old, new) };
+        if n >= 0 {
+            propagate(old, new);
+        }
+        n
+    })
 }
 
 /// Interposed `dup3(2)`.
@@ -492,12 +514,14 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if dup_refused(old, new) {
         return -1;
     }
-    // SAFETY: forwarding the caller's arguments.
-    let n = unsafe { real::dup3(old, new, flags) };
-    if n >= 0 {
-        propagate(old, new);
-    }
-    n
+    dup_held(old, || {
+        // SAFETY: forwarding the caller's arguments.
+        let n = unsafe { real::dup3(old, new, flags) };
+        if n >= 0 {
+            propagate(old, new);
+        }
+        n
+    })
 }
 
 /// Interposed `fcntl(2)`. Declared with one integer argument: on the
@@ -519,13 +543,21 @@ pub unsafe extern "C-unwind" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_in
         set_errno(libc::EDEADLK);
         return -1;
     }
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        return dup_held(fd, || {
+            // SAFETY: forwarding the caller's arguments.
+            let r = unsafe { real::fcntl(fd, cmd, arg) };
+            if r >= 0 {
+                propagate(fd, r);
+            }
+            r
+        });
+    }
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::fcntl(fd, cmd, arg) };
     if r >= 0 {
-        match (cmd, setfl) {
-            (libc::F_DUPFD | libc::F_DUPFD_CLOEXEC, _) => propagate(fd, r),
-            (libc::F_SETFL, Some(s)) => s.set_nonblocking(arg as c_int & libc::O_NONBLOCK != 0),
-            _ => {}
+        if let (libc::F_SETFL, Some(s)) = (cmd, setfl) {
+            s.set_nonblocking(arg as c_int & libc::O_NONBLOCK != 0);
         }
     }
     r

@@ -204,6 +204,19 @@ pub(crate) trait Socket: Send + Sync {
         0
     }
 
+    /// A `dup` of one of the socket's numbers is about to be made (its
+    /// system call, then its table entry): a kind whose sockets change
+    /// under their numbers by themselves (`xsock::switching`) holds that
+    /// change off until [`Self::dup_end`], so that the copy's open file and
+    /// its entry are the same socket's. Returns whether it holds (then
+    /// `dup_end` must follow); default: no.
+    fn dup_begin(&self) -> bool {
+        false
+    }
+
+    /// The `dup` [`Self::dup_begin`] held for is made.
+    fn dup_end(&self) {}
+
     /// Waits until the socket is what it will be: a kind whose sockets
     /// change under the program's number by themselves (a connection
     /// switching in the background, `xsock::switching`) returns once the

@@ -46,9 +46,9 @@
 //!   dead end, as a DDP socket's (the connection is the parent's, its
 //!   handshake half made); a `fork` first waits for the switch of the
 //!   connection its thread accepted last ([`settle_before_fork`]).
-//! * Known limit: a `dup` made in the instant the switch ends (its system
-//!   call before the outcome's installation, its table entry after) may
-//!   leave the copy on the old doorbell.
+//! * A `dup` of the number (its system call, then its table entry) and
+//!   the outcome's installation exclude each other (`Socket::dup_begin`),
+//!   so the copy names the outcome too.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -127,6 +127,14 @@ pub(crate) struct SwitchingSock {
     done: c_int,
     /// [`Self::done`] was written: the outcome names every number it could.
     woken: AtomicBool,
+    /// The outcome's installation began ([`Self::install`]): a `dup`
+    /// begun now waits for its end ([`Socket::dup_begin`]).
+    installing: AtomicBool,
+    /// ... and ended.
+    installed: AtomicBool,
+    /// `dup`s of a number under way ([`Socket::dup_begin`]): the
+    /// installation waits for them (each a system call and a table entry).
+    dups: AtomicUsize,
     refs: AtomicUsize,
     nonblocking: AtomicBool,
     pid: i32,
@@ -268,6 +276,9 @@ pub(super) fn start(
         dead,
         done,
         woken: AtomicBool::new(false),
+        installing: AtomicBool::new(false),
+        installed: AtomicBool::new(false),
+        dups: AtomicUsize::new(0),
         refs: AtomicUsize::new(0),
         nonblocking: AtomicBool::new(nonblocking),
         pid: sys::getpid(),
@@ -347,6 +358,15 @@ impl SwitchingSock {
             g.outcome = Some(sock.clone().map_or(Outcome::Plain, Outcome::Managed));
             self.settled.notify_all();
         }
+        // The `dup`s under way end first: each copy is then in the table,
+        // and taken below with the rest.
+        self.installing.store(true, Ordering::SeqCst);
+        let mut round = 0;
+        while self.dups.load(Ordering::SeqCst) > 0 {
+            sys::pause(round);
+            round = round.saturating_add(1);
+        }
+        let _installed = Installed(self);
         let me = self as *const Self as *const () as usize;
         let mut any = false;
         for (n, s) in fdtable::all() {
@@ -767,6 +787,39 @@ impl Socket for SwitchingSock {
 
     fn settle_wait(&self) {
         self.wait_installed();
+    }
+
+    fn dup_begin(&self) -> bool {
+        let mut round = 0;
+        loop {
+            if self.installing.load(Ordering::SeqCst) {
+                // Being installed (or done): the dup follows it, on the
+                // outcome's file, unheld.
+                while !self.installed.load(Ordering::SeqCst) {
+                    sys::pause(round);
+                    round = round.saturating_add(1);
+                }
+                return false;
+            }
+            self.dups.fetch_add(1, Ordering::SeqCst);
+            if !self.installing.load(Ordering::SeqCst) {
+                return true;
+            }
+            self.dups.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn dup_end(&self) {
+        self.dups.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Marks the installation's end when dropped (its early returns too).
+struct Installed<'a>(&'a SwitchingSock);
+
+impl Drop for Installed<'_> {
+    fn drop(&mut self) {
+        self.0.installed.store(true, Ordering::SeqCst);
     }
 }
 

@@ -361,3 +361,56 @@ fn unsafe_zeroed_stat() -> libc::stat {
     // SAFETY: plain data.
     unsafe { std::mem::zeroed() }
 }
+
+/// A `dup` under way when the switch ends (its system call before the
+/// outcome's installation, its table entry after: the interposer's
+/// `dup_held`): the installation waits for it, and the copy names the
+/// outcome too — not the old doorbell, unmanaged (review 36 item 2).
+#[test]
+fn a_dup_under_way_at_the_end_names_the_outcome_too() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, c) = accepted();
+    let opts = options(Duration::from_secs(5));
+    start_responder(fd, opts);
+    let sw = LAST
+        .with(|l| l.borrow().upgrade())
+        .expect("the switching socket");
+    assert!(sw.dup_begin(), "a dup before the end is not held");
+    // SAFETY: a dup of our own descriptor.
+    let n = unsafe { libc::dup(fd) };
+    assert!(n >= 0);
+    let peer = std::thread::spawn(move || {
+        let x: XSocket = switch_fd_as(c.as_fd(), opts, Some(Role::Initiator))
+            .unwrap_or_else(|e| panic!("the peer's switch: {e}"));
+        (x, c)
+    });
+    let deadline = Instant::now() + HUNG;
+    while !sw.installing.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the switch did not end");
+        std::thread::yield_now();
+    }
+    // The entry, as the interposer's `propagate` makes it.
+    assert!(matches!(
+        fdtable::copy(fd, n),
+        Ok(fdtable::Copied::Managed(None))
+    ));
+    sw.dup_end();
+    sw.wait_installed();
+    let (a, b) = (table(fd), table(n));
+    assert!(Arc::ptr_eq(&a, &b), "the copy names another socket");
+    assert!(
+        !Arc::ptr_eq(&b, &(sw.clone() as Arc<dyn Socket>)),
+        "the copy names the switching socket"
+    );
+    let ino = |f: c_int| {
+        let mut st = unsafe_zeroed_stat();
+        // SAFETY: fstat into a local.
+        assert_eq!(unsafe { libc::fstat(f, &mut st) }, 0);
+        (st.st_dev, st.st_ino)
+    };
+    assert_eq!(ino(fd), ino(n), "the copy's file is not the outcome's");
+    let _peer = peer.join().expect("the peer");
+    drop((a, b));
+    close_as_the_program(n);
+    close_as_the_program(fd);
+}
