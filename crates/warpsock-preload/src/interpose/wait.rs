@@ -44,14 +44,16 @@ pub unsafe extern "C-unwind" fn select(
         return unsafe { real::select(n, r, w, e, timeout) };
     }
     // SAFETY: the caller's timeval, if any, is readable.
-    let bound = unsafe { timeout.as_ref() }.map(|t| {
-        std::time::Duration::new(
-            t.tv_sec.max(0) as u64,
-            (t.tv_usec.clamp(0, 999_999) * 1000) as u32,
-        )
-    });
+    let bound = match unsafe { timeout.as_ref() }.map(select_bound) {
+        Some(Err(())) => {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        Some(Ok(b)) => Some(b),
+        None => None,
+    };
     let start = std::time::Instant::now();
-    let got = sliced([r, w, e], bound, |slice| {
+    let got = sliced(n, [r, w, e], bound, |slice| {
         let mut tv = slice.map(|d| libc::timeval {
             tv_sec: d.as_secs() as libc::time_t,
             tv_usec: d.subsec_micros() as libc::suseconds_t,
@@ -89,13 +91,15 @@ pub unsafe extern "C-unwind" fn pselect(
         return unsafe { real::pselect(n, r, w, e, timeout, mask) };
     }
     // SAFETY: the caller's timespec, if any, is readable.
-    let bound = unsafe { timeout.as_ref() }.map(|t| {
-        std::time::Duration::new(
-            t.tv_sec.max(0) as u64,
-            t.tv_nsec.clamp(0, 999_999_999) as u32,
-        )
-    });
-    sliced([r, w, e], bound, |slice| {
+    let bound = match unsafe { timeout.as_ref() } {
+        Some(t) if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) => {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        Some(t) => Some(std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)),
+        None => None,
+    };
+    sliced(n, [r, w, e], bound, |slice| {
         let ts = slice.map(|d| libc::timespec {
             tv_sec: d.as_secs() as libc::time_t,
             tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -122,21 +126,32 @@ const SWITCH_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
 /// instead: `Socket::wait_begin`). Each slice starts from the caller's
 /// sets; a slice that finds something, or fails, is the answer.
 fn sliced(
+    n: c_int,
     sets: [*mut libc::fd_set; 3],
     bound: Option<std::time::Duration>,
     mut once: impl FnMut(Option<std::time::Duration>) -> c_int,
 ) -> c_int {
-    // SAFETY: the caller's sets, if given, are readable (fd_set is plain
-    // data).
-    let saved = sets.map(|p| unsafe { p.as_ref() }.copied());
+    // The sets are `n` bits long, rounded up to whole words: what the
+    // kernel reads and writes, and what the caller allocated (libevent
+    // sizes its own for its highest descriptor, below `FD_SETSIZE`; a
+    // program with descriptors above it, larger).
+    let bytes = usize::try_from(n).unwrap_or(0).div_ceil(64) * 8;
+    let saved: [Option<Vec<u8>>; 3] = sets.map(|p| {
+        (!p.is_null()).then(|| {
+            // SAFETY: the caller's set is readable for `bytes` (the kernel
+            // reads as much).
+            unsafe { std::slice::from_raw_parts(p.cast::<u8>(), bytes) }.to_vec()
+        })
+    });
     let start = std::time::Instant::now();
     loop {
         let left = bound.map(|b| b.saturating_sub(start.elapsed()));
         let last = !crate::xsock::switches_under_way() || left.is_some_and(|l| l <= SWITCH_SLICE);
         for (p, s) in sets.iter().zip(&saved) {
             if let Some(s) = s {
-                // SAFETY: the caller's set, writable.
-                unsafe { p.write(*s) };
+                // SAFETY: the caller's set, writable for `bytes` (the
+                // kernel writes as much).
+                unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), p.cast::<u8>(), s.len()) };
             }
         }
         if last {
@@ -147,6 +162,16 @@ fn sliced(
             return got;
         }
     }
+}
+
+/// A `select` timeout as the kernel takes it: `EINVAL` for a negative
+/// part, microseconds past a second carried into the seconds.
+fn select_bound(t: &libc::timeval) -> Result<std::time::Duration, ()> {
+    if t.tv_sec < 0 || t.tv_usec < 0 {
+        return Err(());
+    }
+    Ok(std::time::Duration::from_secs(t.tv_sec as u64)
+        .saturating_add(std::time::Duration::from_micros(t.tv_usec as u64)))
 }
 
 /// Interposed `epoll_create(2)`: the set is recorded so that a managed
@@ -703,7 +728,63 @@ pub unsafe extern "C-unwind" fn ppoll(
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::{ms_of, remaining};
+    use super::{ms_of, remaining, select_bound, sliced};
+
+    /// A `select`'s sets are `n` bits, rounded up to words, as the kernel
+    /// and the caller size them: a slice restores exactly that much, not a
+    /// whole `fd_set` (review 36b item 1: libevent's 8-byte sets, and the
+    /// heap behind them, were read and written 128 bytes over; here a
+    /// fault).
+    #[test]
+    fn a_sliced_select_restores_its_sets_and_nothing_past_them() {
+        // One word of set (n = 20), the last of a page whose next page is
+        // not mapped: a read or write past the set faults.
+        // SAFETY: a private mapping of two pages, the second made
+        // inaccessible, unmapped at the end.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: as above.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: the second page of our mapping.
+        let guarded =
+            unsafe { libc::mprotect(base.cast::<u8>().add(page).cast(), page, libc::PROT_NONE) };
+        assert_eq!(guarded, 0);
+        // SAFETY: the last word of the first page.
+        let set = unsafe { base.cast::<u8>().add(page - 8) }.cast::<libc::fd_set>();
+        // SAFETY: as above.
+        unsafe { set.cast::<u64>().write(0x0102_0304_0506_0708) };
+        let mut calls = 0;
+        let got = sliced(
+            20,
+            [set, std::ptr::null_mut(), std::ptr::null_mut()],
+            Some(Duration::ZERO),
+            |_| {
+                calls += 1;
+                // SAFETY: the test's own word, cleared as the kernel does
+                // on a timeout.
+                unsafe { set.cast::<u64>().write(0) };
+                0
+            },
+        );
+        assert_eq!((got, calls), (0, 1));
+        // SAFETY: our mapping, two pages.
+        unsafe { libc::munmap(base, 2 * page) };
+        let tv = |tv_sec, tv_usec| libc::timeval { tv_sec, tv_usec };
+        assert_eq!(
+            select_bound(&tv(1, 2_500_000)),
+            Ok(Duration::from_micros(3_500_000))
+        );
+        assert!(select_bound(&tv(0, -1)).is_err());
+    }
 
     /// A wait that wakes for nothing waits again for what is left of the
     /// caller's bound (simulated time): never longer in all, never past it.

@@ -194,23 +194,19 @@ fn registrations(fd: c_int) -> Vec<Registration> {
 /// After a [`dup3_carrying`] onto `fd` from the file of inode `old` that
 /// another thread of the program may have used meanwhile (a switching
 /// socket's end, `xsock::switching`): registrations of `fd` as that old
-/// file, made or changed between the carry's look and its `dup3`, are
-/// made for the file `fd` names now too (added, or changed if the carry
-/// added it); the old ones go with the old file's last close.
+/// file, added between the carry's look and its `dup3`, are added for the
+/// file `fd` names now too; the old ones go with the old file's last
+/// close. A registration of the new file already there is the newer
+/// (the carry's, or the program's own made since the `dup3`) and is kept.
 pub(crate) fn carry_late(fd: c_int, old: u64) {
     for r in registrations_of(fd, old) {
         let mut ev = libc::epoll_event {
             events: r.events,
             u64: r.data,
         };
-        // SAFETY: ADD/MOD with a valid event on the program's epoll set.
-        unsafe {
-            if libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) != 0
-                && super::sys::errno() == libc::EEXIST
-            {
-                libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_MOD, fd, &mut ev);
-            }
-        }
+        // SAFETY: ADD with a valid event on the program's epoll set
+        // (EEXIST: kept as it is).
+        unsafe { libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
     }
 }
 

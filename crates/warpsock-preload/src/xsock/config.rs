@@ -9,7 +9,6 @@ use warpsock_xsock::switch::Limits;
 
 use crate::udp::core::policy::{parse_ports, Cidr};
 
-/// What the environment asked for.
 /// The most bytes an accepted connection's background switch reads
 /// before the peer's mark (`xsock::switching`): with up to
 /// `SWITCHING_MAX` (64) switches under way, a flood of clients that write
@@ -20,6 +19,7 @@ use crate::udp::core::policy::{parse_ports, Cidr};
 /// stays plain TCP, every byte delivered.
 pub(crate) const ACCEPTED_RESIDUE_MAX: usize = 1 << 20;
 
+/// What the environment asked for.
 pub(crate) struct Config {
     /// `WARPSOCK_DDP_PORTS`: connections to (connect) or on (accept) these
     /// ports switch at once.

@@ -142,8 +142,12 @@ pub(crate) struct SwitchingSock {
     settled: Condvar,
 }
 
-/// One slot of [`UNDER_WAY`], given back when dropped.
-struct Slot;
+/// One place of [`RUNNING`] (and one of [`UNDER_WAY`]), given back when
+/// dropped.
+struct Slot {
+    at: usize,
+    id: u64,
+}
 
 impl Slot {
     fn take() -> Option<Self> {
@@ -151,12 +155,23 @@ impl Slot {
             UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(Self)
+        // A place is free: `UNDER_WAY` counts the places taken.
+        let id = IDS.fetch_add(1, Ordering::Relaxed) + 1;
+        loop {
+            for (at, r) in RUNNING.iter().enumerate() {
+                if r.compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Some(Self { at, id });
+                }
+            }
+        }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        RUNNING[self.at].store(0, Ordering::Release);
         UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -175,6 +190,10 @@ pub(super) fn under_way() -> bool {
 /// In a forked child: the parent's switching threads are not its own.
 pub(super) fn forget_after_fork() {
     UNDER_WAY.store(0, Ordering::Release);
+    for r in &RUNNING {
+        r.store(0, Ordering::Release);
+    }
+    LAST.with(|l| l.set(0));
 }
 
 /// Before a `fork` (the atfork prepare handler, before any lock of the
@@ -192,26 +211,37 @@ pub(super) fn settle_before_fork(bound: std::time::Duration) {
     // forks for it, and one connection a hostile peer holds in its switch
     // holds up no fork but its own accepter's (redis's BGSAVE is made by
     // the thread that accepts: it waits at most for its last client).
-    let Some(s) = LAST
-        .try_with(|l| l.try_borrow().ok().and_then(|w| w.upgrade()))
-        .ok()
-        .flatten()
-    else {
+    // Async-signal-safe (a handler's fork): a thread-local id with no
+    // destructor, and atomics.
+    let id = LAST.with(std::cell::Cell::get);
+    if id == 0 {
         return;
-    };
+    }
     let deadline = std::time::Instant::now() + bound;
     let mut round = 0;
-    while !s.woken.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+    while RUNNING.iter().any(|r| r.load(Ordering::Acquire) == id)
+        && std::time::Instant::now() < deadline
+    {
         sys::pause(round);
         round = round.saturating_add(1);
     }
 }
 
 thread_local! {
-    /// The switching socket this thread accepted last ([`settle_before_fork`]).
-    static LAST: std::cell::RefCell<std::sync::Weak<SwitchingSock>> =
-        const { std::cell::RefCell::new(std::sync::Weak::new()) };
+    /// The id of the switch of the connection this thread accepted last
+    /// (0: none; [`settle_before_fork`]).
+    static LAST: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
+
+/// The switching socket started last (the tests' handle on it).
+#[cfg(test)]
+static STARTED_LAST: Mutex<std::sync::Weak<SwitchingSock>> = Mutex::new(std::sync::Weak::new());
+
+/// The ids of the switches under way, one place each (0: free).
+static RUNNING: [AtomicU64; SWITCHING_MAX] = [const { AtomicU64::new(0) }; SWITCHING_MAX];
+
+/// The last switch id given.
+static IDS: AtomicU64 = AtomicU64::new(0);
 
 /// Starts the switch of the program's accepted connection `fd` on a
 /// thread of its own, `fd` a switching socket meanwhile: `prepare` notes
@@ -227,8 +257,11 @@ pub(super) fn start(
 ) -> Result<(), c_int> {
     let Some(slot) = Slot::take() else {
         OVER.fetch_add(1, Ordering::Relaxed);
+        // This connection is plain: a fork does not wait for an older one.
+        LAST.with(|l| l.set(0));
         return Err(libc::EAGAIN);
     };
+    LAST.with(|l| l.set(slot.id));
     let asked: Asked = (msg_mode, None, role, prepare(fd)?);
     // SAFETY: fcntl on the program's new socket.
     let (fl, kfd) = unsafe {
@@ -292,11 +325,10 @@ pub(super) fn start(
         settled: Condvar::new(),
     });
     fdtable::swap_in(fd, app, s.clone())?;
-    let _ = LAST.try_with(|l| {
-        if let Ok(mut l) = l.try_borrow_mut() {
-            *l = Arc::downgrade(&s);
-        }
-    });
+    #[cfg(test)]
+    {
+        *lock(&STARTED_LAST) = Arc::downgrade(&s);
+    }
     let t = Arc::clone(&s);
     let spawned = sys::with_async_signals_blocked(|| {
         std::thread::Builder::new()
@@ -367,27 +399,31 @@ impl SwitchingSock {
             round = round.saturating_add(1);
         }
         let _installed = Installed(self);
-        let me = self as *const Self as *const () as usize;
-        let mut any = false;
-        for (n, s) in fdtable::all() {
-            if Arc::as_ptr(&s).cast::<()>() as usize != me {
-                continue;
-            }
-            drop(s);
-            if fdtable::replace_if(n, me, self.bell.app, target, sock.clone())? {
-                any = true;
-            }
-        }
-        // A change of the flag that landed on the doorbell meanwhile.
+        // The flag as the program set it last, before the numbers move: a
+        // change made from now on reaches the outcome
+        // ([`Socket::set_nonblocking`] passes it on once it is known).
         let nonblocking = self.nonblocking();
         sys::set_nonblocking(target, nonblocking);
         if let Some(s) = &sock {
             s.set_nonblocking(nonblocking);
         }
-        if any {
-            Ok(())
-        } else {
-            Err(libc::EBADF)
+        let me = self as *const Self as *const () as usize;
+        let (mut any, mut failed) = (false, None);
+        for (n, s) in fdtable::all() {
+            if Arc::as_ptr(&s).cast::<()>() as usize != me {
+                continue;
+            }
+            drop(s);
+            // On through a failure: the other numbers still move.
+            match fdtable::replace_if(n, me, self.bell.app, target, sock.clone()) {
+                Ok(done) => any |= done,
+                Err(e) => failed = Some(e),
+            }
+        }
+        match (any, failed) {
+            (true, _) => Ok(()),
+            (false, Some(e)) => Err(e),
+            (false, None) => Err(libc::EBADF),
         }
     }
 
@@ -567,6 +603,13 @@ impl Socket for SwitchingSock {
 
     fn set_nonblocking(&self, on: bool) {
         self.nonblocking.store(on, Ordering::Relaxed);
+        // A change that reached this socket after its outcome took the
+        // flag (`install`) is the outcome's.
+        match self.outcome() {
+            Some(Outcome::Managed(s)) => s.set_nonblocking(on),
+            Some(Outcome::Plain) => sys::set_nonblocking(self.kfd, on),
+            None => {}
+        }
     }
 
     unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
@@ -667,6 +710,11 @@ impl Socket for SwitchingSock {
             return 0;
         }
         if g.opts.len() >= OPTS_MAX {
+            if !moved {
+                // Set on the TCP socket already; not made again on a DDP
+                // outcome.
+                return 0;
+            }
             drop(g);
             set_errno(libc::ENOBUFS);
             return -1;

@@ -207,12 +207,18 @@ fn a_peer_that_does_not_switch_leaves_its_bytes_and_then_the_tcp_socket() {
     assert_eq!(set_rcvtimeo(&*sw, Duration::from_millis(700)), 0);
     // Waits for the end: plain.
     assert_eq!(int_opt(&*sw, SOL_WARPSOCK, WARPSOCK_DDP_MODE), 0);
-    drop(sw);
     let deadline = Instant::now() + HUNG;
     while fdtable::get(fd).is_some() {
         assert!(Instant::now() < deadline, "the number is still managed");
         std::thread::yield_now();
     }
+    // A change of O_NONBLOCK that reached the switching socket after its
+    // end is the outcome's.
+    sw.set_nonblocking(true);
+    // SAFETY: a query of our descriptor.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    assert_ne!(fl & libc::O_NONBLOCK, 0, "the late O_NONBLOCK was lost");
+    drop(sw);
     assert_eq!(
         sys::get_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN),
         Some(libc::AF_INET),
@@ -372,9 +378,7 @@ fn a_dup_under_way_at_the_end_names_the_outcome_too() {
     let (fd, c) = accepted();
     let opts = options(Duration::from_secs(5));
     start_responder(fd, opts);
-    let sw = LAST
-        .with(|l| l.borrow().upgrade())
-        .expect("the switching socket");
+    let sw = table(fd);
     assert!(sw.dup_begin(), "a dup before the end is not held");
     // SAFETY: a dup of our own descriptor.
     let n = unsafe { libc::dup(fd) };
@@ -385,7 +389,12 @@ fn a_dup_under_way_at_the_end_names_the_outcome_too() {
         (x, c)
     });
     let deadline = Instant::now() + HUNG;
-    while !sw.installing.load(Ordering::SeqCst) {
+    let concrete = STARTED_LAST
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .upgrade()
+        .expect("the switching socket");
+    while !concrete.installing.load(Ordering::SeqCst) {
         assert!(Instant::now() < deadline, "the switch did not end");
         std::thread::yield_now();
     }
@@ -395,7 +404,7 @@ fn a_dup_under_way_at_the_end_names_the_outcome_too() {
         Ok(fdtable::Copied::Managed(None))
     ));
     sw.dup_end();
-    sw.wait_installed();
+    sw.settle_wait();
     let (a, b) = (table(fd), table(n));
     assert!(Arc::ptr_eq(&a, &b), "the copy names another socket");
     assert!(
