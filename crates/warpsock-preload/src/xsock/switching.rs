@@ -41,7 +41,7 @@
 //!   `config::ACCEPTED_RESIDUE_MAX` of its client's bytes before the mark
 //!   (policy mode's switch ends at the first such byte anyway).
 //! * A `close` of every descriptor while the switch runs lets the thread
-//!   finish: the connection is then closed (plain) or reset (switched).
+//!   finish; the connection is then closed in order, whatever it became.
 //! * A forked child's copy, and the descriptor an `exec` keeps, is a
 //!   dead end, as a DDP socket's (the connection is the parent's, its
 //!   handshake half made); a `fork` first waits for the switch of the
@@ -420,10 +420,21 @@ impl SwitchingSock {
                 Err(e) => failed = Some(e),
             }
         }
-        match (any, failed) {
-            (true, _) => Ok(()),
-            (false, Some(e)) => Err(e),
-            (false, None) => Err(libc::EBADF),
+        match (any, failed, &sock) {
+            (true, _, _) => Ok(()),
+            (false, Some(e), _) => Err(e),
+            // Every number closed meanwhile, perhaps after calls that went
+            // on in the outcome (known to them before the numbers move): it
+            // is closed as the program's close closes it, in order — its
+            // bytes sent, then the end of the stream — not reset (the peer
+            // read a reset where it had the program's answer and a clean
+            // end: `ddp_stdio`'s policy case, under load).
+            (false, None, Some(s)) => {
+                s.add_ref();
+                s.release();
+                Ok(())
+            }
+            (false, None, None) => Err(libc::EBADF),
         }
     }
 

@@ -423,3 +423,45 @@ fn a_dup_under_way_at_the_end_names_the_outcome_too() {
     close_as_the_program(n);
     close_as_the_program(fd);
 }
+
+/// Every number closed after the outcome is known and before it names
+/// them (calls may have gone on in it meanwhile): the outcome is closed in
+/// order — the peer reads the end of the stream, not a reset. Staged with
+/// a held `dup`, which the installation waits for.
+#[test]
+fn a_number_closed_before_the_outcome_names_it_closes_the_outcome_in_order() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, c) = accepted();
+    let opts = options(Duration::from_secs(5));
+    start_responder(fd, opts);
+    let sw = table(fd);
+    assert!(sw.dup_begin());
+    let peer = std::thread::spawn(move || {
+        let x: XSocket = switch_fd_as(c.as_fd(), opts, Some(Role::Initiator))
+            .unwrap_or_else(|e| panic!("the peer's switch: {e}"));
+        (x, c)
+    });
+    let concrete = STARTED_LAST
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .upgrade()
+        .expect("the switching socket");
+    let deadline = Instant::now() + HUNG;
+    while !concrete.installing.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the switch did not end");
+        std::thread::yield_now();
+    }
+    close_as_the_program(fd);
+    sw.dup_end();
+    sw.settle_wait();
+    // The outcome's last holders go (as the switch thread's and the
+    // program's do): its close is finished then.
+    drop((sw, concrete));
+    let (x, _c) = peer.join().expect("the peer");
+    let mut b = [0u8; 4];
+    let end = x.recv(&mut b, warpsock_xsock::io::RecvFlags::default(), Some(HUNG));
+    assert!(
+        matches!(end, Ok((0, _))),
+        "the peer read {end:?}, not the end"
+    );
+}
