@@ -47,8 +47,10 @@ fn engine(opts: &Options, tx_slots: u16) -> Result<Engine, CmError> {
         .create_cq(usize::from(opts.slots) * 2 + 16)
         .map_err(|e| CmError::Io(e.into()))?;
     let size = opts.slot_size as usize;
-    let rx = SlotMem::new(&pd, usize::from(opts.slots) * size, Access::LOCAL_WRITE);
-    let tx = SlotMem::new(&pd, usize::from(tx_slots) * size, Access::LOCAL_READ);
+    let rx = SlotMem::new(&pd, usize::from(opts.slots) * size, Access::LOCAL_WRITE)
+        .map_err(CmError::Io)?;
+    let tx =
+        SlotMem::new(&pd, usize::from(tx_slots) * size, Access::LOCAL_READ).map_err(CmError::Io)?;
     Ok(Engine {
         ctx,
         pd,
