@@ -43,9 +43,9 @@ fn dup_over_the_threads_hold_fails_and_changes_nothing() {
     let r = within_a_minute("dup over its thread's hold", move || {
         let held = hold_write();
         // SAFETY: the interposers, on the test's descriptor.
-        let duped = errno_of(|| unsafe { interpose::dup(fd) });
+        let duped = errno_of(|| unsafe { interpose::dups::dup(fd) });
         // SAFETY: as above (a number no test opens).
-        let duped2 = errno_of(|| unsafe { interpose::dup2(fd, 60_079) });
+        let duped2 = errno_of(|| unsafe { interpose::dups::dup2(fd, 60_079) });
         drop(held);
         (duped, duped2)
     });
@@ -329,7 +329,7 @@ fn a_close_over_a_dups_change(managed: [bool; 2]) {
             }));
         });
         // SAFETY: the interposer, on the test's descriptors.
-        let duped = unsafe { interpose::dup2(old, new) };
+        let duped = unsafe { interpose::dups::dup2(old, new) };
         IN_COPY.with(|h| h.borrow_mut().take());
         (closed.get(), duped)
     });
@@ -401,7 +401,7 @@ fn a_number_reopened_over_a_dups_change_is_left_unmanaged() {
             }));
         });
         // SAFETY: the interposer, on the test's descriptors.
-        let duped = unsafe { interpose::dup2(old, new) };
+        let duped = unsafe { interpose::dups::dup2(old, new) };
         IN_COPY.with(|h| h.borrow_mut().take());
         duped
     });
