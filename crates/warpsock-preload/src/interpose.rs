@@ -485,38 +485,44 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
     })
 }
 
-/// The descriptor whose name `getsockname`/`getpeername` of `fd` reads:
-/// its managed socket's kernel socket, or `fd`; none (`EDEADLK` set) for
-/// a socket that refuses (`fdtable::held`).
-fn name_fd(fd: c_int) -> Option<c_int> {
+/// `name` (`getsockname`/`getpeername`) of the descriptor that holds
+/// `fd`'s name: its managed socket's kernel socket, or `fd`; -1 with
+/// `EDEADLK` for a socket that refuses (`fdtable::held`).
+///
+/// The managed socket is held across the call: its kernel socket is a
+/// number of the library's, closed when the object goes. A switching
+/// socket whose switch ends meanwhile goes as soon as its thread lets it
+/// (`xsock::switching`), and the number, taken again by the next
+/// `accept`'s doorbell, then gave that socketpair's name: a preloaded
+/// redis-server in protected mode read a plain client's address as
+/// "/unixsocket" and refused it (a CI run of `scripts/test-xsock.sh`).
+fn with_name_fd(fd: c_int, name: impl FnOnce(c_int) -> c_int) -> c_int {
     match managed(fd) {
         Some(s) if fdtable::is_refused(&s) => {
             set_errno(libc::EDEADLK);
-            None
+            -1
         }
-        Some(s) => Some(s.kernel_fd()),
-        None => Some(fd),
+        Some(s) => {
+            #[cfg(feature = "test-hooks")]
+            crate::shim::hooks::name_gap();
+            name(s.kernel_fd())
+        }
+        None => name(fd),
     }
 }
 
 /// Interposed `getsockname(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    let Some(fd) = name_fd(fd) else {
-        return -1;
-    };
     // SAFETY: forwarding the caller's arguments.
-    unsafe { real::getsockname(fd, addr, len) }
+    with_name_fd(fd, |fd| unsafe { real::getsockname(fd, addr, len) })
 }
 
 /// Interposed `getpeername(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    let Some(fd) = name_fd(fd) else {
-        return -1;
-    };
     // SAFETY: forwarding the caller's arguments.
-    unsafe { real::getpeername(fd, addr, len) }
+    with_name_fd(fd, |fd| unsafe { real::getpeername(fd, addr, len) })
 }
 
 /// Interposed `getsockopt(2)`.

@@ -152,6 +152,24 @@ pub(crate) fn serve_gap(conn_fd: libc::c_int) {
     }
 }
 
+/// `WARPSOCK_TEST_NAME_GAP=1`: `getsockname`/`getpeername` of a managed
+/// socket, between its look-up and its system call, waits (at most 10 s)
+/// until no accepted connection's switch is under way, as if descheduled
+/// there while the switch ended and its thread let the socket go.
+pub(crate) fn name_gap() {
+    use std::time::Instant;
+    static ON: OnceLock<bool> = OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var("WARPSOCK_TEST_NAME_GAP").is_ok_and(|v| v == "1")) {
+        return;
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut round = 0;
+    while crate::xsock::switches_under_way() && Instant::now() < end {
+        super::sys::pause(round);
+        round = round.saturating_add(1);
+    }
+}
+
 /// The re-entrancy audit (`scripts/test-xsock.sh` runs DDP-mode programs
 /// under this build and reads the counters from the `WARPSOCK_STATS`
 /// report): every call that reaches an interposed entry point's dispatch

@@ -183,6 +183,7 @@ fn room() -> bool {
 }
 
 /// Whether any switch is under way (`select` waits in slices meanwhile).
+/// None is: no switch thread holds a switching socket any more.
 pub(super) fn under_way() -> bool {
     UNDER_WAY.load(Ordering::Acquire) > 0
 }
@@ -334,7 +335,11 @@ pub(super) fn start(
         std::thread::Builder::new()
             .name("warpsock-switch".into())
             .spawn(move || {
+                // The slot is given back after the socket's reference
+                // (locals drop in reverse): no switch under way means no
+                // switch thread holds a socket any more (`hooks::name_gap`).
                 let _slot = slot;
+                let t = t;
                 enter((), || t.run(fd, opts, asked));
             })
     });
