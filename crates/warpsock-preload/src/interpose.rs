@@ -22,7 +22,7 @@ use crate::shim::fdtable::{self, MANAGED};
 use crate::shim::guard::{busy, enter};
 use crate::shim::socket::{Adoption, Kind, SockOpt, Socket};
 use crate::shim::sys::{self, set_errno};
-use crate::shim::{reactor, real};
+use crate::shim::{epollcarry, reactor, real};
 
 /// The kinds of managed socket. A descriptor is a candidate of at most one
 /// (the first whose `wants` says yes); its mark in the descriptor table
@@ -388,6 +388,7 @@ pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
         warpsock_xsock::cancel::testcancel();
         match fdtable::remove(fd) {
             Ok(Some(s)) => {
+                epollcarry::before_close(fd, true);
                 // SAFETY: closing the caller's descriptor.
                 let r = unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) } as c_int;
                 enter((), || s.release());
@@ -408,6 +409,9 @@ pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
     }
     if fdtable::mark(fd) != 0 {
         fdtable::set_candidate(fd, 0);
+    }
+    if !busy() {
+        epollcarry::before_close(fd, false);
     }
     // SAFETY: forwarding the caller's argument.
     unsafe { real::close(fd) }

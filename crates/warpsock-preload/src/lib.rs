@@ -230,7 +230,12 @@
 //!   (`shim::epollcarry`) for epoll sets made through `epoll_create` or
 //!   `epoll_create1` while `/proc` is mounted. Sets made by a raw system call
 //!   or inherited across `exec` keep watching the old file. A swap reads the
-//!   known sets' registrations once (linear in their number).
+//!   known sets' registrations once (linear in their number). A `close` (or
+//!   `dup2` over) of a managed number, or of one whose file the library
+//!   still holds (a switch's plain outcome), takes the number's
+//!   registrations out of the known sets (`shim::epollcarry::before_close`),
+//!   as the kernel does at a file's last close; unlike the kernel's, also
+//!   when the program holds another number of that file.
 //! * After `fork`, offloaded sockets stay offloaded in the parent; in the
 //!   child they become plain kernel UDP sockets (datagrams arriving over TCP
 //!   are received by the parent). Before `execve`/`execv`/`execvp`/`execvpe`/

@@ -59,6 +59,19 @@ pub(super) fn dup_refused(old: c_int, new: c_int) -> bool {
     false
 }
 
+/// Before a `dup2`/`dup3` of `old` over `new`: `new`'s file is closed
+/// with its epoll registrations (`epollcarry::before_close`), if `old`
+/// is open (else the call fails and `new` stays as it is).
+fn before_dup_over(old: c_int, new: c_int) {
+    if old == new || busy() {
+        return;
+    }
+    // SAFETY: a query of the caller's descriptor.
+    if unsafe { real::fcntl(old, libc::F_GETFD, 0) } >= 0 {
+        crate::shim::epollcarry::before_close(new, fdtable::mark(new) & MANAGED != 0);
+    }
+}
+
 /// `f`, a `dup` of `old` and its table entry, with the socket `old`
 /// names holding off its own change of the number (`Socket::dup_begin`:
 /// a connection switching in the background; review 36 item 2: the copy
@@ -99,6 +112,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if dup_refused(old, new) {
         return -1;
     }
+    before_dup_over(old, new);
     dup_held(old, || {
         // SAFETY: forwarding the caller's arguments.
         let n = unsafe { real::dup2(old, new) };
@@ -115,6 +129,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if dup_refused(old, new) {
         return -1;
     }
+    before_dup_over(old, new);
     dup_held(old, || {
         // SAFETY: forwarding the caller's arguments.
         let n = unsafe { real::dup3(old, new, flags) };

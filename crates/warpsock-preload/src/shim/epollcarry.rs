@@ -39,6 +39,9 @@ use warpsock_xsock::io::ForkLock;
 
 use super::real;
 
+mod closing;
+pub(crate) use closing::{before_close, Held};
+
 /// The epoll sets the program made (numbers; a stale one is harmless: its
 /// fdinfo then lists nothing of ours, or it is no longer there).
 ///

@@ -34,6 +34,9 @@ struct State {
 /// A plain TCP socket with the peer's pre-switch bytes still to deliver.
 pub(crate) struct ResidueSock {
     kfd: c_int,
+    /// Once demoted: the program's numbers name `kfd`'s file, plain to
+    /// it (its `close` takes their epoll registrations, `epollcarry`).
+    held: Mutex<Option<epollcarry::Held>>,
     bell: Doorbell,
     refs: AtomicUsize,
     nonblocking: AtomicBool,
@@ -66,6 +69,7 @@ impl ResidueSock {
             let app_end = bell.app;
             let s = Arc::new(Self {
                 kfd,
+                held: Mutex::new(None),
                 bell,
                 refs: AtomicUsize::new(0),
                 nonblocking: AtomicBool::new(nonblocking),
@@ -92,6 +96,12 @@ impl ResidueSock {
 
     /// The program's descriptors naming this socket become the TCP socket.
     fn demote(&self) {
+        {
+            let mut h = lock(&self.held);
+            if h.is_none() {
+                *h = Some(epollcarry::Held::new(self.kfd));
+            }
+        }
         let me = self as *const Self as *const ();
         for (fd, s) in fdtable::all() {
             if Arc::as_ptr(&s).cast::<()>() != me {
@@ -678,6 +688,7 @@ impl Socket for ResidueSock {
 
 impl Drop for ResidueSock {
     fn drop(&mut self) {
+        drop(lock(&self.held).take());
         sys::close(self.kfd);
     }
 }

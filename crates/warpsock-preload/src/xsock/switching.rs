@@ -63,7 +63,7 @@ use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
 use crate::shim::socket::{Socket, Wait};
 use crate::shim::sys::{self, errno, lock, set_errno};
-use crate::shim::{fdtable, real};
+use crate::shim::{epollcarry, fdtable, real};
 
 /// The most switches under way at once ([`start`]).
 pub(crate) const SWITCHING_MAX: usize = 64;
@@ -116,6 +116,9 @@ struct State {
 pub(crate) struct SwitchingSock {
     /// Our duplicate of the TCP socket: the switch runs on it.
     kfd: c_int,
+    /// `kfd`'s socket, plain to the program once the outcome is
+    /// (`epollcarry::Held`; `None` once dropped).
+    held: Option<epollcarry::Held>,
     bell: Doorbell,
     /// What a forked child's copy and an exec's become.
     dead: c_int,
@@ -306,6 +309,7 @@ pub(super) fn start(
     let app = bell.app;
     let s = Arc::new(SwitchingSock {
         kfd,
+        held: Some(epollcarry::Held::new(kfd)),
         bell,
         dead,
         done,
@@ -889,6 +893,7 @@ impl Drop for Installed<'_> {
 
 impl Drop for SwitchingSock {
     fn drop(&mut self) {
+        drop(self.held.take());
         sys::close(self.kfd);
         sys::close(self.dead);
         sys::close(self.done);

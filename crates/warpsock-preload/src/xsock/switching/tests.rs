@@ -465,3 +465,110 @@ fn a_number_closed_before_the_outcome_names_it_closes_the_outcome_in_order() {
         "the peer read {end:?}, not the end"
     );
 }
+
+/// A new epoll set known to the library (as the interposed
+/// `epoll_create1` records it) watching `fd` for input, its data `fd`.
+fn epoll_watching(fd: c_int) -> c_int {
+    // SAFETY: a new epoll set; ADD with a valid event.
+    unsafe {
+        let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+        assert!(ep >= 0, "epoll_create1: {}", errno());
+        epollcarry::created(ep);
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev), 0);
+        ep
+    }
+}
+
+/// The events `ep` reports now.
+fn events_now(ep: c_int) -> Vec<u64> {
+    let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    // SAFETY: `ev` is ours, 4 entries.
+    let n = unsafe { libc::epoll_wait(ep, ev.as_mut_ptr(), 4, 0) };
+    assert!(n >= 0, "epoll_wait: {}", errno());
+    ev[..n as usize].iter().map(|e| e.u64).collect()
+}
+
+/// The program's number, plain again after the switch (the peer sent
+/// first and then ended), read to its end and closed by the program,
+/// while a reference to the switching socket is still held (as a switch
+/// thread that has not let go yet, descheduled after the installation,
+/// holds one): the number's epoll registration goes with the close, as
+/// the kernel's would with the file's last descriptor. It stayed while
+/// the switching socket's own descriptor of the file lived, and reported
+/// the closed number over and over (an epoll loop under load read
+/// `EBADF`, and closed the connection that took the number next).
+#[test]
+fn a_number_closed_after_the_outcome_leaves_the_epoll_sets_while_the_socket_is_held() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, mut c) = accepted();
+    start_responder(fd, options(Duration::from_secs(5)));
+    let ep = epoll_watching(fd);
+    let sw = table(fd);
+    std::io::Write::write_all(&mut c, b"GET /").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    // Read to the end: through the table while the number is managed
+    // (the switching socket, then the residue's), then the TCP socket.
+    let deadline = Instant::now() + HUNG;
+    let mut got = Vec::new();
+    loop {
+        assert!(Instant::now() < deadline, "no end of stream");
+        let mut b = [0u8; 16];
+        let n = match fdtable::get(fd) {
+            Some(s) => recv(&*s, &mut b, 0),
+            // SAFETY: a read into `b` of our descriptor.
+            None => unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) },
+        };
+        assert!(n >= 0, "read: {}", errno());
+        if n == 0 && fdtable::get(fd).is_none() {
+            break;
+        }
+        got.extend_from_slice(&b[..n as usize]);
+    }
+    assert_eq!(got, b"GET /");
+    assert_eq!(
+        events_now(ep),
+        [fd as u64],
+        "the end of stream is not reported"
+    );
+    // SAFETY: the program's close of its number.
+    assert_eq!(unsafe { crate::interpose::close(fd) }, 0);
+    assert_eq!(
+        events_now(ep),
+        Vec::<u64>::new(),
+        "the closed number is still reported"
+    );
+    drop(sw);
+    sys::close(ep);
+}
+
+/// The program's number closed while the connection still switches, a
+/// reference to the switching socket held: when the switch ends, its
+/// doorbell (the file the closed number named) becomes readable, and the
+/// closed number must not be reported.
+#[test]
+fn a_number_closed_while_switching_leaves_the_epoll_sets() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, mut c) = accepted();
+    start_responder(fd, options(Duration::from_secs(5)));
+    let ep = epoll_watching(fd);
+    let sw = table(fd);
+    // SAFETY: the program's close of its number.
+    assert_eq!(unsafe { crate::interpose::close(fd) }, 0);
+    std::io::Write::write_all(&mut c, b"GET /").unwrap();
+    let deadline = Instant::now() + HUNG;
+    while under_way() {
+        assert!(Instant::now() < deadline, "the switch did not end");
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        events_now(ep),
+        Vec::<u64>::new(),
+        "the closed number is still reported"
+    );
+    drop(sw);
+    sys::close(ep);
+}
