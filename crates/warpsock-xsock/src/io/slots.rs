@@ -42,7 +42,8 @@ unsafe impl Sync for SlotMem {}
 const SKEW: usize = 2048;
 
 impl SlotMem {
-    /// `len` bytes of zeroed memory of its own (an anonymous mapping),
+    /// `len` bytes of zeroed memory of its own (an anonymous mapping, a
+    /// fresh one or one a closed socket gave back: [`mapping`]),
     /// registered for `access`.
     ///
     /// A mapping, not the heap: the C library serves a freed block of this
@@ -57,23 +58,9 @@ impl SlotMem {
         let mem = if len == 0 {
             NonNull::dangling()
         } else {
-            // SAFETY: a private anonymous mapping of `len` bytes past
-            // `SKEW`, ours until `drop` unmaps it.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len + SKEW,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(std::io::Error::last_os_error());
-            }
+            let p = mapping::take(len + SKEW)?;
             // SAFETY: within the mapping.
-            NonNull::new(unsafe { p.cast::<u8>().add(SKEW) }).expect("a mapping is not at 0")
+            NonNull::new(unsafe { p.add(SKEW) }).expect("a mapping is not at 0")
         };
         // SAFETY: the mapping lives until `drop`, which deregisters it
         // first; what the engine and we touch is kept apart by the slot
@@ -158,12 +145,14 @@ impl Drop for SlotMem {
         // it names is freed (later engine accesses fail their lookup).
         unsafe { std::mem::ManuallyDrop::drop(&mut self.mr) };
         if self.len > 0 {
-            // SAFETY: `mem`/`len` are the mapping `new` made, unmapped
-            // once, here.
-            unsafe { libc::munmap(self.mem.as_ptr().sub(SKEW).cast(), self.len + SKEW) };
+            // SAFETY: `mem`/`len` are the mapping `new` took, given back
+            // once, here, and not touched again.
+            unsafe { mapping::give_back(self.mem.as_ptr().sub(SKEW), self.len + SKEW) };
         }
     }
 }
+
+mod mapping;
 
 #[cfg(test)]
 mod tests {

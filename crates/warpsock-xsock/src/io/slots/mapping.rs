@@ -1,0 +1,173 @@
+//! The slots' anonymous mappings, kept for the next socket.
+//!
+//! A DDP connection's set-up and end made and unmapped two mappings of
+//! MiBs on each side. The unmapping was the dearest part of it: with the
+//! process's threads on both CPUs it flushes the other CPU's TLB by an
+//! interprocessor interrupt, a VM exit on a virtual machine (session 37's
+//! profile of a policy-mode connection loop: 16 % of the client's CPU
+//! time and 24 % of the server's in `munmap`, in the orderly-close
+//! reaper), and the next connection's first touches of fresh pages
+//! faulted again.
+//!
+//! So a socket's mapping goes back to a small process-wide cache when it
+//! is dropped, if few of its pages are in memory (a short connection's:
+//! at most [`RESIDENT_MAX`]; a bulk one's MiBs are unmapped, not kept in
+//! memory), and the next socket wanting the same length takes it. It is
+//! cleared before it is kept — only the pages in memory (`mincore`), and
+//! of those only the ones not zero already — so a taken mapping is zero
+//! as a fresh one is, and no byte of one connection can reach another.
+//! At most [`KEPT_MAX`] are kept. The cache's lock is only tried (a
+//! mapping is made or unmapped instead when it is busy): a forked child
+//! whose parent's thread held it at the fork never waits for it.
+
+use std::sync::Mutex;
+
+/// The most mappings kept.
+const KEPT_MAX: usize = 8;
+
+/// The most pages of a mapping in memory for it to be kept (256 KiB).
+const RESIDENT_MAX: usize = 64;
+
+const PAGE: usize = 4096;
+
+/// Kept mappings: (address, length), each zero.
+static KEPT: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// A zeroed private anonymous mapping of `len` bytes (a whole number of
+/// pages or not): a kept one of that length, or a new one.
+pub(super) fn take(len: usize) -> std::io::Result<*mut u8> {
+    if let Ok(mut k) = KEPT.try_lock() {
+        if let Some(i) = k.iter().position(|&(_, l)| l == len) {
+            return Ok(k.swap_remove(i).0 as *mut u8);
+        }
+    }
+    // SAFETY: a private anonymous mapping of `len` bytes, the caller's
+    // until it gives it back.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
+/// Gives back the mapping `p` of `len` bytes ([`take`]'s): kept, cleared,
+/// or unmapped.
+///
+/// # Safety
+/// `p`/`len` are a mapping [`take`] returned, given back once, and not
+/// used by the caller (nor the engine) again.
+pub(super) unsafe fn give_back(p: *mut u8, len: usize) {
+    // SAFETY: the caller's mapping, no longer used by anyone else.
+    if unsafe { clear(p, len) } {
+        if let Ok(mut k) = KEPT.try_lock() {
+            if k.len() < KEPT_MAX {
+                k.push((p as usize, len));
+                return;
+            }
+        }
+    }
+    // SAFETY: the caller's mapping, unmapped once, here.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
+/// Zeroes the pages of the mapping `p` (`len` bytes) that are in memory
+/// and not zero, if at most [`RESIDENT_MAX`] are in memory; returns
+/// whether it did.
+///
+/// # Safety
+/// As [`give_back`]'s.
+unsafe fn clear(p: *mut u8, len: usize) -> bool {
+    let pages = len.div_ceil(PAGE);
+    let mut resident = vec![0u8; pages];
+    // SAFETY: `p` is page-aligned (a mapping's start), `resident` has a
+    // byte for each of its pages.
+    if unsafe { libc::mincore(p.cast(), len, resident.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    if resident.iter().filter(|&&r| r & 1 != 0).count() > RESIDENT_MAX {
+        return false;
+    }
+    for (i, _) in resident.iter().enumerate().filter(|(_, &r)| r & 1 != 0) {
+        let at = i * PAGE;
+        let n = PAGE.min(len - at);
+        // SAFETY: within the mapping, which nobody else uses.
+        let page = unsafe { std::slice::from_raw_parts_mut(p.add(at), n) };
+        // Only a written page: a page read but never written is the
+        // shared zero page, which a write would make a page of our own.
+        if page.iter().any(|&b| b != 0) {
+            page.fill(0);
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A length no socket's slots have (an odd number of bytes): the
+    /// tests' mappings are not taken by sockets made meanwhile, nor
+    /// theirs by the tests.
+    const LEN: usize = 5 * PAGE + 2048 + 77;
+
+    fn bytes(p: *mut u8, len: usize) -> &'static mut [u8] {
+        // SAFETY: a mapping of the test's, `len` bytes.
+        unsafe { std::slice::from_raw_parts_mut(p, len) }
+    }
+
+    /// A mapping written and given back is taken again zero: the same
+    /// one (kept), or a new one.
+    #[test]
+    fn a_mapping_given_back_is_taken_again_zero() {
+        let p = take(LEN).unwrap();
+        bytes(p, LEN).fill(0xA5);
+        // SAFETY: ours, given back once.
+        unsafe { give_back(p, LEN) };
+        let q = take(LEN).unwrap();
+        assert!(
+            bytes(q, LEN).iter().all(|&b| b == 0),
+            "a taken mapping is not zero"
+        );
+        // SAFETY: as above.
+        unsafe { give_back(q, LEN) };
+    }
+
+    /// One with more pages in memory than [`RESIDENT_MAX`] is unmapped,
+    /// not kept.
+    #[test]
+    fn a_mapping_mostly_in_memory_is_not_kept() {
+        let len = (RESIDENT_MAX + 3) * PAGE + 77;
+        let p = take(len).unwrap();
+        bytes(p, len).fill(1);
+        // SAFETY: ours: a query of its pages.
+        assert!(!unsafe { clear(p, len) }, "cleared");
+        // SAFETY: ours, given back once.
+        unsafe { give_back(p, len) };
+        assert!(
+            !KEPT.lock().unwrap().iter().any(|&(a, _)| a == p as usize),
+            "kept"
+        );
+    }
+
+    /// Clearing zeroes a written page among pages never touched.
+    #[test]
+    fn clearing_zeroes_a_written_page() {
+        let len = 8 * PAGE;
+        let p = take(len).unwrap();
+        bytes(p, len)[3 * PAGE + 5] = 7;
+        // SAFETY: ours.
+        assert!(unsafe { clear(p, len) });
+        assert!(bytes(p, len).iter().all(|&b| b == 0));
+        // SAFETY: ours, unmapped once.
+        unsafe { libc::munmap(p.cast(), len) };
+    }
+}
