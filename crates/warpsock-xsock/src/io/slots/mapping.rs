@@ -141,6 +141,40 @@ mod tests {
         unsafe { give_back(q, LEN) };
     }
 
+    /// A mapping given back is kept and taken again: the same address.
+    /// (Retried: another test's socket may hold the cache's lock at the
+    /// moment, and the mapping is then unmapped or made anew.)
+    #[test]
+    fn a_mapping_given_back_is_kept_for_the_next_one() {
+        const LEN2: usize = 3 * PAGE + 2048 + 13;
+        let reused = (0..100).any(|_| {
+            let p = take(LEN2).unwrap();
+            bytes(p, LEN2)[0] = 1;
+            // SAFETY: ours, given back once.
+            unsafe { give_back(p, LEN2) };
+            // A mapping made meanwhile takes the hole an unmapped `p`
+            // would have left (the kernel gives it to the next mapping).
+            // SAFETY: a new mapping of ours, unmapped below.
+            let other = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    LEN2,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            let q = take(LEN2).unwrap();
+            // SAFETY: as above.
+            unsafe { give_back(q, LEN2) };
+            // SAFETY: the mapping made above.
+            unsafe { libc::munmap(other, LEN2) };
+            p == q
+        });
+        assert!(reused, "a mapping given back was never taken again");
+    }
+
     /// One with more pages in memory than [`RESIDENT_MAX`] is unmapped,
     /// not kept.
     #[test]
