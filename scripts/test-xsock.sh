@@ -30,7 +30,8 @@
 #   4. unmodified programs in policy mode (WARPSOCK_DDP_PORTS): python
 #      http.server + curl of a 100 MiB file (sha256 equal), Ctrl-C of a
 #      python client blocked in recv (KeyboardInterrupt), iperf3 TCP both
-#      ways, redis-server + redis-benchmark; and mixed: preloaded client ->
+#      ways, redis-server + redis-benchmark, nginx (a master and forked
+#      workers); and mixed: preloaded client ->
 #      plain server and plain client -> preloaded server over plain TCP.
 # Every run is bounded by `timeout`; servers are stopped by pid; the
 # namespaces are deleted on exit. Needs root (namespaces, tcpdump).
@@ -44,7 +45,7 @@ if [ -z "${TEST_XSOCK_BOUNDED:-}" ]; then
 fi
 trap 'exit 124' TERM
 
-scripts/ensure-pkgs.sh gcc libc6-dev iproute2 tcpdump tshark curl python3 iperf3 redis-server redis-tools >/dev/null
+scripts/ensure-pkgs.sh gcc libc6-dev iproute2 tcpdump tshark curl python3 iperf3 redis-server redis-tools nginx >/dev/null
 NAME=test-xsock
 ROOT_WHY="namespaces, capture"
 . scripts/lib/preload-suite.sh
@@ -400,5 +401,54 @@ grep -q "requests per second" "$WORK/redis.c.out" || fail "redis-benchmark gave 
 [ "$(stat "$WORK/redis.s.out" ddp_refused)" -ge 2008 ] || fail "plain redis-benchmark: the preloaded server counted no fallbacks"
 pass "redis-server + redis-benchmark (3000 requests, set/get; and 2000 with -k 0, a connection each) in policy mode, no errors"
 pass "plain redis-benchmark (keepalive, and -k 0) -> preloaded redis-server in policy mode: falls back to TCP, no errors"
+
+# nginx as Debian ships it: a master that listens and two workers it forks,
+# each accepting on the inherited listener (so each switches connections on
+# threads of its own, after the fork) in an epoll loop, answering with
+# sendfile. `user root` is ignored (with a notice) when not run as root,
+# and keeps the workers able to read $WORK when it is.
+lease_port; port=$PORT
+NG="$WORK/nginx"
+mkdir -p "$NG/tmp"
+echo hello >"$WORK/www/small"
+cat >"$NG/nginx.conf" <<EOF
+user root;
+worker_processes 2;
+daemon off;
+pid $NG/nginx.pid;
+error_log $NG/error.log notice;
+events { worker_connections 256; }
+http {
+    access_log off;
+    sendfile on;
+    client_body_temp_path $NG/tmp;
+    proxy_temp_path $NG/tmp;
+    fastcgi_temp_path $NG/tmp;
+    uwsgi_temp_path $NG/tmp;
+    scgi_temp_path $NG/tmp;
+    server { listen 127.0.0.1:$port; root $WORK/www; }
+}
+EOF
+NPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
+timeout --foreground 120 "${NPRE[@]}" nginx -e "$NG/error.log" -p "$NG" -c "$NG/nginx.conf" \
+    >"$NG/s.out" 2>&1 &
+sp=$!; PIDS+=("$sp")
+wait_port "$port" || { cat "$NG/s.out" "$NG/error.log" >&2; fail "nginx did not start"; }
+got=$(timeout 120 "${NPRE[@]}" curl -sS "http://127.0.0.1:$port/big" 2>"$NG/big.err" | sha256sum | cut -d' ' -f1)
+[ "$got" = "$want" ] || { cat "$NG/big.err" >&2; fail "nginx: 100 MiB over DDP mode, sha256 differs"; }
+urls=()
+for _ in $(seq 50); do urls+=("http://127.0.0.1:$port/small"); done
+n=$(timeout 60 "${NPRE[@]}" curl -sS "${urls[@]}" 2>"$NG/keep.err" | grep -c hello || true)
+[ "$n" = 50 ] || { cat "$NG/keep.err" >&2; fail "nginx: $n of 50 requests on one connection answered"; }
+: >"$NG/each.err"
+n=$(for _ in $(seq 50); do timeout 30 "${NPRE[@]}" curl -sS "http://127.0.0.1:$port/small" 2>>"$NG/each.err"; done | grep -c hello || true)
+[ "$n" = 50 ] || { cat "$NG/each.err" >&2; fail "nginx: $n of 50 connections answered"; }
+got=$(timeout 120 curl -sS "http://127.0.0.1:$port/big" 2>"$NG/plain.err" | sha256sum | cut -d' ' -f1)
+[ "$got" = "$want" ] || { cat "$NG/plain.err" >&2; fail "nginx: plain curl's 100 MiB sha256 differs"; }
+stop "$sp"
+grep -E "\[(alert|crit|emerg)\]" "$NG/error.log" && fail "nginx logged alerts"
+[ "$(stat "$NG/big.err" ddp_switched)" -ge 1 ] && [ "$(stat "$NG/keep.err" ddp_switched)" -ge 1 ] \
+    && [ "$(stat "$NG/each.err" ddp_switched)" -ge 50 ] || fail "nginx: the clients' connections did not switch"
+pass "nginx (a master, 2 forked workers, epoll, sendfile) in policy mode: 100 MiB over DDP mode sha256 equal, 50 requests on one connection, 50 connections; plain curl falls back"
 
 echo "test-xsock: $PASSED passed"
