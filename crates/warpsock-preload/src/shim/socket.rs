@@ -220,8 +220,12 @@ pub(crate) trait Socket: Send + Sync {
     /// Waits until the socket is what it will be: a kind whose sockets
     /// change under the program's number by themselves (a connection
     /// switching in the background, `xsock::switching`) returns once the
-    /// number names the outcome (default: at once).
-    fn settle_wait(&self) {}
+    /// number names the outcome (default: at once). `Err(EAGAIN)`, without
+    /// waiting, for such a socket in non-blocking mode whose outcome is
+    /// not known yet.
+    fn settle_wait(&self) -> Result<(), c_int> {
+        Ok(())
+    }
 
     /// The descriptor the program's number names while this socket is
     /// managed (what the switch put there), for an exec that failed after

@@ -67,11 +67,9 @@ pub struct WarpsockAioCompletion {
 
 fn with_or<T: Copy>(fd: c_int, err: T, f: impl FnOnce(&Arc<DdpSock>) -> T) -> T {
     enter(err, || match lookup(fd) {
-        Some(s) => f(&s),
-        None => {
-            // SAFETY: fcntl(F_GETFD) only probes the descriptor.
-            let open = unsafe { crate::shim::real::fcntl(fd, libc::F_GETFD, 0) } >= 0;
-            set_errno(if open { libc::ENOTSOCK } else { libc::EBADF });
+        Ok(s) => f(&s),
+        Err(e) => {
+            set_errno(e);
             err
         }
     })

@@ -161,19 +161,32 @@ pub(crate) fn borrows_memory(me: i32) -> bool {
         .any(|o| o != 0 && o != me && shares_memory(me, o))
 }
 
-/// The DDP socket behind the program's descriptor `fd`.
-pub(crate) fn lookup(fd: c_int) -> Option<Arc<DdpSock>> {
+/// The DDP socket behind the program's descriptor `fd`, or the errno of
+/// an extended call on it: `EBADF` (not open), `ENOTSOCK` (no DDP
+/// socket), `EAGAIN` (a non-blocking connection still switching in the
+/// background).
+pub(crate) fn lookup(fd: c_int) -> Result<Arc<DdpSock>, c_int> {
     let ddp = |s: &Arc<dyn Socket>| {
         let key = Arc::as_ptr(s).cast::<()>() as usize;
         SOCKS.lock().get(&key).and_then(Weak::upgrade)
     };
-    let s = fdtable::get(fd)?;
-    ddp(&s).or_else(|| {
-        // A connection switching in the background: its outcome (the
-        // extended calls right after `accept`).
-        s.settle_wait();
-        ddp(&fdtable::get(fd)?)
-    })
+    let none = || {
+        // SAFETY: fcntl(F_GETFD) only probes the descriptor.
+        let open = unsafe { real::fcntl(fd, libc::F_GETFD, 0) } >= 0;
+        if open {
+            libc::ENOTSOCK
+        } else {
+            libc::EBADF
+        }
+    };
+    let s = fdtable::get(fd).ok_or_else(none)?;
+    if let Some(d) = ddp(&s) {
+        return Ok(d);
+    }
+    // A connection switching in the background: its outcome (the
+    // extended calls right after `accept`).
+    s.settle_wait()?;
+    fdtable::get(fd).and_then(|s| ddp(&s)).ok_or_else(none)
 }
 
 /// Lock-free `EAGAIN`s of quiet sockets ([`DdpSock::recv_spin`]),

@@ -22,7 +22,8 @@
 //! * Calls: a blocking receive or send waits for the end and goes on in
 //!   the outcome (so do `WARPSOCK_DDP_MODE`, `WARPSOCK_CRC` and the
 //!   extended calls' look-up, `sock::lookup`: the mode is known only
-//!   then); a non-blocking one fails with `EAGAIN`; `FIONREAD` reads 0.
+//!   then); on a non-blocking socket each fails with `EAGAIN` instead;
+//!   `FIONREAD` reads 0.
 //!   Socket options an event loop sets right after `accept`
 //!   (`TCP_NODELAY`, keep-alives) reach the TCP socket at once and the
 //!   outcome after; those the switch moves off the TCP socket
@@ -530,6 +531,19 @@ impl SwitchingSock {
         }
     }
 
+    /// The outcome for `WARPSOCK_DDP_MODE`, `WARPSOCK_CRC` and the
+    /// extended calls' look-up: now, or waited for on a blocking socket;
+    /// `EAGAIN` on a non-blocking one (an event loop's call never waits
+    /// for a slow or silent peer; the descriptor becomes writable when
+    /// the switch is over).
+    fn for_mode(&self) -> Result<Outcome, c_int> {
+        match self.outcome() {
+            Some(o) => Ok(o),
+            None if self.nonblocking() => Err(libc::EAGAIN),
+            None => Ok(self.wait()),
+        }
+    }
+
     /// The outcome for a data call: now, or waited for if the call
     /// blocks; `None`: the call fails with `EAGAIN`.
     fn for_data(&self, flags: c_int) -> Option<Outcome> {
@@ -661,9 +675,13 @@ impl Socket for SwitchingSock {
     fn setsockopt(&self, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
         let msg_mode = (level, name) == (SOL_WARPSOCK, WARPSOCK_MSG_MODE);
         if level == SOL_WARPSOCK && !msg_mode {
-            return match self.wait() {
-                Outcome::Managed(s) => s.setsockopt(level, name, val, len),
-                Outcome::Plain => plain_set(name, val, len),
+            return match self.for_mode() {
+                Ok(Outcome::Managed(s)) => s.setsockopt(level, name, val, len),
+                Ok(Outcome::Plain) => plain_set(name, val, len),
+                Err(e) => {
+                    set_errno(e);
+                    -1
+                }
             };
         }
         if msg_mode && self.outcome().is_none() {
@@ -762,9 +780,13 @@ impl Socket for SwitchingSock {
             }
         }
         if level == SOL_WARPSOCK {
-            return match self.wait() {
-                Outcome::Managed(s) => s.getsockopt(level, name, val, len),
-                Outcome::Plain => plain_get(name, val, len),
+            return match self.for_mode() {
+                Ok(Outcome::Managed(s)) => s.getsockopt(level, name, val, len),
+                Ok(Outcome::Plain) => plain_get(name, val, len),
+                Err(e) => {
+                    set_errno(e);
+                    -1
+                }
             };
         }
         let g = lock(&self.st);
@@ -853,8 +875,10 @@ impl Socket for SwitchingSock {
         }
     }
 
-    fn settle_wait(&self) {
+    fn settle_wait(&self) -> Result<(), c_int> {
+        self.for_mode()?;
         self.wait_installed();
+        Ok(())
     }
 
     fn dup_begin(&self) -> bool {

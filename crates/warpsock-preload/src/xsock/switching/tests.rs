@@ -137,7 +137,7 @@ fn a_switch_in_the_background_ends_in_a_ddp_socket_with_the_options_set_meanwhil
     });
     // The extended calls' look-up waits for the outcome.
     assert!(
-        super::super::sock::lookup(fd).is_some(),
+        super::super::sock::lookup(fd).is_ok(),
         "no DDP socket by its number"
     );
     // Blocking: waits for the switch, then reads in its outcome.
@@ -346,7 +346,7 @@ fn a_number_closed_behind_the_table_and_opened_again_is_left_alone() {
         libc::close(fd);
         assert_eq!(libc::dup2(p[0], fd), fd);
     }
-    sw.settle_wait();
+    sw.settle_wait().expect("a blocking socket waits");
     let mut st: libc::stat = unsafe_zeroed_stat();
     // SAFETY: fstat into a local.
     assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
@@ -404,7 +404,7 @@ fn a_dup_under_way_at_the_end_names_the_outcome_too() {
         Ok(fdtable::Copied::Managed(None))
     ));
     sw.dup_end();
-    sw.settle_wait();
+    sw.settle_wait().expect("a blocking socket waits");
     let (a, b) = (table(fd), table(n));
     assert!(Arc::ptr_eq(&a, &b), "the copy names another socket");
     assert!(
@@ -453,7 +453,7 @@ fn a_number_closed_before_the_outcome_names_it_closes_the_outcome_in_order() {
     }
     close_as_the_program(fd);
     sw.dup_end();
-    sw.settle_wait();
+    sw.settle_wait().expect("a blocking socket waits");
     // The outcome's last holders go (as the switch thread's and the
     // program's do): its close is finished then.
     drop((sw, concrete));
@@ -571,4 +571,57 @@ fn a_number_closed_while_switching_leaves_the_epoll_sets() {
     );
     drop(sw);
     sys::close(ep);
+}
+
+/// On a non-blocking connection still switching (its peer silent),
+/// `WARPSOCK_DDP_MODE` and `WARPSOCK_CRC` (get and set) and the extended
+/// calls' look-up fail with `EAGAIN` at once, as its receives do: an
+/// event loop that asks right after `accept` never waits for a slow or
+/// silent peer (they waited up to the switch's deadlines, 3 s at the
+/// defaults). Once the switch is over they answer (here: plain).
+#[test]
+fn a_non_blocking_switching_socket_answers_its_mode_with_eagain() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, c) = accepted();
+    sys::set_nonblocking(fd, true);
+    start_responder(fd, options(Duration::from_secs(10)));
+    let sw = table(fd);
+    assert!(sw.nonblocking());
+    let mut v: c_int = -1;
+    let mut n = size_of::<c_int>() as socklen_t;
+    for name in [WARPSOCK_DDP_MODE, WARPSOCK_CRC] {
+        let r = sw.getsockopt(SOL_WARPSOCK, name, (&mut v as *mut c_int).cast(), &mut n);
+        assert_eq!((r, errno()), (-1, libc::EAGAIN), "getsockopt {name}");
+    }
+    let one: c_int = 1;
+    let r = sw.setsockopt(
+        SOL_WARPSOCK,
+        WARPSOCK_DDP_MODE,
+        (&one as *const c_int).cast(),
+        size_of::<c_int>() as socklen_t,
+    );
+    assert_eq!((r, errno()), (-1, libc::EAGAIN), "setsockopt");
+    assert_eq!(
+        super::super::sock::lookup(fd).err(),
+        Some(libc::EAGAIN),
+        "the extended calls' look-up"
+    );
+    // Answered while the switch still waits for the peer's mark (it
+    // would have waited 10 s).
+    assert!(
+        lock(&STARTED_LAST)
+            .upgrade()
+            .is_some_and(|s| s.outcome().is_none()),
+        "the calls waited for the switch"
+    );
+    // The peer leaves: the switch ends (plain), and the mode reads 0.
+    drop(c);
+    let deadline = Instant::now() + HUNG;
+    while fdtable::get(fd).is_some() {
+        assert!(Instant::now() < deadline, "the switch did not end");
+        std::thread::yield_now();
+    }
+    assert_eq!(int_opt(&*sw, SOL_WARPSOCK, WARPSOCK_DDP_MODE), 0);
+    drop(sw);
+    sys::close(fd);
 }
