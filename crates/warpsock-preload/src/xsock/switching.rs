@@ -76,8 +76,6 @@ const OPTS_MAX: usize = 32;
 /// The longest option value kept.
 const OPT_LEN_MAX: usize = 64;
 
-/// Switches under way (threads running).
-static UNDER_WAY: AtomicUsize = AtomicUsize::new(0);
 /// Accepted connections switched in the background (`ddp_switch_bg`).
 pub(crate) static STARTED: AtomicU64 = AtomicU64::new(0);
 /// Accepted connections left plain TCP: [`SWITCHING_MAX`] were under way
@@ -146,107 +144,9 @@ pub(crate) struct SwitchingSock {
     settled: Condvar,
 }
 
-/// One place of [`RUNNING`] (and one of [`UNDER_WAY`]), given back when
-/// dropped.
-struct Slot {
-    at: usize,
-    id: u64,
-}
-
-impl Slot {
-    fn take() -> Option<Self> {
-        if UNDER_WAY.fetch_add(1, Ordering::AcqRel) >= SWITCHING_MAX {
-            UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        // A place is free: `UNDER_WAY` counts the places taken.
-        let id = IDS.fetch_add(1, Ordering::Relaxed) + 1;
-        loop {
-            for (at, r) in RUNNING.iter().enumerate() {
-                if r.compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return Some(Self { at, id });
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        RUNNING[self.at].store(0, Ordering::Release);
-        UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Whether a switch can start now (a slot is free).
-#[cfg(test)]
-fn room() -> bool {
-    UNDER_WAY.load(Ordering::Acquire) < SWITCHING_MAX
-}
-
-/// Whether any switch is under way (`select` waits in slices meanwhile).
-/// None is: no switch thread holds a switching socket any more.
-pub(super) fn under_way() -> bool {
-    UNDER_WAY.load(Ordering::Acquire) > 0
-}
-
-/// In a forked child: the parent's switching threads are not its own.
-pub(super) fn forget_after_fork() {
-    UNDER_WAY.store(0, Ordering::Release);
-    for r in &RUNNING {
-        r.store(0, Ordering::Release);
-    }
-    LAST.with(|l| l.set(0));
-}
-
-/// Before a `fork` (the atfork prepare handler, before any lock of the
-/// library is taken for the copy): the switches under way end first,
-/// within their own deadlines, so that the child's copy of each such
-/// connection is what it became — a plain one works in the child (a
-/// forking server's child serves a client without warpsock), a DDP
-/// socket's copy is refused as always — rather than a dead end. A
-/// forking server pays the wait its `accept` paid before the switches
-/// moved here; threaded and event-loop servers pay nothing. No lock is
-/// taken (a polled count, yields and short sleeps): a handler's fork over
-/// a thread that holds a lock a switch needs waits out the bound.
-pub(super) fn settle_before_fork(bound: std::time::Duration) {
-    // Only the connection this thread accepted last: a forking server
-    // forks for it, and one connection a hostile peer holds in its switch
-    // holds up no fork but its own accepter's (redis's BGSAVE is made by
-    // the thread that accepts: it waits at most for its last client).
-    // Async-signal-safe (a handler's fork): a thread-local id with no
-    // destructor, and atomics.
-    let id = LAST.with(std::cell::Cell::get);
-    if id == 0 {
-        return;
-    }
-    let deadline = std::time::Instant::now() + bound;
-    let mut round = 0;
-    while RUNNING.iter().any(|r| r.load(Ordering::Acquire) == id)
-        && std::time::Instant::now() < deadline
-    {
-        sys::pause(round);
-        round = round.saturating_add(1);
-    }
-}
-
-thread_local! {
-    /// The id of the switch of the connection this thread accepted last
-    /// (0: none; [`settle_before_fork`]).
-    static LAST: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
 /// The switching socket started last (the tests' handle on it).
 #[cfg(test)]
 static STARTED_LAST: Mutex<std::sync::Weak<SwitchingSock>> = Mutex::new(std::sync::Weak::new());
-
-/// The ids of the switches under way, one place each (0: free).
-static RUNNING: [AtomicU64; SWITCHING_MAX] = [const { AtomicU64::new(0) }; SWITCHING_MAX];
-
-/// The last switch id given.
-static IDS: AtomicU64 = AtomicU64::new(0);
 
 /// Starts the switch of the program's accepted connection `fd` on a
 /// thread of its own, `fd` a switching socket meanwhile: `prepare` notes
@@ -263,10 +163,10 @@ pub(super) fn start(
     let Some(slot) = Slot::take() else {
         OVER.fetch_add(1, Ordering::Relaxed);
         // This connection is plain: a fork does not wait for an older one.
-        LAST.with(|l| l.set(0));
+        slot::accepted_last(0);
         return Err(libc::EAGAIN);
     };
-    LAST.with(|l| l.set(slot.id));
+    slot::accepted_last(slot.id);
     let asked: Asked = (msg_mode, None, role, prepare(fd)?);
     // SAFETY: fcntl on the program's new socket.
     let (fl, kfd) = unsafe {
@@ -923,6 +823,12 @@ impl Drop for SwitchingSock {
         sys::close(self.done);
     }
 }
+
+mod slot;
+#[cfg(test)]
+use slot::room;
+use slot::Slot;
+pub(super) use slot::{forget_after_fork, settle_before_fork, under_way};
 
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ use warpsock_xsock::Role;
 use super::super::{prepare, SOL_WARPSOCK, WARPSOCK_DDP_MODE};
 use super::*;
 
-/// The tests share [`UNDER_WAY`]: one at a time.
+/// The tests share the count of switches under way (`slot`): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Far past any wait of these tests' switches.
