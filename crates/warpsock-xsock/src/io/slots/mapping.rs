@@ -13,9 +13,10 @@
 //! is dropped, if few of its pages are in memory (a short connection's:
 //! at most [`RESIDENT_MAX`]; a bulk one's MiBs are unmapped, not kept in
 //! memory), and the next socket wanting the same length takes it. It is
-//! cleared before it is kept — only the pages in memory (`mincore`), and
-//! of those only the ones not zero already — so a taken mapping is zero
-//! as a fresh one is, and no byte of one connection can reach another.
+//! cleared before it is kept — the pages in memory (`mincore`) written
+//! with zeros where they are not zero already, the others dropped — so a
+//! taken mapping is zero as a fresh one is, and no byte of one connection
+//! can reach another.
 //! At most [`KEPT_MAX`] are kept. The cache's lock is only tried (a
 //! mapping is made or unmapped instead when it is busy): a forked child
 //! whose parent's thread held it at the fork never waits for it.
@@ -79,9 +80,13 @@ pub(super) unsafe fn give_back(p: *mut u8, len: usize) {
     unsafe { libc::munmap(p.cast(), len) };
 }
 
-/// Zeroes the pages of the mapping `p` (`len` bytes) that are in memory
-/// and not zero, if at most [`RESIDENT_MAX`] are in memory; returns
-/// whether it did.
+/// Zeroes the mapping `p` (`len` bytes), if at most [`RESIDENT_MAX`] of
+/// its pages are in memory; returns whether it did. Those pages are
+/// written with zeros (only the ones not zero already); the others are
+/// dropped (`MADV_DONTNEED`, run by run): a page written and then
+/// swapped out is not in memory either, and would come back with its
+/// bytes. A run of pages never touched has nothing to drop, and its
+/// `madvise` takes no TLB flush (no entry of it was present).
 ///
 /// # Safety
 /// As [`give_back`]'s.
@@ -96,15 +101,38 @@ unsafe fn clear(p: *mut u8, len: usize) -> bool {
     if resident.iter().filter(|&&r| r & 1 != 0).count() > RESIDENT_MAX {
         return false;
     }
-    for (i, _) in resident.iter().enumerate().filter(|(_, &r)| r & 1 != 0) {
-        let at = i * PAGE;
-        let n = PAGE.min(len - at);
-        // SAFETY: within the mapping, which nobody else uses.
-        let page = unsafe { std::slice::from_raw_parts_mut(p.add(at), n) };
-        // Only a written page: a page read but never written is the
-        // shared zero page, which a write would make a page of our own.
-        if page.iter().any(|&b| b != 0) {
-            page.fill(0);
+    let mut gap_from = None;
+    // Each page's residence, then `None` past the last (a gap's end).
+    let pages_in = resident
+        .iter()
+        .map(|&r| Some(r & 1 != 0))
+        .chain(std::iter::once(None));
+    for (i, here) in pages_in.enumerate() {
+        if here == Some(false) {
+            gap_from.get_or_insert(i);
+            continue;
+        }
+        if let Some(g) = gap_from.take() {
+            let end = (i * PAGE).min(len);
+            // SAFETY: whole pages of the mapping (the last one's tail
+            // too: `madvise` rounds the length up), which nobody uses.
+            let r = unsafe {
+                libc::madvise(p.add(g * PAGE).cast(), end - g * PAGE, libc::MADV_DONTNEED)
+            };
+            if r != 0 {
+                return false;
+            }
+        }
+        if here == Some(true) {
+            let at = i * PAGE;
+            let n = PAGE.min(len - at);
+            // SAFETY: within the mapping, which nobody else uses.
+            let page = unsafe { std::slice::from_raw_parts_mut(p.add(at), n) };
+            // Only a written page: a page read but never written is the
+            // shared zero page, which a write would make a page of our own.
+            if page.iter().any(|&b| b != 0) {
+                page.fill(0);
+            }
         }
     }
     true
