@@ -36,6 +36,22 @@ static inline struct sockaddr_in lo(int port) {
     return a;
 }
 
+/* A TCP listener on 127.0.0.1, port 0 (the kernel's pick: no race for a
+ * free port), its backlog `backlog`; prints "ready PORT" for the test
+ * that started the program and returns the listener. */
+static inline int tcp_listener_ready(int backlog) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    struct sockaddr_in a = lo(0);
+    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(listen(l, backlog) == 0);
+    socklen_t al = sizeof a;
+    CHECK(getsockname(l, (struct sockaddr *)&a, &al) == 0);
+    printf("ready %d\n", ntohs(a.sin_port));
+    fflush(stdout);
+    return l;
+}
+
 static inline void set_rcvtimeo(int fd, int ms) {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     CHECK(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);

@@ -9,15 +9,7 @@
 #include <sys/wait.h>
 
 int main(void) {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(l >= 0);
-    struct sockaddr_in a = lo(0);
-    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
-    CHECK(listen(l, 8) == 0);
-    socklen_t al = sizeof a;
-    CHECK(getsockname(l, (struct sockaddr *)&a, &al) == 0);
-    printf("ready %d\n", ntohs(a.sin_port));
-    fflush(stdout);
+    int l = tcp_listener_ready(8);
     int c = accept(l, NULL, NULL);
     CHECK(c >= 0);
     pid_t pid = fork();

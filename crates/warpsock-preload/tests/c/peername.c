@@ -21,15 +21,10 @@ static void check_loopback(const char *what, int r, const struct sockaddr_storag
 }
 
 int main(void) {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(l >= 0);
-    struct sockaddr_in a = lo(0);
-    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
-    CHECK(listen(l, 8) == 0);
+    int l = tcp_listener_ready(8);
+    struct sockaddr_in a;
     socklen_t al = sizeof a;
     CHECK(getsockname(l, (struct sockaddr *)&a, &al) == 0);
-    printf("ready %d\n", ntohs(a.sin_port));
-    fflush(stdout);
     struct sockaddr_in from;
     socklen_t fl = sizeof from;
     int c = accept(l, (struct sockaddr *)&from, &fl);

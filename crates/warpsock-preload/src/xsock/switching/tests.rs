@@ -483,6 +483,16 @@ fn epoll_watching(fd: c_int) -> c_int {
     }
 }
 
+/// `ep` reports nothing (the closed number), and is closed.
+fn assert_nothing_reported(ep: c_int) {
+    assert_eq!(
+        events_now(ep),
+        Vec::<u64>::new(),
+        "the closed number is still reported"
+    );
+    sys::close(ep);
+}
+
 /// The events `ep` reports now.
 fn events_now(ep: c_int) -> Vec<u64> {
     let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 4];
@@ -536,13 +546,8 @@ fn a_number_closed_after_the_outcome_leaves_the_epoll_sets_while_the_socket_is_h
     );
     // SAFETY: the program's close of its number.
     assert_eq!(unsafe { crate::interpose::close(fd) }, 0);
-    assert_eq!(
-        events_now(ep),
-        Vec::<u64>::new(),
-        "the closed number is still reported"
-    );
+    assert_nothing_reported(ep);
     drop(sw);
-    sys::close(ep);
 }
 
 /// The program's number closed while the connection still switches, a
@@ -564,13 +569,8 @@ fn a_number_closed_while_switching_leaves_the_epoll_sets() {
         assert!(Instant::now() < deadline, "the switch did not end");
         std::thread::yield_now();
     }
-    assert_eq!(
-        events_now(ep),
-        Vec::<u64>::new(),
-        "the closed number is still reported"
-    );
+    assert_nothing_reported(ep);
     drop(sw);
-    sys::close(ep);
 }
 
 /// On a non-blocking connection still switching (its peer silent),
