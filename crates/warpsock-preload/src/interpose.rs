@@ -508,7 +508,7 @@ fn with_name_fd(fd: c_int, name: impl FnOnce(c_int) -> c_int) -> c_int {
         }
         Some(s) => {
             #[cfg(feature = "test-hooks")]
-            crate::shim::hooks::name_gap();
+            crate::shim::hooks::name_gap(crate::xsock::switches_under_way);
             name(s.kernel_fd())
         }
         None => name(fd),

@@ -154,9 +154,10 @@ pub(crate) fn serve_gap(conn_fd: libc::c_int) {
 
 /// `WARPSOCK_TEST_NAME_GAP=1`: `getsockname`/`getpeername` of a managed
 /// socket, between its look-up and its system call, waits (at most 10 s)
-/// until no accepted connection's switch is under way, as if descheduled
-/// there while the switch ended and its thread let the socket go.
-pub(crate) fn name_gap() {
+/// while `under_way` (no accepted connection's switch is, the caller's
+/// predicate), as if descheduled there while the switch ended and its
+/// thread let the socket go.
+pub(crate) fn name_gap(under_way: impl Fn() -> bool) {
     use std::time::Instant;
     static ON: OnceLock<bool> = OnceLock::new();
     if !*ON.get_or_init(|| std::env::var("WARPSOCK_TEST_NAME_GAP").is_ok_and(|v| v == "1")) {
@@ -164,7 +165,7 @@ pub(crate) fn name_gap() {
     }
     let end = Instant::now() + Duration::from_secs(10);
     let mut round = 0;
-    while crate::xsock::switches_under_way() && Instant::now() < end {
+    while under_way() && Instant::now() < end {
         super::sys::pause(round);
         round = round.saturating_add(1);
     }
