@@ -430,10 +430,24 @@ http {
 }
 EOF
 NPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
-timeout --foreground 120 "${NPRE[@]}" nginx -e "$NG/error.log" -p "$NG" -c "$NG/nginx.conf" \
+timeout --foreground 600 "${NPRE[@]}" nginx -e "$NG/error.log" -p "$NG" -c "$NG/nginx.conf" \
     >"$NG/s.out" 2>&1 &
 sp=$!; PIDS+=("$sp")
 wait_port "$port" || { cat "$NG/s.out" "$NG/error.log" >&2; fail "nginx did not start"; }
+# The master and its 2 workers, by pid, for the cleanup below (`stop`
+# ends the `timeout` that started the master). The port answers before
+# the master writes its pid file and forks its workers.
+NGPIDS=()
+for _ in $(seq 100); do
+    if [ -s "$NG/nginx.pid" ]; then
+        NGPIDS=("$(cat "$NG/nginx.pid")")
+        mapfile -t -O 1 NGPIDS < <(pgrep -P "${NGPIDS[0]}" || true)
+        [ "${#NGPIDS[@]}" -ge 3 ] && break
+    fi
+    sleep 0.1
+done
+[ "${#NGPIDS[@]}" -ge 3 ] || fail "nginx: no master with 2 workers (${NGPIDS[*]})"
+PIDS+=("${NGPIDS[@]}")
 got=$(timeout 120 "${NPRE[@]}" curl -sS "http://127.0.0.1:$port/big" 2>"$NG/big.err" | sha256sum | cut -d' ' -f1)
 [ "$got" = "$want" ] || { cat "$NG/big.err" >&2; fail "nginx: 100 MiB over DDP mode, sha256 differs"; }
 urls=()
@@ -446,6 +460,7 @@ n=$(for _ in $(seq 50); do timeout 30 "${NPRE[@]}" curl -sS "http://127.0.0.1:$p
 got=$(timeout 120 curl -sS "http://127.0.0.1:$port/big" 2>"$NG/plain.err" | sha256sum | cut -d' ' -f1)
 [ "$got" = "$want" ] || { cat "$NG/plain.err" >&2; fail "nginx: plain curl's 100 MiB sha256 differs"; }
 stop "$sp"
+for p in "${NGPIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
 grep -E "\[(alert|crit|emerg)\]" "$NG/error.log" && fail "nginx logged alerts"
 [ "$(stat "$NG/big.err" ddp_switched)" -ge 1 ] && [ "$(stat "$NG/keep.err" ddp_switched)" -ge 1 ] \
     && [ "$(stat "$NG/each.err" ddp_switched)" -ge 50 ] || fail "nginx: the clients' connections did not switch"
@@ -486,7 +501,7 @@ sys.exit(1 if bad else 0)
 EOF2
 lease_port; port=$PORT
 MPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
-timeout --foreground 120 "${MPRE[@]}" memcached -u root -l 127.0.0.1 -p "$port" -t 4 -U 0 \
+timeout --foreground 600 "${MPRE[@]}" memcached -u root -l 127.0.0.1 -p "$port" -t 4 -U 0 \
     >"$WORK/mc.s.out" 2>&1 &
 sp=$!; PIDS+=("$sp")
 wait_port "$port" || { cat "$WORK/mc.s.out" >&2; fail "memcached did not start"; }
@@ -494,6 +509,7 @@ mcpids=()
 for j in 1 2 3 4; do
     timeout 120 "${MPRE[@]}" python3 "$WORK/mcc.py" "$port" 20 20 >"$WORK/mc.$j.out" 2>"$WORK/mc.$j.err" &
     mcpids+=("$!")
+    PIDS+=("$!")
 done
 for j in 1 2 3 4; do
     wait "${mcpids[$((j - 1))]}" || { cat "$WORK/mc.$j.out" "$WORK/mc.$j.err" >&2; fail "memcached client $j failed"; }

@@ -40,8 +40,8 @@ extern "C" {
 /* int. Write 1: switch into DDP mode (0 on a plain socket: cancel a pending
  * request). Read: 1 in DDP mode, else 0. Other values: EINVAL. On a
  * connection a policy-mode or DDP-mode listener accepted, still switching
- * in the background, reads and writes of this and WARPSOCK_CRC, and the
- * calls below, wait for the switch's end, or fail with EAGAIN on a
+ * in the background, this option (read or written), WARPSOCK_CRC and the
+ * calls below wait for the switch's end, or fail with EAGAIN on a
  * non-blocking socket (it becomes writable at the end). */
 #define WARPSOCK_DDP_MODE 1
 /* int. 1: message mode — every read returns at most one of the peer's

@@ -59,15 +59,26 @@ pub(super) fn dup_refused(old: c_int, new: c_int) -> bool {
     false
 }
 
-/// Before a `dup2`/`dup3` of `old` over `new`: `new`'s file is closed
-/// with its epoll registrations (`epollcarry::before_close`), if `old`
-/// is open (else the call fails and `new` stays as it is).
-fn before_dup_over(old: c_int, new: c_int) {
-    if old == new || busy() {
+/// Before a `dup2`/`dup3` of `old` over `new` (`flags`: `dup3`'s): the
+/// file `new` names is closed by the call, and its epoll registrations
+/// with it (`epollcarry::before_close`) — unless the call fails first
+/// (`old` not open, flags other than `O_CLOEXEC`) or `new` names the
+/// same file as `old` (it stays open, registered).
+fn before_dup_over(old: c_int, new: c_int, flags: c_int) {
+    if old == new || busy() || flags & !libc::O_CLOEXEC != 0 {
         return;
     }
-    // SAFETY: a query of the caller's descriptor.
-    if unsafe { real::fcntl(old, libc::F_GETFD, 0) } >= 0 {
+    let file = |fd: c_int| {
+        // SAFETY: fstat of the caller's descriptor into a zeroed local.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+        }
+    };
+    let Some(from) = file(old) else {
+        return;
+    };
+    if file(new).is_some_and(|to| to != from) {
         crate::shim::epollcarry::before_close(new, fdtable::mark(new) & MANAGED != 0);
     }
 }
@@ -112,7 +123,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if dup_refused(old, new) {
         return -1;
     }
-    before_dup_over(old, new);
+    before_dup_over(old, new, 0);
     dup_held(old, || {
         // SAFETY: forwarding the caller's arguments.
         let n = unsafe { real::dup2(old, new) };
@@ -129,7 +140,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if dup_refused(old, new) {
         return -1;
     }
-    before_dup_over(old, new);
+    before_dup_over(old, new, flags);
     dup_held(old, || {
         // SAFETY: forwarding the caller's arguments.
         let n = unsafe { real::dup3(old, new, flags) };

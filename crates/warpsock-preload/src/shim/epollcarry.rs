@@ -78,28 +78,61 @@ struct Sets {
     /// a reader across its copy (a record frees the list it replaced).
     lock: ForkLock<()>,
     /// Null (none recorded), or a `Box` of the sets (`Box::into_raw`),
-    /// sorted and without duplicates, never changed once published.
-    list: AtomicPtr<Vec<c_int>>,
+    /// each with the process that made it (a forked child's list holds
+    /// its parent's too: shared), sorted by number and without
+    /// duplicates, never changed once published.
+    list: AtomicPtr<Vec<(c_int, i32)>>,
+}
+
+thread_local! {
+    /// This thread holds [`SETS`]' lock (a signal handler's `close` over
+    /// that hold must not wait for it: `closing::before_close`). No
+    /// destructor: read from signal handlers.
+    static HOLDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// [`Sets::lock`] held, and [`HOLDING`] set meanwhile.
+struct SetsHeld {
+    _g: std::sync::MutexGuard<'static, ()>,
+}
+
+impl SetsHeld {
+    fn take() -> Self {
+        let g = SETS.lock.lock();
+        HOLDING.with(|h| h.set(true));
+        Self { _g: g }
+    }
+}
+
+impl Drop for SetsHeld {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.set(false));
+    }
 }
 
 impl Sets {
-    /// Adds `epfd` (a new list, published; the old one freed).
+    /// Adds `epfd`, made by this process (a new list, published; the
+    /// old one freed).
     fn insert(&self, epfd: c_int) {
-        let _g = self.lock.lock();
+        let _g = SetsHeld::take();
+        let me = super::sys::getpid();
         let old = self.list.load(Ordering::Acquire);
         // SAFETY: a published list is a `Box`'s raw pointer, freed only
         // by a record's replacement, which the lock held keeps out.
         let old_sets = unsafe { old.as_ref() }.map_or(&[][..], Vec::as_slice);
         // A number listed already (a set closed and its number reused)
-        // needs no new list: looked up before the copy (review r30-c
-        // item 5).
-        let Err(at) = old_sets.binary_search(&epfd) else {
-            return;
+        // needs no new list, unless another process made it (a forked
+        // child's number reused): looked up before the copy (review
+        // r30-c item 5).
+        let (at, replace) = match old_sets.binary_search_by_key(&epfd, |&(e, _)| e) {
+            Ok(i) if old_sets[i].1 == me => return,
+            Ok(i) => (i, true),
+            Err(i) => (i, false),
         };
         let mut sets = Vec::with_capacity(old_sets.len() + 1);
         sets.extend_from_slice(&old_sets[..at]);
-        sets.push(epfd);
-        sets.extend_from_slice(&old_sets[at..]);
+        sets.push((epfd, me));
+        sets.extend_from_slice(&old_sets[at + usize::from(replace)..]);
         #[cfg(test)]
         tests::before_publish();
         // Complete before it is published (the swap's release half); the
@@ -116,13 +149,28 @@ impl Sets {
         }
     }
 
-    /// A copy of the sets.
+    /// A copy of the sets' numbers.
     fn listed(&self) -> Vec<c_int> {
-        let _g = self.lock.lock();
+        let _g = SetsHeld::take();
         // SAFETY: as in `insert`: not freed while the lock is held.
         unsafe { self.list.load(Ordering::Acquire).as_ref() }
-            .cloned()
+            .map(|l| l.iter().map(|&(e, _)| e).collect())
             .unwrap_or_default()
+    }
+
+    /// `f` of each set this process made, under the lock (no copy); not
+    /// at all over this thread's own hold of the lock (a signal
+    /// handler's call: [`HOLDING`]), nor before any set is listed.
+    fn each_own(&self, mut f: impl FnMut(c_int)) {
+        if HOLDING.with(std::cell::Cell::get) || self.list.load(Ordering::Acquire).is_null() {
+            return;
+        }
+        let _g = SetsHeld::take();
+        let me = super::sys::getpid();
+        // SAFETY: as in `insert`: not freed while the lock is held.
+        if let Some(l) = unsafe { self.list.load(Ordering::Acquire).as_ref() } {
+            l.iter().filter(|&&(_, p)| p == me).for_each(|&(e, _)| f(e));
+        }
     }
 }
 
@@ -131,6 +179,8 @@ impl Sets {
 /// kept ([`SETS`]). One store: no lock, no allocation.
 pub(crate) fn fork_child() {
     SETS.lock.forget();
+    HOLDING.with(|h| h.set(false));
+    closing::fork_child();
 }
 
 /// Records an epoll set the program made (`epfd` < 0: a failed call).

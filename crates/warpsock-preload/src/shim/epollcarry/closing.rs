@@ -14,20 +14,23 @@
 //! under load saw thousands of events for numbers it had closed, read
 //! `EBADF`, and closed the connection that had taken the number next.
 //!
-//! So the interposed `close` (and a `dup2`/`dup3` over a number) removes
-//! the number's registrations from the known sets before the system call
+//! So the interposed `close` (and a `dup2`/`dup3` over a number, and a
+//! close deferred past a signal handler's) removes the number's
+//! registrations from the sets this process made before the system call
 //! when the number is managed, or names a file the library holds
 //! ([`Held`]). One difference from the kernel: if the program holds
 //! another number of the same file, the kernel would keep the closed
 //! number's registration (it reports the closed number); here it goes.
-//! A plain descriptor costs one atomic load while the library holds no
-//! such file, and an `fstat` while it does.
+//! Not covered: `close_range`/`closefrom` and a C library stream's
+//! `fclose` (they close below the interposer). A plain descriptor costs
+//! one atomic load while the library holds no such file, and an `fstat`
+//! and a scan of [`HELD_MAX`] places while it does.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use libc::c_int;
 
-use super::{inode, SETS};
+use super::SETS;
 
 /// The most files registered at once; beyond, a hold is not registered
 /// (its number's registration lasts until the library's descriptor
@@ -42,38 +45,75 @@ static HELD: [AtomicU64; HELD_MAX] = [const { AtomicU64::new(0) }; HELD_MAX];
 /// How many places of [`HELD`] are taken (the plain `close`'s check).
 static TAKEN: AtomicUsize = AtomicUsize::new(0);
 
+/// The device of the sockets' file system (every socket's: sockfs), 0
+/// until a hold records it: an inode of another file system is no
+/// socket of ours.
+static SOCK_DEV: AtomicU64 = AtomicU64::new(0);
+
+/// The device and inode of the file `fd` names.
+fn file_id(fd: c_int) -> Option<(u64, u64)> {
+    // SAFETY: fstat writes into a zeroed local struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+    }
+}
+
 /// The library holds a descriptor of a socket the program's numbers may
 /// name without the table knowing (it is plain to the program): while
 /// this lives, the program's `close` of such a number takes its epoll
 /// registrations with it. Dropped before the descriptor closes.
-pub(crate) struct Held(Option<usize>);
+pub(crate) struct Held {
+    /// The place taken, the inode put there, and the process that took
+    /// it (a forked child's copy gives back nothing: its table was
+    /// cleared, [`fork_child`]).
+    at: Option<(usize, u64, i32)>,
+}
 
 impl Held {
     /// Registers the socket `fd` names (nothing for a number that names
     /// none, or once [`HELD_MAX`] are held).
     pub(crate) fn new(fd: c_int) -> Self {
-        let Some(ino) = inode(fd).filter(|&i| i != 0) else {
-            return Self(None);
+        let Some((dev, ino)) = file_id(fd).filter(|&(_, i)| i != 0) else {
+            return Self { at: None };
         };
+        SOCK_DEV.store(dev, Ordering::Release);
         for (at, h) in HELD.iter().enumerate() {
             if h.compare_exchange(0, ino, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
                 TAKEN.fetch_add(1, Ordering::AcqRel);
-                return Self(Some(at));
+                return Self {
+                    at: Some((at, ino, crate::shim::sys::getpid())),
+                };
             }
         }
-        Self(None)
+        Self { at: None }
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if let Some(at) = self.0 {
-            HELD[at].store(0, Ordering::Release);
-            TAKEN.fetch_sub(1, Ordering::AcqRel);
+        if let Some((at, ino, pid)) = self.at {
+            if pid == crate::shim::sys::getpid()
+                && HELD[at]
+                    .compare_exchange(ino, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                TAKEN.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
+}
+
+/// In a forked child (its fork handler: no lock, no allocation): the
+/// parent's holds are not the child's (its copies of the objects are
+/// never used; their drops give back nothing, [`Held`]).
+pub(super) fn fork_child() {
+    for h in &HELD {
+        h.store(0, Ordering::Relaxed);
+    }
+    TAKEN.store(0, Ordering::Release);
 }
 
 /// Whether the file `fd` names is one the library holds.
@@ -81,31 +121,122 @@ fn held(fd: c_int) -> bool {
     if TAKEN.load(Ordering::Acquire) == 0 {
         return false;
     }
-    inode(fd).is_some_and(|ino| HELD.iter().any(|h| h.load(Ordering::Acquire) == ino))
+    file_id(fd).is_some_and(|(dev, ino)| {
+        dev == SOCK_DEV.load(Ordering::Acquire)
+            && HELD.iter().any(|h| h.load(Ordering::Acquire) == ino)
+    })
 }
 
 /// Before the program's `close` of `fd` (or a `dup2` over it): if it is
 /// `managed`, or names a file the library holds, its registrations leave
-/// the known epoll sets. Allocates nothing and waits for no lock (a
-/// signal handler's `close` over a thread's record of a set: that set's
-/// registrations stay, as before).
+/// the epoll sets this process made. A set a forked child inherited is
+/// its parent's too: one registration of the two, which the parent may
+/// still use (the kernel's close keeps it while the parent's copy of the
+/// file is open), so it is left alone. Allocates nothing; waits for the
+/// sets' lock, except over this thread's own hold of it (a signal
+/// handler's `close`: the registrations stay, as before).
 pub(crate) fn before_close(fd: c_int, managed: bool) {
     if !managed && !held(fd) {
         return;
     }
-    let Some(_g) = SETS.lock.try_lock() else {
-        return;
-    };
-    // SAFETY: a published list is a `Box`'s raw pointer, freed only by a
-    // record's replacement, which the lock held keeps out.
-    let Some(sets) = (unsafe { SETS.list.load(Ordering::Acquire).as_ref() }) else {
-        return;
-    };
-    for &epfd in sets {
+    SETS.each_own(|epfd| {
         if epfd != fd {
             // SAFETY: EPOLL_CTL_DEL ignores the event argument; ENOENT
             // (not registered there) and EBADF (a set closed) are fine.
             unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
         }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A readable socket number of the program's (`.0`) whose file the
+    /// library holds too (`.1`, its `Held`), registered for input in a
+    /// set this process made (`.3`); `.2` the peer end.
+    fn held_and_registered() -> (c_int, (c_int, Held), c_int, c_int) {
+        let mut sv = [0; 2];
+        // SAFETY: new descriptors of the test's; ADD with a valid event.
+        unsafe {
+            assert_eq!(
+                libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()),
+                0
+            );
+            assert_eq!(libc::write(sv[1], b"x".as_ptr().cast(), 1), 1);
+            let lib = libc::dup(sv[0]);
+            let held = Held::new(lib);
+            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            super::super::created(ep);
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: sv[0] as u64,
+            };
+            assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, sv[0], &mut ev), 0);
+            (sv[0], (lib, held), sv[1], ep)
+        }
+    }
+
+    /// How many events `ep` reports now.
+    fn reported(ep: c_int) -> i32 {
+        let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        // SAFETY: `ev` is ours, 4 entries.
+        unsafe { libc::epoll_wait(ep, ev.as_mut_ptr(), 4, 0) }
+    }
+
+    fn close_all(fds: &[c_int]) {
+        for &f in fds {
+            crate::shim::sys::close(f);
+        }
+    }
+
+    /// Review 37 item A2: a `dup2` of a copy of the number over it keeps
+    /// the file open, so its registration stays, as the kernel's does.
+    #[test]
+    fn a_dup2_over_a_number_of_the_same_file_keeps_its_registration() {
+        let (a, (lib, held), b, ep) = held_and_registered();
+        assert_eq!(reported(ep), 1);
+        // SAFETY: a copy of our descriptor.
+        let n = unsafe { libc::dup(a) };
+        // SAFETY: the interposed dup2 of our descriptors.
+        assert_eq!(unsafe { crate::interpose::dups::dup2(n, a) }, a);
+        assert_eq!(reported(ep), 1, "the registration went");
+        drop(held);
+        close_all(&[a, n, lib, b, ep]);
+    }
+
+    /// Review 37 item A3: a `dup3` that fails (flags other than
+    /// `O_CLOEXEC`) closes nothing, so the registration stays.
+    #[test]
+    fn a_failed_dup3_over_a_number_keeps_its_registration() {
+        let (a, (lib, held), b, ep) = held_and_registered();
+        // SAFETY: a new socket of ours.
+        let other = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
+        // SAFETY: the interposed dup3 of our descriptors, with bad flags.
+        let r = unsafe { crate::interpose::dups::dup3(other, a, 0x4000_0000) };
+        assert_eq!((r, crate::shim::sys::errno()), (-1, libc::EINVAL));
+        assert_eq!(reported(ep), 1, "the registration went");
+        drop(held);
+        close_all(&[a, other, lib, b, ep]);
+    }
+
+    /// Review 37 item A4: a forked child's close of an inherited number
+    /// leaves the registration in a set its parent made (one registration
+    /// of the two processes, the parent's copy of the file still open).
+    #[test]
+    fn a_forked_childs_close_leaves_its_parents_registration() {
+        let (a, (lib, held), b, ep) = held_and_registered();
+        let status = crate::shim::forktest::child_within(|| {
+            // SAFETY: the child's close of its copy.
+            unsafe { crate::interpose::close(a) }
+        });
+        assert_eq!(status, Some(0), "the child's close");
+        assert_eq!(
+            reported(ep),
+            1,
+            "the child's close took the parent's registration"
+        );
+        drop(held);
+        close_all(&[a, lib, b, ep]);
     }
 }

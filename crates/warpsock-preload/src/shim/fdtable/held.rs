@@ -291,7 +291,9 @@ pub(super) fn run_closes() {
         let Some(kept) = kept else {
             if super::get(fd).is_none() {
                 // The program's descriptor, which it closed (raw: no
-                // cancellation point inside the library).
+                // cancellation point inside the library), with its epoll
+                // registrations (as the interposed `close`).
+                super::super::epollcarry::before_close(fd, false);
                 sys::close(fd);
             }
             continue;
@@ -300,7 +302,9 @@ pub(super) fn run_closes() {
         let removed = match super::remove_if(fd, Some(super::address(&kept))) {
             Ok(Some(s)) => {
                 // The program's descriptor, which it closed (raw: no
-                // cancellation point inside the library).
+                // cancellation point inside the library), with its epoll
+                // registrations (as the interposed `close`).
+                super::super::epollcarry::before_close(fd, true);
                 sys::close(fd);
                 Some(s)
             }

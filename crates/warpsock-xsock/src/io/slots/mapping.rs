@@ -11,8 +11,8 @@
 //!
 //! So a socket's mapping goes back to a small process-wide cache when it
 //! is dropped, if few of its pages are in memory (a short connection's:
-//! at most [`RESIDENT_MAX`]; a bulk one's MiBs are unmapped, not kept in
-//! memory), and the next socket wanting the same length takes it. It is
+//! at most [`RESIDENT_MAX`] bytes; a bulk one's MiBs are unmapped, not
+//! kept in memory), and the next socket wanting the same length takes it. It is
 //! cleared before it is kept — the pages in memory (`mincore`) written
 //! with zeros where they are not zero already, the others dropped — so a
 //! taken mapping is zero as a fresh one is, and no byte of one connection
@@ -26,10 +26,8 @@ use std::sync::Mutex;
 /// The most mappings kept.
 const KEPT_MAX: usize = 8;
 
-/// The most pages of a mapping in memory for it to be kept (256 KiB).
-const RESIDENT_MAX: usize = 64;
-
-const PAGE: usize = 4096;
+/// The most bytes of a mapping in memory for it to be kept.
+const RESIDENT_MAX: usize = 256 << 10;
 
 /// Kept mappings: (address, length), each zero.
 static KEPT: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
@@ -61,7 +59,9 @@ pub(super) fn take(len: usize) -> std::io::Result<*mut u8> {
 }
 
 /// Gives back the mapping `p` of `len` bytes ([`take`]'s): kept, cleared,
-/// or unmapped.
+/// in place of the oldest kept one if [`KEPT_MAX`] are (its length may be
+/// one no socket asks for any more: the slots' count follows
+/// `SO_SNDBUF`), or unmapped.
 ///
 /// # Safety
 /// `p`/`len` are a mapping [`take`] returned, given back once, and not
@@ -70,18 +70,29 @@ pub(super) unsafe fn give_back(p: *mut u8, len: usize) {
     // SAFETY: the caller's mapping, no longer used by anyone else.
     if unsafe { clear(p, len) } {
         if let Ok(mut k) = KEPT.try_lock() {
-            if k.len() < KEPT_MAX {
-                k.push((p as usize, len));
-                return;
+            let evicted = (k.len() >= KEPT_MAX).then(|| k.remove(0));
+            k.push((p as usize, len));
+            drop(k);
+            if let Some((q, n)) = evicted {
+                // SAFETY: a kept mapping, taken off the list: ours alone.
+                unsafe { libc::munmap(q as *mut libc::c_void, n) };
             }
+            return;
         }
     }
     // SAFETY: the caller's mapping, unmapped once, here.
     unsafe { libc::munmap(p.cast(), len) };
 }
 
-/// Zeroes the mapping `p` (`len` bytes), if at most [`RESIDENT_MAX`] of
-/// its pages are in memory; returns whether it did. Those pages are
+/// The size of a page (`sysconf`; 4 KiB if it cannot say).
+fn page() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
+/// Zeroes the mapping `p` (`len` bytes), if at most [`RESIDENT_MAX`]
+/// bytes of its pages are in memory; returns whether it did. Those pages are
 /// written with zeros (only the ones not zero already); the others are
 /// dropped (`MADV_DONTNEED`, run by run): a page written and then
 /// swapped out is not in memory either, and would come back with its
@@ -91,14 +102,15 @@ pub(super) unsafe fn give_back(p: *mut u8, len: usize) {
 /// # Safety
 /// As [`give_back`]'s.
 unsafe fn clear(p: *mut u8, len: usize) -> bool {
-    let pages = len.div_ceil(PAGE);
+    let page = page();
+    let pages = len.div_ceil(page);
     let mut resident = vec![0u8; pages];
     // SAFETY: `p` is page-aligned (a mapping's start), `resident` has a
     // byte for each of its pages.
     if unsafe { libc::mincore(p.cast(), len, resident.as_mut_ptr()) } != 0 {
         return false;
     }
-    if resident.iter().filter(|&&r| r & 1 != 0).count() > RESIDENT_MAX {
+    if resident.iter().filter(|&&r| r & 1 != 0).count() * page > RESIDENT_MAX {
         return false;
     }
     let mut gap_from = None;
@@ -113,25 +125,25 @@ unsafe fn clear(p: *mut u8, len: usize) -> bool {
             continue;
         }
         if let Some(g) = gap_from.take() {
-            let end = (i * PAGE).min(len);
+            let end = (i * page).min(len);
             // SAFETY: whole pages of the mapping (the last one's tail
             // too: `madvise` rounds the length up), which nobody uses.
             let r = unsafe {
-                libc::madvise(p.add(g * PAGE).cast(), end - g * PAGE, libc::MADV_DONTNEED)
+                libc::madvise(p.add(g * page).cast(), end - g * page, libc::MADV_DONTNEED)
             };
             if r != 0 {
                 return false;
             }
         }
         if here == Some(true) {
-            let at = i * PAGE;
-            let n = PAGE.min(len - at);
+            let at = i * page;
+            let n = page.min(len - at);
             // SAFETY: within the mapping, which nobody else uses.
-            let page = unsafe { std::slice::from_raw_parts_mut(p.add(at), n) };
+            let bytes = unsafe { std::slice::from_raw_parts_mut(p.add(at), n) };
             // Only a written page: a page read but never written is the
             // shared zero page, which a write would make a page of our own.
-            if page.iter().any(|&b| b != 0) {
-                page.fill(0);
+            if bytes.iter().any(|&b| b != 0) {
+                bytes.fill(0);
             }
         }
     }
@@ -141,6 +153,8 @@ unsafe fn clear(p: *mut u8, len: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PAGE: usize = 4096;
 
     /// A length no socket's slots have (an odd number of bytes): the
     /// tests' mappings are not taken by sockets made meanwhile, nor
@@ -203,11 +217,43 @@ mod tests {
         assert!(reused, "a mapping given back was never taken again");
     }
 
+    /// Given back while [`KEPT_MAX`] are kept, a mapping takes the
+    /// oldest one's place: after `KEPT_MAX + 1` of one length the cache
+    /// holds the last `KEPT_MAX` of them, in order. (Retried: another
+    /// test's socket may give one back or take one meanwhile.)
+    #[test]
+    fn a_mapping_given_back_to_a_full_cache_replaces_the_oldest() {
+        const LEN3: usize = 2 * PAGE + 1024 + 5;
+        let ok = (0..50).any(|_| {
+            let maps: Vec<usize> = (0..=KEPT_MAX)
+                .map(|_| take(LEN3).unwrap() as usize)
+                .collect();
+            for &m in &maps {
+                // SAFETY: ours, given back once.
+                unsafe { give_back(m as *mut u8, LEN3) };
+            }
+            let kept: Vec<(usize, usize)> = KEPT.lock().unwrap().clone();
+            let want: Vec<(usize, usize)> = maps[1..].iter().map(|&m| (m, LEN3)).collect();
+            // Ours back out of the cache, and unmapped.
+            let mut k = KEPT.lock().unwrap();
+            k.retain(|&(m, l)| {
+                if l == LEN3 {
+                    // SAFETY: a mapping of this test's, off the list.
+                    unsafe { libc::munmap(m as *mut libc::c_void, l) };
+                }
+                l != LEN3
+            });
+            drop(k);
+            kept == want
+        });
+        assert!(ok, "the cache did not keep the last ones given back");
+    }
+
     /// One with more pages in memory than [`RESIDENT_MAX`] is unmapped,
     /// not kept.
     #[test]
     fn a_mapping_mostly_in_memory_is_not_kept() {
-        let len = (RESIDENT_MAX + 3) * PAGE + 77;
+        let len = RESIDENT_MAX + 3 * page() + 77;
         let p = take(len).unwrap();
         bytes(p, len).fill(1);
         // SAFETY: ours: a query of its pages.
