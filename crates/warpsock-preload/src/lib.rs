@@ -233,9 +233,12 @@
 //!   known sets' registrations once (linear in their number). A `close` (or
 //!   `dup2` over) of a managed number, or of one whose file the library
 //!   still holds (a switch's plain outcome), takes the number's
-//!   registrations out of the known sets (`shim::epollcarry::before_close`),
-//!   as the kernel does at a file's last close; unlike the kernel's, also
-//!   when the program holds another number of that file.
+//!   registrations out of the sets the process made
+//!   (`shim::epollcarry::before_close`), as the kernel does at a file's
+//!   last close; unlike the kernel's, also when the program holds another
+//!   number of that file. `close_range`, `closefrom` and a stream's
+//!   `fclose` close below the interposer and leave them until the
+//!   library's own descriptor of the file closes.
 //! * After `fork`, offloaded sockets stay offloaded in the parent; in the
 //!   child they become plain kernel UDP sockets (datagrams arriving over TCP
 //!   are received by the parent). Before `execve`/`execv`/`execvp`/`execvpe`/

@@ -273,7 +273,12 @@ fn an_accepted_connections_names_outlive_its_switch() {
     let (child, mut out, port) = policy_server_with("peername", 1000, cmd);
     let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    // A plain client that speaks first: the switch ends at its first byte.
+    // Once the server has accepted (its switch waits for this client's
+    // first byte, so its names are looked up while it switches), a plain
+    // client that speaks first: the switch ends at its first byte.
+    let mut accepted = String::new();
+    let _ = out.read_line(&mut accepted);
+    assert_eq!(accepted.trim(), "accepted", "the server did not accept");
     t.write_all(b"ping").unwrap();
     let mut b = [0u8; 4];
     let echoed = t.read_exact(&mut b);

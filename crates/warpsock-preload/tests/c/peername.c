@@ -1,6 +1,7 @@
 /* A server's names of an accepted connection, read at once, as redis's
  * protected mode does (its peer must be a loopback address): binds
- * 127.0.0.1 port 0, prints "ready PORT", accepts one connection, checks
+ * 127.0.0.1 port 0, prints "ready PORT", accepts one connection, prints
+ * "accepted", checks
  * that getpeername and getsockname give 127.0.0.1 and the ports the
  * connection has, echoes one read and exits 0. Under a preload in policy
  * mode the accepted connection is still switching when the names are read
@@ -29,6 +30,10 @@ int main(void) {
     socklen_t fl = sizeof from;
     int c = accept(l, (struct sockaddr *)&from, &fl);
     CHECK(c >= 0);
+    /* The test's client writes only once it has read this: the names are
+     * looked up while the connection still switches. */
+    printf("accepted\n");
+    fflush(stdout);
     struct sockaddr_storage peer, mine;
     socklen_t pl = sizeof peer, ml = sizeof mine;
     check_loopback("getpeername", getpeername(c, (struct sockaddr *)&peer, &pl), &peer);
