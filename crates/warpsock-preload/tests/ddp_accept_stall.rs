@@ -298,3 +298,50 @@ fn an_accepted_connections_names_outlive_its_switch() {
         run.stderr
     );
 }
+
+/// A switch that panics (a bug in it: a test hook makes every switch
+/// panic as it begins) still ends: the connection is left the plain TCP
+/// socket it was, the server's wait on it is woken, and its place among
+/// the switches under way is given back — 70 plain clients one after
+/// another, more than `SWITCHING_MAX` (64) places, are each echoed and
+/// each switched in the background (counted), none left plain for want
+/// of a place (`ddp_switch_over`).
+#[test]
+fn a_switch_that_panics_leaves_the_connection_plain_and_its_place_free() {
+    const CLIENTS: u64 = 70;
+    let mut cmd = command_with(
+        &c_program("acceptstall"),
+        &[],
+        Some(preload_so_with_hooks()),
+    );
+    // Without backtraces: 70 of them would fill the stderr pipe, read
+    // only at the end, and block the switch threads' panic messages.
+    cmd.env("WARPSOCK_TEST_SWITCH_PANIC", "1")
+        .env("RUST_BACKTRACE", "0");
+    let (child, mut out, port) = policy_server_with("acceptstall", 1000, cmd);
+    for i in 0..CLIENTS {
+        let took = legit_round_trip(port);
+        assert!(took < BOUND, "client {i}: its echo took {took:?}");
+    }
+    let mut q = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    q.write_all(b"quit").unwrap();
+    let mut last = String::new();
+    let _ = out.read_line(&mut last);
+    let run = finish(child, Duration::from_secs(30));
+    assert!(
+        run.code == Some(0) && last.starts_with("accept_max_ms"),
+        "the server: {:?} {last:?} {}",
+        run.code,
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("WARPSOCK_TEST_SWITCH_PANIC"),
+        "no switch panicked: {}",
+        run.stderr
+    );
+    assert!(
+        run.stat("ddp_switch_bg") > CLIENTS && run.stat("ddp_switch_over") == 0,
+        "a panicked switch kept its place: {}",
+        run.stderr
+    );
+}

@@ -171,6 +171,15 @@ pub(crate) fn name_gap(under_way: impl Fn() -> bool) {
     }
 }
 
+/// `WARPSOCK_TEST_SWITCH_PANIC=1`: an accepted connection's background
+/// switch panics as it begins (`xsock::switching`), as a bug in it would.
+pub(crate) fn switch_panic() {
+    static ON: OnceLock<bool> = OnceLock::new();
+    if *ON.get_or_init(|| std::env::var("WARPSOCK_TEST_SWITCH_PANIC").is_ok_and(|v| v == "1")) {
+        panic!("WARPSOCK_TEST_SWITCH_PANIC: the switch panics");
+    }
+}
+
 /// The re-entrancy audit (`scripts/test-xsock.sh` runs DDP-mode programs
 /// under this build and reads the counters from the `WARPSOCK_STATS`
 /// report): every call that reaches an interposed entry point's dispatch

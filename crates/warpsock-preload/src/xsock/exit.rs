@@ -37,9 +37,17 @@ pub(super) fn at_exit(over: crate::shim::guard::ExitOver) {
     census::reset_backlogged();
     // Then the peers' FINs, one bound at most.
     closes.linger(bound);
-    let tried = [&SWITCHED, &REFUSED, &BROKEN]
-        .iter()
-        .any(|c| c.load(Ordering::Relaxed) > 0);
+    // Background switches started or refused a place count too: one that
+    // panicked, or every one over the bound, ends in none of the others.
+    let tried = [
+        &SWITCHED,
+        &REFUSED,
+        &BROKEN,
+        &super::switching::STARTED,
+        &super::switching::OVER,
+    ]
+    .iter()
+    .any(|c| c.load(Ordering::Relaxed) > 0);
     if tried && std::env::var("WARPSOCK_STATS").is_ok_and(|v| v == "1") {
         eprint!("{}", report());
         #[cfg(feature = "test-hooks")]

@@ -275,6 +275,8 @@ impl SwitchingSock {
             }
         }
         let _finish = Finish(self);
+        #[cfg(feature = "test-hooks")]
+        crate::shim::hooks::switch_panic();
         let at = At {
             fd,
             kernel: self.kfd,
