@@ -29,7 +29,8 @@
 //!   outcome after; those the switch moves off the TCP socket
 //!   (`SO_RCVLOWAT`, the timeouts, stamps, error queues, `SO_ZEROCOPY`),
 //!   `WARPSOCK_MSG_MODE` and `shutdown` are kept here and made on the
-//!   outcome — none of them waits for a slow peer.
+//!   outcome — none of them waits for a slow peer (a send after a
+//!   `SHUT_WR` kept fails with `EPIPE` at once, as TCP's).
 //! * Waits: a `poll` begun here also watches [`SwitchingSock::done`] and
 //!   then waits again through the outcome; a `select` waits in slices
 //!   while switches are under way (`interpose::wait`); epoll registrations
@@ -562,6 +563,23 @@ impl Socket for SwitchingSock {
     }
 
     unsafe fn sendmsg(&self, msg: &msghdr, flags: c_int) -> isize {
+        {
+            let g = lock(&self.st);
+            if g.outcome.is_none() && g.shut & 2 != 0 {
+                // The sending side shut meanwhile (made on the outcome):
+                // `EPIPE` at once, as TCP's send after `SHUT_WR`, and
+                // SIGPIPE unless `MSG_NOSIGNAL`; neither `EAGAIN` nor a
+                // wait for the peer's switch.
+                drop(g);
+                if flags & libc::MSG_NOSIGNAL == 0 {
+                    // SAFETY: raising SIGPIPE as a TCP send would (no
+                    // lock held: the program's handler may `exit`).
+                    warpsock_engine::asleep::unlocked(|| unsafe { libc::raise(libc::SIGPIPE) });
+                }
+                set_errno(libc::EPIPE);
+                return -1;
+            }
+        }
         match self.for_data(flags) {
             // SAFETY: the caller's contract, passed on.
             Some(Outcome::Managed(s)) => unsafe { s.sendmsg(msg, flags) },

@@ -625,3 +625,40 @@ fn a_non_blocking_switching_socket_answers_its_mode_with_eagain() {
     drop(sw);
     sys::close(fd);
 }
+
+/// A send after a `SHUT_WR` made while the connection switches fails with
+/// `EPIPE` at once, as TCP's: on a non-blocking socket (it failed with
+/// `EAGAIN` until the outcome) and on a blocking one (it waited for the
+/// switch, then failed).
+#[test]
+fn a_send_after_a_shutdown_of_the_sending_side_while_switching_fails_with_epipe() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, c) = accepted();
+    start_responder(fd, options(Duration::from_secs(10)));
+    let sw = table(fd);
+    assert_eq!(sw.shutdown(libc::SHUT_WR), 0);
+    for nonblocking in [true, false] {
+        sw.set_nonblocking(nonblocking);
+        // SAFETY: a send of a buffer of the test's.
+        let r = unsafe { sw.send_one(b"x".as_ptr().cast(), 1, libc::MSG_NOSIGNAL) };
+        assert_eq!(
+            (r, errno()),
+            (-1, libc::EPIPE),
+            "non-blocking {nonblocking}"
+        );
+    }
+    assert!(
+        lock(&STARTED_LAST)
+            .upgrade()
+            .is_some_and(|s| s.outcome().is_none()),
+        "the send waited for the switch"
+    );
+    drop(c);
+    drop(sw);
+    let deadline = Instant::now() + HUNG;
+    while fdtable::get(fd).is_some() {
+        assert!(Instant::now() < deadline, "the switch did not end");
+        std::thread::yield_now();
+    }
+    sys::close(fd);
+}
