@@ -662,3 +662,32 @@ fn a_send_after_a_shutdown_of_the_sending_side_while_switching_fails_with_epipe(
     }
     sys::close(fd);
 }
+
+/// `O_NONBLOCK` set on the number while the connection switches (an
+/// event loop's `fcntl` right after `accept`) is the outcome's: the
+/// plain TCP socket the number names afterwards is non-blocking.
+#[test]
+fn o_nonblocking_set_while_switching_is_the_outcomes() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, c) = accepted();
+    start_responder(fd, options(Duration::from_secs(10)));
+    let sw = table(fd);
+    sw.set_nonblocking(true);
+    // The peer leaves: the switch ends, plain.
+    drop(c);
+    let deadline = Instant::now() + HUNG;
+    while fdtable::get(fd).is_some() {
+        assert!(Instant::now() < deadline, "the switch did not end");
+        std::thread::yield_now();
+    }
+    drop(sw);
+    // SAFETY: a query of our descriptor.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    assert_ne!(fl & libc::O_NONBLOCK, 0, "the outcome is blocking");
+    assert_eq!(
+        sys::get_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN),
+        Some(libc::AF_INET),
+        "the number is not the TCP socket"
+    );
+    sys::close(fd);
+}
