@@ -32,7 +32,7 @@
 //! thread of the parent's was doing with it at the fork ([`SETS`]).
 
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use libc::c_int;
 use warpsock_xsock::io::ForkLock;
@@ -78,11 +78,22 @@ struct Sets {
     /// a reader across its copy (a record frees the list it replaced).
     lock: ForkLock<()>,
     /// Null (none recorded), or a `Box` of the sets (`Box::into_raw`),
-    /// each with the process that made it (a forked child's list holds
-    /// its parent's too: shared), sorted by number and without
-    /// duplicates, never changed once published.
-    list: AtomicPtr<Vec<(c_int, i32)>>,
+    /// each with the generation ([`GEN`]) of the process that made it (a
+    /// forked child's list holds its parent's too: shared), sorted by
+    /// number and without duplicates, never changed once published.
+    list: AtomicPtr<Vec<(c_int, u64)>>,
 }
+
+/// Which process this is, without a system call: 0 in the first, one
+/// more in each child the fork handlers ran in ([`fork_child`]). A set
+/// is listed with the generation that made it.
+static GEN: AtomicU64 = AtomicU64::new(0);
+
+/// The generation that listed a set last (`u64::MAX`: none). A process
+/// of another generation has made no set (a forked child's copy names
+/// its parent's until it makes one), so it has none to clean
+/// ([`Sets::each_own`]) and does not wait for the lock.
+static MADE_GEN: AtomicU64 = AtomicU64::new(u64::MAX);
 
 thread_local! {
     /// This thread holds [`SETS`]' lock (a signal handler's `close` over
@@ -115,7 +126,7 @@ impl Sets {
     /// old one freed).
     fn insert(&self, epfd: c_int) {
         let _g = SetsHeld::take();
-        let me = super::sys::getpid();
+        let me = GEN.load(Ordering::Acquire);
         let old = self.list.load(Ordering::Acquire);
         // SAFETY: a published list is a `Box`'s raw pointer, freed only
         // by a record's replacement, which the lock held keeps out.
@@ -142,6 +153,7 @@ impl Sets {
         let old = self
             .list
             .swap(Box::into_raw(Box::new(sets)), Ordering::AcqRel);
+        MADE_GEN.store(me, Ordering::Release);
         if !old.is_null() {
             // SAFETY: the list replaced, a `Box`'s raw pointer no longer
             // published; a reader reads it only under the lock held here.
@@ -160,13 +172,19 @@ impl Sets {
 
     /// `f` of each set this process made, under the lock (no copy); not
     /// at all over this thread's own hold of the lock (a signal
-    /// handler's call: [`HOLDING`]), nor before any set is listed.
+    /// handler's call: [`HOLDING`]), nor before this process listed a
+    /// set ([`MADE_GEN`]). No system call (a managed socket's `close`
+    /// makes one `getpid`, `fdtable::borrowed`: a child made without the
+    /// fork handlers never comes here for one).
     fn each_own(&self, mut f: impl FnMut(c_int)) {
         if HOLDING.with(std::cell::Cell::get) || self.list.load(Ordering::Acquire).is_null() {
             return;
         }
+        let me = GEN.load(Ordering::Acquire);
+        if MADE_GEN.load(Ordering::Acquire) != me {
+            return;
+        }
         let _g = SetsHeld::take();
-        let me = super::sys::getpid();
         // SAFETY: as in `insert`: not freed while the lock is held.
         if let Some(l) = unsafe { self.list.load(Ordering::Acquire).as_ref() } {
             l.iter().filter(|&&(_, p)| p == me).for_each(|&(e, _)| f(e));
@@ -179,6 +197,7 @@ impl Sets {
 /// kept ([`SETS`]). One store: no lock, no allocation.
 pub(crate) fn fork_child() {
     SETS.lock.forget();
+    GEN.fetch_add(1, Ordering::AcqRel);
     HOLDING.with(|h| h.set(false));
     closing::fork_child();
 }

@@ -26,7 +26,7 @@
 //! one atomic load while the library holds no such file, and an `fstat`
 //! and a scan of [`HELD_MAX`] places while it does.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use libc::c_int;
 
@@ -41,6 +41,9 @@ const HELD_MAX: usize = 256;
 
 /// Inodes of the sockets held (0: a free place).
 static HELD: [AtomicU64; HELD_MAX] = [const { AtomicU64::new(0) }; HELD_MAX];
+
+/// The process that took each place of [`HELD`].
+static HELD_PID: [AtomicI32; HELD_MAX] = [const { AtomicI32::new(0) }; HELD_MAX];
 
 /// How many places of [`HELD`] are taken (the plain `close`'s check).
 static TAKEN: AtomicUsize = AtomicUsize::new(0);
@@ -82,9 +85,11 @@ impl Held {
             if h.compare_exchange(0, ino, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
+                let me = crate::shim::sys::getpid();
+                HELD_PID[at].store(me, Ordering::Release);
                 TAKEN.fetch_add(1, Ordering::AcqRel);
                 return Self {
-                    at: Some((at, ino, crate::shim::sys::getpid())),
+                    at: Some((at, ino, me)),
                 };
             }
         }
@@ -116,15 +121,23 @@ pub(super) fn fork_child() {
     TAKEN.store(0, Ordering::Release);
 }
 
-/// Whether the file `fd` names is one the library holds.
+/// Whether the file `fd` names is one this process's library holds (a
+/// child made without the fork handlers, whose table was not cleared,
+/// holds none of its parent's).
 fn held(fd: c_int) -> bool {
     if TAKEN.load(Ordering::Acquire) == 0 {
         return false;
     }
-    file_id(fd).is_some_and(|(dev, ino)| {
-        dev == SOCK_DEV.load(Ordering::Acquire)
-            && HELD.iter().any(|h| h.load(Ordering::Acquire) == ino)
-    })
+    let Some((dev, ino)) = file_id(fd) else {
+        return false;
+    };
+    if dev != SOCK_DEV.load(Ordering::Acquire) {
+        return false;
+    }
+    let Some(at) = HELD.iter().position(|h| h.load(Ordering::Acquire) == ino) else {
+        return false;
+    };
+    HELD_PID[at].load(Ordering::Acquire) == crate::shim::sys::getpid()
 }
 
 /// Before the program's `close` of `fd` (or a `dup2` over it): if it is
@@ -132,7 +145,10 @@ fn held(fd: c_int) -> bool {
 /// the epoll sets this process made. A set a forked child inherited is
 /// its parent's too: one registration of the two, which the parent may
 /// still use (the kernel's close keeps it while the parent's copy of the
-/// file is open), so it is left alone. Allocates nothing; waits for the
+/// file is open), so it is left alone; so is everything in a child made
+/// without the fork handlers (`_Fork`, a raw `clone`): its managed
+/// closes are the system call alone (`fdtable::borrowed`), and it holds
+/// no file ([`held`]). Allocates nothing; waits for the
 /// sets' lock, except over this thread's own hold of it (a signal
 /// handler's `close`: the registrations stay, as before).
 pub(crate) fn before_close(fd: c_int, managed: bool) {
