@@ -78,6 +78,19 @@ fn int_opt(s: &dyn Socket, level: c_int, name: c_int) -> c_int {
     v
 }
 
+/// Waits (at most [`HUNG`]) until `fd` is no managed number any more:
+/// the switch ended plain.
+fn wait_plain(fd: c_int) {
+    let deadline = Instant::now() + HUNG;
+    while fdtable::get(fd).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the switch did not end: still managed"
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// Forgets `fd` as the program's `close` does (the table first, then the
 /// number, then the reference).
 fn close_as_the_program(fd: c_int) {
@@ -207,11 +220,7 @@ fn a_peer_that_does_not_switch_leaves_its_bytes_and_then_the_tcp_socket() {
     assert_eq!(set_rcvtimeo(&*sw, Duration::from_millis(700)), 0);
     // Waits for the end: plain.
     assert_eq!(int_opt(&*sw, SOL_WARPSOCK, WARPSOCK_DDP_MODE), 0);
-    let deadline = Instant::now() + HUNG;
-    while fdtable::get(fd).is_some() {
-        assert!(Instant::now() < deadline, "the number is still managed");
-        std::thread::yield_now();
-    }
+    wait_plain(fd);
     // A change of O_NONBLOCK that reached the switching socket after its
     // end is the outcome's.
     sw.set_nonblocking(true);
@@ -616,11 +625,7 @@ fn a_non_blocking_switching_socket_answers_its_mode_with_eagain() {
     );
     // The peer leaves: the switch ends (plain), and the mode reads 0.
     drop(c);
-    let deadline = Instant::now() + HUNG;
-    while fdtable::get(fd).is_some() {
-        assert!(Instant::now() < deadline, "the switch did not end");
-        std::thread::yield_now();
-    }
+    wait_plain(fd);
     assert_eq!(int_opt(&*sw, SOL_WARPSOCK, WARPSOCK_DDP_MODE), 0);
     drop(sw);
     sys::close(fd);
@@ -655,11 +660,7 @@ fn a_send_after_a_shutdown_of_the_sending_side_while_switching_fails_with_epipe(
     );
     drop(c);
     drop(sw);
-    let deadline = Instant::now() + HUNG;
-    while fdtable::get(fd).is_some() {
-        assert!(Instant::now() < deadline, "the switch did not end");
-        std::thread::yield_now();
-    }
+    wait_plain(fd);
     sys::close(fd);
 }
 
@@ -675,11 +676,7 @@ fn o_nonblocking_set_while_switching_is_the_outcomes() {
     sw.set_nonblocking(true);
     // The peer leaves: the switch ends, plain.
     drop(c);
-    let deadline = Instant::now() + HUNG;
-    while fdtable::get(fd).is_some() {
-        assert!(Instant::now() < deadline, "the switch did not end");
-        std::thread::yield_now();
-    }
+    wait_plain(fd);
     drop(sw);
     // SAFETY: a query of our descriptor.
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
