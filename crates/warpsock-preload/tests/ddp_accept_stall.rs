@@ -56,15 +56,7 @@ fn policy_server_with(
 ) -> (Child, BufReader<std::process::ChildStdout>, u16) {
     cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
         .env("WARPSOCK_DDP_FALLBACK_MS", fallback_ms.to_string());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let port = first
-        .strip_prefix("ready ")
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} did not start: {first:?}"));
-    (child, out, port)
+    spawn_ready(name, cmd)
 }
 
 struct Server {

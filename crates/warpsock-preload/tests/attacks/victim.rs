@@ -3,7 +3,7 @@
 //! legitimate peers it must keep serving, and its quit with its counters
 //! (moved out of `attacks.rs`, past 900 lines).
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, Read};
 use std::net::UdpSocket;
 use std::process::Child;
 use std::sync::mpsc::{channel, Receiver};
@@ -54,14 +54,7 @@ impl Victim {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("spawn victim");
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
-        let port = first
-            .strip_prefix("ready ")
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("victim did not start: {first:?}"));
+        let (child, out, port) = spawn_ready("victim", cmd);
         let (tx, lines) = channel();
         std::thread::spawn(move || {
             for l in out.lines() {

@@ -179,6 +179,25 @@ pub fn command_with(prog: &Path, args: &[String], so: Option<&Path>) -> Command 
     c
 }
 
+/// Spawns `cmd` (a test program named `name` that prints "ready PORT"
+/// first) and reads that line: the child, its stdout after the line, the
+/// port.
+pub fn spawn_ready(
+    name: &str,
+    mut cmd: Command,
+) -> (Child, std::io::BufReader<std::process::ChildStdout>, u16) {
+    use std::io::BufRead;
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("a piped stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("the ready line");
+    let port = first
+        .strip_prefix("ready ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} did not start: {first:?}"));
+    (child, out, port)
+}
+
 /// Waits for a child (killing it by pid after `limit`) and collects its output.
 pub fn finish(child: Child, limit: Duration) -> Run {
     let f = warpsock_testkit::finish(child, limit);

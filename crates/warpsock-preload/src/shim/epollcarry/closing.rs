@@ -206,6 +206,21 @@ mod tests {
         }
     }
 
+    /// The interposed `close` of a number whose file the library holds
+    /// takes the number's registration with it (the library's own
+    /// descriptor keeps the file open, and the kernel's close alone
+    /// would leave it reporting the closed number).
+    #[test]
+    fn the_interposed_close_of_a_held_number_takes_its_registration() {
+        let (a, (lib, held), b, ep) = held_and_registered();
+        assert_eq!(reported(ep), 1);
+        // SAFETY: the interposed close of our descriptor.
+        assert_eq!(unsafe { crate::interpose::close(a) }, 0);
+        assert_eq!(reported(ep), 0, "the closed number is still reported");
+        drop(held);
+        close_all(&[lib, b, ep]);
+    }
+
     /// Review 37 item A2: a `dup2` of a copy of the number over it keeps
     /// the file open, so its registration stays, as the kernel's does.
     #[test]
