@@ -68,6 +68,12 @@ fn before_dup_over(old: c_int, new: c_int, flags: c_int) {
     if old == new || busy() || flags & !libc::O_CLOEXEC != 0 {
         return;
     }
+    let managed = fdtable::mark(new) & MANAGED != 0;
+    if !managed && !crate::shim::epollcarry::holds_any() {
+        // Nothing to clean (one atomic load): no `fstat`s on a plain
+        // `dup2`'s way.
+        return;
+    }
     let file = |fd: c_int| {
         // SAFETY: fstat of the caller's descriptor into a zeroed local.
         unsafe {
@@ -79,7 +85,7 @@ fn before_dup_over(old: c_int, new: c_int, flags: c_int) {
         return;
     };
     if file(new).is_some_and(|to| to != from) {
-        crate::shim::epollcarry::before_close(new, fdtable::mark(new) & MANAGED != 0);
+        crate::shim::epollcarry::before_close(new, managed);
     }
 }
 

@@ -40,7 +40,7 @@ use warpsock_xsock::io::ForkLock;
 use super::real;
 
 mod closing;
-pub(crate) use closing::{before_close, Held};
+pub(crate) use closing::{before_close, holds_any, Held};
 
 /// The epoll sets the program made (numbers; a stale one is harmless: its
 /// fdinfo then lists nothing of ours, or it is no longer there).

@@ -121,11 +121,17 @@ pub(super) fn fork_child() {
     TAKEN.store(0, Ordering::Release);
 }
 
+/// Whether the library holds any file now (one atomic load: a caller's
+/// cheap look before its own work for [`before_close`]).
+pub(crate) fn holds_any() -> bool {
+    TAKEN.load(Ordering::Acquire) != 0
+}
+
 /// Whether the file `fd` names is one this process's library holds (a
 /// child made without the fork handlers, whose table was not cleared,
 /// holds none of its parent's).
 fn held(fd: c_int) -> bool {
-    if TAKEN.load(Ordering::Acquire) == 0 {
+    if !holds_any() {
         return false;
     }
     let Some((dev, ino)) = file_id(fd) else {
