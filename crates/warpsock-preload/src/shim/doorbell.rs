@@ -203,11 +203,14 @@ impl Doorbell {
         // is not in it.
         let forks = FORKS.load(Ordering::SeqCst);
         let mut sv = [-1; 2];
+        // Both ends made non-blocking by the one call (a connection makes
+        // up to three pairs: four `fcntl`s each saved); the program's end
+        // made blocking after, if asked. Its flags are known: `O_RDWR`.
         // SAFETY: socketpair writes two descriptors into `sv`.
         if unsafe {
             libc::socketpair(
                 libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
                 0,
                 sv.as_mut_ptr(),
             )
@@ -215,8 +218,13 @@ impl Doorbell {
         {
             return Err(sys::errno());
         }
-        sys::set_nonblocking(sv[1], true);
-        sys::set_nonblocking(sv[0], nonblocking);
+        // SAFETY: F_SETFL on the pair just made; no pointers.
+        if !nonblocking && unsafe { real::fcntl(sv[0], libc::F_SETFL, libc::O_RDWR as usize) } < 0 {
+            let e = sys::errno();
+            sys::close(sv[0]);
+            sys::close(sv[1]);
+            return Err(e);
+        }
         Ok(Self {
             app: sv[0],
             tx: sv[1],
