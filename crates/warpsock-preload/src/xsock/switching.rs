@@ -237,18 +237,17 @@ pub(super) fn start(
         *lock(&STARTED_LAST) = Arc::downgrade(&s);
     }
     let t = Arc::clone(&s);
-    let spawned = sys::with_async_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name("warpsock-switch".into())
-            .spawn(move || {
-                // The slot is given back after the socket's reference
-                // (locals drop in reverse): no switch under way means no
-                // switch thread holds a socket any more (`hooks::name_gap`).
-                let _slot = slot;
-                let t = t;
-                enter((), || t.run(fd, opts, asked));
-            })
-    });
+    let spawned = pool::run(
+        s.pid,
+        Box::new(move || {
+            // The slot is given back after the socket's reference (locals
+            // drop in reverse): no switch under way means no switch thread
+            // holds a socket any more (`hooks::name_gap`).
+            let _slot = slot;
+            let t = t;
+            enter((), || t.run(fd, opts, asked));
+        }),
+    );
     if spawned.is_err() {
         // The number back on the TCP socket, the switch not begun.
         let _ = s.install(kfd, None);
@@ -844,11 +843,19 @@ impl Drop for SwitchingSock {
     }
 }
 
+mod pool;
 mod slot;
 #[cfg(test)]
 use slot::room;
 use slot::Slot;
-pub(super) use slot::{forget_after_fork, settle_before_fork, under_way};
+pub(super) use slot::{settle_before_fork, under_way};
+
+/// In a forked child (its fork handler, the only thread): the parent's
+/// switches and the threads they ran on are not the child's.
+pub(super) fn forget_after_fork() {
+    slot::forget_after_fork();
+    pool::forget_after_fork();
+}
 
 #[cfg(test)]
 mod tests;
