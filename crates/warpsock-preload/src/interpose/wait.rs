@@ -53,16 +53,14 @@ pub unsafe extern "C-unwind" fn select(
         None => None,
     };
     let start = std::time::Instant::now();
-    let got = sliced(n, [r, w, e], bound, |slice| {
-        let mut tv = slice.map(|d| libc::timeval {
-            tv_sec: d.as_secs() as libc::time_t,
-            tv_usec: d.subsec_micros() as libc::suseconds_t,
-        });
-        let at = tv
-            .as_mut()
-            .map_or(std::ptr::null_mut(), |t| t as *mut libc::timeval);
-        // SAFETY: the caller's sets, a timeval of ours.
-        unsafe { real::select(n, r, w, e, at) }
+    // Each slice a `pselect` with the caller's own mask (`sliced`).
+    let got = sliced(n, [r, w, e], bound, None, under_way, |slice, mask| {
+        let ts = slice.map(timespec_of);
+        let at = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: the caller's sets, a timespec and a mask of ours.
+        unsafe { real::pselect(n, r, w, e, at, mask) }
     });
     // SAFETY: the caller's timeval, if any, is writable (select's own
     // contract: Linux writes the time left into it).
@@ -99,17 +97,28 @@ pub unsafe extern "C-unwind" fn pselect(
         Some(t) => Some(std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)),
         None => None,
     };
-    sliced(n, [r, w, e], bound, |slice| {
-        let ts = slice.map(|d| libc::timespec {
-            tv_sec: d.as_secs() as libc::time_t,
-            tv_nsec: d.subsec_nanos() as libc::c_long,
-        });
+    // SAFETY: the caller's mask, if any, is readable (pselect's contract).
+    let wait_mask = unsafe { mask.as_ref() };
+    sliced(n, [r, w, e], bound, wait_mask, under_way, |slice, mask| {
+        let ts = slice.map(timespec_of);
         let at = ts
             .as_ref()
             .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: the caller's sets and mask, a timespec of ours.
+        // SAFETY: the caller's sets, a timespec and a mask of ours.
         unsafe { real::pselect(n, r, w, e, at, mask) }
     })
+}
+
+/// Whether connections switch in the background now.
+fn under_way() -> bool {
+    crate::xsock::switches_under_way()
+}
+
+fn timespec_of(d: std::time::Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
 }
 
 /// The longest slice of a `select`/`pselect` while accepted connections
@@ -125,12 +134,35 @@ const SWITCH_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
 /// the new one (a poll is woken through the switch's own descriptor
 /// instead: `Socket::wait_begin`). Each slice starts from the caller's
 /// sets; a slice that finds something, or fails, is the answer.
+///
+/// A signal is never lost between slices: the asynchronous signals are
+/// blocked from the first slice to the return, and each slice waits with
+/// `wait_mask` (a `pselect`'s mask; `None`: the caller's own mask) put in
+/// place atomically by `once` (the `pselect` system call's mask): a
+/// signal that came between two slices is pending then, and fails the
+/// next slice with `EINTR` after its handler ran, as it fails the
+/// kernel's one wait. (Handled between slices, it used to let the wait go
+/// on to its bound: a program's `SIGALRM` or `SIGCHLD` loop waited out
+/// the whole timeout.) `under_way`: whether switches are under way.
 fn sliced(
     n: c_int,
     sets: [*mut libc::fd_set; 3],
     bound: Option<std::time::Duration>,
-    mut once: impl FnMut(Option<std::time::Duration>) -> c_int,
+    wait_mask: Option<&libc::sigset_t>,
+    under_way: impl Fn() -> bool,
+    mut once: impl FnMut(Option<std::time::Duration>, *const libc::sigset_t) -> c_int,
 ) -> c_int {
+    /// Puts the caller's mask back, on return and on unwind (a
+    /// cancellation unwinds from the slice's `pselect`).
+    struct Restore(libc::sigset_t);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: the saved set; the calling thread's mask only.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+        }
+    }
+    let restore = Restore(sys::block_async_signals());
+    let mask: *const libc::sigset_t = wait_mask.unwrap_or(&restore.0);
     // The sets are `n` bits long, rounded up to whole words: what the
     // kernel reads and writes, and what the caller allocated (libevent
     // sizes its own for its highest descriptor, below `FD_SETSIZE`; a
@@ -146,7 +178,7 @@ fn sliced(
     let start = std::time::Instant::now();
     loop {
         let left = bound.map(|b| b.saturating_sub(start.elapsed()));
-        let last = !crate::xsock::switches_under_way() || left.is_some_and(|l| l <= SWITCH_SLICE);
+        let last = !under_way() || left.is_some_and(|l| l <= SWITCH_SLICE);
         for (p, s) in sets.iter().zip(&saved) {
             if let Some(s) = s {
                 // SAFETY: the caller's set, writable for `bytes` (the
@@ -155,9 +187,9 @@ fn sliced(
             }
         }
         if last {
-            return once(left);
+            return once(left, mask);
         }
-        let got = once(Some(SWITCH_SLICE));
+        let got = once(Some(SWITCH_SLICE), mask);
         if got != 0 {
             return got;
         }
@@ -767,7 +799,9 @@ mod tests {
             20,
             [set, std::ptr::null_mut(), std::ptr::null_mut()],
             Some(Duration::ZERO),
-            |_| {
+            None,
+            || true,
+            |_, _| {
                 calls += 1;
                 // SAFETY: the test's own word, cleared as the kernel does
                 // on a timeout.
@@ -784,6 +818,62 @@ mod tests {
             Ok(Duration::from_micros(3_500_000))
         );
         assert!(select_bound(&tv(0, -1)).is_err());
+    }
+
+    /// A signal that comes between two slices fails the next one with
+    /// `EINTR`, its handler run by then and not before (it used to run in
+    /// the gap, and the wait went on to its bound). The slices are the
+    /// real `pselect` with the mask `sliced` gives; the first stands for a
+    /// slice that timed out as the signal came.
+    #[test]
+    fn a_signal_between_slices_fails_the_next_with_eintr() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static RAN: AtomicBool = AtomicBool::new(false);
+        extern "C" fn handler(_: libc::c_int) {
+            RAN.store(true, Ordering::SeqCst);
+        }
+        // A real-time signal no other test uses, sent to this thread only.
+        let sig = libc::SIGRTMIN() + 3;
+        // SAFETY: a handler that only stores an atomic; no SA_RESTART.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(sig, &sa, &mut old), 0);
+        }
+        let mut calls = 0;
+        let mut ran_in_gap = None;
+        let got = sliced(
+            0,
+            [std::ptr::null_mut(); 3],
+            Some(Duration::from_secs(30)),
+            None,
+            || true,
+            |slice, mask| {
+                calls += 1;
+                if calls == 1 {
+                    // SAFETY: a signal to this thread.
+                    unsafe { libc::pthread_kill(libc::pthread_self(), sig) };
+                    ran_in_gap = Some(RAN.load(Ordering::SeqCst));
+                    return 0;
+                }
+                let ts = slice.map(super::timespec_of);
+                let at = ts
+                    .as_ref()
+                    .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+                let nul = std::ptr::null_mut();
+                // SAFETY: no sets, a timespec and the mask given.
+                unsafe { super::real::pselect(0, nul, nul, nul, at, mask) }
+            },
+        );
+        let e = std::io::Error::last_os_error().raw_os_error();
+        // SAFETY: the handler before the test's.
+        unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
+        assert_eq!(ran_in_gap, Some(false), "the handler ran between slices");
+        assert_eq!((got, e, calls), (-1, Some(libc::EINTR), 2));
+        assert!(RAN.load(Ordering::SeqCst));
     }
 
     /// A wait that wakes for nothing waits again for what is left of the
