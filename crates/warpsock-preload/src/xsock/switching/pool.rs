@@ -10,14 +10,22 @@
 //!
 //! Bounds: a thread is made only for a switch no waiting thread takes,
 //! and the switches under way are at most `SWITCHING_MAX` (their slots),
-//! so the threads are at most as many. One that waits [`IDLE_KEEP`] with
-//! no switch ends. The queue holds no more switches than threads wait.
+//! so the threads are about as many: a switch gives its slot back just
+//! before its thread waits again, and a switch started in that gap makes
+//! a thread of its own (as many again at most, as with a thread per
+//! switch). One that waits [`IDLE_KEEP`] with no switch ends. The queue
+//! holds no more switches than threads wait.
 //!
 //! Fork: the child has none of the parent's threads. Its fork handler
 //! forgets the pool ([`forget_after_fork`]); a child made by a raw `fork`
 //! (no handlers) finds the pool made by another process ([`Pool::pid`]) and
 //! makes its own — never taking a lock a parent's thread may have held
-//! at the fork. A forgotten pool is leaked (a few words).
+//! at the fork. A forgotten pool is leaked (a few words). A child forked
+//! on a pool thread (a fault handler's fork: the asynchronous signals are
+//! blocked there) leaves the loop after the switch instead of waiting on
+//! its parent's pool. Not covered: a raw fork's child with its parent's
+//! pid (pid 1 cloned into a new pid namespace without the handlers), which
+//! would hand its switches to threads it does not have.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -128,6 +136,10 @@ fn serve(pool: &'static Pool, first: Job) {
         // A panic is the switch's (its socket's guard installs an
         // outcome); the thread goes on serving.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(j));
+        if sys::getpid() != pool.pid {
+            // A child forked in the switch (see the module's docs).
+            return;
+        }
         job = next(pool, IDLE_KEEP);
     }
 }
