@@ -296,3 +296,52 @@ fn a_nonblocking_riowrite_behind_buffered_bytes_gets_eagain() {
     }
     xb.riounmap(region.as_mut_ptr()).unwrap();
 }
+
+/// A one-sided write whose post fails (the engine's send queue full: here
+/// filled behind the socket's back, no progress thread running to empty
+/// it) fails the connection with `ENOBUFS` and completes at once with that
+/// error (`rio::post_failed`): no completion would ever come for a request
+/// the engine never took, and its caller — an event loop collecting it,
+/// or a synchronous `riowrite` — waited for good.
+#[test]
+fn a_one_sided_write_whose_post_fails_completes_at_once() {
+    use warpsock_engine::proto::{SendOp, SendWr};
+    let (xa, xb) = crate::io::test_pair::pair();
+    let t = Some(Duration::from_secs(20));
+    let mut region = vec![0u8; 4096];
+    #[allow(unsafe_code)]
+    // SAFETY: `region` outlives `xb`, dropped below.
+    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
+    assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
+    let mut b8 = [0u8; 8];
+    assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
+    {
+        let st = xa.lock();
+        let (rkey, remote_addr) = st.s.peer_map(off, 1, true).unwrap();
+        let mut posted = 0;
+        while xa
+            .qp
+            .post_send_news(SendWr {
+                wr_id: 0,
+                op: SendOp::Write { remote_addr, rkey },
+                sgl: Default::default(),
+                signaled: false,
+            })
+            .is_ok()
+        {
+            posted += 1;
+            assert!(posted < 1 << 20, "the send queue never filled");
+        }
+    }
+    let data = [2u8; 64];
+    #[allow(unsafe_code)]
+    // SAFETY: `data` lives until the completion is collected below.
+    unsafe { xa.aio_rio(data.as_ptr().cast_mut(), data.len(), off, true, 7) }.unwrap();
+    let mut done = Vec::new();
+    xa.aio_poll(&mut done, 1);
+    assert_eq!(done.len(), 1, "completed at once");
+    assert_eq!((done[0].cookie, done[0].result), (7, Err(libc::ENOBUFS)));
+    assert_eq!(xa.lock().error.as_ref().map(|e| e.0), Some(libc::ENOBUFS));
+    drop(xb);
+    drop(region);
+}
