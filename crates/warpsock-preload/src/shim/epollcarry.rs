@@ -555,6 +555,38 @@ tfd:        8 events:        1 data:                2  pos:0 ino:77 sdev:8\n";
         assert!(parse_fdinfo("tfd: x events: y\n", 5, 8, 1).is_empty());
     }
 
+    /// A registration the program adds between the carry's look and its
+    /// `dup3` (another thread's `epoll_ctl`, racing the switch's end) is
+    /// made for the new file too (`carry_late`, untested since session
+    /// 36). The interleaving is laid out in order: the look (finding
+    /// nothing), the program's add, the `dup3`, the late carry. The old
+    /// file stays open elsewhere, as the switching socket's end does while
+    /// the library holds it. Without `carry_late` no event comes.
+    #[test]
+    fn a_registration_added_between_the_look_and_the_swap_follows_it() {
+        let (ep, a, b) = watched_pipe();
+        // SAFETY: plain descriptor calls on the test's pipes and set.
+        unsafe {
+            // The registration `watched_pipe` made is not this test's.
+            libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, a[0], null_mut());
+            let held = libc::dup(a[0]);
+            assert!(held >= 0);
+            let old = inode(a[0]).unwrap();
+            assert!(registrations(a[0]).is_empty(), "the carry's look");
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: 7,
+            };
+            assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, a[0], &mut ev), 0);
+            assert_eq!(real::dup3(b[0], a[0], 0), a[0]);
+            carry_late(a[0], old);
+            assert_eq!(waited(ep), Some(7), "the late registration was lost");
+            for fd in [ep, a[0], a[1], b[0], b[1], held] {
+                crate::shim::sys::close(fd);
+            }
+        }
+    }
+
     #[test]
     fn a_level_triggered_registration_follows_the_swap() {
         let (ep, a, b) = watched_pipe();
