@@ -167,6 +167,17 @@ pub(crate) trait Socket: Send + Sync {
         None
     }
 
+    /// A descriptor that becomes readable when the program's number stops
+    /// naming this socket's file and names another (a switching socket's
+    /// end: `xsock::switching`), while that is still to come. A `select`
+    /// over the number watches it too (`interpose::wait::select`): the
+    /// kernel's select stays queued on the files it first found and would
+    /// not hear of the new file's input. `None`: the number keeps its
+    /// file.
+    fn file_change(&self) -> Option<c_int> {
+        None
+    }
+
     /// `ioctl(2)` other than `FIONBIO` (which the interposition layer
     /// applies to the program's descriptor and reports through
     /// [`Socket::set_nonblocking`]).

@@ -306,7 +306,8 @@ pub(crate) fn settle_switches_before_fork() {
 }
 
 /// Whether accepted connections are switching in the background now (a
-/// `select` then waits in slices: `interpose::wait`).
+/// `select` then looks for numbers still switching among its own:
+/// `interpose::wait::select`).
 pub(crate) fn switches_under_way() -> bool {
     switching::under_way()
 }

@@ -31,9 +31,9 @@
 //!   `WARPSOCK_MSG_MODE` and `shutdown` are kept here and made on the
 //!   outcome — none of them waits for a slow peer (a send after a
 //!   `SHUT_WR` kept fails with `EPIPE` at once, as TCP's).
-//! * Waits: a `poll` begun here also watches [`SwitchingSock::done`] and
-//!   then waits again through the outcome; a `select` waits in slices
-//!   while switches are under way (`interpose::wait`); epoll registrations
+//! * Waits: a `poll` or `select` begun here also watches
+//!   [`SwitchingSock::done`] and then waits again through the outcome
+//!   (`interpose::wait`, `interpose::wait::select`); epoll registrations
 //!   are carried to the outcome's file.
 //! * At most [`SWITCHING_MAX`] switches are under way at once: a
 //!   connection accepted beyond them stays plain TCP (the client falls
@@ -386,10 +386,10 @@ impl SwitchingSock {
     }
 
     /// The waits begun on this socket end: a `poll` through [`Self::done`]
-    /// (the interposer's poll then waits again through the outcome), and a
-    /// wait on the doorbell itself (a number installation missed, or a
-    /// `select`: `interpose::wait` waits in slices while switches are under
-    /// way) finds it readable and writable.
+    /// (the interposer's poll then waits again through the outcome, as its
+    /// `select` does: `Socket::file_change`), and a wait on the doorbell
+    /// itself (a number the installation missed) finds it readable and
+    /// writable.
     fn wake_waiters(&self) {
         let one: u64 = 1;
         // SAFETY: an 8-byte write to our own eventfd.
@@ -739,6 +739,11 @@ impl Socket for SwitchingSock {
             claim: Box::new(()),
             chunked: false,
         })
+    }
+
+    fn file_change(&self) -> Option<c_int> {
+        // `done` is written after the outcome's installation.
+        (!self.woken.load(Ordering::Acquire)).then_some(self.done)
     }
 
     fn wait_end(&self, _wait: Wait, _revents: &[i16]) -> i16 {

@@ -49,7 +49,8 @@ pub(super) fn room() -> bool {
     UNDER_WAY.load(Ordering::Acquire) < SWITCHING_MAX
 }
 
-/// Whether any switch is under way (`select` waits in slices meanwhile).
+/// Whether any switch is under way (a `select` then looks for numbers still
+/// switching: `interpose::wait::select`).
 /// None is: no switch thread holds a switching socket any more.
 pub(in crate::xsock) fn under_way() -> bool {
     UNDER_WAY.load(Ordering::Acquire) > 0
