@@ -10,6 +10,9 @@
 #
 #   scripts/bench-ddp-accept.sh ROUNDS COUNT A.so [B.so]
 #
+# SERVER_WAIT=select: the server's loop waits in select(2) instead of
+# poll(2) (a select over numbers still switching, `interpose::wait::select`).
+#
 # Measure on a quiet machine: `uptime` is printed before and after.
 # Loopback only; bounded: each client run stops after 60 s, each server is
 # killed by pid.
@@ -17,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ $# -lt 3 ]; then
-    sed -n '2,15p' "$0" >&2
+    sed -n '2,18p' "$0" >&2
     exit 2
 fi
 ROUNDS=$1
@@ -59,7 +62,9 @@ run() {
         env=(LD_PRELOAD="$lib" WARPSOCK_DDP_ADDRS=127.0.0.1/32)
     fi
     : > "$WORK/ready"
-    env "${env[@]}" "$WORK/echo" > "$WORK/ready" 2>/dev/null &
+    local wait_args=()
+    [ "${SERVER_WAIT:-poll}" = select ] && wait_args=(select)
+    env "${env[@]}" "$WORK/echo" "${wait_args[@]}" > "$WORK/ready" 2>/dev/null &
     SERVER_PID=$!
     local port= i
     for i in $(seq 100); do
