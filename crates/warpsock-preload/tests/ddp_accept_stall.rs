@@ -190,6 +190,31 @@ fn a_forking_servers_child_serves_a_plain_client_that_waits_for_it() {
     assert_eq!(last.trim(), "child 0", "{}", run.stderr);
 }
 
+/// A forking server's child serves a client without warpsock that speaks
+/// first (an HTTP client): the switch ends at its first byte and leaves
+/// it in the socket (policy mode reads none ahead of a mark), so the
+/// child's copy reads it. Before, the switch read it into a residue the
+/// library held for the parent: the child read an empty stream (socat's
+/// forking server answered no plain client; session 38).
+#[test]
+fn a_forking_servers_child_reads_what_a_plain_client_said_first() {
+    let (child, mut out, port) = policy_server("forkserve", &["client-first".to_string()], 300);
+    let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    t.write_all(b"ping").unwrap();
+    let mut b = [0u8; 4];
+    let echoed = t.read_exact(&mut b);
+    let mut last = String::new();
+    let _ = out.read_line(&mut last);
+    let run = finish(child, Duration::from_secs(60));
+    assert!(
+        echoed.is_ok() && &b == b"ping",
+        "no echo from the child: {echoed:?} {b:?}; server: {last:?} {}",
+        run.stderr
+    );
+    assert_eq!(last.trim(), "child 0", "{}", run.stderr);
+}
+
 /// A policy-mode event loop serves clients that switch: the loop's wait
 /// (with no timeout), begun on the accepted connection while it switched,
 /// wakes when the connection's descriptor becomes the DDP socket and goes

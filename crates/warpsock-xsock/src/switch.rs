@@ -178,7 +178,10 @@ pub enum Step {
     AwaitMark {
         /// When to report [`Switch::on_timeout`].
         deadline: Instant,
-        /// Residue bytes still allowed.
+        /// Residue bytes still allowed. 0 (policy mode,
+        /// [`Limits::at_start`]): none are read — bytes queued ahead of
+        /// the mark are reported with [`Switch::on_bytes_ahead`] and left
+        /// in the stream, the program's.
         room: usize,
     },
     /// Peek (do not consume) the bytes after the peer's mark until `want`
@@ -406,7 +409,17 @@ impl Switch {
             Phase::Mark => Step::SendMark,
             Phase::AwaitMark => Step::AwaitMark {
                 deadline: self.deadline,
-                room: self.limits.residue_max - self.residue,
+                // Policy mode reads none: the first byte ahead of a mark
+                // ends the switch, and left in the kernel's stream it is
+                // every holder's of the socket — a forking server's child
+                // reads it from its copy, where a residue held by the
+                // library was the parent's alone (session 38: socat's
+                // children read an empty stream from plain clients).
+                room: if self.limits.at_start {
+                    0
+                } else {
+                    self.limits.residue_max - self.residue
+                },
             },
             Phase::AwaitRequest => Step::AwaitRequest {
                 deadline: self.deadline,
@@ -446,6 +459,15 @@ impl Switch {
             self.fail(SwitchError::ResidueFull {
                 max: self.limits.residue_max,
             });
+        }
+    }
+
+    /// `n` of the peer's bytes are queued ahead of its mark and were left
+    /// there (`room` 0: policy mode): the peer is not switching.
+    pub fn on_bytes_ahead(&mut self, n: usize) {
+        debug_assert_eq!(self.phase, Phase::AwaitMark);
+        if n > 0 {
+            self.fail(SwitchError::PeerNotSwitching);
         }
     }
 

@@ -60,6 +60,13 @@ impl Dir {
         }
         (out, None)
     }
+    /// Ordinary bytes arrived ahead of the next urgent byte, not consumed.
+    fn ahead_of_mark(&self, now: u64) -> usize {
+        self.bytes[self.pos..self.arrived(now).max(self.pos)]
+            .iter()
+            .take_while(|(_, u)| !u)
+            .count()
+    }
     /// Bytes after the urgent byte at the read position, not consumed.
     fn peek_after_mark(&self, now: u64) -> Vec<u8> {
         let end = self.arrived(now);
@@ -226,6 +233,10 @@ impl Sim {
                 Step::SendMark => {
                     out.push(now, DELAY, &[MARK], true);
                     sw.on_marked(self.t(now));
+                }
+                Step::AwaitMark { room: 0, .. } if inb.ahead_of_mark(now) > 0 => {
+                    // Policy mode: left for the program.
+                    sw.on_bytes_ahead(inb.ahead_of_mark(now));
                 }
                 Step::AwaitMark { .. } => {
                     let (bytes, mark) = inb.read_to_mark(now);
@@ -402,6 +413,16 @@ fn policy_mode_falls_back_at_the_first_plain_byte() {
             sw.on_marked(Instant::now());
         }
         sw.on_bytes(3);
+        assert_eq!(sw.step(), Step::Failed(SwitchError::PeerNotSwitching));
+        // None is read: the bytes ahead of a mark are the program's.
+        let mut sw = Switch::new(role, l, Instant::now());
+        if role == Role::Initiator {
+            sw.on_marked(Instant::now());
+        }
+        assert!(matches!(sw.step(), Step::AwaitMark { room: 0, .. }));
+        sw.on_bytes_ahead(0);
+        assert!(matches!(sw.step(), Step::AwaitMark { .. }));
+        sw.on_bytes_ahead(3);
         assert_eq!(sw.step(), Step::Failed(SwitchError::PeerNotSwitching));
     }
 }

@@ -3,12 +3,15 @@
  * the preloaded process's own socket), prints "ready PORT", accepts one
  * connection and forks; the child greets the client first ("hello\n"),
  * echoes the 4 bytes it answers and exits 0; the parent closes its copy,
- * waits for the child and prints "child N" (its exit status). Bounded: the
- * child's reads time out after 30 s (status 1). */
+ * waits for the child and prints "child N" (its exit status). With
+ * "client-first" as its argument the child does not greet: the client
+ * speaks first (an HTTP client), its 4 bytes echoed. Bounded: the child's
+ * reads time out after 30 s (status 1). */
 #include "common.h"
 #include <sys/wait.h>
 
-int main(void) {
+int main(int argc, char **argv) {
+    int greet = !(argc > 1 && strcmp(argv[1], "client-first") == 0);
     int l = tcp_listener_ready(8);
     int c = accept(l, NULL, NULL);
     CHECK(c >= 0);
@@ -16,7 +19,8 @@ int main(void) {
     CHECK(pid >= 0);
     if (pid == 0) {
         set_rcvtimeo(c, 30000);
-        CHECK(write(c, "hello\n", 6) == 6);
+        if (greet)
+            CHECK(write(c, "hello\n", 6) == 6);
         char buf[4];
         size_t got = 0;
         while (got < sizeof buf) {

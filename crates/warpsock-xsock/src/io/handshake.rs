@@ -184,6 +184,11 @@ pub fn switch_fd_as(
                     }
                     continue;
                 }
+                if room == 0 {
+                    // Policy mode: left for the program (`Step::AwaitMark`).
+                    sw.on_bytes_ahead(queued);
+                    continue;
+                }
                 let want = queued.min(room).min(buf.len()).max(1);
                 match sys::recv(raw, &mut buf[..want], false) {
                     Ok(0) => sw.on_eof(),
