@@ -215,6 +215,47 @@ fn a_forking_servers_child_reads_what_a_plain_client_said_first() {
     assert_eq!(last.trim(), "child 0", "{}", run.stderr);
 }
 
+/// A forking server's child serves a preloaded client (policy mode on
+/// both ends): the fork declines the switch of the connection its thread
+/// accepted last while its client's Request is still to be answered (an
+/// MPA Reject: the client falls back at once), so the child's copy is the
+/// plain TCP socket. Before, the switch ended in DDP mode, whose copy in
+/// the child is refused: the child read an empty stream and the client
+/// got an empty answer (socat's forking server; session 38). The hook
+/// (`WARPSOCK_TEST_DECLINE_WAIT`) holds the switch until the fork
+/// declined it, as a fork right after `accept` does on a quiet machine.
+#[test]
+fn a_forking_servers_child_serves_a_preloaded_client_over_plain_tcp() {
+    let args = ["client-first".to_string(), "8".to_string()];
+    let mut cmd = command(&c_program("forkserve"), &args, true);
+    cmd.env("WARPSOCK_TEST_DECLINE_WAIT", "1")
+        .env("WARPSOCK_STATS", "1");
+    let (child, mut out, port) = policy_server_with("forkserve", 1000, cmd);
+    let mut cl = command(
+        &c_program("connrate"),
+        &[port.to_string(), "1".into(), "60".into()],
+        true,
+    );
+    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+        .env("WARPSOCK_DDP_FALLBACK_MS", "1000")
+        .env("WARPSOCK_STATS", "1");
+    // Killed by pid if it hangs.
+    let client = finish(cl.spawn().expect("spawn connrate"), Duration::from_secs(60));
+    let mut last = String::new();
+    let _ = out.read_line(&mut last);
+    let server = finish(child, Duration::from_secs(60));
+    assert!(
+        client.code == Some(0) && client.stdout.starts_with("conns 1 "),
+        "the child did not serve the preloaded client: {:?} {} {}; server: {last:?} {}",
+        client.code,
+        client.stdout,
+        client.stderr,
+        server.stderr
+    );
+    assert_eq!(last.trim(), "child 0", "{}", server.stderr);
+    assert_eq!(client.stat("ddp_switched"), 0, "{}", client.stderr);
+}
+
 /// A policy-mode event loop serves clients that switch: the loop's wait
 /// (with no timeout), begun on the accepted connection while it switched,
 /// wakes when the connection's descriptor becomes the DDP socket and goes

@@ -252,6 +252,11 @@ pub enum SwitchError {
     /// cannot serve; it was answered with a Reject (`EPROTO`) and the
     /// connection goes on as TCP.
     Incompatible(WireError),
+    /// Responder: our side declined the switch before answering the
+    /// Request (the process forked meanwhile: its child would get a copy
+    /// of the connection it cannot use); the Request was answered with a
+    /// Reject (`ECONNREFUSED`) and the connection goes on as TCP.
+    Declined,
 }
 
 impl SwitchError {
@@ -292,10 +297,13 @@ impl fmt::Display for SwitchError {
             ),
             Self::PeerClosed => f.write_str("the peer closed the connection during the switch"),
             Self::SelfConnected => f.write_str("a connection to itself cannot switch to DDP mode"),
-            Self::Rejected => {
-                f.write_str("the peer's warpsock rejected our MPA Request (an incompatible DDP mode)")
-            }
+            Self::Rejected => f.write_str(
+                "the peer's warpsock rejected our MPA Request (an incompatible DDP mode, or its process forked during the switch)",
+            ),
             Self::Incompatible(e) => write!(f, "the peer's DDP mode is incompatible: {e}"),
+            Self::Declined => f.write_str(
+                "the switch was declined: the process forked during it (a child cannot use a DDP-mode connection)",
+            ),
         }
     }
 }

@@ -171,6 +171,25 @@ pub(crate) fn name_gap(under_way: impl Fn() -> bool) {
     }
 }
 
+/// `WARPSOCK_TEST_DECLINE_WAIT=1`: an accepted connection's background
+/// switch, its client's Request come, waits (at most 10 s) until
+/// `declined` (a fork of the process declined it), as if the program
+/// forked before the switch got there — which a fork right after `accept`
+/// usually does, and a loaded machine may not.
+pub(crate) fn decline_wait(declined: impl Fn() -> bool) {
+    use std::time::Instant;
+    static ON: OnceLock<bool> = OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var("WARPSOCK_TEST_DECLINE_WAIT").is_ok_and(|v| v == "1")) {
+        return;
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut round = 0;
+    while !declined() && Instant::now() < end {
+        super::sys::pause(round);
+        round = round.saturating_add(1);
+    }
+}
+
 /// `WARPSOCK_TEST_SWITCH_PANIC=1`: an accepted connection's background
 /// switch panics as it begins (`xsock::switching`), as a bug in it would.
 pub(crate) fn switch_panic() {

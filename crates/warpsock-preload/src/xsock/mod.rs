@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use libc::{c_int, c_void, socklen_t};
-use warpsock_xsock::io::{switch_fd_as, Failure, Options, XSocket};
+use warpsock_xsock::io::{switch_fd_declinable, Failure, Options, XSocket};
 use warpsock_xsock::Role;
 
 use crate::shim::socket::{Adoption, Kind, SockOpt, Socket};
@@ -487,7 +487,10 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
     // SAFETY: `fd` is open for the whole call: the program's socket in
     // its call, or a switching socket's own duplicate.
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
-    let r = switch_fd_as(b, opts, role);
+    // A background switch is declined if the process forks before it
+    // answers the client's Request (`switching::slot::settle_before_fork`).
+    let decline = || at.from.is_some_and(|s| s.declined());
+    let r = switch_fd_declinable(b, opts, role, &decline);
     #[cfg(test)]
     sock::forked::hook(&sock::forked::AFTER_HANDSHAKE);
     // What follows commits the switch (or its failure) to the connection,

@@ -46,8 +46,11 @@
 //!   finish; the connection is then closed in order, whatever it became.
 //! * A forked child's copy, and the descriptor an `exec` keeps, is a
 //!   dead end, as a DDP socket's (the connection is the parent's, its
-//!   handshake half made); a `fork` first waits for the switch of the
-//!   connection its thread accepted last ([`settle_before_fork`]).
+//!   handshake half made); a `fork` first declines the switch of the
+//!   connection its thread accepted last if its client's Request is still
+//!   to be answered (an MPA Reject: the connection stays plain, which a
+//!   forking server's child can serve), and waits for its end
+//!   ([`settle_before_fork`]).
 //! * A `dup` of the number (its system call, then its table entry) and
 //!   the outcome's installation exclude each other (`Socket::dup_begin`),
 //!   so the copy names the outcome too.
@@ -141,6 +144,8 @@ pub(crate) struct SwitchingSock {
     refs: AtomicUsize,
     nonblocking: AtomicBool,
     pid: i32,
+    /// Its switch's place and id (`slot`): a fork may decline it.
+    slot: (usize, u64),
     st: Mutex<State>,
     settled: Condvar,
 }
@@ -222,6 +227,7 @@ pub(super) fn start(
         refs: AtomicUsize::new(0),
         nonblocking: AtomicBool::new(nonblocking),
         pid: sys::getpid(),
+        slot: (slot.at, slot.id),
         st: Mutex::new(State {
             outcome: None,
             opts: Vec::new(),
@@ -400,6 +406,14 @@ impl SwitchingSock {
         self.bell.ring(&mut g.bells);
         drop(g);
         self.settled.notify_all();
+    }
+
+    /// Whether a fork of the process declined this switch (asked before
+    /// the client's Request is answered: `slot::settle_before_fork`).
+    pub(super) fn declined(&self) -> bool {
+        #[cfg(feature = "test-hooks")]
+        crate::shim::hooks::decline_wait(|| slot::declined(self.slot.0, self.slot.1));
+        slot::declined(self.slot.0, self.slot.1)
     }
 
     /// Waits until the switch is over and its outcome names the numbers

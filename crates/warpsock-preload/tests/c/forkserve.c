@@ -5,13 +5,16 @@
  * echoes the 4 bytes it answers and exits 0; the parent closes its copy,
  * waits for the child and prints "child N" (its exit status). With
  * "client-first" as its argument the child does not greet: the client
- * speaks first (an HTTP client), its 4 bytes echoed. Bounded: the child's
- * reads time out after 30 s (status 1). */
+ * speaks first (an HTTP client), its bytes echoed (4, or the second
+ * argument: connrate's 8). Bounded: the child's reads time out after 30 s
+ * (status 1). */
 #include "common.h"
 #include <sys/wait.h>
 
 int main(int argc, char **argv) {
     int greet = !(argc > 1 && strcmp(argv[1], "client-first") == 0);
+    size_t len = argc > 2 ? (size_t)atoi(argv[2]) : 4;
+    CHECK(len > 0 && len <= 64);
     int l = tcp_listener_ready(8);
     int c = accept(l, NULL, NULL);
     CHECK(c >= 0);
@@ -21,14 +24,14 @@ int main(int argc, char **argv) {
         set_rcvtimeo(c, 30000);
         if (greet)
             CHECK(write(c, "hello\n", 6) == 6);
-        char buf[4];
+        char buf[64];
         size_t got = 0;
-        while (got < sizeof buf) {
-            ssize_t r = read(c, buf + got, sizeof buf - got);
+        while (got < len) {
+            ssize_t r = read(c, buf + got, len - got);
             CHECK(r > 0);
             got += (size_t)r;
         }
-        CHECK(write(c, buf, sizeof buf) == (ssize_t)sizeof buf);
+        CHECK(write(c, buf, len) == (ssize_t)len);
         _exit(0);
     }
     close(c);

@@ -103,6 +103,21 @@ pub fn switch_fd_as(
     opts: &Options,
     role_given: Option<Role>,
 ) -> Result<XSocket, Failure> {
+    switch_fd_declinable(fd, opts, role_given, &|| false)
+}
+
+/// [`switch_fd_as`] that a responder declines if `decline()` says so when
+/// the initiator's Request has come and is still to be answered: it is
+/// answered with a Reject ([`SwitchError::Declined`]), both frames
+/// consumed, and the connection goes on as TCP — the initiator falls back
+/// at once ([`SwitchError::Rejected`]). The preload declines the switch
+/// of a connection its process forks during (`xsock::switching`).
+pub fn switch_fd_declinable(
+    fd: BorrowedFd<'_>,
+    opts: &Options,
+    role_given: Option<Role>,
+    decline: &dyn Fn() -> bool,
+) -> Result<XSocket, Failure> {
     let raw = fd.as_raw_fd();
     let broken = Failure::io;
     let stream = borrowed_stream(raw);
@@ -288,6 +303,9 @@ pub fn switch_fd_as(
                         }
                     });
             }
+            Step::Accept(_) if decline() => {
+                return Err(refuse(&stream, flags, residue, opts, SwitchError::Declined));
+            }
             Step::Accept(peer_hello) => {
                 let rto = rto_plan(raw, opts.rto_min);
                 let sock = stream.try_clone().map_err(|e| committed(&stream, e))?;
@@ -304,38 +322,13 @@ pub fn switch_fd_as(
                 });
             }
             Step::Reject(e) => {
-                // Read the Request (the initiator sends nothing behind it
-                // before the Reply) and answer with a Reject: both frames
-                // consumed, the connection goes on as TCP.
-                // A failure here (no descriptor for the engine: `EMFILE`;
-                // a Request the core turns down; the Reply's send) leaves
-                // the peer waiting in MPA with its Request consumed: the
-                // connection is reset, as [`Failure::Broken`] says and the
-                // Accept arm does (review r28-a item 2: left, the program
-                // read on with the peer's bytes before its mark lost).
-                let sock = stream.try_clone().map_err(|e| committed(&stream, e))?;
-                let refused = ConnectRequest::read(sock, opts.limits.request_timeout)
-                    .and_then(|req| req.refuse(&[]));
-                return Err(match refused {
-                    Ok((_, early)) => {
-                        if let Some(fl) = flags {
-                            sys::set_file_flags(raw, fl);
-                        }
-                        residue.extend_from_slice(&early);
-                        Failure::Refused {
-                            error: SwitchError::Incompatible(e),
-                            residue,
-                            watch: false,
-                        }
-                    }
-                    Err(c) => {
-                        reset(&stream);
-                        Failure::Broken {
-                            errno: libc::EPROTO,
-                            what: format!("the peer's DDP mode is incompatible: {e}; {c}"),
-                        }
-                    }
-                });
+                return Err(refuse(
+                    &stream,
+                    flags,
+                    residue,
+                    opts,
+                    SwitchError::Incompatible(e),
+                ));
             }
             Step::Failed(error) => {
                 let watch = matches!(error, SwitchError::NoRequest { .. });
@@ -344,6 +337,50 @@ pub fn switch_fd_as(
                     residue,
                     watch,
                 });
+            }
+        }
+    }
+}
+
+/// The responder's Reject of the Request next in `stream` (`error`: why):
+/// the Request is read (the initiator sends nothing behind it before the
+/// Reply) and answered with a Reject, both frames consumed, and the
+/// connection goes on as TCP, the caller's file status `flags` put back.
+/// A failure here (no descriptor for the engine: `EMFILE`; a Request the
+/// core turns down; the Reply's send) leaves the peer waiting in MPA with
+/// its Request consumed: the connection is reset, as [`Failure::Broken`]
+/// says and the Accept arm does (review r28-a item 2: left, the program
+/// read on with the peer's bytes before its mark lost).
+fn refuse(
+    stream: &TcpStream,
+    flags: Option<libc::c_int>,
+    mut residue: Vec<u8>,
+    opts: &Options,
+    error: SwitchError,
+) -> Failure {
+    let sock = match stream.try_clone() {
+        Ok(s) => s,
+        Err(e) => return committed(stream, e),
+    };
+    let refused =
+        ConnectRequest::read(sock, opts.limits.request_timeout).and_then(|req| req.refuse(&[]));
+    match refused {
+        Ok((_, early)) => {
+            if let Some(fl) = flags {
+                sys::set_file_flags(stream.as_raw_fd(), fl);
+            }
+            residue.extend_from_slice(&early);
+            Failure::Refused {
+                error,
+                residue,
+                watch: false,
+            }
+        }
+        Err(c) => {
+            reset(stream);
+            Failure::Broken {
+                errno: libc::EPROTO,
+                what: format!("{error}; {c}"),
             }
         }
     }

@@ -12,7 +12,7 @@ static UNDER_WAY: AtomicUsize = AtomicUsize::new(0);
 /// One place of [`RUNNING`] (and one of [`UNDER_WAY`]), given back when
 /// dropped.
 pub(super) struct Slot {
-    at: usize,
+    pub(super) at: usize,
     pub(super) id: u64,
 }
 
@@ -86,6 +86,17 @@ pub(in crate::xsock) fn settle_before_fork(bound: std::time::Duration) {
     if id == 0 {
         return;
     }
+    // Declined if its client's Request is still to be answered: the
+    // switch then ends at once with the connection plain (the client falls
+    // back at once), which the child can serve — a DDP socket's copy it
+    // could not (socat's and inetd-style children read an empty stream
+    // from preloaded clients; session 38). A switch past that point ends
+    // as it would, and its DDP socket's copy is refused in the child.
+    for (at, r) in RUNNING.iter().enumerate() {
+        if r.load(Ordering::Acquire) == id {
+            DECLINED[at].store(id, Ordering::Release);
+        }
+    }
     let deadline = std::time::Instant::now() + bound;
     let mut round = 0;
     while RUNNING.iter().any(|r| r.load(Ordering::Acquire) == id)
@@ -104,6 +115,16 @@ thread_local! {
 
 /// The ids of the switches under way, one place each (0: free).
 static RUNNING: [AtomicU64; SWITCHING_MAX] = [const { AtomicU64::new(0) }; SWITCHING_MAX];
+
+/// The switch ids a fork declined ([`settle_before_fork`]), at their
+/// places in [`RUNNING`] (ids are never reused: a stale one declines
+/// nothing).
+static DECLINED: [AtomicU64; SWITCHING_MAX] = [const { AtomicU64::new(0) }; SWITCHING_MAX];
+
+/// Whether a fork declined switch `id` at place `at`.
+pub(super) fn declined(at: usize, id: u64) -> bool {
+    DECLINED[at].load(Ordering::Acquire) == id
+}
 
 /// The last switch id given.
 static IDS: AtomicU64 = AtomicU64::new(0);
