@@ -487,9 +487,13 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
     // SAFETY: `fd` is open for the whole call: the program's socket in
     // its call, or a switching socket's own duplicate.
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
-    // A background switch is declined if the process forks before it
-    // answers the client's Request (`switching::slot::settle_before_fork`).
-    let decline = || at.from.is_some_and(|s| s.declined());
+    // A background switch of policy mode is declined if the process forks
+    // before it answers the client's Request
+    // (`switching::slot::settle_before_fork`): an unmodified forking
+    // server's child can serve the plain connection. A listener the
+    // program set to DDP mode asked for DDP: its switches end as they
+    // would (a DDP socket's copy in a child is refused).
+    let decline = || opts.limits.at_start && at.from.is_some_and(|s| s.declined());
     let r = switch_fd_declinable(b, opts, role, &decline);
     #[cfg(test)]
     sock::forked::hook(&sock::forked::AFTER_HANDSHAKE);

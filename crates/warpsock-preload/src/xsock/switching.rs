@@ -46,11 +46,11 @@
 //!   finish; the connection is then closed in order, whatever it became.
 //! * A forked child's copy, and the descriptor an `exec` keeps, is a
 //!   dead end, as a DDP socket's (the connection is the parent's, its
-//!   handshake half made); a `fork` first declines the switch of the
-//!   connection its thread accepted last if its client's Request is still
-//!   to be answered (an MPA Reject: the connection stays plain, which a
-//!   forking server's child can serve), and waits for its end
-//!   ([`settle_before_fork`]).
+//!   handshake half made); a `fork` first waits for the switch of the
+//!   connection its thread accepted last ([`settle_before_fork`]), in
+//!   policy mode declining it if its client's Request is still to be
+//!   answered (an MPA Reject: the connection stays plain, which a forking
+//!   server's child can serve).
 //! * A `dup` of the number (its system call, then its table entry) and
 //!   the outcome's installation exclude each other (`Socket::dup_begin`),
 //!   so the copy names the outcome too.
@@ -397,10 +397,14 @@ impl SwitchingSock {
     /// itself (a number the installation missed) finds it readable and
     /// writable.
     fn wake_waiters(&self) {
+        // `woken` first: a wait that sees `done` readable then finds the
+        // switch over (`Socket::file_change`: a `select` that woke for it
+        // waits again through the outcome, not on `done` again); one that
+        // looked before still hears the write.
+        self.woken.store(true, Ordering::Release);
         let one: u64 = 1;
         // SAFETY: an 8-byte write to our own eventfd.
         unsafe { libc::write(self.done, (&one as *const u64).cast(), 8) };
-        self.woken.store(true, Ordering::Release);
         let mut g = lock(&self.st);
         self.bell.set_writable(true);
         self.bell.ring(&mut g.bells);

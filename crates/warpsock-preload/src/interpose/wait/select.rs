@@ -165,9 +165,14 @@ fn watching_changes<T>(
     // The sets are `n` bits long, rounded up to whole words: what the
     // kernel reads and writes, and what the caller allocated (libevent
     // sizes its own for its highest descriptor, below `FD_SETSIZE`; a
-    // program with descriptors above it, larger).
+    // program with descriptors above it, larger) — `n` taken down to the
+    // descriptor table's size first, as the kernel takes it (a `select`
+    // of `getdtablesize()` numbers over a 128-byte set is a valid call).
+    let n = clamped(n);
     let words = usize::try_from(n).unwrap_or(0).div_ceil(64);
-    let saved: [Option<Vec<u64>>; 3] = sets.map(|p| {
+    // Inline (no allocation: `select` is async-signal-safe) up to
+    // `FD_SETSIZE`.
+    let saved: [Option<Words>; 3] = sets.map(|p| {
         (!p.is_null()).then(|| {
             // SAFETY: the caller's set is readable for `words` words (the
             // kernel reads as much); it may not be aligned for them.
@@ -188,15 +193,19 @@ fn watching_changes<T>(
             }
         }
         // The numbers' sockets whose files are to change, held until the
-        // wait is over, and their descriptors.
+        // wait is over, and their descriptors: each number once, whichever
+        // sets name it, and each socket once, whichever numbers name it.
         let mut held: SmallVec<[(T, c_int); 4]> = SmallVec::new();
-        for (word_at, &word) in saved.iter().flatten().flat_map(|s| s.iter().enumerate()) {
-            let mut bits = word;
+        for word_at in 0..words {
+            let mut bits = saved.iter().flatten().fold(0, |a, s| a | s[word_at]);
             while bits != 0 {
                 let fd = (word_at * 64) as c_int + bits.trailing_zeros() as c_int;
                 bits &= bits - 1;
-                if fd < n && !held.iter().any(|h| h.1 == fd) {
-                    if let Some((s, done)) = changing(fd) {
+                if fd >= n {
+                    break;
+                }
+                if let Some((s, done)) = changing(fd) {
+                    if !held.iter().any(|h| h.1 == done) {
                         held.push((s, done));
                     }
                 }
@@ -209,10 +218,15 @@ fn watching_changes<T>(
         let top = held.iter().map(|h| h.1).max().unwrap_or(0);
         let n2 = n.max(top + 1);
         let words2 = usize::try_from(n2).unwrap_or(0).div_ceil(64);
-        let mut ours: [Vec<u64>; 3] = std::array::from_fn(|k| {
-            let mut v = vec![0u64; words2];
+        let mut ours: [Words; 3] = std::array::from_fn(|k| {
+            let mut v: Words = smallvec::smallvec![0u64; words2];
             if let Some(s) = &saved[k] {
                 v[..s.len()].copy_from_slice(s);
+                // Bits at `n` and past it: the kernel ignored them in the
+                // caller's sets; within the wider ones they would count.
+                if n % 64 != 0 {
+                    v[words - 1] &= (1u64 << (n % 64)) - 1;
+                }
             }
             v
         });
@@ -257,6 +271,27 @@ fn watching_changes<T>(
         }
         // Only switches ended: the numbers name their new files now.
     }
+}
+
+/// A set's words, inline up to `FD_SETSIZE` bits.
+type Words = SmallVec<[u64; 16]>;
+
+/// `n` taken down to the size of the process's descriptor table, as the
+/// kernel's select takes it (`core_sys_select`); read (`FDSize` in
+/// `/proc/self/status`) only past `FD_SETSIZE`, where a program may pass
+/// the table's bound over smaller sets.
+fn clamped(n: c_int) -> c_int {
+    if n <= libc::FD_SETSIZE as c_int {
+        return n;
+    }
+    let size = sys::without_cancel(|| std::fs::read_to_string("/proc/self/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("FDSize:"))
+                .and_then(|v| v.trim().parse::<c_int>().ok())
+        });
+    size.map_or(n, |s| n.min(s))
 }
 
 /// A `select` timeout as the kernel takes it: `EINVAL` for a negative

@@ -212,3 +212,66 @@ fn a_signal_between_two_waits_fails_the_next_with_eintr() {
     assert_eq!((got, e, calls), (-1, Some(libc::EINTR), 2));
     assert!(RAN.load(Ordering::SeqCst));
 }
+
+/// Widened, the caller's sets keep only their `n` bits: a bit past `n`
+/// (stale, which the kernel ignores in the caller's sets) would count in
+/// the wider ones. A number in two sets, and two numbers of one switching
+/// socket, are held once.
+#[test]
+fn widened_sets_keep_only_the_callers_bits_and_hold_each_socket_once() {
+    let (set, base, len) = guarded_word();
+    // Numbers 3 and 4 (one switching socket, a dup), and a stale bit 25.
+    set_word(set, 1 << 3 | 1 << 4 | 1 << 25);
+    // SAFETY: a zeroed fd_set is an empty one.
+    let mut w: libc::fd_set = unsafe { std::mem::zeroed() };
+    // SAFETY: a set of our own.
+    unsafe { libc::FD_SET(3, &mut w) };
+    let asked = Cell::new(0);
+    let got = watching_changes(
+        20,
+        [set, &mut w, std::ptr::null_mut()],
+        Some(Duration::from_secs(5)),
+        None,
+        |fd| {
+            asked.set(asked.get() + 1);
+            (fd == 3 || fd == 4).then_some(((), 70))
+        },
+        |n, sets, _, _| {
+            assert_eq!(n, 71);
+            // SAFETY: the wait's own sets, 2 words (n = 71).
+            let r = unsafe { std::slice::from_raw_parts_mut(sets[0].cast::<u64>(), 2) };
+            assert_eq!(
+                r,
+                [1 << 3 | 1 << 4, 1 << 6],
+                "no bit past n, the switch's once"
+            );
+            // SAFETY: as above.
+            let wr = unsafe { std::slice::from_raw_parts_mut(sets[1].cast::<u64>(), 2) };
+            assert_eq!(wr, [1 << 3, 0]);
+            r[0] = 1 << 4;
+            r[1] = 0;
+            wr[0] = 0;
+            1
+        },
+    );
+    assert_eq!(got, 1);
+    assert_eq!(asked.get(), 2, "numbers 3 and 4, each once");
+    assert_eq!(word(set), 1 << 4);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(base, len) };
+}
+
+/// A count past `FD_SETSIZE` is taken down to the descriptor table's size
+/// (`FDSize`), as the kernel takes it; one below is left alone.
+#[test]
+fn a_count_past_fd_setsize_is_taken_down_to_the_table() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let size: libc::c_int = status
+        .lines()
+        .find_map(|l| l.strip_prefix("FDSize:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert_eq!(super::clamped(20), 20);
+    assert_eq!(super::clamped(libc::FD_SETSIZE as libc::c_int), 1024);
+    assert_eq!(super::clamped(libc::c_int::MAX), size);
+}
