@@ -158,14 +158,22 @@ pub(crate) fn serve_gap(conn_fd: libc::c_int) {
 /// predicate), as if descheduled there while the switch ended and its
 /// thread let the socket go.
 pub(crate) fn name_gap(under_way: impl Fn() -> bool) {
-    use std::time::Instant;
     static ON: OnceLock<bool> = OnceLock::new();
-    if !*ON.get_or_init(|| std::env::var("WARPSOCK_TEST_NAME_GAP").is_ok_and(|v| v == "1")) {
-        return;
+    if on(&ON, "WARPSOCK_TEST_NAME_GAP") {
+        wait_while(under_way);
     }
-    let end = Instant::now() + Duration::from_secs(10);
+}
+
+/// Whether the variable `var` is "1" (read once, into `at`).
+fn on(at: &OnceLock<bool>, var: &str) -> bool {
+    *at.get_or_init(|| std::env::var(var).is_ok_and(|v| v == "1"))
+}
+
+/// Waits while `cond()`, at most 10 s, in pauses that grow.
+fn wait_while(cond: impl Fn() -> bool) {
+    let end = std::time::Instant::now() + Duration::from_secs(10);
     let mut round = 0;
-    while under_way() && Instant::now() < end {
+    while cond() && std::time::Instant::now() < end {
         super::sys::pause(round);
         round = round.saturating_add(1);
     }
@@ -177,16 +185,9 @@ pub(crate) fn name_gap(under_way: impl Fn() -> bool) {
 /// forked before the switch got there — which a fork right after `accept`
 /// usually does, and a loaded machine may not.
 pub(crate) fn decline_wait(declined: impl Fn() -> bool) {
-    use std::time::Instant;
     static ON: OnceLock<bool> = OnceLock::new();
-    if !*ON.get_or_init(|| std::env::var("WARPSOCK_TEST_DECLINE_WAIT").is_ok_and(|v| v == "1")) {
-        return;
-    }
-    let end = Instant::now() + Duration::from_secs(10);
-    let mut round = 0;
-    while !declined() && Instant::now() < end {
-        super::sys::pause(round);
-        round = round.saturating_add(1);
+    if on(&ON, "WARPSOCK_TEST_DECLINE_WAIT") {
+        wait_while(|| !declined());
     }
 }
 
@@ -194,7 +195,7 @@ pub(crate) fn decline_wait(declined: impl Fn() -> bool) {
 /// switch panics as it begins (`xsock::switching`), as a bug in it would.
 pub(crate) fn switch_panic() {
     static ON: OnceLock<bool> = OnceLock::new();
-    if *ON.get_or_init(|| std::env::var("WARPSOCK_TEST_SWITCH_PANIC").is_ok_and(|v| v == "1")) {
+    if on(&ON, "WARPSOCK_TEST_SWITCH_PANIC") {
         panic!("WARPSOCK_TEST_SWITCH_PANIC: the switch panics");
     }
 }

@@ -99,6 +99,20 @@ fn pat(seed: u8, i: usize) -> u8 {
     (i as u8).wrapping_mul(31).wrapping_add(seed)
 }
 
+/// `xb` maps `region` for the peer's writes (its offset returned) and
+/// tells `xa` where, which reads it past the announcement: `xa` knows the
+/// mapping then. `region` must outlive `xb`'s use of it.
+fn announce_map(xa: &crate::io::XSocket, xb: &crate::io::XSocket, region: &mut [u8]) -> u64 {
+    let t = Some(Duration::from_secs(20));
+    #[allow(unsafe_code)]
+    // SAFETY: the caller keeps `region` alive while `xb` may use it.
+    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
+    assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
+    let mut b8 = [0u8; 8];
+    assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
+    off
+}
+
 /// A one-sided write made while the send buffer holds bytes a send call
 /// already returned for (the peer's window full, it does not read) goes
 /// after them (review r20-xbuf N5; RFC 5040 §5.5 orders a queue pair's
@@ -113,16 +127,10 @@ fn pat(seed: u8, i: usize) -> u8 {
 #[test]
 fn a_one_sided_write_goes_behind_buffered_stream_bytes() {
     let (xa, xb) = pair_with(&small(64 << 10));
-    let t = Some(Duration::from_secs(20));
     // The reader maps a region and says where; the writer learns the
     // mapping by reading past its announcement.
     let mut region = vec![0u8; 4096];
-    #[allow(unsafe_code)]
-    // SAFETY: `region` outlives the socket's use of it (unmapped below).
-    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
-    assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
-    let mut b8 = [0u8; 8];
-    assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
+    let off = announce_map(&xa, &xb, &mut region);
     // Stream bytes past the window: some of them wait in the send buffer.
     let stream: Vec<u8> = (0..20_000).map(|i| pat(1, i)).collect();
     for c in stream.chunks(1000) {
@@ -193,14 +201,8 @@ fn a_one_sided_write_goes_behind_buffered_stream_bytes() {
 #[test]
 fn a_held_one_sided_write_fails_when_the_connection_ends() {
     let (xa, xb) = pair_with(&small(64 << 10));
-    let t = Some(Duration::from_secs(20));
     let mut region = vec![0u8; 4096];
-    #[allow(unsafe_code)]
-    // SAFETY: `region` outlives `xb`, dropped below.
-    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
-    assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
-    let mut b8 = [0u8; 8];
-    assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
+    let off = announce_map(&xa, &xb, &mut region);
     for _ in 0..20 {
         assert_eq!(xa.send(&[1; 1000], true, None).unwrap(), 1000);
     }
@@ -236,14 +238,8 @@ fn a_held_one_sided_write_fails_when_the_connection_ends() {
 #[test]
 fn a_nonblocking_riowrite_behind_buffered_bytes_gets_eagain() {
     let (xa, xb) = pair_with(&small(64 << 10));
-    let t = Some(Duration::from_secs(20));
     let mut region = vec![0u8; 4096];
-    #[allow(unsafe_code)]
-    // SAFETY: `region` outlives the socket's use of it (unmapped below).
-    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
-    assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
-    let mut b8 = [0u8; 8];
-    assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
+    let off = announce_map(&xa, &xb, &mut region);
     let stream: Vec<u8> = (0..20_000).map(|i| pat(1, i)).collect();
     for c in stream.chunks(1000) {
         assert_eq!(xa.send(c, true, None).unwrap(), c.len());
@@ -307,14 +303,8 @@ fn a_nonblocking_riowrite_behind_buffered_bytes_gets_eagain() {
 fn a_one_sided_write_whose_post_fails_completes_at_once() {
     use warpsock_engine::proto::{SendOp, SendWr};
     let (xa, xb) = crate::io::test_pair::pair();
-    let t = Some(Duration::from_secs(20));
     let mut region = vec![0u8; 4096];
-    #[allow(unsafe_code)]
-    // SAFETY: `region` outlives `xb`, dropped below.
-    let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
-    assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
-    let mut b8 = [0u8; 8];
-    assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
+    let off = announce_map(&xa, &xb, &mut region);
     {
         let st = xa.lock();
         let (rkey, remote_addr) = st.s.peer_map(off, 1, true).unwrap();
