@@ -276,4 +276,63 @@ mod tests {
         drop(held);
         close_all(&[a, lib, b, ep]);
     }
+
+    /// A close while another thread holds the sets' lock (recording a
+    /// set, or another close's clean-up) waits for it, then takes the
+    /// number's registration: a try that gave up would leave the closed
+    /// number reported (review 37; untested until session 38). The closer
+    /// is seen asleep in the lock's `futex` before the lock is let go.
+    #[test]
+    fn a_close_waits_for_the_sets_lock_another_thread_holds() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::mpsc;
+        use std::time::{Duration, Instant};
+        let (a, (lib, held), b, ep) = held_and_registered();
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let g = super::super::SetsHeld::take();
+            locked_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            drop(g);
+        });
+        locked_rx.recv().unwrap();
+        static DONE: AtomicBool = AtomicBool::new(false);
+        DONE.store(false, Ordering::SeqCst);
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let closer = std::thread::spawn(move || {
+            // SAFETY: no arguments.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            before_close(a, false);
+            DONE.store(true, Ordering::SeqCst);
+        });
+        let tid = tid_rx.recv().unwrap();
+        // Asleep in a futex (202 on x86_64, 98 on aarch64), or done.
+        let futex = if cfg!(target_arch = "aarch64") {
+            "98 "
+        } else {
+            "202 "
+        };
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let sc = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+                .unwrap_or_default();
+            if sc.starts_with(futex) || DONE.load(Ordering::SeqCst) {
+                break;
+            }
+            assert!(Instant::now() < end, "the closer neither slept nor ended");
+            std::thread::yield_now();
+        }
+        assert!(
+            !DONE.load(Ordering::SeqCst),
+            "the close's clean-up ended while another thread held the lock"
+        );
+        assert_eq!(reported(ep), 1);
+        release_tx.send(()).unwrap();
+        closer.join().unwrap();
+        holder.join().unwrap();
+        assert_eq!(reported(ep), 0, "the closed number is still reported");
+        drop(held);
+        close_all(&[a, lib, b, ep]);
+    }
 }
