@@ -230,19 +230,26 @@ fn a_forking_servers_child_reads_what_a_plain_client_said_first() {
 }
 
 /// A forking server's child serves a preloaded client (policy mode on
-/// both ends): the fork declines the switch of the connection its thread
-/// accepted last while its client's Request is still to be answered (an
-/// MPA Reject: the client falls back at once), so the child's copy is the
-/// plain TCP socket. Before, the switch ended in DDP mode, whose copy in
-/// the child is refused: the child read an empty stream and the client
-/// got an empty answer (socat's forking server; session 38). The hook
-/// (`WARPSOCK_TEST_DECLINE_WAIT`) holds the switch until the fork
-/// declined it, as a fork right after `accept` does on a quiet machine.
+/// both ends), also when the server works between `accept` and `fork`
+/// (100 ms here; a log line, a reverse lookup): the connection's switch,
+/// its client's Request come, holds its answer until the program uses the
+/// connection, and the fork declines it (an MPA Reject: the client falls
+/// back at once), so the child's copy is the plain TCP socket. Before,
+/// the switch answered at once and ended in DDP mode, whose copy in the
+/// child is refused: the child read nothing (`EAGAIN`) and the client got
+/// a reset — from a pause of 200 µs on, every time (session 39; socat's
+/// forking server, session 38).
 #[test]
 fn a_forking_servers_child_serves_a_preloaded_client_over_plain_tcp() {
-    let args = ["client-first".to_string(), "8".to_string()];
+    let args = [
+        "client-first".to_string(),
+        "8".to_string(),
+        "100".to_string(),
+    ];
     let mut cmd = command(&c_program("forkserve"), &args, true);
-    cmd.env("WARPSOCK_TEST_DECLINE_WAIT", "1")
+    // The longest hold (half the client's wait for its answer): the pause
+    // is far inside it on a loaded machine too.
+    cmd.env("WARPSOCK_DDP_ACCEPT_HOLD_MS", "1000")
         .env("WARPSOCK_STATS", "1");
     let (child, mut out, port) = policy_server_with("forkserve", 1000, cmd);
     let mut cl = command(
@@ -268,6 +275,12 @@ fn a_forking_servers_child_serves_a_preloaded_client_over_plain_tcp() {
     );
     assert_eq!(last.trim(), "child 0", "{}", server.stderr);
     assert_eq!(client.stat("ddp_switched"), 0, "{}", client.stderr);
+    assert_eq!(
+        server.stat("ddp_accept_declined"),
+        1,
+        "the fork did not decline the held switch: {}",
+        server.stderr
+    );
 }
 
 /// A policy-mode event loop serves clients that switch: the loop's wait
@@ -277,15 +290,24 @@ fn a_forking_servers_child_serves_a_preloaded_client_over_plain_tcp() {
 /// slices). Before, the wait stayed queued on the old descriptor's file
 /// alone: the connection's first bytes woke nothing, and the client waited
 /// for good (with the loop's 1 s timeout, 20 connections took 20 s by
-/// poll, 7 s by select).
+/// poll, 7 s by select). Each switch, its client's Request come, holds
+/// its answer until the program uses the connection: the loop's wait over
+/// it is that use (an epoll loop's `epoll_wait` after it registered the
+/// connection), so no hold waits out its bound (the longest here, 1 s: a
+/// lapse is a use the library missed, not a slow machine).
 fn switching_clients_are_served_by(wait: &str) {
     const CONNS: u32 = 20;
     let policy = |c: &mut std::process::Command| {
         c.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
             .env("WARPSOCK_DDP_FALLBACK_MS", "1000");
     };
-    let (child, mut out, port) =
-        policy_server("acceptstall", &[wait.to_string(), "-1".into()], 1000);
+    let mut cmd = command(
+        &c_program("acceptstall"),
+        &[wait.to_string(), "-1".into()],
+        true,
+    );
+    cmd.env("WARPSOCK_DDP_ACCEPT_HOLD_MS", "1000");
+    let (child, mut out, port) = policy_server_with("acceptstall", 1000, cmd);
     let mut cl = command(
         &c_program("connrate"),
         &[port.to_string(), CONNS.to_string(), "60".into()],
@@ -313,6 +335,12 @@ fn switching_clients_are_served_by(wait: &str) {
         "the connections did not switch in the background: {}",
         server.stderr
     );
+    assert_eq!(
+        server.stat("ddp_accept_holds_lapsed"),
+        0,
+        "a {wait} loop's use of a connection did not end its switch's hold: {}",
+        server.stderr
+    );
 }
 
 #[test]
@@ -323,6 +351,11 @@ fn a_poll_loop_serves_switching_clients() {
 #[test]
 fn a_select_loop_serves_switching_clients() {
     switching_clients_are_served_by("select");
+}
+
+#[test]
+fn an_epoll_loop_serves_switching_clients() {
+    switching_clients_are_served_by("epoll");
 }
 
 /// A server reads an accepted connection's names at once (redis's

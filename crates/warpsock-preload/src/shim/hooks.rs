@@ -179,18 +179,6 @@ fn wait_while(cond: impl Fn() -> bool) {
     }
 }
 
-/// `WARPSOCK_TEST_DECLINE_WAIT=1`: an accepted connection's background
-/// switch, its client's Request come, waits (at most 10 s) until
-/// `declined` (a fork of the process declined it), as if the program
-/// forked before the switch got there — which a fork right after `accept`
-/// usually does, and a loaded machine may not.
-pub(crate) fn decline_wait(declined: impl Fn() -> bool) {
-    static ON: OnceLock<bool> = OnceLock::new();
-    if on(&ON, "WARPSOCK_TEST_DECLINE_WAIT") {
-        wait_while(|| !declined());
-    }
-}
-
 /// `WARPSOCK_TEST_SWITCH_PANIC=1`: an accepted connection's background
 /// switch panics as it begins (`xsock::switching`), as a bug in it would.
 pub(crate) fn switch_panic() {

@@ -172,8 +172,9 @@ pub(crate) trait Socket: Send + Sync {
     /// end: `xsock::switching`), while that is still to come. A `select`
     /// over the number watches it too (`interpose::wait::select`): the
     /// kernel's select stays queued on the files it first found and would
-    /// not hear of the new file's input. `None`: the number keeps its
-    /// file.
+    /// not hear of the new file's input; readable at once if the change
+    /// came already (the caller looked the number up before it: it looks
+    /// again). `None`: the number keeps its file.
     fn file_change(&self) -> Option<c_int> {
         None
     }

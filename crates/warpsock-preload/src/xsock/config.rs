@@ -46,6 +46,13 @@ pub(crate) struct Config {
     pub(crate) closing_max: usize,
     /// Longest wait for a non-blocking connect the policy finishes.
     pub(crate) connect_timeout: Duration,
+    /// `WARPSOCK_DDP_ACCEPT_HOLD_MS`: how long a policy-mode switch of an
+    /// accepted connection, its client's Request come, waits for the
+    /// program's first use of the connection before it answers; a `fork`
+    /// meanwhile declines it (`switching::slot::hold`). A quarter of
+    /// `WARPSOCK_DDP_FALLBACK_MS` by default (250 ms), at most half the
+    /// client's wait for the answer ([`accept_hold`]).
+    pub(crate) accept_hold: Duration,
     /// The test hooks' settings, read here once: a lingering close's
     /// hooks run in a `close` that may be a signal handler's, where
     /// `std::env::var` (allocation, the environment's lock) must not.
@@ -126,6 +133,12 @@ impl Config {
         let mut policy = base.clone();
         policy.limits = Limits::with_timeout(env_ms("WARPSOCK_DDP_FALLBACK_MS", 1000));
         policy.limits.at_start = true;
+        let accept_hold = accept_hold(
+            std::env::var("WARPSOCK_DDP_ACCEPT_HOLD_MS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok()),
+            &policy.limits,
+        );
         let mut accepted = base.clone();
         accepted.limits.residue_max = accepted.limits.residue_max.min(ACCEPTED_RESIDUE_MAX);
         Self {
@@ -137,6 +150,7 @@ impl Config {
             linger: env_ms("WARPSOCK_LINGER_MS", 2000),
             closing_max: closing_max(env_num("WARPSOCK_DDP_CLOSING_MAX", 256)),
             connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),
+            accept_hold,
             #[cfg(feature = "test-hooks")]
             hooks: {
                 let int = |name| {
@@ -181,6 +195,16 @@ fn closing_max(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX).max(1)
 }
 
+/// The accepted connection's hold ([`Config::accept_hold`]): `asked`
+/// milliseconds (a quarter of the mark timeout if unset), at most half
+/// the client's wait for the answer to its Request (`request_timeout`),
+/// so that the answer reaches a client that waits as long as ours would.
+fn accept_hold(asked: Option<u64>, policy: &Limits) -> Duration {
+    asked
+        .map_or(policy.mark_timeout / 4, Duration::from_millis)
+        .min(policy.request_timeout / 2)
+}
+
 /// The process's configuration (read once).
 pub(crate) fn get() -> &'static Config {
     static C: OnceLock<Config> = OnceLock::new();
@@ -204,5 +228,21 @@ mod tests {
         assert_eq!(closing_max(0), 1);
         assert_eq!(closing_max(10), 10);
         assert_eq!(closing_max(256), 256, "the default");
+    }
+
+    /// An accepted connection's hold is a quarter of the fallback time
+    /// unless set, and never reaches half the client's wait for its
+    /// answer (a hold past it would time the client out).
+    #[test]
+    fn the_accept_hold_defaults_to_a_quarter_of_the_fallback_and_is_bounded() {
+        let l = Limits::with_timeout(Duration::from_millis(1000));
+        assert_eq!(accept_hold(None, &l), Duration::from_millis(250));
+        assert_eq!(accept_hold(Some(40), &l), Duration::from_millis(40));
+        assert_eq!(accept_hold(Some(0), &l), Duration::ZERO);
+        assert_eq!(
+            accept_hold(Some(60_000), &l),
+            l.request_timeout / 2,
+            "a hold past half the client's wait for the answer"
+        );
     }
 }

@@ -122,7 +122,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let s = format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -141,6 +141,8 @@ fn report() -> String {
         v(&reaper::CUT),
         v(&switching::STARTED),
         v(&switching::OVER),
+        v(&switching::DECLINES),
+        v(&switching::HOLDS_LAPSED),
     );
     #[cfg(feature = "test-hooks")]
     let s = s + &format!(
@@ -487,13 +489,18 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
     // SAFETY: `fd` is open for the whole call: the program's socket in
     // its call, or a switching socket's own duplicate.
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
-    // A background switch of policy mode is declined if the process forks
-    // before it answers the client's Request
-    // (`switching::slot::settle_before_fork`): an unmodified forking
-    // server's child can serve the plain connection. A listener the
-    // program set to DDP mode asked for DDP: its switches end as they
+    // A background switch of policy mode holds its answer to the client's
+    // Request until the program uses the connection, and is declined if
+    // the process forks first (`switching::slot::hold`): an unmodified
+    // forking server's child can serve the plain connection. A listener
+    // the program set to DDP mode asked for DDP: its switches end as they
     // would (a DDP socket's copy in a child is refused).
-    let decline = || opts.limits.at_start && at.from.is_some_and(|s| s.declined());
+    let decline = || {
+        opts.limits.at_start
+            && at
+                .from
+                .is_some_and(|s| s.hold_declined(config::get().accept_hold))
+    };
     let r = switch_fd_declinable(b, opts, role, &decline);
     #[cfg(test)]
     sock::forked::hook(&sock::forked::AFTER_HANDSHAKE);
@@ -740,6 +747,10 @@ impl Kind for Ddp {
     }
 
     fn before_wait(&self) {
+        // An `epoll_wait` or `select` sees the connections through their
+        // numbers alone: an event loop's, right after it registered the
+        // connection it accepted, is that connection's first use.
+        switching::used_all();
         sock::doorbell_wait();
     }
 

@@ -50,7 +50,11 @@
 //!   connection its thread accepted last ([`settle_before_fork`]), in
 //!   policy mode declining it if its client's Request is still to be
 //!   answered (an MPA Reject: the connection stays plain, which a forking
-//!   server's child can serve).
+//!   server's child can serve). A policy-mode switch holds that answer
+//!   until the program uses the connection (a call on it, a wait over it,
+//!   any `epoll_wait` or `select` of the process) or its bound passes
+//!   (`WARPSOCK_DDP_ACCEPT_HOLD_MS`; `slot::hold`), so that a server's
+//!   work between `accept` and `fork` does not outrun the decline.
 //! * A `dup` of the number (its system call, then its table entry) and
 //!   the outcome's installation exclude each other (`Socket::dup_begin`),
 //!   so the copy names the outcome too.
@@ -412,17 +416,23 @@ impl SwitchingSock {
         self.settled.notify_all();
     }
 
-    /// Whether a fork of the process declined this switch (asked before
-    /// the client's Request is answered: `slot::settle_before_fork`).
-    pub(super) fn declined(&self) -> bool {
-        #[cfg(feature = "test-hooks")]
-        crate::shim::hooks::decline_wait(|| slot::declined(self.slot.0, self.slot.1));
-        slot::declined(self.slot.0, self.slot.1)
+    /// Holds the switch, its client's Request come and still to be
+    /// answered, until the program uses the connection, its process forks
+    /// or `bound` passes ([`slot::hold`]); returns whether it was declined
+    /// (a fork, or the last close).
+    pub(super) fn hold_declined(&self, bound: std::time::Duration) -> bool {
+        slot::hold(self.slot.0, self.slot.1, bound)
+    }
+
+    /// The program used the connection: a held switch goes on.
+    fn used(&self) {
+        slot::used(self.slot.0, self.slot.1, false);
     }
 
     /// Waits until the switch is over and its outcome names the numbers
     /// (the extended calls look the DDP socket up by its number).
     pub(super) fn wait_installed(&self) {
+        self.used();
         let mut g = lock(&self.st);
         while !self.woken.load(Ordering::Acquire) {
             g = self
@@ -457,6 +467,7 @@ impl SwitchingSock {
     /// for a slow or silent peer; the descriptor becomes writable when
     /// the switch is over).
     fn for_mode(&self) -> Result<Outcome, c_int> {
+        self.used();
         match self.outcome() {
             Some(o) => Ok(o),
             None if self.nonblocking() => Err(libc::EAGAIN),
@@ -467,6 +478,7 @@ impl SwitchingSock {
     /// The outcome for a data call: now, or waited for if the call
     /// blocks; `None`: the call fails with `EAGAIN`.
     fn for_data(&self, flags: c_int) -> Option<Outcome> {
+        self.used();
         self.outcome().or_else(|| {
             (!self.nonblocking.load(Ordering::Relaxed) && flags & libc::MSG_DONTWAIT == 0)
                 .then(|| self.wait())
@@ -547,8 +559,11 @@ impl Socket for SwitchingSock {
 
     fn release(&self) {
         // The last one: the thread finds no number to install on, and the
-        // connection ends with the thread's references.
-        self.refs.fetch_sub(1, Ordering::AcqRel);
+        // connection ends with the thread's references; a held switch is
+        // declined (nobody will read the connection: it ends plain).
+        if self.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            slot::used(self.slot.0, self.slot.1, true);
+        }
     }
 
     fn nonblocking(&self) -> bool {
@@ -750,9 +765,19 @@ impl Socket for SwitchingSock {
     }
 
     fn wait_begin(&self) -> Option<Wait> {
-        // Over (the numbers name the outcome; one whose installation
-        // failed names the doorbell, rung): the program's number alone.
-        (!self.woken.load(Ordering::Acquire)).then(|| Wait {
+        // `done` also once the switch is over: it is readable then, and
+        // the poll, woken for nothing, looks the number up again and waits
+        // through the outcome. The program's number alone would be the
+        // outcome's file waited on without the outcome's own wait (a DDP
+        // socket's input wakes a poll through its `wait_begin`): a switch
+        // that ended between the poll's look-up and this call — the one
+        // this poll's use of the connection let go (`Self::used`), at
+        // once — left the poll asleep to its timeout (a 1 s stall in 1 of
+        // ~4,000 connections of `bench-ddp-accept.sh`, session 39). A
+        // number the installation missed names the doorbell, rung: the
+        // poll answers at once.
+        self.used();
+        Some(Wait {
             fds: vec![self.done],
             claim: Box::new(()),
             chunked: false,
@@ -760,8 +785,9 @@ impl Socket for SwitchingSock {
     }
 
     fn file_change(&self) -> Option<c_int> {
-        // `done` is written after the outcome's installation.
-        (!self.woken.load(Ordering::Acquire)).then_some(self.done)
+        // `done` is written after the outcome's installation; readable
+        // from then on (as in `wait_begin`).
+        Some(self.done)
     }
 
     fn wait_end(&self, _wait: Wait, _revents: &[i16]) -> i16 {
@@ -871,7 +897,7 @@ mod slot;
 #[cfg(test)]
 use slot::room;
 use slot::Slot;
-pub(super) use slot::{settle_before_fork, under_way};
+pub(super) use slot::{settle_before_fork, under_way, used_all, DECLINES, HOLDS_LAPSED};
 
 /// In a forked child (its fork handler, the only thread): the parent's
 /// switches and the threads they ran on are not the child's.

@@ -6,8 +6,9 @@
  * waits for the child and prints "child N" (its exit status). With
  * "client-first" as its argument the child does not greet: the client
  * speaks first (an HTTP client), its bytes echoed (4, or the second
- * argument: connrate's 8). Bounded: the child's reads time out after 30 s
- * (status 1). */
+ * argument: connrate's 8). A third argument is a pause in ms between the
+ * accept and the fork (a server's work there: a log line, a reverse
+ * lookup). Bounded: the child's reads time out after 30 s (status 1). */
 #include "common.h"
 #include <sys/wait.h>
 
@@ -18,6 +19,11 @@ int main(int argc, char **argv) {
     int l = tcp_listener_ready(8);
     int c = accept(l, NULL, NULL);
     CHECK(c >= 0);
+    if (argc > 3) {
+        struct timespec pause = {0, atoi(argv[3]) * 1000000L};
+        CHECK(pause.tv_nsec >= 0 && pause.tv_nsec < 1000000000L);
+        CHECK(nanosleep(&pause, NULL) == 0);
+    }
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {

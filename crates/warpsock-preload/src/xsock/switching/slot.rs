@@ -1,7 +1,9 @@
-//! The bound on switches under way ([`SWITCHING_MAX`]), and the ids a
-//! `fork` waits for ([`settle_before_fork`]).
+//! The bound on switches under way ([`SWITCHING_MAX`]), the ids a
+//! `fork` waits for ([`settle_before_fork`]), and the hold of an accepted
+//! connection's answer until the program uses it or forks ([`hold`]).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use super::SWITCHING_MAX;
 use crate::shim::sys;
@@ -75,7 +77,7 @@ pub(in crate::xsock) fn forget_after_fork() {
 /// moved here; threaded and event-loop servers pay nothing. No lock is
 /// taken (a polled count, yields and short sleeps): a handler's fork over
 /// a thread that holds a lock a switch needs waits out the bound.
-pub(in crate::xsock) fn settle_before_fork(bound: std::time::Duration) {
+pub(in crate::xsock) fn settle_before_fork(bound: Duration) {
     // Only the connection this thread accepted last: a forking server
     // forks for it, and one connection a hostile peer holds in its switch
     // holds up no fork but its own accepter's (redis's BGSAVE is made by
@@ -86,6 +88,8 @@ pub(in crate::xsock) fn settle_before_fork(bound: std::time::Duration) {
     if id == 0 {
         return;
     }
+    // A switch held for its program's first use ([`hold`]) is woken by
+    // the decline below (`stir`: a futex wake, async-signal-safe).
     // Declined if its client's Request is still to be answered: the
     // switch then ends at once with the connection plain (the client falls
     // back at once), which the child can serve — a DDP socket's copy it
@@ -95,13 +99,12 @@ pub(in crate::xsock) fn settle_before_fork(bound: std::time::Duration) {
     for (at, r) in RUNNING.iter().enumerate() {
         if r.load(Ordering::Acquire) == id {
             DECLINED[at].store(id, Ordering::Release);
+            stir(at);
         }
     }
-    let deadline = std::time::Instant::now() + bound;
+    let deadline = Instant::now() + bound;
     let mut round = 0;
-    while RUNNING.iter().any(|r| r.load(Ordering::Acquire) == id)
-        && std::time::Instant::now() < deadline
-    {
+    while RUNNING.iter().any(|r| r.load(Ordering::Acquire) == id) && Instant::now() < deadline {
         sys::pause(round);
         round = round.saturating_add(1);
     }
@@ -121,9 +124,105 @@ static RUNNING: [AtomicU64; SWITCHING_MAX] = [const { AtomicU64::new(0) }; SWITC
 /// nothing).
 static DECLINED: [AtomicU64; SWITCHING_MAX] = [const { AtomicU64::new(0) }; SWITCHING_MAX];
 
+/// The place of switch `id`, if it is under way.
+#[cfg(test)]
+pub(super) fn place(id: u64) -> Option<usize> {
+    RUNNING.iter().position(|r| r.load(Ordering::Acquire) == id)
+}
+
 /// Whether a fork declined switch `id` at place `at`.
-pub(super) fn declined(at: usize, id: u64) -> bool {
+fn declined(at: usize, id: u64) -> bool {
     DECLINED[at].load(Ordering::Acquire) == id
+}
+
+/// The switch ids the program used ([`used`], [`used_all`]) at their
+/// places in [`RUNNING`]: a held switch answers its client.
+static USED: [AtomicU64; SWITCHING_MAX] = [const { AtomicU64::new(0) }; SWITCHING_MAX];
+
+/// Held switches declined by a fork or a close (`ddp_accept_declined`).
+pub(crate) static DECLINES: AtomicU64 = AtomicU64::new(0);
+/// Held switches that answered at their hold's bound, unused
+/// (`ddp_accept_holds_lapsed`).
+pub(crate) static HOLDS_LAPSED: AtomicU64 = AtomicU64::new(0);
+
+/// One futex word per place, changed (and woken) when its switch is
+/// declined or used: what a held switch sleeps on.
+static STIRS: [AtomicU32; SWITCHING_MAX] = [const { AtomicU32::new(0) }; SWITCHING_MAX];
+
+/// Wakes the switch held at place `at` to look again. Async-signal-safe
+/// (an atomic and a system call: a handler's `fork`).
+fn stir(at: usize) {
+    STIRS[at].fetch_add(1, Ordering::AcqRel);
+    sys::futex_wake(&STIRS[at]);
+}
+
+/// The program used the connection of switch `id` at place `at` (a call
+/// on it, a wait over it, or its last close: `gone`): a hold ends, the
+/// switch answering its client, or declining it if `gone` (no number
+/// names it: nobody will read it).
+pub(super) fn used(at: usize, id: u64, gone: bool) {
+    if gone {
+        DECLINED[at].store(id, Ordering::Release);
+    } else if USED[at].load(Ordering::Acquire) == id {
+        return;
+    } else {
+        USED[at].store(id, Ordering::Release);
+    }
+    stir(at);
+}
+
+/// Every switch under way was used: an `epoll_wait` (or `select`) of
+/// the process, which sees its connections through the descriptor
+/// numbers alone — the one an event loop makes right after it
+/// registered the connection it accepted.
+pub(in crate::xsock) fn used_all() {
+    if !under_way() {
+        return;
+    }
+    for (at, r) in RUNNING.iter().enumerate() {
+        let id = r.load(Ordering::Acquire);
+        if id != 0 && USED[at].load(Ordering::Acquire) != id {
+            USED[at].store(id, Ordering::Release);
+            stir(at);
+        }
+    }
+}
+
+/// The hold of a policy-mode switch of an accepted connection, its
+/// client's Request come and still to be answered: waits until the
+/// program uses the connection ([`used`], [`used_all`]), its process
+/// forks ([`settle_before_fork`] declines it) or `bound` passes, and
+/// returns whether it was declined (the switch then answers with an MPA
+/// Reject: the connection stays plain TCP, which a forking server's child
+/// can serve).
+///
+/// Why: a forking server's child gets a copy of the connection, which is
+/// the parent's; a copy of a DDP socket is refused in the child (its
+/// engine state is the parent's). Without the hold, a switch that
+/// answered before the `fork` — any server that does work between
+/// `accept` and `fork` (a log line, a reverse lookup; 200 µs was enough
+/// on a quiet machine, session 39) — left the child a dead end and the
+/// client an empty answer. A program that makes a call on the
+/// connection first is not a forking server's parent: the switch goes on
+/// at that call, which waits for it as for any switch under way.
+pub(super) fn hold(at: usize, id: u64, bound: Duration) -> bool {
+    let deadline = Instant::now() + bound;
+    loop {
+        let seen = STIRS[at].load(Ordering::Acquire);
+        if declined(at, id) {
+            DECLINES.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if USED[at].load(Ordering::Acquire) == id {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            HOLDS_LAPSED.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        sys::futex_wait(&STIRS[at], seen, Some(deadline - now));
+    }
 }
 
 /// The last switch id given.

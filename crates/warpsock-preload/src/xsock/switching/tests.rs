@@ -703,3 +703,107 @@ fn o_nonblocking_set_while_switching_is_the_outcomes() {
     );
     sys::close(fd);
 }
+
+/// Runs [`slot::hold`] of a place of its own (bound `bound`) on a thread
+/// that owns the place, as a switch's thread does: its id, and the
+/// thread (its answer: declined).
+fn held(bound: Duration) -> (u64, std::thread::JoinHandle<bool>) {
+    let s = Slot::take().expect("a place");
+    let id = s.id;
+    let t = std::thread::spawn(move || {
+        let declined = slot::hold(s.at, s.id, bound);
+        drop(s);
+        declined
+    });
+    (id, t)
+}
+
+/// The place of switch `id` under way.
+fn place_of(id: u64) -> usize {
+    let deadline = Instant::now() + HUNG;
+    loop {
+        if let Some(at) = slot::place(id) {
+            return at;
+        }
+        assert!(Instant::now() < deadline, "switch {id} is not under way");
+        std::thread::yield_now();
+    }
+}
+
+/// An accepted connection's switch holds its answer (`slot::hold`)
+/// until the program uses the connection — a call on it, or any
+/// `epoll_wait`/`select` of the process — and answers then; a fork of the
+/// thread that accepted it, or its last close, declines it (the switch
+/// then answers with a Reject); nothing at all, and it answers at its
+/// bound.
+#[test]
+fn a_held_switch_answers_at_its_use_and_is_declined_by_a_fork_or_its_last_close() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (id, t) = held(HUNG);
+    slot::used(place_of(id), id, false);
+    assert!(!t.join().unwrap(), "a use declined the switch");
+
+    let (_, t) = held(HUNG);
+    used_all();
+    assert!(!t.join().unwrap(), "an epoll_wait declined the switch");
+
+    let (id, t) = held(HUNG);
+    slot::used(place_of(id), id, true);
+    assert!(
+        t.join().unwrap(),
+        "the last close did not decline the switch"
+    );
+
+    // The fork's handler on the thread that accepted the connection: it
+    // declines the switch and waits until it ended.
+    let (id, t) = held(HUNG);
+    place_of(id);
+    slot::accepted_last(id);
+    settle_before_fork(HUNG);
+    slot::accepted_last(0);
+    assert!(t.join().unwrap(), "the fork did not decline the switch");
+
+    let lapsed = HOLDS_LAPSED.load(Ordering::Relaxed);
+    let begun = Instant::now();
+    let (_, t) = held(Duration::from_millis(50));
+    assert!(!t.join().unwrap(), "a hold's bound declined the switch");
+    assert!(
+        begun.elapsed() >= Duration::from_millis(50),
+        "the hold answered before its bound, unused"
+    );
+    assert!(HOLDS_LAPSED.load(Ordering::Relaxed) > lapsed);
+}
+
+/// A `poll` (or `select`) that looked the number up while it still named
+/// the switching socket, and begins its wait after the switch ended,
+/// watches `done`, readable: it wakes at once and looks the number up
+/// again. Without it, the poll waited on the outcome's file without the
+/// outcome's own wait: a DDP socket's input woke nothing (a 1 s stall,
+/// the poll's timeout, in 1 of ~4,000 connections, session 39).
+#[test]
+fn a_wait_begun_on_a_switch_already_over_wakes_at_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let (fd, _c) = accepted();
+    start_responder(fd, options(Duration::from_millis(100)));
+    let sw = table(fd);
+    // The silent peer: the switch ends plain, its waits woken.
+    wait_plain(fd);
+    assert_eq!(sw.settle_wait(), Ok(()));
+    let w = sw
+        .wait_begin()
+        .expect("a switching socket's wait watches nothing");
+    let mut p = [libc::pollfd {
+        fd: w.fds[0],
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    assert_eq!(
+        sys::poll(&mut p, 0),
+        1,
+        "the wait's descriptor is not readable"
+    );
+    assert_eq!(sw.file_change(), Some(w.fds[0]));
+    assert_eq!(sw.wait_end(w, &[libc::POLLIN]), 0);
+    drop(sw);
+    sys::close(fd);
+}
