@@ -171,7 +171,7 @@ unsafe extern "C-unwind" fn cookie_read(
 ///
 /// A forked child's copy of its parent's stream (its `exit` flushes it,
 /// glibc's `_IO_cleanup`): the socket's copy in the child is refused by
-/// design (`demote_all`: it reads end of stream, writes fail with
+/// design (`demote_all`: its reads fail with `ENOTCONN`, its writes with
 /// `EPIPE`), so is the stream's, with `EPIPE` and no `SIGPIPE`, without a
 /// call (the descriptor may be another by then): the child's `exit(0)`
 /// died of `SIGPIPE` (review r26-c item 3).

@@ -267,7 +267,7 @@ thread_local! {
 /// `Qp::drop`, shuts the connection; a failure's residue is the
 /// parent's to deliver), and the program's descriptor `fd` becomes a
 /// dead end, as the fork handlers make the child's copies of its
-/// parent's DDP sockets (`interpose::demote_all`: end of stream, `EPIPE`;
+/// parent's DDP sockets (`interpose::demote_all`: `ENOTCONN`, `EPIPE`;
 /// `O_NONBLOCK` if `nonblocking`, the program's flag before the switch,
 /// and its close-on-exec flag kept). Returns the errno of the child's
 /// call: `ECONNRESET`, a connection ended under it.
@@ -296,22 +296,18 @@ pub(super) fn refuse_forked_switch(
     libc::ECONNRESET
 }
 
+/// What a forked child's copy of a DDP socket (or of a switching one)
+/// and the descriptor an `exec` keeps become, made with the socket (a
+/// fork handler makes no descriptor): a TCP socket that never connected.
+/// Its reads fail with `ENOTCONN`, its sends with `EPIPE` (and `SIGPIPE`
+/// unless `MSG_NOSIGNAL`, as TCP's), its `poll` shows `POLLHUP`: the copy
+/// is refused with an error, as issue 12 asks, where a closed socket
+/// pair's end (before session 39) read as the peer's orderly end of
+/// stream, which a child could take for its client's last word.
 pub(super) fn dead_end() -> c_int {
-    let mut sv = [-1; 2];
-    // SAFETY: socketpair writes two descriptors into `sv`.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-            sv.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return -1;
-    }
-    sys::close(sv[1]);
-    sv[0]
+    // SAFETY: a new socket of ours (the real call: not the interposed
+    // `socket`, which would look at the policy).
+    unsafe { real::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) }
 }
 
 impl DdpSock {

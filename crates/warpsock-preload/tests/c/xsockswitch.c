@@ -215,15 +215,17 @@ static void kill_client(int fd) {
     kill(getpid(), SIGKILL);
 }
 
-/* fork: a child's copy of a DDP-mode socket is refused (documented: end of
- * stream on read, EPIPE on write); the parent's connection is unharmed. */
+/* fork: a child's copy of a DDP-mode socket is refused with an error
+ * (documented: ENOTCONN on read, EPIPE on write); the parent's connection
+ * is unharmed. */
 static void fork_server(int fd) {
     CHECK(ddp(fd) == 0);
     pid_t c = fork();
     CHECK(c >= 0);
     if (c == 0) {
         char b[4];
-        int ok = read(fd, b, 4) == 0 && send(fd, "x", 1, MSG_NOSIGNAL) == -1 && errno == EPIPE;
+        int ok = read(fd, b, 4) == -1 && errno == ENOTCONN && send(fd, "x", 1, MSG_NOSIGNAL) == -1 &&
+                 errno == EPIPE;
         _exit(ok ? 0 : 3);
     }
     int st;

@@ -238,12 +238,12 @@ fn a_forked_child_of_a_switch_commits_nothing_to_its_parents_connection() {
         if fdtable::get(fd).is_some() {
             bad |= 2;
         }
-        // A dead end reads end of stream at once (a TCP socket or a
-        // doorbell: `EAGAIN`).
+        // A dead end's read fails with `ENOTCONN` at once (a connected
+        // TCP socket or a doorbell: `EAGAIN`).
         let mut one = 0u8;
         // SAFETY: a one-byte read into a local.
         let end = unsafe { libc::recv(fd, (&mut one as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
-        if end != 0 {
+        if end != -1 || sys::errno() != libc::ENOTCONN {
             bad |= 4;
         }
         // SAFETY: ends the child, no unwinding into the harness.

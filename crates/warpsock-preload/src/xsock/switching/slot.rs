@@ -213,7 +213,9 @@ pub(super) fn hold(at: usize, id: u64, bound: Duration) -> bool {
             DECLINES.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        if USED[at].load(Ordering::Acquire) == id {
+        // No hold (`WARPSOCK_DDP_ACCEPT_HOLD_MS=0`): declined only by a
+        // fork that came already.
+        if USED[at].load(Ordering::Acquire) == id || bound.is_zero() {
             return false;
         }
         let now = Instant::now();

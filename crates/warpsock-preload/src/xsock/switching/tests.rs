@@ -763,7 +763,16 @@ fn a_held_switch_answers_at_its_use_and_is_declined_by_a_fork_or_its_last_close(
     slot::accepted_last(0);
     assert!(t.join().unwrap(), "the fork did not decline the switch");
 
+    // No hold (`WARPSOCK_DDP_ACCEPT_HOLD_MS=0`): answered at once.
     let lapsed = HOLDS_LAPSED.load(Ordering::Relaxed);
+    let (_, t) = held(Duration::ZERO);
+    assert!(!t.join().unwrap(), "no hold declined the switch");
+    assert_eq!(
+        HOLDS_LAPSED.load(Ordering::Relaxed),
+        lapsed,
+        "no hold lapsed"
+    );
+
     let begun = Instant::now();
     let (_, t) = held(Duration::from_millis(50));
     assert!(!t.join().unwrap(), "a hold's bound declined the switch");
