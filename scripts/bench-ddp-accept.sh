@@ -11,7 +11,9 @@
 #   scripts/bench-ddp-accept.sh ROUNDS COUNT A.so [B.so]
 #
 # SERVER_WAIT=select: the server's loop waits in select(2) instead of
-# poll(2) (a select over numbers still switching, `interpose::wait::select`).
+# poll(2) (a select over numbers still switching, `interpose::wait::select`);
+# SERVER_WAIT=epoll: in epoll_wait(2), each connection registered as it is
+# accepted (redis's and nginx's way).
 #
 # Measure on a quiet machine: `uptime` is printed before and after.
 # Loopback only; bounded: each client run stops after 60 s, each server is
@@ -63,7 +65,11 @@ run() {
     fi
     : > "$WORK/ready"
     local wait_args=()
-    [ "${SERVER_WAIT:-poll}" = select ] && wait_args=(select)
+    case "${SERVER_WAIT:-poll}" in
+        poll) ;;
+        select | epoll) wait_args=("$SERVER_WAIT") ;;
+        *) echo "bench-ddp-accept: SERVER_WAIT must be poll, select or epoll" >&2; exit 2 ;;
+    esac
     env "${env[@]}" "$WORK/echo" "${wait_args[@]}" > "$WORK/ready" 2>/dev/null &
     SERVER_PID=$!
     local port= i

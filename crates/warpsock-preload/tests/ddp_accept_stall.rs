@@ -297,31 +297,13 @@ fn a_forking_servers_child_serves_a_preloaded_client_over_plain_tcp() {
 /// lapse is a use the library missed, not a slow machine).
 fn switching_clients_are_served_by(wait: &str) {
     const CONNS: u32 = 20;
-    let policy = |c: &mut std::process::Command| {
-        c.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-            .env("WARPSOCK_DDP_FALLBACK_MS", "1000");
-    };
     let mut cmd = command(
         &c_program("acceptstall"),
         &[wait.to_string(), "-1".into()],
         true,
     );
     cmd.env("WARPSOCK_DDP_ACCEPT_HOLD_MS", "1000");
-    let (child, mut out, port) = policy_server_with("acceptstall", 1000, cmd);
-    let mut cl = command(
-        &c_program("connrate"),
-        &[port.to_string(), CONNS.to_string(), "60".into()],
-        true,
-    );
-    policy(&mut cl);
-    // Killed by pid if it hangs.
-    let client = finish(cl.spawn().expect("spawn connrate"), Duration::from_secs(60));
-    let mut q = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    q.write_all(b"quit").unwrap();
-    // Its last line read (a closed pipe would end it before its report).
-    let mut last = String::new();
-    let _ = out.read_line(&mut last);
-    let server = finish(child, Duration::from_secs(30));
+    let (client, server) = connrate_against(cmd, CONNS, 1000);
     assert!(
         client.code == Some(0) && client.stdout.starts_with(&format!("conns {CONNS} ")),
         "a {wait} loop did not serve {CONNS} switching clients: {:?} {} {}",
@@ -339,6 +321,57 @@ fn switching_clients_are_served_by(wait: &str) {
         server.stat("ddp_accept_holds_lapsed"),
         0,
         "a {wait} loop's use of a connection did not end its switch's hold: {}",
+        server.stderr
+    );
+}
+
+/// Runs `acceptstall` (the command `cmd`, preloaded in policy mode, its
+/// fallback `fallback_ms`) against `connrate` (the same, `conns`
+/// connections), then asks it to quit: both runs.
+fn connrate_against(cmd: std::process::Command, conns: u32, fallback_ms: u32) -> (Run, Run) {
+    let (child, mut out, port) = policy_server_with("acceptstall", fallback_ms, cmd);
+    let mut cl = command(
+        &c_program("connrate"),
+        &[port.to_string(), conns.to_string(), "60".into()],
+        true,
+    );
+    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+        .env("WARPSOCK_DDP_FALLBACK_MS", fallback_ms.to_string());
+    // Killed by pid if it hangs.
+    let client = finish(cl.spawn().expect("spawn connrate"), Duration::from_secs(60));
+    let mut q = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    q.write_all(b"quit").unwrap();
+    // Its last line read (a closed pipe would end it before its report).
+    let mut last = String::new();
+    let _ = out.read_line(&mut last);
+    (client, finish(child, Duration::from_secs(30)))
+}
+
+/// A server at its descriptor limit (8 numbers left: a switch got its
+/// switching socket's 4 and ran out in the engine's, after both marks)
+/// serves its clients over plain TCP: the switch is declined before its
+/// handshake (`ddp_switch_no_fds`), the client falling back. Before, it
+/// ran out after it committed and reset the connection (`ddp_broken`):
+/// the client read a reset (session 39).
+#[test]
+fn a_server_at_its_descriptor_limit_serves_its_clients_over_plain_tcp() {
+    const CONNS: u32 = 3;
+    let mut cmd = command(&c_program("acceptstall"), &[], true);
+    cmd.env("ACCEPTSTALL_FREE_FDS", "8");
+    let (client, server) = connrate_against(cmd, CONNS, 300);
+    assert!(
+        client.code == Some(0) && client.stdout.starts_with(&format!("conns {CONNS} ")),
+        "a server at its descriptor limit did not serve {CONNS} clients: {:?} {} {}; server: {}",
+        client.code,
+        client.stdout,
+        client.stderr,
+        server.stderr
+    );
+    assert_eq!(server.stat("ddp_broken"), 0, "{}", server.stderr);
+    assert_eq!(server.stat("ddp_switched"), 0, "{}", server.stderr);
+    assert!(
+        server.stat("ddp_switch_no_fds") >= u64::from(CONNS),
+        "{}",
         server.stderr
     );
 }

@@ -423,6 +423,29 @@ pub(crate) fn close(fd: c_int) {
     }
 }
 
+/// Whether at least `n` descriptor numbers are free now (below the
+/// process's `RLIMIT_NOFILE`): takes `n` duplicates of `fd` (the lowest
+/// free numbers, as any new descriptor would) and closes them again —
+/// 2 `n` system calls, exact at that instant (numbers the program frees
+/// or takes meanwhile change it). `n` at most 16.
+pub(crate) fn descriptors_free(fd: c_int, n: usize) -> bool {
+    let mut taken = [-1; 16];
+    let n = n.min(taken.len());
+    let mut ok = true;
+    for t in &mut taken[..n] {
+        // SAFETY: a duplicate of a descriptor we were handed, closed below.
+        *t = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if *t < 0 {
+            ok = false;
+            break;
+        }
+    }
+    for &t in &taken[..n] {
+        close(t);
+    }
+    ok
+}
+
 /// Sets or clears O_NONBLOCK on a descriptor.
 pub(crate) fn set_nonblocking(fd: c_int, on: bool) {
     // SAFETY: F_GETFL/F_SETFL on a descriptor we were handed; no pointers.
@@ -705,6 +728,51 @@ pub(crate) fn timespec(d: std::time::Duration) -> libc::timespec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `descriptors_free` says whether `n` numbers are free below the
+    /// soft `RLIMIT_NOFILE`, exactly, and leaves none of its probes open:
+    /// in a child (the limit is the process's) whose limit leaves one
+    /// number free — its lowest free one, all below it being open.
+    #[test]
+    fn descriptors_free_counts_the_numbers_left_below_the_limit() {
+        // Resolved here, not in the child (`real`'s look-up).
+        assert!(descriptors_free(2, 1));
+        let status = crate::shim::forktest::child_within(|| {
+            // SAFETY: duplicates of stderr, a query and a change of the
+            // child's own limit.
+            unsafe {
+                let low = real::fcntl(2, libc::F_DUPFD_CLOEXEC, 0);
+                close(low);
+                let mut l: libc::rlimit = zeroed();
+                if low < 0 || libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+                    return 10;
+                }
+                l.rlim_cur = (low + 1) as libc::rlim_t;
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                    return 11;
+                }
+                let mut bad = 0;
+                if !descriptors_free(2, 1) {
+                    bad |= 1;
+                }
+                if descriptors_free(2, 2) {
+                    bad |= 2;
+                }
+                // Nothing left open: the one free number is still free.
+                let again = real::fcntl(2, libc::F_DUPFD_CLOEXEC, 0);
+                if again != low {
+                    bad |= 4;
+                }
+                bad
+            }
+        });
+        assert_eq!(
+            status,
+            Some(0),
+            "1: one free number not seen, 2: two seen, 4: a probe left open; \
+             10, 11: the set-up; None: hung"
+        );
+    }
 
     /// The calling thread's mask: which of signals 1..=64 are blocked.
     fn mask() -> Vec<bool> {

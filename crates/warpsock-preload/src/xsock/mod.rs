@@ -122,7 +122,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let s = format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\nddp_switch_no_fds {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -143,6 +143,7 @@ fn report() -> String {
         v(&switching::OVER),
         v(&switching::DECLINES),
         v(&switching::HOLDS_LAPSED),
+        v(&NO_DESCRIPTORS),
     );
     #[cfg(feature = "test-hooks")]
     let s = s + &format!(
@@ -433,11 +434,34 @@ fn prepare(fd: c_int) -> Result<Option<usize>, c_int> {
         REFUSED.fetch_add(1, Ordering::Relaxed);
         return Err(libc::EOPNOTSUPP);
     }
+    if !sys::descriptors_free(fd, SWITCH_DESCRIPTORS) {
+        // Near `RLIMIT_NOFILE`: the switch would run out of descriptors
+        // after it committed, which resets the connection (a server at
+        // its limit reset its next client; session 39). Declined before
+        // the handshake instead, not noted as the one try (the program
+        // may free some and ask again): policy mode leaves the connection
+        // plain TCP, an explicit switch fails with `EMFILE`.
+        REFUSED.fetch_add(1, Ordering::Relaxed);
+        NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
+        return Err(libc::EMFILE);
+    }
     p.tried = true;
     p.ddp = false;
     set_pending(fd, p);
     Ok(p.sndbuf)
 }
+
+/// The most descriptors a switch holds at once: a switching socket's 4
+/// (`switching::start`: the TCP socket's duplicate, a doorbell pair, the
+/// end's eventfd), the handshake's and the engine's 4 (the queue pair's
+/// duplicate of the socket, the context's epoll set and eventfd, the
+/// completion queue's eventfd) and the DDP socket's 3 (its duplicate of
+/// the socket, its doorbell pair) before the switching socket's go; one
+/// to spare. A DDP connection keeps 8 (`README.md`, "Limits").
+const SWITCH_DESCRIPTORS: usize = 12;
+
+/// Switches declined for want of descriptors (`ddp_switch_no_fds`).
+static NO_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
 
 /// What the program asked of a switch: the message mode, the adopting
 /// `connect`'s errno, the role, the noted `SO_SNDBUF`.

@@ -69,11 +69,6 @@ pub(crate) struct DdpSock {
     linger_s: AtomicI32,
     /// The TCP socket, off the program's number (names, options).
     kfd: c_int,
-    /// What the program's number becomes in a forked child or after exec:
-    /// a socket whose peer is gone (reads return 0, writes fail with
-    /// `EPIPE`); the DDP stream cannot be shared with a process that does
-    /// not run its protocol.
-    dead: c_int,
     bell: Doorbell,
     pub(super) id: u64,
     /// The progress thread's references ([`super::follow::Pins`]).
@@ -277,11 +272,10 @@ pub(super) fn refuse_forked_switch(
     nonblocking: bool,
 ) -> c_int {
     std::mem::forget(r);
-    let dead = dead_end();
+    let dead = dead_end(nonblocking);
     if dead >= 0 {
-        sys::set_nonblocking(dead, nonblocking);
-        // SAFETY: fcntl and dup3 on the program's descriptor and our own
-        // new one, closed after (no pointers).
+        // SAFETY: fcntl and dup3 on the program's descriptor and the
+        // process's dead end (no pointers).
         unsafe {
             let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
             let cloexec = if fdfl >= 0 && fdfl & libc::FD_CLOEXEC != 0 {
@@ -291,23 +285,56 @@ pub(super) fn refuse_forked_switch(
             };
             real::dup3(dead, fd, cloexec);
         }
-        sys::close(dead);
     }
     libc::ECONNRESET
 }
 
+/// The process's dead ends ([`dead_end`]): blocking, non-blocking (-1:
+/// not made yet).
+static DEAD_ENDS: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
+
+/// Makes the process's two dead ends if they are not made yet (at the
+/// first DDP or switching socket, never in a fork handler); the errno if
+/// one cannot be made (`EMFILE`): no socket that needs them is made then.
+pub(super) fn dead_ends_made() -> Result<(), c_int> {
+    for (i, slot) in DEAD_ENDS.iter().enumerate() {
+        if slot.load(Ordering::Acquire) >= 0 {
+            continue;
+        }
+        // SAFETY: a new socket of ours (the real call: not the interposed
+        // `socket`, which would look at the policy).
+        let fd = unsafe { real::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(errno());
+        }
+        sys::set_nonblocking(fd, i == 1);
+        if slot
+            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Another thread made this one meanwhile.
+            sys::close(fd);
+        }
+    }
+    Ok(())
+}
+
 /// What a forked child's copy of a DDP socket (or of a switching one)
-/// and the descriptor an `exec` keeps become, made with the socket (a
-/// fork handler makes no descriptor): a TCP socket that never connected.
-/// Its reads fail with `ENOTCONN`, its sends with `EPIPE` (and `SIGPIPE`
-/// unless `MSG_NOSIGNAL`, as TCP's), its `poll` shows `POLLHUP`: the copy
-/// is refused with an error, as issue 12 asks, where a closed socket
-/// pair's end (before session 39) read as the peer's orderly end of
-/// stream, which a child could take for its client's last word.
-pub(super) fn dead_end() -> c_int {
-    // SAFETY: a new socket of ours (the real call: not the interposed
-    // `socket`, which would look at the policy).
-    unsafe { real::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) }
+/// and the descriptor an `exec` keeps become (duplicated onto the
+/// program's number), with the program's `O_NONBLOCK` (`nonblocking`):
+/// a TCP socket that never connected. Its reads fail with `ENOTCONN`,
+/// its sends with `EPIPE` (and `SIGPIPE` unless `MSG_NOSIGNAL`, as TCP's),
+/// its `poll` shows `POLLHUP`: the copy is refused with an error, as
+/// issue 12 asks, where a closed socket pair's end (before session 39)
+/// read as the peer's orderly end of stream, which a child could take for
+/// its client's last word. Two for the whole process, made once
+/// ([`dead_ends_made`]) and never closed: such a socket has no state a
+/// copy could change (its calls fail at once, blocking or not), so every
+/// copy can share it — one descriptor a connection fewer than a dead end
+/// each (session 39: 9 a policy-mode server's DDP connection held).
+/// -1 before they are made.
+pub(super) fn dead_end(nonblocking: bool) -> c_int {
+    DEAD_ENDS[usize::from(nonblocking)].load(Ordering::Acquire)
 }
 
 impl DdpSock {
@@ -383,17 +410,15 @@ impl DdpSock {
                     return Err(undo(&x, &kept, e));
                 }
             };
-            // Not left at -1 (a forked child's copy then stayed the
-            // doorbell: `demote_fd`).
-            let dead = dead_end();
-            if dead < 0 {
+            // Made before the socket (a forked child's copy stayed the
+            // doorbell without one: `demote_fd`).
+            if let Err(e) = dead_ends_made() {
                 sys::close(kfd);
-                return Err(undo(&x, &kept, errno()));
+                return Err(undo(&x, &kept, e));
             }
             let app_end = bell.app;
             let s = Arc::new(Self {
                 id: eng.new_id(),
-                dead,
                 inner: Follow::new(),
                 rcvtimeo: Timeout::new(timeouts.0),
                 sndtimeo: Timeout::new(timeouts.1),
@@ -541,7 +566,10 @@ impl Socket for DdpSock {
     }
 
     fn demote_fd(&self) -> c_int {
-        self.dead
+        // What the program's number becomes in a forked child or after
+        // exec: the DDP stream cannot be shared with a process that does
+        // not run its protocol.
+        dead_end(self.nonblocking())
     }
 
     fn managed_target(&self) -> Option<c_int> {

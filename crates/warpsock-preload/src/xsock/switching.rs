@@ -127,8 +127,6 @@ pub(crate) struct SwitchingSock {
     /// (`epollcarry::Held`; `None` once dropped).
     held: Option<epollcarry::Held>,
     bell: Doorbell,
-    /// What a forked child's copy and an exec's become.
-    dead: c_int,
     /// An eventfd made readable when the switch is over: a `poll` begun
     /// on this socket watches it ([`Socket::wait_begin`]) and goes on
     /// through the outcome. The doorbell cannot wake it: the kernel's
@@ -200,12 +198,13 @@ pub(super) fn start(
             return Err(e);
         }
     };
-    let dead = super::sock::dead_end();
     // SAFETY: a new eventfd of ours.
     let done = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if dead < 0 || done < 0 {
-        let e = errno();
-        for f in [kfd, dead, done] {
+    // What a forked child's copy and an exec's become (`demote_fd`).
+    let dead = super::sock::dead_ends_made();
+    if dead.is_err() || done < 0 {
+        let e = dead.err().unwrap_or_else(errno);
+        for f in [kfd, done] {
             if f >= 0 {
                 sys::close(f);
             }
@@ -222,7 +221,6 @@ pub(super) fn start(
         kfd,
         held: Some(epollcarry::Held::new(kfd)),
         bell,
-        dead,
         done,
         woken: AtomicBool::new(false),
         installing: AtomicBool::new(false),
@@ -542,7 +540,7 @@ impl Socket for SwitchingSock {
     }
 
     fn demote_fd(&self) -> c_int {
-        self.dead
+        super::sock::dead_end(self.nonblocking())
     }
 
     fn managed_target(&self) -> Option<c_int> {
@@ -887,7 +885,6 @@ impl Drop for SwitchingSock {
     fn drop(&mut self) {
         drop(self.held.take());
         sys::close(self.kfd);
-        sys::close(self.dead);
         sys::close(self.done);
     }
 }

@@ -7,10 +7,14 @@
  * prints the longest any one accept4 call took ("accept_max_ms N") and
  * exits 0. The epoll loop registers each connection as it accepts it and
  * closes it registered (the close takes it out of the set), as redis's
- * and nginx's do. Bounded: it exits 1 after 120 s. */
+ * and nginx's do. ACCEPTSTALL_FREE_FDS=N in the environment: once its
+ * listener (and set) are made, it lowers its RLIMIT_NOFILE so that N
+ * descriptor numbers are left free (a server at its limit). Bounded: it
+ * exits 1 after 120 s. */
 #include "common.h"
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 
 #define MAXC 256
 
@@ -78,6 +82,18 @@ int main(int argc, char **argv) {
     CHECK(fcntl(l, F_SETFL, fcntl(l, F_GETFL) | O_NONBLOCK) == 0);
     socklen_t al = sizeof a;
     CHECK(getsockname(l, (struct sockaddr *)&a, &al) == 0);
+    const char *free_fds = getenv("ACCEPTSTALL_FREE_FDS");
+    if (free_fds) {
+        /* The lowest free number: every number below it is open, so a
+         * limit N above it leaves N free (none open above it: a fresh
+         * process's descriptors are its lowest). */
+        int low = fcntl(l, F_DUPFD_CLOEXEC, 0);
+        CHECK(low >= 0 && close(low) == 0);
+        struct rlimit r;
+        CHECK(getrlimit(RLIMIT_NOFILE, &r) == 0);
+        r.rlim_cur = (rlim_t)(low + atoi(free_fds));
+        CHECK(setrlimit(RLIMIT_NOFILE, &r) == 0);
+    }
     printf("ready %d\n", ntohs(a.sin_port));
     fflush(stdout);
     struct pollfd p[MAXC + 1];

@@ -102,17 +102,14 @@
  *               reads every byte. Over TCP the error queue holds stamps.
  *   emfile      after one switched pair: pairs whose peer (a forked child)
  *               switches and sends 8 B, switched here with RLIMIT_NOFILE
- *               leaving k = 0, 1, 2... descriptor numbers free, until one
- *               switches (its 8 B read). Each switch that fails for want
- *               of descriptors has committed (the peer runs DDP: its
- *               descriptor for the engine, or the DDP socket's own, the
- *               last ones): the switch fails with EMFILE, and the
- *               connection must read as reset — ECONNRESET, or 0 where the
- *               engine's close took the reset's error, then 0 — never as
- *               the peer's framing (review r23-a item 3: a failure after
- *               the engine's switch left a plain TCP descriptor carrying
- *               DDP frames). The peer's connection is reset too (its send
- *               is not checked).
+ *               leaving k = 0, 3, 6... descriptor numbers free, until one
+ *               switches (its 8 B read). A switch that could run out of
+ *               descriptors is declined before its handshake (session
+ *               39): it fails with EMFILE and the connection is a working
+ *               TCP socket — the peer's 8 B (sent after its own switch
+ *               timed out) arrive, and our answer is sent. Before, it ran
+ *               out after it committed and had to reset the connection
+ *               (review r23-a item 3: never the peer's framing as bytes).
  *   stampopts   a sequence of SO_TIMESTAMP(NS)(_NEW), SO_TIMESTAMPING(_NEW),
  *               IP_RECVERR and IPV6_RECVERR sets, each followed by every
  *               one's read-back (SO_ZEROCOPY's too), printed: the DDP-mode

@@ -236,12 +236,18 @@ static rlim_t limit_with_free(int k) {
     return 0;
 }
 
+/* A switch asked with k descriptor numbers free (k = 0, 3, 6, ... until
+ * one is enough): one that could run out of them is declined before its
+ * handshake (EMFILE, not its one try), the connection a working TCP
+ * socket — the peer's bytes, sent after its own switch failed, arrive.
+ * Before session 39 it ran out after both marks and reset the
+ * connection. */
 static void case_emfile(void) {
     switch_both();
     struct rlimit old;
     CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
     int one = 1, k, failed = 0;
-    for (k = 0;; k++) {
+    for (k = 0;; k += 3) {
         CHECK(k < 64);
         int c2, s2;
         tcp_pair(&c2, &s2);
@@ -268,14 +274,11 @@ static void case_emfile(void) {
             CHECK(memcmp(b, "fromchld", 8) == 0);
         } else {
             failed++;
-            ssize_t n = recv(c2, b, sizeof b, 0);
-            int e2 = errno;
-            fprintf(stderr, "emfile: %d free: the switch's errno %d, then recv %zd errno %d\n", k,
-                    e, n, n < 0 ? e2 : 0);
+            fprintf(stderr, "emfile: %d free: the switch's errno %d\n", k, e);
             CHECK(e == EMFILE);
-            CHECK(n == 0 || (n == -1 && e2 == ECONNRESET));
-            CHECK(recv(c2, b, sizeof b, 0) == 0);
-            CHECK(send(c2, "x", 1, MSG_NOSIGNAL) == -1 && errno == EPIPE);
+            read8(c2, b);
+            CHECK(memcmp(b, "fromchld", 8) == 0);
+            CHECK(send(c2, "toparent", 8, MSG_NOSIGNAL) == 8);
         }
         CHECK(kill(pid, SIGKILL) == 0);
         CHECK(waitpid(pid, NULL, 0) == pid);

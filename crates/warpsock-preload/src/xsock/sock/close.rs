@@ -91,7 +91,6 @@ impl Drop for DdpSock {
         // README says so.)
         let mask = (how == CLOSED && linger_s > 0 && may_wait).then(SignalsHeld::new);
         sys::close(self.kfd);
-        sys::close(self.dead);
         // SAFETY: `x` is not used again: this is the socket's drop.
         let x = unsafe { ManuallyDrop::take(&mut self.x) };
         if how == 0 {
