@@ -40,6 +40,8 @@ use crate::shim::{fdtable, real};
 use warpsock_xsock::io::ForkLock;
 
 mod calls;
+mod dead;
+pub(super) use dead::{dead_end, dead_ends_made, refuse_forked_switch};
 pub(in crate::xsock) mod close;
 #[cfg(test)]
 pub(super) mod forked;
@@ -253,88 +255,6 @@ thread_local! {
     /// a DDP socket allocates nothing once warm (it allocated the list
     /// and its claim at every call: 2 allocations per 8 B round trip).
     static SPARE_FDS: std::cell::Cell<Vec<c_int>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// A switch a signal handler's `fork` split (`xsock::switch`), in the
-/// child, which returned into it: `r`, the handshake's outcome, and the
-/// connection are the parent's, whose own switch goes on. Nothing of it
-/// is made here: `r` is forgotten, never dropped (an `XSocket`'s drop,
-/// `Qp::drop`, shuts the connection; a failure's residue is the
-/// parent's to deliver), and the program's descriptor `fd` becomes a
-/// dead end, as the fork handlers make the child's copies of its
-/// parent's DDP sockets (`interpose::demote_all`: `ENOTCONN`, `EPIPE`;
-/// `O_NONBLOCK` if `nonblocking`, the program's flag before the switch,
-/// and its close-on-exec flag kept). Returns the errno of the child's
-/// call: `ECONNRESET`, a connection ended under it.
-pub(super) fn refuse_forked_switch(
-    fd: c_int,
-    r: Result<XSocket, warpsock_xsock::io::Failure>,
-    nonblocking: bool,
-) -> c_int {
-    std::mem::forget(r);
-    let dead = dead_end(nonblocking);
-    if dead >= 0 {
-        // SAFETY: fcntl and dup3 on the program's descriptor and the
-        // process's dead end (no pointers).
-        unsafe {
-            let fdfl = real::fcntl(fd, libc::F_GETFD, 0);
-            let cloexec = if fdfl >= 0 && fdfl & libc::FD_CLOEXEC != 0 {
-                libc::O_CLOEXEC
-            } else {
-                0
-            };
-            real::dup3(dead, fd, cloexec);
-        }
-    }
-    libc::ECONNRESET
-}
-
-/// The process's dead ends ([`dead_end`]): blocking, non-blocking (-1:
-/// not made yet).
-static DEAD_ENDS: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
-
-/// Makes the process's two dead ends if they are not made yet (at the
-/// first DDP or switching socket, never in a fork handler); the errno if
-/// one cannot be made (`EMFILE`): no socket that needs them is made then.
-pub(super) fn dead_ends_made() -> Result<(), c_int> {
-    for (i, slot) in DEAD_ENDS.iter().enumerate() {
-        if slot.load(Ordering::Acquire) >= 0 {
-            continue;
-        }
-        // SAFETY: a new socket of ours (the real call: not the interposed
-        // `socket`, which would look at the policy).
-        let fd = unsafe { real::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(errno());
-        }
-        sys::set_nonblocking(fd, i == 1);
-        if slot
-            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            // Another thread made this one meanwhile.
-            sys::close(fd);
-        }
-    }
-    Ok(())
-}
-
-/// What a forked child's copy of a DDP socket (or of a switching one)
-/// and the descriptor an `exec` keeps become (duplicated onto the
-/// program's number), with the program's `O_NONBLOCK` (`nonblocking`):
-/// a TCP socket that never connected. Its reads fail with `ENOTCONN`,
-/// its sends with `EPIPE` (and `SIGPIPE` unless `MSG_NOSIGNAL`, as TCP's),
-/// its `poll` shows `POLLHUP`: the copy is refused with an error, as
-/// issue 12 asks, where a closed socket pair's end (before session 39)
-/// read as the peer's orderly end of stream, which a child could take for
-/// its client's last word. Two for the whole process, made once
-/// ([`dead_ends_made`]) and never closed: such a socket has no state a
-/// copy could change (its calls fail at once, blocking or not), so every
-/// copy can share it — one descriptor a connection fewer than a dead end
-/// each (session 39: 9 a policy-mode server's DDP connection held).
-/// -1 before they are made.
-pub(super) fn dead_end(nonblocking: bool) -> c_int {
-    DEAD_ENDS[usize::from(nonblocking)].load(Ordering::Acquire)
 }
 
 impl DdpSock {

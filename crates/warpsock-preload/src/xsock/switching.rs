@@ -65,9 +65,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use libc::{c_int, c_ulong, c_void, msghdr, socklen_t};
 use warpsock_xsock::io::Options;
 
-use super::{
-    switch_at, Asked, At, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE, WARPSOCK_MSG_MODE,
-};
+use super::{switch_at, Asked, At, SOL_WARPSOCK, WARPSOCK_MSG_MODE};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
 use crate::shim::socket::{Socket, Wait};
@@ -97,15 +95,6 @@ enum Outcome {
     Managed(Arc<dyn Socket>),
     /// The plain TCP socket.
     Plain,
-}
-
-/// A socket option set while switching.
-struct Kept {
-    level: c_int,
-    name: c_int,
-    val: Vec<u8>,
-    /// Set on the TCP socket already (not one the switch moves).
-    forwarded: bool,
 }
 
 struct State {
@@ -482,56 +471,6 @@ impl SwitchingSock {
                 .then(|| self.wait())
         })
     }
-
-    /// Whether the switch moves option `(level, name)` off the TCP socket
-    /// (`sock::Kept`, the timeouts, `SO_ZEROCOPY`): kept here, not set there.
-    fn moved(level: c_int, name: c_int) -> bool {
-        match level {
-            libc::SOL_SOCKET => matches!(
-                name,
-                libc::SO_RCVLOWAT
-                    | libc::SO_RCVTIMEO
-                    | libc::SO_SNDTIMEO
-                    | libc::SO_TIMESTAMP
-                    | libc::SO_TIMESTAMPNS
-                    | libc::SO_TIMESTAMP_NEW
-                    | libc::SO_TIMESTAMPNS_NEW
-                    | libc::SO_TIMESTAMPING
-                    | libc::SO_TIMESTAMPING_NEW
-                    | libc::SO_ZEROCOPY
-            ),
-            libc::IPPROTO_IP => name == libc::IP_RECVERR,
-            libc::IPPROTO_IPV6 => name == libc::IPV6_RECVERR,
-            _ => false,
-        }
-    }
-}
-
-/// `setsockopt(SOL_WARPSOCK)` on the plain socket a tried switch left:
-/// a switch cannot be asked again (`EALREADY`, as on any connection whose
-/// switch was tried); the message mode means nothing on it.
-fn plain_set(name: c_int, val: *const c_void, len: socklen_t) -> c_int {
-    let fail = |e| {
-        set_errno(e);
-        -1
-    };
-    match (name, super::int_arg(val, len)) {
-        (WARPSOCK_DDP_MODE, Some(0)) | (WARPSOCK_MSG_MODE, Some(0 | 1)) => 0,
-        (WARPSOCK_DDP_MODE, Some(1)) => fail(libc::EALREADY),
-        (WARPSOCK_DDP_MODE | WARPSOCK_MSG_MODE, _) => fail(libc::EINVAL),
-        _ => fail(libc::ENOPROTOOPT),
-    }
-}
-
-/// `getsockopt(SOL_WARPSOCK)` on that plain socket: every mode reads 0.
-fn plain_get(name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int {
-    match name {
-        WARPSOCK_DDP_MODE | WARPSOCK_CRC | WARPSOCK_MSG_MODE => super::put_int(val, len, 0),
-        _ => {
-            set_errno(libc::ENOPROTOOPT);
-            -1
-        }
-    }
 }
 
 impl Socket for SwitchingSock {
@@ -643,7 +582,7 @@ impl Socket for SwitchingSock {
             };
             lock(&self.st).msg_mode = v == 1;
         }
-        let moved = msg_mode || Self::moved(level, name);
+        let moved = msg_mode || opts::moved(level, name);
         let mut g = lock(&self.st);
         match &g.outcome {
             Some(Outcome::Managed(s)) => {
@@ -889,8 +828,10 @@ impl Drop for SwitchingSock {
     }
 }
 
+mod opts;
 mod pool;
 mod slot;
+use opts::{plain_get, plain_set, Kept};
 #[cfg(test)]
 use slot::room;
 use slot::Slot;

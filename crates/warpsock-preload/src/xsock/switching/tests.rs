@@ -12,7 +12,7 @@ use warpsock_xsock::io::{switch_fd_as, Options, XSocket};
 use warpsock_xsock::switch::Limits;
 use warpsock_xsock::Role;
 
-use super::super::{prepare, SOL_WARPSOCK, WARPSOCK_DDP_MODE};
+use super::super::{prepare, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE};
 use super::*;
 
 /// The tests share the count of switches under way (`slot`): one at a time.
