@@ -31,8 +31,9 @@
 #      http.server + curl of a 100 MiB file (sha256 equal), Ctrl-C of a
 #      python client blocked in recv (KeyboardInterrupt), iperf3 TCP both
 #      ways, redis-server + redis-benchmark, nginx (a master and forked
-#      workers), memcached (worker threads); and mixed: preloaded client ->
-#      plain server and plain client -> preloaded server over plain TCP.
+#      workers), memcached (worker threads), socat's forking server
+#      (accept, then fork); and mixed: preloaded client -> plain server
+#      and plain client -> preloaded server over plain TCP.
 # Every run is bounded by `timeout`; servers are stopped by pid; the
 # namespaces are deleted on exit. Needs root (namespaces, tcpdump).
 set -euo pipefail
@@ -45,7 +46,7 @@ if [ -z "${TEST_XSOCK_BOUNDED:-}" ]; then
 fi
 trap 'exit 124' TERM
 
-scripts/ensure-pkgs.sh gcc libc6-dev iproute2 tcpdump tshark curl python3 iperf3 redis-server redis-tools nginx memcached >/dev/null
+scripts/ensure-pkgs.sh gcc libc6-dev iproute2 tcpdump tshark curl python3 iperf3 redis-server redis-tools nginx memcached socat >/dev/null
 NAME=test-xsock
 ROOT_WHY="namespaces, capture"
 . scripts/lib/preload-suite.sh
@@ -519,5 +520,37 @@ timeout 120 python3 "$WORK/mcc.py" "$port" 10 20 >"$WORK/mc.plain.out" 2>&1 \
     || { cat "$WORK/mc.plain.out" >&2; fail "plain memcached client failed"; }
 stop "$sp"
 pass "memcached (4 worker threads) in policy mode: 4 clients at once, 80 connections over DDP mode, 1,600 values set and read back; a plain client falls back"
+
+# socat's forking server (accept, then fork: the child serves the
+# connection, where its copy of a DDP socket would be refused): each
+# accepted connection's switch holds its answer until the program uses the
+# connection, and socat's fork declines it (an MPA Reject: a preloaded
+# client falls back at once), so every child serves a plain connection, to
+# preloaded and plain clients alike. (socat forks within microseconds of
+# its accept; a server that pauses there — from 200 us on, every child read
+# nothing from a preloaded client before session 39 — is
+# tests/ddp_accept_stall.rs's forking server with a pause.)
+lease_port; port=$PORT
+SPRE=(env LD_PRELOAD="$SO" WARPSOCK_DDP_PORTS="$port" WARPSOCK_STATS=1)
+timeout --foreground 120 "${SPRE[@]}" socat TCP-LISTEN:"$port",bind=127.0.0.1,reuseaddr,fork EXEC:cat \
+    >"$WORK/socat.s.out" 2>&1 &
+sp=$!; PIDS+=("$sp")
+wait_port "$port" || fail "socat did not start"
+for i in $(seq 10); do
+    got=$(echo "hello $i" | timeout 20 "${SPRE[@]}" socat -t 5 - TCP:127.0.0.1:"$port" 2>>"$WORK/socat.c.err") \
+        || fail "a preloaded client of socat's forking server failed"
+    [ "$got" = "hello $i" ] || fail "socat's forking server answered a preloaded client '$got'"
+done
+for i in $(seq 3); do
+    got=$(echo "plain $i" | timeout 20 socat -t 5 - TCP:127.0.0.1:"$port") || fail "a plain client of socat's forking server failed"
+    [ "$got" = "plain $i" ] || fail "socat's forking server answered a plain client '$got'"
+done
+stop "$sp"
+# Every process of the server prints its counters (a child's start as
+# its parent's at the fork): the parent's alone reach 10.
+[ "$(stat "$WORK/socat.s.out" ddp_accept_declined)" -ge 10 ] \
+    || { cat "$WORK/socat.s.out" >&2; fail "socat's forks did not decline the held switches"; }
+[ "$(stat "$WORK/socat.s.out" ddp_switched)" -eq 0 ] || fail "a socat connection ended in DDP mode"
+pass "socat's forking server (EXEC:cat) in policy mode: 10 preloaded clients and 3 plain ones served over plain TCP, each fork declining its connection's held switch"
 
 echo "test-xsock: $PASSED passed"
