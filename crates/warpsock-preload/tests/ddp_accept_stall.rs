@@ -241,10 +241,11 @@ fn a_forking_servers_child_reads_what_a_plain_client_said_first() {
 /// forking server, session 38).
 #[test]
 fn a_forking_servers_child_serves_a_preloaded_client_over_plain_tcp() {
+    // 100 ms (in µs) between the accept and the fork.
     let args = [
         "client-first".to_string(),
         "8".to_string(),
-        "100".to_string(),
+        "100000".to_string(),
     ];
     let mut cmd = command(&c_program("forkserve"), &args, true);
     // The longest hold (half the client's wait for its answer): the pause

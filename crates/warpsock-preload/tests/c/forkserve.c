@@ -6,9 +6,9 @@
  * waits for the child and prints "child N" (its exit status). With
  * "client-first" as its argument the child does not greet: the client
  * speaks first (an HTTP client), its bytes echoed (4, or the second
- * argument: connrate's 8). A third argument is a pause in ms between the
- * accept and the fork (a server's work there: a log line, a reverse
- * lookup). Bounded: the child's reads time out after 30 s (status 1). */
+ * argument: connrate's 8). A third argument is a pause in microseconds
+ * between the accept and the fork (a server's work there: a log line, a
+ * reverse lookup). Bounded: the child's reads time out after 30 s (status 1). */
 #include "common.h"
 #include <sys/wait.h>
 
@@ -20,8 +20,9 @@ int main(int argc, char **argv) {
     int c = accept(l, NULL, NULL);
     CHECK(c >= 0);
     if (argc > 3) {
-        struct timespec pause = {0, atoi(argv[3]) * 1000000L};
-        CHECK(pause.tv_nsec >= 0 && pause.tv_nsec < 1000000000L);
+        long us = atol(argv[3]);
+        CHECK(us >= 0);
+        struct timespec pause = {us / 1000000, us % 1000000 * 1000};
         CHECK(nanosleep(&pause, NULL) == 0);
     }
     pid_t pid = fork();
