@@ -200,19 +200,8 @@ fn a_request_that_cannot_be_refused_resets_the_connection() {
     std::thread::scope(|sc| {
         let peer = sc.spawn(|| {
             let mut a = &a;
-            a.write_all(b"before ").unwrap();
-            send_mark(a);
-            let mut hello = warpsock_xsock::Hello {
-                slots: 16,
-                slot_size: 65536,
-            }
-            .encode();
-            hello[4] = 9;
-            let mut req = warpsock_xsock::switch::MPA_REQ_KEY.to_vec();
-            req.extend_from_slice(&[0x50, 7, 0, 4 + hello.len() as u8, 0, 16, 0, 16]);
-            req.extend_from_slice(&hello);
-            a.write_all(&req).unwrap();
-            a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            // Revision 7: no MPA revision the core takes.
+            send_unservable_request(a, 7);
             let mut buf = [0u8; 256];
             loop {
                 match a.read(&mut buf) {
@@ -223,17 +212,41 @@ fn a_request_that_cannot_be_refused_resets_the_connection() {
             }
         });
         let err = switch_fd_as(b.as_fd(), &o, Some(Role::Responder)).unwrap_err();
-        let Failure::Broken { errno, .. } = &err else {
-            panic!("{err}")
-        };
-        assert_eq!(*errno, libc::EPROTO, "{err}");
-        let e = peer.join().unwrap();
-        assert_eq!(
-            e.kind(),
-            std::io::ErrorKind::ConnectionReset,
-            "the initiator sees a reset: {e}"
-        );
+        broken_with_a_reset(&err, libc::EPROTO, peer.join().unwrap());
     });
+}
+
+/// The initiator's side up to its Request, which this build cannot serve
+/// (its hello's version 9, MPA revision `rev`): bytes before the switch,
+/// the mark, the Request; the reads after it bounded by 5 s.
+fn send_unservable_request(mut a: &std::net::TcpStream, rev: u8) {
+    a.write_all(b"before ").unwrap();
+    send_mark(a);
+    let mut hello = warpsock_xsock::Hello {
+        slots: 16,
+        slot_size: 65536,
+    }
+    .encode();
+    hello[4] = 9;
+    let mut req = warpsock_xsock::switch::MPA_REQ_KEY.to_vec();
+    req.extend_from_slice(&[0x50, rev, 0, 4 + hello.len() as u8, 0, 16, 0, 16]);
+    req.extend_from_slice(&hello);
+    a.write_all(&req).unwrap();
+    a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+}
+
+/// The responder's switch failed as `Broken` with `errno`, and the
+/// initiator's read (its error `peer`) saw the reset.
+fn broken_with_a_reset(err: &Failure, errno: i32, peer: std::io::Error) {
+    let Failure::Broken { errno: e, .. } = err else {
+        panic!("{err}")
+    };
+    assert_eq!(*e, errno, "{err}");
+    assert_eq!(
+        peer.kind(),
+        std::io::ErrorKind::ConnectionReset,
+        "the initiator sees a reset: {peer}"
+    );
 }
 
 /// As above, the Reject made impossible earlier: no descriptor is left
@@ -269,19 +282,7 @@ fn a_reject_without_a_descriptor_resets_the_connection() {
     std::thread::scope(|sc| {
         let peer = sc.spawn(|| {
             let mut a = &a;
-            a.write_all(b"before ").unwrap();
-            send_mark(a);
-            let mut hello = warpsock_xsock::Hello {
-                slots: 16,
-                slot_size: 65536,
-            }
-            .encode();
-            hello[4] = 9;
-            let mut req = warpsock_xsock::switch::MPA_REQ_KEY.to_vec();
-            req.extend_from_slice(&[0x50, 2, 0, 4 + hello.len() as u8, 0, 16, 0, 16]);
-            req.extend_from_slice(&hello);
-            a.write_all(&req).unwrap();
-            a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            send_unservable_request(a, 2);
             let mut buf = [0u8; 256];
             match a.read(&mut buf) {
                 Ok(n) => panic!("{n} bytes (0: end of stream), not a reset"),
@@ -300,16 +301,7 @@ fn a_reject_without_a_descriptor_resets_the_connection() {
             while libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) >= 0 {}
         }
         let err = switch_fd_as(b.as_fd(), &o, Some(Role::Responder)).unwrap_err();
-        let Failure::Broken { errno, .. } = &err else {
-            panic!("{err}")
-        };
-        assert_eq!(*errno, libc::EMFILE, "{err}");
-        let e = peer.join().unwrap();
-        assert_eq!(
-            e.kind(),
-            std::io::ErrorKind::ConnectionReset,
-            "the initiator sees a reset: {e}"
-        );
+        broken_with_a_reset(&err, libc::EMFILE, peer.join().unwrap());
     });
 }
 
