@@ -146,18 +146,7 @@ fn a_refused_request_leaves_the_responders_connection_intact() {
     std::thread::scope(|sc| {
         let peer = sc.spawn(|| {
             let mut a = &a;
-            a.write_all(b"before ").unwrap();
-            send_mark(a);
-            let mut hello = warpsock_xsock::Hello {
-                slots: 16,
-                slot_size: 65536,
-            }
-            .encode();
-            hello[4] = 9;
-            let mut req = warpsock_xsock::switch::MPA_REQ_KEY.to_vec();
-            req.extend_from_slice(&[0x50, 2, 0, 4 + hello.len() as u8, 0, 16, 0, 16]);
-            req.extend_from_slice(&hello);
-            a.write_all(&req).unwrap();
+            send_unservable_request(a, 2);
             // The Reply (the responder's mark skipped): a Reject.
             let rep = read_mpa_frame(a);
             assert_eq!(&rep[..16], b"MPA ID Rep Frame");
