@@ -434,6 +434,10 @@ fn prepare(fd: c_int) -> Result<Option<usize>, c_int> {
         REFUSED.fetch_add(1, Ordering::Relaxed);
         return Err(libc::EOPNOTSUPP);
     }
+    // The process's dead ends first (a forked child's copy of this
+    // switch becomes one: `sock::refuse_forked_switch`), then room for
+    // the switch's own.
+    sock::dead_ends_made()?;
     if !sys::descriptors_free(fd, SWITCH_DESCRIPTORS) {
         // Near `RLIMIT_NOFILE`: the switch would run out of descriptors
         // after it committed, which resets the connection (a server at
@@ -459,6 +463,11 @@ fn prepare(fd: c_int) -> Result<Option<usize>, c_int> {
 /// the socket, its doorbell pair) before the switching socket's go; one
 /// to spare. A DDP connection keeps 8 (`README.md`, "Limits").
 const SWITCH_DESCRIPTORS: usize = 12;
+
+/// The most a switch of an accepted connection still takes when it
+/// answers the client's Request (the engine's 4 and the DDP socket's 3,
+/// the switching socket's 4 taken already), one to spare.
+const ANSWER_DESCRIPTORS: usize = 8;
 
 /// Switches declined for want of descriptors (`ddp_switch_no_fds`).
 static NO_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
@@ -519,11 +528,22 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
     // forking server's child can serve the plain connection. A listener
     // the program set to DDP mode asked for DDP: its switches end as they
     // would (a DDP socket's copy in a child is refused).
+    // Before it answers, it looks again for the descriptors it still
+    // needs (`ANSWER_DESCRIPTORS`): switches held at once each took their
+    // switching socket's at the start, and the first to answer may have
+    // taken the rest (review 40 item 4) — declined, the connection plain,
+    // rather than reset after the answer.
     let decline = || {
         opts.limits.at_start
-            && at
-                .from
-                .is_some_and(|s| s.hold_declined(config::get().accept_hold))
+            && at.from.is_some_and(|s| {
+                s.hold_declined(config::get().accept_hold) || {
+                    let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS);
+                    if short {
+                        NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
+                    }
+                    short
+                }
+            })
     };
     let r = switch_fd_declinable(b, opts, role, &decline);
     #[cfg(test)]

@@ -429,6 +429,27 @@ impl SwitchingSock {
         }
     }
 
+    /// `done`, for a wait that looked the program's number up and found
+    /// this socket: while the switch runs, and after it if no number names
+    /// this socket any more (`refs` 0: the look-up came before the
+    /// installation moved them). Readable from the switch's end on: the
+    /// wait wakes and looks the number up again, waiting through the
+    /// outcome. The program's number alone would be the outcome's file
+    /// waited on without the outcome's own wait (a DDP socket's input
+    /// wakes a poll through its `wait_begin`): a switch that ended between
+    /// the look-up and the wait's start — the one a poll's use of the
+    /// connection let go (`Self::used`), at once — left the poll asleep to
+    /// its timeout (a 1 s stall in 1 of ~4,000 connections of
+    /// `bench-ddp-accept.sh`, session 39). `None` once over with a number
+    /// still naming it (one the installation missed, or closed behind the
+    /// table and opened again): `done` would wake every wait on that
+    /// number at once, for good — a spin (review 40 item 2); the number's
+    /// own file is the wait's (the missed doorbell is rung).
+    fn change_ahead(&self) -> Option<c_int> {
+        (!self.woken.load(Ordering::Acquire) || self.refs.load(Ordering::Acquire) == 0)
+            .then_some(self.done)
+    }
+
     /// The outcome, once the switch is over.
     fn outcome(&self) -> Option<Outcome> {
         lock(&self.st).outcome.clone()
@@ -702,29 +723,24 @@ impl Socket for SwitchingSock {
     }
 
     fn wait_begin(&self) -> Option<Wait> {
-        // `done` also once the switch is over: it is readable then, and
-        // the poll, woken for nothing, looks the number up again and waits
-        // through the outcome. The program's number alone would be the
-        // outcome's file waited on without the outcome's own wait (a DDP
-        // socket's input wakes a poll through its `wait_begin`): a switch
-        // that ended between the poll's look-up and this call — the one
-        // this poll's use of the connection let go (`Self::used`), at
-        // once — left the poll asleep to its timeout (a 1 s stall in 1 of
-        // ~4,000 connections of `bench-ddp-accept.sh`, session 39). A
-        // number the installation missed names the doorbell, rung: the
-        // poll answers at once.
         self.used();
-        Some(Wait {
-            fds: vec![self.done],
+        self.change_ahead().map(|done| Wait {
+            fds: vec![done],
             claim: Box::new(()),
             chunked: false,
         })
     }
 
     fn file_change(&self) -> Option<c_int> {
-        // `done` is written after the outcome's installation; readable
-        // from then on (as in `wait_begin`).
-        Some(self.done)
+        self.change_ahead()
+    }
+
+    fn write_wait(&self) -> Option<c_int> {
+        // A wait for room is a use too (a server that speaks first polls
+        // for `POLLOUT` before its first write; review 40 item 3): the
+        // doorbell, writable at the switch's end, is the wait's.
+        self.used();
+        None
     }
 
     fn wait_end(&self, _wait: Wait, _revents: &[i16]) -> i16 {

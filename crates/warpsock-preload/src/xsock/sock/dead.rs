@@ -28,6 +28,9 @@ pub(in crate::xsock) fn refuse_forked_switch(
     nonblocking: bool,
 ) -> c_int {
     std::mem::forget(r);
+    // Made before any switch (`prepare`); made here too if they could
+    // not be then (system calls only: this may run in a handler's child).
+    let _ = dead_ends_made();
     let dead = dead_end(nonblocking);
     if dead >= 0 {
         // SAFETY: fcntl and dup3 on the program's descriptor and the
@@ -87,8 +90,10 @@ pub(in crate::xsock) fn dead_ends_made() -> Result<(), c_int> {
 /// ([`dead_ends_made`]) and never closed: such a socket has no state a
 /// copy could change (its calls fail at once, blocking or not), so every
 /// copy can share it — one descriptor a connection fewer than a dead end
-/// each (session 39: 9 a policy-mode server's DDP connection held).
-/// -1 before they are made.
+/// each (session 39: 9 a policy-mode server's DDP connection held). The
+/// copies share its file status flags too: a child's `fcntl(F_SETFL)` of
+/// its copy changes what every copy's `F_GETFL` reads (their calls fail
+/// at once whatever the flag). -1 before they are made.
 pub(in crate::xsock) fn dead_end(nonblocking: bool) -> c_int {
     DEAD_ENDS[usize::from(nonblocking)].load(Ordering::Acquire)
 }

@@ -98,7 +98,7 @@ pub(in crate::xsock) fn settle_before_fork(bound: Duration) {
     // as it would, and its DDP socket's copy is refused in the child.
     for (at, r) in RUNNING.iter().enumerate() {
         if r.load(Ordering::Acquire) == id {
-            DECLINED[at].store(id, Ordering::Release);
+            DECLINED[at].fetch_max(id, Ordering::AcqRel);
             stir(at);
         }
     }
@@ -161,12 +161,15 @@ fn stir(at: usize) {
 /// switch answering its client, or declining it if `gone` (no number
 /// names it: nobody will read it).
 pub(super) fn used(at: usize, id: u64, gone: bool) {
+    // `fetch_max`: ids only grow, so a late call for a switch that ended
+    // (its place since taken by a newer one) changes nothing of the
+    // newer one's (review 40 item 5).
     if gone {
-        DECLINED[at].store(id, Ordering::Release);
-    } else if USED[at].load(Ordering::Acquire) == id {
+        DECLINED[at].fetch_max(id, Ordering::AcqRel);
+    } else if USED[at].load(Ordering::Acquire) >= id {
         return;
     } else {
-        USED[at].store(id, Ordering::Release);
+        USED[at].fetch_max(id, Ordering::AcqRel);
     }
     stir(at);
 }
@@ -181,8 +184,8 @@ pub(in crate::xsock) fn used_all() {
     }
     for (at, r) in RUNNING.iter().enumerate() {
         let id = r.load(Ordering::Acquire);
-        if id != 0 && USED[at].load(Ordering::Acquire) != id {
-            USED[at].store(id, Ordering::Release);
+        if id != 0 && USED[at].load(Ordering::Acquire) < id {
+            USED[at].fetch_max(id, Ordering::AcqRel);
             stir(at);
         }
     }

@@ -358,7 +358,11 @@ fn a_client_writing_without_marking_ends_the_switch_at_the_residue_bound() {
 
 /// A number the program closed behind the table (`close_range`, a raw
 /// `close`) and opened again while its connection switched is the
-/// program's new file: the switch's end does not take it.
+/// program's new file: the switch's end does not take it. The table still
+/// names the switching socket there: a wait on the number waits on the
+/// number's own file, not on the switch's `done` — readable for good
+/// once the switch is over, it made every `poll` of that number wake at
+/// once until its timeout (a spin; review 40 item 2).
 #[test]
 fn a_number_closed_behind_the_table_and_opened_again_is_left_alone() {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
@@ -380,6 +384,10 @@ fn a_number_closed_behind_the_table_and_opened_again_is_left_alone() {
         st.st_mode & libc::S_IFMT,
         libc::S_IFIFO,
         "the program's pipe was replaced"
+    );
+    assert!(
+        sw.wait_begin().is_none() && sw.file_change().is_none(),
+        "a wait on the number the switch left would watch its end, readable for good"
     );
     if let Ok(Some(s)) = fdtable::remove(fd) {
         s.release();
@@ -739,6 +747,9 @@ fn place_of(id: u64) -> usize {
 #[test]
 fn a_held_switch_answers_at_its_use_and_is_declined_by_a_fork_or_its_last_close() {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    // Each hold below ends by its event, none at its bound (a lapse would
+    // count, and take `HUNG`).
+    let lapsed = HOLDS_LAPSED.load(Ordering::Relaxed);
     let (id, t) = held(HUNG);
     slot::used(place_of(id), id, false);
     assert!(!t.join().unwrap(), "a use declined the switch");
@@ -746,6 +757,23 @@ fn a_held_switch_answers_at_its_use_and_is_declined_by_a_fork_or_its_last_close(
     let (_, t) = held(HUNG);
     used_all();
     assert!(!t.join().unwrap(), "an epoll_wait declined the switch");
+
+    // A late use (or last close) of an older switch at the same place
+    // changes nothing of this one's (ids only grow): its use stands.
+    let s = Slot::take().expect("a place");
+    slot::used(s.at, s.id, false);
+    slot::used(s.at, s.id - 1, false);
+    slot::used(s.at, s.id - 1, true);
+    assert!(
+        !slot::hold(s.at, s.id, HUNG),
+        "an older switch's close declined it"
+    );
+    drop(s);
+    assert_eq!(
+        HOLDS_LAPSED.load(Ordering::Relaxed),
+        lapsed,
+        "a hold waited out its bound although used"
+    );
 
     let (id, t) = held(HUNG);
     slot::used(place_of(id), id, true);
@@ -764,7 +792,6 @@ fn a_held_switch_answers_at_its_use_and_is_declined_by_a_fork_or_its_last_close(
     assert!(t.join().unwrap(), "the fork did not decline the switch");
 
     // No hold (`WARPSOCK_DDP_ACCEPT_HOLD_MS=0`): answered at once.
-    let lapsed = HOLDS_LAPSED.load(Ordering::Relaxed);
     let (_, t) = held(Duration::ZERO);
     assert!(!t.join().unwrap(), "no hold declined the switch");
     assert_eq!(
@@ -815,4 +842,39 @@ fn a_wait_begun_on_a_switch_already_over_wakes_at_once() {
     assert_eq!(sw.wait_end(w, &[libc::POLLIN]), 0);
     drop(sw);
     sys::close(fd);
+}
+
+/// Policy mode's hold ends at the program's wait for room on the
+/// connection (a server that speaks first polls for `POLLOUT` before its
+/// first write: the interposer's poll asks `write_wait`), not at its
+/// bound (review 40 item 3: only a wait for input was a use).
+#[test]
+fn a_wait_for_room_is_a_use_that_ends_the_hold() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let policy: &'static Options = Box::leak(Box::new(Options {
+        limits: Limits {
+            at_start: true,
+            ..Limits::with_timeout(HUNG / 4)
+        },
+        ..Options::default()
+    }));
+    let lapsed = HOLDS_LAPSED.load(Ordering::Relaxed);
+    let (fd, c) = accepted();
+    start_responder(fd, policy);
+    let sw = table(fd);
+    let peer = std::thread::spawn(move || {
+        let x: XSocket = switch_fd_as(c.as_fd(), options(HUNG / 4), Some(Role::Initiator))
+            .unwrap_or_else(|e| panic!("the peer's switch: {e}"));
+        (x, c)
+    });
+    assert_eq!(sw.write_wait(), None, "the doorbell is the wait's");
+    let (_x, _c) = peer.join().expect("the peer's thread");
+    assert_eq!(sw.settle_wait(), Ok(()));
+    assert_eq!(
+        HOLDS_LAPSED.load(Ordering::Relaxed),
+        lapsed,
+        "the wait for room did not end the hold"
+    );
+    drop(sw);
+    close_as_the_program(fd);
 }
