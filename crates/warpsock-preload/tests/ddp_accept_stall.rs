@@ -377,6 +377,60 @@ fn a_server_at_its_descriptor_limit_serves_its_clients_over_plain_tcp() {
     );
 }
 
+/// Two switches held at once, let go at once (the loop serves both
+/// connections only once it holds both: `ACCEPTSTALL_BATCH=2`), by a
+/// server 25 descriptor numbers short of its limit — room for both
+/// switching sockets, not for both DDP sockets: each takes the turn to
+/// answer (`switching::AnswerTurn`) and looks for its descriptors, so one
+/// switches and the other is declined (plain TCP), none reset. Before,
+/// both found room for one at the same instant and one ran out after its
+/// answer (`ddp_broken`, 4 runs of 16 at 25-27 free; review 40 item 4).
+#[test]
+fn switches_let_go_at_once_near_the_descriptor_limit_answer_in_turn() {
+    let mut cmd = command(&c_program("acceptstall"), &[], true);
+    cmd.env("ACCEPTSTALL_FREE_FDS", "25")
+        .env("ACCEPTSTALL_BATCH", "2");
+    let (child, mut out, port) = policy_server_with("acceptstall", 1000, cmd);
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let mut cl = command(
+                &c_program("connrate"),
+                &[port.to_string(), "1".into(), "60".into()],
+                true,
+            );
+            cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+                .env("WARPSOCK_DDP_FALLBACK_MS", "1000");
+            cl.spawn().expect("spawn connrate")
+        })
+        .collect();
+    // Killed by pid if they hang.
+    let runs: Vec<Run> = clients
+        .into_iter()
+        .map(|c| finish(c, Duration::from_secs(60)))
+        .collect();
+    let mut q = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    q.write_all(b"quit").unwrap();
+    let mut last = String::new();
+    let _ = out.read_line(&mut last);
+    let server = finish(child, Duration::from_secs(30));
+    for r in &runs {
+        assert!(
+            r.code == Some(0) && r.stdout.starts_with("conns 1 "),
+            "a client was not served: {:?} {} {}; server: {}",
+            r.code,
+            r.stdout,
+            r.stderr,
+            server.stderr
+        );
+    }
+    assert_eq!(server.stat("ddp_broken"), 0, "{}", server.stderr);
+    assert!(
+        server.stat("ddp_switched") + server.stat("ddp_switch_no_fds") >= 2,
+        "{}",
+        server.stderr
+    );
+}
+
 #[test]
 fn a_poll_loop_serves_switching_clients() {
     switching_clients_are_served_by("poll");

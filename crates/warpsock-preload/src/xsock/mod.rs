@@ -455,19 +455,20 @@ fn prepare(fd: c_int) -> Result<Option<usize>, c_int> {
     Ok(p.sndbuf)
 }
 
-/// The most descriptors a switch holds at once: a switching socket's 4
+/// The most descriptors a switch takes: its switching socket's 4
 /// (`switching::start`: the TCP socket's duplicate, a doorbell pair, the
-/// end's eventfd), the handshake's and the engine's 4 (the queue pair's
-/// duplicate of the socket, the context's epoll set and eventfd, the
-/// completion queue's eventfd) and the DDP socket's 3 (its duplicate of
-/// the socket, its doorbell pair) before the switching socket's go; one
-/// to spare. A DDP connection keeps 8 (`README.md`, "Limits").
-const SWITCH_DESCRIPTORS: usize = 12;
+/// end's eventfd) and what it takes once it answers
+/// ([`ANSWER_DESCRIPTORS`]). A DDP connection keeps 8 (`README.md`).
+const SWITCH_DESCRIPTORS: usize = 4 + ANSWER_DESCRIPTORS;
 
-/// The most a switch of an accepted connection still takes when it
-/// answers the client's Request (the engine's 4 and the DDP socket's 3,
-/// the switching socket's 4 taken already), one to spare.
-const ANSWER_DESCRIPTORS: usize = 8;
+/// The most a switch still takes when it answers the peer: the engine's
+/// (the queue pair's duplicate of the socket, the context's epoll set and
+/// eventfd, the completion queue's eventfd) and the DDP socket's (its
+/// duplicate of the socket, its doorbell pair) — 9 for a process's first
+/// DDP socket, whose progress thread's own come too (a policy-mode
+/// server at its limit: 9 free at the answer switched, 8 reset the
+/// client; session 39) — and one to spare.
+const ANSWER_DESCRIPTORS: usize = 10;
 
 /// Switches declined for want of descriptors (`ddp_switch_no_fds`).
 static NO_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
@@ -530,13 +531,19 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
     // would (a DDP socket's copy in a child is refused).
     // Before it answers, it looks again for the descriptors it still
     // needs (`ANSWER_DESCRIPTORS`): switches held at once each took their
-    // switching socket's at the start, and the first to answer may have
-    // taken the rest (review 40 item 4) — declined, the connection plain,
-    // rather than reset after the answer.
+    // switching socket's at the start, and one that answered before may
+    // have taken the rest (review 40 item 4) — declined, the connection
+    // plain, rather than reset after the answer. Switches that answer at
+    // the same instant can still both pass and one run out (nothing is
+    // reserved).
+    // The turn is held until this function returns (the DDP socket made,
+    // or the switch over), one switch at a time (`AnswerTurn`).
+    let turn: std::cell::Cell<Option<switching::AnswerTurn>> = std::cell::Cell::new(None);
     let decline = || {
         opts.limits.at_start
             && at.from.is_some_and(|s| {
                 s.hold_declined(config::get().accept_hold) || {
+                    turn.set(Some(switching::AnswerTurn::take()));
                     let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS);
                     if short {
                         NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);

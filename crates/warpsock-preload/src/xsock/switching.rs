@@ -851,7 +851,9 @@ use opts::{plain_get, plain_set, Kept};
 #[cfg(test)]
 use slot::room;
 use slot::Slot;
-pub(super) use slot::{settle_before_fork, under_way, used_all, DECLINES, HOLDS_LAPSED};
+pub(super) use slot::{
+    settle_before_fork, under_way, used_all, AnswerTurn, DECLINES, HOLDS_LAPSED,
+};
 
 /// In a forked child (its fork handler, the only thread): the parent's
 /// switches and the threads they ran on are not the child's.

@@ -9,8 +9,11 @@
  * closes it registered (the close takes it out of the set), as redis's
  * and nginx's do. ACCEPTSTALL_FREE_FDS=N in the environment: once its
  * listener (and set) are made, it lowers its RLIMIT_NOFILE so that N
- * descriptor numbers are left free (a server at its limit). Bounded: it
- * exits 1 after 120 s. */
+ * descriptor numbers are left free (a server at its limit).
+ * ACCEPTSTALL_BATCH=K: the loop leaves the first K connections it
+ * accepts alone (no call, no wait on them) until it holds all K, then
+ * serves them, and the later ones at once.
+ * Bounded: it exits 1 after 120 s. */
 #include "common.h"
 #include <signal.h>
 #include <sys/epoll.h>
@@ -105,6 +108,9 @@ int main(int argc, char **argv) {
     }
     p[n++] = (struct pollfd){.fd = l, .events = POLLIN};
     watch(l);
+    const char *batch_env = getenv("ACCEPTSTALL_BATCH");
+    int batch = batch_env ? atoi(batch_env) : 1, held[MAXC], nheld = 0;
+    CHECK(batch >= 1 && batch <= MAXC);
     while (now_ms() < end) {
         CHECK(wait_for(p, n, wait_ms, mode) >= 0);
         for (int i = n - 1; i >= 0; i--) {
@@ -116,9 +122,16 @@ int main(int argc, char **argv) {
                 long took = now_ms() - t0;
                 if (took > worst)
                     worst = took;
-                if (c >= 0 && n <= MAXC) {
-                    p[n++] = (struct pollfd){.fd = c, .events = POLLIN};
-                    watch(c);
+                if (c >= 0 && n + nheld <= MAXC) {
+                    held[nheld++] = c;
+                    if (nheld == batch) {
+                        for (int k = 0; k < nheld; k++) {
+                            p[n++] = (struct pollfd){.fd = held[k], .events = POLLIN};
+                            watch(held[k]);
+                        }
+                        nheld = 0;
+                        batch = 1;
+                    }
                 } else if (c >= 0)
                     close(c);
                 continue;
