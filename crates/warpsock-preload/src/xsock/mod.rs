@@ -533,17 +533,18 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
     // needs (`ANSWER_DESCRIPTORS`): switches held at once each took their
     // switching socket's at the start, and one that answered before may
     // have taken the rest (review 40 item 4) — declined, the connection
-    // plain, rather than reset after the answer. Switches that answer at
-    // the same instant can still both pass and one run out (nothing is
-    // reserved).
-    // The turn is held until this function returns (the DDP socket made,
-    // or the switch over), one switch at a time (`AnswerTurn`).
+    // plain, rather than reset after the answer. One switch answers at a
+    // time (`AnswerTurn`, held until this function returns: the DDP socket
+    // made, or the switch over): two let go at once both found room for
+    // one, and one of them ran out after its answer.
     let turn: std::cell::Cell<Option<switching::AnswerTurn>> = std::cell::Cell::new(None);
     let decline = || {
         opts.limits.at_start
             && at.from.is_some_and(|s| {
                 s.hold_declined(config::get().accept_hold) || {
-                    turn.set(Some(switching::AnswerTurn::take()));
+                    // Taken once (a second look would wait on itself).
+                    let held = turn.take().unwrap_or_else(switching::AnswerTurn::take);
+                    turn.set(Some(held));
                     let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS);
                     if short {
                         NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
