@@ -126,7 +126,7 @@ pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTAR
 # one case per run, under ASan/UBSan; review r22-c).
 OCASES=(rcvlowat soerror soerrpoll soerrrecv soerrhup abort abortdup abortbefore abortunread abortshut abortblocked closeblocked closeunread closeheld blockafter stamps latestamps stampopts stampsbefore stampstruct stampkey errqueueopts zerocopy emfile)
 c_cases sockopt "${OCASES[@]}"
-pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR and poll after a reset, abortive closes (dup, set before, unread, after shutdown, with a blocked reader), orderly closes with unread bytes (stream, a message's part) resetting, a blocking read after empty spins, stamps and error reports kept, late stamps dropped, SO_TIMESTAMPING's struct form and refusals, its OPT_ID key across a failed switch, the error queue with IP_RECVERR and receive stamps on, SO_ZEROCOPY refused, a switch short of descriptors resets)"
+pass "${#OCASES[@]} socket-option cases under ASan/UBSan (SO_RCVLOWAT, SO_ERROR and poll after a reset, abortive closes (dup, set before, unread, after shutdown, with a blocked reader), orderly closes with unread bytes (stream, a message's part) resetting, a blocking read after empty spins, stamps and error reports kept, late stamps dropped, SO_TIMESTAMPING's struct form and refusals, its OPT_ID key across a failed switch, the error queue with IP_RECVERR and receive stamps on, SO_ZEROCOPY refused, a switch short of descriptors declined before its handshake, the connection working TCP)"
 
 # 1e. pthread_cancel of a thread blocked in a read, a MSG_WAITALL recv, a
 # send on a full window, a poll (standing in for the progress thread) and
