@@ -187,17 +187,17 @@ pub(super) fn start(
             return Err(e);
         }
     };
+    // What a forked child's copy and an exec's become (`demote_fd`): the
+    // switch's `prepare` made them; a no-op then.
+    if let Err(e) = super::sock::dead_ends_made() {
+        sys::close(kfd);
+        return Err(e);
+    }
     // SAFETY: a new eventfd of ours.
     let done = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    // What a forked child's copy and an exec's become (`demote_fd`).
-    let dead = super::sock::dead_ends_made();
-    if dead.is_err() || done < 0 {
-        let e = dead.err().unwrap_or_else(errno);
-        for f in [kfd, done] {
-            if f >= 0 {
-                sys::close(f);
-            }
-        }
+    if done < 0 {
+        let e = errno();
+        sys::close(kfd);
         return Err(e);
     }
     // Writable only at the end: a send would fail with `EAGAIN` until then.
