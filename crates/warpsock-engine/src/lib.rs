@@ -233,6 +233,7 @@ mod context;
 mod cq;
 mod driver;
 mod error;
+pub mod fds;
 mod mem;
 mod mr;
 mod pd;

@@ -63,6 +63,8 @@ impl Epoll {
     pub(crate) fn new() -> io::Result<Self> {
         // SAFETY: plain syscall; the returned fd is checked and then owned.
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // Out of the program's numbers (`crate::fds`).
+        let fd = crate::fds::lift(fd);
         // SAFETY: `fd` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Self { fd })
@@ -122,6 +124,8 @@ impl EventFd {
     pub(crate) fn new() -> io::Result<Self> {
         // SAFETY: plain syscall; the returned fd is checked and then owned.
         let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+        // Out of the program's numbers (`crate::fds`).
+        let fd = crate::fds::lift(fd);
         // SAFETY: `fd` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Self { fd })

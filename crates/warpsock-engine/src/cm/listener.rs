@@ -109,7 +109,7 @@ pub struct Listener {
 impl Listener {
     /// Listens on `addr` (port 0 picks a free port; see [`Self::local_addr`]).
     pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<Self> {
-        Self::from_std(TcpListener::bind(addr)?)
+        Self::from_std(crate::fds::lift_owned(TcpListener::bind(addr)?))
     }
 
     /// Runs on a TCP listener the caller opened (made non-blocking here).
@@ -215,6 +215,7 @@ impl Listener {
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
                 Err(e) => return Err(CmError::Io(e)),
             };
+            let sock = crate::fds::lift_owned(sock);
             let Ok(local) = sock.local_addr() else {
                 continue;
             };

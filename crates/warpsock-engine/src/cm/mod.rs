@@ -297,7 +297,8 @@ pub fn connect<A: ToSocketAddrs>(addr: A, init: &QpInit<'_>) -> Result<Qp, CmErr
     for a in addrs {
         match TcpStream::connect_timeout(&a, opts.connect_timeout) {
             Ok(s) => {
-                sock = Some(s);
+                // Out of the program's numbers (`crate::fds`).
+                sock = Some(crate::fds::lift_owned(s));
                 break;
             }
             Err(e) => last = CmError::from_connect(a, e, opts.connect_timeout),

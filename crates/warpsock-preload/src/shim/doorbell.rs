@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
+use warpsock_engine::fds;
 
 use super::{real, sys};
 
@@ -225,9 +226,11 @@ impl Doorbell {
             sys::close(sv[1]);
             return Err(e);
         }
+        // Both out of the program's numbers (`warpsock_engine::fds`): the
+        // program's own number is made to name `app` later (a `dup3`).
         Ok(Self {
-            app: sv[0],
-            tx: sv[1],
+            app: fds::lift(sv[0]),
+            tx: fds::lift(sv[1]),
             forks,
         })
     }

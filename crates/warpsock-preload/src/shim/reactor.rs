@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
+use warpsock_engine::fds;
 
 use super::sys;
 
@@ -134,8 +135,8 @@ pub(crate) fn get() -> Option<&'static Reactor> {
     // SAFETY: plain syscalls creating new descriptors.
     let (epfd, wakefd) = unsafe {
         (
-            libc::epoll_create1(libc::EPOLL_CLOEXEC),
-            libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK),
+            fds::lift(libc::epoll_create1(libc::EPOLL_CLOEXEC)),
+            fds::lift(libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)),
         )
     };
     if epfd < 0 || wakefd < 0 {

@@ -21,6 +21,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, iovec, msghdr, socklen_t};
+use warpsock_engine::fds;
 
 use super::config;
 use super::core::frame::{self, Parsed, Stripe, CTRL_PROVEN, HDR_LEN, NONCE_LEN};
@@ -465,6 +466,8 @@ impl Conn {
         if fd < 0 {
             return Err(errno());
         }
+        // Out of the program's numbers, as every library descriptor.
+        let fd = fds::lift(fd);
         tune(fd);
         if let Some(local) = sys::local_addr(udp) {
             if !local.ip().is_unspecified() {

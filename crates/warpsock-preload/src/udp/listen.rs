@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, socklen_t};
+use warpsock_engine::fds;
 
 use super::config;
 use super::conn::{tune, Conn, EPOLLIN};
@@ -87,6 +88,8 @@ impl Sock {
             stats::inc(&STATS.listen_failed);
             return;
         }
+        // Out of the program's numbers, as every library descriptor.
+        let l = fds::lift(l);
         sys::set_int(l, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1);
         if self.family == libc::AF_INET6 {
             if let Some(v) = sys::get_int(self.udp, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) {
@@ -183,6 +186,7 @@ impl Sock {
                 }
                 return;
             }
+            let c = fds::lift(c);
             stats::inc(&STATS.accepts);
             // SAFETY: the kernel wrote `len` bytes of address.
             let peer =

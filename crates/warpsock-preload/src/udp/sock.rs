@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, sockaddr, socklen_t};
 use smallvec::{smallvec, SmallVec};
+use warpsock_engine::fds;
 
 use super::config;
 use super::conn::{Conn, Room, DGRAM_OVERHEAD, EPOLLIN};
@@ -196,6 +197,9 @@ impl Sock {
     /// of a doorbell socketpair. Returns the new state (already in the
     /// descriptor table) or an errno, in which case `fd` is unchanged.
     pub(crate) fn transpose(fd: c_int) -> Result<Arc<Self>, c_int> {
+        // The library's descriptors out of the program's numbers, from the
+        // limit now (`warpsock_engine::fds`).
+        fds::set_floor_from_limit();
         let eng = reactor::get().ok_or(libc::ENOMEM)?;
         let family = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN).ok_or_else(errno)?;
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
@@ -204,7 +208,7 @@ impl Sock {
             if fl < 0 {
                 return Err(errno());
             }
-            let udp = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
+            let udp = fds::dup_lifted(fd);
             if udp < 0 {
                 return Err(errno());
             }

@@ -434,6 +434,9 @@ fn prepare(fd: c_int) -> Result<Option<usize>, c_int> {
         REFUSED.fetch_add(1, Ordering::Relaxed);
         return Err(libc::EOPNOTSUPP);
     }
+    // Where the library's descriptors go, from the limit now (a program
+    // may have raised it since the last switch: `warpsock_engine::fds`).
+    warpsock_engine::fds::set_floor_from_limit();
     // The process's dead ends first (a forked child's copy of this
     // switch becomes one: `sock::refuse_forked_switch`), then room for
     // the switch's own.

@@ -47,6 +47,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use std::time::{Duration, Instant};
 
 use libc::c_int;
+use warpsock_engine::fds;
 use warpsock_xsock::io::{Closing, Phase, XSocket};
 
 use super::config;
@@ -483,9 +484,9 @@ fn new_reaper(max: usize) -> Option<Reaper> {
     // SAFETY: plain syscalls creating new descriptors.
     let (wakefd, epfd) = unsafe {
         (
-            libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK),
+            fds::lift(libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)),
             // libc's (the interposed one records the program's sets).
-            real::epoll_create1(libc::EPOLL_CLOEXEC),
+            fds::lift(real::epoll_create1(libc::EPOLL_CLOEXEC)),
         )
     };
     let mut ev = libc::epoll_event {

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, c_void, msghdr, sockaddr, socklen_t};
+use warpsock_engine::fds;
 use warpsock_xsock::switch::{classify_request, Request};
 
 use crate::shim::doorbell::Doorbell;
@@ -60,7 +61,7 @@ impl ResidueSock {
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
         unsafe {
             let fl = real::fcntl(at.kernel, libc::F_GETFL, 0);
-            let kfd = real::fcntl(at.kernel, libc::F_DUPFD_CLOEXEC, 0);
+            let kfd = fds::dup_lifted(at.kernel);
             if fl < 0 || kfd < 0 {
                 return Err(errno());
             }

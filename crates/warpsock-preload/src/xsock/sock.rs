@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 use smallvec::SmallVec;
+use warpsock_engine::fds;
 use warpsock_xsock::io::{Readiness, XSocket};
 
 use super::follow::Follow;
@@ -319,7 +320,7 @@ impl DdpSock {
         x.set_msg_mode(msg_mode);
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
         unsafe {
-            let kfd = real::fcntl(at.kernel, libc::F_DUPFD_CLOEXEC, 0);
+            let kfd = fds::dup_lifted(at.kernel);
             if kfd < 0 {
                 return Err(undo(&x, &kept, errno()));
             }

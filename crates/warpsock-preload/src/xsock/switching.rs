@@ -63,6 +63,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use libc::{c_int, c_ulong, c_void, msghdr, socklen_t};
+use warpsock_engine::fds;
 use warpsock_xsock::io::Options;
 
 use super::{switch_at, Asked, At, SOL_WARPSOCK, WARPSOCK_MSG_MODE};
@@ -166,12 +167,7 @@ pub(super) fn start(
     slot::accepted_last(slot.id);
     let asked: Asked = (msg_mode, None, role, prepare(fd)?);
     // SAFETY: fcntl on the program's new socket.
-    let (fl, kfd) = unsafe {
-        (
-            real::fcntl(fd, libc::F_GETFL, 0),
-            real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0),
-        )
-    };
+    let (fl, kfd) = unsafe { (real::fcntl(fd, libc::F_GETFL, 0), fds::dup_lifted(fd)) };
     if fl < 0 || kfd < 0 {
         let e = errno();
         if kfd >= 0 {
@@ -194,7 +190,7 @@ pub(super) fn start(
         return Err(e);
     }
     // SAFETY: a new eventfd of ours.
-    let done = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    let done = fds::lift(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) });
     if done < 0 {
         let e = errno();
         sys::close(kfd);

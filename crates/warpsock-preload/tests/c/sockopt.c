@@ -400,7 +400,12 @@ static int tcp_under(int fd) {
     socklen_t alen = sizeof a, plen = sizeof pa;
     CHECK(getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
     CHECK(getpeername(fd, (struct sockaddr *)&pa, &plen) == 0);
-    for (int k = 3; k < 4096; k++) {
+    /* Up to the soft limit: the library's descriptors live from half of
+     * it up (warpsock_engine::fds). */
+    struct rlimit l;
+    CHECK(getrlimit(RLIMIT_NOFILE, &l) == 0);
+    int end = l.rlim_cur > 65536 ? 65536 : (int)l.rlim_cur;
+    for (int k = 3; k < end; k++) {
         struct stat st;
         struct sockaddr_in b, pb;
         socklen_t blen = sizeof b, pblen = sizeof pb;

@@ -268,7 +268,7 @@ pub fn switch_fd_declinable(
             }
             Step::Connect => {
                 let rto = rto_plan(raw, opts.rto_min);
-                let sock = stream.try_clone().map_err(|e| committed(&stream, e))?;
+                let sock = lifted_clone(&stream).map_err(|e| committed(&stream, e))?;
                 // The residue stays here unless the queue pair is made
                 // (the peer may reject), and the program's `TCP_NODELAY`
                 // is put back then (the exchange sets it: the engine's
@@ -308,7 +308,7 @@ pub fn switch_fd_declinable(
             }
             Step::Accept(peer_hello) => {
                 let rto = rto_plan(raw, opts.rto_min);
-                let sock = stream.try_clone().map_err(|e| committed(&stream, e))?;
+                let sock = lifted_clone(&stream).map_err(|e| committed(&stream, e))?;
                 let tcp_fd = sock.as_raw_fd();
                 let accepted = ConnectRequest::read(sock, opts.limits.request_timeout)
                     .and_then(|req| XSocket::accept(req, tcp_fd, peer_hello, opts, residue));
@@ -358,7 +358,7 @@ fn refuse(
     opts: &Options,
     error: SwitchError,
 ) -> Failure {
-    let sock = match stream.try_clone() {
+    let sock = match lifted_clone(stream) {
         Ok(s) => s,
         Err(e) => return committed(stream, e),
     };
@@ -500,6 +500,19 @@ fn rto_plan(fd: RawFd, rto_min: Option<Duration>) -> RtoMin {
 /// `setsockopt(TCP_RTO_MIN_US)`; whether the kernel took it.
 pub(super) fn set_rto_min_us(fd: RawFd, us: i32) -> bool {
     set_int_option(fd, libc::IPPROTO_TCP, TCP_RTO_MIN_US, us)
+}
+
+/// The engine's own handle on the connection: a duplicate of `stream`
+/// placed out of the program's numbers ([`warpsock_engine::fds`]), as
+/// `TcpStream::try_clone` would make it otherwise (close-on-exec).
+#[allow(unsafe_code)]
+fn lifted_clone(stream: &TcpStream) -> io::Result<TcpStream> {
+    let fd = warpsock_engine::fds::dup_lifted(stream.as_raw_fd());
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is the new duplicate, ours alone.
+    Ok(unsafe { TcpStream::from_raw_fd(fd) })
 }
 
 /// The caller's socket as a `TcpStream` that never closes it.

@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use libc::c_int;
+use warpsock_engine::fds;
 use warpsock_xsock::io::XSocket;
 
 use crate::shim::real;
@@ -66,6 +67,8 @@ pub(in crate::xsock) fn dead_ends_made() -> Result<(), c_int> {
         if fd < 0 {
             return Err(errno());
         }
+        // Out of the program's numbers, as every library descriptor.
+        let fd = fds::lift(fd);
         sys::set_nonblocking(fd, i == 1);
         if slot
             .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
