@@ -430,9 +430,7 @@ impl Handler for Ready {
         enter((), || {
             let Some(_pin) = self.1.pin() else { return };
             if let Some(s) = self.0.upgrade() {
-                if let Some(r) = s.x.progress_if_idle() {
-                    s.reflect(r);
-                }
+                s.x.progress_if_idle(|r| s.reflect(r));
                 #[cfg(feature = "test-hooks")]
                 self.1.held_pass();
             }
