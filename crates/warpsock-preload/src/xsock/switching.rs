@@ -189,8 +189,13 @@ pub(super) fn start(
         sys::close(kfd);
         return Err(e);
     }
+    // Left at the lowest free number, unlike the library's other
+    // descriptors (`warpsock_engine::fds`): a `select` over the switching
+    // number waits on it too, in sets widened to it (`interpose::wait::
+    // select`), which stay within `FD_SETSIZE` and on the stack only while
+    // it is low. It lives only while the switch runs.
     // SAFETY: a new eventfd of ours.
-    let done = fds::lift(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) });
+    let done = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if done < 0 {
         let e = errno();
         sys::close(kfd);
