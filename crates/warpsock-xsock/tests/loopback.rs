@@ -89,7 +89,7 @@ fn large_reads_posted_ahead_are_placed_without_a_copy() {
     let xb = Arc::new(xb);
     let t = Instant::now();
     // The reader's sink arrives first (its offer follows the "k").
-    let ready = |i| {
+    let ready = |i, _| {
         while !xa.peer_sink_ready() {
             assert!(t.elapsed() < LIMIT, "no sink offered in round {i}");
             std::thread::yield_now();

@@ -46,8 +46,18 @@ const WAITALL: RecvFlags = RecvFlags {
 fn blocking_1_mib_reads_posted_ahead_copy_at_most_5_percent() {
     let (a, b) = tcp_pair();
     let (xa, xb) = switch_both(&a, &b, &opts());
+    let xb = Arc::new(xb);
+    let t = Instant::now();
+    // Each chunk is sent once the reader waits for it: its read is posted
+    // (the receives retargeted at its buffer) before the bytes come.
+    let ready = |i, before| {
+        while load(&xb.stats().waits) <= before {
+            assert!(t.elapsed() < LIMIT, "round {i}: the read never waited");
+            std::thread::yield_now();
+        }
+    };
     // Half the rounds plain blocking reads, half MSG_WAITALL.
-    let (rx, copied) = reads_posted_ahead(&xa, Arc::new(xb), (1 << 20, 8, 15), true, |_| {});
+    let (rx, copied) = reads_posted_ahead(&xa, Arc::clone(&xb), (1 << 20, 8, 15), true, ready);
     assert!(copied as f64 / rx as f64 <= 0.05, "copied {copied} of {rx}");
 }
 

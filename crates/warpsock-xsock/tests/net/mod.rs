@@ -179,19 +179,28 @@ pub(crate) fn set_buf(s: &TcpStream, opt: libc::c_int, bytes: libc::c_int) {
 /// `rounds` reads of `chunk` bytes posted ahead of the data: `xb` reads a
 /// chunk (MSG_WAITALL, or every other round a plain blocking read, if
 /// `alternate`) and only then asks for the next one with a 1-byte "k";
-/// `xa` runs `ready(round)` before it sends each chunk. Checks that every
-/// byte arrived in order and returns `xb`'s (received, copied) counters,
-/// printing the ratio.
+/// `xa` runs `ready(round, waits)` before it sends each chunk, `waits`
+/// being `xb`'s count of waits in the engine (`Counters::waits`) before
+/// that chunk's read began: once the count passes it, the read is posted
+/// and waiting (a writer that sent at once after the "k" raced the
+/// reader's next read in a release build, and its bytes went to the
+/// slots: 6–22 % copied). Checks that every byte arrived in order and
+/// returns `xb`'s (received, copied) counters, printing the ratio.
 pub(crate) fn reads_posted_ahead(
     xa: &XSocket,
     xb: std::sync::Arc<XSocket>,
     (chunk, rounds, seed): (usize, usize, u64),
     alternate: bool,
-    ready: impl Fn(usize),
+    ready: impl Fn(usize, u64),
 ) -> (u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
+    // `xb`'s waits before each round's read (before its "k" for the next).
+    let before = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(
+        xb.stats().waits.load(Relaxed),
+    ));
     let r = {
         let xb = std::sync::Arc::clone(&xb);
+        let before = std::sync::Arc::clone(&before);
         std::thread::spawn(move || {
             let mut all = Vec::new();
             let mut buf = vec![0; chunk];
@@ -207,6 +216,7 @@ pub(crate) fn reads_posted_ahead(
                     got += n;
                 }
                 all.extend_from_slice(&buf);
+                before.store(xb.stats().waits.load(Relaxed), Relaxed);
                 xb.send(b"k", false, None).unwrap();
             }
             all
@@ -214,7 +224,7 @@ pub(crate) fn reads_posted_ahead(
     };
     let data = pattern(chunk * rounds, seed);
     for i in 0..rounds {
-        ready(i);
+        ready(i, before.load(Relaxed));
         xa.send(&data[i * chunk..(i + 1) * chunk], false, None)
             .unwrap();
         let mut k = [0u8; 1];
