@@ -11,7 +11,7 @@
 
 use std::mem::zeroed;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use libc::{
     c_char, c_int, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t,
@@ -51,6 +51,8 @@ macro_rules! dispatch {
 /// The waiting calls: `poll`, `ppoll`, `select`, `pselect`, the
 /// `epoll_wait` family.
 pub mod wait;
+
+mod adopting;
 
 /// Interposed calls over the thread's own hold of the table's lock.
 #[cfg(test)]
@@ -136,9 +138,6 @@ pub(crate) fn acting_kind(mark: u8) -> Option<&'static &'static dyn Kind> {
     KINDS.get(fdtable::candidate_kind(mark)? - 1)
 }
 
-/// Held while a kind adopts a candidate (see `target`).
-static ADOPTING: Mutex<()> = Mutex::new(());
-
 /// The managed socket behind `fd` (whose mark is `mark`, non-zero), or the
 /// one its kind makes of the candidate `fd` about to talk to `dest()`.
 pub(crate) fn target(
@@ -158,11 +157,10 @@ pub(crate) fn target(
     }
     let kind = acting_kind(mark)?;
     let dest = dest()?;
-    // One adoption at a time, and only of a descriptor that is still a
-    // candidate: two threads sending on one new socket would otherwise
-    // both adopt it, the second taking the first's doorbell for the kernel
-    // socket (its send then failed with EISCONN).
-    let _one = ADOPTING.lock().unwrap_or_else(PoisonError::into_inner);
+    // One adoption of a descriptor at a time, and only of one that is
+    // still a candidate (`adopting`: per descriptor — a policy-mode
+    // connect's adoption is its switch, which may wait for the peer).
+    let _one = adopting::Claim::take(fd);
     let mark = fdtable::mark(fd);
     if mark & MANAGED != 0 {
         return fdtable::get(fd);
