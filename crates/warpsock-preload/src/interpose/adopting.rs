@@ -12,7 +12,8 @@
 //! listener, waiting for the data of the connection it had accepted, whose
 //! client thread waited for the lock, accepted the other only after the
 //! first switch gave up — both fell back to TCP after 1 s each
-//! (session 40).
+//! (session 40). (Now the first switches; the others still wait for the
+//! server's accept, which comes after the first's data: README.)
 //!
 //! A claim names its process: a child forked while another thread of the
 //! parent held one (a thread the child does not have) ignores it.
