@@ -52,7 +52,7 @@ macro_rules! dispatch {
 /// `epoll_wait` family.
 pub mod wait;
 
-mod adopting;
+pub(crate) mod adopting;
 
 /// Interposed calls over the thread's own hold of the table's lock.
 #[cfg(test)]
@@ -157,21 +157,26 @@ pub(crate) fn target(
     }
     let kind = acting_kind(mark)?;
     let dest = dest()?;
-    // One adoption of a descriptor at a time, and only of one that is
-    // still a candidate (`adopting`: per descriptor — a policy-mode
-    // connect's adoption is its switch, which may wait for the peer).
-    let _one = adopting::Claim::take(fd);
-    let mark = fdtable::mark(fd);
-    if mark & MANAGED != 0 {
-        return fdtable::get(fd);
-    }
-    fdtable::candidate_kind(mark)?;
-    enter(None, || match kind.adopt(fd, dest) {
-        Adoption::Adopted(s) => Some(s),
-        Adoption::NotThis => None,
-        Adoption::Never => {
-            fdtable::set_candidate(fd, 0);
-            None
+    // One adoption of a socket at a time, and only of one that is still a
+    // candidate (`adopting`: per socket — a policy-mode connect's adoption
+    // is its switch, which may wait for the peer). The claim is taken and
+    // held inside the library (`enter`): a signal handler's call on this
+    // thread meanwhile stays plain instead of waiting on this claim or
+    // the claims' lock, which only the interrupted frame lets go.
+    enter(None, || {
+        let _one = adopting::Claim::take(fd);
+        let mark = fdtable::mark(fd);
+        if mark & MANAGED != 0 {
+            return fdtable::get(fd);
+        }
+        fdtable::candidate_kind(mark)?;
+        match kind.adopt(fd, dest) {
+            Adoption::Adopted(s) => Some(s),
+            Adoption::NotThis => None,
+            Adoption::Never => {
+                fdtable::set_candidate(fd, 0);
+                None
+            }
         }
     })
 }

@@ -372,6 +372,7 @@ mod init {
         // locks start afresh (neither is held across the fork).
         crate::shim::epollcarry::fork_child();
         crate::interpose::stdio::fork_child();
+        crate::interpose::adopting::fork_child();
         fdtable::fork_release_child();
         crate::kinds_after_fork_child();
         demote_all(false);

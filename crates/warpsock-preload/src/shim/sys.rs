@@ -424,8 +424,9 @@ pub(crate) fn close(fd: c_int) {
 }
 
 /// Whether at least `n` descriptor numbers are free now (below the
-/// process's `RLIMIT_NOFILE`): takes `n` duplicates of `fd` (the lowest
-/// free numbers, as any new descriptor would) and closes them again —
+/// process's `RLIMIT_NOFILE`): takes `n` duplicates of `fd` (where the
+/// library's own descriptors go: from the floor up, else the lowest free
+/// numbers) and closes them again —
 /// 2 `n` system calls, exact at that instant (numbers the program frees
 /// or takes meanwhile change it). `n` at most 16.
 pub(crate) fn descriptors_free(fd: c_int, n: usize) -> bool {
@@ -433,8 +434,11 @@ pub(crate) fn descriptors_free(fd: c_int, n: usize) -> bool {
     let n = n.min(taken.len());
     let mut ok = true;
     for t in &mut taken[..n] {
-        // SAFETY: a duplicate of a descriptor we were handed, closed below.
-        *t = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        // Where the library's descriptors go (`warpsock_engine::fds`):
+        // from the floor up, else low — the probe then takes none of the
+        // program's next numbers while there is room up there (an
+        // `accept` of the program's meanwhile would get a higher one).
+        *t = warpsock_engine::fds::dup_lifted(fd);
         if *t < 0 {
             ok = false;
             break;
