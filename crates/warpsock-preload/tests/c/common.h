@@ -37,9 +37,8 @@ static inline struct sockaddr_in lo(int port) {
 }
 
 /* A TCP listener on 127.0.0.1, port 0 (the kernel's pick: no race for a
- * free port), its backlog `backlog`; prints "ready PORT" for the test
- * that started the program and returns the listener. */
-static inline int tcp_listener_ready(int backlog) {
+ * free port), its backlog `backlog`; its port into *port. */
+static inline int tcp_listener_lo(int backlog, int *port) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(l >= 0);
     struct sockaddr_in a = lo(0);
@@ -47,7 +46,16 @@ static inline int tcp_listener_ready(int backlog) {
     CHECK(listen(l, backlog) == 0);
     socklen_t al = sizeof a;
     CHECK(getsockname(l, (struct sockaddr *)&a, &al) == 0);
-    printf("ready %d\n", ntohs(a.sin_port));
+    *port = ntohs(a.sin_port);
+    return l;
+}
+
+/* tcp_listener_lo, then "ready PORT" printed for the test that started
+ * the program; returns the listener. */
+static inline int tcp_listener_ready(int backlog) {
+    int port;
+    int l = tcp_listener_lo(backlog, &port);
+    printf("ready %d\n", port);
     fflush(stdout);
     return l;
 }

@@ -18,19 +18,6 @@
 static atomic_int a_done;
 static int port_a, port_b;
 
-/* A listener on 127.0.0.1, port 0; its port into *port. */
-static int listener(int *port) {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(l >= 0);
-    struct sockaddr_in a = lo(0);
-    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
-    CHECK(listen(l, 4) == 0);
-    socklen_t al = sizeof a;
-    CHECK(getsockname(l, (struct sockaddr *)&a, &al) == 0);
-    *port = ntohs(a.sin_port);
-    return l;
-}
-
 static void *connect_a(void *arg) {
     (void)arg;
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -58,7 +45,7 @@ static void *accept_b(void *arg) {
 int main(int argc, char **argv) {
     (void)argc;
     (void)argv;
-    int la = listener(&port_a), lb = listener(&port_b);
+    int la = tcp_listener_lo(4, &port_a), lb = tcp_listener_lo(4, &port_b);
     pthread_t ta, tb;
     CHECK(pthread_create(&tb, NULL, accept_b, &lb) == 0);
     CHECK(pthread_create(&ta, NULL, connect_a, NULL) == 0);
