@@ -536,12 +536,13 @@ fn a_switch_that_panics_leaves_the_connection_plain_and_its_place_free() {
 
 /// A client's policy-mode connect to a server that never answers its
 /// switch (nothing accepts: the kernel completed the connection) does not
-/// hold its other connects up (`tests/c/connclaim.c`): one adoption at a
-/// time per descriptor, not per process. With the process-wide lock, the
-/// second connect waited out the first's fallback (20 s here) and then
-/// fell back itself; iperf 2's `-P 2` lost both connections to TCP that
-/// way, 1 s each, against a server that reads one connection's header
-/// before it accepts the next (session 40).
+/// hold its other connects up (`tests/c/connclaim.c`): a connect's switch
+/// runs in the background, and one adoption at a time is per socket, not
+/// per process. With the process-wide lock over a switch made inside
+/// `connect`, the second connect waited out the first's fallback (20 s
+/// here) and then fell back itself; iperf 2's `-P 2` lost both
+/// connections to TCP that way, 1 s each, against a server that reads one
+/// connection's header before it accepts the next (session 40).
 #[test]
 fn a_silent_servers_connect_does_not_hold_up_the_clients_other_connects() {
     let mut cmd = command(&c_program("connclaim"), &[], true);

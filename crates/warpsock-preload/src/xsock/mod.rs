@@ -732,7 +732,31 @@ impl Kind for Ddp {
         } else if cfg.matches(dest.port(), dest) {
             // Policy mode: a peer that does not switch leaves a working
             // TCP connection and connect succeeds. The connecting end
-            // initiates (see `switch_fd_as`).
+            // initiates (see `switch_fd_as`), in the background as an
+            // accepted connection's responder does (`switching`): the
+            // `connect` returns at once, as TCP's does once the kernel
+            // queued the connection, and the program's first call that
+            // needs the outcome waits for it (a non-blocking one fails
+            // with `EAGAIN`; the descriptor becomes writable at the end).
+            // A client that connects several times before it uses any
+            // connection, to a server that accepts the next only after
+            // reading the last (iperf 2's `-P`), got the first in DDP mode
+            // and the others in TCP after the fallback each; an event
+            // loop's connect stalled its other connections for the switch.
+            // With no switch slot free, in this call.
+            match switching::start(
+                fd,
+                &cfg.policy,
+                p.msg_mode,
+                (Some(Role::Initiator), true),
+                prepare,
+            ) {
+                // The switching socket itself, which answers the adopting
+                // `connect`: the table may name the outcome already.
+                Ok(s) => return Adoption::Adopted(s),
+                Err(libc::EAGAIN) => {}
+                Err(_) => return Adoption::Never,
+            }
             (&cfg.policy, 0, Some(Role::Initiator))
         } else {
             return Adoption::NotThis;
@@ -778,7 +802,7 @@ impl Kind for Ddp {
         // In the background (`switching`): the switch waits on the peer,
         // and `accept` must not. With no room for it, the connection stays
         // plain TCP (the peer falls back), its switch not tried.
-        let _ = switching::start(fd, opts, p.msg_mode, role, prepare);
+        let _ = switching::start(fd, opts, p.msg_mode, (role, false), prepare);
     }
 
     fn plain_sockopt(&self, fd: c_int, level: c_int, op: SockOpt) -> Option<c_int> {

@@ -1,5 +1,13 @@
 //! Accepted connections switch in the background: `accept` never waits on
-//! the peer.
+//! the peer. So do a policy-mode client's (session 40): its `connect`
+//! returns once the kernel made the connection, as TCP's does, and the
+//! switch, the initiator's, runs here as described below (no hold: that
+//! is the responder's). Made inside `connect`, it waited for the server
+//! program to accept — a client that connects several times before it
+//! uses any connection (iperf 2's `-P`) against a server that accepts the
+//! next only after reading from the last got one connection in DDP mode
+//! and the others in TCP after the fallback each. With no slot free, the
+//! switch is made inside `connect` as before (`Ddp::adopt`).
 //!
 //! A connection a policy-mode listener (or one set to DDP mode) accepts
 //! must switch as the responder: wait for the client's mark (up to
@@ -109,7 +117,8 @@ struct State {
     bells: usize,
 }
 
-/// An accepted connection whose switch is under way (module docs).
+/// A connection whose switch is under way in the background (module
+/// docs): an accepted one, or a policy-mode client's.
 pub(crate) struct SwitchingSock {
     /// Our duplicate of the TCP socket: the switch runs on it.
     kfd: c_int,
@@ -138,6 +147,10 @@ pub(crate) struct SwitchingSock {
     pid: i32,
     /// Its switch's place and id (`slot`): a fork may decline it.
     slot: (usize, u64),
+    /// The program's `connect` that started the switch (a policy-mode
+    /// connection's, in the background: `Ddp::adopt`) is still to return:
+    /// its `connect` on this socket returns 0, once.
+    connecting: AtomicBool,
     st: Mutex<State>,
     settled: Condvar,
 }
@@ -146,19 +159,27 @@ pub(crate) struct SwitchingSock {
 #[cfg(test)]
 static STARTED_LAST: Mutex<std::sync::Weak<SwitchingSock>> = Mutex::new(std::sync::Weak::new());
 
-/// Starts the switch of the program's accepted connection `fd` on a
+/// Starts the switch of the program's accepted connection `fd` — or, with
+/// `connecting`, of the connection its `connect` just made (policy mode:
+/// that `connect` then returns at once, [`Socket::connect`]) — on a
 /// thread of its own, `fd` a switching socket meanwhile: `prepare` notes
 /// its one try (and gives the noted `SO_SNDBUF`, or refuses) once a slot
-/// is taken. On failure (no slot, refused, no descriptor, no thread) `fd`
-/// is left, or made again, the plain TCP socket, and the errno returned.
+/// is taken. Returns the switching socket (the table may name its outcome
+/// already: the switch runs meanwhile). On failure (no slot: `EAGAIN`;
+/// refused, no descriptor, no thread) `fd` is left, or made again, the
+/// plain TCP socket, and the errno returned.
 pub(super) fn start(
     fd: c_int,
     opts: &'static Options,
     msg_mode: bool,
-    role: Option<warpsock_xsock::Role>,
+    (role, connecting): (Option<warpsock_xsock::Role>, bool),
     prepare: impl FnOnce(c_int) -> Result<Option<usize>, c_int>,
-) -> Result<(), c_int> {
+) -> Result<Arc<SwitchingSock>, c_int> {
     let Some(slot) = Slot::take() else {
+        if connecting {
+            // The caller switches it itself.
+            return Err(libc::EAGAIN);
+        }
         OVER.fetch_add(1, Ordering::Relaxed);
         // This connection is plain: a fork does not wait for an older one.
         slot::accepted_last(0);
@@ -220,6 +241,7 @@ pub(super) fn start(
         nonblocking: AtomicBool::new(nonblocking),
         pid: sys::getpid(),
         slot: (slot.at, slot.id),
+        connecting: AtomicBool::new(connecting),
         st: Mutex::new(State {
             outcome: None,
             opts: Vec::new(),
@@ -253,7 +275,7 @@ pub(super) fn start(
         return Err(libc::EAGAIN);
     }
     STARTED.fetch_add(1, Ordering::Relaxed);
-    Ok(())
+    Ok(s)
 }
 
 impl SwitchingSock {
@@ -498,6 +520,15 @@ impl SwitchingSock {
 impl Socket for SwitchingSock {
     fn kernel_fd(&self) -> c_int {
         self.kfd
+    }
+
+    fn connect(&self, addr: *const libc::sockaddr, len: socklen_t) -> c_int {
+        if self.connecting.swap(false, Ordering::AcqRel) {
+            return 0;
+        }
+        // SAFETY: forwarding the program's arguments to the kernel socket
+        // (raw: no cancellation point inside the library): `EISCONN`.
+        unsafe { sys::connect_raw(self.kfd, addr, len) }
     }
 
     fn demote_fd(&self) -> c_int {

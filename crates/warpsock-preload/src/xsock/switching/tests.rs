@@ -40,7 +40,7 @@ fn accepted() -> (c_int, TcpStream) {
 
 /// Starts the background switch of `fd` as the responder.
 fn start_responder(fd: c_int, opts: &'static Options) {
-    start(fd, opts, false, Some(Role::Responder), prepare)
+    start(fd, opts, false, (Some(Role::Responder), false), prepare)
         .unwrap_or_else(|e| panic!("start: errno {e}"));
 }
 
@@ -285,11 +285,12 @@ fn switches_beyond_the_bound_leave_the_connection_plain() {
     let over = OVER.load(Ordering::Relaxed);
     let mut tried = false;
     assert_eq!(
-        start(fd, opts, false, Some(Role::Responder), |_| {
+        start(fd, opts, false, (Some(Role::Responder), false), |_| {
             tried = true;
             Ok(None)
-        }),
-        Err(libc::EAGAIN)
+        })
+        .err(),
+        Some(libc::EAGAIN)
     );
     assert!(!tried, "the switch was tried over the bound");
     assert_eq!(OVER.load(Ordering::Relaxed), over + 1);
@@ -323,7 +324,7 @@ fn a_client_writing_without_marking_ends_the_switch_at_the_residue_bound() {
     o.limits.residue_max = ACCEPTED_RESIDUE_MAX;
     let opts: &'static Options = Box::leak(Box::new(o));
     let (fd, mut c) = accepted();
-    start(fd, opts, false, None, prepare).unwrap_or_else(|e| panic!("start: errno {e}"));
+    start(fd, opts, false, (None, false), prepare).unwrap_or_else(|e| panic!("start: errno {e}"));
     let total = 3 * ACCEPTED_RESIDUE_MAX;
     let writer = std::thread::spawn(move || {
         let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
