@@ -241,12 +241,33 @@ fn a_forking_servers_child_reads_what_a_plain_client_said_first() {
 /// forking server, session 38).
 #[test]
 fn a_forking_servers_child_serves_a_preloaded_client_over_plain_tcp() {
+    forking_server_serves_a_preloaded_client(false);
+}
+
+/// As above, with a connection of the server's own made between the
+/// accept and the fork (a lookup), its switch still under way at the fork:
+/// the fork still declines the accepted connection's held switch. When a
+/// client's switch took a slot it also took the thread's "accepted last"
+/// place, and the fork waited for the lookup's switch instead and left
+/// the accepted one undeclined (review 42 item 1).
+#[test]
+fn a_forking_servers_lookup_between_accept_and_fork_leaves_the_decline() {
+    forking_server_serves_a_preloaded_client(true);
+}
+
+/// `forkserve` (client first, 8 bytes, 100 ms between the accept and the
+/// fork, and with `lookup` its own connection made there) serves one
+/// preloaded client over plain TCP, the fork declining the held switch.
+fn forking_server_serves_a_preloaded_client(lookup: bool) {
     // 100 ms (in µs) between the accept and the fork.
-    let args = [
+    let mut args = vec![
         "client-first".to_string(),
         "8".to_string(),
         "100000".to_string(),
     ];
+    if lookup {
+        args.push("lookup".to_string());
+    }
     let mut cmd = command(&c_program("forkserve"), &args, true);
     // The longest hold (half the client's wait for its answer): the pause
     // is far inside it on a loaded machine too.

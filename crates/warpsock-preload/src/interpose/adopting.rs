@@ -12,8 +12,8 @@
 //! waiting for the data of the connection it had accepted, whose client
 //! thread waited for the lock, accepted the other only after the first
 //! switch gave up — both fell back to TCP after 1 s each (session 40).
-//! (Now the first switches; the others still wait for the server's
-//! accept, which comes after the first's data: README.)
+//! (A policy-mode client's switch now runs in the background,
+//! `xsock::switching`: its `connect` returns at once.)
 //!
 //! A claim names the socket's file (its inode: numbers that `dup` made of
 //! one candidate are one socket), else the number. The list's lock is a

@@ -10,7 +10,7 @@
 //! | `config` | `WARPSOCK_DDP_PORTS`/`ADDRS` (policy mode), `WARPSOCK_CRC`, timeouts, sizes |
 //! | `sock` | a DDP-mode socket: doorbell readiness, the data calls, options, orderly close |
 //! | `residue` | a TCP socket whose switch failed after reading the peer's pre-switch bytes |
-//! | `switching` | an accepted connection switching on a thread of its own, so `accept` never waits on the peer |
+//! | `switching` | an accepted connection, or a policy-mode client's, switching on a thread of its own, so neither `accept` nor `connect` waits on the peer |
 //! | `linger` | how long an exit waits for the bytes sockets still hold (restarted while they leave) |
 //! | `reaper` | the one thread that finishes every close (bytes, end of stream, linger), bounded |
 //! | `census` | the exit's closes of the sockets left open, its look at the live sockets' engine backlogs, and their reset |
@@ -543,8 +543,9 @@ impl Kind for Ddp {
         if !wanted || !is_tcp(fd) {
             return false;
         }
-        // Finish the connection now, so the switch can run inside this
-        // call (a non-blocking connect may succeed at once).
+        // Finish the connection now, so the switch can begin from this
+        // call (in the background in policy mode; a non-blocking connect
+        // may succeed at once).
         let mut pf = [libc::pollfd {
             fd,
             events: libc::POLLOUT,
@@ -607,19 +608,25 @@ impl Kind for Ddp {
             // reading the last (iperf 2's `-P`), got the first in DDP mode
             // and the others in TCP after the fallback each; an event
             // loop's connect stalled its other connections for the switch.
-            // With no switch slot free, in this call.
-            match switching::start(
-                fd,
-                &cfg.policy,
-                p.msg_mode,
-                (Some(Role::Initiator), true),
-                prepare,
-            ) {
-                // The switching socket itself, which answers the adopting
-                // `connect`: the table may name the outcome already.
-                Ok(s) => return Adoption::Adopted(s),
-                Err(libc::EAGAIN) => {}
-                Err(_) => return Adoption::Never,
+            // In this call instead: with no place free for it (or no
+            // thread: then `prepare` noted the try, and the connection
+            // stays plain), or on a socket not connected yet (a
+            // `sendto` with an address, `MSG_FASTOPEN`, adopted it).
+            if peer_addr(fd).is_some() {
+                match switching::start(
+                    fd,
+                    &cfg.policy,
+                    p.msg_mode,
+                    (Some(Role::Initiator), true),
+                    prepare,
+                ) {
+                    // The switching socket itself, which answers the
+                    // adopting `connect`: the table may name the outcome
+                    // already.
+                    Ok(s) => return Adoption::Adopted(s),
+                    Err(libc::EAGAIN) => {}
+                    Err(_) => return Adoption::Never,
+                }
             }
             (&cfg.policy, 0, Some(Role::Initiator))
         } else {

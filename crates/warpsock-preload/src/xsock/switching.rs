@@ -91,11 +91,36 @@ const OPTS_MAX: usize = 32;
 /// The longest option value kept.
 const OPT_LEN_MAX: usize = 64;
 
-/// Accepted connections switched in the background (`ddp_switch_bg`).
+/// Connections switched in the background, accepted ones and policy-mode
+/// clients' (`ddp_switch_bg`).
 pub(crate) static STARTED: AtomicU64 = AtomicU64::new(0);
 /// Accepted connections left plain TCP: [`SWITCHING_MAX`] were under way
 /// (`ddp_switch_over`).
 pub(crate) static OVER: AtomicU64 = AtomicU64::new(0);
+
+/// Client switches under way in the background (at most half of
+/// [`SWITCHING_MAX`]); a guard gives its place back when dropped.
+static CLIENTS: AtomicUsize = AtomicUsize::new(0);
+
+/// A place among [`CLIENTS`].
+struct ClientSwitch;
+
+impl ClientSwitch {
+    fn take() -> Option<Self> {
+        CLIENTS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < SWITCHING_MAX / 2).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self)
+    }
+}
+
+impl Drop for ClientSwitch {
+    fn drop(&mut self) {
+        CLIENTS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// What the connection became.
 #[derive(Clone)]
@@ -175,9 +200,20 @@ pub(super) fn start(
     (role, connecting): (Option<warpsock_xsock::Role>, bool),
     prepare: impl FnOnce(c_int) -> Result<Option<usize>, c_int>,
 ) -> Result<Arc<SwitchingSock>, c_int> {
+    // A client's switch takes a slot only while fewer than half are
+    // clients': a proxy's slow backends leave room for its accepted
+    // connections (review 42 item 2). Given back with the switch.
+    let client = if connecting {
+        match ClientSwitch::take() {
+            Some(c) => Some(c),
+            // The caller switches it itself.
+            None => return Err(libc::EAGAIN),
+        }
+    } else {
+        None
+    };
     let Some(slot) = Slot::take() else {
         if connecting {
-            // The caller switches it itself.
             return Err(libc::EAGAIN);
         }
         OVER.fetch_add(1, Ordering::Relaxed);
@@ -185,7 +221,14 @@ pub(super) fn start(
         slot::accepted_last(0);
         return Err(libc::EAGAIN);
     };
-    slot::accepted_last(slot.id);
+    // What a fork of this thread waits for and may decline: the
+    // connection it accepted last, not one it connected since (a server
+    // thread's lookup between `accept` and `fork` took the place of the
+    // accepted one, whose held switch then went undeclined; review 42
+    // item 1).
+    if !connecting {
+        slot::accepted_last(slot.id);
+    }
     let asked: Asked = (msg_mode, None, role, prepare(fd)?);
     // SAFETY: fcntl on the program's new socket.
     let (fl, kfd) = unsafe { (real::fcntl(fd, libc::F_GETFL, 0), fds::dup_lifted(fd)) };
@@ -264,6 +307,7 @@ pub(super) fn start(
             // drop in reverse): no switch under way means no switch thread
             // holds a socket any more (`hooks::name_gap`).
             let _slot = slot;
+            let _client = client;
             let t = t;
             enter((), || t.run(fd, opts, asked));
         }),

@@ -8,7 +8,11 @@
  * speaks first (an HTTP client), its bytes echoed (4, or the second
  * argument: connrate's 8). A third argument is a pause in microseconds
  * between the accept and the fork (a server's work there: a log line, a
- * reverse lookup). Bounded: the child's reads time out after 30 s (status 1). */
+ * reverse lookup). A fourth, "lookup", makes that work a connection of
+ * the server's own, to a listener of its own nobody accepts from (in
+ * policy mode a client's switch, still under way at the fork: an ident
+ * or backend lookup), kept open across the fork. Bounded: the child's
+ * reads time out after 30 s (status 1). */
 #include "common.h"
 #include <sys/wait.h>
 
@@ -24,6 +28,15 @@ int main(int argc, char **argv) {
         CHECK(us >= 0);
         struct timespec pause = {us / 1000000, us % 1000000 * 1000};
         CHECK(nanosleep(&pause, NULL) == 0);
+    }
+    int lookup = -1, lookup_l = -1;
+    if (argc > 4 && strcmp(argv[4], "lookup") == 0) {
+        int port;
+        lookup_l = tcp_listener_lo(1, &port);
+        lookup = socket(AF_INET, SOCK_STREAM, 0);
+        CHECK(lookup >= 0);
+        struct sockaddr_in a = lo(port);
+        CHECK(connect(lookup, (struct sockaddr *)&a, sizeof a) == 0);
     }
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -44,6 +57,10 @@ int main(int argc, char **argv) {
     close(c);
     int st = 0;
     CHECK(waitpid(pid, &st, 0) == pid);
+    if (lookup >= 0) {
+        close(lookup);
+        close(lookup_l);
+    }
     printf("child %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     fflush(stdout);
     return 0;
