@@ -13,7 +13,9 @@ use warpsock_xsock::switch::Limits;
 use warpsock_xsock::Role;
 
 use super::super::{prepare, SOL_WARPSOCK, WARPSOCK_CRC, WARPSOCK_DDP_MODE};
+use super::slot::Slot;
 use super::*;
+use crate::shim::sys::errno;
 
 /// The tests share the count of switches under way (`slot`): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
