@@ -363,6 +363,8 @@ mod init {
     extern "C" fn fork_parent() {
         fdtable::fork_release();
         crate::shim::doorbell::fork_end();
+        // The child may wait on this process's epoll sets.
+        crate::shim::epollwatch::fork_parent();
     }
 
     extern "C" fn fork_child() {
@@ -371,6 +373,7 @@ mod init {
         // The epoll sets' and the stdio streams' lists are kept, their
         // locks start afresh (neither is held across the fork).
         crate::shim::epollcarry::fork_child();
+        crate::shim::epollwatch::fork_child();
         crate::interpose::stdio::fork_child();
         crate::interpose::adopting::fork_child();
         fdtable::fork_release_child();

@@ -108,6 +108,39 @@ fn a_poll_of_a_ddp_socket_answers_from_its_own_round() {
     assert!(r.stat("ddp_poll_rounds") >= 2_000, "{}", r.stderr);
 }
 
+/// An epoll loop (`epoll_wait` then a non-blocking `recv`, both
+/// processes): the set watches the connection itself
+/// (`shim::epollwatch`), and its `epoll_wait` reports each reply from its
+/// own round, with no bell rung and no progress thread woken for it
+/// (`ddp_epoll_direct`: at least one report per message of 1,200 round
+/// trips a process; before, the progress thread rang a bell per message,
+/// ~2,400, and the wait collected it). The bells' bound leaves room for
+/// the set-up's. With `WARPSOCK_DDP_EPOLL_DIRECT=0` the bells are back:
+/// the counters tell the two ways apart.
+#[test]
+fn an_epoll_loop_hears_its_replies_from_its_own_set() {
+    let r = pingpong(1_000, "epoll");
+    let direct = r.stat("ddp_epoll_direct");
+    assert!(
+        direct >= 2_000,
+        "{direct} replies reported by the epoll waits themselves in 1,200 round trips: {}",
+        r.stderr
+    );
+    let bells = r.stat("ddp_bells");
+    assert!(
+        bells <= 20,
+        "{bells} doorbells in 1,200 epoll round trips: {}",
+        r.stderr
+    );
+    let off = pingpong_with(1_000, "epoll", &[("WARPSOCK_DDP_EPOLL_DIRECT", "0")]);
+    assert_eq!(off.stat("ddp_epoll_direct"), 0, "{}", off.stderr);
+    assert!(
+        off.stat("ddp_bells") >= 2_000,
+        "the progress thread's bells, switched off: {}",
+        off.stderr
+    );
+}
+
 /// The benchmark's busy mode: `readv` and `writev` of one iovec on an
 /// `O_NONBLOCK` socket (`vbusy`). One iovec takes the one-buffer calls
 /// (`recv_one`, `send_one`: no message header built; issue 12); the

@@ -1,18 +1,20 @@
 //! The interposed waiting calls. `poll`/`ppoll` over a managed socket
 //! also watch its connections (input there wakes the call directly, with
-//! no thread hand-off); `select`, `pselect` and the `epoll_wait` family see
-//! managed sockets through their doorbells only, so each kind first makes
-//! sure its doorbells tell the truth (`Kind::before_wait`).
+//! no thread hand-off); so do the program's epoll sets, through inner sets
+//! of the library's (`epoll`, `shim::epollwatch`); `select` and
+//! `pselect` see managed sockets through their doorbells only, so each
+//! kind first makes sure its doorbells tell the truth
+//! (`Kind::before_wait`).
 
-use libc::{c_int, c_void};
+use libc::c_int;
 use smallvec::SmallVec;
 
 use super::{cancel_first, cancel_point, KINDS};
+use crate::shim::fdtable;
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
 use crate::shim::socket::{PollCall, Socket, Wait, POLL_ALONE_MAX, WAIT_CHUNK};
 use crate::shim::sys::{self, set_errno};
-use crate::shim::{epollcarry, fdtable};
 
 /// Before a wait that sees managed sockets through their doorbells only.
 fn before_doorbell_wait() {
@@ -25,73 +27,8 @@ fn before_doorbell_wait() {
     }
 }
 
+pub mod epoll;
 pub mod select;
-
-/// Interposed `epoll_create(2)`: the set is recorded so that a managed
-/// socket's descriptor swap carries the program's registrations
-/// (`shim::epollcarry`).
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
-    // SAFETY: forwarding the caller's argument.
-    recorded(unsafe { real::epoll_create(size) })
-}
-
-/// Interposed `epoll_create1(2)`: as `epoll_create`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
-    // SAFETY: forwarding the caller's argument.
-    recorded(unsafe { real::epoll_create1(flags) })
-}
-
-/// Records a set the program made (not one the library made for itself).
-fn recorded(epfd: c_int) -> c_int {
-    if !busy() {
-        epollcarry::created(epfd);
-    }
-    epfd
-}
-
-/// Interposed `epoll_wait(2)`: see `before_doorbell_wait`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C-unwind" fn epoll_wait(
-    epfd: c_int,
-    events: *mut libc::epoll_event,
-    max: c_int,
-    timeout: c_int,
-) -> c_int {
-    before_doorbell_wait();
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real::epoll_wait(epfd, events, max, timeout) }
-}
-
-/// Interposed `epoll_pwait(2)`: see `before_doorbell_wait`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C-unwind" fn epoll_pwait(
-    epfd: c_int,
-    events: *mut libc::epoll_event,
-    max: c_int,
-    timeout: c_int,
-    mask: *const libc::sigset_t,
-) -> c_int {
-    before_doorbell_wait();
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real::epoll_pwait(epfd, events, max, timeout, mask) }
-}
-
-/// Interposed `epoll_pwait2(2)` (glibc 2.35): see `before_doorbell_wait`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C-unwind" fn epoll_pwait2(
-    epfd: c_int,
-    events: *mut libc::epoll_event,
-    max: c_int,
-    timeout: *const libc::timespec,
-    mask: *const libc::sigset_t,
-) -> c_int {
-    before_doorbell_wait();
-    // SAFETY: forwarding the caller's arguments (the symbol exists: the
-    // program linked against it).
-    unsafe { real::epoll_pwait2(epfd, events, max, timeout.cast::<c_void>(), mask) }
-}
 
 /// `poll`/`ppoll` over `fds`: managed sockets waited on for input add
 /// their extra descriptors (their connections), so that input on them
@@ -399,7 +336,7 @@ fn answered(
 
 /// What is left at `now` of a wait bounded by `timeout` (`None`: no bound)
 /// that started at `start` (`None`: a zero bound, nothing left).
-fn remaining(
+pub(super) fn remaining(
     timeout: Option<std::time::Duration>,
     start: Option<std::time::Instant>,
     now: std::time::Instant,

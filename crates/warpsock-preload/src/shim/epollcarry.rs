@@ -202,6 +202,18 @@ pub(crate) fn fork_child() {
     closing::fork_child();
 }
 
+/// Whether `epfd` is an epoll set this process made (listed by
+/// [`created`] in this process, not a parent's copy).
+pub(crate) fn made_here(epfd: c_int) -> bool {
+    let _g = SetsHeld::take();
+    let me = GEN.load(Ordering::Acquire);
+    // SAFETY: as in `Sets::insert`: not freed while the lock is held.
+    unsafe { SETS.list.load(Ordering::Acquire).as_ref() }.is_some_and(|l| {
+        l.binary_search_by_key(&epfd, |&(e, _)| e)
+            .is_ok_and(|i| l[i].1 == me)
+    })
+}
+
 /// Records an epoll set the program made (`epfd` < 0: a failed call).
 pub(crate) fn created(epfd: c_int) {
     if epfd >= 0 {
@@ -215,6 +227,17 @@ pub(crate) struct Registration {
     pub(crate) epfd: c_int,
     pub(crate) events: u32,
     pub(crate) data: u64,
+}
+
+impl Registration {
+    /// As [`super::epollwatch`] follows it, for the program's number `fd`.
+    pub(crate) fn watched(&self, fd: c_int) -> super::epollwatch::Reg {
+        super::epollwatch::Reg {
+            fd,
+            events: self.events,
+            data: self.data,
+        }
+    }
 }
 
 /// The registrations of descriptor `fd` whose file has inode `ino`, from the
@@ -270,8 +293,9 @@ fn registrations(fd: c_int) -> Vec<Registration> {
 /// file `fd` names now too; the old ones go with the old file's last
 /// close. A registration of the new file already there is the newer
 /// (the carry's, or the program's own made since the `dup3`) and is kept.
-pub(crate) fn carry_late(fd: c_int, old: u64) {
-    for r in registrations_of(fd, old) {
+pub(crate) fn carry_late(fd: c_int, old: u64) -> Vec<Registration> {
+    let regs = registrations_of(fd, old);
+    for r in &regs {
         let mut ev = libc::epoll_event {
             events: r.events,
             u64: r.data,
@@ -280,6 +304,7 @@ pub(crate) fn carry_late(fd: c_int, old: u64) {
         // (EEXIST: kept as it is).
         unsafe { libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
     }
+    regs
 }
 
 /// The registrations of `fd` as the file of inode `ino` in the known sets.
@@ -307,6 +332,17 @@ fn registrations_of(fd: c_int, ino: u64) -> Vec<Registration> {
 /// over to the file it names afterwards. Returns what `dup3` returned (its
 /// errno is kept); on failure the registrations are restored as they were.
 pub(crate) fn dup3_carrying(target: c_int, fd: c_int, flags: c_int) -> c_int {
+    dup3_carrying_sets(target, fd, flags).0
+}
+
+/// [`dup3_carrying`], and the registrations it carried (the caller tells
+/// [`super::epollwatch`] of them for the managed socket the number names
+/// now).
+pub(crate) fn dup3_carrying_sets(
+    target: c_int,
+    fd: c_int,
+    flags: c_int,
+) -> (c_int, Vec<Registration>) {
     let regs: Vec<Registration> = registrations(fd)
         .into_iter()
         // SAFETY: EPOLL_CTL_DEL ignores the event argument.
@@ -327,7 +363,7 @@ pub(crate) fn dup3_carrying(target: c_int, fd: c_int, flags: c_int) -> c_int {
     if n < 0 {
         super::sys::set_errno(e);
     }
-    n
+    (n, regs)
 }
 
 #[cfg(test)]

@@ -660,6 +660,7 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
         return Err(super::sys::errno());
     }
     // Publish before the swap: the kind's paths never use `fd` itself.
+    let watched = Arc::clone(&sock);
     if let Some(old) = insert(fd, sock)? {
         old.release();
     }
@@ -670,13 +671,17 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
     };
     // The program may have registered `fd` in an epoll set already (a
     // switch on a connected socket): the registration follows the swap.
-    if super::epollcarry::dup3_carrying(target, fd, cloexec) < 0 {
+    let (n, regs) = super::epollcarry::dup3_carrying_sets(target, fd, cloexec);
+    if n < 0 {
         let e = super::sys::errno();
         // Not over a hold: `insert` was not refused.
         if let Ok(Some(me)) = remove(fd) {
             me.release();
         }
         return Err(e);
+    }
+    for r in regs {
+        super::epollwatch::registered(r.epfd, &watched, r.watched(fd));
     }
     Ok(())
 }

@@ -99,6 +99,7 @@ real_fns! {
     setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
     epoll_create(size: c_int) -> c_int;
     epoll_create1(flags: c_int) -> c_int;
+    epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int;
     shutdown(fd: c_int, how: c_int) -> c_int;
     sendfile(out_fd: c_int, in_fd: c_int, offset: *mut libc::off_t, count: size_t) -> ssize_t;
     poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;

@@ -239,6 +239,38 @@ pub(crate) trait Socket: Send + Sync {
         Ok(())
     }
 
+    /// A descriptor of the library's that the program's epoll sets may
+    /// watch for this socket's input themselves ([`super::epollwatch`]):
+    /// its events are taken up by [`Self::direct_arrival`]. `None`
+    /// (default): the sets see the socket through its doorbell alone.
+    fn direct_watch(&self) -> Option<c_int> {
+        None
+    }
+
+    /// One more (`true`) or one fewer of the program's epoll sets watches
+    /// [`Self::direct_watch`]: while one does, an epoll wait needs no one
+    /// else to take input up. Every start is followed by its end, or by
+    /// the socket's end.
+    fn direct_cover(&self, _on: bool) {}
+
+    /// A set holding the socket cannot watch [`Self::direct_watch`] (not
+    /// one the process made, the kernel refused): the socket's input must
+    /// reach its doorbell without the program's calls, as before
+    /// [`super::epollwatch`].
+    fn direct_failed(&self) {}
+
+    /// A program's epoll wait heard of input on [`Self::direct_watch`]:
+    /// take it up. If `report`, the caller reports what the socket shows
+    /// itself (returned: the epoll bits, `EPOLLIN` if readable, the
+    /// hang-up's and `EPOLLERR`), and no bell is rung for input; else the
+    /// doorbell shows it (returns 0). `None`: another thread's call is
+    /// taking input up and may have missed what woke the wait — the
+    /// caller looks again ([`super::epollwatch::look_again`]).
+    fn direct_arrival(&self, report: bool) -> Option<u32> {
+        let _ = report;
+        Some(0)
+    }
+
     /// The descriptor the program's number names while this socket is
     /// managed (what the switch put there), for an exec that failed after
     /// its demotion: the number is put back on it and the socket managed
@@ -295,9 +327,17 @@ pub(crate) trait Kind: Sync {
     }
 
     /// Before the program waits in a call that sees managed descriptors
-    /// only through their doorbells (`select`, `pselect`, the `epoll_wait`
-    /// family): readiness must not depend on a later call of the program.
+    /// only through their doorbells (`select`, `pselect`): readiness must
+    /// not depend on a later call of the program.
     fn before_wait(&self) {}
+
+    /// Before the program waits in the `epoll_wait` family: as
+    /// [`Self::before_wait`], except for sockets whose connections the
+    /// program's sets watch themselves ([`super::epollwatch`]). Default:
+    /// [`Self::before_wait`].
+    fn before_epoll_wait(&self) {
+        self.before_wait();
+    }
 
     /// Before `execve` and friends: flush what must reach the kernel.
     fn before_exec(&self) {}

@@ -36,6 +36,11 @@ pub(crate) struct Config {
     pub(crate) accepted: Options,
     /// How long `close` lets queued bytes and the end of stream leave.
     pub(crate) linger: Duration,
+    /// `WARPSOCK_DDP_EPOLL_DIRECT` (on unless `0`): the program's epoll
+    /// sets watch DDP sockets' connections themselves
+    /// (`shim::epollwatch`); off, an epoll wait sees them through the
+    /// progress thread's doorbells, as a `select` does.
+    pub(crate) epoll_direct: bool,
     /// `WARPSOCK_DDP_CLOSING_MAX`: the most closes the reaper holds at a
     /// time (`reaper`: past it the oldest lingering one is cut short).
     /// Each keeps its engine's socket and context (descriptors, slot
@@ -148,6 +153,7 @@ impl Config {
             policy,
             accepted,
             linger: env_ms("WARPSOCK_LINGER_MS", 2000),
+            epoll_direct: env_num("WARPSOCK_DDP_EPOLL_DIRECT", 1) != 0,
             closing_max: closing_max(env_num("WARPSOCK_DDP_CLOSING_MAX", 256)),
             connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),
             accept_hold,

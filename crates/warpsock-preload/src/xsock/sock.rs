@@ -79,8 +79,13 @@ pub(crate) struct DdpSock {
     refs: AtomicUsize,
     nonblocking: AtomicBool,
     /// The progress thread watches this socket for good
-    /// ([`doorbell_wait`]).
+    /// ([`doorbell_wait`] for `select`, or a set that cannot watch its
+    /// connection: [`Socket::direct_failed`]).
     background: AtomicBool,
+    /// The progress thread watches this socket for good while no epoll
+    /// set of the program's watches its connection ([`doorbell_wait`] for
+    /// the `epoll_wait` family; `XSocket::set_epoll_background`).
+    epoll_background: AtomicBool,
     /// Program `poll`s waiting on this socket now (between
     /// [`Socket::wait_begin`] and [`Socket::wait_end`]): the only waiters
     /// besides `select`/`epoll` ([`DOORBELL_WAITS`]) that a bell can wake.
@@ -200,24 +205,39 @@ pub(super) static QUIET_EAGAINS: AtomicU64 = AtomicU64::new(0);
 pub(super) static BUSY_QUIET: AtomicU64 = AtomicU64::new(0);
 
 /// The program has waited in a call that sees DDP sockets only through
-/// their doorbells (`select`, `pselect`, the `epoll_wait` family).
+/// their doorbells (`select`, `pselect`), or the `epoll_wait` family.
 static DOORBELL_WAITS: AtomicBool = AtomicBool::new(false);
+
+/// The program has waited in `select` or `pselect` (or in an epoll set
+/// while its sets could not watch connections themselves:
+/// `shim::epollwatch`): every DDP socket keeps the progress thread's
+/// watch.
+static SELECT_WAITS: AtomicBool = AtomicBool::new(false);
 
 /// Doorbell bytes written for DDP sockets (`ddp_bells` of
 /// `WARPSOCK_STATS`): each costs a `sendto` here and a drain later.
 pub(super) static BELLS: AtomicU64 = AtomicU64::new(0);
 
-/// Before the program waits in `select`, `pselect` or the `epoll_wait`
-/// family: those see a DDP socket only through its doorbell, which only
-/// the progress thread rings while the program waits. From the first such
-/// call on, every DDP socket of the process, present and future, keeps the
-/// progress thread's watch ([`XSocket::set_background`]): which sockets an
-/// epoll set holds is not known here, and a socket another thread switches
-/// and adds to a set this thread already waits on must be watched too.
-/// Programs that only make blocking calls and `poll` never get here, and
-/// their sockets wake no thread besides their own.
-pub(crate) fn doorbell_wait() {
-    if DOORBELL_WAITS.load(Ordering::Relaxed) || DOORBELL_WAITS.swap(true, Ordering::SeqCst) {
+/// Before the program waits in `select` or `pselect` (`always`), or the
+/// `epoll_wait` family: those see a DDP socket only through its doorbell,
+/// which only the progress thread rings while the program waits — unless
+/// an epoll set watches the socket's connection itself
+/// (`shim::epollwatch`). From the first such call on, every DDP socket of
+/// the process, present and future, keeps the progress thread's watch
+/// ([`XSocket::set_background`]; after an epoll wait only while no set of
+/// the program's watches its connection,
+/// [`XSocket::set_epoll_background`]): which sockets a `select` waits on
+/// is not known here, and a socket another thread switches and adds to a
+/// set this thread already waits on must be watched too. Programs that
+/// only make blocking calls and `poll` never get here, and their sockets
+/// wake no thread besides their own.
+pub(crate) fn doorbell_wait(always: bool) {
+    if DOORBELL_WAITS.load(Ordering::Relaxed) && (!always || SELECT_WAITS.load(Ordering::Relaxed)) {
+        return;
+    }
+    let first = !DOORBELL_WAITS.swap(true, Ordering::SeqCst);
+    let first_always = always && !SELECT_WAITS.swap(true, Ordering::SeqCst);
+    if !first && !first_always {
         return;
     }
     let socks: Vec<Arc<DdpSock>> = SOCKS.lock().values().filter_map(Weak::upgrade).collect();
@@ -226,10 +246,16 @@ pub(crate) fn doorbell_wait() {
     // `epoll_wait` stalled for another thread's lingering close).
     fdtable::without_close_waits(|| {
         for s in socks {
-            s.keep_watched();
-            // Readable bytes nobody rang for (no one could wait on the
-            // doorbell until now: see `DdpSock::reflect`).
-            s.reflect(s.x.readiness_now());
+            if always {
+                s.keep_watched();
+            } else {
+                s.keep_epoll_watched();
+            }
+            if first {
+                // Readable bytes nobody rang for (no one could wait on
+                // the doorbell until now: see `DdpSock::reflect`).
+                s.reflect(s.x.readiness_now());
+            }
         }
     });
 }
@@ -354,6 +380,7 @@ impl DdpSock {
                 refs: AtomicUsize::new(0),
                 nonblocking: AtomicBool::new(nonblocking),
                 background: AtomicBool::new(false),
+                epoll_background: AtomicBool::new(false),
                 polls: AtomicUsize::new(0),
                 pid: libc::getpid(),
             });
@@ -401,8 +428,10 @@ impl DdpSock {
                     s.reflect(r);
                 }
             }));
-            if DOORBELL_WAITS.load(Ordering::SeqCst) {
+            if SELECT_WAITS.load(Ordering::SeqCst) {
                 s.keep_watched();
+            } else if DOORBELL_WAITS.load(Ordering::SeqCst) {
+                s.keep_epoll_watched();
             }
             if let Err(e) = at.install(app_end, s.clone()) {
                 // (A swap undone released the socket: its close is a
@@ -446,6 +475,14 @@ impl DdpSock {
     fn keep_watched(&self) {
         if !self.background.swap(true, Ordering::AcqRel) {
             self.x.set_background(true);
+        }
+    }
+
+    /// The progress thread watches this socket from now on while no epoll
+    /// set of the program's watches its connection ([`doorbell_wait`]).
+    fn keep_epoll_watched(&self) {
+        if !self.epoll_background.swap(true, Ordering::AcqRel) {
+            self.x.set_epoll_background(true);
         }
     }
 
@@ -548,6 +585,8 @@ impl Socket for DdpSock {
         }
         let key = self as *const Self as *const () as usize;
         SOCKS.lock().remove(&key);
+        // No epoll set watches its connection any more.
+        crate::shim::epollwatch::forget(key);
         // An abortive close (`SO_LINGER` {1, 0}, which the program set on
         // the TCP socket): a reset, as TCP's close, without the orderly
         // part — its end of stream, then the engine's FIN, reached the
@@ -675,6 +714,53 @@ impl Socket for DdpSock {
         }
         self.reflect(self.x.readiness());
         0
+    }
+
+    fn direct_watch(&self) -> Option<c_int> {
+        super::config::get().epoll_direct.then(|| self.x.tcp_fd())
+    }
+
+    fn direct_cover(&self, on: bool) {
+        self.x.set_direct(on);
+        if on {
+            // What arrived before the set watched shows on the doorbell
+            // (a round that did not ring while no one could wait).
+            self.reflect(self.x.readiness_now());
+        }
+    }
+
+    fn direct_failed(&self) {
+        self.keep_watched();
+    }
+
+    fn direct_arrival(&self, report: bool) -> Option<u32> {
+        // As the progress thread's round: the look shown under the
+        // socket's lock (no bell for bytes a receive took meanwhile).
+        let mut shown = None;
+        let made = self.x.progress_if_idle(|r| {
+            if report && r.readable && !r.hup && !r.error {
+                // Reported by the caller: no bell (a receive that leaves
+                // bytes rings for them, as after a `poll`'s report). A
+                // hang-up or an error shows on the doorbell itself (an
+                // edge of its own, which the caller collects: reported
+                // here too, an edge-triggered set saw two).
+                self.inner.reflect(r, self, || false);
+                shown = Some(r);
+            } else {
+                self.reflect(r);
+            }
+        });
+        if !made && !self.x.parked() {
+            // A call drives the engine unparked (its last round, after
+            // which a call parked no longer reads): what woke the wait
+            // may have come after that round read. The progress thread's
+            // watch is re-armed at the call's end (epoll looks at
+            // readiness again); the program's set is asked to look again
+            // by the caller.
+            return None;
+        }
+        // Outside the socket's lock (a hang-up's look takes the books').
+        Some(shown.map_or(0, |r| self.shown(r) as u16 as u32))
     }
 
     fn wait_begin(&self) -> Option<Wait> {

@@ -162,6 +162,8 @@ impl XSocket {
                 maps: BTreeMap::new(),
                 arrivals: 0,
                 background: false,
+                epoll_background: false,
+                direct: 0,
                 pollers: 0,
                 stand_ins: 0,
                 stand_by: None,

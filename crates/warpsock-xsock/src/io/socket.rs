@@ -88,6 +88,13 @@ pub(crate) struct State {
     /// that see it only through the progress thread (`select`, `epoll`):
     /// see [`XSocket::set_background`].
     pub(crate) background: bool,
+    /// The program waits in epoll sets ([`XSocket::set_epoll_background`]):
+    /// watched by the progress thread while no set of the program's
+    /// watches the engine's socket itself ([`Self::direct`]).
+    pub(crate) epoll_background: bool,
+    /// The program's epoll sets that watch the engine's socket themselves
+    /// ([`XSocket::set_direct`]).
+    pub(crate) direct: u32,
     /// Program `poll`s waiting on the socket that do not watch the engine's
     /// socket themselves ([`XSocket::poller`]).
     pub(crate) pollers: u32,

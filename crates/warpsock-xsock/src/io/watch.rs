@@ -11,9 +11,12 @@
 //! program runs:
 //!
 //! * the program waits through its descriptor in a call that sees the
-//!   socket only through the progress thread — `select`, the `epoll_wait`
-//!   family ([`XSocket::set_background`]), or a `poll` that cannot watch
-//!   the engine's socket itself ([`XSocket::poller`]);
+//!   socket only through the progress thread — `select`
+//!   ([`XSocket::set_background`]), the `epoll_wait` family while no
+//!   epoll set of the program's watches the engine's socket itself
+//!   ([`XSocket::set_epoll_background`], [`XSocket::set_direct`]), or a
+//!   `poll` that cannot watch the engine's socket itself
+//!   ([`XSocket::poller`]);
 //! * it waits for writability after a send found no credit
 //!   ([`XSocket::set_writable_wait`], [`XSocket::want_writable`]): credits
 //!   come back with input. Until the waiter ends the wait, not merely
@@ -183,7 +186,7 @@ impl XSocket {
     fn stood_in(&self, st: &State) -> bool {
         st.stand_ins > 0
             && st.pollers == 0
-            && !st.background
+            && !Self::bell_waited(st)
             && !self.writable_wait.load(Ordering::Relaxed)
     }
 
@@ -290,11 +293,48 @@ impl XSocket {
     /// besides output the protocol owes (`State::s`'s, and the engine's
     /// backlog), which a running send call flushes itself.
     fn owes_progress(st: &State) -> bool {
-        st.background
+        Self::bell_waited(st)
             || st.pollers > 0
             || !st.established
             || st.aio.in_flight()
             || !st.maps.is_empty()
+    }
+
+    /// Whether the program may wait on the socket's descriptor in a call
+    /// that sees it through the progress thread's rounds alone: `select`
+    /// ([`Self::set_background`]), or an epoll set while none of the
+    /// program's sets watches the engine's socket itself
+    /// ([`Self::set_epoll_background`], [`Self::set_direct`]).
+    #[inline]
+    fn bell_waited(st: &State) -> bool {
+        st.background || (st.epoll_background && st.direct == 0)
+    }
+
+    /// The program waits in epoll sets (`epoll_wait`): as
+    /// [`Self::set_background`], but only while no epoll set of the
+    /// program's watches [`Self::tcp_fd`] itself ([`Self::set_direct`]).
+    /// The preload turns it on for good once the program makes such a
+    /// call.
+    pub fn set_epoll_background(&self, on: bool) {
+        let mut st = self.lock();
+        st.epoll_background = on;
+        self.rearm(&mut st);
+    }
+
+    /// An epoll set of the program's starts (`true`) or stops (`false`)
+    /// watching [`Self::tcp_fd`] itself, and calls
+    /// [`Self::progress_if_idle`] from the program's `epoll_wait` for what
+    /// it reports (the preload's `shim::epollwatch`): while one does, an
+    /// epoll wait needs no progress thread for input. Counted; every
+    /// start needs its end.
+    pub fn set_direct(&self, on: bool) {
+        let mut st = self.lock();
+        if on {
+            st.direct += 1;
+        } else {
+            st.direct = st.direct.saturating_sub(1);
+        }
+        self.rearm(&mut st);
     }
 
     /// The program waits for this socket through calls that see it only

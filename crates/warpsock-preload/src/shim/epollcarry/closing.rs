@@ -158,6 +158,10 @@ fn held(fd: c_int) -> bool {
 /// sets' lock, except over this thread's own hold of it (a signal
 /// handler's `close`: the registrations stay, as before).
 pub(crate) fn before_close(fd: c_int, managed: bool) {
+    if !managed {
+        // One of the program's epoll sets, maybe, with an inner set.
+        super::super::epollwatch::set_closed(fd);
+    }
     if !managed && !held(fd) {
         return;
     }

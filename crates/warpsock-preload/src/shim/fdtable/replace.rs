@@ -50,20 +50,31 @@ pub(crate) fn replace_if(
     let old = super::super::epollcarry::inode(fd);
     // epoll's sets and `/proc` only: nothing in the carry takes the
     // table's lock.
-    if super::super::epollcarry::dup3_carrying(target, fd, cloexec) < 0 {
+    let (n, mut regs) = super::super::epollcarry::dup3_carrying_sets(target, fd, cloexec);
+    if n < 0 {
         return Err(super::super::sys::errno());
     }
     if let Some(old) = old {
-        super::super::epollcarry::carry_late(fd, old);
+        regs.extend(super::super::epollcarry::carry_late(fd, old));
+        regs.sort_unstable_by_key(|r| r.epfd);
+        regs.dedup_by_key(|r| r.epfd);
     }
     if let Some(s) = &sock {
         s.add_ref();
     }
+    let watched = sock.clone();
     let (prev, free) = m.put(fd, sock);
     drop(m);
     drop_freed(free);
     if let Some(prev) = prev {
         prev.release();
+    }
+    // The sets that hold the number watch the new socket's connection
+    // (`epollwatch`), outside the table's lock.
+    if let Some(s) = watched {
+        for r in regs {
+            super::super::epollwatch::registered(r.epfd, &s, r.watched(fd));
+        }
     }
     Ok(true)
 }

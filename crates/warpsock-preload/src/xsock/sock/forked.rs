@@ -83,7 +83,7 @@ fn first_wait_in_a_child(held: Held) -> (Option<i32>, bool) {
         // `demote_all` aside: the table is the test process's).
         reactor::forget_after_fork();
         crate::xsock::after_fork_child();
-        doorbell_wait();
+        doorbell_wait(true);
         0
     });
     go.send(()).expect("the holder waits");

@@ -1,0 +1,295 @@
+//! The interposed epoll calls. The sets the program makes are recorded
+//! (`shim::epollcarry`: a managed socket's swap carries their
+//! registrations); its registrations of managed sockets give the set an
+//! inner set of the library's that watches their connections
+//! (`shim::epollwatch`); and a wait takes the inner sets' tags out of its
+//! results, makes the rounds they ask for and collects the doorbells'
+//! events those rang, before it returns (`epoll_with`).
+
+use std::time::{Duration, Instant};
+
+use libc::{c_int, c_void, epoll_event};
+
+use super::super::KINDS;
+use super::remaining;
+use crate::shim::guard::{busy, enter};
+use crate::shim::real;
+use crate::shim::{epollcarry, epollwatch, fdtable};
+
+/// Interposed `epoll_create(2)`: the set is recorded so that a managed
+/// socket's descriptor swap carries the program's registrations
+/// (`shim::epollcarry`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
+    // SAFETY: forwarding the caller's argument.
+    recorded(unsafe { real::epoll_create(size) })
+}
+
+/// Interposed `epoll_create1(2)`: as `epoll_create`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
+    // SAFETY: forwarding the caller's argument.
+    recorded(unsafe { real::epoll_create1(flags) })
+}
+
+/// Records a set the program made (not one the library made for itself).
+fn recorded(epfd: c_int) -> c_int {
+    if !busy() {
+        epollcarry::created(epfd);
+    }
+    epfd
+}
+
+/// Interposed `epoll_ctl(2)`: the real call, then, for a managed socket
+/// the call added or removed, the set's watch of its connection
+/// (`shim::epollwatch`). A plain descriptor costs the descriptor table's
+/// one check (and, once the process has inner sets, a look at the data).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    ev: *mut epoll_event,
+) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::epoll_ctl(epfd, op, fd, ev) };
+    if r != 0 || busy() {
+        return r;
+    }
+    // SAFETY: the caller's event (ADD and MOD: read by the kernel already).
+    let asked = (op != libc::EPOLL_CTL_DEL && !ev.is_null()).then(|| unsafe { *ev });
+    if let Some(e) = asked {
+        // The tag base is chosen before any registration of the
+        // program's is reported, and each is checked against it.
+        epollwatch::base();
+        epollwatch::program_data(e.u64);
+    }
+    if fdtable::maybe_managed(fd) {
+        enter((), || {
+            let Some(s) = fdtable::get(fd) else { return };
+            let reg = asked.map(|e| epollwatch::Reg {
+                fd,
+                events: e.events,
+                data: e.u64,
+            });
+            match (op, reg) {
+                (libc::EPOLL_CTL_ADD, Some(reg)) => epollwatch::registered(epfd, &s, reg),
+                (libc::EPOLL_CTL_MOD, Some(reg)) => epollwatch::modified(epfd, &s, reg),
+                (libc::EPOLL_CTL_DEL, _) => epollwatch::unregistered(epfd, &s, fd),
+                _ => {}
+            }
+        });
+    }
+    r
+}
+
+/// Interposed `epoll_wait(2)`: see `epoll_with`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn epoll_wait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    epoll_with(events, max, millis(timeout), &mut |evs, n, left| {
+        // SAFETY: forwarding the caller's set and (part of) its array.
+        unsafe { real::epoll_wait(epfd, evs, n, to_millis(left, timeout)) }
+    })
+}
+
+/// Interposed `epoll_pwait(2)`: see `epoll_with`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    epoll_with(events, max, millis(timeout), &mut |evs, n, left| {
+        // SAFETY: forwarding the caller's arguments.
+        unsafe { real::epoll_pwait(epfd, evs, n, to_millis(left, timeout), mask) }
+    })
+}
+
+/// Interposed `epoll_pwait2(2)` (glibc 2.35): see `epoll_with`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn epoll_pwait2(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    // SAFETY: the caller's timespec, if any.
+    let asked = unsafe { timeout.as_ref() }.map(|t| {
+        Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_nsec).unwrap_or(0),
+        )
+    });
+    epoll_with(events, max, asked, &mut |evs, n, left| {
+        let ts = left.map(|l| libc::timespec {
+            tv_sec: l.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+            tv_nsec: l.subsec_nanos() as libc::c_long,
+        });
+        let tp = match (&ts, left == asked) {
+            // The caller's own bound first: passed as it is (a malformed
+            // one gets the kernel's EINVAL).
+            (_, true) => timeout,
+            (Some(t), false) => t as *const libc::timespec,
+            (None, false) => std::ptr::null(),
+        };
+        // SAFETY: forwarding the caller's arguments (the symbol exists: the
+        // program linked against it).
+        unsafe { real::epoll_pwait2(epfd, evs, n, tp.cast::<c_void>(), mask) }
+    })
+}
+
+/// An epoll timeout in milliseconds as a bound (`None`: none).
+fn millis(ms: c_int) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+/// What is `left` in milliseconds for the real call: the caller's own
+/// `asked` at first (the same bound), else rounded up.
+fn to_millis(left: Option<Duration>, asked: c_int) -> c_int {
+    match left {
+        None => -1,
+        Some(l) if millis(asked) == Some(l) => asked,
+        Some(l) => c_int::try_from(l.as_nanos().div_ceil(1_000_000)).unwrap_or(c_int::MAX),
+    }
+}
+
+/// Before an epoll wait: each kind's doorbells tell the truth where the
+/// set does not watch the connections itself (`Kind::before_epoll_wait`).
+fn before_epoll_wait() {
+    enter((), || {
+        for k in KINDS {
+            k.before_epoll_wait();
+        }
+    });
+}
+
+/// An epoll wait of at most `max` events into `events`, bounded by
+/// `timeout` (`None`: none); `wait(events, max, left)` is the real call
+/// with `left` to wait. The tags in the results (`shim::epollwatch`) are
+/// taken out and their sockets' rounds made ([`sift`]); what a round
+/// rang a bell for is collected without waiting into the rest of the
+/// array (once: what a second look would find comes with the next wait).
+/// A wake-up that was nothing for the program waits again for what is
+/// left of `timeout`.
+fn epoll_with(
+    events: *mut epoll_event,
+    max: c_int,
+    timeout: Option<Duration>,
+    wait: &mut dyn FnMut(*mut epoll_event, c_int, Option<Duration>) -> c_int,
+) -> c_int {
+    if busy() {
+        return wait(events, max, timeout);
+    }
+    before_epoll_wait();
+    if max <= 0 || events.is_null() {
+        return wait(events, max, timeout);
+    }
+    let start = timeout.filter(|t| !t.is_zero()).map(|_| Instant::now());
+    let mut left = timeout;
+    loop {
+        let n = wait(events, max, left);
+        // Looked at after the wait: a registration made while it slept
+        // (another thread's, a background switch's) may be in the results.
+        if n <= 0 || !epollwatch::active() {
+            return n;
+        }
+        // SAFETY: the caller's array of `max` events, `n` of them written.
+        let evs = unsafe { std::slice::from_raw_parts_mut(events, max as usize) };
+        let (mut kept, rang) = sift(evs, 0, n as usize);
+        if rang && kept < evs.len() {
+            let rest = &mut evs[kept..];
+            let m = wait(rest.as_mut_ptr(), rest.len() as c_int, Some(Duration::ZERO));
+            if m > 0 {
+                kept = sift(evs, kept, m as usize).0;
+            }
+        }
+        if kept > 0 {
+            return kept as c_int;
+        }
+        left = remaining(timeout, start, Instant::now());
+        if left.is_some_and(|l| l.is_zero()) {
+            return 0;
+        }
+    }
+}
+
+/// The `n` results of a wait written at `evs[from..]`, after the `from`
+/// kept already, with the tags taken out: this process's make their
+/// sockets' rounds on this thread, and a socket that shows something for
+/// a registration the call reports itself ([`epollwatch::Reg::reported`])
+/// gets the program's event in the tag's place; a parent's tags are
+/// dropped. Events that come with the data of one kept already (a
+/// collection's second report of a level-triggered registration, a
+/// report beside its doorbell's own) are merged into it: one event per
+/// registration, as the kernel reports. Returns how many are kept, at the
+/// front in order, and whether a round rang a bell instead (the kernel
+/// reports that one).
+fn sift(evs: &mut [epoll_event], from: usize, n: usize) -> (usize, bool) {
+    let mut kept = from;
+    let mut rang = false;
+    for i in from..from + n {
+        let ev = evs[i];
+        let data = ev.u64;
+        let add = match epollwatch::tag_kind(data) {
+            None if from == 0 => {
+                // The first wait's own events: one per registration.
+                evs[kept] = ev;
+                kept += 1;
+                continue;
+            }
+            None => ev,
+            Some(false) => continue,
+            Some(true) => match arrival(data) {
+                Some(e) => e,
+                None => {
+                    rang = true;
+                    continue;
+                }
+            },
+        };
+        let d = add.u64;
+        if let Some(k) = evs[..kept].iter_mut().find(|k| k.u64 == d) {
+            k.events |= add.events;
+        } else {
+            evs[kept] = add;
+            kept += 1;
+        }
+    }
+    (kept, rang)
+}
+
+/// The round a tag asks for, on this thread (a socket whose last
+/// reference this holds closes with no wait): the program's event to
+/// report, if the registration is one the call reports itself and the
+/// socket shows something it asked for.
+fn arrival(tag: u64) -> Option<epoll_event> {
+    enter(None, || {
+        fdtable::without_close_waits(|| {
+            let (s, reg) = epollwatch::arrival(tag)?;
+            let Some(bits) = s.direct_arrival(reg.is_some()) else {
+                // Asked again: the wait that follows sees it once the
+                // other call's round is over.
+                epollwatch::look_again(tag);
+                return None;
+            };
+            // 0: shown on the doorbell (or nothing): collected.
+            let reg = reg?;
+            let bits = bits & (reg.events | (libc::EPOLLERR | libc::EPOLLHUP) as u32);
+            if bits != 0 {
+                epollwatch::REPORTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            (bits != 0).then_some(epoll_event {
+                events: bits,
+                u64: reg.data,
+            })
+        })
+    })
+}

@@ -1,0 +1,568 @@
+//! The program's epoll sets watch managed sockets' connections themselves.
+//!
+//! A managed socket's number names its doorbell end ([`super::doorbell`]):
+//! an epoll set hears of the socket's input only once someone rings. While
+//! the program waited in `epoll_wait` that was the progress thread: woken
+//! for each arrival, it made the socket's round and rang, and only then
+//! was the program's wait woken — two wake-ups in series per message, and
+//! a bell written, collected and drained (an 8 B ping-pong in an epoll
+//! loop took ~1.2× the round trip of the same loop in `poll`, which
+//! watches the connection itself: `interpose::wait`).
+//!
+//! Here, when the program registers a managed socket whose kind names a
+//! descriptor to watch ([`Socket::direct_watch`]: a DDP socket's TCP
+//! connection) in an epoll set it made ([`super::epollcarry`]'s list),
+//! that descriptor is registered in the same set, edge-triggered for
+//! input, with a *tag* as its data: the process's random base and the
+//! place of the registration's entry here. Input on the connection wakes
+//! the program's own `epoll_wait` with the tag. The interposed call
+//! ([`crate::interpose::wait::epoll`]) takes the tag out of its results and
+//! makes the socket's round on its own thread ([`Socket::direct_arrival`]).
+//! When the program's one registration of the socket, in that set alone,
+//! is a plain one for input (level- or edge-triggered, not one-shot, not
+//! exclusive: [`Reg::reported`]), the round rings no bell and the call
+//! reports the program's event itself in the tag's place, with the
+//! program's data: the system calls of a plain TCP socket's wake-up. Any
+//! other registration gets the bell, and the call collects what the
+//! kernel then reports, without waiting, so that one-shot and exclusive
+//! wake-ups keep the kernel's rules — and so do the socket's other
+//! registrations (a `dup`'s, another set's): the round took the input
+//! from under their watches, whose edges then found nothing to report. A wake-up that turns out to be
+//! nothing for the program waits again for the rest of its time. A socket
+//! so covered needs no progress thread for input ([`Socket::direct_cover`]).
+//!
+//! The registrations are followed through the interposed `epoll_ctl` (ADD
+//! covers, MOD changes what is reported, DEL uncovers), the registrations
+//! a swap carries onto a new managed socket
+//! ([`super::epollcarry::dup3_carrying_sets`]), the socket's end
+//! ([`forget`]), and the set's close ([`set_closed`]). A covered socket
+//! found registered again after its set's number was closed behind the
+//! interposer (`close_range`) is looked at again: the set's own
+//! registration of the watched descriptor is asked for (`EPOLL_CTL_MOD`).
+//!
+//! Where this cannot follow, the socket falls back to the progress thread
+//! ([`Socket::direct_failed`]): a set this process did not make (inherited
+//! from a parent, made by a raw system call), a registration the kernel
+//! refuses (`max_user_watches`), more than [`ENTRIES_MAX`] registrations.
+//! After a `fork` the parent's sets may be waited on by the child too,
+//! which could take a tag's edge meant for the parent: from then on the
+//! parent's epoll waits use the progress thread as well ([`fallback`]),
+//! and the child leaves its parent's tags out of its results unprocessed
+//! ([`FOREIGN`]).
+//!
+//! Tags: the base has its top bit set (no user-space address, descriptor
+//! number or small count has it) and 31 random bits, chosen at the first
+//! interposed `epoll_ctl`, before any registration of the program's; a
+//! registration of the program's whose data has the base (~one chance in
+//! 2^31 for data with the top bit set) turns the process's epoll waits to
+//! the progress thread before it can be reported ([`program_data`]).
+//!
+//! Not covered: a registration made by a raw `epoll_ctl` system call (the
+//! socket then is not watched for that set, unless the program also waits
+//! in `select`, or forked).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use libc::c_int;
+use smallvec::SmallVec;
+use warpsock_xsock::io::ForkLock;
+
+use super::socket::Socket;
+
+/// Bits of a tag that name the entry's place and its generation (the
+/// rest is the process's base).
+const PLACE_BITS: u32 = 20;
+const GEN_BITS: u32 = 12;
+
+/// The most registrations watched at once (places of [`Table`]).
+pub(crate) const ENTRIES_MAX: usize = 1 << PLACE_BITS;
+
+/// The mask of a tag's base.
+const BASE_MASK: u64 = !((1u64 << (PLACE_BITS + GEN_BITS)) - 1);
+
+/// The events a watched descriptor is registered for in the program's
+/// set: edge-triggered input (a connection that stays readable because
+/// its socket's round is bounded or its reader is parked wakes no one
+/// twice for the same bytes).
+const WATCH_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+
+/// This process's tag base (0: none chosen yet).
+static BASE: AtomicU64 = AtomicU64::new(0);
+
+/// The tag bases of the processes this one was forked from (0: none):
+/// their tags are left out of results here, unprocessed. The oldest goes
+/// when a fourth generation forks.
+pub(crate) static FOREIGN: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+
+/// Whether a result of `epoll_wait` may hold a tag: a registration was
+/// made, here or in a parent. One load per wait otherwise.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// The process forked with registrations made (a child may wait on its
+/// sets), or a registration of the program's looked like a tag: its epoll
+/// waits use the progress thread for every socket ([`fallback`]).
+static FALLBACK: AtomicBool = AtomicBool::new(false);
+
+/// Events the interposed `epoll_wait` reported itself for a watched
+/// connection's input, with no bell (`ddp_epoll_direct` of
+/// `WARPSOCK_STATS`).
+pub(crate) static REPORTED: AtomicU64 = AtomicU64::new(0);
+
+/// The process's watched registrations. A forked child starts an empty
+/// one ([`fork_child`]).
+static TABLE: ForkLock<Table> = ForkLock::new();
+
+/// The system calls the table makes, so that its books are tested without
+/// a kernel.
+pub(crate) trait Kernel {
+    /// `epoll_ctl(epfd, op, fd, {events, data})`.
+    fn ctl(&self, epfd: c_int, op: c_int, fd: c_int, events: u32, data: u64) -> Result<(), c_int>;
+}
+
+/// The real system call.
+struct Real;
+
+impl Kernel for Real {
+    fn ctl(&self, epfd: c_int, op: c_int, fd: c_int, events: u32, data: u64) -> Result<(), c_int> {
+        let mut ev = libc::epoll_event { events, u64: data };
+        // SAFETY: a valid event for the call's duration.
+        if unsafe { super::real::epoll_ctl(epfd, op, fd, &mut ev) } == 0 {
+            Ok(())
+        } else {
+            Err(super::sys::errno())
+        }
+    }
+}
+
+/// One registration of the program's: its number, events and data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reg {
+    pub(crate) fd: c_int,
+    pub(crate) events: u32,
+    pub(crate) data: u64,
+}
+
+impl Reg {
+    /// Whether a wake-up of the watched descriptor may be reported for
+    /// this registration by the interposed call itself (no bell): it asks
+    /// for input, and is neither one-shot (the kernel disarms it: a second
+    /// report would break the one-thread-per-event rule) nor exclusive.
+    pub(crate) fn reported(&self) -> bool {
+        self.events & libc::EPOLLIN as u32 != 0
+            && self.events & (libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE) as u32 == 0
+    }
+}
+
+/// A socket's registrations in one of the program's sets, watched there.
+struct Entry {
+    /// The program's set.
+    outer: c_int,
+    /// The socket's address (its key).
+    key: usize,
+    sock: Weak<dyn Socket>,
+    /// The descriptor watched ([`Socket::direct_watch`]).
+    watch: c_int,
+    /// The program's registrations of the socket in the set (one per
+    /// number: a `dup`'s is another): the watch goes with the last.
+    regs: SmallVec<[Reg; 1]>,
+}
+
+/// The watched registrations. Sans-IO: every system call goes through a
+/// [`Kernel`].
+#[derive(Default)]
+pub(crate) struct Table {
+    /// The tag base (given by the caller of [`Table::cover`]).
+    base: u64,
+    /// By place; `None`: free.
+    entries: Vec<Option<Entry>>,
+    /// The generation of each place (moved on each reuse, modulo
+    /// 2^[`GEN_BITS`]: an event read before its place changed hands names
+    /// nothing).
+    gens: Vec<u32>,
+    /// Free places.
+    free: Vec<usize>,
+    /// Socket key → its places (one per set).
+    by_key: HashMap<usize, SmallVec<[usize; 2]>>,
+}
+
+/// What a change of the table did to sockets' coverage: for each, whether
+/// it became covered by one more set (`true`) or one fewer.
+pub(crate) type Changes = SmallVec<[(Arc<dyn Socket>, bool); 2]>;
+
+/// What a tag names: the socket, and the registration the call may
+/// report itself ([`Reg::reported`]; `None`: ring the bell instead).
+pub(crate) type Arrival = (Arc<dyn Socket>, Option<Reg>);
+
+impl Table {
+    /// The tag of place `at`.
+    fn tag(&self, at: usize) -> u64 {
+        self.base | (at as u64) << GEN_BITS | u64::from(self.gens[at])
+    }
+
+    /// The place of socket `key`'s entry for set `outer`.
+    fn place(&self, outer: c_int, key: usize) -> Option<usize> {
+        self.by_key
+            .get(&key)?
+            .iter()
+            .copied()
+            .find(|&at| self.entry(at).is_some_and(|e| e.outer == outer))
+    }
+
+    /// The entry at place `at`.
+    fn entry(&self, at: usize) -> Option<&Entry> {
+        self.entries.get(at).and_then(Option::as_ref)
+    }
+
+    /// The program registered `sock` (watching `watch`) in its set
+    /// `outer` as `reg`: the set watches `watch` (registered there first
+    /// if need be). `base` is the process's tag base. Returns the
+    /// coverage changes, or the errno of a failure (the socket is then not
+    /// watched by this set).
+    pub(crate) fn cover(
+        &mut self,
+        k: &impl Kernel,
+        base: u64,
+        outer: c_int,
+        sock: &Arc<dyn Socket>,
+        watch: c_int,
+        reg: Reg,
+    ) -> Result<Changes, c_int> {
+        self.base = base & BASE_MASK;
+        let mut changes = Changes::new();
+        let key = address(sock);
+        if let Some(at) = self.place(outer, key) {
+            // Still watched there? The set's number may name another set
+            // by now (closed behind the interposer): asked of the kernel.
+            let tag = self.tag(at);
+            if k.ctl(outer, libc::EPOLL_CTL_MOD, watch, WATCH_EVENTS, tag)
+                .is_ok()
+            {
+                if let Some(Some(e)) = self.entries.get_mut(at) {
+                    e.regs.retain(|r| r.fd != reg.fd);
+                    e.regs.push(reg);
+                }
+                return Ok(changes);
+            }
+            if let Some(e) = self.remove(k, at, false) {
+                if let Some(s) = e.sock.upgrade() {
+                    changes.push((s, false));
+                }
+            }
+        }
+        let at = match self.free.pop() {
+            Some(at) => at,
+            None if self.entries.len() < ENTRIES_MAX => {
+                self.entries.push(None);
+                self.gens.push(0);
+                self.entries.len() - 1
+            }
+            None => return Err(libc::ENOSPC),
+        };
+        self.gens[at] = (self.gens[at] + 1) & ((1 << GEN_BITS) - 1);
+        let tag = self.tag(at);
+        let added = match k.ctl(outer, libc::EPOLL_CTL_ADD, watch, WATCH_EVENTS, tag) {
+            // A registration of ours left behind (its entry gone with a
+            // set closed behind the interposer, the number reused).
+            Err(libc::EEXIST) => k.ctl(outer, libc::EPOLL_CTL_MOD, watch, WATCH_EVENTS, tag),
+            r => r,
+        };
+        if let Err(e) = added {
+            self.free.push(at);
+            return Err(e);
+        }
+        self.entries[at] = Some(Entry {
+            outer,
+            key,
+            sock: Arc::downgrade(sock),
+            watch,
+            regs: SmallVec::from_elem(reg, 1),
+        });
+        self.by_key.entry(key).or_default().push(at);
+        changes.push((Arc::clone(sock), true));
+        Ok(changes)
+    }
+
+    /// The program changed its registration `reg` (by number) of socket
+    /// `key` in set `outer` (`EPOLL_CTL_MOD`).
+    pub(crate) fn modify(&mut self, outer: c_int, key: usize, reg: Reg) {
+        if let Some(at) = self.place(outer, key) {
+            if let Some(Some(e)) = self.entries.get_mut(at) {
+                if let Some(r) = e.regs.iter_mut().find(|r| r.fd == reg.fd) {
+                    *r = reg;
+                }
+            }
+        }
+    }
+
+    /// Takes the entry at place `at` out; its watch leaves the set if
+    /// `del` (not for a set that is closing).
+    fn remove(&mut self, k: &impl Kernel, at: usize, del: bool) -> Option<Entry> {
+        let e = self.entries.get_mut(at)?.take()?;
+        if del {
+            // ENOENT/EBADF: the watched descriptor or the set closed.
+            let _ = k.ctl(e.outer, libc::EPOLL_CTL_DEL, e.watch, 0, 0);
+        }
+        if let Some(ats) = self.by_key.get_mut(&e.key) {
+            ats.retain(|&mut a| a != at);
+            if ats.is_empty() {
+                self.by_key.remove(&e.key);
+            }
+        }
+        self.free.push(at);
+        Some(e)
+    }
+
+    /// The program removed its registration by number `fd` of socket
+    /// `key` from its set `outer`: with its last there, the set stops
+    /// watching the socket.
+    pub(crate) fn uncover(
+        &mut self,
+        k: &impl Kernel,
+        outer: c_int,
+        key: usize,
+        fd: c_int,
+    ) -> Changes {
+        let mut changes = Changes::new();
+        let Some(at) = self.place(outer, key) else {
+            return changes;
+        };
+        if let Some(Some(e)) = self.entries.get_mut(at) {
+            e.regs.retain(|r| r.fd != fd);
+            if !e.regs.is_empty() {
+                return changes;
+            }
+        }
+        if let Some(e) = self.remove(k, at, true) {
+            if let Some(s) = e.sock.upgrade() {
+                changes.push((s, false));
+            }
+        }
+        changes
+    }
+
+    /// The socket `key` ended: no set watches it any more. (Its object is
+    /// going: no coverage change is reported.)
+    pub(crate) fn forget(&mut self, k: &impl Kernel, key: usize) {
+        let ats = self.by_key.get(&key).cloned().unwrap_or_default();
+        for at in ats {
+            self.remove(k, at, true);
+        }
+    }
+
+    /// The program's set `outer` closes: its sockets lose it (their
+    /// registrations there go with it).
+    pub(crate) fn set_closed(&mut self, k: &impl Kernel, outer: c_int) -> Changes {
+        let mut changes = Changes::new();
+        let ats: Vec<usize> = (0..self.entries.len())
+            .filter(|&at| self.entry(at).is_some_and(|e| e.outer == outer))
+            .collect();
+        for at in ats {
+            if let Some(e) = self.remove(k, at, false) {
+                if let Some(s) = e.sock.upgrade() {
+                    changes.push((s, false));
+                }
+            }
+        }
+        changes
+    }
+
+    /// The entry tag `tag` was made for, if its place still holds it.
+    fn placed(&self, tag: u64) -> Option<&Entry> {
+        let at = ((tag & !BASE_MASK) >> GEN_BITS) as usize;
+        let gen = (tag & ((1 << GEN_BITS) - 1)) as u32;
+        if self.gens.get(at) != Some(&gen) {
+            return None;
+        }
+        self.entry(at)
+    }
+
+    /// What this process's tag `tag` names, if its place still holds the
+    /// entry it was made for.
+    pub(crate) fn arrival(&self, tag: u64) -> Option<Arrival> {
+        let e = self.placed(tag)?;
+        let s = e.sock.upgrade()?;
+        // Reported here only where no other registration of the socket
+        // can be waited on: a round that rings no bell took the input
+        // from under another set's watch (its edge then found nothing).
+        let alone = self.by_key.get(&e.key).is_some_and(|ats| ats.len() == 1);
+        let reg = match e.regs.as_slice() {
+            [r] if alone && r.reported() => Some(*r),
+            _ => None,
+        };
+        Some((s, reg))
+    }
+}
+
+/// The address of a socket's object (the key the kinds' tables use).
+fn address(s: &Arc<dyn Socket>) -> usize {
+    Arc::as_ptr(s).cast::<()>() as usize
+}
+
+/// Whether `data` is a tag: `Some(true)` this process's, `Some(false)` a
+/// parent's, `None` the program's own.
+#[inline]
+pub(crate) fn tag_kind(data: u64) -> Option<bool> {
+    let b = data & BASE_MASK;
+    if b & (1 << 63) == 0 {
+        return None;
+    }
+    if b == BASE.load(Ordering::Relaxed) {
+        return Some(true);
+    }
+    FOREIGN
+        .iter()
+        .any(|f| f.load(Ordering::Relaxed) == b)
+        .then_some(false)
+}
+
+/// Whether a wait's results may hold tags.
+#[inline]
+pub(crate) fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Whether this process's epoll waits must use the progress thread for
+/// every socket: it forked with registrations made, or a registration of
+/// the program's looked like a tag (module docs).
+pub(crate) fn fallback() -> bool {
+    FALLBACK.load(Ordering::Acquire)
+}
+
+/// The process's tag base, chosen at the first call: the top bit set, 31
+/// random bits.
+pub(crate) fn base() -> u64 {
+    match BASE.load(Ordering::Acquire) {
+        0 => {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            let b = (h.finish() & BASE_MASK) | 1 << 63;
+            match BASE.compare_exchange(0, b, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => b,
+                Err(theirs) => theirs,
+            }
+        }
+        b => b,
+    }
+}
+
+/// Applies coverage changes to their sockets (outside the table's lock:
+/// a socket's cover takes its own locks and rings its doorbell).
+fn apply(changes: Changes) {
+    for (s, on) in changes {
+        s.direct_cover(on);
+    }
+}
+
+/// The program registered `sock` in its epoll set `epfd` as `reg`:
+/// watched there if the socket's kind names a descriptor to watch; a
+/// socket that cannot be watched falls back to the progress thread.
+pub(crate) fn registered(epfd: c_int, sock: &Arc<dyn Socket>, reg: Reg) {
+    let Some(watch) = sock.direct_watch() else {
+        return;
+    };
+    if fallback() || !super::epollcarry::made_here(epfd) {
+        sock.direct_failed();
+        return;
+    }
+    let base = base();
+    ACTIVE.store(true, Ordering::Release);
+    let done = TABLE.lock().cover(&Real, base, epfd, sock, watch, reg);
+    match done {
+        Ok(changes) => apply(changes),
+        Err(_) => sock.direct_failed(),
+    }
+}
+
+/// The program changed its registration `reg` of `sock` in `epfd`.
+pub(crate) fn modified(epfd: c_int, sock: &Arc<dyn Socket>, reg: Reg) {
+    if active() {
+        TABLE.lock().modify(epfd, address(sock), reg);
+    }
+}
+
+/// The program removed its registration by number `fd` of `sock` from
+/// its set `epfd`.
+pub(crate) fn unregistered(epfd: c_int, sock: &Arc<dyn Socket>, fd: c_int) {
+    if !active() {
+        return;
+    }
+    let changes = TABLE.lock().uncover(&Real, epfd, address(sock), fd);
+    apply(changes);
+}
+
+/// A registration of the program's with data `data`: one that looks like
+/// one of this process's tags turns its epoll waits to the progress thread
+/// before it can be reported (module docs).
+pub(crate) fn program_data(data: u64) {
+    if tag_kind(data) == Some(true) {
+        FALLBACK.store(true, Ordering::Release);
+    }
+}
+
+/// The socket object at `key` ended: no set watches it.
+pub(crate) fn forget(key: usize) {
+    if active() {
+        TABLE.lock().forget(&Real, key);
+    }
+}
+
+/// The program closes its descriptor `fd`: if it is one of its epoll sets
+/// that watches sockets, they lose it.
+pub(crate) fn set_closed(fd: c_int) {
+    if active() {
+        let changes = TABLE.lock().set_closed(&Real, fd);
+        apply(changes);
+    }
+}
+
+/// What this process's tag `tag` names now.
+pub(crate) fn arrival(tag: u64) -> Option<Arrival> {
+    TABLE.lock().arrival(tag)
+}
+
+/// The set of tag `tag` looks at its watched descriptor again
+/// (`EPOLL_CTL_MOD` with the same interest: epoll reports a readiness
+/// still there at once, an edge for the next wait).
+pub(crate) fn look_again(tag: u64) {
+    let t = TABLE.lock();
+    if let Some(e) = t.placed(tag) {
+        let _ = Real.ctl(e.outer, libc::EPOLL_CTL_MOD, e.watch, WATCH_EVENTS, tag);
+    }
+}
+
+/// The atfork parent handler's part: a child may wait on the sets the
+/// program made, and take a tag's edge meant for this process. One
+/// store, no lock.
+pub(crate) fn fork_parent() {
+    if active() {
+        FALLBACK.store(true, Ordering::Release);
+    }
+}
+
+/// The atfork child handler's part: the parent's tags are foreign here
+/// (left out of results), the table starts afresh (its registrations are
+/// the parent's). No allocation, no lock.
+pub(crate) fn fork_child() {
+    let b = BASE.swap(0, Ordering::AcqRel);
+    if b != 0 {
+        let slot = FOREIGN
+            .iter()
+            .position(|f| f.load(Ordering::Relaxed) == 0)
+            .unwrap_or_else(|| {
+                // The oldest goes.
+                for i in 1..FOREIGN.len() {
+                    FOREIGN[i - 1].store(FOREIGN[i].load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+                FOREIGN.len() - 1
+            });
+        FOREIGN[slot].store(b, Ordering::Release);
+    }
+    FALLBACK.store(false, Ordering::Release);
+    TABLE.forget();
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,293 @@
+//! The watched registrations' books against a fake kernel, and the tags.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use super::*;
+
+/// One `epoll_ctl`: (set, op, descriptor, events, data).
+type Call = (c_int, c_int, c_int, u32, u64);
+
+/// A kernel that records its calls and fails those it is told to.
+#[derive(Default)]
+struct Fake {
+    calls: RefCell<Vec<Call>>,
+    /// `(epfd, op)` that fail, with the errno.
+    fail: RefCell<Vec<(c_int, c_int, c_int)>>,
+}
+
+impl Kernel for Fake {
+    fn ctl(&self, epfd: c_int, op: c_int, fd: c_int, events: u32, data: u64) -> Result<(), c_int> {
+        self.calls.borrow_mut().push((epfd, op, fd, events, data));
+        match self.fail.borrow().iter().find(|f| (f.0, f.1) == (epfd, op)) {
+            Some(f) => Err(f.2),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A socket that counts its coverage.
+#[derive(Default)]
+struct Counted {
+    covers: AtomicI32,
+}
+
+impl Socket for Counted {
+    fn kernel_fd(&self) -> c_int {
+        -1
+    }
+    fn add_ref(&self) {}
+    fn release(&self) {}
+    fn nonblocking(&self) -> bool {
+        false
+    }
+    fn set_nonblocking(&self, _on: bool) {}
+    unsafe fn recvmsg(&self, _msg: &mut libc::msghdr, _flags: c_int) -> isize {
+        -1
+    }
+    unsafe fn sendmsg(&self, _msg: &libc::msghdr, _flags: c_int) -> isize {
+        -1
+    }
+    fn direct_watch(&self) -> Option<c_int> {
+        Some(77)
+    }
+    fn direct_cover(&self, on: bool) {
+        self.covers
+            .fetch_add(if on { 1 } else { -1 }, Ordering::SeqCst);
+    }
+}
+
+const BASE_T: u64 = 0xabcd_ef01_0000_0000;
+
+fn sock() -> Arc<dyn Socket> {
+    Arc::new(Counted::default())
+}
+
+fn reg(fd: c_int, events: i32, data: u64) -> Reg {
+    Reg {
+        fd,
+        events: events as u32,
+        data,
+    }
+}
+
+/// The last call's tag.
+fn last_tag(k: &Fake) -> u64 {
+    k.calls.borrow().last().expect("a call").4
+}
+
+/// A registration watches the socket's descriptor in the program's set
+/// (edge-triggered input, a tag as data); the tag names the socket and
+/// the program's registration, reported by the call itself when it is a
+/// plain one for input.
+#[test]
+fn a_registration_watches_the_socket_in_the_programs_set() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let s = sock();
+    let ch = t
+        .cover(&k, BASE_T, 5, &s, 77, reg(4, libc::EPOLLIN, 42))
+        .expect("covered");
+    assert_eq!(ch.len(), 1);
+    assert!(ch[0].1);
+    let c = k.calls.borrow()[0];
+    assert_eq!((c.0, c.1, c.2), (5, libc::EPOLL_CTL_ADD, 77));
+    assert_eq!(c.3, WATCH_EVENTS);
+    assert_eq!(c.4 & BASE_MASK, BASE_T);
+    let (found, r) = t.arrival(c.4).expect("the socket");
+    assert!(Arc::ptr_eq(&found, &s));
+    assert_eq!(r, Some(reg(4, libc::EPOLLIN, 42)));
+    assert!(t.arrival(c.4 ^ 1).is_none(), "another generation");
+}
+
+/// One-shot, exclusive and output-only registrations are not reported
+/// by the call (the bell rings, the kernel reports); MOD changes that.
+#[test]
+fn only_plain_input_registrations_are_reported_by_the_call() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let s = sock();
+    t.cover(
+        &k,
+        BASE_T,
+        5,
+        &s,
+        77,
+        reg(4, libc::EPOLLIN | libc::EPOLLONESHOT, 1),
+    )
+    .unwrap();
+    let tag = last_tag(&k);
+    assert_eq!(t.arrival(tag).unwrap().1, None, "one-shot");
+    t.modify(5, address(&s), reg(4, libc::EPOLLIN | libc::EPOLLET, 2));
+    assert_eq!(
+        t.arrival(tag).unwrap().1,
+        Some(reg(4, libc::EPOLLIN | libc::EPOLLET, 2)),
+        "edge-triggered input is reported"
+    );
+    t.modify(5, address(&s), reg(4, libc::EPOLLOUT, 3));
+    assert_eq!(t.arrival(tag).unwrap().1, None, "output only");
+    t.modify(
+        5,
+        address(&s),
+        reg(4, libc::EPOLLIN | libc::EPOLLEXCLUSIVE, 3),
+    );
+    assert_eq!(t.arrival(tag).unwrap().1, None, "exclusive");
+}
+
+/// A second number of the same socket (a `dup`) in the same set: the
+/// bell rings for it (two registrations, two datas); the watch goes with
+/// the last removal only.
+#[test]
+fn the_watch_goes_with_the_last_registration() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let s = sock();
+    t.cover(&k, BASE_T, 5, &s, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    let tag = last_tag(&k);
+    let ch = t
+        .cover(&k, BASE_T, 5, &s, 77, reg(9, libc::EPOLLIN, 2))
+        .unwrap();
+    assert!(ch.is_empty(), "a second registration is no new coverage");
+    assert_eq!(t.arrival(tag).unwrap().1, None, "two registrations");
+    assert!(t.uncover(&k, 5, address(&s), 4).is_empty());
+    assert_eq!(t.arrival(tag).unwrap().1, Some(reg(9, libc::EPOLLIN, 2)));
+    let ch = t.uncover(&k, 5, address(&s), 9);
+    assert_eq!(ch.len(), 1);
+    assert!(!ch[0].1);
+    let c = *k.calls.borrow().last().unwrap();
+    assert_eq!((c.0, c.1, c.2), (5, libc::EPOLL_CTL_DEL, 77));
+    assert!(t.arrival(tag).is_none());
+    assert!(t.uncover(&k, 5, address(&s), 9).is_empty(), "nothing left");
+}
+
+/// A tag read before its place changed hands names nothing.
+#[test]
+fn a_stale_tag_names_no_socket() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let a = sock();
+    t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    let tag_a = last_tag(&k);
+    t.uncover(&k, 5, address(&a), 4);
+    let b = sock();
+    t.cover(&k, BASE_T, 5, &b, 78, reg(6, libc::EPOLLIN, 2))
+        .unwrap();
+    let tag_b = last_tag(&k);
+    assert_eq!(tag_a >> GEN_BITS, tag_b >> GEN_BITS, "the place is reused");
+    assert!(t.arrival(tag_a).is_none(), "the old tag");
+    assert!(Arc::ptr_eq(&t.arrival(tag_b).unwrap().0, &b));
+}
+
+/// A socket registered again in a set whose number was closed behind the
+/// interposer (the set's registration of the watch is gone: MOD fails)
+/// is watched afresh; and an ADD that finds a registration of ours left
+/// behind takes it over.
+#[test]
+fn a_set_number_reused_is_watched_afresh() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let a = sock();
+    t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    k.fail
+        .borrow_mut()
+        .push((5, libc::EPOLL_CTL_MOD, libc::ENOENT));
+    let ch = t
+        .cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 2))
+        .unwrap();
+    assert_eq!(
+        ch.iter().map(|c| c.1).collect::<Vec<_>>(),
+        vec![false, true]
+    );
+    let c = *k.calls.borrow().last().unwrap();
+    assert_eq!((c.0, c.1), (5, libc::EPOLL_CTL_ADD));
+    assert_eq!(t.arrival(c.4).unwrap().1, Some(reg(4, libc::EPOLLIN, 2)));
+    let k2 = Fake::default();
+    k2.fail
+        .borrow_mut()
+        .push((6, libc::EPOLL_CTL_ADD, libc::EEXIST));
+    let b = sock();
+    t.cover(&k2, BASE_T, 6, &b, 78, reg(3, libc::EPOLLIN, 7))
+        .expect("taken over");
+    let c = *k2.calls.borrow().last().unwrap();
+    assert_eq!((c.0, c.1, c.2), (6, libc::EPOLL_CTL_MOD, 78));
+}
+
+/// A set the program closes: its sockets lose it, others keep theirs.
+#[test]
+fn a_closed_set_loses_its_sockets() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let (a, b) = (sock(), sock());
+    t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    let tag_a = last_tag(&k);
+    t.cover(&k, BASE_T, 6, &b, 78, reg(3, libc::EPOLLIN, 2))
+        .unwrap();
+    let tag_b = last_tag(&k);
+    let ch = t.set_closed(&k, 5);
+    assert_eq!(ch.len(), 1);
+    assert!(Arc::ptr_eq(&ch[0].0, &a));
+    assert!(t.arrival(tag_a).is_none());
+    assert!(t.arrival(tag_b).is_some());
+    assert!(t.set_closed(&k, 5).is_empty(), "once");
+}
+
+/// A socket that ends leaves every set.
+#[test]
+fn a_socket_that_ends_leaves_every_set() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let a = sock();
+    t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    t.cover(&k, BASE_T, 6, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    t.forget(&k, address(&a));
+    let dels: Vec<c_int> = k
+        .calls
+        .borrow()
+        .iter()
+        .filter(|c| c.1 == libc::EPOLL_CTL_DEL)
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(dels, vec![5, 6]);
+    assert!(t.by_key.is_empty());
+    assert_eq!(t.entries.iter().filter(|e| e.is_some()).count(), 0);
+}
+
+/// A refused watch leaves nothing behind and reports the errno.
+#[test]
+fn a_refused_watch_is_an_error() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    k.fail
+        .borrow_mut()
+        .push((5, libc::EPOLL_CTL_ADD, libc::ENOSPC));
+    let a = sock();
+    assert_eq!(
+        t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+            .err(),
+        Some(libc::ENOSPC)
+    );
+    assert!(t.by_key.is_empty());
+    assert_eq!(t.free.len(), 1);
+}
+
+/// Tags: this process's base, a parent's, and the program's data (no
+/// user-space address or small number has the top bit).
+#[test]
+fn tags_are_told_from_the_programs_data() {
+    let b = base();
+    assert_ne!(b & 1 << 63, 0);
+    assert_eq!(b & !BASE_MASK, 0);
+    assert_eq!(tag_kind(b | 5), Some(true));
+    FOREIGN[2].store(0x8000_1234_0000_0000, Ordering::SeqCst);
+    assert_eq!(tag_kind(0x8000_1234_0000_0007), Some(false));
+    FOREIGN[2].store(0, Ordering::SeqCst);
+    assert_eq!(tag_kind(7), None);
+    assert_eq!(tag_kind(0x7fff_ffff_f000), None, "an address");
+    assert_eq!(tag_kind(u64::MAX), None, "-1");
+}
