@@ -28,7 +28,9 @@ fn level_and_edge_triggered_sets_report_as_for_tcp() {
 }
 
 /// The same with the set alone, whose waits report the input themselves
-/// (`ddp_epoll_direct`), with no bell.
+/// (`ddp_epoll_direct`), with no bell: level-triggered, again at each
+/// wait while the input is left unread (reported once, memcached's worker
+/// waited for good).
 #[test]
 fn a_lone_set_reports_input_itself_as_tcps_would() {
     for case in ["lt1", "et1"] {

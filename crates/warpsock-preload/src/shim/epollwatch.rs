@@ -110,6 +110,9 @@ static FALLBACK: AtomicBool = AtomicBool::new(false);
 /// `WARPSOCK_STATS`).
 pub(crate) static REPORTED: AtomicU64 = AtomicU64::new(0);
 
+/// Whether [`Table::levels`] may hold something (a wait's one load).
+static LEVELS: AtomicBool = AtomicBool::new(false);
+
 /// The process's watched registrations. A forked child starts an empty
 /// one ([`fork_child`]).
 static TABLE: ForkLock<Table> = ForkLock::new();
@@ -167,6 +170,10 @@ struct Entry {
     /// The program's registrations of the socket in the set (one per
     /// number: a `dup`'s is another): the watch goes with the last.
     regs: SmallVec<[Reg; 1]>,
+    /// Reported by a wait for a level-triggered registration, with no
+    /// bell: the set's next wait reports it again while it is readable
+    /// ([`Table::levels`]).
+    level: bool,
 }
 
 /// The watched registrations. Sans-IO: every system call goes through a
@@ -185,6 +192,8 @@ pub(crate) struct Table {
     free: Vec<usize>,
     /// Socket key → its places (one per set).
     by_key: HashMap<usize, SmallVec<[usize; 2]>>,
+    /// Places whose entry is marked [`Entry::level`].
+    levels: Vec<usize>,
 }
 
 /// What a change of the table did to sockets' coverage: for each, whether
@@ -278,6 +287,7 @@ impl Table {
             sock: Arc::downgrade(sock),
             watch,
             regs: SmallVec::from_elem(reg, 1),
+            level: false,
         });
         self.by_key.entry(key).or_default().push(at);
         changes.push((Arc::clone(sock), true));
@@ -300,6 +310,9 @@ impl Table {
     /// `del` (not for a set that is closing).
     fn remove(&mut self, k: &impl Kernel, at: usize, del: bool) -> Option<Entry> {
         let e = self.entries.get_mut(at)?.take()?;
+        if e.level {
+            self.levels.retain(|&l| l != at);
+        }
         if del {
             // ENOENT/EBADF: the watched descriptor or the set closed.
             let _ = k.ctl(e.outer, libc::EPOLL_CTL_DEL, e.watch, 0, 0);
@@ -366,6 +379,55 @@ impl Table {
             }
         }
         changes
+    }
+
+    /// A wait reported the entry of tag `tag` itself for a
+    /// level-triggered registration: the set's next wait looks at it again
+    /// ([`Self::levels`]); a level-triggered set reports a readable socket
+    /// at every wait, and no bell was rung for it (a program that leaves
+    /// the input unread after a report — memcached's worker, between two
+    /// states of a connection — waited for good).
+    pub(crate) fn mark_level(&mut self, tag: u64) {
+        let at = ((tag & !BASE_MASK) >> GEN_BITS) as usize;
+        if self.placed(tag).is_none() {
+            return;
+        }
+        if let Some(Some(e)) = self.entries.get_mut(at) {
+            if !e.level {
+                e.level = true;
+                self.levels.push(at);
+            }
+        }
+    }
+
+    /// The marked entries of set `outer` ([`Self::mark_level`]), taken
+    /// off the list (the caller marks again those it reports): each
+    /// socket with its registration.
+    pub(crate) fn levels(&mut self, outer: c_int) -> SmallVec<[(Arc<dyn Socket>, Reg, u64); 2]> {
+        let mut out = SmallVec::new();
+        if self.levels.is_empty() {
+            return out;
+        }
+        let mut i = 0;
+        while i < self.levels.len() {
+            let at = self.levels[i];
+            let tag = self.entry(at).map(|_| self.tag(at));
+            match self.entries.get_mut(at).and_then(Option::as_mut) {
+                Some(e) if e.outer != outer && e.level => {
+                    i += 1;
+                    continue;
+                }
+                Some(e) => {
+                    e.level = false;
+                    if let (Some(s), [r], Some(tag)) = (e.sock.upgrade(), e.regs.as_slice(), tag) {
+                        out.push((s, *r, tag));
+                    }
+                }
+                None => {}
+            }
+            self.levels.swap_remove(i);
+        }
+        out
     }
 
     /// The entry tag `tag` was made for, if its place still holds it.
@@ -476,6 +538,17 @@ pub(crate) fn registered(epfd: c_int, sock: &Arc<dyn Socket>, reg: Reg) {
     }
 }
 
+/// The program's `epoll_ctl` `op` of its registration `reg` of `sock` in
+/// its set `epfd` (for `EPOLL_CTL_DEL` only `reg.fd` counts).
+pub(crate) fn follow(epfd: c_int, op: c_int, reg: Reg, sock: &Arc<dyn Socket>) {
+    match op {
+        libc::EPOLL_CTL_ADD => registered(epfd, sock, reg),
+        libc::EPOLL_CTL_MOD => modified(epfd, sock, reg),
+        libc::EPOLL_CTL_DEL => unregistered(epfd, sock, reg.fd),
+        _ => {}
+    }
+}
+
 /// The program changed its registration `reg` of `sock` in `epfd`.
 pub(crate) fn modified(epfd: c_int, sock: &Arc<dyn Socket>, reg: Reg) {
     if active() {
@@ -523,6 +596,27 @@ pub(crate) fn arrival(tag: u64) -> Option<Arrival> {
     TABLE.lock().arrival(tag)
 }
 
+/// A wait reported tag `tag`'s socket itself for a level-triggered
+/// registration ([`Table::mark_level`]).
+pub(crate) fn mark_level(tag: u64) {
+    let mut t = TABLE.lock();
+    t.mark_level(tag);
+    LEVELS.store(!t.levels.is_empty(), Ordering::Release);
+}
+
+/// Set `epfd`'s sockets reported at a wait for a level-triggered
+/// registration and not looked at since ([`Table::levels`]): each with
+/// its registration and tag. One load while there are none.
+pub(crate) fn levels(epfd: c_int) -> SmallVec<[(Arc<dyn Socket>, Reg, u64); 2]> {
+    if !LEVELS.load(Ordering::Acquire) {
+        return SmallVec::new();
+    }
+    let mut t = TABLE.lock();
+    let out = t.levels(epfd);
+    LEVELS.store(!t.levels.is_empty(), Ordering::Release);
+    out
+}
+
 /// The set of tag `tag` looks at its watched descriptor again
 /// (`EPOLL_CTL_MOD` with the same interest: epoll reports a readiness
 /// still there at once, an edge for the next wait).
@@ -561,6 +655,7 @@ pub(crate) fn fork_child() {
         FOREIGN[slot].store(b, Ordering::Release);
     }
     FALLBACK.store(false, Ordering::Release);
+    LEVELS.store(false, Ordering::Release);
     TABLE.forget();
 }
 

@@ -239,6 +239,17 @@ pub(crate) trait Socket: Send + Sync {
         Ok(())
     }
 
+    /// The program added (`EPOLL_CTL_ADD`), changed or removed its
+    /// registration `reg` of this socket in its epoll set `epfd`: a kind
+    /// whose sockets change under the program's number by themselves (a
+    /// switching connection) keeps it for what the socket becomes and
+    /// returns `true`. Default `false`: [`super::epollwatch::follow`]
+    /// follows it for this socket.
+    fn epoll_change(&self, epfd: c_int, op: c_int, reg: super::epollwatch::Reg) -> bool {
+        let _ = (epfd, op, reg);
+        false
+    }
+
     /// A descriptor of the library's that the program's epoll sets may
     /// watch for this socket's input themselves ([`super::epollwatch`]):
     /// its events are taken up by [`Self::direct_arrival`]. `None`
@@ -269,6 +280,13 @@ pub(crate) trait Socket: Send + Sync {
     fn direct_arrival(&self, report: bool) -> Option<u32> {
         let _ = report;
         Some(0)
+    }
+
+    /// What the socket shows now for a program's epoll wait that reported
+    /// its input itself before ([`Self::direct_arrival`]), without a round:
+    /// the epoll bits as `direct_arrival` gives them (0: nothing).
+    fn direct_level(&self) -> u32 {
+        0
     }
 
     /// The descriptor the program's number names while this socket is

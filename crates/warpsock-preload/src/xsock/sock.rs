@@ -35,7 +35,7 @@ use warpsock_xsock::io::{Readiness, XSocket};
 use super::follow::Follow;
 use crate::shim::doorbell::Doorbell;
 use crate::shim::reactor;
-use crate::shim::socket::{Socket, Wait};
+use crate::shim::socket::{Socket, Wait, WAIT_READABLE};
 use crate::shim::sys::{self, errno, set_errno};
 use crate::shim::{fdtable, real};
 use warpsock_xsock::io::ForkLock;
@@ -761,6 +761,16 @@ impl Socket for DdpSock {
         }
         // Outside the socket's lock (a hang-up's look takes the books').
         Some(shown.map_or(0, |r| self.shown(r) as u16 as u32))
+    }
+
+    fn direct_level(&self) -> u32 {
+        let r = self.x.readiness_now();
+        if r.readable && !r.hup && !r.error {
+            WAIT_READABLE as u16 as u32
+        } else {
+            // Shown on the doorbell (a hang-up, an error), or nothing.
+            0
+        }
     }
 
     fn wait_begin(&self) -> Option<Wait> {

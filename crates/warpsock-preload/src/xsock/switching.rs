@@ -77,7 +77,7 @@ use super::{switch_at, Asked, At, SOL_WARPSOCK, WARPSOCK_MSG_MODE};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::socket::{Socket, Wait};
 use crate::shim::sys::{self, lock, set_errno};
-use crate::shim::{epollcarry, fdtable, real};
+use crate::shim::{epollcarry, epollwatch, fdtable, real};
 
 /// The most switches under way at once ([`start`]).
 pub(crate) const SWITCHING_MAX: usize = 64;
@@ -114,6 +114,11 @@ struct State {
     /// The message mode asked (the listener's, or set meanwhile).
     msg_mode: bool,
     bells: usize,
+    /// The program's epoll registrations of the socket made meanwhile
+    /// (set, registration): the sets watch the outcome's connection once
+    /// it is installed (`shim::epollwatch`; the carry of the numbers'
+    /// registrations may have looked before they were made).
+    epoll: Vec<(c_int, epollwatch::Reg)>,
 }
 
 /// A connection whose switch is under way in the background (module
@@ -230,6 +235,14 @@ impl SwitchingSock {
             match fdtable::replace_if(n, me, self.bell.app, target, sock.clone()) {
                 Ok(done) => any |= done,
                 Err(e) => failed = Some(e),
+            }
+        }
+        // The registrations made while it switched: those from now on go
+        // to the outcome (`Socket::epoll_change`, the outcome known).
+        let pending = std::mem::take(&mut lock(&self.st).epoll);
+        if let Some(s) = &sock {
+            for (epfd, reg) in pending {
+                epollwatch::follow(epfd, libc::EPOLL_CTL_ADD, reg, s);
             }
         }
         match (any, failed, &sock) {
@@ -632,6 +645,24 @@ impl Socket for SwitchingSock {
         drop(g);
         // SAFETY: forwarding the program's arguments.
         unsafe { real::getsockopt(self.kfd, level, name, val, len) }
+    }
+
+    fn epoll_change(&self, epfd: c_int, op: c_int, reg: epollwatch::Reg) -> bool {
+        let mut g = lock(&self.st);
+        match g.outcome.clone() {
+            None => {
+                g.epoll.retain(|(e, r)| (*e, r.fd) != (epfd, reg.fd));
+                if op != libc::EPOLL_CTL_DEL {
+                    g.epoll.push((epfd, reg));
+                }
+            }
+            Some(Outcome::Managed(o)) => {
+                drop(g);
+                epollwatch::follow(epfd, op, reg, &o);
+            }
+            Some(Outcome::Plain) => {}
+        }
+        true
     }
 
     fn wait_begin(&self) -> Option<Wait> {

@@ -9,7 +9,8 @@
  *   lt       level-triggered: reported again while bytes are left
  *   et       edge-triggered: one report per arrival
  *   lt1, et1 the same with the set alone (no witness: its own waits are
- *            the synchronisation, and report the input themselves)
+ *            the synchronisation, and report the input themselves); lt1's
+ *            input is reported again while it is left unread
  *   oneshot  EPOLLONESHOT: one report, none until EPOLL_CTL_MOD re-arms
  *   dup      the descriptor and a dup of it in one set: one event each;
  *            the dup's removed, the other's alone
@@ -82,6 +83,10 @@ int main(int argc, char **argv) {
         int ep = set_with(c, EPOLLIN, 14);
         put(s, "abcdef");
         show(ep, 10000, "sent");
+        /* Not read: reported again (memcached's worker waited for good
+         * when the report came once). */
+        show(ep, 0, "unread");
+        show(ep, 0, "still unread");
         take(c, 2, "read");
         show(ep, 0, "left");
         take(c, 64, "read");

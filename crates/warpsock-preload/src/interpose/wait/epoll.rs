@@ -67,16 +67,15 @@ pub unsafe extern "C" fn epoll_ctl(
     if fdtable::maybe_managed(fd) {
         enter((), || {
             let Some(s) = fdtable::get(fd) else { return };
-            let reg = asked.map(|e| epollwatch::Reg {
+            // DEL: only the number counts.
+            let e = asked.unwrap_or(epoll_event { events: 0, u64: 0 });
+            let reg = epollwatch::Reg {
                 fd,
                 events: e.events,
                 data: e.u64,
-            });
-            match (op, reg) {
-                (libc::EPOLL_CTL_ADD, Some(reg)) => epollwatch::registered(epfd, &s, reg),
-                (libc::EPOLL_CTL_MOD, Some(reg)) => epollwatch::modified(epfd, &s, reg),
-                (libc::EPOLL_CTL_DEL, _) => epollwatch::unregistered(epfd, &s, fd),
-                _ => {}
+            };
+            if !s.epoll_change(epfd, op, reg) {
+                epollwatch::follow(epfd, op, reg, &s);
             }
         });
     }
@@ -91,7 +90,7 @@ pub unsafe extern "C-unwind" fn epoll_wait(
     max: c_int,
     timeout: c_int,
 ) -> c_int {
-    epoll_with(events, max, millis(timeout), &mut |evs, n, left| {
+    epoll_with(epfd, events, max, millis(timeout), &mut |evs, n, left| {
         // SAFETY: forwarding the caller's set and (part of) its array.
         unsafe { real::epoll_wait(epfd, evs, n, to_millis(left, timeout)) }
     })
@@ -106,7 +105,7 @@ pub unsafe extern "C-unwind" fn epoll_pwait(
     timeout: c_int,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    epoll_with(events, max, millis(timeout), &mut |evs, n, left| {
+    epoll_with(epfd, events, max, millis(timeout), &mut |evs, n, left| {
         // SAFETY: forwarding the caller's arguments.
         unsafe { real::epoll_pwait(epfd, evs, n, to_millis(left, timeout), mask) }
     })
@@ -128,7 +127,7 @@ pub unsafe extern "C-unwind" fn epoll_pwait2(
             u32::try_from(t.tv_nsec).unwrap_or(0),
         )
     });
-    epoll_with(events, max, asked, &mut |evs, n, left| {
+    epoll_with(epfd, events, max, asked, &mut |evs, n, left| {
         let ts = left.map(|l| libc::timespec {
             tv_sec: l.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
             tv_nsec: l.subsec_nanos() as libc::c_long,
@@ -180,6 +179,7 @@ fn before_epoll_wait() {
 /// A wake-up that was nothing for the program waits again for what is
 /// left of `timeout`.
 fn epoll_with(
+    epfd: c_int,
     events: *mut epoll_event,
     max: c_int,
     timeout: Option<Duration>,
@@ -191,6 +191,20 @@ fn epoll_with(
     before_epoll_wait();
     if max <= 0 || events.is_null() {
         return wait(events, max, timeout);
+    }
+    // SAFETY: the caller's array of `max` events.
+    let evs = unsafe { std::slice::from_raw_parts_mut(events, max as usize) };
+    let level = still_level(epfd, evs);
+    if level > 0 {
+        // Reported again (level-triggered, still readable): the kernel's
+        // events beside them, with no wait.
+        let rest = &mut evs[level..];
+        let m = wait(rest.as_mut_ptr(), rest.len() as c_int, Some(Duration::ZERO));
+        return if m > 0 {
+            sift(evs, level, m as usize).0 as c_int
+        } else {
+            level as c_int
+        };
     }
     let start = timeout.filter(|t| !t.is_zero()).map(|_| Instant::now());
     let mut left = timeout;
@@ -266,6 +280,38 @@ fn sift(evs: &mut [epoll_event], from: usize, n: usize) -> (usize, bool) {
     (kept, rang)
 }
 
+/// The sockets of set `epfd` a wait reported itself for a
+/// level-triggered registration that are still readable
+/// (`epollwatch::levels`): their events written at the front of `evs`
+/// (as many as fit; the others are looked at by the next wait). Returns
+/// how many.
+fn still_level(epfd: c_int, evs: &mut [epoll_event]) -> usize {
+    let taken = epollwatch::levels(epfd);
+    if taken.is_empty() {
+        return 0;
+    }
+    enter(0, || {
+        let mut n = 0;
+        for (s, reg, tag) in taken {
+            if n == evs.len() {
+                // No room: looked at again by the next wait.
+                epollwatch::mark_level(tag);
+                continue;
+            }
+            let bits = s.direct_level() & reg.events;
+            if bits != 0 {
+                evs[n] = epoll_event {
+                    events: bits,
+                    u64: reg.data,
+                };
+                n += 1;
+                epollwatch::mark_level(tag);
+            }
+        }
+        n
+    })
+}
+
 /// The round a tag asks for, on this thread (a socket whose last
 /// reference this holds closes with no wait): the program's event to
 /// report, if the registration is one the call reports itself and the
@@ -285,6 +331,10 @@ fn arrival(tag: u64) -> Option<epoll_event> {
             let bits = bits & (reg.events | (libc::EPOLLERR | libc::EPOLLHUP) as u32);
             if bits != 0 {
                 epollwatch::REPORTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if reg.events & libc::EPOLLET as u32 == 0 {
+                    // Level-triggered: reported again while readable.
+                    epollwatch::mark_level(tag);
+                }
             }
             (bits != 0).then_some(epoll_event {
                 events: bits,

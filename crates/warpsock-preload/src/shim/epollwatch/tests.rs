@@ -291,3 +291,32 @@ fn tags_are_told_from_the_programs_data() {
     assert_eq!(tag_kind(0x7fff_ffff_f000), None, "an address");
     assert_eq!(tag_kind(u64::MAX), None, "-1");
 }
+
+/// A level-triggered report is looked at again by its set's next wait
+/// only (taken off the list: marked again if reported again); a removed
+/// entry leaves the list.
+#[test]
+fn level_reports_are_looked_at_again_by_their_set() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let (a, b) = (sock(), sock());
+    t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    let tag_a = last_tag(&k);
+    t.cover(&k, BASE_T, 6, &b, 78, reg(3, libc::EPOLLIN, 2))
+        .unwrap();
+    let tag_b = last_tag(&k);
+    t.mark_level(tag_a);
+    t.mark_level(tag_a);
+    t.mark_level(tag_b);
+    let got = t.levels(5);
+    assert_eq!(got.len(), 1, "set 5's alone, once");
+    assert!(Arc::ptr_eq(&got[0].0, &a));
+    assert_eq!((got[0].1, got[0].2), (reg(4, libc::EPOLLIN, 1), tag_a));
+    assert!(t.levels(5).is_empty(), "taken off");
+    t.uncover(&k, 6, address(&b), 3);
+    assert!(t.levels(6).is_empty(), "removed with its entry");
+    assert!(t.levels.is_empty());
+    t.mark_level(tag_b);
+    assert!(t.levels.is_empty(), "a stale tag marks nothing");
+}

@@ -147,6 +147,7 @@ pub(in crate::xsock) fn start(
             shut: 0,
             msg_mode,
             bells: 0,
+            epoll: Vec::new(),
         }),
         settled: Condvar::new(),
     });
