@@ -200,6 +200,10 @@ pub(crate) struct Table {
 /// it became covered by one more set (`true`) or one fewer.
 pub(crate) type Changes = SmallVec<[(Arc<dyn Socket>, bool); 2]>;
 
+/// Sockets a set's wait looks at again ([`Table::levels`]): each with its
+/// registration and tag.
+pub(crate) type Levels = SmallVec<[(Arc<dyn Socket>, Reg, u64); 2]>;
+
 /// What a tag names: the socket, and the registration the call may
 /// report itself ([`Reg::reported`]; `None`: ring the bell instead).
 pub(crate) type Arrival = (Arc<dyn Socket>, Option<Reg>);
@@ -403,7 +407,7 @@ impl Table {
     /// The marked entries of set `outer` ([`Self::mark_level`]), taken
     /// off the list (the caller marks again those it reports): each
     /// socket with its registration.
-    pub(crate) fn levels(&mut self, outer: c_int) -> SmallVec<[(Arc<dyn Socket>, Reg, u64); 2]> {
+    pub(crate) fn levels(&mut self, outer: c_int) -> Levels {
         let mut out = SmallVec::new();
         if self.levels.is_empty() {
             return out;
@@ -607,7 +611,7 @@ pub(crate) fn mark_level(tag: u64) {
 /// Set `epfd`'s sockets reported at a wait for a level-triggered
 /// registration and not looked at since ([`Table::levels`]): each with
 /// its registration and tag. One load while there are none.
-pub(crate) fn levels(epfd: c_int) -> SmallVec<[(Arc<dyn Socket>, Reg, u64); 2]> {
+pub(crate) fn levels(epfd: c_int) -> Levels {
     if !LEVELS.load(Ordering::Acquire) {
         return SmallVec::new();
     }
