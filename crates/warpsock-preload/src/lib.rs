@@ -239,6 +239,12 @@
 //!   number of that file. `close_range`, `closefrom` and a stream's
 //!   `fclose` close below the interposer and leave them until the
 //!   library's own descriptor of the file closes.
+//! * A DDP socket's epoll registrations are followed through the
+//!   interposed `epoll_ctl` (`shim::epollwatch`: the program's set watches
+//!   the connection itself). A registration made by a raw `epoll_ctl`
+//!   system call, sets the process did not make through
+//!   `epoll_create`/`epoll_create1`, and every set once the process forked
+//!   see DDP sockets through the progress thread's doorbells, as before.
 //! * After `fork`, offloaded sockets stay offloaded in the parent; in the
 //!   child they become plain kernel UDP sockets (datagrams arriving over TCP
 //!   are received by the parent). Before `execve`/`execv`/`execvp`/`execvpe`/

@@ -6,17 +6,11 @@
 
 mod common;
 
-use common::run_case;
+use common::same_over_tcp_and_ddp;
 
 /// Runs case `name` over TCP and in DDP mode: the same lines.
 fn same(name: &str) {
-    let tcp = run_case("epolldirect", name, false);
-    let ddp = run_case("epolldirect", name, true);
-    assert_eq!(ddp.stat("ddp_switched"), 2, "{}", ddp.stderr);
-    assert_eq!(
-        tcp.stdout, ddp.stdout,
-        "{name}: TCP (left) and DDP mode (right) differ"
-    );
+    same_over_tcp_and_ddp("epolldirect", name);
 }
 
 /// Level-triggered: reported while bytes are left; edge-triggered: once
@@ -34,8 +28,7 @@ fn level_and_edge_triggered_sets_report_as_for_tcp() {
 #[test]
 fn a_lone_set_reports_input_itself_as_tcps_would() {
     for case in ["lt1", "et1"] {
-        same(case);
-        let ddp = run_case("epolldirect", case, true);
+        let ddp = same_over_tcp_and_ddp("epolldirect", case);
         assert!(ddp.stat("ddp_epoll_direct") >= 2, "{case}: {}", ddp.stderr);
     }
 }

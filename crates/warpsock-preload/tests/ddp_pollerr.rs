@@ -8,17 +8,11 @@
 
 mod common;
 
-use common::run_case;
+use common::same_over_tcp_and_ddp;
 
 /// Runs case `name` over TCP and in DDP mode: the same lines.
 fn same(name: &str) {
-    let tcp = run_case("pollerr", name, false);
-    let ddp = run_case("pollerr", name, true);
-    assert_eq!(ddp.stat("ddp_switched"), 2, "{}", ddp.stderr);
-    assert_eq!(
-        tcp.stdout, ddp.stdout,
-        "{name}: TCP (left) and DDP mode (right) differ"
-    );
+    same_over_tcp_and_ddp("pollerr", name);
 }
 
 /// `poll` after the peer's reset: `POLLERR` until `SO_ERROR` takes it

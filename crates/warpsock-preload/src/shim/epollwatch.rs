@@ -57,9 +57,10 @@
 //! 2^31 for data with the top bit set) turns the process's epoll waits to
 //! the progress thread before it can be reported ([`program_data`]).
 //!
-//! Not covered: a registration made by a raw `epoll_ctl` system call (the
-//! socket then is not watched for that set, unless the program also waits
-//! in `select`, or forked).
+//! Not covered: a registration made by a raw `epoll_ctl` system call. The
+//! socket is then watched by no set of the program's and stays on the
+//! progress thread (`XSocket::set_epoll_background`: an epoll wait keeps
+//! the sockets no set watches on the progress thread's watch).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -41,7 +41,11 @@ use crate::shim::{fdtable, real};
 use warpsock_xsock::io::ForkLock;
 
 mod calls;
+pub(crate) use waits::doorbell_wait;
+pub(in crate::xsock) use waits::BELLS;
+use waits::{DOORBELL_WAITS, SELECT_WAITS};
 mod dead;
+mod waits;
 pub(super) use dead::{dead_end, dead_ends_made, refuse_forked_switch};
 pub(in crate::xsock) mod close;
 #[cfg(test)]
@@ -196,69 +200,14 @@ pub(crate) fn lookup(fd: c_int) -> Result<Arc<DdpSock>, c_int> {
 /// counted in builds with the test hooks only (`ddp_quiet_eagains`): the
 /// tests see the preload take the fast path (review r22-c item 3).
 #[cfg(feature = "test-hooks")]
-pub(super) static QUIET_EAGAINS: AtomicU64 = AtomicU64::new(0);
+pub(super) static QUIET_EAGAINS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
 
 /// Blocking receives of quiet sockets, which spin on the engine's read
 /// first when `WARPSOCK_BUSY_POLL_US` is set (`XSocket::recv_busy`),
 /// counted in builds with the test hooks only (`ddp_busy_quiet`).
 #[cfg(feature = "test-hooks")]
-pub(super) static BUSY_QUIET: AtomicU64 = AtomicU64::new(0);
-
-/// The program has waited in a call that sees DDP sockets only through
-/// their doorbells (`select`, `pselect`), or the `epoll_wait` family.
-static DOORBELL_WAITS: AtomicBool = AtomicBool::new(false);
-
-/// The program has waited in `select` or `pselect` (or in an epoll set
-/// while its sets could not watch connections themselves:
-/// `shim::epollwatch`): every DDP socket keeps the progress thread's
-/// watch.
-static SELECT_WAITS: AtomicBool = AtomicBool::new(false);
-
-/// Doorbell bytes written for DDP sockets (`ddp_bells` of
-/// `WARPSOCK_STATS`): each costs a `sendto` here and a drain later.
-pub(super) static BELLS: AtomicU64 = AtomicU64::new(0);
-
-/// Before the program waits in `select` or `pselect` (`always`), or the
-/// `epoll_wait` family: those see a DDP socket only through its doorbell,
-/// which only the progress thread rings while the program waits — unless
-/// an epoll set watches the socket's connection itself
-/// (`shim::epollwatch`). From the first such call on, every DDP socket of
-/// the process, present and future, keeps the progress thread's watch
-/// ([`XSocket::set_background`]; after an epoll wait only while no set of
-/// the program's watches its connection,
-/// [`XSocket::set_epoll_background`]): which sockets a `select` waits on
-/// is not known here, and a socket another thread switches and adds to a
-/// set this thread already waits on must be watched too. Programs that
-/// only make blocking calls and `poll` never get here, and their sockets
-/// wake no thread besides their own.
-pub(crate) fn doorbell_wait(always: bool) {
-    if DOORBELL_WAITS.load(Ordering::Relaxed) && (!always || SELECT_WAITS.load(Ordering::Relaxed)) {
-        return;
-    }
-    let first = !DOORBELL_WAITS.swap(true, Ordering::SeqCst);
-    let first_always = always && !SELECT_WAITS.swap(true, Ordering::SeqCst);
-    if !first && !first_always {
-        return;
-    }
-    let socks: Vec<Arc<DdpSock>> = SOCKS.lock().values().filter_map(Weak::upgrade).collect();
-    // A socket closed meanwhile whose last reference this walk holds
-    // closes here with no wait (review r26-b item 1: the program's
-    // `epoll_wait` stalled for another thread's lingering close).
-    fdtable::without_close_waits(|| {
-        for s in socks {
-            if always {
-                s.keep_watched();
-            } else {
-                s.keep_epoll_watched();
-            }
-            if first {
-                // Readable bytes nobody rang for (no one could wait on
-                // the doorbell until now: see `DdpSock::reflect`).
-                s.reflect(s.x.readiness_now());
-            }
-        }
-    });
-}
+pub(super) static BUSY_QUIET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How a program's `poll` waits on a DDP socket ([`Socket::wait_begin`]):
 /// it watches the engine's TCP socket itself. Zero-sized, as

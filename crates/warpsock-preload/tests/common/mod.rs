@@ -225,6 +225,20 @@ pub fn run_case(prog: &str, name: &str, preload: bool) -> Run {
     r
 }
 
+/// Runs case `name` of the one-process DDP-mode program `prog` over
+/// plain TCP, then in DDP mode (both ends switched): the lines printed
+/// must be the same. Returns the DDP-mode run.
+pub fn same_over_tcp_and_ddp(prog: &str, name: &str) -> Run {
+    let tcp = run_case(prog, name, false);
+    let ddp = run_case(prog, name, true);
+    assert_eq!(ddp.stat("ddp_switched"), 2, "{}", ddp.stderr);
+    assert_eq!(
+        tcp.stdout, ddp.stdout,
+        "{prog} {name}: TCP (left) and DDP mode (right) differ"
+    );
+    ddp
+}
+
 pub fn run(name: &str, args: &[String], preload: bool) -> Run {
     let child = command(&c_program(name), args, preload)
         .spawn()

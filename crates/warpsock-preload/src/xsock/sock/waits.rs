@@ -1,0 +1,67 @@
+//! How a DDP socket's doorbell is waited on by calls that see the socket
+//! through it alone (`select`, `pselect`, the `epoll_wait` family):
+//! [`doorbell_wait`] puts the process's sockets on the progress thread's
+//! watch from the first such call on (for epoll, only those no set of the
+//! program's watches itself: `shim::epollwatch`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use super::{DdpSock, SOCKS};
+use crate::shim::fdtable;
+
+/// The program has waited in a call that sees DDP sockets only through
+/// their doorbells (`select`, `pselect`), or the `epoll_wait` family.
+pub(super) static DOORBELL_WAITS: AtomicBool = AtomicBool::new(false);
+
+/// The program has waited in `select` or `pselect` (or in an epoll set
+/// while its sets could not watch connections themselves:
+/// `shim::epollwatch`): every DDP socket keeps the progress thread's
+/// watch.
+pub(super) static SELECT_WAITS: AtomicBool = AtomicBool::new(false);
+
+/// Doorbell bytes written for DDP sockets (`ddp_bells` of
+/// `WARPSOCK_STATS`): each costs a `sendto` here and a drain later.
+pub(in crate::xsock) static BELLS: AtomicU64 = AtomicU64::new(0);
+
+/// Before the program waits in `select` or `pselect` (`always`), or the
+/// `epoll_wait` family: those see a DDP socket only through its doorbell,
+/// which only the progress thread rings while the program waits — unless
+/// an epoll set watches the socket's connection itself
+/// (`shim::epollwatch`). From the first such call on, every DDP socket of
+/// the process, present and future, keeps the progress thread's watch
+/// ([`XSocket::set_background`]; after an epoll wait only while no set of
+/// the program's watches its connection,
+/// [`XSocket::set_epoll_background`]): which sockets a `select` waits on
+/// is not known here, and a socket another thread switches and adds to a
+/// set this thread already waits on must be watched too. Programs that
+/// only make blocking calls and `poll` never get here, and their sockets
+/// wake no thread besides their own.
+pub(crate) fn doorbell_wait(always: bool) {
+    if DOORBELL_WAITS.load(Ordering::Relaxed) && (!always || SELECT_WAITS.load(Ordering::Relaxed)) {
+        return;
+    }
+    let first = !DOORBELL_WAITS.swap(true, Ordering::SeqCst);
+    let first_always = always && !SELECT_WAITS.swap(true, Ordering::SeqCst);
+    if !first && !first_always {
+        return;
+    }
+    let socks: Vec<Arc<DdpSock>> = SOCKS.lock().values().filter_map(Weak::upgrade).collect();
+    // A socket closed meanwhile whose last reference this walk holds
+    // closes here with no wait (review r26-b item 1: the program's
+    // `epoll_wait` stalled for another thread's lingering close).
+    fdtable::without_close_waits(|| {
+        for s in socks {
+            if always {
+                s.keep_watched();
+            } else {
+                s.keep_epoll_watched();
+            }
+            if first {
+                // Readable bytes nobody rang for (no one could wait on
+                // the doorbell until now: see `DdpSock::reflect`).
+                s.reflect(s.x.readiness_now());
+            }
+        }
+    });
+}
