@@ -392,6 +392,9 @@ pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
         match fdtable::remove(fd) {
             Ok(Some(s)) => {
                 epollcarry::before_close(fd, true);
+                // The number's registrations leave the sets' books too (a
+                // `dup` of it may live on).
+                enter((), || crate::shim::epollwatch::number_closed(&s, fd));
                 // SAFETY: closing the caller's descriptor.
                 let r = unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) } as c_int;
                 enter((), || s.release());

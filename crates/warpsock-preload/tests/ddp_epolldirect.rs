@@ -56,6 +56,15 @@ fn removed_and_changed_registrations_are_followed() {
     same("mod");
 }
 
+/// Input the wait reported itself (no bell) is seen again by every
+/// later look the kernel makes: a `MOD` back to input, an edge-triggered
+/// re-arm, a second set (review 43 item 1: lost until the peer sent
+/// again).
+#[test]
+fn a_mod_or_a_new_set_sees_input_reported_before() {
+    same("mod1");
+}
+
 /// A set closed and a new one made (its number reused): the new set
 /// watches the connection.
 #[test]

@@ -86,6 +86,13 @@ fn before_dup_over(old: c_int, new: c_int, flags: c_int) {
     };
     if file(new).is_some_and(|to| to != from) {
         crate::shim::epollcarry::before_close(new, managed);
+        if managed {
+            // Its registrations leave the sets' books too (a `dup` of
+            // it may live on).
+            if let Some(s) = fdtable::get(new) {
+                enter((), || crate::shim::epollwatch::number_closed(&s, new));
+            }
+        }
     }
 }
 

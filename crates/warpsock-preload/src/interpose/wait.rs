@@ -1,7 +1,7 @@
 //! The interposed waiting calls. `poll`/`ppoll` over a managed socket
 //! also watch its connections (input there wakes the call directly, with
-//! no thread hand-off); so do the program's epoll sets, through inner sets
-//! of the library's (`epoll`, `shim::epollwatch`); `select` and
+//! no thread hand-off); so do the program's epoll sets, which hold the
+//! connections too (`epoll`, `shim::epollwatch`); `select` and
 //! `pselect` see managed sockets through their doorbells only, so each
 //! kind first makes sure its doorbells tell the truth
 //! (`Kind::before_wait`).

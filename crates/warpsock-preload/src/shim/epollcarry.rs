@@ -202,6 +202,13 @@ pub(crate) fn fork_child() {
     closing::fork_child();
 }
 
+/// Whether this process made an epoll set (through the interposed
+/// `epoll_create`/`epoll_create1`). No lock, no system call: the atfork
+/// parent handler asks.
+pub(crate) fn made_any() -> bool {
+    MADE_GEN.load(Ordering::Acquire) == GEN.load(Ordering::Acquire)
+}
+
 /// Whether `epfd` is an epoll set this process made (listed by
 /// [`created`] in this process, not a parent's copy).
 pub(crate) fn made_here(epfd: c_int) -> bool {
@@ -302,7 +309,7 @@ pub(crate) fn carry_late(fd: c_int, old: u64) -> Vec<Registration> {
         };
         // SAFETY: ADD with a valid event on the program's epoll set
         // (EEXIST: kept as it is).
-        unsafe { libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        unsafe { real::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
     }
     regs
 }
@@ -346,7 +353,7 @@ pub(crate) fn dup3_carrying_sets(
     let regs: Vec<Registration> = registrations(fd)
         .into_iter()
         // SAFETY: EPOLL_CTL_DEL ignores the event argument.
-        .filter(|r| unsafe { libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_DEL, fd, null_mut()) == 0 })
+        .filter(|r| unsafe { real::epoll_ctl(r.epfd, libc::EPOLL_CTL_DEL, fd, null_mut()) == 0 })
         .collect();
     // SAFETY: dup3 on descriptors the caller owns (the program's number and
     // one of ours).
@@ -358,7 +365,7 @@ pub(crate) fn dup3_carrying_sets(
             u64: r.data,
         };
         // SAFETY: ADD with a valid event on the program's epoll set.
-        unsafe { libc::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        unsafe { real::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
     }
     if n < 0 {
         super::sys::set_errno(e);

@@ -52,15 +52,20 @@
 //!
 //! Tags: the base has its top bit set (no user-space address, descriptor
 //! number or small count has it) and 31 random bits, chosen at the first
-//! interposed `epoll_ctl`, before any registration of the program's; a
-//! registration of the program's whose data has the base (~one chance in
-//! 2^31 for data with the top bit set) turns the process's epoll waits to
-//! the progress thread before it can be reported ([`program_data`]).
+//! interposed `epoll_ctl`. A registration of the program's whose data has
+//! the base (~one chance in 2^31 for data with the top bit set) turns the
+//! process's epoll waits to the progress thread from then on
+//! ([`program_data`]), but its own events are still taken for tags (not
+//! reported, or reported as another registration's): a program that
+//! keeps such values (hashes, tagged pointers with the top bit) as data
+//! should run with `WARPSOCK_DDP_EPOLL_DIRECT=0`.
 //!
-//! Not covered: a registration made by a raw `epoll_ctl` system call. The
-//! socket is then watched by no set of the program's and stays on the
-//! progress thread (`XSocket::set_epoll_background`: an epoll wait keeps
-//! the sockets no set watches on the progress thread's watch).
+//! Not covered: a registration made by a raw `epoll_ctl` system call, and a
+//! raw `epoll_wait` system call. A socket registered only that way is
+//! watched by no set here and stays on the progress thread
+//! (`XSocket::set_epoll_background`); one also registered through libc
+//! is taken as covered, and the raw registration's set may then miss its
+//! input. A raw wait returns the tags to the program as its data.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -360,6 +365,32 @@ impl Table {
         changes
     }
 
+    /// The program closed its number `fd` of socket `key` (another number
+    /// of it may live on, a `dup`'s): its registrations leave the sets
+    /// (`epollcarry::before_close` takes them out of the kernel's), and
+    /// a set left with none of the socket's stops watching it.
+    pub(crate) fn number_closed(&mut self, k: &impl Kernel, key: usize, fd: c_int) -> Changes {
+        let mut changes = Changes::new();
+        let ats = self.by_key.get(&key).cloned().unwrap_or_default();
+        for at in ats {
+            let empty = match self.entries.get_mut(at).and_then(Option::as_mut) {
+                Some(e) => {
+                    e.regs.retain(|r| r.fd != fd);
+                    e.regs.is_empty()
+                }
+                None => false,
+            };
+            if empty {
+                if let Some(e) = self.remove(k, at, true) {
+                    if let Some(s) = e.sock.upgrade() {
+                        changes.push((s, false));
+                    }
+                }
+            }
+        }
+        changes
+    }
+
     /// The socket `key` ended: no set watches it any more. (Its object is
     /// going: no coverage change is reported.)
     pub(crate) fn forget(&mut self, k: &impl Kernel, key: usize) {
@@ -424,8 +455,15 @@ impl Table {
                 }
                 Some(e) => {
                     e.level = false;
-                    if let (Some(s), [r], Some(tag)) = (e.sock.upgrade(), e.regs.as_slice(), tag) {
-                        out.push((s, *r, tag));
+                    // Still a level-triggered registration the wait
+                    // reports itself (a MOD may have changed it: one-shot
+                    // and edge-triggered ones are the kernel's to report).
+                    if let ([r], Some(tag)) = (e.regs.as_slice(), tag) {
+                        if r.reported() && r.events & libc::EPOLLET as u32 == 0 {
+                            if let Some(s) = e.sock.upgrade() {
+                                out.push((s, *r, tag));
+                            }
+                        }
                     }
                 }
                 None => {}
@@ -536,10 +574,10 @@ pub(crate) fn registered(epfd: c_int, sock: &Arc<dyn Socket>, reg: Reg) {
     }
     let base = base();
     ACTIVE.store(true, Ordering::Release);
-    let done = TABLE.lock().cover(&Real, base, epfd, sock, watch, reg);
-    match done {
-        Ok(changes) => apply(changes),
-        Err(_) => sock.direct_failed(),
+    outer_used(epfd);
+    match held(|t| t.cover(&Real, base, epfd, sock, watch, reg)) {
+        Some(Ok(changes)) => apply(changes),
+        Some(Err(_)) | None => sock.direct_failed(),
     }
 }
 
@@ -550,14 +588,21 @@ pub(crate) fn follow(epfd: c_int, op: c_int, reg: Reg, sock: &Arc<dyn Socket>) {
         libc::EPOLL_CTL_ADD => registered(epfd, sock, reg),
         libc::EPOLL_CTL_MOD => modified(epfd, sock, reg),
         libc::EPOLL_CTL_DEL => unregistered(epfd, sock, reg.fd),
-        _ => {}
+        _ => return,
+    }
+    if op != libc::EPOLL_CTL_DEL {
+        // The kernel looks at readiness when a registration is added or
+        // changed: input a wait reported itself rang no bell, so the
+        // registration (a new one, another set's, one re-armed by MOD)
+        // would not see it.
+        sock.direct_look();
     }
 }
 
 /// The program changed its registration `reg` of `sock` in `epfd`.
 pub(crate) fn modified(epfd: c_int, sock: &Arc<dyn Socket>, reg: Reg) {
     if active() {
-        TABLE.lock().modify(epfd, address(sock), reg);
+        held(|t| t.modify(epfd, address(sock), reg));
     }
 }
 
@@ -567,7 +612,7 @@ pub(crate) fn unregistered(epfd: c_int, sock: &Arc<dyn Socket>, fd: c_int) {
     if !active() {
         return;
     }
-    let changes = TABLE.lock().uncover(&Real, epfd, address(sock), fd);
+    let changes = held(|t| t.uncover(&Real, epfd, address(sock), fd)).unwrap_or_default();
     apply(changes);
 }
 
@@ -580,33 +625,97 @@ pub(crate) fn program_data(data: u64) {
     }
 }
 
+/// The program closes its number `fd` of `sock` (a `dup`'s may live on).
+pub(crate) fn number_closed(sock: &Arc<dyn Socket>, fd: c_int) {
+    if active() {
+        let changes = held(|t| t.number_closed(&Real, address(sock), fd)).unwrap_or_default();
+        apply(changes);
+    }
+}
+
 /// The socket object at `key` ended: no set watches it.
 pub(crate) fn forget(key: usize) {
     if active() {
-        TABLE.lock().forget(&Real, key);
+        held(|t| t.forget(&Real, key));
     }
 }
 
 /// The program closes its descriptor `fd`: if it is one of its epoll sets
 /// that watches sockets, they lose it.
+///
+/// A plain descriptor's `close` costs a load or two: only a number some
+/// entry was made for takes the table's lock ([`OUTERS`]), and not over
+/// this thread's own hold of it (a signal handler's `close`: its sockets
+/// keep a stale entry, which the next registration there looks at again).
 pub(crate) fn set_closed(fd: c_int) {
-    if active() {
-        let changes = TABLE.lock().set_closed(&Real, fd);
+    if !active() || !outer_seen(fd) {
+        return;
+    }
+    if let Some(changes) = held(|t| t.set_closed(&Real, fd)) {
         apply(changes);
     }
 }
 
+/// Numbers of the program's sets that an entry was made for (a bit per
+/// number below [`OUTERS_LOW`]; [`OUTERS_HIGH`] for any above): a bit
+/// stays until the number's close.
+static OUTERS: [AtomicU64; OUTERS_LOW / 64] = [const { AtomicU64::new(0) }; OUTERS_LOW / 64];
+const OUTERS_LOW: usize = 4096;
+static OUTERS_HIGH: AtomicBool = AtomicBool::new(false);
+
+/// Records that an entry was made for set `outer`.
+fn outer_used(outer: c_int) {
+    match usize::try_from(outer) {
+        Ok(o) if o < OUTERS_LOW => {
+            OUTERS[o / 64].fetch_or(1 << (o % 64), Ordering::AcqRel);
+        }
+        _ => OUTERS_HIGH.store(true, Ordering::Release),
+    }
+}
+
+/// Whether an entry may have been made for set `fd` (taken off for a
+/// low number: it is closing).
+fn outer_seen(fd: c_int) -> bool {
+    match usize::try_from(fd) {
+        Ok(o) if o < OUTERS_LOW => {
+            OUTERS[o / 64].fetch_and(!(1 << (o % 64)), Ordering::AcqRel) & (1 << (o % 64)) != 0
+        }
+        Ok(_) => OUTERS_HIGH.load(Ordering::Acquire),
+        Err(_) => false,
+    }
+}
+
+thread_local! {
+    /// This thread holds [`TABLE`]'s lock (a signal handler's call over
+    /// the hold must not wait for it). No destructor: read from signal
+    /// handlers.
+    static HOLDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `f` of the table under its lock, `None` over this thread's own hold.
+fn held<T>(f: impl FnOnce(&mut Table) -> T) -> Option<T> {
+    if HOLDING.with(std::cell::Cell::get) {
+        return None;
+    }
+    let mut g = TABLE.lock();
+    HOLDING.with(|h| h.set(true));
+    let r = f(&mut g);
+    HOLDING.with(|h| h.set(false));
+    Some(r)
+}
+
 /// What this process's tag `tag` names now.
 pub(crate) fn arrival(tag: u64) -> Option<Arrival> {
-    TABLE.lock().arrival(tag)
+    held(|t| t.arrival(tag)).flatten()
 }
 
 /// A wait reported tag `tag`'s socket itself for a level-triggered
 /// registration ([`Table::mark_level`]).
 pub(crate) fn mark_level(tag: u64) {
-    let mut t = TABLE.lock();
-    t.mark_level(tag);
-    LEVELS.store(!t.levels.is_empty(), Ordering::Release);
+    held(|t| {
+        t.mark_level(tag);
+        LEVELS.store(!t.levels.is_empty(), Ordering::Release);
+    });
 }
 
 /// Set `epfd`'s sockets reported at a wait for a level-triggered
@@ -616,27 +725,32 @@ pub(crate) fn levels(epfd: c_int) -> Levels {
     if !LEVELS.load(Ordering::Acquire) {
         return SmallVec::new();
     }
-    let mut t = TABLE.lock();
-    let out = t.levels(epfd);
-    LEVELS.store(!t.levels.is_empty(), Ordering::Release);
-    out
+    held(|t| {
+        let out = t.levels(epfd);
+        LEVELS.store(!t.levels.is_empty(), Ordering::Release);
+        out
+    })
+    .unwrap_or_default()
 }
 
 /// The set of tag `tag` looks at its watched descriptor again
 /// (`EPOLL_CTL_MOD` with the same interest: epoll reports a readiness
 /// still there at once, an edge for the next wait).
 pub(crate) fn look_again(tag: u64) {
-    let t = TABLE.lock();
-    if let Some(e) = t.placed(tag) {
-        let _ = Real.ctl(e.outer, libc::EPOLL_CTL_MOD, e.watch, WATCH_EVENTS, tag);
-    }
+    held(|t| {
+        if let Some(e) = t.placed(tag) {
+            let _ = Real.ctl(e.outer, libc::EPOLL_CTL_MOD, e.watch, WATCH_EVENTS, tag);
+        }
+    });
 }
 
 /// The atfork parent handler's part: a child may wait on the sets the
 /// program made, and take a tag's edge meant for this process. One
 /// store, no lock.
 pub(crate) fn fork_parent() {
-    if active() {
+    // Also a set made before any registration: the child may wait on it
+    // while this process registers in it later (review 43 item 3).
+    if active() || super::epollcarry::made_any() {
         FALLBACK.store(true, Ordering::Release);
     }
 }

@@ -11,7 +11,7 @@
 //! | [`reactor`] | the progress thread: one epoll set plus timers, driving [`reactor::Handler`]s |
 //! | [`doorbell`] | the AF_UNIX pair whose one end the program holds, so its own poll/select/epoll report readiness |
 //! | [`epollcarry`] | the program's epoll registrations follow its descriptor number when a swap makes it name another file |
-//! | [`epollwatch`] | the program's epoll sets watch managed sockets' connections themselves (inner sets, tags) |
+//! | [`epollwatch`] | the program's epoll sets watch managed sockets' connections themselves (registered there with tags) |
 //! | [`iov`] | the program's scatter/gather buffers |
 //! | [`sys`] | small safe wrappers (errno, socket addresses, options, poll) |
 //! | `hooks` | test-only delays, compiled with the `test-hooks` feature only |

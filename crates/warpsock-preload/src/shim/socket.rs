@@ -282,6 +282,12 @@ pub(crate) trait Socket: Send + Sync {
         Some(0)
     }
 
+    /// A registration of the socket was added or changed in one of the
+    /// program's epoll sets: input a wait reported itself (no bell) is
+    /// shown on the doorbell now, for the kernel's look at the new
+    /// registration ([`super::epollwatch::follow`]).
+    fn direct_look(&self) {}
+
     /// What the socket shows now for a program's epoll wait that reported
     /// its input itself before ([`Self::direct_arrival`]), without a round:
     /// the epoll bits as `direct_arrival` gives them (0: nothing).

@@ -712,6 +712,10 @@ impl Socket for DdpSock {
         Some(shown.map_or(0, |r| self.shown(r) as u16 as u32))
     }
 
+    fn direct_look(&self) {
+        self.reflect(self.x.readiness_now());
+    }
+
     fn direct_level(&self) -> u32 {
         let r = self.x.readiness_now();
         if r.readable && !r.hup && !r.error {

@@ -119,6 +119,12 @@ struct State {
     /// it is installed (`shim::epollwatch`; the carry of the numbers'
     /// registrations may have looked before they were made).
     epoll: Vec<(c_int, epollwatch::Reg)>,
+    /// [`Self::epoll`] was given to the outcome (at the end of
+    /// [`SwitchingSock::install`], under this lock): changes from now on
+    /// go to it directly; before, they amend the list (a `DEL` made after
+    /// the outcome was known but before the list was given did not undo
+    /// a pending `ADD`: review 43 item 2).
+    epoll_given: bool,
 }
 
 /// A connection whose switch is under way in the background (module
@@ -237,12 +243,15 @@ impl SwitchingSock {
                 Err(e) => failed = Some(e),
             }
         }
-        // The registrations made while it switched: those from now on go
-        // to the outcome (`Socket::epoll_change`, the outcome known).
-        let pending = std::mem::take(&mut lock(&self.st).epoll);
-        if let Some(s) = &sock {
-            for (epfd, reg) in pending {
-                epollwatch::follow(epfd, libc::EPOLL_CTL_ADD, reg, s);
+        // The registrations made while it switched, given under the lock:
+        // those from now on go to the outcome (`Socket::epoll_change`).
+        {
+            let mut g = lock(&self.st);
+            g.epoll_given = true;
+            if let Some(s) = &sock {
+                for (epfd, reg) in std::mem::take(&mut g.epoll) {
+                    epollwatch::follow(epfd, libc::EPOLL_CTL_ADD, reg, s);
+                }
             }
         }
         match (any, failed, &sock) {
@@ -649,18 +658,16 @@ impl Socket for SwitchingSock {
 
     fn epoll_change(&self, epfd: c_int, op: c_int, reg: epollwatch::Reg) -> bool {
         let mut g = lock(&self.st);
-        match g.outcome.clone() {
-            None => {
-                g.epoll.retain(|(e, r)| (*e, r.fd) != (epfd, reg.fd));
-                if op != libc::EPOLL_CTL_DEL {
-                    g.epoll.push((epfd, reg));
-                }
+        if !g.epoll_given {
+            g.epoll.retain(|(e, r)| (*e, r.fd) != (epfd, reg.fd));
+            if op != libc::EPOLL_CTL_DEL {
+                g.epoll.push((epfd, reg));
             }
-            Some(Outcome::Managed(o)) => {
-                drop(g);
-                epollwatch::follow(epfd, op, reg, &o);
-            }
-            Some(Outcome::Plain) => {}
+            return true;
+        }
+        if let Some(Outcome::Managed(o)) = g.outcome.clone() {
+            drop(g);
+            epollwatch::follow(epfd, op, reg, &o);
         }
         true
     }

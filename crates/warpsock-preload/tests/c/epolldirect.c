@@ -16,7 +16,10 @@
  *            the dup's removed, the other's alone
  *   del      EPOLL_CTL_DEL: no reports; ADD again: reported
  *   reopen   the set closed, a new set (the same number) watches
- *   mod      EPOLL_CTL_MOD to EPOLLOUT alone: no input reports; back */
+ *   mod      EPOLL_CTL_MOD to EPOLLOUT alone: no input reports; back
+ *   mod1     the set alone: input reported by the wait itself, then MOD
+ *            away and back, an edge-triggered re-arm, a second set: the
+ *            unread input is reported at each (the kernel's look) */
 #include "ddppair.h"
 
 #include <sys/epoll.h>
@@ -106,6 +109,34 @@ int main(int argc, char **argv) {
         take(c, 64, "read");
         put(s, "cd");
         show(ep, 10000, "sent again");
+        take(c, 64, "read");
+        close(c);
+        close(s);
+        return 0;
+    }
+    if (!strcmp(cs, "mod1")) {
+        /* The set alone: a report the wait made itself, then MOD away and
+         * back (and an edge-triggered re-arm): the kernel looks at
+         * readiness on MOD, so the unread input is reported again. */
+        int ep = set_with(c, EPOLLIN, 16);
+        put(s, "ab");
+        show(ep, 10000, "sent");
+        struct epoll_event e = {.events = EPOLLOUT, .data.u64 = 17};
+        CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, c, &e) == 0);
+        show(ep, 0, "output only");
+        e.events = EPOLLIN;
+        e.data.u64 = 18;
+        CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, c, &e) == 0);
+        show(ep, 0, "input again");
+        e.events = EPOLLIN | EPOLLET;
+        e.data.u64 = 19;
+        CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, c, &e) == 0);
+        show(ep, 0, "edge-triggered");
+        show(ep, 0, "no new edge");
+        CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, c, &e) == 0);
+        show(ep, 0, "re-armed");
+        int ep2 = set_with(c, EPOLLIN, 20);
+        show(ep2, 0, "a second set");
         take(c, 64, "read");
         close(c);
         close(s);

@@ -1,10 +1,11 @@
 //! The interposed epoll calls. The sets the program makes are recorded
 //! (`shim::epollcarry`: a managed socket's swap carries their
-//! registrations); its registrations of managed sockets give the set an
-//! inner set of the library's that watches their connections
-//! (`shim::epollwatch`); and a wait takes the inner sets' tags out of its
-//! results, makes the rounds they ask for and collects the doorbells'
-//! events those rang, before it returns (`epoll_with`).
+//! registrations); its registrations of managed sockets are followed, and
+//! the set watches their connections too (`shim::epollwatch`: the
+//! connection's TCP socket in the program's set, with a tag as data); and
+//! a wait takes the tags out of its results, makes the rounds they ask
+//! for (reporting the program's event itself, or collecting the
+//! doorbells' events those rang), before it returns (`epoll_with`).
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,7 @@ fn recorded(epfd: c_int) -> c_int {
 /// Interposed `epoll_ctl(2)`: the real call, then, for a managed socket
 /// the call added or removed, the set's watch of its connection
 /// (`shim::epollwatch`). A plain descriptor costs the descriptor table's
-/// one check (and, once the process has inner sets, a look at the data).
+/// one check (and, once the process made a tag base, a look at the data).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_ctl(
     epfd: c_int,
@@ -286,11 +287,22 @@ fn sift(evs: &mut [epoll_event], from: usize, n: usize) -> (usize, bool) {
 /// (as many as fit; the others are looked at by the next wait). Returns
 /// how many.
 fn still_level(epfd: c_int, evs: &mut [epoll_event]) -> usize {
+    if !epollwatch::active() {
+        return 0;
+    }
+    // (A socket whose last reference this holds closes with no wait.)
+    enter(0, || {
+        fdtable::without_close_waits(|| still_level_taken(epfd, evs))
+    })
+}
+
+/// [`still_level`]'s work, inside the library.
+fn still_level_taken(epfd: c_int, evs: &mut [epoll_event]) -> usize {
     let taken = epollwatch::levels(epfd);
     if taken.is_empty() {
         return 0;
     }
-    enter(0, || {
+    {
         let mut n = 0;
         for (s, reg, tag) in taken {
             if n == evs.len() {
@@ -309,7 +321,7 @@ fn still_level(epfd: c_int, evs: &mut [epoll_event]) -> usize {
             }
         }
         n
-    })
+    }
 }
 
 /// The round a tag asks for, on this thread (a socket whose last

@@ -159,7 +159,7 @@ fn held(fd: c_int) -> bool {
 /// handler's `close`: the registrations stay, as before).
 pub(crate) fn before_close(fd: c_int, managed: bool) {
     if !managed {
-        // One of the program's epoll sets, maybe, with an inner set.
+        // One of the program's epoll sets, maybe, watching connections.
         super::super::epollwatch::set_closed(fd);
     }
     if !managed && !held(fd) {
@@ -169,7 +169,7 @@ pub(crate) fn before_close(fd: c_int, managed: bool) {
         if epfd != fd {
             // SAFETY: EPOLL_CTL_DEL ignores the event argument; ENOENT
             // (not registered there) and EBADF (a set closed) are fine.
-            unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+            unsafe { super::real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
         }
     });
 }

@@ -320,3 +320,45 @@ fn level_reports_are_looked_at_again_by_their_set() {
     t.mark_level(tag_b);
     assert!(t.levels.is_empty(), "a stale tag marks nothing");
 }
+
+/// A closed number's registrations leave the books (a `dup`'s live on);
+/// its last one takes the watch.
+#[test]
+fn a_closed_number_leaves_the_books() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let a = sock();
+    t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    let tag = last_tag(&k);
+    t.cover(&k, BASE_T, 5, &a, 77, reg(9, libc::EPOLLIN, 2))
+        .unwrap();
+    assert!(t.number_closed(&k, address(&a), 4).is_empty(), "9 lives on");
+    assert_eq!(t.arrival(tag).unwrap().1, Some(reg(9, libc::EPOLLIN, 2)));
+    let ch = t.number_closed(&k, address(&a), 9);
+    assert_eq!(ch.len(), 1);
+    assert!(t.arrival(tag).is_none());
+}
+
+/// A marked report whose registration a MOD made edge-triggered or
+/// one-shot is not looked at again (the kernel reports those).
+#[test]
+fn a_level_mark_goes_with_a_mod_to_edge_or_one_shot() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let a = sock();
+    t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    let tag = last_tag(&k);
+    for events in [
+        libc::EPOLLIN | libc::EPOLLET,
+        libc::EPOLLIN | libc::EPOLLONESHOT,
+    ] {
+        t.mark_level(tag);
+        t.modify(5, address(&a), reg(4, events, 1));
+        assert!(t.levels(5).is_empty(), "{events:x}");
+        t.modify(5, address(&a), reg(4, libc::EPOLLIN, 1));
+    }
+    t.mark_level(tag);
+    assert_eq!(t.levels(5).len(), 1);
+}

@@ -57,9 +57,11 @@ pub(crate) fn doorbell_wait(always: bool) {
             } else {
                 s.keep_epoll_watched();
             }
-            if first {
+            if first || first_always {
                 // Readable bytes nobody rang for (no one could wait on
-                // the doorbell until now: see `DdpSock::reflect`).
+                // the doorbell until now: see `DdpSock::reflect`; nor, for
+                // a `select` after epoll waits, input those waits reported
+                // themselves: `shim::epollwatch`).
                 s.reflect(s.x.readiness_now());
             }
         }

@@ -148,6 +148,7 @@ pub(in crate::xsock) fn start(
             msg_mode,
             bells: 0,
             epoll: Vec::new(),
+            epoll_given: false,
         }),
         settled: Condvar::new(),
     });
