@@ -823,15 +823,6 @@ impl XSocket {
         }
     }
 
-    /// Sets what a thread blocked in a call does after it processed
-    /// arrivals (the progress thread skips a socket a call is driving, so
-    /// the call tells, e.g. a doorbell that another thread's `poll` waits
-    /// on). Called with the socket's lock held: it must not call back into
-    /// this socket. Once per socket; later calls are ignored.
-    pub fn set_on_progress(&self, f: Box<dyn Fn(Readiness) + Send + Sync>) {
-        let _ = self.on_progress.set(f);
-    }
-
     /// Bytes a read would return now (`FIONREAD`).
     pub fn readable_bytes(&self) -> usize {
         let st = self.lock_look();
