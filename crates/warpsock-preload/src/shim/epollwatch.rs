@@ -52,7 +52,8 @@
 //!
 //! Tags: the base has its top bit set (no user-space address, descriptor
 //! number or small count has it) and 31 random bits, chosen at the first
-//! interposed `epoll_ctl`. A registration of the program's whose data has
+//! registration of a socket to watch (a process without DDP sockets
+//! never makes one). A registration of the program's whose data has
 //! the base (~one chance in 2^31 for data with the top bit set) turns the
 //! process's epoll waits to the progress thread from then on
 //! ([`program_data`]), but its own events are still taken for tags (not
@@ -620,7 +621,7 @@ pub(crate) fn unregistered(epfd: c_int, sock: &Arc<dyn Socket>, fd: c_int) {
 /// one of this process's tags turns its epoll waits to the progress thread
 /// before it can be reported (module docs).
 pub(crate) fn program_data(data: u64) {
-    if tag_kind(data) == Some(true) {
+    if BASE.load(Ordering::Relaxed) != 0 && tag_kind(data) == Some(true) {
         FALLBACK.store(true, Ordering::Release);
     }
 }

@@ -162,7 +162,7 @@ pub(crate) fn get() -> Option<&'static Reactor> {
         u64: WAKE_TOKEN,
     };
     // SAFETY: registering our own eventfd with our own epoll instance.
-    unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, wakefd, &mut ev) };
+    unsafe { super::real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, wakefd, &mut ev) };
     let raw = Box::into_raw(e);
     match ENGINE.compare_exchange(
         std::ptr::null_mut(),
@@ -250,7 +250,7 @@ impl Reactor {
         lock(&self.regs).insert(id, reg);
         let mut ev = libc::epoll_event { events, u64: id };
         // SAFETY: epoll_ctl on our epoll instance with a valid event struct.
-        let r = unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        let r = unsafe { super::real::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
         if r != 0 {
             lock(&self.regs).remove(&id);
         }
@@ -266,14 +266,14 @@ impl Reactor {
     pub(crate) fn add_fd(&self, fd: c_int, id: u64, events: u32) -> bool {
         let mut ev = libc::epoll_event { events, u64: id };
         // SAFETY: as in `register`.
-        unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) == 0 }
+        unsafe { super::real::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) == 0 }
     }
 
     /// Changes the interest of a registered descriptor.
     pub(crate) fn modify(&self, fd: c_int, id: u64, events: u32) {
         let mut ev = libc::epoll_event { events, u64: id };
         // SAFETY: as in `register`.
-        unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_MOD, fd, &mut ev) };
+        unsafe { super::real::epoll_ctl(self.epfd, libc::EPOLL_CTL_MOD, fd, &mut ev) };
     }
 
     /// Removes a token (and its descriptor, if given, from the epoll set).
@@ -295,7 +295,7 @@ impl Reactor {
     pub(crate) fn unwatch(&self, fd: c_int) {
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
         // SAFETY: as in `register`.
-        unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, fd, &mut ev) };
+        unsafe { super::real::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, fd, &mut ev) };
     }
 
     /// Whether the epoll set holds descriptor number `fd` under token `id`,

@@ -299,7 +299,7 @@ impl Drop for Held {
         if let Some((epfd, _)) = self.watched.take() {
             let mut ev = libc::epoll_event { events: 0, u64: 0 };
             // SAFETY: removing our socket from our epoll set.
-            unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, self.x.tcp_fd(), &mut ev) };
+            unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, self.x.tcp_fd(), &mut ev) };
         }
         self.uncount();
         sub(&HELD);
@@ -496,7 +496,7 @@ fn new_reaper(max: usize) -> Option<Reaper> {
     let added = wakefd >= 0
         && epfd >= 0
         // SAFETY: our eventfd into our epoll set, with a valid event.
-        && unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, wakefd, &mut ev) } == 0;
+        && unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, wakefd, &mut ev) } == 0;
     if !added {
         sys::close(wakefd);
         sys::close(epfd);
@@ -723,7 +723,7 @@ impl Reaper {
             u64: h.key,
         };
         // SAFETY: our socket into our epoll set, with a valid event.
-        if unsafe { libc::epoll_ctl(self.epfd, op, h.x.tcp_fd(), &mut ev) } == 0 {
+        if unsafe { real::epoll_ctl(self.epfd, op, h.x.tcp_fd(), &mut ev) } == 0 {
             h.watched = Some((self.epfd, want));
         }
     }

@@ -60,9 +60,7 @@ pub unsafe extern "C" fn epoll_ctl(
     // SAFETY: the caller's event (ADD and MOD: read by the kernel already).
     let asked = (op != libc::EPOLL_CTL_DEL && !ev.is_null()).then(|| unsafe { *ev });
     if let Some(e) = asked {
-        // The tag base is chosen before any registration of the
-        // program's is reported, and each is checked against it.
-        epollwatch::base();
+        // Checked against the tag base, once the process has one.
         epollwatch::program_data(e.u64);
     }
     if fdtable::maybe_managed(fd) {
