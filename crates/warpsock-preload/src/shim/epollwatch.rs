@@ -16,7 +16,7 @@
 //! input, with a *tag* as its data: the process's random base and the
 //! place of the registration's entry here. Input on the connection wakes
 //! the program's own `epoll_wait` with the tag. The interposed call
-//! ([`crate::interpose::wait::epoll`]) takes the tag out of its results and
+//! (`interpose::wait::epoll`) takes the tag out of its results and
 //! makes the socket's round on its own thread ([`Socket::direct_arrival`]).
 //! When the program's one registration of the socket, in that set alone,
 //! is a plain one for input (level- or edge-triggered, not one-shot, not
