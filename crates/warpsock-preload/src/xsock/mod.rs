@@ -479,12 +479,15 @@ fn commit(at: At<'_>, r: Result<XSocket, Failure>, noted: Noted) -> Result<(), c
             }
             let nonblocking = fl & libc::O_NONBLOCK != 0;
             let pending = connect.is_some();
+            // Counted before `transpose` publishes the outcome: a program
+            // that sees it (a background switch's `getsockopt`) and exits
+            // at once reads it in its exit report (the count came after,
+            // and `ddp_sndbuf`'s `before` case read 1 of 2 under load).
+            SWITCHED.fetch_add(1, Ordering::Relaxed);
             match DdpSock::transpose(at, x, msg_mode, pending, timeouts, kept, nonblocking) {
-                Ok(_) => {
-                    SWITCHED.fetch_add(1, Ordering::Relaxed);
-                    Ok(())
-                }
+                Ok(_) => Ok(()),
                 Err(e) => {
+                    SWITCHED.fetch_sub(1, Ordering::Relaxed);
                     // Switched, then reset (`DdpSock::transpose`: the
                     // peer runs DDP on it; review r23-a item 3), as a
                     // switch that breaks after it committed: the call
