@@ -141,6 +141,31 @@ fn an_epoll_loop_hears_its_replies_from_its_own_set() {
     );
 }
 
+/// Redis's event loop (`ae`, both processes): the socket goes into the
+/// set for output before each send and for input before each receive,
+/// and out of it after each (`EPOLL_CTL_ADD` and `DEL`, 4 a message). The
+/// set keeps watching the connection between a `DEL` and the next `ADD`
+/// (`epollwatch::Table::uncover`): the progress thread's watch is not
+/// armed and disarmed for each (`ddp_watch_changes`: ~4 a message before,
+/// ~9,600 in 1,200 round trips; the bound leaves room for the set-up's),
+/// and the waits still report the replies themselves.
+#[test]
+fn an_ae_loop_keeps_its_watch_across_del_and_add() {
+    let r = pingpong(1_000, "ae");
+    let changes = r.stat("ddp_watch_changes");
+    assert!(
+        changes <= 100,
+        "{changes} changes of the progress thread's watch in 1,200 round trips: {}",
+        r.stderr
+    );
+    let direct = r.stat("ddp_epoll_direct");
+    assert!(
+        direct >= 2_000,
+        "{direct} replies reported by the epoll waits themselves: {}",
+        r.stderr
+    );
+}
+
 /// The benchmark's busy mode: `readv` and `writev` of one iovec on an
 /// `O_NONBLOCK` socket (`vbusy`). One iovec takes the one-buffer calls
 /// (`recv_one`, `send_one`: no message header built; issue 12); the

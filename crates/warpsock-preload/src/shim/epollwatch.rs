@@ -32,7 +32,11 @@
 //! so covered needs no progress thread for input ([`Socket::direct_cover`]).
 //!
 //! The registrations are followed through the interposed `epoll_ctl` (ADD
-//! covers, MOD changes what is reported, DEL uncovers), the registrations
+//! covers, MOD changes what is reported, DEL of the last registration
+//! in a set leaves the watch idle there until the process's next epoll
+//! wait, which ends it — an event loop that moves a connection between
+//! reading and writing with a `DEL` and an `ADD` per message keeps it
+//! watched: [`Table::uncover`]), the registrations
 //! a swap carries onto a new managed socket
 //! ([`super::epollcarry::dup3_carrying_sets`]), the socket's end
 //! ([`forget`]), and the set's close ([`set_closed`]). A covered socket
@@ -120,6 +124,10 @@ pub(crate) static REPORTED: AtomicU64 = AtomicU64::new(0);
 /// Whether [`Table::levels`] may hold something (a wait's one load).
 static LEVELS: AtomicBool = AtomicBool::new(false);
 
+/// Whether the table may hold idle entries ([`Table::uncover`]; a wait's
+/// one load).
+static IDLE: AtomicBool = AtomicBool::new(false);
+
 /// The process's watched registrations. A forked child starts an empty
 /// one ([`fork_child`]).
 static TABLE: ForkLock<Table> = ForkLock::new();
@@ -201,6 +209,10 @@ pub(crate) struct Table {
     by_key: HashMap<usize, SmallVec<[usize; 2]>>,
     /// Places whose entry is marked [`Entry::level`].
     levels: Vec<usize>,
+    /// Places (with their generations) whose entry the program's last
+    /// registration left ([`Table::uncover`]): still watched, until
+    /// [`Table::release_idle`] or a registration again.
+    idle: Vec<(usize, u32)>,
 }
 
 /// What a change of the table did to sockets' coverage: for each, whether
@@ -263,6 +275,9 @@ impl Table {
                     e.regs.retain(|r| r.fd != reg.fd);
                     e.regs.push(reg);
                 }
+                // An idle entry is the program's again (no coverage
+                // change: it never stopped watching).
+                self.idle.retain(|&(a, _)| a != at);
                 return Ok(changes);
             }
             if let Some(e) = self.remove(k, at, false) {
@@ -339,28 +354,52 @@ impl Table {
     }
 
     /// The program removed its registration by number `fd` of socket
-    /// `key` from its set `outer`: with its last there, the set stops
-    /// watching the socket.
-    pub(crate) fn uncover(
-        &mut self,
-        k: &impl Kernel,
-        outer: c_int,
-        key: usize,
-        fd: c_int,
-    ) -> Changes {
-        let mut changes = Changes::new();
+    /// `key` from its set `outer`. With its last there the entry turns
+    /// idle: the set still watches the socket (no system call, no
+    /// coverage change) until [`Self::release_idle`], so that the
+    /// `EPOLL_CTL_DEL` and `EPOLL_CTL_ADD` an event loop makes per message
+    /// to move a connection between reading and writing (redis's `ae`:
+    /// a mask that falls to nothing is a `DEL`) cost the program's two
+    /// system calls, not six: the watch's `DEL` and `ADD` in the set, and
+    /// the progress thread's watch armed and disarmed in between.
+    pub(crate) fn uncover(&mut self, outer: c_int, key: usize, fd: c_int) {
         let Some(at) = self.place(outer, key) else {
-            return changes;
+            return;
         };
-        if let Some(Some(e)) = self.entries.get_mut(at) {
-            e.regs.retain(|r| r.fd != fd);
-            if !e.regs.is_empty() {
-                return changes;
-            }
+        let Some(Some(e)) = self.entries.get_mut(at) else {
+            return;
+        };
+        e.regs.retain(|r| r.fd != fd);
+        if !e.regs.is_empty() {
+            return;
         }
-        if let Some(e) = self.remove(k, at, true) {
-            if let Some(s) = e.sock.upgrade() {
-                changes.push((s, false));
+        if std::mem::take(&mut e.level) {
+            self.levels.retain(|&l| l != at);
+        }
+        self.idle.push((at, self.gens[at]));
+    }
+
+    /// Whether an entry is idle ([`Self::uncover`]).
+    pub(crate) fn has_idle(&self) -> bool {
+        !self.idle.is_empty()
+    }
+
+    /// The idle entries leave their sets: each set stops watching the
+    /// socket (a wait is about to begin: from then on an arrival for a
+    /// socket the program no longer waits for is the progress thread's,
+    /// as before its registration).
+    pub(crate) fn release_idle(&mut self, k: &impl Kernel) -> Changes {
+        let mut changes = Changes::new();
+        for (at, gen) in std::mem::take(&mut self.idle) {
+            let idle = self.gens.get(at) == Some(&gen)
+                && self.entry(at).is_some_and(|e| e.regs.is_empty());
+            if !idle {
+                continue;
+            }
+            if let Some(e) = self.remove(k, at, true) {
+                if let Some(s) = e.sock.upgrade() {
+                    changes.push((s, false));
+                }
             }
         }
         changes
@@ -492,7 +531,13 @@ impl Table {
         // Reported here only where no other registration of the socket
         // can be waited on: a round that rings no bell took the input
         // from under another set's watch (its edge then found nothing).
-        let alone = self.by_key.get(&e.key).is_some_and(|ats| ats.len() == 1);
+        // An idle entry has no registration of the program's to starve.
+        let alone = self.by_key.get(&e.key).is_some_and(|ats| {
+            ats.iter()
+                .filter(|&&a| self.entry(a).is_some_and(|x| !x.regs.is_empty()))
+                .count()
+                == 1
+        });
         let reg = match e.regs.as_slice() {
             [r] if alone && r.reported() => Some(*r),
             _ => None,
@@ -576,7 +621,12 @@ pub(crate) fn registered(epfd: c_int, sock: &Arc<dyn Socket>, reg: Reg) {
     let base = base();
     ACTIVE.store(true, Ordering::Release);
     outer_used(epfd);
-    match held(|t| t.cover(&Real, base, epfd, sock, watch, reg)) {
+    let covered = held(|t| {
+        let r = t.cover(&Real, base, epfd, sock, watch, reg);
+        IDLE.store(t.has_idle(), Ordering::Release);
+        r
+    });
+    match covered {
         Some(Ok(changes)) => apply(changes),
         Some(Err(_)) | None => sock.direct_failed(),
     }
@@ -608,13 +658,33 @@ pub(crate) fn modified(epfd: c_int, sock: &Arc<dyn Socket>, reg: Reg) {
 }
 
 /// The program removed its registration by number `fd` of `sock` from
-/// its set `epfd`.
+/// its set `epfd` (the set's watch stays until the next wait:
+/// [`Table::uncover`]).
 pub(crate) fn unregistered(epfd: c_int, sock: &Arc<dyn Socket>, fd: c_int) {
     if !active() {
         return;
     }
-    let changes = held(|t| t.uncover(&Real, epfd, address(sock), fd)).unwrap_or_default();
-    apply(changes);
+    held(|t| {
+        t.uncover(epfd, address(sock), fd);
+        IDLE.store(t.has_idle(), Ordering::Release);
+    });
+}
+
+/// Before an epoll wait of the process's: the watches that registrations
+/// left since ([`Table::uncover`]) end, and their sockets go back to
+/// the progress thread. One load while there are none.
+pub(crate) fn release_idle() {
+    if !IDLE.load(Ordering::Acquire) {
+        return;
+    }
+    let changes = held(|t| {
+        let c = t.release_idle(&Real);
+        IDLE.store(false, Ordering::Release);
+        c
+    });
+    if let Some(changes) = changes {
+        apply(changes);
+    }
 }
 
 /// A registration of the program's with data `data`: one that looks like
@@ -776,6 +846,7 @@ pub(crate) fn fork_child() {
     }
     FALLBACK.store(false, Ordering::Release);
     LEVELS.store(false, Ordering::Release);
+    IDLE.store(false, Ordering::Release);
     TABLE.forget();
 }
 

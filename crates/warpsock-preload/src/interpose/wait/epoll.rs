@@ -159,10 +159,13 @@ fn to_millis(left: Option<Duration>, asked: c_int) -> c_int {
     }
 }
 
-/// Before an epoll wait: each kind's doorbells tell the truth where the
-/// set does not watch the connections itself (`Kind::before_epoll_wait`).
+/// Before an epoll wait: the watches the program's registrations left
+/// end (`epollwatch::release_idle`), and each kind's doorbells tell the
+/// truth where the set does not watch the connections itself
+/// (`Kind::before_epoll_wait`).
 fn before_epoll_wait() {
     enter((), || {
+        epollwatch::release_idle();
         for k in KINDS {
             k.before_epoll_wait();
         }

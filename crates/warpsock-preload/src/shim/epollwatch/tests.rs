@@ -135,8 +135,9 @@ fn only_plain_input_registrations_are_reported_by_the_call() {
 }
 
 /// A second number of the same socket (a `dup`) in the same set: the
-/// bell rings for it (two registrations, two datas); the watch goes with
-/// the last removal only.
+/// bell rings for it (two registrations, two datas); the last removal
+/// leaves the watch idle (no system call, the socket still covered), and
+/// the release before a wait takes it out of the set.
 #[test]
 fn the_watch_goes_with_the_last_registration() {
     let k = Fake::default();
@@ -150,15 +151,95 @@ fn the_watch_goes_with_the_last_registration() {
         .unwrap();
     assert!(ch.is_empty(), "a second registration is no new coverage");
     assert_eq!(t.arrival(tag).unwrap().1, None, "two registrations");
-    assert!(t.uncover(&k, 5, address(&s), 4).is_empty());
+    t.uncover(5, address(&s), 4);
+    assert!(!t.has_idle());
     assert_eq!(t.arrival(tag).unwrap().1, Some(reg(9, libc::EPOLLIN, 2)));
-    let ch = t.uncover(&k, 5, address(&s), 9);
+    let calls = k.calls.borrow().len();
+    t.uncover(5, address(&s), 9);
+    assert_eq!(k.calls.borrow().len(), calls, "idle: no system call");
+    assert!(t.has_idle());
+    assert_eq!(t.arrival(tag).unwrap().1, None, "idle: nothing to report");
+    let ch = t.release_idle(&k);
     assert_eq!(ch.len(), 1);
     assert!(!ch[0].1);
     let c = *k.calls.borrow().last().unwrap();
     assert_eq!((c.0, c.1, c.2), (5, libc::EPOLL_CTL_DEL, 77));
     assert!(t.arrival(tag).is_none());
-    assert!(t.uncover(&k, 5, address(&s), 9).is_empty(), "nothing left");
+    assert!(!t.has_idle());
+    t.uncover(5, address(&s), 9);
+    assert!(!t.has_idle(), "nothing left");
+    assert!(t.release_idle(&k).is_empty());
+}
+
+/// An event loop's `DEL` and `ADD` per message (redis's `ae`: the mask
+/// moves from input to output and back) keep the set's watch: the `ADD`
+/// after a `DEL` asks the kernel once (`EPOLL_CTL_MOD`, the set's number
+/// may name another set by now) and changes no coverage; the tag stays
+/// the same, and the release before the wait finds nothing idle.
+#[test]
+fn a_del_and_add_per_message_keep_the_watch() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let s = sock();
+    t.cover(&k, BASE_T, 5, &s, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    let tag = last_tag(&k);
+    for round in 0..3 {
+        let calls = k.calls.borrow().len();
+        t.uncover(5, address(&s), 4);
+        let ch = t
+            .cover(&k, BASE_T, 5, &s, 77, reg(4, libc::EPOLLOUT, 1))
+            .unwrap();
+        assert!(ch.is_empty(), "round {round}: still covered");
+        let got = k.calls.borrow()[calls..].to_vec();
+        assert_eq!(got, vec![(5, libc::EPOLL_CTL_MOD, 77, WATCH_EVENTS, tag)]);
+        assert!(!t.has_idle(), "round {round}");
+        assert!(t.release_idle(&k).is_empty());
+        t.uncover(5, address(&s), 4);
+        t.cover(&k, BASE_T, 5, &s, 77, reg(4, libc::EPOLLIN, 1))
+            .unwrap();
+        assert_eq!(
+            t.arrival(tag).unwrap().1,
+            Some(reg(4, libc::EPOLLIN, 1)),
+            "round {round}"
+        );
+    }
+}
+
+/// An idle entry is no registration of the program's: a socket idle in
+/// one set and registered in another is reported by the other's wait
+/// itself (alone); and a place that changed hands since it went idle is
+/// not released (its generation).
+#[test]
+fn an_idle_entry_starves_no_one() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let a = sock();
+    t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    t.uncover(5, address(&a), 4);
+    let ch = t
+        .cover(&k, BASE_T, 6, &a, 77, reg(4, libc::EPOLLIN, 2))
+        .unwrap();
+    assert_eq!(ch.len(), 1, "another set covers it once more");
+    let tag6 = last_tag(&k);
+    assert_eq!(t.arrival(tag6).unwrap().1, Some(reg(4, libc::EPOLLIN, 2)));
+    let ch = t.release_idle(&k);
+    assert_eq!(ch.len(), 1);
+    assert!(!ch[0].1);
+    assert!(t.arrival(tag6).is_some(), "set 6's stays");
+    // Idle, then its set closed and the place taken by another socket.
+    let b = sock();
+    t.cover(&k, BASE_T, 7, &b, 78, reg(3, libc::EPOLLIN, 3))
+        .unwrap();
+    t.uncover(7, address(&b), 3);
+    assert_eq!(t.set_closed(&k, 7).len(), 1);
+    let c = sock();
+    t.cover(&k, BASE_T, 8, &c, 79, reg(2, libc::EPOLLIN, 4))
+        .unwrap();
+    let tag_c = last_tag(&k);
+    assert!(t.release_idle(&k).is_empty(), "the new entry is not idle");
+    assert!(t.arrival(tag_c).is_some());
 }
 
 /// A tag read before its place changed hands names nothing.
@@ -170,7 +251,8 @@ fn a_stale_tag_names_no_socket() {
     t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
         .unwrap();
     let tag_a = last_tag(&k);
-    t.uncover(&k, 5, address(&a), 4);
+    t.uncover(5, address(&a), 4);
+    t.release_idle(&k);
     let b = sock();
     t.cover(&k, BASE_T, 5, &b, 78, reg(6, libc::EPOLLIN, 2))
         .unwrap();
@@ -314,8 +396,10 @@ fn level_reports_are_looked_at_again_by_their_set() {
     assert!(Arc::ptr_eq(&got[0].0, &a));
     assert_eq!((got[0].1, got[0].2), (reg(4, libc::EPOLLIN, 1), tag_a));
     assert!(t.levels(5).is_empty(), "taken off");
-    t.uncover(&k, 6, address(&b), 3);
-    assert!(t.levels(6).is_empty(), "removed with its entry");
+    t.uncover(6, address(&b), 3);
+    assert!(t.levels(6).is_empty(), "idle: no registration to report");
+    assert!(t.levels.is_empty());
+    t.release_idle(&k);
     assert!(t.levels.is_empty());
     t.mark_level(tag_b);
     assert!(t.levels.is_empty(), "a stale tag marks nothing");
