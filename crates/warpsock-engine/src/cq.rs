@@ -219,6 +219,12 @@ impl Cq {
     pub fn poll_news_idle(&self, out: &mut [Wc], qp: &Qp) -> (usize, QpNews, bool) {
         let inner = &self.sh.inner;
         let mut st = inner.lock();
+        // `QpNews::rx_drained` tells of this round's reads (or later ones).
+        if Arc::ptr_eq(&self.sh, &qp.sh) {
+            if let Some(Some(q)) = st.qps.get_mut(qp.qi) {
+                q.rx_drained = false;
+            }
+        }
         if inner.progress == Progress::Caller && self.round_for(&mut st, qp) {
             return (0, st.news(qp.qi), true);
         }
@@ -393,7 +399,11 @@ impl Cq {
         if Arc::ptr_eq(&self.sh, &qp.sh) {
             st.news(qp.qi)
         } else {
-            qp.news()
+            // Another context's: its reads are not this round's.
+            QpNews {
+                rx_drained: false,
+                ..qp.news()
+            }
         }
     }
 

@@ -39,6 +39,14 @@ pub struct QpNews {
     pub backlog: u64,
     /// Whether [`Qp::poll_event`] has an event to return.
     pub events: bool,
+    /// The connection's last read in the round that gave this news (or
+    /// after it) came back short, found nothing, or read the end of the
+    /// stream: the kernel held no more of its bytes at that instant, and
+    /// bytes that come later make its socket readable anew (a new edge
+    /// for an edge-triggered watch). `false` when no read was made, or
+    /// the last filled its buffer (the round stopped at its budget): ask
+    /// the kernel (`FIONREAD`) before taking the socket as drained.
+    pub rx_drained: bool,
 }
 
 impl State {
@@ -48,6 +56,7 @@ impl State {
             Some(Some(q)) => QpNews {
                 backlog: q.tx_backlog(),
                 events: !q.events.is_empty(),
+                rx_drained: q.rx_drained,
             },
             _ => QpNews::default(),
         }
@@ -132,6 +141,7 @@ impl Qp {
             Some(QpNews {
                 backlog: q.tx_backlog(),
                 events: !q.events.is_empty(),
+                rx_drained: q.rx_drained,
             })
         })
     }

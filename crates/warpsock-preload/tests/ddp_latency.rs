@@ -114,7 +114,9 @@ fn a_poll_of_a_ddp_socket_answers_from_its_own_round() {
 /// own round, with no bell rung and no progress thread woken for it
 /// (`ddp_epoll_direct`: at least one report per message of 1,200 round
 /// trips a process; before, the progress thread rang a bell per message,
-/// ~2,400, and the wait collected it). The bells' bound leaves room for
+/// ~2,400, and the wait collected it), and its round asks the kernel for
+/// nothing after a read that came back short (`ddp_rx_looks`:
+/// `QpNews::rx_drained`). The bells' bound leaves room for
 /// the set-up's. With `WARPSOCK_DDP_EPOLL_DIRECT=0` the bells are back:
 /// the counters tell the two ways apart.
 #[test]
@@ -130,6 +132,14 @@ fn an_epoll_loop_hears_its_replies_from_its_own_set() {
     assert!(
         bells <= 20,
         "{bells} doorbells in 1,200 epoll round trips: {}",
+        r.stderr
+    );
+    // Each round's read came back short: no `FIONREAD` after it
+    // (`ddp_rx_looks`; one per reply before, ~2,400).
+    let looks = r.stat("ddp_rx_looks");
+    assert!(
+        looks <= 50,
+        "{looks} FIONREADs of the rounds for 2,400 replies: {}",
         r.stderr
     );
     let off = pingpong_with(1_000, "epoll", &[("WARPSOCK_DDP_EPOLL_DIRECT", "0")]);

@@ -135,6 +135,10 @@ pub(crate) struct QpSlot {
     park_for: Option<Duration>,
     /// The last (parked) read came back short: the socket is drained.
     drained_hint: bool,
+    /// The last read of the socket since [`crate::Cq::poll_news_idle`]
+    /// began its round found it drained (a short count, `EAGAIN`, the end
+    /// of stream): [`crate::QpNews::rx_drained`].
+    pub(crate) rx_drained: bool,
     /// System calls made on the socket and what they moved (a
     /// diagnostic; the core's schedule counts are added on reading, see
     /// [`Self::io_stats`]).
@@ -179,6 +183,7 @@ impl QpSlot {
             rcvtimeo: None,
             park_for: None,
             drained_hint: false,
+            rx_drained: false,
             io: IoStats::default(),
             detached: None,
         }

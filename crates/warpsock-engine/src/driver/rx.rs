@@ -309,6 +309,7 @@ impl QpSlot {
         let cap = if large { RX_TAIL } else { buf.len() };
         let res = sys::recv_dontwait_errno(fd, &mut buf[..cap]);
         if res == Err(libc::EAGAIN) {
+            self.rx_drained = true;
             self.io.reads += 1;
             self.io.idle_reads += 1;
             if let Some(b) = self.rx.buf.take() {
@@ -410,8 +411,12 @@ impl QpSlot {
                 self.rx.start = 0;
                 self.rx.end = n;
                 self.drained_hint = n < cap;
+                self.rx_drained = n < cap;
             }
-            Ok(_) => self.take_read_end(None),
+            Ok(_) => {
+                self.rx_drained = true;
+                self.take_read_end(None);
+            }
             Err(e) => self.take_read_end(Some(e)),
         }
     }
@@ -553,15 +558,20 @@ impl QpSlot {
             };
             match res {
                 Ok(0) => {
+                    self.rx_drained = true;
                     self.rd_closed = true;
                     self.conn.handle_eof();
                     return;
                 }
                 Ok(n) => {
+                    self.rx_drained = drained;
                     self.io.read_bytes += n as u64;
                     budget = budget.saturating_sub(n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.rx_drained = true;
+                    return;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.fail_with(&e);

@@ -198,6 +198,10 @@ pub struct Counters {
     /// Stand-ins of polls forgotten when their lease lapsed
     /// ([`super::XSocket::stand_lapse`]): polls that never ended theirs.
     pub stand_lapses: AtomicU64,
+    /// Times a round for an arrival ([`super::XSocket::progress_if_idle`])
+    /// asked the kernel whether bytes were left (`FIONREAD`): its last
+    /// read had filled its buffer, or it made none.
+    pub rx_looks: AtomicU64,
 }
 
 impl Counters {
@@ -216,13 +220,14 @@ impl Counters {
             waits: AtomicU64::new(0),
             sink_offers: AtomicU64::new(0),
             stand_lapses: AtomicU64::new(0),
+            rx_looks: AtomicU64::new(0),
         }
     }
 }
 
 impl Counters {
     /// Every counter, in one order (for the process's sums).
-    fn each(&self) -> [&AtomicU64; 13] {
+    fn each(&self) -> [&AtomicU64; 14] {
         [
             &self.rx_bytes,
             &self.rx_copied,
@@ -237,6 +242,7 @@ impl Counters {
             &self.waits,
             &self.sink_offers,
             &self.stand_lapses,
+            &self.rx_looks,
         ]
     }
 }
@@ -342,6 +348,7 @@ pub(crate) enum Count {
     Waits,
     SinkOffers,
     StandLapses,
+    RxLooks,
 }
 
 impl Count {
@@ -359,6 +366,7 @@ impl Count {
             Self::Waits => &c.waits,
             Self::SinkOffers => &c.sink_offers,
             Self::StandLapses => &c.stand_lapses,
+            Self::RxLooks => &c.rx_looks,
         }
     }
 }

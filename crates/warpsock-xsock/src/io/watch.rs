@@ -459,7 +459,11 @@ impl XSocket {
     ///
     /// Edge-triggered callers lose nothing: the engine reads a bounded
     /// amount per round, so rounds repeat while the kernel still holds
-    /// unread bytes (an edge comes only with new bytes).
+    /// unread bytes (an edge comes only with new bytes). A round whose
+    /// last read found the socket drained (`QpNews::rx_drained`: a short
+    /// read, the usual case) ends it with no `FIONREAD` (what comes later
+    /// is a new edge); otherwise the kernel is asked
+    /// ([`super::Counters::rx_looks`]).
     pub fn progress_if_idle(&self, reflect: impl FnOnce(Readiness)) -> bool {
         // A call parked in the engine reads what woke us when it wakes, and
         // tells others then. Skipping it here needs no lock: the flag is
@@ -477,7 +481,11 @@ impl XSocket {
                 return false;
             }
             self.drive_now(&mut st);
-            if st.error.is_some() || super::sys::readable(self.tcp_fd).unwrap_or(0) == 0 {
+            if st.error.is_some() || st.news.is_some_and(|n| n.rx_drained) {
+                break;
+            }
+            self.count(&st, Count::RxLooks, 1);
+            if super::sys::readable(self.tcp_fd).unwrap_or(0) == 0 {
                 break;
             }
         }
