@@ -42,7 +42,10 @@
 //! ([`forget`]), and the set's close ([`set_closed`]). A covered socket
 //! found registered again after its set's number was closed behind the
 //! interposer (`close_range`) is looked at again: the set's own
-//! registration of the watched descriptor is asked for (`EPOLL_CTL_MOD`).
+//! registration of the watched descriptor is asked for (`EPOLL_CTL_MOD`)
+//! — except for an entry idle since before the process last made a set
+//! through the interposer (the `ADD` after a `DEL`: the number can name
+//! another set only if one was made since, or by a raw system call).
 //!
 //! Where this cannot follow, the socket falls back to the progress thread
 //! ([`Socket::direct_failed`]): a set this process did not make (inherited
@@ -128,6 +131,14 @@ static LEVELS: AtomicBool = AtomicBool::new(false);
 /// one load).
 static IDLE: AtomicBool = AtomicBool::new(false);
 
+/// Epoll sets the program made through the interposer ([`set_made`]).
+static SETS_MADE: AtomicU64 = AtomicU64::new(0);
+
+/// The program made an epoll set (through the interposer).
+pub(crate) fn set_made() {
+    SETS_MADE.fetch_add(1, Ordering::AcqRel);
+}
+
 /// The process's watched registrations. A forked child starts an empty
 /// one ([`fork_child`]).
 static TABLE: ForkLock<Table> = ForkLock::new();
@@ -209,10 +220,25 @@ pub(crate) struct Table {
     by_key: HashMap<usize, SmallVec<[usize; 2]>>,
     /// Places whose entry is marked [`Entry::level`].
     levels: Vec<usize>,
-    /// Places (with their generations) whose entry the program's last
-    /// registration left ([`Table::uncover`]): still watched, until
-    /// [`Table::release_idle`] or a registration again.
-    idle: Vec<(usize, u32)>,
+    /// Entries the program's last registration left
+    /// ([`Table::uncover`]): still watched, until [`Table::release_idle`]
+    /// or a registration again.
+    idle: Vec<Idle>,
+    /// How many epoll sets the program had made through the interposer,
+    /// as the caller last said ([`SETS_MADE`]).
+    pub(crate) sets_made: u64,
+}
+
+/// An idle entry ([`Table::uncover`]).
+#[derive(Clone, Copy)]
+struct Idle {
+    /// Its place and the place's generation then.
+    at: usize,
+    gen: u32,
+    /// [`Table::sets_made`] then: while no set was made since, the set's
+    /// number still names the set the watch is in (a close through the
+    /// interposer took the entry out: [`Table::set_closed`]).
+    sets_made: u64,
 }
 
 /// What a change of the table did to sockets' coverage: for each, whether
@@ -265,19 +291,28 @@ impl Table {
         let mut changes = Changes::new();
         let key = address(sock);
         if let Some(at) = self.place(outer, key) {
+            // An idle entry is the program's again (no coverage change: it
+            // never stopped watching).
+            let idle = self
+                .idle
+                .iter()
+                .position(|i| i.at == at)
+                .map(|i| self.idle.swap_remove(i));
             // Still watched there? The set's number may name another set
-            // by now (closed behind the interposer): asked of the kernel.
+            // by now (closed behind the interposer, `close_range`, and
+            // made again): asked of the kernel — unless the entry went
+            // idle since the process last made a set (an event loop's
+            // `DEL` and `ADD` per message: no system call of ours).
             let tag = self.tag(at);
-            if k.ctl(outer, libc::EPOLL_CTL_MOD, watch, WATCH_EVENTS, tag)
-                .is_ok()
+            let same_set = idle.is_some_and(|i| i.sets_made == self.sets_made);
+            if same_set
+                || k.ctl(outer, libc::EPOLL_CTL_MOD, watch, WATCH_EVENTS, tag)
+                    .is_ok()
             {
                 if let Some(Some(e)) = self.entries.get_mut(at) {
                     e.regs.retain(|r| r.fd != reg.fd);
                     e.regs.push(reg);
                 }
-                // An idle entry is the program's again (no coverage
-                // change: it never stopped watching).
-                self.idle.retain(|&(a, _)| a != at);
                 return Ok(changes);
             }
             if let Some(e) = self.remove(k, at, false) {
@@ -376,7 +411,11 @@ impl Table {
         if std::mem::take(&mut e.level) {
             self.levels.retain(|&l| l != at);
         }
-        self.idle.push((at, self.gens[at]));
+        self.idle.push(Idle {
+            at,
+            gen: self.gens[at],
+            sets_made: self.sets_made,
+        });
     }
 
     /// Whether an entry is idle ([`Self::uncover`]).
@@ -390,7 +429,7 @@ impl Table {
     /// as before its registration).
     pub(crate) fn release_idle(&mut self, k: &impl Kernel) -> Changes {
         let mut changes = Changes::new();
-        for (at, gen) in std::mem::take(&mut self.idle) {
+        for Idle { at, gen, .. } in std::mem::take(&mut self.idle) {
             let idle = self.gens.get(at) == Some(&gen)
                 && self.entry(at).is_some_and(|e| e.regs.is_empty());
             if !idle {
@@ -622,6 +661,7 @@ pub(crate) fn registered(epfd: c_int, sock: &Arc<dyn Socket>, reg: Reg) {
     ACTIVE.store(true, Ordering::Release);
     outer_used(epfd);
     let covered = held(|t| {
+        t.sets_made = SETS_MADE.load(Ordering::Acquire);
         let r = t.cover(&Real, base, epfd, sock, watch, reg);
         IDLE.store(t.has_idle(), Ordering::Release);
         r
@@ -665,6 +705,7 @@ pub(crate) fn unregistered(epfd: c_int, sock: &Arc<dyn Socket>, fd: c_int) {
         return;
     }
     held(|t| {
+        t.sets_made = SETS_MADE.load(Ordering::Acquire);
         t.uncover(epfd, address(sock), fd);
         IDLE.store(t.has_idle(), Ordering::Release);
     });

@@ -35,8 +35,9 @@ pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
 
 /// Records a set the program made (not one the library made for itself).
 fn recorded(epfd: c_int) -> c_int {
-    if !busy() {
+    if !busy() && epfd >= 0 {
         epollcarry::created(epfd);
+        epollwatch::set_made();
     }
     epfd
 }
