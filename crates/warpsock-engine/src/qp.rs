@@ -39,13 +39,16 @@ pub struct QpNews {
     pub backlog: u64,
     /// Whether [`Qp::poll_event`] has an event to return.
     pub events: bool,
-    /// The connection's last read in the round that gave this news (or
-    /// after it) came back short, found nothing, or read the end of the
-    /// stream: the kernel held no more of its bytes at that instant, and
+    /// Of the news of a round ([`crate::Cq::poll_news_idle`], and the
+    /// queued completions after it): the connection's last read since the
+    /// round began came back short, found nothing, or read the end of the
+    /// stream — the kernel held no more of its bytes at that instant, and
     /// bytes that come later make its socket readable anew (a new edge
     /// for an edge-triggered watch). `false` when no read was made, or
-    /// the last filled its buffer (the round stopped at its budget): ask
-    /// the kernel (`FIONREAD`) before taking the socket as drained.
+    /// the last filled its buffer (the round stopped at its budget, or
+    /// input waits for a receive): ask the kernel (`FIONREAD`) before
+    /// taking the socket as drained. Other news (a post's, [`Qp::news`])
+    /// carry the flag of whatever round read last, which may be old.
     pub rx_drained: bool,
 }
 

@@ -48,11 +48,14 @@ fn a_dup_in_the_same_set_gets_its_own_event() {
     same("dup");
 }
 
-/// `EPOLL_CTL_DEL` stops the reports and a new `ADD` brings them back;
-/// `MOD` to output alone reports no input, and back to input does.
+/// `EPOLL_CTL_DEL` stops the reports and a new `ADD` brings them back
+/// (also with input sent between the two and no wait: the set's idle
+/// watch, `del1`); `MOD` to output alone reports no input, and back to
+/// input does.
 #[test]
 fn removed_and_changed_registrations_are_followed() {
     same("del");
+    same("del1");
     same("mod");
 }
 

@@ -18,7 +18,8 @@
 //! the program's own `epoll_wait` with the tag. The interposed call
 //! (`interpose::wait::epoll`) takes the tag out of its results and
 //! makes the socket's round on its own thread ([`Socket::direct_arrival`]).
-//! When the program's one registration of the socket, in that set alone,
+//! When the program's one registration of the socket, in that set alone
+//! (an idle watch elsewhere, below, does not count),
 //! is a plain one for input (level- or edge-triggered, not one-shot, not
 //! exclusive: [`Reg::reported`]), the round rings no bell and the call
 //! reports the program's event itself in the tag's place, with the
@@ -44,8 +45,16 @@
 //! interposer (`close_range`) is looked at again: the set's own
 //! registration of the watched descriptor is asked for (`EPOLL_CTL_MOD`)
 //! — except for an entry idle since before the process last made a set
-//! through the interposer (the `ADD` after a `DEL`: the number can name
-//! another set only if one was made since, or by a raw system call).
+//! through the interposer (the `ADD` after a `DEL`): its number would
+//! name another set only if the set was closed behind the interposer
+//! (`close_range`, a raw `close`) and another took the number by a
+//! system call that makes no set through it (`dup`, `F_DUPFD`,
+//! `SCM_RIGHTS`, a raw `epoll_create1`) before the `ADD` — that set would
+//! not watch the socket. An idle watch (after a `DEL`) is the socket's
+//! only epoll watch until the next wait: the progress thread's is off
+//! meanwhile, so a raw `epoll_wait`'s set (below) hears nothing of its
+//! input in between (its sends, one-sided operations, `select` and
+//! `poll` keep the progress thread as before).
 //!
 //! Where this cannot follow, the socket falls back to the progress thread
 //! ([`Socket::direct_failed`]): a set this process did not make (inherited
@@ -194,7 +203,8 @@ struct Entry {
     /// The descriptor watched ([`Socket::direct_watch`]).
     watch: c_int,
     /// The program's registrations of the socket in the set (one per
-    /// number: a `dup`'s is another): the watch goes with the last.
+    /// number: a `dup`'s is another): empty, the entry is idle
+    /// ([`Table::uncover`]).
     regs: SmallVec<[Reg; 1]>,
     /// Reported by a wait for a level-triggered registration, with no
     /// bell: the set's next wait reports it again while it is readable
@@ -293,10 +303,11 @@ impl Table {
         if let Some(at) = self.place(outer, key) {
             // An idle entry is the program's again (no coverage change: it
             // never stopped watching).
+            let gen = self.gens[at];
             let idle = self
                 .idle
                 .iter()
-                .position(|i| i.at == at)
+                .position(|i| (i.at, i.gen) == (at, gen))
                 .map(|i| self.idle.swap_remove(i));
             // Still watched there? The set's number may name another set
             // by now (closed behind the interposer, `close_range`, and
@@ -373,6 +384,9 @@ impl Table {
         let e = self.entries.get_mut(at)?.take()?;
         if e.level {
             self.levels.retain(|&l| l != at);
+        }
+        if e.regs.is_empty() {
+            self.idle.retain(|i| i.at != at);
         }
         if del {
             // ENOENT/EBADF: the watched descriptor or the set closed.

@@ -15,6 +15,10 @@
  *   dup      the descriptor and a dup of it in one set: one event each;
  *            the dup's removed, the other's alone
  *   del      EPOLL_CTL_DEL: no reports; ADD again: reported
+ *   del1     the set alone: DEL, input sent with no wait in between, ADD
+ *            again (its event, with the new data), twice (redis's ae
+ *            moves a connection so; the set's watch stays idle from the
+ *            DEL to the ADD, shim::epollwatch::Table::uncover)
  *   reopen   the set closed, a new set (the same number) watches
  *   mod      EPOLL_CTL_MOD to EPOLLOUT alone: no input reports; back
  *   mod1     the set alone: input reported by the wait itself, then MOD
@@ -110,6 +114,21 @@ int main(int argc, char **argv) {
         put(s, "cd");
         show(ep, 10000, "sent again");
         take(c, 64, "read");
+        close(c);
+        close(s);
+        return 0;
+    }
+    if (!strcmp(cs, "del1")) {
+        int ep = set_with(c, EPOLLIN, 16);
+        for (int round = 0; round < 2; round++) {
+            CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, c, NULL) == 0);
+            put(s, round ? "b" : "a");
+            struct epoll_event e = {.events = EPOLLIN, .data.u64 = 17 + round};
+            CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, c, &e) == 0);
+            show(ep, 10000, "added again");
+            take(c, 64, "read");
+            show(ep, 0, "drained");
+        }
         close(c);
         close(s);
         return 0;

@@ -166,7 +166,9 @@ fn to_millis(left: Option<Duration>, asked: c_int) -> c_int {
 /// (`Kind::before_epoll_wait`).
 fn before_epoll_wait() {
     enter((), || {
-        epollwatch::release_idle();
+        // (A socket whose last reference this takes closes with no wait:
+        // another thread's `close` may have let go of it meanwhile.)
+        fdtable::without_close_waits(epollwatch::release_idle);
         for k in KINDS {
             k.before_epoll_wait();
         }

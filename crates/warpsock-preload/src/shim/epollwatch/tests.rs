@@ -234,8 +234,9 @@ fn a_del_and_add_per_message_keep_the_watch() {
 
 /// An idle entry is no registration of the program's: a socket idle in
 /// one set and registered in another is reported by the other's wait
-/// itself (alone); and a place that changed hands since it went idle is
-/// not released (its generation).
+/// itself (alone). An idle record whose place changed hands is no longer
+/// the place's: the place's new entry, idle in turn and registered
+/// again, is active, and the release leaves it (the generation).
 #[test]
 fn an_idle_entry_starves_no_one() {
     let k = Fake::default();
@@ -254,18 +255,65 @@ fn an_idle_entry_starves_no_one() {
     assert_eq!(ch.len(), 1);
     assert!(!ch[0].1);
     assert!(t.arrival(tag6).is_some(), "set 6's stays");
-    // Idle, then its set closed and the place taken by another socket.
+    // Idle, its set closed, the place taken by another socket's entry,
+    // idle in turn and registered again.
     let b = sock();
     t.cover(&k, BASE_T, 7, &b, 78, reg(3, libc::EPOLLIN, 3))
         .unwrap();
+    let tag_b = last_tag(&k);
     t.uncover(7, address(&b), 3);
     assert_eq!(t.set_closed(&k, 7).len(), 1);
+    assert!(!t.has_idle(), "the closed set's record went with it");
     let c = sock();
     t.cover(&k, BASE_T, 8, &c, 79, reg(2, libc::EPOLLIN, 4))
         .unwrap();
     let tag_c = last_tag(&k);
+    assert_eq!(tag_b >> GEN_BITS, tag_c >> GEN_BITS, "the place is reused");
+    t.idle.push(Idle {
+        at: ((tag_b & !BASE_MASK) >> GEN_BITS) as usize,
+        gen: (tag_b & ((1 << GEN_BITS) - 1)) as u32,
+        sets_made: 0,
+    });
+    // A set made before the new entry went idle: its own record says
+    // no set was made since (the stale one would have the kernel asked).
+    t.sets_made = 1;
+    t.uncover(8, address(&c), 2);
+    let calls = k.calls.borrow().len();
+    t.cover(&k, BASE_T, 8, &c, 79, reg(2, libc::EPOLLIN, 5))
+        .unwrap();
+    assert_eq!(k.calls.borrow().len(), calls, "the place's own record");
     assert!(t.release_idle(&k).is_empty(), "the new entry is not idle");
-    assert!(t.arrival(tag_c).is_some());
+    assert_eq!(t.arrival(tag_c).unwrap().1, Some(reg(2, libc::EPOLLIN, 5)));
+}
+
+/// An idle entry ends with its socket's number (redis's `DEL` then
+/// `close`) or its socket: the watch leaves the set and the socket its
+/// coverage, once; no record is left for the release.
+#[test]
+fn an_idle_entry_goes_with_its_number_or_its_socket() {
+    let k = Fake::default();
+    let mut t = Table::default();
+    let a = sock();
+    t.cover(&k, BASE_T, 5, &a, 77, reg(4, libc::EPOLLIN, 1))
+        .unwrap();
+    let tag = last_tag(&k);
+    t.uncover(5, address(&a), 4);
+    let ch = t.number_closed(&k, address(&a), 4);
+    assert_eq!(ch.len(), 1);
+    assert!(!ch[0].1);
+    let c = *k.calls.borrow().last().unwrap();
+    assert_eq!((c.0, c.1, c.2), (5, libc::EPOLL_CTL_DEL, 77));
+    assert!(t.arrival(tag).is_none());
+    assert!(!t.has_idle());
+    assert!(t.release_idle(&k).is_empty(), "once");
+    let b = sock();
+    t.cover(&k, BASE_T, 6, &b, 78, reg(3, libc::EPOLLIN, 2))
+        .unwrap();
+    t.uncover(6, address(&b), 3);
+    t.forget(&k, address(&b));
+    assert!(!t.has_idle());
+    let c = *k.calls.borrow().last().unwrap();
+    assert_eq!((c.0, c.1, c.2), (6, libc::EPOLL_CTL_DEL, 78));
 }
 
 /// A tag read before its place changed hands names nothing.
