@@ -130,6 +130,20 @@ fn a_switch_short_of_descriptors_is_declined_before_its_handshake() {
     assert_eq!(r.stat("ddp_broken"), 0, "{}", r.stderr);
 }
 
+/// An initiator whose descriptors run short after its mark (the program
+/// took them) looks again before its MPA Request and withdraws: `EMFILE`,
+/// the connection a working TCP socket both ways, counted in
+/// `ddp_switch_no_fds`, none in `ddp_broken`. Before, it committed with 3
+/// numbers free, ran out and reset the connection (the responder's
+/// answer had this look since review 40; the initiator's did not).
+#[test]
+fn an_initiator_short_of_descriptors_withdraws_before_its_request() {
+    case("emfilecommit", false);
+    let r = case("emfilecommit", true);
+    assert_eq!(r.stat("ddp_switch_no_fds"), 1, "{}", r.stderr);
+    assert_eq!(r.stat("ddp_broken"), 0, "{}", r.stderr);
+}
+
 /// The kept options read back as Linux's TCP answers them (its socket
 /// flags: which of the four `SO_TIMESTAMP` names reads 1, and
 /// `SO_TIMESTAMPING_NEW`'s flags only when set through it), and refuse

@@ -257,6 +257,13 @@ pub enum SwitchError {
     /// of the connection it cannot use); the Request was answered with a
     /// Reject (`ECONNREFUSED`) and the connection goes on as TCP.
     Declined,
+    /// Initiator: our side withdrew before it sent the MPA Request (too
+    /// few descriptors were left to finish the switch: a switch that ran
+    /// out after its Request would have to reset the connection)
+    /// (`EMFILE`). Nothing but our mark entered the stream: the
+    /// connection goes on as TCP, and the responder, which finds our
+    /// program's bytes (or nothing) where the Request belongs, too.
+    Withdrawn,
 }
 
 impl SwitchError {
@@ -265,6 +272,7 @@ impl SwitchError {
         match self {
             Self::SelfConnected => libc::EINVAL,
             Self::Incompatible(_) => libc::EPROTO,
+            Self::Withdrawn => libc::EMFILE,
             _ => libc::ECONNREFUSED,
         }
     }
@@ -303,6 +311,9 @@ impl fmt::Display for SwitchError {
             Self::Incompatible(e) => write!(f, "the peer's DDP mode is incompatible: {e}"),
             Self::Declined => f.write_str(
                 "the switch was declined: the process forked during it (a child cannot use a DDP-mode connection)",
+            ),
+            Self::Withdrawn => f.write_str(
+                "the switch was withdrawn before its MPA Request: too few descriptors free under RLIMIT_NOFILE to finish it",
             ),
         }
     }

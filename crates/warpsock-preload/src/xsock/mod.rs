@@ -55,7 +55,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use libc::{c_int, c_void, socklen_t};
-use warpsock_xsock::io::{switch_fd_declinable, Failure, Options, XSocket};
+use warpsock_xsock::io::{switch_fd_declinable, Commit, Failure, Options, XSocket};
 use warpsock_xsock::Role;
 
 use crate::shim::socket::{Adoption, Kind, SockOpt, Socket};
@@ -406,21 +406,35 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
     // time (`AnswerTurn`, held until this function returns: the DDP socket
     // made, or the switch over): two let go at once both found room for
     // one, and one of them ran out after its answer.
+    // An initiator looks again before its Request for the same reason: the
+    // program (or other switches) may have taken the numbers since the
+    // start; withdrawn, the connection plain, rather than reset after the
+    // Request. (Its switches do not take turns: concurrent client
+    // switches near the limit can still both find room for one.)
     let turn: std::cell::Cell<Option<switching::AnswerTurn>> = std::cell::Cell::new(None);
-    let decline = || {
-        opts.limits.at_start
-            && at.from.is_some_and(|s| {
-                s.hold_declined(config::get().accept_hold) || {
-                    // Taken once (a second look would wait on itself).
-                    let held = turn.take().unwrap_or_else(switching::AnswerTurn::take);
-                    turn.set(Some(held));
-                    let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS);
-                    if short {
-                        NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
+    let decline = |point: Commit| match point {
+        Commit::Request => {
+            let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS);
+            if short {
+                NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
+            }
+            short
+        }
+        Commit::Answer => {
+            opts.limits.at_start
+                && at.from.is_some_and(|s| {
+                    s.hold_declined(config::get().accept_hold) || {
+                        // Taken once (a second look would wait on itself).
+                        let held = turn.take().unwrap_or_else(switching::AnswerTurn::take);
+                        turn.set(Some(held));
+                        let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS);
+                        if short {
+                            NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
+                        }
+                        short
                     }
-                    short
-                }
-            })
+                })
+        }
     };
     let r = switch_fd_declinable(b, opts, role, &decline);
     #[cfg(test)]

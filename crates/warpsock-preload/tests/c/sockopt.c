@@ -110,6 +110,11 @@
  *               timed out) arrive, and our answer is sent. Before, it ran
  *               out after it committed and had to reset the connection
  *               (review r23-a item 3: never the peer's framing as bytes).
+ *   emfilecommit  an initiator whose table fills after its mark (RLIMIT_NOFILE
+ *               leaving 3 numbers free, its forked peer told to switch
+ *               only then) withdraws before its MPA Request: EMFILE, and
+ *               the connection is a working TCP socket both ways. Before,
+ *               it committed, ran out and reset the connection.
  *   stampopts   a sequence of SO_TIMESTAMP(NS)(_NEW), SO_TIMESTAMPING(_NEW),
  *               IP_RECVERR and IPV6_RECVERR sets, each followed by every
  *               one's read-back (SO_ZEROCOPY's too), printed: the DDP-mode
@@ -796,6 +801,8 @@ int main(int argc, char **argv) {
         case_stampopts();
     } else if (!strcmp(cs, "emfile")) {
         case_emfile();
+    } else if (!strcmp(cs, "emfilecommit")) {
+        case_emfilecommit();
     } else if (!strcmp(cs, "latestamps")) {
         case_latestamps();
     } else if (!strcmp(cs, "stampstruct")) {

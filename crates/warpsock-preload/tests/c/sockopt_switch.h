@@ -289,6 +289,86 @@ static void case_emfile(void) {
     CHECK(plain || failed > 0);
 }
 
+/* The initiator's switch, in a thread: its result and errno. */
+static int commit_fd, commit_r, commit_errno;
+static void *initiator_switch(void *a) {
+    (void)a;
+    int one = 1;
+    commit_r = setsockopt(commit_fd, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+    commit_errno = errno;
+    return NULL;
+}
+
+/* The initiator's table fills between its switch's start and its MPA
+ * Request: after its mark (seen by the responder, a forked child, which
+ * then waits to be told), RLIMIT_NOFILE leaves 3 numbers free, then the
+ * responder switches. The initiator withdraws before its Request (a
+ * second look at the descriptors, as the responder's before its answer):
+ * EMFILE, nothing but its mark sent, the connection a working TCP socket
+ * both ways (the responder finds our bytes where the Request belongs).
+ * Before, the initiator committed with 3 free, ran out and reset the
+ * connection. */
+static void case_emfilecommit(void) {
+    switch_both();
+    int one = 1, c2, s2;
+    tcp_pair(&c2, &s2);
+    /* The end with the lower port is the initiator (switch::role). */
+    int mine = port_of(c2, 0) < port_of(c2, 1) ? c2 : s2, theirs = mine == c2 ? s2 : c2;
+    int marked[2], go[2];
+    CHECK(pipe(marked) == 0 && pipe(go) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(mine);
+        char x;
+        if (!plain) {
+            struct pollfd p = {theirs, POLLPRI, 0};
+            CHECK(poll(&p, 1, 10000) == 1 && (p.revents & POLLPRI));
+        }
+        CHECK(write(marked[1], "m", 1) == 1);
+        CHECK(read(go[0], &x, 1) == 1);
+        if (!plain) {
+            int r = setsockopt(theirs, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+            CHECK(r == -1 && errno == ECONNREFUSED);
+        }
+        CHECK(send(theirs, "fromchld", 8, MSG_NOSIGNAL) == 8);
+        char b[8];
+        read8(theirs, b);
+        CHECK(memcmp(b, "toparent", 8) == 0);
+        _exit(0);
+    }
+    close(theirs);
+    commit_fd = mine;
+    pthread_t t;
+    if (!plain) CHECK(pthread_create(&t, NULL, initiator_switch, NULL) == 0);
+    char x;
+    CHECK(read(marked[0], &x, 1) == 1);
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    struct rlimit lim = old;
+    lim.rlim_cur = limit_with_free(3);
+    CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0);
+    CHECK(write(go[1], "g", 1) == 1);
+    if (!plain) {
+        CHECK(pthread_join(t, NULL) == 0);
+        fprintf(stderr, "emfilecommit: the initiator's switch %d errno %d\n", commit_r, commit_errno);
+        CHECK(commit_r == -1 && commit_errno == EMFILE);
+    }
+    CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);
+    CHECK(send(mine, "toparent", 8, MSG_NOSIGNAL) == 8);
+    char b[8];
+    read8(mine, b);
+    CHECK(memcmp(b, "fromchld", 8) == 0);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(mine);
+    close(marked[0]);
+    close(marked[1]);
+    close(go[0]);
+    close(go[1]);
+}
+
 static void *peer_fin(void *a) {
     (void)a;
     CHECK(shutdown(s, SHUT_WR) == 0);

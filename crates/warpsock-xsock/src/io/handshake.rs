@@ -103,20 +103,37 @@ pub fn switch_fd_as(
     opts: &Options,
     role_given: Option<Role>,
 ) -> Result<XSocket, Failure> {
-    switch_fd_declinable(fd, opts, role_given, &|| false)
+    switch_fd_declinable(fd, opts, role_given, &|_| false)
 }
 
-/// [`switch_fd_as`] that a responder declines if `decline()` says so when
-/// the initiator's Request has come and is still to be answered: it is
-/// answered with a Reject ([`SwitchError::Declined`]), both frames
-/// consumed, and the connection goes on as TCP — the initiator falls back
-/// at once ([`SwitchError::Rejected`]). The preload declines the switch
-/// of a connection its process forks during (`xsock::switching`).
+/// The two points where a switch can still be declined with the
+/// connection left a working TCP socket ([`switch_fd_declinable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// Responder: the initiator's Request came and is still to be
+    /// answered.
+    Answer,
+    /// Initiator: both marks are seen, the Request is still to be sent.
+    Request,
+}
+
+/// [`switch_fd_as`] that either side declines if `decline(at)` says so at
+/// its last point before it commits. A responder asked at
+/// [`Commit::Answer`] answers the Request with a Reject
+/// ([`SwitchError::Declined`]), both frames consumed, and the connection
+/// goes on as TCP — the initiator falls back at once
+/// ([`SwitchError::Rejected`]). An initiator asked at [`Commit::Request`]
+/// sends nothing more ([`SwitchError::Withdrawn`]): the responder, waiting
+/// for the Request, finds the program's bytes there (or nothing until its
+/// request timeout) and goes on as TCP too. The preload declines the
+/// switch of a connection its process forks during, and either side's when
+/// too few descriptors are left to finish it (`xsock::switching`,
+/// `xsock::switch_at`).
 pub fn switch_fd_declinable(
     fd: BorrowedFd<'_>,
     opts: &Options,
     role_given: Option<Role>,
-    decline: &dyn Fn() -> bool,
+    decline: &dyn Fn(Commit) -> bool,
 ) -> Result<XSocket, Failure> {
     let raw = fd.as_raw_fd();
     let broken = Failure::io;
@@ -266,6 +283,19 @@ pub fn switch_fd_declinable(
                     Err(e) => return Err(broken(e)),
                 }
             }
+            Step::Connect if decline(Commit::Request) => {
+                // Only our mark entered the stream: the connection is TCP,
+                // its flags as they were, the responder's bytes before its
+                // mark (read) first.
+                if let Some(fl) = flags {
+                    sys::set_file_flags(raw, fl);
+                }
+                return Err(Failure::Refused {
+                    error: SwitchError::Withdrawn,
+                    residue,
+                    watch: false,
+                });
+            }
             Step::Connect => {
                 let rto = rto_plan(raw, opts.rto_min);
                 let sock = lifted_clone(&stream).map_err(|e| committed(&stream, e))?;
@@ -303,7 +333,7 @@ pub fn switch_fd_declinable(
                         }
                     });
             }
-            Step::Accept(_) if decline() => {
+            Step::Accept(_) if decline(Commit::Answer) => {
                 return Err(refuse(&stream, flags, residue, opts, SwitchError::Declined));
             }
             Step::Accept(peer_hello) => {
