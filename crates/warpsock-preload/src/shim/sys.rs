@@ -797,17 +797,15 @@ pub(crate) fn timespec(d: std::time::Duration) -> libc::timespec {
 mod tests {
     use super::*;
 
-    /// `descriptors_free` says whether `n` numbers are free below the
-    /// soft `RLIMIT_NOFILE`, exactly, and leaves none of its probes open:
-    /// in a child (the limit is the process's) whose limit leaves one
-    /// number free — its lowest free one, all below it being open.
-    #[test]
-    fn descriptors_free_counts_the_numbers_left_below_the_limit() {
+    /// In a forked child (the limit is the process's): its lowest free
+    /// number `low`, its soft `RLIMIT_NOFILE` set to `low + span`, then
+    /// `f(low)`. The child's status (10, 11: the set-up failed).
+    fn with_limit_above_lowest_free(span: c_int, f: impl FnOnce(c_int) -> i32) -> Option<i32> {
         // Resolved here, not in the child (`real`'s look-up).
         assert!(descriptors_free(2, 1));
-        let status = crate::shim::forktest::child_within(|| {
-            // SAFETY: duplicates of stderr, a query and a change of the
-            // child's own limit.
+        crate::shim::forktest::child_within(|| {
+            // SAFETY: a duplicate of stderr, closed; a query and a change
+            // of the child's own limit.
             unsafe {
                 let low = real::fcntl(2, libc::F_DUPFD_CLOEXEC, 0);
                 close(low);
@@ -815,24 +813,43 @@ mod tests {
                 if low < 0 || libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
                     return 10;
                 }
-                l.rlim_cur = (low + 1) as libc::rlim_t;
+                l.rlim_cur = (low + span) as libc::rlim_t;
                 if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
                     return 11;
                 }
-                let mut bad = 0;
-                if !descriptors_free(2, 1) {
-                    bad |= 1;
-                }
-                if descriptors_free(2, 2) {
-                    bad |= 2;
-                }
-                // Nothing left open: the one free number is still free.
-                let again = real::fcntl(2, libc::F_DUPFD_CLOEXEC, 0);
-                if again != low {
-                    bad |= 4;
-                }
-                bad
             }
+            let low = real_lowest_free();
+            f(low)
+        })
+    }
+
+    /// The lowest free descriptor number (taken and given back).
+    fn real_lowest_free() -> c_int {
+        // SAFETY: a duplicate of stderr, closed at once.
+        let low = unsafe { real::fcntl(2, libc::F_DUPFD_CLOEXEC, 0) };
+        close(low);
+        low
+    }
+
+    /// `descriptors_free` says whether `n` numbers are free below the
+    /// soft `RLIMIT_NOFILE`, exactly, and leaves none of its probes open:
+    /// in a child whose limit leaves one number free — its lowest free
+    /// one, all below it being open.
+    #[test]
+    fn descriptors_free_counts_the_numbers_left_below_the_limit() {
+        let status = with_limit_above_lowest_free(1, |low| {
+            let mut bad = 0;
+            if !descriptors_free(2, 1) {
+                bad |= 1;
+            }
+            if descriptors_free(2, 2) {
+                bad |= 2;
+            }
+            // Nothing left open: the one free number is still free.
+            if real_lowest_free() != low {
+                bad |= 4;
+            }
+            bad
         });
         assert_eq!(
             status,
@@ -843,52 +860,36 @@ mod tests {
     }
 
     /// `descriptors_free` against a table with holes, in a child whose
-    /// limit leaves `FREE` numbers free above its lowest free one: the
-    /// `poll` window sees them all (3 free at most) and the counted probe
-    /// answers past it (more asked than the window holds free: none
-    /// left open either way).
+    /// limit leaves 40 numbers above its lowest free one, 3 of them free:
+    /// the `poll` window sees them all, and the counted probe answers
+    /// past it (more asked than the window holds free: none left open
+    /// either way).
     #[test]
     fn descriptors_free_sees_the_holes_of_a_full_table() {
-        assert!(descriptors_free(2, 1));
-        let status = crate::shim::forktest::child_within(|| {
-            // SAFETY: duplicates of stderr at chosen numbers, a change of
-            // the child's own limit.
-            unsafe {
-                let low = real::fcntl(2, libc::F_DUPFD_CLOEXEC, 0);
-                close(low);
-                let mut l: libc::rlimit = zeroed();
-                if low < 0 || libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
-                    return 10;
+        let status = with_limit_above_lowest_free(40, |low| {
+            // Every other one of the first 6 left free (3), the rest
+            // taken.
+            for k in 0..40 {
+                // SAFETY: duplicates of stderr at chosen numbers.
+                if (k >= 6 || k % 2 == 1) && unsafe { libc::dup2(2, low + k) } != low + k {
+                    return 12;
                 }
-                // 40 numbers from `low`: every other one of the first 6
-                // left free (3), the rest taken.
-                l.rlim_cur = (low + 40) as libc::rlim_t;
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
-                    return 11;
-                }
-                for k in 0..40 {
-                    if k < 6 && k % 2 == 0 {
-                        continue;
-                    }
-                    if libc::dup2(2, low + k) != low + k {
-                        return 12;
-                    }
-                }
-                let mut bad = 0;
-                if !descriptors_free(2, 3) {
-                    bad |= 1;
-                }
-                if descriptors_free(2, 4) {
-                    bad |= 2;
-                }
-                // Nothing left open: the three are still free.
-                for k in [0, 2, 4] {
-                    if real::fcntl(low + k, libc::F_GETFD, 0) != -1 {
-                        bad |= 4;
-                    }
-                }
-                bad
             }
+            let mut bad = 0;
+            if !descriptors_free(2, 3) {
+                bad |= 1;
+            }
+            if descriptors_free(2, 4) {
+                bad |= 2;
+            }
+            // Nothing left open: the three are still free.
+            for k in [0, 2, 4] {
+                // SAFETY: F_GETFD of a number, no pointers.
+                if unsafe { real::fcntl(low + k, libc::F_GETFD, 0) } != -1 {
+                    bad |= 4;
+                }
+            }
+            bad
         });
         assert_eq!(
             status,
