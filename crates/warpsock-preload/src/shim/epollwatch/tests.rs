@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use super::table::Idle;
 use super::*;
 
 /// One `epoll_ctl`: (set, op, descriptor, events, data).
