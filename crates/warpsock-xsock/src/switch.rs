@@ -52,6 +52,11 @@
 //!   side's mark. A peer without warpsock never marks: the initiator times
 //!   out having sent one invisible urgent byte, the responder having sent
 //!   nothing at all. Their streams are untouched.
+//! * An initiator that withdraws after both marks (its caller's last look
+//!   before it commits: too few descriptors left, `io::Commit::Request`)
+//!   sends nothing more: the responder finds its program's bytes, or
+//!   nothing until its request timeout, where the Request belongs, and
+//!   gives up as below.
 //! * The responder consumes the bytes after the initiator's mark only once
 //!   they are a valid warpsock MPA Request — a sequence the initiator sends
 //!   only after it committed. A responder that finds the initiator's

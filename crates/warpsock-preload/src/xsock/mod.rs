@@ -339,6 +339,11 @@ const SWITCH_DESCRIPTORS: usize = 4 + ANSWER_DESCRIPTORS;
 /// client; session 39) — and one to spare.
 const ANSWER_DESCRIPTORS: usize = 10;
 
+/// What a connection a switch left plain takes when the peer's bytes read
+/// before its mark go first (`ResidueSock`: a duplicate of the socket and
+/// a doorbell pair).
+const RESIDUE_DESCRIPTORS: usize = 3;
+
 /// Switches declined for want of descriptors (`ddp_switch_no_fds`).
 static NO_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
 
@@ -414,7 +419,12 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
     let turn: std::cell::Cell<Option<switching::AnswerTurn>> = std::cell::Cell::new(None);
     let decline = |point: Commit| match point {
         Commit::Request => {
-            let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS);
+            // Withdrawn, the connection goes on plain — through a residue
+            // socket if the peer's bytes before its mark were read; with
+            // too few numbers even for that it commits as before (a reset
+            // is loud, a lost residue would not be).
+            let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS)
+                && sys::descriptors_free(at.kernel, RESIDUE_DESCRIPTORS);
             if short {
                 NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
             }

@@ -320,6 +320,10 @@ static void case_emfilecommit(void) {
     CHECK(pid >= 0);
     if (pid == 0) {
         close(mine);
+        /* Only this end of each pipe here (a parent that dies ends the
+         * read of go with end of file, not a wait for good). */
+        close(marked[0]);
+        close(go[1]);
         char x;
         if (!plain) {
             struct pollfd p = {theirs, POLLPRI, 0};
@@ -338,6 +342,8 @@ static void case_emfilecommit(void) {
         _exit(0);
     }
     close(theirs);
+    close(marked[1]);
+    close(go[0]);
     commit_fd = mine;
     pthread_t t;
     if (!plain) CHECK(pthread_create(&t, NULL, initiator_switch, NULL) == 0);
@@ -364,8 +370,6 @@ static void case_emfilecommit(void) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     close(mine);
     close(marked[0]);
-    close(marked[1]);
-    close(go[0]);
     close(go[1]);
 }
 
