@@ -235,11 +235,22 @@ impl XSocket {
     }
 
     /// When the stand-ins lapse, if any poll stands in (the progress
-    /// thread's timer's deadline).
+    /// thread's timer's deadline). Never waits for the socket's lock: a
+    /// thread that holds it for good (a signal handler's `_exit` over a
+    /// receive's copy that faulted under it) stopped the progress thread
+    /// here, and with it every other socket's progress — the exit's flush
+    /// of another connection's send buffer waited out its linger
+    /// (`ddp_exitclose` under load). Held, the timer asks again
+    /// [`Self::STAND_RETRY`] later.
     pub fn stand_expiry(&self) -> Option<Instant> {
-        let st = self.lock_look();
+        let Some(st) = self.try_lock_now() else {
+            return Some(Instant::now() + Self::STAND_RETRY);
+        };
         st.stand_by.filter(|_| st.stand_ins > 0)
     }
+
+    /// How soon a stand-in timer whose socket's lock was held looks again.
+    pub const STAND_RETRY: Duration = Duration::from_millis(10);
 
     /// The progress thread's timer at `now`: stand-ins that lapsed are
     /// forgotten (every live one began again within the lease) and the
@@ -251,7 +262,10 @@ impl XSocket {
     /// again well within the lease, so a live one never lapses. Returns whether the timer is done (no stand-in
     /// left); the next stand-in asks for a new one.
     pub fn stand_lapse(&self, now: Instant) -> bool {
-        let mut st = self.lock();
+        // Not waited for either (see `stand_expiry`): looked at again.
+        let Some(mut st) = self.try_lock_now() else {
+            return false;
+        };
         if st.stand_ins > 0 && st.stand_by.is_some_and(|t| t <= now) {
             self.count(&st, Count::StandLapses, st.stand_ins as usize);
             st.stand_ins = 0;
@@ -499,6 +513,35 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use crate::io::test_pair::pair;
+
+    /// The stand-in timer's calls on the progress thread never wait for
+    /// the socket's lock: held (for good, by a thread that faulted under
+    /// it and exits), the deadline is asked again soon and the lapse is
+    /// not done. Before, the progress thread waited there, and every other
+    /// socket's progress with it. The bound only ends a hang.
+    #[test]
+    fn the_stand_in_timer_never_waits_for_a_held_lock() {
+        let (_a, b) = pair();
+        let b = std::sync::Arc::new(b);
+        let held = b.st.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let now = Instant::now();
+                let asked = b.stand_expiry();
+                let done = b.stand_lapse(now);
+                tx.send((asked.map(|d| d >= now), done)).unwrap();
+            })
+        };
+        let got = rx.recv_timeout(Duration::from_secs(30));
+        drop(held);
+        t.join().unwrap();
+        assert_eq!(
+            got.expect("the timer waited for the lock"),
+            (Some(true), false)
+        );
+    }
 
     /// The progress thread's look is shown under the socket's lock: no
     /// receive can take the bytes between the look and the doorbell it
