@@ -48,18 +48,6 @@ fn a_dup_in_the_same_set_gets_its_own_event() {
     same("dup");
 }
 
-/// A forked child that waits on its parent's set (and may take the edge
-/// of the parent's watch of the connection) tells the parent first: the
-/// parent's next wait still reports the input (`forkwait`; the parent's
-/// sets turn to the progress thread then, not at the `fork`).
-/// Its alarm rang once (`ddp_epoll_child_alarms`; a `fork` alone rings
-/// none: `ddp_latency`'s quiet child).
-#[test]
-fn a_child_waiting_on_its_parents_set_takes_no_input_from_it() {
-    let ddp = same_over_tcp_and_ddp("epolldirect", "forkwait");
-    assert_eq!(ddp.stat("ddp_epoll_child_alarms"), 1, "{}", ddp.stderr);
-}
-
 /// `EPOLL_CTL_DEL` stops the reports and a new `ADD` brings them back
 /// (also with input sent between the two and no wait: the set's idle
 /// watch, `del1`); `MOD` to output alone reports no input, and back to

@@ -151,24 +151,6 @@ fn an_epoll_loop_hears_its_replies_from_its_own_set() {
     );
 }
 
-/// An epoll loop whose processes each forked a child that exited at once
-/// (`FORK_QUIET=1`: redis's `BGSAVE` child never waits on its parent's
-/// sets): the waits still report the replies themselves. Before, any
-/// `fork` of a process with a watched set turned its waits to the progress
-/// thread for good (0 direct reports, ~2,400 bells); now only a child's
-/// wait on the parent's set does (`shim::epollwatch`'s child alarm).
-#[test]
-fn a_quiet_child_leaves_its_parents_waits_direct() {
-    let r = pingpong_with(1_000, "epoll", &[("FORK_QUIET", "1")]);
-    let direct = r.stat("ddp_epoll_direct");
-    assert!(
-        direct >= 2_000,
-        "{direct} replies reported by the epoll waits themselves after a fork: {}",
-        r.stderr
-    );
-    assert_eq!(r.stat("ddp_epoll_child_alarms"), 0, "{}", r.stderr);
-}
-
 /// Redis's event loop (`ae`, both processes): the socket goes into the
 /// set for output before each send and for input before each receive,
 /// and out of it after each (`EPOLL_CTL_ADD` and `DEL`, 4 a message). The

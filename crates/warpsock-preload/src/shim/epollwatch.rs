@@ -61,20 +61,10 @@
 //! from a parent, made by a raw system call), a registration the kernel
 //! refuses (`max_user_watches`), more than [`ENTRIES_MAX`] registrations.
 //! After a `fork` the parent's sets may be waited on by the child too,
-//! which could take a tag's edge meant for the parent. The child leaves
-//! its parent's tags out of its results unprocessed ([`FOREIGN`]), and
-//! its first interposed epoll wait on a set it did not make writes the
-//! parent's alarm first ([`alert_ancestors`]): the parent's epoll waits use
-//! the progress thread from then on ([`alarmed`], [`fallback`]), whose
-//! watches, armed, see again what the child's wait took. A child that
-//! never waits on its parent's sets (redis's `BGSAVE`, a `fork` and
-//! `exec`) leaves its parent's waits direct. The alarm (an eventfd the
-//! parent's progress thread watches) is armed when a set first watches a
-//! DDP socket; a `fork` before it (sets made, nothing registered yet)
-//! turns the parent to the progress thread at once, as does a `fork` of a
-//! process whose alarm could not be made. Not seen: a child that waits by
-//! a raw system call, or a program it `exec`s that waits on a set number
-//! it inherited.
+//! which could take a tag's edge meant for the parent: from then on the
+//! parent's epoll waits use the progress thread as well ([`fallback`]),
+//! and the child leaves its parent's tags out of its results unprocessed
+//! ([`FOREIGN`]).
 //!
 //! Tags: the base has its top bit set (no user-space address, descriptor
 //! number or small count has it) and 31 random bits, chosen at the first
@@ -94,7 +84,7 @@
 //! is taken as covered, and the raw registration's set may then miss its
 //! input. A raw wait returns the tags to the program as its data.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use libc::c_int;
@@ -153,23 +143,6 @@ static LEVELS: AtomicBool = AtomicBool::new(false);
 /// Whether the table may hold idle entries ([`Table::uncover`]; a wait's
 /// one load).
 static IDLE: AtomicBool = AtomicBool::new(false);
-
-/// This process's alarm (an eventfd its progress thread watches, made by
-/// the DDP kind when a set first watches one of its sockets:
-/// `xsock::sock::waits::arm_child_alarm`): a child that
-/// waits on one of this process's sets writes it, and this process turns
-/// to the progress thread then ([`fallback`]). -1: none (a `fork` turns
-/// this process to the progress thread at once, as before).
-static CHILD_ALARM: AtomicI32 = AtomicI32::new(-1);
-
-/// In a forked child: the alarms of the processes it was forked from
-/// (their sets are its inherited ones), written at its first epoll wait
-/// on a set it did not make ([`alert_ancestors`]); -1: none. The oldest
-/// goes when a fourth generation forks.
-static ANCESTOR_ALARMS: [AtomicI32; 3] = [const { AtomicI32::new(-1) }; 3];
-
-/// Whether [`ANCESTOR_ALARMS`] holds one (a wait's one load).
-static ANY_ANCESTOR: AtomicBool = AtomicBool::new(false);
 
 /// Epoll sets the program made through the interposer ([`set_made`]).
 static SETS_MADE: AtomicU64 = AtomicU64::new(0);
@@ -490,66 +463,15 @@ pub(crate) fn look_again(tag: u64) {
     });
 }
 
-/// The alarm a child of this process writes when it waits on one of its
-/// sets ([`CHILD_ALARM`]; -1: none armed).
-pub(crate) fn child_alarm() -> c_int {
-    CHILD_ALARM.load(Ordering::Acquire)
-}
-
-/// Arms this process's alarm: `fd`, watched by its progress thread, which
-/// calls [`alarmed`] when a child writes it. `false`: one was armed
-/// already.
-pub(crate) fn set_child_alarm(fd: c_int) -> bool {
-    CHILD_ALARM
-        .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok()
-}
-
-/// A child of this process waited on one of its sets and may have taken
-/// a tag's edge: this process's epoll waits use the progress thread from
-/// now on (the caller turns its sockets' watches on: what a child took
-/// is seen again when they are armed).
-pub(crate) fn alarmed() {
-    ALARMS.fetch_add(1, Ordering::Relaxed);
-    FALLBACK.store(true, Ordering::Release);
-}
-
-/// Times a child's wait on this process's sets rang its alarm
-/// (`ddp_epoll_child_alarms` of `WARPSOCK_STATS`).
-pub(crate) static ALARMS: AtomicU64 = AtomicU64::new(0);
-
 /// The atfork parent handler's part: a child may wait on the sets the
-/// program made, and take a tag's edge meant for this process. With the
-/// alarm armed ([`CHILD_ALARM`]), the child says so when it does (most
-/// children never do: redis's `BGSAVE`, a `fork` and `exec`), and this
-/// process keeps its direct waits until then; without it (no registration
-/// yet), the progress thread from now on. One store, no lock.
+/// program made, and take a tag's edge meant for this process. One
+/// store, no lock.
 pub(crate) fn fork_parent() {
     // Also a set made before any registration: the child may wait on it
     // while this process registers in it later (review 43 item 3).
-    if (active() || super::epollcarry::made_any()) && child_alarm() < 0 {
+    if active() || super::epollcarry::made_any() {
         FALLBACK.store(true, Ordering::Release);
     }
-}
-
-/// In a forked child: before an epoll wait on `epfd`, a set it did not
-/// make (its parent's, inherited), the parent's alarm is written — once:
-/// the parent turns to the progress thread, whose watches see again what
-/// this wait may take. One load otherwise.
-pub(crate) fn alert_ancestors(epfd: c_int) {
-    if !ANY_ANCESTOR.load(Ordering::Acquire) || super::epollcarry::made_here(epfd) {
-        return;
-    }
-    for a in &ANCESTOR_ALARMS {
-        let fd = a.swap(-1, Ordering::AcqRel);
-        if fd >= 0 {
-            let one = 1u64;
-            // SAFETY: an 8-byte write of a value on the stack to the
-            // parent's eventfd (inherited).
-            unsafe { super::sys::write_raw(fd, (&one as *const u64).cast(), 8) };
-        }
-    }
-    ANY_ANCESTOR.store(false, Ordering::Release);
 }
 
 /// The atfork child handler's part: the parent's tags are foreign here
@@ -569,23 +491,6 @@ pub(crate) fn fork_child() {
                 FOREIGN.len() - 1
             });
         FOREIGN[slot].store(b, Ordering::Release);
-    }
-    // The parent's alarm, for this child's waits on its sets; this child's
-    // own children need an alarm of this child's.
-    let alarm = CHILD_ALARM.swap(-1, Ordering::AcqRel);
-    if alarm >= 0 {
-        let slot = ANCESTOR_ALARMS
-            .iter()
-            .position(|a| a.load(Ordering::Relaxed) < 0)
-            .unwrap_or_else(|| {
-                for i in 1..ANCESTOR_ALARMS.len() {
-                    let older = ANCESTOR_ALARMS[i].load(Ordering::Relaxed);
-                    ANCESTOR_ALARMS[i - 1].store(older, Ordering::Relaxed);
-                }
-                ANCESTOR_ALARMS.len() - 1
-            });
-        ANCESTOR_ALARMS[slot].store(alarm, Ordering::Release);
-        ANY_ANCESTOR.store(true, Ordering::Release);
     }
     FALLBACK.store(false, Ordering::Release);
     LEVELS.store(false, Ordering::Release);

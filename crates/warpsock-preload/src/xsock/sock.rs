@@ -672,7 +672,6 @@ impl Socket for DdpSock {
     fn direct_cover(&self, on: bool) {
         self.x.set_direct(on);
         if on {
-            waits::arm_child_alarm();
             // What arrived before the set watched shows on the doorbell
             // (a round that did not ring while no one could wait).
             self.reflect(self.x.readiness_now());

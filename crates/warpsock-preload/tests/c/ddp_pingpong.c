@@ -14,10 +14,7 @@
 // the benchmark's busy mode calls them.) TIMEO=1 in the environment sets
 // SO_RCVTIMEO and SO_SNDTIMEO of 5 s on both ends, as the benchmark's blocking
 // sockets carry (BENCHMARKS.md section 6, session 30). PIN=1 puts the client
-// on CPU 0 and the server on CPU 1 (session 35). FORK_QUIET=1: each
-// process forks a child that exits at once, after its epoll set watches the
-// socket (epoll and ae modes) and before the round trips (redis's BGSAVE
-// child never waits on its parent's sets: the parent's waits stay direct).
+// on CPU 0 and the server on CPU 1 (session 35).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <sched.h>
@@ -111,12 +108,6 @@ int main(int argc, char **argv) {
     CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e) == 0);
   }
   if (mode == 6) CHECK(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0);
-  if (getenv("FORK_QUIET") && atoi(getenv("FORK_QUIET"))) {
-    pid_t q = fork();
-    CHECK(q >= 0);
-    if (q == 0) _exit(0);
-    CHECK(waitpid(q, 0, 0) == q);
-  }
   uint64_t m, got;
   // warm-up
   for (long i = 0; i < 200; i++) { m = i; if (!server) xsend(fd, &m, 8); xrecv(fd, &got, 8); CHECK(got == (uint64_t)i); if (server) xsend(fd, &got, 8); }

@@ -19,10 +19,6 @@
  *            again (its event, with the new data), twice (redis's ae
  *            moves a connection so; the set's watch stays idle from the
  *            DEL to the ADD, shim::epollwatch::Table::uncover)
- *   forkwait the set alone reports input itself; a forked child waits on
- *            it (and may take the edge of the parent's watch), then the
- *            parent's wait still reports the next input (the child's wait
- *            told the parent first: shim::epollwatch's child alarm)
  *   reopen   the set closed, a new set (the same number) watches
  *   mod      EPOLL_CTL_MOD to EPOLLOUT alone: no input reports; back
  *   mod1     the set alone: input reported by the wait itself, then MOD
@@ -31,7 +27,6 @@
 #include "ddppair.h"
 
 #include <sys/epoll.h>
-#include <sys/wait.h>
 
 static int plain;
 
@@ -134,42 +129,6 @@ int main(int argc, char **argv) {
             take(c, 64, "read");
             show(ep, 0, "drained");
         }
-        close(c);
-        close(s);
-        return 0;
-    }
-    if (!strcmp(cs, "forkwait")) {
-        int ep = set_with(c, EPOLLIN, 21);
-        put(s, "a");
-        show(ep, 10000, "sent");
-        take(c, 64, "read");
-        int p[2];
-        CHECK(pipe(p) == 0);
-        pid_t pid = fork();
-        CHECK(pid >= 0);
-        if (pid == 0) {
-            close(p[0]);
-            CHECK(write(p[1], "w", 1) == 1);
-            struct epoll_event ev[4];
-            /* Its report (the parent's input over TCP; a tag of the
-             * parent's, dropped, in DDP mode) is not printed. It waits
-             * on past what it drops (ended by the parent). */
-            (void)epoll_wait(ep, ev, 4, 30000);
-            _exit(0);
-        }
-        close(p[1]);
-        char x;
-        CHECK(read(p[0], &x, 1) == 1);
-        put(s, "b");
-        show(ep, 10000, "after the child's wait");
-        take(c, 64, "read");
-        CHECK(kill(pid, SIGKILL) == 0);
-        int status;
-        CHECK(waitpid(pid, &status, 0) == pid);
-        put(s, "c");
-        show(ep, 10000, "sent again");
-        take(c, 64, "read");
-        close(p[0]);
         close(c);
         close(s);
         return 0;

@@ -193,8 +193,6 @@ fn epoll_with(
     if busy() {
         return wait(events, max, timeout);
     }
-    // A child's wait on its parent's set: the parent hears of it first.
-    epollwatch::alert_ancestors(epfd);
     before_epoll_wait();
     if max <= 0 || events.is_null() {
         return wait(events, max, timeout);

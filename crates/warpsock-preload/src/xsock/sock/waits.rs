@@ -7,12 +7,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use libc::c_int;
-
 use super::{DdpSock, SOCKS};
-use crate::shim::guard::enter;
-use crate::shim::reactor::{self, Handler, Reactor};
-use crate::shim::{epollwatch, fdtable, sys};
+use crate::shim::fdtable;
 
 /// The program has waited in a call that sees DDP sockets only through
 /// their doorbells (`select`, `pselect`), or the `epoll_wait` family.
@@ -70,57 +66,4 @@ pub(crate) fn doorbell_wait(always: bool) {
             }
         }
     });
-}
-
-/// Arms the process's child alarm (`shim::epollwatch`'s `CHILD_ALARM`)
-/// when an epoll set first watches one of its DDP sockets' connections: an
-/// eventfd its progress thread watches, which a forked child writes when
-/// it waits on one of this process's sets. A `fork` then leaves this
-/// process's direct waits alone until a child does that; before, every
-/// `fork` of a process with a watched set (redis's `BGSAVE`) turned its
-/// waits to the progress thread for good. Armed in the call that
-/// registered the socket, not in the fork handler (which a signal
-/// handler's `fork` runs: no allocation there). Without an alarm (no
-/// descriptor, no engine) a `fork` falls back as before.
-pub(crate) fn arm_child_alarm() {
-    if epollwatch::child_alarm() >= 0 {
-        return;
-    }
-    let Some(eng) = reactor::current().filter(|r| r.is_owner()) else {
-        return;
-    };
-    // SAFETY: eventfd takes integers alone.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return;
-    }
-    let fd = warpsock_engine::fds::lift(fd);
-    let id = eng.new_id();
-    if !eng.register(fd, id, libc::EPOLLIN as u32, Arc::new(ChildAlarm(fd))) {
-        sys::close(fd);
-        return;
-    }
-    if !epollwatch::set_child_alarm(fd) {
-        // Another thread armed one first.
-        eng.deregister(id, Some(fd));
-        sys::close(fd);
-    }
-}
-
-/// The child alarm's handler: a child waited on one of this process's
-/// sets (and may have taken an edge of a set's watch): the sets' waits
-/// turn to the progress thread, and every DDP socket's watch is armed —
-/// epoll reports what it holds at once, which rings its doorbell.
-struct ChildAlarm(c_int);
-
-impl Handler for ChildAlarm {
-    fn on_ready(&self, _: &'static Reactor, _events: u32) {
-        let mut v = 0u64;
-        // SAFETY: an 8-byte read of the eventfd into a value on the stack.
-        unsafe { sys::read_raw(self.0, (&mut v as *mut u64).cast(), 8) };
-        enter((), || {
-            epollwatch::alarmed();
-            doorbell_wait(true);
-        });
-    }
 }
