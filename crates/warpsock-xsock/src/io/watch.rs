@@ -241,7 +241,9 @@ impl XSocket {
     /// here, and with it every other socket's progress — the exit's flush
     /// of another connection's send buffer waited out its linger
     /// (`ddp_exitclose` under load). Held, the timer asks again
-    /// [`Self::STAND_RETRY`] later.
+    /// [`Self::STAND_RETRY`] later (a lock held for good wakes the
+    /// progress thread at that pace, a cost kept to one process that is
+    /// exiting anyway).
     pub fn stand_expiry(&self) -> Option<Instant> {
         let Some(st) = self.try_lock_now() else {
             return Some(Instant::now() + Self::STAND_RETRY);
