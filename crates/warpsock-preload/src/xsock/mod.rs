@@ -347,6 +347,17 @@ const RESIDUE_DESCRIPTORS: usize = 3;
 /// Switches declined for want of descriptors (`ddp_switch_no_fds`).
 static NO_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
 
+/// Whether a switch on `fd` declines at its last look before it commits:
+/// fewer than [`ANSWER_DESCRIPTORS`] numbers are free and `may()` allows
+/// declining (counted in [`NO_DESCRIPTORS`]).
+fn short_to_answer(fd: c_int, may: impl FnOnce() -> bool) -> bool {
+    let short = !sys::descriptors_free(fd, ANSWER_DESCRIPTORS) && may();
+    if short {
+        NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
+    }
+    short
+}
+
 /// What the program asked of a switch: the message mode, the adopting
 /// `connect`'s errno, the role, the noted `SO_SNDBUF`.
 type Asked = (bool, Option<c_int>, Option<Role>, Option<usize>);
@@ -423,12 +434,9 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
             // socket if the peer's bytes before its mark were read; with
             // too few numbers even for that it commits as before (a reset
             // is loud, a lost residue would not be).
-            let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS)
-                && sys::descriptors_free(at.kernel, RESIDUE_DESCRIPTORS);
-            if short {
-                NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
-            }
-            short
+            short_to_answer(at.kernel, || {
+                sys::descriptors_free(at.kernel, RESIDUE_DESCRIPTORS)
+            })
         }
         Commit::Answer => {
             opts.limits.at_start
@@ -437,11 +445,7 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
                         // Taken once (a second look would wait on itself).
                         let held = turn.take().unwrap_or_else(switching::AnswerTurn::take);
                         turn.set(Some(held));
-                        let short = !sys::descriptors_free(at.kernel, ANSWER_DESCRIPTORS);
-                        if short {
-                            NO_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
-                        }
-                        short
+                        short_to_answer(at.kernel, || true)
                     }
                 })
         }
