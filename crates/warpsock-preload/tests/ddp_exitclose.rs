@@ -206,6 +206,33 @@ fn an_exit_while_another_thread_holds_the_lock_for_good_ends() {
     run_sig("stopped", true);
 }
 
+/// A socket whose lock a thread holds for good (its SIGSEGV handler, over
+/// the library's copy into a buffer it cannot write, waits for ever) stops
+/// no other socket's progress: with an event on that socket's connection,
+/// another connection's `select` ping-pong (its doorbells rung by the
+/// progress thread) goes on (`tests/c/ddpstuck.c`). Fails (the first
+/// `select` sees nothing in 10 s) with the progress thread's round waiting
+/// for the lock (`XSocket::progress_round` as `progress_if_idle`).
+#[test]
+fn a_lock_held_for_good_stops_no_other_sockets_progress() {
+    for so in [None, Some(common::preload_so())] {
+        let child = common::command_with(
+            &common::c_program("ddpstuck"),
+            &(if so.is_none() {
+                vec!["plain".to_owned()]
+            } else {
+                vec![]
+            }),
+            so,
+        )
+        .spawn()
+        .expect("spawn ddpstuck");
+        let r = common::finish(child, Duration::from_secs(120));
+        println!("{}", r.stdout.trim());
+        r.assert_ok(&format!("ddpstuck (preload {})", so.is_some()));
+    }
+}
+
 /// A thread that waits on a connection while another thread's `exit`
 /// closes it (`recv`, `poll`, `epoll_wait`): the peer's FIN (or reset:
 /// `wake_reset`) that answers the exit's close does not end that wait

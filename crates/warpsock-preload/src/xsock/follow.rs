@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use warpsock_xsock::io::{Readiness, XSocket};
+use warpsock_xsock::io::{Readiness, Round, XSocket};
 
 use super::sock::DdpSock;
 use crate::shim::doorbell::Doorbell;
@@ -422,7 +422,7 @@ impl Drop for Pinned<'_> {
 pub(super) struct Ready(pub(super) Weak<DdpSock>, pub(super) Arc<Pins>);
 
 impl Handler for Ready {
-    fn on_ready(&self, _: &'static Reactor, _events: u32) {
+    fn on_ready(&self, reactor: &'static Reactor, _events: u32) {
         // The engine's calls made from here must not re-enter the
         // interposed entry points — including those of the last drop of
         // the socket, which may happen here (its close finished meanwhile:
@@ -430,19 +430,29 @@ impl Handler for Ready {
         enter((), || {
             let Some(_pin) = self.1.pin() else { return };
             if let Some(s) = self.0.upgrade() {
-                s.x.progress_if_idle(|r| s.reflect(r));
+                // Never a wait for the socket's lock, which a thread that
+                // faulted under it holds for good: the round is owed
+                // then, and made by the timer (`XSocket::progress_round`).
+                if let Round::Owed { time_it: true } = s.x.progress_round(|r| s.reflect(r)) {
+                    reactor.add_timer_of(s.id);
+                }
                 #[cfg(feature = "test-hooks")]
                 self.1.held_pass();
             }
         });
     }
 
-    /// On the timer list while a `poll` stands in (`DdpSock::stand_in`):
-    /// when the stand-ins lapse.
+    /// On the timer list while a `poll` stands in (`DdpSock::stand_in`)
+    /// or a round is owed (`on_ready`): the earlier of the stand-ins'
+    /// lapse and the owed round's try.
     fn deadline(&self) -> Option<Instant> {
         enter(None, || {
             let _pin = self.1.pin()?;
-            self.0.upgrade().and_then(|s| s.x.stand_expiry())
+            let s = self.0.upgrade()?;
+            match (s.x.stand_expiry(), s.x.owed_due()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
         })
     }
 
@@ -451,7 +461,10 @@ impl Handler for Ready {
             let Some(_pin) = self.1.pin() else {
                 return true;
             };
-            self.0.upgrade().is_none_or(|s| s.x.stand_lapse(now))
+            self.0.upgrade().is_none_or(|s| {
+                let owed = s.x.owed_round(now, |r| s.reflect(r));
+                s.x.stand_lapse(now) && !owed
+            })
         })
     }
 }

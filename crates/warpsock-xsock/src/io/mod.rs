@@ -45,3 +45,4 @@ pub use sndbuf::{
 };
 pub use socket::XSocket;
 pub use sys::restart_after_signal;
+pub use watch::Round;

@@ -202,6 +202,10 @@ pub struct Counters {
     /// asked the kernel whether bytes were left (`FIONREAD`): its last
     /// read had filled its buffer, or it made none.
     pub rx_looks: AtomicU64,
+    /// Rounds the progress thread owed a socket whose lock it could not
+    /// take, each try that found it held counted
+    /// ([`super::XSocket::progress_round`]).
+    pub rounds_owed: AtomicU64,
 }
 
 impl Counters {
@@ -221,13 +225,14 @@ impl Counters {
             sink_offers: AtomicU64::new(0),
             stand_lapses: AtomicU64::new(0),
             rx_looks: AtomicU64::new(0),
+            rounds_owed: AtomicU64::new(0),
         }
     }
 }
 
 impl Counters {
     /// Every counter, in one order (for the process's sums).
-    fn each(&self) -> [&AtomicU64; 14] {
+    fn each(&self) -> [&AtomicU64; 15] {
         [
             &self.rx_bytes,
             &self.rx_copied,
@@ -243,6 +248,7 @@ impl Counters {
             &self.sink_offers,
             &self.stand_lapses,
             &self.rx_looks,
+            &self.rounds_owed,
         ]
     }
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use warpsock_engine::{
@@ -200,6 +200,8 @@ impl XSocket {
             stats: super::settings::socket_counters(),
             on_progress: OnceLock::new(),
             parked: AtomicBool::new(false),
+            owed: AtomicU64::new(0),
+            owed_tries: AtomicU32::new(0),
             watch: OnceLock::new(),
             watching: AtomicU32::new(Self::WATCH_OFF),
             writable_wait: AtomicBool::new(false),

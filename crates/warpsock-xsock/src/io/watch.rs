@@ -44,6 +44,9 @@ use std::time::{Duration, Instant};
 use super::settings::{Count, Readiness};
 use super::socket::{State, XSocket};
 
+mod owed;
+pub use owed::Round;
+
 impl XSocket {
     /// What the socket can do, without a round of progress. Readable as a
     /// read of any size would return without waiting: in message mode, a
@@ -461,8 +464,9 @@ impl XSocket {
         Some(Self::readiness_polled(&st))
     }
 
-    /// A round of progress for the progress thread, on an event of its
-    /// watch, unless an application thread is driving the socket right
+    /// A round of progress on an event of the socket's connection, made by
+    /// a program's thread (an epoll wait's that watches the connection
+    /// itself), unless an application thread is driving the socket right
     /// now (it processes what arrives, and a second reader would take
     /// bytes from under it). `reflect` is given the readiness after it
     /// under the socket's lock, as [`Self::set_on_progress`]'s callback
@@ -480,6 +484,10 @@ impl XSocket {
     /// read, the usual case) ends it with no `FIONREAD` (what comes later
     /// is a new edge); otherwise the kernel is asked
     /// ([`super::Counters::rx_looks`]).
+    ///
+    /// Waits for the socket's lock: the progress thread, which serves
+    /// every socket, makes its rounds with [`Self::progress_round`]
+    /// instead, which never waits for it long.
     pub fn progress_if_idle(&self, reflect: impl FnOnce(Readiness)) -> bool {
         // A call parked in the engine reads what woke us when it wakes, and
         // tells others then. Skipping it here needs no lock: the flag is
@@ -488,7 +496,16 @@ impl XSocket {
         if self.parked() {
             return false;
         }
-        let mut st = self.lock();
+        let st = self.lock();
+        self.round_locked(st, reflect)
+    }
+
+    /// [`Self::progress_if_idle`]'s round, the lock taken (`st`).
+    pub(super) fn round_locked(
+        &self,
+        mut st: std::sync::MutexGuard<'_, State>,
+        reflect: impl FnOnce(Readiness),
+    ) -> bool {
         self.count(&st, Count::BgRounds, 1);
         // Bounded: a peer that sends faster than we process must not keep
         // the progress thread here forever (new bytes bring a new edge).
