@@ -12,9 +12,10 @@
 //! timer's calls were the first found there (`XSocket::stand_expiry`);
 //! this is the round's part.
 //!
-//! So [`XSocket::progress_round`] only tries the lock, a few times, giving
-//! the processor away between (a program's call holds it for its books: a
-//! short stretch, unless its thread was preempted there). Still held, the
+//! So [`XSocket::progress_round`] only tries the lock, for up to
+//! [`XSocket::ROUND_SPIN`], giving the processor away between two tries
+//! (a program's call holds it for its books: a short stretch, unless its
+//! thread was preempted there). Still held, the
 //! round is owed: [`XSocket::owed_due`] says when the timer makes it
 //! ([`XSocket::owed_round`], one try), [`XSocket::OWED_RETRY`] later, each
 //! try in a row that finds the lock held doubling the wait up to
@@ -75,21 +76,26 @@ impl XSocket {
     /// The longest wait between two tries of an owed round.
     pub const OWED_RETRY_MAX: Duration = Duration::from_millis(128);
 
-    /// Tries of the lock per event before the round is owed, the
-    /// processor given away between two.
-    const ROUND_TRIES: u32 = 32;
+    /// How long the progress thread tries the lock on an event before the
+    /// round is owed, giving the processor away between two tries: longer
+    /// than a program's call holds it for its longest books (a copy of
+    /// MiBs between a slot and its buffer, ~100 µs a MiB here), so that
+    /// only a lock held for good, or a holder preempted for longer, costs
+    /// the timer's delay.
+    pub const ROUND_SPIN: Duration = Duration::from_millis(1);
 
     /// The progress thread's round on an event of its watch: as
     /// [`Self::progress_if_idle`] (the same round, `reflect` given the
     /// readiness under the lock), but the lock only tried: held through
-    /// the tries, the round is owed (module docs).
+    /// [`Self::ROUND_SPIN`] of tries, the round is owed (module docs).
     pub fn progress_round(&self, reflect: impl FnOnce(Readiness)) -> Round {
         // As `progress_if_idle`: a call parked in the engine reads what
         // woke us when it wakes.
         if self.parked() {
             return Round::Skipped;
         }
-        for _ in 0..Self::ROUND_TRIES {
+        let mut since = None;
+        loop {
             if let Some(st) = self.try_lock_now() {
                 self.owed_paid();
                 return if self.round_locked(st, reflect) {
@@ -98,10 +104,13 @@ impl XSocket {
                     Round::Skipped
                 };
             }
+            let now = Instant::now();
+            if now.duration_since(*since.get_or_insert(now)) >= Self::ROUND_SPIN {
+                return Round::Owed {
+                    time_it: self.owe(now),
+                };
+            }
             std::thread::yield_now();
-        }
-        Round::Owed {
-            time_it: self.owe(Instant::now()),
         }
     }
 
