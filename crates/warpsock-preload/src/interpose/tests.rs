@@ -4,6 +4,9 @@
 
 use warpsock_xsock::io::RecvFlags;
 
+mod epoll_close;
+mod exit_kinds;
+
 use crate::shim::forktest::HUNG;
 use crate::shim::{fdtable, sys};
 

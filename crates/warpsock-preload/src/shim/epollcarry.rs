@@ -40,6 +40,8 @@ use warpsock_xsock::io::ForkLock;
 use super::real;
 
 mod closing;
+#[cfg(test)]
+pub(crate) use closing::testing as close_testing;
 pub(crate) use closing::{before_close, holds_any, Held};
 
 /// The epoll sets the program made (numbers; a stale one is harmless: its

@@ -174,14 +174,18 @@ pub(crate) fn before_close(fd: c_int, managed: bool) {
     });
 }
 
+/// What the tests of closes made here and by the interposer
+/// (`interpose/tests/epoll_close.rs`) set up and look at.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use libc::c_int;
+
+    use super::Held;
 
     /// A readable socket number of the program's (`.0`) whose file the
     /// library holds too (`.1`, its `Held`), registered for input in a
     /// set this process made (`.3`); `.2` the peer end.
-    fn held_and_registered() -> (c_int, (c_int, Held), c_int, c_int) {
+    pub(crate) fn held_and_registered() -> (c_int, (c_int, Held), c_int, c_int) {
         let mut sv = [0; 2];
         // SAFETY: new descriptors of the test's; ADD with a valid event.
         unsafe {
@@ -193,7 +197,7 @@ mod tests {
             let lib = libc::dup(sv[0]);
             let held = Held::new(lib);
             let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
-            super::super::created(ep);
+            crate::shim::epollcarry::created(ep);
             let mut ev = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
                 u64: sv[0] as u64,
@@ -204,82 +208,23 @@ mod tests {
     }
 
     /// How many events `ep` reports now.
-    fn reported(ep: c_int) -> i32 {
+    pub(crate) fn reported(ep: c_int) -> i32 {
         let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 4];
         // SAFETY: `ev` is ours, 4 entries.
         unsafe { libc::epoll_wait(ep, ev.as_mut_ptr(), 4, 0) }
     }
 
-    fn close_all(fds: &[c_int]) {
+    pub(crate) fn close_all(fds: &[c_int]) {
         for &f in fds {
             crate::shim::sys::close(f);
         }
     }
+}
 
-    /// The interposed `close` of a number whose file the library holds
-    /// takes the number's registration with it (the library's own
-    /// descriptor keeps the file open, and the kernel's close alone
-    /// would leave it reporting the closed number).
-    #[test]
-    fn the_interposed_close_of_a_held_number_takes_its_registration() {
-        let (a, (lib, held), b, ep) = held_and_registered();
-        assert_eq!(reported(ep), 1);
-        // SAFETY: the interposed close of our descriptor.
-        assert_eq!(unsafe { crate::interpose::close(a) }, 0);
-        assert_eq!(reported(ep), 0, "the closed number is still reported");
-        drop(held);
-        close_all(&[lib, b, ep]);
-    }
-
-    /// Review 37 item A2: a `dup2` of a copy of the number over it keeps
-    /// the file open, so its registration stays, as the kernel's does.
-    #[test]
-    fn a_dup2_over_a_number_of_the_same_file_keeps_its_registration() {
-        let (a, (lib, held), b, ep) = held_and_registered();
-        assert_eq!(reported(ep), 1);
-        // SAFETY: a copy of our descriptor.
-        let n = unsafe { libc::dup(a) };
-        // SAFETY: the interposed dup2 of our descriptors.
-        assert_eq!(unsafe { crate::interpose::dups::dup2(n, a) }, a);
-        assert_eq!(reported(ep), 1, "the registration went");
-        drop(held);
-        close_all(&[a, n, lib, b, ep]);
-    }
-
-    /// Review 37 item A3: a `dup3` that fails (flags other than
-    /// `O_CLOEXEC`) closes nothing, so the registration stays.
-    #[test]
-    fn a_failed_dup3_over_a_number_keeps_its_registration() {
-        let (a, (lib, held), b, ep) = held_and_registered();
-        // SAFETY: a new socket of ours.
-        let other = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
-        // SAFETY: the interposed dup3 of our descriptors, with bad flags.
-        let r = unsafe { crate::interpose::dups::dup3(other, a, 0x4000_0000) };
-        assert_eq!((r, crate::shim::sys::errno()), (-1, libc::EINVAL));
-        assert_eq!(reported(ep), 1, "the registration went");
-        drop(held);
-        close_all(&[a, other, lib, b, ep]);
-    }
-
-    /// Review 37 item A4: a forked child's close of an inherited number
-    /// leaves the registration in a set its parent made (one registration
-    /// of the two processes, the parent's copy of the file still open).
-    #[test]
-    fn a_forked_childs_close_leaves_its_parents_registration() {
-        let (a, (lib, held), b, ep) = held_and_registered();
-        let status = crate::shim::forktest::child_within(|| {
-            // SAFETY: the child's close of its copy.
-            unsafe { crate::interpose::close(a) }
-        });
-        assert_eq!(status, Some(0), "the child's close");
-        assert_eq!(
-            reported(ep),
-            1,
-            "the child's close took the parent's registration"
-        );
-        drop(held);
-        close_all(&[a, lib, b, ep]);
-    }
+#[cfg(test)]
+mod tests {
+    use super::testing::{close_all, held_and_registered, reported};
+    use super::*;
 
     /// A close while another thread holds the sets' lock (recording a
     /// set, or another close's clean-up) waits for it, then takes the
