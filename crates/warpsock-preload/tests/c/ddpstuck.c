@@ -16,19 +16,24 @@
  * select() with a bound of LIMIT_MS: the progress thread must still ring
  * b's doorbells. Before, it waited for a's lock on that event, for ever,
  * and the first select on b timed out. Exit 0 if every round came back;
- * the process ends with _exit (its exit would close a, whose lock is
- * held: ddpexitsig's stopped mode covers that). */
+ * then, in DDP mode, the progress thread must not wake more than WAKES_MAX
+ * times in an idle second for a's round, still owed. The process ends
+ * with _exit (its exit would close a, whose lock is held: ddpexitsig's
+ * stopped mode covers that). */
 #include "ddppair.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/mman.h>
 
 #define ROUNDS 50
 #define LIMIT_MS 10000
+/* Most wakes of the progress thread in an idle second with a's round owed. */
+#define WAKES_MAX 50
 
 static int told_fd = -1;
 
-/* The stuck thread's SIGSEGV handler: says so, then never returns. */
+/* The stuck thread's SIGSEGV handler: says so ('s'), then never returns. */
 static void stop_here(int sig) {
     (void)sig;
     char b = 's';
@@ -44,10 +49,41 @@ static void *stuck(void *arg) {
     struct pollfd p = {c, POLLIN, 0};
     CHECK(poll(&p, 1, LIMIT_MS) == 1 && (p.revents & POLLIN));
     ssize_t r = recv(c, b, 8, 0);
-    /* Over TCP: EFAULT, no signal. */
+    /* Over TCP: EFAULT, no signal; the thread says so ('e') and waits the
+     * same way. */
     CHECK(r == -1 && errno == EFAULT);
-    stop_here(0);
+    char e = 'e';
+    CHECK(write(told_fd, &e, 1) == 1);
+    for (;;) pause();
     return NULL;
+}
+
+/* The voluntary context switches of the library's progress thread (its
+ * name "warpsock-progre", as the kernel keeps 15 characters). */
+static long progress_wakes(void) {
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d != NULL);
+    long found = -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && found < 0) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], buf[4096];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int named = fgets(buf, sizeof buf, f) && strncmp(buf, "warpsock-progre", 15) == 0;
+        fclose(f);
+        if (!named) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        f = fopen(path, "r");
+        CHECK(f != NULL);
+        while (fgets(buf, sizeof buf, f))
+            if (sscanf(buf, "voluntary_ctxt_switches: %ld", &found) == 1) break;
+        fclose(f);
+    }
+    closedir(d);
+    CHECK(found >= 0);
+    return found;
 }
 
 /* select() for input on fd, bounded; 1 if readable. */
@@ -100,11 +136,32 @@ int main(int argc, char **argv) {
     CHECK(send(as, "8 bytes!", 8, MSG_NOSIGNAL) == 8);
     char s;
     CHECK(read(told[0], &s, 1) == 1);
+    /* In DDP mode the library's copy faulted, under the socket's lock. */
+    if (s != (plain ? 'e' : 's')) {
+        fprintf(stderr, "ddpstuck: the receive %s\n", s == 'e' ? "failed with EFAULT, no fault under the lock" : "faulted over TCP");
+        _exit(1);
+    }
 
     /* An event on the stuck socket's connection for the progress thread. */
     CHECK(send(as, "and more", 8, MSG_NOSIGNAL) == 8);
     for (int i = 1; i <= ROUNDS; i++) {
         if (hop(bc, bs, i) || hop(bs, bc, i)) _exit(1);
+    }
+    if (!plain) {
+        /* Idle for a second, the round on a still owed: the progress
+         * thread's tries of a's lock back off (1 ms doubling to 128 ms,
+         * ~15 wakes in the second); not every 10 ms, the stand-in timer's
+         * pace for a held lock (review 47 item 1), nor every 1 ms. */
+        long before = progress_wakes();
+        struct timespec second = {1, 0};
+        while (nanosleep(&second, &second) != 0) CHECK(errno == EINTR);
+        long woken = progress_wakes() - before;
+        printf("ddpstuck: the progress thread woke %ld times in an idle second\n", woken);
+        if (woken > WAKES_MAX) {
+            fprintf(stderr, "ddpstuck: the progress thread woke %ld times in an idle second (at most %d)\n",
+                    woken, WAKES_MAX);
+            _exit(1);
+        }
     }
     printf("ddpstuck%s: %d rounds on b with a's lock held\n", plain ? " plain" : "", ROUNDS);
     fflush(stdout);

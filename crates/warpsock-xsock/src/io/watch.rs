@@ -249,7 +249,11 @@ impl XSocket {
     /// exiting anyway).
     pub fn stand_expiry(&self) -> Option<Instant> {
         let Some(st) = self.try_lock_now() else {
-            return Some(Instant::now() + Self::STAND_RETRY);
+            // A round owed asks again at its back-off's pace
+            // ([`Self::owed_due`]), and the lapse with it: not this one's
+            // 10 ms, which would wake the thread that often for a lock
+            // held for good (review 47 item 1).
+            return (!self.owes_round()).then(|| Instant::now() + Self::STAND_RETRY);
         };
         st.stand_by.filter(|_| st.stand_ins > 0)
     }

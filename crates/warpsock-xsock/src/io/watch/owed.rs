@@ -13,9 +13,9 @@
 //! this is the round's part.
 //!
 //! So [`XSocket::progress_round`] only tries the lock, for up to
-//! [`XSocket::ROUND_SPIN`], giving the processor away between two tries
-//! (a program's call holds it for its books: a short stretch, unless its
-//! thread was preempted there). Still held, the
+//! [`XSocket::ROUND_SPIN`] (a program's call holds it for its books: a
+//! short stretch, unless its thread was preempted there), once for a
+//! socket already owed a round. Still held, the
 //! round is owed: [`XSocket::owed_due`] says when the timer makes it
 //! ([`XSocket::owed_round`], one try), [`XSocket::OWED_RETRY`] later, each
 //! try in a row that finds the lock held doubling the wait up to
@@ -28,8 +28,14 @@
 //! edge comes for those bytes). A call that holds the lock to drive the
 //! socket reads them itself.
 //!
-//! Only the progress thread writes the books here (its events and its
-//! timers run on it alone), so plain loads and stores do.
+//! Not covered (program threads, not the progress thread): a call of the
+//! program's on the stuck socket itself waits for its lock, as does the
+//! first `select` or epoll wait of a process that had made none (the
+//! preload's walk of every socket then, `doorbell_wait`; review 47 item
+//! 2).
+//!
+//! Only the progress thread reads and writes the books here (its events
+//! and its timers run on it alone), so relaxed loads and stores do.
 
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
@@ -56,15 +62,23 @@ pub enum Round {
     },
 }
 
+/// [`XSocket::owed`]: no round owed, and no timer entry for one.
+const NONE: u64 = 0;
+/// [`XSocket::owed`]: the round owed was made, its timer entry not yet
+/// told: due at once, so that the entry leaves the list at the timer's
+/// next pass (else every pass asks its deadline until the next sweep, a
+/// second away, each ask a try of the socket's lock).
+const PAID: u64 = 1;
+
 /// The clock the owed rounds' deadlines are kept on (nanoseconds from the
-/// first look, at least 1: 0 means none owed).
+/// first look, above [`PAID`]).
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
 }
 
 fn ns(t: Instant) -> u64 {
-    (t.saturating_duration_since(epoch()).as_nanos() as u64).max(1)
+    (t.saturating_duration_since(epoch()).as_nanos() as u64).max(PAID + 1)
 }
 
 impl XSocket {
@@ -77,24 +91,37 @@ impl XSocket {
     pub const OWED_RETRY_MAX: Duration = Duration::from_millis(128);
 
     /// How long the progress thread tries the lock on an event before the
-    /// round is owed, giving the processor away between two tries: longer
-    /// than a program's call holds it for its longest books (a copy of
-    /// MiBs between a slot and its buffer, ~100 µs a MiB here), so that
-    /// only a lock held for good, or a holder preempted for longer, costs
-    /// the timer's delay.
+    /// round is owed: longer than a program's call holds it for its
+    /// longest books (a copy of MiBs between a slot and its buffer, ~100
+    /// µs a MiB here), so that only a lock held for good, or a holder
+    /// preempted for longer, costs the timer's delay.
     pub const ROUND_SPIN: Duration = Duration::from_millis(1);
+
+    /// The first part of [`Self::ROUND_SPIN`], in which the processor is
+    /// given away between two tries (`sched_yield`); after it the thread
+    /// sleeps [`Self::ROUND_NAP`] between two: a thread that only yields
+    /// never leaves its processor idle, and a holder preempted on the
+    /// other one would not be pulled over to it.
+    const ROUND_YIELDS: Duration = Duration::from_micros(50);
+
+    /// The sleep between two tries after [`Self::ROUND_YIELDS`].
+    const ROUND_NAP: Duration = Duration::from_micros(50);
 
     /// The progress thread's round on an event of its watch: as
     /// [`Self::progress_if_idle`] (the same round, `reflect` given the
     /// readiness under the lock), but the lock only tried: held through
-    /// [`Self::ROUND_SPIN`] of tries, the round is owed (module docs).
+    /// [`Self::ROUND_SPIN`] of tries, the round is owed (module docs). A
+    /// socket already owed a round is tried once: its lock held that long
+    /// already, a second event must not hold up the other sockets again,
+    /// nor put the round owed later.
     pub fn progress_round(&self, reflect: impl FnOnce(Readiness)) -> Round {
         // As `progress_if_idle`: a call parked in the engine reads what
         // woke us when it wakes.
         if self.parked() {
             return Round::Skipped;
         }
-        let mut since = None;
+        let owed = self.owes_round();
+        let start = Instant::now();
         loop {
             if let Some(st) = self.try_lock_now() {
                 self.owed_paid();
@@ -104,20 +131,34 @@ impl XSocket {
                     Round::Skipped
                 };
             }
+            if owed {
+                return Round::Owed { time_it: false };
+            }
             let now = Instant::now();
-            if now.duration_since(*since.get_or_insert(now)) >= Self::ROUND_SPIN {
+            let spent = now.duration_since(start);
+            if spent >= Self::ROUND_SPIN {
                 return Round::Owed {
                     time_it: self.owe(now),
                 };
             }
-            std::thread::yield_now();
+            if spent < Self::ROUND_YIELDS {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Self::ROUND_NAP);
+            }
         }
     }
 
-    /// When the round owed is due, if one is.
+    /// Whether a round is owed (not paid yet).
+    pub(crate) fn owes_round(&self) -> bool {
+        self.owed.load(Ordering::Relaxed) > PAID
+    }
+
+    /// When the timer is to look at the round owed, if one is (or was, and
+    /// its timer entry is still to be told: at once).
     pub fn owed_due(&self) -> Option<Instant> {
-        match self.owed.load(Ordering::Acquire) {
-            0 => None,
+        match self.owed.load(Ordering::Relaxed) {
+            NONE => None,
             n => Some(epoch() + Duration::from_nanos(n)),
         }
     }
@@ -126,8 +167,10 @@ impl XSocket {
     /// made with one try of the lock (held: owed again, a longer wait).
     /// Returns whether a round is still owed.
     pub fn owed_round(&self, now: Instant, reflect: impl FnOnce(Readiness)) -> bool {
-        let due = self.owed.load(Ordering::Acquire);
-        if due == 0 {
+        let due = self.owed.load(Ordering::Relaxed);
+        if due <= PAID {
+            // (Paid: this entry is told, and leaves the list.)
+            self.owed.store(NONE, Ordering::Relaxed);
             return false;
         }
         if ns(now) < due {
@@ -135,12 +178,14 @@ impl XSocket {
         }
         if self.parked() {
             // The parked call reads what came, and tells others as it wakes.
-            self.owed_paid();
+            self.owed.store(NONE, Ordering::Relaxed);
+            self.owed_tries.store(0, Ordering::Relaxed);
             return false;
         }
         match self.try_lock_now() {
             Some(st) => {
-                self.owed_paid();
+                self.owed.store(NONE, Ordering::Relaxed);
+                self.owed_tries.store(0, Ordering::Relaxed);
                 self.round_locked(st, reflect);
                 false
             }
@@ -152,7 +197,8 @@ impl XSocket {
     }
 
     /// A round owed from `now` on, due after the back-off's wait; returns
-    /// whether none was owed before.
+    /// whether the socket had no timer entry for one (none owed before,
+    /// none paid and not yet told).
     fn owe(&self, now: Instant) -> bool {
         let tries = self.owed_tries.load(Ordering::Relaxed);
         self.owed_tries
@@ -161,15 +207,19 @@ impl XSocket {
         let wait = Self::OWED_RETRY
             .saturating_mul(1 << tries.min(8))
             .min(Self::OWED_RETRY_MAX);
-        self.owed.swap(ns(now + wait), Ordering::AcqRel) == 0
+        let before = self.owed.load(Ordering::Relaxed);
+        self.owed.store(ns(now + wait), Ordering::Relaxed);
+        before == NONE
     }
 
-    /// A round was made: nothing is owed.
+    /// A round was made on an event: what was owed is paid (its timer
+    /// entry told at the timer's next pass).
+    #[inline]
     fn owed_paid(&self) {
-        if self.owed.load(Ordering::Relaxed) != 0 {
-            self.owed.store(0, Ordering::Release);
+        if self.owed.load(Ordering::Relaxed) > PAID {
+            self.owed.store(PAID, Ordering::Relaxed);
+            self.owed_tries.store(0, Ordering::Relaxed);
         }
-        self.owed_tries.store(0, Ordering::Relaxed);
     }
 }
 
@@ -203,21 +253,27 @@ mod tests {
         let b = Arc::new(b);
         let held = b.st.lock().unwrap();
         a.send(b"ping", false, None).unwrap();
-        let owed = apart({
+        let (first_owe, due_then, second_owe) = apart({
             let b = b.clone();
             move || {
-                (
-                    b.progress_round(|_| panic!("reflected without a round")),
-                    b.progress_round(|_| panic!("reflected without a round")),
-                )
+                let first = b.progress_round(|_| panic!("reflected without a round"));
+                let due = b.owed_due();
+                // A second event: one try, the round owed no later.
+                let second = b.progress_round(|_| panic!("reflected without a round"));
+                (first, due, second)
             }
         });
+        assert_eq!(first_owe, Round::Owed { time_it: true });
+        assert_eq!(second_owe, Round::Owed { time_it: false });
+        assert_eq!(b.owed_due(), due_then, "a second event put the round later");
+        // The stand-in timer's deadline leaves the pace to the owed round's
+        // back-off (not 10 ms for a lock held for good).
         assert_eq!(
-            owed,
-            (
-                Round::Owed { time_it: true },
-                Round::Owed { time_it: false }
-            )
+            apart({
+                let b = b.clone();
+                move || b.stand_expiry()
+            }),
+            None
         );
         let first = b.owed_due().expect("a round is owed");
         // Not due yet: nothing tried.
@@ -258,12 +314,12 @@ mod tests {
             crate::io::counters()
                 .rounds_owed
                 .load(std::sync::atomic::Ordering::Relaxed)
-                >= 3
+                >= 2
         );
     }
 
-    /// A round made on an event pays the round owed: the timer then has
-    /// nothing to do.
+    /// A round made on an event pays the round owed: the timer's entry is
+    /// due at once, and its pass makes no round and ends it.
     #[test]
     fn a_round_made_on_an_event_pays_the_owed_one() {
         let (_a, b) = pair();
@@ -276,8 +332,14 @@ mod tests {
         assert_eq!(r, Round::Owed { time_it: true });
         drop(held);
         assert_eq!(b.progress_round(|_| {}), Round::Made);
-        assert_eq!(b.owed_due(), None);
-        let far = Instant::now() + Duration::from_secs(1);
-        assert!(!b.owed_round(far, |_| panic!("a round paid was made again")));
+        let told = b
+            .owed_due()
+            .expect("the paid round's timer entry is not told");
+        assert!(
+            told <= Instant::now(),
+            "the paid round's entry is not due at once"
+        );
+        assert!(!b.owed_round(Instant::now(), |_| panic!("a round paid was made again")));
+        assert_eq!(b.owed_due(), None, "the entry was told and still owed");
     }
 }
