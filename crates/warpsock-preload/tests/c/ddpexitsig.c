@@ -212,11 +212,7 @@ static void stopped_writer(int c) {
     int told[2];
     CHECK(pipe(told) == 0);
     stopped_fd = told[1];
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = stop_here;
-    sigemptyset(&sa.sa_mask);
-    CHECK(sigaction(SIGSEGV, &sa, NULL) == 0 && sigaction(SIGBUS, &sa, NULL) == 0);
+    on_fault(stop_here);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, stopped_thread, &c) == 0);
     char x;

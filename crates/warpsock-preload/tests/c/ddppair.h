@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 
 /* Switches fd into DDP mode (the peer does the same, in another thread). */
 static void ddp_mode(int fd) {
@@ -39,6 +40,17 @@ static void tcp_pair_small(int *c, int *s, int rcvbuf) {
 /* tcp_pair_small with the kernel's receive buffer. */
 static void tcp_pair(int *c, int *s) {
     tcp_pair_small(c, s, 0);
+}
+
+/* Installs h for SIGSEGV and SIGBUS: a thread's receive into a buffer it
+ * cannot write faults in the library's copy in DDP mode (over TCP the
+ * kernel returns EFAULT instead). */
+static inline void on_fault(void (*h)(int)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGSEGV, &sa, NULL) == 0 && sigaction(SIGBUS, &sa, NULL) == 0);
 }
 
 /* ddp_mode of the int at arg: the peer end's switch, in a thread. */

@@ -23,7 +23,6 @@
 #include "ddppair.h"
 
 #include <dirent.h>
-#include <signal.h>
 #include <sys/mman.h>
 
 #define ROUNDS 50
@@ -86,22 +85,11 @@ static long progress_wakes(void) {
     return found;
 }
 
-/* select() for input on fd, bounded; 1 if readable. */
-static int select_in(int fd, int ms) {
-    fd_set r;
-    FD_ZERO(&r);
-    FD_SET(fd, &r);
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    int n = select(fd + 1, &r, NULL, NULL, &tv);
-    CHECK(n >= 0);
-    return n == 1 && FD_ISSET(fd, &r);
-}
-
 /* One hop: a byte sent on from, waited for in select() on to and read. */
 static int hop(int from, int to, int round) {
     char x = (char)round, y = 0;
     CHECK(send(from, &x, 1, MSG_NOSIGNAL) == 1);
-    if (!select_in(to, LIMIT_MS)) {
+    if (!select_readable(to, LIMIT_MS)) {
         fprintf(stderr, "ddpstuck: round %d: select saw nothing in %d ms (the progress thread is stopped)\n",
                 round, LIMIT_MS);
         return 1;
@@ -126,11 +114,7 @@ int main(int argc, char **argv) {
     int told[2];
     CHECK(pipe(told) == 0);
     told_fd = told[1];
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = stop_here;
-    sigemptyset(&sa.sa_mask);
-    CHECK(sigaction(SIGSEGV, &sa, NULL) == 0 && sigaction(SIGBUS, &sa, NULL) == 0);
+    on_fault(stop_here);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, stuck, &ac) == 0);
     CHECK(send(as, "8 bytes!", 8, MSG_NOSIGNAL) == 8);
