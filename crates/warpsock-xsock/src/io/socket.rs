@@ -227,11 +227,8 @@ pub struct XSocket {
     /// skips a socket a call is parked on without contending for the lock
     /// the call takes back when it wakes (see `progress_if_idle`).
     pub(crate) parked: AtomicBool,
-    /// The round the progress thread owes this socket, if any: when its
-    /// timer makes it (nanoseconds on `watch::owed`'s clock; 0: none
-    /// owed). Written by the progress thread alone (`watch/owed.rs`).
+    /// The round the progress thread owes, and its back-off (`watch/owed.rs`).
     pub(crate) owed: AtomicU64,
-    /// Tries in a row that found the lock held (the retry's back-off).
     pub(crate) owed_tries: AtomicU32,
     /// See [`XSocket::set_watch`].
     pub(crate) watch: OnceLock<Box<dyn Fn(u32) + Send + Sync>>,
