@@ -390,7 +390,7 @@ impl DdpSock {
             }
             s.inner.lock().connect_pending = connect_pending;
             // Bytes that arrived with the switch (the pre-switch residue).
-            s.reflect(s.x.readiness());
+            s.x.show_after_round(|r| s.reflect(r));
             Ok(s)
         }
     }
@@ -438,7 +438,7 @@ impl DdpSock {
     /// After collecting asynchronous completions: the bells follow what is
     /// left.
     pub(crate) fn settle_after_aio(&self) {
-        self.reflect(self.x.readiness_now());
+        self.x.show_now(|r| self.reflect(r));
     }
 }
 
@@ -661,7 +661,7 @@ impl Socket for DdpSock {
                 g.write_gated = false;
             }
         }
-        self.reflect(self.x.readiness());
+        self.x.show_after_round(|r| self.reflect(r));
         0
     }
 
@@ -674,7 +674,7 @@ impl Socket for DdpSock {
         if on {
             // What arrived before the set watched shows on the doorbell
             // (a round that did not ring while no one could wait).
-            self.reflect(self.x.readiness_now());
+            self.x.show_now(|r| self.reflect(r));
         }
     }
 
@@ -713,7 +713,7 @@ impl Socket for DdpSock {
     }
 
     fn direct_look(&self) {
-        self.reflect(self.x.readiness_now());
+        self.x.show_now(|r| self.reflect(r));
     }
 
     fn direct_level(&self) -> u32 {
@@ -804,7 +804,7 @@ impl Socket for DdpSock {
             libc::FIONREAD if arg != 0 => {
                 // What arrived counts, processed or not (as the kernel's
                 // queue does for TCP): nothing may have processed it yet.
-                self.reflect(self.x.readiness());
+                self.x.show_after_round(|r| self.reflect(r));
                 // SAFETY: FIONREAD's argument is an int out-pointer.
                 unsafe { *(arg as *mut c_int) = self.x.readable_bytes() as c_int };
                 0
@@ -815,7 +815,7 @@ impl Socket for DdpSock {
             libc::TIOCOUTQ | SIOCOUTQNSD if arg != 0 => {
                 let q = self.x.send_queue_bytes(req == SIOCOUTQNSD);
                 // Its round may have moved readiness (as FIONREAD's).
-                self.reflect(self.x.readiness_now());
+                self.x.show_now(|r| self.reflect(r));
                 // SAFETY: both requests' argument is an int out-pointer.
                 unsafe { *(arg as *mut c_int) = q.min(c_int::MAX as usize) as c_int };
                 0

@@ -57,6 +57,27 @@ impl XSocket {
         Self::readiness_polled(&self.lock_look())
     }
 
+    /// [`Self::readiness_now`], shown by `show` under the socket's lock.
+    /// A look shown after the lock's release can land after a receive on
+    /// another thread that took the bytes and showed its own look: a
+    /// doorbell rung for bytes already read, readable to an event loop
+    /// whose read then fails with `EAGAIN` (wrk counted a read error: a
+    /// switch's look at its end, shown from the switch's thread after the
+    /// program's first read; session 43). As the progress thread's rounds
+    /// show theirs ([`Self::progress_if_idle`]).
+    pub fn show_now(&self, show: impl FnOnce(Readiness)) {
+        let st = self.lock_look();
+        show(Self::readiness_polled(&st));
+    }
+
+    /// [`Self::readiness`] (a round first), shown by `show` under the
+    /// socket's lock, as [`Self::show_now`].
+    pub fn show_after_round(&self, show: impl FnOnce(Readiness)) {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        show(Self::readiness_polled(&st));
+    }
+
     /// What the socket can do now (after a non-blocking round of
     /// progress), as [`Self::readiness_now`].
     pub fn readiness(&self) -> Readiness {
@@ -564,6 +585,37 @@ mod tests {
             got.expect("the timer waited for the lock"),
             (Some(true), false)
         );
+    }
+
+    /// A look taken now is shown under the socket's lock, with a round
+    /// first or without: no receive on another thread can take the bytes
+    /// between the look and the doorbell it rings (a switch's look at its
+    /// end, shown after the program's first read had taken the response:
+    /// wrk's `EAGAIN`, session 43). Fails with the look shown after the
+    /// lock's release.
+    #[test]
+    fn a_look_taken_now_is_shown_under_the_sockets_lock() {
+        let (a, b) = pair();
+        a.send(b"ping", false, None).unwrap();
+        let t = Instant::now();
+        let mut readable = false;
+        while !readable {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "the bytes never came"
+            );
+            b.show_after_round(|r| {
+                assert!(b.st.try_lock().is_err(), "shown with the lock let go");
+                readable = r.readable;
+            });
+            std::thread::yield_now();
+        }
+        let mut shown = None;
+        b.show_now(|r| {
+            assert!(b.st.try_lock().is_err(), "shown with the lock let go");
+            shown = Some(r.readable);
+        });
+        assert_eq!(shown, Some(true));
     }
 
     /// The progress thread's look is shown under the socket's lock: no

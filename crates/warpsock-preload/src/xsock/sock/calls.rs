@@ -159,7 +159,7 @@ impl DdpSock {
     #[cold]
     #[inline(never)]
     pub(super) fn reflect_polled(&self) {
-        self.reflect(self.x.readiness_now());
+        self.x.show_now(|r| self.reflect(r));
     }
 
     /// A send call of the program's non-empty buffers `bufs` (every form
@@ -215,7 +215,7 @@ impl DdpSock {
                         // Credits come back with input: processed while
                         // the program waits for writability (the watch is
                         // on from this round on).
-                        self.reflect(self.x.readiness());
+                        self.x.show_after_round(|r| self.reflect(r));
                     }
                     Some(libc::EPIPE) if flags & libc::MSG_NOSIGNAL == 0 => {
                         // Marked as a sleep with no lock held: the
@@ -267,7 +267,7 @@ impl DdpSock {
     /// socket's (the kernel clears it as it reports it: the engine would
     /// see a reset as a clean end; review r22-c item 4).
     pub(super) fn so_error(&self) -> c_int {
-        self.reflect(self.x.readiness());
+        self.x.show_after_round(|r| self.reflect(r));
         match self.x.error() {
             Some((errno, _)) if !self.take_error() => errno,
             _ => 0,

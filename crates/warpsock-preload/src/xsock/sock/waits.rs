@@ -62,7 +62,7 @@ pub(crate) fn doorbell_wait(always: bool) {
                 // the doorbell until now: see `DdpSock::reflect`; nor, for
                 // a `select` after epoll waits, input those waits reported
                 // themselves: `shim::epollwatch`).
-                s.reflect(s.x.readiness_now());
+                s.x.show_now(|r| s.reflect(r));
             }
         }
     });
