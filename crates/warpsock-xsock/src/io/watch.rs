@@ -557,6 +557,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use crate::io::test_pair::pair;
+    use crate::io::{Readiness, XSocket};
 
     /// The stand-in timer's calls on the progress thread never wait for
     /// the socket's lock: held (for good, by a thread that faulted under
@@ -587,14 +588,10 @@ mod tests {
         );
     }
 
-    /// A look taken now is shown under the socket's lock, with a round
-    /// first or without: no receive on another thread can take the bytes
-    /// between the look and the doorbell it rings (a switch's look at its
-    /// end, shown after the program's first read had taken the response:
-    /// wrk's `EAGAIN`, session 43). Fails with the look shown after the
-    /// lock's release.
-    #[test]
-    fn a_look_taken_now_is_shown_under_the_sockets_lock() {
+    /// Rounds made by `round` on `b` (the `ping` sent from `a` first) until
+    /// one shows the socket readable; each must show it under the socket's
+    /// lock (`round` gets the socket and the check to call with each look).
+    fn until_shown_readable(round: impl Fn(&XSocket, &mut dyn FnMut(Readiness))) -> XSocket {
         let (a, b) = pair();
         a.send(b"ping", false, None).unwrap();
         let t = Instant::now();
@@ -604,12 +601,24 @@ mod tests {
                 t.elapsed() < Duration::from_secs(30),
                 "the bytes never came"
             );
-            b.show_after_round(|r| {
+            round(&b, &mut |r| {
                 assert!(b.st.try_lock().is_err(), "shown with the lock let go");
                 readable = r.readable;
             });
             std::thread::yield_now();
         }
+        b
+    }
+
+    /// A look taken now is shown under the socket's lock, with a round
+    /// first or without: no receive on another thread can take the bytes
+    /// between the look and the doorbell it rings (a switch's look at its
+    /// end, shown after the program's first read had taken the response:
+    /// wrk's `EAGAIN`, session 43). Fails with the look shown after the
+    /// lock's release.
+    #[test]
+    fn a_look_taken_now_is_shown_under_the_sockets_lock() {
+        let b = until_shown_readable(|b, show| b.show_after_round(|r| show(r)));
         let mut shown = None;
         b.show_now(|r| {
             assert!(b.st.try_lock().is_err(), "shown with the lock let go");
@@ -623,21 +632,9 @@ mod tests {
     /// rings (a bell for bytes already read: an event loop's `EAGAIN`).
     #[test]
     fn the_progress_rounds_look_is_reflected_under_the_sockets_lock() {
-        let (a, b) = pair();
-        a.send(b"ping", false, None).unwrap();
-        let t = Instant::now();
-        let mut readable = false;
-        while !readable {
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "the bytes never came"
-            );
-            let made = b.progress_if_idle(|r| {
-                assert!(b.st.try_lock().is_err(), "reflected with the lock let go");
-                readable = r.readable;
-            });
+        until_shown_readable(|b, show| {
+            let made = b.progress_if_idle(|r| show(r));
             assert!(made, "no call drives the socket: the round is made");
-            std::thread::yield_now();
-        }
+        });
     }
 }
