@@ -618,7 +618,7 @@ mod tests {
     /// lock's release.
     #[test]
     fn a_look_taken_now_is_shown_under_the_sockets_lock() {
-        let b = until_shown_readable(|b, show| b.show_after_round(|r| show(r)));
+        let b = until_shown_readable(|b, show| b.show_after_round(&mut *show));
         let mut shown = None;
         b.show_now(|r| {
             assert!(b.st.try_lock().is_err(), "shown with the lock let go");
@@ -633,7 +633,7 @@ mod tests {
     #[test]
     fn the_progress_rounds_look_is_reflected_under_the_sockets_lock() {
         until_shown_readable(|b, show| {
-            let made = b.progress_if_idle(|r| show(r));
+            let made = b.progress_if_idle(&mut *show);
             assert!(made, "no call drives the socket: the round is made");
         });
     }
