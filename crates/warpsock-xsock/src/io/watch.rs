@@ -81,9 +81,9 @@ impl XSocket {
     /// What the socket can do now (after a non-blocking round of
     /// progress), as [`Self::readiness_now`].
     pub fn readiness(&self) -> Readiness {
-        let mut st = self.lock();
-        self.drive_now(&mut st);
-        Self::readiness_polled(&st)
+        let mut seen = Readiness::default();
+        self.show_after_round(|r| seen = r);
+        seen
     }
 
     /// The readiness a poll is given (level-triggered: a poll that says

@@ -121,7 +121,9 @@ impl XSocket {
             return Round::Skipped;
         }
         let owed = self.owes_round();
-        let start = Instant::now();
+        // The clock is read once the lock was found held: an event whose
+        // first try takes it (nearly all) reads none.
+        let mut start = None;
         loop {
             if let Some(st) = self.try_lock_now() {
                 self.owed_paid();
@@ -135,7 +137,7 @@ impl XSocket {
                 return Round::Owed { time_it: false };
             }
             let now = Instant::now();
-            let spent = now.duration_since(start);
+            let spent = now.duration_since(*start.get_or_insert(now));
             if spent >= Self::ROUND_SPIN {
                 return Round::Owed {
                     time_it: self.owe(now),
