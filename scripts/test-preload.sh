@@ -53,6 +53,18 @@ stop_last() {
     unset 'PIDS[-1]'
 }
 
+# Waits up to 10 s for the last started server to end by itself (iperf3
+# -s -1 after its one test), then stops it. A SIGTERM sent while such a
+# server is already on its way out lands after iperf3 has put back the
+# signal's default action: the process dies of it before the exit
+# handlers run, and its counters are never printed (CI, session 44: the
+# reverse case's sender "printed no counters at all").
+end_last() {
+    local p="${PIDS[-1]}"
+    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    stop_last
+}
+
 wait_udp_port() { # port [netns]
     local in=()
     [ -n "${2:-}" ] && in=(ip netns exec "$2")
@@ -227,7 +239,7 @@ for dir in fwd rev; do
         iperf3 -c 127.0.0.1 -p "$P" -u -b 200M -l 1200 -t 2 "${R[@]}" -J \
         >"$WORK/i3c-$dir.json" 2>"$WORK/i3c-$dir.err" \
         || { cat "$WORK/i3c-$dir.json" "$WORK/i3c-$dir.err" >&2; fail "iperf3 -u $dir exited $?"; }
-    stop_last
+    end_last
     pk=$(iperf3_json "$WORK/i3c-$dir.json" packets)
     lp=$(iperf3_json "$WORK/i3c-$dir.json" lost_packets)
     [ "$pk" -gt 10000 ] || fail "iperf3 -u $dir: only $pk packets"
