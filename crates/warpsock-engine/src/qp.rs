@@ -149,6 +149,34 @@ impl Qp {
         })
     }
 
+    /// [`Self::send_inline_news`] for a Send of any length (at most 64
+    /// FPDUs): framed by the core, its payload written from `parts` in the
+    /// same gathered system call — no copy but of what the socket does not
+    /// take at once, which is queued as any transmit's
+    /// ([`QpNews::backlog`]; `QpSlot::tx_gathered`). The FPDUs and their
+    /// MSN are those a posted unsignalled Send of the same bytes gives.
+    /// Returns `None`, having done nothing, when anything is queued ahead
+    /// of it (or MPA markers are on): post the Send instead.
+    pub fn send_gathered_news(&self, parts: &[&[u8]]) -> Option<QpNews> {
+        self.with(|st, inner| {
+            if !st.allowed().tx {
+                return None;
+            }
+            let State {
+                qps, cqs, watching, ..
+            } = st;
+            let q = qps.get_mut(self.qi)?.as_mut()?;
+            let full = q.tx_gathered(cqs, parts)?;
+            if full && !q.dead {
+                // As `send_inline_news`: the rest waits for writability.
+                q.update_interest(self.qi as u64, watching.then_some(&inner.epoll));
+            } else if q.tx_backlog() > 0 || q.dead {
+                inner.kick(st, self.qi);
+            }
+            Some(st.news(self.qi))
+        })
+    }
+
     /// Send backlog and pending events in one look ([`QpNews`]).
     pub fn news(&self) -> QpNews {
         self.with(|st, _| st.news(self.qi))

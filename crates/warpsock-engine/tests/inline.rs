@@ -3,7 +3,10 @@
 //! them (one MSN sequence, CRC on and off), make no completion, and when
 //! the socket does not take one at once the rest is queued and written by
 //! later progress, with later Sends (inline ones refused meanwhile) behind
-//! it.
+//! it. `Qp::send_gathered_news`: Sends of several FPDUs framed at once and
+//! written from the caller's buffers arrive the same way, and what the
+//! socket does not take is the engine's own copy — the caller's buffer is
+//! free once the call returns.
 
 mod common;
 
@@ -142,6 +145,12 @@ type Filled = (
 );
 
 fn filled(progress: Progress) -> Filled {
+    filled_with(progress, SLOTS, 1024)
+}
+
+/// [`filled`] with `slots` receives of `len` bytes (the bytes per message
+/// returned as they are).
+fn filled_with(progress: Progress, slots: usize, len: usize) -> Filled {
     let l = Listener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let c = Context::new(progress).unwrap();
@@ -149,9 +158,13 @@ fn filled(progress: Progress) -> Filled {
     let cq = c.create_cq(64).unwrap();
     let mut init = QpInit::new(&pd, &cq);
     init.options.crc = false;
-    let (go, srv) = server(l, false, SLOTS, 1024);
+    let (go, srv) = server(l, false, slots, len);
     let qp = connect(addr, &init).unwrap();
-    let len = 1024.min(qp.mulpdu() - 18);
+    let len = if len == 1024 {
+        len.min(qp.mulpdu() - 18)
+    } else {
+        len
+    };
     (c, pd, cq, qp, go, srv, len)
 }
 
@@ -217,6 +230,123 @@ fn a_blocked_inline_send_is_finished_by_the_progress_thread() {
         }
     }
     assert!(blocked, "{n} messages of {len} B all written at once");
+    go.send(n).unwrap();
+    assert_eq!(srv.join().unwrap(), n);
+    drop(qp);
+}
+
+/// Sends of several FPDUs each, gathered from the caller's buffer, with
+/// posted ones between them, while the server reads: whole and in order
+/// (CRC on and off), no completion of their own. The caller reuses one
+/// buffer for every message, overwriting it as soon as each call returns.
+/// A gathered Send refused (the rest of the one before still queued: the
+/// socket took it in part) is posted instead and goes out behind it.
+#[test]
+fn gathered_sends_arrive_in_order_between_posted_ones() {
+    const MSGS: u32 = 24;
+    let len = connect_probe_len();
+    for crc in [false, true] {
+        let l = Listener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let c = Context::new(Progress::Thread).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(64).unwrap();
+        let mut init = QpInit::new(&pd, &cq);
+        init.options.crc = crc;
+        let (go, srv) = server(l, crc, MSGS as usize, len);
+        let qp = connect(addr, &init).unwrap();
+        assert!(
+            len > 3 * (qp.mulpdu() - 18),
+            "{len} B in {} B FPDUs",
+            qp.mulpdu()
+        );
+        go.send(MSGS).unwrap();
+        let before = qp.io_stats();
+        let mut buf = vec![0u8; len];
+        let (mut posted, mut refused) = (0, 0);
+        for n in 0..MSGS {
+            buf.copy_from_slice(&payload(n, len));
+            if n % 4 == 3 || qp.send_gathered_news(&[&buf[..7], &buf[7..]]).is_none() {
+                assert!(n > 0, "the first, with nothing queued, was refused");
+                refused += u32::from(n % 4 != 3);
+                let mr = pd.register(buf.clone(), Access::LOCAL_READ);
+                qp.post_send(send_wr(u64::from(n), mr.sge(0, len as u32)))
+                    .unwrap();
+                posted += 1;
+                // Posted Sends complete once written: wait, so that the
+                // next gathered one may find nothing queued.
+                let w = wait_n(&cq, 1)[0];
+                assert!(w.is_ok() && w.wr_id == u64::from(n), "{w:?}");
+            }
+            buf.fill(0xEE);
+        }
+        let after = qp.io_stats();
+        let gathered = u64::from(MSGS - posted);
+        assert!(gathered > u64::from(MSGS / 4), "{refused} refused");
+        assert_eq!(after.gathered_sends - before.gathered_sends, gathered);
+        assert_eq!(srv.join().unwrap(), MSGS);
+        let mut more = [warpsock_engine::Wc::default(); 4];
+        assert_eq!(cq.poll(&mut more), 0, "{:?}", &more[..1]);
+    }
+}
+
+/// A length of three FPDUs and a bit for a loopback connection (its
+/// `mulpdu` is the MSS's; the server must size its receives before
+/// connecting).
+fn connect_probe_len() -> usize {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let c = Context::new(Progress::Caller).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(4).unwrap();
+        let init = QpInit::new(&pd, &cq);
+        l.accept_qp(&init, &[], Some(LIMIT)).map(|q| q.mulpdu())
+    });
+    let c = Context::new(Progress::Caller).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(4).unwrap();
+    let qp = connect(addr, &QpInit::new(&pd, &cq)).unwrap();
+    let m = qp.mulpdu();
+    assert_eq!(t.join().unwrap().unwrap(), m);
+    3 * (m - 18) + 5
+}
+
+/// The socket's buffers fill (the server reads nothing yet): a gathered
+/// Send the kernel did not take whole leaves its rest queued — the
+/// engine's copy, counted — and the next one is refused while it is; the
+/// caller overwrites its buffer at once; a progress thread finishes the
+/// rest (writability watched), and the server gets every message whole.
+#[test]
+fn a_blocked_gathered_send_keeps_its_rest_and_frees_the_callers_buffer() {
+    const SLOTS_G: usize = 96;
+    let len = connect_probe_len();
+    let (_context, _pd, _cq, qp, go, srv, len) = filled_with(Progress::Thread, SLOTS_G, len);
+    let mut buf = vec![0u8; len];
+    let mut n = 0u32;
+    let mut blocked = false;
+    while (n as usize) < SLOTS_G - 1 {
+        buf.copy_from_slice(&payload(n, len));
+        let writes = qp.io_stats().writes;
+        let news = qp
+            .send_gathered_news(&[&buf])
+            .unwrap_or_else(|| panic!("message {n} refused with nothing queued"));
+        assert_eq!(qp.io_stats().writes - writes, 1, "message {n}: {news:?}");
+        buf.fill(0xEE);
+        n += 1;
+        if news.backlog > 0 {
+            blocked = true;
+            assert!(
+                qp.send_gathered_news(&[&buf]).is_none(),
+                "taken behind a backlog"
+            );
+            break;
+        }
+    }
+    assert!(blocked, "{n} messages of {len} B all written at once");
+    let st = qp.io_stats();
+    assert!(st.gathered_copied > 0, "{st:?}");
+    assert!(st.gathered_copied <= len as u64 + 64, "{st:?}");
     go.send(n).unwrap();
     assert_eq!(srv.join().unwrap(), n);
     drop(qp);

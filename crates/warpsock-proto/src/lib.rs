@@ -25,8 +25,9 @@ pub mod verbs;
 
 pub use conn::AcceptError;
 pub use conn::{
-    CloseReason, Config, ConnectError, ConnectRequest, Connection, Event, Negotiated, PostError,
-    QpState, Role, RtrOffer, RtrType, RxPiece, RxStep, TransportError, TxCounts, TxPart, TxSegment,
+    CloseReason, Config, ConnectError, ConnectRequest, Connection, Event, GatheredFpdu, Negotiated,
+    PostError, QpState, Role, RtrOffer, RtrType, RxPiece, RxStep, TransportError, TxCounts, TxPart,
+    TxSegment,
 };
 pub use mem::{Access, Backing, MemError, PdId, Range, Registry, Stag};
 pub use verbs::{RecvWr, SendOp, SendWr, Sge, Sgl, WcOpcode, WcStatus, WorkCompletion, WorkQueue};

@@ -200,7 +200,9 @@ fn a_straight_send_that_leaves_a_backlog_leaves_the_socket_not_quiet() {
     let mut sent = 0;
     let mut backlogged = false;
     for k in 0..16 {
-        let inline = xa.inline_sends();
+        // Written at once: one FPDU copied (inline), or gathered from the
+        // caller's buffer (this size).
+        let inline = at_once(&xa);
         match xa.send(&data[sent..sent + CALL], true, None) {
             Ok(n) => {
                 assert_eq!(n, CALL, "send {k}: one message");
@@ -209,8 +211,8 @@ fn a_straight_send_that_leaves_a_backlog_leaves_the_socket_not_quiet() {
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) => panic!("send {k}: {e}"),
         }
-        if xa.inline_sends() == inline {
-            // Refused inline (the backlog ahead of it): from a slot.
+        if at_once(&xa) == inline {
+            // Refused at once (the backlog ahead of it): from a slot.
             assert!(!xa.quiet_now(), "send {k}: quiet after a post");
             continue;
         }
@@ -221,7 +223,10 @@ fn a_straight_send_that_leaves_a_backlog_leaves_the_socket_not_quiet() {
         }
         assert!(xa.quiet_now(), "send {k}: written whole, not quiet");
     }
-    assert!(backlogged, "no inline send left a backlog ({sent} bytes)");
+    assert!(
+        backlogged,
+        "no send written at once left a backlog ({sent} bytes)"
+    );
     // The reader borrows `xb` (not dropped when it is done: its close
     // would end the writer's stream before the last look).
     std::thread::scope(|sc| {
@@ -286,17 +291,18 @@ fn a_straight_send_that_takes_the_last_credit_leaves_the_socket_not_quiet() {
 }
 
 /// A straight send too long for one FPDU (more than the queue pair's
-/// MULPDU, within a slot and below `zcopy_min`) goes from a transmit
-/// slot: a posted Send with a completion to reap, not the inline write.
-/// It leaves the socket not quiet (the completion is the usual path's
-/// to take, reaped or not), and the bytes arrive. Fails with the flag set
-/// after any straight send, inline or not.
+/// MULPDU, within a slot and below `zcopy_min`), with gathered sends off,
+/// goes from a transmit slot: a posted Send with a completion to reap,
+/// not the inline write. It leaves the socket not quiet (the completion
+/// is the usual path's to take, reaped or not), and the bytes arrive.
+/// Fails with the flag set after any straight send, inline or not.
 #[test]
 fn a_straight_send_from_a_transmit_slot_leaves_the_socket_not_quiet() {
     let (a, b) = tcp_pair();
     set_buf(&a, libc::SO_SNDBUF, 4 << 20);
     let o = Options {
         zcopy_min: 1 << 20,
+        gather_min: usize::MAX,
         ..opts()
     };
     let (xa, xb) = switch_both(&a, &b, &o);
@@ -323,6 +329,54 @@ fn a_straight_send_from_a_transmit_slot_leaves_the_socket_not_quiet() {
         xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
         assert_eq!(spin_message(&xa, 8, "answer"), pattern(8, round));
     }
+}
+
+/// The same straight send of several FPDUs with gathered sends on (the
+/// default): written at once from the caller's buffer (no transmit slot,
+/// no completion), so with the socket's buffer taking it whole it leaves
+/// the socket quiet, and the bytes arrive.
+#[test]
+fn a_straight_gathered_send_written_whole_leaves_the_socket_quiet() {
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 4 << 20);
+    let o = Options {
+        zcopy_min: 1 << 20,
+        ..opts()
+    };
+    let (xa, xb) = switch_both(&a, &b, &o);
+    warm_up(&xa, &xb);
+    let len = 2 * xa.mulpdu() + 100;
+    assert!(len < o.zcopy_min && len < (256 << 10) && len >= o.gather_min);
+    for round in 0..3u64 {
+        let m = pattern(len, round);
+        let (gathered, _) = xa.gathered_sends();
+        assert_eq!(xa.send(&m, true, None).unwrap(), len, "round {round}");
+        assert_eq!(
+            xa.gathered_sends().0 - gathered,
+            1,
+            "round {round}: not gathered"
+        );
+        assert_eq!(xa.engine_backlog().0, 0, "round {round}: a backlog");
+        assert!(xa.quiet_now(), "round {round}: written whole, not quiet");
+        let mut got = vec![0; len];
+        let mut off = 0;
+        let t = Instant::now();
+        while off < len {
+            assert!(t.elapsed() < LIMIT, "round {round}: got {off} of {len}");
+            if let Some(k) = spin_once(&xb, &mut got[off..]) {
+                off += k;
+            }
+        }
+        assert_eq!(got, m, "round {round}");
+        xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
+        assert_eq!(spin_message(&xa, 8, "answer"), pattern(8, round));
+    }
+}
+
+/// Messages `x` wrote at once, with no send request: inline (one FPDU
+/// copied) or gathered from the caller's buffer.
+fn at_once(x: &XSocket) -> u64 {
+    x.inline_sends() + x.gathered_sends().0
 }
 
 /// A long busy ping-pong, each end in its own thread: a non-blocking send,

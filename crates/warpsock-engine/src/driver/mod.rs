@@ -57,7 +57,9 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use warpsock_proto::{CloseReason, Connection, Event, Registry, TxSegment, WorkCompletion};
+use warpsock_proto::{
+    CloseReason, Connection, Event, GatheredFpdu, Registry, TxSegment, WorkCompletion,
+};
 
 pub(crate) use crate::error::transport_error;
 use crate::mem::Mem;
@@ -110,6 +112,8 @@ pub(crate) struct QpSlot {
     /// The gather list's allocation, kept between `sendmsg` calls (no
     /// allocation per message on the latency path).
     iov_store: Vec<IoSlice<'static>>,
+    /// A gathered Send's frames, kept between sends (`tx_gathered`).
+    gathered: Vec<GatheredFpdu>,
     /// Stream bytes queued / written since establishment.
     queued: u64,
     written: u64,
@@ -171,6 +175,7 @@ impl QpSlot {
             tx_off: 0,
             pool: Vec::new(),
             iov_store: Vec::new(),
+            gathered: Vec::new(),
             queued: 0,
             written: 0,
             held: VecDeque::new(),
@@ -197,6 +202,7 @@ impl QpSlot {
             response_bytes_ahead_of_read: c.response_bytes_ahead_of_read,
             empty_asks: c.empty_asks,
             inline_sends: c.inline_sends,
+            gathered_sends: c.gathered_sends,
             ..self.io
         }
     }

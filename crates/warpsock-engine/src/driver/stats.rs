@@ -72,6 +72,13 @@ pub struct IoStats {
     /// Sends built and written at once by [`crate::Qp::send_inline_news`]
     /// ([`warpsock_proto::TxCounts::inline_sends`]).
     pub inline_sends: u64,
+    /// Sends framed and written at once from the caller's buffers by
+    /// [`crate::Qp::send_gathered_news`]
+    /// ([`warpsock_proto::TxCounts::gathered_sends`]).
+    pub gathered_sends: u64,
+    /// Bytes of those Sends' FPDUs the socket did not take at once, copied
+    /// for a later pass: the only copy a gathered Send makes.
+    pub gathered_copied: u64,
 }
 
 impl super::QpSlot {
@@ -121,6 +128,8 @@ impl std::ops::AddAssign for IoStats {
             control_wait_bytes,
             empty_asks,
             inline_sends,
+            gathered_sends,
+            gathered_copied,
         } = o;
         self.reads += reads;
         self.planned_reads += planned_reads;
@@ -141,6 +150,8 @@ impl std::ops::AddAssign for IoStats {
         self.control_wait_bytes += control_wait_bytes;
         self.empty_asks += empty_asks;
         self.inline_sends += inline_sends;
+        self.gathered_sends += gathered_sends;
+        self.gathered_copied += gathered_copied;
     }
 }
 

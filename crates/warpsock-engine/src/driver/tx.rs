@@ -7,6 +7,7 @@ use std::io::{self, IoSlice};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 
+use warpsock_proto::conn::pieces_of;
 use warpsock_proto::wire::ddp::Opcode;
 use warpsock_proto::{Registry, TxPart, TxSegment, WcStatus, WorkQueue};
 
@@ -19,6 +20,10 @@ use crate::wc::{push_wc, CqSlot};
 const TX_BATCH: usize = 4 << 20;
 /// Segments queued at most.
 const TX_SEGS: usize = 512;
+/// FPDUs of one gathered Send at most ([`QpSlot::tx_gathered`]): with
+/// loopback's ~64 KiB FPDUs, `TX_BATCH` of bytes — the most its copy of
+/// what the socket did not take can be.
+const GATHER_FPDUS: usize = 64;
 
 impl QpSlot {
     /// Produces and writes segments until the socket would block or there
@@ -240,6 +245,89 @@ impl QpSlot {
             Err(e) => e.kind() == io::ErrorKind::WouldBlock,
         };
         self.written_direct(Written::PoolTop, len, sent, cqs);
+        Some(full)
+    }
+
+    /// Frames a Send of the bytes of `parts` (any length) and writes it at
+    /// once, its payload gathered from where the caller has it
+    /// ([`warpsock_proto::Connection::send_gathered`]: no copy into a
+    /// segment first), when nothing is queued here or in the core ahead of
+    /// it. What the socket does not take (a partial or blocked write) is
+    /// copied into a segment of its own then and queued for the next pass,
+    /// so `parts` need live only for the call: at most
+    /// [`GATHER_FPDUS`] FPDUs, `TX_BATCH` of bytes. No completion (the Send
+    /// is unsignalled and complete once handed over). Returns as
+    /// [`Self::tx_inline`] does: `None` having done nothing, else whether
+    /// the socket took the FPDUs in part or not at all.
+    pub(crate) fn tx_gathered(
+        &mut self,
+        cqs: &mut [Option<CqSlot>],
+        parts: &[&[u8]],
+    ) -> Option<bool> {
+        if self.dead || !self.txq.is_empty() {
+            return None;
+        }
+        debug_assert_eq!(self.tx_off, 0, "nothing queued, nothing half written");
+        // One gather list for the whole message: a head, the payload's
+        // pieces and a trailer an FPDU.
+        let max = GATHER_FPDUS.min(sys::IOV_MAX / (2 + parts.len()));
+        let mut frames = std::mem::take(&mut self.gathered);
+        if !self.conn.send_gathered(parts, &mut frames, max) {
+            self.gathered = frames;
+            return None;
+        }
+        let mut iov = recycle(std::mem::take(&mut self.iov_store));
+        let mut len = 0;
+        for f in &frames {
+            iov.push(IoSlice::new(f.head()));
+            pieces_of(parts, f.payload(), |b| iov.push(IoSlice::new(b)));
+            iov.push(IoSlice::new(f.trailer()));
+            len += f.len();
+        }
+        let sent = sys::send_vectored(self.sock.as_raw_fd(), &iov);
+        self.io.tx_passes += 1;
+        self.io.writes += 1;
+        self.count_waiting(Some(Opcode::Send), len);
+        self.queued += len as u64;
+        let (took, full) = match sent {
+            Ok(k) => (k, k < len),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.io.writes_blocked += 1;
+                (0, true)
+            }
+            // Nothing taken; the next pass writes it (as `written_direct`).
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => (0, false),
+            Err(e) => {
+                self.iov_store = recycle(iov);
+                self.gathered = frames;
+                self.fail_with(&e);
+                return Some(false);
+            }
+        };
+        self.io.write_bytes += took as u64;
+        self.written += took as u64;
+        if took < len {
+            // The rest, owned: the caller's buffers are its own again once
+            // this returns.
+            let mut seg = self.pool.pop().unwrap_or_default();
+            let mut skip = took;
+            seg.set_framed(
+                Opcode::Send,
+                iov.iter().filter_map(|s| {
+                    if skip >= s.len() {
+                        skip -= s.len();
+                        return None;
+                    }
+                    let b = &s[std::mem::take(&mut skip)..];
+                    Some(b)
+                }),
+            );
+            self.io.gathered_copied += seg.len() as u64;
+            self.txq.push_back(seg);
+        }
+        self.iov_store = recycle(iov);
+        self.gathered = frames;
+        self.collect(cqs);
         Some(full)
     }
 

@@ -119,6 +119,7 @@ impl Config {
                     << 10) as u32,
             ),
             zcopy_min: env_num("WARPSOCK_ZCOPY_MIN", 64 << 10) as usize,
+            gather_min: env_num("WARPSOCK_DDP_GATHER_MIN", d.gather_min as u64) as usize,
             // On by default, as TCP's socket buffer: a client that
             // pipelines requests against a one-thread server does not
             // deadlock (`tests/ddp_pipeline.rs`). It was off in session 20

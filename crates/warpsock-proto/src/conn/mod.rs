@@ -60,7 +60,7 @@ use crate::verbs::{RecvWr, SendWr, Sgl, WcOpcode, WcStatus, WorkCompletion, Work
 
 pub use cm::AcceptError;
 pub use rx::{RxPiece, RxStep};
-pub use tx::TxCounts;
+pub use tx::{pieces_of, GatheredFpdu, TxCounts};
 pub use txseg::{TxPart, TxSegment};
 
 /// Which end of the TCP connection this is.

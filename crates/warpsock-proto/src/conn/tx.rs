@@ -30,7 +30,9 @@ use super::{CloseReason, Connection, OrqEntry, QpState, Role, RtrType};
 use crate::mem::{Access, Backing, Range, Registry, Stag};
 use crate::verbs::{SendOp, WcStatus};
 
+mod gathered;
 mod head;
+pub use gathered::{pieces_of, GatheredFpdu};
 use head::{copy_short, Head, HEAD_MAX};
 
 /// Payloads up to this size travel inline in their segment's buffer
@@ -165,6 +167,9 @@ pub struct TxCounts {
     pub empty_asks: u64,
     /// Sends built by [`Connection::send_inline`] (no send-queue entry).
     pub inline_sends: u64,
+    /// Sends framed by [`Connection::send_gathered`] (no send-queue
+    /// entry, the payload written from the caller's buffers).
+    pub gathered_sends: u64,
 }
 
 impl TxState {

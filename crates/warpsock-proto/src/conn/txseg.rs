@@ -72,6 +72,18 @@ impl TxSegment {
         self.opcode = None;
     }
 
+    /// Makes the segment the bytes of `pieces`, already framed and sealed
+    /// (what the socket did not take of a gathered Send's FPDUs,
+    /// [`Connection::send_gathered`](super::Connection::send_gathered)):
+    /// inline bytes, no CRC left to compute. `opcode`: the FPDUs'.
+    pub fn set_framed<'a>(&mut self, opcode: Opcode, pieces: impl IntoIterator<Item = &'a [u8]>) {
+        self.clear();
+        self.opcode = Some(opcode);
+        for p in pieces {
+            self.push_inline(p);
+        }
+    }
+
     pub(super) fn push_inline(&mut self, bytes: &[u8]) {
         if bytes.is_empty() {
             return;

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use warpsock_engine::{Access, Mr, SendOp, SendWr, Sgl};
 
+use smallvec::SmallVec;
+
 use super::gather::{non_empty, Gather, Src};
 use super::settings::{Count, Readiness};
 use super::socket::{State, XSocket, CALL_BITS, WR_CALL, WR_SLOT};
@@ -463,6 +465,96 @@ impl XSocket {
         if st.error.is_none() && st.deferred.as_ref().is_none_or(|d| d.is_empty()) {
             *handed = off;
         }
+    }
+
+    /// Sends DATA message `m` and the bytes of `src` (copied, not from
+    /// registered buffers) as a Send built and written by the engine at
+    /// once: no transmit slot, no send request, no completion to reap —
+    /// the FPDUs, the MSN and the wire bytes are those the slot's posted
+    /// Send would give. Below `Options::gather_min` bytes as one FPDU copied into
+    /// the engine's segment ([`Qp::send_inline_news`](warpsock_engine::Qp::send_inline_news));
+    /// from there on, in as many FPDUs as it takes, gathered from the
+    /// caller's buffers ([`Self::send_gathered`]). Returns false, having
+    /// done nothing, when the engine has anything queued ahead of it or
+    /// the message does not fit one FPDU (inline) or 64 (gathered), or `m`
+    /// is not DATA, or (gathered) the call sends several messages: the
+    /// caller posts it from a slot.
+    // Always inlined: see `send_straight`.
+    #[inline(always)]
+    pub(crate) fn send_inline(&self, st: &mut State, m: Msg, src: Src<'_>) -> bool {
+        // The header in registers (`Msg::data_header`), not encoded into a
+        // zeroed buffer (`Msg::encode`'s ~50 instructions a message).
+        let Some(hdr) = m.data_header() else {
+            return false;
+        };
+        if src.len >= self.opts.gather_min {
+            // Not within a call of several messages (`State::deferred`
+            // set): those go from transmit slots, handed to the engine
+            // together — one `sendmsg` for the call, not one a message
+            // (`tests/bulk.rs` `a_1_mib_write_is_one_transmit_pass`).
+            return st.deferred.is_none() && self.send_gathered(st, &hdr, src);
+        }
+        let news = match src.g.parts {
+            // One buffer (`send`, `write`): the two slices as they are.
+            [p] => self
+                .qp
+                .send_inline_news(&[&hdr, &p[src.off..src.off + src.len]]),
+            _ => {
+                let mut parts: SmallVec<[&[u8]; 5]> = SmallVec::new();
+                parts.push(&hdr);
+                src.g.slices(src.off, src.len, |b| parts.push(b));
+                self.qp.send_inline_news(&parts)
+            }
+        };
+        let Some(news) = news else {
+            return false;
+        };
+        // As a post: its news is the newest (see `wait_as`); a blocked or
+        // failed write's pass is reaped, its error seen now, not a call late.
+        st.posts += 1;
+        st.news = Some(news);
+        st.unreaped |= news.backlog > 0 || news.events;
+        if news.events {
+            self.check_events(st);
+        }
+        self.count(st, Count::TxMsgs, 1);
+        self.count(st, Count::TxCopied, src.len);
+        if st.sending == 0 {
+            self.rearm(st);
+        }
+        true
+    }
+
+    /// [`Self::send_inline`] of a message of at least
+    /// `Options::gather_min` bytes: the engine frames it and writes the caller's bytes in the
+    /// same gathered system call ([`Qp::send_gathered_news`](warpsock_engine::Qp::send_gathered_news)),
+    /// copying only what the socket does not take at once. A non-blocking
+    /// bulk sender's every message went through a transmit slot before (a
+    /// copy of each byte TCP does not make: ~19 % of an `iperf3 -P 8`
+    /// sender's thread, issue 12). Out of line: the 8 B path's frame is
+    /// `send_inline`'s.
+    #[inline(never)]
+    fn send_gathered(&self, st: &mut State, hdr: &[u8], src: Src<'_>) -> bool {
+        let mut parts: SmallVec<[&[u8]; 5]> = SmallVec::new();
+        parts.push(hdr);
+        src.g.slices(src.off, src.len, |b| parts.push(b));
+        let Some(news) = self.qp.send_gathered_news(&parts) else {
+            return false;
+        };
+        st.posts += 1;
+        st.news = Some(news);
+        st.unreaped |= news.backlog > 0 || news.events;
+        if news.events {
+            self.check_events(st);
+        }
+        self.count(st, Count::TxMsgs, 1);
+        // Copied: what the socket did not take (the engine's backlog was
+        // empty before), never more than the payload.
+        self.count(st, Count::TxCopied, (news.backlog as usize).min(src.len));
+        if st.sending == 0 {
+            self.rearm(st);
+        }
+        true
     }
 
     /// Posts one DATA message (`hdr`) or sink Write of the bytes of `src`:

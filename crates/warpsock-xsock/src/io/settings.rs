@@ -24,6 +24,15 @@ pub struct Options {
     /// copy when it finds nothing queued, and smallest blocking send sent
     /// from the caller's buffer without a copy.
     pub zcopy_min: usize,
+    /// Smallest copied message (a non-blocking send's, or a blocking one's
+    /// below `zcopy_min`) written from the caller's buffers in one
+    /// gathered `sendmsg` with the FPDUs' framing, when the engine has
+    /// nothing queued ahead of it: no copy but of what the socket does not
+    /// take at once (`XSocket::send_gathered`). Smaller messages are
+    /// copied next to their header (a gather entry costs the kernel about
+    /// what a copy of a few hundred bytes costs; a copy of 4 KiB, several
+    /// entries). `usize::MAX`: never.
+    pub gather_min: usize,
     /// Bytes a socket buffers past its credits (as `SO_SNDBUF`; set with
     /// `WARPSOCK_DDP_SNDBUF` under the preload): a copied send call that
     /// finds too few credits (or no transmit slot) copies what does not
@@ -119,6 +128,7 @@ impl Default for Options {
             // 4 MiB send buffer for the same stream).
             slot_size: Self::slot_size_for(256 << 10),
             zcopy_min: 64 << 10,
+            gather_min: 4 << 10,
             // A client's pipelined requests or a server's answers (issue
             // 12: 8 B each took a whole slot of the peer's), not a bulk
             // stream's window: a blocking large write goes from the

@@ -33,7 +33,6 @@ use warpsock_engine::{
 
 use warpsock_engine::proto::wire::terminate::TermCode;
 
-use smallvec::SmallVec;
 use warpsock_engine::proto::ring::Ring;
 
 use super::gather::Src;
@@ -681,53 +680,6 @@ impl XSocket {
                 signaled: true,
             },
         );
-    }
-
-    /// Sends DATA message `m` and the bytes of `src` (copied, not from
-    /// registered buffers) as one FPDU built and written by the engine at
-    /// once ([`Qp::send_inline_news`]): no transmit slot, no send request,
-    /// no completion to reap — the FPDU, its MSN and the wire bytes are
-    /// those the slot's posted Send would give. Returns false, having done
-    /// nothing, when the engine has anything queued ahead of it or the
-    /// message does not fit one FPDU (or `m` is not DATA): the caller
-    /// posts it from a slot.
-    // Always inlined: see `send_straight`.
-    #[inline(always)]
-    pub(crate) fn send_inline(&self, st: &mut State, m: Msg, src: Src<'_>) -> bool {
-        // The header in registers (`Msg::data_header`), not encoded into a
-        // zeroed buffer (`Msg::encode`'s ~50 instructions a message).
-        let Some(hdr) = m.data_header() else {
-            return false;
-        };
-        let news = match src.g.parts {
-            // One buffer (`send`, `write`): the two slices as they are.
-            [p] => self
-                .qp
-                .send_inline_news(&[&hdr, &p[src.off..src.off + src.len]]),
-            _ => {
-                let mut parts: SmallVec<[&[u8]; 5]> = SmallVec::new();
-                parts.push(&hdr);
-                src.g.slices(src.off, src.len, |b| parts.push(b));
-                self.qp.send_inline_news(&parts)
-            }
-        };
-        let Some(news) = news else {
-            return false;
-        };
-        // As a post: its news is the newest (see `wait_as`); a blocked or
-        // failed write's pass is reaped, its error seen now, not a call late.
-        st.posts += 1;
-        st.news = Some(news);
-        st.unreaped |= news.backlog > 0 || news.events;
-        if news.events {
-            self.check_events(st);
-        }
-        self.count(st, Count::TxMsgs, 1);
-        self.count(st, Count::TxCopied, src.len);
-        if st.sending == 0 {
-            self.rearm(st);
-        }
-        true
     }
 
     /// Processes the completions the engine queued already, with no round

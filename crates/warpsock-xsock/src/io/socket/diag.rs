@@ -136,6 +136,16 @@ impl XSocket {
         self.qp.io_stats().inline_sends
     }
 
+    /// The socket's messages the engine framed and wrote at once from the
+    /// caller's buffers ([`warpsock_engine::IoStats::gathered_sends`]),
+    /// and the bytes of them the socket did not take at once, which the
+    /// engine copied ([`warpsock_engine::IoStats::gathered_copied`]): a
+    /// diagnostic of the bulk-send path.
+    pub fn gathered_sends(&self) -> (u64, u64) {
+        let s = self.qp.io_stats();
+        (s.gathered_sends, s.gathered_copied)
+    }
+
     /// Times this socket's engine context took its lock
     /// ([`warpsock_engine::Context::lock_count`]): a diagnostic of the engine calls per
     /// data call.
