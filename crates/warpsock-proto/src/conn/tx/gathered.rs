@@ -94,7 +94,7 @@ impl Connection {
     /// unsignalled Send of the same bytes followed by
     /// [`Self::next_segment`] gives: the same MSN sequence, the same split
     /// (`mulpdu`'s payload room per FPDU, as `emit_segment`), the same
-    /// header encoder ([`Head`]); with CRC on, each CRC field is computed
+    /// header encoder, `Head`. With CRC on, each CRC field is computed
     /// here over the head, the payload's pieces and the pad. No send-queue
     /// entry and no completion: the Send is complete once built (an
     /// unsignalled Send handed to the transport). The caller must write
