@@ -20,6 +20,9 @@ use crate::wc::{push_wc, CqSlot};
 const TX_BATCH: usize = 4 << 20;
 /// Segments queued at most.
 const TX_SEGS: usize = 512;
+/// The largest segment buffer kept for reuse: an FPDU's room of inline
+/// bytes (an inline Send copies at most one FPDU's payload).
+const POOLED_BYTES: usize = 128 << 10;
 /// FPDUs of one gathered Send at most ([`QpSlot::tx_gathered`]): with
 /// loopback's ~64 KiB FPDUs, `TX_BATCH` of bytes — the most its copy of
 /// what the socket did not take can be.
@@ -445,7 +448,9 @@ impl QpSlot {
                 break;
             }
             self.tx_off -= front.len();
-            let seg = self.txq.pop_front().expect("front exists");
+            let mut seg = self.txq.pop_front().expect("front exists");
+            // A gathered Send's copied rest: not kept for reuse.
+            seg.release_large(POOLED_BYTES);
             self.pool.push(seg);
         }
     }

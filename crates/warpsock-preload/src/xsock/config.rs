@@ -119,7 +119,9 @@ impl Config {
                     << 10) as u32,
             ),
             zcopy_min: env_num("WARPSOCK_ZCOPY_MIN", 64 << 10) as usize,
-            gather_min: env_num("WARPSOCK_DDP_GATHER_MIN", d.gather_min as u64) as usize,
+            // At least a copied FPDU's worth (64 B: the core copies such
+            // payloads next to their header anyway).
+            gather_min: env_num("WARPSOCK_DDP_GATHER_MIN", d.gather_min as u64).max(64) as usize,
             // On by default, as TCP's socket buffer: a client that
             // pipelines requests against a one-thread server does not
             // deadlock (`tests/ddp_pipeline.rs`). It was off in session 20

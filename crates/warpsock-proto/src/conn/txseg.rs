@@ -84,6 +84,16 @@ impl TxSegment {
         }
     }
 
+    /// Drops the buffer's allocation if it is larger than `max` bytes (a
+    /// gathered Send's copied rest, up to megabytes): an engine keeps
+    /// spent segments for reuse, and one such rest would otherwise stay
+    /// allocated for the connection's life.
+    pub fn release_large(&mut self, max: usize) {
+        if self.buf.capacity() > max {
+            self.buf = Vec::new();
+        }
+    }
+
     pub(super) fn push_inline(&mut self, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
