@@ -1,5 +1,6 @@
 //! Wireshark's own iWARP dissectors validate the bytes the core produces:
-//! an in-memory session (every operation, CRC on, plus a Terminate) is
+//! an in-memory session (every operation, a gathered Send among them, CRC
+//! on, plus a Terminate) is
 //! written to a pcap as a TCP conversation on port 7174 and decoded by
 //! tshark. Every FPDU must dissect as MPA/DDP/RDMAP with a good CRC, and
 //! the opcode sequence must match what was sent.
@@ -13,6 +14,7 @@ use std::path::Path;
 use std::process::Command;
 
 use util::{pattern, recv_wr, Cut, Pair};
+use warpsock_proto::conn::pieces_of;
 use warpsock_proto::wire::fpdu;
 use warpsock_proto::{Access, SendOp, SendWr, Sge, Sgl};
 
@@ -191,6 +193,40 @@ fn wireshark_decodes_every_fpdu_with_good_crc() {
             .into(),
         ))
         .unwrap();
+    // First a Send framed at once with its payload gathered from where it
+    // is (`Connection::send_gathered`, the engine's bulk copied sends):
+    // several FPDUs, their heads, payload pieces and CRC-bearing trailers
+    // put on the wire in order. It takes b's receive posted above; the
+    // Send below, this second one.
+    let gbuf = p.b.region(0x20000, vec![0; 9000], Access::LOCAL_WRITE);
+    p.b.conn
+        .post_recv(recv_wr(
+            2,
+            Sgl::from(Sge {
+                addr: 0x20000,
+                length: 9000,
+                lkey: gbuf,
+            }),
+        ))
+        .unwrap();
+    let gdata = pattern(7000, 3);
+    let parts = [&gdata[..100], &gdata[100..]];
+    let mut frames = Vec::new();
+    assert!(p.a.conn.send_gathered(&parts, &mut frames, 64));
+    assert!(frames.len() > 2, "{} FPDUs", frames.len());
+    let mut wire = Vec::new();
+    for f in &frames {
+        wire.extend_from_slice(f.head());
+        pieces_of(&parts, f.payload(), |b| wire.extend_from_slice(b));
+        wire.extend_from_slice(f.trailer());
+    }
+    assert_eq!(p.b.conn.handle_input(&wire, &mut p.b.reg), wire.len());
+    p.a.sent.extend_from_slice(&wire);
+    p.run();
+    assert!(
+        p.b.mem(rbuf)[..7000] == gdata[..],
+        "the gathered Send's bytes differ"
+    );
     let sge = |addr, length, lkey| Sgl::from(Sge { addr, length, lkey });
     for (id, op, sgl) in [
         (
@@ -257,10 +293,11 @@ fn wireshark_decodes_every_fpdu_with_good_crc() {
     let mut want: Vec<u8> = opcodes(&p.a.sent[24..]);
     let b_ops = opcodes(&p.b.sent[24..]);
     let total = want.len() + b_ops.len();
-    // Send with SE (5) segments, Write (0) segments, Read Request (1) from a;
-    // Read Response (2) segments and the Terminate (7) from b.
+    // The gathered Send (3) segments, Send with SE (5) segments, Write (0)
+    // segments, Read Request (1) from a; Read Response (2) segments and
+    // the Terminate (7) from b.
     assert!(
-        want.contains(&5) && want.contains(&0) && want.contains(&1),
+        want.contains(&3) && want.contains(&5) && want.contains(&0) && want.contains(&1),
         "{want:?}"
     );
     assert_eq!(b_ops.last(), Some(&7));
