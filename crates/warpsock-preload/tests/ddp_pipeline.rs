@@ -24,6 +24,10 @@ fn a_pipelining_client_gets_every_answer_through_the_preload() {
     let r = run_buffered("ddppipeline", &["2000".to_owned()], 2000);
     r.assert_ok("ddppipeline 2000");
     assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+    // The requests past the server's slots went through the send buffer
+    // (`ddp_tx_buffered`, the bytes posted from it), which is what lets
+    // the client finish.
+    assert!(r.stat("ddp_tx_buffered") > 0, "{}", r.stderr);
 }
 
 /// A writer that leaves with bytes buffered (`tests/c/ddpexitlost.c`):
