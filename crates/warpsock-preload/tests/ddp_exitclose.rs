@@ -212,24 +212,25 @@ fn an_exit_while_another_thread_holds_the_lock_for_good_ends() {
 /// another connection's `select` ping-pong (its doorbells rung by the
 /// progress thread) goes on (`tests/c/ddpstuck.c`). Fails (the first
 /// `select` sees nothing in 10 s) with the progress thread's round waiting
-/// for the lock (`XSocket::progress_round` as `progress_if_idle`).
+/// for the lock (`XSocket::progress_round` as `progress_if_idle`). `late`:
+/// the process's first `select` comes after the fault, and its walk of
+/// every socket (`doorbell_wait`) leaves the stuck one to a thread of the
+/// library's; fails (the harness's 120 s) with the walk waiting for the
+/// lock.
 #[test]
 fn a_lock_held_for_good_stops_no_other_sockets_progress() {
-    for so in [None, Some(common::preload_so())] {
-        let child = common::command_with(
-            &common::c_program("ddpstuck"),
-            &(if so.is_none() {
-                vec!["plain".to_owned()]
-            } else {
-                vec![]
-            }),
-            so,
-        )
-        .spawn()
-        .expect("spawn ddpstuck");
+    for (so, mode) in [
+        (None, Some("plain")),
+        (Some(common::preload_so()), None),
+        (Some(common::preload_so()), Some("late")),
+    ] {
+        let args: Vec<String> = mode.iter().map(|m| (*m).to_owned()).collect();
+        let child = common::command_with(&common::c_program("ddpstuck"), &args, so)
+            .spawn()
+            .expect("spawn ddpstuck");
         let r = common::finish(child, Duration::from_secs(120));
         println!("{}", r.stdout.trim());
-        r.assert_ok(&format!("ddpstuck (preload {})", so.is_some()));
+        r.assert_ok(&format!("ddpstuck {mode:?} (preload {})", so.is_some()));
     }
 }
 

@@ -526,6 +526,15 @@ pub(crate) fn with_async_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
     spawn()
 }
 
+/// Starts one of the library's own threads, named `name`, with every
+/// asynchronous signal blocked ([`with_async_signals_blocked`]).
+pub(crate) fn spawn_library_thread(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    with_async_signals_blocked(|| std::thread::Builder::new().name(name.into()).spawn(f))
+}
+
 /// Disables the calling thread's cancellation for good: the start of the
 /// library's own threads (the reactor's), which run library code all
 /// their life: a `pthread_cancel` of one (a program that cancels every

@@ -216,11 +216,7 @@ pub(crate) fn linger_buffered(bound: Duration, engines: Engines) -> bool {
 pub(super) fn spawn_reaper(
     f: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    sys::with_async_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name("warpsock-reaper".into())
-            .spawn(f)
-    })
+    sys::spawn_library_thread("warpsock-reaper", f)
 }
 
 #[cfg(test)]

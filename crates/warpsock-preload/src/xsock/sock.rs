@@ -435,6 +435,30 @@ impl DdpSock {
         }
     }
 
+    /// [`Self::keep_watched`] (`always`: a `select`'s) or
+    /// [`Self::keep_epoll_watched`], and the look shown, in one take of the
+    /// socket's lock if it is free now ([`doorbell_wait`]'s walk): false,
+    /// having done nothing, if another thread holds it.
+    fn try_watch_and_show(&self, always: bool) -> bool {
+        let flag = if always {
+            &self.background
+        } else {
+            &self.epoll_background
+        };
+        // Set twice at worst (two walks at once): the same flag, on.
+        let watch = !flag.load(Ordering::Acquire);
+        if !self
+            .x
+            .try_watch_and_show(watch, !always, |r| self.reflect(r))
+        {
+            return false;
+        }
+        if watch {
+            flag.store(true, Ordering::Release);
+        }
+        true
+    }
+
     /// After collecting asynchronous completions: the bells follow what is
     /// left.
     pub(crate) fn settle_after_aio(&self) {

@@ -1,7 +1,7 @@
 /* A socket whose lock a thread holds for good must not stop the other
  * sockets' progress.
  *
- *   ddpstuck [plain]
+ *   ddpstuck [plain|late]
  *
  * Two connected pairs, a and b, in this process (DDP mode unless plain).
  * The program waits in select() first, so that every DDP socket is on the
@@ -17,7 +17,10 @@
  * b's doorbells. Before, it waited for a's lock on that event, for ever,
  * and the first select on b timed out. Exit 0 if every round came back;
  * then, in DDP mode, the progress thread must not wake more than WAKES_MAX
- * times in an idle second for a's round, still owed. The process ends
+ * times in an idle second for a's round, still owed. `late`: no select
+ * before the fault — the process's first select is b's first hop, after
+ * it, whose walk of every socket (the library's doorbell_wait) must not
+ * wait for a's lock either (before, it did, for ever). The process ends
  * with _exit (its exit would close a, whose lock is held: ddpexitsig's
  * stopped mode covers that). */
 #include "ddppair.h"
@@ -100,6 +103,7 @@ static int hop(int from, int to, int round) {
 
 int main(int argc, char **argv) {
     int plain = argc > 1 && strcmp(argv[1], "plain") == 0;
+    int late = argc > 1 && strcmp(argv[1], "late") == 0;
     int ac, as, bc, bs;
     if (plain) {
         tcp_pair(&ac, &as);
@@ -108,8 +112,9 @@ int main(int argc, char **argv) {
         ddp_pair(&ac, &as);
         ddp_pair(&bc, &bs);
     }
-    /* A select first: from here on every DDP socket is watched. */
-    if (hop(bc, bs, 0)) return 1;
+    /* A select first: from here on every DDP socket is watched (not
+     * `late`: the walk of the first select meets a's lock held). */
+    if (!late && hop(bc, bs, 0)) return 1;
 
     int told[2];
     CHECK(pipe(told) == 0);
@@ -147,7 +152,7 @@ int main(int argc, char **argv) {
             _exit(1);
         }
     }
-    printf("ddpstuck%s: %d rounds on b with a's lock held\n", plain ? " plain" : "", ROUNDS);
+    printf("ddpstuck%s: %d rounds on b with a's lock held\n", plain ? " plain" : late ? " late" : "", ROUNDS);
     fflush(stdout);
     _exit(0);
 }

@@ -401,6 +401,35 @@ impl XSocket {
         self.rearm(&mut st);
     }
 
+    /// [`Self::set_background`] (or, `epoll`, [`Self::set_epoll_background`])
+    /// on when `watch`, then the look [`Self::show_now`] shows, under one
+    /// take of the lock — if it is free now. Returns false, having done
+    /// nothing, if another thread holds it: a call under way, or one whose
+    /// thread faulted under it and never comes back, which a program's
+    /// first `select` walking every socket must not wait for (the
+    /// preload's `doorbell_wait` then finishes that socket on a thread of
+    /// its own; review 47 item 2).
+    pub fn try_watch_and_show(
+        &self,
+        watch: bool,
+        epoll: bool,
+        show: impl FnOnce(Readiness),
+    ) -> bool {
+        let Some(mut st) = self.try_lock_now() else {
+            return false;
+        };
+        if watch {
+            if epoll {
+                st.epoll_background = true;
+            } else {
+                st.background = true;
+            }
+            self.rearm(&mut st);
+        }
+        show(Self::readiness_polled(&st));
+        true
+    }
+
     /// A `poll` of the program starts (`true`) or ends (`false`) waiting on
     /// this socket without watching [`Self::tcp_fd`] itself: the progress
     /// thread watches meanwhile. Counted; every start needs its end.

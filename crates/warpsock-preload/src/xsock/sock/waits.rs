@@ -50,20 +50,49 @@ pub(crate) fn doorbell_wait(always: bool) {
     // A socket closed meanwhile whose last reference this walk holds
     // closes here with no wait (review r26-b item 1: the program's
     // `epoll_wait` stalled for another thread's lingering close).
-    fdtable::without_close_waits(|| {
-        for s in socks {
+    let held: Vec<Arc<DdpSock>> = fdtable::without_close_waits(|| {
+        // Each socket watched from now on, and the readable bytes nobody
+        // rang for shown (no one could wait on the doorbell until now:
+        // see `DdpSock::reflect`; nor, for a `select` after epoll waits,
+        // input those waits reported themselves: `shim::epollwatch`) —
+        // where its lock is free now.
+        socks
+            .into_iter()
+            .filter(|s| !s.try_watch_and_show(always))
+            .collect()
+    });
+    if !held.is_empty() {
+        finish_walk(held, always);
+    }
+}
+
+/// The rest of [`doorbell_wait`]'s walk: sockets whose lock another
+/// thread held. Made on a thread of the library's, which waits for each
+/// lock: the program's wait goes on at once, and a bell rung then wakes it
+/// as any later one would. A lock held for good (a thread that faulted
+/// under it, `tests/c/ddpstuck.c` `late`) then keeps that thread, not the
+/// program's first `select` or epoll wait, and not the other sockets
+/// behind it in the walk (review 47 item 2). Made here, waiting, if no
+/// thread can be started.
+fn finish_walk(held: Vec<Arc<DdpSock>>, always: bool) {
+    fn finish(held: Vec<Arc<DdpSock>>, always: bool) {
+        for s in held {
             if always {
                 s.keep_watched();
             } else {
                 s.keep_epoll_watched();
             }
-            if first || first_always {
-                // Readable bytes nobody rang for (no one could wait on
-                // the doorbell until now: see `DdpSock::reflect`; nor, for
-                // a `select` after epoll waits, input those waits reported
-                // themselves: `shim::epollwatch`).
-                s.x.show_now(|r| s.reflect(r));
-            }
+            s.x.show_now(|r| s.reflect(r));
+        }
+    }
+    let theirs = held.clone();
+    let spawned =
+        crate::shim::sys::spawn_library_thread("warpsock-walk", move || finish(theirs, always));
+    // Ours go without a close's wait, as the walk's (a last reference),
+    // dropped at the closure's end.
+    fdtable::without_close_waits(move || {
+        if spawned.is_err() {
+            finish(held, always);
         }
     });
 }

@@ -29,10 +29,12 @@
 //! socket reads them itself.
 //!
 //! Not covered (program threads, not the progress thread): a call of the
-//! program's on the stuck socket itself waits for its lock, as does the
-//! first `select` or epoll wait of a process that had made none (the
-//! preload's walk of every socket then, `doorbell_wait`; review 47 item
-//! 2).
+//! program's on the stuck socket itself waits for its lock (the socket is
+//! the faulted call's; nothing else of it can go on). (The first `select` or
+//! epoll wait of a process, whose walk of every socket takes each lock,
+//! leaves a socket whose lock is held to a thread of the preload's:
+//! `XSocket::try_watch_and_show`, the preload's `doorbell_wait`; review 47
+//! item 2.)
 //!
 //! Only the progress thread reads and writes the books here (its events
 //! and its timers run on it alone), so relaxed loads and stores do.
