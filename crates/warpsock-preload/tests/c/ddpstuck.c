@@ -20,7 +20,10 @@
  * times in an idle second for a's round, still owed. `late`: no select
  * before the fault — the process's first select is b's first hop, after
  * it, whose walk of every socket (the library's doorbell_wait) must not
- * wait for a's lock either (before, it did, for ever). The process ends
+ * wait for a's lock either (before, it did, for ever); a is then never on
+ * the progress thread's watch (the library's walk thread keeps trying its
+ * lock), so the idle-second bound checks little there: the default mode
+ * covers it. The process ends
  * with _exit (its exit would close a, whose lock is held: ddpexitsig's
  * stopped mode covers that). */
 #include "ddppair.h"

@@ -656,6 +656,44 @@ mod tests {
         assert_eq!(shown, Some(true));
     }
 
+    /// The first wait's walk (`try_watch_and_show`) never waits for a held
+    /// lock: held, it does nothing (no flag set, no look shown) and says
+    /// so; free, it sets the background flag asked for and shows the look
+    /// under the lock. Fails with the walk waiting (the bound only ends a
+    /// hang) or half done.
+    #[test]
+    fn the_walks_try_never_waits_for_a_held_lock() {
+        let b = until_shown_readable(|b, show| b.show_after_round(&mut *show));
+        let b = std::sync::Arc::new(b);
+        let held = b.st.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let mut shown = false;
+                let done = b.try_watch_and_show(true, false, |_| shown = true);
+                tx.send((done, shown)).unwrap();
+            })
+        };
+        let got = rx.recv_timeout(Duration::from_secs(30));
+        let background = held.background;
+        drop(held);
+        t.join().unwrap();
+        assert_eq!(got.expect("the walk waited for the lock"), (false, false));
+        assert!(!background, "flag set without the lock");
+        for epoll in [false, true] {
+            let mut shown = None;
+            let done = b.try_watch_and_show(true, epoll, |r| {
+                assert!(b.st.try_lock().is_err(), "shown with the lock let go");
+                shown = Some(r.readable);
+            });
+            assert!(done);
+            assert_eq!(shown, Some(true), "the look: the bytes are readable");
+            let st = b.st.lock().unwrap();
+            assert_eq!((st.background, st.epoll_background), (true, epoll));
+        }
+    }
+
     /// The progress thread's look is shown under the socket's lock: no
     /// receive can take the bytes between the look and the doorbell it
     /// rings (a bell for bytes already read: an event loop's `EAGAIN`).

@@ -67,32 +67,53 @@ pub(crate) fn doorbell_wait(always: bool) {
 }
 
 /// The rest of [`doorbell_wait`]'s walk: sockets whose lock another
-/// thread held. Made on a thread of the library's, which waits for each
-/// lock: the program's wait goes on at once, and a bell rung then wakes it
-/// as any later one would. A lock held for good (a thread that faulted
-/// under it, `tests/c/ddpstuck.c` `late`) then keeps that thread, not the
+/// thread held. Made on a thread of the library's: the program's wait
+/// goes on at once, and a bell rung then wakes it as any later one would.
+/// That thread only tries the locks too, round after round (1 ms apart,
+/// doubling up to [`WALK_RETRY_MAX`]), dropping each socket as it is done:
+/// a lock held for good (a thread that faulted under it,
+/// `tests/c/ddpstuck.c` `late`) keeps that socket's try going, not the
 /// program's first `select` or epoll wait, and not the other sockets
-/// behind it in the walk (review 47 item 2). Made here, waiting, if no
-/// thread can be started.
+/// (review 47 item 2; review 49: a thread waiting for each lock in turn
+/// left every socket behind a stuck one unwatched, and its reference
+/// held, for ever). Up to two such threads a process (the epoll walk's,
+/// the `select` walk's), each ending once its sockets are done. Made here,
+/// waiting, if no thread can be started.
 fn finish_walk(held: Vec<Arc<DdpSock>>, always: bool) {
-    fn finish(held: Vec<Arc<DdpSock>>, always: bool) {
-        for s in held {
-            if always {
-                s.keep_watched();
-            } else {
-                s.keep_epoll_watched();
-            }
-            s.x.show_now(|r| s.reflect(r));
-        }
-    }
     let theirs = held.clone();
-    let spawned =
-        crate::shim::sys::spawn_library_thread("warpsock-walk", move || finish(theirs, always));
+    let spawned = crate::shim::sys::spawn_library_thread("warpsock-walk", move || {
+        // A library thread for good (as the reaper): not cancelled, its
+        // calls not the program's, its drops handing closes over at once
+        // (`fdtable::without_close_waits`).
+        crate::shim::sys::no_cancel();
+        let mut left = theirs;
+        let mut pause = std::time::Duration::from_millis(1);
+        while !left.is_empty() {
+            crate::shim::guard::enter((), || {
+                fdtable::without_close_waits(|| left.retain(|s| !s.try_watch_and_show(always)));
+            });
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(WALK_RETRY_MAX);
+        }
+    });
     // Ours go without a close's wait, as the walk's (a last reference),
     // dropped at the closure's end.
     fdtable::without_close_waits(move || {
         if spawned.is_err() {
-            finish(held, always);
+            for s in held {
+                if always {
+                    s.keep_watched();
+                } else {
+                    s.keep_epoll_watched();
+                }
+                s.x.show_now(|r| s.reflect(r));
+            }
         }
     });
 }
+
+/// The longest pause between two rounds of [`finish_walk`]'s tries.
+const WALK_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(1);
