@@ -199,13 +199,28 @@ fn a_blocked_inline_send_is_queued_and_later_sends_wait_behind_it() {
     assert!(qp.io_stats().writes_blocked > 0 || qp.send_backlog() > 0);
     // Refused while the rest of the last one waits.
     assert!(qp.send_inline_news(&[&payload(n, len)]).is_none());
+    n = post_last_behind(&pd, &cq, &qp, &go, n, len);
+    assert_eq!(srv.join().unwrap(), n);
+}
+
+/// Message `n` posted (registered, signalled) behind what is queued, the
+/// server told to expect `n + 1`, and the Send's completion waited for
+/// (the caller's wait drives the engine: the queued rest goes out first).
+/// Returns `n + 1`.
+fn post_last_behind(
+    pd: &Pd,
+    cq: &Cq,
+    qp: &Qp,
+    go: &std::sync::mpsc::Sender<u32>,
+    n: u32,
+    len: usize,
+) -> u32 {
     let last = pd.register(payload(n, len), Access::LOCAL_READ);
     qp.post_send(send_wr(7, last.sge(0, len as u32))).unwrap();
-    n += 1;
-    go.send(n).unwrap();
-    let w = wait_n(&cq, 1)[0];
+    go.send(n + 1).unwrap();
+    let w = wait_n(cq, 1)[0];
     assert!(w.is_ok() && w.wr_id == 7, "{w:?}");
-    assert_eq!(srv.join().unwrap(), n);
+    n + 1
 }
 
 /// The same filled socket with a progress thread: the caller never drives
@@ -358,12 +373,7 @@ fn a_blocked_gathered_send_keeps_its_rest_and_frees_the_callers_buffer() {
                 qp.send_gathered_news(&[&buf]).is_none(),
                 "taken behind a backlog"
             );
-            let last = pd.register(payload(n, len), Access::LOCAL_READ);
-            qp.post_send(send_wr(7, last.sge(0, len as u32))).unwrap();
-            n += 1;
-            go.send(n).unwrap();
-            let w = wait_n(&cq, 1)[0];
-            assert!(w.is_ok() && w.wr_id == 7, "{w:?}");
+            n = post_last_behind(&pd, &cq, &qp, &go, n, len);
         } else {
             go.send(n).unwrap();
         }

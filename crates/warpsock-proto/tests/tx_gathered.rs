@@ -9,10 +9,10 @@
 
 mod util;
 
-use util::{pattern, recv_wr, send_wr, sge, Cut, Pair};
+use util::{pattern, recv_wr, send_wr, sge, Cut, Pair, Twins};
 use warpsock_proto::conn::{pieces_of, GatheredFpdu, TxSegment};
 use warpsock_proto::wire::ddp;
-use warpsock_proto::{Access, Config, SendWr, WcOpcode, WcStatus};
+use warpsock_proto::{Access, Config, SendWr};
 
 /// The wire bytes of a gathered Send's FPDUs, as the engine writes them.
 fn assembled(parts: &[&[u8]], frames: &[GatheredFpdu]) -> Vec<u8> {
@@ -61,14 +61,14 @@ fn a_gathered_send_is_the_posted_send_byte_for_byte() {
         };
         // `x` sends gathered (every fourth posted, every fifth inline when
         // it fits), `y` posts everything.
-        let mut x = Pair::new(cfg, cfg, Cut::Whole);
-        let mut y = Pair::new(cfg, cfg, Cut::Whole);
-        x.establish();
-        y.establish();
-        let data = pattern(4096, 7);
-        let xs = x.a.region(0x1000, data.clone(), Access::LOCAL_READ);
-        let ys = y.a.region(0x1000, data.clone(), Access::LOCAL_READ);
-        let dst = x.b.region(0x8000, vec![0; 4096], Access::LOCAL_WRITE);
+        let Twins {
+            mut x,
+            mut y,
+            data,
+            xs,
+            ys,
+            dst,
+        } = Twins::new(cfg);
         let room = x.a.conn.config().mulpdu - ddp::UNTAGGED_HDR_LEN;
         assert_eq!(room, MULPDU - ddp::UNTAGGED_HDR_LEN);
         // Every pad, one FPDU's room and around it, several FPDUs, a last
@@ -124,20 +124,7 @@ fn a_gathered_send_is_the_posted_send_byte_for_byte() {
         assert_eq!(x.a.conn.tx_counts().gathered_sends, gathered, "{what}");
         // No completion (unsignalled), and the peer takes every message
         // whole, in order, CRC checked when on.
-        x.a.pump();
-        assert!(x.a.wcs.is_empty(), "{what}: {:?}", x.a.wcs);
-        assert_eq!(x.b.conn.handle_input(&xb, &mut x.b.reg), xb.len(), "{what}");
-        x.b.pump();
-        let got: Vec<u32> = x.b.wcs.iter().map(|w| w.byte_len).collect();
-        let want: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
-        assert_eq!(got, want, "{what}");
-        assert!(
-            x.b.wcs
-                .iter()
-                .all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::Recv),
-            "{what}: {:?}",
-            x.b.wcs
-        );
+        x.unsignalled_sends_arrive(&xb, &lens, &what);
     }
 }
 

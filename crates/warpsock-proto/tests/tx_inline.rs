@@ -7,10 +7,10 @@
 
 mod util;
 
-use util::{pattern, recv_wr, send_wr, sge, Cut, Pair};
+use util::{pattern, recv_wr, send_wr, sge, Cut, Pair, Twins};
 use warpsock_proto::conn::TxSegment;
 use warpsock_proto::wire::ddp;
-use warpsock_proto::{Access, Config, SendOp, SendWr, WcOpcode, WcStatus};
+use warpsock_proto::{Access, Config, SendOp, SendWr};
 
 /// The bytes of `seg` as they go on the wire (sealed first).
 fn wire(p: &mut Pair, seg: &mut TxSegment) -> Vec<u8> {
@@ -42,14 +42,14 @@ fn an_inline_send_is_the_posted_send_byte_for_byte() {
             c.markers = markers;
         };
         // `x` sends inline (and posts every fifth), `y` posts everything.
-        let mut x = Pair::new(cfg, cfg, Cut::Whole);
-        let mut y = Pair::new(cfg, cfg, Cut::Whole);
-        x.establish();
-        y.establish();
-        let data = pattern(4096, 7);
-        let xs = x.a.region(0x1000, data.clone(), Access::LOCAL_READ);
-        let ys = y.a.region(0x1000, data.clone(), Access::LOCAL_READ);
-        let dst = x.b.region(0x8000, vec![0; 4096], Access::LOCAL_WRITE);
+        let Twins {
+            mut x,
+            mut y,
+            data,
+            xs,
+            ys,
+            dst,
+        } = Twins::new(cfg);
         let room = x.a.conn.config().mulpdu - ddp::UNTAGGED_HDR_LEN;
         let lens: Vec<usize> = (0..=70).chain([500, 511, 512, room - 1, room]).collect();
         let what = format!("CRC {crc}, markers {markers}");
@@ -84,20 +84,7 @@ fn an_inline_send_is_the_posted_send_byte_for_byte() {
         );
         // No completion for either kind (unsignalled), and the peer takes
         // every message in order, CRC checked when on.
-        x.a.pump();
-        assert!(x.a.wcs.is_empty(), "{what}: {:?}", x.a.wcs);
-        assert_eq!(x.b.conn.handle_input(&xb, &mut x.b.reg), xb.len(), "{what}");
-        x.b.pump();
-        let got: Vec<u32> = x.b.wcs.iter().map(|w| w.byte_len).collect();
-        let want: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
-        assert_eq!(got, want, "{what}");
-        assert!(
-            x.b.wcs
-                .iter()
-                .all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::Recv),
-            "{what}: {:?}",
-            x.b.wcs
-        );
+        x.unsignalled_sends_arrive(&xb, &lens, &what);
     }
 }
 

@@ -316,18 +316,7 @@ fn a_straight_send_from_a_transmit_slot_leaves_the_socket_not_quiet() {
         assert_eq!(xa.inline_sends(), inline, "round {round}: inline");
         assert_eq!(xa.engine_backlog().0, 0, "round {round}: a backlog");
         assert!(!xa.quiet_now(), "round {round}: quiet after a post");
-        let mut got = vec![0; len];
-        let mut off = 0;
-        let t = Instant::now();
-        while off < len {
-            assert!(t.elapsed() < LIMIT, "round {round}: got {off} of {len}");
-            if let Some(k) = spin_once(&xb, &mut got[off..]) {
-                off += k;
-            }
-        }
-        assert_eq!(got, m, "round {round}");
-        xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
-        assert_eq!(spin_message(&xa, 8, "answer"), pattern(8, round));
+        spun_in_and_answered(&xa, &xb, &m, round);
     }
 }
 
@@ -358,19 +347,26 @@ fn a_straight_gathered_send_written_whole_leaves_the_socket_quiet() {
         );
         assert_eq!(xa.engine_backlog().0, 0, "round {round}: a backlog");
         assert!(xa.quiet_now(), "round {round}: written whole, not quiet");
-        let mut got = vec![0; len];
-        let mut off = 0;
-        let t = Instant::now();
-        while off < len {
-            assert!(t.elapsed() < LIMIT, "round {round}: got {off} of {len}");
-            if let Some(k) = spin_once(&xb, &mut got[off..]) {
-                off += k;
-            }
-        }
-        assert_eq!(got, m, "round {round}");
-        xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
-        assert_eq!(spin_message(&xa, 8, "answer"), pattern(8, round));
+        spun_in_and_answered(&xa, &xb, &m, round);
     }
+}
+
+/// `xb` spins until it has read `m` whole (the round's message from
+/// `xa`), then answers with 8 bytes, which `xa` spins for.
+fn spun_in_and_answered(xa: &XSocket, xb: &XSocket, m: &[u8], round: u64) {
+    let len = m.len();
+    let mut got = vec![0; len];
+    let mut off = 0;
+    let t = Instant::now();
+    while off < len {
+        assert!(t.elapsed() < LIMIT, "round {round}: got {off} of {len}");
+        if let Some(k) = spin_once(xb, &mut got[off..]) {
+            off += k;
+        }
+    }
+    assert_eq!(got, m, "round {round}");
+    xb.send(&pattern(8, round), false, Some(LIMIT)).unwrap();
+    assert_eq!(spin_message(xa, 8, "answer"), pattern(8, round));
 }
 
 /// Messages `x` wrote at once, with no send request: inline (one FPDU

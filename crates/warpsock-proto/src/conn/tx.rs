@@ -186,6 +186,20 @@ impl TxState {
         self.cur = None;
     }
 
+    /// The kind of a Send built at once, with no send-queue entry (an
+    /// inline or a gathered Send: unsignalled, not solicited, no
+    /// invalidate), taking the next MSN of the Send queue.
+    #[inline(always)]
+    fn unposted_send(&mut self) -> MsgKind {
+        let msn = self.next_send_msn;
+        self.next_send_msn = msn.wrapping_add(1);
+        MsgKind::Send {
+            opcode: Opcode::Send,
+            msn,
+            inv_stag: 0,
+        }
+    }
+
     fn marker_due(&self) -> bool {
         self.markers && marker::is_marker_position(self.pos)
     }
@@ -744,13 +758,7 @@ impl Connection {
         if total >= self.tx.inline_limit {
             return false;
         }
-        let msn = self.tx.next_send_msn;
-        self.tx.next_send_msn = msn.wrapping_add(1);
-        let kind = MsgKind::Send {
-            opcode: Opcode::Send,
-            msn,
-            inv_stag: 0,
-        };
+        let kind = self.tx.unposted_send();
         let head = Head::new(kind, 0, total, true);
         seg.clear();
         seg.opcode = Some(head.opcode());

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use warpsock_proto::{
     Access, Config, Connection, Event, PdId, RecvWr, Registry, Role, SendOp, SendWr, Sge, Sgl,
-    Stag, WorkCompletion,
+    Stag, WcOpcode, WcStatus, WorkCompletion,
 };
 
 pub use warpsock_testkit::Rng;
@@ -229,6 +229,67 @@ pub fn send_wr(wr_id: u64, sgl: Sgl) -> SendWr {
 /// One scatter/gather entry.
 pub fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
     Sge { addr, length, lkey }
+}
+
+impl Pair {
+    /// `stream`, the unsignalled Sends `a` built (of `lens` bytes each, in
+    /// order), made no completion on `a`, and `b` takes every one whole
+    /// into its posted receives, in order, CRC checked when on.
+    pub fn unsignalled_sends_arrive(&mut self, stream: &[u8], lens: &[usize], what: &str) {
+        self.a.pump();
+        assert!(self.a.wcs.is_empty(), "{what}: {:?}", self.a.wcs);
+        assert_eq!(
+            self.b.conn.handle_input(stream, &mut self.b.reg),
+            stream.len(),
+            "{what}"
+        );
+        self.b.pump();
+        let got: Vec<u32> = self.b.wcs.iter().map(|w| w.byte_len).collect();
+        let want: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
+        assert_eq!(got, want, "{what}");
+        assert!(
+            self.b
+                .wcs
+                .iter()
+                .all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::Recv),
+            "{what}: {:?}",
+            self.b.wcs
+        );
+    }
+}
+
+/// Two established pairs of one configuration, for comparing a Send built
+/// at once by `x.a` with the same Send posted by `y.a`: each `a` has
+/// `data` (4 KiB) registered at 0x1000 (`xs`, `ys`), and `x.b` a 4 KiB
+/// region at 0x8000 (`dst`) to receive into.
+pub struct Twins {
+    pub x: Pair,
+    pub y: Pair,
+    pub data: Vec<u8>,
+    pub xs: Stag,
+    pub ys: Stag,
+    pub dst: Stag,
+}
+
+impl Twins {
+    pub fn new(cfg: impl Fn(&mut Config) + Copy) -> Self {
+        let mut x = Pair::new(cfg, cfg, Cut::Whole);
+        let mut y = Pair::new(cfg, cfg, Cut::Whole);
+        x.establish();
+        y.establish();
+        let data = pattern(4096, 7);
+        let xs = x.a.region(0x1000, data.clone(), Access::LOCAL_READ);
+        let ys = y.a.region(0x1000, data.clone(), Access::LOCAL_READ);
+        let dst = x.b.region(0x8000, vec![0; 4096], Access::LOCAL_WRITE);
+        Self {
+            x,
+            y,
+            data,
+            xs,
+            ys,
+            dst,
+        }
+    }
 }
 
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -7,7 +7,7 @@ use std::io;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use warpsock_engine::{Access, Mr, SendOp, SendWr, Sgl};
+use warpsock_engine::{Access, Mr, QpNews, SendOp, SendWr, Sgl};
 
 use smallvec::SmallVec;
 
@@ -509,8 +509,16 @@ impl XSocket {
         let Some(news) = news else {
             return false;
         };
-        // As a post: its news is the newest (see `wait_as`); a blocked or
-        // failed write's pass is reaped, its error seen now, not a call late.
+        self.sent_at_once(st, news, src.len);
+        true
+    }
+
+    /// The books after a message the engine wrote at once (`news`: the
+    /// queue pair's after it; `copied`: its bytes copied on the way). As
+    /// a post: its news is the newest (see `wait_as`); a blocked or failed
+    /// write's pass is reaped, its error seen now, not a call late.
+    #[inline(always)]
+    fn sent_at_once(&self, st: &mut State, news: QpNews, copied: usize) {
         st.posts += 1;
         st.news = Some(news);
         st.unreaped |= news.backlog > 0 || news.events;
@@ -518,11 +526,10 @@ impl XSocket {
             self.check_events(st);
         }
         self.count(st, Count::TxMsgs, 1);
-        self.count(st, Count::TxCopied, src.len);
+        self.count(st, Count::TxCopied, copied);
         if st.sending == 0 {
             self.rearm(st);
         }
-        true
     }
 
     /// [`Self::send_inline`] of a message of at least
@@ -541,19 +548,9 @@ impl XSocket {
         let Some(news) = self.qp.send_gathered_news(&parts) else {
             return false;
         };
-        st.posts += 1;
-        st.news = Some(news);
-        st.unreaped |= news.backlog > 0 || news.events;
-        if news.events {
-            self.check_events(st);
-        }
-        self.count(st, Count::TxMsgs, 1);
         // Copied: what the socket did not take (the engine's backlog was
         // empty before), never more than the payload.
-        self.count(st, Count::TxCopied, (news.backlog as usize).min(src.len));
-        if st.sending == 0 {
-            self.rearm(st);
-        }
+        self.sent_at_once(st, news, (news.backlog as usize).min(src.len));
         true
     }
 

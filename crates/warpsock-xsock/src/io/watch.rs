@@ -596,25 +596,41 @@ mod tests {
     #[test]
     fn the_stand_in_timer_never_waits_for_a_held_lock() {
         let (_a, b) = pair();
-        let b = std::sync::Arc::new(b);
-        let held = b.st.lock().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let t = {
-            let b = b.clone();
-            std::thread::spawn(move || {
+        let (got, ()) = with_lock_held(
+            &std::sync::Arc::new(b),
+            |b| {
                 let now = Instant::now();
                 let asked = b.stand_expiry();
-                let done = b.stand_lapse(now);
-                tx.send((asked.map(|d| d >= now), done)).unwrap();
-            })
-        };
-        let got = rx.recv_timeout(Duration::from_secs(30));
-        drop(held);
-        t.join().unwrap();
+                (asked.map(|d| d >= now), b.stand_lapse(now))
+            },
+            |_| (),
+        );
         assert_eq!(
             got.expect("the timer waited for the lock"),
             (Some(true), false)
         );
+    }
+
+    /// Runs `f` on another thread while this one holds `b`'s lock: its
+    /// result if it came within 30 s (`None`: it waited for the lock; the
+    /// bound only ends a hang), and what `look` saw of the state just
+    /// before the lock was let go.
+    fn with_lock_held<T: Send + 'static, L>(
+        b: &std::sync::Arc<XSocket>,
+        f: impl FnOnce(&XSocket) -> T + Send + 'static,
+        look: impl FnOnce(&crate::io::socket::State) -> L,
+    ) -> (Option<T>, L) {
+        let held = b.st.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = {
+            let b = b.clone();
+            std::thread::spawn(move || tx.send(f(&b)).unwrap())
+        };
+        let got = rx.recv_timeout(Duration::from_secs(30)).ok();
+        let seen = look(&held);
+        drop(held);
+        t.join().unwrap();
+        (got, seen)
     }
 
     /// Rounds made by `round` on `b` (the `ping` sent from `a` first) until
@@ -665,20 +681,14 @@ mod tests {
     fn the_walks_try_never_waits_for_a_held_lock() {
         let b = until_shown_readable(|b, show| b.show_after_round(&mut *show));
         let b = std::sync::Arc::new(b);
-        let held = b.st.lock().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let t = {
-            let b = b.clone();
-            std::thread::spawn(move || {
+        let (got, background) = with_lock_held(
+            &b,
+            |b| {
                 let mut shown = false;
-                let done = b.try_watch_and_show(true, false, |_| shown = true);
-                tx.send((done, shown)).unwrap();
-            })
-        };
-        let got = rx.recv_timeout(Duration::from_secs(30));
-        let background = held.background;
-        drop(held);
-        t.join().unwrap();
+                (b.try_watch_and_show(true, false, |_| shown = true), shown)
+            },
+            |st| st.background,
+        );
         assert_eq!(got.expect("the walk waited for the lock"), (false, false));
         assert!(!background, "flag set without the lock");
         for epoll in [false, true] {

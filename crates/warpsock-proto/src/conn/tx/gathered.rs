@@ -12,11 +12,10 @@
 use std::ops::Range;
 
 use warpsock_wire::crc::Crc32c;
-use warpsock_wire::ddp::{self, Opcode};
+use warpsock_wire::ddp;
 use warpsock_wire::fpdu;
 
 use super::head::Head;
-use super::MsgKind;
 use crate::conn::Connection;
 
 /// The head of an untagged Send FPDU: the length field and the DDP/RDMAP
@@ -120,13 +119,7 @@ impl Connection {
         if total.div_ceil(room).max(1) > max_fpdus {
             return false;
         }
-        let msn = self.tx.next_send_msn;
-        self.tx.next_send_msn = msn.wrapping_add(1);
-        let kind = MsgKind::Send {
-            opcode: Opcode::Send,
-            msn,
-            inv_stag: 0,
-        };
+        let kind = self.tx.unposted_send();
         let mut sent = 0;
         loop {
             let take = (total - sent).min(room);
