@@ -201,6 +201,8 @@ cap_drops() {  # cap_drops FILE.pcap
     local d; d=$(sed -n 's/^\([0-9]*\) packets dropped by kernel/\1/p' "$1.log" 2>/dev/null)
     echo "${d:-0}"
 }
+# Why a case's PASS came from a later run (capture_lost, keep_try).
+CASE_NOTE=
 
 VALIDATE=$ROOT/scripts/siw/validate_rping.py
 
@@ -214,29 +216,40 @@ payload_bytes() { echo $(( $2 * ($1 * 2 + 64) )); }   # payload_bytes SIZE COUNT
 
 # Case: warpsock client -> siw rping server in the VM.
 client_case() {  # client_case NAME SIZE COUNT CRC(0|1) RTR(none|write)
-    local name=$1 size=$2 count=$3 crc=$4 rtr=$5 cap=$WORK/$1.pcap rc=0 p2p=off
+    local name=$1 size=$2 count=$3 crc=$4 rtr=$5 cap=$WORK/$1.pcap rc p2p=off attempt
     [ "$rtr" = write ] && p2p=write
-    cap_start "$cap" "$RPING_PORT"
-    "$BIN" -c -a 127.0.0.1 -p "$RPING_PORT" -C "$count" -S "$size" -V --p2p "$p2p" \
-        $([ "$crc" = 1 ] && echo --crc) --timeout 90 >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
-    cap_stop
+    CASE_NOTE=
+    for attempt in 1 2 3; do
+        rc=0
+        cap_start "$cap" "$RPING_PORT"
+        "$BIN" -c -a 127.0.0.1 -p "$RPING_PORT" -C "$count" -S "$size" -V --p2p "$p2p" \
+            $([ "$crc" = 1 ] && echo --crc) --timeout 90 >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
+        cap_stop
+        capture_lost "$name" "$attempt" "$rc" || break
+    done
     check_case "$name" "$RPING_PORT" "$size" "$count" "$crc" "$rtr" $rc "$WORK/$name.out" ""
+    CASE_NOTE=
 }
 
 # Case: siw rping client in the VM -> warpsock server on the host.
 server_case() {  # server_case NAME SIZE COUNT CRC(0|1: our server asks) EXPECT_CRC RTR
-    local name=$1 size=$2 count=$3 crc=$4 ecrc=$5 rtr=$6 cap=$WORK/$1.pcap rc=0 port
-    "$BIN" -s -a 127.0.0.1 -p 0 -S 65535 -V $([ "$crc" = 1 ] && echo --crc) \
-        --accept-timeout 60 --timeout 60 >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    SRV_PID=$!
-    port=$(listen_port "$WORK/$name.err" "$SRV_PID") || loud_fail "$name: our rping server did not listen: $(cat "$WORK/$name.err")"
-    cap_start "$cap" "$port"
-    vm_exec "rping -c -a 10.0.2.2 -p $port -C $count -S $size -V -v >/tmp/rping.out 2>/tmp/rping.err; echo rping-rc=\$?;
-             echo pings=\$(grep -c '^ping data: rdma-ping-' /tmp/rping.out);
-             grep -v '^ping data' /tmp/rping.out | head -5; head -20 /tmp/rping.err" >"$WORK/$name.vm" 2>&1 || true
-    wait "$SRV_PID" || rc=$?
-    SRV_PID=
-    cap_stop
+    local name=$1 size=$2 count=$3 crc=$4 ecrc=$5 rtr=$6 cap=$WORK/$1.pcap rc port attempt
+    CASE_NOTE=
+    for attempt in 1 2 3; do
+        rc=0
+        "$BIN" -s -a 127.0.0.1 -p 0 -S 65535 -V $([ "$crc" = 1 ] && echo --crc) \
+            --accept-timeout 60 --timeout 60 >"$WORK/$name.out" 2>"$WORK/$name.err" &
+        SRV_PID=$!
+        port=$(listen_port "$WORK/$name.err" "$SRV_PID") || loud_fail "$name: our rping server did not listen: $(cat "$WORK/$name.err")"
+        cap_start "$cap" "$port"
+        vm_exec "rping -c -a 10.0.2.2 -p $port -C $count -S $size -V -v >/tmp/rping.out 2>/tmp/rping.err; echo rping-rc=\$?;
+                 echo pings=\$(grep -c '^ping data: rdma-ping-' /tmp/rping.out);
+                 grep -v '^ping data' /tmp/rping.out | head -5; head -20 /tmp/rping.err" >"$WORK/$name.vm" 2>&1 || true
+        wait "$SRV_PID" || rc=$?
+        SRV_PID=
+        cap_stop
+        capture_lost "$name" "$attempt" "$rc" || break
+    done
     local pings
     pings=$(sed -n 's/^pings=//p' "$WORK/$name.vm")
     local extra=""
@@ -245,6 +258,7 @@ server_case() {  # server_case NAME SIZE COUNT CRC(0|1: our server asks) EXPECT_
         extra="${extra:+$extra; }siw rping -c reported: $(grep -iE 'mismatch|wait for|error|fail|bogus' "$WORK/$name.vm" | head -3 | tr '\n' ' ')"
     fi
     check_case "$name" "$port" "$size" "$count" "$ecrc" "$rtr" $rc "$WORK/$name.out" "$extra"
+    CASE_NOTE=
 }
 
 check_case() {  # NAME PORT SIZE COUNT CRC RTR RC REPORTFILE EXTRA
@@ -262,7 +276,7 @@ check_case() {  # NAME PORT SIZE COUNT CRC RTR RC REPORTFILE EXTRA
     [ -s "$WORK/$name.dmesg" ] && why+=("siw kernel log: $(head -5 "$WORK/$name.dmesg")")
     local bytes; bytes=$(payload_bytes "$size" "$count")
     if [ ${#why[@]} -eq 0 ]; then
-        record PASS "$name" "S=$size C=$count CRC=$crc RTR=$rtr: $bytes payload bytes; ${v#ok   }"
+        record PASS "$name" "S=$size C=$count CRC=$crc RTR=$rtr: $bytes payload bytes; ${v#ok   }${CASE_NOTE:+; $CASE_NOTE}"
         TOTAL_BYTES=$((TOTAL_BYTES + bytes))
     else
         record FAIL "$name" "S=$size C=$count CRC=$crc RTR=$rtr"
@@ -283,7 +297,6 @@ SC_CAP=12000000
 SC_VALIDATE=$ROOT/scripts/siw/validate_send_check.py
 SC_TCPDUMP=
 SC_BYTES=0
-SC_NOTE=
 SC_BADCRC=
 cap_prefix_start() {  # cap_prefix_start FILE PORT BYTES
     rm -f "$1" "$1.pid"
@@ -333,7 +346,7 @@ sc_check() {  # sc_check NAME N S CRC RTR PORT RC_WARPSOCK WARPSOCK_OUT VM_OUT
     [ -s "$WORK/$name.dmesg" ] && why+=("siw kernel log: $(head -5 "$WORK/$name.dmesg")")
     local rate; rate=$(sed -n 's/.* seconds \([0-9.]*\) MBps \([0-9.]*\).*/\1 s, \2 MB\/s/p' <<<"$srv")
     if [ ${#why[@]} -eq 0 ]; then
-        record PASS "$name" "N=$n S=$s CRC=$crc RTR=$rtr: $bytes bytes sent and verified ($rate), checksum $sck both ends; ${v#ok   }${SC_NOTE:+; $SC_NOTE}"
+        record PASS "$name" "N=$n S=$s CRC=$crc RTR=$rtr: $bytes bytes sent and verified ($rate), checksum $sck both ends; ${v#ok   }${CASE_NOTE:+; $CASE_NOTE}"
         SC_BYTES=$((SC_BYTES + bytes))
     else
         record FAIL "$name" "N=$n S=$s CRC=$crc RTR=$rtr (verified Sends)"
@@ -343,7 +356,7 @@ sc_check() {  # sc_check NAME N S CRC RTR PORT RC_WARPSOCK WARPSOCK_OUT VM_OUT
 # warpsock-perftest send-check client -> send_check server on siw in the VM.
 sc_client_case() {  # sc_client_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR(none|write)
     local name=$1 n=$2 s=$3 crc=$4 ecrc=$5 rtr=$6 rc attempt
-    SC_NOTE=
+    CASE_NOTE=
     for attempt in 1 2 3; do
         rc=0
         vm_exec "ulimit -l unlimited; rm -f /tmp/sc.out; (/tmp/send_check server -p $SC_GUEST_PORT -n $n -s $s -t 120 \
@@ -356,31 +369,31 @@ sc_client_case() {  # sc_client_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR(no
         cap_prefix_stop
         vm_exec "i=0; while ! grep -q result /tmp/sc.out && pidof send_check >/dev/null; do
                      i=\$((i+1)); [ \$i -gt 150 ] && break; sleep 0.1; done; cat /tmp/sc.out" >"$WORK/$name.vm" 2>&1 || true
-        sc_capture_lost "$name" "$attempt" "$rc" || break
+        capture_lost "$name" "$attempt" "$rc" || break
     done
     sc_check "$name" "$n" "$s" "$ecrc" "$rtr" "$SC_PORT" $rc "$WORK/$name.out" "$WORK/$name.vm"
-    SC_NOTE=
+    CASE_NOTE=
 }
-# A send-check run whose transfer went through but whose capture tcpdump
-# lost packets of is made again, up to three runs in all (as the perftest
-# captured cases): the capture is what the case checks the wire with. A run
-# that failed is never made again for its capture. Returns 0 when the run
-# is to be made again; the lost run's files are kept as *.tryN and SC_NOTE
-# says so.
-sc_capture_lost() {  # sc_capture_lost NAME ATTEMPT RC
+# A case's run (rping or send-check) whose transfer went through but whose
+# capture tcpdump lost packets of is made again, up to three runs in all
+# (as the perftest captured cases): the capture is what the case checks the
+# wire with. A run that failed is never made again for its capture. Returns
+# 0 when the run is to be made again; the lost run's files are kept as
+# *.tryN and CASE_NOTE says so (the PASS line carries it).
+capture_lost() {  # capture_lost NAME ATTEMPT RC
     local drops; drops=$(cap_drops "$WORK/$1.pcap")
     [ "$drops" != 0 ] && [ "$3" = 0 ] && [ "$2" -lt 3 ] || return 1
-    sc_keep_try "$1" "$2" "tcpdump lost $drops packets (kernel drops)"
+    keep_try "$1" "$2" "tcpdump lost $drops packets (kernel drops)"
 }
 # Keeps run ATTEMPT's files of case NAME as *.tryATTEMPT (its siw kernel
 # news with it) and notes why the case runs again.
-sc_keep_try() {  # sc_keep_try NAME ATTEMPT WHY
+keep_try() {  # keep_try NAME ATTEMPT WHY
     local f
     siw_kernel_news "$WORK/$1.dmesg"
     for f in "$WORK/$1".*; do
         case $f in *.try[0-9]) ;; *) mv "$f" "$f.try$2" ;; esac
     done
-    SC_NOTE="${SC_NOTE:+$SC_NOTE; }run again: in run $2 $3 ($WORK/$1.pcap.try$2)"
+    CASE_NOTE="${CASE_NOTE:+$CASE_NOTE; }run again: in run $2 $3 ($WORK/$1.pcap.try$2)"
     echo "    $1: run again: in run $2 $3" >&2
 }
 # warpsock-perftest send-check client -> siw, CRC on, GRO off in the VM: the
@@ -439,21 +452,21 @@ sc_siw_trailer_case() {  # sc_siw_trailer_case NAME N S
 # The first run's files are kept (*.try1) and the PASS line names the FPDU;
 # any other failure (any other bad CRC from siw included), or the same one
 # twice, fails. A run whose capture lost packets is made again as well
-# (sc_capture_lost; CI of 11110b6: 1538 kernel drops, the transfer good).
+# (capture_lost; CI of 11110b6: 1538 kernel drops, the transfer good).
 sc_server_case() {  # sc_server_case NAME N S CRC(0|1: we ask) EXPECT_CRC RTR [SERVER ARGS...]
     local name=$1 attempt hashed=0
-    SC_NOTE=
+    CASE_NOTE=
     for attempt in 1 2 3; do
         sc_server_run "$@"
         if [ "$hashed" = 0 ] && [ "$attempt" -lt 3 ] && siw_sent_double_hash_crc "$name" "$SC_RUN_PORT"; then
             hashed=1
-            sc_keep_try "$name" "$attempt" "siw sent its double-hashed MPA CRC: $SC_BADCRC"
+            keep_try "$name" "$attempt" "siw sent its double-hashed MPA CRC: $SC_BADCRC"
         else
-            sc_capture_lost "$name" "$attempt" "$SC_RUN_RC" || break
+            capture_lost "$name" "$attempt" "$SC_RUN_RC" || break
         fi
     done
     sc_check "$name" "$2" "$3" "$5" "$6" "$SC_RUN_PORT" "$SC_RUN_RC" "$WORK/$name.out" "$WORK/$name.vm"
-    SC_NOTE=
+    CASE_NOTE=
 }
 # Whether warpsock's Terminate says MPA CRC error and every bad CRC siw sent
 # in the capture is its double hash; sets SC_BADCRC to the checker's line.
