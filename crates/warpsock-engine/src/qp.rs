@@ -158,6 +158,16 @@ impl Qp {
     /// Returns `None`, having done nothing, when anything is queued ahead
     /// of it (or MPA markers are on): post the Send instead.
     pub fn send_gathered_news(&self, parts: &[&[u8]]) -> Option<QpNews> {
+        self.send_gathered_list_news(&[parts]).map(|(_, news)| news)
+    }
+
+    /// [`Self::send_gathered_news`] of several messages (`msgs`, each its
+    /// parts) in one gathered system call: the Sends, in order, that
+    /// posted unsignalled Sends of the same bytes give. At most 64 FPDUs
+    /// and (past the first message) 4 MiB in all: returns how many
+    /// messages, from the first, it took (post the rest), or `None`
+    /// having done nothing.
+    pub fn send_gathered_list_news(&self, msgs: &[&[&[u8]]]) -> Option<(usize, QpNews)> {
         self.with(|st, inner| {
             if !st.allowed().tx {
                 return None;
@@ -166,14 +176,14 @@ impl Qp {
                 qps, cqs, watching, ..
             } = st;
             let q = qps.get_mut(self.qi)?.as_mut()?;
-            let full = q.tx_gathered(cqs, parts)?;
+            let (taken, full) = q.tx_gathered(cqs, msgs)?;
             if full && !q.dead {
                 // As `send_inline_news`: the rest waits for writability.
                 q.update_interest(self.qi as u64, watching.then_some(&inner.epoll));
             } else if q.tx_backlog() > 0 || q.dead {
                 inner.kick(st, self.qi);
             }
-            Some(st.news(self.qi))
+            Some((taken, st.news(self.qi)))
         })
     }
 

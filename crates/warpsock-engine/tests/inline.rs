@@ -6,7 +6,8 @@
 //! it. `Qp::send_gathered_news`: Sends of several FPDUs framed at once and
 //! written from the caller's buffers arrive the same way, and what the
 //! socket does not take is the engine's own copy — the caller's buffer is
-//! free once the call returns.
+//! free once the call returns; `Qp::send_gathered_list_news`, several
+//! such Sends in one write, the same.
 
 mod common;
 
@@ -299,6 +300,76 @@ fn gathered_sends_arrive_in_order_between_posted_ones() {
         let gathered = u64::from(MSGS - posted);
         assert!(gathered > u64::from(MSGS / 4), "{refused} refused");
         assert_eq!(after.gathered_sends - before.gathered_sends, gathered);
+        assert_eq!(srv.join().unwrap(), MSGS);
+        let mut more = [warpsock_engine::Wc::default(); 4];
+        assert_eq!(cq.poll(&mut more), 0, "{:?}", &more[..1]);
+    }
+}
+
+/// Lists of one to four gathered Sends, each list one `sendmsg` from the
+/// caller's buffers (overwritten as soon as the call returns), with the
+/// server reading: every message whole and in order, CRC on and off.
+/// What a list did not take (refused behind a queued rest) is posted and
+/// goes out behind it.
+#[test]
+fn gathered_lists_arrive_in_order() {
+    const MSGS: u32 = 40;
+    let len = connect_probe_len();
+    for crc in [false, true] {
+        let l = Listener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let c = Context::new(Progress::Thread).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(64).unwrap();
+        let mut init = QpInit::new(&pd, &cq);
+        init.options.crc = crc;
+        let (go, srv) = server(l, crc, MSGS as usize, len);
+        let qp = connect(addr, &init).unwrap();
+        go.send(MSGS).unwrap();
+        let before = qp.io_stats();
+        let mut bufs = vec![vec![0u8; len]; 4];
+        let (mut n, mut lists, mut multi, mut posted) = (0u32, 0, 0, 0);
+        while n < MSGS {
+            let k = (lists % 4 + 1).min((MSGS - n) as usize);
+            for (i, b) in bufs[..k].iter_mut().enumerate() {
+                b.copy_from_slice(&payload(n + i as u32, len));
+            }
+            let parts: Vec<[&[u8]; 2]> = bufs[..k].iter().map(|b| [&b[..7], &b[7..]]).collect();
+            let msgs: Vec<&[&[u8]]> = parts.iter().map(|p| &p[..]).collect();
+            let writes = qp.io_stats().writes;
+            let taken = match qp.send_gathered_list_news(&msgs) {
+                Some((taken, _)) => {
+                    assert!((1..=k).contains(&taken), "{taken} of {k}");
+                    // One `sendmsg` for the list (the progress thread may
+                    // write a rest meanwhile).
+                    assert!(qp.io_stats().writes - writes >= 1);
+                    multi += usize::from(taken > 1);
+                    taken
+                }
+                None => 0,
+            };
+            for b in &mut bufs[..taken] {
+                b.fill(0xEE);
+            }
+            // The rest of the list, posted behind it.
+            for (i, b) in bufs[taken..k].iter().enumerate() {
+                let m = n + (taken + i) as u32;
+                let mr = pd.register(b.clone(), Access::LOCAL_READ);
+                qp.post_send(send_wr(u64::from(m), mr.sge(0, len as u32)))
+                    .unwrap();
+                let w = wait_n(&cq, 1)[0];
+                assert!(w.is_ok() && w.wr_id == u64::from(m), "{w:?}");
+                posted += 1;
+            }
+            n += k as u32;
+            lists += 1;
+        }
+        let after = qp.io_stats();
+        assert!(multi >= 3, "{multi} lists took more than one message");
+        assert_eq!(
+            after.gathered_sends - before.gathered_sends,
+            u64::from(MSGS - posted)
+        );
         assert_eq!(srv.join().unwrap(), MSGS);
         let mut more = [warpsock_engine::Wc::default(); 4];
         assert_eq!(cq.poll(&mut more), 0, "{:?}", &more[..1]);

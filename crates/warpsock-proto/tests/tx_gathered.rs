@@ -106,6 +106,7 @@ fn a_gathered_send_is_the_posted_send_byte_for_byte() {
                 xb.extend(got);
                 continue;
             }
+            frames.clear();
             assert!(
                 x.a.conn.send_gathered(&parts, &mut frames, 64),
                 "{what}: {len} B"
@@ -168,6 +169,22 @@ fn a_gathered_send_is_refused_whenever_it_would_not_be_the_posted_one() {
         );
         assert_eq!(h[2] & 0x40 != 0, k == 2, "FPDU {k}: the L bit");
         assert_eq!(f.payload(), k * room..(k + 1) * room);
+    }
+    // The next Send's FPDUs go onto the end of the list (the engine writes
+    // a list of Sends in one `sendmsg`): MSN 3, its offsets its own; a
+    // refusal leaves the list as it was.
+    let taken = frames.clone();
+    assert!(!p.a.conn.send_gathered(&[&bytes], &mut frames, 2));
+    assert_eq!(frames, taken);
+    assert!(p
+        .a
+        .conn
+        .send_gathered(&[&bytes[..room + 1]], &mut frames, 2));
+    assert_eq!(frames[..3], taken[..]);
+    assert_eq!(frames.len(), 5);
+    for (k, f) in frames[3..].iter().enumerate() {
+        assert_eq!(&f.head()[12..16], &3u32.to_be_bytes(), "FPDU {k}: MSN");
+        assert_eq!(f.payload(), k * room..(k * room + room).min(room + 1));
     }
     // Markers on: refused (a marker would fall inside the payload).
     let mcfg = |c: &mut Config| {

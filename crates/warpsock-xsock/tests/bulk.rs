@@ -321,7 +321,10 @@ fn straight_writes_refused_inline_go_from_a_transmit_slot() {
 /// 20 segments per MiB against host TCP's 17). The send buffer takes each
 /// whole write and the reader has credit for it, so nothing is left for a
 /// later pass (the reader's credits coming back make none); the bytes
-/// arrive intact.
+/// arrive intact. The non-blocking (copied) write's four messages go as
+/// one gathered list from the caller's buffer (`io/data/listed.rs`), none
+/// of its bytes copied: the connection's 16 slots of credit hold the
+/// three writes whatever the reader did.
 #[test]
 fn a_1_mib_write_is_one_transmit_pass() {
     const MSG: usize = 1 << 20;
@@ -335,12 +338,67 @@ fn a_1_mib_write_is_one_transmit_pass() {
     assert_eq!(xa.send(&data[..MSG], false, Some(LIMIT)).unwrap(), MSG);
     for (k, m) in data[MSG..].chunks(MSG).enumerate() {
         let p0 = xa.tx_passes();
+        let (g0, c0) = (xa.gathered_sends().0, copied(&xa));
         // Blocking (from the caller's buffer) and non-blocking (copied).
         assert_eq!(xa.send(m, k == 1, Some(LIMIT)).unwrap(), MSG);
         let passes = xa.tx_passes() - p0;
         assert_eq!(passes, 1, "transmit passes for write {k} of 1 MiB");
+        if k == 1 {
+            assert_eq!(xa.gathered_sends().0 - g0, 4, "messages gathered");
+            let c = copied(&xa) - c0;
+            assert!(c < MSG as u64 / 4, "{c} bytes of a gathered write copied");
+        }
     }
     reader.join().unwrap();
+}
+
+/// Non-blocking writes of several messages into a connection whose
+/// kernel buffers are small (the writer's send buffer and the reader's
+/// receive buffer): a gathered list the socket takes in part leaves its
+/// rest with the engine (copied), and a list that finds such a rest
+/// queued ahead goes from the transmit slots instead, behind it; the
+/// reader gets every byte in order.
+#[test]
+fn gathered_lists_and_their_fallback_keep_the_stream_in_order() {
+    const MSG: usize = 1 << 20;
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 64 << 10);
+    set_buf(&b, libc::SO_RCVBUF, 64 << 10);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let data = Arc::new(pattern(8 * MSG, 9));
+    let reader = read_all(xb, 32 << 10, Arc::clone(&data));
+    let (mut off, t) = (0, std::time::Instant::now());
+    while off < data.len() {
+        assert!(t.elapsed() < LIMIT, "{off} bytes written");
+        // Odd lengths: the last message of a call is short.
+        let end = (off + MSG + 4097).min(data.len());
+        match xa.send(&data[off..end], true, Some(LIMIT)) {
+            Ok(n) => off += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                xa.progress();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("write at {off}: {e}"),
+        }
+    }
+    while !reader.is_finished() {
+        assert!(t.elapsed() < LIMIT, "the reader did not get every byte");
+        xa.progress();
+        std::thread::yield_now();
+    }
+    reader.join().unwrap();
+    let (gathered, rest) = xa.gathered_sends();
+    assert!(gathered > 0, "no message gathered");
+    assert!(
+        rest > 0,
+        "no gathered list's rest copied: {gathered} gathered"
+    );
+}
+
+/// Bytes `x` copied into transmit slots or, of gathered sends, that its
+/// socket did not take.
+fn copied(x: &XSocket) -> u64 {
+    x.stats().tx_copied.load(Ordering::Relaxed)
 }
 
 /// Reads `want.len()` bytes from `x` in a thread, `chunk` bytes a call at

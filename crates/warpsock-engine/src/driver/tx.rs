@@ -23,7 +23,7 @@ const TX_SEGS: usize = 512;
 /// The largest segment buffer kept for reuse: an FPDU's room of inline
 /// bytes (an inline Send copies at most one FPDU's payload).
 const POOLED_BYTES: usize = 128 << 10;
-/// FPDUs of one gathered Send at most ([`QpSlot::tx_gathered`]): with
+/// FPDUs of one gathered write at most ([`QpSlot::tx_gathered`]): with
 /// loopback's ~64 KiB FPDUs, `TX_BATCH` of bytes — the most its copy of
 /// what the socket did not take can be.
 const GATHER_FPDUS: usize = 64;
@@ -251,42 +251,69 @@ impl QpSlot {
         Some(full)
     }
 
-    /// Frames a Send of the bytes of `parts` (any length) and writes it at
-    /// once, its payload gathered from where the caller has it
+    /// Frames Sends of the bytes of `msgs` (each a message's `parts`, any
+    /// length), in order, and writes them at once, their payloads gathered
+    /// from where the caller has them
     /// ([`warpsock_proto::Connection::send_gathered`]: no copy into a
-    /// segment first), when nothing is queued here or in the core ahead of
-    /// it. What the socket does not take (a partial or blocked write) is
-    /// copied into a segment of its own then and queued for the next pass,
-    /// so `parts` need live only for the call: at most
-    /// [`GATHER_FPDUS`] FPDUs, `TX_BATCH` of bytes. No completion (the Send
-    /// is unsignalled and complete once handed over). Returns as
-    /// [`Self::tx_inline`] does: `None` having done nothing, else whether
-    /// the socket took the FPDUs in part or not at all.
+    /// segment first), in one `sendmsg`, when nothing is queued here or in
+    /// the core ahead of them. What the socket does not take (a partial or
+    /// blocked write) is copied into a segment of its own then and queued
+    /// for the next pass, so the parts need live only for the call: at
+    /// most [`GATHER_FPDUS`] FPDUs and `IOV_MAX` pieces in all, and past
+    /// the first message at most `TX_BATCH` of bytes. No completion (the
+    /// Sends are unsignalled and complete once handed over). Returns
+    /// `None` having done nothing (the first message refused: anything
+    /// queued ahead, too many FPDUs), else how many of the messages, from
+    /// the first, it took (the rest are the caller's to post) and whether
+    /// the socket took the FPDUs in part or not at all (as
+    /// [`Self::tx_inline`]).
     pub(crate) fn tx_gathered(
         &mut self,
         cqs: &mut [Option<CqSlot>],
-        parts: &[&[u8]],
-    ) -> Option<bool> {
+        msgs: &[&[&[u8]]],
+    ) -> Option<(usize, bool)> {
         if self.dead || !self.txq.is_empty() {
             return None;
         }
         debug_assert_eq!(self.tx_off, 0, "nothing queued, nothing half written");
-        // One gather list for the whole message: a head, the payload's
-        // pieces and a trailer an FPDU.
-        let max = GATHER_FPDUS.min(sys::IOV_MAX / (2 + parts.len()));
         let mut frames = std::mem::take(&mut self.gathered);
-        if !self.conn.send_gathered(parts, &mut frames, max) {
+        frames.clear();
+        // A head, the payload's pieces and a trailer an FPDU.
+        let (mut taken, mut pieces, mut bytes) = (0, 0, 0);
+        for parts in msgs {
+            let per = 2 + parts.len();
+            let max = (GATHER_FPDUS - frames.len()).min((sys::IOV_MAX - pieces) / per);
+            let len: usize = parts.iter().map(|p| p.len()).sum();
+            let before = frames.len();
+            if max == 0
+                || (taken > 0 && bytes + len > TX_BATCH)
+                || !self.conn.send_gathered(parts, &mut frames, max)
+            {
+                break;
+            }
+            taken += 1;
+            bytes += len;
+            // At most: an FPDU's payload is one run of the parts.
+            pieces += (frames.len() - before) * per;
+        }
+        if taken == 0 {
             self.gathered = frames;
             return None;
         }
         let mut iov = recycle(std::mem::take(&mut self.iov_store));
         let mut len = 0;
-        for f in &frames {
+        // A message's first FPDU carries its bytes from 0 (MO 0).
+        let mut at = 0;
+        for (k, f) in frames.iter().enumerate() {
+            if k > 0 && f.payload().start == 0 {
+                at += 1;
+            }
             iov.push(IoSlice::new(f.head()));
-            pieces_of(parts, f.payload(), |b| iov.push(IoSlice::new(b)));
+            pieces_of(msgs[at], f.payload(), |b| iov.push(IoSlice::new(b)));
             iov.push(IoSlice::new(f.trailer()));
             len += f.len();
         }
+        debug_assert_eq!(at + 1, taken);
         let sent = sys::send_vectored(self.sock.as_raw_fd(), &iov);
         self.io.tx_passes += 1;
         self.io.writes += 1;
@@ -304,7 +331,7 @@ impl QpSlot {
                 self.iov_store = recycle(iov);
                 self.gathered = frames;
                 self.fail_with(&e);
-                return Some(false);
+                return Some((taken, false));
             }
         };
         self.io.write_bytes += took as u64;
@@ -331,7 +358,7 @@ impl QpSlot {
         self.iov_store = recycle(iov);
         self.gathered = frames;
         self.collect(cqs);
-        Some(full)
+        Some((taken, full))
     }
 
     /// After the one system call that wrote `seg` (`len` bytes), the only

@@ -16,6 +16,7 @@ use super::settings::{Count, Readiness};
 use super::socket::{State, XSocket, CALL_BITS, WR_CALL, WR_SLOT};
 use crate::stream::TxStep;
 use crate::wire::{Msg, HDR_LEN, MAX_CONTROL_LEN};
+use listed::Listed;
 
 impl XSocket {
     // ------------------------------------------------------------------
@@ -296,11 +297,15 @@ impl XSocket {
         // The bytes handed over while the connection lived ([`Self::handed`]):
         // what the call returns if it meets the connection's end.
         let mut handed = 0;
+        // Its DATA messages not yet handed to the engine (`data/listed.rs`):
+        // handed over before anything else of the call goes.
+        let mut listed = Listed::default();
         while off < total {
             if batch && st.deferred.is_none() {
                 st.deferred = Some(Vec::new());
             }
             if let Some(e) = Self::dead(&st) {
+                self.hand_over_listed(&mut st, &mut listed, g);
                 self.post_deferred(&mut st);
                 return (st, if handed > 0 { Ok(handed) } else { Err(e) });
             }
@@ -308,6 +313,7 @@ impl XSocket {
             // thread (`shutdown(SHUT_WR)` while this call waited): as
             // TCP's, the call fails with `EPIPE`, or returns what it sent.
             if st.peer_closed || super::rio::write_shut(&st) {
+                self.hand_over_listed(&mut st, &mut listed, g);
                 self.post_deferred(&mut st);
                 let r = if off > 0 {
                     Ok(off)
@@ -333,6 +339,9 @@ impl XSocket {
             } else {
                 st.s.tx_data(chunk, chunk == rest)
             };
+            if !matches!(step, TxStep::Data { .. }) {
+                self.hand_over_listed(&mut st, &mut listed, g);
+            }
             match step {
                 TxStep::Control => self.flush(&mut st),
                 TxStep::Write { stag, to, len } => {
@@ -346,6 +355,12 @@ impl XSocket {
                     self.handed(&mut st, off, &mut handed);
                 }
                 TxStep::Data { msg, len } => {
+                    // Listed: handed over later (not handed yet).
+                    if listed.add(&mut st, self.opts.gather_min, msg, &src(off, len)) {
+                        off += len;
+                        continue;
+                    }
+                    self.hand_over_listed(&mut st, &mut listed, g);
                     let op = SendOp::Send {
                         solicited: false,
                         invalidate: None,
@@ -395,6 +410,7 @@ impl XSocket {
                 }
             }
         }
+        self.hand_over_listed(&mut st, &mut listed, g);
         if off == total {
             st.s.tx_end_call();
         }
@@ -489,9 +505,10 @@ impl XSocket {
         };
         if src.len >= self.opts.gather_min {
             // Not within a call of several messages (`State::deferred`
-            // set): those go from transmit slots, handed to the engine
-            // together — one `sendmsg` for the call, not one a message
-            // (`tests/bulk.rs` `a_1_mib_write_is_one_transmit_pass`).
+            // set): those go to the engine together — one `sendmsg` for
+            // the call, not one a message (`tests/bulk.rs`
+            // `a_1_mib_write_is_one_transmit_pass`), gathered as a list
+            // (`data/listed.rs`) or from transmit slots.
             return st.deferred.is_none() && self.send_gathered(st, &hdr, src);
         }
         let news = match src.g.parts {
@@ -509,23 +526,24 @@ impl XSocket {
         let Some(news) = news else {
             return false;
         };
-        self.sent_at_once(st, news, src.len);
+        self.sent_at_once(st, news, 1, src.len);
         true
     }
 
-    /// The books after a message the engine wrote at once (`news`: the
-    /// queue pair's after it; `copied`: its bytes copied on the way). As
-    /// a post: its news is the newest (see `wait_as`); a blocked or failed
-    /// write's pass is reaped, its error seen now, not a call late.
+    /// The books after `msgs` messages the engine wrote at once (`news`:
+    /// the queue pair's after them; `copied`: their bytes copied on the
+    /// way). As a post: its news is the newest (see `wait_as`); a blocked
+    /// or failed write's pass is reaped, its error seen now, not a call
+    /// late.
     #[inline(always)]
-    fn sent_at_once(&self, st: &mut State, news: QpNews, copied: usize) {
+    pub(crate) fn sent_at_once(&self, st: &mut State, news: QpNews, msgs: usize, copied: usize) {
         st.posts += 1;
         st.news = Some(news);
         st.unreaped |= news.backlog > 0 || news.events;
         if news.events {
             self.check_events(st);
         }
-        self.count(st, Count::TxMsgs, 1);
+        self.count(st, Count::TxMsgs, msgs);
         self.count(st, Count::TxCopied, copied);
         if st.sending == 0 {
             self.rearm(st);
@@ -550,7 +568,7 @@ impl XSocket {
         };
         // Copied: what the socket did not take (the engine's backlog was
         // empty before), never more than the payload.
-        self.sent_at_once(st, news, (news.backlog as usize).min(src.len));
+        self.sent_at_once(st, news, 1, (news.backlog as usize).min(src.len));
         true
     }
 
@@ -590,15 +608,12 @@ impl XSocket {
     ) {
         let slot = st.tx_free.pop().expect("a free transmit slot");
         let at = slot as usize * self.opts.slot_size as usize;
-        if hdr.is_some() {
-            self.count(st, Count::TxMsgs, 1);
-        }
         let Some(mrs) = src.mrs else {
-            debug_assert!(src.len + HDR_LEN <= self.opts.slot_size as usize);
-            self.count(st, Count::TxCopied, src.len);
             match hdr {
-                Some(m) => self.post_msg(st, slot, m, src),
+                Some(m) => self.post_copied(st, slot, m, src),
                 None => {
+                    debug_assert!(src.len + HDR_LEN <= self.opts.slot_size as usize);
+                    self.count(st, Count::TxCopied, src.len);
                     #[allow(unsafe_code)]
                     // SAFETY: `slot` is a free transmit slot, ours until
                     // posted below.
@@ -617,6 +632,9 @@ impl XSocket {
             }
             return;
         };
+        if hdr.is_some() {
+            self.count(st, Count::TxMsgs, 1);
+        }
         let mut sgl = Sgl::new();
         let mut wr_id = WR_CALL | call;
         match hdr {
@@ -641,7 +659,18 @@ impl XSocket {
             },
         );
     }
+
+    /// Posts DATA message `m` of the bytes of `src` (not registered)
+    /// copied into transmit slot `slot`, ours.
+    pub(crate) fn post_copied(&self, st: &mut State, slot: u32, m: Msg, src: Src<'_>) {
+        debug_assert!(src.len + HDR_LEN <= self.opts.slot_size as usize);
+        self.count(st, Count::TxMsgs, 1);
+        self.count(st, Count::TxCopied, src.len);
+        self.post_msg(st, slot, m, src);
+    }
 }
+
+mod listed;
 
 mod recv;
 

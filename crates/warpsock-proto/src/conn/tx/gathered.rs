@@ -80,7 +80,7 @@ pub fn pieces_of<'a>(parts: &[&'a [u8]], range: Range<usize>, mut f: impl FnMut(
 
 impl Connection {
     /// Frames an untagged Send of the bytes of `parts` (in order, any
-    /// length) into `out` (cleared first), one [`GatheredFpdu`] per FPDU,
+    /// length) onto the end of `out`, one [`GatheredFpdu`] per FPDU,
     /// *now*, if nothing is queued ahead of it (as for
     /// [`Self::send_inline`]: RTS, the FPDU phase open, no control frame,
     /// Terminate, RTR, message in progress, Read Response or posted
@@ -88,6 +88,9 @@ impl Connection {
     /// (a marker would fall inside the caller's bytes) and it takes at
     /// most `max_fpdus` FPDUs. Returns false, having changed nothing,
     /// otherwise — the caller then posts the message as a request.
+    /// Sends framed one after another, each written after the one before
+    /// (a list of them in one `sendmsg`, the engine's
+    /// `QpSlot::tx_gathered`), are the posted Sends one after another.
     ///
     /// The FPDUs are, byte for byte, those [`Self::post_send`] of an
     /// unsignalled Send of the same bytes followed by
@@ -110,7 +113,6 @@ impl Connection {
             self.inline_limit_now(),
             "TxState::inline_limit stale"
         );
-        out.clear();
         if self.tx.inline_limit == 0 || self.tx.markers {
             return false;
         }
