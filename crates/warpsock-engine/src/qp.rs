@@ -164,7 +164,8 @@ impl Qp {
     /// [`Self::send_gathered_news`] of several messages (`msgs`, each its
     /// parts) in one gathered system call: the Sends, in order, that
     /// posted unsignalled Sends of the same bytes give. At most 64 FPDUs
-    /// and (past the first message) 4 MiB in all: returns how many
+    /// and 4 MiB of payload in all (unless the first message alone is
+    /// more): returns how many
     /// messages, from the first, it took (post the rest), or `None`
     /// having done nothing.
     pub fn send_gathered_list_news(&self, msgs: &[&[&[u8]]]) -> Option<(usize, QpNews)> {

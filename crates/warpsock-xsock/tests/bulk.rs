@@ -352,6 +352,41 @@ fn a_1_mib_write_is_one_transmit_pass() {
     reader.join().unwrap();
 }
 
+/// A 4 MiB non-blocking write on a fresh connection: its messages of a
+/// slot each that the peer's first credits cover (all but the one kept
+/// for control messages) are all gathered from the caller's buffer — more
+/// FPDUs than one gathered write takes (64), so in two, the second once
+/// the socket took the first whole — none copied; the reader gets every
+/// byte.
+#[test]
+fn a_4_mib_write_goes_gathered_in_two_writes() {
+    const LEN: usize = 4 << 20;
+    let (a, b) = tcp_pair();
+    set_buf(&a, libc::SO_SNDBUF, 16 << 20);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let data = Arc::new(pattern(LEN, 12));
+    let (g0, c0) = (xa.gathered_sends().0, copied(&xa));
+    assert_eq!(xa.send(&data, true, Some(LIMIT)).unwrap(), LEN);
+    let reader = read_all(xb, 32 << 10, Arc::clone(&data));
+    // Messages one gathered write takes at most.
+    let payload = opts().slot_size as usize - HDR_LEN;
+    let per_write = 64 / (payload + HDR_LEN).div_ceil(xa.mulpdu() - 18);
+    let gathered = xa.gathered_sends().0 - g0;
+    assert!(
+        gathered as usize > per_write && gathered as usize >= LEN / payload - 1,
+        "{gathered} messages gathered ({per_write} a write)"
+    );
+    let c = copied(&xa) - c0;
+    assert!(c <= payload as u64, "{c} bytes of a gathered write copied");
+    let t = std::time::Instant::now();
+    while !reader.is_finished() {
+        assert!(t.elapsed() < LIMIT, "the reader did not get every byte");
+        xa.progress();
+        std::thread::yield_now();
+    }
+    reader.join().unwrap();
+}
+
 /// Non-blocking writes of several messages into a connection whose
 /// kernel buffers are small (the writer's send buffer and the reader's
 /// receive buffer): a gathered list the socket takes in part leaves its

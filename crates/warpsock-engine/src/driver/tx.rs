@@ -259,8 +259,8 @@ impl QpSlot {
     /// the core ahead of them. What the socket does not take (a partial or
     /// blocked write) is copied into a segment of its own then and queued
     /// for the next pass, so the parts need live only for the call: at
-    /// most [`GATHER_FPDUS`] FPDUs and `IOV_MAX` pieces in all, and past
-    /// the first message at most `TX_BATCH` of bytes. No completion (the
+    /// most [`GATHER_FPDUS`] FPDUs and `IOV_MAX` pieces in all, and
+    /// `TX_BATCH` of payload unless the first message alone is more. No completion (the
     /// Sends are unsignalled and complete once handed over). Returns
     /// `None` having done nothing (the first message refused: anything
     /// queued ahead, too many FPDUs), else how many of the messages, from

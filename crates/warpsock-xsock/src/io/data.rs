@@ -290,8 +290,9 @@ impl XSocket {
         // only through `wait` when the books block the call.
         self.drive_before_send(&mut st, zcopy || total >= self.opts.zcopy_min);
         // A call of more than one message hands its posts to the engine
-        // together (`XSocket::post_deferred`), at its end or before it
-        // waits: one gathered `sendmsg` per call, not one per message.
+        // together (`XSocket::post_deferred`; a copied call's DATA as a
+        // gathered list, `data/listed.rs`), at its end or before it
+        // waits: a gathered `sendmsg` per call, not one per message.
         let batch = zcopy || total > self.opts.slot_size as usize - HDR_LEN;
         let mut signalled = false;
         // The bytes handed over while the connection lived ([`Self::handed`]):
@@ -332,6 +333,11 @@ impl XSocket {
             } else {
                 rest.min(self.opts.slot_size as usize - HDR_LEN)
             };
+            // Listed messages hold transmit slots until handed over: a
+            // step is not blocked on slots the list holds.
+            if st.tx_free.is_empty() {
+                self.hand_over_listed(&mut st, &mut listed, g);
+            }
             // Behind asynchronous sends made before the call: blocked
             // until their bytes are all posted (`rio::sends_ahead`).
             let step = if st.tx_free.is_empty() || super::rio::sends_ahead(self, &mut st) {
@@ -356,6 +362,9 @@ impl XSocket {
                 }
                 TxStep::Data { msg, len } => {
                     // Listed: handed over later (not handed yet).
+                    if listed.full() {
+                        self.hand_over_listed(&mut st, &mut listed, g);
+                    }
                     if listed.add(&mut st, self.opts.gather_min, msg, &src(off, len)) {
                         off += len;
                         continue;
@@ -493,8 +502,8 @@ impl XSocket {
     /// caller's buffers ([`Self::send_gathered`]). Returns false, having
     /// done nothing, when the engine has anything queued ahead of it or
     /// the message does not fit one FPDU (inline) or 64 (gathered), or `m`
-    /// is not DATA, or (gathered) the call sends several messages: the
-    /// caller posts it from a slot.
+    /// is not DATA, or (gathered) the call sends several messages (those
+    /// go as a list, `data/listed.rs`): the caller posts it from a slot.
     // Always inlined: see `send_straight`.
     #[inline(always)]
     pub(crate) fn send_inline(&self, st: &mut State, m: Msg, src: Src<'_>) -> bool {

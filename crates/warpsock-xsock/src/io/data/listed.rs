@@ -1,7 +1,7 @@
 //! The DATA messages of a copied send call of several messages (a
 //! non-blocking write, or a blocking one below `WARPSOCK_ZCOPY_MIN`,
-//! longer than a transmit slot), written in one gathered `sendmsg` from
-//! the caller's buffers ([`Qp::send_gathered_list_news`](warpsock_engine::Qp::send_gathered_list_news)):
+//! longer than a transmit slot), written in gathered `sendmsg`s (one for a
+//! 1 MiB write) from the caller's buffers ([`Qp::send_gathered_list_news`](warpsock_engine::Qp::send_gathered_list_news)):
 //! no copy into the transmit slots but of what the engine does not take.
 //!
 //! `send_call` collects each message it stamps ([`Listed::add`]) while
@@ -25,8 +25,9 @@ use super::super::gather::{Gather, Src};
 use super::super::socket::{State, XSocket};
 use crate::wire::{Msg, HDR_LEN};
 
-/// Messages of one list at most: with 256 KiB slots, 4 MiB, the most the
-/// engine takes past a list's first message.
+/// Messages of one list at most: with 256 KiB slots, 4 MiB, a write the
+/// engine takes in about two (at most 64 FPDUs of ~64 KiB on loopback,
+/// 4 MiB, each).
 const LISTED_MAX: usize = 16;
 
 /// One listed message: its header, its transmit slot, its bytes of the
@@ -47,6 +48,11 @@ pub(crate) struct Listed {
 }
 
 impl Listed {
+    /// Whether the list takes no more messages: hand it over first.
+    pub(crate) fn full(&self) -> bool {
+        self.msgs.len() == LISTED_MAX
+    }
+
     /// Lists DATA message `m` of the call's bytes `src` (copied: no
     /// registered buffers), taking a free transmit slot for it, if a list
     /// may take it: the call collects its posts (`State::deferred` set)
@@ -80,14 +86,20 @@ impl Listed {
 
 impl XSocket {
     /// Hands the messages of `list` (bytes of `g`, the call's) to the
-    /// engine in one gathered write; those it does not take are copied
-    /// into their slots and posted behind them (collected, as every post
-    /// of the call: `State::deferred`). The slots of those it took are
-    /// free again. The list is empty after.
+    /// engine in gathered writes — as many as the engine takes in one
+    /// (its bounds: 64 FPDUs, 4 MiB), then the rest in another while the
+    /// socket took the last whole; those it does not take are copied into
+    /// their slots and posted behind them (collected, as every post of
+    /// the call: `State::deferred`). The slots of those it took are free
+    /// again. The list is empty after.
     pub(crate) fn hand_over_listed(&self, st: &mut State, list: &mut Listed, g: &Gather<'_>) {
         if list.msgs.is_empty() {
             return;
         }
+        // Nothing of the call went to the engine or was collected since
+        // the list's first message (`Listed::add`, and every other step
+        // of `send_call` hands the list over first): the list goes first.
+        debug_assert!(st.deferred.as_ref().is_some_and(|d| d.is_empty()));
         let listed = std::mem::take(&mut list.msgs);
         let mut parts: SmallVec<[SmallVec<[&[u8]; 3]>; LISTED_MAX]> = SmallVec::new();
         for e in &listed {
@@ -97,20 +109,25 @@ impl XSocket {
             parts.push(p);
         }
         let msgs: SmallVec<[&[&[u8]]; LISTED_MAX]> = parts.iter().map(|p| &p[..]).collect();
-        let taken = match self.qp.send_gathered_list_news(&msgs) {
-            Some((taken, news)) => {
-                let bytes: usize = listed[..taken].iter().map(|e| e.len).sum();
-                for e in &listed[..taken] {
-                    st.tx_free.push(e.slot);
-                }
-                // Copied: what the socket did not take, never more than
-                // the payloads.
-                self.sent_at_once(st, news, taken, (news.backlog as usize).min(bytes));
-                taken
+        let mut done = 0;
+        while done < listed.len() {
+            let Some((taken, news)) = self.qp.send_gathered_list_news(&msgs[done..]) else {
+                break;
+            };
+            let sent = &listed[done..done + taken];
+            for e in sent {
+                st.tx_free.push(e.slot);
             }
-            None => 0,
-        };
-        for e in &listed[taken..] {
+            // Copied: what the socket did not take, never more than the
+            // payloads.
+            let bytes: usize = sent.iter().map(|e| e.len).sum();
+            self.sent_at_once(st, news, taken, (news.backlog as usize).min(bytes));
+            done += taken;
+            if news.backlog > 0 || news.events {
+                break;
+            }
+        }
+        for e in &listed[done..] {
             let src = Src {
                 g,
                 mrs: None,
