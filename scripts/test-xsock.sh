@@ -122,6 +122,13 @@ ECASES=(read restart rcvtimeo waitall sink placed send poll resethand removed er
 c_cases eintr "${ECASES[@]}"
 pass "${#ECASES[@]} signal-interruption cases under ASan/UBSan (EINTR, SA_RESTART, SO_RCVTIMEO, MSG_WAITALL, sink, placed, send, poll, SA_RESETHAND, a handler removed, an error queue entry, two blocked readers)"
 
+# 1c'. select and pselect over a DDP-mode pair answer as over TCP
+# (tests/c/selectddp.c, under ASan/UBSan): made as a poll, and through the
+# doorbells.
+c_cases selectddp polled
+WARPSOCK_DDP_SELECT_DIRECT=0 c_cases selectddp doorbells
+pass "select and pselect over a DDP pair under ASan/UBSan, made as a poll and through the doorbells (timeout, readable and writable with a pipe, EBADF with the sets untouched, EINTR through pselect's mask, the peer's close)"
+
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).
 OCASES=(rcvlowat soerror soerrpoll soerrrecv soerrhup abort abortdup abortbefore abortunread abortshut abortblocked closeblocked closeunread closeheld blockafter stamps latestamps stampopts stampsbefore stampstruct stampkey errqueueopts zerocopy emfile)

@@ -108,6 +108,33 @@ fn a_poll_of_a_ddp_socket_answers_from_its_own_round() {
     assert!(r.stat("ddp_poll_rounds") >= 2_000, "{}", r.stderr);
 }
 
+/// A select loop (`select` for input, then a non-blocking `recv`, both
+/// processes): each `select` naming the DDP socket is made as a poll
+/// (`interpose::wait::select::polled`), which watches the connection
+/// itself and answers from its own round — no doorbell rung per message,
+/// no round of the progress thread's. With
+/// `WARPSOCK_DDP_SELECT_DIRECT=0` the selects see the socket through its
+/// doorbell, as before: the progress thread takes every reply in and
+/// rings for it.
+#[test]
+fn a_select_of_a_ddp_socket_answers_from_its_own_round() {
+    let r = pingpong(1_000, "select");
+    let (bells, bg) = (r.stat("ddp_bells"), r.stat("ddp_bg_rounds"));
+    assert!(
+        bells <= 20 && bg <= 100,
+        "{bells} doorbells and {bg} progress-thread rounds in 1,200 round trips \
+         with a select before each receive: {}",
+        r.stderr
+    );
+    assert!(r.stat("ddp_poll_rounds") >= 2_000, "{}", r.stderr);
+    let d = pingpong_with(1_000, "select", &[("WARPSOCK_DDP_SELECT_DIRECT", "0")]);
+    assert!(
+        d.stat("ddp_bells") >= 1_000 && d.stat("ddp_bg_rounds") >= 1_000,
+        "the doorbell path: {}",
+        d.stderr
+    );
+}
+
 /// An epoll loop (`epoll_wait` then a non-blocking `recv`, both
 /// processes): the set watches the connection itself
 /// (`shim::epollwatch`), and its `epoll_wait` reports each reply from its

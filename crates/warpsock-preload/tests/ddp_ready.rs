@@ -33,14 +33,20 @@ fn a_held_part_no_read_would_return_is_not_readable() {
 /// byte, the parent's `select` finds nothing readable. Fails without the
 /// child's own table of DDP sockets (`xsock::sock::forget_after_fork`):
 /// the child's first doorbell wait rang the parent's bell, which stayed.
+/// Through the doorbells (`WARPSOCK_DDP_SELECT_DIRECT=0`, where that walk
+/// is made) and as polls (the default: a `select` naming no DDP socket is
+/// the real one).
 #[test]
 fn a_forked_childs_first_select_leaves_the_parents_readiness() {
-    let child = command(&c_program("forkselect"), &[], true)
-        .spawn()
-        .expect("spawn forkselect");
-    let r = finish(child, std::time::Duration::from_secs(60));
-    r.assert_ok("forkselect");
-    assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+    for direct in ["0", "1"] {
+        let child = command(&c_program("forkselect"), &[], true)
+            .env("WARPSOCK_DDP_SELECT_DIRECT", direct)
+            .spawn()
+            .expect("spawn forkselect");
+        let r = finish(child, std::time::Duration::from_secs(60));
+        r.assert_ok(&format!("forkselect, WARPSOCK_DDP_SELECT_DIRECT={direct}"));
+        assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+    }
 }
 
 /// A vforked child's close of an inherited DDP-mode descriptor, and its
@@ -92,4 +98,28 @@ fn a_vforked_childs_switch_is_refused_and_the_parents_close_ends_its_stream() {
         .expect("spawn vforkswitch");
     let r = finish(child, std::time::Duration::from_secs(60));
     r.assert_ok("vforkswitch");
+}
+
+/// `select` and `pselect` over a DDP-mode pair answer as Linux's over TCP
+/// (`tests/c/selectddp.c`): a timeout clears the set and writes the time
+/// left back, readable and writable sockets and a plain pipe in one call,
+/// `EBADF` with the sets untouched for a number not open, `EINTR` for a
+/// signal the wait's mask lets in, the peer's close readable. Made as a
+/// poll (the default) and through the doorbells
+/// (`WARPSOCK_DDP_SELECT_DIRECT=0`).
+#[test]
+fn select_over_a_ddp_socket_answers_as_over_tcp() {
+    for direct in ["1", "0"] {
+        let child = command(&c_program("selectddp"), &[], true)
+            .env("WARPSOCK_DDP_SELECT_DIRECT", direct)
+            .spawn()
+            .expect("spawn selectddp");
+        let r = finish(child, std::time::Duration::from_secs(60));
+        r.assert_ok(&format!("selectddp, WARPSOCK_DDP_SELECT_DIRECT={direct}"));
+        assert!(r.stdout.contains("selectddp: ok"), "{}", r.stdout);
+        assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+        if direct == "1" {
+            assert!(r.stat("ddp_poll_rounds") > 0, "{}", r.stderr);
+        }
+    }
 }

@@ -41,6 +41,11 @@ pub(crate) struct Config {
     /// (`shim::epollwatch`); off, an epoll wait sees them through the
     /// progress thread's doorbells, as a `select` does.
     pub(crate) epoll_direct: bool,
+    /// `WARPSOCK_DDP_SELECT_DIRECT` (on unless `0`): a `select` whose sets
+    /// name a managed socket is made as a poll, which watches the sockets'
+    /// connections itself (`interpose::wait::select::polled`); off, it
+    /// sees them through the progress thread's doorbells.
+    pub(crate) select_direct: bool,
     /// `WARPSOCK_DDP_CLOSING_MAX`: the most closes the reaper holds at a
     /// time (`reaper`: past it the oldest lingering one is cut short).
     /// Each keeps its engine's socket and context (descriptors, slot
@@ -157,6 +162,7 @@ impl Config {
             accepted,
             linger: env_ms("WARPSOCK_LINGER_MS", 2000),
             epoll_direct: env_num("WARPSOCK_DDP_EPOLL_DIRECT", 1) != 0,
+            select_direct: env_num("WARPSOCK_DDP_SELECT_DIRECT", 1) != 0,
             closing_max: closing_max(env_num("WARPSOCK_DDP_CLOSING_MAX", 256)),
             connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),
             accept_hold,

@@ -3,12 +3,13 @@
 // BENCHMARKS.md section 6 counts with callgrind (session 11), at two round
 // counts so that the difference excludes the set-up; tests/ddp_latency.rs
 // counts its heap allocations the same way.
-// Usage: ddp_pingpong ROUNDS DDP(0|1) block|poll|busy|vbusy|vblock|epoll|ae
+// Usage: ddp_pingpong ROUNDS DDP(0|1) block|poll|busy|vbusy|vblock|epoll|ae|select
 // (epoll: an event loop's — the socket non-blocking in an epoll set,
 // level-triggered, `epoll_wait` before each receive; ae: redis's event
 // loop's — the socket in the set for output before each send and for
 // input before each receive, taken out after each, as `ae` does when a
 // mask falls to nothing: an EPOLL_CTL_ADD and a DEL per send and per receive;
+// select: a select loop's — `select` for input before each non-blocking receive;
 // vblock: blocking `readv`/`writev` of one iovec, as the benchmark's event
 // mode calls them; vbusy: busy with `readv`/`writev` of one iovec on an O_NONBLOCK socket, as
 // the benchmark's busy mode calls them.) TIMEO=1 in the environment sets
@@ -22,6 +23,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/select.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +39,7 @@
 #define SOL_WARPSOCK 0x57530000
 #define WARPSOCK_DDP_MODE 1
 #define CHECK(x) do { if (!(x)) { fprintf(stderr, "%s:%d: %s (%s)\n", __FILE__, __LINE__, #x, strerror(errno)); exit(1);} } while (0)
-static int mode; // 0 block 1 poll 2 busy 3 vbusy 4 vblock 5 epoll 6 ae
+static int mode; // 0 block 1 poll 2 busy 3 vbusy 4 vblock 5 epoll 6 ae 7 select
 static int ep = -1;
 /* ae: fd in the set for `events` alone (the caller then waits). */
 static void ae_add(int fd, uint32_t events) {
@@ -61,6 +63,11 @@ static void xrecv(int fd, void *b, int n) {
   while (got < n) {
     if (mode == 5 || mode == 6) { struct epoll_event e; CHECK(epoll_wait(ep, &e, 1, 20000) == 1 && e.data.u64 == 7 && (e.events & EPOLLIN)); }
     if (mode == 1) { struct pollfd p = {.fd = fd, .events = POLLIN}; CHECK(poll(&p, 1, 20000) == 1); }
+    if (mode == 7) {
+      fd_set rs; FD_ZERO(&rs); FD_SET(fd, &rs);
+      struct timeval tv = {20, 0};
+      CHECK(select(fd + 1, &rs, NULL, NULL, &tv) == 1 && FD_ISSET(fd, &rs));
+    }
     struct iovec v = {(char*)b + got, n - got};
     ssize_t r = (mode == 3 || mode == 4) ? readv(fd, &v, 1) : (mode == 2 || mode >= 5) ? recv(fd, (char*)b + got, n - got, MSG_DONTWAIT) : read(fd, (char*)b + got, n - got);
     if (r < 0 && errno == EAGAIN && (mode == 2 || mode == 3 || mode >= 5)) continue;
@@ -70,9 +77,9 @@ static void xrecv(int fd, void *b, int n) {
   if (mode == 6) ae_del(fd);
 }
 int main(int argc, char **argv) {
-  if (argc != 4) { fprintf(stderr, "usage: %s ROUNDS DDP(0|1) block|poll|busy|vbusy|vblock|epoll|ae\n", argv[0]); return 2; }
+  if (argc != 4) { fprintf(stderr, "usage: %s ROUNDS DDP(0|1) block|poll|busy|vbusy|vblock|epoll|ae|select\n", argv[0]); return 2; }
   long rounds = atol(argv[1]); int ddp = atoi(argv[2]);
-  mode = !strcmp(argv[3], "poll") ? 1 : !strcmp(argv[3], "busy") ? 2 : !strcmp(argv[3], "vbusy") ? 3 : !strcmp(argv[3], "vblock") ? 4 : !strcmp(argv[3], "epoll") ? 5 : !strcmp(argv[3], "ae") ? 6 : 0;
+  mode = !strcmp(argv[3], "poll") ? 1 : !strcmp(argv[3], "busy") ? 2 : !strcmp(argv[3], "vbusy") ? 3 : !strcmp(argv[3], "vblock") ? 4 : !strcmp(argv[3], "epoll") ? 5 : !strcmp(argv[3], "ae") ? 6 : !strcmp(argv[3], "select") ? 7 : 0;
   int l = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
   socklen_t len = sizeof a;

@@ -1,6 +1,13 @@
 //! The interposed `select(2)` and `pselect(2)`.
 //!
-//! A managed socket is seen through its doorbell, the file its number
+//! A call whose read or write set names a managed socket is made as the
+//! interposed `poll` makes its wait (`select/polled.rs`): the sockets'
+//! connections are watched by the call itself, and their input taken up
+//! on the caller's thread; a call that names none is the real one. The
+//! rest of this module is every call's path with
+//! `WARPSOCK_DDP_SELECT_DIRECT=0`.
+//!
+//! There, a managed socket is seen through its doorbell, the file its number
 //! names, so the real call serves it. One case needs more: an accepted
 //! connection that switches in the background (`xsock::switching`) ends
 //! with its number naming another open file, and the kernel's select,
@@ -49,8 +56,11 @@ pub unsafe extern "C-unwind" fn select(
     e: *mut libc::fd_set,
     timeout: *mut libc::timeval,
 ) -> c_int {
-    before_doorbell_wait();
-    if !crate::xsock::switches_under_way() {
+    let route = polled::route(n, [r, w]);
+    if route == Route::Doorbells {
+        before_doorbell_wait();
+    }
+    if route == Route::Real || route == Route::Doorbells && !crate::xsock::switches_under_way() {
         // SAFETY: forwarding the caller's arguments.
         return unsafe { real::select(n, r, w, e, timeout) };
     }
@@ -64,7 +74,11 @@ pub unsafe extern "C-unwind" fn select(
         None => None,
     };
     let start = Instant::now();
-    let got = watching_changes(n, [r, w, e], bound, None, switching, real_pselect);
+    let got = if route == Route::Polled {
+        polled::select(n, [r, w, e], bound, None)
+    } else {
+        watching_changes(n, [r, w, e], bound, None, switching, real_pselect)
+    };
     // SAFETY: the caller's timeval, if any, is writable (select's own
     // contract: Linux writes the time left into it).
     if let (Some(t), Some(b)) = (unsafe { timeout.as_mut() }, bound) {
@@ -85,8 +99,11 @@ pub unsafe extern "C-unwind" fn pselect(
     timeout: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    before_doorbell_wait();
-    if !crate::xsock::switches_under_way() {
+    let route = polled::route(n, [r, w]);
+    if route == Route::Doorbells {
+        before_doorbell_wait();
+    }
+    if route == Route::Real || route == Route::Doorbells && !crate::xsock::switches_under_way() {
         // SAFETY: forwarding the caller's arguments.
         return unsafe { real::pselect(n, r, w, e, timeout, mask) };
     }
@@ -101,6 +118,9 @@ pub unsafe extern "C-unwind" fn pselect(
     };
     // SAFETY: the caller's mask, if any, is readable (pselect's contract).
     let wait_mask = unsafe { mask.as_ref() };
+    if route == Route::Polled {
+        return polled::select(n, [r, w, e], bound, wait_mask);
+    }
     watching_changes(n, [r, w, e], bound, wait_mask, switching, real_pselect)
 }
 
@@ -152,14 +172,6 @@ fn watching_changes<T>(
         *const libc::sigset_t,
     ) -> c_int,
 ) -> c_int {
-    /// Puts the caller's mask back, on return and on unwind.
-    struct Restore(libc::sigset_t);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            // SAFETY: the saved set; the calling thread's mask only.
-            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
-        }
-    }
     let restore = Restore(sys::block_async_signals());
     let mask: *const libc::sigset_t = wait_mask.unwrap_or(&restore.0);
     // The sets are `n` bits long, rounded up to whole words: what the
@@ -276,6 +288,16 @@ fn watching_changes<T>(
 /// A set's words, inline up to `FD_SETSIZE` bits.
 type Words = SmallVec<[u64; 16]>;
 
+/// Puts the caller's signal mask back, on return and on unwind.
+struct Restore(libc::sigset_t);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        // SAFETY: the saved set; the calling thread's mask only.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
 /// `n` taken down to the size of the process's descriptor table, as the
 /// kernel's select takes it (`core_sys_select`); read (`FDSize` in
 /// `/proc/self/status`) only past `FD_SETSIZE`, where a program may pass
@@ -305,6 +327,9 @@ fn select_bound(t: &libc::timeval) -> Result<Duration, ()> {
             .saturating_add(Duration::from_micros(t.tv_usec as u64)),
     )
 }
+
+mod polled;
+use polled::Route;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,203 @@
+//! A `select` or `pselect` whose sets name a managed socket for input or
+//! room, made as the interposed `poll` makes its wait (`poll_with`): the
+//! sets become a `pollfd` list, each managed socket waited on for input
+//! adds its connections, whose input wakes the call and is taken up on the
+//! caller's thread, and the results go back into the sets as Linux's
+//! select puts them (`fs/select.c`: readable for `POLLIN`, `POLLHUP` or
+//! `POLLERR`, writable for `POLLOUT` or `POLLERR`, exceptional for
+//! `POLLPRI`; a number that is not open fails the call with `EBADF`, its
+//! sets as they were).
+//!
+//! Before, a `select` saw a DDP socket through its doorbell alone: every
+//! arrival went through the progress thread (its read of the connection,
+//! a doorbell byte, a wake-up of the program's `select`) — an `iperf3`
+//! receiver's progress thread took ~46 % of a CPU reading for it. Now a
+//! select loop is served as a poll loop is: by the calling thread.
+//!
+//! A signal is never lost between two waits (`poll_with` waits again after
+//! a wake-up that was nothing for the caller): as in the doorbell path,
+//! the asynchronous signals are blocked from the first wait to the return
+//! and each wait is a `ppoll` with the caller's mask (a `pselect`'s own, or
+//! the thread's) in place. A look (a zero bound) waits once and changes no
+//! mask but a `pselect`'s own, for its one `ppoll`.
+//!
+//! A `select` that names no managed socket is the real one: nothing of
+//! the library's is watched by it (before, every `select` turned the
+//! process's DDP sockets over to the progress thread's watch for good, so
+//! that their doorbells rang). `WARPSOCK_DDP_SELECT_DIRECT=0` keeps the
+//! doorbell path (the module above) for every `select`.
+
+use std::time::Duration;
+
+use libc::c_int;
+use smallvec::SmallVec;
+
+use super::super::poll_with;
+use super::{clamped, Restore, Words};
+use crate::interpose::{cancel_first, cancel_point};
+use crate::shim::fdtable;
+use crate::shim::guard::{busy, enter};
+use crate::shim::sys::{self, set_errno};
+
+/// The events of `poll` that make a number readable, writable,
+/// exceptional for `select` (Linux's `POLLIN_SET`, `POLLOUT_SET`,
+/// `POLLEX_SET`).
+const READABLE: i16 =
+    libc::POLLIN | libc::POLLRDNORM | libc::POLLRDBAND | libc::POLLHUP | libc::POLLERR;
+const WRITABLE: i16 = libc::POLLOUT | libc::POLLWRNORM | libc::POLLWRBAND | libc::POLLERR;
+const EXCEPTIONAL: i16 = libc::POLLPRI;
+
+/// Word `i` of the caller's set `p` (null: none) of `n` bits, the bits
+/// at `n` and past it cleared (the kernel ignores them).
+fn word(p: *mut libc::fd_set, i: usize, n: usize) -> u64 {
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's set is readable for `n` bits rounded up to
+    // words (what the kernel reads); it may not be aligned for them.
+    let w = unsafe { p.cast::<u64>().add(i).read_unaligned() };
+    match n - i * 64 {
+        k if k >= 64 => w,
+        k => w & ((1u64 << k) - 1),
+    }
+}
+
+/// How a `select` is made ([`route`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Route {
+    /// As a poll: its read or write set names a managed socket.
+    Polled,
+    /// The real call: it names none (nothing of the library's to watch).
+    Real,
+    /// Through the doorbells (`WARPSOCK_DDP_SELECT_DIRECT=0`, or a call
+    /// inside the library's own).
+    Doorbells,
+}
+
+/// How the `select` over the read and write sets `sets` (null: none; `n`
+/// bits each) is made. One load a number named while the process has no
+/// managed socket at all.
+pub(super) fn route(n: c_int, sets: [*mut libc::fd_set; 2]) -> Route {
+    if busy() || !crate::xsock::config::get().select_direct {
+        return Route::Doorbells;
+    }
+    if n <= 0 || sets.iter().all(|p| p.is_null()) {
+        return Route::Real;
+    }
+    let n = clamped(n) as usize;
+    let named = (0..n.div_ceil(64)).any(|i| {
+        let mut bits = word(sets[0], i, n) | word(sets[1], i, n);
+        while bits != 0 {
+            let fd = (i * 64) as c_int + bits.trailing_zeros() as c_int;
+            if fdtable::maybe_managed(fd) {
+                return true;
+            }
+            bits &= bits - 1;
+        }
+        false
+    });
+    if named {
+        Route::Polled
+    } else {
+        Route::Real
+    }
+}
+
+/// The `select` over the caller's `sets` (null: none; `n` bits each) for
+/// at most `bound` (`None`: no bound), `wait_mask` the mask to wait with
+/// (`None`: the thread's), made as a poll (module docs). Returns the
+/// number of bits set in the sets, or -1 with `errno` set (the sets then
+/// as they were).
+pub(super) fn select(
+    n: c_int,
+    sets: [*mut libc::fd_set; 3],
+    bound: Option<Duration>,
+    wait_mask: Option<&libc::sigset_t>,
+) -> c_int {
+    cancel_first();
+    let r = enter(-1, || {
+        // A look (a zero bound: a rate-paced sender's `select` loop) waits
+        // once: no mask to change.
+        let restore = (bound != Some(Duration::ZERO)).then(|| Restore(sys::block_async_signals()));
+        let mask: *const libc::sigset_t = match (wait_mask, &restore) {
+            (Some(m), _) => m,
+            (None, Some(r)) => &r.0,
+            (None, None) => std::ptr::null(),
+        };
+        let n = clamped(n) as usize;
+        let words = n.div_ceil(64);
+        // Inline up to 16 numbers; past that the list is allocated, as the
+        // interposed poll's is.
+        let mut fds: SmallVec<[libc::pollfd; 16]> = SmallVec::new();
+        for i in 0..words {
+            let [r, w, e] = sets.map(|p| word(p, i, n));
+            let mut bits = r | w | e;
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                let bit = 1u64 << b;
+                let mut events = 0;
+                for (set, ev) in [(r, libc::POLLIN), (w, libc::POLLOUT), (e, libc::POLLPRI)] {
+                    if set & bit != 0 {
+                        events |= ev;
+                    }
+                }
+                fds.push(libc::pollfd {
+                    fd: (i * 64) as c_int + b as c_int,
+                    events,
+                    revents: 0,
+                });
+            }
+        }
+        let got = poll_with(&mut fds, bound, &mut |p, left| {
+            // Marked as `poll`'s: no lock is held over the sleep.
+            // SAFETY: `p` is a valid pollfd array; a mask of ours or the
+            // caller's.
+            warpsock_engine::asleep::unlocked(|| unsafe {
+                sys::ppoll_raw(
+                    p.as_mut_ptr(),
+                    p.len() as libc::nfds_t,
+                    left.map(sys::timespec),
+                    mask,
+                )
+            })
+        });
+        if got < 0 {
+            return got;
+        }
+        if fds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
+            set_errno(libc::EBADF);
+            return -1;
+        }
+        let mut out: [Words; 3] = std::array::from_fn(|_| smallvec::smallvec![0u64; words]);
+        let mut count = 0;
+        for p in &fds {
+            let (i, bit) = (p.fd as usize / 64, 1u64 << (p.fd % 64));
+            for (k, (asked, shows)) in [
+                (libc::POLLIN, READABLE),
+                (libc::POLLOUT, WRITABLE),
+                (libc::POLLPRI, EXCEPTIONAL),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                if p.events & asked != 0 && p.revents & shows != 0 {
+                    out[k][i] |= bit;
+                    count += 1;
+                }
+            }
+        }
+        for (p, o) in sets.iter().zip(&out) {
+            if !p.is_null() {
+                for (i, &w) in o.iter().enumerate() {
+                    // SAFETY: the caller's set, writable for `n` bits
+                    // rounded up to words (what the kernel writes).
+                    unsafe { p.cast::<u64>().add(i).write_unaligned(w) };
+                }
+            }
+        }
+        count
+    });
+    cancel_point(r as isize);
+    r
+}
