@@ -443,6 +443,17 @@ pub(crate) fn mark(fd: c_int) -> u8 {
     }
 }
 
+/// A number at and above which no descriptor is managed: above the
+/// highest low number ever managed, or `c_int::MAX` while a number at or
+/// above [`BITS`] is (0: none ever was). Two relaxed loads.
+#[inline]
+pub(crate) fn managed_below() -> c_int {
+    if HIGH.load(Ordering::Relaxed) != 0 {
+        return c_int::MAX;
+    }
+    LOW_TOP.load(Ordering::Relaxed) as c_int
+}
+
 /// Whether `fd` may be managed (cheap; may say yes for high descriptors).
 #[inline]
 pub(crate) fn maybe_managed(fd: c_int) -> bool {

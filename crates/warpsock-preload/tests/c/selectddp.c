@@ -6,6 +6,8 @@
  *   - writable at once (write set), the peer's bytes readable (read set),
  *     a plain pipe beside it in the same call reported too, and bits of
  *     numbers not asked for (past n) never set;
+ *   - only a hang-up of an except-only pipe (which poll reports, select
+ *     not): 0 after the whole timeout;
  *   - a number not open in a set: -1 EBADF, every set as it was;
  *   - the peer's close: readable (the end of stream), and the read gives 0;
  *   - pselect with a mask that lets SIGUSR1 in, the signal blocked
@@ -17,6 +19,7 @@
 
 #include <sys/select.h>
 #include <sys/time.h>
+#include <time.h>
 
 static volatile sig_atomic_t got_usr1;
 static void on_usr1(int sig) { (void)sig; got_usr1 = 1; }
@@ -68,6 +71,26 @@ int main(int argc, char **argv) {
     char b[16];
     CHECK(recv(c, b, sizeof b, 0) == 5 && memcmp(b, "hello", 5) == 0);
     CHECK(read(p[0], b, 1) == 1);
+
+    /* Only what select does not report: an except-only pipe whose writer
+     * is closed (poll always reports its hang-up) beside the DDP socket
+     * (nothing to read): the call sleeps its whole timeout and answers 0,
+     * as Linux's. */
+    int hp[2];
+    CHECK(pipe(hp) == 0);
+    CHECK(close(hp[1]) == 0);
+    int hhi = hp[0] > c ? hp[0] : c;
+    FD_ZERO(&rd); FD_SET(c, &rd);
+    FD_ZERO(&ex); FD_SET(hp[0], &ex);
+    struct timespec t0, t1;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
+    tv = (struct timeval){0, 200000};
+    CHECK(select(hhi + 1, &rd, NULL, &ex, &tv) == 0);
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
+    long waited_ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    CHECK(waited_ms >= 190);
+    CHECK(!FD_ISSET(c, &rd) && !FD_ISSET(hp[0], &ex));
+    close(hp[0]);
 
     /* A number not open beside the DDP socket: EBADF, the sets untouched. */
     int closed = dup(p[0]);

@@ -74,7 +74,7 @@ pub unsafe extern "C-unwind" fn select(
         None => None,
     };
     let start = Instant::now();
-    let got = if route == Route::Polled {
+    let got = if let Route::Polled(n) = route {
         polled::select(n, [r, w, e], bound, None)
     } else {
         watching_changes(n, [r, w, e], bound, None, switching, real_pselect)
@@ -118,7 +118,7 @@ pub unsafe extern "C-unwind" fn pselect(
     };
     // SAFETY: the caller's mask, if any, is readable (pselect's contract).
     let wait_mask = unsafe { mask.as_ref() };
-    if route == Route::Polled {
+    if let Route::Polled(n) = route {
         return polled::select(n, [r, w, e], bound, wait_mask);
     }
     watching_changes(n, [r, w, e], bound, wait_mask, switching, real_pselect)
@@ -301,10 +301,16 @@ impl Drop for Restore {
 /// `n` taken down to the size of the process's descriptor table, as the
 /// kernel's select takes it (`core_sys_select`); read (`FDSize` in
 /// `/proc/self/status`) only past `FD_SETSIZE`, where a program may pass
-/// the table's bound over smaller sets.
+/// the table's bound over smaller sets. `n` itself if that cannot be read.
 fn clamped(n: c_int) -> c_int {
+    clamp_of(n).unwrap_or(n)
+}
+
+/// [`clamped`], or `None` past `FD_SETSIZE` when the table's size cannot
+/// be read (no `/proc`).
+fn clamp_of(n: c_int) -> Option<c_int> {
     if n <= libc::FD_SETSIZE as c_int {
-        return n;
+        return Some(n);
     }
     let size = sys::without_cancel(|| std::fs::read_to_string("/proc/self/status"))
         .ok()
@@ -313,7 +319,7 @@ fn clamped(n: c_int) -> c_int {
                 .find_map(|l| l.strip_prefix("FDSize:"))
                 .and_then(|v| v.trim().parse::<c_int>().ok())
         });
-    size.map_or(n, |s| n.min(s))
+    size.map(|s| n.min(s))
 }
 
 /// A `select` timeout as the kernel takes it: `EINVAL` for a negative

@@ -27,13 +27,13 @@
 //! that their doorbells rang). `WARPSOCK_DDP_SELECT_DIRECT=0` keeps the
 //! doorbell path (the module above) for every `select`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use libc::c_int;
 use smallvec::SmallVec;
 
 use super::super::poll_with;
-use super::{clamped, Restore, Words};
+use super::{clamp_of, Restore, Words};
 use crate::interpose::{cancel_first, cancel_point};
 use crate::shim::fdtable;
 use crate::shim::guard::{busy, enter};
@@ -65,8 +65,9 @@ fn word(p: *mut libc::fd_set, i: usize, n: usize) -> u64 {
 /// How a `select` is made ([`route`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Route {
-    /// As a poll: its read or write set names a managed socket.
-    Polled,
+    /// As a poll: its read or write set names a managed socket (`n`
+    /// taken down as the kernel takes it).
+    Polled(c_int),
     /// The real call: it names none (nothing of the library's to watch).
     Real,
     /// Through the doorbells (`WARPSOCK_DDP_SELECT_DIRECT=0`, or a call
@@ -75,18 +76,27 @@ pub(super) enum Route {
 }
 
 /// How the `select` over the read and write sets `sets` (null: none; `n`
-/// bits each) is made. One load a number named while the process has no
-/// managed socket at all.
+/// bits each) is made. The scan reads the sets' numbers below the highest
+/// ever managed alone (`fdtable::managed_below`): within what the caller
+/// allocated (the kernel reads `n` bits, up to its table's size, which
+/// every managed number is below), and nothing for a process that never
+/// managed a socket.
 pub(super) fn route(n: c_int, sets: [*mut libc::fd_set; 2]) -> Route {
     if busy() || !crate::xsock::config::get().select_direct {
         return Route::Doorbells;
     }
-    if n <= 0 || sets.iter().all(|p| p.is_null()) {
+    let top = n.min(fdtable::managed_below());
+    if top <= 0 || sets.iter().all(|p| p.is_null()) {
         return Route::Real;
     }
-    let n = clamped(n) as usize;
-    let named = (0..n.div_ceil(64)).any(|i| {
-        let mut bits = word(sets[0], i, n) | word(sets[1], i, n);
+    // Past the low table (a managed number at or above 65536): the
+    // kernel's clamp, read, bounds the scan; unknown, the doorbells.
+    let Some(scan) = clamp_of(top) else {
+        return Route::Doorbells;
+    };
+    let scan = scan as usize;
+    let named = (0..scan.div_ceil(64)).any(|i| {
+        let mut bits = word(sets[0], i, scan) | word(sets[1], i, scan);
         while bits != 0 {
             let fd = (i * 64) as c_int + bits.trailing_zeros() as c_int;
             if fdtable::maybe_managed(fd) {
@@ -96,18 +106,26 @@ pub(super) fn route(n: c_int, sets: [*mut libc::fd_set; 2]) -> Route {
         }
         false
     });
-    if named {
-        Route::Polled
+    if !named {
+        return Route::Real;
+    }
+    // The call reads all `n` bits: past `FD_SETSIZE` only with the
+    // kernel's clamp known.
+    match if top == n {
+        Some(scan as c_int)
     } else {
-        Route::Real
+        clamp_of(n)
+    } {
+        Some(all) => Route::Polled(all),
+        None => Route::Doorbells,
     }
 }
 
-/// The `select` over the caller's `sets` (null: none; `n` bits each) for
-/// at most `bound` (`None`: no bound), `wait_mask` the mask to wait with
-/// (`None`: the thread's), made as a poll (module docs). Returns the
-/// number of bits set in the sets, or -1 with `errno` set (the sets then
-/// as they were).
+/// The `select` over the caller's `sets` (null: none; `n` bits each, `n`
+/// taken down already) for at most `bound` (`None`: no bound),
+/// `wait_mask` the mask to wait with (`None`: the thread's), made as a
+/// poll (module docs). Returns the number of bits set in the sets, or -1
+/// with `errno` set (the sets then as they were).
 pub(super) fn select(
     n: c_int,
     sets: [*mut libc::fd_set; 3],
@@ -124,10 +142,11 @@ pub(super) fn select(
             (None, Some(r)) => &r.0,
             (None, None) => std::ptr::null(),
         };
-        let n = clamped(n) as usize;
+        let n = n.max(0) as usize;
         let words = n.div_ceil(64);
         // Inline up to 16 numbers; past that the list is allocated, as the
-        // interposed poll's is.
+        // interposed poll's is. `nums`: each entry's number (an entry
+        // taken out of the wait below has -1 in `fds`).
         let mut fds: SmallVec<[libc::pollfd; 16]> = SmallVec::new();
         for i in 0..words {
             let [r, w, e] = sets.map(|p| word(p, i, n));
@@ -149,55 +168,81 @@ pub(super) fn select(
                 });
             }
         }
-        let got = poll_with(&mut fds, bound, &mut |p, left| {
-            // Marked as `poll`'s: no lock is held over the sleep.
-            // SAFETY: `p` is a valid pollfd array; a mask of ours or the
-            // caller's.
-            warpsock_engine::asleep::unlocked(|| unsafe {
-                sys::ppoll_raw(
-                    p.as_mut_ptr(),
-                    p.len() as libc::nfds_t,
-                    left.map(sys::timespec),
-                    mask,
-                )
-            })
-        });
-        if got < 0 {
-            return got;
-        }
-        if fds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
-            set_errno(libc::EBADF);
-            return -1;
-        }
-        let mut out: [Words; 3] = std::array::from_fn(|_| smallvec::smallvec![0u64; words]);
-        let mut count = 0;
-        for p in &fds {
-            let (i, bit) = (p.fd as usize / 64, 1u64 << (p.fd % 64));
-            for (k, (asked, shows)) in [
-                (libc::POLLIN, READABLE),
-                (libc::POLLOUT, WRITABLE),
-                (libc::POLLPRI, EXCEPTIONAL),
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                if p.events & asked != 0 && p.revents & shows != 0 {
-                    out[k][i] |= bit;
-                    count += 1;
+        let nums: SmallVec<[c_int; 16]> = fds.iter().map(|p| p.fd).collect();
+        let start = bound.filter(|b| !b.is_zero()).map(|_| Instant::now());
+        loop {
+            let left = super::super::remaining(bound, start, Instant::now());
+            for p in fds.iter_mut() {
+                p.revents = 0;
+            }
+            let got = poll_with(&mut fds, left, &mut |p, left| {
+                // Marked as `poll`'s: no lock is held over the sleep.
+                // SAFETY: `p` is a valid pollfd array; a mask of ours or
+                // the caller's.
+                warpsock_engine::asleep::unlocked(|| unsafe {
+                    sys::ppoll_raw(
+                        p.as_mut_ptr(),
+                        p.len() as libc::nfds_t,
+                        left.map(sys::timespec),
+                        mask,
+                    )
+                })
+            });
+            if got < 0 {
+                return got;
+            }
+            if fds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
+                set_errno(libc::EBADF);
+                return -1;
+            }
+            let (out, count) = answers(&fds, &nums, words);
+            if count > 0 || got == 0 || left.is_some_and(|l| l.is_zero()) {
+                for (p, o) in sets.iter().zip(&out) {
+                    if !p.is_null() {
+                        for (i, &w) in o.iter().enumerate() {
+                            // SAFETY: the caller's set, writable for `n`
+                            // bits rounded up to words (what the kernel
+                            // writes).
+                            unsafe { p.cast::<u64>().add(i).write_unaligned(w) };
+                        }
+                    }
                 }
+                return count;
+            }
+            // Only what select does not report (poll always reports a
+            // hang-up and an error: an except-only number's, a write-only
+            // number's hang-up): Linux's select sleeps on. Those states
+            // last, so their entries leave the wait, which goes on for
+            // what is left.
+            for p in fds.iter_mut().filter(|p| p.revents != 0) {
+                p.fd = -1;
             }
         }
-        for (p, o) in sets.iter().zip(&out) {
-            if !p.is_null() {
-                for (i, &w) in o.iter().enumerate() {
-                    // SAFETY: the caller's set, writable for `n` bits
-                    // rounded up to words (what the kernel writes).
-                    unsafe { p.cast::<u64>().add(i).write_unaligned(w) };
-                }
-            }
-        }
-        count
     });
     cancel_point(r as isize);
     r
+}
+
+/// The sets `fds`' results make (entry `k` is number `nums[k]`), `words`
+/// words each, and how many bits they set.
+fn answers(fds: &[libc::pollfd], nums: &[c_int], words: usize) -> ([Words; 3], c_int) {
+    let mut out: [Words; 3] = std::array::from_fn(|_| smallvec::smallvec![0u64; words]);
+    let mut count = 0;
+    for (p, &fd) in fds.iter().zip(nums) {
+        let (i, bit) = (fd as usize / 64, 1u64 << (fd % 64));
+        for (k, (asked, shows)) in [
+            (libc::POLLIN, READABLE),
+            (libc::POLLOUT, WRITABLE),
+            (libc::POLLPRI, EXCEPTIONAL),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if p.events & asked != 0 && p.revents & shows != 0 {
+                out[k][i] |= bit;
+                count += 1;
+            }
+        }
+    }
+    (out, count)
 }
