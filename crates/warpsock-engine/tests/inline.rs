@@ -145,6 +145,16 @@ type Filled = (
     usize,
 );
 
+/// [`Filled`] without the bytes per message ([`pair_to_server`]).
+type ToServer = (
+    Context,
+    Pd,
+    Cq,
+    Qp,
+    std::sync::mpsc::Sender<u32>,
+    std::thread::JoinHandle<u32>,
+);
+
 fn filled(progress: Progress) -> Filled {
     filled_with(progress, SLOTS, 1024)
 }
@@ -152,15 +162,7 @@ fn filled(progress: Progress) -> Filled {
 /// [`filled`] with `slots` receives of `len` bytes (the bytes per message
 /// returned as they are).
 fn filled_with(progress: Progress, slots: usize, len: usize) -> Filled {
-    let l = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let c = Context::new(progress).unwrap();
-    let pd = c.alloc_pd();
-    let cq = c.create_cq(64).unwrap();
-    let mut init = QpInit::new(&pd, &cq);
-    init.options.crc = false;
-    let (go, srv) = server(l, false, slots, len);
-    let qp = connect(addr, &init).unwrap();
+    let (c, pd, cq, qp, go, srv) = pair_to_server(progress, false, slots, len);
     let len = if len == 1024 {
         len.min(qp.mulpdu() - 18)
     } else {
@@ -251,6 +253,23 @@ fn a_blocked_inline_send_is_finished_by_the_progress_thread() {
     drop(qp);
 }
 
+/// A connection on a context driven as `progress` to a [`server`] of
+/// `slots` receives of `len` bytes, CRC `crc`: the context (kept alive),
+/// its protection domain, completion queue and queue pair, the server's go
+/// and its thread.
+fn pair_to_server(progress: Progress, crc: bool, slots: usize, len: usize) -> ToServer {
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let c = Context::new(progress).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(64).unwrap();
+    let mut init = QpInit::new(&pd, &cq);
+    init.options.crc = crc;
+    let (go, srv) = server(l, crc, slots, len);
+    let qp = connect(addr, &init).unwrap();
+    (c, pd, cq, qp, go, srv)
+}
+
 /// Sends of several FPDUs each, gathered from the caller's buffer, with
 /// posted ones between them, while the server reads: whole and in order
 /// (CRC on and off), no completion of their own. The caller reuses one
@@ -262,15 +281,7 @@ fn gathered_sends_arrive_in_order_between_posted_ones() {
     const MSGS: u32 = 24;
     let len = connect_probe_len();
     for crc in [false, true] {
-        let l = Listener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let c = Context::new(Progress::Thread).unwrap();
-        let pd = c.alloc_pd();
-        let cq = c.create_cq(64).unwrap();
-        let mut init = QpInit::new(&pd, &cq);
-        init.options.crc = crc;
-        let (go, srv) = server(l, crc, MSGS as usize, len);
-        let qp = connect(addr, &init).unwrap();
+        let (_c, pd, cq, qp, go, srv) = pair_to_server(Progress::Thread, crc, MSGS as usize, len);
         assert!(
             len > 3 * (qp.mulpdu() - 18),
             "{len} B in {} B FPDUs",
@@ -316,15 +327,7 @@ fn gathered_lists_arrive_in_order() {
     const MSGS: u32 = 40;
     let len = connect_probe_len();
     for crc in [false, true] {
-        let l = Listener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let c = Context::new(Progress::Thread).unwrap();
-        let pd = c.alloc_pd();
-        let cq = c.create_cq(64).unwrap();
-        let mut init = QpInit::new(&pd, &cq);
-        init.options.crc = crc;
-        let (go, srv) = server(l, crc, MSGS as usize, len);
-        let qp = connect(addr, &init).unwrap();
+        let (_c, pd, cq, qp, go, srv) = pair_to_server(Progress::Thread, crc, MSGS as usize, len);
         go.send(MSGS).unwrap();
         let before = qp.io_stats();
         let mut bufs = vec![vec![0u8; len]; 4];

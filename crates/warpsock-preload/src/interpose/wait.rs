@@ -497,21 +497,36 @@ pub unsafe extern "C-unwind" fn ppoll(
     };
     cancel_first();
     let r = enter(-1, || {
-        poll_with(fds, bound, &mut |p, left| {
-            // Marked as `poll`'s.
-            // SAFETY: `p` is a valid pollfd array; the caller's mask.
-            warpsock_engine::asleep::unlocked(|| unsafe {
-                sys::ppoll_raw(
-                    p.as_mut_ptr(),
-                    p.len() as libc::nfds_t,
-                    left.map(sys::timespec),
-                    mask,
-                )
-            })
+        // SAFETY: the caller's mask (ppoll's contract).
+        poll_with(fds, bound, &mut |p, left| unsafe {
+            ppoll_marked(p, left, mask)
         })
     });
     cancel_point(r as isize);
     r
+}
+
+/// The real `ppoll` of `p` for at most `left` (`None`: no limit) with
+/// `mask` in place (null: the thread's), marked as a poll's sleep: no lock
+/// is held over it (an exit in a handler over it may close the sockets:
+/// `at_exit`).
+///
+/// # Safety
+/// `mask` is null or a valid signal set.
+pub(super) unsafe fn ppoll_marked(
+    p: &mut [libc::pollfd],
+    left: Option<std::time::Duration>,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    // SAFETY: `p` is a valid pollfd array; the caller vouches for `mask`.
+    warpsock_engine::asleep::unlocked(|| unsafe {
+        sys::ppoll_raw(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            left.map(sys::timespec),
+            mask,
+        )
+    })
 }
 
 #[cfg(test)]

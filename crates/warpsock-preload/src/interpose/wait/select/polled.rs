@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use libc::c_int;
 use smallvec::SmallVec;
 
-use super::super::poll_with;
+use super::super::{poll_with, ppoll_marked};
 use super::{clamp_of, Restore, Words};
 use crate::interpose::{cancel_first, cancel_point};
 use crate::shim::fdtable;
@@ -175,18 +175,9 @@ pub(super) fn select(
             for p in fds.iter_mut() {
                 p.revents = 0;
             }
-            let got = poll_with(&mut fds, left, &mut |p, left| {
-                // Marked as `poll`'s: no lock is held over the sleep.
-                // SAFETY: `p` is a valid pollfd array; a mask of ours or
-                // the caller's.
-                warpsock_engine::asleep::unlocked(|| unsafe {
-                    sys::ppoll_raw(
-                        p.as_mut_ptr(),
-                        p.len() as libc::nfds_t,
-                        left.map(sys::timespec),
-                        mask,
-                    )
-                })
+            // SAFETY: a mask of ours, the caller's or null.
+            let got = poll_with(&mut fds, left, &mut |p, left| unsafe {
+                ppoll_marked(p, left, mask)
             });
             if got < 0 {
                 return got;
