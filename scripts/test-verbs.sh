@@ -176,15 +176,38 @@ echo "--- perftest -R on loopback"
 check_perf() { # log: a result line with a non-zero number in the 4th column (bw) or 3rd (lat)
     awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+/ { if ($4+0 > 0 || $3+0 > 0) ok=1 } END { exit !ok }' "$1"
 }
+# perftest's -R server accepts its client's first connection, closes its
+# listening id and listens again on the same port for the second
+# (strace: listen(9), accept4(9), close(9), then socket/bind/listen(11)):
+# a client whose second connect comes in between is refused, REJECTED as a
+# kernel rdma_cm would report it (CI of 1e5325b: ib_write_lat; by hand 1
+# run in 15, every run under strace). That failure, recognised by our
+# client's own log line (nothing listening, after the listener was seen),
+# and only that one, is run again, as qperf's race below.
+PERF_RACES=0
+perf_pair() {  # perf_pair NAME SERVER_CMD CLIENT_CMD (port 28515)
+    local attempt
+    for attempt in 1 2 3 4; do
+        try_pair "$1" 28515 "$2" "env WARPSOCK_VERBS_DEBUG=1 $3" && return 0
+        if [ "$attempt" -lt 4 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: -111" "$WORK/$1.client" &&
+            grep -qE "connect to 127\.0\.0\.1:[0-9]+ failed: connection refused by .*nothing is listening" "$WORK/$1.client"; then
+            echo "    $1: the client connected while its server listened again (perftest's race); again"
+            PERF_RACES=$((PERF_RACES + 1))
+            continue
+        fi
+        cat "$WORK/$1.client" "$WORK/$1.server" >&2
+        fail "$1: $PAIR_WHY"
+    done
+}
 for t in ib_write_bw ib_read_bw ib_send_bw; do
     for size in 65536 1048576; do
-        pair "$t-$size" 28515 "$RUN -- $t -R -p 28515 -s $size -n 500" \
+        perf_pair "$t-$size" "$RUN -- $t -R -p 28515 -s $size -n 500" \
             "$RUN -- $t -R -p 28515 -s $size -n 500 127.0.0.1"
         check_perf "$WORK/$t-$size.client" || fail "$t -s $size: no result line: $(cat "$WORK/$t-$size.client")"
     done
 done
 for t in ib_write_lat ib_read_lat ib_send_lat; do
-    pair "$t" 28515 "$RUN -- $t -R -p 28515 -s 8 -n 2000" "$RUN -- $t -R -p 28515 -s 8 -n 2000 127.0.0.1"
+    perf_pair "$t" "$RUN -- $t -R -p 28515 -s 8 -n 2000" "$RUN -- $t -R -p 28515 -s 8 -n 2000 127.0.0.1"
     check_perf "$WORK/$t.client" || fail "$t: no result line: $(cat "$WORK/$t.client")"
 done
 
@@ -419,6 +442,6 @@ VM_UP=0
 KICKS=$(cat "$WORK"/siw-*.client "$WORK"/siw-*.server 2>/dev/null | grep -c "siw accept race" || true)
 RETRIES=$(cat "$WORK"/siw-*.client 2>/dev/null | grep -c "trying again in" || true)
 POKES=$(cat "$WORK"/siw-*.client 2>/dev/null | grep -c "siw listen race" || true)
-echo "    siw accept race kicks: $KICKS; connect retries (reset before the MPA Reply): $RETRIES; listen race pokes: $POKES; rping exit races: $RPING_RACES"
+echo "    siw accept race kicks: $KICKS; connect retries (reset before the MPA Reply): $RETRIES; listen race pokes: $POKES; rping exit races: $RPING_RACES; perftest re-listen races: $PERF_RACES"
 
 echo "test-verbs: $PASS cases passed in $((SECONDS - T0)) s (siw section $((SECONDS - T_SIW)) s)"
