@@ -605,17 +605,34 @@ vm_exec "for t in write:18515 read:18516; do (while :; do ib_\${t%%:*}_bw -R -d 
          (while :; do ib_send_bw -R -d siw0 -p 18517 -s $PT_SIZE -n $PT_ITERS -r $PT_ITERS; sleep 0.3; done >>/tmp/send.log 2>&1 </dev/null &); sleep 1" >/dev/null
 PT_PORT_write=$((18515 + OFF)); PT_PORT_read=$((18516 + OFF)); PT_PORT_send=$((18517 + OFF))
 
+# A run whose siw server in the (emulated, slow) VM ended the control
+# connection before its result line — our client's closing or post-test
+# hand shake found the peer gone (CI of 90d1aa6: send, 1 run in 3 of the
+# session's) — is made again once: the server's log tail is printed and
+# kept (pt-T.srv.try1) and the PASS line says so; a second such run fails.
+guest_port() { case $1 in write) echo 18515 ;; read) echo 18516 ;; send) echo 18517 ;; esac; }
 for t in write read send; do       # 256 MiB each, verified, not captured
-    port_var=PT_PORT_$t; rc=0
-    "$PT" bw $t -p "${!port_var}" -s $PT_SIZE -n $PT_ITERS -r $PT_ITERS --verify --timeout 60 \
-        >"$WORK/pt-$t.out" 2>&1 || rc=$?
+    port_var=PT_PORT_$t; again=""
+    for attempt in 1 2; do
+        rc=0
+        "$PT" bw $t -p "${!port_var}" -s $PT_SIZE -n $PT_ITERS -r $PT_ITERS --verify --timeout 60 \
+            >"$WORK/pt-$t.out" 2>&1 || rc=$?
+        [ "$attempt" = 1 ] && [ "$rc" != 0 ] && grep -q "hand shake.*: peer closed the connection" "$WORK/pt-$t.out" || break
+        vm_exec "tail -15 /tmp/$t.log" >"$WORK/pt-$t.srv.try1" 2>&1 || true
+        mv "$WORK/pt-$t.out" "$WORK/pt-$t.out.try1"
+        again="run again: in run 1 the siw server closed before its result ($(tail -3 "$WORK/pt-$t.srv.try1" | tr -s ' \n' ' '))"
+        echo "    perftest-$t-256MiB: $again" >&2
+        # The server's respawn loop listens again (0.3 s, then its start).
+        vm_exec "i=0; while ! grep -q ':$(printf %04X "$(guest_port $t)") 00000000:0000 0A' /proc/net/tcp; do
+                     i=\$((i+1)); [ \$i -gt 100 ] && break; sleep 0.1; done" >/dev/null || true
+    done
     srv=$(vm_exec "grep -A1 '#bytes' /tmp/$t.log | tail -1" | tr -s ' ' | sed 's/^ //')
     why=""
     grep -q "= $((PT_SIZE * PT_ITERS)) bytes" "$WORK/pt-$t.out" || why="report lacks $((PT_SIZE * PT_ITERS)) bytes: $(tail -1 "$WORK/pt-$t.out")"
     [ $t = send ] || grep -q "verified $((PT_SIZE * PT_ITERS)) bytes" "$WORK/pt-$t.out" || why="${why:+$why; }not every byte verified"
     case "$srv" in "$PT_SIZE $PT_ITERS "*) ;; *) why="${why:+$why; }perftest server printed no $PT_SIZE x $PT_ITERS result: '$srv'";; esac
     pt_record "perftest-$t-256MiB" $rc "$WORK/pt-$t.out" \
-        "$(sed -n 's/^[a-z]* test: //p' "$WORK/pt-$t.out" | cut -d';' -f1-2); siw perftest server: $srv" ${why:+"$why"}
+        "$(sed -n 's/^[a-z]* test: //p' "$WORK/pt-$t.out" | cut -d';' -f1-2); siw perftest server: $srv${again:+; $again}" ${why:+"$why"}
     [ $rc = 0 ] && TOTAL_BYTES=$((TOTAL_BYTES + PT_SIZE * PT_ITERS))
 done
 
