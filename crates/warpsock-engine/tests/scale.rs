@@ -9,7 +9,8 @@ use std::time::Instant;
 use common::{advertise, parse_adverts, pattern, send_wr, wait_n, LIMIT};
 use warpsock_engine::proto::wire::crc::{self, Crc32c};
 use warpsock_engine::{
-    connect, Access, Context, Listener, Progress, QpInit, RecvWr, SendOp, SendWr, WcOpcode,
+    connect, Access, Context, IoStats, Listener, Progress, QpInit, RecvWr, SendOp, SendWr, Wc,
+    WcOpcode,
 };
 
 /// 1 GiB moved as 1 MiB RDMA Writes into a 64 MiB window, 16 rounds; after
@@ -191,6 +192,11 @@ fn reads_for_one_send(len: usize, mulpdu: Option<usize>, seed: u64) -> u64 {
 
 /// As [`reads_for_one_send`], for `n` Sends of `len` bytes each.
 fn reads_for_sends(len: usize, n: usize, mulpdu: Option<usize>, seed: u64) -> u64 {
+    io_for_sends(len, n, mulpdu, seed).reads
+}
+
+/// As [`reads_for_sends`]: the server's receive counts.
+fn io_for_sends(len: usize, n: usize, mulpdu: Option<usize>, seed: u64) -> IoStats {
     const BUF: Option<usize> = Some(1 << 20);
     let l = Listener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -219,7 +225,7 @@ fn reads_for_sends(len: usize, n: usize, mulpdu: Option<usize>, seed: u64) -> u6
         );
         let want = pattern(len, seed);
         assert!(sink.with_bytes(|b| b.chunks(len).all(|c| c == &want[..])));
-        qp.socket_reads()
+        qp.io_stats()
     });
     let c = Context::new(Progress::Thread).unwrap();
     let pd = c.alloc_pd();
@@ -283,4 +289,120 @@ fn a_large_send_is_read_in_a_few_planned_reads() {
     let one = reads_for_sends(LEN, 1, None, 11);
     let two = reads_for_sends(LEN, 2, None, 11);
     assert!(two <= one + 2, "{one} reads for one Send, {two} for two");
+}
+
+/// A stream of large Sends whose last FPDU is short (128 KiB and an 8-byte
+/// header, as the preload's DATA of an `iperf3` write: two 64 KiB FPDUs
+/// and one of 56 payload bytes) is placed, not staged, when each short
+/// FPDU arrives after its message's others were read (a reader that keeps
+/// up with a writer): the short FPDU does not make the reads large again,
+/// so the next Send's first FPDU is not read whole into the staging buffer
+/// and copied (an FPDU of exactly its 64 KiB: once one was, every one
+/// after it was). A relay between the two holds each Send's last FPDU back
+/// until the server has read the rest. Only the first Send's first FPDU
+/// and the bytes that come with each header are copied. Fails with the
+/// short FPDU ending small reads (every 64 KiB FPDU staged: 1 MiB of the
+/// 1 MiB).
+#[test]
+fn large_sends_with_a_short_last_fpdu_are_placed_not_staged() {
+    use std::io::{Read, Write};
+    use std::sync::mpsc::channel;
+    const LEN: usize = (128 << 10) + 8;
+    const N: usize = 8;
+    // On the wire: two FPDUs of 65,512 payload bytes, one of 56,
+    // each with a 2-byte length, an 18-byte header and a 4-byte CRC.
+    const FULL: usize = 2 * (2 + 18 + 65_512 + 4);
+    const LAST: usize = 2 + 18 + 56 + 4;
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let server_addr = l.local_addr().unwrap();
+    let relay = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    // The server asks for each part in turn (`true`: a Send's first two
+    // FPDUs, `false`: its last), and the relay answers once it wrote it.
+    let (ask_tx, ask_rx) = channel::<bool>();
+    let (wrote_tx, wrote_rx) = channel::<()>();
+    let relay = std::thread::spawn(move || {
+        let (mut from, _) = relay.accept().unwrap();
+        let mut to = std::net::TcpStream::connect(server_addr).unwrap();
+        from.set_read_timeout(Some(LIMIT)).unwrap();
+        to.set_read_timeout(Some(LIMIT)).unwrap();
+        // The MPA exchange: request (20 bytes + private data) one way,
+        // reply the other; each side writes its frame whole.
+        let mut buf = vec![0u8; 4096];
+        let frame = |a: &mut std::net::TcpStream, b: &mut std::net::TcpStream| {
+            let mut frame = vec![0u8; 20];
+            a.read_exact(&mut frame).unwrap();
+            let pd = usize::from(u16::from_be_bytes([frame[18], frame[19]]));
+            frame.resize(20 + pd, 0);
+            a.read_exact(&mut frame[20..]).unwrap();
+            b.write_all(&frame).unwrap();
+        };
+        frame(&mut from, &mut to);
+        frame(&mut to, &mut from);
+        for _ in 0..N {
+            for first in [true, false] {
+                assert_eq!(ask_rx.recv_timeout(LIMIT), Ok(first));
+                let n = if first { FULL } else { LAST };
+                buf.resize(n, 0);
+                from.read_exact(&mut buf).unwrap();
+                to.write_all(&buf).unwrap();
+                wrote_tx.send(()).unwrap();
+            }
+        }
+    });
+    let server = std::thread::spawn(move || {
+        let c = Context::new(Progress::Caller).unwrap();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(8).unwrap();
+        let sink = pd.alloc(N * LEN, Access::LOCAL_WRITE);
+        let mut init = QpInit::new(&pd, &cq);
+        init.recvs = (0..N)
+            .map(|i| RecvWr {
+                wr_id: i as u64,
+                sgl: sink.sge(i * LEN, LEN as u32).into(),
+            })
+            .collect();
+        let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
+        let mut out = [Wc::default(); 1];
+        for _ in 0..N {
+            ask_tx.send(true).unwrap();
+            wrote_rx.recv_timeout(LIMIT).unwrap();
+            // Read the first two FPDUs before the last comes.
+            let want = qp.io_stats().read_bytes + FULL as u64;
+            let by = Instant::now() + LIMIT;
+            while qp.io_stats().read_bytes < want {
+                assert_eq!(cq.poll(&mut out), 0, "the Send completed early");
+                assert!(Instant::now() < by, "the relay's bytes never came");
+                std::thread::yield_now();
+            }
+            ask_tx.send(false).unwrap();
+            wrote_rx.recv_timeout(LIMIT).unwrap();
+            let w = wait_n(&cq, 1);
+            assert!(w[0].is_ok() && w[0].byte_len as usize == LEN, "{w:?}");
+        }
+        let want = pattern(LEN, 13);
+        assert!(sink.with_bytes(|b| b.chunks(LEN).all(|c| c == &want[..])));
+        qp.io_stats()
+    });
+    let c = Context::new(Progress::Thread).unwrap();
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(8).unwrap();
+    let src = pd.register(pattern(LEN, 13), Access::LOCAL_READ);
+    let mut init = QpInit::new(&pd, &cq);
+    // No RTR message behind the MPA frames: the relay counts FPDUs.
+    init.options.peer_to_peer = false;
+    let qp = connect(relay_addr, &init).unwrap();
+    for i in 0..N {
+        qp.post_send(send_wr(i as u64, vec![src.sge(0, LEN as u32)]))
+            .unwrap();
+    }
+    assert!(wait_n(&cq, N).iter().all(|w| w.is_ok()));
+    let io = server.join().unwrap();
+    relay.join().unwrap();
+    assert!(
+        io.staged_copied <= (64 << 10) + N as u64 * 512,
+        "{} of {} bytes copied out of staging ({io:?})",
+        io.staged_copied,
+        N * LEN
+    );
 }

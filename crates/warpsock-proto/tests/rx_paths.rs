@@ -231,6 +231,99 @@ fn payload_length_is_the_fpdus_not_the_ranges() {
     assert!(b.mem(body)[..len - 8] == pattern(len, 3)[8..]);
 }
 
+/// `rx_payload_start` says, once per FPDU (at its first placement step
+/// only), whether the FPDU continues a message: a Send of three FPDUs
+/// gives `false`, then `true` twice, and nothing at a second step of the
+/// same FPDU (a receive of two scatter entries); `fpdu_begins_message`
+/// says the same of the FPDUs' bytes. An engine sizes its reads by them:
+/// a large message's short last FPDU does not make the stream one of
+/// small messages.
+#[test]
+fn payload_start_tells_a_message_s_first_fpdu_from_the_rest() {
+    use warpsock_proto::{Connection, RxStep};
+    let mulpdu = 4096;
+    let mut p = Pair::new(|c| c.mulpdu = mulpdu, |c| c.mulpdu = mulpdu, Cut::Whole);
+    p.establish();
+    // Two full FPDUs (4,096-byte ULPDUs, 18-byte headers) and a short one.
+    let len = 2 * (4096 - 18) + 100;
+    let src = p.a.region(0x10_0000, pattern(len, 5), Access::LOCAL_READ);
+    let head = p.b.region(0x2000, vec![0; 8], Access::LOCAL_WRITE);
+    let body = p.b.region(0x8000, vec![0; len], Access::LOCAL_WRITE);
+    let sink = p.b.region(
+        0x4_0000,
+        vec![0; len],
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+    );
+    p.b.conn
+        .post_recv(recv_wr(
+            1,
+            [sge(0x2000, 8, head), sge(0x8000, len as u32 - 8, body)].into(),
+        ))
+        .unwrap();
+    // Each step's `rx_payload_start` at a placement, and
+    // `fpdu_begins_message` of each FPDU on the wire.
+    let feed = |b: &mut util::Side, wire: &[u8]| {
+        let mut at = 0;
+        let mut starts = Vec::new();
+        while at < wire.len() {
+            match b.conn.rx_step() {
+                RxStep::Bytes(_) => at += b.conn.rx_bytes(&wire[at..], &mut b.reg),
+                RxStep::Place(r) => {
+                    starts.push(b.conn.rx_payload_start());
+                    let n = r.len as usize;
+                    let dst = b.reg.slice_mut(r.stag, r.offset, n).unwrap();
+                    dst.copy_from_slice(&wire[at..at + n]);
+                    let placed = dst.to_vec();
+                    b.conn.rx_placed(&placed);
+                    at += n;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // MPA length, ULPDU, pad to 4, CRC.
+        let mut begins = Vec::new();
+        let mut f = 0;
+        while f < wire.len() {
+            begins.push(Connection::fpdu_begins_message(&wire[f..]));
+            let ulpdu = usize::from(u16::from_be_bytes([wire[f], wire[f + 1]]));
+            f += (2 + ulpdu).next_multiple_of(4) + 4;
+        }
+        (starts, begins)
+    };
+    assert_eq!(p.b.conn.rx_payload_start(), None, "before a header");
+    p.a.conn
+        .post_send(send_wr(1, sge(0x10_0000, len as u32, src).into()))
+        .unwrap();
+    let mut wire = Vec::new();
+    p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);
+    let (starts, begins) = feed(&mut p.b, &wire);
+    assert_eq!(starts, [Some(false), None, Some(true), Some(true)]);
+    assert_eq!(begins, [true, false, false]);
+    assert!(!Connection::fpdu_begins_message(&wire[..3]), "too short");
+    // An RDMA Write in three FPDUs: tagged ones are not known to begin a
+    // message from their bytes, but the receiver knows it.
+    p.a.conn
+        .post_send(SendWr {
+            wr_id: 2,
+            op: SendOp::Write {
+                remote_addr: 0x4_0000,
+                rkey: sink,
+            },
+            sgl: sge(0x10_0000, len as u32, src).into(),
+            signaled: true,
+        })
+        .unwrap();
+    let mut wire = Vec::new();
+    p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);
+    let (starts, begins) = feed(&mut p.b, &wire);
+    assert_eq!(starts, [Some(false), Some(true), Some(true)]);
+    assert_eq!(begins, [false, false, false]);
+    p.b.pump();
+    assert_eq!(p.b.wcs.len(), 1);
+    assert_eq!(p.b.wcs[0].status, WcStatus::Success);
+    assert!(p.b.mem(sink) == &pattern(len, 5)[..]);
+}
+
 /// `retarget_recvs` changes the buffers of posted receives no Send has
 /// started into (the next Send lands in the new ones) and offers none for
 /// the receive a Send is being placed into (it completes where it began).

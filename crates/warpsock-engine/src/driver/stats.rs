@@ -79,6 +79,11 @@ pub struct IoStats {
     /// Bytes of those Sends' FPDUs the socket did not take at once, copied
     /// for a later pass: the only copy a gathered Send makes.
     pub gathered_copied: u64,
+    /// Bytes of FPDUs whose payload was copied out of the staging buffer
+    /// into place: whole FPDUs read into it (framing counted too) and
+    /// payload pieces that came with framing. What direct placement does
+    /// not take: a stream of large messages should see little here.
+    pub staged_copied: u64,
 }
 
 impl super::QpSlot {
@@ -130,6 +135,7 @@ impl std::ops::AddAssign for IoStats {
             inline_sends,
             gathered_sends,
             gathered_copied,
+            staged_copied,
         } = o;
         self.reads += reads;
         self.planned_reads += planned_reads;
@@ -152,6 +158,7 @@ impl std::ops::AddAssign for IoStats {
         self.inline_sends += inline_sends;
         self.gathered_sends += gathered_sends;
         self.gathered_copied += gathered_copied;
+        self.staged_copied += staged_copied;
     }
 }
 

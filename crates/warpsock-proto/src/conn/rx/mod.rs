@@ -126,6 +126,9 @@ pub(super) struct RxState {
     /// guesses into the next one).
     last_send_len: Option<u64>,
     tagged_in_progress: Option<Opcode>,
+    /// The tagged FPDU being received follows a non-last FPDU of its
+    /// message (`tagged_in_progress` before its header).
+    tagged_continues: bool,
     expected_msn: [u32; 3],
     rtr_pending: bool,
 }
@@ -197,6 +200,40 @@ impl Connection {
     /// the stream one of small messages.
     pub fn rx_payload_len(&self) -> usize {
         self.rx.payload_len
+    }
+
+    /// At the start of an FPDU's payload (its header in, no payload byte
+    /// placed yet): whether the FPDU continues a message that earlier
+    /// FPDUs began — an untagged one at a message offset past 0 (RFC 5041
+    /// §5.2, MO), a tagged one behind a non-last FPDU of its message.
+    /// `None` before a header and once payload was placed (a second
+    /// placement step of the same FPDU).
+    ///
+    /// An engine sizes its reads by the messages it sees: a message's
+    /// short last FPDU (128 KiB in 64 KiB FPDUs ends with one of 56
+    /// payload bytes) does not make the stream one of small messages.
+    pub fn rx_payload_start(&self) -> Option<bool> {
+        if self.rx.payload_done > 0 {
+            return None;
+        }
+        match self.rx.hdr? {
+            SegmentHeader {
+                placement: ddp::Placement::Untagged { mo, .. },
+                ..
+            } => Some(mo > 0),
+            _ => Some(self.rx.tagged_continues),
+        }
+    }
+
+    /// Whether `fpdu` (an FPDU as on the stream, MPA length first, its
+    /// header at least) begins a message: an untagged one at message
+    /// offset 0. A tagged one is not known to (RFC 5041 §4: its tagged
+    /// offset does not say). What [`Self::rx_payload_start`] tells of the
+    /// FPDU being received, for one that [`Self::rx_fpdu`] took whole.
+    pub fn fpdu_begins_message(fpdu: &[u8]) -> bool {
+        fpdu.get(2..)
+            .and_then(|u| SegmentHeader::parse(u).ok())
+            .is_some_and(|h| matches!(h.placement, ddp::Placement::Untagged { mo: 0, .. }))
     }
 
     /// What the receive path needs next (the direct placement contract).

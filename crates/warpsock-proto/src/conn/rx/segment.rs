@@ -261,6 +261,7 @@ impl Connection {
                     }
                     self.rx.effect = Effect::ReadResponse;
                 }
+                self.rx.tagged_continues = self.rx.tagged_in_progress.is_some();
                 self.rx.tagged_in_progress = (!hdr.last).then_some(hdr.opcode);
                 self.begin_payload();
             }
