@@ -10,7 +10,8 @@
 //! time):
 //!
 //! * from [`FOLD_MIN`] bytes up, on CPUs with VPCLMULQDQ and AVX2, the
-//!   folding kernel in `crc/fold.rs`: 256 bits per carry-less multiply;
+//!   folding kernel in `crc/fold.rs`: 256 bits per carry-less multiply,
+//!   512 where the CPU has AVX-512 too;
 //! * pieces under 128 bytes (a small message's whole FPDU), on CPUs with
 //!   SSE4.2, the `crc32` instruction in one stream (`crc/short.rs`):
 //!   no set-up at all;
@@ -18,8 +19,8 @@
 //!   instruction in three interleaved streams (about 150 instructions of
 //!   set-up and tail per call), or a table on CPUs without SSE4.2.
 //!
-//! Measured on this project's machines (AMD EPYC with VPCLMULQDQ and AVX2
-//! but no AVX-512), CPU time over a 64 KiB buffer (`cargo run --release
+//! Measured on this project's machines (AMD EPYC with VPCLMULQDQ and AVX2,
+//! first without AVX-512, now a Zen 5 with it), CPU time over a 64 KiB buffer (`cargo run --release
 //! -p warpsock-wire --example crc_rate`): see BENCHMARKS.md §1.
 //!
 //! Both compute the same function; the running value is the plain CRC32c
@@ -94,12 +95,19 @@ impl Crc32c {
 #[inline]
 fn append(crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if data.len() >= FOLD_MIN && fold::available() {
-        const _: () = assert!(FOLD_MIN >= fold::MIN_LEN);
-        // SAFETY: `available()` checked the CPU features the kernel
-        // is compiled for; the piece is long enough for it.
-        #[allow(unsafe_code)]
-        return unsafe { fold::update(crc, data) };
+    if data.len() >= FOLD_MIN {
+        const _: () = assert!(FOLD_MIN >= fold::MIN_LEN && FOLD_MIN >= fold::WIDE_MIN_LEN);
+        if fold::wide_available() {
+            // SAFETY: `wide_available()` checked the CPU features the
+            // kernel is compiled for; the piece is long enough for it.
+            #[allow(unsafe_code)]
+            return unsafe { fold::update_wide(crc, data) };
+        }
+        if fold::available() {
+            // SAFETY: as above, for `available()`.
+            #[allow(unsafe_code)]
+            return unsafe { fold::update(crc, data) };
+        }
     }
     #[cfg(target_arch = "x86_64")]
     if data.len() < short::SHORT_MAX && short::available() {

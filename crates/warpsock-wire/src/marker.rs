@@ -50,7 +50,7 @@ impl Marker {
 /// Whether a marker starts at stream offset `pos` (counted from the first
 /// octet after this direction's MPA frame).
 pub const fn is_marker_position(pos: u64) -> bool {
-    pos % MARKER_SPACING == 0
+    pos.is_multiple_of(MARKER_SPACING)
 }
 
 /// Octets from `pos` to the next marker position (512 at a marker position).

@@ -212,7 +212,7 @@ impl XSocket {
                 // ping-pong's answer comes within the first few reads,
                 // which yield never; helper 32's review).
                 empty += 1;
-                if empty % YIELD_EVERY == 0 {
+                if empty.is_multiple_of(YIELD_EVERY) {
                     std::thread::yield_now();
                 }
             }

@@ -167,7 +167,7 @@ impl RxState {
         self.target_off = 0;
         self.payload_done = 0;
         self.payload_len = 0;
-        self.in_marker = self.markers && self.pos % MARKER_SPACING == 0;
+        self.in_marker = self.markers && self.pos.is_multiple_of(MARKER_SPACING);
         self.marker.clear();
     }
 
@@ -182,7 +182,7 @@ impl RxState {
     /// Advances the stream position, noting when a marker is due.
     fn advance(&mut self, n: usize) {
         self.pos += n as u64;
-        if self.markers && self.pos % MARKER_SPACING == 0 {
+        if self.markers && self.pos.is_multiple_of(MARKER_SPACING) {
             self.in_marker = true;
             self.marker.clear();
         }
@@ -577,7 +577,7 @@ impl Connection {
             ptr == 0
         } else {
             let d = at - self.rx.fpdu_start;
-            ptr == d || (self.rx.fpdu_start % MARKER_SPACING == 0 && ptr + 4 == d)
+            ptr == d || (self.rx.fpdu_start.is_multiple_of(MARKER_SPACING) && ptr + 4 == d)
         };
         if !ok {
             self.send_terminate(TermCode::MPA_MARKER, Attach::Nothing);
