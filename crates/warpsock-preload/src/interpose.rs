@@ -72,6 +72,9 @@ pub mod stdio;
 pub mod dups;
 use dups::{dup_held, dup_refused, propagate};
 
+/// glibc's second names of the interposed calls (`__poll`, `__read`, …).
+pub mod aliases;
+
 /// `pthread_cancel` and the entry points' looks at a pending cancel.
 pub mod cancel;
 pub(crate) use cancel::{cancel_first, cancel_point, cancellable, cancellable_int};

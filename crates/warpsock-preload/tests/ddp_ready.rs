@@ -123,3 +123,23 @@ fn select_over_a_ddp_socket_answers_as_over_tcp() {
         }
     }
 }
+
+/// glibc's second names of the interposed calls (`__poll`, `__select`,
+/// `__read`, `__write`, `__send`, `__connect`, `__close`;
+/// `tests/c/aliasddp.c`) over DDP sockets act as the first names: bytes
+/// carried over the DDP stream, their arrival seen by `__poll` and
+/// `__select`, `__close` read as the end of stream, `__connect` switched
+/// in policy mode. Without the aliases `__select` waits out its 10 s and
+/// fails, `__send` corrupts the carrier's stream.
+#[test]
+fn glibc_second_names_of_the_calls_act_as_the_first() {
+    let child = command(&c_program("aliasddp"), &[], true)
+        .env("WARPSOCK_DDP_PORTS", "1-65535")
+        .env("WARPSOCK_DDP_ADDRS", "127.0.0.2/32")
+        .spawn()
+        .expect("spawn aliasddp");
+    let r = finish(child, std::time::Duration::from_secs(60));
+    r.assert_ok("aliasddp");
+    assert!(r.stdout.contains("aliasddp: ok"), "{}", r.stdout);
+    assert_eq!(r.stat("ddp_switched"), 4, "{}", r.stderr);
+}

@@ -130,7 +130,10 @@ mod tests {
         assert_eq!(mulpdu_for_mss(1460), 1450);
         assert!(fpdu_len(mulpdu_for_mss(65483)) <= 65483);
         let big = mulpdu_for_mss(1 << 20);
-        assert!(big <= MAX_ULPDU_LEN && fpdu_len(big).is_multiple_of(8), "{big}");
+        assert!(
+            big <= MAX_ULPDU_LEN && fpdu_len(big).is_multiple_of(8),
+            "{big}"
+        );
     }
 
     /// siw-compat.md appendix: rping's start message as an RDMAP Send,
