@@ -67,7 +67,9 @@ lease_port
 IPORT=$PORT
 RUN_LIMIT=$((SECS * 3 + 30))
 
-# run LIB ROW: one iperf3 run (LIB empty: host TCP); prints the row's figure.
+# run LIB ROW: one iperf3 run (LIB empty: host TCP); writes the row's figure
+# to $OUT/figure. Run in the script's own shell (not in $(...)), so that
+# SERVER is the cleanup's and a failure ends the script.
 run() {
     local lib=$1 row=$2 env=(env) args=()
     [ -n "$lib" ] && env=(env LD_PRELOAD="$lib" WARPSOCK_DDP_PORTS="$IPORT")
@@ -92,7 +94,7 @@ run() {
     fi
     wait "$SERVER" || true
     SERVER=
-    python3 - "$OUT/client.json" "$row" <<'PY'
+    python3 - "$OUT/client.json" "$row" >"$OUT/figure" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 e = d["end"]
@@ -115,11 +117,12 @@ for r in $(seq "$ROUNDS"); do
         declare -A got=()
         for k in $(seq 0 $((NV - 1))); do
             v=$(( (k + r) % NV ))
-            got[$v]=$(run "${VARIANTS[$v]}" "$row")
+            run "${VARIANTS[$v]}" "$row"
+            got[$v]=$(cat "$OUT/figure")
         done
         line="round $r $row: host ${got[0]}"
         for v in $(seq 1 $((NV - 1))); do
-            ratio=$(awk -v a="${got[$v]}" -v h="${got[0]}" 'BEGIN { printf "%.3f", a / h }')
+            ratio=$(awk -v a="${got[$v]}" -v h="${got[0]}" 'BEGIN { printf "%.3f", (h > 0 ? a / h : 0) }')
             echo "$ratio" >>"$OUT/ratios.$v.$row"
             line="$line; lib$v ${got[$v]} (${ratio}x)"
         done

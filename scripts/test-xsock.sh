@@ -130,11 +130,11 @@ WARPSOCK_DDP_SELECT_DIRECT=0 c_cases selectddp doorbells
 pass "select and pselect over a DDP pair under ASan/UBSan, made as a poll and through the doorbells (timeout, readable and writable with a pipe, EBADF with the sets untouched, EINTR through pselect's mask, the peer's close)"
 
 # 1c''. glibc's second names of the calls (__poll, __select, __read, __write,
-# __send, __connect, __close) over DDP sockets act as the first names
+# __send, __connect, __close, __fcntl, __dup2) over DDP sockets act as the first names
 # (tests/c/aliasddp.c, under ASan/UBSan); __connect in policy mode on
 # 127.0.0.2 alone.
 WARPSOCK_DDP_PORTS=1-65535 WARPSOCK_DDP_ADDRS=127.0.0.2/32 c_cases aliasddp aliases
-pass "glibc's second names of the calls over a DDP pair under ASan/UBSan (__send/__write/__read, __poll and __select see arrivals, __close an end of stream, __connect switched in policy mode)"
+pass "glibc's second names of the calls over a DDP pair under ASan/UBSan (__fcntl's O_NONBLOCK, __send/__write/__read, __poll and __select see arrivals, a __dup2 copy, __close an end of stream, __connect switched in policy mode)"
 
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).

@@ -293,16 +293,19 @@ fn a_large_send_is_read_in_a_few_planned_reads() {
 
 /// A stream of large Sends whose last FPDU is short (128 KiB and an 8-byte
 /// header, as the preload's DATA of an `iperf3` write: two 64 KiB FPDUs
-/// and one of 56 payload bytes) is placed, not staged, when each short
-/// FPDU arrives after its message's others were read (a reader that keeps
-/// up with a writer): the short FPDU does not make the reads large again,
-/// so the next Send's first FPDU is not read whole into the staging buffer
-/// and copied (an FPDU of exactly its 64 KiB: once one was, every one
-/// after it was). A relay between the two holds each Send's last FPDU back
-/// until the server has read the rest. Only the first Send's first FPDU
-/// and the bytes that come with each header are copied. Fails with the
-/// short FPDU ending small reads (every 64 KiB FPDU staged: 1 MiB of the
-/// 1 MiB).
+/// and one of 56 payload bytes) is placed, not staged, when the short
+/// FPDU's payload comes after its header was read (a reader that keeps up
+/// with a writer): the short FPDU continues its message, so it does not
+/// make the reads large again, and the next Send's first FPDU is not read
+/// whole into the staging buffer and copied (an FPDU of exactly its 64 KiB;
+/// before `rx_whole_fpdu`, once one was, every one after it was). A relay
+/// between the two holds each Send's short FPDU back past its header until
+/// the server has read the rest. Only the first Send's first FPDU and the
+/// bytes that come with each header are copied. Fails with the short FPDU
+/// ending small reads (`continues` ignored: each Send's first FPDU staged,
+/// 512 KiB of the 1 MiB) and with a large FPDU taken whole not noted (all
+/// of it). Then 200 small Sends come at once: two of them make the reads
+/// large again (fails with the small reads kept: ~100 reads).
 #[test]
 fn large_sends_with_a_short_last_fpdu_are_placed_not_staged() {
     use std::io::{Read, Write};
@@ -310,16 +313,23 @@ fn large_sends_with_a_short_last_fpdu_are_placed_not_staged() {
     const LEN: usize = (128 << 10) + 8;
     const N: usize = 8;
     // On the wire: two FPDUs of 65,512 payload bytes, one of 56,
-    // each with a 2-byte length, an 18-byte header and a 4-byte CRC.
-    const FULL: usize = 2 * (2 + 18 + 65_512 + 4);
-    const LAST: usize = 2 + 18 + 56 + 4;
+    // each with a 2-byte length, an 18-byte header and a 4-byte CRC. The
+    // relay sends the first two and the third's length and header
+    // (`HEAD`), then the rest of the third (`LAST`).
+    const HEAD: usize = 2 * (2 + 18 + 65_512 + 4) + 2 + 18;
+    const LAST: usize = 56 + 4;
+    // Then small Sends of 100 bytes (124 on the wire), all at once: the
+    // reads turn large again, many FPDUs a read.
+    const SMALL: usize = 100;
+    const SMALLS: usize = 200;
+    const SMALL_WIRE: usize = 2 + 18 + SMALL + 4;
     let l = Listener::bind("127.0.0.1:0").unwrap();
     let server_addr = l.local_addr().unwrap();
     let relay = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let relay_addr = relay.local_addr().unwrap();
-    // The server asks for each part in turn (`true`: a Send's first two
-    // FPDUs, `false`: its last), and the relay answers once it wrote it.
-    let (ask_tx, ask_rx) = channel::<bool>();
+    // The server asks for the bytes it wants next, and the relay answers
+    // once it wrote them.
+    let (ask_tx, ask_rx) = channel::<usize>();
     let (wrote_tx, wrote_rx) = channel::<()>();
     let relay = std::thread::spawn(move || {
         let (mut from, _) = relay.accept().unwrap();
@@ -328,7 +338,6 @@ fn large_sends_with_a_short_last_fpdu_are_placed_not_staged() {
         to.set_read_timeout(Some(LIMIT)).unwrap();
         // The MPA exchange: request (20 bytes + private data) one way,
         // reply the other; each side writes its frame whole.
-        let mut buf = vec![0u8; 4096];
         let frame = |a: &mut std::net::TcpStream, b: &mut std::net::TcpStream| {
             let mut frame = vec![0u8; 20];
             a.read_exact(&mut frame).unwrap();
@@ -339,70 +348,87 @@ fn large_sends_with_a_short_last_fpdu_are_placed_not_staged() {
         };
         frame(&mut from, &mut to);
         frame(&mut to, &mut from);
-        for _ in 0..N {
-            for first in [true, false] {
-                assert_eq!(ask_rx.recv_timeout(LIMIT), Ok(first));
-                let n = if first { FULL } else { LAST };
-                buf.resize(n, 0);
-                from.read_exact(&mut buf).unwrap();
-                to.write_all(&buf).unwrap();
-                wrote_tx.send(()).unwrap();
-            }
+        let mut buf = Vec::new();
+        while let Ok(n) = ask_rx.recv_timeout(LIMIT) {
+            buf.resize(n, 0);
+            from.read_exact(&mut buf).unwrap();
+            to.write_all(&buf).unwrap();
+            wrote_tx.send(()).unwrap();
         }
     });
     let server = std::thread::spawn(move || {
         let c = Context::new(Progress::Caller).unwrap();
         let pd = c.alloc_pd();
-        let cq = c.create_cq(8).unwrap();
-        let sink = pd.alloc(N * LEN, Access::LOCAL_WRITE);
+        let cq = c.create_cq(256).unwrap();
+        let sink = pd.alloc(N * LEN + SMALLS * SMALL, Access::LOCAL_WRITE);
         let mut init = QpInit::new(&pd, &cq);
+        // Room for what the relay writes while this side does not read.
+        init.options.tcp.recv_buffer = Some(1 << 20);
         init.recvs = (0..N)
             .map(|i| RecvWr {
                 wr_id: i as u64,
                 sgl: sink.sge(i * LEN, LEN as u32).into(),
             })
+            .chain((0..SMALLS).map(|i| RecvWr {
+                wr_id: (N + i) as u64,
+                sgl: sink.sge(N * LEN + i * SMALL, SMALL as u32).into(),
+            }))
             .collect();
         let qp = l.accept_qp(&init, &[], Some(LIMIT)).unwrap();
         let mut out = [Wc::default(); 1];
-        for _ in 0..N {
-            ask_tx.send(true).unwrap();
+        let ask = |n: usize| {
+            ask_tx.send(n).unwrap();
             wrote_rx.recv_timeout(LIMIT).unwrap();
-            // Read the first two FPDUs before the last comes.
-            let want = qp.io_stats().read_bytes + FULL as u64;
+        };
+        for _ in 0..N {
+            ask(HEAD);
+            // Read them (the third's header too) before the rest comes.
+            let want = qp.io_stats().read_bytes + HEAD as u64;
             let by = Instant::now() + LIMIT;
             while qp.io_stats().read_bytes < want {
                 assert_eq!(cq.poll(&mut out), 0, "the Send completed early");
                 assert!(Instant::now() < by, "the relay's bytes never came");
                 std::thread::yield_now();
             }
-            ask_tx.send(false).unwrap();
-            wrote_rx.recv_timeout(LIMIT).unwrap();
+            ask(LAST);
             let w = wait_n(&cq, 1);
             assert!(w[0].is_ok() && w[0].byte_len as usize == LEN, "{w:?}");
         }
+        let large = qp.io_stats();
+        ask(SMALLS * SMALL_WIRE);
+        let w = wait_n(&cq, SMALLS);
+        assert!(w.iter().all(|w| w.is_ok() && w.byte_len as usize == SMALL));
         let want = pattern(LEN, 13);
-        assert!(sink.with_bytes(|b| b.chunks(LEN).all(|c| c == &want[..])));
-        qp.io_stats()
+        assert!(sink.with_bytes(|b| b[..N * LEN].chunks(LEN).all(|c| c == &want[..])));
+        assert!(sink.with_bytes(|b| b[N * LEN..].chunks(SMALL).all(|c| c == &want[..SMALL])));
+        (large, qp.io_stats().reads - large.reads)
     });
     let c = Context::new(Progress::Thread).unwrap();
     let pd = c.alloc_pd();
-    let cq = c.create_cq(8).unwrap();
+    let cq = c.create_cq(256).unwrap();
     let src = pd.register(pattern(LEN, 13), Access::LOCAL_READ);
     let mut init = QpInit::new(&pd, &cq);
     // No RTR message behind the MPA frames: the relay counts FPDUs.
     init.options.peer_to_peer = false;
     let qp = connect(relay_addr, &init).unwrap();
-    for i in 0..N {
-        qp.post_send(send_wr(i as u64, vec![src.sge(0, LEN as u32)]))
+    for i in 0..N + SMALLS {
+        let len = if i < N { LEN } else { SMALL };
+        qp.post_send(send_wr(i as u64, vec![src.sge(0, len as u32)]))
             .unwrap();
     }
-    assert!(wait_n(&cq, N).iter().all(|w| w.is_ok()));
-    let io = server.join().unwrap();
+    assert!(wait_n(&cq, N + SMALLS).iter().all(|w| w.is_ok()));
+    let (io, small_reads) = server.join().unwrap();
     relay.join().unwrap();
     assert!(
         io.staged_copied <= (64 << 10) + N as u64 * 512,
         "{} of {} bytes copied out of staging ({io:?})",
         io.staged_copied,
         N * LEN
+    );
+    // Two small messages make the reads large again: a few reads, not
+    // one per ~2 FPDUs of 256 bytes (~100).
+    assert!(
+        small_reads <= 20,
+        "{small_reads} reads for {SMALLS} small Sends"
     );
 }

@@ -125,12 +125,14 @@ fn select_over_a_ddp_socket_answers_as_over_tcp() {
 }
 
 /// glibc's second names of the interposed calls (`__poll`, `__select`,
-/// `__read`, `__write`, `__send`, `__connect`, `__close`;
-/// `tests/c/aliasddp.c`) over DDP sockets act as the first names: bytes
-/// carried over the DDP stream, their arrival seen by `__poll` and
-/// `__select`, `__close` read as the end of stream, `__connect` switched
-/// in policy mode. Without the aliases `__select` waits out its 10 s and
-/// fails, `__send` corrupts the carrier's stream.
+/// `__read`, `__write`, `__send`, `__connect`, `__close`, `__fcntl`,
+/// `__dup2`; `tests/c/aliasddp.c`) over DDP sockets act as the first
+/// names: `O_NONBLOCK` set, bytes carried over the DDP stream, their
+/// arrival seen by `__poll` and `__select`, a copy reading them, `__close`
+/// read as the end of stream, `__connect` switched in policy mode.
+/// Without the aliases the first `__read` of nothing blocks (the library
+/// never heard of `O_NONBLOCK`); without those of the waits `__poll`
+/// waits out its 10 s.
 #[test]
 fn glibc_second_names_of_the_calls_act_as_the_first() {
     let child = command(&c_program("aliasddp"), &[], true)

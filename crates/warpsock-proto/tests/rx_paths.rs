@@ -234,13 +234,15 @@ fn payload_length_is_the_fpdus_not_the_ranges() {
 /// `rx_payload_start` says, once per FPDU (at its first placement step
 /// only), whether the FPDU continues a message: a Send of three FPDUs
 /// gives `false`, then `true` twice, and nothing at a second step of the
-/// same FPDU (a receive of two scatter entries); `fpdu_begins_message`
-/// says the same of the FPDUs' bytes. An engine sizes its reads by them:
-/// a large message's short last FPDU does not make the stream one of
-/// small messages.
+/// same FPDU (a receive of two scatter entries); an RDMA Write of three
+/// the same. `rx_whole_fpdu` says it, with the payload length, of FPDUs
+/// taken whole by `rx_fpdu`: a Send's and a Write's first FPDU began a
+/// message, the others did not. An engine sizes its reads by them: a
+/// large message's short last FPDU does not make the stream one of small
+/// messages.
 #[test]
 fn payload_start_tells_a_message_s_first_fpdu_from_the_rest() {
-    use warpsock_proto::{Connection, RxStep};
+    use warpsock_proto::RxStep;
     let mulpdu = 4096;
     let mut p = Pair::new(|c| c.mulpdu = mulpdu, |c| c.mulpdu = mulpdu, Cut::Whole);
     p.establish();
@@ -248,7 +250,7 @@ fn payload_start_tells_a_message_s_first_fpdu_from_the_rest() {
     let len = 2 * (4096 - 18) + 100;
     let src = p.a.region(0x10_0000, pattern(len, 5), Access::LOCAL_READ);
     let head = p.b.region(0x2000, vec![0; 8], Access::LOCAL_WRITE);
-    let body = p.b.region(0x8000, vec![0; len], Access::LOCAL_WRITE);
+    let body = p.b.region(0x8000, vec![0; 2 * len], Access::LOCAL_WRITE);
     let sink = p.b.region(
         0x4_0000,
         vec![0; len],
@@ -260,9 +262,38 @@ fn payload_start_tells_a_message_s_first_fpdu_from_the_rest() {
             [sge(0x2000, 8, head), sge(0x8000, len as u32 - 8, body)].into(),
         ))
         .unwrap();
-    // Each step's `rx_payload_start` at a placement, and
-    // `fpdu_begins_message` of each FPDU on the wire.
-    let feed = |b: &mut util::Side, wire: &[u8]| {
+    p.b.conn
+        .post_recv(recv_wr(
+            2,
+            sge(0x8000 + len as u64, len as u32, body).into(),
+        ))
+        .unwrap();
+    let send = |p: &mut Pair, wr_id: u64| {
+        p.a.conn
+            .post_send(send_wr(wr_id, sge(0x10_0000, len as u32, src).into()))
+            .unwrap();
+        let mut wire = Vec::new();
+        p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);
+        wire
+    };
+    let write = |p: &mut Pair, wr_id: u64| {
+        p.a.conn
+            .post_send(SendWr {
+                wr_id,
+                op: SendOp::Write {
+                    remote_addr: 0x4_0000,
+                    rkey: sink,
+                },
+                sgl: sge(0x10_0000, len as u32, src).into(),
+                signaled: true,
+            })
+            .unwrap();
+        let mut wire = Vec::new();
+        p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);
+        wire
+    };
+    // Step by step: `rx_payload_start` at each placement.
+    let stepped = |b: &mut util::Side, wire: &[u8]| {
         let mut at = 0;
         let mut starts = Vec::new();
         while at < wire.len() {
@@ -280,47 +311,50 @@ fn payload_start_tells_a_message_s_first_fpdu_from_the_rest() {
                 other => panic!("unexpected {other:?}"),
             }
         }
-        // MPA length, ULPDU, pad to 4, CRC.
-        let mut begins = Vec::new();
-        let mut f = 0;
-        while f < wire.len() {
-            begins.push(Connection::fpdu_begins_message(&wire[f..]));
-            let ulpdu = usize::from(u16::from_be_bytes([wire[f], wire[f + 1]]));
-            f += (2 + ulpdu).next_multiple_of(4) + 4;
+        starts
+    };
+    // Whole: `rx_whole_fpdu` after each `rx_fpdu`.
+    let whole = |b: &mut util::Side, wire: &[u8]| {
+        let mut at = 0;
+        let mut seen = Vec::new();
+        while at < wire.len() {
+            let n = b.conn.rx_fpdu(&wire[at..], &mut b.reg);
+            assert!(n > 0, "an FPDU taken whole at {at}");
+            seen.push(b.conn.rx_whole_fpdu(&wire[at..]).unwrap());
+            at += n;
         }
-        (starts, begins)
+        seen
     };
     assert_eq!(p.b.conn.rx_payload_start(), None, "before a header");
-    p.a.conn
-        .post_send(send_wr(1, sge(0x10_0000, len as u32, src).into()))
-        .unwrap();
-    let mut wire = Vec::new();
-    p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);
-    let (starts, begins) = feed(&mut p.b, &wire);
+    let wire = send(&mut p, 1);
+    let starts = stepped(&mut p.b, &wire);
     assert_eq!(starts, [Some(false), None, Some(true), Some(true)]);
-    assert_eq!(begins, [true, false, false]);
-    assert!(!Connection::fpdu_begins_message(&wire[..3]), "too short");
-    // An RDMA Write in three FPDUs: tagged ones are not known to begin a
-    // message from their bytes, but the receiver knows it.
-    p.a.conn
-        .post_send(SendWr {
-            wr_id: 2,
-            op: SendOp::Write {
-                remote_addr: 0x4_0000,
-                rkey: sink,
-            },
-            sgl: sge(0x10_0000, len as u32, src).into(),
-            signaled: true,
-        })
-        .unwrap();
-    let mut wire = Vec::new();
-    p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);
-    let (starts, begins) = feed(&mut p.b, &wire);
-    assert_eq!(starts, [Some(false), Some(true), Some(true)]);
-    assert_eq!(begins, [false, false, false]);
+    let wire = write(&mut p, 2);
+    assert_eq!(
+        stepped(&mut p.b, &wire),
+        [Some(false), Some(true), Some(true)]
+    );
+    let full = 4096 - 18;
+    let wire = send(&mut p, 3);
+    assert_eq!(
+        whole(&mut p.b, &wire),
+        [(full, true), (full, false), (100, false)]
+    );
+    let wire = write(&mut p, 4);
+    let full_tagged = 4096 - 14;
+    let last_tagged = len - 2 * full_tagged;
+    assert_eq!(
+        whole(&mut p.b, &wire),
+        [
+            (full_tagged, true),
+            (full_tagged, false),
+            (last_tagged, false)
+        ]
+    );
+    assert_eq!(p.b.conn.rx_whole_fpdu(&wire[..3]), None, "too short");
     p.b.pump();
-    assert_eq!(p.b.wcs.len(), 1);
-    assert_eq!(p.b.wcs[0].status, WcStatus::Success);
+    assert_eq!(p.b.wcs.len(), 2);
+    assert!(p.b.wcs.iter().all(|w| w.status == WcStatus::Success));
     assert!(p.b.mem(sink) == &pattern(len, 5)[..]);
 }
 

@@ -6,7 +6,7 @@ use std::io::{self, IoSliceMut};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use warpsock_proto::{Connection, Registry, RxPiece, RxStep};
+use warpsock_proto::{Registry, RxPiece, RxStep};
 
 use super::QpSlot;
 use crate::mem::{self, Mem};
@@ -216,19 +216,23 @@ impl ParkedRead {
     }
 }
 
-/// Notes an FPDU whose header is in, with `payload` bytes (`continues`:
-/// it continues a message earlier FPDUs began), in a staging buffer's
-/// `large` and `smalls` ([`Staging::large`]). A large payload makes the
-/// reads small; small payloads make them large again only from the second
-/// message in a row that begins with one. Neither the short last FPDU of
-/// a large message (a 128 KiB write is two 64 KiB FPDUs and one of 56
-/// payload bytes) nor one short message between large ones (a program's
-/// short write) does: behind either, the next message's first FPDU was
-/// read whole into staging and copied, and, being exactly a staging
-/// buffer's length, so was every FPDU after it (a read of 64 KiB at an
-/// FPDU's start finds one whole FPDU, which `rx_fpdu` takes without a
-/// placement step): about two thirds of an `iperf3` stream's bytes went
-/// kernel → staging → slot → program.
+/// Notes an FPDU with `payload` bytes (`continues`: it continues a
+/// message earlier FPDUs began) in a staging buffer's `large` and `smalls`
+/// ([`Staging::large`]): at its first placement step (`rx_payload_start`),
+/// or once `rx_fpdu` took it whole (`rx_whole_fpdu`; a small one only
+/// while the reads are small). A large payload makes the reads small;
+/// small payloads make them large again only from the second message in a
+/// row that begins with one. Neither the short last FPDU of a large
+/// message (a 128 KiB write is two 64 KiB FPDUs and one of 56 payload
+/// bytes) nor one short message between large ones (a program's short
+/// write) does: behind either, the next message's first FPDU was read
+/// whole into staging and copied, and, being exactly a staging buffer's
+/// length, so was every FPDU after it (a read of 64 KiB at an FPDU's start
+/// finds one whole FPDU, which `rx_fpdu` takes without a placement step):
+/// about two thirds of an `iperf3` stream's bytes went kernel → staging →
+/// slot → program. Not noted: one-FPDU Sends taken by the predicted path
+/// or in a planned read's tail, which neither end small reads nor count
+/// toward their end.
 #[inline]
 fn note_payload(large: &mut bool, smalls: &mut u8, payload: usize, continues: bool) {
     if payload >= LARGE_PAYLOAD {
@@ -527,10 +531,14 @@ impl QpSlot {
                     let Some(buf) = self.rx.buf.as_deref_mut() else {
                         return;
                     };
+                    // Noted for this read's size, kept only if it brings
+                    // bytes: a read that finds none (`EAGAIN`) leaves the
+                    // FPDU to be noted again by the next one.
+                    let (mut large, mut smalls) = (self.rx.large, self.rx.smalls);
                     if let Some(continues) = self.conn.rx_payload_start() {
                         note_payload(
-                            &mut self.rx.large,
-                            &mut self.rx.smalls,
+                            &mut large,
+                            &mut smalls,
                             self.conn.rx_payload_len(),
                             continues,
                         );
@@ -551,7 +559,7 @@ impl QpSlot {
                     // whole staging buffer is: the FPDUs that follow are
                     // copied out of it, one read for dozens of FPDUs
                     // instead of one read each.
-                    let cap = if self.rx.large { RX_TAIL } else { buf.len() };
+                    let cap = if large { RX_TAIL } else { buf.len() };
                     let tail = &mut buf[..cap];
                     self.io.reads += 1;
                     match sys::recv_vectored_dontwait(
@@ -560,6 +568,7 @@ impl QpSlot {
                     ) {
                         Ok(0) => Ok(0),
                         Ok(n) => {
+                            (self.rx.large, self.rx.smalls) = (large, smalls);
                             drained = n < want + cap;
                             let placed = n.min(want);
                             // Re-borrow the placed bytes to fold them into the CRC.
@@ -665,6 +674,7 @@ impl QpSlot {
             iov.push(IoSliceMut::new(piece));
         }
         self.rx.large = true;
+        self.rx.smalls = 0;
         self.io.reads += 1;
         let res = sys::recv_vectored_dontwait(self.sock.as_raw_fd(), &mut iov);
         drop(iov);
@@ -696,15 +706,17 @@ impl QpSlot {
                 // anything else at no cost), else piece by piece.
                 let whole = self.conn.rx_fpdu(staged, reg);
                 if whole > 0 {
-                    if whole >= LARGE_PAYLOAD {
-                        // A large FPDU read whole into staging: read the
-                        // next ones' framing alone, their payload placed
-                        // (`note_payload`).
-                        note_payload(&mut self.rx.large, &mut self.rx.smalls, whole, false);
-                        self.io.staged_copied += whole as u64;
-                    } else if self.rx.large && Connection::fpdu_begins_message(staged) {
-                        // Small messages that come whole in the small reads.
-                        note_payload(&mut self.rx.large, &mut self.rx.smalls, 0, false);
+                    // A large FPDU read whole into staging makes the next
+                    // reads small, their payload placed; small messages
+                    // that come whole in the small reads make them large
+                    // again (`note_payload`).
+                    if whole >= LARGE_PAYLOAD || self.rx.large {
+                        if let Some((payload, began)) = self.conn.rx_whole_fpdu(staged) {
+                            note_payload(&mut self.rx.large, &mut self.rx.smalls, payload, !began);
+                            if payload >= LARGE_PAYLOAD {
+                                self.io.staged_copied += whole as u64;
+                            }
+                        }
                     }
                     self.rx.start += whole;
                     continue;

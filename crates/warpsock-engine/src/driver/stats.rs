@@ -79,10 +79,11 @@ pub struct IoStats {
     /// Bytes of those Sends' FPDUs the socket did not take at once, copied
     /// for a later pass: the only copy a gathered Send makes.
     pub gathered_copied: u64,
-    /// Bytes of FPDUs whose payload was copied out of the staging buffer
-    /// into place: whole FPDUs read into it (framing counted too) and
-    /// payload pieces that came with framing. What direct placement does
-    /// not take: a stream of large messages should see little here.
+    /// Bytes copied out of the staging buffer into place by the reads'
+    /// own steps: large FPDUs read whole into it (framing counted too) and
+    /// payload pieces that came with framing — not small FPDUs taken
+    /// whole, nor a planned read's tail. What direct placement of large
+    /// payloads missed: a stream of large messages should see little here.
     pub staged_copied: u64,
 }
 

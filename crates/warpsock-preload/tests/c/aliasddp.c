@@ -1,10 +1,13 @@
 /* glibc's second names of the interposed calls over a DDP-mode pair
  * (issue 12; interpose/aliases.rs): a program that calls __poll,
- * __select, __read, __write, __send, __connect or __close (exported by
- * glibc as the same functions as poll, select, ...) must get what the
- * first names give:
+ * __select, __read, __write, __send, __connect, __close, __fcntl or
+ * __dup2 (exported by glibc as the same functions as poll, select, ...)
+ * must get what the first names give:
  *   - __send and __write carry bytes over the DDP stream (not raw into
  *     the carrier's byte stream), __read reads them;
+ *   - __fcntl's O_NONBLOCK reaches the socket: a read of nothing fails
+ *     with EAGAIN at once (not a blocking wait);
+ *   - __dup2's copy names the socket: bytes read through it;
  *   - __poll and __select see the peer's bytes arrive (within 10 s: not
  *     the doorbell nobody rings, which waits its whole bound);
  *   - __close is an orderly close the peer reads as end of stream;
@@ -25,6 +28,8 @@ extern ssize_t __write(int, const void *, size_t);
 extern ssize_t __send(int, const void *, size_t, int);
 extern int __connect(int, const struct sockaddr *, socklen_t);
 extern int __close(int);
+extern int __fcntl(int, int, ...);
+extern int __dup2(int, int);
 
 /* fd's WARPSOCK_DDP_MODE. */
 static int ddp_mode_of(int fd) {
@@ -49,7 +54,10 @@ static void read_all(int fd, char *b, size_t n) {
 int main(void) {
     int c, s;
     ddp_pair(&c, &s);
-    CHECK(fcntl(c, F_SETFL, O_NONBLOCK) == 0);
+    /* __fcntl's O_NONBLOCK: a read of nothing fails at once. */
+    CHECK(__fcntl(c, F_SETFL, __fcntl(c, F_GETFL) | O_NONBLOCK) == 0);
+    char nb;
+    CHECK(__read(c, &nb, 1) == -1 && errno == EAGAIN);
 
     /* __send and __write, read back with __read after __poll. */
     CHECK(__send(s, "hello ", 6, 0) == 6);
@@ -68,6 +76,14 @@ int main(void) {
     CHECK(tv.tv_sec > 0);
     read_all(c, b, 5);
     CHECK(memcmp(b, "again", 5) == 0);
+
+    /* __dup2's copy names the socket. */
+    int d = __dup2(c, 100);
+    CHECK(d == 100);
+    CHECK(__write(s, "dup", 3) == 3);
+    read_all(d, b, 3);
+    CHECK(memcmp(b, "dup", 3) == 0);
+    CHECK(close(d) == 0);
 
     /* __close: an orderly close, the peer's end of stream. */
     CHECK(__close(s) == 0);

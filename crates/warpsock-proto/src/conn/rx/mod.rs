@@ -225,15 +225,20 @@ impl Connection {
         }
     }
 
-    /// Whether `fpdu` (an FPDU as on the stream, MPA length first, its
-    /// header at least) begins a message: an untagged one at message
-    /// offset 0. A tagged one is not known to (RFC 5041 §4: its tagged
-    /// offset does not say). What [`Self::rx_payload_start`] tells of the
-    /// FPDU being received, for one that [`Self::rx_fpdu`] took whole.
-    pub fn fpdu_begins_message(fpdu: &[u8]) -> bool {
-        fpdu.get(2..)
-            .and_then(|u| SegmentHeader::parse(u).ok())
-            .is_some_and(|h| matches!(h.placement, ddp::Placement::Untagged { mo: 0, .. }))
+    /// Of an FPDU that [`Self::rx_fpdu`] just took whole (`fpdu`: its
+    /// bytes as on the stream, MPA length first): its payload length and
+    /// whether it began a message — an untagged one at message offset 0,
+    /// a tagged one behind no unfinished message of its kind. What
+    /// [`Self::rx_payload_len`] and [`Self::rx_payload_start`] tell of an
+    /// FPDU received step by step. `None` if `fpdu` holds no header.
+    pub fn rx_whole_fpdu(&self, fpdu: &[u8]) -> Option<(usize, bool)> {
+        let ulpdu_len = usize::from(u16::from_be_bytes([*fpdu.first()?, *fpdu.get(1)?]));
+        let h = SegmentHeader::parse(fpdu.get(2..)?).ok()?;
+        let began = match h.placement {
+            ddp::Placement::Untagged { mo, .. } => mo == 0,
+            ddp::Placement::Tagged { .. } => !self.rx.tagged_continues,
+        };
+        Some((ulpdu_len.saturating_sub(h.len()), began))
     }
 
     /// What the receive path needs next (the direct placement contract).
