@@ -179,6 +179,33 @@ fn whole_fpdus_are_taken_in_one_pass() {
     assert_eq!(terms, [TermCode::MPA_CRC, TermCode::MPA_CRC]);
 }
 
+/// Feeds `wire` to `b` step by step, placing payload where
+/// [`RxStep::Place`] says (as an engine's `readv` would), and calls
+/// `at_place` before each placement.
+fn feed_stepped(
+    b: &mut util::Side,
+    wire: &[u8],
+    mut at_place: impl FnMut(&warpsock_proto::Connection, warpsock_proto::Range),
+) {
+    use warpsock_proto::RxStep;
+    let mut at = 0;
+    while at < wire.len() {
+        match b.conn.rx_step() {
+            RxStep::Bytes(_) => at += b.conn.rx_bytes(&wire[at..], &mut b.reg),
+            RxStep::Place(r) => {
+                at_place(&b.conn, r);
+                let n = r.len as usize;
+                let dst = b.reg.slice_mut(r.stag, r.offset, n).unwrap();
+                dst.copy_from_slice(&wire[at..at + n]);
+                let placed = dst.to_vec();
+                b.conn.rx_placed(&placed);
+                at += n;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
 /// `rx_payload_len` gives the whole FPDU's payload while a Send is placed
 /// into a scattered receive: the first range is the 8-byte head entry of
 /// a 16 KiB payload, and an engine that sized its reads by the range (as
@@ -186,7 +213,6 @@ fn whole_fpdus_are_taken_in_one_pass() {
 /// and pulled the next FPDU's payload through its staging buffer.
 #[test]
 fn payload_length_is_the_fpdus_not_the_ranges() {
-    use warpsock_proto::RxStep;
     // One FPDU for the whole Send, as the engine frames (64 KiB MULPDU).
     let mut p = Pair::new(|c| c.mulpdu = 65_000, |c| c.mulpdu = 65_000, Cut::Whole);
     p.establish();
@@ -206,23 +232,10 @@ fn payload_length_is_the_fpdus_not_the_ranges() {
     let mut wire = Vec::new();
     p.a.conn.poll_transmit(&p.a.reg, &mut wire, 1 << 20);
     let b = &mut p.b;
-    let mut at = 0;
     let mut ranges = Vec::new();
-    while at < wire.len() {
-        match b.conn.rx_step() {
-            RxStep::Bytes(_) => at += b.conn.rx_bytes(&wire[at..], &mut b.reg),
-            RxStep::Place(r) => {
-                ranges.push((r.len, b.conn.rx_payload_len()));
-                let n = r.len as usize;
-                let dst = b.reg.slice_mut(r.stag, r.offset, n).unwrap();
-                dst.copy_from_slice(&wire[at..at + n]);
-                let placed = dst.to_vec();
-                b.conn.rx_placed(&placed);
-                at += n;
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    feed_stepped(b, &wire, |conn, r| {
+        ranges.push((r.len, conn.rx_payload_len()));
+    });
     assert_eq!(ranges, [(8, len), (len as u64 - 8, len)]);
     b.pump();
     assert_eq!(b.wcs.len(), 1);
@@ -242,7 +255,6 @@ fn payload_length_is_the_fpdus_not_the_ranges() {
 /// messages.
 #[test]
 fn payload_start_tells_a_message_s_first_fpdu_from_the_rest() {
-    use warpsock_proto::RxStep;
     let mulpdu = 4096;
     let mut p = Pair::new(|c| c.mulpdu = mulpdu, |c| c.mulpdu = mulpdu, Cut::Whole);
     p.establish();
@@ -294,23 +306,8 @@ fn payload_start_tells_a_message_s_first_fpdu_from_the_rest() {
     };
     // Step by step: `rx_payload_start` at each placement.
     let stepped = |b: &mut util::Side, wire: &[u8]| {
-        let mut at = 0;
         let mut starts = Vec::new();
-        while at < wire.len() {
-            match b.conn.rx_step() {
-                RxStep::Bytes(_) => at += b.conn.rx_bytes(&wire[at..], &mut b.reg),
-                RxStep::Place(r) => {
-                    starts.push(b.conn.rx_payload_start());
-                    let n = r.len as usize;
-                    let dst = b.reg.slice_mut(r.stag, r.offset, n).unwrap();
-                    dst.copy_from_slice(&wire[at..at + n]);
-                    let placed = dst.to_vec();
-                    b.conn.rx_placed(&placed);
-                    at += n;
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
+        feed_stepped(b, wire, |conn, _| starts.push(conn.rx_payload_start()));
         starts
     };
     // Whole: `rx_whole_fpdu` after each `rx_fpdu`.
