@@ -57,7 +57,9 @@ gcc -O2 -Wall -Wextra -Werror crates/warpsock-preload/tests/c/connrate.c -o "$WO
 gcc -O2 -Wall -Wextra -Werror -Icrates/warpsock-preload/tests/c \
     crates/warpsock-preload/tests/c/acceptstall.c -o "$WORK/echo"
 
-# run LIB: one run, LIB empty for host TCP; prints the rate.
+# run LIB: one run, LIB empty for host TCP; writes the rate to $WORK/rate.
+# Run in the script's own shell (not in $(...)), so that SERVER_PID is the
+# cleanup's: a failed client run left the server running for good.
 run() {
     local lib=$1 env=()
     if [ -n "$lib" ]; then
@@ -84,7 +86,7 @@ run() {
     kill "$SERVER_PID" 2>/dev/null || true
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=
-    awk '{ print $6 }' <<< "$out"
+    awk '{ print $6 }' <<< "$out" > "$WORK/rate"
 }
 
 echo "load: $(uptime)"
@@ -94,7 +96,8 @@ for r in $(seq "$ROUNDS"); do
     declare -A rate=()
     for k in $(seq 0 $((N - 1))); do
         i=$(( (k + r) % N ))
-        if [ "$i" -eq 0 ]; then rate[0]=$(run ""); else rate[$i]=$(run "${NAMES[$i]}"); fi
+        if [ "$i" -eq 0 ]; then run ""; else run "${NAMES[$i]}"; fi
+        rate[$i]=$(cat "$WORK/rate")
     done
     line="round $r: host ${rate[0]}/s"
     for i in $(seq 1 $((N - 1))); do
