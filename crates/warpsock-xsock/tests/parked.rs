@@ -46,6 +46,33 @@ fn until_parked(x: &XSocket, what: &str) {
     }
 }
 
+/// Drives `x` (bounded by [`LIMIT`]) until it owes its socket nothing:
+/// established (a responder took in the initiator's first FPDU) and every
+/// message it queued written. The engines here are caller-driven (no
+/// progress thread): a send that could not go at once returns with its
+/// message queued, written only by a later call on `x` — and the writers
+/// here make none until the reader has the message. A responder's Send
+/// waits for the initiator's first FPDU (RFC 6581): with a forwarder
+/// between the ends, slow to pass that FPDU on under load, the writer's
+/// wait timed out, its `x` dropped, and the reader saw the end of stream
+/// in message 0's place (`a_split_fpdu_is_one_wait_of_the_receive`, 15
+/// runs in 300 under two CPU hogs). Owing nothing, `x` asks no progress
+/// thread to watch its socket (`io/watch.rs`).
+fn until_owes_nothing(x: &XSocket, what: &str) {
+    let t = Instant::now();
+    loop {
+        x.progress();
+        if x.watching() == XSocket::WATCH_OFF {
+            return;
+        }
+        assert!(
+            t.elapsed() < LIMIT,
+            "{what}: the socket still owes its peer"
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// `rounds` 8 B messages from `xb` to `xa`, each sent once `xa` took the
 /// one before and its next blocking receive is parked (so its read brings
 /// that one FPDU alone), in stream or message mode: every byte and
@@ -55,6 +82,7 @@ fn lone_messages<const TIMED: bool>(o: &Options, msg_mode: bool, rounds: u64) ->
     let (xa, xb) = switch_both(&a, &b, o);
     xa.set_msg_mode(msg_mode);
     xb.set_msg_mode(msg_mode);
+    until_owes_nothing(&xb, "the responder");
     let before = xa.parked_predictions();
     let (took, next) = mpsc::channel::<()>();
     std::thread::scope(|s| {
@@ -282,6 +310,7 @@ fn a_split_fpdu_is_one_wait_of_the_receive() {
             (ra, rb) => panic!("switch: {:?} / {:?}", ra.err(), rb.err()),
         }
     });
+    until_owes_nothing(&xb, "the responder");
     let (go, next) = mpsc::channel::<()>();
     std::thread::scope(|s| {
         let xa = &xa;
