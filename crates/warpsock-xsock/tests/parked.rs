@@ -73,6 +73,25 @@ fn until_owes_nothing(x: &XSocket, what: &str) {
     }
 }
 
+/// Waits (bounded by [`LIMIT`]) until the peer's TCP acknowledged every
+/// byte `x` wrote to its socket (`SIOCOUTQ` 0): those bytes are in the
+/// peer's TCP receive queue, unless a call on the peer read them since.
+/// (After [`until_owes_nothing`]: the engine wrote everything it had.)
+fn until_acked(x: &XSocket, what: &str) {
+    let t = Instant::now();
+    loop {
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ (= TIOCOUTQ) writes one int.
+        let r = unsafe { libc::ioctl(x.tcp_fd(), libc::TIOCOUTQ, &mut n) };
+        assert_eq!(r, 0, "{what}: SIOCOUTQ");
+        if n == 0 {
+            return;
+        }
+        assert!(t.elapsed() < LIMIT, "{what}: {n} bytes never acknowledged");
+        std::thread::yield_now();
+    }
+}
+
 /// `rounds` 8 B messages from `xb` to `xa`, each sent once `xa` took the
 /// one before and its next blocking receive is parked (so its read brings
 /// that one FPDU alone), in stream or message mode: every byte and
@@ -144,11 +163,23 @@ fn a_parked_receive_takes_a_lone_message_where_the_read_put_it() {
 /// second read from the books with no wait), and a message longer than
 /// the buffer (the stream's first bytes, then the rest) — none of them
 /// predicted.
+///
+/// The two messages are sent while the reader makes no call on `xa` (it
+/// took every warm-up message and waits for the word), and the word comes
+/// once both are in `xa`'s TCP receive queue ([`until_acked`]): then its
+/// next read brings both. (They were sent as soon as the last warm-up
+/// message was: under load the reader's warm-up read could come between
+/// the two sends and bring the first alone, its receive take that one
+/// from the books, and the next parked read bring the second alone — one
+/// whole FPDU into a buffer it fits, the predicted take's, rightly: 20
+/// runs in 500 under two CPU hogs. Unloaded, both were mostly read in the
+/// warm-up's reads, and no read of the two came to the take at all.)
 #[test]
 fn a_parked_read_it_cannot_take_alone_is_received_as_usual() {
     let (a, b) = tcp_pair();
     let (xa, xb) = switch_both(&a, &b, &opts());
     let (go, sent) = mpsc::channel::<()>();
+    let (warm, warmed) = mpsc::channel::<()>();
     std::thread::scope(|s| {
         let xa = &xa;
         s.spawn(move || {
@@ -157,10 +188,15 @@ fn a_parked_read_it_cannot_take_alone_is_received_as_usual() {
                 until_parked(xa, "warm-up");
                 xb.send(&pattern(8, i), false, Some(LIMIT)).expect("send");
             }
-            // Two messages in one go, sent before the reader's receive.
+            // Two messages in one go, sent before the reader's receive,
+            // while nothing reads `xa`'s socket: the reader took the
+            // warm-up and makes no call until `go`.
+            warmed.recv_timeout(LIMIT).expect("the reader stopped");
             let two = [pattern(8, 10), pattern(8, 11)].concat();
             xb.send(&two[..8], false, Some(LIMIT)).expect("send");
             xb.send(&two[8..], false, Some(LIMIT)).expect("send");
+            until_owes_nothing(&xb, "the two messages");
+            until_acked(&xb, "the two messages");
             go.send(()).expect("reader gone");
             // A 16 B message into the reader's 4 B buffer.
             until_parked(xa, "the long message");
@@ -171,9 +207,10 @@ fn a_parked_read_it_cannot_take_alone_is_received_as_usual() {
             assert_eq!(recv_blocking(xa, &mut buf), (8, false));
             assert_eq!(buf[..], pattern(8, i)[..], "warm-up {i}");
         }
+        warm.send(()).expect("the writer stopped");
         sent.recv_timeout(LIMIT).expect("the two messages");
         let before = xa.parked_predictions();
-        // Both on the socket (or read already): the engine's read, when
+        // Both in the socket, neither read yet: the engine's read, when
         // the receive parks, brings both FPDUs.
         let mut buf = [0; 8];
         assert_eq!(recv_blocking(xa, &mut buf), (8, false));
