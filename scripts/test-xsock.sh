@@ -136,6 +136,11 @@ pass "select and pselect over a DDP pair under ASan/UBSan, made as a poll and th
 WARPSOCK_DDP_PORTS=1-65535 WARPSOCK_DDP_ADDRS=127.0.0.2/32 c_cases aliasddp aliases
 pass "glibc's second names of the calls over a DDP pair under ASan/UBSan (__fcntl's O_NONBLOCK, __send/__write/__read, __poll and __select see arrivals, a __dup2 copy, __close an end of stream, __connect switched in policy mode)"
 
+# 1c'''. splice and sendfile with a DDP-mode socket at one end
+# (tests/c/spliceddp.c, under ASan/UBSan; interpose/transfer.rs).
+c_cases spliceddp from_socket to_socket refused sendfile
+pass "splice and sendfile with a DDP socket at one end under ASan/UBSan (socket to pipe and back, a full pipe, a full socket, end of stream, EAGAIN, EINVAL, ESPIPE; nothing taken that was not moved)"
+
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).
 OCASES=(rcvlowat soerror soerrpoll soerrrecv soerrhup abort abortdup abortbefore abortunread abortshut abortblocked closeblocked closeunread closeheld blockafter stamps latestamps stampopts stampsbefore stampstruct stampkey errqueueopts zerocopy emfile)

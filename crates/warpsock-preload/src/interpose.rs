@@ -65,6 +65,9 @@ mod tests;
 /// The receiving and sending calls.
 pub mod io;
 
+/// `sendfile` and `splice` with a managed socket at one end.
+pub mod transfer;
+
 /// `fdopen`, `freopen`, `vdprintf`, `dprintf`: stdio on a managed socket.
 pub mod stdio;
 
