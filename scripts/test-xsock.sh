@@ -137,9 +137,11 @@ WARPSOCK_DDP_PORTS=1-65535 WARPSOCK_DDP_ADDRS=127.0.0.2/32 c_cases aliasddp alia
 pass "glibc's second names of the calls over a DDP pair under ASan/UBSan (__fcntl's O_NONBLOCK, __send/__write/__read, __poll and __select see arrivals, a __dup2 copy, __close an end of stream, __connect switched in policy mode)"
 
 # 1c'''. splice and sendfile with a DDP-mode socket at one end
-# (tests/c/spliceddp.c, under ASan/UBSan; interpose/transfer.rs).
+# (tests/c/spliceddp.c; interpose/transfer.rs), and its descriptor in
+# SCM_RIGHTS (tests/c/passfd.c), under ASan/UBSan.
 c_cases spliceddp from_socket to_socket refused sendfile
-pass "splice and sendfile with a DDP socket at one end under ASan/UBSan (socket to pipe and back, a full pipe, a full socket, end of stream, EAGAIN, EINVAL, ESPIPE; nothing taken that was not moved)"
+c_cases passfd refused
+pass "splice and sendfile with a DDP socket at one end under ASan/UBSan (socket to pipe and back, a full pipe, a full socket, end of stream, EAGAIN, EINVAL, ESPIPE; nothing taken that was not moved); a DDP socket in SCM_RIGHTS refused (sendmsg, sendmmsg)"
 
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).

@@ -1,14 +1,19 @@
-//! `splice` and `sendfile` with a DDP-mode socket at one end
-//! (`interpose/transfer.rs`, `tests/c/spliceddp.c`): each case passes
-//! against the kernel's TCP first (the program is the specification),
-//! then with every pair switched. Without the library's own `splice` the
-//! kernel's moved the doorbell's wake-up bytes in the stream's place (the
-//! first case hangs); without its refusal of a socket as `sendfile`'s
-//! input, a DDP socket's doorbell was read as a file.
+//! Calls that hand a DDP-mode socket's bytes or descriptor to another
+//! file, which the kernel would make on the doorbell end the socket's
+//! number names:
+//! * `splice` and `sendfile` with a DDP-mode socket at one end
+//!   (`interpose/transfer.rs`, `tests/c/spliceddp.c`): each case passes
+//!   against the kernel's TCP first (the program is the specification),
+//!   then with every pair switched. Without the library's own `splice` the
+//!   kernel's moved the doorbell's wake-up bytes in the stream's place
+//!   (the first case hangs); without its refusal of a socket as
+//!   `sendfile`'s input, a DDP socket's doorbell was read as a file;
+//! * a DDP socket's descriptor in `SCM_RIGHTS` (`tests/c/passfd.c`):
+//!   refused with `EOPNOTSUPP` (the kernel passed the doorbell end).
 
 mod common;
 
-use common::run_case;
+use common::{c_program, command, finish, run_case};
 
 /// Case, DDP pairs it switches.
 const CASES: [(&str, u64); 4] = [
@@ -40,4 +45,20 @@ fn splice_and_sendfile_answer_as_over_tcp() {
             ddp.stderr
         );
     }
+}
+
+#[test]
+fn a_ddp_socket_is_not_passed_to_another_process() {
+    let plain = command(&c_program("passfd"), &["plain".to_owned()], false)
+        .spawn()
+        .expect("spawn passfd");
+    let r = finish(plain, std::time::Duration::from_secs(60));
+    r.assert_ok("passfd plain");
+    let ddp = command(&c_program("passfd"), &["refused".to_owned()], true)
+        .spawn()
+        .expect("spawn passfd");
+    let r = finish(ddp, std::time::Duration::from_secs(60));
+    r.assert_ok("passfd");
+    assert!(r.stdout.contains("passfd: ok"), "{}", r.stdout);
+    assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
 }

@@ -393,6 +393,11 @@ pub unsafe extern "C-unwind" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_
             // SAFETY: forwarding; the kernel reports EFAULT.
             return unsafe { real::sendmsg(fd, msg, flags) };
         }
+        // SAFETY: the caller's msghdr.
+        if unsafe { passes_managed(&*msg) } {
+            set_errno(libc::EOPNOTSUPP);
+            return -1;
+        }
         let mark = fdtable::mark(fd);
         if mark == 0 {
             // SAFETY: forwarding the caller's arguments.
@@ -424,6 +429,24 @@ pub unsafe extern "C-unwind" fn sendmmsg(
             // SAFETY: forwarding the caller's arguments.
             return unsafe { real::sendmmsg(fd, msgs, n, flags) };
         }
+        // SAFETY: `msgs` holds `n` entries (caller's contract), of which
+        // the kernel reads `UIO_MAXIOV` (1,024) at most.
+        let entries = unsafe { std::slice::from_raw_parts(msgs, n.min(1024) as usize) };
+        // The first entry that would pass a managed socket ends the call
+        // where it stands, as the kernel's failed entry does: the entries
+        // before it are sent (their count returned), or the error if it
+        // is the first.
+        let n = match entries.iter().position(|m| {
+            // SAFETY: the caller's msghdr.
+            unsafe { passes_managed(&m.msg_hdr) }
+        }) {
+            Some(0) => {
+                set_errno(libc::EOPNOTSUPP);
+                return -1;
+            }
+            Some(k) => k as c_uint,
+            None => n,
+        };
         let mark = fdtable::mark(fd);
         let s = (mark != 0)
             .then(|| {
@@ -446,4 +469,39 @@ pub unsafe extern "C-unwind" fn sendmmsg(
         // SAFETY: `msgs` holds `n` entries (caller's contract).
         unsafe { each_mmsg(msgs, n, one) }
     })
+}
+
+/// Whether `m`'s control data passes a managed socket's descriptor to the
+/// receiver (`SCM_RIGHTS`): refused with `EOPNOTSUPP`. Its number names a
+/// file of the library's (a DDP socket's doorbell end, an offloaded UDP
+/// socket's end, a switching connection's TCP socket) and its state is
+/// this process's memory: the receiver would read wake-up bytes, or the
+/// MPA stream, as data. Only a message with control data is looked at.
+///
+/// # Safety
+/// `m`'s control data, if any, must be readable for `msg_controllen`
+/// bytes (what the kernel reads).
+unsafe fn passes_managed(m: &msghdr) -> bool {
+    if m.msg_control.is_null() || m.msg_controllen < size_of::<libc::cmsghdr>() {
+        return false;
+    }
+    // SAFETY: walking the caller's control data within its length (the
+    // CMSG macros stop at `msg_controllen`, and at a header too short).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c);
+                let bytes = ((*c).cmsg_len as usize).saturating_sub(data as usize - c as usize);
+                let fds = data.cast::<c_int>();
+                for i in 0..bytes / size_of::<c_int>() {
+                    if fdtable::get(fds.add(i).read_unaligned()).is_some() {
+                        return true;
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    false
 }
