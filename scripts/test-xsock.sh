@@ -137,11 +137,13 @@ WARPSOCK_DDP_PORTS=1-65535 WARPSOCK_DDP_ADDRS=127.0.0.2/32 c_cases aliasddp alia
 pass "glibc's second names of the calls over a DDP pair under ASan/UBSan (__fcntl's O_NONBLOCK, __send/__write/__read, __poll and __select see arrivals, a __dup2 copy, __close an end of stream, __connect switched in policy mode)"
 
 # 1c'''. splice and sendfile with a DDP-mode socket at one end
-# (tests/c/spliceddp.c; interpose/transfer.rs), and its descriptor in
-# SCM_RIGHTS (tests/c/passfd.c), under ASan/UBSan.
+# (tests/c/spliceddp.c; interpose/transfer.rs), its descriptor in
+# SCM_RIGHTS (tests/c/passfd.c), close_range and closefrom over DDP
+# sockets (tests/c/closerange.c; interpose/ranges.rs), under ASan/UBSan.
 c_cases spliceddp from_socket to_socket refused sendfile
 c_cases passfd refused
-pass "splice and sendfile with a DDP socket at one end under ASan/UBSan (socket to pipe and back, a full pipe, a full socket, end of stream, EAGAIN, EINVAL, ESPIPE; nothing taken that was not moved); a DDP socket in SCM_RIGHTS refused (sendmsg, sendmmsg)"
+c_cases closerange ddp
+pass "splice and sendfile with a DDP socket at one end under ASan/UBSan (socket to pipe and back, a full pipe, a full socket, end of stream, EAGAIN, EINVAL, ESPIPE; nothing taken that was not moved); a DDP socket in SCM_RIGHTS refused (sendmsg, sendmmsg); close_range and closefrom close DDP sockets as close does and leave the library's own descriptors"
 
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).

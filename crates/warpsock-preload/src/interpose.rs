@@ -73,6 +73,10 @@ pub mod stdio;
 
 /// `dup`, `dup2`, `dup3`: a copy of a managed descriptor names its socket.
 pub mod dups;
+
+/// `close_range`, `closefrom`: a managed number in the range is closed as
+/// `close` closes it.
+pub mod ranges;
 use dups::{dup_held, dup_refused, propagate};
 
 /// glibc's second names of the interposed calls (`__poll`, `__read`, …).

@@ -236,8 +236,10 @@
 //!   registrations out of the sets the process made
 //!   (`shim::epollcarry::before_close`), as the kernel does at a file's
 //!   last close; unlike the kernel's, also when the program holds another
-//!   number of that file. `close_range`, `closefrom` and a stream's
-//!   `fclose` close below the interposer and leave them until the
+//!   number of that file. `close_range` and `closefrom` close the
+//!   managed numbers in their range as `close` does
+//!   (`interpose/ranges.rs`); the other numbers there, and a stream's
+//!   `fclose`, close below the interposer and leave them until the
 //!   library's own descriptor of the file closes.
 //! * A DDP socket's epoll registrations are followed through the
 //!   interposed `epoll_ctl` (`shim::epollwatch`: the program's set watches

@@ -21,8 +21,10 @@
 //! ([`Held`]). One difference from the kernel: if the program holds
 //! another number of the same file, the kernel would keep the closed
 //! number's registration (it reports the closed number); here it goes.
-//! Not covered: `close_range`/`closefrom` and a C library stream's
-//! `fclose` (they close below the interposer). A plain descriptor costs
+//! Not covered: a C library stream's `fclose`, and the unmanaged numbers
+//! `close_range`/`closefrom` close (below the interposer;
+//! `interpose/ranges.rs` closes the managed ones in their range as
+//! `close`). A plain descriptor costs
 //! one atomic load while the library holds no such file, and an `fstat`
 //! and a scan of [`HELD_MAX`] places while it does.
 
