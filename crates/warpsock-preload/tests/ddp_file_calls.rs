@@ -14,7 +14,9 @@
 //!   `tests/c/closerange.c`): a DDP socket in the range is closed as
 //!   `close` closes it (the kernel's close left the connection open and
 //!   the number in the table: a new socket there wrote to the old peer),
-//!   and the library's own descriptors above its floor stay open.
+//!   and the library's own descriptors above its floor stay open;
+//! * `preadv2`/`pwritev2` at the current position (`tests/c/positioned.c`):
+//!   a socket's `readv`/`writev` (the kernel's read the doorbell's bytes).
 
 mod common;
 
@@ -54,32 +56,32 @@ fn splice_and_sendfile_answer_as_over_tcp() {
 
 #[test]
 fn a_ddp_socket_is_not_passed_to_another_process() {
-    let plain = command(&c_program("passfd"), &["plain".to_owned()], false)
-        .spawn()
-        .expect("spawn passfd");
-    let r = finish(plain, std::time::Duration::from_secs(60));
-    r.assert_ok("passfd plain");
-    let ddp = command(&c_program("passfd"), &["refused".to_owned()], true)
-        .spawn()
-        .expect("spawn passfd");
-    let r = finish(ddp, std::time::Duration::from_secs(60));
-    r.assert_ok("passfd");
-    assert!(r.stdout.contains("passfd: ok"), "{}", r.stdout);
-    assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+    over_tcp_then_ddp("passfd", 1);
+}
+
+/// Runs tests/c/`prog`.c over kernel TCP ("plain", no preload), then
+/// preloaded with its `pairs` DDP pairs switched; both must print
+/// "`prog`: ok".
+fn over_tcp_then_ddp(prog: &str, pairs: u64) {
+    for (args, preload) in [(vec!["plain".to_owned()], false), (vec![], true)] {
+        let child = command(&c_program(prog), &args, preload)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
+        let r = finish(child, std::time::Duration::from_secs(60));
+        r.assert_ok(&format!("{prog} (preload {preload})"));
+        assert!(r.stdout.contains(&format!("{prog}: ok")), "{}", r.stdout);
+        if preload {
+            assert_eq!(r.stat("ddp_switched"), 2 * pairs, "{}", r.stderr);
+        }
+    }
 }
 
 #[test]
 fn close_range_and_closefrom_close_ddp_sockets_as_close_does() {
-    for (args, preload) in [(vec!["plain".to_owned()], false), (vec![], true)] {
-        let child = command(&c_program("closerange"), &args, preload)
-            .spawn()
-            .expect("spawn closerange");
-        let r = finish(child, std::time::Duration::from_secs(60));
-        r.assert_ok(&format!("closerange (preload {preload})"));
-        assert!(r.stdout.contains("closerange: ok"), "{}", r.stdout);
-        if preload {
-            // Four pairs.
-            assert_eq!(r.stat("ddp_switched"), 8, "{}", r.stderr);
-        }
-    }
+    over_tcp_then_ddp("closerange", 4);
+}
+
+#[test]
+fn preadv2_and_pwritev2_at_the_current_position_are_readv_and_writev() {
+    over_tcp_then_ddp("positioned", 1);
 }

@@ -1,5 +1,6 @@
 //! The interposed receiving and sending calls (`recv*`, `read*`, `send*`,
-//! `write*`; `sendfile` and `splice` are `transfer.rs`'s): a managed descriptor's call goes to its socket
+//! `write*`, `preadv2`/`pwritev2`; `sendfile` and `splice` are
+//! `transfer.rs`'s): a managed descriptor's call goes to its socket
 //! object, a candidate's send may adopt it first (its destination is
 //! known), everything else to the real function.
 
@@ -279,6 +280,150 @@ unsafe fn each_mmsg(
         done += 1;
     }
     done as c_int
+}
+
+// ---- positioned vectors ----------------------------------------------------
+
+/// The `RWF_*` flags Linux takes on a socket (linux/fs.h: `RWF_HIPRI`,
+/// `RWF_DSYNC`, `RWF_SYNC`, `RWF_NOWAIT`, `RWF_APPEND`): `RWF_NOWAIT`
+/// makes the call non-blocking, the others change nothing there.
+const RWF_ON_SOCKETS: c_int = 0x1f;
+/// `RWF_NOWAIT`.
+const RWF_NOWAIT: c_int = 0x8;
+
+/// The socket flags of a `preadv2`/`pwritev2` of a managed socket at
+/// `offset` with `flags`, or its errno: a socket has no position but the
+/// current one (-1; `ESPIPE` at any other, as Linux answers), and a flag
+/// Linux does not take there fails with `EOPNOTSUPP`.
+fn positioned(offset: libc::off_t, flags: c_int) -> Result<c_int, c_int> {
+    if offset != -1 {
+        return Err(libc::ESPIPE);
+    }
+    if flags & !RWF_ON_SOCKETS != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(if flags & RWF_NOWAIT != 0 {
+        libc::MSG_DONTWAIT
+    } else {
+        0
+    })
+}
+
+/// `preadv2` and `preadv64v2` of a managed socket: at the current
+/// position (-1), its `readv` (the kernel's would read the file the number
+/// names: a DDP socket's doorbell end); `real` otherwise.
+unsafe fn preadv2_any(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    offset: libc::off_t,
+    flags: c_int,
+    real: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    cancellable(move || {
+        dispatch!(fd, real(), move |s| match positioned(offset, flags) {
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+            // SAFETY: the caller's iovecs.
+            Ok(f) => unsafe {
+                let no = std::ptr::null_mut();
+                recv_common(s, iov.cast_mut(), cnt.max(0) as usize, f, no, no.cast())
+            },
+        })
+    })
+}
+
+/// Interposed `preadv2(2)`: see [`preadv2_any`].
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn preadv2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    offset: libc::off_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: the caller's arguments, to its socket or the real function.
+    unsafe {
+        preadv2_any(fd, iov, cnt, offset, flags, move || {
+            real::preadv2(fd, iov, cnt, offset, flags)
+        })
+    }
+}
+
+/// Interposed `preadv64v2` (`preadv2` with a 64-bit offset: the same on
+/// 64-bit targets).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn preadv64v2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    offset: libc::off_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: as `preadv2`.
+    unsafe {
+        preadv2_any(fd, iov, cnt, offset, flags, move || {
+            real::preadv64v2(fd, iov, cnt, offset, flags)
+        })
+    }
+}
+
+/// `pwritev2` and `pwritev64v2` of a managed socket: at the current
+/// position (-1), its `writev`; `real` otherwise.
+unsafe fn pwritev2_any(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    offset: libc::off_t,
+    flags: c_int,
+    real: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    cancellable(move || {
+        dispatch!(fd, real(), move |s| match positioned(offset, flags) {
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+            // SAFETY: the caller's iovecs.
+            Ok(f) => unsafe { send_common(s, iov, cnt.max(0) as usize, f, std::ptr::null(), 0) },
+        })
+    })
+}
+
+/// Interposed `pwritev2(2)`: see [`pwritev2_any`].
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn pwritev2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    offset: libc::off_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: the caller's arguments, to its socket or the real function.
+    unsafe {
+        pwritev2_any(fd, iov, cnt, offset, flags, move || {
+            real::pwritev2(fd, iov, cnt, offset, flags)
+        })
+    }
+}
+
+/// Interposed `pwritev64v2` (as `preadv64v2`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C-unwind" fn pwritev64v2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    offset: libc::off_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: as `pwritev2`.
+    unsafe {
+        pwritev2_any(fd, iov, cnt, offset, flags, move || {
+            real::pwritev64v2(fd, iov, cnt, offset, flags)
+        })
+    }
 }
 
 // ---- sending ---------------------------------------------------------------

@@ -85,6 +85,10 @@ real_fns! {
     write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t;
     readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t;
     writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t;
+    preadv2(fd: c_int, iov: *const iovec, cnt: c_int, offset: libc::off_t, flags: c_int) -> ssize_t;
+    preadv64v2(fd: c_int, iov: *const iovec, cnt: c_int, offset: libc::off_t, flags: c_int) -> ssize_t;
+    pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, offset: libc::off_t, flags: c_int) -> ssize_t;
+    pwritev64v2(fd: c_int, iov: *const iovec, cnt: c_int, offset: libc::off_t, flags: c_int) -> ssize_t;
     recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t;
     recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t;
     recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t;
