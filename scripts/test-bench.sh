@@ -50,3 +50,19 @@ if ! grep -Eq '^iperf3 TCP preloaded / plain: median [0-9.]+x \(.*1 rounds\)' <<
     echo "test-bench: scripts/bench-passthrough.sh printed no iperf3 and sockperf medians" >&2
     exit 1
 fi
+# The splice timing script (scripts/bench-ddp-splice.sh) runs one round of
+# 4 MiB runs of the debug build (a few seconds): its program built with
+# -Werror, both modes over host TCP and switched, and its medians (no
+# timing).
+sp=$(timeout 120 bash scripts/bench-ddp-splice.sh 1 4 target/debug/libwarpsock_preload.so) || {
+    printf '%s\n' "$sp" >&2
+    echo "test-bench: scripts/bench-ddp-splice.sh failed" >&2
+    exit 1
+}
+for mode in read splice; do
+    if ! grep -Eq "^lib1 .* $mode: median [0-9.]+x host TCP over 1 rounds" <<<"$sp"; then
+        printf '%s\n' "$sp" >&2
+        echo "test-bench: scripts/bench-ddp-splice.sh printed no $mode median" >&2
+        exit 1
+    fi
+done
