@@ -309,16 +309,17 @@ fn positioned(offset: libc::off_t, flags: c_int) -> Result<c_int, c_int> {
     })
 }
 
-/// `preadv2` and `preadv64v2` of a managed socket: at the current
-/// position (-1), its `readv` (the kernel's would read the file the number
-/// names: a DDP socket's doorbell end); `real` otherwise.
-unsafe fn preadv2_any(
+/// A `preadv2`/`pwritev2` (or its 64-bit name) of `fd`: `call` with the
+/// socket flags ([`positioned`]) for a managed socket at the current
+/// position (-1: the socket's `readv` or `writev`; the kernel's call made
+/// it on the file the number names, a DDP socket's doorbell end), its
+/// errno at any other; `real` for any other descriptor.
+unsafe fn positioned_call(
     fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
     offset: libc::off_t,
     flags: c_int,
     real: impl FnOnce() -> ssize_t,
+    call: impl FnOnce(&Arc<dyn Socket>, c_int) -> ssize_t,
 ) -> ssize_t {
     cancellable(move || {
         dispatch!(fd, real(), move |s| match positioned(offset, flags) {
@@ -326,16 +327,35 @@ unsafe fn preadv2_any(
                 set_errno(e);
                 -1
             }
-            // SAFETY: the caller's iovecs.
-            Ok(f) => unsafe {
-                let no = std::ptr::null_mut();
-                recv_common(s, iov.cast_mut(), cnt.max(0) as usize, f, no, no.cast())
-            },
+            Ok(f) => call(s, f),
         })
     })
 }
 
-/// Interposed `preadv2(2)`: see [`preadv2_any`].
+/// `preadv2`'s socket call: a receive into the caller's `cnt` iovecs.
+unsafe fn preadv2_socket(
+    iov: *const iovec,
+    cnt: c_int,
+) -> impl FnOnce(&Arc<dyn Socket>, c_int) -> ssize_t {
+    move |s, f| {
+        let no = std::ptr::null_mut();
+        // SAFETY: the caller's iovecs (`preadv2`'s contract).
+        unsafe { recv_common(s, iov.cast_mut(), cnt.max(0) as usize, f, no, no.cast()) }
+    }
+}
+
+/// `pwritev2`'s socket call: a send of the caller's `cnt` iovecs.
+unsafe fn pwritev2_socket(
+    iov: *const iovec,
+    cnt: c_int,
+) -> impl FnOnce(&Arc<dyn Socket>, c_int) -> ssize_t {
+    move |s, f| {
+        // SAFETY: the caller's iovecs (`pwritev2`'s contract).
+        unsafe { send_common(s, iov, cnt.max(0) as usize, f, std::ptr::null(), 0) }
+    }
+}
+
+/// Interposed `preadv2(2)`: see [`positioned_call`].
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn preadv2(
     fd: c_int,
@@ -346,9 +366,13 @@ pub unsafe extern "C-unwind" fn preadv2(
 ) -> ssize_t {
     // SAFETY: the caller's arguments, to its socket or the real function.
     unsafe {
-        preadv2_any(fd, iov, cnt, offset, flags, move || {
-            real::preadv2(fd, iov, cnt, offset, flags)
-        })
+        positioned_call(
+            fd,
+            offset,
+            flags,
+            move || real::preadv2(fd, iov, cnt, offset, flags),
+            preadv2_socket(iov, cnt),
+        )
     }
 }
 
@@ -362,37 +386,19 @@ pub unsafe extern "C-unwind" fn preadv64v2(
     offset: libc::off_t,
     flags: c_int,
 ) -> ssize_t {
-    // SAFETY: as `preadv2`.
+    // SAFETY: the caller's arguments, to its socket or the real function.
     unsafe {
-        preadv2_any(fd, iov, cnt, offset, flags, move || {
-            real::preadv64v2(fd, iov, cnt, offset, flags)
-        })
+        positioned_call(
+            fd,
+            offset,
+            flags,
+            move || real::preadv64v2(fd, iov, cnt, offset, flags),
+            preadv2_socket(iov, cnt),
+        )
     }
 }
 
-/// `pwritev2` and `pwritev64v2` of a managed socket: at the current
-/// position (-1), its `writev`; `real` otherwise.
-unsafe fn pwritev2_any(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    offset: libc::off_t,
-    flags: c_int,
-    real: impl FnOnce() -> ssize_t,
-) -> ssize_t {
-    cancellable(move || {
-        dispatch!(fd, real(), move |s| match positioned(offset, flags) {
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-            // SAFETY: the caller's iovecs.
-            Ok(f) => unsafe { send_common(s, iov, cnt.max(0) as usize, f, std::ptr::null(), 0) },
-        })
-    })
-}
-
-/// Interposed `pwritev2(2)`: see [`pwritev2_any`].
+/// Interposed `pwritev2(2)`: see [`positioned_call`].
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pwritev2(
     fd: c_int,
@@ -403,9 +409,13 @@ pub unsafe extern "C-unwind" fn pwritev2(
 ) -> ssize_t {
     // SAFETY: the caller's arguments, to its socket or the real function.
     unsafe {
-        pwritev2_any(fd, iov, cnt, offset, flags, move || {
-            real::pwritev2(fd, iov, cnt, offset, flags)
-        })
+        positioned_call(
+            fd,
+            offset,
+            flags,
+            move || real::pwritev2(fd, iov, cnt, offset, flags),
+            pwritev2_socket(iov, cnt),
+        )
     }
 }
 
@@ -418,11 +428,15 @@ pub unsafe extern "C-unwind" fn pwritev64v2(
     offset: libc::off_t,
     flags: c_int,
 ) -> ssize_t {
-    // SAFETY: as `pwritev2`.
+    // SAFETY: the caller's arguments, to its socket or the real function.
     unsafe {
-        pwritev2_any(fd, iov, cnt, offset, flags, move || {
-            real::pwritev64v2(fd, iov, cnt, offset, flags)
-        })
+        positioned_call(
+            fd,
+            offset,
+            flags,
+            move || real::pwritev64v2(fd, iov, cnt, offset, flags),
+            pwritev2_socket(iov, cnt),
+        )
     }
 }
 

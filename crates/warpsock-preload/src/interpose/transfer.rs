@@ -93,12 +93,14 @@ const SPLICE_F_ALL: c_uint =
 /// `access` (`O_RDONLY` or `O_WRONLY`), checked as Linux checks it
 /// (`EBADF` for the wrong access, `EINVAL` for a file that is no pipe, an
 /// offset on the socket's side; `ESPIPE` for one on the pipe's). Whether
-/// its own description is non-blocking.
+/// the call's pipe operations are non-blocking: its own description's
+/// `O_NONBLOCK`, or `SPLICE_F_NONBLOCK` in `flags`.
 fn pipe_end(
     fd: c_int,
     access: c_int,
     no_pipe_offset: bool,
     no_socket_offset: bool,
+    flags: c_uint,
 ) -> Result<bool, c_int> {
     // SAFETY: F_GETFL takes no pointer.
     let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
@@ -124,7 +126,7 @@ fn pipe_end(
     if !no_socket_offset {
         return Err(libc::EINVAL);
     }
-    Ok(fl & libc::O_NONBLOCK != 0)
+    Ok(fl & libc::O_NONBLOCK != 0 || flags & libc::SPLICE_F_NONBLOCK != 0)
 }
 
 /// A pipe of the call's own, both ends non-blocking, closed on drop.
@@ -223,8 +225,7 @@ fn from_socket(
     len: usize,
     flags: c_uint,
 ) -> Result<usize, c_int> {
-    let nonblocking = pipe_end(fd, libc::O_WRONLY, no_pipe_offset, no_socket_offset)?
-        || flags & libc::SPLICE_F_NONBLOCK != 0;
+    let nonblocking = pipe_end(fd, libc::O_WRONLY, no_pipe_offset, no_socket_offset, flags)?;
     // Linux waits for the pipe's room before it reads the socket: a full
     // pipe fails a non-blocking call at once, also with nothing to read.
     if nonblocking && ready_now(fd, libc::POLLOUT) == 0 {
@@ -285,8 +286,7 @@ fn to_socket(
     len: usize,
     flags: c_uint,
 ) -> Result<usize, c_int> {
-    let nonblocking = pipe_end(fd, libc::O_RDONLY, no_pipe_offset, no_socket_offset)?
-        || flags & libc::SPLICE_F_NONBLOCK != 0;
+    let nonblocking = pipe_end(fd, libc::O_RDONLY, no_pipe_offset, no_socket_offset, flags)?;
     let scratch = Scratch::new()?;
     let copied = loop {
         let k = splice_tee(fd, scratch.w, len.min(CHUNK));

@@ -21,10 +21,7 @@
 static int plain;
 
 static void pair(int *c, int *s) {
-    if (plain)
-        tcp_pair(c, s);
-    else
-        ddp_pair(c, s);
+    pair_unless_plain(plain, c, s);
 }
 
 /* fd reads the end of stream within 10 s. */

@@ -59,14 +59,28 @@ static inline void *ddp_mode_thread(void *arg) {
     return NULL;
 }
 
-/* tcp_pair switched at both ends: *c's switch in a thread of its own (the
- * handshake needs both ends at once), *s's in this one. */
-static inline void ddp_pair(int *c, int *s) {
-    tcp_pair(c, s);
+/* A connected pair switched at both ends: *c's switch in a thread of its
+ * own (the handshake needs both ends at once), *s's in this one. */
+static inline void ddp_switch(int *c, int *s) {
     pthread_t t;
     CHECK(pthread_create(&t, NULL, ddp_mode_thread, c) == 0);
     ddp_mode(*s);
     CHECK(pthread_join(t, NULL) == 0);
+}
+
+/* tcp_pair switched at both ends (ddp_switch). */
+static inline void ddp_pair(int *c, int *s) {
+    tcp_pair(c, s);
+    ddp_switch(c, s);
+}
+
+/* tcp_pair, switched (ddp_pair) unless plain: the programs that pass
+ * against kernel TCP with "plain" and run preloaded otherwise. */
+static inline void pair_unless_plain(int plain, int *c, int *s) {
+    if (plain)
+        tcp_pair(c, s);
+    else
+        ddp_pair(c, s);
 }
 
 /* After a child's work: s still carries a byte to c, and s's close reads

@@ -32,10 +32,7 @@ static int plain;
 
 /* A connected pair, switched unless plain. */
 static void pair(int *c, int *s) {
-    if (plain)
-        tcp_pair(c, s);
-    else
-        ddp_pair(c, s);
+    pair_unless_plain(plain, c, s);
 }
 
 static int set_with(int fd, uint32_t events, uint64_t data) {

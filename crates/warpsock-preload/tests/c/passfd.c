@@ -63,10 +63,7 @@ static int recv_fds(int u, int *fds) {
 int main(int argc, char **argv) {
     int plain = argc == 2 && strcmp(argv[1], "plain") == 0;
     int c, s, u[2], p[2];
-    if (plain)
-        tcp_pair(&c, &s);
-    else
-        ddp_pair(&c, &s);
+    pair_unless_plain(plain, &c, &s);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, u) == 0);
     CHECK(pipe(p) == 0);
     int got[2];

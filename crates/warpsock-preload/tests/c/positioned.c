@@ -16,10 +16,7 @@
 int main(int argc, char **argv) {
     int plain = argc == 2 && strcmp(argv[1], "plain") == 0;
     int c, s;
-    if (plain)
-        tcp_pair(&c, &s);
-    else
-        ddp_pair(&c, &s);
+    pair_unless_plain(plain, &c, &s);
     char a[] = "hello ", b[] = "world";
     struct iovec out[2] = {{a, 6}, {b, 5}};
     CHECK(pwritev2(s, out, 2, -1, 0) == 11);

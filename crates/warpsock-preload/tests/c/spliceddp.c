@@ -42,12 +42,7 @@ static unsigned char pat(size_t i) {
  * switched into DDP mode with "ddp". */
 static void pair_small(int *c, int *s, int rcvbuf) {
     tcp_pair_small(c, s, rcvbuf);
-    if (ddp) {
-        pthread_t t;
-        CHECK(pthread_create(&t, NULL, ddp_mode_thread, c) == 0);
-        ddp_mode(*s);
-        CHECK(pthread_join(t, NULL) == 0);
-    }
+    if (ddp) ddp_switch(c, s);
 }
 
 static void pair(int *c, int *s) {

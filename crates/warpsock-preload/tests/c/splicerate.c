@@ -35,10 +35,7 @@ int main(int argc, char **argv) {
     CHECK(mib >= 1 && mib <= 65536);
     total = (size_t)mib << 20;
     int c, s;
-    if (ddp)
-        ddp_pair(&c, &s);
-    else
-        tcp_pair(&c, &s);
+    pair_unless_plain(!ddp, &c, &s);
     int p[2];
     CHECK(pipe(p) == 0);
     int null = open("/dev/null", O_WRONLY);
