@@ -16,7 +16,9 @@
 //!   the number in the table: a new socket there wrote to the old peer),
 //!   and the library's own descriptors above its floor stay open;
 //! * `preadv2`/`pwritev2` at the current position (`tests/c/positioned.c`):
-//!   a socket's `readv`/`writev` (the kernel's read the doorbell's bytes).
+//!   a socket's `readv`/`writev` (the kernel's read the doorbell's bytes);
+//! * `recv` with `MSG_TRUNC` (`tests/c/truncddp.c`): the bytes dropped,
+//!   the buffer may be null (a null buffer read as the end of stream).
 
 mod common;
 
@@ -84,4 +86,9 @@ fn close_range_and_closefrom_close_ddp_sockets_as_close_does() {
 #[test]
 fn preadv2_and_pwritev2_at_the_current_position_are_readv_and_writev() {
     over_tcp_then_ddp("positioned", 1);
+}
+
+#[test]
+fn msg_trunc_drops_the_bytes_as_tcp_does() {
+    over_tcp_then_ddp("truncddp", 1);
 }

@@ -41,6 +41,8 @@ use crate::shim::{fdtable, real};
 use warpsock_xsock::io::ForkLock;
 
 mod calls;
+#[cfg(feature = "test-hooks")]
+pub(super) use calls::{BUSY_QUIET, QUIET_EAGAINS};
 pub(crate) use waits::doorbell_wait;
 pub(in crate::xsock) use waits::BELLS;
 use waits::{DOORBELL_WAITS, SELECT_WAITS};
@@ -195,19 +197,6 @@ pub(crate) fn lookup(fd: c_int) -> Result<Arc<DdpSock>, c_int> {
     s.settle_wait()?;
     fdtable::get(fd).and_then(|s| ddp(&s)).ok_or_else(none)
 }
-
-/// Lock-free `EAGAIN`s of quiet sockets ([`DdpSock::recv_spin`]),
-/// counted in builds with the test hooks only (`ddp_quiet_eagains`): the
-/// tests see the preload take the fast path (review r22-c item 3).
-#[cfg(feature = "test-hooks")]
-pub(super) static QUIET_EAGAINS: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(0);
-
-/// Blocking receives of quiet sockets, which spin on the engine's read
-/// first when `WARPSOCK_BUSY_POLL_US` is set (`XSocket::recv_busy`),
-/// counted in builds with the test hooks only (`ddp_busy_quiet`).
-#[cfg(feature = "test-hooks")]
-pub(super) static BUSY_QUIET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How a program's `poll` waits on a DDP socket ([`Socket::wait_begin`]):
 /// it watches the engine's TCP socket itself. Zero-sized, as
@@ -596,6 +585,13 @@ impl Socket for DdpSock {
         msg.msg_namelen = 0;
         msg.msg_controllen = 0;
         msg.msg_flags = 0;
+        if flags & libc::MSG_TRUNC != 0 {
+            // SAFETY: the caller's msghdr.
+            return self.recv_discarding(
+                unsafe { iovs(msg, |b| b) }.iter().map(|b| b.len()).sum(),
+                flags,
+            );
+        }
         // SAFETY: the caller's msghdr.
         let mut bufs = unsafe { iovs(msg, |b| b) };
         let mut eor = false;
@@ -613,6 +609,9 @@ impl Socket for DdpSock {
     }
 
     unsafe fn recv_one(&self, buf: *mut c_void, len: usize, flags: c_int) -> isize {
+        if flags & libc::MSG_TRUNC != 0 {
+            return self.recv_discarding(len, flags);
+        }
         if len == 0 || buf.is_null() {
             // No buffer, as `iovs` would leave it.
             return self.recv_bufs(&mut [], flags, &mut false);

@@ -12,7 +12,71 @@ use super::{close, DdpSock};
 use crate::shim::socket::{WAIT_FAILED, WAIT_HUNG_UP, WAIT_READABLE};
 use crate::shim::sys::set_errno;
 
+/// Lock-free `EAGAIN`s of quiet sockets ([`DdpSock::recv_spin`]),
+/// counted in builds with the test hooks only (`ddp_quiet_eagains`): the
+/// tests see the preload take the fast path (review r22-c item 3).
+#[cfg(feature = "test-hooks")]
+pub(crate) static QUIET_EAGAINS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
+/// Blocking receives of quiet sockets, which spin on the engine's read
+/// first when `WARPSOCK_BUSY_POLL_US` is set (`XSocket::recv_busy`),
+/// counted in builds with the test hooks only (`ddp_busy_quiet`).
+#[cfg(feature = "test-hooks")]
+pub(crate) static BUSY_QUIET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The bytes a `MSG_TRUNC` receive takes and drops per round
+/// ([`DdpSock::recv_discarding`]; on the heap: a program thread's stack
+/// may be small).
+const DISCARD_CHUNK: usize = 64 * 1024;
+
 impl DdpSock {
+    /// A receive with `MSG_TRUNC` (`flags`) of up to `len` bytes, as TCP
+    /// answers it (tcp(7)): the bytes are dropped, not copied into the
+    /// program's buffers, which may be null (a program drains a
+    /// connection with `recv(fd, NULL, n, MSG_TRUNC)`); with `MSG_PEEK`
+    /// too, how many of the `len` are there, none taken. Waits as the
+    /// socket's receive waits for the first byte (`MSG_WAITALL`: for all
+    /// `len`), then takes what is queued without waiting. Before, a null
+    /// buffer was no buffer and the call returned 0: the end of stream to
+    /// the program. In message mode the flag is the stream's: each
+    /// message's bytes are dropped as a stream's.
+    pub(super) fn recv_discarding(&self, len: usize, flags: c_int) -> isize {
+        let flags = flags & !libc::MSG_TRUNC;
+        let mut scratch = vec![0u8; len.clamp(1, DISCARD_CHUNK)];
+        let mut eor = false;
+        let first = self.recv_bufs(
+            &mut [&mut scratch[..len.min(DISCARD_CHUNK)]],
+            flags,
+            &mut eor,
+        );
+        if first <= 0 || len <= DISCARD_CHUNK {
+            return first;
+        }
+        if flags & libc::MSG_PEEK != 0 {
+            // The queued bytes, without taking or copying them again.
+            return len.min((first as usize).max(self.x.readable_bytes())) as isize;
+        }
+        let mut taken = first as usize;
+        let waitall = flags & libc::MSG_WAITALL != 0;
+        let more = if waitall {
+            flags
+        } else {
+            flags | libc::MSG_DONTWAIT
+        };
+        while taken < len {
+            let want = (len - taken).min(DISCARD_CHUNK);
+            let k = self.recv_bufs(&mut [&mut scratch[..want]], more, &mut eor);
+            if k <= 0 {
+                // An error or the end after some bytes: those bytes (the
+                // error stays for the next call, as TCP's does).
+                break;
+            }
+            taken += k as usize;
+        }
+        taken as isize
+    }
+
     pub(super) fn nonblocking_for(&self, flags: c_int) -> bool {
         flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed)
     }
@@ -56,7 +120,7 @@ impl DdpSock {
             match self.x.recv_quiet(bufs, f) {
                 Spun::Empty => {
                     #[cfg(feature = "test-hooks")]
-                    super::QUIET_EAGAINS.fetch_add(1, Ordering::Relaxed);
+                    QUIET_EAGAINS.fetch_add(1, Ordering::Relaxed);
                     set_errno(libc::EAGAIN);
                     return -1;
                 }
@@ -100,7 +164,7 @@ impl DdpSock {
         // WARPSOCK_BUSY_POLL_US is set (`XSocket::recv_busy`).
         let (r, ready) = if !f.nonblocking && self.x.busy_polls() && self.x.quiet_now() {
             #[cfg(feature = "test-hooks")]
-            super::BUSY_QUIET.fetch_add(1, Ordering::Relaxed);
+            BUSY_QUIET.fetch_add(1, Ordering::Relaxed);
             self.x.recv_busy(bufs, f, timeo)
         } else {
             self.x.recv_vectored_ready(bufs, f, timeo)
