@@ -48,6 +48,7 @@ pub(in crate::xsock) use waits::BELLS;
 use waits::{DOORBELL_WAITS, SELECT_WAITS};
 mod dead;
 mod waits;
+pub(crate) use dead::{borrows_memory, shares_memory};
 pub(super) use dead::{dead_end, dead_ends_made, refuse_forked_switch};
 pub(in crate::xsock) mod close;
 #[cfg(test)]
@@ -135,39 +136,6 @@ pub(super) static SOCKS_OWNER: AtomicI32 = AtomicI32::new(0);
 pub(crate) fn forget_after_fork() {
     SOCKS.forget();
     SOCKS_OWNER.store(0, Ordering::Release);
-}
-
-/// Whether process `me` (the caller, `getpid()`) shares its memory with
-/// process `other`: `kcmp(KCMP_VM)` says so (0), or cannot say (a
-/// seccomp filter, no `kcmp`: taken as shared, the safe answer). A gone
-/// `other` (`ESRCH`) shares nothing. Asked only by a switch in a process
-/// that sees another's pid as an owner (a child made without the fork
-/// handlers), never per call.
-pub(crate) fn shares_memory(me: i32, other: i32) -> bool {
-    const KCMP_VM: libc::c_long = 1;
-    // SAFETY: kcmp compares two processes' resources; no pointers.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_kcmp,
-            libc::c_long::from(me),
-            libc::c_long::from(other),
-            KCMP_VM,
-            0 as libc::c_long,
-            0 as libc::c_long,
-        )
-    };
-    r == 0 || (r < 0 && errno() != libc::ESRCH)
-}
-
-/// Whether process `me`, about to switch a socket, shares the memory of
-/// the process whose sockets (DDP, or any the descriptor table holds) it
-/// sees: a child made by `vfork` (or a `clone(CLONE_VM)` task) of such a
-/// process. Its switch would write the census's owner, the table and
-/// the engine of its parent's memory (review r29-c item 3): refused.
-pub(crate) fn borrows_memory(me: i32) -> bool {
-    [SOCKS_OWNER.load(Ordering::Acquire), fdtable::first_owner()]
-        .into_iter()
-        .any(|o| o != 0 && o != me && shares_memory(me, o))
 }
 
 /// The DDP socket behind the program's descriptor `fd`, or the errno of
@@ -613,7 +581,12 @@ impl Socket for DdpSock {
             return self.recv_discarding(len, flags);
         }
         if len == 0 || buf.is_null() {
-            // No buffer, as `iovs` would leave it.
+            if len > 0 {
+                // TCP's copy to a null buffer faults (`EFAULT`); an empty
+                // receive here returned 0, the end of stream.
+                set_errno(libc::EFAULT);
+                return -1;
+            }
             return self.recv_bufs(&mut [], flags, &mut false);
         }
         // SAFETY: the caller's buffer of `len` bytes.
@@ -623,6 +596,12 @@ impl Socket for DdpSock {
 
     unsafe fn send_one(&self, buf: *const c_void, len: usize, flags: c_int) -> isize {
         if len == 0 || buf.is_null() {
+            if len > 0 {
+                // As TCP's copy from a null buffer (an empty send here
+                // returned 0: a program's write loop spun).
+                set_errno(libc::EFAULT);
+                return -1;
+            }
             return self.send_bufs(&[], flags);
         }
         // SAFETY: the caller's buffer of `len` bytes.

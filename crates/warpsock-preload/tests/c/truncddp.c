@@ -8,7 +8,10 @@
  *     is 100,000 and takes none; MSG_TRUNC|MSG_WAITALL of 150,000 into
  *     NULL is 150,000; a plain read then gets the stream's bytes from
  *     150,000 on; MSG_TRUNC into a buffer leaves it untouched;
- *   - nothing queued, MSG_DONTWAIT: EAGAIN; after the peer's shutdown: 0.
+ *   - nothing queued, MSG_DONTWAIT: EAGAIN; after the peer's shutdown: 0;
+ *   - without MSG_TRUNC, a null buffer of 10 bytes: EFAULT for recv (a
+ *     byte queued) and send, nothing taken or sent (it read as the end of
+ *     stream, and a send of it as 0 bytes sent).
  * Prints "truncddp: ok". */
 #include "ddppair.h"
 
@@ -54,6 +57,16 @@ int main(int argc, char **argv) {
     }
     errno = 0;
     CHECK(recv(c, NULL, 10, MSG_TRUNC | MSG_DONTWAIT) == -1 && errno == EAGAIN);
+    /* Without MSG_TRUNC a null buffer faults (not the end of stream), and
+     * a send from one too; nothing is taken or sent. */
+    CHECK(write(s, "xy", 2) == 2);
+    struct pollfd q = {c, POLLIN, 0};
+    CHECK(poll(&q, 1, 10000) == 1);
+    errno = 0;
+    CHECK(recv(c, NULL, 10, 0) == -1 && errno == EFAULT);
+    errno = 0;
+    CHECK(send(s, NULL, 10, MSG_NOSIGNAL) == -1 && errno == EFAULT);
+    CHECK(read(c, r, sizeof r) == 2 && memcmp(r, "xy", 2) == 0);
     CHECK(shutdown(s, SHUT_WR) == 0);
     struct pollfd p = {c, POLLIN, 0};
     CHECK(poll(&p, 1, 10000) == 1);

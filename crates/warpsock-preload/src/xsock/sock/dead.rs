@@ -1,7 +1,8 @@
 //! What the program's descriptor of a connection this process cannot
 //! serve becomes: a forked child's copy of a DDP socket (or of a
 //! switching one), the descriptor an `exec` keeps, a forked child's
-//! return into a switch its parent makes.
+//! return into a switch its parent makes; and whether a process is a
+//! `vfork` child of the one whose sockets it sees (its switch refused).
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -99,4 +100,40 @@ pub(in crate::xsock) fn dead_ends_made() -> Result<(), c_int> {
 /// at once whatever the flag). -1 before they are made.
 pub(in crate::xsock) fn dead_end(nonblocking: bool) -> c_int {
     DEAD_ENDS[usize::from(nonblocking)].load(Ordering::Acquire)
+}
+
+/// Whether process `me` (the caller, `getpid()`) shares its memory with
+/// process `other`: `kcmp(KCMP_VM)` says so (0), or cannot say (a
+/// seccomp filter, no `kcmp`: taken as shared, the safe answer). A gone
+/// `other` (`ESRCH`) shares nothing. Asked only by a switch in a process
+/// that sees another's pid as an owner (a child made without the fork
+/// handlers), never per call.
+pub(crate) fn shares_memory(me: i32, other: i32) -> bool {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp compares two processes' resources; no pointers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            libc::c_long::from(me),
+            libc::c_long::from(other),
+            KCMP_VM,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    r == 0 || (r < 0 && errno() != libc::ESRCH)
+}
+
+/// Whether process `me`, about to switch a socket, shares the memory of
+/// the process whose sockets (DDP, or any the descriptor table holds) it
+/// sees: a child made by `vfork` (or a `clone(CLONE_VM)` task) of such a
+/// process. Its switch would write the census's owner, the table and
+/// the engine of its parent's memory (review r29-c item 3): refused.
+pub(crate) fn borrows_memory(me: i32) -> bool {
+    [
+        super::SOCKS_OWNER.load(Ordering::Acquire),
+        crate::shim::fdtable::first_owner(),
+    ]
+    .into_iter()
+    .any(|o| o != 0 && o != me && shares_memory(me, o))
 }
