@@ -42,14 +42,31 @@ pub const MAX_FLOOR: RawFd = 16_384;
 /// The floor; 0: descriptors stay where the kernel made them.
 static FLOOR: AtomicI32 = AtomicI32::new(0);
 
+/// The lowest non-zero floor ever set (0: none): descriptors lifted
+/// under an earlier, lower floor stay where they were when a program
+/// raises its limit (redis), so the library's own may begin there.
+static LOWEST_FLOOR: AtomicI32 = AtomicI32::new(0);
+
 /// Sets the floor (0: off).
 pub fn set_floor(floor: RawFd) {
-    FLOOR.store(floor.max(0), Ordering::Relaxed);
+    let floor = floor.max(0);
+    FLOOR.store(floor, Ordering::Relaxed);
+    if floor > 0 {
+        let _ = LOWEST_FLOOR.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+            (l == 0 || floor < l).then_some(floor)
+        });
+    }
 }
 
 /// The floor now.
 pub fn floor() -> RawFd {
     FLOOR.load(Ordering::Relaxed)
+}
+
+/// The lowest non-zero floor ever set (0: none yet): where the library's
+/// lifted descriptors may begin.
+pub fn lowest_floor() -> RawFd {
+    LOWEST_FLOOR.load(Ordering::Relaxed)
 }
 
 /// The floor for a soft `RLIMIT_NOFILE` of `soft` descriptors: half of

@@ -80,7 +80,7 @@ fn over_tcp_then_ddp(prog: &str, pairs: u64) {
 
 #[test]
 fn close_range_and_closefrom_close_ddp_sockets_as_close_does() {
-    over_tcp_then_ddp("closerange", 4);
+    over_tcp_then_ddp("closerange", 6);
 }
 
 #[test]

@@ -285,17 +285,22 @@ unsafe fn each_mmsg(
 // ---- positioned vectors ----------------------------------------------------
 
 /// The `RWF_*` flags Linux takes on a socket (linux/fs.h: `RWF_HIPRI`,
-/// `RWF_DSYNC`, `RWF_SYNC`, `RWF_NOWAIT`, `RWF_APPEND`): `RWF_NOWAIT`
-/// makes the call non-blocking, the others change nothing there.
-const RWF_ON_SOCKETS: c_int = 0x1f;
+/// `RWF_DSYNC`, `RWF_SYNC`, `RWF_NOWAIT`, `RWF_APPEND`, `RWF_NOAPPEND`):
+/// `RWF_NOWAIT` makes the call non-blocking, the others change nothing
+/// there.
+const RWF_ON_SOCKETS: c_int = 0x3f;
 /// `RWF_NOWAIT`.
 const RWF_NOWAIT: c_int = 0x8;
 
 /// The socket flags of a `preadv2`/`pwritev2` of a managed socket at
-/// `offset` with `flags`, or its errno: a socket has no position but the
-/// current one (-1; `ESPIPE` at any other, as Linux answers), and a flag
-/// Linux does not take there fails with `EOPNOTSUPP`.
-fn positioned(offset: libc::off_t, flags: c_int) -> Result<c_int, c_int> {
+/// `offset` with `flags` and `cnt` buffers, or its errno, as Linux
+/// answers: a socket has no position but the current one (-1; `ESPIPE`
+/// at any other, `EINVAL` below -1), a negative count is `EINVAL`, and a
+/// flag Linux does not take there fails with `EOPNOTSUPP`.
+fn positioned(offset: libc::off_t, flags: c_int, cnt: c_int) -> Result<c_int, c_int> {
+    if offset < -1 || cnt < 0 {
+        return Err(libc::EINVAL);
+    }
     if offset != -1 {
         return Err(libc::ESPIPE);
     }
@@ -318,11 +323,12 @@ unsafe fn positioned_call(
     fd: c_int,
     offset: libc::off_t,
     flags: c_int,
+    cnt: c_int,
     real: impl FnOnce() -> ssize_t,
     call: impl FnOnce(&Arc<dyn Socket>, c_int) -> ssize_t,
 ) -> ssize_t {
     cancellable(move || {
-        dispatch!(fd, real(), move |s| match positioned(offset, flags) {
+        dispatch!(fd, real(), move |s| match positioned(offset, flags, cnt) {
             Err(e) => {
                 set_errno(e);
                 -1
@@ -355,7 +361,7 @@ unsafe fn pwritev2_socket(
     }
 }
 
-/// Interposed `preadv2(2)`: see [`positioned_call`].
+/// Interposed `preadv2(2)`: a managed socket's `readv` at the current position (`positioned_call`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn preadv2(
     fd: c_int,
@@ -370,6 +376,7 @@ pub unsafe extern "C-unwind" fn preadv2(
             fd,
             offset,
             flags,
+            cnt,
             move || real::preadv2(fd, iov, cnt, offset, flags),
             preadv2_socket(iov, cnt),
         )
@@ -392,13 +399,14 @@ pub unsafe extern "C-unwind" fn preadv64v2(
             fd,
             offset,
             flags,
+            cnt,
             move || real::preadv64v2(fd, iov, cnt, offset, flags),
             preadv2_socket(iov, cnt),
         )
     }
 }
 
-/// Interposed `pwritev2(2)`: see [`positioned_call`].
+/// Interposed `pwritev2(2)`: a managed socket's `writev` at the current position (`positioned_call`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn pwritev2(
     fd: c_int,
@@ -413,6 +421,7 @@ pub unsafe extern "C-unwind" fn pwritev2(
             fd,
             offset,
             flags,
+            cnt,
             move || real::pwritev2(fd, iov, cnt, offset, flags),
             pwritev2_socket(iov, cnt),
         )
@@ -434,6 +443,7 @@ pub unsafe extern "C-unwind" fn pwritev64v2(
             fd,
             offset,
             flags,
+            cnt,
             move || real::pwritev64v2(fd, iov, cnt, offset, flags),
             pwritev2_socket(iov, cnt),
         )
@@ -635,23 +645,42 @@ pub unsafe extern "C-unwind" fn sendmmsg(
 /// file of the library's (a DDP socket's doorbell end, an offloaded UDP
 /// socket's end, a switching connection's TCP socket) and its state is
 /// this process's memory: the receiver would read wake-up bytes, or the
-/// MPA stream, as data. Only a message with control data is looked at.
+/// MPA stream, as data. Looked at only while the process manages a
+/// socket and the message has control data; the walk stops at the first
+/// header the kernel would refuse (`CMSG_OK`: shorter than a header, or
+/// longer than what is left of the control data), whose `EINVAL` the
+/// kernel then gives (libc's `CMSG_NXTHDR` does not bound a header's
+/// length by the buffer: one claiming 1 MiB before an unmapped page faulted
+/// here, review 55).
 ///
 /// # Safety
 /// `m`'s control data, if any, must be readable for `msg_controllen`
 /// bytes (what the kernel reads).
 unsafe fn passes_managed(m: &msghdr) -> bool {
-    if m.msg_control.is_null() || m.msg_controllen < size_of::<libc::cmsghdr>() {
+    if fdtable::managed_below() <= 0
+        || m.msg_control.is_null()
+        || m.msg_controllen < size_of::<libc::cmsghdr>()
+    {
         return false;
     }
-    // SAFETY: walking the caller's control data within its length (the
-    // CMSG macros stop at `msg_controllen`, and at a header too short).
+    let end = m.msg_control as usize + m.msg_controllen;
+    // SAFETY: walking the caller's control data within its length: each
+    // header is read only when it lies wholly inside the buffer, and its
+    // data only as far as its length, itself bounded by the buffer.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(m);
         while !c.is_null() {
+            let at = c as usize;
+            if at + size_of::<libc::cmsghdr>() > end {
+                break;
+            }
+            let len = (*c).cmsg_len;
+            if len < size_of::<libc::cmsghdr>() || len > end - at {
+                break;
+            }
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(c);
-                let bytes = ((*c).cmsg_len as usize).saturating_sub(data as usize - c as usize);
+                let bytes = len.saturating_sub(data as usize - at);
                 let fds = data.cast::<c_int>();
                 for i in 0..bytes / size_of::<c_int>() {
                     if fdtable::get(fds.add(i).read_unaligned()).is_some() {

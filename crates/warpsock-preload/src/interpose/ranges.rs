@@ -1,6 +1,6 @@
 //! The interposed `close_range(2)` and `closefrom(3)`: each managed
-//! number in the range is closed as the interposed `close` closes one (the
-//! socket's orderly close, its entry out of the table, its epoll
+//! number in the range is closed as the interposed `close` closes one
+//! (the socket's orderly close, its entry out of the table, its epoll
 //! registrations out of the sets' books) before the kernel closes the
 //! rest. Closed below the interposer, a DDP socket's number left its
 //! connection open (the peer never read the end of stream) and its entry
@@ -9,35 +9,44 @@
 //! the old peer.
 //!
 //! The library's own descriptors live at or above its floor
-//! (`warpsock_engine::fds`, half the soft `RLIMIT_NOFILE`) once it made
-//! any: there the kernel's close stops, so a `closefrom(3)` in a process
-//! with DDP sockets does not close the engine's sockets and the progress
+//! (`warpsock_engine::fds`, half the soft `RLIMIT_NOFILE`; the lowest
+//! floor it ever had, as a program that raises its limit leaves those
+//! made before where they were): in a process whose library holds
+//! sockets (the table's owner), the kernel's close stops below it, so a
+//! `closefrom(3)` does not close the engine's sockets and the progress
 //! thread's files from under them. Numbers of the program's at or above
-//! the floor that the library does not manage (a program with more than
-//! half its limit open) stay open (`README.md`).
+//! that floor that the library does not manage (a program with more than
+//! half its limit open) stay open there (`README.md`). A forked child's
+//! copies of its parent's descriptors are its own to close: there the
+//! whole range is closed.
 //!
-//! `CLOSE_RANGE_CLOEXEC` (marks, closes nothing) and
-//! `CLOSE_RANGE_UNSHARE` (closes in the calling thread's own copy of the
-//! table, which the library's table does not follow) are the real call.
+//! Flags other than none (`CLOSE_RANGE_CLOEXEC`: marks, closes nothing;
+//! `CLOSE_RANGE_UNSHARE`: closes in the calling thread's own copy of the
+//! table, which the library's table does not follow; unknown ones:
+//! `EINVAL`) are the real call's. Neither call is a cancellation point,
+//! nor is it made one here (the managed closes run with the thread's
+//! cancellation disabled).
 
 use libc::{c_int, c_uint};
 
 use crate::shim::fdtable;
 use crate::shim::sys;
 
-/// `CLOSE_RANGE_UNSHARE` and `CLOSE_RANGE_CLOEXEC` (linux/close_range.h).
-const CLOSE_RANGE_UNSHARE: c_uint = 1 << 1;
-const CLOSE_RANGE_CLOEXEC: c_uint = 1 << 2;
-
 /// Interposed `close_range(2)`: see the module's docs.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C-unwind" fn close_range(first: c_uint, last: c_uint, flags: c_uint) -> c_int {
-    if first > last || flags & (CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC) != 0 {
-        // The kernel's answers (`EINVAL` for the range, or unknown flags).
+    if first > last || flags != 0 {
+        // The kernel's answers: `EINVAL` for the range or an unknown
+        // flag, and the flags' own effects.
         return close_range_raw(first, last, flags);
     }
     close_managed(first, last);
-    close_range_raw(first, below_floor(last), flags)
+    match kernels_part(first, last) {
+        Some(last) => close_range_raw(first, last, 0),
+        // All of the range is the library's: its managed numbers were
+        // closed above.
+        None => 0,
+    }
 }
 
 /// Interposed `closefrom(3)` (glibc's calls the system call itself, past
@@ -46,8 +55,10 @@ pub unsafe extern "C-unwind" fn close_range(first: c_uint, last: c_uint, flags: 
 pub unsafe extern "C-unwind" fn closefrom(low: c_int) {
     let first = low.max(0) as c_uint;
     close_managed(first, c_uint::MAX);
-    let last = below_floor(c_uint::MAX);
-    if first <= last && close_range_raw(first, last, 0) != 0 {
+    let Some(last) = kernels_part(first, c_uint::MAX) else {
+        return;
+    };
+    if close_range_raw(first, last, 0) != 0 {
         // No `close_range` (Linux before 5.9): one by one, up to the
         // table's size (glibc walks `/proc/self/fd` there).
         let top = table_size().min(last.saturating_add(1));
@@ -58,28 +69,34 @@ pub unsafe extern "C-unwind" fn closefrom(low: c_int) {
 }
 
 /// Closes the managed numbers in `first..=last` as the program's `close`
-/// of each would.
+/// of each would, with the thread's cancellation disabled.
 fn close_managed(first: c_uint, last: c_uint) {
     if fdtable::managed_below() <= 0 {
         return;
     }
-    for (fd, s) in fdtable::all() {
-        drop(s);
-        if (first..=last).contains(&(fd as c_uint)) {
-            // SAFETY: the program's close of its own number.
-            unsafe { super::close(fd) };
+    sys::without_cancel(|| {
+        for (fd, s) in fdtable::all() {
+            drop(s);
+            if (first..=last).contains(&(fd as c_uint)) {
+                // SAFETY: the program's close of its own number.
+                unsafe { super::close(fd) };
+            }
         }
-    }
+    });
 }
 
-/// `last`, or the number below the library's floor if it has one there.
-fn below_floor(last: c_uint) -> c_uint {
-    let floor = warpsock_engine::fds::floor();
-    if floor > 0 {
+/// The end of the part of `first..=last` the kernel closes: all of it,
+/// unless the library of this process holds descriptors there (below its
+/// lowest floor, then); `None` if nothing of it is left.
+fn kernels_part(first: c_uint, last: c_uint) -> Option<c_uint> {
+    let floor = warpsock_engine::fds::lowest_floor();
+    let ours = floor > 0 && fdtable::first_owner() == sys::getpid();
+    let last = if ours {
         last.min(floor as c_uint - 1)
     } else {
         last
-    }
+    };
+    (first <= last).then_some(last)
 }
 
 /// The raw `close_range` system call (0, or -1 with `errno` set).

@@ -9,7 +9,8 @@
 //! Each call answers as Linux's does over TCP (`tests/c/spliceddp.c`
 //! passes against both): its errors (a socket end with an offset,
 //! neither end a pipe, a file at the other end: `EINVAL`; a socket as
-//! `sendfile`'s input: `EINVAL`, or `ESPIPE` with an offset), its waits
+//! `sendfile`'s input: moved as `splice` moves it into a pipe, `EINVAL`
+//! into anything else, `ESPIPE` with an offset), its waits
 //! (the socket's own blocking mode and timeouts; the pipe's with
 //! `SPLICE_F_NONBLOCK` or its `O_NONBLOCK`), its partial counts, end of
 //! stream as 0. And it takes from its input no byte its output did not
@@ -111,13 +112,7 @@ fn pipe_end(
     if mode != access && mode != libc::O_RDWR {
         return Err(libc::EBADF);
     }
-    // SAFETY: fstat into a zeroed stat on the stack.
-    let mut st: libc::stat = unsafe { zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(sys::errno());
-    }
-    if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+    if !is_pipe(fd)? {
         return Err(libc::EINVAL);
     }
     if !no_pipe_offset {
@@ -127,6 +122,17 @@ fn pipe_end(
         return Err(libc::EINVAL);
     }
     Ok(fl & libc::O_NONBLOCK != 0 || flags & libc::SPLICE_F_NONBLOCK != 0)
+}
+
+/// Whether `fd` is a pipe (or a FIFO); its `fstat`'s errno if it has none.
+fn is_pipe(fd: c_int) -> Result<bool, c_int> {
+    // SAFETY: fstat into a zeroed stat on the stack.
+    let mut st: libc::stat = unsafe { zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(sys::errno());
+    }
+    Ok(st.st_mode & libc::S_IFMT == libc::S_IFIFO)
 }
 
 /// A pipe of the call's own, both ends non-blocking, closed on drop.
@@ -226,9 +232,18 @@ fn from_socket(
     flags: c_uint,
 ) -> Result<usize, c_int> {
     let nonblocking = pipe_end(fd, libc::O_WRONLY, no_pipe_offset, no_socket_offset, flags)?;
-    // Linux waits for the pipe's room before it reads the socket: a full
-    // pipe fails a non-blocking call at once, also with nothing to read.
-    if nonblocking && ready_now(fd, libc::POLLOUT) == 0 {
+    // Linux waits for the pipe's room before it reads the socket: a pipe
+    // with no reader fails the call with `EPIPE` (and `SIGPIPE`), a full
+    // one a non-blocking call with `EAGAIN`, both with nothing to read
+    // too (review 55: the peek waited for the socket's bytes first).
+    let room = ready_now(fd, libc::POLLOUT);
+    if room & libc::POLLERR != 0 {
+        // SAFETY: a signal to the calling thread, as the kernel's pipe
+        // write sends it.
+        unsafe { libc::raise(libc::SIGPIPE) };
+        return Err(libc::EPIPE);
+    }
+    if nonblocking && room == 0 {
         return Err(libc::EAGAIN);
     }
     let mut buf = vec![0u8; len.min(CHUNK)];
@@ -240,14 +255,15 @@ fn from_socket(
     if n == 0 {
         return Ok(0);
     }
-    let n = n as usize;
     let scratch = Scratch::new()?;
-    // SAFETY: our own buffer's first `n` bytes, into an empty pipe of
-    // 64 KiB: all of them.
-    let wrote = unsafe { sys::write_raw(scratch.w, buf.as_ptr(), n) };
-    if wrote != n as isize {
-        return Err(if wrote < 0 { sys::errno() } else { libc::EIO });
+    // SAFETY: our own buffer's first `n` bytes, into an empty pipe: as
+    // many as it holds (64 KiB, or two pages once the user passed
+    // `pipe-user-pages-soft`; review 55), the rest left in the socket.
+    let n = unsafe { sys::write_raw(scratch.w, buf.as_ptr(), n as usize) };
+    if n <= 0 {
+        return Err(if n < 0 { sys::errno() } else { libc::EIO });
     }
+    let n = n as usize;
     let took = loop {
         let k = splice_raw(scratch.r, fd, n, libc::SPLICE_F_NONBLOCK);
         if k > 0 {
@@ -287,15 +303,23 @@ fn to_socket(
     flags: c_uint,
 ) -> Result<usize, c_int> {
     let nonblocking = pipe_end(fd, libc::O_RDONLY, no_pipe_offset, no_socket_offset, flags)?;
-    let scratch = Scratch::new()?;
+    // The scratch pipe is made once the bytes are there: not held through
+    // the wait (review 55).
+    let mut scratch = None;
     let copied = loop {
-        let k = splice_tee(fd, scratch.w, len.min(CHUNK));
-        if k > 0 {
-            break k as usize;
-        }
-        let e = if k < 0 { sys::errno() } else { libc::EAGAIN };
-        if e != libc::EAGAIN {
-            return Err(e);
+        if queued(fd) > 0 {
+            let sc = match &scratch {
+                Some(sc) => sc,
+                None => scratch.insert(Scratch::new()?),
+            };
+            let k = splice_tee(fd, sc.w, len.min(CHUNK));
+            if k > 0 {
+                break k as usize;
+            }
+            if k < 0 && sys::errno() != libc::EAGAIN {
+                return Err(sys::errno());
+            }
+            // Taken meanwhile by another reader: as empty.
         }
         // Empty: its end (no writer left) is 0, as Linux answers first.
         if ready_now(fd, libc::POLLIN) & libc::POLLHUP != 0 && queued(fd) == 0 {
@@ -305,6 +329,9 @@ fn to_socket(
             return Err(libc::EAGAIN);
         }
         sys::wait_fd(fd, libc::POLLIN, None)?;
+    };
+    let Some(scratch) = scratch else {
+        unreachable!("bytes were copied into the scratch pipe");
     };
     let mut buf = vec![0u8; copied];
     // SAFETY: our own buffer; the scratch pipe holds `copied` bytes.
@@ -363,17 +390,39 @@ pub unsafe extern "C-unwind" fn sendfile(
     count: size_t,
 ) -> ssize_t {
     cancellable(move || {
-        if managed(in_fd).is_some() {
-            // From a socket: Linux reads only files here (`ESPIPE` first
-            // for an offset, which a socket cannot take). The kernel's
-            // call would read the doorbell's end the number names; ours
-            // below would have read it too, into a managed output.
-            set_errno(if offset.is_null() {
-                libc::EINVAL
+        if let Some(s) = managed(in_fd) {
+            // From a socket: into a pipe, as `splice` moves it (Linux's
+            // `sendfile` splices into a pipe output, non-blocking if the
+            // socket is); into anything else `EINVAL` (Linux reads only
+            // files there); `ESPIPE` first for an offset, which a socket
+            // cannot take. The kernel's call would read the doorbell's end
+            // the number names; ours below would have read it too, into a
+            // managed output.
+            let r = if !offset.is_null() {
+                Err(libc::ESPIPE)
             } else {
-                libc::ESPIPE
-            });
-            return -1;
+                match is_pipe(out_fd) {
+                    Ok(true) => {
+                        let nb = if s.nonblocking() {
+                            libc::SPLICE_F_NONBLOCK
+                        } else {
+                            0
+                        };
+                        enter(Err(libc::EIO), || {
+                            from_socket(&*s, true, out_fd, true, count, nb)
+                        })
+                    }
+                    Ok(false) => Err(libc::EINVAL),
+                    Err(e) => Err(e),
+                }
+            };
+            return match r {
+                Ok(n) => n as ssize_t,
+                Err(e) => {
+                    set_errno(e);
+                    -1
+                }
+            };
         }
         let Some(s) = managed(out_fd) else {
             // SAFETY: forwarding the caller's arguments.

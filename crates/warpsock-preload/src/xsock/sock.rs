@@ -448,6 +448,23 @@ unsafe fn iovs<'a, T>(msg: &msghdr, part: impl Fn(&'a mut [u8]) -> T) -> SmallVe
     out
 }
 
+/// The total length of `msg`'s iovecs, and whether every one of nonzero
+/// length has a null base (there is some length, and [`iovs`] leaves
+/// all of it out).
+///
+/// # Safety
+/// As [`iovs`].
+unsafe fn iov_total(msg: &msghdr) -> (usize, bool) {
+    if msg.msg_iov.is_null() || msg.msg_iovlen == 0 {
+        return (0, false);
+    }
+    // SAFETY: the caller's contract.
+    let v = unsafe { std::slice::from_raw_parts(msg.msg_iov, msg.msg_iovlen) };
+    let total: usize = v.iter().map(|i| i.iov_len).sum();
+    let any = v.iter().any(|i| i.iov_len > 0 && !i.iov_base.is_null());
+    (total, total > 0 && !any)
+}
+
 impl Socket for DdpSock {
     fn kernel_fd(&self) -> c_int {
         self.kfd
@@ -553,12 +570,16 @@ impl Socket for DdpSock {
         msg.msg_namelen = 0;
         msg.msg_controllen = 0;
         msg.msg_flags = 0;
+        // SAFETY: the caller's msghdr.
+        let (total, null) = unsafe { iov_total(msg) };
         if flags & libc::MSG_TRUNC != 0 {
-            // SAFETY: the caller's msghdr.
-            return self.recv_discarding(
-                unsafe { iovs(msg, |b| b) }.iter().map(|b| b.len()).sum(),
-                flags,
-            );
+            return self.recv_discarding(total, flags);
+        }
+        if null {
+            // Only null buffers: TCP's copy to them faults (`iovs` leaves
+            // them out: the receive returned 0, the end of stream).
+            set_errno(libc::EFAULT);
+            return -1;
         }
         // SAFETY: the caller's msghdr.
         let mut bufs = unsafe { iovs(msg, |b| b) };

@@ -8,9 +8,12 @@
  * it), and the DDP pair still works after the refusals. With "plain"
  * (no preload: a TCP pair) the same sends pass the socket, and the
  * received copy reads the peer's bytes: the kernel's answer, which the
- * library cannot give. Prints "passfd: ok". */
+ * library cannot give. Both: a control header longer than the control
+ * data, before an unmapped page, is the kernel's EINVAL. Prints
+ * "passfd: ok". */
 #include "ddppair.h"
 
+#include <sys/mman.h>
 #include <sys/un.h>
 
 /* sendmsg of one byte 'x' on u carrying the descriptors fds[0..n). */
@@ -122,6 +125,30 @@ int main(int argc, char **argv) {
         CHECK(write(c, "back", 4) == 4);
         CHECK(read(s, b, sizeof b) == 4 && memcmp(b, "back", 4) == 0);
     }
+    /* A header that claims more than the control data holds, its page
+     * followed by an unmapped one: the kernel's EINVAL (the library's
+     * look read past the buffer and faulted). */
+    long page = sysconf(_SC_PAGESIZE);
+    char *two = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(two != MAP_FAILED);
+    CHECK(mprotect(two + page, (size_t)page, PROT_NONE) == 0);
+    size_t clen = CMSG_SPACE(sizeof(int));
+    struct cmsghdr *bad = (struct cmsghdr *)(two + page - clen);
+    bad->cmsg_level = SOL_SOCKET;
+    bad->cmsg_type = SCM_RIGHTS;
+    bad->cmsg_len = 1 << 20;
+    memcpy(CMSG_DATA(bad), &p[0], sizeof(int));
+    char byte = 'x';
+    struct iovec bv = {&byte, 1};
+    struct msghdr bm;
+    memset(&bm, 0, sizeof bm);
+    bm.msg_iov = &bv;
+    bm.msg_iovlen = 1;
+    bm.msg_control = bad;
+    bm.msg_controllen = clen;
+    errno = 0;
+    CHECK(sendmsg(u[0], &bm, 0) == -1 && errno == EINVAL);
+    munmap(two, (size_t)page * 2);
     close(p[0]);
     close(p[1]);
     close(u[0]);

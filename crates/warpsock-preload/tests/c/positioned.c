@@ -7,7 +7,8 @@
  *     the bytes, in order; the 64-bit names alike;
  *   - preadv2 at -1 with RWF_NOWAIT and nothing to read: EAGAIN (the
  *     socket blocking);
- *   - any other offset: ESPIPE, for both calls.
+ *   - any other offset: ESPIPE, for both calls; below -1, or a negative
+ *     count: EINVAL.
  * Prints "positioned: ok". */
 #include "ddppair.h"
 
@@ -45,6 +46,11 @@ int main(int argc, char **argv) {
     CHECK(preadv2(c, &one, 1, 0, 0) == -1 && errno == ESPIPE);
     errno = 0;
     CHECK(pwritev2(s, out, 1, 5, 0) == -1 && errno == ESPIPE);
+    /* Below -1, or a negative count: EINVAL. */
+    errno = 0;
+    CHECK(preadv2(c, &one, 1, -2, 0) == -1 && errno == EINVAL);
+    errno = 0;
+    CHECK(pwritev2(s, out, -1, -1, 0) == -1 && errno == EINVAL);
     /* Nothing of those went: the next bytes are these. */
     CHECK(write(s, "end", 3) == 3);
     CHECK(read(c, y, sizeof y) == 3 && memcmp(y, "end", 3) == 0);

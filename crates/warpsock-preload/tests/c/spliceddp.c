@@ -19,8 +19,11 @@
  *   - neither end a pipe, a file at the other end, an offset on the
  *     socket's side: EINVAL;
  *   - sendfile from a socket, to a file or to another socket, fails
- *     with EINVAL (Linux reads only files there) and takes nothing; from
- *     a file to the socket it carries the file's bytes.
+ *     with EINVAL (Linux reads only files there) and takes nothing; into
+ *     a pipe it moves the bytes as splice does; from a file to the
+ *     socket it carries the file's bytes;
+ *   - splice into a pipe whose reader left: EPIPE at once, before the
+ *     socket has anything to read.
  * Cases: from_socket, to_socket (two pairs each, one per check),
  * refused (one), sendfile (two). Prints "spliceddp CASE: ok". Run
  * preloaded (every pair switched), or with "plain" after the case
@@ -143,9 +146,15 @@ static void full_pipe_and_empty_socket(void) {
     CHECK(fcntl(c, F_SETFL, O_NONBLOCK) == 0);
     errno = 0;
     CHECK(splice(c, NULL, p[1], NULL, 6, 0) == -1 && errno == EAGAIN);
+    /* The pipe's reader gone: EPIPE, before any wait for the socket's
+     * bytes (blocking again, with nothing to read). */
+    CHECK(fcntl(c, F_SETFL, 0) == 0);
+    close(p[0]);
+    p[0] = -1;
+    errno = 0;
+    CHECK(splice(c, NULL, p[1], NULL, 6, 0) == -1 && errno == EPIPE);
     close(c);
     close(s);
-    close(p[0]);
     close(p[1]);
 }
 
@@ -271,6 +280,23 @@ static void sendfile_from_socket(void) {
     /* Nothing taken: the three bytes are c's to read. */
     char b[4];
     CHECK(read(c, b, sizeof b) == 3 && memcmp(b, "xyz", 3) == 0);
+    /* Into a pipe: moved as splice moves them (Linux splices into a
+     * pipe output; a kernel that does not answers EINVAL, taking none). */
+    int pp[2];
+    CHECK(pipe(pp) == 0);
+    CHECK(write(s, "pqr", 3) == 3);
+    CHECK(poll(&pf, 1, 10000) == 1);
+    errno = 0;
+    ssize_t moved = sendfile(pp[1], c, NULL, 3);
+    if (moved == -1 && !ddp) {
+        CHECK(errno == EINVAL);
+        CHECK(read(c, b, sizeof b) == 3 && memcmp(b, "pqr", 3) == 0);
+    } else {
+        CHECK(moved == 3);
+        CHECK(read(pp[0], b, sizeof b) == 3 && memcmp(b, "pqr", 3) == 0);
+    }
+    close(pp[0]);
+    close(pp[1]);
     /* A file to a socket still goes (the library's send path). */
     CHECK(write(f, "hello", 5) == 5);
     CHECK(sendfile(s2, f, &off, 5) == 5 && off == 5);

@@ -10,8 +10,9 @@
  *     150,000 on; MSG_TRUNC into a buffer leaves it untouched;
  *   - nothing queued, MSG_DONTWAIT: EAGAIN; after the peer's shutdown: 0;
  *   - without MSG_TRUNC, a null buffer of 10 bytes: EFAULT for recv (a
- *     byte queued) and send, nothing taken or sent (it read as the end of
- *     stream, and a send of it as 0 bytes sent).
+ *     byte queued), recvmsg and send, nothing taken or sent (it read as
+ *     the end of stream, and a send of it as 0 bytes sent); recvmsg with
+ *     MSG_TRUNC counts a null iovec's length.
  * Prints "truncddp: ok". */
 #include "ddppair.h"
 
@@ -66,7 +67,17 @@ int main(int argc, char **argv) {
     CHECK(recv(c, NULL, 10, 0) == -1 && errno == EFAULT);
     errno = 0;
     CHECK(send(s, NULL, 10, MSG_NOSIGNAL) == -1 && errno == EFAULT);
-    CHECK(read(c, r, sizeof r) == 2 && memcmp(r, "xy", 2) == 0);
+    /* recvmsg alike: null bases fault without MSG_TRUNC; with it their
+     * lengths count (one byte of the two dropped). */
+    struct iovec nv = {NULL, 1};
+    struct msghdr nm;
+    memset(&nm, 0, sizeof nm);
+    nm.msg_iov = &nv;
+    nm.msg_iovlen = 1;
+    errno = 0;
+    CHECK(recvmsg(c, &nm, 0) == -1 && errno == EFAULT);
+    CHECK(recvmsg(c, &nm, MSG_TRUNC) == 1);
+    CHECK(read(c, r, sizeof r) == 1 && r[0] == 'y');
     CHECK(shutdown(s, SHUT_WR) == 0);
     struct pollfd p = {c, POLLIN, 0};
     CHECK(poll(&p, 1, 10000) == 1);
