@@ -72,7 +72,8 @@ shape() {
     echo "$us"
 }
 
-median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=scripts/lib/median.sh
+source scripts/lib/median.sh
 
 if [ "$BUDGET" = 1 ]; then
     read -r -a PADS <<<"${BUDGET_PADS:-0 20 40 60 80 100 120 160 200}"

@@ -89,6 +89,9 @@ run() {
     awk '{ print $6 }' <<< "$out" > "$WORK/rate"
 }
 
+# shellcheck source=scripts/lib/median.sh
+source scripts/lib/median.sh
+
 echo "load: $(uptime)"
 NAMES=(host "${LIBS[@]}")
 N=${#NAMES[@]}
@@ -109,7 +112,7 @@ for r in $(seq "$ROUNDS"); do
     unset rate
 done
 for i in $(seq 1 $((N - 1))); do
-    med=$(sort -g "$WORK/ratios$i" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    med=$(median "$WORK/ratios$i")
     echo "lib$i ${NAMES[$i]}: median ${med}x host TCP's connection rate over $ROUNDS rounds"
 done
 echo "load: $(uptime)"

@@ -51,6 +51,9 @@ rate() {
     sed -n 's/^rate //p' <<< "$out"
 }
 
+# shellcheck source=scripts/lib/median.sh
+source scripts/lib/median.sh
+
 echo "load: $(uptime)"
 NAMES=(host "${LIBS[@]}")
 N=${#NAMES[@]}
@@ -73,7 +76,7 @@ for r in $(seq "$ROUNDS"); do
 done
 for i in $(seq 1 $((N - 1))); do
     for mode in read splice; do
-        med=$(sort -g "$WORK/ratios.$i.$mode" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+        med=$(median "$WORK/ratios.$i.$mode")
         echo "lib$i ${NAMES[$i]} $mode: median ${med}x host TCP over $ROUNDS rounds"
     done
 done
