@@ -467,6 +467,7 @@ pub unsafe extern "C-unwind" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_in
     if r >= 0 {
         if let (libc::F_SETFL, Some(s)) = (cmd, setfl) {
             s.set_nonblocking(arg as c_int & libc::O_NONBLOCK != 0);
+            s.set_async(arg as c_int & libc::O_ASYNC != 0);
         }
     }
     r
@@ -487,17 +488,23 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
         return unsafe { real::ioctl(fd, req, arg) };
     };
     enter(-1, || match req {
-        libc::FIONBIO if fdtable::is_refused(&s) => {
+        libc::FIONBIO | libc::FIOASYNC if fdtable::is_refused(&s) => {
             set_errno(libc::EDEADLK);
             -1
         }
-        libc::FIONBIO => {
+        // Both on the file the number names (the doorbell's end: the
+        // kernel signals its readiness), not the socket's own call.
+        libc::FIONBIO | libc::FIOASYNC => {
             // SAFETY: forwarding to the application's descriptor.
             let r = unsafe { real::ioctl(fd, req, arg) };
             if r == 0 && arg != 0 {
-                // SAFETY: FIONBIO's argument is an int in-pointer.
+                // SAFETY: both take an int in-pointer.
                 let on = unsafe { *(arg as *const c_int) } != 0;
-                s.set_nonblocking(on);
+                if req == libc::FIONBIO {
+                    s.set_nonblocking(on);
+                } else {
+                    s.set_async(on);
+                }
             }
             r
         }

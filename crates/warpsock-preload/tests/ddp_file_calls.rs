@@ -18,7 +18,12 @@
 //! * `preadv2`/`pwritev2` at the current position (`tests/c/positioned.c`):
 //!   a socket's `readv`/`writev` (the kernel's read the doorbell's bytes);
 //! * `recv` with `MSG_TRUNC` (`tests/c/truncddp.c`): the bytes dropped,
-//!   the buffer may be null (a null buffer read as the end of stream).
+//!   the buffer may be null (a null buffer read as the end of stream);
+//! * signal-driven I/O (`O_ASYNC`, `F_SETOWN`, `F_SETSIG`, `FIOASYNC`;
+//!   `shim/sigio.rs`, `tests/c/sigioddp.c`): an arrival is a `SIGIO`, and
+//!   settings made before a switch follow the number (the doorbell
+//!   signalled nothing; the engine's TCP socket kept signalling the
+//!   program for its credits).
 
 mod common;
 
@@ -91,4 +96,9 @@ fn preadv2_and_pwritev2_at_the_current_position_are_readv_and_writev() {
 #[test]
 fn msg_trunc_drops_the_bytes_as_tcp_does() {
     over_tcp_then_ddp("truncddp", 1);
+}
+
+#[test]
+fn signal_driven_io_signals_arrivals_as_over_tcp() {
+    over_tcp_then_ddp("sigioddp", 3);
 }

@@ -337,9 +337,10 @@ fn registrations_of(fd: c_int, ino: u64) -> Vec<Registration> {
     out
 }
 
-/// `dup3(target, fd, flags)`, with the epoll registrations `fd` had carried
-/// over to the file it names afterwards. Returns what `dup3` returned (its
-/// errno is kept); on failure the registrations are restored as they were.
+/// `dup3(target, fd, flags)`, with the epoll registrations `fd` had, and
+/// its signal-driven I/O settings (`super::sigio`), carried over to the
+/// file it names afterwards. Returns what `dup3` returned (its errno is
+/// kept); on failure both are restored as they were.
 pub(crate) fn dup3_carrying(target: c_int, fd: c_int, flags: c_int) -> c_int {
     dup3_carrying_sets(target, fd, flags).0
 }
@@ -357,10 +358,16 @@ pub(crate) fn dup3_carrying_sets(
         // SAFETY: EPOLL_CTL_DEL ignores the event argument.
         .filter(|r| unsafe { real::epoll_ctl(r.epfd, libc::EPOLL_CTL_DEL, fd, null_mut()) == 0 })
         .collect();
+    // The program's `SIGIO` settings follow the number too (`sigio`).
+    let owner = super::sigio::Owner::take(fd);
     // SAFETY: dup3 on descriptors the caller owns (the program's number and
     // one of ours).
     let n = unsafe { real::dup3(target, fd, flags) };
     let e = super::sys::errno();
+    // On the new file, or back on the old one if the swap failed.
+    if let Some(o) = &owner {
+        o.give(fd);
+    }
     for r in &regs {
         let mut ev = libc::epoll_event {
             events: r.events,

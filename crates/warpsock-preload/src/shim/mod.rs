@@ -11,6 +11,7 @@
 //! | [`reactor`] | the progress thread: one epoll set plus timers, driving [`reactor::Handler`]s |
 //! | [`doorbell`] | the AF_UNIX pair whose one end the program holds, so its own poll/select/epoll report readiness |
 //! | [`epollcarry`] | the program's epoll registrations follow its descriptor number when a swap makes it name another file |
+//! | [`sigio`] | the program's signal-driven I/O settings (`O_ASYNC`, owner, signal) follow its number through a swap too |
 //! | [`epollwatch`] | the program's epoll sets watch managed sockets' connections themselves (registered there with tags) |
 //! | [`iov`] | the program's scatter/gather buffers |
 //! | [`sys`] | small safe wrappers (errno, socket addresses, options, poll) |
@@ -32,5 +33,6 @@ pub(crate) mod hooks;
 pub(crate) mod iov;
 pub(crate) mod reactor;
 pub(crate) mod real;
+pub(crate) mod sigio;
 pub(crate) mod socket;
 pub(crate) mod sys;

@@ -41,6 +41,13 @@ pub(crate) trait Socket: Send + Sync {
     /// The program changed O_NONBLOCK (`fcntl(F_SETFL)`, `ioctl(FIONBIO)`).
     fn set_nonblocking(&self, on: bool);
 
+    /// The program turned signal-driven I/O on or off (`O_ASYNC` by
+    /// `fcntl(F_SETFL)`, `ioctl(FIOASYNC)`), already made on the file its
+    /// number names: a kind whose readiness only shows where a waiter can
+    /// hear it makes it show for every arrival from then on, so that the
+    /// kernel's `SIGIO` follows the socket as it follows TCP's.
+    fn set_async(&self, _on: bool) {}
+
     /// Every receive call (`recv`, `recvfrom`, `recvmsg`, `read`, `readv`,
     /// the `_chk` forms, each `recvmmsg` entry) lands here.
     ///

@@ -34,10 +34,10 @@ use warpsock_xsock::io::{Readiness, XSocket};
 
 use super::follow::Follow;
 use crate::shim::doorbell::Doorbell;
-use crate::shim::reactor;
 use crate::shim::socket::{Socket, Wait, WAIT_READABLE};
 use crate::shim::sys::{self, errno, set_errno};
 use crate::shim::{fdtable, real};
+use crate::shim::{reactor, sigio};
 use warpsock_xsock::io::ForkLock;
 
 mod calls;
@@ -95,8 +95,12 @@ pub(crate) struct DdpSock {
     epoll_background: AtomicBool,
     /// Program `poll`s waiting on this socket now (between
     /// [`Socket::wait_begin`] and [`Socket::wait_end`]): the only waiters
-    /// besides `select`/`epoll` ([`DOORBELL_WAITS`]) that a bell can wake.
+    /// besides `select`/`epoll` ([`DOORBELL_WAITS`]) and a signal
+    /// ([`Self::signals`]) that a bell can wake.
     polls: AtomicUsize,
+    /// Signal-driven I/O is on (`O_ASYNC`; [`Socket::set_async`]): every
+    /// bell is a `SIGIO`.
+    signals: AtomicBool,
     rcvtimeo: Timeout,
     sndtimeo: Timeout,
     /// The program's options kept, read back, and not applied ([`Kept`]).
@@ -288,6 +292,7 @@ impl DdpSock {
                 background: AtomicBool::new(false),
                 epoll_background: AtomicBool::new(false),
                 polls: AtomicUsize::new(0),
+                signals: AtomicBool::new(false),
                 pid: libc::getpid(),
             });
             // The census's owner: set when none is (compare-exchange), or
@@ -346,6 +351,10 @@ impl DdpSock {
                 return Err(forget(e));
             }
             s.inner.lock().connect_pending = connect_pending;
+            // The program's `SIGIO` settings came with its number (`sigio`).
+            if sigio::is_on(app_end) {
+                s.signal_driven(true);
+            }
             // Bytes that arrived with the switch (the pre-switch residue).
             s.x.show_after_round(|r| s.reflect(r));
             Ok(s)
@@ -373,47 +382,9 @@ impl DdpSock {
     /// is readable then (`reflect` rings whenever no bell is out), after
     /// making themselves seen here (sequentially consistent on both sides).
     fn bell_heard(&self) -> bool {
-        DOORBELL_WAITS.load(Ordering::SeqCst) || self.polls.load(Ordering::SeqCst) > 0
-    }
-
-    /// The progress thread watches this socket from now on
-    /// ([`doorbell_wait`]).
-    fn keep_watched(&self) {
-        if !self.background.swap(true, Ordering::AcqRel) {
-            self.x.set_background(true);
-        }
-    }
-
-    /// The progress thread watches this socket from now on while no epoll
-    /// set of the program's watches its connection ([`doorbell_wait`]).
-    fn keep_epoll_watched(&self) {
-        if !self.epoll_background.swap(true, Ordering::AcqRel) {
-            self.x.set_epoll_background(true);
-        }
-    }
-
-    /// [`Self::keep_watched`] (`always`: a `select`'s) or
-    /// [`Self::keep_epoll_watched`], and the look shown, in one take of the
-    /// socket's lock if it is free now ([`doorbell_wait`]'s walk): false,
-    /// having done nothing, if another thread holds it.
-    fn try_watch_and_show(&self, always: bool) -> bool {
-        let flag = if always {
-            &self.background
-        } else {
-            &self.epoll_background
-        };
-        // Set twice at worst (two walks at once): the same flag, on.
-        let watch = !flag.load(Ordering::Acquire);
-        if !self
-            .x
-            .try_watch_and_show(watch, !always, |r| self.reflect(r))
-        {
-            return false;
-        }
-        if watch {
-            flag.store(true, Ordering::Release);
-        }
-        true
+        DOORBELL_WAITS.load(Ordering::SeqCst)
+            || self.polls.load(Ordering::SeqCst) > 0
+            || self.signals.load(Ordering::SeqCst)
     }
 
     /// After collecting asynchronous completions: the bells follow what is
@@ -564,6 +535,10 @@ impl Socket for DdpSock {
 
     fn set_nonblocking(&self, on: bool) {
         self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    fn set_async(&self, on: bool) {
+        self.signal_driven(on);
     }
 
     unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {

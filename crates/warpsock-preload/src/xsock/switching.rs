@@ -473,6 +473,15 @@ impl Socket for SwitchingSock {
         }
     }
 
+    fn set_async(&self, on: bool) {
+        // The flag is on the file the number names (carried to the
+        // outcome's by `install`, `shim::sigio`); a change that reached
+        // this socket after its outcome was known is the outcome's too.
+        if let Some(Outcome::Managed(s)) = self.outcome() {
+            s.set_async(on);
+        }
+    }
+
     unsafe fn recvmsg(&self, msg: &mut msghdr, flags: c_int) -> isize {
         match self.for_data(flags) {
             // SAFETY: the caller's contract, passed on.

@@ -117,3 +117,57 @@ fn finish_walk(held: Vec<Arc<DdpSock>>, always: bool) {
 
 /// The longest pause between two rounds of [`finish_walk`]'s tries.
 const WALK_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl DdpSock {
+    /// The progress thread watches this socket from now on
+    /// ([`doorbell_wait`]).
+    pub(super) fn keep_watched(&self) {
+        if !self.background.swap(true, Ordering::AcqRel) {
+            self.x.set_background(true);
+        }
+    }
+
+    /// The progress thread watches this socket from now on while no epoll
+    /// set of the program's watches its connection ([`doorbell_wait`]).
+    pub(super) fn keep_epoll_watched(&self) {
+        if !self.epoll_background.swap(true, Ordering::AcqRel) {
+            self.x.set_epoll_background(true);
+        }
+    }
+
+    /// [`Self::keep_watched`] (`always`: a `select`'s) or
+    /// [`Self::keep_epoll_watched`], and the look shown, in one take of the
+    /// socket's lock if it is free now ([`doorbell_wait`]'s walk): false,
+    /// having done nothing, if another thread holds it.
+    fn try_watch_and_show(&self, always: bool) -> bool {
+        let flag = if always {
+            &self.background
+        } else {
+            &self.epoll_background
+        };
+        // Set twice at worst (two walks at once): the same flag, on.
+        let watch = !flag.load(Ordering::Acquire);
+        if !self
+            .x
+            .try_watch_and_show(watch, !always, |r| self.reflect(r))
+        {
+            return false;
+        }
+        if watch {
+            flag.store(true, Ordering::Release);
+        }
+        true
+    }
+
+    /// Signal-driven I/O turned on or off ([`crate::shim::socket::Socket::set_async`]):
+    /// on, every arrival rings a bell (the kernel's `SIGIO` on the
+    /// doorbell's end) with no waiter in sight, so the progress thread
+    /// watches the socket from now on (as for `select`: a signal is due
+    /// while no call of the program runs). Bytes queued before signal
+    /// nothing, as over TCP (`fasync` only registers).
+    pub(crate) fn signal_driven(&self, on: bool) {
+        if !self.signals.swap(on, Ordering::SeqCst) && on {
+            self.keep_watched();
+        }
+    }
+}
