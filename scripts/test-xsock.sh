@@ -141,14 +141,16 @@ pass "glibc's second names of the calls over a DDP pair under ASan/UBSan (__fcnt
 # SCM_RIGHTS (tests/c/passfd.c), close_range and closefrom over DDP
 # sockets (tests/c/closerange.c; interpose/ranges.rs), preadv2/pwritev2
 # (tests/c/positioned.c), recv with MSG_TRUNC (tests/c/truncddp.c),
-# signal-driven I/O (tests/c/sigioddp.c; shim/sigio.rs), under ASan/UBSan.
+# signal-driven I/O (tests/c/sigioddp.c; shim/sigio.rs), POSIX AIO
+# (tests/c/aioddp.c; interpose/aio.rs), under ASan/UBSan.
 c_cases spliceddp from_socket to_socket refused sendfile
 c_cases passfd refused
 c_cases closerange ddp
 c_cases positioned ddp
 c_cases truncddp ddp
 c_cases sigioddp ddp
-pass "splice and sendfile with a DDP socket at one end under ASan/UBSan (socket to pipe and back, a full pipe, a full socket, end of stream, EAGAIN, EINVAL, ESPIPE; nothing taken that was not moved); a DDP socket in SCM_RIGHTS refused (sendmsg, sendmmsg); close_range and closefrom close DDP sockets as close does and leave the library's own descriptors; preadv2/pwritev2 at -1 are readv/writev; MSG_TRUNC drops the bytes; O_ASYNC/F_SETOWN/F_SETSIG/FIOASYNC signal arrivals, carried through a switch"
+c_cases aioddp ddp
+pass "splice and sendfile with a DDP socket at one end under ASan/UBSan (socket to pipe and back, a full pipe, a full socket, end of stream, EAGAIN, EINVAL, ESPIPE; nothing taken that was not moved); a DDP socket in SCM_RIGHTS refused (sendmsg, sendmmsg); close_range and closefrom close DDP sockets as close does and leave the library's own descriptors; preadv2/pwritev2 at -1 are readv/writev; MSG_TRUNC drops the bytes; O_ASYNC/F_SETOWN/F_SETSIG/FIOASYNC signal arrivals, carried through a switch; POSIX AIO requests complete (aio_suspend, aio_cancel, lio_listio, SIGEV_SIGNAL/SIGEV_THREAD)"
 
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).

@@ -82,6 +82,10 @@ use dups::{dup_held, dup_refused, propagate};
 /// glibc's second names of the interposed calls (`__poll`, `__read`, …).
 pub mod aliases;
 
+/// POSIX AIO on a managed socket: run by the library (glibc's own read the
+/// doorbell).
+pub mod aio;
+
 /// `pthread_cancel` and the entry points' looks at a pending cancel.
 pub mod cancel;
 pub(crate) use cancel::{cancel_first, cancel_point, cancellable, cancellable_int};

@@ -343,12 +343,13 @@ mod shim;
 mod udp;
 pub mod xsock;
 
-/// In a child made by `fork`, from its fork handler: the reactor and the
-/// two kinds forget the parent's state (its engine, sockets, closes,
-/// lists). One place for the fork handler and the tests that stand in for
+/// In a child made by `fork`, from its fork handler: the reactor, the AIO
+/// requests and the two kinds forget the parent's state (its engine,
+/// sockets, closes, lists, workers). One place for the fork handler and the tests that stand in for
 /// it, so no kind reaches into the other to do so.
 pub(crate) fn kinds_after_fork_child() {
     shim::reactor::forget_after_fork();
+    interpose::aio::forget_after_fork();
     xsock::after_fork_child();
     udp::after_fork_child();
 }

@@ -23,7 +23,11 @@
 //!   `shim/sigio.rs`, `tests/c/sigioddp.c`): an arrival is a `SIGIO`, and
 //!   settings made before a switch follow the number (the doorbell
 //!   signalled nothing; the engine's TCP socket kept signalling the
-//!   program for its credits).
+//!   program for its credits);
+//! * POSIX AIO (`interpose/aio.rs`, `tests/c/aioddp.c`): requests run by
+//!   the library, their results where glibc's `aio_error`/`aio_return`
+//!   read them (glibc's own read the doorbell: `aio_read` waited for
+//!   ever).
 
 mod common;
 
@@ -101,4 +105,9 @@ fn msg_trunc_drops_the_bytes_as_tcp_does() {
 #[test]
 fn signal_driven_io_signals_arrivals_as_over_tcp() {
     over_tcp_then_ddp("sigioddp", 3);
+}
+
+#[test]
+fn posix_aio_on_a_ddp_socket_completes_as_over_tcp() {
+    over_tcp_then_ddp("aioddp", 1);
 }

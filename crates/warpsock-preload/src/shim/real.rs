@@ -131,6 +131,13 @@ real_fns! {
     freopen64(path: *const c_char, mode: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
     vdprintf(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int;
     __vdprintf_chk(fd: c_int, flag: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int;
+    aio_read(cb: *mut c_void) -> c_int;
+    aio_read64(cb: *mut c_void) -> c_int;
+    aio_write(cb: *mut c_void) -> c_int;
+    aio_write64(cb: *mut c_void) -> c_int;
+    aio_suspend(list: *const *const c_void, n: c_int, timeout: *const libc::timespec) -> c_int;
+    aio_cancel(fd: c_int, cb: *mut c_void) -> c_int;
+    lio_listio(mode: c_int, list: *const *mut c_void, n: c_int, sig: *mut libc::sigevent) -> c_int;
 }
 
 /// The real `_exit` and `_Exit`, resolved by [`prepare_exit`] at load time.
