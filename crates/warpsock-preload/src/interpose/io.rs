@@ -10,6 +10,28 @@ use super::*;
 
 // ---- receiving -------------------------------------------------------------
 
+/// `UIO_MAXIOV` (linux/uio.h): the most buffers a vector call takes.
+const UIO_MAXIOV: usize = 1024;
+
+/// A `readv`/`writev` (and `preadv2`/`pwritev2`) count, as Linux checks
+/// it before it reads the vector: `EINVAL` below 0 or above
+/// [`UIO_MAXIOV`] (a negative count read as 0 buffers, and one past the
+/// bound walked the caller's memory beyond the vector). A message's
+/// longer vector is `EMSGSIZE` (`recvmsg`, `sendmsg` and each entry of
+/// their `mmsg` forms).
+fn vec_count(cnt: c_int) -> Result<usize, c_int> {
+    usize::try_from(cnt)
+        .ok()
+        .filter(|&n| n <= UIO_MAXIOV)
+        .ok_or(libc::EINVAL)
+}
+
+/// -1 with errno `e`.
+fn fail(e: c_int) -> ssize_t {
+    set_errno(e);
+    -1
+}
+
 /// Receives into `iov` with the offload path; fills the name if asked.
 unsafe fn recv_common(
     s: &Arc<dyn Socket>,
@@ -192,7 +214,11 @@ pub unsafe extern "C-unwind" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) 
                     // SAFETY: its buffer, writable for its length.
                     return enter(-1, || unsafe { s.recv_one(v.iov_base, v.iov_len, 0) });
                 }
-                let (no, n) = (std::ptr::null_mut(), cnt.max(0) as usize);
+                let n = match vec_count(cnt) {
+                    Ok(n) => n,
+                    Err(e) => return fail(e),
+                };
+                let no = std::ptr::null_mut();
                 // SAFETY: the caller's iovecs.
                 unsafe { recv_common(s, iov.cast_mut(), n, 0, no, no.cast()) }
             },
@@ -211,7 +237,12 @@ pub unsafe extern "C-unwind" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_in
                 return real();
             }
             // SAFETY: the caller's msghdr.
-            enter(-1, || unsafe { s.recvmsg(&mut *msg, flags) })
+            let m = unsafe { &mut *msg };
+            if m.msg_iovlen > UIO_MAXIOV {
+                return fail(libc::EMSGSIZE);
+            }
+            // SAFETY: its buffers, writable (the caller's contract).
+            enter(-1, || unsafe { s.recvmsg(m, flags) })
         })
     })
 }
@@ -245,6 +276,9 @@ pub unsafe extern "C-unwind" fn recvmmsg(
             } else {
                 base
             };
+            if m.msg_hdr.msg_iovlen > UIO_MAXIOV {
+                return fail(libc::EMSGSIZE);
+            }
             // SAFETY: the caller's msghdr.
             enter(-1, || unsafe { s.recvmsg(&mut m.msg_hdr, f) })
         };
@@ -298,7 +332,7 @@ const RWF_NOWAIT: c_int = 0x8;
 /// at any other, `EINVAL` below -1), a negative count is `EINVAL`, and a
 /// flag Linux does not take there fails with `EOPNOTSUPP`.
 fn positioned(offset: libc::off_t, flags: c_int, cnt: c_int) -> Result<c_int, c_int> {
-    if offset < -1 || cnt < 0 {
+    if offset < -1 || vec_count(cnt).is_err() {
         return Err(libc::EINVAL);
     }
     if offset != -1 {
@@ -346,7 +380,7 @@ unsafe fn preadv2_socket(
     move |s, f| {
         let no = std::ptr::null_mut();
         // SAFETY: the caller's iovecs (`preadv2`'s contract).
-        unsafe { recv_common(s, iov.cast_mut(), cnt.max(0) as usize, f, no, no.cast()) }
+        unsafe { recv_common(s, iov.cast_mut(), cnt as usize, f, no, no.cast()) }
     }
 }
 
@@ -357,7 +391,7 @@ unsafe fn pwritev2_socket(
 ) -> impl FnOnce(&Arc<dyn Socket>, c_int) -> ssize_t {
     move |s, f| {
         // SAFETY: the caller's iovecs (`pwritev2`'s contract).
-        unsafe { send_common(s, iov, cnt.max(0) as usize, f, std::ptr::null(), 0) }
+        unsafe { send_common(s, iov, cnt as usize, f, std::ptr::null(), 0) }
     }
 }
 
@@ -547,8 +581,12 @@ pub unsafe extern "C-unwind" fn writev(fd: c_int, iov: *const iovec, cnt: c_int)
                     // SAFETY: its buffer, readable for its length.
                     return enter(-1, || unsafe { s.send_one(v.iov_base, v.iov_len, 0) });
                 }
+                let n = match vec_count(cnt) {
+                    Ok(n) => n,
+                    Err(e) => return fail(e),
+                };
                 // SAFETY: the caller's iovecs.
-                unsafe { send_common(s, iov, cnt.max(0) as usize, 0, std::ptr::null(), 0) }
+                unsafe { send_common(s, iov, n, 0, std::ptr::null(), 0) }
             },
         )
     })
@@ -577,6 +615,8 @@ pub unsafe extern "C-unwind" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_
             sys::addr_from_raw((*msg).msg_name.cast(), (*msg).msg_namelen)
         });
         match s {
+            // SAFETY: the caller's msghdr.
+            Some(_) if unsafe { (*msg).msg_iovlen } > UIO_MAXIOV => fail(libc::EMSGSIZE),
             // SAFETY: the caller's msghdr.
             Some(s) => enter(-1, || unsafe { s.sendmsg(&*msg, flags) }),
             // SAFETY: forwarding the caller's arguments.
@@ -632,6 +672,9 @@ pub unsafe extern "C-unwind" fn sendmmsg(
             return unsafe { real::sendmmsg(fd, msgs, n, flags) };
         };
         let one = |m: &mut mmsghdr, _| {
+            if m.msg_hdr.msg_iovlen > UIO_MAXIOV {
+                return fail(libc::EMSGSIZE);
+            }
             // SAFETY: the caller's msghdr.
             enter(-1, || unsafe { s.sendmsg(&m.msg_hdr, flags) })
         };

@@ -551,10 +551,9 @@ impl Socket for DdpSock {
             return self.recv_discarding(total, flags);
         }
         if null {
-            // Only null buffers: TCP's copy to them faults (`iovs` leaves
-            // them out: the receive returned 0, the end of stream).
-            set_errno(libc::EFAULT);
-            return -1;
+            // Only null buffers (`iovs` leaves them out: the receive
+            // returned 0, the end of stream).
+            return self.recv_into_null(flags);
         }
         // SAFETY: the caller's msghdr.
         let mut bufs = unsafe { iovs(msg, |b| b) };
@@ -578,10 +577,8 @@ impl Socket for DdpSock {
         }
         if len == 0 || buf.is_null() {
             if len > 0 {
-                // TCP's copy to a null buffer faults (`EFAULT`); an empty
-                // receive here returned 0, the end of stream.
-                set_errno(libc::EFAULT);
-                return -1;
+                // (An empty receive here returned 0, the end of stream.)
+                return self.recv_into_null(flags);
             }
             return self.recv_bufs(&mut [], flags, &mut false);
         }

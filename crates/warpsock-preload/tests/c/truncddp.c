@@ -12,7 +12,9 @@
  *   - without MSG_TRUNC, a null buffer of 10 bytes: EFAULT for recv (a
  *     byte queued), recvmsg and send, nothing taken or sent (it read as
  *     the end of stream, and a send of it as 0 bytes sent); recvmsg with
- *     MSG_TRUNC counts a null iovec's length.
+ *     MSG_TRUNC counts a null iovec's length; with nothing queued EAGAIN,
+ *     at the end of the stream 0, for recv and recvmsg (both were EFAULT
+ *     at once).
  * Prints "truncddp: ok". */
 #include "ddppair.h"
 
@@ -58,8 +60,19 @@ int main(int argc, char **argv) {
     }
     errno = 0;
     CHECK(recv(c, NULL, 10, MSG_TRUNC | MSG_DONTWAIT) == -1 && errno == EAGAIN);
-    /* Without MSG_TRUNC a null buffer faults (not the end of stream), and
-     * a send from one too; nothing is taken or sent. */
+    /* Without MSG_TRUNC a null buffer with nothing queued is EAGAIN (the
+     * receive's own answer: no byte to fault on), for recvmsg too. */
+    struct iovec nv = {NULL, 1};
+    struct msghdr nm;
+    memset(&nm, 0, sizeof nm);
+    nm.msg_iov = &nv;
+    nm.msg_iovlen = 1;
+    errno = 0;
+    CHECK(recv(c, NULL, 10, MSG_DONTWAIT) == -1 && errno == EAGAIN);
+    errno = 0;
+    CHECK(recvmsg(c, &nm, MSG_DONTWAIT) == -1 && errno == EAGAIN);
+    /* With a byte queued it faults (not the end of stream), and a send
+     * from one too; nothing is taken or sent. */
     CHECK(write(s, "xy", 2) == 2);
     struct pollfd q = {c, POLLIN, 0};
     CHECK(poll(&q, 1, 10000) == 1);
@@ -69,11 +82,6 @@ int main(int argc, char **argv) {
     CHECK(send(s, NULL, 10, MSG_NOSIGNAL) == -1 && errno == EFAULT);
     /* recvmsg alike: null bases fault without MSG_TRUNC; with it their
      * lengths count (one byte of the two dropped). */
-    struct iovec nv = {NULL, 1};
-    struct msghdr nm;
-    memset(&nm, 0, sizeof nm);
-    nm.msg_iov = &nv;
-    nm.msg_iovlen = 1;
     errno = 0;
     CHECK(recvmsg(c, &nm, 0) == -1 && errno == EFAULT);
     CHECK(recvmsg(c, &nm, MSG_TRUNC) == 1);
@@ -82,6 +90,9 @@ int main(int argc, char **argv) {
     struct pollfd p = {c, POLLIN, 0};
     CHECK(poll(&p, 1, 10000) == 1);
     CHECK(recv(c, NULL, 10, MSG_TRUNC) == 0);
+    /* At the end of the stream a null buffer reads 0, as any. */
+    CHECK(recv(c, NULL, 10, 0) == 0);
+    CHECK(recvmsg(c, &nm, 0) == 0);
     close(c);
     close(s);
     printf("truncddp: ok\n");

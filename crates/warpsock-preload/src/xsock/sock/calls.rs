@@ -77,6 +77,23 @@ impl DdpSock {
         taken as isize
     }
 
+    /// A receive into null buffers only, of a nonzero length, without
+    /// `MSG_TRUNC` (`flags`): as TCP's, whose copy into them faults once
+    /// there is a byte to copy — it waits as the call's receive waits,
+    /// then fails with `EFAULT` if a byte came (none taken), or returns
+    /// what the receive returned without one: `EAGAIN`, a timeout, an
+    /// error, 0 at the end of the stream. (It failed with `EFAULT` at once,
+    /// where TCP's answers `EAGAIN` or 0.)
+    pub(super) fn recv_into_null(&self, flags: c_int) -> isize {
+        let mut one = [0u8; 1];
+        let r = self.recv_bufs(&mut [&mut one[..]], flags | libc::MSG_PEEK, &mut false);
+        if r > 0 {
+            set_errno(libc::EFAULT);
+            return -1;
+        }
+        r
+    }
+
     pub(super) fn nonblocking_for(&self, flags: c_int) -> bool {
         flags & libc::MSG_DONTWAIT != 0 || self.nonblocking.load(Ordering::Relaxed)
     }
