@@ -142,12 +142,25 @@ unsafe fn clear(p: *mut u8, len: usize) -> bool {
             let bytes = unsafe { std::slice::from_raw_parts_mut(p.add(at), n) };
             // Only a written page: a page read but never written is the
             // shared zero page, which a write would make a page of our own.
-            if bytes.iter().any(|&b| b != 0) {
+            if !all_zero(bytes) {
                 bytes.fill(0);
             }
         }
     }
     true
+}
+
+/// Whether every byte of `bytes` is zero: 64 bytes at a time, each
+/// block's OR folded without a branch (the compiler's vector code; a
+/// byte-wise `any` stops at each byte: ~1 µs a page, ~1.8 % of a
+/// policy-mode connection loop's CPU in `SlotMem::drop`, session 48).
+fn all_zero(bytes: &[u8]) -> bool {
+    let blocks = bytes.chunks_exact(64);
+    let tail = blocks.remainder();
+    tail.iter().all(|&b| b == 0)
+        && blocks
+            .into_iter()
+            .all(|c| c.iter().fold(0u8, |a, &b| a | b) == 0)
 }
 
 #[cfg(test)]
@@ -277,5 +290,20 @@ mod tests {
         assert!(bytes(p, len).iter().all(|&b| b == 0));
         // SAFETY: ours, unmapped once.
         unsafe { libc::munmap(p.cast(), len) };
+    }
+
+    /// The zero check sees a byte anywhere: each block, the tail past the
+    /// last whole block, a page's last byte.
+    #[test]
+    fn the_zero_check_sees_any_byte() {
+        for len in [0, 1, 63, 64, 65, 200, PAGE] {
+            let mut v = vec![0u8; len];
+            assert!(all_zero(&v), "{len} zero bytes");
+            for at in 0..len {
+                v[at] = 0x80;
+                assert!(!all_zero(&v), "byte {at} of {len}");
+                v[at] = 0;
+            }
+        }
     }
 }
