@@ -19,14 +19,15 @@
 //! ignores it for a socket; `aio_reqprio` is checked, not used (one
 //! descriptor's requests run in the order queued).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libc::{c_int, c_void, timespec};
 
-use super::managed;
 use crate::shim::guard::busy;
-use crate::shim::real;
 use crate::shim::sys::set_errno;
+use crate::shim::{fdtable, real};
 
 mod queue;
 mod worker;
@@ -80,23 +81,55 @@ const _: () = {
     assert!(size_of::<SigEvent>() == size_of::<libc::sigevent>());
 };
 
-/// A request's notification, copied when it is queued (the control block
-/// may be reused once its result is published): its `sigevent` and the
-/// process that asked.
+/// A notification to make: a `sigevent` and the process that asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Note {
+pub(crate) struct Notify {
     sigev: SigEvent,
     pid: libc::pid_t,
 }
 
+impl Notify {
+    /// `sigev` on behalf of this process.
+    fn of(sigev: SigEvent) -> Self {
+        Self {
+            sigev,
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
+        }
+    }
+}
+
+/// A `lio_listio(LIO_NOWAIT)` call's notification, made when the last of
+/// its requests completes: counted down by each completion (its own
+/// requests', and once for the part glibc runs), never by a look at the
+/// program's control blocks, which it may reuse or free once each
+/// completed (review 56: the list waited for a reused block's next
+/// request).
+#[derive(Debug)]
+pub(crate) struct List {
+    left: AtomicUsize,
+    all: Notify,
+}
+
+impl List {
+    /// One of the list's parts ended; the last makes the notification.
+    fn one_done(&self) {
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.all.notify();
+        }
+    }
+}
+
+/// A request's notifications, copied when it is queued (the control block
+/// may be reused once its result is published): its own, and its list's.
+#[derive(Clone, Debug)]
+pub(crate) struct Note {
+    each: Notify,
+    list: Option<Arc<List>>,
+}
+
 /// glibc's `AIO_PRIO_DELTA_MAX`: a request's `aio_reqprio` is 0 to this.
 const PRIO_DELTA_MAX: c_int = 20;
-
-/// The most `lio_listio(LIO_NOWAIT)` calls over managed sockets whose
-/// notification waits at once (a thread each).
-const LIST_WAITERS_MAX: usize = 64;
-
-static LIST_WAITERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The request's error code, as `aio_error` reads it.
 ///
@@ -108,35 +141,46 @@ unsafe fn error_of(cb: *const Cb) -> c_int {
 }
 
 /// Whether the request of control block `cb` (an address from a list the
-/// program passed to a call that waits: valid until its request
-/// completes, and looked at only until it did) is over.
+/// program passed to a call that waits: valid while that call runs) is
+/// over.
 fn over(cb: usize) -> bool {
     // SAFETY: as said; null entries are skipped.
     cb != 0 && unsafe { error_of(cb as *const Cb) } != libc::EINPROGRESS
 }
 
-/// Queues `cb` as an `op` request on its managed socket. 0, or -1 with
-/// errno (and the control block's error code) set.
+/// Whether `fd` is a managed socket, as the submitting calls look: no
+/// cancellation point here (glibc's `aio_read`, `aio_write`,
+/// `aio_cancel` and `lio_listio` are none; `interpose::managed` acts on a
+/// pending cancel: the thread was cancelled inside `aio_read`, nothing
+/// queued; review 56), and none inside library code.
+fn is_managed(fd: c_int) -> bool {
+    !busy() && fdtable::maybe_managed(fd) && fdtable::get(fd).is_some()
+}
+
+/// Sets `cb`'s result to a failure with `e` (as glibc leaves a request it
+/// did not queue) and errno to `e`; -1.
+fn refuse(cb: &mut Cb, e: c_int) -> c_int {
+    cb.return_value = -1;
+    cb.error_code = e;
+    set_errno(e);
+    -1
+}
+
+/// Queues `cb` as an `op` request on its managed socket, in `list` if
+/// given. 0, or -1 with errno (and the control block's error code) set.
 ///
 /// # Safety
 /// `cb` is a valid control block the program leaves alone until its
 /// request completes.
-unsafe fn enqueue(cb: *mut Cb, op: Op) -> c_int {
+unsafe fn enqueue(cb: *mut Cb, op: Op, list: Option<Arc<List>>) -> c_int {
     // SAFETY: the caller's.
     let c = unsafe { &mut *cb };
-    let fail = |c: &mut Cb, e| {
-        c.return_value = -1;
-        c.error_code = e;
-        set_errno(e);
-        -1
-    };
     if !(0..=PRIO_DELTA_MAX).contains(&c.reqprio) {
-        return fail(c, libc::EINVAL);
+        return refuse(c, libc::EINVAL);
     }
     let note = Note {
-        sigev: c.sigev,
-        // SAFETY: getpid has no preconditions.
-        pid: unsafe { libc::getpid() },
+        each: Notify::of(c.sigev),
+        list,
     };
     c.return_value = 0;
     c.error_code = libc::EINPROGRESS;
@@ -147,17 +191,8 @@ unsafe fn enqueue(cb: *mut Cb, op: Op) -> c_int {
     };
     match worker::submit(c.fildes, req) {
         Ok(()) => 0,
-        Err(e) => fail(c, e),
+        Err(e) => refuse(c, e),
     }
-}
-
-/// Whether `cb` asks for a request on a managed socket.
-///
-/// # Safety
-/// `cb` is null or a valid control block.
-unsafe fn on_managed(cb: *const Cb) -> bool {
-    // SAFETY: the caller's.
-    !cb.is_null() && managed(unsafe { (*cb).fildes }).is_some()
 }
 
 /// `aio_read` and `aio_write` (`op`), or glibc's (`real`).
@@ -165,12 +200,15 @@ unsafe fn on_managed(cb: *const Cb) -> bool {
 /// # Safety
 /// As the libc functions'.
 unsafe fn submit_one(cb: *mut Cb, op: Op, real: impl FnOnce() -> c_int) -> c_int {
-    // SAFETY: the caller's.
-    if busy() || !unsafe { on_managed(cb) } {
+    // SAFETY: the caller's: `cb` is valid (or null, glibc's to answer).
+    if cb.is_null() || !is_managed(unsafe { (*cb).fildes }) {
         return real();
     }
+    // Not a cancellation point, as glibc's: nor any call inside (the
+    // first queue's hash keys came from `getrandom`, one; review 56).
+    let _off = crate::shim::sys::CancelOff::new();
     // SAFETY: as above.
-    unsafe { enqueue(cb, op) }
+    unsafe { enqueue(cb, op, None) }
 }
 
 /// Interposed `aio_read(3)`.
@@ -213,11 +251,9 @@ unsafe fn entries<'a>(list: *const *const Cb, n: c_int) -> &'a [*const Cb] {
     unsafe { std::slice::from_raw_parts(list, n as usize) }
 }
 
-/// Whether any of `list` is a request of ours (queued or running here).
-fn any_ours(list: &[*const Cb]) -> bool {
-    let p = worker::POOL.lock();
-    list.iter()
-        .any(|&cb| !cb.is_null() && p.queue.holds(cb as usize))
+/// Whether control block `cb` is a request of ours (queued or running).
+fn ours(cb: *const Cb) -> bool {
+    !cb.is_null() && worker::POOL.lock().queue.holds(cb as usize)
 }
 
 /// The deadline of a relative `timespec` (null: none); `Err(EINVAL)` for
@@ -242,15 +278,22 @@ unsafe fn deadline(t: *const timespec) -> Result<Option<Instant>, c_int> {
 
 /// Interposed `aio_suspend(3)`: made here if one of the requests listed is
 /// ours (glibc's finds no such request and returns at once); else glibc's.
+/// A cancellation point, as glibc's (`C-unwind`: a cancel acted on here
+/// unwinds through it).
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn aio_suspend(
+pub unsafe extern "C-unwind" fn aio_suspend(
     list: *const *const Cb,
     n: c_int,
     t: *const timespec,
 ) -> c_int {
     // SAFETY: the caller's contract.
     let l = unsafe { entries(list, n) };
-    if busy() || !any_ours(l) {
+    let mine: Vec<bool> = if busy() {
+        Vec::new()
+    } else {
+        l.iter().map(|&cb| ours(cb)).collect()
+    };
+    if !mine.contains(&true) {
         // SAFETY: forwarding the caller's arguments.
         return unsafe { real::aio_suspend(list.cast(), n, t) };
     }
@@ -264,7 +307,7 @@ pub unsafe extern "C" fn aio_suspend(
         }
     };
     // glibc's requests among them complete with no wake-up here.
-    let theirs = !l.iter().all(|&cb| cb.is_null() || any_ours(&[cb]));
+    let theirs = l.iter().zip(&mine).any(|(&cb, &m)| !cb.is_null() && !m);
     let any_done = || l.iter().any(|&cb| over(cb as usize));
     super::cancellable_int(|| match worker::wait_for_done(any_done, deadline, theirs) {
         Ok(()) => 0,
@@ -277,7 +320,7 @@ pub unsafe extern "C" fn aio_suspend(
 
 /// Interposed `aio_suspend64`.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn aio_suspend64(
+pub unsafe extern "C-unwind" fn aio_suspend64(
     list: *const *const Cb,
     n: c_int,
     t: *const timespec,
@@ -291,23 +334,27 @@ pub unsafe extern "C" fn aio_suspend64(
 /// `ECANCELED` and notified); one running is not (`AIO_NOTCANCELED`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn aio_cancel(fd: c_int, cb: *mut Cb) -> c_int {
-    let ours =
-        !busy() && (managed(fd).is_some() || (!cb.is_null() && any_ours(&[cb.cast_const()])));
-    if !ours {
+    if !is_managed(fd) && (busy() || !ours(cb.cast_const())) {
         // SAFETY: forwarding the caller's arguments.
         return unsafe { real::aio_cancel(fd, cb.cast()) };
     }
+    let _off = crate::shim::sys::CancelOff::new();
     // SAFETY: as glibc's, a control block given names the descriptor.
     if !cb.is_null() && unsafe { (*cb).fildes } != fd {
         set_errno(libc::EINVAL);
         return -1;
     }
-    let c = worker::POOL
-        .lock()
-        .queue
-        .cancel(fd, (!cb.is_null()).then_some(cb as usize));
+    let c = {
+        let mut p = worker::POOL.lock();
+        let c = p.queue.cancel(fd, (!cb.is_null()).then_some(cb as usize));
+        // Published as they leave the queue (`worker::publish`).
+        for req in &c.taken {
+            worker::publish(req.cb, -1, libc::ECANCELED);
+        }
+        c
+    };
     for req in c.taken {
-        worker::complete(req, -1, libc::ECANCELED);
+        worker::announce(req.note);
     }
     c.answer
 }
@@ -319,12 +366,24 @@ pub unsafe extern "C" fn aio_cancel64(fd: c_int, cb: *mut Cb) -> c_int {
     unsafe { aio_cancel(fd, cb) }
 }
 
-/// Interposed `lio_listio(3)`: with an entry on a managed socket, each
-/// entry is queued as `aio_read`/`aio_write` queue it (ours here, the
-/// others glibc's), then `LIO_WAIT` waits for all (-1 with `EIO` if one
-/// failed) and `LIO_NOWAIT` notifies `sig` once all are done (a thread of
-/// the library's waits; at most [`LIST_WAITERS_MAX`] at once, `EAGAIN`
-/// beyond, before anything is queued); else glibc's.
+/// glibc's part of a list ended ([`lio_listio`]'s `SIGEV_THREAD`
+/// notification of it): one part of the [`List`] at `v`.
+extern "C" fn theirs_done(v: usize) {
+    // SAFETY: the reference `lio_listio` gave glibc's notification,
+    // taken back once, here.
+    let list = unsafe { Arc::from_raw(v as *const List) };
+    list.one_done();
+}
+
+/// Interposed `lio_listio(3)`: with an entry on a managed socket, those
+/// entries are queued here as `aio_read`/`aio_write` queue them, the rest
+/// go to glibc's `lio_listio` (the same mode; their notification counts
+/// down this list's), and an entry here with an opcode other than
+/// `LIO_READ`, `LIO_WRITE` or `LIO_NOP` fails with `EINVAL`, as glibc's
+/// does. `LIO_WAIT` returns once all are over (-1 with `EIO` if one
+/// failed); `LIO_NOWAIT` notifies `sig` once the last completes
+/// ([`List`]), -1 with `EIO` if one could not be queued. Not a
+/// cancellation point (glibc's turns cancellation off). Else glibc's.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn lio_listio(
     mode: c_int,
@@ -332,17 +391,24 @@ pub unsafe extern "C" fn lio_listio(
     n: c_int,
     sig: *mut libc::sigevent,
 ) -> c_int {
-    // SAFETY: the caller's contract.
-    let l: Vec<*mut Cb> = unsafe { entries(list.cast(), n) }
-        .iter()
-        .map(|&cb| cb.cast_mut())
-        .filter(|&cb| {
-            // SAFETY: each entry is a valid control block.
-            !cb.is_null() && unsafe { (*cb).opcode } != libc::LIO_NOP
-        })
-        .collect();
-    // SAFETY: as above.
-    if busy() || !l.iter().any(|&cb| unsafe { on_managed(cb) }) {
+    // SAFETY: the caller's contract: `n` entries, each null or valid.
+    let all = unsafe { entries(list.cast(), n) };
+    let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+    for &cb in all {
+        let cb = cb.cast_mut();
+        // SAFETY: a valid control block (not null: `entries`' filter
+        // below).
+        if cb.is_null() || unsafe { (*cb).opcode } == libc::LIO_NOP {
+            continue;
+        }
+        // SAFETY: as above.
+        if is_managed(unsafe { (*cb).fildes }) {
+            mine.push(cb);
+        } else {
+            theirs.push(cb);
+        }
+    }
+    if mine.is_empty() {
         // SAFETY: forwarding the caller's arguments.
         return unsafe { real::lio_listio(mode, list.cast(), n, sig) };
     }
@@ -350,74 +416,100 @@ pub unsafe extern "C" fn lio_listio(
         set_errno(libc::EINVAL);
         return -1;
     }
-    let note = (!sig.is_null()).then(|| Note {
+    let _off = crate::shim::sys::CancelOff::new();
+    // The list's notification (`LIO_NOWAIT` with one asked for), counted
+    // down by each request here, glibc's part, and this call's end.
+    let notify = (mode == libc::LIO_NOWAIT && !sig.is_null())
         // SAFETY: `sig` is valid (not null); read as the layout above.
-        sigev: unsafe { *sig.cast::<SigEvent>() },
-        // SAFETY: getpid has no preconditions.
-        pid: unsafe { libc::getpid() },
+        .then(|| Notify::of(unsafe { *sig.cast::<SigEvent>() }))
+        .filter(|n| n.sigev.notify != libc::SIGEV_NONE);
+    let group = notify.map(|all| {
+        Arc::new(List {
+            left: AtomicUsize::new(mine.len() + usize::from(!theirs.is_empty()) + 1),
+            all,
+        })
     });
-    let notify =
-        mode == libc::LIO_NOWAIT && note.is_some_and(|n| n.sigev.notify != libc::SIGEV_NONE);
-    if notify {
-        let w = LIST_WAITERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if w >= LIST_WAITERS_MAX {
-            LIST_WAITERS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-            set_errno(libc::EAGAIN);
-            return -1;
-        }
-    }
     let mut failed = false;
-    for &cb in &l {
-        // SAFETY: each entry is a valid control block, the program's
-        // until its request completes.
-        let r = unsafe {
-            match (*cb).opcode {
-                libc::LIO_READ => aio_read(cb),
-                libc::LIO_WRITE => aio_write(cb),
-                _ => {
-                    (*cb).return_value = -1;
-                    (*cb).error_code = libc::EINVAL;
-                    -1
-                }
+    for &cb in &mine {
+        // SAFETY: each a valid control block, the program's until its
+        // request completes.
+        let op = match unsafe { (*cb).opcode } {
+            libc::LIO_READ => Some(Op::Read),
+            libc::LIO_WRITE => Some(Op::Write),
+            _ => None,
+        };
+        let queued = match op {
+            // SAFETY: as above.
+            Some(op) => unsafe { enqueue(cb, op, group.clone()) == 0 },
+            None => {
+                // SAFETY: as above.
+                refuse(unsafe { &mut *cb }, libc::EINVAL);
+                false
             }
         };
-        failed |= r != 0;
+        if !queued {
+            // An opcode glibc does not know: completed with `EINVAL`, the
+            // call failing under `LIO_WAIT` only (review 56).
+            failed |= op.is_some() || mode == libc::LIO_WAIT;
+            if let Some(g) = &group {
+                g.one_done();
+            }
+        }
     }
-    let ours: Vec<usize> = l.iter().map(|&cb| cb as usize).collect();
-    let theirs = !l.iter().all(|&cb| any_ours(&[cb.cast_const()]));
-    let all_done = move || ours.iter().all(|&cb| over(cb));
-    if mode == libc::LIO_WAIT {
-        super::cancel_first();
-        let r = super::cancellable_int(|| {
-            match worker::wait_for_done(all_done.clone(), None, theirs) {
-                Ok(()) => 0,
-                Err(e) => {
-                    set_errno(e);
-                    -1
+    if !theirs.is_empty() {
+        let mut ev = SigEvent {
+            value: 0,
+            signo: 0,
+            notify: libc::SIGEV_NONE,
+            function: 0,
+            attributes: 0,
+            pad: [0; 8],
+        };
+        if let Some(g) = &group {
+            ev.notify = libc::SIGEV_THREAD;
+            ev.function = theirs_done as *const () as usize;
+            ev.value = Arc::into_raw(g.clone()) as usize;
+        }
+        let evp = (mode == libc::LIO_NOWAIT).then_some(&mut ev as *mut SigEvent);
+        // SAFETY: glibc's call over the program's other entries (valid
+        // until they complete) and a sigevent of ours.
+        let r = unsafe {
+            real::lio_listio(
+                mode,
+                theirs.as_ptr().cast(),
+                theirs.len() as c_int,
+                evp.map_or(std::ptr::null_mut(), |p| p.cast()),
+            )
+        };
+        if r != 0 {
+            let e = crate::shim::sys::errno();
+            failed = true;
+            // Nothing of glibc's part was queued (`EAGAIN`, `EINVAL`): its
+            // notification will not come. (`EIO`: some were; it comes.)
+            if e != libc::EIO {
+                if let Some(g) = &group {
+                    // SAFETY: the reference given to glibc, not used.
+                    drop(unsafe { Arc::from_raw(ev.value as *const List) });
+                    g.one_done();
                 }
             }
-        });
-        if r < 0 {
-            return r;
+            if mode == libc::LIO_WAIT && e == libc::EINTR {
+                set_errno(libc::EINTR);
+                return -1;
+            }
         }
-        // SAFETY: as above.
-        if failed || l.iter().any(|&cb| unsafe { error_of(cb) } != 0) {
-            set_errno(libc::EIO);
+    }
+    if let Some(g) = &group {
+        g.one_done();
+    }
+    if mode == libc::LIO_WAIT {
+        let addrs: Vec<usize> = mine.iter().map(|&cb| cb as usize).collect();
+        if let Err(e) = worker::wait_for_done(|| addrs.iter().all(|&cb| over(cb)), None, false) {
+            set_errno(e);
             return -1;
         }
-        return 0;
-    }
-    if let Some(note) = note.filter(|_| notify) {
-        let spawned = crate::shim::sys::spawn_library_thread("warpsock-lio", move || {
-            crate::shim::sys::no_cancel();
-            while worker::wait_for_done(all_done.clone(), None, theirs).is_err() {}
-            note.notify();
-            LIST_WAITERS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        });
-        if spawned.is_err() {
-            LIST_WAITERS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-            failed = true;
-        }
+        // SAFETY: the program's blocks, valid while this call runs.
+        failed |= mine.iter().any(|&cb| unsafe { error_of(cb) } != 0);
     }
     if failed {
         set_errno(libc::EIO);

@@ -17,6 +17,13 @@
 //!
 //! A file with none of them set (the common case) costs three `fcntl`s a
 //! swap and nothing more.
+//!
+//! Not covered: another thread's `fcntl` of the number between the read
+//! and the swap (a few system calls) lands on the old file, and stays
+//! there (review 56).
+//!
+//! The readiness signalled is the doorbell's: a DDP socket rings it for
+//! every arrival once `O_ASYNC` is on (`Socket::set_async`).
 
 use libc::{c_int, pid_t};
 

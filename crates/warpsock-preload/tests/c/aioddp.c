@@ -16,7 +16,15 @@
  *     descriptor is EINVAL (the queue's own tests: src/interpose/aio/
  *     queue.rs);
  *   - lio_listio LIO_WAIT with a read and a write; LIO_NOWAIT notifies
- *     its sigevent once both are done.
+ *     its sigevent once both are done; an unknown opcode fails its entry
+ *     alone (EINVAL; LIO_NOWAIT still returns 0);
+ *   - a SIGEV_THREAD function runs with no signal blocked;
+ *   - a read on a second socket whose bytes are in completes while one on
+ *     the first waits (it waited behind it: the library's one worker);
+ *   - a LIO_NOWAIT list's signal comes when its last request completes,
+ *     though the block of one completed before was reused for a request
+ *     still waiting (the list looked at the blocks: it waited for that
+ *     one too).
  * Prints "aioddp: ok". */
 #include "ddppair.h"
 
@@ -46,9 +54,13 @@ static ssize_t finished(struct aiocb *cb) {
 
 static sem_t called;
 static int called_with;
+static int called_masked;
 
 static void on_done(union sigval v) {
     called_with = v.sival_int;
+    sigset_t now;
+    pthread_sigmask(SIG_BLOCK, NULL, &now);
+    called_masked = sigismember(&now, SIGINT);
     sem_post(&called);
 }
 
@@ -111,6 +123,9 @@ int main(int argc, char **argv) {
     CHECK(aio_read(&rt) == 0);
     CHECK(write(s, "kl", 2) == 2);
     CHECK(sem_wait_10s(&called) == 0 && called_with == 7);
+    /* Run with no signal blocked (SIGINT: the library's workers block
+     * every asynchronous one). */
+    CHECK(called_masked == 0);
     CHECK(aio_error(&rt) == 0 && aio_return(&rt) == 2 && memcmp(b, "kl", 2) == 0);
 
     /* Nothing done: aio_suspend times out. A read runs (no bytes yet),
@@ -168,6 +183,57 @@ int main(int argc, char **argv) {
     CHECK(aio_error(&nr) == 0 && aio_return(&nr) == 2 && memcmp(lb, "st", 2) == 0);
     CHECK(aio_error(&nw) == 0 && aio_return(&nw) == 2);
 
+    /* LIO_NOWAIT with an opcode glibc does not know: the call succeeds,
+     * that entry fails with EINVAL. */
+    struct aiocb bad = request(c, lb, 2);
+    bad.aio_lio_opcode = 42;
+    struct aiocb *blist[1] = {&bad};
+    CHECK(lio_listio(LIO_NOWAIT, blist, 1, NULL) == 0);
+    CHECK(finished(&bad) == -1 && aio_error(&bad) == EINVAL);
+
+    /* A second socket: its requests never wait behind the first's (a
+     * read that waits for bytes): a read there with its bytes in
+     * completes while one here waits (the library's one worker took
+     * either first). */
+    int c2, s2;
+    pair_unless_plain(plain, &c2, &s2);
+    for (int i = 0; i < 4; i++) {
+        char w1[2], w2[2];
+        struct aiocb waits = request(c, w1, 2), ready = request(c2, w2, 2);
+        CHECK(write(s2, "wx", 2) == 2);
+        CHECK(aio_read(&waits) == 0 && aio_read(&ready) == 0);
+        const struct aiocb *one[1] = {&ready};
+        CHECK(aio_suspend(one, 1, &ten) == 0 && aio_return(&ready) == 2);
+        CHECK(aio_error(&waits) == EINPROGRESS);
+        CHECK(write(s, "yz", 2) == 2);
+        CHECK(finished(&waits) == 2 && memcmp(w1, "yz", 2) == 0);
+    }
+
+    /* A list's notification once its last request completes, though the
+     * program reused the block of one that completed before (POSIX lets
+     * it once aio_return took its result): A (bytes in) on c, B on c2;
+     * A's block reused for a read on c that waits; B's bytes come; the
+     * list's signal comes, with the reused A still waiting. */
+    char ab[2], bb[2];
+    struct aiocb la = request(c, ab, 2), lbk = request(c2, bb, 2);
+    la.aio_lio_opcode = LIO_READ;
+    lbk.aio_lio_opcode = LIO_READ;
+    CHECK(write(s, "AA", 2) == 2);
+    struct aiocb *pair_list[2] = {&la, &lbk};
+    all.sigev_value.sival_int = 77;
+    CHECK(lio_listio(LIO_NOWAIT, pair_list, 2, &all) == 0);
+    CHECK(finished(&la) == 2 && memcmp(ab, "AA", 2) == 0);
+    la = request(c, ab, 2);
+    CHECK(aio_read(&la) == 0);
+    CHECK(write(s2, "BB", 2) == 2);
+    CHECK(finished(&lbk) == 2 && memcmp(bb, "BB", 2) == 0);
+    CHECK(sigtimedwait(&set, &si, &ten) == SIGRTMIN + 1 && si.si_value.sival_int == 77);
+    CHECK(aio_error(&la) == EINPROGRESS);
+    CHECK(write(s, "CC", 2) == 2);
+    CHECK(finished(&la) == 2 && memcmp(ab, "CC", 2) == 0);
+
+    close(c2);
+    close(s2);
     close(c);
     close(s);
     printf("aioddp: ok\n");

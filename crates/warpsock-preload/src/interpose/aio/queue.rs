@@ -26,7 +26,7 @@ pub(crate) enum Op {
 
 /// One request: the program's control block (its address) and what to do.
 /// `T` is what the caller keeps with it (the notification to make).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Req<T> {
     pub(crate) cb: usize,
     pub(crate) op: Op,
@@ -57,13 +57,13 @@ pub(crate) struct Queue<T> {
     max: usize,
 }
 
-impl<T: Copy> Default for Queue<T> {
+impl<T> Default for Queue<T> {
     fn default() -> Self {
         Self::with_max(QUEUED_MAX)
     }
 }
 
-impl<T: Copy> Queue<T> {
+impl<T> Queue<T> {
     pub(crate) fn with_max(max: usize) -> Self {
         Self {
             lanes: HashMap::new(),
@@ -102,11 +102,14 @@ impl<T: Copy> Queue<T> {
         Some((fd, req))
     }
 
-    /// Whether a worker would find a request now ([`Self::take`]).
-    pub(crate) fn ready(&self) -> bool {
+    /// How many requests workers could take now, one per descriptor
+    /// ([`Self::take`]): as many workers as this, and none waits behind
+    /// another descriptor's request (a read that waits for bytes).
+    pub(crate) fn ready(&self) -> usize {
         self.lanes
             .values()
-            .any(|l| l.running.is_none() && !l.waiting.is_empty())
+            .filter(|l| l.running.is_none() && !l.waiting.is_empty())
+            .count()
     }
 
     /// The request running on `fd` ended.
@@ -188,14 +191,16 @@ mod tests {
         assert!(q.submit(5, req(1)));
         assert!(q.submit(5, req(2)));
         assert!(q.submit(6, req(3)));
+        // Two descriptors: two workers' worth.
+        assert_eq!(q.ready(), 2);
         let mut first = vec![q.take().unwrap(), q.take().unwrap()];
         first.sort_by_key(|(fd, _)| *fd);
         assert_eq!(first, vec![(5, req(1)), (6, req(3))]);
         // 5's second waits for its first.
         assert_eq!(q.take(), None);
-        assert!(!q.ready());
+        assert_eq!(q.ready(), 0);
         q.finish(5);
-        assert!(q.ready());
+        assert_eq!(q.ready(), 1);
         assert_eq!(q.take(), Some((5, req(2))));
         q.finish(5);
         q.finish(6);

@@ -18,7 +18,7 @@ use libc::{c_int, c_void};
 use warpsock_xsock::io::ForkLock;
 
 use super::queue::{Op, Queue, Req};
-use super::{Cb, Note};
+use super::{Cb, Note, Notify};
 use crate::shim::sys;
 
 /// The most worker threads at once.
@@ -46,21 +46,25 @@ static DONE: AtomicU32 = AtomicU32::new(0);
 /// wait on.
 static WORK: AtomicU32 = AtomicU32::new(0);
 
-/// Queues `req` on `fd` and makes sure a worker will run it. `Err(EAGAIN)`
+/// Queues `req` on `fd` and makes sure a worker will run it: one more
+/// thread while fewer workers are idle than descriptors have a request
+/// ready (glibc's rule: a request never waits behind another
+/// descriptor's, a read that waits for bytes; review 56). `Err(EAGAIN)`
 /// and nothing queued if the bound is reached, or no worker exists and
 /// none can be started.
 pub(super) fn submit(fd: c_int, req: Req<Note>) -> Result<(), c_int> {
+    let cb = req.cb;
     let mut p = POOL.lock();
     if !p.queue.submit(fd, req) {
         return Err(libc::EAGAIN);
     }
-    if p.busy == p.workers && p.workers < WORKERS_MAX {
+    if p.queue.ready() > p.workers - p.busy && p.workers < WORKERS_MAX {
         p.workers += 1;
         if sys::spawn_library_thread("warpsock-aio", work).is_err() {
             p.workers -= 1;
             if p.workers == 0 {
                 // Nobody would ever run it.
-                p.queue.cancel(fd, Some(req.cb));
+                p.queue.cancel(fd, Some(cb));
                 return Err(libc::EAGAIN);
             }
         }
@@ -84,9 +88,9 @@ fn work() {
             job
         };
         let Some((fd, req)) = job else {
-            if futex_wait(&WORK, seq, IDLE) == Err(libc::ETIMEDOUT) {
+            if futex_wait(&WORK, seq, Some(IDLE)) == Err(libc::ETIMEDOUT) {
                 let mut p = POOL.lock();
-                if !p.queue.ready() {
+                if p.queue.ready() == 0 {
                     p.workers -= 1;
                     return;
                 }
@@ -105,38 +109,62 @@ fn work() {
             }
         };
         let e = if r < 0 { sys::errno() } else { 0 };
+        // The result and the request's leaving the queue in one step:
+        // between the two it was neither (`aio_suspend` passed it to
+        // glibc, which returns at once for a request it does not know; an
+        // `aio_cancel` of it answered `AIO_NOTCANCELED` after its result;
+        // review 56).
         {
             let mut p = POOL.lock();
+            publish(req.cb, r, e);
             p.queue.finish(fd);
             p.busy -= 1;
         }
-        complete(req, r, e);
+        announce(req.note);
         // The descriptor's next request is ready now.
         bump(&WORK, 1);
     }
 }
 
-/// Ends `req` with result `r` and error `e` (0, or the errno; `ECANCELED`
-/// for one taken back), wakes the waiters, and notifies as the request
-/// asked.
-pub(super) fn complete(req: Req<Note>, r: isize, e: c_int) {
-    let cb = req.cb as *mut Cb;
+/// Ends the request of control block `cb` with result `r` and error `e`
+/// (0, or the errno; `ECANCELED` for one taken back): the result first,
+/// then the code (`aio_error` reads the code, then `aio_return` the
+/// result). Made under the pool's lock, with the request's leaving the
+/// queue; [`announce`] follows.
+pub(super) fn publish(cb: usize, r: isize, e: c_int) {
+    let cb = cb as *mut Cb;
     // SAFETY: the program's control block, valid until this completion
-    // publishes the error code: the result first, then the code
-    // (`aio_error` reads the code, then `aio_return` the result).
+    // publishes the error code.
     unsafe {
         std::ptr::addr_of_mut!((*cb).return_value).write_volatile(r);
         fence(Ordering::Release);
         std::ptr::addr_of_mut!((*cb).error_code).write_volatile(e);
     }
+}
+
+/// After [`publish`]: wakes the waiters, and notifies as the request
+/// asked (and its list, once it is the list's last: `Note::list`).
+pub(super) fn announce(note: Note) {
     bump(&DONE, i32::MAX);
-    req.note.notify();
+    note.each.notify();
+    if let Some(list) = note.list {
+        list.one_done();
+    }
 }
 
 /// Waits until `done()`, at most until `deadline` (`None`: no bound),
 /// woken by every completion here; `poll_too`: some of what `done` looks
 /// at is glibc's (no wake-up here), looked at every millisecond.
-/// `Err(EAGAIN)` at the deadline, `Err(EINTR)` if a signal handler ran.
+/// `Err(EAGAIN)` at the deadline. A signal that ended the sleep (always
+/// a timed one, which the kernel never restarts) ends the wait with
+/// `Err(EINTR)` as the library's other waits do (`shim::sys::wait_fd`):
+/// a `pthread_cancel` this thread acts on now (its entry point acts on
+/// it), a `deadline` (glibc's wait has a timeout then, which the kernel
+/// does not restart either), or a handler without `SA_RESTART`; the wait
+/// goes on for the preload's own cancellation signal to a thread that
+/// does not act on it now, and for handlers that all asked for a restart
+/// (glibc's unbounded wait is restarted; review 56: `EINTR` came for
+/// them). A wait whose slice ended with nothing looks for a cancel too.
 pub(super) fn wait_for_done(
     mut done: impl FnMut() -> bool,
     deadline: Option<std::time::Instant>,
@@ -147,21 +175,38 @@ pub(super) fn wait_for_done(
         if done() {
             return Ok(());
         }
-        let mut slice = match deadline {
+        let left = match deadline {
             Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
-                Some(left) if !left.is_zero() => left,
+                Some(left) if !left.is_zero() => Some(left),
                 _ => return Err(libc::EAGAIN),
             },
-            None => Duration::from_secs(3600),
+            None => None,
         };
-        if poll_too {
-            slice = slice.min(Duration::from_millis(1));
-        }
-        if futex_wait(&DONE, seq, slice) == Err(libc::EINTR) {
-            return Err(libc::EINTR);
+        let most = if poll_too { POLL_SLICE } else { SLICE };
+        let slice = left.map_or(most, |l| l.min(most));
+        match futex_wait(&DONE, seq, Some(slice)) {
+            Err(libc::EINTR) => match warpsock_xsock::cancel::after_signal() {
+                Some(true) => return Err(libc::EINTR),
+                Some(false) => {}
+                None if deadline.is_none() && warpsock_xsock::io::restart_after_signal() => {}
+                None => return Err(libc::EINTR),
+            },
+            Err(libc::ETIMEDOUT)
+                if warpsock_xsock::cancel::any() && warpsock_xsock::cancel::pending() =>
+            {
+                return Err(libc::EINTR);
+            }
+            _ => {}
         }
     }
 }
+
+/// The longest sleep of a wait with no glibc request in it (a cancel
+/// noted with no signal is seen at its end).
+const SLICE: Duration = Duration::from_secs(1);
+
+/// How often a wait that includes glibc's requests looks at them.
+const POLL_SLICE: Duration = Duration::from_millis(1);
 
 /// Moves `word` and wakes up to `n` of its waiters.
 fn bump(word: &AtomicU32, n: i32) {
@@ -177,22 +222,26 @@ fn bump(word: &AtomicU32, n: i32) {
     };
 }
 
-/// Sleeps while `word` is `seq`, at most `d`: `Err(ETIMEDOUT)` at the end
-/// of `d`, `Err(EINTR)` for a signal handler; `Ok` if woken or `word`
-/// moved.
-fn futex_wait(word: &AtomicU32, seq: u32, d: Duration) -> Result<(), c_int> {
-    let ts = libc::timespec {
+/// Sleeps while `word` is `seq`, at most `d` (`None`: no bound):
+/// `Err(ETIMEDOUT)` at the end of `d`, `Err(EINTR)` for a signal
+/// handler; `Ok` if woken or `word` moved.
+fn futex_wait(word: &AtomicU32, seq: u32, d: Option<Duration>) -> Result<(), c_int> {
+    let ts = d.map(|d| libc::timespec {
         tv_sec: d.as_secs() as libc::time_t,
         tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-    };
-    // SAFETY: FUTEX_WAIT on a word of ours with a relative timeout.
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: FUTEX_WAIT on a word of ours with a relative timeout (or
+    // none).
     let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
             seq,
-            &ts as *const libc::timespec,
+            tsp,
         )
     };
     match (r, sys::errno()) {
@@ -201,7 +250,7 @@ fn futex_wait(word: &AtomicU32, seq: u32, d: Duration) -> Result<(), c_int> {
     }
 }
 
-impl Note {
+impl Notify {
     /// The notification the request asked for (glibc's
     /// `__aio_notify_only`): `SIGEV_SIGNAL` queues the signal to the
     /// process that made the request, `si_code` `SI_ASYNCIO` with the
@@ -258,6 +307,15 @@ impl Note {
         extern "C" fn run(arg: *mut c_void) -> *mut c_void {
             // SAFETY: the box `start_thread` made, given to this thread alone.
             let (f, value) = *unsafe { Box::from_raw(arg.cast::<(usize, usize)>()) };
+            // The program's function runs with no signal blocked, as
+            // glibc's notification thread (it was made by a worker, whose
+            // asynchronous signals are blocked; review 56).
+            // SAFETY: an empty set, made and given to pthread_sigmask.
+            unsafe {
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            }
             // SAFETY: the program's `sigev_notify_function`, `void
             // (*)(union sigval)`: a pointer-sized union, passed as a pointer.
             let f: extern "C" fn(usize) = unsafe { std::mem::transmute(f) };
