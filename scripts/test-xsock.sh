@@ -142,7 +142,8 @@ pass "glibc's second names of the calls over a DDP pair under ASan/UBSan (__fcnt
 # sockets (tests/c/closerange.c; interpose/ranges.rs), preadv2/pwritev2
 # (tests/c/positioned.c), recv with MSG_TRUNC (tests/c/truncddp.c),
 # signal-driven I/O (tests/c/sigioddp.c; shim/sigio.rs), POSIX AIO
-# (tests/c/aioddp.c; interpose/aio.rs), under ASan/UBSan.
+# (tests/c/aioddp.c; interpose/aio.rs), POLLRDHUP (tests/c/rdhupddp.c),
+# an epoll wait after a poll (tests/c/pollepoll.c), under ASan/UBSan.
 c_cases spliceddp from_socket to_socket refused sendfile
 c_cases passfd refused
 c_cases closerange ddp
@@ -150,7 +151,9 @@ c_cases positioned ddp
 c_cases truncddp ddp
 c_cases sigioddp ddp
 c_cases aioddp ddp
-pass "splice and sendfile with a DDP socket at one end under ASan/UBSan (socket to pipe and back, a full pipe, a full socket, end of stream, EAGAIN, EINVAL, ESPIPE; nothing taken that was not moved); a DDP socket in SCM_RIGHTS refused (sendmsg, sendmmsg); close_range and closefrom close DDP sockets as close does and leave the library's own descriptors; preadv2/pwritev2 at -1 are readv/writev; MSG_TRUNC drops the bytes; O_ASYNC/F_SETOWN/F_SETSIG/FIOASYNC signal arrivals, carried through a switch; POSIX AIO requests complete (aio_suspend, aio_cancel, lio_listio, SIGEV_SIGNAL/SIGEV_THREAD)"
+c_cases rdhupddp ddp
+c_cases pollepoll ddp
+pass "splice and sendfile with a DDP socket at one end under ASan/UBSan (socket to pipe and back, a full pipe, a full socket, end of stream, EAGAIN, EINVAL, ESPIPE; nothing taken that was not moved); a DDP socket in SCM_RIGHTS refused (sendmsg, sendmmsg); close_range and closefrom close DDP sockets as close does and leave the library's own descriptors; preadv2/pwritev2 at -1 are readv/writev; MSG_TRUNC drops the bytes; O_ASYNC/F_SETOWN/F_SETSIG/FIOASYNC signal arrivals, carried through a switch; POSIX AIO requests complete (aio_suspend, aio_cancel, lio_listio, SIGEV_SIGNAL/SIGEV_THREAD); the peer's half-close shows as POLLRDHUP/EPOLLRDHUP; an epoll wait after a poll reports the bytes"
 
 # 1d. Socket options and the busy-polling fast path (tests/c/sockopt.c,
 # one case per run, under ASan/UBSan; review r22-c).

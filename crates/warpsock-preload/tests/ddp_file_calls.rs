@@ -31,7 +31,7 @@
 
 mod common;
 
-use common::{c_program, command, finish, run_case};
+use common::{over_tcp_then_ddp, run_case};
 
 /// Case, DDP pairs it switches.
 const CASES: [(&str, u64); 4] = [
@@ -70,23 +70,6 @@ fn a_ddp_socket_is_not_passed_to_another_process() {
     over_tcp_then_ddp("passfd", 1);
 }
 
-/// Runs tests/c/`prog`.c over kernel TCP ("plain", no preload), then
-/// preloaded with its `pairs` DDP pairs switched; both must print
-/// "`prog`: ok".
-fn over_tcp_then_ddp(prog: &str, pairs: u64) {
-    for (args, preload) in [(vec!["plain".to_owned()], false), (vec![], true)] {
-        let child = command(&c_program(prog), &args, preload)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
-        let r = finish(child, std::time::Duration::from_secs(60));
-        r.assert_ok(&format!("{prog} (preload {preload})"));
-        assert!(r.stdout.contains(&format!("{prog}: ok")), "{}", r.stdout);
-        if preload {
-            assert_eq!(r.stat("ddp_switched"), 2 * pairs, "{}", r.stderr);
-        }
-    }
-}
-
 #[test]
 fn close_range_and_closefrom_close_ddp_sockets_as_close_does() {
     over_tcp_then_ddp("closerange", 6);
@@ -109,5 +92,5 @@ fn signal_driven_io_signals_arrivals_as_over_tcp() {
 
 #[test]
 fn posix_aio_on_a_ddp_socket_completes_as_over_tcp() {
-    over_tcp_then_ddp("aioddp", 1);
+    over_tcp_then_ddp("aioddp", 2);
 }

@@ -307,6 +307,15 @@ impl Doorbell {
         }
     }
 
+    /// The peer ended its stream: the program's end reports `POLLRDHUP`
+    /// and `POLLIN` from now on (AF_UNIX's `RCV_SHUTDOWN`), as a TCP
+    /// socket after the peer's FIN, with a wake-up (an edge, a `SIGIO`) of
+    /// its own. No bell can be rung after this.
+    pub(crate) fn shut_reading(&self) {
+        // SAFETY: shutting down our own socket.
+        unsafe { real::shutdown(self.tx, libc::SHUT_WR) };
+    }
+
     /// The socket is finished both ways: the program's end reports
     /// `POLLHUP` (and `POLLIN`, `POLLRDHUP`).
     pub(crate) fn hang_up(&self) {

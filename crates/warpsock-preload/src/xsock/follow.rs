@@ -25,6 +25,9 @@ pub(crate) trait Bell {
     fn drain(&self, count: &mut usize);
     /// Makes the program's end report writability (`on`) or not.
     fn set_writable(&self, on: bool);
+    /// The peer ended its stream: the pair shows `POLLRDHUP` and
+    /// `POLLIN` for good ([`Doorbell::shut_reading`]).
+    fn read_closed(&self);
     /// Hangs the pair up (`POLLHUP`).
     fn hang_up(&self);
     /// Hangs the pair up with `POLLERR` ([`Doorbell::fail`]).
@@ -42,6 +45,10 @@ impl Bell for Doorbell {
 
     fn set_writable(&self, on: bool) {
         Self::set_writable(self, on);
+    }
+
+    fn read_closed(&self) {
+        Self::shut_reading(self);
     }
 
     fn hang_up(&self) {
@@ -62,6 +69,9 @@ pub(crate) struct Inner {
     /// fails with `EPIPE` at once, and TCP's poll reports `POLLOUT`).
     pub(crate) write_shut: bool,
     pub(crate) hung_up: bool,
+    /// The peer's end of stream shows on the doorbell ([`Bell::read_closed`]):
+    /// readable for good, no bell rings or is drained from now on.
+    pub(crate) read_closed: bool,
     /// The connection failed and the doorbell shows it ([`Bell::fail`],
     /// or the hang-up alone if the error was taken already): no bell
     /// rings or is drained from now on.
@@ -139,6 +149,7 @@ impl Follow {
                 write_gated: false,
                 write_shut: false,
                 hung_up: false,
+                read_closed: false,
                 failed: false,
                 error_taken: false,
                 connect_pending: false,
@@ -261,9 +272,19 @@ impl Follow {
             g.failed = true;
             g.hung_up = true;
         }
+        if r.rdhup && !g.read_closed {
+            // TCP's poll shows `POLLRDHUP` from the peer's FIN on (an
+            // event loop's sign of a half-closed connection); the pair
+            // shows it once the hang-up below did not already.
+            g.read_closed = true;
+            if !g.hung_up && !r.hup {
+                bell.read_closed();
+            }
+        }
         let mut rang = false;
-        if g.failed {
-            // Readable for good; a drain would take the `POLLERR`.
+        if g.failed || g.read_closed {
+            // Readable for good; a drain would take the `POLLERR`, a bell
+            // cannot be written after the end of stream.
         } else if r.readable {
             if (arrived || g.bells == 0) && heard() && bell.ring(&mut g.bells) {
                 rang = true;
@@ -513,7 +534,9 @@ impl DdpSock {
         let watched = self.x.watching();
         self.x.stand_in(false);
         if let Some(r) = polled {
-            if watched != XSocket::WATCH_OFF || !r.readable {
+            // (And for an epoll set that watches the connection itself,
+            // whose edge this round took: `XSocket::covered`.)
+            if watched != XSocket::WATCH_OFF || !r.readable || self.x.covered() {
                 self.reflect(r);
             }
             if r.readable {
@@ -537,6 +560,7 @@ mod tests {
         drains: AtomicUsize,
         fails: AtomicUsize,
         hang_ups: AtomicUsize,
+        read_closes: AtomicUsize,
     }
 
     impl Bell for Fake {
@@ -553,6 +577,10 @@ mod tests {
         }
 
         fn set_writable(&self, _: bool) {}
+
+        fn read_closed(&self) {
+            self.read_closes.fetch_add(1, Ordering::SeqCst);
+        }
 
         fn hang_up(&self) {
             self.hang_ups.fetch_add(1, Ordering::SeqCst);
@@ -695,6 +723,36 @@ mod tests {
         // Failed once: a later look neither fails nor hangs up again.
         f.reflect(failed(2), &b, || true);
         assert_eq!((n(&b.fails), n(&b.hang_ups)), (0, 1));
+    }
+
+    /// The peer's end of stream shows once (`POLLRDHUP` on the pair), and
+    /// then nothing rings or drains (the pair is readable for good); a
+    /// hang-up in the same look makes it alone (its `SHUT_RDWR` shows
+    /// `POLLRDHUP` too). Fails without the look at `rdhup`, or with the
+    /// ring kept after it.
+    #[test]
+    fn the_peers_end_of_stream_shows_once_and_rings_no_more() {
+        let n = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+        let ended = |arrivals| Readiness {
+            rdhup: true,
+            ..look(true, arrivals)
+        };
+        let f = Follow::new();
+        let b = Fake::default();
+        assert!(f.reflect(look(true, 1), &b, || true));
+        assert!(!f.reflect(ended(2), &b, || true), "rang at the end");
+        assert_eq!((n(&b.read_closes), n(&b.out)), (1, 1));
+        assert!(!f.reflect(ended(3), &b, || true), "rang after it");
+        assert_eq!((n(&b.read_closes), n(&b.drains)), (1, 0));
+        // Finished both ways in the same look: the hang-up alone.
+        let f = Follow::new();
+        let b = Fake::default();
+        let over = Readiness {
+            hup: true,
+            ..ended(1)
+        };
+        f.reflect(over, &b, || true);
+        assert_eq!((n(&b.read_closes), n(&b.hang_ups)), (0, 1));
     }
 
     /// The race `reflect` is ordered for, with the lock-free look in it:

@@ -682,12 +682,13 @@ impl Socket for DdpSock {
         // socket's lock (no bell for bytes a receive took meanwhile).
         let mut shown = None;
         let made = self.x.progress_if_idle(|r| {
-            if report && r.readable && !r.hup && !r.error {
+            if report && r.readable && !r.hup && !r.error && !r.rdhup {
                 // Reported by the caller: no bell (a receive that leaves
                 // bytes rings for them, as after a `poll`'s report). A
-                // hang-up or an error shows on the doorbell itself (an
-                // edge of its own, which the caller collects: reported
-                // here too, an edge-triggered set saw two).
+                // hang-up, an error or the peer's end of stream shows on
+                // the doorbell itself (readable for good: the program's
+                // registration of it reports there, which the caller
+                // collects; reported here too, a set saw each twice).
                 self.inner.reflect(r, self, || false);
                 shown = Some(r);
             } else {
@@ -713,10 +714,14 @@ impl Socket for DdpSock {
 
     fn direct_level(&self) -> u32 {
         let r = self.x.readiness_now();
-        if r.readable && !r.hup && !r.error {
+        if r.readable && !r.hup && !r.error && !r.rdhup {
             WAIT_READABLE as u16 as u32
         } else {
-            // Shown on the doorbell (a hang-up, an error), or nothing.
+            // Shown on the doorbell (a hang-up, an error, the peer's end
+            // of stream: shown now if no look showed it yet), or nothing.
+            if r.rdhup {
+                self.reflect(r);
+            }
             0
         }
     }
@@ -774,7 +779,11 @@ impl Socket for DdpSock {
                     // `XSocket::set_writable_wait`, so that look is applied
                     // above whenever the gate is shut). Not readable, a
                     // look rings nothing.
-                    if self.x.watching() != XSocket::WATCH_OFF || !r.readable {
+                    //
+                    // And for an epoll set that watches the connection
+                    // itself: this round took its edge (`XSocket::covered`;
+                    // its wait found nothing for bytes the poll saw).
+                    if self.x.watching() != XSocket::WATCH_OFF || !r.readable || self.x.covered() {
                         self.reflect(r);
                     }
                     // Readable after the round, under its lock: that is
@@ -852,6 +861,12 @@ impl super::follow::Bell for DdpSock {
         }
         if on {
             self.x.set_writable_wait(false);
+        }
+    }
+
+    fn read_closed(&self) {
+        if !close::exit_begun() {
+            self.bell.shut_reading();
         }
     }
 

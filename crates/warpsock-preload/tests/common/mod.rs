@@ -239,6 +239,23 @@ pub fn same_over_tcp_and_ddp(prog: &str, name: &str) -> Run {
     ddp
 }
 
+/// Runs tests/c/`prog`.c over kernel TCP ("plain", no preload), then
+/// preloaded with its `pairs` DDP pairs switched; both must print
+/// "`prog`: ok".
+pub fn over_tcp_then_ddp(prog: &str, pairs: u64) {
+    for (args, preload) in [(vec!["plain".to_owned()], false), (vec![], true)] {
+        let child = command(&c_program(prog), &args, preload)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {prog}: {e}"));
+        let r = finish(child, Duration::from_secs(60));
+        r.assert_ok(&format!("{prog} (preload {preload})"));
+        assert!(r.stdout.contains(&format!("{prog}: ok")), "{}", r.stdout);
+        if preload {
+            assert_eq!(r.stat("ddp_switched"), 2 * pairs, "{}", r.stderr);
+        }
+    }
+}
+
 pub fn run(name: &str, args: &[String], preload: bool) -> Run {
     let child = command(&c_program(name), args, preload)
         .spawn()

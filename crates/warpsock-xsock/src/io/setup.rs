@@ -206,6 +206,7 @@ impl XSocket {
             watching: AtomicU32::new(Self::WATCH_OFF),
             writable_wait: AtomicBool::new(false),
             quiet: AtomicBool::new(false),
+            covered: AtomicBool::new(false),
             word: NEXT_WORD.fetch_add(2, Ordering::Relaxed),
             _ctx: e.ctx,
             pd: e.pd,

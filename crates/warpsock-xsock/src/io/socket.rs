@@ -244,6 +244,10 @@ pub struct XSocket {
     /// returns (`io/quiet.rs`). Set under the lock (an empty round's end,
     /// a straight send's), cleared by every take of it.
     pub(crate) quiet: AtomicBool,
+    /// An epoll set of the program's watches [`XSocket::tcp_fd`] itself
+    /// ([`XSocket::set_direct`]; `State::direct` > 0), mirrored for a
+    /// look without the lock ([`XSocket::covered`]).
+    pub(crate) covered: AtomicBool,
     /// The word its waits' sleep marks name ([`XSocket::wait_word`]):
     /// even, and never another socket's of the process, not even one at
     /// the same address after this one is gone.

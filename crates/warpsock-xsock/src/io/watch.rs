@@ -387,7 +387,19 @@ impl XSocket {
         } else {
             st.direct = st.direct.saturating_sub(1);
         }
+        self.covered.store(st.direct > 0, Ordering::Release);
         self.rearm(&mut st);
+    }
+
+    /// Whether an epoll set of the program's watches [`Self::tcp_fd`]
+    /// itself ([`Self::set_direct`]). Its edge for new bytes is the
+    /// kernel's: a round another waiter makes (a `poll`'s) that drains
+    /// the socket takes that edge away (epoll looks at the socket again
+    /// as it reports), so that round must show what it found on the
+    /// doorbell, where the set's registration of the program's number
+    /// sees it.
+    pub fn covered(&self) -> bool {
+        self.covered.load(Ordering::Acquire)
     }
 
     /// The program waits for this socket through calls that see it only

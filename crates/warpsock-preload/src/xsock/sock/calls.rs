@@ -368,7 +368,7 @@ impl DdpSock {
             return self.shown_hung_up(r);
         }
         if r.readable {
-            WAIT_READABLE
+            readable_bits(r)
         } else {
             0
         }
@@ -390,7 +390,7 @@ impl DdpSock {
         } else if g.hung_up {
             WAIT_HUNG_UP
         } else if r.readable {
-            WAIT_READABLE
+            readable_bits(r)
         } else {
             0
         }
@@ -399,5 +399,17 @@ impl DdpSock {
     pub(super) fn fail(e: &std::io::Error) -> isize {
         set_errno(e.raw_os_error().unwrap_or(libc::EIO));
         -1
+    }
+}
+
+/// A readable socket's poll bits: `POLLIN`, with `POLLRDHUP` once the
+/// peer ended its stream (TCP's poll shows it from the FIN on: an event
+/// loop's sign of a half-closed connection; it was left out).
+#[inline(always)]
+fn readable_bits(r: Readiness) -> i16 {
+    if r.rdhup {
+        WAIT_READABLE | libc::POLLRDHUP
+    } else {
+        WAIT_READABLE
     }
 }

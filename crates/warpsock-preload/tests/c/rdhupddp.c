@@ -1,0 +1,88 @@
+/* POLLRDHUP and EPOLLRDHUP on a DDP-mode stream socket (issue 12;
+ * xsock/sock/calls.rs readable_bits, Doorbell::shut_reading): TCP's poll
+ * shows them from the peer's FIN on, an event loop's sign of a
+ * half-closed connection (nginx, mio); a DDP socket showed POLLIN alone
+ * until the connection was finished both ways. Checked (also over TCP
+ * with "plain", no preload), for each way a wait sees the socket:
+ *   - poll(POLLIN|POLLRDHUP): POLLIN with bytes queued; after the peer's
+ *     shutdown(SHUT_WR) POLLIN|POLLRDHUP, before and after the bytes are
+ *     read; the end of stream reads 0; this end still sends;
+ *   - epoll, edge-triggered EPOLLIN|EPOLLRDHUP (a registration the
+ *     library reports itself), and EPOLLONESHOT (one the doorbell shows):
+ *     the peer's shutdown is an event with both bits, after a poll saw
+ *     it (a poll's round took the set's edge: the set then heard nothing
+ *     — with bytes readable too, xsock/sock.rs wait_end);
+ *   - epoll level-triggered for EPOLLIN alone: no EPOLLRDHUP reported;
+ *     for both, one event a wait (not the library's and the doorbell's);
+ *   - after the peer's close, poll for in, out and RDHUP: all three.
+ * Prints "rdhupddp: ok". */
+#include "ddppair.h"
+
+#include <sys/epoll.h>
+
+/* One epoll_wait of up to 10 s on ep: its one event's bits (0: none). */
+static unsigned one_event(int ep, int ms) {
+    struct epoll_event ev[4];
+    int n = epoll_wait(ep, ev, 4, ms);
+    CHECK(n >= 0 && n <= 1);
+    return n == 1 ? ev[0].events : 0;
+}
+
+static short polled(int fd, short events) {
+    struct pollfd p = {fd, events, 0};
+    CHECK(poll(&p, 1, 10000) == 1);
+    return p.revents;
+}
+
+/* A pair with `registration` for c in its own set (0: none). */
+static void half_closed(int plain, unsigned registration) {
+    int c, s;
+    pair_unless_plain(plain, &c, &s);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    CHECK(ep >= 0);
+    struct epoll_event ev = {registration, {.fd = c}};
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0);
+    CHECK(write(s, "ab", 2) == 2);
+    CHECK(polled(c, POLLIN | POLLRDHUP) == POLLIN);
+    CHECK(one_event(ep, 10000) == EPOLLIN);
+    CHECK(shutdown(s, SHUT_WR) == 0);
+    /* The FIN seen (a DDP socket's end of stream comes through its
+     * connection's framing, after the shutdown returned: a poll waits
+     * for it here, 10 s at most). */
+    long until = now_ms() + 10000;
+    while (polled(c, POLLIN | POLLRDHUP) != (POLLIN | POLLRDHUP)) CHECK(now_ms() < until);
+    if (registration & EPOLLONESHOT) {
+        ev.events = registration;
+        CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, c, &ev) == 0);
+    }
+    /* The set's event: both bits if asked for, the poll's look before
+     * it notwithstanding (a DDP poll's round took the edge the set's
+     * watch of the connection waited for); EPOLLIN alone if not. */
+    unsigned want = EPOLLIN | (registration & EPOLLRDHUP);
+    CHECK(one_event(ep, 10000) == want);
+    CHECK(polled(c, POLLIN | POLLRDHUP) == (POLLIN | POLLRDHUP));
+    char b[4];
+    CHECK(recv(c, b, 4, MSG_WAITALL) == 2 && memcmp(b, "ab", 2) == 0);
+    CHECK(polled(c, POLLIN | POLLRDHUP) == (POLLIN | POLLRDHUP));
+    CHECK(read(c, b, 4) == 0);
+    /* This end still sends. */
+    CHECK(write(c, "cd", 2) == 2);
+    CHECK(recv(s, b, 2, MSG_WAITALL) == 2 && memcmp(b, "cd", 2) == 0);
+    close(s);
+    /* The peer's close: readable, writable (a send fails then), RDHUP;
+     * a send's EPIPE or the peer's reset may add POLLHUP/POLLERR. */
+    short all = polled(c, POLLIN | POLLOUT | POLLRDHUP);
+    CHECK((all & (POLLIN | POLLOUT | POLLRDHUP)) == (POLLIN | POLLOUT | POLLRDHUP));
+    close(ep);
+    close(c);
+}
+
+int main(int argc, char **argv) {
+    int plain = argc == 2 && strcmp(argv[1], "plain") == 0;
+    half_closed(plain, EPOLLIN | EPOLLRDHUP | EPOLLET);
+    half_closed(plain, EPOLLIN | EPOLLRDHUP | EPOLLONESHOT);
+    half_closed(plain, EPOLLIN);
+    half_closed(plain, EPOLLIN | EPOLLRDHUP);
+    printf("rdhupddp: ok\n");
+    return 0;
+}
