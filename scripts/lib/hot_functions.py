@@ -131,14 +131,18 @@ def main():
         at the same address (LTO keeps one body, under one of their
         sections), each with its crates' hashes (`Cs…_`: the crate
         metadata, which the packages a build selects change), its
-        back-references and LTO's `.llvm.N` suffix left open
+        back-references and a numeric suffix (LTO's `.llvm.N`, a
+        clone's `.N`) left open
         ([`v0_pattern`]). v0 names say which instance of a
         generic function they are, so no hash pins one. A legacy name
         (`readv` and the other `no_mangle` entry points) is taken as it
         is."""
         if not sym.startswith("_R"):
             return [".text." + sym]
-        names = {re.sub(r"\.llvm\.\d+$", "", a) for a in aliases[at[sym]]}
+        # LTO's `.llvm.N` and the compiler's `.N` of a local function's
+        # clone (a specialised copy: `RxPool::give.1031`), whose number
+        # another build command changes: both left open.
+        names = {re.sub(r"(\.llvm)?\.\d+$", "", a) for a in aliases[at[sym]]}
         return [".text." + v0_pattern(n) for n in sorted(names) if n.startswith("_R")]
 
     runs = sorted({os.path.basename(p).split(".")[1] for p in glob.glob(f"{work}/cg.*")})
