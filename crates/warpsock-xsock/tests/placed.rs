@@ -39,11 +39,11 @@ const WAITALL: RecvFlags = RecvFlags {
     nonblocking: false,
 };
 
-/// 1 MiB blocking reads posted before the data (the reader asks for the
-/// next MiB only after the last one arrived) copy at most 5 % of the bytes
-/// (the target; only each message's first 32 bytes are copied).
-#[test]
-fn blocking_1_mib_reads_posted_ahead_copy_at_most_5_percent() {
+/// 1 MiB reads posted before the data (the reader asks for the next MiB
+/// only after the last one arrived), each round's sender waiting until
+/// the read waits; `plain`: every other read without `MSG_WAITALL`.
+/// (received, copied) by the reader.
+fn posted_ahead_rounds(plain: bool) -> (u64, u64) {
     let (a, b) = tcp_pair();
     let (xa, xb) = switch_both(&a, &b, &opts());
     let xb = Arc::new(xb);
@@ -56,9 +56,29 @@ fn blocking_1_mib_reads_posted_ahead_copy_at_most_5_percent() {
             std::thread::yield_now();
         }
     };
-    // Half the rounds plain blocking reads, half MSG_WAITALL.
-    let (rx, copied) = reads_posted_ahead(&xa, Arc::clone(&xb), (1 << 20, 8, 15), true, ready);
+    reads_posted_ahead(&xa, Arc::clone(&xb), (1 << 20, 8, 15), plain, ready)
+}
+
+/// 1 MiB `MSG_WAITALL` reads posted ahead copy at most 5 % of the bytes
+/// (the target; only each message's first 32 bytes are copied).
+#[test]
+fn blocking_1_mib_reads_posted_ahead_copy_at_most_5_percent() {
+    let (rx, copied) = posted_ahead_rounds(false);
     assert!(copied as f64 / rx as f64 <= 0.05, "copied {copied} of {rx}");
+}
+
+/// Plain blocking reads among them: each may return once part of its
+/// MiB is placed (TCP's read returns what is there), and the chunk's
+/// later messages then go to the slots, copied by the next read. How much
+/// is the scheduler's (how soon the reader's thread wakes): an idle
+/// machine woke it at the first message, 6–25 % of the bytes copied, a
+/// busy one later, ~0 % (session 48: with this figure asserted at 5 %,
+/// the test failed on an idle machine). Asserted: every byte in order,
+/// and most of them placed (the `MSG_WAITALL` half alone places 47.5 %).
+#[test]
+fn plain_blocking_reads_posted_ahead_are_placed_in_part() {
+    let (rx, copied) = posted_ahead_rounds(true);
+    assert!(copied * 2 < rx, "copied {copied} of {rx}");
 }
 
 /// A reader behind a sender that runs ahead (the bandwidth benchmark):
