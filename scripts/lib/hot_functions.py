@@ -136,14 +136,19 @@ def main():
         ([`v0_pattern`]). v0 names say which instance of a
         generic function they are, so no hash pins one. A legacy name
         (`readv` and the other `no_mangle` entry points) is taken as it
-        is."""
-        if not sym.startswith("_R"):
-            return [".text." + sym]
+        is, with the legacy names merged with it (`read` and `__read`)."""
         # LTO's `.llvm.N` and the compiler's `.N` of a local function's
         # clone (a specialised copy: `RxPool::give.1031`), whose number
         # another build command changes: both left open.
         names = {re.sub(r"(\.llvm)?\.\d+$", "", a) for a in aliases[at[sym]]}
-        return [".text." + v0_pattern(n) for n in sorted(names) if n.startswith("_R")]
+        # A legacy name's body may be kept under another legacy name's
+        # section (`read` under `__read`, its alias: `interpose/aliases.rs`):
+        # both named, as the v0 ones.
+        return [
+            ".text." + (v0_pattern(n) if n.startswith("_R") else n)
+            for n in sorted(names)
+            if n.startswith("_R") or not sym.startswith("_R")
+        ]
 
     runs = sorted({os.path.basename(p).split(".")[1] for p in glob.glob(f"{work}/cg.*")})
     pats = []

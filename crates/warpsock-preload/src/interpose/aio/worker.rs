@@ -226,10 +226,7 @@ fn bump(word: &AtomicU32, n: i32) {
 /// `Err(ETIMEDOUT)` at the end of `d`, `Err(EINTR)` for a signal
 /// handler; `Ok` if woken or `word` moved.
 fn futex_wait(word: &AtomicU32, seq: u32, d: Option<Duration>) -> Result<(), c_int> {
-    let ts = d.map(|d| libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-    });
+    let ts = d.map(sys::timespec);
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
