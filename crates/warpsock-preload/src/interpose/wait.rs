@@ -79,6 +79,12 @@ fn poll_with(
     }
 }
 
+/// The input a poll may ask of a managed socket: `POLLIN`, and
+/// `POLLRDNORM` or `POLLRDHUP` alone (a poll for the peer's half-close:
+/// it went to the doorbell alone, which nothing rang while the progress
+/// thread's watch was off; review 57).
+const INPUT: i16 = libc::POLLIN | libc::POLLRDNORM | libc::POLLRDHUP;
+
 /// One wait of `poll_with`'s general path: the managed sockets' extra
 /// descriptors added, their wake-ups taken up and shown on the program's
 /// descriptors. Returns the real call's result and the count of the
@@ -97,7 +103,7 @@ fn general(
     // (program's index, index in `ext`) of sockets waited on for room.
     let mut outs: SmallVec<[(usize, usize); 2]> = SmallVec::new();
     for (i, p) in fds.iter().enumerate() {
-        if p.events & (libc::POLLIN | libc::POLLOUT) == 0 {
+        if p.events & (INPUT | libc::POLLOUT) == 0 {
             continue;
         }
         let Some(s) = fdtable::get(p.fd) else {
@@ -114,7 +120,7 @@ fn general(
                 });
             }
         }
-        if p.events & libc::POLLIN == 0 {
+        if p.events & INPUT == 0 {
             continue;
         }
         if let Some(w) = s.wait_begin() {
@@ -238,10 +244,11 @@ fn lone(
 /// Of the bits `Socket::wait_end` says the program's descriptor `p`
 /// shows, those its poll reports: the ones asked for, and `POLLERR` and
 /// `POLLHUP` always (as the kernel's poll). A descriptor that shows
-/// nothing else shows nothing (the common wake-up: no test beyond one).
+/// nothing else shows nothing (the common wake-up: one test more for a
+/// poll that did not ask for `POLLIN`, a `POLLRDHUP` alone).
 #[inline(always)]
 fn asked(p: &libc::pollfd, bits: i16) -> i16 {
-    if bits == libc::POLLIN {
+    if bits == libc::POLLIN && p.events & libc::POLLIN != 0 {
         return libc::POLLIN;
     }
     bits & (p.events | libc::POLLERR | libc::POLLHUP)
@@ -355,7 +362,7 @@ fn polls_managed(fds: *const libc::pollfd, n: libc::nfds_t) -> bool {
     // SAFETY: the caller's array of `n` pollfds.
     unsafe { std::slice::from_raw_parts(fds, n as usize) }
         .iter()
-        .any(|p| p.events & (libc::POLLIN | libc::POLLOUT) != 0 && fdtable::maybe_managed(p.fd))
+        .any(|p| p.events & (INPUT | libc::POLLOUT) != 0 && fdtable::maybe_managed(p.fd))
 }
 
 /// `poll(2)`'s timeout for `left`: whole milliseconds, rounded up from

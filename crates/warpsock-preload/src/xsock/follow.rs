@@ -272,6 +272,7 @@ impl Follow {
             g.failed = true;
             g.hung_up = true;
         }
+        let mut closed_now = false;
         if r.rdhup && !g.read_closed {
             // TCP's poll shows `POLLRDHUP` from the peer's FIN on (an
             // event loop's sign of a half-closed connection); the pair
@@ -279,12 +280,22 @@ impl Follow {
             g.read_closed = true;
             if !g.hung_up && !r.hup {
                 bell.read_closed();
+                closed_now = true;
             }
         }
         let mut rang = false;
-        if g.failed || g.read_closed {
-            // Readable for good; a drain would take the `POLLERR`, a bell
-            // cannot be written after the end of stream.
+        if g.failed {
+            // Readable for good; a drain would take the `POLLERR`.
+        } else if g.read_closed {
+            // Readable for good, and no bell can be written: a later
+            // arrival (an asynchronous completion after the peer's FIN)
+            // wakes its waiters by the shutdown made again, which wakes
+            // every waiter of the program's end each time (AF_UNIX's
+            // `unix_shutdown` has no early return): an edge, a `SIGIO`
+            // (review 57: an edge-triggered waiter heard nothing).
+            if arrived && !closed_now && !g.hung_up && !r.hup && heard() {
+                bell.read_closed();
+            }
         } else if r.readable {
             if (arrived || g.bells == 0) && heard() && bell.ring(&mut g.bells) {
                 rang = true;
@@ -726,10 +737,13 @@ mod tests {
     }
 
     /// The peer's end of stream shows once (`POLLRDHUP` on the pair), and
-    /// then nothing rings or drains (the pair is readable for good); a
-    /// hang-up in the same look makes it alone (its `SHUT_RDWR` shows
-    /// `POLLRDHUP` too). Fails without the look at `rdhup`, or with the
-    /// ring kept after it.
+    /// then nothing rings or drains (the pair is readable for good): a
+    /// later arrival (an asynchronous completion) shuts the pair again,
+    /// its waiters' wake-up, if someone may hear it; a look with nothing
+    /// new does not. A hang-up in the same look makes it alone (its
+    /// `SHUT_RDWR` shows `POLLRDHUP` too). Fails without the look at
+    /// `rdhup`, with the ring kept after it, or without the shutdown made
+    /// again.
     #[test]
     fn the_peers_end_of_stream_shows_once_and_rings_no_more() {
         let n = |a: &AtomicUsize| a.load(Ordering::SeqCst);
@@ -742,8 +756,12 @@ mod tests {
         assert!(f.reflect(look(true, 1), &b, || true));
         assert!(!f.reflect(ended(2), &b, || true), "rang at the end");
         assert_eq!((n(&b.read_closes), n(&b.out)), (1, 1));
-        assert!(!f.reflect(ended(3), &b, || true), "rang after it");
+        assert!(!f.reflect(ended(2), &b, || true), "rang after it");
         assert_eq!((n(&b.read_closes), n(&b.drains)), (1, 0));
+        assert!(!f.reflect(ended(3), &b, || false), "rang after it");
+        assert_eq!(n(&b.read_closes), 1, "shut again with no one to hear");
+        assert!(!f.reflect(ended(4), &b, || true), "rang after it");
+        assert_eq!((n(&b.read_closes), n(&b.drains)), (2, 0));
         // Finished both ways in the same look: the hang-up alone.
         let f = Follow::new();
         let b = Fake::default();

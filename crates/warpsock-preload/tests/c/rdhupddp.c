@@ -14,11 +14,16 @@
  *     — with bytes readable too, xsock/sock.rs wait_end);
  *   - epoll level-triggered for EPOLLIN alone: no EPOLLRDHUP reported;
  *     for both, one event a wait (not the library's and the doorbell's);
- *   - after the peer's close, poll for in, out and RDHUP: all three.
+ *   - a poll for POLLRDHUP alone sees the half-close (it waited on the
+ *     doorbell, which nothing shut), POLLRDNORM with it;
+ *   - after the peer's close, poll for in, out and RDHUP: all three;
+ *   - DDP mode only: an asynchronous completion after the half-close is
+ *     an edge-triggered set's event.
  * Prints "rdhupddp: ok". */
 #include "ddppair.h"
 
 #include <sys/epoll.h>
+#include <sys/mman.h>
 
 /* One epoll_wait of up to 10 s on ep: its one event's bits (0: none). */
 static unsigned one_event(int ep, int ms) {
@@ -46,6 +51,9 @@ static void half_closed(int plain, unsigned registration) {
     CHECK(polled(c, POLLIN | POLLRDHUP) == POLLIN);
     CHECK(one_event(ep, 10000) == EPOLLIN);
     CHECK(shutdown(s, SHUT_WR) == 0);
+    /* A poll for the half-close alone waits for it (it went to the
+     * doorbell alone, which nothing shut: 10 s). */
+    CHECK(polled(c, POLLRDHUP) == POLLRDHUP);
     /* The FIN seen (a DDP socket's end of stream comes through its
      * connection's framing, after the shutdown returned: a poll waits
      * for it here, 10 s at most). */
@@ -61,6 +69,7 @@ static void half_closed(int plain, unsigned registration) {
     unsigned want = EPOLLIN | (registration & EPOLLRDHUP);
     CHECK(one_event(ep, 10000) == want);
     CHECK(polled(c, POLLIN | POLLRDHUP) == (POLLIN | POLLRDHUP));
+    CHECK(polled(c, POLLIN | POLLRDNORM | POLLRDHUP) == (POLLIN | POLLRDNORM | POLLRDHUP));
     char b[4];
     CHECK(recv(c, b, 4, MSG_WAITALL) == 2 && memcmp(b, "ab", 2) == 0);
     CHECK(polled(c, POLLIN | POLLRDHUP) == (POLLIN | POLLRDHUP));
@@ -77,12 +86,49 @@ static void half_closed(int plain, unsigned registration) {
     close(c);
 }
 
+/* DDP mode only (the extended calls): an asynchronous completion after
+ * the peer's half-close is an edge of its own for an edge-triggered set
+ * (no bell can ring once the doorbell shows the end of stream: the
+ * shutdown made again wakes the waiters; the completion's wait heard
+ * nothing, 3 s). */
+static void completion_after_half_close(void) {
+    off_t (*riomap)(int, void *, size_t, int, int, off_t) =
+        preload_sym("rdhupddp", "warpsock_riomap");
+    int (*aio_read)(int, void *, size_t, off_t, uint64_t) =
+        preload_sym("rdhupddp", "warpsock_aio_read");
+    int (*aio_poll)(int, struct warpsock_aio_completion *, int) =
+        preload_sym("rdhupddp", "warpsock_aio_poll");
+    int c, s;
+    ddp_pair(&c, &s);
+    static char src[4096] = "hello";
+    off_t off = riomap(s, src, sizeof src, PROT_READ, 0, 0);
+    CHECK(off == 0);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    CHECK(ep >= 0);
+    struct epoll_event ev = {EPOLLIN | EPOLLRDHUP | EPOLLET, {.u64 = 1}};
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0);
+    CHECK(shutdown(s, SHUT_WR) == 0);
+    CHECK(one_event(ep, 10000) == (EPOLLIN | EPOLLRDHUP));
+    char b[4];
+    CHECK(read(c, b, sizeof b) == 0);
+    CHECK(one_event(ep, 0) == 0);
+    static char dst[8];
+    CHECK(aio_read(c, dst, 5, off, 9) == 0);
+    CHECK(one_event(ep, 10000) != 0);
+    struct warpsock_aio_completion k[2];
+    CHECK(aio_poll(c, k, 2) == 1 && k[0].result == 5 && memcmp(dst, "hello", 5) == 0);
+    close(ep);
+    close(c);
+    close(s);
+}
+
 int main(int argc, char **argv) {
     int plain = argc == 2 && strcmp(argv[1], "plain") == 0;
     half_closed(plain, EPOLLIN | EPOLLRDHUP | EPOLLET);
     half_closed(plain, EPOLLIN | EPOLLRDHUP | EPOLLONESHOT);
     half_closed(plain, EPOLLIN);
     half_closed(plain, EPOLLIN | EPOLLRDHUP);
+    if (!plain) completion_after_half_close();
     printf("rdhupddp: ok\n");
     return 0;
 }

@@ -408,7 +408,7 @@ impl DdpSock {
 #[inline(always)]
 fn readable_bits(r: Readiness) -> i16 {
     if r.rdhup {
-        WAIT_READABLE | libc::POLLRDHUP
+        WAIT_READABLE | libc::POLLRDNORM | libc::POLLRDHUP
     } else {
         WAIT_READABLE
     }
