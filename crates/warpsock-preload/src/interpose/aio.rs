@@ -9,7 +9,7 @@
 //! therefore run here (`worker`): the program's own `read` or `write` on a
 //! thread of the library's, one descriptor's requests in order (`queue`).
 //! Its result goes where glibc keeps it, in the control block's
-//! `__error_code` and `__return_value` ([`Cb`]), so glibc's `aio_error`
+//! `__error_code` and `__return_value` (`Cb`), so glibc's `aio_error`
 //! and `aio_return`, which read only those, answer for it unchanged.
 //! `aio_suspend` and `aio_cancel` over such a request, and `lio_listio`
 //! with one, are made here; everything else is glibc's. `aio_fsync` stays
@@ -382,7 +382,7 @@ extern "C" fn theirs_done(v: usize) {
 /// `LIO_READ`, `LIO_WRITE` or `LIO_NOP` fails with `EINVAL`, as glibc's
 /// does. `LIO_WAIT` returns once all are over (-1 with `EIO` if one
 /// failed); `LIO_NOWAIT` notifies `sig` once the last completes
-/// ([`List`]), -1 with `EIO` if one could not be queued. Not a
+/// (counted down: `List`), -1 with `EIO` if one could not be queued. Not a
 /// cancellation point (glibc's turns cancellation off). Else glibc's.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn lio_listio(
