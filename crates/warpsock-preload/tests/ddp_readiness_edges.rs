@@ -16,7 +16,7 @@ use common::over_tcp_then_ddp;
 
 #[test]
 fn the_peers_half_close_shows_as_rdhup() {
-    over_tcp_then_ddp("rdhupddp", 5);
+    over_tcp_then_ddp("rdhupddp", 7);
 }
 
 #[test]

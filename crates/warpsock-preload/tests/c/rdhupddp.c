@@ -17,6 +17,8 @@
  *   - a poll for POLLRDHUP alone sees the half-close (it waited on the
  *     doorbell, which nothing shut), POLLRDNORM with it;
  *   - after the peer's close, poll for in, out and RDHUP: all three;
+ *   - this end's own shutdown(SHUT_RD): POLLRDHUP; SHUT_RDWR: POLLHUP
+ *     too (poll and an edge-triggered set);
  *   - DDP mode only: an asynchronous completion after the half-close is
  *     an edge-triggered set's event.
  * Prints "rdhupddp: ok". */
@@ -86,6 +88,29 @@ static void half_closed(int plain, unsigned registration) {
     close(c);
 }
 
+/* This end's own shutdown: SHUT_RD shows POLLRDHUP (TCP's RCV_SHUTDOWN,
+ * whoever made it), SHUT_RDWR POLLHUP too; poll and an edge-triggered
+ * set alike (a DDP socket showed POLLIN|POLLOUT alone). */
+static void own_shutdown(int plain) {
+    const int hows[2] = {SHUT_RD, SHUT_RDWR};
+    const short polls[2] = {POLLIN | POLLOUT | POLLRDHUP, POLLIN | POLLOUT | POLLHUP | POLLRDHUP};
+    const unsigned edges[2] = {EPOLLIN | EPOLLRDHUP, EPOLLIN | EPOLLHUP | EPOLLRDHUP};
+    for (int i = 0; i < 2; i++) {
+        int c, s;
+        pair_unless_plain(plain, &c, &s);
+        CHECK(shutdown(c, hows[i]) == 0);
+        CHECK(polled(c, POLLIN | POLLOUT | POLLRDHUP) == polls[i]);
+        int ep = epoll_create1(EPOLL_CLOEXEC);
+        CHECK(ep >= 0);
+        struct epoll_event ev = {EPOLLIN | EPOLLRDHUP | EPOLLET, {.u64 = 1}};
+        CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0);
+        CHECK(one_event(ep, 10000) == edges[i]);
+        close(ep);
+        close(c);
+        close(s);
+    }
+}
+
 /* DDP mode only (the extended calls): an asynchronous completion after
  * the peer's half-close is an edge of its own for an edge-triggered set
  * (no bell can ring once the doorbell shows the end of stream: the
@@ -128,6 +153,7 @@ int main(int argc, char **argv) {
     half_closed(plain, EPOLLIN | EPOLLRDHUP | EPOLLONESHOT);
     half_closed(plain, EPOLLIN);
     half_closed(plain, EPOLLIN | EPOLLRDHUP);
+    own_shutdown(plain);
     if (!plain) completion_after_half_close();
     printf("rdhupddp: ok\n");
     return 0;

@@ -406,7 +406,8 @@ pub struct Readiness {
     pub readable: bool,
     /// A send would move bytes now.
     pub writable: bool,
-    /// The peer ended its stream.
+    /// The peer ended its stream, or this end shut its reading (TCP's
+    /// `RCV_SHUTDOWN`).
     pub rdhup: bool,
     /// The connection is finished both ways.
     pub hup: bool,

@@ -795,7 +795,10 @@ impl XSocket {
     #[inline(always)]
     pub(crate) fn readiness_of(st: &State) -> Readiness {
         let err = st.error.is_some();
-        let rdhup = st.s.eof() || st.peer_closed;
+        // TCP's `RCV_SHUTDOWN`: the peer's FIN, or this end's own
+        // `shutdown(SHUT_RD)` (Linux's poll shows `POLLRDHUP` for either,
+        // and `POLLHUP` once both ways are shut; review 57).
+        let rdhup = st.s.eof() || st.peer_closed || st.shut_rd;
         Readiness {
             readable: st.residue_off < st.residue.len()
                 || st.s.readable() > 0
