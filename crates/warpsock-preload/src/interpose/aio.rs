@@ -253,7 +253,12 @@ unsafe fn entries<'a>(list: *const *const Cb, n: c_int) -> &'a [*const Cb] {
 
 /// Whether control block `cb` is a request of ours (queued or running).
 fn ours(cb: *const Cb) -> bool {
-    !cb.is_null() && worker::POOL.lock().queue.holds(cb as usize)
+    !cb.is_null() && any_ours() && worker::POOL.lock().queue.holds(cb as usize)
+}
+
+/// Whether any request was ever queued here (`worker::SUBMITTED`).
+fn any_ours() -> bool {
+    worker::SUBMITTED.load(Ordering::Acquire)
 }
 
 /// The deadline of a relative `timespec` (null: none); `Err(EINVAL)` for
@@ -288,7 +293,7 @@ pub unsafe extern "C-unwind" fn aio_suspend(
 ) -> c_int {
     // SAFETY: the caller's contract.
     let l = unsafe { entries(list, n) };
-    let mine: Vec<bool> = if busy() {
+    let mine: Vec<bool> = if busy() || !any_ours() {
         Vec::new()
     } else {
         l.iter().map(|&cb| ours(cb)).collect()

@@ -11,7 +11,7 @@
 //! thread makes the kernel's for a TCP socket (whose `pread` fails with
 //! `ESPIPE`, then `read`).
 
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use libc::{c_int, c_void};
@@ -38,6 +38,11 @@ pub(super) struct Pool {
 /// (`ForkLock`): the parent's workers are not its threads.
 pub(super) static POOL: ForkLock<Pool> = ForkLock::new();
 
+/// A request was ever queued here: until then no control block is ours,
+/// and `aio_suspend`/`aio_cancel` of a program that uses glibc's AIO
+/// alone pass through with one load (no lock, no list).
+pub(super) static SUBMITTED: AtomicBool = AtomicBool::new(false);
+
 /// Moves at every completion: the futex word `aio_suspend` and
 /// `lio_listio` wait on ([`wait_for_done`]).
 static DONE: AtomicU32 = AtomicU32::new(0);
@@ -54,6 +59,7 @@ static WORK: AtomicU32 = AtomicU32::new(0);
 /// none can be started.
 pub(super) fn submit(fd: c_int, req: Req<Note>) -> Result<(), c_int> {
     let cb = req.cb;
+    SUBMITTED.store(true, Ordering::Release);
     let mut p = POOL.lock();
     if !p.queue.submit(fd, req) {
         return Err(libc::EAGAIN);
