@@ -17,6 +17,10 @@
  *   - a poll for POLLRDHUP alone sees the half-close (it waited on the
  *     doorbell, which nothing shut), POLLRDNORM with it;
  *   - after the peer's close, poll for in, out and RDHUP: all three;
+ *   - the peer's close alone (TCP's CLOSE_WAIT): one event for an
+ *     edge-triggered set, and no POLLHUP (a DDP socket's set got a second
+ *     event, with EPOLLHUP, when the queue pair closed after the end of
+ *     stream: its flushed receives counted as arrivals);
  *   - this end's own shutdown(SHUT_RD): POLLRDHUP; SHUT_RDWR: POLLHUP
  *     too (poll and an edge-triggered set);
  *   - DDP mode only: an asynchronous completion after the half-close is
@@ -111,6 +115,30 @@ static void own_shutdown(int plain) {
     }
 }
 
+/* The peer's close with nothing sent either way, for an edge-triggered
+ * set registered for `events`: one event, the end of stream's, and none
+ * after it within 300 ms (the queue pair's close, which followed, made a
+ * second one with EPOLLHUP: a bound that can only miss, never fail, on a
+ * slow machine); poll then shows no POLLHUP (TCP's CLOSE_WAIT). */
+static void peer_closed(int plain, unsigned events) {
+    int c, s;
+    pair_unless_plain(plain, &c, &s);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    CHECK(ep >= 0);
+    struct epoll_event ev = {events | EPOLLRDHUP | EPOLLET, {.fd = c}};
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0);
+    if (events & EPOLLOUT) CHECK(one_event(ep, 10000) == EPOLLOUT);
+    CHECK(close(s) == 0);
+    CHECK(one_event(ep, 10000) == (events | EPOLLRDHUP));
+    CHECK(one_event(ep, 300) == 0);
+    CHECK(polled(c, POLLIN | POLLOUT | POLLRDHUP) == (POLLIN | POLLOUT | POLLRDHUP));
+    char b[4];
+    CHECK(read(c, b, sizeof b) == 0);
+    CHECK(one_event(ep, 0) == 0);
+    close(ep);
+    close(c);
+}
+
 /* DDP mode only (the extended calls): an asynchronous completion after
  * the peer's half-close is an edge of its own for an edge-triggered set
  * (no bell can ring once the doorbell shows the end of stream: the
@@ -154,6 +182,8 @@ int main(int argc, char **argv) {
     half_closed(plain, EPOLLIN);
     half_closed(plain, EPOLLIN | EPOLLRDHUP);
     own_shutdown(plain);
+    peer_closed(plain, EPOLLIN);
+    peer_closed(plain, EPOLLIN | EPOLLOUT);
     if (!plain) completion_after_half_close();
     printf("rdhupddp: ok\n");
     return 0;

@@ -409,7 +409,8 @@ pub struct Readiness {
     /// The peer ended its stream, or this end shut its reading (TCP's
     /// `RCV_SHUTDOWN`).
     pub rdhup: bool,
-    /// The connection is finished both ways.
+    /// The connection is shut both ways, or failed (TCP's `POLLHUP`: not
+    /// for the peer's close alone, TCP's CLOSE_WAIT).
     pub hup: bool,
     /// The connection failed.
     pub error: bool,

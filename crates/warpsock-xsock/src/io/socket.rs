@@ -374,6 +374,15 @@ impl XSocket {
                         libc::EPROTO,
                         format!("{:?} on a work request", wc.status),
                     );
+                } else if wc.wr_id & WR_KIND != WR_RIO {
+                    // The library's own receive slots and sends, flushed by
+                    // the peer's close: nothing a program collects, so no
+                    // arrival. Counted, each was a new look after the end
+                    // of stream the doorbell showed already, and an
+                    // edge-triggered set got a second event where TCP's
+                    // CLOSE_WAIT gives one (review 57). The close's own
+                    // change is counted where it is taken (`poll_events`).
+                    st.arrivals -= 1;
                 }
                 if wc.wr_id & WR_KIND == WR_RIO {
                     super::rio::on_completion(st, wc);
@@ -565,6 +574,16 @@ impl XSocket {
                 }
                 Event::Established(_) => st.established = true,
                 Event::Closed(reason) => {
+                    // A new look where the close changes what a program
+                    // sees: the end of stream (the peer's process ended
+                    // with no end-of-stream message: FIN alone) or the
+                    // credits' gate opening (a send fails at once now).
+                    // Not otherwise: the close is no event of TCP's after
+                    // the FIN (review 57; `process`).
+                    let r = Self::readiness_of(st);
+                    if !st.peer_closed && (!r.rdhup || !r.writable) {
+                        st.arrivals += 1;
+                    }
                     st.peer_closed = true;
                     if let Some(e) = self.qp.socket_error() {
                         // Linux reports a reset once (ECONNRESET), then EPIPE
@@ -815,7 +834,12 @@ impl XSocket {
             // trip (its inlining; session 20).
             writable: st.over() || (st.s.writable() && !st.tx_free.is_empty()),
             rdhup,
-            hup: st.over() || (rdhup && st.s.is_write_shut()),
+            // TCP's `POLLHUP`: both ways shut, or a failure. The peer's
+            // close alone is TCP's CLOSE_WAIT (`POLLIN|POLLOUT|POLLRDHUP`),
+            // although the queue pair is over: an edge-triggered set saw
+            // a second event, with the hang-up, where TCP's sees one
+            // (review 57).
+            hup: st.error.is_some() || (rdhup && st.s.is_write_shut()),
             error: err,
             arrivals: st.arrivals,
         }
