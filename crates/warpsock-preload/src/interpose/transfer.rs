@@ -185,21 +185,6 @@ fn splice_raw(fd_in: c_int, fd_out: c_int, len: usize, flags: c_uint) -> isize {
     }
 }
 
-/// What `fd` shows now for `events` (a `poll` that does not wait; 0 if
-/// nothing, or if it cannot be asked).
-fn ready_now(fd: c_int, events: i16) -> i16 {
-    let mut p = [libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }];
-    if sys::poll(&mut p, 0) > 0 {
-        p[0].revents
-    } else {
-        0
-    }
-}
-
 /// Bytes queued in pipe `fd` (`FIONREAD`), 0 if it cannot be asked.
 fn queued(fd: c_int) -> usize {
     let mut n: c_int = 0;
@@ -236,7 +221,7 @@ fn from_socket(
     // with no reader fails the call with `EPIPE` (and `SIGPIPE`), a full
     // one a non-blocking call with `EAGAIN`, both with nothing to read
     // too (review 55: the peek waited for the socket's bytes first).
-    let room = ready_now(fd, libc::POLLOUT);
+    let room = sys::ready_now(fd, libc::POLLOUT);
     if room & libc::POLLERR != 0 {
         // SAFETY: a signal to the calling thread, as the kernel's pipe
         // write sends it.
@@ -322,7 +307,7 @@ fn to_socket(
             // Taken meanwhile by another reader: as empty.
         }
         // Empty: its end (no writer left) is 0, as Linux answers first.
-        if ready_now(fd, libc::POLLIN) & libc::POLLHUP != 0 && queued(fd) == 0 {
+        if sys::ready_now(fd, libc::POLLIN) & libc::POLLHUP != 0 && queued(fd) == 0 {
             return Ok(0);
         }
         if nonblocking {

@@ -466,6 +466,21 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> c_int {
     }
 }
 
+/// What `fd` shows now for `events` (a [`poll`] that does not wait; 0 if
+/// nothing, or if it cannot be asked).
+pub(crate) fn ready_now(fd: c_int, events: i16) -> i16 {
+    let mut p = [libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }];
+    if poll(&mut p, 0) > 0 {
+        p[0].revents
+    } else {
+        0
+    }
+}
+
 /// Sleeps for `d` as the raw `nanosleep` system call (`std::thread::sleep`
 /// is libc's `nanosleep`, a cancellation point; see [`send_raw`]). A
 /// signal ends the sleep early.

@@ -8,6 +8,17 @@
 //! position behind the peer's mark (see `warpsock_xsock::switch`): a late
 //! warpsock Request there is never delivered as data; the connection is
 //! reset instead.
+//!
+//! While the watch cannot decide (nothing queued yet, or a Request's
+//! prefix), a non-blocking read fails with `EAGAIN` and the doorbell is
+//! drained: the progress thread watches the TCP socket for more than is
+//! queued (`SO_RCVLOWAT` one past it, which Linux's `tcp_poll` keeps
+//! `POLLIN` below) or the peer's end, and rings it then ([`Waiting`]).
+//! Before, the bell rung at the wrap stayed, and an event loop woke for
+//! every look and read `EAGAIN`: a peer that sent the mark and 13 bytes of
+//! a Request's key and stopped spun the program's CPU for good, and a
+//! prefix its end followed was never delivered, so the program never saw
+//! the end and never closed the connection (review 59).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,6 +29,7 @@ use warpsock_engine::fds;
 use warpsock_xsock::switch::{classify_request, Request};
 
 use crate::shim::doorbell::Doorbell;
+use crate::shim::reactor::{self, Handler, Reactor};
 use crate::shim::socket::Socket;
 use crate::shim::sys::{self, errno, lock, set_errno};
 use crate::shim::{epollcarry, fdtable, real};
@@ -30,10 +42,40 @@ struct State {
     /// or `Some(0)`), once.
     connect: Option<c_int>,
     bells: usize,
+    /// The watch waits in the background (module docs).
+    waiting: Option<Waiting>,
+}
+
+/// The progress thread's watch of the TCP socket for an undecided prefix.
+struct Waiting {
+    /// Its token.
+    id: u64,
+    /// The program's `SO_RCVLOWAT` (the watch sets its own meanwhile),
+    /// restored when the watch ends; what it reads and sets meanwhile.
+    lowat: c_int,
+    /// The watch's own: one past the bytes queued.
+    ours: c_int,
+}
+
+/// [`Waiting`]'s handler: more bytes or the peer's end ring the doorbell
+/// (the program's next read looks again).
+struct Wake(std::sync::Weak<ResidueSock>);
+
+impl Handler for Wake {
+    fn on_ready(&self, _reactor: &'static Reactor, _events: u32) {
+        if let Some(s) = self.0.upgrade() {
+            let mut st = lock(&s.st);
+            if st.waiting.is_some() {
+                s.bell.ring(&mut st.bells);
+            }
+        }
+    }
 }
 
 /// A plain TCP socket with the peer's pre-switch bytes still to deliver.
 pub(crate) struct ResidueSock {
+    /// This socket, for [`Wake`].
+    me: std::sync::Weak<Self>,
     kfd: c_int,
     /// Once demoted: the program's numbers name `kfd`'s file, plain to
     /// it (its `close` takes their epoll registrations, `epollcarry`).
@@ -68,7 +110,8 @@ impl ResidueSock {
             let nonblocking = fl & libc::O_NONBLOCK != 0;
             let bell = Doorbell::new(nonblocking).inspect_err(|_| sys::close(kfd))?;
             let app_end = bell.app;
-            let s = Arc::new(Self {
+            let s = Arc::new_cyclic(|me| Self {
+                me: me.clone(),
                 kfd,
                 held: Mutex::new(None),
                 bell,
@@ -80,6 +123,7 @@ impl ResidueSock {
                     watch,
                     connect,
                     bells: 0,
+                    waiting: None,
                 }),
             });
             at.install(app_end, s.clone())?;
@@ -259,6 +303,14 @@ impl ResidueSock {
                 }
                 Request::Undecided { .. } => {
                     if nonblocking {
+                        let end = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
+                        if n > 0 && !ended && sys::ready_now(self.kfd, libc::POLLRDHUP) & end != 0 {
+                            // The peer's end (or an error) came behind the
+                            // prefix: look again, the prefix is data.
+                            ended = true;
+                            continue;
+                        }
+                        self.wait_in_background(&mut st, n.max(0) as usize);
                         return (st, Some(libc::EAGAIN));
                     }
                     drop(st);
@@ -289,6 +341,59 @@ impl ResidueSock {
                     }
                 }
             }
+        }
+    }
+
+    /// A non-blocking read found the watch undecided with `queued` bytes
+    /// behind the mark: the doorbell is drained, and the progress thread
+    /// rings it when more than those are queued or the peer ends (module
+    /// docs). Without a progress thread the bell stays (the look comes
+    /// again at the program's next wake-up, as before).
+    fn wait_in_background(&self, st: &mut State, queued: usize) {
+        let Some(eng) = reactor::get() else { return };
+        let lowat = match &mut st.waiting {
+            Some(w) => w.lowat,
+            None => sys::get_int(self.kfd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).unwrap_or(1),
+        };
+        let more = c_int::try_from(queued + 1).unwrap_or(c_int::MAX);
+        if !sys::set_int(self.kfd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, more) {
+            return;
+        }
+        // One shot, armed again by the next look: a level-triggered watch
+        // of a socket at its end would wake the progress thread for good.
+        let events = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
+        match &mut st.waiting {
+            Some(w) => {
+                w.ours = more;
+                eng.modify(self.kfd, w.id, events);
+            }
+            None => {
+                let id = eng.new_id();
+                if !eng.register(self.kfd, id, events, Arc::new(Wake(self.me.clone()))) {
+                    sys::set_int(self.kfd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, lowat);
+                    return;
+                }
+                st.waiting = Some(Waiting {
+                    id,
+                    lowat,
+                    ours: more,
+                });
+            }
+        }
+        // After the watch is armed: what came since the look rings again
+        // (an `EPOLL_CTL_ADD`/`MOD` of a ready socket reports it at once;
+        // its handler waits for this lock).
+        self.bell.drain(&mut st.bells);
+    }
+
+    /// Ends [`Self::wait_in_background`]'s watch, if any: the watch was
+    /// decided, or the socket goes.
+    fn stop_waiting(&self, st: &mut State) {
+        if let Some(w) = st.waiting.take() {
+            if let Some(eng) = reactor::get() {
+                eng.deregister(w.id, Some(self.kfd));
+            }
+            sys::set_int(self.kfd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, w.lowat);
         }
     }
 
@@ -613,6 +718,9 @@ impl Socket for ResidueSock {
         if st.watch {
             let (g, e) = self.check_watch(st, nonblocking);
             st = g;
+            if !st.watch {
+                self.stop_waiting(&mut st);
+            }
             if let Some(e) = e {
                 set_errno(e);
                 return -1;
@@ -672,6 +780,12 @@ impl Socket for ResidueSock {
                 }
             };
         }
+        if (level, name) == (libc::SOL_SOCKET, libc::SO_RCVLOWAT) {
+            if let Some(w) = &lock(&self.st).waiting {
+                // The program's, not the watch's.
+                return super::put_int(val, len, w.lowat);
+            }
+        }
         // SAFETY: forwarding the program's arguments to the TCP socket.
         unsafe { real::getsockopt(self.kfd, level, name, val, len) }
     }
@@ -682,89 +796,37 @@ impl Socket for ResidueSock {
             set_errno(libc::EALREADY);
             return -1;
         }
+        let lowat = (level, name) == (libc::SOL_SOCKET, libc::SO_RCVLOWAT);
+        let st = lowat.then(|| lock(&self.st));
         // SAFETY: forwarding the program's arguments to the TCP socket.
-        unsafe { real::setsockopt(self.kfd, level, name, val, len) }
+        let r = unsafe { real::setsockopt(self.kfd, level, name, val, len) };
+        let e = errno();
+        if let Some(mut st) = st {
+            if let Some(w) = &mut st.waiting {
+                // The kernel checked and took the program's value (as it
+                // keeps it: read back); the watch's own goes back on.
+                if r == 0 {
+                    w.lowat = sys::get_int(self.kfd, libc::SOL_SOCKET, libc::SO_RCVLOWAT)
+                        .unwrap_or(w.lowat);
+                }
+                sys::set_int(self.kfd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, w.ours);
+            }
+        }
+        set_errno(e);
+        r
     }
 }
 
 impl Drop for ResidueSock {
     fn drop(&mut self) {
+        // Out of the progress thread's set before the close (`Reactor::unwatch`).
+        let mut st = lock(&self.st);
+        self.stop_waiting(&mut st);
+        drop(st);
         drop(lock(&self.held).take());
         sys::close(self.kfd);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::shim::fdtable::tests::support::serial;
-
-    /// The last residue byte's read demotes the program's descriptors of
-    /// the socket; one closed behind the table meanwhile (a signal
-    /// handler's `close` over library code passes straight to libc) is
-    /// forgotten, not opened again on the TCP socket, where the program
-    /// would never close it and the peer never see its end (review
-    /// r21-haz item 4). The other is put on the TCP socket.
-    #[test]
-    fn a_demotion_does_not_open_a_number_closed_behind_the_table_again() {
-        let _serial = serial();
-        let mut sp = [0; 2];
-        // SAFETY: a new socket pair of this test's.
-        let made = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-                sp.as_mut_ptr(),
-            )
-        };
-        assert_eq!(made, 0);
-        let [fd, peer] = sp;
-        let s = ResidueSock::transpose(super::super::At::own(fd), b"x".to_vec(), false, None)
-            .unwrap()
-            .expect("wrapped");
-        // A number no test opens (near the top of the descriptor limit:
-        // no other test's descriptor gets it between its close and the
-        // demotion), as the program's `dup` of `fd` would be managed;
-        // then closed behind the table.
-        // SAFETY: getrlimit into a local.
-        let dup = unsafe {
-            let mut l: libc::rlimit = std::mem::zeroed();
-            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut l), 0);
-            l.rlim_cur.min(60_000) as c_int - 3
-        };
-        // SAFETY: on the test's descriptors.
-        assert_eq!(unsafe { libc::dup2(fd, dup) }, dup);
-        assert!(fdtable::insert(dup, s.clone()).unwrap().is_none());
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::close(dup) }, 0);
-        let mut b = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: b.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        // SAFETY: msghdr is plain data; all-zero is an empty message.
-        let mut msg: msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        // SAFETY: a message of one live local buffer.
-        let n = crate::shim::guard::enter(-1, || unsafe { s.recvmsg(&mut msg, 0) });
-        assert_eq!((n, b[0]), (1, b'x'), "the residue");
-        // SAFETY: queries of the test's descriptors.
-        let (dup_fl, fd_ino, k_ino) = unsafe {
-            let ino = |d| {
-                let mut st: libc::stat = std::mem::zeroed();
-                assert_eq!(libc::fstat(d, &mut st), 0);
-                st.st_ino
-            };
-            (libc::fcntl(dup, libc::F_GETFD), ino(fd), ino(s.kfd))
-        };
-        assert!(dup_fl < 0, "the closed number is open again");
-        assert_eq!(fd_ino, k_ino, "the program's descriptor not demoted");
-        assert!(fdtable::get(dup).is_none() && fdtable::get(fd).is_none());
-        for d in [fd, peer] {
-            // SAFETY: the test's descriptors.
-            unsafe { libc::close(d) };
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,201 @@
+//! `ResidueSock`'s unit tests.
+
+use super::*;
+use crate::shim::fdtable::tests::support::serial;
+
+/// The last residue byte's read demotes the program's descriptors of
+/// the socket; one closed behind the table meanwhile (a signal
+/// handler's `close` over library code passes straight to libc) is
+/// forgotten, not opened again on the TCP socket, where the program
+/// would never close it and the peer never see its end (review
+/// r21-haz item 4). The other is put on the TCP socket.
+#[test]
+fn a_demotion_does_not_open_a_number_closed_behind_the_table_again() {
+    let _serial = serial();
+    let mut sp = [0; 2];
+    // SAFETY: a new socket pair of this test's.
+    let made = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            sp.as_mut_ptr(),
+        )
+    };
+    assert_eq!(made, 0);
+    let [fd, peer] = sp;
+    let s = ResidueSock::transpose(super::super::At::own(fd), b"x".to_vec(), false, None)
+        .unwrap()
+        .expect("wrapped");
+    // A number no test opens (near the top of the descriptor limit:
+    // no other test's descriptor gets it between its close and the
+    // demotion), as the program's `dup` of `fd` would be managed;
+    // then closed behind the table.
+    // SAFETY: getrlimit into a local.
+    let dup = unsafe {
+        let mut l: libc::rlimit = std::mem::zeroed();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut l), 0);
+        l.rlim_cur.min(60_000) as c_int - 3
+    };
+    // SAFETY: on the test's descriptors.
+    assert_eq!(unsafe { libc::dup2(fd, dup) }, dup);
+    assert!(fdtable::insert(dup, s.clone()).unwrap().is_none());
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::close(dup) }, 0);
+    let mut b = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: b.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: msghdr is plain data; all-zero is an empty message.
+    let mut msg: msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    // SAFETY: a message of one live local buffer.
+    let n = crate::shim::guard::enter(-1, || unsafe { s.recvmsg(&mut msg, 0) });
+    assert_eq!((n, b[0]), (1, b'x'), "the residue");
+    // SAFETY: queries of the test's descriptors.
+    let (dup_fl, fd_ino, k_ino) = unsafe {
+        let ino = |d| {
+            let mut st: libc::stat = std::mem::zeroed();
+            assert_eq!(libc::fstat(d, &mut st), 0);
+            st.st_ino
+        };
+        (libc::fcntl(dup, libc::F_GETFD), ino(fd), ino(s.kfd))
+    };
+    assert!(dup_fl < 0, "the closed number is open again");
+    assert_eq!(fd_ino, k_ino, "the program's descriptor not demoted");
+    assert!(fdtable::get(dup).is_none() && fdtable::get(fd).is_none());
+    for d in [fd, peer] {
+        // SAFETY: the test's descriptors.
+        unsafe { libc::close(d) };
+    }
+}
+
+/// A loopback TCP pair: the accepted end's descriptor (non-blocking, as
+/// an event loop's) wrapped as a watching residue socket, and the
+/// connecting end.
+fn watching_pair() -> (Arc<ResidueSock>, std::net::TcpStream) {
+    use std::os::fd::IntoRawFd;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mine, _) = l.accept().unwrap();
+    mine.set_nonblocking(true).unwrap();
+    let fd = mine.into_raw_fd();
+    let s = ResidueSock::transpose(super::super::At::own(fd), Vec::new(), true, None)
+        .unwrap()
+        .expect("wrapped");
+    (s, peer)
+}
+
+/// A non-blocking read of `s` into `buf`: its count, or the errno.
+fn read_now(s: &ResidueSock, buf: &mut [u8]) -> Result<usize, c_int> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is an empty message.
+    let mut msg: msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    // SAFETY: a message of one live local buffer.
+    let n = crate::shim::guard::enter(-1, || unsafe { s.recvmsg(&mut msg, 0) });
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// What the program's end of `s`'s doorbell shows for input within `ms`.
+fn shown(s: &ResidueSock, ms: c_int) -> i16 {
+    let mut p = [libc::pollfd {
+        fd: s.bell.app,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    assert!(sys::poll(&mut p, ms) >= 0);
+    p[0].revents
+}
+
+/// A Request's prefix behind the mark, undecided: a non-blocking read
+/// fails with `EAGAIN` and the program's descriptor stops showing input
+/// (it stayed readable: an event loop read `EAGAIN` for good, at 100 %
+/// CPU; review 59); the byte that decides it (no Request) shows input
+/// again, and the read returns the whole prefix as data, the program's
+/// `SO_RCVLOWAT` (set meanwhile) being the TCP socket's again. Fails
+/// with the bell left rung ("readable while undecided") or never rung
+/// again.
+#[test]
+fn an_undecided_prefix_shows_no_input_until_a_byte_decides_it() {
+    let _serial = serial();
+    let (s, mut peer) = watching_pair();
+    std::io::Write::write_all(&mut peer, b"MPA ID Req Fr").unwrap();
+    let mut b = [0u8; 64];
+    // The prefix queued (a blocking peek, bounded by the test's 10 s).
+    let mut p = [libc::pollfd {
+        fd: s.kfd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    assert_eq!(sys::poll(&mut p, 10_000), 1);
+    assert_eq!(read_now(&s, &mut b), Err(libc::EAGAIN));
+    assert_eq!(shown(&s, 0), 0, "readable while undecided");
+    // The program's own option, kept while the watch sets its own.
+    assert_eq!(
+        s.setsockopt(
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&1 as *const c_int).cast(),
+            4
+        ),
+        0
+    );
+    assert_eq!(read_now(&s, &mut b), Err(libc::EAGAIN));
+    assert_eq!(
+        shown(&s, 0),
+        0,
+        "readable while undecided, after a second look"
+    );
+    std::io::Write::write_all(&mut peer, b"X").unwrap();
+    assert_eq!(
+        shown(&s, 10_000) & libc::POLLIN,
+        libc::POLLIN,
+        "the deciding byte rang nothing"
+    );
+    assert_eq!(read_now(&s, &mut b), Ok(14));
+    assert_eq!(&b[..14], b"MPA ID Req FrX");
+    assert_eq!(
+        sys::get_int(s.kfd, libc::SOL_SOCKET, libc::SO_RCVLOWAT),
+        Some(1)
+    );
+}
+
+/// A prefix the peer's end follows can never complete: a non-blocking
+/// read returns it, then the end (0). Before, it read `EAGAIN` for good
+/// (a peek cannot see the end behind queued bytes): the program never
+/// closed the connection (review 59: ~4 descriptors kept a connection).
+/// Fails with `EAGAIN` after the end.
+#[test]
+fn an_undecided_prefix_the_peers_end_follows_is_data_to_a_nonblocking_read() {
+    let _serial = serial();
+    let (s, mut peer) = watching_pair();
+    std::io::Write::write_all(&mut peer, b"MPA ID Req Fr").unwrap();
+    let mut b = [0u8; 64];
+    let mut p = [libc::pollfd {
+        fd: s.kfd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    assert_eq!(sys::poll(&mut p, 10_000), 1);
+    assert_eq!(read_now(&s, &mut b), Err(libc::EAGAIN));
+    peer.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(
+        shown(&s, 10_000) & libc::POLLIN,
+        libc::POLLIN,
+        "the end rang nothing"
+    );
+    assert_eq!(read_now(&s, &mut b), Ok(13));
+    assert_eq!(&b[..13], b"MPA ID Req Fr");
+    assert_eq!(read_now(&s, &mut b), Ok(0));
+}
