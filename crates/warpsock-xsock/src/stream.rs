@@ -23,7 +23,12 @@
 //! credits to send a message; the last credit goes only with a CREDIT,
 //! which carries credits back, so the two sides can never both be left
 //! without one, and a reader can always return what it read to a peer
-//! whose window our own DATA filled. A slow reader therefore stops the sender (it
+//! whose window our own DATA filled. (A slot per send call would let a
+//! reader that looks before it reads see only its peer's first few calls:
+//! the I/O side moves the bytes of small unread messages out of their
+//! slots once half the slots hold them, and frees the slots —
+//! `XSocket::merge_unread` — within the window's bound.) A slow reader
+//! therefore stops the sender (it
 //! blocks, or gets `EAGAIN`), never makes it drop or buffer without bound,
 //! and a Send never finds no posted receive (which iWARP answers with a
 //! Terminate). (The socket layer keeps a stream-mode send buffer past the
@@ -679,6 +684,11 @@ impl Stream {
     /// Unread stream bytes in our slots.
     pub fn readable(&self) -> usize {
         self.readable_bytes
+    }
+
+    /// Receive slots holding unread stream bytes.
+    pub fn unread_slots(&self) -> usize {
+        self.segs.len()
     }
 
     /// Whether [`Self::poll_msg`] would give a CREDIT now, alone (no

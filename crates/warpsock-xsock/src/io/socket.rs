@@ -443,6 +443,11 @@ impl XSocket {
                 }
             }
         }
+        // Half the slots hold bytes no one read: small ones are merged out
+        // of them (`merge_unread`); one compare per batch otherwise.
+        if st.s.unread_slots() * 2 >= usize::from(self.opts.slots) {
+            self.merge_unread(st);
+        }
         self.processed(st);
     }
 

@@ -337,7 +337,7 @@ impl XSocket {
         more: bool,
     ) -> Option<(usize, bool)> {
         if st.residue_off < st.residue.len() {
-            if more {
+            if more && st.msg_mode {
                 return None;
             }
             let r = &st.residue[st.residue_off..];
@@ -350,18 +350,22 @@ impl XSocket {
                     st.residue_off = 0;
                 }
             }
-            return Some((n, false));
+            if st.msg_mode || n == out.len() || self.placed_next(st) {
+                return Some((n, false));
+            }
+            // Stream mode: the slots' bytes follow the residue's in the
+            // same call, as in TCP's one queue (the residue holds merged
+            // small messages too, `merge_unread`: a peek of them all, or
+            // a read, must see on into the slots).
+            let m = st.s.readable().min(out.len() - n);
+            self.copy_out(st, &mut out[n..n + m], peek);
+            return Some((n + m, false));
         }
         let avail = st.s.readable();
         if avail == 0 || out.is_empty() {
             return None;
         }
-        if st
-            .s
-            .segments()
-            .next()
-            .is_some_and(|s| st.retargeted.iter().any(|r| r.slot == s.slot))
-        {
+        if self.placed_next(st) {
             // Bytes of another call's placed read (`io/placed.rs`): not in
             // the slot, and that call delivers them.
             return None;
@@ -392,6 +396,60 @@ impl XSocket {
         Some((n, eor))
     }
 
+    /// Whether the first unread bytes are another call's placed read's
+    /// (`io/placed.rs`): not in their slot.
+    fn placed_next(&self, st: &State) -> bool {
+        st.s.segments()
+            .next()
+            .is_some_and(|s| st.retargeted.iter().any(|r| r.slot == s.slot))
+    }
+
+    /// Half the receive slots or more hold unread bytes (`process`): if
+    /// they are small messages (a 32nd of a slot each on average: a
+    /// stream of larger ones fills TCP's share of a window in its slots,
+    /// and is not copied twice), their
+    /// bytes move to the residue, behind what it holds, and the slots are
+    /// posted again, their credits returned. Without it a reader that
+    /// looks before it reads (`FIONREAD`, or a `MSG_PEEK` of a whole
+    /// request, until it is all there) saw at most the first 15 send
+    /// calls of its peer, the rest, and a `SHUT_WR` behind them, held by
+    /// the peer's credits for good, where TCP's one queue holds them all
+    /// (review 58). Stream mode only (a message keeps its slot, its
+    /// boundary). Bounded: the residue's unread bytes stay within the
+    /// receive window (`slots * slot_size`), past which the credits stop
+    /// the peer as before; a peer of small messages so holds at most
+    /// twice the window here.
+    #[cold]
+    #[inline(never)]
+    pub(in crate::io) fn merge_unread(&self, st: &mut State) {
+        let size = self.opts.slot_size as usize;
+        let bytes = st.s.readable();
+        let window = usize::from(self.opts.slots) * size;
+        if st.msg_mode
+            || bytes == 0
+            || bytes * 32 > st.s.unread_slots() * size
+            || st.residue.len() - st.residue_off + bytes > window
+            || !st.retargeted.is_empty()
+            || st.error.is_some()
+            || st.peer_broke
+        {
+            return;
+        }
+        let mut residue = std::mem::take(&mut st.residue);
+        // What was read of it goes first: a reader that keeps behind
+        // would otherwise keep every byte it ever read here.
+        residue.drain(..st.residue_off);
+        st.residue_off = 0;
+        let at = residue.len();
+        residue.resize(at + bytes, 0);
+        // Copied as a peek, then consumed: the consumption's flush may
+        // reap and process more arrivals, and merge again — behind these
+        // bytes, in the residue they are in by then.
+        self.copy_out(st, &mut residue[at..], true);
+        st.residue = residue;
+        self.consumed(st, bytes);
+    }
+
     /// Copies the first `out.len()` unread bytes out of the receive slots
     /// (and consumes them unless `peek`).
     pub(in crate::io) fn copy_out(&self, st: &mut State, out: &mut [u8], peek: bool) {
@@ -411,10 +469,16 @@ impl XSocket {
             done += k;
         }
         if !peek {
-            st.s.consume(out.len());
-            self.count(st, Count::RxCopied, out.len());
-            self.repost(st);
-            self.flush(st);
+            self.consumed(st, out.len());
         }
+    }
+
+    /// The first `n` unread bytes were copied out of the slots: consumed,
+    /// counted, their freed slots posted again and returned.
+    fn consumed(&self, st: &mut State, n: usize) {
+        st.s.consume(n);
+        self.count(st, Count::RxCopied, n);
+        self.repost(st);
+        self.flush(st);
     }
 }
