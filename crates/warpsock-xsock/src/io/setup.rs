@@ -214,7 +214,18 @@ impl XSocket {
             qp,
             rx: e.rx,
             tx: e.tx,
+            kept: None,
         }
+    }
+
+    /// Keeps `token` until this socket is dropped, after its slot memory
+    /// is unmapped (one token a socket: a second replaces, and drops, the
+    /// first). The preload library keeps the socket's place in its
+    /// process's budget of DDP sockets here, so the place is given back
+    /// by whichever of its paths drops the socket last (the program's
+    /// close, a close finished in the background, an exit's).
+    pub fn keep_until_dropped(&mut self, token: Box<dyn std::any::Any + Send + Sync>) {
+        self.kept = Some(token);
     }
 }
 

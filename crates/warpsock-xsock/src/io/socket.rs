@@ -252,6 +252,10 @@ pub struct XSocket {
     /// even, and never another socket's of the process, not even one at
     /// the same address after this one is gone.
     pub(crate) word: usize,
+    /// What its owner keeps until the socket is dropped
+    /// ([`XSocket::keep_until_dropped`]). Declared last: it drops after
+    /// the slot memory ([`Self::rx`], [`Self::tx`]) is unmapped.
+    pub(crate) kept: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// The Terminate we send when the peer breaks the sockets protocol (a
