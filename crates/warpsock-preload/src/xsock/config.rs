@@ -54,6 +54,13 @@ pub(crate) struct Config {
     /// sending, which an `_exit` whose reaper does not answer resets, has
     /// as many places (`reaper::Reaper::sending`).
     pub(crate) closing_max: usize,
+    /// `WARPSOCK_DDP_SOCKETS_MAX`: the most DDP sockets live at once,
+    /// switches under way and closes still lingering included
+    /// (`budget`): past it policy mode leaves a connection plain TCP and
+    /// an explicit switch fails with `ENOBUFS`. By default all their
+    /// receive slots together take at most an eighth of the physical
+    /// memory, 16 to 4096 sockets ([`sockets_max`]).
+    pub(crate) sockets_max: usize,
     /// Longest wait for a non-blocking connect the policy finishes.
     pub(crate) connect_timeout: Duration,
     /// `WARPSOCK_DDP_ACCEPT_HOLD_MS`: how long a policy-mode switch of an
@@ -98,6 +105,36 @@ fn env_num(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(default)
+}
+
+/// `name`'s count if set: `None` if unset, or malformed (said on stderr,
+/// as the UDP layer's settings say theirs: a bound mistyped must not go
+/// unnoticed), the default then.
+fn env_count(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let n = v.trim().parse().ok();
+    if n.is_none() {
+        // Read inside a program's call: stderr's `write` is a
+        // cancellation point.
+        crate::shim::sys::without_cancel(|| {
+            eprintln!("warpsock-preload: ignoring malformed {name}={v:?}");
+        });
+    }
+    n
+}
+
+/// The machine's physical memory in bytes (0 if unknown).
+fn phys_bytes() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    u64::try_from(pages)
+        .unwrap_or(0)
+        .saturating_mul(u64::try_from(size).unwrap_or(0))
 }
 
 impl Config {
@@ -152,6 +189,11 @@ impl Config {
                 .and_then(|v| v.trim().parse().ok()),
             &policy.limits,
         );
+        let sockets_max = sockets_max(
+            env_count("WARPSOCK_DDP_SOCKETS_MAX"),
+            phys_bytes(),
+            u64::from(base.slots) * u64::from(base.slot_size),
+        );
         let mut accepted = base.clone();
         accepted.limits.residue_max = accepted.limits.residue_max.min(ACCEPTED_RESIDUE_MAX);
         Self {
@@ -164,6 +206,7 @@ impl Config {
             epoll_direct: env_num("WARPSOCK_DDP_EPOLL_DIRECT", 1) != 0,
             select_direct: env_num("WARPSOCK_DDP_SELECT_DIRECT", 1) != 0,
             closing_max: closing_max(env_num("WARPSOCK_DDP_CLOSING_MAX", 256)),
+            sockets_max,
             connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),
             accept_hold,
             #[cfg(feature = "test-hooks")]
@@ -210,6 +253,18 @@ fn closing_max(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX).max(1)
 }
 
+/// `WARPSOCK_DDP_SOCKETS_MAX` as used ([`Config::sockets_max`]): `asked`
+/// (0 taken as 1, as `WARPSOCK_DDP_CLOSING_MAX`'s), else as many sockets
+/// as an eighth of `phys` bytes holds receive slots of `per_socket` bytes
+/// each, 16 to 4096 (16 with the memory unknown).
+fn sockets_max(asked: Option<u64>, phys: u64, per_socket: u64) -> usize {
+    let n = asked.map_or_else(
+        || (phys / 8 / per_socket.max(1)).clamp(16, 4096),
+        |n| n.max(1),
+    );
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
 /// The accepted connection's hold ([`Config::accept_hold`]): `asked`
 /// milliseconds (a quarter of the mark timeout if unset), at most half
 /// the client's wait for the answer to its Request (`request_timeout`),
@@ -243,6 +298,23 @@ mod tests {
         assert_eq!(closing_max(0), 1);
         assert_eq!(closing_max(10), 10);
         assert_eq!(closing_max(256), 256, "the default");
+    }
+
+    /// The budget of DDP sockets: as set (0 as 1), else an eighth of the
+    /// memory in receive slots, within 16..=4096.
+    #[test]
+    fn the_sockets_budget_is_an_eighth_of_memory_in_receive_slots() {
+        let slots = 16 * (256 << 10);
+        assert_eq!(sockets_max(Some(2), 1 << 40, slots), 2);
+        assert_eq!(sockets_max(Some(0), 1 << 40, slots), 1);
+        assert_eq!(sockets_max(Some(100_000), 1 << 30, slots), 100_000);
+        // 16 GiB: 2 GiB of 4 MiB slots.
+        assert_eq!(sockets_max(None, 16 << 30, slots), 512);
+        assert_eq!(sockets_max(None, 1 << 30, slots), 32);
+        assert_eq!(sockets_max(None, 256 << 20, slots), 16, "the floor");
+        assert_eq!(sockets_max(None, 0, slots), 16, "memory unknown");
+        assert_eq!(sockets_max(None, 1 << 50, slots), 4096, "the ceiling");
+        assert_eq!(sockets_max(None, 1 << 30, 0), 4096);
     }
 
     /// An accepted connection's hold is a quarter of the fallback time

@@ -37,14 +37,16 @@ pub(super) fn at_exit(over: crate::shim::guard::ExitOver) {
     census::reset_backlogged();
     // Then the peers' FINs, one bound at most.
     closes.linger(bound);
-    // Background switches started or refused a place count too: one that
-    // panicked, or every one over the bound, ends in none of the others.
+    // Background switches started or refused a place count too (or
+    // refused one in the budget of DDP sockets): one that panicked, or
+    // every one over a bound, ends in none of the others.
     let tried = [
         &SWITCHED,
         &REFUSED,
         &BROKEN,
         &super::switching::STARTED,
         &super::switching::OVER,
+        &super::budget::OVER,
     ]
     .iter()
     .any(|c| c.load(Ordering::Relaxed) > 0);

@@ -10,6 +10,7 @@
 //! | `config` | `WARPSOCK_DDP_PORTS`/`ADDRS` (policy mode), `WARPSOCK_CRC`, timeouts, sizes |
 //! | `sock` | a DDP-mode socket: doorbell readiness, the data calls, options, orderly close |
 //! | `residue` | a TCP socket whose switch failed after reading the peer's pre-switch bytes |
+//! | `budget` | the bound on live DDP sockets (`WARPSOCK_DDP_SOCKETS_MAX`): their receive slots' memory |
 //! | `switching` | an accepted connection, or a policy-mode client's, switching on a thread of its own, so neither `accept` nor `connect` waits on the peer |
 //! | `linger` | how long an exit waits for the bytes sockets still hold (restarted while they leave) |
 //! | `reaper` | the one thread that finishes every close (bytes, end of stream, linger), bounded |
@@ -32,6 +33,7 @@
 //!   preloaded client sends a plain server one, invisible to its reads.
 
 pub mod api;
+mod budget;
 mod census;
 pub(crate) mod config;
 mod exit;
@@ -107,7 +109,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let s = format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\nddp_switch_no_fds {}\nddp_epoll_direct {}\nddp_rx_looks {}\nddp_rounds_owed {}\nddp_tx_buffered {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_budget_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\nddp_switch_no_fds {}\nddp_epoll_direct {}\nddp_rx_looks {}\nddp_rounds_owed {}\nddp_tx_buffered {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -126,6 +128,7 @@ fn report() -> String {
         v(&reaper::CUT),
         v(&switching::STARTED),
         v(&switching::OVER),
+        v(&budget::OVER),
         v(&switching::DECLINES),
         v(&switching::HOLDS_LAPSED),
         v(&NO_DESCRIPTORS),
@@ -157,6 +160,7 @@ pub(crate) fn after_fork_child() {
     census::forget_armed_after_fork();
     sock::forget_after_fork();
     switching::forget_after_fork();
+    budget::forget_after_fork();
 }
 
 /// Before a `fork`: the background switches end first
@@ -271,8 +275,11 @@ fn switch(
     connect: Option<c_int>,
     role: Option<Role>,
 ) -> Result<(), c_int> {
+    // Beyond the budget of DDP sockets: refused before anything is noted
+    // or sent (not the one try), the connection plain TCP (`budget`).
+    let place = budget::admit().ok_or(libc::ENOBUFS)?;
     let sndbuf = prepare(fd)?;
-    switch_at(At::own(fd), opts, (msg_mode, connect, role, sndbuf))
+    switch_at(At::own(fd), opts, (msg_mode, connect, role, sndbuf), place)
 }
 
 /// What a switch is about to begin on `fd` checks and notes (its one try):
@@ -364,8 +371,10 @@ fn short_to_answer(fd: c_int, may: impl FnOnce() -> bool) -> bool {
 /// `connect`'s errno, the role, the noted `SO_SNDBUF`.
 type Asked = (bool, Option<c_int>, Option<Role>, Option<usize>);
 
-/// The switch of the connection at `at`, [`prepare`]d.
-fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
+/// The switch of the connection at `at`, [`prepare`]d, with its `place`
+/// in the budget of DDP sockets: kept by the DDP socket it makes (given
+/// back when its slot memory goes), dropped if it fails.
+fn switch_at(at: At<'_>, opts: &Options, asked: Asked, place: budget::Place) -> Result<(), c_int> {
     let (msg_mode, connect, role, sndbuf) = asked;
     let fd = at.kernel;
     // The whole switch with this thread's cancellation disabled (put back
@@ -481,7 +490,12 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked) -> Result<(), c_int> {
                 fl & libc::O_NONBLOCK != 0,
             ));
         }
-        commit(at, r, (sndbuf, msg_mode, connect, timeouts, kept, fl))
+        commit(
+            at,
+            r,
+            (sndbuf, msg_mode, connect, timeouts, kept, fl),
+            place,
+        )
     })
 }
 
@@ -499,12 +513,20 @@ type Noted = (
 
 /// [`switch`]'s outcome `r` committed to the program's socket at `at`:
 /// the DDP socket, or the failure's.
-fn commit(at: At<'_>, r: Result<XSocket, Failure>, noted: Noted) -> Result<(), c_int> {
+fn commit(
+    at: At<'_>,
+    r: Result<XSocket, Failure>,
+    noted: Noted,
+    place: budget::Place,
+) -> Result<(), c_int> {
     let (sndbuf, msg_mode, connect, timeouts, kept, fl) = noted;
     let fl = at.file_flags(fl);
     let fd = at.kernel;
     match r {
-        Ok(x) => {
+        Ok(mut x) => {
+            // Given back when the socket's slot memory is unmapped,
+            // whichever close drops it (`budget`).
+            x.keep_until_dropped(Box::new(place));
             if let Some(b) = sndbuf {
                 x.set_sndbuf(b);
             }

@@ -44,8 +44,10 @@
 //!   (`interpose::wait`, `interpose::wait::select`); epoll registrations
 //!   are carried to the outcome's file.
 //! * At most [`SWITCHING_MAX`] switches are under way at once: a
-//!   connection accepted beyond them stays plain TCP (the client falls
-//!   back within its own fallback time, nothing lost), so a flood of
+//!   connection accepted beyond them — or beyond the budget of live DDP
+//!   sockets (`budget`, `WARPSOCK_DDP_SOCKETS_MAX`) — stays plain TCP
+//!   (the client falls back within its own fallback time, nothing
+//!   lost), so a flood of
 //!   silent clients holds no more than that many threads, each for at
 //!   most the fallback and request timeouts; and each reads at most
 //!   `config::ACCEPTED_RESIDUE_MAX` of its client's bytes before the mark
@@ -93,7 +95,8 @@ const OPT_LEN_MAX: usize = 64;
 /// clients' (`ddp_switch_bg`).
 pub(crate) static STARTED: AtomicU64 = AtomicU64::new(0);
 /// Accepted connections left plain TCP: [`SWITCHING_MAX`] were under way
-/// (`ddp_switch_over`).
+/// (`ddp_switch_over`; those left plain beyond the budget of DDP sockets
+/// are `budget::OVER`'s, the same way: [`start`]).
 pub(crate) static OVER: AtomicU64 = AtomicU64::new(0);
 
 /// What the connection became.
@@ -175,7 +178,7 @@ impl SwitchingSock {
     /// socket), then the waits begun on it woken — also if the switch
     /// panicked (caught by the guard's `enter`): its blocked callers wait
     /// for the outcome.
-    fn run(&self, fd: c_int, opts: &Options, asked: Asked) {
+    fn run(&self, fd: c_int, opts: &Options, asked: Asked, place: super::budget::Place) {
         struct Finish<'a>(&'a SwitchingSock);
         impl Drop for Finish<'_> {
             fn drop(&mut self) {
@@ -193,7 +196,7 @@ impl SwitchingSock {
             kernel: self.kfd,
             from: Some(self),
         };
-        let _ = switch_at(at, opts, asked);
+        let _ = switch_at(at, opts, asked, place);
     }
 
     /// The numbers naming this socket come to name `target` and `sock`

@@ -9,6 +9,7 @@ use libc::c_int;
 use warpsock_engine::fds;
 use warpsock_xsock::io::Options;
 
+use super::super::budget;
 use super::slot::{self, Slot};
 use super::{pool, Asked, State, SwitchingSock, OVER, STARTED, SWITCHING_MAX};
 use crate::shim::doorbell::Doorbell;
@@ -47,6 +48,7 @@ impl Drop for ClientSwitch {
 /// its one try (and gives the noted `SO_SNDBUF`, or refuses) once a slot
 /// is taken. Returns the switching socket (the table may name its outcome
 /// already: the switch runs meanwhile). On failure (no slot: `EAGAIN`;
+/// beyond the budget of DDP sockets: `EAGAIN`, a client's `ENOBUFS`;
 /// refused, no descriptor, no thread) `fd` is left, or made again, the
 /// plain TCP socket, and the errno returned.
 pub(in crate::xsock) fn start(
@@ -68,14 +70,33 @@ pub(in crate::xsock) fn start(
     } else {
         None
     };
-    let Some(slot) = Slot::take() else {
+    // Its place among the live DDP sockets first (`budget`), then among
+    // the switches under way. An accepted connection beyond either stays
+    // plain TCP, its switch not tried: the client falls back (`OVER`
+    // counts the switches', `budget::admit` the budget's). A client's
+    // beyond the budget stays plain too (`ENOBUFS`: not switched inside
+    // `connect` either); beyond the switches' places it is switched
+    // there (`EAGAIN`).
+    let left_plain = |over_budget: bool| {
         if connecting {
-            return Err(libc::EAGAIN);
+            return if over_budget {
+                libc::ENOBUFS
+            } else {
+                libc::EAGAIN
+            };
         }
-        OVER.fetch_add(1, Ordering::Relaxed);
+        if !over_budget {
+            OVER.fetch_add(1, Ordering::Relaxed);
+        }
         // This connection is plain: a fork does not wait for an older one.
         slot::accepted_last(0);
-        return Err(libc::EAGAIN);
+        libc::EAGAIN
+    };
+    let Some(place) = budget::admit() else {
+        return Err(left_plain(true));
+    };
+    let Some(slot) = Slot::take() else {
+        return Err(left_plain(false));
     };
     // What a fork of this thread waits for and may decline: the
     // connection it accepted last, not one it connected since (a server
@@ -167,7 +188,7 @@ pub(in crate::xsock) fn start(
             let _slot = slot;
             let _client = client;
             let t = t;
-            enter((), || t.run(fd, opts, asked));
+            enter((), || t.run(fd, opts, asked, place));
         }),
     );
     if spawned.is_err() {
