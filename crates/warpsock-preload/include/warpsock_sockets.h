@@ -9,8 +9,9 @@
  *
  * Bytes written before the switch arrive before anything written after it.
  * If the peer does not run warpsock or does not switch, the call fails
- * (ECONNREFUSED; EPROTO for an incompatible peer) and the socket stays a
- * working TCP socket, nothing lost. Set on a listening socket, connections
+ * (ECONNREFUSED; EPROTO for an incompatible peer; ENOBUFS at once, nothing
+ * sent, while the process holds WARPSOCK_DDP_SOCKETS_MAX DDP sockets) and
+ * the socket stays a working TCP socket, nothing lost. Set on a listening socket, connections
  * it accepts switch; set before connect(), the connection switches when it
  * is established (connect then fails with ECONNREFUSED if the peer does not
  * switch; the connection itself is up and plain). Without the preload the
