@@ -218,7 +218,7 @@
 //! | `WARPSOCK_STRIPES` | connections per destination (out-of-order delivery) | `1` |
 //! | `WARPSOCK_CALLER_RECV` | `0`: blocking receives wait for the progress thread | on |
 //! | `WARPSOCK_BUSY_POLL_US` | a blocking receive spins this long before sleeping | `0` (off) |
-//! | `WARPSOCK_DDP_SOCKETS_MAX` | DDP sockets live at once, lingering closes included (beyond: policy connections stay TCP, an explicit switch fails with `ENOBUFS`) | an eighth of RAM in receive slots, 16..4096 |
+//! | `WARPSOCK_DDP_SOCKETS_MAX` | DDP sockets live at once, lingering closes included (beyond: policy connections stay TCP, an explicit switch fails with `ENOBUFS`) | an eighth of RAM in receive slots, 128..4096 |
 //! | `WARPSOCK_STATS` | `1` prints the counters on stderr at exit | off |
 //!
 //! ## Limits

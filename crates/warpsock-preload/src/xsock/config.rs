@@ -59,7 +59,7 @@ pub(crate) struct Config {
     /// (`budget`): past it policy mode leaves a connection plain TCP and
     /// an explicit switch fails with `ENOBUFS`. By default all their
     /// receive slots together take at most an eighth of the physical
-    /// memory, 16 to 4096 sockets ([`sockets_max`]).
+    /// memory, 128 to 4096 sockets ([`sockets_max`]).
     pub(crate) sockets_max: usize,
     /// Longest wait for a non-blocking connect the policy finishes.
     pub(crate) connect_timeout: Duration,
@@ -256,10 +256,12 @@ fn closing_max(v: u64) -> usize {
 /// `WARPSOCK_DDP_SOCKETS_MAX` as used ([`Config::sockets_max`]): `asked`
 /// (0 taken as 1, as `WARPSOCK_DDP_CLOSING_MAX`'s), else as many sockets
 /// as an eighth of `phys` bytes holds receive slots of `per_socket` bytes
-/// each, 16 to 4096 (16 with the memory unknown).
+/// each, 128 to 4096 (128 with the memory unknown: twice the switches
+/// under way at once, `switching::SWITCHING_MAX`, so a small machine's
+/// budget does not refuse what that bound admits).
 fn sockets_max(asked: Option<u64>, phys: u64, per_socket: u64) -> usize {
     let n = asked.map_or_else(
-        || (phys / 8 / per_socket.max(1)).clamp(16, 4096),
+        || (phys / 8 / per_socket.max(1)).clamp(128, 4096),
         |n| n.max(1),
     );
     usize::try_from(n).unwrap_or(usize::MAX)
@@ -301,7 +303,7 @@ mod tests {
     }
 
     /// The budget of DDP sockets: as set (0 as 1), else an eighth of the
-    /// memory in receive slots, within 16..=4096.
+    /// memory in receive slots, within 128..=4096.
     #[test]
     fn the_sockets_budget_is_an_eighth_of_memory_in_receive_slots() {
         let slots = 16 * (256 << 10);
@@ -310,9 +312,9 @@ mod tests {
         assert_eq!(sockets_max(Some(100_000), 1 << 30, slots), 100_000);
         // 16 GiB: 2 GiB of 4 MiB slots.
         assert_eq!(sockets_max(None, 16 << 30, slots), 512);
-        assert_eq!(sockets_max(None, 1 << 30, slots), 32);
-        assert_eq!(sockets_max(None, 256 << 20, slots), 16, "the floor");
-        assert_eq!(sockets_max(None, 0, slots), 16, "memory unknown");
+        assert_eq!(sockets_max(None, 8 << 30, slots), 256);
+        assert_eq!(sockets_max(None, 1 << 30, slots), 128, "the floor");
+        assert_eq!(sockets_max(None, 0, slots), 128, "memory unknown");
         assert_eq!(sockets_max(None, 1 << 50, slots), 4096, "the ceiling");
         assert_eq!(sockets_max(None, 1 << 30, 0), 4096);
     }
