@@ -46,3 +46,11 @@ fn edge_triggered_epoll_gets_one_edge_with_epollerr() {
 fn select_after_a_reset_as_tcps() {
     same("select");
 }
+
+/// A reset after this end's own `SHUT_WR`: the send reports the pending
+/// `ECONNRESET` (and takes it), not the shutdown's `EPIPE`, as Linux's
+/// `tcp_sendmsg` (`sk_stream_error`); the next send `EPIPE`.
+#[test]
+fn a_send_after_the_shutdown_reports_the_pending_reset() {
+    same("sendshut");
+}

@@ -22,12 +22,19 @@
  *             SO_ERROR is EPIPE), as poll. What polls show between the two
  *             is not printed: TCP's POLLRDHUP after the end of stream
  *             alone, a DDP-mode socket shows only once hung up.
+ *   sendshut  this end sends, shuts its sending side, then the peer
+ *             closes with those bytes unread (a reset): a send fails with
+ *             ECONNRESET (the pending error before the shutdown's EPIPE,
+ *             as tcp_sendmsg's sk_stream_error; a DDP socket said EPIPE
+ *             and left the error pending), SO_ERROR is then 0, a send
+ *             after it EPIPE
  *   pollasleep, epolletasleep  poll, epollet with the reset made by
  *             another thread once this one sleeps in the wait
  *             (/proc/self/task/TID/syscall): the wake-up itself shows it */
 #include "ddppair.h"
 
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 
 static int plain;
 
@@ -156,7 +163,26 @@ int main(int argc, char **argv) {
     int c, s;
     pair(&c, &s);
     poll_now(c, "before");
-    if (!strcmp(cs, "pollfin")) {
+    if (!strcmp(cs, "sendshut")) {
+        CHECK(send(c, "0123456789", 10, 0) == 10);
+        int n = 0;
+        for (long k = 0; n < 10; k++) {
+            CHECK(ioctl(s, FIONREAD, &n) == 0);
+            CHECK(k < 10000000);
+            if (n < 10) sched_yield();
+        }
+        CHECK(shutdown(c, SHUT_WR) == 0);
+        struct pollfd p = {s, POLLRDHUP, 0};
+        CHECK(poll(&p, 1, 10000) == 1);
+        CHECK(close(s) == 0);
+        poll_wait(c, "wait");
+        ssize_t r = send(c, "abcde", 5, MSG_NOSIGNAL);
+        printf("send %zd errno %d\n", r, r < 0 ? errno : 0);
+        poll_now(c, "taken");
+        printf("SO_ERROR %d\n", sol_int(c, SO_ERROR));
+        r = send(c, "abcde", 5, MSG_NOSIGNAL);
+        printf("send again %zd errno %d\n", r, r < 0 ? errno : 0);
+    } else if (!strcmp(cs, "pollfin")) {
         CHECK(shutdown(s, SHUT_WR) == 0);
         struct pollfd p = {c, POLLIN, 0};
         CHECK(poll(&p, 1, 10000) == 1);

@@ -128,7 +128,14 @@ impl XSocket {
         deadline: Option<Instant>,
     ) -> (io::Result<usize>, Option<MutexGuard<'a, State>>) {
         let total = g.len();
-        if super::rio::write_shut(&st) || (st.peer_closed && st.error.is_none()) {
+        // The connection's error before the shutdown's `EPIPE`, as Linux's
+        // `tcp_sendmsg` reports `sk_err` first (`sk_stream_error`): a
+        // reset after this end's `SHUT_WR` is `ECONNRESET` to the send
+        // (the preload reports it once, then `EPIPE`; review 58).
+        if let Some(e) = Self::dead(&st) {
+            return (Err(e), Some(st));
+        }
+        if super::rio::write_shut(&st) || st.peer_closed {
             return (Err(io::Error::from_raw_os_error(libc::EPIPE)), Some(st));
         }
         let zcopy = !nonblocking && total >= self.opts.zcopy_min;
