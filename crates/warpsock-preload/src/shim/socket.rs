@@ -310,6 +310,15 @@ pub(crate) trait Socket: Send + Sync {
     fn managed_target(&self) -> Option<c_int> {
         None
     }
+
+    /// The peer's address where the kernel socket no longer has one
+    /// (`getpeername`'s `ENOTCONN`) but the program's connection still
+    /// is connected: a DDP socket's engine ends its TCP connection at the
+    /// peer's close, TCP's CLOSE_WAIT to the program. `None`: the kernel's
+    /// answer stands.
+    fn peer_while_connected(&self) -> Option<SocketAddr> {
+        None
+    }
 }
 
 /// A kind of managed socket: adoption and life-cycle hooks.

@@ -448,6 +448,10 @@ impl Socket for DdpSock {
         dead_end(self.nonblocking())
     }
 
+    fn peer_while_connected(&self) -> Option<std::net::SocketAddr> {
+        (!self.x.readiness_now().hup).then(|| self.x.peer_addr())
+    }
+
     fn managed_target(&self) -> Option<c_int> {
         Some(self.bell.app)
     }

@@ -20,7 +20,8 @@
  *   - the peer's close alone (TCP's CLOSE_WAIT): one event for an
  *     edge-triggered set, and no POLLHUP (a DDP socket's set got a second
  *     event, with EPOLLHUP, when the queue pair closed after the end of
- *     stream: its flushed receives counted as arrivals);
+ *     stream: its flushed receives counted as arrivals), and getpeername
+ *     still names the peer (it failed with ENOTCONN);
  *   - this end's own shutdown(SHUT_RD): POLLRDHUP; SHUT_RDWR: POLLHUP
  *     too (poll and an edge-triggered set);
  *   - DDP mode only: an asynchronous completion after the half-close is
@@ -128,10 +129,17 @@ static void peer_closed(int plain, unsigned events) {
     struct epoll_event ev = {events | EPOLLRDHUP | EPOLLET, {.fd = c}};
     CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) == 0);
     if (events & EPOLLOUT) CHECK(one_event(ep, 10000) == EPOLLOUT);
+    struct sockaddr_in peer, named;
+    socklen_t plen = sizeof peer, nlen = sizeof named;
+    CHECK(getsockname(s, (struct sockaddr *)&peer, &plen) == 0);
     CHECK(close(s) == 0);
     CHECK(one_event(ep, 10000) == (events | EPOLLRDHUP));
     CHECK(one_event(ep, 300) == 0);
     CHECK(polled(c, POLLIN | POLLOUT | POLLRDHUP) == (POLLIN | POLLOUT | POLLRDHUP));
+    /* Still connected to the program (a DDP socket's engine ended its TCP
+     * connection: getpeername failed with ENOTCONN). */
+    CHECK(getpeername(c, (struct sockaddr *)&named, &nlen) == 0);
+    CHECK(nlen == plen && named.sin_port == peer.sin_port);
     char b[4];
     CHECK(read(c, b, sizeof b) == 0);
     CHECK(one_event(ep, 0) == 0);
