@@ -405,9 +405,10 @@ impl XSocket {
     }
 
     /// Half the receive slots or more hold unread bytes (`process`): if
-    /// they are small messages (a 32nd of a slot each on average: a
-    /// stream of larger ones fills TCP's share of a window in its slots,
-    /// and is not copied twice), their
+    /// they are small messages (together at most two slots' worth: the
+    /// unread bytes a reader can see are then never less than that, 512
+    /// KiB by default, above TCP's first receive window; larger messages
+    /// fill as much in their slots, and are not copied twice), their
     /// bytes move to the residue, behind what it holds, and the slots are
     /// posted again, their credits returned. Without it a reader that
     /// looks before it reads (`FIONREAD`, or a `MSG_PEEK` of a whole
@@ -427,7 +428,7 @@ impl XSocket {
         let window = usize::from(self.opts.slots) * size;
         if st.msg_mode
             || bytes == 0
-            || bytes * 32 > st.s.unread_slots() * size
+            || bytes > 2 * size
             || st.residue.len() - st.residue_off + bytes > window
             || !st.retargeted.is_empty()
             || st.error.is_some()
