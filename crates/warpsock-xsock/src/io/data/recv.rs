@@ -161,12 +161,19 @@ impl XSocket {
                     return (st, Err(e));
                 }
             }
-            if st.s.eof() || st.shut_rd {
+            // Linux's `tcp_recvmsg` order: the peer's FIN (`SOCK_DONE`),
+            // then `sk_err`, then this end's own `SHUT_RD` — a reset after
+            // `shutdown(SHUT_RD)` is `ECONNRESET` to the read (review 58's
+            // fuzzer, seed 12: it read 0, the error left pending).
+            if st.s.eof() {
                 return (st, Ok((got, false)));
             }
             if let Some(e) = Self::dead(&st) {
                 let r = if got > 0 { Ok((got, false)) } else { Err(e) };
                 return (st, r);
+            }
+            if st.shut_rd {
+                return (st, Ok((got, false)));
             }
             if st.peer_closed {
                 // FIN without our end-of-stream message: the peer's
