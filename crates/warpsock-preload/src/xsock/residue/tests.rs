@@ -118,6 +118,20 @@ fn shown(s: &ResidueSock, ms: c_int) -> i16 {
     p[0].revents
 }
 
+/// The peer sends 13 bytes of a Request's key; once they are queued (a
+/// poll of the TCP socket, 10 s at most), a non-blocking read of `s`
+/// fails with `EAGAIN`.
+fn prefix_read_too_early(s: &ResidueSock, peer: &mut std::net::TcpStream, b: &mut [u8]) {
+    std::io::Write::write_all(peer, b"MPA ID Req Fr").unwrap();
+    let mut p = [libc::pollfd {
+        fd: s.kfd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    assert_eq!(sys::poll(&mut p, 10_000), 1);
+    assert_eq!(read_now(s, b), Err(libc::EAGAIN));
+}
+
 /// A Request's prefix behind the mark, undecided: a non-blocking read
 /// fails with `EAGAIN` and the program's descriptor stops showing input
 /// (it stayed readable: an event loop read `EAGAIN` for good, at 100 %
@@ -130,16 +144,8 @@ fn shown(s: &ResidueSock, ms: c_int) -> i16 {
 fn an_undecided_prefix_shows_no_input_until_a_byte_decides_it() {
     let _serial = serial();
     let (s, mut peer) = watching_pair();
-    std::io::Write::write_all(&mut peer, b"MPA ID Req Fr").unwrap();
     let mut b = [0u8; 64];
-    // The prefix queued (a blocking peek, bounded by the test's 10 s).
-    let mut p = [libc::pollfd {
-        fd: s.kfd,
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    assert_eq!(sys::poll(&mut p, 10_000), 1);
-    assert_eq!(read_now(&s, &mut b), Err(libc::EAGAIN));
+    prefix_read_too_early(&s, &mut peer, &mut b);
     assert_eq!(shown(&s, 0), 0, "readable while undecided");
     // The program's own option, kept while the watch sets its own.
     assert_eq!(
@@ -180,15 +186,8 @@ fn an_undecided_prefix_shows_no_input_until_a_byte_decides_it() {
 fn an_undecided_prefix_the_peers_end_follows_is_data_to_a_nonblocking_read() {
     let _serial = serial();
     let (s, mut peer) = watching_pair();
-    std::io::Write::write_all(&mut peer, b"MPA ID Req Fr").unwrap();
     let mut b = [0u8; 64];
-    let mut p = [libc::pollfd {
-        fd: s.kfd,
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    assert_eq!(sys::poll(&mut p, 10_000), 1);
-    assert_eq!(read_now(&s, &mut b), Err(libc::EAGAIN));
+    prefix_read_too_early(&s, &mut peer, &mut b);
     peer.shutdown(std::net::Shutdown::Write).unwrap();
     assert_eq!(
         shown(&s, 10_000) & libc::POLLIN,
