@@ -185,6 +185,24 @@ check_perf() { # log: a result line with a non-zero number in the 4th column (bw
 # client's own log line (nothing listening, after the listener was seen),
 # and only that one, is run again, as qperf's race below.
 PERF_RACES=0
+# perftest_clock_refused LOG...: whether a perftest side gave up on its
+# report because its own clock calibration failed. perftest's
+# sample_get_cpu_mhz (src/get_clock.c) regresses get_cycles() against
+# gettimeofday() over 200 short busy waits and refuses a fit with r^2 < 0.9
+# ("Correlation coefficient r^2: ... < 0.9", then "Can't produce a report"
+# and exit 1) -- after the transfer, which had run. Under TCG emulation on a
+# loaded host the guest's cycle counter does fit that badly (CI of ca0ad2f:
+# siw's ib_send_bw server, r^2 0.76). That refusal, and only that one, is
+# run again; counted at the end.
+CLOCK_REFUSALS=0
+perftest_clock_refused() {
+    local log
+    for log in "$@"; do
+        grep -q "Correlation coefficient r^2: .* < 0.9" "$log" && grep -q "Can't produce a report" "$log" &&
+            { CLOCK_REFUSALS=$((CLOCK_REFUSALS + 1)); return 0; }
+    done
+    return 1
+}
 perf_pair() {  # perf_pair NAME SERVER_CMD CLIENT_CMD (port 28515)
     local attempt
     for attempt in 1 2 3 4; do
@@ -193,6 +211,10 @@ perf_pair() {  # perf_pair NAME SERVER_CMD CLIENT_CMD (port 28515)
             grep -qE "connect to 127\.0\.0\.1:[0-9]+ failed: connection refused by .*nothing is listening" "$WORK/$1.client"; then
             echo "    $1: the client connected while its server listened again (perftest's race); again"
             PERF_RACES=$((PERF_RACES + 1))
+            continue
+        fi
+        if [ "$attempt" -lt 4 ] && perftest_clock_refused "$WORK/$1.client" "$WORK/$1.server"; then
+            echo "    $1: perftest refused its own clock calibration (r^2 < 0.9); again"
             continue
         fi
         cat "$WORK/$1.client" "$WORK/$1.server" >&2
@@ -372,20 +394,42 @@ vm_result() {
     done
     printf '%s\n' "$out" | tee "$WORK/$1.server"
 }
-# vm_pair NAME GUEST_PORT "GUEST SERVER CMD" "HOST CLIENT CMD": a server in the
-# VM, our client on the host; both must succeed.
-vm_pair() {
+# vm_try_pair NAME GUEST_PORT "GUEST SERVER CMD" "HOST CLIENT CMD": a server
+# in the VM, our client on the host; returns 0 when both succeed, else 1 with
+# the reason in PAIR_WHY (logs in $WORK/NAME.client and NAME.server).
+vm_try_pair() {
     local name=$1 gport=$2 scmd=$3 ccmd=$4
+    PAIR_WHY=
     vm_server "$name" "$scmd" "$gport"
     # shellcheck disable=SC2086
     if ! timeout 120 $ccmd >"$WORK/$name.client" 2>&1; then
-        cat "$WORK/$name.client" >&2; vm_exec "cat /tmp/$name.out" >&2
-        fail "$name: client failed"
+        vm_exec "cat /tmp/$name.out" >"$WORK/$name.server" 2>&1
+        PAIR_WHY="client failed"
+        return 1
     fi
-    local out
-    out=$(vm_result "$name")
-    case $out in *rc=0*) ;; *) cat "$WORK/$name.client" >&2; printf '%s\n' "$out" >&2; fail "$name: server in the VM failed" ;; esac
+    case $(vm_result "$name") in *rc=0*) ;; *) PAIR_WHY="server in the VM failed"; return 1 ;; esac
     PASS=$((PASS + 1))
+}
+# vm_pair: as vm_try_pair, and a failure fails the test.
+vm_pair() {
+    vm_try_pair "$@" && return 0
+    cat "$WORK/$1.client" "$WORK/$1.server" >&2
+    fail "$1: $PAIR_WHY"
+}
+# vm_perf_pair: as vm_pair for perftest, whose clock refusal (above) is
+# run again, up to 3 attempts.
+vm_perf_pair() {
+    local attempt
+    for attempt in 1 2 3; do
+        vm_try_pair "$@" && return 0
+        if [ "$attempt" -lt 3 ] && perftest_clock_refused "$WORK/$1.client" "$WORK/$1.server"; then
+            echo "    $1: perftest refused its own clock calibration (r^2 < 0.9); again"
+            continue
+        fi
+        break
+    done
+    cat "$WORK/$1.client" "$WORK/$1.server" >&2
+    fail "$1: $PAIR_WHY"
 }
 # siw_rping_server CRC: siw's rping serves, ours connects (-v: the log shows
 # how far a run got).
@@ -423,7 +467,7 @@ done
 # Small counts: siw runs under TCG emulation here.
 for t in ib_write_bw ib_read_bw ib_send_bw ib_send_lat; do
     n=50; [ "$t" = ib_send_lat ] && n=200
-    vm_pair "siw-$t" 18515 "$t -R -d siw0 -p 18515 -s 4096 -n $n" \
+    vm_perf_pair "siw-$t" 18515 "$t -R -d siw0 -p 18515 -s 4096 -n $n" \
         "$RUN --p2p off -- $t -R -p $((18515 + OFF)) -s 4096 -n $n 127.0.0.1"
     check_perf "$WORK/siw-$t.client" || fail "$t against siw: no result line: $(cat "$WORK/siw-$t.client")"
 done
@@ -442,6 +486,6 @@ VM_UP=0
 KICKS=$(cat "$WORK"/siw-*.client "$WORK"/siw-*.server 2>/dev/null | grep -c "siw accept race" || true)
 RETRIES=$(cat "$WORK"/siw-*.client 2>/dev/null | grep -c "trying again in" || true)
 POKES=$(cat "$WORK"/siw-*.client 2>/dev/null | grep -c "siw listen race" || true)
-echo "    siw accept race kicks: $KICKS; connect retries (reset before the MPA Reply): $RETRIES; listen race pokes: $POKES; rping exit races: $RPING_RACES; perftest re-listen races: $PERF_RACES"
+echo "    siw accept race kicks: $KICKS; connect retries (reset before the MPA Reply): $RETRIES; listen race pokes: $POKES; rping exit races: $RPING_RACES; perftest re-listen races: $PERF_RACES; perftest clock refusals: $CLOCK_REFUSALS"
 
 echo "test-verbs: $PASS cases passed in $((SECONDS - T0)) s (siw section $((SECONDS - T_SIW)) s)"
