@@ -403,7 +403,7 @@ vm_try_pair() {
     vm_server "$name" "$scmd" "$gport"
     # shellcheck disable=SC2086
     if ! timeout 120 $ccmd >"$WORK/$name.client" 2>&1; then
-        vm_exec "cat /tmp/$name.out" >"$WORK/$name.server" 2>&1
+        vm_exec "cat /tmp/$name.out" >"$WORK/$name.server" 2>&1 || true
         PAIR_WHY="client failed"
         return 1
     fi
