@@ -250,6 +250,12 @@ impl Stream {
     const EOF_QUEUED: u8 = 1;
     /// [`Stream`]'s `tx_flags`: a send call waits for a credit.
     const TX_WAITING: u8 = 2;
+    /// [`Stream`]'s `tx_flags`: the peer closed its socket
+    /// ([`Self::peer_socket_closed`]; a straight send, which needs the
+    /// flags clear, takes the general path that answers it).
+    const PEER_CLOSED: u8 = 4;
+    /// [`Stream`]'s `tx_flags`: our socket closes ([`Self::mark_closing`]).
+    const CLOSING: u8 = 8;
 
     /// Books for a connection where we posted `local.slots` receives and
     /// the peer announced `peer`.
@@ -388,11 +394,14 @@ impl Stream {
                 self.rx_after_eof |= self.eof;
                 self.peer_maps.remove(&offset);
             }
-            Body::Eof => {
+            Body::Eof | Body::Closed => {
                 if self.eof {
                     return Err(StreamError::DataAfterEof);
                 }
                 self.eof = true;
+                if msg.body == Body::Closed {
+                    self.tx_flags |= Self::PEER_CLOSED;
+                }
                 self.sinks_declined_by_stream(None);
             }
         }
@@ -657,7 +666,29 @@ impl Stream {
             self.finish_peer_sink(true);
         }
         self.settle_peer_sinks();
-        self.out.push_back(Body::Eof);
+        self.out.push_back(if self.tx_flags & Self::CLOSING != 0 {
+            Body::Closed
+        } else {
+            Body::Eof
+        });
+    }
+
+    /// Our socket closes: our EOF says so ([`Body::Closed`]) — the one
+    /// queued now or later, or one queued by a `shutdown(SHUT_WR)` that
+    /// has not left yet. An EOF that left says nothing more (a second
+    /// message would wait for a credit the peer need not return after
+    /// our EOF, holding the close back).
+    pub fn mark_closing(&mut self) {
+        self.tx_flags |= Self::CLOSING;
+        if let Some(b) = self.out.iter_mut().find(|b| **b == Body::Eof) {
+            *b = Body::Closed;
+        }
+    }
+
+    /// Whether the peer's EOF said it closed its socket ([`Body::Closed`]):
+    /// a send now is TCP's send to a closed socket, which draws a reset.
+    pub fn peer_socket_closed(&self) -> bool {
+        self.tx_flags & Self::PEER_CLOSED != 0
     }
 
     /// Whether our end of the stream is shut.
@@ -689,6 +720,31 @@ impl Stream {
     /// Receive slots holding unread stream bytes.
     pub fn unread_slots(&self) -> usize {
         self.segs.len()
+    }
+
+    /// Drops the unread stream bytes received past stream offset `at`
+    /// (the newest bytes, from the back), freeing the slots they emptied;
+    /// returns how many went. For bytes that reset the connection instead
+    /// of arriving (TCP's data at an end shut both ways): a read must not
+    /// return them.
+    pub fn drop_received_after(&mut self, at: u64) -> usize {
+        let want = (self.rx_seq.saturating_sub(at) as usize).min(self.readable_bytes);
+        let mut left = want;
+        while left > 0 {
+            let Some(seg) = self.segs.back_mut() else {
+                break;
+            };
+            let take = left.min(seg.len as usize);
+            seg.len -= take as u32;
+            left -= take;
+            self.readable_bytes -= take;
+            if seg.len == 0 {
+                let slot = seg.slot;
+                self.segs.pop_back();
+                self.free(slot);
+            }
+        }
+        want - left
     }
 
     /// Whether [`Self::poll_msg`] would give a CREDIT now, alone (no

@@ -13,7 +13,7 @@
 //! SINK_CANCEL  (5): id u32
 //! IOMAP        (6): offset u64 | len u64 | to u64 | stag u32 | access u8 | 3 reserved
 //! IOUNMAP      (7): offset u64
-//! EOF          (8): -
+//! EOF          (8): -                                          flags: CLOSED 0x04 (the sender closed its socket)
 //! ```
 //!
 //! The hello (16 bytes, first in the MPA Request and Reply private data):
@@ -52,6 +52,10 @@ pub const MIN_SLOTS: u16 = 3;
 pub const FLAG_EOM: u8 = 0x01;
 /// SINK flag: fill the whole sink before finishing it.
 pub const FLAG_WAITALL: u8 = 0x02;
+/// EOF flag: the sender closed its socket, not only shut it for writing
+/// ([`Body::Closed`]). A peer that does not know it reads a plain EOF
+/// (flags of an EOF were always ignored).
+pub const FLAG_CLOSED: u8 = 0x04;
 
 /// What a peer announces in its hello: how many receive slots it posts for
 /// us and how large they are.
@@ -223,6 +227,11 @@ pub enum Body {
     },
     /// End of the stream.
     Eof,
+    /// End of the stream, and the sender closed its socket (not only
+    /// `SHUT_WR`): stream bytes sent to it now would draw TCP's reset.
+    /// Kind EOF with [`FLAG_CLOSED`]. Only an end whose close sends its
+    /// EOF says so: one shut for writing before its close said EOF then.
+    Closed,
 }
 
 impl Body {
@@ -236,7 +245,7 @@ impl Body {
             Self::SinkCancel { .. } => Kind::SinkCancel,
             Self::IoMap(_) => Kind::IoMap,
             Self::IoUnmap { .. } => Kind::IoUnmap,
-            Self::Eof => Kind::Eof,
+            Self::Eof | Self::Closed => Kind::Eof,
         }
     }
 }
@@ -279,6 +288,7 @@ impl Msg {
         match self.body {
             Body::Data { eom } => b[1] = if eom { FLAG_EOM } else { 0 },
             Body::Credit | Body::Eof => {}
+            Body::Closed => b[1] = FLAG_CLOSED,
             Body::Sink(s) => {
                 b[1] = if s.waitall { FLAG_WAITALL } else { 0 };
                 let body = &mut b[HDR_LEN..];
@@ -367,6 +377,7 @@ impl Msg {
                 eom: flags & FLAG_EOM != 0,
             },
             Kind::Credit => Body::Credit,
+            Kind::Eof if flags & FLAG_CLOSED != 0 => Body::Closed,
             Kind::Eof => Body::Eof,
             Kind::Sink => Body::Sink(SinkAd {
                 id: be32(body, 0),
@@ -543,6 +554,7 @@ mod tests {
             Body::Data { eom: false },
             Body::Credit,
             Body::Eof,
+            Body::Closed,
             Body::Sink(SinkAd {
                 id: 7,
                 len: 1 << 20,
@@ -581,6 +593,24 @@ mod tests {
                 wire.extend_from_slice(b"payload");
             }
             assert_eq!(Msg::parse(&wire), Ok(m), "{body:?}");
+        }
+    }
+
+    /// A close's EOF is kind EOF with `FLAG_CLOSED` (a peer that does not
+    /// know the flag reads a plain EOF: flags of an EOF other than it are
+    /// ignored, as they always were).
+    #[test]
+    fn a_closed_eof_is_an_eof_with_its_flag() {
+        let mut b = [0u8; MAX_CONTROL_LEN];
+        let n = Msg {
+            credits: 1,
+            body: Body::Closed,
+        }
+        .encode(&mut b);
+        assert_eq!(&b[..n], &[Kind::Eof as u8, FLAG_CLOSED, 0, 1, 0, 0, 0, 0]);
+        for (flags, body) in [(0, Body::Eof), (0xfb, Body::Eof), (0xff, Body::Closed)] {
+            let m = Msg::parse(&[Kind::Eof as u8, flags, 0, 0, 0, 0, 0, 0]).unwrap();
+            assert_eq!(m.body, body, "flags {flags:#x}");
         }
     }
 

@@ -309,3 +309,78 @@ fn no_credit_goes_after_the_carriers_fin() {
         }
     }
 }
+
+/// A close's EOF says the socket closed (`Body::Closed`, kind EOF with
+/// `FLAG_CLOSED`): the one the close queues, or one a `shutdown(SHUT_WR)`
+/// queued that has not left; an EOF that left says nothing more (a second
+/// message would wait for a credit the peer need not return). The peer's
+/// books take it as the end of stream and say the socket closed
+/// (`peer_socket_closed`: a send now draws TCP's reset); a plain EOF does
+/// not, and a `Closed` after an EOF is a breach.
+#[test]
+fn a_close_says_so_in_its_eof() {
+    let fresh = || Stream::new(hello(16, 256), hello(16, 256));
+    let mut s = fresh();
+    s.mark_closing();
+    s.shutdown_write();
+    assert_eq!(s.poll_msg().map(|m| m.body), Some(Body::Closed));
+    let mut s = fresh();
+    s.shutdown_write();
+    s.mark_closing();
+    assert_eq!(s.poll_msg().map(|m| m.body), Some(Body::Closed));
+    assert!(s.poll_msg().is_none());
+    let mut s = fresh();
+    s.shutdown_write();
+    assert_eq!(s.poll_msg().map(|m| m.body), Some(Body::Eof));
+    s.mark_closing();
+    assert!(s.poll_msg().is_none(), "a second end of stream");
+
+    let msg = |body| encode(Msg { credits: 0, body });
+    let mut r = fresh();
+    r.on_message(0, &msg(Body::Closed)).unwrap();
+    assert!(r.eof() && r.peer_socket_closed());
+    assert!(r.on_message(1, &msg(Body::Closed)).is_err());
+    let mut r = fresh();
+    r.on_message(0, &msg(Body::Eof)).unwrap();
+    assert!(r.eof() && !r.peer_socket_closed());
+}
+
+/// `drop_received_after`: the unread bytes received past a point go, the
+/// newest first (a slot emptied is freed: posted again), what came before
+/// stays readable in order; bytes already read are not counted.
+#[test]
+fn bytes_received_past_a_point_are_dropped_newest_first() {
+    let data = |fill: u8| {
+        let mut d = encode(Msg {
+            credits: 0,
+            body: Body::Data { eom: true },
+        });
+        d.extend_from_slice(&[fill; 10]);
+        d
+    };
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    for slot in 0..3 {
+        s.on_message(slot, &data(slot as u8)).unwrap();
+    }
+    s.consume(5);
+    let mut freed = Vec::new();
+    s.post_reposts(|slots| {
+        freed.extend_from_slice(slots);
+        Ok(())
+    });
+    assert!(freed.is_empty());
+    // The 15 newest bytes: slot 2 whole, the second half of slot 1.
+    assert_eq!(s.drop_received_after(s.rx_seq() - 15), 15);
+    assert_eq!((s.readable(), s.unread_slots()), (10, 2));
+    s.post_reposts(|slots| {
+        freed.extend_from_slice(slots);
+        Ok(())
+    });
+    assert_eq!(freed, [2]);
+    let segs: Vec<_> = s.segments().map(|g| (g.slot, g.len)).collect();
+    assert_eq!(segs, [(0, 5), (1, 5)]);
+    // Past the start: only the unread ones (10), not the 5 read.
+    assert_eq!(s.drop_received_after(0), 10);
+    assert_eq!((s.readable(), s.unread_slots()), (0, 0));
+    assert_eq!(s.drop_received_after(0), 0);
+}
