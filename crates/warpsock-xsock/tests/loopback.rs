@@ -354,8 +354,9 @@ fn eof_timeouts_nonblocking_and_peek() {
 
 /// A peer whose process ends without closing its DDP socket (the kernel
 /// sends FIN, not our end-of-stream message): as over TCP, the bytes that
-/// arrived are read, then the stream ends (0), and a send fails with
-/// EPIPE — not a protocol error.
+/// arrived are read, then the stream ends (0), and a send is taken and
+/// draws the closed peer's reset: the next fails with EPIPE — not a
+/// protocol error.
 #[test]
 fn a_peer_gone_without_closing_is_end_of_stream() {
     let (a, b) = tcp_pair();
@@ -375,8 +376,14 @@ fn a_peer_gone_without_closing_is_end_of_stream() {
         r.readable && r.rdhup && !r.hup && r.writable && !r.error,
         "{r:?}"
     );
+    assert_eq!(xb.send(b"x", false, None).unwrap(), 1, "TCP takes it");
     let e = xb.send(b"x", false, None).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+    assert_eq!(xb.error().map(|(e, _)| e), Some(libc::EPIPE));
+    let (n, _) = xb
+        .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(n, 0, "reads end first, as TCP's (`SOCK_DONE`)");
     drop(xa);
 }
 

@@ -209,14 +209,17 @@ impl XSocket {
     /// its credit returns and other control messages are not). A close
     /// that finds some resets the connection, as Linux's `tcp_close`
     /// (`data_was_unread`: RST, not FIN; RFC 2525 §2.17): the peer must
-    /// not take a request dropped unread for a clean end.
+    /// not take a request dropped unread for a clean end. Not once both
+    /// streams ended (our `SHUT_WR`, the peer's end): TCP's socket is
+    /// CLOSED then, and `tcp_close` sends nothing (diffuzz seeds 57 and
+    /// 110: the peer got `ECONNRESET` where TCP's got nothing).
     pub fn unread(&self) -> bool {
         self.unread_locked(&mut self.lock())
     }
 
     fn unread_locked(&self, st: &mut MutexGuard<'_, State>) -> bool {
         self.drive_now(st);
-        st.residue.len() - st.residue_off + st.s.readable() > 0
+        !st.streams_ended() && st.residue.len() - st.residue_off + st.s.readable() > 0
     }
 
     /// [`Self::unread`] if the socket's lock is free now, else `None` (one
@@ -410,7 +413,11 @@ impl XSocket {
     }
 
     fn begin_locked(&self, st: &mut State, linger: Duration, now: Instant) -> Closing {
+        st.s.mark_closing();
         super::rio::shut_write(self, st);
+        // Closed: shut both ways (bytes that come now reset the
+        // connection, as at TCP's closed socket).
+        Self::shut_both(st);
         Closing::new(linger, now, st.s.tx_seq())
     }
 

@@ -135,8 +135,22 @@ impl XSocket {
         if let Some(e) = Self::dead(&st) {
             return (Err(e), Some(st));
         }
-        if super::rio::write_shut(&st) || st.peer_closed {
+        if super::rio::write_shut(&st) {
             return (Err(io::Error::from_raw_os_error(libc::EPIPE)), Some(st));
+        }
+        if st.peer_closed || st.s.peer_socket_closed() {
+            // The peer closed its socket (TCP's CLOSE_WAIT here): TCP
+            // takes the call, and the peer's kernel answers the bytes with
+            // a reset, `EPIPE` in CLOSE_WAIT (`tcp_reset`), which the next
+            // send (with `SIGPIPE`), or `SO_ERROR`, reports; reads still
+            // end with 0 first. The bytes are lost, as over TCP (diffuzz
+            // `sendclosed`: this call failed with `EPIPE` at once).
+            self.fail(
+                &mut st,
+                libc::EPIPE,
+                format!("{total} bytes sent after the peer's close drew TCP's reset"),
+            );
+            return (Ok(total), Some(st));
         }
         let zcopy = !nonblocking && total >= self.opts.zcopy_min;
         let call = st.next_id();

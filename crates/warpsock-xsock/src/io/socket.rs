@@ -74,7 +74,16 @@ pub(crate) struct State {
     pub(crate) residue_off: usize,
     pub(crate) msg_mode: bool,
     pub(crate) shut_rd: bool,
+    /// The stream bytes received ([`Stream::rx_seq`]) when this end was
+    /// shut both ways (`shutdown(SHUT_RDWR)`, or its close began): a byte
+    /// beyond them resets the connection, as TCP's
+    /// ([`XSocket::data_after_shutdown`]).
+    pub(crate) shut_both_at: Option<u64>,
     pub(crate) peer_closed: bool,
+    /// The peer's FIN came with no failure before it (TCP's `SOCK_DONE`):
+    /// reads end (0) before they report a failure that came after it (the
+    /// reset a send to the closed peer draws).
+    pub(crate) fin: bool,
     /// The peer broke the protocol (a message refused, a sink claim its
     /// Writes do not back): nothing it sent after reaches the books, and a
     /// read does not take an end of stream behind it for a clean end.
@@ -180,6 +189,17 @@ impl State {
 
     pub(crate) fn tx_free_len(&self) -> usize {
         self.tx_free.len()
+    }
+
+    /// [`XSocket::tcp_closed`], at this look.
+    pub(crate) fn tcp_closed(&self) -> bool {
+        self.error.is_some() || self.streams_ended()
+    }
+
+    /// Both streams ended: this end's `SHUT_WR`, and the peer's end of
+    /// stream or close.
+    pub(crate) fn streams_ended(&self) -> bool {
+        self.s.is_write_shut() && (self.s.eof() || self.peer_closed)
     }
 
     /// Nothing can arrive or leave any more: the connection failed, or the
@@ -447,12 +467,51 @@ impl XSocket {
                 }
             }
         }
+        // Before a merge could move them out of the slots.
+        if st.shut_both_at.is_some() {
+            self.data_after_shutdown(st);
+        }
         // Half the slots hold bytes no one read: small ones are merged out
         // of them (`merge_unread`); one compare per batch otherwise.
         if st.s.unread_slots() * 2 >= usize::from(self.opts.slots) {
             self.merge_unread(st);
         }
         self.processed(st);
+    }
+
+    /// Records that this end is shut both ways (its `SHUT_RDWR`, or its
+    /// close), at the stream bytes received so far: TCP's FIN_WAIT with
+    /// `RCV_SHUTDOWN`.
+    pub(crate) fn shut_both(st: &mut State) {
+        if st.shut_both_at.is_none() {
+            st.shut_both_at = Some(st.s.rx_seq());
+        }
+    }
+
+    /// Stream bytes that came after this end was shut both ways reset the
+    /// connection, as Linux's `tcp_rcv_state_process` does in FIN_WAIT
+    /// with `RCV_SHUTDOWN` (RFC 1122 §4.2.2.13, RFC 2525 §2.17): this end
+    /// fails with `ECONNRESET`, the peer gets the reset (`ECONNRESET`, or
+    /// `EPIPE` in its CLOSE_WAIT); the bytes are not read, as TCP queues
+    /// none of the segment that reset it. Before, they were taken or
+    /// discarded and the sender never learnt its bytes went nowhere
+    /// (diffuzz `shutrdwr` and a send to a closing end).
+    #[cold]
+    #[inline(never)]
+    fn data_after_shutdown(&self, st: &mut State) {
+        let Some(at) = st.shut_both_at else {
+            return;
+        };
+        if st.s.rx_seq() > at && st.error.is_none() {
+            let came = st.s.rx_seq() - at;
+            st.s.drop_received_after(at);
+            self.fail(
+                st,
+                libc::ECONNRESET,
+                format!("{came} stream bytes came after this end shut both ways: TCP's reset"),
+            );
+            super::sndbuf::reset(self.tcp_fd);
+        }
     }
 
     /// The end of [`Self::process`], after its completions: the
@@ -594,7 +653,9 @@ impl XSocket {
                         st.arrivals += 1;
                     }
                     st.peer_closed = true;
-                    if let Some(e) = self.qp.socket_error() {
+                    let reset = self.qp.socket_error();
+                    st.fin = reset.is_none() && st.error.is_none();
+                    if let Some(e) = reset {
                         // Linux reports a reset once (ECONNRESET), then EPIPE
                         // to later sends: when the engine's send of a credit
                         // met it first, the program still sees the reset.
@@ -611,6 +672,25 @@ impl XSocket {
                             n => n,
                         };
                         self.fail(st, errno, format!("connection lost ({reason}): {e}"));
+                    } else if st.aio.sends_queued() {
+                        // Bytes our send calls returned for never left
+                        // (no credit came back before the peer's close):
+                        // TCP would have sent them, and the closed peer's
+                        // kernel answered with a reset — `EPIPE` in our
+                        // CLOSE_WAIT (`tcp_reset`: the peer's FIN is in,
+                        // ours not sent), else `ECONNRESET`. Before, they
+                        // were dropped with no error (diffuzz seed 104: a
+                        // send to a closing end).
+                        let errno = if !st.s.is_write_shut() {
+                            libc::EPIPE
+                        } else {
+                            libc::ECONNRESET
+                        };
+                        self.fail(
+                            st,
+                            errno,
+                            format!("the peer closed ({reason}) before our queued bytes left: TCP's reset"),
+                        );
                     }
                 }
                 _ => {}
@@ -865,6 +945,20 @@ impl XSocket {
         self.lock().error.clone()
     }
 
+    /// Whether TCP's socket would be CLOSED by now, after a round of
+    /// progress (so that the peer's end is seen): the connection failed
+    /// (a reset, a Terminate, a timeout: `tcp_done`), or both ways ended,
+    /// this end's `SHUT_WR` and the peer's end of stream or close (TCP's
+    /// FIN_WAIT2 or LAST_ACK, then CLOSE). `getpeername` and `shutdown`
+    /// then fail with `ENOTCONN` (Linux's `inet_getname`,
+    /// `inet_shutdown`); before, after the peer's close alone (TCP's
+    /// CLOSE_WAIT), they still work.
+    pub fn tcp_closed(&self) -> bool {
+        let mut st = self.lock();
+        self.drive_now(&mut st);
+        st.tcp_closed()
+    }
+
     // ------------------------------------------------------------------
     // Shutdown and close.
 
@@ -884,6 +978,12 @@ impl XSocket {
         if write {
             super::rio::shut_write(self, &mut st);
             self.flush(&mut st);
+        }
+        if st.shut_rd && st.s.is_write_shut() && st.shut_both_at.is_none() {
+            // What arrived before the call was received before it: taken
+            // in first, not counted as after.
+            self.drive_now(&mut st);
+            Self::shut_both(&mut st);
         }
         self.wake(&st);
     }

@@ -351,6 +351,18 @@ impl XSocket {
             || !st.established
             || st.aio.in_flight()
             || !st.maps.is_empty()
+            || Self::shut_watch(st)
+    }
+
+    /// A socket shut both ways whose peer may still send: its bytes reset
+    /// the connection at once, as TCP's kernel does with no call
+    /// ([`XSocket::shut_both`]), so the sender learns it. Not once the
+    /// peer ended its stream or closed (nothing more can come: the
+    /// engine's socket, readable at its end for good, would wake the
+    /// progress thread every round) or the connection failed.
+    #[inline]
+    fn shut_watch(st: &State) -> bool {
+        st.shut_both_at.is_some() && st.error.is_none() && !st.s.eof() && !st.peer_closed
     }
 
     /// Whether the program may wait on the socket's descriptor in a call

@@ -165,7 +165,7 @@ impl XSocket {
             // then `sk_err`, then this end's own `SHUT_RD` — a reset after
             // `shutdown(SHUT_RD)` is `ECONNRESET` to the read (review 58's
             // fuzzer, seed 12: it read 0, the error left pending).
-            if st.s.eof() {
+            if st.s.eof() || st.fin {
                 return (st, Ok((got, false)));
             }
             if let Some(e) = Self::dead(&st) {
