@@ -20,7 +20,7 @@ use libc::{
 
 use crate::shim::fdtable::{self, MANAGED};
 use crate::shim::guard::{busy, enter};
-use crate::shim::socket::{Adoption, Kind, SockOpt, Socket};
+use crate::shim::socket::{Adoption, Kind, PeerName, SockOpt, Socket};
 use crate::shim::sys::{self, set_errno};
 use crate::shim::{epollcarry, reactor, real};
 
@@ -552,10 +552,17 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut s
 /// Interposed `getpeername(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    let ours = managed(fd).map(|s| enter(PeerName::Kernel, || s.peer_name()));
+    if let Some(PeerName::Closed) = ours {
+        // Linux's `inet_getname` answers for TCP's CLOSE before it looks
+        // at the caller's buffer.
+        set_errno(libc::ENOTCONN);
+        return -1;
+    }
     // SAFETY: forwarding the caller's arguments.
     let r = with_name_fd(fd, |fd| unsafe { real::getpeername(fd, addr, len) });
     if r < 0 && sys::errno() == libc::ENOTCONN {
-        if let Some(peer) = managed(fd).and_then(|s| s.peer_while_connected()) {
+        if let Some(PeerName::Connected(peer)) = ours {
             // After the peer's close, TCP's CLOSE_WAIT: still the peer's
             // name (review 58: `ENOTCONN`, a server's log line at the end
             // of a connection failed).

@@ -311,14 +311,25 @@ pub(crate) trait Socket: Send + Sync {
         None
     }
 
-    /// The peer's address where the kernel socket no longer has one
-    /// (`getpeername`'s `ENOTCONN`) but the program's connection still
-    /// is connected: a DDP socket's engine ends its TCP connection at the
-    /// peer's close, TCP's CLOSE_WAIT to the program. `None`: the kernel's
-    /// answer stands.
-    fn peer_while_connected(&self) -> Option<SocketAddr> {
-        None
+    /// What `getpeername` answers where the kernel socket does not know
+    /// the program's connection: a DDP socket's engine ends its TCP
+    /// connection at the peer's close (TCP's CLOSE_WAIT to the program:
+    /// still connected), and keeps it after both ends shut their streams
+    /// (TCP's CLOSE: `ENOTCONN`).
+    fn peer_name(&self) -> PeerName {
+        PeerName::Kernel
     }
+}
+
+/// [`Socket::peer_name`]'s answer.
+pub(crate) enum PeerName {
+    /// The kernel socket's answer stands.
+    Kernel,
+    /// Connected to this peer, whatever the kernel socket says.
+    Connected(SocketAddr),
+    /// Not connected any more (`ENOTCONN`), whatever the kernel socket
+    /// says.
+    Closed,
 }
 
 /// A kind of managed socket: adoption and life-cycle hooks.

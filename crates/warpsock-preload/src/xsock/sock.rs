@@ -34,7 +34,7 @@ use warpsock_xsock::io::{Readiness, XSocket};
 
 use super::follow::Follow;
 use crate::shim::doorbell::Doorbell;
-use crate::shim::socket::{Socket, Wait, WAIT_READABLE};
+use crate::shim::socket::{PeerName, Socket, Wait, WAIT_READABLE};
 use crate::shim::sys::{self, errno, set_errno};
 use crate::shim::{fdtable, real};
 use crate::shim::{reactor, sigio};
@@ -448,8 +448,12 @@ impl Socket for DdpSock {
         dead_end(self.nonblocking())
     }
 
-    fn peer_while_connected(&self) -> Option<std::net::SocketAddr> {
-        (!self.x.readiness_now().hup).then(|| self.x.peer_addr())
+    fn peer_name(&self) -> PeerName {
+        if self.x.tcp_closed() {
+            PeerName::Closed
+        } else {
+            PeerName::Connected(self.x.peer_addr())
+        }
     }
 
     fn managed_target(&self) -> Option<c_int> {
@@ -644,6 +648,10 @@ impl Socket for DdpSock {
                 return -1;
             }
         };
+        // TCP's CLOSE answers `ENOTCONN`, its shutdown still taken
+        // (Linux's `inet_shutdown` sets `sk_shutdown` before it returns
+        // the error; a later poll shows `POLLHUP`).
+        let closed = self.x.tcp_closed();
         self.x.shutdown(rd, wr);
         if wr {
             // A send now fails at once (`EPIPE`), and TCP's poll reports
@@ -661,6 +669,10 @@ impl Socket for DdpSock {
             }
         }
         self.x.show_after_round(|r| self.reflect(r));
+        if closed {
+            set_errno(libc::ENOTCONN);
+            return -1;
+        }
         0
     }
 
