@@ -103,9 +103,6 @@ fn general(
     // (program's index, index in `ext`) of sockets waited on for room.
     let mut outs: SmallVec<[(usize, usize); 2]> = SmallVec::new();
     for (i, p) in fds.iter().enumerate() {
-        if p.events & (INPUT | libc::POLLOUT) == 0 {
-            continue;
-        }
         let Some(s) = fdtable::get(p.fd) else {
             continue;
         };
@@ -120,7 +117,13 @@ fn general(
                 });
             }
         }
-        if p.events & INPUT == 0 {
+        // Input, or no event but those every poll gets (`POLLERR`,
+        // `POLLHUP`: a poll for the connection's failure or end alone,
+        // `events` 0 or `POLLERR`): the socket is driven for it, as for
+        // input. Before, such a poll went to the doorbell alone, which
+        // nothing drove while the progress thread's watch was off: a reset
+        // showed only at the program's next call (diffuzz seed 292).
+        if p.events & INPUT == 0 && p.events & libc::POLLOUT != 0 {
             continue;
         }
         if let Some(w) = s.wait_begin() {
@@ -354,7 +357,8 @@ pub(super) fn remaining(
     }))
 }
 
-/// Whether any of `fds` is a managed socket waited on for input or room.
+/// Whether any of `fds` is a managed socket (waited on for input, room,
+/// or only what every poll gets: `POLLERR`, `POLLHUP`).
 fn polls_managed(fds: *const libc::pollfd, n: libc::nfds_t) -> bool {
     if fds.is_null() || n == 0 || busy() {
         return false;
@@ -362,7 +366,7 @@ fn polls_managed(fds: *const libc::pollfd, n: libc::nfds_t) -> bool {
     // SAFETY: the caller's array of `n` pollfds.
     unsafe { std::slice::from_raw_parts(fds, n as usize) }
         .iter()
-        .any(|p| p.events & (INPUT | libc::POLLOUT) != 0 && fdtable::maybe_managed(p.fd))
+        .any(|p| fdtable::maybe_managed(p.fd))
 }
 
 /// `poll(2)`'s timeout for `left`: whole milliseconds, rounded up from

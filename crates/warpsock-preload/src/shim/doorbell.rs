@@ -318,9 +318,27 @@ impl Doorbell {
 
     /// The socket is finished both ways: the program's end reports
     /// `POLLHUP` (and `POLLIN`, `POLLRDHUP`).
+    ///
+    /// A byte from the program's end is left unread in the library's end
+    /// first: a failure after the hang-up (a reset drawn by bytes that
+    /// came after a `shutdown(SHUT_RDWR)`) still shows `POLLERR` through
+    /// [`Self::fail`]'s release, which needs an unread byte there and can
+    /// no longer send one (the library's end is shut for reading). A
+    /// release without a failure — the library's end closed after the
+    /// program's ([`Drop`]) — reaches no program descriptor.
     pub(crate) fn hang_up(&self) {
-        // SAFETY: shutting down our own socket.
-        unsafe { real::shutdown(self.tx, libc::SHUT_RDWR) };
+        // SAFETY: a one-byte write to our own nonblocking socket (it may
+        // fail: the peer shut already, or a write gate's filler fills
+        // the buffer, which is unread too); shutting down our own socket.
+        unsafe {
+            sys::send_raw(
+                self.app,
+                b"!".as_ptr(),
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            );
+            real::shutdown(self.tx, libc::SHUT_RDWR);
+        }
     }
 
     /// The connection failed, its error pending: the program's end reports

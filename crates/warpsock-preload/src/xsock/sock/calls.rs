@@ -64,15 +64,35 @@ impl DdpSock {
         } else {
             flags | libc::MSG_DONTWAIT
         };
+        let f = RecvFlags {
+            peek: false,
+            nonblocking: self.nonblocking_for(more),
+            waitall,
+        };
         while taken < len {
             let want = (len - taken).min(DISCARD_CHUNK);
-            let k = self.recv_bufs(&mut [&mut scratch[..want]], more, &mut eor);
-            if k <= 0 {
-                // An error or the end after some bytes: those bytes (the
-                // error stays for the next call, as TCP's does).
-                break;
+            // Not through `recv_done`, which takes a failure's error: an
+            // error or the end after some bytes ends the call with those
+            // bytes, the error left pending for the next call, as TCP's
+            // `sk_err` (`tcp_recvmsg` returns what it copied; diffuzz
+            // seed 296: `POLLERR` was gone after such a drain).
+            let (r, ready) =
+                self.x
+                    .recv_vectored_ready(&mut [&mut scratch[..want]], f, self.rcvtimeo.get());
+            match r {
+                Ok((k, _)) if k > 0 => {
+                    self.reflect(ready);
+                    taken += k;
+                }
+                _ if ready.readable => {
+                    self.reflect_polled();
+                    break;
+                }
+                _ => {
+                    self.reflect(ready);
+                    break;
+                }
             }
-            taken += k as usize;
         }
         taken as isize
     }
