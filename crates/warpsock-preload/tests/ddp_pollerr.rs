@@ -54,3 +54,17 @@ fn select_after_a_reset_as_tcps() {
 fn a_send_after_the_shutdown_reports_the_pending_reset() {
     same("sendshut");
 }
+
+/// A `poll` asking for `POLLERR` alone sees the reset, as TCP's; one
+/// asking for nothing after the peer's close waits its time out without
+/// spinning (`pollnonefin` checks the CPU it took: it fails where the
+/// engine's socket, readable for good after the FIN, is polled). That such
+/// a poll is driven at all is `ddp_diffuzz`'s seeds 292 and 295: here a
+/// progress round made for an earlier poll's lapsing stand-in may take the
+/// reset in first.
+#[test]
+fn a_poll_for_the_end_alone_sees_the_reset_and_does_not_spin() {
+    same("pollnone");
+    same("pollnoneasleep");
+    same("pollnonefin");
+}

@@ -696,6 +696,16 @@ impl Stream {
         self.tx_flags & Self::EOF_QUEUED != 0
     }
 
+    /// Whether our end of stream left (handed to the carrier: queued, and
+    /// no longer waiting in the output for a credit).
+    pub fn eof_sent(&self) -> bool {
+        self.tx_flags & Self::EOF_QUEUED != 0
+            && !self
+                .out
+                .iter()
+                .any(|b| matches!(b, Body::Eof | Body::Closed))
+    }
+
     /// Whether messages wait for credits (or for [`Self::poll_msg`]).
     pub fn has_output(&self) -> bool {
         !self.out.is_empty()

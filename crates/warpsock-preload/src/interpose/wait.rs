@@ -119,11 +119,12 @@ fn general(
         }
         // Input, or no event but those every poll gets (`POLLERR`,
         // `POLLHUP`: a poll for the connection's failure or end alone,
-        // `events` 0 or `POLLERR`): the socket is driven for it, as for
-        // input. Before, such a poll went to the doorbell alone, which
-        // nothing drove while the progress thread's watch was off: a reset
-        // showed only at the program's next call (diffuzz seed 292).
-        if p.events & INPUT == 0 && p.events & libc::POLLOUT != 0 {
+        // `events` 0 or `POLLERR`) where the socket asks for it
+        // (`Socket::watch_for_end`): driven as for input. Before, such a
+        // poll went to the doorbell alone, which nothing drove while the
+        // progress thread's watch was off: a reset showed only at the
+        // program's next call (diffuzz seed 292).
+        if p.events & INPUT == 0 && (p.events & libc::POLLOUT != 0 || !s.watch_for_end()) {
             continue;
         }
         if let Some(w) = s.wait_begin() {
@@ -310,8 +311,11 @@ fn among(
     }
     let mut at = None;
     for (i, p) in fds.iter().enumerate() {
-        if p.events & (libc::POLLIN | libc::POLLOUT) != 0 && fdtable::maybe_managed(p.fd) {
-            if at.is_some() || p.events & libc::POLLOUT != 0 {
+        if fdtable::maybe_managed(p.fd) {
+            // A second managed socket, one waited on for room, or one
+            // waited on for its end alone (`general` may drive it): the
+            // general path.
+            if at.is_some() || p.events & (libc::POLLIN | libc::POLLOUT) != libc::POLLIN {
                 return None;
             }
             at = Some(i);

@@ -319,6 +319,16 @@ pub(crate) trait Socket: Send + Sync {
     fn peer_name(&self) -> PeerName {
         PeerName::Kernel
     }
+
+    /// Whether a `poll` that asks for neither input nor room — only what
+    /// every poll gets, `POLLERR` and `POLLHUP` (`events` 0, or
+    /// `POLLERR`) — drives this socket ([`Self::wait_begin`]): a failure
+    /// may still come that only a round of progress takes in. Not where
+    /// the extra descriptors would stay ready with nothing to show (the
+    /// poll would spin), nor for a kind whose wait does more than watch.
+    fn watch_for_end(&self) -> bool {
+        false
+    }
 }
 
 /// [`Socket::peer_name`]'s answer.

@@ -448,6 +448,14 @@ impl Socket for DdpSock {
         dead_end(self.nonblocking())
     }
 
+    fn watch_for_end(&self) -> bool {
+        // Once the engine read the peer's FIN its socket is readable for
+        // good, and a poll asking for no input would wake for it again and
+        // again with nothing to show (helper 61's review): nothing but the
+        // program's own calls can fail the connection then.
+        !self.x.read_closed()
+    }
+
     fn peer_name(&self) -> PeerName {
         if self.x.tcp_closed() {
             PeerName::Closed

@@ -30,11 +30,20 @@
  *             after it EPIPE
  *   pollasleep, epolletasleep  poll, epollet with the reset made by
  *             another thread once this one sleeps in the wait
- *             (/proc/self/task/TID/syscall): the wake-up itself shows it */
+ *             (/proc/self/task/TID/syscall): the wake-up itself shows it
+ *   pollnone, pollnoneasleep  a poll asking POLLERR alone waits for the
+ *             reset (it went to the doorbell alone, which nothing drove:
+ *             a DDP socket timed out; diffuzz seed 292)
+ *   pollnonefin  the peer closes (TCP's CLOSE_WAIT here, this end reads
+ *             0); a poll asking nothing (events 0) waits its 300 ms out
+ *             and shows nothing, without spinning (CPU under half the
+ *             wall time: a DDP socket's engine socket, readable for good
+ *             after the FIN, woke it again and again; helper 61) */
 #include "ddppair.h"
 
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 
 static int plain;
 
@@ -244,6 +253,36 @@ int main(int argc, char **argv) {
         epoll_now(ep, 0, "taken");
         poll_now(c, "taken poll");
         close(ep);
+    } else if (!strcmp(cs, "pollnone") || !strcmp(cs, "pollnoneasleep")) {
+        int joined = reset_soon(s, asleep, &t);
+        struct pollfd p = {c, POLLERR, 0};
+        CHECK(poll(&p, 1, 10000) == 1);
+        bits("wait", p.revents);
+        if (joined) CHECK(pthread_join(t, NULL) == 0);
+        so_error(c);
+    } else if (!strcmp(cs, "pollnonefin")) {
+        CHECK(close(s) == 0);
+        struct pollfd p = {c, POLLIN, 0};
+        CHECK(poll(&p, 1, 10000) == 1);
+        char b[8];
+        CHECK(recv(c, b, sizeof b, 0) == 0);
+        struct rusage u0, u1;
+        struct timespec t0, t1;
+        CHECK(getrusage(RUSAGE_THREAD, &u0) == 0);
+        CHECK(clock_gettime(CLOCK_MONOTONIC, &t0) == 0);
+        p.events = 0;
+        int n = poll(&p, 1, 300);
+        CHECK(clock_gettime(CLOCK_MONOTONIC, &t1) == 0);
+        CHECK(getrusage(RUSAGE_THREAD, &u1) == 0);
+        printf("poll nothing after the close: %d\n", n);
+        bits("shows", p.revents);
+        double wall = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        double cpu = (double)(u1.ru_utime.tv_sec - u0.ru_utime.tv_sec) +
+                     (double)(u1.ru_utime.tv_usec - u0.ru_utime.tv_usec) / 1e6 +
+                     (double)(u1.ru_stime.tv_sec - u0.ru_stime.tv_sec) +
+                     (double)(u1.ru_stime.tv_usec - u0.ru_stime.tv_usec) / 1e6;
+        fprintf(stderr, "pollnonefin: %.3f s CPU in %.3f s\n", cpu, wall);
+        CHECK(cpu < wall / 2);
     } else if (!strcmp(cs, "select")) {
         reset_by(s);
         sets_now(c, 10000, 1, "wait");

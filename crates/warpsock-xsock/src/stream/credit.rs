@@ -313,11 +313,7 @@ impl Stream {
     /// Cold: asked only at one credit with a message queued.
     #[cold]
     fn asks_after_own_eof(&self) -> bool {
-        self.tx_flags & Self::EOF_QUEUED != 0
-            && !self
-                .out
-                .iter()
-                .any(|b| matches!(b, Body::Eof | Body::Closed))
+        self.eof_sent()
     }
 
     /// [`Self::credit_due`] with `unreturned` slots returnable, `trigger`

@@ -17,10 +17,12 @@ impl State {
         self.error.is_some() || self.streams_ended()
     }
 
-    /// Both streams ended: this end's `SHUT_WR`, and the peer's end of
-    /// stream or close.
+    /// Both streams ended: this end's end of stream left (TCP's FIN sent:
+    /// not one still waiting for a credit, behind buffered bytes, which
+    /// TCP's LAST_ACK or FIN_WAIT would be; helper 61's review), and the
+    /// peer's end of stream or close came.
     pub(crate) fn streams_ended(&self) -> bool {
-        self.s.is_write_shut() && (self.s.eof() || self.peer_closed)
+        self.s.eof_sent() && (self.s.eof() || self.peer_closed)
     }
 }
 
