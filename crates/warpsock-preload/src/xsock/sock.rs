@@ -647,41 +647,7 @@ impl Socket for DdpSock {
     }
 
     fn shutdown(&self, how: c_int) -> c_int {
-        let (rd, wr) = match how {
-            libc::SHUT_RD => (true, false),
-            libc::SHUT_WR => (false, true),
-            libc::SHUT_RDWR => (true, true),
-            _ => {
-                set_errno(libc::EINVAL);
-                return -1;
-            }
-        };
-        // TCP's CLOSE answers `ENOTCONN`, its shutdown still taken
-        // (Linux's `inet_shutdown` sets `sk_shutdown` before it returns
-        // the error; a later poll shows `POLLHUP`).
-        let closed = self.x.tcp_closed();
-        self.x.shutdown(rd, wr);
-        if wr {
-            // A send now fails at once (`EPIPE`), and TCP's poll reports
-            // `POLLOUT` from here on: a gate shut by an earlier `EAGAIN`
-            // opens (no writable look would ever open it: writability
-            // follows credits, which a shut end no longer spends), and
-            // the wait for writability ends with it (review r21-send
-            // item 2: left on, the progress thread woke for every arrival
-            // of the connection's life).
-            let mut g = self.inner.lock();
-            g.write_shut = true;
-            if g.write_gated {
-                super::follow::Bell::set_writable(self, true);
-                g.write_gated = false;
-            }
-        }
-        self.x.show_after_round(|r| self.reflect(r));
-        if closed {
-            set_errno(libc::ENOTCONN);
-            return -1;
-        }
-        0
+        self.shutdown_call(how)
     }
 
     fn direct_watch(&self) -> Option<c_int> {

@@ -1,7 +1,8 @@
 //! A DDP-mode socket's data calls as the interposed entry points make
 //! them: the receive (a quiet socket's spin, else the full call), the
 //! send, and how their errors and readiness reach the program (errno,
-//! `SO_ERROR`, the doorbell's bells). The socket itself: `xsock/sock.rs`.
+//! `SO_ERROR`, the doorbell's bells), and `shutdown`. The socket itself:
+//! `xsock/sock.rs`.
 
 use std::sync::atomic::Ordering;
 
@@ -414,6 +415,45 @@ impl DdpSock {
         } else {
             0
         }
+    }
+
+    /// `shutdown(2)` ([`Socket::shutdown`]).
+    pub(super) fn shutdown_call(&self, how: c_int) -> c_int {
+        let (rd, wr) = match how {
+            libc::SHUT_RD => (true, false),
+            libc::SHUT_WR => (false, true),
+            libc::SHUT_RDWR => (true, true),
+            _ => {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
+        };
+        // TCP's CLOSE answers `ENOTCONN`, its shutdown still taken
+        // (Linux's `inet_shutdown` sets `sk_shutdown` before it returns
+        // the error; a later poll shows `POLLHUP`).
+        let closed = self.x.tcp_closed();
+        self.x.shutdown(rd, wr);
+        if wr {
+            // A send now fails at once (`EPIPE`), and TCP's poll reports
+            // `POLLOUT` from here on: a gate shut by an earlier `EAGAIN`
+            // opens (no writable look would ever open it: writability
+            // follows credits, which a shut end no longer spends), and
+            // the wait for writability ends with it (review r21-send
+            // item 2: left on, the progress thread woke for every arrival
+            // of the connection's life).
+            let mut g = self.inner.lock();
+            g.write_shut = true;
+            if g.write_gated {
+                crate::xsock::follow::Bell::set_writable(self, true);
+                g.write_gated = false;
+            }
+        }
+        self.x.show_after_round(|r| self.reflect(r));
+        if closed {
+            set_errno(libc::ENOTCONN);
+            return -1;
+        }
+        0
     }
 
     pub(super) fn fail(e: &std::io::Error) -> isize {
