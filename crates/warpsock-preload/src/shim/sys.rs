@@ -729,6 +729,21 @@ pub(crate) fn timespec(d: std::time::Duration) -> libc::timespec {
     rawsys::timespec(d)
 }
 
+/// `shutdown(2)`'s `how` as the ways it shuts (read, write); `None`, with
+/// errno `EINVAL`, for any other value (Linux's `inet_shutdown` checks it
+/// before the socket's state).
+pub(crate) fn shutdown_ways(how: c_int) -> Option<(bool, bool)> {
+    match how {
+        libc::SHUT_RD => Some((true, false)),
+        libc::SHUT_WR => Some((false, true)),
+        libc::SHUT_RDWR => Some((true, true)),
+        _ => {
+            set_errno(libc::EINVAL);
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

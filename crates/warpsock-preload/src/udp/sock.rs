@@ -387,14 +387,8 @@ impl Sock {
     /// As on a kernel UDP socket: after `SHUT_WR` sends fail with EPIPE
     /// (without SIGPIPE), after `SHUT_RD` receives return 0 at once.
     pub(crate) fn shutdown(&self, how: c_int) -> c_int {
-        let (rd, wr) = match how {
-            libc::SHUT_RD => (true, false),
-            libc::SHUT_WR => (false, true),
-            libc::SHUT_RDWR => (true, true),
-            _ => {
-                set_errno(libc::EINVAL);
-                return -1;
-            }
+        let Some((rd, wr)) = sys::shutdown_ways(how) else {
+            return -1;
         };
         if rd {
             self.shut_rd.store(true, Ordering::Relaxed);

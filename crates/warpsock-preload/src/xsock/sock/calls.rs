@@ -11,7 +11,7 @@ use warpsock_xsock::io::{Readiness, RecvFlags, Spun};
 
 use super::{close, DdpSock};
 use crate::shim::socket::{WAIT_FAILED, WAIT_HUNG_UP, WAIT_READABLE};
-use crate::shim::sys::set_errno;
+use crate::shim::sys::{set_errno, shutdown_ways};
 
 /// Lock-free `EAGAIN`s of quiet sockets ([`DdpSock::recv_spin`]),
 /// counted in builds with the test hooks only (`ddp_quiet_eagains`): the
@@ -419,14 +419,8 @@ impl DdpSock {
 
     /// `shutdown(2)` ([`Socket::shutdown`]).
     pub(super) fn shutdown_call(&self, how: c_int) -> c_int {
-        let (rd, wr) = match how {
-            libc::SHUT_RD => (true, false),
-            libc::SHUT_WR => (false, true),
-            libc::SHUT_RDWR => (true, true),
-            _ => {
-                set_errno(libc::EINVAL);
-                return -1;
-            }
+        let Some((rd, wr)) = shutdown_ways(how) else {
+            return -1;
         };
         // TCP's CLOSE answers `ENOTCONN`, its shutdown still taken
         // (Linux's `inet_shutdown` sets `sk_shutdown` before it returns
