@@ -155,6 +155,41 @@ fn the_end_of_stream_goes_behind_a_queued_asynchronous_send() {
     reader.join().unwrap();
 }
 
+/// `shutdown(SHUT_RDWR)` with an asynchronous send still queued behind a
+/// full window (its end of stream waits behind it): the end is shut both
+/// ways at once, as TCP's FIN_WAIT1 with `RCV_SHUTDOWN` (its FIN queued
+/// behind unsent bytes), so bytes the peer sends now reset the
+/// connection (Linux's `tcp_rcv_state_process`; RFC 2525 §2.17), and the
+/// queued send completes with the reset. Fails with the "shut both ways"
+/// point set only once the end of stream left (helper 61's review): the
+/// bytes were taken in, unread, and nothing reset.
+#[test]
+fn bytes_after_a_shutdown_both_ways_behind_a_queued_send_reset() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &unbuffered());
+    fill_window(&xa);
+    let one = pattern(3000, 8);
+    #[allow(unsafe_code)]
+    // SAFETY: `one` lives until the completion is collected below.
+    unsafe {
+        xa.aio_send(one.as_ptr(), one.len(), 1).unwrap();
+    }
+    assert_eq!(xa.aio_pending(), 1, "waits for credits");
+    xa.shutdown(true, true);
+    assert_eq!(xb.send(b"late", false, Some(LIMIT)).unwrap(), 4);
+    let t = Instant::now();
+    while xa.error().is_none() {
+        assert!(t.elapsed() < LIMIT, "no reset: the bytes were taken in");
+        xa.progress();
+        std::thread::yield_now();
+    }
+    let (errno, what) = xa.error().unwrap();
+    assert_eq!(errno, libc::ECONNRESET, "{what}");
+    assert!(what.contains("after this end shut both ways"), "{what}");
+    let done = send_completions(&xa, 1);
+    assert_eq!((done[0].cookie, done[0].result), (1, Err(libc::ECONNRESET)));
+}
+
 /// An orderly close after an asynchronous send still queued behind a full
 /// window waits for its bytes, then sends the end of stream after them.
 #[test]

@@ -200,6 +200,42 @@ fn unread_counts_the_peers_bytes_not_its_credit_returns() {
     assert!(!xa.unread(), "read");
 }
 
+/// A program's close as the preload begins it (`close_begin_or_reset`:
+/// the unread look and the begin under one take of the lock): with the
+/// peer's bytes unread, a reset — B reads `ECONNRESET` once A's socket is
+/// dropped, never a clean end; with none, the orderly close, B reading
+/// A's end of stream.
+#[test]
+fn a_close_with_bytes_unread_begins_as_a_reset() {
+    use std::time::Instant;
+    use warpsock_xsock::io::{Begun, Phase};
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &window());
+    drop((a, b));
+    assert_eq!(xb.send(b"unread!!", false, SHORT).unwrap(), 8);
+    input_waits(&xa);
+    let begun = xa.close_begin_or_reset(LIMIT, Instant::now());
+    assert!(matches!(begun, Begun::Reset), "{begun:?}");
+    drop(xa);
+    let mut buf = [0u8; 8];
+    let e = xb.recv(&mut buf, RecvFlags::default(), SHORT).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+
+    let (c, d) = tcp_pair();
+    let (xc, xd) = switch_both(&c, &d, &window());
+    drop((c, d));
+    let Begun::Orderly(mut cl) = xc.close_begin_or_reset(LIMIT, Instant::now()) else {
+        panic!("nothing unread: an orderly close");
+    };
+    let t = Instant::now();
+    while xc.close_step(&mut cl, Instant::now()) == Phase::Sending {
+        assert!(t.elapsed() < LIMIT, "C's end of stream left");
+    }
+    let (k, _) = xd.recv(&mut buf, RecvFlags::default(), SHORT).unwrap();
+    assert_eq!(k, 0, "C's end of stream");
+    xc.close_cut(&mut cl);
+}
+
 /// A stepped close waits for no input once the engine read the peer's
 /// FIN: the socket stays readable (EOF) for good, and a stepper that
 /// still asked for `POLLIN` woke at once every round, spinning until its

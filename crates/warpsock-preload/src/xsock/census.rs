@@ -12,7 +12,7 @@ use std::sync::{Arc, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, socklen_t};
-use warpsock_xsock::io::{Closing, ForkList, Phase};
+use warpsock_xsock::io::{Begun, Closing, ForkList, Phase};
 
 use super::reaper;
 use super::sock::{DdpSock, SOCKS, SOCKS_OWNER};
@@ -175,15 +175,14 @@ impl ExitCloses {
                         s.x.reset_now();
                         None
                     } else {
-                        match retry_for(linger, || s.x.try_unread()) {
-                            Some(true) => {
-                                s.x.reset_now();
-                                None
-                            }
-                            Some(false) => {
-                                retry_for(linger, || s.x.try_close_begin(linger, Instant::now()))
-                            }
-                            None => None,
+                        // The unread look and the begin in one take of
+                        // the lock (`close_begin_or_reset`): a reset
+                        // leaves no close to step.
+                        match retry_for(linger, || {
+                            s.x.try_close_begin_or_reset(linger, Instant::now())
+                        }) {
+                            Some(Begun::Orderly(c)) => Some(c),
+                            Some(Begun::Reset) | None => None,
                         }
                     };
                     (s, c, None)

@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use libc::c_int;
 use warpsock_engine::fds;
-use warpsock_xsock::io::{Closing, Phase, XSocket};
+use warpsock_xsock::io::{Begun, Closing, Phase, XSocket};
 
 use super::config;
 use super::linger::{spawn_reaper, CLOSING};
@@ -759,13 +759,14 @@ impl Reaper {
                     if h.c.is_some() {
                         // Begun by its `close` (`SO_LINGER` N): stepped
                         // on below.
-                    } else if h.counted && h.x.unread() {
-                        // Received bytes left unread: a reset, as Linux's
-                        // close (`XSocket::unread`), its socket dropped.
-                        h.x.reset_now();
-                        h.uncount();
                     } else if h.counted {
-                        h.c = Some(h.x.close_begin(linger, now));
+                        match h.x.close_begin_or_reset(linger, now) {
+                            Begun::Orderly(c) => h.c = Some(c),
+                            // Received bytes left unread: a reset, as
+                            // Linux's close (`XSocket::unread`), its
+                            // socket dropped.
+                            Begun::Reset => h.uncount(),
+                        }
                     }
                     h.key = next_key;
                     next_key += 1;

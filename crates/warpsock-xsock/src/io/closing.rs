@@ -30,6 +30,16 @@ pub enum Phase {
     Done,
 }
 
+/// How a program's close began ([`XSocket::close_begin_or_reset`]).
+#[derive(Debug)]
+pub enum Begun {
+    /// The orderly close, to step ([`XSocket::close_step`]).
+    Orderly(Closing),
+    /// Received bytes were left unread: the connection resets as the
+    /// socket drops (its `SO_LINGER` is 0 now).
+    Reset,
+}
+
 /// An orderly close made in steps ([`XSocket::close_step`]).
 #[derive(Debug)]
 pub struct Closing {
@@ -222,13 +232,6 @@ impl XSocket {
         !st.streams_ended() && st.residue.len() - st.residue_off + st.s.readable() > 0
     }
 
-    /// [`Self::unread`] if the socket's lock is free now, else `None` (one
-    /// try: the caller retries, a bounded while — an exit, whose own
-    /// thread or another stopped one may hold it for good).
-    pub fn try_unread(&self) -> Option<bool> {
-        Some(self.unread_locked(&mut self.try_lock_now()?))
-    }
-
     /// The low bit of a driver's wait's owner word
     /// ([`warpsock_engine::asleep::owned`]), set for a send call's wait;
     /// the rest is the socket's [`Self::wait_word`] (every driver's wait).
@@ -298,11 +301,40 @@ impl XSocket {
         self.begin_locked(&mut st, linger, now)
     }
 
-    /// [`Self::close_begin`] if the socket's lock is free now, else `None`
-    /// (as [`Self::try_unread`]).
-    pub fn try_close_begin(&self, linger: Duration, now: Instant) -> Option<Closing> {
-        let mut st = self.try_lock_now()?;
-        Some(self.begin_locked(&mut st, linger, now))
+    /// A program's close as Linux's `tcp_close` makes it: a reset if
+    /// received bytes are unread ([`Self::unread`]; `SO_LINGER` 0 is set,
+    /// so the socket's drop resets the connection), else the orderly
+    /// close begun ([`Self::close_begin`]). One look under one take of the
+    /// socket's lock: bytes that arrive after it come after the close's
+    /// "shut both ways" point and reset the connection
+    /// (`XSocket::data_after_shutdown`). Two takes — the look, then the
+    /// begin — let a round between them (the progress thread's) take in
+    /// bytes that were then neither read nor answered with a reset
+    /// (helper 61's review).
+    pub fn close_begin_or_reset(&self, linger: Duration, now: Instant) -> Begun {
+        self.begin_or_reset(&mut self.lock(), linger, now)
+    }
+
+    /// [`Self::close_begin_or_reset`] if the socket's lock is free now,
+    /// else `None` and nothing done (one try: the caller retries, a
+    /// bounded while — an exit, whose own thread or another stopped one
+    /// may hold it for good).
+    pub fn try_close_begin_or_reset(&self, linger: Duration, now: Instant) -> Option<Begun> {
+        Some(self.begin_or_reset(&mut self.try_lock_now()?, linger, now))
+    }
+
+    fn begin_or_reset(
+        &self,
+        st: &mut MutexGuard<'_, State>,
+        linger: Duration,
+        now: Instant,
+    ) -> Begun {
+        if self.unread_locked(st) {
+            reset(self.tcp_fd);
+            Begun::Reset
+        } else {
+            Begun::Orderly(self.begin_locked(st, linger, now))
+        }
     }
 
     /// One non-blocking step of a close ([`Self::close_begin`]): a round
@@ -316,7 +348,7 @@ impl XSocket {
     }
 
     /// [`Self::close_step`] if the socket's lock is free now, else `None`
-    /// and no step (as [`Self::try_unread`]).
+    /// and no step (as [`Self::try_close_begin_or_reset`]).
     pub fn try_close_step(&self, c: &mut Closing, now: Instant) -> Option<Phase> {
         self.close_step_with(c, now, || self.try_lock_now())
     }
@@ -358,7 +390,7 @@ impl XSocket {
     }
 
     /// [`Self::close_cut`] if the socket's lock is free now, else `false`
-    /// and nothing done (as [`Self::try_unread`]).
+    /// and nothing done (as [`Self::try_close_begin_or_reset`]).
     pub fn try_close_cut(&self, c: &mut Closing) -> bool {
         self.close_cut_with(c, || self.try_lock_now())
     }

@@ -33,7 +33,7 @@ mod test_pair;
 mod wait;
 mod watch;
 
-pub use closing::{Closing, Phase};
+pub use closing::{Begun, Closing, Phase};
 pub use forklist::{ForkList, ForkLock};
 pub use handshake::{switch_fd, switch_fd_as, switch_fd_declinable, Commit, Failure};
 pub use quiet::Spun;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, socklen_t};
-use warpsock_xsock::io::{Closing, Phase, XSocket};
+use warpsock_xsock::io::{Begun, Closing, Phase, XSocket};
 
 use super::super::reaper::{self, Counted};
 use super::DdpSock;
@@ -290,7 +290,7 @@ const SEND_SLICE: Duration = Duration::from_millis(50);
 /// the close then returns 0 and the rest goes on in the background.
 ///
 /// Here the close begins and steps the orderly close itself (the
-/// reaper's [`Closing`] steps: [`XSocket::try_close_begin`],
+/// reaper's [`Closing`] steps: [`XSocket::try_close_begin_or_reset`],
 /// [`XSocket::try_close_step`]) until it is acknowledged
 /// ([`acknowledged`]) or `bound` passed, and returns it for the reaper to
 /// step on from there (the linger for the peer's FIN stays the reaper's):
@@ -355,15 +355,18 @@ fn linger_close(
         let l = unsafe { Box::from_raw(left) };
         reaper::hand_over(l.x, false, Some(l.c), Some(l.counted), pid);
     }
-    if exit_begun() || reactor::on_progress_thread() || x.try_unread() != Some(false) {
+    if exit_begun() || reactor::on_progress_thread() {
         return (x, None, counted, false);
     }
     let start = Instant::now();
     // Each phase's bound (without progress) is the program's linger if
     // longer than the library's: the close waits that long for a peer
     // that stopped reading, as Linux's, rather than give up (and reset)
-    // at `WARPSOCK_LINGER_MS`; the reaper keeps it.
-    let Some(c) = x.try_close_begin(config::get().linger.max(bound), start) else {
+    // at `WARPSOCK_LINGER_MS`; the reaper keeps it. A reset (bytes
+    // unread) is the reaper's to finish: it looks again, and finds them.
+    let Some(Begun::Orderly(c)) =
+        x.try_close_begin_or_reset(config::get().linger.max(bound), start)
+    else {
         return (x, None, counted, false);
     };
     let own = Boxed(Box::into_raw(Box::new(Lingering {

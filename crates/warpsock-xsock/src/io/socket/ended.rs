@@ -151,7 +151,12 @@ impl XSocket {
             crate::io::rio::shut_write(self, &mut st);
             self.flush(&mut st);
         }
-        if st.shut_rd && st.s.is_write_shut() && st.shut_both_at.is_none() {
+        // Shut both ways once both were asked, our end of stream still
+        // behind queued asynchronous sends or not (`rio::write_shut`):
+        // TCP's `SHUT_RDWR` with bytes unsent is FIN_WAIT1 with
+        // `RCV_SHUTDOWN` at once, its FIN queued behind them (helper 61's
+        // review: the point went unset, and bytes that came drew no reset).
+        if st.shut_rd && crate::io::rio::write_shut(&st) && st.shut_both_at.is_none() {
             // What arrived before the call was received before it: taken
             // in first, not counted as after.
             self.drive_now(&mut st);
