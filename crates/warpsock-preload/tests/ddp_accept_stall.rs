@@ -54,8 +54,10 @@ fn policy_server_with(
     fallback_ms: u32,
     mut cmd: std::process::Command,
 ) -> (Child, BufReader<std::process::ChildStdout>, u16) {
-    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-        .env("WARPSOCK_DDP_FALLBACK_MS", fallback_ms.to_string());
+    if !cmd.get_envs().any(|(k, _)| k == "WARPSOCK_DDP_ADDRS") {
+        cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32");
+    }
+    cmd.env("WARPSOCK_DDP_FALLBACK_MS", fallback_ms.to_string());
     spawn_ready(name, cmd)
 }
 
@@ -155,6 +157,90 @@ fn marked_then_silent_clients_do_not_stall_a_policy_servers_accepts() {
         t.write_all(b"MPA ID Req Fr").unwrap();
         t
     });
+}
+
+/// A TCP connection to the server's `port` from the loopback address
+/// `src`.
+fn connect_from(src: [u8; 4], port: u16) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let sa = |ip: [u8; 4], port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let (from, to) = (sa(src, 0), sa([127, 0, 0, 1], port));
+    let len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a new socket of ours, bound and connected with addresses
+    // from the stack, then owned by the stream.
+    unsafe {
+        let c = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(c >= 0);
+        assert_eq!(
+            libc::bind(c, (&from as *const libc::sockaddr_in).cast(), len),
+            0
+        );
+        assert_eq!(
+            libc::connect(c, (&to as *const libc::sockaddr_in).cast(), len),
+            0
+        );
+        TcpStream::from_raw_fd(c)
+    }
+}
+
+/// Slow-loris clients from one host (70 that mark their switch and then
+/// stall, each holding a switching place for up to the mark and Request
+/// timeouts, 20 s here) hold at most that host's share of the 64 places
+/// (48): the rest of them stay plain (`ddp_switch_peer_over`, 22), and a
+/// client from another address still finds a place — its connection is
+/// switched in the background, none left plain for want of a place
+/// (`ddp_switch_over` 0). Without the share the flood took all 64 places
+/// and every other client was left plain, a preloaded one after its own
+/// fallback wait.
+#[test]
+fn one_hosts_stalled_switches_leave_other_hosts_places() {
+    const HOSTILE: u64 = 70;
+    let mut cmd = command(&c_program("acceptstall"), &[], true);
+    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.0/8");
+    let (child, mut out, port) = policy_server_with("acceptstall", 10_000, cmd);
+    let hostile: Vec<TcpStream> = (0..HOSTILE)
+        .map(|_| {
+            let t = connect_from([127, 0, 0, 1], port);
+            mark(&t);
+            t
+        })
+        .collect();
+    // Accepted after every hostile one (the listener's queue is in
+    // order), and echoed: a plain client's bytes end its switch at once.
+    let mut t = connect_from([127, 0, 0, 2], port);
+    t.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    t.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    t.read_exact(&mut buf).expect("the echo");
+    assert_eq!(&buf, b"ping");
+    drop(hostile);
+    let mut q = connect_from([127, 0, 0, 3], port);
+    q.write_all(b"quit").unwrap();
+    let mut last = String::new();
+    let _ = out.read_line(&mut last);
+    let run = finish(child, Duration::from_secs(30));
+    assert!(
+        run.code == Some(0) && last.starts_with("accept_max_ms"),
+        "the server: {:?} {last:?} {}",
+        run.code,
+        run.stderr
+    );
+    assert_eq!(
+        (
+            run.stat("ddp_switch_peer_over"),
+            run.stat("ddp_switch_over")
+        ),
+        (HOSTILE - 48, 0),
+        "one host's stalled switches (share 48 of 64 places): {}",
+        run.stderr
+    );
 }
 
 /// Writes "ping" on `t` and reads the echo (an error, or the wrong bytes,

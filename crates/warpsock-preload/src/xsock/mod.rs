@@ -109,7 +109,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let s = format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_budget_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\nddp_switch_no_fds {}\nddp_epoll_direct {}\nddp_rx_looks {}\nddp_rounds_owed {}\nddp_tx_buffered {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_switch_peer_over {}\nddp_budget_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\nddp_switch_no_fds {}\nddp_epoll_direct {}\nddp_rx_looks {}\nddp_rounds_owed {}\nddp_tx_buffered {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -128,6 +128,7 @@ fn report() -> String {
         v(&reaper::CUT),
         v(&switching::STARTED),
         v(&switching::OVER),
+        v(&switching::PEER_OVER),
         v(&budget::OVER),
         v(&switching::DECLINES),
         v(&switching::HOLDS_LAPSED),
@@ -194,29 +195,6 @@ fn is_tcp(fd: c_int) -> bool {
     matches!(dom, Some(libc::AF_INET | libc::AF_INET6))
         && ty == Some(libc::SOCK_STREAM)
         && proto == Some(libc::IPPROTO_TCP)
-}
-
-fn peer_addr(fd: c_int) -> Option<SocketAddr> {
-    let mut ss: libc::sockaddr_storage = unsafe_zeroed();
-    let mut len = size_of::<libc::sockaddr_storage>() as socklen_t;
-    // SAFETY: getpeername into a sockaddr_storage on the stack.
-    let r = unsafe {
-        real::getpeername(
-            fd,
-            (&mut ss as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return None;
-    }
-    // SAFETY: the kernel wrote `len` bytes of address.
-    unsafe { sys::addr_from_raw((&ss as *const libc::sockaddr_storage).cast(), len) }
-}
-
-fn unsafe_zeroed() -> libc::sockaddr_storage {
-    // SAFETY: sockaddr_storage is plain data.
-    unsafe { std::mem::zeroed() }
 }
 
 /// Where a switch's outcome goes: the program's descriptor number and the
@@ -643,7 +621,7 @@ impl Kind for Ddp {
             }
             return false;
         }
-        peer_addr(fd).is_some_and(|d| p.ddp || config::get().matches(d.port(), d))
+        sys::peer_addr(fd).is_some_and(|d| p.ddp || config::get().matches(d.port(), d))
     }
 
     fn adopt(&self, fd: c_int, dest: SocketAddr) -> Adoption {
@@ -669,7 +647,7 @@ impl Kind for Ddp {
             // thread: then `prepare` noted the try, and the connection
             // stays plain), or on a socket not connected yet (a
             // `sendto` with an address, `MSG_FASTOPEN`, adopted it).
-            if peer_addr(fd).is_some() {
+            if sys::peer_addr(fd).is_some() {
                 match switching::start(
                     fd,
                     &cfg.policy,
@@ -717,7 +695,7 @@ impl Kind for Ddp {
         let (opts, role) = if p.ddp {
             (&cfg.accepted, None)
         } else {
-            let (Some(local), Some(peer)) = (sys::local_addr(fd), peer_addr(fd)) else {
+            let (Some(local), Some(peer)) = (sys::local_addr(fd), sys::peer_addr(fd)) else {
                 return;
             };
             if !cfg.matches(local.port(), peer) {
@@ -833,7 +811,7 @@ fn set_plain(fd: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_in
             }
             let listening =
                 sys::get_int(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN).is_some_and(|v| v != 0);
-            if listening || peer_addr(fd).is_none() {
+            if listening || sys::peer_addr(fd).is_none() {
                 // Switch when connected, or on every accepted connection.
                 p.ddp = true;
                 set_pending(fd, p);

@@ -43,7 +43,9 @@
 //!   [`SwitchingSock::done`] and then waits again through the outcome
 //!   (`interpose::wait`, `interpose::wait::select`); epoll registrations
 //!   are carried to the outcome's file.
-//! * At most [`SWITCHING_MAX`] switches are under way at once: a
+//! * At most [`SWITCHING_MAX`] switches are under way at once, three
+//!   quarters of them for one peer (`slot::PEER_SHARE`: an address, or an
+//!   IPv6 /64): a
 //!   connection accepted beyond them — or beyond the budget of live DDP
 //!   sockets (`budget`, `WARPSOCK_DDP_SOCKETS_MAX`) — stays plain TCP
 //!   (the client falls back within its own fallback time, nothing
@@ -98,6 +100,9 @@ pub(crate) static STARTED: AtomicU64 = AtomicU64::new(0);
 /// (`ddp_switch_over`; those left plain beyond the budget of DDP sockets
 /// are `budget::OVER`'s, the same way: [`start`]).
 pub(crate) static OVER: AtomicU64 = AtomicU64::new(0);
+/// Accepted connections left plain TCP because their peer held its share
+/// of the places (`slot::PEER_SHARE`; `ddp_switch_peer_over`).
+pub(crate) static PEER_OVER: AtomicU64 = AtomicU64::new(0);
 
 /// What the connection became.
 #[derive(Clone)]

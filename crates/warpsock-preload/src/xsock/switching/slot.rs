@@ -2,7 +2,10 @@
 //! `fork` waits for ([`settle_before_fork`]), and the hold of an accepted
 //! connection's answer until the program uses it or forks ([`hold`]).
 
+use std::hash::BuildHasher;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::SWITCHING_MAX;
@@ -10,6 +13,26 @@ use crate::shim::sys;
 
 /// Switches under way (threads running).
 static UNDER_WAY: AtomicUsize = AtomicUsize::new(0);
+
+/// The most switches of accepted connections under way for one peer (an
+/// IPv4 address, or an IPv6 /64, the block one host is given): three
+/// quarters of the places, so that clients from elsewhere find a quarter
+/// free whatever one peer holds. A client that connects and then stalls
+/// (a slow-loris) holds its place up to the mark and Request timeouts (3 s
+/// by default); without a share, 64 of them from one host left every
+/// other preloaded client plain TCP, each after its own fallback wait
+/// (helper 60). A program's own clients' switches (policy mode's
+/// `connect`) have their bound apart (`start::ClientSwitch`).
+pub(super) const PEER_SHARE: usize = SWITCHING_MAX * 3 / 4;
+
+/// Why no place was taken ([`Slot::take`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NoPlace {
+    /// Every place is taken.
+    Full,
+    /// The peer holds its share ([`PEER_SHARE`]).
+    PeerShare,
+}
 
 /// One place of [`RUNNING`] (and one of [`UNDER_WAY`]), given back when
 /// dropped.
@@ -19,30 +42,68 @@ pub(super) struct Slot {
 }
 
 impl Slot {
-    pub(super) fn take() -> Option<Self> {
+    /// A place for a switch, an accepted connection's from `peer` within
+    /// that peer's share.
+    pub(super) fn take(peer: Option<IpAddr>) -> Result<Self, NoPlace> {
         if UNDER_WAY.fetch_add(1, Ordering::AcqRel) >= SWITCHING_MAX {
             UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
-            return None;
+            return Err(NoPlace::Full);
         }
         // A place is free: `UNDER_WAY` counts the places taken.
         let id = IDS.fetch_add(1, Ordering::Relaxed) + 1;
-        loop {
-            for (at, r) in RUNNING.iter().enumerate() {
-                if r.compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+        let at = loop {
+            if let Some(at) = RUNNING.iter().position(|r| {
+                r.compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
-                {
-                    return Some(Self { at, id });
-                }
+            }) {
+                break at;
+            }
+        };
+        let slot = Self { at, id };
+        if let Some(ip) = peer {
+            // Noted first, then counted (sequentially consistent: of two
+            // racing takes for one peer each sees the other's note, so
+            // the share is never passed; both may be refused at its edge).
+            let key = peer_key(ip);
+            PEERS[at].store(key, Ordering::SeqCst);
+            let held = PEERS
+                .iter()
+                .filter(|p| p.load(Ordering::SeqCst) == key)
+                .count();
+            if held > PEER_SHARE {
+                return Err(NoPlace::PeerShare);
             }
         }
+        Ok(slot)
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        PEERS[self.at].store(0, Ordering::SeqCst);
         RUNNING[self.at].store(0, Ordering::Release);
         UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// The peer of each place's switch ([`peer_key`]; 0: none, or a client's
+/// switch).
+static PEERS: [AtomicU64; SWITCHING_MAX] = [const { AtomicU64::new(0) }; SWITCHING_MAX];
+
+/// A peer's key among [`PEERS`]: its IPv4 address (an IPv4-mapped IPv6
+/// one's too) or its IPv6 /64, hashed with the process's own random key
+/// (a remote host cannot choose addresses that share another's key),
+/// never 0.
+fn peer_key(ip: IpAddr) -> u64 {
+    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    let bits: u128 = match ip {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => u128::from(u32::from(v4)),
+            None => u128::from(v6) >> 64 | 1 << 127,
+        },
+    };
+    KEY.get_or_init(Default::default).hash_one(bits) | 1
 }
 
 /// Whether a switch can start now (a slot is free).
@@ -96,7 +157,7 @@ impl Drop for AnswerTurn {
 pub(in crate::xsock) fn forget_after_fork() {
     ANSWERING.store(false, Ordering::Release);
     UNDER_WAY.store(0, Ordering::Release);
-    for r in &RUNNING {
+    for r in RUNNING.iter().chain(&PEERS) {
         r.store(0, Ordering::Release);
     }
     LAST.with(|l| l.set(0));
@@ -273,3 +334,6 @@ static IDS: AtomicU64 = AtomicU64::new(0);
 pub(super) fn accepted_last(id: u64) {
     LAST.with(|l| l.set(id));
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,8 +10,8 @@ use warpsock_engine::fds;
 use warpsock_xsock::io::Options;
 
 use super::super::budget;
-use super::slot::{self, Slot};
-use super::{pool, Asked, State, SwitchingSock, OVER, STARTED, SWITCHING_MAX};
+use super::slot::{self, NoPlace, Slot};
+use super::{pool, Asked, State, SwitchingSock, OVER, PEER_OVER, STARTED, SWITCHING_MAX};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
 use crate::shim::sys::{self, errno};
@@ -47,7 +47,8 @@ impl Drop for ClientSwitch {
 /// thread of its own, `fd` a switching socket meanwhile: `prepare` notes
 /// its one try (and gives the noted `SO_SNDBUF`, or refuses) once a slot
 /// is taken. Returns the switching socket (the table may name its outcome
-/// already: the switch runs meanwhile). On failure (no slot: `EAGAIN`;
+/// already: the switch runs meanwhile). On failure (no slot, or an
+/// accepted connection's peer holding its share, `slot::PEER_SHARE`: `EAGAIN`;
 /// beyond the budget of DDP sockets: `EAGAIN`, a client's `ENOBUFS`;
 /// refused, no descriptor, no thread) `fd` is left, or made again, the
 /// plain TCP socket, and the errno returned.
@@ -77,26 +78,36 @@ pub(in crate::xsock) fn start(
     // beyond the budget stays plain too (`ENOBUFS`: not switched inside
     // `connect` either); beyond the switches' places it is switched
     // there (`EAGAIN`).
-    let left_plain = |over_budget: bool| {
+    let left_plain = |over: Option<NoPlace>| {
         if connecting {
-            return if over_budget {
+            return if over.is_none() {
                 libc::ENOBUFS
             } else {
                 libc::EAGAIN
             };
         }
-        if !over_budget {
-            OVER.fetch_add(1, Ordering::Relaxed);
-        }
+        match over {
+            Some(NoPlace::Full) => OVER.fetch_add(1, Ordering::Relaxed),
+            Some(NoPlace::PeerShare) => PEER_OVER.fetch_add(1, Ordering::Relaxed),
+            None => 0,
+        };
         // This connection is plain: a fork does not wait for an older one.
         slot::accepted_last(0);
         libc::EAGAIN
     };
     let Some(place) = budget::admit() else {
-        return Err(left_plain(true));
+        return Err(left_plain(None));
     };
-    let Some(slot) = Slot::take() else {
-        return Err(left_plain(false));
+    // An accepted connection's peer, for its share of the places (a
+    // client's switches are bounded apart: `ClientSwitch`).
+    let peer = if connecting {
+        None
+    } else {
+        sys::peer_addr(fd).map(|a| a.ip())
+    };
+    let slot = match Slot::take(peer) {
+        Ok(s) => s,
+        Err(why) => return Err(left_plain(Some(why))),
     };
     // What a fork of this thread waits for and may decline: the
     // connection it accepted last, not one it connected since (a server

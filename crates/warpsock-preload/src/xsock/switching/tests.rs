@@ -18,7 +18,7 @@ use super::*;
 use crate::shim::sys::errno;
 
 /// The tests share the count of switches under way (`slot`): one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+pub(super) static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Far past any wait of these tests' switches.
 const HUNG: Duration = Duration::from_secs(20);
@@ -34,8 +34,24 @@ fn options(t: Duration) -> &'static Options {
 /// A loopback connection: the program's accepted descriptor and the
 /// peer's stream.
 fn accepted() -> (c_int, TcpStream) {
+    accepted_from([127, 0, 0, 1])
+}
+
+/// [`accepted`], the peer's end bound to `src` (a loopback address).
+pub(super) fn accepted_from(src: [u8; 4]) -> (c_int, TcpStream) {
+    use std::os::fd::FromRawFd;
     let l = TcpListener::bind("127.0.0.1:0").expect("a listener");
-    let c = TcpStream::connect(l.local_addr().expect("its address")).expect("a connection");
+    let (to, to_len) = sys::addr_to_raw(&l.local_addr().expect("its address"));
+    let (from, from_len) = sys::addr_to_raw(&(std::net::Ipv4Addr::from(src), 0).into());
+    let raw = |a: &libc::sockaddr_storage| (a as *const libc::sockaddr_storage).cast();
+    // SAFETY: a new socket of ours, bound and connected with addresses
+    // from the stack, then owned by the stream.
+    let c = unsafe {
+        let c = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(c >= 0 && libc::bind(c, raw(&from), from_len) == 0);
+        assert_eq!(libc::connect(c, raw(&to), to_len), 0, "a connection");
+        TcpStream::from_raw_fd(c)
+    };
     let (p, _) = l.accept().expect("its peer");
     (p.into_raw_fd(), c)
 }
@@ -271,14 +287,15 @@ fn a_connection_closed_while_switching_is_closed_when_the_switch_ends() {
 
 /// [`SWITCHING_MAX`] switches under way: the next connection stays plain
 /// TCP (counted), nothing swapped; once they end, there is room again.
+/// (From two peers: one holds at most its share, `slot::PEER_SHARE`.)
 #[test]
 fn switches_beyond_the_bound_leave_the_connection_plain() {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     // Long enough for 64 starts on a loaded machine.
     let opts = options(Duration::from_secs(3));
     let mut held = Vec::new();
-    for _ in 0..SWITCHING_MAX {
-        let (fd, c) = accepted();
+    for i in 0..SWITCHING_MAX {
+        let (fd, c) = accepted_from([127, 0, 0, 1 + u8::from(i >= slot::PEER_SHARE)]);
         start_responder(fd, opts);
         held.push((fd, c));
     }
@@ -719,7 +736,7 @@ fn o_nonblocking_set_while_switching_is_the_outcomes() {
 /// that owns the place, as a switch's thread does: its id, and the
 /// thread (its answer: declined).
 fn held(bound: Duration) -> (u64, std::thread::JoinHandle<bool>) {
-    let s = Slot::take().expect("a place");
+    let s = Slot::take(None).expect("a place");
     let id = s.id;
     let t = std::thread::spawn(move || {
         let declined = slot::hold(s.at, s.id, bound);
@@ -763,7 +780,7 @@ fn a_held_switch_answers_at_its_use_and_is_declined_by_a_fork_or_its_last_close(
 
     // A late use (or last close) of an older switch at the same place
     // changes nothing of this one's (ids only grow): its use stands.
-    let s = Slot::take().expect("a place");
+    let s = Slot::take(None).expect("a place");
     slot::used(s.at, s.id, false);
     slot::used(s.at, s.id - 1, false);
     slot::used(s.at, s.id - 1, true);
