@@ -63,7 +63,7 @@ gcc -O2 -Wall -Wextra -Werror -Icrates/warpsock-preload/tests/c \
 run() {
     local lib=$1 env=()
     if [ -n "$lib" ]; then
-        env=(LD_PRELOAD="$lib" WARPSOCK_DDP_ADDRS=127.0.0.1/32)
+        env=(LD_PRELOAD="$lib" WARPSOCK_DDP_ADDRS=127.0.0.1/32 WARPSOCK_DDP_PLAIN_MEMORY_MS=0)
     fi
     : > "$WORK/ready"
     local wait_args=()

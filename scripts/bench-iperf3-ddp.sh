@@ -72,7 +72,7 @@ RUN_LIMIT=$((SECS * 3 + 30))
 # SERVER is the cleanup's and a failure ends the script.
 run() {
     local lib=$1 row=$2 env=(env) args=()
-    [ -n "$lib" ] && env=(env LD_PRELOAD="$lib" WARPSOCK_DDP_PORTS="$IPORT")
+    [ -n "$lib" ] && env=(env LD_PRELOAD="$lib" WARPSOCK_DDP_PORTS="$IPORT" WARPSOCK_DDP_PLAIN_MEMORY_MS=0)
     case "$row" in
         P8) args=(-P 8) ;;
         P1) args=() ;;

@@ -72,9 +72,17 @@ impl Setup {
             },
             Self::DdpPorts { lib } => {
                 let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+                // Every connection tries its switch: a server that let
+                // one time out is not remembered (the preload's
+                // `plain_peers`), or the row's later connections would
+                // be plain TCP, measured as DDP mode's.
                 Launch {
                     prefix: Vec::new(),
-                    env: vec![preload(lib), ("WARPSOCK_DDP_PORTS".into(), ports.join(","))],
+                    env: vec![
+                        preload(lib),
+                        ("WARPSOCK_DDP_PORTS".into(), ports.join(",")),
+                        ("WARPSOCK_DDP_PLAIN_MEMORY_MS".into(), "0".into()),
+                    ],
                 }
             }
             Self::Run { exe } => Launch {
@@ -271,6 +279,9 @@ mod tests {
         assert!(l
             .env
             .contains(&("WARPSOCK_DDP_PORTS".into(), "8080,6379".into())));
+        assert!(l
+            .env
+            .contains(&("WARPSOCK_DDP_PLAIN_MEMORY_MS".into(), "0".into())));
         assert!(Setup::Plain.launch(&[1]).env.is_empty());
         let names: Vec<&str> = ALL.iter().map(|t| t.name).collect();
         assert_eq!(

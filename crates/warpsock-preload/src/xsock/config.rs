@@ -70,6 +70,10 @@ pub(crate) struct Config {
     /// `WARPSOCK_DDP_FALLBACK_MS` by default (250 ms), at most half the
     /// client's wait for the answer ([`accept_hold`]).
     pub(crate) accept_hold: Duration,
+    /// `WARPSOCK_DDP_PLAIN_MEMORY_MS`: how long policy mode remembers a
+    /// server that did not switch (no mark within the fallback time), its
+    /// later connections left plain TCP at once (`plain_peers`); 0: never.
+    pub(crate) plain_memory: Duration,
     /// The test hooks' settings, read here once: a lingering close's
     /// hooks run in a `close` that may be a signal handler's, where
     /// `std::env::var` (allocation, the environment's lock) must not.
@@ -209,6 +213,7 @@ impl Config {
             sockets_max,
             connect_timeout: env_ms("WARPSOCK_CONNECT_TIMEOUT_MS", 10_000),
             accept_hold,
+            plain_memory: env_ms("WARPSOCK_DDP_PLAIN_MEMORY_MS", 60_000),
             #[cfg(feature = "test-hooks")]
             hooks: {
                 let int = |name| {

@@ -12,6 +12,7 @@
 //! | `residue` | a TCP socket whose switch failed after reading the peer's pre-switch bytes |
 //! | `budget` | the bound on live DDP sockets (`WARPSOCK_DDP_SOCKETS_MAX`): their receive slots' memory |
 //! | `switching` | an accepted connection, or a policy-mode client's, switching on a thread of its own, so neither `accept` nor `connect` waits on the peer |
+//! | `plain_peers` | policy mode's memory of servers that did not switch: their next connections stay plain at once |
 //! | `linger` | how long an exit waits for the bytes sockets still hold (restarted while they leave) |
 //! | `reaper` | the one thread that finishes every close (bytes, end of stream, linger), bounded |
 //! | `census` | the exit's closes of the sockets left open, its look at the live sockets' engine backlogs, and their reset |
@@ -44,6 +45,7 @@ pub(crate) use optval::{int_arg, put_bytes, put_int, put_int_as};
 pub(crate) use pending::note_sndbuf;
 use pending::{inode, listeners_sndbuf, pending, set_pending};
 mod linger;
+mod plain_peers;
 mod reaper;
 mod residue;
 pub(crate) mod sock;
@@ -58,6 +60,7 @@ use std::sync::Arc;
 
 use libc::{c_int, c_void, socklen_t};
 use warpsock_xsock::io::{switch_fd_declinable, Commit, Failure, Options, XSocket};
+use warpsock_xsock::switch::SwitchError;
 use warpsock_xsock::Role;
 
 use crate::shim::socket::{Adoption, Kind, SockOpt, Socket};
@@ -109,7 +112,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let s = format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_switch_peer_over {}\nddp_budget_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\nddp_switch_no_fds {}\nddp_epoll_direct {}\nddp_rx_looks {}\nddp_rounds_owed {}\nddp_tx_buffered {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_switch_peer_over {}\nddp_plain_remembered {}\nddp_budget_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\nddp_switch_no_fds {}\nddp_epoll_direct {}\nddp_rx_looks {}\nddp_rounds_owed {}\nddp_tx_buffered {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -129,6 +132,7 @@ fn report() -> String {
         v(&switching::STARTED),
         v(&switching::OVER),
         v(&switching::PEER_OVER),
+        v(&plain_peers::REMEMBERED),
         v(&budget::OVER),
         v(&switching::DECLINES),
         v(&switching::HOLDS_LAPSED),
@@ -440,6 +444,20 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked, place: budget::Place) -> 
         }
     };
     let r = switch_fd_declinable(b, opts, role, &decline);
+    // A policy-mode client's switch (its role given; an explicit switch
+    // takes its role from the addresses) that saw no mark from its server:
+    // the next connections to it stay plain at once (`plain_peers`).
+    if opts.limits.at_start && role == Some(Role::Initiator) {
+        if let Err(Failure::Refused {
+            error: SwitchError::NoPeer { .. },
+            ..
+        }) = &r
+        {
+            if let Some(server) = sys::peer_addr(fd) {
+                plain_peers::note(server);
+            }
+        }
+    }
     #[cfg(test)]
     sock::forked::hook(&sock::forked::AFTER_HANDSHAKE);
     // What follows commits the switch (or its failure) to the connection,
@@ -630,6 +648,11 @@ impl Kind for Ddp {
         let (opts, connect_err, role) = if p.ddp {
             (&cfg.request, libc::ECONNREFUSED, None)
         } else if cfg.matches(dest.port(), dest) {
+            // A server that let a switch time out lately stays plain at
+            // once (`plain_peers`): no mark, no fallback wait.
+            if plain_peers::remembered(dest) {
+                return Adoption::NotThis;
+            }
             // Policy mode: a peer that does not switch leaves a working
             // TCP connection and connect succeeds. The connecting end
             // initiates (see `switch_fd_as`), in the background as an
