@@ -315,7 +315,9 @@ pub unsafe extern "C-unwind" fn connect(fd: c_int, addr: *const sockaddr, len: s
     let kind = fdtable::candidate_kind(mark).and_then(|k| KINDS.get(k - 1));
     if r != 0 && sys::errno() == libc::EINPROGRESS {
         if let Some(k) = acting_kind(mark) {
-            if enter(false, || k.finish_connect(fd)) {
+            // SAFETY: the kernel took `addr` of `len` bytes.
+            let dest = unsafe { sys::addr_from_raw(addr, len) };
+            if enter(false, || k.finish_connect(fd, dest)) {
                 r = 0;
             }
         }

@@ -160,7 +160,8 @@ fn the_end_of_stream_goes_behind_a_queued_asynchronous_send() {
 /// ways at once, as TCP's FIN_WAIT1 with `RCV_SHUTDOWN` (its FIN queued
 /// behind unsent bytes), so bytes the peer sends now reset the
 /// connection (Linux's `tcp_rcv_state_process`; RFC 2525 §2.17), and the
-/// queued send completes with the reset. Fails with the "shut both ways"
+/// queued send completes with the reset; `POLLHUP` shows from the call
+/// on. Fails with the "shut both ways"
 /// point set only once the end of stream left (helper 61's review): the
 /// bytes were taken in, unread, and nothing reset.
 #[test]
@@ -176,6 +177,9 @@ fn bytes_after_a_shutdown_both_ways_behind_a_queued_send_reset() {
     }
     assert_eq!(xa.aio_pending(), 1, "waits for credits");
     xa.shutdown(true, true);
+    // Shut both ways from the call, as Linux's `SHUTDOWN_MASK`: a hang-up.
+    let r = xa.readiness();
+    assert!(r.hup && r.rdhup, "{r:?}");
     assert_eq!(xb.send(b"late", false, Some(LIMIT)).unwrap(), 4);
     let t = Instant::now();
     while xa.error().is_none() {
@@ -218,6 +222,19 @@ fn a_close_waits_for_a_queued_asynchronous_send() {
 /// `aio_send` fails with `EPIPE`, as a plain send.
 #[test]
 fn a_queued_asynchronous_send_fails_when_the_peer_closes() {
+    queued_send_at_the_peers_fin(false);
+}
+
+/// The same with this end's `SHUT_WR` made first, queued behind the send:
+/// TCP's FIN_WAIT1 already, where the reset the lost bytes draw is
+/// `ECONNRESET` (Linux's `tcp_reset`: `EPIPE` only in CLOSE_WAIT; helper
+/// 62's review).
+#[test]
+fn a_queued_send_behind_our_shutdown_fails_with_the_reset_when_the_peer_closes() {
+    queued_send_at_the_peers_fin(true);
+}
+
+fn queued_send_at_the_peers_fin(shut_first: bool) {
     let (a, b) = tcp_pair();
     let (xa, xb) = switch_both(&a, &b, &unbuffered());
     fill_window(&xa);
@@ -228,18 +245,27 @@ fn a_queued_asynchronous_send_fails_when_the_peer_closes() {
         xa.aio_send(one.as_ptr(), one.len(), 1).unwrap();
     }
     assert_eq!(xa.aio_pending(), 1, "waits for credits");
+    if shut_first {
+        xa.shutdown(false, true);
+    }
     // SAFETY: a plain system call on `xb`'s TCP socket, open until the
     // end of the test.
     #[allow(unsafe_code)]
     let r = unsafe { libc::shutdown(xb.tcp_fd(), libc::SHUT_WR) };
     assert_eq!(r, 0);
     let done = send_completions(&xa, 1);
-    assert_eq!((done[0].cookie, done[0].result), (1, Err(libc::EPIPE)));
+    let errno = if shut_first {
+        libc::ECONNRESET
+    } else {
+        libc::EPIPE
+    };
+    assert_eq!((done[0].cookie, done[0].result), (1, Err(errno)));
     assert_eq!(xa.aio_pending(), 0);
+    // A later one is refused with the connection's error.
     #[allow(unsafe_code)]
     // SAFETY: refused: nothing is queued.
     let e = unsafe { xa.aio_send(one.as_ptr(), one.len(), 2) }.unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+    assert_eq!(e.raw_os_error(), Some(errno), "{e}");
 }
 
 /// A zero-length asynchronous send after one still queued behind a full

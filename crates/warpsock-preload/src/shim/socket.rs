@@ -360,10 +360,11 @@ pub(crate) trait Kind: Sync {
     /// `connect`, or before a send naming it): adopt it now, or not.
     fn adopt(&self, fd: c_int, dest: SocketAddr) -> Adoption;
 
-    /// A candidate's non-blocking `connect` returned `EINPROGRESS`: the
-    /// kind may finish it (wait for the connection) and return true, so the
-    /// call completes at once and [`Kind::adopt`] follows (default: no).
-    fn finish_connect(&self, _fd: c_int) -> bool {
+    /// A candidate's non-blocking `connect` to `dest` returned
+    /// `EINPROGRESS`: the kind may finish it (wait for the connection) and
+    /// return true, so the call completes at once and [`Kind::adopt`]
+    /// follows (default: no).
+    fn finish_connect(&self, _fd: c_int, _dest: Option<SocketAddr>) -> bool {
         false
     }
 

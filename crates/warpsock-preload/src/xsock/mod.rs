@@ -29,7 +29,8 @@
 //!   peer address match switches at connect/accept time, so unmodified
 //!   programs run over iWARP. A peer that does not switch leaves the
 //!   connection plain TCP within `WARPSOCK_DDP_FALLBACK_MS` (at once if it
-//!   sends first), nothing lost. The connecting end initiates the switch,
+//!   sends first), nothing lost; a server that did so is then remembered
+//!   a while, its next connections plain at once (`plain_peers`). The connecting end initiates the switch,
 //!   so a plain client of a preloaded server never gets an urgent byte; a
 //!   preloaded client sends a plain server one, invisible to its reads.
 
@@ -446,16 +447,20 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked, place: budget::Place) -> 
     let r = switch_fd_declinable(b, opts, role, &decline);
     // A policy-mode client's switch (its role given; an explicit switch
     // takes its role from the addresses) that saw no mark from its server:
-    // the next connections to it stay plain at once (`plain_peers`).
+    // the next connections to it stay plain at once, unless the server
+    // switched one lately (`plain_peers`).
     if opts.limits.at_start && role == Some(Role::Initiator) {
-        if let Err(Failure::Refused {
-            error: SwitchError::NoPeer { .. },
-            ..
-        }) = &r
-        {
-            if let Some(server) = sys::peer_addr(fd) {
-                plain_peers::note(server);
+        match &r {
+            Err(Failure::Refused {
+                error: SwitchError::NoPeer { .. },
+                ..
+            }) => {
+                if let Some(server) = sys::peer_addr(fd) {
+                    plain_peers::timed_out(server);
+                }
             }
+            Ok(x) => plain_peers::switched(x.peer_addr()),
+            Err(_) => {}
         }
     }
     #[cfg(test)]
@@ -590,10 +595,18 @@ impl Kind for Ddp {
 
     fn bound(&self, _fd: c_int, _addr: SocketAddr) {}
 
-    fn finish_connect(&self, fd: c_int) -> bool {
+    fn finish_connect(&self, fd: c_int, dest: Option<SocketAddr>) -> bool {
         let p = pending(fd);
         let wanted = p.ddp || config::get().policy_on();
         if !wanted || !is_tcp(fd) {
+            return false;
+        }
+        // A remembered plain server's connection is no candidate: nothing
+        // to finish, the program's non-blocking connect stays its own
+        // (`plain_peers`).
+        let cfg = config::get();
+        if !p.ddp && dest.is_some_and(|d| cfg.matches(d.port(), d) && plain_peers::remembered(d)) {
+            fdtable::set_candidate(fd, 0);
             return false;
         }
         // Finish the connection now, so the switch can begin from this
@@ -651,7 +664,7 @@ impl Kind for Ddp {
             // A server that let a switch time out lately stays plain at
             // once (`plain_peers`): no mark, no fallback wait.
             if plain_peers::remembered(dest) {
-                return Adoption::NotThis;
+                return Adoption::Never;
             }
             // Policy mode: a peer that does not switch leaves a working
             // TCP connection and connect succeeds. The connecting end

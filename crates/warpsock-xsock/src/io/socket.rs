@@ -831,7 +831,10 @@ impl XSocket {
             // although the queue pair is over: an edge-triggered set saw
             // a second event, with the hang-up, where TCP's sees one
             // (review 57).
-            hup: st.error.is_some() || (rdhup && st.s.is_write_shut()),
+            // Our `SHUT_WR` counts from the call, as Linux's
+            // `SEND_SHUTDOWN`, its end of stream queued behind
+            // asynchronous sends or not (`rio::write_shut`).
+            hup: st.error.is_some() || (rdhup && super::rio::write_shut(st)),
             error: err,
             arrivals: st.arrivals,
         }

@@ -14,10 +14,9 @@ use crate::shim::sys;
 /// Switches under way (threads running).
 static UNDER_WAY: AtomicUsize = AtomicUsize::new(0);
 
-/// The most switches of accepted connections under way for one peer (an
-/// IPv4 address, or an IPv6 /64, the block one host is given): three
-/// quarters of the places, so that clients from elsewhere find a quarter
-/// free whatever one peer holds. A client that connects and then stalls
+/// The most switches of accepted connections under way for one peer
+/// ([`PeerBlock`]): three quarters of the places, so that clients from
+/// elsewhere find a quarter free whatever one peer holds. A client that connects and then stalls
 /// (a slow-loris) holds its place up to the mark and Request timeouts (3 s
 /// by default); without a share, 64 of them from one host left every
 /// other preloaded client plain TCP, each after its own fallback wait
@@ -44,7 +43,7 @@ pub(super) struct Slot {
 impl Slot {
     /// A place for a switch, an accepted connection's from `peer` within
     /// that peer's share.
-    pub(super) fn take(peer: Option<IpAddr>) -> Result<Self, NoPlace> {
+    pub(super) fn take(peer: Option<PeerBlock>) -> Result<Self, NoPlace> {
         if UNDER_WAY.fetch_add(1, Ordering::AcqRel) >= SWITCHING_MAX {
             UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
             return Err(NoPlace::Full);
@@ -60,11 +59,11 @@ impl Slot {
             }
         };
         let slot = Self { at, id };
-        if let Some(ip) = peer {
+        if let Some(block) = peer {
             // Noted first, then counted (sequentially consistent: of two
             // racing takes for one peer each sees the other's note, so
             // the share is never passed; both may be refused at its edge).
-            let key = peer_key(ip);
+            let key = block.key();
             PEERS[at].store(key, Ordering::SeqCst);
             let held = PEERS
                 .iter()
@@ -86,24 +85,52 @@ impl Drop for Slot {
     }
 }
 
-/// The peer of each place's switch ([`peer_key`]; 0: none, or a client's
-/// switch).
+/// The peer of each place's switch ([`PeerBlock::key`]; 0: none, or a
+/// client's switch).
 static PEERS: [AtomicU64; SWITCHING_MAX] = [const { AtomicU64::new(0) }; SWITCHING_MAX];
 
-/// A peer's key among [`PEERS`]: its IPv4 address (an IPv4-mapped IPv6
-/// one's too) or its IPv6 /64, hashed with the process's own random key
-/// (a remote host cannot choose addresses that share another's key),
-/// never 0.
-fn peer_key(ip: IpAddr) -> u64 {
-    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
-    let bits: u128 = match ip {
-        IpAddr::V4(v4) => u128::from(u32::from(v4)),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => u128::from(u32::from(v4)),
-            None => u128::from(v6) >> 64 | 1 << 127,
-        },
-    };
-    KEY.get_or_init(Default::default).hash_one(bits) | 1
+/// The addresses that count as one peer for [`PEER_SHARE`]: an IPv4
+/// address (an IPv4-mapped IPv6 one's too); an IPv6 address's /64, the
+/// block a remote host is commonly given (one that rotates its addresses
+/// within it is still one peer) — but where a /64 is a link or a subnet
+/// of many hosts, each address is a peer: link-local peers, and peers in
+/// this end's own /64 (a LAN's or a cluster's subnet; helper 62's review:
+/// a cluster's nodes shared one share).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PeerBlock(u128);
+
+impl PeerBlock {
+    /// The block of `peer`, seen from the local address `local`.
+    pub(super) fn of(peer: IpAddr, local: Option<IpAddr>) -> Self {
+        let prefix = |ip: IpAddr| match ip.to_canonical() {
+            IpAddr::V6(v6) => Some(u128::from(v6) >> 64),
+            IpAddr::V4(_) => None,
+        };
+        Self(match peer.to_canonical() {
+            // As its IPv4-mapped address, a block of its own.
+            IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+            IpAddr::V6(v6) => {
+                let whole = u128::from(v6);
+                let own_subnet = local.and_then(prefix) == Some(whole >> 64);
+                if v6.is_unicast_link_local() || own_subnet {
+                    whole
+                } else {
+                    // Its /64 (as its address with interface id 0: a /64
+                    // counted whole, its peers' addresses are never
+                    // keyed by the /64, and the other way round).
+                    whole >> 64 << 64
+                }
+            }
+        })
+    }
+
+    /// Its key among [`PEERS`]: hashed with the process's own random key
+    /// (a remote host cannot choose addresses that share another's key),
+    /// never 0.
+    fn key(self) -> u64 {
+        static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+        KEY.get_or_init(Default::default).hash_one(self.0) | 1
+    }
 }
 
 /// Whether a switch can start now (a slot is free).

@@ -10,7 +10,7 @@ use warpsock_engine::fds;
 use warpsock_xsock::io::Options;
 
 use super::super::budget;
-use super::slot::{self, NoPlace, Slot};
+use super::slot::{self, NoPlace, PeerBlock, Slot};
 use super::{pool, Asked, State, SwitchingSock, OVER, PEER_OVER, STARTED, SWITCHING_MAX};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
@@ -48,7 +48,8 @@ impl Drop for ClientSwitch {
 /// its one try (and gives the noted `SO_SNDBUF`, or refuses) once a slot
 /// is taken. Returns the switching socket (the table may name its outcome
 /// already: the switch runs meanwhile). On failure (no slot, or an
-/// accepted connection's peer holding its share, `slot::PEER_SHARE`: `EAGAIN`;
+/// accepted connection's peer holding its share, `slot::PEER_SHARE`:
+/// `EAGAIN`;
 /// beyond the budget of DDP sockets: `EAGAIN`, a client's `ENOBUFS`;
 /// refused, no descriptor, no thread) `fd` is left, or made again, the
 /// plain TCP socket, and the errno returned.
@@ -103,7 +104,7 @@ pub(in crate::xsock) fn start(
     let peer = if connecting {
         None
     } else {
-        sys::peer_addr(fd).map(|a| a.ip())
+        sys::peer_addr(fd).map(|a| PeerBlock::of(a.ip(), sys::local_addr(fd).map(|l| l.ip())))
     };
     let slot = match Slot::take(peer) {
         Ok(s) => s,

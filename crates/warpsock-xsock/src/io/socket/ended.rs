@@ -91,7 +91,7 @@ impl XSocket {
             // `EPIPE` (`tcp_reset`), and reads end first (review
             // r23-a item 8).
             let errno = match errno {
-                libc::ECONNRESET if st.s.eof() && !st.s.is_write_shut() => libc::EPIPE,
+                libc::ECONNRESET if st.s.eof() && !crate::io::rio::write_shut(st) => libc::EPIPE,
                 n => n,
             };
             self.fail(st, errno, format!("connection lost ({reason}): {e}"));
@@ -104,7 +104,9 @@ impl XSocket {
             // ours not sent), else `ECONNRESET`. Before, they
             // were dropped with no error (diffuzz seed 104: a
             // send to a closing end).
-            let errno = if !st.s.is_write_shut() {
+            // (Our `SHUT_WR` behind the queued bytes is TCP's FIN_WAIT1
+            // already: `rio::write_shut`.)
+            let errno = if !crate::io::rio::write_shut(st) {
                 libc::EPIPE
             } else {
                 libc::ECONNRESET
