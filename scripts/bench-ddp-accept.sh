@@ -14,6 +14,10 @@
 # poll(2) (a select over numbers still switching, `interpose::wait::select`);
 # SERVER_WAIT=epoll: in epoll_wait(2), each connection registered as it is
 # accepted (redis's and nginx's way).
+# SERVER_PLAIN=1: the server runs without the library (a server without
+# warpsock): each preloaded client's first switch waits out its fallback
+# (WARPSOCK_DDP_FALLBACK_MS), and the process then remembers the server
+# (WARPSOCK_DDP_PLAIN_MEMORY_MS at its default, not 0 as in the other runs).
 #
 # Measure on a quiet machine: `uptime` is printed before and after.
 # Loopback only; bounded: each client run stops after 60 s, each server is
@@ -61,10 +65,12 @@ gcc -O2 -Wall -Wextra -Werror -Icrates/warpsock-preload/tests/c \
 # Run in the script's own shell (not in $(...)), so that SERVER_PID is the
 # cleanup's: a failed client run left the server running for good.
 run() {
-    local lib=$1 env=()
+    local lib=$1 env=() server_env=()
     if [ -n "$lib" ]; then
-        env=(LD_PRELOAD="$lib" WARPSOCK_DDP_ADDRS=127.0.0.1/32 WARPSOCK_DDP_PLAIN_MEMORY_MS=0)
+        env=(LD_PRELOAD="$lib" WARPSOCK_DDP_ADDRS=127.0.0.1/32)
+        [ "${SERVER_PLAIN:-0}" = 1 ] || env+=(WARPSOCK_DDP_PLAIN_MEMORY_MS=0)
     fi
+    [ "${SERVER_PLAIN:-0}" = 1 ] || server_env=("${env[@]}")
     : > "$WORK/ready"
     local wait_args=()
     case "${SERVER_WAIT:-poll}" in
@@ -72,7 +78,7 @@ run() {
         select | epoll) wait_args=("$SERVER_WAIT") ;;
         *) echo "bench-ddp-accept: SERVER_WAIT must be poll, select or epoll" >&2; exit 2 ;;
     esac
-    env "${env[@]}" "$WORK/echo" "${wait_args[@]}" > "$WORK/ready" 2>/dev/null &
+    env "${server_env[@]}" "$WORK/echo" "${wait_args[@]}" > "$WORK/ready" 2>/dev/null &
     SERVER_PID=$!
     local port= i
     for i in $(seq 100); do
