@@ -159,6 +159,26 @@ fn marked_then_silent_clients_do_not_stall_a_policy_servers_accepts() {
     });
 }
 
+/// Asks the `acceptstall` server `child` to quit on its connection `q`
+/// and waits for it: its run, once it exited 0 with its report.
+fn quit_server(
+    child: Child,
+    out: &mut BufReader<std::process::ChildStdout>,
+    mut q: TcpStream,
+) -> Run {
+    q.write_all(b"quit").unwrap();
+    let mut last = String::new();
+    let _ = out.read_line(&mut last);
+    let run = finish(child, Duration::from_secs(30));
+    assert!(
+        run.code == Some(0) && last.starts_with("accept_max_ms"),
+        "the server: {:?} {last:?} {}",
+        run.code,
+        run.stderr
+    );
+    run
+}
+
 /// A TCP connection to the server's `port` from the loopback address
 /// `src`.
 fn connect_from(src: [u8; 4], port: u16) -> TcpStream {
@@ -221,17 +241,7 @@ fn one_hosts_stalled_switches_leave_other_hosts_places() {
     t.read_exact(&mut buf).expect("the echo");
     assert_eq!(&buf, b"ping");
     drop(hostile);
-    let mut q = connect_from([127, 0, 0, 3], port);
-    q.write_all(b"quit").unwrap();
-    let mut last = String::new();
-    let _ = out.read_line(&mut last);
-    let run = finish(child, Duration::from_secs(30));
-    assert!(
-        run.code == Some(0) && last.starts_with("accept_max_ms"),
-        "the server: {:?} {last:?} {}",
-        run.code,
-        run.stderr
-    );
+    let run = quit_server(child, &mut out, connect_from([127, 0, 0, 3], port));
     assert_eq!(
         (
             run.stat("ddp_switch_peer_over"),
@@ -618,17 +628,8 @@ fn a_switch_that_panics_leaves_the_connection_plain_and_its_place_free() {
         let took = legit_round_trip(port);
         assert!(took < BOUND, "client {i}: its echo took {took:?}");
     }
-    let mut q = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    q.write_all(b"quit").unwrap();
-    let mut last = String::new();
-    let _ = out.read_line(&mut last);
-    let run = finish(child, Duration::from_secs(30));
-    assert!(
-        run.code == Some(0) && last.starts_with("accept_max_ms"),
-        "the server: {:?} {last:?} {}",
-        run.code,
-        run.stderr
-    );
+    let q = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let run = quit_server(child, &mut out, q);
     assert!(
         run.stderr.contains("WARPSOCK_TEST_SWITCH_PANIC"),
         "no switch panicked: {}",
