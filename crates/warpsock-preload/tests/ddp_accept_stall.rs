@@ -253,6 +253,74 @@ fn one_hosts_stalled_switches_leave_other_hosts_places() {
     );
 }
 
+/// The urgent byte the server answered `t`'s mark with, read, or `None`
+/// if none came by `deadline`.
+fn urgent_answer(t: &TcpStream, deadline: Instant) -> Option<u8> {
+    let mut p = libc::pollfd {
+        fd: t.as_raw_fd(),
+        events: libc::POLLPRI,
+        revents: 0,
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    // SAFETY: one pollfd on the stack.
+    let r = unsafe { libc::poll(&mut p, 1, left.as_millis() as libc::c_int) };
+    if r != 1 {
+        return None;
+    }
+    let mut b = 0u8;
+    // SAFETY: one byte on the stack.
+    let n = unsafe { libc::recv(t.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_OOB) };
+    assert_eq!(n, 1, "recv(MSG_OOB)");
+    Some(b)
+}
+
+/// Clients past their host's share of the switching places whose marks
+/// came before the server accepted them (a burst behind the backlog: the
+/// server is stopped while 70 clients connect and mark) hear at once that
+/// the server is busy (`BUSY`, counted in `ddp_switch_busy`), where a
+/// warpsock client waited out its fallback before going on as TCP. The
+/// 48 within the share get the server's mark back (their switches wait for
+/// the Request). Without the answer, the 22 heard nothing.
+#[test]
+fn clients_past_the_places_hear_at_once_that_the_server_is_busy() {
+    const CLIENTS: u64 = 70;
+    let mut cmd = command(&c_program("acceptstall"), &[], true);
+    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.0/8");
+    let (child, mut out, port) = policy_server_with("acceptstall", 10_000, cmd);
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signals to our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let clients: Vec<TcpStream> = (0..CLIENTS)
+        .map(|_| {
+            let t = connect_from([127, 0, 0, 1], port);
+            mark(&t);
+            t
+        })
+        .collect();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    // One bound for all: a server that answers none fails in 30 s.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let answers: Vec<Option<u8>> = clients.iter().map(|t| urgent_answer(t, deadline)).collect();
+    let count = |b: u8| answers.iter().filter(|&&a| a == Some(b)).count() as u64;
+    assert_eq!(
+        (count(0xD7), count(0xD8)),
+        (48, CLIENTS - 48),
+        "marks back and busy answers: {answers:x?}"
+    );
+    drop(clients);
+    let run = quit_server(child, &mut out, connect_from([127, 0, 0, 3], port));
+    assert_eq!(
+        (
+            run.stat("ddp_switch_peer_over"),
+            run.stat("ddp_switch_busy")
+        ),
+        (CLIENTS - 48, CLIENTS - 48),
+        "{}",
+        run.stderr
+    );
+}
+
 /// Writes "ping" on `t` and reads the echo (an error, or the wrong bytes,
 /// as `Err`), then the server's last line from `out`, and its run.
 fn ping_and_finish(

@@ -52,6 +52,12 @@
 //!   side's mark. A peer without warpsock never marks: the initiator times
 //!   out having sent one invisible urgent byte, the responder having sent
 //!   nothing at all. Their streams are untouched.
+//! * A responder with no room to switch (the preload's switching places or
+//!   DDP sockets at their bound) answers an initiator's mark that is
+//!   already first in its stream with [`BUSY`] instead of its mark, and
+//!   consumes the mark; the initiator consumes `BUSY` and goes on as TCP
+//!   at once ([`SwitchError::Busy`]). Neither stream holds anything else
+//!   of the switch, and neither program sees an urgent byte.
 //! * An initiator that withdraws after both marks (its caller's last look
 //!   before it commits: too few descriptors left, `io::Commit::Request`)
 //!   sends nothing more: the responder finds its program's bytes, or
@@ -108,6 +114,14 @@ use crate::wire::{Hello, WireError};
 
 /// The urgent byte that marks a switch.
 pub const MARK: u8 = 0xD7;
+/// The urgent byte a responder sends instead of its mark when it has no
+/// room to switch the connection now (its switches under way, the
+/// initiator's host's share of them, or its DDP sockets at their bound):
+/// the initiator goes on as TCP at once ([`SwitchError::Busy`]) instead of
+/// waiting out its mark timeout. Sent only where [`MARK`] would be — after
+/// the initiator's mark, first in the responder's stream — and each
+/// consumed by its reader, so neither program sees an urgent byte.
+pub const BUSY: u8 = 0xD8;
 /// An MPA Request starts with this key (RFC 5044 §7.1).
 pub const MPA_REQ_KEY: &[u8; 16] = b"MPA ID Req Frame";
 /// MPA Request/Reply header: key, flags, revision, private data length.
@@ -234,6 +248,11 @@ pub enum SwitchError {
     },
     /// The peer's urgent byte is not a warpsock mark (`ECONNREFUSED`).
     ForeignUrgent(u8),
+    /// Initiator: the responder's warpsock has no room to switch the
+    /// connection now and said so ([`BUSY`]) (`ECONNREFUSED`). Nothing but
+    /// the two urgent bytes, each consumed, entered the streams: the
+    /// connection goes on as TCP.
+    Busy,
     /// After the initiator's mark came bytes that are not a warpsock MPA
     /// Request: it gave up before us (`ECONNREFUSED`).
     NotARequest,
@@ -300,6 +319,9 @@ impl fmt::Display for SwitchError {
             Self::ForeignUrgent(b) => write!(
                 f,
                 "the peer sent TCP urgent data (0x{b:02x}) that is not a warpsock switch mark"
+            ),
+            Self::Busy => f.write_str(
+                "the peer's warpsock had no room to switch this connection now (its switches under way, its share for our host, or its DDP sockets at their bound)",
             ),
             Self::NotARequest => f.write_str(
                 "the peer's program went on with plain TCP data after its switch mark (it gave up first)",
@@ -499,6 +521,9 @@ impl Switch {
     /// `urgent` (peeked).
     pub fn on_mark(&mut self, urgent: u8) {
         debug_assert_eq!(self.phase, Phase::AwaitMark);
+        if urgent == BUSY && self.role == Role::Initiator {
+            return self.fail(SwitchError::Busy);
+        }
         if urgent != MARK {
             return self.fail(SwitchError::ForeignUrgent(urgent));
         }

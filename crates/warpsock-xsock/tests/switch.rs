@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use warpsock_xsock::switch::{
-    classify_request, Limits, Request, Role, Step, Switch, SwitchError, MARK, MPA_REQ_KEY,
+    classify_request, Limits, Request, Role, Step, Switch, SwitchError, BUSY, MARK, MPA_REQ_KEY,
 };
 use warpsock_xsock::wire::Hello;
 
@@ -476,6 +476,27 @@ fn a_foreign_urgent_byte_or_bad_request_ends_the_switch() {
     sw.on_marked(now);
     sw.on_peek(b"GET / HTTP/1.1");
     assert_eq!(sw.step(), Step::Failed(SwitchError::NotARequest));
+}
+
+/// A responder with no room to switch answers the initiator's mark with
+/// `BUSY`: the initiator ends its switch at once (`Busy`, `ECONNREFUSED`),
+/// not at its mark timeout. From an initiator, `BUSY` is a foreign urgent
+/// byte like any other.
+#[test]
+fn a_busy_responders_answer_ends_the_initiators_switch_at_once() {
+    let l = limits();
+    let now = Instant::now();
+    let mut sw = Switch::new(Role::Initiator, l, now);
+    assert_eq!(sw.step(), Step::SendMark);
+    sw.on_marked(now);
+    assert!(matches!(sw.step(), Step::AwaitMark { .. }));
+    sw.on_mark(BUSY);
+    assert_eq!(sw.step(), Step::Failed(SwitchError::Busy));
+    assert_eq!(SwitchError::Busy.errno(), libc::ECONNREFUSED);
+    assert!(SwitchError::Busy.to_string().contains("no room"));
+    let mut sw = Switch::new(Role::Responder, l, now);
+    sw.on_mark(BUSY);
+    assert_eq!(sw.step(), Step::Failed(SwitchError::ForeignUrgent(BUSY)));
 }
 
 #[test]

@@ -113,7 +113,7 @@ fn report() -> String {
     let c = warpsock_xsock::io::counters();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let s = format!(
-        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_switch_peer_over {}\nddp_plain_remembered {}\nddp_budget_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\nddp_switch_no_fds {}\nddp_epoll_direct {}\nddp_rx_looks {}\nddp_rounds_owed {}\nddp_tx_buffered {}\n",
+        "ddp_switched {}\nddp_refused {}\nddp_broken {}\nddp_rx_bytes {}\nddp_rx_copied {}\nddp_rx_placed {}\nddp_tx_bytes {}\nddp_tx_msgs {}\nddp_tx_copied {}\nddp_bg_rounds {}\nddp_poll_rounds {}\nddp_watch_changes {}\nddp_bells {}\nddp_sink_offers {}\nddp_stand_lapses {}\nddp_closes_cut {}\nddp_switch_bg {}\nddp_switch_over {}\nddp_switch_peer_over {}\nddp_switch_busy {}\nddp_plain_remembered {}\nddp_budget_over {}\nddp_accept_declined {}\nddp_accept_holds_lapsed {}\nddp_switch_no_fds {}\nddp_epoll_direct {}\nddp_rx_looks {}\nddp_rounds_owed {}\nddp_tx_buffered {}\n",
         v(&SWITCHED),
         v(&REFUSED),
         v(&BROKEN),
@@ -133,6 +133,7 @@ fn report() -> String {
         v(&switching::STARTED),
         v(&switching::OVER),
         v(&switching::PEER_OVER),
+        v(&switching::BUSY_ANSWERED),
         v(&plain_peers::REMEMBERED),
         v(&budget::OVER),
         v(&switching::DECLINES),

@@ -103,6 +103,11 @@ pub(crate) static OVER: AtomicU64 = AtomicU64::new(0);
 /// Accepted connections left plain TCP because their peer held its share
 /// of the places (`slot::PEER_SHARE`; `ddp_switch_peer_over`).
 pub(crate) static PEER_OVER: AtomicU64 = AtomicU64::new(0);
+/// Of the accepted connections left plain for want of a place (or beyond
+/// the budget), those whose client's mark was there already and got our
+/// busy answer (`warpsock_xsock::io::answer_busy`; `ddp_switch_busy`):
+/// the client went on as TCP at once instead of after its fallback.
+pub(crate) static BUSY_ANSWERED: AtomicU64 = AtomicU64::new(0);
 
 /// What the connection became.
 #[derive(Clone)]

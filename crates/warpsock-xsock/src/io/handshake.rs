@@ -13,7 +13,7 @@ use warpsock_engine::{CmError, ConnectRequest};
 use super::settings::{Options, RtoMin};
 use super::socket::XSocket;
 use super::sys;
-use crate::switch::{role, Role, Step, Switch, SwitchError};
+use crate::switch::{role, Role, Step, Switch, SwitchError, BUSY, MARK};
 
 /// Why a switch did not produce a DDP-mode socket.
 #[derive(Debug)]
@@ -106,6 +106,27 @@ pub fn switch_fd_as(
     switch_fd_declinable(fd, opts, role_given, &|_| false)
 }
 
+/// A responder's answer when it has no room to switch the connection `fd`
+/// now (the preload's switching places or DDP sockets at their bound): if
+/// the initiator's mark is already there, first in its stream (a switch at
+/// the connection's start, as policy mode's), sends [`BUSY`] where our
+/// mark would go and consumes the initiator's, and returns `true` — the
+/// initiator then goes on as TCP at once ([`SwitchError::Busy`]) instead
+/// of waiting out its mark timeout, and our program sees no urgent byte.
+/// `false`, nothing sent: no mark there yet (the initiator waits its
+/// timeout, as for a peer without warpsock), or bytes before it, or
+/// another urgent byte. Call it before the program used the connection:
+/// `BUSY` must be first in our stream, as a mark would be.
+pub fn answer_busy(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let raw = fd.as_raw_fd();
+    if !sys::at_mark(raw)? || sys::peek_urgent(raw)? != Some(MARK) {
+        return Ok(false);
+    }
+    sys::send_urgent(raw, BUSY)?;
+    sys::take_urgent(raw);
+    Ok(true)
+}
+
 /// The two points where a switch can still be declined with the
 /// connection left a working TCP socket ([`switch_fd_declinable`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,7 +190,7 @@ pub fn switch_fd_declinable(
     loop {
         match sw.step() {
             Step::SendMark => {
-                sys::send_urgent(raw, crate::switch::MARK).map_err(broken)?;
+                sys::send_urgent(raw, MARK).map_err(broken)?;
                 sw.on_marked(Instant::now());
             }
             Step::AwaitMark { deadline, room } => {
@@ -177,7 +198,10 @@ pub fn switch_fd_declinable(
                     match sys::peek_urgent(raw).map_err(broken)? {
                         Some(b) => {
                             sw.on_mark(b);
-                            if !matches!(sw.step(), Step::Failed(_)) {
+                            // Ours (a mark, or a busy responder's answer)
+                            // is consumed; a foreign one is left for the
+                            // program.
+                            if !matches!(sw.step(), Step::Failed(SwitchError::ForeignUrgent(_))) {
                                 sys::take_urgent(raw);
                             }
                         }

@@ -2,6 +2,7 @@
 //! ([`start`]), for an accepted connection or a policy-mode client's, and
 //! the bound on clients' switches ([`ClientSwitch`]).
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -11,7 +12,9 @@ use warpsock_xsock::io::Options;
 
 use super::super::budget;
 use super::slot::{self, NoPlace, PeerBlock, Slot};
-use super::{pool, Asked, State, SwitchingSock, OVER, PEER_OVER, STARTED, SWITCHING_MAX};
+use super::{
+    pool, Asked, State, SwitchingSock, BUSY_ANSWERED, OVER, PEER_OVER, STARTED, SWITCHING_MAX,
+};
 use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
 use crate::shim::sys::{self, errno};
@@ -92,6 +95,17 @@ pub(in crate::xsock) fn start(
             Some(NoPlace::PeerShare) => PEER_OVER.fetch_add(1, Ordering::Relaxed),
             None => 0,
         };
+        // A warpsock client whose mark came already hears so at once, not
+        // after its fallback (`WARPSOCK_DDP_FALLBACK_MS`, 1 s per
+        // connection: a burst past the places, which an accept loop meets
+        // behind its backlog). One whose mark comes after this accept
+        // waits its fallback, as before. A failure leaves the connection
+        // as it was: plain, its client falling back.
+        // SAFETY: the program's accepted socket, open for the call.
+        let sock = unsafe { BorrowedFd::borrow_raw(fd) };
+        if warpsock_xsock::io::answer_busy(sock).unwrap_or(false) {
+            BUSY_ANSWERED.fetch_add(1, Ordering::Relaxed);
+        }
         // This connection is plain: a fork does not wait for an older one.
         slot::accepted_last(0);
         libc::EAGAIN

@@ -1,0 +1,89 @@
+//! A responder with no room to switch answers the initiator's mark with
+//! `BUSY` (`io::answer_busy`, the preload's accepted connections left
+//! plain for want of a switching place): the initiator's switch ends at
+//! once with `SwitchError::Busy` — its mark timeout here is a minute, so
+//! only the answer can end it within the test — and the connection goes
+//! on as TCP both ways, every byte in order, with no urgent byte left on
+//! either side.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::Duration;
+
+use warpsock_xsock::io::{answer_busy, switch_fd_as, Failure};
+use warpsock_xsock::switch::Limits;
+use warpsock_xsock::{Role, SwitchError};
+
+mod net;
+
+use net::{opts, send_mark, tcp_pair, LIMIT};
+
+/// Polls `s` for `events` for up to `ms`: the events seen.
+fn poll_for(s: &TcpStream, events: i16, ms: i32) -> i16 {
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    assert!(r >= 0, "poll");
+    p.revents
+}
+
+#[test]
+fn a_busy_answer_ends_the_initiators_switch_at_once_and_leaves_tcp() {
+    let (a, b) = tcp_pair();
+    let mut o = opts();
+    o.limits = Limits::with_timeout(Duration::from_secs(60));
+    o.limits.at_start = true;
+    std::thread::scope(|sc| {
+        let initiator = sc.spawn(|| switch_fd_as(a.as_fd(), &o, Some(Role::Initiator)));
+        // The initiator's mark arrives first in b's stream.
+        let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
+        assert!(ev & libc::POLLPRI != 0, "the initiator's mark never came");
+        assert!(answer_busy(b.as_fd()).unwrap(), "a mark first: answered");
+        match initiator.join().unwrap() {
+            Err(Failure::Refused { error, residue, .. }) => {
+                assert_eq!(error, SwitchError::Busy);
+                assert!(residue.is_empty());
+            }
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("switched against a busy responder"),
+        }
+    });
+    // Both marks consumed: neither program sees an urgent byte.
+    assert_eq!(poll_for(&a, libc::POLLPRI, 0) & libc::POLLPRI, 0);
+    assert_eq!(poll_for(&b, libc::POLLPRI, 0) & libc::POLLPRI, 0);
+    // TCP both ways, nothing lost or added.
+    let (mut a, mut b) = (a, b);
+    a.set_read_timeout(Some(LIMIT)).unwrap();
+    b.set_read_timeout(Some(LIMIT)).unwrap();
+    a.write_all(b"request").unwrap();
+    let mut got = [0u8; 7];
+    b.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"request");
+    b.write_all(b"reply").unwrap();
+    let mut got = [0u8; 5];
+    a.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"reply");
+}
+
+/// No mark yet, or the peer's bytes before it: nothing is sent (the peer
+/// may not run warpsock, or is not switching at the start).
+#[test]
+fn no_busy_answer_without_a_mark_first() {
+    let (a, b) = tcp_pair();
+    assert!(!answer_busy(b.as_fd()).unwrap(), "no mark");
+    (&a).write_all(b"x").unwrap();
+    send_mark(&a);
+    let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
+    assert!(ev & libc::POLLPRI != 0);
+    assert!(!answer_busy(b.as_fd()).unwrap(), "a byte before the mark");
+    assert_eq!(
+        poll_for(&a, libc::POLLPRI, 0) & libc::POLLPRI,
+        0,
+        "nothing sent to the peer"
+    );
+}
