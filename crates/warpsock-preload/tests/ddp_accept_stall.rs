@@ -321,6 +321,92 @@ fn clients_past_the_places_hear_at_once_that_the_server_is_busy() {
     );
 }
 
+/// Server-side connections of `port` (established: accepted, or still in
+/// the listener's queue) holding received bytes no read took — here, the
+/// clients' marks (`/proc/net/tcp`'s `rx_queue`).
+fn marks_queued(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 4
+                && f[1].ends_with(&local)
+                && f[3] == "01"
+                && f[4]
+                    .split(':')
+                    .nth(1)
+                    .and_then(|rx| u32::from_str_radix(rx, 16).ok())
+                    .is_some_and(|rx| rx > 0)
+        })
+        .count()
+}
+
+/// A preloaded policy-mode client past its host's share of the server's
+/// switching places (48 marked connections from its address hold them),
+/// its mark in before the server accepts it, goes on as plain TCP at once
+/// on the server's busy answer: its fallback (60 s) outlasts the test's
+/// bound, so only the answer can end its switch in time. Nothing lost (its
+/// echo), the server not remembered as one without warpsock.
+#[test]
+fn a_preloaded_client_past_the_places_goes_on_as_tcp_at_once() {
+    const SHARE: usize = 48;
+    let mut cmd = command(&c_program("acceptstall"), &[], true);
+    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.0/8");
+    let (child, mut out, port) = policy_server_with("acceptstall", 10_000, cmd);
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signals to our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let holders: Vec<TcpStream> = (0..SHARE)
+        .map(|_| {
+            let t = connect_from([127, 0, 0, 1], port);
+            mark(&t);
+            t
+        })
+        .collect();
+    let mut cl = command(
+        &c_program("connrate"),
+        &[port.to_string(), "1".into(), "30".into()],
+        true,
+    );
+    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+        .env("WARPSOCK_DDP_FALLBACK_MS", "60000");
+    let client = cl.spawn().expect("spawn connrate");
+    // The client's mark in (its switch runs in the background of its
+    // `connect`), the server still stopped.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while marks_queued(port) < SHARE + 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let queued = marks_queued(port);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let client = finish(client, Duration::from_secs(45));
+    assert_eq!(queued, SHARE + 1, "the client's mark never came");
+    assert!(
+        client.code == Some(0) && client.stdout.starts_with("conns 1 "),
+        "the client past the places: {:?} {} {}",
+        client.code,
+        client.stdout,
+        client.stderr
+    );
+    assert_eq!(
+        (
+            client.stat("ddp_switched"),
+            client.stat("ddp_refused"),
+            client.stat("ddp_plain_remembered")
+        ),
+        (0, 1, 0),
+        "{}",
+        client.stderr
+    );
+    drop(holders);
+    let run = quit_server(child, &mut out, connect_from([127, 0, 0, 3], port));
+    assert_eq!(run.stat("ddp_switch_busy"), 1, "{}", run.stderr);
+}
+
 /// Writes "ping" on `t` and reads the echo (an error, or the wrong bytes,
 /// as `Err`), then the server's last line from `out`, and its run.
 fn ping_and_finish(
