@@ -18,10 +18,10 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use common::policy::*;
 use common::*;
 
 /// Hostile connections opened before the legitimate client.
@@ -45,20 +45,6 @@ fn policy_server(
     fallback_ms: u32,
 ) -> (Child, BufReader<std::process::ChildStdout>, u16) {
     policy_server_with(name, fallback_ms, command(&c_program(name), args, true))
-}
-
-/// [`policy_server`] of the command `cmd` (another library, more
-/// variables).
-fn policy_server_with(
-    name: &str,
-    fallback_ms: u32,
-    mut cmd: std::process::Command,
-) -> (Child, BufReader<std::process::ChildStdout>, u16) {
-    if !cmd.get_envs().any(|(k, _)| k == "WARPSOCK_DDP_ADDRS") {
-        cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32");
-    }
-    cmd.env("WARPSOCK_DDP_FALLBACK_MS", fallback_ms.to_string());
-    spawn_ready(name, cmd)
 }
 
 struct Server {
@@ -100,14 +86,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Sends one urgent byte: a warpsock switch mark.
-fn mark(t: &TcpStream) {
-    let b = [0xD7u8];
-    // SAFETY: send of one byte from the stack on an open socket.
-    let r = unsafe { libc::send(t.as_raw_fd(), b.as_ptr().cast(), 1, libc::MSG_OOB) };
-    assert_eq!(r, 1, "send(MSG_OOB)");
 }
 
 /// A plain client's echo round trip, timed from its connect.
@@ -159,57 +137,6 @@ fn marked_then_silent_clients_do_not_stall_a_policy_servers_accepts() {
     });
 }
 
-/// Asks the `acceptstall` server `child` to quit on its connection `q`
-/// and waits for it: its run, once it exited 0 with its report.
-fn quit_server(
-    child: Child,
-    out: &mut BufReader<std::process::ChildStdout>,
-    mut q: TcpStream,
-) -> Run {
-    q.write_all(b"quit").unwrap();
-    let mut last = String::new();
-    let _ = out.read_line(&mut last);
-    let run = finish(child, Duration::from_secs(30));
-    assert!(
-        run.code == Some(0) && last.starts_with("accept_max_ms"),
-        "the server: {:?} {last:?} {}",
-        run.code,
-        run.stderr
-    );
-    run
-}
-
-/// A TCP connection to the server's `port` from the loopback address
-/// `src`.
-fn connect_from(src: [u8; 4], port: u16) -> TcpStream {
-    use std::os::fd::FromRawFd;
-    let sa = |ip: [u8; 4], port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_be_bytes(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let (from, to) = (sa(src, 0), sa([127, 0, 0, 1], port));
-    let len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a new socket of ours, bound and connected with addresses
-    // from the stack, then owned by the stream.
-    unsafe {
-        let c = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        assert!(c >= 0);
-        assert_eq!(
-            libc::bind(c, (&from as *const libc::sockaddr_in).cast(), len),
-            0
-        );
-        assert_eq!(
-            libc::connect(c, (&to as *const libc::sockaddr_in).cast(), len),
-            0
-        );
-        TcpStream::from_raw_fd(c)
-    }
-}
-
 /// Slow-loris clients from one host (70 that mark their switch and then
 /// stall, each holding a switching place for up to the mark and Request
 /// timeouts, 20 s here) hold at most that host's share of the 64 places
@@ -251,160 +178,6 @@ fn one_hosts_stalled_switches_leave_other_hosts_places() {
         "one host's stalled switches (share 48 of 64 places): {}",
         run.stderr
     );
-}
-
-/// The urgent byte the server answered `t`'s mark with, read, or `None`
-/// if none came by `deadline`.
-fn urgent_answer(t: &TcpStream, deadline: Instant) -> Option<u8> {
-    let mut p = libc::pollfd {
-        fd: t.as_raw_fd(),
-        events: libc::POLLPRI,
-        revents: 0,
-    };
-    let left = deadline.saturating_duration_since(Instant::now());
-    // SAFETY: one pollfd on the stack.
-    let r = unsafe { libc::poll(&mut p, 1, left.as_millis() as libc::c_int) };
-    if r != 1 {
-        return None;
-    }
-    let mut b = 0u8;
-    // SAFETY: one byte on the stack.
-    let n = unsafe { libc::recv(t.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_OOB) };
-    assert_eq!(n, 1, "recv(MSG_OOB)");
-    Some(b)
-}
-
-/// Clients past their host's share of the switching places whose marks
-/// came before the server accepted them (a burst behind the backlog: the
-/// server is stopped while 70 clients connect and mark) hear at once that
-/// the server is busy (`BUSY`, counted in `ddp_switch_busy`), where a
-/// warpsock client waited out its fallback before going on as TCP. The
-/// 48 within the share get the server's mark back (their switches wait for
-/// the Request). Without the answer, the 22 heard nothing.
-#[test]
-fn clients_past_the_places_hear_at_once_that_the_server_is_busy() {
-    const CLIENTS: u64 = 70;
-    let mut cmd = command(&c_program("acceptstall"), &[], true);
-    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.0/8");
-    let (child, mut out, port) = policy_server_with("acceptstall", 10_000, cmd);
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: signals to our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    let clients: Vec<TcpStream> = (0..CLIENTS)
-        .map(|_| {
-            let t = connect_from([127, 0, 0, 1], port);
-            mark(&t);
-            t
-        })
-        .collect();
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-    // One bound for all: a server that answers none fails in 30 s.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let answers: Vec<Option<u8>> = clients.iter().map(|t| urgent_answer(t, deadline)).collect();
-    let count = |b: u8| answers.iter().filter(|&&a| a == Some(b)).count() as u64;
-    assert_eq!(
-        (count(0xD7), count(0xD8)),
-        (48, CLIENTS - 48),
-        "marks back and busy answers: {answers:x?}"
-    );
-    drop(clients);
-    let run = quit_server(child, &mut out, connect_from([127, 0, 0, 3], port));
-    assert_eq!(
-        (
-            run.stat("ddp_switch_peer_over"),
-            run.stat("ddp_switch_busy")
-        ),
-        (CLIENTS - 48, CLIENTS - 48),
-        "{}",
-        run.stderr
-    );
-}
-
-/// Server-side connections of `port` (established: accepted, or still in
-/// the listener's queue) holding received bytes no read took — here, the
-/// clients' marks (`/proc/net/tcp`'s `rx_queue`).
-fn marks_queued(port: u16) -> usize {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let local = format!(":{port:04X}");
-    table
-        .lines()
-        .skip(1)
-        .filter(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 4
-                && f[1].ends_with(&local)
-                && f[3] == "01"
-                && f[4]
-                    .split(':')
-                    .nth(1)
-                    .and_then(|rx| u32::from_str_radix(rx, 16).ok())
-                    .is_some_and(|rx| rx > 0)
-        })
-        .count()
-}
-
-/// A preloaded policy-mode client past its host's share of the server's
-/// switching places (48 marked connections from its address hold them),
-/// its mark in before the server accepts it, goes on as plain TCP at once
-/// on the server's busy answer: its fallback (60 s) outlasts the test's
-/// bound, so only the answer can end its switch in time. Nothing lost (its
-/// echo), the server not remembered as one without warpsock.
-#[test]
-fn a_preloaded_client_past_the_places_goes_on_as_tcp_at_once() {
-    const SHARE: usize = 48;
-    let mut cmd = command(&c_program("acceptstall"), &[], true);
-    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.0/8");
-    let (child, mut out, port) = policy_server_with("acceptstall", 10_000, cmd);
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: signals to our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    let holders: Vec<TcpStream> = (0..SHARE)
-        .map(|_| {
-            let t = connect_from([127, 0, 0, 1], port);
-            mark(&t);
-            t
-        })
-        .collect();
-    let mut cl = command(
-        &c_program("connrate"),
-        &[port.to_string(), "1".into(), "30".into()],
-        true,
-    );
-    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-        .env("WARPSOCK_DDP_FALLBACK_MS", "60000");
-    let client = cl.spawn().expect("spawn connrate");
-    // The client's mark in (its switch runs in the background of its
-    // `connect`), the server still stopped.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while marks_queued(port) < SHARE + 1 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let queued = marks_queued(port);
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-    let client = finish(client, Duration::from_secs(45));
-    assert_eq!(queued, SHARE + 1, "the client's mark never came");
-    assert!(
-        client.code == Some(0) && client.stdout.starts_with("conns 1 "),
-        "the client past the places: {:?} {} {}",
-        client.code,
-        client.stdout,
-        client.stderr
-    );
-    assert_eq!(
-        (
-            client.stat("ddp_switched"),
-            client.stat("ddp_refused"),
-            client.stat("ddp_plain_remembered")
-        ),
-        (0, 1, 0),
-        "{}",
-        client.stderr
-    );
-    drop(holders);
-    let run = quit_server(child, &mut out, connect_from([127, 0, 0, 3], port));
-    assert_eq!(run.stat("ddp_switch_busy"), 1, "{}", run.stderr);
 }
 
 /// Writes "ping" on `t` and reads the echo (an error, or the wrong bytes,

@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
-use warpsock_xsock::io::{answer_busy, switch_fd_as, Failure};
+use warpsock_xsock::io::{answer_busy, switch_fd_as, BusyAnswer, Failure};
 use warpsock_xsock::switch::Limits;
 use warpsock_xsock::{Role, SwitchError};
 
@@ -43,7 +43,7 @@ fn a_busy_answer_ends_the_initiators_switch_at_once_and_leaves_tcp() {
         // The initiator's mark arrives first in b's stream.
         let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
         assert!(ev & libc::POLLPRI != 0, "the initiator's mark never came");
-        assert!(answer_busy(b.as_fd()).unwrap(), "a mark first: answered");
+        assert_eq!(answer_busy(b.as_fd()).unwrap(), BusyAnswer::Sent);
         match initiator.join().unwrap() {
             Err(Failure::Refused { error, residue, .. }) => {
                 assert_eq!(error, SwitchError::Busy);
@@ -70,20 +70,37 @@ fn a_busy_answer_ends_the_initiators_switch_at_once_and_leaves_tcp() {
     assert_eq!(&got, b"reply");
 }
 
-/// No mark yet, or the peer's bytes before it: nothing is sent (the peer
-/// may not run warpsock, or is not switching at the start).
+/// No mark yet: nothing sent, a mark may still come. The peer's bytes
+/// before its mark, or our own bytes written first: nothing sent, never
+/// to answer (`BUSY` would not be first in either stream).
 #[test]
-fn no_busy_answer_without_a_mark_first() {
+fn no_busy_answer_but_to_a_mark_first_in_both_streams() {
     let (a, b) = tcp_pair();
-    assert!(!answer_busy(b.as_fd()).unwrap(), "no mark");
+    assert_eq!(answer_busy(b.as_fd()).unwrap(), BusyAnswer::NotYet);
     (&a).write_all(b"x").unwrap();
     send_mark(&a);
     let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
     assert!(ev & libc::POLLPRI != 0);
-    assert!(!answer_busy(b.as_fd()).unwrap(), "a byte before the mark");
+    assert_eq!(
+        answer_busy(b.as_fd()).unwrap(),
+        BusyAnswer::Never,
+        "a byte before the mark"
+    );
     assert_eq!(
         poll_for(&a, libc::POLLPRI, 0) & libc::POLLPRI,
         0,
         "nothing sent to the peer"
     );
+    // Our program wrote first, then the peer's mark came.
+    let (a, b) = tcp_pair();
+    (&b).write_all(b"banner").unwrap();
+    send_mark(&a);
+    let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
+    assert!(ev & libc::POLLPRI != 0);
+    assert_eq!(
+        answer_busy(b.as_fd()).unwrap(),
+        BusyAnswer::Never,
+        "we wrote first"
+    );
+    assert_eq!(poll_for(&a, libc::POLLPRI, 0) & libc::POLLPRI, 0);
 }

@@ -816,6 +816,7 @@ impl Drop for SwitchingSock {
     }
 }
 
+mod late_busy;
 mod opts;
 mod pool;
 mod slot;

@@ -80,6 +80,8 @@ pub fn c_program(name: &str) -> PathBuf {
 
 pub use warpsock_testkit::lease_port;
 
+pub mod policy;
+
 pub struct Run {
     pub code: Option<i32>,
     pub stdout: String,

@@ -106,25 +106,52 @@ pub fn switch_fd_as(
     switch_fd_declinable(fd, opts, role_given, &|_| false)
 }
 
+/// What [`answer_busy`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BusyAnswer {
+    /// The initiator's mark was first in its stream: [`BUSY`] went where
+    /// our mark would, and the mark was consumed.
+    Sent,
+    /// Nothing from the peer yet (no byte, no mark — or its pointer
+    /// known, the byte not here): a warpsock initiator's mark may still
+    /// come, to answer then.
+    NotYet,
+    /// Never to answer: the peer's bytes came first, or another urgent
+    /// byte, or this end wrote already (`BUSY` must be first in our
+    /// stream, as a mark would be).
+    Never,
+}
+
 /// A responder's answer when it has no room to switch the connection `fd`
 /// now (the preload's switching places or DDP sockets at their bound): if
-/// the initiator's mark is already there, first in its stream (a switch at
-/// the connection's start, as policy mode's), sends [`BUSY`] where our
-/// mark would go and consumes the initiator's, and returns `true` — the
-/// initiator then goes on as TCP at once ([`SwitchError::Busy`]) instead
-/// of waiting out its mark timeout, and our program sees no urgent byte.
-/// `false`, nothing sent: no mark there yet (the initiator waits its
-/// timeout, as for a peer without warpsock), or bytes before it, or
-/// another urgent byte. Call it before the program used the connection:
-/// `BUSY` must be first in our stream, as a mark would be.
-pub fn answer_busy(fd: BorrowedFd<'_>) -> io::Result<bool> {
+/// the initiator's mark is there, first in its stream (a switch at the
+/// connection's start, as policy mode's), and this end wrote nothing,
+/// sends [`BUSY`] where our mark would go and consumes the initiator's
+/// ([`BusyAnswer::Sent`]) — the initiator then goes on as TCP at once
+/// ([`SwitchError::Busy`]) instead of waiting out its mark timeout, and
+/// our program sees no urgent byte. Otherwise nothing is sent, and the
+/// answer says whether a mark may still come.
+pub fn answer_busy(fd: BorrowedFd<'_>) -> io::Result<BusyAnswer> {
     let raw = fd.as_raw_fd();
-    if !sys::at_mark(raw)? || sys::peek_urgent(raw)? != Some(MARK) {
-        return Ok(false);
+    if !sys::sent_nothing(raw) {
+        return Ok(BusyAnswer::Never);
     }
-    sys::send_urgent(raw, BUSY)?;
-    sys::take_urgent(raw);
-    Ok(true)
+    if !sys::at_mark(raw)? {
+        return Ok(if sys::readable(raw)? == 0 {
+            BusyAnswer::NotYet
+        } else {
+            BusyAnswer::Never
+        });
+    }
+    match sys::peek_urgent(raw)? {
+        None => Ok(BusyAnswer::NotYet),
+        Some(MARK) => {
+            sys::send_urgent(raw, BUSY)?;
+            sys::take_urgent(raw);
+            Ok(BusyAnswer::Sent)
+        }
+        Some(_) => Ok(BusyAnswer::Never),
+    }
 }
 
 /// The two points where a switch can still be declined with the

@@ -35,7 +35,9 @@ mod watch;
 
 pub use closing::{Begun, Closing, Phase};
 pub use forklist::{ForkList, ForkLock};
-pub use handshake::{answer_busy, switch_fd, switch_fd_as, switch_fd_declinable, Commit, Failure};
+pub use handshake::{
+    answer_busy, switch_fd, switch_fd_as, switch_fd_declinable, BusyAnswer, Commit, Failure,
+};
 pub use quiet::Spun;
 pub use rio::{AioOp, Completion};
 pub use settings::{counters, Counters, Options, Readiness, RecvFlags};

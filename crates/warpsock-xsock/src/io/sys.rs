@@ -134,6 +134,34 @@ pub(crate) fn readable(fd: RawFd) -> io::Result<usize> {
     check(r as isize).map(|_| v.max(0) as usize)
 }
 
+/// Whether this end has written nothing yet on the TCP socket `fd`: no
+/// byte acknowledged (`TCP_INFO`'s `tcpi_bytes_acked`, the `u64` at byte
+/// 120, Linux 4.1) and none queued (`SIOCOUTQ`). `false` if the socket
+/// cannot say.
+pub(crate) fn sent_nothing(fd: RawFd) -> bool {
+    let mut info = [0u8; 128];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: getsockopt into a buffer on the stack, its size given.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 || len < 128 {
+        return false;
+    }
+    let mut acked = [0u8; 8];
+    acked.copy_from_slice(&info[120..128]);
+    let mut q: libc::c_int = -1;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut q) };
+    u64::from_ne_bytes(acked) == 0 && r == 0 && q == 0
+}
+
 /// Whether the TCP socket `fd` has received its peer's FIN: `POLLRDHUP`,
 /// which Linux shows as soon as the FIN arrives, bytes still queued before
 /// it (`tcp_poll`: `RCV_SHUTDOWN`), or a reset (`POLLHUP`: the

@@ -8,9 +8,10 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use libc::c_int;
 use warpsock_engine::fds;
-use warpsock_xsock::io::Options;
+use warpsock_xsock::io::{answer_busy, BusyAnswer, Options};
 
 use super::super::budget;
+use super::late_busy;
 use super::slot::{self, NoPlace, PeerBlock, Slot};
 use super::{
     pool, Asked, State, SwitchingSock, BUSY_ANSWERED, OVER, PEER_OVER, STARTED, SWITCHING_MAX,
@@ -95,16 +96,21 @@ pub(in crate::xsock) fn start(
             Some(NoPlace::PeerShare) => PEER_OVER.fetch_add(1, Ordering::Relaxed),
             None => 0,
         };
-        // A warpsock client whose mark came already hears so at once, not
-        // after its fallback (`WARPSOCK_DDP_FALLBACK_MS`, 1 s per
-        // connection: a burst past the places, which an accept loop meets
-        // behind its backlog). One whose mark comes after this accept
-        // waits its fallback, as before. A failure leaves the connection
-        // as it was: plain, its client falling back.
+        // A warpsock client hears at once that we are busy, not after its
+        // fallback (`WARPSOCK_DDP_FALLBACK_MS`, 1 s per connection): now if
+        // its mark came already (a burst behind the accept backlog), else
+        // when it comes (`late_busy`). A failure leaves the connection as
+        // it was: plain, its client falling back.
         // SAFETY: the program's accepted socket, open for the call.
         let sock = unsafe { BorrowedFd::borrow_raw(fd) };
-        if warpsock_xsock::io::answer_busy(sock).unwrap_or(false) {
-            BUSY_ANSWERED.fetch_add(1, Ordering::Relaxed);
+        match answer_busy(sock) {
+            Ok(BusyAnswer::Sent) => {
+                BUSY_ANSWERED.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(BusyAnswer::NotYet) => {
+                late_busy::watch(fd, opts.limits.mark_timeout);
+            }
+            Ok(BusyAnswer::Never) | Err(_) => {}
         }
         // This connection is plain: a fork does not wait for an older one.
         slot::accepted_last(0);
