@@ -14,6 +14,11 @@
 #
 #   scripts/bench-ddp-busy.sh ROUNDS A.so [B.so ...]
 #
+# LATE=1: the server is not stopped: the holders wait until the server
+# marked back (their places taken), and the idle server accepts the
+# client's connection as it comes, before its mark as a rule — answered
+# when the mark comes (`xsock::switching::late_busy`).
+#
 # Measure on a quiet machine: `uptime` is printed before and after.
 # Loopback only; bounded: the client stops after 60 s, the server and the
 # holders are killed by pid.
@@ -21,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ $# -lt 2 ]; then
-    sed -n '2,15p' "$0" >&2
+    sed -n '2,20p' "$0" >&2
     exit 2
 fi
 ROUNDS=$1
@@ -61,24 +66,30 @@ gcc -O2 -Wall -Wextra -Werror crates/warpsock-preload/tests/c/connrate.c -o "$WO
 gcc -O2 -Wall -Wextra -Werror -Icrates/warpsock-preload/tests/c \
     crates/warpsock-preload/tests/c/acceptstall.c -o "$WORK/echo"
 # The holders: SHARE connections that mark (one urgent 0xD7) and stay
-# open until stdin ends.
+# open until stdin ends; with a third argument, each waits (up to 30 s)
+# for the server's mark back first.
 cat > "$WORK/holders.py" <<'EOF'
-import socket, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
+import select, socket, sys
+port, n, answered = int(sys.argv[1]), int(sys.argv[2]), len(sys.argv) > 3
 held = []
 for _ in range(n):
     s = socket.create_connection(("127.0.0.1", port))
     s.send(b"\xd7", socket.MSG_OOB)
+    if answered:
+        _, _, x = select.select([], [], [s], 30)
+        if not x or s.recv(1, socket.MSG_OOB) != b"\xd7":
+            sys.exit("no mark back")
     held.append(s)
 print("held", flush=True)
 sys.stdin.read()
 EOF
 
-# Server-side connections of port $1 with received bytes unread: the marks.
+# The server's connections on 127.0.0.1:$1 with received bytes unread: the
+# marks.
 marks_queued() {
     local hex
     hex=$(printf '%04X' "$1")
-    awk -v p=":$hex" 'NR > 1 && substr($2, length($2) - 4) == p && $4 == "01" {
+    awk -v p="0100007F:$hex" 'NR > 1 && $2 == p && $4 == "01" {
         split($5, q, ":"); if (q[2] != "00000000") n++ } END { print n + 0 }' /proc/net/tcp
 }
 
@@ -96,23 +107,27 @@ run() {
         sleep 0.1
     done
     [ -n "$port" ] || { echo "bench-ddp-busy: the server did not start" >&2; exit 1; }
-    kill -STOP "$SERVER_PID"
+    local late=()
+    if [ "${LATE:-0}" = 1 ]; then late=(answered); else kill -STOP "$SERVER_PID"; fi
     mkfifo "$WORK/hold"
-    python3 "$WORK/holders.py" "$port" "$SHARE" < "$WORK/hold" > "$WORK/held" &
+    python3 "$WORK/holders.py" "$port" "$SHARE" "${late[@]}" < "$WORK/hold" > "$WORK/held" &
     HOLDERS_PID=$!
     exec 4> "$WORK/hold"
-    for i in $(seq 200); do
+    for i in $(seq 600); do
         grep -q held "$WORK/held" && break
         sleep 0.05
     done
+    grep -q held "$WORK/held" || { echo "bench-ddp-busy: the holders did not hold" >&2; exit 1; }
     env LD_PRELOAD="$lib" WARPSOCK_DDP_ADDRS=127.0.0.1/32 WARPSOCK_DDP_PLAIN_MEMORY_MS=0 \
         "$WORK/conn-rate" "$port" 1 60 > "$WORK/client" &
     local client=$!
-    for i in $(seq 2000); do
-        [ "$(marks_queued "$port")" -ge $((SHARE + 1)) ] && break
-        sleep 0.005
-    done
-    kill -CONT "$SERVER_PID"
+    if [ "${LATE:-0}" != 1 ]; then
+        for i in $(seq 2000); do
+            [ "$(marks_queued "$port")" -ge $((SHARE + 1)) ] && break
+            sleep 0.005
+        done
+        kill -CONT "$SERVER_PID"
+    fi
     wait "$client" || { echo "bench-ddp-busy: the client failed" >&2; exit 1; }
     exec 4>&-
     rm -f "$WORK/hold" "$WORK/held"

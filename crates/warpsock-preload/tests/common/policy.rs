@@ -105,27 +105,24 @@ pub fn urgent_answer(t: &TcpStream, deadline: Instant) -> Option<u8> {
     Some(b)
 }
 
-/// Server-side connections of `port` (established: accepted, or still in
-/// the listener's queue) holding received bytes no read took — here, the
-/// clients' marks (`/proc/net/tcp`'s `rx_queue`).
-pub fn marks_queued(port: u16) -> usize {
+/// The clients' ports of the server's connections on 127.0.0.1:`port`
+/// (established: accepted, or still in the listener's queue) that hold
+/// received bytes no read took — here, the clients' marks
+/// (`/proc/net/tcp`'s `rx_queue`).
+pub fn marks_queued(port: u16) -> Vec<u16> {
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let local = format!(":{port:04X}");
+    let local = format!("0100007F:{port:04X}");
     table
         .lines()
         .skip(1)
-        .filter(|l| {
+        .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 4
-                && f[1].ends_with(&local)
-                && f[3] == "01"
-                && f[4]
-                    .split(':')
-                    .nth(1)
-                    .and_then(|rx| u32::from_str_radix(rx, 16).ok())
-                    .is_some_and(|rx| rx > 0)
+            let rx = f.get(4)?.split(':').nth(1)?;
+            let queued = u32::from_str_radix(rx, 16).ok()? > 0;
+            let from = u16::from_str_radix(f.get(2)?.split(':').nth(1)?, 16).ok()?;
+            (f[1] == local && f[3] == "01" && queued).then_some(from)
         })
-        .count()
+        .collect()
 }
 
 /// Whether the server has accepted the connection of `port` from the
