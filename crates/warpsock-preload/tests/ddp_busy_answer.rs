@@ -14,6 +14,63 @@ use std::time::{Duration, Instant};
 use common::policy::*;
 use common::*;
 
+/// A preloaded policy-mode server (every address of 127/8 switches, its
+/// mark timeout 10 s), stopped, and `n` connections from 127.0.0.1 that
+/// marked their switch meanwhile, waiting in its listener's queue: the
+/// server, its stdout, its port, the connections.
+fn stopped_server_and_marked(
+    n: usize,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+    u16,
+    Vec<TcpStream>,
+) {
+    let mut cmd = command(&c_program("acceptstall"), &[], true);
+    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.0/8");
+    let (child, out, port) = policy_server_with("acceptstall", 10_000, cmd);
+    signal(&child, libc::SIGSTOP);
+    let marked = (0..n)
+        .map(|_| {
+            let t = connect_from([127, 0, 0, 1], port);
+            mark(&t);
+            t
+        })
+        .collect();
+    (child, out, port, marked)
+}
+
+/// Sends `sig` to our own child.
+fn signal(child: &std::process::Child, sig: libc::c_int) {
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+}
+
+/// A preloaded policy-mode `connrate` making one connection to `port`
+/// from 127.0.0.1, its fallback 60 s (beyond the tests' bounds).
+fn one_connection(port: u16) -> std::process::Child {
+    let mut cl = command(
+        &c_program("connrate"),
+        &[port.to_string(), "1".into(), "30".into()],
+        true,
+    );
+    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+        .env("WARPSOCK_DDP_FALLBACK_MS", "60000");
+    cl.spawn().expect("spawn connrate")
+}
+
+/// `client`'s run, which must have made its connection (its echo back).
+fn connected(client: Run) -> Run {
+    assert!(
+        client.code == Some(0) && client.stdout.starts_with("conns 1 "),
+        "the client past the places: {:?} {} {}",
+        client.code,
+        client.stdout,
+        client.stderr
+    );
+    client
+}
+
 /// Clients past their host's share of the switching places whose marks
 /// came before the server accepted them (a burst behind the backlog: the
 /// server is stopped while 70 clients connect and mark) hear at once that
@@ -24,21 +81,8 @@ use common::*;
 #[test]
 fn clients_past_the_places_hear_at_once_that_the_server_is_busy() {
     const CLIENTS: u64 = 70;
-    let mut cmd = command(&c_program("acceptstall"), &[], true);
-    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.0/8");
-    let (child, mut out, port) = policy_server_with("acceptstall", 10_000, cmd);
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: signals to our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    let clients: Vec<TcpStream> = (0..CLIENTS)
-        .map(|_| {
-            let t = connect_from([127, 0, 0, 1], port);
-            mark(&t);
-            t
-        })
-        .collect();
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let (child, mut out, port, clients) = stopped_server_and_marked(CLIENTS as usize);
+    signal(&child, libc::SIGCONT);
     // One bound for all: a server that answers none fails in 30 s.
     let deadline = Instant::now() + Duration::from_secs(30);
     let answers: Vec<Option<u8>> = clients.iter().map(|t| urgent_answer(t, deadline)).collect();
@@ -70,27 +114,8 @@ fn clients_past_the_places_hear_at_once_that_the_server_is_busy() {
 #[test]
 fn a_preloaded_client_past_the_places_goes_on_as_tcp_at_once() {
     const SHARE: usize = 48;
-    let mut cmd = command(&c_program("acceptstall"), &[], true);
-    cmd.env("WARPSOCK_DDP_ADDRS", "127.0.0.0/8");
-    let (child, mut out, port) = policy_server_with("acceptstall", 10_000, cmd);
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: signals to our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    let holders: Vec<TcpStream> = (0..SHARE)
-        .map(|_| {
-            let t = connect_from([127, 0, 0, 1], port);
-            mark(&t);
-            t
-        })
-        .collect();
-    let mut cl = command(
-        &c_program("connrate"),
-        &[port.to_string(), "1".into(), "30".into()],
-        true,
-    );
-    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-        .env("WARPSOCK_DDP_FALLBACK_MS", "60000");
-    let client = cl.spawn().expect("spawn connrate");
+    let (child, mut out, port, holders) = stopped_server_and_marked(SHARE);
+    let client = one_connection(port);
     // The client's mark in (its switch runs in the background of its
     // `connect`), the server still stopped.
     let held: Vec<u16> = holders
@@ -103,17 +128,9 @@ fn a_preloaded_client_past_the_places_goes_on_as_tcp_at_once() {
         std::thread::sleep(Duration::from_millis(2));
     }
     let queued = clients_mark_in();
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-    let client = finish(client, Duration::from_secs(45));
+    signal(&child, libc::SIGCONT);
+    let client = connected(finish(client, Duration::from_secs(45)));
     assert!(queued, "the client's mark never came");
-    assert!(
-        client.code == Some(0) && client.stdout.starts_with("conns 1 "),
-        "the client past the places: {:?} {} {}",
-        client.code,
-        client.stdout,
-        client.stderr
-    );
     assert_eq!(
         (
             client.stat("ddp_switched"),
@@ -162,21 +179,7 @@ fn a_mark_after_the_accept_hears_busy_when_it_comes() {
         Some(0xD8),
         "the late mark's answer"
     );
-    let mut cl = command(
-        &c_program("connrate"),
-        &[port.to_string(), "1".into(), "30".into()],
-        true,
-    );
-    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-        .env("WARPSOCK_DDP_FALLBACK_MS", "60000");
-    let client = finish(cl.spawn().expect("spawn connrate"), Duration::from_secs(45));
-    assert!(
-        client.code == Some(0) && client.stdout.starts_with("conns 1 "),
-        "the preloaded client past the places: {:?} {} {}",
-        client.code,
-        client.stdout,
-        client.stderr
-    );
+    let client = connected(finish(one_connection(port), Duration::from_secs(45)));
     assert_eq!(client.stat("ddp_refused"), 1, "{}", client.stderr);
     drop((holders, late));
     let run = quit_server(child, &mut out, connect_from([127, 0, 0, 3], port));

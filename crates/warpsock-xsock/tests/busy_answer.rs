@@ -70,37 +70,29 @@ fn a_busy_answer_ends_the_initiators_switch_at_once_and_leaves_tcp() {
     assert_eq!(&got, b"reply");
 }
 
+/// With `first` written on the peer's side (`ahead`: by the peer, else by
+/// us), then the peer's mark: no answer, ever, and nothing sent to it.
+fn never_answered(ahead: bool, first: &[u8], what: &str) {
+    let (a, b) = tcp_pair();
+    if ahead { &a } else { &b }.write_all(first).unwrap();
+    send_mark(&a);
+    let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
+    assert!(ev & libc::POLLPRI != 0, "{what}: the mark never came");
+    assert_eq!(answer_busy(b.as_fd()).unwrap(), BusyAnswer::Never, "{what}");
+    assert_eq!(
+        poll_for(&a, libc::POLLPRI, 0) & libc::POLLPRI,
+        0,
+        "{what}: nothing sent to the peer"
+    );
+}
+
 /// No mark yet: nothing sent, a mark may still come. The peer's bytes
 /// before its mark, or our own bytes written first: nothing sent, never
 /// to answer (`BUSY` would not be first in either stream).
 #[test]
 fn no_busy_answer_but_to_a_mark_first_in_both_streams() {
-    let (a, b) = tcp_pair();
+    let (_a, b) = tcp_pair();
     assert_eq!(answer_busy(b.as_fd()).unwrap(), BusyAnswer::NotYet);
-    (&a).write_all(b"x").unwrap();
-    send_mark(&a);
-    let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
-    assert!(ev & libc::POLLPRI != 0);
-    assert_eq!(
-        answer_busy(b.as_fd()).unwrap(),
-        BusyAnswer::Never,
-        "a byte before the mark"
-    );
-    assert_eq!(
-        poll_for(&a, libc::POLLPRI, 0) & libc::POLLPRI,
-        0,
-        "nothing sent to the peer"
-    );
-    // Our program wrote first, then the peer's mark came.
-    let (a, b) = tcp_pair();
-    (&b).write_all(b"banner").unwrap();
-    send_mark(&a);
-    let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
-    assert!(ev & libc::POLLPRI != 0);
-    assert_eq!(
-        answer_busy(b.as_fd()).unwrap(),
-        BusyAnswer::Never,
-        "we wrote first"
-    );
-    assert_eq!(poll_for(&a, libc::POLLPRI, 0) & libc::POLLPRI, 0);
+    never_answered(true, b"x", "a byte before the mark");
+    never_answered(false, b"banner", "we wrote first");
 }
