@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -146,9 +147,22 @@ fn a_preloaded_client_past_the_places_goes_on_as_tcp_at_once() {
     assert_eq!(run.stat("ddp_switch_busy"), 1, "{}", run.stderr);
 }
 
+/// A connection to `port` from 127.0.0.1, once the server accepted it (by
+/// `deadline`).
+fn accepted_from_here(port: u16, deadline: Instant) -> TcpStream {
+    let t = connect_from([127, 0, 0, 1], port);
+    let from = t.local_addr().unwrap().port();
+    while !accepted(port, from) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(accepted(port, from), "never accepted");
+    t
+}
+
 /// A client past the places whose mark comes after the server accepted its
 /// connection (the accept seen in `/proc/net/tcp`) hears `BUSY` when the
-/// mark comes: the watch answers it. A preloaded client past the places
+/// mark comes: the watch answers it. A plain client's bytes first end its
+/// watch untouched. A preloaded client past the places
 /// (fallback 60 s, beyond the test's bound), accepted at once by the idle
 /// server, goes on as TCP at once too.
 #[test]
@@ -167,21 +181,34 @@ fn a_mark_after_the_accept_hears_busy_when_it_comes() {
             t
         })
         .collect();
-    let late = connect_from([127, 0, 0, 1], port);
-    let client_port = late.local_addr().unwrap().port();
-    while !accepted(port, client_port) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    assert!(accepted(port, client_port), "never accepted");
+    let late = accepted_from_here(port, deadline);
     mark(&late);
     assert_eq!(
         urgent_answer(&late, deadline),
         Some(0xD8),
         "the late mark's answer"
     );
+    // A plain client past the places, watched once accepted: its bytes
+    // first end the watch, all of them the program's (its echo), and it
+    // never gets an urgent byte.
+    let mut plain = accepted_from_here(port, deadline);
+    plain
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    plain.write_all(b"ping").unwrap();
+    let mut echo = [0u8; 4];
+    plain
+        .read_exact(&mut echo)
+        .expect("the plain client's echo");
+    assert_eq!(&echo, b"ping");
+    assert_eq!(
+        urgent_answer(&plain, Instant::now()),
+        None,
+        "an urgent byte to a plain client"
+    );
     let client = connected(finish(one_connection(port), Duration::from_secs(45)));
     assert_eq!(client.stat("ddp_refused"), 1, "{}", client.stderr);
-    drop((holders, late));
+    drop((holders, late, plain));
     let run = quit_server(child, &mut out, connect_from([127, 0, 0, 3], port));
     assert_eq!(run.stat("ddp_switch_busy"), 2, "{}", run.stderr);
 }

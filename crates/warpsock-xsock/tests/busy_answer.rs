@@ -70,12 +70,33 @@ fn a_busy_answer_ends_the_initiators_switch_at_once_and_leaves_tcp() {
     assert_eq!(&got, b"reply");
 }
 
-/// With `first` written on the peer's side (`ahead`: by the peer, else by
-/// us), then the peer's mark: no answer, ever, and nothing sent to it.
-fn never_answered(ahead: bool, first: &[u8], what: &str) {
+/// Where bytes are written around the peer's mark.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// By the peer, before its mark.
+    PeerFirst,
+    /// By the peer, after its mark: it gave up and went on as TCP.
+    PeerAfter,
+    /// By us, before the mark came.
+    OursFirst,
+}
+
+/// With `bytes` written `how`: no answer, ever, and nothing sent to the
+/// peer.
+fn never_answered(how: Written, bytes: &[u8], what: &str) {
     let (a, b) = tcp_pair();
-    if ahead { &a } else { &b }.write_all(first).unwrap();
+    match how {
+        Written::PeerFirst => (&a).write_all(bytes).unwrap(),
+        Written::OursFirst => (&b).write_all(bytes).unwrap(),
+        Written::PeerAfter => {}
+    }
     send_mark(&a);
+    if how == Written::PeerAfter {
+        (&a).write_all(bytes).unwrap();
+        // Both in: the bytes behind the mark readable.
+        let ev = poll_for(&b, libc::POLLIN, LIMIT.as_millis() as i32);
+        assert!(ev & libc::POLLIN != 0, "{what}: the bytes never came");
+    }
     let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
     assert!(ev & libc::POLLPRI != 0, "{what}: the mark never came");
     assert_eq!(answer_busy(b.as_fd()).unwrap(), BusyAnswer::Never, "{what}");
@@ -87,12 +108,14 @@ fn never_answered(ahead: bool, first: &[u8], what: &str) {
 }
 
 /// No mark yet: nothing sent, a mark may still come. The peer's bytes
-/// before its mark, or our own bytes written first: nothing sent, never
-/// to answer (`BUSY` would not be first in either stream).
+/// before its mark or behind it (it went on as TCP), or our own bytes
+/// written first: nothing sent, never to answer (`BUSY` would not be
+/// first in either stream, or would reach a program).
 #[test]
 fn no_busy_answer_but_to_a_mark_first_in_both_streams() {
     let (_a, b) = tcp_pair();
     assert_eq!(answer_busy(b.as_fd()).unwrap(), BusyAnswer::NotYet);
-    never_answered(true, b"x", "a byte before the mark");
-    never_answered(false, b"banner", "we wrote first");
+    never_answered(Written::PeerFirst, b"x", "a byte before the mark");
+    never_answered(Written::PeerAfter, b"GET /", "bytes behind the mark");
+    never_answered(Written::OursFirst, b"banner", "we wrote first");
 }

@@ -834,6 +834,7 @@ pub(super) use start::start;
 pub(super) fn forget_after_fork() {
     slot::forget_after_fork();
     pool::forget_after_fork();
+    late_busy::forget_after_fork();
 }
 
 #[cfg(test)]

@@ -116,9 +116,9 @@ pub enum BusyAnswer {
     /// known, the byte not here): a warpsock initiator's mark may still
     /// come, to answer then.
     NotYet,
-    /// Never to answer: the peer's bytes came first, or another urgent
-    /// byte, or this end wrote already (`BUSY` must be first in our
-    /// stream, as a mark would be).
+    /// Never to answer: the peer's bytes came first, or after its mark
+    /// (it went on as TCP), or another urgent byte, or this end wrote
+    /// already (`BUSY` must be first in our stream, as a mark would be).
     Never,
 }
 
@@ -145,12 +145,27 @@ pub fn answer_busy(fd: BorrowedFd<'_>) -> io::Result<BusyAnswer> {
     }
     match sys::peek_urgent(raw)? {
         None => Ok(BusyAnswer::NotYet),
+        // Bytes behind the mark, or its end: the initiator gave up waiting
+        // for our answer and went on as TCP (a waiting one sends nothing
+        // more). A peek at the mark reads past it (`SO_OOBINLINE` off),
+        // where `FIONREAD` stops at it.
+        Some(MARK) if !nothing_behind_mark(raw)? => Ok(BusyAnswer::Never),
         Some(MARK) => {
             sys::send_urgent(raw, BUSY)?;
             sys::take_urgent(raw);
             Ok(BusyAnswer::Sent)
         }
         Some(_) => Ok(BusyAnswer::Never),
+    }
+}
+
+/// Whether nothing follows the peer's mark at `fd`'s read position: a
+/// peek finds no byte (`EAGAIN`) and no end of stream.
+fn nothing_behind_mark(fd: RawFd) -> io::Result<bool> {
+    match sys::recv(fd, &mut [0u8; 1], true) {
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(true),
+        Err(e) => Err(e),
     }
 }
 

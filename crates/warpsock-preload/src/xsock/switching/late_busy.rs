@@ -19,15 +19,17 @@
 //! ended when none is left; it looks at new watches at least every
 //! [`LOOK`].
 //!
-//! The program's number is watched, not a duplicate: a duplicate would
-//! keep the connection open after the program closed it (its FIN late by
-//! up to the bound). A number closed since reads `POLLNVAL`; one reused by
-//! another socket is told by its inode ([`SocketId`]) and dropped. Between
-//! that look and the answer the program could still close the number and
-//! reuse it for a new connection: `answer_busy` answers only a mark first
-//! in a stream our side has not written to — a warpsock client's switch,
-//! which that connection's own accept leaves plain or switches (the
-//! number then a switching socket's doorbell, no TCP socket).
+//! The program's number is watched, not a duplicate kept: a duplicate
+//! would keep the connection open after the program closed it (its FIN
+//! late by up to the bound). A `poll` under way holds the sockets it waits
+//! on, so a program's close of a watched connection takes effect when the
+//! poll returns (at most [`LOOK`] later; a close with `SO_LINGER` set
+//! lingers on this thread then). A number closed since reads `POLLNVAL`;
+//! one reused by another socket is told by its inode ([`SocketId`]) and
+//! dropped. A mark is answered on a duplicate made then and looked at
+//! again (the number may have been closed and reused since the poll), and
+//! only if nothing follows the mark (`answer_busy`: a client that gave up
+//! and went on as TCP is left alone).
 //!
 //! A program that writes first just as the mark comes (a server that
 //! speaks first, and a client that marked late) could see its bytes go
@@ -40,7 +42,7 @@
 //! tried: a fork may leave it held.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -129,14 +131,14 @@ impl Watches {
 
     /// After a `poll` of `polled` (its events, by number): each watch's
     /// look (`same`: whether its number is still its socket), the decided
-    /// ones and those past their bound removed. Returns the numbers to
-    /// answer.
+    /// ones and those past their bound removed. Returns the watches to
+    /// answer (number and socket).
     fn after_poll(
         &mut self,
         polled: &[libc::pollfd],
         now: Instant,
         same: impl Fn(c_int, SocketId) -> bool,
-    ) -> Vec<c_int> {
+    ) -> Vec<(c_int, SocketId)> {
         let mut answer = Vec::new();
         self.list.retain(|w| {
             let ev = polled
@@ -145,7 +147,7 @@ impl Watches {
                 .map_or(0, |p| p.revents);
             match look(ev, || same(w.fd, w.id)) {
                 Seen::Urgent => {
-                    answer.push(w.fd);
+                    answer.push((w.fd, w.id));
                     false
                 }
                 Seen::Done => false,
@@ -171,27 +173,61 @@ fn look(ev: i16, same: impl FnOnce() -> bool) -> Seen {
     Seen::Done
 }
 
-/// The process's watches and its watching thread.
-struct Watched {
-    pid: libc::pid_t,
+/// The process's watches and whether its watching thread runs.
+#[derive(Default)]
+struct Inner {
     running: bool,
     watches: Watches,
 }
 
-static WATCHED: Mutex<Watched> = Mutex::new(Watched {
-    pid: 0,
-    running: false,
-    watches: Watches { list: Vec::new() },
-});
+/// A process's watcher (made on first use, leaked: a forked child makes
+/// its own, [`forget_after_fork`]).
+struct Watcher {
+    pid: libc::pid_t,
+    st: Mutex<Inner>,
+}
 
-/// [`WATCHED`], if its lock is free now (a fork may have left it held;
-/// a poisoned one is taken as it is).
-fn try_watched() -> Option<std::sync::MutexGuard<'static, Watched>> {
-    match WATCHED.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
+static WATCHER: AtomicPtr<Watcher> = AtomicPtr::new(std::ptr::null_mut());
+
+/// This process's watcher (`pid`: this process's id).
+fn watcher(pid: libc::pid_t) -> &'static Watcher {
+    let p = WATCHER.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a published watcher is leaked and never freed.
+        let w: &'static Watcher = unsafe { &*p };
+        if w.pid == pid {
+            return w;
+        }
     }
+    let fresh = Box::into_raw(Box::new(Watcher {
+        pid,
+        st: Mutex::new(Inner::default()),
+    }));
+    match WATCHER.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: published now, never freed (the one it replaced, another
+        // process's, is leaked).
+        Ok(_) => unsafe { &*fresh },
+        Err(other) => {
+            // SAFETY: ours was never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: as above.
+            unsafe { &*other }
+        }
+    }
+}
+
+impl Watcher {
+    /// Its state, poison ignored (held only for list work, never across
+    /// a system call but the identity looks of a poll's events).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        sys::lock(&self.st)
+    }
+}
+
+/// In a forked child (its fork handler, the only thread): the parent's
+/// watches and thread are not the child's, and its lock may be held.
+pub(super) fn forget_after_fork() {
+    WATCHER.store(std::ptr::null_mut(), Ordering::Release);
 }
 
 /// The socket `fd` is (device, inode), or `None`.
@@ -205,80 +241,95 @@ fn socket_id(fd: c_int) -> Option<SocketId> {
 
 /// Watches the program's accepted connection `fd`, left plain for want of
 /// a place, whose client's mark has not come ([`BusyAnswer::NotYet`]), for
-/// up to `bound`. `false`: not watched (at [`WATCHES_MAX`], the lock
-/// held, no thread).
+/// up to `bound`. `false`: not watched (at [`WATCHES_MAX`], or no thread).
 pub(super) fn watch(fd: c_int, bound: Duration) -> bool {
     let Some(id) = socket_id(fd) else {
         return false;
     };
-    let Some(mut w) = try_watched() else {
-        return false;
-    };
-    let pid = sys::getpid();
-    if w.pid != pid {
-        // Another process's (a fork's parent): none of its watches are ours.
-        *w = Watched {
-            pid,
-            running: false,
-            watches: Watches::default(),
-        };
-    }
-    let until = Instant::now() + bound;
-    if !w.watches.add(Watch { fd, id, until }) {
-        return false;
-    }
-    if !w.running {
-        if sys::spawn_library_thread("warpsock-busy", run).is_err() {
-            w.watches.list.pop();
+    let w = watcher(sys::getpid());
+    let start = {
+        let mut st = w.lock();
+        if !st.watches.add(Watch {
+            fd,
+            id,
+            until: Instant::now() + bound,
+        }) {
             return false;
         }
-        w.running = true;
+        !std::mem::replace(&mut st.running, true)
+    };
+    // The thread made outside the lock (a `clone` and the signal masks:
+    // the program's accepts do not wait on it).
+    if start && sys::spawn_library_thread("warpsock-busy", move || run(w)).is_err() {
+        let mut st = w.lock();
+        st.running = false;
+        st.watches.list.retain(|x| !(x.fd == fd && x.id == id));
+        return false;
     }
     true
 }
 
-/// The watching thread: polls the watches, answers the marks, ends when
-/// none is left.
-fn run() {
+/// The watching thread of `w`: rounds until no watch is left, or a round
+/// panics (then `running` is cleared: the next watch makes a thread).
+fn run(w: &'static Watcher) {
     sys::no_cancel();
-    enter((), || loop {
-        let (mut fds, wait) = {
-            let Some(mut w) = watched() else {
+    loop {
+        match enter(None, || Some(round(w))) {
+            Some(true) => {}
+            // None left: `round` cleared `running` under the lock that saw
+            // it (a watch added since made a thread of its own).
+            Some(false) => return,
+            None => {
+                w.lock().running = false;
                 return;
-            };
-            if w.watches.is_empty() {
-                w.running = false;
-                return;
-            }
-            (w.watches.pollfds(), w.watches.wait(Instant::now()))
-        };
-        let ms = wait.as_millis().max(1) as c_int;
-        sys::poll(&mut fds, ms);
-        let answer = {
-            let Some(mut w) = watched() else {
-                return;
-            };
-            w.watches
-                .after_poll(&fds, Instant::now(), |fd, id| socket_id(fd) == Some(id))
-        };
-        for fd in answer {
-            // SAFETY: the program's number, looked at just now (a close
-            // since makes the calls fail; a reuse: the module's docs).
-            let sock = unsafe { BorrowedFd::borrow_raw(fd) };
-            if matches!(answer_busy(sock), Ok(BusyAnswer::Sent)) {
-                BUSY_ANSWERED.fetch_add(1, Ordering::Relaxed);
             }
         }
-    });
+    }
 }
 
-/// [`WATCHED`] for the thread: its lock, waited for (held only briefly by
-/// the program's accepts), poison ignored.
-fn watched() -> Option<std::sync::MutexGuard<'static, Watched>> {
-    Some(match WATCHED.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    })
+/// One round: a `poll` of the watches, the marks answered. `false`: none
+/// was left (`running` cleared under the lock that saw it).
+fn round(w: &Watcher) -> bool {
+    let (mut fds, wait) = {
+        let mut st = w.lock();
+        if st.watches.is_empty() {
+            st.running = false;
+            return false;
+        }
+        (st.watches.pollfds(), st.watches.wait(Instant::now()))
+    };
+    let ms = wait.as_millis().max(1) as c_int;
+    if sys::poll(&mut fds, ms) < 0 {
+        // EINTR, or no memory for the set: not again at once.
+        sys::sleep(Duration::from_millis(1));
+    }
+    let answer = w
+        .lock()
+        .watches
+        .after_poll(&fds, Instant::now(), |fd, id| socket_id(fd) == Some(id));
+    for (fd, id) in answer {
+        answer_on(fd, id);
+    }
+    true
+}
+
+/// Answers the watched socket `id` at the program's number `fd` on a
+/// duplicate of it, if the duplicate is still that socket (the program may
+/// have closed the number and reused it since the poll's look).
+fn answer_on(fd: c_int, id: SocketId) {
+    // SAFETY: fcntl on a number; a closed one fails.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return;
+    }
+    if socket_id(dup) == Some(id) {
+        // SAFETY: our duplicate, open until the close below.
+        let sock = unsafe { BorrowedFd::borrow_raw(dup) };
+        if matches!(answer_busy(sock), Ok(BusyAnswer::Sent)) {
+            BUSY_ANSWERED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    sys::close(dup);
 }
 
 #[cfg(test)]
@@ -338,11 +389,11 @@ mod tests {
         ];
         // 7's number is another socket's now; 9 was not in this poll.
         let answer = ws.after_poll(&polled, now, |fd, _| fd != 7);
-        assert_eq!(answer, vec![3]);
+        assert_eq!(answer, vec![(3, (1, 3))]);
         let left: Vec<c_int> = ws.list.iter().map(|w| w.fd).collect();
         assert_eq!(left, vec![8, 9], "10 is past its bound");
         assert!(ws.wait(now) <= LOOK);
-        assert_eq!(ws.after_poll(&[], later, |_, _| true), Vec::<c_int>::new());
+        assert!(ws.after_poll(&[], later, |_, _| true).is_empty());
         assert!(ws.is_empty(), "every bound passed");
     }
 }
