@@ -104,9 +104,10 @@ pub(crate) static OVER: AtomicU64 = AtomicU64::new(0);
 /// of the places (`slot::PEER_SHARE`; `ddp_switch_peer_over`).
 pub(crate) static PEER_OVER: AtomicU64 = AtomicU64::new(0);
 /// Of the accepted connections left plain for want of a place (or beyond
-/// the budget), those whose client's mark was there already and got our
-/// busy answer (`warpsock_xsock::io::answer_busy`; `ddp_switch_busy`):
-/// the client went on as TCP at once instead of after its fallback.
+/// the budget), those whose client's mark got our busy answer
+/// (`warpsock_xsock::io::answer_busy`; `ddp_switch_busy`), at the accept
+/// or when it came (`late_busy`): the client went on as TCP at once
+/// instead of after its fallback.
 pub(crate) static BUSY_ANSWERED: AtomicU64 = AtomicU64::new(0);
 
 /// What the connection became.

@@ -37,9 +37,9 @@
 //! the bytes first and goes on as TCP, and its program sees an urgent
 //! byte. The window is a few system calls.
 //!
-//! Fork: a child has no watching thread; the watches are per process (the
-//! state's pid), and a child's first watch starts afresh. The lock is only
-//! tried: a fork may leave it held.
+//! Fork: a child has no watching thread, and a parent's thread may hold
+//! the lock at the fork: the watcher is per process ([`forget_after_fork`],
+//! and its pid for a raw `fork`), so a child's first watch starts afresh.
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -47,6 +47,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
+use warpsock_engine::fds;
 use warpsock_xsock::io::{answer_busy, BusyAnswer};
 
 use super::BUSY_ANSWERED;
@@ -317,8 +318,9 @@ fn round(w: &Watcher) -> bool {
 /// duplicate of it, if the duplicate is still that socket (the program may
 /// have closed the number and reused it since the poll's look).
 fn answer_on(fd: c_int, id: SocketId) {
-    // SAFETY: fcntl on a number; a closed one fails.
-    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    // Above the program's numbers, as the library's other descriptors: the
+    // program's next socket or accept keeps the lowest free number.
+    let dup = fds::dup_lifted(fd);
     if dup < 0 {
         return;
     }
