@@ -11,25 +11,38 @@
 //! still wrote nothing), the client's bytes or its end come first (a
 //! client without warpsock: left alone), the program closes the number,
 //! or the watch's bound (the accepted connections' mark timeout, what a
-//! client waits at most). Before, such a client waited out its fallback
+//! client waits at most: no answer once it passed, the client may have
+//! gone on as TCP). Before, such a client waited out its fallback
 //! (`WARPSOCK_DDP_FALLBACK_MS`, 1 s) on every connection.
 //!
 //! Bounds: at most [`WATCHES_MAX`] connections at once (beyond, the client
-//! waits its fallback, as before); one thread, made on the first watch and
-//! ended when none is left; it looks at new watches at least every
-//! [`LOOK`].
+//! waits its fallback, as before; a full list first drops the watches
+//! whose numbers the program closed, [`Watches::prune`]); one thread, made
+//! on the first watch and ended when none is left.
 //!
-//! The program's number is watched, not a duplicate kept: a duplicate
+//! The watches are an epoll set's (one per process, made with its first
+//! watch), each registered once (`EPOLLONESHOT`: a decided watch never
+//! reports again, whether or not its removal could be made). An epoll set
+//! holds no reference to the sockets in it: the program's close of a
+//! watched connection takes effect at once (its FIN, or its reset with
+//! `SO_LINGER`, from the program's own `close`), and the kernel takes the
+//! socket out of the set. A `poll` (before) held every socket it waited
+//! on until it returned, up to 20 ms, and a close with `SO_LINGER` set
+//! lingered on this thread then. Neither is a duplicate kept: a duplicate
 //! would keep the connection open after the program closed it (its FIN
-//! late by up to the bound). A `poll` under way holds the sockets it waits
-//! on, so a program's close of a watched connection takes effect when the
-//! poll returns (at most [`LOOK`] later; a close with `SO_LINGER` set
-//! lingers on this thread then). A number closed since reads `POLLNVAL`;
-//! one reused by another socket is told by its inode ([`SocketId`]) and
-//! dropped. A mark is answered on a duplicate made then and looked at
-//! again (the number may have been closed and reused since the poll), and
-//! only if nothing follows the mark (`answer_busy`: a client that gave up
-//! and went on as TCP is left alone).
+//! late by up to the bound).
+//!
+//! Numbers and sockets: a registration is the socket's under the number
+//! it had; the program may close the number and give it to another socket
+//! since. A watch is decided only while its number is still its socket
+//! (told by its inode, [`SocketId`]); a mark is answered on a duplicate
+//! made then and looked at again, and only if nothing follows the mark
+//! (`answer_busy`: a client that gave up and went on as TCP is left
+//! alone); a watch is taken out of the set only while its number is its
+//! socket (the set's key is the socket with its number: the number's new
+//! socket, watched too, must keep its registration). A removal skipped
+//! leaves a registration that reports at most once more, to no watch, and
+//! goes with its socket.
 //!
 //! A program that writes first just as the mark comes (a server that
 //! speaks first, and a client that marked late) could see its bytes go
@@ -38,8 +51,11 @@
 //! byte. The window is a few system calls.
 //!
 //! Fork: a child has no watching thread, and a parent's thread may hold
-//! the lock at the fork: the watcher is per process ([`forget_after_fork`],
-//! and its pid for a raw `fork`), so a child's first watch starts afresh.
+//! the lock at the fork: the watcher is per process ([`forget_after_fork`]
+//! closes the child's copy of the set's descriptor; a raw `fork` is told
+//! by the pid, its copy left open), so a child's first watch starts
+//! afresh. The set itself is the parent's still (an open file description
+//! the child's close does not end).
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -47,131 +63,143 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use libc::c_int;
-use warpsock_engine::fds;
+use warpsock_engine::{fds, rawsys};
 use warpsock_xsock::io::{answer_busy, BusyAnswer};
 
 use super::BUSY_ANSWERED;
 use crate::shim::guard::enter;
-use crate::shim::sys;
+use crate::shim::{real, sys};
 
 /// Most connections watched at once.
 pub(super) const WATCHES_MAX: usize = 64;
 
-/// The longest the thread waits before it looks at the watches again (new
-/// ones join its `poll` then).
-const LOOK: Duration = Duration::from_millis(20);
+/// The longest the thread waits between looks at the bounds: a watch
+/// added with a nearer bound than the wait under way leaves the list at
+/// most this late (and is never answered past its bound,
+/// [`Watches::after_wait`]).
+const LOOK_MAX: Duration = Duration::from_secs(1);
+
+/// What a watch waits for — urgent data, bytes, the peer's end — reported
+/// once: each of them decides it.
+const EVENTS: u32 = (libc::EPOLLPRI | libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32;
 
 /// A socket's identity: its device and inode (`fstat`), to tell the
 /// watched connection from another socket given its number since.
 type SocketId = (u64, u64);
 
-/// One watched connection.
+/// One watched connection: the program's number, its socket, its bound
+/// and its token in the epoll set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Watch {
     fd: c_int,
     id: SocketId,
     until: Instant,
+    token: u64,
 }
 
-/// What a poll's look says of a watch ([`Watches::after_poll`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Seen {
-    /// Not in this poll (added since), or nothing happened.
-    Nothing,
-    /// An urgent byte came: answer (`answer_busy` looks at it).
-    Urgent,
-    /// Not the watched connection any more (closed, or the number
-    /// reused), or its peer's bytes or end came first: left alone.
-    Done,
-}
-
-/// The watches, sans-IO: what to poll, and what a poll's events decide.
+/// The watches, sans-IO: what is registered, and what a wait's events
+/// decide.
 #[derive(Debug, Default)]
 struct Watches {
     list: Vec<Watch>,
+    /// The last token given (0: none; tokens are never reused, so a stale
+    /// registration's report names no watch).
+    last: u64,
+}
+
+/// What a wait decided ([`Watches::after_wait`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Decided {
+    /// Marks to answer (`answer_busy` looks at each).
+    answer: Vec<Watch>,
+    /// Watches over — answered, left alone, or past their bound — to take
+    /// out of the set.
+    over: Vec<Watch>,
 }
 
 impl Watches {
-    /// Adds a watch; `false` at [`WATCHES_MAX`] (or the number watched
-    /// already, as this socket).
-    fn add(&mut self, w: Watch) -> bool {
-        if self.list.len() >= WATCHES_MAX || self.list.iter().any(|x| x.fd == w.fd && x.id == w.id)
-        {
-            return false;
+    /// Adds a watch of the number `fd`, socket `id`, until `until`: its
+    /// token, or `None` at [`WATCHES_MAX`] (or when that socket under that
+    /// number is watched already).
+    fn add(&mut self, fd: c_int, id: SocketId, until: Instant) -> Option<u64> {
+        if self.is_full() || self.list.iter().any(|x| x.fd == fd && x.id == id) {
+            return None;
         }
-        self.list.push(w);
-        true
+        self.last += 1;
+        self.list.push(Watch {
+            fd,
+            id,
+            until,
+            token: self.last,
+        });
+        Some(self.last)
+    }
+
+    /// Takes out the watch `token` (its registration failed).
+    fn remove(&mut self, token: u64) {
+        self.list.retain(|w| w.token != token);
+    }
+
+    fn is_full(&self) -> bool {
+        self.list.len() >= WATCHES_MAX
     }
 
     fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
-    /// The `poll` set: urgent data, bytes, the peer's end.
-    fn pollfds(&self) -> Vec<libc::pollfd> {
-        self.list
-            .iter()
-            .map(|w| libc::pollfd {
-                fd: w.fd,
-                events: libc::POLLPRI | libc::POLLIN | libc::POLLRDHUP,
-                revents: 0,
-            })
-            .collect()
+    /// Drops the watches whose number is not their socket any more
+    /// (`same`): the program closed them, and the kernel took their
+    /// sockets out of the set, which says nothing of it. Looked at only
+    /// when the list is full: otherwise such a watch waits for its bound.
+    fn prune(&mut self, same: impl Fn(c_int, SocketId) -> bool) {
+        self.list.retain(|w| same(w.fd, w.id));
     }
 
-    /// How long the next `poll` may wait: to the nearest bound, at most
-    /// [`LOOK`].
+    /// How long the next wait may be: to the nearest bound, at most
+    /// [`LOOK_MAX`].
     fn wait(&self, now: Instant) -> Duration {
         self.list
             .iter()
             .map(|w| w.until.saturating_duration_since(now))
             .min()
-            .unwrap_or(LOOK)
-            .min(LOOK)
+            .unwrap_or(LOOK_MAX)
+            .min(LOOK_MAX)
     }
 
-    /// After a `poll` of `polled` (its events, by number): each watch's
-    /// look (`same`: whether its number is still its socket), the decided
-    /// ones and those past their bound removed. Returns the watches to
-    /// answer (number and socket).
-    fn after_poll(
+    /// After a wait that reported `events` (each a token and its epoll
+    /// events): the watches past their bound are over unanswered (their
+    /// clients may have gone on as TCP), and each reported one is decided
+    /// (`same`: whether its number is still its socket, asked of reported
+    /// watches only). The rest wait on.
+    fn after_wait(
         &mut self,
-        polled: &[libc::pollfd],
+        events: &[(u64, u32)],
         now: Instant,
         same: impl Fn(c_int, SocketId) -> bool,
-    ) -> Vec<(c_int, SocketId)> {
-        let mut answer = Vec::new();
+    ) -> Decided {
+        let mut d = Decided::default();
         self.list.retain(|w| {
-            let ev = polled
-                .iter()
-                .find(|p| p.fd == w.fd)
-                .map_or(0, |p| p.revents);
-            match look(ev, || same(w.fd, w.id)) {
-                Seen::Urgent => {
-                    answer.push((w.fd, w.id));
-                    false
-                }
-                Seen::Done => false,
-                Seen::Nothing => now < w.until,
+            let ev = events.iter().find(|e| e.0 == w.token).map(|e| e.1);
+            if now < w.until && ev.is_none() {
+                return true;
             }
+            if now < w.until && ev.is_some_and(|ev| urgent(ev, || same(w.fd, w.id))) {
+                d.answer.push(*w);
+            }
+            d.over.push(*w);
+            false
         });
-        answer
+        d
     }
 }
 
-/// One watch's events `ev` from a `poll` (`same`: whether the number is
-/// still the watched socket, asked only when something happened).
-fn look(ev: i16, same: impl FnOnce() -> bool) -> Seen {
-    if ev == 0 {
-        return Seen::Nothing;
-    }
-    if ev & libc::POLLNVAL != 0 || !same() {
-        return Seen::Done;
-    }
-    if ev & libc::POLLPRI != 0 {
-        return Seen::Urgent;
-    }
-    Seen::Done
+/// Whether a watch's reported events `ev` are its mark to answer: urgent
+/// data on the watched socket (`same`, asked only then). Anything else —
+/// the peer's bytes or end first, or the number another socket's now —
+/// ends the watch unanswered.
+fn urgent(ev: u32, same: impl FnOnce() -> bool) -> bool {
+    ev & libc::EPOLLPRI as u32 != 0 && same()
 }
 
 /// The process's watches and whether its watching thread runs.
@@ -181,54 +209,96 @@ struct Inner {
     watches: Watches,
 }
 
-/// A process's watcher (made on first use, leaked: a forked child makes
-/// its own, [`forget_after_fork`]).
+/// A process's watcher: its epoll set (lifted, close-on-exec) and its
+/// watches (made on first use, leaked: a forked child makes its own,
+/// [`forget_after_fork`]).
 struct Watcher {
     pid: libc::pid_t,
+    epfd: c_int,
     st: Mutex<Inner>,
 }
 
 static WATCHER: AtomicPtr<Watcher> = AtomicPtr::new(std::ptr::null_mut());
 
-/// This process's watcher (`pid`: this process's id).
-fn watcher(pid: libc::pid_t) -> &'static Watcher {
+/// This process's watcher (`pid`: this process's id), or `None` if the
+/// kernel refused its epoll set.
+fn watcher(pid: libc::pid_t) -> Option<&'static Watcher> {
     let p = WATCHER.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: a published watcher is leaked and never freed.
         let w: &'static Watcher = unsafe { &*p };
         if w.pid == pid {
-            return w;
+            return Some(w);
         }
+    }
+    // libc's (the interposed one records the program's sets).
+    // SAFETY: a plain system call making a new descriptor.
+    let epfd = fds::lift(unsafe { real::epoll_create1(libc::EPOLL_CLOEXEC) });
+    if epfd < 0 {
+        return None;
     }
     let fresh = Box::into_raw(Box::new(Watcher {
         pid,
+        epfd,
         st: Mutex::new(Inner::default()),
     }));
     match WATCHER.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
         // SAFETY: published now, never freed (the one it replaced, another
         // process's, is leaked).
-        Ok(_) => unsafe { &*fresh },
+        Ok(_) => Some(unsafe { &*fresh }),
         Err(other) => {
+            sys::close(epfd);
             // SAFETY: ours was never shared.
             drop(unsafe { Box::from_raw(fresh) });
             // SAFETY: as above.
-            unsafe { &*other }
+            Some(unsafe { &*other })
         }
     }
 }
 
 impl Watcher {
-    /// Its state, poison ignored (held only for list work, never across
-    /// a system call but the identity looks of a poll's events).
+    /// Its state, poison ignored (held for list work, a registration and
+    /// the identity looks, never across a wait).
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         sys::lock(&self.st)
+    }
+
+    /// Registers `w`; `false` if the kernel refused.
+    fn register(&self, w: &Watch) -> bool {
+        let mut ev = libc::epoll_event {
+            events: EVENTS,
+            u64: w.token,
+        };
+        // SAFETY: the program's socket into our set, with a valid event.
+        unsafe { real::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, w.fd, &mut ev) == 0 }
+    }
+
+    /// Takes the watch `w` out of the set if its number is still its
+    /// socket (the set's key is the socket with its number: a removal
+    /// through a number given to another socket would remove that one's,
+    /// watched too perhaps). Otherwise the kernel took it out with its
+    /// socket, or it stays, reported once at most (to no watch), until its
+    /// socket closes.
+    fn unregister(&self, w: &Watch) {
+        if socket_id(w.fd) == Some(w.id) {
+            let mut ev = libc::epoll_event { events: 0, u64: 0 };
+            // SAFETY: a removal from our set, with a valid event.
+            unsafe { real::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, w.fd, &mut ev) };
+        }
     }
 }
 
 /// In a forked child (its fork handler, the only thread): the parent's
-/// watches and thread are not the child's, and its lock may be held.
+/// watches and thread are not the child's, and its lock may be held. The
+/// child's copy of the set's descriptor is closed (the set, an open file
+/// description, is the parent's still).
 pub(super) fn forget_after_fork() {
-    WATCHER.store(std::ptr::null_mut(), Ordering::Release);
+    let old = WATCHER.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: a published watcher is leaked and never freed; the child
+        // has one thread, this one.
+        sys::close(unsafe { &*old }.epfd);
+    }
 }
 
 /// The socket `fd` is (device, inode), or `None`.
@@ -240,31 +310,43 @@ fn socket_id(fd: c_int) -> Option<SocketId> {
     (r == 0).then_some((st.st_dev, st.st_ino))
 }
 
+/// Whether `fd` is still the socket `id`.
+fn same(fd: c_int, id: SocketId) -> bool {
+    socket_id(fd) == Some(id)
+}
+
 /// Watches the program's accepted connection `fd`, left plain for want of
 /// a place, whose client's mark has not come ([`BusyAnswer::NotYet`]), for
-/// up to `bound`. `false`: not watched (at [`WATCHES_MAX`], or no thread).
+/// up to `bound`. `false`: not watched (at [`WATCHES_MAX`] once the closed
+/// ones are dropped, or no set or thread).
 pub(super) fn watch(fd: c_int, bound: Duration) -> bool {
     let Some(id) = socket_id(fd) else {
         return false;
     };
-    let w = watcher(sys::getpid());
+    let Some(w) = watcher(sys::getpid()) else {
+        return false;
+    };
     let start = {
         let mut st = w.lock();
-        if !st.watches.add(Watch {
-            fd,
-            id,
-            until: Instant::now() + bound,
-        }) {
+        if st.watches.is_full() {
+            st.watches.prune(same);
+        }
+        let Some(token) = st.watches.add(fd, id, Instant::now() + bound) else {
+            return false;
+        };
+        let added = st.watches.list.last().copied();
+        if !added.is_some_and(|a| w.register(&a)) {
+            st.watches.remove(token);
             return false;
         }
         !std::mem::replace(&mut st.running, true)
     };
     // The thread made outside the lock (a `clone` and the signal masks:
-    // the program's accepts do not wait on it).
+    // the program's accepts do not wait on it). Its watch, registered,
+    // stays until its bound if the thread cannot start (a later watch
+    // makes one).
     if start && sys::spawn_library_thread("warpsock-busy", move || run(w)).is_err() {
-        let mut st = w.lock();
-        st.running = false;
-        st.watches.list.retain(|x| !(x.fd == fd && x.id == id));
+        w.lock().running = false;
         return false;
     }
     true
@@ -288,35 +370,46 @@ fn run(w: &'static Watcher) {
     }
 }
 
-/// One round: a `poll` of the watches, the marks answered. `false`: none
-/// was left (`running` cleared under the lock that saw it).
+/// One round: a wait on the set, the marks answered, the watches over
+/// taken out. `false`: none was left (`running` cleared under the lock
+/// that saw it).
 fn round(w: &Watcher) -> bool {
-    let (mut fds, wait) = {
+    let wait = {
         let mut st = w.lock();
         if st.watches.is_empty() {
             st.running = false;
             return false;
         }
-        (st.watches.pollfds(), st.watches.wait(Instant::now()))
+        st.watches.wait(Instant::now())
     };
-    let ms = wait.as_millis().max(1) as c_int;
-    if sys::poll(&mut fds, ms) < 0 {
-        // EINTR, or no memory for the set: not again at once.
+    // Rounded up: a wait that ends before the nearest bound only makes
+    // another round.
+    let ms = wait.as_micros().div_ceil(1000).max(1) as c_int;
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; WATCHES_MAX];
+    // Raw, with no mask: libc's `epoll_wait` is a cancellation point, and
+    // the preload's own would take it for the program's.
+    let n = rawsys::epoll_pwait(w.epfd, &mut events, ms);
+    if n < 0 {
+        // EINTR: not again at once.
         sys::sleep(Duration::from_millis(1));
     }
-    let answer = w
-        .lock()
-        .watches
-        .after_poll(&fds, Instant::now(), |fd, id| socket_id(fd) == Some(id));
-    for (fd, id) in answer {
-        answer_on(fd, id);
+    let reported: Vec<(u64, u32)> = events[..n.max(0) as usize]
+        .iter()
+        .map(|e| (e.u64, e.events))
+        .collect();
+    let decided = w.lock().watches.after_wait(&reported, Instant::now(), same);
+    for a in &decided.answer {
+        answer_on(a.fd, a.id);
+    }
+    for o in &decided.over {
+        w.unregister(o);
     }
     true
 }
 
 /// Answers the watched socket `id` at the program's number `fd` on a
 /// duplicate of it, if the duplicate is still that socket (the program may
-/// have closed the number and reused it since the poll's look).
+/// have closed the number and reused it since the wait's look).
 fn answer_on(fd: c_int, id: SocketId) {
     // Above the program's numbers, as the library's other descriptors: the
     // program's next socket or accept keeps the lowest free number.
@@ -324,7 +417,7 @@ fn answer_on(fd: c_int, id: SocketId) {
     if dup < 0 {
         return;
     }
-    if socket_id(dup) == Some(id) {
+    if same(dup, id) {
         // SAFETY: our duplicate, open until the close below.
         let sock = unsafe { BorrowedFd::borrow_raw(dup) };
         if matches!(answer_busy(sock), Ok(BusyAnswer::Sent)) {
@@ -334,68 +427,11 @@ fn answer_on(fd: c_int, id: SocketId) {
     sys::close(dup);
 }
 
+/// Whether this process watches the socket `id` (under any number).
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn w(fd: c_int, until: Instant) -> Watch {
-        Watch {
-            fd,
-            id: (1, fd as u64),
-            until,
-        }
-    }
-
-    fn ev(fd: c_int, revents: i16) -> libc::pollfd {
-        libc::pollfd {
-            fd,
-            events: 0,
-            revents,
-        }
-    }
-
-    /// Bounded, and one watch per socket.
-    #[test]
-    fn the_watches_are_bounded() {
-        let t = Instant::now() + Duration::from_secs(1);
-        let mut ws = Watches::default();
-        for fd in 0..WATCHES_MAX as c_int {
-            assert!(ws.add(w(fd, t)));
-        }
-        assert!(!ws.add(w(1000, t)), "at the bound");
-        let mut ws = Watches::default();
-        assert!(ws.add(w(3, t)));
-        assert!(!ws.add(w(3, t)), "the same socket twice");
-    }
-
-    /// An urgent byte is answered; the peer's bytes or end, a closed or
-    /// reused number end the watch unanswered; nothing keeps it until its
-    /// bound; a watch added after the poll is kept.
-    #[test]
-    fn a_poll_decides_each_watch() {
-        let now = Instant::now();
-        let later = now + Duration::from_secs(1);
-        let mut ws = Watches::default();
-        for fd in 3..=9 {
-            ws.add(w(fd, later));
-        }
-        ws.add(w(10, now));
-        let polled = [
-            ev(3, libc::POLLPRI),
-            ev(4, libc::POLLIN),
-            ev(5, libc::POLLRDHUP | libc::POLLIN),
-            ev(6, libc::POLLNVAL),
-            ev(7, libc::POLLPRI),
-            ev(8, 0),
-            ev(10, 0),
-        ];
-        // 7's number is another socket's now; 9 was not in this poll.
-        let answer = ws.after_poll(&polled, now, |fd, _| fd != 7);
-        assert_eq!(answer, vec![(3, (1, 3))]);
-        let left: Vec<c_int> = ws.list.iter().map(|w| w.fd).collect();
-        assert_eq!(left, vec![8, 9], "10 is past its bound");
-        assert!(ws.wait(now) <= LOOK);
-        assert!(ws.after_poll(&[], later, |_, _| true).is_empty());
-        assert!(ws.is_empty(), "every bound passed");
-    }
+fn watched(id: SocketId) -> bool {
+    watcher(sys::getpid()).is_some_and(|w| w.lock().watches.list.iter().any(|x| x.id == id))
 }
+
+#[cfg(test)]
+mod tests;

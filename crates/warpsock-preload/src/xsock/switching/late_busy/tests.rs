@@ -1,0 +1,218 @@
+//! The watches' decisions (sans-IO), then the watcher on loopback
+//! connections: a mark answered, the program's close at once, a number
+//! given to another socket, a full list.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::PoisonError;
+
+use super::super::tests::{accepted_from, SERIAL};
+use super::*;
+
+fn at(t: Instant, fd: c_int) -> (c_int, SocketId, Instant) {
+    (fd, (1, fd as u64), t)
+}
+
+/// Bounded, one watch per socket and number, and a full list takes in
+/// a new watch once a closed one is dropped.
+#[test]
+fn the_watches_are_bounded() {
+    let t = Instant::now() + Duration::from_secs(1);
+    let mut ws = Watches::default();
+    for fd in 0..WATCHES_MAX as c_int {
+        let (fd, id, t) = at(t, fd);
+        assert!(ws.add(fd, id, t).is_some());
+    }
+    assert!(ws.is_full());
+    assert_eq!(ws.add(1000, (1, 1000), t), None, "at the bound");
+    ws.prune(|fd, _| fd != 7);
+    assert_eq!(ws.add(1000, (1, 1000), t), Some(WATCHES_MAX as u64 + 1));
+    let mut ws = Watches::default();
+    assert_eq!(ws.add(3, (1, 3), t), Some(1));
+    assert_eq!(ws.add(3, (1, 3), t), None, "the same socket twice");
+    assert_eq!(
+        ws.add(3, (1, 4), t),
+        Some(2),
+        "another socket, the number reused"
+    );
+    ws.remove(2);
+    assert_eq!(ws.list.len(), 1);
+    assert_eq!(ws.add(4, (1, 4), t), Some(3), "tokens are never reused");
+}
+
+/// An urgent byte on the watched socket is answered; the peer's bytes or
+/// end, or a number another socket's now, end the watch unanswered; a
+/// watch past its bound is over unanswered, reported or not; one not
+/// reported waits on; a report to no watch (a stale registration's) is
+/// nothing.
+#[test]
+fn a_wait_decides_each_watch() {
+    let now = Instant::now();
+    let later = now + Duration::from_secs(1);
+    let mut ws = Watches::default();
+    for fd in 3..=8 {
+        ws.add(fd, (1, fd as u64), later);
+    }
+    ws.add(9, (1, 9), now);
+    ws.add(10, (1, 10), now);
+    let pri = libc::EPOLLPRI as u32;
+    let reported = [
+        (1, pri),                                                      // 3
+        (2, libc::EPOLLIN as u32),                                     // 4
+        (3, (libc::EPOLLRDHUP | libc::EPOLLIN) as u32),                // 5
+        (4, pri),                                                      // 6: another socket's
+        (5, (libc::EPOLLPRI | libc::EPOLLIN | libc::EPOLLERR) as u32), // 7
+        (8, pri),                                                      // 10: past its bound
+        (99, pri),                                                     // no watch
+    ];
+    let d = ws.after_wait(&reported, now, |fd, _| fd != 6);
+    let fds = |v: &[Watch]| v.iter().map(|w| w.fd).collect::<Vec<_>>();
+    assert_eq!(fds(&d.answer), vec![3, 7], "answer_busy looks at 7's bytes");
+    assert_eq!(fds(&d.over), vec![3, 4, 5, 6, 7, 9, 10]);
+    assert_eq!(fds(&ws.list), vec![8]);
+    assert!(ws.wait(now) <= LOOK_MAX);
+    assert_eq!(ws.after_wait(&[], later, |_, _| true).over.len(), 1);
+    assert!(ws.is_empty(), "every bound passed");
+    assert_eq!(ws.wait(now), LOOK_MAX);
+}
+
+/// Far past any wait of these tests.
+const HUNG: Duration = Duration::from_secs(20);
+
+/// One watcher per process: the socket tests one at a time, and none of
+/// the switching tests' meanwhile (a switch left plain is watched too).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A warpsock client's mark of its switch.
+fn mark(t: &TcpStream) {
+    let b = [warpsock_xsock::switch::MARK];
+    // SAFETY: send of one byte from the stack on an open socket.
+    let r = unsafe { libc::send(t.as_raw_fd(), b.as_ptr().cast(), 1, libc::MSG_OOB) };
+    assert_eq!(r, 1, "send(MSG_OOB)");
+}
+
+/// The urgent byte `t` gets within [`HUNG`], if any.
+fn urgent_answer(t: &TcpStream) -> Option<u8> {
+    let mut p = libc::pollfd {
+        fd: t.as_raw_fd(),
+        events: libc::POLLPRI,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack.
+    if unsafe { libc::poll(&mut p, 1, HUNG.as_millis() as c_int) } != 1 {
+        return None;
+    }
+    let mut b = 0u8;
+    // SAFETY: one byte into the stack.
+    let r = unsafe { libc::recv(t.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_OOB) };
+    (r == 1).then_some(b)
+}
+
+/// The TCP state (`/proc/net/tcp`'s hex, "01" established) of the socket
+/// from `local` to `remote` on 127.0.0.1, if it is there.
+fn tcp_state(local: u16, remote: u16) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let (l, r) = (format!(":{local:04X}"), format!(":{remote:04X}"));
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() > 3 && f[1].ends_with(&l) && f[2].ends_with(&r)).then(|| f[3].to_string())
+    })
+}
+
+/// Waits (at most [`HUNG`]) until the socket `id` is watched no more.
+fn wait_unwatched(id: SocketId) {
+    let deadline = Instant::now() + HUNG;
+    while watched(id) {
+        assert!(Instant::now() < deadline, "the watch outlived its bound");
+        sys::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A watched connection's mark is answered `BUSY`; the program's close of
+/// another watched connection takes effect in its `close` (its FIN sent
+/// then: the set holds no reference to it), not when the watcher next
+/// looks.
+#[test]
+fn a_mark_is_answered_and_the_programs_close_is_at_once() {
+    let _s = serial();
+    let (closed, mut closed_peer) = accepted_from([127, 0, 0, 1]);
+    let (marked, marked_peer) = accepted_from([127, 0, 0, 1]);
+    assert!(watch(closed, HUNG) && watch(marked, HUNG));
+    mark(&marked_peer);
+    // The thread answered, and waits on the set again (`closed` in it).
+    assert_eq!(
+        urgent_answer(&marked_peer),
+        Some(warpsock_xsock::switch::BUSY),
+        "BUSY"
+    );
+    let local = sys::local_addr(closed).expect("its address").port();
+    let remote = closed_peer.local_addr().unwrap().port();
+    assert_eq!(tcp_state(local, remote).as_deref(), Some("01"));
+    sys::close(closed);
+    let st = tcp_state(local, remote);
+    assert!(
+        st.as_deref() != Some("01"),
+        "still established after the program's close: {st:?}"
+    );
+    closed_peer.set_read_timeout(Some(HUNG)).unwrap();
+    assert_eq!(closed_peer.read(&mut [0u8; 1]).expect("its end"), 0);
+    sys::close(marked);
+}
+
+/// A watch whose number the program closed and gave to another watched
+/// socket leaves that socket's registration alone when its bound ends it:
+/// the new socket's mark is answered after.
+#[test]
+fn a_number_given_to_another_watched_socket_keeps_its_registration() {
+    let _s = serial();
+    let (n, _first_peer) = accepted_from([127, 0, 0, 1]);
+    let first = socket_id(n).unwrap();
+    assert!(watch(n, Duration::from_millis(200)));
+    let (b, second_peer) = accepted_from([127, 0, 0, 1]);
+    // The number `n` given to the second socket (the first one closed).
+    // SAFETY: both numbers are this test's.
+    assert_eq!(unsafe { libc::dup2(b, n) }, n);
+    sys::close(b);
+    assert!(watch(n, HUNG), "the number's new socket");
+    wait_unwatched(first);
+    mark(&second_peer);
+    assert_eq!(
+        urgent_answer(&second_peer),
+        Some(warpsock_xsock::switch::BUSY),
+        "BUSY"
+    );
+    sys::close(n);
+}
+
+/// A full list takes in a new watch once the program closed watched
+/// numbers (their sockets left the set without a word).
+#[test]
+fn a_full_list_drops_the_closed_watches() {
+    let _s = serial();
+    let mut held = Vec::new();
+    loop {
+        let (fd, peer) = accepted_from([127, 0, 0, 1]);
+        if !watch(fd, HUNG) {
+            sys::close(fd);
+            break;
+        }
+        held.push((fd, peer));
+        assert!(held.len() <= WATCHES_MAX, "unbounded");
+    }
+    let (fd, peer) = accepted_from([127, 0, 0, 1]);
+    assert!(!watch(fd, HUNG), "full");
+    for (n, _) in &held {
+        sys::close(*n);
+    }
+    assert!(watch(fd, HUNG), "a closed watch's place");
+    mark(&peer);
+    assert_eq!(
+        urgent_answer(&peer),
+        Some(warpsock_xsock::switch::BUSY),
+        "BUSY"
+    );
+    sys::close(fd);
+}
