@@ -13,7 +13,7 @@ use super::{cancel_first, cancel_point, KINDS};
 use crate::shim::fdtable;
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
-use crate::shim::socket::{PollCall, Socket, Wait, POLL_ALONE_MAX, WAIT_CHUNK};
+use crate::shim::socket::{kernel_asks, PollCall, Socket, Wait, POLL_ALONE_MAX, WAIT_CHUNK};
 use crate::shim::sys::{self, set_errno};
 
 /// Before a wait that sees managed sockets through their doorbells only.
@@ -106,6 +106,7 @@ fn general(
         let Some(s) = fdtable::get(p.fd) else {
             continue;
         };
+        ext[i].events = kernel_asks(&*s, p).events;
         if p.events & libc::POLLOUT != 0 {
             if let Some(fd) = s.write_wait() {
                 ext[i].events &= !libc::POLLOUT;
@@ -138,7 +139,12 @@ fn general(
         }
     }
     if waits.is_empty() && outs.is_empty() {
-        return Err(wait(fds, left));
+        // As asked of the kernel (`kernel_asks`).
+        let n = wait(&mut ext, left);
+        for (p, x) in fds.iter_mut().zip(&ext) {
+            p.revents = x.revents;
+        }
+        return Err(n);
     }
     let chunked = chunked(waits.iter().any(|(_, _, w, _)| w.chunked), left);
     let n = wait(&mut ext, if chunked { Some(WAIT_CHUNK) } else { left });
@@ -221,13 +227,16 @@ fn lone(
     wait: PollCall<'_>,
 ) -> c_int {
     let Some(w) = s.wait_begin() else {
-        return wait(std::slice::from_mut(p), left);
+        let mut q = kernel_asks(s, p);
+        let n = wait(std::slice::from_mut(&mut q), left);
+        p.revents = q.revents;
+        return n;
     };
     if chunked(w.chunked, left) {
         return lone_chunk(s, p, w, wait);
     }
     let mut ext: SmallVec<[libc::pollfd; 4]> = SmallVec::new();
-    ext.push(*p);
+    ext.push(kernel_asks(s, p));
     ext.extend(w.fds.iter().map(|&fd| libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -267,7 +276,7 @@ fn asked(p: &libc::pollfd, bits: i16) -> i16 {
 #[inline(never)]
 fn lone_chunk(s: &dyn Socket, p: &mut libc::pollfd, w: Wait, wait: PollCall<'_>) -> c_int {
     let mut ext = Vec::with_capacity(1 + w.fds.len());
-    ext.push(*p);
+    ext.push(kernel_asks(s, p));
     ext.extend(w.fds.iter().map(|&fd| libc::pollfd {
         fd,
         events: libc::POLLIN,

@@ -302,8 +302,10 @@ fn registrations(fd: c_int) -> Vec<Registration> {
 /// file `fd` names now too; the old ones go with the old file's last
 /// close. A registration of the new file already there is the newer
 /// (the carry's, or the program's own made since the `dup3`) and is kept.
-pub(crate) fn carry_late(fd: c_int, old: u64) -> Vec<Registration> {
-    let regs = registrations_of(fd, old);
+/// `hide`: events the new file's kind never shows, not asked of it
+/// ([`super::socket::Socket::never_shows`]).
+pub(crate) fn carry_late(fd: c_int, old: u64, hide: u32) -> Vec<Registration> {
+    let regs = hidden(registrations_of(fd, old), hide);
     for r in &regs {
         let mut ev = libc::epoll_event {
             events: r.events,
@@ -312,6 +314,14 @@ pub(crate) fn carry_late(fd: c_int, old: u64) -> Vec<Registration> {
         // SAFETY: ADD with a valid event on the program's epoll set
         // (EEXIST: kept as it is).
         unsafe { real::epoll_ctl(r.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    }
+    regs
+}
+
+/// `regs` with the events `hide` taken out.
+fn hidden(mut regs: Vec<Registration>, hide: u32) -> Vec<Registration> {
+    for r in &mut regs {
+        r.events &= !hide;
     }
     regs
 }
@@ -342,16 +352,19 @@ fn registrations_of(fd: c_int, ino: u64) -> Vec<Registration> {
 /// file it names afterwards. Returns what `dup3` returned (its errno is
 /// kept); on failure both are restored as they were.
 pub(crate) fn dup3_carrying(target: c_int, fd: c_int, flags: c_int) -> c_int {
-    dup3_carrying_sets(target, fd, flags).0
+    dup3_carrying_sets(target, fd, flags, 0).0
 }
 
 /// [`dup3_carrying`], and the registrations it carried (the caller tells
 /// [`super::epollwatch`] of them for the managed socket the number names
-/// now).
+/// now). `hide`: events the new file's kind never shows, not asked of it
+/// ([`super::socket::Socket::never_shows`]: TCP's `POLLWRBAND`, which a
+/// doorbell would show).
 pub(crate) fn dup3_carrying_sets(
     target: c_int,
     fd: c_int,
     flags: c_int,
+    hide: u32,
 ) -> (c_int, Vec<Registration>) {
     let regs: Vec<Registration> = registrations(fd)
         .into_iter()
@@ -368,6 +381,8 @@ pub(crate) fn dup3_carrying_sets(
     if let Some(o) = &owner {
         o.give(fd);
     }
+    // As asked of the new file, or as they were on the old one.
+    let regs = if n < 0 { regs } else { hidden(regs, hide) };
     for r in &regs {
         let mut ev = libc::epoll_event {
             events: r.events,
@@ -631,9 +646,56 @@ tfd:        8 events:        1 data:                2  pos:0 ino:77 sdev:8\n";
             };
             assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, a[0], &mut ev), 0);
             assert_eq!(real::dup3(b[0], a[0], 0), a[0]);
-            carry_late(a[0], old);
+            carry_late(a[0], old, 0);
             assert_eq!(waited(ep), Some(7), "the late registration was lost");
             for fd in [ep, a[0], a[1], b[0], b[1], held] {
+                crate::shim::sys::close(fd);
+            }
+        }
+    }
+
+    /// Carried onto a file that would show what the new socket's kind
+    /// never does (a doorbell, a Unix socket: `POLLWRBAND` when writable;
+    /// TCP never), a registration asking for it no longer asks: a program
+    /// waiting for input and `EPOLLWRBAND` is not woken by the doorbell's
+    /// room, only by input, and the events carried say so.
+    #[test]
+    fn a_registration_carried_leaves_out_what_the_kind_never_shows() {
+        let (ep, a, b) = watched_pipe();
+        let mut pair = [0; 2];
+        // SAFETY: plain descriptor calls on the test's pipes, pair and set.
+        unsafe {
+            assert_eq!(
+                libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()),
+                0
+            );
+            let mut ev = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLWRBAND) as u32,
+                u64: 42,
+            };
+            assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_MOD, a[0], &mut ev), 0);
+            let hide = libc::EPOLLWRBAND as u32;
+            let (n, regs) = dup3_carrying_sets(pair[0], a[0], 0, hide);
+            assert_eq!(n, a[0]);
+            assert_eq!(regs.len(), 1);
+            // (The kernel's fdinfo adds `EPOLLERR | EPOLLHUP`, always on.)
+            let carried = regs[0].events;
+            assert_eq!(
+                carried & (libc::EPOLLIN | libc::EPOLLWRBAND) as u32,
+                libc::EPOLLIN as u32,
+                "carried as asked: {carried:#x}"
+            );
+            let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+            assert_eq!(
+                libc::epoll_wait(ep, out.as_mut_ptr(), 4, 0),
+                0,
+                "woken by the Unix socket's room"
+            );
+            assert_eq!(libc::write(pair[1], b"x".as_ptr().cast(), 1), 1);
+            assert_eq!(libc::epoll_wait(ep, out.as_mut_ptr(), 4, 5000), 1);
+            let got = out[0];
+            assert_eq!((got.events, got.u64), (libc::EPOLLIN as u32, 42));
+            for fd in [ep, a[0], a[1], b[0], b[1], pair[0], pair[1]] {
                 crate::shim::sys::close(fd);
             }
         }

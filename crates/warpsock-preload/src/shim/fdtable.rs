@@ -672,6 +672,7 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
     }
     // Publish before the swap: the kind's paths never use `fd` itself.
     let watched = Arc::clone(&sock);
+    let hide = hide_of(&*sock);
     if let Some(old) = insert(fd, sock)? {
         old.release();
     }
@@ -682,7 +683,7 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
     };
     // The program may have registered `fd` in an epoll set already (a
     // switch on a connected socket): the registration follows the swap.
-    let (n, regs) = super::epollcarry::dup3_carrying_sets(target, fd, cloexec);
+    let (n, regs) = super::epollcarry::dup3_carrying_sets(target, fd, cloexec, hide);
     if n < 0 {
         let e = super::sys::errno();
         // Not over a hold: `insert` was not refused.
@@ -695,6 +696,12 @@ pub(crate) fn swap_in(fd: c_int, target: c_int, sock: Arc<dyn Socket>) -> Result
         super::epollwatch::registered(r.epfd, &watched, r.watched(fd));
     }
     Ok(())
+}
+
+/// The epoll events `sock`'s kind never shows
+/// ([`Socket::never_shows`]), not asked of its descriptor.
+pub(crate) fn hide_of(sock: &dyn Socket) -> u32 {
+    sock.never_shows() as u16 as u32
 }
 
 /// Forgets `fd`; returns its object (whose reference the caller releases).

@@ -174,6 +174,17 @@ pub(crate) trait Socket: Send + Sync {
         None
     }
 
+    /// Poll bits the kernel shows on the program's descriptor that this
+    /// kind's sockets never show, taken out of what a `poll` or an epoll
+    /// registration asks of the descriptor: a stream socket's descriptor
+    /// is a doorbell (a Unix socket, whose `unix_poll` shows `POLLWRBAND`
+    /// with `POLLOUT`) where TCP never shows `POLLWRBAND` (`tcp_poll`:
+    /// [`TCP_NEVER_SHOWS`]). Asked only of a poll or registration that
+    /// asks for one of [`NEVER_SHOWN`].
+    fn never_shows(&self) -> i16 {
+        0
+    }
+
     /// A descriptor that becomes readable when the program's number stops
     /// naming this socket's file and names another (a switching socket's
     /// end: `xsock::switching`), while that is still to come. A `select`
@@ -439,14 +450,35 @@ pub(crate) type PollCall<'a> = &'a mut dyn FnMut(&mut [libc::pollfd], Option<Dur
 pub(crate) const WAIT_READABLE: i16 = libc::POLLIN;
 
 /// [`Socket::wait_end`]'s answer for a descriptor hung up (finished both
-/// ways): what a doorbell pair's hung-up end shows.
+/// ways): what a doorbell pair's hung-up end shows, but `POLLWRBAND`
+/// (TCP's, [`TCP_NEVER_SHOWS`]).
 pub(crate) const WAIT_HUNG_UP: i16 = libc::POLLIN
     | libc::POLLRDNORM
     | libc::POLLOUT
     | libc::POLLWRNORM
-    | libc::POLLWRBAND
     | libc::POLLHUP
     | libc::POLLRDHUP;
+
+/// What TCP's poll never shows (`tcp_poll` sets `POLLOUT | POLLWRNORM`
+/// for room, never `POLLWRBAND`): [`Socket::never_shows`] of the stream
+/// kinds, whose descriptor is a doorbell that would.
+pub(crate) const TCP_NEVER_SHOWS: i16 = libc::POLLWRBAND;
+
+/// The bits any kind's [`Socket::never_shows`] may name: a poll that asks
+/// for none of them (the common one) is not looked at.
+pub(crate) const NEVER_SHOWN: i16 = TCP_NEVER_SHOWS;
+
+/// The events of the program's descriptor `p` of the socket `s` asked of
+/// the kernel: what the program asked but what the kind never shows
+/// ([`Socket::never_shows`]).
+#[inline(always)]
+pub(crate) fn kernel_asks(s: &dyn Socket, p: &libc::pollfd) -> libc::pollfd {
+    let mut q = *p;
+    if q.events & NEVER_SHOWN != 0 {
+        q.events &= !s.never_shows();
+    }
+    q
+}
 
 /// [`Socket::wait_end`]'s answer for a hung-up descriptor whose
 /// connection's error is pending (`POLLERR`).

@@ -661,6 +661,10 @@ impl Socket for ResidueSock {
         self.kfd
     }
 
+    fn never_shows(&self) -> i16 {
+        crate::shim::socket::TCP_NEVER_SHOWS
+    }
+
     fn add_ref(&self) {
         self.refs.fetch_add(1, Ordering::AcqRel);
     }

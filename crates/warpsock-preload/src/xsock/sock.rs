@@ -441,6 +441,10 @@ impl Socket for DdpSock {
         self.kfd
     }
 
+    fn never_shows(&self) -> i16 {
+        crate::shim::socket::TCP_NEVER_SHOWS
+    }
+
     fn demote_fd(&self) -> c_int {
         // What the program's number becomes in a forked child or after
         // exec: the DDP stream cannot be shared with a process that does

@@ -438,6 +438,10 @@ impl Socket for SwitchingSock {
         self.kfd
     }
 
+    fn never_shows(&self) -> i16 {
+        crate::shim::socket::TCP_NEVER_SHOWS
+    }
+
     fn connect(&self, addr: *const libc::sockaddr, len: socklen_t) -> c_int {
         if self.connecting.swap(false, Ordering::AcqRel) {
             return 0;

@@ -30,7 +30,7 @@
  *
  * FUZZ_SKIP=wrband,closedstate,rst,sendclosed,shutrdwr,outq,peerclose,credits
  * leaves out (or masks) the differences found (tests/ddp_diffuzz.rs says
- * which remain), so that a campaign finds new ones: POLLWRBAND asked;
+ * which remain), so that a campaign finds new ones: POLLWRBAND asked (poll, epoll);
  * getpeername/shutdown once TCP's socket is CLOSED; closes with unread
  * bytes (drained first); sends to a closed peer; sends to a peer shut both
  * ways; SIOCOUTQ after the end; POLLHUP and getpeername after the peer's
@@ -211,7 +211,10 @@ static void make_pair(void) {
     }
     for (int e = 0; e < 2; e++) {
         ep[e] = epoll_create1(0);
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI, .data.u32 = 7};
+        /* EPOLLWRBAND too: TCP never shows it, a doorbell would. */
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI |
+                                           (skip("wrband") ? 0 : EPOLLWRBAND),
+                                 .data.u32 = 7};
         if (ep[e] < 0 || epoll_ctl(ep[e], EPOLL_CTL_ADD, fd[e], &ev)) DIE("epoll");
     }
 }

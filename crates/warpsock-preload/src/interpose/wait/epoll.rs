@@ -15,6 +15,7 @@ use super::super::KINDS;
 use super::remaining;
 use crate::shim::guard::{busy, enter};
 use crate::shim::real;
+use crate::shim::socket::NEVER_SHOWN;
 use crate::shim::{epollcarry, epollwatch, fdtable};
 
 /// Interposed `epoll_create(2)`: the set is recorded so that a managed
@@ -59,7 +60,12 @@ pub unsafe extern "C" fn epoll_ctl(
         return r;
     }
     // SAFETY: the caller's event (ADD and MOD: read by the kernel already).
-    let asked = (op != libc::EPOLL_CTL_DEL && !ev.is_null()).then(|| unsafe { *ev });
+    let mut asked = (op != libc::EPOLL_CTL_DEL && !ev.is_null()).then(|| unsafe { *ev });
+    if let Some(e) = asked.as_mut() {
+        if e.events & NEVER_SHOWN as u16 as u32 != 0 {
+            hide_never_shown(epfd, fd, e);
+        }
+    }
     if let Some(e) = asked {
         // Checked against the tag base, once the process has one.
         epollwatch::program_data(e.u64);
@@ -80,6 +86,33 @@ pub unsafe extern "C" fn epoll_ctl(
         });
     }
     r
+}
+
+/// The program registered (`ADD` or `MOD`) the descriptor `fd` in `epfd`
+/// as `e`, asking for one of [`NEVER_SHOWN`]: if `fd` names a managed
+/// socket that never shows it (`Socket::never_shows`: a DDP socket's
+/// doorbell would show `EPOLLWRBAND`, TCP never does), the registration
+/// is changed to ask without it, and `e` says so. After the program's own
+/// call, not in its place: the caller's event is read only once the
+/// kernel took it (a bad pointer fails as the kernel fails it). A wait of
+/// another thread's between the two calls may see the doorbell's
+/// `EPOLLWRBAND` once (what it saw before, every time).
+#[cold]
+fn hide_never_shown(epfd: c_int, fd: c_int, e: &mut epoll_event) {
+    if !fdtable::maybe_managed(fd) {
+        return;
+    }
+    enter((), || {
+        let Some(s) = fdtable::get(fd) else { return };
+        let hide = fdtable::hide_of(&*s);
+        if e.events & hide == 0 {
+            return;
+        }
+        e.events &= !hide;
+        let mut asked = *e;
+        // SAFETY: the program's registration, changed, with a valid event.
+        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, fd, &mut asked) };
+    });
 }
 
 /// Interposed `epoll_wait(2)`: see `epoll_with`.

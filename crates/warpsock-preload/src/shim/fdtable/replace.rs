@@ -48,14 +48,15 @@ pub(crate) fn replace_if(
         0
     };
     let old = super::super::epollcarry::inode(fd);
+    let hide = sock.as_deref().map_or(0, super::hide_of);
     // epoll's sets and `/proc` only: nothing in the carry takes the
     // table's lock.
-    let (n, mut regs) = super::super::epollcarry::dup3_carrying_sets(target, fd, cloexec);
+    let (n, mut regs) = super::super::epollcarry::dup3_carrying_sets(target, fd, cloexec, hide);
     if n < 0 {
         return Err(super::super::sys::errno());
     }
     if let Some(old) = old {
-        regs.extend(super::super::epollcarry::carry_late(fd, old));
+        regs.extend(super::super::epollcarry::carry_late(fd, old, hide));
         regs.sort_unstable_by_key(|r| r.epfd);
         regs.dedup_by_key(|r| r.epfd);
     }
