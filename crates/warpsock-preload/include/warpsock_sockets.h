@@ -54,7 +54,9 @@ extern "C" {
 #define WARPSOCK_CRC 3
 
 /* Registers len bytes at buf for the peer's one-sided access and announces
- * them under offset (-1: the buffer's address). prot: PROT_WRITE (the peer
+ * them under offset (-1: one the library chooses; unlike rsockets', not the
+ * buffer's address, which would tell the peer where the process's memory
+ * is). prot: PROT_WRITE (the peer
  * may warpsock_riowrite) and/or PROT_READ (the peer may warpsock_rioread).
  * flags must be 0. The peer knows the mapping once it has read anything
  * sent after this call. Returns the offset, or -1 (errno; ENOBUFS: 4096

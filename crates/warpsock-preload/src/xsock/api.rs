@@ -97,7 +97,8 @@ fn rio_args(buf_null: bool, count: size_t, offset: off_t, flags: c_int) -> bool 
 }
 
 /// Registers `len` bytes at `buf` for the peer's one-sided access and
-/// announces them under `offset` (-1: the buffer's address). `prot`:
+/// announces them under `offset` (-1: one the library chooses, which is no
+/// address of the process's, unlike `rsockets`'). `prot`:
 /// `PROT_WRITE` (peer may `warpsock_riowrite`) and/or `PROT_READ` (peer may
 /// `warpsock_rioread`). Returns the offset, or -1.
 #[no_mangle]

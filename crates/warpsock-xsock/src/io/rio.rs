@@ -6,7 +6,10 @@
 //! (readable while completions wait).
 //!
 //! Like `rsockets`' `riomap`, a mapping is named by an offset (chosen by
-//! the application, or the buffer's address) and announced to the peer in
+//! the application, or by the library: `rsockets` takes the buffer's
+//! address, which would tell the peer where this process's memory is —
+//! ASLR's secret — so the library's offset is the registration's private
+//! one, [`super::sink`]'s `private_iova`) and announced to the peer in
 //! the stream, so the peer knows it once it has read anything sent after
 //! the `riomap` call. A one-sided write is ordered with the stream: bytes
 //! sent after it arrive after it is placed.
@@ -582,7 +585,8 @@ fn map_errno(e: MapError) -> io::Error {
 impl XSocket {
     /// Registers `len` bytes at `ptr` for the peer's one-sided access
     /// (`writable`: `riowrite`, `readable`: `rioread`) and announces it
-    /// under `offset` (`None`: the buffer's address). Returns the offset;
+    /// under `offset` (`None`: one the library chooses, no address of
+    /// ours: the registration's private offset). Returns the offset;
     /// `EEXIST` for an offset range another mapping holds, `ENOBUFS` with
     /// [`crate::stream::PEER_MAPS_MAX`] mappings live (the most a peer
     /// holds).
@@ -610,7 +614,11 @@ impl XSocket {
         if readable {
             access = access | Access::REMOTE_READ;
         }
-        let offset = offset.unwrap_or(ptr as u64);
+        // At a private tagged offset: the announcement tells the peer no
+        // address of ours (`private_iova`), nor does the offset the library
+        // chooses, that one (where `rsockets` takes the buffer's address).
+        let iova = super::sink::private_iova(len);
+        let offset = offset.unwrap_or(iova);
         let mut st = self.lock();
         if let Some((errno, _)) = st.error {
             return Err(io::Error::from_raw_os_error(errno));
@@ -629,10 +637,7 @@ impl XSocket {
         if st.maps.len() >= crate::stream::PEER_MAPS_MAX {
             return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
         }
-        let iova = super::sink::private_iova(len);
-        // SAFETY: forwarded from this function's contract. At a private
-        // tagged offset: the announcement tells the peer no address of ours
-        // (`private_iova`).
+        // SAFETY: forwarded from this function's contract.
         let mr = unsafe { self.pd.register_raw_iova(ptr, len, iova, access) };
         let ad = IoMapAd {
             offset,

@@ -107,6 +107,12 @@ fn announce_map(xa: &crate::io::XSocket, xb: &crate::io::XSocket, region: &mut [
     #[allow(unsafe_code)]
     // SAFETY: the caller keeps `region` alive while `xb` may use it.
     let off = unsafe { xb.riomap(region.as_mut_ptr(), region.len(), true, false, None) }.unwrap();
+    // The library's offset tells the peer no address of ours.
+    assert_ne!(
+        off,
+        region.as_ptr() as u64,
+        "the buffer's address announced"
+    );
     assert_eq!(xb.send(&off.to_le_bytes(), false, t).unwrap(), 8);
     let mut b8 = [0u8; 8];
     assert_eq!(xa.recv(&mut b8, RecvFlags::default(), t).unwrap().0, 8);
