@@ -54,23 +54,39 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     ev: *mut epoll_event,
 ) -> c_int {
-    // SAFETY: forwarding the caller's arguments.
-    let r = unsafe { real::epoll_ctl(epfd, op, fd, ev) };
+    let managed = fdtable::maybe_managed(fd);
+    // A managed socket's registration asks without what its kind never
+    // shows (`hide_never_shown`), in the program's own call: a change made
+    // after it would re-arm an `EPOLLONESHOT` registration another
+    // thread's wait had taken already. Its event is read first (a bad
+    // pointer faults here where the kernel would fail it with `EFAULT`, as
+    // a managed socket's receive into a bad buffer does).
+    let mut asked = (managed && op != libc::EPOLL_CTL_DEL && !ev.is_null())
+        // SAFETY: the caller's event, which ADD and MOD read.
+        .then(|| unsafe { *ev });
+    let call_ev = match asked.as_mut() {
+        Some(e) if e.events & NEVER_SHOWN as u16 as u32 != 0 => {
+            hide_never_shown(fd, e);
+            e as *mut epoll_event
+        }
+        _ => ev,
+    };
+    // SAFETY: forwarding the caller's arguments (its event, or a copy of
+    // it with what the socket never shows taken out).
+    let r = unsafe { real::epoll_ctl(epfd, op, fd, call_ev) };
     if r != 0 || busy() {
         return r;
     }
-    // SAFETY: the caller's event (ADD and MOD: read by the kernel already).
-    let mut asked = (op != libc::EPOLL_CTL_DEL && !ev.is_null()).then(|| unsafe { *ev });
-    if let Some(e) = asked.as_mut() {
-        if e.events & NEVER_SHOWN as u16 as u32 != 0 {
-            hide_never_shown(epfd, fd, e);
-        }
+    if asked.is_none() && op != libc::EPOLL_CTL_DEL && !ev.is_null() {
+        // SAFETY: the caller's event (ADD and MOD: read by the kernel
+        // already).
+        asked = Some(unsafe { *ev });
     }
     if let Some(e) = asked {
         // Checked against the tag base, once the process has one.
         epollwatch::program_data(e.u64);
     }
-    if fdtable::maybe_managed(fd) {
+    if managed {
         enter((), || {
             let Some(s) = fdtable::get(fd) else { return };
             // DEL: only the number counts.
@@ -88,30 +104,19 @@ pub unsafe extern "C" fn epoll_ctl(
     r
 }
 
-/// The program registered (`ADD` or `MOD`) the descriptor `fd` in `epfd`
-/// as `e`, asking for one of [`NEVER_SHOWN`]: if `fd` names a managed
-/// socket that never shows it (`Socket::never_shows`: a DDP socket's
-/// doorbell would show `EPOLLWRBAND`, TCP never does), the registration
-/// is changed to ask without it, and `e` says so. After the program's own
-/// call, not in its place: the caller's event is read only once the
-/// kernel took it (a bad pointer fails as the kernel fails it). A wait of
-/// another thread's between the two calls may see the doorbell's
-/// `EPOLLWRBAND` once (what it saw before, every time).
+/// Takes out of `e`, the program's registration (`ADD` or `MOD`) of the
+/// managed descriptor `fd` asking for one of [`NEVER_SHOWN`], what the
+/// socket `fd` names never shows (`Socket::never_shows`: a DDP socket's
+/// doorbell would show `EPOLLWRBAND`, TCP never does).
 #[cold]
-fn hide_never_shown(epfd: c_int, fd: c_int, e: &mut epoll_event) {
-    if !fdtable::maybe_managed(fd) {
+fn hide_never_shown(fd: c_int, e: &mut epoll_event) {
+    if busy() {
         return;
     }
     enter((), || {
-        let Some(s) = fdtable::get(fd) else { return };
-        let hide = fdtable::hide_of(&*s);
-        if e.events & hide == 0 {
-            return;
+        if let Some(s) = fdtable::get(fd) {
+            e.events &= !fdtable::hide_of(&*s);
         }
-        e.events &= !hide;
-        let mut asked = *e;
-        // SAFETY: the program's registration, changed, with a valid event.
-        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, fd, &mut asked) };
     });
 }
 

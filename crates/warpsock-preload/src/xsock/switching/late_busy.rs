@@ -209,12 +209,13 @@ struct Inner {
     watches: Watches,
 }
 
-/// A process's watcher: its epoll set (lifted, close-on-exec) and its
-/// watches (made on first use, leaked: a forked child makes its own,
-/// [`forget_after_fork`]).
+/// A process's watcher: its epoll set (lifted, close-on-exec; the set's
+/// identity beside it) and its watches (made on first use, leaked: a
+/// forked child makes its own, [`forget_after_fork`]).
 struct Watcher {
     pid: libc::pid_t,
     epfd: c_int,
+    set: Option<SocketId>,
     st: Mutex<Inner>,
 }
 
@@ -240,6 +241,7 @@ fn watcher(pid: libc::pid_t) -> Option<&'static Watcher> {
     let fresh = Box::into_raw(Box::new(Watcher {
         pid,
         epfd,
+        set: socket_id(epfd),
         st: Mutex::new(Inner::default()),
     }));
     match WATCHER.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
@@ -257,8 +259,9 @@ fn watcher(pid: libc::pid_t) -> Option<&'static Watcher> {
 }
 
 impl Watcher {
-    /// Its state, poison ignored (held for list work, a registration and
-    /// the identity looks, never across a wait).
+    /// Its state, poison ignored (held for list work, the registrations,
+    /// their removals and the identity looks, never across a wait or an
+    /// answer).
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         sys::lock(&self.st)
     }
@@ -278,8 +281,10 @@ impl Watcher {
     /// through a number given to another socket would remove that one's,
     /// watched too perhaps). Otherwise the kernel took it out with its
     /// socket, or it stays, reported once at most (to no watch), until its
-    /// socket closes.
-    fn unregister(&self, w: &Watch) {
+    /// socket closes. Under the lock (`_held`), as every registration: the
+    /// number's next socket is registered only after the look and the
+    /// removal, never between them.
+    fn unregister(&self, _held: &Inner, w: &Watch) {
         if socket_id(w.fd) == Some(w.id) {
             let mut ev = libc::epoll_event { events: 0, u64: 0 };
             // SAFETY: a removal from our set, with a valid event.
@@ -291,13 +296,18 @@ impl Watcher {
 /// In a forked child (its fork handler, the only thread): the parent's
 /// watches and thread are not the child's, and its lock may be held. The
 /// child's copy of the set's descriptor is closed (the set, an open file
-/// description, is the parent's still).
+/// description, is the parent's still) if its number is still the set: a
+/// watcher inherited by a raw `fork` (a grandparent's) may have seen its
+/// number closed and given to another file by the program since.
 pub(super) fn forget_after_fork() {
     let old = WATCHER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     if !old.is_null() {
         // SAFETY: a published watcher is leaked and never freed; the child
         // has one thread, this one.
-        sys::close(unsafe { &*old }.epfd);
+        let old = unsafe { &*old };
+        if old.set.is_some() && socket_id(old.epfd) == old.set {
+            sys::close(old.epfd);
+        }
     }
 }
 
@@ -397,12 +407,16 @@ fn round(w: &Watcher) -> bool {
         .iter()
         .map(|e| (e.u64, e.events))
         .collect();
-    let decided = w.lock().watches.after_wait(&reported, Instant::now(), same);
-    for a in &decided.answer {
+    let answer = {
+        let mut st = w.lock();
+        let decided = st.watches.after_wait(&reported, Instant::now(), same);
+        for o in &decided.over {
+            w.unregister(&st, o);
+        }
+        decided.answer
+    };
+    for a in &answer {
         answer_on(a.fd, a.id);
-    }
-    for o in &decided.over {
-        w.unregister(o);
     }
     true
 }

@@ -134,32 +134,44 @@ fn wait_unwatched(id: SocketId) {
 /// A watched connection's mark is answered `BUSY`; the program's close of
 /// another watched connection takes effect in its `close` (its FIN sent
 /// then: the set holds no reference to it), not when the watcher next
-/// looks.
+/// looks. In a forked child, alone with its watcher: a fork of another
+/// test's meanwhile would hold the connection open in its child.
 #[test]
 fn a_mark_is_answered_and_the_programs_close_is_at_once() {
     let _s = serial();
-    let (closed, mut closed_peer) = accepted_from([127, 0, 0, 1]);
-    let (marked, marked_peer) = accepted_from([127, 0, 0, 1]);
-    assert!(watch(closed, HUNG) && watch(marked, HUNG));
-    mark(&marked_peer);
-    // The thread answered, and waits on the set again (`closed` in it).
+    let status = crate::shim::forktest::child_within(|| {
+        let (closed, mut closed_peer) = accepted_from([127, 0, 0, 1]);
+        let (marked, marked_peer) = accepted_from([127, 0, 0, 1]);
+        if !(watch(closed, HUNG) && watch(marked, HUNG)) {
+            return 2;
+        }
+        mark(&marked_peer);
+        // The thread answered, and waits on the set again (`closed` in it).
+        if urgent_answer(&marked_peer) != Some(warpsock_xsock::switch::BUSY) {
+            return 3;
+        }
+        let local = sys::local_addr(closed).expect("its address").port();
+        let remote = closed_peer.local_addr().unwrap().port();
+        if tcp_state(local, remote).as_deref() != Some("01") {
+            return 4;
+        }
+        sys::close(closed);
+        if tcp_state(local, remote).as_deref() == Some("01") {
+            // Still established after the program's close.
+            return 5;
+        }
+        closed_peer.set_read_timeout(Some(HUNG)).unwrap();
+        if !matches!(closed_peer.read(&mut [0u8; 1]), Ok(0)) {
+            return 6;
+        }
+        0
+    });
     assert_eq!(
-        urgent_answer(&marked_peer),
-        Some(warpsock_xsock::switch::BUSY),
-        "BUSY"
+        status,
+        Some(0),
+        "2: not watched, 3: no BUSY, 4: not established, \
+         5: established after the close, 6: no end read"
     );
-    let local = sys::local_addr(closed).expect("its address").port();
-    let remote = closed_peer.local_addr().unwrap().port();
-    assert_eq!(tcp_state(local, remote).as_deref(), Some("01"));
-    sys::close(closed);
-    let st = tcp_state(local, remote);
-    assert!(
-        st.as_deref() != Some("01"),
-        "still established after the program's close: {st:?}"
-    );
-    closed_peer.set_read_timeout(Some(HUNG)).unwrap();
-    assert_eq!(closed_peer.read(&mut [0u8; 1]).expect("its end"), 0);
-    sys::close(marked);
 }
 
 /// A watch whose number the program closed and gave to another watched
@@ -215,4 +227,46 @@ fn a_full_list_drops_the_closed_watches() {
         "BUSY"
     );
     sys::close(fd);
+}
+
+/// A forked child's watches are its own: with its parent's watcher busy
+/// (a watch and its thread, which the child does not have), a child made
+/// by a raw `fork` (told by the pid) and one whose fork handler ran
+/// ([`forget_after_fork`]: the parent's set's descriptor closed) each
+/// watch a connection of their own and answer its mark; the parent's
+/// watch is answered still, by the parent.
+#[test]
+fn a_forked_childs_watches_are_its_own() {
+    let _s = serial();
+    let (parents, parents_peer) = accepted_from([127, 0, 0, 1]);
+    assert!(watch(parents, HUNG));
+    for handler in [false, true] {
+        let status = crate::shim::forktest::child_within(|| {
+            if handler {
+                forget_after_fork();
+            }
+            let (fd, peer) = accepted_from([127, 0, 0, 1]);
+            if !watch(fd, HUNG) {
+                return 2;
+            }
+            mark(&peer);
+            if urgent_answer(&peer) == Some(warpsock_xsock::switch::BUSY) {
+                0
+            } else {
+                1
+            }
+        });
+        assert_eq!(
+            status,
+            Some(0),
+            "the child (its fork handler ran: {handler})"
+        );
+    }
+    mark(&parents_peer);
+    assert_eq!(
+        urgent_answer(&parents_peer),
+        Some(warpsock_xsock::switch::BUSY),
+        "the parent's watch"
+    );
+    sys::close(parents);
 }
