@@ -155,11 +155,14 @@ static inline void set_sol_int(int fd, int name, int v) {
 }
 
 /* Reads /proc/self/task/TID/<file> into buf (len bytes, NUL-terminated
- * after what was read): the count read. */
+ * after what was read): the count read, or -1 if the thread is gone (a
+ * thread that returned from its call and ended since the caller looked:
+ * its task's directory goes with it). */
 static inline ssize_t task_file(pid_t tid, const char *file, char *buf, size_t len) {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, file);
     int fd = open(path, O_RDONLY);
+    if (fd < 0 && (errno == ENOENT || errno == ESRCH)) return -1;
     CHECK(fd >= 0);
     ssize_t n = read(fd, buf, len - 1);
     close(fd);
