@@ -111,6 +111,12 @@ fn urgent_answer(t: &TcpStream) -> Option<u8> {
     (r == 1).then_some(b)
 }
 
+/// Whether `peer`'s mark, sent now, is answered `BUSY` (within [`HUNG`]).
+fn answered_busy(peer: &TcpStream) -> bool {
+    mark(peer);
+    urgent_answer(peer) == Some(warpsock_xsock::switch::BUSY)
+}
+
 /// The TCP state (`/proc/net/tcp`'s hex, "01" established) of the socket
 /// from `local` to `remote` on 127.0.0.1, if it is there.
 fn tcp_state(local: u16, remote: u16) -> Option<String> {
@@ -145,9 +151,8 @@ fn a_mark_is_answered_and_the_programs_close_is_at_once() {
         if !(watch(closed, HUNG) && watch(marked, HUNG)) {
             return 2;
         }
-        mark(&marked_peer);
-        // The thread answered, and waits on the set again (`closed` in it).
-        if urgent_answer(&marked_peer) != Some(warpsock_xsock::switch::BUSY) {
+        // The thread answers, and waits on the set again (`closed` in it).
+        if !answered_busy(&marked_peer) {
             return 3;
         }
         let local = sys::local_addr(closed).expect("its address").port();
@@ -190,12 +195,7 @@ fn a_number_given_to_another_watched_socket_keeps_its_registration() {
     sys::close(b);
     assert!(watch(n, HUNG), "the number's new socket");
     wait_unwatched(first);
-    mark(&second_peer);
-    assert_eq!(
-        urgent_answer(&second_peer),
-        Some(warpsock_xsock::switch::BUSY),
-        "BUSY"
-    );
+    assert!(answered_busy(&second_peer), "BUSY");
     sys::close(n);
 }
 
@@ -220,12 +220,7 @@ fn a_full_list_drops_the_closed_watches() {
         sys::close(*n);
     }
     assert!(watch(fd, HUNG), "a closed watch's place");
-    mark(&peer);
-    assert_eq!(
-        urgent_answer(&peer),
-        Some(warpsock_xsock::switch::BUSY),
-        "BUSY"
-    );
+    assert!(answered_busy(&peer), "BUSY");
     sys::close(fd);
 }
 
@@ -249,8 +244,7 @@ fn a_forked_childs_watches_are_its_own() {
             if !watch(fd, HUNG) {
                 return 2;
             }
-            mark(&peer);
-            if urgent_answer(&peer) == Some(warpsock_xsock::switch::BUSY) {
+            if answered_busy(&peer) {
                 0
             } else {
                 1
@@ -262,11 +256,6 @@ fn a_forked_childs_watches_are_its_own() {
             "the child (its fork handler ran: {handler})"
         );
     }
-    mark(&parents_peer);
-    assert_eq!(
-        urgent_answer(&parents_peer),
-        Some(warpsock_xsock::switch::BUSY),
-        "the parent's watch"
-    );
+    assert!(answered_busy(&parents_peer), "the parent's watch");
     sys::close(parents);
 }
