@@ -190,8 +190,10 @@ static void aio_server(int fd) {
         got += (size_t)c.result;
     }
     uint8_t *mem = calloc(1, 65536);
-    CHECK(warpsock_riomap(fd, mem, 65536, PROT_READ | PROT_WRITE, 0, -1) >= 0);
-    uint64_t off = (uint64_t)(uintptr_t)mem;
+    /* -1: the library chooses the offset (not the buffer's address). */
+    off_t mapped = warpsock_riomap(fd, mem, 65536, PROT_READ | PROT_WRITE, 0, -1);
+    CHECK(mapped >= 0 && (uintptr_t)mapped != (uintptr_t)mem);
+    uint64_t off = (uint64_t)mapped;
     send_all(fd, &off, sizeof off);
     wait_byte(fd, 'a');
     for (int i = 0; i < 65536; i++) CHECK(mem[i] == pat(51, (uint64_t)i));
