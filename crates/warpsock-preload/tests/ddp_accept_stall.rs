@@ -297,14 +297,8 @@ fn forking_server_serves_a_preloaded_client(lookup: bool) {
     cmd.env("WARPSOCK_DDP_ACCEPT_HOLD_MS", "1000")
         .env("WARPSOCK_STATS", "1");
     let (child, mut out, port) = policy_server_with("forkserve", 1000, cmd);
-    let mut cl = command(
-        &c_program("connrate"),
-        &[port.to_string(), "1".into(), "60".into()],
-        true,
-    );
-    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-        .env("WARPSOCK_DDP_FALLBACK_MS", "1000")
-        .env("WARPSOCK_STATS", "1");
+    let mut cl = connrate_client(port, 1, 60, 1000);
+    cl.env("WARPSOCK_STATS", "1");
     // Killed by pid if it hangs.
     let client = finish(cl.spawn().expect("spawn connrate"), Duration::from_secs(60));
     let mut last = String::new();
@@ -375,15 +369,13 @@ fn switching_clients_are_served_by(wait: &str) {
 /// connections), then asks it to quit: both runs.
 fn connrate_against(cmd: std::process::Command, conns: u32, fallback_ms: u32) -> (Run, Run) {
     let (child, mut out, port) = policy_server_with("acceptstall", fallback_ms, cmd);
-    let mut cl = command(
-        &c_program("connrate"),
-        &[port.to_string(), conns.to_string(), "60".into()],
-        true,
-    );
-    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-        .env("WARPSOCK_DDP_FALLBACK_MS", fallback_ms.to_string());
     // Killed by pid if it hangs.
-    let client = finish(cl.spawn().expect("spawn connrate"), Duration::from_secs(60));
+    let client = finish(
+        connrate_client(port, conns, 60, fallback_ms)
+            .spawn()
+            .expect("spawn connrate"),
+        Duration::from_secs(60),
+    );
     let mut q = TcpStream::connect(("127.0.0.1", port)).unwrap();
     q.write_all(b"quit").unwrap();
     // Its last line read (a closed pipe would end it before its report).
@@ -437,14 +429,9 @@ fn switches_let_go_at_once_near_the_descriptor_limit_answer_in_turn() {
     let (child, mut out, port) = policy_server_with("acceptstall", 1000, cmd);
     let clients: Vec<_> = (0..2)
         .map(|_| {
-            let mut cl = command(
-                &c_program("connrate"),
-                &[port.to_string(), "1".into(), "60".into()],
-                true,
-            );
-            cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-                .env("WARPSOCK_DDP_FALLBACK_MS", "1000");
-            cl.spawn().expect("spawn connrate")
+            connrate_client(port, 1, 60, 1000)
+                .spawn()
+                .expect("spawn connrate")
         })
         .collect();
     // Killed by pid if they hang.

@@ -50,14 +50,9 @@ fn signal(child: &std::process::Child, sig: libc::c_int) {
 /// A preloaded policy-mode `connrate` making one connection to `port`
 /// from 127.0.0.1, its fallback 60 s (beyond the tests' bounds).
 fn one_connection(port: u16) -> std::process::Child {
-    let mut cl = command(
-        &c_program("connrate"),
-        &[port.to_string(), "1".into(), "30".into()],
-        true,
-    );
-    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-        .env("WARPSOCK_DDP_FALLBACK_MS", "60000");
-    cl.spawn().expect("spawn connrate")
+    connrate_client(port, 1, 30, 60_000)
+        .spawn()
+        .expect("spawn connrate")
 }
 
 /// `client`'s run, which must have made its connection (its echo back).

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 
-const CONNS: u64 = 5;
+const CONNS: u32 = 5;
 
 /// `connrate` (preloaded, policy mode for 127.0.0.1, fallback 300 ms and
 /// the memory `memory_ms`) makes [`CONNS`] echo round trips to a plain
@@ -23,14 +23,8 @@ fn against_a_plain_server(memory_ms: u32) -> Run {
         "acceptstall",
         command(&c_program("acceptstall"), &[], false),
     );
-    let mut cl = command(
-        &c_program("connrate"),
-        &[port.to_string(), CONNS.to_string(), "60".into()],
-        true,
-    );
-    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
-        .env("WARPSOCK_DDP_FALLBACK_MS", "300")
-        .env("WARPSOCK_DDP_PLAIN_MEMORY_MS", memory_ms.to_string());
+    let mut cl = policy::connrate_client(port, CONNS, 60, 300);
+    cl.env("WARPSOCK_DDP_PLAIN_MEMORY_MS", memory_ms.to_string());
     let client = finish(cl.spawn().expect("spawn connrate"), Duration::from_secs(60));
     let mut q = TcpStream::connect(("127.0.0.1", port)).unwrap();
     q.write_all(b"quit").unwrap();
@@ -57,7 +51,7 @@ fn a_plain_server_costs_one_fallback_then_its_connections_are_plain_at_once() {
             client.stat("ddp_refused"),
             client.stat("ddp_plain_remembered")
         ),
-        (1, CONNS - 1),
+        (1, u64::from(CONNS) - 1),
         "{}",
         client.stderr
     );
@@ -73,7 +67,7 @@ fn with_no_memory_every_connection_tries_its_switch() {
             client.stat("ddp_refused"),
             client.stat("ddp_plain_remembered")
         ),
-        (CONNS, 0),
+        (u64::from(CONNS), 0),
         "{}",
         client.stderr
     );

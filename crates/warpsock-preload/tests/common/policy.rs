@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use super::{finish, spawn_ready, Run};
+use super::{c_program, command, finish, spawn_ready, Run};
 
 /// [`policy_server`] of the command `cmd` (another library, more
 /// variables).
@@ -23,6 +23,26 @@ pub fn policy_server_with(
     }
     cmd.env("WARPSOCK_DDP_FALLBACK_MS", fallback_ms.to_string());
     spawn_ready(name, cmd)
+}
+
+/// A preloaded policy-mode `connrate` command (not spawned, more
+/// variables may be set): `conns` connections to `port` from 127.0.0.1,
+/// each echoed back, the whole run bounded by `secs`, a connection whose
+/// switch is not answered falling back to TCP after `fallback_ms`.
+pub fn connrate_client(
+    port: u16,
+    conns: u32,
+    secs: u32,
+    fallback_ms: u32,
+) -> std::process::Command {
+    let mut cl = command(
+        &c_program("connrate"),
+        &[port.to_string(), conns.to_string(), secs.to_string()],
+        true,
+    );
+    cl.env("WARPSOCK_DDP_ADDRS", "127.0.0.1/32")
+        .env("WARPSOCK_DDP_FALLBACK_MS", fallback_ms.to_string());
+    cl
 }
 
 /// Sends one urgent byte: a warpsock switch mark.
