@@ -365,6 +365,7 @@ mod init {
         // Before anything is counted or held: the switches under way end
         // (they take the table's lock to commit).
         crate::xsock::settle_switches_before_fork();
+        crate::xsock::hold_busy_answers_for_fork();
         // Before the copy of the descriptors (`Doorbell::fail`'s check).
         crate::shim::doorbell::fork_begin();
         fdtable::fork_prepare();
@@ -372,6 +373,7 @@ mod init {
 
     extern "C" fn fork_parent() {
         fdtable::fork_release();
+        crate::xsock::after_fork_parent();
         crate::shim::doorbell::fork_end();
         // The child may wait on this process's epoll sets.
         crate::shim::epollwatch::fork_parent();

@@ -187,6 +187,20 @@ pub(crate) fn settle_switches_before_fork() {
     switching::settle_before_fork(longest + std::time::Duration::from_secs(1));
 }
 
+/// Before a `fork`, after [`settle_switches_before_fork`]: a busy answer
+/// under way ends first and none starts until [`after_fork_parent`] (its
+/// duplicate of the program's connection is never given to the child;
+/// `switching::late_busy`). Async-signal-safe.
+pub(crate) fn hold_busy_answers_for_fork() {
+    switching::hold_answers_for_fork();
+}
+
+/// After a `fork`, in the parent: what [`hold_busy_answers_for_fork`]
+/// held goes on.
+pub(crate) fn after_fork_parent() {
+    switching::release_answers_after_fork();
+}
+
 /// Whether accepted connections are switching in the background now (a
 /// `select` then looks for numbers still switching among its own:
 /// `interpose::wait::select`).

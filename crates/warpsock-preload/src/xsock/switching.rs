@@ -834,6 +834,8 @@ pub(super) use slot::{
 };
 pub(super) use start::start;
 
+pub(in crate::xsock) use late_busy::{hold_answers_for_fork, release_answers_after_fork};
+
 /// In a forked child (its fork handler, the only thread): the parent's
 /// switches and the threads they ran on are not the child's.
 pub(super) fn forget_after_fork() {

@@ -55,10 +55,16 @@
 //! closes the child's copy of the set's descriptor; a raw `fork` is told
 //! by the pid, its copy left open), so a child's first watch starts
 //! afresh. The set itself is the parent's still (an open file description
-//! the child's close does not end).
+//! the child's close does not end). An answer's duplicate (`answer_on`) is
+//! never given to a child: a fork (its prepare handler,
+//! [`hold_answers_for_fork`]) waits for the answer under way, and no
+//! answer starts until the fork is made. A child given it would hold the
+//! connection open after the program's close, under a lifted number it
+//! never closes (helper 64's review, item 6). A raw `fork` (no handlers)
+//! is not held.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -78,6 +84,11 @@ pub(super) const WATCHES_MAX: usize = 64;
 /// most this late (and is never answered past its bound,
 /// [`Watches::after_wait`]).
 const LOOK_MAX: Duration = Duration::from_secs(1);
+
+/// The longest a fork waits for an answer under way ([`hold_answers_for_fork`]):
+/// its window is a few non-blocking system calls, this bound only covers a
+/// watcher thread the scheduler put aside; past it the fork goes on.
+const FORK_WAIT_MAX: Duration = Duration::from_secs(1);
 
 /// What a watch waits for — urgent data, bytes, the peer's end — reported
 /// once: each of them decides it.
@@ -300,6 +311,9 @@ impl Watcher {
 /// watcher inherited by a raw `fork` (a grandparent's) may have seen its
 /// number closed and given to another file by the program since.
 pub(super) fn forget_after_fork() {
+    // No answer is under way in the child (the parent's thread is not
+    // the child's), and its fork is made.
+    WINDOW.store(0, Ordering::Release);
     let old = WATCHER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     if !old.is_null() {
         // SAFETY: a published watcher is leaked and never freed; the child
@@ -421,15 +435,89 @@ fn round(w: &Watcher) -> bool {
     true
 }
 
+/// [`WINDOW`]: `answer_on`'s duplicate is open.
+const DUP_OPEN: u8 = 1;
+/// [`WINDOW`]: a fork is being made (between its prepare handler and its
+/// parent's): no duplicate is opened until it is.
+const FORKING: u8 = 2;
+
+/// The answer's duplicate against forks (`DUP_OPEN`, `FORKING`): a child
+/// is never given it.
+static WINDOW: AtomicU8 = AtomicU8::new(0);
+
+/// Before a `fork` (the atfork prepare handler): no answer starts until
+/// [`release_answers_after_fork`], and the one under way, if any, ends
+/// first (at most [`FORK_WAIT_MAX`]). Async-signal-safe (a handler's fork):
+/// atomics, the clock and `nanosleep`.
+pub(in crate::xsock) fn hold_answers_for_fork() {
+    if WINDOW.fetch_or(FORKING, Ordering::AcqRel) & DUP_OPEN == 0 {
+        return;
+    }
+    let deadline = Instant::now() + FORK_WAIT_MAX;
+    while WINDOW.load(Ordering::Acquire) & DUP_OPEN != 0 && Instant::now() < deadline {
+        sys::sleep(Duration::from_micros(100));
+    }
+}
+
+/// After a `fork`, in the parent: answers start again. (The child starts
+/// afresh: [`forget_after_fork`].)
+pub(in crate::xsock) fn release_answers_after_fork() {
+    WINDOW.fetch_and(!FORKING, Ordering::AcqRel);
+}
+
+/// Opens the duplicate's window once no fork is being made (waiting for
+/// one at most [`FORK_WAIT_MAX`]: `false`, the mark is not answered and
+/// its client falls back).
+fn open_window() -> bool {
+    let deadline = Instant::now() + FORK_WAIT_MAX;
+    loop {
+        match WINDOW.compare_exchange(0, DUP_OPEN, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(_) if Instant::now() >= deadline => return false,
+            Err(_) => sys::sleep(Duration::from_micros(100)),
+        }
+    }
+}
+
+/// Closes the duplicate's window (the duplicate is closed).
+fn close_window() {
+    WINDOW.fetch_and(!DUP_OPEN, Ordering::AcqRel);
+}
+
+/// A test's pause inside the duplicate's window (taken: once).
+#[cfg(test)]
+type WindowHook = Box<dyn FnOnce() + Send>;
+#[cfg(test)]
+static WINDOW_HOOK: Mutex<Option<WindowHook>> = Mutex::new(None);
+
 /// Answers the watched socket `id` at the program's number `fd` on a
 /// duplicate of it, if the duplicate is still that socket (the program may
-/// have closed the number and reused it since the wait's look).
+/// have closed the number and reused it since the wait's look). The
+/// duplicate is open only inside the window forks wait for ([`WINDOW`]).
+/// (A program's close with `SO_LINGER` in those few system calls lingers
+/// here, at the duplicate's close, not in the program's call.)
 fn answer_on(fd: c_int, id: SocketId) {
+    if !open_window() {
+        return;
+    }
+    answer_on_dup(fd, id);
+    close_window();
+}
+
+/// [`answer_on`] inside its window.
+fn answer_on_dup(fd: c_int, id: SocketId) {
     // Above the program's numbers, as the library's other descriptors: the
     // program's next socket or accept keeps the lowest free number.
     let dup = fds::dup_lifted(fd);
     if dup < 0 {
         return;
+    }
+    #[cfg(test)]
+    {
+        let pause = sys::lock(&WINDOW_HOOK).take();
+        if let Some(pause) = pause {
+            pause();
+        }
     }
     if same(dup, id) {
         // SAFETY: our duplicate, open until the close below.

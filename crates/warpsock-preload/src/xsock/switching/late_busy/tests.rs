@@ -259,3 +259,61 @@ fn a_forked_childs_watches_are_its_own() {
     assert!(answered_busy(&parents_peer), "the parent's watch");
     sys::close(parents);
 }
+
+/// How many of this process's descriptors are the socket `id`.
+fn holders(id: SocketId) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<c_int>().ok())
+        .filter(|&fd| socket_id(fd) == Some(id))
+        .count()
+}
+
+/// A fork (its prepare handler) waits for the busy answer under way, and
+/// its child is not given the answer's duplicate of the connection: a
+/// lifted number the child never closes, which would hold the connection
+/// open after the program's close (helper 64's review, item 6).
+#[test]
+fn a_fork_waits_for_the_answer_under_way() {
+    let _s = serial();
+    let (fd, peer) = accepted_from([127, 0, 0, 1]);
+    let id = socket_id(fd).expect("the accepted socket");
+    let (in_window, entered) = std::sync::mpsc::channel();
+    let (go_on, go) = std::sync::mpsc::channel::<()>();
+    *sys::lock(&WINDOW_HOOK) = Some(Box::new(move || {
+        let _ = in_window.send(());
+        let _ = go.recv_timeout(HUNG);
+    }));
+    assert!(watch(fd, HUNG));
+    mark(&peer);
+    entered
+        .recv_timeout(HUNG)
+        .expect("the answer inside its window");
+    // The program's fork, from another thread: its prepare handler.
+    let (held, done) = std::sync::mpsc::channel();
+    let forker = std::thread::spawn(move || {
+        hold_answers_for_fork();
+        let _ = held.send(());
+    });
+    assert!(
+        done.recv_timeout(Duration::from_millis(100)).is_err(),
+        "the fork went on while the answer's duplicate was open"
+    );
+    go_on.send(()).unwrap();
+    done.recv_timeout(HUNG)
+        .expect("the fork held past the answer's end");
+    forker.join().unwrap();
+    let in_child = crate::shim::forktest::child_within(|| holders(id) as i32);
+    release_answers_after_fork();
+    assert_eq!(
+        in_child,
+        Some(1),
+        "the child's descriptors of the connection (the program's only)"
+    );
+    assert_eq!(
+        urgent_answer(&peer),
+        Some(warpsock_xsock::switch::BUSY),
+        "the mark answered"
+    );
+    sys::close(fd);
+}
