@@ -177,6 +177,7 @@ impl XSocket {
         if !self.retarget(&mut st, &win, got) {
             return (st, None);
         }
+        st.placed_reader = true;
         let mut answer_by: Option<Instant> = None;
         // A read that has bytes takes what else is there without waiting
         // (one round: messages the socket holds are placed, not left to
@@ -234,6 +235,7 @@ impl XSocket {
             }
             st = self.wait_as(st, Some(by), true).0;
         }
+        st.placed_reader = false;
         drop(win);
         (st, Some((got, signalled)))
     }

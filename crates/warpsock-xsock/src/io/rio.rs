@@ -541,7 +541,11 @@ fn pump_recvs(x: &XSocket, st: &mut State) {
         } else if let Some((errno, _)) = st.error {
             (Err(errno), false)
         } else {
-            if r.len >= x.opts.zcopy_min && !st.msg_mode && st.s.readable() == 0 && st.s.sink_room()
+            if r.len >= x.opts.zcopy_min
+                && !st.msg_mode
+                && st.s.readable() == 0
+                && st.zero_copy_idle()
+                && st.s.sink_room()
             {
                 #[allow(unsafe_code)]
                 // SAFETY: as above; the registration is dropped once the

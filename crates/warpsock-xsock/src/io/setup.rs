@@ -180,6 +180,7 @@ impl XSocket {
                     p
                 },
                 retargeted: Vec::new(),
+                placed_reader: false,
                 taken_unposted: 0,
                 news: None,
                 posts: 0,

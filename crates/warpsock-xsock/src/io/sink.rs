@@ -119,6 +119,7 @@ impl XSocket {
             && !st.shut_rd
             && !st.msg_mode
             && !st.over()
+            && st.zero_copy_idle()
     }
 
     /// Whether a sink offered now could be used: the peer takes one only at

@@ -129,6 +129,9 @@ pub(crate) struct State {
     /// Receives a placed read pointed at the program's buffers
     /// (`io/placed.rs`).
     pub(crate) retargeted: Vec<Retargeted>,
+    /// A placed read is under way (its receives retargeted, or to be
+    /// again: [`Self::zero_copy_idle`]).
+    pub(crate) placed_reader: bool,
     /// Of the slots the books freed and did not post again yet, those of
     /// messages a waiting reader took as they landed (`take_direct`): the
     /// only ones [`XSocket::repost`] leaves for a batch.
@@ -189,6 +192,20 @@ impl State {
 
     pub(crate) fn tx_free_len(&self) -> usize {
         self.tx_free.len()
+    }
+
+    /// No zero-copy read is under way — no placed read, and every sink
+    /// offered final (`Stream::sinks_final`) — so a read may start one.
+    /// One at a time: a placed read's positions count from its own start
+    /// (a second one's receives, retargeted behind the first's, would be
+    /// taken by the first as its own, at offsets past its buffers), and
+    /// a sink is offered only with none outstanding
+    /// (`Stream::post_sink_after`). A second large read, on another
+    /// thread or an asynchronous receive, copies instead (helper 65's
+    /// review: `aio_recv` then a blocking `recv`, or two threads'
+    /// blocking reads, hit the sink's assertion with the lock held).
+    pub(crate) fn zero_copy_idle(&self) -> bool {
+        !self.placed_reader && self.s.sinks_final()
     }
 
     /// Nothing can arrive or leave any more: the connection failed, or the

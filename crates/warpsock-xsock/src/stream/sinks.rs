@@ -99,6 +99,12 @@ impl Stream {
             < PEER_SINKS_MAX - 1
     }
 
+    /// Whether every sink offered is final: the peer can write into none
+    /// (one outstanding at a time, [`Self::post_sink_after`]).
+    pub fn sinks_final(&self) -> bool {
+        self.sinks.iter().all(|s| s.state.is_final())
+    }
+
     /// Offers a registered buffer (`stag`, tagged offset `to`, `len` bytes)
     /// for the next stream bytes. Only when nothing is unread, the stream
     /// has not ended and no other sink is outstanding. `waitall`: the
@@ -128,7 +134,7 @@ impl Stream {
         waitall: bool,
     ) -> u32 {
         assert!(
-            self.segs.is_empty() && !self.eof && self.sinks.iter().all(|s| s.state.is_final()),
+            self.segs.is_empty() && !self.eof && self.sinks_final(),
             "a sink only on an empty queue, one at a time"
         );
         debug_assert!(self.sink_room(), "a sink only with room at the peer");

@@ -186,6 +186,7 @@ impl XSocket {
                 && !st.msg_mode
                 && rest >= self.opts.zcopy_min
                 && st.s.readable() == 0
+                && st.zero_copy_idle()
                 && (!sinks || Self::sink_usable(&st));
             if sink && sinks && !flags.nonblocking {
                 sink = *sink_due.get_or_insert_with(|| st.s.sink_due()) && st.s.sink_room();
