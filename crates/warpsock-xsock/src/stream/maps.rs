@@ -12,18 +12,25 @@ impl Stream {
     }
 
     /// Tells the peer a mapping is gone (`riounmap`). Its announcement,
-    /// if still queued, goes no more; the unmap goes unless one of the
-    /// offset is queued already. (A queued IOMAP with no unmap of its
-    /// offset ahead of it names a mapping the peer does not know: `riomap`
-    /// refuses an offset mapped. An unmap of an offset the peer does not
-    /// know does nothing there.) So a program that maps and unmaps in a
-    /// loop while the peer returns no credits queues at most one unmap an
-    /// offset — it queued two messages a cycle (helper 33's review; a
-    /// queued unmap must never be dropped, though: after map, unmap, map,
-    /// unmap the peer kept the first mapping for good, helper 34's).
+    /// if still queued, goes no more, and then neither does an unmap: the
+    /// peer never heard of this mapping, and of an earlier one of the
+    /// offset it hears the unmap queued ahead or heard it already
+    /// (`riomap` refuses an offset mapped, so an earlier mapping was
+    /// unmapped first). Otherwise the unmap goes, unless one of the offset
+    /// is queued already. So a program that maps and unmaps in a loop
+    /// while the peer returns no credits queues nothing for mappings the
+    /// peer never heard of — with the library's offsets, each a new one
+    /// (`riomap(-1)`), it queued an unmap a cycle without bound (helper
+    /// 65's review; two messages a cycle before helper 33's). A queued
+    /// unmap is never dropped: after map, unmap, map, unmap the peer kept
+    /// the first mapping for good (helper 34's).
     pub fn announce_unmap(&mut self, offset: u64) {
+        let before = self.out.len();
         self.out
             .retain(|b| !matches!(b, Body::IoMap(ad) if ad.offset == offset));
+        if self.out.len() < before {
+            return;
+        }
         let queued = self
             .out
             .iter()
