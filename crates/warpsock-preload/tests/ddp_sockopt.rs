@@ -18,6 +18,7 @@ fn case(name: &str, preload: bool) -> common::Run {
             "emfile" => 3,
             // Four pairs switched, two failed.
             "stampsbefore" => 8,
+            "oobinline" => 0,
             _ => 2,
         };
         assert_eq!(r.stat("ddp_switched"), ends, "{}", r.stderr);
@@ -171,6 +172,18 @@ fn kept_stamp_options_read_back_as_tcps() {
 fn zero_copy_is_refused_on_a_ddp_mode_socket() {
     case("zerocopy", false);
     let r = case("zerocopy", true);
+    assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
+}
+
+/// `SO_OOBINLINE` on: urgent bytes stay in the socket's stream, where
+/// the switch's marks would reach the program — the switch is refused
+/// before anything is sent (`EOPNOTSUPP`), the connection plain TCP both
+/// ways (helper 66's review). Fails with the switch tried (the mark sent:
+/// the peer's `POLLPRI`, and the switch's wait for its answer).
+#[test]
+fn a_switch_is_refused_with_urgent_bytes_inline() {
+    case("oobinline", false);
+    let r = case("oobinline", true);
     assert_eq!(r.stat("ddp_refused"), 1, "{}", r.stderr);
 }
 

@@ -119,3 +119,81 @@ fn no_busy_answer_but_to_a_mark_first_in_both_streams() {
     never_answered(Written::PeerAfter, b"GET /", "bytes behind the mark");
     never_answered(Written::OursFirst, b"banner", "we wrote first");
 }
+
+/// Turns `SO_OOBINLINE` on: urgent bytes stay in `s`'s stream.
+fn set_inline(s: &TcpStream) {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt of one int from the stack.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_OOBINLINE,
+            (&on as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_OOBINLINE");
+}
+
+/// Both ends read urgent bytes in their streams (`SO_OOBINLINE`): the
+/// mark and the answer are taken out of the streams all the same — the
+/// busy answer as it is without the option, neither program reads a
+/// byte it was not sent. Before, the mark read with `MSG_OOB` failed
+/// (`EINVAL`, read as "not here yet") with `POLLPRI` up: the initiator
+/// spun on the answer until its bound and the responder's program read
+/// the mark as its first byte (helper 66's review).
+#[test]
+fn a_busy_answer_with_urgent_bytes_inline_takes_both_out_of_the_streams() {
+    let (a, b) = tcp_pair();
+    set_inline(&a);
+    set_inline(&b);
+    let mut o = opts();
+    o.limits = Limits::with_timeout(Duration::from_secs(60));
+    o.limits.at_start = true;
+    std::thread::scope(|sc| {
+        let initiator = sc.spawn(|| switch_fd_as(a.as_fd(), &o, Some(Role::Initiator)));
+        let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
+        assert!(ev & libc::POLLPRI != 0, "the initiator's mark never came");
+        assert_eq!(answer_busy(b.as_fd()).unwrap(), BusyAnswer::Sent);
+        match initiator.join().unwrap() {
+            Err(Failure::Refused { error, residue, .. }) => {
+                assert_eq!(error, SwitchError::Busy);
+                assert!(residue.is_empty());
+            }
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("switched against a busy responder"),
+        }
+    });
+    let (mut a, mut b) = (a, b);
+    a.set_read_timeout(Some(LIMIT)).unwrap();
+    b.set_read_timeout(Some(LIMIT)).unwrap();
+    a.write_all(b"request").unwrap();
+    let mut got = [0u8; 7];
+    b.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"request", "the responder's first bytes");
+    b.write_all(b"reply").unwrap();
+    let mut got = [0u8; 5];
+    a.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"reply", "the initiator's first bytes");
+}
+
+/// A foreign urgent byte inline is the program's: never answered, left
+/// in the stream where the program reads it.
+#[test]
+fn a_foreign_urgent_byte_inline_is_left_in_the_stream() {
+    let (a, b) = tcp_pair();
+    set_inline(&b);
+    let x = [0x21u8];
+    // SAFETY: one byte from the stack.
+    let n = unsafe { libc::send(a.as_raw_fd(), x.as_ptr().cast(), 1, libc::MSG_OOB) };
+    assert_eq!(n, 1);
+    let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
+    assert!(ev & libc::POLLPRI != 0, "the urgent byte never came");
+    assert_eq!(answer_busy(b.as_fd()).unwrap(), BusyAnswer::Never);
+    let mut b = b;
+    b.set_read_timeout(Some(LIMIT)).unwrap();
+    let mut got = [0u8; 1];
+    b.read_exact(&mut got).unwrap();
+    assert_eq!(got, x, "the program's urgent byte, in its stream");
+}

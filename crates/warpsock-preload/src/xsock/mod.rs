@@ -299,6 +299,14 @@ fn prepare(fd: c_int) -> Result<Option<usize>, c_int> {
     if p.tried {
         return Err(libc::EALREADY);
     }
+    if urgent_inline(fd) {
+        // The switch's marks are urgent bytes, which such a socket reads
+        // in its stream (an accepted connection's is answered busy in
+        // `switching::start`): declined as `SO_ZEROCOPY` below, nothing
+        // sent (helper 66's review).
+        REFUSED.fetch_add(1, Ordering::Relaxed);
+        return Err(libc::EOPNOTSUPP);
+    }
     if sys::get_int(fd, libc::SOL_SOCKET, libc::SO_ZEROCOPY).is_some_and(|v| v != 0) {
         // Its `MSG_ZEROCOPY` sends would wait for notices only TCP makes
         // (`Kept`, review r23-a item 1): declined before the handshake, as
@@ -329,6 +337,12 @@ fn prepare(fd: c_int) -> Result<Option<usize>, c_int> {
     p.ddp = false;
     set_pending(fd, p);
     Ok(p.sndbuf)
+}
+
+/// Whether `fd` reads urgent bytes in its stream (`SO_OOBINLINE`): no
+/// switch on it (`prepare`, `switching::start`).
+fn urgent_inline(fd: c_int) -> bool {
+    sys::get_int(fd, libc::SOL_SOCKET, libc::SO_OOBINLINE).is_some_and(|v| v != 0)
 }
 
 /// The most descriptors a switch takes: its switching socket's 4

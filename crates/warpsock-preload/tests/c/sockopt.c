@@ -157,6 +157,8 @@
  *               Then a second pair with SO_ZEROCOPY set before the switch:
  *               the switch is refused (EOPNOTSUPP) and the connection,
  *               plain TCP, gets the notices (review r23-a item 1).
+ *   oobinline   SO_OOBINLINE on: the switch is refused (EOPNOTSUPP) before
+ *               anything is sent, the connection plain TCP both ways.
  *
  * Synchronised on events (pipes, the peer's bytes), no sleeps; every loop
  * bounded. */
@@ -815,6 +817,8 @@ int main(int argc, char **argv) {
         case_stampsbefore();
     } else if (!strcmp(cs, "zerocopy")) {
         case_zerocopy();
+    } else if (!strcmp(cs, "oobinline")) {
+        case_oobinline();
     } else if (!strcmp(cs, "stamps")) {
         case_stamps();
     } else if (!strcmp(cs, "blockafter")) {

@@ -226,6 +226,43 @@ static void case_zerocopy(void) {
     close(s2);
 }
 
+/* Reads exactly n bytes from fd (blocking): they must be `want`. */
+static void read_exactly(int fd, const char *want, size_t n) {
+    char b[64];
+    size_t got = 0;
+    CHECK(n <= sizeof b);
+    while (got < n) {
+        ssize_t r = recv(fd, b + got, n - got, 0);
+        CHECK(r > 0);
+        got += (size_t)r;
+    }
+    CHECK(memcmp(b, want, n) == 0);
+}
+
+/* SO_OOBINLINE on: the switch's marks are urgent bytes, which such a
+ * socket reads in its stream — refused before anything is sent
+ * (EOPNOTSUPP; helper 66's review), the connection plain: no urgent byte
+ * reaches the peer, the bytes both ways are TCP's. */
+static void case_oobinline(void) {
+    int c2, s2, one = 1;
+    tcp_pair(&c2, &s2);
+    set_sol_int(c2, SO_OOBINLINE, 1);
+    if (!plain) {
+        int r = setsockopt(c2, SOL_WARPSOCK, WARPSOCK_DDP_MODE, &one, sizeof one);
+        fprintf(stderr, "oobinline: switch with it on %d errno %d\n", r, r < 0 ? errno : 0);
+        CHECK(r == -1 && errno == EOPNOTSUPP);
+    }
+    CHECK(sol_int(c2, SO_OOBINLINE) == 1);
+    CHECK(send(c2, "request", 7, 0) == 7);
+    read_exactly(s2, "request", 7);
+    struct pollfd p = {s2, POLLPRI, 0};
+    CHECK(poll(&p, 1, 0) == 0);
+    CHECK(send(s2, "reply", 5, 0) == 5);
+    read_exactly(c2, "reply", 5);
+    close(c2);
+    close(s2);
+}
+
 /* The descriptor limit under which exactly k numbers are free. */
 static rlim_t limit_with_free(int k) {
     int n = 0;

@@ -160,10 +160,13 @@ pub fn answer_busy(fd: BorrowedFd<'_>) -> io::Result<BusyAnswer> {
 }
 
 /// Whether nothing follows the peer's mark at `fd`'s read position: a
-/// peek finds no byte (`EAGAIN`) and no end of stream.
+/// peek finds no byte (`EAGAIN`) and no end of stream — with
+/// `SO_OOBINLINE`, no byte but the mark itself, the stream's first.
 fn nothing_behind_mark(fd: RawFd) -> io::Result<bool> {
-    match sys::recv(fd, &mut [0u8; 1], true) {
-        Ok(_) => Ok(false),
+    let inline = sys::urgent_inline(fd);
+    let mut b = [0u8; 2];
+    match sys::recv(fd, &mut b[..1 + usize::from(inline)], true) {
+        Ok(n) => Ok(inline && n == 1),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(true),
         Err(e) => Err(e),
     }

@@ -198,8 +198,32 @@ pub(crate) fn out_queue(fd: RawFd, unsent: bool) -> usize {
     }
 }
 
+/// Whether urgent bytes stay in `fd`'s stream (`SO_OOBINLINE`, which an
+/// accepted socket takes from its listener): the urgent byte is then the
+/// stream's byte at the mark, and a `MSG_OOB` read fails with `EINVAL`
+/// (`tcp_recv_urg`), as with no urgent byte at all.
+pub(crate) fn urgent_inline(fd: RawFd) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt of one int into the stack, its size given.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_OOBINLINE,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && v != 0
+}
+
 /// The urgent byte, peeked (left for the application if it is not ours).
-/// `None` while it has not arrived.
+/// `None` while it has not arrived. At the mark (the callers look first:
+/// [`at_mark`]); with `SO_OOBINLINE` the byte is the stream's next one
+/// ([`urgent_inline`]): a socket that had it on answered `EINVAL` here
+/// with the byte there, `POLLPRI` up, and a wait for the byte spun until
+/// its bound (helper 66's review).
 pub(crate) fn peek_urgent(fd: RawFd) -> io::Result<Option<u8>> {
     let mut b = 0u8;
     // SAFETY: a one-byte buffer on the stack.
@@ -215,6 +239,14 @@ pub(crate) fn peek_urgent(fd: RawFd) -> io::Result<Option<u8>> {
     match check(r) {
         Ok(1) => Ok(Some(b)),
         Ok(_) => Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && urgent_inline(fd) => {
+            match recv(fd, std::slice::from_mut(&mut b), true) {
+                Ok(1) => Ok(Some(b)),
+                Ok(_) => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
         Err(e)
             if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::EINVAL) =>
         {
@@ -224,19 +256,14 @@ pub(crate) fn peek_urgent(fd: RawFd) -> io::Result<Option<u8>> {
     }
 }
 
-/// Consumes the urgent byte (so the socket stops reporting `POLLPRI`).
+/// Consumes the urgent byte (so the socket stops reporting `POLLPRI`), at
+/// the mark: with `SO_OOBINLINE` the stream's next byte
+/// ([`urgent_inline`]), which the program would otherwise read as data.
 pub(crate) fn take_urgent(fd: RawFd) {
     let mut b = 0u8;
+    let oob = if urgent_inline(fd) { 0 } else { libc::MSG_OOB };
     // SAFETY: a one-byte buffer on the stack.
-    unsafe {
-        socket_io(
-            libc::SYS_recvfrom,
-            fd,
-            &mut b,
-            1,
-            libc::MSG_OOB | libc::MSG_DONTWAIT,
-        )
-    };
+    unsafe { socket_io(libc::SYS_recvfrom, fd, &mut b, 1, oob | libc::MSG_DONTWAIT) };
 }
 
 /// `recv` without blocking; `Ok(0)` is end of stream.

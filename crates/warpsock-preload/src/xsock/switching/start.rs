@@ -20,6 +20,7 @@ use crate::shim::doorbell::Doorbell;
 use crate::shim::guard::enter;
 use crate::shim::sys::{self, errno};
 use crate::shim::{epollcarry, fdtable, real};
+use crate::xsock::urgent_inline;
 
 /// Client switches under way in the background (at most half of
 /// [`SWITCHING_MAX`]); a guard gives its place back when dropped.
@@ -116,6 +117,16 @@ pub(in crate::xsock) fn start(
         slot::accepted_last(0);
         libc::EAGAIN
     };
+    // A program that reads urgent bytes in its stream (`SO_OOBINLINE`, its
+    // listener's) would read a client's mark as its first byte: its
+    // connections are answered busy, the mark taken out of the stream
+    // (`answer_busy`), and never switched (`prepare` refuses the option:
+    // helper 66's review, where the switch spun on the inline mark until
+    // its bound and the program then read it).
+    if !connecting && urgent_inline(fd) {
+        super::super::REFUSED.fetch_add(1, Ordering::Relaxed);
+        return Err(left_plain(None));
+    }
     let Some(place) = budget::admit() else {
         return Err(left_plain(None));
     };
@@ -232,3 +243,6 @@ pub(in crate::xsock) fn start(
     STARTED.fetch_add(1, Ordering::Relaxed);
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests;
