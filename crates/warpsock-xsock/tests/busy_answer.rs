@@ -17,7 +17,7 @@ use warpsock_xsock::{Role, SwitchError};
 
 mod net;
 
-use net::{opts, send_mark, tcp_pair, LIMIT};
+use net::{opts, send_mark, set_buf, tcp_pair, LIMIT};
 
 /// Polls `s` for `events` for up to `ms`: the events seen.
 fn poll_for(s: &TcpStream, events: i16, ms: i32) -> i16 {
@@ -32,9 +32,11 @@ fn poll_for(s: &TcpStream, events: i16, ms: i32) -> i16 {
     p.revents
 }
 
-#[test]
-fn a_busy_answer_ends_the_initiators_switch_at_once_and_leaves_tcp() {
-    let (a, b) = tcp_pair();
+/// The initiator's switch on `a` against `b` answered `BUSY`: it ends at
+/// once (`SwitchError::Busy`), both marks are consumed (neither program
+/// sees an urgent byte), and the connection is TCP both ways, nothing
+/// lost or added.
+fn busy_exchange(a: TcpStream, b: TcpStream) {
     let mut o = opts();
     o.limits = Limits::with_timeout(Duration::from_secs(60));
     o.limits.at_start = true;
@@ -53,21 +55,25 @@ fn a_busy_answer_ends_the_initiators_switch_at_once_and_leaves_tcp() {
             Ok(_) => panic!("switched against a busy responder"),
         }
     });
-    // Both marks consumed: neither program sees an urgent byte.
     assert_eq!(poll_for(&a, libc::POLLPRI, 0) & libc::POLLPRI, 0);
     assert_eq!(poll_for(&b, libc::POLLPRI, 0) & libc::POLLPRI, 0);
-    // TCP both ways, nothing lost or added.
     let (mut a, mut b) = (a, b);
     a.set_read_timeout(Some(LIMIT)).unwrap();
     b.set_read_timeout(Some(LIMIT)).unwrap();
     a.write_all(b"request").unwrap();
     let mut got = [0u8; 7];
     b.read_exact(&mut got).unwrap();
-    assert_eq!(&got, b"request");
+    assert_eq!(&got, b"request", "the responder's first bytes");
     b.write_all(b"reply").unwrap();
     let mut got = [0u8; 5];
     a.read_exact(&mut got).unwrap();
-    assert_eq!(&got, b"reply");
+    assert_eq!(&got, b"reply", "the initiator's first bytes");
+}
+
+#[test]
+fn a_busy_answer_ends_the_initiators_switch_at_once_and_leaves_tcp() {
+    let (a, b) = tcp_pair();
+    busy_exchange(a, b);
 }
 
 /// Where bytes are written around the peer's mark.
@@ -120,22 +126,6 @@ fn no_busy_answer_but_to_a_mark_first_in_both_streams() {
     never_answered(Written::OursFirst, b"banner", "we wrote first");
 }
 
-/// Turns `SO_OOBINLINE` on: urgent bytes stay in `s`'s stream.
-fn set_inline(s: &TcpStream) {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt of one int from the stack.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_OOBINLINE,
-            (&on as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "SO_OOBINLINE");
-}
-
 /// Both ends read urgent bytes in their streams (`SO_OOBINLINE`): the
 /// mark and the answer are taken out of the streams all the same — the
 /// busy answer as it is without the option, neither program reads a
@@ -146,36 +136,9 @@ fn set_inline(s: &TcpStream) {
 #[test]
 fn a_busy_answer_with_urgent_bytes_inline_takes_both_out_of_the_streams() {
     let (a, b) = tcp_pair();
-    set_inline(&a);
-    set_inline(&b);
-    let mut o = opts();
-    o.limits = Limits::with_timeout(Duration::from_secs(60));
-    o.limits.at_start = true;
-    std::thread::scope(|sc| {
-        let initiator = sc.spawn(|| switch_fd_as(a.as_fd(), &o, Some(Role::Initiator)));
-        let ev = poll_for(&b, libc::POLLPRI, LIMIT.as_millis() as i32);
-        assert!(ev & libc::POLLPRI != 0, "the initiator's mark never came");
-        assert_eq!(answer_busy(b.as_fd()).unwrap(), BusyAnswer::Sent);
-        match initiator.join().unwrap() {
-            Err(Failure::Refused { error, residue, .. }) => {
-                assert_eq!(error, SwitchError::Busy);
-                assert!(residue.is_empty());
-            }
-            Err(e) => panic!("{e:?}"),
-            Ok(_) => panic!("switched against a busy responder"),
-        }
-    });
-    let (mut a, mut b) = (a, b);
-    a.set_read_timeout(Some(LIMIT)).unwrap();
-    b.set_read_timeout(Some(LIMIT)).unwrap();
-    a.write_all(b"request").unwrap();
-    let mut got = [0u8; 7];
-    b.read_exact(&mut got).unwrap();
-    assert_eq!(&got, b"request", "the responder's first bytes");
-    b.write_all(b"reply").unwrap();
-    let mut got = [0u8; 5];
-    a.read_exact(&mut got).unwrap();
-    assert_eq!(&got, b"reply", "the initiator's first bytes");
+    set_buf(&a, libc::SO_OOBINLINE, 1);
+    set_buf(&b, libc::SO_OOBINLINE, 1);
+    busy_exchange(a, b);
 }
 
 /// A foreign urgent byte inline is the program's: never answered, left
@@ -183,7 +146,7 @@ fn a_busy_answer_with_urgent_bytes_inline_takes_both_out_of_the_streams() {
 #[test]
 fn a_foreign_urgent_byte_inline_is_left_in_the_stream() {
     let (a, b) = tcp_pair();
-    set_inline(&b);
+    set_buf(&b, libc::SO_OOBINLINE, 1);
     let x = [0x21u8];
     // SAFETY: one byte from the stack.
     let n = unsafe { libc::send(a.as_raw_fd(), x.as_ptr().cast(), 1, libc::MSG_OOB) };
