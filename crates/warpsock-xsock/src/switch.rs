@@ -110,8 +110,6 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use warpsock_engine::proto::wire::mpa::{FrameKind, RequestReply};
-
 use crate::wire::{Hello, WireError};
 
 /// The urgent byte that marks a switch.
@@ -400,17 +398,16 @@ pub fn classify_request(b: &[u8]) -> Request {
     if b.len() < want {
         return Request::Undecided { want };
     }
-    // The frame as the engine's MPA parser reads it (its revision, and
-    // enhanced MPA's IRD/ORD word before the application's private data,
-    // RFC 6581 §9, only in a revision-2 frame with the flag): a Request
-    // the engine would refuse, or read at another offset, is no switch
-    // (helper 66's review: a revision-1 frame with the flag was a
-    // Warpsock request here, its hello read past 4 bytes the engine takes
-    // as private data).
-    let Ok(frame) = RequestReply::parse(&b[..want], FrameKind::Request) else {
-        return Request::NotWarpsock;
+    // Enhanced MPA (RFC 6581) puts 4 bytes of IRD/ORD before the
+    // application's private data; the engine always sends them.
+    let enhanced = b[16] & 0x10 != 0;
+    let pd = &b[MPA_HDR_LEN..want];
+    let app = if enhanced && pd.len() >= 4 {
+        &pd[4..]
+    } else {
+        pd
     };
-    match Hello::parse(frame.ulp_private_data()) {
+    match Hello::parse(app) {
         Ok(h) => Request::Warpsock(h),
         Err(WireError::NotHello) => Request::NotWarpsock,
         Err(e) => Request::BadHello(e),
