@@ -8,6 +8,7 @@
 //! second placed read's receives, retargeted behind the first's, were
 //! taken by the first as its own (helper 65's review).
 
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -173,6 +174,80 @@ fn two_threads_large_reads_placed() {
     });
 }
 
+/// A vectored read of a 100-byte head and a 1 MiB buffer offers the
+/// large one as a sink behind the head (`recv_into_later_sink`); then an
+/// asynchronous 1 MiB receive is queued behind it. The head's bytes are
+/// the first reader's: the receive, pumped as the bytes land, takes none
+/// of them (`reads_reserved`). Before, it copied them, and the first
+/// reader, its head short, dropped the bytes the peer had placed in its
+/// sink (helper 67's review).
+#[test]
+fn a_later_sinks_head_is_its_readers() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &net::opts());
+    let whole = stream(4 << 20);
+    let mut abuf = vec![0u8; 1 << 20];
+    let mut pieces = std::thread::scope(|sc| {
+        let offers = xa.stats().sink_offers.load(Ordering::Relaxed);
+        let vectored = sc.spawn(|| {
+            let mut pieces = Vec::new();
+            let (mut head, mut body) = (vec![0u8; 100], vec![0u8; 1 << 20]);
+            let t = Instant::now();
+            loop {
+                assert!(t.elapsed() < LIMIT, "the reads never ended");
+                let (n, _) = xa
+                    .recv_vectored(
+                        &mut [&mut head, &mut body],
+                        RecvFlags::default(),
+                        Some(LIMIT),
+                    )
+                    .expect("recv_vectored");
+                if n == 0 {
+                    return pieces;
+                }
+                let mut piece = head[..n.min(100)].to_vec();
+                piece.extend_from_slice(&body[..n.saturating_sub(100)]);
+                pieces.push(piece);
+            }
+        });
+        let t = Instant::now();
+        while xa.stats().sink_offers.load(Ordering::Relaxed) == offers {
+            assert!(t.elapsed() < LIMIT, "the later sink was never offered");
+            std::thread::yield_now();
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: `abuf` lives, untouched, until the completion is
+        // collected below.
+        unsafe { xa.aio_recv(abuf.as_mut_ptr(), abuf.len(), 8) }.expect("aio_recv");
+        let mut sent = 0;
+        while sent < whole.len() {
+            sent += xb.send(&whole[sent..], false, Some(LIMIT)).expect("send");
+        }
+        xb.shutdown(false, true);
+        vectored.join().expect("the vectored reader panicked")
+    });
+    pieces.push(aio_piece(&xa, &abuf, 8));
+    assert_tiles(&pieces, &whole);
+}
+
+/// The bytes `x`'s asynchronous receive `cookie` into `buf` completed
+/// with.
+fn aio_piece(x: &XSocket, buf: &[u8], cookie: u64) -> Vec<u8> {
+    let mut done = Vec::new();
+    let t = Instant::now();
+    while done.is_empty() {
+        assert!(
+            t.elapsed() < LIMIT,
+            "the asynchronous receive never completed"
+        );
+        x.aio_poll(&mut done, 1);
+        std::thread::yield_now();
+    }
+    assert_eq!((done[0].op, done[0].cookie), (AioOp::Recv, cookie));
+    let n = done[0].result.expect("the asynchronous receive");
+    buf[..n].to_vec()
+}
+
 /// An asynchronous 1 MiB receive offered as a sink on an idle socket,
 /// then a blocking 1 MiB read on another thread: the read copies; the
 /// two take the stream between them.
@@ -197,18 +272,6 @@ fn an_asynchronous_receive_and_a_blocking_read() {
         xb.shutdown(false, true);
         reader.join().expect("the blocking read panicked")
     });
-    let mut done = Vec::new();
-    let t = Instant::now();
-    while done.is_empty() {
-        assert!(
-            t.elapsed() < LIMIT,
-            "the asynchronous receive never completed"
-        );
-        xa.aio_poll(&mut done, 1);
-        std::thread::yield_now();
-    }
-    assert_eq!((done[0].op, done[0].cookie), (AioOp::Recv, 7));
-    let n = done[0].result.expect("the asynchronous receive");
-    pieces.push(abuf[..n].to_vec());
+    pieces.push(aio_piece(&xa, &abuf, 7));
     assert_tiles(&pieces, &whole);
 }

@@ -458,7 +458,7 @@ impl XSocket {
             && st.s.readable() == 0
             && !st.s.eof()
             && !st.shut_rd
-            && st.retargeted.is_empty()
+            && !st.reads_reserved()
             && !st.aio.in_flight();
         debug_assert_eq!(
             quiet,
@@ -486,7 +486,7 @@ impl XSocket {
             && !st.shut_rd
             && st.error.is_none()
             && !st.peer_closed
-            && st.retargeted.is_empty()
+            && !st.reads_reserved()
             && !st.aio.in_flight()
             && st.deferred.is_none()
     }

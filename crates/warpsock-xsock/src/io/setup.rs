@@ -181,6 +181,7 @@ impl XSocket {
                 },
                 retargeted: Vec::new(),
                 placed_reader: false,
+                head_reserved: false,
                 taken_unposted: 0,
                 news: None,
                 posts: 0,

@@ -226,6 +226,7 @@ impl XSocket {
         };
         let id =
             st.s.post_sink_after(skip as u32, mr.rkey(), mr.addr(), len as u32, waitall);
+        st.head_reserved = skip > 0;
         self.count(&st, Count::SinkOffers, 1);
         self.flush(&mut st);
         // Once cancelled, the wait for the peer's answer is bounded too.
@@ -289,6 +290,7 @@ impl XSocket {
         };
         st.s.release_sink(id);
         copied = self.fill_head(&mut st, head, copied);
+        st.head_reserved = false;
         // Placed bytes count only behind a full head (they follow it in
         // the stream: a head still short means the connection died first).
         let placed = if copied == skip { placed } else { 0 };

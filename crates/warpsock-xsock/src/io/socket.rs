@@ -132,6 +132,10 @@ pub(crate) struct State {
     /// A placed read is under way (its receives retargeted, or to be
     /// again: [`Self::zero_copy_idle`]).
     pub(crate) placed_reader: bool,
+    /// A sink offered behind a head (`recv_into_later_sink`) waits for
+    /// the head's stream bytes, which are its reader's: no other read
+    /// takes stream bytes meanwhile ([`Self::reads_reserved`]).
+    pub(crate) head_reserved: bool,
     /// Of the slots the books freed and did not post again yet, those of
     /// messages a waiting reader took as they landed (`take_direct`): the
     /// only ones [`XSocket::repost`] leaves for a batch.
@@ -214,11 +218,24 @@ impl State {
         self.error.is_some() || self.peer_closed
     }
 
-    /// Established, not over and no receive retargeted (`io/placed.rs`):
-    /// freed slots may wait for a batched repost (`XSocket::repost`).
+    /// Established, not over and no read's bytes reserved
+    /// ([`Self::reads_reserved`]): freed slots may wait for a batched
+    /// repost (`XSocket::repost`).
     #[inline]
     pub(crate) fn steady(&self) -> bool {
-        self.established && !self.over() && self.retargeted.is_empty()
+        self.established && !self.over() && !self.reads_reserved()
+    }
+
+    /// Whether stream bytes about to come are a zero-copy read's: receives
+    /// retargeted at its buffers (`io/placed.rs`), or the head before a
+    /// later sink ([`Self::head_reserved`]). Another read then takes none
+    /// of them — no direct or predicted take, no merge into the residue,
+    /// no copy (`read_now`). Before, a second reader's copy took a later
+    /// sink's head, and the sink's reader, its head short, dropped what the
+    /// peer had placed (helper 67's review).
+    #[inline]
+    pub(crate) fn reads_reserved(&self) -> bool {
+        !self.retargeted.is_empty() || self.head_reserved
     }
 }
 

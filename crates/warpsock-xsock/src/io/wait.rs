@@ -251,7 +251,7 @@ impl XSocket {
             && st.error.is_none()
             && !st.peer_closed
             && !st.driving
-            && st.retargeted.is_empty()
+            && !st.reads_reserved()
     }
 
     /// The blocking receive's straight path, for a call
@@ -698,7 +698,7 @@ impl XSocket {
             || wc.opcode != WcOpcode::Recv
             || st.posted.front() != Some(&(wc.wr_id as u32))
             || st.residue_off < st.residue.len()
-            || !st.retargeted.is_empty()
+            || st.reads_reserved()
         {
             return None;
         }

@@ -332,6 +332,11 @@ impl XSocket {
         if st.residue_off >= st.residue.len() && st.s.readable() == 0 {
             return None;
         }
+        // Another read's head, before its sink: its own copy takes it
+        // (`fill_head`).
+        if st.head_reserved && st.residue_off >= st.residue.len() {
+            return None;
+        }
         self.read_readable(st, out, peek, more)
     }
 
@@ -438,7 +443,7 @@ impl XSocket {
             || bytes == 0
             || bytes > 2 * size
             || st.residue.len() - st.residue_off + bytes > window
-            || !st.retargeted.is_empty()
+            || st.reads_reserved()
             || st.error.is_some()
             || st.peer_broke
         {
