@@ -150,6 +150,17 @@ pub fn answer_busy(fd: BorrowedFd<'_>) -> io::Result<BusyAnswer> {
         // more). A peek at the mark reads past it (`SO_OOBINLINE` off),
         // where `FIONREAD` stops at it.
         Some(MARK) if !nothing_behind_mark(raw)? => Ok(BusyAnswer::Never),
+        // In the stream (`SO_OOBINLINE`), where the program may read it
+        // first: taken before the answer, and answered only if taken —
+        // after a program's read of it, a take after the answer would be
+        // of the client's first byte (helper 67's review).
+        Some(MARK) if sys::urgent_inline(raw) => {
+            if !sys::take_inline_mark(raw) {
+                return Ok(BusyAnswer::Never);
+            }
+            sys::send_urgent(raw, BUSY)?;
+            Ok(BusyAnswer::Sent)
+        }
         Some(MARK) => {
             sys::send_urgent(raw, BUSY)?;
             sys::take_urgent(raw);
@@ -166,7 +177,9 @@ fn nothing_behind_mark(fd: RawFd) -> io::Result<bool> {
     let inline = sys::urgent_inline(fd);
     let mut b = [0u8; 2];
     match sys::recv(fd, &mut b[..1 + usize::from(inline)], true) {
-        Ok(n) => Ok(inline && n == 1),
+        // The mark alone, and no end behind it (a peek that finds bytes
+        // does not tell an end after them).
+        Ok(n) => Ok(inline && n == 1 && !sys::fin_received(fd)),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(true),
         Err(e) => Err(e),
     }

@@ -266,6 +266,16 @@ pub(crate) fn take_urgent(fd: RawFd) {
     unsafe { socket_io(libc::SYS_recvfrom, fd, &mut b, 1, oob | libc::MSG_DONTWAIT) };
 }
 
+/// Takes the urgent byte `MARK` out of a stream that holds urgent bytes
+/// inline ([`urgent_inline`]): its one byte read while the read position
+/// is still at the mark. Whether it was taken (and was the mark).
+pub(crate) fn take_inline_mark(fd: RawFd) -> bool {
+    let mut b = 0u8;
+    at_mark(fd).unwrap_or(false)
+        && recv(fd, std::slice::from_mut(&mut b), false).is_ok_and(|n| n == 1)
+        && b == crate::switch::MARK
+}
+
 /// `recv` without blocking; `Ok(0)` is end of stream.
 pub(crate) fn recv(fd: RawFd, buf: &mut [u8], peek: bool) -> io::Result<usize> {
     let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };

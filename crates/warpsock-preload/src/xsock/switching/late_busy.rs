@@ -88,7 +88,12 @@ const LOOK_MAX: Duration = Duration::from_secs(1);
 /// The longest a fork waits for an answer under way ([`hold_answers_for_fork`]):
 /// its window is a few non-blocking system calls, this bound only covers a
 /// watcher thread the scheduler put aside; past it the fork goes on.
+#[cfg(not(test))]
 const FORK_WAIT_MAX: Duration = Duration::from_secs(1);
+/// Past any stall of a loaded test machine: a test's fork that ends its
+/// wait at this bound fails as one the hold did not hold.
+#[cfg(test)]
+const FORK_WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// What a watch waits for — urgent data, bytes, the peer's end — reported
 /// once: each of them decides it.
@@ -465,23 +470,42 @@ pub(in crate::xsock) fn release_answers_after_fork() {
     WINDOW.fetch_and(!FORKING, Ordering::AcqRel);
 }
 
-/// Opens the duplicate's window once no fork is being made (waiting for
-/// one at most [`FORK_WAIT_MAX`]: `false`, the mark is not answered and
-/// its client falls back).
-fn open_window() -> bool {
-    let deadline = Instant::now() + FORK_WAIT_MAX;
-    loop {
-        match WINDOW.compare_exchange(0, DUP_OPEN, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return true,
-            Err(_) if Instant::now() >= deadline => return false,
-            Err(_) => sys::sleep(Duration::from_micros(100)),
+/// The duplicate's window, open while this lives: closed when dropped,
+/// an unwinding panic's drop too (a window left open would hold every
+/// later fork for [`FORK_WAIT_MAX`] and stop every answer; helper 67's
+/// review).
+struct Window(());
+
+impl Window {
+    /// Opens it once no fork is being made (waiting for one at most
+    /// [`FORK_WAIT_MAX`]: `None`, the mark is not answered and its client
+    /// falls back).
+    fn open() -> Option<Self> {
+        let deadline = Instant::now() + FORK_WAIT_MAX;
+        loop {
+            match WINDOW.compare_exchange(0, DUP_OPEN, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(Self(())),
+                Err(_) if Instant::now() >= deadline => return None,
+                Err(_) => sys::sleep(Duration::from_micros(100)),
+            }
         }
     }
 }
 
-/// Closes the duplicate's window (the duplicate is closed).
-fn close_window() {
-    WINDOW.fetch_and(!DUP_OPEN, Ordering::AcqRel);
+impl Drop for Window {
+    fn drop(&mut self) {
+        WINDOW.fetch_and(!DUP_OPEN, Ordering::AcqRel);
+    }
+}
+
+/// The answer's duplicate, closed when dropped (an unwinding panic's drop
+/// too), before its [`Window`] closes.
+struct Dup(c_int);
+
+impl Drop for Dup {
+    fn drop(&mut self) {
+        sys::close(self.0);
+    }
 }
 
 /// A test's pause inside the duplicate's window (taken: once).
@@ -497,11 +521,10 @@ static WINDOW_HOOK: Mutex<Option<WindowHook>> = Mutex::new(None);
 /// (A program's close with `SO_LINGER` in those few system calls lingers
 /// here, at the duplicate's close, not in the program's call.)
 fn answer_on(fd: c_int, id: SocketId) {
-    if !open_window() {
+    let Some(_window) = Window::open() else {
         return;
-    }
+    };
     answer_on_dup(fd, id);
-    close_window();
 }
 
 /// [`answer_on`] inside its window.
@@ -512,6 +535,7 @@ fn answer_on_dup(fd: c_int, id: SocketId) {
     if dup < 0 {
         return;
     }
+    let dup = Dup(dup);
     #[cfg(test)]
     {
         let pause = sys::lock(&WINDOW_HOOK).take();
@@ -519,14 +543,13 @@ fn answer_on_dup(fd: c_int, id: SocketId) {
             pause();
         }
     }
-    if same(dup, id) {
-        // SAFETY: our duplicate, open until the close below.
-        let sock = unsafe { BorrowedFd::borrow_raw(dup) };
+    if same(dup.0, id) {
+        // SAFETY: our duplicate, open until `dup` drops.
+        let sock = unsafe { BorrowedFd::borrow_raw(dup.0) };
         if matches!(answer_busy(sock), Ok(BusyAnswer::Sent)) {
             BUSY_ANSWERED.fetch_add(1, Ordering::Relaxed);
         }
     }
-    sys::close(dup);
 }
 
 /// Whether this process watches the socket `id` (under any number).

@@ -303,6 +303,8 @@ fn a_fork_waits_for_the_answer_under_way() {
     done.recv_timeout(HUNG)
         .expect("the fork held past the answer's end");
     forker.join().unwrap();
+    // The fork itself, once its hold ended: the duplicate is closed by
+    // then (the check above is the hold's; this one shows what it is for).
     let in_child = crate::shim::forktest::child_within(|| holders(id) as i32);
     release_answers_after_fork();
     assert_eq!(
