@@ -94,6 +94,15 @@ fn read_to_end(x: &XSocket, len: usize) -> Vec<Vec<u8>> {
     }
 }
 
+/// Sends all of `whole` on `x`, then its end of stream.
+fn send_then_end(x: &XSocket, whole: &[u8]) {
+    let mut sent = 0;
+    while sent < whole.len() {
+        sent += x.send(&whole[sent..], false, Some(LIMIT)).expect("send");
+    }
+    x.shutdown(false, true);
+}
+
 /// Waits until the thread `tid` of this process sleeps (`/proc`'s state
 /// `S`): a reader waiting for bytes. (A sleep on a lock would pass too,
 /// and the test then only fails to try what it tries: never falsely.)
@@ -142,11 +151,7 @@ fn two_blocking_readers(o: &Options) {
         for _ in 0..2 {
             sleeping(tids.recv_timeout(LIMIT).unwrap());
         }
-        let mut sent = 0;
-        while sent < whole.len() {
-            sent += xb.send(&whole[sent..], false, Some(LIMIT)).expect("send");
-        }
-        xb.shutdown(false, true);
+        send_then_end(&xb, &whole);
         for r in readers {
             r.join().expect("a reader panicked");
         }
@@ -219,11 +224,7 @@ fn a_later_sinks_head_is_its_readers() {
         // SAFETY: `abuf` lives, untouched, until the completion is
         // collected below.
         unsafe { xa.aio_recv(abuf.as_mut_ptr(), abuf.len(), 8) }.expect("aio_recv");
-        let mut sent = 0;
-        while sent < whole.len() {
-            sent += xb.send(&whole[sent..], false, Some(LIMIT)).expect("send");
-        }
-        xb.shutdown(false, true);
+        send_then_end(&xb, &whole);
         vectored.join().expect("the vectored reader panicked")
     });
     pieces.push(aio_piece(&xa, &abuf, 8));
@@ -265,11 +266,7 @@ fn an_asynchronous_receive_and_a_blocking_read() {
         let (tid, tids) = std::sync::mpsc::channel();
         let reader = sc.spawn(|| reader(&xa, tid));
         sleeping(tids.recv_timeout(LIMIT).unwrap());
-        let mut sent = 0;
-        while sent < whole.len() {
-            sent += xb.send(&whole[sent..], false, Some(LIMIT)).expect("send");
-        }
-        xb.shutdown(false, true);
+        send_then_end(&xb, &whole);
         reader.join().expect("the blocking read panicked")
     });
     pieces.push(aio_piece(&xa, &abuf, 7));
