@@ -7,7 +7,11 @@
 //! the others wait on the socket's wake word ([`XSocket::wakes`], a
 //! futex) and are woken when that thread has processed what arrived.
 //! Everything the engine completes goes through [`XSocket::process`] under
-//! the socket's lock, whichever thread polled it.
+//! the socket's lock, whichever thread polled it. Between calls nothing
+//! drives it unless its owner watches it (`io/watch.rs`: the preload's
+//! progress thread): bytes a send left with the engine for a full kernel
+//! send buffer leave in a later call, or in [`XSocket::close`], which
+//! drives the engine until everything has left.
 //!
 //! Memory: `slots` receive slots of `slot_size` bytes (what the peer may
 //! send into without asking) and as many transmit slots for copies. A
