@@ -187,10 +187,10 @@ pub(crate) fn settle_switches_before_fork() {
     switching::settle_before_fork(longest + std::time::Duration::from_secs(1));
 }
 
-/// Before a `fork`, after [`settle_switches_before_fork`]: a busy answer
-/// under way ends first and none starts until [`after_fork_parent`] (its
-/// duplicate of the program's connection is never given to the child;
-/// `switching::late_busy`). Async-signal-safe.
+/// Before a `fork`, after [`settle_switches_before_fork`]: a busy answer's
+/// duplicate of the program's connection being made is recorded first,
+/// and none is made until [`after_fork_parent`] (the child closes the
+/// copy it gets: `switching::late_busy`). Async-signal-safe.
 pub(crate) fn hold_busy_answers_for_fork() {
     switching::hold_answers_for_fork();
 }

@@ -56,15 +56,18 @@
 //! by the pid, its copy left open), so a child's first watch starts
 //! afresh. The set itself is the parent's still (an open file description
 //! the child's close does not end). An answer's duplicate (`answer_on`) is
-//! never given to a child: a fork (its prepare handler,
-//! [`hold_answers_for_fork`]) waits for the answer under way, and no
-//! answer starts until the fork is made. A child given it would hold the
-//! connection open after the program's close, under a lifted number it
-//! never closes (helper 64's review, item 6). A raw `fork` (no handlers)
-//! is not held.
+//! never kept by a child: it is recorded before a fork can copy it (a
+//! fork's prepare handler, [`hold_answers_for_fork`], waits for a `dup`
+//! under way, and none starts until the fork is made), and the child's
+//! handler closes the copy ([`forget_after_fork`]). A child that kept it
+//! would hold the connection open after the program's close, under a
+//! lifted number it never closes (helper 64's review, item 6). The fork
+//! does not wait for the answer itself (helper 67's review, item 4: a
+//! `SO_LINGER` close inside it held the fork). A raw `fork` (no
+//! handlers) is not held, and its child keeps a duplicate open then.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -85,9 +88,10 @@ pub(super) const WATCHES_MAX: usize = 64;
 /// [`Watches::after_wait`]).
 const LOOK_MAX: Duration = Duration::from_secs(1);
 
-/// The longest a fork waits for an answer under way ([`hold_answers_for_fork`]):
-/// its window is a few non-blocking system calls, this bound only covers a
-/// watcher thread the scheduler put aside; past it the fork goes on.
+/// The longest a fork waits for an answer's duplicate being made
+/// ([`hold_answers_for_fork`]): a system call and a store, this bound only
+/// covers a watcher thread the scheduler put aside; past it the fork goes
+/// on (and its child may keep that duplicate).
 #[cfg(not(test))]
 const FORK_WAIT_MAX: Duration = Duration::from_secs(1);
 /// Past any stall of a loaded test machine: a test's fork that ends its
@@ -318,6 +322,7 @@ impl Watcher {
 pub(super) fn forget_after_fork() {
     // No answer is under way in the child (the parent's thread is not
     // the child's), and its fork is made.
+    close_copied_duplicate();
     WINDOW.store(0, Ordering::Release);
     let old = WATCHER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     if !old.is_null() {
@@ -440,105 +445,125 @@ fn round(w: &Watcher) -> bool {
     true
 }
 
-/// [`WINDOW`]: `answer_on`'s duplicate is open.
-const DUP_OPEN: u8 = 1;
+/// [`WINDOW`]: `answer_on`'s duplicate is being made (its `dup`, then its
+/// number's record in [`DUP_FD`]): a fork waits for it.
+const DUPLICATING: u8 = 1;
 /// [`WINDOW`]: a fork is being made (between its prepare handler and its
-/// parent's): no duplicate is opened until it is.
+/// parent's): no duplicate is made until it is.
 const FORKING: u8 = 2;
 
-/// The answer's duplicate against forks (`DUP_OPEN`, `FORKING`): a child
-/// is never given it.
+/// The making of the answer's duplicate against forks (`DUPLICATING`,
+/// `FORKING`): a fork's child has the duplicate only once [`DUP_FD`] names
+/// it, and its fork handler closes it ([`forget_after_fork`]).
 static WINDOW: AtomicU8 = AtomicU8::new(0);
 
-/// Before a `fork` (the atfork prepare handler): no answer starts until
-/// [`release_answers_after_fork`], and the one under way, if any, ends
-/// first (at most [`FORK_WAIT_MAX`]). Async-signal-safe (a handler's fork):
-/// atomics, the clock and `nanosleep`.
+/// The answer's duplicate while it is open (-1: none), and its socket
+/// ([`DUP_ID`]; set before the number): what a fork's child closes.
+static DUP_FD: AtomicI32 = AtomicI32::new(-1);
+/// [`DUP_FD`]'s socket: device, inode.
+static DUP_ID: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Before a `fork` (the atfork prepare handler): no duplicate is made
+/// until [`release_answers_after_fork`], and one being made (a system
+/// call and a store) is recorded first (at most [`FORK_WAIT_MAX`]). An
+/// answer under way goes on (its duplicate, recorded, is the child's to
+/// close): before, a fork waited for the whole answer, and a program's
+/// `SO_LINGER` close inside it held the fork (helper 67's review, item
+/// 4). Async-signal-safe (a handler's fork): atomics, the clock and
+/// `nanosleep`.
 pub(in crate::xsock) fn hold_answers_for_fork() {
-    if WINDOW.fetch_or(FORKING, Ordering::AcqRel) & DUP_OPEN == 0 {
+    if WINDOW.fetch_or(FORKING, Ordering::AcqRel) & DUPLICATING == 0 {
         return;
     }
     let deadline = Instant::now() + FORK_WAIT_MAX;
-    while WINDOW.load(Ordering::Acquire) & DUP_OPEN != 0 && Instant::now() < deadline {
+    while WINDOW.load(Ordering::Acquire) & DUPLICATING != 0 && Instant::now() < deadline {
         sys::sleep(Duration::from_micros(100));
     }
 }
 
-/// After a `fork`, in the parent: answers start again. (The child starts
-/// afresh: [`forget_after_fork`].)
+/// After a `fork`, in the parent: duplicates are made again. (The child
+/// starts afresh: [`forget_after_fork`].)
 pub(in crate::xsock) fn release_answers_after_fork() {
     WINDOW.fetch_and(!FORKING, Ordering::AcqRel);
 }
 
-/// The duplicate's window, open while this lives: closed when dropped,
-/// an unwinding panic's drop too (a window left open would hold every
-/// later fork for [`FORK_WAIT_MAX`] and stop every answer; helper 67's
-/// review).
-struct Window(());
-
-impl Window {
-    /// Opens it once no fork is being made (waiting for one at most
-    /// [`FORK_WAIT_MAX`]: `None`, the mark is not answered and its client
-    /// falls back).
-    fn open() -> Option<Self> {
-        let deadline = Instant::now() + FORK_WAIT_MAX;
-        loop {
-            match WINDOW.compare_exchange(0, DUP_OPEN, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(Self(())),
-                Err(_) if Instant::now() >= deadline => return None,
-                Err(_) => sys::sleep(Duration::from_micros(100)),
-            }
-        }
-    }
-}
-
-impl Drop for Window {
-    fn drop(&mut self) {
-        WINDOW.fetch_and(!DUP_OPEN, Ordering::AcqRel);
-    }
-}
-
-/// The answer's duplicate, closed when dropped (an unwinding panic's drop
-/// too), before its [`Window`] closes.
+/// The answer's duplicate of the program's connection, recorded in
+/// [`DUP_FD`] while open; closed when dropped (an unwinding panic's drop
+/// too), then no longer recorded. (A fork between the close and the
+/// record's end gives the child a number that is not the socket, or not
+/// open: its handler's look at the socket leaves it.)
 struct Dup(c_int);
+
+impl Dup {
+    /// Duplicates `fd`, the socket `id`, once no fork is being made
+    /// (waiting for one at most [`FORK_WAIT_MAX`]: `None`, the mark is not
+    /// answered and its client falls back), and records the duplicate
+    /// before a fork may copy it.
+    fn open(fd: c_int, id: SocketId) -> Option<Self> {
+        let deadline = Instant::now() + FORK_WAIT_MAX;
+        while WINDOW
+            .compare_exchange(0, DUPLICATING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            if Instant::now() >= deadline {
+                return None;
+            }
+            sys::sleep(Duration::from_micros(100));
+        }
+        // Above the program's numbers, as the library's other descriptors:
+        // the program's next socket or accept keeps the lowest free number.
+        let dup = fds::dup_lifted(fd);
+        if dup >= 0 {
+            DUP_ID[0].store(id.0, Ordering::Relaxed);
+            DUP_ID[1].store(id.1, Ordering::Relaxed);
+            DUP_FD.store(dup, Ordering::Release);
+        }
+        WINDOW.fetch_and(!DUPLICATING, Ordering::AcqRel);
+        (dup >= 0).then_some(Self(dup))
+    }
+}
 
 impl Drop for Dup {
     fn drop(&mut self) {
         sys::close(self.0);
+        let _ = DUP_FD.compare_exchange(self.0, -1, Ordering::AcqRel, Ordering::Relaxed);
     }
 }
 
-/// A test's pause inside the duplicate's window (taken: once).
+/// In a fork's child: the answer's duplicate the fork copied, if any, is
+/// closed (the parent's thread that would close it is not the child's). A
+/// child given it held the connection open after the program's close,
+/// under a lifted number it never closes (helper 64's review, item 6).
+/// Only while the number is still that socket.
+fn close_copied_duplicate() {
+    let dup = DUP_FD.swap(-1, Ordering::AcqRel);
+    let id = (
+        DUP_ID[0].load(Ordering::Relaxed),
+        DUP_ID[1].load(Ordering::Relaxed),
+    );
+    if dup >= 0 && same(dup, id) {
+        sys::close(dup);
+    }
+}
+
+/// A test's pause while the answer's duplicate is open (taken: once).
 #[cfg(test)]
-type WindowHook = Box<dyn FnOnce() + Send>;
+type DupHook = Box<dyn FnOnce() + Send>;
 #[cfg(test)]
-static WINDOW_HOOK: Mutex<Option<WindowHook>> = Mutex::new(None);
+static DUP_HOOK: Mutex<Option<DupHook>> = Mutex::new(None);
 
 /// Answers the watched socket `id` at the program's number `fd` on a
 /// duplicate of it, if the duplicate is still that socket (the program may
-/// have closed the number and reused it since the wait's look). The
-/// duplicate is open only inside the window forks wait for ([`WINDOW`]).
-/// (A program's close with `SO_LINGER` in those few system calls lingers
+/// have closed the number and reused it since the wait's look). (A
+/// program's close with `SO_LINGER` in those few system calls lingers
 /// here, at the duplicate's close, not in the program's call.)
 fn answer_on(fd: c_int, id: SocketId) {
-    let Some(_window) = Window::open() else {
+    let Some(dup) = Dup::open(fd, id) else {
         return;
     };
-    answer_on_dup(fd, id);
-}
-
-/// [`answer_on`] inside its window.
-fn answer_on_dup(fd: c_int, id: SocketId) {
-    // Above the program's numbers, as the library's other descriptors: the
-    // program's next socket or accept keeps the lowest free number.
-    let dup = fds::dup_lifted(fd);
-    if dup < 0 {
-        return;
-    }
-    let dup = Dup(dup);
     #[cfg(test)]
     {
-        let pause = sys::lock(&WINDOW_HOOK).take();
+        let pause = sys::lock(&DUP_HOOK).take();
         if let Some(pause) = pause {
             pause();
         }
