@@ -15,8 +15,9 @@
 //! gone on as TCP). Before, such a client waited out its fallback
 //! (`WARPSOCK_DDP_FALLBACK_MS`, 1 s) on every connection.
 //!
-//! Bounds: at most [`WATCHES_MAX`] connections at once (beyond, the client
-//! waits its fallback, as before; a full list first drops the watches
+//! Bounds: at most [`WATCHES_MAX`] connections at once, and
+//! [`WATCH_PEER_SHARE`] of one peer (beyond, the client waits its
+//! fallback, as before; a full list or share first drops the watches
 //! whose numbers the program closed, [`Watches::prune`]); one thread, made
 //! on the first watch and ended when none is left.
 //!
@@ -75,12 +76,20 @@ use libc::c_int;
 use warpsock_engine::{fds, rawsys};
 use warpsock_xsock::io::{answer_busy, BusyAnswer};
 
+use super::slot::PeerBlock;
 use super::BUSY_ANSWERED;
 use crate::shim::guard::enter;
 use crate::shim::{real, sys};
 
 /// Most connections watched at once.
 pub(super) const WATCHES_MAX: usize = 64;
+
+/// The most of them from one peer (`slot::PeerBlock`): three quarters, so
+/// that clients from elsewhere find a quarter free whatever one peer's
+/// clients that never send their mark hold (each until its bound), as the
+/// places of the switches (`slot::PEER_SHARE`; helper 66's review, item
+/// 3: one address filled the watches).
+pub(super) const WATCH_PEER_SHARE: usize = WATCHES_MAX * 3 / 4;
 
 /// The longest the thread waits between looks at the bounds: a watch
 /// added with a nearer bound than the wait under way leaves the list at
@@ -107,12 +116,14 @@ const EVENTS: u32 = (libc::EPOLLPRI | libc::EPOLLIN | libc::EPOLLRDHUP | libc::E
 /// watched connection from another socket given its number since.
 type SocketId = (u64, u64);
 
-/// One watched connection: the program's number, its socket, its bound
-/// and its token in the epoll set.
+/// One watched connection: the program's number, its socket, its peer
+/// (`slot::PeerBlock::key`; 0: not known), its bound and its token in the
+/// epoll set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Watch {
     fd: c_int,
     id: SocketId,
+    peer: u64,
     until: Instant,
     token: u64,
 }
@@ -138,17 +149,22 @@ struct Decided {
 }
 
 impl Watches {
-    /// Adds a watch of the number `fd`, socket `id`, until `until`: its
-    /// token, or `None` at [`WATCHES_MAX`] (or when that socket under that
-    /// number is watched already).
-    fn add(&mut self, fd: c_int, id: SocketId, until: Instant) -> Option<u64> {
-        if self.is_full() || self.list.iter().any(|x| x.fd == fd && x.id == id) {
+    /// Adds a watch of the number `fd`, socket `id`, from `peer`, until
+    /// `until`: its token, or `None` at [`WATCHES_MAX`] or the peer's
+    /// [`WATCH_PEER_SHARE`] (or when that socket under that number is
+    /// watched already).
+    fn add(&mut self, fd: c_int, id: SocketId, peer: u64, until: Instant) -> Option<u64> {
+        if self.is_full()
+            || self.holds_share(peer)
+            || self.list.iter().any(|x| x.fd == fd && x.id == id)
+        {
             return None;
         }
         self.last += 1;
         self.list.push(Watch {
             fd,
             id,
+            peer,
             until,
             token: self.last,
         });
@@ -164,6 +180,11 @@ impl Watches {
         self.list.len() >= WATCHES_MAX
     }
 
+    /// Whether `peer` (known: not 0) holds its [`WATCH_PEER_SHARE`].
+    fn holds_share(&self, peer: u64) -> bool {
+        peer != 0 && self.list.iter().filter(|w| w.peer == peer).count() >= WATCH_PEER_SHARE
+    }
+
     fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
@@ -171,7 +192,8 @@ impl Watches {
     /// Drops the watches whose number is not their socket any more
     /// (`same`): the program closed them, and the kernel took their
     /// sockets out of the set, which says nothing of it. Looked at only
-    /// when the list is full: otherwise such a watch waits for its bound.
+    /// when the list, or the new watch's peer's share, is full: otherwise
+    /// such a watch waits for its bound.
     fn prune(&mut self, same: impl Fn(c_int, SocketId) -> bool) {
         self.list.retain(|w| same(w.fd, w.id));
     }
@@ -351,8 +373,9 @@ fn same(fd: c_int, id: SocketId) -> bool {
 
 /// Watches the program's accepted connection `fd`, left plain for want of
 /// a place, whose client's mark has not come ([`BusyAnswer::NotYet`]), for
-/// up to `bound`. `false`: not watched (at [`WATCHES_MAX`] once the closed
-/// ones are dropped, or no set or thread).
+/// up to `bound`. `false`: not watched (at [`WATCHES_MAX`], or its peer at
+/// [`WATCH_PEER_SHARE`], once the closed ones are dropped, or no set or
+/// thread).
 pub(super) fn watch(fd: c_int, bound: Duration) -> bool {
     let Some(id) = socket_id(fd) else {
         return false;
@@ -360,12 +383,15 @@ pub(super) fn watch(fd: c_int, bound: Duration) -> bool {
     let Some(w) = watcher(sys::getpid()) else {
         return false;
     };
+    let peer = sys::peer_addr(fd).map_or(0, |a| {
+        PeerBlock::of(a.ip(), sys::local_addr(fd).map(|l| l.ip())).key()
+    });
     let start = {
         let mut st = w.lock();
-        if st.watches.is_full() {
+        if st.watches.is_full() || st.watches.holds_share(peer) {
             st.watches.prune(same);
         }
-        let Some(token) = st.watches.add(fd, id, Instant::now() + bound) else {
+        let Some(token) = st.watches.add(fd, id, peer, Instant::now() + bound) else {
             return false;
         };
         let added = st.watches.list.last().copied();

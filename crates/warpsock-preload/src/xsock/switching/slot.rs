@@ -127,7 +127,7 @@ impl PeerBlock {
     /// Its key among [`PEERS`]: hashed with the process's own random key
     /// (a remote host cannot choose addresses that share another's key),
     /// never 0.
-    fn key(self) -> u64 {
+    pub(super) fn key(self) -> u64 {
         static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
         KEY.get_or_init(Default::default).hash_one(self.0) | 1
     }

@@ -10,8 +10,8 @@ use std::sync::PoisonError;
 use super::super::tests::{accepted_from, SERIAL};
 use super::*;
 
-fn at(t: Instant, fd: c_int) -> (c_int, SocketId, Instant) {
-    (fd, (1, fd as u64), t)
+fn at(t: Instant, fd: c_int) -> (c_int, SocketId, u64, Instant) {
+    (fd, (1, fd as u64), 0, t)
 }
 
 /// Bounded, one watch per socket and number, and a full list takes in
@@ -21,24 +21,45 @@ fn the_watches_are_bounded() {
     let t = Instant::now() + Duration::from_secs(1);
     let mut ws = Watches::default();
     for fd in 0..WATCHES_MAX as c_int {
-        let (fd, id, t) = at(t, fd);
-        assert!(ws.add(fd, id, t).is_some());
+        let (fd, id, peer, t) = at(t, fd);
+        assert!(ws.add(fd, id, peer, t).is_some());
     }
     assert!(ws.is_full());
-    assert_eq!(ws.add(1000, (1, 1000), t), None, "at the bound");
+    assert_eq!(ws.add(1000, (1, 1000), 0, t), None, "at the bound");
     ws.prune(|fd, _| fd != 7);
-    assert_eq!(ws.add(1000, (1, 1000), t), Some(WATCHES_MAX as u64 + 1));
+    assert_eq!(ws.add(1000, (1, 1000), 0, t), Some(WATCHES_MAX as u64 + 1));
     let mut ws = Watches::default();
-    assert_eq!(ws.add(3, (1, 3), t), Some(1));
-    assert_eq!(ws.add(3, (1, 3), t), None, "the same socket twice");
+    assert_eq!(ws.add(3, (1, 3), 0, t), Some(1));
+    assert_eq!(ws.add(3, (1, 3), 0, t), None, "the same socket twice");
     assert_eq!(
-        ws.add(3, (1, 4), t),
+        ws.add(3, (1, 4), 0, t),
         Some(2),
         "another socket, the number reused"
     );
     ws.remove(2);
     assert_eq!(ws.list.len(), 1);
-    assert_eq!(ws.add(4, (1, 4), t), Some(3), "tokens are never reused");
+    assert_eq!(ws.add(4, (1, 4), 0, t), Some(3), "tokens are never reused");
+}
+
+/// One peer holds at most its share of the watches; another peer, and
+/// watches whose peer is not known, take the rest; a full share takes a
+/// new watch once one of the peer's is gone.
+#[test]
+fn one_peer_holds_at_most_its_share() {
+    let t = Instant::now() + Duration::from_secs(1);
+    let mut ws = Watches::default();
+    for fd in 0..WATCH_PEER_SHARE as c_int {
+        assert!(ws.add(fd, (1, fd as u64), 7, t).is_some());
+    }
+    assert!(ws.holds_share(7) && !ws.holds_share(8) && !ws.holds_share(0));
+    assert_eq!(ws.add(100, (1, 100), 7, t), None, "past the share");
+    assert!(ws.add(101, (1, 101), 8, t).is_some(), "another peer");
+    assert!(ws.add(102, (1, 102), 0, t).is_some(), "a peer not known");
+    ws.prune(|fd, _| fd != 5);
+    assert!(
+        ws.add(100, (1, 100), 7, t).is_some(),
+        "a closed one's place"
+    );
 }
 
 /// An urgent byte on the watched socket is answered; the peer's bytes or
@@ -52,10 +73,10 @@ fn a_wait_decides_each_watch() {
     let later = now + Duration::from_secs(1);
     let mut ws = Watches::default();
     for fd in 3..=8 {
-        ws.add(fd, (1, fd as u64), later);
+        ws.add(fd, (1, fd as u64), 0, later);
     }
-    ws.add(9, (1, 9), now);
-    ws.add(10, (1, 10), now);
+    ws.add(9, (1, 9), 0, now);
+    ws.add(10, (1, 10), 0, now);
     let pri = libc::EPOLLPRI as u32;
     let reported = [
         (1, pri),                                                      // 3
@@ -205,6 +226,36 @@ fn a_number_given_to_another_watched_socket_keeps_its_registration() {
 fn a_full_list_drops_the_closed_watches() {
     let _s = serial();
     let mut held = Vec::new();
+    // From as many addresses as the share takes (each peer's share full
+    // in turn): the list's bound.
+    let from = |i: usize| [127, 0, 0, 1 + (i / WATCH_PEER_SHARE) as u8];
+    loop {
+        let (fd, peer) = accepted_from(from(held.len()));
+        if !watch(fd, HUNG) {
+            sys::close(fd);
+            break;
+        }
+        held.push((fd, peer));
+        assert!(held.len() <= WATCHES_MAX, "unbounded");
+    }
+    assert_eq!(held.len(), WATCHES_MAX, "the list's bound");
+    let (fd, peer) = accepted_from([127, 0, 0, 9]);
+    assert!(!watch(fd, HUNG), "full");
+    for (n, _) in &held {
+        sys::close(*n);
+    }
+    assert!(watch(fd, HUNG), "a closed watch's place");
+    assert!(answered_busy(&peer), "BUSY");
+    sys::close(fd);
+}
+
+/// One address's clients that never send their mark hold at most its
+/// share of the watches: a client from another address is still watched
+/// and answered (helper 66's review, item 3: one address filled them).
+#[test]
+fn one_address_leaves_the_others_watches() {
+    let _s = serial();
+    let mut held = Vec::new();
     loop {
         let (fd, peer) = accepted_from([127, 0, 0, 1]);
         if !watch(fd, HUNG) {
@@ -214,14 +265,14 @@ fn a_full_list_drops_the_closed_watches() {
         held.push((fd, peer));
         assert!(held.len() <= WATCHES_MAX, "unbounded");
     }
-    let (fd, peer) = accepted_from([127, 0, 0, 1]);
-    assert!(!watch(fd, HUNG), "full");
-    for (n, _) in &held {
-        sys::close(*n);
-    }
-    assert!(watch(fd, HUNG), "a closed watch's place");
+    assert_eq!(held.len(), WATCH_PEER_SHARE, "one address's share");
+    let (fd, peer) = accepted_from([127, 0, 0, 2]);
+    assert!(watch(fd, HUNG), "another address");
     assert!(answered_busy(&peer), "BUSY");
     sys::close(fd);
+    for (n, _) in held {
+        sys::close(n);
+    }
 }
 
 /// A forked child's watches are its own: with its parent's watcher busy
