@@ -153,8 +153,9 @@ unsafe impl Send for AioRecv {}
 
 #[derive(Debug)]
 struct RioOp {
-    /// The registrations of the request's local segments.
-    _mrs: Vec<Mr>,
+    /// The registrations of the request's local segments (a read's
+    /// dropped at the program's close: [`release_written_memory`]).
+    mrs: Vec<Mr>,
     op: AioOp,
     len: usize,
     /// `Some`: asynchronous, complete with this cookie.
@@ -327,6 +328,32 @@ pub(crate) fn shut_write(x: &XSocket, st: &mut State) {
         st.aio.shut_after = true;
     } else {
         st.s.shutdown_write();
+    }
+}
+
+/// At the program's close (`XSocket::begin_locked`): no byte the peer
+/// sends reaches the program's memory after it. The close returns at once
+/// while the library ends the connection (the preload's reaper, up to the
+/// linger), and the program may free or reuse what it handed over: its
+/// mappings (`riomap`) are deregistered — a one-sided access the peer
+/// makes later fails, a remote protection error that ends the connection,
+/// as bytes after a TCP close draw a reset — and so are the buffers of
+/// asynchronous receives and reads not completed (their completions could
+/// never be collected), a sink offered for a receive included. Before, a
+/// peer's `riowrite`, or the bytes it sent into a receive's sink, landed
+/// in the program's memory for as long as the close lasted.
+pub(crate) fn release_written_memory(st: &mut State) {
+    st.maps.clear();
+    for r in std::mem::take(&mut st.aio.recvs) {
+        if let Some((id, mr)) = r.sink {
+            st.s.release_sink(id);
+            drop(mr);
+        }
+    }
+    for op in st.aio.rio.values_mut() {
+        if op.op == AioOp::Read {
+            op.mrs.clear();
+        }
     }
 }
 
@@ -596,9 +623,11 @@ impl XSocket {
     /// holds).
     ///
     /// # Safety
-    /// The memory must stay valid until [`Self::riounmap`] (or the
-    /// socket's end), and the application must expect the peer to change
-    /// it at any time while mapped.
+    /// The memory must stay valid until [`Self::riounmap`] or the socket's
+    /// close begins ([`Self::close`], [`Self::close_begin`]: every mapping
+    /// ends then, `release_written_memory`) or its drop, and the
+    /// application must expect the peer to change it at any time while
+    /// mapped.
     #[allow(unsafe_code)]
     pub unsafe fn riomap(
         &self,
@@ -736,7 +765,7 @@ impl XSocket {
         st.aio.rio.insert(
             id,
             RioOp {
-                _mrs: mrs,
+                mrs,
                 op: if write { AioOp::Write } else { AioOp::Read },
                 len,
                 cookie,
@@ -802,7 +831,8 @@ impl XSocket {
     ///
     /// # Safety
     /// The buffer must stay valid and untouched until the completion is
-    /// collected.
+    /// collected, or the socket's close begins (the receive is dropped
+    /// then, with no completion: `release_written_memory`).
     #[allow(unsafe_code)]
     pub unsafe fn aio_recv(&self, ptr: *mut u8, len: usize, cookie: u64) -> io::Result<()> {
         if len == 0 {
