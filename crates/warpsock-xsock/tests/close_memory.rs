@@ -86,6 +86,9 @@ fn an_asynchronous_receive_takes_no_byte_after_the_close() {
     let t = Instant::now();
     while !xb.peer_sink_offered() {
         assert!(t.elapsed() < LIMIT, "the peer never heard of a sink");
+        // Both driven: a responder's first message waits for the
+        // initiator's first FPDU (RFC 6581).
+        xa.progress();
         xb.progress();
         std::thread::yield_now();
     }
