@@ -256,6 +256,9 @@ impl Stream {
     const PEER_CLOSED: u8 = 4;
     /// [`Stream`]'s `tx_flags`: our socket closes ([`Self::mark_closing`]).
     const CLOSING: u8 = 8;
+    /// [`Stream`]'s `tx_flags`: stream bytes of ours reached the peer after
+    /// it closed its socket ([`Self::sent_into_peer_close`]).
+    const SENT_INTO_CLOSE: u8 = 16;
 
     /// Books for a connection where we posted `local.slots` receives and
     /// the peer announced `peer`.
@@ -394,13 +397,16 @@ impl Stream {
                 self.rx_after_eof |= self.eof;
                 self.peer_maps.remove(&offset);
             }
-            Body::Eof | Body::Closed => {
+            Body::Eof | Body::Closed { .. } => {
                 if self.eof {
                     return Err(StreamError::DataAfterEof);
                 }
                 self.eof = true;
-                if msg.body == Body::Closed {
+                if let Body::Closed { received } = msg.body {
                     self.tx_flags |= Self::PEER_CLOSED;
+                    if received.is_some_and(|r| self.sent_beyond(r)) {
+                        self.tx_flags |= Self::SENT_INTO_CLOSE;
+                    }
                 }
                 self.sinks_declined_by_stream(None);
             }
@@ -667,7 +673,7 @@ impl Stream {
         }
         self.settle_peer_sinks();
         self.out.push_back(if self.tx_flags & Self::CLOSING != 0 {
-            Body::Closed
+            self.closed_eof()
         } else {
             Body::Eof
         });
@@ -680,9 +686,40 @@ impl Stream {
     /// our EOF, holding the close back).
     pub fn mark_closing(&mut self) {
         self.tx_flags |= Self::CLOSING;
+        let closed = self.closed_eof();
         if let Some(b) = self.out.iter_mut().find(|b| **b == Body::Eof) {
-            *b = Body::Closed;
+            *b = closed;
         }
+    }
+
+    /// Our close's EOF: it says what we had received (its low 32 bits),
+    /// so that the peer tells its bytes that reached our closed socket
+    /// ([`Self::sent_into_peer_close`]). Made as the close begins: what
+    /// comes after it resets the connection here
+    /// (`XSocket::data_after_shutdown`).
+    fn closed_eof(&self) -> Body {
+        Body::Closed {
+            received: Some(self.rx_seq as u32),
+        }
+    }
+
+    /// Whether stream bytes we sent are past `received`, the low 32 bits
+    /// of the stream bytes the peer had received when it closed. Our bytes
+    /// in flight are within the peer's window (its credits), so the low
+    /// bits tell while that window is under 4 GiB (not told past it).
+    fn sent_beyond(&self, received: u32) -> bool {
+        let window = u64::from(self.peer.slots) * self.peer.payload() as u64;
+        let ahead = (self.tx_seq as u32).wrapping_sub(received);
+        ahead != 0 && window < 1 << 32 && u64::from(ahead) <= window
+    }
+
+    /// Whether stream bytes of ours reached the peer after it closed its
+    /// socket, as its EOF says ([`Body::Closed`]'s `received`): sent
+    /// before we knew of the close (no round read its EOF first: a send
+    /// that goes straight), they met a closed socket, which over TCP
+    /// answers them with a reset.
+    pub fn sent_into_peer_close(&self) -> bool {
+        self.tx_flags & Self::SENT_INTO_CLOSE != 0
     }
 
     /// Whether the peer's EOF said it closed its socket ([`Body::Closed`]):
@@ -703,7 +740,7 @@ impl Stream {
             && !self
                 .out
                 .iter()
-                .any(|b| matches!(b, Body::Eof | Body::Closed))
+                .any(|b| matches!(b, Body::Eof | Body::Closed { .. }))
     }
 
     /// Whether messages wait for credits (or for [`Self::poll_msg`]).

@@ -5,7 +5,7 @@
 //! receive buffer ("slot") the peer has posted:
 //!
 //! ```text
-//! header (8 bytes): kind u8 | flags u8 | credits returned u16 | 4 reserved (0)
+//! header (8 bytes): kind u8 | flags u8 | credits returned u16 | 4 reserved (0; an EOF's, below)
 //! DATA         (1): payload                                   flags: EOM 0x01 (last piece of one send call)
 //! CREDIT       (2): -
 //! SINK         (3): id u32 | len u32 | rx_seq u64 | stag u32 | reserved u32 | to u64    flags: WAITALL 0x02
@@ -13,7 +13,10 @@
 //! SINK_CANCEL  (5): id u32
 //! IOMAP        (6): offset u64 | len u64 | to u64 | stag u32 | access u8 | 3 reserved
 //! IOUNMAP      (7): offset u64
-//! EOF          (8): -                                          flags: CLOSED 0x04 (the sender closed its socket)
+//! EOF          (8): -                                          flags: CLOSED 0x04 (the sender closed its socket),
+//!                                                                    RECEIVED 0x08 (with CLOSED: the header's last
+//!                                                                    4 bytes are the low 32 bits of the stream
+//!                                                                    bytes it had received then)
 //! ```
 //!
 //! The hello (16 bytes, first in the MPA Request and Reply private data):
@@ -56,6 +59,11 @@ pub const FLAG_WAITALL: u8 = 0x02;
 /// ([`Body::Closed`]). A peer that does not know it reads a plain EOF
 /// (flags of an EOF were always ignored).
 pub const FLAG_CLOSED: u8 = 0x04;
+/// EOF flag, with [`FLAG_CLOSED`]: the header's last four bytes are the
+/// low 32 bits of the stream bytes the sender had received when it closed
+/// ([`Body::Closed`]'s `received`). A peer that does not know it ignores
+/// it (and the bytes, reserved before).
+pub const FLAG_RECEIVED: u8 = 0x08;
 
 /// What a peer announces in its hello: how many receive slots it posts for
 /// us and how large they are.
@@ -231,7 +239,12 @@ pub enum Body {
     /// `SHUT_WR`): stream bytes sent to it now would draw TCP's reset.
     /// Kind EOF with [`FLAG_CLOSED`]. Only an end whose close sends its
     /// EOF says so: one shut for writing before its close said EOF then.
-    Closed,
+    Closed {
+        /// The low 32 bits of the stream bytes the sender had received
+        /// when it closed ([`FLAG_RECEIVED`]; `None`: not said): the
+        /// peer's bytes past them reached a closed socket.
+        received: Option<u32>,
+    },
 }
 
 impl Body {
@@ -245,7 +258,7 @@ impl Body {
             Self::SinkCancel { .. } => Kind::SinkCancel,
             Self::IoMap(_) => Kind::IoMap,
             Self::IoUnmap { .. } => Kind::IoUnmap,
-            Self::Eof | Self::Closed => Kind::Eof,
+            Self::Eof | Self::Closed { .. } => Kind::Eof,
         }
     }
 }
@@ -288,7 +301,13 @@ impl Msg {
         match self.body {
             Body::Data { eom } => b[1] = if eom { FLAG_EOM } else { 0 },
             Body::Credit | Body::Eof => {}
-            Body::Closed => b[1] = FLAG_CLOSED,
+            Body::Closed { received } => {
+                b[1] = FLAG_CLOSED;
+                if let Some(r) = received {
+                    b[1] |= FLAG_RECEIVED;
+                    b[4..8].copy_from_slice(&r.to_be_bytes());
+                }
+            }
             Body::Sink(s) => {
                 b[1] = if s.waitall { FLAG_WAITALL } else { 0 };
                 let body = &mut b[HDR_LEN..];
@@ -377,7 +396,9 @@ impl Msg {
                 eom: flags & FLAG_EOM != 0,
             },
             Kind::Credit => Body::Credit,
-            Kind::Eof if flags & FLAG_CLOSED != 0 => Body::Closed,
+            Kind::Eof if flags & FLAG_CLOSED != 0 => Body::Closed {
+                received: (flags & FLAG_RECEIVED != 0).then(|| be32(b, 4)),
+            },
             Kind::Eof => Body::Eof,
             Kind::Sink => Body::Sink(SinkAd {
                 id: be32(body, 0),
@@ -554,7 +575,10 @@ mod tests {
             Body::Data { eom: false },
             Body::Credit,
             Body::Eof,
-            Body::Closed,
+            Body::Closed { received: None },
+            Body::Closed {
+                received: Some(0xDEAD_BEEF),
+            },
             Body::Sink(SinkAd {
                 id: 7,
                 len: 1 << 20,
@@ -598,18 +622,40 @@ mod tests {
 
     /// A close's EOF is kind EOF with `FLAG_CLOSED` (a peer that does not
     /// know the flag reads a plain EOF: flags of an EOF other than it are
-    /// ignored, as they always were).
+    /// ignored, as they always were), and with `FLAG_RECEIVED` the
+    /// header's last four bytes say what it had received.
     #[test]
     fn a_closed_eof_is_an_eof_with_its_flag() {
         let mut b = [0u8; MAX_CONTROL_LEN];
         let n = Msg {
             credits: 1,
-            body: Body::Closed,
+            body: Body::Closed {
+                received: Some(0x0102_0304),
+            },
         }
         .encode(&mut b);
-        assert_eq!(&b[..n], &[Kind::Eof as u8, FLAG_CLOSED, 0, 1, 0, 0, 0, 0]);
-        for (flags, body) in [(0, Body::Eof), (0xfb, Body::Eof), (0xff, Body::Closed)] {
-            let m = Msg::parse(&[Kind::Eof as u8, flags, 0, 0, 0, 0, 0, 0]).unwrap();
+        assert_eq!(
+            &b[..n],
+            &[
+                Kind::Eof as u8,
+                FLAG_CLOSED | FLAG_RECEIVED,
+                0,
+                1,
+                1,
+                2,
+                3,
+                4
+            ]
+        );
+        let closed = |received| Body::Closed { received };
+        for (flags, body) in [
+            (0, Body::Eof),
+            (0xfb, Body::Eof),
+            (FLAG_CLOSED, closed(None)),
+            (0xf7, closed(None)),
+            (0xff, closed(Some(0x0506_0708))),
+        ] {
+            let m = Msg::parse(&[Kind::Eof as u8, flags, 0, 0, 5, 6, 7, 8]).unwrap();
             assert_eq!(m.body, body, "flags {flags:#x}");
         }
     }

@@ -119,3 +119,90 @@ fn an_asynchronous_receive_takes_no_byte_after_the_close() {
     drop((xa, xb));
     drop(buf);
 }
+
+/// Stream bytes the peer sent after our close began, before it took in
+/// our end of stream (a small send goes straight, with no round), reached
+/// a closed socket: over TCP its kernel answers with a reset. The peer's
+/// send fails (`EPIPE`: its end was open) once it reads our EOF, which
+/// says what we had received, and the reset ends our close's linger.
+/// Before, our engine, disconnected as the sending ended, discarded the
+/// bytes and nothing told the peer (diffuzz's close race: its `poll`
+/// never showed `POLLERR`).
+#[test]
+fn bytes_sent_into_a_close_reset_the_connection() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    // Established both ways first (a responder's first message waits for
+    // the initiator's first FPDU).
+    xa.send(b"a", false, Some(LIMIT)).unwrap();
+    xb.send(b"b", false, Some(LIMIT)).unwrap();
+    let mut one = [0u8; 1];
+    xb.recv(&mut one, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    xa.recv(&mut one, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    let mut c = xa.close_begin(LIMIT, Instant::now());
+    let t = Instant::now();
+    while xa.close_step(&mut c, Instant::now()) == Phase::Sending {
+        assert!(t.elapsed() < LIMIT, "the close never sent its end");
+        std::thread::yield_now();
+    }
+    let _ = xb.send(&pattern(100, 9), false, Some(LIMIT));
+    while xb.error().is_none() {
+        assert!(t.elapsed() < LIMIT, "no reset while the close lingered");
+        xa.close_step(&mut c, Instant::now());
+        xb.progress();
+        std::thread::yield_now();
+    }
+    let (errno, why) = xb.error().unwrap();
+    assert_eq!(errno, libc::EPIPE, "the peer's error ({why})");
+    assert_eq!(
+        xb.recv(&mut one, RecvFlags::default(), Some(LIMIT))
+            .unwrap()
+            .0,
+        0,
+        "reads end first"
+    );
+    while xa.close_step(&mut c, Instant::now()) != Phase::Done {
+        assert!(t.elapsed() < LIMIT, "the close lingered on past the reset");
+        std::thread::yield_now();
+    }
+}
+
+/// A peer whose bytes all reached us before our close takes our close's
+/// end of stream as a clean end: no error.
+#[test]
+fn a_close_after_every_byte_is_a_clean_end() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xb.send(&pattern(100, 9), false, Some(LIMIT)).unwrap();
+    let mut got = [0u8; 100];
+    let mut n = 0;
+    while n < got.len() {
+        n += xa
+            .recv(&mut got[n..], RecvFlags::default(), Some(LIMIT))
+            .unwrap()
+            .0;
+    }
+    let mut c = xa.close_begin(LIMIT, Instant::now());
+    let t = Instant::now();
+    let mut one = [0u8; 1];
+    loop {
+        assert!(t.elapsed() < LIMIT, "our end of stream never came");
+        xa.close_step(&mut c, Instant::now());
+        match xb.recv(
+            &mut one,
+            RecvFlags {
+                nonblocking: true,
+                ..RecvFlags::default()
+            },
+            None,
+        ) {
+            Ok((0, _)) => break,
+            Ok(r) => panic!("{r:?}"),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}"),
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(xb.error(), None, "a clean end");
+}

@@ -498,6 +498,9 @@ impl XSocket {
         if st.shut_both_at.is_some() {
             self.data_after_shutdown(st);
         }
+        if st.s.sent_into_peer_close() && st.error.is_none() {
+            self.sent_into_peer_close(st);
+        }
         // Half the slots hold bytes no one read: small ones are merged out
         // of them (`merge_unread`); one compare per batch otherwise.
         if st.s.unread_slots() * 2 >= usize::from(self.opts.slots) {

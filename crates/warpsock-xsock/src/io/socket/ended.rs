@@ -62,6 +62,33 @@ impl XSocket {
         }
     }
 
+    /// Stream bytes of ours reached the peer after it closed its socket
+    /// (its EOF says what it had received then:
+    /// [`crate::stream::Stream::sent_into_peer_close`]): a send that went
+    /// straight, before a round took in the peer's EOF (diffuzz's close
+    /// race: an end shut for reading sent into its peer's close, and no
+    /// reset ever came — the peer's engine, disconnected, discarded the
+    /// bytes). Over TCP they met a closed socket, whose kernel answered
+    /// with a reset: `EPIPE` in our CLOSE_WAIT (`tcp_reset`), `ECONNRESET`
+    /// once our end was shut too. So here, and the reset goes to the
+    /// peer, whose linger then ends as TCP's closed socket would. Reads
+    /// end (0) first, as over TCP (the peer's end of stream is in).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn sent_into_peer_close(&self, st: &mut State) {
+        let errno = if crate::io::rio::write_shut(st) {
+            libc::ECONNRESET
+        } else {
+            libc::EPIPE
+        };
+        self.fail(
+            st,
+            errno,
+            "stream bytes we sent reached the peer after its close: TCP's reset".into(),
+        );
+        crate::io::sndbuf::reset(self.tcp_fd);
+    }
+
     /// The queue pair's close ([`warpsock_engine::Event::Closed`]): the
     /// peer's FIN, or a reset.
     pub(super) fn on_closed(&self, st: &mut State, reason: CloseReason) {
