@@ -706,11 +706,12 @@ impl Stream {
     /// Whether stream bytes we sent are past `received`, the low 32 bits
     /// of the stream bytes the peer had received when it closed. Our bytes
     /// in flight are within the peer's window (its credits), so the low
-    /// bits tell while that window is under 4 GiB (not told past it).
+    /// bits tell while that window is under 4 GiB (not told past it); a
+    /// count past anything we sent is no one's (a lying peer: false).
     fn sent_beyond(&self, received: u32) -> bool {
         let window = u64::from(self.peer.slots) * self.peer.payload() as u64;
-        let ahead = (self.tx_seq as u32).wrapping_sub(received);
-        ahead != 0 && window < 1 << 32 && u64::from(ahead) <= window
+        let ahead = u64::from((self.tx_seq as u32).wrapping_sub(received));
+        ahead != 0 && window < 1 << 32 && ahead <= window && ahead <= self.tx_seq
     }
 
     /// Whether stream bytes of ours reached the peer after it closed its

@@ -611,7 +611,12 @@ mod tests {
             let mut buf = [0xAAu8; MAX_CONTROL_LEN];
             let n = m.encode(&mut buf);
             assert!(n <= MAX_CONTROL_LEN);
-            assert_eq!(&buf[4..8], &[0, 0, 0, 0], "reserved bytes are zero");
+            // Reserved, but for a close's received count.
+            let reserved = match body {
+                Body::Closed { received: Some(r) } => r.to_be_bytes(),
+                _ => [0; 4],
+            };
+            assert_eq!(&buf[4..8], &reserved, "reserved bytes are zero");
             let mut wire = buf[..n].to_vec();
             if matches!(body, Body::Data { .. }) {
                 wire.extend_from_slice(b"payload");

@@ -321,13 +321,15 @@ fn no_credit_goes_after_the_carriers_fin() {
 fn a_close_says_so_in_its_eof() {
     let fresh = || Stream::new(hello(16, 256), hello(16, 256));
     let mut s = fresh();
+    // It says what the closer had received (none here).
+    let closed = Body::Closed { received: Some(0) };
     s.mark_closing();
     s.shutdown_write();
-    assert_eq!(s.poll_msg().map(|m| m.body), Some(Body::Closed));
+    assert_eq!(s.poll_msg().map(|m| m.body), Some(closed));
     let mut s = fresh();
     s.shutdown_write();
     s.mark_closing();
-    assert_eq!(s.poll_msg().map(|m| m.body), Some(Body::Closed));
+    assert_eq!(s.poll_msg().map(|m| m.body), Some(closed));
     assert!(s.poll_msg().is_none());
     let mut s = fresh();
     s.shutdown_write();
@@ -337,12 +339,46 @@ fn a_close_says_so_in_its_eof() {
 
     let msg = |body| encode(Msg { credits: 0, body });
     let mut r = fresh();
-    r.on_message(0, &msg(Body::Closed)).unwrap();
+    r.on_message(0, &msg(closed)).unwrap();
     assert!(r.eof() && r.peer_socket_closed());
-    assert!(r.on_message(1, &msg(Body::Closed)).is_err());
+    assert!(r.on_message(1, &msg(closed)).is_err());
     let mut r = fresh();
     r.on_message(0, &msg(Body::Eof)).unwrap();
     assert!(r.eof() && !r.peer_socket_closed());
+}
+
+/// A close's EOF says what the closer had received (the low 32 bits): the
+/// peer's books tell whether stream bytes of theirs went past it — they
+/// reached a closed socket, which over TCP answers them with a reset
+/// (`sent_into_peer_close`). Not when every byte sent was received, nor
+/// when the EOF does not say (a peer of an older build), nor for a count
+/// past anything sent (a lying peer: no window holds it).
+#[test]
+fn a_close_tells_the_peer_its_bytes_that_came_after() {
+    let sent = |n: usize| {
+        let mut s = Stream::new(hello(16, 256), hello(16, 256));
+        assert!(matches!(s.tx_data(n, true), TxStep::Data { .. }));
+        s
+    };
+    let closed = |received| {
+        encode(Msg {
+            credits: 0,
+            body: Body::Closed { received },
+        })
+    };
+    for (received, past) in [
+        (Some(10), false),
+        (Some(4), true),
+        (Some(0), true),
+        (None, false),
+        (Some(11), false),
+        (Some(u32::MAX), false),
+    ] {
+        let mut s = sent(10);
+        s.on_message(0, &closed(received)).unwrap();
+        assert!(s.peer_socket_closed());
+        assert_eq!(s.sent_into_peer_close(), past, "received {received:?}");
+    }
 }
 
 /// `drop_received_after`: the unread bytes received past a point go, the
