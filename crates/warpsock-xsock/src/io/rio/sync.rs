@@ -43,6 +43,13 @@ impl XSocket {
                     libc::ETIMEDOUT,
                     format!("a one-sided {what} was not done within {timeout:?}"),
                 );
+                // A reset, not the graceful disconnect alone: that one
+                // lets a Write already partly in the kernel finish before
+                // it flushes, and behind a peer's closed window it never
+                // does — the call waited for good (helper 68's review).
+                // The reset purges both queues; the engine then flushes
+                // every request, this one's included.
+                super::super::sndbuf::reset(self.tcp_fd);
                 self.qp.disconnect();
             }
             // The request reads or writes the caller's buffer until it

@@ -341,3 +341,59 @@ fn a_one_sided_write_whose_post_fails_completes_at_once() {
     drop(xb);
     drop(region);
 }
+
+/// A synchronous one-sided write bounded by 300 ms against a peer that
+/// stopped reading (8 MiB, more than both kernels hold) returns at its
+/// timeout (`ETIMEDOUT`: the connection fails, reset, and the flush ends
+/// the request), and leaves no record: `sync_done` and `rio` empty, and
+/// retries (the connection failed) fail at once, adding none. Before, the
+/// graceful disconnect waited for the Write partly in the kernel, which
+/// the peer's closed window never let finish: the call blocked for good
+/// (helper 68's review). Bounded: a call not back after [`STUCK`] is
+/// unblocked by the peer's reads, and the test fails.
+#[test]
+fn a_timed_out_riowrite_returns_and_leaves_no_record() {
+    const STUCK: Duration = Duration::from_secs(20);
+    let (xa, xb) = crate::io::test_pair::pair();
+    let mut region = vec![0u8; 8 << 20];
+    let off = announce_map(&xa, &xb, &mut region);
+    let data = vec![5u8; 8 << 20];
+    let (tx, rx) = std::sync::mpsc::channel();
+    let first = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let r = xa.riowrite_as(&data, off, false, Some(Duration::from_millis(300)));
+            let _ = tx.send(r.map_err(|e| e.raw_os_error()));
+        });
+        rx.recv_timeout(STUCK).map_err(|_| {
+            // Unblocks the call (bounded), for the scope to end.
+            let mut buf = vec![0u8; 1 << 16];
+            for _ in 0..400 {
+                let _ = xb.recv(
+                    &mut buf,
+                    RecvFlags::default(),
+                    Some(Duration::from_millis(50)),
+                );
+                if rx.try_recv().is_ok() {
+                    break;
+                }
+            }
+        })
+    });
+    assert_eq!(
+        first,
+        Ok(Err(Some(libc::ETIMEDOUT))),
+        "the timed write (Err(()): still blocked after {STUCK:?})"
+    );
+    let records = |x: &crate::io::XSocket| {
+        let st = x.lock();
+        (st.aio.sync_done.len(), st.aio.rio.len())
+    };
+    assert_eq!(records(&xa), (0, 0), "records left");
+    for _ in 0..5 {
+        let r = xa.riowrite_as(&data[..4096], off, false, Some(Duration::from_millis(300)));
+        assert!(r.is_err(), "a write on the failed connection");
+        assert_eq!(records(&xa), (0, 0), "records left by a retry");
+    }
+    drop(xb);
+    drop(region);
+}
