@@ -328,7 +328,11 @@ impl<B: Backing> Registry<B> {
             return Err(MemError::Access);
         }
         let end = addr.checked_add(len).ok_or(MemError::ToWrap)?;
-        if addr < info.iova || end > info.iova + info.len {
+        // Saturating: a region registered at an iova whose end passes
+        // 2^64 (`ibv_reg_mr_iova2` takes any) ends at the top of the
+        // space, not wrapped below its start (helper 68's review: the
+        // sum overflowed, a panic where overflow is checked).
+        if addr < info.iova || end > info.iova.saturating_add(info.len) {
             return Err(MemError::BaseBounds);
         }
         Ok((
@@ -442,6 +446,27 @@ mod tests {
         assert_eq!(
             r.check(pd, s, 0, 1, Access::LOCAL_READ),
             Err(MemError::InvalidStag)
+        );
+    }
+
+    /// A region whose iova is near the top of the space (its end past
+    /// 2^64: `ibv_reg_mr_iova2` takes any) is checked without overflow:
+    /// its bytes up to the top are in bounds, nothing below its start is.
+    #[test]
+    fn a_region_at_the_top_of_the_space_checks_without_overflow() {
+        let mut r: Registry<Vec<u8>> = Registry::new();
+        let pd = r.alloc_pd();
+        let iova = u64::MAX - 9;
+        let s = r.register(pd, iova, vec![0; 100], Access::REMOTE_WRITE, 1);
+        let ok = r.check(pd, s, iova + 2, 7, Access::REMOTE_WRITE).unwrap();
+        assert_eq!((ok.offset, ok.len), (2, 7));
+        assert_eq!(
+            r.check(pd, s, iova - 1, 4, Access::REMOTE_WRITE),
+            Err(MemError::BaseBounds)
+        );
+        assert_eq!(
+            r.check(pd, s, iova, 11, Access::REMOTE_WRITE),
+            Err(MemError::ToWrap)
         );
     }
 

@@ -327,6 +327,21 @@ fn untagged_errors() {
     }
 }
 
+/// A Terminate on another queue than its own (QN 0, the Send queue; RFC
+/// 5040 §5.1 puts it on QN 2) is a DDP "invalid QN", as any untagged
+/// message on a wrong queue, not the peer's Terminate (helper 68's review:
+/// it was taken as one).
+#[test]
+fn a_terminate_on_the_wrong_queue_is_an_invalid_qn() {
+    let mut p = responder(true, 4);
+    let f = p.fpdu(
+        untagged(Opcode::Terminate, 0, 77, 0, 0),
+        &[0x02, 0x02, 0, 0],
+    );
+    p.feed(&f);
+    p.expect_terminate(&with_ddp([0x12, 0x01], &f, 18));
+}
+
 #[test]
 fn unexpected_read_response() {
     let mut p = responder(false, 4);

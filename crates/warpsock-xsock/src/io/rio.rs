@@ -660,7 +660,9 @@ impl XSocket {
             .maps
             .range(..offset.saturating_add(len as u64))
             .next_back()
-            .is_some_and(|(o, m)| o + m.mr.len() as u64 > offset);
+            // Saturating: an offset the program chose near 2^64 (helper
+            // 68's review: the sum overflowed).
+            .is_some_and(|(o, m)| o.saturating_add(m.mr.len() as u64) > offset);
         if overlaps {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
         }

@@ -217,9 +217,15 @@ impl Connection {
                 self.rx.effect = Effect::ReadRequest;
                 self.begin_payload();
             }
-            Placement::Untagged { .. } => {
-                // Terminate: its body is in the buffer; anything beyond
+            Placement::Untagged { qn, .. } => {
+                // Terminate: on its own queue (RFC 5040 §5.1, QN 2), else
+                // the DDP "invalid QN" of any other message there (helper
+                // 68's review: one on QN 0 was taken as the peer's
+                // Terminate). Its body is in the buffer; anything beyond
                 // what we keep is skipped.
+                if qn != ddp::queue::TERMINATE {
+                    return self.terminate_ddp(TermCode::DDP_UNTAGGED_INVALID_QN);
+                }
                 self.rx.effect = Effect::Terminate;
                 self.begin_payload();
             }

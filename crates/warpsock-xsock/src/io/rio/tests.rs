@@ -397,3 +397,30 @@ fn a_timed_out_riowrite_returns_and_leaves_no_record() {
     drop(xb);
     drop(region);
 }
+
+/// Offsets the program chooses near 2^64: a mapping whose range reaches
+/// the top overlaps one that starts inside it (`EEXIST`), with no
+/// overflow in the look (helper 68's review: the end's sum overflowed, a
+/// panic where overflow is checked).
+#[test]
+fn mappings_at_the_top_of_the_offsets_overlap_without_overflow() {
+    let (xa, _xb) = crate::io::test_pair::pair();
+    let mut a = vec![0u8; 64];
+    let mut b = vec![0u8; 64];
+    let top = u64::MAX - 10;
+    #[allow(unsafe_code)]
+    // SAFETY: both buffers outlive the socket (dropped after it).
+    unsafe {
+        assert_eq!(
+            xa.riomap(a.as_mut_ptr(), a.len(), true, false, Some(top))
+                .unwrap(),
+            top
+        );
+        let e = xa
+            .riomap(b.as_mut_ptr(), b.len(), true, false, Some(top + 5))
+            .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EEXIST), "{e}");
+    }
+    drop((xa, _xb));
+    drop((a, b));
+}
