@@ -67,6 +67,11 @@ impl Mem {
         }
     }
 
+    /// Whether it was allocated here ([`Self::owned`]), not caller memory.
+    pub(crate) fn is_owned(&self) -> bool {
+        self.owned
+    }
+
     /// First byte's address.
     pub(crate) fn addr(&self) -> u64 {
         self.ptr.as_ptr() as u64

@@ -24,14 +24,15 @@
 //! reads) is a bug, reported by a panic (as `RefCell` does).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use warpsock_proto::{Sge, Stag};
+use warpsock_proto::{Backing, Sge, Stag};
 
 use crate::context::{Inner, Shared};
 use crate::error::{Error, Result};
+use crate::mem::Mem;
 use crate::sys;
 
 thread_local! {
@@ -55,8 +56,10 @@ pub struct Mr {
     /// Tagged offset of byte 0 (the memory's address unless registered
     /// with an iova).
     addr: u64,
-    /// Where byte 0 is in this process's memory.
-    base: u64,
+    /// Where byte 0 is in this process's memory (the private copy's, once
+    /// [`Mr::keep_private_copy`] made one; changed under the context lock,
+    /// with no closure on the region running).
+    base: AtomicU64,
     len: usize,
     locked: AtomicBool,
     /// Closures reading this region's bytes (changed under the context
@@ -106,7 +109,7 @@ impl Mr {
             sh,
             stag,
             addr,
-            base,
+            base: AtomicU64::new(base),
             len,
             locked: AtomicBool::new(false),
             readers: AtomicU32::new(0),
@@ -217,7 +220,7 @@ impl Mr {
         // caller's promise). The borrow keeps the engine from writing
         // region bytes and other closures from writing this region until
         // it ends, after `f` returns.
-        let bytes = unsafe { std::slice::from_raw_parts(self.base as *const u8, self.len) };
+        let bytes = unsafe { std::slice::from_raw_parts(self.base() as *const u8, self.len) };
         f(bytes)
     }
 
@@ -231,7 +234,7 @@ impl Mr {
         // SAFETY: as in `with_bytes`; the exclusive borrow also keeps the
         // engine from reading region bytes and every other closure from
         // this region, so the slice is unique until `f` returns.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.base as *mut u8, self.len) };
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.base() as *mut u8, self.len) };
         f(bytes)
     }
 
@@ -251,6 +254,41 @@ impl Mr {
         self.with_bytes_mut(|b| b[offset..offset + src.len()].copy_from_slice(src));
     }
 
+    /// Where byte 0 is now.
+    fn base(&self) -> u64 {
+        self.base.load(Ordering::Relaxed)
+    }
+
+    /// The region goes on from a private copy of its bytes, and the memory
+    /// it was registered on is the caller's again once this returns: every
+    /// request that names the region (its STag, address and length stay)
+    /// reads and writes the copy from now on, freed with the `Mr`. For a
+    /// zero-copy send whose call must return before the engine has read
+    /// all of it (its timeout passed): what is still queued goes out from
+    /// the copy, as a copied send's would. Waits for closures on the
+    /// region (`with_bytes`) to end; a region made here ([`crate::Pd::alloc`])
+    /// or copied already is left as it is. Pages `mlock`ed are unlocked
+    /// (the copy is not locked).
+    pub fn keep_private_copy(&self) {
+        // No closure reads the old memory past this point.
+        let _only = self.borrow(true);
+        let mut st = self.sh.inner.lock();
+        let Some(backing) = st.reg.backing_mut(self.stag) else {
+            return;
+        };
+        if backing.is_owned() {
+            return;
+        }
+        let copy = Mem::owned(backing.bytes().into());
+        let base = copy.addr();
+        // The caller memory's handle (not owned: dropping it frees nothing).
+        drop(std::mem::replace(backing, copy));
+        if self.locked.swap(false, Ordering::Relaxed) {
+            sys::munlock(self.base() as *const u8, self.len);
+        }
+        self.base.store(base, Ordering::Relaxed);
+    }
+
     /// A copy of the region's bytes.
     pub fn to_vec(&self) -> Vec<u8> {
         self.with_bytes(<[u8]>::to_vec)
@@ -262,7 +300,7 @@ impl Mr {
         if self.len == 0 || self.locked.load(Ordering::Relaxed) {
             return Ok(());
         }
-        sys::mlock(self.base as *const u8, self.len).map_err(Error::sys("mlock"))?;
+        sys::mlock(self.base() as *const u8, self.len).map_err(Error::sys("mlock"))?;
         self.locked.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -276,7 +314,7 @@ impl Mr {
 impl Drop for Mr {
     fn drop(&mut self) {
         if *self.locked.get_mut() {
-            sys::munlock(self.base as *const u8, self.len);
+            sys::munlock(self.base() as *const u8, self.len);
         }
         self.sh.inner.lock().reg.deregister(self.stag);
     }
@@ -316,5 +354,31 @@ mod tests {
             assert_eq!(reader.join().unwrap(), 7);
         });
         assert_eq!(inner.cv_waiters(), 0);
+    }
+
+    /// A region on caller memory goes on from a private copy: its bytes
+    /// as they were, the caller's memory changed and freed after it
+    /// without the region seeing it; its key stays, and a second call (or
+    /// one on a region made here) changes nothing.
+    #[test]
+    fn a_private_copy_leaves_the_callers_memory() {
+        let ctx = Context::new(Progress::Caller).unwrap();
+        let pd = ctx.alloc_pd();
+        let mut buf = vec![7u8; 16];
+        #[allow(unsafe_code)]
+        // SAFETY: `buf` stays valid until the private copy is made.
+        let m = unsafe { pd.register_raw(buf.as_mut_ptr(), buf.len(), Access::LOCAL_READ) };
+        let key = m.lkey();
+        m.keep_private_copy();
+        buf.fill(0);
+        drop(buf);
+        assert_eq!(m.to_vec(), vec![7u8; 16]);
+        assert_eq!(m.lkey(), key);
+        m.keep_private_copy();
+        assert_eq!(m.to_vec(), vec![7u8; 16]);
+        let own = pd.alloc(4, Access::LOCAL_WRITE);
+        own.write(0, &[1, 2, 3, 4]);
+        own.keep_private_copy();
+        assert_eq!(own.to_vec(), vec![1, 2, 3, 4]);
     }
 }

@@ -457,7 +457,12 @@ impl XSocket {
     fn send_look(&self, st: &State) -> SendLook {
         let tx_slots = self.tx.len() / self.opts.slot_size as usize;
         SendLook {
-            idle: !st.s.has_output() && st.tx_free.len() == tx_slots && !st.aio.sends_queued(),
+            // Zero-copy calls that returned at their timeout (`orphans`)
+            // still have requests queued: their bytes are the stream's.
+            idle: !st.s.has_output()
+                && st.tx_free.len() == tx_slots
+                && !st.aio.sends_queued()
+                && st.orphans.is_empty(),
             over: st.over(),
             seq: st.s.tx_seq(),
             queued: st.aio.sends_queued(),

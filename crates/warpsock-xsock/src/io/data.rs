@@ -181,6 +181,20 @@ impl XSocket {
         let Some(user_mrs) = user_mrs else {
             return (r, Some(st));
         };
+        if Self::call_busy(&st, call) && !st.over() {
+            // Its timeout passed with bytes posted that the engine has not
+            // read yet (a peer that stopped reading: its window shut):
+            // they go out from private copies, and the call returns now,
+            // as a TCP send's at its `SO_SNDTIMEO` with its bytes in the
+            // kernel (helper 68's review: it waited for the peer, with no
+            // bound). The registrations live until the requests complete
+            // (`XSocket::release_orphan`).
+            for mr in &user_mrs {
+                mr.keep_private_copy();
+            }
+            st.orphans.push((call, user_mrs));
+            return (r, Some(st));
+        }
         drop(st);
         drop(user_mrs);
         (r, None)
@@ -470,11 +484,18 @@ impl XSocket {
         self.count(&st, Count::TxBytes, off);
         if zcopy {
             // The caller's memory is read by the engine until its requests
-            // complete: a signal does not end this wait (mark dropped).
+            // complete: a signal does not end this wait (mark dropped). The
+            // call's timeout does: the caller (`send_locked`) then leaves
+            // the rest to private copies.
             while Self::call_busy(&st, call) && !st.over() {
-                st = self.wait_send(st, None).0;
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+                st = self.wait_send(st, deadline).0;
             }
-            Self::end_call(&mut st, call);
+            if !Self::call_busy(&st, call) || st.over() {
+                Self::end_call(&mut st, call);
+            }
         }
         if let (0, Some(e)) = (off, dead) {
             return (st, Err(e));

@@ -123,4 +123,16 @@ impl XSocket {
     pub(crate) fn end_call(st: &mut State, call: u64) {
         st.call_wrs.remove(&call);
     }
+
+    /// The last request of zero-copy call `call` completed: if the call
+    /// returned before it (at its timeout, its registrations moved to
+    /// private copies: `send_locked`), its registrations go now.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn release_orphan(st: &mut State, call: u64) {
+        if let Some(i) = st.orphans.iter().position(|(c, _)| *c == call) {
+            st.orphans.swap_remove(i);
+            Self::end_call(st, call);
+        }
+    }
 }

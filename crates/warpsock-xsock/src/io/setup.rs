@@ -148,6 +148,7 @@ impl XSocket {
                 s: Stream::new(opts.hello(), peer),
                 tx_free: (0..tx_slots).rev().collect(),
                 call_wrs: HashMap::new(),
+                orphans: Vec::new(),
                 next_id: 0,
                 error: None,
                 driving: false,

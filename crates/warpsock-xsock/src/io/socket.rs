@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use warpsock_engine::{
-    Context, Cq, Event, Pd, Qp, QpNews, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
+    Context, Cq, Event, Mr, Pd, Qp, QpNews, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus,
 };
 
 use warpsock_engine::proto::wire::terminate::TermCode;
@@ -67,6 +67,11 @@ pub(crate) struct State {
     pub(crate) tx_free: Vec<u32>,
     /// Send work requests per zero-copy call still outstanding.
     pub(crate) call_wrs: HashMap<u64, usize>,
+    /// Zero-copy send calls that returned at their timeout with requests
+    /// the engine had not read yet: their registrations (on private
+    /// copies), dropped as the last request completes
+    /// ([`XSocket::release_orphan`]). At most one per such call.
+    pub(crate) orphans: Vec<(u64, Vec<Mr>)>,
     pub(crate) next_id: u64,
     /// Why the connection ended, once it did.
     pub(crate) error: Option<(i32, String)>,
@@ -531,6 +536,9 @@ impl XSocket {
                 }
                 if let Some(n) = st.call_wrs.get_mut(&call) {
                     *n -= 1;
+                    if *n == 0 && !st.orphans.is_empty() {
+                        Self::release_orphan(st, call);
+                    }
                 }
             }
             _ => {}

@@ -1,0 +1,85 @@
+//! A blocking zero-copy send (`zcopy_min` bytes or more) with a timeout
+//! (`SO_SNDTIMEO`) against a peer that stopped reading returns at its
+//! timeout with the bytes it handed over, as TCP's send with its bytes in
+//! the kernel: the requests the engine has not read yet go out from
+//! private copies (`Mr::keep_private_copy`), so the caller's buffer is its
+//! own again, and the peer, reading later, gets every byte as it was.
+//! Before, the call waited for the engine to finish reading the caller's
+//! buffer, with no bound: for as long as the peer did not read (helper
+//! 68's review).
+
+use std::sync::mpsc::channel;
+use std::time::Duration;
+
+use warpsock_xsock::io::RecvFlags;
+
+mod net;
+
+use net::{opts, pattern, set_buf, switch_both, tcp_pair, LIMIT};
+
+#[test]
+fn a_timed_zero_copy_send_returns_and_its_bytes_still_arrive() {
+    let (a, b) = tcp_pair();
+    // Small kernel buffers at both ends: the credits (16 x 256 KiB) are
+    // more than the kernels hold while the peer does not read.
+    set_buf(&b, libc::SO_RCVBUF, 64 << 10);
+    set_buf(&a, libc::SO_SNDBUF, 64 << 10);
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let want = pattern(4 << 20, 21);
+    let mut data = want.clone();
+    let (tx, rx) = channel();
+    let sent = std::thread::scope(|sc| {
+        let (data, xa) = (&data, &xa);
+        sc.spawn(move || {
+            let r = xa.send(data, false, Some(Duration::from_secs(1)));
+            let _ = tx.send(r.map_err(|e| e.raw_os_error()));
+        });
+        rx.recv_timeout(LIMIT).map_err(|_| {
+            // Unblocks the call (bounded), for the scope to end.
+            let mut buf = vec![0u8; 1 << 20];
+            for _ in 0..400 {
+                let _ = xb.recv(
+                    &mut buf,
+                    RecvFlags::default(),
+                    Some(Duration::from_millis(50)),
+                );
+                if rx.try_recv().is_ok() {
+                    break;
+                }
+            }
+        })
+    });
+    let n = match sent {
+        Ok(Ok(n)) => n,
+        other => panic!("the timed send: {other:?} (Err(()): still blocked after {LIMIT:?})"),
+    };
+    assert!(n > 0 && n <= want.len(), "{n} bytes sent");
+    // The caller's buffer is its own again: changed, then gone.
+    data.fill(0xEE);
+    drop(data);
+    // The peer reads on: every byte handed over, as it was. In small
+    // reads (copies: a sink would wait for the sender, which no call
+    // drives while the reader waits), the sender's engine driven between
+    // them to send the rest as the window opens.
+    let mut got = vec![0u8; n];
+    let mut at = 0;
+    let t = std::time::Instant::now();
+    while at < n {
+        assert!(t.elapsed() < LIMIT, "the peer got {at} of {n} bytes");
+        xa.progress();
+        let end = n.min(at + (16 << 10));
+        match xb.recv(
+            &mut got[at..end],
+            RecvFlags::default(),
+            Some(Duration::from_millis(20)),
+        ) {
+            Ok((0, _)) => panic!("end of stream after {at} of {n} bytes"),
+            Ok((k, _)) => at += k,
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}"),
+        }
+    }
+    assert!(
+        got == want[..n],
+        "the bytes the peer got differ from those sent"
+    );
+}
