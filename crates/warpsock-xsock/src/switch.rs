@@ -492,8 +492,12 @@ impl Switch {
         }
     }
 
-    /// `n` of the peer's bytes before its mark were read into the residue.
-    pub fn on_bytes(&mut self, n: usize) {
+    /// `n` of the peer's bytes before its mark were read into the residue,
+    /// at `now`: past the mark's deadline the wait ends as at its timeout,
+    /// bytes or not — a peer that writes on without marking, faster than
+    /// we read (so the I/O side never finds the socket empty and waits),
+    /// held the switch until the residue's bound (helper 68's review).
+    pub fn on_bytes(&mut self, n: usize, now: Instant) {
         debug_assert_eq!(self.phase, Phase::AwaitMark);
         if n == 0 {
             return;
@@ -505,6 +509,8 @@ impl Switch {
             self.fail(SwitchError::ResidueFull {
                 max: self.limits.residue_max,
             });
+        } else {
+            self.on_timeout(now);
         }
     }
 

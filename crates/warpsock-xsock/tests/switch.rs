@@ -241,7 +241,7 @@ impl Sim {
                 Step::AwaitMark { .. } => {
                     let (bytes, mark) = inb.read_to_mark(now);
                     p.residue.extend_from_slice(&bytes);
-                    sw.on_bytes(bytes.len());
+                    sw.on_bytes(bytes.len(), self.t(now));
                     if matches!(sw.step(), Step::Failed(_)) {
                         continue;
                     }
@@ -412,7 +412,7 @@ fn policy_mode_falls_back_at_the_first_plain_byte() {
         if role == Role::Initiator {
             sw.on_marked(Instant::now());
         }
-        sw.on_bytes(3);
+        sw.on_bytes(3, Instant::now());
         assert_eq!(sw.step(), Step::Failed(SwitchError::PeerNotSwitching));
         // None is read: the bytes ahead of a mark are the program's.
         let mut sw = Switch::new(role, l, Instant::now());
@@ -497,6 +497,33 @@ fn a_busy_responders_answer_ends_the_initiators_switch_at_once() {
     let mut sw = Switch::new(Role::Responder, l, now);
     sw.on_mark(BUSY);
     assert_eq!(sw.step(), Step::Failed(SwitchError::ForeignUrgent(BUSY)));
+}
+
+/// A peer that writes on without marking ends the wait at the mark's
+/// deadline even while its bytes keep coming (each read's `now` looked
+/// at, not only an empty socket's wait), well before the residue's bound
+/// (helper 68's review: a writer faster than the reader held the switch
+/// until 64 MiB were read).
+#[test]
+fn bytes_that_keep_coming_end_the_wait_at_its_deadline() {
+    let l = limits();
+    let t0 = Instant::now();
+    for role in [Role::Initiator, Role::Responder] {
+        let mut sw = Switch::new(role, l, t0);
+        if role == Role::Initiator {
+            sw.on_marked(t0);
+        }
+        sw.on_bytes(1000, t0 + l.mark_timeout / 2);
+        assert!(matches!(sw.step(), Step::AwaitMark { .. }), "{role:?}");
+        sw.on_bytes(1000, t0 + l.mark_timeout * 2);
+        assert_eq!(
+            sw.step(),
+            Step::Failed(SwitchError::NoPeer {
+                after: l.mark_timeout
+            }),
+            "{role:?}"
+        );
+    }
 }
 
 #[test]

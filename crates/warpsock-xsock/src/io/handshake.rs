@@ -308,7 +308,7 @@ pub fn switch_fd_declinable(
                     Ok(0) => sw.on_eof(),
                     Ok(n) => {
                         residue.extend_from_slice(&buf[..n]);
-                        sw.on_bytes(n);
+                        sw.on_bytes(n, Instant::now());
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(broken(e)),
