@@ -254,7 +254,7 @@ pub use error::{BatchPostError, Error, Result};
 pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{Qp, QpNews};
-pub use sys::{drain_error_queue, set_linger_zero};
+pub use sys::{drain_error_queue, reset_now, set_linger_zero};
 pub use warpsock_proto as proto;
 pub use warpsock_proto::{
     Access, CloseReason, Event, Negotiated, PostError, QpState, RecvWr, RtrOffer, RtrType, SendOp,

@@ -270,6 +270,14 @@ impl Mr {
     /// or copied already is left as it is. Pages `mlock`ed are unlocked
     /// (the copy is not locked).
     pub fn keep_private_copy(&self) {
+        self.keep_private_copy_of(self.len);
+    }
+
+    /// [`Self::keep_private_copy`] of the first `keep` bytes alone: the
+    /// rest of the copy is zeros (pages the kernel gives on first touch:
+    /// a large region whose requests name only its start costs only that).
+    /// For a caller that knows no request names the bytes past `keep`.
+    pub fn keep_private_copy_of(&self, keep: usize) {
         // No closure reads the old memory past this point.
         let _only = self.borrow(true);
         let mut st = self.sh.inner.lock();
@@ -279,7 +287,10 @@ impl Mr {
         if backing.is_owned() {
             return;
         }
-        let copy = Mem::owned(backing.bytes().into());
+        let keep = keep.min(self.len);
+        let mut bytes = vec![0u8; self.len].into_boxed_slice();
+        bytes[..keep].copy_from_slice(&backing.bytes()[..keep]);
+        let copy = Mem::owned(bytes);
         let base = copy.addr();
         // The caller memory's handle (not owned: dropping it frees nothing).
         drop(std::mem::replace(backing, copy));
@@ -380,5 +391,13 @@ mod tests {
         own.write(0, &[1, 2, 3, 4]);
         own.keep_private_copy();
         assert_eq!(own.to_vec(), vec![1, 2, 3, 4]);
+        // Of a prefix: the rest reads as zeros.
+        let mut buf = vec![5u8; 8];
+        #[allow(unsafe_code)]
+        // SAFETY: `buf` stays valid until the private copy is made.
+        let m = unsafe { pd.register_raw(buf.as_mut_ptr(), buf.len(), Access::LOCAL_READ) };
+        m.keep_private_copy_of(3);
+        drop(buf);
+        assert_eq!(m.to_vec(), vec![5, 5, 5, 0, 0, 0, 0, 0]);
     }
 }

@@ -571,6 +571,28 @@ pub fn set_linger_zero(fd: RawFd) -> io::Result<()> {
     )
 }
 
+/// Resets the TCP connection on `fd` at once (an RST; the descriptor stays
+/// valid): `SO_LINGER` 0, then `connect` to `AF_UNSPEC`, which disconnects
+/// a TCP socket (Linux `tcp_disconnect`: an active reset from an
+/// established state). The raw system call: libc's `connect` is a
+/// cancellation point. Exported for the socket layers above the engine
+/// (one place for it).
+pub fn reset_now(fd: RawFd) {
+    let _ = set_linger_zero(fd);
+    // SAFETY: sockaddr is plain data; all-zero is a valid empty one.
+    let mut a: libc::sockaddr = unsafe { std::mem::zeroed() };
+    a.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+    // SAFETY: reads a `sockaddr` from the stack.
+    unsafe {
+        libc::syscall(
+            libc::SYS_connect,
+            libc::c_long::from(fd),
+            &a as *const libc::sockaddr,
+            size_of::<libc::sockaddr>() as libc::c_long,
+        )
+    };
+}
+
 /// Most entries [`drain_error_queue`] takes in one call: far more than any
 /// socket's error queue holds (each entry is charged to its receive buffer,
 /// `sock_queue_err_skb`, at 576 B or more: 2^20 of them fill 576 MiB).

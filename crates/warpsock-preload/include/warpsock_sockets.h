@@ -63,9 +63,10 @@ extern "C" {
  * mappings of the socket live already, the most a peer holds). */
 off_t warpsock_riomap(int fd, void *buf, size_t len, int prot, int flags, off_t offset);
 /* Ends the mapping of buf (the peer must have stopped using it). close()
- * ends every mapping of the socket: the peer's later accesses fail (a
- * remote protection error ends the connection), and nothing is written to
- * buf after close() returns. */
+ * ends every mapping of the socket for the program: buf is its own again
+ * when close() returns. The peer's later writes fail (a remote protection
+ * error ends the connection); a mapping it may read goes on from a copy
+ * until the connection's end. */
 int warpsock_riounmap(int fd, void *buf, size_t len);
 /* One-sided write of count bytes into the peer's mapping at offset; returns
  * when sent. The peer is not notified: bytes sent after it arrive after it
@@ -84,11 +85,11 @@ ssize_t warpsock_riowrite(int fd, const void *buf, size_t count, off_t offset, i
 ssize_t warpsock_rioread(int fd, void *buf, size_t count, off_t offset, int flags);
 
 /* Asynchronous operations: return at once (0, or -1 and errno); the buffer
- * belongs to the library until the completion is collected. close() drops
- * the receives and reads not completed (no completion comes): their
- * buffers are the program's again when it returns. Sends and writes not
- * completed are still read while the close sends them, after close()
- * returns: collect their completions before closing. */
+ * belongs to the library until the completion is collected, or until
+ * close(): every buffer is the program's again when close() returns.
+ * Receives not completed are dropped (no completion comes); sends, writes
+ * and reads go on from (or into) copies, and an orderly close still sends
+ * what was queued before it. */
 int warpsock_aio_send(int fd, const void *buf, size_t len, uint64_t cookie);
 int warpsock_aio_recv(int fd, void *buf, size_t len, uint64_t cookie);
 int warpsock_aio_write(int fd, const void *buf, size_t len, off_t offset, uint64_t cookie);

@@ -12,7 +12,7 @@ use warpsock_xsock::io::{Phase, RecvFlags, XSocket};
 
 mod net;
 
-use net::{opts, pattern, switch_both, tcp_pair, LIMIT};
+use net::{opts, pattern, switch_both, tcp_pair, LIMIT, NONBLOCKING};
 
 /// Steps `x`'s close (begun) to its end, driving `peer` too, until
 /// `touched` says the program's memory was written or `LIMIT`: whether it
@@ -205,4 +205,149 @@ fn a_close_after_every_byte_is_a_clean_end() {
         std::thread::yield_now();
     }
     assert_eq!(xb.error(), None, "a clean end");
+}
+
+/// A peer's read of a mapping whose response our engine is still writing
+/// (the peer not reading: its window shut) when we close: the mapping
+/// goes on from a copy, so the response, and the bytes we sent after it,
+/// queued behind it, still reach the peer, then our end — and the
+/// response carries the mapping's bytes as they were at the close, not
+/// what the program wrote there after it. Before, the close deregistered
+/// the mapping under the queued response, and the peer read a clean end
+/// with our last bytes lost (helper 69's review).
+#[test]
+fn a_read_of_a_mapping_under_way_at_the_close_ends_whole() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let big = 16 << 20;
+    let mut target = vec![1u8; big];
+    #[allow(unsafe_code)]
+    // SAFETY: `target` outlives both sockets (dropped last).
+    let off = unsafe { xa.riomap(target.as_mut_ptr(), big, false, true, None) }.expect("riomap");
+    xa.send(b"m", false, Some(LIMIT)).unwrap();
+    let mut m = [0u8; 1];
+    xb.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+    xb.send(b"n", false, Some(LIMIT)).unwrap();
+    xa.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+    let mut local = vec![0u8; big];
+    #[allow(unsafe_code)]
+    // SAFETY: `local` outlives both sockets (dropped last).
+    unsafe { xb.aio_rio(local.as_mut_ptr(), big, off, false, 7) }.expect("aio read");
+    // The request reaches us; our engine writes the response until the
+    // peer's window shuts (it reads nothing meanwhile).
+    let t = Instant::now();
+    while xa.engine_backlog().0 == 0 {
+        assert!(t.elapsed() < LIMIT, "the response never filled the window");
+        xa.progress();
+        std::thread::yield_now();
+    }
+    let last = b"last words before the close";
+    assert_eq!(xa.send(last, false, Some(LIMIT)).unwrap(), last.len());
+    let mut c = xa.close_begin(LIMIT, Instant::now());
+    // The program's memory is its own again.
+    target.fill(2);
+    let mut got = Vec::new();
+    let mut done = Vec::new();
+    let end = loop {
+        assert!(t.elapsed() < LIMIT, "no end: got {got:?}");
+        xa.close_step(&mut c, Instant::now());
+        xb.progress();
+        xb.aio_poll(&mut done, 4);
+        let mut buf = [0u8; 64];
+        match xb.recv(&mut buf, NONBLOCKING, None) {
+            Ok((0, _)) => break Ok(()),
+            Ok((n, _)) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => break Err(e),
+        }
+        std::thread::yield_now();
+    };
+    assert_eq!(
+        &got[..],
+        &last[..],
+        "the bytes sent before the close ({end:?})"
+    );
+    assert!(
+        end.is_ok() && xb.error().is_none(),
+        "{end:?} {:?}",
+        xb.error()
+    );
+    while done.is_empty() {
+        assert!(t.elapsed() < LIMIT, "the read never completed");
+        xb.progress();
+        xb.aio_poll(&mut done, 4);
+    }
+    assert_eq!(done[0].result, Ok(big), "the read");
+    assert!(
+        local.iter().all(|&b| b == 1),
+        "the mapping's bytes as at the close"
+    );
+    drop((xa, xb));
+    drop((target, local));
+}
+
+/// An asynchronous send larger than the peer's window, and an
+/// asynchronous read queued behind it, when we close: both go on from
+/// (into) copies — the program changes its buffers after the close, and
+/// the peer still gets every byte as it was, then our end, with no error
+/// at either end. Before, the send was read from the program's buffer
+/// after the close, and the read's registration was gone under it (a
+/// local protection error; helper 69's review).
+#[test]
+fn asynchronous_operations_queued_at_the_close_go_on_from_copies() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let mut region = vec![9u8; 1 << 20];
+    #[allow(unsafe_code)]
+    // SAFETY: `region` outlives both sockets (dropped last).
+    let off =
+        unsafe { xb.riomap(region.as_mut_ptr(), region.len(), false, true, None) }.expect("riomap");
+    xb.send(b"m", false, Some(LIMIT)).unwrap();
+    let mut m = [0u8; 1];
+    xa.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+    xa.send(b"n", false, Some(LIMIT)).unwrap();
+    xb.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+    let want = pattern(16 << 20, 4);
+    let mut data = want.clone();
+    let mut local = vec![0u8; 1 << 20];
+    #[allow(unsafe_code)]
+    // SAFETY: both buffers outlive both sockets (dropped last).
+    unsafe {
+        xa.aio_send(data.as_ptr(), data.len(), 1).expect("aio_send");
+        xa.aio_rio(local.as_mut_ptr(), local.len(), off, false, 2)
+            .expect("aio read");
+    }
+    let mut c = xa.close_begin(LIMIT, Instant::now());
+    data.fill(0xEE);
+    local.fill(0xEE);
+    let t = Instant::now();
+    let mut got = Vec::with_capacity(want.len());
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        assert!(
+            t.elapsed() < LIMIT,
+            "the peer got {} of {}",
+            got.len(),
+            want.len()
+        );
+        xa.close_step(&mut c, Instant::now());
+        match xb.recv(&mut buf, NONBLOCKING, None) {
+            Ok((0, _)) => break,
+            Ok((n, _)) => got.extend_from_slice(&buf[..n]),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}"),
+        }
+        std::thread::yield_now();
+    }
+    assert!(
+        got == want,
+        "the peer got {} bytes, not those sent",
+        got.len()
+    );
+    assert_eq!((xa.error(), xb.error()), (None, None));
+    assert!(
+        local.iter().all(|&b| b == 0xEE),
+        "the read wrote the program's buffer after the close"
+    );
+    drop((xa, xb));
+    drop((region, local, data));
 }

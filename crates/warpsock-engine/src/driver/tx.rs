@@ -4,7 +4,6 @@
 //! written.
 
 use std::io::{self, IoSlice};
-use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 
 use warpsock_proto::conn::pieces_of;
@@ -113,11 +112,14 @@ impl QpSlot {
                 self.iov_store = recycle(iov);
                 // A region went away under segments already queued (the
                 // front one possibly half written): the stream cannot be
-                // framed any more. Everything is flushed, and the peer sees
-                // the stream end now (not when the QP is dropped): FIN,
-                // mid-FPDU.
+                // framed any more. Everything is flushed, and the peer
+                // learns now (not when the QP is dropped), by a reset: a
+                // FIN mid-FPDU read at a socket layer as a clean end after
+                // a short stream (helper 69's review: the bytes a send had
+                // returned for, queued behind a Read Response from a
+                // mapping a close let go, were lost with no error).
                 self.abort();
-                let _ = self.sock.shutdown(Shutdown::Both);
+                sys::reset_now(self.sock.as_raw_fd());
                 break;
             }
             let sent = sys::send_vectored(self.sock.as_raw_fd(), &iov);

@@ -446,7 +446,7 @@ impl XSocket {
 
     fn begin_locked(&self, st: &mut State, linger: Duration, now: Instant) -> Closing {
         st.s.mark_closing();
-        super::rio::release_written_memory(st);
+        super::rio::detach_program_memory(st);
         super::rio::shut_write(self, st);
         // Closed: shut both ways (bytes that come now reset the
         // connection, as at TCP's closed socket).

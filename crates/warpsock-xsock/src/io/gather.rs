@@ -78,11 +78,14 @@ impl<'a> Gather<'a> {
     }
 
     /// Appends to `sgl` the entries naming bytes `off..off + len` of the
-    /// call in place; `mrs[i]` registers part `i`.
+    /// call in place; `mrs[i]` registers part `i`, exactly (its byte 0 the
+    /// part's: the entries name offsets into the registration, which may
+    /// have moved to a private copy since, `Mr::keep_private_copy`, where
+    /// the part's address no longer tells where it is).
     pub(crate) fn sges(&self, off: usize, len: usize, mrs: &[Mr], sgl: &mut Sgl) {
         for (i, from, k) in self.pieces(off, len) {
-            let base = self.parts[i].as_ptr() as usize - mrs[i].addr() as usize;
-            sgl.push(mrs[i].sge(base + from, k as u32));
+            debug_assert_eq!(mrs[i].len(), self.parts[i].len(), "a part's registration");
+            sgl.push(mrs[i].sge(from, k as u32));
         }
     }
 }

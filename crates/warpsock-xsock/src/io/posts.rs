@@ -130,7 +130,7 @@ impl XSocket {
     #[cold]
     #[inline(never)]
     pub(crate) fn release_orphan(st: &mut State, call: u64) {
-        if let Some(i) = st.orphans.iter().position(|(c, _)| *c == call) {
+        if let Some(i) = st.orphans.iter().position(|o| o.0 == call) {
             st.orphans.swap_remove(i);
             Self::end_call(st, call);
         }

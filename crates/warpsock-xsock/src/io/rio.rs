@@ -89,6 +89,10 @@ pub(crate) struct LocalMap {
     /// The buffer's address, which `riounmap` names (the registration's
     /// tagged offsets start at 0, not there).
     ptr: usize,
+    /// The peer may read it (`rioread`): Read Responses from it may be
+    /// queued behind our last bytes at a close
+    /// ([`detach_program_memory`]).
+    readable: bool,
 }
 
 /// Kind of an asynchronous operation.
@@ -153,8 +157,8 @@ unsafe impl Send for AioRecv {}
 
 #[derive(Debug)]
 struct RioOp {
-    /// The registrations of the request's local segments (a read's
-    /// dropped at the program's close: [`release_written_memory`]).
+    /// The registrations of the request's local segments (on private
+    /// copies from the program's close on: [`detach_program_memory`]).
     mrs: Vec<Mr>,
     op: AioOp,
     len: usize,
@@ -331,28 +335,55 @@ pub(crate) fn shut_write(x: &XSocket, st: &mut State) {
     }
 }
 
-/// At the program's close (`XSocket::begin_locked`): no byte the peer
-/// sends reaches the program's memory after it. The close returns at once
-/// while the library ends the connection (the preload's reaper, up to the
-/// linger), and the program may free or reuse what it handed over: its
-/// mappings (`riomap`) are deregistered — a one-sided access the peer
-/// makes later fails, a remote protection error that ends the connection,
-/// as bytes after a TCP close draw a reset — and so are the buffers of
-/// asynchronous receives and reads not completed (their completions could
-/// never be collected), a sink offered for a receive included. Before, a
-/// peer's `riowrite`, or the bytes it sent into a receive's sink, landed
-/// in the program's memory for as long as the close lasted.
-pub(crate) fn release_written_memory(st: &mut State) {
-    st.maps.clear();
+/// At the program's close (`XSocket::begin_locked`): the memory the
+/// program handed over is its own again — no byte the peer sends reaches
+/// it, and the engine reads none of it, after the close. The close returns
+/// at once while the library ends the connection (the preload's reaper, up
+/// to the linger), and the program may free or reuse that memory. Before,
+/// a peer's `riowrite`, or the bytes it sent into a receive's sink, landed
+/// there for as long as the close lasted.
+///
+/// * A mapping the peer may only write is deregistered: its later access
+///   fails (a remote protection error ends the connection, as bytes after
+///   a TCP close draw a reset).
+/// * One it may read goes on from a private copy
+///   ([`Mr::keep_private_copy`]): Read Responses from it may be queued
+///   ahead of our last bytes and our end of stream, and a registration
+///   gone under them lost those (helper 69's review: the peer read a clean
+///   end after a short stream).
+/// * Asynchronous receives not completed are dropped (their completions
+///   could never be collected); a sink offered for one stays offered, on
+///   a private copy (State::kept): bytes the peer had already sent into it
+///   complete it as the peer says, and count as received after the close
+///   (a reset, as TCP's for bytes after a close), where a sink forgotten
+///   made its late Write and completion a protocol breach (`EPROTO` at
+///   both ends).
+/// * Asynchronous sends, writes and reads not completed go on from (or
+///   into) private copies of their buffers: the orderly close still sends
+///   what was queued before it, as TCP's sends the bytes its calls took.
+///
+/// The copies cost what the readable mappings and those buffers hold.
+pub(crate) fn detach_program_memory(st: &mut State) {
+    st.maps.retain(|_, m| {
+        if m.readable {
+            m.mr.keep_private_copy();
+        }
+        m.readable
+    });
     for r in std::mem::take(&mut st.aio.recvs) {
-        if let Some((id, mr)) = r.sink {
-            st.s.release_sink(id);
-            drop(mr);
+        if let Some((_, mr)) = r.sink {
+            mr.keep_private_copy();
+            st.kept.push(mr);
         }
     }
-    for op in st.aio.rio.values_mut() {
-        if op.op == AioOp::Read {
-            op.mrs.clear();
+    for op in st.aio.rio.values() {
+        for mr in &op.mrs {
+            mr.keep_private_copy();
+        }
+    }
+    for s in &st.aio.sends {
+        if let Some(mr) = &s.mr {
+            mr.keep_private_copy();
         }
     }
 }
@@ -624,8 +655,9 @@ impl XSocket {
     ///
     /// # Safety
     /// The memory must stay valid until [`Self::riounmap`] or the socket's
-    /// close begins ([`Self::close`], [`Self::close_begin`]: every mapping
-    /// ends then, `release_written_memory`) or its drop, and the
+    /// close begins ([`Self::close`], [`Self::close_begin`]: the mapping
+    /// ends then, or goes on from a copy, `detach_program_memory`) or its
+    /// drop, and the
     /// application must expect the peer to change it at any time while
     /// mapped.
     #[allow(unsafe_code)]
@@ -687,6 +719,7 @@ impl XSocket {
             LocalMap {
                 mr,
                 ptr: ptr as usize,
+                readable,
             },
         );
         st.s.announce_map(ad);
@@ -783,7 +816,8 @@ impl XSocket {
     ///
     /// # Safety
     /// The buffer must stay valid and unchanged until the completion is
-    /// collected.
+    /// collected, or the socket's close begins (the send goes on from a
+    /// private copy then: `detach_program_memory`).
     #[allow(unsafe_code)]
     pub unsafe fn aio_send(&self, ptr: *const u8, len: usize, cookie: u64) -> io::Result<()> {
         let mut st = self.lock();
@@ -834,7 +868,7 @@ impl XSocket {
     /// # Safety
     /// The buffer must stay valid and untouched until the completion is
     /// collected, or the socket's close begins (the receive is dropped
-    /// then, with no completion: `release_written_memory`).
+    /// then, with no completion: `detach_program_memory`).
     #[allow(unsafe_code)]
     pub unsafe fn aio_recv(&self, ptr: *mut u8, len: usize, cookie: u64) -> io::Result<()> {
         if len == 0 {
@@ -856,7 +890,9 @@ impl XSocket {
     ///
     /// # Safety
     /// The buffer must stay valid (and, for a write, unchanged; for a read,
-    /// untouched) until the completion is collected.
+    /// untouched) until the completion is collected, or the socket's close
+    /// begins (the request goes on with a private copy then:
+    /// `detach_program_memory`).
     #[allow(unsafe_code)]
     pub unsafe fn aio_rio(
         &self,

@@ -149,6 +149,7 @@ impl XSocket {
                 tx_free: (0..tx_slots).rev().collect(),
                 call_wrs: HashMap::new(),
                 orphans: Vec::new(),
+                kept: Vec::new(),
                 next_id: 0,
                 error: None,
                 driving: false,

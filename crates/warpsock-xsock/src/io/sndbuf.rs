@@ -185,27 +185,9 @@ pub fn for_each_holder(mut f: impl FnMut(RawFd)) {
 }
 
 /// Resets the TCP connection on `fd` at once (an RST; the descriptor stays
-/// valid): `SO_LINGER` 0, then `connect` to `AF_UNSPEC`, which
-/// disconnects a TCP socket (Linux `tcp_disconnect`, an active reset from
-/// an established state; raw: [`super::sys::disconnect`]).
+/// valid): [`warpsock_engine::reset_now`].
 pub(crate) fn reset(fd: RawFd) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: a plain system call on a socket descriptor, reading a
-    // `linger` from the stack.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
-    super::sys::disconnect(fd);
+    warpsock_engine::reset_now(fd);
 }
 
 /// The smallest send buffer bound `SO_SNDBUF` sets ([`XSocket::set_sndbuf`]):

@@ -69,9 +69,14 @@ pub(crate) struct State {
     pub(crate) call_wrs: HashMap<u64, usize>,
     /// Zero-copy send calls that returned at their timeout with requests
     /// the engine had not read yet: their registrations (on private
-    /// copies), dropped as the last request completes
-    /// ([`XSocket::release_orphan`]). At most one per such call.
-    pub(crate) orphans: Vec<(u64, Vec<Mr>)>,
+    /// copies) and the bytes copied, dropped as the last request completes
+    /// ([`XSocket::release_orphan`]). At most one per such call, and
+    /// `ORPHANS_MAX` bytes a socket (`send_locked`).
+    pub(crate) orphans: Vec<(u64, Vec<Mr>, usize)>,
+    /// Registrations kept past the program's close on private copies (the
+    /// sinks of its asynchronous receives: `rio::detach_program_memory`),
+    /// until the socket goes.
+    pub(crate) kept: Vec<Mr>,
     pub(crate) next_id: u64,
     /// Why the connection ended, once it did.
     pub(crate) error: Option<(i32, String)>,

@@ -97,24 +97,6 @@ pub(crate) fn debug_line(mut line: &[u8]) {
     }
 }
 
-/// Disconnects the TCP socket `fd`: `connect` to `AF_UNSPEC` (Linux
-/// `tcp_disconnect`), as the raw system call (libc's `connect` is a
-/// cancellation point).
-pub(crate) fn disconnect(fd: RawFd) {
-    // SAFETY: sockaddr is plain data; all-zero is a valid empty one.
-    let mut a: libc::sockaddr = unsafe { std::mem::zeroed() };
-    a.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
-    // SAFETY: reads a `sockaddr` from the stack.
-    unsafe {
-        libc::syscall(
-            libc::SYS_connect,
-            libc::c_long::from(fd),
-            &a as *const libc::sockaddr,
-            size_of::<libc::sockaddr>() as libc::c_long,
-        )
-    };
-}
-
 /// `SIOCATMARK` (asm-generic/sockios.h; the libc crate lacks it).
 const SIOCATMARK: libc::c_ulong = 0x8905;
 

@@ -68,7 +68,7 @@
 //! handlers) is not held, and its child keeps a duplicate open then.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -473,15 +473,18 @@ fn round(w: &Watcher) -> bool {
 
 /// [`WINDOW`]: `answer_on`'s duplicate is being made (its `dup`, then its
 /// number's record in [`DUP_FD`]): a fork waits for it.
-const DUPLICATING: u8 = 1;
-/// [`WINDOW`]: a fork is being made (between its prepare handler and its
+const DUPLICATING: u32 = 1;
+/// [`WINDOW`]: one fork being made (between its prepare handler and its
 /// parent's): no duplicate is made until it is.
-const FORKING: u8 = 2;
+const FORKING: u32 = 2;
 
 /// The making of the answer's duplicate against forks (`DUPLICATING`,
 /// `FORKING`): a fork's child has the duplicate only once [`DUP_FD`] names
 /// it, and its fork handler closes it ([`forget_after_fork`]).
-static WINDOW: AtomicU8 = AtomicU8::new(0);
+/// Forks are counted (in units of [`FORKING`]): of two threads' forks at
+/// once, the first's parent handler must not let a duplicate be made while
+/// the second is still being made (helper 69's review).
+static WINDOW: AtomicU32 = AtomicU32::new(0);
 
 /// The answer's duplicate while it is open (-1: none), and its socket
 /// ([`DUP_ID`]; set before the number): what a fork's child closes.
@@ -498,7 +501,7 @@ static DUP_ID: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// 4). Async-signal-safe (a handler's fork): atomics, the clock and
 /// `nanosleep`.
 pub(in crate::xsock) fn hold_answers_for_fork() {
-    if WINDOW.fetch_or(FORKING, Ordering::AcqRel) & DUPLICATING == 0 {
+    if WINDOW.fetch_add(FORKING, Ordering::AcqRel) & DUPLICATING == 0 {
         return;
     }
     let deadline = Instant::now() + FORK_WAIT_MAX;
@@ -510,7 +513,7 @@ pub(in crate::xsock) fn hold_answers_for_fork() {
 /// After a `fork`, in the parent: duplicates are made again. (The child
 /// starts afresh: [`forget_after_fork`].)
 pub(in crate::xsock) fn release_answers_after_fork() {
-    WINDOW.fetch_and(!FORKING, Ordering::AcqRel);
+    WINDOW.fetch_sub(FORKING, Ordering::AcqRel);
 }
 
 /// The answer's duplicate of the program's connection, recorded in
