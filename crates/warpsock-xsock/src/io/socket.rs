@@ -45,7 +45,7 @@ use super::rio::{Aio, LocalMap};
 use super::settings::{Count, Counters, Options, Readiness};
 use super::slots::SlotMem;
 use crate::stream::Stream;
-use crate::wire::{Hello, Msg, MAX_CONTROL_LEN};
+use crate::wire::{Msg, MAX_CONTROL_LEN};
 
 /// Identifies a send work request: what it holds until it completes.
 /// `WR_SLOT | slot`: a transmit slot. `WR_CALL | (slot + 1) << 36 | call`:
@@ -322,27 +322,6 @@ pub struct XSocket {
 pub(crate) const TERMINATE_CODE: TermCode = TermCode::RDMAP_OPERATION_UNSPECIFIED;
 
 impl XSocket {
-    /// Local address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
-    }
-
-    /// Peer address.
-    pub fn peer_addr(&self) -> SocketAddr {
-        self.peer
-    }
-
-    /// What the peer announced.
-    pub fn peer_hello(&self) -> Hello {
-        self.lock().s.peer()
-    }
-
-    /// This socket's byte counters (the process's, [`counters`](super::counters), add up
-    /// every socket's).
-    pub fn stats(&self) -> &Counters {
-        &self.stats
-    }
-
     /// Counts `n` bytes in this socket's counters (the process's sum them)
     /// (received bytes are counted as copied or placed, and in total).
     ///
@@ -398,17 +377,6 @@ impl XSocket {
         let mut st = self.st.lock().unwrap_or_else(PoisonError::into_inner);
         st.locks += 1;
         st
-    }
-
-    /// Message mode: every read returns at most one of the peer's sends
-    /// (`recv_msg` says whether it ended it).
-    pub fn set_msg_mode(&self, on: bool) {
-        self.lock().msg_mode = on;
-    }
-
-    /// Whether message mode is on.
-    pub fn msg_mode(&self) -> bool {
-        self.lock().msg_mode
     }
 
     // ------------------------------------------------------------------
@@ -847,12 +815,6 @@ impl XSocket {
         }
     }
 
-    /// Bytes a read would return now (`FIONREAD`).
-    pub fn readable_bytes(&self) -> usize {
-        let st = self.lock_look();
-        st.residue.len() - st.residue_off + st.s.readable()
-    }
-
     /// The look taken after every call (the `*_ready` calls): in message
     /// mode a held part no read would return yet counts as readable here;
     /// where a poll asks, [`Self::readiness_polled`] tells it apart.
@@ -899,12 +861,8 @@ impl XSocket {
             .as_ref()
             .map(|(errno, _)| io::Error::from_raw_os_error(*errno))
     }
-
-    /// Why the connection failed, if it did (`SO_ERROR`).
-    pub fn error(&self) -> Option<(i32, String)> {
-        self.lock().error.clone()
-    }
 }
 
 mod diag;
 mod ended;
+mod info;
