@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use warpsock_proto::{Backing, Sge, Stag};
+use warpsock_proto::{Access, Backing, Sge, Stag};
 
 use crate::context::{Inner, Shared};
 use crate::error::{Error, Result};
@@ -268,36 +268,47 @@ impl Mr {
     /// the copy, as a copied send's would. Waits for closures on the
     /// region (`with_bytes`) to end; a region made here ([`crate::Pd::alloc`])
     /// or copied already is left as it is. Pages `mlock`ed are unlocked
-    /// (the copy is not locked).
-    pub fn keep_private_copy(&self) {
-        self.keep_private_copy_of(self.len);
+    /// (the copy is not locked). `false`: the copy could not be allocated,
+    /// and nothing changed.
+    pub fn keep_private_copy(&self) -> bool {
+        self.keep_private_copy_of(0..self.len, Access::LOCAL_READ)
     }
 
-    /// [`Self::keep_private_copy`] of the first `keep` bytes alone: the
-    /// rest of the copy is zeros (pages the kernel gives on first touch:
-    /// a large region whose requests name only its start costs only that).
-    /// For a caller that knows no request names the bytes past `keep`.
-    pub fn keep_private_copy_of(&self, keep: usize) {
+    /// [`Self::keep_private_copy`] of the bytes `keep` alone, taking
+    /// `revoke` from the region's rights under the same lock: the rest of
+    /// the copy is zeros, pages the kernel gives on first touch (a region
+    /// whose requests name few of its bytes, or only write it, costs only
+    /// those). For a caller that knows no request reads the bytes outside
+    /// `keep`.
+    pub fn keep_private_copy_of(&self, keep: std::ops::Range<usize>, revoke: Access) -> bool {
         // No closure reads the old memory past this point.
         let _only = self.borrow(true);
         let mut st = self.sh.inner.lock();
-        let Some(backing) = st.reg.backing_mut(self.stag) else {
-            return;
+        let stag = self.stag;
+        let Some(backing) = st.reg.backing_mut(stag) else {
+            return true;
         };
         if backing.is_owned() {
-            return;
+            st.reg.revoke(stag, revoke);
+            return true;
         }
-        let keep = keep.min(self.len);
-        let mut bytes = vec![0u8; self.len].into_boxed_slice();
-        bytes[..keep].copy_from_slice(&backing.bytes()[..keep]);
+        let Some(mut bytes) = zeroed(self.len) else {
+            return false;
+        };
+        let keep = keep.start.min(self.len)..keep.end.min(self.len);
+        if !keep.is_empty() {
+            bytes[keep.clone()].copy_from_slice(&backing.bytes()[keep]);
+        }
         let copy = Mem::owned(bytes);
         let base = copy.addr();
         // The caller memory's handle (not owned: dropping it frees nothing).
         drop(std::mem::replace(backing, copy));
+        st.reg.revoke(stag, revoke);
         if self.locked.swap(false, Ordering::Relaxed) {
             sys::munlock(self.base() as *const u8, self.len);
         }
         self.base.store(base, Ordering::Relaxed);
+        true
     }
 
     /// A copy of the region's bytes.
@@ -328,6 +339,24 @@ impl Drop for Mr {
             sys::munlock(self.base() as *const u8, self.len);
         }
         self.sh.inner.lock().reg.deregister(self.stag);
+    }
+}
+
+/// `len` zero bytes, allocated zeroed (pages the kernel gives on first
+/// touch), or `None` if the allocator refuses (a copy that fails, not an
+/// abort of the process).
+fn zeroed(len: usize) -> Option<Box<[u8]>> {
+    if len == 0 {
+        return Some(Box::default());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
+    // SAFETY: a layout of `len > 0` bytes; the pointer, if not null, is a
+    // fresh zeroed allocation of that layout, owned by the box made here
+    // (freed with `u8`'s layout of `len` bytes, the same).
+    #[allow(unsafe_code)]
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout);
+        (!p.is_null()).then(|| Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)))
     }
 }
 
@@ -380,24 +409,24 @@ mod tests {
         // SAFETY: `buf` stays valid until the private copy is made.
         let m = unsafe { pd.register_raw(buf.as_mut_ptr(), buf.len(), Access::LOCAL_READ) };
         let key = m.lkey();
-        m.keep_private_copy();
+        assert!(m.keep_private_copy());
         buf.fill(0);
         drop(buf);
         assert_eq!(m.to_vec(), vec![7u8; 16]);
         assert_eq!(m.lkey(), key);
-        m.keep_private_copy();
+        assert!(m.keep_private_copy());
         assert_eq!(m.to_vec(), vec![7u8; 16]);
         let own = pd.alloc(4, Access::LOCAL_WRITE);
         own.write(0, &[1, 2, 3, 4]);
-        own.keep_private_copy();
+        assert!(own.keep_private_copy());
         assert_eq!(own.to_vec(), vec![1, 2, 3, 4]);
         // Of a prefix: the rest reads as zeros.
         let mut buf = vec![5u8; 8];
         #[allow(unsafe_code)]
         // SAFETY: `buf` stays valid until the private copy is made.
         let m = unsafe { pd.register_raw(buf.as_mut_ptr(), buf.len(), Access::LOCAL_READ) };
-        m.keep_private_copy_of(3);
+        assert!(m.keep_private_copy_of(2..5, Access::REMOTE_WRITE));
         drop(buf);
-        assert_eq!(m.to_vec(), vec![5, 5, 5, 0, 0, 0, 0, 0]);
+        assert_eq!(m.to_vec(), vec![0, 0, 5, 5, 5, 0, 0, 0]);
     }
 }

@@ -255,6 +255,17 @@ impl<B: Backing> Registry<B> {
         }
     }
 
+    /// Takes `rights` from a region (a socket layer's close: a mapping
+    /// the peer may read stays readable, no longer writable). Nothing if
+    /// `stag` names no region.
+    pub fn revoke(&mut self, stag: Stag, rights: Access) {
+        if let Some(Some(s)) = self.slots.get_mut((stag >> 8) as usize) {
+            if s.info.stag == stag {
+                s.info.access = Access(s.info.access.0 & !rights.0);
+            }
+        }
+    }
+
     /// Marks an STag invalid (Send with Invalidate, local invalidate).
     /// Fails with [`MemError::InvalidStag`] if it names no valid region,
     /// [`MemError::PdMismatch`] for another domain, [`MemError::Access`]

@@ -446,7 +446,15 @@ impl XSocket {
 
     fn begin_locked(&self, st: &mut State, linger: Duration, now: Instant) -> Closing {
         st.s.mark_closing();
-        super::rio::detach_program_memory(st);
+        if !super::rio::detach_program_memory(st) {
+            self.fail(
+                st,
+                libc::ENOMEM,
+                "the close could not copy what it still sends from the program's memory".into(),
+            );
+            reset(self.tcp_fd);
+            super::rio::forget_program_memory(self, st);
+        }
         super::rio::shut_write(self, st);
         // Closed: shut both ways (bytes that come now reset the
         // connection, as at TCP's closed socket).

@@ -190,59 +190,37 @@ impl XSocket {
             // bound). The registrations live until the requests complete
             // (`XSocket::release_orphan`). Only the bytes posted are
             // copied (the call returns their count; no request names the
-            // rest: helper 69's review, a 128 MiB call copied whole), and
-            // at most `ORPHANS_MAX` a socket: past it — a peer that offered
-            // a vast sink and stopped reading, call after call — the
-            // connection fails instead (`ETIMEDOUT`, reset), as a one-sided
-            // call's at its timeout.
+            // rest: helper 69's review, a 128 MiB call copied whole).
             let posted = r.as_ref().map_or(g.len(), |&n| n);
-            let held: usize = st.orphans.iter().map(|o| o.2).sum();
-            if held + posted > Self::ORPHANS_MAX {
-                return self.abandon_call(st, call, user_mrs);
-            }
             let mut start = 0;
+            let mut copied = true;
             for mr in &user_mrs {
-                mr.keep_private_copy_of(posted.saturating_sub(start));
+                let keep = 0..posted.saturating_sub(start).min(mr.len());
+                copied &= mr.keep_private_copy_of(keep, Access::LOCAL_READ);
                 start += mr.len();
             }
-            st.orphans.push((call, user_mrs, posted));
-            return (r, Some(st));
+            if copied {
+                st.orphans.push((call, user_mrs, posted));
+                return (r, Some(st));
+            }
+            // No memory for the copies: the connection fails (a reset:
+            // the engine flushes every request, none reads the caller's
+            // buffer once its registrations go below).
+            self.fail(
+                &mut st,
+                libc::ENOMEM,
+                "a send past its timeout could not copy what it still sends".into(),
+            );
+            super::sndbuf::reset(self.tcp_fd);
+            self.qp.disconnect();
+            Self::end_call(&mut st, call);
+            drop(st);
+            drop(user_mrs);
+            return (Err(io::Error::from_raw_os_error(libc::ENOMEM)), None);
         }
         drop(st);
         drop(user_mrs);
         (r, None)
-    }
-
-    /// Most bytes of zero-copy send calls past their timeout a socket
-    /// holds in private copies ([`State::orphans`]).
-    const ORPHANS_MAX: usize = 64 << 20;
-
-    /// A zero-copy call past its timeout whose bytes still queued would
-    /// pass [`Self::ORPHANS_MAX`]: the connection fails (`ETIMEDOUT`, and
-    /// a reset: the engine flushes every request, none reads the caller's
-    /// buffer after its registrations go here) and the call with it.
-    #[cold]
-    #[inline(never)]
-    fn abandon_call<'a>(
-        &'a self,
-        mut st: MutexGuard<'a, State>,
-        call: u64,
-        mrs: Vec<Mr>,
-    ) -> (io::Result<usize>, Option<MutexGuard<'a, State>>) {
-        self.fail(
-            &mut st,
-            libc::ETIMEDOUT,
-            format!(
-                "a send was not done within its timeout, with more than {} MiB held for it",
-                Self::ORPHANS_MAX >> 20
-            ),
-        );
-        super::sndbuf::reset(self.tcp_fd);
-        self.qp.disconnect();
-        Self::end_call(&mut st, call);
-        drop(st);
-        drop(mrs);
-        (Err(io::Error::from_raw_os_error(libc::ETIMEDOUT)), None)
     }
 
     /// A send call of one small copied message as one straight path: one

@@ -334,45 +334,78 @@ pub(crate) fn shut_write(x: &XSocket, st: &mut State) {
 ///   fails (a remote protection error ends the connection, as bytes after
 ///   a TCP close draw a reset).
 /// * One it may read goes on from a private copy
-///   ([`Mr::keep_private_copy`]): Read Responses from it may be queued
-///   ahead of our last bytes and our end of stream, and a registration
-///   gone under them lost those (helper 69's review: the peer read a clean
-///   end after a short stream).
+///   ([`Mr::keep_private_copy`]), no longer writable: Read Responses from
+///   it may be queued ahead of our last bytes and our end of stream, and a
+///   registration gone under them lost those (helper 69's review: the peer
+///   read a clean end after a short stream).
 /// * Asynchronous receives not completed are dropped (their completions
-///   could never be collected); a sink offered for one stays offered, on
-///   a private copy (State::kept): bytes the peer had already sent into it
-///   complete it as the peer says, and count as received after the close
+///   could never be collected); a sink offered for one is withdrawn
+///   (`SINK_CANCEL`), its registration kept on zeroed pages until the
+///   socket goes (`State::kept`): bytes the peer had already sent into it
+///   complete it as the peer says and count as received after the close
 ///   (a reset, as TCP's for bytes after a close), where a sink forgotten
 ///   made its late Write and completion a protocol breach (`EPROTO` at
 ///   both ends).
-/// * Asynchronous sends, writes and reads not completed go on from (or
-///   into) private copies of their buffers: the orderly close still sends
-///   what was queued before it, as TCP's sends the bytes its calls took.
+/// * Asynchronous sends and writes not completed go on from private
+///   copies of their buffers, reads into zeroed pages: the orderly close
+///   still sends what was queued before it, as TCP's sends the bytes its
+///   calls took.
 ///
-/// The copies cost what the readable mappings and those buffers hold.
-pub(crate) fn detach_program_memory(st: &mut State) {
+/// What a copy costs: the readable mappings and the pending sends' and
+/// writes' buffers (receive destinations only the pages the peer's bytes
+/// reach). `false`: a copy could not be allocated; the caller then
+/// forgets the rest ([`forget_program_memory`]) and resets.
+pub(crate) fn detach_program_memory(st: &mut State) -> bool {
+    let mut ok = true;
     st.maps.retain(|_, m| {
-        if m.readable {
-            m.mr.keep_private_copy();
+        m.readable && {
+            let kept =
+                m.mr.keep_private_copy_of(0..m.mr.len(), Access::REMOTE_WRITE);
+            ok &= kept;
+            kept
         }
-        m.readable
     });
     for r in std::mem::take(&mut st.aio.recvs) {
-        if let Some((_, mr)) = r.sink {
-            mr.keep_private_copy();
-            st.kept.push(mr);
+        if let Some((id, mr)) = r.sink {
+            st.s.cancel_sink(id);
+            // Written only (no rights taken: LOCAL_READ is none).
+            if mr.keep_private_copy_of(0..0, Access::LOCAL_READ) {
+                st.kept.push(mr);
+            } else {
+                ok = false;
+                st.s.release_sink(id);
+            }
         }
     }
     for op in st.aio.rio.values() {
         for mr in &op.mrs {
-            mr.keep_private_copy();
+            ok &= if op.op == AioOp::Read {
+                mr.keep_private_copy_of(0..0, Access::LOCAL_READ)
+            } else {
+                mr.keep_private_copy()
+            };
         }
     }
     for s in &st.aio.sends {
         if let Some(mr) = &s.mr {
-            mr.keep_private_copy();
+            ok &= mr.keep_private_copy();
         }
     }
+    ok
+}
+
+/// After [`detach_program_memory`] failed, the connection failed and
+/// reset by the caller: every registration still on the program's memory
+/// goes — the mappings' and the one-sided requests' here, the sends'
+/// with them ([`pump`]: a failed connection's sends complete at once).
+/// The requests that named them end with the connection.
+pub(crate) fn forget_program_memory(x: &XSocket, st: &mut State) {
+    debug_assert!(st.over());
+    st.maps.clear();
+    for op in st.aio.rio.values_mut() {
+        op.mrs.clear();
+    }
+    pump(x, st);
 }
 
 /// Whether our end of the stream is shut, or waits to be behind queued

@@ -70,8 +70,7 @@ pub(crate) struct State {
     /// Zero-copy send calls that returned at their timeout with requests
     /// the engine had not read yet: their registrations (on private
     /// copies) and the bytes copied, dropped as the last request completes
-    /// ([`XSocket::release_orphan`]). At most one per such call, and
-    /// `ORPHANS_MAX` bytes a socket (`send_locked`).
+    /// ([`XSocket::release_orphan`]). At most one per such call.
     pub(crate) orphans: Vec<(u64, Vec<Mr>, usize)>,
     /// Registrations kept past the program's close on private copies (the
     /// sinks of its asynchronous receives: `rio::detach_program_memory`),
