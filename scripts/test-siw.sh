@@ -615,6 +615,16 @@ PT_PORT_write=$((18515 + OFF)); PT_PORT_read=$((18516 + OFF)); PT_PORT_send=$((1
 # produce a report", exit 1 -- under TCG on a loaded host; test-verbs.sh
 # met it in the CI of ca0ad2f): the transfer ran, the report did not.
 guest_port() { case $1 in write) echo 18515 ;; read) echo 18516 ;; send) echo 18517 ;; esac; }
+# pt_relisten TEST: waits (10 s at most) until the VM's perftest server for
+# TEST listens again (its respawn loop: 0.3 s, then its start).
+pt_relisten() {
+    vm_exec "i=0; while ! grep -q ':$(printf %04X "$(guest_port $1)") 00000000:0000 0A' /proc/net/tcp; do
+                 i=\$((i+1)); [ \$i -gt 100 ] && break; sleep 0.1; done" >/dev/null || true
+}
+# pt_server_closed OUTFILE: whether the run ended at a hand shake the siw
+# perftest server closed first (it closes early, before its result, on a
+# loaded host: its clock calibration refused; not our side's doing).
+pt_server_closed() { grep -q "hand shake.*: peer closed the connection" "$1"; }
 for t in write read send; do       # 256 MiB each, verified, not captured
     port_var=PT_PORT_$t; again=""
     for attempt in 1 2; do
@@ -625,7 +635,7 @@ for t in write read send; do       # 256 MiB each, verified, not captured
         # (The calibration runs after the transfer: ~0.2 s of busy waits.)
         refused=$(vm_exec "sleep 1; tail -n +$((${seen:-0} + 1)) /tmp/$t.log | grep -c 'produce a report' || true" | tr -dc 0-9) || true
         [ "$attempt" = 1 ] || break
-        { [ "$rc" != 0 ] && grep -q "hand shake.*: peer closed the connection" "$WORK/pt-$t.out"; } ||
+        { [ "$rc" != 0 ] && pt_server_closed "$WORK/pt-$t.out"; } ||
             [ "${refused:-0}" -gt 0 ] || break
         vm_exec "tail -15 /tmp/$t.log" >"$WORK/pt-$t.srv.try1" 2>&1 || true
         mv "$WORK/pt-$t.out" "$WORK/pt-$t.out.try1"
@@ -633,9 +643,7 @@ for t in write read send; do       # 256 MiB each, verified, not captured
         [ "${refused:-0}" -gt 0 ] && how="refused its clock calibration (r^2 < 0.9)"
         again="run again: in run 1 the siw server $how ($(tail -3 "$WORK/pt-$t.srv.try1" | tr -s ' \n' ' '))"
         echo "    perftest-$t-256MiB: $again" >&2
-        # The server's respawn loop listens again (0.3 s, then its start).
-        vm_exec "i=0; while ! grep -q ':$(printf %04X "$(guest_port $t)") 00000000:0000 0A' /proc/net/tcp; do
-                     i=\$((i+1)); [ \$i -gt 100 ] && break; sleep 0.1; done" >/dev/null || true
+        pt_relisten $t
     done
     srv=$(vm_exec "grep -A1 '#bytes' /tmp/$t.log | tail -1" | tr -s ' ' | sed 's/^ //')
     why=""
@@ -655,7 +663,10 @@ for t in write read send; do
     # A capture tcpdump lost packets of (kernel drops: tcpdump starved of
     # CPU on a loaded host) is misframed from the first gap on and says
     # nothing of the bytes on the wire: the run is made again, up to three
-    # times, and fails only if every capture was incomplete.
+    # times, and fails only if every capture was incomplete. So is a run
+    # whose siw server closed a hand shake first (as the 256 MiB runs'
+    # first attempt, above: the server's, not ours; session 55's CI, the
+    # Send run's closing hand shake).
     for attempt in 1 2 3; do
         rc=0
         cap_start "$cap" "${!port_var}"
@@ -663,6 +674,11 @@ for t in write read send; do
             >"$WORK/pt-$t-cap.out" 2>&1 || rc=$?
         cap_stop
         drops=$(cap_drops "$cap")
+        if [ "$rc" != 0 ] && pt_server_closed "$WORK/pt-$t-cap.out" && [ $attempt -lt 3 ]; then
+            echo "perftest-$t-captured-crc: the siw server closed a hand shake first in attempt $attempt of 3; run again" >&2
+            pt_relisten $t
+            continue
+        fi
         [ "$drops" = 0 ] && break
         echo "perftest-$t-captured-crc: tcpdump lost $drops packets (kernel drops) in attempt $attempt of 3" >&2
     done
