@@ -292,6 +292,14 @@ impl Qp {
         self.with(|st, _| st.qp(self.qi).tx_backlog())
     }
 
+    /// Whether output still to be written reads the region `stag` (a
+    /// Read Response from it the peer asked for, queued or under way): a
+    /// socket layer's close keeps such a region, on a copy, and lets the
+    /// others go without reading them.
+    pub fn reads_region(&self, stag: crate::proto::Stag) -> bool {
+        self.with(|st, _| st.qp(self.qi).reads_region(stag))
+    }
+
     /// Whether the engine has read the end of the peer's byte stream (its
     /// FIN), or the connection is over: its socket then stays readable
     /// (EOF) for good, and the engine stops watching it for input (a

@@ -58,7 +58,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use warpsock_proto::{
-    CloseReason, Connection, Event, GatheredFpdu, Registry, TxSegment, WorkCompletion,
+    CloseReason, Connection, Event, GatheredFpdu, Registry, Stag, TxPart, TxSegment, WorkCompletion,
 };
 
 pub(crate) use crate::error::transport_error;
@@ -383,6 +383,18 @@ impl QpSlot {
     /// Bytes sealed into segments and not yet accepted by the kernel (the
     /// socket's send buffer was full): only a round after it drains sends
     /// them.
+    /// Whether output still to be written reads region `stag`: a Read
+    /// Response the core has queued or is sending, or a segment sealed
+    /// from it and not yet in the kernel.
+    pub(crate) fn reads_region(&self, stag: Stag) -> bool {
+        self.conn.reads_pending_from(stag)
+            || self.txq.iter().any(|seg| {
+                seg.parts()
+                    .iter()
+                    .any(|p| matches!(p, TxPart::Memory(r) if r.stag == stag))
+            })
+    }
+
     pub(crate) fn tx_backlog(&self) -> u64 {
         self.queued - self.written
     }

@@ -652,6 +652,14 @@ impl Connection {
         self.sq.len()
     }
 
+    /// Whether a Read Response still to be sent reads region `stag` (an
+    /// inbound Read Request queued or being answered).
+    pub fn reads_pending_from(&self, stag: Stag) -> bool {
+        self.irq
+            .iter()
+            .any(|e| e.source.is_some_and(|r| r.stag == stag))
+    }
+
     /// Receives posted and not yet consumed.
     pub fn rq_outstanding(&self) -> usize {
         self.rq.len()

@@ -444,9 +444,26 @@ impl XSocket {
         self.qp.read_closed()
     }
 
-    fn begin_locked(&self, st: &mut State, linger: Duration, now: Instant) -> Closing {
-        st.s.mark_closing();
-        if !super::rio::detach_program_memory(st) {
+    /// The program's close, in its own call, before it returns: the
+    /// memory it handed over becomes its own again
+    /// (`rio::detach_program_memory`). A close finished elsewhere later
+    /// (the preload's reaper: `close(2)` returns at once) must make this
+    /// first — by then the program may have freed that memory (session
+    /// 55's CI: ASan saw the reaper copy a mapping the program had freed
+    /// after its close). `None`: the socket's lock is taken now (a signal
+    /// handler's close over a call holding it), nothing done; the close's
+    /// start does it then. Once per socket.
+    pub fn try_detach_program_memory(&self) -> Option<()> {
+        let mut st = self.try_lock_now()?;
+        self.detach_locked(&mut st);
+        Some(())
+    }
+
+    fn detach_locked(&self, st: &mut State) {
+        if std::mem::replace(&mut st.detached, true) {
+            return;
+        }
+        if !super::rio::detach_program_memory(self, st) {
             self.fail(
                 st,
                 libc::ENOMEM,
@@ -455,6 +472,11 @@ impl XSocket {
             reset(self.tcp_fd);
             super::rio::forget_program_memory(self, st);
         }
+    }
+
+    fn begin_locked(&self, st: &mut State, linger: Duration, now: Instant) -> Closing {
+        st.s.mark_closing();
+        self.detach_locked(st);
         super::rio::shut_write(self, st);
         // Closed: shut both ways (bytes that come now reset the
         // connection, as at TCP's closed socket).

@@ -334,10 +334,15 @@ pub(crate) fn shut_write(x: &XSocket, st: &mut State) {
 ///   fails (a remote protection error ends the connection, as bytes after
 ///   a TCP close draw a reset).
 /// * One it may read goes on from a private copy
-///   ([`Mr::keep_private_copy`]), no longer writable: Read Responses from
-///   it may be queued ahead of our last bytes and our end of stream, and a
-///   registration gone under them lost those (helper 69's review: the peer
-///   read a clean end after a short stream).
+///   ([`Mr::keep_private_copy`]), no longer writable, while a Read
+///   Response from it is queued or under way
+///   ([`warpsock_engine::Qp::reads_region`]): it may be queued ahead of
+///   our last bytes and our end of stream, and a registration gone under
+///   it lost those (helper 69's review: the peer read a clean end after a
+///   short stream). Any other goes as a write-only one does, its bytes not
+///   read: a program that freed it before its close (past `riomap`'s
+///   contract, but harmless over TCP-minded code) had the copy read freed
+///   memory (session 55's CI: ASan, `tests/c/xsock.c`'s aio case).
 /// * Asynchronous receives not completed are dropped (their completions
 ///   could never be collected); a sink offered for one is withdrawn
 ///   (`SINK_CANCEL`), its registration kept on zeroed pages until the
@@ -355,10 +360,10 @@ pub(crate) fn shut_write(x: &XSocket, st: &mut State) {
 /// writes' buffers (receive destinations only the pages the peer's bytes
 /// reach). `false`: a copy could not be allocated; the caller then
 /// forgets the rest ([`forget_program_memory`]) and resets.
-pub(crate) fn detach_program_memory(st: &mut State) -> bool {
+pub(crate) fn detach_program_memory(x: &XSocket, st: &mut State) -> bool {
     let mut ok = true;
     st.maps.retain(|_, m| {
-        m.readable && {
+        m.readable && x.qp.reads_region(m.mr.rkey()) && {
             let kept =
                 m.mr.keep_private_copy_of(0..m.mr.len(), Access::REMOTE_WRITE);
             ok &= kept;

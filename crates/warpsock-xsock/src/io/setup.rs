@@ -150,6 +150,7 @@ impl XSocket {
                 call_wrs: HashMap::new(),
                 orphans: Vec::new(),
                 kept: Vec::new(),
+                detached: false,
                 next_id: 0,
                 error: None,
                 driving: false,

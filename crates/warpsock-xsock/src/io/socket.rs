@@ -76,6 +76,9 @@ pub(crate) struct State {
     /// sinks of its asynchronous receives: `rio::detach_program_memory`),
     /// until the socket goes.
     pub(crate) kept: Vec<Mr>,
+    /// The program's memory was detached (its close:
+    /// `XSocket::try_detach_program_memory`).
+    pub(crate) detached: bool,
     pub(crate) next_id: u64,
     /// Why the connection ended, once it did.
     pub(crate) error: Option<(i32, String)>,

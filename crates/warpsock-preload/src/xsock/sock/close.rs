@@ -123,6 +123,10 @@ impl Drop for DdpSock {
                 drop(counted);
                 return;
             }
+            // The program's memory is its own again before its close
+            // returns (the rest of the close is the reaper's, later, when
+            // the program may have freed it): `XSocket::try_detach_program_memory`.
+            let _ = x.try_detach_program_memory();
             if how == CLOSED_ABORTIVE {
                 x.reset_now();
             }
