@@ -9,9 +9,9 @@
 //! 68's review).
 
 use std::sync::mpsc::channel;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use warpsock_xsock::io::RecvFlags;
+use warpsock_xsock::io::{Options, RecvFlags};
 
 mod net;
 
@@ -63,7 +63,7 @@ fn a_timed_zero_copy_send_returns_and_its_bytes_still_arrive() {
     // them to send the rest as the window opens.
     let mut got = vec![0u8; n];
     let mut at = 0;
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     while at < n {
         assert!(t.elapsed() < LIMIT, "the peer got {at} of {n} bytes");
         xa.progress();
@@ -80,6 +80,94 @@ fn a_timed_zero_copy_send_returns_and_its_bytes_still_arrive() {
     }
     assert!(
         got == want[..n],
+        "the bytes the peer got differ from those sent"
+    );
+}
+
+/// A peer that offered a vast sink (a 64 MiB asynchronous receive) and
+/// then stopped reading (nothing drives its socket): timed zero-copy sends
+/// of 16 MiB each leave at most the window (4 MiB: the send buffer's
+/// bound, at least 4 MiB) to private copies, however many are made — the
+/// first returns with what it posted, the next ones find the window full
+/// and fail with `EAGAIN` at their timeout, as TCP's with a full send
+/// buffer. Every byte a call returned for still arrives, in order, once
+/// the peer reads. Before, each call posted its whole 16 MiB into the
+/// sink and copied what the engine had not sent: 16 MiB held per call.
+#[test]
+fn timed_zero_copy_sends_into_a_stalled_sink_hold_a_bounded_copy() {
+    const WINDOW: usize = 4 << 20;
+    let (a, b) = tcp_pair();
+    set_buf(&b, libc::SO_RCVBUF, 64 << 10);
+    set_buf(&a, libc::SO_SNDBUF, 64 << 10);
+    let o = Options {
+        sinks: true,
+        ..opts()
+    };
+    let (xa, xb) = switch_both(&a, &b, &o);
+    let mut sink = vec![0u8; 64 << 20];
+    // SAFETY: `sink` outlives the receive: its completion is collected
+    // below, before `sink` is read or goes.
+    unsafe { xb.aio_recv(sink.as_mut_ptr(), sink.len(), 9) }.unwrap();
+    let mut done = Vec::new();
+    let t = Instant::now();
+    while !xa.peer_sink_offered() {
+        assert!(t.elapsed() < LIMIT, "the receive offered no sink");
+        xb.aio_poll(&mut done, 1);
+        std::thread::yield_now();
+    }
+    let want = pattern(64 << 20, 23);
+    let mut sent = 0;
+    let mut refused = 0;
+    for _ in 0..3 {
+        let part = &want[sent..sent + (16 << 20)];
+        match xa.send(part, false, Some(Duration::from_millis(200))) {
+            Ok(n) => sent += n,
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+                refused += 1;
+            }
+        }
+        let held = xa.send_copies_held();
+        assert!(
+            held <= WINDOW,
+            "{held} bytes held in copies after {sent} sent"
+        );
+    }
+    assert!(sent > 0 && sent < 16 << 20, "{sent} bytes sent");
+    assert!(refused >= 1, "no call found the window full");
+    // The peer reads: the receive completes with the bytes placed so far,
+    // ordinary reads give the rest.
+    xa.shutdown(false, true);
+    while done.is_empty() {
+        assert!(t.elapsed() < LIMIT, "the receive never completed");
+        xa.progress();
+        xb.aio_poll(&mut done, 1);
+        std::thread::yield_now();
+    }
+    let n = done[0].result.expect("the receive");
+    let mut got = sink[..n].to_vec();
+    drop(sink);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        assert!(
+            t.elapsed() < LIMIT,
+            "the peer got {} of {sent} bytes",
+            got.len()
+        );
+        xa.progress();
+        match xb.recv(
+            &mut buf,
+            RecvFlags::default(),
+            Some(Duration::from_millis(20)),
+        ) {
+            Ok((0, _)) => break,
+            Ok((k, _)) => got.extend_from_slice(&buf[..k]),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}"),
+        }
+    }
+    assert_eq!(got.len(), sent, "bytes received");
+    assert!(
+        got == want[..sent],
         "the bytes the peer got differ from those sent"
     );
 }

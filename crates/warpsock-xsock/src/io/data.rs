@@ -191,16 +191,21 @@ impl XSocket {
             // (`XSocket::release_orphan`). Only the bytes posted are
             // copied (the call returns their count; no request names the
             // rest: helper 69's review, a 128 MiB call copied whole).
+            // Of those, only the requests not completed (the last ones:
+            // the engine completes in order) are still read: their bytes
+            // alone are copied, within the window (`timed_room`).
             let posted = r.as_ref().map_or(g.len(), |&n| n);
+            let unread = posted.saturating_sub(Self::call_in_flight(&st, call))..posted;
             let mut start = 0;
             let mut copied = true;
             for mr in &user_mrs {
-                let keep = 0..posted.saturating_sub(start).min(mr.len());
+                let keep = unread.start.saturating_sub(start).min(mr.len())
+                    ..unread.end.saturating_sub(start).min(mr.len());
                 copied &= mr.keep_private_copy_of(keep, Access::LOCAL_READ);
                 start += mr.len();
             }
             if copied {
-                st.orphans.push((call, user_mrs, posted));
+                st.orphans.push((call, user_mrs, unread.len()));
                 return (r, Some(st));
             }
             // No memory for the copies: the connection fails (a reset:
@@ -386,10 +391,16 @@ impl XSocket {
             // most a slot's payload at a time; from the caller's registered
             // buffers, as much as the books allow.
             let rest = total - off;
-            let chunk = if zcopy {
-                rest
-            } else {
+            let chunk = if !zcopy {
                 rest.min(self.opts.slot_size as usize - HDR_LEN)
+            } else if deadline.is_some() {
+                // A timed call keeps what its timeout may leave to copies
+                // within the window (`timed_room`), in requests of a
+                // quarter of it.
+                let w = Self::timed_window(&st) / 4;
+                rest.min(self.timed_room(&st, call)).min(w)
+            } else {
+                rest
             };
             // Listed messages hold transmit slots until handed over: a
             // step is not blocked on slots the list holds.
@@ -398,11 +409,12 @@ impl XSocket {
             }
             // Behind asynchronous sends made before the call: blocked
             // until their bytes are all posted (`rio::sends_ahead`).
-            let step = if st.tx_free.is_empty() || super::rio::sends_ahead(self, &mut st) {
-                TxStep::Blocked
-            } else {
-                st.s.tx_data(chunk, chunk == rest)
-            };
+            let step =
+                if chunk == 0 || st.tx_free.is_empty() || super::rio::sends_ahead(self, &mut st) {
+                    TxStep::Blocked
+                } else {
+                    st.s.tx_data(chunk, chunk == rest)
+                };
             if !matches!(step, TxStep::Data { .. }) {
                 self.hand_over_listed(&mut st, &mut listed, g);
             }
@@ -722,7 +734,7 @@ impl XSocket {
             None => st.tx_free.push(slot),
         }
         src.g.sges(src.off, src.len, mrs, &mut sgl);
-        *st.call_wrs.entry(call).or_insert(0) += 1;
+        st.call_wrs.entry(call).or_default().posted(src.len);
         self.post(
             st,
             SendWr {

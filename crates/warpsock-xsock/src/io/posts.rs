@@ -2,7 +2,11 @@
 //! moved from `io/socket.rs` past 900 lines), the batch it hands the
 //! engine at once ([`XSocket::post_deferred`]), the retransmission timeout
 //! of a receive-only end, and the zero-copy calls still read by the
-//! engine. (Moved from `io/data.rs`, which passed 900 lines.)
+//! engine: their requests in flight ([`CallWrs`]) and the bound on what a
+//! timed one leaves to private copies ([`XSocket::timed_room`]). (Moved
+//! from `io/data.rs`, which passed 900 lines.)
+
+use std::collections::VecDeque;
 
 use warpsock_engine::proto::SendWr;
 
@@ -116,7 +120,41 @@ impl XSocket {
     /// Whether zero-copy call `call` still has requests in flight (its
     /// memory is still read by the engine).
     pub(crate) fn call_busy(st: &State, call: u64) -> bool {
-        st.call_wrs.get(&call).is_some_and(|n| *n > 0)
+        st.call_wrs.get(&call).is_some_and(|w| !w.lens.is_empty())
+    }
+
+    /// Bytes of zero-copy call `call` in requests the engine has not
+    /// completed.
+    pub(crate) fn call_in_flight(st: &State, call: u64) -> usize {
+        st.call_wrs.get(&call).map_or(0, |w| w.bytes)
+    }
+
+    /// How many more bytes timed zero-copy call `call` may post now: the
+    /// bytes in flight of the call and of the timed calls that returned
+    /// before their requests completed (`State::orphans`) stay within
+    /// [`Self::timed_window`]. A timed call returns at its timeout with
+    /// its incomplete requests moved to private copies (`send_locked`);
+    /// without this bound a peer that offered a vast sink (up to 4 GiB)
+    /// and stopped reading made each such call copy all it had posted
+    /// into it, and the next call post as much again. Now the copies are
+    /// bounded as TCP's send buffer bounds what a timed-out send leaves in
+    /// the kernel, and a call that finds the window full waits, then
+    /// fails with `EAGAIN` at its timeout, as TCP's with its buffer full.
+    pub(crate) fn timed_room(&self, st: &State, call: u64) -> usize {
+        let orphaned: usize = st
+            .orphans
+            .iter()
+            .map(|o| Self::call_in_flight(st, o.0))
+            .sum();
+        Self::timed_window(st).saturating_sub(orphaned + Self::call_in_flight(st, call))
+    }
+
+    /// The bytes timed zero-copy calls keep in flight at most
+    /// ([`Self::timed_room`]): the socket's send buffer bound (`SO_SNDBUF`),
+    /// at least [`TIMED_WINDOW_MIN`]. Posted in requests of a quarter of
+    /// it at most, so that completions reopen it before it runs dry.
+    pub(crate) fn timed_window(st: &State) -> usize {
+        st.aio.cap.max(TIMED_WINDOW_MIN)
     }
 
     /// Forgets a finished zero-copy call.
@@ -134,5 +172,38 @@ impl XSocket {
             st.orphans.swap_remove(i);
             Self::end_call(st, call);
         }
+    }
+}
+
+/// The least window of timed zero-copy calls ([`XSocket::timed_window`]):
+/// the peer's credits by default (16 slots of 256 KiB), so that a timed
+/// call to a reading peer is not slowed by a small `SO_SNDBUF`.
+pub(crate) const TIMED_WINDOW_MIN: usize = 4 << 20;
+
+/// The send requests of a zero-copy call the engine has not completed:
+/// their lengths in posting order. The engine completes a queue pair's
+/// send requests in the order they were posted (RFC 5040 §5.5's ordering
+/// of a queue's operations; siw's send queue completes in order too), so
+/// a completion is the oldest's.
+#[derive(Debug, Default)]
+pub(crate) struct CallWrs {
+    lens: VecDeque<usize>,
+    /// The sum of `lens`.
+    bytes: usize,
+}
+
+impl CallWrs {
+    /// A request of `len` bytes was posted.
+    pub(crate) fn posted(&mut self, len: usize) {
+        self.lens.push_back(len);
+        self.bytes += len;
+    }
+
+    /// The oldest request completed; returns whether none is left.
+    pub(crate) fn completed(&mut self) -> bool {
+        if let Some(len) = self.lens.pop_front() {
+            self.bytes -= len;
+        }
+        self.lens.is_empty()
     }
 }

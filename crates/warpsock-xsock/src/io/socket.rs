@@ -66,7 +66,7 @@ pub(crate) struct State {
     pub(crate) s: Stream,
     pub(crate) tx_free: Vec<u32>,
     /// Send work requests per zero-copy call still outstanding.
-    pub(crate) call_wrs: HashMap<u64, usize>,
+    pub(crate) call_wrs: HashMap<u64, super::posts::CallWrs>,
     /// Zero-copy send calls that returned at their timeout with requests
     /// the engine had not read yet: their registrations (on private
     /// copies) and the bytes copied, dropped as the last request completes
@@ -509,9 +509,8 @@ impl XSocket {
                 if hdr > 0 {
                     st.tx_free.push(hdr as u32 - 1);
                 }
-                if let Some(n) = st.call_wrs.get_mut(&call) {
-                    *n -= 1;
-                    if *n == 0 && !st.orphans.is_empty() {
+                if let Some(w) = st.call_wrs.get_mut(&call) {
+                    if w.completed() && !st.orphans.is_empty() {
                         Self::release_orphan(st, call);
                     }
                 }

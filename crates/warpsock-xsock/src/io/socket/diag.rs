@@ -15,6 +15,14 @@ impl XSocket {
         self.qp.mulpdu()
     }
 
+    /// Bytes of the caller's buffers that timed zero-copy sends left to
+    /// private copies at their timeout, still held for requests in flight
+    /// (bounded by the socket's send buffer, at least 4 MiB: see
+    /// `XSocket::timed_room`).
+    pub fn send_copies_held(&self) -> usize {
+        self.lock().orphans.iter().map(|o| o.2).sum()
+    }
+
     /// Whether the peer has offered a sink this socket's sends would
     /// write into now (after a round of progress): the next bytes of a
     /// send call are placed straight into the reader's buffer.
