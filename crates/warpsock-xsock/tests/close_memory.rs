@@ -6,7 +6,8 @@
 //! bytes into an asynchronous receive's sink, landed there for as long as
 //! the close lasted (up to the linger).
 
-use std::time::Instant;
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
 
 use warpsock_xsock::io::{Phase, RecvFlags, XSocket};
 
@@ -85,6 +86,55 @@ fn a_mapping_takes_no_write_after_the_close() {
         drop((xa, xb));
         drop(target);
     }
+}
+
+/// The program's close gives its memory back though another thread holds
+/// the socket's lock a moment as it begins (the progress thread's round):
+/// it waits for the lock, bounded (`detach_program_memory_within`), and
+/// the peer's write after it lands nowhere. With one try (`false`), the
+/// detach was left to the close's start in the reaper, later, when the
+/// program may have freed or unmapped the memory it then copies.
+#[test]
+fn the_close_detaches_though_another_thread_holds_the_lock() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    let mut target = vec![0u8; 64 << 10];
+    #[allow(unsafe_code)]
+    // SAFETY: `target` outlives both sockets (dropped last).
+    let off =
+        unsafe { xa.riomap(target.as_mut_ptr(), target.len(), true, false, None) }.expect("riomap");
+    xa.send(b"m", false, Some(LIMIT)).unwrap();
+    let mut m = [0u8; 1];
+    xb.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+    let (held, is_held) = channel();
+    let detached = std::thread::scope(|sc| {
+        let xa = &xa;
+        sc.spawn(move || {
+            xa.with_lock_held(|| {
+                held.send(()).unwrap();
+                // A round's moment (the close waits for it, not on it).
+                std::thread::sleep(Duration::from_millis(50));
+            })
+        });
+        is_held.recv().unwrap();
+        xa.detach_program_memory_within(LIMIT)
+    });
+    assert!(detached, "the close gave up on the lock");
+    let data = pattern(target.len(), 4);
+    let _ = xb.riowrite(&data, off);
+    let t = Instant::now();
+    while xb.error().is_none() {
+        assert!(t.elapsed() < LIMIT, "the write was taken");
+        xa.progress();
+        xb.progress();
+        std::thread::yield_now();
+    }
+    assert!(
+        target.iter().all(|&b| b == 0),
+        "the peer's write landed after the close"
+    );
+    drop((xa, xb));
+    drop(target);
 }
 
 /// The bytes a peer sends into an asynchronous receive's sink after the

@@ -277,6 +277,14 @@ pub(crate) fn exit_over_held_locks() -> bool {
     busy() && (!warpsock_engine::asleep::asleep() || LOCKED_BELOW.with(Cell::get) > 0)
 }
 
+/// Whether the calling thread runs nested over a stretch of library code
+/// that may hold a lock ([`LOCKED_BELOW`]): a signal handler's call over a
+/// call of the library's that was not asleep. Code here must not wait for
+/// a lock the frame under it may hold (one try only).
+pub(crate) fn locked_below() -> bool {
+    LOCKED_BELOW.with(Cell::get) > 0
+}
+
 thread_local! {
     /// How many of the calling thread's nested [`enter`]s run over a
     /// stretch that may hold a lock (no sleep marked under them, or its

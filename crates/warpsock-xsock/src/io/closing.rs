@@ -459,6 +459,28 @@ impl XSocket {
         Some(())
     }
 
+    /// [`Self::try_detach_program_memory`], tried again while another
+    /// thread holds the socket's lock, until `patience` passed: a round of
+    /// the progress thread (a socket with mappings is its), a look of
+    /// another thread's, hold it a moment. One try gave up on them, and
+    /// the close's start did the detach later, in the reaper — after the
+    /// program may have freed or unmapped the memory the copy reads.
+    /// Returns whether the memory is detached; with a `patience` of zero,
+    /// one try (a caller that may hold the lock itself: a signal
+    /// handler's close over a call).
+    pub fn detach_program_memory_within(&self, patience: Duration) -> bool {
+        let end = Instant::now().checked_add(patience);
+        loop {
+            if self.try_detach_program_memory().is_some() {
+                return true;
+            }
+            if end.is_none_or(|e| Instant::now() >= e) {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     fn detach_locked(&self, st: &mut State) {
         if std::mem::replace(&mut st.detached, true) {
             return;

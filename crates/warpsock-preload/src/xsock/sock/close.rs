@@ -10,7 +10,7 @@ use warpsock_xsock::io::{Begun, Closing, Phase, XSocket};
 
 use super::super::reaper::{self, Counted};
 use super::DdpSock;
-use crate::shim::guard::{busy, enter};
+use crate::shim::guard::{busy, enter, locked_below};
 use crate::shim::{fdtable, reactor, real, sys};
 use crate::xsock::config;
 
@@ -125,8 +125,16 @@ impl Drop for DdpSock {
             }
             // The program's memory is its own again before its close
             // returns (the rest of the close is the reaper's, later, when
-            // the program may have freed it): `XSocket::try_detach_program_memory`.
-            let _ = x.try_detach_program_memory();
+            // the program may have freed it): `XSocket::detach_program_memory_within`,
+            // waiting for a round of the progress thread that holds the
+            // socket's lock; one try over a stretch of this thread's that
+            // may hold it (a signal handler's close over a call).
+            let patience = if locked_below() {
+                Duration::ZERO
+            } else {
+                DETACH_PATIENCE
+            };
+            let _ = x.detach_program_memory_within(patience);
             if how == CLOSED_ABORTIVE {
                 x.reset_now();
             }
@@ -279,6 +287,12 @@ const ACK_SLICE: Duration = Duration::from_millis(5);
 
 /// The longest slice the backing off reaches.
 const ACK_SLICE_MAX: Duration = Duration::from_millis(200);
+
+/// How long a close waits for the socket's lock to give the program its
+/// memory back ([`XSocket::detach_program_memory_within`]): another
+/// thread holds it for a round or a look, far shorter; a holder stopped
+/// longer (descheduled under load) leaves the detach to the close's start.
+const DETACH_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The longest wait while sending: input and output space wake it, the
 /// slice is a safety net (as the reaper's sweep) for a step's books that

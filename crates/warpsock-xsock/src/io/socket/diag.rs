@@ -15,6 +15,14 @@ impl XSocket {
         self.qp.mulpdu()
     }
 
+    /// Runs `f` with the socket's lock held (tests: another thread's
+    /// round or look holding it a moment).
+    #[doc(hidden)]
+    pub fn with_lock_held<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _st = self.lock();
+        f()
+    }
+
     /// Bytes of the caller's buffers that timed zero-copy sends left to
     /// private copies at their timeout, still held for requests in flight
     /// (bounded by the socket's send buffer, at least 4 MiB: see
