@@ -114,7 +114,7 @@ fn the_close_detaches_though_another_thread_holds_the_lock() {
                 held.send(()).unwrap();
                 // A round's moment (the close waits for it, not on it).
                 std::thread::sleep(Duration::from_millis(50));
-            })
+            });
         });
         is_held.recv().unwrap();
         xa.detach_program_memory_within(LIMIT)
