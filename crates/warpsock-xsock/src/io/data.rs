@@ -194,17 +194,30 @@ impl XSocket {
             // Of those, only the requests not completed (the last ones:
             // the engine completes in order) are still read: their bytes
             // alone are copied, within the window (`timed_room`).
+            // A registration none of them names goes now (a copy, even
+            // of zeros, takes its whole length of address space: helper
+            // 71's review).
             let posted = r.as_ref().map_or(g.len(), |&n| n);
             let unread = posted.saturating_sub(Self::call_in_flight(&st, call))..posted;
             let mut start = 0;
             let mut copied = true;
-            for mr in &user_mrs {
+            let mut kept = Vec::new();
+            for mr in user_mrs {
                 let keep = unread.start.saturating_sub(start).min(mr.len())
                     ..unread.end.saturating_sub(start).min(mr.len());
-                copied &= mr.keep_private_copy_of(keep, Access::LOCAL_READ);
                 start += mr.len();
+                if !keep.is_empty() {
+                    copied &= mr.keep_private_copy_of(keep, Access::LOCAL_READ);
+                    kept.push(mr);
+                }
             }
+            let user_mrs = kept;
             if copied {
+                // No longer a live timed call's: its copies count in the
+                // window as what they hold (`timed_room`).
+                if let Some(w) = st.call_wrs.get_mut(&call) {
+                    w.timed = false;
+                }
                 st.orphans.push((call, user_mrs, unread.len()));
                 return (r, Some(st));
             }
@@ -223,6 +236,9 @@ impl XSocket {
             drop(user_mrs);
             return (Err(io::Error::from_raw_os_error(libc::ENOMEM)), None);
         }
+        // Its entry goes too when the call returned early (the
+        // connection's end, `EPIPE`): no request of it is read any more.
+        Self::end_call(&mut st, call);
         drop(st);
         drop(user_mrs);
         (r, None)
@@ -352,6 +368,11 @@ impl XSocket {
         // socket that sends first hang without it); after that, rounds
         // only through `wait` when the books block the call.
         self.drive_before_send(&mut st, zcopy || total >= self.opts.zcopy_min);
+        // A timed zero-copy call's bytes in flight count in the window of
+        // every timed call of the socket (`timed_room`).
+        if zcopy && deadline.is_some() {
+            st.call_wrs.entry(call).or_default().timed = true;
+        }
         // A call of more than one message hands its posts to the engine
         // together (`XSocket::post_deferred`; a copied call's DATA as a
         // gathered list, `data/listed.rs`), at its end or before it
@@ -398,7 +419,7 @@ impl XSocket {
                 // within the window (`timed_room`), in requests of a
                 // quarter of it.
                 let w = Self::timed_window(&st) / 4;
-                rest.min(self.timed_room(&st, call)).min(w)
+                rest.min(Self::timed_room(&st)).min(w)
             } else {
                 rest
             };

@@ -129,8 +129,8 @@ impl XSocket {
         st.call_wrs.get(&call).map_or(0, |w| w.bytes)
     }
 
-    /// How many more bytes timed zero-copy call `call` may post now: the
-    /// bytes in flight of the call and of the timed calls that returned
+    /// How many more bytes a timed zero-copy call may post now: the bytes
+    /// in flight of the timed calls and the copies of those that returned
     /// before their requests completed (`State::orphans`) stay within
     /// [`Self::timed_window`]. A timed call returns at its timeout with
     /// its incomplete requests moved to private copies (`send_locked`);
@@ -140,13 +140,21 @@ impl XSocket {
     /// bounded as TCP's send buffer bounds what a timed-out send leaves in
     /// the kernel, and a call that finds the window full waits, then
     /// fails with `EAGAIN` at its timeout, as TCP's with its buffer full.
-    pub(crate) fn timed_room(&self, st: &State, call: u64) -> usize {
-        let orphaned: usize = st
-            .orphans
-            .iter()
-            .map(|o| Self::call_in_flight(st, o.0))
+    ///
+    /// Counted per socket (helper 71's review): the bytes in flight of
+    /// every timed call under way (another thread's too: a call that waits
+    /// for room lets the lock go), and what each orphan's copy holds —
+    /// freed whole only as its last request completes, not as its first
+    /// ones do.
+    pub(crate) fn timed_room(st: &State) -> usize {
+        let copies: usize = st.orphans.iter().map(|o| o.2).sum();
+        let live: usize = st
+            .call_wrs
+            .values()
+            .filter(|w| w.timed)
+            .map(|w| w.bytes)
             .sum();
-        Self::timed_window(st).saturating_sub(orphaned + Self::call_in_flight(st, call))
+        Self::timed_window(st).saturating_sub(copies + live)
     }
 
     /// The bytes timed zero-copy calls keep in flight at most
@@ -190,6 +198,8 @@ pub(crate) struct CallWrs {
     lens: VecDeque<usize>,
     /// The sum of `lens`.
     bytes: usize,
+    /// A timed zero-copy call under way ([`XSocket::timed_room`]).
+    pub(crate) timed: bool,
 }
 
 impl CallWrs {
