@@ -37,6 +37,31 @@ fn close_to_end(
     }
 }
 
+/// Maps `buf` at `x` (`writable`, `readable` by the peer) and returns
+/// its offset once `peer` knows the mapping (it read a byte sent after
+/// it).
+///
+/// # Safety
+///
+/// `buf` must outlive `x` and `peer` (dropped after them).
+#[allow(unsafe_code)]
+unsafe fn map_known(
+    x: &XSocket,
+    peer: &XSocket,
+    buf: &mut [u8],
+    writable: bool,
+    readable: bool,
+) -> u64 {
+    // SAFETY: the caller's.
+    let off =
+        unsafe { x.riomap(buf.as_mut_ptr(), buf.len(), writable, readable, None) }.expect("riomap");
+    x.send(b"m", false, Some(LIMIT)).unwrap();
+    let mut m = [0u8; 1];
+    peer.recv(&mut m, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    off
+}
+
 /// A peer's one-sided write into a mapping after the close fails (the
 /// mapping is gone, or, one the peer may also read, goes on from a copy
 /// that is no longer writable: a remote protection error ends the
@@ -51,12 +76,7 @@ fn a_mapping_takes_no_write_after_the_close() {
         let mut target = vec![0u8; 64 << 10];
         #[allow(unsafe_code)]
         // SAFETY: `target` outlives both sockets (dropped last).
-        let off = unsafe { xa.riomap(target.as_mut_ptr(), target.len(), true, readable, None) }
-            .expect("riomap");
-        // The peer knows the mapping once it read what was sent after it.
-        xa.send(b"m", false, Some(LIMIT)).unwrap();
-        let mut m = [0u8; 1];
-        xb.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+        let off = unsafe { map_known(&xa, &xb, &mut target, true, readable) };
         let c = xa.close_begin(LIMIT, Instant::now());
         let data = pattern(target.len(), 3);
         // Sent (its completion is local) or refused: either way, not placed.
@@ -101,11 +121,7 @@ fn the_close_detaches_though_another_thread_holds_the_lock() {
     let mut target = vec![0u8; 64 << 10];
     #[allow(unsafe_code)]
     // SAFETY: `target` outlives both sockets (dropped last).
-    let off =
-        unsafe { xa.riomap(target.as_mut_ptr(), target.len(), true, false, None) }.expect("riomap");
-    xa.send(b"m", false, Some(LIMIT)).unwrap();
-    let mut m = [0u8; 1];
-    xb.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
+    let off = unsafe { map_known(&xa, &xb, &mut target, true, false) };
     let (held, is_held) = channel();
     let detached = std::thread::scope(|sc| {
         let xa = &xa;
@@ -287,10 +303,8 @@ fn a_read_of_a_mapping_under_way_at_the_close_ends_whole() {
     let mut target = vec![1u8; big];
     #[allow(unsafe_code)]
     // SAFETY: `target` outlives both sockets (dropped last).
-    let off = unsafe { xa.riomap(target.as_mut_ptr(), big, false, true, None) }.expect("riomap");
-    xa.send(b"m", false, Some(LIMIT)).unwrap();
+    let off = unsafe { map_known(&xa, &xb, &mut target, false, true) };
     let mut m = [0u8; 1];
-    xb.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
     xb.send(b"n", false, Some(LIMIT)).unwrap();
     xa.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
     let mut local = vec![0u8; big];
@@ -364,11 +378,8 @@ fn asynchronous_operations_queued_at_the_close_go_on_from_copies() {
     let mut region = vec![9u8; 1 << 20];
     #[allow(unsafe_code)]
     // SAFETY: `region` outlives both sockets (dropped last).
-    let off =
-        unsafe { xb.riomap(region.as_mut_ptr(), region.len(), false, true, None) }.expect("riomap");
-    xb.send(b"m", false, Some(LIMIT)).unwrap();
+    let off = unsafe { map_known(&xb, &xa, &mut region, false, true) };
     let mut m = [0u8; 1];
-    xa.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
     xa.send(b"n", false, Some(LIMIT)).unwrap();
     xb.recv(&mut m, RecvFlags::default(), Some(LIMIT)).unwrap();
     let want = pattern(16 << 20, 4);

@@ -17,7 +17,7 @@ use warpsock_xsock::io::{Completion, Options, RecvFlags, XSocket};
 
 mod net;
 
-use net::{opts, pattern, set_buf, switch_both, tcp_pair, LIMIT};
+use net::{await_aio_sink, opts, pattern, set_buf, switch_both, tcp_pair, LIMIT};
 
 #[test]
 fn a_timed_zero_copy_send_returns_and_its_bytes_still_arrive() {
@@ -119,12 +119,7 @@ impl Stalled {
         // receive completed.
         unsafe { xb.aio_recv(sink.as_mut_ptr(), sink.len(), 9) }.unwrap();
         let mut done = Vec::new();
-        let t = Instant::now();
-        while !xa.peer_sink_offered() {
-            assert!(t.elapsed() < LIMIT, "the receive offered no sink");
-            xb.aio_poll(&mut done, 1);
-            std::thread::yield_now();
-        }
+        await_aio_sink(&xa, &xb, &mut done);
         Self {
             xa,
             xb,

@@ -5,7 +5,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
-use warpsock_xsock::io::{switch_fd, Options, RecvFlags, Spun, XSocket};
+use warpsock_xsock::io::{switch_fd, Completion, Options, RecvFlags, Spun, XSocket};
 use warpsock_xsock::switch::Limits;
 
 pub(crate) const LIMIT: Duration = Duration::from_secs(20);
@@ -274,4 +274,16 @@ pub(crate) fn engine_socket_readable(x: &XSocket) -> bool {
     };
     // SAFETY: one pollfd on the stack for the call's duration.
     unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// Waits (bounded) until `writer` knows of the sink `reader`'s
+/// asynchronous receive offered, `reader`'s completions polled into
+/// `done` meanwhile (its socket driven so).
+pub(crate) fn await_aio_sink(writer: &XSocket, reader: &XSocket, done: &mut Vec<Completion>) {
+    let t = Instant::now();
+    while !writer.peer_sink_offered() {
+        assert!(t.elapsed() < LIMIT, "the receive offered no sink");
+        reader.aio_poll(done, 1);
+        std::thread::yield_now();
+    }
 }
