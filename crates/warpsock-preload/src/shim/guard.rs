@@ -274,7 +274,7 @@ pub(crate) fn busy() -> bool {
 /// ([`enter`]'s nested arm, [`LOCKED_BELOW`]) is such a stretch too: the
 /// sleep holds no lock, the frame under it may.
 pub(crate) fn exit_over_held_locks() -> bool {
-    busy() && (!warpsock_engine::asleep::asleep() || LOCKED_BELOW.with(Cell::get) > 0)
+    busy() && (!warpsock_engine::asleep::asleep() || locked_below())
 }
 
 /// Whether the calling thread runs nested over a stretch of library code

@@ -147,7 +147,7 @@ impl XSocket {
     /// freed whole only as its last request completes, not as its first
     /// ones do.
     pub(crate) fn timed_room(st: &State) -> usize {
-        let copies: usize = st.orphans.iter().map(|o| o.2).sum();
+        let copies = Self::copies_held(st);
         let live: usize = st
             .call_wrs
             .values()
@@ -155,6 +155,12 @@ impl XSocket {
             .map(|w| w.bytes)
             .sum();
         Self::timed_window(st).saturating_sub(copies + live)
+    }
+
+    /// Bytes the copies of timed zero-copy calls that returned before
+    /// their requests completed hold (`State::orphans`).
+    pub(crate) fn copies_held(st: &State) -> usize {
+        st.orphans.iter().map(|o| o.2).sum()
     }
 
     /// The bytes timed zero-copy calls keep in flight at most

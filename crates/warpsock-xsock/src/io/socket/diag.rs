@@ -28,7 +28,7 @@ impl XSocket {
     /// (bounded by the socket's send buffer, at least 4 MiB: see
     /// `XSocket::timed_room`).
     pub fn send_copies_held(&self) -> usize {
-        self.lock().orphans.iter().map(|o| o.2).sum()
+        Self::copies_held(&self.lock())
     }
 
     /// Whether the peer has offered a sink this socket's sends would
