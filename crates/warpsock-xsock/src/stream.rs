@@ -259,6 +259,9 @@ impl Stream {
     /// [`Stream`]'s `tx_flags`: stream bytes of ours reached the peer after
     /// it closed its socket ([`Self::sent_into_peer_close`]).
     const SENT_INTO_CLOSE: u8 = 16;
+    /// [`Stream`]'s `tx_flags`: our socket closed after our end of stream
+    /// had left as a plain EOF ([`Self::close_unsaid`]).
+    const CLOSE_UNSAID: u8 = 32;
 
     /// Books for a connection where we posted `local.slots` receives and
     /// the peer announced `peer`.
@@ -683,12 +686,14 @@ impl Stream {
     /// queued now or later, or one queued by a `shutdown(SHUT_WR)` that
     /// has not left yet. An EOF that left says nothing more (a second
     /// message would wait for a credit the peer need not return after
-    /// our EOF, holding the close back).
+    /// our EOF, holding the close back): [`Self::close_unsaid`] then.
     pub fn mark_closing(&mut self) {
         self.tx_flags |= Self::CLOSING;
         let closed = self.closed_eof();
         if let Some(b) = self.out.iter_mut().find(|b| **b == Body::Eof) {
             *b = closed;
+        } else if self.eof_sent() {
+            self.tx_flags |= Self::CLOSE_UNSAID;
         }
     }
 
@@ -721,6 +726,15 @@ impl Stream {
     /// answers them with a reset.
     pub fn sent_into_peer_close(&self) -> bool {
         self.tx_flags & Self::SENT_INTO_CLOSE != 0
+    }
+
+    /// Whether our socket closed after our end of stream had left as a
+    /// plain EOF (a `shutdown(SHUT_WR)` before the close): the peer was
+    /// not told of the close, nor what we had received
+    /// ([`Self::mark_closing`]), so its bytes sent into our close can be
+    /// told only here, as they come (TCP's reset from a closed socket).
+    pub fn close_unsaid(&self) -> bool {
+        self.tx_flags & Self::CLOSE_UNSAID != 0
     }
 
     /// Whether the peer's EOF said it closed its socket ([`Body::Closed`]):

@@ -313,7 +313,8 @@ fn no_credit_goes_after_the_carriers_fin() {
 /// A close's EOF says the socket closed (`Body::Closed`, kind EOF with
 /// `FLAG_CLOSED`): the one the close queues, or one a `shutdown(SHUT_WR)`
 /// queued that has not left; an EOF that left says nothing more (a second
-/// message would wait for a credit the peer need not return). The peer's
+/// message would wait for a credit the peer need not return: the closer
+/// knows it could not say so, `close_unsaid`). The peer's
 /// books take it as the end of stream and say the socket closed
 /// (`peer_socket_closed`: a send now draws TCP's reset); a plain EOF does
 /// not, and a `Closed` after an EOF is a breach.
@@ -331,11 +332,14 @@ fn a_close_says_so_in_its_eof() {
     s.mark_closing();
     assert_eq!(s.poll_msg().map(|m| m.body), Some(closed));
     assert!(s.poll_msg().is_none());
+    assert!(!s.close_unsaid(), "the EOF said the close");
     let mut s = fresh();
     s.shutdown_write();
     assert_eq!(s.poll_msg().map(|m| m.body), Some(Body::Eof));
     s.mark_closing();
     assert!(s.poll_msg().is_none(), "a second end of stream");
+    // The close could not say so: its socket answers the peer's bytes.
+    assert!(s.close_unsaid());
 
     let msg = |body| encode(Msg { credits: 0, body });
     let mut r = fresh();
