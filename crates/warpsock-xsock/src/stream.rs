@@ -260,8 +260,9 @@ impl Stream {
     /// it closed its socket ([`Self::sent_into_peer_close`]).
     const SENT_INTO_CLOSE: u8 = 16;
     /// [`Stream`]'s `tx_flags`: our socket closed after our end of stream
-    /// had left as a plain EOF ([`Self::close_unsaid`]).
-    const CLOSE_UNSAID: u8 = 32;
+    /// had left, and the word that says so ([`Body::ClosedLate`]) waits
+    /// for [`Self::poll_msg`] ([`Self::mark_closing`]).
+    const CLOSED_LATE_DUE: u8 = 32;
 
     /// Books for a connection where we posted `local.slots` receives and
     /// the peer announced `peer`.
@@ -350,6 +351,10 @@ impl Stream {
                 self.free_credit(slot);
                 return Ok(());
             }
+            Body::ClosedLate { received } => {
+                self.free_credit(slot);
+                return self.on_closed_late(received);
+            }
             Body::Sink(ad) => {
                 self.rx_after_eof |= self.eof;
                 let answers = self
@@ -406,10 +411,7 @@ impl Stream {
                 }
                 self.eof = true;
                 if let Body::Closed { received } = msg.body {
-                    self.tx_flags |= Self::PEER_CLOSED;
-                    if received.is_some_and(|r| self.sent_beyond(r)) {
-                        self.tx_flags |= Self::SENT_INTO_CLOSE;
-                    }
+                    self.peer_closed_with(received);
                 }
                 self.sinks_declined_by_stream(None);
             }
@@ -512,6 +514,9 @@ impl Stream {
     /// `None`. Call it until `None` after every input and before
     /// [`Self::tx_data`].
     pub fn poll_msg(&mut self) -> Option<Msg> {
+        if self.tx_flags & Self::CLOSED_LATE_DUE != 0 {
+            return Some(self.closed_late());
+        }
         // A queued message needs two credits (`may_send`); our last one
         // still carries a return due, ahead of it.
         if !self.out.is_empty() && self.may_send() {
@@ -686,14 +691,57 @@ impl Stream {
     /// queued now or later, or one queued by a `shutdown(SHUT_WR)` that
     /// has not left yet. An EOF that left says nothing more (a second
     /// message would wait for a credit the peer need not return after
-    /// our EOF, holding the close back): [`Self::close_unsaid`] then.
+    /// our EOF, holding the close back): a word of its own says it, on
+    /// a credit we hold ([`Self::closed_late`]).
     pub fn mark_closing(&mut self) {
         self.tx_flags |= Self::CLOSING;
         let closed = self.closed_eof();
         if let Some(b) = self.out.iter_mut().find(|b| **b == Body::Eof) {
             *b = closed;
-        } else if self.eof_sent() {
-            self.tx_flags |= Self::CLOSE_UNSAID;
+        } else if self.eof_sent() && !self.eof && !self.peer_fin && self.credits >= 1 {
+            // Our EOF left plain (a `shutdown(SHUT_WR)` before): the
+            // close says so in a word of its own, which needs only the
+            // credit a CREDIT needs. Without one it is not said (the
+            // peer then returns one only as it reads our DATA: the
+            // close would wait for that reader).
+            self.tx_flags |= Self::CLOSED_LATE_DUE;
+        }
+    }
+
+    /// Our close's word after our EOF had left ([`Body::ClosedLate`], what
+    /// we had received as [`Self::closed_eof`] says it), with the credit
+    /// [`Self::mark_closing`] found: so that the peer tells its bytes that
+    /// reach our closed socket, which its straight sends may make before
+    /// it reads this (diffuzz's close race after a `SHUT_WR`, seeds 189
+    /// and 465: the peer's `poll` never showed `POLLERR`), and fails its
+    /// sends after it, as at TCP's closed socket.
+    #[cold]
+    fn closed_late(&mut self) -> Msg {
+        self.tx_flags &= !Self::CLOSED_LATE_DUE;
+        self.stamp(Body::ClosedLate {
+            received: self.rx_seq as u32,
+        })
+    }
+
+    /// The peer's word that it closed its socket after its EOF
+    /// ([`Body::ClosedLate`]): as the close an EOF says
+    /// ([`Self::peer_closed_with`]); before its EOF, a breach.
+    #[cold]
+    fn on_closed_late(&mut self, received: u32) -> Result<(), StreamError> {
+        if !self.eof {
+            return Err(StreamError::ClosedLateBeforeEof);
+        }
+        self.peer_closed_with(Some(received));
+        Ok(())
+    }
+
+    /// The peer closed its socket, having received `received` (the low
+    /// 32 bits; `None`: not said): sends now draw TCP's reset, and ours
+    /// past that count reached the closed socket.
+    fn peer_closed_with(&mut self, received: Option<u32>) {
+        self.tx_flags |= Self::PEER_CLOSED;
+        if received.is_some_and(|r| self.sent_beyond(r)) {
+            self.tx_flags |= Self::SENT_INTO_CLOSE;
         }
     }
 
@@ -728,15 +776,6 @@ impl Stream {
         self.tx_flags & Self::SENT_INTO_CLOSE != 0
     }
 
-    /// Whether our socket closed after our end of stream had left as a
-    /// plain EOF (a `shutdown(SHUT_WR)` before the close): the peer was
-    /// not told of the close, nor what we had received
-    /// ([`Self::mark_closing`]), so its bytes sent into our close can be
-    /// told only here, as they come (TCP's reset from a closed socket).
-    pub fn close_unsaid(&self) -> bool {
-        self.tx_flags & Self::CLOSE_UNSAID != 0
-    }
-
     /// Whether the peer's EOF said it closed its socket ([`Body::Closed`]):
     /// a send now is TCP's send to a closed socket, which draws a reset.
     pub fn peer_socket_closed(&self) -> bool {
@@ -760,7 +799,7 @@ impl Stream {
 
     /// Whether messages wait for credits (or for [`Self::poll_msg`]).
     pub fn has_output(&self) -> bool {
-        !self.out.is_empty()
+        !self.out.is_empty() || self.tx_flags & Self::CLOSED_LATE_DUE != 0
     }
 
     /// Whether a send call could move bytes now (a sink to write into, or

@@ -5,9 +5,11 @@
 //! receive buffer ("slot") the peer has posted:
 //!
 //! ```text
-//! header (8 bytes): kind u8 | flags u8 | credits returned u16 | 4 reserved (0; an EOF's, below)
+//! header (8 bytes): kind u8 | flags u8 | credits returned u16 | 4 reserved (0; an EOF's and a CREDIT's, below)
 //! DATA         (1): payload                                   flags: EOM 0x01 (last piece of one send call)
-//! CREDIT       (2): -
+//! CREDIT       (2): -                                          flags: CLOSED 0x04 | RECEIVED 0x08 (both: the
+//!                                                                    sender closed after its EOF had left; the
+//!                                                                    last 4 bytes as an EOF's RECEIVED)
 //! SINK         (3): id u32 | len u32 | rx_seq u64 | stag u32 | reserved u32 | to u64    flags: WAITALL 0x02
 //! SINK_DONE    (4): id u32 | len u32                          flags: EOM 0x01
 //! SINK_CANCEL  (5): id u32
@@ -64,6 +66,11 @@ pub const FLAG_CLOSED: u8 = 0x04;
 /// ([`Body::Closed`]'s `received`). A peer that does not know it ignores
 /// it (and the bytes, reserved before).
 pub const FLAG_RECEIVED: u8 = 0x08;
+/// [`FLAG_CLOSED`] and [`FLAG_RECEIVED`] on a CREDIT: the sender closed
+/// its socket after its end of stream had left ([`Body::ClosedLate`]). A
+/// peer that does not know them reads a CREDIT (flags of a CREDIT were
+/// always ignored).
+pub const FLAGS_CLOSED_LATE: u8 = FLAG_CLOSED | FLAG_RECEIVED;
 
 /// What a peer announces in its hello: how many receive slots it posts for
 /// us and how large they are.
@@ -245,6 +252,16 @@ pub enum Body {
         /// peer's bytes past them reached a closed socket.
         received: Option<u32>,
     },
+    /// The sender closed its socket after its end of stream had left
+    /// (a `shutdown(SHUT_WR)` before the close: that EOF could not say
+    /// so), with `received`, the low 32 bits of the stream bytes it had
+    /// received then, as [`Body::Closed`]'s. Credits only otherwise:
+    /// kind CREDIT with [`FLAGS_CLOSED_LATE`], so that it goes with the
+    /// one credit a CREDIT needs.
+    ClosedLate {
+        /// As [`Body::Closed`]'s.
+        received: u32,
+    },
 }
 
 impl Body {
@@ -252,7 +269,7 @@ impl Body {
     pub fn kind(&self) -> Kind {
         match self {
             Self::Data { .. } => Kind::Data,
-            Self::Credit => Kind::Credit,
+            Self::Credit | Self::ClosedLate { .. } => Kind::Credit,
             Self::Sink(_) => Kind::Sink,
             Self::SinkDone { .. } => Kind::SinkDone,
             Self::SinkCancel { .. } => Kind::SinkCancel,
@@ -301,6 +318,10 @@ impl Msg {
         match self.body {
             Body::Data { eom } => b[1] = if eom { FLAG_EOM } else { 0 },
             Body::Credit | Body::Eof => {}
+            Body::ClosedLate { received } => {
+                b[1] = FLAGS_CLOSED_LATE;
+                b[4..8].copy_from_slice(&received.to_be_bytes());
+            }
             Body::Closed { received } => {
                 b[1] = FLAG_CLOSED;
                 if let Some(r) = received {
@@ -394,6 +415,9 @@ impl Msg {
         let body = match kind {
             Kind::Data => Body::Data {
                 eom: flags & FLAG_EOM != 0,
+            },
+            Kind::Credit if flags & FLAGS_CLOSED_LATE == FLAGS_CLOSED_LATE => Body::ClosedLate {
+                received: be32(b, 4),
             },
             Kind::Credit => Body::Credit,
             Kind::Eof if flags & FLAG_CLOSED != 0 => Body::Closed {
@@ -579,6 +603,9 @@ mod tests {
             Body::Closed {
                 received: Some(0xDEAD_BEEF),
             },
+            Body::ClosedLate {
+                received: 0x0BAD_F00D,
+            },
             Body::Sink(SinkAd {
                 id: 7,
                 len: 1 << 20,
@@ -613,7 +640,9 @@ mod tests {
             assert!(n <= MAX_CONTROL_LEN);
             // Reserved, but for a close's received count.
             let reserved = match body {
-                Body::Closed { received: Some(r) } => r.to_be_bytes(),
+                Body::Closed { received: Some(r) } | Body::ClosedLate { received: r } => {
+                    r.to_be_bytes()
+                }
                 _ => [0; 4],
             };
             assert_eq!(&buf[4..8], &reserved, "reserved bytes are zero");
@@ -661,6 +690,49 @@ mod tests {
             (0xff, closed(Some(0x0506_0708))),
         ] {
             let m = Msg::parse(&[Kind::Eof as u8, flags, 0, 0, 5, 6, 7, 8]).unwrap();
+            assert_eq!(m.body, body, "flags {flags:#x}");
+        }
+    }
+
+    /// A close after the end of stream had left says so on a CREDIT with
+    /// both flags (a peer that does not know them reads a CREDIT, as it
+    /// always did whatever its flags), the header's last four bytes what
+    /// the closer had received; one flag alone is a CREDIT.
+    #[test]
+    fn a_late_close_is_a_credit_with_both_flags() {
+        let mut b = [0u8; MAX_CONTROL_LEN];
+        let n = Msg {
+            credits: 3,
+            body: Body::ClosedLate {
+                received: 0x0a0b_0c0d,
+            },
+        }
+        .encode(&mut b);
+        assert_eq!(
+            &b[..n],
+            &[
+                Kind::Credit as u8,
+                FLAGS_CLOSED_LATE,
+                0,
+                3,
+                0x0a,
+                0x0b,
+                0x0c,
+                0x0d
+            ]
+        );
+        for (flags, body) in [
+            (0, Body::Credit),
+            (FLAG_CLOSED, Body::Credit),
+            (FLAG_RECEIVED, Body::Credit),
+            (
+                0xff,
+                Body::ClosedLate {
+                    received: 0x0506_0708,
+                },
+            ),
+        ] {
+            let m = Msg::parse(&[Kind::Credit as u8, flags, 0, 0, 5, 6, 7, 8]).unwrap();
             assert_eq!(m.body, body, "flags {flags:#x}");
         }
     }

@@ -24,9 +24,7 @@ pub enum Phase {
     Sending,
     /// They left, or the close gave up on them; the engine's socket stays
     /// open, the peer's input discarded, until the peer's FIN or the
-    /// linger ([`XSocket::linger_after_close`] says why). Before a close
-    /// that could not tell the peer, the peer's stream bytes reset the
-    /// connection instead (`XSocket::end_sending`).
+    /// linger ([`XSocket::linger_after_close`] says why).
     Lingering,
     /// Over: the socket may be dropped (its engine's socket closes then).
     Done,
@@ -174,7 +172,8 @@ impl XSocket {
                     st = self.wait(st, Some(c.deadline));
                 }
                 Act::Finish { idle, reset } => {
-                    self.end_sending(st, idle, reset);
+                    drop(st);
+                    self.finish_sending(reset);
                     return idle;
                 }
             }
@@ -209,7 +208,6 @@ impl XSocket {
             }
             // Not interrupted either (bounded by `bound`).
             st = self.wait(st, Some(c.deadline));
-            self.release_held_disconnect(&mut st);
         }
     }
 
@@ -367,7 +365,8 @@ impl XSocket {
             match c.look_sending(self.send_look(&st), now) {
                 Act::Wait => return Some(c.phase),
                 Act::Finish { idle, reset } => {
-                    self.end_sending(st, idle, reset);
+                    drop(st);
+                    self.finish_sending(reset);
                     c.lingering(idle, now);
                     // The FIN may be in already: looked at below.
                 }
@@ -375,7 +374,6 @@ impl XSocket {
         } else if c.phase == Phase::Lingering {
             let mut st = lock()?;
             self.drive_now(&mut st);
-            self.release_held_disconnect(&mut st);
         }
         if c.phase == Phase::Lingering {
             c.look_lingering(self.qp.is_closed(), now);
@@ -525,36 +523,6 @@ impl XSocket {
 
     /// Sending is over: the reset first if bytes were lost, then the
     /// engine's disconnect (its FIN after the bytes it holds).
-    /// Sending is over (`idle`: all left; `reset`: bytes lost): the
-    /// disconnect ([`Self::finish_sending`]), or, while the peer may send
-    /// into the close unwarned ([`State::peer_may_send_into_close`]: our
-    /// end of stream left before the close, plain), the linger begins
-    /// with the engine still connected, so that what the peer sends is
-    /// taken in and answered with a reset as at TCP's closed socket
-    /// (`XSocket::data_after_shutdown`); the disconnect follows the
-    /// peer's end of stream or that reset
-    /// ([`Self::release_held_disconnect`]), or the linger's end drops the
-    /// socket. A disconnected engine discarded those bytes, and the peer
-    /// never heard of the close (diffuzz seeds 189 and 465).
-    fn end_sending(&self, mut st: MutexGuard<'_, State>, idle: bool, reset: bool) {
-        if idle && !reset && st.peer_may_send_into_close() {
-            st.disconnect_held = true;
-            return;
-        }
-        drop(st);
-        self.finish_sending(reset);
-    }
-
-    /// After a round while lingering: the held disconnect
-    /// ([`Self::end_sending`]) once the peer can no longer send into the
-    /// close (its end of stream came, or the connection is over).
-    fn release_held_disconnect(&self, st: &mut State) {
-        if st.disconnect_held && !st.peer_may_send_into_close() {
-            st.disconnect_held = false;
-            self.qp.disconnect();
-        }
-    }
-
     fn finish_sending(&self, lost: bool) {
         if lost {
             reset(self.tcp_fd);

@@ -160,7 +160,6 @@ impl XSocket {
                 msg_mode: false,
                 shut_rd: false,
                 shut_both_at: None,
-                disconnect_held: false,
                 peer_closed: false,
                 fin: false,
                 peer_broke: false,

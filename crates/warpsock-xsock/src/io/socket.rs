@@ -95,9 +95,6 @@ pub(crate) struct State {
     /// beyond them resets the connection, as TCP's
     /// ([`XSocket::data_after_shutdown`]).
     pub(crate) shut_both_at: Option<u64>,
-    /// The close's disconnect waits while the peer may send into it
-    /// ([`State::peer_may_send_into_close`]; `io/closing.rs`).
-    pub(crate) disconnect_held: bool,
     pub(crate) peer_closed: bool,
     /// The peer's FIN came with no failure before it (TCP's `SOCK_DONE`):
     /// reads end (0) before they report a failure that came after it (the

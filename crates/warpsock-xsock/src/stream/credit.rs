@@ -220,7 +220,9 @@ impl Stream {
         // `trigger` only grows with `unreturned` and is clamped to it when
         // slots are returned: no slot unreturned, no credit due.
         debug_assert!(self.trigger <= self.unreturned, "trigger past unreturned");
-        !self.out.is_empty() || (self.unreturned > 0 && self.credit_due())
+        !self.out.is_empty()
+            || (self.unreturned > 0 && self.credit_due())
+            || self.tx_flags & Self::CLOSED_LATE_DUE != 0
     }
 
     /// Whether a CREDIT of our own is due now: the credit part of

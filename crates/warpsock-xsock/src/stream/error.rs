@@ -36,6 +36,9 @@ pub enum StreamError {
     },
     /// Stream bytes after the peer's EOF.
     DataAfterEof,
+    /// A late close ([`Body::ClosedLate`](crate::wire::Body::ClosedLate))
+    /// before the peer's EOF: it says a close came after the end.
+    ClosedLateBeforeEof,
     /// The peer made us hold more of something than the protocol lets a
     /// well-behaved peer make us hold (a queue it could otherwise grow
     /// without bound).
@@ -68,6 +71,9 @@ impl fmt::Display for StreamError {
                 )
             }
             Self::DataAfterEof => f.write_str("stream bytes after the peer's end of stream"),
+            Self::ClosedLateBeforeEof => {
+                f.write_str("a close after the end of stream before the peer's end of stream")
+            }
             Self::TooMany { what, max } => {
                 write!(f, "the peer made us hold more than {max} {what}")
             }

@@ -313,8 +313,8 @@ fn no_credit_goes_after_the_carriers_fin() {
 /// A close's EOF says the socket closed (`Body::Closed`, kind EOF with
 /// `FLAG_CLOSED`): the one the close queues, or one a `shutdown(SHUT_WR)`
 /// queued that has not left; an EOF that left says nothing more (a second
-/// message would wait for a credit the peer need not return: the closer
-/// knows it could not say so, `close_unsaid`). The peer's
+/// message would wait for a credit the peer need not return: a word of
+/// its own says it, `Body::ClosedLate`, on one credit). The peer's
 /// books take it as the end of stream and say the socket closed
 /// (`peer_socket_closed`: a send now draws TCP's reset); a plain EOF does
 /// not, and a `Closed` after an EOF is a breach.
@@ -332,14 +332,17 @@ fn a_close_says_so_in_its_eof() {
     s.mark_closing();
     assert_eq!(s.poll_msg().map(|m| m.body), Some(closed));
     assert!(s.poll_msg().is_none());
-    assert!(!s.close_unsaid(), "the EOF said the close");
     let mut s = fresh();
     s.shutdown_write();
     assert_eq!(s.poll_msg().map(|m| m.body), Some(Body::Eof));
     s.mark_closing();
-    assert!(s.poll_msg().is_none(), "a second end of stream");
-    // The close could not say so: its socket answers the peer's bytes.
-    assert!(s.close_unsaid());
+    assert!(s.has_output() && s.owes_msg(), "the late close is owed");
+    assert_eq!(
+        s.poll_msg().map(|m| m.body),
+        Some(Body::ClosedLate { received: 0 }),
+        "a CREDIT-sized word, not a second end of stream"
+    );
+    assert!(s.poll_msg().is_none() && !s.has_output());
 
     let msg = |body| encode(Msg { credits: 0, body });
     let mut r = fresh();
@@ -349,6 +352,54 @@ fn a_close_says_so_in_its_eof() {
     let mut r = fresh();
     r.on_message(0, &msg(Body::Eof)).unwrap();
     assert!(r.eof() && !r.peer_socket_closed());
+    // The late word after a plain EOF says the close; before the EOF it
+    // is a breach.
+    r.on_message(1, &msg(Body::ClosedLate { received: 0 }))
+        .unwrap();
+    assert!(r.peer_socket_closed());
+    let mut r = fresh();
+    assert!(r
+        .on_message(0, &msg(Body::ClosedLate { received: 0 }))
+        .is_err());
+}
+
+/// A close after our EOF left says so only while the peer's stream is
+/// open (with it ended, TCP's peer could send nothing either) and with a
+/// credit to say it on (else the close would wait for a reader's
+/// return: not said).
+#[test]
+fn a_late_close_is_said_only_to_an_open_stream_with_a_credit() {
+    let msg = |body| encode(Msg { credits: 0, body });
+    let mut s = Stream::new(hello(16, 256), hello(16, 256));
+    s.shutdown_write();
+    assert_eq!(s.poll_msg().map(|m| m.body), Some(Body::Eof));
+    s.on_message(0, &msg(Body::Eof)).unwrap();
+    s.mark_closing();
+    assert!(s.poll_msg().is_none(), "the peer's stream had ended");
+
+    // Three slots at the peer: the EOF takes one, two CREDITs of ours
+    // (returns of its DATA) the rest.
+    let mut s = Stream::new(hello(16, 256), hello(3, 256));
+    s.shutdown_write();
+    assert_eq!(s.poll_msg().map(|m| m.body), Some(Body::Eof));
+    let mut spent = 0;
+    for slot in 0..16 {
+        let mut d = msg(Body::Data { eom: true });
+        d.push(7);
+        s.on_message(slot, &d).unwrap();
+        s.consume(1);
+        s.post_reposts(|_| Ok(()));
+        while let Some(m) = s.poll_msg() {
+            assert_eq!(m.body, Body::Credit);
+            spent += 1;
+        }
+        if s.credits() == 0 {
+            break;
+        }
+    }
+    assert_eq!((s.credits(), spent), (0, 2), "every credit spent");
+    s.mark_closing();
+    assert!(s.poll_msg().is_none() && !s.has_output(), "no credit");
 }
 
 /// A close's EOF says what the closer had received (the low 32 bits): the
@@ -382,6 +433,23 @@ fn a_close_tells_the_peer_its_bytes_that_came_after() {
         s.on_message(0, &closed(received)).unwrap();
         assert!(s.peer_socket_closed());
         assert_eq!(s.sent_into_peer_close(), past, "received {received:?}");
+        // The same said late, after a plain EOF.
+        if let Some(received) = received {
+            let mut s = sent(10);
+            let eof = encode(Msg {
+                credits: 0,
+                body: Body::Eof,
+            });
+            let late = encode(Msg {
+                credits: 0,
+                body: Body::ClosedLate { received },
+            });
+            s.on_message(0, &eof).unwrap();
+            assert!(!s.peer_socket_closed());
+            s.on_message(1, &late).unwrap();
+            assert!(s.peer_socket_closed());
+            assert_eq!(s.sent_into_peer_close(), past, "late, received {received}");
+        }
     }
 }
 

@@ -24,17 +24,6 @@ impl State {
     pub(crate) fn streams_ended(&self) -> bool {
         self.s.eof_sent() && (self.s.eof() || self.peer_closed)
     }
-
-    /// Our close could not tell the peer it closed (our end of stream had
-    /// left before it, plain: [`crate::stream::Stream::close_unsaid`]), and
-    /// the peer's stream is still open: bytes it sends now reach a closed
-    /// socket, and only this end, taking them in, can answer with TCP's
-    /// reset ([`XSocket::data_after_shutdown`]). A disconnected engine
-    /// would discard them (diffuzz's close race after a `SHUT_WR`, seeds
-    /// 189 and 465: the peer's `poll` never showed `POLLERR`).
-    pub(crate) fn peer_may_send_into_close(&self) -> bool {
-        self.s.close_unsaid() && !self.s.eof() && !self.over()
-    }
 }
 
 impl XSocket {
