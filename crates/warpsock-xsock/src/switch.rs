@@ -190,8 +190,17 @@ impl Limits {
 /// What the I/O side does next.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Step {
-    /// Send our mark (one urgent byte), then report [`Switch::on_marked`].
-    SendMark,
+    /// Send our mark (one urgent byte), then report [`Switch::on_marked`];
+    /// give up at `deadline` ([`Switch::on_timeout`]): a peer that reads
+    /// nothing keeps a full send buffer full, where an urgent byte waits
+    /// too.
+    SendMark {
+        /// When to report [`Switch::on_timeout`]: the mark's own wait's
+        /// (the initiator's, from its start; the responder's, for the
+        /// initiator's mark), after which the peer no longer waits for
+        /// ours either.
+        deadline: Instant,
+    },
     /// Read the peer's bytes into the residue (at most `room` more), stop
     /// at its mark, and report what happened; give up at `deadline`.
     AwaitMark {
@@ -248,6 +257,13 @@ pub enum SwitchError {
     },
     /// The peer's urgent byte is not a warpsock mark (`ECONNREFUSED`).
     ForeignUrgent(u8),
+    /// Our mark could not be sent in time: the send buffer stayed full
+    /// (the peer reads nothing) (`ECONNREFUSED`). Nothing entered the
+    /// stream: the connection goes on as TCP.
+    MarkUnsent {
+        /// The time it had.
+        after: Duration,
+    },
     /// Initiator: the responder's warpsock has no room to switch the
     /// connection now and said so ([`BUSY`]) (`ECONNREFUSED`). Nothing but
     /// the two urgent bytes, each consumed, entered the streams: the
@@ -319,6 +335,10 @@ impl fmt::Display for SwitchError {
             Self::ForeignUrgent(b) => write!(
                 f,
                 "the peer sent TCP urgent data (0x{b:02x}) that is not a warpsock switch mark"
+            ),
+            Self::MarkUnsent { after } => write!(
+                f,
+                "our switch mark could not be sent within {after:?}: the send buffer stayed full (the peer reads nothing)"
             ),
             Self::Busy => f.write_str(
                 "the peer's warpsock had no room to switch this connection now (its switches under way, its share for our host, or its DDP sockets at their bound)",
@@ -452,7 +472,9 @@ impl Switch {
     /// What to do now.
     pub fn step(&self) -> Step {
         match self.phase {
-            Phase::Mark => Step::SendMark,
+            Phase::Mark => Step::SendMark {
+                deadline: self.deadline,
+            },
             Phase::AwaitMark => Step::AwaitMark {
                 deadline: self.deadline,
                 // Policy mode reads none: the first byte ahead of a mark
@@ -575,6 +597,9 @@ impl Switch {
             return;
         }
         match self.phase {
+            Phase::Mark => self.fail(SwitchError::MarkUnsent {
+                after: self.limits.mark_timeout,
+            }),
             Phase::AwaitMark => self.fail(SwitchError::NoPeer {
                 after: self.limits.mark_timeout,
             }),

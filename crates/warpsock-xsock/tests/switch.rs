@@ -230,7 +230,7 @@ impl Sim {
             p.sw.get_or_insert_with(|| Switch::new(p.role, self.limits, self.t(now)));
         loop {
             match sw.step() {
-                Step::SendMark => {
+                Step::SendMark { .. } => {
                     out.push(now, DELAY, &[MARK], true);
                     sw.on_marked(self.t(now));
                 }
@@ -478,6 +478,38 @@ fn a_foreign_urgent_byte_or_bad_request_ends_the_switch() {
     assert_eq!(sw.step(), Step::Failed(SwitchError::NotARequest));
 }
 
+/// A mark that cannot be sent (a full send buffer) is given up at the
+/// mark's deadline, the initiator's from its start, the responder's its
+/// wait for the initiator's mark: `MarkUnsent`, `ECONNREFUSED`.
+#[test]
+fn a_mark_unsent_by_its_deadline_ends_the_switch() {
+    let l = limits();
+    let now = Instant::now();
+    for role in [Role::Initiator, Role::Responder] {
+        let mut sw = Switch::new(role, l, now);
+        if role == Role::Responder {
+            sw.on_mark(MARK);
+        }
+        let Step::SendMark { deadline } = sw.step() else {
+            panic!("{role:?}: {:?}", sw.step());
+        };
+        assert_eq!(deadline, now + l.mark_timeout, "{role:?}");
+        sw.on_timeout(deadline - Duration::from_millis(1));
+        assert!(matches!(sw.step(), Step::SendMark { .. }), "not yet");
+        sw.on_timeout(deadline);
+        let Step::Failed(e) = sw.step() else {
+            panic!("{role:?}: {:?}", sw.step());
+        };
+        assert_eq!(
+            e,
+            SwitchError::MarkUnsent {
+                after: l.mark_timeout
+            }
+        );
+        assert_eq!(e.errno(), libc::ECONNREFUSED);
+    }
+}
+
 /// A responder with no room to switch answers the initiator's mark with
 /// `BUSY`: the initiator ends its switch at once (`Busy`, `ECONNREFUSED`),
 /// not at its mark timeout. From an initiator, `BUSY` is a foreign urgent
@@ -487,7 +519,7 @@ fn a_busy_responders_answer_ends_the_initiators_switch_at_once() {
     let l = limits();
     let now = Instant::now();
     let mut sw = Switch::new(Role::Initiator, l, now);
-    assert_eq!(sw.step(), Step::SendMark);
+    assert!(matches!(sw.step(), Step::SendMark { .. }));
     sw.on_marked(now);
     assert!(matches!(sw.step(), Step::AwaitMark { .. }));
     sw.on_mark(BUSY);

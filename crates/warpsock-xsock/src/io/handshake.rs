@@ -158,11 +158,11 @@ pub fn answer_busy(fd: BorrowedFd<'_>) -> io::Result<BusyAnswer> {
             if !sys::take_inline_mark(raw) {
                 return Ok(BusyAnswer::Never);
             }
-            sys::send_urgent(raw, BUSY)?;
+            sys::send_urgent(raw, BUSY, None)?;
             Ok(BusyAnswer::Sent)
         }
         Some(MARK) => {
-            sys::send_urgent(raw, BUSY)?;
+            sys::send_urgent(raw, BUSY, None)?;
             sys::take_urgent(raw);
             Ok(BusyAnswer::Sent)
         }
@@ -247,9 +247,12 @@ pub fn switch_fd_declinable(
     let mut pause = PAUSE_MIN;
     loop {
         match sw.step() {
-            Step::SendMark => {
-                sys::send_urgent(raw, MARK).map_err(broken)?;
-                sw.on_marked(Instant::now());
+            Step::SendMark { deadline } => {
+                if sys::send_urgent(raw, MARK, Some(deadline)).map_err(broken)? {
+                    sw.on_marked(Instant::now());
+                } else {
+                    sw.on_timeout(Instant::now());
+                }
             }
             Step::AwaitMark { deadline, room } => {
                 if sys::at_mark(raw).map_err(broken)? {

@@ -26,8 +26,13 @@ fn check(r: isize) -> io::Result<usize> {
     }
 }
 
-/// Sends one urgent byte (`MSG_OOB`).
-pub(crate) fn send_urgent(fd: RawFd, b: u8) -> io::Result<()> {
+/// Sends one urgent byte (`MSG_OOB`), waiting for room in the send
+/// buffer up to `deadline` (`None`: for as long as it takes). Whether it
+/// was sent: `false` once the deadline passed without room. Never the
+/// socket's own blocking send, which waits for room with no bound (or
+/// the program's `SO_SNDTIMEO`) — a peer that reads nothing held a
+/// switch's mark, and the call that asked for it, for good (helper 73).
+pub(crate) fn send_urgent(fd: RawFd, b: u8, deadline: Option<Instant>) -> io::Result<bool> {
     loop {
         // SAFETY: a one-byte buffer on the stack.
         let r = unsafe {
@@ -36,14 +41,17 @@ pub(crate) fn send_urgent(fd: RawFd, b: u8) -> io::Result<()> {
                 fd,
                 (&b as *const u8).cast_mut(),
                 1,
-                libc::MSG_OOB | libc::MSG_NOSIGNAL,
+                libc::MSG_OOB | libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
             )
         };
         match check(r) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(true),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                wait(fd, libc::POLLOUT, None)?;
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(false);
+                }
+                wait(fd, libc::POLLOUT, deadline)?;
             }
             Err(e) => return Err(e),
         }
