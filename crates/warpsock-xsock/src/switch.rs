@@ -584,6 +584,17 @@ impl Switch {
         }
     }
 
+    /// Responder: the peer's urgent byte lies ahead, inside the bytes
+    /// after its mark that are not yet a whole Request (`io::urgent_ahead`:
+    /// a peek stops at it). A committed initiator sends its Request whole,
+    /// with no urgent byte inside: these bytes are the program's
+    /// (`NotARequest`), not a Request to wait for until the deadline.
+    pub fn on_urgent_ahead(&mut self) {
+        if self.phase == Phase::AwaitRequest {
+            self.fail(SwitchError::NotARequest);
+        }
+    }
+
     /// The peer closed the connection (FIN or reset).
     pub fn on_eof(&mut self) {
         if self.phase != Phase::Done {

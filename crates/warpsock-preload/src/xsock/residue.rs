@@ -263,6 +263,9 @@ impl ResidueSock {
         let mut looked = 0;
         let mut ended = false;
         loop {
+            // Counted before the peek: inline, an urgent byte ahead shows
+            // as more queued than the peek finds (`urgent_ahead`).
+            let queued = warpsock_xsock::io::readable(self.kfd).unwrap_or(0);
             // SAFETY: peeking into a local buffer.
             let n = unsafe {
                 sys::recv_raw(
@@ -294,6 +297,26 @@ impl ResidueSock {
                     self.reset();
                     st.watch = false;
                     return (st, Some(libc::ECONNRESET));
+                }
+                Request::Undecided { .. }
+                    if n > 0
+                        && warpsock_xsock::io::urgent_ahead(
+                            self.kfd,
+                            queued,
+                            n as usize,
+                            buf.len(),
+                        ) =>
+                {
+                    // The peer's urgent byte lies ahead: a committed
+                    // initiator sends its Request whole, with none inside,
+                    // so the prefix is data (delivered). Undecided, the
+                    // peek stopped at it while `tcp_poll` counted the bytes
+                    // past it against `SO_RCVLOWAT`: the watch's wake-up
+                    // came at once, every time, and an event loop read
+                    // `EAGAIN` at a full CPU for as long as the peer kept
+                    // the connection (helper 73).
+                    st.watch = false;
+                    return (st, None);
                 }
                 Request::Undecided { .. } if ended && n > 0 => {
                     // Every byte the peer sent before its end (or an

@@ -321,6 +321,9 @@ pub fn switch_fd_declinable(
                 if buf.len() < want {
                     buf.resize(want, 0);
                 }
+                // Counted before the peek: inline, an urgent byte ahead
+                // shows as more queued than the peek finds.
+                let queued = sys::readable(raw).map_err(broken)?;
                 match sys::recv(raw, &mut buf[..want], true) {
                     Ok(0) => sw.on_eof(),
                     Ok(n) => {
@@ -332,11 +335,16 @@ pub fn switch_fd_declinable(
                                 sw.on_eof();
                                 continue;
                             }
+                            // An urgent byte ahead: no Request (helper 73).
+                            if sys::urgent_ahead(raw, queued, n, want) {
+                                sw.on_urgent_ahead();
+                                continue;
+                            }
                             // The same prefix after a wait that said
                             // readable: the kernel reports input the peek
-                            // cannot reach (an urgent byte inside the
-                            // Request, which stops the peek; memory
-                            // pressure, which reports any byte): pause,
+                            // cannot reach (memory pressure, which reports
+                            // any byte; an urgent byte, which stops the
+                            // peek, is told above): pause,
                             // doubling up to 100 ms, as the watch does
                             // (helper 32's review).
                             if peeked == Some(n) {

@@ -46,5 +46,5 @@ pub use sndbuf::{
     try_reset_buffered, SNDBUF_MAX, SNDBUF_MIN,
 };
 pub use socket::XSocket;
-pub use sys::restart_after_signal;
+pub use sys::{readable, restart_after_signal, urgent_ahead};
 pub use watch::Round;

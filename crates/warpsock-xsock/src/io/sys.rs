@@ -116,8 +116,40 @@ pub(crate) fn at_mark(fd: RawFd) -> io::Result<bool> {
     check(r as isize).map(|_| v != 0)
 }
 
+/// Whether a peek of `fd` that found `peeked` bytes (into a buffer of
+/// `cap`) stopped short at the peer's urgent byte, ahead of the read
+/// position: out of band, a peek of it finds it; inline
+/// (`SO_OOBINLINE`), the bytes queued before the peek (`queued`,
+/// [`readable`]'s count then, which goes past the mark inline) are more
+/// than it found. Linux's peek stops at the urgent mark, while `poll`
+/// (and `SO_RCVLOWAT`) count the bytes past it: a wait for more than the
+/// peek found returns at once, every time. A warpsock initiator sends its
+/// MPA Request whole, after its mark, with no urgent byte inside: a
+/// prefix with one ahead is no Request (helper 73: the residue's watch
+/// rang the program's doorbell for good, an event loop reading `EAGAIN`
+/// at a full CPU). An urgent byte passed by the read position is
+/// forgotten by the kernel (`tcp_recvmsg`), and a switch's own mark is
+/// consumed: neither counts.
+pub fn urgent_ahead(fd: RawFd, queued: usize, peeked: usize, cap: usize) -> bool {
+    if peeked < cap && peeked < queued {
+        return true;
+    }
+    let mut b = 0u8;
+    // SAFETY: a one-byte buffer on the stack.
+    let r = unsafe {
+        socket_io(
+            libc::SYS_recvfrom,
+            fd,
+            &mut b,
+            1,
+            libc::MSG_OOB | libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    r == 1
+}
+
 /// Bytes readable now (`FIONREAD`; the urgent byte is not counted).
-pub(crate) fn readable(fd: RawFd) -> io::Result<usize> {
+pub fn readable(fd: RawFd) -> io::Result<usize> {
     let mut v: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int.
     let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut v) };

@@ -177,6 +177,35 @@ fn an_undecided_prefix_shows_no_input_until_a_byte_decides_it() {
     );
 }
 
+/// An urgent byte behind an undecided prefix decides it: a committed
+/// initiator sends its Request whole, with none inside, so the prefix is
+/// data — the read returns it (stopping at the mark, as TCP's), and the
+/// urgent byte stays out of band. Before, the watch's peek stopped at the
+/// mark while `tcp_poll` counted the bytes past it against the watch's
+/// `SO_RCVLOWAT`: its wake-up came at once, every time, and an event loop
+/// read `EAGAIN` for good at a full CPU (helper 73; fails with `EAGAIN`
+/// for the prefix).
+#[test]
+fn an_urgent_byte_behind_an_undecided_prefix_makes_it_data() {
+    use std::os::fd::AsRawFd;
+    let _serial = serial();
+    let (s, mut peer) = watching_pair();
+    let mut b = [0u8; 64];
+    prefix_read_too_early(&s, &mut peer, &mut b);
+    assert_eq!(shown(&s, 0), 0, "readable while undecided");
+    // SAFETY: a one-byte send from a constant.
+    let sent = unsafe { libc::send(peer.as_raw_fd(), b"!".as_ptr().cast(), 1, libc::MSG_OOB) };
+    assert_eq!(sent, 1);
+    assert_eq!(
+        shown(&s, 10_000) & libc::POLLIN,
+        libc::POLLIN,
+        "the urgent byte rang nothing"
+    );
+    assert_eq!(read_now(&s, &mut b), Ok(13), "the prefix, as data");
+    assert_eq!(&b[..13], b"MPA ID Req Fr");
+    assert_eq!(read_now(&s, &mut b), Err(libc::EAGAIN), "out of band");
+}
+
 /// A prefix the peer's end follows can never complete: a non-blocking
 /// read returns it, then the end (0). Before, it read `EAGAIN` for good
 /// (a peek cannot see the end behind queued bytes): the program never
