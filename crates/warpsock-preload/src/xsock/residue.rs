@@ -91,6 +91,14 @@ impl ResidueSock {
     /// `at.kernel`) if there is anything to deliver or watch; else leaves
     /// it alone. `connect`: the result the adopting `connect` returns.
     /// Returns whether it wrapped.
+    ///
+    /// Wrapping takes three descriptors (a duplicate of the socket and the
+    /// doorbell's pair). Without them (`EMFILE`: the look for free ones
+    /// before the switch is no reservation) the bytes read could never be
+    /// delivered before the kernel's, nor a late Request kept from the
+    /// program: the connection is reset (`ECONNRESET` to both ends' next
+    /// calls), never left to read on past bytes it lost (helper 73), and
+    /// the errno is returned.
     pub(crate) fn transpose(
         at: super::At<'_>,
         residue: Vec<u8>,
@@ -100,6 +108,22 @@ impl ResidueSock {
         if residue.is_empty() && !watch && connect.is_none() {
             return Ok(None);
         }
+        let kernel = at.kernel;
+        let must_wrap = !residue.is_empty() || watch;
+        Self::wrap(at, residue, watch, connect).inspect_err(|_| {
+            if must_wrap {
+                reset_connection(kernel);
+            }
+        })
+    }
+
+    /// [`Self::transpose`]'s wrapping.
+    fn wrap(
+        at: super::At<'_>,
+        residue: Vec<u8>,
+        watch: bool,
+        connect: Option<c_int>,
+    ) -> Result<Option<Arc<Self>>, c_int> {
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
         unsafe {
             let fl = real::fcntl(at.kernel, libc::F_GETFL, 0);
@@ -196,15 +220,11 @@ impl ResidueSock {
     /// read a clean end, not a reset — and the Request's bytes stayed
     /// queued, the next read's data.
     fn reset(&self) {
-        let unspec = sockaddr {
-            sa_family: libc::AF_UNSPEC as libc::sa_family_t,
-            sa_data: [0; 14],
-        };
+        reset_connection(self.kfd);
         let mut err: c_int = 0;
         let mut len = size_of::<c_int>() as socklen_t;
-        // SAFETY: a sockaddr and an int on the stack, their sizes given.
+        // SAFETY: an int on the stack, its size given.
         unsafe {
-            sys::connect_raw(self.kfd, &unspec, size_of::<sockaddr>() as socklen_t);
             real::getsockopt(
                 self.kfd,
                 libc::SOL_SOCKET,
@@ -853,6 +873,19 @@ impl Drop for ResidueSock {
         drop(lock(&self.held).take());
         sys::close(self.kfd);
     }
+}
+
+/// Resets the TCP connection of socket `fd`: a disconnect
+/// (`connect(AF_UNSPEC)`, Linux's `tcp_disconnect`) sends an RST, purges
+/// both queues and leaves the socket's error `ECONNRESET`, which its next
+/// call reports.
+fn reset_connection(fd: c_int) {
+    let unspec = sockaddr {
+        sa_family: libc::AF_UNSPEC as libc::sa_family_t,
+        sa_data: [0; 14],
+    };
+    // SAFETY: a sockaddr on the stack, its size given.
+    unsafe { sys::connect_raw(fd, &unspec, size_of::<sockaddr>() as socklen_t) };
 }
 
 #[cfg(test)]

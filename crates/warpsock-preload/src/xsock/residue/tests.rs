@@ -227,3 +227,57 @@ fn an_undecided_prefix_the_peers_end_follows_is_data_to_a_nonblocking_read() {
     assert_eq!(&b[..13], b"MPA ID Req Fr");
     assert_eq!(read_now(&s, &mut b), Ok(0));
 }
+
+/// A residue socket that cannot be made (every descriptor taken: the
+/// duplicate and the doorbell's pair find none) resets the connection:
+/// the program's next read gets `ECONNRESET`, the peer's too. Before, the
+/// residue ("abc", read by the switch) was dropped and the program read
+/// on from "def", past bytes it never got, the `EMFILE` it was told the
+/// same as a withdrawn switch's, whose connection goes on as TCP (helper
+/// 73). Run in a child (its descriptors all taken, under a lowered soft
+/// limit); the socket is the parent's too.
+#[test]
+fn a_residue_that_finds_no_descriptor_resets_the_connection() {
+    use std::io::{Read, Write};
+    use std::os::fd::IntoRawFd;
+    let _serial = serial();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mine, _) = l.accept().unwrap();
+    peer.write_all(b"def").unwrap();
+    let fd = mine.into_raw_fd();
+    let status = crate::shim::forktest::child_within(|| {
+        // SAFETY: the child's own limit and descriptors.
+        unsafe {
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            lim.rlim_cur = lim.rlim_cur.min(64);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            while libc::dup(fd) >= 0 {}
+        }
+        let r = ResidueSock::transpose(super::super::At::own(fd), b"abc".to_vec(), false, None);
+        if !matches!(r, Err(libc::EMFILE)) {
+            return 1;
+        }
+        let mut b = [0u8; 8];
+        // SAFETY: a read into a local.
+        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
+        match n {
+            0 => 2,
+            n if n > 0 => 3,
+            _ if errno() != libc::ECONNRESET => 4,
+            _ => 0,
+        }
+    });
+    assert_eq!(
+        status,
+        Some(0),
+        "1: no EMFILE; 2: a clean end; 3: bytes past the lost residue; 4: another error"
+    );
+    peer.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut b = [0u8; 8];
+    let e = peer.read(&mut b).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+    sys::close(fd);
+}
