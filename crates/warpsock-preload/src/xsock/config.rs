@@ -95,13 +95,22 @@ pub(crate) struct Hooks {
     pub(crate) pass_hold_fd: Option<libc::c_int>,
 }
 
+/// The longest time setting taken: a day. Longer ones are taken as it,
+/// far past any use, so that the sums and doublings made of them
+/// (`Instant` + a timeout, `Limits::with_timeout`'s request wait) cannot
+/// overflow, which panicked inside the call interposed (helper 73, item 7).
+const MS_MAX: u64 = 24 * 60 * 60 * 1000;
+
 fn env_ms(name: &str, default: u64) -> Duration {
-    Duration::from_millis(
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(default),
-    )
+    Duration::from_millis(ms_setting(std::env::var(name).ok().as_deref(), default))
+}
+
+/// A time setting's milliseconds: `v` parsed, else `default`, at most
+/// [`MS_MAX`].
+fn ms_setting(v: Option<&str>, default: u64) -> u64 {
+    v.and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+        .min(MS_MAX)
 }
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -291,6 +300,22 @@ pub(crate) fn get() -> &'static Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A time setting past a day is a day: `u64::MAX` ms overflowed the
+    /// sums made of it (`Instant` + the switch timeout, its doubling) and
+    /// panicked inside the interposed call (helper 73, item 7).
+    #[test]
+    fn time_settings_are_at_most_a_day() {
+        assert_eq!(ms_setting(Some("1500"), 2000), 1500);
+        assert_eq!(ms_setting(Some(" 0 "), 2000), 0);
+        assert_eq!(ms_setting(Some("x"), 2000), 2000);
+        assert_eq!(ms_setting(None, 2000), 2000);
+        let max = ms_setting(Some(&u64::MAX.to_string()), 2000);
+        assert_eq!(max, MS_MAX);
+        let t = Duration::from_millis(max);
+        let l = Limits::with_timeout(t);
+        let _ = std::time::Instant::now() + l.request_timeout + t;
+    }
 
     /// review r29-a item 1: the bound on the closes held is the one set
     /// (the reaper's table is sized from it), 0 taken as 1.
