@@ -418,19 +418,16 @@ pub fn classify_request(b: &[u8]) -> Request {
     if b.len() < want {
         return Request::Undecided { want };
     }
-    // Read as the engine's MPA parser reads it (`ConnectRequest::read`):
-    // the revision (2 at most), and the 4 bytes of IRD/ORD of enhanced
-    // MPA (RFC 6581) before the application's private data only at
-    // revision 2. A frame it refuses is no Request of a committed
-    // initiator's, whose engine sends a revision 2 Request: the bytes are
-    // the program's. Read here any other way, such a frame was taken for
-    // a Request that the engine then refused, and the connection reset
-    // (helper 73, item 5).
-    use warpsock_engine::proto::wire::mpa::{FrameKind, RequestReply};
-    let Ok(frame) = RequestReply::parse(&b[..want], FrameKind::Request) else {
-        return Request::NotWarpsock;
+    // Enhanced MPA (RFC 6581) puts 4 bytes of IRD/ORD before the
+    // application's private data; the engine always sends them.
+    let enhanced = b[16] & 0x10 != 0;
+    let pd = &b[MPA_HDR_LEN..want];
+    let app = if enhanced && pd.len() >= 4 {
+        &pd[4..]
+    } else {
+        pd
     };
-    match Hello::parse(frame.ulp_private_data()) {
+    match Hello::parse(app) {
         Ok(h) => Request::Warpsock(h),
         Err(WireError::NotHello) => Request::NotWarpsock,
         Err(e) => Request::BadHello(e),

@@ -478,25 +478,6 @@ fn a_foreign_urgent_byte_or_bad_request_ends_the_switch() {
     assert_eq!(sw.step(), Step::Failed(SwitchError::NotARequest));
 }
 
-/// The bytes after a mark are read as the engine's MPA parser reads
-/// them: a valid warpsock Request is one; a revision past 2 (which the
-/// engine refuses), or the IRD/ORD word's 4 bytes before the hello at a
-/// revision below 2 (where they are private data), is none — the bytes
-/// are the program's. Read any other way, both were taken for a Request
-/// the engine then refused, and the connection reset (helper 73, item 5).
-#[test]
-fn the_request_is_read_as_the_engine_reads_it() {
-    assert!(matches!(
-        classify_request(&mpa_request()),
-        Request::Warpsock(_)
-    ));
-    for (revision, what) in [(3, "a revision past 2"), (1, "enhanced at revision 1")] {
-        let mut req = mpa_request();
-        req[17] = revision;
-        assert_eq!(classify_request(&req), Request::NotWarpsock, "{what}");
-    }
-}
-
 /// A mark that cannot be sent (a full send buffer) is given up at the
 /// mark's deadline, the initiator's from its start, the responder's its
 /// wait for the initiator's mark: `MarkUnsent`, `ECONNREFUSED`.
