@@ -276,6 +276,36 @@ fn sent_into_a_close(shut_first: bool) {
     }
 }
 
+/// Our close's end of stream leaves in the close's own call
+/// (`close_begin`), not at its first step: the peer's bytes sent straight
+/// right after our close then meet an end of stream already on its way,
+/// and the peer reads it (0) before the reset they draw, as over TCP,
+/// where the FIN goes with `close`. Left to the first step — the
+/// preload's reaper, later — that step took the peer's bytes in first,
+/// reset, and the end of stream never left: the peer read `ECONNRESET`
+/// (diffuzz seed 3650). Fails with `ECONNRESET`.
+#[test]
+fn a_close_sends_its_end_of_stream_in_its_own_call() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    xa.send(b"a", false, Some(LIMIT)).unwrap();
+    xb.send(b"b", false, Some(LIMIT)).unwrap();
+    let mut one = [0u8; 1];
+    xb.recv(&mut one, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    xa.recv(&mut one, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    let mut c = xa.close_begin(LIMIT, Instant::now());
+    let _ = xb.send(&pattern(100, 9), false, Some(LIMIT));
+    let t = Instant::now();
+    while xa.close_step(&mut c, Instant::now()) == Phase::Sending {
+        assert!(t.elapsed() < LIMIT, "the close never sent its end");
+        std::thread::yield_now();
+    }
+    let r = xb.recv(&mut one, RecvFlags::default(), Some(LIMIT));
+    assert_eq!(r.unwrap().0, 0, "the end of stream first");
+}
+
 /// A peer whose bytes all reached us before our close takes our close's
 /// end of stream as a clean end: no error.
 #[test]

@@ -150,6 +150,21 @@ impl Closing {
     }
 }
 
+/// `attempt` until it gives `Some`, tried again (yielding between) until
+/// `patience` passed: one try with a patience of zero.
+fn within<T>(patience: Duration, mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now().checked_add(patience);
+    loop {
+        if let Some(t) = attempt() {
+            return Some(t);
+        }
+        if end.is_none_or(|e| Instant::now() >= e) {
+            return None;
+        }
+        std::thread::yield_now();
+    }
+}
+
 impl XSocket {
     /// Orderly close: the end of stream goes after everything sent; waits
     /// up to `linger` for it to leave (a peer that stopped reading may hold
@@ -469,16 +484,28 @@ impl XSocket {
     /// one try (a caller that may hold the lock itself: a signal
     /// handler's close over a call).
     pub fn detach_program_memory_within(&self, patience: Duration) -> bool {
-        let end = Instant::now().checked_add(patience);
-        loop {
-            if self.try_detach_program_memory().is_some() {
-                return true;
-            }
-            if end.is_none_or(|e| Instant::now() >= e) {
-                return false;
-            }
-            std::thread::yield_now();
-        }
+        within(patience, || self.try_detach_program_memory()).is_some()
+    }
+
+    /// [`Self::try_close_begin_or_reset`], tried again while another
+    /// thread holds the socket's lock, until `patience` passed (as
+    /// [`Self::detach_program_memory_within`]); `None`: not begun. The
+    /// program's close begins here, in its own call: the unread look and
+    /// the close's point (bytes that come after it reset the connection,
+    /// `XSocket::data_after_shutdown`) are then the close's instant's. A
+    /// close begun later by the preload's reaper took the peer's bytes
+    /// sent after the program's close for bytes left unread, and reset
+    /// with no end of stream: the peer, whose end of stream had come
+    /// first over TCP, read `ECONNRESET` where TCP's read 0 (diffuzz seed
+    /// 3650).
+    pub fn close_begin_or_reset_within(
+        &self,
+        linger: Duration,
+        patience: Duration,
+    ) -> Option<Begun> {
+        within(patience, || {
+            self.try_close_begin_or_reset(linger, Instant::now())
+        })
     }
 
     fn detach_locked(&self, st: &mut State) {
@@ -500,6 +527,13 @@ impl XSocket {
         st.s.mark_closing();
         self.detach_locked(st);
         super::rio::shut_write(self, st);
+        // Our end of stream (or the late word of a close after it) out
+        // now, in the close's own call, as TCP's FIN goes with `close`:
+        // left to the first step (the preload's reaper, later), a peer's
+        // bytes sent meanwhile met the close first, and their reset
+        // purged it from our kernel's queue — the peer read `ECONNRESET`
+        // where TCP's read its end of stream first (diffuzz seed 3650).
+        self.flush(st);
         // Closed: shut both ways (bytes that come now reset the
         // connection, as at TCP's closed socket).
         Self::shut_both(st);
