@@ -149,12 +149,15 @@ impl Drop for DdpSock {
             //
             // Bytes received and never read make it a reset, as TCP's
             // (`tcp_close`'s `data_was_unread`, review r23-a item 9): the
-            // reaper looks (`XSocket::unread`, a round first), not this
-            // drop, which may run in a signal handler's `close`. (f0ec31d's
-            // look, taken back, was blamed for the benchmark's
-            // bidirectional DDP-socket failure in CI; its reset never fired
-            // there — the engine's socket closed at once was the cause,
-            // fixed by the linger, task xclose.)
+            // closer's drop looks and begins the close ([`begin_now`], a
+            // round first), so that the look is the close's instant's; the
+            // reaper does, later, for a drop that may hold the socket's
+            // lock (a signal handler's `close` over a call) or that is
+            // another thread's. (f0ec31d's look here, taken back, was
+            // blamed for the benchmark's bidirectional DDP-socket failure
+            // in CI; its reset never fired there — the engine's socket
+            // closed at once was the cause, fixed by the linger, task
+            // xclose.)
             //
             // Unless the program set `SO_LINGER` {1, N > 0}: then the
             // close waits here first, as Linux's ([`linger_close`]) — if
@@ -172,7 +175,12 @@ impl Drop for DdpSock {
                     let (x, begun, k, forked) = linger_close(x, bound, m, k, pid);
                     (x, begun, Some(k), forked)
                 }
-                (_, k) => (x, None, k, false),
+                (_, k) => {
+                    let begun = (how == CLOSED && may_wait && !locked_below())
+                        .then(|| begin_now(&x))
+                        .flatten();
+                    (x, begun, k, false)
+                }
             };
             if forked || forked_away(pid) {
                 // A child made by a handler's `fork` inside the wait,
@@ -298,6 +306,28 @@ const DETACH_PATIENCE: Duration = Duration::from_secs(1);
 /// slice is a safety net (as the reaper's sweep) for a step's books that
 /// changed with no event on the engine's socket.
 const SEND_SLICE: Duration = Duration::from_millis(50);
+
+/// The program's orderly close begun in its own call, before the
+/// reaper steps it ([`XSocket::close_begin_or_reset_within`]): the look
+/// at unread bytes and the point past which the peer's bytes reset the
+/// connection are the close's instant's, as Linux's `tcp_close` makes
+/// them. Begun later by the reaper, bytes the peer sent after the close
+/// (before it read our end of stream) were taken for bytes left unread:
+/// a reset with no end of stream, where TCP's peer read its end first
+/// (diffuzz seed 3650). `None`: left to the reaper, as before — the
+/// process's exit began, the last reference went on the library's
+/// progress thread (as [`linger_close`]), the lock was not had within
+/// [`DETACH_PATIENCE`], or received bytes are unread (the reset is made;
+/// the reaper looks again and finds them).
+fn begin_now(x: &XSocket) -> Option<Closing> {
+    if exit_begun() || reactor::on_progress_thread() {
+        return None;
+    }
+    match x.close_begin_or_reset_within(config::get().linger, DETACH_PATIENCE)? {
+        Begun::Orderly(c) => Some(c),
+        Begun::Reset => None,
+    }
+}
 
 /// `close` with `SO_LINGER` {1, N > 0}, as Linux's: `inet_release` gives
 /// `tcp_close` the linger time as its timeout (unless the process is
