@@ -626,6 +626,48 @@ fn a_shut_read_side_is_a_new_arrival() {
     assert_eq!(xb.readiness_now().arrivals, after.arrivals);
 }
 
+/// A read after `shutdown(SHUT_RD)` returns the bytes that had arrived
+/// before it ends (0), as Linux's returns what its socket holds first:
+/// the peer's bytes still in the engine's socket had arrived. Before, the
+/// read ended at once, with no round, and a later one returned them (0,
+/// then data; TCP's gave the data, then 0). Fails with 0 first.
+#[test]
+fn a_read_after_shut_rd_returns_what_had_arrived() {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, &opts());
+    // Established both ways first (a responder's first message waits for
+    // the initiator's first FPDU).
+    xa.send(b"a", false, Some(LIMIT)).unwrap();
+    xb.send(b"b", false, Some(LIMIT)).unwrap();
+    let mut buf = [0u8; 64];
+    recv_exact(&xb, 1);
+    recv_exact(&xa, 1);
+    xb.shutdown(true, false);
+    assert_eq!(xa.send(b"0123456789", false, Some(LIMIT)).unwrap(), 10);
+    // In B's engine socket, not taken in (B makes no round meanwhile).
+    let mut p = libc::pollfd {
+        fd: xb.tcp_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack.
+    let ready = unsafe { libc::poll(&mut p, 1, LIMIT.as_millis() as i32) };
+    assert_eq!(ready, 1);
+    let (n, _) = xb
+        .recv(&mut buf, RecvFlags::default(), Some(LIMIT))
+        .unwrap();
+    assert_eq!(&buf[..n], b"0123456789", "what had arrived, first");
+    let nonblocking = RecvFlags {
+        nonblocking: true,
+        ..RecvFlags::default()
+    };
+    assert_eq!(
+        xb.recv(&mut buf, nonblocking, None).unwrap().0,
+        0,
+        "then the end"
+    );
+}
+
 /// An int socket option of `fd`.
 fn int_opt(fd: i32, level: i32, name: i32) -> i32 {
     let mut v: i32 = -1;

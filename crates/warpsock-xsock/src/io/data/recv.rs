@@ -172,7 +172,12 @@ impl XSocket {
                 let r = if got > 0 { Ok((got, false)) } else { Err(e) };
                 return (st, r);
             }
-            if st.shut_rd {
+            // Shut for reading: the end (0), once a round took in what
+            // had arrived — Linux's read returns the bytes queued in the
+            // socket before it reports the shutdown, and the peer's bytes
+            // still in the engine's socket are queued ones (a read that
+            // ended first, then found them, returned 0 and then data).
+            if st.shut_rd && driven {
                 return (st, Ok((got, false)));
             }
             if st.peer_closed {
@@ -194,7 +199,7 @@ impl XSocket {
             // A sink is offered after a round (bytes it would find make it
             // moot); receives are retargeted before one, so that what the
             // round reads is placed.
-            if !driven && (flags.nonblocking || expired || (sink && sinks)) {
+            if !driven && (flags.nonblocking || expired || st.shut_rd || (sink && sinks)) {
                 driven = true;
                 // A DATA message the round takes in and that fits is
                 // copied straight into the buffer (`drive_take`).
