@@ -13,7 +13,7 @@ use warpsock_xsock::io::{Phase, RecvFlags, XSocket};
 
 mod net;
 
-use net::{opts, pattern, switch_both, tcp_pair, LIMIT, NONBLOCKING};
+use net::{established, opts, pattern, switch_both, tcp_pair, LIMIT, NONBLOCKING};
 
 /// Steps `x`'s close (begun) to its end, driving `peer` too, until
 /// `touched` says the program's memory was written or `LIMIT`: whether it
@@ -230,17 +230,8 @@ fn bytes_sent_into_a_close_after_our_shutdown_reset_the_connection() {
 /// past its sending; then B sends, and must get TCP's `EPIPE` (its end
 /// still open) from the reset before A's close ends.
 fn sent_into_a_close(shut_first: bool) {
-    let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
-    // Established both ways first (a responder's first message waits for
-    // the initiator's first FPDU).
-    xa.send(b"a", false, Some(LIMIT)).unwrap();
-    xb.send(b"b", false, Some(LIMIT)).unwrap();
+    let (xa, xb) = established(&opts());
     let mut one = [0u8; 1];
-    xb.recv(&mut one, RecvFlags::default(), Some(LIMIT))
-        .unwrap();
-    xa.recv(&mut one, RecvFlags::default(), Some(LIMIT))
-        .unwrap();
     if shut_first {
         xa.shutdown(false, true);
         let (k, _) = xb
@@ -286,15 +277,8 @@ fn sent_into_a_close(shut_first: bool) {
 /// (diffuzz seed 3650). Fails with `ECONNRESET`.
 #[test]
 fn a_close_sends_its_end_of_stream_in_its_own_call() {
-    let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
-    xa.send(b"a", false, Some(LIMIT)).unwrap();
-    xb.send(b"b", false, Some(LIMIT)).unwrap();
+    let (xa, xb) = established(&opts());
     let mut one = [0u8; 1];
-    xb.recv(&mut one, RecvFlags::default(), Some(LIMIT))
-        .unwrap();
-    xa.recv(&mut one, RecvFlags::default(), Some(LIMIT))
-        .unwrap();
     let mut c = xa.close_begin(LIMIT, Instant::now());
     let _ = xb.send(&pattern(100, 9), false, Some(LIMIT));
     let t = Instant::now();

@@ -17,8 +17,8 @@ use warpsock_xsock::{Role, SwitchError};
 mod net;
 
 use net::{
-    opts, pattern, reads_posted_ahead, recv_exact, rto_min_us, send_mark, switch_both, tcp_pair,
-    LIMIT,
+    established, opts, pattern, reads_posted_ahead, recv_exact, rto_min_us, send_mark, switch_both,
+    tcp_pair, LIMIT,
 };
 
 /// Large reads offer sinks (SDP ZCopy) instead of retargeting receives
@@ -633,15 +633,8 @@ fn a_shut_read_side_is_a_new_arrival() {
 /// then data; TCP's gave the data, then 0). Fails with 0 first.
 #[test]
 fn a_read_after_shut_rd_returns_what_had_arrived() {
-    let (a, b) = tcp_pair();
-    let (xa, xb) = switch_both(&a, &b, &opts());
-    // Established both ways first (a responder's first message waits for
-    // the initiator's first FPDU).
-    xa.send(b"a", false, Some(LIMIT)).unwrap();
-    xb.send(b"b", false, Some(LIMIT)).unwrap();
+    let (xa, xb) = established(&opts());
     let mut buf = [0u8; 64];
-    recv_exact(&xb, 1);
-    recv_exact(&xa, 1);
     xb.shutdown(true, false);
     assert_eq!(xa.send(b"0123456789", false, Some(LIMIT)).unwrap(), 10);
     // In B's engine socket, not taken in (B makes no round meanwhile).

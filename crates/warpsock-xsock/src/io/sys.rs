@@ -131,9 +131,12 @@ pub(crate) fn at_mark(fd: RawFd) -> io::Result<bool> {
 /// forgotten by the kernel (`tcp_recvmsg`), and a switch's own mark is
 /// consumed: neither counts.
 pub fn urgent_ahead(fd: RawFd, queued: usize, peeked: usize, cap: usize) -> bool {
-    if peeked < cap && peeked < queued {
-        return true;
-    }
+    (peeked < cap && peeked < queued) || matches!(peek_oob(fd), Ok(Some(_)))
+}
+
+/// A peek at `fd`'s urgent byte out of band (`MSG_OOB`): `None` if it
+/// has not arrived yet (`EAGAIN`, or a zero count).
+fn peek_oob(fd: RawFd) -> io::Result<Option<u8>> {
     let mut b = 0u8;
     // SAFETY: a one-byte buffer on the stack.
     let r = unsafe {
@@ -145,7 +148,12 @@ pub fn urgent_ahead(fd: RawFd, queued: usize, peeked: usize, cap: usize) -> bool
             libc::MSG_OOB | libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
-    r == 1
+    match check(r) {
+        Ok(1) => Ok(Some(b)),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Bytes readable now (`FIONREAD`; the urgent byte is not counted).
@@ -247,21 +255,9 @@ pub(crate) fn urgent_inline(fd: RawFd) -> bool {
 /// with the byte there, `POLLPRI` up, and a wait for the byte spun until
 /// its bound (helper 66's review).
 pub(crate) fn peek_urgent(fd: RawFd) -> io::Result<Option<u8>> {
-    let mut b = 0u8;
-    // SAFETY: a one-byte buffer on the stack.
-    let r = unsafe {
-        socket_io(
-            libc::SYS_recvfrom,
-            fd,
-            &mut b,
-            1,
-            libc::MSG_OOB | libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    match check(r) {
-        Ok(1) => Ok(Some(b)),
-        Ok(_) => Ok(None),
+    match peek_oob(fd) {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) && urgent_inline(fd) => {
+            let mut b = 0u8;
             match recv(fd, std::slice::from_mut(&mut b), true) {
                 Ok(1) => Ok(Some(b)),
                 Ok(_) => Ok(None),
@@ -269,12 +265,8 @@ pub(crate) fn peek_urgent(fd: RawFd) -> io::Result<Option<u8>> {
                 Err(e) => Err(e),
             }
         }
-        Err(e)
-            if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::EINVAL) =>
-        {
-            Ok(None)
-        }
-        Err(e) => Err(e),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        r => r,
     }
 }
 

@@ -120,6 +120,20 @@ pub(crate) fn switch_both(a: &TcpStream, b: &TcpStream, o: &Options) -> (XSocket
     })
 }
 
+/// A switched pair over a new loopback connection that has carried a
+/// byte each way: established both ways (a responder's first message
+/// waits for the initiator's first FPDU), every later send goes at once.
+#[allow(dead_code)]
+pub(crate) fn established(o: &Options) -> (XSocket, XSocket) {
+    let (a, b) = tcp_pair();
+    let (xa, xb) = switch_both(&a, &b, o);
+    xa.send(b"a", false, Some(LIMIT)).unwrap();
+    xb.send(b"b", false, Some(LIMIT)).unwrap();
+    assert_eq!(recv_exact(&xb, 1), b"a");
+    assert_eq!(recv_exact(&xa, 1), b"b");
+    (xa, xb)
+}
+
 pub(crate) fn recv_exact(x: &XSocket, n: usize) -> Vec<u8> {
     let mut out = vec![0; n];
     let mut got = 0;
