@@ -514,9 +514,6 @@ impl Stream {
     /// `None`. Call it until `None` after every input and before
     /// [`Self::tx_data`].
     pub fn poll_msg(&mut self) -> Option<Msg> {
-        if self.tx_flags & Self::CLOSED_LATE_DUE != 0 {
-            return Some(self.closed_late());
-        }
         // A queued message needs two credits (`may_send`); our last one
         // still carries a return due, ahead of it.
         if !self.out.is_empty() && self.may_send() {
@@ -528,6 +525,11 @@ impl Stream {
                 }
             }
             return Some(self.stamp(body));
+        }
+        if self.tx_flags & Self::CLOSED_LATE_DUE != 0 {
+            if let Some(m) = self.closed_late() {
+                return Some(m);
+            }
         }
         if self.credit_due() {
             if self.credits == 1 && !self.out.is_empty() {
@@ -698,12 +700,9 @@ impl Stream {
         let closed = self.closed_eof();
         if let Some(b) = self.out.iter_mut().find(|b| **b == Body::Eof) {
             *b = closed;
-        } else if self.eof_sent() && !self.eof && !self.peer_fin && self.credits >= 1 {
+        } else if self.eof_sent() && self.late_close_sayable() {
             // Our EOF left plain (a `shutdown(SHUT_WR)` before): the
-            // close says so in a word of its own, which needs only the
-            // credit a CREDIT needs. Without one it is not said (the
-            // peer then returns one only as it reads our DATA: the
-            // close would wait for that reader).
+            // close says so in a word of its own ([`Self::closed_late`]).
             self.tx_flags |= Self::CLOSED_LATE_DUE;
         }
     }
@@ -715,12 +714,32 @@ impl Stream {
     /// it reads this (diffuzz's close race after a `SHUT_WR`, seeds 189
     /// and 465: the peer's `poll` never showed `POLLERR`), and fails its
     /// sends after it, as at TCP's closed socket.
+    ///
+    /// Said after the messages queued before it that may go
+    /// ([`Self::poll_msg`]'s order: a SINK_DONE the peer's close waits
+    /// for), and only while the peer's stream is
+    /// open and we hold two credits at least
+    /// ([`Self::late_close_sayable`]), else not at all: it would take our
+    /// last, and a peer that sees us hold none returns credits after our
+    /// EOF (`after_eof_return_due`), which a closed writer's orphaned
+    /// socket answers with a reset (helper 74). Without them, the peer
+    /// returns credits only as it reads our DATA, and the close would
+    /// wait for that reader.
     #[cold]
-    fn closed_late(&mut self) -> Msg {
+    fn closed_late(&mut self) -> Option<Msg> {
         self.tx_flags &= !Self::CLOSED_LATE_DUE;
-        self.stamp(Body::ClosedLate {
-            received: self.rx_seq as u32,
+        self.late_close_sayable().then(|| {
+            self.stamp(Body::ClosedLate {
+                received: self.rx_seq as u32,
+            })
         })
+    }
+
+    /// Whether a late close ([`Body::ClosedLate`]) may be said now: the
+    /// peer's stream open (once it ended, TCP's peer could send nothing
+    /// either), its FIN not in, and two credits held (one left after it).
+    fn late_close_sayable(&self) -> bool {
+        !self.eof && !self.peer_fin && self.credits >= 2
     }
 
     /// The peer's word that it closed its socket after its EOF

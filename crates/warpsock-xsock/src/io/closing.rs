@@ -527,6 +527,10 @@ impl XSocket {
         st.s.mark_closing();
         self.detach_locked(st);
         super::rio::shut_write(self, st);
+        // Closed: shut both ways (bytes that come now reset the
+        // connection, as at TCP's closed socket). Before the flush below,
+        // whose reap may take in completions: the point is the close's.
+        Self::shut_both(st);
         // Our end of stream (or the late word of a close after it) out
         // now, in the close's own call, as TCP's FIN goes with `close`:
         // left to the first step (the preload's reaper, later), a peer's
@@ -534,9 +538,6 @@ impl XSocket {
         // purged it from our kernel's queue — the peer read `ECONNRESET`
         // where TCP's read its end of stream first (diffuzz seed 3650).
         self.flush(st);
-        // Closed: shut both ways (bytes that come now reset the
-        // connection, as at TCP's closed socket).
-        Self::shut_both(st);
         Closing::new(linger, now, st.s.tx_seq())
     }
 

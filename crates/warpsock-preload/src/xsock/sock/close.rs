@@ -134,7 +134,7 @@ impl Drop for DdpSock {
             } else {
                 DETACH_PATIENCE
             };
-            let _ = x.detach_program_memory_within(patience);
+            let detached = x.detach_program_memory_within(patience);
             if how == CLOSED_ABORTIVE {
                 x.reset_now();
             }
@@ -169,18 +169,24 @@ impl Drop for DdpSock {
             // kept (`fdtable::without_close_waits`), a walk of every
             // socket — hands the close over unbegun, at once: Linux's
             // last `fput` is never a third thread's.
-            let (x, begun, counted, forked) = match (mask.as_ref(), counted) {
+            // (`reset`: the close's own look found bytes unread and reset
+            // the connection, handed over as an abortive close.)
+            let (x, begun, counted, forked, reset) = match (mask.as_ref(), counted) {
                 (Some(m), Some(k)) => {
                     let bound = Duration::from_secs(linger_s as u64);
                     let (x, begun, k, forked) = linger_close(x, bound, m, k, pid);
-                    (x, begun, Some(k), forked)
+                    (x, begun, Some(k), forked, false)
                 }
-                (_, k) => {
-                    let begun = (how == CLOSED && may_wait && !locked_below())
-                        .then(|| begin_now(&x))
-                        .flatten();
-                    (x, begun, k, false)
+                // Not after a detach that missed the lock (it waited its
+                // patience already: the begin would wait as long again).
+                (_, k) if how == CLOSED && may_wait && detached && !locked_below() => {
+                    match begin_now(&x) {
+                        Some(Begun::Orderly(c)) => (x, Some(c), k, false, false),
+                        Some(Begun::Reset) => (x, None, k, false, true),
+                        None => (x, None, k, false, false),
+                    }
                 }
+                (_, k) => (x, None, k, false, false),
             };
             if forked || forked_away(pid) {
                 // A child made by a handler's `fork` inside the wait,
@@ -192,7 +198,7 @@ impl Drop for DdpSock {
                 return;
             }
             #[cfg(feature = "test-hooks")]
-            if begun.is_some() {
+            if begun.is_some() && mask.is_some() {
                 signal_after_the_wait();
             }
             // Handed over before the program's mask is back: a signal that
@@ -203,7 +209,7 @@ impl Drop for DdpSock {
             // stepped it, the exit waited its whole bound for this
             // thread's own count, then reset the peer (and a `siglongjmp`
             // left the count raised for good; review r27-c item 1).
-            reaper::hand_over(x, how == CLOSED_ABORTIVE, begun, counted, pid);
+            reaper::hand_over(x, how == CLOSED_ABORTIVE || reset, begun, counted, pid);
             drop(mask);
         };
         if busy() {
@@ -314,19 +320,16 @@ const SEND_SLICE: Duration = Duration::from_millis(50);
 /// them. Begun later by the reaper, bytes the peer sent after the close
 /// (before it read our end of stream) were taken for bytes left unread:
 /// a reset with no end of stream, where TCP's peer read its end first
-/// (diffuzz seed 3650). `None`: left to the reaper, as before — the
-/// process's exit began, the last reference went on the library's
-/// progress thread (as [`linger_close`]), the lock was not had within
-/// [`DETACH_PATIENCE`], or received bytes are unread (the reset is made;
-/// the reaper looks again and finds them).
-fn begin_now(x: &XSocket) -> Option<Closing> {
+/// (diffuzz seed 3650). [`Begun::Reset`]: received bytes were unread,
+/// the connection is reset (handed over as an abortive close). `None`:
+/// left to the reaper, as before — the process's exit began, the last
+/// reference went on the library's progress thread (as [`linger_close`]),
+/// or the lock was not had within [`DETACH_PATIENCE`].
+fn begin_now(x: &XSocket) -> Option<Begun> {
     if exit_begun() || reactor::on_progress_thread() {
         return None;
     }
-    match x.close_begin_or_reset_within(config::get().linger, DETACH_PATIENCE)? {
-        Begun::Orderly(c) => Some(c),
-        Begun::Reset => None,
-    }
+    x.close_begin_or_reset_within(config::get().linger, DETACH_PATIENCE)
 }
 
 /// `close` with `SO_LINGER` {1, N > 0}, as Linux's: `inet_release` gives
