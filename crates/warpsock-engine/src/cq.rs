@@ -8,7 +8,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::asleep;
@@ -142,8 +142,9 @@ impl QuietRead<'_> {
 pub struct Cq {
     pub(crate) sh: Arc<Shared>,
     pub(crate) id: usize,
-    /// The queue's eventfd (see [`Cq::notify_fd`]), shared with its state.
-    notify: Arc<EventFd>,
+    /// The queue's eventfd (see [`Cq::notify_fd`]), shared with its
+    /// state; made at the first `notify_fd`.
+    notify: Arc<OnceLock<EventFd>>,
     /// An interruptible wait ([`Cq::wait_news`]) on this queue slept a
     /// whole slice with nothing since one last had a completion come
     /// within its first park: the next one is taken to wait long as
@@ -161,7 +162,7 @@ impl Context {
     /// Creates a completion queue. `capacity` sizes its initial storage;
     /// completions are never dropped when more arrive.
     pub fn create_cq(&self, capacity: usize) -> Result<Cq> {
-        let mut slot = CqSlot::new().map_err(Error::sys("eventfd"))?;
+        let mut slot = CqSlot::new();
         slot.entries.reserve(capacity);
         let notify = Arc::clone(&slot.notify);
         let mut st = self.sh.inner.lock();
@@ -798,11 +799,26 @@ impl Cq {
     /// own `poll`/`epoll` set in progress-thread mode; in caller-driven mode
     /// nothing arrives unless the application drives progress. The fd is
     /// maintained from the first call on (it costs two system calls per
-    /// completion burst, so it is off until asked for); the same as
-    /// [`AsFd::as_fd`].
-    pub fn notify_fd(&self) -> BorrowedFd<'_> {
+    /// completion burst, so it is off until asked for). The descriptor
+    /// itself is made by the first call, too: a queue that is only polled
+    /// holds none (the preload's DDP sockets: one descriptor less each).
+    /// Fails only there, as `eventfd(2)` does (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`).
+    pub fn notify_fd(&self) -> io::Result<BorrowedFd<'_>> {
+        let fd = match self.notify.get() {
+            Some(fd) => fd,
+            None => {
+                let made = EventFd::new()?;
+                // Another thread's first call may have won: its eventfd is
+                // the queue's, and `made` is closed.
+                let _ = self.notify.set(made);
+                self.notify.get().expect("set just above")
+            }
+        };
+        // Armed after the fd exists: an armed queue signals it
+        // (`CqSlot::push`).
         self.sh.inner.lock().cq(self.id).arm();
-        self.notify.as_fd()
+        Ok(fd.as_fd())
     }
 
     /// Its context's identity: [`crate::asleep::abandon`]'s answer names
@@ -842,13 +858,6 @@ impl Cq {
     /// Whether no completion is queued.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-impl AsFd for Cq {
-    /// The notification fd ([`Cq::notify_fd`], which it arms).
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.notify_fd()
     }
 }
 

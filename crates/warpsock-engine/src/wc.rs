@@ -5,8 +5,7 @@
 //! pushes into a [`CqSlot`], the [`crate::Cq`] handle drains it.
 
 use std::collections::VecDeque;
-use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use warpsock_proto::{CloseReason, Connection, Stag, WcOpcode, WcStatus, WorkCompletion};
 
@@ -137,7 +136,10 @@ fn cause_text(c: Option<CloseReason>) -> String {
 pub(crate) struct CqSlot {
     pub(crate) entries: VecDeque<Wc>,
     /// Shared with the [`crate::Cq`] handle, which lends it out as its fd.
-    pub(crate) notify: Arc<EventFd>,
+    /// Made at the first [`crate::Cq::notify_fd`], before [`Self::arm`]:
+    /// a queue nobody asks for it (each XSocket's, in the preload) holds
+    /// no descriptor for it.
+    pub(crate) notify: Arc<OnceLock<EventFd>>,
     /// The notify fd is readable.
     signaled: bool,
     /// The application asked for the notify fd; until then it is not
@@ -146,13 +148,21 @@ pub(crate) struct CqSlot {
 }
 
 impl CqSlot {
-    pub(crate) fn new() -> io::Result<Self> {
-        Ok(Self {
+    pub(crate) fn new() -> Self {
+        Self {
             entries: VecDeque::new(),
-            notify: Arc::new(EventFd::new()?),
+            notify: Arc::new(OnceLock::new()),
             signaled: false,
             armed: false,
-        })
+        }
+    }
+
+    /// Raises the notify fd. Only armed queues signal, and a queue is
+    /// armed only once its fd was made (`Cq::notify_fd`).
+    fn signal(&self) {
+        if let Some(fd) = self.notify.get() {
+            fd.notify();
+        }
     }
 
     /// Whether the notify fd is maintained ([`Self::arm`]).
@@ -165,7 +175,7 @@ impl CqSlot {
         self.armed = true;
         if !self.entries.is_empty() && !self.signaled {
             self.signaled = true;
-            self.notify.notify();
+            self.signal();
         }
     }
 
@@ -173,7 +183,7 @@ impl CqSlot {
         self.entries.push_back(wc);
         if self.armed && !self.signaled {
             self.signaled = true;
-            self.notify.notify();
+            self.signal();
         }
     }
 
@@ -193,7 +203,9 @@ impl CqSlot {
         }
         if self.entries.is_empty() && self.signaled {
             self.signaled = false;
-            self.notify.clear();
+            if let Some(fd) = self.notify.get() {
+                fd.clear();
+            }
         }
         n
     }
@@ -275,7 +287,7 @@ mod tests {
             ..core
         };
         // `push_wc` looks the cause up for failures only.
-        let mut cqs = vec![Some(CqSlot::new().unwrap())];
+        let mut cqs = vec![Some(CqSlot::new())];
         let conn = Connection::new(
             warpsock_proto::Config::new(warpsock_proto::Role::Initiator, warpsock_proto::PdId(1)),
             std::time::Instant::now(),

@@ -427,7 +427,7 @@ fn wait_times_out_and_notify_fd_tracks_the_queue() {
         sgl: buf.sge(0, 16).into(),
     }];
     let _qp = connect(addr, &init).unwrap();
-    let fd = cq.notify_fd().as_raw_fd();
+    let fd = cq.notify_fd().unwrap().as_raw_fd();
     let readable = |ms| readable_within(fd, ms);
     assert!(readable(5000), "completion raises the notify fd");
     assert_eq!(cq.len(), 1);

@@ -6,7 +6,9 @@ use std::time::Duration;
 use warpsock_engine::{Cq, Wc, WcOpcode, WcStatus};
 
 use crate::context::warpsock_context;
-use crate::error::{close_reason_code, close_reason_detail, engine_error, warpsock_result};
+use crate::error::{
+    close_reason_code, close_reason_detail, engine_error, io_error, warpsock_result,
+};
 use crate::ffi::{
     to_boxed_mut_ptr, try_out, try_out_buf, try_ref_from_ptr, try_take, Castable, OutBuf,
 };
@@ -294,7 +296,8 @@ pub extern "C" fn warpsock_cq_wait(
 /// unreadable once `warpsock_cq_poll`/`warpsock_cq_wait` empty it). Put it
 /// in your own `poll`/`epoll` set in progress-thread mode; in caller-driven
 /// mode nothing arrives unless the application drives progress. The
-/// descriptor belongs to the queue: do not close it.
+/// descriptor belongs to the queue: do not close it. The first call makes
+/// it, and fails as `eventfd(2)` does (`EMFILE`...).
 #[no_mangle]
 pub extern "C" fn warpsock_cq_notify_fd(
     cq: *const warpsock_cq,
@@ -303,8 +306,13 @@ pub extern "C" fn warpsock_cq_notify_fd(
     ffi_panic_boundary! {
         let cq = try_ref_from_ptr!(cq);
         let out_fd = try_out!(out_fd);
-        out_fd.write(cq.notify_fd().as_raw_fd());
-        warpsock_result::Ok
+        match cq.notify_fd() {
+            Ok(fd) => {
+                out_fd.write(fd.as_raw_fd());
+                warpsock_result::Ok
+            }
+            Err(e) => io_error(&e),
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The program's descriptor numbers with DDP-mode sockets open
-//! (`tests/c/fdnumbers.c`; issue 12): the library's own descriptors, seven
+//! (`tests/c/fdnumbers.c`; issue 12): the library's own descriptors, six
 //! a DDP-mode socket besides the program's number, live from a floor up
 //! (`warpsock_engine::fds`), so the program's numbers are the ones plain
 //! TCP gives. Before, each switch took the lowest free numbers: wrk sized
@@ -30,4 +30,33 @@ fn library_descriptors_past_their_room_go_low_and_the_switches_succeed() {
     let r = run_case("fdnumbers", "crowded", true);
     assert_eq!(r.stat("ddp_switched"), 8, "{}", r.stderr);
     assert_eq!(r.stat("ddp_switch_no_fds"), 0, "{}", r.stderr);
+}
+
+/// What a DDP-mode socket costs in descriptors, each end: the program's
+/// number (its doorbell's end), the library's hold on that end, the
+/// bell's other end, the TCP socket (the library's and the engine's
+/// handles), and the engine context's epoll set and wake eventfd — seven.
+/// The engine's completion queue makes its eventfd only when asked for it
+/// (`Cq::notify_fd`), which the preload never does: before, it held one
+/// more, eight, for nothing. A program's descriptor limit divided by this
+/// is how many DDP connections it can hold (the budget's `EMFILE`
+/// fallback to TCP past it).
+#[test]
+fn a_ddp_mode_end_holds_seven_descriptors() {
+    let per_end = |r: &common::Run| -> u64 {
+        let line = r.stdout.lines().find_map(|l| l.strip_prefix("per_end "));
+        line.unwrap_or_else(|| panic!("no per_end line: {}", r.stdout))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(per_end(&run_case("fdnumbers", "perend", false)), 1);
+    let r = run_case("fdnumbers", "perend", true);
+    assert_eq!(r.stat("ddp_switched"), 10, "{}", r.stderr);
+    assert!(
+        per_end(&r) <= 7,
+        "{} descriptors an end:\n{}",
+        per_end(&r),
+        r.stderr
+    );
 }

@@ -297,13 +297,25 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     let Some(_) = &sh.channel else {
         return libc::EINVAL;
     };
+    // The engine queue's eventfd is made by its first `notify_fd`: an
+    // `eventfd(2)` failure (EMFILE) is this call's, nothing armed yet.
+    let (f, first) = {
+        let mut fd = lock(&sh.notify_fd);
+        match *fd {
+            Some(f) => (f, false),
+            None => match sh.eng.notify_fd() {
+                Ok(b) => {
+                    let f = std::os::fd::AsRawFd::as_raw_fd(&b);
+                    *fd = Some(f);
+                    (f, true)
+                }
+                Err(e) => return e.raw_os_error().unwrap_or(libc::ENOMEM),
+            },
+        }
+    };
     if !sh.armed.swap(true, Ordering::AcqRel) {
         sh.ctx.cq_armed();
     }
-    let mut fd = lock(&sh.notify_fd);
-    let first = fd.is_none();
-    let f = *fd.get_or_insert_with(|| std::os::fd::AsRawFd::as_raw_fd(&sh.eng.notify_fd()));
-    drop(fd);
     let weak: std::sync::Weak<dyn CqWake> = Arc::downgrade(sh) as _;
     sh.ctx.watch_cq(sh.id, weak, f, first);
     if sh.pending() {

@@ -329,9 +329,25 @@ fn a_first_parks_take_predicts_a_lone_send_and_declines_an_armed_queue() {
     assert_eq!(cq.wait_news(&mut wc, limit, qp).unwrap().0, 1);
     assert_eq!(wc[0].byte_len, 8, "{:?}", wc[0]);
     // Armed: never predicted.
-    let _ = cq.notify_fd();
+    cq.notify_fd().unwrap();
     for i in 0..5 {
         assert_eq!(one(&mut wc), None, "predicted with the queue armed ({i})");
     }
     pair.end();
+}
+
+/// A queue holds no eventfd until its notify fd is asked for (the
+/// preload's DDP sockets never ask: one descriptor each saved); the first
+/// call makes it, later calls lend the same one, and a queue armed by it
+/// raises it at a completion.
+#[test]
+fn the_notify_eventfd_is_made_by_the_first_notify_fd() {
+    use std::os::fd::AsRawFd;
+    let ctx = Context::new(Progress::Caller).unwrap();
+    let cq = ctx.create_cq(4).unwrap();
+    assert!(cq.notify.get().is_none(), "made before it was asked for");
+    let fd = cq.notify_fd().unwrap().as_raw_fd();
+    assert!(cq.notify.get().is_some());
+    assert_eq!(cq.notify_fd().unwrap().as_raw_fd(), fd, "a second eventfd");
+    assert!(ctx.sh.inner.lock().cq(cq.id).armed());
 }

@@ -1,5 +1,5 @@
 /* The program's descriptor numbers with DDP-mode sockets open: as dense
- * as without the library (issue 12). The library's own descriptors (eight
+ * as without the library (issue 12). The library's own descriptors (seven
  * a DDP connection, less the program's one) live from a floor up (half
  * the soft RLIMIT_NOFILE, warpsock_engine::fds), so a program that sizes
  * an array by its connections (wrk: 10 + 3 x connections) still finds
@@ -13,10 +13,17 @@
  *                              floor (50) and are placed low; 4 pairs
  *                              still switch and carry their bytes
  *
+ *   fdnumbers perend [plain]   prints how many descriptors each end of a
+ *                              pair holds ("per_end N"), from the count
+ *                              of /proc/self/fd around 4 pairs (one pair
+ *                              first: the library's own threads' and
+ *                              tables' descriptors are made once)
+ *
  * "plain": no switch (the numbering is the kernel's; run without the
  * preload). */
 #include "ddppair.h"
 
+#include <dirent.h>
 #include <sys/resource.h>
 
 /* The lowest free number now. */
@@ -92,10 +99,44 @@ static int pairs(int n, int plain, int dense, int spill) {
     return 0;
 }
 
+/* Open descriptors now (the directory's own counted in each call alike). */
+static int open_count(void) {
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d);
+    int n = 0;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
+/* Prints the descriptors each end of a pair holds. */
+static int per_end(int plain) {
+    int c[5], s[5];
+    pair_unless_plain(plain, &c[0], &s[0]);
+    carries(c[0], s[0]);
+    int before = open_count();
+    for (int i = 1; i < 5; i++) {
+        pair_unless_plain(plain, &c[i], &s[i]);
+        carries(c[i], s[i]);
+    }
+    int held = open_count() - before;
+    if (held % 8 != 0) {
+        fprintf(stderr, "fdnumbers: 4 pairs hold %d descriptors, not a multiple of 8\n", held);
+        return 1;
+    }
+    printf("per_end %d\n", held / 8);
+    for (int i = 0; i < 5; i++) {
+        CHECK(close(c[i]) == 0);
+        CHECK(close(s[i]) == 0);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     CHECK(argc >= 2);
     int plain = argc > 2 && strcmp(argv[2], "plain") == 0;
     if (strcmp(argv[1], "dense") == 0) return pairs(8, plain, 1, 0);
+    if (strcmp(argv[1], "perend") == 0) return per_end(plain);
     if (strcmp(argv[1], "crowded") == 0) {
         struct rlimit l;
         CHECK(getrlimit(RLIMIT_NOFILE, &l) == 0);
