@@ -319,7 +319,11 @@ pub(crate) struct Inner {
     /// `futex` per Send completion the bandwidth test checked).
     cv_waiters: AtomicUsize,
     pub(crate) epoll: Epoll,
-    wake: EventFd,
+    /// Wakes the progress thread out of its `epoll_wait`. Made only for
+    /// a progress-thread context: a caller-driven one never rings it
+    /// (nothing sleeps for it to wake), so it holds no descriptor for it
+    /// (each DDP socket of the preload: one less).
+    wake: Option<EventFd>,
     pub(crate) progress: Progress,
     pub(crate) busy_poll: Duration,
     pub(crate) linger: Duration,
@@ -447,9 +451,9 @@ impl Inner {
             }
         }
         self.notify();
-        if self.progress == Progress::Thread {
+        if let Some(wake) = &self.wake {
             // The progress thread re-checks its sockets.
-            self.wake.notify();
+            wake.notify();
         }
     }
 
@@ -516,7 +520,9 @@ impl Inner {
                 }
                 for r in &ready {
                     if r.token == WAKE_TOKEN {
-                        self.wake.clear();
+                        if let Some(wake) = &self.wake {
+                            wake.clear();
+                        }
                     } else {
                         changed |= st.service(r.token as usize, &self.epoll);
                     }
@@ -542,7 +548,9 @@ pub(crate) struct Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         self.inner.shutdown.store(true, Ordering::Release);
-        self.inner.wake.notify();
+        if let Some(wake) = &self.inner.wake {
+            wake.notify();
+        }
         let t = self
             .thread
             .get_mut()
@@ -592,10 +600,16 @@ impl Context {
     /// A context with explicit options.
     pub fn with_options(opts: ContextOptions) -> Result<Self> {
         let epoll = Epoll::new().map_err(Error::sys("epoll_create1"))?;
-        let wake = EventFd::new().map_err(Error::sys("eventfd"))?;
-        epoll
-            .add(wake.as_raw_fd(), WAKE_TOKEN, sys::EP_IN)
-            .map_err(Error::sys("epoll_ctl"))?;
+        let wake = match opts.progress {
+            Progress::Caller => None,
+            Progress::Thread => {
+                let wake = EventFd::new().map_err(Error::sys("eventfd"))?;
+                epoll
+                    .add(wake.as_raw_fd(), WAKE_TOKEN, sys::EP_IN)
+                    .map_err(Error::sys("epoll_ctl"))?;
+                Some(wake)
+            }
+        };
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 reg: Registry::new(),
@@ -668,6 +682,14 @@ impl Context {
         }
         let mut st = inner.lock();
         inner.progress_locked(&mut st)
+    }
+}
+
+#[cfg(test)]
+impl Inner {
+    /// The wake eventfd, if this context made one.
+    pub(crate) fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.wake.as_ref().map(AsRawFd::as_raw_fd)
     }
 }
 

@@ -1,5 +1,5 @@
 /* The program's descriptor numbers with DDP-mode sockets open: as dense
- * as without the library (issue 12). The library's own descriptors (seven
+ * as without the library (issue 12). The library's own descriptors (six
  * a DDP connection, less the program's one) live from a floor up (half
  * the soft RLIMIT_NOFILE, warpsock_engine::fds), so a program that sizes
  * an array by its connections (wrk: 10 + 3 x connections) still finds
@@ -10,7 +10,7 @@
  *                              after them too
  *   fdnumbers crowded [plain]  a soft limit of 100: the library's
  *                              descriptors overflow the room above the
- *                              floor (50) and are placed low; 4 pairs
+ *                              floor (50) and are placed low; 6 pairs
  *                              still switch and carry their bytes
  *
  *   fdnumbers perend [plain]   prints how many descriptors each end of a
@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
         l.rlim_cur = 100;
         CHECK(setrlimit(RLIMIT_NOFILE, &l) == 0);
         /* The floor: half the limit (warpsock_engine::fds). */
-        return pairs(4, plain, 0, 50);
+        return pairs(6, plain, 0, 50);
     }
     fprintf(stderr, "fdnumbers: no case %s\n", argv[1]);
     return 2;
