@@ -31,7 +31,7 @@ use super::gather::{Gather, Src};
 use super::rio::{raw_slice, AioSend};
 use super::socket::{State, XSocket};
 use crate::stream::TxStep;
-use crate::wire::HDR_LEN;
+use crate::wire::{Hello, HDR_LEN};
 
 /// What one run of buffered bytes costs against the send buffer's bound
 /// besides its bytes: its queue entry. Charged so that the bound bounds
@@ -196,6 +196,25 @@ pub const SNDBUF_MIN: usize = 4 << 10;
 /// The largest, unless the socket was built with more (`Options::sndbuf`).
 pub const SNDBUF_MAX: usize = 64 << 20;
 
+/// The credit window `peer`'s hello announces, as `SO_SNDBUF` reports it
+/// for a socket without a send buffer ([`XSocket::sndbuf`]): at most
+/// [`SNDBUF_MAX`].
+fn window_reported(peer: Hello) -> usize {
+    // The window is the peer's word: its hello may announce up to
+    // `MAX_SLOTS` slots of `MAX_SLOT_SIZE`, ~64 GiB, which the preload
+    // reported as `INT_MAX`, and a program that sizes a buffer (or a
+    // write) by `SO_SNDBUF` allocated 2 GiB at a hostile peer's say
+    // (helper 73's review, item 6). Bounded by the most `SO_SNDBUF` reads
+    // on any socket of ours that has a buffer — what a set can make it,
+    // as Linux's never reads more than its own ceiling (`wmem_max`
+    // doubled) whatever the peer's window: a TCP program gets a figure
+    // of this side's making, never one the peer inflates. An honest
+    // peer's default window (4 MiB) is reported as before. What the
+    // window lets a send hand over is bounded elsewhere by this side too
+    // (transmit slots, the engine's queue: `TX_SEGS`, `TX_BATCH`).
+    (usize::from(peer.slots) * (peer.slot_size as usize).saturating_sub(HDR_LEN)).min(SNDBUF_MAX)
+}
+
 impl XSocket {
     /// The send buffer's bound in bytes (`SO_SNDBUF`): what send calls may
     /// leave in it past the credits. A socket without one (built with
@@ -204,14 +223,14 @@ impl XSocket {
     /// the bytes the peer's receive slots take before it reads, which a
     /// send hands over without waiting — never 0, which a program that
     /// sizes its writes by `SO_SNDBUF` (half of it, say) would loop on
-    /// (review r21-send #10; TCP never reports less than 4,608).
+    /// (review r21-send #10; TCP never reports less than 4,608) — and at
+    /// most [`SNDBUF_MAX`] ([`window_reported`]).
     pub fn sndbuf(&self) -> usize {
         let st = self.lock();
         if st.aio.cap > 0 {
             return st.aio.cap;
         }
-        let p = st.s.peer();
-        usize::from(p.slots) * (p.slot_size as usize).saturating_sub(HDR_LEN)
+        window_reported(st.s.peer())
     }
 
     /// Sets the send buffer's bound (`setsockopt(SO_SNDBUF)`), clamped to

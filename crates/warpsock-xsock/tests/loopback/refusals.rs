@@ -44,7 +44,7 @@ fn nonblocking(s: &std::net::TcpStream) -> bool {
 }
 
 /// Reads one MPA frame (header and private data) from `s`: its bytes.
-fn read_mpa_frame(mut s: &std::net::TcpStream) -> Vec<u8> {
+pub(crate) fn read_mpa_frame(mut s: &std::net::TcpStream) -> Vec<u8> {
     let mut f = vec![0u8; 20];
     s.read_exact(&mut f).unwrap();
     let n = usize::from(u16::from_be_bytes([f[18], f[19]]));

@@ -113,7 +113,8 @@ impl DdpSock {
                 return put_bytes(val, len, b);
             }
             // The send buffer's bound (`XSocket::sndbuf`; without one,
-            // the credit window).
+            // the credit window, at most `SNDBUF_MAX`: the peer's hello
+            // announces it, and may inflate it to ~64 GiB).
             (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
                 self.x.sndbuf().min(c_int::MAX as usize) as c_int
             }
