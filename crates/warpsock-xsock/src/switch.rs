@@ -93,7 +93,9 @@
 //!   fails (`SwitchError::ResidueFull`), the residue held for the program
 //!   — about ten times what the kernel's receive buffer would hold for an
 //!   unread TCP connection (helper 31's review, session 35: a bound nearer
-//!   the kernel's is open).
+//!   the kernel's is open). The socket layer may bound the residues of
+//!   all the switches under way together too (`io::ResidueBudget`,
+//!   [`Switch::on_residue_refused`]: the switch fails the same way).
 //!
 //! Each side marks at most once per connection: a second urgent byte
 //! before the peer has read past the first would turn the first into
@@ -249,10 +251,11 @@ pub enum SwitchError {
     },
     /// Policy mode: the peer sent application bytes first (`ECONNREFUSED`).
     PeerNotSwitching,
-    /// The peer sent more bytes before its mark than we buffer
-    /// (`ECONNREFUSED`).
+    /// The peer sent more bytes before its mark than we buffer — this
+    /// switch's bound, or the socket layer's over the switches under way
+    /// ([`Switch::on_residue_refused`]) (`ECONNREFUSED`).
     ResidueFull {
-        /// The bound.
+        /// The bound (the bytes held, when the shared one was reached).
         max: usize,
     },
     /// The peer's urgent byte is not a warpsock mark (`ECONNREFUSED`).
@@ -533,6 +536,20 @@ impl Switch {
             });
         } else {
             self.on_timeout(now);
+        }
+    }
+
+    /// The I/O side could not take more of the peer's bytes into the
+    /// residue, below [`Limits::residue_max`]: a bound it keeps over
+    /// several switches (the socket layer's budget of the residues of the
+    /// switches under way) was reached. The switch fails as at its own
+    /// bound ([`SwitchError::ResidueFull`], `max` the bytes it holds):
+    /// the connection stays TCP, the residue delivered first. The bound
+    /// is the caller's: this module keeps no state beyond the switch.
+    pub fn on_residue_refused(&mut self) {
+        debug_assert_eq!(self.phase, Phase::AwaitMark);
+        if self.phase != Phase::Done {
+            self.fail(SwitchError::ResidueFull { max: self.residue });
         }
     }
 

@@ -753,5 +753,7 @@ fn a_timed_large_read_of_an_idle_peer_times_out_and_the_connection_lives() {
 
 #[path = "loopback/refusals.rs"]
 mod refusals;
+#[path = "loopback/residue_cap.rs"]
+mod residue_cap;
 #[path = "loopback/window.rs"]
 mod window;

@@ -33,8 +33,19 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+use warpsock_xsock::io::ResidueBudget;
+
 /// Switches refused beyond the budget (`ddp_budget_over`).
 pub(crate) static OVER: AtomicU64 = AtomicU64::new(0);
+
+/// The budget the residues of the process's switches under way share
+/// (`WARPSOCK_DDP_RESIDUE_MAX`, [`super::config::Config`] sets its bound;
+/// `warpsock_xsock::io::ResidueBudget`): every switch's options name it,
+/// and one that finds it full fails as at its own residue bound
+/// (`ResidueFull`), the connection plain TCP, every byte delivered
+/// (helper 73's review, item 8: N explicit switches against flooding
+/// peers held N × 64 MiB). Unbounded until the configuration is read.
+pub(super) static RESIDUE: ResidueBudget = ResidueBudget::new(usize::MAX);
 
 /// The process's budget.
 static BUDGET: Budget = Budget::new();
@@ -111,9 +122,10 @@ pub(super) fn admit() -> Option<Place> {
 /// In a child made by `fork` (its fork handler, the only thread): the
 /// parent's sockets are not the child's (their copies are forgotten, never
 /// dropped: `sock/close.rs`'s `forget_forked_copy`), nor its switches
-/// under way (their threads are not here).
+/// under way (their threads are not here), nor their residues' charges.
 pub(super) fn forget_after_fork() {
     BUDGET.forget();
+    RESIDUE.forget();
 }
 
 #[cfg(test)]

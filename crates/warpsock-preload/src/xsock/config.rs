@@ -193,6 +193,13 @@ impl Config {
             ..Options::default()
         };
         base.limits = Limits::with_timeout(env_ms("WARPSOCK_SWITCH_TIMEOUT_MS", 2000));
+        // Every switch's residue charged to the process's budget (request,
+        // policy and accepted connections alike; policy mode reads none).
+        super::budget::RESIDUE.set_max(residue_max(
+            env_count("WARPSOCK_DDP_RESIDUE_MAX"),
+            phys_bytes(),
+        ));
+        base.residue_budget = Some(&super::budget::RESIDUE);
         let mut policy = base.clone();
         policy.limits = Limits::with_timeout(env_ms("WARPSOCK_DDP_FALLBACK_MS", 1000));
         policy.limits.at_start = true;
@@ -281,6 +288,27 @@ fn sockets_max(asked: Option<u64>, phys: u64, per_socket: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
 
+/// `WARPSOCK_DDP_RESIDUE_MAX` as used: the bytes the residues of the
+/// switches under way hold together (`budget::RESIDUE`): `asked` as set
+/// (0: no switch holds any, one whose peer wrote before its mark fails),
+/// else an eighth of `phys` bytes, 64 MiB to 256 MiB (256 MiB with the
+/// memory unknown). At least 64 MiB, `Limits::residue_max`: one switch
+/// alone is bounded as before, and four explicit switches at their bound
+/// fill it; the 64 accepted connections' (1 MiB each,
+/// [`ACCEPTED_RESIDUE_MAX`]) fit in its floor. About the kernel's own
+/// bound on all TCP receive buffers (`tcp_mem`'s pressure point, a
+/// sixteenth to an eighth of the memory).
+fn residue_max(asked: Option<u64>, phys: u64) -> usize {
+    let n = asked.unwrap_or_else(|| {
+        if phys == 0 {
+            256 << 20
+        } else {
+            (phys / 8).clamp(64 << 20, 256 << 20)
+        }
+    });
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
 /// The accepted connection's hold ([`Config::accept_hold`]): `asked`
 /// milliseconds (a quarter of the mark timeout if unset), at most half
 /// the client's wait for the answer to its Request (`request_timeout`),
@@ -347,6 +375,18 @@ mod tests {
         assert_eq!(sockets_max(None, 0, slots), 128, "memory unknown");
         assert_eq!(sockets_max(None, 1 << 50, slots), 4096, "the ceiling");
         assert_eq!(sockets_max(None, 1 << 30, 0), 4096);
+    }
+
+    /// The residues' budget: as set (0 too), else an eighth of the
+    /// memory within 64..=256 MiB, 256 MiB with the memory unknown.
+    #[test]
+    fn the_residue_budget_is_as_set_or_an_eighth_of_memory() {
+        assert_eq!(residue_max(Some(1 << 20), 1 << 40), 1 << 20);
+        assert_eq!(residue_max(Some(0), 1 << 40), 0);
+        assert_eq!(residue_max(None, 16 << 30), 256 << 20, "the ceiling");
+        assert_eq!(residue_max(None, 1 << 30), 128 << 20);
+        assert_eq!(residue_max(None, 256 << 20), 64 << 20, "the floor");
+        assert_eq!(residue_max(None, 0), 256 << 20, "memory unknown");
     }
 
     /// An accepted connection's hold is a quarter of the fallback time

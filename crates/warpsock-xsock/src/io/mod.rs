@@ -10,7 +10,8 @@
 //! queue pair); `wait` drives the engine for a waiting call; `watch` says
 //! when the socket needs a progress thread; `closing` is the orderly close,
 //! blocking or in non-blocking steps; `forklist` (a leaf) is the
-//! process-wide lock (or list) a forked child starts afresh.
+//! process-wide lock (or list) a forked child starts afresh; `residue_cap`
+//! (a leaf) the budget the switches' residues share.
 
 mod closing;
 mod data;
@@ -20,6 +21,7 @@ mod handshake;
 mod placed;
 mod posts;
 mod quiet;
+mod residue_cap;
 mod rio;
 mod settings;
 mod setup;
@@ -39,6 +41,7 @@ pub use handshake::{
     answer_busy, switch_fd, switch_fd_as, switch_fd_declinable, BusyAnswer, Commit, Failure,
 };
 pub use quiet::Spun;
+pub use residue_cap::ResidueBudget;
 pub use rio::{AioOp, Completion};
 pub use settings::{counters, Counters, Options, Readiness, RecvFlags};
 pub use sndbuf::{

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::forklist::ForkList;
+use super::residue_cap::ResidueBudget;
 
 use crate::switch::Limits;
 use crate::wire::{Hello, HDR_LEN};
@@ -96,6 +97,12 @@ pub struct Options {
     /// 156 ms instead of 204 in ~70 % of samples, `BENCHMARKS.md` §6,
     /// session 14), so the writer's is never touched.
     pub rto_min: Option<Duration>,
+    /// A budget the residues of the switches made with these options
+    /// share ([`ResidueBudget`]): each read into a residue is charged to
+    /// it first, and a switch that finds it full fails as at its own
+    /// bound (`SwitchError::ResidueFull`). `None` (the default): only
+    /// `Limits::residue_max` per switch.
+    pub residue_budget: Option<&'static ResidueBudget>,
 }
 
 impl Default for Options {
@@ -143,6 +150,7 @@ impl Default for Options {
             // instead of 200. Session 13, 1 % loss on the veth pair, three
             // interleaved 8 s rounds: 0.58x -> 0.86x of host TCP.
             rto_min: Some(Duration::from_millis(5)),
+            residue_budget: None,
         }
     }
 }
