@@ -79,7 +79,9 @@
 //!   which after giving up watches the position behind the initiator's
 //!   mark ([`classify_request`]), resets rather than deliver a late
 //!   Request as data.
-//! * A responder that cannot serve the initiator's hello (another version)
+//! * A responder that cannot serve the initiator's hello (another version),
+//!   or that its caller declines before it answers (`io::Commit::Answer`:
+//!   a fork, too few descriptors left),
 //!   reads the Request and answers with an MPA Reject, then stops: the
 //!   initiator reads that Reply and stops too. Each frame was consumed by
 //!   its reader, and neither side sent anything else: the connection goes
@@ -307,6 +309,13 @@ pub enum SwitchError {
     /// connection goes on as TCP, and the responder, which finds our
     /// program's bytes (or nothing) where the Request belongs, too.
     Withdrawn,
+    /// Responder: our side declined the switch before answering the
+    /// Request because too few descriptors were left to finish it (a
+    /// switch that ran out after its Reply would have to reset the
+    /// connection); the Request was answered with a Reject (`EMFILE`)
+    /// and the connection goes on as TCP, the initiator's as well
+    /// ([`SwitchError::Rejected`] there).
+    NoDescriptors,
 }
 
 impl SwitchError {
@@ -315,7 +324,7 @@ impl SwitchError {
         match self {
             Self::SelfConnected => libc::EINVAL,
             Self::Incompatible(_) => libc::EPROTO,
-            Self::Withdrawn => libc::EMFILE,
+            Self::Withdrawn | Self::NoDescriptors => libc::EMFILE,
             _ => libc::ECONNREFUSED,
         }
     }
@@ -364,6 +373,9 @@ impl fmt::Display for SwitchError {
             ),
             Self::Withdrawn => f.write_str(
                 "the switch was withdrawn before its MPA Request: too few descriptors free under RLIMIT_NOFILE to finish it",
+            ),
+            Self::NoDescriptors => f.write_str(
+                "the switch was declined before its MPA Reply: too few descriptors free under RLIMIT_NOFILE to finish it",
             ),
         }
     }

@@ -447,33 +447,30 @@ fn switch_at(at: At<'_>, opts: &Options, asked: Asked, place: budget::Place) -> 
     // time (`AnswerTurn`, held until this function returns: the DDP socket
     // made, or the switch over): two let go at once both found room for
     // one, and one of them ran out after its answer.
-    // An initiator looks again before its Request for the same reason: the
-    // program (or other switches) may have taken the numbers since the
-    // start; withdrawn, the connection plain, rather than reset after the
-    // Request. (Its switches do not take turns: concurrent client
-    // switches near the limit can still both find room for one.)
+    // An initiator looks again before its Request, an explicit responder
+    // before its answer, for the same reason (the program or other
+    // switches may have taken the numbers since the start): the switch
+    // withdrawn or declined with `EMFILE`, the connection plain, rather
+    // than reset after it. (They do not take turns.)
     let turn: std::cell::Cell<Option<switching::AnswerTurn>> = std::cell::Cell::new(None);
+    // Withdrawn or declined, the connection goes on plain — through a
+    // residue socket if the peer's bytes before its mark were read; with
+    // too few numbers even for that it commits as before (a reset is
+    // loud, a lost residue would not be).
+    let short = || short_to_answer(fd, || sys::descriptors_free(fd, RESIDUE_DESCRIPTORS));
     let decline = |point: Commit| match point {
-        Commit::Request => {
-            // Withdrawn, the connection goes on plain — through a residue
-            // socket if the peer's bytes before its mark were read; with
-            // too few numbers even for that it commits as before (a reset
-            // is loud, a lost residue would not be).
-            short_to_answer(at.kernel, || {
-                sys::descriptors_free(at.kernel, RESIDUE_DESCRIPTORS)
-            })
-        }
-        Commit::Answer => {
-            opts.limits.at_start
-                && at.from.is_some_and(|s| {
-                    s.hold_declined(config::get().accept_hold) || {
-                        // Taken once (a second look would wait on itself).
-                        let held = turn.take().unwrap_or_else(switching::AnswerTurn::take);
-                        turn.set(Some(held));
-                        short_to_answer(at.kernel, || true)
-                    }
-                })
-        }
+        Commit::Request => short().then_some(SwitchError::Withdrawn),
+        Commit::Answer if opts.limits.at_start => at.from.and_then(|s| {
+            if s.hold_declined(config::get().accept_hold) {
+                return Some(SwitchError::Declined);
+            }
+            // Taken once (a second look would wait on itself).
+            let held = turn.take().unwrap_or_else(switching::AnswerTurn::take);
+            turn.set(Some(held));
+            short_to_answer(at.kernel, || true).then_some(SwitchError::NoDescriptors)
+        }),
+        // Helper 73 item 4: an explicit responder answered, ran out, reset.
+        Commit::Answer => short().then_some(SwitchError::NoDescriptors),
     };
     let r = switch_fd_declinable(b, opts, role, &decline);
     // A policy-mode client's switch (its role given; an explicit switch

@@ -104,7 +104,7 @@ pub fn switch_fd_as(
     opts: &Options,
     role_given: Option<Role>,
 ) -> Result<XSocket, Failure> {
-    switch_fd_declinable(fd, opts, role_given, &|_| false)
+    switch_fd_declinable(fd, opts, role_given, &|_| None)
 }
 
 /// What [`answer_busy`] did.
@@ -197,13 +197,15 @@ pub enum Commit {
     Request,
 }
 
-/// [`switch_fd_as`] that either side declines if `decline(at)` says so at
-/// its last point before it commits. A responder asked at
-/// [`Commit::Answer`] answers the Request with a Reject
-/// ([`SwitchError::Declined`]), both frames consumed, and the connection
-/// goes on as TCP — the initiator falls back at once
-/// ([`SwitchError::Rejected`]). An initiator asked at [`Commit::Request`]
-/// sends nothing more ([`SwitchError::Withdrawn`]): the responder, waiting
+/// [`switch_fd_as`] that either side declines if `decline(at)` gives the
+/// cause at its last point before it commits (`None`: it goes on). A
+/// responder asked at [`Commit::Answer`] answers the Request with a Reject
+/// (the cause is its error: [`SwitchError::Declined`] for a fork,
+/// [`SwitchError::NoDescriptors`] short of descriptors), both frames
+/// consumed, and the connection goes on as TCP — the initiator falls back
+/// at once ([`SwitchError::Rejected`]). An initiator asked at
+/// [`Commit::Request`] sends nothing more (the cause,
+/// [`SwitchError::Withdrawn`]): the responder, waiting
 /// for the Request, finds the program's bytes there (or nothing until its
 /// request timeout) and goes on as TCP too. The preload declines the
 /// switch of a connection its process forks during, and either side's when
@@ -213,7 +215,7 @@ pub fn switch_fd_declinable(
     fd: BorrowedFd<'_>,
     opts: &Options,
     role_given: Option<Role>,
-    decline: &dyn Fn(Commit) -> bool,
+    decline: &dyn Fn(Commit) -> Option<SwitchError>,
 ) -> Result<XSocket, Failure> {
     let raw = fd.as_raw_fd();
     let broken = Failure::io;
@@ -396,20 +398,20 @@ pub fn switch_fd_declinable(
                     Err(e) => return Err(broken(e)),
                 }
             }
-            Step::Connect if decline(Commit::Request) => {
-                // Only our mark entered the stream: the connection is TCP,
-                // its flags as they were, the responder's bytes before its
-                // mark (read) first.
-                if let Some(fl) = flags {
-                    sys::set_file_flags(raw, fl);
-                }
-                return Err(Failure::Refused {
-                    error: SwitchError::Withdrawn,
-                    residue,
-                    watch: false,
-                });
-            }
             Step::Connect => {
+                if let Some(error) = decline(Commit::Request) {
+                    // Only our mark entered the stream: the connection is
+                    // TCP, its flags as they were, the responder's bytes
+                    // before its mark (read) first.
+                    if let Some(fl) = flags {
+                        sys::set_file_flags(raw, fl);
+                    }
+                    return Err(Failure::Refused {
+                        error,
+                        residue,
+                        watch: false,
+                    });
+                }
                 let rto = rto_plan(raw, opts.rto_min);
                 let sock = lifted_clone(&stream).map_err(|e| committed(&stream, e))?;
                 // The residue stays here unless the queue pair is made
@@ -446,10 +448,20 @@ pub fn switch_fd_declinable(
                         }
                     });
             }
-            Step::Accept(_) if decline(Commit::Answer) => {
-                return Err(refuse(&stream, flags, residue, opts, SwitchError::Declined));
-            }
             Step::Accept(peer_hello) => {
+                // Declined before anything of ours entered the stream
+                // after our mark (helper 73 item 4: an explicit responder
+                // short of descriptors reset the connection here, where
+                // policy mode declined): the Request is read and
+                // answered with a Reject, and both ends go on as TCP, no
+                // byte lost. The cause is the caller's (`EMFILE` for
+                // descriptors). Past this point — the Reply sent, or the
+                // descriptors for it gone after the look — the peer has
+                // committed and a failure resets (`committed`,
+                // `Failure::cm`): that distinction stays.
+                if let Some(error) = decline(Commit::Answer) {
+                    return Err(refuse(&stream, flags, residue, opts, error));
+                }
                 let rto = rto_plan(raw, opts.rto_min);
                 let sock = lifted_clone(&stream).map_err(|e| committed(&stream, e))?;
                 let tcp_fd = sock.as_raw_fd();

@@ -281,3 +281,109 @@ fn a_residue_that_finds_no_descriptor_resets_the_connection() {
     assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
     sys::close(fd);
 }
+
+/// Helper 73 item 4: an explicit switch's responder that finds too few
+/// descriptors to finish at its answer (3 free: a Reject's, not an
+/// engine's) declines — its Request answered with a Reject, the call
+/// failing with `EMFILE` — and both ends go on as TCP, no byte lost.
+/// Fails before (it answered, ran out in the engine's setup and reset the
+/// connection: the initiator read no Reject, the child's read
+/// `ECONNRESET`). The responder runs in a child (its descriptors all
+/// taken but 3, under a lowered soft limit); the initiator, by hand, here.
+#[test]
+fn an_explicit_responder_short_of_descriptors_declines_and_stays_tcp() {
+    use std::io::{Read, Write};
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    use warpsock_xsock::switch::{Limits, Role, MARK, MPA_REQ_KEY};
+    let _serial = serial();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mine, _) = l.accept().unwrap();
+    let fd = mine.into_raw_fd();
+    let mut o = super::super::config::get().request.clone();
+    o.limits = Limits::with_timeout(Duration::from_secs(10));
+    let place = super::super::budget::admit().expect("a place");
+    peer.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let initiator = std::thread::spawn(move || {
+        let mut p = &peer;
+        // SAFETY: one byte from the stack.
+        let n = unsafe { libc::send(p.as_raw_fd(), (&MARK as *const u8).cast(), 1, libc::MSG_OOB) };
+        assert_eq!(n, 1);
+        let hello = warpsock_xsock::Hello {
+            slots: 16,
+            slot_size: 65536,
+        }
+        .encode();
+        let mut req = MPA_REQ_KEY.to_vec();
+        req.extend_from_slice(&[0x50, 2, 0, 4 + hello.len() as u8, 0, 16, 0, 16]);
+        req.extend_from_slice(&hello);
+        p.write_all(&req).unwrap();
+        // The Reply (the responder's mark skipped by the reads).
+        let mut f = [0u8; 20];
+        if let Err(e) = p.read_exact(&mut f) {
+            return Err(format!("no Reply: {e}"));
+        }
+        if &f[..16] != b"MPA ID Rep Frame" || f[16] & 0x20 == 0 {
+            return Err(format!("not a Reject: {f:?}"));
+        }
+        let mut pd = vec![0u8; usize::from(u16::from_be_bytes([f[18], f[19]]))];
+        p.read_exact(&mut pd).unwrap();
+        p.write_all(b"after").unwrap();
+        let mut back = [0u8; 4];
+        p.read_exact(&mut back).map_err(|e| format!("{e}"))?;
+        Ok(back)
+    });
+    let status = crate::shim::forktest::child_within(|| {
+        // SAFETY: the child's own limit and descriptors.
+        unsafe {
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            lim.rlim_cur = lim.rlim_cur.min(64);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            let mut last = -1;
+            loop {
+                let d = libc::dup(fd);
+                if d < 0 {
+                    break;
+                }
+                last = d;
+            }
+            for d in last - 2..=last {
+                libc::close(d);
+            }
+        }
+        let asked = (false, None, Some(Role::Responder), None);
+        if super::super::switch_at(super::super::At::own(fd), &o, asked, place) != Err(libc::EMFILE)
+        {
+            return 1;
+        }
+        let tv = libc::timeval {
+            tv_sec: 20,
+            tv_usec: 0,
+        };
+        // SAFETY: setsockopt reads one timeval from the stack.
+        unsafe {
+            let tvp = (&tv as *const libc::timeval).cast();
+            let len = size_of::<libc::timeval>() as socklen_t;
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, tvp, len);
+        }
+        let mut b = [0u8; 5];
+        // SAFETY: a read into a local.
+        let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), b.len(), libc::MSG_WAITALL) };
+        if n != 5 || &b != b"after" {
+            return 2;
+        }
+        // SAFETY: a write from a constant.
+        let n = unsafe { libc::send(fd, b"back".as_ptr().cast(), 4, 0) };
+        i32::from(n != 4) * 3
+    });
+    let seen = initiator.join().unwrap();
+    assert_eq!(
+        status,
+        Some(0),
+        "1: not EMFILE; 2: the initiator's bytes after the Reject not read; 3: no write ({seen:?})"
+    );
+    assert_eq!(seen.as_ref().map(|b| &b[..]), Ok(&b"back"[..]));
+    sys::close(fd);
+}
