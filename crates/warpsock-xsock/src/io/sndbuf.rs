@@ -224,7 +224,7 @@ impl XSocket {
     /// send hands over without waiting — never 0, which a program that
     /// sizes its writes by `SO_SNDBUF` (half of it, say) would loop on
     /// (review r21-send #10; TCP never reports less than 4,608) — and at
-    /// most [`SNDBUF_MAX`] ([`window_reported`]).
+    /// most [`SNDBUF_MAX`] (`window_reported`).
     pub fn sndbuf(&self) -> usize {
         let st = self.lock();
         if st.aio.cap > 0 {
