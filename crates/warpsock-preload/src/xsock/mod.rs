@@ -348,17 +348,17 @@ fn urgent_inline(fd: c_int) -> bool {
 /// The most descriptors a switch takes: its switching socket's 4
 /// (`switching::start`: the TCP socket's duplicate, a doorbell pair, the
 /// end's eventfd) and what it takes once it answers
-/// ([`ANSWER_DESCRIPTORS`]). A DDP connection keeps 6 (`README.md`).
+/// ([`ANSWER_DESCRIPTORS`]). A DDP connection keeps 5 (`README.md`).
 const SWITCH_DESCRIPTORS: usize = 4 + ANSWER_DESCRIPTORS;
 
 /// The most a switch still takes when it answers the peer: the engine's
 /// (the queue pair's duplicate of the socket, the context's epoll set; a
 /// caller-driven context makes no wake eventfd, and its completion queue
 /// none: `Cq::notify_fd` is never called) and the DDP socket's (its
-/// duplicate of the socket, its doorbell pair) — 7 for a process's first
+/// doorbell pair; it uses the engine's duplicate) — 6 for a process's first
 /// DDP socket, whose progress thread's own come too (a policy-mode
 /// server at its limit, when the engine still made both eventfds: 9 free
-/// at the answer switched, 8 reset the client; session 39) — and three to
+/// at the answer switched, 8 reset the client; session 39) — and four to
 /// spare.
 const ANSWER_DESCRIPTORS: usize = 10;
 

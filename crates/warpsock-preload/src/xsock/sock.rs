@@ -29,13 +29,12 @@ use std::time::Duration;
 
 use libc::{c_int, c_ulong, c_void, msghdr, sockaddr, socklen_t};
 use smallvec::SmallVec;
-use warpsock_engine::fds;
 use warpsock_xsock::io::{Readiness, XSocket};
 
 use super::follow::Follow;
 use crate::shim::doorbell::Doorbell;
 use crate::shim::socket::{PeerName, Socket, Wait, WAIT_READABLE};
-use crate::shim::sys::{self, errno, set_errno};
+use crate::shim::sys::{errno, set_errno};
 use crate::shim::{fdtable, real};
 use crate::shim::{reactor, sigio};
 use warpsock_xsock::io::ForkLock;
@@ -77,7 +76,9 @@ pub(crate) struct DdpSock {
     /// {1, N > 0} ([`Socket::release`]; 0: none): the last drop's close
     /// waits for the bytes to be acknowledged, N s at most (`close.rs`).
     linger_s: AtomicI32,
-    /// The TCP socket, off the program's number (names, options).
+    /// The TCP socket, off the program's number (names, options): the
+    /// engine's handle ([`XSocket::tcp_fd`]), open while `x` is, which
+    /// this socket's drop hands on last.
     kfd: c_int,
     bell: Doorbell,
     pub(super) id: u64,
@@ -263,21 +264,18 @@ impl DdpSock {
         x.set_msg_mode(msg_mode);
         // SAFETY: fcntl/dup3 on descriptors we were handed or create here.
         unsafe {
-            let kfd = fds::dup_lifted(at.kernel);
-            if kfd < 0 {
-                return Err(undo(&x, &kept, errno()));
-            }
+            // The engine's own handle on the connection, no duplicate of
+            // ours: `x` closes it only when it is dropped, and this socket
+            // drops `x` last (one descriptor and two system calls a
+            // connection less).
+            let kfd = x.tcp_fd();
             let bell = match Doorbell::new(nonblocking) {
                 Ok(b) => b,
-                Err(e) => {
-                    sys::close(kfd);
-                    return Err(undo(&x, &kept, e));
-                }
+                Err(e) => return Err(undo(&x, &kept, e)),
             };
             // Made before the socket (a forked child's copy stayed the
             // doorbell without one: `demote_fd`).
             if let Err(e) = dead_ends_made() {
-                sys::close(kfd);
                 return Err(undo(&x, &kept, e));
             }
             let app_end = bell.app;

@@ -1,5 +1,5 @@
 /* The program's descriptor numbers with DDP-mode sockets open: as dense
- * as without the library (issue 12). The library's own descriptors (six
+ * as without the library (issue 12). The library's own descriptors (five
  * a DDP connection, less the program's one) live from a floor up (half
  * the soft RLIMIT_NOFILE, warpsock_engine::fds), so a program that sizes
  * an array by its connections (wrk: 10 + 3 x connections) still finds

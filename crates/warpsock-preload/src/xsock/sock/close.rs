@@ -90,7 +90,6 @@ impl Drop for DdpSock {
         // the table, before this drop, still runs its handler there: the
         // README says so.)
         let mask = (how == CLOSED && linger_s > 0 && may_wait).then(SignalsHeld::new);
-        sys::close(self.kfd);
         // SAFETY: `x` is not used again: this is the socket's drop.
         let x = unsafe { ManuallyDrop::take(&mut self.x) };
         if how == 0 {
