@@ -122,7 +122,7 @@ pub(crate) fn scatter_mut(
 ) -> Option<Vec<&mut [u8]>> {
     let mut spans: Vec<(*mut u8, usize)> = Vec::new();
     for r in ranges {
-        let m = reg.backing(r.stag)?;
+        let m = reg.range_backing(&r)?;
         let off = usize::try_from(r.offset).ok()?;
         let len = usize::try_from(r.len).ok()?;
         if off.checked_add(len)? > m.len {
@@ -182,13 +182,30 @@ mod tests {
             Access::LOCAL_WRITE,
             2,
         );
-        let r = |stag, offset, len| Range { stag, offset, len };
-        let ok = scatter_mut(&mut reg, [r(a, 8, 8), r(b, 0, 64), r(a, 0, 8)].into_iter())
-            .expect("disjoint");
+        // Ranges as `Registry::check` gives them, with the serial of the
+        // registration they were checked in (an unknown STag's is any).
+        let serial = |reg: &Registry<Mem>, stag| {
+            reg.check(pd, stag, 0, 0, Access::LOCAL_WRITE)
+                .map_or(0, |r| r.serial)
+        };
+        let (sa, sb) = (serial(&reg, a), serial(&reg, b));
+        let r = |stag, serial, offset, len| Range {
+            stag,
+            offset,
+            len,
+            serial,
+        };
+        let ok = scatter_mut(
+            &mut reg,
+            [r(a, sa, 8, 8), r(b, sb, 0, 64), r(a, sa, 0, 8)].into_iter(),
+        )
+        .expect("disjoint");
         assert_eq!(ok.iter().map(|s| s.len()).collect::<Vec<_>>(), [8, 64, 8]);
-        assert!(scatter_mut(&mut reg, [r(a, 60, 8)].into_iter()).is_none());
-        assert!(scatter_mut(&mut reg, [r(a ^ 0x100, 0, 8)].into_iter()).is_none());
-        assert!(scatter_mut(&mut reg, [r(a, 0, 16), r(a, 8, 8)].into_iter()).is_none());
+        assert!(scatter_mut(&mut reg, [r(a, sa, 60, 8)].into_iter()).is_none());
+        assert!(scatter_mut(&mut reg, [r(a ^ 0x100, sa, 0, 8)].into_iter()).is_none());
+        assert!(scatter_mut(&mut reg, [r(a, sa, 0, 16), r(a, sa, 8, 8)].into_iter()).is_none());
+        // Another registration's range under the same STag.
+        assert!(scatter_mut(&mut reg, [r(a, sa.wrapping_add(7), 0, 8)].into_iter()).is_none());
         // A second region over the first one's memory.
         let (ptr, len) = {
             let m = reg.backing(a).expect("a");
@@ -197,8 +214,9 @@ mod tests {
         // SAFETY: `a`'s memory stays registered (and so allocated) while
         // `c` is; the test only reads slice lengths.
         let c = reg.register(pd, 0, unsafe { Mem::raw(ptr, len) }, Access::LOCAL_WRITE, 3);
-        assert!(scatter_mut(&mut reg, [r(a, 0, 8), r(c, 4, 8)].into_iter()).is_none());
-        assert!(scatter_mut(&mut reg, [r(a, 0, 8), r(c, 8, 8)].into_iter()).is_some());
+        let sc = serial(&reg, c);
+        assert!(scatter_mut(&mut reg, [r(a, sa, 0, 8), r(c, sc, 4, 8)].into_iter()).is_none());
+        assert!(scatter_mut(&mut reg, [r(a, sa, 0, 8), r(c, sc, 8, 8)].into_iter()).is_some());
         reg.deregister(c);
     }
 }

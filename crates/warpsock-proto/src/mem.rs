@@ -125,6 +125,8 @@ struct Slot<B> {
     /// The region's prefix the peer's RDMA Writes have placed, in order
     /// from its start ([`Registry::note_remote_write`]).
     written: u64,
+    /// Which registration of the slot this is ([`Range::serial`]).
+    serial: u32,
 }
 
 /// The STag table with protection domains.
@@ -132,6 +134,8 @@ pub struct Registry<B> {
     slots: Vec<Option<Slot<B>>>,
     free: Vec<u32>,
     next_pd: u32,
+    /// The next registration's [`Range::serial`].
+    next_serial: u32,
 }
 
 impl<B> fmt::Debug for Registry<B> {
@@ -157,6 +161,17 @@ pub struct Range {
     pub offset: u64,
     /// Length.
     pub len: u64,
+    /// The registration [`Registry::check`] found the range in. A freed
+    /// slot is reused at once (last freed, first reused) and the engine
+    /// draws 8-bit keys at random, so one registration in 256 repeats the
+    /// STag of the slot's last one; a range checked in the old region and
+    /// used after (a Write's payload a peer withholds past the region's
+    /// end, a Read Response queued behind a closed window) would reach the
+    /// new region, which granted the peer nothing. The `range_*` look-ups
+    /// find only the registration the range was checked in. (siw keeps
+    /// the old region referenced while a placement or Response holds it:
+    /// `siw_mem_get`/`siw_mem_put` in `siw_qp_rx.c`/`siw_qp_tx.c`.)
+    pub serial: u32,
 }
 
 impl Range {
@@ -174,6 +189,7 @@ impl<B: Backing> Registry<B> {
             slots: vec![None],
             free: Vec::new(),
             next_pd: 1,
+            next_serial: 0,
         }
     }
 
@@ -196,6 +212,8 @@ impl<B: Backing> Registry<B> {
             }
         };
         let stag = (index << 8) | u32::from(key);
+        let serial = self.next_serial;
+        self.next_serial = serial.wrapping_add(1);
         self.slots[index as usize] = Some(Slot {
             info: RegionInfo {
                 pd,
@@ -207,6 +225,7 @@ impl<B: Backing> Registry<B> {
             },
             backing,
             written: 0,
+            serial,
         });
         stag
     }
@@ -240,7 +259,7 @@ impl<B: Backing> Registry<B> {
     /// wrote (a sink's SINK_DONE; issue 12, session 35's review).
     pub fn note_remote_write(&mut self, r: &Range) {
         if let Some(Some(s)) = self.slots.get_mut((r.stag >> 8) as usize) {
-            if s.info.stag == r.stag && r.offset <= s.written {
+            if s.info.stag == r.stag && s.serial == r.serial && r.offset <= s.written {
                 s.written = s.written.max(r.offset.saturating_add(r.len));
             }
         }
@@ -351,6 +370,7 @@ impl<B: Backing> Registry<B> {
                 stag,
                 offset: addr - info.iova,
                 len,
+                serial: slot.serial,
             },
             &slot.backing,
         ))
@@ -382,6 +402,54 @@ impl<B: Backing> Registry<B> {
         slot.backing
             .bytes_mut()
             .get_mut(start..start.checked_add(len)?)
+    }
+
+    /// The live registration `r` was checked in (not another one in its
+    /// slot under the same STag: [`Range::serial`]).
+    #[inline(always)]
+    fn range_slot(&self, r: &Range) -> Option<&Slot<B>> {
+        // Not the STag alone: a peer that withholds a Write's payload (or
+        // a Response behind its window) past the region's end must not
+        // reach the next registration that draws the same key (RFC 5040
+        // §8.1 / RFC 5042 §5.2: an STag grants access to one region; siw
+        // holds the old one referenced instead).
+        match self.slots.get((r.stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == r.stag && s.serial == r.serial => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Bytes `[r.offset, r.offset + len)` of the region `r` was checked
+    /// in, or `None` if that region is gone — deregistered, even with
+    /// another registered in its slot under the same STag since
+    /// ([`Range::serial`]) — or the range does not fit. What the receive
+    /// and transmit paths read a checked range through.
+    #[inline(always)]
+    pub fn range_slice(&self, r: &Range, len: usize) -> Option<&[u8]> {
+        let start = usize::try_from(r.offset).ok()?;
+        self.range_slot(r)?
+            .backing
+            .bytes()
+            .get(start..start.checked_add(len)?)
+    }
+
+    /// Writable variant of [`Self::range_slice`]: where payload is placed.
+    #[inline(always)]
+    pub fn range_slice_mut(&mut self, r: &Range, len: usize) -> Option<&mut [u8]> {
+        let start = usize::try_from(r.offset).ok()?;
+        let slot = match self.slots.get_mut((r.stag >> 8) as usize) {
+            Some(Some(s)) if s.info.stag == r.stag && s.serial == r.serial => s,
+            _ => return None,
+        };
+        slot.backing
+            .bytes_mut()
+            .get_mut(start..start.checked_add(len)?)
+    }
+
+    /// Backing of the region `r` was checked in ([`Self::range_slice`]'s
+    /// look-up), for an engine that places several ranges at once.
+    pub fn range_backing(&self, r: &Range) -> Option<&B> {
+        self.range_slot(r).map(|s| &s.backing)
     }
 
     /// Backing of a region by STag (for tests and the engine).

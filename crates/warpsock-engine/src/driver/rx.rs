@@ -543,7 +543,7 @@ impl QpSlot {
                             continues,
                         );
                     }
-                    let Some(dst) = reg.slice_mut(r.stag, r.offset, r.len as usize) else {
+                    let Some(dst) = reg.range_slice_mut(&r, r.len as usize) else {
                         // The region was deregistered under an in-flight
                         // operation: the stream cannot continue. The peer
                         // gets a Terminate; the rest of its input is
@@ -572,7 +572,7 @@ impl QpSlot {
                             drained = n < want + cap;
                             let placed = n.min(want);
                             // Re-borrow the placed bytes to fold them into the CRC.
-                            if let Some(dst) = reg.slice(r.stag, r.offset, placed) {
+                            if let Some(dst) = reg.range_slice(&r, placed) {
                                 self.conn.rx_placed(dst);
                             }
                             self.rx.start = 0;
@@ -745,7 +745,7 @@ impl QpSlot {
                         );
                     }
                     let n = (r.len as usize).min(staged.len());
-                    match reg.slice_mut(r.stag, r.offset, n) {
+                    match reg.range_slice_mut(&r, n) {
                         Some(dst) => {
                             self.io.staged_copied += n as u64;
                             dst.copy_from_slice(&staged[..n]);

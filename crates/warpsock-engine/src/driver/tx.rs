@@ -89,7 +89,7 @@ impl QpSlot {
                 for p in seg.parts() {
                     let bytes = match *p {
                         TxPart::Inline { start, end } => &seg.inline_bytes()[start..end],
-                        TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
+                        TxPart::Memory(r) => match reg.range_slice(&r, r.len as usize) {
                             Some(b) => b,
                             None => {
                                 vanished = true;
@@ -173,7 +173,7 @@ impl QpSlot {
             && seg.parts().iter().all(|p| {
                 let bytes = match *p {
                     TxPart::Inline { start, end } => &seg.inline_bytes()[start..end],
-                    TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
+                    TxPart::Memory(r) => match reg.range_slice(&r, r.len as usize) {
                         Some(b) => b,
                         None => return false,
                     },

@@ -107,6 +107,7 @@ fn pieces(sources: &[Range], mut skip: u64, mut left: u64) -> impl Iterator<Item
             stag: s.stag,
             offset: s.offset + skip,
             len: n,
+            serial: s.serial,
         };
         skip = 0;
         left -= n;
@@ -694,7 +695,7 @@ impl Connection {
             && self.tx.small_fpdu(seg, &head, |out| {
                 let mut n = 0;
                 for r in pieces(&msg.sources, msg.sent, take) {
-                    let Some(bytes) = reg.slice(r.stag, r.offset, r.len as usize) else {
+                    let Some(bytes) = reg.range_slice(&r, r.len as usize) else {
                         return false;
                     };
                     out[n..n + bytes.len()].copy_from_slice(bytes);
@@ -717,10 +718,7 @@ impl Connection {
         for r in pieces(&msg.sources, msg.sent, take) {
             // A region gone from under the request stays a memory part:
             // `TxSegment::seal` reports it.
-            match reg
-                .slice(r.stag, r.offset, r.len as usize)
-                .filter(|_| small)
-            {
+            match reg.range_slice(&r, r.len as usize).filter(|_| small) {
                 Some(bytes) => self.tx.inline(seg, bytes),
                 None => self.tx.memory(seg, r),
             }

@@ -148,7 +148,7 @@ impl TxSegment {
                 // The CRC field is the segment's last 4 bytes, possibly
                 // at the end of an inline part that holds more.
                 TxPart::Inline { start, end } => c.update(&self.buf[start.min(at)..end.min(at)]),
-                TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
+                TxPart::Memory(r) => match reg.range_slice(&r, r.len as usize) {
                     Some(b) => c.update(b),
                     None => return false,
                 },
@@ -164,7 +164,7 @@ impl TxSegment {
         for p in &self.parts {
             match *p {
                 TxPart::Inline { start, end } => out.extend_from_slice(&self.buf[start..end]),
-                TxPart::Memory(r) => match reg.slice(r.stag, r.offset, r.len as usize) {
+                TxPart::Memory(r) => match reg.range_slice(&r, r.len as usize) {
                     Some(b) => out.extend_from_slice(b),
                     None => return false,
                 },

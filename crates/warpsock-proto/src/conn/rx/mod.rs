@@ -271,6 +271,7 @@ impl Connection {
                     stag: t.stag,
                     offset: t.offset + rx.target_off,
                     len: len as u64,
+                    serial: t.serial,
                 })
             }
             Phase::Mpa | Phase::Paused | Phase::Discard => unreachable!("handled above"),
@@ -451,7 +452,7 @@ impl Connection {
                 break;
             };
             let n = r.len as usize;
-            let Some(dst) = reg.slice_mut(r.stag, r.offset, n) else {
+            let Some(dst) = reg.range_slice_mut(&r, n) else {
                 break;
             };
             dst.copy_from_slice(&data[off..off + n]);
@@ -519,7 +520,7 @@ impl Connection {
                 }
                 RxStep::Place(r) => {
                     let n = (r.len as usize).min(data.len() - off);
-                    match reg.slice_mut(r.stag, r.offset, n) {
+                    match reg.range_slice_mut(&r, n) {
                         Some(dst) => {
                             dst.copy_from_slice(&data[off..off + n]);
                             self.rx_placed(&data[off..off + n]);

@@ -147,6 +147,7 @@ impl Connection {
                 stag: t.stag,
                 offset: t.offset + skip,
                 len: take,
+                serial: t.serial,
             }));
             left -= take;
         }
@@ -268,7 +269,7 @@ impl Connection {
             match self.rx_step() {
                 RxStep::Place(r) if r.stag == p.stag && r.offset == p.offset + done as u64 => {
                     let m = (r.len as usize).min(k - done);
-                    let Some(bytes) = reg.slice(r.stag, r.offset, m) else {
+                    let Some(bytes) = reg.range_slice(&r, m) else {
                         self.region_gone();
                         return Err(Stop::Closed);
                     };
@@ -364,7 +365,7 @@ fn gather<B: Backing>(
                 out.extend_from_slice(&stage[s + from..s + k]);
                 s += len;
             }
-            RxPiece::Place(r) => out.extend_from_slice(&reg.slice(r.stag, r.offset, k)?[from..]),
+            RxPiece::Place(r) => out.extend_from_slice(&reg.range_slice(&r, k)?[from..]),
         }
         left -= k;
     }
@@ -402,6 +403,7 @@ pub(super) fn walk(targets: &[Range], at: u64, len: u64, mut f: impl FnMut(Range
             stag: t.stag,
             offset: t.offset + skip,
             len: take,
+            serial: t.serial,
         });
         skip = 0;
         left -= take;

@@ -263,6 +263,7 @@ impl Connection {
                             stag: sink.stag,
                             offset: sink.offset + u64::from(head.received),
                             len: payload_len as u64,
+                            serial: sink.serial,
                         });
                     }
                     self.rx.effect = Effect::ReadResponse;

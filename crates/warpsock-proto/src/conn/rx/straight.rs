@@ -72,7 +72,7 @@ impl Connection {
             return false;
         };
         let r = c.target;
-        let Some(dst) = reg.slice_mut(r.stag, r.offset, c.payload_len) else {
+        let Some(dst) = reg.range_slice_mut(&r, c.payload_len) else {
             return false;
         };
         let at = 2 + ddp::UNTAGGED_HDR_LEN;
