@@ -14,8 +14,9 @@ use std::time::Instant;
 
 use warpsock_proto::wire::ddp::{Opcode, Placement, ReadRequest, SegmentHeader};
 use warpsock_proto::wire::fpdu;
-use warpsock_proto::wire::mpa::{EnhancedParams, Flags, FrameKind, RequestReply};
-use warpsock_proto::{Access, Config, Connection, Event, PdId, QpState, Registry, Role};
+use warpsock_proto::{Access, Connection, PdId, QpState, Registry};
+
+mod util;
 
 struct Peer {
     conn: Connection,
@@ -24,37 +25,15 @@ struct Peer {
     out: Vec<u8>,
 }
 
-/// A responder (CRC off, IRD 4) past MPA.
+/// A responder (CRC off, IRD 4) past MPA (its MPA Reply sent; the
+/// harness's regions registered first, in slots of their own).
 fn responder() -> Peer {
-    let mut reg = Registry::new();
-    let pd = reg.alloc_pd();
-    let mut cfg = Config::new(Role::Responder, pd);
-    cfg.ird = 4;
-    let mut conn = Connection::new(cfg, Instant::now());
-    let word = EnhancedParams {
-        ird: 4,
-        ord: 4,
-        ..Default::default()
-    }
-    .to_bytes();
-    let mut req = Vec::new();
-    RequestReply {
-        kind: FrameKind::Request,
-        flags: Flags(Flags::ENHANCED),
-        revision: 2,
-        private_data: &word,
-    }
-    .emit(&mut req);
-    assert_eq!(conn.handle_input(&req, &mut reg), req.len());
-    assert!(matches!(conn.poll_event(), Some(Event::ConnectRequest(_))));
-    conn.accept(&[]).unwrap();
-    let mut out = Vec::new();
-    conn.poll_transmit(&reg, &mut out, 1 << 16);
-    assert_eq!(out.len(), 24, "MPA reply");
+    let r = util::rx::responder(Instant::now(), false, false);
+    assert_eq!(r.sent.len(), 24, "MPA reply");
     Peer {
-        conn,
-        reg,
-        pd,
+        conn: r.conn,
+        reg: r.reg,
+        pd: r.pd,
         out: Vec::new(),
     }
 }

@@ -25,6 +25,8 @@ pub const REGIONS: [(u64, usize, Access); 4] = [
 pub struct Responder {
     pub conn: Connection,
     pub reg: Registry<Vec<u8>>,
+    /// The domain of its regions and its queue pair.
+    pub pd: PdId,
     pub stags: Vec<Stag>,
     pub sent: Vec<u8>,
     pub consumed: usize,
@@ -74,6 +76,7 @@ pub fn responder_with(now: Instant, crc: bool, rtr: bool, rq_depth: Option<usize
     Responder {
         conn,
         reg,
+        pd,
         stags,
         sent,
         consumed: 0,

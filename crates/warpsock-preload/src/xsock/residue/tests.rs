@@ -228,6 +228,26 @@ fn an_undecided_prefix_the_peers_end_follows_is_data_to_a_nonblocking_read() {
     assert_eq!(read_now(&s, &mut b), Ok(0));
 }
 
+/// In a forked child: lowers the soft descriptor limit to 64 and takes
+/// every number left with duplicates of `fd`; returns the last one taken.
+fn fill_descriptors(fd: c_int) -> c_int {
+    // SAFETY: the child's own limit and descriptors.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_cur.min(64);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        let mut last = -1;
+        loop {
+            let d = libc::dup(fd);
+            if d < 0 {
+                return last;
+            }
+            last = d;
+        }
+    }
+}
+
 /// A residue socket that cannot be made (every descriptor taken: the
 /// duplicate and the doorbell's pair find none) resets the connection:
 /// the program's next read gets `ECONNRESET`, the peer's too. Before, the
@@ -247,14 +267,7 @@ fn a_residue_that_finds_no_descriptor_resets_the_connection() {
     peer.write_all(b"def").unwrap();
     let fd = mine.into_raw_fd();
     let status = crate::shim::forktest::child_within(|| {
-        // SAFETY: the child's own limit and descriptors.
-        unsafe {
-            let mut lim: libc::rlimit = std::mem::zeroed();
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-            lim.rlim_cur = lim.rlim_cur.min(64);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            while libc::dup(fd) >= 0 {}
-        }
+        fill_descriptors(fd);
         let r = ResidueSock::transpose(super::super::At::own(fd), b"abc".to_vec(), false, None);
         if !matches!(r, Err(libc::EMFILE)) {
             return 1;
@@ -335,23 +348,10 @@ fn an_explicit_responder_short_of_descriptors_declines_and_stays_tcp() {
         Ok(back)
     });
     let status = crate::shim::forktest::child_within(|| {
-        // SAFETY: the child's own limit and descriptors.
-        unsafe {
-            let mut lim: libc::rlimit = std::mem::zeroed();
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-            lim.rlim_cur = lim.rlim_cur.min(64);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            let mut last = -1;
-            loop {
-                let d = libc::dup(fd);
-                if d < 0 {
-                    break;
-                }
-                last = d;
-            }
-            for d in last - 2..=last {
-                libc::close(d);
-            }
+        let last = fill_descriptors(fd);
+        for d in last - 2..=last {
+            // SAFETY: three of the child's own duplicates, closed.
+            unsafe { libc::close(d) };
         }
         let asked = (false, None, Some(Role::Responder), None);
         if super::super::switch_at(super::super::At::own(fd), &o, asked, place) != Err(libc::EMFILE)
