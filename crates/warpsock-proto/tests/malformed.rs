@@ -268,7 +268,7 @@ fn untagged_errors() {
         [u8; 2],
         Option<WcStatus>,
     );
-    let cases: [Case; 5] = [
+    let cases: [Case; 8] = [
         (
             "bad qn",
             3,
@@ -307,6 +307,20 @@ fn untagged_errors() {
             Some(WcStatus::LocalLengthError),
         ),
         ("no receive", 0, 1, 0, None, [0x12, 0x02], None),
+        // With no receive posted, a bad QN, MSN or MO is still reported
+        // as itself: siw checks them first (`siw_send_check_ntoh`), "no
+        // buffer" only after, at the receive's look-up (`siw_proc_send`).
+        ("bad qn, no receive", 3, 1, 0, None, [0x12, 0x01], None),
+        (
+            "msn out of range, no receive",
+            0,
+            5,
+            0,
+            None,
+            [0x12, 0x03],
+            None,
+        ),
+        ("mo wrong, no receive", 0, 1, 100, None, [0x12, 0x04], None),
     ];
     for (what, qn, msn, mo, recv, code, status) in cases {
         let mut p = responder(true, 4);

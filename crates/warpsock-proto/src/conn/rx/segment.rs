@@ -143,10 +143,11 @@ impl Connection {
                     self.rx.effect = Effect::RtrSend;
                     return self.begin_payload();
                 }
-                let new_msg = self.rx.send.is_none();
-                if new_msg && self.rq.is_empty() {
-                    return self.terminate_ddp(TermCode::DDP_UNTAGGED_NO_BUFFER);
-                }
+                // QN, MSN and MO first, then the receive: siw's order
+                // (`siw_send_check_ntoh`, then `siw_proc_send`'s look-up
+                // of the receive queue element), so that a peer's bad
+                // header is reported as itself with no receive posted
+                // too (RFC 5041 §7.2 codes 0x01, 0x03, 0x04 before 0x02).
                 if qn != ddp::queue::SEND {
                     return self.terminate_ddp(TermCode::DDP_UNTAGGED_INVALID_QN);
                 }
@@ -156,6 +157,10 @@ impl Connection {
                 let placed = self.rx.send.as_ref().map_or(0, |s| s.placed);
                 if u64::from(mo) != placed {
                     return self.terminate_ddp(TermCode::DDP_UNTAGGED_INVALID_MO);
+                }
+                let new_msg = self.rx.send.is_none();
+                if new_msg && self.rq.is_empty() {
+                    return self.terminate_ddp(TermCode::DDP_UNTAGGED_NO_BUFFER);
                 }
                 if new_msg {
                     let recv = &self.rq[0].wr;
