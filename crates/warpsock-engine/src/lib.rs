@@ -37,8 +37,8 @@
 //!   costs the system calls of plain TCP, one `sendmsg` and one `recv`.
 //! * [`Progress::Thread`]: a background thread per context moves data
 //!   while the application computes; [`Cq::wait`] sleeps until a
-//!   completion arrives, and [`Cq::notify_fd`] (the [`Cq`]'s
-//!   [`AsFd`](std::os::fd::AsFd)) is readable while the queue is non-empty.
+//!   completion arrives, and [`Cq::notify_fd`] (made at its first call)
+//!   is readable while the queue is non-empty.
 //!
 //! # Data path
 //!

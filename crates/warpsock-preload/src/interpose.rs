@@ -514,6 +514,16 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
             }
             r
         }
+        // Close-on-exec is the number's own flag, not the file's: the
+        // program's number, which the exec path looks at
+        // (`demote_all`). Passed on to the managed socket they set or
+        // cleared the flag of the library's handle on the kernel socket
+        // (the engine's own for a DDP socket: a `FIONCLEX` and an `exec`
+        // leaked the connection into the new image; helper 77).
+        libc::FIOCLEX | libc::FIONCLEX => {
+            // SAFETY: forwarding to the application's descriptor.
+            unsafe { real::ioctl(fd, req, arg) }
+        }
         _ => s.ioctl(req, arg),
     })
 }

@@ -62,3 +62,16 @@ fn a_ddp_mode_end_holds_five_descriptors() {
         r.stderr
     );
 }
+
+/// `ioctl(FIOCLEX)` and `ioctl(FIONCLEX)` on a DDP-mode socket set and
+/// clear close-on-exec on the program's own number, as on a TCP socket
+/// (helper 77: they reached the library's handle on the TCP socket, the
+/// engine's own since session 58, so a `FIONCLEX` then `exec` leaked the
+/// connection into the new image, and the program's number kept its
+/// flag).
+#[test]
+fn fioclex_and_fionclex_act_on_the_programs_number() {
+    run_case("fdnumbers", "cloexec", false);
+    let r = run_case("fdnumbers", "cloexec", true);
+    assert_eq!(r.stat("ddp_switched"), 2, "{}", r.stderr);
+}

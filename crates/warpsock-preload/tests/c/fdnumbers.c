@@ -18,12 +18,16 @@
  *                              of /proc/self/fd around 4 pairs (one pair
  *                              first: the library's own threads' and
  *                              tables' descriptors are made once)
+ *   fdnumbers cloexec [plain]  ioctl FIOCLEX / FIONCLEX on a pair's end set
+ *                              and clear close-on-exec on the program's
+ *                              number (F_GETFD), as on a TCP socket's
  *
  * "plain": no switch (the numbering is the kernel's; run without the
  * preload). */
 #include "ddppair.h"
 
 #include <dirent.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 
 /* The lowest free number now. */
@@ -132,11 +136,33 @@ static int per_end(int plain) {
     return 0;
 }
 
+/* FIOCLEX and FIONCLEX act on the number they are called on. */
+static int cloexec(int plain) {
+    int c, s;
+    pair_unless_plain(plain, &c, &s);
+    CHECK((fcntl(c, F_GETFD) & FD_CLOEXEC) == 0);
+    CHECK(ioctl(c, FIOCLEX) == 0);
+    if ((fcntl(c, F_GETFD) & FD_CLOEXEC) == 0) {
+        fprintf(stderr, "fdnumbers: FIOCLEX left the number inheritable\n");
+        return 1;
+    }
+    CHECK(ioctl(c, FIONCLEX) == 0);
+    if ((fcntl(c, F_GETFD) & FD_CLOEXEC) != 0) {
+        fprintf(stderr, "fdnumbers: FIONCLEX left the number close-on-exec\n");
+        return 1;
+    }
+    carries(c, s);
+    CHECK(close(c) == 0);
+    CHECK(close(s) == 0);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     CHECK(argc >= 2);
     int plain = argc > 2 && strcmp(argv[2], "plain") == 0;
     if (strcmp(argv[1], "dense") == 0) return pairs(8, plain, 1, 0);
     if (strcmp(argv[1], "perend") == 0) return per_end(plain);
+    if (strcmp(argv[1], "cloexec") == 0) return cloexec(plain);
     if (strcmp(argv[1], "crowded") == 0) {
         struct rlimit l;
         CHECK(getrlimit(RLIMIT_NOFILE, &l) == 0);
