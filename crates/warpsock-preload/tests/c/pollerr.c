@@ -248,7 +248,19 @@ int main(int argc, char **argv) {
         if (!strcmp(cs, "epollout")) poll_wait(c, "poll wait");
         epoll_now(ep, 10000, "wait");
         if (joined) CHECK(pthread_join(t, NULL) == 0);
-        epoll_now(ep, 0, "pending");
+        if (joined && (mask & EPOLLET)) {
+            /* Not printed: with the reset made while this thread sleeps,
+             * Linux's TCP gives one edge or two as the scheduler has it
+             * (tcp_reset's error report wakes the wait; tcp_done's state
+             * change, when it comes after the wait returned, is a second
+             * edge: CI of 6d7bac0, under load). Taken, so the lines after
+             * it compare. */
+            struct epoll_event ev[2];
+            CHECK(epoll_wait(ep, ev, 2, 0) >= 0);
+            printf("pending: (one edge or two, as TCP's)\n");
+        } else {
+            epoll_now(ep, 0, "pending");
+        }
         so_error(c);
         epoll_now(ep, 0, "taken");
         poll_now(c, "taken poll");
