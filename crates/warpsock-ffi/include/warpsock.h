@@ -806,7 +806,8 @@ warpsock_result warpsock_cq_wait(const struct warpsock_cq *cq,
  * unreadable once `warpsock_cq_poll`/`warpsock_cq_wait` empty it). Put it
  * in your own `poll`/`epoll` set in progress-thread mode; in caller-driven
  * mode nothing arrives unless the application drives progress. The
- * descriptor belongs to the queue: do not close it.
+ * descriptor belongs to the queue: do not close it. The first call makes
+ * it, and fails as `eventfd(2)` does (`EMFILE`...).
  */
 warpsock_result warpsock_cq_notify_fd(const struct warpsock_cq *cq,
                                       int32_t *out_fd);
