@@ -264,6 +264,39 @@ impl Connection {
                     }
                     if payload_len > 0 {
                         let sink = head.sink.expect("sized reads have a sink");
+                        if head.received == 0 {
+                            // siw `siw_proc_rresp` resolves and checks the
+                            // sink on the Response's first FPDU with payload
+                            // (`siw_check_sge` over the whole sink, local
+                            // write), not when the Read was posted: one
+                            // invalidated since — by the peer's Send with
+                            // Invalidate (RFC 5040) or locally — or
+                            // deregistered fails `siw_check_mem`'s
+                            // `stag_valid` (or `siw_mem_id2obj`). Another
+                            // registration under the same STag is not the
+                            // sink (`Range::serial`). Later FPDUs are not
+                            // checked again: siw holds the sink referenced
+                            // (`wqe->mem[0]`) until the Read ends.
+                            let (seq, size) = (head.seq, u64::from(head.size));
+                            let checked = reg
+                                .check(pd, sink.stag, head.sink_to, size, Access::LOCAL_WRITE)
+                                .and_then(|r| {
+                                    if r.serial == sink.serial {
+                                        Ok(())
+                                    } else {
+                                        Err(MemError::InvalidStag)
+                                    }
+                                });
+                            if let Err(e) = checked {
+                                // `wc_status = SIW_WC_LOC_PROT_ERR`, then
+                                // Terminate DDP / tagged buffer /
+                                // `siw_tagged_error`.
+                                if let Some(seq) = seq {
+                                    self.finish_sq(seq, WcStatus::LocalProtectionError);
+                                }
+                                return self.terminate_ddp(tagged_code(e));
+                            }
+                        }
                         self.rx.targets.push(Range {
                             stag: sink.stag,
                             offset: sink.offset + u64::from(head.received),
