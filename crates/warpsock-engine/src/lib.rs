@@ -245,7 +245,7 @@ mod wc;
 
 pub use cm::{
     connect, connect_stream, CmError, ConnectRequest, Listener, QpInit, QpOptions, TcpOptions,
-    DEFAULT_MAX_PENDING, DEFAULT_MPA_REQUEST_TIMEOUT, MAX_PRIVATE_DATA,
+    ACCEPT_PAUSE, DEFAULT_MAX_PENDING, DEFAULT_MPA_REQUEST_TIMEOUT, MAX_PRIVATE_DATA,
 };
 pub use context::{Context, ContextOptions, Progress, DEFAULT_LINGER};
 pub use cq::{Cq, First, Park, Parked, QuietRead, Resume, Unparked};

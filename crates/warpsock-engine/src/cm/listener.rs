@@ -16,6 +16,15 @@
 //! silent connections cannot lock good peers out either (they would have
 //! to be opened faster than a good peer completes its Request). Each
 //! pending handshake holds one socket and about 1 KiB.
+//!
+//! Out of descriptors or memory (`EMFILE`, `ENFILE`, `ENOBUFS`,
+//! `ENOMEM` from `accept(2)`), the connection stays in the kernel's queue
+//! and the listening socket stays readable: the listener reports it once
+//! ([`CmError::Io`] with the errno), stops taking connections for
+//! [`ACCEPT_PAUSE`] at a time — the pending handshakes go on meanwhile —
+//! and tries again, instead of returning the error at once on every call
+//! (a caller that looped on it spun a CPU, and no pending Request was
+//! read again).
 
 use std::collections::VecDeque;
 use std::io;
@@ -37,6 +46,9 @@ use crate::sys;
 pub const DEFAULT_MPA_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`Listener::set_max_pending`].
 pub const DEFAULT_MAX_PENDING: usize = 64;
+/// How long a listener leaves its queue alone after `accept(2)` ran out
+/// of descriptors or memory (see the module docs).
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// One connection in its MPA handshake, on a non-blocking socket.
 #[derive(Debug)]
@@ -80,6 +92,11 @@ struct Pending {
     ready: VecDeque<ConnectRequest>,
     /// Failed handshakes not yet reported (one per call, after `ready`).
     failed: VecDeque<CmError>,
+    /// `accept(2)` ran out of descriptors or memory: no new connection is
+    /// taken before this.
+    paused_until: Option<Instant>,
+    /// The exhaustion is reported (until a connection is taken again).
+    starved: bool,
 }
 
 /// Failure reports kept for [`Listener::accept`] to return: a flood adds
@@ -161,7 +178,10 @@ impl Listener {
     /// as an error from this call, one at a time, with its address, after
     /// every Request that has arrived (at most the last 64 such reports
     /// are kept); call `accept` again for the next peer. `CmError::Timeout` with stage
-    /// "TCP accept" means nothing arrived in `timeout`.
+    /// "TCP accept" means nothing arrived in `timeout`. `accept(2)` out of
+    /// descriptors or memory is reported once as [`CmError::Io`] with its
+    /// errno while the pending handshakes go on (see the module docs);
+    /// other errors of the listening socket are returned as they come.
     pub fn accept(&self, timeout: Option<Duration>) -> Result<ConnectRequest, CmError> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut p = self.lock();
@@ -188,8 +208,15 @@ impl Listener {
                 });
             }
             // Sleep until the listener or a handshake is readable, or the
-            // next handshake deadline.
-            let next = p.handshakes.iter().filter_map(Handshake::deadline).min();
+            // next handshake deadline; while paused, the listener (readable
+            // with what it cannot take) is left out until the pause ends.
+            let paused = p.paused_until.filter(|&u| u > now);
+            let next = p
+                .handshakes
+                .iter()
+                .filter_map(Handshake::deadline)
+                .chain(paused)
+                .min();
             let wait = match (left, next) {
                 (l, Some(n)) => {
                     Some(l.map_or(n - now, |l| l.min(n.saturating_duration_since(now))))
@@ -197,15 +224,22 @@ impl Listener {
                 (l, None) => l,
             };
             fds.clear();
-            fds.push(pollfd(self.sock.as_raw_fd()));
+            if paused.is_none() {
+                fds.push(pollfd(self.sock.as_raw_fd()));
+            }
             fds.extend(p.handshakes.iter().map(|h| pollfd(h.sock.as_raw_fd())));
             sys::poll(&mut fds, wait).map_err(CmError::Io)?;
         }
     }
 
     /// Takes every connection the kernel has completed, evicting the
-    /// oldest pending handshakes beyond the cap.
+    /// oldest pending handshakes beyond the cap; out of descriptors or
+    /// memory, pauses (see the module docs).
     fn take_new(&self, p: &mut Pending) -> Result<(), CmError> {
+        if p.paused_until.is_some_and(|u| Instant::now() < u) {
+            return Ok(());
+        }
+        p.paused_until = None;
         loop {
             let (sock, peer) = match self.sock.accept() {
                 Ok(x) => x,
@@ -213,8 +247,21 @@ impl Listener {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // The peer gave up between SYN and accept: nothing to do.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) =>
+                {
+                    p.paused_until = Instant::now().checked_add(ACCEPT_PAUSE);
+                    if !std::mem::replace(&mut p.starved, true) {
+                        p.report(CmError::Io(e));
+                    }
+                    return Ok(());
+                }
                 Err(e) => return Err(CmError::Io(e)),
             };
+            p.starved = false;
             let sock = crate::fds::lift_owned(sock);
             let Ok(local) = sock.local_addr() else {
                 continue;

@@ -33,7 +33,9 @@ use crate::qp::Qp;
 use crate::sys;
 
 pub use crate::error::CmError;
-pub use listener::{ConnectRequest, Listener, DEFAULT_MAX_PENDING, DEFAULT_MPA_REQUEST_TIMEOUT};
+pub use listener::{
+    ConnectRequest, Listener, ACCEPT_PAUSE, DEFAULT_MAX_PENDING, DEFAULT_MPA_REQUEST_TIMEOUT,
+};
 use mpa::{drive_mpa, MpaDone, MpaExchange};
 
 /// Largest application private data in an MPA Request or Reply: 251 bytes
