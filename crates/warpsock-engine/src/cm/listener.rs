@@ -29,7 +29,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -333,6 +333,15 @@ impl Listener {
         timeout: Option<Duration>,
     ) -> Result<Qp, CmError> {
         self.accept(timeout)?.accept(init, private_data)
+    }
+}
+
+/// The listening socket. `shutdown(2)` of it (Linux) ends the wait of a
+/// thread in [`Listener::accept`], whose `accept(2)` then fails with
+/// `EINVAL`: how a listener served by a thread of its own is stopped.
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
     }
 }
 

@@ -36,11 +36,16 @@
 //!
 //! # Threads and bounds
 //!
-//! A listener accepts TCP connections on its own thread and reads each MPA
-//! Request on a short-lived thread (at most [`MAX_HANDSHAKES`] at once, each
-//! bounded by the MPA timeout), so a silent peer never delays another; at
-//! most `backlog` requests wait for the program's accept or reject, more
-//! are closed. `rdma_connect` runs its TCP connect and MPA exchange on a
+//! A listener accepts TCP connections on its own thread, which reads the
+//! MPA Requests side by side without blocking (the engine's `Listener`: at
+//! most [`MAX_HANDSHAKES`] at once, a newer connection evicting the
+//! oldest, each bounded by the MPA timeout from its TCP accept), so
+//! neither a silent peer nor a flood of them delays or locks out another;
+//! at most `backlog` requests (at most [`MAX_BACKLOG`]) wait for the
+//! program's accept or reject, more are closed. A request the program
+//! never received goes with its listener or channel (its id destroyed,
+//! its connection closed); one it received and never answers is kept
+//! until it does, or destroys the id, as librdmacm's (no timeout). `rdma_connect` runs its TCP connect and MPA exchange on a
 //! thread and reports the outcome as an event.
 
 mod addr;
@@ -61,6 +66,10 @@ use crate::util::{lock, null, set_errno, EventQueue};
 pub const MAX_PRIVATE_DATA: usize = warpsock_engine::MAX_PRIVATE_DATA;
 /// MPA Requests read at once by one listener.
 pub const MAX_HANDSHAKES: usize = 64;
+/// The most requests a listener keeps waiting for the program's accept or
+/// reject, whatever its `rdma_listen` backlog (the kernel's ucma default
+/// `net.rdma_ucm.max_backlog`; a backlog of 0 or less means this, too).
+pub const MAX_BACKLOG: usize = 1024;
 
 /// A queued event (owned by the channel until delivered).
 #[derive(Debug)]
@@ -160,13 +169,37 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel)
     };
     // SAFETY: as above; the program's own `fd` field.
     unsafe { (*ch).fd = -1 };
+    let mut undelivered = Vec::new();
     q.remove_if(|e| {
-        // SAFETY: undelivered events are Boxes owned by the queue.
-        drop(unsafe { Box::from_raw(e.0) });
+        undelivered.push(EventPtr(e.0));
         true
     });
     drop(q);
+    // SAFETY: removed from the queue: ours; its lock is released.
+    unsafe { destroy_undelivered(undelivered) };
     lock(&HUSKS).push(Husk(ch.cast()));
+}
+
+/// Frees events taken out of a queue undelivered. A CONNECT_REQUEST's
+/// id, which the program never saw, is destroyed with it, closing the
+/// request's connection (as librdmacm's kernel side,
+/// `ucma_cleanup_ctx_events`): left, it was a leak of an id and a
+/// socket, and its peer waited for a Reply that never came.
+///
+/// # Safety
+/// The events are Boxes of ours no queue holds any more; no queue lock is
+/// held (destroying an id takes its channel's).
+pub(crate) unsafe fn destroy_undelivered(events: Vec<EventPtr>) {
+    for EventPtr(e) in events {
+        // SAFETY: per the contract.
+        let e = unsafe { Box::from_raw(e) };
+        let child = (e.ibv.event == RDMA_CM_EVENT_CONNECT_REQUEST).then_some(e.ibv.id);
+        drop(e);
+        if let Some(child) = child {
+            // SAFETY: the request's own id, which only this event named.
+            unsafe { rdma_destroy_id(child) };
+        }
+    }
 }
 
 /// `rdma_get_cm_event`: the next event (blocking unless the channel's fd

@@ -31,7 +31,12 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
     let Some(fd) = st.bound.take() else {
         return fail(libc::EINVAL);
     };
-    let backlog = if backlog <= 0 { 128 } else { backlog as usize };
+    // As the kernel's ucma: 0 or less, or more than its maximum, is the
+    // maximum.
+    let backlog = usize::try_from(backlog)
+        .ok()
+        .filter(|&b| b > 0 && b < MAX_BACKLOG)
+        .unwrap_or(MAX_BACKLOG);
     st.backlog = backlog;
     // SAFETY: listen on our bound socket.
     if unsafe { libc::listen(fd.as_raw_fd(), backlog.min(4096) as c_int) } != 0 {
@@ -39,26 +44,25 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         st.bound = Some(fd);
         return fail(e);
     }
-    let listener = TcpListener::from(fd);
-    if listener.set_nonblocking(true).is_err() {
-        return fail(libc::EIO);
-    }
-    // SAFETY: a new eventfd, owned below.
-    let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if stop < 0 {
-        return fail(errno());
-    }
-    // SAFETY: a descriptor we just made.
-    let stop = unsafe { OwnedFd::from_raw_fd(stop) };
-    let stop_fd = stop.as_raw_fd();
+    let listener = match Listener::from_std(TcpListener::from(fd)) {
+        Ok(mut l) => {
+            l.set_mpa_timeout(MPA_TIMEOUT);
+            l.set_max_pending(MAX_HANDSHAKES);
+            Arc::new(l)
+        }
+        Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EIO)),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
     let weak = Arc::downgrade(&sh);
     let waiting = Arc::clone(&st.waiting);
+    let (l2, stop2) = (Arc::clone(&listener), Arc::clone(&stop));
     let t = std::thread::Builder::new()
         .name("warpsock-cm-listen".into())
-        .spawn(move || accept_loop(listener, stop_fd, weak, waiting, backlog));
+        .spawn(move || accept_loop(&l2, &stop2, &weak, &waiting, backlog));
     match t {
         Ok(t) => {
             st.listen = Some(Listen {
+                listener,
                 stop,
                 thread: Some(t),
             });
@@ -68,74 +72,37 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
     }
 }
 
+/// The listener's thread: the engine's [`Listener`] reads the pending
+/// MPA Requests side by side (at most [`MAX_HANDSHAKES`], the oldest
+/// evicted by a newer connection, each for at most [`MPA_TIMEOUT`] from
+/// its TCP accept), and each one that arrives is offered to the program.
+/// Ends once `stop` is set (and the socket shut down: [`stop_listen`]).
 fn accept_loop(
-    l: TcpListener,
-    stop: c_int,
-    listener: Weak<IdShared>,
-    waiting: Arc<AtomicUsize>,
+    l: &Listener,
+    stop: &AtomicBool,
+    listener: &Weak<IdShared>,
+    waiting: &Arc<AtomicUsize>,
     backlog: usize,
 ) {
-    let handshakes = Arc::new(AtomicUsize::new(0));
-    loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: l.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
+    while !stop.load(Ordering::Acquire) {
+        match l.accept(None) {
+            Ok(req) => match listener.upgrade() {
+                Some(lst) => offer(&lst, req, waiting, backlog),
+                None => return,
             },
-            libc::pollfd {
-                fd: stop,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two live pollfds.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if fds[1].revents != 0 {
-            return;
-        }
-        let sock = match l.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                // Out of descriptors or memory: do not spin.
-                debug!("accept failed: {e}");
+            Err(_) if stop.load(Ordering::Acquire) => return,
+            // Out of descriptors or memory: the engine pauses by itself.
+            Err(CmError::Io(e))
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                ) =>
+            {
+                // The listening socket failed: do not spin on it.
+                debug!("listening socket: {e}");
                 std::thread::sleep(Duration::from_millis(10));
-                continue;
             }
-        };
-        if handshakes.load(Ordering::Acquire) >= MAX_HANDSHAKES {
-            debug!("too many MPA handshakes in progress; closing a new connection");
-            continue;
-        }
-        handshakes.fetch_add(1, Ordering::AcqRel);
-        let (h, lw, w) = (
-            Arc::clone(&handshakes),
-            listener.clone(),
-            Arc::clone(&waiting),
-        );
-        let spawned = std::thread::Builder::new()
-            .name("warpsock-cm-mpa".into())
-            .spawn(move || {
-                let r = handshake(sock);
-                h.fetch_sub(1, Ordering::AcqRel);
-                if let (Some(req), Some(l)) = (r, lw.upgrade()) {
-                    offer(&l, req, &w, backlog);
-                }
-            });
-        if spawned.is_err() {
-            handshakes.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
-fn handshake(sock: TcpStream) -> Option<ConnectRequest> {
-    match ConnectRequest::read(sock, MPA_TIMEOUT) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            debug!("incoming connection failed before its MPA Request: {e}");
-            None
+            Err(e) => debug!("incoming connection failed before its MPA Request: {e}"),
         }
     }
 }
@@ -187,7 +154,7 @@ fn offer(l: &Arc<IdShared>, req: ConnectRequest, waiting: &Arc<AtomicUsize>, bac
         st.peer_ord = ord;
         st.request = Some((req, Arc::clone(waiting)));
     }
-    push(
+    let queued = push(
         l,
         child,
         RDMA_CM_EVENT_CONNECT_REQUEST,
@@ -199,6 +166,12 @@ fn offer(l: &Arc<IdShared>, req: ConnectRequest, waiting: &Arc<AtomicUsize>, bac
             ..Ev::default()
         },
     );
+    if !queued {
+        // Nowhere to report it (the listener's channel is destroyed): the
+        // program never sees this id; it goes, and its connection with it.
+        // SAFETY: our id, unseen by the program.
+        unsafe { rdma_destroy_id(child) };
+    }
 }
 
 /// `rdma_get_request` (synchronous listeners).

@@ -6,6 +6,8 @@
 mod cm_qp;
 mod conn;
 mod listen;
+#[cfg(test)]
+mod listen_tests;
 mod unsupported;
 
 pub use cm_qp::*;
@@ -14,20 +16,20 @@ pub use listen::*;
 pub use unsupported::*;
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use warpsock_engine::{CmError, ConnectRequest, Negotiated};
+use warpsock_engine::{CmError, ConnectRequest, Listener, Negotiated};
 
 use super::addr::route_source;
 use super::outcome::{connect_failed, ended_before_reply, Backoff};
 use super::{
-    channel_queue, new_channel, rdma_ack_cm_event, rdma_destroy_event_channel, rdma_get_cm_event,
-    EventObj, EventPtr, MAX_HANDSHAKES, MAX_PRIVATE_DATA,
+    channel_queue, destroy_undelivered, new_channel, rdma_ack_cm_event, rdma_destroy_event_channel,
+    rdma_get_cm_event, EventObj, EventPtr, MAX_BACKLOG, MAX_HANDSHAKES, MAX_PRIVATE_DATA,
 };
 use crate::abi::*;
 use crate::abi_cm::*;
@@ -102,7 +104,11 @@ pub struct IdShared {
 
 #[derive(Debug)]
 struct Listen {
-    stop: OwnedFd,
+    /// Its thread's; shut down to stop it.
+    listener: Arc<Listener>,
+    /// Set before the shutdown: the thread's `accept` failing then is the
+    /// stop, not an error.
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -160,11 +166,12 @@ struct Ev<'a> {
 }
 
 /// Queues an event about `about` (an id pointer) on `owner`'s channel,
-/// counted against `owner`. Does nothing once `owner` is destroyed.
-fn push(owner: &Arc<IdShared>, about: *mut rdma_cm_id, kind: c_uint, ev: Ev<'_>) {
+/// counted against `owner`, and returns whether it did: not once `owner`
+/// is destroyed, nor once its channel is.
+fn push(owner: &Arc<IdShared>, about: *mut rdma_cm_id, kind: c_uint, ev: Ev<'_>) -> bool {
     let st = lock(&owner.st);
     if !st.alive {
-        return;
+        return false;
     }
     let me = owner.id_ptr();
     // SAFETY: the owner is alive (checked under its lock): its id is
@@ -174,7 +181,7 @@ fn push(owner: &Arc<IdShared>, about: *mut rdma_cm_id, kind: c_uint, ev: Ev<'_>)
     // The program destroyed the channel under a live id: nobody can
     // receive the event (librdmacm's closed descriptor loses it too).
     let Some(q) = q else {
-        return;
+        return false;
     };
     let mut e: Box<EventObj> = Box::new(EventObj {
         // SAFETY: all-zero is valid for the event's plain C parts.
@@ -200,6 +207,7 @@ fn push(owner: &Arc<IdShared>, about: *mut rdma_cm_id, kind: c_uint, ev: Ev<'_>)
         }
     }
     q.push(EventPtr(raw));
+    true
 }
 
 /// An event about the id itself.
@@ -331,10 +339,13 @@ pub unsafe extern "C" fn rdma_create_id(
     }
 }
 
+/// Stops a listener's thread: a listening socket shut down wakes its
+/// wait in `accept` (whose `accept(2)` then fails); the pending
+/// handshakes and queued connections close as the listener goes.
 fn stop_listen(l: &mut Listen) {
-    let one: u64 = 1;
-    // SAFETY: 8 bytes to our eventfd.
-    unsafe { libc::write(l.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    l.stop.store(true, Ordering::Release);
+    // SAFETY: the listener's socket, open while `l.listener` is held.
+    unsafe { libc::shutdown(l.listener.as_fd().as_raw_fd(), libc::SHUT_RDWR) };
     if let Some(t) = l.thread.take() {
         let _ = t.join();
     }
@@ -366,15 +377,18 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     // SAFETY: the id's channel is ours (its allocation is never freed);
     // a destroyed one holds no events.
     if let Some(q) = unsafe { channel_queue((*id).channel) } {
+        let mut undelivered = Vec::new();
         q.remove_if(|e| {
             // SAFETY: undelivered events are Boxes owned by the queue.
             let mine = unsafe { Arc::ptr_eq(&(*e.0).owner, &sh) };
             if mine {
-                // SAFETY: as above; removed from the queue now.
-                drop(unsafe { Box::from_raw(e.0) });
+                undelivered.push(EventPtr(e.0));
             }
             mine
         });
+        drop(q);
+        // SAFETY: removed from the queue: ours; its lock is released.
+        unsafe { destroy_undelivered(undelivered) };
     }
     let own = {
         let mut st = lock(&sh.st);
