@@ -25,7 +25,9 @@
 //! `responder_resources` the peer's ORD (the kernel's iw_cm mapping).
 //!
 //! Private data: over iWARP rdma_cm adds no header; the application's
-//! bytes are the MPA private data (up to 251 bytes, siw's limit).
+//! bytes are the MPA private data (up to 251 bytes, siw's limit). A
+//! Request carrying more than 255 (MPA allows 512) is closed unanswered,
+//! as siw closes one with more than 256: the event's length is a `u8`.
 //!
 //! # Synchronous ids
 //!

@@ -113,6 +113,17 @@ fn offer(l: &Arc<IdShared>, req: ConnectRequest, waiting: &Arc<AtomicUsize>, bac
     if !lst.alive || lst.listen.is_none() {
         return;
     }
+    // The event's length is a u8 (MPA allows 512 bytes; siw refuses more
+    // than 256): a prefix would pass for the whole.
+    let n = req.private_data().len();
+    if n > usize::from(u8::MAX) {
+        debug!(
+            "{} bytes of private data from {}, more than a CONNECT_REQUEST carries; closing",
+            n,
+            req.peer_addr()
+        );
+        return;
+    }
     if waiting.load(Ordering::Acquire) >= backlog {
         debug!(
             "backlog of {backlog} requests full; closing {}",

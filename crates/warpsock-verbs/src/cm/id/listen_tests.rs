@@ -219,3 +219,38 @@ fn the_backlog_is_capped() {
         }
     }
 }
+
+/// A Request whose private data a CONNECT_REQUEST cannot carry whole (its
+/// length is a `u8`; MPA allows 512 bytes) is closed, as siw refuses
+/// more than 256, and the next peer is served. Before, the program got
+/// the first 255 bytes as if they were all.
+#[test]
+fn private_data_too_long_for_the_event_is_refused() {
+    // SAFETY: the C calls on objects made here.
+    unsafe {
+        let (ch, lid, addr) = listener(16);
+        let mut long = TcpStream::connect(addr).unwrap();
+        let mut req = b"MPA ID Req Frame\x00\x01".to_vec();
+        req.extend_from_slice(&300u16.to_be_bytes());
+        req.extend_from_slice(&[0x41; 300]);
+        long.write_all(&req).unwrap();
+        assert!(
+            closed_by_peer(&mut long),
+            "a request with 300 bytes of private data was kept"
+        );
+        let good = TcpStream::connect(addr).unwrap();
+        (&good).write_all(REQUEST).unwrap();
+        assert!(event_or_closed(ch, &good), "the good peer was closed");
+        let mut ev = null_mut();
+        assert_eq!(rdma_get_cm_event(ch, &mut ev), 0);
+        assert_eq!((*ev).event, RDMA_CM_EVENT_CONNECT_REQUEST);
+        let child = (*ev).id;
+        let dst = from_c((&(*child).route.addr.dst as *const libc::sockaddr_storage).cast());
+        assert_eq!(dst, Some(good.local_addr().unwrap()), "the first event");
+        assert_eq!(rdma_reject(child, null_mut(), 0), 0);
+        assert_eq!(rdma_ack_cm_event(ev), 0);
+        assert_eq!(rdma_destroy_id(child), 0);
+        assert_eq!(rdma_destroy_id(lid), 0);
+        rdma_destroy_event_channel(ch);
+    }
+}
