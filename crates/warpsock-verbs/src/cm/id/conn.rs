@@ -216,14 +216,16 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
     }
     // SAFETY: a live id of ours.
     let sh = Arc::clone(unsafe { shared(id) });
-    let (req, waiting, peer_ird, peer_ord) = {
-        let mut st = lock(&sh.st);
-        let Some((req, w)) = st.request.take() else {
+    let (peer_ird, peer_ord) = {
+        let st = lock(&sh.st);
+        if st.request.is_none() {
             return fail(libc::EINVAL);
-        };
-        (req, w, st.peer_ird, st.peer_ord)
+        }
+        (st.peer_ird, st.peer_ord)
     };
-    waiting.fetch_sub(1, Ordering::AcqRel);
+    // The parameters are checked before the request is taken: a call
+    // that fails on them leaves it to accept or reject again (as
+    // librdmacm checks them before the kernel sees the call).
     // Defaults without parameters: what the initiator asked for.
     let (ird, ord, pd) = if param.is_null() {
         (
@@ -247,6 +249,10 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
     let Some(qp) = (unsafe { qp_for(id, param) }) else {
         return fail(libc::EINVAL);
     };
+    let Some((req, waiting)) = lock(&sh.st).request.take() else {
+        return fail(libc::EINVAL);
+    };
+    waiting.fetch_sub(1, Ordering::AcqRel);
     let mut init = match qp.take_init(qp.options(ird, ord, &[])) {
         Ok(i) => i,
         Err(e) => return fail(e),
@@ -285,15 +291,16 @@ pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, l
     }
     // SAFETY: a live id of ours.
     let sh = unsafe { shared(id) };
-    let Some((req, waiting)) = lock(&sh.st).request.take() else {
-        return fail(libc::EINVAL);
-    };
-    waiting.fetch_sub(1, Ordering::AcqRel);
+    // Checked first: a failed call leaves the request (see rdma_accept).
     // SAFETY: the program's private data.
     let d = match unsafe { pdata(data, len) } {
         Ok(d) => d,
         Err(e) => return fail(e),
     };
+    let Some((req, waiting)) = lock(&sh.st).request.take() else {
+        return fail(libc::EINVAL);
+    };
+    waiting.fetch_sub(1, Ordering::AcqRel);
     match req.reject(d) {
         Ok(()) => 0,
         Err(_) => fail(libc::ECONNRESET),

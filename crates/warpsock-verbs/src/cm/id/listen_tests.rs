@@ -254,3 +254,39 @@ fn private_data_too_long_for_the_event_is_refused() {
         rdma_destroy_event_channel(ch);
     }
 }
+
+/// An `rdma_accept` or `rdma_reject` that fails on its own parameters
+/// (private data longer than the limit) leaves the request to answer
+/// again: the peer gets the Reject that follows. Before, the failed call
+/// had already taken the request, closed the peer's connection, and the
+/// next answer failed with EINVAL.
+#[test]
+fn an_answer_with_bad_parameters_leaves_the_request() {
+    // SAFETY: the C calls on objects made here.
+    unsafe {
+        let (ch, lid, addr) = listener(16);
+        let mut peer = TcpStream::connect(addr).unwrap();
+        peer.write_all(REQUEST).unwrap();
+        assert!(event_or_closed(ch, &peer), "closed before its request");
+        let mut ev = null_mut();
+        assert_eq!(rdma_get_cm_event(ch, &mut ev), 0);
+        let child = (*ev).id;
+        let long = [0u8; 255];
+        let mut param: rdma_conn_param = std::mem::zeroed();
+        param.private_data = long.as_ptr().cast();
+        param.private_data_len = 255;
+        assert_eq!(rdma_accept(child, &mut param), -1);
+        assert_eq!(rdma_reject(child, long.as_ptr().cast(), 255), -1);
+        assert_eq!(rdma_reject(child, b"no".as_ptr().cast(), 2), 0);
+        let mut reply = [0u8; 22];
+        peer.set_read_timeout(Some(LIMIT)).unwrap();
+        peer.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply[..16], b"MPA ID Rep Frame");
+        assert_ne!(reply[16] & 0x20, 0, "the Reject bit");
+        assert_eq!(&reply[20..], b"no");
+        assert_eq!(rdma_ack_cm_event(ev), 0);
+        assert_eq!(rdma_destroy_id(child), 0);
+        assert_eq!(rdma_destroy_id(lid), 0);
+        rdma_destroy_event_channel(ch);
+    }
+}
