@@ -642,3 +642,49 @@ fn a_predicted_first_data_lowers_a_receive_only_ends_rto() {
     }
     panic!("no pair's first DATA predicted in 30");
 }
+
+/// A predicted take leaves the progress thread's watch as the full
+/// settle would: its rearm is skipped when nothing the watch follows
+/// changed (`take_settled`), so a socket that must be watched while no
+/// call runs — a `select` loop's (`set_background`) — stays watched for
+/// input after each answer, and one that needs no watch stays unwatched;
+/// and the answer's readiness is the full look's (nothing left readable,
+/// writable). Fails with the watch or the readiness of the take's short
+/// tail wrong (the debug build's checks inside the take fail first).
+#[test]
+fn a_predicted_take_leaves_the_watch_and_readiness_as_settle_would() {
+    for background in [true, false] {
+        let (a, b) = tcp_pair();
+        let (xa, xb) = switch_both(&a, &b, &opts());
+        xa.set_background(background);
+        until_predicted(&xa, &xb);
+        let want = if background {
+            XSocket::WATCH_INPUT
+        } else {
+            XSocket::WATCH_OFF
+        };
+        let wire8 = wire_len(&xa, &xb, 8);
+        for round in 0..4u64 {
+            let at = format!("round {round}, background {background}");
+            arrive_while_quiet(&xa, &xb, &[pattern(8, round)], wire8);
+            assert_eq!(xa.watching(), want, "{at}: before the take");
+            let mut buf = [0; 8];
+            assert_eq!(
+                quiet_answer_predicted(&xa, &mut buf, NONBLOCKING, true),
+                (8, false),
+                "{at}"
+            );
+            assert_eq!(buf, pattern(8, round)[..], "{at}");
+            assert_eq!(xa.watching(), want, "{at}: after the take");
+            let r = xa.readiness();
+            assert!(
+                !r.readable && r.writable && !r.hup && !r.error,
+                "{at}: {r:?}"
+            );
+            // Both ways still: our answer.
+            xa.send(&pattern(8, round + 100), false, Some(LIMIT))
+                .unwrap();
+            assert_eq!(spin_message(&xb, 8), pattern(8, round + 100), "{at}");
+        }
+    }
+}

@@ -381,9 +381,71 @@ impl XSocket {
         self.predicted_books(&mut st, got.0);
         st.idle_spins = 0;
         st.idle_round = false;
-        self.settle(&mut st);
+        if !Self::take_settled(&st) {
+            self.settle(&mut st);
+            self.report_for_writer(&st);
+            return Spun::Done(Ok(got), Self::readiness_of(&st));
+        }
+        // `settle` would do nothing (`take_settled`): not made.
+        debug_assert!(
+            self.watch_current(&st),
+            "a predicted take's watch left stale"
+        );
         self.report_for_writer(&st);
-        Spun::Done(Ok(got), Self::readiness_of(&st))
+        let ready = Self::readiness_taken(&st);
+        debug_assert_eq!(
+            ready,
+            Self::readiness_of(&st),
+            "a predicted take's readiness"
+        );
+        Spun::Done(Ok(got), ready)
+    }
+
+    /// Whether [`Self::settle`] after a predicted take (`predicted_taken`,
+    /// the books `st` after it) would change nothing, so that it need not
+    /// run (~45 instructions an answer, most of them the watch's terms:
+    /// issue 12). The socket was quiet up to the take, and every path that
+    /// sets the flag does so under the lock right after `rearm`, with
+    /// nothing changed between (`set_quiet` after an empty round's
+    /// `settled` or `settle`, `set_quiet_sent` after `send_straight`'s
+    /// rearm), and every other take of the lock clears it: the books are
+    /// those the last rearm looked at but for what the take changed, the
+    /// credit books of a DATA message read and its slot posted again. Of
+    /// `settle`'s steps then: `check_events` returns on news without an
+    /// event; `pump` moves nothing (nothing in flight: the flag's term);
+    /// `flush` sends nothing when the books owe no message (the credit
+    /// return the take may have made due is asked here, `owes_msg`); and
+    /// `rearm` sets the watch it set last — its terms are the books' (the
+    /// take changes none of them: no output queued, as `owes_msg` says)
+    /// and the engine's backlog, none now as then (a read, no write). A
+    /// failed repost (`predicted_books`) cleared the news: settled. The
+    /// two terms kept outside the books, `parked` (never while quiet: a
+    /// driving wait clears it, `driving` refuses it) and `writable_wait`
+    /// (its writer makes a round after it, which rearms; its end leaves
+    /// the watch to the next rearm anyway, the send's), are as before.
+    /// A debug build checks the watch against `rearm`'s.
+    #[inline(always)]
+    fn take_settled(st: &State) -> bool {
+        st.news.is_some_and(|n| !n.events && n.backlog == 0) && !st.s.owes_msg()
+    }
+
+    /// [`Self::readiness_of`] after a predicted take that settled with
+    /// nothing to do (`take_settled`): the socket was quiet, so none of
+    /// its terms of an end, an error or a shut side is set (the flag's
+    /// terms; the take changes none), no byte is unread (none was, and the
+    /// take read the whole message) — readable only for an asynchronous
+    /// completion still to collect. A debug build checks it against
+    /// `readiness_of`.
+    #[inline(always)]
+    fn readiness_taken(st: &State) -> Readiness {
+        Readiness {
+            readable: st.aio.has_completions(),
+            writable: st.s.writable() && !st.tx_free.is_empty(),
+            rdhup: false,
+            hup: false,
+            error: false,
+            arrivals: st.arrivals,
+        }
     }
 
     /// The books after a predicted take of `len` bytes (the busy spin's,

@@ -186,8 +186,17 @@ impl XSocket {
         if self.parked() {
             return;
         }
+        let backlog = self.backlog(st);
+        let want = self.watch_wanted(st, backlog);
+        self.set_watching(st, want);
+    }
+
+    /// The watch [`Self::rearm`] sets for the books `st` and the engine's
+    /// send backlog `backlog` (changes nothing).
+    #[inline(always)]
+    fn watch_wanted(&self, st: &State, backlog: u64) -> u32 {
         let calls_flush = st.sending > 0;
-        let want = if !calls_flush && self.backlog(st) > 0 {
+        let want = if !calls_flush && backlog > 0 {
             Self::WATCH_EVENTS
         } else if Self::owes_progress(st)
             || self.writable_wait.load(Ordering::Relaxed)
@@ -197,12 +206,22 @@ impl XSocket {
         } else {
             Self::WATCH_OFF
         };
-        let want = if want == Self::WATCH_INPUT && self.stood_in(st) {
+        if want == Self::WATCH_INPUT && self.stood_in(st) {
             Self::WATCH_OFF
         } else {
             want
-        };
-        self.set_watching(st, want);
+        }
+    }
+
+    /// Whether the watch is what [`Self::rearm`] would set now (a debug
+    /// build's check of a path that leaves it, `predicted_taken`): true
+    /// while a wait drives the engine (`parked`: the rearm leaves it) or
+    /// the books hold no news to read the backlog from.
+    pub(crate) fn watch_current(&self, st: &State) -> bool {
+        self.parked()
+            || st.news.is_none_or(|n| {
+                self.watching.load(Ordering::Relaxed) == self.watch_wanted(st, n.backlog)
+            })
     }
 
     /// Whether a `poll` standing in ([`Self::stand_in`]) covers what the
