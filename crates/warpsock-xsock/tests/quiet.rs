@@ -688,3 +688,44 @@ fn a_predicted_take_leaves_the_watch_and_readiness_as_settle_would() {
         }
     }
 }
+
+/// A writer's wait for writability begun (or ended) by another thread
+/// while the socket is quiet — `set_writable_wait` is written without the
+/// socket's lock — reaches the watch at the next predicted take as the
+/// full settle's rearm would: the skipped rearm (`take_settled`) is taken
+/// only while the wait is what the last rearm looked at. Helper 81's
+/// review: before, the watch stayed off (or on) until the writer's own
+/// round ("watch left stale"), and a debug build's check inside the take
+/// failed.
+#[test]
+fn a_writable_wait_changed_while_quiet_reaches_the_watch_at_the_take() {
+    for began in [true, false] {
+        let (a, b) = tcp_pair();
+        let (xa, xb) = switch_both(&a, &b, &opts());
+        until_predicted(&xa, &xb);
+        let wire8 = wire_len(&xa, &xb, 8);
+        let (was, now) = if began {
+            (XSocket::WATCH_OFF, XSocket::WATCH_INPUT)
+        } else {
+            (XSocket::WATCH_INPUT, XSocket::WATCH_OFF)
+        };
+        for round in 0..4u64 {
+            let at = format!("round {round}, wait begun {began}");
+            xa.set_writable_wait(!began);
+            // A full look: its round rearms for the wait as it stands.
+            let _ = xa.readiness();
+            arrive_while_quiet(&xa, &xb, &[pattern(8, round)], wire8);
+            assert_eq!(xa.watching(), was, "{at}: before the change");
+            // As another thread would, without the socket's lock.
+            xa.set_writable_wait(began);
+            let mut buf = [0; 8];
+            assert_eq!(
+                quiet_answer_predicted(&xa, &mut buf, NONBLOCKING, true),
+                (8, false),
+                "{at}"
+            );
+            assert_eq!(buf, pattern(8, round)[..], "{at}");
+            assert_eq!(xa.watching(), now, "{at}: watch left stale");
+        }
+    }
+}

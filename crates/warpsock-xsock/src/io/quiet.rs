@@ -381,7 +381,7 @@ impl XSocket {
         self.predicted_books(&mut st, got.0);
         st.idle_spins = 0;
         st.idle_round = false;
-        if !Self::take_settled(&st) {
+        if !self.take_settled(&st) {
             self.settle(&mut st);
             self.report_for_writer(&st);
             return Spun::Done(Ok(got), Self::readiness_of(&st));
@@ -419,14 +419,21 @@ impl XSocket {
     /// take changes none of them: no output queued, as `owes_msg` says)
     /// and the engine's backlog, none now as then (a read, no write). A
     /// failed repost (`predicted_books`) cleared the news: settled. The
-    /// two terms kept outside the books, `parked` (never while quiet: a
-    /// driving wait clears it, `driving` refuses it) and `writable_wait`
-    /// (its writer makes a round after it, which rearms; its end leaves
-    /// the watch to the next rearm anyway, the send's), are as before.
-    /// A debug build checks the watch against `rearm`'s.
+    /// two terms kept outside the books: `parked` (never while quiet: a
+    /// driving wait clears it, `driving` refuses it), and `writable_wait`,
+    /// which another thread sets or clears without the lock (a gated
+    /// writer, the preload's bell): the take settles only while it is
+    /// what the last rearm set the watch for (`State::watch_ww`), so the
+    /// watch follows it here exactly as `settle`'s rearm would (helper
+    /// 81's review: without that look a writer's wait begun while the
+    /// socket was quiet left the watch off until the writer's own round,
+    /// and one ended left it on). A debug build checks the watch against
+    /// `rearm`'s.
     #[inline(always)]
-    fn take_settled(st: &State) -> bool {
-        st.news.is_some_and(|n| !n.events && n.backlog == 0) && !st.s.owes_msg()
+    fn take_settled(&self, st: &State) -> bool {
+        st.news.is_some_and(|n| !n.events && n.backlog == 0)
+            && !st.s.owes_msg()
+            && self.writable_wait.load(Ordering::Relaxed) == st.watch_ww
     }
 
     /// [`Self::readiness_of`] after a predicted take that settled with

@@ -191,6 +191,7 @@ impl XSocket {
                 unreaped: false,
                 idle_spins: 0,
                 idle_round: false,
+                watch_ww: false,
                 locks: 0,
                 quiet_answers: 0,
                 predicted_answers: 0,

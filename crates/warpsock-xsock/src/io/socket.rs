@@ -178,6 +178,10 @@ pub(crate) struct State {
     /// The last round ended short and the engine's was its short empty one
     /// ([`warpsock_engine::Cq::poll_news_idle`]): `io/quiet.rs`.
     pub(crate) idle_round: bool,
+    /// The `writable_wait` the last [`XSocket::rearm`] set the watch for
+    /// (it is written without the lock: a predicted take skips the rearm
+    /// only while it is unchanged, `io/quiet.rs` `take_settled`).
+    pub(crate) watch_ww: bool,
     /// Times a call took the lock ([`XSocket::state_locks`]): counted
     /// under it, a plain add (an atomic beside the mutex was a `lock xadd`
     /// per take).

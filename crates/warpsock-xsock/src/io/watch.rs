@@ -187,40 +187,43 @@ impl XSocket {
             return;
         }
         let backlog = self.backlog(st);
-        let want = self.watch_wanted(st, backlog);
+        let ww = self.writable_wait.load(Ordering::Relaxed);
+        st.watch_ww = ww;
+        let want = Self::watch_wanted(st, backlog, ww);
         self.set_watching(st, want);
     }
 
-    /// The watch [`Self::rearm`] sets for the books `st` and the engine's
-    /// send backlog `backlog` (changes nothing).
+    /// The watch [`Self::rearm`] sets for the books `st`, the engine's
+    /// send backlog `backlog` and the writability wait `ww` (changes
+    /// nothing).
     #[inline(always)]
-    fn watch_wanted(&self, st: &State, backlog: u64) -> u32 {
+    fn watch_wanted(st: &State, backlog: u64, ww: bool) -> u32 {
         let calls_flush = st.sending > 0;
         let want = if !calls_flush && backlog > 0 {
             Self::WATCH_EVENTS
-        } else if Self::owes_progress(st)
-            || self.writable_wait.load(Ordering::Relaxed)
-            || (!calls_flush && st.s.has_output())
-        {
+        } else if Self::owes_progress(st) || ww || (!calls_flush && st.s.has_output()) {
             Self::WATCH_INPUT
         } else {
             Self::WATCH_OFF
         };
-        if want == Self::WATCH_INPUT && self.stood_in(st) {
+        if want == Self::WATCH_INPUT && Self::stood_in(st, ww) {
             Self::WATCH_OFF
         } else {
             want
         }
     }
 
-    /// Whether the watch is what [`Self::rearm`] would set now (a debug
-    /// build's check of a path that leaves it, `predicted_taken`): true
-    /// while a wait drives the engine (`parked`: the rearm leaves it) or
-    /// the books hold no news to read the backlog from.
+    /// Whether the watch is what [`Self::rearm`] would set now for the
+    /// `writable_wait` it last looked at (a debug build's check of a path
+    /// that leaves it, `predicted_taken`, which does so only while that
+    /// value stands): true while a wait drives the engine (`parked`: the
+    /// rearm leaves it) or the books hold no news to read the backlog
+    /// from.
     pub(crate) fn watch_current(&self, st: &State) -> bool {
         self.parked()
             || st.news.is_none_or(|n| {
-                self.watching.load(Ordering::Relaxed) == self.watch_wanted(st, n.backlog)
+                self.watching.load(Ordering::Relaxed)
+                    == Self::watch_wanted(st, n.backlog, st.watch_ww)
             })
     }
 
@@ -235,11 +238,8 @@ impl XSocket {
     /// Output space (the engine's backlog, [`Self::WATCH_EVENTS`]) stays
     /// watched: the poll asks input of the engine's socket alone.
     #[inline]
-    fn stood_in(&self, st: &State) -> bool {
-        st.stand_ins > 0
-            && st.pollers == 0
-            && !Self::bell_waited(st)
-            && !self.writable_wait.load(Ordering::Relaxed)
+    fn stood_in(st: &State, ww: bool) -> bool {
+        st.stand_ins > 0 && st.pollers == 0 && !Self::bell_waited(st) && !ww
     }
 
     /// How long after it began a stand-in lapses unless another begins:
