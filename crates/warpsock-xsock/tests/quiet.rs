@@ -643,6 +643,18 @@ fn a_predicted_first_data_lowers_a_receive_only_ends_rto() {
     panic!("no pair's first DATA predicted in 30");
 }
 
+/// A non-blocking predicted take of the 8-byte message `pattern(8, round)`
+/// (`at` names the case in a failure).
+fn take_predicted(xa: &XSocket, round: u64, at: &str) {
+    let mut buf = [0; 8];
+    assert_eq!(
+        quiet_answer_predicted(xa, &mut buf, NONBLOCKING, true),
+        (8, false),
+        "{at}"
+    );
+    assert_eq!(buf, pattern(8, round)[..], "{at}");
+}
+
 /// A predicted take leaves the progress thread's watch as the full
 /// settle would: its rearm is skipped when nothing the watch follows
 /// changed (`take_settled`), so a socket that must be watched while no
@@ -668,13 +680,7 @@ fn a_predicted_take_leaves_the_watch_and_readiness_as_settle_would() {
             let at = format!("round {round}, background {background}");
             arrive_while_quiet(&xa, &xb, &[pattern(8, round)], wire8);
             assert_eq!(xa.watching(), want, "{at}: before the take");
-            let mut buf = [0; 8];
-            assert_eq!(
-                quiet_answer_predicted(&xa, &mut buf, NONBLOCKING, true),
-                (8, false),
-                "{at}"
-            );
-            assert_eq!(buf, pattern(8, round)[..], "{at}");
+            take_predicted(&xa, round, &at);
             assert_eq!(xa.watching(), want, "{at}: after the take");
             let r = xa.readiness();
             assert!(
@@ -718,13 +724,7 @@ fn a_writable_wait_changed_while_quiet_reaches_the_watch_at_the_take() {
             assert_eq!(xa.watching(), was, "{at}: before the change");
             // As another thread would, without the socket's lock.
             xa.set_writable_wait(began);
-            let mut buf = [0; 8];
-            assert_eq!(
-                quiet_answer_predicted(&xa, &mut buf, NONBLOCKING, true),
-                (8, false),
-                "{at}"
-            );
-            assert_eq!(buf, pattern(8, round)[..], "{at}");
+            take_predicted(&xa, round, &at);
             assert_eq!(xa.watching(), now, "{at}: watch left stale");
         }
     }

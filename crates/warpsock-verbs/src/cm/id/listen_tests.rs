@@ -35,6 +35,15 @@ unsafe fn listener(backlog: c_int) -> (*mut rdma_event_channel, *mut rdma_cm_id,
     }
 }
 
+/// A raw client of the listener at `addr` whose Request has reached the
+/// program's channel `ch` as an event (not yet taken).
+fn requested(ch: *mut rdma_event_channel, addr: SocketAddr) -> TcpStream {
+    let mut peer = TcpStream::connect(addr).unwrap();
+    peer.write_all(REQUEST).unwrap();
+    assert!(event_or_closed(ch, &peer), "closed before its request");
+    peer
+}
+
 /// Waits for the channel to have an event (true), or for `watch` to
 /// become readable first (false: the peer saw its connection closed).
 fn event_or_closed(ch: *mut rdma_event_channel, watch: &TcpStream) -> bool {
@@ -136,9 +145,7 @@ fn an_undelivered_request_is_closed_with_its_listener() {
     // SAFETY: the C calls on objects made here.
     unsafe {
         let (ch, lid, addr) = listener(16);
-        let mut peer = TcpStream::connect(addr).unwrap();
-        peer.write_all(REQUEST).unwrap();
-        assert!(event_or_closed(ch, &peer), "closed before its request");
+        let mut peer = requested(ch, addr);
         assert_eq!(rdma_destroy_id(lid), 0);
         assert!(
             closed_by_peer(&mut peer),
@@ -159,9 +166,7 @@ fn an_undelivered_request_is_closed_with_its_channel() {
     // SAFETY: the C calls on objects made here.
     unsafe {
         let (ch, lid, addr) = listener(16);
-        let mut first = TcpStream::connect(addr).unwrap();
-        first.write_all(REQUEST).unwrap();
-        assert!(event_or_closed(ch, &first), "closed before its request");
+        let mut first = requested(ch, addr);
         rdma_destroy_event_channel(ch);
         assert!(
             closed_by_peer(&mut first),
@@ -265,9 +270,7 @@ fn an_answer_with_bad_parameters_leaves_the_request() {
     // SAFETY: the C calls on objects made here.
     unsafe {
         let (ch, lid, addr) = listener(16);
-        let mut peer = TcpStream::connect(addr).unwrap();
-        peer.write_all(REQUEST).unwrap();
-        assert!(event_or_closed(ch, &peer), "closed before its request");
+        let mut peer = requested(ch, addr);
         let mut ev = null_mut();
         assert_eq!(rdma_get_cm_event(ch, &mut ev), 0);
         let child = (*ev).id;
