@@ -159,3 +159,95 @@ fn a_flood_evicts_the_oldest_and_the_good_client_gets_in() {
         "the oldest goes first: {evicted:?}"
     );
 }
+
+/// The bytes `s` sent and its peer has not acknowledged (`SIOCOUTQ`).
+fn unacked(s: &TcpStream) -> i32 {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int into `n`.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    assert_eq!(r, 0, "SIOCOUTQ");
+    n
+}
+
+/// A burst of good clients, three times the cap, whose Requests have all
+/// arrived before the listener's next call: that call takes every
+/// connection the kernel queued before it reads any, and the oldest it
+/// must drop for a newer one is read first — each is served, none
+/// evicted. Before (helper 82's review), the handshakes past the cap were
+/// evicted unread, Requests and all (8 of these 12).
+#[test]
+fn a_burst_of_good_clients_beyond_the_cap_is_served_whole() {
+    let mut l = Listener::bind("127.0.0.1:0").unwrap();
+    l.set_mpa_timeout(Duration::from_secs(30));
+    l.set_max_pending(4);
+    let addr = l.local_addr().unwrap();
+    // An MPA v1 Request with two bytes of private data.
+    const REQUEST: &[u8] = b"MPA ID Req Frame\x00\x01\x00\x02hi";
+    let clients: Vec<TcpStream> = (0..12)
+        .map(|_| {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.write_all(REQUEST).unwrap();
+            c
+        })
+        .collect();
+    // Every Request is in its socket at the listener's end (acknowledged).
+    let until = Instant::now() + LIMIT;
+    while clients.iter().any(|c| unacked(c) > 0) {
+        assert!(Instant::now() < until, "Requests not acknowledged");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut served = Vec::new();
+    for _ in 0..clients.len() {
+        match l.accept(Some(LIMIT)) {
+            Ok(r) => served.push(r.peer_addr()),
+            Err(e) => panic!("after {} served: {e:?}", served.len()),
+        }
+    }
+    for c in &clients {
+        let me = c.local_addr().unwrap();
+        assert!(served.contains(&me), "{me} not served: {served:?}");
+    }
+}
+
+/// A listening socket whose `accept(2)` keeps failing (here its number
+/// made `/dev/null` under it: `ENOTSOCK`, as `EBADF` after a program's
+/// `closefrom`) still lets the pending handshakes go on: a Request that
+/// arrives is read and handed out after the error. Before (helper 82's
+/// review), the error returned before any handshake was read, on every
+/// call.
+#[test]
+fn a_failing_listening_socket_leaves_the_pending_handshakes_going() {
+    use std::os::fd::{AsFd, AsRawFd};
+    let l = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let mut c = TcpStream::connect(addr).unwrap();
+    // Taken, its Request still to come.
+    match l.accept(Some(Duration::from_millis(50))) {
+        Err(CmError::Timeout { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(l.pending(), 1);
+    c.write_all(b"MPA ID Req Frame\x00\x01\x00\x02hi").unwrap();
+    let until = Instant::now() + LIMIT;
+    while unacked(&c) > 0 {
+        assert!(Instant::now() < until, "the Request not acknowledged");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let lfd = l.as_fd().as_raw_fd();
+    // SAFETY: replaces the listener's own number with /dev/null; the
+    // listener closes that number when dropped, as before.
+    assert!(unsafe { libc::dup2(null.as_raw_fd(), lfd) } >= 0);
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        match l.accept(Some(LIMIT)) {
+            Ok(r) => {
+                assert_eq!(r.peer_addr(), c.local_addr().unwrap());
+                return;
+            }
+            Err(e) => got.push(e),
+        }
+    }
+    panic!("the pending Request never came: {got:?}");
+}
