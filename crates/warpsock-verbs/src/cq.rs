@@ -100,7 +100,8 @@ impl CqShared {
             self.ctx.armed.fetch_sub(1, Ordering::AcqRel);
             if let Some(ch) = &self.channel {
                 *lock(&self.events) += 1;
-                ch.q.push(CqRef(self.ibv.load(Ordering::Acquire)));
+                // A completion channel's queue is never closed.
+                let _ = ch.q.push(CqRef(self.ibv.load(Ordering::Acquire)));
             }
         }
     }

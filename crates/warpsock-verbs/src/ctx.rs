@@ -252,7 +252,8 @@ impl CtxShared {
 
     /// Queues an asynchronous event.
     pub fn async_event(&self, kind: c_uint, element: *mut c_void) {
-        self.async_events.push(AsyncEvent { kind, element });
+        // The async event queue is never closed.
+        let _ = self.async_events.push(AsyncEvent { kind, element });
     }
 
     fn start_helpers(self: &Arc<Self>) {

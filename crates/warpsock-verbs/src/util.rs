@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Sets the calling thread's `errno`.
@@ -42,11 +43,14 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// `eventfd` in semaphore mode counts them. Consumers read the fd (which
 /// blocks, or fails with `EAGAIN` if the program made it non-blocking)
 /// and then take one item, so `poll`/`epoll` on the fd and blocking
-/// reads behave as on a kernel event channel.
+/// reads behave as on a kernel event channel. Once [`Self::close`]d it
+/// takes no more items.
 #[derive(Debug)]
 pub struct EventQueue<T> {
     fd: c_int,
     items: Mutex<VecDeque<T>>,
+    /// Closed ([`Self::close`]): read and written under `items`' lock.
+    closed: AtomicBool,
 }
 
 impl<T> EventQueue<T> {
@@ -60,6 +64,7 @@ impl<T> EventQueue<T> {
         Ok(Self {
             fd,
             items: Mutex::new(VecDeque::new()),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -68,12 +73,46 @@ impl<T> EventQueue<T> {
         self.fd
     }
 
-    /// Appends an item and makes the fd readable.
-    pub fn push(&self, item: T) {
-        lock(&self.items).push_back(item);
+    /// Appends an item and makes the fd readable; a closed queue
+    /// ([`Self::close`]) gives the item back.
+    pub fn push(&self, item: T) -> Result<(), T> {
+        {
+            let mut items = lock(&self.items);
+            if self.closed.load(Ordering::Relaxed) {
+                return Err(item);
+            }
+            items.push_back(item);
+        }
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our eventfd.
         unsafe { libc::write(self.fd, (&one as *const u64).cast(), 8) };
+        Ok(())
+    }
+
+    /// Closes the queue and returns what it held: a [`Self::push`] after
+    /// this (another thread's, racing with the close) gives its item back
+    /// to its caller instead of queueing it where nobody takes it.
+    pub fn close(&self) -> Vec<T> {
+        let mut items = lock(&self.items);
+        self.closed.store(true, Ordering::Relaxed);
+        let held: Vec<T> = items.drain(..).collect();
+        drop(items);
+        for _ in 0..held.len() {
+            self.take_count();
+        }
+        held
+    }
+
+    /// Reads one item's count off the fd without blocking.
+    fn take_count(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: a non-blocking read of 8 bytes into a live u64.
+        unsafe {
+            let fl = libc::fcntl(self.fd, libc::F_GETFL);
+            libc::fcntl(self.fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+            libc::read(self.fd, (&mut v as *mut u64).cast(), 8);
+            libc::fcntl(self.fd, libc::F_SETFL, fl);
+        }
     }
 
     /// Waits for an item as the fd's blocking mode says (a non-blocking fd
@@ -106,14 +145,7 @@ impl<T> EventQueue<T> {
         items.retain(|t| !drop_if(t));
         let gone = before - items.len();
         for _ in 0..gone {
-            let mut v: u64 = 0;
-            // SAFETY: a non-blocking read of 8 bytes into a live u64.
-            unsafe {
-                let fl = libc::fcntl(self.fd, libc::F_GETFL);
-                libc::fcntl(self.fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-                libc::read(self.fd, (&mut v as *mut u64).cast(), 8);
-                libc::fcntl(self.fd, libc::F_SETFL, fl);
-            }
+            self.take_count();
         }
         gone
     }
@@ -162,12 +194,22 @@ mod tests {
             unsafe { libc::poll(&mut p, 1, 0) == 1 }
         };
         assert!(!readable(&q));
-        q.push(1);
-        q.push(2);
+        q.push(1).unwrap();
+        q.push(2).unwrap();
         assert!(readable(&q));
         assert_eq!(q.pop(), Ok(1));
         assert!(readable(&q));
         assert_eq!(q.remove_if(|x| *x == 2), 1);
+        assert!(!readable(&q));
+        // Closed: what it held comes back, the fd is quiet, and a later
+        // push (another thread's, racing with a channel's destruction)
+        // gets its item back instead of queueing it where nobody takes it
+        // (helper 82's review: a CONNECT_REQUEST and its connection were
+        // left in a destroyed channel's queue).
+        q.push(3).unwrap();
+        assert_eq!(q.close(), vec![3]);
+        assert!(!readable(&q));
+        assert_eq!(q.push(4), Err(4));
         assert!(!readable(&q));
         // SAFETY: sets O_NONBLOCK on our own fd.
         unsafe { libc::fcntl(q.fd(), libc::F_SETFL, libc::O_NONBLOCK) };
@@ -216,7 +258,7 @@ mod tests {
         }
         assert_eq!(waiter.join().unwrap(), Err(libc::EINTR));
         // The queue still works afterwards.
-        q.push(7);
+        q.push(7).unwrap();
         assert_eq!(q.pop(), Ok(7));
     }
 }

@@ -70,7 +70,8 @@ pub const MAX_PRIVATE_DATA: usize = warpsock_engine::MAX_PRIVATE_DATA;
 pub const MAX_HANDSHAKES: usize = 64;
 /// The most requests a listener keeps waiting for the program's accept or
 /// reject, whatever its `rdma_listen` backlog (the kernel's ucma default
-/// `net.rdma_ucm.max_backlog`; a backlog of 0 or less means this, too).
+/// `net.rdma_ucm.max_backlog`; a backlog of 0 or less means this, too),
+/// and never more than a quarter of the process's descriptor limit.
 pub const MAX_BACKLOG: usize = 1024;
 
 /// A queued event (owned by the channel until delivered).
@@ -171,11 +172,9 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel)
     };
     // SAFETY: as above; the program's own `fd` field.
     unsafe { (*ch).fd = -1 };
-    let mut undelivered = Vec::new();
-    q.remove_if(|e| {
-        undelivered.push(EventPtr(e.0));
-        true
-    });
+    // Closed, so that an event another thread is pushing now (a listener's
+    // request, `id::push`) comes back to it rather than into this queue.
+    let undelivered = q.close();
     drop(q);
     // SAFETY: removed from the queue: ours; its lock is released.
     unsafe { destroy_undelivered(undelivered) };

@@ -32,11 +32,11 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         return fail(libc::EINVAL);
     };
     // As the kernel's ucma: 0 or less, or more than its maximum, is the
-    // maximum.
-    let backlog = usize::try_from(backlog)
-        .ok()
-        .filter(|&b| b > 0 && b < MAX_BACKLOG)
-        .unwrap_or(MAX_BACKLOG);
+    // maximum — and at most a quarter of the descriptors the process may
+    // open: each waiting request is a socket in this process, not a kernel
+    // object as with ucma (helper 82: a backlog of 0, `ucmatose`'s and
+    // `rdma_server`'s, let a peer hold 1,024 of a default limit's 1,024).
+    let backlog = backlog_for(backlog, descriptor_share());
     st.backlog = backlog;
     // SAFETY: listen on our bound socket.
     if unsafe { libc::listen(fd.as_raw_fd(), backlog.min(4096) as c_int) } != 0 {
@@ -228,4 +228,26 @@ pub unsafe extern "C" fn rdma_get_request(
         (*e.id).event = ev;
     }
     0
+}
+
+/// The requests a listener asked for `asked` keeps waiting, with `share`
+/// the most the process's descriptors allow ([`descriptor_share`]).
+pub(super) fn backlog_for(asked: c_int, share: usize) -> usize {
+    usize::try_from(asked)
+        .ok()
+        .filter(|&b| b > 0 && b < MAX_BACKLOG)
+        .unwrap_or(MAX_BACKLOG)
+        .min(share)
+}
+
+/// A quarter of the process's soft `RLIMIT_NOFILE` (at least 1): the most
+/// requests one listener keeps waiting ([`rdma_listen`]).
+pub(super) fn descriptor_share() -> usize {
+    // SAFETY: rlimit is plain data, written by the call.
+    let mut l: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit writes one rlimit into `l`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
+        return MAX_BACKLOG;
+    }
+    usize::try_from(l.rlim_cur / 4).unwrap_or(usize::MAX).max(1)
 }

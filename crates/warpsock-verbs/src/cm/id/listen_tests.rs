@@ -6,6 +6,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
+use super::listen::{backlog_for, descriptor_share};
 use super::*;
 use crate::cm::rdma_create_event_channel;
 
@@ -211,18 +212,21 @@ fn a_peer_gone_before_the_answer_frees_its_backlog_place() {
 fn the_backlog_is_capped() {
     // SAFETY: the C calls on objects made here.
     unsafe {
-        for (asked, got) in [
-            (c_int::MAX, MAX_BACKLOG),
-            (0, MAX_BACKLOG),
-            (-1, MAX_BACKLOG),
-            (5, 5),
-        ] {
+        let most = MAX_BACKLOG.min(descriptor_share());
+        for (asked, got) in [(c_int::MAX, most), (0, most), (-1, most), (5, 5)] {
             let (ch, lid, _) = listener(asked);
             assert_eq!(lock(&shared(lid).st).backlog, got, "asked {asked}");
             assert_eq!(rdma_destroy_id(lid), 0);
             rdma_destroy_event_channel(ch);
         }
     }
+    // Never more than a quarter of the descriptors the process may open
+    // (helper 82: each waiting request is a socket of the process).
+    assert_eq!(backlog_for(0, 256), 256);
+    assert_eq!(backlog_for(c_int::MAX, 256), 256);
+    assert_eq!(backlog_for(100, 256), 100);
+    assert_eq!(backlog_for(5, 1), 1);
+    assert_eq!(backlog_for(0, 4096), MAX_BACKLOG);
 }
 
 /// A Request whose private data a CONNECT_REQUEST cannot carry whole (its

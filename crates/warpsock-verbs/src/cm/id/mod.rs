@@ -206,7 +206,12 @@ fn push(owner: &Arc<IdShared>, about: *mut rdma_cm_id, kind: c_uint, ev: Ev<'_>)
             (*raw).ibv.param.conn.private_data = (*raw).pdata.as_ptr().cast();
         }
     }
-    q.push(EventPtr(raw));
+    if let Err(EventPtr(raw)) = q.push(EventPtr(raw)) {
+        // The channel was destroyed since the look above.
+        // SAFETY: the Box made above, which no queue took.
+        drop(unsafe { Box::from_raw(raw) });
+        return false;
+    }
     true
 }
 
@@ -650,9 +655,10 @@ pub unsafe extern "C" fn rdma_migrate_id(
             (*id.cast::<CmaIdPrivate>()).sync = c_int::from(sync);
             let was_own = std::mem::replace(&mut st.own_channel, sync);
             drop(st);
-            for e in moved {
-                nq.push(e);
-            }
+            // The new channel destroyed meanwhile: its events go as a
+            // destroyed channel's do.
+            let lost: Vec<EventPtr> = moved.into_iter().filter_map(|e| nq.push(e).err()).collect();
+            destroy_undelivered(lost);
             if was_own {
                 rdma_destroy_event_channel(old);
             }
