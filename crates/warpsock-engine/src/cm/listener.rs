@@ -12,10 +12,13 @@
 //! default, siw's responder timeout) counted from the TCP accept — not
 //! renewed by progress, so dribbling cannot stretch it — and there are at
 //! most [`Listener::set_max_pending`] of them (64 by default): a new
-//! connection beyond that evicts the oldest pending one, so a flood of
-//! silent connections cannot lock good peers out either (they would have
-//! to be opened faster than a good peer completes its Request). Each
-//! pending handshake holds one socket and about 1 KiB.
+//! connection beyond that evicts the oldest pending one — read first: one
+//! whose Request has come is kept — so a flood of silent connections
+//! cannot lock good peers out either (they would have to be opened faster
+//! than a good peer completes its Request), and a burst of good ones loses
+//! none. While as many Requests as that wait for the application, new
+//! connections wait in the kernel's queue. Each pending handshake holds
+//! one socket and about 1 KiB.
 //!
 //! Out of descriptors or memory (`EMFILE`, `ENFILE`, `ENOBUFS`,
 //! `ENOMEM` from `accept(2)`), the connection stays in the kernel's queue
