@@ -170,6 +170,16 @@ fn unacked(s: &TcpStream) -> i32 {
     n
 }
 
+/// Waits (bounded) until every byte `clients` sent is acknowledged: in
+/// its socket at the listener's end.
+fn wait_acknowledged(clients: &[TcpStream]) {
+    let until = Instant::now() + LIMIT;
+    while clients.iter().any(|c| unacked(c) > 0) {
+        assert!(Instant::now() < until, "bytes not acknowledged");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A burst of good clients, three times the cap, whose Requests have all
 /// arrived before the listener's next call: that call takes every
 /// connection the kernel queued before it reads any, and the oldest it
@@ -191,12 +201,8 @@ fn a_burst_of_good_clients_beyond_the_cap_is_served_whole() {
             c
         })
         .collect();
-    // Every Request is in its socket at the listener's end (acknowledged).
-    let until = Instant::now() + LIMIT;
-    while clients.iter().any(|c| unacked(c) > 0) {
-        assert!(Instant::now() < until, "Requests not acknowledged");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    // Every Request is in its socket at the listener's end.
+    wait_acknowledged(&clients);
     let mut served = Vec::new();
     for _ in 0..clients.len() {
         match l.accept(Some(LIMIT)) {
@@ -229,11 +235,7 @@ fn a_failing_listening_socket_leaves_the_pending_handshakes_going() {
     }
     assert_eq!(l.pending(), 1);
     c.write_all(b"MPA ID Req Frame\x00\x01\x00\x02hi").unwrap();
-    let until = Instant::now() + LIMIT;
-    while unacked(&c) > 0 {
-        assert!(Instant::now() < until, "the Request not acknowledged");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_acknowledged(std::slice::from_ref(&c));
     let null = std::fs::File::open("/dev/null").unwrap();
     let lfd = l.as_fd().as_raw_fd();
     // SAFETY: replaces the listener's own number with /dev/null; the
