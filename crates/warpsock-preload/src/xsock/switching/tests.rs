@@ -390,10 +390,10 @@ fn a_number_closed_behind_the_table_and_opened_again_is_left_alone() {
     start_responder(fd, options(Duration::from_millis(300)));
     let sw = table(fd);
     let mut p = [-1; 2];
-    // SAFETY: a pipe of the test's, put on the number by the raw calls.
+    // SAFETY: a pipe of the test's, put on the number by `dup2` in one
+    // step (a `close` first freed the number for another test: signal 35).
     unsafe {
         assert_eq!(libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC), 0);
-        libc::close(fd);
         assert_eq!(libc::dup2(p[0], fd), fd);
     }
     sw.settle_wait().expect("a blocking socket waits");
